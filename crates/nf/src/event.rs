@@ -1,0 +1,224 @@
+//! Events functions produce, written as EVE JSON (Suricata's log format) lines.
+
+use std::sync::Arc;
+
+use serde_json::{json, Map, Value};
+use sluice_wire::flow::proto_name;
+use sluice_wire::FlowKey;
+
+/// What an IPS did about a matching packet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AlertAction {
+    /// The packet was let through (an `alert` rule).
+    Allowed,
+    /// The packet was dropped (a `drop` rule).
+    Blocked,
+}
+
+/// A signature match.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Alert {
+    /// Time of the packet that completed the match.
+    pub ts_ns: u64,
+    /// The packet's flow key as it travelled.
+    pub flow: FlowKey,
+    /// Direction-invariant flow id.
+    pub flow_id: u64,
+    /// Allowed or blocked.
+    pub action: AlertAction,
+    /// Generator id (1 for text rules).
+    pub gid: u32,
+    /// Signature id.
+    pub sid: u32,
+    /// Signature revision.
+    pub rev: u32,
+    /// The rule's `msg`.
+    pub msg: Arc<str>,
+    /// The rule's `classtype`, if any.
+    pub category: Option<Arc<str>>,
+    /// Severity (priority), 3 if unknown.
+    pub severity: u8,
+    /// True if the matched bytes travelled client to server.
+    pub to_server: bool,
+}
+
+/// A flow's lifetime counters, exported when it ends or at flush.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FlowRecord {
+    /// The flow as its first packet travelled (client to server).
+    pub flow: FlowKey,
+    /// Direction-invariant flow id.
+    pub flow_id: u64,
+    /// Packets client to server.
+    pub pkts_toserver: u64,
+    /// Packets server to client.
+    pub pkts_toclient: u64,
+    /// Bytes (whole frames) client to server.
+    pub bytes_toserver: u64,
+    /// Bytes server to client.
+    pub bytes_toclient: u64,
+    /// First packet time.
+    pub start_ns: u64,
+    /// Last packet time.
+    pub end_ns: u64,
+    /// Why the record was written: `"timeout"`, `"tcp_close"` or `"shutdown"`.
+    pub reason: &'static str,
+    /// Flow state at export: `"new"`, `"established"` or `"closed"`.
+    pub state: &'static str,
+}
+
+/// Anything a function reports.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Event {
+    /// A signature matched.
+    Alert(Alert),
+    /// A flow ended (or was flushed).
+    Flow(FlowRecord),
+}
+
+/// RFC 3339 timestamp with microseconds and a `+0000` offset, as Suricata writes.
+pub fn eve_timestamp(ts_ns: u64) -> String {
+    let secs = (ts_ns / 1_000_000_000) as i64;
+    let micros = (ts_ns % 1_000_000_000) / 1000;
+    let days = secs.div_euclid(86_400);
+    let sod = secs.rem_euclid(86_400);
+    let (y, m, d) = civil_from_days(days);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{micros:06}+0000",
+        sod / 3600,
+        (sod / 60) % 60,
+        sod % 60
+    )
+}
+
+/// Howard Hinnant's days-to-civil algorithm (proleptic Gregorian).
+fn civil_from_days(z: i64) -> (i64, u32, u32) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let y = yoe + era * 400;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    (if m <= 2 { y + 1 } else { y }, m, d)
+}
+
+fn tuple(m: &mut Map<String, Value>, f: &FlowKey) {
+    m.insert("src_ip".into(), f.src.to_string().into());
+    m.insert("dest_ip".into(), f.dst.to_string().into());
+    if matches!(f.proto, 6 | 17) {
+        m.insert("src_port".into(), f.src_port.into());
+        m.insert("dest_port".into(), f.dst_port.into());
+    }
+    m.insert("proto".into(), proto_name(f.proto).into());
+}
+
+impl Event {
+    /// The event as one EVE JSON object.
+    pub fn to_eve(&self) -> Value {
+        let mut m = Map::new();
+        match self {
+            Event::Alert(a) => {
+                m.insert("timestamp".into(), eve_timestamp(a.ts_ns).into());
+                m.insert("flow_id".into(), a.flow_id.into());
+                m.insert("event_type".into(), "alert".into());
+                tuple(&mut m, &a.flow);
+                m.insert(
+                    "direction".into(),
+                    if a.to_server {
+                        "to_server"
+                    } else {
+                        "to_client"
+                    }
+                    .into(),
+                );
+                m.insert(
+                    "alert".into(),
+                    json!({
+                        "action": match a.action { AlertAction::Allowed => "allowed", AlertAction::Blocked => "blocked" },
+                        "gid": a.gid,
+                        "signature_id": a.sid,
+                        "rev": a.rev,
+                        "signature": &*a.msg,
+                        "category": a.category.as_deref().unwrap_or(""),
+                        "severity": a.severity,
+                    }),
+                );
+            }
+            Event::Flow(r) => {
+                m.insert("timestamp".into(), eve_timestamp(r.end_ns).into());
+                m.insert("flow_id".into(), r.flow_id.into());
+                m.insert("event_type".into(), "flow".into());
+                tuple(&mut m, &r.flow);
+                m.insert(
+                    "flow".into(),
+                    json!({
+                        "pkts_toserver": r.pkts_toserver,
+                        "pkts_toclient": r.pkts_toclient,
+                        "bytes_toserver": r.bytes_toserver,
+                        "bytes_toclient": r.bytes_toclient,
+                        "start": eve_timestamp(r.start_ns),
+                        "end": eve_timestamp(r.end_ns),
+                        "age": (r.end_ns.saturating_sub(r.start_ns)) / 1_000_000_000,
+                        "state": r.state,
+                        "reason": r.reason,
+                        "alerted": false,
+                    }),
+                );
+            }
+        }
+        Value::Object(m)
+    }
+
+    /// The event as one line of EVE JSON (no trailing newline).
+    pub fn to_eve_line(&self) -> String {
+        self.to_eve().to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sluice_wire::IpAddr;
+
+    #[test]
+    fn timestamps_are_rfc3339() {
+        assert_eq!(eve_timestamp(0), "1970-01-01T00:00:00.000000+0000");
+        // 2024-02-29T12:34:56.789012Z
+        assert_eq!(
+            eve_timestamp(1_709_210_096_789_012_000),
+            "2024-02-29T12:34:56.789012+0000"
+        );
+    }
+
+    #[test]
+    fn alert_has_eve_fields() {
+        let e = Event::Alert(Alert {
+            ts_ns: 1_000_000_000,
+            flow: FlowKey {
+                src: IpAddr::V4([10, 0, 0, 1]),
+                dst: IpAddr::V4([10, 0, 0, 2]),
+                src_port: 1,
+                dst_port: 80,
+                proto: 6,
+            },
+            flow_id: 42,
+            action: AlertAction::Blocked,
+            gid: 1,
+            sid: 1000001,
+            rev: 2,
+            msg: "test sig".into(),
+            category: Some("web-application-attack".into()),
+            severity: 1,
+            to_server: true,
+        });
+        let v = e.to_eve();
+        assert_eq!(v["event_type"], "alert");
+        assert_eq!(v["alert"]["signature_id"], 1000001);
+        assert_eq!(v["alert"]["action"], "blocked");
+        assert_eq!(v["dest_port"], 80);
+        assert_eq!(v["proto"], "TCP");
+    }
+}

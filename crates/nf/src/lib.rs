@@ -1,0 +1,97 @@
+//! The interface every Sluice network function implements.
+//!
+//! A function is sans-IO: it is handed a [`Batch`] of parsed packets, a [`Ctx`]
+//! with what the chain computed once for all its functions (the time, reassembled
+//! stream bytes) and where to put events and extra packets, and a [`StateStore`]
+//! through which it reads and writes all its dynamic state. It sets each packet's
+//! verdict and may rewrite it. It never touches a socket or a clock.
+//!
+//! The expected shape of `process`, after StatelessNF §4.2: one pass over the batch
+//! gathering the state keys it needs into an [`sluice_state::Ops`], one `execute`
+//! (one round trip for a remote store), one pass deciding and queueing writes, one
+//! `execute` for the writes. Two round trips per batch, whatever its size.
+
+pub mod event;
+
+pub use event::{Alert, AlertAction, Event, FlowRecord};
+pub use sluice_packet::{Batch, DropReason, Packet, Verdict};
+pub use sluice_reassembly::streams::{StreamChunk, Streams};
+pub use sluice_state::{Namespace, StateStore, StoreError};
+
+/// An error that stops a function from deciding a batch. The chain drops the
+/// batch's undecided packets (fail closed) and counts the error; it never panics.
+#[derive(Debug, thiserror::Error)]
+pub enum NfError {
+    /// The state store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// A stored value could not be decoded.
+    #[error(transparent)]
+    Decode(#[from] sluice_state::DecodeError),
+}
+
+/// A frame a function wants sent in addition to the batch (e.g. a TCP RST).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Emitted {
+    /// The whole Ethernet frame.
+    pub frame: Vec<u8>,
+    /// Index of the batch packet it answers, so the data plane can send it back out
+    /// of the port that packet came in on.
+    pub in_reply_to: usize,
+}
+
+/// What the chain provides to a function for one batch.
+pub struct Ctx<'a> {
+    /// Time of the batch (the newest packet timestamp), in nanoseconds.
+    pub now_ns: u64,
+    /// This function's position in its chain; used as [`DropReason::stage`].
+    pub stage: u8,
+    /// Reassembled stream bytes per packet, if the function asked for them.
+    pub streams: &'a Streams,
+    /// Where alerts and flow records go.
+    pub events: &'a mut Vec<Event>,
+    /// Extra frames to send.
+    pub emit: &'a mut Vec<Emitted>,
+}
+
+/// A network function. See the crate documentation.
+pub trait NetworkFunction: Send {
+    /// The function's type, e.g. `"firewall"`.
+    fn kind(&self) -> &'static str;
+
+    /// The state namespace of this function (shared by all its instances).
+    fn namespace(&self) -> Namespace;
+
+    /// True if the function consumes reassembled TCP streams ([`Ctx::streams`]).
+    fn wants_streams(&self) -> bool {
+        false
+    }
+
+    /// Decides the verdict of every live packet of `batch`.
+    fn process(
+        &mut self,
+        batch: &mut Batch,
+        ctx: &mut Ctx<'_>,
+        store: &mut dyn StateStore,
+    ) -> Result<(), NfError>;
+
+    /// Handles the function's timers that expired at `ctx.now_ns` (idle timeouts,
+    /// port releases). Called periodically by the chain, not per batch.
+    fn on_timers(
+        &mut self,
+        _ctx: &mut Ctx<'_>,
+        _store: &mut dyn StateStore,
+    ) -> Result<(), NfError> {
+        Ok(())
+    }
+
+    /// Called once when processing ends (end of a trace, shutdown), e.g. to export
+    /// records of flows still open.
+    fn flush(&mut self, _ctx: &mut Ctx<'_>, _store: &mut dyn StateStore) -> Result<(), NfError> {
+        Ok(())
+    }
+
+    /// Function-specific counters (name, value) for summaries and metrics, e.g.
+    /// `("alerts", 3)`. Names are snake_case and stable.
+    fn counters(&self, _out: &mut Vec<(&'static str, u64)>) {}
+}

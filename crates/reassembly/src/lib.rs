@@ -1,0 +1,2 @@
+//! TCP stream reassembly (placeholder header; implementation in progress).
+pub mod streams;

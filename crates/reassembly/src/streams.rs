@@ -1,0 +1,74 @@
+//! What reassembly hands to the functions of a chain for one batch.
+
+use sluice_packet::Packet;
+
+/// The in-order stream bytes one packet made available, in one direction.
+///
+/// Bytes come from two places: a sub-range of the packet's own payload (the new,
+/// in-order part of it, after trimming anything already delivered), followed by
+/// bytes released from the out-of-order buffer that the packet made contiguous.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct StreamChunk {
+    /// True if these bytes travel from the connection's initiator (client) to the
+    /// responder (server).
+    pub to_server: bool,
+    /// True once the three-way handshake was seen complete for this connection.
+    pub established: bool,
+    /// Stream offset (bytes since the initial sequence number + 1) of the first byte
+    /// delivered.
+    pub stream_offset: u64,
+    /// Start of the packet-payload part, relative to the payload start.
+    pub own_start: u16,
+    /// Length of the packet-payload part.
+    pub own_len: u16,
+    /// Start of the released part in [`Streams::arena`].
+    pub extra_start: u32,
+    /// Length of the released part.
+    pub extra_len: u32,
+}
+
+impl StreamChunk {
+    /// Total bytes delivered.
+    pub fn len(&self) -> usize {
+        self.own_len as usize + self.extra_len as usize
+    }
+
+    /// True if no bytes were delivered.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// Per-packet stream deliveries for one batch, indexed like the batch's packets.
+#[derive(Debug, Default)]
+pub struct Streams {
+    /// One entry per packet; `None` for packets that are not TCP of a tracked
+    /// connection (UDP, ICMP, dropped, no state).
+    pub chunks: Vec<Option<StreamChunk>>,
+    /// Bytes released from out-of-order buffers during this batch.
+    pub arena: Vec<u8>,
+}
+
+impl Streams {
+    /// Clears for a new batch of `n` packets, keeping capacity.
+    pub fn reset(&mut self, n: usize) {
+        self.chunks.clear();
+        self.chunks.resize(n, None);
+        self.arena.clear();
+    }
+
+    /// The delivered bytes of packet `i` as two slices (own part, released part).
+    pub fn bytes<'a>(
+        &'a self,
+        i: usize,
+        pkt: &'a Packet,
+    ) -> Option<(StreamChunk, &'a [u8], &'a [u8])> {
+        let c = self.chunks.get(i).copied().flatten()?;
+        let payload = pkt.meta.payload(pkt.data());
+        let s = c.own_start as usize;
+        let own = payload.get(s..s + c.own_len as usize).unwrap_or(&[]);
+        let e = c.extra_start as usize;
+        let extra = self.arena.get(e..e + c.extra_len as usize).unwrap_or(&[]);
+        Some((c, own, extra))
+    }
+}

@@ -1,0 +1,131 @@
+//! The state-access API of Sluice's network functions.
+//!
+//! Every function reads and writes its dynamic (per-flow and shared) state only
+//! through a [`StateStore`], so that the same function code runs with state in the
+//! process ([`LocalStore`]) or in a remote store shared by all instances (the Redis
+//! backend), which is what lets any packet go to any instance (StatelessNF §4.1).
+//!
+//! The API is shaped for a remote store from day one:
+//!
+//! * **Batched.** A function gathers the operations of a whole packet batch into one
+//!   [`Ops`] buffer and calls [`StateStore::execute`] once: for a remote backend that
+//!   is one pipelined round trip (StatelessNF §4.4.3's batching). Operations apply in
+//!   order, each atomically; a batch as a whole is not a transaction.
+//! * **Typed over bytes.** Keys are small fixed-capacity byte strings ([`Key`])
+//!   built from a namespace, a table and the flow; values are bytes written and read
+//!   through [`Codec`]s straight into and out of the [`Ops`] arenas, which are reused
+//!   across batches, so no operation allocates in steady state.
+//! * **Atomic shared state.** Compare-and-set, counters and allocation pools (NAT
+//!   ports) execute on the store's side, never as racy read-modify-write.
+//! * **Timers in the store.** A timer is armed on a key with a deadline; expired
+//!   timers are *taken* (removed and returned in one atomic step) so each fires on
+//!   exactly one instance, even if the instance that armed it has died (§4.3.1).
+
+mod codec;
+mod key;
+mod local;
+mod ops;
+
+pub use codec::{Codec, DecodeError, Reader, Writer};
+pub use key::{Key, Namespace, KEY_CAP};
+pub use local::{LocalStore, SharedLocalStore};
+pub use ops::{Op, OpId, OpResult, Ops, Span};
+
+/// Why a store operation failed. Functions treat every error as "state unknown" and
+/// fail closed for that batch (drop what needs state), never panic.
+#[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
+pub enum StoreError {
+    /// The store could not be reached (connection refused or lost).
+    #[error("state store unavailable: {0}")]
+    Unavailable(String),
+    /// The store did not answer in time.
+    #[error("state store timed out after {0} ms")]
+    Timeout(u64),
+    /// The store answered something this client does not understand.
+    #[error("state store protocol error: {0}")]
+    Protocol(String),
+    /// An operation was refused (wrong type, out-of-range argument...).
+    #[error("state store refused operation: {0}")]
+    Refused(String),
+}
+
+/// Counters every backend keeps, for "store operations per packet" measurements.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StoreCounters {
+    /// Calls to [`StateStore::execute`] or [`StateStore::take_expired`] that carried work
+    /// (for a remote store, round trips).
+    pub round_trips: u64,
+    /// Read operations (get).
+    pub reads: u64,
+    /// Write operations (put, delete).
+    pub writes: u64,
+    /// Atomic operations (compare-and-set, counters, pools).
+    pub atomics: u64,
+    /// Timer operations (arm, cancel, take).
+    pub timers: u64,
+}
+
+impl StoreCounters {
+    /// Sum of reads, writes, atomics and timer operations.
+    pub fn total_ops(&self) -> u64 {
+        self.reads + self.writes + self.atomics + self.timers
+    }
+
+    /// Field-wise difference `self - earlier`.
+    pub fn since(&self, earlier: &StoreCounters) -> StoreCounters {
+        StoreCounters {
+            round_trips: self.round_trips - earlier.round_trips,
+            reads: self.reads - earlier.reads,
+            writes: self.writes - earlier.writes,
+            atomics: self.atomics - earlier.atomics,
+            timers: self.timers - earlier.timers,
+        }
+    }
+}
+
+/// A store of function state. See the crate documentation for the model.
+pub trait StateStore {
+    /// Executes every operation in `ops`, in order, filling their results.
+    ///
+    /// On error, no result may be relied on; operations before the failure may or
+    /// may not have been applied (as with a lost connection to a remote store).
+    fn execute(&mut self, ops: &mut Ops) -> Result<(), StoreError>;
+
+    /// Atomically removes up to `max` timers of namespace `ns` whose deadline is at or
+    /// before `now_ns`, appending their keys to `out`. A timer is returned to exactly
+    /// one caller across every instance sharing the store.
+    fn take_expired(
+        &mut self,
+        ns: Namespace,
+        now_ns: u64,
+        max: usize,
+        out: &mut Vec<Key>,
+    ) -> Result<(), StoreError>;
+
+    /// Operation counters since the store was created.
+    fn counters(&self) -> StoreCounters;
+
+    /// A short description for logs and summaries (e.g. `local`, `redis://127.0.0.1:6379`).
+    fn describe(&self) -> String;
+}
+
+impl<S: StateStore + ?Sized> StateStore for Box<S> {
+    fn execute(&mut self, ops: &mut Ops) -> Result<(), StoreError> {
+        (**self).execute(ops)
+    }
+    fn take_expired(
+        &mut self,
+        ns: Namespace,
+        now_ns: u64,
+        max: usize,
+        out: &mut Vec<Key>,
+    ) -> Result<(), StoreError> {
+        (**self).take_expired(ns, now_ns, max, out)
+    }
+    fn counters(&self) -> StoreCounters {
+        (**self).counters()
+    }
+    fn describe(&self) -> String {
+        (**self).describe()
+    }
+}

@@ -1,0 +1,463 @@
+use std::collections::{BTreeSet, VecDeque};
+use std::sync::{Arc, Mutex};
+
+use rustc_hash::FxHashMap;
+
+use crate::key::{Key, Namespace};
+use crate::ops::{Op, OpResult, Ops};
+use crate::{StateStore, StoreCounters, StoreError};
+
+/// Values up to this many bytes are stored inline in the table, without a heap
+/// allocation; every per-flow record of the built-in functions fits.
+const INLINE: usize = 30;
+
+#[derive(Clone)]
+enum Val {
+    Inline { len: u8, bytes: [u8; INLINE] },
+    Heap(Box<[u8]>),
+}
+
+impl Val {
+    fn new(b: &[u8]) -> Val {
+        if b.len() <= INLINE {
+            let mut bytes = [0u8; INLINE];
+            bytes[..b.len()].copy_from_slice(b);
+            Val::Inline {
+                len: b.len() as u8,
+                bytes,
+            }
+        } else {
+            Val::Heap(b.into())
+        }
+    }
+    fn get(&self) -> &[u8] {
+        match self {
+            Val::Inline { len, bytes } => &bytes[..*len as usize],
+            Val::Heap(b) => b,
+        }
+    }
+    fn set(&mut self, b: &[u8]) {
+        match self {
+            Val::Inline { len, bytes } if b.len() <= INLINE => {
+                bytes[..b.len()].copy_from_slice(b);
+                *len = b.len() as u8;
+            }
+            _ => *self = Val::new(b),
+        }
+    }
+}
+
+struct Pool {
+    /// Items never handed out yet are `next..size`; freed items queue in `freed`.
+    next: u64,
+    size: u64,
+    freed: VecDeque<u64>,
+    /// Members of `freed`, so a double free is caught in O(1).
+    freed_set: rustc_hash::FxHashSet<u64>,
+}
+
+/// The in-process backend: a hash table, counters, pools and a timer wheel in this
+/// process's memory. This is the "traditional NF" baseline of StatelessNF's
+/// evaluation, and the store of the offline runner.
+#[derive(Default)]
+pub struct LocalStore {
+    kv: FxHashMap<Key, Val>,
+    counters_kv: FxHashMap<Key, i64>,
+    pools: FxHashMap<Key, Pool>,
+    timers: FxHashMap<Key, u64>,
+    deadlines: BTreeSet<(Namespace, u64, Key)>,
+    counters: StoreCounters,
+}
+
+impl LocalStore {
+    /// An empty store.
+    pub fn new() -> Self {
+        LocalStore::default()
+    }
+
+    /// Number of stored values (not counters, pools or timers).
+    pub fn len(&self) -> usize {
+        self.kv.len()
+    }
+
+    /// True if no values are stored.
+    pub fn is_empty(&self) -> bool {
+        self.kv.is_empty()
+    }
+
+    /// Number of armed timers.
+    pub fn armed_timers(&self) -> usize {
+        self.timers.len()
+    }
+
+    /// Approximate bytes of memory held by stored values and their table.
+    pub fn approx_memory(&self) -> usize {
+        let entry = core::mem::size_of::<(Key, Val)>() + 1;
+        let heap: usize = self
+            .kv
+            .values()
+            .map(|v| match v {
+                Val::Heap(b) => b.len(),
+                Val::Inline { .. } => 0,
+            })
+            .sum();
+        self.kv.capacity() * entry + heap
+    }
+
+    fn apply(&mut self, ops: &mut Ops) {
+        for i in 0..ops.len() {
+            let op = ops.ops()[i];
+            match op {
+                Op::Get { key } => {
+                    self.counters.reads += 1;
+                    // Split borrow: look up first, then copy into the result arena.
+                    match self.kv.get(&key) {
+                        Some(v) => {
+                            let v = v.get();
+                            ops.set_value_with(i, |out| {
+                                out.extend_from_slice(v);
+                                true
+                            });
+                        }
+                        None => ops.set_value(i, None),
+                    }
+                }
+                Op::Put { key, val } => {
+                    self.counters.writes += 1;
+                    let b = ops.arg(val);
+                    match self.kv.get_mut(&key) {
+                        Some(v) => v.set(b),
+                        None => {
+                            self.kv.insert(key, Val::new(b));
+                        }
+                    }
+                    ops.set_result(i, OpResult::Done);
+                }
+                Op::Delete { key } => {
+                    self.counters.writes += 1;
+                    self.kv.remove(&key);
+                    ops.set_result(i, OpResult::Done);
+                }
+                Op::CompareAndSet { key, expected, new } => {
+                    self.counters.atomics += 1;
+                    let cur = self.kv.get(&key).map(|v| v.get());
+                    let exp = expected.map(|s| ops.arg(s));
+                    let ok = cur == exp;
+                    if ok {
+                        match new {
+                            Some(s) => {
+                                let b = ops.arg(s).to_vec();
+                                self.kv.insert(key, Val::new(&b));
+                            }
+                            None => {
+                                self.kv.remove(&key);
+                            }
+                        }
+                    }
+                    ops.set_result(i, OpResult::Swapped(ok));
+                }
+                Op::Incr { key, delta } => {
+                    self.counters.atomics += 1;
+                    let c = self.counters_kv.entry(key).or_insert(0);
+                    *c = c.wrapping_add(delta);
+                    ops.set_result(i, OpResult::Counter(*c));
+                }
+                Op::PoolInit { pool, size } => {
+                    self.counters.atomics += 1;
+                    let created = !self.pools.contains_key(&pool);
+                    if created {
+                        self.pools.insert(
+                            pool,
+                            Pool {
+                                next: 0,
+                                size,
+                                freed: VecDeque::new(),
+                                freed_set: Default::default(),
+                            },
+                        );
+                    }
+                    ops.set_result(i, OpResult::Swapped(created));
+                }
+                Op::PoolAlloc { pool } => {
+                    self.counters.atomics += 1;
+                    let item = self.pools.get_mut(&pool).and_then(|p| {
+                        if p.next < p.size {
+                            p.next += 1;
+                            Some(p.next - 1)
+                        } else {
+                            let it = p.freed.pop_front();
+                            if let Some(x) = it {
+                                p.freed_set.remove(&x);
+                            }
+                            it
+                        }
+                    });
+                    ops.set_result(i, OpResult::Allocated(item));
+                }
+                Op::PoolFree { pool, item } => {
+                    self.counters.atomics += 1;
+                    if let Some(p) = self.pools.get_mut(&pool) {
+                        if item < p.next && p.freed_set.insert(item) {
+                            p.freed.push_back(item);
+                        }
+                    }
+                    ops.set_result(i, OpResult::Done);
+                }
+                Op::ArmTimer { key, deadline_ns } => {
+                    self.counters.timers += 1;
+                    if let Some(old) = self.timers.insert(key, deadline_ns) {
+                        self.deadlines.remove(&(key.namespace(), old, key));
+                    }
+                    self.deadlines.insert((key.namespace(), deadline_ns, key));
+                    ops.set_result(i, OpResult::Done);
+                }
+                Op::CancelTimer { key } => {
+                    self.counters.timers += 1;
+                    if let Some(old) = self.timers.remove(&key) {
+                        self.deadlines.remove(&(key.namespace(), old, key));
+                    }
+                    ops.set_result(i, OpResult::Done);
+                }
+            }
+        }
+    }
+}
+
+impl StateStore for LocalStore {
+    fn execute(&mut self, ops: &mut Ops) -> Result<(), StoreError> {
+        if ops.is_empty() {
+            return Ok(());
+        }
+        self.counters.round_trips += 1;
+        self.apply(ops);
+        Ok(())
+    }
+
+    fn take_expired(
+        &mut self,
+        ns: Namespace,
+        now_ns: u64,
+        max: usize,
+        out: &mut Vec<Key>,
+    ) -> Result<(), StoreError> {
+        self.counters.round_trips += 1;
+        let lo = (ns, 0u64, Key::new(ns, 0, &[]));
+        let mut taken = 0;
+        while taken < max {
+            let Some(&(n, d, k)) = self.deadlines.range(lo..).next() else {
+                break;
+            };
+            if n != ns || d > now_ns {
+                break;
+            }
+            self.deadlines.remove(&(n, d, k));
+            self.timers.remove(&k);
+            self.counters.timers += 1;
+            out.push(k);
+            taken += 1;
+        }
+        Ok(())
+    }
+
+    fn counters(&self) -> StoreCounters {
+        self.counters
+    }
+
+    fn describe(&self) -> String {
+        "local".into()
+    }
+}
+
+/// A [`LocalStore`] shared by several function instances in one process, locked
+/// once per batch (never per packet). Tests use it to show that instances sharing a
+/// store behave as one, without a network store.
+#[derive(Clone, Default)]
+pub struct SharedLocalStore {
+    inner: Arc<Mutex<LocalStore>>,
+    counters: StoreCounters,
+}
+
+impl SharedLocalStore {
+    /// A new, empty shared store.
+    pub fn new() -> Self {
+        SharedLocalStore::default()
+    }
+
+    /// A handle with its own counters onto the same store.
+    pub fn handle(&self) -> Self {
+        SharedLocalStore {
+            inner: self.inner.clone(),
+            counters: StoreCounters::default(),
+        }
+    }
+
+    fn lock(&self) -> Result<std::sync::MutexGuard<'_, LocalStore>, StoreError> {
+        self.inner
+            .lock()
+            .map_err(|_| StoreError::Unavailable("shared store lock poisoned".into()))
+    }
+}
+
+impl StateStore for SharedLocalStore {
+    fn execute(&mut self, ops: &mut Ops) -> Result<(), StoreError> {
+        if ops.is_empty() {
+            return Ok(());
+        }
+        let mut s = self.lock()?;
+        let before = s.counters;
+        s.execute(ops)?;
+        let d = s.counters.since(&before);
+        drop(s);
+        add(&mut self.counters, &d);
+        Ok(())
+    }
+
+    fn take_expired(
+        &mut self,
+        ns: Namespace,
+        now_ns: u64,
+        max: usize,
+        out: &mut Vec<Key>,
+    ) -> Result<(), StoreError> {
+        let mut s = self.lock()?;
+        let before = s.counters;
+        s.take_expired(ns, now_ns, max, out)?;
+        let d = s.counters.since(&before);
+        drop(s);
+        add(&mut self.counters, &d);
+        Ok(())
+    }
+
+    fn counters(&self) -> StoreCounters {
+        self.counters
+    }
+
+    fn describe(&self) -> String {
+        "local-shared".into()
+    }
+}
+
+fn add(a: &mut StoreCounters, d: &StoreCounters) {
+    a.round_trips += d.round_trips;
+    a.reads += d.reads;
+    a.writes += d.writes;
+    a.atomics += d.atomics;
+    a.timers += d.timers;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn k(t: u8, p: &[u8]) -> Key {
+        Key::new(Namespace(7), t, p)
+    }
+
+    #[test]
+    fn get_put_delete_in_order() {
+        let mut s = LocalStore::new();
+        let mut ops = Ops::new();
+        let g0 = ops.get(k(1, b"a"));
+        ops.put(k(1, b"a"), b"v1");
+        let g1 = ops.get(k(1, b"a"));
+        ops.put(k(1, b"a"), &[9u8; 100]);
+        let g2 = ops.get(k(1, b"a"));
+        ops.delete(k(1, b"a"));
+        let g3 = ops.get(k(1, b"a"));
+        s.execute(&mut ops).unwrap();
+        assert_eq!(ops.value(g0), None);
+        assert_eq!(ops.value(g1), Some(&b"v1"[..]));
+        assert_eq!(ops.value(g2), Some(&[9u8; 100][..]));
+        assert_eq!(ops.value(g3), None);
+        assert_eq!(s.counters().round_trips, 1);
+        assert_eq!(s.counters().reads, 4);
+    }
+
+    #[test]
+    fn compare_and_set_and_counters() {
+        let mut s = LocalStore::new();
+        let mut ops = Ops::new();
+        let a = ops.compare_and_set(k(2, b"x"), None, Some(&5u32));
+        let b = ops.compare_and_set(k(2, b"x"), None, Some(&6u32));
+        let c = ops.compare_and_set(k(2, b"x"), Some(&5u32), Some(&7u32));
+        let g = ops.get(k(2, b"x"));
+        let i1 = ops.incr(k(3, b"c"), 5);
+        let i2 = ops.incr(k(3, b"c"), -2);
+        s.execute(&mut ops).unwrap();
+        assert!(ops.swapped(a) && !ops.swapped(b) && ops.swapped(c));
+        assert_eq!(ops.decode::<u32>(g).unwrap(), Some(7));
+        assert_eq!((ops.counter(i1), ops.counter(i2)), (5, 3));
+    }
+
+    #[test]
+    fn pools_hand_out_each_item_once_and_reuse_least_recent() {
+        let mut s = LocalStore::new();
+        let mut ops = Ops::new();
+        let p = k(4, b"pool");
+        let init = ops.pool_init(p, 3);
+        let again = ops.pool_init(p, 99);
+        let a: Vec<_> = (0..4).map(|_| ops.pool_alloc(p)).collect();
+        s.execute(&mut ops).unwrap();
+        assert!(ops.swapped(init) && !ops.swapped(again));
+        let got: Vec<_> = a.iter().map(|&id| ops.allocated(id)).collect();
+        assert_eq!(got, vec![Some(0), Some(1), Some(2), None]);
+        ops.clear();
+        ops.pool_free(p, 2);
+        ops.pool_free(p, 0);
+        ops.pool_free(p, 0); // a double free is ignored
+        let x = ops.pool_alloc(p);
+        let y = ops.pool_alloc(p);
+        let z = ops.pool_alloc(p);
+        s.execute(&mut ops).unwrap();
+        assert_eq!(
+            (ops.allocated(x), ops.allocated(y), ops.allocated(z)),
+            (Some(2), Some(0), None)
+        );
+    }
+
+    #[test]
+    fn timers_fire_once_in_deadline_order_per_namespace() {
+        let mut s = LocalStore::new();
+        let mut ops = Ops::new();
+        ops.arm_timer(k(5, b"late"), 300);
+        ops.arm_timer(k(5, b"early"), 100);
+        ops.arm_timer(k(5, b"moved"), 50);
+        ops.arm_timer(k(5, b"moved"), 500); // re-arm replaces
+        ops.arm_timer(Key::new(Namespace(8), 5, b"other"), 10);
+        ops.arm_timer(k(5, b"cancelled"), 10);
+        ops.cancel_timer(k(5, b"cancelled"));
+        s.execute(&mut ops).unwrap();
+        let mut out = vec![];
+        s.take_expired(Namespace(7), 200, 10, &mut out).unwrap();
+        assert_eq!(out, vec![k(5, b"early")]);
+        out.clear();
+        s.take_expired(Namespace(7), 200, 10, &mut out).unwrap();
+        assert!(out.is_empty(), "a fired timer never fires again");
+        s.take_expired(Namespace(7), 1000, 1, &mut out).unwrap();
+        assert_eq!(out, vec![k(5, b"late")], "max bounds the take");
+        out.clear();
+        s.take_expired(Namespace(7), 1000, 10, &mut out).unwrap();
+        assert_eq!(out, vec![k(5, b"moved")]);
+        assert_eq!(
+            s.armed_timers(),
+            1,
+            "the other namespace's timer is untouched"
+        );
+    }
+
+    #[test]
+    fn shared_store_is_one_store() {
+        let a = SharedLocalStore::new();
+        let mut b = a.handle();
+        let mut a = a;
+        let mut ops = Ops::new();
+        ops.put(k(1, b"f"), b"x");
+        a.execute(&mut ops).unwrap();
+        ops.clear();
+        let g = ops.get(k(1, b"f"));
+        b.execute(&mut ops).unwrap();
+        assert_eq!(ops.value(g), Some(&b"x"[..]));
+        assert_eq!(b.counters().reads, 1);
+        assert_eq!(a.counters().reads, 0);
+    }
+}

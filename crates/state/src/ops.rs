@@ -1,0 +1,366 @@
+use crate::codec::{Codec, DecodeError, Reader, Writer};
+use crate::key::Key;
+
+/// A range of one of the [`Ops`] arenas.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Span {
+    off: u32,
+    len: u32,
+}
+
+impl Span {
+    fn of<'a>(&self, arena: &'a [u8]) -> &'a [u8] {
+        &arena[self.off as usize..(self.off + self.len) as usize]
+    }
+}
+
+/// One state operation. Values live in the [`Ops`] argument arena.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Op {
+    /// Read a value.
+    Get {
+        /// Key to read.
+        key: Key,
+    },
+    /// Write a value, replacing any previous one.
+    Put {
+        /// Key to write.
+        key: Key,
+        /// The value in the argument arena.
+        val: Span,
+    },
+    /// Remove a value (absent is fine).
+    Delete {
+        /// Key to remove.
+        key: Key,
+    },
+    /// Replace the value only if it currently equals `expected` (`None`: absent).
+    /// `new` of `None` deletes.
+    CompareAndSet {
+        /// Key to update.
+        key: Key,
+        /// Expected current value.
+        expected: Option<Span>,
+        /// New value.
+        new: Option<Span>,
+    },
+    /// Add `delta` to a signed 64-bit counter (absent counts as zero).
+    Incr {
+        /// Counter key.
+        key: Key,
+        /// Amount to add (may be negative).
+        delta: i64,
+    },
+    /// Create an allocation pool holding items `0..size`, unless it exists already.
+    PoolInit {
+        /// Pool key.
+        pool: Key,
+        /// Number of items.
+        size: u64,
+    },
+    /// Take one free item of a pool, least recently freed first (so an item, such as
+    /// a NAT port, is reused as late as possible).
+    PoolAlloc {
+        /// Pool key.
+        pool: Key,
+    },
+    /// Return an item to a pool.
+    PoolFree {
+        /// Pool key.
+        pool: Key,
+        /// The item.
+        item: u64,
+    },
+    /// Arm (or re-arm) the timer named by `key` to fire at `deadline_ns`.
+    ArmTimer {
+        /// Timer key; its namespace decides who takes it.
+        key: Key,
+        /// Absolute deadline.
+        deadline_ns: u64,
+    },
+    /// Disarm the timer named by `key` (absent is fine).
+    CancelTimer {
+        /// Timer key.
+        key: Key,
+    },
+}
+
+impl Op {
+    /// The key the operation is about (pool key for pool operations).
+    pub fn key(&self) -> &Key {
+        match self {
+            Op::Get { key }
+            | Op::Put { key, .. }
+            | Op::Delete { key }
+            | Op::CompareAndSet { key, .. }
+            | Op::Incr { key, .. }
+            | Op::ArmTimer { key, .. }
+            | Op::CancelTimer { key } => key,
+            Op::PoolInit { pool, .. } | Op::PoolAlloc { pool } | Op::PoolFree { pool, .. } => pool,
+        }
+    }
+}
+
+/// The result of one operation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OpResult {
+    /// Not executed yet.
+    #[default]
+    Pending,
+    /// A get's value (in the result arena), or `None` if absent.
+    Value(Option<Span>),
+    /// A put, delete, pool free or timer operation completed.
+    Done,
+    /// Whether a compare-and-set (or pool init) took effect.
+    Swapped(bool),
+    /// A counter's value after the increment.
+    Counter(i64),
+    /// The allocated pool item, or `None` if the pool is exhausted.
+    Allocated(Option<u64>),
+}
+
+/// Handle to an operation queued in an [`Ops`] buffer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OpId(u32);
+
+impl OpId {
+    /// The operation's position in its batch.
+    pub fn index(&self) -> usize {
+        self.0 as usize
+    }
+}
+
+/// A reusable buffer of operations and their results.
+///
+/// Functions queue operations, the store executes them in one go, and the function
+/// reads results by [`OpId`]. Clearing keeps the capacity, so a function reusing one
+/// `Ops` per batch allocates only while warming up.
+#[derive(Debug, Default)]
+pub struct Ops {
+    ops: Vec<Op>,
+    args: Vec<u8>,
+    results: Vec<OpResult>,
+    out: Vec<u8>,
+}
+
+impl Ops {
+    /// An empty buffer.
+    pub fn new() -> Self {
+        Ops::default()
+    }
+
+    /// Removes every operation and result, keeping capacity.
+    pub fn clear(&mut self) {
+        self.ops.clear();
+        self.args.clear();
+        self.results.clear();
+        self.out.clear();
+    }
+
+    /// Number of queued operations.
+    pub fn len(&self) -> usize {
+        self.ops.len()
+    }
+
+    /// True if nothing is queued.
+    pub fn is_empty(&self) -> bool {
+        self.ops.is_empty()
+    }
+
+    /// The queued operations (for backends).
+    pub fn ops(&self) -> &[Op] {
+        &self.ops
+    }
+
+    /// The bytes of an argument span (for backends).
+    pub fn arg(&self, s: Span) -> &[u8] {
+        s.of(&self.args)
+    }
+
+    fn push(&mut self, op: Op) -> OpId {
+        self.ops.push(op);
+        self.results.push(OpResult::Pending);
+        OpId((self.ops.len() - 1) as u32)
+    }
+
+    fn stash(&mut self, v: &[u8]) -> Span {
+        let off = self.args.len() as u32;
+        self.args.extend_from_slice(v);
+        Span {
+            off,
+            len: v.len() as u32,
+        }
+    }
+
+    fn stash_codec<V: Codec>(&mut self, v: &V) -> Span {
+        let off = self.args.len();
+        v.encode(&mut Writer::new(&mut self.args));
+        Span {
+            off: off as u32,
+            len: (self.args.len() - off) as u32,
+        }
+    }
+
+    /// Queues a read.
+    pub fn get(&mut self, key: Key) -> OpId {
+        self.push(Op::Get { key })
+    }
+
+    /// Queues a write of raw bytes.
+    pub fn put(&mut self, key: Key, val: &[u8]) -> OpId {
+        let val = self.stash(val);
+        self.push(Op::Put { key, val })
+    }
+
+    /// Queues a write of a typed value, encoded straight into the arena.
+    pub fn put_value<V: Codec>(&mut self, key: Key, v: &V) -> OpId {
+        let val = self.stash_codec(v);
+        self.push(Op::Put { key, val })
+    }
+
+    /// Queues a delete.
+    pub fn delete(&mut self, key: Key) -> OpId {
+        self.push(Op::Delete { key })
+    }
+
+    /// Queues a compare-and-set of typed values.
+    pub fn compare_and_set<V: Codec>(
+        &mut self,
+        key: Key,
+        expected: Option<&V>,
+        new: Option<&V>,
+    ) -> OpId {
+        let expected = expected.map(|v| self.stash_codec(v));
+        let new = new.map(|v| self.stash_codec(v));
+        self.push(Op::CompareAndSet { key, expected, new })
+    }
+
+    /// Queues a compare-and-set of raw bytes.
+    pub fn compare_and_set_raw(
+        &mut self,
+        key: Key,
+        expected: Option<&[u8]>,
+        new: Option<&[u8]>,
+    ) -> OpId {
+        let expected = expected.map(|v| self.stash(v));
+        let new = new.map(|v| self.stash(v));
+        self.push(Op::CompareAndSet { key, expected, new })
+    }
+
+    /// Queues a counter increment.
+    pub fn incr(&mut self, key: Key, delta: i64) -> OpId {
+        self.push(Op::Incr { key, delta })
+    }
+
+    /// Queues creation of a pool of `size` items (no effect if it exists).
+    pub fn pool_init(&mut self, pool: Key, size: u64) -> OpId {
+        self.push(Op::PoolInit { pool, size })
+    }
+
+    /// Queues allocation of a pool item.
+    pub fn pool_alloc(&mut self, pool: Key) -> OpId {
+        self.push(Op::PoolAlloc { pool })
+    }
+
+    /// Queues the return of a pool item.
+    pub fn pool_free(&mut self, pool: Key, item: u64) -> OpId {
+        self.push(Op::PoolFree { pool, item })
+    }
+
+    /// Queues arming a timer.
+    pub fn arm_timer(&mut self, key: Key, deadline_ns: u64) -> OpId {
+        self.push(Op::ArmTimer { key, deadline_ns })
+    }
+
+    /// Queues cancelling a timer.
+    pub fn cancel_timer(&mut self, key: Key) -> OpId {
+        self.push(Op::CancelTimer { key })
+    }
+
+    /// The result of an operation.
+    pub fn result(&self, id: OpId) -> OpResult {
+        self.results[id.index()]
+    }
+
+    /// A get's raw value (`None` if absent or not a get).
+    pub fn value(&self, id: OpId) -> Option<&[u8]> {
+        match self.results[id.index()] {
+            OpResult::Value(Some(s)) => Some(s.of(&self.out)),
+            _ => None,
+        }
+    }
+
+    /// A get's value decoded as `V`; `Ok(None)` if absent.
+    pub fn decode<V: Codec>(&self, id: OpId) -> Result<Option<V>, DecodeError> {
+        match self.value(id) {
+            None => Ok(None),
+            Some(b) => {
+                let mut r = Reader::new(b);
+                let v = V::decode(&mut r)?;
+                r.finish()?;
+                Ok(Some(v))
+            }
+        }
+    }
+
+    /// A counter's new value (0 if not a counter result).
+    pub fn counter(&self, id: OpId) -> i64 {
+        match self.results[id.index()] {
+            OpResult::Counter(v) => v,
+            _ => 0,
+        }
+    }
+
+    /// Whether a compare-and-set or pool init took effect.
+    pub fn swapped(&self, id: OpId) -> bool {
+        matches!(self.results[id.index()], OpResult::Swapped(true))
+    }
+
+    /// An allocated pool item.
+    pub fn allocated(&self, id: OpId) -> Option<u64> {
+        match self.results[id.index()] {
+            OpResult::Allocated(v) => v,
+            _ => None,
+        }
+    }
+
+    // ---- for backends ----
+
+    /// Records a non-value result (backends).
+    pub fn set_result(&mut self, i: usize, r: OpResult) {
+        self.results[i] = r;
+    }
+
+    /// Records a get's value, copying it into the result arena (backends).
+    pub fn set_value(&mut self, i: usize, v: Option<&[u8]>) {
+        let r = match v {
+            None => OpResult::Value(None),
+            Some(b) => {
+                let off = self.out.len() as u32;
+                self.out.extend_from_slice(b);
+                OpResult::Value(Some(Span {
+                    off,
+                    len: b.len() as u32,
+                }))
+            }
+        };
+        self.results[i] = r;
+    }
+
+    /// Lets a backend write a get's value straight into the result arena via `fill`,
+    /// which appends the bytes and returns whether a value existed (avoids a copy when
+    /// decoding from a network buffer).
+    pub fn set_value_with(&mut self, i: usize, fill: impl FnOnce(&mut Vec<u8>) -> bool) {
+        let off = self.out.len();
+        let present = fill(&mut self.out);
+        self.results[i] = if present {
+            OpResult::Value(Some(Span {
+                off: off as u32,
+                len: (self.out.len() - off) as u32,
+            }))
+        } else {
+            self.out.truncate(off);
+            OpResult::Value(None)
+        };
+    }
+}

@@ -1,0 +1,329 @@
+//! Addresses, the 5-tuple flow key, and the direction-invariant flow hash.
+
+use core::fmt;
+
+/// An IPv4 or IPv6 address stored as raw network-order bytes.
+///
+/// Unlike `std::net::IpAddr` this exposes its bytes as a slice, which is what
+/// checksums and key encodings need, and it is cheap to compare and hash.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum IpAddr {
+    /// An IPv4 address.
+    V4([u8; 4]),
+    /// An IPv6 address.
+    V6([u8; 16]),
+}
+
+impl IpAddr {
+    /// The unspecified IPv4 address, used as a placeholder.
+    pub const UNSPECIFIED_V4: IpAddr = IpAddr::V4([0; 4]);
+
+    /// The address bytes in network order.
+    #[inline]
+    pub fn as_bytes(&self) -> &[u8] {
+        match self {
+            IpAddr::V4(b) => b,
+            IpAddr::V6(b) => b,
+        }
+    }
+
+    /// True for IPv4.
+    #[inline]
+    pub fn is_v4(&self) -> bool {
+        matches!(self, IpAddr::V4(_))
+    }
+
+    /// The IPv4 address as a host-order integer, or `None` for IPv6.
+    #[inline]
+    pub fn v4_u32(&self) -> Option<u32> {
+        match self {
+            IpAddr::V4(b) => Some(u32::from_be_bytes(*b)),
+            IpAddr::V6(_) => None,
+        }
+    }
+}
+
+impl From<std::net::IpAddr> for IpAddr {
+    fn from(a: std::net::IpAddr) -> Self {
+        match a {
+            std::net::IpAddr::V4(v) => IpAddr::V4(v.octets()),
+            std::net::IpAddr::V6(v) => IpAddr::V6(v.octets()),
+        }
+    }
+}
+
+impl From<std::net::Ipv4Addr> for IpAddr {
+    fn from(a: std::net::Ipv4Addr) -> Self {
+        IpAddr::V4(a.octets())
+    }
+}
+
+impl From<std::net::Ipv6Addr> for IpAddr {
+    fn from(a: std::net::Ipv6Addr) -> Self {
+        IpAddr::V6(a.octets())
+    }
+}
+
+impl From<IpAddr> for std::net::IpAddr {
+    fn from(a: IpAddr) -> Self {
+        match a {
+            IpAddr::V4(b) => std::net::IpAddr::V4(b.into()),
+            IpAddr::V6(b) => std::net::IpAddr::V6(b.into()),
+        }
+    }
+}
+
+impl fmt::Display for IpAddr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        std::net::IpAddr::from(*self).fmt(f)
+    }
+}
+
+impl fmt::Debug for IpAddr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
+}
+
+impl std::str::FromStr for IpAddr {
+    type Err = std::net::AddrParseError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        s.parse::<std::net::IpAddr>().map(Into::into)
+    }
+}
+
+/// A directional 5-tuple. For ICMP echo both ports carry the echo identifier, so a
+/// request and its reply map to reverse keys of each other; other ICMP messages
+/// have both ports zero.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct FlowKey {
+    /// Source address.
+    pub src: IpAddr,
+    /// Destination address.
+    pub dst: IpAddr,
+    /// Source port (or ICMP identifier).
+    pub src_port: u16,
+    /// Destination port (or ICMP identifier).
+    pub dst_port: u16,
+    /// IP protocol number of the transport (after IPv6 extension headers).
+    pub proto: u8,
+}
+
+/// Which way a packet travels relative to a flow's canonical orientation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Side {
+    /// The packet's source is the canonical key's source.
+    Forward,
+    /// The packet's source is the canonical key's destination.
+    Reverse,
+}
+
+/// Longest encoding of a [`FlowKey`]: version, proto, two IPv6 addresses, two ports.
+pub const FLOW_KEY_MAX_ENCODED: usize = 2 + 16 + 16 + 4;
+
+impl FlowKey {
+    /// The same flow seen from the other end.
+    #[inline]
+    pub fn reverse(&self) -> FlowKey {
+        FlowKey {
+            src: self.dst,
+            dst: self.src,
+            src_port: self.dst_port,
+            dst_port: self.src_port,
+            proto: self.proto,
+        }
+    }
+
+    /// The orientation shared by both directions (lower endpoint first) and which
+    /// side of it `self` is. Both directions of a flow yield the same canonical key.
+    #[inline]
+    pub fn canonical(&self) -> (FlowKey, Side) {
+        if (self.src, self.src_port) <= (self.dst, self.dst_port) {
+            (*self, Side::Forward)
+        } else {
+            (self.reverse(), Side::Reverse)
+        }
+    }
+
+    /// A hash equal for both directions of a flow, used to split flows among
+    /// instances by hash range so that both directions choose the same instance.
+    #[inline]
+    pub fn symmetric_hash(&self) -> u32 {
+        let (c, _) = self.canonical();
+        c.directional_hash()
+    }
+
+    /// A hash of the key as it is (direction-sensitive).
+    #[inline]
+    pub fn directional_hash(&self) -> u32 {
+        let mut h: u64 = 0x9e37_79b9_7f4a_7c15 ^ self.proto as u64;
+        h = mix(h, &self.src);
+        h = mix(h, &self.dst);
+        h = mix64(h ^ ((self.src_port as u64) << 16 | self.dst_port as u64));
+        (h ^ (h >> 32)) as u32
+    }
+
+    /// Writes the key's stable binary encoding into `out` and returns its length.
+    ///
+    /// The layout is `[ip version][proto][src][dst][src_port][dst_port]`, in network
+    /// order; it is what state-store keys are built from, so it must never change
+    /// without a migration.
+    pub fn encode(&self, out: &mut [u8; FLOW_KEY_MAX_ENCODED]) -> usize {
+        let (ver, alen) = match self.src {
+            IpAddr::V4(_) => (4u8, 4),
+            IpAddr::V6(_) => (6u8, 16),
+        };
+        out[0] = ver;
+        out[1] = self.proto;
+        out[2..2 + alen].copy_from_slice(self.src.as_bytes());
+        out[2 + alen..2 + 2 * alen].copy_from_slice(self.dst.as_bytes());
+        let p = 2 + 2 * alen;
+        out[p..p + 2].copy_from_slice(&self.src_port.to_be_bytes());
+        out[p + 2..p + 4].copy_from_slice(&self.dst_port.to_be_bytes());
+        p + 4
+    }
+
+    /// Reads a key written by [`FlowKey::encode`].
+    pub fn decode(b: &[u8]) -> Option<FlowKey> {
+        let alen = match b.first()? {
+            4 => 4,
+            6 => 16,
+            _ => return None,
+        };
+        if b.len() != 2 + 2 * alen + 4 {
+            return None;
+        }
+        let addr = |s: &[u8]| -> IpAddr {
+            if alen == 4 {
+                IpAddr::V4(s.try_into().unwrap())
+            } else {
+                IpAddr::V6(s.try_into().unwrap())
+            }
+        };
+        let p = 2 + 2 * alen;
+        Some(FlowKey {
+            proto: b[1],
+            src: addr(&b[2..2 + alen]),
+            dst: addr(&b[2 + alen..p]),
+            src_port: u16::from_be_bytes([b[p], b[p + 1]]),
+            dst_port: u16::from_be_bytes([b[p + 2], b[p + 3]]),
+        })
+    }
+}
+
+impl fmt::Display for FlowKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (l, r) = if self.src.is_v4() {
+            ("", "")
+        } else {
+            ("[", "]")
+        };
+        write!(
+            f,
+            "{}/{l}{}{r}:{}->{l}{}{r}:{}",
+            proto_name(self.proto),
+            self.src,
+            self.src_port,
+            self.dst,
+            self.dst_port
+        )
+    }
+}
+
+impl fmt::Debug for FlowKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
+}
+
+/// A short lowercase name for common protocol numbers (as EVE JSON writes them).
+pub fn proto_name(p: u8) -> &'static str {
+    match p {
+        crate::ip_proto::TCP => "TCP",
+        crate::ip_proto::UDP => "UDP",
+        crate::ip_proto::ICMP => "ICMP",
+        crate::ip_proto::ICMPV6 => "IPv6-ICMP",
+        _ => "IP",
+    }
+}
+
+#[inline]
+fn mix64(mut x: u64) -> u64 {
+    // splitmix64 finaliser: cheap and avalanches every input bit.
+    x ^= x >> 30;
+    x = x.wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x ^= x >> 27;
+    x = x.wrapping_mul(0x94d0_49bb_1331_11eb);
+    x ^ (x >> 31)
+}
+
+#[inline]
+fn mix(h: u64, a: &IpAddr) -> u64 {
+    match a {
+        IpAddr::V4(b) => mix64(h ^ u32::from_be_bytes(*b) as u64),
+        IpAddr::V6(b) => {
+            let hi = u64::from_be_bytes(b[..8].try_into().unwrap());
+            let lo = u64::from_be_bytes(b[8..].try_into().unwrap());
+            mix64(mix64(h ^ hi) ^ lo)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn k(a: [u8; 4], b: [u8; 4], sp: u16, dp: u16) -> FlowKey {
+        FlowKey {
+            src: IpAddr::V4(a),
+            dst: IpAddr::V4(b),
+            src_port: sp,
+            dst_port: dp,
+            proto: 6,
+        }
+    }
+
+    #[test]
+    fn symmetric_hash_is_direction_invariant() {
+        let f = k([10, 0, 0, 1], [10, 0, 0, 2], 1234, 80);
+        assert_eq!(f.symmetric_hash(), f.reverse().symmetric_hash());
+        assert_ne!(f.directional_hash(), f.reverse().directional_hash());
+        assert_eq!(f.canonical().0, f.reverse().canonical().0);
+        assert_ne!(f.canonical().1, f.reverse().canonical().1);
+    }
+
+    #[test]
+    fn symmetric_hash_spreads() {
+        // 4096 flows over 16 buckets: every bucket is hit, none holds more than twice its share.
+        let mut buckets = [0u32; 16];
+        for i in 0..4096u32 {
+            let f = k(
+                [10, 0, (i >> 8) as u8, i as u8],
+                [192, 0, 2, 1],
+                1024 + i as u16,
+                443,
+            );
+            buckets[(f.symmetric_hash() >> 28) as usize] += 1;
+        }
+        assert!(buckets.iter().all(|&b| b > 128 && b < 512), "{buckets:?}");
+    }
+
+    #[test]
+    fn encode_round_trips() {
+        let mut buf = [0u8; FLOW_KEY_MAX_ENCODED];
+        let f = k([1, 2, 3, 4], [5, 6, 7, 8], 9, 10);
+        let n = f.encode(&mut buf);
+        assert_eq!(n, 14);
+        assert_eq!(FlowKey::decode(&buf[..n]), Some(f));
+        let g = FlowKey {
+            src: "2001:db8::1".parse().unwrap(),
+            dst: "2001:db8::2".parse().unwrap(),
+            src_port: 1,
+            dst_port: 2,
+            proto: 17,
+        };
+        let n = g.encode(&mut buf);
+        assert_eq!(FlowKey::decode(&buf[..n]), Some(g));
+        assert_eq!(FlowKey::decode(&buf[..n - 1]), None);
+    }
+}

@@ -1,0 +1,556 @@
+//! The single-pass parse of a frame that the data plane does once per packet.
+//!
+//! [`PacketMeta`] records where each layer starts and the fields functions consult,
+//! so that every function of a chain reads the same parse instead of re-parsing
+//! (CoMb §3.2's module reuse). Functions that rewrite headers keep it in step through
+//! [`crate::rewrite`].
+
+use crate::ethernet::{ethertype, EthernetFrame};
+use crate::flow::{FlowKey, IpAddr};
+use crate::icmp;
+use crate::ip_proto;
+use crate::ipv4::Ipv4Packet;
+use crate::ipv6::Ipv6Packet;
+use crate::{be16, be32, Error};
+
+/// What kind of transport a packet carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum L4 {
+    /// Not an IP packet (ARP, LLDP, ...): functions leave it alone.
+    #[default]
+    NonIp,
+    /// TCP.
+    Tcp,
+    /// UDP.
+    Udp,
+    /// ICMP or ICMPv6.
+    Icmp,
+    /// IP with another transport, or a non-first fragment (no transport header).
+    OtherIp,
+}
+
+/// Fragmentation status of an IP packet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Fragment {
+    /// A whole datagram.
+    #[default]
+    None,
+    /// The first fragment: it carries the transport header.
+    First,
+    /// A later fragment: no transport header, ports unknown (zero in the flow key).
+    Later,
+}
+
+/// Why a frame was refused. Each variant is a counter in the data plane's stats.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ParseError {
+    /// A header runs past the end of the frame.
+    Truncated,
+    /// An IP header is malformed (version, lengths, checksum).
+    BadIpHeader,
+    /// A transport header is malformed (data offset, length, options).
+    BadTransport,
+    /// An ICMP error's embedded packet cannot be read.
+    BadIcmpEmbedded,
+    /// Well-formed but unsupported (e.g. an 802.3 frame or a long IPv6 header chain).
+    Unsupported,
+}
+
+impl ParseError {
+    /// Every variant, for building counter tables.
+    pub const ALL: [ParseError; 5] = [
+        ParseError::Truncated,
+        ParseError::BadIpHeader,
+        ParseError::BadTransport,
+        ParseError::BadIcmpEmbedded,
+        ParseError::Unsupported,
+    ];
+
+    /// A stable snake_case name for metrics and summaries.
+    pub fn name(self) -> &'static str {
+        match self {
+            ParseError::Truncated => "truncated",
+            ParseError::BadIpHeader => "bad_ip_header",
+            ParseError::BadTransport => "bad_transport",
+            ParseError::BadIcmpEmbedded => "bad_icmp_embedded",
+            ParseError::Unsupported => "unsupported",
+        }
+    }
+}
+
+impl core::fmt::Display for ParseError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::error::Error for ParseError {}
+
+/// The embedded packet of an ICMP error (the packet that caused it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IcmpEmbedded {
+    /// Offset of the embedded IP header in the frame.
+    pub l3_offset: u16,
+    /// Offset of the embedded transport header in the frame.
+    pub l4_offset: u16,
+    /// How many bytes of the embedded transport are present.
+    pub l4_len: u16,
+    /// The embedded packet's flow key, as it travelled (so usually the reverse of
+    /// the error's own direction).
+    pub flow: FlowKey,
+}
+
+/// Offsets and fields of one parsed frame.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PacketMeta {
+    /// Offset of the IP header.
+    pub l3_offset: u16,
+    /// Offset of the transport header (equals `payload_offset` if none).
+    pub l4_offset: u16,
+    /// Offset of the transport payload.
+    pub payload_offset: u16,
+    /// Transport payload length (excludes Ethernet padding).
+    pub payload_len: u16,
+    /// End of the IP datagram within the frame.
+    pub l3_end: u16,
+    /// EtherType of the frame's payload.
+    pub ethertype: u16,
+    /// 802.1Q tag control information, if tagged.
+    pub vlan_tci: Option<u16>,
+    /// Transport kind.
+    pub l4: L4,
+    /// Fragmentation status.
+    pub fragment: Fragment,
+    /// The directional 5-tuple.
+    pub flow: FlowKey,
+    /// TCP flags (0 if not TCP).
+    pub tcp_flags: u8,
+    /// TCP sequence number.
+    pub tcp_seq: u32,
+    /// TCP acknowledgment number.
+    pub tcp_ack: u32,
+    /// TCP window.
+    pub tcp_window: u16,
+    /// ICMP type and code (0 if not ICMP).
+    pub icmp_type: u8,
+    /// ICMP code.
+    pub icmp_code: u8,
+    /// For ICMP errors, the embedded packet.
+    pub icmp_embedded: Option<IcmpEmbedded>,
+    /// IP TTL or hop limit.
+    pub ttl: u8,
+}
+
+impl Default for PacketMeta {
+    fn default() -> Self {
+        PacketMeta {
+            l3_offset: 0,
+            l4_offset: 0,
+            payload_offset: 0,
+            payload_len: 0,
+            l3_end: 0,
+            ethertype: 0,
+            vlan_tci: None,
+            l4: L4::NonIp,
+            fragment: Fragment::None,
+            flow: FlowKey {
+                src: IpAddr::UNSPECIFIED_V4,
+                dst: IpAddr::UNSPECIFIED_V4,
+                src_port: 0,
+                dst_port: 0,
+                proto: 0,
+            },
+            tcp_flags: 0,
+            tcp_seq: 0,
+            tcp_ack: 0,
+            tcp_window: 0,
+            icmp_type: 0,
+            icmp_code: 0,
+            icmp_embedded: None,
+            ttl: 0,
+        }
+    }
+}
+
+impl PacketMeta {
+    /// True if the packet is IPv4 or IPv6.
+    #[inline]
+    pub fn is_ip(&self) -> bool {
+        self.l4 != L4::NonIp
+    }
+
+    /// True for IPv6.
+    #[inline]
+    pub fn is_v6(&self) -> bool {
+        !self.flow.src.is_v4()
+    }
+
+    /// True if TCP with all of `flags` set.
+    #[inline]
+    pub fn tcp_has(&self, flags: u8) -> bool {
+        self.l4 == L4::Tcp && self.tcp_flags & flags == flags
+    }
+
+    /// The transport payload within `frame`.
+    #[inline]
+    pub fn payload<'a>(&self, frame: &'a [u8]) -> &'a [u8] {
+        let s = self.payload_offset as usize;
+        &frame[s..s + self.payload_len as usize]
+    }
+
+    /// Length of the TCP segment in sequence space (payload plus SYN and FIN).
+    #[inline]
+    pub fn tcp_seg_len(&self) -> u32 {
+        self.payload_len as u32
+            + (self.tcp_flags & crate::tcp::flags::SYN != 0) as u32
+            + (self.tcp_flags & crate::tcp::flags::FIN != 0) as u32
+    }
+}
+
+impl From<Error> for ParseError {
+    fn from(e: Error) -> Self {
+        match e {
+            Error::Truncated => ParseError::Truncated,
+            Error::Malformed(_) => ParseError::BadIpHeader,
+            Error::Unsupported(_) => ParseError::Unsupported,
+        }
+    }
+}
+
+/// Parses an Ethernet frame into `meta`.
+///
+/// Only the IPv4 header checksum is verified: transport checksums are left to the
+/// endpoints, as NIC-offloaded middleboxes do, because verifying them would cost
+/// more than the rest of the parse for full-size packets.
+pub fn parse_frame(frame: &[u8]) -> Result<PacketMeta, ParseError> {
+    if frame.len() > u16::MAX as usize {
+        return Err(ParseError::Unsupported);
+    }
+    let eth = EthernetFrame::new_checked(frame)?;
+    let mut m = PacketMeta {
+        ethertype: eth.ethertype(),
+        vlan_tci: eth.vlan_tci(),
+        l3_offset: eth.header_len() as u16,
+        ..PacketMeta::default()
+    };
+    match m.ethertype {
+        ethertype::IPV4 | ethertype::IPV6 => {
+            parse_ip(frame, eth.header_len(), &mut m, false)?;
+        }
+        t if t < 0x0600 => return Err(ParseError::Unsupported),
+        _ => {
+            m.l4_offset = eth.header_len() as u16;
+            m.payload_offset = m.l4_offset;
+            m.l3_end = frame.len() as u16;
+        }
+    }
+    Ok(m)
+}
+
+/// Parses an IP packet starting at `off` in `frame` (also used for ICMP's embedded
+/// packet, where `embedded` relaxes length checks: the quoted packet is truncated).
+fn parse_ip(
+    frame: &[u8],
+    off: usize,
+    m: &mut PacketMeta,
+    embedded: bool,
+) -> Result<(), ParseError> {
+    let b = &frame[off..];
+    let version = b.first().ok_or(ParseError::Truncated)? >> 4;
+    let (proto, l4_off, l3_end, src, dst, frag) = match version {
+        4 => {
+            if embedded {
+                if b.len() < 20 {
+                    return Err(ParseError::Truncated);
+                }
+                let hl = ((b[0] & 0x0f) as usize) * 4;
+                if hl < 20 || b.len() < hl {
+                    return Err(ParseError::BadIpHeader);
+                }
+                let p = Ipv4Packet::new_unchecked(b);
+                let frag = frag_of(p.more_frags(), p.frag_offset());
+                (
+                    p.protocol(),
+                    off + hl,
+                    frame.len(),
+                    IpAddr::V4(p.src_addr()),
+                    IpAddr::V4(p.dst_addr()),
+                    frag,
+                )
+            } else {
+                let p = Ipv4Packet::new_checked(b).map_err(|e| match e {
+                    Error::Truncated => ParseError::Truncated,
+                    _ => ParseError::BadIpHeader,
+                })?;
+                if !p.verify_checksum() {
+                    return Err(ParseError::BadIpHeader);
+                }
+                m.ttl = p.ttl();
+                let frag = frag_of(p.more_frags(), p.frag_offset());
+                (
+                    p.protocol(),
+                    off + p.header_len(),
+                    off + p.total_len(),
+                    IpAddr::V4(p.src_addr()),
+                    IpAddr::V4(p.dst_addr()),
+                    frag,
+                )
+            }
+        }
+        6 => {
+            let (p, end) = if embedded {
+                if b.len() < crate::ipv6::HEADER_LEN {
+                    return Err(ParseError::Truncated);
+                }
+                // The quoted packet's payload length describes the original, not the quote.
+                let avail = (b.len() - crate::ipv6::HEADER_LEN).min(be16(b, 4) as usize);
+                (
+                    Ipv6Packet::new_checked(&b[..crate::ipv6::HEADER_LEN + avail]),
+                    frame.len(),
+                )
+            } else {
+                let p = Ipv6Packet::new_checked(b);
+                let end = p
+                    .as_ref()
+                    .map(|p| off + crate::ipv6::HEADER_LEN + p.payload_len())
+                    .unwrap_or(0);
+                (p, end)
+            };
+            let p = p.map_err(|e| match e {
+                Error::Truncated => ParseError::Truncated,
+                _ => ParseError::BadIpHeader,
+            })?;
+            if !embedded {
+                m.ttl = p.hop_limit();
+            }
+            let ul = p.upper_layer().map_err(ParseError::from)?;
+            let frag = match ul.fragment {
+                None => Fragment::None,
+                Some((0, _)) => Fragment::First,
+                Some(_) => Fragment::Later,
+            };
+            let frag = if ul.fragment == Some((0, false)) {
+                Fragment::None
+            } else {
+                frag
+            };
+            (
+                ul.protocol,
+                off + ul.offset,
+                end,
+                IpAddr::V6(p.src_addr()),
+                IpAddr::V6(p.dst_addr()),
+                frag,
+            )
+        }
+        _ => return Err(ParseError::BadIpHeader),
+    };
+
+    if embedded {
+        let mut sp = 0;
+        let mut dp = 0;
+        let avail = frame.len().saturating_sub(l4_off);
+        if frag != Fragment::Later {
+            match proto {
+                ip_proto::TCP | ip_proto::UDP if avail >= 4 => {
+                    sp = be16(frame, l4_off);
+                    dp = be16(frame, l4_off + 2);
+                }
+                ip_proto::TCP | ip_proto::UDP => return Err(ParseError::BadIcmpEmbedded),
+                ip_proto::ICMP | ip_proto::ICMPV6 if avail >= 8 => {
+                    if icmp::is_echo(frame[l4_off], proto == ip_proto::ICMPV6) {
+                        sp = be16(frame, l4_off + 4);
+                        dp = sp;
+                    }
+                }
+                _ => {}
+            }
+        }
+        m.icmp_embedded = Some(IcmpEmbedded {
+            l3_offset: off as u16,
+            l4_offset: l4_off as u16,
+            l4_len: avail as u16,
+            flow: FlowKey {
+                src,
+                dst,
+                src_port: sp,
+                dst_port: dp,
+                proto,
+            },
+        });
+        return Ok(());
+    }
+
+    m.l3_end = l3_end as u16;
+    m.fragment = frag;
+    m.flow = FlowKey {
+        src,
+        dst,
+        src_port: 0,
+        dst_port: 0,
+        proto,
+    };
+    m.l4_offset = l4_off as u16;
+    if l4_off > l3_end {
+        return Err(ParseError::Truncated);
+    }
+    let l4 = &frame[l4_off..l3_end];
+    if frag == Fragment::Later {
+        m.l4 = L4::OtherIp;
+        m.payload_offset = l4_off as u16;
+        m.payload_len = l4.len() as u16;
+        return Ok(());
+    }
+    match proto {
+        ip_proto::TCP => {
+            if l4.len() < 20 {
+                return Err(ParseError::Truncated);
+            }
+            let hl = ((l4[12] >> 4) as usize) * 4;
+            if hl < 20 {
+                return Err(ParseError::BadTransport);
+            }
+            if l4.len() < hl {
+                return Err(ParseError::Truncated);
+            }
+            m.l4 = L4::Tcp;
+            m.flow.src_port = be16(l4, 0);
+            m.flow.dst_port = be16(l4, 2);
+            m.tcp_seq = be32(l4, 4);
+            m.tcp_ack = be32(l4, 8);
+            m.tcp_flags = l4[13];
+            m.tcp_window = be16(l4, 14);
+            m.payload_offset = (l4_off + hl) as u16;
+            m.payload_len = (l4.len() - hl) as u16;
+        }
+        ip_proto::UDP => {
+            if l4.len() < 8 {
+                return Err(ParseError::Truncated);
+            }
+            let ulen = be16(l4, 4) as usize;
+            if ulen < 8 || (frag == Fragment::None && ulen > l4.len()) {
+                return Err(ParseError::BadTransport);
+            }
+            m.l4 = L4::Udp;
+            m.flow.src_port = be16(l4, 0);
+            m.flow.dst_port = be16(l4, 2);
+            m.payload_offset = (l4_off + 8) as u16;
+            m.payload_len = (ulen.min(l4.len()) - 8) as u16;
+        }
+        ip_proto::ICMP | ip_proto::ICMPV6 => {
+            if l4.len() < icmp::HEADER_LEN {
+                return Err(ParseError::Truncated);
+            }
+            let v6 = proto == ip_proto::ICMPV6;
+            if v6 != !src.is_v4() {
+                return Err(ParseError::BadTransport);
+            }
+            m.l4 = L4::Icmp;
+            m.icmp_type = l4[0];
+            m.icmp_code = l4[1];
+            m.payload_offset = (l4_off + icmp::HEADER_LEN) as u16;
+            m.payload_len = (l4.len() - icmp::HEADER_LEN) as u16;
+            if icmp::is_echo(m.icmp_type, v6) {
+                m.flow.src_port = be16(l4, 4);
+                m.flow.dst_port = m.flow.src_port;
+            } else if icmp::is_error(m.icmp_type, v6) {
+                let inner = l4_off + icmp::HEADER_LEN;
+                let mut tmp = PacketMeta::default();
+                parse_ip(&frame[..l3_end], inner, &mut tmp, true)
+                    .map_err(|_| ParseError::BadIcmpEmbedded)?;
+                m.icmp_embedded = tmp.icmp_embedded;
+            }
+        }
+        _ => {
+            m.l4 = L4::OtherIp;
+            m.payload_offset = l4_off as u16;
+            m.payload_len = l4.len() as u16;
+        }
+    }
+    Ok(())
+}
+
+fn frag_of(more: bool, offset: u16) -> Fragment {
+    match (more, offset) {
+        (false, 0) => Fragment::None,
+        (true, 0) => Fragment::First,
+        _ => Fragment::Later,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::build;
+
+    #[test]
+    fn tcp_over_vlan() {
+        let mut f = build::tcp_v4(
+            [10, 0, 0, 1],
+            [10, 0, 0, 2],
+            1234,
+            80,
+            1000,
+            0,
+            0x02,
+            b"hello",
+        );
+        // Insert an 802.1Q tag after the MACs.
+        f.splice(12..12, [0x81, 0x00, 0x00, 0x2a]);
+        let m = parse_frame(&f).unwrap();
+        assert_eq!(m.vlan_tci, Some(42));
+        assert_eq!(m.l4, L4::Tcp);
+        assert_eq!(m.flow.dst_port, 80);
+        assert_eq!(m.tcp_seq, 1000);
+        assert_eq!(m.payload(&f), b"hello");
+        assert_eq!(m.tcp_seg_len(), 6);
+    }
+
+    #[test]
+    fn ethernet_padding_is_not_payload() {
+        let mut f = build::udp_v4([10, 0, 0, 1], [10, 0, 0, 2], 53, 5353, b"x");
+        f.resize(60, 0);
+        let m = parse_frame(&f).unwrap();
+        assert_eq!(m.payload(&f), b"x");
+    }
+
+    #[test]
+    fn icmp_error_exposes_embedded_flow() {
+        let orig = build::udp_v4([10, 0, 0, 1], [192, 0, 2, 9], 4000, 53, b"query");
+        let err = build::icmp_v4_error([192, 0, 2, 254], [10, 0, 0, 1], 3, 3, &orig[14..]);
+        let m = parse_frame(&err).unwrap();
+        assert_eq!(m.l4, L4::Icmp);
+        let e = m.icmp_embedded.unwrap();
+        assert_eq!(e.flow.src_port, 4000);
+        assert_eq!(e.flow.dst, IpAddr::V4([192, 0, 2, 9]));
+    }
+
+    #[test]
+    fn malformed_frames_are_classified() {
+        let f = build::tcp_v4([10, 0, 0, 1], [10, 0, 0, 2], 1, 2, 0, 0, 0x10, b"");
+        assert_eq!(parse_frame(&f[..30]), Err(ParseError::Truncated));
+        let mut bad = f.clone();
+        bad[14 + 8] ^= 1; // TTL changed without fixing the checksum
+        assert_eq!(parse_frame(&bad), Err(ParseError::BadIpHeader));
+        let mut bad = f.clone();
+        bad[14 + 20 + 12] = 0x10; // data offset 4 bytes
+        assert_eq!(parse_frame(&bad), Err(ParseError::BadTransport));
+        assert_eq!(parse_frame(&[0u8; 5]), Err(ParseError::Truncated));
+    }
+
+    #[test]
+    fn ipv6_and_fragments() {
+        let f = build::tcp_v6([0x20; 16], [0x21; 16], 5, 6, 1, 0, 0x02, b"");
+        let m = parse_frame(&f).unwrap();
+        assert_eq!(m.l4, L4::Tcp);
+        assert!(m.is_v6());
+        let mut frag = build::udp_v4([10, 0, 0, 1], [10, 0, 0, 2], 1, 2, &[0u8; 16]);
+        frag[14 + 6] = 0x00;
+        frag[14 + 7] = 0x02; // offset 16 bytes, no MF
+        crate::ipv4::Ipv4Packet::new_unchecked(&mut frag[14..]).fill_checksum();
+        let m = parse_frame(&frag).unwrap();
+        assert_eq!(m.fragment, Fragment::Later);
+        assert_eq!(m.l4, L4::OtherIp);
+        assert_eq!(m.flow.src_port, 0);
+    }
+}
