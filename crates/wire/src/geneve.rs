@@ -138,7 +138,7 @@ pub struct OwnedOption {
 impl OwnedOption {
     /// A new option; `data` must be a multiple of 4 bytes, at most 124.
     pub fn new(class: u16, opt_type: u8, data: &[u8]) -> Result<Self> {
-        if data.len() % 4 != 0 || data.len() > MAX_OPTION_DATA_LEN {
+        if !data.len().is_multiple_of(4) || data.len() > MAX_OPTION_DATA_LEN {
             return Err(Error::Malformed("geneve option length"));
         }
         let mut d = [0u8; MAX_OPTION_DATA_LEN];

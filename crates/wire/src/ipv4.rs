@@ -141,7 +141,7 @@ impl Ipv4Options {
 
     /// Options from raw bytes; their length must be a multiple of 4 and at most 40.
     pub fn new(raw: &[u8]) -> Result<Self> {
-        if raw.len() > 40 || raw.len() % 4 != 0 {
+        if raw.len() > 40 || !raw.len().is_multiple_of(4) {
             return Err(Error::Malformed("ipv4 options length"));
         }
         let mut bytes = [0u8; 40];
@@ -223,7 +223,7 @@ impl Ipv4Repr {
         if buf.len() < hl {
             return Err(Error::Truncated);
         }
-        if self.frag_offset % 8 != 0 || self.frag_offset > 0x1fff * 8 {
+        if !self.frag_offset.is_multiple_of(8) || self.frag_offset > 0x1fff * 8 {
             return Err(Error::Malformed("ipv4 fragment offset"));
         }
         let total = hl + self.payload_len;
@@ -234,8 +234,8 @@ impl Ipv4Repr {
         buf[1] = self.tos;
         put16(buf, 2, total as u16);
         put16(buf, 4, self.ident);
-        let flags = (self.dont_frag as u16) << 14 | (self.more_frags as u16) << 13;
-        put16(buf, 6, flags | self.frag_offset / 8);
+        let flags = ((self.dont_frag as u16) << 14) | ((self.more_frags as u16) << 13);
+        put16(buf, 6, flags | (self.frag_offset / 8));
         buf[8] = self.ttl;
         buf[9] = self.protocol;
         put16(buf, 10, 0);

@@ -357,11 +357,11 @@ fn parse_ip(
                     dp = be16(frame, l4_off + 2);
                 }
                 ip_proto::TCP | ip_proto::UDP => return Err(ParseError::BadIcmpEmbedded),
-                ip_proto::ICMP | ip_proto::ICMPV6 if avail >= 8 => {
-                    if icmp::is_echo(frame[l4_off], proto == ip_proto::ICMPV6) {
-                        sp = be16(frame, l4_off + 4);
-                        dp = sp;
-                    }
+                ip_proto::ICMP | ip_proto::ICMPV6
+                    if avail >= 8 && icmp::is_echo(frame[l4_off], proto == ip_proto::ICMPV6) =>
+                {
+                    sp = be16(frame, l4_off + 4);
+                    dp = sp;
                 }
                 _ => {}
             }
@@ -442,7 +442,7 @@ fn parse_ip(
                 return Err(ParseError::Truncated);
             }
             let v6 = proto == ip_proto::ICMPV6;
-            if v6 != !src.is_v4() {
+            if v6 == src.is_v4() {
                 return Err(ParseError::BadTransport);
             }
             m.l4 = L4::Icmp;

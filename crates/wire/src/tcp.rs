@@ -155,7 +155,7 @@ impl TcpOptions {
                 (3, 3) => o.window_scale = Some(body[0]),
                 (4, 2) => o.sack_permitted = true,
                 (8, 10) => o.timestamps = Some((be32(body, 0), be32(body, 4))),
-                (5, _) if (len - 2) % 8 == 0 => {
+                (5, _) if (len - 2).is_multiple_of(8) => {
                     for (i, blk) in body.chunks_exact(8).take(3).enumerate() {
                         o.sack[i] = Some((be32(blk, 0), be32(blk, 4)));
                     }

@@ -1,0 +1,421 @@
+//! Chains: CoMb's hyperapp, an ordered list of configured functions run to
+//! completion on one core over a batch.
+//!
+//! The chain parses every packet once ([`sluice_wire::parse::parse_frame`]) and, if
+//! any function consumes TCP streams, reassembles them once; every function then
+//! reads the same parse and the same stream bytes (CoMb §3.2's module reuse). For
+//! comparison, [`Sharing::Unshared`] makes each function parse and reassemble on its
+//! own, as separate middleboxes would.
+
+mod spec;
+mod stats;
+
+use std::path::Path;
+
+pub use spec::{ChainError, ChainSpec, FunctionSpec, Registry, Settings};
+pub use stats::{ChainStats, StageStats};
+
+use sluice_nf::{Ctx, Emitted, Event, NetworkFunction, Streams};
+use sluice_packet::{Batch, Verdict};
+use sluice_state::{Namespace, StateStore, StoreError};
+use sluice_wire::parse::parse_frame;
+
+/// Drop-reason stage index used for packets the parser refuses.
+pub const PARSE_STAGE: u8 = u8::MAX;
+/// Drop-reason stage index used for packets reassembly refuses.
+pub const REASSEMBLY_STAGE: u8 = u8::MAX - 1;
+
+/// The stream-reassembly stage the chain runs before functions that want streams.
+/// Implemented by `sluice_reassembly::Reassembler`; a trait so the chain can be
+/// tested and benchmarked with other stages.
+pub trait StreamStage: Send {
+    /// Fills `streams` (reset to the batch size by the chain) for the live TCP packets
+    /// of `batch`; may drop packets with `stage` as the drop stage.
+    fn process(
+        &mut self,
+        batch: &mut Batch,
+        store: &mut dyn StateStore,
+        streams: &mut Streams,
+        stage: u8,
+    ) -> Result<(), StoreError>;
+
+    /// Expires idle connections.
+    fn on_timers(&mut self, now_ns: u64, store: &mut dyn StateStore) -> Result<(), StoreError>;
+
+    /// Stage counters (name, value).
+    fn counters(&self, _out: &mut Vec<(&'static str, u64)>) {}
+}
+
+/// Makes a stream stage for a namespace (one shared, or one per function unshared).
+pub type StreamStageFactory = Box<dyn Fn(Namespace) -> Box<dyn StreamStage> + Send>;
+
+/// Whether functions share parsing and reassembly.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Sharing {
+    /// Parse and reassemble once per packet for the whole chain (the default).
+    Shared,
+    /// Every function re-parses and runs its own reassembly (the baseline that
+    /// CoMb's reuse is measured against).
+    Unshared,
+}
+
+struct Stage {
+    f: Box<dyn NetworkFunction>,
+    stats: StageStats,
+    own_streams: Option<(Box<dyn StreamStage>, Streams)>,
+}
+
+/// A runnable chain. See the crate documentation.
+pub struct Chain {
+    name: String,
+    stages: Vec<Stage>,
+    sharing: Sharing,
+    reassembly: Option<Box<dyn StreamStage>>,
+    streams: Streams,
+    events: Vec<Event>,
+    emitted: Vec<Emitted>,
+    stats: ChainStats,
+    now_ns: u64,
+    next_timers_ns: u64,
+    timer_interval_ns: u64,
+    live_before: Vec<bool>,
+}
+
+/// FNV-1a, for stable namespace ids derived from names.
+pub fn namespace_of(chain: &str, function: &str) -> Namespace {
+    let mut h: u32 = 0x811c_9dc5;
+    for b in chain.bytes().chain([b'/']).chain(function.bytes()) {
+        h ^= b as u32;
+        h = h.wrapping_mul(0x0100_0193);
+    }
+    Namespace(h)
+}
+
+impl Chain {
+    /// Builds a chain from a spec file, using `registry` to construct functions.
+    pub fn load(path: &Path, registry: &Registry, sharing: Sharing) -> Result<Chain, ChainError> {
+        let spec = ChainSpec::from_file(path)?;
+        let base = path.parent().unwrap_or(Path::new("."));
+        Chain::from_spec(&spec, base, registry, sharing)
+    }
+
+    /// Builds a chain from a parsed spec; relative paths resolve against `base_dir`.
+    pub fn from_spec(
+        spec: &ChainSpec,
+        base_dir: &Path,
+        registry: &Registry,
+        sharing: Sharing,
+    ) -> Result<Chain, ChainError> {
+        let mut fns = Vec::new();
+        for (i, fs) in spec.functions.iter().enumerate() {
+            let ns = namespace_of(&spec.name, &fs.name);
+            let f = registry
+                .build(fs, ns, base_dir)
+                .map_err(|msg| ChainError::Function {
+                    index: i,
+                    name: fs.name.clone(),
+                    kind: fs.kind.clone(),
+                    msg,
+                })?;
+            fns.push(f);
+        }
+        let stream_factory = registry
+            .stream_stage(&spec.reassembly, base_dir)
+            .map_err(ChainError::Reassembly)?;
+        Ok(Chain::new(
+            &spec.name,
+            fns,
+            stream_factory,
+            sharing,
+            spec.settings.timer_interval_ms,
+        ))
+    }
+
+    /// Builds a chain from functions already constructed.
+    pub fn new(
+        name: &str,
+        functions: Vec<Box<dyn NetworkFunction>>,
+        stream_factory: Option<StreamStageFactory>,
+        sharing: Sharing,
+        timer_interval_ms: u64,
+    ) -> Chain {
+        let any_streams = functions.iter().any(|f| f.wants_streams());
+        let reassembly = match (&stream_factory, sharing, any_streams) {
+            (Some(mk), Sharing::Shared, true) => Some(mk(namespace_of(name, "::reassembly"))),
+            _ => None,
+        };
+        let stages = functions
+            .into_iter()
+            .map(|f| {
+                let own_streams = match (&stream_factory, sharing, f.wants_streams()) {
+                    (Some(mk), Sharing::Unshared, true) => {
+                        let ns = Namespace(f.namespace().0 ^ 0x5eed_0001);
+                        Some((mk(ns), Streams::default()))
+                    }
+                    _ => None,
+                };
+                Stage {
+                    stats: StageStats::new(f.kind()),
+                    f,
+                    own_streams,
+                }
+            })
+            .collect();
+        Chain {
+            name: name.to_string(),
+            stages,
+            sharing,
+            reassembly,
+            streams: Streams::default(),
+            events: Vec::new(),
+            emitted: Vec::new(),
+            stats: ChainStats::default(),
+            now_ns: 0,
+            next_timers_ns: 0,
+            timer_interval_ns: timer_interval_ms.max(1) * 1_000_000,
+            live_before: Vec::new(),
+        }
+    }
+
+    /// The chain's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Number of functions.
+    pub fn len(&self) -> usize {
+        self.stages.len()
+    }
+
+    /// True if the chain has no functions (it then only parses and forwards).
+    pub fn is_empty(&self) -> bool {
+        self.stages.is_empty()
+    }
+
+    /// Processes one batch: sets every packet's verdict, rewrites packets, and
+    /// collects events and emitted frames (drain them with [`Chain::take_events`] and
+    /// [`Chain::take_emitted`]).
+    pub fn process(&mut self, batch: &mut Batch, store: &mut dyn StateStore) {
+        let n = batch.len();
+        self.stats.packets += n as u64;
+        let mut newest = self.now_ns;
+        for p in batch.pkts.iter_mut() {
+            self.stats.bytes += p.len() as u64;
+            newest = newest.max(p.ts_ns);
+            if !p.is_live() {
+                continue;
+            }
+            match parse_frame(p.data()) {
+                Ok(m) => {
+                    if !m.is_ip() {
+                        self.stats.non_ip += 1;
+                    }
+                    p.meta = m;
+                }
+                Err(e) => p.drop_by(PARSE_STAGE, e.name()),
+            }
+        }
+        self.now_ns = newest;
+        if self.now_ns >= self.next_timers_ns {
+            self.run_timers(store);
+            self.next_timers_ns = self.now_ns + self.timer_interval_ns;
+        }
+
+        if let Some(r) = self.reassembly.as_mut() {
+            self.streams.reset(n);
+            if let Err(e) = r.process(batch, store, &mut self.streams, REASSEMBLY_STAGE) {
+                self.stats.store_errors += 1;
+                self.stats.last_error = Some(e.to_string());
+                fail_closed(batch, REASSEMBLY_STAGE);
+            }
+        } else {
+            self.streams.reset(n);
+        }
+
+        for (i, st) in self.stages.iter_mut().enumerate() {
+            let stage = i as u8;
+            self.live_before.clear();
+            self.live_before
+                .extend(batch.pkts.iter().map(|p| p.is_live()));
+            let live_in = self.live_before.iter().filter(|&&l| l).count() as u64;
+            st.stats.packets_in += live_in;
+            if live_in == 0 {
+                continue;
+            }
+            if self.sharing == Sharing::Unshared {
+                for p in batch.pkts.iter_mut().filter(|p| p.is_live()) {
+                    match parse_frame(p.data()) {
+                        Ok(m) => p.meta = m,
+                        Err(e) => p.drop_by(stage, e.name()),
+                    }
+                }
+            }
+            let streams = match st.own_streams.as_mut() {
+                Some((r, s)) => {
+                    s.reset(n);
+                    if let Err(e) = r.process(batch, store, s, stage) {
+                        self.stats.store_errors += 1;
+                        self.stats.last_error = Some(e.to_string());
+                        fail_closed(batch, stage);
+                    }
+                    &*s
+                }
+                None => &self.streams,
+            };
+            let mut ctx = Ctx {
+                now_ns: self.now_ns,
+                stage,
+                streams,
+                events: &mut self.events,
+                emit: &mut self.emitted,
+            };
+            if let Err(e) = st.f.process(batch, &mut ctx, store) {
+                st.stats.errors += 1;
+                self.stats.store_errors += 1;
+                self.stats.last_error = Some(format!("{}: {e}", st.f.kind()));
+                fail_closed(batch, stage);
+            }
+            for (p, &was) in batch.pkts.iter().zip(&self.live_before) {
+                if !was {
+                    continue;
+                }
+                match p.verdict {
+                    Verdict::Forward => st.stats.packets_out += 1,
+                    Verdict::Drop(r) => st.stats.count_drop(r.reason),
+                }
+            }
+        }
+
+        for p in &batch.pkts {
+            match p.verdict {
+                Verdict::Forward => self.stats.forwarded += 1,
+                Verdict::Drop(r) if r.stage == PARSE_STAGE => self.stats.count_malformed(r.reason),
+                Verdict::Drop(r) if r.stage == REASSEMBLY_STAGE => {
+                    self.stats.count_reassembly_drop(r.reason)
+                }
+                Verdict::Drop(_) => self.stats.dropped += 1,
+            }
+        }
+        self.tally_events_since();
+    }
+
+    fn tally_events_since(&mut self) {
+        // Events are counted when produced; `counted_events` marks how far we got.
+        for e in &self.events[self.stats.counted_events..] {
+            match e {
+                Event::Alert(_) => self.stats.alerts += 1,
+                Event::Flow(_) => self.stats.flow_records += 1,
+            }
+        }
+        self.stats.counted_events = self.events.len();
+        self.stats.emitted = self.stats.emitted_before + self.emitted.len() as u64;
+    }
+
+    fn run_timers(&mut self, store: &mut dyn StateStore) {
+        if let Some(r) = self.reassembly.as_mut() {
+            if let Err(e) = r.on_timers(self.now_ns, store) {
+                self.stats.store_errors += 1;
+                self.stats.last_error = Some(e.to_string());
+            }
+        }
+        let empty = Streams::default();
+        for (i, st) in self.stages.iter_mut().enumerate() {
+            if let Some((r, _)) = st.own_streams.as_mut() {
+                let _ = r.on_timers(self.now_ns, store);
+            }
+            let mut ctx = Ctx {
+                now_ns: self.now_ns,
+                stage: i as u8,
+                streams: &empty,
+                events: &mut self.events,
+                emit: &mut self.emitted,
+            };
+            if let Err(e) = st.f.on_timers(&mut ctx, store) {
+                st.stats.errors += 1;
+                self.stats.store_errors += 1;
+                self.stats.last_error = Some(format!("{}: {e}", st.f.kind()));
+            }
+        }
+    }
+
+    /// Advances time to `now_ns` (if later) and runs due timers, without packets.
+    pub fn tick(&mut self, now_ns: u64, store: &mut dyn StateStore) {
+        self.now_ns = self.now_ns.max(now_ns);
+        if self.now_ns >= self.next_timers_ns {
+            self.run_timers(store);
+            self.next_timers_ns = self.now_ns + self.timer_interval_ns;
+            self.tally_events_since();
+        }
+    }
+
+    /// Ends processing: runs timers one last time and lets each function flush (e.g.
+    /// flow records of flows still open).
+    pub fn flush(&mut self, store: &mut dyn StateStore) {
+        self.run_timers(store);
+        let empty = Streams::default();
+        for (i, st) in self.stages.iter_mut().enumerate() {
+            let mut ctx = Ctx {
+                now_ns: self.now_ns,
+                stage: i as u8,
+                streams: &empty,
+                events: &mut self.events,
+                emit: &mut self.emitted,
+            };
+            if let Err(e) = st.f.flush(&mut ctx, store) {
+                st.stats.errors += 1;
+                self.stats.store_errors += 1;
+                self.stats.last_error = Some(format!("{}: {e}", st.f.kind()));
+            }
+        }
+        self.tally_events_since();
+    }
+
+    /// Takes the events produced so far.
+    pub fn take_events(&mut self) -> Vec<Event> {
+        self.stats.counted_events = 0;
+        std::mem::take(&mut self.events)
+    }
+
+    /// Moves the events produced so far into `out` (keeps this chain's buffer).
+    pub fn drain_events_into(&mut self, out: &mut Vec<Event>) {
+        self.stats.counted_events = 0;
+        out.append(&mut self.events);
+    }
+
+    /// Takes the frames functions asked to send.
+    pub fn take_emitted(&mut self) -> Vec<Emitted> {
+        self.stats.emitted_before += self.emitted.len() as u64;
+        std::mem::take(&mut self.emitted)
+    }
+
+    /// Statistics so far, including each function's own counters.
+    pub fn stats(&self) -> ChainStats {
+        let mut s = self.stats.clone();
+        s.stages = self
+            .stages
+            .iter()
+            .map(|st| {
+                let mut ss = st.stats.clone();
+                st.f.counters(&mut ss.counters);
+                ss
+            })
+            .collect();
+        if let Some(r) = &self.reassembly {
+            r.counters(&mut s.reassembly_counters);
+        }
+        s
+    }
+}
+
+fn fail_closed(batch: &mut Batch, stage: u8) {
+    for p in batch
+        .pkts
+        .iter_mut()
+        .filter(|p| p.is_live() && p.meta.is_ip())
+    {
+        p.drop_by(stage, "state_error");
+    }
+}
+
+#[cfg(test)]
+mod tests;

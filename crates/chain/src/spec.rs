@@ -1,0 +1,258 @@
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+use serde_yaml::Value;
+use sluice_nf::NetworkFunction;
+use sluice_state::Namespace;
+
+use crate::StreamStageFactory;
+
+/// A chain file that could not be used. Messages name the file and what is wrong.
+#[derive(Debug, thiserror::Error)]
+pub enum ChainError {
+    /// The file could not be read.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The file is not valid YAML or does not have the chain's shape.
+    #[error("{path}: {msg}")]
+    Syntax {
+        /// The file.
+        path: PathBuf,
+        /// serde_yaml's message, which includes line and column.
+        msg: String,
+    },
+    /// The chain is well-formed YAML but not a valid chain.
+    #[error("{path}: {msg}")]
+    Invalid {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        msg: String,
+    },
+    /// A function's configuration was refused by the function.
+    #[error("functions[{index}] ({name}, type {kind}): {msg}")]
+    Function {
+        /// Position in the chain.
+        index: usize,
+        /// The function's name.
+        name: String,
+        /// The function's type.
+        kind: String,
+        /// The function's error (rule files name their file and line).
+        msg: String,
+    },
+    /// The reassembly configuration was refused.
+    #[error("reassembly: {0}")]
+    Reassembly(String),
+}
+
+/// Chain-wide settings.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Settings {
+    /// Packets per batch (default 32).
+    pub batch_size: usize,
+    /// How often, in trace time, expired timers are collected (default 100 ms).
+    pub timer_interval_ms: u64,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            batch_size: 32,
+            timer_interval_ms: 100,
+        }
+    }
+}
+
+/// One function of a chain as written in the spec: `type`, optional `name`, and the
+/// function's own configuration keys.
+#[derive(Debug, Clone)]
+pub struct FunctionSpec {
+    /// Unique name within the chain (defaults to the type; its state namespace
+    /// derives from chain and function names).
+    pub name: String,
+    /// Function type (`firewall`, `nat`, `lb`, `ips`, `monitor`, `pass`).
+    pub kind: String,
+    /// The remaining keys, handed to the function.
+    pub config: Value,
+}
+
+/// A parsed chain file.
+///
+/// ```yaml
+/// name: edge
+/// functions:
+///   - type: firewall
+///     rules: edge.fw
+///   - type: ips
+///     rules: edge.rules
+/// settings: { batch_size: 32 }
+/// reassembly: { max_segments: 16 }
+/// ```
+#[derive(Debug, Clone)]
+pub struct ChainSpec {
+    /// Chain name.
+    pub name: String,
+    /// Functions in order.
+    pub functions: Vec<FunctionSpec>,
+    /// Settings.
+    pub settings: Settings,
+    /// Configuration of the shared TCP reassembly (passed to its factory).
+    pub reassembly: Value,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawChain {
+    name: String,
+    functions: Vec<Value>,
+    #[serde(default)]
+    settings: Settings,
+    #[serde(default)]
+    reassembly: Value,
+}
+
+impl ChainSpec {
+    /// Reads and validates a chain file.
+    pub fn from_file(path: &Path) -> Result<ChainSpec, ChainError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ChainError::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        ChainSpec::from_str(&text, path)
+    }
+
+    /// Parses chain YAML; `path` is only used in messages.
+    pub fn from_str(text: &str, path: &Path) -> Result<ChainSpec, ChainError> {
+        let raw: RawChain = serde_yaml::from_str(text).map_err(|e| ChainError::Syntax {
+            path: path.to_path_buf(),
+            msg: e.to_string(),
+        })?;
+        let invalid = |msg: String| ChainError::Invalid {
+            path: path.to_path_buf(),
+            msg,
+        };
+        if raw.name.trim().is_empty() {
+            return Err(invalid("name: must not be empty".into()));
+        }
+        if raw.functions.is_empty() {
+            return Err(invalid(
+                "functions: a chain needs at least one function".into(),
+            ));
+        }
+        if raw.settings.batch_size == 0 || raw.settings.batch_size > 1024 {
+            return Err(invalid(format!(
+                "settings.batch_size: {} is not in 1..=1024",
+                raw.settings.batch_size
+            )));
+        }
+        let mut functions = Vec::new();
+        for (i, v) in raw.functions.into_iter().enumerate() {
+            let Value::Mapping(mut m) = v else {
+                return Err(invalid(format!(
+                    "functions[{i}]: expected a mapping with a `type` key"
+                )));
+            };
+            let kind = match m.remove("type") {
+                Some(Value::String(s)) => s,
+                Some(_) => return Err(invalid(format!("functions[{i}].type: must be a string"))),
+                None => return Err(invalid(format!("functions[{i}]: missing `type`"))),
+            };
+            let name = match m.remove("name") {
+                Some(Value::String(s)) => s,
+                Some(_) => return Err(invalid(format!("functions[{i}].name: must be a string"))),
+                None => kind.clone(),
+            };
+            if functions.iter().any(|f: &FunctionSpec| f.name == name) {
+                return Err(invalid(format!(
+                    "functions[{i}].name: `{name}` is used twice; give each function of a type a distinct `name`"
+                )));
+            }
+            functions.push(FunctionSpec {
+                name,
+                kind,
+                config: Value::Mapping(m),
+            });
+        }
+        Ok(ChainSpec {
+            name: raw.name,
+            functions,
+            settings: raw.settings,
+            reassembly: raw.reassembly,
+        })
+    }
+}
+
+/// Builds a function from its spec configuration.
+pub type FunctionFactory =
+    fn(config: &Value, ns: Namespace, base_dir: &Path) -> Result<Box<dyn NetworkFunction>, String>;
+
+/// Builds the stream stage factory from the chain's `reassembly` configuration.
+pub type StreamFactoryBuilder =
+    fn(config: &Value, base_dir: &Path) -> Result<StreamStageFactory, String>;
+
+/// The function types a chain may use.
+#[derive(Default, Clone)]
+pub struct Registry {
+    factories: BTreeMap<&'static str, FunctionFactory>,
+    stream: Option<StreamFactoryBuilder>,
+}
+
+impl Registry {
+    /// An empty registry.
+    pub fn new() -> Self {
+        Registry::default()
+    }
+
+    /// Registers a function type.
+    pub fn register(&mut self, kind: &'static str, f: FunctionFactory) -> &mut Self {
+        self.factories.insert(kind, f);
+        self
+    }
+
+    /// Registers the stream-reassembly stage.
+    pub fn register_streams(&mut self, f: StreamFactoryBuilder) -> &mut Self {
+        self.stream = Some(f);
+        self
+    }
+
+    /// Registered type names.
+    pub fn kinds(&self) -> impl Iterator<Item = &'static str> + '_ {
+        self.factories.keys().copied()
+    }
+
+    pub(crate) fn build(
+        &self,
+        fs: &FunctionSpec,
+        ns: Namespace,
+        base: &Path,
+    ) -> Result<Box<dyn NetworkFunction>, String> {
+        let f = self.factories.get(fs.kind.as_str()).ok_or_else(|| {
+            format!(
+                "unknown function type `{}` (known: {})",
+                fs.kind,
+                self.kinds().collect::<Vec<_>>().join(", ")
+            )
+        })?;
+        f(&fs.config, ns, base)
+    }
+
+    pub(crate) fn stream_stage(
+        &self,
+        cfg: &Value,
+        base: &Path,
+    ) -> Result<Option<StreamStageFactory>, String> {
+        match self.stream {
+            Some(b) => b(cfg, base).map(Some),
+            None if matches!(cfg, Value::Null) => Ok(None),
+            None => Err("no reassembly stage is available in this build".into()),
+        }
+    }
+}

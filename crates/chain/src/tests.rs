@@ -1,0 +1,139 @@
+use super::*;
+use sluice_nf::{Ctx, NfError};
+use sluice_packet::PacketPool;
+use sluice_state::{LocalStore, Ops};
+use sluice_wire::build;
+
+/// Drops UDP to port 9 and counts the packets it saw, with one store read per batch.
+struct DropDiscard {
+    ns: Namespace,
+    seen: u64,
+    ops: Ops,
+}
+
+impl NetworkFunction for DropDiscard {
+    fn kind(&self) -> &'static str {
+        "drop_discard"
+    }
+    fn namespace(&self) -> Namespace {
+        self.ns
+    }
+    fn process(
+        &mut self,
+        batch: &mut Batch,
+        ctx: &mut Ctx<'_>,
+        store: &mut dyn StateStore,
+    ) -> Result<(), NfError> {
+        self.ops.clear();
+        self.ops.get(sluice_state::Key::new(self.ns, 0, b"x"));
+        store.execute(&mut self.ops)?;
+        for p in batch.pkts.iter_mut().filter(|p| p.is_live()) {
+            self.seen += 1;
+            if p.meta.flow.dst_port == 9 {
+                p.drop_by(ctx.stage, "discard_port");
+            }
+        }
+        Ok(())
+    }
+    fn counters(&self, out: &mut Vec<(&'static str, u64)>) {
+        out.push(("seen", self.seen));
+    }
+}
+
+fn registry() -> Registry {
+    let mut r = Registry::new();
+    r.register("drop_discard", |_, ns, _| {
+        Ok(Box::new(DropDiscard {
+            ns,
+            seen: 0,
+            ops: Ops::new(),
+        }))
+    });
+    r
+}
+
+#[test]
+fn verdicts_stats_and_malformed_frames() {
+    let spec = ChainSpec::from_str(
+        "name: t\nfunctions:\n  - type: drop_discard\n  - type: drop_discard\n    name: second\n",
+        Path::new("t.yaml"),
+    )
+    .unwrap();
+    let mut chain = Chain::from_spec(&spec, Path::new("."), &registry(), Sharing::Shared).unwrap();
+    let mut pool = PacketPool::new(64);
+    let mut batch = Batch::with_capacity(8);
+    let frames = [
+        build::udp_v4([10, 0, 0, 1], [10, 0, 0, 2], 5, 9, b"x"),
+        build::udp_v4([10, 0, 0, 1], [10, 0, 0, 2], 5, 53, b"x"),
+        vec![0u8; 10],
+        {
+            let mut f = build::udp_v4([10, 0, 0, 1], [10, 0, 0, 2], 5, 53, b"x");
+            f[14 + 8] ^= 0xff; // corrupt IPv4 header checksum
+            f
+        },
+    ];
+    for f in &frames {
+        assert!(batch.push_frame(&mut pool, f, 1, 0));
+    }
+    let mut store = LocalStore::new();
+    chain.process(&mut batch, &mut store);
+    let v: Vec<_> = batch.pkts.iter().map(|p| p.verdict).collect();
+    assert!(matches!(v[0], Verdict::Drop(r) if r.stage == 0 && r.reason == "discard_port"));
+    assert_eq!(v[1], Verdict::Forward);
+    assert!(matches!(v[2], Verdict::Drop(r) if r.stage == PARSE_STAGE && r.reason == "truncated"));
+    assert!(
+        matches!(v[3], Verdict::Drop(r) if r.stage == PARSE_STAGE && r.reason == "bad_ip_header")
+    );
+    let s = chain.stats();
+    assert_eq!(
+        (s.packets, s.forwarded, s.dropped, s.malformed_total()),
+        (4, 1, 1, 2)
+    );
+    assert_eq!((s.stages[0].packets_in, s.stages[0].packets_out), (2, 1));
+    assert_eq!((s.stages[1].packets_in, s.stages[1].packets_out), (1, 1));
+    assert_eq!(s.stages[0].counters, vec![("seen", 2)]);
+    // One store round trip per function per batch, however many packets.
+    assert_eq!(store.counters().round_trips, 2);
+}
+
+#[test]
+fn spec_errors_name_the_problem() {
+    let p = Path::new("c.yaml");
+    let e = ChainSpec::from_str("name: a\nfunctions: []\n", p)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("at least one function"), "{e}");
+    let e = ChainSpec::from_str("name: a\nfunctions:\n  - name: x\n", p)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("functions[0]: missing `type`"), "{e}");
+    let e = ChainSpec::from_str("name: a\nfunctions:\n  - type: x\n  - type: x\n", p)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("used twice"), "{e}");
+    let e = ChainSpec::from_str("name: a\nfunctoins: []\n", p)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("c.yaml") && e.contains("unknown field `functoins`"),
+        "{e}"
+    );
+    let e = ChainSpec::from_str("name: [\n", p).unwrap_err().to_string();
+    assert!(e.contains("line"), "{e}");
+    let spec = ChainSpec::from_str("name: a\nfunctions:\n  - type: nope\n", p).unwrap();
+    let e = Chain::from_spec(&spec, Path::new("."), &registry(), Sharing::Shared)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        e.contains("unknown function type `nope`") && e.contains("drop_discard"),
+        "{e}"
+    );
+}
+
+#[test]
+fn namespaces_are_stable_and_distinct() {
+    assert_eq!(namespace_of("a", "fw"), namespace_of("a", "fw"));
+    assert_ne!(namespace_of("a", "fw"), namespace_of("b", "fw"));
+    assert_ne!(namespace_of("a", "fw"), namespace_of("a", "ips"));
+}
