@@ -54,8 +54,8 @@ pub type StreamStageFactory = Box<dyn Fn(Namespace) -> Box<dyn StreamStage> + Se
 pub enum Sharing {
     /// Parse and reassemble once per packet for the whole chain (the default).
     Shared,
-    /// Every function re-parses and runs its own reassembly (the baseline that
-    /// CoMb's reuse is measured against).
+    /// Every function re-parses and runs its own reassembly, as standalone
+    /// middleboxes do (the baseline CoMb's reuse is measured against).
     Unshared,
 }
 
@@ -147,8 +147,11 @@ impl Chain {
         let stages = functions
             .into_iter()
             .map(|f| {
-                let own_streams = match (&stream_factory, sharing, f.wants_streams()) {
-                    (Some(mk), Sharing::Unshared, true) => {
+                // Unshared, every function is a standalone middlebox that captures,
+                // parses and reconstructs sessions itself (CoMb §3.2), whether or not
+                // it reads the stream: that is the duplication reuse removes.
+                let own_streams = match (&stream_factory, sharing) {
+                    (Some(mk), Sharing::Unshared) => {
                         let ns = Namespace(f.namespace().0 ^ 0x5eed_0001);
                         Some((mk(ns), Streams::default()))
                     }
@@ -212,7 +215,10 @@ impl Chain {
                     }
                     p.meta = m;
                 }
-                Err(e) => p.drop_by(PARSE_STAGE, e.name()),
+                Err(e) => {
+                    p.meta = Default::default();
+                    p.drop_by(PARSE_STAGE, e.name());
+                }
             }
         }
         self.now_ns = newest;

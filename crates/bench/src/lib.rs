@@ -1,0 +1,58 @@
+//! Benchmarks of the data plane, run with one command and reported as ratios to a
+//! baseline measured in the same run (`sluice bench nf`).
+//!
+//! Traffic is generated in memory ([`sluice_trafficgen`]) and replayed batch by
+//! batch: each frame is copied into a pooled buffer (what a NIC's receive does),
+//! parsed, run through the chain, and the buffer recycled. One core, one thread.
+//! Each measurement is the best of `reps` runs, each on a fresh chain and store, so
+//! state from one run never shortens the next.
+
+pub mod nf;
+
+use serde::Serialize;
+
+/// One benchmark result, as `--json` prints it.
+#[derive(Debug, Clone, Serialize)]
+pub struct Measurement {
+    /// What was measured.
+    pub name: String,
+    /// Million packets per second.
+    pub mpps: f64,
+    /// Gigabits per second of frame bytes.
+    pub gbps: f64,
+    /// Nanoseconds per packet.
+    pub ns_per_packet: f64,
+    /// Throughput (packets/s) relative to this measurement's baseline, measured in the same run.
+    pub ratio_to_baseline: f64,
+    /// The baseline's name.
+    pub baseline: String,
+    /// Frame size of the traffic.
+    pub frame_size: usize,
+    /// Packets per run.
+    pub packets: u64,
+    /// Anything the reader needs (targets, what the baseline is).
+    pub note: String,
+}
+
+/// Formats results as a table for people.
+pub fn table(ms: &[Measurement]) -> String {
+    let mut s = format!(
+        "{:<34} {:>6} {:>9} {:>8} {:>9} {:>8}  {}\n",
+        "measurement", "frame", "Mpps", "Gbit/s", "ns/pkt", "ratio", "baseline / note"
+    );
+    for m in ms {
+        s.push_str(&format!(
+            "{:<34} {:>6} {:>9.2} {:>8.2} {:>9.1} {:>8.3}  {}{}{}\n",
+            m.name,
+            m.frame_size,
+            m.mpps,
+            m.gbps,
+            m.ns_per_packet,
+            m.ratio_to_baseline,
+            m.baseline,
+            if m.note.is_empty() { "" } else { "; " },
+            m.note
+        ));
+    }
+    s
+}

@@ -1,0 +1,327 @@
+//! `sluice run`: a trace through a chain, offline.
+
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use sluice_chain::{Chain, ChainStats, Sharing};
+use sluice_nf::Event;
+use sluice_packet::{Batch, PacketPool, Verdict, MAX_FRAME};
+use sluice_pcap::{PcapReader, PcapWriter};
+use sluice_state::{LocalStore, StateStore};
+
+/// Arguments of `sluice run`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct RunArgs {
+    /// Chain specification (YAML).
+    #[arg(long)]
+    pub chain: PathBuf,
+    /// Input trace (pcap or pcapng, Ethernet).
+    #[arg(long)]
+    pub pcap: PathBuf,
+    /// Write forwarded (and emitted) packets to this pcap.
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Write alerts and flow records as EVE JSON lines to this file.
+    #[arg(long)]
+    pub eve: Option<PathBuf>,
+    /// Where function state lives: `local` (this issue ships the in-process store).
+    #[arg(long, default_value = "local")]
+    pub state: String,
+    /// Print the summary as JSON.
+    #[arg(long)]
+    pub json: bool,
+    /// Make every function parse and reassemble on its own (for comparisons).
+    #[arg(long)]
+    pub unshared: bool,
+}
+
+/// What a run did.
+#[derive(Debug, serde::Serialize)]
+pub struct Summary {
+    /// Chain name.
+    pub chain: String,
+    /// State backend.
+    pub state: String,
+    /// Frames read.
+    pub frames_read: u64,
+    /// Frames too long for a buffer (dropped before the chain).
+    pub oversize: u64,
+    /// Seconds spent.
+    pub seconds: f64,
+    /// The chain's statistics.
+    pub stats: ChainStats,
+    /// The error that stopped reading the trace early, if any.
+    pub input_error: Option<String>,
+}
+
+/// Errors of `sluice run`, each naming the file at fault.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// The chain could not be loaded.
+    #[error(transparent)]
+    Chain(#[from] sluice_chain::ChainError),
+    /// A file could not be opened or written.
+    #[error("{path}: {msg}")]
+    File {
+        /// The file.
+        path: PathBuf,
+        /// What happened.
+        msg: String,
+    },
+    /// Unknown state backend.
+    #[error("--state {0}: unknown backend (available: local)")]
+    State(String),
+    /// The trace was processed only up to an error.
+    #[error("{path}: {msg} (the {frames} frames before it were processed and written)")]
+    Input {
+        /// The trace.
+        path: PathBuf,
+        /// The error.
+        msg: String,
+        /// Frames processed.
+        frames: u64,
+    },
+}
+
+fn file_err(path: &Path, e: impl std::fmt::Display) -> RunError {
+    RunError::File {
+        path: path.to_path_buf(),
+        msg: e.to_string(),
+    }
+}
+
+/// Opens the state backend named by `--state`.
+pub fn open_store(spec: &str) -> Result<Box<dyn StateStore>, RunError> {
+    match spec {
+        "local" => Ok(Box::new(LocalStore::new())),
+        other => Err(RunError::State(other.to_string())),
+    }
+}
+
+/// Runs a trace through a chain and returns the summary.
+pub fn run(args: &RunArgs) -> Result<Summary, RunError> {
+    let registry = sluice_builtin::registry();
+    let sharing = if args.unshared {
+        Sharing::Unshared
+    } else {
+        Sharing::Shared
+    };
+    let spec = sluice_chain::ChainSpec::from_file(&args.chain)?;
+    let base = args.chain.parent().unwrap_or(Path::new("."));
+    let mut chain = Chain::from_spec(&spec, base, &registry, sharing)?;
+    let mut store = open_store(&args.state)?;
+    let file = File::open(&args.pcap).map_err(|e| file_err(&args.pcap, e))?;
+    let mut reader = PcapReader::new(file).map_err(|e| file_err(&args.pcap, e))?;
+    let mut writer = match &args.out {
+        Some(p) => {
+            let f = File::create(p).map_err(|e| file_err(p, e))?;
+            Some(PcapWriter::new(BufWriter::new(f)).map_err(|e| file_err(p, e))?)
+        }
+        None => None,
+    };
+    let mut eve = match &args.eve {
+        Some(p) => Some(BufWriter::new(File::create(p).map_err(|e| file_err(p, e))?)),
+        None => None,
+    };
+
+    let batch_size = spec.settings.batch_size;
+    let mut pool = PacketPool::new(batch_size * 2);
+    let mut batch = Batch::with_capacity(batch_size);
+    let mut buf = Vec::with_capacity(MAX_FRAME);
+    let mut events: Vec<Event> = Vec::new();
+    let mut frames = 0u64;
+    let mut oversize = 0u64;
+    let mut input_error = None;
+    let started = Instant::now();
+
+    let flush_batch = |chain: &mut Chain,
+                       batch: &mut Batch,
+                       pool: &mut PacketPool,
+                       store: &mut dyn StateStore,
+                       writer: &mut Option<PcapWriter<BufWriter<File>>>|
+     -> Result<(), RunError> {
+        chain.process(batch, store);
+        if let Some(w) = writer.as_mut() {
+            for p in batch.pkts.iter().filter(|p| p.verdict == Verdict::Forward) {
+                w.write(p.ts_ns, p.data())
+                    .map_err(|e| file_err(args.out.as_deref().unwrap(), e))?;
+            }
+            let ts = batch.pkts.last().map_or(0, |p| p.ts_ns);
+            for e in chain.take_emitted() {
+                w.write(ts, &e.frame)
+                    .map_err(|e| file_err(args.out.as_deref().unwrap(), e))?;
+            }
+        } else {
+            chain.take_emitted();
+        }
+        batch.recycle(pool);
+        Ok(())
+    };
+
+    loop {
+        match reader.next_into(&mut buf) {
+            Ok(Some(rec)) => {
+                frames += 1;
+                if buf.len() > MAX_FRAME {
+                    oversize += 1;
+                    continue;
+                }
+                batch.push_frame(&mut pool, &buf, rec.ts_ns, rec.interface as u16);
+                if batch.len() == batch_size {
+                    flush_batch(
+                        &mut chain,
+                        &mut batch,
+                        &mut pool,
+                        store.as_mut(),
+                        &mut writer,
+                    )?;
+                    chain.drain_events_into(&mut events);
+                    write_events(&mut eve, &mut events, args)?;
+                }
+            }
+            Ok(None) => break,
+            Err(e) => {
+                input_error = Some(e.to_string());
+                break;
+            }
+        }
+    }
+    if !batch.is_empty() {
+        flush_batch(
+            &mut chain,
+            &mut batch,
+            &mut pool,
+            store.as_mut(),
+            &mut writer,
+        )?;
+    }
+    chain.flush(store.as_mut());
+    let ts = 0;
+    if let Some(w) = writer.as_mut() {
+        for e in chain.take_emitted() {
+            w.write(ts, &e.frame)
+                .map_err(|e| file_err(args.out.as_deref().unwrap(), e))?;
+        }
+    }
+    let stats = chain.stats();
+    chain.drain_events_into(&mut events);
+    write_events(&mut eve, &mut events, args)?;
+    if let Some(w) = writer {
+        w.finish()
+            .map_err(|e| file_err(args.out.as_deref().unwrap(), e))?;
+    }
+    if let Some(mut e) = eve {
+        e.flush()
+            .map_err(|e| file_err(args.eve.as_deref().unwrap(), e))?;
+    }
+    Ok(Summary {
+        chain: chain.name().to_string(),
+        state: store.describe(),
+        frames_read: frames,
+        oversize,
+        seconds: started.elapsed().as_secs_f64(),
+        stats,
+        input_error,
+    })
+}
+
+fn write_events(
+    eve: &mut Option<BufWriter<File>>,
+    events: &mut Vec<Event>,
+    args: &RunArgs,
+) -> Result<(), RunError> {
+    if let Some(w) = eve.as_mut() {
+        for e in events.iter() {
+            writeln!(w, "{}", e.to_eve_line())
+                .map_err(|e| file_err(args.eve.as_deref().unwrap(), e))?;
+        }
+    }
+    events.clear();
+    Ok(())
+}
+
+/// Prints a summary for people.
+pub fn print_summary(s: &Summary) {
+    let st = &s.stats;
+    println!("chain `{}` with {} state", s.chain, s.state);
+    println!(
+        "  {} frames ({} bytes) in {:.3} s: {} forwarded, {} dropped by functions, {} malformed, {} non-IP",
+        st.packets,
+        st.bytes,
+        s.seconds,
+        st.forwarded,
+        st.dropped,
+        st.malformed_total(),
+        st.non_ip
+    );
+    if !st.malformed.is_empty() {
+        println!("  malformed: {}", pairs(&st.malformed));
+    }
+    if !st.reassembly_dropped.is_empty() {
+        println!("  reassembly dropped: {}", pairs(&st.reassembly_dropped));
+    }
+    if s.oversize > 0 {
+        println!(
+            "  {} frames longer than a buffer were dropped before the chain",
+            s.oversize
+        );
+    }
+    println!(
+        "  {:<3} {:<10} {:>9} {:>9} {:>9}  drop reasons / counters",
+        "#", "function", "in", "out", "dropped"
+    );
+    for (i, f) in st.stages.iter().enumerate() {
+        println!(
+            "  {:<3} {:<10} {:>9} {:>9} {:>9}  {}{}{}",
+            i,
+            f.kind,
+            f.packets_in,
+            f.packets_out,
+            f.dropped_total(),
+            pairs(&f.dropped),
+            if f.dropped.is_empty() || f.counters.is_empty() {
+                ""
+            } else {
+                " | "
+            },
+            pairs(&f.counters)
+        );
+    }
+    println!(
+        "  alerts {}, flow records {}, emitted frames {}, state errors {}",
+        st.alerts, st.flow_records, st.emitted, st.store_errors
+    );
+    if let Some(e) = &st.last_error {
+        println!("  last state error: {e}");
+    }
+}
+
+fn pairs(v: &[(&'static str, u64)]) -> String {
+    v.iter()
+        .map(|(k, n)| format!("{k}={n}"))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// `sluice run`.
+pub fn main(args: &RunArgs) -> Result<(), RunError> {
+    let s = run(args)?;
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&s).expect("summary serialises")
+        );
+    } else {
+        print_summary(&s);
+    }
+    match s.input_error {
+        Some(msg) => Err(RunError::Input {
+            path: args.pcap.clone(),
+            msg,
+            frames: s.frames_read,
+        }),
+        None => Ok(()),
+    }
+}
