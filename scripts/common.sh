@@ -34,8 +34,10 @@ apt_install() {
     DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}"
 }
 
-# Packages the build needs: a C/C++ toolchain and cmake (the LP solver HiGHS is built from source).
+# Packages the build and the tests need: a C/C++ toolchain and cmake (the LP solver
+# HiGHS is built from source) and redis-server (tests start their own servers on
+# loopback ports; the package's system service is not used).
 ensure_build_deps() {
-    apt_install build-essential cmake pkg-config
+    apt_install build-essential cmake pkg-config redis-server
     need_cargo
 }

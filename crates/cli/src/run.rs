@@ -26,7 +26,7 @@ pub struct RunArgs {
     /// Write alerts and flow records as EVE JSON lines to this file.
     #[arg(long)]
     pub eve: Option<PathBuf>,
-    /// Where function state lives: `local` (this issue ships the in-process store).
+    /// Where function state lives: `local` (in this process) or `redis://HOST:PORT`.
     #[arg(long, default_value = "local")]
     pub state: String,
     /// Print the summary as JSON.
@@ -71,8 +71,11 @@ pub enum RunError {
         msg: String,
     },
     /// Unknown state backend.
-    #[error("--state {0}: unknown backend (available: local)")]
+    #[error("--state {0}: unknown backend (available: local, redis://HOST:PORT)")]
     State(String),
+    /// The state backend could not be opened.
+    #[error("--state {0}: {1}")]
+    StateOpen(String, sluice_state::StoreError),
     /// The trace was processed only up to an error.
     #[error("{path}: {msg} (the {frames} frames before it were processed and written)")]
     Input {
@@ -96,6 +99,9 @@ fn file_err(path: &Path, e: impl std::fmt::Display) -> RunError {
 pub fn open_store(spec: &str) -> Result<Box<dyn StateStore>, RunError> {
     match spec {
         "local" => Ok(Box::new(LocalStore::new())),
+        url if url.starts_with("redis://") => sluice_state_redis::RedisStore::open(url)
+            .map(|s| Box::new(s) as Box<dyn StateStore>)
+            .map_err(|e| RunError::StateOpen(url.to_string(), e)),
         other => Err(RunError::State(other.to_string())),
     }
 }

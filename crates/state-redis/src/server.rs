@@ -1,0 +1,146 @@
+//! Starting and stopping a private `redis-server` (or `valkey-server`) on a loopback
+//! port, for tests, benchmarks and the testbed. Nothing relies on a system service.
+
+use std::net::{TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A running server process, killed and its directory removed on drop.
+pub struct RedisServer {
+    child: Child,
+    port: u16,
+    dir: PathBuf,
+    extra: Vec<String>,
+}
+
+/// The server binary: `$SLUICE_REDIS_SERVER`, else `redis-server`, else `valkey-server`.
+pub fn server_binary() -> Option<String> {
+    if let Ok(b) = std::env::var("SLUICE_REDIS_SERVER") {
+        return Some(b);
+    }
+    ["redis-server", "valkey-server"]
+        .into_iter()
+        .find(|b| {
+            Command::new(b)
+                .arg("--version")
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .is_ok()
+        })
+        .map(String::from)
+}
+
+fn free_port() -> std::io::Result<u16> {
+    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+impl RedisServer {
+    /// Starts a server with no persistence on a free loopback port and waits until it
+    /// accepts connections. `extra` adds arguments (e.g. `--cluster-enabled yes`).
+    pub fn start(extra: &[&str]) -> Result<RedisServer, String> {
+        let mut last = String::new();
+        for _ in 0..5 {
+            let port = free_port().map_err(|e| e.to_string())?;
+            match RedisServer::start_on(port, extra) {
+                Ok(s) => return Ok(s),
+                Err(e) => last = e,
+            }
+        }
+        Err(last)
+    }
+
+    /// Starts a server on `port` (see [`RedisServer::start`]).
+    pub fn start_on(port: u16, extra: &[&str]) -> Result<RedisServer, String> {
+        let bin = server_binary().ok_or(
+            "neither redis-server nor valkey-server found (scripts/test.sh installs redis-server)",
+        )?;
+        let mut last = String::new();
+        let dir = std::env::temp_dir().join(format!("sluice-redis-{}-{port}", std::process::id()));
+        std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+        let mut cmd = Command::new(&bin);
+        cmd.args([
+            "--port",
+            &port.to_string(),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+        ])
+        .args([
+            "--protected-mode",
+            "no",
+            "--daemonize",
+            "no",
+            "--loglevel",
+            "warning",
+        ])
+        .arg("--dir")
+        .arg(&dir)
+        .args(extra)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+        let child = cmd.spawn().map_err(|e| format!("{bin}: {e}"))?;
+        let extra = extra.iter().map(|s| s.to_string()).collect();
+        let mut s = RedisServer {
+            child,
+            port,
+            dir,
+            extra,
+        };
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline {
+            if let Ok(Some(status)) = s.child.try_wait() {
+                last = format!("{bin} exited with {status} on port {port}");
+                break;
+            }
+            if TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                return Ok(s);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        if last.is_empty() {
+            last = format!("{bin} did not accept connections on port {port} within 5 s");
+        }
+        Err(last)
+    }
+
+    /// The port it listens on.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// `redis://127.0.0.1:PORT`.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// Starts a fresh, empty server on the same port (after [`RedisServer::kill`]).
+    pub fn restart(&mut self) -> Result<(), String> {
+        self.kill();
+        let extra: Vec<&str> = self.extra.iter().map(|s| s.as_str()).collect();
+        let mut fresh = RedisServer::start_on(self.port, &extra)?;
+        std::mem::swap(self, &mut fresh);
+        // `fresh` now holds the dead process; dropping it must not remove our directory.
+        fresh.dir = PathBuf::new();
+        Ok(())
+    }
+
+    /// Kills the server now (as a crash would), keeping the handle.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.kill();
+        if !self.dir.as_os_str().is_empty() {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
