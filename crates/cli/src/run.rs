@@ -26,7 +26,8 @@ pub struct RunArgs {
     /// Write alerts and flow records as EVE JSON lines to this file.
     #[arg(long)]
     pub eve: Option<PathBuf>,
-    /// Where function state lives: `local` (in this process) or `redis://HOST:PORT`.
+    /// Where function state lives: `local` (in this process), `redis://HOST:PORT` or
+    /// `redis-cluster://HOST:PORT[,HOST:PORT...]`.
     #[arg(long, default_value = "local")]
     pub state: String,
     /// Print the summary as JSON.
@@ -71,7 +72,7 @@ pub enum RunError {
         msg: String,
     },
     /// Unknown state backend.
-    #[error("--state {0}: unknown backend (available: local, redis://HOST:PORT)")]
+    #[error("--state {0}: unknown backend (available: local, redis://HOST:PORT, redis-cluster://HOST:PORT,...)")]
     State(String),
     /// The state backend could not be opened.
     #[error("--state {0}: {1}")]
@@ -100,6 +101,9 @@ pub fn open_store(spec: &str) -> Result<Box<dyn StateStore>, RunError> {
     match spec {
         "local" => Ok(Box::new(LocalStore::new())),
         url if url.starts_with("redis://") => sluice_state_redis::RedisStore::open(url)
+            .map(|s| Box::new(s) as Box<dyn StateStore>)
+            .map_err(|e| RunError::StateOpen(url.to_string(), e)),
+        url if url.starts_with("redis-cluster://") => sluice_state_redis::ClusterStore::open(url)
             .map(|s| Box::new(s) as Box<dyn StateStore>)
             .map_err(|e| RunError::StateOpen(url.to_string(), e)),
         other => Err(RunError::State(other.to_string())),

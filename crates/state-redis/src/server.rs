@@ -144,3 +144,96 @@ impl Drop for RedisServer {
         }
     }
 }
+
+/// Sends one command to `port` and returns the raw reply (for cluster setup).
+fn command(port: u16, args: &[&[u8]]) -> Result<Vec<u8>, String> {
+    use std::io::{Read, Write};
+    let mut c = TcpStream::connect(("127.0.0.1", port)).map_err(|e| e.to_string())?;
+    c.set_read_timeout(Some(Duration::from_secs(2)))
+        .map_err(|e| e.to_string())?;
+    let mut buf = Vec::new();
+    crate::resp::encode(&mut buf, args);
+    c.write_all(&buf).map_err(|e| e.to_string())?;
+    let mut out = Vec::new();
+    let mut chunk = [0u8; 4096];
+    loop {
+        let n = c.read(&mut chunk).map_err(|e| e.to_string())?;
+        if n == 0 {
+            return Err("connection closed".into());
+        }
+        out.extend_from_slice(&chunk[..n]);
+        if let Ok(Some(_)) = crate::resp::parse(&out, 0) {
+            return Ok(out);
+        }
+    }
+}
+
+/// A Redis Cluster of `n` primaries on loopback, each a [`RedisServer`], slots split
+/// evenly; stopped on drop.
+pub struct RedisCluster {
+    /// The primaries.
+    pub nodes: Vec<RedisServer>,
+}
+
+impl RedisCluster {
+    /// Starts `n` cluster-enabled servers, assigns the 16384 slots in even ranges,
+    /// joins them, and waits until every node reports `cluster_state:ok`.
+    pub fn start(n: usize) -> Result<RedisCluster, String> {
+        let mut nodes = Vec::new();
+        for _ in 0..n {
+            nodes.push(RedisServer::start(&[
+                "--cluster-enabled",
+                "yes",
+                "--cluster-node-timeout",
+                "2000",
+            ])?);
+        }
+        let per = 16384 / n;
+        for (i, s) in nodes.iter().enumerate() {
+            let lo = (i * per).to_string();
+            let hi = if i + 1 == n { 16383 } else { (i + 1) * per - 1 }.to_string();
+            let r = command(
+                s.port,
+                &[b"CLUSTER", b"ADDSLOTSRANGE", lo.as_bytes(), hi.as_bytes()],
+            )?;
+            if !r.starts_with(b"+OK") {
+                return Err(format!(
+                    "CLUSTER ADDSLOTSRANGE: {}",
+                    String::from_utf8_lossy(&r)
+                ));
+            }
+        }
+        for s in &nodes[1..] {
+            let p = s.port.to_string();
+            command(
+                nodes[0].port,
+                &[b"CLUSTER", b"MEET", b"127.0.0.1", p.as_bytes()],
+            )?;
+        }
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let ok = nodes.iter().all(|s| {
+                command(s.port, &[b"CLUSTER", b"INFO"])
+                    .map(|r| String::from_utf8_lossy(&r).contains("cluster_state:ok"))
+                    .unwrap_or(false)
+            });
+            if ok {
+                return Ok(RedisCluster { nodes });
+            }
+            if Instant::now() > deadline {
+                return Err("cluster did not reach cluster_state:ok within 20 s".into());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// `redis-cluster://127.0.0.1:P1,127.0.0.1:P2,...`.
+    pub fn url(&self) -> String {
+        let addrs: Vec<String> = self
+            .nodes
+            .iter()
+            .map(|s| format!("127.0.0.1:{}", s.port))
+            .collect();
+        format!("redis-cluster://{}", addrs.join(","))
+    }
+}

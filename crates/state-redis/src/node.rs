@@ -1,0 +1,372 @@
+//! One connection to one server: scripts, the pipeline buffers, encoding operations
+//! and applying their replies. Shared by the standalone and cluster stores.
+
+use std::io::{Read, Write};
+use std::net::{TcpStream, ToSocketAddrs};
+use std::time::Duration;
+
+use sluice_state::{Key, Namespace, Op, OpResult, Ops, StoreError};
+
+use crate::resp::{self, Reply};
+use crate::{op_name, redis_key, scripts, timer_set};
+
+pub(crate) struct Node {
+    pub(crate) addr: String,
+    timeout: Duration,
+    stream: Option<TcpStream>,
+    shas: Vec<Vec<u8>>,
+    pub(crate) wbuf: Vec<u8>,
+    pub(crate) rbuf: Vec<u8>,
+    key_buf: Vec<u8>,
+    key_buf2: Vec<u8>,
+    key_buf3: Vec<u8>,
+}
+
+fn io_err(e: std::io::Error, timeout: Duration) -> StoreError {
+    match e.kind() {
+        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => {
+            StoreError::Timeout(timeout.as_millis() as u64)
+        }
+        _ => StoreError::Unavailable(e.to_string()),
+    }
+}
+
+impl Node {
+    pub(crate) fn new(addr: String, timeout: Duration) -> Node {
+        Node {
+            addr,
+            timeout,
+            stream: None,
+            shas: Vec::new(),
+            wbuf: Vec::with_capacity(64 * 1024),
+            rbuf: Vec::with_capacity(64 * 1024),
+            key_buf: Vec::with_capacity(256),
+            key_buf2: Vec::with_capacity(256),
+            key_buf3: Vec::with_capacity(256),
+        }
+    }
+
+    /// Connects and loads the scripts, unless connected.
+    pub(crate) fn ensure_conn(&mut self) -> Result<(), StoreError> {
+        if self.stream.is_some() {
+            return Ok(());
+        }
+        let t = self.timeout;
+        let unavailable = |e: String| StoreError::Unavailable(format!("{}: {e}", self.addr));
+        let addr = self
+            .addr
+            .to_socket_addrs()
+            .map_err(|e| unavailable(e.to_string()))?
+            .next()
+            .ok_or_else(|| unavailable("no address".into()))?;
+        let stream =
+            TcpStream::connect_timeout(&addr, t).map_err(|e| unavailable(e.to_string()))?;
+        stream.set_nodelay(true).map_err(|e| io_err(e, t))?;
+        stream.set_read_timeout(Some(t)).map_err(|e| io_err(e, t))?;
+        stream
+            .set_write_timeout(Some(t))
+            .map_err(|e| io_err(e, t))?;
+        self.stream = Some(stream);
+        self.wbuf.clear();
+        for s in scripts::ALL {
+            resp::encode(&mut self.wbuf, &[b"SCRIPT", b"LOAD", s.as_bytes()]);
+        }
+        self.send()?;
+        let replies = self.receive(scripts::ALL.len())?;
+        let mut shas = Vec::with_capacity(replies.len());
+        for r in &replies {
+            match r {
+                Reply::Bulk(Some(range)) => shas.push(self.rbuf[range.clone()].to_vec()),
+                other => {
+                    let e = self.unexpected("SCRIPT LOAD", other);
+                    self.stream = None;
+                    return Err(e);
+                }
+            }
+        }
+        self.shas = shas;
+        Ok(())
+    }
+
+    pub(crate) fn unexpected(&self, what: &str, r: &Reply) -> StoreError {
+        match r {
+            Reply::Error(range) => StoreError::Refused(format!(
+                "{what}: {}",
+                String::from_utf8_lossy(&self.rbuf[range.clone()])
+            )),
+            other => StoreError::Protocol(format!("{what}: unexpected reply {other:?}")),
+        }
+    }
+
+    /// The text of an error reply.
+    pub(crate) fn error_text(&self, r: &Reply) -> Option<&[u8]> {
+        match r {
+            Reply::Error(range) => Some(&self.rbuf[range.clone()]),
+            _ => None,
+        }
+    }
+
+    /// Writes the pipeline. On failure the connection is dropped (its state is unknown).
+    pub(crate) fn send(&mut self) -> Result<(), StoreError> {
+        let t = self.timeout;
+        let Some(stream) = self.stream.as_mut() else {
+            return Err(StoreError::Unavailable(format!(
+                "{}: not connected",
+                self.addr
+            )));
+        };
+        if let Err(e) = stream.write_all(&self.wbuf) {
+            self.stream = None;
+            return Err(io_err(e, t));
+        }
+        Ok(())
+    }
+
+    /// Reads `n` replies into `rbuf`. On failure the connection is dropped.
+    pub(crate) fn receive(&mut self, n: usize) -> Result<Vec<Reply>, StoreError> {
+        let t = self.timeout;
+        let result = (|| {
+            let stream = self
+                .stream
+                .as_mut()
+                .ok_or_else(|| StoreError::Unavailable("not connected".into()))?;
+            self.rbuf.clear();
+            let mut replies = Vec::with_capacity(n);
+            let mut at = 0;
+            let mut chunk = [0u8; 16 * 1024];
+            while replies.len() < n {
+                match resp::parse(&self.rbuf, at)
+                    .map_err(|e| StoreError::Protocol(e.to_string()))?
+                {
+                    Some((r, next)) => {
+                        replies.push(r);
+                        at = next;
+                    }
+                    None => {
+                        let got = stream.read(&mut chunk).map_err(|e| io_err(e, t))?;
+                        if got == 0 {
+                            return Err(StoreError::Unavailable(
+                                "connection closed by the server".into(),
+                            ));
+                        }
+                        self.rbuf.extend_from_slice(&chunk[..got]);
+                    }
+                }
+            }
+            Ok(replies)
+        })();
+        if result.is_err() {
+            self.stream = None;
+        }
+        result
+    }
+
+    fn sha(&self, i: usize) -> &[u8] {
+        self.shas.get(i).map_or(&[][..], |s| &s[..])
+    }
+
+    /// Appends `ASKING` (for a cluster ASK redirection) to the pipeline.
+    pub(crate) fn encode_asking(&mut self) {
+        resp::encode(&mut self.wbuf, &[b"ASKING"]);
+    }
+
+    /// Appends the command for `op` to the pipeline.
+    pub(crate) fn encode_op(&mut self, ops: &Ops, op: &Op) {
+        let mut num = [0u8; 24];
+        self.key_buf.clear();
+        match *op {
+            Op::Get { key } => {
+                redis_key(&mut self.key_buf, &key);
+                resp::encode(&mut self.wbuf, &[b"GET", &self.key_buf]);
+            }
+            Op::Put { key, val } => {
+                redis_key(&mut self.key_buf, &key);
+                resp::encode(&mut self.wbuf, &[b"SET", &self.key_buf, ops.arg(val)]);
+            }
+            Op::Delete { key } => {
+                redis_key(&mut self.key_buf, &key);
+                resp::encode(&mut self.wbuf, &[b"DEL", &self.key_buf]);
+            }
+            Op::Incr { key, delta } => {
+                redis_key(&mut self.key_buf, &key);
+                resp::encode(
+                    &mut self.wbuf,
+                    &[b"INCRBY", &self.key_buf, resp::fmt_i64(delta, &mut num)],
+                );
+            }
+            Op::CompareAndSet { key, expected, new } => {
+                redis_key(&mut self.key_buf, &key);
+                let e = expected.map(|s| ops.arg(s)).unwrap_or(b"");
+                let nv = new.map(|s| ops.arg(s)).unwrap_or(b"");
+                let ef: &[u8] = if expected.is_some() { b"1" } else { b"0" };
+                let nf: &[u8] = if new.is_some() { b"1" } else { b"0" };
+                let sha = self.shas.first().map_or(&[][..], |s| &s[..]);
+                resp::encode(
+                    &mut self.wbuf,
+                    &[b"EVALSHA", sha, b"1", &self.key_buf, ef, e, nf, nv],
+                );
+            }
+            Op::PoolInit { pool, size } => {
+                redis_key(&mut self.key_buf, &pool);
+                let sha = self.sha(1).to_vec();
+                resp::encode(
+                    &mut self.wbuf,
+                    &[
+                        b"EVALSHA",
+                        &sha,
+                        b"1",
+                        &self.key_buf,
+                        resp::fmt_i64(size as i64, &mut num),
+                    ],
+                );
+            }
+            Op::PoolAlloc { pool } | Op::PoolFree { pool, .. } => {
+                // The pool's meta hash, freed list and freed set share one hash tag.
+                redis_key(&mut self.key_buf, &pool);
+                self.key_buf2.clear();
+                self.key_buf2.extend_from_slice(&self.key_buf);
+                self.key_buf2.extend_from_slice(b":f");
+                self.key_buf3.clear();
+                self.key_buf3.extend_from_slice(&self.key_buf);
+                self.key_buf3.extend_from_slice(b":s");
+                let which = if matches!(op, Op::PoolAlloc { .. }) {
+                    2
+                } else {
+                    3
+                };
+                let sha = self.shas.get(which).map_or(&[][..], |s| &s[..]);
+                let (meta, freed, set) =
+                    (&self.key_buf[..], &self.key_buf2[..], &self.key_buf3[..]);
+                match *op {
+                    Op::PoolFree { item, .. } => resp::encode(
+                        &mut self.wbuf,
+                        &[
+                            b"EVALSHA",
+                            sha,
+                            b"3",
+                            meta,
+                            freed,
+                            set,
+                            resp::fmt_i64(item as i64, &mut num),
+                        ],
+                    ),
+                    _ => resp::encode(&mut self.wbuf, &[b"EVALSHA", sha, b"3", meta, freed, set]),
+                }
+            }
+            Op::ArmTimer { key, deadline_ns } => {
+                timer_set(&mut self.key_buf, key.namespace());
+                let us = (deadline_ns / 1000) as i64;
+                resp::encode(
+                    &mut self.wbuf,
+                    &[
+                        b"ZADD",
+                        &self.key_buf,
+                        resp::fmt_i64(us, &mut num),
+                        key.as_bytes(),
+                    ],
+                );
+            }
+            Op::CancelTimer { key } => {
+                timer_set(&mut self.key_buf, key.namespace());
+                resp::encode(&mut self.wbuf, &[b"ZREM", &self.key_buf, key.as_bytes()]);
+            }
+        }
+    }
+
+    /// Stores the result of operation `i` from its reply. An error reply is returned
+    /// as an error (and a lost-scripts error drops the connection so the next batch
+    /// reloads them).
+    pub(crate) fn apply_reply(
+        &mut self,
+        ops: &mut Ops,
+        i: usize,
+        r: &Reply,
+    ) -> Result<(), StoreError> {
+        let op = ops.ops()[i];
+        let res = match (op, r) {
+            (Op::Get { .. }, Reply::Bulk(Some(range))) => {
+                ops.set_value(i, Some(&self.rbuf[range.clone()]));
+                return Ok(());
+            }
+            (Op::Get { .. }, Reply::Bulk(None)) => OpResult::Value(None),
+            (Op::Put { .. }, Reply::Simple(_)) => OpResult::Done,
+            (
+                Op::Delete { .. }
+                | Op::CancelTimer { .. }
+                | Op::ArmTimer { .. }
+                | Op::PoolFree { .. },
+                Reply::Int(_),
+            ) => OpResult::Done,
+            (Op::Incr { .. }, Reply::Int(v)) => OpResult::Counter(*v),
+            (Op::CompareAndSet { .. } | Op::PoolInit { .. }, Reply::Int(v)) => {
+                OpResult::Swapped(*v == 1)
+            }
+            (Op::PoolAlloc { .. }, Reply::Int(v)) => {
+                OpResult::Allocated((*v >= 0).then_some(*v as u64))
+            }
+            (_, other) => {
+                let e = self.unexpected(op_name(&op), other);
+                if self
+                    .error_text(other)
+                    .is_some_and(|t| t.starts_with(b"NOSCRIPT"))
+                {
+                    self.stream = None;
+                }
+                return Err(e);
+            }
+        };
+        ops.set_result(i, res);
+        Ok(())
+    }
+
+    /// Takes expired timers of `ns` in one atomic script call.
+    pub(crate) fn take_expired(
+        &mut self,
+        ns: Namespace,
+        now_ns: u64,
+        max: usize,
+        out: &mut Vec<Key>,
+    ) -> Result<(), StoreError> {
+        self.ensure_conn()?;
+        self.key_buf.clear();
+        timer_set(&mut self.key_buf, ns);
+        self.wbuf.clear();
+        let mut a = [0u8; 24];
+        let mut b = [0u8; 24];
+        let sha = self.sha(4).to_vec();
+        let now_us = resp::fmt_i64((now_ns / 1000) as i64, &mut a);
+        let max = resp::fmt_i64(max.min(1000) as i64, &mut b);
+        resp::encode(
+            &mut self.wbuf,
+            &[b"EVALSHA", &sha, b"1", &self.key_buf, now_us, max],
+        );
+        self.send()?;
+        let replies = self.receive(1)?;
+        match &replies[0] {
+            Reply::Array(Some(items)) => {
+                for it in items {
+                    match it {
+                        Reply::Bulk(Some(r)) => {
+                            let k = Key::from_bytes(&self.rbuf[r.clone()]).ok_or_else(|| {
+                                StoreError::Protocol("timer member is not a key".into())
+                            })?;
+                            out.push(k);
+                        }
+                        other => return Err(self.unexpected("take_expired", other)),
+                    }
+                }
+                Ok(())
+            }
+            other => {
+                let e = self.unexpected("take_expired", other);
+                if self
+                    .error_text(other)
+                    .is_some_and(|t| t.starts_with(b"NOSCRIPT"))
+                {
+                    self.stream = None;
+                }
+                Err(e)
+            }
+        }
+    }
+}
