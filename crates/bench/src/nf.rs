@@ -214,7 +214,7 @@ pub fn run(opts: &Options, progress: &mut dyn FnMut(&str)) -> Vec<Measurement> {
     };
     rel(fwd.clone(), &None, "target >= 20 Mpps", &mut out);
     let fw = ChainText {
-        yaml: single("firewall", "    rules: fw.rules\n"),
+        yaml: single("firewall", "    rules_file: fw.rules\n"),
         files: vec![("fw.rules".into(), firewall_rules(1000))],
     };
     rel(
@@ -279,7 +279,7 @@ pub fn run(opts: &Options, progress: &mut dyn FnMut(&str)) -> Vec<Measurement> {
     );
     for n in [100usize, 1000] {
         let ips = ChainText {
-            yaml: single("ips", "    rules: ips.rules\n"),
+            yaml: single("ips", "    rule_files: [ips.rules]\n"),
             files: vec![("ips.rules".into(), ips_rules(n))],
         };
         rel(
@@ -300,7 +300,7 @@ pub fn run(opts: &Options, progress: &mut dyn FnMut(&str)) -> Vec<Measurement> {
     // reassembling on its own.
     let chain3 = |files: Vec<(String, String)>| {
         ChainText {
-        yaml: "name: bench\nfunctions:\n  - type: firewall\n    rules: fw.rules\n  - type: ips\n    rules: ips.rules\n  - type: lb\n    services:\n      - vip: 192.0.2.1\n        port: 80\n        backends: [{addr: 198.51.100.1, weight: 1}, {addr: 198.51.100.2, weight: 1}]\n".into(),
+        yaml: "name: bench\nfunctions:\n  - type: firewall\n    rules_file: fw.rules\n  - type: ips\n    rule_files: [ips.rules]\n  - type: lb\n    services:\n      - vip: 192.0.2.1\n        port: 80\n        backends: [{addr: 198.51.100.1, weight: 1}, {addr: 198.51.100.2, weight: 1}]\n".into(),
         files,
     }
     };

@@ -3,13 +3,22 @@
 //! | type       | crate            |
 //! |------------|------------------|
 //! | `pass`     | this crate (forwards everything; the forward-only baseline) |
+//! | `firewall` | `sluice-firewall` |
+//! | `nat`      | `sluice-nat` |
+//! | `lb`       | `sluice-lb` |
+//! | `ips`      | `sluice-ips` |
+//! | `monitor`  | `sluice-monitor` |
+//!
+//! The chain's `reassembly:` section configures `sluice-reassembly`, the shared
+//! stream stage.
 
 use std::path::Path;
 
 use serde::Deserialize;
 use serde_yaml::Value;
-use sluice_chain::Registry;
+use sluice_chain::{Registry, StreamStage};
 use sluice_nf::{Batch, Ctx, Namespace, NetworkFunction, NfError, StateStore};
+use sluice_reassembly::Reassembler;
 
 /// Deserialises a function's YAML configuration, turning serde's message into one
 /// that names the bad key.
@@ -58,12 +67,84 @@ pub fn pass(ns: Namespace) -> Pass {
     Pass { ns, packets: 0 }
 }
 
+/// The shared TCP reassembler as the chain's stream stage.
+struct ReassemblyStage(Reassembler);
+
+impl StreamStage for ReassemblyStage {
+    fn process(
+        &mut self,
+        batch: &mut Batch,
+        store: &mut dyn StateStore,
+        streams: &mut sluice_nf::Streams,
+        stage: u8,
+    ) -> Result<(), sluice_nf::StoreError> {
+        self.0
+            .process(batch, store, streams, stage)
+            .map_err(Into::into)
+    }
+
+    fn on_timers(
+        &mut self,
+        now_ns: u64,
+        store: &mut dyn StateStore,
+    ) -> Result<(), sluice_nf::StoreError> {
+        self.0
+            .on_timers(now_ns, store)
+            .map(|_| ())
+            .map_err(Into::into)
+    }
+
+    fn counters(&self, out: &mut Vec<(&'static str, u64)>) {
+        self.0.counter_list(out);
+    }
+}
+
 /// The registry of every built-in function type.
 pub fn registry() -> Registry {
     let mut r = Registry::new();
     r.register("pass", |v, ns, _base: &Path| {
         config::<PassConfig>(v)?;
         Ok(Box::new(pass(ns)))
+    });
+    r.register("firewall", |v, ns, base| {
+        let c = config::<sluice_firewall::Config>(v)?;
+        Ok(Box::new(
+            sluice_firewall::build(&c, ns, base).map_err(|e| e.to_string())?,
+        ))
+    });
+    r.register("nat", |v, ns, base| {
+        let c = config::<sluice_nat::Config>(v)?;
+        Ok(Box::new(
+            sluice_nat::build(&c, ns, base).map_err(|e| e.to_string())?,
+        ))
+    });
+    r.register("lb", |v, ns, base| {
+        let c = config::<sluice_lb::Config>(v)?;
+        Ok(Box::new(
+            sluice_lb::build(&c, ns, base).map_err(|e| e.to_string())?,
+        ))
+    });
+    r.register("ips", |v, ns, base| {
+        let c = config::<sluice_ips::Config>(v)?;
+        Ok(Box::new(
+            sluice_ips::build(&c, ns, base).map_err(|e| e.to_string())?,
+        ))
+    });
+    r.register("monitor", |v, ns, base| {
+        let c = config::<sluice_monitor::Config>(v)?;
+        Ok(Box::new(
+            sluice_monitor::build(&c, ns, base).map_err(|e| e.to_string())?,
+        ))
+    });
+    r.register_streams(|v, _base| {
+        let c = if matches!(v, Value::Null) {
+            sluice_reassembly::Config::default()
+        } else {
+            config::<sluice_reassembly::Config>(v)?
+        };
+        Ok(Box::new(move |ns| {
+            Box::new(ReassemblyStage(Reassembler::new(ns, c.clone()))) as Box<dyn StreamStage>
+        }))
     });
     r
 }

@@ -180,6 +180,21 @@ impl Chain {
         }
     }
 
+    /// Configuration warnings of every function, prefixed with the function's
+    /// position and type (e.g. IPS rules skipped with their file and line).
+    pub fn config_warnings(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        for (i, st) in self.stages.iter().enumerate() {
+            let mut w = Vec::new();
+            st.f.config_warnings(&mut w);
+            out.extend(
+                w.into_iter()
+                    .map(|m| format!("functions[{i}] ({}): {m}", st.f.kind())),
+            );
+        }
+        out
+    }
+
     /// The chain's name.
     pub fn name(&self) -> &str {
         &self.name

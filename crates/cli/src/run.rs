@@ -55,6 +55,8 @@ pub struct Summary {
     pub stats: ChainStats,
     /// The error that stopped reading the trace early, if any.
     pub input_error: Option<String>,
+    /// Configuration problems that did not stop the chain (e.g. skipped IPS rules).
+    pub warnings: Vec<String>,
 }
 
 /// Errors of `sluice run`, each naming the file at fault.
@@ -121,6 +123,10 @@ pub fn run(args: &RunArgs) -> Result<Summary, RunError> {
     let spec = sluice_chain::ChainSpec::from_file(&args.chain)?;
     let base = args.chain.parent().unwrap_or(Path::new("."));
     let mut chain = Chain::from_spec(&spec, base, &registry, sharing)?;
+    let warnings = chain.config_warnings();
+    for w in &warnings {
+        eprintln!("warning: {}: {w}", args.chain.display());
+    }
     let mut store = open_store(&args.state)?;
     let file = File::open(&args.pcap).map_err(|e| file_err(&args.pcap, e))?;
     let mut reader = PcapReader::new(file).map_err(|e| file_err(&args.pcap, e))?;
@@ -234,6 +240,7 @@ pub fn run(args: &RunArgs) -> Result<Summary, RunError> {
         seconds: started.elapsed().as_secs_f64(),
         stats,
         input_error,
+        warnings,
     })
 }
 

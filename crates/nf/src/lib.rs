@@ -91,6 +91,11 @@ pub trait NetworkFunction: Send {
         Ok(())
     }
 
+    /// Problems found in the configuration that did not stop the function from
+    /// starting (e.g. IPS rules skipped for an unsupported keyword), each naming its
+    /// file and line. Shown to the operator when the chain is loaded.
+    fn config_warnings(&self, _out: &mut Vec<String>) {}
+
     /// Function-specific counters (name, value) for summaries and metrics, e.g.
     /// `("alerts", 3)`. Names are snake_case and stable.
     fn counters(&self, _out: &mut Vec<(&'static str, u64)>) {}

@@ -1,2 +1,839 @@
-//! TCP stream reassembly (placeholder header; implementation in progress).
+//! TCP stream reassembly over the state API (StatelessNF Algorithm 3).
+//!
+//! A [`Reassembler`] turns the TCP packets of a batch into in-order stream bytes
+//! ([`Streams`]) that any function of the chain may consume (the IPS does). All of
+//! its state lives in a [`StateStore`], so any instance can process any packet.
+//!
+//! # State
+//!
+//! * **Connection record** (table [`TABLE_CONN`], key = canonical flow key): which
+//!   side is the client (the SYN sender), handshake flags, and per direction the
+//!   next expected sequence number, the bytes delivered so far and the sorted list
+//!   of buffered out-of-order segments `(seq u32, len u16)`. Layout (little-endian):
+//!   `[version=1 u8][flags u8][synced u8][last_seen u64]` then per direction
+//!   `[next u32][delivered u64][n u8][n × (seq u32, len u16)]`:
+//!   37 bytes plus 6 per buffered segment ([`record::record_size`]); at most
+//!   229 bytes with the default 16 segments per direction.
+//! * **Segment blobs** (table [`TABLE_SEG`], key = canonical flow, direction byte,
+//!   big-endian seq): the raw buffered bytes; their length is checked against the
+//!   record on read.
+//!
+//! # Store access per batch
+//!
+//! One round trip reads every connection record the batch touches. A second one
+//! carries, in this order, the reads of buffered blobs that packets released (only
+//! when a gap filled), deletes of those blobs, writes of newly buffered blobs, the
+//! changed records and timers. A record is written only if it changed (a pure ACK
+//! of an established connection writes nothing), or to refresh `last_seen` when it
+//! is older than an eighth of the idle timeout. Packets of one flow in a batch see
+//! each other's effects through a per-batch overlay; a segment buffered and released
+//! within the same batch never reaches the store.
+//!
+//! # Policy
+//!
+//! * **First wins.** Bytes already received (delivered or buffered) are never
+//!   replaced by a later segment covering the same sequence numbers: retransmitted
+//!   bytes are trimmed, and a new segment overlapping buffered ones only contributes
+//!   its bytes in the gaps. This is what an IPS must do to stay consistent with what
+//!   it already scanned: it can never un-scan bytes. The evasion risk is the classic
+//!   one (Ptacek & Newsham): an end host with a "last wins" stack may assemble
+//!   different bytes from conflicting overlaps than the IPS. Conflicting overlaps do
+//!   not occur in benign traffic; targets with a different policy need a normalizer.
+//! * **Out-of-order packets are forwarded** as they arrive; their bytes reach the
+//!   stream consumer only once the gap before them fills. A receiver cannot use
+//!   them before that either, so a match completed by the gap-filling packet still
+//!   lets an IPS drop that packet and block the flow before the application sees it.
+//! * **Bounded buffer, fail closed.** When buffering a segment would exceed
+//!   [`Config::max_segments`] or [`Config::max_bytes`] for its direction, it is not
+//!   buffered and the packet is dropped (`reassembly_overflow`), so its bytes never
+//!   pass unscanned; the sender retransmits.
+//! * **Mid-stream pickup.** With `midstream: false` (default), packets of
+//!   connections never seen from their SYN get no stream (`None` chunk) and pass
+//!   untouched (dropping them is the stateful firewall's job). With `midstream: true`
+//!   the first packet seen creates a record: its sender is taken as the client,
+//!   each direction starts at its first packet's sequence number, and the
+//!   connection is flagged established.
+//! * SYN payloads (TCP Fast Open) are not delivered; FIN does not advance the
+//!   sequence space (nothing may follow it). A client SYN with a new ISN restarts
+//!   the connection only if the old one is closed (RST or FIN both ways) or never
+//!   established; otherwise it is ignored, so an injected SYN cannot reset the
+//!   stream of a live connection.
+//! * A record (and its blobs) expires after [`Config::idle_timeout_secs`] without
+//!   packets; an expired record is treated as absent even before its timer fires.
+//! * Two instances racing on packets of one flow at the same instant may lose an
+//!   update (no compare-and-set on the record); flows are expected to be steered by
+//!   symmetric hash, as in StatelessNF.
+
+pub mod record;
 pub mod streams;
+
+use record::{
+    Conn, Seg, C2S, F_CLIENT_FWD, F_ESTABLISHED, F_FIN_C, F_FIN_S, F_MIDSTREAM, F_RST, F_SYNACK,
+    MAX_SEGMENTS_CAP, S2C,
+};
+use rustc_hash::FxHashMap;
+use serde::Deserialize;
+use sluice_packet::Batch;
+use sluice_state::{DecodeError, Key, Namespace, OpId, Ops, StateStore, StoreError};
+use sluice_wire::parse::{Fragment, L4};
+use sluice_wire::tcp::flags::{ACK, FIN, RST, SYN};
+use sluice_wire::FlowKey;
+pub use streams::{StreamChunk, Streams};
+
+/// Table of connection records.
+pub const TABLE_CONN: u8 = 1;
+/// Table of buffered segment blobs.
+pub const TABLE_SEG: u8 = 2;
+
+/// Reassembly settings.
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    /// Buffered out-of-order segments per direction (default 16, at most 64).
+    pub max_segments: usize,
+    /// Buffered out-of-order bytes per direction (default 65536).
+    pub max_bytes: usize,
+    /// Seconds without packets after which a connection is forgotten (default 300).
+    pub idle_timeout_secs: u64,
+    /// Deliver streams of connections picked up mid-stream (default false).
+    pub midstream: bool,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            max_segments: 16,
+            max_bytes: 65536,
+            idle_timeout_secs: 300,
+            midstream: false,
+        }
+    }
+}
+
+/// Why a batch could not be reassembled.
+#[derive(Debug, thiserror::Error)]
+pub enum ReassemblyError {
+    /// The state store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// A stored value could not be decoded.
+    #[error(transparent)]
+    Decode(#[from] DecodeError),
+}
+
+impl From<ReassemblyError> for StoreError {
+    /// For callers whose error type is the store's (the chain's stream stage): a
+    /// decode error surfaces as a protocol error of the store.
+    fn from(e: ReassemblyError) -> StoreError {
+        match e {
+            ReassemblyError::Store(e) => e,
+            ReassemblyError::Decode(e) => StoreError::Protocol(e.to_string()),
+        }
+    }
+}
+
+/// What the reassembler did, for summaries.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Counters {
+    /// TCP packets examined.
+    pub packets: u64,
+    /// Stream bytes delivered.
+    pub delivered_bytes: u64,
+    /// Segments (pieces) buffered out of order.
+    pub buffered_segments: u64,
+    /// Buffered segments released.
+    pub released_segments: u64,
+    /// Payload bytes that were already received (retransmissions, overlaps).
+    pub duplicate_bytes: u64,
+    /// Packets dropped because the out-of-order buffer was full.
+    pub overflow_drops: u64,
+    /// Connections picked up mid-stream.
+    pub midstream_pickups: u64,
+    /// TCP packets of connections without a record (no stream delivered).
+    pub untracked: u64,
+    /// Records that could not be decoded (their packets are dropped).
+    pub corrupt_records: u64,
+    /// Buffered blobs missing or damaged when released (the packet is dropped).
+    pub lost_segments: u64,
+    /// SYNs ignored because they would reset a live connection.
+    pub syn_ignored: u64,
+    /// Connections expired by their idle timer.
+    pub expired: u64,
+}
+
+#[derive(Clone, Copy)]
+enum Piece {
+    /// Bytes `start..start+len` of packet `pkt`'s payload.
+    Slice { pkt: u32, start: u16, len: u16 },
+    /// Bytes `skip..skip+len` of a blob read by `op`.
+    Stored { op: OpId, skip: u16, len: u16 },
+}
+
+struct Entry {
+    canon: FlowKey,
+    key: Key,
+    read: OpId,
+    conn: Option<Conn>,
+    corrupt: bool,
+    dirty: bool,
+    delete: bool,
+    created_at: Option<u64>,
+}
+
+struct Pending {
+    entry: u32,
+    dir: u8,
+    seq: u32,
+    pkt: u32,
+    start: u16,
+    len: u16,
+    live: bool,
+}
+
+/// TCP reassembly for one function namespace. See the crate documentation.
+pub struct Reassembler {
+    ns: Namespace,
+    cfg: Config,
+    timeout_ns: u64,
+    counters: Counters,
+    ops: Ops,
+    entries: Vec<Entry>,
+    index: FxHashMap<FlowKey, u32>,
+    pkt_entry: Vec<u32>,
+    pending: Vec<Pending>,
+    pieces: Vec<Piece>,
+    /// (packet, first piece, end piece) of deliveries that go to the arena.
+    extras: Vec<(u32, u32, u32)>,
+    del_keys: Vec<Key>,
+    keys: Vec<Key>,
+}
+
+const NONE: u32 = u32::MAX;
+
+fn seg_key(ns: Namespace, canon: &FlowKey, dir: usize, seq: u32) -> Key {
+    let s = seq.to_be_bytes();
+    Key::flow(ns, TABLE_SEG, canon, &[dir as u8, s[0], s[1], s[2], s[3]])
+}
+
+impl Reassembler {
+    /// A reassembler keeping its state in namespace `ns`.
+    pub fn new(ns: Namespace, config: Config) -> Self {
+        let mut cfg = config;
+        cfg.max_segments = cfg.max_segments.min(MAX_SEGMENTS_CAP);
+        Reassembler {
+            ns,
+            timeout_ns: cfg.idle_timeout_secs.saturating_mul(1_000_000_000).max(1),
+            cfg,
+            counters: Counters::default(),
+            ops: Ops::new(),
+            entries: Vec::new(),
+            index: FxHashMap::default(),
+            pkt_entry: Vec::new(),
+            pending: Vec::new(),
+            pieces: Vec::new(),
+            extras: Vec::new(),
+            del_keys: Vec::new(),
+            keys: Vec::new(),
+        }
+    }
+
+    /// The namespace of the reassembler's state.
+    pub fn namespace(&self) -> Namespace {
+        self.ns
+    }
+
+    /// The effective configuration (after clamping).
+    pub fn config(&self) -> &Config {
+        &self.cfg
+    }
+
+    /// What happened so far.
+    pub fn counters(&self) -> &Counters {
+        &self.counters
+    }
+
+    /// The counters as (name, value) pairs.
+    pub fn counter_list(&self, out: &mut Vec<(&'static str, u64)>) {
+        let c = &self.counters;
+        out.extend_from_slice(&[
+            ("reassembly_packets", c.packets),
+            ("reassembly_delivered_bytes", c.delivered_bytes),
+            ("reassembly_buffered_segments", c.buffered_segments),
+            ("reassembly_released_segments", c.released_segments),
+            ("reassembly_duplicate_bytes", c.duplicate_bytes),
+            ("reassembly_overflow_drops", c.overflow_drops),
+            ("reassembly_midstream_pickups", c.midstream_pickups),
+            ("reassembly_untracked", c.untracked),
+            ("reassembly_corrupt_records", c.corrupt_records),
+            ("reassembly_lost_segments", c.lost_segments),
+            ("reassembly_syn_ignored", c.syn_ignored),
+            ("reassembly_expired", c.expired),
+        ]);
+    }
+
+    /// Reassembles the live TCP packets of `batch` into `streams` (which is reset
+    /// to the batch's size first). Drops packets only to fail closed (buffer
+    /// overflow, corrupt or lost state), with `stage` as the drop stage.
+    pub fn process(
+        &mut self,
+        batch: &mut Batch,
+        store: &mut dyn StateStore,
+        streams: &mut Streams,
+        stage: u8,
+    ) -> Result<(), ReassemblyError> {
+        streams.reset(batch.len());
+        self.ops.clear();
+        self.entries.clear();
+        self.index.clear();
+        self.pkt_entry.clear();
+        self.pending.clear();
+        self.pieces.clear();
+        self.extras.clear();
+        self.del_keys.clear();
+
+        // Pass 1: one read per connection touched.
+        for p in &batch.pkts {
+            let mut ei = NONE;
+            if p.is_live() && p.meta.l4 == L4::Tcp && p.meta.fragment == Fragment::None {
+                let (canon, _) = p.meta.flow.canonical();
+                ei = match self.index.get(&canon) {
+                    Some(&e) => e,
+                    None => {
+                        let key = Key::flow(self.ns, TABLE_CONN, &canon, &[]);
+                        let read = self.ops.get(key);
+                        let e = self.entries.len() as u32;
+                        self.entries.push(Entry {
+                            canon,
+                            key,
+                            read,
+                            conn: None,
+                            corrupt: false,
+                            dirty: false,
+                            delete: false,
+                            created_at: None,
+                        });
+                        self.index.insert(canon, e);
+                        e
+                    }
+                };
+            }
+            self.pkt_entry.push(ei);
+        }
+        if self.entries.is_empty() {
+            return Ok(());
+        }
+        store.execute(&mut self.ops)?;
+        let batch_now = batch.pkts.iter().map(|p| p.ts_ns).max().unwrap_or(0);
+        for e in &mut self.entries {
+            match self.ops.decode::<Conn>(e.read) {
+                Ok(Some(c)) => {
+                    if c.last_seen.saturating_add(self.timeout_ns) < batch_now {
+                        // Expired but its timer has not run yet: forget it now.
+                        for (d, dir) in c.dirs.iter().enumerate() {
+                            for s in dir.segs() {
+                                self.del_keys.push(seg_key(self.ns, &e.canon, d, s.seq));
+                            }
+                        }
+                        e.delete = true;
+                    } else {
+                        e.conn = Some(c);
+                    }
+                }
+                Ok(None) => {}
+                Err(_) => {
+                    self.counters.corrupt_records += 1;
+                    e.corrupt = true;
+                }
+            }
+        }
+        self.ops.clear();
+
+        // Pass 2: advance every connection packet by packet.
+        for i in 0..batch.pkts.len() {
+            let ei = self.pkt_entry[i];
+            if ei == NONE {
+                continue;
+            }
+            self.counters.packets += 1;
+            match self.step(i, ei as usize, batch) {
+                Step::Chunk(c) => streams.chunks[i] = Some(c),
+                Step::Nothing => {}
+                Step::Drop(reason) => batch.pkts[i].drop_by(stage, reason),
+            }
+        }
+
+        // Writes, after the blob reads queued during pass 2.
+        for k in &self.del_keys {
+            self.ops.delete(*k);
+        }
+        for pd in &self.pending {
+            if !pd.live {
+                continue;
+            }
+            let p = &batch.pkts[pd.pkt as usize];
+            let payload = p.meta.payload(p.data());
+            let bytes = &payload[pd.start as usize..pd.start as usize + pd.len as usize];
+            let canon = self.entries[pd.entry as usize].canon;
+            self.ops
+                .put(seg_key(self.ns, &canon, pd.dir as usize, pd.seq), bytes);
+        }
+        for e in &self.entries {
+            match (&e.conn, e.dirty, e.delete) {
+                (Some(c), true, _) => {
+                    self.ops.put_value(e.key, c);
+                }
+                (None, _, true) => {
+                    self.ops.delete(e.key);
+                }
+                _ => {}
+            }
+            if let Some(t) = e.created_at {
+                self.ops.arm_timer(e.key, t.saturating_add(self.timeout_ns));
+            }
+        }
+        if !self.ops.is_empty() {
+            store.execute(&mut self.ops)?;
+        }
+
+        // Materialise released bytes into the arena.
+        for x in 0..self.extras.len() {
+            let (pkt, a, b) = self.extras[x];
+            let start = streams.arena.len();
+            let mut ok = true;
+            for piece in &self.pieces[a as usize..b as usize] {
+                match *piece {
+                    Piece::Slice { pkt, start, len } => {
+                        let p = &batch.pkts[pkt as usize];
+                        let payload = p.meta.payload(p.data());
+                        streams.arena.extend_from_slice(
+                            &payload[start as usize..start as usize + len as usize],
+                        );
+                    }
+                    Piece::Stored { op, skip, len } => {
+                        let (s, l) = (skip as usize, len as usize);
+                        match self.ops.value(op) {
+                            Some(v) if v.len() >= s + l => {
+                                streams.arena.extend_from_slice(&v[s..s + l])
+                            }
+                            _ => {
+                                ok = false;
+                                break;
+                            }
+                        }
+                    }
+                }
+            }
+            let i = pkt as usize;
+            if ok {
+                if let Some(c) = &mut streams.chunks[i] {
+                    c.extra_start = start as u32;
+                    c.extra_len = (streams.arena.len() - start) as u32;
+                    self.counters.delivered_bytes += c.extra_len as u64;
+                }
+            } else {
+                // The bytes were forwarded when buffered but are gone now: never let
+                // the packet that would have revealed them pass unscanned.
+                streams.arena.truncate(start);
+                streams.chunks[i] = None;
+                self.counters.lost_segments += 1;
+                batch.pkts[i].drop_by(stage, "reassembly_segment_lost");
+            }
+        }
+        Ok(())
+    }
+
+    fn step(&mut self, i: usize, ei: usize, batch: &Batch) -> Step {
+        let p = &batch.pkts[i];
+        let m = &p.meta;
+        let now = p.ts_ns;
+        let flags = m.tcp_flags;
+        let syn_only = flags & (SYN | ACK) == SYN;
+        let (_, side) = m.flow.canonical();
+        let fwd = side == sluice_wire::flow::Side::Forward;
+        let e = &mut self.entries[ei];
+        if e.corrupt && !syn_only {
+            return Step::Drop("reassembly_state_corrupt");
+        }
+
+        // A client SYN may (re)start the connection.
+        if syn_only {
+            let restart = match &e.conn {
+                None => true,
+                Some(c) => {
+                    let client = c.has(F_CLIENT_FWD) == fwd;
+                    let isn_next = m.tcp_seq.wrapping_add(1);
+                    let base = c.dirs[C2S].next.wrapping_sub(c.dirs[C2S].delivered as u32);
+                    if client && base == isn_next && c.synced(C2S) {
+                        false // retransmitted SYN
+                    } else if c.closed() || !c.has(F_ESTABLISHED) {
+                        true
+                    } else {
+                        self.counters.syn_ignored += 1;
+                        false
+                    }
+                }
+            };
+            if restart {
+                if let Some(old) = &e.conn {
+                    for (d, dir) in old.dirs.iter().enumerate() {
+                        for s in dir.segs() {
+                            self.del_keys.push(seg_key(self.ns, &e.canon, d, s.seq));
+                        }
+                    }
+                    for pd in &mut self.pending {
+                        if pd.entry == ei as u32 {
+                            pd.live = false;
+                        }
+                    }
+                }
+                let mut c = Conn {
+                    flags: if fwd { F_CLIENT_FWD } else { 0 },
+                    synced: 1 << C2S,
+                    last_seen: now,
+                    ..Conn::default()
+                };
+                c.dirs[C2S].next = m.tcp_seq.wrapping_add(1);
+                e.conn = Some(c);
+                e.corrupt = false;
+                e.dirty = true;
+                e.delete = false;
+                e.created_at = Some(now);
+                return Step::Chunk(StreamChunk {
+                    to_server: true,
+                    ..StreamChunk::default()
+                });
+            }
+        }
+
+        if e.conn.is_none() {
+            if flags & RST != 0 || !self.cfg.midstream {
+                self.counters.untracked += 1;
+                return Step::Nothing;
+            }
+            // Mid-stream pickup: the sender of a SYN-ACK is the server, otherwise
+            // the first sender is taken as the client.
+            let synack = flags & (SYN | ACK) == SYN | ACK;
+            let client_fwd = if synack { !fwd } else { fwd };
+            let mut c = Conn {
+                flags: F_MIDSTREAM
+                    | if client_fwd { F_CLIENT_FWD } else { 0 }
+                    | if synack { 0 } else { F_ESTABLISHED },
+                last_seen: now,
+                ..Conn::default()
+            };
+            if synack {
+                c.flags |= F_SYNACK;
+                c.synced = 1 << S2C;
+                c.dirs[S2C].next = m.tcp_seq.wrapping_add(1);
+            }
+            self.counters.midstream_pickups += 1;
+            e.conn = Some(c);
+            e.dirty = true;
+            e.delete = false;
+            e.created_at = Some(now);
+            if synack {
+                return Step::Chunk(StreamChunk::default());
+            }
+        }
+
+        let Some(c) = e.conn.as_mut() else {
+            return Step::Nothing;
+        };
+        let d = if c.has(F_CLIENT_FWD) == fwd { C2S } else { S2C };
+        // The fields a packet can change, for change detection and rollback (the
+        // segment list changes only with its length).
+        let before = Snapshot::of(c);
+
+        if flags & RST != 0 {
+            c.flags |= F_RST;
+        } else if flags & SYN != 0 {
+            if d == S2C && flags & ACK != 0 && !c.synced(S2C) {
+                c.synced |= 1 << S2C;
+                c.flags |= F_SYNACK;
+                c.dirs[S2C].next = m.tcp_seq.wrapping_add(1);
+            }
+        } else {
+            if d == C2S
+                && flags & ACK != 0
+                && c.has(F_SYNACK)
+                && !c.has(F_ESTABLISHED)
+                && c.synced(S2C)
+                && m.tcp_ack == c.dirs[S2C].next.wrapping_sub(c.dirs[S2C].delivered as u32)
+            {
+                c.flags |= F_ESTABLISHED;
+            }
+            if !c.synced(d) && c.has(F_MIDSTREAM) {
+                c.synced |= 1 << d;
+                c.dirs[d].next = m.tcp_seq;
+            }
+            if flags & FIN != 0 {
+                c.flags |= if d == C2S { F_FIN_C } else { F_FIN_S };
+            }
+        }
+
+        let mut chunk = StreamChunk {
+            to_server: d == C2S,
+            established: c.has(F_ESTABLISHED),
+            stream_offset: c.dirs[d].delivered,
+            ..StreamChunk::default()
+        };
+        let len = m.payload_len as i64;
+        let mut result = Step::Chunk(chunk);
+        if flags & (SYN | RST) == 0 && len > 0 {
+            if !c.synced(d) {
+                result = Step::Nothing;
+            } else {
+                let dir = &mut c.dirs[d];
+                let off = dir.rel(m.tcp_seq);
+                let end = off + len;
+                if end <= 0 {
+                    self.counters.duplicate_bytes += len as u64;
+                } else if off <= 0 {
+                    // In order: own bytes interleaved with buffered ones (first wins).
+                    let mut own_total: i64 = 0;
+                    let first_piece = self.pieces.len() as u32;
+                    let mut cur: i64 = 0;
+                    let mut own_set = false;
+                    loop {
+                        if dir.n > 0 && dir.rel(dir.segs[0].seq) <= cur {
+                            let sg = dir.remove_first();
+                            let srel = dir.rel(sg.seq);
+                            let skip = (cur - srel).max(0);
+                            let slen = sg.len as i64 - skip;
+                            if slen > 0 {
+                                let piece = match self.pending.iter_mut().find(|pd| {
+                                    pd.live
+                                        && pd.entry == ei as u32
+                                        && pd.dir as usize == d
+                                        && pd.seq == sg.seq
+                                }) {
+                                    Some(pd) => {
+                                        pd.live = false;
+                                        Piece::Slice {
+                                            pkt: pd.pkt,
+                                            start: pd.start + skip as u16,
+                                            len: slen as u16,
+                                        }
+                                    }
+                                    None => {
+                                        let k = seg_key(self.ns, &e.canon, d, sg.seq);
+                                        let op = self.ops.get(k);
+                                        self.del_keys.push(k);
+                                        Piece::Stored {
+                                            op,
+                                            skip: skip as u16,
+                                            len: slen as u16,
+                                        }
+                                    }
+                                };
+                                self.pieces.push(piece);
+                                cur += slen;
+                            } else if let Some(pd) = self.pending.iter_mut().find(|pd| {
+                                pd.live
+                                    && pd.entry == ei as u32
+                                    && pd.dir as usize == d
+                                    && pd.seq == sg.seq
+                            }) {
+                                pd.live = false;
+                            } else {
+                                self.del_keys.push(seg_key(self.ns, &e.canon, d, sg.seq));
+                            }
+                            self.counters.released_segments += 1;
+                            continue;
+                        }
+                        if cur < end {
+                            let limit = if dir.n > 0 {
+                                end.min(dir.rel(dir.segs[0].seq))
+                            } else {
+                                end
+                            };
+                            let start = (cur - off) as u16;
+                            let l = (limit - cur) as u16;
+                            own_total += l as i64;
+                            if !own_set {
+                                chunk.own_start = start;
+                                chunk.own_len = l;
+                                own_set = true;
+                                self.counters.delivered_bytes += l as u64;
+                            } else {
+                                self.pieces.push(Piece::Slice {
+                                    pkt: i as u32,
+                                    start,
+                                    len: l,
+                                });
+                            }
+                            cur = limit;
+                            continue;
+                        }
+                        break;
+                    }
+                    self.counters.duplicate_bytes += (len - own_total) as u64;
+                    let last_piece = self.pieces.len() as u32;
+                    if last_piece > first_piece {
+                        self.extras.push((i as u32, first_piece, last_piece));
+                    }
+                    dir.next = dir.next.wrapping_add(cur as u32);
+                    dir.delivered += cur as u64;
+                    result = Step::Chunk(chunk);
+                } else {
+                    // Out of order: buffer only the bytes in gaps between buffered ones.
+                    let mut gaps = [(0i64, 0i64); MAX_SEGMENTS_CAP + 1];
+                    let mut ng = 0;
+                    let mut cur = off;
+                    for s in dir.segs() {
+                        let (a, b) = (dir.rel(s.seq), dir.rel(s.seq) + s.len as i64);
+                        if b <= cur {
+                            continue;
+                        }
+                        if a >= end {
+                            break;
+                        }
+                        if a > cur {
+                            gaps[ng] = (cur, a);
+                            ng += 1;
+                        }
+                        cur = cur.max(b);
+                    }
+                    if cur < end {
+                        gaps[ng] = (cur, end);
+                        ng += 1;
+                    }
+                    let new_bytes: i64 = gaps[..ng].iter().map(|(a, b)| b - a).sum();
+                    self.counters.duplicate_bytes += (len - new_bytes) as u64;
+                    if ng > 0 {
+                        if dir.n as usize + ng > self.cfg.max_segments
+                            || dir.buffered_bytes() + new_bytes as usize > self.cfg.max_bytes
+                        {
+                            self.counters.overflow_drops += 1;
+                            // Nothing changed except maybe flags from this packet:
+                            // roll back so a dropped packet leaves no trace.
+                            before.restore(c);
+                            return Step::Drop("reassembly_overflow");
+                        }
+                        for &(a, b) in &gaps[..ng] {
+                            let seq = dir.next.wrapping_add(a as u32);
+                            dir.insert(Seg {
+                                seq,
+                                len: (b - a) as u16,
+                            });
+                            self.pending.push(Pending {
+                                entry: ei as u32,
+                                dir: d as u8,
+                                seq,
+                                pkt: i as u32,
+                                start: (a - off) as u16,
+                                len: (b - a) as u16,
+                                live: true,
+                            });
+                            self.counters.buffered_segments += 1;
+                        }
+                    }
+                }
+            }
+        }
+        if let Step::Chunk(ch) = &mut result {
+            ch.established = c.has(F_ESTABLISHED);
+        }
+        if Snapshot::of(c) != before {
+            e.dirty = true;
+        }
+        if e.dirty || now > c.last_seen.saturating_add(self.timeout_ns / 8) {
+            c.last_seen = c.last_seen.max(now);
+            e.dirty = true;
+        }
+        result
+    }
+
+    /// Expires connections idle for the timeout at `now_ns`: deletes their records
+    /// and buffered blobs. Returns how many were expired.
+    pub fn on_timers(
+        &mut self,
+        now_ns: u64,
+        store: &mut dyn StateStore,
+    ) -> Result<usize, ReassemblyError> {
+        let mut expired = 0;
+        loop {
+            self.keys.clear();
+            store.take_expired(self.ns, now_ns, 256, &mut self.keys)?;
+            if self.keys.is_empty() {
+                return Ok(expired);
+            }
+            let full = self.keys.len() == 256;
+            self.ops.clear();
+            let ids: Vec<OpId> = self.keys.iter().map(|k| self.ops.get(*k)).collect();
+            store.execute(&mut self.ops)?;
+            self.del_keys.clear();
+            let mut rearm: Vec<(Key, u64)> = Vec::new();
+            for (k, id) in self.keys.iter().zip(ids) {
+                match self.ops.decode::<Conn>(id).transpose() {
+                    None => {}
+                    Some(Ok(c)) if c.last_seen.saturating_add(self.timeout_ns) > now_ns => {
+                        rearm.push((*k, c.last_seen + self.timeout_ns));
+                    }
+                    Some(res) => {
+                        if let (Ok(c), Some(canon)) = (res, k.flow_key()) {
+                            for (d, dir) in c.dirs.iter().enumerate() {
+                                for s in dir.segs() {
+                                    self.del_keys.push(seg_key(self.ns, &canon, d, s.seq));
+                                }
+                            }
+                        }
+                        self.del_keys.push(*k);
+                        expired += 1;
+                        self.counters.expired += 1;
+                    }
+                }
+            }
+            self.ops.clear();
+            for k in &self.del_keys {
+                self.ops.delete(*k);
+            }
+            for (k, t) in rearm {
+                self.ops.arm_timer(k, t);
+            }
+            if !self.ops.is_empty() {
+                store.execute(&mut self.ops)?;
+            }
+            if !full {
+                return Ok(expired);
+            }
+        }
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct Snapshot {
+    flags: u8,
+    synced: u8,
+    next: [u32; 2],
+    delivered: [u64; 2],
+    n: [u8; 2],
+}
+
+impl Snapshot {
+    fn of(c: &Conn) -> Snapshot {
+        Snapshot {
+            flags: c.flags,
+            synced: c.synced,
+            next: [c.dirs[0].next, c.dirs[1].next],
+            delivered: [c.dirs[0].delivered, c.dirs[1].delivered],
+            n: [c.dirs[0].n, c.dirs[1].n],
+        }
+    }
+
+    /// Undoes a packet's changes made before any segment was inserted or removed.
+    fn restore(&self, c: &mut Conn) {
+        c.flags = self.flags;
+        c.synced = self.synced;
+        for d in 0..2 {
+            c.dirs[d].next = self.next[d];
+            c.dirs[d].delivered = self.delivered[d];
+        }
+    }
+}
+
+enum Step {
+    Chunk(StreamChunk),
+    Nothing,
+    Drop(&'static str),
+}

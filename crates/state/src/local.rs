@@ -42,6 +42,8 @@ impl Val {
                 bytes[..b.len()].copy_from_slice(b);
                 *len = b.len() as u8;
             }
+            // Records are usually rewritten at the same size: reuse the allocation.
+            Val::Heap(h) if h.len() == b.len() => h.copy_from_slice(b),
             _ => *self = Val::new(b),
         }
     }

@@ -1,0 +1,577 @@
+//! The stateful firewall (StatelessNF Algorithm 4, Table 4.1).
+//!
+//! Ordered allow/deny rules ([`rules`]) decide only *new* connections: the first
+//! packet of a flow (a TCP SYN, any UDP datagram, an ICMP echo request). Allowed
+//! connections get a conntrack record ([`conntrack::Conn`], 11 bytes) in the state
+//! store under the flow's canonical (direction-invariant) key, so replies and later
+//! packets pass on their state alone, whichever instance sees them.
+//!
+//! Per batch: one `execute` reads the records of every flow in the batch, a second
+//! writes those whose state changed (or whose `last_seen` is older than the refresh
+//! granularity) and arms their timers. Established packets therefore cost one read,
+//! batched, and a write at most once per `refresh_ms` per flow.
+
+pub mod conntrack;
+pub mod rules;
+
+use std::path::{Path, PathBuf};
+
+use rustc_hash::FxHashMap;
+use serde::Deserialize;
+use sluice_nf::{Batch, Ctx, Emitted, NetworkFunction, NfError};
+use sluice_state::{Key, Namespace, OpId, Ops, StateStore};
+use sluice_wire::build::{tcp_repr, write_frame, Transport};
+use sluice_wire::flow::Side;
+use sluice_wire::icmp;
+use sluice_wire::parse::{Fragment, PacketMeta, L4};
+use sluice_wire::tcp::flags::{ACK, RST, SYN};
+
+pub use conntrack::{Conn, State, CONN_BYTES};
+pub use rules::{Action, RuleError, RuleSet};
+
+/// Table byte of conntrack records.
+const TABLE_CONN: u8 = 1;
+/// Timers taken per `take_expired` call.
+const TIMER_BATCH: usize = 1024;
+
+/// Per-state timeouts, in seconds.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Timeouts {
+    /// Handshake in progress (SYN_SENT, SYN_RECEIVED). Default 30.
+    pub tcp_syn: u64,
+    /// ESTABLISHED. Default 3600.
+    pub tcp_established: u64,
+    /// Half-closed or both FINs sent (FIN_WAIT, LAST_ACK). Default 120.
+    pub tcp_closing: u64,
+    /// TIME_WAIT. Default 120.
+    pub tcp_time_wait: u64,
+    /// After a RST (CLOSED). Default 10.
+    pub tcp_closed: u64,
+    /// UDP idle timeout. Default 30.
+    pub udp: u64,
+    /// ICMP echo idle timeout. Default 30.
+    pub icmp: u64,
+    /// Other IP protocols' idle timeout. Default 60.
+    pub other: u64,
+}
+
+impl Default for Timeouts {
+    fn default() -> Self {
+        Timeouts {
+            tcp_syn: 30,
+            tcp_established: 3600,
+            tcp_closing: 120,
+            tcp_time_wait: 120,
+            tcp_closed: 10,
+            udp: 30,
+            icmp: 30,
+            other: 60,
+        }
+    }
+}
+
+/// Firewall configuration (YAML under `type: firewall`).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    /// Rule file, relative to the configuration's directory. Exactly one of
+    /// `rules_file` and `rules` must be given.
+    pub rules_file: Option<PathBuf>,
+    /// Inline rules in the same syntax (errors name the file `<inline>`).
+    pub rules: Option<String>,
+    /// Answer a TCP packet that has no state (and is not a SYN or RST) with a RST
+    /// instead of dropping it silently. Default false.
+    pub reject_with_rst: bool,
+    /// Pass non-first IP fragments without any check (they carry no ports, so
+    /// they can be neither matched against rules nor tracked). Default false: they
+    /// are dropped with reason `fragment`.
+    pub allow_fragments: bool,
+    /// Timeouts.
+    pub timeouts: Timeouts,
+    /// A record's `last_seen` is rewritten at most once per this many milliseconds
+    /// per flow, so idle timeouts are accurate to within it. Default 1000.
+    pub refresh_ms: u64,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            rules_file: None,
+            rules: None,
+            reject_with_rst: false,
+            allow_fragments: false,
+            timeouts: Timeouts::default(),
+            refresh_ms: 1000,
+        }
+    }
+}
+
+/// A configuration the firewall cannot run with.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// A rule is malformed.
+    #[error(transparent)]
+    Rules(#[from] RuleError),
+    /// The rule file cannot be read.
+    #[error("{path}: cannot read rule file: {source}")]
+    Io {
+        /// The path as resolved.
+        path: String,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// Any other problem.
+    #[error("firewall config: {0}")]
+    Invalid(String),
+}
+
+/// Builds a firewall; `base_dir` resolves a relative `rules_file`.
+pub fn build(config: &Config, ns: Namespace, base_dir: &Path) -> Result<Firewall, ConfigError> {
+    let rules = match (&config.rules_file, &config.rules) {
+        (Some(f), None) => {
+            let path = base_dir.join(f);
+            let text = std::fs::read_to_string(&path).map_err(|source| ConfigError::Io {
+                path: path.display().to_string(),
+                source,
+            })?;
+            RuleSet::parse(&text, &f.display().to_string())?
+        }
+        (None, Some(text)) => RuleSet::parse(text, "<inline>")?,
+        _ => {
+            return Err(ConfigError::Invalid(
+                "exactly one of `rules_file` and `rules` is required".into(),
+            ))
+        }
+    };
+    Ok(Firewall::new(rules, config, ns))
+}
+
+#[derive(Debug, Default, Clone, Copy)]
+struct Counters {
+    packets: u64,
+    new_flows: u64,
+    rule_denies: u64,
+    no_state: u64,
+    related: u64,
+    fragments: u64,
+    fragments_passed: u64,
+    stateless_icmp: u64,
+    expired: u64,
+    rsts_sent: u64,
+    decode_errors: u64,
+}
+
+#[derive(Clone, Copy)]
+enum Plan {
+    Skip,
+    Flow { slot: u32, forward: bool },
+    Related { slot: u32 },
+}
+
+struct Slot {
+    key: Key,
+    get: OpId,
+    cur: Option<Conn>,
+    dirty: bool,
+    rearm: bool,
+}
+
+/// The firewall. See the crate documentation.
+pub struct Firewall {
+    ns: Namespace,
+    rules: RuleSet,
+    reject_with_rst: bool,
+    allow_fragments: bool,
+    /// Timeout per [`State`] discriminant, in ns.
+    timeout_ns: [u64; 11],
+    refresh_ns: u64,
+    ops: Ops,
+    ops2: Ops,
+    slots: Vec<Slot>,
+    slot_of: FxHashMap<Key, u32>,
+    plan: Vec<Plan>,
+    keys: Vec<Key>,
+    gets: Vec<OpId>,
+    deletes: Vec<OpId>,
+    c: Counters,
+}
+
+impl Firewall {
+    /// A firewall with compiled `rules` and the rest of `config`.
+    pub fn new(rules: RuleSet, config: &Config, ns: Namespace) -> Firewall {
+        let t = &config.timeouts;
+        let s = |x: u64| x.saturating_mul(1_000_000_000);
+        let mut timeout_ns = [0u64; 11];
+        for (st, v) in [
+            (State::SynSent, t.tcp_syn),
+            (State::SynReceived, t.tcp_syn),
+            (State::Established, t.tcp_established),
+            (State::FinWait, t.tcp_closing),
+            (State::LastAck, t.tcp_closing),
+            (State::TimeWait, t.tcp_time_wait),
+            (State::Closed, t.tcp_closed),
+            (State::Udp, t.udp),
+            (State::IcmpEcho, t.icmp),
+            (State::Other, t.other),
+        ] {
+            timeout_ns[st as usize] = s(v);
+        }
+        Firewall {
+            ns,
+            rules,
+            reject_with_rst: config.reject_with_rst,
+            allow_fragments: config.allow_fragments,
+            timeout_ns,
+            refresh_ns: config.refresh_ms.saturating_mul(1_000_000),
+            ops: Ops::new(),
+            ops2: Ops::new(),
+            slots: Vec::new(),
+            slot_of: FxHashMap::default(),
+            plan: Vec::new(),
+            keys: Vec::new(),
+            gets: Vec::new(),
+            deletes: Vec::new(),
+            c: Counters::default(),
+        }
+    }
+
+    /// The rule set.
+    pub fn rules(&self) -> &RuleSet {
+        &self.rules
+    }
+
+    #[inline]
+    fn deadline(&self, c: &Conn) -> u64 {
+        c.last_seen_ns
+            .saturating_add(self.timeout_ns[c.state as usize])
+    }
+
+    /// A record is live until `last_seen + timeout`; past that it counts as absent
+    /// even if its timer has not fired, so behaviour never depends on timer timing.
+    #[inline]
+    fn alive(&self, c: &Conn, now: u64) -> bool {
+        now < self.deadline(c)
+    }
+
+    fn slot_for(&mut self, key: Key) -> u32 {
+        let s = self.slots.len() as u32;
+        match self.slot_of.entry(key) {
+            std::collections::hash_map::Entry::Occupied(e) => return *e.get(),
+            std::collections::hash_map::Entry::Vacant(e) => {
+                e.insert(s);
+            }
+        }
+        let get = self.ops.get(key);
+        self.slots.push(Slot {
+            key,
+            get,
+            cur: None,
+            dirty: false,
+            rearm: false,
+        });
+        s
+    }
+
+    fn classify(&mut self, m: &PacketMeta) -> Result<Plan, &'static str> {
+        if m.fragment == Fragment::Later {
+            if self.allow_fragments {
+                self.c.fragments_passed += 1;
+                return Ok(Plan::Skip);
+            }
+            self.c.fragments += 1;
+            return Err("fragment");
+        }
+        if m.l4 == L4::Icmp {
+            let v6 = m.is_v6();
+            if let Some(e) = m.icmp_embedded.filter(|_| icmp::is_error(m.icmp_type, v6)) {
+                let key = Key::flow(self.ns, TABLE_CONN, &e.flow.canonical().0, &[]);
+                return Ok(Plan::Related {
+                    slot: self.slot_for(key),
+                });
+            }
+            if !icmp::is_echo(m.icmp_type, v6) {
+                // Neither a conversation nor about one (e.g. neighbour discovery):
+                // the rules decide every such packet.
+                self.c.stateless_icmp += 1;
+                return match self.rules.decide(&m.flow).0 {
+                    Action::Allow => Ok(Plan::Skip),
+                    Action::Deny => {
+                        self.c.rule_denies += 1;
+                        Err("rule_deny")
+                    }
+                };
+            }
+        }
+        let (canon, side) = m.flow.canonical();
+        let key = Key::flow(self.ns, TABLE_CONN, &canon, &[]);
+        Ok(Plan::Flow {
+            slot: self.slot_for(key),
+            forward: side == Side::Forward,
+        })
+    }
+
+    fn initial_state(m: &PacketMeta) -> State {
+        match m.l4 {
+            L4::Tcp => State::SynSent,
+            L4::Udp => State::Udp,
+            L4::Icmp => State::IcmpEcho,
+            _ => State::Other,
+        }
+    }
+
+    /// The verdict of a packet of a flow: `Ok` to pass, `Err(reason)` to drop.
+    fn decide_flow(
+        &mut self,
+        m: &PacketMeta,
+        now: u64,
+        slot: usize,
+        forward: bool,
+    ) -> Result<(), &'static str> {
+        let cur = self.slots[slot].cur.filter(|c| self.alive(c, now));
+        let tcp = m.l4 == L4::Tcp;
+        let pure_syn = tcp && m.tcp_flags & (SYN | ACK | RST) == SYN;
+        match cur {
+            // A fresh SYN on a closed connection's 4-tuple starts a new connection.
+            Some(c) if !(pure_syn && matches!(c.state, State::TimeWait | State::Closed)) => {
+                let from_init = forward ^ (c.flags & conntrack::INIT_REVERSE != 0);
+                let mut n = c;
+                if tcp {
+                    (n.state, n.flags) = c.tcp_step(m.tcp_flags, from_init);
+                }
+                let changed = n.state != c.state || n.flags != c.flags;
+                if changed || now.saturating_sub(c.last_seen_ns) >= self.refresh_ns {
+                    n.last_seen_ns = now.max(c.last_seen_ns);
+                    let s = &mut self.slots[slot];
+                    s.cur = Some(n);
+                    s.dirty = true;
+                    s.rearm |= n.state != c.state;
+                }
+                Ok(())
+            }
+            _ => {
+                let eligible = match m.l4 {
+                    L4::Tcp => pure_syn,
+                    L4::Icmp => {
+                        matches!(m.icmp_type, icmp::v4::ECHO_REQUEST | icmp::v6::ECHO_REQUEST)
+                    }
+                    _ => true,
+                };
+                if !eligible {
+                    self.c.no_state += 1;
+                    return Err("no_state");
+                }
+                match self.rules.decide(&m.flow).0 {
+                    Action::Deny => {
+                        self.c.rule_denies += 1;
+                        Err("rule_deny")
+                    }
+                    Action::Allow => {
+                        self.c.new_flows += 1;
+                        let s = &mut self.slots[slot];
+                        s.cur = Some(Conn {
+                            state: Self::initial_state(m),
+                            flags: if forward { 0 } else { conntrack::INIT_REVERSE },
+                            last_seen_ns: now,
+                        });
+                        s.dirty = true;
+                        s.rearm = true;
+                        Ok(())
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Builds the RST answering a TCP segment (RFC 793 §3.4 reset generation): if the
+/// segment has ACK, the RST's sequence number is that ACK; otherwise the RST has
+/// sequence 0 and acknowledges the segment. Addresses, ports and MACs are swapped.
+pub fn build_rst(frame: &[u8], m: &PacketMeta) -> Option<Vec<u8>> {
+    if m.l4 != L4::Tcp || frame.len() < 12 {
+        return None;
+    }
+    let (seq, ack, flags) = if m.tcp_flags & ACK != 0 {
+        (m.tcp_ack, 0, RST)
+    } else {
+        (0, m.tcp_seq.wrapping_add(m.tcp_seg_len()), RST | ACK)
+    };
+    let mut repr = tcp_repr(m.flow.dst_port, m.flow.src_port, seq, ack, flags);
+    repr.window = 0;
+    let mut buf = vec![0u8; 14 + 40 + 20];
+    let n = write_frame(&mut buf, m.flow.dst, m.flow.src, Transport::Tcp(repr), &[]).ok()?;
+    buf.truncate(n);
+    buf[0..6].copy_from_slice(&frame[6..12]);
+    buf[6..12].copy_from_slice(&frame[0..6]);
+    if m.vlan_tci.is_some() && frame.len() >= 16 {
+        buf.splice(12..12, frame[12..16].iter().copied());
+    }
+    Some(buf)
+}
+
+impl NetworkFunction for Firewall {
+    fn kind(&self) -> &'static str {
+        "firewall"
+    }
+
+    fn namespace(&self) -> Namespace {
+        self.ns
+    }
+
+    fn process(
+        &mut self,
+        batch: &mut Batch,
+        ctx: &mut Ctx<'_>,
+        store: &mut dyn StateStore,
+    ) -> Result<(), NfError> {
+        self.ops.clear();
+        self.slots.clear();
+        self.slot_of.clear();
+        self.plan.clear();
+        for p in batch.pkts.iter_mut() {
+            let plan = if !p.is_live() || !p.meta.is_ip() {
+                Plan::Skip
+            } else {
+                self.c.packets += 1;
+                match self.classify(&p.meta) {
+                    Ok(plan) => plan,
+                    Err(reason) => {
+                        p.drop_by(ctx.stage, reason);
+                        Plan::Skip
+                    }
+                }
+            };
+            self.plan.push(plan);
+        }
+        if self.slots.is_empty() {
+            return Ok(());
+        }
+        store.execute(&mut self.ops)?;
+        for s in self.slots.iter_mut() {
+            s.cur = match self.ops.decode::<Conn>(s.get) {
+                Ok(v) => v,
+                Err(_) => {
+                    self.c.decode_errors += 1;
+                    None
+                }
+            };
+        }
+        for i in 0..batch.pkts.len() {
+            let p = &mut batch.pkts[i];
+            let now = p.ts_ns;
+            match self.plan[i] {
+                Plan::Skip => {}
+                Plan::Related { slot } => {
+                    if self.slots[slot as usize]
+                        .cur
+                        .is_some_and(|c| self.alive(&c, now))
+                    {
+                        self.c.related += 1;
+                    } else {
+                        self.c.no_state += 1;
+                        p.drop_by(ctx.stage, "no_state");
+                    }
+                }
+                Plan::Flow { slot, forward } => {
+                    let m = p.meta;
+                    if let Err(reason) = self.decide_flow(&m, now, slot as usize, forward) {
+                        p.drop_by(ctx.stage, reason);
+                        if reason == "no_state"
+                            && self.reject_with_rst
+                            && m.l4 == L4::Tcp
+                            && m.tcp_flags & RST == 0
+                        {
+                            if let Some(frame) = build_rst(p.data(), &m) {
+                                self.c.rsts_sent += 1;
+                                ctx.emit.push(Emitted {
+                                    frame,
+                                    in_reply_to: i,
+                                });
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        self.ops.clear();
+        for s in &self.slots {
+            if let (true, Some(c)) = (s.dirty, s.cur) {
+                self.ops.put_value(s.key, &c);
+                if s.rearm {
+                    let d = c
+                        .last_seen_ns
+                        .saturating_add(self.timeout_ns[c.state as usize]);
+                    self.ops.arm_timer(s.key, d);
+                }
+            }
+        }
+        store.execute(&mut self.ops)?;
+        Ok(())
+    }
+
+    fn on_timers(&mut self, ctx: &mut Ctx<'_>, store: &mut dyn StateStore) -> Result<(), NfError> {
+        let now = ctx.now_ns;
+        loop {
+            self.keys.clear();
+            store.take_expired(self.ns, now, TIMER_BATCH, &mut self.keys)?;
+            if self.keys.is_empty() {
+                return Ok(());
+            }
+            self.ops.clear();
+            self.gets.clear();
+            for &k in &self.keys {
+                self.gets.push(self.ops.get(k));
+            }
+            store.execute(&mut self.ops)?;
+            self.ops2.clear();
+            self.deletes.clear();
+            for (&k, &get) in self.keys.iter().zip(&self.gets) {
+                match self.ops.decode::<Conn>(get) {
+                    Ok(None) => {}
+                    Ok(Some(c)) if self.alive(&c, now) => {
+                        self.ops2.arm_timer(k, self.deadline(&c));
+                    }
+                    Ok(Some(_)) => {
+                        // Only if unchanged: a packet may have just revived the flow.
+                        let old = self.ops.value(get).unwrap_or_default();
+                        self.deletes
+                            .push(self.ops2.compare_and_set_raw(k, Some(old), None));
+                    }
+                    Err(_) => {
+                        self.c.decode_errors += 1;
+                        self.ops2.delete(k);
+                    }
+                }
+            }
+            store.execute(&mut self.ops2)?;
+            self.c.expired += self
+                .deletes
+                .iter()
+                .filter(|&&d| self.ops2.swapped(d))
+                .count() as u64;
+            if self.keys.len() < TIMER_BATCH {
+                return Ok(());
+            }
+        }
+    }
+
+    fn counters(&self, out: &mut Vec<(&'static str, u64)>) {
+        let c = &self.c;
+        out.extend_from_slice(&[
+            ("packets", c.packets),
+            ("new_flows", c.new_flows),
+            ("rule_denies", c.rule_denies),
+            ("no_state", c.no_state),
+            ("related", c.related),
+            ("fragments_dropped", c.fragments),
+            ("fragments_passed", c.fragments_passed),
+            ("stateless_icmp", c.stateless_icmp),
+            ("expired", c.expired),
+            ("rsts_sent", c.rsts_sent),
+            ("decode_errors", c.decode_errors),
+        ]);
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,569 @@
+//! The rule language and its matcher.
+//!
+//! One rule per line, `#` starts a comment:
+//!
+//! ```text
+//! allow tcp from 10.0.0.0/8 to 192.0.2.0/24 port 80,443
+//! deny udp from any to any port 1000-2000
+//! allow icmp
+//! allow any from 2001:db8::/32
+//! default deny
+//! ```
+//!
+//! `ACTION PROTO [from ADDRS] [to ADDRS] [sport PORTS] [port|dport PORTS]`, where
+//! ACTION is `allow` (or `accept`) or `deny` (or `drop`); PROTO is `tcp`, `udp`,
+//! `icmp`, `icmpv6` or `any`; ADDRS is `any` or a comma-separated list of addresses
+//! and CIDR prefixes of either family; PORTS is a comma-separated list of ports and
+//! inclusive ranges `lo-hi`. Clauses may come in any order, each at most once.
+//! A rule with port clauses matches only TCP and UDP packets. The first matching
+//! rule decides; `default allow|deny` sets the policy when none matches (deny if
+//! absent).
+
+use sluice_wire::{FlowKey, IpAddr};
+
+/// Allow or deny.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    /// Let the connection through (and track it).
+    Allow,
+    /// Drop it.
+    Deny,
+}
+
+/// A rule-file problem at a given line.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{file}:{line}: {msg}")]
+pub struct RuleError {
+    /// The file name (or `<inline>`).
+    pub file: String,
+    /// 1-based line number.
+    pub line: usize,
+    /// What is wrong.
+    pub msg: String,
+}
+
+#[derive(Debug, Clone, Default)]
+struct Prefixes {
+    any: bool,
+    v4: Vec<(u32, u32)>,
+    v6: Vec<(u128, u128)>,
+}
+
+impl Prefixes {
+    #[inline]
+    fn matches(&self, a: &IpAddr) -> bool {
+        if self.any {
+            return true;
+        }
+        match a {
+            IpAddr::V4(b) => {
+                let x = u32::from_be_bytes(*b);
+                self.v4.iter().any(|&(net, mask)| x & mask == net)
+            }
+            IpAddr::V6(b) => {
+                let x = u128::from_be_bytes(*b);
+                self.v6.iter().any(|&(net, mask)| x & mask == net)
+            }
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+struct Rule {
+    action: Action,
+    /// IP protocol number, 0 for any.
+    proto: u8,
+    src: Prefixes,
+    dst: Prefixes,
+    sports: Vec<(u16, u16)>,
+    dports: Vec<(u16, u16)>,
+    line: u32,
+}
+
+#[inline]
+fn ports_match(ranges: &[(u16, u16)], p: u16) -> bool {
+    ranges.is_empty() || ranges.iter().any(|&(lo, hi)| lo <= p && p <= hi)
+}
+
+impl Rule {
+    #[inline]
+    fn matches(&self, f: &FlowKey) -> bool {
+        if self.proto != 0 && self.proto != f.proto {
+            return false;
+        }
+        if !(self.sports.is_empty() && self.dports.is_empty()) {
+            if !matches!(f.proto, 6 | 17) {
+                return false;
+            }
+            if !ports_match(&self.sports, f.src_port) || !ports_match(&self.dports, f.dst_port) {
+                return false;
+            }
+        }
+        self.src.matches(&f.src) && self.dst.matches(&f.dst)
+    }
+}
+
+/// Candidate rules per (protocol class, destination-port interval), so a new flow
+/// tests only the rules that could match its protocol and port, still in rule order.
+#[derive(Debug, Clone, Default)]
+struct Index {
+    /// Interval starts (ascending, first is 0): interval `k` is
+    /// `bounds[k]..bounds[k+1]`.
+    bounds: Vec<u32>,
+    /// Per class (TCP, UDP): CSR offsets into `entries`, one more than intervals.
+    offsets: [Vec<u32>; 2],
+    /// Rules of other protocols (no port clause can match them).
+    other: Vec<u32>,
+    entries: Vec<u32>,
+}
+
+/// Above this many index entries the matcher falls back to the linear scan.
+const MAX_INDEX_ENTRIES: usize = 4 << 20;
+
+impl Index {
+    fn build(rules: &[Rule]) -> Option<Index> {
+        let mut bounds = vec![0u32];
+        for r in rules {
+            for &(lo, hi) in &r.dports {
+                bounds.push(lo as u32);
+                bounds.push(hi as u32 + 1);
+            }
+        }
+        bounds.sort_unstable();
+        bounds.dedup();
+        bounds.retain(|&b| b <= u16::MAX as u32);
+        let mut ix = Index {
+            bounds,
+            ..Default::default()
+        };
+        for (c, proto) in [(0usize, 6u8), (1, 17)] {
+            ix.offsets[c].push(ix.entries.len() as u32);
+            for k in 0..ix.bounds.len() {
+                let lo = ix.bounds[k] as u16;
+                for (i, r) in rules.iter().enumerate() {
+                    let proto_ok = r.proto == 0 || r.proto == proto;
+                    // Intervals never straddle a range edge: testing the start suffices.
+                    if proto_ok && ports_match(&r.dports, lo) {
+                        ix.entries.push(i as u32);
+                    }
+                }
+                if ix.entries.len() > MAX_INDEX_ENTRIES {
+                    return None;
+                }
+                ix.offsets[c].push(ix.entries.len() as u32);
+            }
+        }
+        ix.other = rules
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| {
+                r.sports.is_empty() && r.dports.is_empty() && !matches!(r.proto, 6 | 17)
+            })
+            .map(|(i, _)| i as u32)
+            .collect();
+        Some(ix)
+    }
+
+    #[inline]
+    fn candidates(&self, f: &FlowKey) -> &[u32] {
+        let c = match f.proto {
+            6 => 0,
+            17 => 1,
+            _ => return &self.other,
+        };
+        let k = self.bounds.partition_point(|&b| b <= f.dst_port as u32) - 1;
+        let o = &self.offsets[c];
+        &self.entries[o[k] as usize..o[k + 1] as usize]
+    }
+}
+
+/// A compiled rule set.
+#[derive(Debug, Clone)]
+pub struct RuleSet {
+    rules: Vec<Rule>,
+    default: Action,
+    index: Option<Index>,
+}
+
+impl RuleSet {
+    /// Parses rule text; `file` names it in errors.
+    pub fn parse(text: &str, file: &str) -> Result<RuleSet, RuleError> {
+        let mut rs = RuleSet {
+            rules: Vec::new(),
+            default: Action::Deny,
+            index: None,
+        };
+        let mut default_line = None;
+        for (i, raw) in text.lines().enumerate() {
+            let err = |msg: String| RuleError {
+                file: file.to_string(),
+                line: i + 1,
+                msg,
+            };
+            let line = raw.split('#').next().unwrap_or("");
+            let toks = tokens(line);
+            if toks.is_empty() {
+                continue;
+            }
+            if toks[0] == "default" {
+                if default_line.is_some() {
+                    return Err(err(format!(
+                        "duplicate default policy (first on line {})",
+                        default_line.unwrap_or(0)
+                    )));
+                }
+                rs.default = match toks.get(1).map(String::as_str) {
+                    Some(a) => parse_action(a)
+                        .ok_or_else(|| err(format!("unknown default policy \"{a}\"")))?,
+                    None => return Err(err("\"default\" needs allow or deny".into())),
+                };
+                if let Some(extra) = toks.get(2) {
+                    return Err(err(format!("unexpected \"{extra}\" after default policy")));
+                }
+                default_line = Some(i + 1);
+                continue;
+            }
+            let rule = parse_rule(&toks, i + 1).map_err(err)?;
+            rs.rules.push(rule);
+        }
+        rs.index = Index::build(&rs.rules);
+        Ok(rs)
+    }
+
+    /// Number of rules (without the default policy).
+    pub fn len(&self) -> usize {
+        self.rules.len()
+    }
+
+    /// True if there are no rules (only the default policy).
+    pub fn is_empty(&self) -> bool {
+        self.rules.is_empty()
+    }
+
+    /// The default policy.
+    pub fn default_action(&self) -> Action {
+        self.default
+    }
+
+    /// Decides a new flow: the action and the line of the rule that matched
+    /// (`None` when the default policy applied).
+    ///
+    /// Only the first packet of a connection gets here. The index narrows the
+    /// rules to those of the flow's protocol and destination-port interval; they are
+    /// tested in order with early exit, so the first match still wins.
+    #[inline]
+    pub fn decide(&self, f: &FlowKey) -> (Action, Option<u32>) {
+        match &self.index {
+            Some(ix) => {
+                for &i in ix.candidates(f) {
+                    let r = &self.rules[i as usize];
+                    if r.matches(f) {
+                        return (r.action, Some(r.line));
+                    }
+                }
+                (self.default, None)
+            }
+            None => self.decide_linear(f),
+        }
+    }
+
+    /// [`RuleSet::decide`] by a plain scan of every rule (the reference the index
+    /// is tested against, and the fallback for pathological rule sets).
+    pub fn decide_linear(&self, f: &FlowKey) -> (Action, Option<u32>) {
+        for r in &self.rules {
+            if r.matches(f) {
+                return (r.action, Some(r.line));
+            }
+        }
+        (self.default, None)
+    }
+}
+
+/// Splits on whitespace and glues comma-separated lists written with spaces
+/// (`80, 443`) back into one token.
+fn tokens(line: &str) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for t in line.split_whitespace() {
+        match out.last_mut() {
+            Some(last) if last.ends_with(',') || t.starts_with(',') => last.push_str(t),
+            _ => out.push(t.to_string()),
+        }
+    }
+    out
+}
+
+fn parse_action(s: &str) -> Option<Action> {
+    match s {
+        "allow" | "accept" => Some(Action::Allow),
+        "deny" | "drop" => Some(Action::Deny),
+        _ => None,
+    }
+}
+
+fn parse_rule(toks: &[String], line: usize) -> Result<Rule, String> {
+    let action = parse_action(&toks[0]).ok_or_else(|| format!("unknown action \"{}\"", toks[0]))?;
+    let proto_tok = toks
+        .get(1)
+        .ok_or_else(|| "missing protocol after action".to_string())?;
+    let proto = match proto_tok.as_str() {
+        "tcp" => 6,
+        "udp" => 17,
+        "icmp" => 1,
+        "icmpv6" | "ipv6-icmp" => 58,
+        "any" | "all" | "ip" => 0,
+        p => return Err(format!("unknown protocol \"{p}\"")),
+    };
+    let mut rule = Rule {
+        action,
+        proto,
+        src: Prefixes {
+            any: true,
+            ..Default::default()
+        },
+        dst: Prefixes {
+            any: true,
+            ..Default::default()
+        },
+        sports: Vec::new(),
+        dports: Vec::new(),
+        line: line as u32,
+    };
+    let mut seen: Vec<&str> = Vec::new();
+    let mut i = 2;
+    while i < toks.len() {
+        let kw = toks[i].as_str();
+        let canon = match kw {
+            "from" | "to" | "sport" => kw,
+            "port" | "dport" => "dport",
+            _ => return Err(format!("unexpected \"{kw}\"")),
+        };
+        if seen.contains(&canon) {
+            return Err(format!("duplicate \"{kw}\" clause"));
+        }
+        seen.push(canon);
+        let arg = toks
+            .get(i + 1)
+            .ok_or_else(|| format!("missing value after \"{kw}\""))?;
+        match canon {
+            "from" => rule.src = parse_addrs(arg)?,
+            "to" => rule.dst = parse_addrs(arg)?,
+            "sport" => rule.sports = parse_ports(arg)?,
+            _ => rule.dports = parse_ports(arg)?,
+        }
+        i += 2;
+    }
+    if (!rule.sports.is_empty() || !rule.dports.is_empty()) && !matches!(proto, 0 | 6 | 17) {
+        return Err(format!("ports given for protocol \"{proto_tok}\""));
+    }
+    Ok(rule)
+}
+
+fn parse_addrs(s: &str) -> Result<Prefixes, String> {
+    if s == "any" {
+        return Ok(Prefixes {
+            any: true,
+            ..Default::default()
+        });
+    }
+    let mut p = Prefixes::default();
+    for item in s.split(',') {
+        if item.is_empty() {
+            return Err(format!("empty item in address list \"{s}\""));
+        }
+        let (a, len) = match item.split_once('/') {
+            Some((a, l)) => (
+                a,
+                Some(
+                    l.parse::<u32>()
+                        .map_err(|_| format!("invalid prefix length in \"{item}\""))?,
+                ),
+            ),
+            None => (item, None),
+        };
+        let addr: std::net::IpAddr = a
+            .parse()
+            .map_err(|_| format!("invalid address \"{item}\""))?;
+        match addr {
+            std::net::IpAddr::V4(v) => {
+                let len = len.unwrap_or(32);
+                if len > 32 {
+                    return Err(format!("prefix length {len} out of range in \"{item}\""));
+                }
+                let mask = if len == 0 { 0 } else { u32::MAX << (32 - len) };
+                p.v4.push((u32::from(v) & mask, mask));
+            }
+            std::net::IpAddr::V6(v) => {
+                let len = len.unwrap_or(128);
+                if len > 128 {
+                    return Err(format!("prefix length {len} out of range in \"{item}\""));
+                }
+                let mask = if len == 0 {
+                    0
+                } else {
+                    u128::MAX << (128 - len)
+                };
+                p.v6.push((u128::from(v) & mask, mask));
+            }
+        }
+    }
+    Ok(p)
+}
+
+fn parse_ports(s: &str) -> Result<Vec<(u16, u16)>, String> {
+    if s == "any" {
+        return Ok(Vec::new());
+    }
+    let port = |t: &str| -> Result<u16, String> {
+        t.parse::<u16>()
+            .map_err(|_| format!("invalid port \"{t}\""))
+    };
+    let mut out = Vec::new();
+    for item in s.split(',') {
+        if item.is_empty() {
+            return Err(format!("empty item in port list \"{s}\""));
+        }
+        let r = match item.split_once('-') {
+            Some((a, b)) => {
+                let (lo, hi) = (port(a)?, port(b)?);
+                if lo > hi {
+                    return Err(format!("port range \"{item}\" is reversed"));
+                }
+                (lo, hi)
+            }
+            None => {
+                let p = port(item)?;
+                (p, p)
+            }
+        };
+        out.push(r);
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fk(src: &str, dst: &str, sp: u16, dp: u16, proto: u8) -> FlowKey {
+        FlowKey {
+            src: src.parse().unwrap(),
+            dst: dst.parse().unwrap(),
+            src_port: sp,
+            dst_port: dp,
+            proto,
+        }
+    }
+
+    #[test]
+    fn first_match_wins_and_default_applies() {
+        let rs = RuleSet::parse(
+            "# web\nallow tcp from 10.0.0.0/8 to 192.0.2.0/24 port 80, 443\n\
+             deny udp from any to any port 1000-2000\nallow udp sport 53\n\
+             allow any from 2001:db8::/32\ndefault deny\n",
+            "t.fw",
+        )
+        .unwrap();
+        assert_eq!(rs.len(), 4);
+        let d = |f| rs.decide(&f);
+        assert_eq!(
+            d(fk("10.1.2.3", "192.0.2.7", 5000, 443, 6)),
+            (Action::Allow, Some(2))
+        );
+        assert_eq!(d(fk("10.1.2.3", "192.0.2.7", 5000, 22, 6)).0, Action::Deny);
+        assert_eq!(d(fk("11.1.2.3", "192.0.2.7", 5000, 80, 6)).0, Action::Deny);
+        assert_eq!(
+            d(fk("1.1.1.1", "2.2.2.2", 53, 1500, 17)),
+            (Action::Deny, Some(3))
+        );
+        assert_eq!(
+            d(fk("1.1.1.1", "2.2.2.2", 53, 999, 17)),
+            (Action::Allow, Some(4))
+        );
+        assert_eq!(
+            d(fk("2001:db8::1", "2001:db9::1", 0, 0, 58)),
+            (Action::Allow, Some(5))
+        );
+        assert_eq!(
+            d(fk("2001:db9::1", "2001:db8::1", 0, 0, 58)),
+            (Action::Deny, None)
+        );
+    }
+
+    #[test]
+    fn errors_name_file_line_and_problem() {
+        let e = |t: &str| RuleSet::parse(t, "rules.fw").unwrap_err().to_string();
+        assert_eq!(
+            e("allow tcp\n\n# c\nallow tcpp from any"),
+            "rules.fw:4: unknown protocol \"tcpp\""
+        );
+        assert_eq!(e("permit tcp"), "rules.fw:1: unknown action \"permit\"");
+        assert_eq!(
+            e("allow tcp from 300.1.1.1"),
+            "rules.fw:1: invalid address \"300.1.1.1\""
+        );
+        assert_eq!(
+            e("allow tcp from 10.0.0.0/33"),
+            "rules.fw:1: prefix length 33 out of range in \"10.0.0.0/33\""
+        );
+        assert_eq!(
+            e("allow udp port 2000-1000"),
+            "rules.fw:1: port range \"2000-1000\" is reversed"
+        );
+        assert_eq!(
+            e("allow udp port 70000"),
+            "rules.fw:1: invalid port \"70000\""
+        );
+        assert_eq!(
+            e("allow icmp port 1"),
+            "rules.fw:1: ports given for protocol \"icmp\""
+        );
+        assert_eq!(
+            e("allow tcp from"),
+            "rules.fw:1: missing value after \"from\""
+        );
+        assert_eq!(
+            e("allow tcp from any from any"),
+            "rules.fw:1: duplicate \"from\" clause"
+        );
+        assert_eq!(e("allow tcp bogus"), "rules.fw:1: unexpected \"bogus\"");
+        assert_eq!(
+            e("default deny\ndefault allow"),
+            "rules.fw:2: duplicate default policy (first on line 1)"
+        );
+        assert_eq!(e("default"), "rules.fw:1: \"default\" needs allow or deny");
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn index_agrees_with_linear_scan(
+            rules in proptest::collection::vec((0u8..4, 0u8..3, 0u16..40, 0u16..40, proptest::bool::ANY), 0..30),
+            flows in proptest::collection::vec((0u8..4, 0u8..3, 0u16..45, 0u16..45), 1..50),
+        ) {
+            let protos = ["tcp", "udp", "icmp", "any"];
+            let mut text = String::new();
+            for (p, src, a, b, allow) in &rules {
+                let (lo, hi) = (a.min(b), a.max(b));
+                let act = if *allow { "allow" } else { "deny" };
+                let proto = protos[*p as usize];
+                let ports = if proto == "icmp" { String::new() } else if lo == hi { format!(" port {lo}") } else { format!(" port {lo}-{hi},{}", hi + 2) };
+                text.push_str(&format!("{act} {proto} from 10.{src}.0.0/16{ports}\n"));
+            }
+            let rs = RuleSet::parse(&text, "p").unwrap();
+            proptest::prop_assert!(rs.index.is_some());
+            for (p, src, sp, dp) in flows {
+                let f = fk(&format!("10.{src}.1.1"), "1.1.1.1", sp, dp, [6, 17, 1, 47][p as usize]);
+                proptest::prop_assert_eq!(rs.decide(&f), rs.decide_linear(&f));
+            }
+        }
+    }
+
+    #[test]
+    fn default_is_deny_unless_set() {
+        let f = fk("1.1.1.1", "2.2.2.2", 1, 2, 6);
+        assert_eq!(RuleSet::parse("", "x").unwrap().decide(&f).0, Action::Deny);
+        assert_eq!(
+            RuleSet::parse("default allow", "x").unwrap().decide(&f).0,
+            Action::Allow
+        );
+    }
+}

@@ -1,0 +1,601 @@
+use super::*;
+use proptest::prelude::*;
+use sluice_nf::{Streams, Verdict};
+use sluice_packet::PacketPool;
+use sluice_state::{LocalStore, SharedLocalStore};
+use sluice_wire::build;
+use sluice_wire::parse::parse_frame;
+use sluice_wire::rewrite::verify_all_checksums;
+use sluice_wire::tcp::flags::{ACK, FIN, PSH, RST, SYN};
+
+const C: [u8; 4] = [10, 0, 0, 1];
+const S: [u8; 4] = [192, 0, 2, 7];
+const SEC: u64 = 1_000_000_000;
+const WEB: &str = "allow tcp from 10.0.0.0/8 to 192.0.2.0/24 port 80,443\n\
+                   allow udp from 10.0.0.0/8\nallow icmp from 10.0.0.0/8\n\
+                   allow tcp from 2001:db8::/32 port 22\ndefault deny\n";
+
+fn fw_with(rules: &str, tweak: impl FnOnce(&mut Config)) -> Firewall {
+    let mut cfg = Config {
+        rules: Some(rules.into()),
+        ..Default::default()
+    };
+    tweak(&mut cfg);
+    build(&cfg, Namespace(1), Path::new(".")).unwrap()
+}
+
+fn fw() -> Firewall {
+    fw_with(WEB, |_| {})
+}
+
+struct Out {
+    v: Vec<Verdict>,
+    emitted: Vec<Emitted>,
+}
+
+impl Out {
+    fn passed(&self) -> Vec<bool> {
+        self.v.iter().map(|v| *v == Verdict::Forward).collect()
+    }
+    fn reason(&self, i: usize) -> Option<&'static str> {
+        match self.v[i] {
+            Verdict::Forward => None,
+            Verdict::Drop(d) => Some(d.reason),
+        }
+    }
+}
+
+fn run(f: &mut dyn NetworkFunction, store: &mut dyn StateStore, frames: &[(Vec<u8>, u64)]) -> Out {
+    let mut pool = PacketPool::new(frames.len().max(1));
+    let mut b = Batch::with_capacity(frames.len());
+    for (fr, ts) in frames {
+        assert!(b.push_frame(&mut pool, fr, *ts, 0));
+    }
+    for p in &mut b.pkts {
+        p.meta = parse_frame(p.data()).unwrap();
+    }
+    let streams = Streams::default();
+    let (mut events, mut emit) = (Vec::new(), Vec::new());
+    let mut ctx = Ctx {
+        now_ns: frames.iter().map(|f| f.1).max().unwrap_or(0),
+        stage: 0,
+        streams: &streams,
+        events: &mut events,
+        emit: &mut emit,
+    };
+    f.process(&mut b, &mut ctx, store).unwrap();
+    Out {
+        v: b.pkts.iter().map(|p| p.verdict).collect(),
+        emitted: emit,
+    }
+}
+
+fn timers(f: &mut dyn NetworkFunction, store: &mut dyn StateStore, now: u64) {
+    let streams = Streams::default();
+    let (mut events, mut emit) = (Vec::new(), Vec::new());
+    let mut ctx = Ctx {
+        now_ns: now,
+        stage: 0,
+        streams: &streams,
+        events: &mut events,
+        emit: &mut emit,
+    };
+    f.on_timers(&mut ctx, store).unwrap();
+}
+
+fn counter(f: &dyn NetworkFunction, name: &str) -> u64 {
+    let mut v = Vec::new();
+    f.counters(&mut v);
+    v.into_iter().find(|c| c.0 == name).unwrap().1
+}
+
+fn c2s(sp: u16, dp: u16, seq: u32, ack: u32, flags: u8, data: &[u8]) -> Vec<u8> {
+    build::tcp_v4(C, S, sp, dp, seq, ack, flags, data)
+}
+fn s2c(sp: u16, dp: u16, seq: u32, ack: u32, flags: u8, data: &[u8]) -> Vec<u8> {
+    build::tcp_v4(S, C, sp, dp, seq, ack, flags, data)
+}
+
+/// A whole connection from C:port to S:80, one packet per batch.
+fn connection(port: u16, t0: u64) -> Vec<(Vec<u8>, u64)> {
+    vec![
+        (c2s(port, 80, 100, 0, SYN, b""), t0),
+        (s2c(80, port, 500, 101, SYN | ACK, b""), t0 + 1),
+        (c2s(port, 80, 101, 501, ACK, b""), t0 + 2),
+        (c2s(port, 80, 101, 501, ACK | PSH, b"GET /"), t0 + 3),
+        (s2c(80, port, 501, 106, ACK | PSH, b"200 OK"), t0 + 4),
+        (c2s(port, 80, 106, 507, ACK | FIN, b""), t0 + 5),
+        (s2c(80, port, 507, 107, ACK, b""), t0 + 6),
+        (s2c(80, port, 507, 107, ACK | FIN, b""), t0 + 7),
+        (c2s(port, 80, 107, 508, ACK, b""), t0 + 8),
+    ]
+}
+
+fn one_by_one(f: &mut Firewall, s: &mut dyn StateStore, pkts: &[(Vec<u8>, u64)]) -> Vec<bool> {
+    pkts.iter()
+        .map(|p| run(f, s, std::slice::from_ref(p)).passed()[0])
+        .collect()
+}
+
+#[test]
+fn handshake_data_and_teardown_pass_only_where_allowed() {
+    let mut f = fw();
+    let mut s = LocalStore::new();
+    assert!(one_by_one(&mut f, &mut s, &connection(40000, 0))
+        .iter()
+        .all(|&x| x));
+    assert_eq!(counter(&f, "new_flows"), 1);
+    // Same exchange to a port the rules do not allow: the SYN is denied and nothing
+    // after it has state.
+    let denied: Vec<_> = connection(40001, 10)
+        .into_iter()
+        .map(|(mut fr, t)| {
+            let m = parse_frame(&fr).unwrap();
+            let (sp, dp) = (m.flow.src_port, m.flow.dst_port);
+            let mut m2 = m;
+            if dp == 80 {
+                sluice_wire::rewrite::set_endpoint(
+                    &mut fr,
+                    &mut m2,
+                    sluice_wire::rewrite::Endpoint::Dst,
+                    m.flow.dst,
+                    8080,
+                )
+                .unwrap();
+            } else {
+                assert_eq!(sp, 80);
+                sluice_wire::rewrite::set_endpoint(
+                    &mut fr,
+                    &mut m2,
+                    sluice_wire::rewrite::Endpoint::Src,
+                    m.flow.src,
+                    8080,
+                )
+                .unwrap();
+            }
+            (fr, t)
+        })
+        .collect();
+    let out: Vec<_> = denied
+        .iter()
+        .map(|p| run(&mut f, &mut s, std::slice::from_ref(p)))
+        .collect();
+    assert_eq!(out[0].reason(0), Some("rule_deny"));
+    assert!(out[1..].iter().all(|o| o.reason(0) == Some("no_state")));
+    // The server may not open connections towards the client.
+    let o = run(&mut f, &mut s, &[(s2c(80, 40000, 1, 0, SYN, b""), 100)]);
+    assert_eq!(o.reason(0), Some("rule_deny"));
+    // The conntrack record went through the states and sits in TIME_WAIT.
+    let canon = parse_frame(&c2s(40000, 80, 0, 0, 0, b""))
+        .unwrap()
+        .flow
+        .canonical()
+        .0;
+    let mut ops = Ops::new();
+    let g = ops.get(Key::flow(Namespace(1), TABLE_CONN, &canon, &[]));
+    s.execute(&mut ops).unwrap();
+    assert_eq!(
+        ops.decode::<Conn>(g).unwrap().unwrap().state,
+        State::TimeWait
+    );
+}
+
+#[test]
+fn whole_connection_in_one_batch_sees_its_own_state() {
+    let mut f = fw();
+    let mut s = LocalStore::new();
+    let out = run(&mut f, &mut s, &connection(40000, 0));
+    assert!(out.passed().iter().all(|&x| x));
+    assert_eq!(
+        s.counters().round_trips,
+        2,
+        "one read and one write round trip"
+    );
+    assert_eq!(
+        s.counters().reads,
+        1,
+        "one read for the batch's single flow"
+    );
+}
+
+#[test]
+fn established_packets_cost_one_batched_read_and_no_write() {
+    let mut f = fw();
+    let mut s = LocalStore::new();
+    one_by_one(&mut f, &mut s, &connection(40000, 0)[..3]);
+    let before = s.counters();
+    let data: Vec<_> = (0..16)
+        .map(|i| (c2s(40000, 80, 101 + i, 501, ACK, b"x"), 10 + i as u64))
+        .collect();
+    assert!(run(&mut f, &mut s, &data).passed().iter().all(|&x| x));
+    let d = s.counters().since(&before);
+    assert_eq!((d.round_trips, d.reads, d.writes), (1, 1, 0));
+}
+
+#[test]
+fn mid_stream_without_state_is_dropped_or_reset() {
+    let mut f = fw();
+    let mut s = LocalStore::new();
+    let o = run(
+        &mut f,
+        &mut s,
+        &[(c2s(40000, 80, 1000, 2000, ACK, b"data"), 0)],
+    );
+    assert_eq!(o.reason(0), Some("no_state"));
+    assert!(o.emitted.is_empty());
+
+    let mut f = fw_with(WEB, |c| c.reject_with_rst = true);
+    let pkt = c2s(40000, 80, 1000, 2000, ACK | PSH, b"data");
+    let o = run(&mut f, &mut s, &[(pkt, 0)]);
+    assert_eq!(o.reason(0), Some("no_state"));
+    assert_eq!(o.emitted.len(), 1);
+    let rst = &o.emitted[0].frame;
+    assert!(verify_all_checksums(rst));
+    let m = parse_frame(rst).unwrap();
+    assert_eq!(m.flow, parse_frame(&o_frame()).unwrap().flow.reverse());
+    assert_eq!(m.tcp_flags, RST);
+    assert_eq!(m.tcp_seq, 2000, "seq is the incoming ack");
+    assert_eq!(&rst[0..6], &build::SRC_MAC.0, "MACs swapped");
+    assert_eq!(&rst[6..12], &build::DST_MAC.0);
+
+    // Without ACK, the RST acknowledges the segment instead.
+    let o = run(
+        &mut f,
+        &mut s,
+        &[(c2s(40000, 80, 1000, 0, PSH, b"data"), 0)],
+    );
+    let m = parse_frame(&o.emitted[0].frame).unwrap();
+    assert_eq!((m.tcp_flags, m.tcp_seq, m.tcp_ack), (RST | ACK, 0, 1004));
+    assert!(verify_all_checksums(&o.emitted[0].frame));
+    // A RST is never answered.
+    let o = run(&mut f, &mut s, &[(c2s(40000, 80, 1000, 0, RST, b""), 0)]);
+    assert_eq!(o.reason(0), Some("no_state"));
+    assert!(o.emitted.is_empty());
+    assert_eq!(counter(&f, "rsts_sent"), 2);
+
+    fn o_frame() -> Vec<u8> {
+        c2s(40000, 80, 0, 0, ACK, b"")
+    }
+}
+
+#[test]
+fn tcp_state_expires_after_its_timeout() {
+    let mut f = fw();
+    let mut s = LocalStore::new();
+    one_by_one(&mut f, &mut s, &connection(40000, 0)[..3]);
+    let data = |t| (c2s(40000, 80, 101, 501, ACK, b"x"), t);
+    assert!(run(&mut f, &mut s, &[data(3599 * SEC)]).passed()[0]);
+    // Idle for just under an hour after the last refresh: still there.
+    assert!(run(&mut f, &mut s, &[data((3599 + 3599) * SEC)]).passed()[0]);
+    // Idle for an hour: gone, before any timer runs.
+    let late = (3599 + 3599 + 3600) * SEC;
+    assert_eq!(
+        run(&mut f, &mut s, &[data(late)]).reason(0),
+        Some("no_state")
+    );
+    // The timers delete it (re-armed each time it was found refreshed).
+    timers(&mut f, &mut s, 3600 * SEC);
+    assert_eq!(s.len(), 1, "refreshed record survives its first timer");
+    timers(&mut f, &mut s, late);
+    assert_eq!(s.len(), 0);
+    assert_eq!(counter(&f, "expired"), 1);
+
+    // A handshake that never completes lasts the SYN timeout (30 s).
+    let mut f = fw();
+    run(&mut f, &mut s, &[(c2s(40001, 80, 1, 0, SYN, b""), 0)]);
+    let sa = |t| (s2c(80, 40001, 9, 2, SYN | ACK, b""), t);
+    assert!(run(&mut f, &mut s, &[sa(29 * SEC)]).passed()[0]);
+    assert_eq!(
+        run(&mut f, &mut s, &[sa(60 * SEC)]).reason(0),
+        Some("no_state")
+    );
+    timers(&mut f, &mut s, 60 * SEC);
+    assert_eq!(s.len(), 0);
+}
+
+#[test]
+fn closing_states_use_the_closing_timeouts() {
+    let mut f = fw_with(WEB, |c| {
+        c.timeouts.tcp_time_wait = 5;
+        c.timeouts.tcp_closed = 2
+    });
+    let mut s = LocalStore::new();
+    one_by_one(&mut f, &mut s, &connection(40000, 0));
+    let late_ack = |t| (c2s(40000, 80, 107, 508, ACK, b""), t);
+    assert!(run(&mut f, &mut s, &[late_ack(4 * SEC)]).passed()[0]);
+    assert_eq!(
+        run(&mut f, &mut s, &[late_ack(10 * SEC)]).reason(0),
+        Some("no_state")
+    );
+    timers(&mut f, &mut s, 10 * SEC);
+    assert_eq!(
+        s.len(),
+        0,
+        "TIME_WAIT's timer was re-armed to its shorter timeout"
+    );
+    // A RST closes; a new SYN may then reuse the 4-tuple.
+    one_by_one(&mut f, &mut s, &connection(40002, 20 * SEC)[..3]);
+    assert!(
+        run(
+            &mut f,
+            &mut s,
+            &[(s2c(80, 40002, 501, 0, RST, b""), 21 * SEC)]
+        )
+        .passed()[0]
+    );
+    assert_eq!(
+        run(
+            &mut f,
+            &mut s,
+            &[(c2s(40002, 80, 101, 501, ACK, b"x"), 24 * SEC)]
+        )
+        .reason(0),
+        Some("no_state")
+    );
+    assert!(one_by_one(&mut f, &mut s, &connection(40002, 25 * SEC))
+        .iter()
+        .all(|&x| x));
+}
+
+#[test]
+fn udp_and_icmp_echo_idle_timeouts() {
+    let mut f = fw();
+    let mut s = LocalStore::new();
+    let q = |t| (build::udp_v4(C, S, 5353, 53, b"q"), t);
+    let r = |t| (build::udp_v4(S, C, 53, 5353, b"r"), t);
+    assert!(run(&mut f, &mut s, &[q(0)]).passed()[0]);
+    assert!(run(&mut f, &mut s, &[r(29 * SEC)]).passed()[0]);
+    assert!(
+        run(&mut f, &mut s, &[r(58 * SEC)]).passed()[0],
+        "refreshed at 29 s"
+    );
+    assert_eq!(
+        run(&mut f, &mut s, &[r(89 * SEC)]).reason(0),
+        Some("rule_deny"),
+        "expired: the reply is a new, denied flow"
+    );
+
+    let req = |t| (build::icmp_v4_echo(C, S, true, 7, 1), t);
+    let rep = |t| (build::icmp_v4_echo(S, C, false, 7, 1), t);
+    assert_eq!(run(&mut f, &mut s, &[rep(0)]).reason(0), Some("no_state"));
+    assert!(run(&mut f, &mut s, &[req(100 * SEC)]).passed()[0]);
+    assert!(run(&mut f, &mut s, &[rep(101 * SEC)]).passed()[0]);
+    assert_eq!(
+        run(&mut f, &mut s, &[rep(131 * SEC)]).reason(0),
+        Some("no_state")
+    );
+    timers(&mut f, &mut s, 200 * SEC);
+    assert_eq!(s.len(), 0);
+    assert_eq!(counter(&f, "expired"), 2);
+}
+
+#[test]
+fn icmp_errors_pass_only_for_tracked_flows() {
+    let mut f = fw();
+    let mut s = LocalStore::new();
+    let q = build::udp_v4(C, S, 5353, 53, b"query");
+    run(&mut f, &mut s, &[(q.clone(), 0)]);
+    let err = build::icmp_v4_error([192, 0, 2, 254], C, 3, 3, &q[14..]);
+    assert!(run(&mut f, &mut s, &[(err, SEC)]).passed()[0]);
+    let other = build::udp_v4(C, S, 5354, 53, b"query");
+    let err = build::icmp_v4_error([192, 0, 2, 254], C, 3, 3, &other[14..]);
+    assert_eq!(
+        run(&mut f, &mut s, &[(err, SEC)]).reason(0),
+        Some("no_state")
+    );
+    assert_eq!(counter(&f, "related"), 1);
+}
+
+#[test]
+fn fragments_are_dropped_unless_allowed() {
+    let mut frag = build::udp_v4(C, S, 1, 2, &[0u8; 16]);
+    frag[14 + 6] = 0x00;
+    frag[14 + 7] = 0x02;
+    sluice_wire::ipv4::Ipv4Packet::new_unchecked(&mut frag[14..]).fill_checksum();
+    let mut s = LocalStore::new();
+    let o = run(&mut fw(), &mut s, &[(frag.clone(), 0)]);
+    assert_eq!(o.reason(0), Some("fragment"));
+    let o = run(
+        &mut fw_with(WEB, |c| c.allow_fragments = true),
+        &mut s,
+        &[(frag, 0)],
+    );
+    assert!(o.passed()[0]);
+}
+
+#[test]
+fn ipv6_connections_are_tracked() {
+    let mut f = fw();
+    let mut s = LocalStore::new();
+    let a: [u8; 16] = "2001:db8::1"
+        .parse::<std::net::Ipv6Addr>()
+        .unwrap()
+        .octets();
+    let b: [u8; 16] = "2001:db9::2"
+        .parse::<std::net::Ipv6Addr>()
+        .unwrap()
+        .octets();
+    let o = run(
+        &mut f,
+        &mut s,
+        &[
+            (build::tcp_v6(a, b, 1000, 22, 1, 0, SYN, b""), 0),
+            (build::tcp_v6(b, a, 22, 1000, 9, 2, SYN | ACK, b""), 1),
+            (build::tcp_v6(a, b, 1000, 22, 2, 10, ACK, b""), 2),
+            (build::tcp_v6(b, a, 22, 1001, 9, 2, SYN, b""), 3),
+        ],
+    );
+    assert_eq!(o.passed(), vec![true, true, true, false]);
+}
+
+/// A scripted mix of flows used to compare deployments.
+fn script() -> Vec<(Vec<u8>, u64)> {
+    let mut v = Vec::new();
+    for i in 0..6u16 {
+        v.extend(connection(41000 + i, i as u64 * SEC));
+    }
+    for i in 0..4u16 {
+        v.push((build::udp_v4(C, S, 6000 + i, 53, b"q"), 3 * SEC));
+        v.push((build::udp_v4(S, C, 53, 6000 + i, b"r"), 3 * SEC));
+        v.push((build::udp_v4(S, C, 53, 7000 + i, b"r"), 3 * SEC));
+        v.push((c2s(42000 + i, 22, 1, 0, SYN, b""), 3 * SEC));
+        v.push((c2s(43000 + i, 80, 1, 1, ACK, b"mid"), 3 * SEC));
+    }
+    // Interleave flows, keeping each flow's own order and making time monotone.
+    let mut out: Vec<(Vec<u8>, u64)> = Vec::new();
+    let (a, b) = v.split_at(v.len() / 2);
+    let mut ia = a.iter();
+    let mut ib = b.iter();
+    loop {
+        match (ia.next(), ib.next()) {
+            (None, None) => break,
+            (x, y) => out.extend(x.into_iter().chain(y).cloned()),
+        }
+    }
+    let mut t = 0;
+    for (_, ts) in out.iter_mut() {
+        t = (t + 1).max(*ts);
+        *ts = t;
+    }
+    out
+}
+
+fn counters_of(fs: &[&Firewall]) -> Vec<(&'static str, u64)> {
+    let mut total: Vec<(&'static str, u64)> = Vec::new();
+    for f in fs {
+        let mut v = Vec::new();
+        f.counters(&mut v);
+        if total.is_empty() {
+            total = v;
+        } else {
+            for (t, x) in total.iter_mut().zip(v) {
+                t.1 += x.1;
+            }
+        }
+    }
+    total
+}
+
+#[test]
+fn two_instances_sharing_a_store_behave_as_one() {
+    let pkts = script();
+    let mut one = fw();
+    let mut s = LocalStore::new();
+    let expect = one_by_one(&mut one, &mut s, &pkts);
+    assert!(expect.iter().any(|&x| x) && expect.iter().any(|&x| !x));
+
+    for batch in [1usize, 3, 8] {
+        let shared = SharedLocalStore::new();
+        let mut stores = [shared.handle(), shared.handle()];
+        let mut fws = [fw(), fw()];
+        let mut got = Vec::new();
+        for (n, chunk) in pkts.chunks(batch).enumerate() {
+            let k = n % 2;
+            got.extend(run(&mut fws[k], &mut stores[k], chunk).passed());
+        }
+        assert_eq!(got, expect, "batch size {batch}");
+        assert_eq!(
+            counters_of(&[&fws[0], &fws[1]]),
+            counters_of(&[&one]),
+            "batch size {batch}"
+        );
+    }
+}
+
+#[test]
+fn rule_file_errors_name_file_and_line() {
+    let dir = std::env::temp_dir().join(format!("sluice-fw-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("bad.fw"),
+        "# header\nallow tcp port 80\nallow tcpp from any\n",
+    )
+    .unwrap();
+    std::fs::write(dir.join("good.fw"), "allow tcp port 80\n").unwrap();
+    let cfg = |f: &str| Config {
+        rules_file: Some(f.into()),
+        ..Default::default()
+    };
+    let e = build(&cfg("bad.fw"), Namespace(1), &dir).err().unwrap();
+    assert_eq!(e.to_string(), "bad.fw:3: unknown protocol \"tcpp\"");
+    let f = build(&cfg("good.fw"), Namespace(1), &dir).unwrap();
+    assert_eq!(f.rules().len(), 1);
+    let e = build(&cfg("missing.fw"), Namespace(1), &dir).err().unwrap();
+    assert!(matches!(e, ConfigError::Io { .. }), "{e}");
+    assert!(e.to_string().contains("missing.fw: cannot read rule file"));
+    let e = build(&Config::default(), Namespace(1), &dir).err().unwrap();
+    assert!(matches!(e, ConfigError::Invalid(_)));
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn config_deserialises_with_defaults_and_rejects_unknown_fields() {
+    let c: Config =
+        serde_json::from_str(r#"{"rules": "default allow", "timeouts": {"udp": 5}}"#).unwrap();
+    assert_eq!(c.timeouts.udp, 5);
+    assert_eq!(c.timeouts.tcp_established, 3600);
+    assert!(!c.reject_with_rst);
+    assert!(serde_json::from_str::<Config>(r#"{"rules": "x", "reject_with_rs": true}"#).is_err());
+}
+
+#[test]
+fn corrupt_state_is_counted_not_trusted() {
+    let mut f = fw();
+    let mut s = LocalStore::new();
+    let canon = parse_frame(&c2s(40000, 80, 0, 0, 0, b""))
+        .unwrap()
+        .flow
+        .canonical()
+        .0;
+    let key = Key::flow(Namespace(1), TABLE_CONN, &canon, &[]);
+    let mut ops = Ops::new();
+    ops.put(key, b"\x07garbage");
+    ops.arm_timer(key, 5);
+    s.execute(&mut ops).unwrap();
+    let o = run(&mut f, &mut s, &[(c2s(40000, 80, 1, 1, ACK, b""), 0)]);
+    assert_eq!(o.reason(0), Some("no_state"));
+    assert_eq!(counter(&f, "decode_errors"), 1);
+    timers(&mut f, &mut s, 10);
+    assert_eq!(s.len(), 0);
+}
+
+#[test]
+fn non_ip_and_dropped_packets_are_left_alone() {
+    let mut f = fw();
+    let mut s = LocalStore::new();
+    let mut arp = vec![0u8; 60];
+    arp[12] = 0x08;
+    arp[13] = 0x06;
+    let o = run(&mut f, &mut s, &[(arp, 0)]);
+    assert!(o.passed()[0]);
+    assert_eq!(s.counters().round_trips, 0);
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(200))]
+    #[test]
+    fn odd_packets_never_panic(frames in proptest::collection::vec(proptest::collection::vec(any::<u8>(), 0..120), 1..8),
+                               flags in proptest::collection::vec(any::<u8>(), 8), ports in proptest::collection::vec(any::<u16>(), 8)) {
+        let mut f = fw_with(WEB, |c| c.reject_with_rst = true);
+        let mut s = LocalStore::new();
+        // Random bytes behind a valid Ethernet + IPv4 prefix, kept only if they parse.
+        let mut pkts = Vec::new();
+        for (i, fr) in frames.iter().enumerate() {
+            let mut g = build::udp_v4(C, S, 1, 2, b"");
+            g.truncate(14);
+            g.extend_from_slice(fr);
+            if parse_frame(&g).is_ok() {
+                pkts.push((g, i as u64));
+            }
+            let t = c2s(ports[i], 80, 1, 2, flags[i], b"abc");
+            pkts.push((t, i as u64));
+            let t = s2c(80, ports[i], 1, 2, flags[i], b"");
+            pkts.push((t, i as u64));
+        }
+        let o = run(&mut f, &mut s, &pkts);
+        for e in &o.emitted {
+            prop_assert!(verify_all_checksums(&e.frame));
+        }
+        timers(&mut f, &mut s, u64::MAX);
+    }
+}

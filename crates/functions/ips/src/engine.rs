@@ -1,0 +1,450 @@
+//! Compiled signatures: two Aho-Corasick DFAs and rule evaluation on hits.
+
+use aho_corasick::automaton::Automaton;
+use aho_corasick::dfa::DFA;
+use aho_corasick::{Anchored, MatchKind, StartKind};
+use rustc_hash::{FxHashMap, FxHashSet};
+use sluice_state::{Codec, DecodeError, Reader, Writer};
+use sluice_wire::FlowKey;
+
+use crate::rules::{Proto, Rule};
+
+/// Fired rules remembered per flow direction (so a rule fires once per flow and
+/// direction); beyond this, a rule may fire again.
+pub const MAX_FIRED: usize = 16;
+/// Partially matched multi-content rules tracked per flow direction; beyond this the
+/// oldest progress is forgotten.
+pub const MAX_PROGRESS: usize = 8;
+
+/// Which content of which rule a pattern stands for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Target {
+    /// Rule index.
+    pub rule: u32,
+    /// Content index within the rule.
+    pub content: u8,
+}
+
+/// One DFA with its pattern targets and the set of its valid state ids.
+pub struct Matcher {
+    dfa: DFA,
+    start: u32,
+    targets: Vec<Vec<Target>>,
+    valid: FxHashSet<u32>,
+}
+
+impl Matcher {
+    fn build(
+        patterns: &[Vec<u8>],
+        targets: Vec<Vec<Target>>,
+        nocase: bool,
+    ) -> Result<Self, String> {
+        let dfa = DFA::builder()
+            .match_kind(MatchKind::Standard)
+            .ascii_case_insensitive(nocase)
+            .start_kind(StartKind::Unanchored)
+            .prefilter(false)
+            .build(patterns)
+            .map_err(|e| e.to_string())?;
+        let start = dfa.start_state(Anchored::No).map_err(|e| e.to_string())?;
+        // Stored states come back from a shared store: remember every reachable one
+        // so a corrupt value can never index outside the transition table.
+        let mut valid = FxHashSet::default();
+        let mut todo = vec![start];
+        valid.insert(start.as_u32());
+        while let Some(s) = todo.pop() {
+            for b in 0..=255u8 {
+                let n = dfa.next_state(Anchored::No, s, b);
+                if valid.insert(n.as_u32()) {
+                    todo.push(n);
+                }
+            }
+        }
+        Ok(Matcher {
+            dfa,
+            start: start.as_u32(),
+            targets,
+            valid,
+        })
+    }
+
+    /// Walks `bytes` from `state`, pushing `(end position, target)` for every
+    /// pattern ending at a byte; `base` is the stream position of `bytes[0]`.
+    #[inline]
+    pub fn scan(&self, state: &mut u32, bytes: &[u8], base: u64, hits: &mut Vec<(u64, Target)>) {
+        let d = &self.dfa;
+        let mut s = aho_corasick::automaton::StateID::new(*state as usize)
+            .unwrap_or(aho_corasick::automaton::StateID::ZERO);
+        let mut rest = bytes;
+        // The hot loop only walks; match handling is out of line so the walk
+        // compiles as tightly as the raw scan.
+        while let Some((&b, tail)) = rest.split_first() {
+            s = d.next_state(Anchored::No, s, b);
+            rest = tail;
+            if d.is_special(s) && d.is_match(s) {
+                self.record(s, base + (bytes.len() - rest.len()) as u64, hits);
+            }
+        }
+        *state = s.as_u32();
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn record(&self, s: aho_corasick::automaton::StateID, end: u64, hits: &mut Vec<(u64, Target)>) {
+        let d = &self.dfa;
+        for k in 0..d.match_len(s) {
+            let pid = d.match_pattern(s, k);
+            for t in &self.targets[pid.as_usize()] {
+                hits.push((end, *t));
+            }
+        }
+    }
+
+    /// Walks `bytes` without evaluating anything; returns the number of match
+    /// states met (so the walk cannot be optimised away). The raw DFA limit.
+    pub fn raw_scan(&self, bytes: &[u8]) -> usize {
+        let d = &self.dfa;
+        let mut s = aho_corasick::automaton::StateID::new(self.start as usize)
+            .unwrap_or(aho_corasick::automaton::StateID::ZERO);
+        let mut n = 0;
+        for &b in bytes {
+            s = d.next_state(Anchored::No, s, b);
+            if d.is_special(s) {
+                n += d.is_match(s) as usize;
+            }
+        }
+        n
+    }
+
+    /// True if `s` is a state of this DFA.
+    pub fn is_valid(&self, s: u32) -> bool {
+        self.valid.contains(&s)
+    }
+
+    /// Number of DFA states.
+    pub fn states(&self) -> usize {
+        self.valid.len()
+    }
+}
+
+/// Unique patterns, their targets, and pattern bytes -> index.
+type PatternSet = (Vec<Vec<u8>>, Vec<Vec<Target>>, FxHashMap<Vec<u8>, usize>);
+
+/// All compiled rules.
+pub struct Engine {
+    /// The rules, indexed by [`Target::rule`].
+    pub rules: Vec<Rule>,
+    /// Case-sensitive contents.
+    pub cs: Option<Matcher>,
+    /// `nocase` contents.
+    pub ci: Option<Matcher>,
+}
+
+impl Engine {
+    /// Compiles `rules`.
+    pub fn new(rules: Vec<Rule>) -> Result<Engine, String> {
+        let mut sets: [PatternSet; 2] = Default::default();
+        for (ri, r) in rules.iter().enumerate() {
+            for (ci, c) in r.contents.iter().enumerate() {
+                let (pats, tg, idx) = &mut sets[c.nocase as usize];
+                let key = if c.nocase {
+                    c.bytes.to_ascii_lowercase()
+                } else {
+                    c.bytes.clone()
+                };
+                let i = *idx.entry(key.clone()).or_insert_with(|| {
+                    pats.push(key);
+                    tg.push(Vec::new());
+                    pats.len() - 1
+                });
+                tg[i].push(Target {
+                    rule: ri as u32,
+                    content: ci as u8,
+                });
+            }
+        }
+        let [(cp, ct, _), (ip, it, _)] = sets;
+        let cs = if cp.is_empty() {
+            None
+        } else {
+            Some(Matcher::build(&cp, ct, false)?)
+        };
+        let ci = if ip.is_empty() {
+            None
+        } else {
+            Some(Matcher::build(&ip, it, true)?)
+        };
+        Ok(Engine { rules, cs, ci })
+    }
+
+    /// Initial per-direction state.
+    pub fn initial(&self) -> DirState {
+        DirState {
+            cs: self.cs.as_ref().map_or(0, |m| m.start),
+            ci: self.ci.as_ref().map_or(0, |m| m.start),
+            ..DirState::default()
+        }
+    }
+
+    /// Scans `bytes` (at stream position `base`) from `ds`'s automaton states.
+    #[inline]
+    pub fn scan(&self, ds: &mut DirState, bytes: &[u8], base: u64, hits: &mut Vec<(u64, Target)>) {
+        if let Some(m) = &self.cs {
+            m.scan(&mut ds.cs, bytes, base, hits);
+        }
+        if let Some(m) = &self.ci {
+            m.scan(&mut ds.ci, bytes, base, hits);
+        }
+    }
+
+    /// True if both stored automaton states are valid.
+    pub fn valid(&self, ds: &DirState) -> bool {
+        self.cs.as_ref().is_none_or(|m| m.is_valid(ds.cs))
+            && self.ci.as_ref().is_none_or(|m| m.is_valid(ds.ci))
+    }
+
+    /// Evaluates one content hit ending at `end`; returns true if rule `t.rule` now
+    /// matches completely (the caller records it as fired).
+    pub fn on_hit(&self, t: Target, end: u64, ds: &mut DirState, hdr: &Header) -> bool {
+        let r = &self.rules[t.rule as usize];
+        if ds.has_fired(t.rule) || !header_matches(r, hdr) {
+            return false;
+        }
+        let c = &r.contents[t.content as usize];
+        let len = c.bytes.len() as u64;
+        let Some(start) = end.checked_sub(len) else {
+            return false;
+        };
+        if let Some(o) = c.offset {
+            if start < o as u64 {
+                return false;
+            }
+        }
+        if let Some(d) = c.depth {
+            if end > c.offset.unwrap_or(0) as u64 + d as u64 {
+                return false;
+            }
+        }
+        let n = r.contents.len();
+        if n == 1 {
+            return true;
+        }
+        let k = t.content as usize;
+        let pi = ds.progress().iter().position(|p| p.rule == t.rule);
+        if k == 0 {
+            match pi {
+                None => ds.push_progress(Progress {
+                    rule: t.rule,
+                    next: 1,
+                    last_end: end,
+                }),
+                // Re-anchoring on a later occurrence helps a following `within`
+                // window and never helps a pure `distance`, so only then.
+                Some(i) if ds.prog[i].next == 1 && r.contents[1].within.is_some() => {
+                    ds.prog[i].last_end = end;
+                }
+                _ => {}
+            }
+            return false;
+        }
+        let Some(i) = pi else { return false };
+        let p = ds.prog[i];
+        if p.next as usize != k {
+            return false;
+        }
+        if c.is_relative() {
+            let lo = p.last_end as i64 + c.distance.unwrap_or(0) as i64;
+            if (start as i64) < lo {
+                return false;
+            }
+            if let Some(w) = c.within {
+                if end as i64 > lo + w as i64 {
+                    return false;
+                }
+            }
+        }
+        if k + 1 == n {
+            ds.remove_progress(i);
+            return true;
+        }
+        ds.prog[i].next += 1;
+        ds.prog[i].last_end = end;
+        false
+    }
+}
+
+/// What a rule header is checked against.
+pub struct Header {
+    /// The packet's flow key as it travelled.
+    pub flow: FlowKey,
+    /// True for TCP stream bytes.
+    pub tcp: bool,
+    /// Bytes travel client to server.
+    pub to_server: bool,
+    /// The TCP handshake completed.
+    pub established: bool,
+}
+
+fn header_matches(r: &Rule, h: &Header) -> bool {
+    let proto_ok = match r.proto {
+        Proto::Tcp => h.tcp,
+        Proto::Udp => h.flow.proto == 17,
+        Proto::Icmp => matches!(h.flow.proto, 1 | 58),
+        Proto::Ip => true,
+    };
+    if !proto_ok {
+        return false;
+    }
+    if r.to_server.is_some_and(|ts| ts != h.to_server) {
+        return false;
+    }
+    if r.established && !h.established {
+        return false;
+    }
+    let f = &h.flow;
+    let fwd = r.src.matches(&f.src)
+        && r.sport.matches(f.src_port)
+        && r.dst.matches(&f.dst)
+        && r.dport.matches(f.dst_port);
+    fwd || (r.bidir
+        && r.src.matches(&f.dst)
+        && r.sport.matches(f.dst_port)
+        && r.dst.matches(&f.src)
+        && r.dport.matches(f.src_port))
+}
+
+/// Partial match of a multi-content rule.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Progress {
+    /// Rule index.
+    pub rule: u32,
+    /// Index of the next content needed.
+    pub next: u8,
+    /// Stream position just after the last satisfied content.
+    pub last_end: u64,
+}
+
+/// Per-direction IPS state of a flow.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DirState {
+    /// Case-sensitive DFA state.
+    pub cs: u32,
+    /// Case-insensitive DFA state.
+    pub ci: u32,
+    nfired: u8,
+    fired: [u32; MAX_FIRED],
+    nprog: u8,
+    prog: [Progress; MAX_PROGRESS],
+}
+
+impl DirState {
+    /// True if rule `r` already fired in this direction.
+    pub fn has_fired(&self, r: u32) -> bool {
+        self.fired[..self.nfired as usize].contains(&r)
+    }
+    /// Records that rule `r` fired (ignored when the list is full).
+    pub fn set_fired(&mut self, r: u32) -> bool {
+        if (self.nfired as usize) < MAX_FIRED {
+            self.fired[self.nfired as usize] = r;
+            self.nfired += 1;
+            true
+        } else {
+            false
+        }
+    }
+    fn progress(&self) -> &[Progress] {
+        &self.prog[..self.nprog as usize]
+    }
+    fn push_progress(&mut self, p: Progress) {
+        if (self.nprog as usize) == MAX_PROGRESS {
+            // Forget the partial match that started longest ago.
+            let oldest = (0..MAX_PROGRESS)
+                .min_by_key(|&i| self.prog[i].last_end)
+                .unwrap_or(0);
+            self.remove_progress(oldest);
+        }
+        self.prog[self.nprog as usize] = p;
+        self.nprog += 1;
+    }
+    fn remove_progress(&mut self, i: usize) {
+        let n = self.nprog as usize;
+        self.prog.copy_within(i + 1..n, i);
+        self.nprog -= 1;
+    }
+}
+
+/// Flow flags.
+pub const BLOCKED: u8 = 1;
+/// The flow matched a `pass` rule.
+pub const PASSED: u8 = 2;
+
+/// The stored per-flow IPS record (both directions; index 0 = to server).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FlowState {
+    /// [`BLOCKED`], [`PASSED`].
+    pub flags: u8,
+    /// Last time the record was refreshed.
+    pub last_seen: u64,
+    /// Per direction.
+    pub dirs: [DirState; 2],
+}
+
+const VERSION: u8 = 1;
+
+impl Codec for FlowState {
+    fn encode(&self, w: &mut Writer<'_>) {
+        w.u8(VERSION).u8(self.flags).u64(self.last_seen);
+        for d in &self.dirs {
+            w.u32(d.cs).u32(d.ci).u8(d.nfired);
+            for f in &d.fired[..d.nfired as usize] {
+                w.u32(*f);
+            }
+            w.u8(d.nprog);
+            for p in d.progress() {
+                w.u32(p.rule).u8(p.next).u64(p.last_end);
+            }
+        }
+    }
+
+    fn decode(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
+        if r.u8()? != VERSION {
+            return Err(DecodeError("unknown ips record version"));
+        }
+        let mut s = FlowState {
+            flags: r.u8()?,
+            last_seen: r.u64()?,
+            ..FlowState::default()
+        };
+        for d in &mut s.dirs {
+            d.cs = r.u32()?;
+            d.ci = r.u32()?;
+            let nf = r.u8()?;
+            if nf as usize > MAX_FIRED {
+                return Err(DecodeError("too many fired rules"));
+            }
+            for i in 0..nf as usize {
+                d.fired[i] = r.u32()?;
+            }
+            d.nfired = nf;
+            let np = r.u8()?;
+            if np as usize > MAX_PROGRESS {
+                return Err(DecodeError("too many partial matches"));
+            }
+            for i in 0..np as usize {
+                d.prog[i] = Progress {
+                    rule: r.u32()?,
+                    next: r.u8()?,
+                    last_end: r.u64()?,
+                };
+            }
+            d.nprog = np;
+        }
+        Ok(s)
+    }
+}
+
+/// Encoded size of a record with `fired` fired rules and `partial` partial matches
+/// in total over both directions.
+pub const fn record_size(fired: usize, partial: usize) -> usize {
+    10 + 2 * 10 + 4 * fired + 13 * partial
+}

@@ -1,0 +1,445 @@
+//! The IPS over reassembled streams, end to end with the reassembler.
+
+use std::path::Path;
+
+use sluice_ips::{build, Config, Ips};
+use sluice_nf::{AlertAction, Ctx, Event, NetworkFunction, Streams};
+use sluice_packet::{Batch, PacketPool, Verdict};
+use sluice_reassembly::Reassembler;
+use sluice_state::{LocalStore, Namespace, SharedLocalStore, StateStore};
+use sluice_wire::build::{tcp_v4, udp_v4};
+use sluice_wire::parse::parse_frame;
+use sluice_wire::tcp::flags::{ACK, PSH, SYN};
+
+const C: [u8; 4] = [10, 0, 0, 1];
+const S: [u8; 4] = [192, 168, 1, 2];
+const ISN_C: u32 = 1000;
+const ISN_S: u32 = 9000;
+
+fn handshake() -> Vec<Vec<u8>> {
+    vec![
+        tcp_v4(C, S, 40000, 80, ISN_C, 0, SYN, &[]),
+        tcp_v4(S, C, 80, 40000, ISN_S, ISN_C + 1, SYN | ACK, &[]),
+        tcp_v4(C, S, 40000, 80, ISN_C + 1, ISN_S + 1, ACK, &[]),
+    ]
+}
+fn c(off: u32, p: &[u8]) -> Vec<u8> {
+    tcp_v4(C, S, 40000, 80, ISN_C + 1 + off, ISN_S + 1, ACK | PSH, p)
+}
+fn s(off: u32, p: &[u8]) -> Vec<u8> {
+    tcp_v4(S, C, 80, 40000, ISN_S + 1 + off, ISN_C + 1, ACK | PSH, p)
+}
+
+fn ips(rules: &[&str]) -> Ips {
+    let cfg = Config {
+        rule_files: vec![],
+        rules: rules.iter().map(|s| s.to_string()).collect(),
+        vars: [("HOME_NET".to_string(), "10.0.0.0/8".to_string())].into(),
+        idle_timeout_secs: 300,
+    };
+    let i = build(&cfg, Namespace(2), Path::new(".")).unwrap();
+    assert!(i.warnings().is_empty(), "{:?}", i.warnings());
+    i
+}
+
+struct H {
+    r: Reassembler,
+    ips: Ips,
+    pool: PacketPool,
+    streams: Streams,
+    ts: u64,
+}
+
+/// Per batch: alerts as (sid, action, to_server), and which packets were dropped.
+type Res = (Vec<(u32, AlertAction, bool)>, Vec<bool>);
+
+impl H {
+    fn new(ips: Ips) -> H {
+        H {
+            r: Reassembler::new(Namespace(1), Default::default()),
+            ips,
+            pool: PacketPool::new(64),
+            streams: Streams::default(),
+            ts: 1_000_000_000,
+        }
+    }
+    fn run(&mut self, st: &mut dyn StateStore, frames: &[Vec<u8>]) -> Res {
+        let mut b = Batch::with_capacity(frames.len());
+        for f in frames {
+            self.ts += 1000;
+            b.push_frame(&mut self.pool, f, self.ts, 0);
+        }
+        for p in &mut b.pkts {
+            p.meta = parse_frame(p.data()).unwrap();
+        }
+        self.r.process(&mut b, st, &mut self.streams, 1).unwrap();
+        let mut events = Vec::new();
+        let mut emit = Vec::new();
+        let mut ctx = Ctx {
+            now_ns: self.ts,
+            stage: 2,
+            streams: &self.streams,
+            events: &mut events,
+            emit: &mut emit,
+        };
+        self.ips.process(&mut b, &mut ctx, st).unwrap();
+        let dropped = b
+            .pkts
+            .iter()
+            .map(|p| p.verdict != Verdict::Forward)
+            .collect();
+        b.recycle(&mut self.pool);
+        let alerts = events
+            .into_iter()
+            .map(|e| match e {
+                Event::Alert(a) => (a.sid, a.action, a.to_server),
+                Event::Flow(_) => panic!("no flow records from the IPS"),
+            })
+            .collect();
+        (alerts, dropped)
+    }
+    /// Runs every frame as its own batch; returns all alerts.
+    fn each(&mut self, st: &mut dyn StateStore, frames: &[Vec<u8>]) -> Res {
+        let mut all = (Vec::new(), Vec::new());
+        for f in frames {
+            let (a, d) = self.run(st, std::slice::from_ref(f));
+            all.0.extend(a);
+            all.1.extend(d);
+        }
+        all
+    }
+}
+
+fn sids(r: &Res) -> Vec<u32> {
+    r.0.iter().map(|a| a.0).collect()
+}
+
+#[test]
+fn signature_split_across_out_of_order_segments_alerts_once() {
+    let rule = r#"alert tcp any any -> any 80 (msg:"evil"; content:"EVILSTRING"; flow:to_server,established; sid:1;)"#;
+    for batched in [false, true] {
+        let mut st = LocalStore::new();
+        let mut h = H::new(ips(&[rule]));
+        h.run(&mut st, &handshake());
+        let frames = [c(8, b"RING and more"), c(4, b"EVILST"), c(0, b"abcd")];
+        let mut res = if batched {
+            h.run(&mut st, &frames)
+        } else {
+            h.each(&mut st, &frames)
+        };
+        // The string again later in the same flow does not fire again.
+        let again = h.run(&mut st, &[c(21, b"EVILSTRING")]);
+        res.0.extend(again.0);
+        assert_eq!(
+            res.0,
+            vec![(1, AlertAction::Allowed, true)],
+            "batched {batched}"
+        );
+    }
+}
+
+#[test]
+fn other_direction_does_not_alert() {
+    let mut st = LocalStore::new();
+    let mut h = H::new(ips(&[
+        r#"alert tcp any any -> any any (msg:"x"; content:"secret"; flow:to_server; sid:1;)"#,
+        r#"alert tcp any any -> any 80 (msg:"y"; content:"token"; sid:2;)"#,
+        r#"alert tcp any any -> any any (msg:"z"; content:"answer"; flow:to_client; sid:3;)"#,
+    ]));
+    h.run(&mut st, &handshake());
+    let r = h.run(&mut st, &[s(0, b"secret token answer")]);
+    assert_eq!(r.0, vec![(3, AlertAction::Allowed, false)]);
+}
+
+#[test]
+fn established_required_but_handshake_incomplete() {
+    let rule =
+        r#"alert tcp any any -> any any (msg:"x"; content:"attack"; flow:established; sid:1;)"#;
+    let mut st = LocalStore::new();
+    let mut h = H::new(ips(&[rule]));
+    // SYN, then data without any SYN-ACK.
+    let r = h.run(&mut st, &[handshake()[0].clone(), c(0, b"attack")]);
+    assert!(r.0.is_empty());
+    // Same bytes over a completed handshake do alert.
+    let mut st = LocalStore::new();
+    let mut h = H::new(ips(&[rule]));
+    h.run(&mut st, &handshake());
+    assert_eq!(sids(&h.run(&mut st, &[c(0, b"attack")])), vec![1]);
+}
+
+#[test]
+fn drop_rule_blocks_rest_of_flow() {
+    let mut st = LocalStore::new();
+    let mut h = H::new(ips(&[
+        r#"drop tcp any any -> any any (msg:"x"; content:"|de ad be ef|"; sid:9; rev:2;)"#,
+    ]));
+    h.run(&mut st, &handshake());
+    let r = h.run(
+        &mut st,
+        &[
+            c(0, b"ok"),
+            c(2, &[1, 0xde, 0xad]),
+            c(5, &[0xbe, 0xef]),
+            s(0, b"reply"),
+        ],
+    );
+    assert_eq!(r.0, vec![(9, AlertAction::Blocked, true)]);
+    assert_eq!(r.1, vec![false, false, true, true]);
+    let r = h.run(&mut st, &[c(7, b"more"), s(5, b"x")]);
+    assert!(r.0.is_empty());
+    assert_eq!(r.1, vec![true, true]);
+}
+
+#[test]
+fn pass_rule_stops_inspection() {
+    let mut st = LocalStore::new();
+    let mut h = H::new(ips(&[
+        r#"pass tcp any any -> any any (msg:"p"; content:"trusted"; sid:1;)"#,
+        r#"alert tcp any any -> any any (msg:"a"; content:"bad"; sid:2;)"#,
+    ]));
+    h.run(&mut st, &handshake());
+    let r = h.each(&mut st, &[c(0, b"trusted "), c(8, b"bad")]);
+    assert!(r.0.is_empty() && r.1.iter().all(|d| !d));
+}
+
+#[test]
+fn nocase_offset_depth() {
+    let mut st = LocalStore::new();
+    let mut h = H::new(ips(&[
+        r#"alert tcp any any -> any any (msg:"a"; content:"get"; nocase; offset:0; depth:3; sid:1;)"#,
+        r#"alert tcp any any -> any any (msg:"b"; content:"Host"; sid:2;)"#,
+        r#"alert tcp any any -> any any (msg:"c"; content:"xyz"; offset:10; sid:3;)"#,
+        r#"alert tcp any any -> any any (msg:"d"; content:"abc"; depth:5; sid:4;)"#,
+    ]));
+    h.run(&mut st, &handshake());
+    // "GET" at 0 (nocase), "host" lowercase (case-sensitive rule misses),
+    // "xyz" at 4 (before offset 10) and again at 12; "abc" ends at 9 > depth 5.
+    let r = h.each(&mut st, &[c(0, b"GETxxyzabc"), c(10, b"h xyz host")]);
+    let mut got = sids(&r);
+    got.sort();
+    assert_eq!(got, vec![1, 3]);
+}
+
+#[test]
+fn distance_within_across_packets() {
+    let rule = r#"alert tcp any any -> any any (msg:"a"; content:"USER"; content:"root"; distance:1; within:10; sid:1;)"#;
+    let cases: Vec<(Vec<&[u8]>, bool)> = vec![
+        (vec![b"USER ", b"root"], true),
+        (vec![b"USERroot"], false),           // distance 1 not met
+        (vec![b"USER          root"], false), // beyond within
+        (vec![b"root USER x"], false),        // wrong order
+        (vec![b"USER xxxxxxxxxxxx USER", b" root"], true), // re-anchored
+    ];
+    for (parts, want) in cases {
+        let mut st = LocalStore::new();
+        let mut h = H::new(ips(&[rule]));
+        h.run(&mut st, &handshake());
+        let mut off = 0;
+        let frames: Vec<Vec<u8>> = parts
+            .iter()
+            .map(|p| {
+                let f = c(off, p);
+                off += p.len() as u32;
+                f
+            })
+            .collect();
+        let r = h.each(&mut st, &frames);
+        assert_eq!(!r.0.is_empty(), want, "{parts:?}");
+    }
+}
+
+#[test]
+fn addresses_negation_and_bidirectional() {
+    let mut st = LocalStore::new();
+    let mut h = H::new(ips(&[
+        r#"alert tcp !$HOME_NET any -> any any (msg:"a"; content:"A1"; sid:1;)"#,
+        r#"alert tcp $HOME_NET !80 -> any any (msg:"b"; content:"B2"; sid:2;)"#,
+        r#"alert tcp $HOME_NET any -> any ![443,8000:9000] (msg:"c"; content:"C3"; sid:3;)"#,
+        r#"alert tcp 192.168.1.0/24 80 <> 10.0.0.1 any (msg:"d"; content:"D4"; sid:4;)"#,
+        r#"alert tcp 192.168.1.0/24 80 -> 10.0.0.1 any (msg:"e"; content:"E5"; sid:5;)"#,
+    ]));
+    h.run(&mut st, &handshake());
+    // Client 10.0.0.1:40000 -> 192.168.1.2:80.
+    let r = h.run(&mut st, &[c(0, b"A1 B2 C3 D4 E5")]);
+    let mut got = sids(&r);
+    got.sort();
+    assert_eq!(got, vec![2, 3, 4]);
+}
+
+#[test]
+fn udp_datagrams_match_per_payload() {
+    let mut st = LocalStore::new();
+    let mut h = H::new(ips(&[
+        r#"alert udp any any -> any 53 (msg:"dns"; content:"|07|example"; offset:12; sid:1;)"#,
+        r#"drop udp any any -> any 53 (msg:"bad"; content:"evil"; sid:2;)"#,
+    ]));
+    let mut q = vec![0u8; 12];
+    q.extend_from_slice(b"\x07example\x03com\x00");
+    let r = h.run(
+        &mut st,
+        &[
+            udp_v4(C, S, 5555, 53, &q),
+            udp_v4(C, S, 5555, 53, b"\x07example at offset 0"),
+            udp_v4(C, S, 5556, 53, b"evil"),
+            udp_v4(C, S, 5556, 53, b"fine"),
+        ],
+    );
+    assert_eq!(
+        r.0,
+        vec![
+            (1, AlertAction::Allowed, true),
+            (2, AlertAction::Blocked, true)
+        ]
+    );
+    assert_eq!(r.1, vec![false, false, true, true]);
+}
+
+#[test]
+fn udp_pass_rule_stops_inspection_of_the_flow() {
+    let mut st = LocalStore::new();
+    let mut h = H::new(ips(&[
+        r#"pass udp any any -> any any (msg:"p"; content:"hello"; sid:1;)"#,
+        r#"alert udp any any -> any any (msg:"a"; content:"bad"; sid:2;)"#,
+    ]));
+    let r = h.run(
+        &mut st,
+        &[
+            udp_v4(C, S, 7000, 9, b"bad"),
+            udp_v4(C, S, 7000, 9, b"hello"),
+            udp_v4(C, S, 7000, 9, b"bad"),
+            udp_v4(C, S, 7001, 9, b"bad"),
+        ],
+    );
+    // Alerts for the first datagram and for the other flow only.
+    assert_eq!(r.0.len(), 2);
+    assert!(r.1.iter().all(|d| !d));
+}
+
+#[test]
+fn bad_rules_are_reported_and_skipped() {
+    let dir = std::env::temp_dir().join(format!("sluice-ips-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("t.rules"),
+        "# header\nalert tcp any any -> any any (msg:\"ok\"; content:\"a\"; sid:1;)\nalert tcp any any -> any any (msg:\"x\"; content:\"a\"; fast_pattern; sid:2;)\nalert tcp any any - any any (msg:\"x\"; content:\"a\"; sid:3;)\nalert tcp $NOPE any -> any any (content:\"a\"; sid:4;)\n",
+    )
+    .unwrap();
+    let cfg: Config = Config {
+        rule_files: vec!["t.rules".into()],
+        rules: vec![],
+        vars: Default::default(),
+        idle_timeout_secs: 300,
+    };
+    let i = build(&cfg, Namespace(2), &dir).unwrap();
+    let w: Vec<String> = i.warnings().iter().map(|e| e.to_string()).collect();
+    assert_eq!(
+        w,
+        vec![
+            "t.rules:3: unsupported keyword \"fast_pattern\"",
+            "t.rules:4: unknown direction \"-\"",
+            "t.rules:5: unknown variable \"$NOPE\"",
+        ]
+    );
+    assert_eq!(i.rule_count(), 1);
+    let mut cs = Vec::new();
+    i.counters(&mut cs);
+    assert!(cs.contains(&("ips_rules_skipped", 3)));
+    let missing = Config {
+        rule_files: vec!["nope.rules".into()],
+        ..cfg
+    };
+    assert!(build(&missing, Namespace(2), &dir).is_err());
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn two_instances_on_shared_store_alert_like_one() {
+    let rules = [
+        r#"alert tcp any any -> any any (msg:"a"; content:"MALWARE"; sid:1;)"#,
+        r#"alert tcp any any -> any any (msg:"b"; content:"login"; nocase; content:"admin"; distance:0; within:20; sid:2;)"#,
+        r#"drop tcp any any -> any any (msg:"c"; content:"rm -rf"; flow:to_client; sid:3;)"#,
+    ];
+    let mut frames = handshake();
+    let cdata = b"xxMALWxxLOGIN as admin, MALWARE!";
+    let sdata = b"ok then rm -rf / and more";
+    for (i, chunk) in cdata.chunks(5).enumerate().rev() {
+        frames.push(c(i as u32 * 5, chunk));
+    }
+    for (i, chunk) in sdata.chunks(4).enumerate() {
+        frames.push(s(i as u32 * 4, chunk));
+    }
+    let batches: Vec<&[Vec<u8>]> = frames.chunks(3).collect();
+
+    let mut st = LocalStore::new();
+    let mut one = H::new(ips(&rules));
+    let single: Vec<Res> = batches.iter().map(|b| one.run(&mut st, b)).collect();
+
+    let shared = SharedLocalStore::new();
+    let (mut s1, mut s2) = (shared.handle(), shared.handle());
+    let mut a = H::new(ips(&rules));
+    let mut b = H::new(ips(&rules));
+    let two: Vec<Res> = batches
+        .iter()
+        .enumerate()
+        .map(|(i, fr)| {
+            if i % 2 == 0 {
+                a.run(&mut s1, fr)
+            } else {
+                b.run(&mut s2, fr)
+            }
+        })
+        .collect();
+    assert_eq!(single, two);
+    let all: Vec<u32> = single.iter().flat_map(sids).collect();
+    assert_eq!(all, vec![2, 1, 3]);
+}
+
+#[test]
+fn raw_scan_counts_matches() {
+    let i = ips(&[
+        r#"alert tcp any any -> any any (msg:"a"; content:"abc"; sid:1;)"#,
+        r#"alert tcp any any -> any any (msg:"b"; content:"XY"; nocase; sid:2;)"#,
+    ]);
+    assert_eq!(i.raw_scan_bytes(b"abcabc xy XY"), 4);
+}
+
+#[test]
+fn corrupt_state_fails_closed_and_timers_expire_records() {
+    let rule = r#"alert tcp any any -> any any (msg:"a"; content:"zzz"; sid:1;)"#;
+    let mut st = LocalStore::new();
+    let mut h = H::new(ips(&[rule]));
+    h.run(&mut st, &handshake());
+    h.run(&mut st, &[c(0, b"zz")]);
+    let (canon, _) = parse_frame(&c(0, b"")).unwrap().flow.canonical();
+    let key = sluice_state::Key::flow(Namespace(2), sluice_ips::TABLE_FLOW, &canon, &[]);
+    let mut ops = sluice_state::Ops::new();
+    let good = ops.get(key);
+    st.execute(&mut ops).unwrap();
+    let mut bad = ops.value(good).unwrap().to_vec();
+    bad[10] ^= 0x55; // the stored DFA state: no longer a state of the automaton
+    let mut ops = sluice_state::Ops::new();
+    ops.put(key, &bad);
+    st.execute(&mut ops).unwrap();
+    let r = h.run(&mut st, &[c(2, b"z")]);
+    assert_eq!(r, (vec![], vec![true]));
+    let mut cs = Vec::new();
+    h.ips.counters(&mut cs);
+    assert!(cs.contains(&("ips_corrupt_records", 1)));
+
+    // Idle records are deleted by the timer (the corrupt one included).
+    let mut events = Vec::new();
+    let mut emit = Vec::new();
+    let streams = Streams::default();
+    let mut ctx = Ctx {
+        now_ns: h.ts + 301 * 1_000_000_000,
+        stage: 2,
+        streams: &streams,
+        events: &mut events,
+        emit: &mut emit,
+    };
+    h.ips.on_timers(&mut ctx, &mut st).unwrap();
+    let mut ops = sluice_state::Ops::new();
+    let id = ops.get(key);
+    st.execute(&mut ops).unwrap();
+    assert!(ops.value(id).is_none());
+}

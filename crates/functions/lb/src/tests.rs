@@ -1,0 +1,561 @@
+use super::*;
+use proptest::prelude::*;
+use sluice_nf::{Streams, Verdict};
+use sluice_packet::PacketPool;
+use sluice_state::{LocalStore, SharedLocalStore, StoreCounters, StoreError};
+use sluice_wire::build;
+use sluice_wire::parse::parse_frame;
+use sluice_wire::rewrite::verify_all_checksums;
+use std::collections::HashMap;
+
+const VIP: [u8; 4] = [192, 0, 2, 10];
+const SEC: u64 = 1_000_000_000;
+
+fn backend(i: u8) -> [u8; 4] {
+    [10, 0, 1, i]
+}
+
+fn cfg(algorithm: Algorithm, weights: &[u32]) -> Config {
+    Config {
+        services: vec![ServiceConfig {
+            vip: "192.0.2.10".into(),
+            port: 80,
+            proto: Proto::Tcp,
+            algorithm,
+            table_size: maglev::DEFAULT_TABLE_SIZE,
+            backends: weights
+                .iter()
+                .enumerate()
+                .map(|(i, &w)| BackendConfig {
+                    addr: format!("10.0.1.{i}:8080"),
+                    weight: w,
+                    drain: false,
+                })
+                .collect(),
+        }],
+        ..Default::default()
+    }
+}
+
+fn lb(algorithm: Algorithm, weights: &[u32]) -> Lb {
+    build(
+        &cfg(algorithm, weights),
+        Namespace(3),
+        std::path::Path::new("."),
+    )
+    .unwrap()
+}
+
+struct Out {
+    v: Vec<Verdict>,
+    frames: Vec<Vec<u8>>,
+}
+
+impl Out {
+    fn reason(&self, i: usize) -> Option<&'static str> {
+        match self.v[i] {
+            Verdict::Forward => None,
+            Verdict::Drop(d) => Some(d.reason),
+        }
+    }
+    fn flow(&self, i: usize) -> FlowKey {
+        assert_eq!(self.v[i], Verdict::Forward, "packet {i} dropped");
+        assert!(verify_all_checksums(&self.frames[i]));
+        parse_frame(&self.frames[i]).unwrap().flow
+    }
+}
+
+fn run(f: &mut dyn NetworkFunction, store: &mut dyn StateStore, frames: &[(Vec<u8>, u64)]) -> Out {
+    let mut pool = PacketPool::new(frames.len().max(1));
+    let mut b = Batch::with_capacity(frames.len());
+    for (fr, ts) in frames {
+        assert!(b.push_frame(&mut pool, fr, *ts, 0));
+    }
+    for p in &mut b.pkts {
+        p.meta = parse_frame(p.data()).unwrap();
+    }
+    let streams = Streams::default();
+    let (mut events, mut emit) = (Vec::new(), Vec::new());
+    let mut ctx = Ctx {
+        now_ns: frames.iter().map(|f| f.1).max().unwrap_or(0),
+        stage: 0,
+        streams: &streams,
+        events: &mut events,
+        emit: &mut emit,
+    };
+    f.process(&mut b, &mut ctx, store).unwrap();
+    Out {
+        v: b.pkts.iter().map(|p| p.verdict).collect(),
+        frames: b.pkts.iter().map(|p| p.data().to_vec()).collect(),
+    }
+}
+
+fn timers(f: &mut dyn NetworkFunction, store: &mut dyn StateStore, now: u64) {
+    let streams = Streams::default();
+    let (mut events, mut emit) = (Vec::new(), Vec::new());
+    let mut ctx = Ctx {
+        now_ns: now,
+        stage: 0,
+        streams: &streams,
+        events: &mut events,
+        emit: &mut emit,
+    };
+    f.on_timers(&mut ctx, store).unwrap();
+}
+
+fn counter(f: &dyn NetworkFunction, name: &str) -> u64 {
+    let mut v = Vec::new();
+    f.counters(&mut v);
+    v.into_iter().find(|c| c.0 == name).unwrap().1
+}
+
+fn load(l: &Lb, s: &mut dyn StateStore, b: usize) -> i64 {
+    let mut ops = Ops::new();
+    let id = ops.incr(l.load_key(0, b).unwrap(), 0);
+    s.execute(&mut ops).unwrap();
+    ops.counter(id)
+}
+
+fn client(i: u32) -> ([u8; 4], u16) {
+    (
+        [198, 51, (i >> 8) as u8, i as u8],
+        1024 + (i % 60000) as u16,
+    )
+}
+
+fn syn(i: u32, t: u64) -> (Vec<u8>, u64) {
+    let (c, p) = client(i);
+    (build::tcp_v4(c, VIP, p, 80, 1, 0, SYN, b""), t)
+}
+
+fn backend_of(o: &Out, i: usize) -> u8 {
+    let f = o.flow(i);
+    assert_eq!(f.dst_port, 8080);
+    match f.dst {
+        IpAddr::V4(b) => {
+            assert_eq!(&b[..3], &[10, 0, 1]);
+            b[3]
+        }
+        IpAddr::V6(_) => panic!("v6"),
+    }
+}
+
+#[test]
+fn connections_stick_to_one_backend_across_two_instances() {
+    for alg in [Algorithm::Maglev, Algorithm::LeastConnections] {
+        let shared = SharedLocalStore::new();
+        let mut inst = [
+            (lb(alg, &[1, 1, 1]), shared.handle()),
+            (lb(alg, &[1, 1, 1]), shared.handle()),
+        ];
+        let mut chosen: HashMap<u32, u8> = HashMap::new();
+        let mut turn = 0;
+        for step in 0..4u64 {
+            for chunk in (0..60u32).collect::<Vec<_>>().chunks(7) {
+                let (l, s) = &mut inst[turn % 2];
+                turn += 1;
+                let mut frames = Vec::new();
+                for &i in chunk {
+                    let (c, p) = client(i);
+                    let t = step * SEC;
+                    frames.push(match step {
+                        0 => syn(i, t),
+                        _ => (build::tcp_v4(c, VIP, p, 80, 2, 2, ACK, b"data"), t),
+                    });
+                }
+                let o = run(l, s, &frames);
+                for (j, &i) in chunk.iter().enumerate() {
+                    let b = backend_of(&o, j);
+                    assert_eq!(
+                        *chosen.entry(i).or_insert(b),
+                        b,
+                        "{alg:?}: connection {i} moved"
+                    );
+                }
+                // The backends answer, through the other instance; replies leave from the VIP.
+                let (l, s) = &mut inst[turn % 2];
+                let replies: Vec<_> = chunk
+                    .iter()
+                    .map(|&i| {
+                        let (c, p) = client(i);
+                        (
+                            build::tcp_v4(backend(chosen[&i]), c, 8080, p, 5, 2, ACK, b"resp"),
+                            step * SEC,
+                        )
+                    })
+                    .collect();
+                let o = run(l, s, &replies);
+                for (j, &i) in chunk.iter().enumerate() {
+                    let (c, p) = client(i);
+                    let f = o.flow(j);
+                    assert_eq!(
+                        (f.src, f.src_port, f.dst, f.dst_port),
+                        (IpAddr::V4(VIP), 80, IpAddr::V4(c), p)
+                    );
+                }
+            }
+        }
+        let used: std::collections::HashSet<_> = chosen.values().collect();
+        assert_eq!(used.len(), 3, "{alg:?} spreads connections");
+    }
+}
+
+#[test]
+fn weights_are_respected_by_both_algorithms() {
+    for alg in [Algorithm::Maglev, Algorithm::LeastConnections] {
+        let mut l = lb(alg, &[3, 1]);
+        let mut s = LocalStore::new();
+        let mut count = [0u32; 2];
+        let all: Vec<_> = (0..4000).map(|i| syn(i, 1)).collect();
+        for chunk in all.chunks(32) {
+            let o = run(&mut l, &mut s, chunk);
+            for j in 0..chunk.len() {
+                count[backend_of(&o, j) as usize] += 1;
+            }
+        }
+        let share = count[0] as f64 / 4000.0;
+        assert!((share - 0.75).abs() < 0.03, "{alg:?}: {count:?}");
+        assert_eq!(load(&l, &mut s, 0) + load(&l, &mut s, 1), 4000);
+        assert_eq!(
+            load(&l, &mut s, 0),
+            count[0] as i64,
+            "loads count open connections"
+        );
+    }
+}
+
+#[test]
+fn draining_stops_new_connections_only() {
+    for alg in [Algorithm::Maglev, Algorithm::LeastConnections] {
+        let mut l = lb(alg, &[1, 1, 1]);
+        let mut s = LocalStore::new();
+        let o = run(
+            &mut l,
+            &mut s,
+            &(0..90).map(|i| syn(i, 1)).collect::<Vec<_>>(),
+        );
+        let on0: Vec<u32> = (0..90)
+            .filter(|&i| backend_of(&o, i as usize) == 0)
+            .collect();
+        assert!(!on0.is_empty());
+        assert_eq!(l.set_drain(IpAddr::V4(backend(0)), true), 1);
+        let o = run(
+            &mut l,
+            &mut s,
+            &(100..400).map(|i| syn(i, 2)).collect::<Vec<_>>(),
+        );
+        assert!(
+            (0..300).all(|j| backend_of(&o, j) != 0),
+            "{alg:?}: drained backend got a new connection"
+        );
+        let data: Vec<_> = on0
+            .iter()
+            .map(|&i| {
+                let (c, p) = client(i);
+                (build::tcp_v4(c, VIP, p, 80, 2, 2, ACK, b"more"), 3)
+            })
+            .collect();
+        let o = run(&mut l, &mut s, &data);
+        assert!(
+            (0..on0.len()).all(|j| backend_of(&o, j) == 0),
+            "existing connections continue"
+        );
+    }
+    // Draining from the configuration, and all drained.
+    let mut c = cfg(Algorithm::Maglev, &[1, 1]);
+    c.services[0].backends[1].drain = true;
+    let mut l = build(&c, Namespace(3), std::path::Path::new(".")).unwrap();
+    let mut s = LocalStore::new();
+    let o = run(
+        &mut l,
+        &mut s,
+        &(0..50).map(|i| syn(i, 1)).collect::<Vec<_>>(),
+    );
+    assert!((0..50).all(|j| backend_of(&o, j) == 0));
+    l.set_drain(IpAddr::V4(backend(0)), true);
+    assert_eq!(
+        run(&mut l, &mut s, &[syn(999, 2)]).reason(0),
+        Some("no_backend")
+    );
+}
+
+#[test]
+fn connection_end_and_idle_timeout_release_the_backend() {
+    let mut l = lb(Algorithm::LeastConnections, &[1]);
+    let mut s = LocalStore::new();
+    let (c, p) = client(1);
+    let b = backend(0);
+    let o = run(&mut l, &mut s, &[syn(1, 0)]);
+    assert_eq!(backend_of(&o, 0), 0);
+    run(
+        &mut l,
+        &mut s,
+        &[(build::tcp_v4(b, c, 8080, p, 9, 2, SYN | ACK, b""), 1)],
+    );
+    assert_eq!(load(&l, &mut s, 0), 1);
+    run(
+        &mut l,
+        &mut s,
+        &[
+            (build::tcp_v4(c, VIP, p, 80, 2, 10, ACK | FIN, b""), SEC),
+            (build::tcp_v4(b, c, 8080, p, 10, 3, ACK | FIN, b""), SEC),
+        ],
+    );
+    // The last ACK still gets through during the closing timeout.
+    assert!(run(
+        &mut l,
+        &mut s,
+        &[(build::tcp_v4(c, VIP, p, 80, 3, 11, ACK, b""), 2 * SEC)]
+    )
+    .reason(0)
+    .is_none());
+    timers(&mut l, &mut s, 5 * SEC);
+    assert_eq!(load(&l, &mut s, 0), 1, "not before the closing timeout");
+    timers(&mut l, &mut s, 12 * SEC);
+    assert_eq!(load(&l, &mut s, 0), 0);
+    assert_eq!(s.len(), 0);
+    assert_eq!(
+        run(
+            &mut l,
+            &mut s,
+            &[(build::tcp_v4(c, VIP, p, 80, 3, 11, ACK, b""), 13 * SEC)]
+        )
+        .reason(0),
+        Some("no_state")
+    );
+
+    // A RST ends a connection too; an idle connection ends at the idle timeout.
+    run(&mut l, &mut s, &[syn(2, 20 * SEC), syn(3, 20 * SEC)]);
+    let (c2, p2) = client(2);
+    run(
+        &mut l,
+        &mut s,
+        &[(build::tcp_v4(b, c2, 8080, p2, 1, 0, RST, b""), 21 * SEC)],
+    );
+    timers(&mut l, &mut s, 40 * SEC);
+    assert_eq!(load(&l, &mut s, 0), 1);
+    timers(&mut l, &mut s, (20 + 3600) * SEC);
+    assert_eq!(load(&l, &mut s, 0), 0);
+    assert_eq!(counter(&l, "closed"), 3);
+}
+
+#[test]
+fn replies_need_state_and_the_right_backend() {
+    let mut l = lb(Algorithm::Maglev, &[1, 1]);
+    let mut s = LocalStore::new();
+    let (c, p) = client(7);
+    let o = run(
+        &mut l,
+        &mut s,
+        &[(build::tcp_v4(c, VIP, p, 80, 5, 5, ACK, b"x"), 0)],
+    );
+    assert_eq!(
+        o.reason(0),
+        Some("no_state"),
+        "mid-stream packet without a connection"
+    );
+    let o = run(
+        &mut l,
+        &mut s,
+        &[(build::tcp_v4(backend(0), c, 8080, p, 5, 5, ACK, b"x"), 0)],
+    );
+    assert_eq!(o.reason(0), Some("no_state"));
+    let o = run(&mut l, &mut s, &[syn(7, 0)]);
+    let b = backend_of(&o, 0);
+    let wrong = backend(1 - b);
+    let o = run(
+        &mut l,
+        &mut s,
+        &[
+            (build::tcp_v4(wrong, c, 8080, p, 5, 5, SYN | ACK, b""), 1),
+            (
+                build::tcp_v4(backend(b), c, 8080, p, 5, 5, SYN | ACK, b""),
+                1,
+            ),
+        ],
+    );
+    assert_eq!(o.reason(0), Some("no_state"));
+    assert_eq!(o.flow(1).src, IpAddr::V4(VIP));
+    // Other traffic passes untouched.
+    let other = build::udp_v4([1, 1, 1, 1], [2, 2, 2, 2], 1, 2, b"");
+    assert_eq!(run(&mut l, &mut s, &[(other.clone(), 1)]).frames[0], other);
+}
+
+#[test]
+fn established_packets_cost_one_batched_read() {
+    let mut l = lb(Algorithm::Maglev, &[1, 1]);
+    let mut s = LocalStore::new();
+    run(
+        &mut l,
+        &mut s,
+        &(0..32).map(|i| syn(i, 0)).collect::<Vec<_>>(),
+    );
+    let before = s.counters();
+    let data: Vec<_> = (0..32)
+        .map(|i| {
+            let (c, p) = client(i);
+            (build::tcp_v4(c, VIP, p, 80, 2, 2, ACK, b"x"), 1000)
+        })
+        .collect();
+    run(&mut l, &mut s, &data);
+    let d = s.counters().since(&before);
+    assert_eq!((d.round_trips, d.reads, d.writes, d.atomics), (1, 32, 0, 0));
+}
+
+struct Interleave {
+    inner: SharedLocalStore,
+    calls: usize,
+    at: usize,
+    hook: Option<Box<dyn FnMut()>>,
+}
+
+impl StateStore for Interleave {
+    fn execute(&mut self, ops: &mut Ops) -> Result<(), StoreError> {
+        self.calls += 1;
+        if self.calls == self.at {
+            if let Some(h) = self.hook.as_mut() {
+                h();
+            }
+        }
+        self.inner.execute(ops)
+    }
+    fn take_expired(
+        &mut self,
+        ns: Namespace,
+        now: u64,
+        max: usize,
+        out: &mut Vec<Key>,
+    ) -> Result<(), StoreError> {
+        self.inner.take_expired(ns, now, max, out)
+    }
+    fn counters(&self) -> StoreCounters {
+        self.inner.counters()
+    }
+    fn describe(&self) -> String {
+        "interleave".into()
+    }
+}
+
+#[test]
+fn racing_instances_agree_on_one_backend() {
+    let shared = SharedLocalStore::new();
+    let result = std::rc::Rc::new(std::cell::RefCell::new(None));
+    let r2 = result.clone();
+    let mut other = lb(Algorithm::LeastConnections, &[1, 1]);
+    let mut other_store = shared.handle();
+    // Instance B saw another connection first, so least-connections differs per instance.
+    run(&mut other, &mut other_store, &[syn(500, 0)]);
+    let mut store = Interleave {
+        inner: shared.handle(),
+        calls: 0,
+        at: 3,
+        hook: Some(Box::new(move || {
+            let o = run(&mut other, &mut other_store, &[syn(1, 1)]);
+            *r2.borrow_mut() = Some(backend_of(&o, 0));
+        })),
+    };
+    let mut a = lb(Algorithm::LeastConnections, &[1, 1]);
+    let o = run(&mut a, &mut store, &[syn(1, 1)]);
+    let theirs = result.borrow().unwrap();
+    assert_eq!(backend_of(&o, 0), theirs);
+    assert_eq!(counter(&a, "races_lost"), 1);
+    let mut s = shared.handle();
+    assert_eq!(
+        load(&a, &mut s, 0) + load(&a, &mut s, 1),
+        2,
+        "one load per connection"
+    );
+}
+
+#[test]
+fn config_errors_are_clear() {
+    let e = |t: fn(&mut Config)| {
+        let mut c = cfg(Algorithm::Maglev, &[1, 1]);
+        t(&mut c);
+        build(&c, Namespace(3), std::path::Path::new("."))
+            .err()
+            .unwrap()
+            .to_string()
+    };
+    assert_eq!(
+        e(|c| c.services[0].vip = "300.0.0.1".into()),
+        "lb config: invalid vip \"300.0.0.1\""
+    );
+    assert_eq!(
+        e(|c| c.services[0].backends[0].addr = "x".into()),
+        "lb config: invalid backend address \"x\""
+    );
+    assert_eq!(e(|c| c.services[0].table_size = 65536), "lb config: service 192.0.2.10:80/tcp: table_size 65536 must be a prime at least the number of backends");
+    assert_eq!(
+        e(|c| c.services[0].backends[1].addr = "10.0.1.0:8080".into()),
+        "lb config: backend \"10.0.1.0:8080\" appears twice (its replies would be ambiguous)"
+    );
+    assert_eq!(e(|c| c.services[0].backends[1].addr = "[2001:db8::1]:80".into()), "lb config: backend \"[2001:db8::1]:80\" of service 192.0.2.10:80/tcp: address family differs from the vip");
+    let c: Config = serde_json::from_str(r#"{"services": [{"vip": "192.0.2.1", "port": 53, "proto": "udp", "algorithm": "least_connections",
+        "backends": [{"addr": "10.0.0.1"}, {"addr": "10.0.0.2:5353", "weight": 3, "drain": true}]}]}"#).unwrap();
+    assert_eq!(c.services[0].backends[0].weight, 1);
+    assert_eq!(c.services[0].table_size, 65537);
+    assert!(build(&c, Namespace(3), std::path::Path::new(".")).is_ok());
+    assert!(serde_json::from_str::<Config>(r#"{"services": [], "bogus": 1}"#).is_err());
+}
+
+#[test]
+fn udp_services_and_ipv6() {
+    let c: Config = serde_json::from_str(r#"{"services": [{"vip": "2001:db8::10", "port": 53, "proto": "udp",
+        "backends": [{"addr": "2001:db8:1::1"}, {"addr": "[2001:db8:1::2]:5353"}]}], "timeouts": {"udp": 5}}"#).unwrap();
+    let mut l = build(&c, Namespace(3), std::path::Path::new(".")).unwrap();
+    let mut s = LocalStore::new();
+    let cl: [u8; 16] = "2001:db8:9::1"
+        .parse::<std::net::Ipv6Addr>()
+        .unwrap()
+        .octets();
+    let vip: [u8; 16] = "2001:db8::10"
+        .parse::<std::net::Ipv6Addr>()
+        .unwrap()
+        .octets();
+    let q = |t| {
+        let mut buf = vec![0u8; 200];
+        let udp = build::Transport::Udp(sluice_wire::udp::UdpRepr {
+            src_port: 999,
+            dst_port: 53,
+        });
+        let n =
+            build::write_frame(&mut buf, IpAddr::V6(cl), IpAddr::V6(vip), udp, b"query").unwrap();
+        buf.truncate(n);
+        (buf, t)
+    };
+    let o = run(&mut l, &mut s, &[q(0), q(1)]);
+    let (a, b) = (o.flow(0), o.flow(1));
+    assert_eq!(a, b);
+    assert!(matches!(a.dst, IpAddr::V6(_)) && a.dst != IpAddr::V6(vip));
+    timers(&mut l, &mut s, 10 * SEC);
+    assert_eq!(counter(&l, "closed"), 1, "UDP idle timeout");
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(200))]
+    #[test]
+    fn odd_packets_never_panic(frames in proptest::collection::vec(proptest::collection::vec(any::<u8>(), 0..120), 1..8),
+                               flags in proptest::collection::vec(any::<u8>(), 8), ports in proptest::collection::vec(any::<u16>(), 8)) {
+        let mut l = lb(Algorithm::LeastConnections, &[1, 2, 0]);
+        let mut s = LocalStore::new();
+        let mut pkts = Vec::new();
+        for (i, fr) in frames.iter().enumerate() {
+            let mut g = build::udp_v4(VIP, VIP, 1, 2, b"");
+            g.truncate(14);
+            g.extend_from_slice(fr);
+            if parse_frame(&g).is_ok() {
+                pkts.push((g, i as u64));
+            }
+            pkts.push((build::tcp_v4([1, 2, 3, 4], VIP, ports[i], 80, 1, 1, flags[i], b"x"), i as u64));
+            pkts.push((build::tcp_v4(backend(1), [1, 2, 3, 4], 8080, ports[i], 1, 1, flags[i], b""), i as u64));
+        }
+        let o = run(&mut l, &mut s, &pkts);
+        for (i, f) in o.frames.iter().enumerate() {
+            if o.v[i] == Verdict::Forward && verify_all_checksums(&pkts[i].0) {
+                prop_assert!(verify_all_checksums(f));
+            }
+        }
+        timers(&mut l, &mut s, u64::MAX);
+    }
+}

@@ -1,0 +1,521 @@
+//! The flow monitor network function.
+//!
+//! Counts packets and bytes (whole frames) per flow and direction, with the times
+//! of the first and last packet, and exports them as [`Event::Flow`] records
+//! (EVE `flow` events) when the flow ends:
+//!
+//! * TCP: on RST, or once a FIN was seen in both directions (`"tcp_close"`);
+//! * idle for [`Config::idle_timeout_secs`] (`"timeout"`), through store timers;
+//! * at [`NetworkFunction::flush`] for flows still open (`"shutdown"`).
+//!
+//! "To server" is the direction of the first packet seen (for TCP normally the SYN).
+//!
+//! # State and store access
+//!
+//! One record per flow (canonical key, table [`TABLE_FLOW`]), layout
+//! `[version u8][flags u8][pkts_toserver u64][pkts_toclient u64][bytes_toserver u64]
+//! [bytes_toclient u64][start u64][end u64]`: [`RECORD_SIZE`] = 50 bytes. Counters
+//! that are exact and shared by every instance need a write whenever they change,
+//! i.e. per packet; this function makes it one read and one write per flow per
+//! *batch*, aggregating every packet of the flow in the batch (two round trips per
+//! batch). The read-modify-write is not atomic across instances: two instances
+//! counting packets of one flow at the same instant may lose one's update; flows
+//! are expected to be steered by symmetric hash (as in StatelessNF).
+//!
+//! After a TCP close the record stays as an exported tombstone until its idle
+//! timer: trailing packets (the last ACK, retransmitted FINs) are absorbed, not
+//! counted and not turned into a new flow; a new client SYN on the same 5-tuple
+//! starts a new flow. A record idle past the timeout is exported (`"timeout"`) by
+//! whichever comes first, its timer or the next packet of the flow, so exports do
+//! not depend on when timers run.
+//!
+//! # Flush and several instances
+//!
+//! The store cannot enumerate keys, so each instance keeps the set of flows it
+//! created (in memory, the only per-instance state; entries leave it when this
+//! instance exports the flow). `flush` exports those still open. With several
+//! instances each flushes the flows it created; flows created by an instance that
+//! died are exported by their idle timer instead, and entries of flows another
+//! instance exported stay in the set until flush, where they are skipped.
+
+use std::path::Path;
+
+use rustc_hash::{FxHashMap, FxHashSet};
+use serde::Deserialize;
+use sluice_nf::{Batch, Ctx, Event, FlowRecord, NetworkFunction, NfError, StateStore};
+use sluice_state::{Codec, DecodeError, Key, Namespace, OpId, Ops, Reader, Writer};
+use sluice_wire::flow::Side;
+use sluice_wire::parse::L4;
+use sluice_wire::tcp::flags::{ACK, FIN, RST, SYN};
+use sluice_wire::FlowKey;
+
+/// Table of flow records.
+pub const TABLE_FLOW: u8 = 1;
+/// Encoded size of a flow record.
+pub const RECORD_SIZE: usize = 50;
+
+fn default_timeout() -> u64 {
+    120
+}
+
+/// Monitor settings.
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// Seconds without packets after which a flow is exported and forgotten (120).
+    #[serde(default = "default_timeout")]
+    pub idle_timeout_secs: u64,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            idle_timeout_secs: default_timeout(),
+        }
+    }
+}
+
+/// A configuration that cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The idle timeout is zero.
+    #[error("monitor: idle_timeout_secs must be at least 1")]
+    ZeroTimeout,
+}
+
+/// Builds a monitor.
+pub fn build(config: &Config, ns: Namespace, _base_dir: &Path) -> Result<Monitor, ConfigError> {
+    if config.idle_timeout_secs == 0 {
+        return Err(ConfigError::ZeroTimeout);
+    }
+    Ok(Monitor::new(ns, config.idle_timeout_secs))
+}
+
+const F_CLIENT_FWD: u8 = 1;
+const F_FIN_TS: u8 = 2;
+const F_FIN_TC: u8 = 4;
+const F_EXPORTED: u8 = 8;
+const VERSION: u8 = 1;
+
+/// A flow record as stored.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Rec {
+    flags: u8,
+    pkts: [u64; 2],
+    bytes: [u64; 2],
+    start: u64,
+    end: u64,
+}
+
+impl Codec for Rec {
+    fn encode(&self, w: &mut Writer<'_>) {
+        w.u8(VERSION)
+            .u8(self.flags)
+            .u64(self.pkts[0])
+            .u64(self.pkts[1])
+            .u64(self.bytes[0])
+            .u64(self.bytes[1])
+            .u64(self.start)
+            .u64(self.end);
+    }
+    fn decode(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
+        if r.u8()? != VERSION {
+            return Err(DecodeError("unknown monitor record version"));
+        }
+        Ok(Rec {
+            flags: r.u8()?,
+            pkts: [r.u64()?, r.u64()?],
+            bytes: [r.u64()?, r.u64()?],
+            start: r.u64()?,
+            end: r.u64()?,
+        })
+    }
+}
+
+impl Rec {
+    fn export(&self, canon: &FlowKey, reason: &'static str) -> Event {
+        let flow = if self.flags & F_CLIENT_FWD != 0 {
+            *canon
+        } else {
+            canon.reverse()
+        };
+        Event::Flow(FlowRecord {
+            flow,
+            flow_id: canon.symmetric_hash() as u64,
+            pkts_toserver: self.pkts[0],
+            pkts_toclient: self.pkts[1],
+            bytes_toserver: self.bytes[0],
+            bytes_toclient: self.bytes[1],
+            start_ns: self.start,
+            end_ns: self.end,
+            reason,
+            state: if reason == "tcp_close" {
+                "closed"
+            } else if self.pkts[1] > 0 {
+                "established"
+            } else {
+                "new"
+            },
+        })
+    }
+}
+
+/// Counters.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Counters {
+    /// Packets counted.
+    pub packets: u64,
+    /// Flows started.
+    pub flows: u64,
+    /// Flow records exported.
+    pub exported: u64,
+    /// Packets after a TCP close, absorbed by the tombstone.
+    pub after_close: u64,
+    /// Records that could not be decoded (replaced by a new flow).
+    pub corrupt_records: u64,
+}
+
+struct Entry {
+    canon: FlowKey,
+    key: Key,
+    read: OpId,
+    rec: Option<Rec>,
+    dirty: bool,
+    created_at: Option<u64>,
+}
+
+/// The flow monitor.
+pub struct Monitor {
+    ns: Namespace,
+    timeout_ns: u64,
+    counters: Counters,
+    ops: Ops,
+    entries: Vec<Entry>,
+    index: FxHashMap<FlowKey, u32>,
+    pkt_entry: Vec<u32>,
+    /// Flows this instance created and has not exported (for flush).
+    mine: FxHashSet<FlowKey>,
+    keys: Vec<Key>,
+}
+
+const NONE: u32 = u32::MAX;
+
+impl Monitor {
+    /// A monitor with its records in `ns`.
+    pub fn new(ns: Namespace, idle_timeout_secs: u64) -> Monitor {
+        Monitor {
+            ns,
+            timeout_ns: idle_timeout_secs.saturating_mul(1_000_000_000).max(1),
+            counters: Counters::default(),
+            ops: Ops::new(),
+            entries: Vec::new(),
+            index: FxHashMap::default(),
+            pkt_entry: Vec::new(),
+            mine: FxHashSet::default(),
+            keys: Vec::new(),
+        }
+    }
+
+    /// The counters.
+    pub fn stats(&self) -> &Counters {
+        &self.counters
+    }
+
+    /// Flows this instance created and has not exported.
+    pub fn tracked(&self) -> usize {
+        self.mine.len()
+    }
+
+    fn emit(&mut self, ev: Event, events: &mut Vec<Event>, canon: &FlowKey) {
+        self.counters.exported += 1;
+        self.mine.remove(canon);
+        events.push(ev);
+    }
+}
+
+impl NetworkFunction for Monitor {
+    fn kind(&self) -> &'static str {
+        "monitor"
+    }
+
+    fn namespace(&self) -> Namespace {
+        self.ns
+    }
+
+    fn process(
+        &mut self,
+        batch: &mut Batch,
+        ctx: &mut Ctx<'_>,
+        store: &mut dyn StateStore,
+    ) -> Result<(), NfError> {
+        self.ops.clear();
+        self.entries.clear();
+        self.index.clear();
+        self.pkt_entry.clear();
+        for p in &batch.pkts {
+            let mut ei = NONE;
+            if p.is_live() && p.meta.is_ip() {
+                let (canon, _) = p.meta.flow.canonical();
+                ei = match self.index.get(&canon) {
+                    Some(&e) => e,
+                    None => {
+                        let key = Key::flow(self.ns, TABLE_FLOW, &canon, &[]);
+                        let read = self.ops.get(key);
+                        self.entries.push(Entry {
+                            canon,
+                            key,
+                            read,
+                            rec: None,
+                            dirty: false,
+                            created_at: None,
+                        });
+                        let e = (self.entries.len() - 1) as u32;
+                        self.index.insert(canon, e);
+                        e
+                    }
+                };
+            }
+            self.pkt_entry.push(ei);
+        }
+        if self.entries.is_empty() {
+            return Ok(());
+        }
+        store.execute(&mut self.ops)?;
+        for e in &mut self.entries {
+            match self.ops.decode::<Rec>(e.read) {
+                Ok(r) => e.rec = r,
+                Err(_) => self.counters.corrupt_records += 1,
+            }
+        }
+        self.ops.clear();
+
+        for i in 0..batch.pkts.len() {
+            let ei = self.pkt_entry[i];
+            if ei == NONE {
+                continue;
+            }
+            let p = &batch.pkts[i];
+            let (ts, len, flags, side) = (
+                p.ts_ns,
+                p.len() as u64,
+                p.meta.tcp_flags,
+                p.meta.flow.canonical().1,
+            );
+            let tcp = p.meta.l4 == L4::Tcp;
+            let e = &mut self.entries[ei as usize];
+            let canon = e.canon;
+            // An idle record is over, whether or not its timer ran yet.
+            if let Some(r) = e.rec {
+                if r.end.saturating_add(self.timeout_ns) < ts {
+                    e.rec = None;
+                    e.dirty = true;
+                    if r.flags & F_EXPORTED == 0 {
+                        let ev = r.export(&canon, "timeout");
+                        self.emit(ev, ctx.events, &canon);
+                    }
+                }
+            }
+            let e = &mut self.entries[ei as usize];
+            let new_syn = tcp && flags & (SYN | ACK) == SYN;
+            let start_new = match &e.rec {
+                None => true,
+                Some(r) if r.flags & F_EXPORTED != 0 => {
+                    if !new_syn {
+                        self.counters.after_close += 1;
+                        continue;
+                    }
+                    true
+                }
+                Some(_) => false,
+            };
+            if start_new {
+                e.rec = Some(Rec {
+                    flags: if side == Side::Forward {
+                        F_CLIENT_FWD
+                    } else {
+                        0
+                    },
+                    start: ts,
+                    end: ts,
+                    ..Rec::default()
+                });
+                if e.created_at.is_none() {
+                    e.created_at = Some(ts);
+                }
+                self.counters.flows += 1;
+                self.mine.insert(canon);
+            }
+            let Some(r) = e.rec.as_mut() else { continue };
+            let d = if (side == Side::Forward) == (r.flags & F_CLIENT_FWD != 0) {
+                0
+            } else {
+                1
+            };
+            r.pkts[d] += 1;
+            r.bytes[d] += len;
+            r.start = r.start.min(ts);
+            r.end = r.end.max(ts);
+            e.dirty = true;
+            self.counters.packets += 1;
+            if tcp {
+                if flags & FIN != 0 {
+                    r.flags |= if d == 0 { F_FIN_TS } else { F_FIN_TC };
+                }
+                let closed =
+                    flags & RST != 0 || r.flags & (F_FIN_TS | F_FIN_TC) == F_FIN_TS | F_FIN_TC;
+                if closed {
+                    r.flags |= F_EXPORTED;
+                    let ev = r.export(&canon, "tcp_close");
+                    self.emit(ev, ctx.events, &canon);
+                }
+            }
+        }
+
+        for e in &self.entries {
+            if !e.dirty {
+                continue;
+            }
+            match &e.rec {
+                Some(r) => {
+                    self.ops.put_value(e.key, r);
+                }
+                None => {
+                    self.ops.delete(e.key);
+                }
+            }
+            if let Some(t) = e.created_at {
+                self.ops.arm_timer(e.key, t.saturating_add(self.timeout_ns));
+            }
+        }
+        if !self.ops.is_empty() {
+            store.execute(&mut self.ops)?;
+        }
+        Ok(())
+    }
+
+    fn on_timers(&mut self, ctx: &mut Ctx<'_>, store: &mut dyn StateStore) -> Result<(), NfError> {
+        let now = ctx.now_ns;
+        loop {
+            self.keys.clear();
+            store.take_expired(self.ns, now, 256, &mut self.keys)?;
+            if self.keys.is_empty() {
+                return Ok(());
+            }
+            let full = self.keys.len() == 256;
+            self.ops.clear();
+            let ids: Vec<OpId> = self.keys.iter().map(|k| self.ops.get(*k)).collect();
+            store.execute(&mut self.ops)?;
+            let mut actions = Vec::with_capacity(ids.len());
+            let keys = std::mem::take(&mut self.keys);
+            for (k, id) in keys.iter().zip(&ids) {
+                let action = match self.ops.decode::<Rec>(*id) {
+                    Ok(None) => None,
+                    Ok(Some(r)) if r.end.saturating_add(self.timeout_ns) > now => {
+                        Some(Some(r.end.saturating_add(self.timeout_ns)))
+                    }
+                    Ok(Some(r)) => {
+                        if r.flags & F_EXPORTED == 0 {
+                            if let Some(canon) = k.flow_key() {
+                                let ev = r.export(&canon, "timeout");
+                                self.emit(ev, ctx.events, &canon);
+                            }
+                        }
+                        Some(None)
+                    }
+                    Err(_) => {
+                        self.counters.corrupt_records += 1;
+                        Some(None)
+                    }
+                };
+                actions.push(action);
+            }
+            self.keys = keys;
+            self.ops.clear();
+            for (k, a) in self.keys.iter().zip(actions) {
+                match a {
+                    Some(Some(t)) => {
+                        self.ops.arm_timer(*k, t);
+                    }
+                    Some(None) => {
+                        self.ops.delete(*k);
+                    }
+                    None => {}
+                }
+            }
+            if !self.ops.is_empty() {
+                store.execute(&mut self.ops)?;
+            }
+            if !full {
+                return Ok(());
+            }
+        }
+    }
+
+    fn flush(&mut self, ctx: &mut Ctx<'_>, store: &mut dyn StateStore) -> Result<(), NfError> {
+        let mut flows: Vec<FlowKey> = self.mine.drain().collect();
+        flows.sort();
+        self.ops.clear();
+        let keys: Vec<Key> = flows
+            .iter()
+            .map(|c| Key::flow(self.ns, TABLE_FLOW, c, &[]))
+            .collect();
+        let ids: Vec<OpId> = keys.iter().map(|k| self.ops.get(*k)).collect();
+        store.execute(&mut self.ops)?;
+        let mut done = Vec::new();
+        for ((canon, key), id) in flows.iter().zip(&keys).zip(&ids) {
+            match self.ops.decode::<Rec>(*id) {
+                Ok(Some(r)) if r.flags & F_EXPORTED == 0 => {
+                    let reason = if r.end.saturating_add(self.timeout_ns) < ctx.now_ns {
+                        "timeout"
+                    } else {
+                        "shutdown"
+                    };
+                    self.counters.exported += 1;
+                    ctx.events.push(r.export(canon, reason));
+                    done.push(*key);
+                }
+                _ => {}
+            }
+        }
+        self.ops.clear();
+        for k in done {
+            self.ops.delete(k);
+            self.ops.cancel_timer(k);
+        }
+        if !self.ops.is_empty() {
+            store.execute(&mut self.ops)?;
+        }
+        Ok(())
+    }
+
+    fn counters(&self, out: &mut Vec<(&'static str, u64)>) {
+        let c = &self.counters;
+        out.extend_from_slice(&[
+            ("monitor_packets", c.packets),
+            ("monitor_flows", c.flows),
+            ("monitor_exported", c.exported),
+            ("monitor_after_close", c.after_close),
+            ("monitor_corrupt_records", c.corrupt_records),
+        ]);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn record_layout() {
+        let r = Rec {
+            flags: 9,
+            pkts: [1, 2],
+            bytes: [3, 4],
+            start: 5,
+            end: 6,
+        };
+        let mut b = Vec::new();
+        r.encode(&mut Writer::new(&mut b));
+        assert_eq!(b.len(), RECORD_SIZE);
+        assert_eq!(Rec::decode(&mut Reader::new(&b)).unwrap(), r);
+    }
+}

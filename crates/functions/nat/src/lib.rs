@@ -1,0 +1,883 @@
+//! Source NAT (StatelessNF Algorithm 5), IPv4.
+//!
+//! Packets from the configured inside prefixes get their source rewritten to a
+//! public (address, port) taken from a pool shared by every instance through the
+//! state store (`pool_alloc`, least recently freed first); replies to a public
+//! (address, port) get their destination rewritten back. Each mapping is stored
+//! twice, under the inside flow (forward key) and under the outside reply flow
+//! (reverse key), with the same 20-byte [`Mapping`] value, so a packet of either
+//! direction needs one read.
+//!
+//! Per batch: one `execute` reads every mapping the batch needs (and creates the
+//! pool on first use); a second writes changed mappings and allocates pool items for
+//! new flows; only when there are new flows, a third writes their mappings (reverse
+//! first, then a compare-and-set of the forward key against "absent", so that of two
+//! instances racing on the same new flow exactly one wins), and only when such a race
+//! was lost, a fourth returns the loser's item and reads the winner's mapping.
+//!
+//! Pool items are freed only when a mapping's timer finds it expired, so a public
+//! port is reused only after its previous mapping has expired.
+//!
+//! IPv6 is not translated: IPv6 packets pass untouched (`ipv6: pass`, default) or
+//! are dropped (`ipv6: drop`).
+
+use rustc_hash::FxHashMap;
+use serde::Deserialize;
+use sluice_nf::{Batch, Ctx, NetworkFunction, NfError};
+use sluice_state::{Codec, DecodeError, Key, Namespace, OpId, Ops, Reader, StateStore, Writer};
+use sluice_wire::parse::{Fragment, PacketMeta, L4};
+use sluice_wire::rewrite::{set_embedded_endpoint, set_endpoint, Endpoint};
+use sluice_wire::tcp::flags::{FIN, RST};
+use sluice_wire::{icmp, ip_proto, FlowKey, IpAddr};
+
+const TABLE_FWD: u8 = 1;
+const TABLE_REV: u8 = 2;
+const TABLE_POOL: u8 = 3;
+const TIMER_BATCH: usize = 1024;
+
+/// Layout version of [`Mapping`].
+pub const MAPPING_VERSION: u8 = 1;
+/// Encoded size of [`Mapping`] in bytes.
+pub const MAPPING_BYTES: usize = 20;
+
+/// Mapping flag: the inside host sent FIN.
+pub const FIN_OUT: u8 = 1;
+/// Mapping flag: the outside host sent FIN.
+pub const FIN_IN: u8 = 2;
+/// Mapping flag: a RST was seen.
+pub const RST_SEEN: u8 = 4;
+
+/// One translation, stored identically under the forward and the reverse key.
+///
+/// Layout (20 bytes, little-endian): `[version=1][flags][item u32][inside addr 4]
+/// [inside port u16][last_seen_ns u64]`. The public address and port follow from the
+/// pool item (`address index = item / ports`, `port = first + item % ports`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Mapping {
+    /// [`FIN_OUT`], [`FIN_IN`], [`RST_SEEN`].
+    pub flags: u8,
+    /// The pool item (public address and port).
+    pub item: u32,
+    /// The inside address.
+    pub inside_addr: [u8; 4],
+    /// The inside port (ICMP echo identifier).
+    pub inside_port: u16,
+    /// Time of the last packet that refreshed the mapping.
+    pub last_seen_ns: u64,
+}
+
+impl Codec for Mapping {
+    fn encode(&self, w: &mut Writer<'_>) {
+        w.u8(MAPPING_VERSION)
+            .u8(self.flags)
+            .u32(self.item)
+            .bytes(&self.inside_addr)
+            .u16(self.inside_port)
+            .u64(self.last_seen_ns);
+    }
+    fn decode(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
+        if r.u8()? != MAPPING_VERSION {
+            return Err(DecodeError("nat mapping version"));
+        }
+        Ok(Mapping {
+            flags: r.u8()?,
+            item: r.u32()?,
+            inside_addr: r.bytes(4)?.try_into().map_err(|_| DecodeError("addr"))?,
+            inside_port: r.u16()?,
+            last_seen_ns: r.u64()?,
+        })
+    }
+}
+
+/// Mapping timeouts, in seconds.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Timeouts {
+    /// TCP without FIN or RST seen. Default 7440 (RFC 5382: at least 2 h 4 min).
+    pub tcp_established: u64,
+    /// TCP after a RST or FINs from both sides. Default 240 (RFC 5382).
+    pub tcp_transitory: u64,
+    /// UDP. Default 300 (RFC 4787: at least 2 min, 5 recommended).
+    pub udp: u64,
+    /// ICMP echo. Default 60 (RFC 5508).
+    pub icmp: u64,
+}
+
+impl Default for Timeouts {
+    fn default() -> Self {
+        Timeouts {
+            tcp_established: 7440,
+            tcp_transitory: 240,
+            udp: 300,
+            icmp: 60,
+        }
+    }
+}
+
+/// What to do with IPv6 packets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum Ipv6Policy {
+    /// Forward untouched.
+    #[default]
+    Pass,
+    /// Drop (reason `ipv6`).
+    Drop,
+}
+
+/// NAT configuration (YAML under `type: nat`).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    /// IPv4 prefixes whose outgoing traffic is translated, e.g. `["10.0.0.0/8"]`.
+    pub inside: Vec<String>,
+    /// Public IPv4 addresses and prefixes (every address of a prefix is used).
+    pub pool: Vec<String>,
+    /// Public port range, inclusive. Default `"1024-65535"`.
+    pub ports: String,
+    /// Timeouts.
+    pub timeouts: Timeouts,
+    /// IPv6 handling. Default `pass`.
+    pub ipv6: Ipv6Policy,
+    /// A mapping's `last_seen` is rewritten at most once per this many
+    /// milliseconds, so timeouts are accurate to within it. Default 1000.
+    pub refresh_ms: u64,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            inside: Vec::new(),
+            pool: Vec::new(),
+            ports: "1024-65535".into(),
+            timeouts: Timeouts::default(),
+            ipv6: Ipv6Policy::Pass,
+            refresh_ms: 1000,
+        }
+    }
+}
+
+/// A configuration the NAT cannot run with.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("nat config: {0}")]
+pub struct ConfigError(pub String);
+
+fn parse_v4_prefix(s: &str) -> Result<(u32, u32), ConfigError> {
+    let (a, len) = match s.split_once('/') {
+        Some((a, l)) => (
+            a,
+            l.parse::<u32>()
+                .ok()
+                .filter(|&l| l <= 32)
+                .ok_or_else(|| ConfigError(format!("invalid prefix length in \"{s}\"")))?,
+        ),
+        None => (s, 32),
+    };
+    let addr: std::net::Ipv4Addr = a
+        .parse()
+        .map_err(|_| ConfigError(format!("invalid IPv4 address \"{s}\" (NAT is IPv4 only)")))?;
+    let mask = if len == 0 { 0 } else { u32::MAX << (32 - len) };
+    Ok((u32::from(addr) & mask, mask))
+}
+
+/// Builds a NAT. `_base_dir` is unused (the NAT reads no files) but kept for a
+/// uniform constructor.
+pub fn build(
+    config: &Config,
+    ns: Namespace,
+    _base_dir: &std::path::Path,
+) -> Result<Nat, ConfigError> {
+    let inside = config
+        .inside
+        .iter()
+        .map(|s| parse_v4_prefix(s).map_err(|e| ConfigError(format!("inside: {}", e.0))))
+        .collect::<Result<Vec<_>, _>>()?;
+    if inside.is_empty() {
+        return Err(ConfigError("`inside` needs at least one prefix".into()));
+    }
+    let mut pool = Vec::new();
+    for s in &config.pool {
+        let (net, mask) = parse_v4_prefix(s).map_err(|e| ConfigError(format!("pool: {}", e.0)))?;
+        for i in 0..=(!mask) as u64 {
+            pool.push(net + i as u32);
+            if pool.len() > 1 << 20 {
+                return Err(ConfigError("pool: more than 2^20 addresses".into()));
+            }
+        }
+    }
+    pool.sort_unstable();
+    pool.dedup();
+    if pool.is_empty() {
+        return Err(ConfigError("`pool` needs at least one address".into()));
+    }
+    let (lo, hi) = config
+        .ports
+        .split_once('-')
+        .and_then(|(a, b)| Some((a.trim().parse::<u16>().ok()?, b.trim().parse::<u16>().ok()?)))
+        .or_else(|| config.ports.trim().parse::<u16>().ok().map(|p| (p, p)))
+        .filter(|(a, b)| a <= b && *a > 0)
+        .ok_or_else(|| ConfigError(format!("ports: invalid range \"{}\"", config.ports)))?;
+    let nports = (hi - lo) as u64 + 1;
+    let items = nports * pool.len() as u64;
+    if items > u32::MAX as u64 {
+        return Err(ConfigError(
+            "pool: more than 2^32 address-port pairs".into(),
+        ));
+    }
+    let t = &config.timeouts;
+    let s = |x: u64| x.saturating_mul(1_000_000_000);
+    Ok(Nat {
+        ns,
+        inside,
+        pool_index: pool
+            .iter()
+            .enumerate()
+            .map(|(i, &a)| (a, i as u32))
+            .collect(),
+        pool,
+        port_lo: lo,
+        nports: nports as u32,
+        items,
+        pool_key: Key::new(ns, TABLE_POOL, b"pool"),
+        pool_ready: false,
+        ipv6: config.ipv6,
+        t_est: s(t.tcp_established),
+        t_trans: s(t.tcp_transitory),
+        t_udp: s(t.udp),
+        t_icmp: s(t.icmp),
+        refresh_ns: config.refresh_ms.saturating_mul(1_000_000),
+        ops: Ops::new(),
+        ops2: Ops::new(),
+        slots: Vec::new(),
+        slot_of: FxHashMap::default(),
+        plan: Vec::new(),
+        pending: Vec::new(),
+        keys: Vec::new(),
+        ids: Vec::new(),
+        ids2: Vec::new(),
+        c: Counters::default(),
+    })
+}
+
+#[derive(Debug, Default, Clone, Copy)]
+struct Counters {
+    packets: u64,
+    translated_out: u64,
+    translated_in: u64,
+    icmp_errors_translated: u64,
+    new_mappings: u64,
+    pool_exhausted: u64,
+    no_mapping: u64,
+    races_lost: u64,
+    expired: u64,
+    fragments: u64,
+    unsupported: u64,
+    ipv6: u64,
+    decode_errors: u64,
+    rewrite_errors: u64,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Dir {
+    Out,
+    In,
+    OutErr,
+    InErr,
+}
+
+#[derive(Clone, Copy)]
+enum Plan {
+    Skip,
+    Do { slot: u32, dir: Dir },
+}
+
+struct Slot {
+    key: Key,
+    /// The flow the key was built from: the inside flow for forward slots, the
+    /// outside reply flow for reverse ones.
+    flow: FlowKey,
+    fwd: bool,
+    get: OpId,
+    /// The mapping as read (compare-and-set expectation).
+    old: Option<Mapping>,
+    cur: Option<Mapping>,
+    /// Slot holding the same mapping under the other key, updates go there.
+    alias: u32,
+    dirty: bool,
+    alloc: Option<OpId>,
+    item: Option<u32>,
+    cas: Option<OpId>,
+    reread: Option<OpId>,
+}
+
+/// The source NAT. See the crate documentation.
+pub struct Nat {
+    ns: Namespace,
+    inside: Vec<(u32, u32)>,
+    pool: Vec<u32>,
+    pool_index: FxHashMap<u32, u32>,
+    port_lo: u16,
+    nports: u32,
+    items: u64,
+    pool_key: Key,
+    pool_ready: bool,
+    ipv6: Ipv6Policy,
+    t_est: u64,
+    t_trans: u64,
+    t_udp: u64,
+    t_icmp: u64,
+    refresh_ns: u64,
+    ops: Ops,
+    ops2: Ops,
+    slots: Vec<Slot>,
+    slot_of: FxHashMap<Key, u32>,
+    plan: Vec<Plan>,
+    pending: Vec<u32>,
+    keys: Vec<Key>,
+    ids: Vec<Option<OpId>>,
+    ids2: Vec<Option<(OpId, Mapping)>>,
+    c: Counters,
+}
+
+/// The reply flow of an inside flow translated to `(pub_addr, pub_port)`.
+fn rev_flow(fwd: &FlowKey, pub_addr: [u8; 4], pub_port: u16) -> FlowKey {
+    let echo = matches!(fwd.proto, ip_proto::ICMP);
+    FlowKey {
+        src: fwd.dst,
+        dst: IpAddr::V4(pub_addr),
+        src_port: if echo { pub_port } else { fwd.dst_port },
+        dst_port: pub_port,
+        proto: fwd.proto,
+    }
+}
+
+/// The inside flow of a reply flow whose mapping is `m`.
+fn fwd_flow(rev: &FlowKey, m: &Mapping) -> FlowKey {
+    let echo = matches!(rev.proto, ip_proto::ICMP);
+    FlowKey {
+        src: IpAddr::V4(m.inside_addr),
+        dst: rev.src,
+        src_port: m.inside_port,
+        dst_port: if echo { m.inside_port } else { rev.src_port },
+        proto: rev.proto,
+    }
+}
+
+impl Nat {
+    #[inline]
+    fn is_inside(&self, a: &IpAddr) -> bool {
+        match a.v4_u32() {
+            Some(x) => self.inside.iter().any(|&(n, m)| x & m == n),
+            None => false,
+        }
+    }
+
+    #[inline]
+    fn is_public(&self, a: &IpAddr) -> bool {
+        a.v4_u32().is_some_and(|x| self.pool_index.contains_key(&x))
+    }
+
+    /// The public (address, port) of a pool item.
+    pub fn public_of(&self, item: u32) -> ([u8; 4], u16) {
+        let a = self.pool[(item / self.nports) as usize % self.pool.len()];
+        (a.to_be_bytes(), self.port_lo + (item % self.nports) as u16)
+    }
+
+    /// Number of (address, port) pairs in the pool.
+    pub fn pool_size(&self) -> u64 {
+        self.items
+    }
+
+    fn timeout(&self, proto: u8, flags: u8) -> u64 {
+        match proto {
+            ip_proto::TCP => {
+                if flags & RST_SEEN != 0 || flags & (FIN_IN | FIN_OUT) == FIN_IN | FIN_OUT {
+                    self.t_trans
+                } else {
+                    self.t_est
+                }
+            }
+            ip_proto::UDP => self.t_udp,
+            _ => self.t_icmp,
+        }
+    }
+
+    #[inline]
+    fn alive(&self, proto: u8, m: &Mapping, now: u64) -> bool {
+        now < m.last_seen_ns.saturating_add(self.timeout(proto, m.flags))
+    }
+
+    fn slot_for(&mut self, flow: FlowKey, fwd: bool) -> u32 {
+        let key = Key::flow(self.ns, if fwd { TABLE_FWD } else { TABLE_REV }, &flow, &[]);
+        let s = self.slots.len() as u32;
+        match self.slot_of.entry(key) {
+            std::collections::hash_map::Entry::Occupied(e) => return *e.get(),
+            std::collections::hash_map::Entry::Vacant(e) => {
+                e.insert(s);
+            }
+        }
+        let get = self.ops.get(key);
+        self.slots.push(Slot {
+            key,
+            flow,
+            fwd,
+            get,
+            old: None,
+            cur: None,
+            alias: s,
+            dirty: false,
+            alloc: None,
+            item: None,
+            cas: None,
+            reread: None,
+        });
+        s
+    }
+
+    fn has_ports(m: &PacketMeta) -> bool {
+        match m.l4 {
+            L4::Tcp | L4::Udp => true,
+            L4::Icmp => {
+                m.icmp_type == icmp::v4::ECHO_REQUEST || m.icmp_type == icmp::v4::ECHO_REPLY
+            }
+            _ => false,
+        }
+    }
+
+    fn classify(&mut self, m: &PacketMeta) -> Result<Plan, &'static str> {
+        if m.is_v6() {
+            self.c.ipv6 += 1;
+            return match self.ipv6 {
+                Ipv6Policy::Pass => Ok(Plan::Skip),
+                Ipv6Policy::Drop => Err("ipv6"),
+            };
+        }
+        let src_in = self.is_inside(&m.flow.src);
+        let dst_in = self.is_inside(&m.flow.dst);
+        let dst_pub = self.is_public(&m.flow.dst);
+        let outbound = src_in && !dst_in;
+        if !outbound && !dst_pub {
+            return Ok(Plan::Skip);
+        }
+        if m.fragment == Fragment::Later {
+            self.c.fragments += 1;
+            return Err("fragment");
+        }
+        if let Some(e) = m
+            .icmp_embedded
+            .filter(|_| icmp::is_error(m.icmp_type, false))
+        {
+            // The quoted packet travelled the other way: its reverse is our flow.
+            let f = e.flow.reverse();
+            if !matches!(f.proto, ip_proto::TCP | ip_proto::UDP | ip_proto::ICMP) || !f.src.is_v4()
+            {
+                self.c.unsupported += 1;
+                return Err("unsupported_protocol");
+            }
+            return Ok(if dst_pub {
+                Plan::Do {
+                    slot: self.slot_for(f, false),
+                    dir: Dir::InErr,
+                }
+            } else {
+                Plan::Do {
+                    slot: self.slot_for(f, true),
+                    dir: Dir::OutErr,
+                }
+            });
+        }
+        if !Self::has_ports(m) {
+            self.c.unsupported += 1;
+            return Err("unsupported_protocol");
+        }
+        Ok(if dst_pub {
+            Plan::Do {
+                slot: self.slot_for(m.flow, false),
+                dir: Dir::In,
+            }
+        } else {
+            Plan::Do {
+                slot: self.slot_for(m.flow, true),
+                dir: Dir::Out,
+            }
+        })
+    }
+
+    /// Rewrites a packet with mapping `mp`. `Err` only on a rewrite failure.
+    fn translate(
+        &mut self,
+        frame: &mut [u8],
+        meta: &mut PacketMeta,
+        dir: Dir,
+        mp: &Mapping,
+    ) -> Result<(), sluice_wire::Error> {
+        let (pa, pp) = self.public_of(mp.item);
+        let (ia, ip) = (IpAddr::V4(mp.inside_addr), mp.inside_port);
+        match dir {
+            Dir::Out => {
+                set_endpoint(frame, meta, Endpoint::Src, IpAddr::V4(pa), pp)?;
+                self.c.translated_out += 1;
+            }
+            Dir::In => {
+                set_endpoint(frame, meta, Endpoint::Dst, ia, ip)?;
+                self.c.translated_in += 1;
+            }
+            Dir::InErr => {
+                set_endpoint(frame, meta, Endpoint::Dst, ia, 0)?;
+                set_embedded_endpoint(frame, meta, Endpoint::Src, ia, ip)?;
+                self.c.icmp_errors_translated += 1;
+            }
+            Dir::OutErr => {
+                set_endpoint(frame, meta, Endpoint::Src, IpAddr::V4(pa), 0)?;
+                set_embedded_endpoint(frame, meta, Endpoint::Dst, IpAddr::V4(pa), pp)?;
+                self.c.icmp_errors_translated += 1;
+            }
+        }
+        Ok(())
+    }
+
+    /// Queues the compare-and-set of both keys of a changed mapping.
+    fn queue_update(ops: &mut Ops, nat: &Nat, s: &Slot) {
+        let (Some(old), Some(new)) = (s.old, s.cur) else {
+            return;
+        };
+        let (fk, rk) = if s.fwd {
+            let (pa, pp) = nat.public_of(new.item);
+            (
+                s.key,
+                Key::flow(nat.ns, TABLE_REV, &rev_flow(&s.flow, pa, pp), &[]),
+            )
+        } else {
+            (
+                Key::flow(nat.ns, TABLE_FWD, &fwd_flow(&s.flow, &new), &[]),
+                s.key,
+            )
+        };
+        // Both conditional on the value read: a mapping expired and deleted meanwhile
+        // is not resurrected.
+        ops.compare_and_set(fk, Some(&old), Some(&new));
+        ops.compare_and_set(rk, Some(&old), Some(&new));
+    }
+}
+
+impl NetworkFunction for Nat {
+    fn kind(&self) -> &'static str {
+        "nat"
+    }
+
+    fn namespace(&self) -> Namespace {
+        self.ns
+    }
+
+    fn process(
+        &mut self,
+        batch: &mut Batch,
+        ctx: &mut Ctx<'_>,
+        store: &mut dyn StateStore,
+    ) -> Result<(), NfError> {
+        self.ops.clear();
+        self.slots.clear();
+        self.slot_of.clear();
+        self.plan.clear();
+        self.pending.clear();
+        if !self.pool_ready {
+            self.ops.pool_init(self.pool_key, self.items);
+        }
+        for p in batch.pkts.iter_mut() {
+            let plan = if !p.is_live() || !p.meta.is_ip() {
+                Plan::Skip
+            } else {
+                self.c.packets += 1;
+                match self.classify(&p.meta) {
+                    Ok(pl) => pl,
+                    Err(r) => {
+                        p.drop_by(ctx.stage, r);
+                        Plan::Skip
+                    }
+                }
+            };
+            self.plan.push(plan);
+        }
+        if self.slots.is_empty() && self.pool_ready {
+            return Ok(());
+        }
+        store.execute(&mut self.ops)?;
+        self.pool_ready = true;
+        for i in 0..self.slots.len() {
+            let v = match self.ops.decode::<Mapping>(self.slots[i].get) {
+                Ok(v) => v,
+                Err(_) => {
+                    self.c.decode_errors += 1;
+                    None
+                }
+            };
+            let s = &mut self.slots[i];
+            s.old = v;
+            s.cur = v;
+        }
+        // A connection's two directions in one batch share one mapping: route the
+        // reverse slot's updates to the forward slot so neither overwrites the other.
+        for i in 0..self.slots.len() {
+            let s = &self.slots[i];
+            if let (false, Some(m)) = (s.fwd, s.cur) {
+                let fk = Key::flow(self.ns, TABLE_FWD, &fwd_flow(&s.flow, &m), &[]);
+                if let Some(&j) = self.slot_of.get(&fk) {
+                    if self.slots[j as usize].cur == Some(m) {
+                        self.slots[i].alias = j;
+                    }
+                }
+            }
+        }
+
+        for i in 0..batch.pkts.len() {
+            let Plan::Do { slot, dir } = self.plan[i] else {
+                continue;
+            };
+            let p = &mut batch.pkts[i];
+            let now = p.ts_ns;
+            let si = self.slots[slot as usize].alias as usize;
+            let proto = self.slots[si].flow.proto;
+            let cur = self.slots[si].cur;
+            let usable = match (dir, cur) {
+                // An outbound flow keeps its mapping even if it idled past its timeout
+                // before the timer reclaimed it: same inside flow, same public port.
+                (Dir::Out, Some(_)) => cur,
+                (_, Some(m)) if self.alive(proto, &m, now) => cur,
+                _ => None,
+            };
+            let Some(mut mp) = usable else {
+                if dir == Dir::Out {
+                    self.pending.push(i as u32);
+                } else {
+                    self.c.no_mapping += 1;
+                    p.drop_by(ctx.stage, "no_mapping");
+                }
+                continue;
+            };
+            if p.meta.l4 == sluice_wire::parse::L4::Tcp && matches!(dir, Dir::Out | Dir::In) {
+                let f = p.meta.tcp_flags;
+                if f & RST != 0 {
+                    mp.flags |= RST_SEEN;
+                }
+                if f & FIN != 0 {
+                    mp.flags |= if dir == Dir::Out { FIN_OUT } else { FIN_IN };
+                }
+            }
+            if matches!(dir, Dir::Out | Dir::In) {
+                let s = &mut self.slots[si];
+                let c = s.cur.unwrap_or(mp);
+                if mp.flags != c.flags || now.saturating_sub(c.last_seen_ns) >= self.refresh_ns {
+                    mp.last_seen_ns = now.max(c.last_seen_ns);
+                    s.cur = Some(mp);
+                    s.dirty = true;
+                }
+            }
+            let (frame, meta) = p.data_and_meta_mut();
+            if self.translate(frame, meta, dir, &mp).is_err() {
+                self.c.rewrite_errors += 1;
+                p.drop_by(ctx.stage, "rewrite_error");
+            }
+        }
+
+        // Round trip 2: updates of existing mappings, allocations for new flows.
+        let mut ops = std::mem::take(&mut self.ops);
+        ops.clear();
+        for s in &self.slots {
+            if s.dirty {
+                Self::queue_update(&mut ops, self, s);
+            }
+        }
+        for &i in &self.pending {
+            let Plan::Do { slot, .. } = self.plan[i as usize] else {
+                continue;
+            };
+            let s = &mut self.slots[slot as usize];
+            if s.alloc.is_none() {
+                s.alloc = Some(ops.pool_alloc(self.pool_key));
+            }
+        }
+        let r = store.execute(&mut ops);
+        self.ops = ops;
+        r?;
+        if self.pending.is_empty() {
+            return Ok(());
+        }
+
+        // Round trip 3: write new mappings, reverse key first, then claim the
+        // forward key only if still absent.
+        self.ops2.clear();
+        let now = ctx.now_ns;
+        for si in 0..self.slots.len() {
+            let Some(a) = self.slots[si].alloc else {
+                continue;
+            };
+            let Some(item) = self.ops.allocated(a).and_then(|x| u32::try_from(x).ok()) else {
+                continue;
+            };
+            let s = &self.slots[si];
+            let (pa, pp) = self.public_of(item);
+            let (IpAddr::V4(ia), ip) = (s.flow.src, s.flow.src_port) else {
+                continue;
+            };
+            let m = Mapping {
+                flags: 0,
+                item,
+                inside_addr: ia,
+                inside_port: ip,
+                last_seen_ns: now,
+            };
+            let rk = Key::flow(self.ns, TABLE_REV, &rev_flow(&s.flow, pa, pp), &[]);
+            self.ops2.put_value(rk, &m);
+            let cas = self.ops2.compare_and_set(s.key, None, Some(&m));
+            self.ops2
+                .arm_timer(s.key, now.saturating_add(self.timeout(s.flow.proto, 0)));
+            let s = &mut self.slots[si];
+            s.item = Some(item);
+            s.cas = Some(cas);
+            s.cur = Some(m);
+        }
+        store.execute(&mut self.ops2)?;
+
+        // Round trip 4, only after a lost race: undo ours, adopt the winner's.
+        self.ops.clear();
+        for si in 0..self.slots.len() {
+            let s = &self.slots[si];
+            let (Some(cas), Some(item)) = (s.cas, s.item) else {
+                continue;
+            };
+            if self.ops2.swapped(cas) {
+                self.c.new_mappings += 1;
+                continue;
+            }
+            self.c.races_lost += 1;
+            let (pa, pp) = self.public_of(item);
+            let rk = Key::flow(self.ns, TABLE_REV, &rev_flow(&s.flow, pa, pp), &[]);
+            let key = s.key;
+            self.ops.delete(rk);
+            self.ops.pool_free(self.pool_key, item as u64);
+            let g = self.ops.get(key);
+            let s = &mut self.slots[si];
+            s.reread = Some(g);
+            s.cur = None;
+        }
+        if !self.ops.is_empty() {
+            store.execute(&mut self.ops)?;
+            for s in self.slots.iter_mut() {
+                if let Some(g) = s.reread {
+                    s.cur = self.ops.decode::<Mapping>(g).ok().flatten();
+                }
+            }
+        }
+        for k in 0..self.pending.len() {
+            let i = self.pending[k] as usize;
+            let Plan::Do { slot, dir } = self.plan[i] else {
+                continue;
+            };
+            let s = &self.slots[slot as usize];
+            let p = &mut batch.pkts[i];
+            match s.cur {
+                Some(mp) => {
+                    let (frame, meta) = p.data_and_meta_mut();
+                    if self.translate(frame, meta, dir, &mp).is_err() {
+                        self.c.rewrite_errors += 1;
+                        p.drop_by(ctx.stage, "rewrite_error");
+                    }
+                }
+                None if s.alloc.is_some() && s.item.is_none() => {
+                    self.c.pool_exhausted += 1;
+                    p.drop_by(ctx.stage, "pool_exhausted");
+                }
+                None => {
+                    self.c.no_mapping += 1;
+                    p.drop_by(ctx.stage, "no_mapping");
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn on_timers(&mut self, ctx: &mut Ctx<'_>, store: &mut dyn StateStore) -> Result<(), NfError> {
+        let now = ctx.now_ns;
+        loop {
+            self.keys.clear();
+            store.take_expired(self.ns, now, TIMER_BATCH, &mut self.keys)?;
+            if self.keys.is_empty() {
+                return Ok(());
+            }
+            self.ops.clear();
+            self.ids.clear();
+            for &k in &self.keys {
+                self.ids.push(Some(self.ops.get(k)));
+            }
+            store.execute(&mut self.ops)?;
+            // Delete only what is still the expired value read.
+            self.ops2.clear();
+            self.ids2.clear();
+            for (n, &k) in self.keys.iter().enumerate() {
+                let mut entry = None;
+                if let (Some(g), Some(flow)) = (self.ids[n], k.flow_key()) {
+                    match self.ops.decode::<Mapping>(g) {
+                        Ok(Some(m)) if self.alive(flow.proto, &m, now) => {
+                            let d = m
+                                .last_seen_ns
+                                .saturating_add(self.timeout(flow.proto, m.flags));
+                            self.ops2.arm_timer(k, d);
+                        }
+                        Ok(Some(m)) => {
+                            entry = Some((self.ops2.compare_and_set(k, Some(&m), None), m));
+                        }
+                        Ok(None) => {}
+                        Err(_) => {
+                            self.c.decode_errors += 1;
+                            self.ops2.delete(k);
+                        }
+                    }
+                }
+                self.ids2.push(entry);
+            }
+            store.execute(&mut self.ops2)?;
+            // The reverse key and the pool item go only with a forward key we removed.
+            self.ops.clear();
+            for (k, e) in self.keys.iter().zip(&self.ids2) {
+                let (Some((cas, m)), Some(flow)) = (e, k.flow_key()) else {
+                    continue;
+                };
+                if !self.ops2.swapped(*cas) {
+                    continue;
+                }
+                let (pa, pp) = self.public_of(m.item);
+                let rk = Key::flow(self.ns, TABLE_REV, &rev_flow(&flow, pa, pp), &[]);
+                self.ops.delete(rk);
+                self.ops.pool_free(self.pool_key, m.item as u64);
+                self.c.expired += 1;
+            }
+            store.execute(&mut self.ops)?;
+            if self.keys.len() < TIMER_BATCH {
+                return Ok(());
+            }
+        }
+    }
+
+    fn counters(&self, out: &mut Vec<(&'static str, u64)>) {
+        let c = &self.c;
+        out.extend_from_slice(&[
+            ("packets", c.packets),
+            ("translated_out", c.translated_out),
+            ("translated_in", c.translated_in),
+            ("icmp_errors_translated", c.icmp_errors_translated),
+            ("new_mappings", c.new_mappings),
+            ("pool_exhausted", c.pool_exhausted),
+            ("no_mapping", c.no_mapping),
+            ("races_lost", c.races_lost),
+            ("expired", c.expired),
+            ("fragments", c.fragments),
+            ("unsupported_protocol", c.unsupported),
+            ("ipv6", c.ipv6),
+            ("decode_errors", c.decode_errors),
+            ("rewrite_errors", c.rewrite_errors),
+        ]);
+    }
+}
+
+#[cfg(test)]
+mod tests;

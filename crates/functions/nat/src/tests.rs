@@ -1,0 +1,556 @@
+use super::*;
+use proptest::prelude::*;
+use sluice_nf::{Streams, Verdict};
+use sluice_packet::PacketPool;
+use sluice_state::{LocalStore, SharedLocalStore, StoreCounters, StoreError};
+use sluice_wire::build;
+use sluice_wire::parse::parse_frame;
+use sluice_wire::rewrite::verify_all_checksums;
+use sluice_wire::tcp::flags::{ACK, FIN, SYN};
+use std::collections::HashSet;
+
+const H: [u8; 4] = [10, 0, 0, 5];
+const R: [u8; 4] = [198, 51, 100, 9];
+const SEC: u64 = 1_000_000_000;
+
+fn cfg() -> Config {
+    Config {
+        inside: vec!["10.0.0.0/8".into()],
+        pool: vec!["203.0.113.0/31".into()],
+        ..Default::default()
+    }
+}
+
+fn nat_with(tweak: impl FnOnce(&mut Config)) -> Nat {
+    let mut c = cfg();
+    tweak(&mut c);
+    build(&c, Namespace(2), std::path::Path::new(".")).unwrap()
+}
+
+struct Out {
+    v: Vec<Verdict>,
+    frames: Vec<Vec<u8>>,
+}
+
+impl Out {
+    fn reason(&self, i: usize) -> Option<&'static str> {
+        match self.v[i] {
+            Verdict::Forward => None,
+            Verdict::Drop(d) => Some(d.reason),
+        }
+    }
+    fn flow(&self, i: usize) -> FlowKey {
+        assert_eq!(self.v[i], Verdict::Forward, "packet {i} dropped");
+        parse_frame(&self.frames[i]).unwrap().flow
+    }
+}
+
+fn run(f: &mut dyn NetworkFunction, store: &mut dyn StateStore, frames: &[(Vec<u8>, u64)]) -> Out {
+    let mut pool = PacketPool::new(frames.len().max(1));
+    let mut b = Batch::with_capacity(frames.len());
+    for (fr, ts) in frames {
+        assert!(b.push_frame(&mut pool, fr, *ts, 0));
+    }
+    for p in &mut b.pkts {
+        p.meta = parse_frame(p.data()).unwrap();
+    }
+    let streams = Streams::default();
+    let (mut events, mut emit) = (Vec::new(), Vec::new());
+    let mut ctx = Ctx {
+        now_ns: frames.iter().map(|f| f.1).max().unwrap_or(0),
+        stage: 0,
+        streams: &streams,
+        events: &mut events,
+        emit: &mut emit,
+    };
+    f.process(&mut b, &mut ctx, store).unwrap();
+    for p in &b.pkts {
+        // The function kept its metadata in step with the bytes it rewrote.
+        if p.is_live() && p.meta.is_ip() {
+            assert_eq!(parse_frame(p.data()).unwrap().flow, p.meta.flow);
+        }
+    }
+    Out {
+        v: b.pkts.iter().map(|p| p.verdict).collect(),
+        frames: b.pkts.iter().map(|p| p.data().to_vec()).collect(),
+    }
+}
+
+fn timers(f: &mut dyn NetworkFunction, store: &mut dyn StateStore, now: u64) {
+    let streams = Streams::default();
+    let (mut events, mut emit) = (Vec::new(), Vec::new());
+    let mut ctx = Ctx {
+        now_ns: now,
+        stage: 0,
+        streams: &streams,
+        events: &mut events,
+        emit: &mut emit,
+    };
+    f.on_timers(&mut ctx, store).unwrap();
+}
+
+fn counter(f: &dyn NetworkFunction, name: &str) -> u64 {
+    let mut v = Vec::new();
+    f.counters(&mut v);
+    v.into_iter().find(|c| c.0 == name).unwrap().1
+}
+
+fn v4(a: IpAddr) -> [u8; 4] {
+    match a {
+        IpAddr::V4(b) => b,
+        IpAddr::V6(_) => panic!("v6"),
+    }
+}
+
+fn pool_addrs() -> [[u8; 4]; 2] {
+    [[203, 0, 113, 0], [203, 0, 113, 1]]
+}
+
+#[test]
+fn tcp_udp_and_echo_round_trips_restore_the_originals() {
+    let mut n = nat_with(|_| {});
+    let mut s = LocalStore::new();
+    for (out_frame, back) in [
+        (
+            build::tcp_v4(H, R, 40000, 443, 1, 0, SYN, b""),
+            Box::new(|pa: [u8; 4], pp: u16| build::tcp_v4(R, pa, 443, pp, 9, 2, SYN | ACK, b""))
+                as Box<dyn Fn([u8; 4], u16) -> Vec<u8>>,
+        ),
+        (
+            build::udp_v4(H, R, 5353, 53, b"query"),
+            Box::new(|pa, pp| build::udp_v4(R, pa, 53, pp, b"answer")),
+        ),
+        (
+            build::icmp_v4_echo(H, R, true, 777, 1),
+            Box::new(|pa, pp| build::icmp_v4_echo(R, pa, false, pp, 1)),
+        ),
+    ] {
+        let orig = parse_frame(&out_frame).unwrap().flow;
+        let o = run(&mut n, &mut s, &[(out_frame, SEC)]);
+        let t = o.flow(0);
+        assert!(verify_all_checksums(&o.frames[0]));
+        assert!(pool_addrs().contains(&v4(t.src)));
+        assert!(t.src_port >= 1024);
+        assert_eq!((t.dst, t.proto), (orig.dst, orig.proto));
+        if orig.proto != ip_proto::ICMP {
+            assert_eq!(t.dst_port, orig.dst_port);
+        } else {
+            assert_eq!(t.dst_port, t.src_port, "echo identifier translated");
+        }
+        let o = run(&mut n, &mut s, &[(back(v4(t.src), t.src_port), 2 * SEC)]);
+        assert!(verify_all_checksums(&o.frames[0]));
+        assert_eq!(
+            o.flow(0),
+            orig.reverse(),
+            "reply restored to the inside endpoint"
+        );
+    }
+    assert_eq!(counter(&n, "new_mappings"), 3);
+    assert_eq!(counter(&n, "translated_in"), 3);
+}
+
+#[test]
+fn established_flow_costs_one_read_per_batch() {
+    let mut n = nat_with(|_| {});
+    let mut s = LocalStore::new();
+    run(&mut n, &mut s, &[(build::udp_v4(H, R, 5353, 53, b"q"), 0)]);
+    let before = s.counters();
+    let pkts: Vec<_> = (0..8)
+        .map(|_| (build::udp_v4(H, R, 5353, 53, b"q"), 1000))
+        .collect();
+    let o = run(&mut n, &mut s, &pkts);
+    let first = o.flow(0);
+    assert!((0..8).all(|i| o.flow(i) == first));
+    let d = s.counters().since(&before);
+    assert_eq!((d.round_trips, d.reads, d.writes, d.atomics), (1, 1, 0, 0));
+}
+
+#[test]
+fn unsolicited_inbound_is_dropped() {
+    let mut n = nat_with(|_| {});
+    let mut s = LocalStore::new();
+    let o = run(
+        &mut n,
+        &mut s,
+        &[(build::udp_v4(R, [203, 0, 113, 1], 53, 2000, b"x"), 0)],
+    );
+    assert_eq!(o.reason(0), Some("no_mapping"));
+    // Traffic that is neither inside nor to the pool passes untouched.
+    let f = build::udp_v4(R, [192, 0, 2, 1], 53, 2000, b"x");
+    let o = run(&mut n, &mut s, &[(f.clone(), 0)]);
+    assert_eq!(o.frames[0], f);
+    assert_eq!(counter(&n, "no_mapping"), 1);
+}
+
+#[test]
+fn many_flows_never_share_a_public_endpoint() {
+    let mut n = nat_with(|c| c.ports = "2000-2199".into());
+    let mut s = LocalStore::new();
+    let mut seen = HashSet::new();
+    let frames: Vec<_> = (0..400u32)
+        .map(|i| {
+            (
+                build::udp_v4(
+                    [10, 1, (i >> 8) as u8, i as u8],
+                    R,
+                    1000 + (i % 7) as u16,
+                    53,
+                    b"q",
+                ),
+                1,
+            )
+        })
+        .collect();
+    for chunk in frames.chunks(32) {
+        let o = run(&mut n, &mut s, chunk);
+        for i in 0..chunk.len() {
+            let f = o.flow(i);
+            assert!(
+                seen.insert((f.src, f.src_port)),
+                "{f} reuses a public endpoint"
+            );
+        }
+    }
+    assert_eq!(seen.len(), 400);
+    // Pool of 2 x 200 = 400 items is now exhausted.
+    let o = run(&mut n, &mut s, &[(build::udp_v4(H, R, 1, 53, b"q"), 2)]);
+    assert_eq!(o.reason(0), Some("pool_exhausted"));
+    assert_eq!(counter(&n, "pool_exhausted"), 1);
+}
+
+#[test]
+fn concurrent_instances_never_share_a_public_endpoint_and_agree_per_flow() {
+    let shared = SharedLocalStore::new();
+    let mut inst: Vec<(Nat, SharedLocalStore)> = (0..4)
+        .map(|_| (nat_with(|c| c.ports = "3000-3999".into()), shared.handle()))
+        .collect();
+    let flows: Vec<_> = (0..300u32)
+        .map(|i| ([10, 2, (i >> 8) as u8, i as u8], 4000 + i as u16))
+        .collect();
+    let mut mapping: std::collections::HashMap<([u8; 4], u16), FlowKey> = Default::default();
+    // Every flow sends three packets, each to a different instance, in batches mixing flows.
+    for round in 0..3u64 {
+        for (bi, chunk) in flows.chunks(16).enumerate() {
+            let k = (bi + round as usize) % 4;
+            let frames: Vec<_> = chunk
+                .iter()
+                .map(|&(a, p)| (build::udp_v4(a, R, p, 53, b"q"), round))
+                .collect();
+            let (n, s) = &mut inst[k];
+            let o = run(n, s, &frames);
+            for (j, &(a, p)) in chunk.iter().enumerate() {
+                let t = o.flow(j);
+                assert_eq!(
+                    *mapping.entry((a, p)).or_insert(t),
+                    t,
+                    "flow keeps its mapping on every instance"
+                );
+            }
+        }
+    }
+    let publics: HashSet<_> = mapping.values().map(|f| (f.src, f.src_port)).collect();
+    assert_eq!(publics.len(), flows.len());
+}
+
+/// A store that runs `hook` just before its `at`-th execute: lets a test put another
+/// instance's whole batch between two round trips of this one.
+struct Interleave {
+    inner: SharedLocalStore,
+    calls: usize,
+    at: usize,
+    hook: Option<Box<dyn FnMut()>>,
+}
+
+impl StateStore for Interleave {
+    fn execute(&mut self, ops: &mut Ops) -> Result<(), StoreError> {
+        self.calls += 1;
+        if self.calls == self.at {
+            if let Some(h) = self.hook.as_mut() {
+                h();
+            }
+        }
+        self.inner.execute(ops)
+    }
+    fn take_expired(
+        &mut self,
+        ns: Namespace,
+        now: u64,
+        max: usize,
+        out: &mut Vec<Key>,
+    ) -> Result<(), StoreError> {
+        self.inner.take_expired(ns, now, max, out)
+    }
+    fn counters(&self) -> StoreCounters {
+        self.inner.counters()
+    }
+    fn describe(&self) -> String {
+        "interleave".into()
+    }
+}
+
+#[test]
+fn racing_instances_agree_on_one_mapping_and_the_loser_frees_its_port() {
+    let shared = SharedLocalStore::new();
+    let syn = build::tcp_v4(H, R, 40000, 80, 1, 0, SYN, b"");
+    let other_out = std::rc::Rc::new(std::cell::RefCell::new(None));
+    let slot = other_out.clone();
+    let mut b_store = shared.handle();
+    let syn_b = syn.clone();
+    let mut b = nat_with(|c| c.ports = "5000-5002".into());
+    let mut store = Interleave {
+        inner: shared.handle(),
+        calls: 0,
+        at: 3,
+        hook: Some(Box::new(move || {
+            let o = run(&mut b, &mut b_store, &[(syn_b.clone(), 1)]);
+            *slot.borrow_mut() = Some((o.flow(0), counter(&b, "new_mappings")));
+        })),
+    };
+    let mut a = nat_with(|c| c.ports = "5000-5002".into());
+    let o = run(&mut a, &mut store, &[(syn, 1)]);
+    let (b_flow, b_new) = other_out.borrow().unwrap();
+    assert_eq!(o.flow(0), b_flow, "the loser adopts the winner's mapping");
+    assert_eq!(
+        (
+            counter(&a, "races_lost"),
+            counter(&a, "new_mappings"),
+            b_new
+        ),
+        (1, 0, 1)
+    );
+    // The loser returned its item: of 6 items one is in use, so 5 more flows fit.
+    let mut c = nat_with(|c| c.ports = "5000-5002".into());
+    let mut s = shared.handle();
+    let frames: Vec<_> = (0..6u16)
+        .map(|i| (build::udp_v4(H, R, 100 + i, 53, b""), 2))
+        .collect();
+    let o = run(&mut c, &mut s, &frames);
+    assert_eq!((0..6).filter(|&i| o.reason(i).is_none()).count(), 5);
+    assert_eq!(o.reason(5), Some("pool_exhausted"));
+}
+
+#[test]
+fn ports_are_reused_only_after_expiry() {
+    let mut n = nat_with(|c| {
+        c.pool = vec!["203.0.113.7".into()];
+        c.ports = "6000-6001".into();
+        c.timeouts.udp = 30;
+    });
+    let mut s = LocalStore::new();
+    let q = |p: u16, t: u64| (build::udp_v4(H, R, p, 53, b"q"), t);
+    let a = run(&mut n, &mut s, &[q(1, 0)]).flow(0).src_port;
+    let b = run(&mut n, &mut s, &[q(2, 10 * SEC)]).flow(0).src_port;
+    assert_ne!(a, b);
+    assert_eq!(
+        run(&mut n, &mut s, &[q(3, 20 * SEC)]).reason(0),
+        Some("pool_exhausted")
+    );
+    timers(&mut n, &mut s, 29 * SEC);
+    assert_eq!(
+        run(&mut n, &mut s, &[q(3, 29 * SEC)]).reason(0),
+        Some("pool_exhausted")
+    );
+    // The first mapping expires at 30 s; its port goes to the new flow.
+    timers(&mut n, &mut s, 31 * SEC);
+    assert_eq!(counter(&n, "expired"), 1);
+    let o = run(&mut n, &mut s, &[q(3, 31 * SEC)]);
+    assert_eq!(o.flow(0).src_port, a);
+    // The expired flow's reply no longer gets in.
+    let back = build::udp_v4(R, [203, 0, 113, 7], 53, b, b"r");
+    assert!(
+        run(&mut n, &mut s, &[(back, 39 * SEC)]).reason(0).is_none(),
+        "second mapping still live"
+    );
+    timers(&mut n, &mut s, 45 * SEC);
+    assert_eq!(counter(&n, "expired"), 1, "refreshed by its reply at 39 s");
+}
+
+#[test]
+fn tcp_timeouts_follow_fin_and_rst() {
+    let mut n = nat_with(|c| {
+        c.timeouts.tcp_established = 1000;
+        c.timeouts.tcp_transitory = 100;
+    });
+    let mut s = LocalStore::new();
+    let o = run(
+        &mut n,
+        &mut s,
+        &[
+            (build::tcp_v4(H, R, 1, 80, 1, 0, SYN, b""), 0),
+            (build::tcp_v4(H, R, 2, 80, 1, 0, SYN, b""), 0),
+        ],
+    );
+    let (p1, p2) = (o.flow(0), o.flow(1));
+    let pa = v4(p1.src);
+    // Flow 1 closes with FINs both ways; flow 2 stays open.
+    run(
+        &mut n,
+        &mut s,
+        &[(build::tcp_v4(H, R, 1, 80, 5, 5, FIN | ACK, b""), SEC)],
+    );
+    run(
+        &mut n,
+        &mut s,
+        &[(
+            build::tcp_v4(R, pa, 80, p1.src_port, 5, 6, FIN | ACK, b""),
+            2 * SEC,
+        )],
+    );
+    let back1 = (
+        build::tcp_v4(R, pa, 80, p1.src_port, 6, 6, ACK, b""),
+        150 * SEC,
+    );
+    let back2 = (
+        build::tcp_v4(R, v4(p2.src), 80, p2.src_port, 6, 6, ACK, b""),
+        150 * SEC,
+    );
+    let o = run(&mut n, &mut s, &[back1, back2]);
+    assert_eq!(
+        o.reason(0),
+        Some("no_mapping"),
+        "closed flow used the transitory timeout"
+    );
+    assert!(o.reason(1).is_none());
+}
+
+#[test]
+fn icmp_errors_are_translated_both_ways() {
+    let mut n = nat_with(|_| {});
+    let mut s = LocalStore::new();
+    let o = run(
+        &mut n,
+        &mut s,
+        &[(build::udp_v4(H, R, 5353, 53, b"query"), 0)],
+    );
+    let t = o.flow(0);
+    // A router answers the translated datagram with port unreachable.
+    let err = build::icmp_v4_error([192, 0, 2, 254], v4(t.src), 3, 3, &o.frames[0][14..]);
+    let o = run(&mut n, &mut s, &[(err, SEC)]);
+    assert!(verify_all_checksums(&o.frames[0]));
+    let m = parse_frame(&o.frames[0]).unwrap();
+    assert_eq!(m.flow.dst, IpAddr::V4(H));
+    let e = m.icmp_embedded.unwrap();
+    assert_eq!((e.flow.src, e.flow.src_port), (IpAddr::V4(H), 5353));
+    // The inside host answers a (translated) inbound reply with an error of its own.
+    let inbound = build::udp_v4(R, H, 53, 5353, b"late");
+    let err = build::icmp_v4_error(H, R, 3, 3, &inbound[14..]);
+    let o = run(&mut n, &mut s, &[(err, 2 * SEC)]);
+    assert!(verify_all_checksums(&o.frames[0]));
+    let m = parse_frame(&o.frames[0]).unwrap();
+    assert_eq!(m.flow.src, t.src);
+    let e = m.icmp_embedded.unwrap();
+    assert_eq!((e.flow.dst, e.flow.dst_port), (t.src, t.src_port));
+    // An error about a flow without mapping is dropped.
+    let stray = build::udp_v4([203, 0, 113, 0], R, 999, 53, b"x");
+    let err = build::icmp_v4_error([192, 0, 2, 254], [203, 0, 113, 0], 3, 3, &stray[14..]);
+    assert_eq!(
+        run(&mut n, &mut s, &[(err, 3 * SEC)]).reason(0),
+        Some("no_mapping")
+    );
+    assert_eq!(counter(&n, "icmp_errors_translated"), 2);
+}
+
+#[test]
+fn ipv6_policy_and_unsupported_packets() {
+    let v6 = build::tcp_v6([0x20; 16], [0x21; 16], 1, 2, 0, 0, SYN, b"");
+    let mut s = LocalStore::new();
+    let o = run(&mut nat_with(|_| {}), &mut s, &[(v6.clone(), 0)]);
+    assert_eq!(o.frames[0], v6);
+    assert!(o.reason(0).is_none());
+    let o = run(
+        &mut nat_with(|c| c.ipv6 = Ipv6Policy::Drop),
+        &mut s,
+        &[(v6, 0)],
+    );
+    assert_eq!(o.reason(0), Some("ipv6"));
+    let mut frag = build::udp_v4(H, R, 1, 2, &[0u8; 16]);
+    frag[14 + 6] = 0x00;
+    frag[14 + 7] = 0x02;
+    sluice_wire::ipv4::Ipv4Packet::new_unchecked(&mut frag[14..]).fill_checksum();
+    assert_eq!(
+        run(&mut nat_with(|_| {}), &mut s, &[(frag, 0)]).reason(0),
+        Some("fragment")
+    );
+}
+
+#[test]
+fn config_errors_are_clear() {
+    let e = |t: fn(&mut Config)| {
+        let mut c = cfg();
+        t(&mut c);
+        build(&c, Namespace(2), std::path::Path::new("."))
+            .err()
+            .unwrap()
+            .to_string()
+    };
+    assert_eq!(
+        e(|c| c.ports = "70-60".into()),
+        "nat config: ports: invalid range \"70-60\""
+    );
+    assert_eq!(
+        e(|c| c.pool = vec!["2001:db8::1".into()]),
+        "nat config: pool: invalid IPv4 address \"2001:db8::1\" (NAT is IPv4 only)"
+    );
+    assert_eq!(
+        e(|c| c.inside = vec!["10.0.0.0/40".into()]),
+        "nat config: inside: invalid prefix length in \"10.0.0.0/40\""
+    );
+    assert_eq!(
+        e(|c| c.pool.clear()),
+        "nat config: `pool` needs at least one address"
+    );
+    let c: Config = serde_json::from_str(
+        r#"{"inside": ["10.0.0.0/8"], "pool": ["203.0.113.1"], "ipv6": "drop"}"#,
+    )
+    .unwrap();
+    assert_eq!(
+        (c.ports.as_str(), c.ipv6, c.timeouts.udp),
+        ("1024-65535", Ipv6Policy::Drop, 300)
+    );
+    assert!(serde_json::from_str::<Config>(r#"{"insde": []}"#).is_err());
+}
+
+#[test]
+fn mapping_layout_is_twenty_bytes() {
+    let m = Mapping {
+        flags: 3,
+        item: 77,
+        inside_addr: H,
+        inside_port: 9,
+        last_seen_ns: 5,
+    };
+    let mut b = Vec::new();
+    m.encode(&mut Writer::new(&mut b));
+    assert_eq!(b.len(), MAPPING_BYTES);
+    assert_eq!(Mapping::decode(&mut Reader::new(&b)).unwrap(), m);
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(200))]
+    #[test]
+    fn odd_packets_never_panic(frames in proptest::collection::vec(proptest::collection::vec(any::<u8>(), 0..120), 1..8),
+                               ports in proptest::collection::vec(any::<u16>(), 8)) {
+        let mut n = nat_with(|c| c.ports = "1000-1003".into());
+        let mut s = LocalStore::new();
+        let mut pkts = Vec::new();
+        for (i, fr) in frames.iter().enumerate() {
+            let mut g = build::udp_v4(H, R, 1, 2, b"");
+            g.truncate(14);
+            g.extend_from_slice(fr);
+            if parse_frame(&g).is_ok() {
+                pkts.push((g, i as u64));
+            }
+            pkts.push((build::udp_v4(H, R, ports[i], 53, b"q"), i as u64));
+            pkts.push((build::udp_v4(R, [203, 0, 113, 1], 53, ports[i], b"r"), i as u64));
+            let q = build::udp_v4([203, 0, 113, 0], R, ports[i], 53, b"q");
+            pkts.push((build::icmp_v4_error(R, [203, 0, 113, 0], 3, 3, &q[14..14 + 28]), i as u64));
+        }
+        let o = run(&mut n, &mut s, &pkts);
+        for (i, f) in o.frames.iter().enumerate() {
+            if o.v[i] == Verdict::Forward && parse_frame(&pkts[i].0).is_ok_and(|m| m.l4 != L4::OtherIp) && verify_all_checksums(&pkts[i].0) {
+                prop_assert!(verify_all_checksums(f));
+            }
+        }
+        timers(&mut n, &mut s, u64::MAX);
+    }
+}

@@ -1,0 +1,187 @@
+//! The stored connection record and its byte layout.
+
+use sluice_state::{Codec, DecodeError, Reader, Writer};
+
+/// Hard cap on buffered segments per direction; [`crate::Config::max_segments`] is
+/// clamped to it so records have a fixed in-memory size (no allocation per packet).
+pub const MAX_SEGMENTS_CAP: usize = 64;
+
+/// Direction index of client-to-server bytes.
+pub const C2S: usize = 0;
+/// Direction index of server-to-client bytes.
+pub const S2C: usize = 1;
+
+pub(crate) const F_CLIENT_FWD: u8 = 1;
+pub(crate) const F_SYNACK: u8 = 2;
+pub(crate) const F_ESTABLISHED: u8 = 4;
+pub(crate) const F_MIDSTREAM: u8 = 8;
+pub(crate) const F_FIN_C: u8 = 16;
+pub(crate) const F_FIN_S: u8 = 32;
+pub(crate) const F_RST: u8 = 64;
+
+const VERSION: u8 = 1;
+
+/// One buffered out-of-order segment: its blob lives under `(flow, dir, seq)`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Seg {
+    pub seq: u32,
+    pub len: u16,
+}
+
+/// Per-direction reassembly state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Dir {
+    /// Next expected sequence number.
+    pub next: u32,
+    /// Bytes delivered so far (the stream offset of `next`).
+    pub delivered: u64,
+    /// Buffered segments, sorted by sequence (relative to `next`), non-overlapping,
+    /// all strictly after `next`.
+    pub n: u8,
+    pub segs: [Seg; MAX_SEGMENTS_CAP],
+}
+
+impl Default for Dir {
+    fn default() -> Self {
+        Dir {
+            next: 0,
+            delivered: 0,
+            n: 0,
+            segs: [Seg::default(); MAX_SEGMENTS_CAP],
+        }
+    }
+}
+
+impl Dir {
+    pub fn segs(&self) -> &[Seg] {
+        &self.segs[..self.n as usize]
+    }
+
+    pub fn buffered_bytes(&self) -> usize {
+        self.segs().iter().map(|s| s.len as usize).sum()
+    }
+
+    /// Offset of `seq` relative to `next` (negative: already delivered).
+    #[inline]
+    pub fn rel(&self, seq: u32) -> i64 {
+        seq.wrapping_sub(self.next) as i32 as i64
+    }
+
+    pub fn remove_first(&mut self) -> Seg {
+        let s = self.segs[0];
+        let n = self.n as usize;
+        self.segs.copy_within(1..n, 0);
+        self.n -= 1;
+        s
+    }
+
+    /// Inserts keeping the order; the caller checked capacity.
+    pub fn insert(&mut self, seg: Seg) {
+        let r = self.rel(seg.seq);
+        let n = self.n as usize;
+        let pos = self.segs[..n]
+            .iter()
+            .position(|s| self.rel(s.seq) > r)
+            .unwrap_or(n);
+        self.segs.copy_within(pos..n, pos + 1);
+        self.segs[pos] = seg;
+        self.n += 1;
+    }
+}
+
+/// A connection record (see the crate docs for the layout).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) struct Conn {
+    pub flags: u8,
+    /// Bit `d` set: direction `d`'s next sequence number is known.
+    pub synced: u8,
+    pub last_seen: u64,
+    pub dirs: [Dir; 2],
+}
+
+impl Conn {
+    pub fn has(&self, f: u8) -> bool {
+        self.flags & f != 0
+    }
+    pub fn synced(&self, d: usize) -> bool {
+        self.synced & (1 << d) != 0
+    }
+    pub fn closed(&self) -> bool {
+        self.has(F_RST) || (self.has(F_FIN_C) && self.has(F_FIN_S))
+    }
+}
+
+impl Codec for Conn {
+    fn encode(&self, w: &mut Writer<'_>) {
+        w.u8(VERSION)
+            .u8(self.flags)
+            .u8(self.synced)
+            .u64(self.last_seen);
+        for d in &self.dirs {
+            w.u32(d.next).u64(d.delivered).u8(d.n);
+            for s in d.segs() {
+                w.u32(s.seq).u16(s.len);
+            }
+        }
+    }
+
+    fn decode(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
+        if r.u8()? != VERSION {
+            return Err(DecodeError("unknown reassembly record version"));
+        }
+        let mut c = Conn {
+            flags: r.u8()?,
+            synced: r.u8()?,
+            last_seen: r.u64()?,
+            ..Conn::default()
+        };
+        for d in &mut c.dirs {
+            d.next = r.u32()?;
+            d.delivered = r.u64()?;
+            let n = r.u8()?;
+            if n as usize > MAX_SEGMENTS_CAP {
+                return Err(DecodeError("too many buffered segments"));
+            }
+            for i in 0..n as usize {
+                d.segs[i] = Seg {
+                    seq: r.u32()?,
+                    len: r.u16()?,
+                };
+            }
+            d.n = n;
+        }
+        Ok(c)
+    }
+}
+
+/// Encoded size of a record with `segs` buffered segments in total.
+pub const fn record_size(segs: usize) -> usize {
+    11 + 2 * 13 + 6 * segs
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trip_and_size() {
+        let mut c = Conn {
+            flags: F_CLIENT_FWD | F_ESTABLISHED,
+            synced: 3,
+            last_seen: 77,
+            ..Conn::default()
+        };
+        c.dirs[0].next = 1000;
+        c.dirs[0].insert(Seg { seq: 1300, len: 10 });
+        c.dirs[0].insert(Seg { seq: 1100, len: 5 });
+        let mut buf = Vec::new();
+        c.encode(&mut Writer::new(&mut buf));
+        assert_eq!(buf.len(), record_size(2));
+        let d = Conn::decode(&mut Reader::new(&buf)).unwrap();
+        assert_eq!(d, c);
+        assert_eq!(d.dirs[0].segs()[0].seq, 1100, "kept sorted");
+        assert!(Conn::decode(&mut Reader::new(&buf[..buf.len() - 1])).is_err());
+        buf[0] = 9;
+        assert!(Conn::decode(&mut Reader::new(&buf)).is_err());
+    }
+}
