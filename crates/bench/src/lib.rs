@@ -5,7 +5,9 @@
 //! batch: each frame is copied into a pooled buffer (what a NIC's receive does),
 //! parsed, run through the chain, and the buffer recycled. One core, one thread.
 //! Each measurement is the best of `reps` runs, each on a fresh chain and store, so
-//! state from one run never shortens the next.
+//! state from one run never shortens the next. Time is the benchmark thread's
+//! on-CPU time (Linux schedstat), so a busy machine slows a run down less than it
+//! would in wall-clock time; on an idle machine the two agree.
 
 pub mod nf;
 
@@ -32,6 +34,9 @@ pub struct Measurement {
     pub packets: u64,
     /// Anything the reader needs (targets, what the baseline is).
     pub note: String,
+    /// For memory measurements: MiB of state held.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub memory_mib: Option<f64>,
 }
 
 /// Formats results as a table for people.
@@ -53,6 +58,9 @@ pub fn table(ms: &[Measurement]) -> String {
             if m.note.is_empty() { "" } else { "; " },
             m.note
         ));
+        if let Some(mib) = m.memory_mib {
+            s.push_str(&format!("{:<34} {:>6} {:>9.1} MiB of state\n", "", "", mib));
+        }
     }
     s
 }

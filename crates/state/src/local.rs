@@ -1,15 +1,32 @@
 use std::collections::{BTreeSet, VecDeque};
+use std::hash::Hasher;
 use std::sync::{Arc, Mutex};
 
+use hashbrown::HashTable;
 use rustc_hash::FxHashMap;
 
 use crate::key::{Key, Namespace};
 use crate::ops::{Op, OpResult, Ops};
 use crate::{StateStore, StoreCounters, StoreError};
 
-/// Values up to this many bytes are stored inline in the table, without a heap
-/// allocation; every per-flow record of the built-in functions fits.
+/// Keys and values up to this many bytes are stored inline in the table, without a
+/// heap allocation: every IPv4 flow key and the firewall, NAT and LB records fit.
+/// Both are held as [`Val`] (32 bytes) rather than the 49-byte [`Key`], which keeps a
+/// million-flow firewall table within its memory budget.
 const INLINE: usize = 30;
+
+fn hash_bytes(b: &[u8]) -> u64 {
+    let mut h = rustc_hash::FxHasher::default();
+    h.write(b);
+    h.finish()
+}
+
+/// A timer: its key and deadline, held once in a slab that the index and the
+/// deadline order refer to by position.
+struct TimerSlot {
+    key: Val,
+    deadline: u64,
+}
 
 #[derive(Clone)]
 enum Val {
@@ -63,11 +80,13 @@ struct Pool {
 /// evaluation, and the store of the offline runner.
 #[derive(Default)]
 pub struct LocalStore {
-    kv: FxHashMap<Key, Val>,
+    kv: HashTable<(Val, Val)>,
     counters_kv: FxHashMap<Key, i64>,
     pools: FxHashMap<Key, Pool>,
-    timers: FxHashMap<Key, u64>,
-    deadlines: BTreeSet<(Namespace, u64, Key)>,
+    slab: Vec<TimerSlot>,
+    free_slots: Vec<u32>,
+    timer_index: HashTable<u32>,
+    deadlines: BTreeSet<(u32, u64, u32)>,
     counters: StoreCounters,
 }
 
@@ -89,21 +108,109 @@ impl LocalStore {
 
     /// Number of armed timers.
     pub fn armed_timers(&self) -> usize {
-        self.timers.len()
+        self.timer_index.len()
     }
 
-    /// Approximate bytes of memory held by stored values and their table.
+    /// Approximate bytes of memory held by stored values, their table and the
+    /// timers (allocated capacity, not just what is in use).
     pub fn approx_memory(&self) -> usize {
-        let entry = core::mem::size_of::<(Key, Val)>() + 1;
-        let heap: usize = self
-            .kv
-            .values()
-            .map(|v| match v {
-                Val::Heap(b) => b.len(),
-                Val::Inline { .. } => 0,
-            })
-            .sum();
-        self.kv.capacity() * entry + heap
+        let heap = |v: &Val| match v {
+            Val::Heap(b) => b.len(),
+            Val::Inline { .. } => 0,
+        };
+        let kv_heap: usize = self.kv.iter().map(|(k, v)| heap(k) + heap(v)).sum();
+        // hashbrown allocates a power of two of buckets (capacity is 7/8 of them),
+        // each a slot plus one control byte.
+        let buckets = |cap: usize| {
+            if cap == 0 {
+                0
+            } else {
+                (cap * 8 / 7).next_power_of_two()
+            }
+        };
+        let kv = buckets(self.kv.capacity()) * (core::mem::size_of::<(Val, Val)>() + 1);
+        let timers = self.slab.capacity() * core::mem::size_of::<TimerSlot>()
+            + buckets(self.timer_index.capacity()) * 5
+            // B-tree nodes hold 11 entries of 16 bytes and are about 2/3 full.
+            + self.deadlines.len() * 24;
+        kv + kv_heap + timers
+    }
+
+    fn kv_find(&self, key: &Key) -> Option<&Val> {
+        let b = key.as_bytes();
+        self.kv
+            .find(hash_bytes(b), |(k, _)| k.get() == b)
+            .map(|(_, v)| v)
+    }
+
+    fn kv_set(&mut self, key: &Key, val: &[u8]) {
+        let b = key.as_bytes();
+        let h = hash_bytes(b);
+        match self.kv.find_mut(h, |(k, _)| k.get() == b) {
+            Some((_, v)) => v.set(val),
+            None => {
+                self.kv
+                    .insert_unique(h, (Val::new(b), Val::new(val)), |(k, _)| {
+                        hash_bytes(k.get())
+                    });
+            }
+        }
+    }
+
+    fn kv_remove(&mut self, key: &Key) {
+        let b = key.as_bytes();
+        if let Ok(e) = self.kv.find_entry(hash_bytes(b), |(k, _)| k.get() == b) {
+            e.remove();
+        }
+    }
+
+    fn timer_find(&self, key: &Key) -> Option<u32> {
+        let b = key.as_bytes();
+        let slab = &self.slab;
+        self.timer_index
+            .find(hash_bytes(b), |&s| slab[s as usize].key.get() == b)
+            .copied()
+    }
+
+    fn timer_arm(&mut self, key: &Key, deadline: u64) {
+        let ns = key.namespace().0;
+        if let Some(slot) = self.timer_find(key) {
+            let old = self.slab[slot as usize].deadline;
+            self.deadlines.remove(&(ns, old, slot));
+            self.slab[slot as usize].deadline = deadline;
+            self.deadlines.insert((ns, deadline, slot));
+            return;
+        }
+        let t = TimerSlot {
+            key: Val::new(key.as_bytes()),
+            deadline,
+        };
+        let slot = match self.free_slots.pop() {
+            Some(s) => {
+                self.slab[s as usize] = t;
+                s
+            }
+            None => {
+                self.slab.push(t);
+                (self.slab.len() - 1) as u32
+            }
+        };
+        let slab = &self.slab;
+        self.timer_index
+            .insert_unique(hash_bytes(key.as_bytes()), slot, |&s| {
+                hash_bytes(slab[s as usize].key.get())
+            });
+        self.deadlines.insert((ns, deadline, slot));
+    }
+
+    /// Forgets the timer in `slot` (already removed from the deadline order).
+    fn timer_release(&mut self, slot: u32) {
+        let h = hash_bytes(self.slab[slot as usize].key.get());
+        if let Ok(e) = self.timer_index.find_entry(h, |&s| s == slot) {
+            e.remove();
+        }
+        self.slab[slot as usize].key = Val::new(&[]);
+        self.free_slots.push(slot);
     }
 
     fn apply(&mut self, ops: &mut Ops) {
@@ -113,7 +220,7 @@ impl LocalStore {
                 Op::Get { key } => {
                     self.counters.reads += 1;
                     // Split borrow: look up first, then copy into the result arena.
-                    match self.kv.get(&key) {
+                    match self.kv_find(&key) {
                         Some(v) => {
                             let v = v.get();
                             ops.set_value_with(i, |out| {
@@ -126,34 +233,23 @@ impl LocalStore {
                 }
                 Op::Put { key, val } => {
                     self.counters.writes += 1;
-                    let b = ops.arg(val);
-                    match self.kv.get_mut(&key) {
-                        Some(v) => v.set(b),
-                        None => {
-                            self.kv.insert(key, Val::new(b));
-                        }
-                    }
+                    self.kv_set(&key, ops.arg(val));
                     ops.set_result(i, OpResult::Done);
                 }
                 Op::Delete { key } => {
                     self.counters.writes += 1;
-                    self.kv.remove(&key);
+                    self.kv_remove(&key);
                     ops.set_result(i, OpResult::Done);
                 }
                 Op::CompareAndSet { key, expected, new } => {
                     self.counters.atomics += 1;
-                    let cur = self.kv.get(&key).map(|v| v.get());
+                    let cur = self.kv_find(&key).map(|v| v.get());
                     let exp = expected.map(|s| ops.arg(s));
                     let ok = cur == exp;
                     if ok {
                         match new {
-                            Some(s) => {
-                                let b = ops.arg(s).to_vec();
-                                self.kv.insert(key, Val::new(&b));
-                            }
-                            None => {
-                                self.kv.remove(&key);
-                            }
+                            Some(s) => self.kv_set(&key, ops.arg(s)),
+                            None => self.kv_remove(&key),
                         }
                     }
                     ops.set_result(i, OpResult::Swapped(ok));
@@ -207,16 +303,15 @@ impl LocalStore {
                 }
                 Op::ArmTimer { key, deadline_ns } => {
                     self.counters.timers += 1;
-                    if let Some(old) = self.timers.insert(key, deadline_ns) {
-                        self.deadlines.remove(&(key.namespace(), old, key));
-                    }
-                    self.deadlines.insert((key.namespace(), deadline_ns, key));
+                    self.timer_arm(&key, deadline_ns);
                     ops.set_result(i, OpResult::Done);
                 }
                 Op::CancelTimer { key } => {
                     self.counters.timers += 1;
-                    if let Some(old) = self.timers.remove(&key) {
-                        self.deadlines.remove(&(key.namespace(), old, key));
+                    if let Some(slot) = self.timer_find(&key) {
+                        let d = self.slab[slot as usize].deadline;
+                        self.deadlines.remove(&(key.namespace().0, d, slot));
+                        self.timer_release(slot);
                     }
                     ops.set_result(i, OpResult::Done);
                 }
@@ -243,19 +338,20 @@ impl StateStore for LocalStore {
         out: &mut Vec<Key>,
     ) -> Result<(), StoreError> {
         self.counters.round_trips += 1;
-        let lo = (ns, 0u64, Key::new(ns, 0, &[]));
         let mut taken = 0;
         while taken < max {
-            let Some(&(n, d, k)) = self.deadlines.range(lo..).next() else {
+            let Some(&(n, d, slot)) = self.deadlines.range((ns.0, 0u64, 0u32)..).next() else {
                 break;
             };
-            if n != ns || d > now_ns {
+            if n != ns.0 || d > now_ns {
                 break;
             }
-            self.deadlines.remove(&(n, d, k));
-            self.timers.remove(&k);
+            self.deadlines.remove(&(n, d, slot));
+            if let Some(k) = Key::from_bytes(self.slab[slot as usize].key.get()) {
+                out.push(k);
+            }
+            self.timer_release(slot);
             self.counters.timers += 1;
-            out.push(k);
             taken += 1;
         }
         Ok(())
