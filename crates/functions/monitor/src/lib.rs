@@ -4,7 +4,9 @@
 //! of the first and last packet, and exports them as [`Event::Flow`] records
 //! (EVE `flow` events) when the flow ends:
 //!
-//! * TCP: on RST, or once a FIN was seen in both directions (`"tcp_close"`);
+//! * TCP: on RST, or once a FIN was seen in both directions (`"tcp_close"`), after
+//!   a short linger ([`Config::close_linger_ms`]) so the packets that still belong to
+//!   the connection (the last ACK, a retransmitted FIN) are counted;
 //! * idle for [`Config::idle_timeout_secs`] (`"timeout"`), through store timers;
 //! * at [`NetworkFunction::flush`] for flows still open (`"shutdown"`).
 //!
@@ -22,9 +24,11 @@
 //! counting packets of one flow at the same instant may lose one's update; flows
 //! are expected to be steered by symmetric hash (as in StatelessNF).
 //!
-//! After a TCP close the record stays as an exported tombstone until its idle
-//! timer: trailing packets (the last ACK, retransmitted FINs) are absorbed, not
-//! counted and not turned into a new flow; a new client SYN on the same 5-tuple
+//! After a TCP close the record lingers: packets within the linger are counted,
+//! and the record is exported when the linger ends (its timer, or the next packet
+//! after it) or a new SYN reuses the 5-tuple. It then stays as an exported tombstone
+//! until deleted: later packets are absorbed, not counted and not turned into a new
+//! flow; a new client SYN on the same 5-tuple
 //! starts a new flow. A record idle past the timeout is exported (`"timeout"`) by
 //! whichever comes first, its timer or the next packet of the flow, so exports do
 //! not depend on when timers run.
@@ -65,12 +69,21 @@ pub struct Config {
     /// Seconds without packets after which a flow is exported and forgotten (120).
     #[serde(default = "default_timeout")]
     pub idle_timeout_secs: u64,
+    /// Milliseconds a closed TCP connection's record keeps counting before it is
+    /// exported (2000), so the final ACK is not lost from the counts.
+    #[serde(default = "default_linger")]
+    pub close_linger_ms: u64,
+}
+
+fn default_linger() -> u64 {
+    2000
 }
 
 impl Default for Config {
     fn default() -> Self {
         Config {
             idle_timeout_secs: default_timeout(),
+            close_linger_ms: default_linger(),
         }
     }
 }
@@ -88,13 +101,15 @@ pub fn build(config: &Config, ns: Namespace, _base_dir: &Path) -> Result<Monitor
     if config.idle_timeout_secs == 0 {
         return Err(ConfigError::ZeroTimeout);
     }
-    Ok(Monitor::new(ns, config.idle_timeout_secs))
+    Ok(Monitor::new(ns, config.idle_timeout_secs).with_linger_ms(config.close_linger_ms))
 }
 
 const F_CLIENT_FWD: u8 = 1;
 const F_FIN_TS: u8 = 2;
 const F_FIN_TC: u8 = 4;
 const F_EXPORTED: u8 = 8;
+/// The connection closed (RST, or FIN both ways); exported when the linger ends.
+const F_CLOSED: u8 = 16;
 const VERSION: u8 = 1;
 
 /// A flow record as stored.
@@ -188,6 +203,7 @@ struct Entry {
 pub struct Monitor {
     ns: Namespace,
     timeout_ns: u64,
+    linger_ns: u64,
     counters: Counters,
     ops: Ops,
     entries: Vec<Entry>,
@@ -206,6 +222,7 @@ impl Monitor {
         Monitor {
             ns,
             timeout_ns: idle_timeout_secs.saturating_mul(1_000_000_000).max(1),
+            linger_ns: default_linger() * 1_000_000,
             counters: Counters::default(),
             ops: Ops::new(),
             entries: Vec::new(),
@@ -214,6 +231,12 @@ impl Monitor {
             mine: FxHashSet::default(),
             keys: Vec::new(),
         }
+    }
+
+    /// Sets how long a closed TCP connection keeps counting before its export.
+    pub fn with_linger_ms(mut self, ms: u64) -> Monitor {
+        self.linger_ns = ms.saturating_mul(1_000_000);
+        self
     }
 
     /// The counters.
@@ -304,6 +327,20 @@ impl NetworkFunction for Monitor {
             let tcp = p.meta.l4 == L4::Tcp;
             let e = &mut self.entries[ei as usize];
             let canon = e.canon;
+            let new_syn = tcp && flags & (SYN | ACK) == SYN;
+            // A closed connection is exported once its linger is over, or as soon as
+            // a new connection reuses its 5-tuple.
+            if let Some(r) = e.rec.as_mut() {
+                if r.flags & (F_CLOSED | F_EXPORTED) == F_CLOSED
+                    && (new_syn || r.end.saturating_add(self.linger_ns) < ts)
+                {
+                    r.flags |= F_EXPORTED;
+                    e.dirty = true;
+                    let ev = r.export(&canon, "tcp_close");
+                    self.emit(ev, ctx.events, &canon);
+                }
+            }
+            let e = &mut self.entries[ei as usize];
             // An idle record is over, whether or not its timer ran yet.
             if let Some(r) = e.rec {
                 if r.end.saturating_add(self.timeout_ns) < ts {
@@ -316,7 +353,6 @@ impl NetworkFunction for Monitor {
                 }
             }
             let e = &mut self.entries[ei as usize];
-            let new_syn = tcp && flags & (SYN | ACK) == SYN;
             let start_new = match &e.rec {
                 None => true,
                 Some(r) if r.flags & F_EXPORTED != 0 => {
@@ -364,9 +400,7 @@ impl NetworkFunction for Monitor {
                 let closed =
                     flags & RST != 0 || r.flags & (F_FIN_TS | F_FIN_TC) == F_FIN_TS | F_FIN_TC;
                 if closed {
-                    r.flags |= F_EXPORTED;
-                    let ev = r.export(&canon, "tcp_close");
-                    self.emit(ev, ctx.events, &canon);
+                    r.flags |= F_CLOSED;
                 }
             }
         }
@@ -383,8 +417,16 @@ impl NetworkFunction for Monitor {
                     self.ops.delete(e.key);
                 }
             }
-            if let Some(t) = e.created_at {
-                self.ops.arm_timer(e.key, t.saturating_add(self.timeout_ns));
+            match &e.rec {
+                Some(r) if r.flags & (F_CLOSED | F_EXPORTED) == F_CLOSED => {
+                    self.ops
+                        .arm_timer(e.key, r.end.saturating_add(self.linger_ns));
+                }
+                _ => {
+                    if let Some(t) = e.created_at {
+                        self.ops.arm_timer(e.key, t.saturating_add(self.timeout_ns));
+                    }
+                }
             }
         }
         if !self.ops.is_empty() {
@@ -410,6 +452,18 @@ impl NetworkFunction for Monitor {
             for (k, id) in keys.iter().zip(&ids) {
                 let action = match self.ops.decode::<Rec>(*id) {
                     Ok(None) => None,
+                    Ok(Some(r)) if r.flags & (F_CLOSED | F_EXPORTED) == F_CLOSED => {
+                        let until = r.end.saturating_add(self.linger_ns);
+                        if until > now {
+                            Some(Some(until))
+                        } else {
+                            if let Some(canon) = k.flow_key() {
+                                let ev = r.export(&canon, "tcp_close");
+                                self.emit(ev, ctx.events, &canon);
+                            }
+                            Some(None)
+                        }
+                    }
                     Ok(Some(r)) if r.end.saturating_add(self.timeout_ns) > now => {
                         Some(Some(r.end.saturating_add(self.timeout_ns)))
                     }
@@ -465,7 +519,9 @@ impl NetworkFunction for Monitor {
         for ((canon, key), id) in flows.iter().zip(&keys).zip(&ids) {
             match self.ops.decode::<Rec>(*id) {
                 Ok(Some(r)) if r.flags & F_EXPORTED == 0 => {
-                    let reason = if r.end.saturating_add(self.timeout_ns) < ctx.now_ns {
+                    let reason = if r.flags & F_CLOSED != 0 {
+                        "tcp_close"
+                    } else if r.end.saturating_add(self.timeout_ns) < ctx.now_ns {
                         "timeout"
                     } else {
                         "shutdown"

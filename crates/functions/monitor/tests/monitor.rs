@@ -26,6 +26,7 @@ impl H {
             m: build(
                 &Config {
                     idle_timeout_secs: 10,
+                    close_linger_ms: 2000,
                 },
                 Namespace(5),
                 Path::new("."),
@@ -94,7 +95,8 @@ fn flows(ev: Vec<Event>) -> Vec<FlowRecord> {
         .collect()
 }
 
-/// A TCP conversation A:5000 -> B:80 with timestamps, ending in FIN/FIN/ACK.
+/// A TCP conversation A:5000 -> B:80 with timestamps, ending in FIN/FIN/ACK, and a
+/// stray ACK long after it closed.
 fn tcp_trace() -> Vec<(u64, Vec<u8>)> {
     let c = |f, p: &[u8]| tcp_v4(A, B, 5000, 80, 1, 1, f, p);
     let s = |f, p: &[u8]| tcp_v4(B, A, 80, 5000, 1, 1, f, p);
@@ -106,7 +108,8 @@ fn tcp_trace() -> Vec<(u64, Vec<u8>)> {
         (10 * SEC + 4, s(ACK | PSH, &[b'x'; 700])),
         (11 * SEC, c(FIN | ACK, &[])),
         (12 * SEC, s(FIN | ACK, &[])),
-        (12 * SEC + 5, c(ACK, &[])), // after close: absorbed
+        (12 * SEC + 5, c(ACK, &[])), // the last ACK, within the linger: counted
+        (15 * SEC, c(ACK, &[])),     // after the linger: absorbed
     ]
 }
 
@@ -148,9 +151,9 @@ fn tcp_close_exports_exact_counts_once() {
                 r.bytes_toserver,
                 r.bytes_toclient
             ),
-            expected_counts(&trace, 7)
+            expected_counts(&trace, 8)
         );
-        assert_eq!((r.start_ns, r.end_ns), (10 * SEC, 12 * SEC));
+        assert_eq!((r.start_ns, r.end_ns), (10 * SEC, 12 * SEC + 5));
         assert_eq!(r.flow.src_port, 5000, "to_server is the first sender");
         assert_eq!(st.len(), 0, "tombstone expired");
     }
@@ -167,9 +170,16 @@ fn rst_closes() {
             (2 * SEC, tcp_v4(B, A, 2, 1, 0, 1, RST | ACK, &[])),
         ],
     );
+    assert!(
+        out.is_empty(),
+        "exported when the linger ends, not at the RST"
+    );
+    assert!(h.timers(&mut st, 3 * SEC).is_empty(), "still lingering");
+    let out = h.timers(&mut st, 5 * SEC);
     assert_eq!(out.len(), 1);
+    assert_eq!(out[0].reason, "tcp_close");
     assert_eq!((out[0].pkts_toserver, out[0].pkts_toclient), (1, 1));
-    assert!(h.flush(&mut st, 3 * SEC).is_empty());
+    assert!(h.flush(&mut st, 6 * SEC).is_empty());
 }
 
 #[test]
@@ -267,7 +277,7 @@ fn two_instances_count_like_one() {
             out[0].bytes_toserver,
             out[0].bytes_toclient
         ),
-        expected_counts(&trace, 7)
+        expected_counts(&trace, 8)
     );
     // Instance a created the flow; b exported it; a's flush skips it.
     assert!(a.flush(&mut s1, 100 * SEC).is_empty());
@@ -278,6 +288,7 @@ fn zero_timeout_is_rejected() {
     let e = build(
         &Config {
             idle_timeout_secs: 0,
+            close_linger_ms: 2000,
         },
         Namespace(1),
         Path::new("."),
