@@ -255,15 +255,26 @@ pub fn run(opts: &Options, progress: &mut dyn FnMut(&str)) -> Vec<Measurement> {
         concurrency: 256,
         ..Default::default()
     });
-    // Full-size traffic for the IPS: 1460-byte payloads.
-    let big = generate(&TrafficSpec {
-        flows: (opts.packets / 10_000).max(8),
-        packets_per_flow: 1000,
-        frame_size: 1514,
-        concurrency: 64,
-        server_share: 0.5,
-        ..Default::default()
-    });
+    // Full-size traffic for the IPS: 1460-byte payloads (generated only if needed).
+    let need_big = ["1514", "raw_dfa", "ips_", "chain_"]
+        .iter()
+        .any(|n| wanted(n))
+        || opts
+            .filter
+            .as_deref()
+            .is_some_and(|f| "1514".contains(f) || f.contains("1514"));
+    let big = if !need_big {
+        Trace::new()
+    } else {
+        generate(&TrafficSpec {
+            flows: (opts.packets / 10_000).max(8),
+            packets_per_flow: 1000,
+            frame_size: 1514,
+            concurrency: 64,
+            server_share: 0.5,
+            ..Default::default()
+        })
+    };
 
     let mut bench = |name: &str,
                      chain: ChainText,
@@ -339,7 +350,7 @@ pub fn run(opts: &Options, progress: &mut dyn FnMut(&str)) -> Vec<Measurement> {
         files: vec![],
     };
     rel(
-        bench("lb", lb, Sharing::Shared, &small, 64),
+        bench("lb_maglev", lb, Sharing::Shared, &small, 64),
         &fwd,
         "target >= 8 Mpps",
         &mut out,

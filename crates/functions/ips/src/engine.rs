@@ -100,6 +100,171 @@ impl Matcher {
         }
     }
 
+    /// Walks several independent streams at once. A DFA walk is bound by the
+    /// latency of each transition's load, which depends on the previous one; walking
+    /// [`LANES`] streams in lockstep overlaps those loads, so a batch's flows are
+    /// scanned several times faster than one after another. Same results as [`scan`]
+    /// on each stream.
+    ///
+    /// `units[u]` is a range of `jobs` that continue one stream (one flow direction)
+    /// and are walked in order from `starts[u]` (or from the start state for a job
+    /// with `reset`). Each job's state before and after is written to `out[job]`;
+    /// hits are pushed as `(job, part, end, target)`.
+    ///
+    /// [`scan`]: Matcher::scan
+    pub fn scan_units(
+        &self,
+        units: &[(usize, usize)],
+        starts: &[u32],
+        jobs: &[Job<'_>],
+        out: &mut [(u32, u32)],
+        hits: &mut Vec<(u32, u8, u64, Target)>,
+    ) {
+        let d = &self.dfa;
+        let sid = |v: u32| {
+            aho_corasick::automaton::StateID::new(v as usize)
+                .unwrap_or(aho_corasick::automaton::StateID::ZERO)
+        };
+        let start = sid(self.start);
+        let mut lanes: [Lane; LANES] = [Lane::IDLE; LANES];
+        let mut next_unit = 0;
+        // Gives an idle lane the next unit; returns false if none is left.
+        let assign = |l: &mut Lane, next_unit: &mut usize, out: &mut [(u32, u32)]| -> bool {
+            while *next_unit < units.len() {
+                let (lo, hi) = units[*next_unit];
+                let u = *next_unit;
+                *next_unit += 1;
+                if lo == hi {
+                    continue;
+                }
+                *l = Lane {
+                    job: lo,
+                    end: hi,
+                    part: 0,
+                    pos: 0,
+                    state: starts[u],
+                    active: true,
+                };
+                if jobs[lo].reset {
+                    l.state = start.as_u32();
+                }
+                out[lo].0 = l.state;
+                return true;
+            }
+            l.active = false;
+            false
+        };
+        // Moves a lane past exhausted parts and jobs; false once its unit is done.
+        let settle = |l: &mut Lane, out: &mut [(u32, u32)]| -> bool {
+            loop {
+                if l.pos < jobs[l.job].parts[l.part].len() {
+                    return true;
+                }
+                if l.part == 0 {
+                    l.part = 1;
+                    l.pos = 0;
+                    continue;
+                }
+                out[l.job].1 = l.state;
+                l.job += 1;
+                if l.job == l.end {
+                    l.active = false;
+                    return false;
+                }
+                l.part = 0;
+                l.pos = 0;
+                if jobs[l.job].reset {
+                    l.state = start.as_u32();
+                }
+                out[l.job].0 = l.state;
+            }
+        };
+        for l in lanes.iter_mut() {
+            while assign(l, &mut next_unit, out) && !settle(l, out) {}
+        }
+        loop {
+            let active = lanes.iter().filter(|l| l.active).count();
+            if active == 0 {
+                break;
+            }
+            if active == LANES {
+                let n = lanes
+                    .iter()
+                    .map(|l| jobs[l.job].parts[l.part].len() - l.pos)
+                    .min()
+                    .unwrap_or(0);
+                let sl: [&[u8]; LANES] = core::array::from_fn(|k| {
+                    &jobs[lanes[k].job].parts[lanes[k].part][lanes[k].pos..][..n]
+                });
+                let mut st: [aho_corasick::automaton::StateID; LANES] =
+                    core::array::from_fn(|k| sid(lanes[k].state));
+                #[allow(clippy::needless_range_loop)] // i indexes every lane's slice at once
+                for i in 0..n {
+                    for k in 0..LANES {
+                        st[k] = d.next_state(Anchored::No, st[k], sl[k][i]);
+                    }
+                    for k in 0..LANES {
+                        if d.is_special(st[k]) && d.is_match(st[k]) {
+                            let l = &lanes[k];
+                            let j = &jobs[l.job];
+                            let off = if l.part == 1 { j.parts[0].len() } else { 0 };
+                            let end = j.base + (off + l.pos + i + 1) as u64;
+                            self.record_job(st[k], l.job as u32, l.part as u8, end, hits);
+                        }
+                    }
+                }
+                for k in 0..LANES {
+                    lanes[k].state = st[k].as_u32();
+                    lanes[k].pos += n;
+                }
+            } else {
+                // Too few streams left to interleave: finish each lane's current part.
+                for l in lanes.iter_mut().filter(|l| l.active) {
+                    let j = &jobs[l.job];
+                    let bytes = &j.parts[l.part][l.pos..];
+                    let off = if l.part == 1 { j.parts[0].len() } else { 0 };
+                    let mut s = sid(l.state);
+                    for (i, &b) in bytes.iter().enumerate() {
+                        s = d.next_state(Anchored::No, s, b);
+                        if d.is_special(s) && d.is_match(s) {
+                            let end = j.base + (off + l.pos + i + 1) as u64;
+                            self.record_job(s, l.job as u32, l.part as u8, end, hits);
+                        }
+                    }
+                    l.state = s.as_u32();
+                    l.pos += bytes.len();
+                }
+            }
+            for l in lanes.iter_mut() {
+                while l.active && !settle(l, out) && assign(l, &mut next_unit, out) {}
+            }
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn record_job(
+        &self,
+        s: aho_corasick::automaton::StateID,
+        job: u32,
+        part: u8,
+        end: u64,
+        hits: &mut Vec<(u32, u8, u64, Target)>,
+    ) {
+        let d = &self.dfa;
+        for k in 0..d.match_len(s) {
+            let pid = d.match_pattern(s, k);
+            for t in &self.targets[pid.as_usize()] {
+                hits.push((job, part, end, *t));
+            }
+        }
+    }
+
+    /// The start state.
+    pub fn start(&self) -> u32 {
+        self.start
+    }
+
     /// Walks `bytes` without evaluating anything; returns the number of match
     /// states met (so the walk cannot be optimised away). The raw DFA limit.
     pub fn raw_scan(&self, bytes: &[u8]) -> usize {
@@ -125,6 +290,42 @@ impl Matcher {
     pub fn states(&self) -> usize {
         self.valid.len()
     }
+}
+
+/// Streams walked in lockstep by [`Matcher::scan_units`].
+pub const LANES: usize = 4;
+
+/// A packet's new stream bytes (its own part, then bytes released from the
+/// out-of-order buffer), at stream position `base`.
+#[derive(Debug, Clone, Copy)]
+pub struct Job<'a> {
+    /// The two parts, walked in order.
+    pub parts: [&'a [u8]; 2],
+    /// Stream position of the first byte.
+    pub base: u64,
+    /// The walk restarts from the start state here (a new connection).
+    pub reset: bool,
+}
+
+#[derive(Clone, Copy)]
+struct Lane {
+    job: usize,
+    end: usize,
+    part: usize,
+    pos: usize,
+    state: u32,
+    active: bool,
+}
+
+impl Lane {
+    const IDLE: Lane = Lane {
+        job: 0,
+        end: 0,
+        part: 0,
+        pos: 0,
+        state: 0,
+        active: false,
+    };
 }
 
 /// Unique patterns, their targets, and pattern bytes -> index.

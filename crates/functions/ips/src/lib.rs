@@ -182,6 +182,28 @@ pub struct Ips {
     pkt_entry: Vec<u32>,
     hits: Vec<(u64, Target)>,
     keys: Vec<Key>,
+    pre: PreScan,
+}
+
+/// The batch's TCP stream bytes scanned ahead of evaluation, interleaved across
+/// flows (see [`engine::Matcher::scan_units`]). Buffers are reused across batches.
+#[derive(Default)]
+struct PreScan {
+    /// Per packet: its job, or NONE.
+    job_of: Vec<u32>,
+    /// Per job: (entry, direction, packet, walk restarts here).
+    job_src: Vec<(u32, u8, u32, bool)>,
+    /// Per unit (entry, direction): its jobs, in packet order.
+    unit_jobs: Vec<Vec<u32>>,
+    unit_of: FxHashMap<(u32, u8), u32>,
+    /// Per entry: the next job of each direction restarts (a SYN was seen).
+    reset: Vec<[bool; 2]>,
+    /// Per job: (state before, state after) for the case-sensitive and nocase DFAs.
+    cs: Vec<(u32, u32)>,
+    ci: Vec<(u32, u32)>,
+    /// (job, part, end, target), sorted by job; `hit_at[job]` is where a job's start.
+    hits: Vec<(u32, u8, u64, Target)>,
+    hit_at: Vec<u32>,
 }
 
 const NONE: u32 = u32::MAX;
@@ -211,6 +233,7 @@ impl Ips {
             pkt_entry: Vec::new(),
             hits: Vec::new(),
             keys: Vec::new(),
+            pre: PreScan::default(),
         })
     }
 
@@ -277,6 +300,124 @@ impl Ips {
 
     /// Evaluates the collected hits in stream order; returns true if the packet must
     /// be dropped. Stops at a drop or pass.
+    /// Scans the stream bytes of every TCP packet of the batch that will need it,
+    /// several flows at a time, recording each packet's automaton states before and
+    /// after and its hits. The main loop then evaluates packets in order, using these
+    /// results where the flow's state matches what the pre-scan assumed (and scanning
+    /// itself otherwise), so verdicts are exactly those of scanning in order.
+    fn prescan(&mut self, batch: &Batch, streams: &sluice_nf::Streams) {
+        let pre = &mut self.pre;
+        pre.job_of.clear();
+        pre.job_of.resize(batch.pkts.len(), NONE);
+        pre.job_src.clear();
+        for u in pre.unit_jobs.iter_mut() {
+            u.clear();
+        }
+        pre.unit_of.clear();
+        pre.reset.clear();
+        pre.reset.resize(self.entries.len(), [false; 2]);
+        let mut nunits = 0usize;
+        for (i, p) in batch.pkts.iter().enumerate() {
+            let ei = self.pkt_entry[i];
+            if ei == NONE || !p.is_live() || p.meta.l4 != L4::Tcp {
+                continue;
+            }
+            let e = &self.entries[ei as usize];
+            if e.corrupt || e.state.flags & (BLOCKED | PASSED) != 0 {
+                continue;
+            }
+            // A new connection restarts both directions' walks (as the main loop does).
+            if p.meta.tcp_flags & (SYN | ACK) == SYN {
+                pre.reset[ei as usize] = [true; 2];
+            }
+            let Some((c, _, _)) = streams.bytes(i, p) else {
+                continue;
+            };
+            if c.is_empty() {
+                continue;
+            }
+            let d = if c.to_server { 0u8 } else { 1 };
+            let u = *pre.unit_of.entry((ei, d)).or_insert_with(|| {
+                nunits += 1;
+                (nunits - 1) as u32
+            }) as usize;
+            if pre.unit_jobs.len() <= u {
+                pre.unit_jobs.resize_with(u + 1, Vec::new);
+            }
+            let j = pre.job_src.len() as u32;
+            let reset = std::mem::take(&mut pre.reset[ei as usize][d as usize]);
+            pre.job_src.push((ei, d, i as u32, reset));
+            pre.unit_jobs[u].push(j);
+            pre.job_of[i] = j;
+        }
+        let njobs = pre.job_src.len();
+        pre.cs.clear();
+        pre.cs.resize(njobs, (0, 0));
+        pre.ci.clear();
+        pre.ci.resize(njobs, (0, 0));
+        pre.hits.clear();
+        if njobs == 0 {
+            pre.hit_at.clear();
+            pre.hit_at.push(0);
+            return;
+        }
+        // Jobs in unit order, so each unit is a contiguous range.
+        let mut order: Vec<u32> = Vec::with_capacity(njobs);
+        let mut ranges = Vec::with_capacity(nunits);
+        let mut starts_cs = Vec::with_capacity(nunits);
+        let mut starts_ci = Vec::with_capacity(nunits);
+        for u in &pre.unit_jobs[..nunits] {
+            let lo = order.len();
+            order.extend_from_slice(u);
+            ranges.push((lo, order.len()));
+            let (ei, d, _, _) = pre.job_src[u[0] as usize];
+            let ds = &self.entries[ei as usize].state.dirs[d as usize];
+            starts_cs.push(ds.cs);
+            starts_ci.push(ds.ci);
+        }
+        let mut jobs: Vec<engine::Job<'_>> = Vec::with_capacity(njobs);
+        for &j in &order {
+            let (_, _, i, reset) = pre.job_src[j as usize];
+            let p = &batch.pkts[i as usize];
+            // Every job was made from a packet with a chunk; an empty job keeps the
+            // indices aligned should that ever not hold.
+            let (base, own, extra) = match streams.bytes(i as usize, p) {
+                Some((c, own, extra)) => (c.stream_offset, own, extra),
+                None => (0, &[][..], &[][..]),
+            };
+            jobs.push(engine::Job {
+                parts: [own, extra],
+                base,
+                reset,
+            });
+        }
+        let mut out_cs = vec![(0u32, 0u32); njobs];
+        let mut out_ci = vec![(0u32, 0u32); njobs];
+        if let Some(m) = &self.engine.cs {
+            m.scan_units(&ranges, &starts_cs, &jobs, &mut out_cs, &mut pre.hits);
+        }
+        if let Some(m) = &self.engine.ci {
+            m.scan_units(&ranges, &starts_ci, &jobs, &mut out_ci, &mut pre.hits);
+        }
+        // Back from unit order to job ids.
+        for (pos, &j) in order.iter().enumerate() {
+            pre.cs[j as usize] = out_cs[pos];
+            pre.ci[j as usize] = out_ci[pos];
+        }
+        for h in pre.hits.iter_mut() {
+            h.0 = order[h.0 as usize];
+        }
+        pre.hits.sort_by_key(|h| (h.0, h.1));
+        pre.hit_at.clear();
+        let mut k = 0;
+        for j in 0..=njobs as u32 {
+            while k < pre.hits.len() && pre.hits[k].0 < j {
+                k += 1;
+            }
+            pre.hit_at.push(k as u32);
+        }
+    }
+
     fn evaluate(
         &mut self,
         st: &mut FlowState,
@@ -381,6 +522,7 @@ impl NetworkFunction for Ips {
             }
         }
         self.ops.clear();
+        self.prescan(batch, ctx.streams);
 
         for i in 0..batch.pkts.len() {
             let p = &batch.pkts[i];
@@ -426,13 +568,28 @@ impl NetworkFunction for Ips {
                             let d = if c.to_server { 0 } else { 1 };
                             self.counters.scanned_bytes += c.len() as u64;
                             let base = c.stream_offset;
-                            self.engine.scan(&mut st.dirs[d], own, base, &mut self.hits);
-                            self.engine.scan(
-                                &mut st.dirs[d],
-                                extra,
-                                base + own.len() as u64,
-                                &mut self.hits,
-                            );
+                            let j = self.pre.job_of.get(i).copied().unwrap_or(NONE) as usize;
+                            let ds = &mut st.dirs[d];
+                            // The pre-scan assumed this flow's state; use it only if it holds.
+                            if j < self.pre.cs.len()
+                                && self.pre.cs[j].0 == ds.cs
+                                && self.pre.ci[j].0 == ds.ci
+                            {
+                                ds.cs = self.pre.cs[j].1;
+                                ds.ci = self.pre.ci[j].1;
+                                let (lo, hi) =
+                                    (self.pre.hit_at[j] as usize, self.pre.hit_at[j + 1] as usize);
+                                self.hits
+                                    .extend(self.pre.hits[lo..hi].iter().map(|h| (h.2, h.3)));
+                            } else {
+                                self.engine.scan(ds, own, base, &mut self.hits);
+                                self.engine.scan(
+                                    ds,
+                                    extra,
+                                    base + own.len() as u64,
+                                    &mut self.hits,
+                                );
+                            }
                             let hdr = Header {
                                 flow: p.meta.flow,
                                 tcp: true,

@@ -443,3 +443,89 @@ fn corrupt_state_fails_closed_and_timers_expire_records() {
     st.execute(&mut ops).unwrap();
     assert!(ops.value(id).is_none());
 }
+
+/// Many flows in one batch are scanned interleaved (several streams in lockstep);
+/// the alerts, their directions and the drops must be exactly those of scanning each
+/// packet alone, one batch per packet.
+#[test]
+fn interleaved_scanning_matches_packet_at_a_time() {
+    let rules = [
+        r#"alert tcp any any -> any 80 (msg:"a"; content:"EVILPAYLOAD"; sid:1;)"#,
+        r#"drop tcp any any -> any 80 (msg:"b"; content:"dropme"; nocase; sid:2;)"#,
+        r#"alert tcp any 80 -> any any (msg:"c"; content:"SERVERSIDE"; sid:3;)"#,
+        r#"alert tcp any any -> any 80 (msg:"d"; content:"first"; content:"second"; distance:0; within:40; sid:4;)"#,
+    ];
+    // Twelve flows; each carries its signature at a different place, split across
+    // segments, with out-of-order and retransmitted segments in some.
+    let mut frames = Vec::new();
+    let mut per_flow: Vec<Vec<Vec<u8>>> = Vec::new();
+    for f in 0..12u32 {
+        let port = 41000 + f as u16;
+        let cl = [10, 0, 1, f as u8 + 1];
+        let isn_c = 5000 * (f + 1);
+        let isn_s = 70000 * (f + 1);
+        let cs =
+            |off: u32, p: &[u8], fl| tcp_v4(cl, S, port, 80, isn_c + 1 + off, isn_s + 1, fl, p);
+        let sc =
+            |off: u32, p: &[u8]| tcp_v4(S, cl, 80, port, isn_s + 1 + off, isn_c + 1, ACK | PSH, p);
+        let body = match f % 4 {
+            0 => b"xxxxxxxxEVILPAY".to_vec(),
+            1 => b"yyyyDrOpMe and more".to_vec(),
+            2 => b"first then some filler second".to_vec(),
+            _ => b"nothing to see here at all...".to_vec(),
+        };
+        let tail: &[u8] = match f % 4 {
+            0 => b"LOAD and the rest",
+            _ => b" harmless tail",
+        };
+        let mut pk = vec![
+            tcp_v4(cl, S, port, 80, isn_c, 0, SYN, &[]),
+            tcp_v4(S, cl, 80, port, isn_s, isn_c + 1, SYN | ACK, &[]),
+            tcp_v4(cl, S, port, 80, isn_c + 1, isn_s + 1, ACK, &[]),
+        ];
+        let a = cs(0, &body, ACK | PSH);
+        let b = cs(body.len() as u32, tail, ACK | PSH);
+        if f % 3 == 0 {
+            pk.push(b.clone());
+            pk.push(a.clone());
+        } else {
+            pk.push(a.clone());
+            pk.push(a.clone()); // retransmission
+            pk.push(b);
+        }
+        pk.push(sc(0, b"HTTP/1.1 200 OK SERVERSIDE marker"));
+        per_flow.push(pk);
+    }
+    // Interleave the flows packet by packet.
+    let longest = per_flow.iter().map(|v| v.len()).max().unwrap();
+    for k in 0..longest {
+        for fl in &per_flow {
+            if let Some(p) = fl.get(k) {
+                frames.push(p.clone());
+            }
+        }
+    }
+    let run = |batch: usize| {
+        let mut st = LocalStore::new();
+        let mut h = H::new(ips(&rules));
+        let mut alerts = Vec::new();
+        let mut drops = Vec::new();
+        for b in frames.chunks(batch) {
+            let (a, d) = h.run(&mut st, b);
+            alerts.extend(a);
+            drops.extend(d);
+        }
+
+        (alerts, drops)
+    };
+    let one = run(1);
+    assert!(
+        one.0.len() >= 9,
+        "the trace must exercise the rules: {:?}",
+        one.0
+    );
+    assert!(one.1.iter().any(|&d| d), "and a drop rule");
+    for batch in [7, 32, 64] {
+        assert_eq!(run(batch), one, "batch of {batch}");
+    }
+}
