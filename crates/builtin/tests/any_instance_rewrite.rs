@@ -1,0 +1,403 @@
+//! "Any packet to any instance" for the header-rewriting functions (NAT and the
+//! load balancer): the server side answers the addresses the chain actually sent
+//! (the NAT's public address and port, the backend the LB chose), so the trace is
+//! built as it is processed. One instance with local state and 2-4 instances
+//! sharing Redis, sprayed and asymmetric, must produce identical bytes, and every
+//! return packet must come back to the client from the address it first contacted,
+//! with checksums that verify.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use sluice_chain::{Chain, ChainSpec, Sharing};
+use sluice_nf::Verdict;
+use sluice_packet::{Batch, PacketPool};
+use sluice_state::{LocalStore, StateStore};
+use sluice_state_redis::server::RedisServer;
+use sluice_state_redis::RedisStore;
+use sluice_trafficgen::Rng;
+use sluice_wire::build::{tcp_repr, write_frame, Transport};
+use sluice_wire::icmp::IcmpRepr;
+use sluice_wire::parse::parse_frame;
+use sluice_wire::rewrite::verify_all_checksums;
+use sluice_wire::tcp::flags::{ACK, FIN, PSH, SYN};
+use sluice_wire::udp::UdpRepr;
+use sluice_wire::IpAddr;
+
+const NAT_CHAIN: &str = r#"
+name: rewrite-nat
+functions:
+  - type: nat
+    inside: ["10.0.0.0/8"]
+    pool: ["203.0.113.8/30"]
+    ports: "2000-2999"
+  - type: monitor
+settings:
+  batch_size: 16
+"#;
+
+const LB_CHAIN: &str = r#"
+name: rewrite-lb
+functions:
+  - type: lb
+    services:
+      - vip: 192.0.2.100
+        port: 80
+        algorithm: maglev
+        backends:
+          - { addr: "198.51.100.1:8080", weight: 1 }
+          - { addr: "198.51.100.2:8080", weight: 2 }
+          - { addr: "198.51.100.3:8080", weight: 1 }
+      - vip: 192.0.2.101
+        port: 80
+        algorithm: least_connections
+        backends:
+          - { addr: "198.51.100.4", weight: 1 }
+          - { addr: "198.51.100.5", weight: 1 }
+  - type: monitor
+settings:
+  batch_size: 16
+"#;
+
+#[derive(Clone, Copy, PartialEq)]
+enum Kind {
+    Tcp,
+    Udp,
+    Ping,
+}
+
+/// One packet of a conversation, from the client (outbound) or the server.
+#[derive(Clone)]
+struct Step {
+    flow: usize,
+    outbound: bool,
+    flags: u8,
+    payload: Vec<u8>,
+}
+
+#[derive(Clone)]
+struct Flow {
+    kind: Kind,
+    client: (IpAddr, u16),
+    server: (IpAddr, u16),
+    cseq: u32,
+    sseq: u32,
+}
+
+fn conversations(servers: &[(IpAddr, u16)], n: usize) -> (Vec<Flow>, Vec<Step>) {
+    let mut flows = Vec::new();
+    let mut per: Vec<Vec<Step>> = Vec::new();
+    for f in 0..n {
+        let kind = match f % 5 {
+            3 => Kind::Udp,
+            4 => Kind::Ping,
+            _ => Kind::Tcp,
+        };
+        let client = (
+            IpAddr::V4([10, 4, (f / 200) as u8, (f % 200) as u8 + 1]),
+            40_000 + f as u16,
+        );
+        let server = servers[f % servers.len()];
+        flows.push(Flow {
+            kind,
+            client,
+            server,
+            cseq: 1000 * f as u32 + 1,
+            sseq: 50_000 + 7 * f as u32,
+        });
+        let st = |outbound, flags, payload: &[u8]| Step {
+            flow: f,
+            outbound,
+            flags,
+            payload: payload.to_vec(),
+        };
+        let steps = match kind {
+            Kind::Tcp => vec![
+                st(true, SYN, b""),
+                st(false, SYN | ACK, b""),
+                st(true, ACK, b""),
+                st(true, ACK | PSH, b"GET / HTTP/1.1\r\n\r\n"),
+                st(false, ACK | PSH, &[b'r'; 700]),
+                st(false, ACK | PSH, &[b's'; 300]),
+                st(true, FIN | ACK, b""),
+                st(false, FIN | ACK, b""),
+                st(true, ACK, b""),
+            ],
+            Kind::Udp => vec![
+                st(true, 0, b"query"),
+                st(false, 0, b"answer"),
+                st(true, 0, b"again"),
+            ],
+            Kind::Ping => vec![st(true, 1, b"ping"), st(false, 0, b"ping")],
+        };
+        per.push(steps);
+    }
+    // Interleave deterministically, keeping each conversation's order.
+    let mut rng = Rng::new(11);
+    let mut cur = vec![0usize; n];
+    let mut out = Vec::new();
+    loop {
+        let open: Vec<usize> = (0..n).filter(|&i| cur[i] < per[i].len()).collect();
+        if open.is_empty() {
+            break;
+        }
+        let f = open[rng.below(open.len() as u64) as usize];
+        out.push(per[f][cur[f]].clone());
+        cur[f] += 1;
+    }
+    (flows, out)
+}
+
+/// Builds a step's frame. Server packets go to `seen`, the client as the server saw
+/// it, from the server the client's packet actually reached.
+fn frame(f: &mut Flow, s: &Step, seen: Option<Pair>) -> Vec<u8> {
+    let (src, dst) = if s.outbound {
+        (f.client, f.server)
+    } else {
+        let (c, srv) = seen.unwrap_or((f.client, f.server));
+        (srv, c)
+    };
+    let mut buf = vec![0u8; 2048];
+    let t = match f.kind {
+        Kind::Tcp => {
+            let (seq, ack) = if s.outbound {
+                (f.cseq, f.sseq)
+            } else {
+                (f.sseq, f.cseq)
+            };
+            let t = tcp_repr(
+                src.1,
+                dst.1,
+                seq,
+                if s.flags & ACK != 0 { ack } else { 0 },
+                s.flags,
+            );
+            let adv = s.payload.len() as u32 + (s.flags & (SYN | FIN) != 0) as u32;
+            if s.outbound {
+                f.cseq = f.cseq.wrapping_add(adv);
+            } else {
+                f.sseq = f.sseq.wrapping_add(adv);
+            }
+            Transport::Tcp(t)
+        }
+        Kind::Udp => Transport::Udp(UdpRepr {
+            src_port: src.1,
+            dst_port: dst.1,
+        }),
+        Kind::Ping => Transport::Icmp(IcmpRepr::echo(
+            false,
+            s.outbound,
+            if s.outbound { src.1 } else { dst.1 },
+            1,
+        )),
+    };
+    let n = write_frame(&mut buf, src.0, dst.0, t, &s.payload).unwrap();
+    buf.truncate(n);
+    buf
+}
+
+fn endpoints(frame: &[u8]) -> Option<Pair> {
+    let m = parse_frame(frame).ok()?;
+    Some(((m.flow.src, m.flow.src_port), (m.flow.dst, m.flow.dst_port)))
+}
+
+/// (client, server) endpoints as one side saw them.
+type Pair = ((IpAddr, u16), (IpAddr, u16));
+
+#[derive(Debug, PartialEq)]
+struct Outcome {
+    packets: Vec<(bool, Vec<u8>)>,
+    records: Vec<String>,
+    /// Forwarded packets whose bytes the chain changed.
+    rewritten: usize,
+}
+
+type Picker = dyn Fn(usize, &[u8], &[bool]) -> usize;
+
+fn run(
+    chain: &str,
+    mut stores: Vec<Box<dyn StateStore>>,
+    servers: &[(IpAddr, u16)],
+    pick: &Picker,
+) -> Outcome {
+    let spec = ChainSpec::from_str(chain, Path::new("rewrite.yaml")).unwrap();
+    let reg = sluice_builtin::registry();
+    let mut chains: Vec<Chain> = stores
+        .iter()
+        .map(|_| Chain::from_spec(&spec, Path::new("."), &reg, Sharing::Shared).unwrap())
+        .collect();
+    let (mut flows, steps) = conversations(servers, 60);
+    let alive = vec![true; stores.len()];
+    // The client and server as the far side saw them, per flow, from the first
+    // forwarded outbound packet.
+    let mut seen: HashMap<usize, Pair> = HashMap::new();
+    let mut pool = PacketPool::new(64);
+    let mut packets = Vec::new();
+    let mut records = Vec::new();
+    let mut ts = 1_000_000_000u64;
+    let mut rewritten = 0;
+    let mut i = 0;
+    while i < steps.len() {
+        let mut batch = Batch::with_capacity(16);
+        let mut flows_in: Vec<usize> = Vec::new();
+        let mut inputs: Vec<Vec<u8>> = Vec::new();
+        let mut who = None;
+        while i < steps.len() && batch.len() < 16 {
+            let s = &steps[i];
+            // A server packet is built only once the chain has shown what it answers.
+            if !s.outbound && !seen.contains_key(&s.flow) && flows_in.contains(&s.flow) {
+                break;
+            }
+            let f = frame(&mut flows[s.flow], s, seen.get(&s.flow).copied());
+            let w = pick(i, &f, &alive);
+            if *who.get_or_insert(w) != w {
+                // Undo the sequence advance: the packet is rebuilt in the next batch.
+                flows[s.flow] = rewind(&flows[s.flow], s);
+                break;
+            }
+            ts += 10_000;
+            batch.push_frame(&mut pool, &f, ts, 0);
+            inputs.push(f);
+            flows_in.push(s.flow);
+            i += 1;
+        }
+        let w = who.unwrap();
+        chains[w].process(&mut batch, stores[w].as_mut());
+        for (k, p) in batch.pkts.iter().enumerate() {
+            let fl = flows_in[k];
+            let fwd = p.verdict == Verdict::Forward;
+            let step = &steps[i - batch.len() + k];
+            if fwd && step.outbound && !seen.contains_key(&fl) {
+                seen.insert(fl, endpoints(p.data()).unwrap());
+            }
+            if fwd && p.data() != &inputs[k][..] {
+                rewritten += 1;
+            }
+            packets.push((fwd, p.data().to_vec()));
+        }
+        batch.recycle(&mut pool);
+        for e in chains[w].take_events() {
+            records.push(e.to_eve()["flow"].to_string() + &e.to_eve()["src_ip"].to_string());
+        }
+    }
+    for (c, s) in chains.iter_mut().zip(stores.iter_mut()) {
+        c.flush(s.as_mut());
+        for e in c.take_events() {
+            records.push(e.to_eve()["flow"].to_string() + &e.to_eve()["src_ip"].to_string());
+        }
+        assert_eq!(c.stats().store_errors, 0, "{:?}", c.stats().last_error);
+    }
+    records.sort();
+    // What the client sees must come from where it sent, and verify.
+    for (s, (fwd, bytes)) in steps.iter().zip(&packets) {
+        if *fwd {
+            assert!(verify_all_checksums(bytes), "checksums after rewriting");
+            if !s.outbound {
+                let f = &flows[s.flow];
+                let (src, dst) = endpoints(bytes).unwrap();
+                assert_eq!(dst.0, f.client.0, "return traffic restored to the client");
+                assert_eq!(src.0, f.server.0, "from the address the client contacted");
+                if f.kind != Kind::Ping {
+                    assert_eq!((src.1, dst.1), (f.server.1, f.client.1));
+                }
+            }
+        }
+    }
+    Outcome {
+        packets,
+        records,
+        rewritten,
+    }
+}
+
+/// The flow state before `s` was built (undo its sequence advance).
+fn rewind(f: &Flow, s: &Step) -> Flow {
+    let mut g = f.clone();
+    if g.kind == Kind::Tcp {
+        let adv = s.payload.len() as u32 + (s.flags & (SYN | FIN) != 0) as u32;
+        if s.outbound {
+            g.cseq = g.cseq.wrapping_sub(adv);
+        } else {
+            g.sseq = g.sseq.wrapping_sub(adv);
+        }
+    }
+    g
+}
+
+fn spray(seed: u64) -> impl Fn(usize, &[u8], &[bool]) -> usize {
+    move |i, _, alive| {
+        Rng::new(seed ^ (i as u64).wrapping_mul(0x9e37_79b9)).below(alive.len() as u64) as usize
+    }
+}
+
+/// Packets from the inside (10/8) on one instance, from the outside on another.
+fn asymmetric(_: usize, f: &[u8], alive: &[bool]) -> usize {
+    let inside = parse_frame(f)
+        .map(|m| m.flow.src.as_bytes()[0] == 10)
+        .unwrap_or(true);
+    usize::from(!inside) % alive.len()
+}
+
+/// `rewritten`: how many packets the chain must translate (the LB's services are
+/// TCP, so it leaves UDP and pings to a VIP alone).
+fn check(chain: &str, servers: &[(IpAddr, u16)], rewritten: usize) {
+    let srv = RedisServer::start(&[]).expect("start redis-server");
+    let want = run(
+        chain,
+        vec![Box::new(LocalStore::new())],
+        servers,
+        &|_, _, _| 0,
+    );
+    let passed = want.packets.iter().filter(|p| p.0).count();
+    assert_eq!(want.packets.len(), 384);
+    assert!(
+        passed == want.packets.len(),
+        "every packet of these conversations passes: {passed}"
+    );
+    assert_eq!(want.rewritten, rewritten, "translated packets");
+    assert!(
+        want.records.len() >= 60,
+        "every conversation is exported: {}",
+        want.records.len()
+    );
+    for n in [2usize, 3, 4] {
+        for (name, pick) in [
+            ("sprayed", &spray(n as u64) as &Picker),
+            ("asymmetric", &asymmetric as &Picker),
+        ] {
+            let stores: Vec<Box<dyn StateStore>> = (0..n)
+                .map(|_| Box::new(RedisStore::open(&srv.url()).unwrap()) as Box<dyn StateStore>)
+                .collect();
+            let got = run(chain, stores, servers, pick);
+            assert_eq!(got, want, "{n} instances, {name}");
+            let mut admin = RedisStore::open(&srv.url()).unwrap();
+            flush(&mut admin, srv.port());
+        }
+    }
+}
+
+fn flush(_: &mut RedisStore, port: u16) {
+    use std::io::{Read, Write};
+    let mut c = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    c.write_all(b"FLUSHALL\r\n").unwrap();
+    let mut b = [0u8; 8];
+    let _ = c.read(&mut b).unwrap();
+}
+
+#[test]
+fn nat_instances_behave_as_one() {
+    let servers = [
+        (IpAddr::V4([192, 0, 2, 53]), 53),
+        (IpAddr::V4([198, 18, 0, 1]), 80),
+    ];
+    check(NAT_CHAIN, &servers, 384);
+}
+
+#[test]
+fn lb_instances_behave_as_one() {
+    let servers = [
+        (IpAddr::V4([192, 0, 2, 100]), 80),
+        (IpAddr::V4([192, 0, 2, 101]), 80),
+    ];
+    check(LB_CHAIN, &servers, 324);
+}
