@@ -27,6 +27,12 @@ use sluice_wire::IpAddr;
 const NAT_CHAIN: &str = r#"
 name: rewrite-nat
 functions:
+  - type: firewall
+    rules: |
+      allow tcp from 10.0.0.0/8 to any
+      allow udp from 10.0.0.0/8 to any
+      allow icmp from 10.0.0.0/8 to any
+      default deny
   - type: nat
     inside: ["10.0.0.0/8"]
     pool: ["203.0.113.8/30"]
@@ -34,6 +40,8 @@ functions:
   - type: monitor
 settings:
   batch_size: 16
+  # Replies cross monitor, NAT, then firewall: the firewall sees them restored.
+  forward_sources: ["10.0.0.0/8"]
 "#;
 
 const LB_CHAIN: &str = r#"

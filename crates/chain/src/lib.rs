@@ -12,7 +12,7 @@ mod stats;
 
 use std::path::Path;
 
-pub use spec::{ChainError, ChainSpec, FunctionSpec, Registry, Settings};
+pub use spec::{ChainError, ChainSpec, FunctionSpec, Prefix, Registry, Settings};
 pub use stats::{ChainStats, StageStats};
 
 use sluice_nf::{Ctx, Emitted, Event, NetworkFunction, Streams};
@@ -79,6 +79,11 @@ pub struct Chain {
     next_timers_ns: u64,
     timer_interval_ns: u64,
     live_before: Vec<bool>,
+    /// Sources whose packets cross the functions in order (empty: all do).
+    forward_sources: Vec<Prefix>,
+    /// Reused for the runs of one direction when the chain is bidirectional.
+    run: Batch,
+    done: Vec<sluice_packet::Packet>,
 }
 
 /// FNV-1a, for stable namespace ids derived from names.
@@ -122,13 +127,20 @@ impl Chain {
         let stream_factory = registry
             .stream_stage(&spec.reassembly, base_dir)
             .map_err(ChainError::Reassembly)?;
-        Ok(Chain::new(
+        let mut chain = Chain::new(
             &spec.name,
             fns,
             stream_factory,
             sharing,
             spec.settings.timer_interval_ms,
-        ))
+        );
+        chain.forward_sources = spec
+            .settings
+            .forward_sources
+            .iter()
+            .map(|p| Prefix::parse(p).map_err(ChainError::Reassembly))
+            .collect::<Result<_, _>>()?;
+        Ok(chain)
     }
 
     /// Builds a chain from functions already constructed.
@@ -177,6 +189,9 @@ impl Chain {
             next_timers_ns: 0,
             timer_interval_ns: timer_interval_ms.max(1) * 1_000_000,
             live_before: Vec::new(),
+            forward_sources: Vec::new(),
+            run: Batch::default(),
+            done: Vec::new(),
         }
     }
 
@@ -242,6 +257,53 @@ impl Chain {
             self.next_timers_ns = self.now_ns + self.timer_interval_ns;
         }
 
+        if self.forward_sources.is_empty() {
+            self.pipeline(batch, store, false);
+        } else {
+            // Runs of one direction, in arrival order: reordering packets across
+            // directions inside a batch would break causality (an ACK processed before
+            // the SYN-ACK it answers), so each run is processed before the next.
+            let mut all = std::mem::take(&mut batch.pkts).into_iter().peekable();
+            let mut run = std::mem::take(&mut self.run);
+            let mut done = std::mem::take(&mut self.done);
+            while let Some(first) = all.next() {
+                let reverse = self.is_reverse(&first);
+                run.pkts.push(first);
+                while let Some(p) = all.next_if(|p| self.is_reverse(p) == reverse) {
+                    run.pkts.push(p);
+                }
+                self.pipeline(&mut run, store, reverse);
+                done.append(&mut run.pkts);
+            }
+            batch.pkts = done;
+            self.run = run;
+        }
+
+        for p in &batch.pkts {
+            match p.verdict {
+                Verdict::Forward => self.stats.forwarded += 1,
+                Verdict::Drop(r) if r.stage == PARSE_STAGE => self.stats.count_malformed(r.reason),
+                Verdict::Drop(r) if r.stage == REASSEMBLY_STAGE => {
+                    self.stats.count_reassembly_drop(r.reason)
+                }
+                Verdict::Drop(_) => self.stats.dropped += 1,
+            }
+        }
+        self.tally_events_since();
+    }
+
+    /// True if the packet crosses the chain in reverse (return traffic).
+    fn is_reverse(&self, p: &sluice_packet::Packet) -> bool {
+        p.meta.is_ip()
+            && !self
+                .forward_sources
+                .iter()
+                .any(|f| f.contains(&p.meta.flow.src))
+    }
+
+    /// Reassembly (if shared) and every function, in order or in reverse.
+    fn pipeline(&mut self, batch: &mut Batch, store: &mut dyn StateStore, reverse: bool) {
+        let n = batch.len();
         if let Some(r) = self.reassembly.as_mut() {
             self.streams.reset(n);
             if let Err(e) = r.process(batch, store, &mut self.streams, REASSEMBLY_STAGE) {
@@ -253,7 +315,10 @@ impl Chain {
             self.streams.reset(n);
         }
 
-        for (i, st) in self.stages.iter_mut().enumerate() {
+        let count = self.stages.len();
+        for k in 0..count {
+            let i = if reverse { count - 1 - k } else { k };
+            let st = &mut self.stages[i];
             let stage = i as u8;
             self.live_before.clear();
             self.live_before
@@ -306,18 +371,6 @@ impl Chain {
                 }
             }
         }
-
-        for p in &batch.pkts {
-            match p.verdict {
-                Verdict::Forward => self.stats.forwarded += 1,
-                Verdict::Drop(r) if r.stage == PARSE_STAGE => self.stats.count_malformed(r.reason),
-                Verdict::Drop(r) if r.stage == REASSEMBLY_STAGE => {
-                    self.stats.count_reassembly_drop(r.reason)
-                }
-                Verdict::Drop(_) => self.stats.dropped += 1,
-            }
-        }
-        self.tally_events_since();
     }
 
     fn tally_events_since(&mut self) {

@@ -60,6 +60,11 @@ pub struct Settings {
     pub batch_size: usize,
     /// How often, in trace time, expired timers are collected (default 100 ms).
     pub timer_interval_ms: u64,
+    /// Makes the chain bidirectional: packets from these prefixes (CIDR) cross the
+    /// functions in order, every other packet crosses them in reverse order, as return
+    /// traffic does (so a firewall before a NAT sees replies after the NAT restored
+    /// them). Empty (the default): every packet crosses the functions in order.
+    pub forward_sources: Vec<String>,
 }
 
 impl Default for Settings {
@@ -67,7 +72,54 @@ impl Default for Settings {
         Settings {
             batch_size: 32,
             timer_interval_ms: 100,
+            forward_sources: Vec::new(),
         }
+    }
+}
+
+/// An address prefix (`10.0.0.0/8`, `2001:db8::/32`, or a bare address).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Prefix {
+    addr: sluice_wire::IpAddr,
+    len: u8,
+}
+
+impl Prefix {
+    /// Parses `ADDR[/LEN]`.
+    pub fn parse(s: &str) -> Result<Prefix, String> {
+        let (a, l) = match s.split_once('/') {
+            Some((a, l)) => (a, Some(l)),
+            None => (s, None),
+        };
+        let addr: sluice_wire::IpAddr = a
+            .trim()
+            .parse()
+            .map_err(|_| format!("`{s}`: not an IP address or prefix"))?;
+        let max = if addr.is_v4() { 32 } else { 128 };
+        let len = match l {
+            Some(l) => l
+                .trim()
+                .parse::<u8>()
+                .ok()
+                .filter(|&n| n <= max)
+                .ok_or_else(|| format!("`{s}`: bad prefix length"))?,
+            None => max,
+        };
+        Ok(Prefix { addr, len })
+    }
+
+    /// True if `a` is inside the prefix.
+    pub fn contains(&self, a: &sluice_wire::IpAddr) -> bool {
+        if a.is_v4() != self.addr.is_v4() {
+            return false;
+        }
+        let (x, y) = (a.as_bytes(), self.addr.as_bytes());
+        let full = (self.len / 8) as usize;
+        if x[..full] != y[..full] {
+            return false;
+        }
+        let rem = self.len % 8;
+        rem == 0 || (x[full] ^ y[full]) & (0xffu8 << (8 - rem)) == 0
     }
 }
 
@@ -146,6 +198,9 @@ impl ChainSpec {
             return Err(invalid(
                 "functions: a chain needs at least one function".into(),
             ));
+        }
+        for (i, p) in raw.settings.forward_sources.iter().enumerate() {
+            Prefix::parse(p).map_err(|e| invalid(format!("settings.forward_sources[{i}]: {e}")))?;
         }
         if raw.settings.batch_size == 0 || raw.settings.batch_size > 1024 {
             return Err(invalid(format!(
