@@ -1,0 +1,1364 @@
+//! CoMb's consolidated-middlebox formulations (Sekar et al.).
+//!
+//! * [`derive_hyperapps`]: from application specs (which traffic kinds each application
+//!   subscribes to, and the policy order between applications) to the hyperapp of each
+//!   traffic kind (§4.3), with reuse-aware footprints.
+//! * [`min_max_load`]: the network-wide load-balancing LP, eqs. (5)-(8).
+//! * [`min_provisioning`]: the provisioning variant over several traffic epochs.
+//! * [`assign_cores`]: the per-box LP, eqs. (9)-(12).
+//!
+//! Spatial strategies restrict which on-path nodes may process a class: the whole path,
+//! its two edges, or only the ingress (§7.3, Fig. 13).
+
+use std::collections::BTreeSet;
+
+use crate::lp::{Direction, LinearProgram, LpError, Var};
+
+/// Index of a network node (a CoMb box location).
+pub type NodeId = usize;
+
+/// Errors from building or solving a CoMb formulation.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum CombError {
+    /// A provisioned capacity is negative or not finite.
+    #[error("node {node} resource {resource}: capacity {value} is negative or not finite")]
+    InvalidCapacity {
+        /// Node with the bad capacity.
+        node: NodeId,
+        /// Resource index.
+        resource: usize,
+        /// Offending value.
+        value: f64,
+    },
+    /// A traffic volume is negative or not finite.
+    #[error("traffic class {class}: volume {value} is negative or not finite")]
+    InvalidVolume {
+        /// Class index.
+        class: usize,
+        /// Offending value.
+        value: f64,
+    },
+    /// A footprint is negative or not finite, or has the wrong number of resources.
+    #[error("hyperapp {hyperapp}: footprint must have {expected} non-negative finite entries")]
+    InvalidFootprint {
+        /// Hyperapp index.
+        hyperapp: usize,
+        /// Number of resources expected.
+        expected: usize,
+    },
+    /// A class has an empty routing path.
+    #[error("traffic class {class} has an empty path")]
+    EmptyPath {
+        /// Class index.
+        class: usize,
+    },
+    /// A path names a node that does not exist.
+    #[error("traffic class {class}: path node {node} is out of range (network has {nodes} nodes)")]
+    UnknownNode {
+        /// Class index.
+        class: usize,
+        /// Offending node.
+        node: NodeId,
+        /// Number of nodes in the network.
+        nodes: usize,
+    },
+    /// A class refers to a hyperapp that does not exist.
+    #[error("traffic class {class} refers to unknown hyperapp {hyperapp}")]
+    UnknownHyperapp {
+        /// Class index.
+        class: usize,
+        /// Offending hyperapp index.
+        hyperapp: usize,
+    },
+    /// Epoch volume vectors do not match the number of classes.
+    #[error("epoch {epoch} has {got} volumes but there are {expected} classes")]
+    EpochShape {
+        /// Epoch index.
+        epoch: usize,
+        /// Volumes given.
+        got: usize,
+        /// Classes defined.
+        expected: usize,
+    },
+    /// Application specs are inconsistent (unknown names or a policy cycle).
+    #[error("application spec: {0}")]
+    AppSpec(String),
+    /// The per-box problem has no cores or a non-positive core capacity.
+    #[error("core {core}: capacity {value} must be positive and finite")]
+    InvalidCore {
+        /// Core index.
+        core: usize,
+        /// Offending value.
+        value: f64,
+    },
+    /// The LP is infeasible; the named constraint families conflict.
+    #[error("infeasible: constraint families {families:?} cannot all be satisfied")]
+    Infeasible {
+        /// Conflicting constraint families.
+        families: Vec<String>,
+    },
+    /// The solver failed for a reason other than infeasibility.
+    #[error("LP solver: {0}")]
+    Solver(LpError),
+}
+
+impl From<LpError> for CombError {
+    fn from(e: LpError) -> Self {
+        match e {
+            LpError::Infeasible { families } => CombError::Infeasible { families },
+            other => CombError::Solver(other),
+        }
+    }
+}
+
+/// Constraint family: each class must be fully processed (eq. 7).
+pub const FAMILY_COVERAGE: &str = "class coverage (eq. 7)";
+/// Constraint family: per-node, per-resource load definition (eq. 6).
+pub const FAMILY_LOAD: &str = "node load (eq. 6)";
+/// Constraint family: load may not exceed provisioned capacity (eq. 4).
+pub const FAMILY_CAPACITY: &str = "node capacity (load <= 1)";
+/// Constraint family: per-box hyperapp work must be fully assigned (eq. 11).
+pub const FAMILY_CORE_ASSIGN: &str = "hyperapp assignment (eq. 11)";
+/// Constraint family: per-core load definition (eq. 10).
+pub const FAMILY_CORE_LOAD: &str = "core load (eq. 10)";
+
+/// Where along its path a class may be processed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Strategy {
+    /// Any node on the path.
+    Path,
+    /// The ingress or the egress.
+    Edge,
+    /// Only the ingress.
+    Ingress,
+}
+
+impl Strategy {
+    /// The nodes of `path` eligible under this strategy, in path order, deduplicated.
+    pub fn eligible(self, path: &[NodeId]) -> Vec<NodeId> {
+        let mut out: Vec<NodeId> = match self {
+            Strategy::Path => path.to_vec(),
+            Strategy::Edge => path
+                .first()
+                .into_iter()
+                .chain(path.last())
+                .copied()
+                .collect(),
+            Strategy::Ingress => path.first().copied().into_iter().collect(),
+        };
+        let mut seen = BTreeSet::new();
+        out.retain(|n| seen.insert(*n));
+        out
+    }
+}
+
+/// A middlebox application as the administrator describes it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Application {
+    /// Name, used in policy order and hyperapp names.
+    pub name: String,
+    /// Traffic kinds (e.g. `"http"`) the application must process.
+    pub subscribes: Vec<String>,
+    /// Per-session footprint of the application-specific (non-reusable) part, per resource.
+    pub specific: Vec<f64>,
+    /// Reusable modules (e.g. session reconstruction) the application builds on.
+    pub modules: Vec<String>,
+}
+
+/// A reusable module shared by applications in a consolidated box.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Module {
+    /// Name as referenced from [`Application::modules`].
+    pub name: String,
+    /// Per-session footprint per resource.
+    pub footprint: Vec<f64>,
+}
+
+/// The hyperapp of one or more traffic kinds: an ordered application sequence.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Hyperapp {
+    /// Indices into the application list, in policy order.
+    pub apps: Vec<usize>,
+    /// Traffic kinds that map to this hyperapp.
+    pub kinds: Vec<String>,
+    /// Per-session footprint per resource when modules are reused across its apps.
+    pub footprint_reuse: Vec<f64>,
+    /// Per-session footprint per resource when every app carries its own modules.
+    pub footprint_standalone: Vec<f64>,
+}
+
+/// Derives the hyperapp of every traffic kind (§4.3): the applications subscribing to the
+/// kind, ordered consistently with `order` (pairs `(before, after)` of application names).
+/// Kinds with the same application set share a hyperapp; kinds no application subscribes
+/// to have none and are omitted.
+pub fn derive_hyperapps(
+    apps: &[Application],
+    modules: &[Module],
+    order: &[(String, String)],
+    resources: usize,
+) -> Result<Vec<Hyperapp>, CombError> {
+    let idx = |name: &str| {
+        apps.iter().position(|a| a.name == name).ok_or_else(|| {
+            CombError::AppSpec(format!("policy order names unknown application '{name}'"))
+        })
+    };
+    let mut edges = Vec::new();
+    for (a, b) in order {
+        edges.push((idx(a)?, idx(b)?));
+    }
+    for a in apps {
+        if a.specific.len() != resources || a.specific.iter().any(|v| !v.is_finite() || *v < 0.0) {
+            return Err(CombError::AppSpec(format!(
+                "application '{}' needs {resources} non-negative finite footprint entries",
+                a.name
+            )));
+        }
+        for m in &a.modules {
+            if !modules.iter().any(|x| &x.name == m) {
+                return Err(CombError::AppSpec(format!(
+                    "application '{}' uses unknown module '{m}'",
+                    a.name
+                )));
+            }
+        }
+    }
+    for m in modules {
+        if m.footprint.len() != resources || m.footprint.iter().any(|v| !v.is_finite() || *v < 0.0)
+        {
+            return Err(CombError::AppSpec(format!(
+                "module '{}' needs {resources} non-negative finite footprint entries",
+                m.name
+            )));
+        }
+    }
+    // A global topological order makes every hyperapp's order consistent with the policy.
+    let topo = topological_order(apps.len(), &edges)
+        .ok_or_else(|| CombError::AppSpec("policy order contains a cycle".to_string()))?;
+    let kinds: BTreeSet<&str> = apps
+        .iter()
+        .flat_map(|a| a.subscribes.iter().map(String::as_str))
+        .collect();
+    let mut out: Vec<Hyperapp> = Vec::new();
+    for kind in kinds {
+        let members: Vec<usize> = topo
+            .iter()
+            .copied()
+            .filter(|&i| apps[i].subscribes.iter().any(|k| k == kind))
+            .collect();
+        if let Some(h) = out.iter_mut().find(|h| h.apps == members) {
+            h.kinds.push(kind.to_string());
+            continue;
+        }
+        let mut reuse = vec![0.0; resources];
+        let mut standalone = vec![0.0; resources];
+        let mut used = BTreeSet::new();
+        for &i in &members {
+            add_into(&mut reuse, &apps[i].specific);
+            add_into(&mut standalone, &apps[i].specific);
+            for m in &apps[i].modules {
+                let module = modules
+                    .iter()
+                    .find(|x| &x.name == m)
+                    .expect("validated above");
+                add_into(&mut standalone, &module.footprint);
+                if used.insert(m.as_str()) {
+                    add_into(&mut reuse, &module.footprint);
+                }
+            }
+        }
+        out.push(Hyperapp {
+            apps: members,
+            kinds: vec![kind.to_string()],
+            footprint_reuse: reuse,
+            footprint_standalone: standalone,
+        });
+    }
+    Ok(out)
+}
+
+fn add_into(acc: &mut [f64], v: &[f64]) {
+    for (a, x) in acc.iter_mut().zip(v) {
+        *a += x;
+    }
+}
+
+fn topological_order(n: usize, edges: &[(usize, usize)]) -> Option<Vec<usize>> {
+    let mut indeg = vec![0usize; n];
+    for &(_, b) in edges {
+        indeg[b] += 1;
+    }
+    let mut ready: BTreeSet<usize> = (0..n).filter(|&i| indeg[i] == 0).collect();
+    let mut out = Vec::with_capacity(n);
+    while let Some(i) = ready.pop_first() {
+        out.push(i);
+        for &(a, b) in edges {
+            if a == i {
+                indeg[b] -= 1;
+                if indeg[b] == 0 {
+                    ready.insert(b);
+                }
+            }
+        }
+    }
+    (out.len() == n).then_some(out)
+}
+
+/// One traffic class: a volume of sessions on one path, processed by one hyperapp.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TrafficClass {
+    /// Routing path, ingress first.
+    pub path: Vec<NodeId>,
+    /// Volume |T_c| (sessions or any consistent unit).
+    pub volume: f64,
+    /// Index of the hyperapp that must process every session of the class.
+    pub hyperapp: usize,
+}
+
+/// Inputs of the network-wide load-balancing LP.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NetworkProblem {
+    /// `prov[n][r]`: provisioned amount of resource `r` at node `n`.
+    pub prov: Vec<Vec<f64>>,
+    /// `footprints[h][r]`: per-unit-volume footprint F of hyperapp `h` on resource `r`.
+    pub footprints: Vec<Vec<f64>>,
+    /// Traffic classes.
+    pub classes: Vec<TrafficClass>,
+}
+
+/// Output of [`min_max_load`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct LoadAssignment {
+    /// The optimal maximum load over all nodes and resources.
+    pub max_load: f64,
+    /// `fractions[c]`: `(node, d_{c,n})` for every eligible node of class `c`, path order.
+    pub fractions: Vec<Vec<(NodeId, f64)>>,
+    /// `load[n][r]` at the optimum.
+    pub load: Vec<Vec<f64>>,
+}
+
+fn check_classes(
+    nodes: usize,
+    footprints: &[Vec<f64>],
+    resources: usize,
+    classes: &[TrafficClass],
+) -> Result<(), CombError> {
+    for (h, f) in footprints.iter().enumerate() {
+        if f.len() != resources || f.iter().any(|v| !v.is_finite() || *v < 0.0) {
+            return Err(CombError::InvalidFootprint {
+                hyperapp: h,
+                expected: resources,
+            });
+        }
+    }
+    for (c, class) in classes.iter().enumerate() {
+        if class.path.is_empty() {
+            return Err(CombError::EmptyPath { class: c });
+        }
+        if let Some(&node) = class.path.iter().find(|&&n| n >= nodes) {
+            return Err(CombError::UnknownNode {
+                class: c,
+                node,
+                nodes,
+            });
+        }
+        if class.hyperapp >= footprints.len() {
+            return Err(CombError::UnknownHyperapp {
+                class: c,
+                hyperapp: class.hyperapp,
+            });
+        }
+        if !class.volume.is_finite() || class.volume < 0.0 {
+            return Err(CombError::InvalidVolume {
+                class: c,
+                value: class.volume,
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Solves eqs. (5)-(8): choose `d_{c,n}` to minimise the maximum load over nodes and
+/// resources. With `enforce_capacity`, loads above 1 are infeasible (eq. 4) and the error
+/// names the capacity family; without it the optimum may exceed 1 (an overloaded network).
+pub fn min_max_load(
+    problem: &NetworkProblem,
+    strategy: Strategy,
+    enforce_capacity: bool,
+) -> Result<LoadAssignment, CombError> {
+    let nodes = problem.prov.len();
+    let resources = problem.footprints.first().map_or(0, Vec::len);
+    for (n, row) in problem.prov.iter().enumerate() {
+        if row.len() != resources {
+            return Err(CombError::AppSpec(format!(
+                "node {n} has {} resources, footprints have {resources}",
+                row.len()
+            )));
+        }
+        for (r, &v) in row.iter().enumerate() {
+            if !v.is_finite() || v < 0.0 {
+                return Err(CombError::InvalidCapacity {
+                    node: n,
+                    resource: r,
+                    value: v,
+                });
+            }
+        }
+    }
+    check_classes(nodes, &problem.footprints, resources, &problem.classes)?;
+
+    let mut lp = LinearProgram::new(Direction::Minimise);
+    let lambda = lp.add_var(1.0, 0.0, f64::INFINITY);
+    let mut vars: Vec<Vec<(NodeId, Var)>> = Vec::with_capacity(problem.classes.len());
+    let mut load_terms: Vec<Vec<Vec<(Var, f64)>>> = vec![vec![Vec::new(); resources]; nodes];
+    for class in &problem.classes {
+        let f = &problem.footprints[class.hyperapp];
+        let mut class_vars = Vec::new();
+        for n in strategy.eligible(&class.path) {
+            // A node with no capacity for a resource the hyperapp needs cannot take any
+            // of this class (its load would be infinite).
+            let blocked =
+                (0..resources).any(|r| problem.prov[n][r] == 0.0 && f[r] * class.volume > 0.0);
+            let v = lp.add_var(0.0, 0.0, if blocked { 0.0 } else { 1.0 });
+            for r in 0..resources {
+                let p = problem.prov[n][r];
+                if p > 0.0 && f[r] > 0.0 {
+                    load_terms[n][r].push((v, class.volume * f[r] / p));
+                }
+            }
+            class_vars.push((n, v));
+        }
+        lp.add_constraint(
+            FAMILY_COVERAGE,
+            1.0,
+            1.0,
+            class_vars.iter().map(|&(_, v)| (v, 1.0)),
+        );
+        vars.push(class_vars);
+    }
+    for node_terms in &load_terms {
+        for terms in node_terms {
+            if terms.is_empty() {
+                continue;
+            }
+            lp.add_constraint(
+                FAMILY_LOAD,
+                f64::NEG_INFINITY,
+                0.0,
+                terms.iter().copied().chain([(lambda, -1.0)]),
+            );
+            if enforce_capacity {
+                lp.add_constraint(
+                    FAMILY_CAPACITY,
+                    f64::NEG_INFINITY,
+                    1.0,
+                    terms.iter().copied(),
+                );
+            }
+        }
+    }
+    let sol = lp.solve()?;
+    let fractions: Vec<Vec<(NodeId, f64)>> = vars
+        .iter()
+        .map(|cv| {
+            cv.iter()
+                .map(|&(n, v)| (n, sol.value(v).clamp(0.0, 1.0)))
+                .collect()
+        })
+        .collect();
+    let load = node_loads(
+        nodes,
+        resources,
+        &problem.classes,
+        &problem.footprints,
+        &fractions,
+        |n, r| problem.prov[n][r],
+    );
+    let max_load = load.iter().flatten().copied().fold(0.0, f64::max);
+    Ok(LoadAssignment {
+        max_load,
+        fractions,
+        load,
+    })
+}
+
+fn node_loads(
+    nodes: usize,
+    resources: usize,
+    classes: &[TrafficClass],
+    footprints: &[Vec<f64>],
+    fractions: &[Vec<(NodeId, f64)>],
+    prov: impl Fn(usize, usize) -> f64,
+) -> Vec<Vec<f64>> {
+    let mut load = vec![vec![0.0; resources]; nodes];
+    for (class, fr) in classes.iter().zip(fractions) {
+        for &(n, d) in fr {
+            for r in 0..resources {
+                let p = prov(n, r);
+                if p > 0.0 {
+                    load[n][r] += d * class.volume * footprints[class.hyperapp][r] / p;
+                }
+            }
+        }
+    }
+    load
+}
+
+/// Inputs of the provisioning LP: classes (their `volume` is ignored) and the per-epoch
+/// volume of every class.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProvisioningProblem {
+    /// Number of nodes.
+    pub nodes: usize,
+    /// `footprints[h][r]`: per-unit-volume footprint of hyperapp `h` on resource `r`.
+    pub footprints: Vec<Vec<f64>>,
+    /// Paths and hyperapps of the classes.
+    pub classes: Vec<TrafficClass>,
+    /// `epochs[e][c]`: volume of class `c` in epoch `e`.
+    pub epochs: Vec<Vec<f64>>,
+}
+
+/// Output of [`min_provisioning`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct Provisioning {
+    /// `prov[n][r]`: resources to provision at node `n`.
+    pub prov: Vec<Vec<f64>>,
+    /// Total cost `sum_{n,r} prov[n][r]`.
+    pub cost: f64,
+}
+
+/// Minimises `sum_{n,r} Prov_{n,r}` such that, in every epoch, some assignment `d^e`
+/// (recomputed per epoch, as the controller would) keeps every node within capacity.
+pub fn min_provisioning(
+    problem: &ProvisioningProblem,
+    strategy: Strategy,
+) -> Result<Provisioning, CombError> {
+    let nodes = problem.nodes;
+    let resources = problem.footprints.first().map_or(0, Vec::len);
+    check_classes(nodes, &problem.footprints, resources, &problem.classes)?;
+    for (e, vols) in problem.epochs.iter().enumerate() {
+        if vols.len() != problem.classes.len() {
+            return Err(CombError::EpochShape {
+                epoch: e,
+                got: vols.len(),
+                expected: problem.classes.len(),
+            });
+        }
+        if let Some((c, &v)) = vols
+            .iter()
+            .enumerate()
+            .find(|(_, v)| !v.is_finite() || **v < 0.0)
+        {
+            return Err(CombError::InvalidVolume { class: c, value: v });
+        }
+    }
+    let mut lp = LinearProgram::new(Direction::Minimise);
+    let prov: Vec<Vec<Var>> = (0..nodes)
+        .map(|_| {
+            (0..resources)
+                .map(|_| lp.add_var(1.0, 0.0, f64::INFINITY))
+                .collect()
+        })
+        .collect();
+    for vols in &problem.epochs {
+        let mut load_terms: Vec<Vec<Vec<(Var, f64)>>> = vec![vec![Vec::new(); resources]; nodes];
+        for (class, &vol) in problem.classes.iter().zip(vols) {
+            let f = &problem.footprints[class.hyperapp];
+            let mut cover = Vec::new();
+            for n in strategy.eligible(&class.path) {
+                let v = lp.add_var(0.0, 0.0, 1.0);
+                cover.push((v, 1.0));
+                for r in 0..resources {
+                    if f[r] * vol > 0.0 {
+                        load_terms[n][r].push((v, vol * f[r]));
+                    }
+                }
+            }
+            lp.add_constraint(FAMILY_COVERAGE, 1.0, 1.0, cover);
+        }
+        for n in 0..nodes {
+            for r in 0..resources {
+                if load_terms[n][r].is_empty() {
+                    continue;
+                }
+                let terms = std::mem::take(&mut load_terms[n][r]);
+                lp.add_constraint(
+                    FAMILY_CAPACITY,
+                    f64::NEG_INFINITY,
+                    0.0,
+                    terms.into_iter().chain([(prov[n][r], -1.0)]),
+                );
+            }
+        }
+    }
+    let sol = lp.solve()?;
+    let prov: Vec<Vec<f64>> = prov
+        .iter()
+        .map(|row| row.iter().map(|&v| sol.value(v).max(0.0)).collect())
+        .collect();
+    let cost = prov.iter().flatten().sum();
+    Ok(Provisioning { prov, cost })
+}
+
+/// The ingress-pinned part of a class for the two-step formulation (§7.3).
+#[derive(Debug, Clone, PartialEq)]
+pub struct PinnedPart {
+    /// Per-unit-volume footprint (per resource) of the applications that must run at the
+    /// ingress; always charged to the ingress (step one).
+    pub fixed: Vec<f64>,
+    /// Footprint of the distributable applications when they run at the ingress, where
+    /// they reuse the pinned applications' modules; elsewhere the class's hyperapp
+    /// footprint applies.
+    pub at_ingress: Vec<f64>,
+}
+
+/// CoMb's two-step provisioning for topologically constrained applications (§7.3): step
+/// one charges `pinned[c].fixed` to each class's ingress; step two distributes the rest as
+/// in [`min_provisioning`], with the reduced footprint `pinned[c].at_ingress` at the
+/// ingress. `problem.footprints` holds the distributable part's footprint elsewhere.
+pub fn min_provisioning_two_step(
+    problem: &ProvisioningProblem,
+    pinned: &[PinnedPart],
+    strategy: Strategy,
+) -> Result<Provisioning, CombError> {
+    let nodes = problem.nodes;
+    let resources = problem.footprints.first().map_or(0, Vec::len);
+    check_classes(nodes, &problem.footprints, resources, &problem.classes)?;
+    if pinned.len() != problem.classes.len() {
+        return Err(CombError::AppSpec(format!(
+            "{} pinned parts for {} classes",
+            pinned.len(),
+            problem.classes.len()
+        )));
+    }
+    for (c, p) in pinned.iter().enumerate() {
+        let ok =
+            |v: &Vec<f64>| v.len() == resources && v.iter().all(|x| x.is_finite() && *x >= 0.0);
+        if !ok(&p.fixed) || !ok(&p.at_ingress) {
+            return Err(CombError::AppSpec(format!(
+                "class {c}: pinned footprints need {resources} non-negative finite entries"
+            )));
+        }
+    }
+    for (e, vols) in problem.epochs.iter().enumerate() {
+        if vols.len() != problem.classes.len() {
+            return Err(CombError::EpochShape {
+                epoch: e,
+                got: vols.len(),
+                expected: problem.classes.len(),
+            });
+        }
+        if let Some((c, &v)) = vols
+            .iter()
+            .enumerate()
+            .find(|(_, v)| !v.is_finite() || **v < 0.0)
+        {
+            return Err(CombError::InvalidVolume { class: c, value: v });
+        }
+    }
+    let mut lp = LinearProgram::new(Direction::Minimise);
+    let prov: Vec<Vec<Var>> = (0..nodes)
+        .map(|_| {
+            (0..resources)
+                .map(|_| lp.add_var(1.0, 0.0, f64::INFINITY))
+                .collect()
+        })
+        .collect();
+    for vols in &problem.epochs {
+        let mut terms: Vec<Vec<Vec<(Var, f64)>>> = vec![vec![Vec::new(); resources]; nodes];
+        let mut fixed = vec![vec![0.0; resources]; nodes];
+        for ((class, &vol), pin) in problem.classes.iter().zip(vols).zip(pinned) {
+            let ingress = class.path[0];
+            for (acc, f) in fixed[ingress].iter_mut().zip(&pin.fixed) {
+                *acc += vol * f;
+            }
+            let mut cover = Vec::new();
+            for n in strategy.eligible(&class.path) {
+                let v = lp.add_var(0.0, 0.0, 1.0);
+                cover.push((v, 1.0));
+                let f = if n == ingress {
+                    &pin.at_ingress
+                } else {
+                    &problem.footprints[class.hyperapp]
+                };
+                for r in 0..resources {
+                    if f[r] * vol > 0.0 {
+                        terms[n][r].push((v, vol * f[r]));
+                    }
+                }
+            }
+            lp.add_constraint(FAMILY_COVERAGE, 1.0, 1.0, cover);
+        }
+        for n in 0..nodes {
+            for r in 0..resources {
+                if terms[n][r].is_empty() && fixed[n][r] == 0.0 {
+                    continue;
+                }
+                let t = std::mem::take(&mut terms[n][r]);
+                // Pinned work is a constant load: it moves to the right-hand side.
+                lp.add_constraint(
+                    FAMILY_CAPACITY,
+                    f64::NEG_INFINITY,
+                    -fixed[n][r],
+                    t.into_iter().chain([(prov[n][r], -1.0)]),
+                );
+            }
+        }
+    }
+    let sol = lp.solve()?;
+    let prov: Vec<Vec<f64>> = prov
+        .iter()
+        .map(|row| row.iter().map(|&v| sol.value(v).max(0.0)).collect())
+        .collect();
+    let cost = prov.iter().flatten().sum();
+    Ok(Provisioning { prov, cost })
+}
+
+/// Constraint family: an application action needs its modules on the same node (eq. 1).
+pub const FAMILY_DEPENDENCY: &str = "action dependency (eq. 1)";
+/// Constraint family: every subscribed application processes every session (eq. 2).
+pub const FAMILY_APP_COVERAGE: &str = "application coverage (eq. 2)";
+/// Constraint family: policy order along the path (eq. 3).
+pub const FAMILY_ORDER: &str = "policy order (eq. 3)";
+
+/// A class of the strawman model: a traffic kind on one path.
+#[derive(Debug, Clone, PartialEq)]
+pub struct KindClass {
+    /// Routing path, ingress first.
+    pub path: Vec<NodeId>,
+    /// Volume.
+    pub volume: f64,
+    /// Traffic kind, matched against [`Application::subscribes`].
+    pub kind: String,
+}
+
+/// The LP relaxation of CoMb's strawman (§4.2, eqs. 1-4) under the min-max load objective.
+///
+/// Sessions of a class are interchangeable, so the relaxation over sessions equals one
+/// over class fractions: `x_{c,a,n}` is the share of class `c`'s sessions on which node
+/// `n` runs action `a` (an application's specific part or a reusable module). Unlike the
+/// hyperapp model, an application may run on a different node than the others of its
+/// session, and a module may be replicated. Order (eq. 3) allows the preceding
+/// application on the same node, since a box runs a session's applications in order.
+/// Returns the optimal maximum load; with the same inputs it is a lower bound on
+/// [`min_max_load`] over the derived hyperapps with reuse (Strategy::Path).
+pub fn strawman_min_max_load(
+    prov: &[Vec<f64>],
+    apps: &[Application],
+    modules: &[Module],
+    order: &[(String, String)],
+    classes: &[KindClass],
+) -> Result<f64, CombError> {
+    let nodes = prov.len();
+    let resources = prov.first().map_or(0, Vec::len);
+    // Reuse the validation of derive_hyperapps (names, footprint shapes, cycles).
+    derive_hyperapps(apps, modules, order, resources)?;
+    for (n, row) in prov.iter().enumerate() {
+        for (r, &v) in row.iter().enumerate() {
+            if !v.is_finite() || v < 0.0 || row.len() != resources {
+                return Err(CombError::InvalidCapacity {
+                    node: n,
+                    resource: r,
+                    value: v,
+                });
+            }
+        }
+    }
+    let pos = |name: &str| apps.iter().position(|a| a.name == name).expect("validated");
+    let order: Vec<(usize, usize)> = order.iter().map(|(a, b)| (pos(a), pos(b))).collect();
+    let mut lp = LinearProgram::new(Direction::Minimise);
+    let lambda = lp.add_var(1.0, 0.0, f64::INFINITY);
+    let mut load: Vec<Vec<Vec<(Var, f64)>>> = vec![vec![Vec::new(); resources]; nodes];
+    let mut add_load = |n: NodeId, v: Var, vol: f64, f: &[f64]| {
+        for r in 0..resources {
+            if prov[n][r] > 0.0 && f[r] > 0.0 {
+                load[n][r].push((v, vol * f[r] / prov[n][r]));
+            }
+        }
+    };
+    for (c, class) in classes.iter().enumerate() {
+        if class.path.is_empty() {
+            return Err(CombError::EmptyPath { class: c });
+        }
+        if let Some(&node) = class.path.iter().find(|&&n| n >= nodes) {
+            return Err(CombError::UnknownNode {
+                class: c,
+                node,
+                nodes,
+            });
+        }
+        if !class.volume.is_finite() || class.volume < 0.0 {
+            return Err(CombError::InvalidVolume {
+                class: c,
+                value: class.volume,
+            });
+        }
+        let path = Strategy::Path.eligible(&class.path);
+        let members: Vec<usize> = (0..apps.len())
+            .filter(|&a| apps[a].subscribes.contains(&class.kind))
+            .collect();
+        // Module variables per (module, node), shared by every member on that node.
+        let mut module_vars: Vec<Vec<Var>> = Vec::new();
+        for m in modules {
+            let vars: Vec<Var> = path
+                .iter()
+                .map(|&n| {
+                    let v = lp.add_var(0.0, 0.0, 1.0);
+                    add_load(n, v, class.volume, &m.footprint);
+                    v
+                })
+                .collect();
+            module_vars.push(vars);
+        }
+        let mut app_vars: Vec<Option<Vec<Var>>> = vec![None; apps.len()];
+        for &a in &members {
+            let vars: Vec<Var> = path
+                .iter()
+                .map(|&n| {
+                    let v = lp.add_var(0.0, 0.0, 1.0);
+                    add_load(n, v, class.volume, &apps[a].specific);
+                    v
+                })
+                .collect();
+            lp.add_constraint(
+                FAMILY_APP_COVERAGE,
+                1.0,
+                1.0,
+                vars.iter().map(|&v| (v, 1.0)),
+            );
+            for m in &apps[a].modules {
+                let mi = modules
+                    .iter()
+                    .position(|x| &x.name == m)
+                    .expect("validated");
+                for (k, &v) in vars.iter().enumerate() {
+                    lp.add_constraint(
+                        FAMILY_DEPENDENCY,
+                        f64::NEG_INFINITY,
+                        0.0,
+                        [(v, 1.0), (module_vars[mi][k], -1.0)],
+                    );
+                }
+            }
+            app_vars[a] = Some(vars);
+        }
+        for &(before, after) in &order {
+            if let (Some(b), Some(a)) = (&app_vars[before], &app_vars[after]) {
+                for k in 0..path.len() {
+                    lp.add_constraint(
+                        FAMILY_ORDER,
+                        f64::NEG_INFINITY,
+                        0.0,
+                        std::iter::once((a[k], 1.0)).chain(b[..=k].iter().map(|&v| (v, -1.0))),
+                    );
+                }
+            }
+        }
+    }
+    for node in &load {
+        for terms in node {
+            if !terms.is_empty() {
+                lp.add_constraint(
+                    FAMILY_LOAD,
+                    f64::NEG_INFINITY,
+                    0.0,
+                    terms.iter().copied().chain([(lambda, -1.0)]),
+                );
+            }
+        }
+    }
+    Ok(lp.solve()?.value(lambda))
+}
+
+/// Output of [`assign_cores`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct CoreAssignment {
+    /// `fractions[h][j]`: share g_{h,j} of hyperapp `h`'s work on core `j`.
+    pub fractions: Vec<Vec<f64>>,
+    /// Load of every core (work / capacity) at the optimum.
+    pub core_load: Vec<f64>,
+    /// Maximum core load.
+    pub max_load: f64,
+}
+
+/// Solves the per-box LP, eqs. (9)-(12). `work[h]` is `|T_{h,n}| * F_{h,CPU,n}`, the
+/// CPU work of hyperapp `h` at this box; `core_capacity[j]` is `Proc_j`. When
+/// `enforce_capacity` is set a core load above 1 is infeasible (eq. 10's `<= 1`).
+pub fn assign_cores(
+    work: &[f64],
+    core_capacity: &[f64],
+    enforce_capacity: bool,
+) -> Result<CoreAssignment, CombError> {
+    if core_capacity.is_empty() {
+        return Err(CombError::InvalidCore {
+            core: 0,
+            value: 0.0,
+        });
+    }
+    if let Some((j, &v)) = core_capacity
+        .iter()
+        .enumerate()
+        .find(|(_, v)| !v.is_finite() || **v <= 0.0)
+    {
+        return Err(CombError::InvalidCore { core: j, value: v });
+    }
+    if let Some((h, &v)) = work
+        .iter()
+        .enumerate()
+        .find(|(_, v)| !v.is_finite() || **v < 0.0)
+    {
+        return Err(CombError::InvalidVolume { class: h, value: v });
+    }
+    let mut lp = LinearProgram::new(Direction::Minimise);
+    let lambda = lp.add_var(1.0, 0.0, f64::INFINITY);
+    let g: Vec<Vec<Var>> = work
+        .iter()
+        .map(|_| {
+            core_capacity
+                .iter()
+                .map(|_| lp.add_var(0.0, 0.0, 1.0))
+                .collect()
+        })
+        .collect();
+    for row in &g {
+        lp.add_constraint(FAMILY_CORE_ASSIGN, 1.0, 1.0, row.iter().map(|&v| (v, 1.0)));
+    }
+    for (j, &cap) in core_capacity.iter().enumerate() {
+        let terms: Vec<(Var, f64)> = g
+            .iter()
+            .zip(work)
+            .map(|(row, &w)| (row[j], w / cap))
+            .collect();
+        lp.add_constraint(
+            FAMILY_CORE_LOAD,
+            f64::NEG_INFINITY,
+            0.0,
+            terms.iter().copied().chain([(lambda, -1.0)]),
+        );
+        if enforce_capacity {
+            lp.add_constraint(FAMILY_CAPACITY, f64::NEG_INFINITY, 1.0, terms);
+        }
+    }
+    let sol = lp.solve()?;
+    let fractions: Vec<Vec<f64>> = g
+        .iter()
+        .map(|row| row.iter().map(|&v| sol.value(v).clamp(0.0, 1.0)).collect())
+        .collect();
+    let core_load: Vec<f64> = (0..core_capacity.len())
+        .map(|j| {
+            fractions
+                .iter()
+                .zip(work)
+                .map(|(row, &w)| row[j] * w)
+                .sum::<f64>()
+                / core_capacity[j]
+        })
+        .collect();
+    let max_load = core_load.iter().copied().fold(0.0, f64::max);
+    Ok(CoreAssignment {
+        fractions,
+        core_load,
+        max_load,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn close(a: f64, b: f64) -> bool {
+        (a - b).abs() < 1e-6
+    }
+
+    /// Three nodes of capacity 100; class A on [0,2], B on [1,2], C on [2], 30 units each.
+    fn triangle() -> NetworkProblem {
+        NetworkProblem {
+            prov: vec![vec![100.0]; 3],
+            footprints: vec![vec![1.0]],
+            classes: vec![
+                TrafficClass {
+                    path: vec![0, 2],
+                    volume: 30.0,
+                    hyperapp: 0,
+                },
+                TrafficClass {
+                    path: vec![1, 2],
+                    volume: 30.0,
+                    hyperapp: 0,
+                },
+                TrafficClass {
+                    path: vec![2],
+                    volume: 30.0,
+                    hyperapp: 0,
+                },
+            ],
+        }
+    }
+
+    #[test]
+    fn path_strategy_balances_load() {
+        let a = min_max_load(&triangle(), Strategy::Path, true).unwrap();
+        // 90 units over 3 nodes of 100 -> 0.3 everywhere.
+        assert!(close(a.max_load, 0.3), "{}", a.max_load);
+        for fr in &a.fractions {
+            assert!(close(fr.iter().map(|x| x.1).sum::<f64>(), 1.0));
+        }
+        for row in &a.load {
+            assert!(close(row[0], 0.3));
+        }
+    }
+
+    #[test]
+    fn ingress_strategy_keeps_everything_at_the_ingress() {
+        let a = min_max_load(&triangle(), Strategy::Ingress, true).unwrap();
+        assert!(close(a.max_load, 0.3));
+        assert_eq!(a.fractions[0], vec![(0, 1.0)]);
+        // Make the ingress of class A hot: ingress-only cannot balance, edge can.
+        let mut p = triangle();
+        p.classes[0].volume = 90.0;
+        p.classes[2].volume = 0.0;
+        let ing = min_max_load(&p, Strategy::Ingress, true).unwrap();
+        let edge = min_max_load(&p, Strategy::Edge, true).unwrap();
+        assert!(close(ing.max_load, 0.9));
+        // Edge: node 1 keeps all of B (0.3); A splits 45/45 over nodes 0 and 2.
+        assert!(close(edge.max_load, 0.45), "{}", edge.max_load);
+    }
+
+    #[test]
+    fn capacity_infeasibility_is_named() {
+        let mut p = triangle();
+        p.classes[0].volume = 500.0;
+        match min_max_load(&p, Strategy::Ingress, true) {
+            Err(CombError::Infeasible { families }) => {
+                assert!(
+                    families.iter().any(|f| f == FAMILY_CAPACITY),
+                    "{families:?}"
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+        // Without the capacity rows the LP reports the overload instead.
+        let a = min_max_load(&p, Strategy::Ingress, false).unwrap();
+        assert!(close(a.max_load, 5.0));
+    }
+
+    #[test]
+    fn zero_capacity_nodes_take_nothing() {
+        let mut p = triangle();
+        p.prov[2] = vec![0.0];
+        let c = p.classes.pop().unwrap();
+        let a = min_max_load(&p, Strategy::Path, false).unwrap();
+        for fr in &a.fractions {
+            assert!(fr.iter().all(|&(n, d)| n != 2 || d == 0.0));
+        }
+        assert!(close(a.max_load, 0.3));
+        // Class C only has node 2: no capacity anywhere on its path.
+        p.classes.push(c);
+        let err = min_max_load(&p, Strategy::Path, false).map(|a| a.max_load);
+        // Coverage of class C cannot be met since d_{C,2} is fixed to 0.
+        assert!(
+            matches!(err, Err(CombError::Infeasible { ref families }) if families.iter().any(|f| f == FAMILY_COVERAGE)),
+            "{err:?}"
+        );
+    }
+
+    #[test]
+    fn bad_inputs_get_clear_errors() {
+        let mut p = triangle();
+        p.prov[1][0] = -1.0;
+        assert_eq!(
+            min_max_load(&p, Strategy::Path, true).unwrap_err(),
+            CombError::InvalidCapacity {
+                node: 1,
+                resource: 0,
+                value: -1.0
+            }
+        );
+        let mut p = triangle();
+        p.classes[1].path.clear();
+        assert_eq!(
+            min_max_load(&p, Strategy::Path, true).unwrap_err(),
+            CombError::EmptyPath { class: 1 }
+        );
+        let mut p = triangle();
+        p.classes[1].path = vec![1, 7];
+        assert!(matches!(
+            min_max_load(&p, Strategy::Path, true),
+            Err(CombError::UnknownNode { node: 7, .. })
+        ));
+        let mut p = triangle();
+        p.classes[0].volume = f64::NAN;
+        assert!(matches!(
+            min_max_load(&p, Strategy::Path, true),
+            Err(CombError::InvalidVolume { class: 0, .. })
+        ));
+    }
+
+    #[test]
+    fn provisioning_exploits_spatial_distribution_over_time() {
+        // Paper Fig. 3 spirit: two paths sharing node 2, peaking at different epochs.
+        let p = ProvisioningProblem {
+            nodes: 3,
+            footprints: vec![vec![1.0]],
+            classes: vec![
+                TrafficClass {
+                    path: vec![0, 2],
+                    volume: 0.0,
+                    hyperapp: 0,
+                },
+                TrafficClass {
+                    path: vec![1, 2],
+                    volume: 0.0,
+                    hyperapp: 0,
+                },
+            ],
+            epochs: vec![vec![30.0, 0.0], vec![0.0, 30.0]],
+        };
+        let ingress = min_provisioning(&p, Strategy::Ingress).unwrap();
+        assert!(close(ingress.cost, 60.0));
+        let path = min_provisioning(&p, Strategy::Path).unwrap();
+        // Each epoch's 30 units split over 0/2 (resp. 1/2): prov0 + prov2 >= 30 and
+        // prov1 + prov2 >= 30; optimum is prov2 = 30, cost 30.
+        assert!(close(path.cost, 30.0), "{}", path.cost);
+    }
+
+    #[test]
+    fn two_step_pins_work_at_the_ingress_and_discounts_reuse() {
+        // One class on [0, 1], volume 10. Pinned part costs 1 at the ingress; the
+        // distributable part costs 2 elsewhere but only 1 at the ingress (reuse).
+        let p = ProvisioningProblem {
+            nodes: 2,
+            footprints: vec![vec![2.0]],
+            classes: vec![TrafficClass {
+                path: vec![0, 1],
+                volume: 0.0,
+                hyperapp: 0,
+            }],
+            epochs: vec![vec![10.0]],
+        };
+        let pin = vec![PinnedPart {
+            fixed: vec![1.0],
+            at_ingress: vec![1.0],
+        }];
+        let a = min_provisioning_two_step(&p, &pin, Strategy::Path).unwrap();
+        // Cheapest: everything at the ingress, 10 + 10 = 20 (elsewhere would cost 10 + 20).
+        assert!(close(a.cost, 20.0), "{a:?}");
+        assert!(close(a.prov[0][0], 20.0));
+        let bad = vec![PinnedPart {
+            fixed: vec![-1.0],
+            at_ingress: vec![1.0],
+        }];
+        assert!(matches!(
+            min_provisioning_two_step(&p, &bad, Strategy::Path),
+            Err(CombError::AppSpec(_))
+        ));
+        assert!(matches!(
+            min_provisioning_two_step(&p, &[], Strategy::Path),
+            Err(CombError::AppSpec(_))
+        ));
+    }
+
+    #[test]
+    fn strawman_relaxation_lower_bounds_the_hyperapp_model() {
+        // Appendix A flavour: two apps sharing a module, classes on overlapping paths.
+        let apps = vec![
+            Application {
+                name: "a".into(),
+                subscribes: vec!["x".into(), "y".into()],
+                specific: vec![1.0],
+                modules: vec!["s".into()],
+            },
+            Application {
+                name: "b".into(),
+                subscribes: vec!["x".into()],
+                specific: vec![1.0],
+                modules: vec!["s".into()],
+            },
+        ];
+        let modules = vec![Module {
+            name: "s".into(),
+            footprint: vec![1.0],
+        }];
+        let order = vec![("a".to_string(), "b".to_string())];
+        let prov = vec![vec![10.0]; 3];
+        let kinds = vec![
+            KindClass {
+                path: vec![0, 1],
+                volume: 6.0,
+                kind: "x".into(),
+            },
+            KindClass {
+                path: vec![1, 2],
+                volume: 6.0,
+                kind: "y".into(),
+            },
+            KindClass {
+                path: vec![2],
+                volume: 3.0,
+                kind: "x".into(),
+            },
+        ];
+        let straw = strawman_min_max_load(&prov, &apps, &modules, &order, &kinds).unwrap();
+        let hs = derive_hyperapps(&apps, &modules, &order, 1).unwrap();
+        let h_of = |k: &str| {
+            hs.iter()
+                .position(|h| h.kinds.iter().any(|x| x == k))
+                .unwrap()
+        };
+        let problem = NetworkProblem {
+            prov: prov.clone(),
+            footprints: hs.iter().map(|h| h.footprint_reuse.clone()).collect(),
+            classes: kinds
+                .iter()
+                .map(|k| TrafficClass {
+                    path: k.path.clone(),
+                    volume: k.volume,
+                    hyperapp: h_of(&k.kind),
+                })
+                .collect(),
+        };
+        let hyper = min_max_load(&problem, Strategy::Path, false)
+            .unwrap()
+            .max_load;
+        assert!(straw <= hyper + 1e-9, "{straw} > {hyper}");
+        // Total work is at least 6*3 + 6*2 + 3*3 = 39 over 30 capacity.
+        assert!(straw >= 39.0 / 30.0 - 1e-9, "{straw}");
+        let mut bad = kinds.clone();
+        bad[0].path.clear();
+        assert_eq!(
+            strawman_min_max_load(&prov, &apps, &modules, &order, &bad).unwrap_err(),
+            CombError::EmptyPath { class: 0 }
+        );
+    }
+
+    #[test]
+    fn random_instances_meet_coverage_and_strategy_order() {
+        // A small LCG keeps the crate free of RNG dependencies.
+        let mut seed = 0x2545_F491_4F6C_DD1Du64;
+        let mut next = move || {
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (seed >> 33) as f64 / (1u64 << 31) as f64
+        };
+        for _ in 0..20 {
+            let nodes = 5;
+            let prov: Vec<Vec<f64>> = (0..nodes)
+                .map(|_| vec![50.0 + 100.0 * next(), 50.0 + 100.0 * next()])
+                .collect();
+            let footprints = vec![vec![1.0, 0.5], vec![0.2, 2.0]];
+            let classes: Vec<TrafficClass> = (0..8)
+                .map(|i| {
+                    let a = (next() * nodes as f64) as usize % nodes;
+                    let b = (a + 1 + (next() * 3.0) as usize) % nodes;
+                    let path = if a < b {
+                        (a..=b).collect()
+                    } else {
+                        (b..=a).rev().collect()
+                    };
+                    TrafficClass {
+                        path,
+                        volume: 10.0 + 40.0 * next(),
+                        hyperapp: i % 2,
+                    }
+                })
+                .collect();
+            let p = NetworkProblem {
+                prov,
+                footprints,
+                classes,
+            };
+            let mut prev = f64::INFINITY;
+            for s in [Strategy::Ingress, Strategy::Edge, Strategy::Path] {
+                let a = min_max_load(&p, s, false).unwrap();
+                for (c, fr) in a.fractions.iter().enumerate() {
+                    assert!(close(fr.iter().map(|x| x.1).sum::<f64>(), 1.0), "class {c}");
+                    let allowed = s.eligible(&p.classes[c].path);
+                    assert!(fr.iter().all(|(n, _)| allowed.contains(n)));
+                }
+                assert!(a.load.iter().flatten().all(|&l| l <= a.max_load + 1e-7));
+                // More freedom never hurts: Ingress >= Edge >= Path.
+                assert!(a.max_load <= prev + 1e-7, "{s:?}: {} > {prev}", a.max_load);
+                prev = a.max_load;
+            }
+        }
+    }
+
+    #[test]
+    fn hyperapps_follow_policy_order_and_reuse_modules() {
+        let apps = vec![
+            Application {
+                name: "proxy".into(),
+                subscribes: vec!["http".into()],
+                specific: vec![1.0],
+                modules: vec!["session".into(), "http".into()],
+            },
+            Application {
+                name: "ids".into(),
+                subscribes: vec!["http".into(), "udp".into()],
+                specific: vec![2.0],
+                modules: vec!["session".into()],
+            },
+            Application {
+                name: "wanopt".into(),
+                subscribes: vec!["nfs".into()],
+                specific: vec![3.0],
+                modules: vec!["session".into()],
+            },
+        ];
+        let modules = vec![
+            Module {
+                name: "session".into(),
+                footprint: vec![4.0],
+            },
+            Module {
+                name: "http".into(),
+                footprint: vec![0.5],
+            },
+        ];
+        let order = vec![("ids".to_string(), "proxy".to_string())];
+        let hs = derive_hyperapps(&apps, &modules, &order, 1).unwrap();
+        assert_eq!(hs.len(), 3);
+        let http = hs
+            .iter()
+            .find(|h| h.kinds.contains(&"http".to_string()))
+            .unwrap();
+        assert_eq!(http.apps, vec![1, 0], "ids must precede proxy");
+        // Reuse counts the session module once: 1 + 2 + 4 + 0.5.
+        assert!(close(http.footprint_reuse[0], 7.5));
+        // Standalone: proxy (1 + 4 + 0.5) + ids (2 + 4).
+        assert!(close(http.footprint_standalone[0], 11.5));
+        let cyc = vec![
+            ("ids".to_string(), "proxy".to_string()),
+            ("proxy".to_string(), "ids".to_string()),
+        ];
+        assert!(matches!(
+            derive_hyperapps(&apps, &modules, &cyc, 1),
+            Err(CombError::AppSpec(_))
+        ));
+    }
+
+    #[test]
+    fn per_box_lp_splits_a_heavy_hyperapp() {
+        // Work 1.5 and 0.5 over two unit cores: optimum load 1.0 on both.
+        let a = assign_cores(&[1.5, 0.5], &[1.0, 1.0], true).unwrap();
+        assert!(close(a.max_load, 1.0));
+        for row in &a.fractions {
+            assert!(close(row.iter().sum::<f64>(), 1.0));
+        }
+        assert!(a.core_load.iter().all(|&l| close(l, 1.0)));
+        match assign_cores(&[3.0], &[1.0, 1.0], true) {
+            Err(CombError::Infeasible { families }) => {
+                assert!(families.iter().any(|f| f == FAMILY_CAPACITY))
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(
+            assign_cores(&[1.0], &[], true),
+            Err(CombError::InvalidCore { .. })
+        ));
+        assert!(matches!(
+            assign_cores(&[1.0], &[-2.0], true),
+            Err(CombError::InvalidCore { core: 0, .. })
+        ));
+    }
+}

@@ -1,0 +1,916 @@
+//! Reproduction runners, mounted by the `sluice` binary as `sluice sim <NAME>`.
+//!
+//! Each runner writes the paper's figures and tables as CSV plus SVG into `--out` and
+//! prints a short summary.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use indicatif::{ProgressBar, ProgressStyle};
+
+use crate::comb::{build_workload, provisioning_summary, Variability};
+use crate::nfaas::{count_servers, mixed_customers, CustomerType, ServerType};
+use crate::stratos::{
+    run_scenario, DistributionScheme, InitialPlacement, InstancePlacement, Scenario,
+    ScenarioOutcome, StratosConfig,
+};
+use crate::svg::{bar_chart, cdf_points, line_chart, scatter_chart, Labels, Series};
+use crate::topology::{self, Topology};
+use crate::SimError;
+
+/// The reproductions.
+#[derive(Debug, Clone, PartialEq, clap::Subcommand)]
+pub enum SimCommand {
+    /// Stratos Fig. 13-16 and Table 3: placement and flow distribution in a 50-rack tree.
+    StratosPlacement {
+        /// Output directory.
+        #[arg(long, default_value = "out/sim/stratos-placement")]
+        out: PathBuf,
+        /// RNG seed.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// Number of tenants.
+        #[arg(long, default_value_t = 20)]
+        tenants: usize,
+        /// Number of racks.
+        #[arg(long, default_value_t = 50)]
+        racks: usize,
+        /// Racks per aggregation switch.
+        #[arg(long, default_value_t = 50)]
+        racks_per_agg: usize,
+        /// Initial instances of client, WAN optimiser, IPS, cache and server.
+        #[arg(long, value_delimiter = ',', default_value = "2,1,1,1,2")]
+        initial: Vec<usize>,
+    },
+    /// CoMb Fig. 12-14, Tables 6-7: network-wide provisioning and load balancing.
+    CombNetwork {
+        /// Output directory.
+        #[arg(long, default_value = "out/sim/comb-network")]
+        out: PathBuf,
+        /// RNG seed (gravity masses and variability draws).
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// Topology files (.graphml or Rocketfuel .intra); repeat for several.
+        #[arg(long = "topology", default_values = ["data/topology-zoo/Abilene.graphml", "data/topology-zoo/Geant2001.graphml"])]
+        topologies: Vec<PathBuf>,
+        /// Empirical variability quantiles (quantile,volume_over_mean).
+        #[arg(long, default_value = "data/traffic/abilene-od-variability.csv")]
+        variability: PathBuf,
+        /// Traffic epochs (the paper uses 200).
+        #[arg(long, default_value_t = 50)]
+        epochs: usize,
+    },
+    /// NFaaS Fig. 5: servers needed by tenant- vs service-centric placement.
+    NfaasPlacement {
+        /// Output directory.
+        #[arg(long, default_value = "out/sim/nfaas-placement")]
+        out: PathBuf,
+        /// RNG seed for the mixed-customer workload.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// Number of customers.
+        #[arg(long, default_value_t = 1000)]
+        customers: usize,
+    },
+}
+
+/// Runs one reproduction.
+pub fn run(cmd: SimCommand) -> Result<(), SimError> {
+    match cmd {
+        SimCommand::StratosPlacement {
+            out,
+            seed,
+            tenants,
+            racks,
+            racks_per_agg,
+            initial,
+        } => {
+            let mut cfg = StratosConfig::paper(seed);
+            cfg.tenants = tenants;
+            cfg.tree.racks = racks;
+            cfg.tree.racks_per_agg = racks_per_agg;
+            if initial.len() != cfg.stages.len() {
+                return Err(SimError::Config(format!(
+                    "--initial needs {} counts (client, WAN optimiser, IPS, cache, server)",
+                    cfg.stages.len()
+                )));
+            }
+            for (s, n) in cfg.stages.iter_mut().zip(initial) {
+                s.initial = n;
+            }
+            let outcomes = stratos_scenarios(&cfg)?;
+            write_stratos(&out, &outcomes)?;
+            say(&format!(
+                "{}wrote {}\n",
+                stratos_summary(&outcomes),
+                out.display()
+            ));
+            Ok(())
+        }
+        SimCommand::CombNetwork {
+            out,
+            seed,
+            topologies,
+            variability,
+            epochs,
+        } => {
+            let text = std::fs::read_to_string(&variability).map_err(io_err(&variability))?;
+            let var = Variability::parse(&text)?;
+            let mut topos = Vec::new();
+            for p in &topologies {
+                topos.push(topology::load(p)?);
+            }
+            let report = comb_report(&topos, &var, epochs, seed)?;
+            write_files(&out, &report.files)?;
+            say(&format!("{}wrote {}\n", report.summary, out.display()));
+            Ok(())
+        }
+        SimCommand::NfaasPlacement {
+            out,
+            seed,
+            customers,
+        } => {
+            let report = nfaas_report(customers, seed)?;
+            write_files(&out, &report.files)?;
+            say(&format!("{}wrote {}\n", report.summary, out.display()));
+            Ok(())
+        }
+    }
+}
+
+/// Prints to stdout; a closed pipe (e.g. `| head`) is not an error worth a panic.
+fn say(text: &str) {
+    use std::io::Write;
+    let _ = std::io::stdout().lock().write_all(text.as_bytes());
+}
+
+/// The five placement/distribution combinations of §7.2, in table order.
+pub fn stratos_scenario_list() -> Vec<Scenario> {
+    use DistributionScheme as D;
+    use InitialPlacement as I;
+    use InstancePlacement as P;
+    vec![
+        Scenario {
+            initial: I::Rand,
+            instance: P::Rand,
+            distribution: D::Uniform,
+        },
+        Scenario {
+            initial: I::Pack,
+            instance: P::Rand,
+            distribution: D::Uniform,
+        },
+        Scenario {
+            initial: I::Pack,
+            instance: P::Aware,
+            distribution: D::Uniform,
+        },
+        Scenario {
+            initial: I::Pack,
+            instance: P::Rand,
+            distribution: D::Aware,
+        },
+        Scenario {
+            initial: I::Pack,
+            instance: P::Aware,
+            distribution: D::Aware,
+        },
+    ]
+}
+
+fn stratos_scenarios(cfg: &StratosConfig) -> Result<Vec<ScenarioOutcome>, SimError> {
+    let list = stratos_scenario_list();
+    let bar = ProgressBar::new(list.len() as u64);
+    bar.set_style(
+        ProgressStyle::with_template("{bar:30} {pos}/{len} {msg}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    let mut out = Vec::new();
+    for s in list {
+        bar.set_message(s.label());
+        out.push(run_scenario(cfg, s)?);
+        bar.inc(1);
+    }
+    bar.finish_and_clear();
+    Ok(out)
+}
+
+fn find<'a>(o: &'a [ScenarioOutcome], label: &str) -> Option<&'a ScenarioOutcome> {
+    o.iter().find(|x| x.scenario.label() == label)
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+/// Human summary of the Stratos scenarios.
+pub fn stratos_summary(outcomes: &[ScenarioOutcome]) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "{:<20} {:>7} {:>7} {:>8} {:>8} {:>9} {:>9} {:>9} {:>7}",
+        "scenario",
+        ">=99%",
+        ">=95%",
+        "min srv%",
+        "mean VMs",
+        "med xrk%",
+        "links>0%",
+        "med util",
+        "slots%"
+    );
+    for o in outcomes {
+        let share = |p: f64| {
+            o.tenants.iter().filter(|t| t.served_pct() >= p).count() as f64
+                / o.tenants.len().max(1) as f64
+        };
+        let min = o
+            .tenants
+            .iter()
+            .map(|t| t.served_pct())
+            .fold(f64::INFINITY, f64::min);
+        let inst = o.tenants.iter().map(|t| t.instances as f64).sum::<f64>()
+            / o.tenants.len().max(1) as f64;
+        let xr = median(
+            o.tenants
+                .iter()
+                .map(|t| 100.0 * t.inter_rack_fraction)
+                .collect(),
+        );
+        let used = o.link_utilization.iter().filter(|&&u| u > 1e-9).count() as f64
+            / o.link_utilization.len() as f64;
+        let mu = median(o.link_utilization.iter().map(|u| 100.0 * u).collect());
+        let _ = writeln!(
+            s,
+            "{:<20} {:>7.0} {:>7.0} {:>8.1} {:>8.2} {:>9.1} {:>9.0} {:>9.1} {:>7.0}",
+            o.scenario.label(),
+            100.0 * share(99.0),
+            100.0 * share(95.0),
+            min,
+            inst,
+            xr,
+            100.0 * used,
+            mu,
+            100.0 * o.slots_used as f64 / o.slots_total as f64
+        );
+    }
+    s
+}
+
+fn io_err(path: &Path) -> impl Fn(std::io::Error) -> SimError + '_ {
+    move |source| SimError::Io {
+        path: path.display().to_string(),
+        source,
+    }
+}
+
+fn write_files(dir: &Path, files: &[(String, String)]) -> Result<(), SimError> {
+    std::fs::create_dir_all(dir).map_err(io_err(dir))?;
+    for (name, body) in files {
+        let p = dir.join(name);
+        std::fs::write(&p, body).map_err(io_err(&p))?;
+    }
+    Ok(())
+}
+
+/// CSV and SVG files for Stratos Fig. 13-16 and Table 3.
+pub fn stratos_files(outcomes: &[ScenarioOutcome]) -> Vec<(String, String)> {
+    let mut files = Vec::new();
+    let cdf =
+        |labels: &[&str], f: &dyn Fn(&ScenarioOutcome) -> Vec<f64>| -> (String, Vec<Series>) {
+            let mut csv = String::from("scenario,index,value\n");
+            let mut series = Vec::new();
+            for l in labels {
+                if let Some(o) = find(outcomes, l) {
+                    let vals = f(o);
+                    for (i, v) in vals.iter().enumerate() {
+                        let _ = writeln!(csv, "{l},{i},{v:.4}");
+                    }
+                    series.push(Series {
+                        label: l.to_string(),
+                        points: cdf_points(&vals),
+                    });
+                }
+            }
+            (csv, series)
+        };
+    let served = |o: &ScenarioOutcome| o.tenants.iter().map(|t| t.served_pct()).collect::<Vec<_>>();
+    let placement = [
+        "rand/rand uniform",
+        "pack/rand uniform",
+        "pack/aware uniform",
+    ];
+    let dist = [
+        "pack/rand uniform",
+        "pack/rand aware",
+        "pack/aware uniform",
+        "pack/aware aware",
+    ];
+
+    let (csv, series) = cdf(&placement, &served);
+    files.push(("fig13_demand_served_cdf.csv".into(), csv));
+    files.push((
+        "fig13_demand_served_cdf.svg".into(),
+        line_chart(
+            &Labels {
+                title: "Fig. 13: tenant demand served".into(),
+                x: "% of demand served".into(),
+                y: "CDF of tenants".into(),
+            },
+            &series,
+        ),
+    ));
+
+    let mut csv =
+        String::from("scenario,tenant,instances,served_pct,served_after_own_scaling_pct\n");
+    let mut series = Vec::new();
+    for l in placement {
+        if let Some(o) = find(outcomes, l) {
+            for (i, t) in o.tenants.iter().enumerate() {
+                let _ = writeln!(
+                    csv,
+                    "{l},{i},{},{:.4},{:.4}",
+                    t.instances,
+                    t.served_pct(),
+                    100.0 * t.served_after_scaling_mbps / t.demand_mbps
+                );
+            }
+            series.push(Series {
+                label: l.into(),
+                points: o
+                    .tenants
+                    .iter()
+                    .map(|t| (t.instances as f64, t.served_pct()))
+                    .collect(),
+            });
+        }
+    }
+    files.push(("fig14_served_vs_instances.csv".into(), csv));
+    files.push((
+        "fig14_served_vs_instances.svg".into(),
+        scatter_chart(
+            &Labels {
+                title: "Fig. 14: demand served vs instances".into(),
+                x: "instances (VMs)".into(),
+                y: "% of demand served".into(),
+            },
+            &series,
+        ),
+    ));
+
+    let (csv, series) = cdf(&dist, &served);
+    files.push(("fig15a_demand_served_cdf.csv".into(), csv));
+    files.push((
+        "fig15a_demand_served_cdf.svg".into(),
+        line_chart(
+            &Labels {
+                title: "Fig. 15a: demand served by distribution".into(),
+                x: "% of demand served".into(),
+                y: "CDF of tenants".into(),
+            },
+            &series,
+        ),
+    ));
+    let inter = |o: &ScenarioOutcome| {
+        o.tenants
+            .iter()
+            .map(|t| 100.0 * t.inter_rack_fraction)
+            .collect::<Vec<_>>()
+    };
+    let (csv, series) = cdf(&dist, &inter);
+    files.push(("fig15b_inter_rack_cdf.csv".into(), csv));
+    files.push((
+        "fig15b_inter_rack_cdf.svg".into(),
+        line_chart(
+            &Labels {
+                title: "Fig. 15b: traffic crossing inter-rack links".into(),
+                x: "% of tenant traffic".into(),
+                y: "CDF of tenants".into(),
+            },
+            &series,
+        ),
+    ));
+    let all: Vec<String> = outcomes.iter().map(|o| o.scenario.label()).collect();
+    let all_refs: Vec<&str> = all.iter().map(String::as_str).collect();
+    let util = |o: &ScenarioOutcome| {
+        o.link_utilization
+            .iter()
+            .map(|u| 100.0 * u)
+            .collect::<Vec<_>>()
+    };
+    let (csv, series) = cdf(&all_refs, &util);
+    files.push(("fig16_link_utilization_cdf.csv".into(), csv));
+    files.push((
+        "fig16_link_utilization_cdf.svg".into(),
+        line_chart(
+            &Labels {
+                title: "Fig. 16: network link utilisation".into(),
+                x: "% of link bandwidth used".into(),
+                y: "CDF of links".into(),
+            },
+            &series,
+        ),
+    ));
+
+    let mut csv =
+        String::from("placement,distribution,slots_used,slots_total,utilization_pct,paper_pct\n");
+    let paper = |l: &str| match l {
+        "rand/rand uniform" => "87",
+        "pack/rand uniform" => "90",
+        "pack/aware uniform" => "97",
+        "pack/rand aware" => "78",
+        "pack/aware aware" => "77",
+        _ => "",
+    };
+    for o in outcomes {
+        let l = o.scenario.label();
+        let (p, d) = l.split_once(' ').unwrap_or((&l, ""));
+        let _ = writeln!(
+            csv,
+            "{p},{d},{},{},{:.1},{}",
+            o.slots_used,
+            o.slots_total,
+            100.0 * o.slots_used as f64 / o.slots_total as f64,
+            paper(&l)
+        );
+    }
+    files.push(("table3_slot_utilization.csv".into(), csv));
+    files
+}
+
+fn write_stratos(dir: &Path, outcomes: &[ScenarioOutcome]) -> Result<(), SimError> {
+    write_files(dir, &stratos_files(outcomes))
+}
+
+/// CoMb's published numbers: (Fig. 12 reuse, Fig. 12 no reuse) are read off the figure
+/// only approximately; Table 6 is exact. Keyed by our topology names.
+fn comb_paper(name: &str) -> Option<[f64; 3]> {
+    // Table 6 (Path, Edge, Ingress) largest-box ratios.
+    match name {
+        "Abilene" => Some([0.87, 0.87, 0.54]),
+        "Geant2001" => Some([1.49, 1.25, 0.55]),
+        "AS1221" => Some([1.33, 1.33, 0.54]),
+        "AS3257" => Some([0.68, 0.68, 0.55]),
+        "AS1239" => Some([1.26, 1.26, 0.55]),
+        _ => None,
+    }
+}
+
+/// Topologies up to this size also get the strawman relaxation (its LP grows quickly).
+const STRAWMAN_MAX_POPS: usize = 30;
+
+/// Computes CoMb Fig. 12-14 and Tables 5-7 for every topology.
+pub fn comb_report(
+    topos: &[Topology],
+    var: &Variability,
+    epochs: usize,
+    seed: u64,
+) -> Result<NfaasReport, SimError> {
+    if epochs == 0 {
+        return Err(SimError::Config("--epochs must be at least 1".into()));
+    }
+    let bar = ProgressBar::new(topos.len() as u64);
+    bar.set_style(
+        ProgressStyle::with_template("{bar:30} {pos}/{len} {msg}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    let mut fig12 = String::from("topology,pops,savings_reuse,savings_no_reuse\n");
+    let mut fig13 = String::from("topology,path,edge,ingress\n");
+    let mut table5 = String::from("topology,unconstrained,two_step,ingress_only,paper_unconstrained,paper_two_step,paper_ingress_only\n");
+    let mut table6 =
+        String::from("topology,path,edge,ingress,paper_path,paper_edge,paper_ingress\n");
+    let mut fig14 = String::from("topology,provisioning,epoch,ratio\n");
+    let mut fig14s = String::from("topology,provisioning,min,p25,median,p75,max\n");
+    let mut table7 = String::from(
+        "topology,pops,classes,hyperapp_lp_seconds,strawman_lp_seconds,strawman_max_load,hyperapp_max_load,gap_pct\n",
+    );
+    let mut summary = String::new();
+    let _ = writeln!(
+        summary,
+        "{:<12} {:>5} {:>7} {:>7} {:>7} {:>8} {:>8} {:>9} {:>9} {:>8}",
+        "topology",
+        "PoPs",
+        "Path",
+        "Edge",
+        "Ingress",
+        "noReuse",
+        "2-step",
+        "load med",
+        "load max",
+        "LP s"
+    );
+    let (mut cats, mut v12, mut v13) = (Vec::new(), vec![Vec::new(); 2], vec![Vec::new(); 3]);
+    let mut cdfs = Vec::new();
+    for t in topos {
+        bar.set_message(t.name.clone());
+        let w = build_workload(t, var, epochs, seed)?;
+        let s = provisioning_summary(t, &w)?;
+        let _ = writeln!(
+            fig12,
+            "{},{},{:.4},{:.4}",
+            t.name, s.pops, s.savings[0], s.savings_no_reuse
+        );
+        let _ = writeln!(
+            fig13,
+            "{},{:.4},{:.4},{:.4}",
+            t.name, s.savings[0], s.savings[1], s.savings[2]
+        );
+        let p5 = match t.name.as_str() {
+            "Abilene" => "1.81,1.62,1.41",
+            "Geant2001" => "2.20,1.71,1.42",
+            "AS1221" => "2.17,1.69,1.41",
+            "AS3257" => "1.85,1.63,1.42",
+            "AS1239" => "2.11,1.69,1.43",
+            _ => ",,",
+        };
+        let _ = writeln!(
+            table5,
+            "{},{:.4},{:.4},{:.4},{p5}",
+            t.name, s.savings[0], s.constrained[0], s.constrained[1]
+        );
+        let p = comb_paper(&t.name)
+            .map(|p| p.map(|x| format!("{x}")))
+            .unwrap_or_default();
+        let _ = writeln!(
+            table6,
+            "{},{:.3},{:.3},{:.3},{}",
+            t.name,
+            s.largest_box_ratio[0],
+            s.largest_box_ratio[1],
+            s.largest_box_ratio[2],
+            p.join(",")
+        );
+        cats.push(t.name.clone());
+        v12[0].push(s.savings[0]);
+        v12[1].push(s.savings_no_reuse);
+        for (col, &x) in v13.iter_mut().zip(&s.savings) {
+            col.push(x);
+        }
+        let volume = w.mean_node_volume();
+        let mut med = 0.0;
+        let mut max = 0.0;
+        for (label, prov) in [("uniform", vec![1000.0; w.nodes]), ("volume", volume)] {
+            let mut r = w.load_ratios(&prov)?;
+            for (e, x) in r.iter().enumerate() {
+                let _ = writeln!(fig14, "{},{label},{e},{x:.4}", t.name);
+            }
+            cdfs.push(Series {
+                label: format!("{} {label}", t.name),
+                points: cdf_points(&r),
+            });
+            r.sort_by(f64::total_cmp);
+            let q = |p: f64| r[((r.len() - 1) as f64 * p).round() as usize];
+            let _ = writeln!(
+                fig14s,
+                "{},{label},{:.3},{:.3},{:.3},{:.3},{:.3}",
+                t.name,
+                q(0.0),
+                q(0.25),
+                q(0.5),
+                q(0.75),
+                q(1.0)
+            );
+            if label == "volume" {
+                med = q(0.5);
+                max = q(1.0);
+            }
+        }
+        let problem = w.epoch_problem(0, &w.mean_node_volume());
+        let start = std::time::Instant::now();
+        sluice_optimizer::comb::min_max_load(
+            &problem,
+            sluice_optimizer::comb::Strategy::Path,
+            false,
+        )?;
+        let secs = start.elapsed().as_secs_f64();
+        let mut straw_cols = ",,,".to_string();
+        if t.nodes.len() <= STRAWMAN_MAX_POPS {
+            let start = std::time::Instant::now();
+            let (straw, hyper) = w.strawman_gap(&w.mean_node_volume())?;
+            let straw_secs = start.elapsed().as_secs_f64();
+            straw_cols = format!(
+                "{straw_secs:.4},{straw:.6},{hyper:.6},{:.4}",
+                100.0 * (hyper / straw - 1.0)
+            );
+        }
+        let _ = writeln!(
+            table7,
+            "{},{},{},{secs:.4},{straw_cols}",
+            t.name,
+            s.pops,
+            problem.classes.len()
+        );
+        let _ = writeln!(
+            summary,
+            "{:<12} {:>5} {:>7.2} {:>7.2} {:>7.2} {:>8.2} {:>8.2} {:>9.2} {:>9.2} {:>8.3}",
+            t.name,
+            s.pops,
+            s.savings[0],
+            s.savings[1],
+            s.savings[2],
+            s.savings_no_reuse,
+            s.constrained[0],
+            med,
+            max,
+            secs
+        );
+        bar.inc(1);
+    }
+    bar.finish_and_clear();
+    let names = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    let files = vec![
+        ("fig12_provisioning_savings.csv".to_string(), fig12),
+        (
+            "fig12_provisioning_savings.svg".to_string(),
+            bar_chart(
+                &Labels {
+                    title: "Fig. 12: provisioning savings vs standalone ingress".into(),
+                    x: "topology".into(),
+                    y: "Cost_standalone / Cost_CoMb".into(),
+                },
+                &cats,
+                &names(&["CoMb (reuse)", "CoMb (no reuse)"]),
+                &v12,
+            ),
+        ),
+        ("fig13_spatial_strategies.csv".to_string(), fig13),
+        (
+            "fig13_spatial_strategies.svg".to_string(),
+            bar_chart(
+                &Labels {
+                    title: "Fig. 13: spatial distribution strategies".into(),
+                    x: "topology".into(),
+                    y: "Cost_standalone / Cost_CoMb".into(),
+                },
+                &cats,
+                &names(&["Path", "Edge", "Ingress"]),
+                &v13,
+            ),
+        ),
+        ("table5_constrained.csv".to_string(), table5),
+        ("table6_largest_box.csv".to_string(), table6),
+        ("fig14_max_load_ratio.csv".to_string(), fig14),
+        ("fig14_max_load_ratio_summary.csv".to_string(), fig14s),
+        (
+            "fig14_max_load_ratio.svg".to_string(),
+            line_chart(
+                &Labels {
+                    title: "Fig. 14: max-load reduction per epoch".into(),
+                    x: "MaxLoad_standalone / MaxLoad_CoMb".into(),
+                    y: "CDF of epochs".into(),
+                },
+                &cdfs,
+            ),
+        ),
+        ("table7_solve_time.csv".to_string(), table7),
+    ];
+    Ok(NfaasReport { files, summary })
+}
+
+/// Files and summary of a reproduction.
+pub struct NfaasReport {
+    /// `(file name, contents)`.
+    pub files: Vec<(String, String)>,
+    /// Human summary.
+    pub summary: String,
+}
+
+/// Computes NFaaS Fig. 5 (a: small servers, large customers, growing count; b: large
+/// servers per customer type; c: mixed customers per server type).
+pub fn nfaas_report(customers: usize, seed: u64) -> Result<NfaasReport, SimError> {
+    let mut files = Vec::new();
+    let mut summary = String::new();
+    let names = vec![
+        "tenant-centric".to_string(),
+        "service-centric".to_string(),
+        "service-centric (dedicated)".to_string(),
+    ];
+    let header = "tenant_centric,service_centric,service_dedicated,saving_pct\n";
+
+    // (a)
+    let steps: Vec<usize> = (1..=10)
+        .map(|i| customers * i / 10)
+        .filter(|&n| n > 0)
+        .collect();
+    let mut csv = format!("customers,{header}");
+    let mut vals = vec![Vec::new(); 3];
+    let mut cats = Vec::new();
+    for &n in &steps {
+        let c = count_servers(&vec![CustomerType::Large; n], ServerType::Small)?;
+        let _ = writeln!(
+            csv,
+            "{n},{},{},{},{:.1}",
+            c.tenant,
+            c.service,
+            c.service_dedicated,
+            c.saving_pct()
+        );
+        vals[0].push(c.tenant as f64);
+        vals[1].push(c.service as f64);
+        vals[2].push(c.service_dedicated as f64);
+        cats.push(n.to_string());
+    }
+    files.push(("fig5a_small_servers_large_customers.csv".into(), csv));
+    files.push((
+        "fig5a_small_servers_large_customers.svg".into(),
+        bar_chart(
+            &Labels {
+                title: "Fig. 5a: small servers, large customers".into(),
+                x: "customers".into(),
+                y: "servers".into(),
+            },
+            &cats,
+            &names,
+            &vals,
+        ),
+    ));
+
+    // (b)
+    let mut csv = format!("customer_type,{header}");
+    let mut vals = vec![Vec::new(); 3];
+    let mut cats = Vec::new();
+    let _ = writeln!(summary, "Fig. 5b: {customers} customers on large servers");
+    let _ = writeln!(
+        summary,
+        "{:<10} {:>8} {:>8} {:>10} {:>9}",
+        "customer", "tenant", "service", "dedicated", "saving%"
+    );
+    for t in CustomerType::ALL {
+        let c = count_servers(&vec![t; customers], ServerType::Large)?;
+        let _ = writeln!(
+            csv,
+            "{},{},{},{},{:.1}",
+            t.name(),
+            c.tenant,
+            c.service,
+            c.service_dedicated,
+            c.saving_pct()
+        );
+        let _ = writeln!(
+            summary,
+            "{:<10} {:>8} {:>8} {:>10} {:>9.1}",
+            t.name(),
+            c.tenant,
+            c.service,
+            c.service_dedicated,
+            c.saving_pct()
+        );
+        vals[0].push(c.tenant as f64);
+        vals[1].push(c.service as f64);
+        vals[2].push(c.service_dedicated as f64);
+        cats.push(t.name().to_string());
+    }
+    files.push(("fig5b_large_servers_by_customer_type.csv".into(), csv));
+    files.push((
+        "fig5b_large_servers_by_customer_type.svg".into(),
+        bar_chart(
+            &Labels {
+                title: "Fig. 5b: large servers by customer type".into(),
+                x: "customer type".into(),
+                y: "servers".into(),
+            },
+            &cats,
+            &names,
+            &vals,
+        ),
+    ));
+
+    // (c)
+    let mix = mixed_customers(customers, seed);
+    let mut csv = format!("server_type,{header}");
+    let mut vals = vec![Vec::new(); 3];
+    let mut cats = Vec::new();
+    let _ = writeln!(
+        summary,
+        "Fig. 5c: {customers} mixed customers (seed {seed})"
+    );
+    let _ = writeln!(
+        summary,
+        "{:<10} {:>8} {:>8} {:>10} {:>9}",
+        "server", "tenant", "service", "dedicated", "saving%"
+    );
+    for s in ServerType::ALL {
+        let c = count_servers(&mix, s)?;
+        let _ = writeln!(
+            csv,
+            "{},{},{},{},{:.1}",
+            s.name(),
+            c.tenant,
+            c.service,
+            c.service_dedicated,
+            c.saving_pct()
+        );
+        let _ = writeln!(
+            summary,
+            "{:<10} {:>8} {:>8} {:>10} {:>9.1}",
+            s.name(),
+            c.tenant,
+            c.service,
+            c.service_dedicated,
+            c.saving_pct()
+        );
+        vals[0].push(c.tenant as f64);
+        vals[1].push(c.service as f64);
+        vals[2].push(c.service_dedicated as f64);
+        cats.push(s.name().to_string());
+    }
+    files.push(("fig5c_mixed_customers_by_server_type.csv".into(), csv));
+    files.push((
+        "fig5c_mixed_customers_by_server_type.svg".into(),
+        bar_chart(
+            &Labels {
+                title: "Fig. 5c: mixed customers by server type".into(),
+                x: "server type".into(),
+                y: "servers".into(),
+            },
+            &cats,
+            &names,
+            &vals,
+        ),
+    ));
+    let a = count_servers(&vec![CustomerType::Large; customers], ServerType::Small)?;
+    summary.insert_str(
+        0,
+        &format!(
+            "Fig. 5a: {customers} large customers on small servers: tenant {} service {} (saving {:.1}%)\n",
+            a.tenant,
+            a.service,
+            a.saving_pct()
+        ),
+    );
+    Ok(NfaasReport { files, summary })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(clap::Parser)]
+    struct Cli {
+        #[command(subcommand)]
+        cmd: SimCommand,
+    }
+
+    #[test]
+    fn subcommands_parse_with_defaults() {
+        let c = Cli::try_parse_from([
+            "x",
+            "stratos-placement",
+            "--seed",
+            "3",
+            "--initial",
+            "2,2,1,1,2",
+        ])
+        .unwrap();
+        match c.cmd {
+            SimCommand::StratosPlacement {
+                seed, initial, out, ..
+            } => {
+                assert_eq!(seed, 3);
+                assert_eq!(initial, vec![2, 2, 1, 1, 2]);
+                assert_eq!(out, PathBuf::from("out/sim/stratos-placement"));
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(Cli::try_parse_from(["x", "nfaas-placement", "--customers", "10"]).is_ok());
+        assert!(Cli::try_parse_from(["x", "nope"]).is_err());
+    }
+
+    #[test]
+    fn nfaas_report_has_every_figure() {
+        let r = nfaas_report(100, 1).unwrap();
+        assert_eq!(r.files.len(), 6);
+        let b = &r
+            .files
+            .iter()
+            .find(|f| f.0.starts_with("fig5b") && f.0.ends_with(".csv"))
+            .unwrap()
+            .1;
+        // Header plus three customer types.
+        assert_eq!(b.lines().count(), 4);
+        assert!(r.summary.contains("saving"));
+    }
+
+    #[test]
+    fn wrong_initial_count_is_a_config_error() {
+        let cmd = SimCommand::StratosPlacement {
+            out: std::env::temp_dir().join("sluice-sim-never-written"),
+            seed: 1,
+            tenants: 1,
+            racks: 2,
+            racks_per_agg: 1,
+            initial: vec![1, 1],
+        };
+        assert!(matches!(run(cmd), Err(SimError::Config(_))));
+    }
+}
