@@ -1,0 +1,561 @@
+//! Forwarding information base: entries, groups, lookup.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use sluice_wire::parse::{PacketMeta, L4};
+use sluice_wire::IpAddr;
+
+/// A port of this host's switch: a local VM's or NF instance's interface.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct PortId(pub u16);
+
+/// Another host of the fabric (its tunnel endpoint is known to the agent).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct HostId(pub u32);
+
+/// A group of middlebox instances sharing traffic by hash range.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct GroupId(pub u32);
+
+/// Where a packet goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Output {
+    /// Out of a local port.
+    Port(PortId),
+    /// Through the fabric to another host, carrying the tenant and chain position.
+    Host(HostId),
+}
+
+/// What an entry does, applied in order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Action {
+    /// Send the packet to `Output`.
+    Output(Output),
+    /// Send a copy to `Output` (an off-path middlebox) and go on.
+    Mirror(Output),
+    /// Send to the instance of `GroupId` whose hash range holds the flow's hash.
+    Select(GroupId),
+    /// Record the chain and the hop the packet is at (carried in the tunnel option).
+    SetChainHop {
+        /// Chain id within the tenant.
+        chain: u16,
+        /// Position in the chain (the next middlebox to visit).
+        hop: u8,
+    },
+    /// Drop the packet.
+    Drop,
+}
+
+/// An address prefix, written `ADDR/LEN` in serialised FIBs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct Prefix {
+    /// Network address.
+    pub addr: IpAddr,
+    /// Prefix length.
+    pub len: u8,
+}
+
+impl TryFrom<String> for Prefix {
+    type Error = FibError;
+    fn try_from(s: String) -> Result<Prefix, FibError> {
+        Prefix::parse(&s)
+    }
+}
+
+impl From<Prefix> for String {
+    fn from(p: Prefix) -> String {
+        format!("{}/{}", p.addr, p.len)
+    }
+}
+
+impl Prefix {
+    /// Parses `ADDR/LEN` or a bare address.
+    pub fn parse(s: &str) -> Result<Prefix, FibError> {
+        let bad = || FibError::Prefix(s.to_string());
+        let (a, l) = s.split_once('/').map_or((s, None), |(a, l)| (a, Some(l)));
+        let addr: IpAddr = a.trim().parse().map_err(|_| bad())?;
+        let max = if addr.is_v4() { 32 } else { 128 };
+        let len = match l {
+            Some(l) => l
+                .trim()
+                .parse::<u8>()
+                .ok()
+                .filter(|&n| n <= max)
+                .ok_or_else(bad)?,
+            None => max,
+        };
+        Ok(Prefix { addr, len })
+    }
+
+    /// True if `a` lies inside.
+    #[inline]
+    pub fn contains(&self, a: &IpAddr) -> bool {
+        if a.is_v4() != self.addr.is_v4() {
+            return false;
+        }
+        let (x, y) = (a.as_bytes(), self.addr.as_bytes());
+        let full = (self.len / 8) as usize;
+        if x[..full] != y[..full] {
+            return false;
+        }
+        let rem = self.len % 8;
+        rem == 0 || (x[full] ^ y[full]) & (0xffu8 << (8 - rem)) == 0
+    }
+}
+
+/// The fields an entry matches; `None` is a wildcard.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Match {
+    /// Ingress port (`None`: any port; packets from the fabric have no port).
+    pub in_port: Option<PortId>,
+    /// Arrived from the fabric (true) or a local port (false).
+    pub from_fabric: Option<bool>,
+    /// Tenant (VNI).
+    pub vni: Option<u32>,
+    /// Chain and hop carried by the tunnel (or set earlier on this host).
+    pub chain_hop: Option<(u16, u8)>,
+    /// Source prefix.
+    pub src: Option<Prefix>,
+    /// Destination prefix.
+    pub dst: Option<Prefix>,
+    /// IP protocol.
+    pub proto: Option<u8>,
+    /// Inclusive source port range.
+    pub sport: Option<(u16, u16)>,
+    /// Inclusive destination port range.
+    pub dport: Option<(u16, u16)>,
+}
+
+/// One FIB entry.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Entry {
+    /// Controller-assigned id (for counters and debugging).
+    pub id: u64,
+    /// Higher wins; among equal priorities, the entry added first.
+    pub priority: u16,
+    /// What it matches.
+    #[serde(rename = "match")]
+    pub m: Match,
+    /// What it does.
+    pub actions: Vec<Action>,
+}
+
+/// A split of the flow-hash space among instances: instance `k` owns the hashes
+/// from the previous bound up to `bounds[k].0` (exclusive), the last one to the top.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Group {
+    /// (upper bound, target), in increasing bound order; the last bound covers the rest.
+    pub ranges: Vec<(u64, Output)>,
+}
+
+impl Group {
+    /// Ranges proportional to `weights` (zero-weight targets get none).
+    pub fn split(targets: &[(Output, u32)]) -> Result<Group, FibError> {
+        let total: u64 = targets.iter().map(|t| t.1 as u64).sum();
+        if total == 0 {
+            return Err(FibError::EmptyGroup);
+        }
+        let mut acc = 0u64;
+        let mut ranges = Vec::new();
+        for &(o, w) in targets {
+            if w == 0 {
+                continue;
+            }
+            acc += w as u64;
+            ranges.push(((acc << 32) / total, o));
+        }
+        Ok(Group { ranges })
+    }
+
+    /// The target owning `hash`.
+    #[inline]
+    pub fn select(&self, hash: u32) -> Option<Output> {
+        let h = hash as u64;
+        let i = self.ranges.partition_point(|r| r.0 <= h);
+        self.ranges.get(i).or(self.ranges.last()).map(|r| r.1)
+    }
+}
+
+/// A FIB that cannot be installed, and why.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FibError {
+    /// An entry selects a group that does not exist.
+    #[error("entry {entry} selects group {group}, which is not defined")]
+    UnknownGroup {
+        /// Entry id.
+        entry: u64,
+        /// Group id.
+        group: u32,
+    },
+    /// A group has no target with weight.
+    #[error("a group needs at least one target with a non-zero weight")]
+    EmptyGroup,
+    /// Group ranges out of order.
+    #[error("group {0}: ranges must increase")]
+    BadRanges(u32),
+    /// Two entries share an id.
+    #[error("entry id {0} is used twice")]
+    DuplicateId(u64),
+    /// A prefix that does not parse.
+    #[error("bad prefix `{0}`")]
+    Prefix(String),
+}
+
+/// What the lookup of one packet decided.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Decision {
+    /// Where the packet goes (`None` with `drop` false: no entry matched).
+    pub output: Option<Output>,
+    /// Copies to send.
+    pub mirrors: Vec<Output>,
+    /// Chain and hop to carry onward.
+    pub chain_hop: Option<(u16, u8)>,
+    /// The packet is dropped.
+    pub drop: bool,
+    /// The entry that matched.
+    pub entry: Option<u64>,
+}
+
+/// The packet-side inputs of a lookup.
+#[derive(Debug, Clone, Copy)]
+pub struct LookupKey<'a> {
+    /// Local ingress port, or `None` if it came from the fabric.
+    pub in_port: Option<PortId>,
+    /// Tenant.
+    pub vni: u32,
+    /// Chain and hop from the tunnel option.
+    pub chain_hop: Option<(u16, u8)>,
+    /// The parsed inner packet.
+    pub meta: &'a PacketMeta,
+}
+
+/// This host's share of a tenant switch's forwarding table.
+#[derive(Debug, Clone, Default)]
+pub struct Fib {
+    entries: Vec<Entry>,
+    groups: BTreeMap<GroupId, Group>,
+    version: u64,
+    hits: Vec<u64>,
+    misses: u64,
+}
+
+impl Fib {
+    /// An empty FIB (every lookup misses).
+    pub fn new() -> Fib {
+        Fib::default()
+    }
+
+    /// Replaces every entry and group at once (what the controller pushes), after
+    /// checking them; on error the current FIB stays in force, untouched.
+    pub fn replace(
+        &mut self,
+        mut entries: Vec<Entry>,
+        groups: BTreeMap<GroupId, Group>,
+        version: u64,
+    ) -> Result<(), FibError> {
+        let mut ids = std::collections::BTreeSet::new();
+        for e in &entries {
+            if !ids.insert(e.id) {
+                return Err(FibError::DuplicateId(e.id));
+            }
+            for a in &e.actions {
+                if let Action::Select(g) = a {
+                    if !groups.contains_key(g) {
+                        return Err(FibError::UnknownGroup {
+                            entry: e.id,
+                            group: g.0,
+                        });
+                    }
+                }
+            }
+        }
+        for (id, g) in &groups {
+            if g.ranges.is_empty() {
+                return Err(FibError::EmptyGroup);
+            }
+            if g.ranges.windows(2).any(|w| w[0].0 >= w[1].0) {
+                return Err(FibError::BadRanges(id.0));
+            }
+        }
+        // Stable: equal priorities keep the controller's order.
+        entries.sort_by_key(|e| std::cmp::Reverse(e.priority));
+        self.hits = vec![0; entries.len()];
+        self.entries = entries;
+        self.groups = groups;
+        self.version = version;
+        Ok(())
+    }
+
+    /// The version of the installed FIB.
+    pub fn version(&self) -> u64 {
+        self.version
+    }
+
+    /// Number of entries.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// True if there are no entries.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// The entries, highest priority first, with their hit counts.
+    pub fn entries(&self) -> impl Iterator<Item = (&Entry, u64)> {
+        self.entries.iter().zip(self.hits.iter().copied())
+    }
+
+    /// Lookups that matched no entry.
+    pub fn misses(&self) -> u64 {
+        self.misses
+    }
+
+    fn matches(m: &Match, k: &LookupKey<'_>) -> bool {
+        let meta = k.meta;
+        if m.in_port.is_some_and(|p| k.in_port != Some(p))
+            || m.from_fabric.is_some_and(|f| f != k.in_port.is_none())
+            || m.vni.is_some_and(|v| v != k.vni)
+            || m.chain_hop.is_some_and(|c| k.chain_hop != Some(c))
+        {
+            return false;
+        }
+        let needs_ip = m.src.is_some()
+            || m.dst.is_some()
+            || m.proto.is_some()
+            || m.sport.is_some()
+            || m.dport.is_some();
+        if needs_ip && !meta.is_ip() {
+            return false;
+        }
+        let f = &meta.flow;
+        if m.src.is_some_and(|p| !p.contains(&f.src))
+            || m.dst.is_some_and(|p| !p.contains(&f.dst))
+            || m.proto.is_some_and(|p| p != f.proto)
+        {
+            return false;
+        }
+        let ports = matches!(meta.l4, L4::Tcp | L4::Udp);
+        if m.sport
+            .is_some_and(|(lo, hi)| !ports || f.src_port < lo || f.src_port > hi)
+            || m.dport
+                .is_some_and(|(lo, hi)| !ports || f.dst_port < lo || f.dst_port > hi)
+        {
+            return false;
+        }
+        true
+    }
+
+    /// Looks a packet up: the first matching entry, highest priority first.
+    pub fn lookup(&mut self, k: &LookupKey<'_>) -> Decision {
+        let mut d = Decision {
+            chain_hop: k.chain_hop,
+            ..Decision::default()
+        };
+        let Some(i) = self.entries.iter().position(|e| Fib::matches(&e.m, k)) else {
+            self.misses += 1;
+            return d;
+        };
+        self.hits[i] += 1;
+        let e = &self.entries[i];
+        d.entry = Some(e.id);
+        for a in &e.actions {
+            match *a {
+                Action::Output(o) => d.output = Some(o),
+                Action::Mirror(o) => d.mirrors.push(o),
+                Action::Select(g) => {
+                    // The hash every instance choice uses: equal for both directions.
+                    let h = k.meta.flow.symmetric_hash();
+                    d.output = self.groups.get(&g).and_then(|g| g.select(h));
+                }
+                Action::SetChainHop { chain, hop } => d.chain_hop = Some((chain, hop)),
+                Action::Drop => d.drop = true,
+            }
+        }
+        if d.drop {
+            d.output = None;
+        }
+        d
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sluice_wire::build;
+    use sluice_wire::parse::parse_frame;
+
+    fn meta(src: [u8; 4], dst: [u8; 4], sp: u16, dp: u16) -> PacketMeta {
+        parse_frame(&build::tcp_v4(src, dst, sp, dp, 1, 0, 0x02, b"")).unwrap()
+    }
+
+    fn key(meta: &PacketMeta, port: Option<u16>) -> LookupKey<'_> {
+        LookupKey {
+            in_port: port.map(PortId),
+            vni: 7,
+            chain_hop: None,
+            meta,
+        }
+    }
+
+    fn entry(id: u64, priority: u16, m: Match, actions: Vec<Action>) -> Entry {
+        Entry {
+            id,
+            priority,
+            m,
+            actions,
+        }
+    }
+
+    #[test]
+    fn priority_wildcards_and_fields() {
+        let mut fib = Fib::new();
+        let web = Match {
+            dst: Some(Prefix::parse("192.0.2.0/24").unwrap()),
+            proto: Some(6),
+            dport: Some((80, 80)),
+            ..Match::default()
+        };
+        fib.replace(
+            vec![
+                entry(
+                    1,
+                    10,
+                    Match::default(),
+                    vec![Action::Output(Output::Host(HostId(9)))],
+                ),
+                entry(2, 100, web, vec![Action::Output(Output::Port(PortId(3)))]),
+                entry(
+                    3,
+                    200,
+                    Match {
+                        in_port: Some(PortId(5)),
+                        ..Match::default()
+                    },
+                    vec![Action::Drop],
+                ),
+            ],
+            BTreeMap::new(),
+            1,
+        )
+        .unwrap();
+        let m = meta([10, 0, 0, 1], [192, 0, 2, 8], 999, 80);
+        assert_eq!(
+            fib.lookup(&key(&m, Some(1))).output,
+            Some(Output::Port(PortId(3)))
+        );
+        let d = fib.lookup(&key(&m, Some(5)));
+        assert!(d.drop && d.output.is_none() && d.entry == Some(3));
+        let other = meta([10, 0, 0, 1], [192, 0, 2, 8], 999, 443);
+        assert_eq!(
+            fib.lookup(&key(&other, None)).output,
+            Some(Output::Host(HostId(9)))
+        );
+        let hits: Vec<u64> = fib.entries().map(|(_, h)| h).collect();
+        assert_eq!(hits, vec![1, 1, 1]);
+    }
+
+    #[test]
+    fn groups_split_by_weight_and_keep_both_directions_together() {
+        let g =
+            Group::split(&[(Output::Port(PortId(1)), 1), (Output::Port(PortId(2)), 3)]).unwrap();
+        let mut fib = Fib::new();
+        let mut groups = BTreeMap::new();
+        groups.insert(GroupId(1), g);
+        fib.replace(
+            vec![entry(
+                1,
+                1,
+                Match::default(),
+                vec![
+                    Action::Select(GroupId(1)),
+                    Action::Mirror(Output::Port(PortId(9))),
+                ],
+            )],
+            groups,
+            2,
+        )
+        .unwrap();
+        let mut counts = [0u32; 3];
+        for i in 0..4000u32 {
+            let a = [10, 1, (i >> 8) as u8, i as u8];
+            let f = meta(a, [192, 0, 2, 1], 1000 + (i % 5000) as u16, 80);
+            let r = meta([192, 0, 2, 1], a, 80, 1000 + (i % 5000) as u16);
+            let d = fib.lookup(&key(&f, Some(0)));
+            assert_eq!(
+                d.output,
+                fib.lookup(&key(&r, Some(0))).output,
+                "both directions, one instance"
+            );
+            assert_eq!(d.mirrors, vec![Output::Port(PortId(9))]);
+            match d.output {
+                Some(Output::Port(PortId(p))) => counts[p as usize] += 1,
+                other => panic!("{other:?}"),
+            }
+        }
+        let share = counts[2] as f64 / 4000.0;
+        assert!((0.70..0.80).contains(&share), "3:1 split, got {counts:?}");
+    }
+
+    #[test]
+    fn bad_fibs_are_refused_and_the_old_one_kept() {
+        let mut fib = Fib::new();
+        fib.replace(
+            vec![entry(1, 1, Match::default(), vec![Action::Drop])],
+            BTreeMap::new(),
+            1,
+        )
+        .unwrap();
+        let e = fib
+            .replace(
+                vec![entry(
+                    5,
+                    1,
+                    Match::default(),
+                    vec![Action::Select(GroupId(4))],
+                )],
+                BTreeMap::new(),
+                2,
+            )
+            .unwrap_err();
+        assert_eq!(e, FibError::UnknownGroup { entry: 5, group: 4 });
+        let e = fib
+            .replace(
+                vec![
+                    entry(5, 1, Match::default(), vec![]),
+                    entry(5, 2, Match::default(), vec![]),
+                ],
+                BTreeMap::new(),
+                2,
+            )
+            .unwrap_err();
+        assert_eq!(e, FibError::DuplicateId(5));
+        assert_eq!(
+            Group::split(&[(Output::Port(PortId(1)), 0)]),
+            Err(FibError::EmptyGroup)
+        );
+        assert_eq!(
+            (fib.version(), fib.len()),
+            (1, 1),
+            "the installed FIB is untouched"
+        );
+        assert!(Prefix::parse("10.0.0.0/33").is_err());
+        assert!(Prefix::parse("nope").is_err());
+    }
+
+    #[test]
+    fn prefixes() {
+        let p = Prefix::parse("10.128.0.0/9").unwrap();
+        assert!(p.contains(&IpAddr::V4([10, 200, 1, 1])));
+        assert!(!p.contains(&IpAddr::V4([10, 127, 1, 1])));
+        assert!(Prefix::parse("0.0.0.0/0")
+            .unwrap()
+            .contains(&IpAddr::V4([1, 2, 3, 4])));
+        assert!(!p.contains(&"2001:db8::1".parse().unwrap()));
+        assert!(Prefix::parse("2001:db8::/32")
+            .unwrap()
+            .contains(&"2001:db8:ff::1".parse().unwrap()));
+    }
+}

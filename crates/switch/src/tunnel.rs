@@ -1,0 +1,234 @@
+//! Geneve (RFC 8926) over IPv4/UDP between the hosts of the fabric.
+//!
+//! The VNI names the tenant. One TLV option (class [`OPTION_CLASS`], type
+//! [`OPTION_CHAIN_HOP`]) carries the chain and the hop the packet is at, so the
+//! receiving port knows which FIB entries apply without re-classifying. The UDP
+//! source port is derived from the inner flow's direction-invariant hash, giving
+//! the underlay's ECMP per-flow entropy (RFC 8926 §3.3), and the UDP checksum is
+//! zero, which RFC 8926 allows over IPv4.
+
+use sluice_packet::Packet;
+use sluice_wire::ethernet::{ethertype, EthernetRepr, MacAddr};
+use sluice_wire::geneve::{GenevePacket, GeneveRepr, OwnedOption, UDP_PORT};
+use sluice_wire::ipv4::{Ipv4Options, Ipv4Repr};
+use sluice_wire::parse::{parse_frame, L4};
+use sluice_wire::{ip_proto, Error};
+
+/// Geneve option class of Sluice's options (RFC 8926 §3.5's experimental range).
+pub const OPTION_CLASS: u16 = 0xff53;
+/// Option type carrying (chain u16, hop u8, reserved u8).
+pub const OPTION_CHAIN_HOP: u8 = 0x01;
+/// Bytes added in front of the inner frame (Ethernet, IPv4, UDP, Geneve with the
+/// chain/hop option).
+pub const OVERHEAD: usize = 14 + 20 + 8 + 8 + 8;
+
+/// One tunnel endpoint: a host's fabric interface.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Endpoint {
+    /// Interface MAC.
+    pub mac: MacAddr,
+    /// Interface IPv4 address.
+    pub ip: [u8; 4],
+}
+
+/// What a received tunnel header said.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TunnelInfo {
+    /// Tenant.
+    pub vni: u32,
+    /// Chain and hop, if the option was present.
+    pub chain_hop: Option<(u16, u8)>,
+    /// Sending host's address.
+    pub outer_src: [u8; 4],
+}
+
+/// Why a packet could not be encapsulated or decapsulated.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TunnelError {
+    /// Not enough headroom in the buffer for the outer headers.
+    #[error("no headroom for the tunnel headers")]
+    NoHeadroom,
+    /// The packet is not Geneve to port 6081 over IPv4.
+    #[error("not a Geneve packet")]
+    NotGeneve,
+    /// The Geneve header is malformed or of another version.
+    #[error("bad Geneve header: {0}")]
+    Bad(Error),
+    /// The payload is not an Ethernet frame (protocol type 0x6558).
+    #[error("Geneve payload type {0:#06x} is not Ethernet")]
+    Protocol(u16),
+    /// A critical option this implementation does not know (RFC 8926 §3.5: drop).
+    #[error("unknown critical Geneve option class {0:#06x} type {1:#04x}")]
+    UnknownCritical(u16, u8),
+    /// The inner frame is too long for one tunnel packet.
+    #[error("inner frame too long")]
+    TooLong,
+}
+
+/// Prepends the outer headers to `p` (its frame becomes the Geneve packet).
+pub fn encap(
+    p: &mut Packet,
+    src: &Endpoint,
+    dst: &Endpoint,
+    vni: u32,
+    chain_hop: Option<(u16, u8)>,
+    flow_hash: u32,
+) -> Result<(), TunnelError> {
+    let mut g = GeneveRepr::new(vni, ethertype::TEB);
+    if let Some((chain, hop)) = chain_hop {
+        let c = chain.to_be_bytes();
+        let o = OwnedOption::new(OPTION_CLASS, OPTION_CHAIN_HOP, &[c[0], c[1], hop, 0])
+            .map_err(TunnelError::Bad)?;
+        g.push_option(o).map_err(TunnelError::Bad)?;
+    }
+    let inner = p.len();
+    let glen = g.header_len();
+    let udp_len = 8 + glen + inner;
+    let ip = Ipv4Repr {
+        src: src.ip,
+        dst: dst.ip,
+        protocol: ip_proto::UDP,
+        ttl: 64,
+        tos: 0,
+        ident: 0,
+        dont_frag: true,
+        more_frags: false,
+        frag_offset: 0,
+        options: Ipv4Options::NONE,
+        payload_len: udp_len,
+    };
+    if 20 + udp_len > u16::MAX as usize {
+        return Err(TunnelError::TooLong);
+    }
+    let eth = EthernetRepr {
+        src: src.mac,
+        dst: dst.mac,
+        vlan_tci: None,
+        ethertype: ethertype::IPV4,
+    };
+    let n = 14 + 20 + 8 + glen;
+    let h = p.push_front(n).ok_or(TunnelError::NoHeadroom)?;
+    eth.emit(&mut h[..14]).map_err(TunnelError::Bad)?;
+    ip.emit(&mut h[14..34]).map_err(TunnelError::Bad)?;
+    let sport = 49152 + (flow_hash % 16384) as u16;
+    h[34..36].copy_from_slice(&sport.to_be_bytes());
+    h[36..38].copy_from_slice(&UDP_PORT.to_be_bytes());
+    h[38..40].copy_from_slice(&(udp_len as u16).to_be_bytes());
+    h[40..42].copy_from_slice(&[0, 0]);
+    g.emit(&mut h[42..]).map_err(TunnelError::Bad)?;
+    Ok(())
+}
+
+/// Strips the outer headers of a Geneve packet, leaving the inner frame.
+pub fn decap(p: &mut Packet) -> Result<TunnelInfo, TunnelError> {
+    let m = parse_frame(p.data()).map_err(|_| TunnelError::NotGeneve)?;
+    if m.l4 != L4::Udp || m.flow.dst_port != UDP_PORT || !m.flow.src.is_v4() {
+        return Err(TunnelError::NotGeneve);
+    }
+    let payload = m.payload(p.data());
+    let g = GenevePacket::new_checked(payload).map_err(TunnelError::Bad)?;
+    if g.protocol() != ethertype::TEB {
+        return Err(TunnelError::Protocol(g.protocol()));
+    }
+    let mut chain_hop = None;
+    for o in g.option_iter() {
+        let o = o.map_err(TunnelError::Bad)?;
+        if o.class == OPTION_CLASS && o.opt_type == OPTION_CHAIN_HOP && o.data.len() >= 4 {
+            chain_hop = Some((u16::from_be_bytes([o.data[0], o.data[1]]), o.data[2]));
+        } else if o.opt_type & 0x80 != 0 {
+            return Err(TunnelError::UnknownCritical(o.class, o.opt_type));
+        }
+    }
+    let info = TunnelInfo {
+        vni: g.vni(),
+        chain_hop,
+        outer_src: match m.flow.src {
+            sluice_wire::IpAddr::V4(a) => a,
+            sluice_wire::IpAddr::V6(_) => unreachable!("checked above"),
+        },
+    };
+    let strip = m.payload_offset as usize + g.header_len();
+    // Trailing Ethernet padding of the outer frame is not part of the inner frame.
+    let inner_len = m.payload_len as usize - g.header_len();
+    if !p.pull_front(strip) {
+        return Err(TunnelError::NotGeneve);
+    }
+    p.set_len(inner_len);
+    Ok(info)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sluice_packet::PacketPool;
+    use sluice_wire::build;
+    use sluice_wire::geneve::GeneveRepr;
+
+    const A: Endpoint = Endpoint {
+        mac: MacAddr([2, 0, 0, 0, 0, 0xa]),
+        ip: [172, 31, 0, 1],
+    };
+    const B: Endpoint = Endpoint {
+        mac: MacAddr([2, 0, 0, 0, 0, 0xb]),
+        ip: [172, 31, 0, 2],
+    };
+
+    #[test]
+    fn encap_decap_round_trip() {
+        let mut pool = PacketPool::new(2);
+        let mut p = pool.alloc().unwrap();
+        let inner = build::tcp_v4([10, 0, 0, 1], [10, 0, 0, 2], 1234, 80, 1, 0, 0x02, b"hello");
+        p.set_frame(&inner).unwrap();
+        encap(&mut p, &A, &B, 0x00abcd, Some((3, 2)), 0xdead_beef).unwrap();
+        assert_eq!(p.len(), inner.len() + OVERHEAD);
+        // The outer packet is a valid IPv4/UDP/Geneve packet on port 6081.
+        let m = parse_frame(p.data()).unwrap();
+        assert_eq!(
+            (m.flow.dst_port, m.flow.src_port),
+            (UDP_PORT, 49152 + (0xdead_beef_u32 % 16384) as u16)
+        );
+        assert!(sluice_wire::rewrite::verify_all_checksums(p.data()));
+        let g =
+            GeneveRepr::parse(&GenevePacket::new_checked(m.payload(p.data())).unwrap()).unwrap();
+        assert_eq!((g.vni, g.protocol), (0xabcd, ethertype::TEB));
+        let info = decap(&mut p).unwrap();
+        assert_eq!(
+            info,
+            TunnelInfo {
+                vni: 0xabcd,
+                chain_hop: Some((3, 2)),
+                outer_src: A.ip
+            }
+        );
+        assert_eq!(p.data(), &inner[..]);
+    }
+
+    #[test]
+    fn non_geneve_and_critical_options_are_refused() {
+        let mut pool = PacketPool::new(2);
+        let mut p = pool.alloc().unwrap();
+        p.set_frame(&build::udp_v4([1, 1, 1, 1], [2, 2, 2, 2], 5, 53, b"dns"))
+            .unwrap();
+        assert_eq!(decap(&mut p), Err(TunnelError::NotGeneve));
+        // A Geneve packet whose unknown option is critical must be dropped.
+        let mut g = GeneveRepr::new(5, ethertype::TEB);
+        g.push_option(OwnedOption::new(0x0101, 0x80, &[0; 4]).unwrap())
+            .unwrap();
+        let mut body = vec![0u8; g.header_len()];
+        g.emit(&mut body).unwrap();
+        body.extend_from_slice(&build::udp_v4([9; 4], [8; 4], 1, 2, b"x"));
+        let f = build::udp_v4([1, 1, 1, 1], [2, 2, 2, 2], 5, UDP_PORT, &body);
+        p.set_frame(&f).unwrap();
+        assert_eq!(
+            decap(&mut p),
+            Err(TunnelError::UnknownCritical(0x0101, 0x80))
+        );
+        let mut q = pool.alloc().unwrap();
+        q.set_frame(&[0u8; 100]).unwrap();
+        q.pull_front(100);
+        assert!(
+            encap(&mut q, &A, &B, 1, None, 0).is_ok(),
+            "an empty frame still fits"
+        );
+    }
+}
