@@ -18,7 +18,7 @@ pub use stats::{ChainStats, StageStats};
 use sluice_nf::{Ctx, Emitted, Event, NetworkFunction, Streams};
 use sluice_packet::{Batch, Verdict};
 use sluice_state::{Namespace, StateStore, StoreError};
-use sluice_wire::parse::parse_frame;
+use sluice_wire::parse::{parse_frame, parse_into};
 
 /// Drop-reason stage index used for packets the parser refuses.
 pub const PARSE_STAGE: u8 = u8::MAX;
@@ -238,12 +238,12 @@ impl Chain {
             if !p.is_live() {
                 continue;
             }
-            match parse_frame(p.data()) {
-                Ok(m) => {
-                    if !m.is_ip() {
+            let (frame, meta) = p.data_and_meta_mut();
+            match parse_into(frame, meta) {
+                Ok(()) => {
+                    if !meta.is_ip() {
                         self.stats.non_ip += 1;
                     }
-                    p.meta = m;
                 }
                 Err(e) => {
                     p.meta = Default::default();

@@ -223,11 +223,19 @@ impl From<Error> for ParseError {
 /// endpoints, as NIC-offloaded middleboxes do, because verifying them would cost
 /// more than the rest of the parse for full-size packets.
 pub fn parse_frame(frame: &[u8]) -> Result<PacketMeta, ParseError> {
+    let mut m = PacketMeta::default();
+    parse_into(frame, &mut m)?;
+    Ok(m)
+}
+
+/// [`parse_frame`] into an existing `PacketMeta` (the data plane parses into each
+/// packet's own metadata, saving a copy per packet). On error `m` holds no meaning.
+pub fn parse_into(frame: &[u8], m: &mut PacketMeta) -> Result<(), ParseError> {
     if frame.len() > u16::MAX as usize {
         return Err(ParseError::Unsupported);
     }
     let eth = EthernetFrame::new_checked(frame)?;
-    let mut m = PacketMeta {
+    *m = PacketMeta {
         ethertype: eth.ethertype(),
         vlan_tci: eth.vlan_tci(),
         l3_offset: eth.header_len() as u16,
@@ -235,7 +243,7 @@ pub fn parse_frame(frame: &[u8]) -> Result<PacketMeta, ParseError> {
     };
     match m.ethertype {
         ethertype::IPV4 | ethertype::IPV6 => {
-            parse_ip(frame, eth.header_len(), &mut m, false)?;
+            parse_ip(frame, eth.header_len(), m, false)?;
         }
         t if t < 0x0600 => return Err(ParseError::Unsupported),
         _ => {
@@ -244,7 +252,7 @@ pub fn parse_frame(frame: &[u8]) -> Result<PacketMeta, ParseError> {
             m.l3_end = frame.len() as u16;
         }
     }
-    Ok(m)
+    Ok(())
 }
 
 /// Parses an IP packet starting at `off` in `frame` (also used for ICMP's embedded
