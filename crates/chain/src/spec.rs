@@ -108,6 +108,21 @@ impl Prefix {
         Ok(Prefix { addr, len })
     }
 
+    /// The network address (the prefix's first address as written).
+    pub fn network(&self) -> sluice_wire::IpAddr {
+        self.addr
+    }
+
+    /// The prefix length.
+    pub fn len(&self) -> u8 {
+        self.len
+    }
+
+    /// True for a zero-length prefix (every address).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
     /// True if `a` is inside the prefix.
     pub fn contains(&self, a: &sluice_wire::IpAddr) -> bool {
         if a.is_v4() != self.addr.is_v4() {
@@ -281,6 +296,11 @@ impl Registry {
     /// Registered type names.
     pub fn kinds(&self) -> impl Iterator<Item = &'static str> + '_ {
         self.factories.keys().copied()
+    }
+
+    /// Builds a function from `fs` once and discards it: checks its configuration.
+    pub fn validate(&self, fs: &FunctionSpec, base: &Path) -> Result<(), String> {
+        self.build(fs, Namespace(0), base).map(drop)
     }
 
     pub(crate) fn build(

@@ -1,0 +1,604 @@
+//! Tenant specifications: what a tenant asks Sluice for (Stratos §3.1).
+//!
+//! A spec names **elements** and composes them into **chains**:
+//!
+//! * `external`: hosts outside the cloud, a set of subnets;
+//! * `service`: a set of the tenant's VMs (name and address);
+//! * `middlebox`: a network function (`function`, its `config`, `instances`);
+//! * `select`: header fields limiting the traffic of the rest of a chain.
+//!
+//! A chain is a path from an external or service element, through middleboxes and
+//! selects, to an external or service element; it may be bidirectional (replies
+//! cross the middleboxes in reverse) and may mirror its traffic to off-path
+//! middleboxes. Middleboxes may be shared by several chains. Traffic in no chain is
+//! forwarded normally.
+//!
+//! [`TenantSpec::parse`] validates everything before anything is applied and names
+//! the field at fault: unknown element types and keys, dangling references, cycles,
+//! missing function configuration, and selects that make two chains claim the same
+//! traffic. See `examples/tenant/figure4.yaml`.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use serde_yaml::{Mapping, Value};
+use sluice_chain::{Prefix, Registry};
+use sluice_wire::IpAddr;
+
+/// A spec that cannot be applied: `path` names the field (`chains[1].path[2]`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{source_name}: {path}: {msg}")]
+pub struct SpecError {
+    /// The spec's file (or other origin).
+    pub source_name: String,
+    /// The field at fault.
+    pub path: String,
+    /// What is wrong.
+    pub msg: String,
+}
+
+/// One VM of a service.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Vm {
+    /// The VM's name.
+    pub name: String,
+    /// Its address.
+    pub addr: IpAddr,
+}
+
+/// Header fields a select matches; `None` is any.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Select {
+    /// IP protocol number.
+    pub proto: Option<u8>,
+    /// Source prefixes (any of).
+    pub src: Vec<Prefix>,
+    /// Destination prefixes (any of).
+    pub dst: Vec<Prefix>,
+    /// Inclusive source port range.
+    pub sport: Option<(u16, u16)>,
+    /// Inclusive destination port range.
+    pub dport: Option<(u16, u16)>,
+}
+
+impl Select {
+    fn both(a: &Select, b: &Select) -> Option<Select> {
+        let proto = match (a.proto, b.proto) {
+            (Some(x), Some(y)) if x != y => return None,
+            (x, y) => x.or(y),
+        };
+        let range =
+            |x: Option<(u16, u16)>, y: Option<(u16, u16)>| -> Result<Option<(u16, u16)>, ()> {
+                match (x, y) {
+                    (Some(p), Some(q)) => {
+                        let (lo, hi) = (p.0.max(q.0), p.1.min(q.1));
+                        if lo > hi {
+                            Err(())
+                        } else {
+                            Ok(Some((lo, hi)))
+                        }
+                    }
+                    (p, q) => Ok(p.or(q)),
+                }
+            };
+        let sport = range(a.sport, b.sport).ok()?;
+        let dport = range(a.dport, b.dport).ok()?;
+        let pfx = |x: &[Prefix], y: &[Prefix]| -> Option<Vec<Prefix>> {
+            if x.is_empty() {
+                return Some(y.to_vec());
+            }
+            if y.is_empty() {
+                return Some(x.to_vec());
+            }
+            let v: Vec<Prefix> = x
+                .iter()
+                .filter(|p| y.iter().any(|q| overlap(p, q)))
+                .copied()
+                .collect();
+            (!v.is_empty()).then_some(v)
+        };
+        Some(Select {
+            proto,
+            src: pfx(&a.src, &b.src)?,
+            dst: pfx(&a.dst, &b.dst)?,
+            sport,
+            dport,
+        })
+    }
+}
+
+fn overlap(a: &Prefix, b: &Prefix) -> bool {
+    a.contains(&b.network()) || b.contains(&a.network())
+}
+
+/// What an element is.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Element {
+    /// Hosts outside the cloud.
+    External {
+        /// Their subnets.
+        subnets: Vec<Prefix>,
+    },
+    /// Tenant VMs running one application.
+    Service {
+        /// The VMs.
+        vms: Vec<Vm>,
+    },
+    /// A network function.
+    Middlebox {
+        /// Function type (a chain `type`, e.g. `firewall`).
+        function: String,
+        /// The function's configuration.
+        config: Value,
+        /// Instances to run (at least 1).
+        instances: u32,
+    },
+    /// A traffic subset.
+    Select(Select),
+}
+
+impl Element {
+    fn kind(&self) -> &'static str {
+        match self {
+            Element::External { .. } => "external",
+            Element::Service { .. } => "service",
+            Element::Middlebox { .. } => "middlebox",
+            Element::Select(_) => "select",
+        }
+    }
+}
+
+/// A validated chain.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Chain {
+    /// Its name.
+    pub name: String,
+    /// Element names, source first, destination last.
+    pub path: Vec<String>,
+    /// Replies cross the middleboxes in reverse order.
+    pub bidirectional: bool,
+    /// Off-path middleboxes that receive a copy.
+    pub mirror: Vec<String>,
+}
+
+impl Chain {
+    /// The middleboxes of the path, in order.
+    pub fn middleboxes<'a>(&'a self, spec: &'a TenantSpec) -> impl Iterator<Item = &'a str> + 'a {
+        self.path
+            .iter()
+            .filter(move |n| matches!(spec.elements.get(*n), Some(Element::Middlebox { .. })))
+            .map(|s| s.as_str())
+    }
+}
+
+/// A validated tenant specification.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TenantSpec {
+    /// Tenant name.
+    pub tenant: String,
+    /// Elements by name.
+    pub elements: BTreeMap<String, Element>,
+    /// Chains, in spec order.
+    pub chains: Vec<Chain>,
+}
+
+/// Functions that cannot run without configuration.
+const NEEDS_CONFIG: [&str; 5] = ["firewall", "nat", "lb", "ips", "ratelimit"];
+
+struct Ctx<'a> {
+    source: &'a str,
+}
+
+impl Ctx<'_> {
+    fn err(&self, path: impl Into<String>, msg: impl Into<String>) -> SpecError {
+        SpecError {
+            source_name: self.source.to_string(),
+            path: path.into(),
+            msg: msg.into(),
+        }
+    }
+}
+
+fn check_keys(c: &Ctx<'_>, path: &str, m: &Mapping, allowed: &[&str]) -> Result<(), SpecError> {
+    for k in m.keys() {
+        let k = k
+            .as_str()
+            .ok_or_else(|| c.err(path, "keys must be strings"))?;
+        if !allowed.contains(&k) {
+            return Err(c.err(
+                format!("{path}.{k}"),
+                format!("unknown key (expected one of: {})", allowed.join(", ")),
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn str_list(c: &Ctx<'_>, path: &str, v: Option<&Value>) -> Result<Vec<String>, SpecError> {
+    match v {
+        None => Ok(Vec::new()),
+        Some(Value::Sequence(s)) => s
+            .iter()
+            .enumerate()
+            .map(|(i, x)| {
+                x.as_str()
+                    .map(String::from)
+                    .ok_or_else(|| c.err(format!("{path}[{i}]"), "expected a string"))
+            })
+            .collect(),
+        Some(_) => Err(c.err(path, "expected a list")),
+    }
+}
+
+fn ports(c: &Ctx<'_>, path: &str, v: Option<&Value>) -> Result<Option<(u16, u16)>, SpecError> {
+    let bad = || c.err(path, "expected a port or an inclusive range \"lo-hi\"");
+    match v {
+        None => Ok(None),
+        Some(Value::Number(n)) => {
+            let p = n.as_u64().filter(|&p| p <= 65535).ok_or_else(bad)? as u16;
+            Ok(Some((p, p)))
+        }
+        Some(Value::String(s)) => {
+            let (a, b) = s.split_once('-').unwrap_or((s, s));
+            let lo: u16 = a.trim().parse().map_err(|_| bad())?;
+            let hi: u16 = b.trim().parse().map_err(|_| bad())?;
+            if lo > hi {
+                return Err(bad());
+            }
+            Ok(Some((lo, hi)))
+        }
+        Some(_) => Err(bad()),
+    }
+}
+
+fn prefixes(c: &Ctx<'_>, path: &str, v: Option<&Value>) -> Result<Vec<Prefix>, SpecError> {
+    str_list(c, path, v)?
+        .iter()
+        .enumerate()
+        .map(|(i, s)| Prefix::parse(s).map_err(|e| c.err(format!("{path}[{i}]"), e)))
+        .collect()
+}
+
+fn parse_element(
+    c: &Ctx<'_>,
+    path: &str,
+    v: &Value,
+    registry: Option<&Registry>,
+) -> Result<Element, SpecError> {
+    let m = v
+        .as_mapping()
+        .ok_or_else(|| c.err(path, "expected a mapping with a `type`"))?;
+    let ty = m
+        .get("type")
+        .and_then(Value::as_str)
+        .ok_or_else(|| c.err(format!("{path}.type"), "missing"))?;
+    match ty {
+        "external" => {
+            check_keys(c, path, m, &["type", "subnets"])?;
+            let subnets = prefixes(c, &format!("{path}.subnets"), m.get("subnets"))?;
+            if subnets.is_empty() {
+                return Err(c.err(
+                    format!("{path}.subnets"),
+                    "an external element needs at least one subnet",
+                ));
+            }
+            Ok(Element::External { subnets })
+        }
+        "service" => {
+            check_keys(c, path, m, &["type", "vms"])?;
+            let vp = format!("{path}.vms");
+            let list = m
+                .get("vms")
+                .and_then(Value::as_mapping)
+                .ok_or_else(|| c.err(&vp, "expected a mapping of VM name to address"))?;
+            let mut vms = Vec::new();
+            for (k, a) in list {
+                let name = k
+                    .as_str()
+                    .ok_or_else(|| c.err(&vp, "VM names must be strings"))?
+                    .to_string();
+                let addr = a
+                    .as_str()
+                    .and_then(|s| s.parse::<IpAddr>().ok())
+                    .ok_or_else(|| c.err(format!("{vp}.{name}"), "expected an IP address"))?;
+                vms.push(Vm { name, addr });
+            }
+            if vms.is_empty() {
+                return Err(c.err(vp, "a service needs at least one VM"));
+            }
+            Ok(Element::Service { vms })
+        }
+        "middlebox" => {
+            check_keys(c, path, m, &["type", "function", "config", "instances"])?;
+            let function = m
+                .get("function")
+                .and_then(Value::as_str)
+                .ok_or_else(|| {
+                    c.err(
+                        format!("{path}.function"),
+                        "missing (e.g. firewall, ips, lb, nat, monitor)",
+                    )
+                })?
+                .to_string();
+            let config = m.get("config").cloned().unwrap_or(Value::Null);
+            if matches!(config, Value::Null) && NEEDS_CONFIG.contains(&function.as_str()) {
+                return Err(c.err(
+                    format!("{path}.config"),
+                    format!("missing: a {function} needs its configuration"),
+                ));
+            }
+            let instances = match m.get("instances") {
+                None => 1,
+                Some(v) => v
+                    .as_u64()
+                    .filter(|&n| (1..=1024).contains(&n))
+                    .ok_or_else(|| {
+                        c.err(
+                            format!("{path}.instances"),
+                            "expected a count from 1 to 1024",
+                        )
+                    })? as u32,
+            };
+            if let Some(r) = registry {
+                // Build it once, as an instance would, so a bad configuration is
+                // refused now and not when an instance starts.
+                let fs = sluice_chain::FunctionSpec {
+                    name: path.to_string(),
+                    kind: function.clone(),
+                    config: config.clone(),
+                };
+                r.validate(&fs, Path::new("."))
+                    .map_err(|e| c.err(format!("{path}.config"), e))?;
+            }
+            Ok(Element::Middlebox {
+                function,
+                config,
+                instances,
+            })
+        }
+        "select" => {
+            check_keys(
+                c,
+                path,
+                m,
+                &["type", "proto", "src", "dst", "sport", "dport"],
+            )?;
+            let proto = match m.get("proto") {
+                None => None,
+                Some(Value::String(s)) => Some(match s.as_str() {
+                    "tcp" => 6,
+                    "udp" => 17,
+                    "icmp" => 1,
+                    other => {
+                        return Err(c.err(
+                            format!("{path}.proto"),
+                            format!("unknown protocol `{other}` (tcp, udp, icmp or a number)"),
+                        ))
+                    }
+                }),
+                Some(Value::Number(n)) => Some(
+                    n.as_u64()
+                        .filter(|&p| p < 256)
+                        .ok_or_else(|| c.err(format!("{path}.proto"), "expected 0-255"))?
+                        as u8,
+                ),
+                Some(_) => {
+                    return Err(c.err(
+                        format!("{path}.proto"),
+                        "expected a protocol name or number",
+                    ))
+                }
+            };
+            let s = Select {
+                proto,
+                src: prefixes(c, &format!("{path}.src"), m.get("src"))?,
+                dst: prefixes(c, &format!("{path}.dst"), m.get("dst"))?,
+                sport: ports(c, &format!("{path}.sport"), m.get("sport"))?,
+                dport: ports(c, &format!("{path}.dport"), m.get("dport"))?,
+            };
+            if s == Select::default() {
+                return Err(c.err(
+                    path,
+                    "a select needs at least one of proto, src, dst, sport, dport",
+                ));
+            }
+            Ok(Element::Select(s))
+        }
+        other => Err(c.err(
+            format!("{path}.type"),
+            format!("unknown element type `{other}` (external, service, middlebox, select)"),
+        )),
+    }
+}
+
+impl TenantSpec {
+    /// Parses and validates a spec. With a `registry`, every middlebox's
+    /// configuration is checked by building the function once.
+    pub fn parse(
+        text: &str,
+        source_name: &str,
+        registry: Option<&Registry>,
+    ) -> Result<TenantSpec, SpecError> {
+        let c = Ctx {
+            source: source_name,
+        };
+        let root: Value =
+            serde_yaml::from_str(text).map_err(|e| c.err("(document)", e.to_string()))?;
+        let m = root
+            .as_mapping()
+            .ok_or_else(|| c.err("(document)", "expected a mapping"))?;
+        check_keys(&c, "(document)", m, &["tenant", "elements", "chains"])?;
+        let tenant = m
+            .get("tenant")
+            .and_then(Value::as_str)
+            .filter(|s| !s.trim().is_empty())
+            .ok_or_else(|| c.err("tenant", "missing"))?
+            .to_string();
+        let els = m
+            .get("elements")
+            .and_then(Value::as_mapping)
+            .ok_or_else(|| c.err("elements", "expected a mapping of name to element"))?;
+        let mut elements = BTreeMap::new();
+        for (k, v) in els {
+            let name = k
+                .as_str()
+                .ok_or_else(|| c.err("elements", "element names must be strings"))?;
+            let e = parse_element(&c, &format!("elements.{name}"), v, registry)?;
+            elements.insert(name.to_string(), e);
+        }
+        let list = m
+            .get("chains")
+            .and_then(Value::as_sequence)
+            .ok_or_else(|| c.err("chains", "expected a list of chains"))?;
+        let mut chains: Vec<Chain> = Vec::new();
+        for (i, v) in list.iter().enumerate() {
+            let p = format!("chains[{i}]");
+            let cm = v
+                .as_mapping()
+                .ok_or_else(|| c.err(&p, "expected a mapping"))?;
+            check_keys(&c, &p, cm, &["name", "path", "bidirectional", "mirror"])?;
+            let name = cm
+                .get("name")
+                .and_then(Value::as_str)
+                .ok_or_else(|| c.err(format!("{p}.name"), "missing"))?
+                .to_string();
+            if chains.iter().any(|x| x.name == name) {
+                return Err(c.err(
+                    format!("{p}.name"),
+                    format!("chain `{name}` is defined twice"),
+                ));
+            }
+            let path = str_list(&c, &format!("{p}.path"), cm.get("path"))?;
+            if path.len() < 2 {
+                return Err(c.err(
+                    format!("{p}.path"),
+                    "a chain needs a source and a destination",
+                ));
+            }
+            for (j, n) in path.iter().enumerate() {
+                let e = elements.get(n).ok_or_else(|| {
+                    c.err(format!("{p}.path[{j}]"), format!("unknown element `{n}`"))
+                })?;
+                let end = j == 0 || j == path.len() - 1;
+                let ok = match e {
+                    Element::External { .. } | Element::Service { .. } => end,
+                    Element::Middlebox { .. } | Element::Select(_) => !end,
+                };
+                if !ok {
+                    let want = if end {
+                        "an external or service element"
+                    } else {
+                        "a middlebox or select"
+                    };
+                    return Err(c.err(
+                        format!("{p}.path[{j}]"),
+                        format!("`{n}` is a {}; here the chain needs {want}", e.kind()),
+                    ));
+                }
+                if matches!(
+                    e,
+                    Element::Middlebox { .. } | Element::External { .. } | Element::Service { .. }
+                ) {
+                    if let Some(k) = path[..j].iter().position(|x| x == n) {
+                        return Err(c.err(
+                            format!("{p}.path[{j}]"),
+                            format!("cycle: `{n}` already appears at path[{k}]"),
+                        ));
+                    }
+                }
+            }
+            let mirror = str_list(&c, &format!("{p}.mirror"), cm.get("mirror"))?;
+            for (j, n) in mirror.iter().enumerate() {
+                match elements.get(n) {
+                    Some(Element::Middlebox { .. }) => {}
+                    Some(e) => {
+                        return Err(c.err(
+                            format!("{p}.mirror[{j}]"),
+                            format!("`{n}` is a {}, not a middlebox", e.kind()),
+                        ))
+                    }
+                    None => {
+                        return Err(
+                            c.err(format!("{p}.mirror[{j}]"), format!("unknown element `{n}`"))
+                        )
+                    }
+                }
+            }
+            let bidirectional = match cm.get("bidirectional") {
+                None => true,
+                Some(Value::Bool(b)) => *b,
+                Some(_) => {
+                    return Err(c.err(format!("{p}.bidirectional"), "expected true or false"))
+                }
+            };
+            chains.push(Chain {
+                name,
+                path,
+                bidirectional,
+                mirror,
+            });
+        }
+        let spec = TenantSpec {
+            tenant,
+            elements,
+            chains,
+        };
+        spec.check_overlaps(&c)?;
+        Ok(spec)
+    }
+
+    /// The traffic a chain claims: its selects combined (`None` if they exclude
+    /// each other, so the chain matches nothing).
+    pub fn selector(&self, chain: &Chain) -> Option<Select> {
+        let mut acc = Select::default();
+        for n in &chain.path {
+            if let Some(Element::Select(s)) = self.elements.get(n) {
+                acc = Select::both(&acc, s)?;
+            }
+        }
+        Some(acc)
+    }
+
+    fn endpoints_overlap(&self, a: &str, b: &str) -> bool {
+        if a == b {
+            return true;
+        }
+        match (self.elements.get(a), self.elements.get(b)) {
+            (Some(Element::External { subnets: x }), Some(Element::External { subnets: y })) => {
+                x.iter().any(|p| y.iter().any(|q| overlap(p, q)))
+            }
+            (Some(Element::Service { vms: x }), Some(Element::Service { vms: y })) => {
+                x.iter().any(|v| y.iter().any(|w| v.addr == w.addr))
+            }
+            _ => false,
+        }
+    }
+
+    fn check_overlaps(&self, c: &Ctx<'_>) -> Result<(), SpecError> {
+        for (i, a) in self.chains.iter().enumerate() {
+            for (j, b) in self.chains.iter().enumerate().skip(i + 1) {
+                let (a0, a1) = (&a.path[0], a.path.last().unwrap());
+                let (b0, b1) = (&b.path[0], b.path.last().unwrap());
+                let same_way = self.endpoints_overlap(a0, b0) && self.endpoints_overlap(a1, b1);
+                let crossed = (a.bidirectional || b.bidirectional)
+                    && self.endpoints_overlap(a0, b1)
+                    && self.endpoints_overlap(a1, b0);
+                if !(same_way || crossed) {
+                    continue;
+                }
+                if let (Some(x), Some(y)) = (self.selector(a), self.selector(b)) {
+                    if Select::both(&x, &y).is_some() {
+                        return Err(c.err(
+                            format!("chains[{j}]"),
+                            format!(
+                                "chain `{}` claims traffic that chain `{}` (chains[{i}]) also claims between the same endpoints; make their selects disjoint",
+                                b.name, a.name
+                            ),
+                        ));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}

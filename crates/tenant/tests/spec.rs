@@ -1,0 +1,154 @@
+//! Tenant specs: the Figure 4 example validates; every kind of mistake is refused
+//! with the field named.
+
+use sluice_tenant::{Element, TenantSpec};
+
+fn parse(text: &str) -> Result<TenantSpec, String> {
+    TenantSpec::parse(text, "t.yaml", Some(&sluice_builtin::registry())).map_err(|e| e.to_string())
+}
+
+const BASE: &str = r#"
+tenant: t
+elements:
+  net: { type: external, subnets: [198.51.100.0/24] }
+  net2: { type: external, subnets: [198.51.100.128/25] }
+  web: { type: service, vms: { w1: 10.0.0.1 } }
+  http: { type: select, proto: tcp, dport: 80 }
+  https: { type: select, proto: tcp, dport: 443 }
+  web-ports: { type: select, proto: tcp, dport: "1-1000" }
+  fw: { type: middlebox, function: firewall, config: { rules: "default allow" } }
+  mon: { type: middlebox, function: monitor }
+chains:
+"#;
+
+fn with_chains(chains: &str) -> String {
+    format!("{BASE}{chains}")
+}
+
+#[test]
+fn figure4_example_validates() {
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../examples/tenant/figure4.yaml"
+    ))
+    .unwrap();
+    let s = parse(&text).unwrap();
+    assert_eq!(s.chains.len(), 3);
+    let fw_users = s
+        .chains
+        .iter()
+        .filter(|c| c.path.iter().any(|n| n == "fw"))
+        .count();
+    assert_eq!(fw_users, 3, "the firewall is shared by every chain");
+    assert!(matches!(
+        s.elements["fw"],
+        Element::Middlebox { instances: 2, .. }
+    ));
+    assert_eq!(s.chains[0].mirror, vec!["mon".to_string()]);
+    assert!(
+        s.chains.iter().all(|c| c.bidirectional),
+        "chains are bidirectional by default"
+    );
+    let mb: Vec<&str> = s.chains[2].middleboxes(&s).collect();
+    assert_eq!(mb, vec!["fw", "lb-b"]);
+}
+
+#[test]
+fn disjoint_selects_between_the_same_endpoints_are_fine() {
+    parse(&with_chains(
+        "  - { name: a, path: [net, http, fw, web] }\n  - { name: b, path: [net, https, mon, web] }\n",
+    ))
+    .unwrap();
+}
+
+#[test]
+fn each_mistake_names_its_field() {
+    let cases: &[(&str, &str)] = &[
+        ("  - { name: a, path: [net, fw, nowhere] }\n", "chains[0].path[2]: unknown element `nowhere`"),
+        ("  - { name: a, path: [net, fw, fw, web] }\n", "chains[0].path[2]: cycle: `fw` already appears at path[1]"),
+        ("  - { name: a, path: [fw, web] }\n", "chains[0].path[0]: `fw` is a middlebox"),
+        ("  - { name: a, path: [net, web, fw, web] }\n", "chains[0].path[1]: `web` is a service"),
+        ("  - { name: a, path: [net, fw, web], mirror: [http] }\n", "chains[0].mirror[0]: `http` is a select"),
+        ("  - { name: a, path: [net, fw, web], colour: red }\n", "chains[0].colour: unknown key"),
+        (
+            "  - { name: a, path: [net, http, fw, web] }\n  - { name: b, path: [net, web-ports, mon, web] }\n",
+            "chains[1]: chain `b` claims traffic that chain `a`",
+        ),
+        (
+            "  - { name: a, path: [net, fw, web] }\n  - { name: b, path: [net2, mon, web] }\n",
+            "chains[1]: chain `b` claims traffic",
+        ),
+        (
+            "  - { name: a, path: [net, fw, web] }\n  - { name: b, path: [web, mon, net] }\n",
+            "chains[1]: chain `b` claims traffic",
+        ),
+        (
+            "  - { name: a, path: [net, fw, web] }\n  - { name: a, path: [net, https, fw, web] }\n",
+            "chains[1].name: chain `a` is defined twice",
+        ),
+    ];
+    for (chains, want) in cases {
+        let e = parse(&with_chains(chains)).unwrap_err();
+        assert!(e.contains(want), "expected `{want}` in `{e}`");
+        assert!(e.starts_with("t.yaml: "), "{e}");
+    }
+}
+
+#[test]
+fn bad_elements_are_refused() {
+    let cases: &[(&str, &str)] = &[
+        (
+            "x: { type: router }",
+            "elements.x.type: unknown element type `router`",
+        ),
+        ("x: { type: middlebox }", "elements.x.function: missing"),
+        (
+            "x: { type: middlebox, function: firewall }",
+            "elements.x.config: missing: a firewall needs its configuration",
+        ),
+        (
+            "x: { type: middlebox, function: nat, config: { inside: [10.0.0.0/8] } }",
+            "elements.x.config:",
+        ),
+        (
+            "x: { type: middlebox, function: teleporter, config: {} }",
+            "unknown function type `teleporter`",
+        ),
+        (
+            "x: { type: middlebox, function: monitor, instances: 0 }",
+            "elements.x.instances",
+        ),
+        (
+            "x: { type: external, subnets: [] }",
+            "elements.x.subnets: an external element needs at least one subnet",
+        ),
+        (
+            "x: { type: external, subnets: [10.0.0.0/33] }",
+            "elements.x.subnets[0]",
+        ),
+        (
+            "x: { type: service, vms: { v: not-an-ip } }",
+            "elements.x.vms.v: expected an IP address",
+        ),
+        (
+            "x: { type: select }",
+            "elements.x: a select needs at least one of",
+        ),
+        ("x: { type: select, dport: \"90-80\" }", "elements.x.dport"),
+        (
+            "x: { type: select, proto: sctpx }",
+            "elements.x.proto: unknown protocol `sctpx`",
+        ),
+    ];
+    for (el, want) in cases {
+        let text = format!("tenant: t\nelements:\n  {el}\nchains: []\n");
+        let e = parse(&text).unwrap_err();
+        assert!(e.contains(want), "expected `{want}` in `{e}`");
+    }
+    assert!(parse("tenant: t\nelements: {}\nchains: [\n")
+        .unwrap_err()
+        .contains("(document)"));
+    assert!(parse("elements: {}\nchains: []\n")
+        .unwrap_err()
+        .contains("tenant: missing"));
+}
