@@ -1,5 +1,6 @@
 //! Benchmarks of the data plane, run with one command and reported as ratios to a
-//! baseline measured in the same run (`sluice bench nf`).
+//! baseline measured in the same run (`sluice bench nf`), and the cost of remote
+//! state against local state (`sluice bench state`, see [`state`]).
 //!
 //! Traffic is generated in memory ([`sluice_trafficgen`]) and replayed batch by
 //! batch: each frame is copied into a pooled buffer (what a NIC's receive does),
@@ -10,6 +11,7 @@
 //! would in wall-clock time; on an idle machine the two agree.
 
 pub mod nf;
+pub mod state;
 
 use serde::Serialize;
 

@@ -48,6 +48,15 @@ pub fn thread_cpu_ns() -> u64 {
         .unwrap_or(0)
 }
 
+/// Writes a chain's extra files into `dir` and parses its YAML (as if it were
+/// `dir/bench.yaml`, so relative file names resolve against `dir`).
+pub fn load_spec(dir: &Path, chain: &ChainText) -> Result<ChainSpec, String> {
+    for (name, text) in &chain.files {
+        std::fs::write(dir.join(name), text).map_err(|e| e.to_string())?;
+    }
+    ChainSpec::from_str(&chain.yaml, &dir.join("bench.yaml")).map_err(|e| e.to_string())
+}
+
 /// Runs `trace` through a fresh chain `reps` times; returns the best seconds of
 /// on-CPU time (wall time where CPU time is unavailable).
 pub fn time_chain(
@@ -57,11 +66,7 @@ pub fn time_chain(
     trace: &Trace,
     reps: usize,
 ) -> Result<f64, String> {
-    for (name, text) in &chain.files {
-        std::fs::write(dir.join(name), text).map_err(|e| e.to_string())?;
-    }
-    let spec =
-        ChainSpec::from_str(&chain.yaml, &dir.join("bench.yaml")).map_err(|e| e.to_string())?;
+    let spec = load_spec(dir, chain)?;
     let registry = sluice_builtin::registry();
     let batch_size = spec.settings.batch_size;
     let mut best = f64::INFINITY;
@@ -200,8 +205,63 @@ pub fn firewall_memory(dir: &Path, flows: u32) -> Result<Measurement, String> {
     })
 }
 
-fn single(kind: &str, extra: &str) -> String {
+/// A one-function chain of `kind` (`extra`: its indented config lines), batches of 32.
+pub fn single(kind: &str, extra: &str) -> String {
     format!("name: bench\nfunctions:\n  - type: {kind}\n{extra}settings:\n  batch_size: 32\n  timer_interval_ms: 100\n")
+}
+
+/// The forward-only chain (parsing, no function): the baseline of `bench nf`.
+pub fn pass_chain() -> ChainText {
+    ChainText {
+        yaml: single("pass", ""),
+        files: vec![],
+    }
+}
+
+/// A firewall with `rules` rules ([`firewall_rules`]) admitting the generated traffic.
+pub fn firewall_chain(rules: usize) -> ChainText {
+    ChainText {
+        yaml: single("firewall", "    rules_file: fw.rules\n"),
+        files: vec![("fw.rules".into(), firewall_rules(rules))],
+    }
+}
+
+/// A NAT translating the generated clients (10.0.0.0/8) to a /28 pool.
+pub fn nat_chain() -> ChainText {
+    ChainText {
+        yaml: single(
+            "nat",
+            "    inside: [10.0.0.0/8]\n    pool: [203.0.113.0/28]\n",
+        ),
+        files: vec![],
+    }
+}
+
+/// A Maglev load balancer with a service on each generated server address (port 80).
+pub fn lb_chain() -> ChainText {
+    ChainText {
+        yaml: single(
+            "lb",
+            "    services:\n      - vip: 192.0.2.1\n        port: 80\n        backends: [{addr: 198.51.100.1, weight: 1}, {addr: 198.51.100.2, weight: 1}]\n      - vip: 192.0.2.2\n        port: 80\n        backends: [{addr: 198.51.100.3, weight: 1}]\n      - vip: 192.0.2.3\n        port: 80\n        backends: [{addr: 198.51.100.4, weight: 1}]\n      - vip: 192.0.2.4\n        port: 80\n        backends: [{addr: 198.51.100.5, weight: 1}]\n",
+        ),
+        files: vec![],
+    }
+}
+
+/// The flow monitor with its defaults.
+pub fn monitor_chain() -> ChainText {
+    ChainText {
+        yaml: single("monitor", ""),
+        files: vec![],
+    }
+}
+
+/// An IPS with `rules` content rules ([`ips_rules`]) that never match the traffic.
+pub fn ips_chain(rules: usize) -> ChainText {
+    ChainText {
+        yaml: single("ips", "    rule_files: [ips.rules]\n"),
+        files: vec![("ips.rules".into(), ips_rules(rules))],
+    }
 }
 
 /// `firewall` rules: `n - 2` narrow rules that never match the traffic, then the
@@ -295,16 +355,7 @@ pub fn run(opts: &Options, progress: &mut dyn FnMut(&str)) -> Vec<Measurement> {
         }
     };
 
-    let fwd = bench(
-        "forward_only",
-        ChainText {
-            yaml: single("pass", ""),
-            files: vec![],
-        },
-        Sharing::Shared,
-        &small,
-        64,
-    );
+    let fwd = bench("forward_only", pass_chain(), Sharing::Shared, &small, 64);
     let rel = |m: Option<Measurement>,
                base: &Option<Measurement>,
                note: &str,
@@ -319,46 +370,28 @@ pub fn run(opts: &Options, progress: &mut dyn FnMut(&str)) -> Vec<Measurement> {
         }
     };
     rel(fwd.clone(), &None, "target >= 20 Mpps", &mut out);
-    let fw = ChainText {
-        yaml: single("firewall", "    rules_file: fw.rules\n"),
-        files: vec![("fw.rules".into(), firewall_rules(1000))],
-    };
+    let fw = firewall_chain(1000);
     rel(
         bench("firewall_1000_rules", fw, Sharing::Shared, &small, 64),
         &fwd,
         "target >= 5 Mpps",
         &mut out,
     );
-    let nat = ChainText {
-        yaml: single(
-            "nat",
-            "    inside: [10.0.0.0/8]\n    pool: [203.0.113.0/28]\n",
-        ),
-        files: vec![],
-    };
+    let nat = nat_chain();
     rel(
         bench("nat", nat, Sharing::Shared, &small, 64),
         &fwd,
         "target >= 5 Mpps",
         &mut out,
     );
-    let lb = ChainText {
-        yaml: single(
-            "lb",
-            "    services:\n      - vip: 192.0.2.1\n        port: 80\n        backends: [{addr: 198.51.100.1, weight: 1}, {addr: 198.51.100.2, weight: 1}]\n      - vip: 192.0.2.2\n        port: 80\n        backends: [{addr: 198.51.100.3, weight: 1}]\n      - vip: 192.0.2.3\n        port: 80\n        backends: [{addr: 198.51.100.4, weight: 1}]\n      - vip: 192.0.2.4\n        port: 80\n        backends: [{addr: 198.51.100.5, weight: 1}]\n",
-        ),
-        files: vec![],
-    };
+    let lb = lb_chain();
     rel(
         bench("lb_maglev", lb, Sharing::Shared, &small, 64),
         &fwd,
         "target >= 8 Mpps",
         &mut out,
     );
-    let mon = ChainText {
-        yaml: single("monitor", ""),
-        files: vec![],
-    };
+    let mon = monitor_chain();
     rel(
         bench("monitor", mon, Sharing::Shared, &small, 64),
         &fwd,
@@ -369,10 +402,7 @@ pub fn run(opts: &Options, progress: &mut dyn FnMut(&str)) -> Vec<Measurement> {
     // The IPS, on full-size packets, against the forward-only pipeline on the same bytes.
     let fwd_big = bench(
         "forward_only_1514",
-        ChainText {
-            yaml: single("pass", ""),
-            files: vec![],
-        },
+        pass_chain(),
         Sharing::Shared,
         &big,
         1514,
@@ -397,10 +427,7 @@ pub fn run(opts: &Options, progress: &mut dyn FnMut(&str)) -> Vec<Measurement> {
             "the DFA alone over every payload: the IPS's limit",
             &mut out,
         );
-        let ips = ChainText {
-            yaml: single("ips", "    rule_files: [ips.rules]\n"),
-            files: vec![("ips.rules".into(), ips_rules(n))],
-        };
+        let ips = ips_chain(n);
         rel(
             bench(
                 &format!("ips_{n}_rules_1514"),

@@ -60,6 +60,26 @@ enum BenchCmd {
         #[arg(long)]
         filter: Option<String>,
     },
+    /// Remote (Redis) versus local state: throughput, added latency and store
+    /// operations per packet of each function, long and short flows (StatelessNF Fig. 4.4).
+    State {
+        /// Print one JSON object per measurement instead of tables.
+        #[arg(long)]
+        json: bool,
+        /// Fewer frame sizes and packets, for a fast run.
+        #[arg(long)]
+        quick: bool,
+        /// Existing store to measure (`redis://HOST:PORT` or
+        /// `redis-cluster://HOST:PORT,...`); default: a private redis-server on loopback.
+        #[arg(long)]
+        state: Option<String>,
+        /// Only measurements whose name (e.g. `firewall_long_64`) contains this.
+        #[arg(long)]
+        filter: Option<String>,
+        /// Runs per backend and workload; the fastest is kept.
+        #[arg(long, default_value_t = 2)]
+        reps: usize,
+    },
 }
 
 fn bench(which: BenchCmd) -> Result<(), String> {
@@ -88,6 +108,35 @@ fn bench(which: BenchCmd) -> Result<(), String> {
                 }
             } else {
                 print!("{}", sluice_bench::table(&ms));
+            }
+            Ok(())
+        }
+        BenchCmd::State {
+            json,
+            quick,
+            state,
+            filter,
+            reps,
+        } => {
+            let opts = sluice_bench::state::Options {
+                quick,
+                state,
+                filter,
+                reps,
+            };
+            let ms = sluice_bench::state::run(&opts, &mut |what| eprintln!("bench: {what}"))?;
+            if ms.is_empty() {
+                return Err("no measurement ran (check --filter)".into());
+            }
+            if json {
+                for m in &ms {
+                    println!(
+                        "{}",
+                        serde_json::to_string(m).expect("measurement serialises")
+                    );
+                }
+            } else {
+                print!("{}", sluice_bench::state::table(&ms));
             }
             Ok(())
         }

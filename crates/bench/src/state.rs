@@ -1,0 +1,735 @@
+//! `sluice bench state`: what keeping state in a remote store costs (StatelessNF
+//! §4.6.2, Fig. 4.4 and the latency of Fig. 4.6), and how many store operations
+//! each packet needs (Table 4.1).
+//!
+//! Every workload runs twice in the same process on the same trace: once with the
+//! state in a [`LocalStore`], once in a Redis store (a private `redis-server` on
+//! loopback started here, or the store `--state` names). Time is wall clock, not
+//! on-CPU time as in `bench nf`: waiting for the store is off-CPU and is exactly the
+//! cost being measured.
+//!
+//! Each run uses a chain name of its own, so its functions get fresh namespaces and
+//! never find state an earlier run left in a shared store (state written into an
+//! existing store is left there, under those one-off namespaces).
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use serde::Serialize;
+use sluice_chain::{Chain, ChainSpec, Sharing};
+use sluice_packet::{Batch, PacketPool, Verdict};
+use sluice_state::{LocalStore, StateStore, StoreCounters};
+use sluice_state_redis::server::RedisServer;
+use sluice_trafficgen::{generate, Trace, TrafficSpec};
+use sluice_wire::parse::parse_frame;
+use sluice_wire::tcp::flags::{FIN, RST, SYN};
+
+use crate::nf::{self, ChainText};
+
+/// Remote/local throughput a long-flow workload should reach, at every frame size.
+pub const TARGET_RATIO_LONG: f64 = 0.9;
+/// Remote/local throughput a short-flow workload should reach at 64 bytes.
+pub const TARGET_RATIO_SHORT_64: f64 = 0.5;
+/// Added p50 latency (µs) of established-flow batches the remote store may cost.
+pub const TARGET_ADDED_P50_US: f64 = 5.0;
+/// Added p95 latency (µs) of established-flow batches the remote store may cost.
+pub const TARGET_ADDED_P95_US: f64 = 50.0;
+
+/// Options of `sluice bench state`.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Fewer frame sizes and packets, for a fast run.
+    pub quick: bool,
+    /// `redis://HOST:PORT` or `redis-cluster://HOST:PORT,...` of an existing store;
+    /// `None` starts a private `redis-server` on loopback.
+    pub state: Option<String>,
+    /// Only measurements whose name (e.g. `firewall_long_64`) contains this.
+    pub filter: Option<String>,
+    /// Runs per backend and workload; the fastest is kept.
+    pub reps: usize,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            quick: false,
+            state: None,
+            filter: None,
+            reps: 2,
+        }
+    }
+}
+
+/// Long flows (StatelessNF's best case) or short flows (its worst case).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FlowsKind {
+    /// Few flows of 10,000 packets.
+    Long,
+    /// Many flows of 100 packets.
+    Short,
+}
+
+impl FlowsKind {
+    fn name(self) -> &'static str {
+        match self {
+            FlowsKind::Long => "long",
+            FlowsKind::Short => "short",
+        }
+    }
+}
+
+/// A trace plus which of its batches carry only packets of established flows.
+pub struct Workload {
+    /// Long or short flows.
+    pub kind: FlowsKind,
+    /// Frame size of data packets.
+    pub frame_size: usize,
+    /// The packets.
+    pub trace: Trace,
+    /// Per batch of `batch_size`: true if no packet opens or closes a connection
+    /// (SYN, FIN, RST) and every packet's flow was seen in an earlier batch.
+    pub established: Vec<bool>,
+    /// Batch size `established` was computed for.
+    pub batch_size: usize,
+    /// Mean number of distinct flows per batch: functions read each flow once per
+    /// batch, so this bounds their reads per packet.
+    pub flows_per_batch: f64,
+}
+
+impl Workload {
+    /// Generates `packets` packets (rounded to whole flows) of `kind` traffic.
+    pub fn new(kind: FlowsKind, frame_size: usize, packets: usize, batch_size: usize) -> Self {
+        let spec = match kind {
+            FlowsKind::Long => TrafficSpec::long_flows((packets / 10_000).max(1), frame_size),
+            FlowsKind::Short => TrafficSpec::short_flows((packets / 100).max(1), frame_size),
+        };
+        Workload::from_trace(kind, frame_size, generate(&spec), batch_size)
+    }
+
+    /// Wraps an existing trace, classifying its batches.
+    pub fn from_trace(kind: FlowsKind, frame_size: usize, trace: Trace, batch_size: usize) -> Self {
+        let batch_size = batch_size.max(1);
+        let mut seen = HashSet::new();
+        let mut this_batch = Vec::with_capacity(batch_size);
+        let mut established = Vec::with_capacity(trace.len() / batch_size + 1);
+        let mut distinct = 0usize;
+        let mut i = 0;
+        while i < trace.len() {
+            let end = (i + batch_size).min(trace.len());
+            let mut all = true;
+            this_batch.clear();
+            for j in i..end {
+                let Ok(m) = parse_frame(trace.get(j).1) else {
+                    all = false;
+                    continue;
+                };
+                let flow = m.flow.canonical().0;
+                if m.tcp_flags & (SYN | FIN | RST) != 0 || !seen.contains(&flow) {
+                    all = false;
+                }
+                this_batch.push(flow);
+            }
+            seen.extend(this_batch.iter().copied());
+            this_batch.sort_unstable();
+            this_batch.dedup();
+            distinct += this_batch.len();
+            established.push(all);
+            i = end;
+        }
+        let flows_per_batch = distinct as f64 / established.len().max(1) as f64;
+        Workload {
+            kind,
+            frame_size,
+            trace,
+            established,
+            batch_size,
+            flows_per_batch,
+        }
+    }
+}
+
+/// What one run of a trace through a chain observed.
+#[derive(Debug, Clone, Default)]
+pub struct RunOutcome {
+    /// Packets run.
+    pub packets: u64,
+    /// Wall-clock seconds spent copying frames in and processing them.
+    pub secs: f64,
+    /// Per batch: (nanoseconds of `chain.process`, packets, established).
+    pub batches: Vec<(u64, u32, bool)>,
+    /// Store operations the run issued.
+    pub counters: StoreCounters,
+    /// Packets forwarded.
+    pub forwarded: u64,
+    /// Packets dropped by a function.
+    pub dropped: u64,
+    /// Batches a function failed on because of a store error.
+    pub store_errors: u64,
+    /// FNV-1a of every packet's verdict and output bytes, in order (0 unless asked).
+    pub digest: u64,
+}
+
+impl RunOutcome {
+    /// Million packets per second.
+    pub fn mpps(&self) -> f64 {
+        if self.secs > 0.0 {
+            self.packets as f64 / self.secs / 1e6
+        } else {
+            0.0
+        }
+    }
+
+    /// Per-packet latency percentile `q` (0..=1) in µs: each packet is charged the
+    /// time of the `process` call of its batch. `only_established` keeps only
+    /// batches of established flows. `None` if no batch qualifies.
+    pub fn percentile_us(&self, q: f64, only_established: bool) -> Option<f64> {
+        let mut v: Vec<(u64, u32)> = self
+            .batches
+            .iter()
+            .filter(|b| !only_established || b.2)
+            .map(|b| (b.0, b.1))
+            .collect();
+        percentile_us(&mut v, q)
+    }
+}
+
+/// Percentile `q` of a distribution given as (value ns, weight) pairs, in µs.
+pub fn percentile_us(v: &mut [(u64, u32)], q: f64) -> Option<f64> {
+    let total: u64 = v.iter().map(|b| b.1 as u64).sum();
+    if total == 0 {
+        return None;
+    }
+    v.sort_unstable_by_key(|b| b.0);
+    let rank = ((q.clamp(0.0, 1.0) * total as f64).ceil() as u64).max(1);
+    let mut acc = 0u64;
+    for &(ns, w) in v.iter() {
+        acc += w as u64;
+        if acc >= rank {
+            return Some(ns as f64 / 1e3);
+        }
+    }
+    v.last().map(|b| b.0 as f64 / 1e3)
+}
+
+fn fnv(h: &mut u64, bytes: &[u8]) {
+    for &b in bytes {
+        *h ^= b as u64;
+        *h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+}
+
+/// Runs `w` once through a fresh chain built from `spec` (renamed `name`, so its
+/// namespaces are its own) with state in `store`. `digest` hashes every packet's
+/// verdict and bytes after processing (outside the timed part).
+pub fn run_once(
+    spec: &ChainSpec,
+    dir: &Path,
+    name: &str,
+    w: &Workload,
+    store: &mut dyn StateStore,
+    digest: bool,
+) -> Result<RunOutcome, String> {
+    let mut spec = spec.clone();
+    spec.name = name.to_string();
+    spec.settings.batch_size = w.batch_size;
+    let registry = sluice_builtin::registry();
+    let mut chain =
+        Chain::from_spec(&spec, dir, &registry, Sharing::Shared).map_err(|e| e.to_string())?;
+    let batch_size = w.batch_size;
+    let mut pool = PacketPool::new(batch_size * 2);
+    let mut batch = Batch::with_capacity(batch_size);
+    let mut out = RunOutcome {
+        packets: w.trace.len() as u64,
+        batches: Vec::with_capacity(w.established.len()),
+        digest: 0xcbf2_9ce4_8422_2325,
+        ..Default::default()
+    };
+    let before = store.counters();
+    let mut busy_ns = 0u64;
+    let (mut i, mut b) = (0, 0);
+    while i < w.trace.len() {
+        let end = (i + batch_size).min(w.trace.len());
+        let t0 = Instant::now();
+        for j in i..end {
+            let (ts, f) = w.trace.get(j);
+            batch.push_frame(&mut pool, f, ts, 0);
+        }
+        let t1 = Instant::now();
+        chain.process(&mut batch, store);
+        let t2 = Instant::now();
+        busy_ns += (t2 - t0).as_nanos() as u64;
+        out.batches.push((
+            (t2 - t1).as_nanos() as u64,
+            (end - i) as u32,
+            w.established.get(b).copied().unwrap_or(false),
+        ));
+        if digest {
+            for p in &batch.pkts {
+                match p.verdict {
+                    Verdict::Forward => fnv(&mut out.digest, b"F"),
+                    Verdict::Drop(r) => fnv(&mut out.digest, r.reason.as_bytes()),
+                }
+                fnv(&mut out.digest, p.data());
+            }
+        }
+        batch.recycle(&mut pool);
+        i = end;
+        b += 1;
+    }
+    out.secs = busy_ns as f64 / 1e9;
+    out.counters = store.counters().since(&before);
+    std::hint::black_box(chain.take_events());
+    let st = chain.stats();
+    out.forwarded = st.forwarded;
+    out.dropped = st.dropped;
+    out.store_errors = st.store_errors;
+    if st.forwarded + st.dropped + st.malformed_total() != out.packets {
+        return Err(format!(
+            "chain lost packets: {} in, stats {st:?}",
+            out.packets
+        ));
+    }
+    if let Some(e) = st.last_error {
+        return Err(format!("store error during the run: {e}"));
+    }
+    Ok(out)
+}
+
+/// Opens a remote store by URL (`redis://` or `redis-cluster://`).
+pub fn open_remote(url: &str) -> Result<Box<dyn StateStore>, String> {
+    if url.starts_with("redis-cluster://") {
+        sluice_state_redis::ClusterStore::open(url)
+            .map(|s| Box::new(s) as Box<dyn StateStore>)
+            .map_err(|e| format!("{url}: {e}"))
+    } else if url.starts_with("redis://") {
+        sluice_state_redis::RedisStore::open(url)
+            .map(|s| Box::new(s) as Box<dyn StateStore>)
+            .map_err(|e| format!("{url}: {e}"))
+    } else {
+        Err(format!(
+            "--state {url}: expected redis://HOST:PORT or redis-cluster://HOST:PORT,..."
+        ))
+    }
+}
+
+/// Store operations per packet.
+#[derive(Debug, Clone, Copy, Default, Serialize, PartialEq)]
+pub struct OpsPerPacket {
+    /// Reads (get).
+    pub reads: f64,
+    /// Writes (put, delete).
+    pub writes: f64,
+    /// Atomic operations (compare-and-set, counters, pools).
+    pub atomics: f64,
+    /// Timer operations.
+    pub timers: f64,
+    /// Round trips (`execute` and `take_expired` calls with work).
+    pub round_trips: f64,
+}
+
+impl OpsPerPacket {
+    /// `c` divided by `packets`.
+    pub fn new(c: &StoreCounters, packets: u64) -> Self {
+        let n = packets.max(1) as f64;
+        OpsPerPacket {
+            reads: c.reads as f64 / n,
+            writes: c.writes as f64 / n,
+            atomics: c.atomics as f64 / n,
+            timers: c.timers as f64 / n,
+            round_trips: c.round_trips as f64 / n,
+        }
+    }
+}
+
+/// One local-vs-remote comparison, as `--json` prints it.
+#[derive(Debug, Clone, Serialize)]
+pub struct StateMeasurement {
+    /// `{function}_{flows}_{frame_size}`.
+    pub name: String,
+    /// The function measured.
+    pub function: String,
+    /// Frame size of data packets.
+    pub frame_size: usize,
+    /// Long or short flows.
+    pub flows: FlowsKind,
+    /// Packets per run.
+    pub packets: u64,
+    /// Throughput with a [`LocalStore`].
+    pub mpps_local: f64,
+    /// Throughput with the remote store.
+    pub mpps_remote: f64,
+    /// `mpps_remote / mpps_local`.
+    pub ratio: f64,
+    /// The target for `ratio`, if there is one for this workload.
+    pub target_ratio: Option<f64>,
+    /// Added per-packet latency (remote minus local), 50th percentile, µs.
+    pub p50_us: f64,
+    /// Added latency, 95th percentile, µs.
+    pub p95_us: f64,
+    /// Added latency, 99th percentile, µs.
+    pub p99_us: f64,
+    /// Added latency of established-flow batches only: p50, µs.
+    pub established_p50_us: Option<f64>,
+    /// Added latency of established-flow batches only: p95, µs.
+    pub established_p95_us: Option<f64>,
+    /// Added latency of established-flow batches only: p99, µs.
+    pub established_p99_us: Option<f64>,
+    /// Fraction of packets in established-flow batches.
+    pub established_share: f64,
+    /// Mean distinct flows per batch (functions read each flow once per batch).
+    pub flows_per_batch: f64,
+    /// Local per-packet latency p50/p95/p99, µs (what the differences start from).
+    pub local_us: [f64; 3],
+    /// Remote per-packet latency p50/p95/p99, µs.
+    pub remote_us: [f64; 3],
+    /// Store operations per packet (remote run; the local run's are in `ops_local`).
+    pub ops_per_packet: OpsPerPacket,
+    /// Store operations per packet of the local run.
+    pub ops_local: OpsPerPacket,
+    /// StatelessNF Table 4.1's access pattern for this function.
+    pub paper: String,
+    /// The remote store.
+    pub store: String,
+}
+
+/// The benchmarked functions: (name, chain, StatelessNF Table 4.1's access pattern).
+pub fn functions() -> Vec<(&'static str, ChainText, &'static str)> {
+    vec![
+        (
+            "firewall",
+            nf::firewall_chain(1000),
+            "1 read/pkt; 5 r/w at conn start/end",
+        ),
+        (
+            "nat",
+            nf::nat_chain(),
+            "1 read/pkt; pool + mapping r/w at conn start/end",
+        ),
+        (
+            "lb",
+            nf::lb_chain(),
+            "1 read/pkt; pool + server r/w at conn start/end",
+        ),
+        (
+            "ips",
+            nf::ips_chain(100),
+            "1 read + 1 write/pkt (+ reassembly 1 r/w/pkt)",
+        ),
+        ("monitor", nf::monitor_chain(), "not in Table 4.1"),
+    ]
+}
+
+/// Keeps the fastest of `reps` runs of `w` with stores from `open`.
+fn best_of(
+    spec: &ChainSpec,
+    dir: &Path,
+    tag: &str,
+    w: &Workload,
+    reps: usize,
+    open: &mut dyn FnMut() -> Result<Box<dyn StateStore>, String>,
+) -> Result<RunOutcome, String> {
+    let mut best: Option<RunOutcome> = None;
+    for r in 0..reps.max(1) {
+        let mut store = open()?;
+        let name = format!("bench-{}-{tag}-{r}", std::process::id());
+        let o = run_once(spec, dir, &name, w, &mut *store, false)?;
+        if best.as_ref().is_none_or(|b| o.secs < b.secs) {
+            best = Some(o);
+        }
+    }
+    best.ok_or_else(|| "no run".to_string())
+}
+
+/// Compares a local and a remote run of the same workload.
+pub fn compare(
+    function: &str,
+    w: &Workload,
+    local: &RunOutcome,
+    remote: &RunOutcome,
+    paper: &str,
+    store: &str,
+) -> StateMeasurement {
+    let pct = |o: &RunOutcome, q: f64, est: bool| o.percentile_us(q, est);
+    let added = |q: f64, est: bool| match (pct(remote, q, est), pct(local, q, est)) {
+        (Some(r), Some(l)) => Some(r - l),
+        _ => None,
+    };
+    let est_pkts: u64 = local
+        .batches
+        .iter()
+        .filter(|b| b.2)
+        .map(|b| b.1 as u64)
+        .sum();
+    let trio = |o: &RunOutcome| [0.5, 0.95, 0.99].map(|q| pct(o, q, false).unwrap_or(0.0));
+    let target_ratio = match (w.kind, w.frame_size) {
+        (FlowsKind::Long, _) => Some(TARGET_RATIO_LONG),
+        (FlowsKind::Short, 64) => Some(TARGET_RATIO_SHORT_64),
+        _ => None,
+    };
+    let mpps_local = local.mpps();
+    let mpps_remote = remote.mpps();
+    StateMeasurement {
+        name: format!("{function}_{}_{}", w.kind.name(), w.frame_size),
+        function: function.to_string(),
+        frame_size: w.frame_size,
+        flows: w.kind,
+        packets: local.packets,
+        mpps_local,
+        mpps_remote,
+        ratio: if mpps_local > 0.0 {
+            mpps_remote / mpps_local
+        } else {
+            0.0
+        },
+        target_ratio,
+        p50_us: added(0.5, false).unwrap_or(0.0),
+        p95_us: added(0.95, false).unwrap_or(0.0),
+        p99_us: added(0.99, false).unwrap_or(0.0),
+        established_p50_us: added(0.5, true),
+        established_p95_us: added(0.95, true),
+        established_p99_us: added(0.99, true),
+        established_share: est_pkts as f64 / local.packets.max(1) as f64,
+        flows_per_batch: w.flows_per_batch,
+        local_us: trio(local),
+        remote_us: trio(remote),
+        ops_per_packet: OpsPerPacket::new(&remote.counters, remote.packets),
+        ops_local: OpsPerPacket::new(&local.counters, local.packets),
+        paper: paper.to_string(),
+        store: store.to_string(),
+    }
+}
+
+/// Frame sizes measured.
+pub fn frame_sizes(quick: bool) -> &'static [usize] {
+    if quick {
+        &[64, 512, 1500]
+    } else {
+        &[64, 128, 256, 512, 1500]
+    }
+}
+
+/// Packets per trace: sized so a remote run takes about a second at 64 bytes, and
+/// capped in bytes so full-size traces stay small in memory.
+pub fn packets_for(quick: bool, frame_size: usize) -> usize {
+    let (target, cap_bytes) = if quick {
+        (100_000, 48 << 20)
+    } else {
+        (300_000, 128 << 20)
+    };
+    target.min(cap_bytes / frame_size.max(64)).max(10_000)
+}
+
+/// Every measurement of `sluice bench state`.
+pub fn run(
+    opts: &Options,
+    progress: &mut dyn FnMut(&str),
+) -> Result<Vec<StateMeasurement>, String> {
+    let wanted = |n: &str| opts.filter.as_deref().is_none_or(|f| n.contains(f));
+    // Kept alive (and killed on drop) for the whole run.
+    let (_server, url) = match &opts.state {
+        Some(u) => (None, u.clone()),
+        None => {
+            let s = RedisServer::start(&[])?;
+            let u = s.url();
+            (Some(s), u)
+        }
+    };
+    // Fail early, before generating traffic, if the store is unreachable.
+    let describe = open_remote(&url)?.describe();
+    let dir: PathBuf =
+        std::env::temp_dir().join(format!("sluice-bench-state-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let result = run_in(opts, &wanted, &url, &describe, &dir, progress);
+    let _ = std::fs::remove_dir_all(&dir);
+    result
+}
+
+fn run_in(
+    opts: &Options,
+    wanted: &dyn Fn(&str) -> bool,
+    url: &str,
+    describe: &str,
+    dir: &Path,
+    progress: &mut dyn FnMut(&str),
+) -> Result<Vec<StateMeasurement>, String> {
+    let mut specs = Vec::new();
+    for (name, text, paper) in functions() {
+        // Each function writes its files under its own directory: names may clash.
+        let d = dir.join(name);
+        std::fs::create_dir_all(&d).map_err(|e| format!("{}: {e}", d.display()))?;
+        specs.push((name, nf::load_spec(&d, &text)?, d, paper));
+    }
+    let mut out = Vec::new();
+    for kind in [FlowsKind::Long, FlowsKind::Short] {
+        for &size in frame_sizes(opts.quick) {
+            let names: Vec<String> = specs
+                .iter()
+                .map(|s| format!("{}_{}_{size}", s.0, kind.name()))
+                .collect();
+            if !names.iter().any(|n| wanted(n)) {
+                continue;
+            }
+            let batch_size = specs[0].1.settings.batch_size;
+            let w = Workload::new(kind, size, packets_for(opts.quick, size), batch_size);
+            for ((function, spec, d, paper), name) in specs.iter().zip(&names) {
+                if !wanted(name) {
+                    continue;
+                }
+                progress(name);
+                let local = best_of(spec, d, &format!("{name}-l"), &w, opts.reps, &mut || {
+                    Ok(Box::new(LocalStore::new()))
+                });
+                let remote = best_of(spec, d, &format!("{name}-r"), &w, opts.reps, &mut || {
+                    open_remote(url)
+                });
+                match (local, remote) {
+                    (Ok(l), Ok(r)) => out.push(compare(function, &w, &l, &r, paper, describe)),
+                    (Err(e), _) | (_, Err(e)) => progress(&format!("{name}: skipped: {e}")),
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
+fn opt(v: Option<f64>) -> String {
+    v.map_or("-".into(), |x| format!("{x:.1}"))
+}
+
+/// Formats results as tables for people: throughput and latency, then store
+/// operations per packet next to StatelessNF Table 4.1.
+pub fn table(ms: &[StateMeasurement]) -> String {
+    let mut s = String::new();
+    if let Some(m) = ms.first() {
+        s.push_str(&format!(
+            "local = in-process LocalStore; remote = {} (one pipelined round trip per execute); wall clock\n",
+            m.store
+        ));
+    }
+    s.push_str(&format!(
+        "targets: remote/local >= {TARGET_RATIO_LONG} long flows (every size), >= {TARGET_RATIO_SHORT_64} short flows at 64 B; \
+         added latency of established flows <= {TARGET_ADDED_P50_US} us p50, <= {TARGET_ADDED_P95_US} us p95\n\n"
+    ));
+    s.push_str(&format!(
+        "{:<22} {:>5} {:>5} {:>8} {:>8} {:>6} {:>8}  {:>8} {:>8} {:>8}  {:>8} {:>8} {:>8} {:>5}\n",
+        "measurement",
+        "frame",
+        "flows",
+        "Mpps-loc",
+        "Mpps-rem",
+        "ratio",
+        "target",
+        "+p50 us",
+        "+p95 us",
+        "+p99 us",
+        "est+p50",
+        "est+p95",
+        "est+p99",
+        "est%"
+    ));
+    for m in ms {
+        let target = m.target_ratio.map_or("-".to_string(), |t| {
+            format!("{}{t}", if m.ratio >= t { "ok>=" } else { "NO>=" })
+        });
+        s.push_str(&format!(
+            "{:<22} {:>5} {:>5} {:>8.3} {:>8.3} {:>6.3} {:>8}  {:>8.1} {:>8.1} {:>8.1}  {:>8} {:>8} {:>8} {:>5.0}\n",
+            m.name,
+            m.frame_size,
+            m.flows_name(),
+            m.mpps_local,
+            m.mpps_remote,
+            m.ratio,
+            target,
+            m.p50_us,
+            m.p95_us,
+            m.p99_us,
+            opt(m.established_p50_us),
+            opt(m.established_p95_us),
+            opt(m.established_p99_us),
+            m.established_share * 100.0
+        ));
+    }
+    let est: Vec<&StateMeasurement> = ms
+        .iter()
+        .filter(|m| m.established_p50_us.is_some())
+        .collect();
+    if !est.is_empty() {
+        let p50_ok = est
+            .iter()
+            .filter(|m| {
+                m.established_p50_us
+                    .is_some_and(|v| v <= TARGET_ADDED_P50_US)
+            })
+            .count();
+        let p95_ok = est
+            .iter()
+            .filter(|m| {
+                m.established_p95_us
+                    .is_some_and(|v| v <= TARGET_ADDED_P95_US)
+            })
+            .count();
+        s.push_str(&format!(
+            "established-flow latency targets met: p50 {p50_ok}/{n}, p95 {p95_ok}/{n}\n",
+            n = est.len()
+        ));
+    }
+    let ratio_ok = ms
+        .iter()
+        .filter(|m| m.target_ratio.is_some_and(|t| m.ratio >= t))
+        .count();
+    let ratio_n = ms.iter().filter(|m| m.target_ratio.is_some()).count();
+    s.push_str(&format!("throughput targets met: {ratio_ok}/{ratio_n}\n\n"));
+
+    s.push_str(
+        "store operations per packet (remote run; smallest frame size of each workload).\n\
+         Functions read a flow once per batch, so reads/pkt ~ (distinct flows per batch) / (batch size);\n\
+         =local: the local run issued exactly the same operations.\n",
+    );
+    s.push_str(&format!(
+        "{:<9} {:>5} {:>7} {:>7} {:>7} {:>7} {:>7} {:>9}  {:<6} {}\n",
+        "function",
+        "flows",
+        "reads",
+        "writes",
+        "atomics",
+        "timers",
+        "rtrips",
+        "flows/bat",
+        "=local",
+        "StatelessNF Table 4.1"
+    ));
+    let mut done: Vec<(&str, FlowsKind)> = Vec::new();
+    for m in ms {
+        if done.contains(&(m.function.as_str(), m.flows)) {
+            continue;
+        }
+        done.push((m.function.as_str(), m.flows));
+        let o = &m.ops_per_packet;
+        s.push_str(&format!(
+            "{:<9} {:>5} {:>7.3} {:>7.3} {:>7.3} {:>7.3} {:>7.3} {:>9.1}  {:<6} {}\n",
+            m.function,
+            m.flows_name(),
+            o.reads,
+            o.writes,
+            o.atomics,
+            o.timers,
+            o.round_trips,
+            m.flows_per_batch,
+            if m.ops_per_packet == m.ops_local {
+                "yes"
+            } else {
+                "NO"
+            },
+            m.paper
+        ));
+    }
+    s
+}
+
+impl StateMeasurement {
+    fn flows_name(&self) -> &'static str {
+        self.flows.name()
+    }
+}
