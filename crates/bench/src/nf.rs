@@ -13,8 +13,15 @@ use crate::Measurement;
 /// Options of `sluice bench nf`.
 #[derive(Debug, Clone)]
 pub struct Options {
-    /// Packets per run for 64-byte traffic.
+    /// Packets per run of the small-packet traffic.
     pub packets: usize,
+    /// Frame size of the small-packet traffic (64 by default).
+    pub frame_size: usize,
+    /// Packets per flow, handshake and teardown included (1000 by default;
+    /// StatelessNF's long-flow mix is 10,000, its short-flow mix 100).
+    pub flow_length: usize,
+    /// Flows active at once (256 by default).
+    pub concurrency: usize,
     /// Runs per measurement (best kept).
     pub reps: usize,
     /// Only run measurements whose name contains this.
@@ -25,6 +32,9 @@ impl Default for Options {
     fn default() -> Self {
         Options {
             packets: 1_000_000,
+            frame_size: 64,
+            flow_length: 1000,
+            concurrency: 256,
             reps: 3,
             filter: None,
         }
@@ -309,12 +319,13 @@ pub fn run(opts: &Options, progress: &mut dyn FnMut(&str)) -> Vec<Measurement> {
 
     // 64-byte traffic: 1,000-packet TCP flows, 256 concurrent.
     let small = generate(&TrafficSpec {
-        flows: (opts.packets / 1000).max(1),
-        packets_per_flow: 1000,
-        frame_size: 64,
-        concurrency: 256,
+        flows: (opts.packets / opts.flow_length.max(7)).max(1),
+        packets_per_flow: opts.flow_length.max(7),
+        frame_size: opts.frame_size.clamp(60, 1514),
+        concurrency: opts.concurrency.max(1),
         ..Default::default()
     });
+    let small_size = opts.frame_size.clamp(60, 1514);
     // Full-size traffic for the IPS: 1460-byte payloads (generated only if needed).
     let need_big = ["1514", "raw_dfa", "ips_", "chain_"]
         .iter()
@@ -355,7 +366,13 @@ pub fn run(opts: &Options, progress: &mut dyn FnMut(&str)) -> Vec<Measurement> {
         }
     };
 
-    let fwd = bench("forward_only", pass_chain(), Sharing::Shared, &small, 64);
+    let fwd = bench(
+        "forward_only",
+        pass_chain(),
+        Sharing::Shared,
+        &small,
+        small_size,
+    );
     let rel = |m: Option<Measurement>,
                base: &Option<Measurement>,
                note: &str,
@@ -372,28 +389,34 @@ pub fn run(opts: &Options, progress: &mut dyn FnMut(&str)) -> Vec<Measurement> {
     rel(fwd.clone(), &None, "target >= 20 Mpps", &mut out);
     let fw = firewall_chain(1000);
     rel(
-        bench("firewall_1000_rules", fw, Sharing::Shared, &small, 64),
+        bench(
+            "firewall_1000_rules",
+            fw,
+            Sharing::Shared,
+            &small,
+            small_size,
+        ),
         &fwd,
         "target >= 5 Mpps",
         &mut out,
     );
     let nat = nat_chain();
     rel(
-        bench("nat", nat, Sharing::Shared, &small, 64),
+        bench("nat", nat, Sharing::Shared, &small, small_size),
         &fwd,
         "target >= 5 Mpps",
         &mut out,
     );
     let lb = lb_chain();
     rel(
-        bench("lb_maglev", lb, Sharing::Shared, &small, 64),
+        bench("lb_maglev", lb, Sharing::Shared, &small, small_size),
         &fwd,
         "target >= 8 Mpps",
         &mut out,
     );
     let mon = monitor_chain();
     rel(
-        bench("monitor", mon, Sharing::Shared, &small, 64),
+        bench("monitor", mon, Sharing::Shared, &small, small_size),
         &fwd,
         "",
         &mut out,
@@ -454,7 +477,7 @@ pub fn run(opts: &Options, progress: &mut dyn FnMut(&str)) -> Vec<Measurement> {
         ("fw.rules".into(), firewall_rules(100)),
         ("ips.rules".into(), ips_rules(100)),
     ];
-    for (trace, frame, base) in [(&small, 64usize, &fwd), (&big, 1514, &fwd_big)] {
+    for (trace, frame, base) in [(&small, small_size, &fwd), (&big, 1514, &fwd_big)] {
         let shared = bench(
             &format!("chain_fw_ips_lb_shared_{frame}"),
             chain3(files.clone()),

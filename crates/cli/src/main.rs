@@ -50,9 +50,22 @@ enum BenchCmd {
         /// Print one JSON object per measurement instead of a table.
         #[arg(long)]
         json: bool,
-        /// Packets per run of 64-byte traffic.
+        /// Packets per run of the small-packet traffic.
         #[arg(long, default_value_t = 1_000_000)]
         packets: usize,
+        /// Frame size of the small-packet traffic.
+        #[arg(long, default_value_t = 64)]
+        frame_size: usize,
+        /// Packets per flow (handshake and teardown included).
+        #[arg(long, default_value_t = 1000)]
+        flow_length: usize,
+        /// Flows active at once.
+        #[arg(long, default_value_t = 256)]
+        concurrency: usize,
+        /// StatelessNF §4.6.2.2's mixes: `long` (10,000-packet flows) or `short`
+        /// (100-packet flows); overrides --flow-length.
+        #[arg(long)]
+        mix: Option<Mix>,
         /// Runs per measurement; the best is kept.
         #[arg(long, default_value_t = 3)]
         reps: usize,
@@ -82,16 +95,37 @@ enum BenchCmd {
     },
 }
 
+/// StatelessNF's traffic mixes.
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+enum Mix {
+    /// Few long flows (10,000 packets each).
+    Long,
+    /// Many short flows (100 packets each).
+    Short,
+}
+
 fn bench(which: BenchCmd) -> Result<(), String> {
     match which {
         BenchCmd::Nf {
             json,
             packets,
+            frame_size,
+            flow_length,
+            concurrency,
+            mix,
             reps,
             filter,
         } => {
+            let flow_length = match mix {
+                Some(Mix::Long) => 10_000,
+                Some(Mix::Short) => 100,
+                None => flow_length,
+            };
             let opts = sluice_bench::nf::Options {
                 packets,
+                frame_size,
+                flow_length,
+                concurrency,
                 reps,
                 filter,
             };
