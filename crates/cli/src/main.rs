@@ -73,6 +73,16 @@ enum BenchCmd {
         #[arg(long)]
         filter: Option<String>,
     },
+    /// Control plane: time to compile the Stratos Figure 4 tenant into FIB entries and
+    /// to install them (Stratos Table 1).
+    Control {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+        /// Runs; the median and the slowest are reported.
+        #[arg(long, default_value_t = 50)]
+        runs: usize,
+    },
     /// Remote (Redis) versus local state: throughput, added latency and store
     /// operations per packet of each function, long and short flows (StatelessNF Fig. 4.4).
     State {
@@ -106,6 +116,20 @@ enum Mix {
 
 fn bench(which: BenchCmd) -> Result<(), String> {
     match which {
+        BenchCmd::Control { json, runs } => {
+            let ts = sluice_bench::control::run(runs)?;
+            for t in &ts {
+                if json {
+                    println!("{}", serde_json::to_string(t).expect("timing serialises"));
+                } else {
+                    println!(
+                        "{:<30} median {:>7.3} ms  max {:>7.3} ms  goal <= {} ms  Stratos {} ms  ({} entries)",
+                        t.name, t.median_ms, t.max_ms, t.goal_ms, t.stratos_ms, t.entries
+                    );
+                }
+            }
+            Ok(())
+        }
         BenchCmd::Nf {
             json,
             packets,

@@ -7,11 +7,15 @@ use sluice_wire::parse::{PacketMeta, L4};
 use sluice_wire::IpAddr;
 
 /// A port of this host's switch: a local VM's or NF instance's interface.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize,
+)]
 pub struct PortId(pub u16);
 
 /// Another host of the fabric (its tunnel endpoint is known to the agent).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize,
+)]
 pub struct HostId(pub u32);
 
 /// A group of middlebox instances sharing traffic by hash range.

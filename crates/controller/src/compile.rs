@@ -1,0 +1,512 @@
+//! Compiling a tenant's chains into FIB entries, per host.
+//!
+//! The switch is distributed: every host holds the entries for its own ports and
+//! for packets arriving from the fabric addressed to it. The compiler follows
+//! Stratos §3.2:
+//!
+//! * **Hop 0**, at every port where a chain's source traffic enters (the source
+//!   service's VM ports, or the gateway port for an external source): match the
+//!   source and destination addresses and the chain's selects, mark the packet with
+//!   `(chain, 1)` and send it to the instance of the first middlebox its flow hash
+//!   picks ([`Action::Select`] over the middlebox's [`Group`]); mirror a copy to
+//!   off-path middleboxes.
+//! * **Middlebox hops.** Packets go to an NF instance with their `(chain, hop)` and
+//!   come back from it with the same mark (Sluice's instances keep it, as the
+//!   tunnel option between agent and instance), so the agent knows the chain even
+//!   for a middlebox shared by several chains and after a NAT or LB rewrote the
+//!   headers: at the instance's port, `(chain, i)` moves on to `(chain, i+1)` and the
+//!   next middlebox's group, or to the destination.
+//! * **Fabric.** A group or destination on another host is reached through the
+//!   tunnel ([`Output::Host`]); the receiving host matches the mark and, for a group,
+//!   selects again with the same ranges and hash, which lands on its local instance.
+//! * **Delivery** to a service goes to the VM owning the destination address
+//!   (after an LB's rewrite, the backend); to an external destination, the gateway.
+//! * **Bidirectional** chains get a reverse chain id (`2c + 1`) crossing the
+//!   middleboxes in reverse order.
+//! * **Traffic in no chain** is forwarded normally by lowest-priority entries: to
+//!   the VM with the destination address, wherever it is, else to the gateway.
+
+use std::collections::BTreeMap;
+
+use sluice_chain::Prefix;
+use sluice_switch::{Action, Entry, Group, GroupId, HostId, Match, Output, PortId};
+use sluice_tenant::{Element, Select, TenantSpec};
+use sluice_wire::IpAddr;
+
+/// Where the tenant's VMs and NF instances run.
+#[derive(Debug, Clone, Default)]
+pub struct Placement {
+    /// VM name -> (host, port).
+    pub vms: BTreeMap<String, (HostId, PortId)>,
+    /// Middlebox name -> its instances' (host, port), in order.
+    pub instances: BTreeMap<String, Vec<(HostId, PortId)>>,
+    /// Where traffic to and from external subnets enters and leaves.
+    pub gateway: (HostId, PortId),
+    /// The tenant's VNI.
+    pub vni: u32,
+}
+
+/// What one host must install.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct HostFib {
+    /// Entries (the host sorts them by priority on install).
+    pub entries: Vec<Entry>,
+    /// Instance groups referenced by the entries.
+    pub groups: BTreeMap<GroupId, Group>,
+}
+
+/// The compiled switch: each host's share.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Compiled {
+    /// Per host.
+    pub hosts: BTreeMap<HostId, HostFib>,
+}
+
+impl Compiled {
+    /// Total entries over every host.
+    pub fn entries(&self) -> usize {
+        self.hosts.values().map(|h| h.entries.len()).sum()
+    }
+}
+
+/// A spec and placement that cannot be compiled.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CompileError {
+    /// A VM of a service has no placement.
+    #[error("VM `{0}` is not placed on any host")]
+    UnplacedVm(String),
+    /// A middlebox has no instance placed.
+    #[error("middlebox `{0}` has no instance placed")]
+    NoInstances(String),
+    /// More chains or hops than the tunnel option can carry.
+    #[error(
+        "chain `{0}` is too long or there are too many chains (at most 32767 chains of 254 hops)"
+    )]
+    TooLarge(String),
+}
+
+const PRIO_CHAIN: u16 = 1000;
+const PRIO_HOP: u16 = 2000;
+const PRIO_DEFAULT: u16 = 10;
+
+struct Builder<'a> {
+    spec: &'a TenantSpec,
+    place: &'a Placement,
+    out: Compiled,
+    next_id: u64,
+    group_of: BTreeMap<String, GroupId>,
+}
+
+/// The addresses an endpoint element stands for, as prefixes.
+fn endpoint_prefixes(e: &Element) -> Vec<Prefix> {
+    match e {
+        Element::External { subnets } => subnets.clone(),
+        Element::Service { vms } => vms
+            .iter()
+            .map(|v| Prefix::parse(&v.addr.to_string()).expect("an address is a prefix"))
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+impl<'a> Builder<'a> {
+    fn host(&mut self, h: HostId) -> &mut HostFib {
+        self.out.hosts.entry(h).or_default()
+    }
+
+    fn add(&mut self, h: HostId, priority: u16, m: Match, actions: Vec<Action>) {
+        self.next_id += 1;
+        let id = self.next_id;
+        self.host(h).entries.push(Entry {
+            id,
+            priority,
+            m,
+            actions,
+        });
+    }
+
+    /// The group of a middlebox's instances, defined on every host that uses it.
+    fn group(&mut self, mb: &str, on: HostId) -> Result<GroupId, CompileError> {
+        let inst = self
+            .place
+            .instances
+            .get(mb)
+            .filter(|v| !v.is_empty())
+            .ok_or_else(|| CompileError::NoInstances(mb.to_string()))?;
+        let n = self.group_of.len() as u32;
+        let id = *self
+            .group_of
+            .entry(mb.to_string())
+            .or_insert(GroupId(n + 1));
+        let targets: Vec<(Output, u32)> = inst
+            .iter()
+            .map(|&(h, p)| {
+                (
+                    if h == on {
+                        Output::Port(p)
+                    } else {
+                        Output::Host(h)
+                    },
+                    1,
+                )
+            })
+            .collect();
+        let g = Group::split(&targets).expect("instances have weight");
+        self.host(on).groups.insert(id, g);
+        Ok(id)
+    }
+
+    fn hosts_of(&self, mb: &str) -> Vec<(HostId, PortId)> {
+        self.place.instances.get(mb).cloned().unwrap_or_default()
+    }
+
+    /// Entry points of an endpoint element: (host, port) where its traffic enters.
+    fn ports_of(&self, name: &str) -> Result<Vec<(HostId, PortId)>, CompileError> {
+        match &self.spec.elements[name] {
+            Element::Service { vms } => vms
+                .iter()
+                .map(|v| {
+                    self.place
+                        .vms
+                        .get(&v.name)
+                        .copied()
+                        .ok_or_else(|| CompileError::UnplacedVm(v.name.clone()))
+                })
+                .collect(),
+            _ => Ok(vec![self.place.gateway]),
+        }
+    }
+
+    /// Actions that deliver a packet to endpoint `dst` from host `on`: a service's
+    /// VMs by destination address (one entry each), an external via the gateway.
+    fn deliver(
+        &mut self,
+        on: HostId,
+        base: &Match,
+        dst: &str,
+        priority: u16,
+        pre: &[Action],
+    ) -> Result<(), CompileError> {
+        let targets: Vec<(Option<IpAddr>, (HostId, PortId))> = match &self.spec.elements[dst] {
+            Element::Service { vms } => vms
+                .iter()
+                .map(|v| {
+                    self.place
+                        .vms
+                        .get(&v.name)
+                        .map(|&hp| (Some(v.addr), hp))
+                        .ok_or_else(|| CompileError::UnplacedVm(v.name.clone()))
+                })
+                .collect::<Result<_, _>>()?,
+            _ => vec![(None, self.place.gateway)],
+        };
+        for (addr, (h, p)) in targets {
+            let mut m = base.clone();
+            if let Some(a) = addr {
+                m.dst = Some(sluice_switch::Prefix::parse(&a.to_string()).expect("address"));
+            }
+            let out = if h == on {
+                Output::Port(p)
+            } else {
+                Output::Host(h)
+            };
+            let mut acts = pre.to_vec();
+            acts.push(Action::Output(out));
+            self.add(on, priority, m, acts);
+        }
+        Ok(())
+    }
+
+    /// Entries steering one direction of a chain. `chain` is the tunnel's chain id;
+    /// `src_extra`/`dst_extra` are addresses the endpoints are also reached by (a
+    /// load balancer's virtual IPs, a NAT's public pool).
+    #[allow(clippy::too_many_arguments)]
+    fn direction(
+        &mut self,
+        chain: u16,
+        from: &str,
+        to: &str,
+        mbs: &[String],
+        sel: &Select,
+        mirror: &[String],
+        src_extra: &[Prefix],
+        dst_extra: &[Prefix],
+    ) -> Result<(), CompileError> {
+        let vni = self.place.vni;
+        let mut src_p = endpoint_prefixes(&self.spec.elements[from]);
+        src_p.extend_from_slice(src_extra);
+        let mut dst_p = endpoint_prefixes(&self.spec.elements[to]);
+        dst_p.extend_from_slice(dst_extra);
+        // Hop 0: at every entry port of the source, one entry per (src, dst) prefix pair
+        // (selects narrow further).
+        for (h, port) in self.ports_of(from)? {
+            for s in &src_p {
+                for d in &dst_p {
+                    let mut m = Match {
+                        in_port: Some(port),
+                        vni: Some(vni),
+                        ..Match::default()
+                    };
+                    m.src = Some(to_switch(narrow(s, &sel.src)));
+                    m.dst = Some(to_switch(narrow(d, &sel.dst)));
+                    m.proto = sel.proto;
+                    m.sport = sel.sport;
+                    m.dport = sel.dport;
+                    let mut acts = Vec::new();
+                    for mb in mirror {
+                        if let Some(&(mh, mp)) = self.hosts_of(mb).first() {
+                            acts.push(Action::Mirror(if mh == h {
+                                Output::Port(mp)
+                            } else {
+                                Output::Host(mh)
+                            }));
+                        }
+                    }
+                    if let Some(first) = mbs.first() {
+                        let g = self.group(first, h)?;
+                        acts.push(Action::SetChainHop { chain, hop: 1 });
+                        acts.push(Action::Select(g));
+                        self.add(h, PRIO_CHAIN, m, acts);
+                    } else {
+                        self.deliver(h, &m, to, PRIO_CHAIN, &acts)?;
+                    }
+                }
+            }
+        }
+        // Middlebox hops: arriving from the fabric for hop i, and leaving instance i.
+        for (i, mb) in mbs.iter().enumerate() {
+            let hop = (i + 1) as u8;
+            for (h, port) in self.hosts_of(mb) {
+                // From the fabric to this host's instance of hop i.
+                let m = Match {
+                    from_fabric: Some(true),
+                    vni: Some(vni),
+                    chain_hop: Some((chain, hop)),
+                    ..Match::default()
+                };
+                let g = self.group(mb, h)?;
+                if !self.host(h).entries.iter().any(|e| e.m == m) {
+                    self.add(h, PRIO_HOP, m, vec![Action::Select(g)]);
+                }
+                // Back from the instance: on to the next hop or the destination.
+                let m = Match {
+                    in_port: Some(port),
+                    vni: Some(vni),
+                    chain_hop: Some((chain, hop)),
+                    ..Match::default()
+                };
+                match mbs.get(i + 1) {
+                    Some(next) => {
+                        let g = self.group(next, h)?;
+                        self.add(
+                            h,
+                            PRIO_HOP,
+                            m,
+                            vec![
+                                Action::SetChainHop {
+                                    chain,
+                                    hop: hop + 1,
+                                },
+                                Action::Select(g),
+                            ],
+                        );
+                    }
+                    None => {
+                        let done = [Action::SetChainHop {
+                            chain,
+                            hop: hop + 1,
+                        }];
+                        self.deliver(h, &m, to, PRIO_HOP, &done)?;
+                    }
+                }
+            }
+        }
+        // Delivery hop from the fabric: the last mark, to the destination's port.
+        let last = (mbs.len() + 1) as u8;
+        let dst_hosts: Vec<HostId> = self.ports_of(to)?.into_iter().map(|(h, _)| h).collect();
+        for h in dst_hosts {
+            let m = Match {
+                from_fabric: Some(true),
+                vni: Some(vni),
+                chain_hop: Some((chain, last)),
+                ..Match::default()
+            };
+            if !self
+                .host(h)
+                .entries
+                .iter()
+                .any(|e| e.m.chain_hop == Some((chain, last)) && e.m.from_fabric == Some(true))
+            {
+                self.deliver(h, &m, to, PRIO_HOP, &[])?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Narrows an endpoint prefix by a select's prefixes (the more specific wins;
+/// a select disjoint from the endpoint was refused by validation or matches nothing).
+fn narrow(p: &Prefix, sel: &[Prefix]) -> Prefix {
+    sel.iter()
+        .find(|s| p.contains(&s.network()) && s.len() >= p.len())
+        .copied()
+        .unwrap_or(*p)
+}
+
+/// Addresses a chain's destination is also reached by (load balancers' virtual IPs)
+/// and its source's replies are addressed to (NATs' public pools).
+fn aliases(spec: &TenantSpec, mbs: &[String]) -> (Vec<Prefix>, Vec<Prefix>) {
+    let (mut vips, mut pools) = (Vec::new(), Vec::new());
+    for mb in mbs {
+        let Some(Element::Middlebox {
+            function, config, ..
+        }) = spec.elements.get(mb)
+        else {
+            continue;
+        };
+        match function.as_str() {
+            "lb" => {
+                for s in config
+                    .get("services")
+                    .and_then(|v| v.as_sequence())
+                    .into_iter()
+                    .flatten()
+                {
+                    if let Some(p) = s
+                        .get("vip")
+                        .and_then(|v| v.as_str())
+                        .and_then(|v| Prefix::parse(v).ok())
+                    {
+                        vips.push(p);
+                    }
+                }
+            }
+            "nat" => {
+                for p in config
+                    .get("pool")
+                    .and_then(|v| v.as_sequence())
+                    .into_iter()
+                    .flatten()
+                {
+                    if let Some(p) = p.as_str().and_then(|v| Prefix::parse(v).ok()) {
+                        pools.push(p);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    (vips, pools)
+}
+
+fn to_switch(p: Prefix) -> sluice_switch::Prefix {
+    sluice_switch::Prefix {
+        addr: p.network(),
+        len: p.len(),
+    }
+}
+
+/// Compiles a validated spec with a placement into every host's FIB.
+pub fn compile(spec: &TenantSpec, place: &Placement) -> Result<Compiled, CompileError> {
+    let mut b = Builder {
+        spec,
+        place,
+        out: Compiled::default(),
+        next_id: 0,
+        group_of: BTreeMap::new(),
+    };
+    // Every host that runs anything gets a FIB, even if only default entries.
+    let mut hosts: Vec<HostId> = place.vms.values().map(|v| v.0).collect();
+    hosts.extend(place.instances.values().flatten().map(|v| v.0));
+    hosts.push(place.gateway.0);
+    hosts.sort();
+    hosts.dedup();
+    for &h in &hosts {
+        b.host(h);
+    }
+    if spec.chains.len() > 16_383 {
+        return Err(CompileError::TooLarge(spec.chains[0].name.clone()));
+    }
+    for (ci, c) in spec.chains.iter().enumerate() {
+        let mbs: Vec<String> = c.middleboxes(spec).map(String::from).collect();
+        if mbs.len() > 250 {
+            return Err(CompileError::TooLarge(c.name.clone()));
+        }
+        let sel = spec.selector(c).unwrap_or_default();
+        let (from, to) = (c.path[0].clone(), c.path[c.path.len() - 1].clone());
+        let (vips, pools) = aliases(spec, &mbs);
+        b.direction(
+            (2 * ci) as u16,
+            &from,
+            &to,
+            &mbs,
+            &sel,
+            &c.mirror,
+            &[],
+            &vips,
+        )?;
+        if c.bidirectional {
+            let rev: Vec<String> = mbs.iter().rev().cloned().collect();
+            let rsel = Select {
+                src: sel.dst.clone(),
+                dst: sel.src.clone(),
+                sport: sel.dport,
+                dport: sel.sport,
+                proto: sel.proto,
+            };
+            b.direction(
+                (2 * ci + 1) as u16,
+                &to,
+                &from,
+                &rev,
+                &rsel,
+                &c.mirror,
+                &[],
+                &pools,
+            )?;
+        }
+    }
+    // Traffic in no chain: to the VM with the destination address, else the gateway.
+    let vms: Vec<(IpAddr, HostId, PortId)> = spec
+        .elements
+        .values()
+        .filter_map(|e| match e {
+            Element::Service { vms } => Some(vms),
+            _ => None,
+        })
+        .flatten()
+        .filter_map(|v| place.vms.get(&v.name).map(|&(h, p)| (v.addr, h, p)))
+        .collect();
+    for &h in &hosts {
+        for &(addr, vh, vp) in &vms {
+            let m = Match {
+                vni: Some(place.vni),
+                chain_hop: None,
+                dst: Some(sluice_switch::Prefix::parse(&addr.to_string()).expect("address")),
+                ..Match::default()
+            };
+            let out = if vh == h {
+                Output::Port(vp)
+            } else {
+                Output::Host(vh)
+            };
+            b.add(h, PRIO_DEFAULT, m, vec![Action::Output(out)]);
+        }
+        let gw = place.gateway;
+        let out = if gw.0 == h {
+            Output::Port(gw.1)
+        } else {
+            Output::Host(gw.0)
+        };
+        b.add(
+            h,
+            PRIO_DEFAULT - 1,
+            Match {
+                vni: Some(place.vni),
+                ..Match::default()
+            },
+            vec![Action::Output(out)],
+        );
+    }
+    Ok(b.out)
+}
