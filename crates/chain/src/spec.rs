@@ -77,66 +77,7 @@ impl Default for Settings {
     }
 }
 
-/// An address prefix (`10.0.0.0/8`, `2001:db8::/32`, or a bare address).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Prefix {
-    addr: sluice_wire::IpAddr,
-    len: u8,
-}
-
-impl Prefix {
-    /// Parses `ADDR[/LEN]`.
-    pub fn parse(s: &str) -> Result<Prefix, String> {
-        let (a, l) = match s.split_once('/') {
-            Some((a, l)) => (a, Some(l)),
-            None => (s, None),
-        };
-        let addr: sluice_wire::IpAddr = a
-            .trim()
-            .parse()
-            .map_err(|_| format!("`{s}`: not an IP address or prefix"))?;
-        let max = if addr.is_v4() { 32 } else { 128 };
-        let len = match l {
-            Some(l) => l
-                .trim()
-                .parse::<u8>()
-                .ok()
-                .filter(|&n| n <= max)
-                .ok_or_else(|| format!("`{s}`: bad prefix length"))?,
-            None => max,
-        };
-        Ok(Prefix { addr, len })
-    }
-
-    /// The network address (the prefix's first address as written).
-    pub fn network(&self) -> sluice_wire::IpAddr {
-        self.addr
-    }
-
-    /// The prefix length.
-    pub fn len(&self) -> u8 {
-        self.len
-    }
-
-    /// True for a zero-length prefix (every address).
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
-    /// True if `a` is inside the prefix.
-    pub fn contains(&self, a: &sluice_wire::IpAddr) -> bool {
-        if a.is_v4() != self.addr.is_v4() {
-            return false;
-        }
-        let (x, y) = (a.as_bytes(), self.addr.as_bytes());
-        let full = (self.len / 8) as usize;
-        if x[..full] != y[..full] {
-            return false;
-        }
-        let rem = self.len % 8;
-        rem == 0 || (x[full] ^ y[full]) & (0xffu8 << (8 - rem)) == 0
-    }
-}
+pub use sluice_wire::Prefix;
 
 /// One function of a chain as written in the spec: `type`, optional `name`, and the
 /// function's own configuration keys.

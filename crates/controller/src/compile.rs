@@ -103,7 +103,9 @@ fn endpoint_prefixes(e: &Element) -> Vec<Prefix> {
         Element::External { subnets } => subnets.clone(),
         Element::Service { vms } => vms
             .iter()
-            .map(|v| Prefix::parse(&v.addr.to_string()).expect("an address is a prefix"))
+            .map(|v| {
+                Prefix::new(v.addr, if v.addr.is_v4() { 32 } else { 128 }).expect("host prefix")
+            })
             .collect(),
         _ => Vec::new(),
     }
@@ -203,7 +205,8 @@ impl<'a> Builder<'a> {
         for (addr, (h, p)) in targets {
             let mut m = base.clone();
             if let Some(a) = addr {
-                m.dst = Some(sluice_switch::Prefix::parse(&a.to_string()).expect("address"));
+                m.dst =
+                    Some(Prefix::new(a, if a.is_v4() { 32 } else { 128 }).expect("host prefix"));
             }
             let out = if h == on {
                 Output::Port(p)
@@ -247,8 +250,8 @@ impl<'a> Builder<'a> {
                         vni: Some(vni),
                         ..Match::default()
                     };
-                    m.src = Some(to_switch(narrow(s, &sel.src)));
-                    m.dst = Some(to_switch(narrow(d, &sel.dst)));
+                    m.src = Some(narrow(s, &sel.src));
+                    m.dst = Some(narrow(d, &sel.dst));
                     m.proto = sel.proto;
                     m.sport = sel.sport;
                     m.dport = sel.dport;
@@ -399,13 +402,6 @@ fn aliases(spec: &TenantSpec, mbs: &[String]) -> (Vec<Prefix>, Vec<Prefix>) {
     (vips, pools)
 }
 
-fn to_switch(p: Prefix) -> sluice_switch::Prefix {
-    sluice_switch::Prefix {
-        addr: p.network(),
-        len: p.len(),
-    }
-}
-
 /// Compiles a validated spec with a placement into every host's FIB.
 pub fn compile(spec: &TenantSpec, place: &Placement) -> Result<Compiled, CompileError> {
     let mut b = Builder {
@@ -482,7 +478,9 @@ pub fn compile(spec: &TenantSpec, place: &Placement) -> Result<Compiled, Compile
             let m = Match {
                 vni: Some(place.vni),
                 chain_hop: None,
-                dst: Some(sluice_switch::Prefix::parse(&addr.to_string()).expect("address")),
+                dst: Some(
+                    Prefix::new(addr, if addr.is_v4() { 32 } else { 128 }).expect("host prefix"),
+                ),
                 ..Match::default()
             };
             let out = if vh == h {

@@ -108,7 +108,7 @@ impl Select {
 }
 
 fn overlap(a: &Prefix, b: &Prefix) -> bool {
-    a.contains(&b.network()) || b.contains(&a.network())
+    a.overlaps(b)
 }
 
 /// What an element is.

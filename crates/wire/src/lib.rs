@@ -23,12 +23,14 @@ pub mod icmp;
 pub mod ipv4;
 pub mod ipv6;
 pub mod parse;
+pub mod prefix;
 pub mod rewrite;
 pub mod tcp;
 pub mod udp;
 
 pub use flow::{FlowKey, IpAddr};
 pub use parse::{PacketMeta, ParseError};
+pub use prefix::Prefix;
 
 use core::fmt;
 
