@@ -35,6 +35,12 @@ enum Cmd {
         #[command(subcommand)]
         which: BenchCmd,
     },
+    /// Validate a tenant specification (YAML) without applying it.
+    Check {
+        /// The spec.
+        #[arg(short = 'f', long = "file")]
+        file: PathBuf,
+    },
     /// Write the sample trace (and its chain and rule files) without running it.
     Sample {
         /// Directory for the generated files.
@@ -201,12 +207,53 @@ fn bench(which: BenchCmd) -> Result<(), String> {
     }
 }
 
+/// `sluice check -f SPEC`: parse and validate a tenant spec, print what it holds.
+fn check(file: &std::path::Path) -> Result<(), String> {
+    let text = std::fs::read_to_string(file).map_err(|e| format!("{}: {e}", file.display()))?;
+    let name = file.display().to_string();
+    let spec = sluice_tenant::TenantSpec::parse(&text, &name, Some(&sluice_builtin::registry()))
+        .map_err(|e| e.to_string())?;
+    println!(
+        "{name}: tenant `{}` is valid: {} elements, {} chains",
+        spec.tenant,
+        spec.elements.len(),
+        spec.chains.len()
+    );
+    for c in &spec.chains {
+        println!(
+            "  chain {:<16} {}{}{}",
+            c.name,
+            c.path.join(" -> "),
+            if c.bidirectional {
+                " (bidirectional)"
+            } else {
+                ""
+            },
+            if c.mirror.is_empty() {
+                String::new()
+            } else {
+                format!(", mirrored to {}", c.mirror.join(", "))
+            }
+        );
+    }
+    Ok(())
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.cmd {
         Cmd::Run(args) => run::main(&args),
         Cmd::Demo { out, json } => demo::demo(&out, json),
         Cmd::Sample { out } => demo::write_sample(&out).map(|_| ()),
+        Cmd::Check { file } => {
+            return match check(&file) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
         Cmd::Bench { which } => {
             return match bench(which) {
                 Ok(()) => ExitCode::SUCCESS,

@@ -213,3 +213,25 @@ fn demo_gives_every_expected_verdict() {
         );
     }
 }
+
+#[test]
+fn check_validates_tenant_specs() {
+    let spec = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../examples/tenant/figure4.yaml"
+    );
+    let (code, out, err) = sluice(&["check", "-f", spec]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("3 chains") && out.contains("fw -> ips -> lb-a"),
+        "{out}"
+    );
+    let d = tempfile::tempdir().unwrap();
+    let bad = write(d.path(), "bad.yaml", b"tenant: x\nelements: {a: {type: external, subnets: [1.2.3.0/24]}}\nchains: [{name: c, path: [a, zz]}]\n");
+    let (code, _, err) = sluice(&["check", "-f", &bad]);
+    assert_ne!(code, 0);
+    assert!(
+        err.contains("bad.yaml: chains[0].path[1]: unknown element `zz`"),
+        "{err}"
+    );
+}
