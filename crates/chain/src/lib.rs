@@ -24,6 +24,67 @@ use sluice_wire::parse::{parse_frame, parse_into};
 pub const PARSE_STAGE: u8 = u8::MAX;
 /// Drop-reason stage index used for packets reassembly refuses.
 pub const REASSEMBLY_STAGE: u8 = u8::MAX - 1;
+/// Drop-reason stage index used for packets over the instance's capacity budget.
+pub const CAPACITY_STAGE: u8 = u8::MAX - 2;
+
+/// A token bucket over trace time (deterministic: no clock).
+#[derive(Debug, Clone)]
+struct Bucket {
+    rate: f64,
+    burst: f64,
+    tokens: f64,
+    last_ns: u64,
+}
+
+impl Bucket {
+    fn new(rate_per_s: f64, burst_ms: f64) -> Bucket {
+        let burst = (rate_per_s * burst_ms / 1000.0).max(1.0);
+        Bucket {
+            rate: rate_per_s,
+            burst,
+            tokens: burst,
+            last_ns: 0,
+        }
+    }
+
+    fn refill(&mut self, now_ns: u64) {
+        if now_ns > self.last_ns {
+            let dt = (now_ns - self.last_ns) as f64 / 1e9;
+            self.tokens = (self.tokens + dt * self.rate).min(self.burst);
+            self.last_ns = now_ns;
+        }
+    }
+}
+
+/// The instance's processing budget (packets and/or bits per second).
+#[derive(Debug, Clone)]
+struct Limiter {
+    pps: Option<Bucket>,
+    bps: Option<Bucket>,
+}
+
+impl Limiter {
+    fn admit(&mut self, now_ns: u64, bytes: usize) -> bool {
+        let bits = (bytes * 8) as f64;
+        if let Some(b) = self.pps.as_mut() {
+            b.refill(now_ns);
+        }
+        if let Some(b) = self.bps.as_mut() {
+            b.refill(now_ns);
+        }
+        let ok = self.pps.as_ref().is_none_or(|b| b.tokens >= 1.0)
+            && self.bps.as_ref().is_none_or(|b| b.tokens >= bits);
+        if ok {
+            if let Some(b) = self.pps.as_mut() {
+                b.tokens -= 1.0;
+            }
+            if let Some(b) = self.bps.as_mut() {
+                b.tokens -= bits;
+            }
+        }
+        ok
+    }
+}
 
 /// The stream-reassembly stage the chain runs before functions that want streams.
 /// Implemented by `sluice_reassembly::Reassembler`; a trait so the chain can be
@@ -81,6 +142,8 @@ pub struct Chain {
     live_before: Vec<bool>,
     /// Sources whose packets cross the functions in order (empty: all do).
     forward_sources: Vec<Prefix>,
+    /// The instance's processing budget, if any.
+    limiter: Option<Limiter>,
     /// Reused for the runs of one direction when the chain is bidirectional.
     run: Batch,
     done: Vec<sluice_packet::Packet>,
@@ -140,6 +203,10 @@ impl Chain {
             .iter()
             .map(|p| Prefix::parse(p).map_err(ChainError::Reassembly))
             .collect::<Result<_, _>>()?;
+        chain.limiter = spec.settings.capacity.map(|c| Limiter {
+            pps: c.pps.map(|r| Bucket::new(r, c.burst_ms)),
+            bps: c.mbps.map(|r| Bucket::new(r * 1e6, c.burst_ms)),
+        });
         Ok(chain)
     }
 
@@ -190,6 +257,7 @@ impl Chain {
             timer_interval_ns: timer_interval_ms.max(1) * 1_000_000,
             live_before: Vec::new(),
             forward_sources: Vec::new(),
+            limiter: None,
             run: Batch::default(),
             done: Vec::new(),
         }
@@ -237,6 +305,12 @@ impl Chain {
             newest = newest.max(p.ts_ns);
             if !p.is_live() {
                 continue;
+            }
+            if let Some(l) = self.limiter.as_mut() {
+                if !l.admit(p.ts_ns, p.len()) {
+                    p.drop_by(CAPACITY_STAGE, "over_capacity");
+                    continue;
+                }
             }
             let (frame, meta) = p.data_and_meta_mut();
             match parse_into(frame, meta) {
@@ -287,6 +361,7 @@ impl Chain {
             match p.verdict {
                 Verdict::Forward => self.stats.forwarded += 1,
                 Verdict::Drop(r) if r.stage == PARSE_STAGE => self.stats.count_malformed(r.reason),
+                Verdict::Drop(r) if r.stage == CAPACITY_STAGE => self.stats.over_capacity += 1,
                 Verdict::Drop(r) if r.stage == REASSEMBLY_STAGE => {
                     self.stats.count_reassembly_drop(r.reason)
                 }

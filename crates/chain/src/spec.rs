@@ -65,6 +65,29 @@ pub struct Settings {
     /// traffic does (so a firewall before a NAT sees replies after the NAT restored
     /// them). Empty (the default): every packet crosses the functions in order.
     pub forward_sources: Vec<String>,
+    /// A processing budget for this instance, so experiments can create middlebox
+    /// bottlenecks on purpose (as Stratos did with small EC2 instances). Packets over
+    /// budget are dropped (`over_capacity`).
+    pub capacity: Option<Capacity>,
+}
+
+/// A token-bucket budget in packets and/or bits per second of trace time.
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Capacity {
+    /// Packets per second.
+    #[serde(default)]
+    pub pps: Option<f64>,
+    /// Megabits per second (frame bytes).
+    #[serde(default)]
+    pub mbps: Option<f64>,
+    /// Burst allowance in milliseconds of the rate (default 10).
+    #[serde(default = "default_burst")]
+    pub burst_ms: f64,
+}
+
+fn default_burst() -> f64 {
+    10.0
 }
 
 impl Default for Settings {
@@ -73,6 +96,7 @@ impl Default for Settings {
             batch_size: 32,
             timer_interval_ms: 100,
             forward_sources: Vec::new(),
+            capacity: None,
         }
     }
 }
@@ -154,6 +178,17 @@ impl ChainSpec {
             return Err(invalid(
                 "functions: a chain needs at least one function".into(),
             ));
+        }
+        if let Some(c) = raw.settings.capacity {
+            let bad = |v: Option<f64>| v.is_some_and(|x| !(x.is_finite() && x > 0.0));
+            if c.pps.is_none() && c.mbps.is_none() {
+                return Err(invalid("settings.capacity: give pps, mbps or both".into()));
+            }
+            if bad(c.pps) || bad(c.mbps) || !(c.burst_ms.is_finite() && c.burst_ms > 0.0) {
+                return Err(invalid(
+                    "settings.capacity: rates and burst_ms must be positive numbers".into(),
+                ));
+            }
         }
         for (i, p) in raw.settings.forward_sources.iter().enumerate() {
             Prefix::parse(p).map_err(|e| invalid(format!("settings.forward_sources[{i}]: {e}")))?;

@@ -55,6 +55,8 @@ pub struct ChainStats {
     pub dropped: u64,
     /// Malformed frames, by parse error (counted and dropped).
     pub malformed: Vec<(&'static str, u64)>,
+    /// Frames dropped because the instance was over its capacity budget.
+    pub over_capacity: u64,
     /// Frames reassembly refused, by reason.
     pub reassembly_dropped: Vec<(&'static str, u64)>,
     /// Non-IP frames (forwarded untouched).

@@ -137,3 +137,44 @@ fn namespaces_are_stable_and_distinct() {
     assert_ne!(namespace_of("a", "fw"), namespace_of("b", "fw"));
     assert_ne!(namespace_of("a", "fw"), namespace_of("a", "ips"));
 }
+
+#[test]
+fn capacity_budget_drops_what_exceeds_it() {
+    let spec = ChainSpec::from_str(
+        "name: t\nfunctions:\n  - type: drop_discard\nsettings:\n  capacity: { pps: 10000, burst_ms: 1 }\n",
+        Path::new("t.yaml"),
+    )
+    .unwrap();
+    let mut chain = Chain::from_spec(&spec, Path::new("."), &registry(), Sharing::Shared).unwrap();
+    let mut pool = PacketPool::new(64);
+    let mut store = LocalStore::new();
+    let f = build::udp_v4([10, 0, 0, 1], [10, 0, 0, 2], 5, 53, b"x");
+    // 20,000 packets evenly over one second of trace time: twice the budget.
+    let mut ts = 1_000_000_000u64;
+    for _ in 0..(20_000 / 16) {
+        let mut batch = Batch::with_capacity(16);
+        for _ in 0..16 {
+            ts += 50_000;
+            batch.push_frame(&mut pool, &f, ts, 0);
+        }
+        chain.process(&mut batch, &mut store);
+        batch.recycle(&mut pool);
+    }
+    let s = chain.stats();
+    assert!(
+        (9_900..=10_100).contains(&s.forwarded),
+        "about 10k admitted: {}",
+        s.forwarded
+    );
+    assert_eq!(s.forwarded + s.over_capacity, 20_000);
+    let e = ChainSpec::from_str(
+        "name: t\nfunctions: [{type: x}]\nsettings: {capacity: {}}\n",
+        Path::new("t.yaml"),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("settings.capacity: give pps, mbps or both"),
+        "{e}"
+    );
+}

@@ -279,6 +279,12 @@ pub fn print_summary(s: &Summary) {
     if !st.reassembly_dropped.is_empty() {
         println!("  reassembly dropped: {}", pairs(&st.reassembly_dropped));
     }
+    if st.over_capacity > 0 {
+        println!(
+            "  {} frames over the instance's capacity budget were dropped",
+            st.over_capacity
+        );
+    }
     if s.oversize > 0 {
         println!(
             "  {} frames longer than a buffer were dropped before the chain",
