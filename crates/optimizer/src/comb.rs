@@ -12,7 +12,7 @@
 
 use std::collections::BTreeSet;
 
-use crate::lp::{Direction, LinearProgram, LpError, Var};
+use crate::lp::{Direction, LinearProgram, LpError, SolverOptions, Var};
 
 /// Index of a network node (a CoMb box location).
 pub type NodeId = usize;
@@ -385,6 +385,90 @@ pub fn min_max_load(
     strategy: Strategy,
     enforce_capacity: bool,
 ) -> Result<LoadAssignment, CombError> {
+    min_max_load_model(problem, strategy, enforce_capacity)?.solve(&SolverOptions::default())
+}
+
+/// The LP of [`min_max_load`], built but not solved, so that model construction and
+/// solving can be timed (and solver options tried) separately.
+#[derive(Debug, Clone)]
+pub struct MinMaxModel<'a> {
+    problem: &'a NetworkProblem,
+    lp: LinearProgram,
+    vars: Vec<Vec<(NodeId, Var)>>,
+    resources: usize,
+}
+
+impl MinMaxModel<'_> {
+    /// Number of LP variables.
+    pub fn num_vars(&self) -> usize {
+        self.lp.num_vars()
+    }
+
+    /// Number of LP constraints.
+    pub fn num_constraints(&self) -> usize {
+        self.lp.num_constraints()
+    }
+
+    /// Solves the model with the given HiGHS options.
+    pub fn solve(&self, options: &SolverOptions) -> Result<LoadAssignment, CombError> {
+        let problem = self.problem;
+        let nodes = problem.prov.len();
+        let resources = self.resources;
+        let vars = &self.vars;
+        let sol = self.lp.solve_with(options)?;
+        let fractions: Vec<Vec<(NodeId, f64)>> = vars
+            .iter()
+            .map(|cv| {
+                cv.iter()
+                    .map(|&(n, v)| (n, sol.value(v).clamp(0.0, 1.0)))
+                    .collect()
+            })
+            .collect();
+        let load = node_loads(
+            nodes,
+            resources,
+            &problem.classes,
+            &problem.footprints,
+            &fractions,
+            |n, r| problem.prov[n][r],
+        );
+        let max_load = load.iter().flatten().copied().fold(0.0, f64::max);
+        Ok(LoadAssignment {
+            max_load,
+            fractions,
+            load,
+        })
+    }
+}
+
+/// Builds the LP of [`min_max_load`] without solving it.
+pub fn min_max_load_model(
+    problem: &NetworkProblem,
+    strategy: Strategy,
+    enforce_capacity: bool,
+) -> Result<MinMaxModel<'_>, CombError> {
+    build_min_max(problem, strategy, enforce_capacity, false)
+}
+
+/// A smaller LP with the same optimum as [`min_max_load_model`]: classes with the same
+/// set of eligible nodes (and, with several resources, the same hyperapp) share one set
+/// of split variables, since only their summed work reaches each node's load. Every
+/// class of a group gets the group's split, which is one of the optimal solutions of the
+/// full LP; the maximum load is the same.
+pub fn min_max_load_model_aggregated(
+    problem: &NetworkProblem,
+    strategy: Strategy,
+    enforce_capacity: bool,
+) -> Result<MinMaxModel<'_>, CombError> {
+    build_min_max(problem, strategy, enforce_capacity, true)
+}
+
+fn build_min_max(
+    problem: &NetworkProblem,
+    strategy: Strategy,
+    enforce_capacity: bool,
+    aggregate: bool,
+) -> Result<MinMaxModel<'_>, CombError> {
     let nodes = problem.prov.len();
     let resources = problem.footprints.first().map_or(0, Vec::len);
     for (n, row) in problem.prov.iter().enumerate() {
@@ -410,30 +494,73 @@ pub fn min_max_load(
     let lambda = lp.add_var(1.0, 0.0, f64::INFINITY);
     let mut vars: Vec<Vec<(NodeId, Var)>> = Vec::with_capacity(problem.classes.len());
     let mut load_terms: Vec<Vec<Vec<(Var, f64)>>> = vec![vec![Vec::new(); resources]; nodes];
+    // One split per class, or per group of classes: (eligible nodes, work per resource).
+    // `needs[r]`: some member's footprint uses resource r (zero-volume classes still
+    // appear in the load rows, as they always have).
+    let mut units: Vec<(Vec<NodeId>, Vec<f64>, Vec<bool>)> = Vec::new();
+    let mut unit_of: Vec<usize> = Vec::with_capacity(problem.classes.len());
+    let mut groups: std::collections::BTreeMap<(Vec<NodeId>, usize), usize> =
+        std::collections::BTreeMap::new();
     for class in &problem.classes {
         let f = &problem.footprints[class.hyperapp];
-        let mut class_vars = Vec::new();
-        for n in strategy.eligible(&class.path) {
+        let eligible = strategy.eligible(&class.path);
+        let work: Vec<f64> = f.iter().map(|x| x * class.volume).collect();
+        let needs: Vec<bool> = f.iter().map(|&x| x > 0.0).collect();
+        if !aggregate {
+            unit_of.push(units.len());
+            units.push((eligible, work, needs));
+            continue;
+        }
+        let mut key_nodes = eligible.clone();
+        key_nodes.sort_unstable();
+        // With one resource every footprint is proportional, so hyperapps can share.
+        let key = (key_nodes, if resources == 1 { 0 } else { class.hyperapp });
+        let next = units.len();
+        let u = *groups.entry(key).or_insert(next);
+        if u == next {
+            units.push((eligible, work, needs));
+        } else {
+            for (a, b) in units[u].1.iter_mut().zip(&work) {
+                *a += b;
+            }
+            for (a, b) in units[u].2.iter_mut().zip(&needs) {
+                *a |= b;
+            }
+        }
+        unit_of.push(u);
+    }
+    let mut unit_vars: Vec<Vec<(NodeId, Var)>> = Vec::with_capacity(units.len());
+    for (eligible, work, needs) in &units {
+        let mut uv = Vec::with_capacity(eligible.len());
+        for &n in eligible {
             // A node with no capacity for a resource the hyperapp needs cannot take any
             // of this class (its load would be infinite).
-            let blocked =
-                (0..resources).any(|r| problem.prov[n][r] == 0.0 && f[r] * class.volume > 0.0);
+            let blocked = (0..resources).any(|r| problem.prov[n][r] == 0.0 && work[r] > 0.0);
             let v = lp.add_var(0.0, 0.0, if blocked { 0.0 } else { 1.0 });
-            for r in 0..resources {
+            for (r, &w) in work.iter().enumerate() {
                 let p = problem.prov[n][r];
-                if p > 0.0 && f[r] > 0.0 {
-                    load_terms[n][r].push((v, class.volume * f[r] / p));
+                if p > 0.0 && needs[r] {
+                    load_terms[n][r].push((v, w / p));
                 }
             }
-            class_vars.push((n, v));
+            uv.push((n, v));
         }
-        lp.add_constraint(
-            FAMILY_COVERAGE,
-            1.0,
-            1.0,
-            class_vars.iter().map(|&(_, v)| (v, 1.0)),
+        lp.add_constraint(FAMILY_COVERAGE, 1.0, 1.0, uv.iter().map(|&(_, v)| (v, 1.0)));
+        unit_vars.push(uv);
+    }
+    for (class, &u) in problem.classes.iter().zip(&unit_of) {
+        if !aggregate {
+            vars.push(unit_vars[u].clone());
+            continue;
+        }
+        let uv = &unit_vars[u];
+        vars.push(
+            strategy
+                .eligible(&class.path)
+                .into_iter()
+                .filter_map(|n| uv.iter().find(|x| x.0 == n).copied())
+                .collect(),
         );
-        vars.push(class_vars);
     }
     for node_terms in &load_terms {
         for terms in node_terms {
@@ -456,28 +583,11 @@ pub fn min_max_load(
             }
         }
     }
-    let sol = lp.solve()?;
-    let fractions: Vec<Vec<(NodeId, f64)>> = vars
-        .iter()
-        .map(|cv| {
-            cv.iter()
-                .map(|&(n, v)| (n, sol.value(v).clamp(0.0, 1.0)))
-                .collect()
-        })
-        .collect();
-    let load = node_loads(
-        nodes,
+    Ok(MinMaxModel {
+        problem,
+        lp,
+        vars,
         resources,
-        &problem.classes,
-        &problem.footprints,
-        &fractions,
-        |n, r| problem.prov[n][r],
-    );
-    let max_load = load.iter().flatten().copied().fold(0.0, f64::max);
-    Ok(LoadAssignment {
-        max_load,
-        fractions,
-        load,
     })
 }
 
@@ -991,6 +1101,98 @@ mod tests {
                     hyperapp: 0,
                 },
             ],
+        }
+    }
+
+    /// A 5-node line with every ordered pair, three hyperapps and two resources, node 3
+    /// short of resource 1: enough structure that aggregation actually merges classes.
+    fn line_problem(resources: usize) -> NetworkProblem {
+        let mut classes = Vec::new();
+        for s in 0..5usize {
+            for d in 0..5usize {
+                if s == d {
+                    continue;
+                }
+                let path: Vec<NodeId> = if s < d {
+                    (s..=d).collect()
+                } else {
+                    (d..=s).rev().collect()
+                };
+                for h in 0..3 {
+                    classes.push(TrafficClass {
+                        path: path.clone(),
+                        volume: (1 + (s * 7 + d * 3 + h) % 5) as f64,
+                        hyperapp: h,
+                    });
+                }
+            }
+        }
+        let foot = |h: usize| (0..resources).map(|r| 1.0 + (h + 2 * r) as f64).collect();
+        NetworkProblem {
+            prov: (0..5)
+                .map(|n| {
+                    (0..resources)
+                        .map(|r| {
+                            if n == 3 && r == 1 {
+                                5.0
+                            } else {
+                                100.0 + n as f64
+                            }
+                        })
+                        .collect()
+                })
+                .collect(),
+            footprints: (0..3).map(foot).collect(),
+            classes,
+        }
+    }
+
+    #[test]
+    fn aggregated_model_reaches_the_same_optimum() {
+        for resources in [1, 2] {
+            let p = line_problem(resources);
+            for strategy in [Strategy::Path, Strategy::Edge] {
+                let full = min_max_load_model(&p, strategy, false).unwrap();
+                let agg = min_max_load_model_aggregated(&p, strategy, false).unwrap();
+                assert!(agg.num_vars() < full.num_vars());
+                let a = full.solve(&SolverOptions::default()).unwrap();
+                let b = agg.solve(&SolverOptions::default()).unwrap();
+                assert!(
+                    (a.max_load - b.max_load).abs() <= 1e-7 * a.max_load,
+                    "{resources} resources, {strategy:?}: {} vs {}",
+                    a.max_load,
+                    b.max_load
+                );
+                // The same as the one-call API, and a valid split for every class.
+                let c = min_max_load(&p, strategy, false).unwrap();
+                assert_eq!(c.max_load, a.max_load);
+                for (class, fr) in p.classes.iter().zip(&b.fractions) {
+                    assert_eq!(
+                        fr.iter().map(|x| x.0).collect::<Vec<_>>(),
+                        strategy.eligible(&class.path)
+                    );
+                    assert!(close(fr.iter().map(|x| x.1).sum::<f64>(), 1.0));
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn solver_options_do_not_change_the_optimum() {
+        use crate::lp::Method;
+        let p = line_problem(1);
+        let m = min_max_load_model(&p, Strategy::Path, false).unwrap();
+        let base = m.solve(&SolverOptions::default()).unwrap().max_load;
+        for method in [Method::DualSimplex, Method::PrimalSimplex, Method::Ipm] {
+            for presolve in [true, false] {
+                let o = SolverOptions {
+                    method,
+                    presolve,
+                    parallel: false,
+                };
+                let x = m.solve(&o).unwrap().max_load;
+                assert!((x - base).abs() <= 1e-7 * base, "{o:?}: {x} vs {base}");
+            }
         }
     }
 

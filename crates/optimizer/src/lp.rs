@@ -88,6 +88,42 @@ impl LpSolution {
     }
 }
 
+/// Which HiGHS algorithm solves the LP.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Method {
+    /// HiGHS decides (dual simplex for most LPs).
+    #[default]
+    Choose,
+    /// Dual simplex.
+    DualSimplex,
+    /// Primal simplex.
+    PrimalSimplex,
+    /// Interior point with crossover.
+    Ipm,
+}
+
+/// HiGHS settings for [`LinearProgram::solve_with`]; the default is what
+/// [`LinearProgram::solve`] uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SolverOptions {
+    /// Algorithm.
+    pub method: Method,
+    /// Whether HiGHS presolves the model first.
+    pub presolve: bool,
+    /// Whether HiGHS may run parallel simplex (PAMI) on its thread pool.
+    pub parallel: bool,
+}
+
+impl Default for SolverOptions {
+    fn default() -> Self {
+        Self {
+            method: Method::Choose,
+            presolve: true,
+            parallel: false,
+        }
+    }
+}
+
 /// A linear program under construction.
 #[derive(Debug, Clone)]
 pub struct LinearProgram {
@@ -169,12 +205,18 @@ impl LinearProgram {
 
     /// Solves the program with HiGHS.
     pub fn solve(&self) -> Result<LpSolution, LpError> {
+        self.solve_with(&SolverOptions::default())
+    }
+
+    /// Solves the program with HiGHS using `options` (infeasibility diagnosis always
+    /// uses the defaults).
+    pub fn solve_with(&self, options: &SolverOptions) -> Result<LpSolution, LpError> {
         self.validate()?;
         let sense = match self.direction {
             Direction::Minimise => Sense::Minimise,
             Direction::Maximise => Sense::Maximise,
         };
-        let (status, values, objective) = run_highs(&self.columns, &self.rows, sense)?;
+        let (status, values, objective) = run_highs(&self.columns, &self.rows, sense, options)?;
         match status {
             HighsModelStatus::Optimal | HighsModelStatus::ModelEmpty => {
                 let values = if values.len() == self.columns.len() {
@@ -266,7 +308,7 @@ impl LinearProgram {
             row.terms.push((minus, -1.0));
             slack_family.push((plus, minus, row.family));
         }
-        match run_highs(&columns, &rows, Sense::Minimise) {
+        match run_highs(&columns, &rows, Sense::Minimise, &SolverOptions::default()) {
             Ok((HighsModelStatus::Optimal, values, _)) => {
                 let mut violated: Vec<&'static str> = Vec::new();
                 for (plus, minus, family) in slack_family {
@@ -311,6 +353,7 @@ fn run_highs(
     columns: &[Column],
     rows: &[Row],
     sense: Sense,
+    options: &SolverOptions,
 ) -> Result<(HighsModelStatus, Vec<f64>, f64), LpError> {
     let mut pb = RowProblem::default();
     let cols: Vec<highs::Col> = columns
@@ -330,6 +373,32 @@ fn run_highs(
     // The machines this runs on are small and shared; a thread pool buys nothing for
     // the model sizes here.
     let _ = model.try_set_option("threads", 1);
+    let (solver, strategy) = match options.method {
+        Method::Choose => ("choose", None),
+        Method::DualSimplex => ("simplex", Some(1)),
+        Method::PrimalSimplex => ("simplex", Some(4)),
+        Method::Ipm => ("ipm", None),
+    };
+    fn set<E: fmt::Debug>(r: Result<(), E>, name: &str) -> Result<(), LpError> {
+        r.map_err(|e| LpError::Solver(format!("HiGHS rejected option {name}: {e:?}")))
+    }
+    // Options left at HiGHS's defaults are not touched, so `solve()` behaves exactly as
+    // before options existed.
+    if options.method != Method::Choose {
+        set(model.try_set_option("solver", solver), "solver")?;
+    }
+    if let Some(st) = strategy {
+        set(
+            model.try_set_option("simplex_strategy", st),
+            "simplex_strategy",
+        )?;
+    }
+    if !options.presolve {
+        set(model.try_set_option("presolve", "off"), "presolve")?;
+    }
+    if options.parallel {
+        set(model.try_set_option("parallel", "on"), "parallel")?;
+    }
     let solved = model
         .try_solve()
         .map_err(|s| LpError::Solver(format!("HiGHS failed to solve: {s:?}")))?;

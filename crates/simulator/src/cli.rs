@@ -72,6 +72,41 @@ pub enum SimCommand {
         #[arg(long, default_value_t = 1000)]
         customers: usize,
     },
+    /// Scale benchmarks (issue 6): CoMb LP time vs Topology Zoo network size, Stratos
+    /// wall time vs datacenter size.
+    BenchScale {
+        /// Few networks and small datacenters only (about a minute).
+        #[arg(long)]
+        quick: bool,
+        /// Output directory.
+        #[arg(long, default_value = "out/sim/bench-scale")]
+        out: PathBuf,
+        /// Directory of Topology Zoo .graphml files (default
+        /// /work/shared/data/topology-zoo if it exists, else data/topology-zoo).
+        #[arg(long)]
+        zoo: Option<PathBuf>,
+        /// Networks spread from smallest to largest (the one nearest 52 PoPs is added).
+        #[arg(long)]
+        networks: Option<usize>,
+        /// Skip networks with more PoPs than this.
+        #[arg(long)]
+        max_pops: Option<usize>,
+        /// Solve the full (non-aggregated) CoMb model only up to this many PoPs.
+        #[arg(long)]
+        full_max_pops: Option<usize>,
+        /// Stratos sizes as racks:tenants, comma separated (the first should be 50:20).
+        #[arg(long, value_delimiter = ',')]
+        sizes: Vec<String>,
+        /// Seconds after which a Stratos run is stopped (larger sizes are then skipped).
+        #[arg(long)]
+        budget: Option<f64>,
+        /// RNG seed.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// Run only one benchmark: `comb` or `stratos`.
+        #[arg(long)]
+        only: Option<String>,
+    },
 }
 
 /// Runs one reproduction.
@@ -135,7 +170,71 @@ pub fn run(cmd: SimCommand) -> Result<(), SimError> {
             say(&format!("{}wrote {}\n", report.summary, out.display()));
             Ok(())
         }
+        SimCommand::BenchScale {
+            quick,
+            out,
+            zoo,
+            networks,
+            max_pops,
+            full_max_pops,
+            sizes,
+            budget,
+            seed,
+            only,
+        } => {
+            let zoo = zoo.unwrap_or_else(|| {
+                let shared = PathBuf::from("/work/shared/data/topology-zoo");
+                if shared.is_dir() {
+                    shared
+                } else {
+                    PathBuf::from("data/topology-zoo")
+                }
+            });
+            let mut plan = crate::bench::BenchPlan::new(quick, zoo, seed);
+            if let Some(n) = networks {
+                plan.networks = n;
+            }
+            if let Some(m) = max_pops {
+                plan.max_pops = m;
+            }
+            if let Some(m) = full_max_pops {
+                plan.full_max_pops = m;
+            }
+            if let Some(b) = budget {
+                plan.budget_s = b;
+            }
+            match only.as_deref() {
+                None => {}
+                Some("comb") => plan.stratos = false,
+                Some("stratos") => plan.comb = false,
+                Some(o) => {
+                    return Err(SimError::Config(format!(
+                        "--only {o}: expected comb or stratos"
+                    )))
+                }
+            }
+            if !sizes.is_empty() {
+                plan.stratos_sizes = sizes
+                    .iter()
+                    .map(|s| parse_size(s))
+                    .collect::<Result<_, _>>()?;
+            }
+            let report = crate::bench::run_bench(&plan)?;
+            write_files(&out, &report.files)?;
+            say(&format!("{}wrote {}\n", report.summary, out.display()));
+            Ok(())
+        }
     }
+}
+
+/// Parses `racks:tenants`.
+fn parse_size(s: &str) -> Result<(usize, usize), SimError> {
+    let bad = || SimError::Config(format!("--sizes: \"{s}\" is not racks:tenants"));
+    let (r, t) = s.split_once(':').ok_or_else(bad)?;
+    Ok((
+        r.trim().parse().map_err(|_| bad())?,
+        t.trim().parse().map_err(|_| bad())?,
+    ))
 }
 
 /// Prints to stdout; a closed pipe (e.g. `| head`) is not an error worth a panic.
@@ -884,6 +983,17 @@ mod tests {
         }
         assert!(Cli::try_parse_from(["x", "nfaas-placement", "--customers", "10"]).is_ok());
         assert!(Cli::try_parse_from(["x", "nope"]).is_err());
+        let c = Cli::try_parse_from(["x", "bench-scale", "--quick", "--sizes", "50:20,100:50"])
+            .unwrap();
+        match c.cmd {
+            SimCommand::BenchScale { quick, sizes, .. } => {
+                assert!(quick);
+                assert_eq!(sizes, vec!["50:20", "100:50"]);
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(parse_size("100:50").unwrap(), (100, 50));
+        assert!(matches!(parse_size("100x50"), Err(SimError::Config(_))));
     }
 
     #[test]

@@ -83,6 +83,21 @@ impl Datacenter {
         2 * self.spec.racks + 2 * agg + 1
     }
 
+    /// Aggregation switch of a rack.
+    pub fn agg_of_rack(&self, rack: RackId) -> usize {
+        self.agg_of(rack)
+    }
+
+    /// A rack's uplink and downlink.
+    pub fn rack_links(&self, rack: RackId) -> [usize; 2] {
+        [self.rack_up(rack), self.rack_down(rack)]
+    }
+
+    /// An aggregation switch's uplink and downlink to the core.
+    pub fn agg_links(&self, agg: usize) -> [usize; 2] {
+        [self.agg_up(agg), self.agg_down(agg)]
+    }
+
     /// Whether a directed link is a rack (edge) link rather than an aggregation-core link.
     pub fn is_edge_link(&self, link: usize) -> bool {
         link < 2 * self.spec.racks
@@ -133,6 +148,10 @@ mod tests {
         assert!(p.iter().all(|l| !q.contains(l)));
         assert_eq!(d.num_links(), 24);
         assert!(d.is_edge_link(p[0]) && !d.is_edge_link(p[1]));
+        // The helpers name exactly the links paths use.
+        assert_eq!(p[0], d.rack_links(0)[0]);
+        assert_eq!(p[3], d.rack_links(7)[1]);
+        assert_eq!([p[1], q[2]], d.agg_links(d.agg_of_rack(0)));
     }
 
     #[test]

@@ -1,8 +1,9 @@
 //! Simulations reproducing the Stratos, NFaaS and CoMb evaluations.
 //!
 //! Library modules are deterministic for a given seed and do no I/O; only [`cli`] (the
-//! reproduction runners) touches files and the terminal.
+//! reproduction runners) and [`bench`] touch files, clocks and the terminal.
 
+pub mod bench;
 pub mod cli;
 pub mod comb;
 pub mod datacenter;

@@ -6,6 +6,8 @@
 //! LP (§4.2). Throughput comes from weighted max-min fair sharing of directed links and
 //! middlebox instance capacity among all tenants' flows.
 
+use std::collections::HashMap;
+
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
@@ -240,11 +242,35 @@ impl Tenant {
     }
 }
 
-struct Evaluation {
-    served: Vec<f64>,
-    link_load: Vec<f64>,
-    inter_rack: Vec<f64>,
+/// A tenant's instance paths, rebuilt only when its instances change.
+#[derive(Debug, Clone, Default)]
+struct TenantFlows {
+    /// Resources are global link ids below `num_links`, and `num_links + instance index`
+    /// for the tenant's own instances.
+    flows: Vec<Flow>,
+    /// Per flow, its hops as (from rack, to rack).
+    hops: Vec<Vec<(RackId, RackId)>>,
 }
+
+/// A tenant's share of the current max-min allocation.
+#[derive(Debug, Clone, Default)]
+struct TenantRates {
+    served: f64,
+    inter_rack: f64,
+    /// `(link, load)` sorted by link.
+    link_loads: Vec<(usize, f64)>,
+}
+
+/// A trial allocation for a set of tenants, committed only if the trial is kept.
+struct Delta {
+    tenant: usize,
+    flows: TenantFlows,
+    rates: Vec<(usize, TenantRates)>,
+}
+
+/// Relative slack under which a link counts as saturated when deciding which tenants a
+/// change can affect; looser than max-min's own 1e-9 so coupling is never missed.
+const COUPLING_TOL: f64 = 1e-7;
 
 struct World<'a> {
     cfg: &'a StratosConfig,
@@ -255,10 +281,43 @@ struct World<'a> {
     rng: ChaCha8Rng,
     link_load: Vec<f64>,
     reserved: Vec<f64>,
+    /// Committed flows and rates per tenant (the max-min allocation of the current state).
+    flows: Vec<TenantFlows>,
+    rates: Vec<TenantRates>,
+    /// Tenants with load on each link, sorted.
+    link_tenants: Vec<Vec<usize>>,
+    /// Recompute every tenant on every trial (the original, quadratic evaluation);
+    /// kept to check that the incremental evaluation reaches the same results.
+    full_eval: bool,
+    /// Scratch: local index of each link in the current max-min subproblem.
+    local_link: Vec<usize>,
+    /// Network-aware distributions by co-location pattern and demand.
+    lp_cache: HashMap<(Vec<Vec<usize>>, u64), Distribution>,
 }
 
 /// Runs one scenario end to end.
 pub fn run_scenario(cfg: &StratosConfig, scenario: Scenario) -> Result<ScenarioOutcome, SimError> {
+    run_scenario_with(cfg, scenario, &mut |_| true)?
+        .ok_or_else(|| SimError::Config("scenario stopped early".into()))
+}
+
+/// Runs one scenario, calling `after_tenant(tenants scaled so far)` after the initial
+/// placement (with 0) and after each tenant's scaling; when it returns `false` the run
+/// stops and `Ok(None)` is returned (benchmarks use this for progress and time budgets).
+pub fn run_scenario_with(
+    cfg: &StratosConfig,
+    scenario: Scenario,
+    after_tenant: &mut dyn FnMut(usize) -> bool,
+) -> Result<Option<ScenarioOutcome>, SimError> {
+    run_inner(cfg, scenario, after_tenant, false)
+}
+
+fn run_inner(
+    cfg: &StratosConfig,
+    scenario: Scenario,
+    after_tenant: &mut dyn FnMut(usize) -> bool,
+    full_eval: bool,
+) -> Result<Option<ScenarioOutcome>, SimError> {
     cfg.validate()?;
     let dc = Datacenter::new(cfg.tree.clone())?;
     let links = dc.num_links();
@@ -271,33 +330,49 @@ pub fn run_scenario(cfg: &StratosConfig, scenario: Scenario) -> Result<ScenarioO
         rng: ChaCha8Rng::seed_from_u64(cfg.seed),
         link_load: vec![0.0; links],
         reserved: vec![0.0; links],
+        flows: vec![TenantFlows::default(); cfg.tenants],
+        rates: vec![TenantRates::default(); cfg.tenants],
+        link_tenants: vec![Vec::new(); links],
+        full_eval,
+        local_link: vec![usize::MAX; links],
+        lp_cache: HashMap::new(),
     };
     w.place_initial()?;
+    // Tenants join the allocation one at a time; each join is an exact max-min update.
+    for t in 0..cfg.tenants {
+        let d = w.evaluate_change(t)?;
+        w.commit(d);
+    }
+    if !after_tenant(0) {
+        return Ok(None);
+    }
     let mut after_scaling = Vec::with_capacity(cfg.tenants);
     for t in 0..cfg.tenants {
         after_scaling.push(w.scale_tenant(t)?);
+        if !after_tenant(t + 1) {
+            return Ok(None);
+        }
     }
-    let e = w.evaluate()?;
     let caps = w.dc.link_capacities();
     let slots_total = cfg.tree.racks * cfg.tree.slots_per_rack;
-    Ok(ScenarioOutcome {
+    Ok(Some(ScenarioOutcome {
         scenario,
         tenants: w
             .tenants
             .iter()
             .enumerate()
             .map(|(t, ten)| TenantOutcome {
-                served_mbps: e.served[t],
+                served_mbps: w.rates[t].served,
                 demand_mbps: cfg.demand_mbps,
                 instances: ten.instances.len(),
-                inter_rack_fraction: e.inter_rack[t],
+                inter_rack_fraction: w.rates[t].inter_rack,
                 served_after_scaling_mbps: after_scaling[t],
             })
             .collect(),
-        link_utilization: e.link_load.iter().zip(&caps).map(|(l, c)| l / c).collect(),
+        link_utilization: w.link_load.iter().zip(&caps).map(|(l, c)| l / c).collect(),
         slots_used: slots_total - w.free.iter().sum::<usize>(),
         slots_total,
-    })
+    }))
 }
 
 impl World<'_> {
@@ -438,9 +513,7 @@ impl World<'_> {
     /// Runs the greedy heuristic for tenant `t`; returns the demand it served at the end.
     fn scale_tenant(&mut self, t: usize) -> Result<f64, SimError> {
         let goal = self.cfg.satisfied_fraction * self.cfg.demand_mbps;
-        let e = self.evaluate()?;
-        let mut served = e.served[t];
-        self.link_load = e.link_load;
+        let mut served = self.rates[t].served;
         let scalable: Vec<usize> = (0..self.stages())
             .filter(|&s| self.cfg.stages[s].scalable)
             .collect();
@@ -458,11 +531,16 @@ impl World<'_> {
                     self.free[rack] -= 1;
                     self.tenants[t].instances.push(Instance { stage, rack });
                     self.tenants[t].dist = None;
-                    let e = self.evaluate()?;
+                    let d = self.evaluate_change(t)?;
                     self.reserved.iter_mut().for_each(|r| *r = 0.0);
-                    if e.served[t] > served + self.cfg.improvement_mbps {
-                        served = e.served[t];
-                        self.link_load = e.link_load;
+                    let trial = d
+                        .rates
+                        .iter()
+                        .find(|(u, _)| *u == t)
+                        .map_or(0.0, |(_, r)| r.served);
+                    if trial > served + self.cfg.improvement_mbps {
+                        served = trial;
+                        self.commit(d);
                         added = true;
                     } else {
                         self.tenants[t].instances.pop();
@@ -515,32 +593,9 @@ impl World<'_> {
                     std::cmp::Reverse(r),
                 )
             });
-        let caps = self.dc.link_capacities();
         let rack = match local {
             Some(r) => r,
-            None => {
-                let avail = |r: RackId| {
-                    neighbours
-                        .iter()
-                        .flat_map(|&n| self.dc.path(n, r).into_iter().chain(self.dc.path(r, n)))
-                        .map(|l| caps[l] - self.link_load[l] - self.reserved[l])
-                        .fold(f64::INFINITY, f64::min)
-                };
-                let hops = |r: RackId| {
-                    neighbours
-                        .iter()
-                        .map(|&n| self.dc.path(n, r).len())
-                        .sum::<usize>()
-                };
-                (0..self.free.len())
-                    .filter(|&r| self.free[r] > 0)
-                    .max_by(|&a, &b| {
-                        avail(a)
-                            .total_cmp(&avail(b))
-                            .then(hops(b).cmp(&hops(a)))
-                            .then(b.cmp(&a))
-                    })?
-            }
+            None => self.best_connected_rack(&neighbours)?,
         };
         // Reserve what the instance is expected to carry so that decisions made before
         // this traffic is measured (other tenants' concurrent requests) avoid these links.
@@ -562,6 +617,56 @@ impl World<'_> {
         Some(rack)
     }
 
+    /// Among racks with a free slot (none of them in `neighbours`), the one with the most
+    /// available bandwidth on its paths to and from every neighbour, then the fewest
+    /// hops, then the lowest index. In the tree, a path between racks of different
+    /// aggregation switches is both racks' links plus both switches' core links, so the
+    /// bottleneck splits into a part common to all candidates, a per-switch part and the
+    /// candidate's own links: one pass over the racks instead of building every path.
+    fn best_connected_rack(&self, neighbours: &[RackId]) -> Option<RackId> {
+        let caps = self.dc.link_capacities();
+        let g = |l: usize| caps[l] - self.link_load[l] - self.reserved[l];
+        let pair = |ls: [usize; 2]| g(ls[0]).min(g(ls[1]));
+        let mut nb_min = f64::INFINITY;
+        // (aggregation switch, neighbours under it, its core links' bottleneck)
+        let mut aggs: Vec<(usize, usize, f64)> = Vec::new();
+        for &n in neighbours {
+            nb_min = nb_min.min(pair(self.dc.rack_links(n)));
+            let a = self.dc.agg_of_rack(n);
+            match aggs.iter_mut().find(|x| x.0 == a) {
+                Some(x) => x.1 += 1,
+                None => aggs.push((a, 1, pair(self.dc.agg_links(a)))),
+            }
+        }
+        let total = neighbours.len();
+        let mut best: Option<(f64, usize, RackId)> = None;
+        for r in (0..self.free.len()).filter(|&r| self.free[r] > 0) {
+            let ar = self.dc.agg_of_rack(r);
+            let same = aggs.iter().find(|x| x.0 == ar).map_or(0, |x| x.1);
+            let mut avail = if total == 0 {
+                f64::INFINITY
+            } else {
+                nb_min.min(pair(self.dc.rack_links(r)))
+            };
+            if same < total {
+                for x in aggs.iter().filter(|x| x.0 != ar) {
+                    avail = avail.min(x.2);
+                }
+                avail = avail.min(pair(self.dc.agg_links(ar)));
+            }
+            let hops = 2 * same + 4 * (total - same);
+            // Larger avail wins, then fewer hops, then the lower index (first seen).
+            let better = match best {
+                None => true,
+                Some((ba, bh, _)) => avail.total_cmp(&ba).then(bh.cmp(&hops)).is_gt(),
+            };
+            if better {
+                best = Some((avail, hops, r));
+            }
+        }
+        best.map(|b| b.2)
+    }
+
     fn distribution(&mut self, t: usize) -> Result<Distribution, SimError> {
         if let Some(d) = &self.tenants[t].dist {
             return Ok(d.clone());
@@ -580,98 +685,327 @@ impl World<'_> {
         };
         let d = match self.scenario.distribution {
             DistributionScheme::Uniform => flowdist::uniform(&chain)?,
-            DistributionScheme::Aware => flowdist::network_aware(&chain, None, true)?,
+            DistributionScheme::Aware => {
+                // The LP only sees which instances share a rack, so chains with the same
+                // co-location pattern (racks renamed in order of first appearance) have
+                // the same LP and, HiGHS being deterministic, the same solution.
+                let mut names: Vec<RackId> = Vec::new();
+                let pattern: Vec<Vec<usize>> = chain
+                    .locations
+                    .iter()
+                    .map(|stage| {
+                        stage
+                            .iter()
+                            .map(|r| match names.iter().position(|x| x == r) {
+                                Some(i) => i,
+                                None => {
+                                    names.push(*r);
+                                    names.len() - 1
+                                }
+                            })
+                            .collect()
+                    })
+                    .collect();
+                let key = (pattern, chain.flows.to_bits());
+                match self.lp_cache.get(&key) {
+                    Some(d) => d.clone(),
+                    None => {
+                        let canonical = Chain {
+                            locations: key.0.clone(),
+                            flows: chain.flows,
+                        };
+                        let d = flowdist::network_aware(&canonical, None, true)?;
+                        self.lp_cache.insert(key, d.clone());
+                        d
+                    }
+                }
+            }
         };
         self.tenants[t].dist = Some(d.clone());
         Ok(d)
     }
 
-    /// Max-min fair rates of every tenant's instance paths.
-    fn evaluate(&mut self) -> Result<Evaluation, SimError> {
+    /// Enumerates tenant `t`'s instance paths with their share of the demand.
+    fn build_flows(&mut self, t: usize) -> Result<TenantFlows, SimError> {
         let links = self.dc.num_links();
-        let mut capacity = self.dc.link_capacities();
-        let mut flows: Vec<Flow> = Vec::new();
-        // Per flow: owning tenant and its hops as (from rack, to rack).
-        let mut owner: Vec<(usize, Vec<(RackId, RackId)>)> = Vec::new();
-        for t in 0..self.tenants.len() {
-            let dist = self.distribution(t)?;
-            let members = self.tenants[t].stage_members(self.stages());
-            let base = capacity.len();
-            for inst in &self.tenants[t].instances {
-                capacity.push(self.cfg.stages[inst.stage].capacity_mbps);
-            }
-            let first = members[0].len() as f64;
-            // Depth-first enumeration of instance paths with their share of the demand.
-            let mut stack: Vec<(Vec<usize>, f64)> = (0..members[0].len())
-                .map(|i| (vec![i], 1.0 / first))
-                .collect();
-            while let Some((path, share)) = stack.pop() {
-                let r = path.len() - 1;
-                if r + 1 == members.len() {
-                    let insts: Vec<usize> = path
-                        .iter()
-                        .enumerate()
-                        .map(|(s, &i)| members[s][i])
-                        .collect();
-                    let racks: Vec<RackId> = insts
-                        .iter()
-                        .map(|&i| self.tenants[t].instances[i].rack)
-                        .collect();
-                    let mut res: Vec<usize> = insts.iter().map(|&i| base + i).collect();
-                    let hops: Vec<(RackId, RackId)> =
-                        racks.windows(2).map(|w| (w[0], w[1])).collect();
-                    for &(a, b) in &hops {
-                        res.extend(self.dc.path(a, b));
-                    }
-                    let demand = self.cfg.demand_mbps * share;
-                    flows.push(Flow {
-                        resources: res,
-                        demand,
-                        weight: demand,
-                    });
-                    owner.push((t, hops));
-                    continue;
-                }
-                let i = *path.last().expect("non-empty");
-                for (j, &x) in dist.forward[r][i].iter().enumerate() {
-                    if x > 1e-9 {
-                        let mut p = path.clone();
-                        p.push(j);
-                        stack.push((p, share * x));
-                    }
-                }
-            }
-        }
-        let rates = max_min_rates(&capacity, &flows);
-        let n = self.tenants.len();
-        let mut served = vec![0.0; n];
-        let mut inter = vec![0.0; n];
-        let mut hop_total = vec![0.0; n];
-        let mut link_load = vec![0.0; links];
-        for ((flow, (t, hops)), &rate) in flows.iter().zip(&owner).zip(&rates) {
-            served[*t] += rate;
-            for &(a, b) in hops {
-                hop_total[*t] += rate;
-                if a != b {
-                    inter[*t] += rate;
-                }
-            }
-            for &r in &flow.resources {
-                if r < links {
-                    link_load[r] += rate;
-                }
-            }
-        }
-        let inter_rack = inter
-            .iter()
-            .zip(&hop_total)
-            .map(|(i, h)| if *h > 0.0 { i / h } else { 0.0 })
+        let dist = self.distribution(t)?;
+        let members = self.tenants[t].stage_members(self.stages());
+        let mut out = TenantFlows::default();
+        let first = members[0].len() as f64;
+        // Depth-first enumeration of instance paths with their share of the demand.
+        let mut stack: Vec<(Vec<usize>, f64)> = (0..members[0].len())
+            .map(|i| (vec![i], 1.0 / first))
             .collect();
-        Ok(Evaluation {
-            served,
-            link_load,
-            inter_rack,
-        })
+        while let Some((path, share)) = stack.pop() {
+            let r = path.len() - 1;
+            if r + 1 == members.len() {
+                let insts: Vec<usize> = path
+                    .iter()
+                    .enumerate()
+                    .map(|(s, &i)| members[s][i])
+                    .collect();
+                let racks: Vec<RackId> = insts
+                    .iter()
+                    .map(|&i| self.tenants[t].instances[i].rack)
+                    .collect();
+                let mut res: Vec<usize> = insts.iter().map(|&i| links + i).collect();
+                let hops: Vec<(RackId, RackId)> = racks.windows(2).map(|w| (w[0], w[1])).collect();
+                for &(a, b) in &hops {
+                    res.extend(self.dc.path(a, b));
+                }
+                let demand = self.cfg.demand_mbps * share;
+                out.flows.push(Flow {
+                    resources: res,
+                    demand,
+                    weight: demand,
+                });
+                out.hops.push(hops);
+                continue;
+            }
+            let Some(&i) = path.last() else { continue };
+            for (j, &x) in dist.forward[r][i].iter().enumerate() {
+                if x > 1e-9 {
+                    let mut p = path.clone();
+                    p.push(j);
+                    stack.push((p, share * x));
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    fn saturated(&self, link: usize) -> bool {
+        let cap = self.dc.spec().link_mbps;
+        self.link_load[link] >= cap - COUPLING_TOL * cap.max(1.0)
+    }
+
+    /// Adds to `set` every tenant reachable from `set[from..]` through links saturated in
+    /// the committed allocation.
+    fn close_over_saturated(&self, set: &mut Vec<usize>, in_set: &mut [bool], from: usize) {
+        let mut i = from;
+        while i < set.len() {
+            let u = set[i];
+            i += 1;
+            for &(l, _) in &self.rates[u].link_loads {
+                if self.saturated(l) {
+                    for &v in &self.link_tenants[l] {
+                        if !in_set[v] {
+                            in_set[v] = true;
+                            set.push(v);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// The max-min allocation after tenant `t`'s instances changed. Only tenants coupled
+    /// to `t` through saturated links can change rate: everyone else keeps their
+    /// committed rates, which stay max-min fair because their bottlenecks are untouched
+    /// (the set grows until no link it shares with the others saturates).
+    fn evaluate_change(&mut self, t: usize) -> Result<Delta, SimError> {
+        let links = self.dc.num_links();
+        let new_flows = self.build_flows(t)?;
+        let n = self.tenants.len();
+        let mut in_set = vec![false; n];
+        let mut set = vec![t];
+        in_set[t] = true;
+        if self.full_eval {
+            set = (0..n).collect();
+            in_set.iter_mut().for_each(|x| *x = true);
+        }
+        // Links of t's new flows that are saturated now also couple.
+        for f in &new_flows.flows {
+            for &l in f.resources.iter().filter(|&&l| l < links) {
+                if self.saturated(l) {
+                    for &v in &self.link_tenants[l] {
+                        if !in_set[v] {
+                            in_set[v] = true;
+                            set.push(v);
+                        }
+                    }
+                }
+            }
+        }
+        self.close_over_saturated(&mut set, &mut in_set, 0);
+        let cap = self.dc.spec().link_mbps;
+        loop {
+            set.sort_unstable();
+            let flows_of = |u: usize| -> &TenantFlows {
+                if u == t {
+                    &new_flows
+                } else {
+                    &self.flows[u]
+                }
+            };
+            // Local subproblem: the links the set touches, then every set tenant's instances.
+            let mut touched: Vec<usize> = Vec::new();
+            for &u in &set {
+                for f in &flows_of(u).flows {
+                    for &l in f.resources.iter().filter(|&&l| l < links) {
+                        if self.local_link[l] == usize::MAX {
+                            self.local_link[l] = touched.len();
+                            touched.push(l);
+                        }
+                    }
+                }
+            }
+            let mut capacity: Vec<f64> = touched
+                .iter()
+                .map(|&l| {
+                    let outside: f64 = self.link_tenants[l]
+                        .iter()
+                        .filter(|&&v| !in_set[v])
+                        .map(|&v| tenant_link_load(&self.rates[v], l))
+                        .sum();
+                    cap - outside
+                })
+                .collect();
+            let mut flows: Vec<Flow> = Vec::new();
+            let mut owner: Vec<usize> = Vec::new();
+            for &u in &set {
+                let base = capacity.len();
+                for inst in &self.tenants[u].instances {
+                    capacity.push(self.cfg.stages[inst.stage].capacity_mbps);
+                }
+                for f in &flows_of(u).flows {
+                    flows.push(Flow {
+                        resources: f
+                            .resources
+                            .iter()
+                            .map(|&r| {
+                                if r < links {
+                                    self.local_link[r]
+                                } else {
+                                    base + (r - links)
+                                }
+                            })
+                            .collect(),
+                        demand: f.demand,
+                        weight: f.weight,
+                    });
+                    owner.push(u);
+                }
+            }
+            let rates = max_min_rates(&capacity, &flows);
+            // Links shared with tenants outside the set that the new allocation saturates
+            // pull those tenants in.
+            let mut used = vec![0.0; touched.len()];
+            for (f, &r) in flows.iter().zip(&rates) {
+                for &x in &f.resources {
+                    if x < touched.len() {
+                        used[x] += r;
+                    }
+                }
+            }
+            let before = set.len();
+            for (i, &l) in touched.iter().enumerate() {
+                if used[i] >= capacity[i] - COUPLING_TOL * cap.max(1.0) {
+                    for &v in &self.link_tenants[l] {
+                        if !in_set[v] {
+                            in_set[v] = true;
+                            set.push(v);
+                        }
+                    }
+                }
+            }
+            for &l in &touched {
+                self.local_link[l] = usize::MAX;
+            }
+            if set.len() > before {
+                self.close_over_saturated(&mut set, &mut in_set, before);
+                continue;
+            }
+            let mut out = Vec::with_capacity(set.len());
+            let mut k = 0;
+            for &u in &set {
+                let tf = flows_of(u);
+                let r = &rates[k..k + tf.flows.len()];
+                k += tf.flows.len();
+                out.push((u, tenant_rates(tf, r, links)));
+            }
+            return Ok(Delta {
+                tenant: t,
+                flows: new_flows,
+                rates: out,
+            });
+        }
+    }
+
+    /// Makes a trial allocation the current one.
+    fn commit(&mut self, d: Delta) {
+        let mut dirty: Vec<usize> = Vec::new();
+        let t = d.tenant;
+        for &(l, _) in &self.rates[t].link_loads {
+            dirty.push(l);
+            self.link_tenants[l].retain(|&v| v != t);
+        }
+        for (u, r) in d.rates {
+            dirty.extend(r.link_loads.iter().map(|x| x.0));
+            if u == t {
+                for &(l, _) in &r.link_loads {
+                    if let Err(pos) = self.link_tenants[l].binary_search(&t) {
+                        self.link_tenants[l].insert(pos, t);
+                    }
+                }
+            }
+            self.rates[u] = r;
+        }
+        self.flows[t] = d.flows;
+        dirty.sort_unstable();
+        dirty.dedup();
+        for l in dirty {
+            self.link_load[l] = self.link_tenants[l]
+                .iter()
+                .map(|&v| tenant_link_load(&self.rates[v], l))
+                .sum();
+        }
+    }
+}
+
+fn tenant_link_load(r: &TenantRates, link: usize) -> f64 {
+    r.link_loads
+        .binary_search_by_key(&link, |x| x.0)
+        .map_or(0.0, |i| r.link_loads[i].1)
+}
+
+/// Served demand, inter-rack share and per-link load of one tenant's flows at `rates`.
+fn tenant_rates(tf: &TenantFlows, rates: &[f64], links: usize) -> TenantRates {
+    let mut served = 0.0;
+    let mut inter = 0.0;
+    let mut hop_total = 0.0;
+    let mut loads: Vec<(usize, f64)> = Vec::new();
+    for ((flow, hops), &rate) in tf.flows.iter().zip(&tf.hops).zip(rates) {
+        served += rate;
+        for &(a, b) in hops {
+            hop_total += rate;
+            if a != b {
+                inter += rate;
+            }
+        }
+        for &r in &flow.resources {
+            // Kept at rate 0 too: a link the tenant crosses couples it to others.
+            if r < links {
+                loads.push((r, rate));
+            }
+        }
+    }
+    loads.sort_by_key(|x| x.0);
+    let mut link_loads: Vec<(usize, f64)> = Vec::new();
+    for (l, x) in loads {
+        match link_loads.last_mut() {
+            Some(last) if last.0 == l => last.1 += x,
+            _ => link_loads.push((l, x)),
+        }
+    }
+    TenantRates {
+        served,
+        inter_rack: if hop_total > 0.0 {
+            inter / hop_total
+        } else {
+            0.0
+        },
+        link_loads,
     }
 }
 
@@ -743,6 +1077,99 @@ mod tests {
             assert!((0.0..=1.0).contains(&t.inter_rack_fraction));
         }
         assert!(o.link_utilization.iter().all(|&u| u <= 1.0 + 1e-9));
+    }
+
+    #[test]
+    fn incremental_evaluation_matches_full_recomputation() {
+        // Thin links so that tenants saturate links and couple, which is what the
+        // incremental update must get right.
+        let mut c = small(5);
+        c.tree.racks = 12;
+        c.tree.racks_per_agg = 4;
+        c.tree.link_mbps = 300.0;
+        c.tenants = 6;
+        for scenario in [
+            Scenario {
+                initial: InitialPlacement::Rand,
+                instance: InstancePlacement::Rand,
+                distribution: DistributionScheme::Uniform,
+            },
+            Scenario {
+                initial: InitialPlacement::Pack,
+                instance: InstancePlacement::Aware,
+                distribution: DistributionScheme::Aware,
+            },
+            Scenario {
+                initial: InitialPlacement::Pack,
+                instance: InstancePlacement::Aware,
+                distribution: DistributionScheme::Uniform,
+            },
+        ] {
+            let fast = run_inner(&c, scenario, &mut |_| true, false)
+                .unwrap()
+                .unwrap();
+            let full = run_inner(&c, scenario, &mut |_| true, true)
+                .unwrap()
+                .unwrap();
+            let label = scenario.label();
+            // Some tenant must be short of demand, or no link was contended.
+            assert!(
+                full.tenants.iter().any(|t| t.served_pct() < 99.0),
+                "{label}"
+            );
+            assert_eq!(fast.slots_used, full.slots_used, "{label}");
+            for (a, b) in fast.tenants.iter().zip(&full.tenants) {
+                assert_eq!(a.instances, b.instances, "{label}");
+                for (x, y) in [
+                    (a.served_mbps, b.served_mbps),
+                    (a.served_after_scaling_mbps, b.served_after_scaling_mbps),
+                    (a.inter_rack_fraction, b.inter_rack_fraction),
+                ] {
+                    assert!((x - y).abs() <= 1e-6, "{label}: {x} vs {y}");
+                }
+            }
+            for (x, y) in fast.link_utilization.iter().zip(&full.link_utilization) {
+                assert!((x - y).abs() <= 1e-9, "{label}: {x} vs {y}");
+            }
+        }
+    }
+
+    #[test]
+    fn the_aware_lp_depends_only_on_which_instances_share_a_rack() {
+        // Why distributions can be cached by co-location pattern.
+        let a = Chain {
+            locations: vec![vec![5, 5], vec![9], vec![5, 2], vec![9, 7], vec![2, 5]],
+            flows: 360.0,
+        };
+        let b = Chain {
+            locations: vec![vec![0, 0], vec![1], vec![0, 2], vec![1, 3], vec![2, 0]],
+            flows: 360.0,
+        };
+        assert_eq!(
+            flowdist::network_aware(&a, None, true).unwrap(),
+            flowdist::network_aware(&b, None, true).unwrap()
+        );
+    }
+
+    #[test]
+    fn stopping_early_returns_none_after_the_requested_tenant() {
+        let c = small(2);
+        let mut seen = Vec::new();
+        let o = run_scenario_with(
+            &c,
+            Scenario {
+                initial: InitialPlacement::Pack,
+                instance: InstancePlacement::Aware,
+                distribution: DistributionScheme::Aware,
+            },
+            &mut |done| {
+                seen.push(done);
+                done < 2
+            },
+        )
+        .unwrap();
+        assert!(o.is_none());
+        assert_eq!(seen, vec![0, 1, 2]);
     }
 
     #[test]
