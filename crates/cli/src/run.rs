@@ -148,6 +148,7 @@ pub fn run(args: &RunArgs) -> Result<Summary, RunError> {
     let mut buf = Vec::with_capacity(MAX_FRAME);
     let mut events: Vec<Event> = Vec::new();
     let mut frames = 0u64;
+    let mut last_ts = 0u64;
     let mut oversize = 0u64;
     let mut input_error = None;
     let started = Instant::now();
@@ -180,6 +181,7 @@ pub fn run(args: &RunArgs) -> Result<Summary, RunError> {
         match reader.next_into(&mut buf) {
             Ok(Some(rec)) => {
                 frames += 1;
+                last_ts = rec.ts_ns;
                 if buf.len() > MAX_FRAME {
                     oversize += 1;
                     continue;
@@ -214,7 +216,8 @@ pub fn run(args: &RunArgs) -> Result<Summary, RunError> {
         )?;
     }
     chain.flush(store.as_mut());
-    let ts = 0;
+    // Frames emitted at flush are stamped with the time of the last packet read.
+    let ts = last_ts;
     if let Some(w) = writer.as_mut() {
         for e in chain.take_emitted() {
             w.write(ts, &e.frame)
