@@ -12,6 +12,7 @@
 //! `execute` for the writes. Two round trips per batch, whatever its size.
 
 pub mod event;
+pub mod testing;
 
 pub use event::{Alert, AlertAction, Event, FlowRecord};
 pub use sluice_packet::{Batch, DropReason, Packet, Verdict};

@@ -1,7 +1,6 @@
 use super::*;
 use proptest::prelude::*;
-use sluice_nf::{Streams, Verdict};
-use sluice_packet::PacketPool;
+use sluice_nf::{testing, Verdict};
 use sluice_state::{LocalStore, SharedLocalStore};
 use sluice_wire::build;
 use sluice_wire::parse::parse_frame;
@@ -46,47 +45,19 @@ impl Out {
 }
 
 fn run(f: &mut dyn NetworkFunction, store: &mut dyn StateStore, frames: &[(Vec<u8>, u64)]) -> Out {
-    let mut pool = PacketPool::new(frames.len().max(1));
-    let mut b = Batch::with_capacity(frames.len());
-    for (fr, ts) in frames {
-        assert!(b.push_frame(&mut pool, fr, *ts, 0));
-    }
-    for p in &mut b.pkts {
-        p.meta = parse_frame(p.data()).unwrap();
-    }
-    let streams = Streams::default();
-    let (mut events, mut emit) = (Vec::new(), Vec::new());
-    let mut ctx = Ctx {
-        now_ns: frames.iter().map(|f| f.1).max().unwrap_or(0),
-        stage: 0,
-        streams: &streams,
-        events: &mut events,
-        emit: &mut emit,
-    };
-    f.process(&mut b, &mut ctx, store).unwrap();
+    let o = testing::run_frames(f, store, frames);
     Out {
-        v: b.pkts.iter().map(|p| p.verdict).collect(),
-        emitted: emit,
+        v: o.verdicts,
+        emitted: o.emitted,
     }
 }
 
 fn timers(f: &mut dyn NetworkFunction, store: &mut dyn StateStore, now: u64) {
-    let streams = Streams::default();
-    let (mut events, mut emit) = (Vec::new(), Vec::new());
-    let mut ctx = Ctx {
-        now_ns: now,
-        stage: 0,
-        streams: &streams,
-        events: &mut events,
-        emit: &mut emit,
-    };
-    f.on_timers(&mut ctx, store).unwrap();
+    testing::run_timers(f, store, now);
 }
 
 fn counter(f: &dyn NetworkFunction, name: &str) -> u64 {
-    let mut v = Vec::new();
-    f.counters(&mut v);
-    v.into_iter().find(|c| c.0 == name).unwrap().1
+    testing::counter(f, name)
 }
 
 fn c2s(sp: u16, dp: u16, seq: u32, ack: u32, flags: u8, data: &[u8]) -> Vec<u8> {
