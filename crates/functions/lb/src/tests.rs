@@ -1,7 +1,7 @@
 use super::*;
 use proptest::prelude::*;
 use sluice_nf::{testing, Verdict};
-use sluice_state::{LocalStore, SharedLocalStore, StoreCounters, StoreError};
+use sluice_state::{LocalStore, SharedLocalStore};
 use sluice_wire::build;
 use sluice_wire::parse::parse_frame;
 use sluice_wire::rewrite::verify_all_checksums;
@@ -373,39 +373,7 @@ fn established_packets_cost_one_batched_read() {
     assert_eq!((d.round_trips, d.reads, d.writes, d.atomics), (1, 32, 0, 0));
 }
 
-struct Interleave {
-    inner: SharedLocalStore,
-    calls: usize,
-    at: usize,
-    hook: Option<Box<dyn FnMut()>>,
-}
-
-impl StateStore for Interleave {
-    fn execute(&mut self, ops: &mut Ops) -> Result<(), StoreError> {
-        self.calls += 1;
-        if self.calls == self.at {
-            if let Some(h) = self.hook.as_mut() {
-                h();
-            }
-        }
-        self.inner.execute(ops)
-    }
-    fn take_expired(
-        &mut self,
-        ns: Namespace,
-        now: u64,
-        max: usize,
-        out: &mut Vec<Key>,
-    ) -> Result<(), StoreError> {
-        self.inner.take_expired(ns, now, max, out)
-    }
-    fn counters(&self) -> StoreCounters {
-        self.inner.counters()
-    }
-    fn describe(&self) -> String {
-        "interleave".into()
-    }
-}
+use sluice_nf::testing::Interleave;
 
 #[test]
 fn racing_instances_agree_on_one_backend() {

@@ -1,7 +1,7 @@
 use super::*;
 use proptest::prelude::*;
 use sluice_nf::{testing, Verdict};
-use sluice_state::{LocalStore, SharedLocalStore, StoreCounters, StoreError};
+use sluice_state::{LocalStore, SharedLocalStore};
 use sluice_wire::build;
 use sluice_wire::parse::parse_frame;
 use sluice_wire::rewrite::verify_all_checksums;
@@ -219,39 +219,7 @@ fn concurrent_instances_never_share_a_public_endpoint_and_agree_per_flow() {
 
 /// A store that runs `hook` just before its `at`-th execute: lets a test put another
 /// instance's whole batch between two round trips of this one.
-struct Interleave {
-    inner: SharedLocalStore,
-    calls: usize,
-    at: usize,
-    hook: Option<Box<dyn FnMut()>>,
-}
-
-impl StateStore for Interleave {
-    fn execute(&mut self, ops: &mut Ops) -> Result<(), StoreError> {
-        self.calls += 1;
-        if self.calls == self.at {
-            if let Some(h) = self.hook.as_mut() {
-                h();
-            }
-        }
-        self.inner.execute(ops)
-    }
-    fn take_expired(
-        &mut self,
-        ns: Namespace,
-        now: u64,
-        max: usize,
-        out: &mut Vec<Key>,
-    ) -> Result<(), StoreError> {
-        self.inner.take_expired(ns, now, max, out)
-    }
-    fn counters(&self) -> StoreCounters {
-        self.inner.counters()
-    }
-    fn describe(&self) -> String {
-        "interleave".into()
-    }
-}
+use sluice_nf::testing::Interleave;
 
 #[test]
 fn racing_instances_agree_on_one_mapping_and_the_loser_frees_its_port() {
