@@ -11,6 +11,7 @@
 //! would in wall-clock time; on an idle machine the two agree.
 
 pub mod control;
+pub mod dataplane;
 pub mod nf;
 pub mod state;
 

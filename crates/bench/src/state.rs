@@ -8,6 +8,11 @@
 //! on-CPU time as in `bench nf`: waiting for the store is off-CPU and is exactly the
 //! cost being measured.
 //!
+//! A third run per workload puts the flow cache in front of the remote store
+//! (docs/STATE.md, "Consistency model"): the instance holds an ownership lease on
+//! every flow, as a single instance behind a hash-range split would, so flow-owned
+//! records are read from the cache and refreshes/counters are deferred.
+//!
 //! Each run uses a chain name of its own, so its functions get fresh namespaces and
 //! never find state an earlier run left in a shared store (state written into an
 //! existing store is left there, under those one-off namespaces).
@@ -19,7 +24,7 @@ use std::time::Instant;
 use serde::Serialize;
 use sluice_chain::{Chain, ChainSpec, Sharing};
 use sluice_packet::{Batch, PacketPool, Verdict};
-use sluice_state::{LocalStore, StateStore, StoreCounters};
+use sluice_state::{LocalStore, Ownership, StateStore, StoreCounters};
 use sluice_state_redis::server::RedisServer;
 use sluice_trafficgen::{generate, Trace, TrafficSpec};
 use sluice_wire::parse::parse_frame;
@@ -231,12 +236,31 @@ pub fn run_once(
     store: &mut dyn StateStore,
     digest: bool,
 ) -> Result<RunOutcome, String> {
+    run_once_with(spec, dir, name, w, store, digest, false)
+}
+
+/// [`run_once`], optionally with the flow cache: `cached` grants the chain an
+/// ownership lease on every flow before the first packet.
+pub fn run_once_with(
+    spec: &ChainSpec,
+    dir: &Path,
+    name: &str,
+    w: &Workload,
+    store: &mut dyn StateStore,
+    digest: bool,
+    cached: bool,
+) -> Result<RunOutcome, String> {
     let mut spec = spec.clone();
     spec.name = name.to_string();
     spec.settings.batch_size = w.batch_size;
     let registry = sluice_builtin::registry();
     let mut chain =
         Chain::from_spec(&spec, dir, &registry, Sharing::Shared).map_err(|e| e.to_string())?;
+    if cached {
+        chain
+            .set_ownership(Some(Ownership::all(1, u64::MAX)), store)
+            .map_err(|e| e.to_string())?;
+    }
     let batch_size = w.batch_size;
     let mut pool = PacketPool::new(batch_size * 2);
     let mut batch = Batch::with_capacity(batch_size);
@@ -277,6 +301,13 @@ pub fn run_once(
         batch.recycle(&mut pool);
         i = end;
         b += 1;
+    }
+    // Deferred writes reach the store before the run counts as done (untimed, as
+    // the end of a trace is not a steady state).
+    if cached {
+        chain
+            .set_ownership(None, store)
+            .map_err(|e| format!("flushing the cache: {e}"))?;
     }
     out.secs = busy_ns as f64 / 1e9;
     out.counters = store.counters().since(&before);
@@ -392,6 +423,24 @@ pub struct StateMeasurement {
     pub paper: String,
     /// The remote store.
     pub store: String,
+    /// The same workload on the remote store with the flow cache in front.
+    pub cached: Option<CachedMeasurement>,
+}
+
+/// The remote run with the flow cache (ownership of every flow), against the same
+/// local run.
+#[derive(Debug, Clone, Serialize)]
+pub struct CachedMeasurement {
+    /// Throughput, remote store behind the cache.
+    pub mpps: f64,
+    /// `mpps / mpps_local`.
+    pub ratio: f64,
+    /// Added latency (cached remote minus local), p50/p95/p99, µs.
+    pub added_us: [f64; 3],
+    /// Added latency of established-flow batches, p50/p95/p99, µs.
+    pub established_added_us: Option<[f64; 3]>,
+    /// Store operations per packet that reached the store.
+    pub ops_per_packet: OpsPerPacket,
 }
 
 /// The benchmarked functions: (name, chain, StatelessNF Table 4.1's access pattern).
@@ -430,11 +479,23 @@ fn best_of(
     reps: usize,
     open: &mut dyn FnMut() -> Result<Box<dyn StateStore>, String>,
 ) -> Result<RunOutcome, String> {
+    best_of_with(spec, dir, tag, w, reps, open, false)
+}
+
+fn best_of_with(
+    spec: &ChainSpec,
+    dir: &Path,
+    tag: &str,
+    w: &Workload,
+    reps: usize,
+    open: &mut dyn FnMut() -> Result<Box<dyn StateStore>, String>,
+    cached: bool,
+) -> Result<RunOutcome, String> {
     let mut best: Option<RunOutcome> = None;
     for r in 0..reps.max(1) {
         let mut store = open()?;
         let name = format!("bench-{}-{tag}-{r}", std::process::id());
-        let o = run_once(spec, dir, &name, w, &mut *store, false)?;
+        let o = run_once_with(spec, dir, &name, w, &mut *store, false, cached)?;
         if best.as_ref().is_none_or(|b| o.secs < b.secs) {
             best = Some(o);
         }
@@ -498,6 +559,28 @@ pub fn compare(
         ops_local: OpsPerPacket::new(&local.counters, local.packets),
         paper: paper.to_string(),
         store: store.to_string(),
+        cached: None,
+    }
+}
+
+/// The cached remote run's numbers against the local run (see [`CachedMeasurement`]).
+pub fn compare_cached(local: &RunOutcome, cached: &RunOutcome) -> CachedMeasurement {
+    let added =
+        |q: f64, est: bool| match (cached.percentile_us(q, est), local.percentile_us(q, est)) {
+            (Some(r), Some(l)) => Some(r - l),
+            _ => None,
+        };
+    let est = match (added(0.5, true), added(0.95, true), added(0.99, true)) {
+        (Some(a), Some(b), Some(c)) => Some([a, b, c]),
+        _ => None,
+    };
+    let l = local.mpps();
+    CachedMeasurement {
+        mpps: cached.mpps(),
+        ratio: if l > 0.0 { cached.mpps() / l } else { 0.0 },
+        added_us: [0.5, 0.95, 0.99].map(|q| added(q, false).unwrap_or(0.0)),
+        established_added_us: est,
+        ops_per_packet: OpsPerPacket::new(&cached.counters, cached.packets),
     }
 }
 
@@ -584,8 +667,24 @@ fn run_in(
                 let remote = best_of(spec, d, &format!("{name}-r"), &w, opts.reps, &mut || {
                     open_remote(url)
                 });
+                let cached = best_of_with(
+                    spec,
+                    d,
+                    &format!("{name}-c"),
+                    &w,
+                    opts.reps,
+                    &mut || open_remote(url),
+                    true,
+                );
                 match (local, remote) {
-                    (Ok(l), Ok(r)) => out.push(compare(function, &w, &l, &r, paper, describe)),
+                    (Ok(l), Ok(r)) => {
+                        let mut m = compare(function, &w, &l, &r, paper, describe);
+                        match cached {
+                            Ok(c) => m.cached = Some(compare_cached(&l, &c)),
+                            Err(e) => progress(&format!("{name}: cached run skipped: {e}")),
+                        }
+                        out.push(m);
+                    }
                     (Err(e), _) | (_, Err(e)) => progress(&format!("{name}: skipped: {e}")),
                 }
             }
@@ -681,14 +780,16 @@ pub fn table(ms: &[StateMeasurement]) -> String {
         .count();
     let ratio_n = ms.iter().filter(|m| m.target_ratio.is_some()).count();
     s.push_str(&format!("throughput targets met: {ratio_ok}/{ratio_n}\n\n"));
+    s.push_str(&cached_table(ms));
 
     s.push_str(
         "store operations per packet (remote run; smallest frame size of each workload).\n\
          Functions read a flow once per batch, so reads/pkt ~ (distinct flows per batch) / (batch size);\n\
-         =local: the local run issued exactly the same operations.\n",
+         =local: the local run issued exactly the same operations; c:ops and c:rtrips: what still\n\
+         reached the store per packet with the flow cache.\n",
     );
     s.push_str(&format!(
-        "{:<9} {:>5} {:>7} {:>7} {:>7} {:>7} {:>7} {:>9}  {:<6} {}\n",
+        "{:<9} {:>5} {:>7} {:>7} {:>7} {:>7} {:>7} {:>9}  {:<6} {:>8} {:>8}  {}\n",
         "function",
         "flows",
         "reads",
@@ -698,6 +799,8 @@ pub fn table(ms: &[StateMeasurement]) -> String {
         "rtrips",
         "flows/bat",
         "=local",
+        "c:ops",
+        "c:rtrips",
         "StatelessNF Table 4.1"
     ));
     let mut done: Vec<(&str, FlowsKind)> = Vec::new();
@@ -707,8 +810,15 @@ pub fn table(ms: &[StateMeasurement]) -> String {
         }
         done.push((m.function.as_str(), m.flows));
         let o = &m.ops_per_packet;
+        let (c_ops, c_rt) = m.cached.as_ref().map_or(("-".into(), "-".into()), |c| {
+            let o = &c.ops_per_packet;
+            (
+                format!("{:.3}", o.reads + o.writes + o.atomics + o.timers),
+                format!("{:.4}", o.round_trips),
+            )
+        });
         s.push_str(&format!(
-            "{:<9} {:>5} {:>7.3} {:>7.3} {:>7.3} {:>7.3} {:>7.3} {:>9.1}  {:<6} {}\n",
+            "{:<9} {:>5} {:>7.3} {:>7.3} {:>7.3} {:>7.3} {:>7.3} {:>9.1}  {:<6} {:>8} {:>8}  {}\n",
             m.function,
             m.flows_name(),
             o.reads,
@@ -722,6 +832,8 @@ pub fn table(ms: &[StateMeasurement]) -> String {
             } else {
                 "NO"
             },
+            c_ops,
+            c_rt,
             m.paper
         ));
     }
@@ -732,4 +844,68 @@ impl StateMeasurement {
     fn flows_name(&self) -> &'static str {
         self.flows.name()
     }
+}
+
+/// The cached runs: throughput and added latency with the flow cache in front of
+/// the remote store, and which targets they meet.
+fn cached_table(ms: &[StateMeasurement]) -> String {
+    let rows: Vec<(&StateMeasurement, &CachedMeasurement)> = ms
+        .iter()
+        .filter_map(|m| m.cached.as_ref().map(|c| (m, c)))
+        .collect();
+    if rows.is_empty() {
+        return String::new();
+    }
+    let mut s = String::from(
+        "with the flow cache (lease on every flow; owned records cached, refreshes/counters deferred <= 1 ms)\n",
+    );
+    s.push_str(&format!(
+        "{:<22} {:>8} {:>6} {:>8}  {:>8} {:>8} {:>8}  {:>8} {:>8} {:>8} {:>8}\n",
+        "measurement",
+        "Mpps-c",
+        "ratio",
+        "target",
+        "+p50 us",
+        "+p95 us",
+        "+p99 us",
+        "est+p50",
+        "est+p95",
+        "est+p99",
+        "rtrip/pk"
+    ));
+    let (mut ratio_ok, mut ratio_n, mut p50_ok, mut p95_ok, mut est_n) = (0, 0, 0, 0, 0);
+    for (m, c) in &rows {
+        let target = m.target_ratio.map_or("-".to_string(), |t| {
+            ratio_n += 1;
+            if c.ratio >= t {
+                ratio_ok += 1;
+            }
+            format!("{}{t}", if c.ratio >= t { "ok>=" } else { "NO>=" })
+        });
+        let e = c.established_added_us;
+        if let Some([a, b, _]) = e {
+            est_n += 1;
+            p50_ok += usize::from(a <= TARGET_ADDED_P50_US);
+            p95_ok += usize::from(b <= TARGET_ADDED_P95_US);
+        }
+        s.push_str(&format!(
+            "{:<22} {:>8.3} {:>6.3} {:>8}  {:>8.1} {:>8.1} {:>8.1}  {:>8} {:>8} {:>8} {:>8.4}\n",
+            m.name,
+            c.mpps,
+            c.ratio,
+            target,
+            c.added_us[0],
+            c.added_us[1],
+            c.added_us[2],
+            opt(e.map(|x| x[0])),
+            opt(e.map(|x| x[1])),
+            opt(e.map(|x| x[2])),
+            c.ops_per_packet.round_trips
+        ));
+    }
+    s.push_str(&format!(
+        "cached: established-flow latency targets met: p50 {p50_ok}/{est_n}, p95 {p95_ok}/{est_n}; \
+         throughput targets met: {ratio_ok}/{ratio_n}\n\n"
+    ));
+    s
 }

@@ -17,7 +17,9 @@ pub use stats::{ChainStats, StageStats};
 
 use sluice_nf::{Ctx, Emitted, Event, NetworkFunction, Streams};
 use sluice_packet::{Batch, Verdict};
-use sluice_state::{Namespace, StateStore, StoreError};
+use sluice_state::{
+    CacheConfig, CacheStats, FlowCache, Namespace, Ownership, StateStore, StoreError,
+};
 use sluice_wire::parse::{parse_frame, parse_into};
 
 /// Drop-reason stage index used for packets the parser refuses.
@@ -147,6 +149,9 @@ pub struct Chain {
     /// Reused for the runs of one direction when the chain is bidirectional.
     run: Batch,
     done: Vec<sluice_packet::Packet>,
+    /// The flow cache, present while the instance holds an ownership lease.
+    cache: Option<FlowCache>,
+    cache_config: CacheConfig,
 }
 
 /// FNV-1a, for stable namespace ids derived from names.
@@ -260,6 +265,8 @@ impl Chain {
             limiter: None,
             run: Batch::default(),
             done: Vec::new(),
+            cache: None,
+            cache_config: CacheConfig::default(),
         }
     }
 
@@ -293,10 +300,114 @@ impl Chain {
         self.stages.is_empty()
     }
 
+    /// Grants (`Some`) or revokes (`None`) this instance's ownership lease on flow
+    /// hash ranges (see docs/STATE.md, "Consistency model"). While a lease is valid,
+    /// records functions mark as flow-owned are cached in front of `store`; without
+    /// one (the default) every operation goes to the store, as it always did.
+    ///
+    /// Deferred writes are sent to `store` before any range is given up, and cached
+    /// records of ranges no longer owned are dropped. A store error is counted, and
+    /// returned; the new lease is installed either way.
+    pub fn set_ownership(
+        &mut self,
+        own: Option<Ownership>,
+        store: &mut dyn StateStore,
+    ) -> Result<(), StoreError> {
+        let now = self.now_ns;
+        let r = match (own.is_some(), self.cache.as_mut()) {
+            (true, Some(c)) => c.set_ownership(own, store, now),
+            (true, None) => {
+                let mut c = FlowCache::new(self.cache_config);
+                let r = c.set_ownership(own, store, now);
+                self.cache = Some(c);
+                r
+            }
+            (false, Some(c)) => {
+                let r = c.set_ownership(None, store, now);
+                self.cache = None;
+                r
+            }
+            (false, None) => Ok(()),
+        };
+        if let Err(e) = &r {
+            self.stats.store_errors += 1;
+            self.stats.last_error = Some(format!("cache: {e}"));
+        }
+        r
+    }
+
+    /// The current ownership lease, if any (an expired one still shows until the
+    /// next batch or tick notices).
+    pub fn ownership(&self) -> Option<&Ownership> {
+        self.cache.as_ref().and_then(|c| c.ownership())
+    }
+
+    /// Sets the cache's bounds; takes effect at the next [`Chain::set_ownership`]
+    /// that creates a cache (after a revocation, or the first grant).
+    pub fn set_cache_config(&mut self, cfg: CacheConfig) {
+        self.cache_config = cfg;
+    }
+
+    /// Counters of the flow cache, if the instance has one (holds a lease).
+    pub fn cache_stats(&self) -> Option<CacheStats> {
+        self.cache.as_ref().map(|c| c.stats())
+    }
+
+    /// Runs `f` with `store`, behind the flow cache if there is one, then sends the
+    /// cache's deferred writes if they are due (or all of them if `flush_all`).
+    fn with_store(
+        &mut self,
+        store: &mut dyn StateStore,
+        now: u64,
+        flush_all: bool,
+        f: impl FnOnce(&mut Chain, &mut dyn StateStore),
+    ) {
+        let Some(mut c) = self.cache.take() else {
+            f(self, store);
+            return;
+        };
+        let mut r = if flush_all {
+            c.flush(store, now)
+        } else {
+            Ok(())
+        };
+        {
+            let mut cs = c.bind(store, now);
+            f(self, &mut cs);
+        }
+        let r2 = if flush_all {
+            c.flush(store, now)
+        } else {
+            c.flush_due(store, now)
+        };
+        r = r.and(r2);
+        if let Err(e) = r {
+            self.stats.store_errors += 1;
+            self.stats.last_error = Some(format!("cache: {e}"));
+        }
+        if c.ownership().is_some() {
+            self.cache = Some(c);
+        } else {
+            // The lease expired: back to "own nothing", exactly today's behaviour.
+            self.cache = None;
+        }
+    }
+
     /// Processes one batch: sets every packet's verdict, rewrites packets, and
     /// collects events and emitted frames (drain them with [`Chain::take_events`] and
     /// [`Chain::take_emitted`]).
     pub fn process(&mut self, batch: &mut Batch, store: &mut dyn StateStore) {
+        let newest = batch
+            .pkts
+            .iter()
+            .map(|p| p.ts_ns)
+            .max()
+            .unwrap_or(0)
+            .max(self.now_ns);
+        self.with_store(store, newest, false, |ch, st| ch.process_inner(batch, st));
+    }
+
+    fn process_inner(&mut self, batch: &mut Batch, store: &mut dyn StateStore) {
         let n = batch.len();
         self.stats.packets += n as u64;
         let mut newest = self.now_ns;
@@ -493,6 +604,11 @@ impl Chain {
 
     /// Advances time to `now_ns` (if later) and runs due timers, without packets.
     pub fn tick(&mut self, now_ns: u64, store: &mut dyn StateStore) {
+        let now = self.now_ns.max(now_ns);
+        self.with_store(store, now, false, |ch, st| ch.tick_inner(now_ns, st));
+    }
+
+    fn tick_inner(&mut self, now_ns: u64, store: &mut dyn StateStore) {
         self.now_ns = self.now_ns.max(now_ns);
         if self.now_ns >= self.next_timers_ns {
             self.run_timers(store);
@@ -504,6 +620,11 @@ impl Chain {
     /// Ends processing: runs timers one last time and lets each function flush (e.g.
     /// flow records of flows still open).
     pub fn flush(&mut self, store: &mut dyn StateStore) {
+        let now = self.now_ns;
+        self.with_store(store, now, true, |ch, st| ch.flush_inner(st));
+    }
+
+    fn flush_inner(&mut self, store: &mut dyn StateStore) {
         self.run_timers(store);
         let empty = Streams::default();
         for (i, st) in self.stages.iter_mut().enumerate() {

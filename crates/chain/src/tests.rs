@@ -1,7 +1,7 @@
 use super::*;
 use sluice_nf::{Ctx, NfError};
 use sluice_packet::PacketPool;
-use sluice_state::{LocalStore, Ops};
+use sluice_state::{LocalStore, Ops, Ownership};
 use sluice_wire::build;
 
 /// Drops UDP to port 9 and counts the packets it saw, with one store read per batch.
@@ -176,5 +176,114 @@ fn capacity_budget_drops_what_exceeds_it() {
     assert!(
         e.contains("settings.capacity: give pps, mbps or both"),
         "{e}"
+    );
+}
+
+/// Counts packets in one flow-owned record: a cached read and a deferred write per
+/// batch.
+struct OwnedCount {
+    ns: Namespace,
+    ops: Ops,
+}
+
+impl NetworkFunction for OwnedCount {
+    fn kind(&self) -> &'static str {
+        "owned_count"
+    }
+    fn namespace(&self) -> Namespace {
+        self.ns
+    }
+    fn process(
+        &mut self,
+        batch: &mut Batch,
+        _ctx: &mut Ctx<'_>,
+        store: &mut dyn StateStore,
+    ) -> Result<(), NfError> {
+        let key = sluice_state::Key::new(self.ns, 0, b"n");
+        self.ops.clear();
+        let g = self.ops.get_owned(key, 7);
+        store.execute(&mut self.ops)?;
+        let n = self.ops.decode::<u64>(g)?.unwrap_or(0) + batch.len() as u64;
+        self.ops.clear();
+        self.ops.put_value_deferred(key, &n, 7);
+        store.execute(&mut self.ops)?;
+        Ok(())
+    }
+}
+
+fn owned_chain() -> Chain {
+    let f: Box<dyn NetworkFunction> = Box::new(OwnedCount {
+        ns: Namespace(42),
+        ops: Ops::new(),
+    });
+    Chain::new("owned", vec![f], None, Sharing::Shared, 1_000_000)
+}
+
+fn feed(chain: &mut Chain, store: &mut dyn StateStore, ts: u64) {
+    let mut pool = PacketPool::new(4);
+    let mut batch = Batch::with_capacity(4);
+    let f = build::udp_v4([10, 0, 0, 1], [10, 0, 0, 2], 5, 53, b"x");
+    batch.push_frame(&mut pool, &f, ts, 0);
+    chain.process(&mut batch, store);
+}
+
+fn stored(store: &mut LocalStore) -> Option<u64> {
+    let mut ops = Ops::new();
+    let g = ops.get(sluice_state::Key::new(Namespace(42), 0, b"n"));
+    store.execute(&mut ops).unwrap();
+    ops.decode::<u64>(g).unwrap()
+}
+
+#[test]
+fn a_lease_caches_and_revocation_flushes() {
+    let mut store = LocalStore::new();
+    let mut chain = owned_chain();
+    chain
+        .set_ownership(Some(Ownership::all(1, u64::MAX)), &mut store)
+        .unwrap();
+    for ts in 1..=10 {
+        feed(&mut chain, &mut store, ts);
+    }
+    // One miss, then nothing reached the store: the counter is deferred.
+    assert_eq!(store.counters().round_trips, 1);
+    assert_eq!(stored(&mut store), None);
+    assert_eq!(chain.cache_stats().unwrap().hits, 9);
+    chain.set_ownership(None, &mut store).unwrap();
+    assert_eq!(
+        stored(&mut store),
+        Some(10),
+        "revocation sends deferred writes"
+    );
+    assert!(chain.cache_stats().is_none());
+    // Without a lease every batch goes to the store again.
+    let before = store.counters().round_trips;
+    feed(&mut chain, &mut store, 11);
+    assert_eq!(store.counters().round_trips, before + 2);
+    assert_eq!(stored(&mut store), Some(11));
+}
+
+#[test]
+fn deferred_writes_are_bounded_in_age_and_an_expired_lease_ends_caching() {
+    let mut store = LocalStore::new();
+    let mut chain = owned_chain();
+    chain
+        .set_ownership(Some(Ownership::all(1, 10_000_000)), &mut store)
+        .unwrap();
+    feed(&mut chain, &mut store, 1);
+    feed(&mut chain, &mut store, 2);
+    assert_eq!(stored(&mut store), None);
+    // 1 ms later (the default bound) a tick sends them.
+    chain.tick(1_000_001, &mut store);
+    assert_eq!(stored(&mut store), Some(2));
+    feed(&mut chain, &mut store, 1_000_002);
+    // The lease runs out: caching stops by itself, the unsent write is lost (as in
+    // a crash), and the chain is back to "own nothing".
+    feed(&mut chain, &mut store, 10_000_000);
+    assert!(chain.ownership().is_none());
+    assert_eq!(chain.cache_stats(), None);
+    assert_eq!(
+        stored(&mut store),
+        Some(3),
+        "the deferred third count was lost; the fourth packet counted on the stored two"
     );
 }

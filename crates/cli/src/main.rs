@@ -5,8 +5,10 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod ctl;
 mod demo;
 mod run;
+mod testbed;
 
 /// Sluice runs network-function chains: firewall, NAT, load balancer, IPS and flow
 /// monitor, with their per-flow state behind a store API.
@@ -46,6 +48,22 @@ enum Cmd {
         /// Directory for the generated files.
         #[arg(long, default_value = "out/demo")]
         out: PathBuf,
+    },
+    /// Run the controller (REST API, desired state in SQLite) until SIGINT/SIGTERM.
+    Controller(ctl::ControllerArgs),
+    /// Apply a tenant specification through the controller.
+    Apply(ctl::ApplyArgs),
+    /// Show what the controller holds: tenants, hosts, VMs, instances, chains, FIBs.
+    Get(ctl::GetArgs),
+    /// Delete a tenant (or a VM registration) through the controller.
+    Delete(ctl::DeleteArgs),
+    /// Hosts alive and in sync, tenants, NF instances alive.
+    Status(ctl::StatusArgs),
+    /// A whole deployment on this machine: hosts and VMs as network namespaces,
+    /// Redis, the controller and one agent per host (needs root).
+    Testbed {
+        #[command(subcommand)]
+        what: TestbedCmd,
     },
 }
 
@@ -89,6 +107,23 @@ enum BenchCmd {
         #[arg(long, default_value_t = 50)]
         runs: usize,
     },
+    /// The distributed switch against a direct veth link (iperf3 throughput, TCP
+    /// round trips) and apply-to-installed time on every agent, on a namespace
+    /// testbed (needs root; Stratos §7.1.1 and Table 1).
+    Dataplane {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+        /// Seconds per iperf3 run.
+        #[arg(long, default_value_t = 5)]
+        seconds: u32,
+        /// Re-applications of the tenant timed for the install measurement.
+        #[arg(long, default_value_t = 10)]
+        installs: usize,
+        /// The tenant the testbed runs (its web-a1 and web-b1 VMs carry the traffic).
+        #[arg(long, default_value = "examples/tenant/figure4.yaml")]
+        spec: PathBuf,
+    },
     /// Remote (Redis) versus local state: throughput, added latency and store
     /// operations per packet of each function, long and short flows (StatelessNF Fig. 4.4).
     State {
@@ -111,6 +146,44 @@ enum BenchCmd {
     },
 }
 
+#[derive(Subcommand)]
+enum TestbedCmd {
+    /// Bring a testbed up with a tenant applied, and leave it running.
+    Up {
+        /// Tenant spec to apply (its services become VMs, its external subnets a gateway).
+        #[arg(long, default_value = "examples/tenant/figure4.yaml")]
+        spec: PathBuf,
+        /// Hosts.
+        #[arg(long, default_value_t = 3)]
+        hosts: u32,
+        /// Working directory (logs, the controller's database, testbed.json).
+        #[arg(long, default_value = testbed::DEFAULT_DIR)]
+        dir: PathBuf,
+        /// Do not start nginx in the service VMs.
+        #[arg(long)]
+        no_web: bool,
+    },
+    /// Stop and remove the testbed recorded in DIR.
+    Down {
+        /// Working directory given to `up`.
+        #[arg(long, default_value = testbed::DEFAULT_DIR)]
+        dir: PathBuf,
+    },
+    /// Up, real HTTP traffic through the Figure 4 chains with a check of each
+    /// behaviour, a report, and down.
+    Demo {
+        /// Tenant spec (the checks expect examples/tenant/figure4.yaml's shape).
+        #[arg(long, default_value = "examples/tenant/figure4.yaml")]
+        spec: PathBuf,
+        /// Hosts.
+        #[arg(long, default_value_t = 3)]
+        hosts: u32,
+        /// Working directory.
+        #[arg(long, default_value = testbed::DEFAULT_DIR)]
+        dir: PathBuf,
+    },
+}
+
 /// StatelessNF's traffic mixes.
 #[derive(Clone, Copy, Debug, clap::ValueEnum)]
 enum Mix {
@@ -122,6 +195,21 @@ enum Mix {
 
 fn bench(which: BenchCmd) -> Result<(), String> {
     match which {
+        BenchCmd::Dataplane {
+            json,
+            seconds,
+            installs,
+            spec,
+        } => {
+            let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+            let r = sluice_bench::dataplane::run(&exe, &spec, seconds, installs)?;
+            if json {
+                println!("{}", serde_json::to_string(&r).map_err(|e| e.to_string())?);
+            } else {
+                sluice_bench::dataplane::print(&r);
+            }
+            Ok(())
+        }
         BenchCmd::Control { json, runs } => {
             let ts = sluice_bench::control::run(runs)?;
             for t in &ts {
@@ -239,12 +327,40 @@ fn check(file: &std::path::Path) -> Result<(), String> {
     Ok(())
 }
 
+/// Prints an error and turns it into a failing exit code.
+fn exit(r: Result<(), String>) -> ExitCode {
+    match r {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.cmd {
         Cmd::Run(args) => run::main(&args),
         Cmd::Demo { out, json } => demo::demo(&out, json),
         Cmd::Sample { out } => demo::write_sample(&out).map(|_| ()),
+        Cmd::Controller(a) => return exit(ctl::controller(&a)),
+        Cmd::Apply(a) => return exit(ctl::apply(&a)),
+        Cmd::Get(a) => return exit(ctl::get(&a)),
+        Cmd::Delete(a) => return exit(ctl::delete(&a)),
+        Cmd::Status(a) => return exit(ctl::status(&a)),
+        Cmd::Testbed { what } => {
+            return exit(match what {
+                TestbedCmd::Up {
+                    spec,
+                    hosts,
+                    dir,
+                    no_web,
+                } => testbed::up(&spec, hosts, &dir, !no_web),
+                TestbedCmd::Down { dir } => testbed::down(&dir),
+                TestbedCmd::Demo { spec, hosts, dir } => testbed::demo(&spec, hosts, &dir),
+            })
+        }
         Cmd::Check { file } => {
             return match check(&file) {
                 Ok(()) => ExitCode::SUCCESS,

@@ -21,15 +21,17 @@
 //!   timers are *taken* (removed and returned in one atomic step) so each fires on
 //!   exactly one instance, even if the instance that armed it has died (§4.3.1).
 
+mod cache;
 mod codec;
 mod key;
 mod local;
 mod ops;
 
+pub use cache::{hash_range_split, CacheConfig, CacheStats, CachedStore, FlowCache, Ownership};
 pub use codec::{Codec, DecodeError, Reader, Writer};
 pub use key::{Key, Namespace, KEY_CAP};
 pub use local::{LocalStore, SharedLocalStore};
-pub use ops::{Op, OpId, OpResult, Ops, Span};
+pub use ops::{Hint, Op, OpId, OpResult, Ops, Span};
 
 /// Why a store operation failed. Functions treat every error as "state unknown" and
 /// fail closed for that batch (drop what needs state), never panic.

@@ -101,6 +101,32 @@ impl Op {
     }
 }
 
+/// How a local cache in front of the store may treat an operation (see
+/// `docs/STATE.md`, "Consistency model"). Backends ignore hints: to a store every
+/// hinted operation is the plain operation it wraps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Hint {
+    /// Always goes to the store (shared objects, keys reached through another
+    /// flow's tuple, anything not declared below).
+    #[default]
+    Store,
+    /// A record of the packet's own flow that only the flow's owner touches: while
+    /// this instance holds a lease on `flow_hash`, reads may be served from the
+    /// cache and writes update it (writes still go to the store before the batch's
+    /// packets leave).
+    Owned {
+        /// The flow's direction-invariant hash (`FlowKey::symmetric_hash`).
+        flow_hash: u32,
+    },
+    /// Like [`Hint::Owned`], for a write whose loss breaks nothing (a `last_seen`
+    /// refresh, a per-flow packet counter): the cache may hold it back for a bounded
+    /// time and send it with a later round trip.
+    Deferred {
+        /// The flow's direction-invariant hash.
+        flow_hash: u32,
+    },
+}
+
 /// The result of one operation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum OpResult {
@@ -128,6 +154,11 @@ impl OpId {
     pub fn index(&self) -> usize {
         self.0 as usize
     }
+
+    /// The handle of the operation at position `i` of its batch.
+    pub(crate) fn at(i: usize) -> OpId {
+        OpId(i as u32)
+    }
 }
 
 /// A reusable buffer of operations and their results.
@@ -138,6 +169,7 @@ impl OpId {
 #[derive(Debug, Default)]
 pub struct Ops {
     ops: Vec<Op>,
+    hints: Vec<Hint>,
     args: Vec<u8>,
     results: Vec<OpResult>,
     out: Vec<u8>,
@@ -152,6 +184,7 @@ impl Ops {
     /// Removes every operation and result, keeping capacity.
     pub fn clear(&mut self) {
         self.ops.clear();
+        self.hints.clear();
         self.args.clear();
         self.results.clear();
         self.out.clear();
@@ -177,8 +210,18 @@ impl Ops {
         s.of(&self.args)
     }
 
+    /// The cache hint of operation `i` ([`Hint::Store`] if none was given).
+    pub fn hint(&self, i: usize) -> Hint {
+        self.hints.get(i).copied().unwrap_or_default()
+    }
+
     fn push(&mut self, op: Op) -> OpId {
+        self.push_hinted(op, Hint::Store)
+    }
+
+    fn push_hinted(&mut self, op: Op, hint: Hint) -> OpId {
         self.ops.push(op);
+        self.hints.push(hint);
         self.results.push(OpResult::Pending);
         OpId((self.ops.len() - 1) as u32)
     }
@@ -216,6 +259,55 @@ impl Ops {
     pub fn put_value<V: Codec>(&mut self, key: Key, v: &V) -> OpId {
         let val = self.stash_codec(v);
         self.push(Op::Put { key, val })
+    }
+
+    /// Queues a read of a record owned by the flow hashing to `flow_hash` (see
+    /// [`Hint::Owned`]): a cache may answer it without a round trip.
+    pub fn get_owned(&mut self, key: Key, flow_hash: u32) -> OpId {
+        self.push_hinted(Op::Get { key }, Hint::Owned { flow_hash })
+    }
+
+    /// Queues a write-through of a typed value of a flow-owned record ([`Hint::Owned`]).
+    pub fn put_value_owned<V: Codec>(&mut self, key: Key, v: &V, flow_hash: u32) -> OpId {
+        let val = self.stash_codec(v);
+        self.push_hinted(Op::Put { key, val }, Hint::Owned { flow_hash })
+    }
+
+    /// Queues a write of a flow-owned record that may be deferred ([`Hint::Deferred`]):
+    /// only for writes a crash may lose without breaking anything.
+    pub fn put_value_deferred<V: Codec>(&mut self, key: Key, v: &V, flow_hash: u32) -> OpId {
+        let val = self.stash_codec(v);
+        self.push_hinted(Op::Put { key, val }, Hint::Deferred { flow_hash })
+    }
+
+    /// Queues a write of raw bytes with an explicit hint.
+    pub fn put_hinted(&mut self, key: Key, val: &[u8], hint: Hint) -> OpId {
+        let val = self.stash(val);
+        self.push_hinted(Op::Put { key, val }, hint)
+    }
+
+    /// Queues a delete of a flow-owned record ([`Hint::Owned`]).
+    pub fn delete_owned(&mut self, key: Key, flow_hash: u32) -> OpId {
+        self.push_hinted(Op::Delete { key }, Hint::Owned { flow_hash })
+    }
+
+    /// Copies operation `i` of `src` (arguments and hint) to the end of this buffer
+    /// (used by caches to forward part of a batch to the store).
+    pub fn push_copy(&mut self, src: &Ops, i: usize) -> OpId {
+        let hint = src.hint(i);
+        let op = match src.ops[i] {
+            Op::Put { key, val } => Op::Put {
+                key,
+                val: self.stash(src.arg(val)),
+            },
+            Op::CompareAndSet { key, expected, new } => Op::CompareAndSet {
+                key,
+                expected: expected.map(|s| self.stash(src.arg(s))),
+                new: new.map(|s| self.stash(src.arg(s))),
+            },
+            other => other,
+        };
+        self.push_hinted(op, hint)
     }
 
     /// Queues a delete.

@@ -127,18 +127,7 @@ pub fn decap(p: &mut Packet) -> Result<TunnelInfo, TunnelError> {
     }
     let payload = m.payload(p.data());
     let g = GenevePacket::new_checked(payload).map_err(TunnelError::Bad)?;
-    if g.protocol() != ethertype::TEB {
-        return Err(TunnelError::Protocol(g.protocol()));
-    }
-    let mut chain_hop = None;
-    for o in g.option_iter() {
-        let o = o.map_err(TunnelError::Bad)?;
-        if o.class == OPTION_CLASS && o.opt_type == OPTION_CHAIN_HOP && o.data.len() >= 4 {
-            chain_hop = Some((u16::from_be_bytes([o.data[0], o.data[1]]), o.data[2]));
-        } else if o.opt_type & 0x80 != 0 {
-            return Err(TunnelError::UnknownCritical(o.class, o.opt_type));
-        }
-    }
+    let chain_hop = check_geneve(&g)?;
     let info = TunnelInfo {
         vni: g.vni(),
         chain_hop,
@@ -155,6 +144,64 @@ pub fn decap(p: &mut Packet) -> Result<TunnelInfo, TunnelError> {
     }
     p.set_len(inner_len);
     Ok(info)
+}
+
+/// Checks what [`decap`] and [`parse_geneve_payload`] both require (Ethernet
+/// payload, no unknown critical option) and reads the chain/hop option.
+fn check_geneve(g: &GenevePacket<&[u8]>) -> Result<Option<(u16, u8)>, TunnelError> {
+    if g.protocol() != ethertype::TEB {
+        return Err(TunnelError::Protocol(g.protocol()));
+    }
+    let mut chain_hop = None;
+    for o in g.option_iter() {
+        let o = o.map_err(TunnelError::Bad)?;
+        if o.class == OPTION_CLASS && o.opt_type == OPTION_CHAIN_HOP && o.data.len() >= 4 {
+            chain_hop = Some((u16::from_be_bytes([o.data[0], o.data[1]]), o.data[2]));
+        } else if o.opt_type & 0x80 != 0 {
+            return Err(TunnelError::UnknownCritical(o.class, o.opt_type));
+        }
+    }
+    Ok(chain_hop)
+}
+
+/// Length of a Geneve header carrying the chain/hop option.
+pub const GENEVE_HEADER_MAX: usize = 16;
+
+/// The Geneve header (no outer Ethernet/IP/UDP: the kernel adds those when it is
+/// sent through a UDP socket) for `vni` (low 24 bits) and, if given, the chain/hop
+/// option. Returns the bytes and how many of them are used: 8 without the option,
+/// 16 with it.
+pub fn geneve_header(vni: u32, chain_hop: Option<(u16, u8)>) -> ([u8; GENEVE_HEADER_MAX], usize) {
+    let mut h = [0u8; GENEVE_HEADER_MAX];
+    let p = ethertype::TEB.to_be_bytes();
+    h[2..4].copy_from_slice(&p);
+    h[4..8].copy_from_slice(&((vni & 0x00ff_ffff) << 8).to_be_bytes());
+    match chain_hop {
+        None => (h, 8),
+        Some((chain, hop)) => {
+            // One option of one 4-byte word: options length 2 words in all.
+            h[0] = 2;
+            h[8..10].copy_from_slice(&OPTION_CLASS.to_be_bytes());
+            h[10] = OPTION_CHAIN_HOP;
+            h[11] = 1;
+            h[12..14].copy_from_slice(&chain.to_be_bytes());
+            h[14] = hop;
+            (h, 16)
+        }
+    }
+}
+
+/// What [`parse_geneve_payload`] found: (VNI, chain/hop option, offset of the inner
+/// frame).
+pub type GenevePayload = (u32, Option<(u16, u8)>, usize);
+
+/// Reads the Geneve header at the start of a UDP payload (the kernel already
+/// removed the outer headers), with the same checks as [`decap`]. Returns the VNI,
+/// the chain/hop option if present, and the offset of the inner Ethernet frame.
+pub fn parse_geneve_payload(payload: &[u8]) -> Result<GenevePayload, TunnelError> {
+    let g = GenevePacket::new_checked(payload).map_err(TunnelError::Bad)?;
+    let chain_hop = check_geneve(&g)?;
+    Ok((g.vni(), chain_hop, g.header_len()))
 }
 
 #[cfg(test)]
@@ -201,6 +248,87 @@ mod tests {
             }
         );
         assert_eq!(p.data(), &inner[..]);
+    }
+
+    #[test]
+    fn payload_headers_round_trip() {
+        for (vni, ch) in [
+            (0x00abcd, Some((3u16, 2u8))),
+            (1, None),
+            (0xff_ffff, Some((0xffff, 0xff))),
+        ] {
+            let (h, n) = geneve_header(vni, ch);
+            assert_eq!(n, if ch.is_some() { 16 } else { 8 });
+            let mut payload = h[..n].to_vec();
+            payload.extend_from_slice(b"inner frame");
+            assert_eq!(parse_geneve_payload(&payload), Ok((vni, ch, n)));
+            // The same bytes the full encapsulation writes.
+            let mut g = GeneveRepr::new(vni, ethertype::TEB);
+            if let Some((c, hop)) = ch {
+                let c = c.to_be_bytes();
+                g.push_option(
+                    OwnedOption::new(OPTION_CLASS, OPTION_CHAIN_HOP, &[c[0], c[1], hop, 0])
+                        .unwrap(),
+                )
+                .unwrap();
+            }
+            let mut want = vec![0u8; g.header_len()];
+            g.emit(&mut want).unwrap();
+            assert_eq!(&h[..n], &want[..]);
+        }
+        // The VNI is 24 bits; higher bits are not smuggled into the reserved byte.
+        let (h, _) = geneve_header(0x0100_0005, None);
+        assert_eq!(parse_geneve_payload(&h[..8]).unwrap().0, 5);
+    }
+
+    #[test]
+    fn bad_payload_headers_are_refused() {
+        let (h, n) = geneve_header(7, Some((1, 1)));
+        // Truncated: header shorter than 8, options running past the end.
+        assert!(matches!(
+            parse_geneve_payload(&h[..5]),
+            Err(TunnelError::Bad(_))
+        ));
+        assert!(matches!(
+            parse_geneve_payload(&h[..12]),
+            Err(TunnelError::Bad(_))
+        ));
+        assert!(matches!(
+            parse_geneve_payload(&[]),
+            Err(TunnelError::Bad(_))
+        ));
+        // Version 1.
+        let mut v = h;
+        v[0] |= 0x40;
+        assert!(matches!(
+            parse_geneve_payload(&v[..n]),
+            Err(TunnelError::Bad(_))
+        ));
+        // Not Ethernet inside.
+        let mut p = h;
+        p[2..4].copy_from_slice(&0x0800u16.to_be_bytes());
+        assert_eq!(
+            parse_geneve_payload(&p[..n]),
+            Err(TunnelError::Protocol(0x0800))
+        );
+        // Unknown critical option, and an option whose length overruns the region.
+        let mut c = h;
+        c[8..10].copy_from_slice(&0x0101u16.to_be_bytes());
+        c[10] = 0x85;
+        assert_eq!(
+            parse_geneve_payload(&c[..n]),
+            Err(TunnelError::UnknownCritical(0x0101, 0x85))
+        );
+        let mut l = h;
+        l[11] = 3;
+        assert!(matches!(
+            parse_geneve_payload(&l[..n]),
+            Err(TunnelError::Bad(_))
+        ));
+        // An unknown non-critical option is skipped.
+        let mut nc = h;
+        nc[8..10].copy_from_slice(&0x0101u16.to_be_bytes());
+        assert_eq!(parse_geneve_payload(&nc[..n]), Ok((7, None, 16)));
     }
 
     #[test]

@@ -14,6 +14,10 @@ use std::os::fd::AsRawFd;
 use std::process::Command;
 use std::sync::atomic::{AtomicU32, Ordering};
 
+pub mod lab;
+pub mod scenario;
+pub mod vm;
+
 /// Why a testbed operation failed; the message carries the command and its stderr.
 #[derive(Debug, thiserror::Error)]
 pub enum TestbedError {
@@ -144,6 +148,18 @@ impl Netns {
         self.ip(&["addr", "add", cidr, "dev", dev])?;
         self.ip(&["link", "set", dev, "up"])
     }
+}
+
+/// Runs `f` on a thread that joined the namespace called `name` (one this handle
+/// does not own, such as a lab's), and returns its result.
+pub fn run_in<T: Send + 'static>(
+    name: &str,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, TestbedError> {
+    let ns = std::mem::ManuallyDrop::new(Netns {
+        name: name.to_string(),
+    });
+    ns.run(f)
 }
 
 impl Drop for Netns {

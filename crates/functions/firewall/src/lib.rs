@@ -175,6 +175,14 @@ struct Slot {
     cur: Option<Conn>,
     dirty: bool,
     rearm: bool,
+    /// The flow's direction-invariant hash if a packet of the flow itself (not an
+    /// ICMP error about it, which the data plane may steer elsewhere) uses the
+    /// record: only then may a flow cache hold it.
+    hash: Option<u32>,
+    /// The write changes the connection (new, state or flags): it goes to the store
+    /// before the batch leaves. Otherwise it only refreshes `last_seen` and may be
+    /// deferred.
+    through: bool,
 }
 
 /// The firewall. See the crate documentation.
@@ -254,21 +262,31 @@ impl Firewall {
         now < self.deadline(c)
     }
 
-    fn slot_for(&mut self, key: Key) -> u32 {
+    fn slot_for(&mut self, key: Key, hash: Option<u32>) -> u32 {
         let s = self.slots.len() as u32;
         match self.slot_of.entry(key) {
-            std::collections::hash_map::Entry::Occupied(e) => return *e.get(),
+            std::collections::hash_map::Entry::Occupied(e) => {
+                let s = *e.get();
+                let slot = &mut self.slots[s as usize];
+                slot.hash = slot.hash.or(hash);
+                return s;
+            }
             std::collections::hash_map::Entry::Vacant(e) => {
                 e.insert(s);
             }
         }
-        let get = self.ops.get(key);
+        let get = match hash {
+            Some(h) => self.ops.get_owned(key, h),
+            None => self.ops.get(key),
+        };
         self.slots.push(Slot {
             key,
             get,
             cur: None,
             dirty: false,
             rearm: false,
+            hash,
+            through: false,
         });
         s
     }
@@ -287,7 +305,7 @@ impl Firewall {
             if let Some(e) = m.icmp_embedded.filter(|_| icmp::is_error(m.icmp_type, v6)) {
                 let key = Key::flow(self.ns, TABLE_CONN, &e.flow.canonical().0, &[]);
                 return Ok(Plan::Related {
-                    slot: self.slot_for(key),
+                    slot: self.slot_for(key, None),
                 });
             }
             if !icmp::is_echo(m.icmp_type, v6) {
@@ -306,7 +324,7 @@ impl Firewall {
         let (canon, side) = m.flow.canonical();
         let key = Key::flow(self.ns, TABLE_CONN, &canon, &[]);
         Ok(Plan::Flow {
-            slot: self.slot_for(key),
+            slot: self.slot_for(key, Some(canon.directional_hash())),
             forward: side == Side::Forward,
         })
     }
@@ -346,6 +364,7 @@ impl Firewall {
                     s.cur = Some(n);
                     s.dirty = true;
                     s.rearm |= n.state != c.state;
+                    s.through |= changed;
                 }
                 Ok(())
             }
@@ -376,6 +395,7 @@ impl Firewall {
                         });
                         s.dirty = true;
                         s.rearm = true;
+                        s.through = true;
                         Ok(())
                     }
                 }
@@ -496,7 +516,13 @@ impl NetworkFunction for Firewall {
         self.ops.clear();
         for s in &self.slots {
             if let (true, Some(c)) = (s.dirty, s.cur) {
-                self.ops.put_value(s.key, &c);
+                match s.hash {
+                    Some(h) if s.through => self.ops.put_value_owned(s.key, &c, h),
+                    // A `last_seen` refresh: losing it can only make the idle timer
+                    // fire early, and its handler re-reads and re-arms.
+                    Some(h) => self.ops.put_value_deferred(s.key, &c, h),
+                    None => self.ops.put_value(s.key, &c),
+                };
                 if s.rearm {
                     let d = c
                         .last_seen_ns

@@ -166,6 +166,11 @@ struct Entry {
     exists: bool,
     corrupt: bool,
     dirty: bool,
+    /// The flow's direction-invariant hash (the record is the flow's own).
+    hash: u32,
+    /// Scan state or flags changed: written through. Otherwise only `last_seen`
+    /// moved, and the write may be deferred.
+    through: bool,
 }
 
 /// The IPS function.
@@ -483,7 +488,8 @@ impl NetworkFunction for Ips {
                     Some(&e) => e,
                     None => {
                         let key = Key::flow(self.ns, TABLE_FLOW, &canon, &[]);
-                        let read = Some(self.ops.get(key));
+                        let hash = canon.directional_hash();
+                        let read = Some(self.ops.get_owned(key, hash));
                         self.entries.push(Entry {
                             key,
                             read,
@@ -491,6 +497,8 @@ impl NetworkFunction for Ips {
                             exists: false,
                             corrupt: false,
                             dirty: false,
+                            hash,
+                            through: false,
                         });
                         let e = (self.entries.len() - 1) as u32;
                         self.index.insert(canon, e);
@@ -630,6 +638,7 @@ impl NetworkFunction for Ips {
                 let e = &mut self.entries[ei as usize];
                 let stale = now > st.last_seen.saturating_add(self.timeout_ns / 8);
                 if st != before || (stale && e.exists) {
+                    e.through |= st != before;
                     st.last_seen = st.last_seen.max(now);
                     e.dirty = true;
                 }
@@ -639,7 +648,11 @@ impl NetworkFunction for Ips {
 
         for e in &mut self.entries {
             if e.dirty {
-                self.ops.put_value(e.key, &e.state);
+                if e.through || !e.exists {
+                    self.ops.put_value_owned(e.key, &e.state, e.hash);
+                } else {
+                    self.ops.put_value_deferred(e.key, &e.state, e.hash);
+                }
                 if !e.exists {
                     self.ops
                         .arm_timer(e.key, e.state.last_seen.saturating_add(self.timeout_ns));

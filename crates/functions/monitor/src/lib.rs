@@ -283,7 +283,7 @@ impl NetworkFunction for Monitor {
                     Some(&e) => e,
                     None => {
                         let key = Key::flow(self.ns, TABLE_FLOW, &canon, &[]);
-                        let read = self.ops.get(key);
+                        let read = self.ops.get_owned(key, canon.directional_hash());
                         self.entries.push(Entry {
                             canon,
                             key,
@@ -409,9 +409,22 @@ impl NetworkFunction for Monitor {
             if !e.dirty {
                 continue;
             }
+            let hash = e.canon.directional_hash();
             match &e.rec {
-                Some(r) => {
+                // Closed and exported records are what timer handlers on any instance
+                // act on (linger export): they always go to the store, which also
+                // keeps a flow cache from holding them.
+                Some(r) if r.flags & (F_CLOSED | F_EXPORTED) != 0 => {
                     self.ops.put_value(e.key, r);
+                }
+                // A new record is written through before its packets leave.
+                Some(r) if e.created_at.is_some() => {
+                    self.ops.put_value_owned(e.key, r, hash);
+                }
+                // Counting packets of an open flow: a crash may lose the last
+                // deferred counts, nothing else.
+                Some(r) => {
+                    self.ops.put_value_deferred(e.key, r, hash);
                 }
                 None => {
                     self.ops.delete(e.key);

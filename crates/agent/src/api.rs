@@ -1,0 +1,136 @@
+//! The agent's HTTP API on the management network:
+//!
+//! * `PUT /v1/config`: an [`AgentConfig`] (JSON); `200 {"version": N}` once it is
+//!   handed to the data plane, `400 {"error": "..."}` (and the old configuration
+//!   stays) if it cannot be installed;
+//! * `GET /v1/config`: the running configuration (`404` before the first);
+//! * `GET /v1/status`: [`sluice_proto::AgentStatus`];
+//! * `GET /metrics`: Prometheus text.
+
+use std::io::Read;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use sluice_proto::AgentConfig;
+use tiny_http::{Header, Method, Request, Response, Server};
+
+use crate::control::AgentCore;
+
+/// Largest configuration accepted (bytes).
+const MAX_BODY: u64 = 64 << 20;
+
+/// The running API server.
+pub struct ApiServer {
+    server: Arc<Server>,
+    addr: SocketAddr,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for ApiServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ApiServer")
+            .field("addr", &self.addr)
+            .finish()
+    }
+}
+
+impl ApiServer {
+    /// Listens on `listen` and serves `core` on a thread.
+    pub fn start(listen: &str, core: Arc<AgentCore>) -> Result<ApiServer, String> {
+        let server = Server::http(listen).map_err(|e| e.to_string())?;
+        let addr = server
+            .server_addr()
+            .to_ip()
+            .ok_or_else(|| "not an IP listener".to_string())?;
+        let server = Arc::new(server);
+        let s = server.clone();
+        let thread = std::thread::Builder::new()
+            .name("sluice-api".into())
+            .spawn(move || {
+                for req in s.incoming_requests() {
+                    handle(&core, req);
+                }
+            })
+            .map_err(|e| e.to_string())?;
+        Ok(ApiServer {
+            server,
+            addr,
+            thread: Some(thread),
+        })
+    }
+
+    /// The bound address.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Stops serving.
+    pub fn stop(&mut self) {
+        self.server.unblock();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for ApiServer {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn json_header() -> Header {
+    Header::from_bytes(&b"Content-Type"[..], &b"application/json"[..])
+        .unwrap_or_else(|_| unreachable!("static header"))
+}
+
+fn reply_json(req: Request, code: u16, body: &serde_json::Value) {
+    let r = Response::from_string(body.to_string())
+        .with_status_code(code)
+        .with_header(json_header());
+    let _ = req.respond(r);
+}
+
+fn error(req: Request, code: u16, msg: &str) {
+    reply_json(req, code, &serde_json::json!({ "error": msg }));
+}
+
+fn handle(core: &AgentCore, mut req: Request) {
+    let path = req.url().split('?').next().unwrap_or("").to_string();
+    match (req.method(), path.as_str()) {
+        (Method::Put, "/v1/config") => {
+            let mut body = Vec::new();
+            if let Err(e) = req.as_reader().take(MAX_BODY).read_to_end(&mut body) {
+                return error(req, 400, &format!("reading the body: {e}"));
+            }
+            let cfg: AgentConfig = match serde_json::from_slice(&body) {
+                Ok(c) => c,
+                Err(e) => return error(req, 400, &format!("bad configuration JSON: {e}")),
+            };
+            core.heard();
+            match core.apply(cfg) {
+                Ok(v) => reply_json(req, 200, &serde_json::json!({ "version": v })),
+                Err(e) => error(req, 400, &e.to_string()),
+            }
+        }
+        (Method::Get, "/v1/config") => match core.config() {
+            Some(c) => match serde_json::to_value(&c) {
+                Ok(v) => reply_json(req, 200, &v),
+                Err(e) => error(req, 500, &e.to_string()),
+            },
+            None => error(req, 404, "no configuration yet"),
+        },
+        (Method::Get, "/v1/status") => match serde_json::to_value(core.status()) {
+            Ok(v) => reply_json(req, 200, &v),
+            Err(e) => error(req, 500, &e.to_string()),
+        },
+        (Method::Get, "/metrics") => {
+            let h = Header::from_bytes(&b"Content-Type"[..], &b"text/plain; version=0.0.4"[..])
+                .unwrap_or_else(|_| unreachable!("static header"));
+            let _ = req.respond(Response::from_string(core.metrics()).with_header(h));
+        }
+        (_, "/v1/config" | "/v1/status" | "/metrics") => error(req, 405, "method not allowed"),
+        _ => error(req, 404, &format!("no such resource: {path}")),
+    }
+}

@@ -1,0 +1,538 @@
+//! The agent as a whole: configuration handling, heartbeat to the controller,
+//! status and metrics, tying together the data-plane thread, the API server and
+//! the instance supervisor.
+
+use std::net::{Ipv4Addr, SocketAddrV4};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use sluice_proto::{AgentConfig, AgentStatus, HostRegistration, PortStatus};
+
+use crate::dataplane::{ConfigError, Dataplane, DropReason};
+use crate::instances::{InstanceEnv, Supervisor};
+use crate::io::{DataplaneThread, IoOptions};
+
+/// How often the agent heartbeats to the controller.
+pub const HEARTBEAT_EVERY: Duration = Duration::from_millis(100);
+
+/// Why the agent could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    /// A bad option.
+    #[error("{0}")]
+    Usage(String),
+    /// The data-plane sockets could not be opened.
+    #[error("data plane (namespace {netns}): {err}")]
+    Dataplane {
+        /// Namespace.
+        netns: String,
+        /// Error.
+        err: std::io::Error,
+    },
+    /// The API server could not listen.
+    #[error("cannot listen on {addr}: {err}")]
+    Listen {
+        /// Address.
+        addr: String,
+        /// Error.
+        err: String,
+    },
+}
+
+/// What the agent needs to know to start.
+#[derive(Debug, Clone)]
+pub struct AgentOptions {
+    /// Host id.
+    pub host: u32,
+    /// Host name.
+    pub name: String,
+    /// Host network namespace (data-plane sockets; `None`: the caller's).
+    pub netns: Option<String>,
+    /// Tunnel endpoint address.
+    pub underlay: Ipv4Addr,
+    /// Controller base URL (`None`: no heartbeat).
+    pub controller: Option<String>,
+    /// API listen address (`127.0.0.1:0` picks a port).
+    pub listen: String,
+    /// Name prefix of instance namespaces and interfaces.
+    pub prefix: String,
+    /// Where the last configuration, chain files and instance logs go (`None`:
+    /// nothing persisted, no instances can run).
+    pub run_dir: Option<PathBuf>,
+    /// The Geneve socket (normally `0.0.0.0:6081`).
+    pub udp: SocketAddrV4,
+    /// Executable for instances (`None`: the current one).
+    pub instance_exe: Option<PathBuf>,
+}
+
+/// State the API handlers and the heartbeat share.
+#[derive(Debug)]
+pub struct AgentCore {
+    host: u32,
+    name: String,
+    underlay: Ipv4Addr,
+    api: Mutex<String>,
+    dp: Mutex<DataplaneThread>,
+    /// Serialises configuration changes; holds the running configuration.
+    config: Mutex<Option<AgentConfig>>,
+    supervisor: Mutex<Option<Supervisor>>,
+    run_dir: Option<PathBuf>,
+    last_heard: Mutex<Option<Instant>>,
+    controller_up: AtomicBool,
+}
+
+impl AgentCore {
+    /// Validates `cfg`, hands it to the data plane and the instance supervisor,
+    /// and persists it; on error nothing changes.
+    pub fn apply(&self, cfg: AgentConfig) -> Result<u64, ConfigError> {
+        self.apply_inner(cfg, true)
+    }
+
+    fn apply_inner(&self, cfg: AgentConfig, persist: bool) -> Result<u64, ConfigError> {
+        let mut cur = self.config.lock().unwrap_or_else(|p| p.into_inner());
+        let dp = Dataplane::new(self.host, &cfg)?;
+        let v = cfg.version;
+        if let Ok(d) = self.dp.lock() {
+            // Answer once packets are forwarded by the new configuration, so a
+            // caller may send traffic right away.
+            if !d.install(dp, Duration::from_secs(2)) {
+                eprintln!("sluiced: the data plane is slow to take configuration {v} over");
+            }
+        }
+        if let Ok(s) = self.supervisor.lock() {
+            if let Some(s) = s.as_ref() {
+                s.apply(cfg.instances.clone());
+            } else if !cfg.instances.is_empty() {
+                eprintln!(
+                    "sluiced: configuration {v} lists {} NF instances but this agent runs none (no run directory)",
+                    cfg.instances.len()
+                );
+            }
+        }
+        if persist {
+            if let Some(dir) = &self.run_dir {
+                let path = dir.join("config.json");
+                let tmp = dir.join("config.json.tmp");
+                let r = serde_json::to_vec_pretty(&cfg)
+                    .map_err(std::io::Error::other)
+                    .and_then(|b| std::fs::write(&tmp, b))
+                    .and_then(|()| std::fs::rename(&tmp, &path));
+                if let Err(e) = r {
+                    eprintln!("sluiced: cannot save {}: {e}", path.display());
+                }
+            }
+        }
+        *cur = Some(cfg);
+        Ok(v)
+    }
+
+    /// Version of the running configuration (0: none).
+    pub fn version(&self) -> u64 {
+        self.dp.lock().map(|d| d.version()).unwrap_or(0)
+    }
+
+    /// The running configuration.
+    pub fn config(&self) -> Option<AgentConfig> {
+        self.config.lock().ok().and_then(|c| c.clone())
+    }
+
+    /// The agent's status.
+    pub fn status(&self) -> AgentStatus {
+        let p = self.dp.lock().map(|d| d.published()).unwrap_or_default();
+        let ports = self
+            .port_names()
+            .into_iter()
+            .map(|(id, name)| PortStatus {
+                id,
+                name,
+                counters: p.stats.ports.get(&id).cloned().unwrap_or_default(),
+            })
+            .collect();
+        AgentStatus {
+            host: self.host,
+            config_version: self.version(),
+            controller_silent_ms: self
+                .last_heard
+                .lock()
+                .ok()
+                .and_then(|t| *t)
+                .map(|t| t.elapsed().as_millis() as u64),
+            ports,
+            fabric: p.stats.fabric.clone(),
+            instances: self.instances(),
+        }
+    }
+
+    /// The running configuration's ports (the data plane publishes counters a
+    /// moment after it takes a configuration over; names come from the source).
+    fn port_names(&self) -> Vec<(u16, String)> {
+        let Some(cfg) = self.config() else {
+            return Vec::new();
+        };
+        cfg.ports
+            .iter()
+            .map(|p| {
+                let name = match &p.kind {
+                    sluice_proto::PortKind::Vm { name, .. } => name.clone(),
+                    sluice_proto::PortKind::Instance { name } => name.clone(),
+                };
+                (p.id, name)
+            })
+            .collect()
+    }
+
+    fn instances(&self) -> Vec<sluice_proto::InstanceStatus> {
+        self.supervisor
+            .lock()
+            .ok()
+            .and_then(|s| s.as_ref().map(Supervisor::status))
+            .unwrap_or_default()
+    }
+
+    /// Counters in Prometheus text format.
+    pub fn metrics(&self) -> String {
+        use std::fmt::Write;
+        let p = self.dp.lock().map(|d| d.published()).unwrap_or_default();
+        let host = self.host.to_string();
+        let names = self.port_names();
+        let mut o = String::new();
+        let family = |o: &mut String, name: &str, ty: &str, help: &str| {
+            let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} {ty}");
+        };
+        family(
+            &mut o,
+            "sluice_agent_config_version",
+            "gauge",
+            "Version of the running configuration.",
+        );
+        let _ = writeln!(
+            o,
+            "sluice_agent_config_version{{host=\"{host}\"}} {}",
+            self.version()
+        );
+        family(
+            &mut o,
+            "sluice_agent_controller_up",
+            "gauge",
+            "1 if the last heartbeat reached the controller.",
+        );
+        let _ = writeln!(
+            o,
+            "sluice_agent_controller_up{{host=\"{host}\"}} {}",
+            u8::from(self.controller_up.load(Ordering::Relaxed))
+        );
+        let fields: [(&str, &str, CounterField); 5] = [
+            ("rx_packets_total", "Packets received.", |c| c.rx_packets),
+            ("rx_bytes_total", "Bytes received.", |c| c.rx_bytes),
+            ("tx_packets_total", "Packets sent.", |c| c.tx_packets),
+            ("tx_bytes_total", "Bytes sent.", |c| c.tx_bytes),
+            ("drops_total", "Packets dropped.", |c| c.drops),
+        ];
+        for (f, help, get) in fields {
+            let name = format!("sluice_port_{f}");
+            family(&mut o, &name, "counter", help);
+            for (id, pname) in &names {
+                let c = p.stats.ports.get(id).cloned().unwrap_or_default();
+                let _ = writeln!(
+                    o,
+                    "{name}{{host=\"{host}\",port=\"{id}\",name=\"{}\"}} {}",
+                    escape(pname),
+                    get(&c)
+                );
+            }
+            let name = format!("sluice_fabric_{f}");
+            family(&mut o, &name, "counter", help);
+            let _ = writeln!(o, "{name}{{host=\"{host}\"}} {}", get(&p.stats.fabric));
+        }
+        family(
+            &mut o,
+            "sluice_agent_drops_total",
+            "counter",
+            "Packets dropped, by reason.",
+        );
+        for r in DropReason::ALL {
+            let _ = writeln!(
+                o,
+                "sluice_agent_drops_total{{host=\"{host}\",reason=\"{}\"}} {}",
+                r.name(),
+                p.stats.drops_of(r)
+            );
+        }
+        family(
+            &mut o,
+            "sluice_agent_arp_replies_total",
+            "counter",
+            "ARP requests answered.",
+        );
+        let _ = writeln!(
+            o,
+            "sluice_agent_arp_replies_total{{host=\"{host}\"}} {}",
+            p.stats.arp_replies
+        );
+        family(
+            &mut o,
+            "sluice_port_up",
+            "gauge",
+            "1 if the VM port's interface is open.",
+        );
+        for (id, pname) in &names {
+            let up = p.names.contains_key(id) && !p.port_errors.contains_key(id);
+            let _ = writeln!(
+                o,
+                "sluice_port_up{{host=\"{host}\",port=\"{id}\",name=\"{}\"}} {}",
+                escape(pname),
+                u8::from(up)
+            );
+        }
+        family(
+            &mut o,
+            "sluice_instance_up",
+            "gauge",
+            "1 if the NF instance process runs.",
+        );
+        for i in self.instances() {
+            let _ = writeln!(
+                o,
+                "sluice_instance_up{{host=\"{host}\",port=\"{}\",name=\"{}\"}} {}",
+                i.port,
+                escape(&i.name),
+                u8::from(i.alive)
+            );
+        }
+        o
+    }
+
+    /// Base URL of the API.
+    pub fn api_url(&self) -> String {
+        self.api.lock().map(|a| a.clone()).unwrap_or_default()
+    }
+
+    fn registration(&self) -> HostRegistration {
+        HostRegistration {
+            host: self.host,
+            name: self.name.clone(),
+            underlay: self.underlay,
+            api: self.api_url(),
+            config_version: self.version(),
+        }
+    }
+
+    /// Records that the controller was heard from (a heartbeat answered or a
+    /// configuration pushed).
+    pub fn heard(&self) {
+        if let Ok(mut t) = self.last_heard.lock() {
+            *t = Some(Instant::now());
+        }
+    }
+}
+
+/// Reads one field of a counter set.
+type CounterField = fn(&sluice_proto::Counters) -> u64;
+
+/// Escapes a Prometheus label value.
+fn escape(s: &str) -> String {
+    s.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+/// A running agent.
+#[derive(Debug)]
+pub struct Agent {
+    core: Arc<AgentCore>,
+    stop: Arc<AtomicBool>,
+    api: Option<crate::api::ApiServer>,
+    heartbeat: Option<JoinHandle<()>>,
+}
+
+impl Agent {
+    /// Starts the data plane (with the saved configuration, if any), the API
+    /// server, the instance supervisor and the heartbeat.
+    pub fn start(opts: &AgentOptions) -> Result<Agent, AgentError> {
+        if !crate::instances::valid_prefix(&opts.prefix) {
+            return Err(AgentError::Usage(format!(
+                "--prefix {:?}: 1 to 9 letters, digits, '-' or '_' (interface names are at most 15 bytes)",
+                opts.prefix
+            )));
+        }
+        if let Some(dir) = &opts.run_dir {
+            std::fs::create_dir_all(dir)
+                .map_err(|e| AgentError::Usage(format!("--run-dir {}: {e}", dir.display())))?;
+        }
+        let io = IoOptions {
+            netns: opts.netns.clone(),
+            udp: opts.udp,
+            ..IoOptions::default()
+        };
+        let dp = DataplaneThread::spawn(&io, Dataplane::empty(opts.host)).map_err(|err| {
+            AgentError::Dataplane {
+                netns: opts.netns.clone().unwrap_or_else(|| "(current)".into()),
+                err,
+            }
+        })?;
+        let supervisor = match (&opts.run_dir, &opts.netns) {
+            (Some(dir), Some(ns)) => {
+                let exe = match &opts.instance_exe {
+                    Some(e) => e.clone(),
+                    None => std::env::current_exe().map_err(|e| {
+                        AgentError::Usage(format!("cannot find the sluiced executable: {e}"))
+                    })?,
+                };
+                Some(Supervisor::start(InstanceEnv {
+                    host_netns: ns.clone(),
+                    prefix: opts.prefix.clone(),
+                    run_dir: dir.clone(),
+                    exe,
+                }))
+            }
+            _ => None,
+        };
+        let core = Arc::new(AgentCore {
+            host: opts.host,
+            name: opts.name.clone(),
+            underlay: opts.underlay,
+            api: Mutex::new(String::new()),
+            dp: Mutex::new(dp),
+            config: Mutex::new(None),
+            supervisor: Mutex::new(supervisor),
+            run_dir: opts.run_dir.clone(),
+            last_heard: Mutex::new(None),
+            controller_up: AtomicBool::new(false),
+        });
+        if let Some(dir) = &opts.run_dir {
+            load_saved(&core, &dir.join("config.json"));
+        }
+        let api = crate::api::ApiServer::start(&opts.listen, core.clone()).map_err(|err| {
+            AgentError::Listen {
+                addr: opts.listen.clone(),
+                err,
+            }
+        })?;
+        if let Ok(mut a) = core.api.lock() {
+            *a = format!("http://{}", api.addr());
+        }
+        let stop = Arc::new(AtomicBool::new(false));
+        let heartbeat = opts.controller.clone().and_then(|url| {
+            let (core, stop) = (core.clone(), stop.clone());
+            std::thread::Builder::new()
+                .name("sluice-heartbeat".into())
+                .spawn(move || heartbeat(&core, &url, &stop))
+                .ok()
+        });
+        Ok(Agent {
+            core,
+            stop,
+            api: Some(api),
+            heartbeat,
+        })
+    }
+
+    /// The shared core (configuration, status, metrics).
+    pub fn core(&self) -> &Arc<AgentCore> {
+        &self.core
+    }
+
+    /// Base URL of the API, e.g. `http://127.0.0.1:40123`.
+    pub fn api_url(&self) -> String {
+        self.core.api_url()
+    }
+
+    /// Stops everything: heartbeat, API, instances (processes and namespaces),
+    /// data plane.
+    pub fn shutdown(mut self) {
+        self.stop_all();
+    }
+
+    fn stop_all(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        if let Some(h) = self.heartbeat.take() {
+            let _ = h.join();
+        }
+        if let Some(mut a) = self.api.take() {
+            a.stop();
+        }
+        if let Ok(mut s) = self.core.supervisor.lock() {
+            if let Some(mut s) = s.take() {
+                s.stop();
+            }
+        }
+        if let Ok(mut d) = self.core.dp.lock() {
+            d.stop();
+        }
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        self.stop_all();
+    }
+}
+
+fn load_saved(core: &AgentCore, path: &std::path::Path) {
+    let Ok(text) = std::fs::read(path) else {
+        return;
+    };
+    match serde_json::from_slice::<AgentConfig>(&text) {
+        Ok(cfg) => match core.apply_inner(cfg, false) {
+            Ok(v) => eprintln!(
+                "sluiced: running saved configuration {v} from {}",
+                path.display()
+            ),
+            Err(e) => eprintln!("sluiced: ignoring saved {}: {e}", path.display()),
+        },
+        Err(e) => eprintln!("sluiced: ignoring saved {}: {e}", path.display()),
+    }
+}
+
+fn heartbeat(core: &AgentCore, controller: &str, stop: &AtomicBool) {
+    let url = format!("{}/v1/hosts", controller.trim_end_matches('/'));
+    let agent = ureq::AgentBuilder::new()
+        .timeout(Duration::from_millis(500))
+        .build();
+    // None: nothing logged yet.
+    let mut last_ok: Option<bool> = None;
+    while !stop.load(Ordering::Acquire) {
+        let started = Instant::now();
+        let r = agent.post(&url).send_json(core.registration());
+        let ok = r.is_ok();
+        if ok {
+            core.heard();
+        }
+        core.controller_up.store(ok, Ordering::Relaxed);
+        if last_ok != Some(ok) {
+            match r {
+                Ok(_) => eprintln!("sluiced: registered with the controller at {controller}"),
+                Err(e) => eprintln!(
+                    "sluiced: controller {controller} unreachable ({e}); forwarding with configuration {}",
+                    core.version()
+                ),
+            }
+            last_ok = Some(ok);
+        }
+        let spent = started.elapsed();
+        if spent < HEARTBEAT_EVERY {
+            std::thread::sleep(HEARTBEAT_EVERY - spent);
+        }
+    }
+}
+
+/// Runs an agent until `stop` is set (the binary sets it on SIGINT/SIGTERM);
+/// prints `listening on http://ADDR` as the first line of stdout.
+pub fn run(opts: &AgentOptions, stop: &AtomicBool) -> Result<(), AgentError> {
+    let agent = Agent::start(opts)?;
+    {
+        use std::io::Write;
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(out, "listening on {}", agent.api_url());
+        let _ = out.flush();
+    }
+    while !stop.load(Ordering::Acquire) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    eprintln!("sluiced: stopping");
+    agent.shutdown();
+    Ok(())
+}

@@ -1,0 +1,1288 @@
+//! The agent's forwarding core, sans-IO: a configuration turned into lookup
+//! structures, and batches of received frames turned into messages to send.
+//!
+//! The I/O loop ([`crate::io`]) receives a batch from one source (a VM port's
+//! packet socket, or the UDP socket that carries Geneve from the fabric and from
+//! NF instances), hands it to [`Dataplane::process_vm_batch`] or
+//! [`Dataplane::process_udp_batch`], and sends the resulting [`TxPlan`]. Outputs
+//! never copy a received frame: each is a small header from the plan's arena
+//! (rewritten MACs, or a Geneve header) followed by a slice of a received buffer,
+//! which the kernel gathers from two iovecs.
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::{Ipv4Addr, SocketAddrV4};
+
+use serde::Serialize;
+use sluice_proto::{AgentConfig, Counters, PortKind, GENEVE_PORT};
+use sluice_switch::{Fib, GroupId, LookupKey, Output, PortId};
+use sluice_wire::parse::{parse_into, PacketMeta};
+
+use sluice_switch::tunnel::{geneve_header, parse_geneve_payload};
+
+/// The switch's router MAC: VMs send every frame to it, and delivered frames
+/// come from it.
+pub const ROUTER_MAC: [u8; 6] = [0x02, 0x53, 0x4c, 0x00, 0x00, 0x01];
+
+const ETHERTYPE_ARP: u16 = 0x0806;
+const ETHERTYPE_IPV4: u16 = 0x0800;
+const ARP_LEN: usize = 42;
+
+/// A configuration the agent cannot run, and why.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    /// The configuration is for another host.
+    #[error("configuration is for host {got}, this agent is host {want}")]
+    WrongHost {
+        /// Host the config names.
+        got: u32,
+        /// This agent's host id.
+        want: u32,
+    },
+    /// Two ports share an id.
+    #[error("port id {0} is used twice")]
+    DuplicatePort(u16),
+    /// Two VM ports share an interface.
+    #[error("interface {0} is used by two ports")]
+    DuplicateIface(String),
+    /// A VM port's interface name is not a valid Linux interface name.
+    #[error("port {port}: bad interface name {iface:?} (1 to 15 bytes, no '/' or spaces)")]
+    BadIface {
+        /// Port id.
+        port: u16,
+        /// The name.
+        iface: String,
+    },
+    /// A VM port's MAC does not parse.
+    #[error("port {port}: bad MAC address {mac:?}")]
+    BadMac {
+        /// Port id.
+        port: u16,
+        /// The text.
+        mac: String,
+    },
+    /// An instance port's id has no instance link (0 or above 16383).
+    #[error("instance port {0} has no instance link (ids 1..=16383)")]
+    NoInstanceLink(u16),
+    /// A tenant's FIB was refused.
+    #[error("tenant {tenant} (vni {vni}): {err}")]
+    Fib {
+        /// Tenant.
+        tenant: String,
+        /// VNI.
+        vni: u32,
+        /// Why.
+        err: sluice_switch::FibError,
+    },
+    /// Two tenants share a VNI.
+    #[error("vni {0} is used by two tenants")]
+    DuplicateVni(u32),
+    /// VNIs are 24 bits.
+    #[error("vni {0} does not fit in 24 bits")]
+    VniTooLarge(u32),
+    /// Two peers share a host id or an underlay address.
+    #[error("peer {0} is listed twice (host id or underlay address)")]
+    DuplicatePeer(u32),
+    /// An instance names a port that is not an instance port.
+    #[error("instance {name}: port {port} is not an instance port of the config")]
+    InstancePort {
+        /// Instance name.
+        name: String,
+        /// Port id.
+        port: u16,
+    },
+}
+
+/// Parses `aa:bb:cc:dd:ee:ff`.
+pub fn parse_mac(s: &str) -> Option<[u8; 6]> {
+    let mut mac = [0u8; 6];
+    let mut parts = s.split(':');
+    for b in &mut mac {
+        let p = parts.next()?;
+        if p.is_empty() || p.len() > 2 {
+            return None;
+        }
+        *b = u8::from_str_radix(p, 16).ok()?;
+    }
+    parts.next().is_none().then_some(mac)
+}
+
+/// True if `name` can be a Linux interface name.
+pub fn valid_iface(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 15
+        && name != "."
+        && name != ".."
+        && !name
+            .bytes()
+            .any(|b| b == b'/' || b == b':' || b.is_ascii_whitespace() || b == 0)
+}
+
+/// What is behind a port of this host's switch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PortTarget {
+    /// A VM: raw frames on a local interface.
+    Vm {
+        /// Host-side interface.
+        iface: String,
+        /// The VM's MAC (destination of delivered frames).
+        mac: [u8; 6],
+    },
+    /// An NF instance: Geneve to its link address.
+    Instance {
+        /// Where the instance listens (`instance side:6081`).
+        addr: SocketAddrV4,
+    },
+}
+
+/// One port of the switch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Port {
+    /// Port id.
+    pub id: u16,
+    /// Tenant (VNI) of everything entering through the port.
+    pub vni: u32,
+    /// VM or instance name.
+    pub name: String,
+    /// What is attached.
+    pub target: PortTarget,
+}
+
+/// Who sent a UDP datagram, by its source address.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Source {
+    /// The NF instance of this port.
+    Instance(u16),
+    /// A fabric peer.
+    Peer(u32),
+}
+
+/// Why packets were dropped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DropReason {
+    /// No FIB entry matched (or the tenant has no FIB here).
+    NoMatch,
+    /// The matching entry drops.
+    FibDrop,
+    /// The frame or its Geneve header does not parse.
+    Malformed,
+    /// A datagram from an address that is neither a peer nor an instance.
+    UnknownSource,
+    /// The kernel refused it or its queue was full.
+    SendFail,
+    /// The FIB sent it to a port or host this host does not know.
+    UnknownOutput,
+    /// An instance sent a packet of another tenant.
+    WrongVni,
+}
+
+impl DropReason {
+    /// Every reason, for reports that list zeros too.
+    pub const ALL: [DropReason; 7] = [
+        DropReason::NoMatch,
+        DropReason::FibDrop,
+        DropReason::Malformed,
+        DropReason::UnknownSource,
+        DropReason::SendFail,
+        DropReason::UnknownOutput,
+        DropReason::WrongVni,
+    ];
+
+    /// The reason's name in metrics (`no_match`, ...).
+    pub fn name(self) -> &'static str {
+        match self {
+            DropReason::NoMatch => "no_match",
+            DropReason::FibDrop => "fib_drop",
+            DropReason::Malformed => "malformed",
+            DropReason::UnknownSource => "unknown_source",
+            DropReason::SendFail => "send_fail",
+            DropReason::UnknownOutput => "unknown_output",
+            DropReason::WrongVni => "wrong_vni",
+        }
+    }
+
+    fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// Whose counters a packet counts against.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum CounterId {
+    /// A port of the switch.
+    Port(u16),
+    /// The fabric (tunnel to and from peers, and unknown sources).
+    Fabric,
+}
+
+/// Counters kept by the core (plain integers: only the data-plane thread writes
+/// them; the I/O loop publishes copies).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Per port.
+    pub ports: BTreeMap<u16, Counters>,
+    /// Fabric.
+    pub fabric: Counters,
+    /// Drops by reason, over every port.
+    pub drops: [u64; DropReason::ALL.len()],
+    /// ARP requests answered.
+    pub arp_replies: u64,
+}
+
+impl Stats {
+    fn counters(&mut self, c: CounterId) -> &mut Counters {
+        match c {
+            CounterId::Port(p) => self.ports.entry(p).or_default(),
+            CounterId::Fabric => &mut self.fabric,
+        }
+    }
+
+    fn drop(&mut self, c: CounterId, reason: DropReason) {
+        self.counters(c).drops += 1;
+        self.drops[reason.index()] += 1;
+    }
+
+    /// Drops of one reason.
+    pub fn drops_of(&self, reason: DropReason) -> u64 {
+        self.drops[reason.index()]
+    }
+}
+
+/// Where an output message goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Dest {
+    /// Out of the packet socket of VM port `0`.
+    Vm(u16),
+    /// Through the UDP socket to this address.
+    Udp(SocketAddrV4),
+}
+
+/// One message to send: `arena[head]` then `frames[frame][body]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Out {
+    /// Destination.
+    pub dest: Dest,
+    /// Counted against (tx or send_fail).
+    pub counter: CounterId,
+    /// Header bytes in the plan's arena.
+    pub head: (u32, u32),
+    /// Index of the received frame the body comes from (unused if the body is empty).
+    pub frame: u32,
+    /// Body range within that frame.
+    pub body: (u32, u32),
+}
+
+impl Out {
+    /// Bytes on the wire (payload of the socket).
+    pub fn len(&self) -> usize {
+        (self.head.1 - self.head.0 + self.body.1 - self.body.0) as usize
+    }
+
+    /// True for an empty message (never produced).
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// The messages one received batch produced, reused from batch to batch.
+#[derive(Debug, Default)]
+pub struct TxPlan {
+    /// Header bytes.
+    pub arena: Vec<u8>,
+    /// Messages, in the order they were produced.
+    pub outs: Vec<Out>,
+}
+
+impl TxPlan {
+    /// An empty plan.
+    pub fn new() -> TxPlan {
+        TxPlan::default()
+    }
+
+    /// Empties the plan, keeping its allocations.
+    pub fn clear(&mut self) {
+        self.arena.clear();
+        self.outs.clear();
+    }
+
+    /// The header bytes of `o`.
+    pub fn head(&self, o: &Out) -> &[u8] {
+        &self.arena[o.head.0 as usize..o.head.1 as usize]
+    }
+
+    /// The body of `o`, given the received frames.
+    pub fn body<'a, F: Frames + ?Sized>(&self, frames: &'a F, o: &Out) -> &'a [u8] {
+        if o.body.0 == o.body.1 {
+            return &[];
+        }
+        &frames.frame(o.frame as usize)[o.body.0 as usize..o.body.1 as usize]
+    }
+
+    /// The whole message `o` as one buffer (tests and debugging; allocates).
+    pub fn message<F: Frames + ?Sized>(&self, frames: &F, o: &Out) -> Vec<u8> {
+        let mut v = self.head(o).to_vec();
+        v.extend_from_slice(self.body(frames, o));
+        v
+    }
+
+    fn push_head(&mut self, bytes: &[u8]) -> (u32, u32) {
+        let s = self.arena.len() as u32;
+        self.arena.extend_from_slice(bytes);
+        (s, self.arena.len() as u32)
+    }
+}
+
+/// A batch of received frames or datagrams.
+pub trait Frames {
+    /// How many.
+    fn count(&self) -> usize;
+    /// The `i`th frame or datagram.
+    fn frame(&self, i: usize) -> &[u8];
+    /// Where datagram `i` came from (UDP only).
+    fn src(&self, i: usize) -> Option<SocketAddrV4>;
+}
+
+impl Frames for sluice_netio::RxBatch {
+    fn count(&self) -> usize {
+        self.len()
+    }
+    fn frame(&self, i: usize) -> &[u8] {
+        sluice_netio::RxBatch::frame(self, i)
+    }
+    fn src(&self, i: usize) -> Option<SocketAddrV4> {
+        sluice_netio::RxBatch::src(self, i)
+    }
+}
+
+impl Frames for [(Vec<u8>, Option<SocketAddrV4>)] {
+    fn count(&self) -> usize {
+        self.len()
+    }
+    fn frame(&self, i: usize) -> &[u8] {
+        &self[i].0
+    }
+    fn src(&self, i: usize) -> Option<SocketAddrV4> {
+        self[i].1
+    }
+}
+
+impl Frames for Vec<(Vec<u8>, Option<SocketAddrV4>)> {
+    fn count(&self) -> usize {
+        self.len()
+    }
+    fn frame(&self, i: usize) -> &[u8] {
+        &self[i].0
+    }
+    fn src(&self, i: usize) -> Option<SocketAddrV4> {
+        self[i].1
+    }
+}
+
+/// The lookup structures of one configuration, plus counters.
+#[derive(Debug)]
+pub struct Dataplane {
+    host: u32,
+    version: u64,
+    fibs: HashMap<u32, Fib>,
+    ports: BTreeMap<u16, Port>,
+    peers: HashMap<u32, SocketAddrV4>,
+    sources: HashMap<Ipv4Addr, Source>,
+    stats: Stats,
+    meta: PacketMeta,
+}
+
+impl Dataplane {
+    /// Builds the state of `cfg` for host `host`; refuses the whole configuration
+    /// if any part of it cannot be installed.
+    pub fn new(host: u32, cfg: &AgentConfig) -> Result<Dataplane, ConfigError> {
+        if cfg.host != host {
+            return Err(ConfigError::WrongHost {
+                got: cfg.host,
+                want: host,
+            });
+        }
+        let mut fibs = HashMap::new();
+        for t in &cfg.tenants {
+            if t.vni >= 1 << 24 {
+                return Err(ConfigError::VniTooLarge(t.vni));
+            }
+            let groups: BTreeMap<GroupId, sluice_switch::Group> = t
+                .groups
+                .iter()
+                .map(|(id, g)| (GroupId(*id), g.clone()))
+                .collect();
+            let mut fib = Fib::new();
+            fib.replace(t.entries.clone(), groups, cfg.version)
+                .map_err(|err| ConfigError::Fib {
+                    tenant: t.tenant.clone(),
+                    vni: t.vni,
+                    err,
+                })?;
+            if fibs.insert(t.vni, fib).is_some() {
+                return Err(ConfigError::DuplicateVni(t.vni));
+            }
+        }
+        let mut ports = BTreeMap::new();
+        let mut sources = HashMap::new();
+        let mut ifaces = std::collections::BTreeSet::new();
+        for p in &cfg.ports {
+            if p.vni >= 1 << 24 {
+                return Err(ConfigError::VniTooLarge(p.vni));
+            }
+            let (name, target) = match &p.kind {
+                PortKind::Vm { name, iface, mac } => {
+                    if !valid_iface(iface) {
+                        return Err(ConfigError::BadIface {
+                            port: p.id,
+                            iface: iface.clone(),
+                        });
+                    }
+                    if !ifaces.insert(iface.clone()) {
+                        return Err(ConfigError::DuplicateIface(iface.clone()));
+                    }
+                    let mac = parse_mac(mac).ok_or_else(|| ConfigError::BadMac {
+                        port: p.id,
+                        mac: mac.clone(),
+                    })?;
+                    (
+                        name.clone(),
+                        PortTarget::Vm {
+                            iface: iface.clone(),
+                            mac,
+                        },
+                    )
+                }
+                PortKind::Instance { name } => {
+                    let (_, inst) = sluice_proto::instance_link(p.id)
+                        .ok_or(ConfigError::NoInstanceLink(p.id))?;
+                    sources.insert(inst, Source::Instance(p.id));
+                    (
+                        name.clone(),
+                        PortTarget::Instance {
+                            addr: SocketAddrV4::new(inst, GENEVE_PORT),
+                        },
+                    )
+                }
+            };
+            let port = Port {
+                id: p.id,
+                vni: p.vni,
+                name,
+                target,
+            };
+            if ports.insert(p.id, port).is_some() {
+                return Err(ConfigError::DuplicatePort(p.id));
+            }
+        }
+        for i in &cfg.instances {
+            if !matches!(
+                ports.get(&i.port).map(|p| &p.target),
+                Some(PortTarget::Instance { .. })
+            ) {
+                return Err(ConfigError::InstancePort {
+                    name: i.name.clone(),
+                    port: i.port,
+                });
+            }
+        }
+        let mut peers = HashMap::new();
+        for p in &cfg.peers {
+            if peers
+                .insert(p.host, SocketAddrV4::new(p.underlay, GENEVE_PORT))
+                .is_some()
+            {
+                return Err(ConfigError::DuplicatePeer(p.host));
+            }
+            // Our own underlay address never sends to us through the fabric.
+            if p.host != host && sources.insert(p.underlay, Source::Peer(p.host)).is_some() {
+                return Err(ConfigError::DuplicatePeer(p.host));
+            }
+        }
+        let mut stats = Stats::default();
+        for id in ports.keys() {
+            stats.ports.insert(*id, Counters::default());
+        }
+        Ok(Dataplane {
+            host,
+            version: cfg.version,
+            fibs,
+            ports,
+            peers,
+            sources,
+            stats,
+            meta: PacketMeta::default(),
+        })
+    }
+
+    /// An empty data plane (no ports, every packet dropped), before any config.
+    pub fn empty(host: u32) -> Dataplane {
+        Dataplane::new(
+            host,
+            &AgentConfig {
+                host,
+                ..AgentConfig::default()
+            },
+        )
+        .unwrap_or_else(|_| unreachable!("an empty config always installs"))
+    }
+
+    /// Takes over the counters of `old` for ports that exist in both (same id
+    /// and name), the fabric's and the drop totals, so a new configuration does
+    /// not reset what monitoring has seen.
+    pub fn inherit_stats(&mut self, old: &Dataplane) {
+        for (id, c) in &old.stats.ports {
+            if let (Some(p), Some(o)) = (self.ports.get(id), old.ports.get(id)) {
+                if p.name == o.name {
+                    self.stats.ports.insert(*id, c.clone());
+                }
+            }
+        }
+        self.stats.fabric = old.stats.fabric.clone();
+        self.stats.drops = old.stats.drops;
+        self.stats.arp_replies = old.stats.arp_replies;
+    }
+
+    /// Version of the configuration.
+    pub fn version(&self) -> u64 {
+        self.version
+    }
+
+    /// Host id.
+    pub fn host(&self) -> u32 {
+        self.host
+    }
+
+    /// The ports, by id.
+    pub fn ports(&self) -> &BTreeMap<u16, Port> {
+        &self.ports
+    }
+
+    /// The counters.
+    pub fn stats(&self) -> &Stats {
+        &self.stats
+    }
+
+    /// Who sends from `addr`.
+    pub fn source(&self, addr: Ipv4Addr) -> Option<Source> {
+        self.sources.get(&addr).copied()
+    }
+
+    /// Counts messages of a plan as sent (`sent` of them, in plan order) or failed
+    /// (the rest): what the I/O loop calls after each send.
+    pub fn account_sent(&mut self, outs: &[Out], sent: usize) {
+        for (i, o) in outs.iter().enumerate() {
+            if i < sent {
+                let c = self.stats.counters(o.counter);
+                c.tx_packets += 1;
+                c.tx_bytes += o.len() as u64;
+            } else {
+                self.stats.drop(o.counter, DropReason::SendFail);
+            }
+        }
+    }
+
+    /// Processes frames received on VM port `port`, appending messages to `plan`.
+    pub fn process_vm_batch<F: Frames + ?Sized>(
+        &mut self,
+        port: u16,
+        frames: &F,
+        plan: &mut TxPlan,
+    ) {
+        let Some(p) = self.ports.get(&port) else {
+            // A socket of a port that just left the config: nothing to match.
+            for i in 0..frames.count() {
+                let c = self.stats.counters(CounterId::Fabric);
+                c.rx_packets += 1;
+                c.rx_bytes += frames.frame(i).len() as u64;
+                self.stats
+                    .drop(CounterId::Fabric, DropReason::UnknownSource);
+            }
+            return;
+        };
+        let vni = p.vni;
+        for i in 0..frames.count() {
+            let f = frames.frame(i);
+            let id = CounterId::Port(port);
+            let c = self.stats.counters(id);
+            c.rx_packets += 1;
+            c.rx_bytes += f.len() as u64;
+            if f.len() >= 14 && u16::from_be_bytes([f[12], f[13]]) == ETHERTYPE_ARP {
+                self.arp(port, f, plan);
+                continue;
+            }
+            self.forward(id, Some(port), vni, None, f, i, 0, plan);
+        }
+    }
+
+    /// Processes Geneve datagrams received by the UDP socket (from fabric peers
+    /// and NF instances), appending messages to `plan`.
+    pub fn process_udp_batch<F: Frames + ?Sized>(&mut self, frames: &F, plan: &mut TxPlan) {
+        for i in 0..frames.count() {
+            let d = frames.frame(i);
+            let source = frames
+                .src(i)
+                .and_then(|a| self.sources.get(a.ip()).copied());
+            let (id, in_port) = match source {
+                Some(Source::Instance(p)) => (CounterId::Port(p), Some(p)),
+                Some(Source::Peer(_)) => (CounterId::Fabric, None),
+                None => (CounterId::Fabric, None),
+            };
+            let c = self.stats.counters(id);
+            c.rx_packets += 1;
+            c.rx_bytes += d.len() as u64;
+            if source.is_none() {
+                self.stats.drop(id, DropReason::UnknownSource);
+                continue;
+            }
+            let Ok((g_vni, g_chain_hop, g_len)) = parse_geneve_payload(d) else {
+                self.stats.drop(id, DropReason::Malformed);
+                continue;
+            };
+            if let Some(p) = in_port {
+                // An instance speaks for its own tenant only.
+                if self.ports.get(&p).map(|p| p.vni) != Some(g_vni) {
+                    self.stats.drop(id, DropReason::WrongVni);
+                    continue;
+                }
+            }
+            self.forward(id, in_port, g_vni, g_chain_hop, d, i, g_len, plan);
+        }
+    }
+
+    /// Looks `frame[off..]` up and emits its outputs.
+    #[allow(clippy::too_many_arguments)]
+    fn forward(
+        &mut self,
+        id: CounterId,
+        in_port: Option<u16>,
+        vni: u32,
+        chain_hop: Option<(u16, u8)>,
+        buf: &[u8],
+        index: usize,
+        off: usize,
+        plan: &mut TxPlan,
+    ) {
+        let inner = &buf[off..];
+        if parse_into(inner, &mut self.meta).is_err() {
+            self.stats.drop(id, DropReason::Malformed);
+            return;
+        }
+        let Some(fib) = self.fibs.get_mut(&vni) else {
+            self.stats.drop(id, DropReason::NoMatch);
+            return;
+        };
+        let d = fib.lookup(&LookupKey {
+            in_port: in_port.map(PortId),
+            vni,
+            chain_hop,
+            meta: &self.meta,
+        });
+        for m in &d.mirrors {
+            self.emit(*m, vni, d.chain_hop, buf, index, off, plan);
+        }
+        if d.drop {
+            self.stats.drop(id, DropReason::FibDrop);
+            return;
+        }
+        match d.output {
+            Some(o) => {
+                if !self.emit(o, vni, d.chain_hop, buf, index, off, plan) {
+                    self.stats.drop(id, DropReason::UnknownOutput);
+                }
+            }
+            None => self.stats.drop(id, DropReason::NoMatch),
+        }
+    }
+
+    /// Emits one copy of `buf[off..]` to `o`; false if `o` is unknown here.
+    #[allow(clippy::too_many_arguments)]
+    fn emit(
+        &mut self,
+        o: Output,
+        vni: u32,
+        chain_hop: Option<(u16, u8)>,
+        buf: &[u8],
+        index: usize,
+        off: usize,
+        plan: &mut TxPlan,
+    ) -> bool {
+        let end = buf.len() as u32;
+        let (dest, counter, head, body_start) = match o {
+            Output::Port(PortId(q)) => match self.ports.get(&q) {
+                Some(Port {
+                    target: PortTarget::Vm { mac, .. },
+                    ..
+                }) => {
+                    let mut h = [0u8; 12];
+                    h[..6].copy_from_slice(mac);
+                    h[6..].copy_from_slice(&ROUTER_MAC);
+                    (
+                        Dest::Vm(q),
+                        CounterId::Port(q),
+                        plan.push_head(&h),
+                        off + 12,
+                    )
+                }
+                Some(Port {
+                    target: PortTarget::Instance { addr },
+                    ..
+                }) => {
+                    let (h, n) = geneve_header(vni, chain_hop);
+                    (
+                        Dest::Udp(*addr),
+                        CounterId::Port(q),
+                        plan.push_head(&h[..n]),
+                        off,
+                    )
+                }
+                None => return false,
+            },
+            Output::Host(h) => {
+                if h.0 == self.host {
+                    return false;
+                }
+                let Some(addr) = self.peers.get(&h.0) else {
+                    return false;
+                };
+                let (g, n) = geneve_header(vni, chain_hop);
+                (
+                    Dest::Udp(*addr),
+                    CounterId::Fabric,
+                    plan.push_head(&g[..n]),
+                    off,
+                )
+            }
+        };
+        // A frame shorter than its MACs was refused by the parser already.
+        let body_start = body_start.min(buf.len()) as u32;
+        plan.outs.push(Out {
+            dest,
+            counter,
+            head,
+            frame: index as u32,
+            body: (body_start, end),
+        });
+        true
+    }
+
+    /// Answers an ARP request for any IPv4 target with the router MAC.
+    fn arp(&mut self, port: u16, f: &[u8], plan: &mut TxPlan) {
+        let id = CounterId::Port(port);
+        if f.len() < ARP_LEN {
+            self.stats.drop(id, DropReason::Malformed);
+            return;
+        }
+        let a = &f[14..];
+        let htype = u16::from_be_bytes([a[0], a[1]]);
+        let ptype = u16::from_be_bytes([a[2], a[3]]);
+        let op = u16::from_be_bytes([a[6], a[7]]);
+        if htype != 1 || ptype != ETHERTYPE_IPV4 || a[4] != 6 || a[5] != 4 {
+            self.stats.drop(id, DropReason::Malformed);
+            return;
+        }
+        let (sha, spa, tpa) = (&a[8..14], &a[14..18], &a[24..28]);
+        // Replies, and probes or announcements for the sender's own address (what
+        // duplicate address detection sends), get no answer.
+        if op != 1 || spa == tpa || spa == [0, 0, 0, 0] {
+            self.stats.drop(id, DropReason::NoMatch);
+            return;
+        }
+        let mut r = [0u8; ARP_LEN];
+        r[..6].copy_from_slice(sha);
+        r[6..12].copy_from_slice(&ROUTER_MAC);
+        r[12..14].copy_from_slice(&ETHERTYPE_ARP.to_be_bytes());
+        r[14..22].copy_from_slice(&[0, 1, 0x08, 0x00, 6, 4, 0, 2]);
+        r[22..28].copy_from_slice(&ROUTER_MAC);
+        r[28..32].copy_from_slice(tpa);
+        r[32..38].copy_from_slice(sha);
+        r[38..42].copy_from_slice(spa);
+        let head = plan.push_head(&r);
+        plan.outs.push(Out {
+            dest: Dest::Vm(port),
+            counter: id,
+            head,
+            frame: 0,
+            body: (0, 0),
+        });
+        self.stats.arp_replies += 1;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sluice_controller::{compile, Placement};
+    use sluice_proto::{InstanceConfig, Peer, PortConfig, TenantFib};
+    use sluice_switch::{Action, Entry, HostId, Match, Prefix};
+    use sluice_tenant::TenantSpec;
+    use sluice_wire::build;
+    use sluice_wire::tcp::flags::SYN;
+
+    const VNI: u32 = 42;
+    const VIP_A: [u8; 4] = [10, 10, 1, 100];
+    const GW_MAC: [u8; 6] = [2, 0, 0, 0, 0, 1];
+
+    fn underlay(h: u32) -> Ipv4Addr {
+        Ipv4Addr::new(10, 255, 0, h as u8)
+    }
+
+    fn peers() -> Vec<Peer> {
+        (1..=3)
+            .map(|h| Peer {
+                host: h,
+                underlay: underlay(h),
+            })
+            .collect()
+    }
+
+    fn inst_addr(port: u16) -> SocketAddrV4 {
+        SocketAddrV4::new(sluice_proto::instance_link(port).unwrap().1, GENEVE_PORT)
+    }
+
+    /// Host 1 of the Figure 4 tenant as in crates/controller/tests/walk.rs: the
+    /// gateway on port 1, fw/0 on 10, ips on 11, mon on 12 (fw/1 on host 2).
+    fn figure4_host1() -> AgentConfig {
+        let text = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../examples/tenant/figure4.yaml"
+        ))
+        .unwrap();
+        let spec =
+            TenantSpec::parse(&text, "figure4.yaml", Some(&sluice_builtin::registry())).unwrap();
+        let (h1, h2, h3) = (HostId(1), HostId(2), HostId(3));
+        let mut p = Placement {
+            gateway: (h1, PortId(1)),
+            vni: VNI,
+            ..Placement::default()
+        };
+        for (vm, h, port) in [
+            ("web-a1", h2, 20),
+            ("web-b1", h2, 21),
+            ("web-a2", h3, 20),
+            ("web-b2", h3, 21),
+        ] {
+            p.vms.insert(vm.into(), (h, PortId(port)));
+        }
+        for (mb, list) in [
+            ("fw", vec![(h1, 10), (h2, 10)]),
+            ("ips", vec![(h1, 11)]),
+            ("mon", vec![(h1, 12)]),
+            ("lb-a", vec![(h2, 11)]),
+            ("lb-b", vec![(h3, 12)]),
+        ] {
+            p.instances.insert(
+                mb.into(),
+                list.iter().map(|&(h, port)| (h, PortId(port))).collect(),
+            );
+        }
+        let c = compile(&spec, &p).unwrap();
+        let hf = c.hosts[&h1].clone();
+        let mut ports = vec![PortConfig {
+            id: 1,
+            vni: VNI,
+            kind: PortKind::Vm {
+                name: "gw".into(),
+                iface: "gw0".into(),
+                mac: "02:00:00:00:00:01".into(),
+            },
+        }];
+        let mut instances = Vec::new();
+        for (id, name) in [(10, "acme/fw/0"), (11, "acme/ips/0"), (12, "acme/mon/0")] {
+            ports.push(PortConfig {
+                id,
+                vni: VNI,
+                kind: PortKind::Instance { name: name.into() },
+            });
+            instances.push(InstanceConfig {
+                name: name.into(),
+                tenant: "acme".into(),
+                middlebox: name.split('/').nth(1).unwrap().into(),
+                port: id,
+                vni: VNI,
+                chain_yaml: String::new(),
+                state: "local".into(),
+            });
+        }
+        AgentConfig {
+            version: 1,
+            host: 1,
+            peers: peers(),
+            ports,
+            tenants: vec![TenantFib {
+                tenant: "acme".into(),
+                vni: VNI,
+                entries: hf.entries,
+                groups: hf.groups.into_iter().map(|(g, gr)| (g.0, gr)).collect(),
+            }],
+            instances,
+        }
+    }
+
+    /// Two VMs on ports 1 and 2 forwarding to each other by destination, and from
+    /// the fabric to VM 2.
+    fn two_vms() -> AgentConfig {
+        let vm = |id: u16, mac: &str| PortConfig {
+            id,
+            vni: 7,
+            kind: PortKind::Vm {
+                name: format!("vm{id}"),
+                iface: format!("p{id}"),
+                mac: mac.into(),
+            },
+        };
+        let to = |id: u64, dst: &str, port: u16| Entry {
+            id,
+            priority: 10,
+            m: Match {
+                dst: Some(Prefix::parse(dst).unwrap()),
+                ..Match::default()
+            },
+            actions: vec![Action::Output(Output::Port(PortId(port)))],
+        };
+        AgentConfig {
+            version: 5,
+            host: 1,
+            peers: peers(),
+            ports: vec![vm(1, "02:00:00:00:01:01"), vm(2, "02:00:00:00:01:02")],
+            tenants: vec![TenantFib {
+                tenant: "t".into(),
+                vni: 7,
+                entries: vec![
+                    to(1, "10.0.0.1/32", 1),
+                    to(2, "10.0.0.2/32", 2),
+                    Entry {
+                        id: 3,
+                        priority: 5,
+                        m: Match {
+                            dst: Some(Prefix::parse("10.9.0.0/16").unwrap()),
+                            ..Match::default()
+                        },
+                        actions: vec![Action::Output(Output::Host(HostId(3)))],
+                    },
+                ],
+                groups: vec![],
+            }],
+            instances: vec![],
+        }
+    }
+
+    fn frames(list: Vec<Vec<u8>>) -> Vec<(Vec<u8>, Option<SocketAddrV4>)> {
+        list.into_iter().map(|f| (f, None)).collect()
+    }
+
+    fn from(addr: SocketAddrV4, list: Vec<Vec<u8>>) -> Vec<(Vec<u8>, Option<SocketAddrV4>)> {
+        list.into_iter().map(|f| (f, Some(addr))).collect()
+    }
+
+    fn with_macs(mut f: Vec<u8>, dst: [u8; 6], src: [u8; 6]) -> Vec<u8> {
+        f[..6].copy_from_slice(&dst);
+        f[6..12].copy_from_slice(&src);
+        f
+    }
+
+    struct G {
+        vni: u32,
+        chain_hop: Option<(u16, u8)>,
+        header_len: usize,
+    }
+
+    fn parse(d: &[u8]) -> G {
+        let (vni, chain_hop, header_len) = parse_geneve_payload(d).unwrap();
+        G {
+            vni,
+            chain_hop,
+            header_len,
+        }
+    }
+
+    fn encap(vni: u32, ch: Option<(u16, u8)>, inner: &[u8]) -> Vec<u8> {
+        let (h, n) = geneve_header(vni, ch);
+        let mut v = h[..n].to_vec();
+        v.extend_from_slice(inner);
+        v
+    }
+
+    #[test]
+    fn client_goes_to_first_hop_and_returns_to_the_next() {
+        let mut dp = Dataplane::new(1, &figure4_host1()).unwrap();
+        let mut plan = TxPlan::new();
+        // Find a client flow the hash sends to the local firewall instance.
+        let fw0 = inst_addr(10);
+        let mut found = None;
+        for i in 1..=60u8 {
+            let syn = with_macs(
+                build::tcp_v4(
+                    [198, 51, 100, i],
+                    VIP_A,
+                    40_000 + i as u16,
+                    80,
+                    1,
+                    0,
+                    SYN,
+                    b"",
+                ),
+                ROUTER_MAC,
+                GW_MAC,
+            );
+            let batch = frames(vec![syn.clone()]);
+            plan.clear();
+            dp.process_vm_batch(1, &batch, &mut plan);
+            // One copy to the monitor, one to a firewall instance.
+            assert_eq!(plan.outs.len(), 2, "{:?}", plan.outs);
+            let mon = plan.outs[0];
+            assert_eq!(mon.dest, Dest::Udp(inst_addr(12)));
+            let fw = *plan.outs.last().unwrap();
+            match fw.dest {
+                Dest::Udp(a) if a == fw0 => {
+                    found = Some((syn, plan.message(&batch, &fw)));
+                    break;
+                }
+                Dest::Udp(a) => assert_eq!(a, SocketAddrV4::new(underlay(2), GENEVE_PORT)),
+                d => panic!("{d:?}"),
+            }
+        }
+        let (syn, msg) = found.expect("some flow picks fw/0");
+        let g = parse(&msg);
+        assert_eq!(g.vni, VNI);
+        let (chain, hop) = g.chain_hop.expect("marked");
+        assert_eq!(hop, 1, "at the first middlebox");
+        assert_eq!(
+            &msg[g.header_len..],
+            &syn[..],
+            "the inner frame is untouched"
+        );
+
+        // The firewall sends it back with the same header: on to the IPS.
+        let back = from(fw0, vec![msg.clone()]);
+        plan.clear();
+        dp.process_udp_batch(&back, &mut plan);
+        assert_eq!(plan.outs.len(), 1, "{:?}", plan.outs);
+        assert_eq!(plan.outs[0].dest, Dest::Udp(inst_addr(11)));
+        let m2 = plan.message(&back, &plan.outs[0]);
+        let g2 = parse(&m2);
+        assert_eq!(g2.chain_hop, Some((chain, 2)));
+        assert_eq!(&m2[g2.header_len..], &syn[..]);
+        dp.account_sent(&plan.outs, 1);
+        let s = dp.stats();
+        assert_eq!(s.ports[&10].rx_packets, 1);
+        assert_eq!(s.ports[&11].tx_packets, 1);
+        assert_eq!(s.ports[&11].tx_bytes, m2.len() as u64);
+        assert!(s.ports[&1].rx_packets >= 1);
+    }
+
+    #[test]
+    fn delivery_to_a_vm_rewrites_macs_and_fabric_is_handled() {
+        let mut dp = Dataplane::new(1, &two_vms()).unwrap();
+        let mut plan = TxPlan::new();
+        let f = with_macs(
+            build::udp_v4([10, 0, 0, 1], [10, 0, 0, 2], 1000, 2000, b"hello"),
+            ROUTER_MAC,
+            [2, 0, 0, 0, 1, 1],
+        );
+        let batch = frames(vec![f.clone(), f.clone()]);
+        dp.process_vm_batch(1, &batch, &mut plan);
+        assert_eq!(plan.outs.len(), 2);
+        let m = plan.message(&batch, &plan.outs[1]);
+        assert_eq!(plan.outs[1].dest, Dest::Vm(2));
+        assert_eq!(&m[..6], &[2, 0, 0, 0, 1, 2], "dst = the VM's MAC");
+        assert_eq!(&m[6..12], &ROUTER_MAC);
+        assert_eq!(&m[12..], &f[12..]);
+        assert_eq!(plan.outs[1].frame, 1);
+        dp.account_sent(&plan.outs, 1);
+        assert_eq!(dp.stats().ports[&2].tx_packets, 1);
+        assert_eq!(dp.stats().drops_of(DropReason::SendFail), 1);
+
+        // To a remote prefix: Geneve to host 3, no chain mark.
+        plan.clear();
+        let far = build::udp_v4([10, 0, 0, 1], [10, 9, 1, 1], 1, 2, b"x");
+        let batch = frames(vec![far.clone()]);
+        dp.process_vm_batch(1, &batch, &mut plan);
+        assert_eq!(
+            plan.outs[0].dest,
+            Dest::Udp(SocketAddrV4::new(underlay(3), GENEVE_PORT))
+        );
+        let m = plan.message(&batch, &plan.outs[0]);
+        assert_eq!(parse(&m).chain_hop, None);
+        assert_eq!(&m[8..], &far[..]);
+
+        // From the fabric (peer 2) to VM 2.
+        plan.clear();
+        let batch = from(
+            SocketAddrV4::new(underlay(2), GENEVE_PORT),
+            vec![encap(7, None, &f)],
+        );
+        dp.process_udp_batch(&batch, &mut plan);
+        assert_eq!(plan.outs.len(), 1);
+        assert_eq!(plan.outs[0].dest, Dest::Vm(2));
+        let m = plan.message(&batch, &plan.outs[0]);
+        assert_eq!(&m[12..], &f[12..]);
+        assert_eq!(dp.stats().fabric.rx_packets, 1);
+    }
+
+    #[test]
+    fn arp_requests_are_answered_from_the_router_mac() {
+        let mut dp = Dataplane::new(1, &two_vms()).unwrap();
+        let mut plan = TxPlan::new();
+        let vm_mac = [2, 0, 0, 0, 1, 1];
+        let mut req = vec![0xff; 6];
+        req.extend_from_slice(&vm_mac);
+        req.extend_from_slice(&[0x08, 0x06, 0, 1, 0x08, 0, 6, 4, 0, 1]);
+        req.extend_from_slice(&vm_mac);
+        req.extend_from_slice(&[10, 0, 0, 1]);
+        req.extend_from_slice(&[0; 6]);
+        req.extend_from_slice(&[169, 254, 0, 1]);
+        let batch = frames(vec![req.clone()]);
+        dp.process_vm_batch(1, &batch, &mut plan);
+        assert_eq!(plan.outs.len(), 1);
+        assert_eq!(plan.outs[0].dest, Dest::Vm(1));
+        let r = plan.message(&batch, &plan.outs[0]);
+        assert_eq!(r.len(), 42);
+        assert_eq!(&r[..6], &vm_mac);
+        assert_eq!(&r[6..12], &ROUTER_MAC);
+        assert_eq!(&r[20..22], &[0, 2], "a reply");
+        assert_eq!(&r[22..28], &ROUTER_MAC);
+        assert_eq!(&r[28..32], &[169, 254, 0, 1]);
+        assert_eq!(&r[32..38], &vm_mac);
+        assert_eq!(&r[38..42], &[10, 0, 0, 1]);
+        // A reply, a truncated request and a non-IPv4 request get nothing.
+        let mut reply = req.clone();
+        reply[21] = 2;
+        let mut short = req.clone();
+        short.truncate(30);
+        let mut v6 = req.clone();
+        v6[16] = 0x86;
+        plan.clear();
+        dp.process_vm_batch(1, &frames(vec![reply, short, v6]), &mut plan);
+        assert!(plan.outs.is_empty());
+        assert_eq!(dp.stats().drops_of(DropReason::Malformed), 2);
+    }
+
+    #[test]
+    fn garbage_is_counted_and_dropped() {
+        let mut dp = Dataplane::new(1, &two_vms()).unwrap();
+        let mut plan = TxPlan::new();
+        let good = build::udp_v4([10, 0, 0, 1], [10, 0, 0, 2], 1, 2, b"x");
+        let mut bad_ip = good.clone();
+        bad_ip[14] = 0x47; // IPv4 with a header length past the frame
+        let batch = frames(vec![
+            vec![],
+            vec![1, 2, 3],
+            bad_ip,
+            build::udp_v4([10, 0, 0, 1], [192, 0, 2, 1], 1, 2, b"nowhere"),
+        ]);
+        dp.process_vm_batch(1, &batch, &mut plan);
+        assert!(plan.outs.is_empty());
+        let s = dp.stats();
+        assert_eq!(s.drops_of(DropReason::Malformed), 3);
+        assert_eq!(s.drops_of(DropReason::NoMatch), 1);
+        assert_eq!(s.ports[&1].drops, 4);
+        assert_eq!(s.ports[&1].rx_packets, 4);
+
+        let peer = SocketAddrV4::new(underlay(2), GENEVE_PORT);
+        let stranger = SocketAddrV4::new(Ipv4Addr::new(192, 0, 2, 9), GENEVE_PORT);
+        let mut critical = encap(7, None, &good);
+        critical[0] = 1;
+        critical[1] = 0x40;
+        critical.splice(8..8, [0x01, 0x01, 0x80, 0x00]);
+        let batch = vec![
+            (vec![0u8; 3], Some(peer)),
+            (encap(7, None, &good), Some(stranger)),
+            (encap(7, None, &good), None),
+            (critical, Some(peer)),
+            (encap(99, None, &good), Some(peer)),
+            (encap(7, None, &[0u8; 5]), Some(peer)),
+        ];
+        plan.clear();
+        dp.process_udp_batch(&batch, &mut plan);
+        assert!(plan.outs.is_empty());
+        let s = dp.stats();
+        assert_eq!(s.drops_of(DropReason::UnknownSource), 2);
+        assert_eq!(s.drops_of(DropReason::Malformed), 3 + 3);
+        assert_eq!(s.drops_of(DropReason::NoMatch), 2, "vni 99 has no FIB here");
+        assert_eq!(s.fabric.rx_packets, 6);
+        assert_eq!(s.fabric.drops, 6);
+        // Frames from a port that left the config.
+        dp.process_vm_batch(9, &frames(vec![good]), &mut plan);
+        assert!(plan.outs.is_empty());
+    }
+
+    #[test]
+    fn instances_may_not_speak_for_other_tenants() {
+        let mut dp = Dataplane::new(1, &figure4_host1()).unwrap();
+        let mut plan = TxPlan::new();
+        let f = build::tcp_v4([198, 51, 100, 1], VIP_A, 1, 80, 1, 0, SYN, b"");
+        let batch = from(inst_addr(10), vec![encap(43, Some((0, 1)), &f)]);
+        dp.process_udp_batch(&batch, &mut plan);
+        assert!(plan.outs.is_empty());
+        assert_eq!(dp.stats().drops_of(DropReason::WrongVni), 1);
+    }
+
+    #[test]
+    fn bad_configs_are_refused_whole() {
+        let good = two_vms();
+        assert!(Dataplane::new(1, &good).is_ok());
+        assert_eq!(
+            Dataplane::new(2, &good).unwrap_err(),
+            ConfigError::WrongHost { got: 1, want: 2 }
+        );
+        let mut c = good.clone();
+        c.tenants[0].entries[0].actions = vec![Action::Select(GroupId(9))];
+        assert!(matches!(
+            Dataplane::new(1, &c),
+            Err(ConfigError::Fib { .. })
+        ));
+        let mut c = good.clone();
+        c.ports[1].id = 1;
+        assert_eq!(
+            Dataplane::new(1, &c).unwrap_err(),
+            ConfigError::DuplicatePort(1)
+        );
+        let mut c = good.clone();
+        if let PortKind::Vm { mac, .. } = &mut c.ports[0].kind {
+            *mac = "02:00:zz:00:00:01".into();
+        }
+        assert!(matches!(
+            Dataplane::new(1, &c),
+            Err(ConfigError::BadMac { .. })
+        ));
+        let mut c = good.clone();
+        if let PortKind::Vm { iface, .. } = &mut c.ports[0].kind {
+            *iface = "a-very-long-interface-name".into();
+        }
+        assert!(matches!(
+            Dataplane::new(1, &c),
+            Err(ConfigError::BadIface { .. })
+        ));
+        let mut c = good;
+        c.ports.push(PortConfig {
+            id: 0,
+            vni: 7,
+            kind: PortKind::Instance { name: "x".into() },
+        });
+        assert_eq!(
+            Dataplane::new(1, &c).unwrap_err(),
+            ConfigError::NoInstanceLink(0)
+        );
+    }
+
+    #[test]
+    fn counters_survive_a_new_config() {
+        let mut dp = Dataplane::new(1, &two_vms()).unwrap();
+        let mut plan = TxPlan::new();
+        let f = build::udp_v4([10, 0, 0, 1], [10, 0, 0, 2], 1, 2, b"x");
+        dp.process_vm_batch(1, &frames(vec![f]), &mut plan);
+        let mut next = Dataplane::new(1, &two_vms()).unwrap();
+        next.inherit_stats(&dp);
+        assert_eq!(next.stats().ports[&1].rx_packets, 1);
+    }
+
+    #[test]
+    fn macs_parse() {
+        assert_eq!(parse_mac("02:53:4c:00:00:01"), Some(ROUTER_MAC));
+        assert_eq!(parse_mac("02:53:4c:00:00"), None);
+        assert_eq!(parse_mac("02:53:4c:00:00:01:02"), None);
+        assert_eq!(parse_mac("02:53:4c:00:00:1ff"), None);
+        assert!(valid_iface("sl4711h1p12"));
+        assert!(!valid_iface("a/b") && !valid_iface("") && !valid_iface("0123456789abcdef"));
+    }
+}

@@ -1,0 +1,143 @@
+//! `sluiced`: Sluice's host agent (`run`) and one NF instance process
+//! (`instance`, which the agent spawns for each instance it runs).
+
+use std::net::{Ipv4Addr, SocketAddrV4};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "sluiced", about = "Sluice host agent", version)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Run the host agent.
+    Run {
+        /// Host id (unique in the fabric).
+        #[arg(long)]
+        host_id: u32,
+        /// Host name.
+        #[arg(long)]
+        name: String,
+        /// The host's network namespace (data-plane sockets are opened there).
+        #[arg(long)]
+        netns: String,
+        /// Tunnel endpoint address of the host.
+        #[arg(long)]
+        underlay: Ipv4Addr,
+        /// Controller base URL, e.g. http://127.0.0.1:7000.
+        #[arg(long)]
+        controller: String,
+        /// API listen address (port 0: any; the address is printed).
+        #[arg(long, default_value = "127.0.0.1:0")]
+        listen: String,
+        /// Name prefix of instance namespaces and interfaces (at most 9 bytes).
+        #[arg(long)]
+        prefix: String,
+        /// Directory for the saved configuration, chain files and instance logs.
+        #[arg(long)]
+        run_dir: PathBuf,
+        /// Geneve UDP port.
+        #[arg(long, default_value_t = sluice_proto::GENEVE_PORT)]
+        geneve_port: u16,
+    },
+    /// Run one NF instance (what the agent spawns).
+    Instance {
+        /// Instance name (`tenant/middlebox/k`).
+        #[arg(long)]
+        name: String,
+        /// Namespace its data socket lives in.
+        #[arg(long)]
+        netns: Option<String>,
+        /// Address to receive Geneve on (instance side of the link, port 6081).
+        #[arg(long)]
+        listen: SocketAddrV4,
+        /// Where to send forwarded packets (agent side of the link, port 6081).
+        #[arg(long)]
+        agent: SocketAddrV4,
+        /// Chain YAML file.
+        #[arg(long)]
+        chain: PathBuf,
+        /// State backend: local, redis://HOST:PORT or redis-cluster://HOST:PORT,...
+        #[arg(long, default_value = "local")]
+        state: String,
+    },
+}
+
+fn stop_flag() -> Result<Arc<AtomicBool>, std::io::Error> {
+    let stop = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(sig, stop.clone())?;
+    }
+    Ok(stop)
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let stop = match stop_flag() {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("sluiced: cannot install signal handlers: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let r = match cli.cmd {
+        Cmd::Run {
+            host_id,
+            name,
+            netns,
+            underlay,
+            controller,
+            listen,
+            prefix,
+            run_dir,
+            geneve_port,
+        } => {
+            let opts = sluice_agent::AgentOptions {
+                host: host_id,
+                name,
+                netns: Some(netns),
+                underlay,
+                controller: Some(controller),
+                listen,
+                prefix,
+                run_dir: Some(run_dir),
+                udp: SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, geneve_port),
+                instance_exe: None,
+            };
+            sluice_agent::run(&opts, &stop).map_err(|e| e.to_string())
+        }
+        Cmd::Instance {
+            name,
+            netns,
+            listen,
+            agent,
+            chain,
+            state,
+        } => {
+            let opts = sluice_instance::InstanceOptions {
+                name,
+                netns,
+                listen,
+                agent,
+                chain,
+                state,
+            };
+            sluice_instance::run(&opts, &stop).map_err(|e| e.to_string())
+        }
+    };
+    match r {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("sluiced: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,68 @@
+//! Helpers for tests and the testbed: a tenant VM (a namespace) attached to a
+//! host namespace the way the agent expects it.
+//!
+//! [`attach_vm`] creates a namespace for the VM with `eth0` holding its address
+//! as a /32, a default route via 169.254.0.1 (onlink) whose neighbour entry is
+//! pinned to the router MAC, IPv6 off and checksum/segmentation offloads off (so
+//! the agent sees complete, MTU-sized frames), and the host side of the veth
+//! (no address, up) in the host namespace. Put the returned
+//! [`VmHandle::port_kind`] in an [`sluice_proto::AgentConfig`] port to forward for it.
+
+use std::net::Ipv4Addr;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use sluice_testbed::{Netns, TestbedError};
+
+/// A VM namespace attached to a host; the namespace (and the link) is deleted
+/// when the handle is dropped.
+#[derive(Debug)]
+pub struct VmHandle {
+    /// The VM's namespace.
+    pub ns: Netns,
+    /// The VM's name.
+    pub name: String,
+    /// Host-side interface (the switch port).
+    pub iface: String,
+    /// The VM's MAC.
+    pub mac: String,
+    /// The VM's address.
+    pub addr: Ipv4Addr,
+}
+
+impl VmHandle {
+    /// The port kind for an agent configuration.
+    pub fn port_kind(&self) -> sluice_proto::PortKind {
+        sluice_proto::PortKind::Vm {
+            name: self.name.clone(),
+            iface: self.iface.clone(),
+            mac: self.mac.clone(),
+        }
+    }
+}
+
+static NEXT_MAC: AtomicU32 = AtomicU32::new(1);
+
+/// Creates VM `name` with address `addr` and attaches it to namespace `host_ns`
+/// (host-side interface name unique, at most 15 bytes).
+pub fn attach_vm(host_ns: &str, name: &str, addr: Ipv4Addr) -> Result<VmHandle, TestbedError> {
+    let ns = Netns::new("v")?;
+    let n = NEXT_MAC.fetch_add(1, Ordering::Relaxed);
+    let pid = std::process::id();
+    let mac = format!(
+        "02:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}",
+        (pid >> 8) as u8,
+        pid as u8,
+        (n >> 16) as u8,
+        (n >> 8) as u8,
+        n as u8
+    );
+    let iface = sluice_testbed::unique_name("q");
+    sluice_testbed::vm::attach(host_ns, &iface, ns.name(), &[addr.to_string()], &mac)?;
+    Ok(VmHandle {
+        ns,
+        name: name.to_string(),
+        iface,
+        mac,
+        addr,
+    })
+}

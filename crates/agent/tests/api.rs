@@ -1,0 +1,196 @@
+//! The agent's control side without namespaces: configuration over HTTP
+//! (accepted, refused whole), status, metrics, heartbeats to a controller and the
+//! saved configuration on restart.
+
+use std::net::{Ipv4Addr, SocketAddrV4};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use sluice_agent::{Agent, AgentOptions};
+use sluice_proto::{AgentConfig, AgentStatus, HostRegistration, PortConfig, PortKind, TenantFib};
+use sluice_switch::{Action, Entry, GroupId, Match};
+
+fn opts(controller: Option<String>, run_dir: Option<std::path::PathBuf>) -> AgentOptions {
+    AgentOptions {
+        host: 4,
+        name: "h4".into(),
+        netns: None,
+        underlay: Ipv4Addr::new(10, 255, 0, 4),
+        controller,
+        listen: "127.0.0.1:0".into(),
+        prefix: "t".into(),
+        run_dir,
+        // Port 0: tests may run side by side in one namespace.
+        udp: SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0),
+        instance_exe: None,
+    }
+}
+
+fn config(version: u64) -> AgentConfig {
+    AgentConfig {
+        version,
+        host: 4,
+        peers: vec![],
+        ports: vec![PortConfig {
+            id: 3,
+            vni: 9,
+            kind: PortKind::Vm {
+                name: "vm\"3".into(),
+                iface: "sl-no-such-if".into(),
+                mac: "02:00:00:00:00:03".into(),
+            },
+        }],
+        tenants: vec![TenantFib {
+            tenant: "t".into(),
+            vni: 9,
+            entries: vec![Entry {
+                id: 1,
+                priority: 1,
+                m: Match::default(),
+                actions: vec![Action::Drop],
+            }],
+            groups: vec![],
+        }],
+        instances: vec![],
+    }
+}
+
+fn put(url: &str, body: &str) -> (u16, serde_json::Value) {
+    let r = ureq::put(&format!("{url}/v1/config"))
+        .set("Content-Type", "application/json")
+        .send_string(body);
+    let (code, resp) = match r {
+        Ok(r) => (r.status(), r),
+        Err(ureq::Error::Status(c, r)) => (c, r),
+        Err(e) => panic!("{e}"),
+    };
+    (code, resp.into_json().unwrap())
+}
+
+fn status(url: &str) -> AgentStatus {
+    ureq::get(&format!("{url}/v1/status"))
+        .call()
+        .unwrap()
+        .into_json()
+        .unwrap()
+}
+
+#[test]
+fn configs_are_accepted_or_refused_whole() {
+    let agent = Agent::start(&opts(None, None)).unwrap();
+    let url = agent.api_url();
+    assert!(url.starts_with("http://127.0.0.1:"), "{url}");
+    assert_eq!(status(&url).config_version, 0);
+
+    let (code, body) = put(&url, &serde_json::to_string(&config(3)).unwrap());
+    assert_eq!((code, body["version"].as_u64()), (200, Some(3)));
+    let s = status(&url);
+    assert_eq!((s.host, s.config_version), (4, 3));
+    assert_eq!(s.ports.len(), 1);
+    assert_eq!(s.ports[0].name, "vm\"3");
+
+    // Selecting a group that does not exist: refused, version 3 stays.
+    let mut bad = config(4);
+    bad.tenants[0].entries[0].actions = vec![Action::Select(GroupId(8))];
+    let (code, body) = put(&url, &serde_json::to_string(&bad).unwrap());
+    assert_eq!(code, 400);
+    assert!(
+        body["error"].as_str().unwrap().contains("group 8"),
+        "{body}"
+    );
+    let mut wrong_host = config(5);
+    wrong_host.host = 5;
+    let (code, _) = put(&url, &serde_json::to_string(&wrong_host).unwrap());
+    assert_eq!(code, 400);
+    let (code, body) = put(&url, "{not json");
+    assert_eq!(code, 400);
+    assert!(body["error"].as_str().unwrap().contains("JSON"), "{body}");
+    assert_eq!(status(&url).config_version, 3);
+
+    let m = ureq::get(&format!("{url}/metrics"))
+        .call()
+        .unwrap()
+        .into_string()
+        .unwrap();
+    assert!(
+        m.contains("sluice_agent_config_version{host=\"4\"} 3"),
+        "{m}"
+    );
+    assert!(
+        m.contains("sluice_port_up{host=\"4\",port=\"3\",name=\"vm\\\"3\"} 0"),
+        "the interface does not exist: {m}"
+    );
+    assert!(m.contains("sluice_agent_drops_total{host=\"4\",reason=\"no_match\"} 0"));
+    let r = ureq::get(&format!("{url}/v1/nothing")).call();
+    assert!(matches!(r, Err(ureq::Error::Status(404, _))));
+    let r = ureq::delete(&format!("{url}/v1/config")).call();
+    assert!(matches!(r, Err(ureq::Error::Status(405, _))));
+    agent.shutdown();
+}
+
+#[test]
+fn heartbeats_carry_the_running_version_and_configs_survive_restarts() {
+    let controller = tiny_http::Server::http("127.0.0.1:0").unwrap();
+    let curl = format!("http://{}", controller.server_addr().to_ip().unwrap());
+    let (tx, rx) = mpsc::channel::<HostRegistration>();
+    let server = std::sync::Arc::new(controller);
+    let s = server.clone();
+    let t = std::thread::spawn(move || {
+        for mut req in s.incoming_requests() {
+            let mut body = String::new();
+            let _ = std::io::Read::read_to_string(req.as_reader(), &mut body);
+            if req.url() == "/v1/hosts" {
+                if let Ok(r) = serde_json::from_str(&body) {
+                    let _ = tx.send(r);
+                }
+            }
+            let _ = req.respond(tiny_http::Response::from_string("{}"));
+        }
+    });
+    let dir = std::env::temp_dir().join(format!("sluice-agent-test-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let agent = Agent::start(&opts(Some(curl.clone()), Some(dir.clone()))).unwrap();
+    let first = rx.recv_timeout(Duration::from_secs(10)).unwrap();
+    assert_eq!(first.host, 4);
+    assert_eq!(first.api, agent.api_url());
+    let (code, _) = put(
+        &agent.api_url(),
+        &serde_json::to_string(&config(7)).unwrap(),
+    );
+    assert_eq!(code, 200);
+    let mut seen = false;
+    for _ in 0..100 {
+        if rx
+            .recv_timeout(Duration::from_secs(10))
+            .unwrap()
+            .config_version
+            == 7
+        {
+            seen = true;
+            break;
+        }
+    }
+    assert!(seen, "a heartbeat reports version 7");
+    assert!(status(&agent.api_url()).controller_silent_ms.is_some());
+    agent.shutdown();
+
+    // A restarted agent runs the saved configuration before any controller push.
+    let agent = Agent::start(&opts(None, Some(dir.clone()))).unwrap();
+    assert_eq!(status(&agent.api_url()).config_version, 7);
+    agent.shutdown();
+    server.unblock();
+    let _ = t.join();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn bad_options_are_refused_clearly() {
+    let mut o = opts(None, None);
+    o.prefix = "much-too-long-prefix".into();
+    let e = Agent::start(&o).unwrap_err().to_string();
+    assert!(e.contains("--prefix"), "{e}");
+    let mut o = opts(None, None);
+    o.netns = Some("sluice-no-such-netns".into());
+    let e = Agent::start(&o).unwrap_err().to_string();
+    assert!(e.contains("sluice-no-such-netns"), "{e}");
+}

@@ -1,0 +1,238 @@
+//! An NF instance in the path (needs root): the agent starts a firewall instance
+//! (the real `sluiced instance` process in its own namespace), steers VM 1's
+//! traffic to VM 2 through it and back, and removes it when it stops.
+
+use std::io::{Read, Write};
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpListener, TcpStream};
+use std::time::Duration;
+
+use sluice_agent::testing::{attach_vm, VmHandle};
+use sluice_agent::{Agent, AgentOptions};
+use sluice_proto::{AgentConfig, AgentStatus, InstanceConfig, PortConfig, PortKind, TenantFib};
+use sluice_switch::{Action, Entry, Match, Output, PortId, Prefix};
+use sluice_testbed::Netns;
+
+const FW: u16 = 5;
+
+const CHAIN: &str = r#"
+name: t.fw
+functions:
+  - type: firewall
+    name: fw
+    rules: |
+      allow tcp from 10.0.0.1 to 10.0.0.2 port 5000
+      default deny
+settings:
+  batch_size: 32
+  timer_interval_ms: 100
+"#;
+
+fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+fn entry(id: u64, m: Match, actions: Vec<Action>) -> Entry {
+    Entry {
+        id,
+        priority: 10,
+        m,
+        actions,
+    }
+}
+
+/// VM 1 -> fw -> VM 2 on chain 1, the replies VM 2 -> fw -> VM 1 on chain 2.
+fn config(vm1: &VmHandle, vm2: &VmHandle) -> AgentConfig {
+    let via_fw = |id, from: u16, dst: &str, chain| {
+        entry(
+            id,
+            Match {
+                in_port: Some(PortId(from)),
+                dst: Some(Prefix::parse(dst).unwrap()),
+                ..Match::default()
+            },
+            vec![
+                Action::SetChainHop { chain, hop: 1 },
+                Action::Output(Output::Port(PortId(FW))),
+            ],
+        )
+    };
+    let from_fw = |id, chain, to: u16| {
+        entry(
+            id,
+            Match {
+                in_port: Some(PortId(FW)),
+                chain_hop: Some((chain, 1)),
+                ..Match::default()
+            },
+            vec![Action::Output(Output::Port(PortId(to)))],
+        )
+    };
+    AgentConfig {
+        version: 1,
+        host: 1,
+        peers: vec![],
+        ports: vec![
+            PortConfig {
+                id: 1,
+                vni: 7,
+                kind: vm1.port_kind(),
+            },
+            PortConfig {
+                id: 2,
+                vni: 7,
+                kind: vm2.port_kind(),
+            },
+            PortConfig {
+                id: FW,
+                vni: 7,
+                kind: PortKind::Instance {
+                    name: "t/fw/0".into(),
+                },
+            },
+        ],
+        tenants: vec![TenantFib {
+            tenant: "t".into(),
+            vni: 7,
+            entries: vec![
+                via_fw(1, 1, "10.0.0.2/32", 1),
+                via_fw(2, 2, "10.0.0.1/32", 2),
+                from_fw(3, 1, 2),
+                from_fw(4, 2, 1),
+            ],
+            groups: vec![],
+        }],
+        instances: vec![InstanceConfig {
+            name: "t/fw/0".into(),
+            tenant: "t".into(),
+            middlebox: "fw".into(),
+            port: FW,
+            vni: 7,
+            chain_yaml: CHAIN.into(),
+            state: "local".into(),
+        }],
+    }
+}
+
+fn status(url: &str) -> AgentStatus {
+    ureq::get(&format!("{url}/v1/status"))
+        .call()
+        .unwrap()
+        .into_json()
+        .unwrap()
+}
+
+fn echo_server(vm: &VmHandle, port: u16) {
+    let addr = SocketAddr::from((vm.addr, port));
+    let listener = vm.ns.run(move || TcpListener::bind(addr)).unwrap().unwrap();
+    std::thread::spawn(move || {
+        for s in listener.incoming() {
+            let Ok(mut s) = s else { break };
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 4096];
+                while let Ok(n) = s.read(&mut buf) {
+                    if n == 0 || s.write_all(&buf[..n]).is_err() {
+                        break;
+                    }
+                }
+            });
+        }
+    });
+}
+
+fn echo(vm: &VmHandle, to: SocketAddr, msg: &[u8], timeout: Duration) -> Option<Vec<u8>> {
+    let mut s = vm
+        .ns
+        .run(move || TcpStream::connect_timeout(&to, timeout))
+        .unwrap()
+        .ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(msg).ok()?;
+    let mut buf = vec![0u8; msg.len()];
+    s.read_exact(&mut buf).ok()?;
+    Some(buf)
+}
+
+fn netns_exists(name: &str) -> bool {
+    std::path::Path::new("/run/netns").join(name).exists()
+}
+
+#[test]
+fn traffic_crosses_a_firewall_instance() {
+    if !is_root() {
+        eprintln!("skipped: needs root");
+        return;
+    }
+    let host = Netns::new("h").unwrap();
+    let vm1 = attach_vm(host.name(), "vm1", Ipv4Addr::new(10, 0, 0, 1)).unwrap();
+    let vm2 = attach_vm(host.name(), "vm2", Ipv4Addr::new(10, 0, 0, 2)).unwrap();
+    let prefix = format!("t{}", std::process::id() % 100_000);
+    let run_dir = std::env::temp_dir().join(format!("sluice-agent-chain-{}", std::process::id()));
+    let agent = Agent::start(&AgentOptions {
+        host: 1,
+        name: "h1".into(),
+        netns: Some(host.name().to_string()),
+        underlay: Ipv4Addr::new(10, 255, 0, 1),
+        controller: None,
+        listen: "127.0.0.1:0".into(),
+        prefix: prefix.clone(),
+        run_dir: Some(run_dir.clone()),
+        udp: SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, sluice_proto::GENEVE_PORT),
+        instance_exe: Some(env!("CARGO_BIN_EXE_sluiced").into()),
+    })
+    .unwrap();
+    let url = agent.api_url();
+    echo_server(&vm2, 5000);
+    echo_server(&vm2, 22);
+    let r = ureq::put(&format!("{url}/v1/config")).send_json(config(&vm1, &vm2));
+    assert_eq!(r.map(|r| r.status()).ok(), Some(200));
+
+    // The instance starts in the background; TCP retransmits until it is up.
+    let msg = b"through the firewall".to_vec();
+    let server = SocketAddr::from((vm2.addr, 5000));
+    assert_eq!(
+        echo(&vm1, server, &msg, Duration::from_secs(20)).as_deref(),
+        Some(&msg[..]),
+        "allowed, both ways through the instance"
+    );
+    let s = status(&url);
+    assert_eq!(s.instances.len(), 1);
+    assert!(
+        s.instances[0].alive && s.instances[0].pid.is_some(),
+        "{s:?}"
+    );
+    let inst_ns = format!("{prefix}i{FW}");
+    assert!(netns_exists(&inst_ns));
+    assert!(run_dir.join(format!("{inst_ns}.yaml")).exists());
+    assert!(run_dir.join("t_fw_0.log").exists());
+
+    // The firewall denies ssh.
+    let ssh = SocketAddr::from((vm2.addr, 22));
+    assert_eq!(echo(&vm1, ssh, b"x", Duration::from_secs(1)), None);
+
+    // An instance that dies is restarted, and traffic flows again.
+    let pid = s.instances[0].pid.unwrap();
+    // SAFETY: kill(2) on the instance process the agent reported.
+    unsafe {
+        libc::kill(pid as i32, libc::SIGKILL);
+    }
+    let mut restarted = false;
+    for _ in 0..200 {
+        let i = &status(&url).instances[0];
+        if i.alive && i.pid.is_some_and(|p| p != pid) {
+            restarted = true;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(restarted, "{:?}", status(&url));
+    assert_eq!(
+        echo(&vm1, server, &msg, Duration::from_secs(20)).as_deref(),
+        Some(&msg[..]),
+        "the restarted instance forwards"
+    );
+
+    agent.shutdown();
+    assert!(!netns_exists(&inst_ns), "the instance namespace is removed");
+    let _ = std::fs::remove_dir_all(&run_dir);
+}

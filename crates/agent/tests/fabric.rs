@@ -1,0 +1,159 @@
+//! Two hosts (needs root): agents in two host namespaces joined by a fabric link,
+//! a VM on each; a TCP connection between the VMs crosses both agents as Geneve
+//! over UDP, and the fabric counters see it.
+
+use std::io::{Read, Write};
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpListener, TcpStream};
+use std::time::Duration;
+
+use sluice_agent::testing::{attach_vm, VmHandle};
+use sluice_agent::{Agent, AgentOptions};
+use sluice_proto::{AgentConfig, AgentStatus, Peer, PortConfig, TenantFib};
+use sluice_switch::{Action, Entry, HostId, Match, Output, PortId, Prefix};
+use sluice_testbed::{veth, Netns};
+
+fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+fn underlay(h: u32) -> Ipv4Addr {
+    Ipv4Addr::new(10, 255, 0, h as u8)
+}
+
+fn route(id: u64, dst: Ipv4Addr, out: Output) -> Entry {
+    Entry {
+        id,
+        priority: 10,
+        m: Match {
+            dst: Some(Prefix::parse(&format!("{dst}/32")).unwrap()),
+            ..Match::default()
+        },
+        actions: vec![Action::Output(out)],
+    }
+}
+
+/// Host `h` with `vm` on port 1; the other VM is on host `other`.
+fn config(h: u32, vm: &VmHandle, other: u32, other_addr: Ipv4Addr) -> AgentConfig {
+    AgentConfig {
+        version: 1,
+        host: h,
+        peers: [1, 2]
+            .iter()
+            .map(|&p| Peer {
+                host: p,
+                underlay: underlay(p),
+            })
+            .collect(),
+        ports: vec![PortConfig {
+            id: 1,
+            vni: 7,
+            kind: vm.port_kind(),
+        }],
+        tenants: vec![TenantFib {
+            tenant: "t".into(),
+            vni: 7,
+            entries: vec![
+                route(1, vm.addr, Output::Port(PortId(1))),
+                route(2, other_addr, Output::Host(HostId(other))),
+            ],
+            groups: vec![],
+        }],
+        instances: vec![],
+    }
+}
+
+fn agent(h: u32, ns: &Netns) -> Agent {
+    Agent::start(&AgentOptions {
+        host: h,
+        name: format!("h{h}"),
+        netns: Some(ns.name().to_string()),
+        underlay: underlay(h),
+        controller: None,
+        listen: "127.0.0.1:0".into(),
+        prefix: "t".into(),
+        run_dir: None,
+        udp: SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, sluice_proto::GENEVE_PORT),
+        instance_exe: None,
+    })
+    .unwrap()
+}
+
+fn status(url: &str) -> AgentStatus {
+    ureq::get(&format!("{url}/v1/status"))
+        .call()
+        .unwrap()
+        .into_json()
+        .unwrap()
+}
+
+#[test]
+fn vms_on_two_hosts_talk_over_geneve() {
+    if !is_root() {
+        eprintln!("skipped: needs root");
+        return;
+    }
+    let h1 = Netns::new("h").unwrap();
+    let h2 = Netns::new("h").unwrap();
+    veth(&h1, "fab0", &h2, "fab0").unwrap();
+    for (ns, h) in [(&h1, 1), (&h2, 2)] {
+        ns.ip(&["link", "set", "fab0", "mtu", "9000"]).unwrap();
+        ns.addr("fab0", &format!("{}/24", underlay(h))).unwrap();
+    }
+    let a1 = Ipv4Addr::new(10, 0, 0, 1);
+    let a2 = Ipv4Addr::new(10, 0, 0, 2);
+    let vm1 = attach_vm(h1.name(), "vm1", a1).unwrap();
+    let vm2 = attach_vm(h2.name(), "vm2", a2).unwrap();
+    let ag1 = agent(1, &h1);
+    let ag2 = agent(2, &h2);
+    for (ag, cfg) in [
+        (&ag1, config(1, &vm1, 2, a2)),
+        (&ag2, config(2, &vm2, 1, a1)),
+    ] {
+        let r = ureq::put(&format!("{}/v1/config", ag.api_url())).send_json(cfg);
+        assert_eq!(r.map(|r| r.status()).ok(), Some(200));
+    }
+
+    let listener = vm2
+        .ns
+        .run(move || TcpListener::bind(SocketAddr::from((a2, 5000))))
+        .unwrap()
+        .unwrap();
+    std::thread::spawn(move || {
+        if let Ok((mut s, _)) = listener.accept() {
+            let mut buf = [0u8; 4096];
+            while let Ok(n) = s.read(&mut buf) {
+                if n == 0 || s.write_all(&buf[..n]).is_err() {
+                    break;
+                }
+            }
+        }
+    });
+    let to = SocketAddr::from((a2, 5000));
+    let mut s = vm1
+        .ns
+        .run(move || TcpStream::connect_timeout(&to, Duration::from_secs(10)))
+        .unwrap()
+        .unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    // Several full-sized segments: the fabric carries 1500-byte frames plus
+    // Geneve on its 9000-byte MTU.
+    let msg: Vec<u8> = (0..20_000u32).map(|i| i as u8).collect();
+    s.write_all(&msg).unwrap();
+    let mut back = vec![0u8; msg.len()];
+    s.read_exact(&mut back).unwrap();
+    assert_eq!(back, msg);
+
+    let mut fabric = (0, 0);
+    for _ in 0..100 {
+        let (s1, s2) = (status(&ag1.api_url()), status(&ag2.api_url()));
+        fabric = (s1.fabric.tx_packets, s2.fabric.rx_packets);
+        if fabric.0 > 10 && fabric.1 > 10 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(fabric.0 > 10 && fabric.1 > 10, "{fabric:?}");
+    ag1.shutdown();
+    ag2.shutdown();
+}

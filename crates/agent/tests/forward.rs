@@ -1,0 +1,206 @@
+//! The agent forwarding real traffic (needs root): one host namespace, two VM
+//! namespaces attached to it, the agent in-process with its data plane in the
+//! host namespace. A TCP connection between the VMs crosses the agent; a FIB drop
+//! entry blocks it; a configuration that cannot be installed is refused and the
+//! old one keeps forwarding.
+
+use std::io::{Read, Write};
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpListener, TcpStream};
+use std::time::Duration;
+
+use sluice_agent::testing::{attach_vm, VmHandle};
+use sluice_agent::{Agent, AgentOptions};
+use sluice_proto::{AgentConfig, AgentStatus, PortConfig, TenantFib};
+use sluice_switch::{Action, Entry, GroupId, Match, Output, PortId, Prefix};
+use sluice_testbed::Netns;
+
+fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+fn to(id: u64, dst: &str, port: u16) -> Entry {
+    Entry {
+        id,
+        priority: 10,
+        m: Match {
+            dst: Some(Prefix::parse(dst).unwrap()),
+            ..Match::default()
+        },
+        actions: vec![Action::Output(Output::Port(PortId(port)))],
+    }
+}
+
+fn config(version: u64, vm1: &VmHandle, vm2: &VmHandle, extra: Vec<Entry>) -> AgentConfig {
+    let mut entries = vec![to(1, "10.0.0.1/32", 1), to(2, "10.0.0.2/32", 2)];
+    entries.extend(extra);
+    AgentConfig {
+        version,
+        host: 1,
+        peers: vec![],
+        ports: vec![
+            PortConfig {
+                id: 1,
+                vni: 7,
+                kind: vm1.port_kind(),
+            },
+            PortConfig {
+                id: 2,
+                vni: 7,
+                kind: vm2.port_kind(),
+            },
+        ],
+        tenants: vec![TenantFib {
+            tenant: "t".into(),
+            vni: 7,
+            entries,
+            groups: vec![],
+        }],
+        instances: vec![],
+    }
+}
+
+fn put(url: &str, cfg: &AgentConfig) -> u16 {
+    match ureq::put(&format!("{url}/v1/config")).send_json(cfg) {
+        Ok(r) => r.status(),
+        Err(ureq::Error::Status(c, _)) => c,
+        Err(e) => panic!("{e}"),
+    }
+}
+
+fn status(url: &str) -> AgentStatus {
+    ureq::get(&format!("{url}/v1/status"))
+        .call()
+        .unwrap()
+        .into_json()
+        .unwrap()
+}
+
+/// Connects from `vm` to `to` and exchanges a message with the echo server;
+/// None if the connection cannot be made.
+fn echo(vm: &VmHandle, to: SocketAddr, msg: &[u8], timeout: Duration) -> Option<Vec<u8>> {
+    let s = vm
+        .ns
+        .run(move || TcpStream::connect_timeout(&to, timeout))
+        .unwrap()
+        .ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut s = s;
+    s.write_all(msg).ok()?;
+    let mut buf = vec![0u8; msg.len()];
+    s.read_exact(&mut buf).ok()?;
+    Some(buf)
+}
+
+#[test]
+fn vms_talk_through_the_agent() {
+    if !is_root() {
+        eprintln!("skipped: needs root");
+        return;
+    }
+    let host = Netns::new("h").unwrap();
+    let vm1 = attach_vm(host.name(), "vm1", Ipv4Addr::new(10, 0, 0, 1)).unwrap();
+    let vm2 = attach_vm(host.name(), "vm2", Ipv4Addr::new(10, 0, 0, 2)).unwrap();
+    let agent = Agent::start(&AgentOptions {
+        host: 1,
+        name: "h1".into(),
+        netns: Some(host.name().to_string()),
+        underlay: Ipv4Addr::new(10, 255, 0, 1),
+        controller: None,
+        listen: "127.0.0.1:0".into(),
+        prefix: "t".into(),
+        run_dir: None,
+        udp: SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, sluice_proto::GENEVE_PORT),
+        instance_exe: None,
+    })
+    .unwrap();
+    let url = agent.api_url();
+
+    // An echo server in VM 2.
+    let listener = vm2
+        .ns
+        .run(|| TcpListener::bind("10.0.0.2:5000"))
+        .unwrap()
+        .unwrap();
+    std::thread::spawn(move || {
+        for s in listener.incoming() {
+            let Ok(mut s) = s else { break };
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 4096];
+                while let Ok(n) = s.read(&mut buf) {
+                    if n == 0 || s.write_all(&buf[..n]).is_err() {
+                        break;
+                    }
+                }
+            });
+        }
+    });
+    let server: SocketAddr = "10.0.0.2:5000".parse().unwrap();
+
+    assert_eq!(put(&url, &config(1, &vm1, &vm2, vec![])), 200);
+    let msg = vec![0x5a; 3000];
+    assert_eq!(
+        echo(&vm1, server, &msg, Duration::from_secs(10)).as_deref(),
+        Some(&msg[..]),
+        "VM 1 reaches VM 2 through the agent"
+    );
+    // Counters are published periodically.
+    let mut s = status(&url);
+    for _ in 0..100 {
+        if s.ports.iter().all(|p| p.counters.tx_packets > 0) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+        s = status(&url);
+    }
+    assert_eq!(s.config_version, 1);
+    for p in &s.ports {
+        assert!(p.counters.rx_packets >= 3, "{p:?}");
+        assert!(p.counters.tx_packets >= 3, "{p:?}");
+    }
+    let vm1_port = s.ports.iter().find(|p| p.id == 1).unwrap();
+    assert!(vm1_port.counters.rx_bytes > 3000, "{vm1_port:?}");
+
+    // A FIB that cannot be installed is refused; the old one keeps forwarding.
+    let mut bad = config(2, &vm1, &vm2, vec![]);
+    bad.tenants[0].entries[0].actions = vec![Action::Select(GroupId(77))];
+    assert_eq!(put(&url, &bad), 400);
+    assert_eq!(status(&url).config_version, 1);
+    assert_eq!(
+        echo(&vm1, server, b"again", Duration::from_secs(10)).as_deref(),
+        Some(&b"again"[..])
+    );
+
+    // A drop entry for the service blocks new connections.
+    let block = Entry {
+        id: 9,
+        priority: 100,
+        m: Match {
+            dst: Some(Prefix::parse("10.0.0.2/32").unwrap()),
+            proto: Some(6),
+            dport: Some((5000, 5000)),
+            ..Match::default()
+        },
+        actions: vec![Action::Drop],
+    };
+    assert_eq!(put(&url, &config(3, &vm1, &vm2, vec![block])), 200);
+    assert_eq!(status(&url).config_version, 3);
+    assert_eq!(
+        echo(&vm1, server, b"blocked", Duration::from_secs(1)),
+        None,
+        "the drop entry blocks the connection"
+    );
+    let m = ureq::get(&format!("{url}/metrics"))
+        .call()
+        .unwrap()
+        .into_string()
+        .unwrap();
+    let fib_drops: u64 = m
+        .lines()
+        .find(|l| l.starts_with("sluice_agent_drops_total{host=\"1\",reason=\"fib_drop\"}"))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap();
+    assert!(fib_drops >= 1, "{m}");
+    agent.shutdown();
+}

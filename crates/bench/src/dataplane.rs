@@ -1,0 +1,290 @@
+//! `sluice bench dataplane`: the distributed switch against a direct link
+//! (Stratos §7.1.1), and the control plane's apply-to-installed time, on this
+//! machine's veth links.
+//!
+//! In the same run: iperf3 throughput and TCP round-trip latency between two
+//! namespaces joined by one veth pair (the baseline), then between two VMs of a
+//! testbed on different hosts whose traffic is in no chain (VM -> agent -> Geneve
+//! over the fabric -> agent -> VM, no middlebox). Both pairs of namespaces are
+//! configured alike (offloads off, MTU 1500). Then it re-applies the Figure 4
+//! tenant with alternating content and times how long until every agent runs the
+//! new configuration (Stratos Table 1's "install": 54 ms).
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+use sluice_testbed::lab::{Lab, LabOptions};
+use sluice_testbed::{run_in, veth, vm, Netns};
+
+/// One path's measurements.
+#[derive(Debug, Clone, Serialize)]
+pub struct PathResult {
+    /// `direct` or `switch`.
+    pub path: String,
+    /// iperf3 TCP goodput, Gbit/s.
+    pub gbps: f64,
+    /// TCP round trip of 64-byte messages, median, microseconds.
+    pub rtt_p50_us: f64,
+    /// 99th percentile, microseconds.
+    pub rtt_p99_us: f64,
+}
+
+/// The whole benchmark's results.
+#[derive(Debug, Clone, Serialize)]
+pub struct DataplaneReport {
+    /// Baseline and switch.
+    pub paths: Vec<PathResult>,
+    /// switch / direct throughput (goal ≥ 0.8).
+    pub throughput_ratio: f64,
+    /// Added median round trip, microseconds.
+    pub added_rtt_p50_us: f64,
+    /// Apply -> every agent runs the new config, median over the runs, ms.
+    pub install_p50_ms: f64,
+    /// Slowest run, ms.
+    pub install_max_ms: f64,
+    /// Hosts the configuration went to.
+    pub hosts: usize,
+}
+
+fn iperf(server_ns: &str, client_ns: &str, addr: &str, seconds: u32) -> Result<f64, String> {
+    let mut server = Command::new("ip")
+        .args(["netns", "exec", server_ns, "iperf3", "-s", "-1", "-B", addr])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|e| format!("cannot run iperf3 (Debian package iperf3): {e}"))?;
+    let mut out = None;
+    for _ in 0..50 {
+        std::thread::sleep(Duration::from_millis(100));
+        let o = Command::new("ip")
+            .args(["netns", "exec", client_ns, "iperf3", "-J", "-c", addr, "-t"])
+            .arg(seconds.to_string())
+            .output()
+            .map_err(|e| e.to_string())?;
+        if o.status.success() {
+            out = Some(o);
+            break;
+        }
+    }
+    let _ = server.kill();
+    let _ = server.wait();
+    let o = out.ok_or_else(|| format!("iperf3 client in {client_ns} could not reach {addr}"))?;
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).map_err(|e| e.to_string())?;
+    v.pointer("/end/sum_received/bits_per_second")
+        .and_then(|b| b.as_f64())
+        .map(|b| b / 1e9)
+        .ok_or_else(|| "iperf3 printed no receiver throughput".to_string())
+}
+
+/// Median and p99 of `n` 64-byte TCP request/response round trips.
+fn rtt(server_ns: &str, client_ns: &str, addr: &str, n: usize) -> Result<(f64, f64), String> {
+    let sa: SocketAddr = format!("{addr}:7777").parse().map_err(|e| format!("{e}"))?;
+    let listener = run_in(server_ns, move || TcpListener::bind(sa))
+        .map_err(|e| e.to_string())?
+        .map_err(|e| format!("bind {sa}: {e}"))?;
+    let echo = std::thread::spawn(move || -> std::io::Result<()> {
+        let (mut s, _) = listener.accept()?;
+        s.set_nodelay(true)?;
+        let mut b = [0u8; 64];
+        loop {
+            if s.read_exact(&mut b).is_err() {
+                return Ok(());
+            }
+            s.write_all(&b)?;
+        }
+    });
+    let stream = run_in(client_ns, move || {
+        TcpStream::connect_timeout(&sa, Duration::from_secs(5))
+    })
+    .map_err(|e| e.to_string())?
+    .map_err(|e| format!("connect {sa}: {e}"))?;
+    let mut s = stream;
+    s.set_nodelay(true).map_err(|e| e.to_string())?;
+    s.set_read_timeout(Some(Duration::from_secs(5)))
+        .map_err(|e| e.to_string())?;
+    let mut b = [7u8; 64];
+    let mut samples = Vec::with_capacity(n);
+    for i in 0..n + 100 {
+        let t = Instant::now();
+        s.write_all(&b).map_err(|e| e.to_string())?;
+        s.read_exact(&mut b).map_err(|e| e.to_string())?;
+        if i >= 100 {
+            samples.push(t.elapsed().as_secs_f64() * 1e6);
+        }
+    }
+    drop(s);
+    let _ = echo.join();
+    samples.sort_by(|a, b| a.total_cmp(b));
+    Ok((samples[n / 2], samples[n * 99 / 100]))
+}
+
+/// Runs the benchmark; `sluice` is the binary the testbed runs its daemons with.
+pub fn run(
+    sluice: &Path,
+    spec: &Path,
+    seconds: u32,
+    installs: usize,
+) -> Result<DataplaneReport, String> {
+    // Baseline: one veth pair, configured like the testbed's VM links.
+    let a = Netns::new("da").map_err(|e| e.to_string())?;
+    let b = Netns::new("db").map_err(|e| e.to_string())?;
+    veth(&a, "eth0", &b, "eth0").map_err(|e| e.to_string())?;
+    for (ns, addr) in [(&a, "10.30.0.1/24"), (&b, "10.30.0.2/24")] {
+        vm::sysctl(ns.name(), "net.ipv6.conf.all.disable_ipv6", "1");
+        ns.addr("eth0", addr).map_err(|e| e.to_string())?;
+        vm::offloads_off(ns.name(), "eth0").map_err(|e| e.to_string())?;
+    }
+    let direct_gbps = iperf(b.name(), a.name(), "10.30.0.2", seconds)?;
+    let (d50, d99) = rtt(b.name(), a.name(), "10.30.0.2", 5000)?;
+    drop((a, b));
+
+    // Through the switch: Figure 4's web-a1 (host 2) to web-b1 (host 1) is in no
+    // chain, so it crosses two agents and the fabric and no middlebox.
+    let dir = std::env::temp_dir().join(format!("sluice-bench-dp-{}", std::process::id()));
+    let lab = Lab::up(&LabOptions {
+        spec: spec.to_path_buf(),
+        hosts: 3,
+        dir: dir.clone(),
+        sluice: sluice.to_path_buf(),
+        sluiced: sluice.with_file_name("sluiced"),
+        web: false,
+    })
+    .map_err(|e| e.to_string())?;
+    let st = lab.state().clone();
+    let (c, s) = (
+        st.vm("web-a1").ok_or("spec has no VM web-a1")?,
+        st.vm("web-b1").ok_or("spec has no VM web-b1")?,
+    );
+    if c.host == s.host {
+        return Err("web-a1 and web-b1 landed on one host; the benchmark needs two".into());
+    }
+    let switch_gbps = iperf(&s.netns, &c.netns, &s.addrs[0], seconds)?;
+    let (s50, s99) = rtt(&s.netns, &c.netns, &s.addrs[0], 5000)?;
+
+    // Apply -> installed on every agent.
+    let text = std::fs::read_to_string(spec).map_err(|e| e.to_string())?;
+    let variant = text.replace(
+        "weight: 1 }, { addr: \"10.10.2.12\", weight: 1",
+        "weight: 1 }, { addr: \"10.10.2.12\", weight: 2",
+    );
+    let mut times = Vec::new();
+    for i in 0..installs {
+        let body = if i % 2 == 0 { &variant } else { &text };
+        let before = agent_versions(&st.hosts.iter().map(|h| h.api.clone()).collect::<Vec<_>>());
+        let t = Instant::now();
+        ureq::put(&format!("{}/v1/tenants/{}", st.controller, st.tenant))
+            .set("Content-Type", "application/yaml")
+            .send_string(body)
+            .map_err(|e| format!("apply: {e}"))?;
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let now = agent_versions(&st.hosts.iter().map(|h| h.api.clone()).collect::<Vec<_>>());
+            // Only hosts whose share changed get a new version; wait for those.
+            if now.iter().zip(&before).any(|(n, b)| n != b) && changed_all(&st.controller, &now) {
+                break;
+            }
+            if Instant::now() > deadline {
+                return Err("agents did not install the new configuration within 10 s".into());
+            }
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        times.push(t.elapsed().as_secs_f64() * 1e3);
+        lab.wait_in_sync(Duration::from_secs(20))
+            .map_err(|e| e.to_string())?;
+    }
+    drop(lab);
+    let _ = std::fs::remove_dir_all(&dir);
+    times.sort_by(|a, b| a.total_cmp(b));
+    Ok(DataplaneReport {
+        paths: vec![
+            PathResult {
+                path: "direct".into(),
+                gbps: direct_gbps,
+                rtt_p50_us: d50,
+                rtt_p99_us: d99,
+            },
+            PathResult {
+                path: "switch".into(),
+                gbps: switch_gbps,
+                rtt_p50_us: s50,
+                rtt_p99_us: s99,
+            },
+        ],
+        throughput_ratio: switch_gbps / direct_gbps,
+        added_rtt_p50_us: s50 - d50,
+        install_p50_ms: times.get(times.len() / 2).copied().unwrap_or(f64::NAN),
+        install_max_ms: times.last().copied().unwrap_or(f64::NAN),
+        hosts: st.hosts.len(),
+    })
+}
+
+fn agent_versions(apis: &[String]) -> Vec<u64> {
+    apis.iter()
+        .map(|a| {
+            ureq::get(&format!("{a}/v1/status"))
+                .timeout(Duration::from_secs(2))
+                .call()
+                .ok()
+                .and_then(|r| r.into_json::<serde_json::Value>().ok())
+                .and_then(|v| v.get("config_version").and_then(|x| x.as_u64()))
+                .unwrap_or(0)
+        })
+        .collect()
+}
+
+/// Every agent runs the version the controller wants for its host.
+fn changed_all(controller: &str, now: &[u64]) -> bool {
+    let Some(v) = ureq::get(&format!("{controller}/v1/hosts"))
+        .timeout(Duration::from_secs(2))
+        .call()
+        .ok()
+        .and_then(|r| r.into_json::<serde_json::Value>().ok())
+    else {
+        return false;
+    };
+    let hosts = v
+        .as_array()
+        .or_else(|| v.get("hosts").and_then(|h| h.as_array()))
+        .cloned()
+        .unwrap_or_default();
+    let mut want: Vec<(u64, u64)> = hosts
+        .iter()
+        .map(|h| {
+            (
+                h.get("id")
+                    .or_else(|| h.get("host"))
+                    .and_then(|x| x.as_u64())
+                    .unwrap_or(0),
+                h.get("desired_version")
+                    .or_else(|| h.get("config_version"))
+                    .and_then(|x| x.as_u64())
+                    .unwrap_or(u64::MAX),
+            )
+        })
+        .collect();
+    want.sort_unstable();
+    want.len() == now.len() && want.iter().zip(now).all(|((_, w), n)| w == n)
+}
+
+/// Prints the report as a table with the goals and Stratos's numbers.
+pub fn print(r: &DataplaneReport) {
+    println!("path      Gbit/s   RTT p50 us   RTT p99 us");
+    for p in &r.paths {
+        println!(
+            "{:<8} {:>7.2} {:>12.1} {:>12.1}",
+            p.path, p.gbps, p.rtt_p50_us, p.rtt_p99_us
+        );
+    }
+    println!(
+        "switch/direct throughput {:.2} (goal >= 0.8); added RTT p50 {:.1} us",
+        r.throughput_ratio, r.added_rtt_p50_us
+    );
+    println!(
+        "apply -> installed on all {} agents: median {:.1} ms, max {:.1} ms (goal 20 ms; Stratos Table 1: 54 ms)",
+        r.hosts, r.install_p50_ms, r.install_max_ms
+    );
+}

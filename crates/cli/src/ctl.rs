@@ -1,0 +1,452 @@
+//! `sluice controller | apply | get | delete | status`: running the controller and
+//! talking to it over its REST API.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use clap::{Args, Subcommand};
+use sluice_controller::client::Client;
+use sluice_controller::{serve, ServerOptions};
+
+/// Where the controller is, and how to print its answers.
+#[derive(Args, Debug, Clone)]
+pub struct ClientArgs {
+    /// Controller URL [default: $SLUICE_CONTROLLER, else http://127.0.0.1:7420].
+    #[arg(long, global = true)]
+    controller: Option<String>,
+    /// Print the controller's JSON as is.
+    #[arg(long, global = true)]
+    json: bool,
+}
+
+impl ClientArgs {
+    fn client(&self) -> Client {
+        let url = self
+            .controller
+            .clone()
+            .or_else(|| std::env::var("SLUICE_CONTROLLER").ok())
+            .filter(|s| !s.is_empty())
+            .unwrap_or_else(|| "http://127.0.0.1:7420".into());
+        Client::new(&url)
+    }
+}
+
+/// `sluice controller`.
+#[derive(Args, Debug)]
+pub struct ControllerArgs {
+    /// Address of the REST API.
+    #[arg(long, default_value = "127.0.0.1:7420")]
+    listen: SocketAddr,
+    /// SQLite database holding the desired state (`:memory:`: none kept).
+    #[arg(long, default_value = "sluice-controller.db")]
+    db: PathBuf,
+    /// State store NF instances use (`redis://HOST:PORT`, `local`).
+    #[arg(long, default_value = "local")]
+    state: String,
+}
+
+/// `sluice apply`.
+#[derive(Args, Debug)]
+pub struct ApplyArgs {
+    /// The tenant spec (YAML).
+    #[arg(short = 'f', long = "file")]
+    file: PathBuf,
+    #[command(flatten)]
+    client: ClientArgs,
+}
+
+/// `sluice get`.
+#[derive(Args, Debug)]
+pub struct GetArgs {
+    #[command(subcommand)]
+    what: GetWhat,
+    #[command(flatten)]
+    client: ClientArgs,
+}
+
+#[derive(Subcommand, Debug)]
+enum GetWhat {
+    /// Applied tenants.
+    Tenants,
+    /// One tenant: its spec and status.
+    Tenant {
+        /// Tenant name.
+        name: String,
+    },
+    /// Registered hosts.
+    Hosts,
+    /// Registered VMs.
+    Vms,
+    /// NF instances and whether they run.
+    Instances,
+    /// Chains of every tenant.
+    Chains,
+    /// A host's FIB entries.
+    Fib {
+        /// Host id.
+        host: u32,
+    },
+    /// A host's whole configuration (JSON).
+    Config {
+        /// Host id.
+        host: u32,
+    },
+}
+
+/// `sluice delete`.
+#[derive(Args, Debug)]
+pub struct DeleteArgs {
+    #[command(subcommand)]
+    what: DeleteWhat,
+    #[command(flatten)]
+    client: ClientArgs,
+}
+
+#[derive(Subcommand, Debug)]
+enum DeleteWhat {
+    /// A tenant (its NF instances and FIB entries).
+    Tenant {
+        /// Tenant name.
+        name: String,
+    },
+    /// A VM registration.
+    Vm {
+        /// Tenant.
+        tenant: String,
+        /// VM name.
+        name: String,
+    },
+}
+
+/// `sluice status`.
+#[derive(Args, Debug)]
+pub struct StatusArgs {
+    #[command(flatten)]
+    client: ClientArgs,
+}
+
+/// Runs the controller until SIGINT or SIGTERM.
+pub fn controller(a: &ControllerArgs) -> Result<(), String> {
+    use signal_hook::consts::{SIGINT, SIGTERM};
+    // Registered before the server's threads exist, so no signal is missed.
+    let mut signals =
+        signal_hook::iterator::Signals::new([SIGINT, SIGTERM]).map_err(|e| e.to_string())?;
+    let h = serve(ServerOptions {
+        listen: a.listen,
+        db: a.db.clone(),
+        state_url: a.state.clone(),
+    })
+    .map_err(|e| e.to_string())?;
+    eprintln!(
+        "sluice controller: listening on {} (database {}, state {})",
+        h.url(),
+        a.db.display(),
+        a.state
+    );
+    let sig = signals.forever().next();
+    eprintln!("sluice controller: signal {sig:?}, stopping");
+    h.shutdown();
+    Ok(())
+}
+
+fn pretty(raw: &str) -> String {
+    serde_json::from_str::<serde_json::Value>(raw)
+        .ok()
+        .and_then(|v| serde_json::to_string_pretty(&v).ok())
+        .unwrap_or_else(|| raw.to_string())
+}
+
+fn parse<T: serde::de::DeserializeOwned>(raw: &str) -> Result<T, String> {
+    serde_json::from_str(raw).map_err(|e| format!("unexpected answer from the controller: {e}"))
+}
+
+fn opt<T: std::fmt::Display>(v: Option<T>) -> String {
+    v.map(|x| x.to_string()).unwrap_or_else(|| "-".into())
+}
+
+/// `sluice apply -f SPEC`.
+pub fn apply(a: &ApplyArgs) -> Result<(), String> {
+    let text =
+        std::fs::read_to_string(&a.file).map_err(|e| format!("{}: {e}", a.file.display()))?;
+    let raw = a
+        .client
+        .client()
+        .apply_raw(None, &text)
+        .map_err(|e| format!("{}: {e}", a.file.display()))?;
+    if a.client.json {
+        println!("{}", pretty(&raw));
+        return Ok(());
+    }
+    let s: sluice_controller::api::ApplySummary = parse(&raw)?;
+    if s.changed {
+        println!(
+            "tenant {} applied: vni {}, generation {}, {} chains, {} NF instances",
+            s.tenant,
+            s.vni,
+            s.generation,
+            s.chains.len(),
+            s.instances.len()
+        );
+    } else {
+        println!(
+            "tenant {} unchanged (generation {}, the same spec is applied)",
+            s.tenant, s.generation
+        );
+    }
+    for (h, n) in &s.entries {
+        let pushed = s
+            .pushed
+            .get(h)
+            .map(|v| format!(", pushing version {v}"))
+            .unwrap_or_default();
+        println!("  host {h}: {n} FIB entries{pushed}");
+    }
+    for i in &s.instances {
+        println!("  instance {:<20} host {} port {}", i.name, i.host, i.port);
+    }
+    Ok(())
+}
+
+/// `sluice get ...`.
+pub fn get(a: &GetArgs) -> Result<(), String> {
+    let c = a.client.client();
+    let path = match &a.what {
+        GetWhat::Tenants => "/v1/tenants".to_string(),
+        GetWhat::Tenant { name } => format!("/v1/tenants/{name}"),
+        GetWhat::Hosts => "/v1/hosts".into(),
+        GetWhat::Vms => "/v1/vms".into(),
+        GetWhat::Instances => "/v1/instances".into(),
+        GetWhat::Chains => "/v1/chains".into(),
+        GetWhat::Fib { host } => format!("/v1/hosts/{host}/fib"),
+        GetWhat::Config { host } => format!("/v1/hosts/{host}/config"),
+    };
+    let raw = c.get_raw(&path).map_err(|e| e.to_string())?;
+    if a.client.json || matches!(a.what, GetWhat::Config { .. }) {
+        println!("{}", pretty(&raw));
+        return Ok(());
+    }
+    use sluice_controller::api::*;
+    match &a.what {
+        GetWhat::Tenants => {
+            let v: Vec<TenantSummary> = parse(&raw)?;
+            println!(
+                "{:<16} {:>6} {:>4} {:>7} {:>10} {:>8}",
+                "TENANT", "VNI", "GEN", "CHAINS", "INSTANCES", "ENTRIES"
+            );
+            for t in v {
+                println!(
+                    "{:<16} {:>6} {:>4} {:>7} {:>10} {:>8}",
+                    t.tenant, t.vni, t.generation, t.chains, t.instances, t.entries
+                );
+            }
+        }
+        GetWhat::Tenant { .. } => {
+            let t: TenantDetail = parse(&raw)?;
+            println!(
+                "tenant {}: vni {}, generation {}",
+                t.tenant, t.vni, t.generation
+            );
+            println!("chains: {}", t.chains.join(", "));
+            println!("vms: {}", t.vms.join(", "));
+            for (h, n) in &t.entries {
+                println!("host {h}: {n} FIB entries");
+            }
+            for i in &t.instances {
+                println!("instance {:<20} host {} port {}", i.name, i.host, i.port);
+            }
+            println!("--- spec\n{}", t.spec.trim_end());
+        }
+        GetWhat::Hosts => {
+            let v: Vec<HostInfo> = parse(&raw)?;
+            println!(
+                "{:>4} {:<14} {:<15} {:<24} {:<5} {:>9} {:>8} {:>8}  ERROR",
+                "ID", "NAME", "UNDERLAY", "API", "ALIVE", "HEARD_MS", "DESIRED", "REPORTED"
+            );
+            for h in v {
+                println!(
+                    "{:>4} {:<14} {:<15} {:<24} {:<5} {:>9} {:>8} {:>8}  {}",
+                    h.id,
+                    h.name,
+                    h.underlay,
+                    h.api,
+                    if h.alive { "yes" } else { "no" },
+                    opt(h.last_heartbeat_ms),
+                    h.desired_version,
+                    opt(h.reported_version),
+                    h.push_error.unwrap_or_default()
+                );
+            }
+        }
+        GetWhat::Vms => {
+            let v: Vec<VmInfo> = parse(&raw)?;
+            println!(
+                "{:<12} {:<12} {:>4} {:>5} {:<16} {:<18} {:<16} GATEWAY",
+                "TENANT", "NAME", "HOST", "PORT", "IFACE", "MAC", "ADDR"
+            );
+            for x in v {
+                println!(
+                    "{:<12} {:<12} {:>4} {:>5} {:<16} {:<18} {:<16} {}",
+                    x.tenant,
+                    x.name,
+                    x.host,
+                    x.port,
+                    x.iface,
+                    x.mac,
+                    x.addr,
+                    if x.gateway { "yes" } else { "" }
+                );
+            }
+        }
+        GetWhat::Instances => {
+            let v: Vec<InstanceInfo> = parse(&raw)?;
+            println!(
+                "{:<24} {:<12} {:<12} {:>4} {:>5} {:<8} PID",
+                "NAME", "TENANT", "MIDDLEBOX", "HOST", "PORT", "STATE"
+            );
+            for i in v {
+                println!(
+                    "{:<24} {:<12} {:<12} {:>4} {:>5} {:<8} {}",
+                    i.name,
+                    i.tenant,
+                    i.middlebox,
+                    i.host,
+                    i.port,
+                    i.state,
+                    opt(i.pid)
+                );
+            }
+        }
+        GetWhat::Chains => {
+            let v: Vec<ChainInfo> = parse(&raw)?;
+            println!(
+                "{:<12} {:<16} {:>4} {:>4}  PATH",
+                "TENANT", "CHAIN", "ID", "REV"
+            );
+            for ch in v {
+                let mirror = if ch.mirror.is_empty() {
+                    String::new()
+                } else {
+                    format!("  (mirror: {})", ch.mirror.join(", "))
+                };
+                println!(
+                    "{:<12} {:<16} {:>4} {:>4}  {}{mirror}",
+                    ch.tenant,
+                    ch.chain,
+                    ch.id,
+                    opt(ch.reverse_id),
+                    ch.path.join(" -> ")
+                );
+            }
+        }
+        GetWhat::Fib { .. } => {
+            let f: HostFibInfo = parse(&raw)?;
+            println!("host {} (config version {})", f.host, f.version);
+            for t in &f.tenants {
+                println!(
+                    "tenant {} (vni {}): {} entries, {} groups",
+                    t.tenant,
+                    t.vni,
+                    t.entries.len(),
+                    t.groups.len()
+                );
+                let mut entries = t.entries.clone();
+                entries.sort_by_key(|e| std::cmp::Reverse(e.priority));
+                for e in &entries {
+                    println!(
+                        "  {:>5} prio {:>4}  {}  =>  {}",
+                        e.id,
+                        e.priority,
+                        serde_json::to_string(&e.m).unwrap_or_default(),
+                        serde_json::to_string(&e.actions).unwrap_or_default()
+                    );
+                }
+                for (g, grp) in &t.groups {
+                    println!(
+                        "  group {g}: {}",
+                        serde_json::to_string(&grp.ranges).unwrap_or_default()
+                    );
+                }
+            }
+        }
+        GetWhat::Config { .. } => {}
+    }
+    Ok(())
+}
+
+/// `sluice delete ...`.
+pub fn delete(a: &DeleteArgs) -> Result<(), String> {
+    let c = a.client.client();
+    let raw = match &a.what {
+        DeleteWhat::Tenant { name } => c.delete_tenant_raw(name),
+        DeleteWhat::Vm { tenant, name } => c
+            .delete_vm(tenant, name)
+            .map(|d| serde_json::to_string(&d).unwrap_or_default()),
+    }
+    .map_err(|e| e.to_string())?;
+    if a.client.json {
+        println!("{}", pretty(&raw));
+        return Ok(());
+    }
+    let d: sluice_controller::api::Deleted = parse(&raw)?;
+    println!("deleted {}", d.deleted);
+    for (h, v) in &d.pushed {
+        println!("  host {h}: pushing version {v}");
+    }
+    Ok(())
+}
+
+/// `sluice status`: hosts alive and in sync, tenants, NF instances alive.
+pub fn status(a: &StatusArgs) -> Result<(), String> {
+    let c = a.client.client();
+    let e = |e: sluice_controller::client::ClientError| e.to_string();
+    let hosts = c.hosts().map_err(e)?;
+    let tenants = c.tenants().map_err(e)?;
+    let instances = c.instances().map_err(e)?;
+    if a.client.json {
+        let v = serde_json::json!({
+            "controller": c.base(),
+            "hosts": hosts,
+            "tenants": tenants,
+            "instances": instances,
+        });
+        println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+        return Ok(());
+    }
+    let alive = hosts.iter().filter(|h| h.alive).count();
+    let synced = hosts.iter().filter(|h| h.in_sync).count();
+    println!("controller {}", c.base());
+    println!(
+        "hosts: {} registered, {alive} alive, {synced} in sync",
+        hosts.len()
+    );
+    for h in &hosts {
+        println!(
+            "  host {:<3} {:<14} {:<5} version {} (agent runs {}){}",
+            h.id,
+            h.name,
+            if h.alive { "alive" } else { "DOWN" },
+            h.desired_version,
+            opt(h.reported_version),
+            h.push_error
+                .as_ref()
+                .map(|e| format!("  push error: {e}"))
+                .unwrap_or_default()
+        );
+    }
+    println!("tenants: {}", tenants.len());
+    for t in &tenants {
+        println!(
+            "  {:<16} vni {:<6} {} chains, {} instances, {} entries",
+            t.tenant, t.vni, t.chains, t.instances, t.entries
+        );
+    }
+    let running = instances.iter().filter(|i| i.alive == Some(true)).count();
+    println!("NF instances: {} placed, {running} alive", instances.len());
+    for i in instances.iter().filter(|i| i.alive != Some(true)) {
+        println!(
+            "  {:<24} host {} port {}: {}",
+            i.name, i.host, i.port, i.state
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,186 @@
+//! A blocking client of the controller's REST API (ureq), for the CLI, the
+//! testbed and tests.
+
+use std::time::Duration;
+
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use sluice_proto::{AgentConfig, HostRegistration, VmRegistration};
+
+use crate::api::*;
+
+/// A request that failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ClientError {
+    /// The controller answered with an error (its `error` message).
+    #[error("{message}")]
+    Api {
+        /// HTTP status.
+        status: u16,
+        /// The controller's message, naming the field or object at fault.
+        message: String,
+    },
+    /// The controller could not be reached, or answered something unreadable.
+    #[error("{0}")]
+    Transport(String),
+}
+
+/// The controller at a base URL (`http://127.0.0.1:7420`).
+#[derive(Debug, Clone)]
+pub struct Client {
+    base: String,
+    agent: ureq::Agent,
+}
+
+impl Client {
+    /// A client of the controller at `base`.
+    pub fn new(base: &str) -> Client {
+        Client {
+            base: base.trim_end_matches('/').to_string(),
+            agent: ureq::AgentBuilder::new()
+                .timeout_connect(Duration::from_secs(2))
+                .timeout(Duration::from_secs(30))
+                .build(),
+        }
+    }
+
+    /// The base URL.
+    pub fn base(&self) -> &str {
+        &self.base
+    }
+
+    fn call(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<(&str, String)>,
+    ) -> Result<String, ClientError> {
+        let url = format!("{}{path}", self.base);
+        let req = self.agent.request(method, &url);
+        let r = match body {
+            Some((ct, b)) => req.set("Content-Type", ct).send_string(&b),
+            None => req.call(),
+        };
+        match r {
+            Ok(resp) => resp
+                .into_string()
+                .map_err(|e| ClientError::Transport(format!("{method} {url}: {e}"))),
+            Err(ureq::Error::Status(status, resp)) => {
+                let text = resp.into_string().unwrap_or_default();
+                let message = serde_json::from_str::<ErrorBody>(&text)
+                    .map(|b| b.error)
+                    .unwrap_or_else(|_| format!("HTTP {status}: {text}"));
+                Err(ClientError::Api { status, message })
+            }
+            Err(e) => Err(ClientError::Transport(format!(
+                "cannot reach the controller at {}: {e}",
+                self.base
+            ))),
+        }
+    }
+
+    fn parse<T: DeserializeOwned>(text: &str) -> Result<T, ClientError> {
+        serde_json::from_str(text)
+            .map_err(|e| ClientError::Transport(format!("unexpected answer: {e}: {text}")))
+    }
+
+    fn send_json<T: DeserializeOwned>(
+        &self,
+        method: &str,
+        path: &str,
+        body: &impl Serialize,
+    ) -> Result<T, ClientError> {
+        let b = serde_json::to_string(body).map_err(|e| ClientError::Transport(e.to_string()))?;
+        Self::parse(&self.call(method, path, Some(("application/json", b)))?)
+    }
+
+    /// `GET path`, the raw JSON (or text) answer.
+    pub fn get_raw(&self, path: &str) -> Result<String, ClientError> {
+        self.call("GET", path, None)
+    }
+
+    /// `GET path`, parsed.
+    pub fn get<T: DeserializeOwned>(&self, path: &str) -> Result<T, ClientError> {
+        Self::parse(&self.get_raw(path)?)
+    }
+
+    /// Applies a tenant spec (`PUT /v1/tenants/{name}` if `name` is given, else
+    /// `POST /v1/tenants`); returns the raw JSON summary.
+    pub fn apply_raw(&self, name: Option<&str>, yaml: &str) -> Result<String, ClientError> {
+        let body = Some(("application/yaml", yaml.to_string()));
+        match name {
+            Some(n) => self.call("PUT", &format!("/v1/tenants/{n}"), body),
+            None => self.call("POST", "/v1/tenants", body),
+        }
+    }
+
+    /// Applies a tenant spec.
+    pub fn apply(&self, name: Option<&str>, yaml: &str) -> Result<ApplySummary, ClientError> {
+        Self::parse(&self.apply_raw(name, yaml)?)
+    }
+
+    /// Deletes a tenant; returns the raw JSON answer.
+    pub fn delete_tenant_raw(&self, name: &str) -> Result<String, ClientError> {
+        self.call("DELETE", &format!("/v1/tenants/{name}"), None)
+    }
+
+    /// Deletes a tenant.
+    pub fn delete_tenant(&self, name: &str) -> Result<Deleted, ClientError> {
+        Self::parse(&self.delete_tenant_raw(name)?)
+    }
+
+    /// Registers a host or heartbeats.
+    pub fn register_host(&self, reg: &HostRegistration) -> Result<HostAck, ClientError> {
+        self.send_json("POST", "/v1/hosts", reg)
+    }
+
+    /// Registers a VM.
+    pub fn register_vm(&self, reg: &VmRegistration) -> Result<VmInfo, ClientError> {
+        self.send_json("PUT", &format!("/v1/vms/{}/{}", reg.tenant, reg.name), reg)
+    }
+
+    /// Unregisters a VM.
+    pub fn delete_vm(&self, tenant: &str, name: &str) -> Result<Deleted, ClientError> {
+        Self::parse(&self.call("DELETE", &format!("/v1/vms/{tenant}/{name}"), None)?)
+    }
+
+    /// Applied tenants.
+    pub fn tenants(&self) -> Result<Vec<TenantSummary>, ClientError> {
+        self.get("/v1/tenants")
+    }
+
+    /// One tenant.
+    pub fn tenant(&self, name: &str) -> Result<TenantDetail, ClientError> {
+        self.get(&format!("/v1/tenants/{name}"))
+    }
+
+    /// Registered hosts.
+    pub fn hosts(&self) -> Result<Vec<HostInfo>, ClientError> {
+        self.get("/v1/hosts")
+    }
+
+    /// Registered VMs.
+    pub fn vms(&self) -> Result<Vec<VmInfo>, ClientError> {
+        self.get("/v1/vms")
+    }
+
+    /// NF instances with what their agents report.
+    pub fn instances(&self) -> Result<Vec<InstanceInfo>, ClientError> {
+        self.get("/v1/instances")
+    }
+
+    /// Chains of every tenant.
+    pub fn chains(&self) -> Result<Vec<ChainInfo>, ClientError> {
+        self.get("/v1/chains")
+    }
+
+    /// A host's FIB entries.
+    pub fn fib(&self, host: u32) -> Result<HostFibInfo, ClientError> {
+        self.get(&format!("/v1/hosts/{host}/fib"))
+    }
+
+    /// A host's whole configuration.
+    pub fn config(&self, host: u32) -> Result<AgentConfig, ClientError> {
+        self.get(&format!("/v1/hosts/{host}/config"))
+    }
+}

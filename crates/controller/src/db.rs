@@ -1,0 +1,360 @@
+//! The desired state, durable in SQLite: a restarted controller carries on with
+//! the same tenants, VNIs, placements and port ids, and configuration versions
+//! that keep increasing.
+//!
+//! Each change is written in one transaction ([`Db::save`]), so a crash leaves
+//! either the state before or the state after a request, never half of one.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use rusqlite::{params, Connection, Transaction};
+use sluice_proto::{AgentConfig, VmRegistration};
+use sluice_tenant::TenantSpec;
+
+use crate::place::{Desired, Host, Instance, Tenant, Vm};
+
+/// The database could not be opened, read or written.
+#[derive(Debug, thiserror::Error)]
+pub enum DbError {
+    /// SQLite refused.
+    #[error("database: {0}")]
+    Sqlite(#[from] rusqlite::Error),
+    /// The database file could not be opened.
+    #[error("database {path}: {source}")]
+    Open {
+        /// The file.
+        path: String,
+        /// Why.
+        source: rusqlite::Error,
+    },
+    /// A stored row does not make sense (edited by hand, or from another version).
+    #[error("database: {0}")]
+    Corrupt(String),
+}
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS tenants (
+    name TEXT PRIMARY KEY, yaml TEXT NOT NULL, vni INTEGER NOT NULL UNIQUE,
+    generation INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS hosts (
+    id INTEGER PRIMARY KEY, name TEXT NOT NULL, underlay TEXT NOT NULL, api TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS vms (
+    tenant TEXT NOT NULL, name TEXT NOT NULL, host INTEGER NOT NULL, iface TEXT NOT NULL,
+    mac TEXT NOT NULL, addr TEXT NOT NULL, gateway INTEGER NOT NULL, port INTEGER NOT NULL,
+    PRIMARY KEY (tenant, name));
+CREATE TABLE IF NOT EXISTS instances (
+    tenant TEXT NOT NULL, middlebox TEXT NOT NULL, idx INTEGER NOT NULL,
+    host INTEGER NOT NULL, port INTEGER NOT NULL,
+    PRIMARY KEY (tenant, middlebox, idx));
+CREATE TABLE IF NOT EXISTS host_configs (
+    host INTEGER PRIMARY KEY, version INTEGER NOT NULL, config TEXT NOT NULL);
+";
+
+/// The controller's database.
+pub struct Db {
+    conn: Connection,
+}
+
+fn corrupt(what: impl std::fmt::Display) -> DbError {
+    DbError::Corrupt(what.to_string())
+}
+
+impl Db {
+    /// Opens (creating if needed) the database at `path`; `:memory:` keeps it in
+    /// memory, for tests.
+    pub fn open(path: &Path) -> Result<Db, DbError> {
+        let open = |source| DbError::Open {
+            path: path.display().to_string(),
+            source,
+        };
+        let conn = if path.as_os_str() == ":memory:" {
+            Connection::open_in_memory().map_err(open)?
+        } else {
+            Connection::open(path).map_err(open)?
+        };
+        conn.execute_batch(SCHEMA).map_err(open)?;
+        Ok(Db { conn })
+    }
+
+    /// Loads the desired state and every host's last configuration. Tenant specs
+    /// are parsed again (checked against `registry` if given).
+    pub fn load(
+        &self,
+        registry: Option<&sluice_chain::Registry>,
+    ) -> Result<(Desired, BTreeMap<u32, AgentConfig>), DbError> {
+        let mut d = Desired {
+            next_vni: self
+                .conn
+                .query_row("SELECT value FROM meta WHERE key = 'next_vni'", [], |r| {
+                    r.get::<_, i64>(0)
+                })
+                .map(|v| v as u32)
+                .or_else(|e| match e {
+                    rusqlite::Error::QueryReturnedNoRows => Ok(1),
+                    e => Err(e),
+                })?,
+            ..Desired::default()
+        };
+        let mut st = self
+            .conn
+            .prepare("SELECT name, yaml, vni, generation FROM tenants")?;
+        let rows = st.query_map([], |r| {
+            Ok((
+                r.get::<_, String>(0)?,
+                r.get::<_, String>(1)?,
+                r.get::<_, i64>(2)?,
+                r.get::<_, i64>(3)?,
+            ))
+        })?;
+        for row in rows {
+            let (name, yaml, vni, generation) = row?;
+            let spec = TenantSpec::parse(&yaml, &format!("stored tenant {name}"), registry)
+                .map_err(corrupt)?;
+            d.tenants.insert(
+                name.clone(),
+                Tenant {
+                    name,
+                    yaml,
+                    spec,
+                    vni: vni as u32,
+                    generation: generation as u64,
+                },
+            );
+        }
+        let mut st = self
+            .conn
+            .prepare("SELECT id, name, underlay, api FROM hosts")?;
+        let rows = st.query_map([], |r| {
+            Ok((
+                r.get::<_, i64>(0)?,
+                r.get::<_, String>(1)?,
+                r.get::<_, String>(2)?,
+                r.get::<_, String>(3)?,
+            ))
+        })?;
+        for row in rows {
+            let (id, name, underlay, api) = row?;
+            let underlay = underlay
+                .parse()
+                .map_err(|_| corrupt(format!("host {id}: bad underlay `{underlay}`")))?;
+            d.hosts.insert(
+                id as u32,
+                Host {
+                    id: id as u32,
+                    name,
+                    underlay,
+                    api,
+                },
+            );
+        }
+        let mut st = self
+            .conn
+            .prepare("SELECT tenant, name, host, iface, mac, addr, gateway, port FROM vms")?;
+        let rows = st.query_map([], |r| {
+            Ok((
+                r.get::<_, String>(0)?,
+                r.get::<_, String>(1)?,
+                r.get::<_, i64>(2)?,
+                r.get::<_, String>(3)?,
+                r.get::<_, String>(4)?,
+                r.get::<_, String>(5)?,
+                r.get::<_, bool>(6)?,
+                r.get::<_, i64>(7)?,
+            ))
+        })?;
+        for row in rows {
+            let (tenant, name, host, iface, mac, addr, gateway, port) = row?;
+            let addr = addr
+                .parse()
+                .map_err(|_| corrupt(format!("vm {tenant}/{name}: bad addr `{addr}`")))?;
+            d.vms.insert(
+                (tenant.clone(), name.clone()),
+                Vm {
+                    reg: VmRegistration {
+                        tenant,
+                        name,
+                        host: host as u32,
+                        iface,
+                        mac,
+                        addr,
+                        gateway,
+                    },
+                    port: port as u16,
+                },
+            );
+        }
+        let mut st = self
+            .conn
+            .prepare("SELECT tenant, middlebox, idx, host, port FROM instances")?;
+        let rows = st.query_map([], |r| {
+            Ok((
+                r.get::<_, String>(0)?,
+                r.get::<_, String>(1)?,
+                r.get::<_, i64>(2)?,
+                r.get::<_, i64>(3)?,
+                r.get::<_, i64>(4)?,
+            ))
+        })?;
+        for row in rows {
+            let (tenant, mb, idx, host, port) = row?;
+            d.instances.insert(
+                (tenant, mb, idx as u32),
+                Instance {
+                    host: host as u32,
+                    port: port as u16,
+                },
+            );
+        }
+        let mut configs = BTreeMap::new();
+        let mut st = self
+            .conn
+            .prepare("SELECT host, version, config FROM host_configs")?;
+        let rows = st.query_map([], |r| {
+            Ok((
+                r.get::<_, i64>(0)?,
+                r.get::<_, i64>(1)?,
+                r.get::<_, String>(2)?,
+            ))
+        })?;
+        for row in rows {
+            let (host, version, text) = row?;
+            let mut cfg: AgentConfig = serde_json::from_str(&text)
+                .map_err(|e| corrupt(format!("config of host {host}: {e}")))?;
+            cfg.version = version as u64;
+            configs.insert(host as u32, cfg);
+        }
+        Ok((d, configs))
+    }
+
+    /// Replaces the stored state with `d` and `configs`, in one transaction.
+    pub fn save(
+        &mut self,
+        d: &Desired,
+        configs: &BTreeMap<u32, AgentConfig>,
+    ) -> Result<(), DbError> {
+        let tx = self.conn.transaction()?;
+        write_all(&tx, d, configs)?;
+        tx.commit()?;
+        Ok(())
+    }
+}
+
+fn write_all(
+    tx: &Transaction<'_>,
+    d: &Desired,
+    configs: &BTreeMap<u32, AgentConfig>,
+) -> Result<(), DbError> {
+    tx.execute_batch(
+        "DELETE FROM tenants; DELETE FROM hosts; DELETE FROM vms; DELETE FROM instances;",
+    )?;
+    tx.execute(
+        "INSERT OR REPLACE INTO meta (key, value) VALUES ('next_vni', ?1)",
+        params![d.next_vni as i64],
+    )?;
+    for t in d.tenants.values() {
+        tx.execute(
+            "INSERT INTO tenants (name, yaml, vni, generation) VALUES (?1, ?2, ?3, ?4)",
+            params![t.name, t.yaml, t.vni as i64, t.generation as i64],
+        )?;
+    }
+    for h in d.hosts.values() {
+        tx.execute(
+            "INSERT INTO hosts (id, name, underlay, api) VALUES (?1, ?2, ?3, ?4)",
+            params![h.id as i64, h.name, h.underlay.to_string(), h.api],
+        )?;
+    }
+    for v in d.vms.values() {
+        let r = &v.reg;
+        tx.execute(
+            "INSERT INTO vms (tenant, name, host, iface, mac, addr, gateway, port)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+            params![
+                r.tenant,
+                r.name,
+                r.host as i64,
+                r.iface,
+                r.mac,
+                r.addr.to_string(),
+                r.gateway,
+                v.port as i64
+            ],
+        )?;
+    }
+    for ((t, mb, k), i) in &d.instances {
+        tx.execute(
+            "INSERT INTO instances (tenant, middlebox, idx, host, port) VALUES (?1, ?2, ?3, ?4, ?5)",
+            params![t, mb, *k as i64, i.host as i64, i.port as i64],
+        )?;
+    }
+    // Versions must never go back, so configurations are only ever replaced.
+    for (h, cfg) in configs {
+        let text = serde_json::to_string(cfg).map_err(corrupt)?;
+        tx.execute(
+            "INSERT OR REPLACE INTO host_configs (host, version, config) VALUES (?1, ?2, ?3)",
+            params![*h as i64, cfg.version as i64, text],
+        )?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::place::versioned;
+
+    #[test]
+    fn state_round_trips() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.db");
+        let text = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../examples/tenant/figure4.yaml"
+        ))
+        .unwrap();
+        let reg = sluice_builtin::registry();
+        let spec = TenantSpec::parse(&text, "f4", Some(&reg)).unwrap();
+        let mut d = Desired::default();
+        for h in 1..=2u32 {
+            d.hosts.insert(
+                h,
+                Host {
+                    id: h,
+                    name: format!("h{h}"),
+                    underlay: std::net::Ipv4Addr::new(10, 255, 0, h as u8),
+                    api: "http://127.0.0.1:1".into(),
+                },
+            );
+        }
+        for (n, a, g) in [
+            ("gateway", "198.51.100.10", true),
+            ("web-a1", "10.10.1.11", false),
+            ("web-a2", "10.10.1.12", false),
+            ("web-b1", "10.10.2.11", false),
+            ("web-b2", "10.10.2.12", false),
+        ] {
+            d.register_vm(VmRegistration {
+                tenant: "acme".into(),
+                name: n.into(),
+                host: 1 + (n.len() as u32 % 2),
+                iface: format!("if-{n}"),
+                mac: "02:00:00:00:00:09".into(),
+                addr: a.parse().unwrap(),
+                gateway: g,
+            })
+            .unwrap();
+        }
+        d.apply_tenant(&text, spec).unwrap();
+        let mut cfgs = d.configs("local").unwrap();
+        versioned(&BTreeMap::new(), &mut cfgs);
+        {
+            let mut db = Db::open(&path).unwrap();
+            db.save(&d, &cfgs).unwrap();
+        }
+        let db = Db::open(&path).unwrap();
+        let (d2, c2) = db.load(Some(&reg)).unwrap();
+        assert_eq!(d2, d);
+        assert_eq!(c2, cfgs);
+    }
+}

@@ -1,0 +1,809 @@
+//! The controller's desired state and the pure functions over it: NF instance
+//! placement, port ids, each tenant's [`Placement`], and the merged
+//! [`AgentConfig`] of every host.
+//!
+//! Nothing here does I/O: the server mutates a copy of [`Desired`], asks for the
+//! configurations, and only if every step succeeded persists and swaps the copy in,
+//! so a refused request changes nothing.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::Ipv4Addr;
+
+use serde_yaml::{Mapping, Value};
+use sluice_proto::{
+    AgentConfig, InstanceConfig, Peer, PortConfig, PortKind, TenantFib, VmRegistration,
+};
+use sluice_switch::{Action, HostId, Output, PortId};
+use sluice_tenant::{Element, TenantSpec};
+
+use crate::compile::{compile, CompileError, Compiled, Placement};
+
+/// Highest port id: instance ports need a link address from
+/// [`sluice_proto::instance_link`], and VM ports share the same id space.
+pub const MAX_PORT: u16 = 16383;
+
+/// Highest VNI (Geneve carries 24 bits).
+pub const MAX_VNI: u32 = 0x00ff_ffff;
+
+/// An applied tenant.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Tenant {
+    /// Tenant name (the spec's `tenant`).
+    pub name: String,
+    /// The spec as applied.
+    pub yaml: String,
+    /// The spec, parsed and validated.
+    pub spec: TenantSpec,
+    /// Its VNI, fixed for the tenant's lifetime.
+    pub vni: u32,
+    /// Increases each time a different spec is applied.
+    pub generation: u64,
+}
+
+/// A registered host.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Host {
+    /// Host id (at least 1).
+    pub id: u32,
+    /// Human name.
+    pub name: String,
+    /// Tunnel endpoint.
+    pub underlay: Ipv4Addr,
+    /// Base URL of its agent's API.
+    pub api: String,
+}
+
+/// A registered VM and the switch port it was given.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Vm {
+    /// The registration as received.
+    pub reg: VmRegistration,
+    /// Port id on `reg.host`.
+    pub port: u16,
+}
+
+/// Where one NF instance runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Instance {
+    /// Host id.
+    pub host: u32,
+    /// Port id on that host.
+    pub port: u16,
+}
+
+/// `(tenant, middlebox, index)` of an NF instance.
+pub type InstanceKey = (String, String, u32);
+
+/// Everything the controller was asked for, and what it decided.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Desired {
+    /// Applied tenants by name.
+    pub tenants: BTreeMap<String, Tenant>,
+    /// Registered hosts by id.
+    pub hosts: BTreeMap<u32, Host>,
+    /// Registered VMs by `(tenant, name)`.
+    pub vms: BTreeMap<(String, String), Vm>,
+    /// Placed NF instances.
+    pub instances: BTreeMap<InstanceKey, Instance>,
+    /// The VNI the next new tenant gets (VNIs are never reused).
+    pub next_vni: u32,
+}
+
+/// A request the desired state cannot accommodate.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PlaceError {
+    /// No host is registered to run NF instances on.
+    #[error("no host is registered: cannot place the instances of middlebox `{middlebox}` of tenant `{tenant}`")]
+    NoHosts {
+        /// Tenant.
+        tenant: String,
+        /// Middlebox.
+        middlebox: String,
+    },
+    /// A host has no port id left.
+    #[error("host {host} has no free port id (1..={MAX_PORT} are all in use)")]
+    PortsExhausted {
+        /// Host id.
+        host: u32,
+    },
+    /// Every VNI was handed out.
+    #[error("no VNI left (1..={MAX_VNI} were all handed out)")]
+    VnisExhausted,
+    /// The tenant has external elements but no gateway VM.
+    #[error("tenant `{0}` has external elements but no VM registered with `gateway: true` (register one with PUT /v1/vms/{0}/NAME)")]
+    NoGateway(String),
+    /// A second gateway for a tenant.
+    #[error("gateway: tenant `{tenant}` already has gateway VM `{existing}`")]
+    GatewayTaken {
+        /// Tenant.
+        tenant: String,
+        /// The registered gateway.
+        existing: String,
+    },
+    /// A VM registered with another address than its tenant's spec gives it.
+    #[error("addr: VM `{vm}` of tenant `{tenant}` is registered with {registered}, but the spec gives it {spec}")]
+    AddrMismatch {
+        /// Tenant.
+        tenant: String,
+        /// VM name.
+        vm: String,
+        /// Address in the spec.
+        spec: String,
+        /// Address registered.
+        registered: String,
+    },
+    /// A service VM of the spec is not registered.
+    #[error("tenant `{tenant}`: VM `{vm}` is not registered (register it with PUT /v1/vms/{tenant}/{vm} before applying)")]
+    UnregisteredVm {
+        /// Tenant.
+        tenant: String,
+        /// VM name.
+        vm: String,
+    },
+    /// The chain compiler refused the tenant.
+    #[error("tenant `{tenant}`: {source}")]
+    Compile {
+        /// Tenant.
+        tenant: String,
+        /// Why.
+        source: CompileError,
+    },
+}
+
+impl Desired {
+    /// Port ids in use on `host` (VMs of any tenant, applied or not, and instances).
+    pub fn used_ports(&self, host: u32) -> BTreeSet<u16> {
+        let vms = self
+            .vms
+            .values()
+            .filter(|v| v.reg.host == host)
+            .map(|v| v.port);
+        let inst = self
+            .instances
+            .values()
+            .filter(|i| i.host == host)
+            .map(|i| i.port);
+        vms.chain(inst).collect()
+    }
+
+    /// The smallest port id not in use on `host`.
+    pub fn free_port(&self, host: u32) -> Result<u16, PlaceError> {
+        let used = self.used_ports(host);
+        (1..=MAX_PORT)
+            .find(|p| !used.contains(p))
+            .ok_or(PlaceError::PortsExhausted { host })
+    }
+
+    /// Registers (or re-registers) a VM and returns its port id: a VM staying on
+    /// its host keeps its port; one moving gets a new port on its new host.
+    pub fn register_vm(&mut self, reg: VmRegistration) -> Result<u16, PlaceError> {
+        if reg.gateway {
+            if let Some(g) = self
+                .vms
+                .values()
+                .find(|v| v.reg.tenant == reg.tenant && v.reg.gateway && v.reg.name != reg.name)
+            {
+                return Err(PlaceError::GatewayTaken {
+                    tenant: reg.tenant.clone(),
+                    existing: g.reg.name.clone(),
+                });
+            }
+        }
+        let key = (reg.tenant.clone(), reg.name.clone());
+        let port = match self.vms.remove(&key) {
+            Some(old) if old.reg.host == reg.host => old.port,
+            _ => self.free_port(reg.host)?,
+        };
+        self.vms.insert(key, Vm { reg, port });
+        Ok(port)
+    }
+
+    /// Applies a validated spec: records it (a new tenant gets the next VNI) and
+    /// places its NF instances. Returns false if the same spec was already applied
+    /// (nothing changed).
+    pub fn apply_tenant(&mut self, yaml: &str, spec: TenantSpec) -> Result<bool, PlaceError> {
+        let name = spec.tenant.clone();
+        let (vni, generation) = match self.tenants.get(&name) {
+            Some(t) if t.yaml == yaml && t.spec == spec => return Ok(false),
+            Some(t) => (t.vni, t.generation + 1),
+            None => {
+                let vni = self.next_vni.max(1);
+                if vni > MAX_VNI {
+                    return Err(PlaceError::VnisExhausted);
+                }
+                self.next_vni = vni + 1;
+                (vni, 1)
+            }
+        };
+        self.tenants.insert(
+            name.clone(),
+            Tenant {
+                name: name.clone(),
+                yaml: yaml.to_string(),
+                spec,
+                vni,
+                generation,
+            },
+        );
+        self.place_instances(&name)?;
+        Ok(true)
+    }
+
+    /// Removes a tenant and its NF instances (its VMs stay registered). Returns
+    /// whether it existed.
+    pub fn remove_tenant(&mut self, name: &str) -> bool {
+        self.instances.retain(|k, _| k.0 != name);
+        self.tenants.remove(name).is_some()
+    }
+
+    /// Brings the tenant's NF instances in line with its spec: instances of
+    /// middleboxes that are gone, or beyond a middlebox's `instances`, are removed;
+    /// missing ones go to the host with the fewest NF instances (ties: lowest id).
+    /// Existing instances never move.
+    pub fn place_instances(&mut self, tenant: &str) -> Result<(), PlaceError> {
+        let Some(t) = self.tenants.get(tenant) else {
+            return Ok(());
+        };
+        let want: BTreeMap<String, u32> = t
+            .spec
+            .elements
+            .iter()
+            .filter_map(|(n, e)| match e {
+                Element::Middlebox { instances, .. } => Some((n.clone(), *instances)),
+                _ => None,
+            })
+            .collect();
+        self.instances
+            .retain(|k, _| k.0 != tenant || want.get(&k.1).is_some_and(|&n| k.2 < n));
+        for (mb, n) in want {
+            for k in 0..n {
+                let key = (tenant.to_string(), mb.clone(), k);
+                if self.instances.contains_key(&key) {
+                    continue;
+                }
+                let host = self.least_loaded().ok_or_else(|| PlaceError::NoHosts {
+                    tenant: tenant.to_string(),
+                    middlebox: mb.clone(),
+                })?;
+                let port = self.free_port(host)?;
+                self.instances.insert(key, Instance { host, port });
+            }
+        }
+        Ok(())
+    }
+
+    /// The registered host running the fewest NF instances (ties: lowest id).
+    fn least_loaded(&self) -> Option<u32> {
+        let mut load: BTreeMap<u32, usize> = self.hosts.keys().map(|&h| (h, 0)).collect();
+        for i in self.instances.values() {
+            if let Some(n) = load.get_mut(&i.host) {
+                *n += 1;
+            }
+        }
+        load.into_iter()
+            .min_by_key(|&(h, n)| (n, h))
+            .map(|(h, _)| h)
+    }
+
+    /// The tenant's placement for the compiler. A tenant without external elements
+    /// may lack a gateway: it then gets host 0 (never a real host), whose entries
+    /// [`Desired::compile_tenant`] strips.
+    pub fn placement(&self, tenant: &str) -> Result<Placement, PlaceError> {
+        let t = &self.tenants[tenant];
+        let mut p = Placement {
+            vni: t.vni,
+            gateway: (HostId(0), PortId(0)),
+            ..Placement::default()
+        };
+        let mut gateway = None;
+        for ((tn, name), vm) in &self.vms {
+            if tn != tenant {
+                continue;
+            }
+            p.vms
+                .insert(name.clone(), (HostId(vm.reg.host), PortId(vm.port)));
+            if vm.reg.gateway {
+                gateway = Some((HostId(vm.reg.host), PortId(vm.port)));
+            }
+        }
+        let mut externals = false;
+        for e in t.spec.elements.values() {
+            match e {
+                Element::Service { vms } => {
+                    for v in vms {
+                        let Some(r) = self.vms.get(&(tenant.to_string(), v.name.clone())) else {
+                            return Err(PlaceError::UnregisteredVm {
+                                tenant: tenant.to_string(),
+                                vm: v.name.clone(),
+                            });
+                        };
+                        if r.reg.addr.to_string() != v.addr.to_string() {
+                            return Err(PlaceError::AddrMismatch {
+                                tenant: tenant.to_string(),
+                                vm: v.name.clone(),
+                                spec: v.addr.to_string(),
+                                registered: r.reg.addr.to_string(),
+                            });
+                        }
+                    }
+                }
+                Element::External { .. } => externals = true,
+                _ => {}
+            }
+        }
+        match gateway {
+            Some(g) => p.gateway = g,
+            None if externals => return Err(PlaceError::NoGateway(tenant.to_string())),
+            None => {}
+        }
+        for ((tn, mb, _), i) in &self.instances {
+            if tn == tenant {
+                p.instances
+                    .entry(mb.clone())
+                    .or_default()
+                    .push((HostId(i.host), PortId(i.port)));
+            }
+        }
+        Ok(p)
+    }
+
+    /// Compiles one applied tenant.
+    pub fn compile_tenant(&self, tenant: &str) -> Result<Compiled, PlaceError> {
+        let t = &self.tenants[tenant];
+        let p = self.placement(tenant)?;
+        let mut c = compile(&t.spec, &p).map_err(|source| PlaceError::Compile {
+            tenant: tenant.to_string(),
+            source,
+        })?;
+        if p.gateway.0 == HostId(0) {
+            // No gateway: traffic for no VM of the tenant has nowhere to go.
+            c.hosts.remove(&HostId(0));
+            for hf in c.hosts.values_mut() {
+                hf.entries.retain(|e| {
+                    !e.actions
+                        .iter()
+                        .any(|a| matches!(a, Action::Output(Output::Host(HostId(0)))))
+                });
+            }
+        }
+        Ok(c)
+    }
+
+    /// Compiles every applied tenant.
+    pub fn compile_all(&self) -> Result<BTreeMap<String, Compiled>, PlaceError> {
+        self.tenants
+            .keys()
+            .map(|n| Ok((n.clone(), self.compile_tenant(n)?)))
+            .collect()
+    }
+
+    /// Every registered host's configuration (version 0: see [`versioned`]).
+    /// Only applied tenants' VMs, instances and entries appear.
+    pub fn configs(&self, state_url: &str) -> Result<BTreeMap<u32, AgentConfig>, PlaceError> {
+        let compiled = self.compile_all()?;
+        let peers: Vec<Peer> = self
+            .hosts
+            .values()
+            .map(|h| Peer {
+                host: h.id,
+                underlay: h.underlay,
+            })
+            .collect();
+        let mut out = BTreeMap::new();
+        for &h in self.hosts.keys() {
+            let mut cfg = AgentConfig {
+                version: 0,
+                host: h,
+                peers: peers.clone(),
+                ..AgentConfig::default()
+            };
+            for ((tn, name), vm) in &self.vms {
+                let Some(t) = self.tenants.get(tn) else {
+                    continue;
+                };
+                if vm.reg.host == h {
+                    cfg.ports.push(PortConfig {
+                        id: vm.port,
+                        vni: t.vni,
+                        kind: PortKind::Vm {
+                            name: name.clone(),
+                            iface: vm.reg.iface.clone(),
+                            mac: vm.reg.mac.clone(),
+                        },
+                    });
+                }
+            }
+            for ((tn, mb, k), i) in &self.instances {
+                let Some(t) = self.tenants.get(tn) else {
+                    continue;
+                };
+                if i.host != h {
+                    continue;
+                }
+                let name = instance_name(tn, mb, *k);
+                cfg.ports.push(PortConfig {
+                    id: i.port,
+                    vni: t.vni,
+                    kind: PortKind::Instance { name: name.clone() },
+                });
+                let chain_yaml = match t.spec.elements.get(mb) {
+                    Some(Element::Middlebox {
+                        function, config, ..
+                    }) => chain_yaml(tn, mb, function, config),
+                    _ => continue,
+                };
+                cfg.instances.push(InstanceConfig {
+                    name,
+                    tenant: tn.clone(),
+                    middlebox: mb.clone(),
+                    port: i.port,
+                    vni: t.vni,
+                    chain_yaml,
+                    state: state_url.to_string(),
+                });
+            }
+            cfg.ports.sort_by_key(|p| p.id);
+            for (tn, c) in &compiled {
+                if let Some(hf) = c.hosts.get(&HostId(h)) {
+                    cfg.tenants.push(TenantFib {
+                        tenant: tn.clone(),
+                        vni: self.tenants[tn].vni,
+                        entries: hf.entries.clone(),
+                        groups: hf.groups.iter().map(|(g, v)| (g.0, v.clone())).collect(),
+                    });
+                }
+            }
+            out.insert(h, cfg);
+        }
+        Ok(out)
+    }
+}
+
+/// `tenant/middlebox/k`, the name of an NF instance.
+pub fn instance_name(tenant: &str, middlebox: &str, k: u32) -> String {
+    format!("{tenant}/{middlebox}/{k}")
+}
+
+/// The chain an instance of a middlebox runs: one function named after the
+/// middlebox, in a chain named `{tenant}.{middlebox}` so every instance of the
+/// middlebox shares its state keys.
+pub fn chain_yaml(tenant: &str, middlebox: &str, function: &str, config: &Value) -> String {
+    let mut f = Mapping::new();
+    f.insert("type".into(), function.into());
+    f.insert("name".into(), middlebox.into());
+    if let Value::Mapping(m) = config {
+        for (k, v) in m {
+            if k.as_str().is_some_and(|k| k == "type" || k == "name") {
+                continue;
+            }
+            f.insert(k.clone(), v.clone());
+        }
+    }
+    let mut settings = Mapping::new();
+    settings.insert("batch_size".into(), 32u64.into());
+    settings.insert("timer_interval_ms".into(), 100u64.into());
+    let mut doc = Mapping::new();
+    doc.insert("name".into(), format!("{tenant}.{middlebox}").into());
+    doc.insert("functions".into(), Value::Sequence(vec![Value::Mapping(f)]));
+    doc.insert("settings".into(), Value::Mapping(settings));
+    // A mapping of strings, numbers and YAML values always serialises.
+    serde_yaml::to_string(&Value::Mapping(doc)).unwrap_or_default()
+}
+
+/// Gives each new configuration its version: unchanged (version aside) keeps the
+/// old version, changed or new gets the old one plus one. Returns the hosts whose
+/// version changed.
+pub fn versioned(
+    old: &BTreeMap<u32, AgentConfig>,
+    new: &mut BTreeMap<u32, AgentConfig>,
+) -> Vec<u32> {
+    let mut changed = Vec::new();
+    for (h, cfg) in new.iter_mut() {
+        match old.get(h) {
+            Some(o) => {
+                cfg.version = o.version;
+                if o != cfg {
+                    cfg.version = o.version + 1;
+                    changed.push(*h);
+                }
+            }
+            None => {
+                cfg.version = 1;
+                changed.push(*h);
+            }
+        }
+    }
+    changed
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sluice_switch::Fib;
+
+    fn figure4() -> (String, TenantSpec) {
+        let text = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../examples/tenant/figure4.yaml"
+        ))
+        .unwrap();
+        let spec =
+            TenantSpec::parse(&text, "figure4.yaml", Some(&sluice_builtin::registry())).unwrap();
+        (text, spec)
+    }
+
+    fn vm(name: &str, host: u32, addr: &str, gateway: bool) -> VmRegistration {
+        VmRegistration {
+            tenant: "acme".into(),
+            name: name.into(),
+            host,
+            iface: format!("v-{name}"),
+            mac: "02:00:00:00:00:01".into(),
+            addr: addr.parse().unwrap(),
+            gateway,
+        }
+    }
+
+    fn hosts(n: u32) -> Desired {
+        let mut d = Desired::default();
+        for h in 1..=n {
+            d.hosts.insert(
+                h,
+                Host {
+                    id: h,
+                    name: format!("h{h}"),
+                    underlay: Ipv4Addr::new(10, 255, 0, h as u8),
+                    api: format!("http://127.0.0.1:{}", 7100 + h),
+                },
+            );
+        }
+        d
+    }
+
+    fn figure4_vms(d: &mut Desired) {
+        d.register_vm(vm("gateway", 1, "198.51.100.10", true))
+            .unwrap();
+        d.register_vm(vm("web-a1", 2, "10.10.1.11", false)).unwrap();
+        d.register_vm(vm("web-a2", 3, "10.10.1.12", false)).unwrap();
+        d.register_vm(vm("web-b1", 1, "10.10.2.11", false)).unwrap();
+        d.register_vm(vm("web-b2", 2, "10.10.2.12", false)).unwrap();
+    }
+
+    #[test]
+    fn instances_go_to_least_loaded_hosts_deterministically() {
+        let (text, spec) = figure4();
+        let mut d = hosts(3);
+        figure4_vms(&mut d);
+        assert!(d.apply_tenant(&text, spec.clone()).unwrap());
+        let got: Vec<(String, u32, u32)> = d
+            .instances
+            .iter()
+            .map(|(k, i)| (k.1.clone(), k.2, i.host))
+            .collect();
+        // fw x2, ips, lb-a, lb-b, mon in name order, round the hosts by load.
+        assert_eq!(
+            got,
+            vec![
+                ("fw".into(), 0, 1),
+                ("fw".into(), 1, 2),
+                ("ips".into(), 0, 3),
+                ("lb-a".into(), 0, 1),
+                ("lb-b".into(), 0, 2),
+                ("mon".into(), 0, 3),
+            ]
+        );
+        // Same spec again: nothing changes.
+        let before = d.clone();
+        assert!(!d.apply_tenant(&text, spec).unwrap());
+        assert_eq!(d, before);
+    }
+
+    #[test]
+    fn a_changed_spec_keeps_existing_instances_in_place() {
+        let (text, spec) = figure4();
+        let mut d = hosts(3);
+        figure4_vms(&mut d);
+        d.apply_tenant(&text, spec).unwrap();
+        let before = d.instances.clone();
+        // Three firewalls, no monitor (and no mirror to it).
+        let text2 = text
+            .replace("instances: 2", "instances: 3")
+            .replace("    mirror: [mon]\n", "")
+            .replace("  mon: { type: middlebox, function: monitor }\n", "");
+        let spec2 = TenantSpec::parse(&text2, "f4b", Some(&sluice_builtin::registry())).unwrap();
+        assert!(d.apply_tenant(&text2, spec2).unwrap());
+        let t = &d.tenants["acme"];
+        assert_eq!((t.vni, t.generation), (1, 2));
+        for (k, i) in &before {
+            if k.1 == "mon" {
+                assert!(!d.instances.contains_key(k));
+            } else {
+                assert_eq!(d.instances.get(k), Some(i), "{k:?} moved");
+            }
+        }
+        let fw2 = d.instances[&("acme".into(), "fw".into(), 2)];
+        // mon's host (3) was freed and is now the least loaded.
+        assert_eq!(fw2.host, 3);
+        d.configs("local").unwrap();
+    }
+
+    #[test]
+    fn port_ids_are_unique_per_host_and_not_reused_while_in_use() {
+        let (text, spec) = figure4();
+        let mut d = hosts(3);
+        figure4_vms(&mut d);
+        d.apply_tenant(&text, spec).unwrap();
+        for h in 1..=3 {
+            let mut ports: Vec<u16> = d
+                .vms
+                .values()
+                .filter(|v| v.reg.host == h)
+                .map(|v| v.port)
+                .chain(d.instances.values().filter(|i| i.host == h).map(|i| i.port))
+                .collect();
+            let n = ports.len();
+            ports.sort();
+            ports.dedup();
+            assert_eq!(ports.len(), n, "host {h} has duplicate ports");
+            assert!(ports.iter().all(|&p| (1..=MAX_PORT).contains(&p)));
+        }
+        // Re-registering on the same host keeps the port; moving gets a free one.
+        let p = d.vms[&("acme".into(), "web-a1".into())].port;
+        assert_eq!(d.register_vm(vm("web-a1", 2, "10.10.1.11", false)), Ok(p));
+        let moved = d.register_vm(vm("web-a1", 3, "10.10.1.11", false)).unwrap();
+        assert!(!d.instances.values().any(|i| i.host == 3 && i.port == moved));
+    }
+
+    #[test]
+    fn configs_install_and_carry_every_instance() {
+        let (text, spec) = figure4();
+        let mut d = hosts(3);
+        figure4_vms(&mut d);
+        d.apply_tenant(&text, spec).unwrap();
+        let mut cfgs = d.configs("redis://127.0.0.1:6379").unwrap();
+        let changed = versioned(&BTreeMap::new(), &mut cfgs);
+        assert_eq!(changed, vec![1, 2, 3]);
+        let mut instances = 0;
+        for (h, c) in &cfgs {
+            assert_eq!(c.host, *h);
+            assert_eq!(c.version, 1);
+            assert_eq!(c.peers.len(), 3);
+            assert_eq!(c.tenants.len(), 1);
+            for t in &c.tenants {
+                let mut f = Fib::new();
+                f.replace(
+                    t.entries.clone(),
+                    t.groups
+                        .iter()
+                        .map(|(g, v)| (sluice_switch::GroupId(*g), v.clone()))
+                        .collect(),
+                    c.version,
+                )
+                .unwrap();
+            }
+            for i in &c.instances {
+                assert!(c.ports.iter().any(|p| p.id == i.port
+                    && p.kind
+                        == PortKind::Instance {
+                            name: i.name.clone()
+                        }));
+                assert_eq!(i.state, "redis://127.0.0.1:6379");
+            }
+            instances += c.instances.len();
+        }
+        assert_eq!(instances, 6);
+        // Unchanged state: same versions.
+        let mut again = d.configs("redis://127.0.0.1:6379").unwrap();
+        assert!(versioned(&cfgs, &mut again).is_empty());
+        assert_eq!(again, cfgs);
+    }
+
+    #[test]
+    fn chain_yaml_parses_for_every_function_of_figure4() {
+        let (_, spec) = figure4();
+        let reg = sluice_builtin::registry();
+        let mut kinds = BTreeSet::new();
+        for (name, e) in &spec.elements {
+            if let Element::Middlebox {
+                function, config, ..
+            } = e
+            {
+                let y = chain_yaml("acme", name, function, config);
+                let cs = sluice_chain::ChainSpec::from_str(&y, std::path::Path::new("gen.yaml"))
+                    .unwrap_or_else(|e| panic!("{y}\n{e}"));
+                assert_eq!(cs.name, format!("acme.{name}"));
+                assert_eq!(cs.functions.len(), 1);
+                assert_eq!(cs.functions[0].name, *name);
+                assert_eq!(cs.functions[0].kind, *function);
+                assert_eq!(cs.settings.batch_size, 32);
+                assert_eq!(cs.settings.timer_interval_ms, 100);
+                sluice_chain::Chain::from_spec(
+                    &cs,
+                    std::path::Path::new("."),
+                    &reg,
+                    sluice_chain::Sharing::Shared,
+                )
+                .unwrap_or_else(|e| panic!("{y}\n{e}"));
+                kinds.insert(function.clone());
+            }
+        }
+        let want: BTreeSet<String> = ["firewall", "ips", "lb", "monitor"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        assert_eq!(kinds, want);
+    }
+
+    #[test]
+    fn refusals_leave_reasons() {
+        let (text, spec) = figure4();
+        // No hosts: unplaceable.
+        let mut d = Desired::default();
+        figure4_vms(&mut d);
+        assert!(matches!(
+            d.apply_tenant(&text, spec.clone()),
+            Err(PlaceError::NoHosts { .. })
+        ));
+        // A VM missing.
+        let mut d = hosts(2);
+        d.register_vm(vm("gateway", 1, "198.51.100.10", true))
+            .unwrap();
+        d.apply_tenant(&text, spec.clone()).unwrap();
+        let e = d.configs("local").unwrap_err();
+        assert!(e.to_string().contains("web-a1"), "{e}");
+        // Wrong address.
+        figure4_vms(&mut d);
+        d.register_vm(vm("web-a1", 2, "10.10.1.99", false)).unwrap();
+        let e = d.configs("local").unwrap_err();
+        assert!(matches!(e, PlaceError::AddrMismatch { .. }), "{e}");
+        // Second gateway.
+        assert!(matches!(
+            d.register_vm(vm("gw2", 1, "198.51.100.11", true)),
+            Err(PlaceError::GatewayTaken { .. })
+        ));
+    }
+
+    #[test]
+    fn deleting_a_tenant_frees_its_instances_and_new_tenants_get_new_vnis() {
+        let (text, spec) = figure4();
+        let mut d = hosts(2);
+        figure4_vms(&mut d);
+        d.apply_tenant(&text, spec.clone()).unwrap();
+        assert_eq!(d.tenants["acme"].vni, 1);
+        assert!(d.remove_tenant("acme"));
+        assert!(d.instances.is_empty());
+        let cfgs = d.configs("local").unwrap();
+        assert!(cfgs
+            .values()
+            .all(|c| c.ports.is_empty() && c.tenants.is_empty()));
+        d.apply_tenant(&text, spec).unwrap();
+        assert_eq!(d.tenants["acme"].vni, 2);
+    }
+
+    #[test]
+    fn a_tenant_without_externals_needs_no_gateway() {
+        let text = "tenant: t\nelements:\n  a: { type: service, vms: { a1: 10.0.0.1 } }\n  b: { type: service, vms: { b1: 10.0.0.2 } }\n  m: { type: middlebox, function: monitor }\nchains:\n  - { name: ab, path: [a, m, b] }\n";
+        let spec = TenantSpec::parse(text, "t.yaml", Some(&sluice_builtin::registry())).unwrap();
+        let mut d = hosts(1);
+        for (n, a) in [("a1", "10.0.0.1"), ("b1", "10.0.0.2")] {
+            let mut r = vm(n, 1, a, false);
+            r.tenant = "t".into();
+            d.register_vm(r).unwrap();
+        }
+        d.apply_tenant(text, spec).unwrap();
+        let c = d.compile_tenant("t").unwrap();
+        assert_eq!(c.hosts.keys().copied().collect::<Vec<_>>(), vec![HostId(1)]);
+        let cfgs = d.configs("local").unwrap();
+        let t = &cfgs[&1].tenants[0];
+        let mut f = Fib::new();
+        f.replace(
+            t.entries.clone(),
+            t.groups
+                .iter()
+                .map(|(g, v)| (sluice_switch::GroupId(*g), v.clone()))
+                .collect(),
+            1,
+        )
+        .unwrap();
+    }
+}

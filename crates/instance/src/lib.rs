@@ -1,0 +1,511 @@
+//! One NF instance: the data plane of a middlebox instance process.
+//!
+//! The instance's agent sends it tenant frames Geneve-encapsulated over UDP (the
+//! kernel adds and strips the outer headers). The instance decapsulates each
+//! datagram, runs its chain (loaded from a chain YAML file, functions from
+//! `sluice_builtin`) on whole batches with its state in the configured store, and
+//! sends every forwarded frame back to the agent behind the Geneve header it came
+//! with (the same bytes; a header longer than [`GENEVE_HEADER_MAX`], i.e. with
+//! options besides chain/hop, is regenerated from its VNI and chain/hop option), so
+//! the agent knows where the packet is in its tenant chain.
+//!
+//! [`Core`] is the sans-IO part (datagrams in, messages out); [`run`] wraps it in a
+//! UDP socket opened inside the instance's network namespace, a poll loop and a
+//! real clock for the chain's timers.
+
+use std::collections::BTreeMap;
+use std::io;
+use std::net::SocketAddrV4;
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use sluice_chain::{Chain, ChainSpec, ChainStats, Sharing};
+use sluice_netio::{in_netns_opt, Msg, Poller, RxBatch, UdpBatchSocket, DEFAULT_BUF_SIZE};
+use sluice_nf::Event;
+use sluice_packet::{Batch, PacketPool, MAX_FRAME};
+use sluice_state::{LocalStore, StateStore};
+use sluice_switch::tunnel::{geneve_header, parse_geneve_payload, TunnelError, GENEVE_HEADER_MAX};
+
+/// How an instance runs.
+#[derive(Debug, Clone)]
+pub struct InstanceOptions {
+    /// Instance name (for logs and statistics).
+    pub name: String,
+    /// Network namespace to open the data socket in (`None`: the current one).
+    pub netns: Option<String>,
+    /// Address the data socket binds to (the instance side of its link, port 6081).
+    pub listen: SocketAddrV4,
+    /// Where forwarded frames go (the agent's side of the link, port 6081).
+    pub agent: SocketAddrV4,
+    /// Chain specification (YAML).
+    pub chain: PathBuf,
+    /// State backend: `local`, `redis://HOST:PORT` or
+    /// `redis-cluster://HOST:PORT[,HOST:PORT...]`.
+    pub state: String,
+}
+
+/// Why an instance could not start or stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum InstanceError {
+    /// The chain could not be loaded.
+    #[error("chain {path}: {err}")]
+    Chain {
+        /// The chain file.
+        path: PathBuf,
+        /// What was wrong.
+        err: sluice_chain::ChainError,
+    },
+    /// The state backend is not one this build knows.
+    #[error("state backend {0:?}: unknown (available: local, redis://HOST:PORT, redis-cluster://HOST:PORT,...)")]
+    UnknownState(String),
+    /// The state backend could not be opened.
+    #[error("state backend {spec}: {err}")]
+    StateOpen {
+        /// The backend as given.
+        spec: String,
+        /// Why it failed.
+        err: sluice_state::StoreError,
+    },
+    /// The data socket failed.
+    #[error("{what}: {err}")]
+    Socket {
+        /// What was attempted.
+        what: String,
+        /// The OS error.
+        err: io::Error,
+    },
+}
+
+/// Opens the state backend `spec` names: `local`, `redis://HOST:PORT` or
+/// `redis-cluster://HOST:PORT,...` (the same choice as `sluice run --state`).
+pub fn open_store(spec: &str) -> Result<Box<dyn StateStore>, InstanceError> {
+    let open_err = |err| InstanceError::StateOpen {
+        spec: spec.to_string(),
+        err,
+    };
+    match spec {
+        "local" => Ok(Box::new(LocalStore::new())),
+        url if url.starts_with("redis://") => sluice_state_redis::RedisStore::open(url)
+            .map(|s| Box::new(s) as Box<dyn StateStore>)
+            .map_err(open_err),
+        url if url.starts_with("redis-cluster://") => sluice_state_redis::ClusterStore::open(url)
+            .map(|s| Box::new(s) as Box<dyn StateStore>)
+            .map_err(open_err),
+        other => Err(InstanceError::UnknownState(other.to_string())),
+    }
+}
+
+/// What an instance did so far.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct InstanceStats {
+    /// Instance name.
+    pub name: String,
+    /// Datagrams received.
+    pub rx: u64,
+    /// Frames sent back to the agent.
+    pub tx: u64,
+    /// Datagrams whose Geneve header was refused (counted in `drops` by reason too).
+    pub malformed: u64,
+    /// Frames dropped outside the chain, by reason: `geneve_bad_header`,
+    /// `geneve_not_ethernet`, `geneve_critical_option`, `oversize`,
+    /// `pool_exhausted`, `tx_queue_full`, `tx_refused`, `emitted_not_sent`.
+    pub drops: BTreeMap<&'static str, u64>,
+    /// Receive errors of the socket (the loop carries on).
+    pub rx_errors: u64,
+    /// The chain's own statistics (forwarded, dropped by function and reason, ...),
+    /// refreshed at every timer tick and when the instance stops.
+    pub chain: ChainStats,
+}
+
+impl InstanceStats {
+    fn drop(&mut self, reason: &'static str, n: u64) {
+        if n > 0 {
+            *self.drops.entry(reason).or_insert(0) += n;
+        }
+    }
+}
+
+/// Where [`run_with_stats`] publishes its statistics for other threads.
+#[derive(Debug, Default)]
+pub struct StatsHandle(Mutex<InstanceStats>);
+
+impl StatsHandle {
+    /// The statistics last published (at every timer tick and at the end).
+    pub fn snapshot(&self) -> InstanceStats {
+        self.0.lock().map(|s| s.clone()).unwrap_or_default()
+    }
+
+    fn publish(&self, s: &InstanceStats) {
+        if let Ok(mut g) = self.0.lock() {
+            g.clone_from(s);
+        }
+    }
+}
+
+/// The sans-IO data path: datagrams in ([`Core::push_datagram`]), one chain pass
+/// ([`Core::process`]), messages out ([`Core::forwarded`]), then
+/// [`Core::finish_batch`].
+pub struct Core {
+    chain: Chain,
+    store: Box<dyn StateStore>,
+    pool: PacketPool,
+    batch: Batch,
+    batch_size: usize,
+    /// Geneve header of each packet of the batch (bytes, length); a packet's
+    /// `port` is its index here.
+    headers: Vec<([u8; GENEVE_HEADER_MAX], usize)>,
+    events: Vec<Event>,
+    agent: SocketAddrV4,
+    timer_interval: Duration,
+    /// Counters.
+    pub stats: InstanceStats,
+}
+
+impl std::fmt::Debug for Core {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Core")
+            .field("chain", &self.chain.name())
+            .field("batch", &self.batch.len())
+            .finish()
+    }
+}
+
+impl Core {
+    /// Builds the chain of `chain_file` and opens the store named `state`.
+    pub fn new(
+        name: &str,
+        chain_file: &Path,
+        state: &str,
+        agent: SocketAddrV4,
+    ) -> Result<Core, InstanceError> {
+        let chain_err = |err| InstanceError::Chain {
+            path: chain_file.to_path_buf(),
+            err,
+        };
+        let spec = ChainSpec::from_file(chain_file).map_err(chain_err)?;
+        let base = chain_file.parent().unwrap_or(Path::new("."));
+        let chain = Chain::from_spec(&spec, base, &sluice_builtin::registry(), Sharing::Shared)
+            .map_err(chain_err)?;
+        for w in chain.config_warnings() {
+            eprintln!("instance {name}: warning: {}: {w}", chain_file.display());
+        }
+        let store = open_store(state)?;
+        let mut core = Core::with_chain(name, chain, store, spec.settings.batch_size, agent);
+        core.timer_interval = Duration::from_millis(spec.settings.timer_interval_ms.max(1));
+        Ok(core)
+    }
+
+    /// A core around an already built chain and store.
+    pub fn with_chain(
+        name: &str,
+        chain: Chain,
+        store: Box<dyn StateStore>,
+        batch_size: usize,
+        agent: SocketAddrV4,
+    ) -> Core {
+        // A packet's index travels in its u16 `port`; the netio batch caps at 1024.
+        let batch_size = batch_size.clamp(1, 1024);
+        Core {
+            chain,
+            store,
+            pool: PacketPool::new(batch_size),
+            batch: Batch::with_capacity(batch_size),
+            batch_size,
+            headers: vec![([0; GENEVE_HEADER_MAX], 0); batch_size],
+            events: Vec::new(),
+            agent,
+            timer_interval: Duration::from_millis(100),
+            stats: InstanceStats {
+                name: name.to_string(),
+                ..Default::default()
+            },
+        }
+    }
+
+    /// Packets per batch (from the chain's settings).
+    pub fn batch_size(&self) -> usize {
+        self.batch_size
+    }
+
+    /// How often the chain's timers run (from the chain's settings).
+    pub fn timer_interval(&self) -> Duration {
+        self.timer_interval
+    }
+
+    /// True when the batch has room for no more packets.
+    pub fn batch_full(&self) -> bool {
+        self.batch.len() >= self.batch_size
+    }
+
+    /// Decapsulates one datagram and queues its inner frame for the next
+    /// [`Core::process`]; refused datagrams are counted, never fatal.
+    pub fn push_datagram(&mut self, datagram: &[u8], now_ns: u64) {
+        self.stats.rx += 1;
+        let (vni, chain_hop, off) = match parse_geneve_payload(datagram) {
+            Ok(g) => g,
+            Err(e) => {
+                self.stats.malformed += 1;
+                let reason = match e {
+                    TunnelError::Protocol(_) => "geneve_not_ethernet",
+                    TunnelError::UnknownCritical(..) => "geneve_critical_option",
+                    _ => "geneve_bad_header",
+                };
+                self.stats.drop(reason, 1);
+                return;
+            }
+        };
+        let inner = &datagram[off..];
+        if inner.len() > MAX_FRAME {
+            self.stats.drop("oversize", 1);
+            return;
+        }
+        let idx = self.batch.len();
+        if idx >= self.batch_size {
+            self.stats.drop("pool_exhausted", 1);
+            return;
+        }
+        if !self
+            .batch
+            .push_frame(&mut self.pool, inner, now_ns, idx as u16)
+        {
+            self.stats.drop("pool_exhausted", 1);
+            return;
+        }
+        self.headers[idx] = if off <= GENEVE_HEADER_MAX {
+            let mut h = [0u8; GENEVE_HEADER_MAX];
+            h[..off].copy_from_slice(&datagram[..off]);
+            (h, off)
+        } else {
+            // Longer headers carry options we do not know (non-critical, or the
+            // parse would have refused them): keep only what the agent needs.
+            geneve_header(vni, chain_hop)
+        };
+    }
+
+    /// Runs the chain over the queued packets.
+    pub fn process(&mut self) {
+        if self.batch.is_empty() {
+            return;
+        }
+        self.chain.process(&mut self.batch, self.store.as_mut());
+        self.drain_side_outputs();
+    }
+
+    /// The messages to send for the processed batch: each forwarded frame behind
+    /// its Geneve header, to the agent.
+    pub fn forwarded(&self) -> impl Iterator<Item = Msg<'_>> + '_ {
+        self.batch.live().map(|p| {
+            let (h, n) = &self.headers[p.port as usize];
+            Msg {
+                head: &h[..*n],
+                body: p.data(),
+                dst: Some(self.agent),
+            }
+        })
+    }
+
+    /// Ends the batch: counts what was sent and what had to be dropped, and
+    /// returns the buffers.
+    pub fn finish_batch(&mut self, sent: usize, refused: u64) {
+        let live = self.batch.live().count();
+        self.stats.tx += (sent as u64).saturating_sub(refused);
+        self.stats.drop("tx_refused", refused);
+        self.stats
+            .drop("tx_queue_full", live.saturating_sub(sent) as u64);
+        self.batch.recycle(&mut self.pool);
+    }
+
+    /// Advances the chain's clock and runs due timers.
+    pub fn tick(&mut self, now_ns: u64) {
+        self.chain.tick(now_ns, self.store.as_mut());
+        self.drain_side_outputs();
+        self.stats.chain = self.chain.stats();
+    }
+
+    /// Ends processing: last timers and flushes of every function.
+    pub fn flush(&mut self) {
+        self.chain.flush(self.store.as_mut());
+        self.drain_side_outputs();
+        self.stats.chain = self.chain.stats();
+    }
+
+    /// Frames functions emit (RSTs, ICMP errors) are not sent yet: where they go
+    /// depends on the tenant chain's reverse path, which the agent knows and the
+    /// instance does not. Events (alerts, flow records) are counted by the chain
+    /// and dropped here.
+    fn drain_side_outputs(&mut self) {
+        let emitted = self.chain.take_emitted();
+        self.stats.drop("emitted_not_sent", emitted.len() as u64);
+        self.chain.drain_events_into(&mut self.events);
+        self.events.clear();
+    }
+}
+
+fn wall_ns() -> u64 {
+    // Wall-clock time, so instances sharing a store agree on timer deadlines.
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
+}
+
+/// Runs an instance until `stop` is set, then flushes its chain and returns.
+/// Statistics are printed to stderr as one JSON line every few seconds (when they
+/// changed) and when stopping.
+pub fn run(opts: &InstanceOptions, stop: &AtomicBool) -> Result<(), InstanceError> {
+    run_with_stats(opts, stop, &StatsHandle::default())
+}
+
+/// How often statistics are printed while running.
+const PRINT_EVERY: Duration = Duration::from_secs(10);
+/// Longest wait in poll, so `stop` is noticed promptly.
+const POLL_MAX: Duration = Duration::from_millis(10);
+/// Attempts to send a batch while the socket queue is full before dropping the rest.
+const SEND_TRIES: usize = 4;
+
+/// [`run`], publishing statistics to `stats` at every timer tick and at the end.
+pub fn run_with_stats(
+    opts: &InstanceOptions,
+    stop: &AtomicBool,
+    stats: &StatsHandle,
+) -> Result<(), InstanceError> {
+    let mut core = Core::new(&opts.name, &opts.chain, &opts.state, opts.agent)?;
+    let timer_interval = core.timer_interval();
+    let listen = opts.listen;
+    let mut sock = in_netns_opt(opts.netns.as_deref(), || UdpBatchSocket::bind(listen))
+        .and_then(|r| r)
+        .map_err(|err| InstanceError::Socket {
+            what: format!(
+                "instance {}: data socket {listen} in netns {}",
+                opts.name,
+                opts.netns.as_deref().unwrap_or("(current)")
+            ),
+            err,
+        })?;
+    let mut rx = RxBatch::new(core.batch_size(), DEFAULT_BUF_SIZE);
+    let mut poller = Poller::new();
+    let readable = poller.add(sock.as_raw_fd());
+    let mut wpoll = Poller::new();
+    wpoll.add_writable(sock.as_raw_fd());
+    let mut next_tick = Instant::now();
+    let mut next_print = Instant::now() + PRINT_EVERY;
+    let mut printed = (u64::MAX, u64::MAX);
+    let mut last_rx_error: Option<String> = None;
+
+    while !stop.load(Ordering::Relaxed) {
+        let wait = next_tick
+            .saturating_duration_since(Instant::now())
+            .min(POLL_MAX);
+        if let Err(e) = poller.wait(wait) {
+            return Err(InstanceError::Socket {
+                what: format!("instance {}: poll", opts.name),
+                err: e,
+            });
+        }
+        if poller.is_ready(readable) {
+            // Drain what is waiting, a batch at a time, before looking at timers.
+            loop {
+                let n = match sock.recv_batch(&mut rx) {
+                    Ok(n) => n,
+                    Err(e) => {
+                        core.stats.rx_errors += 1;
+                        let msg = e.to_string();
+                        if last_rx_error.as_deref() != Some(&msg) {
+                            eprintln!("instance {}: receive error: {msg}", opts.name);
+                            last_rx_error = Some(msg);
+                        }
+                        0
+                    }
+                };
+                if n == 0 {
+                    break;
+                }
+                let now = wall_ns();
+                for (d, _src) in rx.iter() {
+                    core.push_datagram(d, now);
+                }
+                core.process();
+                send_forwarded(&mut core, &mut sock, &mut wpoll);
+                // Under sustained load, still tick and notice `stop` on time.
+                if n < rx.capacity() || stop.load(Ordering::Relaxed) || Instant::now() >= next_tick
+                {
+                    break;
+                }
+            }
+        }
+        let now = Instant::now();
+        if now >= next_tick {
+            core.tick(wall_ns());
+            stats.publish(&core.stats);
+            next_tick = now + timer_interval;
+        }
+        if now >= next_print {
+            let key = (core.stats.rx, core.stats.tx);
+            if key != printed {
+                print_stats(&core.stats);
+                printed = key;
+            }
+            next_print = now + PRINT_EVERY;
+        }
+    }
+    core.flush();
+    stats.publish(&core.stats);
+    print_stats(&core.stats);
+    Ok(())
+}
+
+/// Messages handed to the socket at once (a stack array: no allocation per batch).
+const SEND_CHUNK: usize = 64;
+
+/// Sends the processed batch back to the agent; if the socket stays full after a
+/// few short waits, the rest is dropped (and counted) rather than stalling input.
+fn send_forwarded(core: &mut Core, sock: &mut UdpBatchSocket, wpoll: &mut Poller) {
+    let refused_before = sock.stats().tx_errors;
+    let sent = {
+        let mut chunk = [Msg::frame(&[]); SEND_CHUNK];
+        let mut msgs = core.forwarded();
+        let mut sent = 0;
+        let mut tries = 0;
+        'chunks: loop {
+            let mut k = 0;
+            for m in msgs.by_ref().take(SEND_CHUNK) {
+                chunk[k] = m;
+                k += 1;
+            }
+            if k == 0 {
+                break;
+            }
+            let mut off = 0;
+            while off < k {
+                match sock.send_batch(&chunk[off..k]) {
+                    Ok(n) if n > 0 => off += n,
+                    Ok(_) if tries < SEND_TRIES => {
+                        tries += 1;
+                        let _ = wpoll.wait(Duration::from_millis(1));
+                    }
+                    // Full for too long, or the socket failed: drop the rest.
+                    _ => {
+                        sent += off;
+                        break 'chunks;
+                    }
+                }
+            }
+            sent += k;
+        }
+        sent
+    };
+    let refused = sock.stats().tx_errors - refused_before;
+    core.finish_batch(sent, refused);
+}
+
+fn print_stats(s: &InstanceStats) {
+    match serde_json::to_string(s) {
+        Ok(line) => eprintln!("{line}"),
+        Err(e) => eprintln!("instance {}: statistics: {e}", s.name),
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,187 @@
+//! The sans-IO core: datagrams in, messages out.
+
+use super::*;
+use sluice_trafficgen::{Endpoints, TcpConversation};
+use sluice_wire::IpAddr;
+
+const CHAIN: &str = r#"
+name: t1.fw
+functions:
+  - type: firewall
+    name: fw
+    rules: |
+      allow tcp from 10.1.0.0/16 to 10.2.0.0/16 port 80
+      default deny
+settings:
+  batch_size: 8
+  timer_interval_ms: 100
+"#;
+
+const AGENT: SocketAddrV4 = SocketAddrV4::new(std::net::Ipv4Addr::new(10, 254, 0, 1), 6081);
+
+fn core() -> Core {
+    let spec = ChainSpec::from_str(CHAIN, Path::new("t.yaml")).unwrap();
+    let chain = Chain::from_spec(
+        &spec,
+        Path::new("."),
+        &sluice_builtin::registry(),
+        Sharing::Shared,
+    )
+    .unwrap();
+    Core::with_chain(
+        "t",
+        chain,
+        Box::new(LocalStore::new()),
+        spec.settings.batch_size,
+        AGENT,
+    )
+}
+
+fn conversation(port: u16) -> Vec<Vec<u8>> {
+    let ep = Endpoints {
+        client: IpAddr::V4([10, 1, 0, 5]),
+        server: IpAddr::V4([10, 2, 0, 7]),
+        client_port: 40_000 + port,
+        server_port: port,
+    };
+    let mut conv = TcpConversation::new(ep, 1000, 5000);
+    let mut buf = vec![0u8; 2048];
+    let mut out = Vec::new();
+    conv.handshake(&mut buf, &mut |b| out.push(b.to_vec()));
+    conv.data(&mut buf, true, b"GET / HTTP/1.1\r\n\r\n", &mut |b| {
+        out.push(b.to_vec())
+    });
+    conv.data(&mut buf, false, b"HTTP/1.1 200 OK\r\n\r\n", &mut |b| {
+        out.push(b.to_vec())
+    });
+    out
+}
+
+fn encap(vni: u32, ch: Option<(u16, u8)>, frame: &[u8]) -> Vec<u8> {
+    let (h, n) = geneve_header(vni, ch);
+    let mut d = h[..n].to_vec();
+    d.extend_from_slice(frame);
+    d
+}
+
+/// Pushes datagrams one batch at a time and returns what comes out.
+fn run_through(core: &mut Core, datagrams: &[Vec<u8>]) -> Vec<Vec<u8>> {
+    let mut out = Vec::new();
+    for chunk in datagrams.chunks(core.batch_size()) {
+        for d in chunk {
+            core.push_datagram(d, 1_000_000);
+        }
+        core.process();
+        let msgs: Vec<Msg> = core.forwarded().collect();
+        for m in &msgs {
+            assert_eq!(m.dst, Some(AGENT));
+            out.push([m.head, m.body].concat());
+        }
+        let n = msgs.len();
+        drop(msgs);
+        core.finish_batch(n, 0);
+    }
+    out
+}
+
+#[test]
+fn allowed_frames_come_back_with_their_header_denied_ones_do_not() {
+    let mut c = core();
+    let allowed: Vec<Vec<u8>> = conversation(80)
+        .iter()
+        .enumerate()
+        .map(|(i, f)| encap(0x00_1234, if i % 2 == 0 { Some((7, 1)) } else { None }, f))
+        .collect();
+    let denied: Vec<Vec<u8>> = conversation(22)
+        .iter()
+        .map(|f| encap(0x00_1234, Some((7, 1)), f))
+        .collect();
+    let mut input = allowed.clone();
+    input.extend(denied);
+    let out = run_through(&mut c, &input);
+    assert_eq!(out, allowed, "byte-identical, same Geneve header, in order");
+    assert_eq!(c.stats.rx, input.len() as u64);
+    assert_eq!(c.stats.tx, allowed.len() as u64);
+    assert_eq!(c.stats.malformed, 0);
+    c.flush();
+    assert_eq!(c.stats.chain.forwarded, allowed.len() as u64);
+    assert_eq!(c.stats.chain.dropped, (input.len() - allowed.len()) as u64);
+}
+
+#[test]
+fn malformed_datagrams_are_counted_by_reason() {
+    let mut c = core();
+    let good = encap(9, Some((1, 0)), &conversation(80)[0]);
+    let mut version = good.clone();
+    version[0] |= 0x40;
+    let mut not_eth = good.clone();
+    not_eth[2..4].copy_from_slice(&0x0800u16.to_be_bytes());
+    let mut critical = good.clone();
+    critical[8..10].copy_from_slice(&0x0101u16.to_be_bytes());
+    critical[10] = 0x80;
+    let oversize = encap(9, None, &vec![0u8; MAX_FRAME + 1]);
+    let input = vec![
+        vec![],
+        good[..5].to_vec(),
+        good[..12].to_vec(),
+        version,
+        not_eth,
+        critical,
+        oversize,
+        good.clone(),
+    ];
+    let out = run_through(&mut c, &input);
+    assert_eq!(out, vec![good]);
+    assert_eq!(c.stats.malformed, 6);
+    let d = &c.stats.drops;
+    assert_eq!(d.get("geneve_bad_header"), Some(&4));
+    assert_eq!(d.get("geneve_not_ethernet"), Some(&1));
+    assert_eq!(d.get("geneve_critical_option"), Some(&1));
+    assert_eq!(d.get("oversize"), Some(&1));
+}
+
+#[test]
+fn headers_come_back_as_they_came_long_ones_trimmed() {
+    let mut c = core();
+    let f = &conversation(80)[0];
+    // The OAM flag and reserved bits are echoed as received.
+    let mut odd = encap(5, Some((2, 4)), f);
+    odd[1] |= 0x80;
+    odd[7] = 0x11;
+    // An extra non-critical option makes the header 24 bytes: regenerated.
+    let (h, n) = geneve_header(5, Some((2, 4)));
+    let mut long = h[..n].to_vec();
+    long[0] += 2;
+    long.extend_from_slice(&[0x01, 0x02, 0x03, 0x01, 9, 9, 9, 9]);
+    long.extend_from_slice(f);
+    let out = run_through(&mut c, &[odd.clone(), long]);
+    assert_eq!(out, vec![odd, encap(5, Some((2, 4)), f)]);
+}
+
+#[test]
+fn send_shortfalls_are_counted() {
+    let mut c = core();
+    for f in conversation(80).iter().take(1) {
+        c.push_datagram(&encap(1, None, f), 1);
+    }
+    c.process();
+    assert_eq!(c.forwarded().count(), 1);
+    c.finish_batch(0, 0);
+    assert_eq!(c.stats.drops.get("tx_queue_full"), Some(&1));
+    assert_eq!(c.stats.tx, 0);
+}
+
+#[test]
+fn unknown_state_backends_are_refused() {
+    assert!(matches!(
+        open_store("memcached://x"),
+        Err(InstanceError::UnknownState(_))
+    ));
+    assert!(open_store("local").is_ok());
+}
+
+#[test]
+fn missing_chain_file_names_it() {
+    let e = Core::new("t", Path::new("/nonexistent/chain.yaml"), "local", AGENT).unwrap_err();
+    assert!(e.to_string().contains("/nonexistent/chain.yaml"), "{e}");
+}

@@ -1,0 +1,318 @@
+//! An instance in its own namespace, fed by a fake agent over a veth (needs root).
+
+use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use sluice_instance::{run, run_with_stats, InstanceError, InstanceOptions, StatsHandle};
+use sluice_netio::in_netns;
+use sluice_switch::tunnel::{geneve_header, parse_geneve_payload};
+use sluice_testbed::{unique_name, veth, Netns};
+use sluice_trafficgen::{Endpoints, TcpConversation};
+use sluice_wire::IpAddr;
+
+const AGENT_IP: Ipv4Addr = Ipv4Addr::new(10, 78, 0, 1);
+const INSTANCE_IP: Ipv4Addr = Ipv4Addr::new(10, 78, 0, 2);
+
+const CHAIN: &str = r#"
+name: t7.fw
+functions:
+  - type: firewall
+    name: fw
+    rules: |
+      allow tcp from 10.1.0.0/16 to 10.2.0.0/16 port 80
+      deny tcp from any to any port 22
+      default deny
+settings:
+  batch_size: 32
+  timer_interval_ms: 100
+"#;
+
+/// A file removed on drop.
+struct TempFile(PathBuf);
+
+impl TempFile {
+    fn new(text: &str) -> TempFile {
+        let p = std::env::temp_dir().join(format!("{}.yaml", unique_name("chain")));
+        std::fs::write(&p, text).unwrap();
+        TempFile(p)
+    }
+}
+
+impl Drop for TempFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// The running instance; stopped and joined on drop, even when a test fails.
+struct Running {
+    stop: Arc<AtomicBool>,
+    stats: Arc<StatsHandle>,
+    handle: Option<JoinHandle<Result<(), InstanceError>>>,
+}
+
+impl Running {
+    fn start(opts: InstanceOptions) -> Running {
+        let stop = Arc::new(AtomicBool::new(false));
+        let stats = Arc::new(StatsHandle::default());
+        let (s, st) = (stop.clone(), stats.clone());
+        let handle = std::thread::spawn(move || run_with_stats(&opts, &s, &st));
+        let r = Running {
+            stop,
+            stats,
+            handle: Some(handle),
+        };
+        // The first statistics are published once the socket is open.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while r.stats.snapshot().name.is_empty() {
+            assert!(
+                !r.handle.as_ref().unwrap().is_finished(),
+                "instance ended early"
+            );
+            assert!(Instant::now() < deadline, "instance did not start");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        r
+    }
+
+    fn stop(mut self) -> Result<(), InstanceError> {
+        self.stop.store(true, Ordering::Relaxed);
+        self.handle.take().unwrap().join().unwrap()
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(h) = self.handle.take() {
+            let _ = h.join();
+        }
+    }
+}
+
+fn conversation(port: u16) -> Vec<Vec<u8>> {
+    let ep = Endpoints {
+        client: IpAddr::V4([10, 1, 0, 5]),
+        server: IpAddr::V4([10, 2, 0, 7]),
+        client_port: 40_000 + port,
+        server_port: port,
+    };
+    let mut conv = TcpConversation::new(ep, 1000, 5000);
+    let mut buf = vec![0u8; 2048];
+    let mut out = Vec::new();
+    conv.handshake(&mut buf, &mut |b| out.push(b.to_vec()));
+    conv.data(&mut buf, true, b"GET / HTTP/1.1\r\n\r\n", &mut |b| {
+        out.push(b.to_vec())
+    });
+    conv.data(&mut buf, false, &[b'x'; 1200], &mut |b| {
+        out.push(b.to_vec())
+    });
+    conv.teardown(&mut buf, &mut |b| out.push(b.to_vec()));
+    out
+}
+
+fn encap(vni: u32, ch: Option<(u16, u8)>, frame: &[u8]) -> Vec<u8> {
+    let (h, n) = geneve_header(vni, ch);
+    let mut d = h[..n].to_vec();
+    d.extend_from_slice(frame);
+    d
+}
+
+#[test]
+fn firewall_instance_returns_allowed_frames_with_their_geneve_header() {
+    let agent_ns = Netns::new("ag").unwrap();
+    let inst_ns = Netns::new("in").unwrap();
+    veth(&agent_ns, "p1", &inst_ns, "eth0").unwrap();
+    agent_ns.addr("p1", "10.78.0.1/30").unwrap();
+    inst_ns.addr("eth0", "10.78.0.2/30").unwrap();
+    let chain = TempFile::new(CHAIN);
+    let agent = in_netns(agent_ns.name(), || UdpSocket::bind((AGENT_IP, 6081)))
+        .unwrap()
+        .unwrap();
+    agent
+        .set_read_timeout(Some(Duration::from_millis(200)))
+        .unwrap();
+    let inst = Running::start(InstanceOptions {
+        name: "fw-0".into(),
+        netns: Some(inst_ns.name().to_string()),
+        listen: SocketAddrV4::new(INSTANCE_IP, 6081),
+        agent: SocketAddrV4::new(AGENT_IP, 6081),
+        chain: chain.0.clone(),
+        state: "local".into(),
+    });
+
+    // Alternate chain positions and headers without the option; interleave the
+    // denied conversation and malformed datagrams.
+    let allowed: Vec<Vec<u8>> = conversation(80)
+        .iter()
+        .enumerate()
+        .map(|(i, f)| encap(0x00_7007, (i % 3 != 2).then_some((3, i as u8)), f))
+        .collect();
+    let denied: Vec<Vec<u8>> = conversation(22)
+        .iter()
+        .map(|f| encap(0x00_7007, Some((3, 0)), f))
+        .collect();
+    let mut malformed = [vec![0u8; 3], allowed[0].clone(), allowed[0].clone()];
+    malformed[1][0] |= 0x40; // Geneve version 1
+    malformed[2][2] = 0x08; // protocol 0x0858: not Ethernet
+    let to = SocketAddrV4::new(INSTANCE_IP, 6081);
+    let mut sent = 0;
+    for i in 0..allowed.len().max(denied.len()) {
+        for d in [allowed.get(i), denied.get(i), malformed.get(i)]
+            .into_iter()
+            .flatten()
+        {
+            agent.send_to(d, to).unwrap();
+            sent += 1;
+        }
+    }
+
+    let mut got = Vec::new();
+    let mut buf = vec![0u8; 9216];
+    let deadline = Instant::now() + Duration::from_secs(10);
+    // Read until every allowed frame is back, then a little longer to catch
+    // anything that should not come.
+    let mut quiet_after_all = 0;
+    while Instant::now() < deadline && quiet_after_all < 2 {
+        match agent.recv_from(&mut buf) {
+            Ok((n, from)) => {
+                assert_eq!(
+                    from,
+                    std::net::SocketAddr::V4(to),
+                    "sent from the instance's address"
+                );
+                got.push(buf[..n].to_vec());
+            }
+            Err(_) if got.len() >= allowed.len() => quiet_after_all += 1,
+            Err(_) => {}
+        }
+    }
+    assert_eq!(got.len(), allowed.len(), "only the allowed frames return");
+    for (g, a) in got.iter().zip(&allowed) {
+        assert_eq!(g, a, "byte-identical, Geneve header included");
+        let (vni, ch, off) = parse_geneve_payload(g).unwrap();
+        assert_eq!((vni, ch, off), parse_geneve_payload(a).unwrap());
+    }
+
+    let stats = inst.stats.clone();
+    inst.stop().unwrap();
+    let s = stats.snapshot();
+    assert_eq!(s.rx, sent as u64);
+    assert_eq!(s.tx, allowed.len() as u64);
+    assert_eq!(s.malformed, 3);
+    assert_eq!(s.drops.get("geneve_bad_header"), Some(&2));
+    assert_eq!(s.drops.get("geneve_not_ethernet"), Some(&1));
+    assert_eq!(s.chain.forwarded, allowed.len() as u64);
+    assert_eq!(s.chain.dropped, denied.len() as u64);
+}
+
+#[test]
+fn startup_errors_are_reported_not_panics() {
+    let stop = AtomicBool::new(false);
+    let chain = TempFile::new(CHAIN);
+    let opts = |chain: PathBuf, state: &str, netns: Option<&str>| InstanceOptions {
+        name: "bad".into(),
+        netns: netns.map(str::to_string),
+        listen: SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0),
+        agent: SocketAddrV4::new(Ipv4Addr::LOCALHOST, 6081),
+        chain,
+        state: state.into(),
+    };
+    let e = run(&opts("/nonexistent.yaml".into(), "local", None), &stop).unwrap_err();
+    assert!(matches!(e, InstanceError::Chain { .. }), "{e}");
+    let e = run(&opts(chain.0.clone(), "etcd://x", None), &stop).unwrap_err();
+    assert!(matches!(e, InstanceError::UnknownState(_)), "{e}");
+    let e = run(
+        &opts(chain.0.clone(), "local", Some("sluice-no-such-ns")),
+        &stop,
+    )
+    .unwrap_err();
+    assert!(matches!(e, InstanceError::Socket { .. }), "{e}");
+    // Already stopped: opens, flushes and returns at once.
+    stop.store(true, Ordering::Relaxed);
+    run(&opts(chain.0.clone(), "local", None), &stop).unwrap();
+}
+
+/// Receives datagrams on `sock` until `want` arrived and then nothing more for a
+/// while (or a safety deadline passes).
+fn collect(sock: &UdpSocket, want: usize) -> Vec<Vec<u8>> {
+    sock.set_read_timeout(Some(Duration::from_millis(200)))
+        .unwrap();
+    let mut got = Vec::new();
+    let mut buf = vec![0u8; 9216];
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut quiet = 0;
+    while Instant::now() < deadline && quiet < 2 {
+        match sock.recv_from(&mut buf) {
+            Ok((n, _)) => got.push(buf[..n].to_vec()),
+            Err(_) if got.len() >= want => quiet += 1,
+            Err(_) => {}
+        }
+    }
+    got
+}
+
+#[test]
+fn two_instances_share_connection_state_through_redis() {
+    if sluice_state_redis::server::server_binary().is_none() {
+        eprintln!("skipped: no redis-server");
+        return;
+    }
+    let redis = sluice_state_redis::server::RedisServer::start(&[]).unwrap();
+    let agent_ns = Netns::new("ag").unwrap();
+    let chain = TempFile::new(CHAIN);
+    let mut nss = Vec::new();
+    let mut socks = Vec::new();
+    let mut insts = Vec::new();
+    for k in 1..=2u8 {
+        let ns = Netns::new("in").unwrap();
+        let port = format!("p{k}");
+        veth(&agent_ns, &port, &ns, "eth0").unwrap();
+        agent_ns.addr(&port, &format!("10.78.{k}.1/30")).unwrap();
+        ns.addr("eth0", &format!("10.78.{k}.2/30")).unwrap();
+        let agent_addr = SocketAddrV4::new(Ipv4Addr::new(10, 78, k, 1), 6081);
+        socks.push(
+            in_netns(agent_ns.name(), || UdpSocket::bind(agent_addr))
+                .unwrap()
+                .unwrap(),
+        );
+        insts.push(Running::start(InstanceOptions {
+            name: format!("fw-{k}"),
+            netns: Some(ns.name().to_string()),
+            listen: SocketAddrV4::new(Ipv4Addr::new(10, 78, k, 2), 6081),
+            agent: agent_addr,
+            chain: chain.0.clone(),
+            state: redis.url(),
+        }));
+        nss.push(ns);
+    }
+    let to = |k: u8| SocketAddrV4::new(Ipv4Addr::new(10, 78, k, 2), 6081);
+    let frames: Vec<Vec<u8>> = conversation(80)
+        .iter()
+        .map(|f| encap(0x00_7007, Some((3, 0)), f))
+        .collect();
+    // The handshake through instance 1 creates the connection's state...
+    for d in &frames[..3] {
+        socks[0].send_to(d, to(1)).unwrap();
+    }
+    assert_eq!(collect(&socks[0], 3), frames[..3].to_vec());
+    // ...which lets the rest of the connection through instance 2, while a
+    // mid-stream packet of a connection nobody saw open is dropped there.
+    let stray = encap(0x00_7007, Some((3, 0)), &conversation(81)[3]);
+    socks[1].send_to(&stray, to(2)).unwrap();
+    for d in &frames[3..] {
+        socks[1].send_to(d, to(2)).unwrap();
+    }
+    assert_eq!(collect(&socks[1], frames.len() - 3), frames[3..].to_vec());
+    let stats: Vec<_> = insts.iter().map(|i| i.stats.clone()).collect();
+    for i in insts {
+        i.stop().unwrap();
+    }
+    let s2 = stats[1].snapshot();
+    assert_eq!(s2.chain.stages[0].dropped, vec![("no_state", 1)]);
+    assert_eq!(stats[0].snapshot().tx, 3);
+}

@@ -1,0 +1,765 @@
+//! A consistency-preserving local cache in front of a (remote) [`StateStore`].
+//!
+//! The model (docs/STATE.md, "Consistency model"), in short:
+//!
+//! * An instance caches a flow's records only while it holds an [`Ownership`] lease
+//!   on the flow's direction-invariant hash. The data plane steers every packet of
+//!   an owned range to the lease holder, so the holder is the only instance that
+//!   writes the range's per-flow records (timer handlers aside, see below).
+//! * Only operations a function marked with a [`Hint`] other than [`Hint::Store`]
+//!   are cached; everything else goes to the store, and a store-bound write to a
+//!   cached key evicts it and blocks refilling it until the owner writes it again.
+//! * Reads of owned keys are answered from the cache when present; a miss reads
+//!   through and fills. [`Hint::Owned`] writes go to the store in the same round
+//!   trip as before (so they are durable before the batch's packets leave) and
+//!   update the cache. [`Hint::Deferred`] writes update the cache and ride along
+//!   with the next round trip, or are flushed when older than
+//!   [`CacheConfig::max_defer_ns`], more than [`CacheConfig::max_pending`] are
+//!   pending, or the lease is given up.
+//! * An `execute` whose operations were all answered or absorbed by the cache makes
+//!   no round trip at all.
+//! * Entries unused for [`CacheConfig::idle_ns`] are not served: a bound far below
+//!   every function's idle timeout, so a record a timer handler on another
+//!   instance deleted (which it only does once the record is idle past its timeout)
+//!   is never resurrected from a stale entry.
+
+use rustc_hash::FxHashMap;
+
+use crate::key::{Key, Namespace};
+use crate::ops::{Hint, Op, OpId, OpResult, Ops};
+use crate::{StateStore, StoreCounters, StoreError};
+
+/// A lease on flow hash ranges: while `now < valid_until_ns`, this instance is the
+/// only one the data plane sends the ranges' flows to, and it may cache their
+/// records.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ownership {
+    /// The split epoch the lease belongs to (bumped by the control plane on every
+    /// change of the hash-range split).
+    pub epoch: u64,
+    /// Owned ranges of the direction-invariant flow hash, inclusive on both ends.
+    pub ranges: Vec<(u32, u32)>,
+    /// The lease ends by itself at this time (the chain's clock: packet
+    /// timestamps and `tick` times), so an instance cut off from the control plane
+    /// stops caching without being told.
+    pub valid_until_ns: u64,
+}
+
+impl Ownership {
+    /// A lease on every hash.
+    pub fn all(epoch: u64, valid_until_ns: u64) -> Ownership {
+        Ownership {
+            epoch,
+            ranges: vec![(0, u32::MAX)],
+            valid_until_ns,
+        }
+    }
+
+    /// True if `flow_hash` falls in one of the ranges (ignoring validity).
+    pub fn covers(&self, flow_hash: u32) -> bool {
+        self.ranges
+            .iter()
+            .any(|&(lo, hi)| lo <= flow_hash && flow_hash <= hi)
+    }
+
+    /// True if the lease is valid at `now_ns`.
+    pub fn valid_at(&self, now_ns: u64) -> bool {
+        now_ns < self.valid_until_ns
+    }
+}
+
+/// The inclusive hash range of each target of a weighted split, computed exactly
+/// as the switch's hash-range groups do (`sluice_switch::fib::Group`: target `i`
+/// gets hashes from the previous boundary up to `(sum of weights 0..=i << 32) /
+/// total`, exclusive). `None` for a target of weight zero or if every weight is zero.
+pub fn hash_range_split(weights: &[u32]) -> Vec<Option<(u32, u32)>> {
+    let total: u64 = weights.iter().map(|&w| w as u64).sum();
+    let mut out = Vec::with_capacity(weights.len());
+    let mut acc = 0u64;
+    let mut lo = 0u64;
+    for &w in weights {
+        if w == 0 || total == 0 {
+            out.push(None);
+            continue;
+        }
+        acc += w as u64;
+        let hi = (acc << 32) / total; // exclusive
+        out.push((hi > lo).then(|| (lo as u32, (hi - 1) as u32)));
+        lo = hi;
+    }
+    out
+}
+
+/// Cache bounds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CacheConfig {
+    /// An entry unused for this long is not served (read through instead). Must be
+    /// well below the shortest idle timeout of any cached record, minus the
+    /// functions' refresh granularity (firewall: 10 s closed timeout, 1 s refresh).
+    /// Default 1 s.
+    pub idle_ns: u64,
+    /// A deferred write is sent at most this long after it was made (if the chain
+    /// is called at all). Default 1 ms.
+    pub max_defer_ns: u64,
+    /// At most this many deferred writes wait; more forces a flush. Default 1024.
+    pub max_pending: usize,
+    /// Memory cap in entries; reaching it drops clean entries. Default 1 M.
+    pub max_entries: usize,
+}
+
+impl Default for CacheConfig {
+    fn default() -> Self {
+        CacheConfig {
+            idle_ns: 1_000_000_000,
+            max_defer_ns: 1_000_000,
+            max_pending: 1024,
+            max_entries: 1 << 20,
+        }
+    }
+}
+
+/// What the cache did, for measurements and tests.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CacheStats {
+    /// Owned reads answered from the cache.
+    pub hits: u64,
+    /// Owned reads that went to the store.
+    pub misses: u64,
+    /// Owned writes sent to the store in the batch's own round trip.
+    pub write_through: u64,
+    /// Deferred writes absorbed by the cache.
+    pub deferred: u64,
+    /// Deferred writes later sent to the store.
+    pub deferred_flushed: u64,
+    /// Deferred writes dropped (store error, or lease expired before a flush).
+    pub deferred_lost: u64,
+    /// `execute` calls answered without a round trip.
+    pub saved_round_trips: u64,
+    /// Entries dropped (idle, memory cap, lost ownership, store-bound writes).
+    pub evictions: u64,
+}
+
+#[derive(Debug)]
+struct Entry {
+    /// `None`: known absent.
+    val: Option<Vec<u8>>,
+    flow_hash: u32,
+    used_ns: u64,
+    /// Holds a deferred write not yet in the store.
+    dirty: bool,
+    /// A store-bound write touched the key: do not fill it from reads until the
+    /// owner writes it again.
+    blocked: bool,
+}
+
+/// The cache of one instance (one chain). Bind it to a store per call with
+/// [`FlowCache::bind`].
+#[derive(Debug)]
+pub struct FlowCache {
+    cfg: CacheConfig,
+    own: Option<Ownership>,
+    map: FxHashMap<Key, Entry>,
+    pending: usize,
+    /// Keys that became dirty since the last flush (some may be clean again), so a
+    /// flush never walks the whole map.
+    dirty_keys: Vec<Key>,
+    oldest_pending_ns: u64,
+    /// Deferred writes in the batch being sent (lost if the send fails).
+    in_flight: u64,
+    stats: CacheStats,
+    fwd: Ops,
+    fwd_map: Vec<(u32, u32)>,
+    fills: FxHashMap<Key, u32>,
+}
+
+impl FlowCache {
+    /// An empty cache owning nothing.
+    pub fn new(cfg: CacheConfig) -> FlowCache {
+        FlowCache {
+            cfg,
+            own: None,
+            map: FxHashMap::default(),
+            pending: 0,
+            dirty_keys: Vec::new(),
+            oldest_pending_ns: 0,
+            in_flight: 0,
+            stats: CacheStats::default(),
+            fwd: Ops::new(),
+            fwd_map: Vec::new(),
+            fills: FxHashMap::default(),
+        }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &CacheConfig {
+        &self.cfg
+    }
+
+    /// The current lease.
+    pub fn ownership(&self) -> Option<&Ownership> {
+        self.own.as_ref()
+    }
+
+    /// Counters so far.
+    pub fn stats(&self) -> CacheStats {
+        self.stats
+    }
+
+    /// Entries held (including blocked markers).
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    /// True if nothing is cached.
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+
+    /// Deferred writes not yet in the store.
+    pub fn pending(&self) -> usize {
+        self.pending
+    }
+
+    /// Replaces the lease. Deferred writes are sent first (a lease is never given up
+    /// with writes outstanding); entries of ranges no longer owned are dropped. If
+    /// the old lease had already expired at `now_ns`, its deferred writes are
+    /// dropped instead (another instance may own the range by now) and so is every
+    /// entry. On a store error the cache is emptied and the error returned; the new
+    /// lease is installed either way.
+    pub fn set_ownership(
+        &mut self,
+        own: Option<Ownership>,
+        store: &mut dyn StateStore,
+        now_ns: u64,
+    ) -> Result<(), StoreError> {
+        self.check_lease(now_ns);
+        let r = self.flush(store, now_ns);
+        match &own {
+            Some(o) if r.is_ok() && o.valid_at(now_ns) => {
+                let before = self.map.len();
+                self.map
+                    .retain(|_, e| (o.covers(e.flow_hash) && !e.blocked) || e.dirty);
+                self.stats.evictions += (before - self.map.len()) as u64;
+            }
+            _ => self.drop_all(),
+        }
+        self.own = own;
+        r
+    }
+
+    /// Sends every deferred write now.
+    pub fn flush(&mut self, store: &mut dyn StateStore, now_ns: u64) -> Result<(), StoreError> {
+        self.check_lease(now_ns);
+        if self.pending == 0 {
+            return Ok(());
+        }
+        self.fwd.clear();
+        self.append_dirty();
+        self.send(store, None)
+    }
+
+    /// Sends the deferred writes if the oldest is due or too many wait.
+    pub fn flush_due(&mut self, store: &mut dyn StateStore, now_ns: u64) -> Result<(), StoreError> {
+        if self.due(now_ns) {
+            self.flush(store, now_ns)
+        } else {
+            self.check_lease(now_ns);
+            Ok(())
+        }
+    }
+
+    /// This cache in front of `store` at time `now_ns`, as a [`StateStore`].
+    pub fn bind<'a>(&'a mut self, store: &'a mut dyn StateStore, now_ns: u64) -> CachedStore<'a> {
+        CachedStore {
+            cache: self,
+            inner: store,
+            now_ns,
+        }
+    }
+
+    fn due(&self, now_ns: u64) -> bool {
+        self.pending > 0
+            && (self.pending >= self.cfg.max_pending
+                || now_ns.saturating_sub(self.oldest_pending_ns) >= self.cfg.max_defer_ns)
+    }
+
+    /// Ends an expired lease: its deferred writes are lost, every entry dropped.
+    fn check_lease(&mut self, now_ns: u64) {
+        if self.own.as_ref().is_some_and(|o| !o.valid_at(now_ns)) {
+            self.own = None;
+            self.drop_all();
+        }
+    }
+
+    fn drop_all(&mut self) {
+        self.stats.deferred_lost += self.pending as u64;
+        self.stats.evictions += self.map.len() as u64;
+        self.map.clear();
+        self.pending = 0;
+        self.dirty_keys.clear();
+    }
+
+    /// Queues a put of every dirty entry into `fwd`, marking them clean (they are
+    /// restored as lost if the send fails, by emptying the cache).
+    fn append_dirty(&mut self) {
+        if self.pending == 0 {
+            self.dirty_keys.clear();
+            return;
+        }
+        for k in self.dirty_keys.drain(..) {
+            let Some(e) = self.map.get_mut(&k).filter(|e| e.dirty) else {
+                continue;
+            };
+            e.dirty = false;
+            match &e.val {
+                Some(v) => self.fwd.put(k, v),
+                None => self.fwd.delete(k),
+            };
+            self.stats.deferred_flushed += 1;
+            self.in_flight += 1;
+        }
+        self.pending = 0;
+    }
+
+    /// Executes `fwd` on the store and copies results back into `ops` (if any).
+    fn send(
+        &mut self,
+        store: &mut dyn StateStore,
+        ops: Option<&mut Ops>,
+    ) -> Result<(), StoreError> {
+        if let Err(e) = store.execute(&mut self.fwd) {
+            // What reached the store is unknown: forget everything, including the
+            // deferred writes (the loss a crash would cause, and no more).
+            self.stats.deferred_flushed -= self.in_flight;
+            self.stats.deferred_lost += self.in_flight;
+            self.in_flight = 0;
+            self.drop_all();
+            self.fills.clear();
+            return Err(e);
+        }
+        self.in_flight = 0;
+        if let Some(ops) = ops {
+            for &(j, i) in &self.fwd_map {
+                let (j, i) = (j as usize, i as usize);
+                match self.fwd.result(OpId::at(j)) {
+                    OpResult::Value(Some(_)) => ops.set_value(i, self.fwd.value(OpId::at(j))),
+                    r => ops.set_result(i, r),
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// An entry may be served if fresh and not blocked.
+    fn fresh(&self, e: &Entry, now_ns: u64) -> bool {
+        !e.blocked && now_ns.saturating_sub(e.used_ns) < self.cfg.idle_ns
+    }
+
+    fn write(&mut self, key: Key, val: Option<&[u8]>, flow_hash: u32, now_ns: u64, dirty: bool) {
+        if !self.map.contains_key(&key) {
+            self.make_room(now_ns);
+        }
+        let e = self.map.entry(key).or_insert(Entry {
+            val: None,
+            flow_hash,
+            used_ns: now_ns,
+            dirty: false,
+            blocked: false,
+        });
+        match (val, &mut e.val) {
+            (Some(v), Some(buf)) => {
+                buf.clear();
+                buf.extend_from_slice(v);
+            }
+            (Some(v), slot) => *slot = Some(v.to_vec()),
+            (None, slot) => *slot = None,
+        }
+        e.flow_hash = flow_hash;
+        e.used_ns = now_ns;
+        e.blocked = false;
+        if dirty && !e.dirty {
+            if self.pending == 0 {
+                self.oldest_pending_ns = now_ns;
+            }
+            self.pending += 1;
+            self.dirty_keys.push(key);
+        }
+        if !dirty && e.dirty {
+            self.pending -= 1;
+        }
+        e.dirty = dirty;
+    }
+
+    fn make_room(&mut self, now_ns: u64) {
+        if self.map.len() < self.cfg.max_entries {
+            return;
+        }
+        let before = self.map.len();
+        let idle = self.cfg.idle_ns;
+        self.map
+            .retain(|_, e| e.dirty || now_ns.saturating_sub(e.used_ns) < idle / 2);
+        if self.map.len() >= self.cfg.max_entries * 9 / 10 {
+            self.map.retain(|_, e| e.dirty);
+        }
+        self.stats.evictions += (before - self.map.len()) as u64;
+    }
+
+    /// A store-bound operation on `key`: its deferred value (if any) goes first so
+    /// the store sees writes in order; a write also evicts and blocks the key.
+    fn store_bound(&mut self, key: &Key, is_write: bool, now_ns: u64) {
+        let had_fill = is_write && self.fills.remove(key).is_some();
+        match self.map.get_mut(key) {
+            Some(e) => {
+                if e.dirty {
+                    e.dirty = false;
+                    self.pending -= 1;
+                    match &e.val {
+                        Some(v) => self.fwd.put(*key, v),
+                        None => self.fwd.delete(*key),
+                    };
+                    self.stats.deferred_flushed += 1;
+                    self.in_flight += 1;
+                }
+                if is_write {
+                    e.blocked = true;
+                    e.val = None;
+                    e.used_ns = now_ns;
+                    self.stats.evictions += 1;
+                }
+            }
+            None if had_fill => {
+                self.map.insert(
+                    *key,
+                    Entry {
+                        val: None,
+                        flow_hash: 0,
+                        used_ns: now_ns,
+                        dirty: false,
+                        blocked: true,
+                    },
+                );
+            }
+            None => {}
+        }
+    }
+
+    /// `execute` under the lease `own` (taken out of `self` for the call).
+    fn execute_owned(
+        &mut self,
+        own: &Ownership,
+        store: &mut dyn StateStore,
+        ops: &mut Ops,
+        now: u64,
+    ) -> Result<(), StoreError> {
+        let c = self;
+        let defer_ok = now.saturating_add(c.cfg.max_defer_ns) < own.valid_until_ns;
+        c.fwd.clear();
+        c.fwd_map.clear();
+        c.fills.clear();
+        for i in 0..ops.len() {
+            let op = ops.ops()[i];
+            let owned = match ops.hint(i) {
+                Hint::Owned { flow_hash } if own.covers(flow_hash) => Some((flow_hash, false)),
+                Hint::Deferred { flow_hash } if own.covers(flow_hash) => {
+                    Some((flow_hash, defer_ok))
+                }
+                _ => None,
+            };
+            match (op, owned) {
+                (Op::Get { key }, Some(_)) => {
+                    let hit = match c.map.get(&key) {
+                        Some(e) if c.fresh(e, now) => true,
+                        Some(e) if !e.blocked => {
+                            // Idle too long: read through (after its own deferred
+                            // value, if it still has one).
+                            c.store_bound(&key, false, now);
+                            c.map.remove(&key);
+                            c.stats.evictions += 1;
+                            false
+                        }
+                        _ => false,
+                    };
+                    if hit {
+                        let e = c.map.get_mut(&key).expect("checked above");
+                        e.used_ns = now;
+                        ops.set_value(i, e.val.as_deref());
+                        c.stats.hits += 1;
+                    } else {
+                        c.stats.misses += 1;
+                        let j = c.fwd.push_copy(ops, i);
+                        c.fwd_map.push((j.index() as u32, i as u32));
+                        c.fills.insert(key, i as u32);
+                    }
+                }
+                (Op::Put { key, val }, Some((flow_hash, defer))) => {
+                    c.fills.remove(&key);
+                    c.write(key, Some(ops.arg(val)), flow_hash, now, defer);
+                    if defer {
+                        c.stats.deferred += 1;
+                        ops.set_result(i, OpResult::Done);
+                    } else {
+                        c.stats.write_through += 1;
+                        let j = c.fwd.push_copy(ops, i);
+                        c.fwd_map.push((j.index() as u32, i as u32));
+                    }
+                }
+                (Op::Delete { key }, Some((flow_hash, _))) => {
+                    c.fills.remove(&key);
+                    c.write(key, None, flow_hash, now, false);
+                    c.stats.write_through += 1;
+                    let j = c.fwd.push_copy(ops, i);
+                    c.fwd_map.push((j.index() as u32, i as u32));
+                }
+                (op, _) => {
+                    match op {
+                        // Timers name a record's key but never change its value.
+                        Op::ArmTimer { .. } | Op::CancelTimer { .. } => {}
+                        Op::Get { key } => c.store_bound(&key, false, now),
+                        op => c.store_bound(op.key(), true, now),
+                    }
+                    let j = c.fwd.push_copy(ops, i);
+                    c.fwd_map.push((j.index() as u32, i as u32));
+                }
+            }
+        }
+        if c.fwd.is_empty() && !c.due(now) {
+            c.stats.saved_round_trips += 1;
+            return Ok(());
+        }
+        // Deferred writes ride along. Appended last: every earlier operation in this
+        // batch on a dirty key already sent that key's value before itself.
+        c.append_dirty();
+        c.send(store, Some(ops))?;
+        let fills = std::mem::take(&mut c.fills);
+        for (key, i) in &fills {
+            let i = *i as usize;
+            let (Hint::Owned { flow_hash } | Hint::Deferred { flow_hash }) = ops.hint(i) else {
+                continue;
+            };
+            if c.map.get(key).is_some_and(|e| e.blocked || e.dirty) {
+                continue;
+            }
+            let v = ops.value(OpId::at(i)).map(|v| v.to_vec());
+            if !c.map.contains_key(key) {
+                c.make_room(now);
+            }
+            c.map.insert(
+                *key,
+                Entry {
+                    val: v,
+                    flow_hash,
+                    used_ns: now,
+                    dirty: false,
+                    blocked: false,
+                },
+            );
+        }
+        c.fills = fills;
+        c.fills.clear();
+        Ok(())
+    }
+}
+
+/// A [`FlowCache`] bound to a store for one call; see the module documentation.
+pub struct CachedStore<'a> {
+    cache: &'a mut FlowCache,
+    inner: &'a mut dyn StateStore,
+    now_ns: u64,
+}
+
+impl CachedStore<'_> {
+    /// Sends deferred writes if they are due (call at the end of a batch).
+    pub fn flush_due(&mut self) -> Result<(), StoreError> {
+        self.cache.flush_due(self.inner, self.now_ns)
+    }
+}
+
+impl StateStore for CachedStore<'_> {
+    fn execute(&mut self, ops: &mut Ops) -> Result<(), StoreError> {
+        let now = self.now_ns;
+        let c = &mut *self.cache;
+        c.check_lease(now);
+        let Some(own) = c.own.take() else {
+            // Nothing owned: nothing cached, nothing pending.
+            return self.inner.execute(ops);
+        };
+        let r = c.execute_owned(&own, self.inner, ops, now);
+        c.own = Some(own);
+        r
+    }
+
+    fn take_expired(
+        &mut self,
+        ns: Namespace,
+        now_ns: u64,
+        max: usize,
+        out: &mut Vec<Key>,
+    ) -> Result<(), StoreError> {
+        self.cache.check_lease(self.now_ns);
+        self.inner.take_expired(ns, now_ns, max, out)
+    }
+
+    fn counters(&self) -> StoreCounters {
+        self.inner.counters()
+    }
+
+    fn describe(&self) -> String {
+        format!("cached({})", self.inner.describe())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::LocalStore;
+
+    const NS: Namespace = Namespace(7);
+
+    fn k(i: u8) -> Key {
+        Key::new(NS, 1, &[i])
+    }
+
+    fn cache_all() -> (FlowCache, LocalStore) {
+        let mut c = FlowCache::new(CacheConfig::default());
+        let mut s = LocalStore::new();
+        c.set_ownership(Some(Ownership::all(1, u64::MAX)), &mut s, 0)
+            .unwrap();
+        (c, s)
+    }
+
+    fn get(c: &mut FlowCache, s: &mut LocalStore, now: u64, key: Key) -> Option<Vec<u8>> {
+        let mut ops = Ops::new();
+        let id = ops.get_owned(key, 5);
+        c.bind(s, now).execute(&mut ops).unwrap();
+        ops.value(id).map(|v| v.to_vec())
+    }
+
+    #[test]
+    fn split_matches_group_boundaries() {
+        let r = hash_range_split(&[1, 1]);
+        assert_eq!(
+            r,
+            vec![Some((0, 0x7fff_ffff)), Some((0x8000_0000, u32::MAX))]
+        );
+        let r = hash_range_split(&[1, 0, 3]);
+        assert_eq!(r[1], None);
+        assert_eq!(r[0].unwrap().0, 0);
+        assert_eq!(r[2].unwrap().1, u32::MAX);
+        assert_eq!(r[0].unwrap().1 + 1, r[2].unwrap().0);
+    }
+
+    #[test]
+    fn hits_need_no_round_trip_and_writes_go_through() {
+        let (mut c, mut s) = cache_all();
+        let mut ops = Ops::new();
+        ops.put_hinted(k(1), b"v1", Hint::Owned { flow_hash: 5 });
+        c.bind(&mut s, 10).execute(&mut ops).unwrap();
+        assert_eq!(s.counters().writes, 1, "owned writes are written through");
+        let rt = s.counters().round_trips;
+        assert_eq!(get(&mut c, &mut s, 11, k(1)), Some(b"v1".to_vec()));
+        assert_eq!(s.counters().round_trips, rt, "a hit makes no round trip");
+        // A miss reads through and fills, absent included.
+        assert_eq!(get(&mut c, &mut s, 12, k(2)), None);
+        assert_eq!(get(&mut c, &mut s, 13, k(2)), None);
+        assert_eq!(s.counters().round_trips, rt + 1);
+        assert_eq!(c.stats().hits, 2);
+    }
+
+    #[test]
+    fn deferred_writes_ride_along_and_flush_when_due() {
+        let (mut c, mut s) = cache_all();
+        let mut ops = Ops::new();
+        ops.put_hinted(k(1), b"a", Hint::Deferred { flow_hash: 5 });
+        c.bind(&mut s, 100).execute(&mut ops).unwrap();
+        assert_eq!(s.counters().round_trips, 0);
+        assert_eq!(get(&mut c, &mut s, 101, k(1)), Some(b"a".to_vec()));
+        assert_eq!(c.pending(), 1);
+        // Not due yet.
+        c.flush_due(&mut s, 200).unwrap();
+        assert_eq!(s.counters().writes, 0);
+        // A miss carries it along.
+        get(&mut c, &mut s, 300, k(9));
+        assert_eq!(s.counters().writes, 1);
+        assert_eq!(c.pending(), 0);
+        let mut plain = Ops::new();
+        let id = plain.get(k(1));
+        s.execute(&mut plain).unwrap();
+        assert_eq!(plain.value(id), Some(&b"a"[..]));
+        // Due by age.
+        let mut ops = Ops::new();
+        ops.put_hinted(k(1), b"b", Hint::Deferred { flow_hash: 5 });
+        c.bind(&mut s, 400).execute(&mut ops).unwrap();
+        c.flush_due(&mut s, 400 + 1_000_000).unwrap();
+        assert_eq!(s.counters().writes, 2);
+    }
+
+    #[test]
+    fn store_bound_write_evicts_and_blocks_refill() {
+        let (mut c, mut s) = cache_all();
+        let mut ops = Ops::new();
+        ops.put_hinted(k(1), b"a", Hint::Deferred { flow_hash: 5 });
+        c.bind(&mut s, 1).execute(&mut ops).unwrap();
+        // A timer handler deletes it through the store, unhinted.
+        let mut ops = Ops::new();
+        let g = ops.get(k(1));
+        ops.delete(k(1));
+        c.bind(&mut s, 2).execute(&mut ops).unwrap();
+        assert_eq!(ops.value(g), Some(&b"a"[..]), "deferred value sent first");
+        assert_eq!(get(&mut c, &mut s, 3, k(1)), None);
+        // Another instance writes it; the blocked key is read through, not filled.
+        let mut ops = Ops::new();
+        ops.put(k(1), b"z");
+        s.execute(&mut ops).unwrap();
+        assert_eq!(get(&mut c, &mut s, 4, k(1)), Some(b"z".to_vec()));
+        assert_eq!(c.stats().hits, 0);
+    }
+
+    #[test]
+    fn idle_entries_and_foreign_hashes_read_through() {
+        let mut c = FlowCache::new(CacheConfig {
+            idle_ns: 100,
+            ..CacheConfig::default()
+        });
+        let mut s = LocalStore::new();
+        let own = Ownership {
+            epoch: 1,
+            ranges: vec![(0, 9)],
+            valid_until_ns: u64::MAX,
+        };
+        c.set_ownership(Some(own), &mut s, 0).unwrap();
+        let mut ops = Ops::new();
+        ops.put_hinted(k(1), b"a", Hint::Owned { flow_hash: 5 });
+        ops.put_hinted(k(2), b"b", Hint::Owned { flow_hash: 50 });
+        c.bind(&mut s, 1).execute(&mut ops).unwrap();
+        assert_eq!(c.len(), 1, "hash 50 is not owned");
+        let rt = s.counters().round_trips;
+        get(&mut c, &mut s, 50, k(1));
+        assert_eq!(s.counters().round_trips, rt);
+        get(&mut c, &mut s, 500, k(1));
+        assert_eq!(s.counters().round_trips, rt + 1, "idle entry not served");
+    }
+
+    #[test]
+    fn lease_change_flushes_and_expiry_drops() {
+        let (mut c, mut s) = cache_all();
+        let mut ops = Ops::new();
+        ops.put_hinted(k(1), b"a", Hint::Deferred { flow_hash: 5 });
+        c.bind(&mut s, 1).execute(&mut ops).unwrap();
+        c.set_ownership(None, &mut s, 2).unwrap();
+        assert_eq!(s.counters().writes, 1, "revocation flushes first");
+        assert!(c.is_empty());
+        c.set_ownership(Some(Ownership::all(2, 100)), &mut s, 3)
+            .unwrap();
+        // Near the lease's end nothing is deferred.
+        let mut ops = Ops::new();
+        ops.put_hinted(k(1), b"b", Hint::Deferred { flow_hash: 5 });
+        c.bind(&mut s, 50).execute(&mut ops).unwrap();
+        assert_eq!(s.counters().writes, 2);
+        get(&mut c, &mut s, 60, k(1));
+        // Expired: not served, cache emptied.
+        let rt = s.counters().round_trips;
+        get(&mut c, &mut s, 100, k(1));
+        assert_eq!(s.counters().round_trips, rt + 1);
+        assert!(c.ownership().is_none());
+    }
+}

@@ -1,0 +1,775 @@
+//! The local testbed: a whole Sluice deployment on one machine.
+//!
+//! [`Lab::up`] builds, from a tenant spec:
+//!
+//! * a fabric namespace holding a bridge, and `hosts` host namespaces joined to it
+//!   (underlay `10.255.0.H/24`, MTU 9000 so tunnelled 1500-byte frames fit);
+//! * a namespace per service VM of the spec, attached to a host (round robin), and
+//!   one gateway namespace per tenant holding an address in each external subnet
+//!   (`.10` of the subnet), where the tenant's "Internet" clients live;
+//! * a private `redis-server` (the NF state store), the controller and one agent per
+//!   host, as processes on loopback (the management network);
+//! * the VM registrations and the tenant spec, applied through the controller's API.
+//!
+//! Everything it creates is recorded in `DIR/testbed.json`, so [`Lab::down`] (or
+//! `sluice testbed down --dir DIR` from another process) removes it; a failure half
+//! way through `up` tears down what was built. Names carry a per-run prefix, so
+//! several labs (concurrent tests) never collide.
+
+use std::fs;
+use std::io::Read;
+use std::net::{Ipv4Addr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+use sluice_proto::VmRegistration;
+use sluice_tenant::{Element, TenantSpec};
+
+use crate::{ip, vm, Netns, TestbedError};
+
+/// What to bring up.
+#[derive(Debug, Clone)]
+pub struct LabOptions {
+    /// Tenant spec (YAML) to apply.
+    pub spec: PathBuf,
+    /// Number of hosts (at least 1).
+    pub hosts: u32,
+    /// Working directory: logs, databases, `testbed.json`.
+    pub dir: PathBuf,
+    /// The `sluice` binary (runs the controller).
+    pub sluice: PathBuf,
+    /// The `sluiced` binary (the host agent; it runs NF instances too).
+    pub sluiced: PathBuf,
+    /// Start nginx in every service VM, serving [`web_root`] files.
+    pub web: bool,
+}
+
+/// A host of the lab.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HostInfo {
+    /// Host id (1-based).
+    pub id: u32,
+    /// Namespace.
+    pub netns: String,
+    /// Fabric address.
+    pub underlay: Ipv4Addr,
+    /// The agent's API.
+    pub api: String,
+}
+
+/// A VM of the lab.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VmInfo {
+    /// Tenant.
+    pub tenant: String,
+    /// VM name (as in the spec; `gateway` for the tenant's gateway).
+    pub name: String,
+    /// Namespace.
+    pub netns: String,
+    /// Host it is attached to.
+    pub host: u32,
+    /// Its addresses (the gateway has one per external subnet, and more).
+    pub addrs: Vec<String>,
+    /// Is the tenant's gateway.
+    pub gateway: bool,
+}
+
+/// Everything a lab consists of; what `testbed.json` holds.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LabState {
+    /// Name prefix of everything created.
+    pub prefix: String,
+    /// Working directory.
+    pub dir: PathBuf,
+    /// Namespaces to delete (the fabric, hosts, VMs).
+    pub namespaces: Vec<String>,
+    /// Processes to stop, in order (agents first, the store last).
+    pub pids: Vec<u32>,
+    /// The controller's URL.
+    pub controller: String,
+    /// The state store's URL.
+    pub store: String,
+    /// The fabric namespace and bridge (`tshark -i` there sees the tunnels).
+    pub fabric: (String, String),
+    /// Hosts.
+    pub hosts: Vec<HostInfo>,
+    /// VMs.
+    pub vms: Vec<VmInfo>,
+    /// The applied tenant's name.
+    pub tenant: String,
+    /// The controller's process id.
+    #[serde(default)]
+    pub controller_pid: u32,
+    /// The `sluice` binary the controller runs from.
+    #[serde(default)]
+    pub sluice: PathBuf,
+}
+
+impl LabState {
+    /// The VM called `name`.
+    pub fn vm(&self, name: &str) -> Option<&VmInfo> {
+        self.vms.iter().find(|v| v.name == name)
+    }
+}
+
+/// A running lab; torn down on drop unless [`Lab::keep`] is called.
+#[derive(Debug)]
+pub struct Lab {
+    state: LabState,
+    armed: bool,
+}
+
+/// Why the lab could not come up.
+#[derive(Debug, thiserror::Error)]
+pub enum LabError {
+    /// Building namespaces or links failed.
+    #[error(transparent)]
+    Testbed(#[from] TestbedError),
+    /// Something else, described.
+    #[error("{0}")]
+    Other(String),
+}
+
+fn other(e: impl std::fmt::Display) -> LabError {
+    LabError::Other(e.to_string())
+}
+
+/// Frames nginx serves in every web VM: `index.html` (the VM's name) and `blob`
+/// (1 MiB, identical on every VM, so downloads can be compared by checksum).
+pub fn web_root(dir: &Path, vm: &str) -> std::io::Result<PathBuf> {
+    let root = dir.join(format!("www-{vm}"));
+    fs::create_dir_all(&root)?;
+    fs::write(root.join("index.html"), format!("{vm}\n"))?;
+    fs::write(root.join("blob"), blob())?;
+    Ok(root)
+}
+
+/// The 1 MiB test object every web VM serves (deterministic bytes).
+pub fn blob() -> Vec<u8> {
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    (0..1 << 20)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x >> 32) as u8
+        })
+        .collect()
+}
+
+static RUNS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+
+fn free_port() -> Result<u16, LabError> {
+    let l = TcpListener::bind("127.0.0.1:0").map_err(other)?;
+    Ok(l.local_addr().map_err(other)?.port())
+}
+
+fn wait_tcp(port: u16, what: &str, child: &mut Child, log: &Path) -> Result<(), LabError> {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            return Ok(());
+        }
+        if let Ok(Some(st)) = child.try_wait() {
+            let mut text = String::new();
+            let _ = fs::File::open(log).and_then(|mut f| f.read_to_string(&mut text));
+            return Err(LabError::Other(format!(
+                "{what} exited ({st}) before listening; its log ({}):\n{}",
+                log.display(),
+                text.lines().rev().take(15).collect::<Vec<_>>().join("\n")
+            )));
+        }
+        if Instant::now() > deadline {
+            return Err(LabError::Other(format!(
+                "{what} did not listen on 127.0.0.1:{port} within 20 s (log: {})",
+                log.display()
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn spawn_logged(cmd: &mut Command, log: &Path) -> Result<Child, LabError> {
+    let f = fs::File::create(log).map_err(|e| other(format!("{}: {e}", log.display())))?;
+    let f2 = f.try_clone().map_err(other)?;
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::from(f))
+        .stderr(Stdio::from(f2));
+    // Own process group: a terminal's ^C to `sluice testbed up` does not reach the
+    // daemons, and `down` can signal each daemon's whole group.
+    use std::os::unix::process::CommandExt;
+    cmd.process_group(0);
+    cmd.spawn()
+        .map_err(|e| other(format!("cannot start {:?}: {e}", cmd.get_program())))
+}
+
+/// A minimal HTTP client call against the controller (JSON or YAML bodies).
+fn http(method: &str, url: &str, body: Option<(&str, &str)>) -> Result<String, LabError> {
+    let req = ureq::request(method, url).timeout(Duration::from_secs(10));
+    let r = match body {
+        Some((ctype, b)) => req.set("Content-Type", ctype).send_string(b),
+        None => req.call(),
+    };
+    match r {
+        Ok(resp) => resp.into_string().map_err(other),
+        Err(ureq::Error::Status(code, resp)) => Err(LabError::Other(format!(
+            "{method} {url}: HTTP {code}: {}",
+            resp.into_string().unwrap_or_default()
+        ))),
+        Err(e) => Err(LabError::Other(format!("{method} {url}: {e}"))),
+    }
+}
+
+impl Lab {
+    /// Brings the lab up; on failure, removes whatever it had created.
+    pub fn up(opts: &LabOptions) -> Result<Lab, LabError> {
+        let text = fs::read_to_string(&opts.spec)
+            .map_err(|e| other(format!("{}: {e}", opts.spec.display())))?;
+        let spec =
+            TenantSpec::parse(&text, &opts.spec.display().to_string(), None).map_err(other)?;
+        if opts.hosts == 0 || opts.hosts > 99 {
+            return Err(other("--hosts must be between 1 and 99"));
+        }
+        for (what, p) in [("sluice", &opts.sluice), ("sluiced", &opts.sluiced)] {
+            if !p.is_file() {
+                return Err(other(format!(
+                    "{what} binary not found at {} (build it: cargo build -p sluice-cli -p sluice-agent)",
+                    p.display()
+                )));
+            }
+        }
+        fs::create_dir_all(&opts.dir).map_err(|e| other(format!("{}: {e}", opts.dir.display())))?;
+        let dir = fs::canonicalize(&opts.dir).map_err(other)?;
+        let n = RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        // Fixed width, and unlike `unique_name`'s "sl...": no lab's prefix is a prefix
+        // of another's, so tearing down by prefix never touches a neighbour.
+        // Short too: the agents append `h<id>` and must stay within 9 bytes.
+        let prefix = format!("s{:04}{}", std::process::id() % 10_000, n % 10);
+        let mut lab = Lab {
+            state: LabState {
+                prefix: prefix.clone(),
+                dir: dir.clone(),
+                tenant: spec.tenant.clone(),
+                ..LabState::default()
+            },
+            armed: true,
+        };
+        // Record as we go: a failure below drops `lab`, which tears down exactly
+        // what was recorded.
+        lab.build(opts, &spec, &text)?;
+        lab.save()?;
+        Ok(lab)
+    }
+
+    fn save(&self) -> Result<(), LabError> {
+        let path = self.state.dir.join("testbed.json");
+        let json = serde_json::to_string_pretty(&self.state).map_err(other)?;
+        fs::write(&path, json).map_err(|e| other(format!("{}: {e}", path.display())))
+    }
+
+    fn netns(&mut self, name: &str) -> Result<String, LabError> {
+        let ns = Netns::create(name)?.keep();
+        self.state.namespaces.push(ns.clone());
+        self.save()?;
+        Ok(ns)
+    }
+
+    fn build(&mut self, opts: &LabOptions, spec: &TenantSpec, text: &str) -> Result<(), LabError> {
+        let p = self.state.prefix.clone();
+        let dir = self.state.dir.clone();
+
+        // Fabric and hosts.
+        let fab = self.netns(&format!("{p}fab"))?;
+        ip(&["-n", &fab, "link", "add", "br0", "type", "bridge"])?;
+        ip(&["-n", &fab, "link", "set", "br0", "mtu", "9000"])?;
+        ip(&["-n", &fab, "link", "set", "br0", "up"])?;
+        self.state.fabric = (fab.clone(), "br0".into());
+        for h in 1..=opts.hosts {
+            let ns = self.netns(&format!("{p}h{h}"))?;
+            vm::sysctl(&ns, "net.ipv6.conf.all.disable_ipv6", "1");
+            let outer = format!("{p}f{h}");
+            ip(&[
+                "link", "add", &outer, "type", "veth", "peer", "name", "fab0",
+            ])?;
+            ip(&["link", "set", "fab0", "netns", &ns])?;
+            ip(&["link", "set", &outer, "netns", &fab])?;
+            ip(&["-n", &fab, "link", "set", &outer, "mtu", "9000"])?;
+            ip(&["-n", &fab, "link", "set", &outer, "master", "br0"])?;
+            ip(&["-n", &fab, "link", "set", &outer, "up"])?;
+            ip(&["-n", &ns, "link", "set", "fab0", "mtu", "9000"])?;
+            ip(&[
+                "-n",
+                &ns,
+                "addr",
+                "add",
+                &format!("10.255.0.{h}/24"),
+                "dev",
+                "fab0",
+            ])?;
+            ip(&["-n", &ns, "link", "set", "fab0", "up"])?;
+            self.state.hosts.push(HostInfo {
+                id: h,
+                netns: ns,
+                underlay: Ipv4Addr::new(10, 255, 0, h as u8),
+                api: String::new(),
+            });
+        }
+
+        // The state store.
+        let redis_port = free_port()?;
+        let log = dir.join("redis.log");
+        let mut child = spawn_logged(
+            Command::new("redis-server").args([
+                "--port",
+                &redis_port.to_string(),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                &dir.display().to_string(),
+            ]),
+            &log,
+        )?;
+        self.state.pids.push(child.id());
+        self.save()?;
+        wait_tcp(redis_port, "redis-server", &mut child, &log)?;
+        self.state.store = format!("redis://127.0.0.1:{redis_port}");
+
+        // The controller.
+        let ctl_port = free_port()?;
+        self.state.sluice = opts.sluice.clone();
+        self.start_controller(ctl_port)?;
+
+        // Agents.
+        for i in 0..self.state.hosts.len() {
+            let h = self.state.hosts[i].clone();
+            let port = free_port()?;
+            let run_dir = dir.join(format!("h{}", h.id));
+            fs::create_dir_all(&run_dir).map_err(other)?;
+            let log = dir.join(format!("agent-h{}.log", h.id));
+            let mut child = spawn_logged(
+                Command::new(&opts.sluiced).args([
+                    "run",
+                    "--host-id",
+                    &h.id.to_string(),
+                    "--name",
+                    &h.netns,
+                    "--netns",
+                    &h.netns,
+                    "--underlay",
+                    &h.underlay.to_string(),
+                    "--controller",
+                    &self.state.controller,
+                    "--listen",
+                    &format!("127.0.0.1:{port}"),
+                    "--prefix",
+                    &format!("{p}h{}", h.id),
+                    "--run-dir",
+                    &run_dir.display().to_string(),
+                ]),
+                &log,
+            )?;
+            self.state.pids.insert(0, child.id());
+            self.state.hosts[i].api = format!("http://127.0.0.1:{port}");
+            self.save()?;
+            wait_tcp(
+                port,
+                &format!("the agent of host {}", h.id),
+                &mut child,
+                &log,
+            )?;
+        }
+
+        // VMs: the gateway on host 1, services round robin over the hosts.
+        let nhosts = opts.hosts;
+        let mut k = 0u32;
+        let mut gw_addrs = Vec::new();
+        let mut services = Vec::new();
+        for (name, e) in &spec.elements {
+            match e {
+                Element::External { subnets } => {
+                    for s in subnets {
+                        if let sluice_wire::IpAddr::V4(a) = s.network() {
+                            let o = a;
+                            gw_addrs.push(format!("{}.{}.{}.{}", o[0], o[1], o[2], o[3] + 10));
+                            gw_addrs.push(format!("{}.{}.{}.{}", o[0], o[1], o[2], o[3] + 66));
+                        }
+                    }
+                }
+                Element::Service { vms } => {
+                    for v in vms {
+                        services.push((name.clone(), v.name.clone(), v.addr.to_string()));
+                    }
+                }
+                _ => {}
+            }
+        }
+        let mut attach = |lab: &mut Lab,
+                          name: &str,
+                          host: u32,
+                          addrs: Vec<String>,
+                          gateway: bool|
+         -> Result<(), LabError> {
+            k += 1;
+            let ns = lab.netns(&format!("{p}-{name}"))?;
+            let host_ns = lab.state.hosts[(host - 1) as usize].netns.clone();
+            let iface = format!("{p}v{k}");
+            let mac = format!("02:00:00:00:{:02x}:{:02x}", k >> 8, k & 0xff);
+            vm::attach(&host_ns, &iface, &ns, &addrs, &mac)?;
+            let reg = VmRegistration {
+                tenant: spec.tenant.clone(),
+                name: name.to_string(),
+                host,
+                iface,
+                mac,
+                addr: addrs[0].parse().map_err(other)?,
+                gateway,
+            };
+            http(
+                "PUT",
+                &format!("{}/v1/vms/{}/{}", lab.state.controller, spec.tenant, name),
+                Some((
+                    "application/json",
+                    &serde_json::to_string(&reg).map_err(other)?,
+                )),
+            )?;
+            lab.state.vms.push(VmInfo {
+                tenant: spec.tenant.clone(),
+                name: name.to_string(),
+                netns: ns,
+                host,
+                addrs,
+                gateway,
+            });
+            lab.save()
+        };
+        if !gw_addrs.is_empty() {
+            attach(self, "gateway", 1, gw_addrs, true)?;
+        }
+        for (i, (_svc, name, addr)) in services.iter().enumerate() {
+            // Host 2 first: the gateway is on host 1, so chains cross the fabric.
+            let host = 1 + ((i as u32 + 1) % nhosts);
+            attach(self, name, host, vec![addr.clone()], false)?;
+        }
+
+        // Wait until every agent registered, then apply.
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let hosts = http("GET", &format!("{}/v1/hosts", self.state.controller), None)?;
+            let v: serde_json::Value = serde_json::from_str(&hosts).map_err(other)?;
+            let n = v
+                .as_array()
+                .or_else(|| v.get("hosts").and_then(|h| h.as_array()))
+                .map(|a| a.len())
+                .unwrap_or(0);
+            if n >= self.state.hosts.len() {
+                break;
+            }
+            if Instant::now() > deadline {
+                return Err(other(format!(
+                    "only {n} of {} agents registered with the controller within 20 s (logs in {})",
+                    self.state.hosts.len(),
+                    dir.display()
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        http(
+            "PUT",
+            &format!("{}/v1/tenants/{}", self.state.controller, spec.tenant),
+            Some(("application/yaml", text)),
+        )?;
+        self.wait_in_sync(Duration::from_secs(20))?;
+
+        if opts.web {
+            for v in self.state.vms.clone() {
+                if v.gateway {
+                    continue;
+                }
+                let root = web_root(&dir, &v.name).map_err(other)?;
+                let pid = start_nginx(&dir, &v, &root)?;
+                self.state.pids.insert(0, pid);
+                self.save()?;
+            }
+        }
+        Ok(())
+    }
+
+    fn start_controller(&mut self, port: u16) -> Result<(), LabError> {
+        let dir = self.state.dir.clone();
+        let n = std::fs::read_dir(&dir)
+            .map(|d| {
+                d.filter(|e| {
+                    e.as_ref()
+                        .map(|e| e.file_name().to_string_lossy().starts_with("controller"))
+                        .unwrap_or(false)
+                })
+                .count()
+            })
+            .unwrap_or(0);
+        let log = dir.join(if n == 0 {
+            "controller.log".to_string()
+        } else {
+            format!("controller-{n}.log")
+        });
+        let db = dir.join("controller.db");
+        let mut child = spawn_logged(
+            Command::new(&self.state.sluice).args([
+                "controller",
+                "--listen",
+                &format!("127.0.0.1:{port}"),
+                "--db",
+                &db.display().to_string(),
+                "--state",
+                &self.state.store,
+            ]),
+            &log,
+        )?;
+        let old = self.state.controller_pid;
+        self.state.pids.retain(|&p| p != old);
+        self.state.pids.insert(0, child.id());
+        self.state.controller_pid = child.id();
+        self.save()?;
+        wait_tcp(port, "the controller", &mut child, &log)?;
+        self.state.controller = format!("http://127.0.0.1:{port}");
+        self.save()
+    }
+
+    /// Kills the controller (SIGKILL): the agents keep forwarding with what they
+    /// have.
+    pub fn kill_controller(&mut self) {
+        let pid = self.state.controller_pid as i32;
+        // SAFETY: signalling and reaping our own child process group.
+        unsafe {
+            libc::kill(-pid, libc::SIGKILL);
+            libc::waitpid(pid, std::ptr::null_mut(), 0);
+        }
+    }
+
+    /// Starts the controller again on the same port and database.
+    pub fn restart_controller(&mut self) -> Result<(), LabError> {
+        let port: u16 = self
+            .state
+            .controller
+            .rsplit(':')
+            .next()
+            .and_then(|p| p.parse().ok())
+            .ok_or_else(|| other("no controller address recorded"))?;
+        self.start_controller(port)
+    }
+
+    /// Waits until every agent runs its desired configuration and every NF
+    /// instance is alive.
+    pub fn wait_in_sync(&self, within: Duration) -> Result<(), LabError> {
+        let deadline = Instant::now() + within;
+        loop {
+            let body = http("GET", &format!("{}/v1/hosts", self.state.controller), None)?;
+            let hosts: serde_json::Value = serde_json::from_str(&body).map_err(other)?;
+            let synced = hosts
+                .as_array()
+                .or_else(|| hosts.get("hosts").and_then(|h| h.as_array()))
+                .map(|a| {
+                    a.iter().all(|h| {
+                        let d = h.get("desired_version").or_else(|| h.get("config_version"));
+                        let r = h.get("reported_version");
+                        d.is_some() && r.is_some() && d == r
+                    })
+                })
+                .unwrap_or(false);
+            let inst = http(
+                "GET",
+                &format!("{}/v1/instances", self.state.controller),
+                None,
+            )?;
+            let iv: serde_json::Value = serde_json::from_str(&inst).map_err(other)?;
+            let alive = iv
+                .as_array()
+                .or_else(|| iv.get("instances").and_then(|h| h.as_array()))
+                .map(|a| {
+                    a.iter()
+                        .all(|i| i.get("alive").and_then(|x| x.as_bool()) == Some(true))
+                })
+                .unwrap_or(false);
+            if synced && alive {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                return Err(other(format!(
+                    "the agents did not converge within {within:?}:\nhosts: {body}\ninstances: {inst}"
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// What the lab consists of.
+    pub fn state(&self) -> &LabState {
+        &self.state
+    }
+
+    /// Runs `cmd` inside VM `vm`'s namespace and returns (success, stdout, stderr).
+    pub fn vm_exec(&self, vm: &str, cmd: &[&str]) -> Result<(bool, String, String), LabError> {
+        let v = self
+            .state
+            .vm(vm)
+            .ok_or_else(|| other(format!("no VM called `{vm}` in this lab")))?;
+        let out = Command::new("ip")
+            .args(["netns", "exec", &v.netns])
+            .args(cmd)
+            .output()
+            .map_err(|e| other(format!("run {cmd:?} in {vm}: {e}")))?;
+        Ok((
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        ))
+    }
+
+    /// Leaves the lab running (for `sluice testbed up`); `down(dir)` removes it.
+    pub fn keep(mut self) -> LabState {
+        self.armed = false;
+        self.state.clone()
+    }
+
+    /// Stops every process and removes every namespace of the lab in `dir`.
+    pub fn down_dir(dir: &Path) -> Result<LabState, LabError> {
+        let path = dir.join("testbed.json");
+        let text = fs::read_to_string(&path)
+            .map_err(|e| other(format!("{}: {e} (no testbed there?)", path.display())))?;
+        let state: LabState =
+            serde_json::from_str(&text).map_err(|e| other(format!("{}: {e}", path.display())))?;
+        teardown(&state);
+        let _ = fs::remove_file(&path);
+        Ok(state)
+    }
+}
+
+impl Drop for Lab {
+    fn drop(&mut self) {
+        if self.armed {
+            teardown(&self.state);
+            let _ = fs::remove_file(self.state.dir.join("testbed.json"));
+        }
+    }
+}
+
+fn start_nginx(dir: &Path, v: &VmInfo, root: &Path) -> Result<u32, LabError> {
+    let base = dir.join(format!("nginx-{}", v.name));
+    fs::create_dir_all(base.join("logs")).map_err(other)?;
+    let conf = format!(
+        "worker_processes 1;\n\
+         pid {base}/nginx.pid;\n\
+         error_log {base}/logs/error.log;\n\
+         events {{ worker_connections 1024; }}\n\
+         http {{\n\
+           access_log {base}/logs/access.log;\n\
+           client_body_temp_path {base}/body;\n\
+           proxy_temp_path {base}/proxy;\n\
+           fastcgi_temp_path {base}/fastcgi;\n\
+           uwsgi_temp_path {base}/uwsgi;\n\
+           scgi_temp_path {base}/scgi;\n\
+           server {{ listen {addr}:80; root {root}; }}\n\
+         }}\n",
+        base = base.display(),
+        addr = v.addrs[0],
+        root = root.display(),
+    );
+    let conf_path = base.join("nginx.conf");
+    fs::write(&conf_path, conf).map_err(other)?;
+    let log = base.join("stdout.log");
+    let child = spawn_logged(
+        Command::new("ip").args([
+            "netns",
+            "exec",
+            &v.netns,
+            "nginx",
+            "-c",
+            &conf_path.display().to_string(),
+            "-g",
+            "daemon off;",
+        ]),
+        &log,
+    )?;
+    let pid = child.id();
+    // Listening check from inside the VM (nginx binds the VM's address).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let ok = Command::new("ip")
+            .args(["netns", "exec", &v.netns, "ss", "-Hltn", "sport = :80"])
+            .output()
+            .map(|o| !o.stdout.is_empty())
+            .unwrap_or(false);
+        if ok {
+            return Ok(pid);
+        }
+        if Instant::now() > deadline {
+            return Err(other(format!(
+                "nginx did not start in {} (see {})",
+                v.name,
+                base.join("logs/error.log").display()
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Sends SIGTERM to each process group, waits briefly, then SIGKILL, and deletes
+/// namespaces (which removes their interfaces).
+fn teardown(state: &LabState) {
+    for &pid in &state.pids {
+        // SAFETY: signalling a process group we created; harmless if it is gone.
+        unsafe {
+            libc::kill(-(pid as i32), libc::SIGTERM);
+        }
+    }
+    let deadline = Instant::now() + Duration::from_secs(5);
+    for &pid in &state.pids {
+        while Instant::now() < deadline && Path::new(&format!("/proc/{pid}")).exists() {
+            // Reap if it is our child; otherwise just wait for it to go.
+            // SAFETY: waitpid with WNOHANG on a pid; fails harmlessly if not a child.
+            unsafe {
+                libc::waitpid(pid as i32, std::ptr::null_mut(), libc::WNOHANG);
+            }
+            if is_zombie_or_gone(pid) {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        // SAFETY: as above.
+        unsafe {
+            libc::kill(-(pid as i32), libc::SIGKILL);
+            libc::waitpid(pid as i32, std::ptr::null_mut(), libc::WNOHANG);
+        }
+    }
+    // Namespaces made by the agents for NF instances carry the lab's prefix too.
+    let mut all: Vec<String> = state.namespaces.clone();
+    if let Ok(out) = Command::new("ip").args(["netns", "list"]).output() {
+        for line in String::from_utf8_lossy(&out.stdout).lines() {
+            let name = line.split_whitespace().next().unwrap_or("");
+            if !state.prefix.is_empty()
+                && name.starts_with(&state.prefix)
+                && !all.iter().any(|n| n == name)
+            {
+                all.push(name.to_string());
+            }
+        }
+    }
+    for ns in all.iter().rev() {
+        let _ = ip(&["netns", "del", ns]);
+    }
+}
+
+fn is_zombie_or_gone(pid: u32) -> bool {
+    match fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(s) => s
+            .rsplit_once(')')
+            .map(|(_, rest)| rest.trim_start().starts_with('Z'))
+            .unwrap_or(true),
+        Err(_) => true,
+    }
+}
