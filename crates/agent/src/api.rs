@@ -4,7 +4,8 @@
 //!   handed to the data plane, `400 {"error": "..."}` (and the old configuration
 //!   stays) if it cannot be installed;
 //! * `GET /v1/config`: the running configuration (`404` before the first);
-//! * `GET /v1/status`: [`sluice_proto::AgentStatus`];
+//! * `GET /v1/status`: [`sluice_proto::AgentStatus`] (counters, instances and
+//!   their health, failover events with timestamps, pinned flows per target);
 //! * `GET /metrics`: Prometheus text.
 
 use std::io::Read;

@@ -9,14 +9,16 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use sluice_proto::{AgentConfig, AgentStatus, HostRegistration, PortStatus};
+use sluice_proto::{
+    AgentConfig, AgentStatus, HostHeartbeat, HostRegistration, InstanceHealth, PortStatus,
+};
 
 use crate::dataplane::{ConfigError, Dataplane, DropReason};
 use crate::instances::{InstanceEnv, Supervisor};
 use crate::io::{DataplaneThread, IoOptions};
 
-/// How often the agent heartbeats to the controller.
-pub const HEARTBEAT_EVERY: Duration = Duration::from_millis(100);
+/// How often the agent heartbeats to the controller (with its instances' health).
+pub const HEARTBEAT_EVERY: Duration = Duration::from_millis(50);
 
 /// Why the agent could not start.
 #[derive(Debug, thiserror::Error)]
@@ -66,6 +68,9 @@ pub struct AgentOptions {
     pub udp: SocketAddrV4,
     /// Executable for instances (`None`: the current one).
     pub instance_exe: Option<PathBuf>,
+    /// An NF instance without a heartbeat this long is suspected and its traffic
+    /// moved to the surviving instances of its groups (`None`: 30 ms).
+    pub suspect_after: Option<Duration>,
 }
 
 /// State the API handlers and the heartbeat share.
@@ -163,7 +168,34 @@ impl AgentCore {
             ports,
             fabric: p.stats.fabric.clone(),
             instances: self.instances(),
+            health: self.health_of(&p),
+            failover_events: p.failover_events.clone(),
+            pinned_flows: p.pinned_flows.clone(),
         }
+    }
+
+    /// Instance health: the data plane's view (heartbeats, suspicion) with the
+    /// supervisor's (the process runs); an exited process counts as suspected.
+    fn health_of(&self, p: &crate::io::Published) -> Vec<InstanceHealth> {
+        let procs = self.instances();
+        p.health
+            .iter()
+            .map(|h| {
+                let mut h = h.clone();
+                let proc_ = procs.iter().find(|i| i.port == h.port);
+                h.alive = proc_.is_some_and(|i| i.alive);
+                if proc_.is_some_and(|i| !i.alive) {
+                    h.suspected = true;
+                }
+                h
+            })
+            .collect()
+    }
+
+    /// The instances' health as last published by the data plane.
+    pub fn health(&self) -> Vec<InstanceHealth> {
+        let p = self.dp.lock().map(|d| d.published()).unwrap_or_default();
+        self.health_of(&p)
     }
 
     /// The running configuration's ports (the data plane publishes counters a
@@ -302,6 +334,112 @@ impl AgentCore {
                 u8::from(i.alive)
             );
         }
+        let health = self.health_of(&p);
+        let gauges: [(&str, &str, &str, HealthField); 8] = [
+            (
+                "sluice_instance_suspected",
+                "gauge",
+                "1 while the instance is suspected and its traffic moved away.",
+                |h| u64::from(h.suspected),
+            ),
+            (
+                "sluice_instance_heartbeat_age_ms",
+                "gauge",
+                "Milliseconds since the instance's last heartbeat.",
+                |h| h.last_heartbeat_age_ms.unwrap_or(u64::MAX),
+            ),
+            (
+                "sluice_instance_rx_packets_total",
+                "counter",
+                "Datagrams the instance received (its own count).",
+                |h| h.rx_packets,
+            ),
+            (
+                "sluice_instance_tx_packets_total",
+                "counter",
+                "Frames the instance sent back.",
+                |h| h.tx_packets,
+            ),
+            (
+                "sluice_instance_drops_total",
+                "counter",
+                "Frames the instance dropped.",
+                |h| h.drops,
+            ),
+            (
+                "sluice_instance_queue_drops_total",
+                "counter",
+                "Frames the instance dropped on a full queue.",
+                |h| h.queue_drops,
+            ),
+            (
+                "sluice_instance_cpu_ms_total",
+                "counter",
+                "CPU time the instance used, milliseconds.",
+                |h| h.cpu_ms,
+            ),
+            (
+                "sluice_instance_heartbeat_seen",
+                "gauge",
+                "1 once the instance has sent a heartbeat.",
+                |h| u64::from(h.last_heartbeat_age_ms.is_some()),
+            ),
+        ];
+        for (name, ty, help, get) in gauges {
+            family(&mut o, name, ty, help);
+            for h in &health {
+                let _ = writeln!(
+                    o,
+                    "{name}{{host=\"{host}\",port=\"{}\",name=\"{}\"}} {}",
+                    h.port,
+                    escape(&h.name),
+                    get(h)
+                );
+            }
+        }
+        family(
+            &mut o,
+            "sluice_agent_failovers_total",
+            "counter",
+            "Local speculative failovers (instances suspected).",
+        );
+        let _ = writeln!(
+            o,
+            "sluice_agent_failovers_total{{host=\"{host}\"}} {}",
+            p.stats.failovers
+        );
+        family(
+            &mut o,
+            "sluice_agent_last_failover_us",
+            "gauge",
+            "Microseconds from the last failover's missed deadline to its rewritten groups in force.",
+        );
+        if let Some(e) = p.failover_events.last() {
+            let _ = writeln!(
+                o,
+                "sluice_agent_last_failover_us{{host=\"{host}\",port=\"{}\",name=\"{}\"}} {}",
+                e.port,
+                escape(&e.instance),
+                e.applied_at_us.saturating_sub(e.suspected_at_us)
+            );
+        }
+        family(
+            &mut o,
+            "sluice_group_pinned_flows",
+            "gauge",
+            "Live flows pinned to a target of a pinned group.",
+        );
+        for f in &p.pinned_flows {
+            let target = match f.target {
+                sluice_switch::Output::Port(q) => format!("port:{}", q.0),
+                sluice_switch::Output::Host(h) => format!("host:{}", h.0),
+            };
+            let _ = writeln!(
+                o,
+                "sluice_group_pinned_flows{{host=\"{host}\",vni=\"{}\",group=\"{}\",target=\"{target}\",draining=\"{}\"}} {}",
+                f.vni, f.group, f.draining, f.flows
+            );
+        }
         o
     }
 
@@ -310,13 +448,16 @@ impl AgentCore {
         self.api.lock().map(|a| a.clone()).unwrap_or_default()
     }
 
-    fn registration(&self) -> HostRegistration {
-        HostRegistration {
-            host: self.host,
-            name: self.name.clone(),
-            underlay: self.underlay,
-            api: self.api_url(),
-            config_version: self.version(),
+    fn registration(&self) -> HostHeartbeat {
+        HostHeartbeat {
+            registration: HostRegistration {
+                host: self.host,
+                name: self.name.clone(),
+                underlay: self.underlay,
+                api: self.api_url(),
+                config_version: self.version(),
+            },
+            instances: self.health(),
         }
     }
 
@@ -331,6 +472,8 @@ impl AgentCore {
 
 /// Reads one field of a counter set.
 type CounterField = fn(&sluice_proto::Counters) -> u64;
+/// Reads one field of an instance's health.
+type HealthField = fn(&InstanceHealth) -> u64;
 
 /// Escapes a Prometheus label value.
 fn escape(s: &str) -> String {
@@ -362,11 +505,14 @@ impl Agent {
             std::fs::create_dir_all(dir)
                 .map_err(|e| AgentError::Usage(format!("--run-dir {}: {e}", dir.display())))?;
         }
-        let io = IoOptions {
+        let mut io = IoOptions {
             netns: opts.netns.clone(),
             udp: opts.udp,
             ..IoOptions::default()
         };
+        if let Some(d) = opts.suspect_after {
+            io.suspect_after = d;
+        }
         let dp = DataplaneThread::spawn(&io, Dataplane::empty(opts.host)).map_err(|err| {
             AgentError::Dataplane {
                 netns: opts.netns.clone().unwrap_or_else(|| "(current)".into()),
@@ -381,12 +527,16 @@ impl Agent {
                         AgentError::Usage(format!("cannot find the sluiced executable: {e}"))
                     })?,
                 };
-                Some(Supervisor::start(InstanceEnv {
-                    host_netns: ns.clone(),
-                    prefix: opts.prefix.clone(),
-                    run_dir: dir.clone(),
-                    exe,
-                }))
+                let exits = dp.exit_notifier();
+                Some(Supervisor::start_with(
+                    InstanceEnv {
+                        host_netns: ns.clone(),
+                        prefix: opts.prefix.clone(),
+                        run_dir: dir.clone(),
+                        exe,
+                    },
+                    Box::new(move |port| exits.exited(port)),
+                ))
             }
             _ => None,
         };

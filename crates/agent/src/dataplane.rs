@@ -13,9 +13,14 @@ use std::collections::{BTreeMap, HashMap};
 use std::net::{Ipv4Addr, SocketAddrV4};
 
 use serde::Serialize;
-use sluice_proto::{AgentConfig, Counters, PortKind, GENEVE_PORT};
-use sluice_switch::{Fib, GroupId, LookupKey, Output, PortId};
+use sluice_proto::{
+    AgentConfig, Counters, FailoverEvent, InstanceHealth, InstanceHeartbeat, PinnedFlows, PortKind,
+    GENEVE_PORT,
+};
+use sluice_switch::{Action, Fib, GroupId, LookupKey, Output, PortId};
 use sluice_wire::parse::{parse_into, PacketMeta};
+
+pub use crate::groups::{failover_group, Choice, GroupSel, PinKey, PinTable};
 
 use sluice_switch::tunnel::{geneve_header, parse_geneve_payload};
 
@@ -174,11 +179,13 @@ pub enum DropReason {
     UnknownOutput,
     /// An instance sent a packet of another tenant.
     WrongVni,
+    /// Every instance of the selected group that may take the packet is suspected.
+    NoLiveInstance,
 }
 
 impl DropReason {
     /// Every reason, for reports that list zeros too.
-    pub const ALL: [DropReason; 7] = [
+    pub const ALL: [DropReason; 8] = [
         DropReason::NoMatch,
         DropReason::FibDrop,
         DropReason::Malformed,
@@ -186,6 +193,7 @@ impl DropReason {
         DropReason::SendFail,
         DropReason::UnknownOutput,
         DropReason::WrongVni,
+        DropReason::NoLiveInstance,
     ];
 
     /// The reason's name in metrics (`no_match`, ...).
@@ -198,6 +206,7 @@ impl DropReason {
             DropReason::SendFail => "send_fail",
             DropReason::UnknownOutput => "unknown_output",
             DropReason::WrongVni => "wrong_vni",
+            DropReason::NoLiveInstance => "no_live_instance",
         }
     }
 
@@ -227,6 +236,10 @@ pub struct Stats {
     pub drops: [u64; DropReason::ALL.len()],
     /// ARP requests answered.
     pub arp_replies: u64,
+    /// Heartbeats received from NF instances.
+    pub heartbeats: u64,
+    /// Local speculative failovers (instances suspected).
+    pub failovers: u64,
 }
 
 impl Stats {
@@ -378,6 +391,22 @@ impl Frames for Vec<(Vec<u8>, Option<SocketAddrV4>)> {
     }
 }
 
+/// Default time without a heartbeat after which an instance is suspected.
+pub const DEFAULT_SUSPECT_NS: u64 = 30_000_000;
+/// Failover events kept for status.
+const MAX_EVENTS: usize = 256;
+
+/// What the data plane knows of one NF instance's health.
+#[derive(Debug, Clone, Default)]
+struct Health {
+    name: String,
+    /// When its last heartbeat arrived (data-plane clock, ns).
+    last_hb: Option<u64>,
+    /// Its last heartbeat.
+    hb: InstanceHeartbeat,
+    suspected: bool,
+}
+
 /// The lookup structures of one configuration, plus counters.
 #[derive(Debug)]
 pub struct Dataplane {
@@ -389,6 +418,17 @@ pub struct Dataplane {
     sources: HashMap<Ipv4Addr, Source>,
     stats: Stats,
     meta: PacketMeta,
+    /// Groups as the agent selects from them, by (vni, group id).
+    groups: HashMap<(u32, u32), GroupSel>,
+    /// Entries whose output is a group selection: (vni, entry id) -> group id.
+    entry_group: HashMap<(u32, u64), u32>,
+    pins: PinTable,
+    /// Instance ports' health.
+    health: BTreeMap<u16, Health>,
+    events: Vec<FailoverEvent>,
+    /// The data-plane clock (Unix ns, set by the I/O loop).
+    now_ns: u64,
+    suspect_ns: u64,
 }
 
 impl Dataplane {
@@ -402,7 +442,32 @@ impl Dataplane {
             });
         }
         let mut fibs = HashMap::new();
+        let mut groups = HashMap::new();
+        let mut entry_group = HashMap::new();
         for t in &cfg.tenants {
+            for e in &t.entries {
+                // The last action that sets the output decides.
+                let last = e.actions.iter().rev().find_map(|a| match a {
+                    Action::Output(_) => Some(None),
+                    Action::Select(g) => Some(Some(g.0)),
+                    _ => None,
+                });
+                if let Some(Some(g)) = last {
+                    entry_group.insert((t.vni, e.id), g);
+                }
+            }
+            for (id, g) in &t.groups {
+                let pol = cfg
+                    .group_policies
+                    .iter()
+                    .find(|p| p.vni == t.vni && p.group == *id);
+                let sel = GroupSel::new(
+                    g.clone(),
+                    pol.is_some_and(|p| p.pinned),
+                    pol.map(|p| p.draining.clone()).unwrap_or_default(),
+                );
+                groups.insert((t.vni, *id), sel);
+            }
             if t.vni >= 1 << 24 {
                 return Err(ConfigError::VniTooLarge(t.vni));
             }
@@ -502,7 +567,20 @@ impl Dataplane {
         for id in ports.keys() {
             stats.ports.insert(*id, Counters::default());
         }
-        Ok(Dataplane {
+        let health = ports
+            .values()
+            .filter(|p| matches!(p.target, PortTarget::Instance { .. }))
+            .map(|p| {
+                (
+                    p.id,
+                    Health {
+                        name: p.name.clone(),
+                        ..Health::default()
+                    },
+                )
+            })
+            .collect();
+        let mut dp = Dataplane {
             host,
             version: cfg.version,
             fibs,
@@ -511,7 +589,16 @@ impl Dataplane {
             sources,
             stats,
             meta: PacketMeta::default(),
-        })
+            groups,
+            entry_group,
+            pins: PinTable::new(crate::groups::PIN_CAPACITY, crate::groups::PIN_IDLE_NS),
+            health,
+            events: Vec::new(),
+            now_ns: 0,
+            suspect_ns: DEFAULT_SUSPECT_NS,
+        };
+        dp.refresh_groups();
+        Ok(dp)
     }
 
     /// An empty data plane (no ports, every packet dropped), before any config.
@@ -540,6 +627,243 @@ impl Dataplane {
         self.stats.fabric = old.stats.fabric.clone();
         self.stats.drops = old.stats.drops;
         self.stats.arp_replies = old.stats.arp_replies;
+        self.stats.heartbeats = old.stats.heartbeats;
+        self.stats.failovers = old.stats.failovers;
+        // Health, suspicions and pinned flows carry over: a new split must not
+        // forget which instances are down or move pinned flows.
+        for (id, h) in &old.health {
+            if let Some(mine) = self.health.get_mut(id) {
+                if mine.name == h.name {
+                    *mine = h.clone();
+                }
+            }
+        }
+        self.events.clone_from(&old.events);
+        self.pins = old.pins.clone();
+        self.now_ns = old.now_ns;
+        self.suspect_ns = old.suspect_ns;
+        self.refresh_groups();
+    }
+
+    /// Sets the data-plane clock (Unix ns): heartbeats and pinned flows are
+    /// stamped with it.
+    pub fn set_now(&mut self, now_ns: u64) {
+        self.now_ns = now_ns;
+    }
+
+    /// Sets how long an instance may stay silent before it is suspected.
+    pub fn set_suspect_after(&mut self, ns: u64) {
+        self.suspect_ns = ns.max(1);
+    }
+
+    /// Recomputes every group's effective targets from the suspects; returns the
+    /// number of groups that differ from the controller's.
+    fn refresh_groups(&mut self) -> u32 {
+        let ports = |f: fn(&Health) -> bool| -> Vec<u16> {
+            self.health
+                .iter()
+                .filter(|(_, h)| f(h))
+                .map(|(p, _)| *p)
+                .collect()
+        };
+        let dead = ports(|h| h.suspected);
+        // Instances never heard from may still be starting: new flows avoid them
+        // while a ready instance can take them (a scale-out loses nothing to a
+        // process that is not listening yet).
+        let starting = ports(|h| h.last_hb.is_none());
+        let mut changed = 0;
+        for g in self.groups.values_mut() {
+            let moved = g.refresh_ready(
+                |o| matches!(o, Output::Port(PortId(p)) if dead.contains(&p)),
+                |o| matches!(o, Output::Port(PortId(p)) if starting.contains(&p)),
+            );
+            changed += u32::from(moved);
+        }
+        changed
+    }
+
+    /// The earliest time (data-plane clock) an instance not yet suspected will be
+    /// if no heartbeat arrives (None: nothing to watch).
+    pub fn next_deadline(&self) -> Option<u64> {
+        self.health
+            .values()
+            .filter(|h| !h.suspected)
+            .filter_map(|h| h.last_hb)
+            .map(|t| t + self.suspect_ns)
+            .min()
+    }
+
+    /// Suspects instances silent for the suspicion timeout and, in the same call,
+    /// rewrites the groups that target them; `clock` reads the time the rewrite is
+    /// in force. Returns whether anything changed. An instance never heard from is
+    /// not suspected (it may still be starting).
+    pub fn check_health(&mut self, now_ns: u64, mut clock: impl FnMut() -> u64) -> bool {
+        self.now_ns = now_ns;
+        let mut newly = Vec::new();
+        for (port, h) in self.health.iter_mut() {
+            if h.suspected {
+                continue;
+            }
+            if let Some(t) = h.last_hb {
+                let deadline = t + self.suspect_ns;
+                if now_ns > deadline {
+                    h.suspected = true;
+                    newly.push((*port, h.name.clone(), deadline));
+                }
+            }
+        }
+        if newly.is_empty() {
+            return false;
+        }
+        let groups = self.refresh_groups();
+        let applied = clock() / 1000;
+        for (port, name, deadline) in newly {
+            self.stats.failovers += 1;
+            self.events.push(FailoverEvent {
+                instance: name,
+                port,
+                reason: "heartbeat".into(),
+                suspected_at_us: deadline / 1000,
+                detected_at_us: now_ns / 1000,
+                applied_at_us: applied,
+                rejoined_at_us: None,
+                groups,
+            });
+        }
+        if self.events.len() > MAX_EVENTS {
+            let extra = self.events.len() - MAX_EVENTS;
+            self.events.drain(..extra);
+        }
+        true
+    }
+
+    /// The supervisor saw the process of the instance on `port` exit: suspect it
+    /// now (if the heartbeat timeout has not already) and rewrite its groups.
+    /// Returns whether anything changed.
+    pub fn instance_exited(
+        &mut self,
+        port: u16,
+        now_ns: u64,
+        mut clock: impl FnMut() -> u64,
+    ) -> bool {
+        self.now_ns = now_ns;
+        let Some(h) = self.health.get_mut(&port) else {
+            return false;
+        };
+        if h.suspected {
+            return false;
+        }
+        h.suspected = true;
+        let name = h.name.clone();
+        let groups = self.refresh_groups();
+        self.stats.failovers += 1;
+        self.events.push(FailoverEvent {
+            instance: name,
+            port,
+            reason: "exited".into(),
+            suspected_at_us: now_ns / 1000,
+            detected_at_us: now_ns / 1000,
+            applied_at_us: clock() / 1000,
+            rejoined_at_us: None,
+            groups,
+        });
+        if self.events.len() > MAX_EVENTS {
+            let extra = self.events.len() - MAX_EVENTS;
+            self.events.drain(..extra);
+        }
+        true
+    }
+
+    /// Records a heartbeat from the instance on `port`; a suspected instance
+    /// rejoins (its groups are restored) at once.
+    fn heartbeat(&mut self, port: u16, hb: InstanceHeartbeat) {
+        self.stats.heartbeats += 1;
+        let now = self.now_ns;
+        let Some(h) = self.health.get_mut(&port) else {
+            return;
+        };
+        let first = h.last_hb.is_none();
+        h.last_hb = Some(now);
+        h.hb = hb;
+        if first && !h.suspected {
+            // Ready: new flows may go to it now.
+            self.refresh_groups();
+        } else if h.suspected {
+            h.suspected = false;
+            if let Some(e) = self
+                .events
+                .iter_mut()
+                .rev()
+                .find(|e| e.port == port && e.rejoined_at_us.is_none())
+            {
+                e.rejoined_at_us = Some(now / 1000);
+            }
+            self.refresh_groups();
+        }
+    }
+
+    /// True if the instance on `port` is suspected.
+    pub fn suspected(&self, port: u16) -> bool {
+        self.health.get(&port).is_some_and(|h| h.suspected)
+    }
+
+    /// Instance health (`alive` is left false: the supervisor knows it).
+    pub fn health_report(&self) -> Vec<InstanceHealth> {
+        self.health
+            .iter()
+            .map(|(port, h)| InstanceHealth {
+                name: h.name.clone(),
+                port: *port,
+                alive: false,
+                suspected: h.suspected,
+                last_heartbeat_age_ms: h.last_hb.map(|t| self.now_ns.saturating_sub(t) / 1_000_000),
+                rx_packets: h.hb.rx_packets,
+                tx_packets: h.hb.tx_packets,
+                drops: h.hb.drops,
+                queue_drops: h.hb.queue_drops,
+                cpu_ms: h.hb.cpu_us / 1000,
+            })
+            .collect()
+    }
+
+    /// Failover events, oldest first.
+    pub fn failover_events(&self) -> &[FailoverEvent] {
+        &self.events
+    }
+
+    /// Live pinned flows per target of every pinned group (draining targets
+    /// listed even with no flow left, so a drain can be awaited).
+    pub fn pinned_flows(&self) -> Vec<PinnedFlows> {
+        let counts = self.pins.counts(self.now_ns);
+        let mut out: Vec<PinnedFlows> = counts
+            .iter()
+            .map(|((vni, group, _), (target, n))| PinnedFlows {
+                vni: *vni,
+                group: *group,
+                target: *target,
+                flows: *n,
+                draining: self
+                    .groups
+                    .get(&(*vni, *group))
+                    .is_some_and(|g| g.draining.contains(target)),
+            })
+            .collect();
+        let mut keys: Vec<&(u32, u32)> = self.groups.keys().collect();
+        keys.sort();
+        for k in keys {
+            for t in &self.groups[k].draining {
+                if !out.iter().any(|p| (p.vni, p.group) == *k && p.target == *t) {
+                    out.push(PinnedFlows {
+                        vni: k.0,
+                        group: k.1,
+                        target: *t,
+                        flows: 0,
+                        draining: true,
+                    });
+                }
+            }
+        }
+        out
     }
 
     /// Version of the configuration.
@@ -627,6 +951,15 @@ impl Dataplane {
                 Some(Source::Peer(_)) => (CounterId::Fabric, None),
                 None => (CounterId::Fabric, None),
             };
+            if let Some(p) = in_port {
+                if InstanceHeartbeat::is_heartbeat(d) {
+                    match InstanceHeartbeat::decode(d) {
+                        Some(hb) => self.heartbeat(p, hb),
+                        None => self.stats.drop(id, DropReason::Malformed),
+                    }
+                    continue;
+                }
+            }
             let c = self.stats.counters(id);
             c.rx_packets += 1;
             c.rx_bytes += d.len() as u64;
@@ -671,12 +1004,31 @@ impl Dataplane {
             self.stats.drop(id, DropReason::NoMatch);
             return;
         };
-        let d = fib.lookup(&LookupKey {
+        let mut d = fib.lookup(&LookupKey {
             in_port: in_port.map(PortId),
             vni,
             chain_hop,
             meta: &self.meta,
         });
+        if !d.drop {
+            // The agent selects from its own copy of the group: failover and
+            // pinning apply.
+            let gid = d
+                .entry
+                .and_then(|e| self.entry_group.get(&(vni, e)).copied());
+            if let Some(g) = gid {
+                match self.select(vni, g, in_port.is_none()) {
+                    Some(o) => d.output = Some(o),
+                    None => {
+                        for m in &d.mirrors {
+                            self.emit(*m, vni, d.chain_hop, buf, index, off, plan);
+                        }
+                        self.stats.drop(id, DropReason::NoLiveInstance);
+                        return;
+                    }
+                }
+            }
+        }
         for m in &d.mirrors {
             self.emit(*m, vni, d.chain_hop, buf, index, off, plan);
         }
@@ -691,6 +1043,37 @@ impl Dataplane {
                 }
             }
             None => self.stats.drop(id, DropReason::NoMatch),
+        }
+    }
+
+    /// The target of group `g` for the packet in `self.meta` (None: no live one).
+    fn select(&mut self, vni: u32, g: u32, from_fabric: bool) -> Option<Output> {
+        let sel = self.groups.get(&(vni, g))?;
+        let flow = self.meta.flow;
+        let hash = flow.symmetric_hash();
+        if !sel.pinned {
+            return match sel.choose(hash, from_fabric) {
+                Choice::Out(o) => Some(o),
+                Choice::NoLive => None,
+            };
+        }
+        let key = PinKey {
+            vni,
+            group: g,
+            fabric: from_fabric,
+            flow: flow.canonical().0,
+        };
+        if let Some(o) = self.pins.get(&key, self.now_ns) {
+            if sel.may_keep(o, from_fabric) {
+                return Some(o);
+            }
+        }
+        match sel.choose(hash, from_fabric) {
+            Choice::Out(o) => {
+                self.pins.insert(key, o, self.now_ns);
+                Some(o)
+            }
+            Choice::NoLive => None,
         }
     }
 
@@ -915,6 +1298,7 @@ mod tests {
                 groups: hf.groups.into_iter().map(|(g, gr)| (g.0, gr)).collect(),
             }],
             instances,
+            group_policies: vec![],
         }
     }
 
@@ -963,6 +1347,7 @@ mod tests {
                 groups: vec![],
             }],
             instances: vec![],
+            group_policies: vec![],
         }
     }
 
@@ -1002,9 +1387,34 @@ mod tests {
         v
     }
 
+    /// Heartbeats from the instances on `ports`, at the data plane's clock.
+    fn ready(dp: &mut Dataplane, ports: &[u16]) {
+        let mut plan = TxPlan::new();
+        for p in ports {
+            dp.process_udp_batch(&heartbeat_from(*p), &mut plan);
+        }
+        assert!(plan.outs.is_empty(), "heartbeats are not forwarded");
+    }
+
+    #[test]
+    fn instances_get_new_flows_once_they_heartbeat() {
+        let mut dp = Dataplane::new(1, &figure4_host1()).unwrap();
+        let host2 = Dest::Udp(SocketAddrV4::new(underlay(2), GENEVE_PORT));
+        // fw/0 (port 10) is still starting: host 2's firewall takes every flow.
+        for i in 1..=30 {
+            assert_eq!(fw_dest(&mut dp, i), Some(host2));
+        }
+        ready(&mut dp, &[10]);
+        let now: Vec<Option<Dest>> = (1..=30).map(|i| fw_dest(&mut dp, i)).collect();
+        assert!(now.contains(&Some(Dest::Udp(inst_addr(10)))));
+        // The IPS (port 11), alone in its group, is used while starting.
+        assert!(!dp.suspected(11));
+    }
+
     #[test]
     fn client_goes_to_first_hop_and_returns_to_the_next() {
         let mut dp = Dataplane::new(1, &figure4_host1()).unwrap();
+        ready(&mut dp, &[10, 11, 12]);
         let mut plan = TxPlan::new();
         // Find a client flow the hash sends to the local firewall instance.
         let fw0 = inst_addr(10);
@@ -1274,6 +1684,204 @@ mod tests {
         let mut next = Dataplane::new(1, &two_vms()).unwrap();
         next.inherit_stats(&dp);
         assert_eq!(next.stats().ports[&1].rx_packets, 1);
+    }
+
+    fn heartbeat_from(port: u16) -> Vec<(Vec<u8>, Option<SocketAddrV4>)> {
+        let hb = InstanceHeartbeat {
+            seq: 1,
+            rx_packets: 5,
+            ..InstanceHeartbeat::default()
+        };
+        from(inst_addr(port), vec![hb.encode().to_vec()])
+    }
+
+    /// The destination of a client SYN from 198.51.100.`i` on the gateway port
+    /// (the firewall copy; the monitor's copy comes first).
+    fn fw_dest(dp: &mut Dataplane, i: u8) -> Option<Dest> {
+        let syn = with_macs(
+            build::tcp_v4(
+                [198, 51, 100, i],
+                VIP_A,
+                40_000 + i as u16,
+                80,
+                1,
+                0,
+                SYN,
+                b"",
+            ),
+            ROUTER_MAC,
+            GW_MAC,
+        );
+        let mut plan = TxPlan::new();
+        dp.process_vm_batch(1, &frames(vec![syn]), &mut plan);
+        plan.outs
+            .iter()
+            .map(|o| o.dest)
+            .find(|d| *d != Dest::Udp(inst_addr(12)))
+    }
+
+    #[test]
+    fn a_silent_instance_is_failed_over_and_rejoins() {
+        let mut dp = Dataplane::new(1, &figure4_host1()).unwrap();
+        let ms = 1_000_000u64;
+        dp.set_now(990 * ms);
+        ready(&mut dp, &[10, 11, 12]);
+        let host2 = Dest::Udp(SocketAddrV4::new(underlay(2), GENEVE_PORT));
+        let before: Vec<Option<Dest>> = (1..=60).map(|i| fw_dest(&mut dp, i)).collect();
+        assert!(before.contains(&Some(Dest::Udp(inst_addr(10)))));
+        assert!(before.contains(&Some(host2)));
+        // Heartbeats, then silence past the timeout.
+        dp.set_now(1000 * ms);
+        let mut plan = TxPlan::new();
+        dp.process_udp_batch(&heartbeat_from(10), &mut plan);
+        assert!(plan.outs.is_empty(), "heartbeats are not forwarded");
+        assert_eq!(dp.stats().heartbeats, 4);
+        assert_eq!(dp.next_deadline(), Some(1020 * ms), "ports 11 and 12");
+        dp.set_now(1015 * ms);
+        ready(&mut dp, &[11, 12]);
+        assert_eq!(dp.next_deadline(), Some(1030 * ms));
+        assert!(!dp.check_health(1020 * ms, || 1020 * ms));
+        assert!(dp.check_health(1031 * ms, || 1031 * ms + 5_000));
+        assert!(dp.suspected(10));
+        let e = &dp.failover_events()[0];
+        assert_eq!(e.port, 10);
+        assert_eq!(e.suspected_at_us, 1_030_000);
+        assert_eq!(e.applied_at_us, 1_031_005);
+        assert_eq!(e.groups, 1);
+        // The firewall's traffic now goes to host 2; nothing else moved.
+        for (i, b) in (1..=60).zip(&before) {
+            assert_eq!(fw_dest(&mut dp, i), Some(host2), "flow {i} (was {b:?})");
+        }
+        // From the fabric, a packet for the firewall has no local instance left.
+        let f = build::tcp_v4([198, 51, 100, 1], VIP_A, 1, 80, 1, 0, SYN, b"");
+        let peer = SocketAddrV4::new(underlay(2), GENEVE_PORT);
+        let (chain, _) = {
+            let mut p = TxPlan::new();
+            let mut d2 = Dataplane::new(1, &figure4_host1()).unwrap();
+            let batch = frames(vec![with_macs(f.clone(), ROUTER_MAC, GW_MAC)]);
+            d2.process_vm_batch(1, &batch, &mut p);
+            parse(&p.message(&batch, p.outs.last().unwrap()))
+                .chain_hop
+                .unwrap()
+        };
+        plan.clear();
+        dp.process_udp_batch(
+            &from(peer, vec![encap(VNI, Some((chain, 1)), &f)]),
+            &mut plan,
+        );
+        assert!(
+            plan.outs.iter().all(|o| o.dest != host2),
+            "never bounced back"
+        );
+        assert_eq!(dp.stats().drops_of(DropReason::NoLiveInstance), 1);
+        // An exit noticed after the timeout changes nothing more.
+        assert!(!dp.instance_exited(10, 1040 * ms, || 1040 * ms));
+        assert!(dp.instance_exited(11, 1040 * ms, || 1040 * ms));
+        assert_eq!(dp.failover_events()[1].reason, "exited");
+        dp.set_now(1041 * ms);
+        ready(&mut dp, &[11]);
+        assert!(!dp.suspected(11));
+        // A new configuration keeps the suspicion.
+        let mut next = Dataplane::new(1, &figure4_host1()).unwrap();
+        next.inherit_stats(&dp);
+        assert!(next.suspected(10));
+        assert_eq!(fw_dest(&mut next, 1), Some(host2));
+        // Heartbeats resume: it rejoins and gets its flows back.
+        next.set_now(1200 * ms);
+        plan.clear();
+        next.process_udp_batch(&heartbeat_from(10), &mut plan);
+        assert!(!next.suspected(10));
+        assert_eq!(next.failover_events()[0].rejoined_at_us, Some(1_200_000));
+        for (i, b) in (1..=60).zip(&before) {
+            assert_eq!(fw_dest(&mut next, i), *b);
+        }
+        let h = next.health_report();
+        let fw = h.iter().find(|h| h.port == 10).unwrap();
+        assert_eq!(
+            (fw.rx_packets, fw.suspected, fw.last_heartbeat_age_ms),
+            (5, false, Some(0))
+        );
+    }
+
+    #[test]
+    fn pinned_groups_keep_flows_across_a_new_split() {
+        // Two local firewall instances (ports 5 and 6), pinned; the client VM on
+        // port 1 selects among them.
+        let cfg = |weights: &[(u16, u32)], draining: Vec<u16>| {
+            let mut c = two_vms();
+            let targets: Vec<(Output, u32)> = weights
+                .iter()
+                .map(|&(p, w)| (Output::Port(PortId(p)), w))
+                .collect();
+            c.tenants[0].groups = vec![(1, sluice_switch::Group::split(&targets).unwrap())];
+            c.tenants[0].entries.insert(
+                0,
+                Entry {
+                    id: 9,
+                    priority: 100,
+                    m: Match {
+                        in_port: Some(PortId(1)),
+                        ..Match::default()
+                    },
+                    actions: vec![Action::Select(GroupId(1))],
+                },
+            );
+            for p in [5u16, 6] {
+                c.ports.push(PortConfig {
+                    id: p,
+                    vni: 7,
+                    kind: PortKind::Instance {
+                        name: format!("t/fw/{p}"),
+                    },
+                });
+            }
+            c.group_policies = vec![sluice_proto::GroupPolicy {
+                vni: 7,
+                group: 1,
+                pinned: true,
+                draining: draining
+                    .into_iter()
+                    .map(|p| Output::Port(PortId(p)))
+                    .collect(),
+            }];
+            c
+        };
+        let dest = |dp: &mut Dataplane, i: u16| {
+            let f = build::tcp_v4([10, 0, 0, 1], [10, 0, 9, 9], 1000 + i, 80, 1, 0, SYN, b"");
+            let mut plan = TxPlan::new();
+            dp.process_vm_batch(1, &frames(vec![f]), &mut plan);
+            plan.outs[0].dest
+        };
+        let (p5, p6) = (Dest::Udp(inst_addr(5)), Dest::Udp(inst_addr(6)));
+        let mut dp = Dataplane::new(1, &cfg(&[(5, 1)], vec![])).unwrap();
+        for i in 0..100 {
+            assert_eq!(dest(&mut dp, i), p5);
+        }
+        // Scale out: old flows stay on 5, new ones split.
+        let mut next = Dataplane::new(1, &cfg(&[(5, 1), (6, 1)], vec![])).unwrap();
+        next.inherit_stats(&dp);
+        for i in 0..100 {
+            assert_eq!(dest(&mut next, i), p5);
+        }
+        let new: Vec<Dest> = (100..300).map(|i| dest(&mut next, i)).collect();
+        assert!(new.contains(&p6) && new.contains(&p5));
+        // Drain 5: no new flows, its own stay; status counts them.
+        let mut drain = Dataplane::new(1, &cfg(&[(6, 1)], vec![5])).unwrap();
+        drain.inherit_stats(&next);
+        for i in 0..100 {
+            assert_eq!(dest(&mut drain, i), p5);
+        }
+        for i in 300..400 {
+            assert_eq!(dest(&mut drain, i), p6);
+        }
+        let pins = drain.pinned_flows();
+        let on5 = pins
+            .iter()
+            .find(|p| p.target == Output::Port(PortId(5)))
+            .unwrap();
+        assert!(on5.draining);
+        let n5 = new.iter().filter(|d| **d == p5).count() as u64;
+        assert_eq!(on5.flows, 100 + n5);
     }
 
     #[test]

@@ -270,6 +270,9 @@ pub fn stop_child(child: &mut Child, grace: Duration) {
 const GRACE: Duration = Duration::from_secs(2);
 const RESTART_AFTER: Duration = Duration::from_secs(1);
 
+/// What the supervisor calls when an instance's process exits (its port).
+pub type OnExit = Box<dyn Fn(u16) + Send>;
+
 /// The instance supervisor thread.
 #[derive(Debug)]
 pub struct Supervisor {
@@ -281,12 +284,18 @@ pub struct Supervisor {
 impl Supervisor {
     /// Starts the supervisor (no instances yet).
     pub fn start(env: InstanceEnv) -> Supervisor {
+        Supervisor::start_with(env, Box::new(|_| {}))
+    }
+
+    /// Starts the supervisor, calling `on_exit(port)` whenever an instance's
+    /// process exits.
+    pub fn start_with(env: InstanceEnv, on_exit: OnExit) -> Supervisor {
         let (tx, rx) = std::sync::mpsc::channel();
         let status = Arc::new(Mutex::new(Vec::new()));
         let st = status.clone();
         let thread = std::thread::Builder::new()
             .name("sluice-instances".into())
-            .spawn(move || supervise(&env, &rx, &st))
+            .spawn(move || supervise(&env, &rx, &st, &on_exit))
             .ok();
         if thread.is_none() {
             eprintln!("sluiced: cannot start the instance supervisor thread");
@@ -330,6 +339,7 @@ fn supervise(
     env: &InstanceEnv,
     rx: &Receiver<Vec<InstanceConfig>>,
     status: &Mutex<Vec<InstanceStatus>>,
+    on_exit: &OnExit,
 ) {
     let mut running: BTreeMap<u16, Running> = BTreeMap::new();
     loop {
@@ -344,7 +354,7 @@ fn supervise(
             Err(RecvTimeoutError::Timeout) => {}
             Err(RecvTimeoutError::Disconnected) => break,
         }
-        watch(env, &mut running);
+        watch(env, &mut running, on_exit);
         publish(&mut running, status);
     }
     for (port, mut r) in std::mem::take(&mut running) {
@@ -411,7 +421,7 @@ fn start(env: &InstanceEnv, cfg: &InstanceConfig) -> Option<Child> {
 }
 
 /// Notices exits and restarts instances after a pause.
-fn watch(env: &InstanceEnv, running: &mut BTreeMap<u16, Running>) {
+fn watch(env: &InstanceEnv, running: &mut BTreeMap<u16, Running>, on_exit: &OnExit) {
     for r in running.values_mut() {
         if let Some(c) = r.child.as_mut() {
             if let Ok(Some(st)) = c.try_wait() {
@@ -422,6 +432,7 @@ fn watch(env: &InstanceEnv, running: &mut BTreeMap<u16, Running>) {
                 );
                 r.child = None;
                 r.exited_at = Some(Instant::now());
+                on_exit(r.cfg.port);
             }
         } else if r.exited_at.is_none_or(|t| t.elapsed() >= RESTART_AFTER) {
             r.restarts += 1;

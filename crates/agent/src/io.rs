@@ -40,6 +40,12 @@ pub struct Published {
     pub names: BTreeMap<u16, String>,
     /// VM ports whose interface is not open, and why.
     pub port_errors: BTreeMap<u16, String>,
+    /// NF instances' health (heartbeats, load, suspicion).
+    pub health: Vec<sluice_proto::InstanceHealth>,
+    /// Local failovers, oldest first.
+    pub failover_events: Vec<sluice_proto::FailoverEvent>,
+    /// Pinned flows per target of pinned groups.
+    pub pinned_flows: Vec<sluice_proto::PinnedFlows>,
 }
 
 /// State shared between the data-plane thread and its owner.
@@ -53,6 +59,76 @@ struct Shared {
     given: AtomicU64,
     taken: AtomicU64,
     published: Mutex<Published>,
+    has_exited: AtomicBool,
+    exited: Mutex<Vec<u16>>,
+    /// An eventfd the loop polls with its sockets, so a new configuration or an
+    /// exited instance is handled at once instead of at the next poll timeout.
+    wake: Waker,
+}
+
+/// Token of the waker among the poller's ports (port ids stop at 16383).
+const WAKE_TOKEN: u16 = u16::MAX;
+
+/// A non-blocking eventfd (or nothing, if the kernel refuses one: then the loop
+/// notices changes at its poll timeout, as before).
+#[derive(Debug)]
+struct Waker(Option<std::os::fd::OwnedFd>);
+
+impl Default for Waker {
+    fn default() -> Self {
+        // SAFETY: eventfd returns a new descriptor we own, or -1.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+        if fd < 0 {
+            return Waker(None);
+        }
+        // SAFETY: fd is a fresh, valid descriptor owned by nobody else.
+        Waker(Some(unsafe {
+            <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd)
+        }))
+    }
+}
+
+impl Waker {
+    fn wake(&self) {
+        if let Some(fd) = &self.0 {
+            let one: u64 = 1;
+            // SAFETY: writing 8 bytes from a valid u64 to our eventfd.
+            unsafe {
+                libc::write(fd.as_raw_fd(), (&one as *const u64).cast(), 8);
+            }
+        }
+    }
+
+    fn drain(&self) {
+        if let Some(fd) = &self.0 {
+            let mut n: u64 = 0;
+            // SAFETY: reading 8 bytes into a valid u64 from our eventfd.
+            unsafe {
+                libc::read(fd.as_raw_fd(), (&mut n as *mut u64).cast(), 8);
+            }
+        }
+    }
+
+    fn raw(&self) -> Option<std::os::fd::RawFd> {
+        self.0.as_ref().map(|f| f.as_raw_fd())
+    }
+}
+
+/// Tells the data plane that an NF instance's process exited (what the
+/// supervisor calls), so it is suspected without waiting for the heartbeat
+/// timeout.
+#[derive(Debug, Clone)]
+pub struct ExitNotifier(Arc<Shared>);
+
+impl ExitNotifier {
+    /// The process of the instance on `port` exited.
+    pub fn exited(&self, port: u16) {
+        if let Ok(mut l) = self.0.exited.lock() {
+            l.push(port);
+        }
+        self.0.has_exited.store(true, Ordering::Release);
+        self.0.wake.wake();
+    }
 }
 
 /// Options of the data-plane thread.
@@ -64,6 +140,8 @@ pub struct IoOptions {
     pub udp: SocketAddrV4,
     /// Frames per receive batch.
     pub batch: usize,
+    /// An NF instance silent this long is suspected and its traffic moved.
+    pub suspect_after: Duration,
 }
 
 impl Default for IoOptions {
@@ -72,6 +150,7 @@ impl Default for IoOptions {
             netns: None,
             udp: SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, sluice_proto::GENEVE_PORT),
             batch: 64,
+            suspect_after: Duration::from_nanos(crate::dataplane::DEFAULT_SUSPECT_NS),
         }
     }
 }
@@ -105,6 +184,8 @@ impl DataplaneThread {
                         }
                     };
                     let _ = tx.send(Ok(udp.local_addr()));
+                    let mut initial = initial;
+                    initial.set_suspect_after(opts2.suspect_after.as_nanos() as u64);
                     Loop::new(&sh, udp, initial, opts2.batch).run();
                 });
                 if let Err(e) = r {
@@ -129,6 +210,11 @@ impl DataplaneThread {
         })
     }
 
+    /// A handle the instance supervisor reports process exits through.
+    pub fn exit_notifier(&self) -> ExitNotifier {
+        ExitNotifier(self.shared.clone())
+    }
+
     /// Where the Geneve socket is bound.
     pub fn udp_addr(&self) -> SocketAddrV4 {
         self.udp_addr
@@ -149,6 +235,7 @@ impl DataplaneThread {
         };
         self.shared.version.store(v, Ordering::Release);
         self.shared.has_pending.store(true, Ordering::Release);
+        self.shared.wake.wake();
         let until = Instant::now() + wait;
         while self.shared.taken.load(Ordering::Acquire) < gen {
             if Instant::now() >= until || self.thread.as_ref().is_none_or(|t| t.is_finished()) {
@@ -246,7 +333,13 @@ impl<'a> Loop<'a> {
                 }
             }
             self.retry_closed();
-            if let Err(e) = self.poller.wait(POLL) {
+            // Wake up for the next heartbeat deadline, so a silent instance is
+            // suspected on time.
+            let now = wall_ns();
+            let wait = self.dp.next_deadline().map_or(POLL, |d| {
+                Duration::from_nanos(d.saturating_sub(now) + 100_000).min(POLL)
+            });
+            if let Err(e) = self.poller.wait(wait) {
                 eprintln!("sluiced: poll: {e}");
                 std::thread::sleep(POLL);
             }
@@ -254,9 +347,25 @@ impl<'a> Loop<'a> {
                 if self.poller.is_ready(t) {
                     match self.tokens[t] {
                         None => self.drain_udp(),
+                        Some(WAKE_TOKEN) => self.shared.wake.drain(),
                         Some(p) => self.drain_port(p),
                     }
                 }
+            }
+            let mut changed = self.dp.check_health(wall_ns(), wall_ns);
+            if self.shared.has_exited.swap(false, Ordering::AcqRel) {
+                let ports = self
+                    .shared
+                    .exited
+                    .lock()
+                    .map(|mut l| std::mem::take(&mut *l))
+                    .unwrap_or_default();
+                for p in ports {
+                    changed |= self.dp.instance_exited(p, wall_ns(), wall_ns);
+                }
+            }
+            if changed {
+                self.publish();
             }
             if self.last_publish.elapsed() >= PUBLISH_EVERY {
                 self.publish();
@@ -281,6 +390,10 @@ impl<'a> Loop<'a> {
                 .iter()
                 .map(|(id, (_, e, _))| (*id, e.clone()))
                 .collect();
+            self.dp.set_now(wall_ns());
+            p.health = self.dp.health_report();
+            p.failover_events = self.dp.failover_events().to_vec();
+            p.pinned_flows = self.dp.pinned_flows();
         }
     }
 
@@ -347,6 +460,10 @@ impl<'a> Loop<'a> {
         self.tokens.clear();
         self.poller.add(self.udp.as_raw_fd());
         self.tokens.push(None);
+        if let Some(fd) = self.shared.wake.raw() {
+            self.poller.add(fd);
+            self.tokens.push(Some(WAKE_TOKEN));
+        }
         for (id, s) in &self.socks {
             self.poller.add(s.sock.as_raw_fd());
             self.tokens.push(Some(*id));
@@ -364,6 +481,7 @@ impl<'a> Loop<'a> {
                 }
             }
             self.plan.clear();
+            self.dp.set_now(wall_ns());
             self.dp.process_udp_batch(&self.rx, &mut self.plan);
             self.send_plan();
         }
@@ -389,6 +507,7 @@ impl<'a> Loop<'a> {
                 }
             }
             self.plan.clear();
+            self.dp.set_now(wall_ns());
             self.dp.process_vm_batch(port, &self.rx, &mut self.plan);
             self.send_plan();
         }
@@ -441,6 +560,14 @@ impl<'a> Loop<'a> {
             self.dp.account_sent(&self.scratch, sent);
         }
     }
+}
+
+/// Unix time in nanoseconds (the data plane's clock: failover timestamps are
+/// compared with other processes').
+pub fn wall_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
 }
 
 /// The plan's messages `outs` as netio messages (one allocation per batch).

@@ -10,10 +10,33 @@
 //! The data plane keeps forwarding with the last configuration it accepted while
 //! the controller is unreachable; a configuration that cannot be installed is
 //! refused whole and the old one stays.
+//!
+//! **Instance health and local failover.** Every NF instance sends a heartbeat
+//! datagram ([`sluice_proto::InstanceHeartbeat`], magic `SLHB`) every 10 ms from
+//! its data socket to the agent's Geneve address, carrying its counters and CPU
+//! time. The data-plane thread records them; an instance silent for
+//! `--suspect-ms` (30 ms) is suspected in the loop iteration that passes its
+//! deadline (the loop wakes up for it), and in the same call every group
+//! targeting it is rewritten ([`groups::failover_group`]: each of its hash ranges
+//! goes to the next live target in ring order). Its heartbeats resuming restore
+//! the controller's groups (a paused instance rejoins with no restart). An
+//! instance never heard from is still starting: new flows avoid it while another
+//! instance can take them. Packets arriving from the fabric for a group always
+//! go to a local instance (never back to the fabric), so a remote sender's
+//! traffic for a suspected instance lands on a local survivor, or is dropped
+//! (`no_live_instance`) if there is none. Health goes to the controller in the
+//! 50 ms heartbeat ([`sluice_proto::HostHeartbeat`]), and with the failover
+//! events (timestamps) and pinned-flow counts to `GET /v1/status` and `/metrics`.
+//!
+//! **Flow pinning.** A group the configuration marks pinned
+//! ([`sluice_proto::GroupPolicy`]) remembers each flow's first choice (both
+//! directions) in a bounded table ([`groups::PinTable`]), so a new split moves
+//! only new flows and a draining target keeps its flows until they idle out.
 
 pub mod api;
 pub mod control;
 pub mod dataplane;
+pub mod groups;
 pub mod instances;
 pub mod io;
 pub mod testing;

@@ -47,6 +47,10 @@ enum Cmd {
         /// Geneve UDP port.
         #[arg(long, default_value_t = sluice_proto::GENEVE_PORT)]
         geneve_port: u16,
+        /// An NF instance without a heartbeat for this many milliseconds is
+        /// suspected and its traffic moved to the surviving instances.
+        #[arg(long, default_value_t = 30)]
+        suspect_ms: u64,
     },
     /// Run one NF instance (what the agent spawns).
     Instance {
@@ -99,6 +103,7 @@ fn main() -> ExitCode {
             prefix,
             run_dir,
             geneve_port,
+            suspect_ms,
         } => {
             let opts = sluice_agent::AgentOptions {
                 host: host_id,
@@ -111,6 +116,7 @@ fn main() -> ExitCode {
                 run_dir: Some(run_dir),
                 udp: SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, geneve_port),
                 instance_exe: None,
+                suspect_after: Some(std::time::Duration::from_millis(suspect_ms.max(1))),
             };
             sluice_agent::run(&opts, &stop).map_err(|e| e.to_string())
         }

@@ -23,6 +23,7 @@ fn opts(controller: Option<String>, run_dir: Option<std::path::PathBuf>) -> Agen
         // Port 0: tests may run side by side in one namespace.
         udp: SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0),
         instance_exe: None,
+        suspect_after: None,
     }
 }
 
@@ -52,6 +53,7 @@ fn config(version: u64) -> AgentConfig {
             groups: vec![],
         }],
         instances: vec![],
+        group_policies: vec![],
     }
 }
 

@@ -111,6 +111,7 @@ fn config(vm1: &VmHandle, vm2: &VmHandle) -> AgentConfig {
             chain_yaml: CHAIN.into(),
             state: "local".into(),
         }],
+        group_policies: vec![],
     }
 }
 
@@ -179,6 +180,7 @@ fn traffic_crosses_a_firewall_instance() {
         run_dir: Some(run_dir.clone()),
         udp: SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, sluice_proto::GENEVE_PORT),
         instance_exe: Some(env!("CARGO_BIN_EXE_sluiced").into()),
+        suspect_after: None,
     })
     .unwrap();
     let url = agent.api_url();

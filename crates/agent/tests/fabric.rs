@@ -60,6 +60,7 @@ fn config(h: u32, vm: &VmHandle, other: u32, other_addr: Ipv4Addr) -> AgentConfi
             groups: vec![],
         }],
         instances: vec![],
+        group_policies: vec![],
     }
 }
 
@@ -75,6 +76,7 @@ fn agent(h: u32, ns: &Netns) -> Agent {
         run_dir: None,
         udp: SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, sluice_proto::GENEVE_PORT),
         instance_exe: None,
+        suspect_after: None,
     })
     .unwrap()
 }

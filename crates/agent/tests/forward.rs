@@ -57,6 +57,7 @@ fn config(version: u64, vm1: &VmHandle, vm2: &VmHandle, extra: Vec<Entry>) -> Ag
             groups: vec![],
         }],
         instances: vec![],
+        group_policies: vec![],
     }
 }
 
@@ -112,6 +113,7 @@ fn vms_talk_through_the_agent() {
         run_dir: None,
         udp: SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, sluice_proto::GENEVE_PORT),
         instance_exe: None,
+        suspect_after: None,
     })
     .unwrap();
     let url = agent.api_url();

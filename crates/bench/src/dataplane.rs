@@ -167,10 +167,12 @@ pub fn run(
 
     // Apply -> installed on every agent.
     let text = std::fs::read_to_string(spec).map_err(|e| e.to_string())?;
-    let variant = text.replace(
-        "weight: 1 }, { addr: \"10.10.2.12\", weight: 1",
-        "weight: 1 }, { addr: \"10.10.2.12\", weight: 2",
-    );
+    // A change of FIB entries only (the select's port range), so what is timed is
+    // compile + push + install on every agent, not NF instance restarts.
+    let variant = text.replace("dport: 80 }", "dport: 80-81 }");
+    if variant == text {
+        return Err("the spec has no `dport: 80 }` select to vary".into());
+    }
     let mut times = Vec::new();
     for i in 0..installs {
         let body = if i % 2 == 0 { &variant } else { &text };

@@ -498,6 +498,16 @@ fn long_run(
     t: &[(u64, Vec<u8>)],
     cached: bool,
 ) -> (Vec<bool>, StoreCounters) {
+    let (v, c, _) = long_run_stats(store, t, cached);
+    (v, c)
+}
+
+/// [`long_run`], also returning the cache's counters before the final flush.
+fn long_run_stats(
+    store: Box<dyn StateStore>,
+    t: &[(u64, Vec<u8>)],
+    cached: bool,
+) -> (Vec<bool>, StoreCounters, Option<sluice_state::CacheStats>) {
     let mut inst = instance_of(LONG, store);
     if cached {
         inst.chain
@@ -515,9 +525,10 @@ fn long_run(
         verdicts.extend(batch.pkts.iter().map(|p| p.verdict == Verdict::Forward));
         batch.recycle(&mut pool);
     }
+    let stats = inst.chain.cache_stats();
     inst.chain.flush(inst.store.as_mut());
     assert_eq!(inst.chain.stats().store_errors, 0);
-    (verdicts, inst.store.counters())
+    (verdicts, inst.store.counters(), stats)
 }
 
 #[test]
@@ -550,4 +561,43 @@ fn cache_saves_round_trips_on_long_flows() {
         "cached {on:?} vs uncached {off:?}"
     );
     assert!(on.total_ops() * 2 < off.total_ops());
+}
+
+#[test]
+fn due_deferred_writes_never_wait_on_redis() {
+    let t: Vec<(u64, Vec<u8>)> = generate(&TrafficSpec {
+        flows: 8,
+        packets_per_flow: 2000,
+        frame_size: 256,
+        proto: Proto::Tcp,
+        seed: 5,
+        ..Default::default()
+    })
+    .iter()
+    .map(|(ts, f)| (ts, f.to_vec()))
+    .collect();
+    assert!(
+        t.last().unwrap().0 - t[0].0 > 10_000_000,
+        "the trace spans several deferral deadlines"
+    );
+    let srv = RedisServer::start(&[]).expect("start redis-server");
+    let (v_local, local, _) = long_run_stats(Box::new(LocalStore::new()), &t, false);
+    let store = Box::new(RedisStore::open(&srv.url()).unwrap());
+    let (v_redis, redis, stats) = long_run_stats(store, &t, true);
+    assert_eq!(v_redis, v_local, "same verdicts as local state");
+    let stats = stats.expect("the instance holds a lease");
+    assert!(stats.deferred_flushed > 0, "{stats:?}");
+    assert!(
+        stats.background_flushes > 0,
+        "due deferred writes went out without a round trip: {stats:?}"
+    );
+    assert_eq!(stats.deferred_lost, 0);
+    // Round trips are only the reads and writes that had to wait: far fewer
+    // than the uncached run's, and no more than one per background flush
+    // would have added.
+    assert!(
+        redis.round_trips * 4 < local.round_trips,
+        "{redis:?} vs {local:?}"
+    );
+    assert!(redis.writes >= stats.deferred_flushed);
 }

@@ -1,5 +1,5 @@
-//! `sluice controller | apply | get | delete | status`: running the controller and
-//! talking to it over its REST API.
+//! `sluice controller | apply | get | delete | status | scale | events | metric`:
+//! running the controller and talking to it over its REST API.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -448,5 +448,152 @@ pub fn status(a: &StatusArgs) -> Result<(), String> {
             i.name, i.host, i.port, i.state
         );
     }
+    Ok(())
+}
+
+/// `sluice scale TENANT MIDDLEBOX N`.
+#[derive(Args, Debug)]
+pub struct ScaleArgs {
+    /// Tenant.
+    tenant: String,
+    /// Middlebox (element name in the tenant spec).
+    middlebox: String,
+    /// Instances wanted.
+    instances: u64,
+    /// For `state: local` middleboxes: longest drain of a removed instance, ms.
+    #[arg(long)]
+    drain_timeout_ms: Option<u64>,
+    #[command(flatten)]
+    client: ClientArgs,
+}
+
+/// `sluice events`.
+#[derive(Args, Debug)]
+pub struct EventsArgs {
+    /// Only events after this id.
+    #[arg(long, default_value_t = 0)]
+    since: u64,
+    #[command(flatten)]
+    client: ClientArgs,
+}
+
+/// `sluice metric TENANT CHAIN VALUE`.
+#[derive(Args, Debug)]
+pub struct MetricArgs {
+    /// Tenant.
+    tenant: String,
+    /// Chain.
+    chain: String,
+    /// The application metric (requests/s, latency).
+    value: f64,
+    /// Sample time on the reporter's clock, ms (default: the controller's clock).
+    #[arg(long)]
+    at_ms: Option<u64>,
+    #[command(flatten)]
+    client: ClientArgs,
+}
+
+/// `sluice scale`: sets a middlebox's instance count.
+pub fn scale(a: &ScaleArgs) -> Result<(), String> {
+    let c = a.client.client();
+    let info = c
+        .scale(
+            &a.tenant,
+            &a.middlebox,
+            &sluice_controller::api::ScaleRequest {
+                instances: a.instances,
+                drain_timeout_ms: a.drain_timeout_ms,
+            },
+        )
+        .map_err(|e| e.to_string())?;
+    if a.client.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&info).unwrap_or_default()
+        );
+        return Ok(());
+    }
+    println!(
+        "{}/{}: {} instances (spec: {}, state {})",
+        info.tenant, info.middlebox, info.instances, info.spec_instances, info.state
+    );
+    for i in &info.placed {
+        let mark = if info.draining.contains(&i.name) {
+            "  draining"
+        } else if info.down.contains(&i.name) {
+            "  down"
+        } else {
+            ""
+        };
+        println!("  {:<24} host {} port {}{mark}", i.name, i.host, i.port);
+    }
+    for (h, v) in &info.pushed {
+        println!("  host {h}: pushing version {v}");
+    }
+    Ok(())
+}
+
+/// `sluice events`: failovers, rejoins, drains and scaling decisions.
+pub fn events(a: &EventsArgs) -> Result<(), String> {
+    let c = a.client.client();
+    let ev = c.events(a.since).map_err(|e| e.to_string())?;
+    if a.client.json {
+        println!("{}", serde_json::to_string_pretty(&ev).unwrap_or_default());
+        return Ok(());
+    }
+    for e in &ev {
+        let secs = e.at_ms / 1000;
+        let (h, m, s) = ((secs / 3600) % 24, (secs / 60) % 60, secs % 60);
+        let timing = match (e.first_report_ms, e.push_sent_ms) {
+            (Some(f), Some(p)) => format!(" [pushed {} ms after the report]", p.saturating_sub(f)),
+            _ => String::new(),
+        };
+        println!(
+            "{:>6} {h:02}:{m:02}:{s:02}.{:03} {:<9} {}{timing}",
+            e.id,
+            e.at_ms % 1000,
+            e.kind,
+            e.reason
+        );
+    }
+    Ok(())
+}
+
+/// `sluice metric`: reports an application metric sample of a chain.
+pub fn metric(a: &MetricArgs) -> Result<(), String> {
+    let c = a.client.client();
+    let ack = c
+        .metric(
+            &a.tenant,
+            &a.chain,
+            &sluice_controller::api::MetricSample {
+                value: a.value,
+                at_ms: a.at_ms,
+            },
+        )
+        .map_err(|e| e.to_string())?;
+    if a.client.json {
+        println!("{}", serde_json::to_string_pretty(&ack).unwrap_or_default());
+        return Ok(());
+    }
+    if !ack.enabled {
+        println!(
+            "no scaler is configured for {}/{}: sample dropped",
+            ack.tenant, ack.chain
+        );
+        return Ok(());
+    }
+    println!(
+        "{}/{}: counts {:?}{}{}",
+        ack.tenant,
+        ack.chain,
+        ack.counts,
+        if ack.scaling { ", scaling" } else { "" },
+        if ack.decisions.is_empty() {
+            String::new()
+        } else {
+            format!(", now: {}", ack.decisions.join(", "))
+        }
+    );
     Ok(())
 }

@@ -59,6 +59,17 @@ enum Cmd {
     Delete(ctl::DeleteArgs),
     /// Hosts alive and in sync, tenants, NF instances alive.
     Status(ctl::StatusArgs),
+    /// Scale a middlebox of a tenant to N instances through the controller.
+    Scale(ctl::ScaleArgs),
+    /// Failovers, rejoins, drains and scaling decisions the controller logged.
+    Events(ctl::EventsArgs),
+    /// Report an application metric sample of a chain (feeds its scaler).
+    Metric(ctl::MetricArgs),
+    /// Experiments on a testbed (needs root): `failover` is StatelessNF Fig. 4.7.
+    Experiment {
+        #[command(subcommand)]
+        what: ExperimentCmd,
+    },
     /// A whole deployment on this machine: hosts and VMs as network namespaces,
     /// Redis, the controller and one agent per host (needs root).
     Testbed {
@@ -181,6 +192,38 @@ enum TestbedCmd {
         /// Working directory.
         #[arg(long, default_value = testbed::DEFAULT_DIR)]
         dir: PathBuf,
+    },
+}
+
+#[derive(Subcommand)]
+enum ExperimentCmd {
+    /// Concurrent HTTP downloads through a middlebox; SIGKILL one instance
+    /// mid-transfer; compare with a run without failure (StatelessNF Fig. 4.7).
+    Failover {
+        /// Tenant spec (`state: local` on the middlebox gives the baseline).
+        #[arg(long, default_value = "examples/experiments/failover.yaml")]
+        spec: PathBuf,
+        /// Concurrent downloads.
+        #[arg(long, default_value_t = 100)]
+        downloads: usize,
+        /// Size of each download, KiB.
+        #[arg(long, default_value_t = 2048)]
+        size_kib: usize,
+        /// Rate limit per download (curl --limit-rate).
+        #[arg(long, default_value = "256k")]
+        rate: String,
+        /// Kill this long after the downloads start, ms.
+        #[arg(long, default_value_t = 3000)]
+        kill_after_ms: u64,
+        /// The middlebox whose first instance is killed.
+        #[arg(long, default_value = "fw")]
+        middlebox: String,
+        /// Working directory.
+        #[arg(long, default_value = "/tmp/sluice-experiment")]
+        dir: PathBuf,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
     },
 }
 
@@ -349,6 +392,36 @@ fn main() -> ExitCode {
         Cmd::Get(a) => return exit(ctl::get(&a)),
         Cmd::Delete(a) => return exit(ctl::delete(&a)),
         Cmd::Status(a) => return exit(ctl::status(&a)),
+        Cmd::Scale(a) => return exit(ctl::scale(&a)),
+        Cmd::Events(a) => return exit(ctl::events(&a)),
+        Cmd::Metric(a) => return exit(ctl::metric(&a)),
+        Cmd::Experiment { what } => {
+            return exit(match what {
+                ExperimentCmd::Failover {
+                    spec,
+                    downloads,
+                    size_kib,
+                    rate,
+                    kill_after_ms,
+                    middlebox,
+                    dir,
+                    json,
+                } => testbed::failover(
+                    &spec,
+                    &dir,
+                    &sluice_testbed::experiments::FailoverOptions {
+                        downloads,
+                        size: size_kib * 1024,
+                        rate,
+                        kill_after: std::time::Duration::from_millis(kill_after_ms),
+                        middlebox,
+                        client: "198.51.100.10".into(),
+                        server: "srv1".into(),
+                    },
+                    json,
+                ),
+            })
+        }
         Cmd::Testbed { what } => {
             return exit(match what {
                 TestbedCmd::Up {

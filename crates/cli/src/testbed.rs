@@ -124,3 +124,33 @@ pub fn demo(spec: &Path, hosts: u32, dir: &Path) -> Result<(), String> {
         ))
     }
 }
+
+/// `sluice experiment failover`.
+pub fn failover(
+    spec: &Path,
+    dir: &Path,
+    o: &sluice_testbed::experiments::FailoverOptions,
+    json: bool,
+) -> Result<(), String> {
+    let lab = Lab::up(&options(spec, 3, dir, true)?).map_err(|e| e.to_string())?;
+    if !json {
+        print_state(lab.state());
+        println!(
+            "{} downloads of {} KiB at {}/s each; killing {}/{}/0 after {:?}",
+            o.downloads,
+            o.size / 1024,
+            o.rate,
+            lab.state().tenant,
+            o.middlebox,
+            o.kill_after
+        );
+    }
+    let r = sluice_testbed::experiments::failover(&lab, o).map_err(|e| e.to_string())?;
+    drop(lab);
+    if json {
+        println!("{}", serde_json::to_string(&r).map_err(|e| e.to_string())?);
+    } else {
+        sluice_testbed::experiments::print_failover(&r);
+    }
+    Ok(())
+}

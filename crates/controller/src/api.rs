@@ -27,8 +27,10 @@ pub struct InstanceInfo {
     pub host: u32,
     /// Port id on the host.
     pub port: u16,
-    /// `alive`, `dead`, `unknown` (agent unreachable or not reporting it yet) or
-    /// `placed` (in answers that do not ask the agents).
+    /// `alive`, `dead`, `unknown` (agent unreachable or not reporting it yet), or
+    /// in answers that do not ask the agents: `placed`, `draining` (no new flows,
+    /// removed once drained) or `down` (out of its groups: reported dead or
+    /// suspected).
     pub state: String,
     /// The process runs (`null`: unknown).
     #[serde(default)]
@@ -192,4 +194,250 @@ pub struct Deleted {
     pub deleted: String,
     /// Hosts whose configuration changed, and their new version.
     pub pushed: BTreeMap<u32, u64>,
+}
+
+/// `PUT /v1/tenants/{name}/middleboxes/{mb}`: a middlebox's new instance count.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ScaleRequest {
+    /// Instances wanted (1..=1024).
+    pub instances: u64,
+    /// For local-state middleboxes: how long a removed instance may drain before
+    /// it is removed with flows still pinned to it (default 30000).
+    #[serde(default)]
+    pub drain_timeout_ms: Option<u64>,
+}
+
+/// A middlebox's instances.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MiddleboxInfo {
+    /// Tenant.
+    pub tenant: String,
+    /// Middlebox.
+    pub middlebox: String,
+    /// Instances wanted now (the scaled count, else the spec's).
+    pub instances: u32,
+    /// The spec's `instances`.
+    pub spec_instances: u32,
+    /// The count was set by scaling (not the spec).
+    pub scaled: bool,
+    /// `shared` or `local` (where its instances keep flow state).
+    pub state: String,
+    /// Its placed instances (draining ones included).
+    pub placed: Vec<InstanceInfo>,
+    /// Instances draining (no new flows; removed once their pinned flows end).
+    pub draining: Vec<String>,
+    /// Instances out of the groups because reported dead or suspected.
+    pub down: Vec<String>,
+    /// Hosts whose configuration changed, and their new version.
+    #[serde(default)]
+    pub pushed: BTreeMap<u32, u64>,
+}
+
+/// `POST /v1/tenants/{name}/chains/{chain}/metrics`: one application metric
+/// sample (requests/s, latency).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MetricSample {
+    /// The value.
+    pub value: f64,
+    /// When it was taken, in milliseconds on the reporter's clock (any epoch, never
+    /// going back); absent: now on the controller's monotonic clock. A chain's
+    /// reporter should use one or the other consistently.
+    #[serde(default)]
+    pub at_ms: Option<u64>,
+}
+
+/// What a metric sample or a scaling request led to.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ScalingAck {
+    /// Tenant.
+    pub tenant: String,
+    /// Chain.
+    pub chain: String,
+    /// Decisions carried out now (`add fw`, `remove ips`).
+    pub decisions: Vec<String>,
+    /// Instances per middlebox of the chain afterwards.
+    pub counts: BTreeMap<String, u32>,
+    /// A trial or pass is under way.
+    pub scaling: bool,
+    /// False if no scaler is configured for the chain (the sample was dropped).
+    pub enabled: bool,
+}
+
+fn d_strategy() -> String {
+    "greedy".into()
+}
+fn d_direction() -> String {
+    "higher".into()
+}
+fn d_improve() -> f64 {
+    0.10
+}
+fn d_trigger() -> f64 {
+    0.25
+}
+fn d_sustain() -> u64 {
+    5000
+}
+fn d_window() -> u64 {
+    10_000
+}
+fn d_settle() -> f64 {
+    0.3
+}
+fn d_cooldown() -> u64 {
+    30_000
+}
+fn d_budget() -> u32 {
+    16
+}
+
+/// `PUT /v1/tenants/{name}/chains/{chain}/scaling`: the scaler of a chain
+/// (Stratos §4.1.1; see `sluice_scaling::Config`). Every field has a default.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ScalingConfig {
+    /// `greedy`, `none` or `all`.
+    #[serde(default = "d_strategy")]
+    pub strategy: String,
+    /// `higher` (throughput: higher is better) or `lower` (latency).
+    #[serde(default = "d_direction")]
+    pub direction: String,
+    /// Relative change a trial must bring to be kept (0.1 = 10%).
+    #[serde(default = "d_improve")]
+    pub improve: f64,
+    /// Relative change from the settled level that triggers scaling.
+    #[serde(default = "d_trigger")]
+    pub trigger: f64,
+    /// How long a change must last to trigger, ms.
+    #[serde(default = "d_sustain")]
+    pub sustain_ms: u64,
+    /// How long a trial is observed, ms.
+    #[serde(default = "d_window")]
+    pub window_ms: u64,
+    /// Fraction of a window ignored while a new instance warms up.
+    #[serde(default = "d_settle")]
+    pub settle: f64,
+    /// Pause after scaling, ms.
+    #[serde(default = "d_cooldown")]
+    pub cooldown_ms: u64,
+    /// Most instances the chain's middleboxes may have in total.
+    #[serde(default = "d_budget")]
+    pub budget: u32,
+    /// Metric value at which performance is suitable.
+    #[serde(default)]
+    pub target: Option<f64>,
+}
+
+impl Default for ScalingConfig {
+    fn default() -> Self {
+        ScalingConfig {
+            strategy: d_strategy(),
+            direction: d_direction(),
+            improve: d_improve(),
+            trigger: d_trigger(),
+            sustain_ms: d_sustain(),
+            window_ms: d_window(),
+            settle: d_settle(),
+            cooldown_ms: d_cooldown(),
+            budget: d_budget(),
+            target: None,
+        }
+    }
+}
+
+impl ScalingConfig {
+    /// The scaler's configuration, or what is wrong with this one.
+    pub fn to_config(&self) -> Result<sluice_scaling::Config, String> {
+        use sluice_scaling::{Direction, Strategy};
+        let strategy = match self.strategy.as_str() {
+            "greedy" => Strategy::Greedy,
+            "none" => Strategy::None,
+            "all" => Strategy::All,
+            s => return Err(format!("strategy: `{s}` is not greedy, none or all")),
+        };
+        let direction = match self.direction.as_str() {
+            "higher" => Direction::HigherIsBetter,
+            "lower" => Direction::LowerIsBetter,
+            s => return Err(format!("direction: `{s}` is not higher or lower")),
+        };
+        let ms = 1_000_000u64;
+        Ok(sluice_scaling::Config {
+            strategy,
+            direction,
+            improve: self.improve,
+            trigger: self.trigger,
+            sustain_ns: self.sustain_ms.saturating_mul(ms),
+            window_ns: self.window_ms.saturating_mul(ms),
+            settle: self.settle,
+            cooldown_ns: self.cooldown_ms.saturating_mul(ms),
+            budget: self.budget,
+            target: self.target,
+        })
+    }
+}
+
+/// A chain's scaler.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ScalingInfo {
+    /// Tenant.
+    pub tenant: String,
+    /// Chain.
+    pub chain: String,
+    /// Its configuration.
+    pub config: ScalingConfig,
+    /// The chain's middleboxes, in order.
+    pub middleboxes: Vec<String>,
+    /// Instances per middlebox.
+    pub counts: BTreeMap<String, u32>,
+    /// A trial or pass is under way.
+    pub scaling: bool,
+}
+
+/// `POST /v1/tenants/{name}/chains/{chain}/scaling/request`: start a pass now.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ScalingRequest {
+    /// Scale up (true) or down.
+    pub up: bool,
+    /// Why (logged with the events).
+    #[serde(default)]
+    pub reason: String,
+}
+
+/// One logged event: a failover, a rejoin, a scaling step, a drain.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EventInfo {
+    /// Increasing id (`GET /v1/events?since=ID` lists later ones).
+    pub id: u64,
+    /// When, Unix milliseconds.
+    pub at_ms: u64,
+    /// `failover`, `rejoin`, `scale` (a count changed), `scaler` (a step of a
+    /// chain's scaler), `drain` (a drain started or ended) or `error`.
+    pub kind: String,
+    /// Tenant.
+    #[serde(default)]
+    pub tenant: Option<String>,
+    /// Chain (scaler events).
+    #[serde(default)]
+    pub chain: Option<String>,
+    /// Middlebox.
+    #[serde(default)]
+    pub middlebox: Option<String>,
+    /// Instance (`tenant/middlebox/k`).
+    #[serde(default)]
+    pub instance: Option<String>,
+    /// Host concerned.
+    #[serde(default)]
+    pub host: Option<u32>,
+    /// What happened and why.
+    pub reason: String,
+    /// Failover and rejoin: when the first report showing the change arrived
+    /// (Unix ms).
+    #[serde(default)]
+    pub first_report_ms: Option<u64>,
+    /// Failover and rejoin: when the last affected host's new configuration was
+    /// sent (Unix ms; null while not yet sent or if no host changed).
+    #[serde(default)]
+    pub push_sent_ms: Option<u64>,
+    /// Instances per middlebox afterwards (scaling events).
+    #[serde(default)]
+    pub counts: Option<BTreeMap<String, u32>>,
 }

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use serde::de::DeserializeOwned;
 use serde::Serialize;
-use sluice_proto::{AgentConfig, HostRegistration, VmRegistration};
+use sluice_proto::{AgentConfig, HostHeartbeat, HostRegistration, VmRegistration};
 
 use crate::api::*;
 
@@ -182,5 +182,81 @@ impl Client {
     /// A host's whole configuration.
     pub fn config(&self, host: u32) -> Result<AgentConfig, ClientError> {
         self.get(&format!("/v1/hosts/{host}/config"))
+    }
+
+    /// Heartbeats with instance health.
+    pub fn heartbeat(&self, hb: &HostHeartbeat) -> Result<HostAck, ClientError> {
+        self.send_json("POST", "/v1/hosts", hb)
+    }
+
+    /// A middlebox's instances.
+    pub fn middlebox(&self, tenant: &str, mb: &str) -> Result<MiddleboxInfo, ClientError> {
+        self.get(&format!("/v1/tenants/{tenant}/middleboxes/{mb}"))
+    }
+
+    /// Sets a middlebox's instance count.
+    pub fn scale(
+        &self,
+        tenant: &str,
+        mb: &str,
+        req: &ScaleRequest,
+    ) -> Result<MiddleboxInfo, ClientError> {
+        self.send_json(
+            "PUT",
+            &format!("/v1/tenants/{tenant}/middleboxes/{mb}"),
+            req,
+        )
+    }
+
+    /// Reports an application metric sample of a chain.
+    pub fn metric(
+        &self,
+        tenant: &str,
+        chain: &str,
+        m: &MetricSample,
+    ) -> Result<ScalingAck, ClientError> {
+        self.send_json(
+            "POST",
+            &format!("/v1/tenants/{tenant}/chains/{chain}/metrics"),
+            m,
+        )
+    }
+
+    /// Enables (or reconfigures) a chain's scaler.
+    pub fn set_scaling(
+        &self,
+        tenant: &str,
+        chain: &str,
+        cfg: &ScalingConfig,
+    ) -> Result<ScalingInfo, ClientError> {
+        self.send_json(
+            "PUT",
+            &format!("/v1/tenants/{tenant}/chains/{chain}/scaling"),
+            cfg,
+        )
+    }
+
+    /// A chain's scaler.
+    pub fn scaling(&self, tenant: &str, chain: &str) -> Result<ScalingInfo, ClientError> {
+        self.get(&format!("/v1/tenants/{tenant}/chains/{chain}/scaling"))
+    }
+
+    /// Asks a chain's scaler for a pass now.
+    pub fn scaling_request(
+        &self,
+        tenant: &str,
+        chain: &str,
+        req: &ScalingRequest,
+    ) -> Result<ScalingAck, ClientError> {
+        self.send_json(
+            "POST",
+            &format!("/v1/tenants/{tenant}/chains/{chain}/scaling/request"),
+            req,
+        )
+    }
+
+    /// Events with an id above `since` (0: all kept).
+    pub fn events(&self, since: u64) -> Result<Vec<EventInfo>, ClientError> {
+        self.get(&format!("/v1/events?since={since}"))
     }
 }

@@ -26,7 +26,7 @@
 //! * **Traffic in no chain** is forwarded normally by lowest-priority entries: to
 //!   the VM with the destination address, wherever it is, else to the gateway.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use sluice_chain::Prefix;
 use sluice_switch::{Action, Entry, Group, GroupId, HostId, Match, Output, PortId};
@@ -44,6 +44,11 @@ pub struct Placement {
     pub gateway: (HostId, PortId),
     /// The tenant's VNI.
     pub vni: u32,
+    /// Instances that keep their ports and entries but get no new flows: weight 0
+    /// in their middlebox's group (failed, suspected, or draining). If every
+    /// instance of a middlebox is listed, its group keeps them all (there is
+    /// nowhere better to send its traffic).
+    pub out_of_groups: BTreeSet<(HostId, PortId)>,
 }
 
 /// What one host must install.
@@ -60,6 +65,8 @@ pub struct HostFib {
 pub struct Compiled {
     /// Per host.
     pub hosts: BTreeMap<HostId, HostFib>,
+    /// Middlebox name -> the id of its group (the same on every host).
+    pub groups: BTreeMap<String, GroupId>,
 }
 
 impl Compiled {
@@ -140,6 +147,7 @@ impl<'a> Builder<'a> {
             .group_of
             .entry(mb.to_string())
             .or_insert(GroupId(n + 1));
+        let all_out = inst.iter().all(|hp| self.place.out_of_groups.contains(hp));
         let targets: Vec<(Output, u32)> = inst
             .iter()
             .map(|&(h, p)| {
@@ -149,7 +157,7 @@ impl<'a> Builder<'a> {
                     } else {
                         Output::Host(h)
                     },
-                    1,
+                    u32::from(all_out || !self.place.out_of_groups.contains(&(h, p))),
                 )
             })
             .collect();
@@ -506,5 +514,6 @@ pub fn compile(spec: &TenantSpec, place: &Placement) -> Result<Compiled, Compile
             vec![Action::Output(out)],
         );
     }
+    b.out.groups = b.group_of;
     Ok(b.out)
 }

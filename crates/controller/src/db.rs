@@ -12,7 +12,7 @@ use rusqlite::{params, Connection, Transaction};
 use sluice_proto::{AgentConfig, VmRegistration};
 use sluice_tenant::TenantSpec;
 
-use crate::place::{Desired, Host, Instance, Tenant, Vm};
+use crate::place::{Desired, Host, Instance, Scaled, Tenant, Vm};
 
 /// The database could not be opened, read or written.
 #[derive(Debug, thiserror::Error)]
@@ -48,6 +48,15 @@ CREATE TABLE IF NOT EXISTS instances (
     tenant TEXT NOT NULL, middlebox TEXT NOT NULL, idx INTEGER NOT NULL,
     host INTEGER NOT NULL, port INTEGER NOT NULL,
     PRIMARY KEY (tenant, middlebox, idx));
+CREATE TABLE IF NOT EXISTS scaled (
+    tenant TEXT NOT NULL, middlebox TEXT NOT NULL, count INTEGER NOT NULL,
+    spec_count INTEGER NOT NULL, PRIMARY KEY (tenant, middlebox));
+CREATE TABLE IF NOT EXISTS draining (
+    tenant TEXT NOT NULL, middlebox TEXT NOT NULL, idx INTEGER NOT NULL,
+    PRIMARY KEY (tenant, middlebox, idx));
+CREATE TABLE IF NOT EXISTS scaling (
+    tenant TEXT NOT NULL, chain TEXT NOT NULL, config TEXT NOT NULL,
+    PRIMARY KEY (tenant, chain));
 CREATE TABLE IF NOT EXISTS host_configs (
     host INTEGER PRIMARY KEY, version INTEGER NOT NULL, config TEXT NOT NULL);
 ";
@@ -74,6 +83,14 @@ impl Db {
         } else {
             Connection::open(path).map_err(open)?
         };
+        // WAL with synchronous=NORMAL: a commit costs no fsync, so failovers are
+        // not held up by the disk. A power loss may lose the last commits (never
+        // corrupt the file); versions an agent runs beyond the stored ones are
+        // handled by the heartbeat (the controller moves past them).
+        if path.as_os_str() != ":memory:" {
+            conn.execute_batch("PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;")
+                .map_err(open)?;
+        }
         conn.execute_batch(SCHEMA).map_err(open)?;
         Ok(Db { conn })
     }
@@ -207,6 +224,57 @@ impl Db {
                 },
             );
         }
+        let mut st = self
+            .conn
+            .prepare("SELECT tenant, middlebox, count, spec_count FROM scaled")?;
+        let rows = st.query_map([], |r| {
+            Ok((
+                r.get::<_, String>(0)?,
+                r.get::<_, String>(1)?,
+                r.get::<_, i64>(2)?,
+                r.get::<_, i64>(3)?,
+            ))
+        })?;
+        for row in rows {
+            let (tenant, mb, count, spec_count) = row?;
+            d.scaled.insert(
+                (tenant, mb),
+                Scaled {
+                    count: count as u32,
+                    spec_count: spec_count as u32,
+                },
+            );
+        }
+        let mut st = self
+            .conn
+            .prepare("SELECT tenant, middlebox, idx FROM draining")?;
+        let rows = st.query_map([], |r| {
+            Ok((
+                r.get::<_, String>(0)?,
+                r.get::<_, String>(1)?,
+                r.get::<_, i64>(2)?,
+            ))
+        })?;
+        for row in rows {
+            let (tenant, mb, idx) = row?;
+            d.draining.insert((tenant, mb, idx as u32));
+        }
+        let mut st = self
+            .conn
+            .prepare("SELECT tenant, chain, config FROM scaling")?;
+        let rows = st.query_map([], |r| {
+            Ok((
+                r.get::<_, String>(0)?,
+                r.get::<_, String>(1)?,
+                r.get::<_, String>(2)?,
+            ))
+        })?;
+        for row in rows {
+            let (tenant, chain, text) = row?;
+            let cfg = serde_json::from_str(&text)
+                .map_err(|e| corrupt(format!("scaling of {tenant}/{chain}: {e}")))?;
+            d.scaling.insert((tenant, chain), cfg);
+        }
         let mut configs = BTreeMap::new();
         let mut st = self
             .conn
@@ -247,7 +315,8 @@ fn write_all(
     configs: &BTreeMap<u32, AgentConfig>,
 ) -> Result<(), DbError> {
     tx.execute_batch(
-        "DELETE FROM tenants; DELETE FROM hosts; DELETE FROM vms; DELETE FROM instances;",
+        "DELETE FROM tenants; DELETE FROM hosts; DELETE FROM vms; DELETE FROM instances;
+         DELETE FROM scaled; DELETE FROM draining; DELETE FROM scaling;",
     )?;
     tx.execute(
         "INSERT OR REPLACE INTO meta (key, value) VALUES ('next_vni', ?1)",
@@ -286,6 +355,25 @@ fn write_all(
         tx.execute(
             "INSERT INTO instances (tenant, middlebox, idx, host, port) VALUES (?1, ?2, ?3, ?4, ?5)",
             params![t, mb, *k as i64, i.host as i64, i.port as i64],
+        )?;
+    }
+    for ((t, mb), sc) in &d.scaled {
+        tx.execute(
+            "INSERT INTO scaled (tenant, middlebox, count, spec_count) VALUES (?1, ?2, ?3, ?4)",
+            params![t, mb, sc.count as i64, sc.spec_count as i64],
+        )?;
+    }
+    for (t, mb, k) in &d.draining {
+        tx.execute(
+            "INSERT INTO draining (tenant, middlebox, idx) VALUES (?1, ?2, ?3)",
+            params![t, mb, *k as i64],
+        )?;
+    }
+    for ((t, c), cfg) in &d.scaling {
+        let text = serde_json::to_string(cfg).map_err(corrupt)?;
+        tx.execute(
+            "INSERT INTO scaling (tenant, chain, config) VALUES (?1, ?2, ?3)",
+            params![t, c, text],
         )?;
     }
     // Versions must never go back, so configurations are only ever replaced.

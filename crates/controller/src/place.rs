@@ -11,10 +11,12 @@ use std::net::Ipv4Addr;
 
 use serde_yaml::{Mapping, Value};
 use sluice_proto::{
-    AgentConfig, InstanceConfig, Peer, PortConfig, PortKind, TenantFib, VmRegistration,
+    AgentConfig, GroupPolicy, InstanceConfig, Peer, PortConfig, PortKind, TenantFib, VmRegistration,
 };
 use sluice_switch::{Action, HostId, Output, PortId};
-use sluice_tenant::{Element, TenantSpec};
+use sluice_tenant::{Element, StateMode, TenantSpec};
+
+use crate::api::ScalingConfig;
 
 use crate::compile::{compile, CompileError, Compiled, Placement};
 
@@ -74,6 +76,18 @@ pub struct Instance {
 /// `(tenant, middlebox, index)` of an NF instance.
 pub type InstanceKey = (String, String, u32);
 
+/// A middlebox's instance count as set by the scale API (or the scaler), and the
+/// spec's count when it was set: re-applying a spec with another count for the
+/// middlebox drops the override (the spec wins); a spec with the same count keeps
+/// it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Scaled {
+    /// Instances wanted.
+    pub count: u32,
+    /// The spec's `instances` when the count was set.
+    pub spec_count: u32,
+}
+
 /// Everything the controller was asked for, and what it decided.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Desired {
@@ -87,6 +101,16 @@ pub struct Desired {
     pub instances: BTreeMap<InstanceKey, Instance>,
     /// The VNI the next new tenant gets (VNIs are never reused).
     pub next_vni: u32,
+    /// Instance counts set by scaling, by `(tenant, middlebox)`.
+    pub scaled: BTreeMap<(String, String), Scaled>,
+    /// Instances being removed from local-state middleboxes: placed and running,
+    /// but out of their groups (no new flows) until their pinned flows end.
+    pub draining: BTreeSet<InstanceKey>,
+    /// Instances reported dead or suspected (live state, never persisted): out of
+    /// their groups, keeping port and placement, until reported alive again.
+    pub down: BTreeSet<InstanceKey>,
+    /// Scaler configurations by `(tenant, chain)`.
+    pub scaling: BTreeMap<(String, String), ScalingConfig>,
 }
 
 /// A request the desired state cannot accommodate.
@@ -140,6 +164,20 @@ pub enum PlaceError {
         /// VM name.
         vm: String,
     },
+    /// No such tenant.
+    #[error("tenant `{0}` is not applied")]
+    UnknownTenant(String),
+    /// No such middlebox.
+    #[error("tenant `{tenant}` has no middlebox `{middlebox}`")]
+    UnknownMiddlebox {
+        /// Tenant.
+        tenant: String,
+        /// The name asked for.
+        middlebox: String,
+    },
+    /// An instance count out of range.
+    #[error("instances: expected a count from 1 to 1024, not {0}")]
+    BadCount(u64),
     /// The chain compiler refused the tenant.
     #[error("tenant `{tenant}`: {source}")]
     Compile {
@@ -215,6 +253,15 @@ impl Desired {
                 (vni, 1)
             }
         };
+        // A scaled count survives a re-applied spec unless the spec's own count
+        // for that middlebox changed (the tenant asked for something new).
+        self.scaled.retain(|(t, mb), s| {
+            t != &name
+                || matches!(spec.elements.get(mb),
+                    Some(Element::Middlebox { instances, .. }) if *instances == s.spec_count)
+        });
+        self.scaling
+            .retain(|(t, c), _| t != &name || spec.chains.iter().any(|x| &x.name == c));
         self.tenants.insert(
             name.clone(),
             Tenant {
@@ -233,29 +280,132 @@ impl Desired {
     /// whether it existed.
     pub fn remove_tenant(&mut self, name: &str) -> bool {
         self.instances.retain(|k, _| k.0 != name);
+        self.draining.retain(|k| k.0 != name);
+        self.down.retain(|k| k.0 != name);
+        self.scaled.retain(|k, _| k.0 != name);
+        self.scaling.retain(|k, _| k.0 != name);
         self.tenants.remove(name).is_some()
     }
 
-    /// Brings the tenant's NF instances in line with its spec: instances of
-    /// middleboxes that are gone, or beyond a middlebox's `instances`, are removed;
-    /// missing ones go to the host with the fewest NF instances (ties: lowest id).
-    /// Existing instances never move.
+    /// The instance count of a middlebox: the scaled count if one is set, else
+    /// the spec's. None if the tenant or middlebox does not exist.
+    pub fn count(&self, tenant: &str, middlebox: &str) -> Option<u32> {
+        let t = self.tenants.get(tenant)?;
+        match t.spec.elements.get(middlebox)? {
+            Element::Middlebox { instances, .. } => Some(
+                self.scaled
+                    .get(&(tenant.to_string(), middlebox.to_string()))
+                    .map_or(*instances, |s| s.count),
+            ),
+            _ => None,
+        }
+    }
+
+    /// Whether the middlebox keeps its state inside its instances.
+    pub fn local_state(&self, tenant: &str, middlebox: &str) -> bool {
+        self.tenants.get(tenant).is_some_and(|t| {
+            matches!(
+                t.spec.elements.get(middlebox),
+                Some(Element::Middlebox {
+                    state: StateMode::Local,
+                    ..
+                })
+            )
+        })
+    }
+
+    /// Sets a middlebox's instance count and places (or removes, newest first)
+    /// instances to match. Instances of local-state middleboxes are drained
+    /// rather than removed (see [`Desired::draining`]).
+    pub fn scale(&mut self, tenant: &str, middlebox: &str, count: u64) -> Result<(), PlaceError> {
+        let t = self
+            .tenants
+            .get(tenant)
+            .ok_or_else(|| PlaceError::UnknownTenant(tenant.to_string()))?;
+        let spec_count = match t.spec.elements.get(middlebox) {
+            Some(Element::Middlebox { instances, .. }) => *instances,
+            _ => {
+                return Err(PlaceError::UnknownMiddlebox {
+                    tenant: tenant.to_string(),
+                    middlebox: middlebox.to_string(),
+                })
+            }
+        };
+        if !(1..=1024).contains(&count) {
+            return Err(PlaceError::BadCount(count));
+        }
+        self.scaled.insert(
+            (tenant.to_string(), middlebox.to_string()),
+            Scaled {
+                count: count as u32,
+                spec_count,
+            },
+        );
+        self.place_instances(tenant)
+    }
+
+    /// Ends the drain of an instance: it is removed (its port freed). Returns
+    /// whether it was draining.
+    pub fn finish_drain(&mut self, key: &InstanceKey) -> bool {
+        if !self.draining.remove(key) {
+            return false;
+        }
+        self.instances.remove(key);
+        self.down.remove(key);
+        true
+    }
+
+    /// Brings the tenant's NF instances in line with its spec and scaled counts:
+    /// instances of middleboxes that are gone, or beyond a middlebox's count, are
+    /// removed (newest first; local-state middleboxes' are drained first);
+    /// missing ones go to the host with the fewest NF instances (ties: lowest
+    /// id). Existing instances never move.
     pub fn place_instances(&mut self, tenant: &str) -> Result<(), PlaceError> {
         let Some(t) = self.tenants.get(tenant) else {
             return Ok(());
         };
-        let want: BTreeMap<String, u32> = t
+        let want: BTreeMap<String, (u32, bool)> = t
             .spec
             .elements
             .iter()
             .filter_map(|(n, e)| match e {
-                Element::Middlebox { instances, .. } => Some((n.clone(), *instances)),
+                Element::Middlebox { state, .. } => Some((
+                    n.clone(),
+                    (
+                        self.count(tenant, n).unwrap_or(1),
+                        *state == StateMode::Local,
+                    ),
+                )),
                 _ => None,
             })
             .collect();
-        self.instances
-            .retain(|k, _| k.0 != tenant || want.get(&k.1).is_some_and(|&n| k.2 < n));
-        for (mb, n) in want {
+        let mut drain = Vec::new();
+        let mut undrain = Vec::new();
+        self.instances.retain(|k, _| {
+            if k.0 != tenant {
+                return true;
+            }
+            match want.get(&k.1) {
+                None => false,
+                Some(&(n, _)) if k.2 < n => {
+                    undrain.push(k.clone());
+                    true
+                }
+                Some(&(_, true)) => {
+                    drain.push(k.clone());
+                    true
+                }
+                Some(_) => false,
+            }
+        });
+        for k in undrain {
+            self.draining.remove(&k);
+        }
+        self.draining.extend(drain);
+        let instances = &self.instances;
+        self.draining.retain(|k| instances.contains_key(k));
+        self.down.retain(|k| instances.contains_key(k));
+        for (mb, (n, _)) in want {
             for k in 0..n {
                 let key = (tenant.to_string(), mb.clone(), k);
                 if self.instances.contains_key(&key) {
@@ -336,12 +486,13 @@ impl Desired {
             None if externals => return Err(PlaceError::NoGateway(tenant.to_string())),
             None => {}
         }
-        for ((tn, mb, _), i) in &self.instances {
-            if tn == tenant {
-                p.instances
-                    .entry(mb.clone())
-                    .or_default()
-                    .push((HostId(i.host), PortId(i.port)));
+        for (k, i) in &self.instances {
+            if k.0 == tenant {
+                let hp = (HostId(i.host), PortId(i.port));
+                p.instances.entry(k.1.clone()).or_default().push(hp);
+                if self.down.contains(k) || self.draining.contains(k) {
+                    p.out_of_groups.insert(hp);
+                }
             }
         }
         Ok(p)
@@ -426,10 +577,16 @@ impl Desired {
                     vni: t.vni,
                     kind: PortKind::Instance { name: name.clone() },
                 });
-                let chain_yaml = match t.spec.elements.get(mb) {
+                let (chain_yaml, local) = match t.spec.elements.get(mb) {
                     Some(Element::Middlebox {
-                        function, config, ..
-                    }) => chain_yaml(tn, mb, function, config),
+                        function,
+                        config,
+                        state,
+                        ..
+                    }) => (
+                        chain_yaml(tn, mb, function, config),
+                        *state == StateMode::Local,
+                    ),
                     _ => continue,
                 };
                 cfg.instances.push(InstanceConfig {
@@ -439,12 +596,15 @@ impl Desired {
                     port: i.port,
                     vni: t.vni,
                     chain_yaml,
-                    state: state_url.to_string(),
+                    // The baseline keeps flow state inside the instance.
+                    state: if local { "local" } else { state_url }.to_string(),
                 });
             }
             cfg.ports.sort_by_key(|p| p.id);
             for (tn, c) in &compiled {
                 if let Some(hf) = c.hosts.get(&HostId(h)) {
+                    cfg.group_policies
+                        .extend(self.group_policies(tn, c, hf, HostId(h)));
                     cfg.tenants.push(TenantFib {
                         tenant: tn.clone(),
                         vni: self.tenants[tn].vni,
@@ -456,6 +616,66 @@ impl Desired {
             out.insert(h, cfg);
         }
         Ok(out)
+    }
+}
+
+impl Desired {
+    /// The pinned groups of a tenant's local-state middleboxes on host `on`, with
+    /// the targets (as seen from `on`) of their draining instances.
+    fn group_policies(
+        &self,
+        tenant: &str,
+        c: &Compiled,
+        hf: &crate::compile::HostFib,
+        on: HostId,
+    ) -> Vec<GroupPolicy> {
+        let vni = self.tenants[tenant].vni;
+        let mut out = Vec::new();
+        for (mb, g) in &c.groups {
+            if !self.local_state(tenant, mb) || !hf.groups.contains_key(g) {
+                continue;
+            }
+            let target = |i: &Instance| {
+                if HostId(i.host) == on {
+                    Output::Port(PortId(i.port))
+                } else {
+                    Output::Host(HostId(i.host))
+                }
+            };
+            let mine = || {
+                self.instances
+                    .iter()
+                    .filter(move |(k, _)| k.0 == tenant && &k.1 == mb)
+            };
+            let serving: Vec<Output> = mine()
+                .filter(|(k, _)| !self.draining.contains(*k))
+                .map(|(_, i)| target(i))
+                .collect();
+            let mut draining: Vec<Output> = Vec::new();
+            for (_, i) in mine().filter(|(k, _)| self.draining.contains(*k)) {
+                let o = target(i);
+                if !serving.contains(&o) && !draining.contains(&o) {
+                    draining.push(o);
+                }
+            }
+            out.push(GroupPolicy {
+                vni,
+                group: g.0,
+                pinned: true,
+                draining,
+            });
+        }
+        out
+    }
+
+    /// Finds an NF instance by name (`tenant/middlebox/k`).
+    pub fn instance_by_name(&self, name: &str) -> Option<(&InstanceKey, &Instance)> {
+        let mut parts = name.rsplitn(2, '/');
+        let k: u32 = parts.next()?.parse().ok()?;
+        let rest = parts.next()?;
+        let (t, mb) = rest.split_once('/')?;
+        self.instances
+            .get_key_value(&(t.to_string(), mb.to_string(), k))
     }
 }
 
@@ -805,5 +1025,98 @@ mod tests {
             1,
         )
         .unwrap();
+    }
+
+    #[test]
+    fn scaled_counts_survive_the_same_spec_count_and_yield_to_a_new_one() {
+        let (text, spec) = figure4();
+        let mut d = hosts(3);
+        figure4_vms(&mut d);
+        d.apply_tenant(&text, spec).unwrap();
+        d.scale("acme", "mon", 3).unwrap();
+        assert_eq!(d.count("acme", "mon"), Some(3));
+        let mons = |d: &Desired| d.instances.keys().filter(|k| k.1 == "mon").count();
+        assert_eq!(mons(&d), 3);
+        // Another change (fw's count), mon's spec count unchanged: kept.
+        let text2 = text.replace("instances: 2", "instances: 3");
+        let spec2 = TenantSpec::parse(&text2, "f4b", None).unwrap();
+        d.apply_tenant(&text2, spec2).unwrap();
+        assert_eq!((d.count("acme", "mon"), mons(&d)), (Some(3), 3));
+        // mon's own count changed in the spec: the spec wins.
+        let text3 = text2.replace(
+            "mon: { type: middlebox, function: monitor }",
+            "mon: { type: middlebox, function: monitor, instances: 2 }",
+        );
+        let spec3 = TenantSpec::parse(&text3, "f4c", None).unwrap();
+        d.apply_tenant(&text3, spec3).unwrap();
+        assert_eq!((d.count("acme", "mon"), mons(&d)), (Some(2), 2));
+        assert!(d.scaled.is_empty());
+        // Refusals.
+        assert!(matches!(
+            d.scale("acme", "web-a", 2),
+            Err(PlaceError::UnknownMiddlebox { .. })
+        ));
+        assert!(matches!(
+            d.scale("acme", "mon", 0),
+            Err(PlaceError::BadCount(0))
+        ));
+        assert!(matches!(
+            d.scale("nobody", "mon", 2),
+            Err(PlaceError::UnknownTenant(_))
+        ));
+    }
+
+    #[test]
+    fn local_state_instances_drain_and_down_ones_leave_groups() {
+        let (text, _) = figure4();
+        let text = text.replace(
+            "mon: { type: middlebox, function: monitor }",
+            "mon: { type: middlebox, function: monitor, state: local }",
+        );
+        let spec = TenantSpec::parse(&text, "f4", None).unwrap();
+        let mut d = hosts(3);
+        figure4_vms(&mut d);
+        d.apply_tenant(&text, spec).unwrap();
+        d.scale("acme", "mon", 2).unwrap();
+        d.scale("acme", "mon", 1).unwrap();
+        let k1 = ("acme".to_string(), "mon".to_string(), 1);
+        assert!(d.draining.contains(&k1) && d.instances.contains_key(&k1));
+        let i1 = d.instances[&k1];
+        let p = d.placement("acme").unwrap();
+        assert!(p
+            .out_of_groups
+            .contains(&(HostId(i1.host), PortId(i1.port))));
+        let cfgs = d.configs("redis://x").unwrap();
+        let own = &cfgs[&i1.host];
+        assert!(own
+            .instances
+            .iter()
+            .all(|i| (i.middlebox == "mon") == (i.state == "local")));
+        // Scaling back up un-drains it.
+        d.scale("acme", "mon", 2).unwrap();
+        assert!(d.draining.is_empty());
+        d.scale("acme", "mon", 1).unwrap();
+        assert!(d.finish_drain(&k1));
+        assert!(!d.instances.contains_key(&k1));
+        // A down fw instance keeps its place but leaves the groups.
+        let f1 = ("acme".to_string(), "fw".to_string(), 1);
+        d.down.insert(f1.clone());
+        let fi = d.instances[&f1];
+        let p = d.placement("acme").unwrap();
+        assert!(p
+            .out_of_groups
+            .contains(&(HostId(fi.host), PortId(fi.port))));
+        let c = d.compile_tenant("acme").unwrap();
+        let g = c.groups["fw"];
+        for (h, hf) in &c.hosts {
+            if let Some(grp) = hf.groups.get(&g) {
+                let gone = if h.0 == fi.host {
+                    Output::Port(PortId(fi.port))
+                } else {
+                    Output::Host(HostId(fi.host))
+                };
+                assert!(grp.ranges.iter().all(|r| r.1 != gone), "{grp:?}");
+            }
+        }
     }
 }

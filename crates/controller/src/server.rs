@@ -8,23 +8,25 @@
 //! agents: a background pusher sends configurations, retries failures with
 //! backoff, and re-pushes when a heartbeat shows an agent running another version.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::io::Read;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde::Serialize;
 use serde_json::Value;
-use sluice_proto::{AgentConfig, AgentStatus, HostRegistration, VmRegistration};
+use sluice_proto::{AgentConfig, AgentStatus, HostHeartbeat, PinnedFlows, VmRegistration};
+use sluice_scaling::{Decision, Scaler};
+use sluice_switch::{HostId, Output, PortId};
 use sluice_tenant::TenantSpec;
 
 use crate::api::*;
 use crate::db::{Db, DbError};
-use crate::place::{instance_name, versioned, Desired, Host, PlaceError};
+use crate::place::{instance_name, versioned, Desired, Host, InstanceKey, PlaceError};
 
 /// The OpenAPI document of this API.
 pub const OPENAPI_YAML: &str = include_str!("../../../docs/openapi.yaml");
@@ -47,12 +49,34 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("DELETE", "/v1/vms/{tenant}/{name}"),
     ("GET", "/v1/instances"),
     ("GET", "/v1/chains"),
+    ("GET", "/v1/tenants/{name}/middleboxes/{middlebox}"),
+    ("PUT", "/v1/tenants/{name}/middleboxes/{middlebox}"),
+    ("POST", "/v1/tenants/{name}/chains/{chain}/metrics"),
+    ("GET", "/v1/tenants/{name}/chains/{chain}/scaling"),
+    ("PUT", "/v1/tenants/{name}/chains/{chain}/scaling"),
+    ("DELETE", "/v1/tenants/{name}/chains/{chain}/scaling"),
+    ("POST", "/v1/tenants/{name}/chains/{chain}/scaling/request"),
+    ("GET", "/v1/events"),
 ];
 
 /// A host is alive if heard from within this long.
 const ALIVE: Duration = Duration::from_secs(1);
 /// A heartbeat with a stale version re-pushes at most this often.
 const REPUSH_AFTER: Duration = Duration::from_secs(1);
+/// A host not heard from for this long has all its instances suspected (its
+/// agent may be gone); agents heartbeat every 50 ms.
+pub const HOST_SILENT: Duration = Duration::from_millis(300);
+/// A down instance rejoins once reported healthy for this long (one missed
+/// agent heartbeat's worth), so a flapping instance does not churn every host.
+pub const REJOIN_AFTER: Duration = Duration::from_millis(100);
+/// How long a removed local-state instance drains unless the request says.
+pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
+/// Events kept (`GET /v1/events`).
+pub const EVENTS_KEPT: usize = 10_000;
+/// How often the ticker checks host silence and drains.
+const TICK: Duration = Duration::from_millis(20);
+/// How often a host's status is polled for the pinned flows of a drain.
+const DRAIN_POLL: Duration = Duration::from_millis(100);
 /// Largest request body accepted.
 const MAX_BODY: u64 = 1 << 20;
 /// Request-serving threads.
@@ -141,6 +165,118 @@ struct Live {
     last_push: Option<(u64, Instant)>,
     push_error: Option<String>,
     failures: u32,
+    /// Its heartbeats carry instance health: its silence suspects its instances
+    /// (hosts that only register are not watched).
+    reports_health: bool,
+}
+
+/// Why an instance is out of its groups.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum DownReason {
+    /// Its agent reported it dead or suspected.
+    Reported,
+    /// Its host went silent.
+    HostSilent,
+}
+
+/// A drain under way.
+#[derive(Debug, Clone)]
+struct Drain {
+    started: Instant,
+    timeout: Duration,
+}
+
+/// The scaler of one chain, with its bookkeeping.
+struct ChainScaler {
+    scaler: Scaler,
+    middleboxes: Vec<String>,
+    /// Scaler events already copied to the event log.
+    seen: usize,
+    /// Last time fed, ns (the scaler must never see time go back).
+    last_ns: u64,
+}
+
+/// The event log: a bounded ring, plus failovers waiting for their pushes.
+#[derive(Default)]
+struct Events {
+    ring: VecDeque<EventInfo>,
+    next_id: u64,
+    /// Event id -> hosts (and the versions) whose push it waits for.
+    awaiting_push: BTreeMap<u64, BTreeMap<u32, u64>>,
+    /// The last error logged and when (Unix ms): a change that keeps failing
+    /// (retried every tick) is logged once a second, not every tick.
+    last_error: Option<(String, u64)>,
+}
+
+impl Events {
+    fn push(&mut self, mut e: EventInfo) -> u64 {
+        if e.at_ms == 0 {
+            e.at_ms = unix_ms();
+        }
+        if e.kind == "error" {
+            if let Some((msg, at)) = &self.last_error {
+                if *msg == e.reason && e.at_ms.saturating_sub(*at) < 1000 {
+                    return self.next_id;
+                }
+            }
+            self.last_error = Some((e.reason.clone(), e.at_ms));
+        }
+        self.next_id += 1;
+        e.id = self.next_id;
+        log(&format!("event {}: {}", e.kind, e.reason));
+        self.ring.push_back(e);
+        while self.ring.len() > EVENTS_KEPT {
+            if let Some(old) = self.ring.pop_front() {
+                self.awaiting_push.remove(&old.id);
+            }
+        }
+        self.next_id
+    }
+
+    /// Notes that `host` was sent version `version`: events waiting for it get
+    /// their push time once every host they wait for was sent.
+    fn pushed(&mut self, host: u32, version: u64) {
+        let now = unix_ms();
+        let mut done = Vec::new();
+        for (id, hosts) in self.awaiting_push.iter_mut() {
+            if hosts.get(&host).is_some_and(|v| version >= *v) {
+                hosts.remove(&host);
+            }
+            if hosts.is_empty() {
+                done.push(*id);
+            }
+        }
+        for id in done {
+            self.awaiting_push.remove(&id);
+            if let Some(e) = self.ring.iter_mut().rev().find(|e| e.id == id) {
+                e.push_sent_ms = Some(now);
+            }
+        }
+    }
+}
+
+fn unix_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+fn event(kind: &str, reason: String) -> EventInfo {
+    EventInfo {
+        id: 0,
+        at_ms: 0,
+        kind: kind.into(),
+        tenant: None,
+        chain: None,
+        middlebox: None,
+        instance: None,
+        host: None,
+        reason,
+        first_report_ms: None,
+        push_sent_ms: None,
+        counts: None,
+    }
 }
 
 struct Core {
@@ -148,6 +284,17 @@ struct Core {
     configs: BTreeMap<u32, AgentConfig>,
     db: Db,
     live: BTreeMap<u32, Live>,
+    /// Why each instance of `desired.down` is down.
+    down_reason: BTreeMap<InstanceKey, DownReason>,
+    drains: BTreeMap<InstanceKey, Drain>,
+    /// Latest pinned-flow report per host: (its config version, the flows).
+    pinned: BTreeMap<u32, (u64, Vec<PinnedFlows>, Instant)>,
+    scalers: BTreeMap<(String, String), ChainScaler>,
+    events: Events,
+    /// Drain timeouts asked for by scale requests, by instance.
+    drain_timeouts: BTreeMap<InstanceKey, Duration>,
+    /// Down instances reported healthy since (see [`REJOIN_AFTER`]).
+    healthy_since: BTreeMap<InstanceKey, Instant>,
 }
 
 #[derive(Default)]
@@ -163,6 +310,8 @@ struct Shared {
     pushers: Mutex<Vec<JoinHandle<()>>>,
     stop: AtomicBool,
     state_url: String,
+    /// The scaler's clock starts here.
+    started: Instant,
 }
 
 /// The controller's log: one line on stderr per change (never per heartbeat).
@@ -208,12 +357,20 @@ pub fn serve(opts: ServerOptions) -> Result<ServerHandle, ControllerError> {
             configs,
             db,
             live: BTreeMap::new(),
+            down_reason: BTreeMap::new(),
+            drains: BTreeMap::new(),
+            pinned: BTreeMap::new(),
+            scalers: BTreeMap::new(),
+            events: Events::default(),
+            drain_timeouts: BTreeMap::new(),
+            healthy_since: BTreeMap::new(),
         }),
         queue: Mutex::new(PushQueue::default()),
         push_cv: Condvar::new(),
         pushers: Mutex::new(Vec::new()),
         stop: AtomicBool::new(false),
         state_url: opts.state_url,
+        started: Instant::now(),
     });
     let mut threads = Vec::new();
     for i in 0..WORKERS {
@@ -225,6 +382,13 @@ pub fn serve(opts: ServerOptions) -> Result<ServerHandle, ControllerError> {
                 .map_err(ControllerError::Thread)?,
         );
     }
+    let sh = shared.clone();
+    threads.push(
+        std::thread::Builder::new()
+            .name("ctl-ticker".into())
+            .spawn(move || ticker(&sh))
+            .map_err(ControllerError::Thread)?,
+    );
     let sh = shared.clone();
     threads.push(
         std::thread::Builder::new()
@@ -336,6 +500,10 @@ impl From<PlaceError> for ApiError {
                 source: crate::CompileError::TooLarge(_),
                 ..
             } => ApiError::bad(e.to_string()),
+            PlaceError::BadCount(_) => ApiError::bad(e.to_string()),
+            PlaceError::UnknownTenant(_) | PlaceError::UnknownMiddlebox { .. } => {
+                ApiError::not_found(e.to_string())
+            }
             e => ApiError::conflict(e.to_string()),
         }
     }
@@ -439,6 +607,26 @@ fn handle(
         ("DELETE", "/v1/vms/{tenant}/{name}") => delete_vm(shared, &p[0], &p[1]),
         ("GET", "/v1/instances") => instances(shared),
         ("GET", "/v1/chains") => chains(shared),
+        ("GET", "/v1/tenants/{name}/middleboxes/{middlebox}") => {
+            get_middlebox(shared, &p[0], &p[1])
+        }
+        ("PUT", "/v1/tenants/{name}/middleboxes/{middlebox}") => {
+            put_middlebox(shared, &p[0], &p[1], body)
+        }
+        ("POST", "/v1/tenants/{name}/chains/{chain}/metrics") => {
+            post_metric(shared, &p[0], &p[1], body)
+        }
+        ("GET", "/v1/tenants/{name}/chains/{chain}/scaling") => get_scaling(shared, &p[0], &p[1]),
+        ("PUT", "/v1/tenants/{name}/chains/{chain}/scaling") => {
+            put_scaling(shared, &p[0], &p[1], body)
+        }
+        ("DELETE", "/v1/tenants/{name}/chains/{chain}/scaling") => {
+            delete_scaling(shared, &p[0], &p[1])
+        }
+        ("POST", "/v1/tenants/{name}/chains/{chain}/scaling/request") => {
+            scaling_request(shared, &p[0], &p[1], body)
+        }
+        ("GET", "/v1/events") => list_events(shared, url),
         _ => Err(ApiError::not_found(format!("no such endpoint: {path}"))),
     }
 }
@@ -485,13 +673,20 @@ fn instance_infos(d: &Desired, tenant: Option<&str>) -> Vec<InstanceInfo> {
     d.instances
         .iter()
         .filter(|(k, _)| tenant.is_none_or(|t| t == k.0))
-        .map(|((t, mb, k), i)| InstanceInfo {
+        .map(|(key @ (t, mb, k), i)| InstanceInfo {
             name: instance_name(t, mb, *k),
             tenant: t.clone(),
             middlebox: mb.clone(),
             host: i.host,
             port: i.port,
-            state: "placed".into(),
+            state: if d.draining.contains(key) {
+                "draining"
+            } else if d.down.contains(key) {
+                "down"
+            } else {
+                "placed"
+            }
+            .into(),
             alive: None,
             pid: None,
         })
@@ -677,8 +872,16 @@ fn list_hosts(shared: &Shared) -> Result<Reply, ApiError> {
 }
 
 fn heartbeat(shared: &Shared, body: &str) -> Result<Reply, ApiError> {
-    let reg: HostRegistration =
-        serde_json::from_str(body).map_err(|e| ApiError::bad(format!("body: {e}")))?;
+    let raw: Value = serde_json::from_str(body).map_err(|e| ApiError::bad(format!("body: {e}")))?;
+    // Pinned-flow counts ride along if the agent sends them (else drains poll
+    // its status).
+    let pinned: Option<Vec<PinnedFlows>> = raw
+        .get("pinned_flows")
+        .and_then(|v| serde_json::from_value(v.clone()).ok());
+    let reports_health = raw.get("instances").is_some();
+    let hb: HostHeartbeat =
+        serde_json::from_value(raw).map_err(|e| ApiError::bad(format!("body: {e}")))?;
+    let reg = hb.registration;
     if reg.host == 0 {
         return Err(ApiError::bad("host: ids start at 1"));
     }
@@ -721,9 +924,19 @@ fn heartbeat(shared: &Shared, body: &str) -> Result<Reply, ApiError> {
         } = &mut *core;
         db.save(d, configs)?;
     }
+    {
+        let live = core.live.entry(reg.host).or_default();
+        live.last_heard = Some(now);
+        live.reported = Some(reg.config_version);
+        live.reports_health |= reports_health;
+    }
+    if let Some(p) = pinned {
+        core.pinned.insert(reg.host, (reg.config_version, p, now));
+    }
+    health(shared, &mut core, reg.host, &hb.instances);
+    // A failover may just have given this host a new version.
+    let desired = core.configs.get(&reg.host).map_or(desired, |c| c.version);
     let live = core.live.entry(reg.host).or_default();
-    live.last_heard = Some(now);
-    live.reported = Some(reg.config_version);
     let stale = reg.config_version != desired
         && live
             .last_push
@@ -991,6 +1204,7 @@ fn push_one(shared: &Shared, host: u32) {
         match (api, cfg) {
             (Some(api), Some(cfg)) => {
                 core.live.entry(host).or_default().last_push = Some((cfg.version, Instant::now()));
+                core.events.pushed(host, cfg.version);
                 Some((api, cfg))
             }
             _ => None,
@@ -1050,6 +1264,809 @@ fn push_one(shared: &Shared, host: u32) {
     }
     drop(q);
     shared.push_cv.notify_all();
+}
+
+/// Applies the instance health `host` reported: instances newly dead or
+/// suspected leave their groups, recovered ones rejoin (and instances out only
+/// because the host was silent rejoin now that it is heard, unless reported bad).
+fn health(shared: &Shared, core: &mut Core, host: u32, report: &[sluice_proto::InstanceHealth]) {
+    let mut changes: Vec<(InstanceKey, bool, String)> = Vec::new();
+    let mut mentioned = BTreeSet::new();
+    for ih in report {
+        let Some((key, inst)) = core.desired.instance_by_name(&ih.name) else {
+            continue;
+        };
+        // A report from a host the instance no longer runs on is stale.
+        if inst.host != host {
+            continue;
+        }
+        let key = key.clone();
+        mentioned.insert(key.clone());
+        // Dead (its process gone after it ran) or suspected. An instance never
+        // heard from and not suspected is still starting: left alone, as the
+        // agent does, so new instances do not churn every host's groups.
+        let bad = ih.suspected || (!ih.alive && ih.last_heartbeat_age_ms.is_some());
+        if bad {
+            core.healthy_since.remove(&key);
+        }
+        let is_down = core.desired.down.contains(&key);
+        if bad && !is_down {
+            let why = if !ih.alive {
+                format!("host {host} reports its process dead")
+            } else {
+                format!(
+                    "host {host} suspects it (last heartbeat: {})",
+                    ih.last_heartbeat_age_ms
+                        .map_or("never".to_string(), |a| format!("{a} ms ago"))
+                )
+            };
+            changes.push((key, true, why));
+        } else if !bad && is_down {
+            let since = *core
+                .healthy_since
+                .entry(key.clone())
+                .or_insert_with(Instant::now);
+            if since.elapsed() >= REJOIN_AFTER {
+                changes.push((
+                    key,
+                    false,
+                    format!(
+                        "host {host} reports it alive (for {} ms)",
+                        since.elapsed().as_millis()
+                    ),
+                ));
+            }
+            continue;
+        } else if bad && is_down {
+            core.down_reason.insert(key, DownReason::Reported);
+        }
+    }
+    let silent: Vec<InstanceKey> = core
+        .down_reason
+        .iter()
+        .filter(|(k, r)| {
+            **r == DownReason::HostSilent
+                && !mentioned.contains(*k)
+                && core
+                    .desired
+                    .instances
+                    .get(*k)
+                    .is_some_and(|i| i.host == host)
+        })
+        .map(|(k, _)| k.clone())
+        .collect();
+    for k in silent {
+        changes.push((k, false, format!("host {host} is heard from again")));
+    }
+    apply_health(shared, core, changes, DownReason::Reported);
+}
+
+/// Takes instances out of (`true`) or back into their groups in one commit, and
+/// logs an event per instance.
+fn apply_health(
+    shared: &Shared,
+    core: &mut Core,
+    changes: Vec<(InstanceKey, bool, String)>,
+    reason: DownReason,
+) {
+    if changes.is_empty() {
+        return;
+    }
+    let first = unix_ms();
+    let mut next = core.desired.clone();
+    for (k, down, _) in &changes {
+        if *down {
+            next.down.insert(k.clone());
+        } else {
+            next.down.remove(k);
+        }
+    }
+    match shared.commit(core, next) {
+        Ok(pushed) => {
+            for (k, down, why) in changes {
+                core.healthy_since.remove(&k);
+                if down {
+                    core.down_reason.insert(k.clone(), reason);
+                } else {
+                    core.down_reason.remove(&k);
+                }
+                let name = instance_name(&k.0, &k.1, k.2);
+                let effect = if pushed.is_empty() {
+                    "no host's configuration changed (no other instance of its middlebox is up)"
+                        .to_string()
+                } else {
+                    format!(
+                        "groups of {} rewritten on hosts {:?}",
+                        k.1,
+                        pushed.keys().collect::<Vec<_>>()
+                    )
+                };
+                let mut e = event(
+                    if down { "failover" } else { "rejoin" },
+                    format!(
+                        "{name} {}: {why}; {effect}",
+                        if down {
+                            "out of its groups"
+                        } else {
+                            "back in its groups"
+                        }
+                    ),
+                );
+                e.host = core.desired.instances.get(&k).map(|i| i.host);
+                e.tenant = Some(k.0.clone());
+                e.middlebox = Some(k.1.clone());
+                e.instance = Some(name);
+                e.first_report_ms = Some(first);
+                let id = core.events.push(e);
+                if !pushed.is_empty() {
+                    core.events.awaiting_push.insert(id, pushed.clone());
+                }
+            }
+        }
+        Err(e) => {
+            core.events.push(event(
+                "error",
+                format!("health change not applied: {}", e.msg),
+            ));
+        }
+    }
+}
+
+/// Watches host silence and drains until the server stops.
+fn ticker(shared: &Arc<Shared>) {
+    let polling: Arc<Mutex<BTreeSet<u32>>> = Arc::default();
+    let mut last_poll: BTreeMap<u32, Instant> = BTreeMap::new();
+    let mut last_tick = Instant::now();
+    while !shared.stop.load(Ordering::SeqCst) {
+        std::thread::sleep(TICK);
+        // A tick this late means the controller itself stalled (CPU, disk):
+        // heartbeats may be queued unread, so silence proves nothing this time.
+        let stalled = last_tick.elapsed() > HOST_SILENT / 2;
+        last_tick = Instant::now();
+        let polls = {
+            let mut core = lock(&shared.core);
+            if !stalled {
+                check_silence(shared, &mut core);
+            }
+            check_drains(shared, &mut core)
+        };
+        let now = Instant::now();
+        for (h, api) in polls {
+            if last_poll
+                .get(&h)
+                .is_some_and(|t| now.duration_since(*t) < DRAIN_POLL)
+                || !lock(&polling).insert(h)
+            {
+                continue;
+            }
+            last_poll.insert(h, now);
+            let (sh, pl) = (shared.clone(), polling.clone());
+            let t = std::thread::Builder::new()
+                .name(format!("ctl-poll-{h}"))
+                .spawn(move || {
+                    poll_pinned(&sh, h, &api);
+                    lock(&pl).remove(&h);
+                });
+            match t {
+                Ok(t) => {
+                    let mut p = lock(&shared.pushers);
+                    p.retain(|t| !t.is_finished());
+                    p.push(t);
+                }
+                Err(_) => {
+                    lock(&polling).remove(&h);
+                }
+            }
+        }
+    }
+}
+
+/// Asks an agent for its pinned flows (what a drain waits for).
+fn poll_pinned(shared: &Shared, host: u32, api: &str) {
+    let st = ureq::AgentBuilder::new()
+        .timeout_connect(Duration::from_millis(200))
+        .timeout(Duration::from_millis(500))
+        .build()
+        .get(&format!("{api}/v1/status"))
+        .call()
+        .ok()
+        .and_then(|r| r.into_json::<AgentStatus>().ok());
+    if let Some(st) = st {
+        lock(&shared.core)
+            .pinned
+            .insert(host, (st.config_version, st.pinned_flows, Instant::now()));
+    }
+}
+
+/// Suspects every instance of a health-reporting host silent for [`HOST_SILENT`].
+/// When every watched host (two or more) is silent at once, the controller (or
+/// the management network) is the likelier culprit: nothing is suspected.
+fn check_silence(shared: &Shared, core: &mut Core) {
+    let watched = core.live.values().filter(|l| l.reports_health).count();
+    let silent: BTreeMap<u32, Duration> = core
+        .live
+        .iter()
+        .filter(|(_, l)| l.reports_health)
+        .filter_map(|(h, l)| l.last_heard.map(|t| (*h, t.elapsed())))
+        .filter(|(_, d)| *d > HOST_SILENT)
+        .collect();
+    if silent.is_empty() || (watched >= 2 && silent.len() == watched) {
+        return;
+    }
+    let changes: Vec<(InstanceKey, bool, String)> = core
+        .desired
+        .instances
+        .iter()
+        .filter(|(k, i)| silent.contains_key(&i.host) && !core.desired.down.contains(*k))
+        .map(|(k, i)| {
+            (
+                k.clone(),
+                true,
+                format!(
+                    "host {} silent for {} ms (its agent may be gone)",
+                    i.host,
+                    silent[&i.host].as_millis()
+                ),
+            )
+        })
+        .collect();
+    apply_health(shared, core, changes, DownReason::HostSilent);
+}
+
+/// The (host, vni, target) pairs whose pinned flows keep a draining instance.
+fn drain_pairs(core: &Core, key: &InstanceKey) -> Vec<(u32, u32, Output)> {
+    let (Some(inst), Some(t)) = (
+        core.desired.instances.get(key),
+        core.desired.tenants.get(&key.0),
+    ) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for (h, cfg) in &core.configs {
+        let o = if *h == inst.host {
+            Output::Port(PortId(inst.port))
+        } else {
+            Output::Host(HostId(inst.host))
+        };
+        if cfg
+            .group_policies
+            .iter()
+            .any(|gp| gp.vni == t.vni && gp.draining.contains(&o))
+        {
+            out.push((*h, t.vni, o));
+        }
+    }
+    out
+}
+
+/// Ends drains whose pinned flows are gone or whose timeout passed; returns the
+/// hosts to ask for their pinned flows.
+fn check_drains(shared: &Shared, core: &mut Core) -> Vec<(u32, String)> {
+    let now = Instant::now();
+    for k in core.desired.draining.clone() {
+        if !core.drains.contains_key(&k) {
+            let timeout = core.drain_timeouts.remove(&k).unwrap_or(DRAIN_TIMEOUT);
+            core.drains.insert(
+                k,
+                Drain {
+                    started: now,
+                    timeout,
+                },
+            );
+        }
+    }
+    let draining = core.desired.draining.clone();
+    core.drains.retain(|k, _| draining.contains(k));
+    let mut finished = Vec::new();
+    let mut polls = BTreeSet::new();
+    for (k, d) in &core.drains {
+        if now.duration_since(d.started) >= d.timeout {
+            finished.push((
+                k.clone(),
+                format!(
+                    "drain timeout of {} ms passed with flows possibly still pinned",
+                    d.timeout.as_millis()
+                ),
+            ));
+            continue;
+        }
+        let mut clear = true;
+        for (h, vni, o) in drain_pairs(core, k) {
+            let want = core.configs.get(&h).map_or(0, |c| c.version);
+            let zero = match core.pinned.get(&h) {
+                Some((v, flows, at)) if *v >= want && *at >= d.started => !flows
+                    .iter()
+                    .any(|f| f.vni == vni && f.target == o && f.flows > 0),
+                _ => false,
+            };
+            if !zero {
+                clear = false;
+                polls.insert(h);
+            }
+        }
+        if clear {
+            finished.push((k.clone(), "no flow is pinned to it any more".to_string()));
+        }
+    }
+    if !finished.is_empty() {
+        let mut next = core.desired.clone();
+        for (k, _) in &finished {
+            next.finish_drain(k);
+        }
+        match shared.commit(core, next) {
+            Ok(_) => {
+                for (k, why) in finished {
+                    core.drains.remove(&k);
+                    core.down_reason.remove(&k);
+                    let name = instance_name(&k.0, &k.1, k.2);
+                    let mut e = event("drain", format!("{name} removed after draining: {why}"));
+                    e.tenant = Some(k.0.clone());
+                    e.middlebox = Some(k.1.clone());
+                    e.instance = Some(name);
+                    core.events.push(e);
+                }
+            }
+            Err(e) => {
+                core.events
+                    .push(event("error", format!("drain end not applied: {}", e.msg)));
+            }
+        }
+    }
+    polls
+        .into_iter()
+        .filter_map(|h| core.desired.hosts.get(&h).map(|x| (h, x.api.clone())))
+        .collect()
+}
+
+fn middlebox_info(d: &Desired, tenant: &str, mb: &str) -> Result<MiddleboxInfo, ApiError> {
+    let t = d
+        .tenants
+        .get(tenant)
+        .ok_or_else(|| ApiError::not_found(format!("tenant `{tenant}` is not applied")))?;
+    let spec_instances = match t.spec.elements.get(mb) {
+        Some(sluice_tenant::Element::Middlebox { instances, .. }) => *instances,
+        _ => {
+            return Err(ApiError::not_found(format!(
+                "tenant `{tenant}` has no middlebox `{mb}`"
+            )))
+        }
+    };
+    let names = |set: &BTreeSet<InstanceKey>| {
+        set.iter()
+            .filter(|k| k.0 == tenant && k.1 == mb)
+            .map(|k| instance_name(&k.0, &k.1, k.2))
+            .collect::<Vec<_>>()
+    };
+    Ok(MiddleboxInfo {
+        tenant: tenant.to_string(),
+        middlebox: mb.to_string(),
+        instances: d.count(tenant, mb).unwrap_or(spec_instances),
+        spec_instances,
+        scaled: d.scaled.contains_key(&(tenant.to_string(), mb.to_string())),
+        state: if d.local_state(tenant, mb) {
+            "local"
+        } else {
+            "shared"
+        }
+        .into(),
+        placed: instance_infos(d, Some(tenant))
+            .into_iter()
+            .filter(|i| i.middlebox == mb)
+            .collect(),
+        draining: names(&d.draining),
+        down: names(&d.down),
+        pushed: BTreeMap::new(),
+    })
+}
+
+fn get_middlebox(shared: &Shared, tenant: &str, mb: &str) -> Result<Reply, ApiError> {
+    let core = lock(&shared.core);
+    json(200, &middlebox_info(&core.desired, tenant, mb)?)
+}
+
+fn put_middlebox(shared: &Shared, tenant: &str, mb: &str, body: &str) -> Result<Reply, ApiError> {
+    let req: ScaleRequest =
+        serde_json::from_str(body).map_err(|e| ApiError::bad(format!("body: {e}")))?;
+    let mut core = lock(&shared.core);
+    let before = core.desired.count(tenant, mb);
+    let pushed = scale_to(
+        shared,
+        &mut core,
+        tenant,
+        mb,
+        req.instances,
+        req.drain_timeout_ms,
+    )?;
+    let after = core.desired.count(tenant, mb);
+    let mut e = event(
+        "scale",
+        format!(
+            "{tenant}/{mb}: {} -> {} instances (scale API)",
+            before.unwrap_or(0),
+            after.unwrap_or(0)
+        ),
+    );
+    e.tenant = Some(tenant.to_string());
+    e.middlebox = Some(mb.to_string());
+    core.events.push(e);
+    let mut info = middlebox_info(&core.desired, tenant, mb)?;
+    info.pushed = pushed;
+    json(200, &info)
+}
+
+/// Sets a middlebox's count and commits; logs the drains it starts.
+fn scale_to(
+    shared: &Shared,
+    core: &mut Core,
+    tenant: &str,
+    mb: &str,
+    n: u64,
+    drain_timeout_ms: Option<u64>,
+) -> Result<BTreeMap<u32, u64>, ApiError> {
+    let mut next = core.desired.clone();
+    next.scale(tenant, mb, n)?;
+    let started: Vec<InstanceKey> = next
+        .draining
+        .difference(&core.desired.draining)
+        .cloned()
+        .collect();
+    let pushed = shared.commit(core, next)?;
+    for k in started {
+        if let Some(ms) = drain_timeout_ms {
+            core.drain_timeouts
+                .insert(k.clone(), Duration::from_millis(ms));
+        }
+        let name = instance_name(&k.0, &k.1, k.2);
+        let mut e = event(
+            "drain",
+            format!("{name} draining: no new flows; removed once no flow is pinned to it"),
+        );
+        e.tenant = Some(k.0.clone());
+        e.middlebox = Some(k.1.clone());
+        e.instance = Some(name);
+        core.events.push(e);
+    }
+    Ok(pushed)
+}
+
+fn chain_middleboxes(d: &Desired, tenant: &str, chain: &str) -> Result<Vec<String>, ApiError> {
+    let t = d
+        .tenants
+        .get(tenant)
+        .ok_or_else(|| ApiError::not_found(format!("tenant `{tenant}` is not applied")))?;
+    let c = t
+        .spec
+        .chains
+        .iter()
+        .find(|c| c.name == chain)
+        .ok_or_else(|| ApiError::not_found(format!("tenant `{tenant}` has no chain `{chain}`")))?;
+    Ok(c.middleboxes(&t.spec).map(str::to_string).collect())
+}
+
+fn counts_of(d: &Desired, tenant: &str, mbs: &[String]) -> BTreeMap<String, u32> {
+    mbs.iter()
+        .map(|m| (m.clone(), d.count(tenant, m).unwrap_or(0)))
+        .collect()
+}
+
+/// The chain's scaler, (re)built if the chain's middleboxes or their counts
+/// changed outside it; None if no scaler is configured.
+fn scaler_of<'a>(
+    core: &'a mut Core,
+    tenant: &str,
+    chain: &str,
+) -> Result<Option<&'a mut ChainScaler>, ApiError> {
+    let key = (tenant.to_string(), chain.to_string());
+    let mbs = chain_middleboxes(&core.desired, tenant, chain)?;
+    let Some(cfg) = core.desired.scaling.get(&key).cloned() else {
+        core.scalers.remove(&key);
+        return Ok(None);
+    };
+    let counts = counts_of(&core.desired, tenant, &mbs);
+    let rebuild = core
+        .scalers
+        .get(&key)
+        .is_none_or(|s| s.middleboxes != mbs || s.scaler.counts() != &counts);
+    if rebuild {
+        let config = cfg.to_config().map_err(ApiError::bad)?;
+        let list: Vec<(String, u32)> = mbs.iter().map(|m| (m.clone(), counts[m])).collect();
+        let scaler = Scaler::new(config, &list)
+            .map_err(|e| ApiError::conflict(format!("scaler of {tenant}/{chain}: {e}")))?;
+        let old = core.scalers.remove(&key);
+        if old.is_some() {
+            let mut e = event(
+                "scaler",
+                format!(
+                    "scaler of {tenant}/{chain} restarted: instance counts {counts:?} changed outside it"
+                ),
+            );
+            e.tenant = Some(tenant.to_string());
+            e.chain = Some(chain.to_string());
+            core.events.push(e);
+        }
+        core.scalers.insert(
+            key.clone(),
+            ChainScaler {
+                scaler,
+                middleboxes: mbs,
+                seen: 0,
+                last_ns: old.map_or(0, |o| o.last_ns),
+            },
+        );
+    }
+    Ok(core.scalers.get_mut(&key))
+}
+
+/// Copies the scaler's new log lines to the event log and carries out its
+/// decisions (one commit).
+fn run_decisions(
+    shared: &Shared,
+    core: &mut Core,
+    tenant: &str,
+    chain: &str,
+    decisions: &[Decision],
+) -> Vec<String> {
+    let key = (tenant.to_string(), chain.to_string());
+    let mut last_why = String::new();
+    if let Some(cs) = core.scalers.get_mut(&key) {
+        let new: Vec<sluice_scaling::Event> = cs.scaler.events()[cs.seen..].to_vec();
+        cs.seen = cs.scaler.events().len();
+        for se in new {
+            last_why = se.what.clone();
+            let mut e = event("scaler", se.what);
+            e.tenant = Some(tenant.to_string());
+            e.chain = Some(chain.to_string());
+            e.counts = Some(se.counts);
+            core.events.push(e);
+        }
+    }
+    if decisions.is_empty() {
+        return Vec::new();
+    }
+    let mut next = core.desired.clone();
+    let mut done = Vec::new();
+    for d in decisions {
+        let (mb, up) = match d {
+            Decision::Add(m) => (m, true),
+            Decision::Remove(m) => (m, false),
+        };
+        let n = next.count(tenant, mb).unwrap_or(0) as u64;
+        let n = if up { n + 1 } else { n.saturating_sub(1) };
+        if let Err(e) = next.scale(tenant, mb, n) {
+            core.events.push(event(
+                "error",
+                format!("scaler decision {d:?} for {tenant}/{chain} not carried out: {e}"),
+            ));
+            return Vec::new();
+        }
+        done.push((mb.clone(), up, n));
+    }
+    let started: Vec<InstanceKey> = next
+        .draining
+        .difference(&core.desired.draining)
+        .cloned()
+        .collect();
+    match shared.commit(core, next) {
+        Ok(_) => {
+            for k in started {
+                let name = instance_name(&k.0, &k.1, k.2);
+                let mut e = event("drain", format!("{name} draining (scaler)"));
+                e.tenant = Some(k.0.clone());
+                e.middlebox = Some(k.1.clone());
+                e.instance = Some(name);
+                core.events.push(e);
+            }
+            let mut out = Vec::new();
+            for (mb, up, n) in done {
+                let what = format!("{} {mb}", if up { "add" } else { "remove" });
+                let mut e = event(
+                    "scale",
+                    format!("{tenant}/{mb}: {what} -> {n} instances (scaler of chain {chain}: {last_why})"),
+                );
+                e.tenant = Some(tenant.to_string());
+                e.chain = Some(chain.to_string());
+                e.middlebox = Some(mb.clone());
+                core.events.push(e);
+                out.push(what);
+            }
+            out
+        }
+        Err(e) => {
+            core.events.push(event(
+                "error",
+                format!(
+                    "scaler decisions for {tenant}/{chain} not carried out: {}",
+                    e.msg
+                ),
+            ));
+            Vec::new()
+        }
+    }
+}
+
+fn scaling_ack(core: &Core, tenant: &str, chain: &str, decisions: Vec<String>) -> ScalingAck {
+    let key = (tenant.to_string(), chain.to_string());
+    let mbs = core
+        .scalers
+        .get(&key)
+        .map(|s| s.middleboxes.clone())
+        .or_else(|| chain_middleboxes(&core.desired, tenant, chain).ok())
+        .unwrap_or_default();
+    ScalingAck {
+        tenant: tenant.to_string(),
+        chain: chain.to_string(),
+        decisions,
+        counts: counts_of(&core.desired, tenant, &mbs),
+        scaling: core.scalers.get(&key).is_some_and(|s| s.scaler.scaling()),
+        enabled: core.desired.scaling.contains_key(&key),
+    }
+}
+
+fn post_metric(shared: &Shared, tenant: &str, chain: &str, body: &str) -> Result<Reply, ApiError> {
+    let m: MetricSample =
+        serde_json::from_str(body).map_err(|e| ApiError::bad(format!("body: {e}")))?;
+    if !m.value.is_finite() {
+        return Err(ApiError::bad("value: must be a finite number"));
+    }
+    let clock = shared.started.elapsed().as_nanos() as u64;
+    let mut core = lock(&shared.core);
+    let Some(cs) = scaler_of(&mut core, tenant, chain)? else {
+        return json(200, &scaling_ack(&core, tenant, chain, Vec::new()));
+    };
+    let ns = m
+        .at_ms
+        .map_or(clock, |ms| ms.saturating_mul(1_000_000))
+        .max(cs.last_ns);
+    cs.last_ns = ns;
+    let decisions = cs.scaler.observe(ns, m.value);
+    let done = run_decisions(shared, &mut core, tenant, chain, &decisions);
+    json(200, &scaling_ack(&core, tenant, chain, done))
+}
+
+fn scaling_info(core: &Core, tenant: &str, chain: &str) -> Result<ScalingInfo, ApiError> {
+    let key = (tenant.to_string(), chain.to_string());
+    let mbs = chain_middleboxes(&core.desired, tenant, chain)?;
+    let config = core.desired.scaling.get(&key).cloned().ok_or_else(|| {
+        ApiError::not_found(format!(
+            "no scaler is configured for chain `{chain}` of tenant `{tenant}` (PUT one first)"
+        ))
+    })?;
+    Ok(ScalingInfo {
+        tenant: tenant.to_string(),
+        chain: chain.to_string(),
+        config,
+        counts: counts_of(&core.desired, tenant, &mbs),
+        middleboxes: mbs,
+        scaling: core.scalers.get(&key).is_some_and(|s| s.scaler.scaling()),
+    })
+}
+
+fn get_scaling(shared: &Shared, tenant: &str, chain: &str) -> Result<Reply, ApiError> {
+    let core = lock(&shared.core);
+    json(200, &scaling_info(&core, tenant, chain)?)
+}
+
+fn put_scaling(shared: &Shared, tenant: &str, chain: &str, body: &str) -> Result<Reply, ApiError> {
+    let cfg: ScalingConfig = if body.trim().is_empty() {
+        ScalingConfig::default()
+    } else {
+        serde_json::from_str(body).map_err(|e| ApiError::bad(format!("body: {e}")))?
+    };
+    let config = cfg.to_config().map_err(ApiError::bad)?;
+    let mut core = lock(&shared.core);
+    let mbs = chain_middleboxes(&core.desired, tenant, chain)?;
+    let counts = counts_of(&core.desired, tenant, &mbs);
+    let list: Vec<(String, u32)> = mbs.iter().map(|m| (m.clone(), counts[m])).collect();
+    // Built once here so a bad configuration is refused now.
+    let scaler = Scaler::new(config, &list).map_err(|e| ApiError::bad(e.to_string()))?;
+    let key = (tenant.to_string(), chain.to_string());
+    let mut next = core.desired.clone();
+    next.scaling.insert(key.clone(), cfg.clone());
+    shared.commit(&mut core, next)?;
+    core.scalers.insert(
+        key,
+        ChainScaler {
+            scaler,
+            middleboxes: mbs.clone(),
+            seen: 0,
+            last_ns: 0,
+        },
+    );
+    let mut e = event(
+        "scaler",
+        format!(
+            "scaler of {tenant}/{chain} set: strategy {}, budget {}, middleboxes {mbs:?}",
+            cfg.strategy, cfg.budget
+        ),
+    );
+    e.tenant = Some(tenant.to_string());
+    e.chain = Some(chain.to_string());
+    e.counts = Some(counts);
+    core.events.push(e);
+    json(200, &scaling_info(&core, tenant, chain)?)
+}
+
+fn delete_scaling(shared: &Shared, tenant: &str, chain: &str) -> Result<Reply, ApiError> {
+    let mut core = lock(&shared.core);
+    chain_middleboxes(&core.desired, tenant, chain)?;
+    let key = (tenant.to_string(), chain.to_string());
+    let mut next = core.desired.clone();
+    if next.scaling.remove(&key).is_none() {
+        return Err(ApiError::not_found(format!(
+            "no scaler is configured for chain `{chain}` of tenant `{tenant}`"
+        )));
+    }
+    let pushed = shared.commit(&mut core, next)?;
+    core.scalers.remove(&key);
+    let mut e = event("scaler", format!("scaler of {tenant}/{chain} removed"));
+    e.tenant = Some(tenant.to_string());
+    e.chain = Some(chain.to_string());
+    core.events.push(e);
+    json(
+        200,
+        &Deleted {
+            deleted: format!("scaler {tenant}/{chain}"),
+            pushed,
+        },
+    )
+}
+
+fn scaling_request(
+    shared: &Shared,
+    tenant: &str,
+    chain: &str,
+    body: &str,
+) -> Result<Reply, ApiError> {
+    let r: ScalingRequest =
+        serde_json::from_str(body).map_err(|e| ApiError::bad(format!("body: {e}")))?;
+    let clock = shared.started.elapsed().as_nanos() as u64;
+    let mut core = lock(&shared.core);
+    let Some(cs) = scaler_of(&mut core, tenant, chain)? else {
+        return Err(ApiError::not_found(format!(
+            "no scaler is configured for chain `{chain}` of tenant `{tenant}` (PUT one first)"
+        )));
+    };
+    // On the chain's own clock: the last sample's time if samples carry theirs.
+    let ns = if cs.last_ns > clock {
+        cs.last_ns
+    } else {
+        clock
+    };
+    cs.last_ns = ns;
+    let reason = if r.reason.is_empty() {
+        format!("requested ({})", if r.up { "up" } else { "down" })
+    } else {
+        r.reason
+    };
+    let decisions = cs.scaler.request(ns, r.up, &reason);
+    let done = run_decisions(shared, &mut core, tenant, chain, &decisions);
+    json(200, &scaling_ack(&core, tenant, chain, done))
+}
+
+fn list_events(shared: &Shared, url: &str) -> Result<Reply, ApiError> {
+    let mut since = 0u64;
+    let mut kind = None;
+    if let Some(q) = url.split_once('?').map(|x| x.1) {
+        for kv in q.split('&') {
+            match kv.split_once('=') {
+                Some(("since", v)) => {
+                    since = v
+                        .parse()
+                        .map_err(|_| ApiError::bad(format!("since: `{v}` is not an event id")))?
+                }
+                Some(("kind", v)) => kind = Some(percent_decode(v)),
+                _ => {}
+            }
+        }
+    }
+    let core = lock(&shared.core);
+    let v: Vec<&EventInfo> = core
+        .events
+        .ring
+        .iter()
+        .filter(|e| e.id > since && kind.as_ref().is_none_or(|k| *k == e.kind))
+        .collect();
+    json(200, &v)
 }
 
 #[cfg(test)]

@@ -12,6 +12,13 @@
 //! [`Core`] is the sans-IO part (datagrams in, messages out); [`run`] wraps it in a
 //! UDP socket opened inside the instance's network namespace, a poll loop and a
 //! real clock for the chain's timers.
+//!
+//! Every [`HEARTBEAT_EVERY`] the instance also sends the agent a heartbeat
+//! ([`sluice_proto::InstanceHeartbeat`]: a 56-byte datagram starting with
+//! `SLHB`, which no Geneve packet does) from the same socket to the same agent
+//! address, carrying its counters and CPU time. The agent suspects an instance
+//! whose heartbeats stop and moves its traffic to the surviving instances; when
+//! they resume (the process was only paused), the instance rejoins.
 
 use std::collections::BTreeMap;
 use std::io;
@@ -26,6 +33,7 @@ use sluice_chain::{Chain, ChainSpec, ChainStats, Sharing};
 use sluice_netio::{in_netns_opt, Msg, Poller, RxBatch, UdpBatchSocket, DEFAULT_BUF_SIZE};
 use sluice_nf::Event;
 use sluice_packet::{Batch, PacketPool, MAX_FRAME};
+use sluice_proto::InstanceHeartbeat;
 use sluice_state::{LocalStore, StateStore};
 use sluice_switch::tunnel::{geneve_header, parse_geneve_payload, TunnelError, GENEVE_HEADER_MAX};
 
@@ -325,6 +333,26 @@ impl Core {
         self.stats.chain = self.chain.stats();
     }
 
+    /// The heartbeat to send now (`seq`-th of this process, `cpu_us` of CPU time,
+    /// `kernel_drops` datagrams the kernel dropped on the socket's full queue).
+    pub fn heartbeat(&self, seq: u32, cpu_us: u64, kernel_drops: u64) -> InstanceHeartbeat {
+        let s = &self.stats;
+        let queue = ["tx_queue_full", "pool_exhausted"]
+            .iter()
+            .map(|r| s.drops.get(r).copied().unwrap_or(0))
+            .sum::<u64>()
+            + kernel_drops;
+        InstanceHeartbeat {
+            seq,
+            rx_packets: s.rx,
+            tx_packets: s.tx,
+            drops: s.drops.values().sum::<u64>() + s.chain.dropped,
+            queue_drops: queue,
+            cpu_us,
+            pid: std::process::id() as u64,
+        }
+    }
+
     /// Ends processing: last timers and flushes of every function.
     pub fn flush(&mut self) {
         self.chain.flush(self.store.as_mut());
@@ -356,6 +384,44 @@ fn wall_ns() -> u64 {
 /// changed) and when stopping.
 pub fn run(opts: &InstanceOptions, stop: &AtomicBool) -> Result<(), InstanceError> {
     run_with_stats(opts, stop, &StatsHandle::default())
+}
+
+/// How often the instance tells its agent it is alive.
+pub const HEARTBEAT_EVERY: Duration = Duration::from_millis(10);
+
+/// CPU time (user + system) this process used, in microseconds.
+pub fn cpu_time_us() -> u64 {
+    // SAFETY: getrusage fills the struct we pass; zeroed is a valid rusage.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: RUSAGE_SELF with a valid pointer.
+    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) } != 0 {
+        return 0;
+    }
+    let us = |t: libc::timeval| t.tv_sec as u64 * 1_000_000 + t.tv_usec as u64;
+    us(ru.ru_utime) + us(ru.ru_stime)
+}
+
+/// Datagrams the kernel dropped on socket `fd` (receive queue full), from
+/// `SO_MEMINFO`; 0 if the kernel does not say.
+pub fn kernel_drops(fd: std::os::fd::RawFd) -> u64 {
+    const VARS: usize = 9;
+    let mut mem = [0u32; VARS];
+    let mut len = std::mem::size_of_val(&mem) as libc::socklen_t;
+    // SAFETY: getsockopt writes at most `len` bytes into `mem`.
+    let r = unsafe {
+        libc::getsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_MEMINFO,
+            mem.as_mut_ptr().cast(),
+            &mut len,
+        )
+    };
+    let i = libc::SK_MEMINFO_DROPS as usize;
+    if r != 0 || (len as usize) < (i + 1) * 4 {
+        return 0;
+    }
+    mem[i] as u64
 }
 
 /// How often statistics are printed while running.
@@ -393,9 +459,17 @@ pub fn run_with_stats(
     let mut next_print = Instant::now() + PRINT_EVERY;
     let mut printed = (u64::MAX, u64::MAX);
     let mut last_rx_error: Option<String> = None;
+    let mut next_heartbeat = Instant::now();
+    let mut seq = 0u32;
 
     while !stop.load(Ordering::Relaxed) {
+        if Instant::now() >= next_heartbeat {
+            send_heartbeat(&core, &mut sock, seq, opts.agent);
+            seq = seq.wrapping_add(1);
+            next_heartbeat = Instant::now() + HEARTBEAT_EVERY;
+        }
         let wait = next_tick
+            .min(next_heartbeat)
             .saturating_duration_since(Instant::now())
             .min(POLL_MAX);
         if let Err(e) = poller.wait(wait) {
@@ -428,8 +502,12 @@ pub fn run_with_stats(
                 }
                 core.process();
                 send_forwarded(&mut core, &mut sock, &mut wpoll);
-                // Under sustained load, still tick and notice `stop` on time.
-                if n < rx.capacity() || stop.load(Ordering::Relaxed) || Instant::now() >= next_tick
+                // Under sustained load, still tick, heartbeat and notice `stop` on time.
+                let now = Instant::now();
+                if n < rx.capacity()
+                    || stop.load(Ordering::Relaxed)
+                    || now >= next_tick
+                    || now >= next_heartbeat
                 {
                     break;
                 }
@@ -454,6 +532,19 @@ pub fn run_with_stats(
     stats.publish(&core.stats);
     print_stats(&core.stats);
     Ok(())
+}
+
+/// Sends one heartbeat to the agent; a full queue just skips it (the next one
+/// follows shortly, and a stuck instance should be suspected anyway).
+fn send_heartbeat(core: &Core, sock: &mut UdpBatchSocket, seq: u32, agent: SocketAddrV4) {
+    let hb = core
+        .heartbeat(seq, cpu_time_us(), kernel_drops(sock.as_raw_fd()))
+        .encode();
+    let _ = sock.send_batch(&[Msg {
+        head: &hb,
+        body: &[],
+        dst: Some(agent),
+    }]);
 }
 
 /// Messages handed to the socket at once (a stack array: no allocation per batch).

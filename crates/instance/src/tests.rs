@@ -185,3 +185,35 @@ fn missing_chain_file_names_it() {
     let e = Core::new("t", Path::new("/nonexistent/chain.yaml"), "local", AGENT).unwrap_err();
     assert!(e.to_string().contains("/nonexistent/chain.yaml"), "{e}");
 }
+
+#[test]
+fn heartbeats_carry_the_counters() {
+    let mut c = core();
+    for f in conversation(80) {
+        c.push_datagram(&encap(7, Some((1, 1)), &f), 1);
+    }
+    c.push_datagram(&[0u8; 3], 1);
+    c.process();
+    let live = c.forwarded().count();
+    c.finish_batch(live.saturating_sub(1), 0);
+    let hb = c.heartbeat(3, 1234, 2);
+    assert_eq!(hb.seq, 3);
+    assert_eq!(hb.rx_packets, c.stats.rx);
+    assert_eq!(hb.tx_packets, c.stats.tx);
+    assert_eq!(hb.queue_drops, 1 + 2, "a full send queue and the kernel's");
+    assert!(hb.drops >= 2, "the malformed datagram and the unsent frame");
+    assert_eq!(hb.cpu_us, 1234);
+    assert_eq!(hb.pid, std::process::id() as u64);
+    assert_eq!(InstanceHeartbeat::decode(&hb.encode()), Some(hb));
+}
+
+#[test]
+fn cpu_time_and_socket_drops_are_readable() {
+    let busy: u64 = (0..2_000_000u64).fold(0, |a, x| a.wrapping_add(x * x));
+    assert!(busy > 0);
+    assert!(cpu_time_us() > 0);
+    let s = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    use std::os::fd::AsRawFd;
+    assert_eq!(kernel_drops(s.as_raw_fd()), 0);
+    assert_eq!(kernel_drops(-1), 0, "a bad descriptor reads as no drops");
+}

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use sluice_instance::{run, run_with_stats, InstanceError, InstanceOptions, StatsHandle};
 use sluice_netio::in_netns;
+use sluice_proto::InstanceHeartbeat;
 use sluice_switch::tunnel::{geneve_header, parse_geneve_payload};
 use sluice_testbed::{unique_name, veth, Netns};
 use sluice_trafficgen::{Endpoints, TcpConversation};
@@ -177,9 +178,20 @@ fn firewall_instance_returns_allowed_frames_with_their_geneve_header() {
     // Read until every allowed frame is back, then a little longer to catch
     // anything that should not come.
     let mut quiet_after_all = 0;
+    let mut heartbeats = Vec::new();
+    let mut last = Instant::now();
     while Instant::now() < deadline && quiet_after_all < 2 {
         match agent.recv_from(&mut buf) {
+            // Heartbeats keep coming every 10 ms: they do not break the silence.
+            Ok((n, _)) if InstanceHeartbeat::is_heartbeat(&buf[..n]) => {
+                heartbeats.push(InstanceHeartbeat::decode(&buf[..n]).expect("complete"));
+                if got.len() >= allowed.len() && last.elapsed() >= Duration::from_millis(200) {
+                    quiet_after_all += 1;
+                    last = Instant::now();
+                }
+            }
             Ok((n, from)) => {
+                last = Instant::now();
                 assert_eq!(
                     from,
                     std::net::SocketAddr::V4(to),
@@ -192,6 +204,16 @@ fn firewall_instance_returns_allowed_frames_with_their_geneve_header() {
         }
     }
     assert_eq!(got.len(), allowed.len(), "only the allowed frames return");
+    assert!(heartbeats.len() >= 2, "the instance heartbeats");
+    assert!(
+        heartbeats.windows(2).all(|w| w[1].seq > w[0].seq),
+        "numbered in order"
+    );
+    let hb = heartbeats.last().unwrap();
+    assert!(
+        hb.rx_packets > 0 && hb.tx_packets > 0 && hb.pid > 0,
+        "{hb:?}"
+    );
     for (g, a) in got.iter().zip(&allowed) {
         assert_eq!(g, a, "byte-identical, Geneve header included");
         let (vni, ch, off) = parse_geneve_payload(g).unwrap();
@@ -246,9 +268,20 @@ fn collect(sock: &UdpSocket, want: usize) -> Vec<Vec<u8>> {
     let mut buf = vec![0u8; 9216];
     let deadline = Instant::now() + Duration::from_secs(10);
     let mut quiet = 0;
+    let mut last = Instant::now();
     while Instant::now() < deadline && quiet < 2 {
         match sock.recv_from(&mut buf) {
-            Ok((n, _)) => got.push(buf[..n].to_vec()),
+            // Heartbeats keep coming every 10 ms: they do not break the silence.
+            Ok((n, _)) if InstanceHeartbeat::is_heartbeat(&buf[..n]) => {
+                if got.len() >= want && last.elapsed() >= Duration::from_millis(200) {
+                    quiet += 1;
+                    last = Instant::now();
+                }
+            }
+            Ok((n, _)) => {
+                last = Instant::now();
+                got.push(buf[..n].to_vec());
+            }
             Err(_) if got.len() >= want => quiet += 1,
             Err(_) => {}
         }

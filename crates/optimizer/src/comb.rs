@@ -4,7 +4,8 @@
 //!   subscribes to, and the policy order between applications) to the hyperapp of each
 //!   traffic kind (§4.3), with reuse-aware footprints.
 //! * [`min_max_load`]: the network-wide load-balancing LP, eqs. (5)-(8).
-//! * [`min_provisioning`]: the provisioning variant over several traffic epochs.
+//! * [`min_provisioning`]: the provisioning variant over several traffic epochs, solved
+//!   by epoch generation (max-flow checks, Hall cuts) so that hundreds of epochs fit.
 //! * [`assign_cores`]: the per-box LP, eqs. (9)-(12).
 //!
 //! Spatial strategies restrict which on-path nodes may process a class: the whole path,
@@ -79,6 +80,44 @@ pub enum CombError {
         got: usize,
         /// Classes defined.
         expected: usize,
+    },
+    /// A node-dependent footprint names a node that does not exist.
+    #[error("node footprint {index}: node {node} is out of range (network has {nodes} nodes)")]
+    NodeFootprintNode {
+        /// Index into [`NetworkProblem::node_footprints`].
+        index: usize,
+        /// Offending node.
+        node: NodeId,
+        /// Number of nodes in the network.
+        nodes: usize,
+    },
+    /// A node-dependent footprint names a hyperapp that does not exist.
+    #[error("node footprint {index} refers to unknown hyperapp {hyperapp}")]
+    NodeFootprintHyperapp {
+        /// Index into [`NetworkProblem::node_footprints`].
+        index: usize,
+        /// Offending hyperapp index.
+        hyperapp: usize,
+    },
+    /// A node-dependent footprint is negative, not finite or has the wrong length.
+    #[error(
+        "node {node}, hyperapp {hyperapp}: footprint must have {expected} non-negative finite entries"
+    )]
+    InvalidNodeFootprint {
+        /// Node of the override.
+        node: NodeId,
+        /// Hyperapp of the override.
+        hyperapp: usize,
+        /// Number of resources expected.
+        expected: usize,
+    },
+    /// Two node-dependent footprints for the same node and hyperapp.
+    #[error("node {node}, hyperapp {hyperapp}: footprint given twice")]
+    DuplicateNodeFootprint {
+        /// Node of the override.
+        node: NodeId,
+        /// Hyperapp of the override.
+        hyperapp: usize,
     },
     /// Application specs are inconsistent (unknown names or a policy cycle).
     #[error("application spec: {0}")]
@@ -323,6 +362,93 @@ pub struct NetworkProblem {
     pub footprints: Vec<Vec<f64>>,
     /// Traffic classes.
     pub classes: Vec<TrafficClass>,
+    /// Node-dependent footprints overriding `footprints` (e.g. a node with a regex or
+    /// crypto accelerator runs the IPS hyperapp with less CPU and some load on an extra
+    /// "accelerator" resource whose capacity is zero at nodes without one).
+    pub node_footprints: Vec<NodeFootprint>,
+}
+
+/// Footprint of hyperapp `hyperapp` at node `node`, replacing its default
+/// [`NetworkProblem::footprints`] entry there (§4.3: "accelerators as node-dependent
+/// footprints").
+#[derive(Debug, Clone, PartialEq)]
+pub struct NodeFootprint {
+    /// Node where this footprint applies.
+    pub node: NodeId,
+    /// Hyperapp whose footprint is overridden.
+    pub hyperapp: usize,
+    /// Per-unit-volume footprint per resource at that node.
+    pub footprint: Vec<f64>,
+}
+
+/// Resolves `F[h][n][r]`: per-node overrides on top of per-hyperapp defaults.
+struct Footprints<'a> {
+    default: &'a [Vec<f64>],
+    overrides: std::collections::HashMap<(usize, NodeId), &'a [f64]>,
+    /// `overridden[h]`: some node has its own footprint for hyperapp `h`.
+    overridden: Vec<bool>,
+}
+
+impl<'a> Footprints<'a> {
+    /// Validates the overrides against the defaults (already checked by
+    /// `check_classes`) and the node count.
+    fn new(
+        default: &'a [Vec<f64>],
+        node_footprints: &'a [NodeFootprint],
+        nodes: usize,
+        resources: usize,
+    ) -> Result<Self, CombError> {
+        let mut overrides = std::collections::HashMap::new();
+        let mut overridden = vec![false; default.len()];
+        for (i, o) in node_footprints.iter().enumerate() {
+            if o.node >= nodes {
+                return Err(CombError::NodeFootprintNode {
+                    index: i,
+                    node: o.node,
+                    nodes,
+                });
+            }
+            if o.hyperapp >= default.len() {
+                return Err(CombError::NodeFootprintHyperapp {
+                    index: i,
+                    hyperapp: o.hyperapp,
+                });
+            }
+            if o.footprint.len() != resources
+                || o.footprint.iter().any(|v| !v.is_finite() || *v < 0.0)
+            {
+                return Err(CombError::InvalidNodeFootprint {
+                    node: o.node,
+                    hyperapp: o.hyperapp,
+                    expected: resources,
+                });
+            }
+            if overrides
+                .insert((o.hyperapp, o.node), o.footprint.as_slice())
+                .is_some()
+            {
+                return Err(CombError::DuplicateNodeFootprint {
+                    node: o.node,
+                    hyperapp: o.hyperapp,
+                });
+            }
+            overridden[o.hyperapp] = true;
+        }
+        Ok(Self {
+            default,
+            overrides,
+            overridden,
+        })
+    }
+
+    fn at(&self, h: usize, n: NodeId) -> &[f64] {
+        if self.overridden[h] {
+            if let Some(f) = self.overrides.get(&(h, n)) {
+                return f;
+            }
+        }
+        &self.default[h]
+    }
 }
 
 /// Output of [`min_max_load`].
@@ -416,6 +542,12 @@ impl MinMaxModel<'_> {
         let resources = self.resources;
         let vars = &self.vars;
         let sol = self.lp.solve_with(options)?;
+        let table = Footprints::new(
+            &problem.footprints,
+            &problem.node_footprints,
+            nodes,
+            resources,
+        )?;
         let fractions: Vec<Vec<(NodeId, f64)>> = vars
             .iter()
             .map(|cv| {
@@ -428,7 +560,7 @@ impl MinMaxModel<'_> {
             nodes,
             resources,
             &problem.classes,
-            &problem.footprints,
+            |h, n| table.at(h, n),
             &fractions,
             |n, r| problem.prov[n][r],
         );
@@ -463,6 +595,9 @@ pub fn min_max_load_model_aggregated(
     build_min_max(problem, strategy, enforce_capacity, true)
 }
 
+/// One split of the min-max LP: eligible nodes and the volume per member hyperapp.
+type Unit = (Vec<NodeId>, Vec<(usize, f64)>);
+
 fn build_min_max(
     problem: &NetworkProblem,
     strategy: Strategy,
@@ -490,57 +625,72 @@ fn build_min_max(
     }
     check_classes(nodes, &problem.footprints, resources, &problem.classes)?;
 
+    let table = Footprints::new(
+        &problem.footprints,
+        &problem.node_footprints,
+        nodes,
+        resources,
+    )?;
+
     let mut lp = LinearProgram::new(Direction::Minimise);
     let lambda = lp.add_var(1.0, 0.0, f64::INFINITY);
     let mut vars: Vec<Vec<(NodeId, Var)>> = Vec::with_capacity(problem.classes.len());
     let mut load_terms: Vec<Vec<Vec<(Var, f64)>>> = vec![vec![Vec::new(); resources]; nodes];
-    // One split per class, or per group of classes: (eligible nodes, work per resource).
-    // `needs[r]`: some member's footprint uses resource r (zero-volume classes still
-    // appear in the load rows, as they always have).
-    let mut units: Vec<(Vec<NodeId>, Vec<f64>, Vec<bool>)> = Vec::new();
+    // One split per class, or per group of classes: (eligible nodes, volume per member
+    // hyperapp). A group's work at node n is sum_h volume_h * F[h][n], so members must
+    // have footprints proportional at every node: the same hyperapp, or (one resource,
+    // no node-dependent footprint) any hyperapp.
+    let mut units: Vec<Unit> = Vec::new();
     let mut unit_of: Vec<usize> = Vec::with_capacity(problem.classes.len());
     let mut groups: std::collections::BTreeMap<(Vec<NodeId>, usize), usize> =
         std::collections::BTreeMap::new();
     for class in &problem.classes {
-        let f = &problem.footprints[class.hyperapp];
+        let h = class.hyperapp;
         let eligible = strategy.eligible(&class.path);
-        let work: Vec<f64> = f.iter().map(|x| x * class.volume).collect();
-        let needs: Vec<bool> = f.iter().map(|&x| x > 0.0).collect();
         if !aggregate {
             unit_of.push(units.len());
-            units.push((eligible, work, needs));
+            units.push((eligible, vec![(h, class.volume)]));
             continue;
         }
         let mut key_nodes = eligible.clone();
         key_nodes.sort_unstable();
-        // With one resource every footprint is proportional, so hyperapps can share.
-        let key = (key_nodes, if resources == 1 { 0 } else { class.hyperapp });
+        let shared = resources == 1 && !table.overridden[h];
+        let key = (key_nodes, if shared { 0 } else { h + 1 });
         let next = units.len();
         let u = *groups.entry(key).or_insert(next);
         if u == next {
-            units.push((eligible, work, needs));
+            units.push((eligible, vec![(h, class.volume)]));
+        } else if let Some(m) = units[u].1.iter_mut().find(|m| m.0 == h) {
+            m.1 += class.volume;
         } else {
-            for (a, b) in units[u].1.iter_mut().zip(&work) {
-                *a += b;
-            }
-            for (a, b) in units[u].2.iter_mut().zip(&needs) {
-                *a |= b;
-            }
+            units[u].1.push((h, class.volume));
         }
         unit_of.push(u);
     }
     let mut unit_vars: Vec<Vec<(NodeId, Var)>> = Vec::with_capacity(units.len());
-    for (eligible, work, needs) in &units {
+    let mut work = vec![0.0; resources];
+    let mut needs = vec![false; resources];
+    for (eligible, members) in &units {
         let mut uv = Vec::with_capacity(eligible.len());
         for &n in eligible {
-            // A node with no capacity for a resource the hyperapp needs cannot take any
-            // of this class (its load would be infinite).
+            // `needs[r]`: some member's footprint here uses resource r (zero-volume
+            // classes still appear in the load rows, as they always have).
+            work.iter_mut().for_each(|w| *w = 0.0);
+            needs.iter_mut().for_each(|x| *x = false);
+            for &(h, vol) in members {
+                for (r, &f) in table.at(h, n).iter().enumerate() {
+                    work[r] += f * vol;
+                    needs[r] |= f > 0.0;
+                }
+            }
+            // A node with no capacity for a resource the hyperapp needs there cannot
+            // take any of this class (its load would be infinite).
             let blocked = (0..resources).any(|r| problem.prov[n][r] == 0.0 && work[r] > 0.0);
             let v = lp.add_var(0.0, 0.0, if blocked { 0.0 } else { 1.0 });
-            for (r, &w) in work.iter().enumerate() {
+            for r in 0..resources {
                 let p = problem.prov[n][r];
                 if p > 0.0 && needs[r] {
-                    load_terms[n][r].push((v, w / p));
+                    load_terms[n][r].push((v, work[r] / p));
                 }
             }
             uv.push((n, v));
@@ -591,21 +741,22 @@ fn build_min_max(
     })
 }
 
-fn node_loads(
+fn node_loads<'f>(
     nodes: usize,
     resources: usize,
     classes: &[TrafficClass],
-    footprints: &[Vec<f64>],
+    footprint: impl Fn(usize, NodeId) -> &'f [f64],
     fractions: &[Vec<(NodeId, f64)>],
     prov: impl Fn(usize, usize) -> f64,
 ) -> Vec<Vec<f64>> {
     let mut load = vec![vec![0.0; resources]; nodes];
     for (class, fr) in classes.iter().zip(fractions) {
         for &(n, d) in fr {
+            let f = footprint(class.hyperapp, n);
             for r in 0..resources {
                 let p = prov(n, r);
                 if p > 0.0 {
-                    load[n][r] += d * class.volume * footprints[class.hyperapp][r] / p;
+                    load[n][r] += d * class.volume * f[r] / p;
                 }
             }
         }
@@ -638,75 +789,34 @@ pub struct Provisioning {
 
 /// Minimises `sum_{n,r} Prov_{n,r}` such that, in every epoch, some assignment `d^e`
 /// (recomputed per epoch, as the controller would) keeps every node within capacity.
+///
+/// Solved by epoch generation, with the same optimum as
+/// [`min_provisioning_monolithic`] (up to a relative tolerance of 1e-7): the LP holds
+/// the assignments of a few epochs only; every other epoch is checked against its
+/// provisioning and the worst violators join it, until every epoch fits. Only the
+/// provisioning couples epochs, so each check is independent and small. With one
+/// resource a check is a maximum flow (class groups to nodes): an epoch fits iff every
+/// node set `T` has `Prov(T) >=` the work of the classes that can only be processed
+/// inside `T` (Hall's condition), and the minimum cut of a violated epoch is also
+/// added to the LP as such a cut. With several resources the check is the epoch's
+/// min-max-load LP (after trying assignments already known to fit).
 pub fn min_provisioning(
     problem: &ProvisioningProblem,
     strategy: Strategy,
 ) -> Result<Provisioning, CombError> {
-    let nodes = problem.nodes;
-    let resources = problem.footprints.first().map_or(0, Vec::len);
-    check_classes(nodes, &problem.footprints, resources, &problem.classes)?;
-    for (e, vols) in problem.epochs.iter().enumerate() {
-        if vols.len() != problem.classes.len() {
-            return Err(CombError::EpochShape {
-                epoch: e,
-                got: vols.len(),
-                expected: problem.classes.len(),
-            });
-        }
-        if let Some((c, &v)) = vols
-            .iter()
-            .enumerate()
-            .find(|(_, v)| !v.is_finite() || **v < 0.0)
-        {
-            return Err(CombError::InvalidVolume { class: c, value: v });
-        }
-    }
-    let mut lp = LinearProgram::new(Direction::Minimise);
-    let prov: Vec<Vec<Var>> = (0..nodes)
-        .map(|_| {
-            (0..resources)
-                .map(|_| lp.add_var(1.0, 0.0, f64::INFINITY))
-                .collect()
-        })
-        .collect();
-    for vols in &problem.epochs {
-        let mut load_terms: Vec<Vec<Vec<(Var, f64)>>> = vec![vec![Vec::new(); resources]; nodes];
-        for (class, &vol) in problem.classes.iter().zip(vols) {
-            let f = &problem.footprints[class.hyperapp];
-            let mut cover = Vec::new();
-            for n in strategy.eligible(&class.path) {
-                let v = lp.add_var(0.0, 0.0, 1.0);
-                cover.push((v, 1.0));
-                for r in 0..resources {
-                    if f[r] * vol > 0.0 {
-                        load_terms[n][r].push((v, vol * f[r]));
-                    }
-                }
-            }
-            lp.add_constraint(FAMILY_COVERAGE, 1.0, 1.0, cover);
-        }
-        for n in 0..nodes {
-            for r in 0..resources {
-                if load_terms[n][r].is_empty() {
-                    continue;
-                }
-                let terms = std::mem::take(&mut load_terms[n][r]);
-                lp.add_constraint(
-                    FAMILY_CAPACITY,
-                    f64::NEG_INFINITY,
-                    0.0,
-                    terms.into_iter().chain([(prov[n][r], -1.0)]),
-                );
-            }
-        }
-    }
-    let sol = lp.solve()?;
-    let prov: Vec<Vec<f64>> = prov
-        .iter()
-        .map(|row| row.iter().map(|&v| sol.value(v).max(0.0)).collect())
-        .collect();
-    let cost = prov.iter().flatten().sum();
-    Ok(Provisioning { prov, cost })
+    EpochGroups::new(problem, strategy, None)?.solve_by_epochs()
+}
+
+/// [`min_provisioning`] as one LP holding every epoch's assignment (classes with the
+/// same eligible nodes and footprint profile share split variables). Its size grows
+/// with the number of epochs; the decomposed solver avoids that.
+pub fn min_provisioning_monolithic(
+    problem: &ProvisioningProblem,
+    strategy: Strategy,
+) -> Result<Provisioning, CombError> {
+    let g = EpochGroups::new(problem, strategy, None)?;
+    let all: Vec<usize> = (0..g.vol.len()).collect();
+    Ok(g.master(&all, &[])?.0)
 }
 
 /// The ingress-pinned part of a class for the two-step formulation (§7.3).
@@ -725,102 +835,528 @@ pub struct PinnedPart {
 /// one charges `pinned[c].fixed` to each class's ingress; step two distributes the rest as
 /// in [`min_provisioning`], with the reduced footprint `pinned[c].at_ingress` at the
 /// ingress. `problem.footprints` holds the distributable part's footprint elsewhere.
+///
+/// Solved by epoch generation: an LP over a few epochs gives a provisioning; every other
+/// epoch is checked against it (first by reusing a known assignment, else by its own
+/// min-max-load LP) and the worst violators join the LP, until every epoch fits (within
+/// a relative tolerance of 1e-7).
 pub fn min_provisioning_two_step(
     problem: &ProvisioningProblem,
     pinned: &[PinnedPart],
     strategy: Strategy,
 ) -> Result<Provisioning, CombError> {
-    let nodes = problem.nodes;
-    let resources = problem.footprints.first().map_or(0, Vec::len);
-    check_classes(nodes, &problem.footprints, resources, &problem.classes)?;
-    if pinned.len() != problem.classes.len() {
-        return Err(CombError::AppSpec(format!(
-            "{} pinned parts for {} classes",
-            pinned.len(),
-            problem.classes.len()
-        )));
-    }
-    for (c, p) in pinned.iter().enumerate() {
-        let ok =
-            |v: &Vec<f64>| v.len() == resources && v.iter().all(|x| x.is_finite() && *x >= 0.0);
-        if !ok(&p.fixed) || !ok(&p.at_ingress) {
-            return Err(CombError::AppSpec(format!(
-                "class {c}: pinned footprints need {resources} non-negative finite entries"
-            )));
-        }
-    }
-    for (e, vols) in problem.epochs.iter().enumerate() {
-        if vols.len() != problem.classes.len() {
-            return Err(CombError::EpochShape {
-                epoch: e,
-                got: vols.len(),
-                expected: problem.classes.len(),
-            });
-        }
-        if let Some((c, &v)) = vols
-            .iter()
-            .enumerate()
-            .find(|(_, v)| !v.is_finite() || **v < 0.0)
-        {
-            return Err(CombError::InvalidVolume { class: c, value: v });
-        }
-    }
-    let mut lp = LinearProgram::new(Direction::Minimise);
-    let prov: Vec<Vec<Var>> = (0..nodes)
-        .map(|_| {
-            (0..resources)
-                .map(|_| lp.add_var(1.0, 0.0, f64::INFINITY))
-                .collect()
-        })
-        .collect();
-    for vols in &problem.epochs {
-        let mut terms: Vec<Vec<Vec<(Var, f64)>>> = vec![vec![Vec::new(); resources]; nodes];
-        let mut fixed = vec![vec![0.0; resources]; nodes];
-        for ((class, &vol), pin) in problem.classes.iter().zip(vols).zip(pinned) {
-            let ingress = class.path[0];
-            for (acc, f) in fixed[ingress].iter_mut().zip(&pin.fixed) {
-                *acc += vol * f;
+    EpochGroups::new(problem, strategy, Some(pinned))?.solve_by_epochs()
+}
+
+/// [`min_provisioning_two_step`] as one LP over all epochs (for tests and comparisons).
+pub fn min_provisioning_two_step_monolithic(
+    problem: &ProvisioningProblem,
+    pinned: &[PinnedPart],
+    strategy: Strategy,
+) -> Result<Provisioning, CombError> {
+    let g = EpochGroups::new(problem, strategy, Some(pinned))?;
+    let all: Vec<usize> = (0..g.vol.len()).collect();
+    Ok(g.master(&all, &[])?.0)
+}
+
+/// Relative tolerance of the decomposed provisioning solvers.
+const PROV_TOL: f64 = 1e-7;
+
+/// Classes of a provisioning problem grouped for all epochs at once: members of a group
+/// have the same eligible nodes and per-node footprints proportional to their volume,
+/// so only their summed volume matters.
+struct EpochGroups {
+    nodes: usize,
+    resources: usize,
+    /// `(eligible nodes, footprint per eligible node and resource)`.
+    groups: Vec<(Vec<NodeId>, Vec<Vec<f64>>)>,
+    /// `vol[e][g]`: summed volume of group `g` in epoch `e`.
+    vol: Vec<Vec<f64>>,
+    /// `fixed[e][n * resources + r]`: pinned work charged to node `n` in epoch `e`.
+    fixed: Vec<Vec<f64>>,
+}
+
+/// A split of every group over its eligible nodes (`split[g][i]`).
+type Split = Vec<Vec<f64>>;
+
+impl EpochGroups {
+    fn new(
+        problem: &ProvisioningProblem,
+        strategy: Strategy,
+        pinned: Option<&[PinnedPart]>,
+    ) -> Result<Self, CombError> {
+        let nodes = problem.nodes;
+        let resources = problem.footprints.first().map_or(0, Vec::len);
+        check_classes(nodes, &problem.footprints, resources, &problem.classes)?;
+        if let Some(pinned) = pinned {
+            if pinned.len() != problem.classes.len() {
+                return Err(CombError::AppSpec(format!(
+                    "{} pinned parts for {} classes",
+                    pinned.len(),
+                    problem.classes.len()
+                )));
             }
-            let mut cover = Vec::new();
-            for n in strategy.eligible(&class.path) {
-                let v = lp.add_var(0.0, 0.0, 1.0);
-                cover.push((v, 1.0));
-                let f = if n == ingress {
-                    &pin.at_ingress
-                } else {
-                    &problem.footprints[class.hyperapp]
+            for (c, p) in pinned.iter().enumerate() {
+                let ok = |v: &Vec<f64>| {
+                    v.len() == resources && v.iter().all(|x| x.is_finite() && *x >= 0.0)
                 };
-                for r in 0..resources {
-                    if f[r] * vol > 0.0 {
-                        terms[n][r].push((v, vol * f[r]));
+                if !ok(&p.fixed) || !ok(&p.at_ingress) {
+                    return Err(CombError::AppSpec(format!(
+                        "class {c}: pinned footprints need {resources} non-negative finite entries"
+                    )));
+                }
+            }
+        }
+        for (e, vols) in problem.epochs.iter().enumerate() {
+            if vols.len() != problem.classes.len() {
+                return Err(CombError::EpochShape {
+                    epoch: e,
+                    got: vols.len(),
+                    expected: problem.classes.len(),
+                });
+            }
+            if let Some((c, &v)) = vols
+                .iter()
+                .enumerate()
+                .find(|(_, v)| !v.is_finite() || **v < 0.0)
+            {
+                return Err(CombError::InvalidVolume { class: c, value: v });
+            }
+        }
+        // Group key: sorted eligible nodes and a footprint profile. With one resource
+        // and no pinned part every profile is proportional (volume is scaled by the
+        // footprint instead); otherwise the profile is the footprint itself, plus the
+        // ingress and its reduced footprint when part of the work is pinned.
+        let mut profiles: std::collections::HashMap<Vec<u64>, usize> =
+            std::collections::HashMap::new();
+        let mut keys: std::collections::HashMap<(Vec<NodeId>, usize), usize> =
+            std::collections::HashMap::new();
+        let mut groups: Vec<(Vec<NodeId>, Vec<Vec<f64>>)> = Vec::new();
+        // Per class: (group, volume scale).
+        let mut member: Vec<(usize, f64)> = Vec::with_capacity(problem.classes.len());
+        let scalar = resources == 1 && pinned.is_none();
+        for (c, class) in problem.classes.iter().enumerate() {
+            let f = &problem.footprints[class.hyperapp];
+            let eligible = strategy.eligible(&class.path);
+            let ingress = class.path[0];
+            let (profile_bits, scale): (Vec<u64>, f64) = if scalar {
+                (Vec::new(), f[0])
+            } else {
+                let mut bits: Vec<u64> = f.iter().map(|x| x.to_bits()).collect();
+                if let Some(p) = pinned {
+                    bits.push(ingress as u64);
+                    bits.extend(p[c].at_ingress.iter().map(|x| x.to_bits()));
+                }
+                (bits, 1.0)
+            };
+            let next = profiles.len();
+            let profile = *profiles.entry(profile_bits).or_insert(next);
+            let mut sorted = eligible.clone();
+            sorted.sort_unstable();
+            let next = groups.len();
+            let g = *keys.entry((sorted, profile)).or_insert(next);
+            if g == next {
+                let foot = eligible
+                    .iter()
+                    .map(|&n| {
+                        if scalar {
+                            vec![1.0]
+                        } else {
+                            match pinned {
+                                Some(p) if n == ingress => p[c].at_ingress.clone(),
+                                _ => f.clone(),
+                            }
+                        }
+                    })
+                    .collect();
+                groups.push((eligible, foot));
+            }
+            member.push((g, scale));
+        }
+        let mut vol = Vec::with_capacity(problem.epochs.len());
+        let mut fixed = Vec::with_capacity(problem.epochs.len());
+        for vols in &problem.epochs {
+            let mut v = vec![0.0; groups.len()];
+            for (&(g, scale), &x) in member.iter().zip(vols) {
+                v[g] += x * scale;
+            }
+            vol.push(v);
+            let mut fx = vec![0.0; nodes * resources];
+            if let Some(p) = pinned {
+                for ((class, &x), pin) in problem.classes.iter().zip(vols).zip(p) {
+                    let n = class.path[0];
+                    for (r, f) in pin.fixed.iter().enumerate() {
+                        fx[n * resources + r] += x * f;
                     }
                 }
             }
-            lp.add_constraint(FAMILY_COVERAGE, 1.0, 1.0, cover);
+            fixed.push(fx);
         }
-        for n in 0..nodes {
-            for r in 0..resources {
-                if terms[n][r].is_empty() && fixed[n][r] == 0.0 {
+        Ok(Self {
+            nodes,
+            resources,
+            groups,
+            vol,
+            fixed,
+        })
+    }
+
+    fn provisioning(&self, prov: Vec<Vec<f64>>) -> Provisioning {
+        let cost = prov.iter().flatten().sum();
+        Provisioning { prov, cost }
+    }
+
+    /// The provisioning LP over the epochs in `subset`; also returns each epoch's split.
+    /// `cuts` (one resource only): Hall cuts `Prov(T) >= W` from epochs not in `subset`.
+    fn master(
+        &self,
+        subset: &[usize],
+        cuts: &[(Vec<bool>, f64)],
+    ) -> Result<(Provisioning, Vec<Split>), CombError> {
+        let (nodes, resources) = (self.nodes, self.resources);
+        let mut lp = LinearProgram::new(Direction::Minimise);
+        let prov: Vec<Var> = (0..nodes * resources)
+            .map(|_| lp.add_var(1.0, 0.0, f64::INFINITY))
+            .collect();
+        let mut split_vars: Vec<Vec<Vec<Var>>> = Vec::with_capacity(subset.len());
+        let mut terms: Vec<Vec<(Var, f64)>> = vec![Vec::new(); nodes * resources];
+        for &e in subset {
+            let mut ev = Vec::with_capacity(self.groups.len());
+            for ((eligible, foot), &v) in self.groups.iter().zip(&self.vol[e]) {
+                let mut gv = Vec::with_capacity(eligible.len());
+                for (&n, f) in eligible.iter().zip(foot) {
+                    let x = lp.add_var(0.0, 0.0, 1.0);
+                    for (r, &fr) in f.iter().enumerate() {
+                        if fr * v > 0.0 {
+                            terms[n * resources + r].push((x, fr * v));
+                        }
+                    }
+                    gv.push(x);
+                }
+                lp.add_constraint(FAMILY_COVERAGE, 1.0, 1.0, gv.iter().map(|&x| (x, 1.0)));
+                ev.push(gv);
+            }
+            for (k, t) in terms.iter_mut().enumerate() {
+                let fx = self.fixed[e][k];
+                if t.is_empty() && fx == 0.0 {
                     continue;
                 }
-                let t = std::mem::take(&mut terms[n][r]);
                 // Pinned work is a constant load: it moves to the right-hand side.
+                let t = std::mem::take(t);
                 lp.add_constraint(
                     FAMILY_CAPACITY,
                     f64::NEG_INFINITY,
-                    -fixed[n][r],
-                    t.into_iter().chain([(prov[n][r], -1.0)]),
+                    -fx,
+                    t.into_iter().chain([(prov[k], -1.0)]),
                 );
+            }
+            split_vars.push(ev);
+        }
+        for (t, w) in cuts {
+            lp.add_constraint(
+                FAMILY_CAPACITY,
+                *w,
+                f64::INFINITY,
+                (0..nodes)
+                    .filter(|&n| t[n])
+                    .map(|n| (prov[n * resources], 1.0)),
+            );
+        }
+        let sol = lp.solve()?;
+        let prov = (0..nodes)
+            .map(|n| {
+                (0..resources)
+                    .map(|r| sol.value(prov[n * resources + r]).max(0.0))
+                    .collect()
+            })
+            .collect();
+        let splits = split_vars
+            .iter()
+            .map(|ev| {
+                ev.iter()
+                    .map(|gv| gv.iter().map(|&x| sol.value(x).clamp(0.0, 1.0)).collect())
+                    .collect()
+            })
+            .collect();
+        Ok((self.provisioning(prov), splits))
+    }
+
+    /// Whether `split` serves epoch `e` within `prov` (flattened, with tolerance).
+    fn split_fits(&self, e: usize, split: &Split, prov: &[f64]) -> bool {
+        let mut load = self.fixed[e].clone();
+        for (((eligible, foot), &v), sg) in self.groups.iter().zip(&self.vol[e]).zip(split) {
+            for ((&n, f), &d) in eligible.iter().zip(foot).zip(sg) {
+                for (r, &fr) in f.iter().enumerate() {
+                    load[n * self.resources + r] += d * v * fr;
+                }
+            }
+        }
+        load.iter()
+            .zip(prov)
+            .all(|(&l, &p)| l <= p * (1.0 + PROV_TOL) + 1e-9)
+    }
+
+    /// Epoch `e`'s minimum of the maximum load relative to `prov` (infinite if it cannot
+    /// be served at all), with the split that reaches it.
+    fn epoch_max_load(&self, e: usize, prov: &[f64]) -> Result<(f64, Option<Split>), CombError> {
+        let resources = self.resources;
+        let scale = prov.iter().copied().fold(0.0, f64::max).max(1e-300);
+        let tiny = |p: f64| p <= 1e-12 * scale;
+        for (k, &fx) in self.fixed[e].iter().enumerate() {
+            if fx > 0.0 && tiny(prov[k]) {
+                return Ok((f64::INFINITY, None));
+            }
+        }
+        let mut lp = LinearProgram::new(Direction::Minimise);
+        let lambda = lp.add_var(1.0, 0.0, f64::INFINITY);
+        let mut terms: Vec<Vec<(Var, f64)>> = vec![Vec::new(); prov.len()];
+        let mut vars = Vec::with_capacity(self.groups.len());
+        for ((eligible, foot), &v) in self.groups.iter().zip(&self.vol[e]) {
+            let mut gv = Vec::with_capacity(eligible.len());
+            for (&n, f) in eligible.iter().zip(foot) {
+                let blocked = f
+                    .iter()
+                    .enumerate()
+                    .any(|(r, &fr)| fr * v > 0.0 && tiny(prov[n * resources + r]));
+                let x = lp.add_var(0.0, 0.0, if blocked { 0.0 } else { 1.0 });
+                for (r, &fr) in f.iter().enumerate() {
+                    let k = n * resources + r;
+                    if fr * v > 0.0 && !tiny(prov[k]) {
+                        terms[k].push((x, fr * v / prov[k]));
+                    }
+                }
+                gv.push(x);
+            }
+            lp.add_constraint(FAMILY_COVERAGE, 1.0, 1.0, gv.iter().map(|&x| (x, 1.0)));
+            vars.push(gv);
+        }
+        for (k, t) in terms.into_iter().enumerate() {
+            let fx = self.fixed[e][k];
+            if t.is_empty() && fx == 0.0 {
+                continue;
+            }
+            let rhs = if tiny(prov[k]) { 0.0 } else { -fx / prov[k] };
+            lp.add_constraint(
+                FAMILY_LOAD,
+                f64::NEG_INFINITY,
+                rhs,
+                t.into_iter().chain([(lambda, -1.0)]),
+            );
+        }
+        match lp.solve() {
+            Ok(sol) => {
+                let split = vars
+                    .iter()
+                    .map(|gv| gv.iter().map(|&x| sol.value(x).clamp(0.0, 1.0)).collect())
+                    .collect();
+                Ok((sol.value(lambda), Some(split)))
+            }
+            Err(LpError::Infeasible { .. }) => Ok((f64::INFINITY, None)),
+            Err(other) => Err(other.into()),
+        }
+    }
+
+    /// Epoch generation: solve over a few epochs, add the worst violated ones, repeat.
+    /// With one resource and no pinned work, epochs are checked by a maximum flow, whose
+    /// minimum cut also gives a Hall cut `Prov(T) >= W_e(T)` for the LP; otherwise by
+    /// reusing a known split or solving the epoch's min-max-load LP.
+    fn solve_by_epochs(&self) -> Result<Provisioning, CombError> {
+        let epochs = self.vol.len();
+        if epochs == 0 {
+            return Ok(self.provisioning(vec![vec![0.0; self.resources]; self.nodes]));
+        }
+        let mut flow = (self.resources == 1).then(|| FlowCheck::new(self));
+        // Start from the epoch with the most work.
+        let total = |e: usize| -> f64 {
+            self.vol[e].iter().sum::<f64>() + self.fixed[e].iter().sum::<f64>()
+        };
+        let first = (0..epochs)
+            .max_by(|&a, &b| total(a).total_cmp(&total(b)))
+            .unwrap_or(0);
+        let mut subset = vec![first];
+        let mut in_subset = vec![false; epochs];
+        in_subset[first] = true;
+        let mut cuts: Vec<(Vec<bool>, f64)> = Vec::new();
+        // Splits known to be valid for some epoch, tried on the others first.
+        let mut pool: Vec<Split> = Vec::new();
+        loop {
+            let (prov, splits) = self.master(&subset, &cuts)?;
+            let flat: Vec<f64> = prov.prov.iter().flatten().copied().collect();
+            let mut violated: Vec<(f64, usize)> = Vec::new();
+            pool.extend(splits);
+            for e in (0..epochs).filter(|&e| !in_subset[e]) {
+                if let Some(fc) = flow.as_mut() {
+                    match fc.check(self, e, &flat) {
+                        FlowVerdict::Fits => continue,
+                        FlowVerdict::Short { deficit, cut } => {
+                            violated.push((deficit, e));
+                            cuts.push(cut);
+                            continue;
+                        }
+                        FlowVerdict::Unknown => {}
+                    }
+                }
+                // Most recent splits first: they come from the current provisioning.
+                if pool
+                    .iter()
+                    .rev()
+                    .take(16)
+                    .any(|s| self.split_fits(e, s, &flat))
+                {
+                    continue;
+                }
+                let (lambda, split) = self.epoch_max_load(e, &flat)?;
+                if lambda > 1.0 + PROV_TOL {
+                    violated.push((lambda - 1.0, e));
+                } else if let Some(s) = split {
+                    pool.push(s);
+                }
+            }
+            if violated.is_empty() {
+                return Ok(prov);
+            }
+            violated.sort_by(|a, b| b.0.total_cmp(&a.0));
+            for &(_, e) in violated.iter().take(4) {
+                subset.push(e);
+                in_subset[e] = true;
             }
         }
     }
-    let sol = lp.solve()?;
-    let prov: Vec<Vec<f64>> = prov
-        .iter()
-        .map(|row| row.iter().map(|&v| sol.value(v).max(0.0)).collect())
-        .collect();
-    let cost = prov.iter().flatten().sum();
-    Ok(Provisioning { prov, cost })
+}
+
+/// Outcome of [`FlowCheck::check`].
+enum FlowVerdict {
+    /// The epoch fits the provisioning.
+    Fits,
+    /// It does not: relative deficit and a violated cut `(T, W)`, `Prov(T) >= W`.
+    Short { deficit: f64, cut: (Vec<bool>, f64) },
+    /// Undecided (footprints differ between nodes and the bounds disagree).
+    Unknown,
+}
+
+/// Feasibility of one epoch under a given provisioning (one resource): a maximum flow
+/// from the source through class groups (capacity: their work) to their eligible nodes
+/// and on to the sink (capacity: the node's provisioning minus its pinned work). When a
+/// group's footprint differs between nodes (the two-step ingress discount), charging
+/// every node the group's smallest footprint is a relaxation and charging the largest a
+/// restriction: if the relaxation is short the epoch does not fit (and its cut is
+/// valid), if the restriction fits it does.
+struct FlowCheck {
+    net: crate::maxflow::FlowNet,
+    src_edges: Vec<usize>,
+    sink_edges: Vec<usize>,
+    first_node: usize,
+    /// Per group: smallest and largest footprint over its eligible nodes.
+    bounds: Vec<(f64, f64)>,
+}
+
+impl FlowCheck {
+    const SRC: usize = 0;
+    const SINK: usize = 1;
+
+    fn new(g: &EpochGroups) -> Self {
+        let groups = g.groups.len();
+        let first_node = 2 + groups;
+        let mut net = crate::maxflow::FlowNet::new(first_node + g.nodes);
+        let src_edges = (0..groups)
+            .map(|i| net.add_edge(Self::SRC, 2 + i, 0.0))
+            .collect();
+        for (i, (eligible, _)) in g.groups.iter().enumerate() {
+            for &n in eligible {
+                net.add_edge(2 + i, first_node + n, f64::INFINITY);
+            }
+        }
+        let sink_edges = (0..g.nodes)
+            .map(|n| net.add_edge(first_node + n, Self::SINK, 0.0))
+            .collect();
+        let bounds = g
+            .groups
+            .iter()
+            .map(|(_, foot)| {
+                foot.iter()
+                    .map(|f| f[0])
+                    .fold((f64::INFINITY, 0.0f64), |(lo, hi), x| {
+                        (lo.min(x), hi.max(x))
+                    })
+            })
+            .collect();
+        Self {
+            net,
+            src_edges,
+            sink_edges,
+            first_node,
+            bounds,
+        }
+    }
+
+    /// Maximum flow with each group's work scaled by its low or high footprint; returns
+    /// `(total work, flow)`.
+    fn flow(&mut self, g: &EpochGroups, e: usize, prov: &[f64], high: bool) -> (f64, f64) {
+        let mut total = 0.0;
+        for ((&id, &v), &(lo, hi)) in self.src_edges.iter().zip(&g.vol[e]).zip(&self.bounds) {
+            let w = v * if high { hi } else { lo };
+            total += w;
+            self.net.set_cap(id, w);
+        }
+        for (n, (&id, &p)) in self.sink_edges.iter().zip(prov).enumerate() {
+            self.net.set_cap(id, (p - g.fixed[e][n]).max(0.0));
+        }
+        let f = self
+            .net
+            .max_flow(Self::SRC, Self::SINK, 1e-12 * total.max(1e-300));
+        (total, f)
+    }
+
+    fn check(&mut self, g: &EpochGroups, e: usize, prov: &[f64]) -> FlowVerdict {
+        let fixed = &g.fixed[e];
+        let scale: f64 = g.vol[e].iter().sum::<f64>() + fixed.iter().sum::<f64>();
+        if scale <= 0.0 {
+            return FlowVerdict::Fits;
+        }
+        // Pinned work alone must fit.
+        if let Some(n) =
+            (0..g.nodes).max_by(|&a, &b| (fixed[a] - prov[a]).total_cmp(&(fixed[b] - prov[b])))
+        {
+            if fixed[n] - prov[n] > PROV_TOL * scale {
+                let mut t = vec![false; g.nodes];
+                t[n] = true;
+                return FlowVerdict::Short {
+                    deficit: (fixed[n] - prov[n]) / scale,
+                    cut: (t, fixed[n]),
+                };
+            }
+        }
+        let (total, f) = self.flow(g, e, prov, false);
+        if f < total - PROV_TOL * scale {
+            let side = self.net.source_side(Self::SRC, 1e-12 * total);
+            let t: Vec<bool> = (0..g.nodes).map(|n| side[self.first_node + n]).collect();
+            let w: f64 = g
+                .groups
+                .iter()
+                .zip(&g.vol[e])
+                .zip(&self.bounds)
+                .filter(|(((el, _), _), _)| el.iter().all(|&n| t[n]))
+                .map(|((_, &v), &(lo, _))| v * lo)
+                .sum::<f64>()
+                + (0..g.nodes)
+                    .filter(|&n| t[n])
+                    .map(|n| fixed[n])
+                    .sum::<f64>();
+            return FlowVerdict::Short {
+                deficit: (total - f) / scale,
+                cut: (t, w),
+            };
+        }
+        if self.bounds.iter().all(|&(lo, hi)| lo == hi) {
+            return FlowVerdict::Fits;
+        }
+        let (total, f) = self.flow(g, e, prov, true);
+        if f >= total - PROV_TOL * scale {
+            FlowVerdict::Fits
+        } else {
+            FlowVerdict::Unknown
+        }
+    }
 }
 
 /// Constraint family: an application action needs its modules on the same node (eq. 1).
@@ -1101,6 +1637,7 @@ mod tests {
                     hyperapp: 0,
                 },
             ],
+            node_footprints: Vec::new(),
         }
     }
 
@@ -1144,6 +1681,7 @@ mod tests {
                 .collect(),
             footprints: (0..3).map(foot).collect(),
             classes,
+            node_footprints: Vec::new(),
         }
     }
 
@@ -1189,6 +1727,7 @@ mod tests {
                     method,
                     presolve,
                     parallel: false,
+                    crossover: method != Method::Ipm || presolve,
                 };
                 let x = m.solve(&o).unwrap().max_load;
                 assert!((x - base).abs() <= 1e-7 * base, "{o:?}: {x} vs {base}");
@@ -1295,6 +1834,184 @@ mod tests {
         ));
     }
 
+    /// Two nodes with 10 CPU each; an IPS class (hyperapp 0) on [0, 1] and a monitor
+    /// class (hyperapp 1) on [1, 0], 10 units each, 1 CPU per unit. Resource 1 is an
+    /// accelerator, present (capacity 10) only when `accel` is set, at node 1, where
+    /// the IPS then needs 0.25 CPU and 0.5 accelerator per unit.
+    fn accel_problem(accel: bool) -> NetworkProblem {
+        NetworkProblem {
+            prov: vec![vec![10.0, 0.0], vec![10.0, if accel { 10.0 } else { 0.0 }]],
+            footprints: vec![vec![1.0, 0.0], vec![1.0, 0.0]],
+            classes: vec![
+                TrafficClass {
+                    path: vec![0, 1],
+                    volume: 10.0,
+                    hyperapp: 0,
+                },
+                TrafficClass {
+                    path: vec![1, 0],
+                    volume: 10.0,
+                    hyperapp: 1,
+                },
+            ],
+            node_footprints: if accel {
+                vec![NodeFootprint {
+                    node: 1,
+                    hyperapp: 0,
+                    footprint: vec![0.25, 0.5],
+                }]
+            } else {
+                Vec::new()
+            },
+        }
+    }
+
+    #[test]
+    fn accelerator_shifts_ips_load_and_lowers_the_max_load() {
+        // Without the accelerator: 20 units of CPU work on 20 CPU, max load 1. With it,
+        // all IPS work moves to node 1 (2.5 CPU + 5 accel) and the monitor splits so
+        // that node 0 (10 - 10y) and node 1 (2.5 + 10y) balance: y = 3/8, load 5/8.
+        for aggregate in [false, true] {
+            let build = |p| {
+                if aggregate {
+                    min_max_load_model_aggregated(p, Strategy::Path, true)
+                } else {
+                    min_max_load_model(p, Strategy::Path, true)
+                }
+            };
+            let plain = accel_problem(false);
+            let a = build(&plain)
+                .unwrap()
+                .solve(&SolverOptions::default())
+                .unwrap();
+            assert!(close(a.max_load, 1.0), "{a:?}");
+            let fast = accel_problem(true);
+            let b = build(&fast)
+                .unwrap()
+                .solve(&SolverOptions::default())
+                .unwrap();
+            assert!(close(b.max_load, 0.625), "aggregate={aggregate}: {b:?}");
+            assert_eq!(b.fractions[0][1].0, 1);
+            assert!(close(b.fractions[0][1].1, 1.0), "{b:?}");
+            assert!(close(b.fractions[1][0].1, 0.375), "{b:?}");
+            // Loads are computed with the node's own footprint.
+            assert!(
+                close(b.load[1][0], 0.625) && close(b.load[1][1], 0.5),
+                "{b:?}"
+            );
+            assert!(close(b.load[0][0], 0.625), "{b:?}");
+        }
+        // A node without accelerator capacity cannot take work that needs one.
+        let mut p = accel_problem(true);
+        p.node_footprints[0].node = 0;
+        let c = min_max_load(&p, Strategy::Path, false).unwrap();
+        assert!(
+            close(c.fractions[0][0].1, 0.0) && close(c.max_load, 1.0),
+            "{c:?}"
+        );
+    }
+
+    #[test]
+    fn aggregation_keeps_node_dependent_footprints_apart() {
+        // With one resource, hyperapps normally share splits; an override on one of
+        // them must not leak to the others.
+        let mut p = line_problem(1);
+        p.node_footprints = vec![NodeFootprint {
+            node: 2,
+            hyperapp: 1,
+            footprint: vec![0.1],
+        }];
+        let full = min_max_load_model(&p, Strategy::Path, false)
+            .unwrap()
+            .solve(&SolverOptions::default())
+            .unwrap();
+        let agg = min_max_load_model_aggregated(&p, Strategy::Path, false)
+            .unwrap()
+            .solve(&SolverOptions::default())
+            .unwrap();
+        assert!(
+            (full.max_load - agg.max_load).abs() <= 1e-7 * full.max_load,
+            "{} vs {}",
+            full.max_load,
+            agg.max_load
+        );
+        let plain = min_max_load(&line_problem(1), Strategy::Path, false).unwrap();
+        assert!(agg.max_load < plain.max_load - 1e-6);
+    }
+
+    #[test]
+    fn bad_node_footprints_get_clear_errors() {
+        let with = |o: NodeFootprint| {
+            let mut p = accel_problem(true);
+            p.node_footprints.push(o);
+            min_max_load(&p, Strategy::Path, false).unwrap_err()
+        };
+        assert_eq!(
+            with(NodeFootprint {
+                node: 5,
+                hyperapp: 0,
+                footprint: vec![1.0, 0.0],
+            }),
+            CombError::NodeFootprintNode {
+                index: 1,
+                node: 5,
+                nodes: 2
+            }
+        );
+        assert_eq!(
+            with(NodeFootprint {
+                node: 0,
+                hyperapp: 0,
+                footprint: vec![-1.0, 0.0],
+            }),
+            CombError::InvalidNodeFootprint {
+                node: 0,
+                hyperapp: 0,
+                expected: 2
+            }
+        );
+        assert!(matches!(
+            with(NodeFootprint {
+                node: 0,
+                hyperapp: 0,
+                footprint: vec![1.0],
+            }),
+            CombError::InvalidNodeFootprint { .. }
+        ));
+        assert_eq!(
+            with(NodeFootprint {
+                node: 0,
+                hyperapp: 9,
+                footprint: vec![1.0, 0.0],
+            }),
+            CombError::NodeFootprintHyperapp {
+                index: 1,
+                hyperapp: 9
+            }
+        );
+        assert_eq!(
+            with(NodeFootprint {
+                node: 1,
+                hyperapp: 0,
+                footprint: vec![1.0, 0.0],
+            }),
+            CombError::DuplicateNodeFootprint {
+                node: 1,
+                hyperapp: 0
+            }
+        );
+        let msg = with(NodeFootprint {
+            node: 5,
+            hyperapp: 0,
+            footprint: vec![1.0, 0.0],
+        })
+        .to_string();
+        assert!(
+            msg.contains("node 5") && msg.contains("out of range"),
+            "{msg}"
+        );
+    }
+
     #[test]
     fn provisioning_exploits_spatial_distribution_over_time() {
         // Paper Fig. 3 spirit: two paths sharing node 2, peaking at different epochs.
@@ -1321,6 +2038,76 @@ mod tests {
         // Each epoch's 30 units split over 0/2 (resp. 1/2): prov0 + prov2 >= 30 and
         // prov1 + prov2 >= 30; optimum is prov2 = 30, cost 30.
         assert!(close(path.cost, 30.0), "{}", path.cost);
+    }
+
+    /// `line_problem`'s classes over `epochs` pseudo-random epochs.
+    fn line_epochs(resources: usize, epochs: usize) -> ProvisioningProblem {
+        let base = line_problem(resources);
+        let mut x: u64 = 12345;
+        let mut next = || {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (x >> 11) as f64 / (1u64 << 53) as f64
+        };
+        let epochs = (0..epochs)
+            .map(|_| {
+                base.classes
+                    .iter()
+                    .map(|c| c.volume * 3.0 * next() * next())
+                    .collect()
+            })
+            .collect();
+        ProvisioningProblem {
+            nodes: 5,
+            footprints: base.footprints,
+            classes: base.classes,
+            epochs,
+        }
+    }
+
+    #[test]
+    fn decomposed_provisioning_matches_the_monolithic_lp() {
+        for resources in [1, 2] {
+            let p = line_epochs(resources, 12);
+            for s in [Strategy::Path, Strategy::Edge, Strategy::Ingress] {
+                let a = min_provisioning(&p, s).unwrap();
+                let b = min_provisioning_monolithic(&p, s).unwrap();
+                assert!(
+                    (a.cost - b.cost).abs() <= 1e-6 * b.cost,
+                    "{resources} resources, {s:?}: {} vs {}",
+                    a.cost,
+                    b.cost
+                );
+                // The decomposed provisioning really serves every epoch.
+                let g = EpochGroups::new(&p, s, None).unwrap();
+                let flat: Vec<f64> = a.prov.iter().flatten().copied().collect();
+                for e in 0..p.epochs.len() {
+                    let (lambda, _) = g.epoch_max_load(e, &flat).unwrap();
+                    assert!(lambda <= 1.0 + 1e-6, "{s:?} epoch {e}: {lambda}");
+                }
+            }
+        }
+        // Two-step, with per-hyperapp pinned parts.
+        let p = line_epochs(1, 12);
+        let pin: Vec<PinnedPart> = p
+            .classes
+            .iter()
+            .map(|c| PinnedPart {
+                fixed: vec![0.5 * (c.hyperapp + 1) as f64],
+                at_ingress: vec![p.footprints[c.hyperapp][0] * 0.6],
+            })
+            .collect();
+        for s in [Strategy::Path, Strategy::Edge, Strategy::Ingress] {
+            let a = min_provisioning_two_step(&p, &pin, s).unwrap();
+            let b = min_provisioning_two_step_monolithic(&p, &pin, s).unwrap();
+            assert!(
+                (a.cost - b.cost).abs() <= 1e-6 * b.cost,
+                "two-step {s:?}: {} vs {}",
+                a.cost,
+                b.cost
+            );
+        }
     }
 
     #[test]
@@ -1417,6 +2204,7 @@ mod tests {
                     hyperapp: h_of(&k.kind),
                 })
                 .collect(),
+            node_footprints: Vec::new(),
         };
         let hyper = min_max_load(&problem, Strategy::Path, false)
             .unwrap()
@@ -1468,6 +2256,7 @@ mod tests {
                 prov,
                 footprints,
                 classes,
+                node_footprints: Vec::new(),
             };
             let mut prev = f64::INFINITY;
             for s in [Strategy::Ingress, Strategy::Edge, Strategy::Path] {

@@ -269,6 +269,7 @@ mod tests {
                 volume: 10.0,
                 hyperapp: 0,
             }],
+            node_footprints: Vec::new(),
         };
         let a = min_max_load(&p, Strategy::Path, true).unwrap();
         let f = class_filters(&a.fractions[0]).unwrap();

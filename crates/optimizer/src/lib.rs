@@ -13,5 +13,6 @@ pub mod comb;
 pub mod graph;
 pub mod hash;
 pub mod lp;
+mod maxflow;
 pub mod nfaas;
 pub mod stratos;

@@ -112,6 +112,10 @@ pub struct SolverOptions {
     pub presolve: bool,
     /// Whether HiGHS may run parallel simplex (PAMI) on its thread pool.
     pub parallel: bool,
+    /// Whether interior point ends with crossover to a vertex (HiGHS `run_crossover`).
+    /// Off saves time when only the objective (e.g. the max load) is needed; the
+    /// solution is then optimal to the IPM tolerance but not a basic one.
+    pub crossover: bool,
 }
 
 impl Default for SolverOptions {
@@ -120,6 +124,7 @@ impl Default for SolverOptions {
             method: Method::Choose,
             presolve: true,
             parallel: false,
+            crossover: true,
         }
     }
 }
@@ -398,6 +403,12 @@ fn run_highs(
     }
     if options.parallel {
         set(model.try_set_option("parallel", "on"), "parallel")?;
+    }
+    if !options.crossover {
+        set(
+            model.try_set_option("run_crossover", "off"),
+            "run_crossover",
+        )?;
     }
     let solved = model
         .try_solve()

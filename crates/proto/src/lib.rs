@@ -11,8 +11,13 @@
 //! * the controller pushes each host's whole configuration to its agent
 //!   (`PUT {api}/v1/config`, [`AgentConfig`]) whenever it changes, and again when a
 //!   heartbeat shows the agent runs another version;
-//! * the agent reports its counters at `GET {api}/v1/status` ([`AgentStatus`]) and in
-//!   Prometheus text format at `GET {api}/metrics`.
+//! * the agent reports its counters, its NF instances' health, its local failovers
+//!   and its pinned flows at `GET {api}/v1/status` ([`AgentStatus`]) and in
+//!   Prometheus text format at `GET {api}/metrics`; its heartbeat to the controller
+//!   ([`HostHeartbeat`], every 50 ms) carries the instances' health too;
+//! * each NF instance sends its agent an [`InstanceHeartbeat`] datagram every 10 ms
+//!   (UDP, from its data socket to the agent's Geneve address; not Geneve: it
+//!   starts with [`HEARTBEAT_MAGIC`]).
 //!
 //! The agent keeps forwarding with the last configuration it accepted while the
 //! controller is unreachable: configuration is state pushed to it, never fetched per
@@ -21,7 +26,7 @@
 use std::net::Ipv4Addr;
 
 use serde::{Deserialize, Serialize};
-use sluice_switch::{Entry, Group};
+use sluice_switch::{Entry, Group, Output};
 
 /// UDP port of Geneve (RFC 8926), between hosts and between an agent and its
 /// NF instances.
@@ -79,6 +84,28 @@ pub struct AgentConfig {
     pub tenants: Vec<TenantFib>,
     /// NF instances this host must run (one per [`PortKind::Instance`] port).
     pub instances: Vec<InstanceConfig>,
+    /// How the agent chooses among a group's targets beyond the plain hash split
+    /// (flow pinning, draining targets); groups not listed are plain hash splits.
+    #[serde(default)]
+    pub group_policies: Vec<GroupPolicy>,
+}
+
+/// Per-group selection policy (Stratos §4.2, "achieving flow distribution in
+/// practice"): with `pinned`, the agent remembers each flow's first choice (both
+/// directions) in a bounded flow table, so a changed split moves only new flows.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GroupPolicy {
+    /// Tenant VNI of the group.
+    pub vni: u32,
+    /// Group id (as in [`TenantFib::groups`]).
+    pub group: u32,
+    /// Pin flows to their first choice.
+    #[serde(default)]
+    pub pinned: bool,
+    /// Targets that get no new flows (weight 0, absent from the ranges) but keep
+    /// their pinned flows until these end or idle out.
+    #[serde(default)]
+    pub draining: Vec<Output>,
 }
 
 /// A host and its tunnel endpoint.
@@ -208,6 +235,169 @@ pub struct AgentStatus {
     pub fabric: Counters,
     /// NF instances.
     pub instances: Vec<InstanceStatus>,
+    /// NF instances' health as the data plane sees it (heartbeats, load).
+    #[serde(default)]
+    pub health: Vec<InstanceHealth>,
+    /// Local speculative failovers, oldest first (bounded history).
+    #[serde(default)]
+    pub failover_events: Vec<FailoverEvent>,
+    /// Flows pinned to each target of pinned groups (what a drain waits for).
+    #[serde(default)]
+    pub pinned_flows: Vec<PinnedFlows>,
+}
+
+/// The heartbeat an agent repeats to the controller (`POST /v1/hosts`): its
+/// registration plus the health of its NF instances. On the wire it is the
+/// registration's JSON object with an extra `instances` array, so a controller
+/// may read it as a plain [`HostRegistration`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HostHeartbeat {
+    /// The registration.
+    #[serde(flatten)]
+    pub registration: HostRegistration,
+    /// Health of the host's NF instances.
+    #[serde(default)]
+    pub instances: Vec<InstanceHealth>,
+}
+
+/// One NF instance's health, as its agent reports it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InstanceHealth {
+    /// `tenant/middlebox/k`.
+    pub name: String,
+    /// Port id.
+    pub port: u16,
+    /// The process runs (as far as the supervisor knows).
+    pub alive: bool,
+    /// Traffic is being steered away from it (no heartbeat for the suspicion
+    /// timeout, or its process exited).
+    pub suspected: bool,
+    /// Milliseconds since its last heartbeat (None: never heard from).
+    pub last_heartbeat_age_ms: Option<u64>,
+    /// Datagrams it received.
+    pub rx_packets: u64,
+    /// Frames it sent back.
+    pub tx_packets: u64,
+    /// Frames it dropped (chain verdicts and its own drops).
+    pub drops: u64,
+    /// Frames it dropped because a socket queue was full.
+    pub queue_drops: u64,
+    /// CPU time it used (user + system), milliseconds.
+    pub cpu_ms: u64,
+}
+
+/// One local speculative failover: an instance suspected, its traffic moved to
+/// the surviving instances of its groups, and (later) its rejoining.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FailoverEvent {
+    /// `tenant/middlebox/k`.
+    pub instance: String,
+    /// Port id.
+    pub port: u16,
+    /// Why: `heartbeat` (none for the suspicion timeout) or `exited`.
+    pub reason: String,
+    /// When the instance became suspect (the missed heartbeat's deadline, or the
+    /// exit noticed), Unix time in microseconds.
+    pub suspected_at_us: u64,
+    /// When the data plane noticed (Unix microseconds).
+    pub detected_at_us: u64,
+    /// When the rewritten groups were in force (Unix microseconds).
+    pub applied_at_us: u64,
+    /// When its heartbeats resumed and the controller's groups were restored
+    /// (Unix microseconds).
+    pub rejoined_at_us: Option<u64>,
+    /// Groups rewritten.
+    pub groups: u32,
+}
+
+/// Pinned flows of one target of a pinned group.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PinnedFlows {
+    /// Tenant VNI.
+    pub vni: u32,
+    /// Group id.
+    pub group: u32,
+    /// The target.
+    pub target: Output,
+    /// Live (not idled-out) flows pinned to it.
+    pub flows: u64,
+    /// The target is draining (gets no new flows).
+    pub draining: bool,
+}
+
+/// Magic at the start of an instance heartbeat datagram. Its first byte has
+/// Geneve version bits `01`, so no Geneve packet (version 0) starts with it.
+pub const HEARTBEAT_MAGIC: [u8; 4] = *b"SLHB";
+
+/// Length of an encoded [`InstanceHeartbeat`].
+pub const HEARTBEAT_LEN: usize = 4 + 4 + 8 * 6;
+
+/// The small datagram an NF instance sends its agent every 10 ms, from its data
+/// socket to the agent's Geneve address (the agent tells it from Geneve by
+/// [`HEARTBEAT_MAGIC`]): liveness and load counters.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct InstanceHeartbeat {
+    /// Increases by one per heartbeat (restarts from 0 with the process).
+    pub seq: u32,
+    /// Datagrams received.
+    pub rx_packets: u64,
+    /// Frames sent back.
+    pub tx_packets: u64,
+    /// Frames dropped.
+    pub drops: u64,
+    /// Frames dropped because a queue was full.
+    pub queue_drops: u64,
+    /// CPU time (user + system), microseconds.
+    pub cpu_us: u64,
+    /// Process id.
+    pub pid: u64,
+}
+
+impl InstanceHeartbeat {
+    /// The datagram (big-endian fields after the magic).
+    pub fn encode(&self) -> [u8; HEARTBEAT_LEN] {
+        let mut b = [0u8; HEARTBEAT_LEN];
+        b[..4].copy_from_slice(&HEARTBEAT_MAGIC);
+        b[4..8].copy_from_slice(&self.seq.to_be_bytes());
+        let fields = [
+            self.rx_packets,
+            self.tx_packets,
+            self.drops,
+            self.queue_drops,
+            self.cpu_us,
+            self.pid,
+        ];
+        for (i, f) in fields.iter().enumerate() {
+            b[8 + 8 * i..16 + 8 * i].copy_from_slice(&f.to_be_bytes());
+        }
+        b
+    }
+
+    /// True if `d` starts like a heartbeat (whether or not it is complete).
+    pub fn is_heartbeat(d: &[u8]) -> bool {
+        d.len() >= 4 && d[..4] == HEARTBEAT_MAGIC
+    }
+
+    /// Parses a heartbeat (None: not one, or truncated).
+    pub fn decode(d: &[u8]) -> Option<InstanceHeartbeat> {
+        if d.len() < HEARTBEAT_LEN || !Self::is_heartbeat(d) {
+            return None;
+        }
+        let u = |i: usize| {
+            let mut a = [0u8; 8];
+            a.copy_from_slice(&d[8 + 8 * i..16 + 8 * i]);
+            u64::from_be_bytes(a)
+        };
+        Some(InstanceHeartbeat {
+            seq: u32::from_be_bytes([d[4], d[5], d[6], d[7]]),
+            rx_packets: u(0),
+            tx_packets: u(1),
+            drops: u(2),
+            queue_drops: u(3),
+            cpu_us: u(4),
+            pid: u(5),
+        })
+    }
 }
 
 /// The point-to-point link of instance port `port`: `(agent side, instance side)`
@@ -274,10 +464,73 @@ mod tests {
             ],
             tenants: vec![],
             instances: vec![],
+            group_policies: vec![GroupPolicy {
+                vni: 7,
+                group: 1,
+                pinned: true,
+                draining: vec![Output::Port(sluice_switch::PortId(2))],
+            }],
         };
         let j = serde_json::to_string(&c).unwrap();
         assert!(j.contains("\"type\":\"vm\""), "{j}");
         let back: AgentConfig = serde_json::from_str(&j).unwrap();
         assert_eq!(back, c);
+        // Older senders omit the policies.
+        let old = j.replace(
+            &format!(
+                ",\"group_policies\":{}",
+                serde_json::to_string(&c.group_policies).unwrap()
+            ),
+            "",
+        );
+        assert!(!old.contains("group_policies"), "{old}");
+        let back: AgentConfig = serde_json::from_str(&old).unwrap();
+        assert!(back.group_policies.is_empty());
+    }
+
+    #[test]
+    fn heartbeats_round_trip_and_are_not_geneve() {
+        let h = InstanceHeartbeat {
+            seq: 7,
+            rx_packets: 1,
+            tx_packets: 2,
+            drops: 3,
+            queue_drops: 4,
+            cpu_us: 5,
+            pid: 6,
+        };
+        let b = h.encode();
+        assert_eq!(InstanceHeartbeat::decode(&b), Some(h));
+        assert_eq!(InstanceHeartbeat::decode(&b[..HEARTBEAT_LEN - 1]), None);
+        assert_ne!(b[0] >> 6, 0, "Geneve version 0 never starts like this");
+        assert!(!InstanceHeartbeat::is_heartbeat(&[0, 0, 0x65, 0x58]));
+    }
+
+    #[test]
+    fn host_heartbeat_reads_as_a_registration() {
+        let reg = HostRegistration {
+            host: 2,
+            name: "h2".into(),
+            underlay: Ipv4Addr::new(10, 255, 0, 2),
+            api: "http://127.0.0.1:1".into(),
+            config_version: 4,
+        };
+        let hb = HostHeartbeat {
+            registration: reg.clone(),
+            instances: vec![InstanceHealth {
+                name: "t/fw/0".into(),
+                port: 5,
+                alive: true,
+                ..InstanceHealth::default()
+            }],
+        };
+        let j = serde_json::to_string(&hb).unwrap();
+        let as_reg: HostRegistration = serde_json::from_str(&j).unwrap();
+        assert_eq!(as_reg, reg);
+        let back: HostHeartbeat = serde_json::from_str(&j).unwrap();
+        assert_eq!(back, hb);
+        let plain: HostHeartbeat =
+            serde_json::from_str(&serde_json::to_string(&reg).unwrap()).unwrap();
+        assert!(plain.instances.is_empty());
     }
 }

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use indicatif::{ProgressBar, ProgressStyle};
 
-use crate::comb::{build_workload, provisioning_summary, Variability};
+use crate::comb::{build_workload, provisioning_summary_with, Variability};
 use crate::nfaas::{count_servers, mixed_customers, CustomerType, ServerType};
 use crate::stratos::{
     run_scenario, DistributionScheme, InitialPlacement, InstancePlacement, Scenario,
@@ -57,8 +57,16 @@ pub enum SimCommand {
         #[arg(long, default_value = "data/traffic/abilene-od-variability.csv")]
         variability: PathBuf,
         /// Traffic epochs (the paper uses 200).
-        #[arg(long, default_value_t = 50)]
+        #[arg(long, default_value_t = 200)]
         epochs: usize,
+        /// Accelerator experiment: put an IDS signature-matching accelerator at this
+        /// many PoPs (the busiest by mean traffic) and compare per-epoch max loads
+        /// (volume provisioning); 0 skips it.
+        #[arg(long, default_value_t = 0)]
+        ids_accel: usize,
+        /// Share of the IDS-specific work an accelerator takes off the CPU.
+        #[arg(long, default_value_t = 0.9)]
+        accel_offload: f64,
     },
     /// NFaaS Fig. 5: servers needed by tenant- vs service-centric placement.
     NfaasPlacement {
@@ -148,6 +156,8 @@ pub fn run(cmd: SimCommand) -> Result<(), SimError> {
             topologies,
             variability,
             epochs,
+            ids_accel,
+            accel_offload,
         } => {
             let text = std::fs::read_to_string(&variability).map_err(io_err(&variability))?;
             let var = Variability::parse(&text)?;
@@ -155,7 +165,8 @@ pub fn run(cmd: SimCommand) -> Result<(), SimError> {
             for p in &topologies {
                 topos.push(topology::load(p)?);
             }
-            let report = comb_report(&topos, &var, epochs, seed)?;
+            let accel = (ids_accel > 0).then_some((ids_accel, accel_offload));
+            let report = comb_report(&topos, &var, epochs, seed, accel)?;
             write_files(&out, &report.files)?;
             say(&format!("{}wrote {}\n", report.summary, out.display()));
             Ok(())
@@ -567,12 +578,15 @@ fn comb_paper(name: &str) -> Option<[f64; 3]> {
 /// Topologies up to this size also get the strawman relaxation (its LP grows quickly).
 const STRAWMAN_MAX_POPS: usize = 30;
 
-/// Computes CoMb Fig. 12-14 and Tables 5-7 for every topology.
+/// Computes CoMb Fig. 12-14 and Tables 5-7 for every topology; with
+/// `accel = Some((k, offload))` also the IDS-accelerator experiment at the `k` busiest
+/// PoPs (`accel_ids.csv`).
 pub fn comb_report(
     topos: &[Topology],
     var: &Variability,
     epochs: usize,
     seed: u64,
+    accel: Option<(usize, f64)>,
 ) -> Result<NfaasReport, SimError> {
     if epochs == 0 {
         return Err(SimError::Config("--epochs must be at least 1".into()));
@@ -592,6 +606,9 @@ pub fn comb_report(
     let mut table7 = String::from(
         "topology,pops,classes,hyperapp_lp_seconds,strawman_lp_seconds,strawman_max_load,hyperapp_max_load,gap_pct\n",
     );
+    let mut accel_csv =
+        String::from("topology,accel_pops,offload,epoch,max_load,max_load_accel,reduction\n");
+    let mut accel_summary = String::new();
     let mut summary = String::new();
     let _ = writeln!(
         summary,
@@ -610,9 +627,11 @@ pub fn comb_report(
     let (mut cats, mut v12, mut v13) = (Vec::new(), vec![Vec::new(); 2], vec![Vec::new(); 3]);
     let mut cdfs = Vec::new();
     for t in topos {
-        bar.set_message(t.name.clone());
+        bar.set_message(format!("{}: workload", t.name));
         let w = build_workload(t, var, epochs, seed)?;
-        let s = provisioning_summary(t, &w)?;
+        let s = provisioning_summary_with(t, &w, |stage| {
+            bar.set_message(format!("{}: {stage}", t.name));
+        })?;
         let _ = writeln!(
             fig12,
             "{},{},{:.4},{:.4}",
@@ -658,7 +677,9 @@ pub fn comb_report(
         let mut med = 0.0;
         let mut max = 0.0;
         for (label, prov) in [("uniform", vec![1000.0; w.nodes]), ("volume", volume)] {
-            let mut r = w.load_ratios(&prov)?;
+            let mut r = w.load_ratios_with(&prov, |e| {
+                bar.set_message(format!("{}: Fig. 14 {label} epoch {e}/{epochs}", t.name));
+            })?;
             for (e, x) in r.iter().enumerate() {
                 let _ = writeln!(fig14, "{},{label},{e},{x:.4}", t.name);
             }
@@ -683,13 +704,36 @@ pub fn comb_report(
                 max = q(1.0);
             }
         }
+        if let Some((k, offload)) = accel {
+            let volume = w.mean_node_volume();
+            let mut busiest: Vec<usize> = (0..w.nodes).collect();
+            busiest.sort_by(|&a, &b| volume[b].total_cmp(&volume[a]));
+            busiest.truncate(k);
+            let mut gains = Vec::with_capacity(w.epochs.len());
+            for e in 0..w.epochs.len() {
+                let base = crate::comb::max_load(&w.epoch_problem(e, &volume))?;
+                let fast = crate::comb::max_load(&w.accel_problem(e, &volume, &busiest, offload)?)?;
+                let _ = writeln!(
+                    accel_csv,
+                    "{},{k},{offload},{e},{base:.6},{fast:.6},{:.4}",
+                    t.name,
+                    base / fast.max(1e-12)
+                );
+                gains.push(base / fast.max(1e-12));
+            }
+            let m = median(gains.clone());
+            let lo = gains.iter().copied().fold(f64::INFINITY, f64::min);
+            let hi = gains.iter().copied().fold(0.0, f64::max);
+            let _ = writeln!(
+                accel_summary,
+                "{}: IDS accelerators at {k} PoPs ({offload} of IDS work offloaded): max load / {m:.3} median ({lo:.3}-{hi:.3})",
+                t.name
+            );
+        }
+        // Table 7: the model the simulator uses (aggregated), build + solve.
         let problem = w.epoch_problem(0, &w.mean_node_volume());
         let start = std::time::Instant::now();
-        sluice_optimizer::comb::min_max_load(
-            &problem,
-            sluice_optimizer::comb::Strategy::Path,
-            false,
-        )?;
+        crate::comb::max_load(&problem)?;
         let secs = start.elapsed().as_secs_f64();
         let mut straw_cols = ",,,".to_string();
         if t.nodes.len() <= STRAWMAN_MAX_POPS {
@@ -725,8 +769,9 @@ pub fn comb_report(
         bar.inc(1);
     }
     bar.finish_and_clear();
+    summary.push_str(&accel_summary);
     let names = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
-    let files = vec![
+    let mut files = vec![
         ("fig12_provisioning_savings.csv".to_string(), fig12),
         (
             "fig12_provisioning_savings.svg".to_string(),
@@ -772,6 +817,9 @@ pub fn comb_report(
         ),
         ("table7_solve_time.csv".to_string(), table7),
     ];
+    if accel.is_some() {
+        files.push(("accel_ids.csv".to_string(), accel_csv));
+    }
     Ok(NfaasReport { files, summary })
 }
 

@@ -9,11 +9,12 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use rand_distr_free::exp1;
 use sluice_optimizer::comb::{
-    derive_hyperapps, min_max_load, min_provisioning, min_provisioning_two_step,
-    strawman_min_max_load, Application, Hyperapp, KindClass, Module, NetworkProblem, PinnedPart,
-    ProvisioningProblem, Strategy, TrafficClass,
+    derive_hyperapps, min_max_load_model_aggregated, min_provisioning, min_provisioning_two_step,
+    strawman_min_max_load, Application, Hyperapp, KindClass, Module, NetworkProblem, NodeFootprint,
+    PinnedPart, ProvisioningProblem, Strategy, TrafficClass,
 };
 use sluice_optimizer::graph::Graph;
+use sluice_optimizer::lp::SolverOptions;
 
 use crate::topology::Topology;
 use crate::SimError;
@@ -406,6 +407,15 @@ impl Workload {
     /// with `node_prov[n]` total resources per node split among standalone apps in
     /// proportion to their mean workload there.
     pub fn load_ratios(&self, node_prov: &[f64]) -> Result<Vec<f64>, SimError> {
+        self.load_ratios_with(node_prov, |_| {})
+    }
+
+    /// [`Self::load_ratios`], calling `on_epoch(e)` after each epoch (progress).
+    pub fn load_ratios_with(
+        &self,
+        node_prov: &[f64],
+        mut on_epoch: impl FnMut(usize),
+    ) -> Result<Vec<f64>, SimError> {
         let apps = self.app_footprint.len();
         let mut mean_work = vec![vec![0.0; apps]; self.nodes];
         for vols in &self.epochs {
@@ -446,9 +456,11 @@ impl Workload {
                 prov: node_prov.iter().map(|&p| vec![p]).collect(),
                 footprints: footprints.clone(),
                 classes,
+                node_footprints: Vec::new(),
             };
-            let comb = min_max_load(&problem, Strategy::Path, false)?.max_load;
+            let comb = max_load(&problem)?;
             out.push(standalone / comb.max(1e-12));
+            on_epoch(out.len());
         }
         Ok(out)
     }
@@ -478,8 +490,7 @@ impl Workload {
             &self.order,
             &self.kind_classes,
         )?;
-        let hyper =
-            min_max_load(&self.epoch_problem(0, node_prov), Strategy::Path, false)?.max_load;
+        let hyper = max_load(&self.epoch_problem(0, node_prov))?;
         Ok((straw, hyper))
     }
 
@@ -497,8 +508,67 @@ impl Workload {
                     ..c.clone()
                 })
                 .collect(),
+            node_footprints: Vec::new(),
         }
     }
+
+    /// Accelerator experiment (node-dependent footprints, §4.3): epoch `e`'s load
+    /// balancing with a signature-matching accelerator at each of `accel_nodes`. There,
+    /// every hyperapp containing the IDS moves `offload` (0..=1) of the IDS-specific work
+    /// from the CPU to a second resource, the accelerator, whose capacity equals the
+    /// node's CPU provisioning; elsewhere the accelerator capacity is zero.
+    pub fn accel_problem(
+        &self,
+        e: usize,
+        node_prov: &[f64],
+        accel_nodes: &[usize],
+        offload: f64,
+    ) -> Result<NetworkProblem, SimError> {
+        if !(0.0..=1.0).contains(&offload) {
+            return Err(SimError::Config(format!(
+                "accelerator offload {offload} must be within [0, 1]"
+            )));
+        }
+        let ids = self
+            .apps
+            .iter()
+            .position(|a| a.name == "ids")
+            .ok_or_else(|| SimError::Config("no IDS application to accelerate".into()))?;
+        let moved = offload * self.apps[ids].specific[0];
+        let base = self.epoch_problem(e, node_prov);
+        let mut node_footprints = Vec::new();
+        for &n in accel_nodes {
+            for (h, hyper) in self.hyperapps.iter().enumerate() {
+                if hyper.apps.contains(&ids) {
+                    node_footprints.push(NodeFootprint {
+                        node: n,
+                        hyperapp: h,
+                        footprint: vec![hyper.footprint_reuse[0] - moved, moved],
+                    });
+                }
+            }
+        }
+        Ok(NetworkProblem {
+            prov: node_prov
+                .iter()
+                .enumerate()
+                .map(|(n, &p)| vec![p, if accel_nodes.contains(&n) { p } else { 0.0 }])
+                .collect(),
+            footprints: base.footprints.iter().map(|f| vec![f[0], 0.0]).collect(),
+            classes: base.classes,
+            node_footprints,
+        })
+    }
+}
+
+/// CoMb's min-max load (Path) through the aggregated model, which has the same optimum
+/// as the per-class one with several times fewer variables.
+pub fn max_load(problem: &NetworkProblem) -> Result<f64, SimError> {
+    Ok(
+        min_max_load_model_aggregated(problem, Strategy::Path, false)?
+            .solve(&SolverOptions::default())?
+            .max_load,
+    )
 }
 
 /// Provisioning results for one topology (Fig. 12, Fig. 13, Table 6).
@@ -526,6 +596,15 @@ pub fn provisioning_summary(
     topo: &Topology,
     w: &Workload,
 ) -> Result<ProvisioningSummary, SimError> {
+    provisioning_summary_with(topo, w, |_| {})
+}
+
+/// [`provisioning_summary`], calling `stage(name)` before each LP (progress).
+pub fn provisioning_summary_with(
+    topo: &Topology,
+    w: &Workload,
+    mut stage: impl FnMut(&str),
+) -> Result<ProvisioningSummary, SimError> {
     let standalone = w.standalone_ingress();
     let standalone_cost: f64 = standalone.iter().flatten().sum();
     let largest_standalone = standalone.iter().flatten().copied().fold(0.0, f64::max);
@@ -535,16 +614,19 @@ pub fn provisioning_summary(
         .into_iter()
         .enumerate()
     {
+        stage(&format!("provisioning {s:?}"));
         let prov = w.comb_provisioning(s, true)?;
         savings[i] = standalone_cost / prov.iter().sum::<f64>();
         largest[i] = largest_standalone / prov.iter().copied().fold(0.0, f64::max);
     }
+    stage("provisioning without reuse");
     let no_reuse: f64 = w.comb_provisioning(Strategy::Path, false)?.iter().sum();
     let pinned = ["cache", "loadbalancer"];
-    let constrained = [
-        standalone_cost / w.two_step_cost(&pinned, Strategy::Path)?,
-        standalone_cost / w.two_step_cost(&pinned, Strategy::Ingress)?,
-    ];
+    stage("two-step provisioning (Path)");
+    let two_step = w.two_step_cost(&pinned, Strategy::Path)?;
+    stage("two-step provisioning (Ingress)");
+    let ingress_only = w.two_step_cost(&pinned, Strategy::Ingress)?;
+    let constrained = [standalone_cost / two_step, standalone_cost / ingress_only];
     Ok(ProvisioningSummary {
         topology: topo.name.clone(),
         pops: topo.nodes.len(),
@@ -618,6 +700,32 @@ mod tests {
         let (straw, hyper) = w.strawman_gap(&[1000.0; 4]).unwrap();
         assert!(straw <= hyper + 1e-9 && straw > 0.0, "{straw} {hyper}");
         assert!(r.iter().all(|&x| x >= 1.0 - 1e-9), "{r:?}");
+    }
+
+    #[test]
+    fn ids_accelerators_lower_the_max_load() {
+        let topo = line(4);
+        let w = build_workload(&topo, &Variability::constant(), 1, 5).unwrap();
+        let prov = w.mean_node_volume();
+        let base = max_load(&w.epoch_problem(0, &prov)).unwrap();
+        // No offload: same optimum as without the accelerator resource.
+        let same = max_load(&w.accel_problem(0, &prov, &[1, 2], 0.0).unwrap()).unwrap();
+        assert!((same - base).abs() <= 1e-7 * base, "{same} vs {base}");
+        let fast = max_load(&w.accel_problem(0, &prov, &[1, 2], 0.9).unwrap()).unwrap();
+        assert!(fast < base * 0.99, "{fast} vs {base}");
+        // More accelerators never hurt.
+        let all = max_load(&w.accel_problem(0, &prov, &[0, 1, 2, 3], 0.9).unwrap()).unwrap();
+        assert!(all <= fast + 1e-9, "{all} vs {fast}");
+        assert!(matches!(
+            w.accel_problem(0, &prov, &[1], 1.5),
+            Err(SimError::Config(_))
+        ));
+        assert!(matches!(
+            w.accel_problem(0, &prov, &[9], 0.5)
+                .map(|p| max_load(&p))
+                .unwrap(),
+            Err(SimError::Comb(_))
+        ));
     }
 
     #[test]

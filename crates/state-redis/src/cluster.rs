@@ -357,6 +357,57 @@ impl StateStore for ClusterStore {
         )))
     }
 
+    /// One `write` per node touched, replies read later (see
+    /// [`StateStore::execute_unacked`]). Redirections are not followed: a
+    /// redirected write counts as failed, so the caller's cache reads through.
+    fn execute_unacked(&mut self, ops: &mut Ops) -> Result<(), StoreError> {
+        if ops.is_empty() {
+            return Ok(());
+        }
+        for v in self.per_node.iter_mut() {
+            v.clear();
+        }
+        for i in 0..ops.len() {
+            let op = ops.ops()[i];
+            count(&mut self.counters, &op);
+            self.key_buf.clear();
+            routing_key(&mut self.key_buf, &op);
+            let slot = crate::cluster::slot_of(&self.key_buf);
+            let node = self.node_for_slot(slot).map_err(|e| self.fail(e))?;
+            self.per_node[node].push(i);
+        }
+        for n in 0..self.nodes.len() {
+            if self.per_node[n].is_empty() {
+                continue;
+            }
+            self.nodes[n].ensure_conn().map_err(|e| self.fail(e))?;
+            self.nodes[n].wbuf.clear();
+            for j in 0..self.per_node[n].len() {
+                let op = ops.ops()[self.per_node[n][j]];
+                self.nodes[n].encode_op(ops, &op);
+            }
+            let count = self.per_node[n].len();
+            self.nodes[n]
+                .send_unacked(count)
+                .map_err(|e| self.fail(e))?;
+        }
+        Ok(())
+    }
+
+    fn sync(&mut self) -> Result<(), StoreError> {
+        for n in 0..self.nodes.len() {
+            self.nodes[n].sync().map_err(|e| self.fail(e))?;
+        }
+        Ok(())
+    }
+
+    fn take_unacked_failures(&mut self) -> u64 {
+        self.nodes
+            .iter_mut()
+            .map(|n| std::mem::take(&mut n.unacked_failures))
+            .sum()
+    }
+
     fn counters(&self) -> StoreCounters {
         self.counters
     }

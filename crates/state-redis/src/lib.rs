@@ -164,6 +164,50 @@ impl StateStore for RedisStore {
         Ok(())
     }
 
+    /// One `write` of the pipeline; the replies are read (and failures counted)
+    /// by the next call that waits, or without waiting when already there.
+    /// Counts the operations but no round trip.
+    fn execute_unacked(&mut self, ops: &mut Ops) -> Result<(), StoreError> {
+        if ops.is_empty() {
+            return Ok(());
+        }
+        self.node.ensure_conn()?;
+        self.node.wbuf.clear();
+        // Runs of puts become one MSET, runs of deletes one DEL (the cache's
+        // deferred writes are exactly that): less work for the server.
+        let (mut i, mut commands) = (0, 0);
+        while i < ops.len() {
+            let op = ops.ops()[i];
+            count(&mut self.counters, &op);
+            let kind = std::mem::discriminant(&op);
+            let mut j = i + 1;
+            if matches!(op, Op::Put { .. } | Op::Delete { .. }) {
+                while j < ops.len() && std::mem::discriminant(&ops.ops()[j]) == kind {
+                    count(&mut self.counters, &ops.ops()[j]);
+                    j += 1;
+                }
+            }
+            if j - i > 1 {
+                self.node.encode_multi(ops, i, j);
+            } else {
+                self.node.encode_op(ops, &op);
+            }
+            commands += 1;
+            i = j;
+        }
+        self.node.send_unacked(commands)
+    }
+
+    fn sync(&mut self) -> Result<(), StoreError> {
+        self.node.sync()
+    }
+
+    /// Counts failed commands: a failed `MSET` of several deferred writes counts
+    /// once (callers only need to know that something may be missing).
+    fn take_unacked_failures(&mut self) -> u64 {
+        std::mem::take(&mut self.node.unacked_failures)
+    }
+
     fn counters(&self) -> StoreCounters {
         self.counters
     }

@@ -20,7 +20,20 @@ pub(crate) struct Node {
     key_buf: Vec<u8>,
     key_buf2: Vec<u8>,
     key_buf3: Vec<u8>,
+    /// Bytes of `rbuf` already parsed (replies of unacknowledged writes read ahead).
+    rpos: usize,
+    /// Commands sent without waiting whose replies are not read yet: they come
+    /// first on the connection, before the replies of anything sent later.
+    pub(crate) unacked: usize,
+    /// Unacknowledged commands that failed (error reply, or connection lost before
+    /// their reply was read).
+    pub(crate) unacked_failures: u64,
 }
+
+/// Unacknowledged replies beyond which a send waits for them (never reached in
+/// practice: replies are read without waiting at every send, see
+/// [`Node::drain_ready`]).
+const MAX_UNACKED: usize = 1 << 16;
 
 fn io_err(e: std::io::Error, timeout: Duration) -> StoreError {
     match e.kind() {
@@ -43,7 +56,96 @@ impl Node {
             key_buf: Vec::with_capacity(256),
             key_buf2: Vec::with_capacity(256),
             key_buf3: Vec::with_capacity(256),
+            rpos: 0,
+            unacked: 0,
+            unacked_failures: 0,
         }
+    }
+
+    /// Drops the connection (its pipeline state is unknown); commands sent
+    /// without waiting whose replies were not read count as failed.
+    pub(crate) fn drop_conn(&mut self) {
+        self.stream = None;
+        self.unacked_failures += self.unacked as u64;
+        self.unacked = 0;
+    }
+
+    /// Writes the pipeline in `wbuf` (`n` commands) without waiting for the
+    /// replies; they are read by a later [`Node::receive`] or
+    /// [`Node::drain_ready`].
+    pub(crate) fn send_unacked(&mut self, n: usize) -> Result<(), StoreError> {
+        if self.unacked >= MAX_UNACKED {
+            self.receive(0)?;
+        }
+        self.send()?;
+        self.unacked += n;
+        self.drain_ready()
+    }
+
+    /// Reads the replies of unacknowledged commands that have already arrived,
+    /// without waiting for more.
+    pub(crate) fn drain_ready(&mut self) -> Result<(), StoreError> {
+        if self.unacked == 0 {
+            return Ok(());
+        }
+        let t = self.timeout;
+        let Some(stream) = self.stream.as_mut() else {
+            return Ok(());
+        };
+        let mut chunk = [0u8; 16 * 1024];
+        let read = (|| {
+            stream.set_nonblocking(true)?;
+            let r = loop {
+                match stream.read(&mut chunk) {
+                    Ok(0) => {
+                        break Err(std::io::Error::new(
+                            std::io::ErrorKind::UnexpectedEof,
+                            "connection closed by the server",
+                        ))
+                    }
+                    Ok(got) => {
+                        if self.rpos == self.rbuf.len() {
+                            self.rbuf.clear();
+                            self.rpos = 0;
+                        }
+                        self.rbuf.extend_from_slice(&chunk[..got]);
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break Ok(()),
+                    Err(e) => break Err(e),
+                }
+            };
+            stream.set_nonblocking(false)?;
+            r
+        })();
+        if let Err(e) = read {
+            self.drop_conn();
+            return Err(io_err(e, t));
+        }
+        while self.unacked > 0 {
+            match resp::parse(&self.rbuf, self.rpos) {
+                Ok(Some((r, next))) => {
+                    if matches!(r, Reply::Error(_)) {
+                        self.unacked_failures += 1;
+                    }
+                    self.unacked -= 1;
+                    self.rpos = next;
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    self.drop_conn();
+                    return Err(StoreError::Protocol(e.to_string()));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Waits for the replies of every unacknowledged command.
+    pub(crate) fn sync(&mut self) -> Result<(), StoreError> {
+        if self.unacked == 0 {
+            return Ok(());
+        }
+        self.receive(0).map(|_| ())
     }
 
     /// Connects and loads the scripts, unless connected.
@@ -67,6 +169,8 @@ impl Node {
             .set_write_timeout(Some(t))
             .map_err(|e| io_err(e, t))?;
         self.stream = Some(stream);
+        self.rbuf.clear();
+        self.rpos = 0;
         self.wbuf.clear();
         for s in scripts::ALL {
             resp::encode(&mut self.wbuf, &[b"SCRIPT", b"LOAD", s.as_bytes()]);
@@ -79,7 +183,7 @@ impl Node {
                 Reply::Bulk(Some(range)) => shas.push(self.rbuf[range.clone()].to_vec()),
                 other => {
                     let e = self.unexpected("SCRIPT LOAD", other);
-                    self.stream = None;
+                    self.drop_conn();
                     return Err(e);
                 }
             }
@@ -116,13 +220,15 @@ impl Node {
             )));
         };
         if let Err(e) = stream.write_all(&self.wbuf) {
-            self.stream = None;
+            self.drop_conn();
             return Err(io_err(e, t));
         }
         Ok(())
     }
 
-    /// Reads `n` replies into `rbuf`. On failure the connection is dropped.
+    /// Reads `n` replies into `rbuf`, after the replies of every unacknowledged
+    /// command sent before (which come first on the connection). On failure the
+    /// connection is dropped.
     pub(crate) fn receive(&mut self, n: usize) -> Result<Vec<Reply>, StoreError> {
         let t = self.timeout;
         let result = (|| {
@@ -130,14 +236,27 @@ impl Node {
                 .stream
                 .as_mut()
                 .ok_or_else(|| StoreError::Unavailable("not connected".into()))?;
-            self.rbuf.clear();
+            // Keep what was read ahead but not parsed yet.
+            if self.rpos >= self.rbuf.len() {
+                self.rbuf.clear();
+            } else {
+                self.rbuf.drain(..self.rpos);
+            }
+            self.rpos = 0;
             let mut replies = Vec::with_capacity(n);
             let mut at = 0;
             let mut chunk = [0u8; 16 * 1024];
-            while replies.len() < n {
+            while replies.len() < n || self.unacked > 0 {
                 match resp::parse(&self.rbuf, at)
                     .map_err(|e| StoreError::Protocol(e.to_string()))?
                 {
+                    Some((r, next)) if self.unacked > 0 => {
+                        if matches!(r, Reply::Error(_)) {
+                            self.unacked_failures += 1;
+                        }
+                        self.unacked -= 1;
+                        at = next;
+                    }
                     Some((r, next)) => {
                         replies.push(r);
                         at = next;
@@ -153,16 +272,43 @@ impl Node {
                     }
                 }
             }
+            self.rpos = at;
             Ok(replies)
         })();
         if result.is_err() {
-            self.stream = None;
+            self.drop_conn();
         }
         result
     }
 
     fn sha(&self, i: usize) -> &[u8] {
         self.shas.get(i).map_or(&[][..], |s| &s[..])
+    }
+
+    /// Appends one command for the consecutive puts (`MSET`) or deletes (`DEL`)
+    /// `ops[from..to]` (all of one kind): one command for the server to parse and
+    /// one reply instead of one per key. Keys apply left to right, as separate
+    /// commands would.
+    pub(crate) fn encode_multi(&mut self, ops: &Ops, from: usize, to: usize) {
+        let puts = matches!(ops.ops()[from], Op::Put { .. });
+        let argc = 1 + (to - from) * if puts { 2 } else { 1 };
+        resp::encode_header(&mut self.wbuf, argc);
+        resp::encode_arg(&mut self.wbuf, if puts { b"MSET" } else { b"DEL" });
+        for op in &ops.ops()[from..to] {
+            self.key_buf.clear();
+            match *op {
+                Op::Put { key, val } => {
+                    redis_key(&mut self.key_buf, &key);
+                    resp::encode_arg(&mut self.wbuf, &self.key_buf);
+                    resp::encode_arg(&mut self.wbuf, ops.arg(val));
+                }
+                Op::Delete { key } => {
+                    redis_key(&mut self.key_buf, &key);
+                    resp::encode_arg(&mut self.wbuf, &self.key_buf);
+                }
+                _ => {}
+            }
+        }
     }
 
     /// Appends `ASKING` (for a cluster ASK redirection) to the pipeline.
@@ -310,7 +456,7 @@ impl Node {
                     .error_text(other)
                     .is_some_and(|t| t.starts_with(b"NOSCRIPT"))
                 {
-                    self.stream = None;
+                    self.drop_conn();
                 }
                 return Err(e);
             }
@@ -363,7 +509,7 @@ impl Node {
                     .error_text(other)
                     .is_some_and(|t| t.starts_with(b"NOSCRIPT"))
                 {
-                    self.stream = None;
+                    self.drop_conn();
                 }
                 Err(e)
             }

@@ -34,6 +34,21 @@ pub fn encode(out: &mut Vec<u8>, args: &[&[u8]]) {
     }
 }
 
+/// Appends the header of a command of `argc` arguments; follow it with exactly
+/// `argc` calls of [`encode_arg`].
+pub fn encode_header(out: &mut Vec<u8>, argc: usize) {
+    out.push(b'*');
+    push_int(out, argc as i64);
+}
+
+/// Appends one argument of a command started with [`encode_header`].
+pub fn encode_arg(out: &mut Vec<u8>, a: &[u8]) {
+    out.push(b'$');
+    push_int(out, a.len() as i64);
+    out.extend_from_slice(a);
+    out.extend_from_slice(b"\r\n");
+}
+
 /// Appends a decimal integer followed by CRLF.
 fn push_int(out: &mut Vec<u8>, v: i64) {
     let mut b = [0u8; 24];

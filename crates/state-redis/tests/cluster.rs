@@ -102,3 +102,33 @@ fn bad_cluster_urls_and_dead_nodes_are_errors() {
         "a batch touching a dead primary fails, without panicking"
     );
 }
+
+#[test]
+fn cluster_unacked_writes_reach_every_node_and_redirects_are_failures() {
+    let cluster = RedisCluster::start(3).expect("start a 3-node cluster");
+    let mut c = ClusterStore::open(&cluster.url()).unwrap();
+    let key = |i: u32| Key::new(Namespace(9), 1, &i.to_be_bytes());
+    let mut ops = Ops::new();
+    for i in 0..300u32 {
+        ops.put(key(i), &i.to_le_bytes());
+    }
+    c.execute_unacked(&mut ops).unwrap();
+    assert_eq!(c.counters().round_trips, 0, "sent without waiting");
+    ops.clear();
+    let ids: Vec<_> = (0..300u32).map(|i| ops.get(key(i))).collect();
+    c.execute(&mut ops).unwrap();
+    for (i, id) in ids.iter().enumerate() {
+        assert_eq!(ops.value(*id), Some(&(i as u32).to_le_bytes()[..]));
+    }
+    assert_eq!(c.take_unacked_failures(), 0);
+    // With a stale slot map, writes land on the wrong node: answered MOVED,
+    // not applied, and reported.
+    c.scramble_slots_for_test();
+    ops.clear();
+    for i in 0..300u32 {
+        ops.put(key(i), b"new");
+    }
+    c.execute_unacked(&mut ops).unwrap();
+    c.sync().unwrap();
+    assert!(c.take_unacked_failures() > 0);
+}

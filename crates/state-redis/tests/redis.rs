@@ -155,3 +155,110 @@ fn flushed_scripts_fail_one_batch_then_recover() {
     s.execute(&mut ops).unwrap();
     assert!(ops.swapped(id));
 }
+
+#[test]
+fn unacked_writes_cost_no_round_trip_and_are_seen_in_order() {
+    let srv = server();
+    let mut s = RedisStore::open(&srv.url()).unwrap();
+    let mut ops = Ops::new();
+    // Many sends and no waiting call in between: replies are read ahead
+    // without waiting, and what is left by the next round trip.
+    for round in 0..200u32 {
+        ops.clear();
+        for i in 0..100u32 {
+            ops.put(k(1, &i.to_be_bytes()), &round.to_be_bytes());
+        }
+        s.execute_unacked(&mut ops).unwrap();
+    }
+    assert_eq!(s.counters().round_trips, 0);
+    assert_eq!(s.counters().writes, 20_000);
+    ops.clear();
+    let ids: Vec<_> = (0..100u32)
+        .map(|i| ops.get(k(1, &i.to_be_bytes())))
+        .collect();
+    s.execute(&mut ops).unwrap();
+    for id in ids {
+        assert_eq!(ops.value(id), Some(&199u32.to_be_bytes()[..]));
+    }
+    assert_eq!(s.counters().round_trips, 1);
+    assert_eq!(s.take_unacked_failures(), 0);
+    s.sync().unwrap();
+}
+
+#[test]
+fn failed_unacked_writes_are_reported() {
+    let srv = server();
+    let mut s = RedisStore::open(&srv.url()).unwrap();
+    let mut ops = Ops::new();
+    ops.put(k(2, b"text"), b"not a number");
+    s.execute(&mut ops).unwrap();
+    ops.clear();
+    ops.incr(k(2, b"text"), 1);
+    ops.put(k(2, b"ok"), b"1");
+    s.execute_unacked(&mut ops).unwrap();
+    // The barrier reads the replies: one error among them.
+    s.sync().unwrap();
+    assert_eq!(s.take_unacked_failures(), 1);
+    assert_eq!(s.take_unacked_failures(), 0, "taking resets");
+    ops.clear();
+    let g = ops.get(k(2, b"ok"));
+    s.execute(&mut ops).unwrap();
+    assert_eq!(ops.value(g), Some(&b"1"[..]));
+}
+
+#[test]
+fn lost_connection_counts_unacked_writes_as_failed() {
+    let srv = server();
+    let mut s = RedisStore::open(&srv.url()).unwrap();
+    let mut ops = Ops::new();
+    ops.put(k(3, b"a"), b"1");
+    s.execute_unacked(&mut ops).unwrap();
+    drop(srv);
+    let r = s.sync();
+    let failed = s.take_unacked_failures();
+    // Either the reply made it before the server died (and sync succeeded) or
+    // the write counts as failed: never silently both lost and unreported.
+    assert!(
+        r.is_ok() && failed == 0 || r.is_err() && failed == 1,
+        "{r:?} {failed}"
+    );
+}
+
+#[test]
+fn unacked_runs_of_puts_and_deletes_apply_in_order() {
+    let srv = server();
+    let mut s = RedisStore::open(&srv.url()).unwrap();
+    let mut ops = Ops::new();
+    ops.put(k(4, b"a"), b"1");
+    ops.put(k(4, b"b"), b"1");
+    ops.put(k(4, b"a"), b"2");
+    ops.delete(k(4, b"b"));
+    ops.delete(k(4, b"c"));
+    ops.put(k(4, b"c"), b"3");
+    ops.incr(k(4, b"n"), 5);
+    ops.put(k(4, b"d"), b"4");
+    s.execute_unacked(&mut ops).unwrap();
+    assert_eq!(s.counters().writes, 7);
+    ops.clear();
+    let ids: Vec<_> = [b"a", b"b", b"c", b"d"]
+        .iter()
+        .map(|n| ops.get(k(4, &n[..])))
+        .collect();
+    let n = ops.incr(k(4, b"n"), 0);
+    s.execute(&mut ops).unwrap();
+    let got: Vec<_> = ids
+        .iter()
+        .map(|&id| ops.value(id).map(|v| v.to_vec()))
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            Some(b"2".to_vec()),
+            None,
+            Some(b"3".to_vec()),
+            Some(b"4".to_vec())
+        ]
+    );
+    assert_eq!(ops.counter(n), 5);
+    assert_eq!(s.take_unacked_failures(), 0);
+}

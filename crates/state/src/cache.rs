@@ -13,9 +13,11 @@
 //!   through and fills. [`Hint::Owned`] writes go to the store in the same round
 //!   trip as before (so they are durable before the batch's packets leave) and
 //!   update the cache. [`Hint::Deferred`] writes update the cache and ride along
-//!   with the next round trip, or are flushed when older than
-//!   [`CacheConfig::max_defer_ns`], more than [`CacheConfig::max_pending`] are
-//!   pending, or the lease is given up.
+//!   with the next round trip, or are sent without waiting for the store's reply
+//!   ([`StateStore::execute_unacked`], by [`FlowCache::flush_due`] after a batch)
+//!   when older than [`CacheConfig::max_defer_ns`] or more than
+//!   [`CacheConfig::max_pending`] are pending; giving up the lease sends them and
+//!   waits for every acknowledgement.
 //! * An `execute` whose operations were all answered or absorbed by the cache makes
 //!   no round trip at all.
 //! * Entries unused for [`CacheConfig::idle_ns`] are not served: a bound far below
@@ -133,6 +135,9 @@ pub struct CacheStats {
     pub deferred_flushed: u64,
     /// Deferred writes dropped (store error, or lease expired before a flush).
     pub deferred_lost: u64,
+    /// Flushes of due deferred writes sent without waiting for the store's reply
+    /// ([`StateStore::execute_unacked`]): they cost no round trip.
+    pub background_flushes: u64,
     /// `execute` calls answered without a round trip.
     pub saved_round_trips: u64,
     /// Entries dropped (idle, memory cap, lost ownership, store-bound writes).
@@ -247,25 +252,67 @@ impl FlowCache {
         r
     }
 
-    /// Sends every deferred write now.
+    /// Sends every deferred write now and waits until the store acknowledged them
+    /// and every deferred write sent earlier without waiting (so they are durable
+    /// when this returns, as giving up a lease requires).
     pub fn flush(&mut self, store: &mut dyn StateStore, now_ns: u64) -> Result<(), StoreError> {
         self.check_lease(now_ns);
-        if self.pending == 0 {
+        if self.pending > 0 {
+            self.fwd.clear();
+            self.append_dirty();
+            self.send(store, None)?;
+        }
+        let r = store.sync();
+        self.check_unacked(store);
+        if r.is_err() {
+            self.drop_all();
+        }
+        r
+    }
+
+    /// Sends the deferred writes if the oldest is due or too many wait, without
+    /// waiting for the store's reply ([`StateStore::execute_unacked`]): their
+    /// acknowledgements are read by the next round trip the instance makes anyway.
+    pub fn flush_due(&mut self, store: &mut dyn StateStore, now_ns: u64) -> Result<(), StoreError> {
+        self.check_lease(now_ns);
+        if !self.due(now_ns) {
+            self.check_unacked(store);
             return Ok(());
         }
         self.fwd.clear();
         self.append_dirty();
-        self.send(store, None)
+        self.stats.background_flushes += 1;
+        let r = store.execute_unacked(&mut self.fwd);
+        if r.is_err() {
+            self.fail_send();
+        } else {
+            self.in_flight = 0;
+        }
+        self.check_unacked(store);
+        r
     }
 
-    /// Sends the deferred writes if the oldest is due or too many wait.
-    pub fn flush_due(&mut self, store: &mut dyn StateStore, now_ns: u64) -> Result<(), StoreError> {
-        if self.due(now_ns) {
-            self.flush(store, now_ns)
-        } else {
-            self.check_lease(now_ns);
-            Ok(())
+    /// Deferred writes sent without waiting that the store reports failed (or may
+    /// not have applied): the store may be behind the cache on any key, so the
+    /// cache forgets everything and reads through again (what a crash would lose,
+    /// and no more).
+    fn check_unacked(&mut self, store: &mut dyn StateStore) {
+        let failed = store.take_unacked_failures();
+        if failed > 0 {
+            self.stats.deferred_flushed = self.stats.deferred_flushed.saturating_sub(failed);
+            self.stats.deferred_lost += failed;
+            self.drop_all();
         }
+    }
+
+    /// A send failed: what reached the store is unknown, so forget everything,
+    /// including the deferred writes in it.
+    fn fail_send(&mut self) {
+        self.stats.deferred_flushed -= self.in_flight;
+        self.stats.deferred_lost += self.in_flight;
+        self.in_flight = 0;
+        self.drop_all();
+        self.fills.clear();
     }
 
     /// This cache in front of `store` at time `now_ns`, as a [`StateStore`].
@@ -330,11 +377,7 @@ impl FlowCache {
         if let Err(e) = store.execute(&mut self.fwd) {
             // What reached the store is unknown: forget everything, including the
             // deferred writes (the loss a crash would cause, and no more).
-            self.stats.deferred_flushed -= self.in_flight;
-            self.stats.deferred_lost += self.in_flight;
-            self.in_flight = 0;
-            self.drop_all();
-            self.fills.clear();
+            self.fail_send();
             return Err(e);
         }
         self.in_flight = 0;
@@ -522,7 +565,9 @@ impl FlowCache {
                 }
             }
         }
-        if c.fwd.is_empty() && !c.due(now) {
+        if c.fwd.is_empty() {
+            // Due deferred writes go out without waiting, after the batch
+            // (`flush_due`), never as a round trip of their own.
             c.stats.saved_round_trips += 1;
             return Ok(());
         }
@@ -530,6 +575,7 @@ impl FlowCache {
         // batch on a dirty key already sent that key's value before itself.
         c.append_dirty();
         c.send(store, Some(ops))?;
+        c.check_unacked(store);
         let fills = std::mem::take(&mut c.fills);
         for (key, i) in &fills {
             let i = *i as usize;
@@ -568,7 +614,9 @@ pub struct CachedStore<'a> {
 }
 
 impl CachedStore<'_> {
-    /// Sends deferred writes if they are due (call at the end of a batch).
+    /// Sends deferred writes if they are due, without waiting for the store (call
+    /// at the end of every batch: `execute` never makes a round trip just for
+    /// them).
     pub fn flush_due(&mut self) -> Result<(), StoreError> {
         self.cache.flush_due(self.inner, self.now_ns)
     }
@@ -691,6 +739,86 @@ mod tests {
         c.bind(&mut s, 400).execute(&mut ops).unwrap();
         c.flush_due(&mut s, 400 + 1_000_000).unwrap();
         assert_eq!(s.counters().writes, 2);
+    }
+
+    #[test]
+    fn due_deferred_writes_are_sent_without_a_round_trip() {
+        let (mut c, mut s) = cache_all();
+        let mut ops = Ops::new();
+        ops.put_hinted(k(1), b"a", Hint::Deferred { flow_hash: 5 });
+        ops.put_hinted(k(2), b"b", Hint::Deferred { flow_hash: 6 });
+        c.bind(&mut s, 100).execute(&mut ops).unwrap();
+        c.flush_due(&mut s, 100 + 1_000_000).unwrap();
+        assert_eq!(s.counters().writes, 2, "both reached the store");
+        assert_eq!(s.counters().round_trips, 0, "and nobody waited for them");
+        assert_eq!(c.stats().background_flushes, 1);
+        assert_eq!(c.pending(), 0);
+        // Still served from the cache afterwards.
+        assert_eq!(
+            get(&mut c, &mut s, 100 + 1_000_001, k(1)),
+            Some(b"a".to_vec())
+        );
+        assert_eq!(s.counters().round_trips, 0);
+    }
+
+    /// A store whose unacknowledged writes all fail (as if the connection was lost
+    /// before their replies were read).
+    struct Lossy {
+        inner: LocalStore,
+        failed: u64,
+    }
+
+    impl StateStore for Lossy {
+        fn execute(&mut self, ops: &mut Ops) -> Result<(), StoreError> {
+            self.inner.execute(ops)
+        }
+        fn execute_unacked(&mut self, ops: &mut Ops) -> Result<(), StoreError> {
+            self.failed += ops.len() as u64;
+            Ok(())
+        }
+        fn take_unacked_failures(&mut self) -> u64 {
+            std::mem::take(&mut self.failed)
+        }
+        fn take_expired(
+            &mut self,
+            ns: Namespace,
+            now_ns: u64,
+            max: usize,
+            out: &mut Vec<Key>,
+        ) -> Result<(), StoreError> {
+            self.inner.take_expired(ns, now_ns, max, out)
+        }
+        fn counters(&self) -> StoreCounters {
+            self.inner.counters()
+        }
+        fn describe(&self) -> String {
+            "lossy".into()
+        }
+    }
+
+    #[test]
+    fn failed_background_flush_loses_only_deferred_writes() {
+        let mut c = FlowCache::new(CacheConfig::default());
+        let mut s = Lossy {
+            inner: LocalStore::new(),
+            failed: 0,
+        };
+        c.set_ownership(Some(Ownership::all(1, u64::MAX)), &mut s, 0)
+            .unwrap();
+        let mut ops = Ops::new();
+        ops.put_hinted(k(1), b"v1", Hint::Owned { flow_hash: 5 });
+        c.bind(&mut s, 1).execute(&mut ops).unwrap();
+        let mut ops = Ops::new();
+        ops.put_hinted(k(1), b"v2", Hint::Deferred { flow_hash: 5 });
+        c.bind(&mut s, 2).execute(&mut ops).unwrap();
+        c.flush_due(&mut s, 2 + 1_000_000).unwrap();
+        assert_eq!(c.stats().deferred_lost, 1);
+        assert!(c.is_empty(), "the cache forgets what the store may lack");
+        // The next read goes to the store and sees the written-through value.
+        let mut ops = Ops::new();
+        let id = ops.get_owned(k(1), 5);
+        c.bind(&mut s, 3 + 1_000_000).execute(&mut ops).unwrap();
+        assert_eq!(ops.value(id), Some(&b"v1"[..]));
     }
 
     #[test]

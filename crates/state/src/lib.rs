@@ -107,6 +107,35 @@ pub trait StateStore {
     /// Operation counters since the store was created.
     fn counters(&self) -> StoreCounters;
 
+    /// Sends `ops` without waiting for their replies: for writes whose loss breaks
+    /// nothing (the flow cache's deferred writes). A remote backend writes them on
+    /// its connection and reads their replies with the next call that waits anyway
+    /// (replies come back in order), so a later operation on the same key is
+    /// applied after them. Results in `ops` are not filled. Backends that cannot
+    /// send without waiting execute them (the default).
+    ///
+    /// A write sent this way that later fails (an error reply, or the connection
+    /// lost before its reply was read) is counted by
+    /// [`StateStore::take_unacked_failures`]; an `Err` here means the send itself
+    /// failed.
+    fn execute_unacked(&mut self, ops: &mut Ops) -> Result<(), StoreError> {
+        self.execute(ops)
+    }
+
+    /// Waits until every write sent with [`StateStore::execute_unacked`] has been
+    /// acknowledged (a barrier before giving up a lease). Default: nothing is ever
+    /// outstanding.
+    fn sync(&mut self) -> Result<(), StoreError> {
+        Ok(())
+    }
+
+    /// Returns, and resets, how many writes sent with
+    /// [`StateStore::execute_unacked`] are known to have failed or may not have
+    /// been applied. Default: none ever fail.
+    fn take_unacked_failures(&mut self) -> u64 {
+        0
+    }
+
     /// A short description for logs and summaries (e.g. `local`, `redis://127.0.0.1:6379`).
     fn describe(&self) -> String;
 }
@@ -126,6 +155,15 @@ impl<S: StateStore + ?Sized> StateStore for Box<S> {
     }
     fn counters(&self) -> StoreCounters {
         (**self).counters()
+    }
+    fn execute_unacked(&mut self, ops: &mut Ops) -> Result<(), StoreError> {
+        (**self).execute_unacked(ops)
+    }
+    fn sync(&mut self) -> Result<(), StoreError> {
+        (**self).sync()
+    }
+    fn take_unacked_failures(&mut self) -> u64 {
+        (**self).take_unacked_failures()
     }
     fn describe(&self) -> String {
         (**self).describe()

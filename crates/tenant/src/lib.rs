@@ -4,7 +4,8 @@
 //!
 //! * `external`: hosts outside the cloud, a set of subnets;
 //! * `service`: a set of the tenant's VMs (name and address);
-//! * `middlebox`: a network function (`function`, its `config`, `instances`);
+//! * `middlebox`: a network function (`function`, its `config`, `instances`, and
+//!   `state`: `shared` (default, in the state store) or `local` (inside each instance));
 //! * `select`: header fields limiting the traffic of the rest of a chain.
 //!
 //! A chain is a path from an external or service element, through middleboxes and
@@ -132,6 +133,8 @@ pub enum Element {
         config: Value,
         /// Instances to run (at least 1).
         instances: u32,
+        /// Where its instances keep per-flow state (`state:`, default shared).
+        state: StateMode,
     },
     /// A traffic subset.
     Select(Select),
@@ -144,6 +147,28 @@ impl Element {
             Element::Service { .. } => "service",
             Element::Middlebox { .. } => "middlebox",
             Element::Select(_) => "select",
+        }
+    }
+}
+
+/// Where a middlebox's instances keep their per-flow state.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum StateMode {
+    /// In the shared state store (the controller's state backend): any instance
+    /// can take over any flow, so failover and scale-in need no draining.
+    #[default]
+    Shared,
+    /// Inside each instance, as a traditional NF does (the baseline): flows stay
+    /// pinned to their instance and a removed instance is drained first.
+    Local,
+}
+
+impl StateMode {
+    /// `shared` or `local`.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            StateMode::Shared => "shared",
+            StateMode::Local => "local",
         }
     }
 }
@@ -309,7 +334,12 @@ fn parse_element(
             Ok(Element::Service { vms })
         }
         "middlebox" => {
-            check_keys(c, path, m, &["type", "function", "config", "instances"])?;
+            check_keys(
+                c,
+                path,
+                m,
+                &["type", "function", "config", "instances", "state"],
+            )?;
             let function = m
                 .get("function")
                 .and_then(Value::as_str)
@@ -339,6 +369,19 @@ fn parse_element(
                         )
                     })? as u32,
             };
+            let state = match m.get("state") {
+                None => StateMode::Shared,
+                Some(v) => match v.as_str() {
+                    Some("shared") => StateMode::Shared,
+                    Some("local") => StateMode::Local,
+                    _ => {
+                        return Err(c.err(
+                            format!("{path}.state"),
+                            "expected `shared` (state in the store) or `local` (state inside each instance)",
+                        ))
+                    }
+                },
+            };
             if let Some(r) = registry {
                 // Build it once, as an instance would, so a bad configuration is
                 // refused now and not when an instance starts.
@@ -354,6 +397,7 @@ fn parse_element(
                 function,
                 config,
                 instances,
+                state,
             })
         }
         "select" => {

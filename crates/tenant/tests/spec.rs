@@ -1,7 +1,7 @@
 //! Tenant specs: the Figure 4 example validates; every kind of mistake is refused
 //! with the field named.
 
-use sluice_tenant::{Element, TenantSpec};
+use sluice_tenant::{Element, StateMode, TenantSpec};
 
 fn parse(text: &str) -> Result<TenantSpec, String> {
     TenantSpec::parse(text, "t.yaml", Some(&sluice_builtin::registry())).map_err(|e| e.to_string())
@@ -119,6 +119,10 @@ fn bad_elements_are_refused() {
             "elements.x.instances",
         ),
         (
+            "x: { type: middlebox, function: monitor, state: remote }",
+            "elements.x.state: expected `shared`",
+        ),
+        (
             "x: { type: external, subnets: [] }",
             "elements.x.subnets: an external element needs at least one subnet",
         ),
@@ -151,4 +155,27 @@ fn bad_elements_are_refused() {
     assert!(parse("elements: {}\nchains: []\n")
         .unwrap_err()
         .contains("tenant: missing"));
+}
+
+#[test]
+fn middlebox_state_is_shared_unless_local() {
+    let text = BASE.replace(
+        "mon: { type: middlebox, function: monitor }",
+        "mon: { type: middlebox, function: monitor, state: local }",
+    ) + "  - { name: a, path: [net, fw, mon, web] }\n";
+    let s = parse(&text).unwrap();
+    assert!(matches!(
+        s.elements["mon"],
+        Element::Middlebox {
+            state: StateMode::Local,
+            ..
+        }
+    ));
+    assert!(matches!(
+        s.elements["fw"],
+        Element::Middlebox {
+            state: StateMode::Shared,
+            ..
+        }
+    ));
 }

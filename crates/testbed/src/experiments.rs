@@ -1,0 +1,248 @@
+//! Experiments on a running lab: StatelessNF's failover experiment (Fig. 4.7).
+//!
+//! Many concurrent HTTP downloads cross a middlebox with several instances; one
+//! instance is killed with SIGKILL mid-transfer. With state in the store, the
+//! surviving instance carries the dead one's connections on; with local state
+//! (the baseline, `state: local` on the middlebox) it has never seen them.
+//! Each run reports how many downloads completed with identical bytes and the
+//! total time, next to a run without failure in the same lab.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+use crate::lab::{Lab, LabError};
+
+/// What to run.
+#[derive(Debug, Clone)]
+pub struct FailoverOptions {
+    /// Concurrent downloads.
+    pub downloads: usize,
+    /// Size of each download, bytes.
+    pub size: usize,
+    /// curl's `--limit-rate` per download (e.g. `512k`), so transfers last long
+    /// enough to be cut in the middle.
+    pub rate: String,
+    /// When to kill, after the downloads started.
+    pub kill_after: Duration,
+    /// The middlebox whose instance 0 is killed.
+    pub middlebox: String,
+    /// Client address (in the gateway VM) and URL host.
+    pub client: String,
+    /// Server VM name (serves the file).
+    pub server: String,
+}
+
+/// One run's outcome.
+#[derive(Debug, Clone, Serialize)]
+pub struct RunResult {
+    /// `no failure` or `instance killed`.
+    pub label: String,
+    /// Downloads that finished with every byte identical to the served file.
+    pub identical: usize,
+    /// Downloads that failed or came back different.
+    pub failed: usize,
+    /// From the first start to the last end, seconds.
+    pub total_s: f64,
+    /// curl's verdicts of the failed ones (exit code, bytes), a few.
+    pub failures: Vec<String>,
+}
+
+/// Both runs and the failover as the agents saw it.
+#[derive(Debug, Clone, Serialize)]
+pub struct FailoverReport {
+    /// Without failure.
+    pub baseline: RunResult,
+    /// With one instance killed.
+    pub killed: RunResult,
+    /// killed.total_s / baseline.total_s (StatelessNF: within 10%).
+    pub time_ratio: f64,
+    /// The instance killed.
+    pub instance: String,
+    /// The agents' failover records for it (raw, from `GET /v1/status`).
+    pub agent_events: Vec<serde_json::Value>,
+}
+
+fn other(e: impl std::fmt::Display) -> LabError {
+    LabError::Other(e.to_string())
+}
+
+/// The file the server serves for the experiment (deterministic bytes).
+fn payload(size: usize) -> Vec<u8> {
+    let mut x: u64 = 0x2545_f491_4f6c_dd1d;
+    (0..size)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x >> 24) as u8
+        })
+        .collect()
+}
+
+fn start_downloads(
+    lab: &Lab,
+    o: &FailoverOptions,
+    out: &Path,
+    addr: &str,
+) -> Result<Vec<Child>, LabError> {
+    let gw = lab
+        .state()
+        .vm("gateway")
+        .ok_or_else(|| other("the lab has no gateway VM"))?;
+    fs::create_dir_all(out).map_err(other)?;
+    let mut kids = Vec::new();
+    for i in 0..o.downloads {
+        let file = out.join(format!("d{i}"));
+        let child = Command::new("ip")
+            .args(["netns", "exec", &gw.netns, "curl", "-s", "-o"])
+            .arg(&file)
+            .args(["--limit-rate", &o.rate, "--max-time", "300"])
+            .args(["--interface", &o.client])
+            .arg(format!("http://{addr}/big"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| other(format!("curl: {e}")))?;
+        kids.push(child);
+    }
+    Ok(kids)
+}
+
+fn finish(
+    label: &str,
+    t0: Instant,
+    kids: Vec<Child>,
+    out: &Path,
+    want: &[u8],
+) -> Result<RunResult, LabError> {
+    let mut identical = 0;
+    let mut failures = Vec::new();
+    for (i, mut k) in kids.into_iter().enumerate() {
+        let st = k.wait().map_err(other)?;
+        let got = fs::read(out.join(format!("d{i}"))).unwrap_or_default();
+        if st.success() && got == want {
+            identical += 1;
+        } else if failures.len() < 5 {
+            failures.push(format!(
+                "download {i}: curl exit {:?}, {} of {} bytes{}",
+                st.code(),
+                got.len(),
+                want.len(),
+                if got.len() == want.len() {
+                    " (different bytes)"
+                } else {
+                    ""
+                }
+            ));
+        }
+    }
+    let total_s = t0.elapsed().as_secs_f64();
+    let n = fs::read_dir(out).map(|d| d.count()).unwrap_or(0);
+    let _ = fs::remove_dir_all(out);
+    Ok(RunResult {
+        label: label.into(),
+        identical,
+        failed: n.saturating_sub(identical),
+        total_s,
+        failures,
+    })
+}
+
+fn instance_pid(lab: &Lab, name: &str) -> Result<u32, LabError> {
+    let v: serde_json::Value = ureq::get(&format!("{}/v1/instances", lab.state().controller))
+        .call()
+        .map_err(other)?
+        .into_json()
+        .map_err(other)?;
+    v.as_array()
+        .into_iter()
+        .flatten()
+        .find(|i| i["name"].as_str() == Some(name))
+        .and_then(|i| i["pid"].as_u64())
+        .map(|p| p as u32)
+        .ok_or_else(|| other(format!("no running instance `{name}`: {v}")))
+}
+
+fn agent_events(lab: &Lab, name: &str) -> Vec<serde_json::Value> {
+    let mut out = Vec::new();
+    for h in &lab.state().hosts {
+        let Ok(r) = ureq::get(&format!("{}/v1/status", h.api)).call() else {
+            continue;
+        };
+        let Ok(v) = r.into_json::<serde_json::Value>() else {
+            continue;
+        };
+        for key in ["failover_events", "failovers"] {
+            for e in v[key].as_array().into_iter().flatten() {
+                if e.to_string().contains(name) {
+                    out.push(e.clone());
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Runs the failover experiment in `lab` (brought up with web servers and a spec
+/// shaped like `examples/experiments/failover.yaml`).
+pub fn failover(lab: &Lab, o: &FailoverOptions) -> Result<FailoverReport, LabError> {
+    let st = lab.state();
+    let srv = st
+        .vm(&o.server)
+        .ok_or_else(|| other(format!("no VM `{}` in the lab", o.server)))?;
+    let addr = srv.addrs[0].clone();
+    let want = payload(o.size);
+    let root: PathBuf = st.dir.join(format!("www-{}", o.server));
+    fs::write(root.join("big"), &want).map_err(other)?;
+    let out = st.dir.join("downloads");
+
+    // Without failure.
+    let t0 = Instant::now();
+    let kids = start_downloads(lab, o, &out, &addr)?;
+    let baseline = finish("no failure", t0, kids, &out, &want)?;
+
+    // With instance 0 killed mid-transfer.
+    let name = format!("{}/{}/0", st.tenant, o.middlebox);
+    let pid = instance_pid(lab, &name)?;
+    let t0 = Instant::now();
+    let kids = start_downloads(lab, o, &out, &addr)?;
+    std::thread::sleep(o.kill_after);
+    // SAFETY: killing the NF instance process the lab's agent started.
+    unsafe {
+        libc::kill(pid as i32, libc::SIGKILL);
+    }
+    let killed = finish("instance killed", t0, kids, &out, &want)?;
+    std::thread::sleep(Duration::from_millis(200));
+    Ok(FailoverReport {
+        time_ratio: killed.total_s / baseline.total_s,
+        baseline,
+        killed,
+        agent_events: agent_events(lab, &name),
+        instance: name,
+    })
+}
+
+/// Prints a report as text.
+pub fn print_failover(r: &FailoverReport) {
+    for run in [&r.baseline, &r.killed] {
+        println!(
+            "{:<16} {:>4} identical, {:>4} failed, {:>6.2} s",
+            run.label, run.identical, run.failed, run.total_s
+        );
+        for f in &run.failures {
+            println!("                 {f}");
+        }
+    }
+    println!(
+        "killed {}: total time {:.2}x the run without failure (StatelessNF: within 10%)",
+        r.instance, r.time_ratio
+    );
+    for e in &r.agent_events {
+        println!("agent failover record: {e}");
+    }
+}
