@@ -405,6 +405,8 @@ struct Health {
     /// Its last heartbeat.
     hb: InstanceHeartbeat,
     suspected: bool,
+    /// Its process exited (the supervisor saw it), not merely silent.
+    exited: bool,
 }
 
 /// The lookup structures of one configuration, plus counters.
@@ -461,11 +463,12 @@ impl Dataplane {
                     .group_policies
                     .iter()
                     .find(|p| p.vni == t.vni && p.group == *id);
-                let sel = GroupSel::new(
+                let mut sel = GroupSel::new(
                     g.clone(),
                     pol.is_some_and(|p| p.pinned),
                     pol.map(|p| p.draining.clone()).unwrap_or_default(),
                 );
+                sel.local_state = pol.is_some_and(|p| p.local_state);
                 groups.insert((t.vni, *id), sel);
             }
             if t.vni >= 1 << 24 {
@@ -667,12 +670,15 @@ impl Dataplane {
                 .collect()
         };
         let dead = ports(|h| h.suspected);
+        // Local-state groups fail over only what has exited (see GroupSel).
+        let exited = ports(|h| h.exited);
         // Instances never heard from may still be starting: new flows avoid them
         // while a ready instance can take them (a scale-out loses nothing to a
         // process that is not listening yet).
         let starting = ports(|h| h.last_hb.is_none());
         let mut changed = 0;
         for g in self.groups.values_mut() {
+            let dead = if g.local_state { &exited } else { &dead };
             let moved = g.refresh_ready(
                 |o| matches!(o, Output::Port(PortId(p)) if dead.contains(&p)),
                 |o| matches!(o, Output::Port(PortId(p)) if starting.contains(&p)),
@@ -750,11 +756,26 @@ impl Dataplane {
         let Some(h) = self.health.get_mut(&port) else {
             return false;
         };
-        if h.suspected {
+        if h.exited {
             return false;
         }
-        h.suspected = true;
+        // Already suspected by its silence: only local-state groups change now.
+        let was_suspected = std::mem::replace(&mut h.suspected, true);
+        h.exited = true;
         let name = h.name.clone();
+        if was_suspected {
+            // Its failover event was logged when it fell silent; only local-state
+            // groups, which ignore silence, move its flows now.
+            let target = Output::Port(PortId(port));
+            let local = self
+                .groups
+                .values()
+                .any(|g| g.local_state && g.orig.ranges.iter().any(|r| r.1 == target));
+            if local {
+                self.refresh_groups();
+            }
+            return local;
+        }
         let groups = self.refresh_groups();
         self.stats.failovers += 1;
         self.events.push(FailoverEvent {
@@ -785,6 +806,7 @@ impl Dataplane {
         let first = h.last_hb.is_none();
         h.last_hb = Some(now);
         h.hb = hb;
+        h.exited = false;
         if first && !h.suspected {
             // Ready: new flows may go to it now.
             self.refresh_groups();
@@ -1803,49 +1825,103 @@ mod tests {
         );
     }
 
+    /// Firewall instances on ports 5 and 6 (with these weights) in group 1,
+    /// selected by the client VM on port 1, with the group's policy.
+    fn fw_group(
+        weights: &[(u16, u32)],
+        draining: Vec<u16>,
+        pinned: bool,
+        local_state: bool,
+    ) -> AgentConfig {
+        let mut c = two_vms();
+        let targets: Vec<(Output, u32)> = weights
+            .iter()
+            .map(|&(p, w)| (Output::Port(PortId(p)), w))
+            .collect();
+        c.tenants[0].groups = vec![(1, sluice_switch::Group::split(&targets).unwrap())];
+        c.tenants[0].entries.insert(
+            0,
+            Entry {
+                id: 9,
+                priority: 100,
+                m: Match {
+                    in_port: Some(PortId(1)),
+                    ..Match::default()
+                },
+                actions: vec![Action::Select(GroupId(1))],
+            },
+        );
+        for p in [5u16, 6] {
+            c.ports.push(PortConfig {
+                id: p,
+                vni: 7,
+                kind: PortKind::Instance {
+                    name: format!("t/fw/{p}"),
+                },
+            });
+        }
+        c.group_policies = vec![sluice_proto::GroupPolicy {
+            vni: 7,
+            group: 1,
+            pinned,
+            draining: draining
+                .into_iter()
+                .map(|p| Output::Port(PortId(p)))
+                .collect(),
+            local_state,
+        }];
+        c
+    }
+
+    #[test]
+    fn local_state_groups_fail_over_an_exited_instance_but_not_a_silent_one() {
+        let ms = 1_000_000u64;
+        let dest = |dp: &mut Dataplane, i: u16| {
+            let f = build::tcp_v4([10, 0, 0, 1], [10, 0, 9, 9], 1000 + i, 80, 1, 0, SYN, b"");
+            let mut plan = TxPlan::new();
+            dp.process_vm_batch(1, &frames(vec![f]), &mut plan);
+            plan.outs[0].dest
+        };
+        let (p5, p6) = (Dest::Udp(inst_addr(5)), Dest::Udp(inst_addr(6)));
+        for (pinned, local) in [(true, true), (false, true), (false, false)] {
+            let mut dp =
+                Dataplane::new(1, &fw_group(&[(5, 1), (6, 1)], vec![], pinned, local)).unwrap();
+            dp.set_now(1000 * ms);
+            ready(&mut dp, &[5, 6]);
+            let before: Vec<Dest> = (0..100).map(|i| dest(&mut dp, i)).collect();
+            assert!(before.contains(&p5) && before.contains(&p6));
+            // Port 5 falls silent past the suspicion timeout; 6 keeps talking.
+            dp.set_now(1040 * ms);
+            ready(&mut dp, &[6]);
+            dp.check_health(1041 * ms, || 1041 * ms);
+            assert!(dp.suspected(5));
+            let silent: Vec<Dest> = (0..100).map(|i| dest(&mut dp, i)).collect();
+            if local {
+                assert_eq!(
+                    silent, before,
+                    "pinned={pinned}: a slow local-state instance keeps its flows"
+                );
+            } else {
+                assert!(silent.iter().all(|d| *d == p6), "shared state fails over");
+            }
+            // Its process exits: now its flows go to the survivor.
+            dp.instance_exited(5, 1050 * ms, || 1050 * ms);
+            assert!((0..100).all(|i| dest(&mut dp, i) == p6), "pinned={pinned}");
+            // It is restarted and heartbeats again: new flows may use it.
+            dp.set_now(1060 * ms);
+            ready(&mut dp, &[5, 6]);
+            assert!(!dp.suspected(5));
+            let later: Vec<Dest> = (100..300).map(|i| dest(&mut dp, i)).collect();
+            assert!(later.contains(&p5), "pinned={pinned}");
+        }
+    }
+
     #[test]
     fn pinned_groups_keep_flows_across_a_new_split() {
         // Two local firewall instances (ports 5 and 6), pinned; the client VM on
         // port 1 selects among them.
-        let cfg = |weights: &[(u16, u32)], draining: Vec<u16>| {
-            let mut c = two_vms();
-            let targets: Vec<(Output, u32)> = weights
-                .iter()
-                .map(|&(p, w)| (Output::Port(PortId(p)), w))
-                .collect();
-            c.tenants[0].groups = vec![(1, sluice_switch::Group::split(&targets).unwrap())];
-            c.tenants[0].entries.insert(
-                0,
-                Entry {
-                    id: 9,
-                    priority: 100,
-                    m: Match {
-                        in_port: Some(PortId(1)),
-                        ..Match::default()
-                    },
-                    actions: vec![Action::Select(GroupId(1))],
-                },
-            );
-            for p in [5u16, 6] {
-                c.ports.push(PortConfig {
-                    id: p,
-                    vni: 7,
-                    kind: PortKind::Instance {
-                        name: format!("t/fw/{p}"),
-                    },
-                });
-            }
-            c.group_policies = vec![sluice_proto::GroupPolicy {
-                vni: 7,
-                group: 1,
-                pinned: true,
-                draining: draining
-                    .into_iter()
-                    .map(|p| Output::Port(PortId(p)))
-                    .collect(),
-            }];
-            c
-        };
+        let cfg =
+            |weights: &[(u16, u32)], draining: Vec<u16>| fw_group(weights, draining, true, true);
         let dest = |dp: &mut Dataplane, i: u16| {
             let f = build::tcp_v4([10, 0, 0, 1], [10, 0, 9, 9], 1000 + i, 80, 1, 0, SYN, b"");
             let mut plan = TxPlan::new();

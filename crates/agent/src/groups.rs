@@ -71,6 +71,9 @@ pub struct GroupSel {
     /// Targets a pinned flow may stay on: the group's and the draining ones,
     /// minus suspected local ports.
     valid: Vec<Output>,
+    /// The targets keep state inside themselves: only an exited instance is
+    /// failed over, never a merely suspected one.
+    pub local_state: bool,
 }
 
 impl GroupSel {
@@ -84,6 +87,7 @@ impl GroupSel {
             pinned,
             draining,
             valid: Vec::new(),
+            local_state: false,
         };
         g.refresh(|_| false);
         g

@@ -12,7 +12,7 @@ mod stats;
 
 use std::path::Path;
 
-pub use spec::{ChainError, ChainSpec, FunctionSpec, Prefix, Registry, Settings};
+pub use spec::{Capacity, ChainError, ChainSpec, FunctionSpec, Prefix, Registry, Settings};
 pub use stats::{ChainStats, StageStats};
 
 use sluice_nf::{Ctx, Emitted, Event, NetworkFunction, Streams};

@@ -65,7 +65,8 @@ enum Cmd {
     Events(ctl::EventsArgs),
     /// Report an application metric sample of a chain (feeds its scaler).
     Metric(ctl::MetricArgs),
-    /// Experiments on a testbed (needs root): `failover` is StatelessNF Fig. 4.7.
+    /// Experiments on a testbed (needs root): `failover` is StatelessNF Fig. 4.7,
+    /// `elasticity` Fig. 4.8.
     Experiment {
         #[command(subcommand)]
         what: ExperimentCmd,
@@ -221,6 +222,47 @@ enum ExperimentCmd {
         /// Working directory.
         #[arg(long, default_value = "/tmp/sluice-experiment")]
         dir: PathBuf,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Ramp long downloads up and down through a middlebox; scale it out at the
+    /// peak and back in on the way down, once per variant of its state and
+    /// affinity (StatelessNF Fig. 4.8). Writes CSV, SVG and JSON to --out.
+    Elasticity {
+        /// Base tenant spec; each variant sets the middlebox's state and affinity.
+        #[arg(long, default_value = "examples/experiments/elasticity.yaml")]
+        spec: PathBuf,
+        /// Variants, `state/affinity` (shared|local / hash|pinned), comma-separated.
+        #[arg(long, default_value = "shared/hash,local/hash,local/pinned")]
+        variants: String,
+        /// Groups of downloads (ramp steps).
+        #[arg(long, default_value_t = 5)]
+        steps: usize,
+        /// Downloads per group.
+        #[arg(long, default_value_t = 4)]
+        flows_per_step: usize,
+        /// Time between groups, ms.
+        #[arg(long, default_value_t = 2000)]
+        step_ms: u64,
+        /// Steps at the peak.
+        #[arg(long, default_value_t = 2)]
+        hold_steps: usize,
+        /// Rate of each download, KiB/s.
+        #[arg(long, default_value_t = 1024)]
+        rate_kib: u64,
+        /// Per-instance capacity of the middlebox, Mbit/s (none by default).
+        #[arg(long)]
+        capacity_mbps: Option<f64>,
+        /// The middlebox scaled.
+        #[arg(long, default_value = "fw")]
+        middlebox: String,
+        /// Working directory.
+        #[arg(long, default_value = "/tmp/sluice-experiment")]
+        dir: PathBuf,
+        /// Where the CSV, SVG and JSON go.
+        #[arg(long, default_value = "out/experiments/elasticity")]
+        out: PathBuf,
         /// Print JSON.
         #[arg(long)]
         json: bool,
@@ -417,6 +459,36 @@ fn main() -> ExitCode {
                         middlebox,
                         client: "198.51.100.10".into(),
                         server: "srv1".into(),
+                    },
+                    json,
+                ),
+                ExperimentCmd::Elasticity {
+                    spec,
+                    variants,
+                    steps,
+                    flows_per_step,
+                    step_ms,
+                    hold_steps,
+                    rate_kib,
+                    capacity_mbps,
+                    middlebox,
+                    dir,
+                    out,
+                    json,
+                } => testbed::elasticity(
+                    &spec,
+                    &variants,
+                    capacity_mbps,
+                    &dir,
+                    &out,
+                    &sluice_testbed::elasticity::ElasticityOptions {
+                        steps,
+                        flows_per_step,
+                        step: std::time::Duration::from_millis(step_ms),
+                        hold_steps,
+                        rate_kib,
+                        middlebox,
+                        ..Default::default()
                     },
                     json,
                 ),

@@ -44,6 +44,34 @@ fn print_state(s: &LabState) {
     }
 }
 
+/// Refuses a directory that already holds a running testbed, and removes the lab
+/// in `dir` if this process is interrupted (SIGINT/SIGTERM/SIGHUP): a long demo
+/// or experiment stopped half way leaves nothing behind.
+fn guard(dir: &Path) -> Result<(), String> {
+    if dir.join("testbed.json").exists() {
+        return Err(format!(
+            "a testbed is already up in {} (run `sluice testbed down --dir {}` first)",
+            dir.display(),
+            dir.display()
+        ));
+    }
+    let mut signals = signal_hook::iterator::Signals::new([
+        signal_hook::consts::SIGINT,
+        signal_hook::consts::SIGTERM,
+        signal_hook::consts::SIGHUP,
+    ])
+    .map_err(|e| format!("cannot install signal handlers: {e}"))?;
+    let dir = dir.to_path_buf();
+    std::thread::spawn(move || {
+        if let Some(sig) = signals.forever().next() {
+            eprintln!("signal {sig}: removing the testbed in {}", dir.display());
+            let _ = Lab::down_dir(&dir);
+            std::process::exit(128 + sig);
+        }
+    });
+    Ok(())
+}
+
 /// `sluice testbed up`.
 pub fn up(spec: &Path, hosts: u32, dir: &Path, web: bool) -> Result<(), String> {
     if dir.join("testbed.json").exists() {
@@ -87,6 +115,7 @@ pub fn down(dir: &Path) -> Result<(), String> {
 
 /// `sluice testbed demo`: up, real traffic, report, down.
 pub fn demo(spec: &Path, hosts: u32, dir: &Path) -> Result<(), String> {
+    guard(dir)?;
     let t = Instant::now();
     let lab = Lab::up(&options(spec, hosts, dir, true)?).map_err(|e| e.to_string())?;
     print_state(lab.state());
@@ -132,6 +161,7 @@ pub fn failover(
     o: &sluice_testbed::experiments::FailoverOptions,
     json: bool,
 ) -> Result<(), String> {
+    guard(dir)?;
     let lab = Lab::up(&options(spec, 3, dir, true)?).map_err(|e| e.to_string())?;
     if !json {
         print_state(lab.state());
@@ -151,6 +181,80 @@ pub fn failover(
         println!("{}", serde_json::to_string(&r).map_err(|e| e.to_string())?);
     } else {
         sluice_testbed::experiments::print_failover(&r);
+    }
+    Ok(())
+}
+
+/// `sluice experiment elasticity`: one lab per variant, brought up from the base
+/// spec with the middlebox's state and affinity set, run, and torn down.
+pub fn elasticity(
+    spec: &Path,
+    variants: &str,
+    capacity_mbps: Option<f64>,
+    dir: &Path,
+    out: &Path,
+    o: &sluice_testbed::elasticity::ElasticityOptions,
+    json: bool,
+) -> Result<(), String> {
+    use sluice_testbed::elasticity as el;
+    let base = std::fs::read_to_string(spec)
+        .map_err(|e| format!("cannot read {}: {e}", spec.display()))?;
+    let mut parsed = Vec::new();
+    for v in variants.split(',').map(str::trim).filter(|v| !v.is_empty()) {
+        let (state, affinity) = v
+            .split_once('/')
+            .filter(|(s, a)| ["shared", "local"].contains(s) && ["hash", "pinned"].contains(a))
+            .ok_or_else(|| {
+                format!("--variants: `{v}` is not state/affinity (shared|local / hash|pinned)")
+            })?;
+        let text = el::variant_spec(&base, &o.middlebox, state, affinity, capacity_mbps)
+            .map_err(|e| format!("{}: {e}", spec.display()))?;
+        parsed.push((v.to_string(), text));
+    }
+    if parsed.is_empty() {
+        return Err("--variants: no variant given".into());
+    }
+    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    // Once: each variant's lab lives in `dir` in turn, and an interruption removes
+    // whichever is up.
+    guard(dir)?;
+    if !json {
+        println!(
+            "{} groups of {} downloads at {} KiB/s, {:?} apart, each {:?}; {} out at {:?}, in at {:?}{}",
+            o.steps,
+            o.flows_per_step,
+            o.rate_kib,
+            o.step,
+            o.duration(),
+            o.middlebox,
+            o.scale_out_at(),
+            o.scale_in_at(),
+            capacity_mbps
+                .map(|c| format!("; {c} Mbit/s per instance"))
+                .unwrap_or_default()
+        );
+    }
+    let mut runs = Vec::new();
+    for (label, text) in parsed {
+        let file = dir.join(format!("elasticity-{}.yaml", label.replace('/', "-")));
+        std::fs::write(&file, text).map_err(|e| format!("{}: {e}", file.display()))?;
+        let lab = Lab::up(&options(&file, 3, dir, true)?).map_err(|e| e.to_string())?;
+        if !json {
+            println!("{label}: lab up, running");
+        }
+        let r = sluice_testbed::elasticity::elasticity(&lab, o, &label).map_err(|e| e.to_string());
+        drop(lab);
+        runs.push(r?);
+    }
+    el::write_outputs(&runs, out).map_err(|e| format!("{}: {e}", out.display()))?;
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string(&runs).map_err(|e| e.to_string())?
+        );
+    } else {
+        el::print_elasticity(&runs);
+        println!("wrote {}/elasticity.{{csv,svg,json}}", out.display());
     }
     Ok(())
 }

@@ -222,6 +222,9 @@ pub struct MiddleboxInfo {
     pub scaled: bool,
     /// `shared` or `local` (where its instances keep flow state).
     pub state: String,
+    /// `hash` or `pinned` (how flows choose among its instances).
+    #[serde(default)]
+    pub affinity: String,
     /// Its placed instances (draining ones included).
     pub placed: Vec<InstanceInfo>,
     /// Instances draining (no new flows; removed once their pinned flows end).

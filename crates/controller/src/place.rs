@@ -10,11 +10,12 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::net::Ipv4Addr;
 
 use serde_yaml::{Mapping, Value};
+use sluice_chain::Capacity;
 use sluice_proto::{
     AgentConfig, GroupPolicy, InstanceConfig, Peer, PortConfig, PortKind, TenantFib, VmRegistration,
 };
 use sluice_switch::{Action, HostId, Output, PortId};
-use sluice_tenant::{Element, StateMode, TenantSpec};
+use sluice_tenant::{Affinity, Element, StateMode, TenantSpec};
 
 use crate::api::ScalingConfig;
 
@@ -314,6 +315,27 @@ impl Desired {
         })
     }
 
+    /// Whether the agents pin the middlebox's flows to their first instance
+    /// (`affinity: pinned`), so a changed split moves only new flows.
+    pub fn pinned(&self, tenant: &str, middlebox: &str) -> bool {
+        self.tenants.get(tenant).is_some_and(|t| {
+            matches!(
+                t.spec.elements.get(middlebox),
+                Some(Element::Middlebox {
+                    affinity: Affinity::Pinned,
+                    ..
+                })
+            )
+        })
+    }
+
+    /// Whether a removed instance of the middlebox is drained first: its state is
+    /// inside it and its flows are pinned, so they can finish there. (Unpinned
+    /// local state is StatelessNF's naive baseline: its flows move at once.)
+    fn drains(&self, tenant: &str, middlebox: &str) -> bool {
+        self.local_state(tenant, middlebox) && self.pinned(tenant, middlebox)
+    }
+
     /// Sets a middlebox's instance count and places (or removes, newest first)
     /// instances to match. Instances of local-state middleboxes are drained
     /// rather than removed (see [`Desired::draining`]).
@@ -369,12 +391,9 @@ impl Desired {
             .elements
             .iter()
             .filter_map(|(n, e)| match e {
-                Element::Middlebox { state, .. } => Some((
+                Element::Middlebox { .. } => Some((
                     n.clone(),
-                    (
-                        self.count(tenant, n).unwrap_or(1),
-                        *state == StateMode::Local,
-                    ),
+                    (self.count(tenant, n).unwrap_or(1), self.drains(tenant, n)),
                 )),
                 _ => None,
             })
@@ -582,9 +601,10 @@ impl Desired {
                         function,
                         config,
                         state,
+                        capacity,
                         ..
                     }) => (
-                        chain_yaml(tn, mb, function, config),
+                        chain_yaml(tn, mb, function, config, capacity.as_ref()),
                         *state == StateMode::Local,
                     ),
                     _ => continue,
@@ -620,8 +640,9 @@ impl Desired {
 }
 
 impl Desired {
-    /// The pinned groups of a tenant's local-state middleboxes on host `on`, with
-    /// the targets (as seen from `on`) of their draining instances.
+    /// The policies of the groups of a tenant's pinned or local-state middleboxes
+    /// on host `on`, with the targets (as seen from `on`) of their draining
+    /// instances.
     fn group_policies(
         &self,
         tenant: &str,
@@ -632,7 +653,8 @@ impl Desired {
         let vni = self.tenants[tenant].vni;
         let mut out = Vec::new();
         for (mb, g) in &c.groups {
-            if !self.local_state(tenant, mb) || !hf.groups.contains_key(g) {
+            let (pinned, local) = (self.pinned(tenant, mb), self.local_state(tenant, mb));
+            if !(pinned || local) || !hf.groups.contains_key(g) {
                 continue;
             }
             let target = |i: &Instance| {
@@ -661,8 +683,9 @@ impl Desired {
             out.push(GroupPolicy {
                 vni,
                 group: g.0,
-                pinned: true,
+                pinned,
                 draining,
+                local_state: local,
             });
         }
         out
@@ -686,8 +709,14 @@ pub fn instance_name(tenant: &str, middlebox: &str, k: u32) -> String {
 
 /// The chain an instance of a middlebox runs: one function named after the
 /// middlebox, in a chain named `{tenant}.{middlebox}` so every instance of the
-/// middlebox shares its state keys.
-pub fn chain_yaml(tenant: &str, middlebox: &str, function: &str, config: &Value) -> String {
+/// middlebox shares its state keys; with the middlebox's per-instance `capacity`.
+pub fn chain_yaml(
+    tenant: &str,
+    middlebox: &str,
+    function: &str,
+    config: &Value,
+    capacity: Option<&Capacity>,
+) -> String {
     let mut f = Mapping::new();
     f.insert("type".into(), function.into());
     f.insert("name".into(), middlebox.into());
@@ -702,6 +731,17 @@ pub fn chain_yaml(tenant: &str, middlebox: &str, function: &str, config: &Value)
     let mut settings = Mapping::new();
     settings.insert("batch_size".into(), 32u64.into());
     settings.insert("timer_interval_ms".into(), 100u64.into());
+    if let Some(c) = capacity {
+        let mut m = Mapping::new();
+        if let Some(p) = c.pps {
+            m.insert("pps".into(), p.into());
+        }
+        if let Some(b) = c.mbps {
+            m.insert("mbps".into(), b.into());
+        }
+        m.insert("burst_ms".into(), c.burst_ms.into());
+        settings.insert("capacity".into(), Value::Mapping(m));
+    }
     let mut doc = Mapping::new();
     doc.insert("name".into(), format!("{tenant}.{middlebox}").into());
     doc.insert("functions".into(), Value::Sequence(vec![Value::Mapping(f)]));
@@ -928,7 +968,7 @@ mod tests {
                 function, config, ..
             } = e
             {
-                let y = chain_yaml("acme", name, function, config);
+                let y = chain_yaml("acme", name, function, config, None);
                 let cs = sluice_chain::ChainSpec::from_str(&y, std::path::Path::new("gen.yaml"))
                     .unwrap_or_else(|e| panic!("{y}\n{e}"));
                 assert_eq!(cs.name, format!("acme.{name}"));
@@ -1118,5 +1158,69 @@ mod tests {
                 assert!(grp.ranges.iter().all(|r| r.1 != gone), "{grp:?}");
             }
         }
+    }
+
+    #[test]
+    fn unpinned_local_state_moves_flows_at_once_and_capacity_reaches_the_instances() {
+        let (text, _) = figure4();
+        let text = text.replace(
+            "mon: { type: middlebox, function: monitor }",
+            "mon: { type: middlebox, function: monitor, state: local, affinity: hash, \
+             capacity: { mbps: 40, burst_ms: 4 } }",
+        );
+        let spec = TenantSpec::parse(&text, "f4", None).unwrap();
+        let mut d = hosts(3);
+        figure4_vms(&mut d);
+        d.apply_tenant(&text, spec).unwrap();
+        assert!(d.local_state("acme", "mon") && !d.pinned("acme", "mon"));
+        d.scale("acme", "mon", 2).unwrap();
+        d.scale("acme", "mon", 1).unwrap();
+        let k1 = ("acme".to_string(), "mon".to_string(), 1);
+        assert!(
+            !d.draining.contains(&k1) && !d.instances.contains_key(&k1),
+            "an unpinned instance is removed without a drain"
+        );
+        let cfgs = d.configs("redis://x").unwrap();
+        let pols: Vec<_> = cfgs.values().flat_map(|c| &c.group_policies).collect();
+        assert!(
+            pols.iter()
+                .all(|p| !p.pinned && p.local_state && p.draining.is_empty()),
+            "unpinned local-state groups: {pols:?}"
+        );
+        let mon = cfgs
+            .values()
+            .flat_map(|c| &c.instances)
+            .find(|i| i.middlebox == "mon")
+            .unwrap();
+        assert_eq!(mon.state, "local");
+        let cs =
+            sluice_chain::ChainSpec::from_str(&mon.chain_yaml, std::path::Path::new("g")).unwrap();
+        let cap = cs
+            .settings
+            .capacity
+            .expect("capacity in the instance's chain");
+        assert_eq!((cap.mbps, cap.pps, cap.burst_ms), (Some(40.0), None, 4.0));
+        // Shared state pinned on request (the on-path IPS): pinned groups, but no
+        // drain.
+        let text2 = text.replace(
+            "    function: ips\n",
+            "    function: ips\n    affinity: pinned\n",
+        );
+        let spec2 = TenantSpec::parse(&text2, "f4b", None).unwrap();
+        d.apply_tenant(&text2, spec2).unwrap();
+        d.scale("acme", "ips", 2).unwrap();
+        assert!(d.pinned("acme", "ips") && !d.local_state("acme", "ips"));
+        let cfgs = d.configs("redis://x").unwrap();
+        let g = d.compile_tenant("acme").unwrap().groups["ips"];
+        assert!(cfgs.values().any(|c| c
+            .group_policies
+            .iter()
+            .any(|p| p.pinned && !p.local_state && p.group == g.0)));
+        d.scale("acme", "ips", 1).unwrap();
+        let i1 = ("acme".to_string(), "ips".to_string(), 1);
+        assert!(
+            !d.instances.contains_key(&i1),
+            "shared state needs no drain"
+        );
     }
 }

@@ -1285,7 +1285,11 @@ fn health(shared: &Shared, core: &mut Core, host: u32, report: &[sluice_proto::I
         // Dead (its process gone after it ran) or suspected. An instance never
         // heard from and not suspected is still starting: left alone, as the
         // agent does, so new instances do not churn every host's groups.
-        let bad = ih.suspected || (!ih.alive && ih.last_heartbeat_age_ms.is_some());
+        // A local-state instance is failed over only when its process is gone:
+        // moving its flows on a mere suspicion would break them (their state is
+        // inside it), while a slow instance may well answer again.
+        let local = core.desired.local_state(&key.0, &key.1);
+        let bad = (ih.suspected && !local) || (!ih.alive && ih.last_heartbeat_age_ms.is_some());
         if bad {
             core.healthy_since.remove(&key);
         }
@@ -1647,6 +1651,12 @@ fn middlebox_info(d: &Desired, tenant: &str, mb: &str) -> Result<MiddleboxInfo, 
             "local"
         } else {
             "shared"
+        }
+        .into(),
+        affinity: if d.pinned(tenant, mb) {
+            "pinned"
+        } else {
+            "hash"
         }
         .into(),
         placed: instance_infos(d, Some(tenant))

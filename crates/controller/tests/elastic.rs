@@ -336,6 +336,38 @@ fn a_dead_instance_leaves_every_group_and_rejoins_when_alive() {
     eventually("back once heard", || in_any_group(&c, ips1));
 }
 
+#[test]
+fn a_suspected_local_state_instance_keeps_its_flows_until_its_process_is_gone() {
+    // With state inside the instances, moving flows on a mere suspicion would
+    // break them: only a dead process leaves the groups.
+    let dir = tempfile::tempdir().unwrap();
+    let agents: Vec<FakeAgent> = (1..=3).map(FakeAgent::start).collect();
+    let (_srv, c) = start(&dir.path().join("c.db"));
+    let spec = SPEC.replace(
+        "ips: { type: middlebox, function: monitor, instances: 2 }",
+        "ips: { type: middlebox, function: monitor, instances: 2, state: local, affinity: hash }",
+    );
+    setup(&c, &agents, &spec);
+    let ips1 = placed(&c, "t/ips/1");
+    assert!(in_any_group(&c, ips1));
+    let beat = Beater::start(
+        &c,
+        agents[1].registration(),
+        vec![health("t/ips/1", ips1.1, true, true)],
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(in_any_group(&c, ips1), "suspected but alive: stays");
+    assert!(c.events(0).unwrap().iter().all(|e| e.kind != "failover"));
+    beat.set(vec![health("t/ips/1", ips1.1, false, true)]);
+    eventually("ips/1 out once its process is gone", || {
+        !in_any_group(&c, ips1)
+    });
+    let ev = c.events(0).unwrap();
+    assert!(ev
+        .iter()
+        .any(|e| e.kind == "failover" && e.reason.contains("dead")));
+}
+
 /// The ranges of the group whose targets are exactly `want` (in any order).
 fn group_with(c: &Client, h: u32, want: &[Output]) -> Option<Vec<(u64, Output)>> {
     c.config(h)

@@ -106,6 +106,12 @@ pub struct GroupPolicy {
     /// their pinned flows until these end or idle out.
     #[serde(default)]
     pub draining: Vec<Output>,
+    /// The targets keep flow state inside themselves: moving a flow away breaks
+    /// it, so a target is failed over only when its process is gone, never on a
+    /// mere suspicion (missed heartbeats), which costs nothing only when state is
+    /// in the store.
+    #[serde(default)]
+    pub local_state: bool,
 }
 
 /// A host and its tunnel endpoint.
@@ -469,6 +475,7 @@ mod tests {
                 group: 1,
                 pinned: true,
                 draining: vec![Output::Port(sluice_switch::PortId(2))],
+                local_state: true,
             }],
         };
         let j = serde_json::to_string(&c).unwrap();

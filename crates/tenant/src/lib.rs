@@ -4,8 +4,10 @@
 //!
 //! * `external`: hosts outside the cloud, a set of subnets;
 //! * `service`: a set of the tenant's VMs (name and address);
-//! * `middlebox`: a network function (`function`, its `config`, `instances`, and
-//!   `state`: `shared` (default, in the state store) or `local` (inside each instance));
+//! * `middlebox`: a network function (`function`, its `config`, `instances`,
+//!   `state`: `shared` (default, in the state store) or `local` (inside each
+//!   instance), `affinity`: how flows choose among its instances, and an optional
+//!   per-instance `capacity` budget);
 //! * `select`: header fields limiting the traffic of the rest of a chain.
 //!
 //! A chain is a path from an external or service element, through middleboxes and
@@ -135,6 +137,12 @@ pub enum Element {
         instances: u32,
         /// Where its instances keep per-flow state (`state:`, default shared).
         state: StateMode,
+        /// How flows choose among its instances when their number changes
+        /// (`affinity:`; default `pinned` for local state, `hash` for shared).
+        affinity: Affinity,
+        /// A processing budget per instance (`capacity: {mbps, pps, burst_ms}`), so
+        /// experiments can make a middlebox the bottleneck on purpose.
+        capacity: Option<sluice_chain::Capacity>,
     },
     /// A traffic subset.
     Select(Select),
@@ -169,6 +177,37 @@ impl StateMode {
         match self {
             StateMode::Shared => "shared",
             StateMode::Local => "local",
+        }
+    }
+}
+
+/// How the flows of a scaled middlebox choose among its instances.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Affinity {
+    /// A plain hash-range split over the direction-invariant flow hash: a changed
+    /// split moves existing flows too. Right for shared state, where any instance
+    /// can take any flow; with local state it is StatelessNF's naive baseline,
+    /// which breaks the flows it moves.
+    Hash,
+    /// Each flow stays on the instance it first went to; a changed split moves only
+    /// new flows, and a removed local-state instance is drained first.
+    Pinned,
+}
+
+impl Affinity {
+    /// `hash` or `pinned`.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Affinity::Hash => "hash",
+            Affinity::Pinned => "pinned",
+        }
+    }
+
+    /// The default for a state mode: pinned for local state, hash for shared.
+    pub fn default_for(state: StateMode) -> Affinity {
+        match state {
+            StateMode::Local => Affinity::Pinned,
+            StateMode::Shared => Affinity::Hash,
         }
     }
 }
@@ -222,6 +261,21 @@ impl Ctx<'_> {
             msg: msg.into(),
         }
     }
+}
+
+/// A middlebox's `capacity`: `{mbps, pps, burst_ms}`, at least one rate, every
+/// number positive.
+fn parse_capacity(v: &Value) -> Result<sluice_chain::Capacity, String> {
+    let c: sluice_chain::Capacity = serde_yaml::from_value(v.clone())
+        .map_err(|e| format!("expected {{mbps, pps, burst_ms}}: {e}"))?;
+    let bad = |x: Option<f64>| x.is_some_and(|x| !(x.is_finite() && x > 0.0));
+    if c.pps.is_none() && c.mbps.is_none() {
+        return Err("give mbps, pps or both".into());
+    }
+    if bad(c.pps) || bad(c.mbps) || !(c.burst_ms.is_finite() && c.burst_ms > 0.0) {
+        return Err("rates and burst_ms must be positive numbers".into());
+    }
+    Ok(c)
 }
 
 fn check_keys(c: &Ctx<'_>, path: &str, m: &Mapping, allowed: &[&str]) -> Result<(), SpecError> {
@@ -338,7 +392,15 @@ fn parse_element(
                 c,
                 path,
                 m,
-                &["type", "function", "config", "instances", "state"],
+                &[
+                    "type",
+                    "function",
+                    "config",
+                    "instances",
+                    "state",
+                    "affinity",
+                    "capacity",
+                ],
             )?;
             let function = m
                 .get("function")
@@ -382,6 +444,25 @@ fn parse_element(
                     }
                 },
             };
+            let affinity = match m.get("affinity") {
+                None => Affinity::default_for(state),
+                Some(v) => match v.as_str() {
+                    Some("hash") => Affinity::Hash,
+                    Some("pinned") => Affinity::Pinned,
+                    _ => {
+                        return Err(c.err(
+                            format!("{path}.affinity"),
+                            "expected `hash` (a changed split moves existing flows) or `pinned` (flows stay on their instance)",
+                        ))
+                    }
+                },
+            };
+            let capacity = match m.get("capacity") {
+                None => None,
+                Some(v) => {
+                    Some(parse_capacity(v).map_err(|e| c.err(format!("{path}.capacity"), e))?)
+                }
+            };
             if let Some(r) = registry {
                 // Build it once, as an instance would, so a bad configuration is
                 // refused now and not when an instance starts.
@@ -398,6 +479,8 @@ fn parse_element(
                 config,
                 instances,
                 state,
+                affinity,
+                capacity,
             })
         }
         "select" => {

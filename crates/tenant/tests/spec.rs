@@ -1,7 +1,7 @@
 //! Tenant specs: the Figure 4 example validates; every kind of mistake is refused
 //! with the field named.
 
-use sluice_tenant::{Element, StateMode, TenantSpec};
+use sluice_tenant::{Affinity, Element, StateMode, TenantSpec};
 
 fn parse(text: &str) -> Result<TenantSpec, String> {
     TenantSpec::parse(text, "t.yaml", Some(&sluice_builtin::registry())).map_err(|e| e.to_string())
@@ -178,4 +178,61 @@ fn middlebox_state_is_shared_unless_local() {
             ..
         }
     ));
+}
+
+#[test]
+fn affinity_defaults_follow_the_state_mode_and_can_be_set() {
+    let text = BASE.replace(
+        "mon: { type: middlebox, function: monitor }",
+        "mon: { type: middlebox, function: monitor, state: local }\n  \
+             mon2: { type: middlebox, function: monitor, state: local, affinity: hash }\n  \
+             mon3: { type: middlebox, function: monitor, affinity: pinned }",
+    ) + "  - { name: a, path: [net, fw, mon, mon2, mon3, web] }\n";
+    let s = parse(&text).unwrap();
+    let aff = |n: &str| match &s.elements[n] {
+        Element::Middlebox { affinity, .. } => *affinity,
+        _ => panic!("{n} is not a middlebox"),
+    };
+    assert_eq!(aff("fw"), Affinity::Hash, "shared state: hash by default");
+    assert_eq!(
+        aff("mon"),
+        Affinity::Pinned,
+        "local state: pinned by default"
+    );
+    assert_eq!(aff("mon2"), Affinity::Hash);
+    assert_eq!(aff("mon3"), Affinity::Pinned);
+    let e = parse(&text.replace("affinity: hash", "affinity: sticky")).unwrap_err();
+    assert!(e.contains("elements.mon2.affinity"), "{e}");
+}
+
+#[test]
+fn capacity_is_parsed_and_bad_budgets_are_refused_by_name() {
+    let with = |cap: &str| {
+        BASE.replace(
+            "mon: { type: middlebox, function: monitor }",
+            &format!("mon: {{ type: middlebox, function: monitor, capacity: {cap} }}"),
+        ) + "  - { name: a, path: [net, fw, mon, web] }\n"
+    };
+    let s = parse(&with("{ mbps: 50, burst_ms: 5 }")).unwrap();
+    match &s.elements["mon"] {
+        Element::Middlebox {
+            capacity: Some(c), ..
+        } => {
+            assert_eq!((c.mbps, c.pps, c.burst_ms), (Some(50.0), None, 5.0));
+        }
+        other => panic!("no capacity: {other:?}"),
+    }
+    for (cap, want) in [
+        ("{ burst_ms: 5 }", "give mbps, pps or both"),
+        ("{ mbps: -1 }", "positive"),
+        ("{ pps: 0 }", "positive"),
+        ("{ mbps: 10, speed: 3 }", "speed"),
+        ("fast", "expected {mbps, pps, burst_ms}"),
+    ] {
+        let e = parse(&with(cap)).unwrap_err();
+        assert!(
+            e.contains("elements.mon.capacity") && e.contains(want),
+            "{cap}: {e}"
+        );
+    }
 }

@@ -71,7 +71,7 @@ fn other(e: impl std::fmt::Display) -> LabError {
 }
 
 /// The file the server serves for the experiment (deterministic bytes).
-fn payload(size: usize) -> Vec<u8> {
+pub(crate) fn payload(size: usize) -> Vec<u8> {
     let mut x: u64 = 0x2545_f491_4f6c_dd1d;
     (0..size)
         .map(|_| {

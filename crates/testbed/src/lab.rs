@@ -673,7 +673,10 @@ fn start_nginx(dir: &Path, v: &VmInfo, root: &Path) -> Result<u32, LabError> {
            fastcgi_temp_path {base}/fastcgi;\n\
            uwsgi_temp_path {base}/uwsgi;\n\
            scgi_temp_path {base}/scgi;\n\
-           server {{ listen {addr}:80; root {root}; }}\n\
+           server {{\n\
+             listen {addr}:80; root {root};\n\
+             location /paced/ {{ alias {root}/; limit_rate $arg_rate; }}\n\
+           }}\n\
          }}\n",
         base = base.display(),
         addr = v.addrs[0],

@@ -14,6 +14,7 @@ use std::os::fd::AsRawFd;
 use std::process::Command;
 use std::sync::atomic::{AtomicU32, Ordering};
 
+pub mod elasticity;
 pub mod experiments;
 pub mod lab;
 pub mod scenario;
