@@ -226,6 +226,41 @@ enum ExperimentCmd {
         #[arg(long)]
         json: bool,
     },
+    /// Open-loop HTTP requests through capacity-limited middleboxes at a rate
+    /// that ramps up, holds and drops; the chain's scaler (greedy, none, all)
+    /// adds and removes instances (Stratos Table 2, Fig. 11).
+    Scaling {
+        /// Tenant spec.
+        #[arg(long, default_value = "examples/experiments/scaling.yaml")]
+        spec: PathBuf,
+        /// Strategies to compare, comma-separated.
+        #[arg(long, default_value = "greedy,none,all")]
+        strategies: String,
+        /// Request rate at the start, requests/s.
+        #[arg(long, default_value_t = 20.0)]
+        rate_start: f64,
+        /// Request rate at the peak.
+        #[arg(long, default_value_t = 100.0)]
+        rate_peak: f64,
+        /// Request rate after the peak.
+        #[arg(long, default_value_t = 50.0)]
+        rate_after: f64,
+        /// Seconds of ramp, peak and after.
+        #[arg(long, default_value = "30,100,60")]
+        phases: String,
+        /// Scaler trial window, ms.
+        #[arg(long, default_value_t = 5000)]
+        window_ms: u64,
+        /// Working directory.
+        #[arg(long, default_value = "/tmp/sluice-experiment")]
+        dir: PathBuf,
+        /// Where the CSV and JSON go.
+        #[arg(long, default_value = "out/experiments/scaling")]
+        out: PathBuf,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Ramp long downloads up and down through a middlebox; scale it out at the
     /// peak and back in on the way down, once per variant of its state and
     /// affinity (StatelessNF Fig. 4.8). Writes CSV, SVG and JSON to --out.
@@ -459,6 +494,32 @@ fn main() -> ExitCode {
                         middlebox,
                         client: "198.51.100.10".into(),
                         server: "srv1".into(),
+                    },
+                    json,
+                ),
+                ExperimentCmd::Scaling {
+                    spec,
+                    strategies,
+                    rate_start,
+                    rate_peak,
+                    rate_after,
+                    phases,
+                    window_ms,
+                    dir,
+                    out,
+                    json,
+                } => testbed::scaling(
+                    &spec,
+                    &strategies,
+                    &phases,
+                    &dir,
+                    &out,
+                    sluice_testbed::scaling::ScalingOptions {
+                        rate_start,
+                        rate_peak,
+                        rate_after,
+                        window_ms,
+                        ..Default::default()
                     },
                     json,
                 ),

@@ -258,3 +258,77 @@ pub fn elasticity(
     }
     Ok(())
 }
+
+/// `sluice experiment scaling`: one lab per strategy.
+pub fn scaling(
+    spec: &Path,
+    strategies: &str,
+    phases: &str,
+    dir: &Path,
+    out: &Path,
+    mut o: sluice_testbed::scaling::ScalingOptions,
+    json: bool,
+) -> Result<(), String> {
+    use sluice_testbed::scaling as sc;
+    let secs: Vec<u64> = phases
+        .split(',')
+        .map(|p| p.trim().parse::<u64>())
+        .collect::<Result<_, _>>()
+        .map_err(|_| format!("--phases: `{phases}` is not three whole seconds, e.g. 30,100,60"))?;
+    let [ramp, hold, after] = secs[..] else {
+        return Err(format!(
+            "--phases: `{phases}` is not three whole seconds, e.g. 30,100,60"
+        ));
+    };
+    o.ramp = std::time::Duration::from_secs(ramp);
+    o.hold = std::time::Duration::from_secs(hold);
+    o.after = std::time::Duration::from_secs(after);
+    let list: Vec<&str> = strategies
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .collect();
+    if let Some(bad) = list.iter().find(|s| !["greedy", "none", "all"].contains(s)) {
+        return Err(format!("--strategies: `{bad}` is not greedy, none or all"));
+    }
+    if list.is_empty() {
+        return Err("--strategies: none given".into());
+    }
+    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    guard(dir)?;
+    if !json {
+        println!(
+            "{} -> {} req/s over {ramp} s, {hold} s at the peak, then {} req/s for {after} s; {} B objects",
+            o.rate_start, o.rate_peak, o.rate_after, o.object
+        );
+    }
+    let mut runs = Vec::new();
+    for s in list {
+        let lab = Lab::up(&options(spec, 3, dir, true)?).map_err(|e| e.to_string())?;
+        if !json {
+            println!("{s}: lab up, running");
+        }
+        let r = sc::scaling(&lab, &o, s).map_err(|e| e.to_string());
+        drop(lab);
+        runs.push(r?);
+    }
+    std::fs::create_dir_all(out).map_err(|e| format!("{}: {e}", out.display()))?;
+    std::fs::write(out.join("scaling.csv"), sc::csv(&runs))
+        .and_then(|_| {
+            std::fs::write(
+                out.join("scaling.json"),
+                serde_json::to_string_pretty(&runs).unwrap_or_default(),
+            )
+        })
+        .map_err(|e| format!("{}: {e}", out.display()))?;
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string(&runs).map_err(|e| e.to_string())?
+        );
+    } else {
+        sc::print_scaling(&runs);
+        println!("wrote {}/scaling.{{csv,json}}", out.display());
+    }
+    Ok(())
+}

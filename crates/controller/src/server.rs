@@ -69,6 +69,14 @@ pub const HOST_SILENT: Duration = Duration::from_millis(300);
 /// A down instance rejoins once reported healthy for this long (one missed
 /// agent heartbeat's worth), so a flapping instance does not churn every host.
 pub const REJOIN_AFTER: Duration = Duration::from_millis(100);
+/// How long an instance must stay suspected (alive but silent), report after
+/// report, before the controller takes it out of every host's groups. The agent
+/// of its host has already moved its flows locally within the suspicion timeout;
+/// the controller's global rewrite follows only a lasting silence, so a loaded
+/// instance that misses a heartbeat now and then does not make it push new
+/// configurations to every host several times a second. A dead process is
+/// acted on at once.
+pub const SUSPECT_CONFIRM: Duration = Duration::from_millis(150);
 /// How long a removed local-state instance drains unless the request says.
 pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
 /// Events kept (`GET /v1/events`).
@@ -295,6 +303,8 @@ struct Core {
     drain_timeouts: BTreeMap<InstanceKey, Duration>,
     /// Down instances reported healthy since (see [`REJOIN_AFTER`]).
     healthy_since: BTreeMap<InstanceKey, Instant>,
+    /// Instances reported suspected (alive) since (see [`SUSPECT_CONFIRM`]).
+    suspected_since: BTreeMap<InstanceKey, Instant>,
 }
 
 #[derive(Default)]
@@ -364,6 +374,7 @@ pub fn serve(opts: ServerOptions) -> Result<ServerHandle, ControllerError> {
             events: Events::default(),
             drain_timeouts: BTreeMap::new(),
             healthy_since: BTreeMap::new(),
+            suspected_since: BTreeMap::new(),
         }),
         queue: Mutex::new(PushQueue::default()),
         push_cv: Condvar::new(),
@@ -1289,8 +1300,22 @@ fn health(shared: &Shared, core: &mut Core, host: u32, report: &[sluice_proto::I
         // moving its flows on a mere suspicion would break them (their state is
         // inside it), while a slow instance may well answer again.
         let local = core.desired.local_state(&key.0, &key.1);
-        let bad = (ih.suspected && !local) || (!ih.alive && ih.last_heartbeat_age_ms.is_some());
-        if bad {
+        let dead = !ih.alive && ih.last_heartbeat_age_ms.is_some();
+        let suspected = ih.suspected && !local;
+        // Suspected for SUSPECT_CONFIRM, report after report.
+        let confirmed = suspected && {
+            let since = *core
+                .suspected_since
+                .entry(key.clone())
+                .or_insert_with(Instant::now);
+            since.elapsed() >= SUSPECT_CONFIRM
+        };
+        if !suspected {
+            core.suspected_since.remove(&key);
+        }
+        let bad = confirmed || dead;
+        let healthy = !suspected && !dead;
+        if !healthy {
             core.healthy_since.remove(&key);
         }
         let is_down = core.desired.down.contains(&key);
@@ -1305,7 +1330,7 @@ fn health(shared: &Shared, core: &mut Core, host: u32, report: &[sluice_proto::I
                 )
             };
             changes.push((key, true, why));
-        } else if !bad && is_down {
+        } else if healthy && is_down {
             let since = *core
                 .healthy_since
                 .entry(key.clone())

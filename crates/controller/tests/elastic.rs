@@ -337,6 +337,29 @@ fn a_dead_instance_leaves_every_group_and_rejoins_when_alive() {
 }
 
 #[test]
+fn a_suspected_shared_state_instance_leaves_once_the_suspicion_lasts() {
+    let dir = tempfile::tempdir().unwrap();
+    let agents: Vec<FakeAgent> = (1..=3).map(FakeAgent::start).collect();
+    let (_srv, c) = start(&dir.path().join("c.db"));
+    setup(&c, &agents, SPEC);
+    let ips1 = placed(&c, "t/ips/1");
+    let _beat = Beater::start(
+        &c,
+        agents[1].registration(),
+        vec![health("t/ips/1", ips1.1, true, true)],
+    );
+    eventually("a lasting suspicion takes ips/1 out", || {
+        !in_any_group(&c, ips1)
+    });
+    let ev = c.events(0).unwrap();
+    let f = ev
+        .iter()
+        .find(|e| e.kind == "failover")
+        .expect("failover event");
+    assert!(f.reason.contains("suspects"), "{}", f.reason);
+}
+
+#[test]
 fn a_suspected_local_state_instance_keeps_its_flows_until_its_process_is_gone() {
     // With state inside the instances, moving flows on a mere suspicion would
     // break them: only a dead process leaves the groups.

@@ -168,6 +168,7 @@ pub struct Core {
     events: Vec<Event>,
     agent: SocketAddrV4,
     timer_interval: Duration,
+    capacity: Option<sluice_chain::Capacity>,
     /// Counters.
     pub stats: InstanceStats,
 }
@@ -193,7 +194,11 @@ impl Core {
             path: chain_file.to_path_buf(),
             err,
         };
-        let spec = ChainSpec::from_file(chain_file).map_err(chain_err)?;
+        let mut spec = ChainSpec::from_file(chain_file).map_err(chain_err)?;
+        // A live instance spends its capacity in real time, as a small VM would
+        // (see `Pacer`); the chain's own budget is over trace time and would
+        // drop instead of queueing.
+        let capacity = spec.settings.capacity.take();
         let base = chain_file.parent().unwrap_or(Path::new("."));
         let chain = Chain::from_spec(&spec, base, &sluice_builtin::registry(), Sharing::Shared)
             .map_err(chain_err)?;
@@ -203,6 +208,7 @@ impl Core {
         let store = open_store(state)?;
         let mut core = Core::with_chain(name, chain, store, spec.settings.batch_size, agent);
         core.timer_interval = Duration::from_millis(spec.settings.timer_interval_ms.max(1));
+        core.capacity = capacity;
         Ok(core)
     }
 
@@ -226,11 +232,17 @@ impl Core {
             events: Vec::new(),
             agent,
             timer_interval: Duration::from_millis(100),
+            capacity: None,
             stats: InstanceStats {
                 name: name.to_string(),
                 ..Default::default()
             },
         }
+    }
+
+    /// The processing budget of the instance (the chain's `settings.capacity`).
+    pub fn capacity(&self) -> Option<sluice_chain::Capacity> {
+        self.capacity
     }
 
     /// Packets per batch (from the chain's settings).
@@ -424,6 +436,67 @@ pub fn kernel_drops(fd: std::os::fd::RawFd) -> u64 {
     mem[i] as u64
 }
 
+/// A processing budget spent in real time: the instance reads no more input
+/// while it is over budget, so excess traffic waits in its socket's receive
+/// queue (and the kernel drops what overflows it, counted as queue drops), as
+/// on a small VM whose CPU is the limit. A token bucket in bytes and/or packets
+/// that may go into debt by one batch.
+#[derive(Debug, Clone)]
+pub struct Pacer {
+    bytes_per_s: Option<f64>,
+    pkts_per_s: Option<f64>,
+    burst_s: f64,
+    bytes: f64,
+    pkts: f64,
+    last: Instant,
+}
+
+impl Pacer {
+    /// A full bucket for `c` at `now`.
+    pub fn new(c: &sluice_chain::Capacity, now: Instant) -> Pacer {
+        let burst_s = c.burst_ms / 1e3;
+        let bytes_per_s = c.mbps.map(|m| m * 1e6 / 8.0);
+        let pkts_per_s = c.pps;
+        Pacer {
+            bytes: bytes_per_s.map_or(0.0, |r| r * burst_s),
+            pkts: pkts_per_s.map_or(0.0, |r| r * burst_s),
+            bytes_per_s,
+            pkts_per_s,
+            burst_s,
+            last: now,
+        }
+    }
+
+    fn refill(&mut self, now: Instant) {
+        let dt = now.saturating_duration_since(self.last).as_secs_f64();
+        self.last = now.max(self.last);
+        if let Some(r) = self.bytes_per_s {
+            self.bytes = (self.bytes + r * dt).min(r * self.burst_s);
+        }
+        if let Some(r) = self.pkts_per_s {
+            self.pkts = (self.pkts + r * dt).min(r * self.burst_s);
+        }
+    }
+
+    /// How long to wait at `now` before reading more input (zero: read now).
+    pub fn wait(&mut self, now: Instant) -> Duration {
+        self.refill(now);
+        let need = |tokens: f64, rate: Option<f64>| match rate {
+            Some(r) if tokens < 0.0 => -tokens / r,
+            _ => 0.0,
+        };
+        Duration::from_secs_f64(
+            need(self.bytes, self.bytes_per_s).max(need(self.pkts, self.pkts_per_s)),
+        )
+    }
+
+    /// Charges a processed batch of `pkts` packets and `bytes` bytes.
+    pub fn charge(&mut self, pkts: usize, bytes: usize) {
+        self.bytes -= bytes as f64;
+        self.pkts -= pkts as f64;
+    }
+}
+
 /// How often statistics are printed while running.
 const PRINT_EVERY: Duration = Duration::from_secs(10);
 /// Longest wait in poll, so `stop` is noticed promptly.
@@ -461,6 +534,7 @@ pub fn run_with_stats(
     let mut last_rx_error: Option<String> = None;
     let mut next_heartbeat = Instant::now();
     let mut seq = 0u32;
+    let mut pacer = core.capacity().map(|c| Pacer::new(&c, Instant::now()));
 
     while !stop.load(Ordering::Relaxed) {
         if Instant::now() >= next_heartbeat {
@@ -472,13 +546,20 @@ pub fn run_with_stats(
             .min(next_heartbeat)
             .saturating_duration_since(Instant::now())
             .min(POLL_MAX);
-        if let Err(e) = poller.wait(wait) {
+        let over = pacer
+            .as_mut()
+            .map_or(Duration::ZERO, |p| p.wait(Instant::now()));
+        if !over.is_zero() {
+            // Over budget: input waits in the socket queue; timers and
+            // heartbeats still run.
+            std::thread::sleep(over.min(wait));
+        } else if let Err(e) = poller.wait(wait) {
             return Err(InstanceError::Socket {
                 what: format!("instance {}: poll", opts.name),
                 err: e,
             });
         }
-        if poller.is_ready(readable) {
+        if over.is_zero() && poller.is_ready(readable) {
             // Drain what is waiting, a batch at a time, before looking at timers.
             loop {
                 let n = match sock.recv_batch(&mut rx) {
@@ -497,14 +578,21 @@ pub fn run_with_stats(
                     break;
                 }
                 let now = wall_ns();
+                let mut bytes = 0;
                 for (d, _src) in rx.iter() {
+                    bytes += d.len();
                     core.push_datagram(d, now);
                 }
                 core.process();
                 send_forwarded(&mut core, &mut sock, &mut wpoll);
                 // Under sustained load, still tick, heartbeat and notice `stop` on time.
                 let now = Instant::now();
+                let paced = pacer.as_mut().is_some_and(|p| {
+                    p.charge(n, bytes);
+                    !p.wait(now).is_zero()
+                });
                 if n < rx.capacity()
+                    || paced
                     || stop.load(Ordering::Relaxed)
                     || now >= next_tick
                     || now >= next_heartbeat

@@ -217,3 +217,38 @@ fn cpu_time_and_socket_drops_are_readable() {
     assert_eq!(kernel_drops(s.as_raw_fd()), 0);
     assert_eq!(kernel_drops(-1), 0, "a bad descriptor reads as no drops");
 }
+
+#[test]
+fn the_pacer_spends_its_budget_in_real_time() {
+    use std::time::{Duration, Instant};
+    // 8 Mbit/s = 1 MB/s with a 10 ms burst: 10 kB of tokens.
+    let c = sluice_chain::Capacity {
+        pps: None,
+        mbps: Some(8.0),
+        burst_ms: 10.0,
+    };
+    let t0 = Instant::now();
+    let mut p = crate::Pacer::new(&c, t0);
+    assert_eq!(p.wait(t0), Duration::ZERO);
+    p.charge(10, 20_000);
+    let w = p.wait(t0).as_secs_f64();
+    assert!((w - 0.010).abs() < 1e-6, "10 kB of debt at 1 MB/s: {w}");
+    assert_eq!(p.wait(t0 + Duration::from_millis(10)), Duration::ZERO);
+    // Idle time fills the bucket only up to the burst.
+    let later = t0 + Duration::from_secs(5);
+    assert_eq!(p.wait(later), Duration::ZERO);
+    p.charge(7, 10_000);
+    assert_eq!(p.wait(later), Duration::ZERO);
+    p.charge(1, 1_000);
+    assert!(p.wait(later) > Duration::ZERO);
+    // Packet budgets bind too.
+    let c = sluice_chain::Capacity {
+        pps: Some(1000.0),
+        mbps: None,
+        burst_ms: 10.0,
+    };
+    let mut p = crate::Pacer::new(&c, t0);
+    p.charge(20, 0);
+    let w = p.wait(t0).as_secs_f64();
+    assert!((w - 0.010).abs() < 1e-6, "{w}");
+}

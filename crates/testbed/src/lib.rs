@@ -17,6 +17,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 pub mod elasticity;
 pub mod experiments;
 pub mod lab;
+pub mod scaling;
 pub mod scenario;
 pub mod vm;
 
