@@ -64,6 +64,12 @@ pub struct FailoverReport {
     pub instance: String,
     /// The agents' failover records for it (raw, from `GET /v1/status`).
     pub agent_events: Vec<serde_json::Value>,
+    /// From the SIGKILL to the agent's rewritten groups being in force, ms (the
+    /// first record after the kill; None if no agent recorded one).
+    pub kill_to_moved_ms: Option<f64>,
+    /// What the agent noticed first: `exited` (the supervisor reaped the
+    /// process) or `heartbeat` (its silence).
+    pub detected_by: Option<String>,
 }
 
 fn other(e: impl std::fmt::Display) -> LabError {
@@ -212,17 +218,33 @@ pub fn failover(lab: &Lab, o: &FailoverOptions) -> Result<FailoverReport, LabErr
     let t0 = Instant::now();
     let kids = start_downloads(lab, o, &out, &addr)?;
     std::thread::sleep(o.kill_after);
+    let killed_at_us = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as u64);
     // SAFETY: killing the NF instance process the lab's agent started.
     unsafe {
         libc::kill(pid as i32, libc::SIGKILL);
     }
     let killed = finish("instance killed", t0, kids, &out, &want)?;
     std::thread::sleep(Duration::from_millis(200));
+    let events = agent_events(lab, &name);
+    let first = events
+        .iter()
+        .filter(|e| {
+            e["applied_at_us"]
+                .as_u64()
+                .is_some_and(|a| a >= killed_at_us)
+        })
+        .min_by_key(|e| e["applied_at_us"].as_u64());
     Ok(FailoverReport {
         time_ratio: killed.total_s / baseline.total_s,
+        kill_to_moved_ms: first
+            .and_then(|e| e["applied_at_us"].as_u64())
+            .map(|a| (a - killed_at_us) as f64 / 1e3),
+        detected_by: first.and_then(|e| e["reason"].as_str().map(String::from)),
         baseline,
         killed,
-        agent_events: agent_events(lab, &name),
+        agent_events: events,
         instance: name,
     })
 }
@@ -242,6 +264,12 @@ pub fn print_failover(r: &FailoverReport) {
         "killed {}: total time {:.2}x the run without failure (StatelessNF: within 10%)",
         r.instance, r.time_ratio
     );
+    match (&r.kill_to_moved_ms, &r.detected_by) {
+        (Some(ms), Some(by)) => {
+            println!("traffic moved {ms:.1} ms after the SIGKILL (noticed by: {by})")
+        }
+        _ => println!("no agent recorded a failover after the SIGKILL"),
+    }
     for e in &r.agent_events {
         println!("agent failover record: {e}");
     }
