@@ -116,3 +116,49 @@ fn hosts(lab: &Lab) -> Vec<(u64, u64)> {
     out.sort_unstable();
     out
 }
+
+/// StatelessNF Fig. 4.8 in small: downloads ramp up through a firewall with its
+/// state in the store, which is scaled out to two instances at the peak and back
+/// to one on the way down. Every download must arrive whole: a changed split
+/// moves flows between instances without breaking them.
+#[test]
+fn scaling_a_shared_state_firewall_out_and_in_breaks_no_download() {
+    use sluice_testbed::elasticity::{elasticity, variant_spec, ElasticityOptions};
+    let dir = tempfile::tempdir().unwrap();
+    let base = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../examples/experiments/elasticity.yaml"
+    ))
+    .unwrap();
+    let spec = dir.path().join("spec.yaml");
+    std::fs::write(
+        &spec,
+        variant_spec(&base, "fw", "shared", "hash", None).unwrap(),
+    )
+    .unwrap();
+    let lab = Lab::up(&LabOptions {
+        spec,
+        hosts: 3,
+        dir: dir.path().to_path_buf(),
+        sluice: PathBuf::from(env!("CARGO_BIN_EXE_sluice")),
+        sluiced: PathBuf::from(env!("CARGO_BIN_EXE_sluice")).with_file_name("sluiced"),
+        web: true,
+    })
+    .unwrap_or_else(|e| panic!("testbed did not come up: {e}"));
+    let o = ElasticityOptions {
+        steps: 3,
+        flows_per_step: 4,
+        step: std::time::Duration::from_millis(1500),
+        hold_steps: 1,
+        rate_kib: 256,
+        ..ElasticityOptions::default()
+    };
+    let r = elasticity(&lab, &o, "shared/hash").unwrap();
+    assert!(r.scale_out_at_s > 0.0 && r.scale_in_at_s > r.scale_out_at_s);
+    assert_eq!(
+        (r.identical, r.failed),
+        (12, 0),
+        "every download whole: {:?}",
+        r.failures
+    );
+}

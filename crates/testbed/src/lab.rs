@@ -242,6 +242,17 @@ impl Lab {
         }
         fs::create_dir_all(&opts.dir).map_err(|e| other(format!("{}: {e}", opts.dir.display())))?;
         let dir = fs::canonicalize(&opts.dir).map_err(other)?;
+        // A new lab is a new deployment: a controller database left in the
+        // directory by an earlier lab (its tenants, scaled counts, hosts) must not
+        // carry over. (`restart_controller` reuses the database on purpose.)
+        for f in ["controller.db", "controller.db-wal", "controller.db-shm"] {
+            match fs::remove_file(dir.join(f)) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                    return Err(other(format!("{}: {e}", dir.join(f).display())));
+                }
+                _ => {}
+            }
+        }
         let n = RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         // Fixed width, and unlike `unique_name`'s "sl...": no lab's prefix is a prefix
         // of another's, so tearing down by prefix never touches a neighbour.

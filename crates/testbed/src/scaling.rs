@@ -63,6 +63,12 @@ pub struct ScalingOptions {
     pub cooldown_ms: u64,
     /// Most instances the chain may have in total.
     pub budget: u32,
+    /// Response time at which the scaler stops adding instances, ms.
+    pub target_ms: f64,
+    /// Relative improvement a trial must bring to be kept.
+    pub improve: f64,
+    /// Relative worsening, sustained, that triggers scaling.
+    pub trigger: f64,
 }
 
 impl Default for ScalingOptions {
@@ -81,8 +87,11 @@ impl Default for ScalingOptions {
             server: "srv1".into(),
             window_ms: 5000,
             sustain_ms: 3000,
-            cooldown_ms: 4000,
+            cooldown_ms: 10_000,
             budget: 10,
+            target_ms: 100.0,
+            improve: 0.2,
+            trigger: 0.5,
         }
     }
 }
@@ -321,8 +330,9 @@ pub fn scaling(lab: &Lab, o: &ScalingOptions, strategy: &str) -> Result<ScalingR
     let cfg = serde_json::json!({
         "strategy": strategy,
         "direction": "lower",
-        "improve": 0.10,
-        "trigger": 0.25,
+        "improve": o.improve,
+        "trigger": o.trigger,
+        "target": o.target_ms,
         "sustain_ms": o.sustain_ms,
         "window_ms": o.window_ms,
         "settle": 0.3,
