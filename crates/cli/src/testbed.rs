@@ -314,6 +314,7 @@ pub fn scaling(
     }
     std::fs::create_dir_all(out).map_err(|e| format!("{}: {e}", out.display()))?;
     std::fs::write(out.join("scaling.csv"), sc::csv(&runs))
+        .and_then(|_| std::fs::write(out.join("scaling.svg"), sc::svg(&runs)))
         .and_then(|_| {
             std::fs::write(
                 out.join("scaling.json"),
@@ -328,7 +329,7 @@ pub fn scaling(
         );
     } else {
         sc::print_scaling(&runs);
-        println!("wrote {}/scaling.{{csv,json}}", out.display());
+        println!("wrote {}/scaling.{{csv,svg,json}}", out.display());
     }
     Ok(())
 }

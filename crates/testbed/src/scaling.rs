@@ -549,6 +549,112 @@ pub fn csv(runs: &[ScalingRun]) -> String {
     s
 }
 
+/// The runs as an SVG: served requests/s over time (offered dashed) above, the
+/// chain's instances over time below, one colour per strategy (Stratos Fig. 11).
+pub fn svg(runs: &[ScalingRun]) -> String {
+    let (w, ph, l) = (720.0, 220.0, 60.0);
+    let h = 2.0 * ph + 60.0;
+    let t_max = runs
+        .iter()
+        .flat_map(|r| r.seconds.iter().map(|s| s.t_s))
+        .fold(1.0f64, f64::max);
+    let r_max = runs
+        .iter()
+        .flat_map(|r| r.seconds.iter().map(|s| s.served.max(s.offered) as f64))
+        .fold(1.0f64, f64::max)
+        * 1.1;
+    let i_max = runs
+        .iter()
+        .flat_map(|r| {
+            r.seconds
+                .iter()
+                .map(|s| s.counts.values().sum::<u32>() as f64)
+        })
+        .fold(1.0f64, f64::max)
+        + 1.0;
+    let x = |t: f64| l + (w - l - 20.0) * t / t_max;
+    // Panel `k` (0 top, 1 bottom): its value `v` of `max` to a y coordinate.
+    let y = |k: f64, v: f64, max: f64| 20.0 + k * (ph + 30.0) + ph - ph * v / max;
+    let mut s = format!(
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{h}\" font-family=\"sans-serif\" font-size=\"12\">\n\
+         <rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n"
+    );
+    for (k, label, max) in [(0.0, "served req/s", r_max), (1.0, "instances", i_max)] {
+        let (top, bottom) = (y(k, max, max), y(k, 0.0, max));
+        s.push_str(&format!(
+            "<line x1=\"{l}\" y1=\"{top:.1}\" x2=\"{l}\" y2=\"{bottom:.1}\" stroke=\"black\"/>\n\
+             <line x1=\"{l}\" y1=\"{bottom:.1}\" x2=\"{:.1}\" y2=\"{bottom:.1}\" stroke=\"black\"/>\n\
+             <text x=\"{:.1}\" y=\"{:.1}\">{label}</text>\n\
+             <text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"end\">{:.0}</text>\n\
+             <text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"end\">0</text>\n",
+            w - 20.0,
+            l + 6.0,
+            top + 12.0,
+            l - 4.0,
+            top + 4.0,
+            max,
+            l - 4.0,
+            bottom + 4.0,
+        ));
+    }
+    s.push_str(&format!(
+        "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"middle\">time (s)</text>\n",
+        (w + l) / 2.0,
+        h - 6.0
+    ));
+    if let Some(r) = runs.first() {
+        let pts: Vec<String> = r
+            .seconds
+            .iter()
+            .map(|p| format!("{:.1},{:.1}", x(p.t_s), y(0.0, p.offered as f64, r_max)))
+            .collect();
+        s.push_str(&format!(
+            "<polyline points=\"{}\" fill=\"none\" stroke=\"black\" stroke-dasharray=\"6,4\"/>\n",
+            pts.join(" ")
+        ));
+    }
+    let colours = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd"];
+    let mut legend = vec![("offered".to_string(), "black")];
+    for (i, r) in runs.iter().enumerate() {
+        let c = colours[i % colours.len()];
+        for (k, max, v) in [
+            (
+                0.0,
+                r_max,
+                &(|p: &Second| p.served as f64) as &dyn Fn(&Second) -> f64,
+            ),
+            (1.0, i_max, &|p: &Second| {
+                p.counts.values().sum::<u32>() as f64
+            }),
+        ] {
+            let pts: Vec<String> = r
+                .seconds
+                .iter()
+                .map(|p| format!("{:.1},{:.1}", x(p.t_s), y(k, v(p), max)))
+                .collect();
+            s.push_str(&format!(
+                "<polyline points=\"{}\" fill=\"none\" stroke=\"{c}\" stroke-width=\"1.5\"/>\n",
+                pts.join(" ")
+            ));
+        }
+        legend.push((r.strategy.clone(), c));
+    }
+    for (i, (name, c)) in legend.iter().enumerate() {
+        let ly = 30.0 + 16.0 * i as f64;
+        s.push_str(&format!(
+            "<line x1=\"{}\" y1=\"{ly}\" x2=\"{}\" y2=\"{ly}\" stroke=\"{c}\" stroke-width=\"2\"/>\
+             <text x=\"{}\" y=\"{}\">{}</text>\n",
+            w - 140.0,
+            w - 120.0,
+            w - 115.0,
+            ly + 4.0,
+            name.replace('&', "&amp;").replace('<', "&lt;")
+        ));
+    }
+    s.push_str("</svg>\n");
+    s
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -610,6 +716,14 @@ mod tests {
         // Counts changed at 4 s and at 7 s.
         assert_eq!(r.scale_time_s, 4.0);
         assert_eq!((r.end_instances, r.end_throughput), (3, 25.0));
-        assert!(csv(&[r]).lines().count() == 23);
+        let runs = [r];
+        assert!(csv(&runs).lines().count() == 23);
+        let svg = svg(&runs);
+        assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
+        assert_eq!(
+            svg.matches("<polyline").count(),
+            3,
+            "offered, served, instances"
+        );
     }
 }
