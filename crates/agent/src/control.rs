@@ -304,6 +304,93 @@ impl AgentCore {
             "sluice_agent_arp_replies_total{{host=\"{host}\"}} {}",
             p.stats.arp_replies
         );
+        // Data-plane I/O: batch sizes achieved (frames / batches), system calls,
+        // UDP super-datagrams, ring copies, per socket.
+        type IoField = fn(&sluice_netio::SocketStats) -> u64;
+        let io: [(&str, &str, IoField); 11] = [
+            (
+                "rx_batches_total",
+                "Receive calls that returned frames.",
+                |s| s.rx_batches,
+            ),
+            ("rx_frames_total", "Frames those calls returned.", |s| {
+                s.rx_frames
+            }),
+            ("tx_calls_total", "Send system calls.", |s| s.tx_calls),
+            (
+                "tx_msgs_total",
+                "Messages those calls sent or refused.",
+                |s| s.tx_msgs,
+            ),
+            ("tx_gso_total", "UDP super-datagrams sent.", |s| s.tx_gso),
+            (
+                "tx_gso_segs_total",
+                "Datagrams carried by super-datagrams.",
+                |s| s.tx_gso_segs,
+            ),
+            ("rx_gro_total", "Coalesced UDP datagrams received.", |s| {
+                s.rx_gro
+            }),
+            (
+                "rx_ring_copies_total",
+                "Frames too long for a ring slot.",
+                |s| s.rx_ring_copies,
+            ),
+            ("rx_truncated_total", "Frames truncated and dropped.", |s| {
+                s.rx_truncated
+            }),
+            ("tx_errors_total", "Messages the kernel refused.", |s| {
+                s.tx_errors
+            }),
+            (
+                "rx_kernel_drops_total",
+                "Frames the kernel dropped: ring or receive queue full.",
+                |s| s.rx_kernel_drops,
+            ),
+        ];
+        for (f, help, get) in io {
+            let name = format!("sluice_io_{f}");
+            family(&mut o, &name, "counter", help);
+            for (sock, st) in &p.io {
+                let _ = writeln!(o, "{name}{{host=\"{host}\",socket=\"{sock}\"}} {}", get(st));
+            }
+        }
+        family(
+            &mut o,
+            "sluice_io_loop_polls_total",
+            "counter",
+            "poll(2) calls of the data-plane loop: `sleep` may block, `spin` does not.",
+        );
+        let _ = writeln!(
+            o,
+            "sluice_io_loop_polls_total{{host=\"{host}\",kind=\"sleep\"}} {}",
+            p.io_loop.sleeps
+        );
+        let _ = writeln!(
+            o,
+            "sluice_io_loop_polls_total{{host=\"{host}\",kind=\"spin\"}} {}",
+            p.io_loop.spins
+        );
+        for (name, help, v) in [
+            (
+                "sluice_io_gro_super_frames_total",
+                "TCP super-frames delivered to VMs (runs of segments merged).",
+                p.io_loop.gro_super_frames,
+            ),
+            (
+                "sluice_io_gro_merged_total",
+                "Segments merged into super-frames beyond the first of each.",
+                p.io_loop.gro_merged,
+            ),
+            (
+                "sluice_io_gro_bad_csum_total",
+                "Segments not merged because their TCP checksum was wrong.",
+                p.io_loop.gro_bad_csum,
+            ),
+        ] {
+            family(&mut o, name, "counter", help);
+            let _ = writeln!(o, "{name}{{host=\"{host}\"}} {v}");
+        }
         family(
             &mut o,
             "sluice_port_up",

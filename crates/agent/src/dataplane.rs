@@ -18,7 +18,7 @@ use sluice_proto::{
     GENEVE_PORT,
 };
 use sluice_switch::{Action, Fib, GroupId, LookupKey, Output, PortId};
-use sluice_wire::parse::{parse_into, PacketMeta};
+use sluice_wire::parse::{parse_into, PacketMeta, L4};
 
 pub use crate::groups::{failover_group, Choice, GroupSel, PinKey, PinTable};
 
@@ -431,6 +431,31 @@ pub struct Dataplane {
     /// The data-plane clock (Unix ns, set by the I/O loop).
     now_ns: u64,
     suspect_ns: u64,
+    /// The previous packet's lookup, replayed for the next packet of the same
+    /// flow in the same batch (bulk traffic comes in runs of one flow). Cleared
+    /// at every batch, so health changes between batches are always seen.
+    last: LastLookup,
+}
+
+/// What a lookup depends on: the FIB's match fields and the group selection's
+/// hash input.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct LookupInputs {
+    in_port: Option<u16>,
+    vni: u32,
+    chain_hop: Option<(u16, u8)>,
+    is_ip: bool,
+    has_ports: bool,
+    flow: sluice_wire::FlowKey,
+}
+
+/// What a lookup decided, to replay: copies, then the output or a drop.
+#[derive(Debug, Default)]
+struct LastLookup {
+    key: Option<LookupInputs>,
+    mirrors: Vec<Output>,
+    chain_hop: Option<(u16, u8)>,
+    verdict: Option<Result<Output, DropReason>>,
 }
 
 impl Dataplane {
@@ -599,6 +624,7 @@ impl Dataplane {
             events: Vec::new(),
             now_ns: 0,
             suspect_ns: DEFAULT_SUSPECT_NS,
+            last: LastLookup::default(),
         };
         dp.refresh_groups();
         Ok(dp)
@@ -946,6 +972,7 @@ impl Dataplane {
             return;
         };
         let vni = p.vni;
+        self.last.key = None;
         for i in 0..frames.count() {
             let f = frames.frame(i);
             let id = CounterId::Port(port);
@@ -963,6 +990,7 @@ impl Dataplane {
     /// Processes Geneve datagrams received by the UDP socket (from fabric peers
     /// and NF instances), appending messages to `plan`.
     pub fn process_udp_batch<F: Frames + ?Sized>(&mut self, frames: &F, plan: &mut TxPlan) {
+        self.last.key = None;
         for i in 0..frames.count() {
             let d = frames.frame(i);
             let source = frames
@@ -1022,6 +1050,29 @@ impl Dataplane {
             self.stats.drop(id, DropReason::Malformed);
             return;
         }
+        let key = LookupInputs {
+            in_port,
+            vni,
+            chain_hop,
+            is_ip: self.meta.is_ip(),
+            has_ports: matches!(self.meta.l4, L4::Tcp | L4::Udp),
+            flow: self.meta.flow,
+        };
+        if self.last.key == Some(key) {
+            // Same inputs as the packet before: same entry, same group choice.
+            // (The FIB's own per-entry hit counters then count lookups, not
+            // packets; the agent reports its own counters, not those.)
+            let hop = self.last.chain_hop;
+            for k in 0..self.last.mirrors.len() {
+                let m = self.last.mirrors[k];
+                self.emit(m, vni, hop, buf, index, off, plan);
+            }
+            if let Some(v) = self.last.verdict {
+                self.conclude(id, v, vni, hop, buf, index, off, plan);
+            }
+            return;
+        }
+        self.last.key = None;
         let Some(fib) = self.fibs.get_mut(&vni) else {
             self.stats.drop(id, DropReason::NoMatch);
             return;
@@ -1032,6 +1083,9 @@ impl Dataplane {
             chain_hop,
             meta: &self.meta,
         });
+        // Pinned groups remember flows by time; their choices are not replayed.
+        let mut replayable = true;
+        let mut verdict = None;
         if !d.drop {
             // The agent selects from its own copy of the group: failover and
             // pinning apply.
@@ -1039,33 +1093,49 @@ impl Dataplane {
                 .entry
                 .and_then(|e| self.entry_group.get(&(vni, e)).copied());
             if let Some(g) = gid {
+                replayable = !self.groups.get(&(vni, g)).is_some_and(|s| s.pinned);
                 match self.select(vni, g, in_port.is_none()) {
                     Some(o) => d.output = Some(o),
-                    None => {
-                        for m in &d.mirrors {
-                            self.emit(*m, vni, d.chain_hop, buf, index, off, plan);
-                        }
-                        self.stats.drop(id, DropReason::NoLiveInstance);
-                        return;
-                    }
+                    None => verdict = Some(Err(DropReason::NoLiveInstance)),
                 }
             }
         }
+        let verdict = verdict.unwrap_or(match (d.drop, d.output) {
+            (true, _) => Err(DropReason::FibDrop),
+            (false, Some(o)) => Ok(o),
+            (false, None) => Err(DropReason::NoMatch),
+        });
         for m in &d.mirrors {
             self.emit(*m, vni, d.chain_hop, buf, index, off, plan);
         }
-        if d.drop {
-            self.stats.drop(id, DropReason::FibDrop);
-            return;
+        self.conclude(id, verdict, vni, d.chain_hop, buf, index, off, plan);
+        if replayable {
+            self.last.mirrors.clone_from(&d.mirrors);
+            self.last.chain_hop = d.chain_hop;
+            self.last.verdict = Some(verdict);
+            self.last.key = Some(key);
         }
-        match d.output {
-            Some(o) => {
-                if !self.emit(o, vni, d.chain_hop, buf, index, off, plan) {
-                    self.stats.drop(id, DropReason::UnknownOutput);
-                }
-            }
-            None => self.stats.drop(id, DropReason::NoMatch),
-        }
+    }
+
+    /// Emits the packet to its output, or counts its drop.
+    #[allow(clippy::too_many_arguments)]
+    fn conclude(
+        &mut self,
+        id: CounterId,
+        verdict: Result<Output, DropReason>,
+        vni: u32,
+        chain_hop: Option<(u16, u8)>,
+        buf: &[u8],
+        index: usize,
+        off: usize,
+        plan: &mut TxPlan,
+    ) {
+        let reason = match verdict {
+            Ok(o) if self.emit(o, vni, chain_hop, buf, index, off, plan) => return,
+            Ok(_) => DropReason::UnknownOutput,
+            Err(r) => r,
+        };
+        self.stats.drop(id, reason);
     }
 
     /// The target of group `g` for the packet in `self.meta` (None: no live one).

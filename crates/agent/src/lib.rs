@@ -36,6 +36,7 @@
 pub mod api;
 pub mod control;
 pub mod dataplane;
+pub mod gro;
 pub mod groups;
 pub mod instances;
 pub mod io;

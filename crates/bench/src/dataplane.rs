@@ -3,12 +3,18 @@
 //! machine's veth links.
 //!
 //! In the same run: iperf3 throughput and TCP round-trip latency between two
-//! namespaces joined by one veth pair (the baseline), then between two VMs of a
+//! namespaces joined by one veth pair (the baseline), and between two VMs of a
 //! testbed on different hosts whose traffic is in no chain (VM -> agent -> Geneve
-//! over the fabric -> agent -> VM, no middlebox). Both pairs of namespaces are
-//! configured alike (offloads off, MTU 1500). Then it re-applies the Figure 4
-//! tenant with alternating content and times how long until every agent runs the
-//! new configuration (Stratos Table 1's "install": 54 ms).
+//! over the fabric -> agent -> VM, no middlebox). The throughput runs alternate
+//! between the two paths ([`ROUNDS`] each, medians reported), so load from
+//! elsewhere on a shared machine hits both alike. Both pairs of VMs are
+//! configured alike: MTU 1500, transmit checksum and segmentation offloads off
+//! (senders emit complete MTU-sized frames), and receive coalescing on: GRO on
+//! the baseline's interfaces, the agents' super-frames on the switch path (see
+//! [`offloads`]). `SLUICE_VM_GRO=off` in the environment turns receive
+//! coalescing off on both paths (the agents read it too). Then it re-applies the
+//! Figure 4 tenant with alternating content and times how long until every agent
+//! runs the new configuration (Stratos Table 1's "install": 54 ms).
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -20,13 +26,18 @@ use serde::Serialize;
 use sluice_testbed::lab::{Lab, LabOptions};
 use sluice_testbed::{run_in, veth, vm, Netns};
 
+/// Alternating iperf3 runs per path.
+pub const ROUNDS: usize = 3;
+
 /// One path's measurements.
 #[derive(Debug, Clone, Serialize)]
 pub struct PathResult {
     /// `direct` or `switch`.
     pub path: String,
-    /// iperf3 TCP goodput, Gbit/s.
+    /// iperf3 TCP goodput, Gbit/s (median of the runs).
     pub gbps: f64,
+    /// Every run's goodput, in order.
+    pub gbps_runs: Vec<f64>,
     /// TCP round trip of 64-byte messages, median, microseconds.
     pub rtt_p50_us: f64,
     /// 99th percentile, microseconds.
@@ -48,6 +59,48 @@ pub struct DataplaneReport {
     pub install_max_ms: f64,
     /// Hosts the configuration went to.
     pub hosts: usize,
+    /// How the VM links of both paths were configured.
+    pub offloads: String,
+    /// What the two agents' batched I/O achieved during the switch runs.
+    pub io: IoReport,
+}
+
+/// Batch sizes and coalescing the agents achieved on the switch path (from
+/// their `/metrics`; deltas over the throughput runs).
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct IoReport {
+    /// Frames per receive call on the sending VM's port (ring reads).
+    pub port_frames_per_batch: f64,
+    /// Datagrams per receive call on the receiving agent's Geneve socket
+    /// (super-datagrams split back count as many).
+    pub udp_frames_per_batch: f64,
+    /// Datagrams per UDP super-datagram sent over the fabric.
+    pub segs_per_super_datagram: f64,
+    /// TCP segments per frame delivered to the receiving VM.
+    pub segs_per_vm_frame: f64,
+    /// `poll(2)` sleeps per second, both agents.
+    pub sleeps_per_s: f64,
+}
+
+/// Whether receive coalescing is on (`SLUICE_VM_GRO`, default on): the agents
+/// read the same variable.
+fn coalescing() -> bool {
+    std::env::var("SLUICE_VM_GRO").map_or(true, |v| v != "off" && v != "0")
+}
+
+/// What the report says about the links of both paths.
+pub fn offloads(coalesce: bool) -> String {
+    if coalesce {
+        "both: MTU 1500; VM transmit offloads off (tx checksum, TSO, GSO: complete \
+         1500-byte frames on the wire); receive coalescing on: GRO on the direct pair, \
+         agent super-frames (software GRO, TSO on the agent's side of the VM link) \
+         on the switch path"
+            .into()
+    } else {
+        "both: MTU 1500; every offload off (tx/rx checksum, TSO, GSO, GRO); agents \
+         deliver frame by frame (SLUICE_VM_GRO=off)"
+            .into()
+    }
 }
 
 fn iperf(server_ns: &str, client_ns: &str, addr: &str, seconds: u32) -> Result<f64, String> {
@@ -129,6 +182,7 @@ pub fn run(
     seconds: u32,
     installs: usize,
 ) -> Result<DataplaneReport, String> {
+    let coalesce = coalescing();
     // Baseline: one veth pair, configured like the testbed's VM links.
     let a = Netns::new("da").map_err(|e| e.to_string())?;
     let b = Netns::new("db").map_err(|e| e.to_string())?;
@@ -137,10 +191,13 @@ pub fn run(
         vm::sysctl(ns.name(), "net.ipv6.conf.all.disable_ipv6", "1");
         ns.addr("eth0", addr).map_err(|e| e.to_string())?;
         vm::offloads_off(ns.name(), "eth0").map_err(|e| e.to_string())?;
+        if coalesce {
+            // The counterpart of the agents' super-frames: the receiving
+            // interface coalesces runs of segments before the TCP stack.
+            ns.exec(&["ethtool", "-K", "eth0", "gro", "on"])
+                .map_err(|e| e.to_string())?;
+        }
     }
-    let direct_gbps = iperf(b.name(), a.name(), "10.30.0.2", seconds)?;
-    let (d50, d99) = rtt(b.name(), a.name(), "10.30.0.2", 5000)?;
-    drop((a, b));
 
     // Through the switch: Figure 4's web-a1 (host 2) to web-b1 (host 1) is in no
     // chain, so it crosses two agents and the fabric and no middlebox.
@@ -162,8 +219,36 @@ pub fn run(
     if c.host == s.host {
         return Err("web-a1 and web-b1 landed on one host; the benchmark needs two".into());
     }
-    let switch_gbps = iperf(&s.netns, &c.netns, &s.addrs[0], seconds)?;
+    let api = |h: u32| {
+        st.hosts
+            .iter()
+            .find(|x| x.id == h)
+            .map(|x| x.api.clone())
+            .unwrap_or_default()
+    };
+    let (c_api, s_api) = (api(c.host), api(s.host));
+    // Alternate, so whatever else runs on the machine weighs on both paths.
+    let (mut direct_runs, mut switch_runs) = (Vec::new(), Vec::new());
+    let before = (metrics(&c_api), metrics(&s_api));
+    let mut switch_time = Duration::ZERO;
+    for _ in 0..ROUNDS {
+        direct_runs.push(iperf(b.name(), a.name(), "10.30.0.2", seconds)?);
+        let t = Instant::now();
+        switch_runs.push(iperf(&s.netns, &c.netns, &s.addrs[0], seconds)?);
+        switch_time += t.elapsed();
+    }
+    let io = io_report(
+        &before.0,
+        &metrics(&c_api),
+        &before.1,
+        &metrics(&s_api),
+        switch_time,
+    );
+    let (d50, d99) = rtt(b.name(), a.name(), "10.30.0.2", 5000)?;
     let (s50, s99) = rtt(&s.netns, &c.netns, &s.addrs[0], 5000)?;
+    drop((a, b));
+    let direct_gbps = median(&direct_runs);
+    let switch_gbps = median(&switch_runs);
 
     // Apply -> installed on every agent.
     let text = std::fs::read_to_string(spec).map_err(|e| e.to_string())?;
@@ -206,12 +291,14 @@ pub fn run(
             PathResult {
                 path: "direct".into(),
                 gbps: direct_gbps,
+                gbps_runs: direct_runs,
                 rtt_p50_us: d50,
                 rtt_p99_us: d99,
             },
             PathResult {
                 path: "switch".into(),
                 gbps: switch_gbps,
+                gbps_runs: switch_runs,
                 rtt_p50_us: s50,
                 rtt_p99_us: s99,
             },
@@ -221,7 +308,88 @@ pub fn run(
         install_p50_ms: times.get(times.len() / 2).copied().unwrap_or(f64::NAN),
         install_max_ms: times.last().copied().unwrap_or(f64::NAN),
         hosts: st.hosts.len(),
+        offloads: offloads(coalesce),
+        io,
     })
+}
+
+fn median(v: &[f64]) -> f64 {
+    let mut v = v.to_vec();
+    v.sort_by(|a, b| a.total_cmp(b));
+    v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
+}
+
+/// An agent's `/metrics` as (name with labels, value) pairs (empty if it
+/// cannot be read).
+fn metrics(api: &str) -> Vec<(String, f64)> {
+    ureq::get(&format!("{api}/metrics"))
+        .timeout(Duration::from_secs(2))
+        .call()
+        .ok()
+        .and_then(|r| r.into_string().ok())
+        .map(|t| {
+            t.lines()
+                .filter(|l| !l.starts_with('#'))
+                .filter_map(|l| {
+                    let (k, v) = l.rsplit_once(' ')?;
+                    Some((k.to_string(), v.parse().ok()?))
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Sum of the series of `name` whose labels contain `label`, change from
+/// `before` to `after`.
+fn delta(before: &[(String, f64)], after: &[(String, f64)], name: &str, label: &str) -> f64 {
+    let total = |m: &[(String, f64)]| -> f64 {
+        m.iter()
+            .filter(|(k, _)| k.starts_with(&format!("{name}{{")) && k.contains(label))
+            .map(|(_, v)| v)
+            .sum()
+    };
+    total(after) - total(before)
+}
+
+/// What the client-side agent (`c`: reads the sending VM's port, sends
+/// super-datagrams) and the server-side agent (`s`: reads them, delivers to the
+/// receiving VM) achieved.
+fn io_report(
+    c0: &[(String, f64)],
+    c1: &[(String, f64)],
+    s0: &[(String, f64)],
+    s1: &[(String, f64)],
+    t: Duration,
+) -> IoReport {
+    let ratio = |a: f64, b: f64| if b > 0.0 { a / b } else { f64::NAN };
+    let d = |b: &[(String, f64)], a: &[(String, f64)], n: &str, l: &str| delta(b, a, n, l);
+    let port = "socket=\"port:";
+    let geneve = "socket=\"geneve\"";
+    IoReport {
+        port_frames_per_batch: ratio(
+            d(c0, c1, "sluice_io_rx_frames_total", port),
+            d(c0, c1, "sluice_io_rx_batches_total", port),
+        ),
+        udp_frames_per_batch: ratio(
+            d(s0, s1, "sluice_io_rx_frames_total", geneve),
+            d(s0, s1, "sluice_io_rx_batches_total", geneve),
+        ),
+        segs_per_super_datagram: ratio(
+            d(c0, c1, "sluice_io_tx_gso_segs_total", geneve),
+            d(c0, c1, "sluice_io_tx_gso_total", geneve),
+        ),
+        // Frames sent to VM ports, and the segments merged into them.
+        segs_per_vm_frame: ratio(
+            d(s0, s1, "sluice_io_tx_msgs_total", port)
+                + d(s0, s1, "sluice_io_gro_merged_total", ""),
+            d(s0, s1, "sluice_io_tx_msgs_total", port),
+        ),
+        sleeps_per_s: ratio(
+            d(c0, c1, "sluice_io_loop_polls_total", "kind=\"sleep\"")
+                + d(s0, s1, "sluice_io_loop_polls_total", "kind=\"sleep\""),
+            t.as_secs_f64(),
+        ),
+    }
 }
 
 fn agent_versions(apis: &[String]) -> Vec<u64> {
@@ -281,9 +449,25 @@ pub fn print(r: &DataplaneReport) {
             p.path, p.gbps, p.rtt_p50_us, p.rtt_p99_us
         );
     }
+    for p in &r.paths {
+        let runs: Vec<String> = p.gbps_runs.iter().map(|g| format!("{g:.2}")).collect();
+        println!("{} runs (Gbit/s): {}", p.path, runs.join(" "));
+    }
     println!(
         "switch/direct throughput {:.2} (goal >= 0.8); added RTT p50 {:.1} us",
         r.throughput_ratio, r.added_rtt_p50_us
+    );
+    println!("links: {}", r.offloads);
+    let io = &r.io;
+    println!(
+        "agents' I/O during the switch runs: {:.1} frames per VM-port read, {:.1} datagrams per \
+         Geneve read, {:.1} datagrams per UDP super-datagram, {:.1} segments per frame into the \
+         VM, {:.0} poll sleeps/s",
+        io.port_frames_per_batch,
+        io.udp_frames_per_batch,
+        io.segs_per_super_datagram,
+        io.segs_per_vm_frame,
+        io.sleeps_per_s
     );
     println!(
         "apply -> installed on all {} agents: median {:.1} ms, max {:.1} ms (goal 20 ms; Stratos Table 1: 54 ms)",

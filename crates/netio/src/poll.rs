@@ -53,13 +53,28 @@ impl Poller {
 
     /// Waits until a descriptor is ready or `timeout` passes; returns how many are
     /// ready (0 on timeout or when interrupted by a signal).
+    ///
+    /// The timeout is kept to the nanosecond (`ppoll(2)`): `poll(2)` takes whole
+    /// milliseconds, and a deadline less than a millisecond away truncated to 0
+    /// turned callers' waits for it into a busy loop.
     pub fn wait(&mut self, timeout: Duration) -> io::Result<usize> {
         for p in &mut self.fds {
             p.revents = 0;
         }
-        let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
-        // SAFETY: passes the live pollfd array and its length.
-        let r = unsafe { libc::poll(self.fds.as_mut_ptr(), self.fds.len() as libc::nfds_t, ms) };
+        let ts = libc::timespec {
+            tv_sec: timeout.as_secs().min(i32::MAX as u64) as libc::time_t,
+            tv_nsec: timeout.subsec_nanos() as libc::c_long,
+        };
+        // SAFETY: passes the live pollfd array and its length, and a live
+        // timespec; no signal mask.
+        let r = unsafe {
+            libc::ppoll(
+                self.fds.as_mut_ptr(),
+                self.fds.len() as libc::nfds_t,
+                &ts,
+                std::ptr::null(),
+            )
+        };
         if r < 0 {
             let e = io::Error::last_os_error();
             if e.raw_os_error() == Some(libc::EINTR) {
@@ -97,5 +112,23 @@ mod tests {
         assert_eq!(p.wait(Duration::from_secs(5)).unwrap(), 1);
         assert!(p.is_ready(ta) && !p.is_ready(tb));
         assert!(!p.is_ready(99));
+    }
+
+    #[test]
+    fn sub_millisecond_timeouts_sleep_instead_of_spinning() {
+        let a = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let mut p = Poller::new();
+        p.add(a.as_raw_fd());
+        // 200 waits of 0.5 ms: at least 100 ms asleep (poll(2) would have
+        // rounded each down to 0 and returned at once).
+        let t = std::time::Instant::now();
+        for _ in 0..200 {
+            assert_eq!(p.wait(Duration::from_micros(500)).unwrap(), 0);
+        }
+        assert!(
+            t.elapsed() >= Duration::from_millis(100),
+            "{:?}",
+            t.elapsed()
+        );
     }
 }

@@ -1,4 +1,5 @@
-//! UDP datagrams in batches (`recvmmsg`/`sendmmsg` on an IPv4 UDP socket).
+//! UDP datagrams in batches (`recvmmsg`/`sendmmsg` on an IPv4 UDP socket), with
+//! optional segmentation offload both ways (`UDP_SEGMENT` out, `UDP_GRO` in).
 
 use std::io;
 use std::net::SocketAddrV4;
@@ -9,6 +10,10 @@ use crate::{
     SocketStats,
 };
 
+/// Receive buffer size for a socket with [`UdpBatchSocket::enable_gro`]: a
+/// coalesced datagram can be as long as the largest UDP payload.
+pub const GRO_BUF_SIZE: usize = 65_536;
+
 /// A non-blocking IPv4 UDP socket read and written in batches.
 ///
 /// Bound in the calling thread's network namespace (see [`crate::in_netns`]).
@@ -17,6 +22,7 @@ pub struct UdpBatchSocket {
     local: SocketAddrV4,
     tx: RawTx,
     stats: SocketStats,
+    gro: bool,
 }
 
 impl std::fmt::Debug for UdpBatchSocket {
@@ -67,7 +73,33 @@ impl UdpBatchSocket {
             local,
             tx: RawTx::new(),
             stats: SocketStats::default(),
+            gro: false,
         })
+    }
+
+    /// Sends runs of equal-sized datagrams to one destination (the last of a
+    /// run may be shorter) as one `UDP_SEGMENT` super-datagram: one trip through
+    /// the stack and any bridge or veth on the way, segmented only where a
+    /// device needs it (or delivered whole to a receiver with `UDP_GRO`). Returns
+    /// false (and sends plain datagrams) if the kernel lacks UDP GSO.
+    /// Destinations whose route refuses super-datagrams get plain ones.
+    pub fn enable_gso(&mut self) -> bool {
+        // Setting the socket's default segment size to 0 (none) succeeds
+        // exactly when the kernel knows UDP_SEGMENT (4.18+).
+        let ok = setsockopt_int(&self.fd, libc::SOL_UDP, libc::UDP_SEGMENT, 0).is_ok();
+        self.tx.gso = ok;
+        ok
+    }
+
+    /// Asks the kernel to deliver coalesced datagrams whole (`UDP_GRO`, 5.0+):
+    /// a super-datagram from a GSO sender arrives as one message and is split
+    /// back into its datagrams in the batch, each with the same source. Receive
+    /// buffers must then hold [`GRO_BUF_SIZE`] bytes, or coalesced datagrams are
+    /// truncated (and counted in [`SocketStats::rx_truncated`]). Returns false
+    /// if the kernel refused.
+    pub fn enable_gro(&mut self) -> bool {
+        self.gro = setsockopt_int(&self.fd, libc::SOL_UDP, libc::UDP_GRO, 1).is_ok();
+        self.gro
     }
 
     /// The address the socket is bound to.
@@ -80,15 +112,35 @@ impl UdpBatchSocket {
     /// `batch` (0 if nothing was waiting). Truncated datagrams are skipped and
     /// counted.
     pub fn recv_batch(&mut self, batch: &mut RxBatch) -> io::Result<usize> {
-        let n = batch.recv_raw(self.fd.as_raw_fd())?;
+        batch.clear();
+        let n = batch.recv_raw(self.fd.as_raw_fd(), usize::MAX)?;
         for slot in 0..n {
             if batch.truncated(slot) {
                 self.stats.rx_truncated += 1;
                 continue;
             }
             let src = from_sockaddr_in(&batch.raw.names[slot]);
-            let len = batch.raw.hdr[slot].msg_len as usize;
-            batch.push(slot, len, src);
+            let len = batch.msg_len(slot);
+            let seg = if self.gro {
+                gro_size(&batch.raw.hdr[slot].msg_hdr)
+            } else {
+                0
+            };
+            if seg == 0 || seg >= len {
+                batch.push_own(slot, 0, len, src);
+                continue;
+            }
+            self.stats.rx_gro += 1;
+            let mut off = 0;
+            while off < len {
+                let l = seg.min(len - off);
+                batch.push_own(slot, off, l, src);
+                off += l;
+            }
+        }
+        if !batch.is_empty() {
+            self.stats.rx_batches += 1;
+            self.stats.rx_frames += batch.len() as u64;
         }
         Ok(batch.len())
     }
@@ -105,6 +157,32 @@ impl UdpBatchSocket {
     pub fn stats(&self) -> SocketStats {
         self.stats
     }
+}
+
+/// The segment size of a coalesced datagram (its `UDP_GRO` control message), or
+/// 0 if it was not coalesced.
+fn gro_size(h: &libc::msghdr) -> usize {
+    // SAFETY: the kernel set msg_controllen to the control data it wrote into the
+    // buffer msg_control points at; the CMSG macros stay within it.
+    unsafe {
+        let mut c = libc::CMSG_FIRSTHDR(h);
+        while !c.is_null() {
+            if (*c).cmsg_level == libc::SOL_UDP
+                && (*c).cmsg_type == libc::UDP_GRO
+                && (*c).cmsg_len as usize >= libc::CMSG_LEN(2) as usize
+            {
+                // The kernel writes an int (put_cmsg of gso_size as int).
+                let v = if (*c).cmsg_len as usize >= libc::CMSG_LEN(4) as usize {
+                    std::ptr::read_unaligned(libc::CMSG_DATA(c).cast::<i32>()) as usize
+                } else {
+                    std::ptr::read_unaligned(libc::CMSG_DATA(c).cast::<u16>()) as usize
+                };
+                return v;
+            }
+            c = libc::CMSG_NXTHDR(h, c);
+        }
+    }
+    0
 }
 
 impl AsRawFd for UdpBatchSocket {

@@ -301,11 +301,13 @@ impl Lab {
             let ns = self.netns(&format!("{p}h{h}"))?;
             vm::sysctl(&ns, "net.ipv6.conf.all.disable_ipv6", "1");
             let outer = format!("{p}f{h}");
+            // Both ends are created in their namespaces at once: a fixed name
+            // like `fab0` must never exist in the root namespace, where
+            // concurrent labs would collide on it.
             ip(&[
-                "link", "add", &outer, "type", "veth", "peer", "name", "fab0",
+                "link", "add", "name", &outer, "netns", &fab, "type", "veth", "peer", "name",
+                "fab0", "netns", &ns,
             ])?;
-            ip(&["link", "set", "fab0", "netns", &ns])?;
-            ip(&["link", "set", &outer, "netns", &fab])?;
             ip(&["-n", &fab, "link", "set", &outer, "mtu", "9000"])?;
             ip(&["-n", &fab, "link", "set", &outer, "master", "br0"])?;
             ip(&["-n", &fab, "link", "set", &outer, "up"])?;
