@@ -615,7 +615,10 @@ impl Scaler {
             }
             TrialKind::Down(i) => {
                 let m = self.chain[i].clone();
-                if self.better(t.before, after, self.cfg.improve) {
+                // With a target, a removal stands while the metric still meets
+                // it: a response time far below the target may move by a large
+                // fraction without anyone being worse served.
+                if self.better(t.before, after, self.cfg.improve) && !self.target_met(after) {
                     *self.counts.get_mut(&m).expect("chain member") += 1;
                     self.log(
                         now,
@@ -633,7 +636,7 @@ impl Scaler {
                 }
             }
             TrialKind::DownAll => {
-                if self.better(t.before, after, self.cfg.improve) {
+                if self.better(t.before, after, self.cfg.improve) && !self.target_met(after) {
                     let mut out = Vec::new();
                     for m in self.chain.clone() {
                         *self.counts.get_mut(&m).expect("chain member") += 1;

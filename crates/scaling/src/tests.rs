@@ -242,3 +242,53 @@ fn nan_samples_are_ignored() {
     assert!(s.observe(0, f64::NAN).is_empty());
     assert!(s.observe(1, f64::INFINITY).is_empty());
 }
+
+#[test]
+fn scale_down_keeps_a_removal_while_the_response_time_meets_the_target() {
+    // Response time: small while capacity covers the demand (growing as the
+    // headroom shrinks), a second when it does not. At half load, removing an
+    // IPS or an RE makes it 50-90% worse (16 -> 31 -> 46 ms) but still under the
+    // 100 ms target: those removals stand; the one that overloads the IPS does
+    // not. (Judged by the relative change alone, all five would stay.)
+    let caps = [("ips", 35.0), ("re", 55.0)];
+    let latency = |c: &BTreeMap<String, u32>, demand: f64| {
+        let cap = caps
+            .iter()
+            .map(|(m, k)| k * c[*m] as f64)
+            .fold(f64::INFINITY, f64::min);
+        if cap >= demand {
+            5.0 + 50.0 * (demand / cap).powi(2)
+        } else {
+            1000.0
+        }
+    };
+    let mut c = cfg(Strategy::Greedy);
+    c.direction = Direction::LowerIsBetter;
+    c.improve = 0.2;
+    c.target = Some(100.0);
+    let chain = vec![("ips".to_string(), 3), ("re".to_string(), 2)];
+    let mut s = Scaler::new(c, &chain).unwrap();
+    let mut counts: BTreeMap<String, u32> = chain.into_iter().collect();
+    let mut t = 0;
+    for _ in 0..5 {
+        s.observe(t, latency(&counts, 50.0));
+        t += S;
+    }
+    let ds = s.request(t, false, "request rate halved");
+    let apply = |ds: Vec<Decision>, counts: &mut BTreeMap<String, u32>| {
+        for d in ds {
+            match d {
+                Decision::Add(m) => *counts.get_mut(&m).unwrap() += 1,
+                Decision::Remove(m) => *counts.get_mut(&m).unwrap() -= 1,
+            }
+        }
+    };
+    apply(ds, &mut counts);
+    for _ in 0..120 {
+        t += S;
+        let ds = s.observe(t, latency(&counts, 50.0));
+        apply(ds, &mut counts);
+    }
+    assert_eq!((counts["ips"], counts["re"]), (2, 1), "{:#?}", s.events());
+    assert!(latency(&counts, 50.0) < 100.0);
+}
