@@ -7,6 +7,8 @@
 //! * [`min_provisioning`]: the provisioning variant over several traffic epochs, solved
 //!   by epoch generation (max-flow checks, Hall cuts) so that hundreds of epochs fit.
 //! * [`assign_cores`]: the per-box LP, eqs. (9)-(12).
+//! * [`min_max_load_flow`]: the same optimum as [`min_max_load`] with one resource, as
+//!   a parametric maximum flow ([`flow`]), for networks too large for the LP.
 //!
 //! Spatial strategies restrict which on-path nodes may process a class: the whole path,
 //! its two edges, or only the ingress (§7.3, Fig. 13).
@@ -14,6 +16,13 @@
 use std::collections::BTreeSet;
 
 use crate::lp::{Direction, LinearProgram, LpError, SolverOptions, Var};
+
+pub mod flow;
+
+pub use flow::{
+    min_max_load_flow, min_max_load_transport, min_max_load_transport_with, Search,
+    TransportProblem, TransportSolution, WorkGroup,
+};
 
 /// Index of a network node (a CoMb box location).
 pub type NodeId = usize;
@@ -139,6 +148,17 @@ pub enum CombError {
     /// The solver failed for a reason other than infeasibility.
     #[error("LP solver: {0}")]
     Solver(LpError),
+    /// The problem is not a transportation problem, so the max-flow solver
+    /// ([`min_max_load_flow`]) cannot solve it exactly; use the LP ([`min_max_load`]).
+    #[error("not a transportation problem, use the LP: {0}")]
+    NotTransportation(String),
+    /// A class (or, in [`TransportProblem`], a group) has work but none of its eligible
+    /// nodes has capacity for it, so no assignment exists.
+    #[error("traffic class {class} has work but none of its eligible nodes has capacity")]
+    NoCapacity {
+        /// Class (or group) index.
+        class: usize,
+    },
 }
 
 impl From<LpError> for CombError {
@@ -185,8 +205,22 @@ impl Strategy {
                 .collect(),
             Strategy::Ingress => path.first().copied().into_iter().collect(),
         };
-        let mut seen = BTreeSet::new();
-        out.retain(|n| seen.insert(*n));
+        // Paths are short: a linear scan dedups without allocating (the max-flow
+        // solver calls this for each of KDL's 1.7 million classes).
+        if out.len() <= 64 {
+            let mut kept = 0;
+            for i in 0..out.len() {
+                let n = out[i];
+                if !out[..kept].contains(&n) {
+                    out[kept] = n;
+                    kept += 1;
+                }
+            }
+            out.truncate(kept);
+        } else {
+            let mut seen = BTreeSet::new();
+            out.retain(|n| seen.insert(*n));
+        }
         out
     }
 }
@@ -1733,6 +1767,19 @@ mod tests {
                 assert!((x - base).abs() <= 1e-7 * base, "{o:?}: {x} vs {base}");
             }
         }
+    }
+
+    #[test]
+    fn eligible_nodes_keep_path_order_without_repeats() {
+        assert_eq!(Strategy::Path.eligible(&[3, 1, 3, 2, 1]), vec![3, 1, 2]);
+        assert_eq!(Strategy::Edge.eligible(&[4, 1, 4]), vec![4]);
+        assert_eq!(Strategy::Ingress.eligible(&[2, 5]), vec![2]);
+        // Long paths take the other dedup branch; same result.
+        let long: Vec<NodeId> = (0..100).chain(0..50).chain(100..120).collect();
+        assert_eq!(
+            Strategy::Path.eligible(&long),
+            (0..120).collect::<Vec<NodeId>>()
+        );
     }
 
     #[test]

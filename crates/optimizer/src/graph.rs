@@ -101,12 +101,15 @@ impl Graph {
     /// All-pairs shortest paths: `paths[s][t]` is the node sequence from `s` to `t`.
     /// Fails on the first disconnected pair.
     pub fn all_pairs_paths(&self) -> Result<Vec<Vec<Vec<usize>>>, GraphError> {
-        (0..self.nodes())
-            .map(|s| {
-                let (_, parent) = self.dijkstra(s);
-                (0..self.nodes()).map(|t| walk(&parent, s, t)).collect()
-            })
-            .collect()
+        (0..self.nodes()).map(|s| self.paths_from(s)).collect()
+    }
+
+    /// The paths of [`Self::all_pairs_paths`] from one source (`paths[t]`), so that
+    /// callers can stream over sources instead of holding every pair's path at once.
+    /// Fails on the first node `src` cannot reach.
+    pub fn paths_from(&self, src: usize) -> Result<Vec<Vec<usize>>, GraphError> {
+        let (_, parent) = self.dijkstra(src);
+        (0..self.nodes()).map(|t| walk(&parent, src, t)).collect()
     }
 
     /// The shortest path from `from` to `to`.

@@ -102,6 +102,10 @@ pub enum SimCommand {
         /// Solve the full (non-aggregated) CoMb model only up to this many PoPs.
         #[arg(long)]
         full_max_pops: Option<usize>,
+        /// Build the CoMb workload and run any LP only up to this many PoPs (default
+        /// 300); the max-flow solver runs on every network.
+        #[arg(long)]
+        lp_max_pops: Option<usize>,
         /// Stratos sizes as racks:tenants, comma separated (the first should be 50:20).
         #[arg(long, value_delimiter = ',')]
         sizes: Vec<String>,
@@ -188,6 +192,7 @@ pub fn run(cmd: SimCommand) -> Result<(), SimError> {
             networks,
             max_pops,
             full_max_pops,
+            lp_max_pops,
             sizes,
             budget,
             seed,
@@ -210,6 +215,9 @@ pub fn run(cmd: SimCommand) -> Result<(), SimError> {
             }
             if let Some(m) = full_max_pops {
                 plan.full_max_pops = m;
+            }
+            if let Some(m) = lp_max_pops {
+                plan.lp_max_pops = m;
             }
             if let Some(b) = budget {
                 plan.budget_s = b;
