@@ -25,6 +25,7 @@ use serde::Serialize;
 
 use crate::experiments::payload;
 use crate::lab::{Lab, LabError};
+use crate::svg;
 
 /// What to run.
 #[derive(Debug, Clone)]
@@ -168,19 +169,10 @@ fn note_drops(apis: &[String], prefix: &str, seen: &mut BTreeMap<String, u64>) {
 
 /// Every agent's instance health records (`apis`: the agents' API URLs).
 fn health(apis: &[String]) -> Vec<serde_json::Value> {
-    let mut out = Vec::new();
-    for api in apis {
-        let Ok(r) = ureq::get(&format!("{api}/v1/status"))
-            .timeout(Duration::from_secs(2))
-            .call()
-        else {
-            continue;
-        };
-        if let Ok(v) = r.into_json::<serde_json::Value>() {
-            out.extend(v["health"].as_array().cloned().unwrap_or_default());
-        }
-    }
-    out
+    crate::experiments::agent_statuses(apis)
+        .into_iter()
+        .flat_map(|v| v["health"].as_array().cloned().unwrap_or_default())
+        .collect()
 }
 
 fn scale(controller: &str, tenant: &str, middlebox: &str, n: u32) -> Result<(), LabError> {
@@ -504,7 +496,6 @@ pub fn svg(runs: &[ElasticityRun]) -> String {
             y(v) + 4.0
         ));
     }
-    let colours = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd"];
     if let Some(r) = runs.first() {
         for (t, what) in [
             (r.scale_out_at_s, "scale out"),
@@ -519,50 +510,22 @@ pub fn svg(runs: &[ElasticityRun]) -> String {
                 x(t)
             ));
         }
-        let pts: Vec<String> = r
-            .samples
-            .iter()
-            .map(|p| format!("{:.1},{:.1}", x(p.t_s), y(p.ideal_mbps)))
-            .collect();
-        s.push_str(&format!(
-            "<polyline points=\"{}\" fill=\"none\" stroke=\"black\" stroke-dasharray=\"6,4\"/>\n",
-            pts.join(" ")
+        s.push_str(&svg::dashed(
+            r.samples.iter().map(|p| (x(p.t_s), y(p.ideal_mbps))),
         ));
     }
     let mut legend = vec![("ideal".to_string(), "black")];
     for (i, r) in runs.iter().enumerate() {
-        let c = colours[i % colours.len()];
-        let pts: Vec<String> = r
-            .samples
-            .iter()
-            .map(|p| format!("{:.1},{:.1}", x(p.t_s), y(p.goodput_mbps)))
-            .collect();
-        s.push_str(&format!(
-            "<polyline points=\"{}\" fill=\"none\" stroke=\"{c}\" stroke-width=\"1.5\"/>\n",
-            pts.join(" ")
+        let c = svg::COLOURS[i % svg::COLOURS.len()];
+        s.push_str(&svg::polyline(
+            r.samples.iter().map(|p| (x(p.t_s), y(p.goodput_mbps))),
+            c,
         ));
         legend.push((r.label.clone(), c));
     }
-    for (i, (name, c)) in legend.iter().enumerate() {
-        let ly = 30.0 + 16.0 * i as f64;
-        s.push_str(&format!(
-            "<line x1=\"{}\" y1=\"{ly}\" x2=\"{}\" y2=\"{ly}\" stroke=\"{c}\" stroke-width=\"2\"/>\
-             <text x=\"{}\" y=\"{}\">{}</text>\n",
-            w - 170.0,
-            w - 150.0,
-            w - 145.0,
-            ly + 4.0,
-            xml_escape(name)
-        ));
-    }
+    s.push_str(&svg::legend(&legend, w - 170.0));
     s.push_str("</svg>\n");
     s
-}
-
-fn xml_escape(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
 }
 
 /// Writes `elasticity.csv`, `elasticity.svg` and `elasticity.json` into `dir`.

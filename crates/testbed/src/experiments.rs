@@ -176,15 +176,24 @@ fn instance_pid(lab: &Lab, name: &str) -> Result<u32, LabError> {
         .ok_or_else(|| other(format!("no running instance `{name}`: {v}")))
 }
 
+/// Every agent's `GET /v1/status` that answered (`apis`: the agents' API URLs).
+pub(crate) fn agent_statuses(apis: &[String]) -> Vec<serde_json::Value> {
+    apis.iter()
+        .filter_map(|api| {
+            ureq::get(&format!("{api}/v1/status"))
+                .timeout(Duration::from_secs(2))
+                .call()
+                .ok()?
+                .into_json()
+                .ok()
+        })
+        .collect()
+}
+
 fn agent_events(lab: &Lab, name: &str) -> Vec<serde_json::Value> {
+    let apis: Vec<String> = lab.state().hosts.iter().map(|h| h.api.clone()).collect();
     let mut out = Vec::new();
-    for h in &lab.state().hosts {
-        let Ok(r) = ureq::get(&format!("{}/v1/status", h.api)).call() else {
-            continue;
-        };
-        let Ok(v) = r.into_json::<serde_json::Value>() else {
-            continue;
-        };
+    for v in agent_statuses(&apis) {
         for key in ["failover_events", "failovers"] {
             for e in v[key].as_array().into_iter().flatten() {
                 if e.to_string().contains(name) {

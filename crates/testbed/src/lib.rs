@@ -19,6 +19,7 @@ pub mod experiments;
 pub mod lab;
 pub mod scaling;
 pub mod scenario;
+pub mod svg;
 pub mod vm;
 
 /// Why a testbed operation failed; the message carries the command and its stderr.

@@ -27,6 +27,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 
 use crate::lab::{Lab, LabError};
+use crate::svg;
 
 /// What to run.
 #[derive(Debug, Clone)]
@@ -603,20 +604,15 @@ pub fn svg(runs: &[ScalingRun]) -> String {
         h - 6.0
     ));
     if let Some(r) = runs.first() {
-        let pts: Vec<String> = r
-            .seconds
-            .iter()
-            .map(|p| format!("{:.1},{:.1}", x(p.t_s), y(0.0, p.offered as f64, r_max)))
-            .collect();
-        s.push_str(&format!(
-            "<polyline points=\"{}\" fill=\"none\" stroke=\"black\" stroke-dasharray=\"6,4\"/>\n",
-            pts.join(" ")
+        s.push_str(&svg::dashed(
+            r.seconds
+                .iter()
+                .map(|p| (x(p.t_s), y(0.0, p.offered as f64, r_max))),
         ));
     }
-    let colours = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd"];
     let mut legend = vec![("offered".to_string(), "black")];
     for (i, r) in runs.iter().enumerate() {
-        let c = colours[i % colours.len()];
+        let c = svg::COLOURS[i % svg::COLOURS.len()];
         for (k, max, v) in [
             (
                 0.0,
@@ -627,30 +623,14 @@ pub fn svg(runs: &[ScalingRun]) -> String {
                 p.counts.values().sum::<u32>() as f64
             }),
         ] {
-            let pts: Vec<String> = r
-                .seconds
-                .iter()
-                .map(|p| format!("{:.1},{:.1}", x(p.t_s), y(k, v(p), max)))
-                .collect();
-            s.push_str(&format!(
-                "<polyline points=\"{}\" fill=\"none\" stroke=\"{c}\" stroke-width=\"1.5\"/>\n",
-                pts.join(" ")
+            s.push_str(&svg::polyline(
+                r.seconds.iter().map(|p| (x(p.t_s), y(k, v(p), max))),
+                c,
             ));
         }
         legend.push((r.strategy.clone(), c));
     }
-    for (i, (name, c)) in legend.iter().enumerate() {
-        let ly = 30.0 + 16.0 * i as f64;
-        s.push_str(&format!(
-            "<line x1=\"{}\" y1=\"{ly}\" x2=\"{}\" y2=\"{ly}\" stroke=\"{c}\" stroke-width=\"2\"/>\
-             <text x=\"{}\" y=\"{}\">{}</text>\n",
-            w - 140.0,
-            w - 120.0,
-            w - 115.0,
-            ly + 4.0,
-            name.replace('&', "&amp;").replace('<', "&lt;")
-        ));
-    }
+    s.push_str(&svg::legend(&legend, w - 140.0));
     s.push_str("</svg>\n");
     s
 }
