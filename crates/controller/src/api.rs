@@ -413,7 +413,9 @@ pub struct EventInfo {
     /// When, Unix milliseconds.
     pub at_ms: u64,
     /// `failover`, `rejoin`, `scale` (a count changed), `scaler` (a step of a
-    /// chain's scaler), `drain` (a drain started or ended) or `error`.
+    /// chain's scaler), `drain` (a drain started or ended), `catch-up` (a new
+    /// instance of a pinned middlebox gets most new flows, or stopped getting
+    /// them) or `error`.
     pub kind: String,
     /// Tenant.
     #[serde(default)]

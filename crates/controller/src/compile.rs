@@ -49,6 +49,10 @@ pub struct Placement {
     /// instance of a middlebox is listed, its group keeps them all (there is
     /// nowhere better to send its traffic).
     pub out_of_groups: BTreeSet<(HostId, PortId)>,
+    /// Group weights of instances that get more than their share of new flows
+    /// (catching up after a scale-out); others weigh
+    /// [`crate::place::BASE_WEIGHT`].
+    pub weights: BTreeMap<(HostId, PortId), u32>,
 }
 
 /// What one host must install.
@@ -157,7 +161,17 @@ impl<'a> Builder<'a> {
                     } else {
                         Output::Host(h)
                     },
-                    u32::from(all_out || !self.place.out_of_groups.contains(&(h, p))),
+                    if all_out {
+                        crate::place::BASE_WEIGHT
+                    } else if self.place.out_of_groups.contains(&(h, p)) {
+                        0
+                    } else {
+                        self.place
+                            .weights
+                            .get(&(h, p))
+                            .copied()
+                            .unwrap_or(crate::place::BASE_WEIGHT)
+                    },
                 )
             })
             .collect();

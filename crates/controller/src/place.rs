@@ -112,6 +112,32 @@ pub struct Desired {
     pub down: BTreeSet<InstanceKey>,
     /// Scaler configurations by `(tenant, chain)`.
     pub scaling: BTreeMap<(String, String), ScalingConfig>,
+    /// New instances of pinned middleboxes still catching up (live state, never
+    /// persisted): they get most new flows ([`CATCH_UP_SHARE`]) until their share
+    /// of pinned flows reaches the split's target (Stratos §4.2, "achieving flow
+    /// distribution in practice"). Existing flows stay where they are pinned, so
+    /// with the plain split a new instance would take a long time to fill.
+    pub catching_up: BTreeSet<InstanceKey>,
+}
+
+/// Share of a pinned group's new flows its catching-up instances get together
+/// (the rest go to the others, by the usual split): most, but not all, so the
+/// new instance is not made the bottleneck while it fills.
+pub const CATCH_UP_SHARE: f64 = 0.75;
+
+/// Weight of an ordinary instance in its group (a catching-up one gets more).
+pub const BASE_WEIGHT: u32 = 64;
+
+/// Group weights of the instances of one middlebox: [`BASE_WEIGHT`] for ordinary
+/// ones, enough for the `catching` ones to share [`CATCH_UP_SHARE`] of the hash
+/// space between them when there are `ordinary` others.
+pub fn catch_up_weight(ordinary: usize, catching: usize) -> u32 {
+    if ordinary == 0 || catching == 0 {
+        return BASE_WEIGHT;
+    }
+    let w = CATCH_UP_SHARE / (1.0 - CATCH_UP_SHARE) * (ordinary as f64) * f64::from(BASE_WEIGHT)
+        / catching as f64;
+    (w.round() as u32).max(BASE_WEIGHT)
 }
 
 /// A request the desired state cannot accommodate.
@@ -366,6 +392,12 @@ impl Desired {
         self.place_instances(tenant)
     }
 
+    /// Ends the catch-up of a new instance: its group goes back to the target
+    /// split. Returns whether it was catching up.
+    pub fn end_catch_up(&mut self, key: &InstanceKey) -> bool {
+        self.catching_up.remove(key)
+    }
+
     /// Ends the drain of an instance: it is removed (its port freed). Returns
     /// whether it was draining.
     pub fn finish_drain(&mut self, key: &InstanceKey) -> bool {
@@ -424,11 +456,22 @@ impl Desired {
         let instances = &self.instances;
         self.draining.retain(|k| instances.contains_key(k));
         self.down.retain(|k| instances.contains_key(k));
+        let instances = &self.instances;
+        self.catching_up.retain(|k| instances.contains_key(k));
         for (mb, (n, _)) in want {
+            let pinned = self.pinned(tenant, &mb);
+            let serving = self
+                .instances
+                .keys()
+                .filter(|k| k.0 == tenant && k.1 == mb && !self.draining.contains(*k))
+                .count();
             for k in 0..n {
                 let key = (tenant.to_string(), mb.clone(), k);
                 if self.instances.contains_key(&key) {
                     continue;
+                }
+                if pinned && serving > 0 {
+                    self.catching_up.insert(key.clone());
                 }
                 let host = self.least_loaded().ok_or_else(|| PlaceError::NoHosts {
                     tenant: tenant.to_string(),
@@ -505,13 +548,24 @@ impl Desired {
             None if externals => return Err(PlaceError::NoGateway(tenant.to_string())),
             None => {}
         }
+        let mut catch: BTreeMap<&str, (usize, Vec<(HostId, PortId)>)> = BTreeMap::new();
         for (k, i) in &self.instances {
             if k.0 == tenant {
                 let hp = (HostId(i.host), PortId(i.port));
                 p.instances.entry(k.1.clone()).or_default().push(hp);
                 if self.down.contains(k) || self.draining.contains(k) {
                     p.out_of_groups.insert(hp);
+                } else if self.catching_up.contains(k) {
+                    catch.entry(&k.1).or_default().1.push(hp);
+                } else {
+                    catch.entry(&k.1).or_default().0 += 1;
                 }
+            }
+        }
+        for (ordinary, catching) in catch.values() {
+            let w = catch_up_weight(*ordinary, catching.len());
+            for hp in catching {
+                p.weights.insert(*hp, w);
             }
         }
         Ok(p)
@@ -1158,6 +1212,92 @@ mod tests {
                 assert!(grp.ranges.iter().all(|r| r.1 != gone), "{grp:?}");
             }
         }
+    }
+
+    /// Fraction of the hash space `grp` gives to `o`.
+    fn share_of(grp: &sluice_switch::Group, o: Output) -> f64 {
+        let mut lo = 0u64;
+        let mut got = 0u64;
+        for r in &grp.ranges {
+            if r.1 == o {
+                got += r.0 - lo;
+            }
+            lo = r.0;
+        }
+        got as f64 / (1u64 << 32) as f64
+    }
+
+    #[test]
+    fn a_new_pinned_instance_gets_most_new_flows_until_it_catches_up() {
+        let (text, _) = figure4();
+        let text = text.replace("function: ips\n", "function: ips\n    state: local\n");
+        let spec = TenantSpec::parse(&text, "f4", None).unwrap();
+        let mut d = hosts(3);
+        figure4_vms(&mut d);
+        d.apply_tenant(&text, spec).unwrap();
+        assert!(d.pinned("acme", "ips"));
+        assert!(
+            d.catching_up.is_empty(),
+            "first placement: nothing to catch up"
+        );
+        let ips_share = |d: &Desired, k: u32| {
+            let c = d.compile_tenant("acme").unwrap();
+            let g = c.groups["ips"];
+            let i = d.instances[&("acme".to_string(), "ips".to_string(), k)];
+            let (h, grp) = c
+                .hosts
+                .iter()
+                .find_map(|(h, hf)| hf.groups.get(&g).map(|grp| (*h, grp.clone())))
+                .expect("some host uses mon's group");
+            let o = if h.0 == i.host {
+                Output::Port(PortId(i.port))
+            } else {
+                Output::Host(HostId(i.host))
+            };
+            share_of(&grp, o)
+        };
+        d.scale("acme", "ips", 2).unwrap();
+        let k1 = ("acme".to_string(), "ips".to_string(), 1);
+        assert!(d.catching_up.contains(&k1));
+        assert!((ips_share(&d, 1) - CATCH_UP_SHARE).abs() < 0.01);
+        assert!((ips_share(&d, 0) - (1.0 - CATCH_UP_SHARE)).abs() < 0.01);
+        assert!(d.end_catch_up(&k1) && !d.end_catch_up(&k1));
+        assert!((ips_share(&d, 1) - 0.5).abs() < 0.01);
+        // Two new ones at once share the preference; the old one keeps the rest.
+        d.scale("acme", "ips", 4).unwrap();
+        assert_eq!(d.catching_up.len(), 2);
+        let p = d.placement("acme").unwrap();
+        let hp = |k: u32| {
+            let i = d.instances[&("acme".to_string(), "ips".to_string(), k)];
+            (HostId(i.host), PortId(i.port))
+        };
+        assert_eq!(p.weights.get(&hp(2)), Some(&catch_up_weight(2, 2)));
+        assert_eq!(p.weights.get(&hp(3)), Some(&catch_up_weight(2, 2)));
+        assert!(!p.weights.contains_key(&hp(0)) && !p.weights.contains_key(&hp(1)));
+        let w = f64::from(catch_up_weight(2, 2));
+        let base = f64::from(BASE_WEIGHT);
+        assert!((2.0 * w / (2.0 * w + 2.0 * base) - CATCH_UP_SHARE).abs() < 0.01);
+        // Scaling in forgets catching-up instances that are gone or draining.
+        d.scale("acme", "ips", 1).unwrap();
+        for k in 1..4 {
+            d.finish_drain(&("acme".to_string(), "ips".to_string(), k));
+        }
+        d.place_instances("acme").unwrap();
+        assert!(d.catching_up.is_empty());
+        // Middleboxes whose flows may move (shared state: hash) never catch up.
+        d.scale("acme", "fw", 3).unwrap();
+        assert!(d.catching_up.is_empty());
+    }
+
+    #[test]
+    fn catch_up_weights_give_the_new_instances_their_share() {
+        assert_eq!(catch_up_weight(0, 1), BASE_WEIGHT);
+        assert_eq!(catch_up_weight(3, 0), BASE_WEIGHT);
+        // One old, one new: 3:1.
+        assert_eq!(catch_up_weight(1, 1), 3 * BASE_WEIGHT);
+        // Four old, one new: 12:4 of 16.
+        let w = catch_up_weight(4, 1) as f64;
+        assert!((w / (w + 4.0 * BASE_WEIGHT as f64) - CATCH_UP_SHARE).abs() < 0.01);
     }
 
     #[test]

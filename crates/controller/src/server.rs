@@ -85,6 +85,12 @@ pub const EVENTS_KEPT: usize = 10_000;
 const TICK: Duration = Duration::from_millis(20);
 /// How often a host's status is polled for the pinned flows of a drain.
 const DRAIN_POLL: Duration = Duration::from_millis(100);
+/// Longest a new instance of a pinned middlebox gets most new flows: by then
+/// the flows pinned elsewhere have had time to end, or they never will.
+pub const CATCH_UP_TIMEOUT: Duration = Duration::from_secs(60);
+/// A catching-up instance is done once it holds this fraction of its share of
+/// the group's pinned flows.
+const CATCH_UP_DONE: f64 = 0.9;
 /// Largest request body accepted.
 const MAX_BODY: u64 = 1 << 20;
 /// Request-serving threads.
@@ -295,6 +301,8 @@ struct Core {
     /// Why each instance of `desired.down` is down.
     down_reason: BTreeMap<InstanceKey, DownReason>,
     drains: BTreeMap<InstanceKey, Drain>,
+    /// When each catching-up instance started catching up.
+    catch_ups: BTreeMap<InstanceKey, Instant>,
     /// Latest pinned-flow report per host: (its config version, the flows).
     pinned: BTreeMap<u32, (u64, Vec<PinnedFlows>, Instant)>,
     scalers: BTreeMap<(String, String), ChainScaler>,
@@ -369,6 +377,7 @@ pub fn serve(opts: ServerOptions) -> Result<ServerHandle, ControllerError> {
             live: BTreeMap::new(),
             down_reason: BTreeMap::new(),
             drains: BTreeMap::new(),
+            catch_ups: BTreeMap::new(),
             pinned: BTreeMap::new(),
             scalers: BTreeMap::new(),
             events: Events::default(),
@@ -1457,7 +1466,13 @@ fn ticker(shared: &Arc<Shared>) {
             if !stalled {
                 check_silence(shared, &mut core);
             }
-            check_drains(shared, &mut core)
+            let mut polls = check_drains(shared, &mut core);
+            for p in check_catch_ups(shared, &mut core) {
+                if !polls.contains(&p) {
+                    polls.push(p);
+                }
+            }
+            polls
         };
         let now = Instant::now();
         for (h, api) in polls {
@@ -1566,6 +1581,147 @@ fn drain_pairs(core: &Core, key: &InstanceKey) -> Vec<(u32, u32, Output)> {
         }
     }
     out
+}
+
+/// Flows pinned to the instance `key` on its own host (where every flow it
+/// serves is pinned to its port), if that host reported since `since` with a
+/// configuration at least as new as the one pushed to it.
+fn pinned_on_own_host(core: &Core, key: &InstanceKey, since: Instant) -> Option<u64> {
+    let inst = core.desired.instances.get(key)?;
+    let vni = core.desired.tenants.get(&key.0)?.vni;
+    let want = core.configs.get(&inst.host).map_or(0, |c| c.version);
+    let (v, flows, at) = core.pinned.get(&inst.host)?;
+    if *v < want || *at < since {
+        return None;
+    }
+    let o = Output::Port(PortId(inst.port));
+    Some(
+        flows
+            .iter()
+            .filter(|f| f.vni == vni && f.target == o)
+            .map(|f| f.flows)
+            .sum(),
+    )
+}
+
+/// Whether a catching-up instance holding `mine` of `total` pinned flows over
+/// `instances` serving ones has reached its share.
+pub fn caught_up(mine: u64, total: u64, instances: usize) -> bool {
+    let share = total as f64 / instances.max(1) as f64;
+    mine as f64 >= CATCH_UP_DONE * share
+}
+
+/// Ends the catch-up of new instances of pinned middleboxes that hold their
+/// share of pinned flows (or ran out of time); returns the hosts to ask for
+/// their pinned flows.
+fn check_catch_ups(shared: &Shared, core: &mut Core) -> Vec<(u32, String)> {
+    let now = Instant::now();
+    let catching = core.desired.catching_up.clone();
+    core.catch_ups.retain(|k, _| catching.contains(k));
+    let mut finished = Vec::new();
+    let mut polls = BTreeSet::new();
+    for k in &catching {
+        let started = match core.catch_ups.get(k) {
+            Some(t) => *t,
+            None => {
+                core.catch_ups.insert(k.clone(), now);
+                let name = instance_name(&k.0, &k.1, k.2);
+                let mut e = event(
+                    "catch-up",
+                    format!(
+                        "{name} gets {:.0}% of new flows until it holds its share of pinned flows",
+                        crate::place::CATCH_UP_SHARE * 100.0
+                    ),
+                );
+                e.tenant = Some(k.0.clone());
+                e.middlebox = Some(k.1.clone());
+                e.instance = Some(name);
+                core.events.push(e);
+                now
+            }
+        };
+        if now.duration_since(started) >= CATCH_UP_TIMEOUT {
+            finished.push((
+                k.clone(),
+                format!(
+                    "{} s passed (flows pinned elsewhere last long)",
+                    CATCH_UP_TIMEOUT.as_secs()
+                ),
+            ));
+            continue;
+        }
+        let serving: Vec<InstanceKey> = core
+            .desired
+            .instances
+            .keys()
+            .filter(|j| j.0 == k.0 && j.1 == k.1)
+            .filter(|j| !core.desired.draining.contains(*j) && !core.desired.down.contains(*j))
+            .cloned()
+            .collect();
+        let mut counts = Vec::new();
+        for j in &serving {
+            match pinned_on_own_host(core, j, started) {
+                Some(n) => counts.push((j == k, n)),
+                None => {
+                    if let Some(i) = core.desired.instances.get(j) {
+                        polls.insert(i.host);
+                    }
+                }
+            }
+        }
+        if counts.len() < serving.len() {
+            continue;
+        }
+        let mine: u64 = counts.iter().filter(|c| c.0).map(|c| c.1).sum();
+        let total: u64 = counts.iter().map(|c| c.1).sum();
+        if caught_up(mine, total, serving.len()) {
+            finished.push((
+                k.clone(),
+                format!(
+                    "it holds {mine} of {total} pinned flows over {} instances",
+                    serving.len()
+                ),
+            ));
+        } else {
+            for j in &serving {
+                if let Some(i) = core.desired.instances.get(j) {
+                    polls.insert(i.host);
+                }
+            }
+        }
+    }
+    if !finished.is_empty() {
+        let mut next = core.desired.clone();
+        for (k, _) in &finished {
+            next.end_catch_up(k);
+        }
+        match shared.commit(core, next) {
+            Ok(_) => {
+                for (k, why) in finished {
+                    core.catch_ups.remove(&k);
+                    let name = instance_name(&k.0, &k.1, k.2);
+                    let mut e = event(
+                        "catch-up",
+                        format!("{name} caught up, its group back to the target split: {why}"),
+                    );
+                    e.tenant = Some(k.0.clone());
+                    e.middlebox = Some(k.1.clone());
+                    e.instance = Some(name);
+                    core.events.push(e);
+                }
+            }
+            Err(e) => {
+                core.events.push(event(
+                    "error",
+                    format!("catch-up end not applied: {}", e.msg),
+                ));
+            }
+        }
+    }
+    polls
+        .into_iter()
+        .filter_map(|h| core.desired.hosts.get(&h).map(|x| (h, x.api.clone())))
+        .collect()
 }
 
 /// Ends drains whose pinned flows are gone or whose timeout passed; returns the
@@ -2107,6 +2263,14 @@ fn list_events(shared: &Shared, url: &str) -> Result<Reply, ApiError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_catching_up_instance_is_done_near_its_share() {
+        assert!(caught_up(0, 0, 2), "no flows: nothing to catch up");
+        assert!(!caught_up(10, 50, 2));
+        assert!(caught_up(38, 78, 2));
+        assert!(caught_up(30, 90, 3) && !caught_up(26, 90, 3));
+    }
 
     #[test]
     fn routes_match_templates_and_methods() {

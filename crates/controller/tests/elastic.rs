@@ -791,3 +791,115 @@ fn the_greedy_scaler_converges_and_explains_each_step() {
         .iter()
         .any(|e| e.kind == "scaler" && e.reason.starts_with("load halved")));
 }
+
+/// Fraction of the hash space of the group holding `o` (as host `h` sees it).
+fn share_on(c: &Client, h: u32, o: Output) -> f64 {
+    let ranges = c
+        .config(h)
+        .unwrap()
+        .tenants
+        .into_iter()
+        .flat_map(|t| t.groups)
+        .map(|(_, g)| g.ranges)
+        .find(|r| r.iter().any(|x| x.1 == o))
+        .unwrap_or_default();
+    let (mut lo, mut got) = (0u64, 0u64);
+    for (hi, t) in ranges {
+        if t == o {
+            got += hi - lo;
+        }
+        lo = hi;
+    }
+    got as f64 / (1u64 << 32) as f64
+}
+
+#[test]
+fn a_new_pinned_instance_gets_most_new_flows_until_it_holds_its_share() {
+    let dir = tempfile::tempdir().unwrap();
+    let agents: Vec<FakeAgent> = (1..=3).map(FakeAgent::start).collect();
+    let (_srv, c) = start(&dir.path().join("c.db"));
+    let spec = SPEC.replace(
+        "re: { type: middlebox, function: monitor }",
+        "re: { type: middlebox, function: monitor, state: local }",
+    );
+    setup(&c, &agents, &spec);
+    let vni = c.config(1).unwrap().tenants[0].vni;
+    let re0 = placed(&c, "t/re/0");
+    // re/0 holds 40 pinned flows; the instance about to be added holds none.
+    let report = |re1: Option<((u32, u16), u64)>| {
+        for a in &agents {
+            let mut flows = Vec::new();
+            if a.host == re0.0 {
+                flows.push(PinnedFlows {
+                    vni,
+                    group: 0,
+                    target: Output::Port(PortId(re0.1)),
+                    flows: 40,
+                    draining: false,
+                });
+            }
+            if let Some((at, n)) = re1 {
+                if a.host == at.0 {
+                    flows.push(PinnedFlows {
+                        vni,
+                        group: 0,
+                        target: Output::Port(PortId(at.1)),
+                        flows: n,
+                        draining: false,
+                    });
+                }
+            }
+            *a.pinned.lock().unwrap() = flows;
+        }
+    };
+    report(None);
+    c.scale(
+        "t",
+        "re",
+        &ScaleRequest {
+            instances: 2,
+            drain_timeout_ms: None,
+        },
+    )
+    .unwrap();
+    let re1 = placed(&c, "t/re/1");
+    report(Some((re1, 0)));
+    let own = |o: (u32, u16)| target(re1.0, o.0, o.1);
+    let (s1, s0) = (share_on(&c, re1.0, own(re1)), share_on(&c, re1.0, own(re0)));
+    assert!(
+        (s1 - 0.75).abs() < 0.01 && (s0 - 0.25).abs() < 0.01,
+        "{s1} {s0}"
+    );
+    eventually("the catch-up is logged", || {
+        c.events(0)
+            .unwrap()
+            .iter()
+            .any(|e| e.kind == "catch-up" && e.reason.contains("75% of new flows"))
+    });
+    // Far from its share (20 of 50): it keeps the preference.
+    report(Some((re1, 10)));
+    std::thread::sleep(Duration::from_millis(400));
+    assert!((share_on(&c, re1.0, own(re1)) - 0.75).abs() < 0.01);
+    // 38 of 78 (target 39, within 10%): back to the even split.
+    report(Some((re1, 38)));
+    eventually("re/1 caught up", || {
+        (share_on(&c, re1.0, own(re1)) - 0.5).abs() < 0.01
+    });
+    assert!(c
+        .events(0)
+        .unwrap()
+        .iter()
+        .any(|e| e.kind == "catch-up" && e.reason.contains("holds 38 of 78")));
+    // Shared-state middleboxes never catch up (their flows move at once).
+    c.scale(
+        "t",
+        "ips",
+        &ScaleRequest {
+            instances: 3,
+            drain_timeout_ms: None,
+        },
+    )
+    .unwrap();
+    let ips2 = placed(&c, "t/ips/2");
+    assert!((share_on(&c, ips2.0, target(ips2.0, ips2.0, ips2.1)) - 1.0 / 3.0).abs() < 0.01);
+}
