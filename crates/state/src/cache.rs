@@ -138,6 +138,9 @@ pub struct CacheStats {
     /// Flushes of due deferred writes sent without waiting for the store's reply
     /// ([`StateStore::execute_unacked`]): they cost no round trip.
     pub background_flushes: u64,
+    /// Writes sent before the batch left without waiting for their
+    /// acknowledgement ([`Hint::Unacked`]).
+    pub unacked: u64,
     /// `execute` calls answered without a round trip.
     pub saved_round_trips: u64,
     /// Entries dropped (idle, memory cap, lost ownership, store-bound writes).
@@ -175,6 +178,8 @@ pub struct FlowCache {
     fwd: Ops,
     fwd_map: Vec<(u32, u32)>,
     fills: FxHashMap<Key, u32>,
+    /// Owned compare-and-sets of the batch being sent: (key, op index, flow hash).
+    cas_posts: Vec<(Key, u32, u32)>,
 }
 
 impl FlowCache {
@@ -192,6 +197,7 @@ impl FlowCache {
             fwd: Ops::new(),
             fwd_map: Vec::new(),
             fills: FxHashMap::default(),
+            cas_posts: Vec::new(),
         }
     }
 
@@ -499,19 +505,36 @@ impl FlowCache {
         c.fwd.clear();
         c.fwd_map.clear();
         c.fills.clear();
+        c.cas_posts.clear();
+        let mut unacked = 0usize;
         for i in 0..ops.len() {
             let op = ops.ops()[i];
             let owned = match ops.hint(i) {
-                Hint::Owned { flow_hash } if own.covers(flow_hash) => Some((flow_hash, false)),
-                Hint::Deferred { flow_hash } if own.covers(flow_hash) => {
-                    Some((flow_hash, defer_ok))
+                Hint::Owned { flow_hash } if own.covers(flow_hash) => {
+                    Some((flow_hash, Mode::Through))
+                }
+                Hint::Deferred { flow_hash } if own.covers(flow_hash) => Some((
+                    flow_hash,
+                    if defer_ok { Mode::Defer } else { Mode::Through },
+                )),
+                Hint::Unacked { flow_hash } if own.covers(flow_hash) => Some((
+                    flow_hash,
+                    if defer_ok {
+                        Mode::Unacked
+                    } else {
+                        Mode::Through
+                    },
+                )),
+                Hint::Present { flow_hash } if own.covers(flow_hash) => {
+                    Some((flow_hash, Mode::Present))
                 }
                 _ => None,
             };
             match (op, owned) {
-                (Op::Get { key }, Some(_)) => {
+                (Op::Get { key }, Some((_, mode))) => {
+                    let present_only = mode == Mode::Present;
                     let hit = match c.map.get(&key) {
-                        Some(e) if c.fresh(e, now) => true,
+                        Some(e) if c.fresh(e, now) => !present_only || e.val.is_some(),
                         Some(e) if !e.blocked => {
                             // Idle too long: read through (after its own deferred
                             // value, if it still has one).
@@ -529,19 +552,28 @@ impl FlowCache {
                         c.stats.hits += 1;
                     } else {
                         c.stats.misses += 1;
+                        // A deferred value of the key goes first (a present-only
+                        // read may miss on an entry the owner holds).
+                        c.store_bound(&key, false, now);
                         let j = c.fwd.push_copy(ops, i);
                         c.fwd_map.push((j.index() as u32, i as u32));
                         c.fills.insert(key, i as u32);
                     }
                 }
-                (Op::Put { key, val }, Some((flow_hash, defer))) => {
+                (Op::Put { key, val }, Some((flow_hash, mode))) => {
                     c.fills.remove(&key);
+                    let defer = mode == Mode::Defer;
                     c.write(key, Some(ops.arg(val)), flow_hash, now, defer);
                     if defer {
                         c.stats.deferred += 1;
                         ops.set_result(i, OpResult::Done);
                     } else {
-                        c.stats.write_through += 1;
+                        if mode == Mode::Unacked {
+                            c.stats.unacked += 1;
+                            unacked += 1;
+                        } else {
+                            c.stats.write_through += 1;
+                        }
                         let j = c.fwd.push_copy(ops, i);
                         c.fwd_map.push((j.index() as u32, i as u32));
                     }
@@ -552,6 +584,15 @@ impl FlowCache {
                     c.stats.write_through += 1;
                     let j = c.fwd.push_copy(ops, i);
                     c.fwd_map.push((j.index() as u32, i as u32));
+                }
+                (Op::CompareAndSet { key, .. }, Some((flow_hash, _))) => {
+                    // Always to the store, after the key's deferred value.
+                    c.fills.remove(&key);
+                    c.store_bound(&key, false, now);
+                    c.stats.write_through += 1;
+                    let j = c.fwd.push_copy(ops, i);
+                    c.fwd_map.push((j.index() as u32, i as u32));
+                    c.cas_posts.push((key, i as u32, flow_hash));
                 }
                 (op, _) => {
                     match op {
@@ -571,21 +612,64 @@ impl FlowCache {
             c.stats.saved_round_trips += 1;
             return Ok(());
         }
+        if unacked == c.fwd.len() {
+            // Only writes whose acknowledgement nobody waits for: sent now, on the
+            // ordered connection, before the batch leaves; due deferred writes ride
+            // along. No round trip.
+            c.append_dirty();
+            c.stats.saved_round_trips += 1;
+            let r = store.execute_unacked(&mut c.fwd);
+            if r.is_err() {
+                c.fail_send();
+            } else {
+                c.in_flight = 0;
+            }
+            for &(_, i) in &c.fwd_map {
+                ops.set_result(i as usize, OpResult::Done);
+            }
+            c.check_unacked(store);
+            return r;
+        }
         // Deferred writes ride along. Appended last: every earlier operation in this
         // batch on a dirty key already sent that key's value before itself.
         c.append_dirty();
         c.send(store, Some(ops))?;
         c.check_unacked(store);
+        let posts = std::mem::take(&mut c.cas_posts);
+        for &(key, i, flow_hash) in &posts {
+            let i = i as usize;
+            if ops.swapped(OpId::at(i)) {
+                let Op::CompareAndSet { new, .. } = ops.ops()[i] else {
+                    continue;
+                };
+                let v = new.map(|s| ops.arg(s).to_vec());
+                c.write(key, v.as_deref(), flow_hash, now, false);
+            } else if c.map.get(&key).is_some_and(|e| !e.dirty) {
+                // The store holds something else: read it through next time.
+                c.map.remove(&key);
+                c.stats.evictions += 1;
+            }
+        }
+        c.cas_posts = posts;
+        c.cas_posts.clear();
         let fills = std::mem::take(&mut c.fills);
         for (key, i) in &fills {
             let i = *i as usize;
-            let (Hint::Owned { flow_hash } | Hint::Deferred { flow_hash }) = ops.hint(i) else {
+            let (Hint::Owned { flow_hash }
+            | Hint::Deferred { flow_hash }
+            | Hint::Unacked { flow_hash }
+            | Hint::Present { flow_hash }) = ops.hint(i)
+            else {
                 continue;
             };
             if c.map.get(key).is_some_and(|e| e.blocked || e.dirty) {
                 continue;
             }
             let v = ops.value(OpId::at(i)).map(|v| v.to_vec());
+            if v.is_none() && matches!(ops.hint(i), Hint::Present { .. }) {
+                // Never "known absent": another instance may create it.
+                continue;
+            }
             if !c.map.contains_key(key) {
                 c.make_room(now);
             }
@@ -604,6 +688,19 @@ impl FlowCache {
         c.fills.clear();
         Ok(())
     }
+}
+
+/// How the cache treats an owned operation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// To the store, acknowledged before `execute` returns.
+    Through,
+    /// Held back (a deferred write).
+    Defer,
+    /// Sent before `execute` returns, acknowledgement read later.
+    Unacked,
+    /// A read served only from a present value.
+    Present,
 }
 
 /// A [`FlowCache`] bound to a store for one call; see the module documentation.
@@ -865,6 +962,107 @@ mod tests {
         assert_eq!(s.counters().round_trips, rt);
         get(&mut c, &mut s, 500, k(1));
         assert_eq!(s.counters().round_trips, rt + 1, "idle entry not served");
+    }
+
+    #[test]
+    fn present_reads_never_cache_absence() {
+        let (mut c, mut s) = cache_all();
+        let read = |c: &mut FlowCache, s: &mut LocalStore, now: u64| {
+            let mut ops = Ops::new();
+            let id = ops.get_present(k(1), 5);
+            c.bind(s, now).execute(&mut ops).unwrap();
+            ops.value(id).map(|v| v.to_vec())
+        };
+        assert_eq!(read(&mut c, &mut s, 1), None);
+        // Another instance creates the record: the next read must see it.
+        let mut ops = Ops::new();
+        ops.put(k(1), b"m");
+        s.execute(&mut ops).unwrap();
+        let rt = s.counters().round_trips;
+        assert_eq!(read(&mut c, &mut s, 2), Some(b"m".to_vec()));
+        assert_eq!(s.counters().round_trips, rt + 1, "absence was not cached");
+        // Present values are served.
+        assert_eq!(read(&mut c, &mut s, 3), Some(b"m".to_vec()));
+        assert_eq!(s.counters().round_trips, rt + 1);
+        // The owner's deferred refresh is served too, and reaches the store first
+        // when a present-only read misses.
+        let mut ops = Ops::new();
+        ops.put_hinted(k(1), b"n", Hint::Deferred { flow_hash: 5 });
+        c.bind(&mut s, 4).execute(&mut ops).unwrap();
+        assert_eq!(read(&mut c, &mut s, 5), Some(b"n".to_vec()));
+    }
+
+    #[test]
+    fn owned_compare_and_set_goes_through_and_keeps_the_new_value() {
+        let (mut c, mut s) = cache_all();
+        let mut ops = Ops::new();
+        ops.put_hinted(k(1), b"a", Hint::Owned { flow_hash: 5 });
+        c.bind(&mut s, 1).execute(&mut ops).unwrap();
+        // A deferred refresh, then a compare-and-set against it.
+        let mut ops = Ops::new();
+        ops.put_hinted(k(1), b"b", Hint::Deferred { flow_hash: 5 });
+        c.bind(&mut s, 2).execute(&mut ops).unwrap();
+        let mut ops = Ops::new();
+        let cas = ops.compare_and_set_owned::<Raw>(k(1), Some(&Raw(b"b")), Some(&Raw(b"c")), 5);
+        c.bind(&mut s, 3).execute(&mut ops).unwrap();
+        assert!(
+            ops.swapped(cas),
+            "the deferred value reached the store first"
+        );
+        let rt = s.counters().round_trips;
+        assert_eq!(get(&mut c, &mut s, 4, k(1)), Some(b"c".to_vec()));
+        assert_eq!(s.counters().round_trips, rt, "kept in the cache");
+        // A failed swap forgets the key.
+        let mut plain = Ops::new();
+        plain.put(k(1), b"z");
+        s.execute(&mut plain).unwrap();
+        let mut ops = Ops::new();
+        let cas = ops.compare_and_set_owned::<Raw>(k(1), Some(&Raw(b"c")), Some(&Raw(b"d")), 5);
+        c.bind(&mut s, 5).execute(&mut ops).unwrap();
+        assert!(!ops.swapped(cas));
+        assert_eq!(get(&mut c, &mut s, 6, k(1)), Some(b"z".to_vec()));
+    }
+
+    #[test]
+    fn unacked_writes_reach_the_store_without_a_round_trip() {
+        let (mut c, mut s) = cache_all();
+        let mut ops = Ops::new();
+        ops.put_hinted(k(1), b"a", Hint::Unacked { flow_hash: 5 });
+        ops.put_hinted(k(2), b"x", Hint::Deferred { flow_hash: 5 });
+        c.bind(&mut s, 1).execute(&mut ops).unwrap();
+        assert_eq!(s.counters().round_trips, 0);
+        assert_eq!(
+            s.counters().writes,
+            2,
+            "sent before execute returned, with the deferred one"
+        );
+        assert_eq!(c.stats().unacked, 1);
+        assert_eq!(get(&mut c, &mut s, 2, k(1)), Some(b"a".to_vec()));
+        assert_eq!(s.counters().round_trips, 0);
+        // Failed unacknowledged writes empty the cache.
+        let mut c = FlowCache::new(CacheConfig::default());
+        let mut s = Lossy {
+            inner: LocalStore::new(),
+            failed: 0,
+        };
+        c.set_ownership(Some(Ownership::all(1, u64::MAX)), &mut s, 0)
+            .unwrap();
+        let mut ops = Ops::new();
+        ops.put_hinted(k(1), b"a", Hint::Unacked { flow_hash: 5 });
+        c.bind(&mut s, 1).execute(&mut ops).unwrap();
+        assert!(c.is_empty());
+    }
+
+    /// Raw bytes as a codec value (for compare-and-set tests).
+    struct Raw(&'static [u8]);
+
+    impl crate::Codec for Raw {
+        fn encode(&self, w: &mut crate::Writer<'_>) {
+            w.bytes(self.0);
+        }
+        fn decode(_: &mut crate::Reader<'_>) -> Result<Self, crate::DecodeError> {
+            unreachable!()
+        }
     }
 
     #[test]

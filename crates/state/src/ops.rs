@@ -125,6 +125,25 @@ pub enum Hint {
         /// The flow's direction-invariant hash.
         flow_hash: u32,
     },
+    /// A read of a record that another instance may *create* while it is absent
+    /// (a NAT reverse mapping, an LB connection seen from the reply direction) but
+    /// that, once present, only changes through the owner of `flow_hash` (or is
+    /// deleted once idle past its timeout): a cache may serve a present value, never
+    /// "known absent".
+    Present {
+        /// The hash of the flow whose owner reads the record.
+        flow_hash: u32,
+    },
+    /// A write of a flow-owned record that must reach the store before the batch's
+    /// packets leave, but whose acknowledgement need not be waited for (the IPS's
+    /// scan state, the reassembler's stream position): a cache updates its entry and
+    /// sends the write on the store's ordered connection
+    /// ([`crate::StateStore::execute_unacked`]) before `execute` returns, reading the
+    /// reply later. Lost only if the write never reaches the store (docs/STATE.md).
+    Unacked {
+        /// The flow's direction-invariant hash.
+        flow_hash: u32,
+    },
 }
 
 /// The result of one operation.
@@ -278,6 +297,38 @@ impl Ops {
     pub fn put_value_deferred<V: Codec>(&mut self, key: Key, v: &V, flow_hash: u32) -> OpId {
         let val = self.stash_codec(v);
         self.push_hinted(Op::Put { key, val }, Hint::Deferred { flow_hash })
+    }
+
+    /// Queues a read of a record that may be cached only while present
+    /// ([`Hint::Present`]).
+    pub fn get_present(&mut self, key: Key, flow_hash: u32) -> OpId {
+        self.push_hinted(Op::Get { key }, Hint::Present { flow_hash })
+    }
+
+    /// Queues a write of a flow-owned record sent before the batch leaves without
+    /// waiting for its acknowledgement ([`Hint::Unacked`]).
+    pub fn put_value_unacked<V: Codec>(&mut self, key: Key, v: &V, flow_hash: u32) -> OpId {
+        let val = self.stash_codec(v);
+        self.push_hinted(Op::Put { key, val }, Hint::Unacked { flow_hash })
+    }
+
+    /// Queues a compare-and-set of a flow-owned record ([`Hint::Owned`]): it always
+    /// goes to the store (before the batch leaves); a cache holding the key sends its
+    /// deferred value first and then keeps `new` if the swap took effect, forgets the
+    /// key if not.
+    pub fn compare_and_set_owned<V: Codec>(
+        &mut self,
+        key: Key,
+        expected: Option<&V>,
+        new: Option<&V>,
+        flow_hash: u32,
+    ) -> OpId {
+        let expected = expected.map(|v| self.stash_codec(v));
+        let new = new.map(|v| self.stash_codec(v));
+        self.push_hinted(
+            Op::CompareAndSet { key, expected, new },
+            Hint::Owned { flow_hash },
+        )
     }
 
     /// Queues a write of raw bytes with an explicit hint.

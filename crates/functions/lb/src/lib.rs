@@ -32,6 +32,7 @@ use sluice_wire::{ip_proto, FlowKey, IpAddr};
 
 const TABLE_CONN: u8 = 1;
 const TABLE_LOAD: u8 = 2;
+const TABLE_RET: u8 = 3;
 const TIMER_BATCH: usize = 1024;
 
 /// Layout version of [`Conn`].
@@ -340,12 +341,15 @@ pub fn build(
         ops2: Ops::new(),
         slots: Vec::new(),
         slot_of: FxHashMap::default(),
+        rets: Vec::new(),
+        ret_of: FxHashMap::default(),
         plan: Vec::new(),
         pending: Vec::new(),
         loads: Vec::new(),
         keys: Vec::new(),
         gets: Vec::new(),
         ids: Vec::new(),
+        others: Vec::new(),
         c: Counters::default(),
     })
 }
@@ -372,24 +376,56 @@ enum Plan {
     In {
         slot: u32,
     },
-    /// Backend `backend` to client.
+    /// Backend `backend` to client; `ret` is the reply direction's record.
     Out {
         slot: u32,
         backend: u16,
+        ret: u32,
     },
+}
+
+/// The reply direction's record of a connection to one backend (table
+/// `TABLE_RET`, keyed by the client flow and the backend): `last_seen` and the
+/// flags the backend's packets set. Written only by the instance the replies go
+/// to; read by the client direction only when its own record cannot decide.
+struct Ret {
+    key: Key,
+    /// The reply flow's direction-invariant hash if this batch has replies of it
+    /// (then this instance writes the record).
+    hash: Option<u32>,
+    get: OpId,
+    /// Read in the second round trip (`ops2`).
+    late: bool,
+    old: Option<Conn>,
+    cur: Option<Conn>,
+    dirty: bool,
+    through: bool,
+    /// The connection's closing state changed: re-arm its timer at this deadline.
+    rearm: Option<u64>,
 }
 
 struct Slot {
     key: Key,
+    /// The canonical client flow.
+    canon: FlowKey,
     service: u16,
     /// Hash of the client flow, for Maglev.
     hash: u32,
+    /// The client flow's direction-invariant hash if client packets use the record
+    /// (then this instance writes it).
+    own: Option<u32>,
     get: OpId,
+    /// The reply record consulted for the client direction (`rets` index).
+    ret: Option<u32>,
+    /// A store read of the record after a cached copy named another backend.
+    fresh: Option<OpId>,
     /// The record as read (compare-and-set expectation).
     old: Option<Conn>,
     cur: Option<Conn>,
     dirty: bool,
     rearm: bool,
+    /// Flags changed: the write goes to the store before the batch leaves.
+    through: bool,
     /// A new connection is being claimed in this batch.
     new: bool,
     cas: Option<OpId>,
@@ -410,6 +446,8 @@ pub struct Lb {
     ops2: Ops,
     slots: Vec<Slot>,
     slot_of: FxHashMap<Key, u32>,
+    rets: Vec<Ret>,
+    ret_of: FxHashMap<Key, u32>,
     plan: Vec<Plan>,
     pending: Vec<u32>,
     /// Per service, per backend: (load counter op, load as seen plus this batch's picks).
@@ -417,7 +455,18 @@ pub struct Lb {
     keys: Vec<Key>,
     gets: Vec<OpId>,
     ids: Vec<Option<(OpId, Conn)>>,
+    others: Vec<Option<OpId>>,
     c: Counters,
+}
+
+/// The client flow and backend of a reply record's key.
+fn ret_parts(k: &Key) -> Option<(FlowKey, u16)> {
+    let p = k.payload();
+    let n = p.len().checked_sub(2)?;
+    Some((
+        FlowKey::decode(&p[..n])?,
+        u16::from_be_bytes([p[n], p[n + 1]]),
+    ))
 }
 
 impl Lb {
@@ -467,30 +516,158 @@ impl Lb {
             && now < c.last_seen_ns.saturating_add(self.timeout(s.proto, c))
     }
 
-    fn slot_for(&mut self, client_flow: &FlowKey, service: u16) -> u32 {
-        let key = Key::flow(self.ns, TABLE_CONN, &client_flow.canonical().0, &[]);
+    /// The shortest timeout of a connection of `proto` (TCP: closing).
+    fn min_timeout(&self, proto: u8) -> u64 {
+        if proto == ip_proto::UDP {
+            self.t_udp
+        } else {
+            self.t_closing.min(self.t_tcp)
+        }
+    }
+
+    /// Whether one direction's record alone shows the connection alive. A record
+    /// with a FIN or RST flag is judged by the shortest timeout, since the other
+    /// direction's flags may make the connection closing; `false` means "ask the
+    /// other record", not "expired".
+    fn alive_alone(&self, c: &Conn, now: u64) -> bool {
+        let Some(s) = self.services.get(c.service as usize) else {
+            return false;
+        };
+        let t = if c.flags != 0 {
+            self.min_timeout(s.proto)
+        } else {
+            self.timeout(s.proto, c)
+        };
+        (c.backend as usize) < s.backends.len() && now < c.last_seen_ns.saturating_add(t)
+    }
+
+    /// The connection as both directions' records describe it: the later
+    /// `last_seen`, the flags of both.
+    fn merged(c: &Conn, r: Option<&Conn>) -> Conn {
+        match r {
+            Some(r) if r.backend == c.backend && r.service == c.service => Conn {
+                flags: c.flags | r.flags,
+                last_seen_ns: c.last_seen_ns.max(r.last_seen_ns),
+                ..*c
+            },
+            _ => *c,
+        }
+    }
+
+    fn ret_key(&self, canon: &FlowKey, backend: u16) -> Key {
+        Key::flow(self.ns, TABLE_RET, canon, &backend.to_be_bytes())
+    }
+
+    /// The reply record of (client flow, backend); `hash`: the reply flow's hash if
+    /// a reply of this batch uses it.
+    fn ret_for(&mut self, canon: &FlowKey, backend: u16, hash: Option<u32>, ops_is_2: bool) -> u32 {
+        let key = self.ret_key(canon, backend);
+        if let Some(&r) = self.ret_of.get(&key) {
+            let e = &mut self.rets[r as usize];
+            e.hash = e.hash.or(hash);
+            return r;
+        }
+        let ops = if ops_is_2 {
+            &mut self.ops2
+        } else {
+            &mut self.ops
+        };
+        // Only the instance the replies go to writes it: absence may be cached.
+        let get = match hash {
+            Some(h) => ops.get_owned(key, h),
+            None => ops.get(key),
+        };
+        let r = self.rets.len() as u32;
+        self.rets.push(Ret {
+            key,
+            hash,
+            get,
+            late: ops_is_2,
+            old: None,
+            cur: None,
+            dirty: false,
+            through: false,
+            rearm: None,
+        });
+        self.ret_of.insert(key, r);
+        r
+    }
+
+    fn slot_for(&mut self, client_flow: &FlowKey, service: u16, reply_hash: Option<u32>) -> u32 {
+        let canon = client_flow.canonical().0;
+        let key = Key::flow(self.ns, TABLE_CONN, &canon, &[]);
+        let own = reply_hash.is_none().then(|| client_flow.symmetric_hash());
         let s = self.slots.len() as u32;
         match self.slot_of.entry(key) {
-            std::collections::hash_map::Entry::Occupied(e) => return *e.get(),
+            std::collections::hash_map::Entry::Occupied(e) => {
+                let s = *e.get();
+                let slot = &mut self.slots[s as usize];
+                slot.own = slot.own.or(own);
+                return s;
+            }
             std::collections::hash_map::Entry::Vacant(e) => {
                 e.insert(s);
             }
         }
-        let get = self.ops.get(key);
+        // The client direction owns the record; the reply direction (steered by
+        // the reply flow's hash) may cache it only while present: the client
+        // direction creates it.
+        let get = match (own, reply_hash) {
+            (Some(h), _) => self.ops.get_owned(key, h),
+            (None, Some(h)) => self.ops.get_present(key, h),
+            (None, None) => self.ops.get(key),
+        };
         self.slots.push(Slot {
             key,
+            canon,
             service,
             hash: client_flow.directional_hash(),
+            own,
             get,
+            ret: None,
+            fresh: None,
             old: None,
             cur: None,
             dirty: false,
             rearm: false,
+            through: false,
             new: false,
             cas: None,
             reread: None,
         });
         s
+    }
+
+    /// The deadline of connection `c`.
+    fn deadline(&self, c: &Conn) -> u64 {
+        let proto = self
+            .services
+            .get(c.service as usize)
+            .map_or(ip_proto::TCP, |s| s.proto);
+        c.last_seen_ns.saturating_add(self.timeout(proto, c))
+    }
+
+    /// Queues the write of a changed record by the direction it belongs to: a
+    /// refresh of a record refreshed less than half the shortest timeout ago is a
+    /// plain write (deferrable under a lease; a timer handler deletes a record only
+    /// once both directions are idle past that timeout, so it cannot resurrect
+    /// one), anything else a compare-and-set against the value read.
+    fn queue_write(
+        ops: &mut Ops,
+        key: Key,
+        old: Option<Conn>,
+        new: Conn,
+        hash: Option<u32>,
+        through: bool,
+        half: u64,
+    ) {
+        let young = old.is_some_and(|o| new.last_seen_ns < o.last_seen_ns.saturating_add(half));
+        match hash {
+            Some(h) if young && !through => ops.put_value_deferred(key, &new, h),
+            Some(h) if young => ops.put_value_owned(key, &new, h),
+            Some(h) => ops.compare_and_set_owned(key, old.as_ref(), Some(&new), h),
+            None => ops.compare_and_set(key, old.as_ref(), Some(&new)),
+        };
     }
 
     fn classify(&mut self, m: &PacketMeta) -> Result<Plan, &'static str> {
@@ -508,7 +685,7 @@ impl Lb {
         }
         if let Some(&svc) = self.vips.get(&(f.dst, f.dst_port, f.proto)) {
             return Ok(Plan::In {
-                slot: self.slot_for(f, svc),
+                slot: self.slot_for(f, svc, None),
             });
         }
         if let Some(&(svc, backend)) = self.backs.get(&(f.src, f.src_port, f.proto)) {
@@ -520,10 +697,11 @@ impl Lb {
                 dst_port: s.port,
                 proto: f.proto,
             };
-            return Ok(Plan::Out {
-                slot: self.slot_for(&client, svc),
-                backend,
-            });
+            let reply_hash = f.symmetric_hash();
+            let slot = self.slot_for(&client, svc, Some(reply_hash));
+            let canon = self.slots[slot as usize].canon;
+            let ret = self.ret_for(&canon, backend, Some(reply_hash), false);
+            return Ok(Plan::Out { slot, backend, ret });
         }
         Ok(Plan::Skip)
     }
@@ -617,6 +795,8 @@ impl NetworkFunction for Lb {
         self.slot_of.clear();
         self.plan.clear();
         self.pending.clear();
+        self.rets.clear();
+        self.ret_of.clear();
         for p in batch.pkts.iter_mut() {
             let plan = if !p.is_live() || !p.meta.is_ip() {
                 Plan::Skip
@@ -648,6 +828,57 @@ impl NetworkFunction for Lb {
             s.old = v;
             s.cur = v;
         }
+        for r in self.rets.iter_mut() {
+            let v = self.ops.decode::<Conn>(r.get).ok().flatten();
+            r.old = v;
+            r.cur = v;
+        }
+
+        // Only when a record alone cannot decide (rare): the client direction
+        // reads the reply direction's record (closing flags, a SYN, a record that
+        // looks expired), the reply direction re-reads a cached client record that
+        // names another backend.
+        self.ops2.clear();
+        for i in 0..batch.pkts.len() {
+            let p = &batch.pkts[i];
+            match self.plan[i] {
+                Plan::In { slot } => {
+                    let s = &self.slots[slot as usize];
+                    let Some(c) = s.cur else { continue };
+                    let syn = p.meta.l4 == L4::Tcp && p.meta.tcp_flags & (SYN | ACK | RST) == SYN;
+                    if s.ret.is_none() && (c.flags != 0 || syn || !self.alive_alone(&c, p.ts_ns)) {
+                        let canon = s.canon;
+                        let r = self.ret_for(&canon, c.backend, None, true);
+                        self.slots[slot as usize].ret = Some(r);
+                    }
+                }
+                Plan::Out { slot, backend, .. } => {
+                    let s = &mut self.slots[slot as usize];
+                    if s.own.is_none()
+                        && s.fresh.is_none()
+                        && s.cur.is_some_and(|c| c.backend != backend)
+                    {
+                        s.fresh = Some(self.ops2.get(s.key));
+                    }
+                }
+                Plan::Skip => {}
+            }
+        }
+        if !self.ops2.is_empty() {
+            store.execute(&mut self.ops2)?;
+            for s in self.slots.iter_mut() {
+                if let Some(g) = s.fresh {
+                    let v = self.ops2.decode::<Conn>(g).ok().flatten();
+                    s.old = v;
+                    s.cur = v;
+                }
+            }
+            for r in self.rets.iter_mut().filter(|r| r.late) {
+                let v = self.ops2.decode::<Conn>(r.get).ok().flatten();
+                r.old = v;
+                r.cur = v;
+            }
+        }
 
         let mut need_loads = false;
         for i in 0..batch.pkts.len() {
@@ -664,30 +895,83 @@ impl NetworkFunction for Lb {
                 self.pending.push(i as u32);
                 continue;
             }
-            let cur = self.slots[slot].cur.filter(|c| self.alive(c, now));
             let tcp = m.l4 == L4::Tcp;
             let syn = tcp && m.tcp_flags & (SYN | ACK | RST) == SYN;
-            match cur {
+            let s = &self.slots[slot];
+            let ret = match plan {
+                Plan::Out { ret, .. } => Some(ret),
+                _ => s.ret,
+            };
+            let r = ret.and_then(|r| self.rets[r as usize].cur);
+            let view = s.cur.map(|c| Self::merged(&c, r.as_ref()));
+            let usable = match (s.cur, view) {
+                (Some(c), Some(v)) if ret.is_none() => self.alive_alone(&c, now).then_some(v),
+                (Some(_), Some(v)) => self.alive(&v, now).then_some(v),
+                _ => None,
+            };
+            match usable {
                 // A new SYN on a closing connection's 4-tuple is a new connection.
-                Some(c) if !(syn && inbound && c.closing()) => {
-                    let mut n = c;
-                    if tcp {
-                        if m.tcp_flags & RST != 0 {
-                            n.flags |= RST_SEEN;
+                Some(v) if !(syn && inbound && v.closing()) => {
+                    let flags = |mut f: u8, set: u8| {
+                        if tcp {
+                            if m.tcp_flags & RST != 0 {
+                                f |= RST_SEEN;
+                            }
+                            if m.tcp_flags & FIN != 0 {
+                                f |= set;
+                            }
                         }
-                        if m.tcp_flags & FIN != 0 {
-                            n.flags |= if inbound { FIN_CLIENT } else { FIN_SERVER };
+                        f
+                    };
+                    if inbound {
+                        // The client direction's own record.
+                        let c = self.slots[slot].cur.unwrap_or(v);
+                        let mut n = c;
+                        n.flags = flags(c.flags, FIN_CLIENT);
+                        if n.flags != c.flags
+                            || now.saturating_sub(c.last_seen_ns) >= self.refresh_ns
+                        {
+                            n.last_seen_ns = now.max(c.last_seen_ns);
+                            let nv = Self::merged(&n, r.as_ref());
+                            let s = &mut self.slots[slot];
+                            s.rearm |= nv.closing() != v.closing();
+                            s.through |= n.flags != c.flags;
+                            s.cur = Some(n);
+                            s.dirty = true;
                         }
-                    }
-                    if n.flags != c.flags || now.saturating_sub(c.last_seen_ns) >= self.refresh_ns {
-                        n.last_seen_ns = now.max(c.last_seen_ns);
-                        let s = &mut self.slots[slot];
-                        s.rearm |= n.closing() != c.closing();
-                        s.cur = Some(n);
-                        s.dirty = true;
+                    } else if let Some(ri) = ret {
+                        // The reply direction's own record, created on its first
+                        // packet; a SYN-ACK starts a new connection's flags afresh.
+                        let e = &self.rets[ri as usize];
+                        let base = e
+                            .cur
+                            .filter(|x| x.backend == v.backend && x.service == v.service);
+                        let mut n = base.unwrap_or(Conn {
+                            flags: 0,
+                            last_seen_ns: 0,
+                            ..v
+                        });
+                        if tcp && m.tcp_flags & SYN != 0 {
+                            n.flags = 0;
+                        }
+                        n.flags = flags(n.flags, FIN_SERVER);
+                        let old_flags = base.map(|b| b.flags);
+                        if old_flags != Some(n.flags)
+                            || now.saturating_sub(n.last_seen_ns) >= self.refresh_ns
+                        {
+                            n.last_seen_ns = now.max(n.last_seen_ns);
+                            let c = self.slots[slot].cur.unwrap_or(v);
+                            let nv = Self::merged(&c, Some(&n));
+                            let rearm = (nv.closing() != v.closing()).then(|| self.deadline(&nv));
+                            let e = &mut self.rets[ri as usize];
+                            e.through |= old_flags != Some(n.flags);
+                            e.rearm = rearm.or(e.rearm);
+                            e.cur = Some(n);
+                            e.dirty = true;
+                        }
                     }
                     let (frame, meta) = p.data_and_meta_mut();
-                    if let Err(r) = self.rewrite(frame, meta, plan, &n) {
+                    if let Err(r) = self.rewrite(frame, meta, plan, &v) {
                         p.drop_by(ctx.stage, r);
                     }
                 }
@@ -706,20 +990,39 @@ impl NetworkFunction for Lb {
             }
         }
 
-        // Writes of changed records; conditional on the value read, so that a record
-        // a timer just removed (and whose load it decremented) is not resurrected.
+        // Writes of changed records, each by the direction it belongs to.
         let mut ops = std::mem::take(&mut self.ops);
         ops.clear();
         for s in &self.slots {
-            if let (true, Some(old), Some(cur)) = (s.dirty, s.old, s.cur) {
-                ops.compare_and_set(s.key, Some(&old), Some(&cur));
+            if let (true, false, Some(cur)) = (s.dirty, s.new, s.cur) {
+                let proto = self.services[cur.service as usize].proto;
+                let half = self.min_timeout(proto) / 2;
+                Self::queue_write(&mut ops, s.key, s.old, cur, s.own, s.through, half);
                 if s.rearm {
-                    let proto = self.services[cur.service as usize].proto;
-                    ops.arm_timer(
-                        s.key,
-                        cur.last_seen_ns.saturating_add(self.timeout(proto, &cur)),
-                    );
+                    let r = s.ret.and_then(|r| self.rets[r as usize].cur);
+                    ops.arm_timer(s.key, self.deadline(&Self::merged(&cur, r.as_ref())));
                 }
+            }
+        }
+        for e in &self.rets {
+            let (true, Some(cur)) = (e.dirty, e.cur) else {
+                continue;
+            };
+            let proto = self.services[cur.service as usize].proto;
+            let half = self.min_timeout(proto) / 2;
+            if e.old.is_none() {
+                // Created here: its own timer removes it once it is idle and its
+                // connection is gone or idle too.
+                match e.hash {
+                    Some(h) => ops.compare_and_set_owned(e.key, None, Some(&cur), h),
+                    None => ops.compare_and_set(e.key, None, Some(&cur)),
+                };
+                ops.arm_timer(e.key, self.deadline(&cur));
+            } else {
+                Self::queue_write(&mut ops, e.key, e.old, cur, e.hash, e.through, half);
+            }
+            if let (Some(d), Some((k, _))) = (e.rearm, ret_parts(&e.key)) {
+                ops.arm_timer(Key::flow(self.ns, TABLE_CONN, &k, &[]), d);
             }
         }
         if need_loads {
@@ -766,7 +1069,10 @@ impl NetworkFunction for Lb {
                 last_seen_ns: now,
             };
             let svc = &self.services[s.service as usize];
-            let cas = ops.compare_and_set(s.key, s.old.as_ref(), Some(&c));
+            let cas = match s.own {
+                Some(h) => ops.compare_and_set_owned(s.key, s.old.as_ref(), Some(&c), h),
+                None => ops.compare_and_set(s.key, s.old.as_ref(), Some(&c)),
+            };
             ops.incr(svc.backends[b as usize].load_key, 1);
             if let Some(o) = s.old {
                 if let Some(ob) = self.load_key(o.service as usize, o.backend as usize) {
@@ -847,6 +1153,11 @@ impl NetworkFunction for Lb {
         Ok(())
     }
 
+    /// Timers are armed on both directions' records. A connection's record is
+    /// deleted (and its backend's load decremented) only when both directions are
+    /// idle past the connection's timeout; a reply record when it is idle and its
+    /// connection is gone, belongs to another backend, or is idle too. Otherwise
+    /// the timer is re-armed. Deletes are compare-and-sets against the value read.
     fn on_timers(&mut self, ctx: &mut Ctx<'_>, store: &mut dyn StateStore) -> Result<(), NfError> {
         let now = ctx.now_ns;
         loop {
@@ -861,37 +1172,98 @@ impl NetworkFunction for Lb {
                 self.gets.push(self.ops.get(k));
             }
             store.execute(&mut self.ops)?;
+            // The other direction's record of each.
             self.ops2.clear();
+            self.others.clear();
+            for n in 0..self.keys.len() {
+                let k = self.keys[n];
+                let want = match (k.table(), self.ops.decode::<Conn>(self.gets[n])) {
+                    (TABLE_CONN, Ok(Some(c))) => k.flow_key().map(|f| self.ret_key(&f, c.backend)),
+                    (TABLE_RET, Ok(Some(_))) => {
+                        ret_parts(&k).map(|(f, _)| Key::flow(self.ns, TABLE_CONN, &f, &[]))
+                    }
+                    _ => None,
+                };
+                let other = want.map(|ok| self.ops2.get(ok));
+                self.others.push(other);
+            }
+            if !self.ops2.is_empty() {
+                store.execute(&mut self.ops2)?;
+            }
+            let mut ops = std::mem::take(&mut self.ops2);
+            let mut deletes = Vec::new();
             self.ids.clear();
-            for (n, &k) in self.keys.iter().enumerate() {
-                let mut entry = None;
-                match self.ops.decode::<Conn>(self.gets[n]) {
-                    Ok(Some(c)) if self.alive(&c, now) => {
-                        let proto = self.services[c.service as usize].proto;
-                        self.ops2
-                            .arm_timer(k, c.last_seen_ns.saturating_add(self.timeout(proto, &c)));
+            {
+                let reads = std::mem::take(&mut self.ops);
+                let mut next = Ops::new();
+                for (n, &k) in self.keys.iter().enumerate() {
+                    let mut entry = None;
+                    let other = self.others[n].and_then(|g| ops.decode::<Conn>(g).ok().flatten());
+                    match reads.decode::<Conn>(self.gets[n]) {
+                        Ok(Some(c)) => {
+                            let view = match k.table() {
+                                TABLE_CONN => Self::merged(&c, other.as_ref()),
+                                _ => match other {
+                                    Some(o) if o.backend == c.backend && o.service == c.service => {
+                                        Self::merged(&o, Some(&c))
+                                    }
+                                    _ => c,
+                                },
+                            };
+                            if self.alive(&view, now) {
+                                next.arm_timer(k, self.deadline(&view));
+                            } else {
+                                entry = Some((next.compare_and_set(k, Some(&c), None), c));
+                                // The reply record goes with it if still as read (else
+                                // its own timer decides).
+                                if let (TABLE_CONN, Some(o), Some(f)) =
+                                    (k.table(), other, k.flow_key())
+                                {
+                                    next.compare_and_set(
+                                        self.ret_key(&f, c.backend),
+                                        Some(&o),
+                                        None,
+                                    );
+                                }
+                            }
+                        }
+                        Ok(None) => {}
+                        Err(_) => {
+                            self.c.decode_errors += 1;
+                            next.delete(k);
+                        }
                     }
-                    Ok(Some(c)) => entry = Some((self.ops2.compare_and_set(k, Some(&c), None), c)),
-                    Ok(None) => {}
-                    Err(_) => {
-                        self.c.decode_errors += 1;
-                        self.ops2.delete(k);
+                    self.ids.push(entry);
+                }
+                store.execute(&mut next)?;
+                // Loads go down only with a connection record we removed; a record
+                // a packet revived meanwhile is checked again later.
+                ops.clear();
+                for (n, e) in self.ids.iter().enumerate() {
+                    let Some((cas, c)) = e else { continue };
+                    let k = self.keys[n];
+                    if !next.swapped(*cas) {
+                        let proto = self
+                            .services
+                            .get(c.service as usize)
+                            .map_or(ip_proto::TCP, |s| s.proto);
+                        ops.arm_timer(k, now.saturating_add(self.min_timeout(proto)));
+                    } else if k.table() == TABLE_CONN {
+                        if let Some(lk) = self.load_key(c.service as usize, c.backend as usize) {
+                            deletes.push(lk);
+                        }
+                        self.c.closed += 1;
                     }
                 }
-                self.ids.push(entry);
-            }
-            store.execute(&mut self.ops2)?;
-            // The load goes down only with a record we removed.
-            self.ops.clear();
-            for e in self.ids.iter().flatten() {
-                if self.ops2.swapped(e.0) {
-                    if let Some(k) = self.load_key(e.1.service as usize, e.1.backend as usize) {
-                        self.ops.incr(k, -1);
-                    }
-                    self.c.closed += 1;
+                for lk in deletes {
+                    ops.incr(lk, -1);
                 }
+                if !ops.is_empty() {
+                    store.execute(&mut ops)?;
+                }
+                self.ops = reads;
             }
-            store.execute(&mut self.ops)?;
+            self.ops2 = ops;
             if self.keys.len() < TIMER_BATCH {
                 return Ok(());
             }

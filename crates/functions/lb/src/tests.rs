@@ -471,6 +471,141 @@ fn udp_services_and_ipv6() {
     assert_eq!(counter(&l, "closed"), 1, "UDP idle timeout");
 }
 
+fn record(s: &mut LocalStore, key: Key) -> Option<Conn> {
+    let mut ops = Ops::new();
+    let id = ops.get(key);
+    s.execute(&mut ops).unwrap();
+    ops.decode::<Conn>(id).unwrap()
+}
+
+fn conn_key(i: u32) -> Key {
+    let (c, p) = client(i);
+    let f = FlowKey {
+        src: IpAddr::V4(c),
+        dst: IpAddr::V4(VIP),
+        src_port: p,
+        dst_port: 80,
+        proto: ip_proto::TCP,
+    };
+    Key::flow(Namespace(3), TABLE_CONN, &f.canonical().0, &[])
+}
+
+fn ret_key(i: u32, b: u16) -> Key {
+    let (c, p) = client(i);
+    let f = FlowKey {
+        src: IpAddr::V4(c),
+        dst: IpAddr::V4(VIP),
+        src_port: p,
+        dst_port: 80,
+        proto: ip_proto::TCP,
+    };
+    Key::flow(Namespace(3), TABLE_RET, &f.canonical().0, &b.to_be_bytes())
+}
+
+#[test]
+fn each_direction_writes_only_its_own_record() {
+    let mut l = lb(Algorithm::Maglev, &[1]);
+    let mut s = LocalStore::new();
+    let (c, p) = client(7);
+    run(&mut l, &mut s, &[syn(7, 0)]);
+    let reply = |t| (build::tcp_v4(backend(0), c, 8080, p, 9, 2, ACK, b"r"), t);
+    assert!(run(&mut l, &mut s, &[reply(5 * SEC)]).reason(0).is_none());
+    assert_eq!(record(&mut s, conn_key(7)).unwrap().last_seen_ns, 0);
+    assert_eq!(record(&mut s, ret_key(7, 0)).unwrap().last_seen_ns, 5 * SEC);
+    run(
+        &mut l,
+        &mut s,
+        &[(build::tcp_v4(c, VIP, p, 80, 2, 10, ACK | FIN, b""), 6 * SEC)],
+    );
+    let cr = record(&mut s, conn_key(7)).unwrap();
+    assert_eq!((cr.flags, cr.last_seen_ns), (FIN_CLIENT, 6 * SEC));
+    assert_eq!(record(&mut s, ret_key(7, 0)).unwrap().flags, 0);
+}
+
+#[test]
+fn replies_alone_keep_a_connection_alive() {
+    // Only the backend talks for longer than the idle timeout: the client's record
+    // is old, the reply record fresh; the timer keeps both, a late client packet
+    // still goes to the same backend.
+    let mut l = lb(Algorithm::LeastConnections, &[1]);
+    let mut s = LocalStore::new();
+    let (c, p) = client(8);
+    run(&mut l, &mut s, &[syn(8, 0)]);
+    let t_tcp = 3600;
+    for k in 1..=4u64 {
+        let t = k * t_tcp / 3 * SEC;
+        let o = run(
+            &mut l,
+            &mut s,
+            &[(build::tcp_v4(backend(0), c, 8080, p, 9, 2, ACK, b"r"), t)],
+        );
+        assert!(o.reason(0).is_none(), "reply at {t}");
+        timers(&mut l, &mut s, t);
+    }
+    assert_eq!(counter(&l, "closed"), 0);
+    assert_eq!(load(&l, &mut s, 0), 1);
+    let late = 4 * t_tcp / 3 * SEC + SEC;
+    let o = run(
+        &mut l,
+        &mut s,
+        &[(build::tcp_v4(c, VIP, p, 80, 2, 10, ACK, b"x"), late)],
+    );
+    assert_eq!(backend_of(&o, 0), 0);
+    // Refreshed by compare-and-set (its record was old).
+    assert_eq!(record(&mut s, conn_key(8)).unwrap().last_seen_ns, late);
+    // Both idle: both records go, and the load.
+    timers(&mut l, &mut s, late + (t_tcp + 1) * SEC);
+    assert_eq!(counter(&l, "closed"), 1);
+    assert_eq!(load(&l, &mut s, 0), 0);
+    assert!(record(&mut s, conn_key(8)).is_none());
+    assert!(record(&mut s, ret_key(8, 0)).is_none());
+}
+
+#[test]
+fn established_packets_make_no_round_trip_under_a_lease() {
+    use sluice_state::{CacheConfig, FlowCache, Ownership};
+    let mut l = lb(Algorithm::Maglev, &[1, 1]);
+    let mut s = LocalStore::new();
+    let mut cache = FlowCache::new(CacheConfig::default());
+    cache
+        .set_ownership(Some(Ownership::all(1, u64::MAX)), &mut s, 0)
+        .unwrap();
+    let syns: Vec<_> = (0..8).map(|i| syn(i, 0)).collect();
+    let o = testing::run_frames(&mut l, &mut cache.bind(&mut s, 0), &syns);
+    let backends: Vec<u8> = (0..8)
+        .map(|i| match parse_frame(&o.frames[i]).unwrap().flow.dst {
+            IpAddr::V4(b) => b[3],
+            IpAddr::V6(_) => unreachable!(),
+        })
+        .collect();
+    let batch = |t: u64| -> Vec<(Vec<u8>, u64)> {
+        (0..8u32)
+            .flat_map(|i| {
+                let (c, p) = client(i);
+                [
+                    (build::tcp_v4(c, VIP, p, 80, 2, 2, ACK, b"x"), t),
+                    (
+                        build::tcp_v4(backend(backends[i as usize]), c, 8080, p, 2, 3, ACK, b"y"),
+                        t,
+                    ),
+                ]
+            })
+            .collect()
+    };
+    // The first replies create the reply records (written through).
+    testing::run_frames(&mut l, &mut cache.bind(&mut s, 1000), &batch(1000));
+    let before = s.counters();
+    for k in 1..40u64 {
+        let t = k * 100_000_000;
+        let o = testing::run_frames(&mut l, &mut cache.bind(&mut s, t), &batch(t));
+        assert!(o.verdicts.iter().all(|v| *v == Verdict::Forward));
+        cache.flush_due(&mut s, t).unwrap();
+    }
+    let d = s.counters().since(&before);
+    assert_eq!(d.round_trips, 0, "{d:?}");
+    assert!(d.writes > 0);
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(200))]
     #[test]

@@ -252,9 +252,11 @@ pub fn build(
         slot_of: FxHashMap::default(),
         plan: Vec::new(),
         pending: Vec::new(),
+        recheck: Vec::new(),
         keys: Vec::new(),
         ids: Vec::new(),
         ids2: Vec::new(),
+        revs: Vec::new(),
         c: Counters::default(),
     })
 }
@@ -297,13 +299,19 @@ struct Slot {
     /// outside reply flow for reverse ones.
     flow: FlowKey,
     fwd: bool,
+    /// The flow's direction-invariant hash if a packet of the flow itself (not an
+    /// ICMP error about it, which the data plane may steer elsewhere) uses the
+    /// record: only then may a flow cache hold it.
+    hash: Option<u32>,
     get: OpId,
-    /// The mapping as read (compare-and-set expectation).
+    /// The record as read (compare-and-set expectation).
     old: Option<Mapping>,
     cur: Option<Mapping>,
-    /// Slot holding the same mapping under the other key, updates go there.
-    alias: u32,
     dirty: bool,
+    /// Flags changed: the write goes to the store before the batch leaves.
+    through: bool,
+    /// A read of the other direction's record (its own one looked expired).
+    other: Option<OpId>,
     alloc: Option<OpId>,
     item: Option<u32>,
     cas: Option<OpId>,
@@ -333,9 +341,12 @@ pub struct Nat {
     slot_of: FxHashMap<Key, u32>,
     plan: Vec<Plan>,
     pending: Vec<u32>,
+    /// Packets whose own record looked expired: decided with the other record.
+    recheck: Vec<u32>,
     keys: Vec<Key>,
     ids: Vec<Option<OpId>>,
     ids2: Vec<Option<(OpId, Mapping)>>,
+    revs: Vec<Option<(OpId, Mapping)>>,
     c: Counters,
 }
 
@@ -407,25 +418,86 @@ impl Nat {
         now < m.last_seen_ns.saturating_add(self.timeout(proto, m.flags))
     }
 
-    fn slot_for(&mut self, flow: FlowKey, fwd: bool) -> u32 {
+    /// The shortest timeout a mapping of `proto` can have (TCP: after FIN or RST).
+    fn min_timeout(&self, proto: u8) -> u64 {
+        match proto {
+            ip_proto::TCP => self.t_trans.min(self.t_est),
+            ip_proto::UDP => self.t_udp,
+            _ => self.t_icmp,
+        }
+    }
+
+    /// Whether one direction's record alone shows the mapping alive. A record with
+    /// a FIN or RST flag is judged by the shortest timeout, since the other
+    /// direction's flags may make the mapping transitory; `false` means "ask the
+    /// other record" ([`Nat::merged`]), not "expired".
+    fn alive_alone(&self, proto: u8, m: &Mapping, now: u64) -> bool {
+        let t = if m.flags != 0 {
+            self.min_timeout(proto)
+        } else {
+            self.timeout(proto, 0)
+        };
+        now < m.last_seen_ns.saturating_add(t)
+    }
+
+    /// The mapping as both directions' records describe it: the later `last_seen`
+    /// and the flags of both (`None` if the records are not of one mapping).
+    fn merged(a: &Mapping, b: Option<&Mapping>) -> Option<Mapping> {
+        match b {
+            None => Some(*a),
+            Some(b) if b.item == a.item && b.inside_addr == a.inside_addr => Some(Mapping {
+                flags: a.flags | b.flags,
+                last_seen_ns: a.last_seen_ns.max(b.last_seen_ns),
+                ..*a
+            }),
+            Some(_) => None,
+        }
+    }
+
+    /// The key of the other direction's record of mapping `m` read under `s`.
+    fn other_key(&self, s: &Slot, m: &Mapping) -> Key {
+        if s.fwd {
+            let (pa, pp) = self.public_of(m.item);
+            Key::flow(self.ns, TABLE_REV, &rev_flow(&s.flow, pa, pp), &[])
+        } else {
+            Key::flow(self.ns, TABLE_FWD, &fwd_flow(&s.flow, m), &[])
+        }
+    }
+
+    fn slot_for(&mut self, flow: FlowKey, fwd: bool, own: bool) -> u32 {
         let key = Key::flow(self.ns, if fwd { TABLE_FWD } else { TABLE_REV }, &flow, &[]);
         let s = self.slots.len() as u32;
+        let hash = own.then(|| flow.symmetric_hash());
         match self.slot_of.entry(key) {
-            std::collections::hash_map::Entry::Occupied(e) => return *e.get(),
+            std::collections::hash_map::Entry::Occupied(e) => {
+                let s = *e.get();
+                let slot = &mut self.slots[s as usize];
+                slot.hash = slot.hash.or(hash);
+                return s;
+            }
             std::collections::hash_map::Entry::Vacant(e) => {
                 e.insert(s);
             }
         }
-        let get = self.ops.get(key);
+        // Forward records are created only by the owner of the inside flow, so
+        // their absence may be cached; a reverse record is created by whichever
+        // instance owns the inside flow, so only its presence may be.
+        let get = match hash {
+            Some(h) if fwd => self.ops.get_owned(key, h),
+            Some(h) => self.ops.get_present(key, h),
+            None => self.ops.get(key),
+        };
         self.slots.push(Slot {
             key,
             flow,
             fwd,
+            hash,
             get,
             old: None,
             cur: None,
-            alias: s,
             dirty: false,
+            through: false,
+            other: None,
             alloc: None,
             item: None,
             cas: None,
@@ -476,12 +548,12 @@ impl Nat {
             }
             return Ok(if dst_pub {
                 Plan::Do {
-                    slot: self.slot_for(f, false),
+                    slot: self.slot_for(f, false, false),
                     dir: Dir::InErr,
                 }
             } else {
                 Plan::Do {
-                    slot: self.slot_for(f, true),
+                    slot: self.slot_for(f, true, false),
                     dir: Dir::OutErr,
                 }
             });
@@ -492,12 +564,12 @@ impl Nat {
         }
         Ok(if dst_pub {
             Plan::Do {
-                slot: self.slot_for(m.flow, false),
+                slot: self.slot_for(m.flow, false, true),
                 dir: Dir::In,
             }
         } else {
             Plan::Do {
-                slot: self.slot_for(m.flow, true),
+                slot: self.slot_for(m.flow, true, true),
                 dir: Dir::Out,
             }
         })
@@ -536,27 +608,61 @@ impl Nat {
         Ok(())
     }
 
-    /// Queues the compare-and-set of both keys of a changed mapping.
-    fn queue_update(ops: &mut Ops, nat: &Nat, s: &Slot) {
+    /// Queues the write of a changed record. Only the direction the record
+    /// belongs to writes it. A refresh of a record far from expiring is a plain
+    /// write (deferrable under a lease): a timer handler deletes a mapping only
+    /// once both records are idle past the shortest timeout, which a record
+    /// refreshed less than half of it ago cannot be, so the write never
+    /// resurrects a deleted mapping. Otherwise (and for flag changes of such a
+    /// record) a compare-and-set against the value read.
+    fn queue_write(ops: &mut Ops, nat: &Nat, s: &Slot) {
         let (Some(old), Some(new)) = (s.old, s.cur) else {
             return;
         };
-        let (fk, rk) = if s.fwd {
-            let (pa, pp) = nat.public_of(new.item);
-            (
-                s.key,
-                Key::flow(nat.ns, TABLE_REV, &rev_flow(&s.flow, pa, pp), &[]),
-            )
-        } else {
-            (
-                Key::flow(nat.ns, TABLE_FWD, &fwd_flow(&s.flow, &new), &[]),
-                s.key,
-            )
+        let half = nat.min_timeout(s.flow.proto) / 2;
+        let young = new.last_seen_ns < old.last_seen_ns.saturating_add(half);
+        match s.hash {
+            Some(h) if young && !s.through => ops.put_value_deferred(s.key, &new, h),
+            Some(h) if young => ops.put_value_owned(s.key, &new, h),
+            Some(h) => ops.compare_and_set_owned(s.key, Some(&old), Some(&new), h),
+            None => ops.compare_and_set(s.key, Some(&old), Some(&new)),
         };
-        // Both conditional on the value read: a mapping expired and deleted meanwhile
-        // is not resurrected.
-        ops.compare_and_set(fk, Some(&old), Some(&new));
-        ops.compare_and_set(rk, Some(&old), Some(&new));
+    }
+
+    /// Applies a packet of direction `dir` to the record of slot `si` (flags,
+    /// refresh) and returns the mapping to translate with.
+    fn touch(
+        &mut self,
+        si: usize,
+        dir: Dir,
+        mut mp: Mapping,
+        meta: &PacketMeta,
+        now: u64,
+    ) -> Mapping {
+        if !matches!(dir, Dir::Out | Dir::In) {
+            return mp;
+        }
+        let s = &self.slots[si];
+        let c = s.cur.unwrap_or(mp);
+        mp.flags = c.flags;
+        if meta.l4 == L4::Tcp {
+            let f = meta.tcp_flags;
+            if f & RST != 0 {
+                mp.flags |= RST_SEEN;
+            }
+            if f & FIN != 0 {
+                mp.flags |= if dir == Dir::Out { FIN_OUT } else { FIN_IN };
+            }
+        }
+        mp.last_seen_ns = c.last_seen_ns;
+        if mp.flags != c.flags || now.saturating_sub(c.last_seen_ns) >= self.refresh_ns {
+            mp.last_seen_ns = now.max(c.last_seen_ns);
+            let s = &mut self.slots[si];
+            s.through |= mp.flags != c.flags;
+            s.cur = Some(mp);
+            s.dirty = true;
+        }
+        mp
     }
 }
 
@@ -615,37 +721,22 @@ impl NetworkFunction for Nat {
             s.old = v;
             s.cur = v;
         }
-        // A connection's two directions in one batch share one mapping: route the
-        // reverse slot's updates to the forward slot so neither overwrites the other.
-        for i in 0..self.slots.len() {
-            let s = &self.slots[i];
-            if let (false, Some(m)) = (s.fwd, s.cur) {
-                let fk = Key::flow(self.ns, TABLE_FWD, &fwd_flow(&s.flow, &m), &[]);
-                if let Some(&j) = self.slot_of.get(&fk) {
-                    if self.slots[j as usize].cur == Some(m) {
-                        self.slots[i].alias = j;
-                    }
-                }
-            }
-        }
 
+        // Each direction of a connection reads and writes only its own record (the
+        // forward one keyed by the inside flow, the reverse one by the reply flow),
+        // so each record has one writer: the owner of its flow's hash.
+        let mut ops = std::mem::take(&mut self.ops);
+        ops.clear();
+        self.recheck.clear();
         for i in 0..batch.pkts.len() {
             let Plan::Do { slot, dir } = self.plan[i] else {
                 continue;
             };
             let p = &mut batch.pkts[i];
             let now = p.ts_ns;
-            let si = self.slots[slot as usize].alias as usize;
+            let si = slot as usize;
             let proto = self.slots[si].flow.proto;
-            let cur = self.slots[si].cur;
-            let usable = match (dir, cur) {
-                // An outbound flow keeps its mapping even if it idled past its timeout
-                // before the timer reclaimed it: same inside flow, same public port.
-                (Dir::Out, Some(_)) => cur,
-                (_, Some(m)) if self.alive(proto, &m, now) => cur,
-                _ => None,
-            };
-            let Some(mut mp) = usable else {
+            let Some(cur) = self.slots[si].cur else {
                 if dir == Dir::Out {
                     self.pending.push(i as u32);
                 } else {
@@ -654,24 +745,18 @@ impl NetworkFunction for Nat {
                 }
                 continue;
             };
-            if p.meta.l4 == sluice_wire::parse::L4::Tcp && matches!(dir, Dir::Out | Dir::In) {
-                let f = p.meta.tcp_flags;
-                if f & RST != 0 {
-                    mp.flags |= RST_SEEN;
+            // An outbound flow keeps its mapping even if it idled past its timeout
+            // before the timer reclaimed it: same inside flow, same public port.
+            if dir != Dir::Out && !self.alive_alone(proto, &cur, now) {
+                // Maybe only the other direction kept it alive: ask its record.
+                if self.slots[si].other.is_none() {
+                    let k = self.other_key(&self.slots[si], &cur);
+                    self.slots[si].other = Some(ops.get(k));
                 }
-                if f & FIN != 0 {
-                    mp.flags |= if dir == Dir::Out { FIN_OUT } else { FIN_IN };
-                }
+                self.recheck.push(i as u32);
+                continue;
             }
-            if matches!(dir, Dir::Out | Dir::In) {
-                let s = &mut self.slots[si];
-                let c = s.cur.unwrap_or(mp);
-                if mp.flags != c.flags || now.saturating_sub(c.last_seen_ns) >= self.refresh_ns {
-                    mp.last_seen_ns = now.max(c.last_seen_ns);
-                    s.cur = Some(mp);
-                    s.dirty = true;
-                }
-            }
+            let mp = self.touch(si, dir, cur, &p.meta, now);
             let (frame, meta) = p.data_and_meta_mut();
             if self.translate(frame, meta, dir, &mp).is_err() {
                 self.c.rewrite_errors += 1;
@@ -679,14 +764,8 @@ impl NetworkFunction for Nat {
             }
         }
 
-        // Round trip 2: updates of existing mappings, allocations for new flows.
-        let mut ops = std::mem::take(&mut self.ops);
-        ops.clear();
-        for s in &self.slots {
-            if s.dirty {
-                Self::queue_update(&mut ops, self, s);
-            }
-        }
+        // Round trip 2: reads of other records, allocations for new flows, and
+        // writes of changed records not waiting for a recheck.
         for &i in &self.pending {
             let Plan::Do { slot, .. } = self.plan[i as usize] else {
                 continue;
@@ -696,16 +775,53 @@ impl NetworkFunction for Nat {
                 s.alloc = Some(ops.pool_alloc(self.pool_key));
             }
         }
+        for s in &self.slots {
+            if s.dirty && s.other.is_none() {
+                Self::queue_write(&mut ops, self, s);
+            }
+        }
         let r = store.execute(&mut ops);
         self.ops = ops;
         r?;
-        if self.pending.is_empty() {
-            return Ok(());
-        }
 
-        // Round trip 3: write new mappings, reverse key first, then claim the
-        // forward key only if still absent.
         self.ops2.clear();
+        for k in 0..self.recheck.len() {
+            let i = self.recheck[k] as usize;
+            let Plan::Do { slot, dir } = self.plan[i] else {
+                continue;
+            };
+            let si = slot as usize;
+            let s = &self.slots[si];
+            let proto = s.flow.proto;
+            let other = match s.other.map(|g| self.ops.decode::<Mapping>(g)) {
+                Some(Ok(v)) => v,
+                _ => None,
+            };
+            let p = &mut batch.pkts[i];
+            let now = p.ts_ns;
+            let merged = s.cur.and_then(|c| Self::merged(&c, other.as_ref()));
+            let Some(m) = merged.filter(|m| other.is_some() && self.alive(proto, m, now)) else {
+                self.c.no_mapping += 1;
+                p.drop_by(ctx.stage, "no_mapping");
+                continue;
+            };
+            let mp = self.touch(si, dir, m, &p.meta, now);
+            let (frame, meta) = p.data_and_meta_mut();
+            if self.translate(frame, meta, dir, &mp).is_err() {
+                self.c.rewrite_errors += 1;
+                p.drop_by(ctx.stage, "rewrite_error");
+            }
+        }
+        let mut ops2 = std::mem::take(&mut self.ops2);
+        for s in &self.slots {
+            if s.dirty && s.other.is_some() {
+                Self::queue_write(&mut ops2, self, s);
+            }
+        }
+        self.ops2 = ops2;
+
+        // Round trip 3 (with the rechecked writes): new mappings, reverse record
+        // first, then the forward one claimed only if still absent.
         let now = ctx.now_ns;
         for si in 0..self.slots.len() {
             let Some(a) = self.slots[si].alloc else {
@@ -726,9 +842,14 @@ impl NetworkFunction for Nat {
                 inside_port: ip,
                 last_seen_ns: now,
             };
-            let rk = Key::flow(self.ns, TABLE_REV, &rev_flow(&s.flow, pa, pp), &[]);
-            self.ops2.put_value(rk, &m);
-            let cas = self.ops2.compare_and_set(s.key, None, Some(&m));
+            let rf = rev_flow(&s.flow, pa, pp);
+            let rk = Key::flow(self.ns, TABLE_REV, &rf, &[]);
+            // Cached here only if this instance also owns the reply flow.
+            self.ops2.put_value_owned(rk, &m, rf.symmetric_hash());
+            let cas = match s.hash {
+                Some(h) => self.ops2.compare_and_set_owned(s.key, None, Some(&m), h),
+                None => self.ops2.compare_and_set(s.key, None, Some(&m)),
+            };
             self.ops2
                 .arm_timer(s.key, now.saturating_add(self.timeout(s.flow.proto, 0)));
             let s = &mut self.slots[si];
@@ -736,7 +857,12 @@ impl NetworkFunction for Nat {
             s.cas = Some(cas);
             s.cur = Some(m);
         }
-        store.execute(&mut self.ops2)?;
+        if !self.ops2.is_empty() {
+            store.execute(&mut self.ops2)?;
+        }
+        if self.pending.is_empty() {
+            return Ok(());
+        }
 
         // Round trip 4, only after a lost race: undo ours, adopt the winner's.
         self.ops.clear();
@@ -796,6 +922,11 @@ impl NetworkFunction for Nat {
         Ok(())
     }
 
+    /// A mapping's timer (armed on its forward record) deletes it only when both
+    /// directions' records are idle past the mapping's timeout (their later
+    /// `last_seen`, the flags of both); otherwise it re-arms. The forward record
+    /// goes first, by compare-and-set against the value read; the reverse record
+    /// and the pool item go only with it.
     fn on_timers(&mut self, ctx: &mut Ctx<'_>, store: &mut dyn StateStore) -> Result<(), NfError> {
         let now = ctx.now_ns;
         loop {
@@ -810,48 +941,76 @@ impl NetworkFunction for Nat {
                 self.ids.push(Some(self.ops.get(k)));
             }
             store.execute(&mut self.ops)?;
-            // Delete only what is still the expired value read.
+            // The reverse records of the forward ones read.
             self.ops2.clear();
-            self.ids2.clear();
+            self.revs.clear();
             for (n, &k) in self.keys.iter().enumerate() {
                 let mut entry = None;
                 if let (Some(g), Some(flow)) = (self.ids[n], k.flow_key()) {
                     match self.ops.decode::<Mapping>(g) {
-                        Ok(Some(m)) if self.alive(flow.proto, &m, now) => {
-                            let d = m
-                                .last_seen_ns
-                                .saturating_add(self.timeout(flow.proto, m.flags));
-                            self.ops2.arm_timer(k, d);
-                        }
                         Ok(Some(m)) => {
-                            entry = Some((self.ops2.compare_and_set(k, Some(&m), None), m));
+                            let (pa, pp) = self.public_of(m.item);
+                            let rk = Key::flow(self.ns, TABLE_REV, &rev_flow(&flow, pa, pp), &[]);
+                            entry = Some((self.ops2.get(rk), m));
                         }
                         Ok(None) => {}
-                        Err(_) => {
-                            self.c.decode_errors += 1;
-                            self.ops2.delete(k);
+                        Err(_) => self.ids[n] = None,
+                    }
+                }
+                self.revs.push(entry);
+            }
+            if !self.ops2.is_empty() {
+                store.execute(&mut self.ops2)?;
+            }
+            // Delete only what is still the expired value read.
+            self.ops.clear();
+            self.ids2.clear();
+            for (n, &k) in self.keys.iter().enumerate() {
+                let mut entry = None;
+                match (self.revs[n], self.ids[n], k.flow_key()) {
+                    (Some((g, m)), _, Some(flow)) => {
+                        let rev = self.ops2.decode::<Mapping>(g).ok().flatten();
+                        let both = Self::merged(&m, rev.as_ref()).unwrap_or(m);
+                        if self.alive(flow.proto, &both, now) {
+                            let d = both
+                                .last_seen_ns
+                                .saturating_add(self.timeout(flow.proto, both.flags));
+                            self.ops.arm_timer(k, d);
+                        } else {
+                            entry = Some((self.ops.compare_and_set(k, Some(&m), None), m));
                         }
                     }
+                    (None, None, _) if k.flow_key().is_some() => {
+                        // Undecodable forward record.
+                        self.c.decode_errors += 1;
+                        self.ops.delete(k);
+                    }
+                    _ => {}
                 }
                 self.ids2.push(entry);
             }
-            store.execute(&mut self.ops2)?;
-            // The reverse key and the pool item go only with a forward key we removed.
-            self.ops.clear();
+            store.execute(&mut self.ops)?;
+            // The reverse record and the pool item go only with a forward record we
+            // removed; one a packet revived meanwhile is checked again later.
+            self.ops2.clear();
             for (k, e) in self.keys.iter().zip(&self.ids2) {
                 let (Some((cas, m)), Some(flow)) = (e, k.flow_key()) else {
                     continue;
                 };
-                if !self.ops2.swapped(*cas) {
+                if !self.ops.swapped(*cas) {
+                    self.ops2
+                        .arm_timer(*k, now.saturating_add(self.min_timeout(flow.proto)));
                     continue;
                 }
                 let (pa, pp) = self.public_of(m.item);
                 let rk = Key::flow(self.ns, TABLE_REV, &rev_flow(&flow, pa, pp), &[]);
-                self.ops.delete(rk);
-                self.ops.pool_free(self.pool_key, m.item as u64);
+                self.ops2.delete(rk);
+                self.ops2.pool_free(self.pool_key, m.item as u64);
                 self.c.expired += 1;
             }
-            store.execute(&mut self.ops)?;
+            if !self.ops2.is_empty() {
+                store.execute(&mut self.ops2)?;
+            }
             if self.keys.len() < TIMER_BATCH {
                 return Ok(());
             }

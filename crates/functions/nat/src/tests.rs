@@ -458,6 +458,193 @@ fn mapping_layout_is_twenty_bytes() {
     assert_eq!(Mapping::decode(&mut Reader::new(&b)).unwrap(), m);
 }
 
+/// The stored record under `table` for `flow`.
+fn record(s: &mut LocalStore, table: u8, flow: &FlowKey) -> Option<Mapping> {
+    let mut ops = Ops::new();
+    let id = ops.get(Key::flow(Namespace(2), table, flow, &[]));
+    s.execute(&mut ops).unwrap();
+    ops.decode::<Mapping>(id).unwrap()
+}
+
+#[test]
+fn each_direction_refreshes_only_its_own_record() {
+    let mut n = nat_with(|c| c.timeouts.udp = 30);
+    let mut s = LocalStore::new();
+    let out = run(&mut n, &mut s, &[(build::udp_v4(H, R, 7000, 53, b"q"), 0)]);
+    let pubf = out.flow(0);
+    let fwd = FlowKey {
+        src: IpAddr::V4(H),
+        dst: IpAddr::V4(R),
+        src_port: 7000,
+        dst_port: 53,
+        proto: ip_proto::UDP,
+    };
+    let rev = pubf.reverse();
+    let back = |t| (build::udp_v4(R, v4(pubf.src), 53, pubf.src_port, b"r"), t);
+    assert!(run(&mut n, &mut s, &[back(5 * SEC)]).reason(0).is_none());
+    assert_eq!(
+        record(&mut s, TABLE_REV, &rev).unwrap().last_seen_ns,
+        5 * SEC
+    );
+    assert_eq!(
+        record(&mut s, TABLE_FWD, &fwd).unwrap().last_seen_ns,
+        0,
+        "the reply does not write the forward record"
+    );
+    run(
+        &mut n,
+        &mut s,
+        &[(build::udp_v4(H, R, 7000, 53, b"q"), 6 * SEC)],
+    );
+    assert_eq!(
+        record(&mut s, TABLE_FWD, &fwd).unwrap().last_seen_ns,
+        6 * SEC
+    );
+    assert_eq!(
+        record(&mut s, TABLE_REV, &rev).unwrap().last_seen_ns,
+        5 * SEC
+    );
+}
+
+#[test]
+fn timer_deletes_a_mapping_only_when_both_records_are_idle() {
+    let mut n = nat_with(|c| c.timeouts.udp = 30);
+    let mut s = LocalStore::new();
+    let out = run(&mut n, &mut s, &[(build::udp_v4(H, R, 7001, 53, b"q"), 0)]);
+    let pubf = out.flow(0);
+    let back = |t| (build::udp_v4(R, v4(pubf.src), 53, pubf.src_port, b"r"), t);
+    // Only replies keep it alive: the forward record stays at 0 s.
+    for t in [10, 20, 28] {
+        assert!(run(&mut n, &mut s, &[back(t * SEC)]).reason(0).is_none());
+    }
+    timers(&mut n, &mut s, 31 * SEC);
+    assert_eq!(counter(&n, "expired"), 0, "the reverse record is fresh");
+    assert!(run(&mut n, &mut s, &[back(40 * SEC)]).reason(0).is_none());
+    timers(&mut n, &mut s, 69 * SEC);
+    assert_eq!(
+        counter(&n, "expired"),
+        0,
+        "re-armed at the reverse record's deadline"
+    );
+    timers(&mut n, &mut s, 71 * SEC);
+    assert_eq!(counter(&n, "expired"), 1);
+    assert_eq!(
+        run(&mut n, &mut s, &[back(72 * SEC)]).reason(0),
+        Some("no_mapping")
+    );
+    assert!(
+        record(&mut s, TABLE_REV, &pubf.reverse()).is_none(),
+        "both records gone"
+    );
+}
+
+#[test]
+fn a_reply_after_outbound_only_traffic_passes() {
+    // The reverse record alone looks expired; the forward one keeps the mapping.
+    let mut n = nat_with(|c| c.timeouts.udp = 30);
+    let mut s = LocalStore::new();
+    let out = run(&mut n, &mut s, &[(build::udp_v4(H, R, 7002, 53, b"q"), 0)]);
+    let pubf = out.flow(0);
+    for t in [10, 20, 30, 40] {
+        let o = run(
+            &mut n,
+            &mut s,
+            &[(build::udp_v4(H, R, 7002, 53, b"q"), t * SEC)],
+        );
+        assert_eq!(o.flow(0), pubf);
+    }
+    let back = build::udp_v4(R, v4(pubf.src), 53, pubf.src_port, b"r");
+    let o = run(&mut n, &mut s, &[(back.clone(), 45 * SEC)]);
+    assert_eq!(o.flow(0).dst, IpAddr::V4(H));
+    // Its own record was refreshed (by compare-and-set: it was old).
+    assert_eq!(
+        record(&mut s, TABLE_REV, &pubf.reverse())
+            .unwrap()
+            .last_seen_ns,
+        45 * SEC
+    );
+    // Long after both went quiet, the reply is refused even before the timer ran.
+    assert_eq!(
+        run(&mut n, &mut s, &[(back, 200 * SEC)]).reason(0),
+        Some("no_mapping")
+    );
+}
+
+#[test]
+fn established_flows_make_no_round_trip_under_a_lease() {
+    use sluice_state::{CacheConfig, FlowCache, Ownership};
+    let mut n = nat_with(|_| {});
+    let mut s = LocalStore::new();
+    let mut c = FlowCache::new(CacheConfig::default());
+    c.set_ownership(Some(Ownership::all(1, u64::MAX)), &mut s, 0)
+        .unwrap();
+    let out = testing::run_frames(
+        &mut n,
+        &mut c.bind(&mut s, 0),
+        &[(build::tcp_v4(H, R, 7003, 80, 1, 0, SYN, b""), 0)],
+    );
+    let pubf = parse_frame(&out.frames[0]).unwrap().flow;
+    let back = |t| {
+        (
+            build::tcp_v4(R, v4(pubf.src), 80, pubf.src_port, 1, 2, ACK, b"r"),
+            t,
+        )
+    };
+    let fwd = |t| (build::tcp_v4(H, R, 7003, 80, 2, 2, ACK, b"q"), t);
+    // The first reply reads the reverse record through (its presence is cached).
+    testing::run_frames(&mut n, &mut c.bind(&mut s, SEC / 2), &[back(SEC / 2)]);
+    let before = s.counters();
+    for k in 1..50u64 {
+        let t = SEC / 2 + k * 100_000_000;
+        let o = testing::run_frames(&mut n, &mut c.bind(&mut s, t), &[fwd(t), back(t)]);
+        assert!(o.verdicts.iter().all(|v| *v == Verdict::Forward));
+        c.flush_due(&mut s, t).unwrap();
+    }
+    let d = s.counters().since(&before);
+    assert_eq!(d.round_trips, 0, "{d:?}");
+    assert!(d.writes > 0, "refreshes reached the store without waiting");
+}
+
+#[test]
+fn an_unsolicited_packet_never_hides_a_mapping_created_elsewhere() {
+    use sluice_state::{CacheConfig, FlowCache, Ownership};
+    // Learn which public endpoint the first mapping gets.
+    let out = build::udp_v4(H, R, 7100, 53, b"q");
+    let pubf = {
+        let mut n = nat_with(|_| {});
+        run(&mut n, &mut LocalStore::new(), &[(out.clone(), 0)]).flow(0)
+    };
+    let reply = build::udp_v4(R, v4(pubf.src), 53, pubf.src_port, b"r");
+    let hf = parse_frame(&out).unwrap().flow.symmetric_hash();
+    let hr = parse_frame(&reply).unwrap().flow.symmetric_hash();
+    // Instance A owns the inside flow's hash, B the reply flow's: the switch sends
+    // each direction to its owner.
+    let shared = SharedLocalStore::new();
+    let (mut sa, mut sb) = (shared.handle(), shared.handle());
+    let (mut a, mut b) = (nat_with(|_| {}), nat_with(|_| {}));
+    let lease = |h: u32| Ownership {
+        epoch: 1,
+        ranges: vec![(h, h)],
+        valid_until_ns: u64::MAX,
+    };
+    let mut ca = FlowCache::new(CacheConfig::default());
+    let mut cb = FlowCache::new(CacheConfig::default());
+    ca.set_ownership(Some(lease(hf)), &mut sa, 0).unwrap();
+    cb.set_ownership(Some(lease(hr)), &mut sb, 0).unwrap();
+    // The reply arrives first (unsolicited): no mapping yet.
+    let o = testing::run_frames(&mut b, &mut cb.bind(&mut sb, 1), &[(reply.clone(), 1)]);
+    assert_ne!(o.verdicts[0], Verdict::Forward);
+    // A creates the mapping; the reply to it must get in on B.
+    let o = testing::run_frames(&mut a, &mut ca.bind(&mut sa, 2), &[(out, 2)]);
+    assert_eq!(parse_frame(&o.frames[0]).unwrap().flow, pubf);
+    let o = testing::run_frames(&mut b, &mut cb.bind(&mut sb, 3), &[(reply.clone(), 3)]);
+    assert_eq!(o.verdicts[0], Verdict::Forward, "absence was not cached");
+    // From now on B serves the reverse mapping from its cache.
+    let hits = cb.stats().hits;
+    testing::run_frames(&mut b, &mut cb.bind(&mut sb, 4), &[(reply, 4)]);
+    assert_eq!(cb.stats().hits, hits + 1);
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(200))]
     #[test]
