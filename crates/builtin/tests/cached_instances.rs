@@ -4,8 +4,9 @@
 //! exactly what one instance with local state produces: verdicts, rewritten bytes,
 //! IPS alerts and flow records. Also across an ownership change mid-trace, when a
 //! non-owner continues an owner's flows, and when an owner dies with deferred writes
-//! (only deferred counts may be lost, no verdict changes). And the cache must save
-//! store round trips on long flows.
+//! and writes it never waited for (only deferred counts may be lost, no verdict
+//! changes). And the cache must save store round trips on long flows. NAT and LB
+//! owners: `cached_rewrite.rs`.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -441,12 +442,15 @@ fn owner_crash_loses_only_deferred_writes() {
     let at = t.len() / 3;
     let mut dead = false;
     let mut deferred_before_death = 0;
+    let mut unacked_before_death = 0;
     let got = run(insts, &t, &mut |i, f, insts, alive| {
         if let Some(i) = peek(i) {
             if i >= at && !dead {
                 dead = true;
                 alive[1] = false;
-                deferred_before_death = insts[1].chain.cache_stats().unwrap().deferred;
+                let st = insts[1].chain.cache_stats().unwrap();
+                deferred_before_death = st.deferred;
+                unacked_before_death = st.unacked;
                 let a = &mut insts[0];
                 a.chain
                     .set_ownership(Some(lease(2, vec![(0, u32::MAX)])), a.store.as_mut())
@@ -462,6 +466,13 @@ fn owner_crash_loses_only_deferred_writes() {
     assert!(
         dead && deferred_before_death > 0,
         "the dead owner had deferred writes"
+    );
+    // The IPS's scan state and the reassembler's stream progress were sent
+    // without waiting (each batch's before it left): the survivor resumes every
+    // stream where the dead owner left it, so verdicts and alerts are unchanged.
+    assert!(
+        unacked_before_death > 0,
+        "the dead owner sent writes it did not wait for"
     );
     assert_eq!(got.packets, want.packets, "no verdict or rewrite changes");
     assert_eq!(got.alerts, want.alerts);

@@ -126,6 +126,51 @@ struct Stage {
     f: Box<dyn NetworkFunction>,
     stats: StageStats,
     own_streams: Option<(Box<dyn StreamStage>, Streams)>,
+    /// The function sees the tuples the switch steered by, so its flow-cache hints
+    /// hold (see [`Unhinted`]).
+    hints: bool,
+}
+
+/// Kinds of functions that rewrite the flow tuple.
+const REWRITERS: [&str; 2] = ["nat", "lb"];
+
+/// The store as a function behind a header-rewriting function sees it: hints are
+/// dropped, so nothing it does is cached. Such a function sees rewritten tuples
+/// in one direction and the originals in the other, so its per-flow records are
+/// written by the owners of two different hashes (docs/STATE.md, "The flow
+/// cache"). Without a lease this changes nothing.
+struct Unhinted<'a>(&'a mut dyn StateStore);
+
+impl StateStore for Unhinted<'_> {
+    fn execute(&mut self, ops: &mut sluice_state::Ops) -> Result<(), StoreError> {
+        ops.strip_hints();
+        self.0.execute(ops)
+    }
+    fn take_expired(
+        &mut self,
+        ns: Namespace,
+        now_ns: u64,
+        max: usize,
+        out: &mut Vec<sluice_state::Key>,
+    ) -> Result<(), StoreError> {
+        self.0.take_expired(ns, now_ns, max, out)
+    }
+    fn counters(&self) -> sluice_state::StoreCounters {
+        self.0.counters()
+    }
+    fn execute_unacked(&mut self, ops: &mut sluice_state::Ops) -> Result<(), StoreError> {
+        ops.strip_hints();
+        self.0.execute_unacked(ops)
+    }
+    fn sync(&mut self) -> Result<(), StoreError> {
+        self.0.sync()
+    }
+    fn take_unacked_failures(&mut self) -> u64 {
+        self.0.take_unacked_failures()
+    }
+    fn describe(&self) -> String {
+        self.0.describe()
+    }
 }
 
 /// A runnable chain. See the crate documentation.
@@ -224,6 +269,14 @@ impl Chain {
         timer_interval_ms: u64,
     ) -> Chain {
         let any_streams = functions.iter().any(|f| f.wants_streams());
+        // A function's hints hold only if it sees the tuples the switch steered
+        // by: in a chain with one header-rewriting function, that function itself
+        // (it comes first for the packets it rewrites, in either direction); in a
+        // chain with none, every function.
+        let rewriters = functions
+            .iter()
+            .filter(|f| REWRITERS.contains(&f.kind()))
+            .count();
         let reassembly = match (&stream_factory, sharing, any_streams) {
             (Some(mk), Sharing::Shared, true) => Some(mk(namespace_of(name, "::reassembly"))),
             _ => None,
@@ -241,10 +294,12 @@ impl Chain {
                     }
                     _ => None,
                 };
+                let hints = rewriters == 0 || (rewriters == 1 && REWRITERS.contains(&f.kind()));
                 Stage {
                     stats: StageStats::new(f.kind()),
                     f,
                     own_streams,
+                    hints,
                 }
             })
             .collect();
@@ -510,6 +565,13 @@ impl Chain {
             let i = if reverse { count - 1 - k } else { k };
             let st = &mut self.stages[i];
             let stage = i as u8;
+            let mut plain;
+            let store: &mut dyn StateStore = if st.hints {
+                &mut *store
+            } else {
+                plain = Unhinted(&mut *store);
+                &mut plain
+            };
             self.live_before.clear();
             self.live_before
                 .extend(batch.pkts.iter().map(|p| p.is_live()));

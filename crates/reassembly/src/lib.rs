@@ -178,6 +178,10 @@ struct Entry {
     dirty: bool,
     delete: bool,
     created_at: Option<u64>,
+    /// The flow's direction-invariant hash (the record is the flow's own).
+    hash: u32,
+    /// The record's flags as read (a change is written through and acknowledged).
+    read_flags: Option<u8>,
 }
 
 struct Pending {
@@ -300,7 +304,10 @@ impl Reassembler {
                     Some(&e) => e,
                     None => {
                         let key = Key::flow(self.ns, TABLE_CONN, &canon, &[]);
-                        let read = self.ops.get(key);
+                        // Both directions of a flow go to the owner of its
+                        // direction-invariant hash: a flow cache may hold the record.
+                        let hash = canon.directional_hash();
+                        let read = self.ops.get_owned(key, hash);
                         let e = self.entries.len() as u32;
                         self.entries.push(Entry {
                             canon,
@@ -311,6 +318,8 @@ impl Reassembler {
                             dirty: false,
                             delete: false,
                             created_at: None,
+                            hash,
+                            read_flags: None,
                         });
                         self.index.insert(canon, e);
                         e
@@ -336,6 +345,7 @@ impl Reassembler {
                         }
                         e.delete = true;
                     } else {
+                        e.read_flags = Some(c.flags);
                         e.conn = Some(c);
                     }
                 }
@@ -379,8 +389,16 @@ impl Reassembler {
         }
         for e in &self.entries {
             match (&e.conn, e.dirty, e.delete) {
+                // A new record or a handshake/close flag change is acknowledged
+                // before the batch leaves; stream progress of an established
+                // connection (next sequence numbers, buffered segment lists) is
+                // sent before the batch leaves without waiting for the store's
+                // reply (docs/STATE.md, "What a crash can lose").
+                (Some(c), true, _) if e.created_at.is_none() && e.read_flags == Some(c.flags) => {
+                    self.ops.put_value_unacked(e.key, c, e.hash);
+                }
                 (Some(c), true, _) => {
-                    self.ops.put_value(e.key, c);
+                    self.ops.put_value_owned(e.key, c, e.hash);
                 }
                 (None, _, true) => {
                     self.ops.delete(e.key);

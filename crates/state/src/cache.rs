@@ -17,7 +17,9 @@
 //!   ([`StateStore::execute_unacked`], by [`FlowCache::flush_due`] after a batch)
 //!   when older than [`CacheConfig::max_defer_ns`] or more than
 //!   [`CacheConfig::max_pending`] are pending; giving up the lease sends them and
-//!   waits for every acknowledgement.
+//!   waits for every acknowledgement. [`Hint::Unacked`] writes are held the same
+//!   way but always sent by the `flush_due` at the end of the batch (before its
+//!   packets leave), without waiting for the reply.
 //! * An `execute` whose operations were all answered or absorbed by the cache makes
 //!   no round trip at all.
 //! * Entries unused for [`CacheConfig::idle_ns`] are not served: a bound far below
@@ -141,6 +143,8 @@ pub struct CacheStats {
     /// Writes sent before the batch left without waiting for their
     /// acknowledgement ([`Hint::Unacked`]).
     pub unacked: u64,
+    /// Values sent without waiting queued again after a send failed.
+    pub resent: u64,
     /// `execute` calls answered without a round trip.
     pub saved_round_trips: u64,
     /// Entries dropped (idle, memory cap, lost ownership, store-bound writes).
@@ -158,6 +162,9 @@ struct Entry {
     /// A store-bound write touched the key: do not fill it from reads until the
     /// owner writes it again.
     blocked: bool,
+    /// Sent without waiting and not known to be acknowledged yet (listed in
+    /// `FlowCache::unconfirmed`).
+    unconfirmed: bool,
 }
 
 /// The cache of one instance (one chain). Bind it to a store per call with
@@ -180,6 +187,12 @@ pub struct FlowCache {
     fills: FxHashMap<Key, u32>,
     /// Owned compare-and-sets of the batch being sent: (key, op index, flow hash).
     cas_posts: Vec<(Key, u32, u32)>,
+    /// Some pending write is [`Hint::Unacked`]: the next [`FlowCache::flush_due`]
+    /// sends them all, whatever their age.
+    urgent: bool,
+    /// Keys whose values were sent without waiting since the last point at which
+    /// every earlier send was known acknowledged: re-sent if a send fails.
+    unconfirmed: Vec<Key>,
 }
 
 impl FlowCache {
@@ -198,6 +211,8 @@ impl FlowCache {
             fwd_map: Vec::new(),
             fills: FxHashMap::default(),
             cas_posts: Vec::new(),
+            urgent: false,
+            unconfirmed: Vec::new(),
         }
     }
 
@@ -269,7 +284,9 @@ impl FlowCache {
             self.send(store, None)?;
         }
         let r = store.sync();
-        self.check_unacked(store);
+        if self.check_unacked(store) && r.is_ok() {
+            self.confirm();
+        }
         if r.is_err() {
             self.drop_all();
         }
@@ -287,27 +304,67 @@ impl FlowCache {
         }
         self.fwd.clear();
         self.append_dirty();
+        // Tracked until known acknowledged: a failed send is sent again.
+        for i in 0..self.fwd.len() {
+            let k = *self.fwd.ops()[i].key();
+            if let Some(e) = self.map.get_mut(&k).filter(|e| !e.unconfirmed) {
+                e.unconfirmed = true;
+                self.unconfirmed.push(k);
+            }
+        }
         self.stats.background_flushes += 1;
         let r = store.execute_unacked(&mut self.fwd);
+        self.in_flight = 0;
         if r.is_err() {
-            self.fail_send();
-        } else {
-            self.in_flight = 0;
+            // The packets of the batch leave anyway: keep the values, send again.
+            self.requeue();
         }
         self.check_unacked(store);
         r
     }
 
-    /// Deferred writes sent without waiting that the store reports failed (or may
-    /// not have applied): the store may be behind the cache on any key, so the
-    /// cache forgets everything and reads through again (what a crash would lose,
-    /// and no more).
-    fn check_unacked(&mut self, store: &mut dyn StateStore) {
+    /// Writes sent without waiting that the store reports failed (or may not have
+    /// applied): the store may be behind the cache on any of them. Their packets
+    /// have left, so the cache's values are what happened: every value sent since
+    /// the last acknowledged point is queued again and sent at the end of the
+    /// batch (the lease guarantees nobody else wrote those keys). Returns whether
+    /// everything sent so far is known acknowledged.
+    fn check_unacked(&mut self, store: &mut dyn StateStore) -> bool {
         let failed = store.take_unacked_failures();
         if failed > 0 {
-            self.stats.deferred_flushed = self.stats.deferred_flushed.saturating_sub(failed);
-            self.stats.deferred_lost += failed;
-            self.drop_all();
+            self.requeue();
+            return false;
+        }
+        true
+    }
+
+    /// Queues every unconfirmed value again (see [`FlowCache::check_unacked`]).
+    fn requeue(&mut self) {
+        for k in std::mem::take(&mut self.unconfirmed) {
+            let Some(e) = self.map.get_mut(&k) else {
+                continue;
+            };
+            e.unconfirmed = false;
+            if e.blocked || e.dirty {
+                continue;
+            }
+            e.dirty = true;
+            if self.pending == 0 {
+                self.oldest_pending_ns = e.used_ns;
+            }
+            self.pending += 1;
+            self.dirty_keys.push(k);
+            self.stats.resent += 1;
+        }
+        self.urgent |= self.pending > 0;
+    }
+
+    /// Every send so far is acknowledged.
+    fn confirm(&mut self) {
+        for k in self.unconfirmed.drain(..) {
+            if let Some(e) = self.map.get_mut(&k) {
+                e.unconfirmed = false;
+            }
         }
     }
 
@@ -332,7 +389,8 @@ impl FlowCache {
 
     fn due(&self, now_ns: u64) -> bool {
         self.pending > 0
-            && (self.pending >= self.cfg.max_pending
+            && (self.urgent
+                || self.pending >= self.cfg.max_pending
                 || now_ns.saturating_sub(self.oldest_pending_ns) >= self.cfg.max_defer_ns)
     }
 
@@ -345,6 +403,8 @@ impl FlowCache {
     }
 
     fn drop_all(&mut self) {
+        self.urgent = false;
+        self.unconfirmed.clear();
         self.stats.deferred_lost += self.pending as u64;
         self.stats.evictions += self.map.len() as u64;
         self.map.clear();
@@ -355,6 +415,7 @@ impl FlowCache {
     /// Queues a put of every dirty entry into `fwd`, marking them clean (they are
     /// restored as lost if the send fails, by emptying the cache).
     fn append_dirty(&mut self) {
+        self.urgent = false;
         if self.pending == 0 {
             self.dirty_keys.clear();
             return;
@@ -414,6 +475,7 @@ impl FlowCache {
             used_ns: now_ns,
             dirty: false,
             blocked: false,
+            unconfirmed: false,
         });
         match (val, &mut e.val) {
             (Some(v), Some(buf)) => {
@@ -485,6 +547,7 @@ impl FlowCache {
                         used_ns: now_ns,
                         dirty: false,
                         blocked: true,
+                        unconfirmed: false,
                     },
                 );
             }
@@ -506,7 +569,6 @@ impl FlowCache {
         c.fwd_map.clear();
         c.fills.clear();
         c.cas_posts.clear();
-        let mut unacked = 0usize;
         for i in 0..ops.len() {
             let op = ops.ops()[i];
             let owned = match ops.hint(i) {
@@ -562,18 +624,20 @@ impl FlowCache {
                 }
                 (Op::Put { key, val }, Some((flow_hash, mode))) => {
                     c.fills.remove(&key);
-                    let defer = mode == Mode::Defer;
-                    c.write(key, Some(ops.arg(val)), flow_hash, now, defer);
-                    if defer {
+                    let held = matches!(mode, Mode::Defer | Mode::Unacked);
+                    c.write(key, Some(ops.arg(val)), flow_hash, now, held);
+                    if mode == Mode::Unacked {
+                        // Held like a deferred write, but sent at the latest by
+                        // `flush_due` at the end of this batch, before it leaves:
+                        // one send for every function of the chain.
+                        c.stats.unacked += 1;
+                        c.urgent = true;
+                        ops.set_result(i, OpResult::Done);
+                    } else if held {
                         c.stats.deferred += 1;
                         ops.set_result(i, OpResult::Done);
                     } else {
-                        if mode == Mode::Unacked {
-                            c.stats.unacked += 1;
-                            unacked += 1;
-                        } else {
-                            c.stats.write_through += 1;
-                        }
+                        c.stats.write_through += 1;
                         let j = c.fwd.push_copy(ops, i);
                         c.fwd_map.push((j.index() as u32, i as u32));
                     }
@@ -612,29 +676,14 @@ impl FlowCache {
             c.stats.saved_round_trips += 1;
             return Ok(());
         }
-        if unacked == c.fwd.len() {
-            // Only writes whose acknowledgement nobody waits for: sent now, on the
-            // ordered connection, before the batch leaves; due deferred writes ride
-            // along. No round trip.
-            c.append_dirty();
-            c.stats.saved_round_trips += 1;
-            let r = store.execute_unacked(&mut c.fwd);
-            if r.is_err() {
-                c.fail_send();
-            } else {
-                c.in_flight = 0;
-            }
-            for &(_, i) in &c.fwd_map {
-                ops.set_result(i as usize, OpResult::Done);
-            }
-            c.check_unacked(store);
-            return r;
-        }
         // Deferred writes ride along. Appended last: every earlier operation in this
         // batch on a dirty key already sent that key's value before itself.
         c.append_dirty();
         c.send(store, Some(ops))?;
-        c.check_unacked(store);
+        if c.check_unacked(store) {
+            // The round trip read every earlier reply on the connection.
+            c.confirm();
+        }
         let posts = std::mem::take(&mut c.cas_posts);
         for &(key, i, flow_hash) in &posts {
             let i = i as usize;
@@ -681,6 +730,7 @@ impl FlowCache {
                     used_ns: now,
                     dirty: false,
                     blocked: false,
+                    unconfirmed: false,
                 },
             );
         }
@@ -894,7 +944,7 @@ mod tests {
     }
 
     #[test]
-    fn failed_background_flush_loses_only_deferred_writes() {
+    fn failed_background_flush_is_sent_again() {
         let mut c = FlowCache::new(CacheConfig::default());
         let mut s = Lossy {
             inner: LocalStore::new(),
@@ -909,13 +959,19 @@ mod tests {
         ops.put_hinted(k(1), b"v2", Hint::Deferred { flow_hash: 5 });
         c.bind(&mut s, 2).execute(&mut ops).unwrap();
         c.flush_due(&mut s, 2 + 1_000_000).unwrap();
-        assert_eq!(c.stats().deferred_lost, 1);
-        assert!(c.is_empty(), "the cache forgets what the store may lack");
-        // The next read goes to the store and sees the written-through value.
+        // Lost on the way: the packets that made it have left, so the cache keeps
+        // the value and queues it again.
+        assert_eq!(c.stats().resent, 1);
+        assert_eq!(c.pending(), 1);
         let mut ops = Ops::new();
-        let id = ops.get_owned(k(1), 5);
+        ops.get_owned(k(2), 5);
         c.bind(&mut s, 3 + 1_000_000).execute(&mut ops).unwrap();
-        assert_eq!(ops.value(id), Some(&b"v1"[..]));
+        // That round trip carried it along.
+        assert_eq!(c.pending(), 0);
+        let mut plain = Ops::new();
+        let id = plain.get(k(1));
+        s.inner.execute(&mut plain).unwrap();
+        assert_eq!(plain.value(id), Some(&b"v2"[..]));
     }
 
     #[test]
@@ -1030,16 +1086,19 @@ mod tests {
         ops.put_hinted(k(1), b"a", Hint::Unacked { flow_hash: 5 });
         ops.put_hinted(k(2), b"x", Hint::Deferred { flow_hash: 5 });
         c.bind(&mut s, 1).execute(&mut ops).unwrap();
+        assert_eq!(s.counters().writes, 0, "held until the end of the batch");
+        c.flush_due(&mut s, 1).unwrap();
         assert_eq!(s.counters().round_trips, 0);
         assert_eq!(
             s.counters().writes,
             2,
-            "sent before execute returned, with the deferred one"
+            "sent at once, with the deferred one"
         );
         assert_eq!(c.stats().unacked, 1);
+        assert_eq!(c.pending(), 0);
         assert_eq!(get(&mut c, &mut s, 2, k(1)), Some(b"a".to_vec()));
         assert_eq!(s.counters().round_trips, 0);
-        // Failed unacknowledged writes empty the cache.
+        // A failed unacknowledged write is queued again.
         let mut c = FlowCache::new(CacheConfig::default());
         let mut s = Lossy {
             inner: LocalStore::new(),
@@ -1050,7 +1109,16 @@ mod tests {
         let mut ops = Ops::new();
         ops.put_hinted(k(1), b"a", Hint::Unacked { flow_hash: 5 });
         c.bind(&mut s, 1).execute(&mut ops).unwrap();
-        assert!(c.is_empty());
+        c.flush_due(&mut s, 1).unwrap();
+        assert_eq!(
+            c.stats().resent,
+            1,
+            "a failed unacknowledged write is sent again"
+        );
+        assert_eq!(c.pending(), 1);
+        c.flush(&mut s, 2).unwrap();
+        assert_eq!(c.pending(), 0);
+        assert_eq!(s.inner.counters().writes, 1, "the value reached the store");
     }
 
     /// Raw bytes as a codec value (for compare-and-set tests).

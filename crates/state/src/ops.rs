@@ -138,8 +138,11 @@ pub enum Hint {
     /// packets leave, but whose acknowledgement need not be waited for (the IPS's
     /// scan state, the reassembler's stream position): a cache updates its entry and
     /// sends the write on the store's ordered connection
-    /// ([`crate::StateStore::execute_unacked`]) before `execute` returns, reading the
-    /// reply later. Lost only if the write never reaches the store (docs/STATE.md).
+    /// ([`crate::StateStore::execute_unacked`]) at the latest at the end of the
+    /// batch (`FlowCache::flush_due`, which the chain calls before the batch's
+    /// packets leave), together with every other such write of the batch, reading
+    /// the reply later. Lost only if the write never reaches the store
+    /// (docs/STATE.md, "What a crash can lose").
     Unacked {
         /// The flow's direction-invariant hash.
         flow_hash: u32,
@@ -340,6 +343,12 @@ impl Ops {
     /// Queues a delete of a flow-owned record ([`Hint::Owned`]).
     pub fn delete_owned(&mut self, key: Key, flow_hash: u32) -> OpId {
         self.push_hinted(Op::Delete { key }, Hint::Owned { flow_hash })
+    }
+
+    /// Turns every queued operation's hint into [`Hint::Store`] (for a function
+    /// whose packets were not steered by the flows its hints name).
+    pub fn strip_hints(&mut self) {
+        self.hints.iter_mut().for_each(|h| *h = Hint::Store);
     }
 
     /// Copies operation `i` of `src` (arguments and hint) to the end of this buffer

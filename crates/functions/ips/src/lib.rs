@@ -168,9 +168,12 @@ struct Entry {
     dirty: bool,
     /// The flow's direction-invariant hash (the record is the flow's own).
     hash: u32,
-    /// Scan state or flags changed: written through. Otherwise only `last_seen`
-    /// moved, and the write may be deferred.
+    /// Scan state changed: sent before the batch leaves, without waiting for the
+    /// store's acknowledgement. Otherwise only `last_seen` moved, and the write may
+    /// be deferred.
     through: bool,
+    /// Flags (blocked, passed) changed: written through and acknowledged.
+    flagged: bool,
 }
 
 /// The IPS function.
@@ -499,6 +502,7 @@ impl NetworkFunction for Ips {
                             dirty: false,
                             hash,
                             through: false,
+                            flagged: false,
                         });
                         let e = (self.entries.len() - 1) as u32;
                         self.index.insert(canon, e);
@@ -639,6 +643,7 @@ impl NetworkFunction for Ips {
                 let stale = now > st.last_seen.saturating_add(self.timeout_ns / 8);
                 if st != before || (stale && e.exists) {
                     e.through |= st != before;
+                    e.flagged |= st.flags != before.flags;
                     st.last_seen = st.last_seen.max(now);
                     e.dirty = true;
                 }
@@ -648,8 +653,14 @@ impl NetworkFunction for Ips {
 
         for e in &mut self.entries {
             if e.dirty {
-                if e.through || !e.exists {
+                if e.flagged || !e.exists {
+                    // A new record, a flow blocked or passed: acknowledged before
+                    // the batch leaves.
                     self.ops.put_value_owned(e.key, &e.state, e.hash);
+                } else if e.through {
+                    // Scan progress (automaton states, fired rules, partial
+                    // matches): sent before the batch leaves, not waited for.
+                    self.ops.put_value_unacked(e.key, &e.state, e.hash);
                 } else {
                     self.ops.put_value_deferred(e.key, &e.state, e.hash);
                 }

@@ -606,6 +606,41 @@ fn established_packets_make_no_round_trip_under_a_lease() {
     assert!(d.writes > 0);
 }
 
+#[test]
+fn an_unsolicited_reply_never_hides_a_connection_created_elsewhere() {
+    use sluice_state::{CacheConfig, FlowCache, Ownership};
+    let (c, p) = client(9);
+    let b = {
+        let mut l = lb(Algorithm::Maglev, &[1, 1]);
+        backend_of(&run(&mut l, &mut LocalStore::new(), &[syn(9, 0)]), 0)
+    };
+    let reply = build::tcp_v4(backend(b), c, 8080, p, 9, 2, SYN | ACK, b"");
+    let hc = parse_frame(&syn(9, 0).0).unwrap().flow.symmetric_hash();
+    let hr = parse_frame(&reply).unwrap().flow.symmetric_hash();
+    let shared = SharedLocalStore::new();
+    let (mut sa, mut sb) = (shared.handle(), shared.handle());
+    let (mut la, mut lb_) = (
+        lb(Algorithm::Maglev, &[1, 1]),
+        lb(Algorithm::Maglev, &[1, 1]),
+    );
+    let lease = |h: u32| Ownership {
+        epoch: 1,
+        ranges: vec![(h, h)],
+        valid_until_ns: u64::MAX,
+    };
+    let mut ca = FlowCache::new(CacheConfig::default());
+    let mut cb = FlowCache::new(CacheConfig::default());
+    ca.set_ownership(Some(lease(hc)), &mut sa, 0).unwrap();
+    cb.set_ownership(Some(lease(hr)), &mut sb, 0).unwrap();
+    // The backend's packet arrives first: no connection yet.
+    let o = testing::run_frames(&mut lb_, &mut cb.bind(&mut sb, 1), &[(reply.clone(), 1)]);
+    assert_ne!(o.verdicts[0], Verdict::Forward);
+    // The client's SYN creates it on A; the reply must pass on B.
+    testing::run_frames(&mut la, &mut ca.bind(&mut sa, 2), &[syn(9, 2)]);
+    let o = testing::run_frames(&mut lb_, &mut cb.bind(&mut sb, 3), &[(reply, 3)]);
+    assert_eq!(o.verdicts[0], Verdict::Forward, "absence was not cached");
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(200))]
     #[test]
