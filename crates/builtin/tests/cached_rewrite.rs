@@ -248,12 +248,7 @@ fn instances(chain: &str, stores: Vec<Box<dyn StateStore>>) -> Vec<Inst> {
         .collect()
 }
 
-fn run(
-    chain: &str,
-    mut insts: Vec<Inst>,
-    servers: &[(IpAddr, u16)],
-    plan: &mut Plan<'_>,
-) -> Outcome {
+fn run(mut insts: Vec<Inst>, servers: &[(IpAddr, u16)], plan: &mut Plan<'_>) -> Outcome {
     let (mut flows, steps) = conversations(servers, 60);
     let mut alive = vec![true; insts.len()];
     let mut seen: HashMap<usize, Pair> = HashMap::new();
@@ -263,7 +258,6 @@ fn run(
     let mut ts = 1_000_000_000u64;
     let mut rewritten = 0;
     let mut i = 0;
-    let _ = chain;
     while i < steps.len() {
         let mut batch = Batch::with_capacity(16);
         let mut flows_in: Vec<usize> = Vec::new();
@@ -414,7 +408,7 @@ fn check(chain: &str, servers: &[(IpAddr, u16)]) {
     let srv = RedisServer::start(&[]).expect("start redis-server");
     let url = srv.url();
     let local: Vec<Box<dyn StateStore>> = vec![Box::new(LocalStore::new())];
-    let want = run(chain, instances(chain, local), servers, &mut |_, _, _, _| 0);
+    let want = run(instances(chain, local), servers, &mut |_, _, _, _| 0);
     assert!(want.packets.iter().all(|p| p.0), "every packet passes");
 
     // 1-4 owners of an even split, each steered the packets it owns.
@@ -430,7 +424,7 @@ fn check(chain: &str, servers: &[(IpAddr, u16)]) {
                 )
                 .unwrap();
         }
-        let got = run(chain, insts, servers, &mut |_, f, _, _| owner_of(&split, f));
+        let got = run(insts, servers, &mut |_, f, _, _| owner_of(&split, f));
         assert!(
             got.hits > 50,
             "{n} owners: the cache answered reads ({})",
@@ -448,7 +442,7 @@ fn check(chain: &str, servers: &[(IpAddr, u16)]) {
         .set_ownership(Some(lease(1, vec![(0, u32::MAX)])), a.store.as_mut())
         .unwrap();
     let mut moved = false;
-    let got = run(chain, insts, servers, &mut |i, _, insts, _| {
+    let got = run(insts, servers, &mut |i, _, insts, _| {
         if let Some(i) = i {
             if i >= at && !moved {
                 moved = true;
@@ -480,7 +474,7 @@ fn check(chain: &str, servers: &[(IpAddr, u16)]) {
     let at = 128;
     let mut dead = false;
     let mut held = 0;
-    let got = run(chain, insts, servers, &mut |i, f, insts, alive| {
+    let got = run(insts, servers, &mut |i, f, insts, alive| {
         if let Some(i) = i {
             if i >= at && !dead {
                 held = insts[1].chain.cache_stats().unwrap().deferred;
