@@ -171,6 +171,7 @@ impl AgentCore {
             health: self.health_of(&p),
             failover_events: p.failover_events.clone(),
             pinned_flows: p.pinned_flows.clone(),
+            chains: p.chains.clone(),
         }
     }
 
@@ -527,6 +528,55 @@ impl AgentCore {
                 f.vni, f.group, f.draining, f.flows
             );
         }
+        type Field = fn(&sluice_proto::ChainMeasure) -> u64;
+        let chain_families: [(&str, &str, Field); 5] = [
+            (
+                "sluice_chain_entered_bytes_total",
+                "Bytes that entered a chain from a VM on this host.",
+                |c| c.bytes,
+            ),
+            (
+                "sluice_chain_syns_total",
+                "TCP connections opened into a chain from a VM on this host.",
+                |c| c.syns,
+            ),
+            (
+                "sluice_chain_handshakes_total",
+                "TCP handshakes through a chain completed (SYN-ACK delivered to the client).",
+                |c| c.handshakes,
+            ),
+            (
+                "sluice_chain_handshake_seconds_total",
+                "Sum of handshake times through a chain (divide by handshakes for the mean).",
+                |c| c.handshake_ns,
+            ),
+            (
+                "sluice_chain_unanswered_syns_total",
+                "SYNs into a chain never answered within 10 s.",
+                |c| c.unanswered,
+            ),
+        ];
+        for (name, help, field) in chain_families {
+            family(&mut o, name, "counter", help);
+            for c in &p.chains {
+                let v = field(c);
+                let _ = if name == "sluice_chain_handshake_seconds_total" {
+                    writeln!(
+                        o,
+                        "{name}{{host=\"{host}\",vni=\"{}\",chain=\"{}\"}} {:.9}",
+                        c.vni,
+                        c.chain,
+                        v as f64 / 1e9
+                    )
+                } else {
+                    writeln!(
+                        o,
+                        "{name}{{host=\"{host}\",vni=\"{}\",chain=\"{}\"}} {v}",
+                        c.vni, c.chain
+                    )
+                };
+            }
+        }
         o
     }
 
@@ -536,6 +586,7 @@ impl AgentCore {
     }
 
     fn registration(&self) -> HostHeartbeat {
+        let p = self.dp.lock().map(|d| d.published()).unwrap_or_default();
         HostHeartbeat {
             registration: HostRegistration {
                 host: self.host,
@@ -544,7 +595,8 @@ impl AgentCore {
                 api: self.api_url(),
                 config_version: self.version(),
             },
-            instances: self.health(),
+            instances: self.health_of(&p),
+            chains: p.chains,
         }
     }
 

@@ -14,13 +14,14 @@ use std::net::{Ipv4Addr, SocketAddrV4};
 
 use serde::Serialize;
 use sluice_proto::{
-    AgentConfig, Counters, FailoverEvent, InstanceHealth, InstanceHeartbeat, PinnedFlows, PortKind,
-    GENEVE_PORT,
+    AgentConfig, ChainMeasure, Counters, FailoverEvent, InstanceHealth, InstanceHeartbeat,
+    PinnedFlows, PortKind, GENEVE_PORT,
 };
 use sluice_switch::{Action, Fib, GroupId, LookupKey, Output, PortId};
 use sluice_wire::parse::{parse_into, PacketMeta, L4};
 
 pub use crate::groups::{failover_group, Choice, GroupSel, PinKey, PinTable};
+use crate::meter::ChainMeter;
 
 use sluice_switch::tunnel::{geneve_header, parse_geneve_payload};
 
@@ -425,6 +426,8 @@ pub struct Dataplane {
     /// Entries whose output is a group selection: (vni, entry id) -> group id.
     entry_group: HashMap<(u32, u64), u32>,
     pins: PinTable,
+    /// What the chains' applications see (handshake times, connection rates).
+    meter: ChainMeter,
     /// Instance ports' health.
     health: BTreeMap<u16, Health>,
     events: Vec<FailoverEvent>,
@@ -620,6 +623,7 @@ impl Dataplane {
             groups,
             entry_group,
             pins: PinTable::new(crate::groups::PIN_CAPACITY, crate::groups::PIN_IDLE_NS),
+            meter: ChainMeter::new(),
             health,
             events: Vec::new(),
             now_ns: 0,
@@ -669,6 +673,7 @@ impl Dataplane {
         }
         self.events.clone_from(&old.events);
         self.pins = old.pins.clone();
+        self.meter = old.meter.clone();
         self.now_ns = old.now_ns;
         self.suspect_ns = old.suspect_ns;
         self.refresh_groups();
@@ -879,6 +884,13 @@ impl Dataplane {
         &self.events
     }
 
+    /// What the agent measured of each chain entering at its VMs (cumulative);
+    /// also forgets handshakes that were never answered.
+    pub fn chain_measures(&mut self) -> Vec<ChainMeasure> {
+        self.meter.expire(self.now_ns);
+        self.meter.report()
+    }
+
     /// Live pinned flows per target of every pinned group (draining targets
     /// listed even with no flow left, so a drain can be awaited).
     pub fn pinned_flows(&self) -> Vec<PinnedFlows> {
@@ -983,7 +995,10 @@ impl Dataplane {
                 self.arp(port, f, plan);
                 continue;
             }
-            self.forward(id, Some(port), vni, None, f, i, 0, plan);
+            if let Some((chain, _)) = self.forward(id, Some(port), vni, None, f, i, 0, plan) {
+                self.meter
+                    .entered(vni, chain, &self.meta, f.len(), self.now_ns);
+            }
         }
     }
 
@@ -1032,7 +1047,8 @@ impl Dataplane {
         }
     }
 
-    /// Looks `frame[off..]` up and emits its outputs.
+    /// Looks `frame[off..]` up and emits its outputs; returns the chain and hop
+    /// the packet was sent on with (None: not parsed, or in no chain).
     #[allow(clippy::too_many_arguments)]
     fn forward(
         &mut self,
@@ -1044,11 +1060,11 @@ impl Dataplane {
         index: usize,
         off: usize,
         plan: &mut TxPlan,
-    ) {
+    ) -> Option<(u16, u8)> {
         let inner = &buf[off..];
         if parse_into(inner, &mut self.meta).is_err() {
             self.stats.drop(id, DropReason::Malformed);
-            return;
+            return None;
         }
         let key = LookupInputs {
             in_port,
@@ -1070,12 +1086,12 @@ impl Dataplane {
             if let Some(v) = self.last.verdict {
                 self.conclude(id, v, vni, hop, buf, index, off, plan);
             }
-            return;
+            return hop;
         }
         self.last.key = None;
         let Some(fib) = self.fibs.get_mut(&vni) else {
             self.stats.drop(id, DropReason::NoMatch);
-            return;
+            return None;
         };
         let mut d = fib.lookup(&LookupKey {
             in_port: in_port.map(PortId),
@@ -1115,6 +1131,7 @@ impl Dataplane {
             self.last.verdict = Some(verdict);
             self.last.key = Some(key);
         }
+        d.chain_hop
     }
 
     /// Emits the packet to its output, or counts its drop.
@@ -1188,6 +1205,9 @@ impl Dataplane {
                     target: PortTarget::Vm { mac, .. },
                     ..
                 }) => {
+                    if self.meter.waiting() {
+                        self.meter.delivered(vni, &self.meta, self.now_ns);
+                    }
                     let mut h = [0u8; 12];
                     h[..6].copy_from_slice(mac);
                     h[6..].copy_from_slice(&ROUTER_MAC);
@@ -1619,6 +1639,43 @@ mod tests {
         let m = plan.message(&batch, &plan.outs[0]);
         assert_eq!(&m[12..], &f[12..]);
         assert_eq!(dp.stats().fabric.rx_packets, 1);
+    }
+
+    #[test]
+    fn chains_entered_at_vms_are_metered_and_handshakes_timed() {
+        let mut cfg = two_vms();
+        // Traffic to VM 2 is chain 4 (no middlebox): it enters the chain at VM 1.
+        cfg.tenants[0].entries[1]
+            .actions
+            .insert(0, Action::SetChainHop { chain: 4, hop: 1 });
+        let mut dp = Dataplane::new(1, &cfg).unwrap();
+        let mut plan = TxPlan::new();
+        let tcp = |src: [u8; 4], dst: [u8; 4], sp: u16, dp_: u16, flags: u8| {
+            with_macs(
+                build::tcp_v4(src, dst, sp, dp_, 1, 0, flags, b""),
+                ROUTER_MAC,
+                [2, 0, 0, 0, 1, src[3]],
+            )
+        };
+        dp.set_now(1_000_000);
+        let syn = tcp([10, 0, 0, 1], [10, 0, 0, 2], 5555, 80, SYN);
+        dp.process_vm_batch(1, &frames(vec![syn.clone(), syn.clone()]), &mut plan);
+        assert_eq!(plan.outs.len(), 2, "both delivered");
+        dp.set_now(3_500_000);
+        plan.clear();
+        let syn_ack = tcp([10, 0, 0, 2], [10, 0, 0, 1], 80, 5555, SYN | 0x10);
+        dp.process_vm_batch(2, &frames(vec![syn_ack]), &mut plan);
+        assert_eq!(plan.outs.len(), 1);
+        let m = dp.chain_measures();
+        assert_eq!(m.len(), 1, "the reply is in no chain: {m:?}");
+        assert_eq!((m[0].vni, m[0].chain), (7, 4));
+        assert_eq!((m[0].packets, m[0].bytes), (2, 2 * syn.len() as u64));
+        assert_eq!(m[0].syns, 2);
+        assert_eq!((m[0].handshakes, m[0].handshake_ns), (1, 2_500_000));
+        // A new configuration keeps the counters.
+        let mut next = Dataplane::new(1, &cfg).unwrap();
+        next.inherit_stats(&dp);
+        assert_eq!(next.chain_measures()[0].handshakes, 1);
     }
 
     #[test]

@@ -59,6 +59,8 @@ pub struct Published {
     pub failover_events: Vec<sluice_proto::FailoverEvent>,
     /// Pinned flows per target of pinned groups.
     pub pinned_flows: Vec<sluice_proto::PinnedFlows>,
+    /// What the agent measured of its chains.
+    pub chains: Vec<sluice_proto::ChainMeasure>,
     /// Socket counters (batch sizes achieved, super-datagrams, ring copies):
     /// `geneve` and `port:<id>`.
     pub io: Vec<(String, SocketStats)>,
@@ -501,6 +503,7 @@ impl<'a> Loop<'a> {
             p.health = self.dp.health_report();
             p.failover_events = self.dp.failover_events().to_vec();
             p.pinned_flows = self.dp.pinned_flows();
+            p.chains = self.dp.chain_measures();
             p.io.clear();
             p.io.push(("geneve".to_string(), self.udp.stats()));
             for (id, s) in self.socks.iter_mut() {

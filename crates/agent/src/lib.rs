@@ -40,6 +40,7 @@ pub mod gro;
 pub mod groups;
 pub mod instances;
 pub mod io;
+pub mod meter;
 pub mod testing;
 
 pub use control::{run, Agent, AgentCore, AgentError, AgentOptions};

@@ -251,6 +251,15 @@ enum ExperimentCmd {
         /// Scaler trial window, ms.
         #[arg(long, default_value_t = 5000)]
         window_ms: u64,
+        /// Fraction of each trial window the scaler ignores while the queue of
+        /// the previous trial drains.
+        #[arg(long, default_value_t = 0.5)]
+        settle: f64,
+        /// What the scaler follows: `reported` (the client's mean response
+        /// time, POSTed every second) or `handshake_ms` (the TCP handshake time
+        /// the agents measure through the chain; the client reports nothing).
+        #[arg(long, default_value = "reported")]
+        metric: String,
         /// Working directory.
         #[arg(long, default_value = "/tmp/sluice-experiment")]
         dir: PathBuf,
@@ -505,6 +514,8 @@ fn main() -> ExitCode {
                     rate_after,
                     phases,
                     window_ms,
+                    settle,
+                    metric,
                     dir,
                     out,
                     json,
@@ -519,6 +530,8 @@ fn main() -> ExitCode {
                         rate_peak,
                         rate_after,
                         window_ms,
+                        settle,
+                        metric,
                         ..Default::default()
                     },
                     json,

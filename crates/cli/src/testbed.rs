@@ -294,6 +294,15 @@ pub fn scaling(
     if list.is_empty() {
         return Err("--strategies: none given".into());
     }
+    if !["reported", "handshake_ms"].contains(&o.metric.as_str()) {
+        return Err(format!(
+            "--metric: `{}` is not reported or handshake_ms",
+            o.metric
+        ));
+    }
+    if !(0.0..1.0).contains(&o.settle) {
+        return Err(format!("--settle: {} is not in [0, 1)", o.settle));
+    }
     std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     guard(dir)?;
     if !json {

@@ -269,9 +269,6 @@ pub struct ScalingAck {
 fn d_strategy() -> String {
     "greedy".into()
 }
-fn d_direction() -> String {
-    "higher".into()
-}
 fn d_improve() -> f64 {
     0.10
 }
@@ -293,6 +290,12 @@ fn d_cooldown() -> u64 {
 fn d_budget() -> u32 {
     16
 }
+fn d_metric() -> String {
+    "reported".into()
+}
+fn d_metric_interval() -> u64 {
+    1000
+}
 
 /// `PUT /v1/tenants/{name}/chains/{chain}/scaling`: the scaler of a chain
 /// (Stratos §4.1.1; see `sluice_scaling::Config`). Every field has a default.
@@ -301,9 +304,20 @@ pub struct ScalingConfig {
     /// `greedy`, `none` or `all`.
     #[serde(default = "d_strategy")]
     pub strategy: String,
-    /// `higher` (throughput: higher is better) or `lower` (latency).
-    #[serde(default = "d_direction")]
-    pub direction: String,
+    /// `higher` (throughput: higher is better) or `lower` (latency). Default:
+    /// `higher` for a reported metric, the agent metric's own otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub direction: Option<String>,
+    /// What the scaler follows: `reported` (samples the application POSTs to
+    /// `.../metrics`), or one the agents measure at the chain's VMs:
+    /// `handshake_ms` (mean TCP handshake time through the chain, lower is
+    /// better), `connections` (handshakes completed per second) or `mbps`
+    /// (traffic entering the chain, both directions).
+    #[serde(default = "d_metric")]
+    pub metric: String,
+    /// How often an agent metric is sampled, ms.
+    #[serde(default = "d_metric_interval")]
+    pub metric_interval_ms: u64,
     /// Relative change a trial must bring to be kept (0.1 = 10%).
     #[serde(default = "d_improve")]
     pub improve: f64,
@@ -334,7 +348,9 @@ impl Default for ScalingConfig {
     fn default() -> Self {
         ScalingConfig {
             strategy: d_strategy(),
-            direction: d_direction(),
+            direction: None,
+            metric: d_metric(),
+            metric_interval_ms: d_metric_interval(),
             improve: d_improve(),
             trigger: d_trigger(),
             sustain_ms: d_sustain(),
@@ -357,10 +373,32 @@ impl ScalingConfig {
             "all" => Strategy::All,
             s => return Err(format!("strategy: `{s}` is not greedy, none or all")),
         };
-        let direction = match self.direction.as_str() {
-            "higher" => Direction::HigherIsBetter,
-            "lower" => Direction::LowerIsBetter,
-            s => return Err(format!("direction: `{s}` is not higher or lower")),
+        let agent = crate::measure::AgentMetric::parse(&self.metric)?;
+        let implied = agent.is_none_or(|m| m.higher_is_better());
+        let direction = match self.direction.as_deref() {
+            None => implied,
+            Some("higher") => true,
+            Some("lower") => false,
+            Some(s) => return Err(format!("direction: `{s}` is not higher or lower")),
+        };
+        if agent.is_some() && direction != implied {
+            return Err(format!(
+                "direction: `{}` contradicts metric `{}` ({} is better); leave direction out",
+                self.direction.as_deref().unwrap_or_default(),
+                self.metric,
+                if implied { "higher" } else { "lower" }
+            ));
+        }
+        if agent.is_some() && !(100..=60_000).contains(&self.metric_interval_ms) {
+            return Err(format!(
+                "metric_interval_ms: {} is outside 100..=60000",
+                self.metric_interval_ms
+            ));
+        }
+        let direction = if direction {
+            Direction::HigherIsBetter
+        } else {
+            Direction::LowerIsBetter
         };
         let ms = 1_000_000u64;
         Ok(sluice_scaling::Config {
@@ -393,6 +431,20 @@ pub struct ScalingInfo {
     pub counts: BTreeMap<String, u32>,
     /// A trial or pass is under way.
     pub scaling: bool,
+    /// The agents' latest sample of the chain (agent metrics only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub measured: Option<MeasuredSample>,
+}
+
+/// The agents' latest sample of a chain.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MeasuredSample {
+    /// When, Unix milliseconds.
+    pub at_ms: u64,
+    /// The metric's value (None: the interval said nothing about it).
+    pub value: Option<f64>,
+    /// The interval and its differences.
+    pub sample: crate::measure::Measured,
 }
 
 /// `POST /v1/tenants/{name}/chains/{chain}/scaling/request`: start a pass now.

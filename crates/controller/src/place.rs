@@ -548,7 +548,13 @@ impl Desired {
             None if externals => return Err(PlaceError::NoGateway(tenant.to_string())),
             None => {}
         }
-        let mut catch: BTreeMap<&str, (usize, Vec<(HostId, PortId)>)> = BTreeMap::new();
+        /// A middlebox's ordinary instances and catching-up ones.
+        #[derive(Default)]
+        struct Split {
+            ordinary: usize,
+            catching: Vec<(HostId, PortId)>,
+        }
+        let mut catch: BTreeMap<&str, Split> = BTreeMap::new();
         for (k, i) in &self.instances {
             if k.0 == tenant {
                 let hp = (HostId(i.host), PortId(i.port));
@@ -556,15 +562,15 @@ impl Desired {
                 if self.down.contains(k) || self.draining.contains(k) {
                     p.out_of_groups.insert(hp);
                 } else if self.catching_up.contains(k) {
-                    catch.entry(&k.1).or_default().1.push(hp);
+                    catch.entry(&k.1).or_default().catching.push(hp);
                 } else {
-                    catch.entry(&k.1).or_default().0 += 1;
+                    catch.entry(&k.1).or_default().ordinary += 1;
                 }
             }
         }
-        for (ordinary, catching) in catch.values() {
-            let w = catch_up_weight(*ordinary, catching.len());
-            for hp in catching {
+        for split in catch.values() {
+            let w = catch_up_weight(split.ordinary, split.catching.len());
+            for hp in &split.catching {
                 p.weights.insert(*hp, w);
             }
         }

@@ -19,7 +19,9 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde::Serialize;
 use serde_json::Value;
-use sluice_proto::{AgentConfig, AgentStatus, HostHeartbeat, PinnedFlows, VmRegistration};
+use sluice_proto::{
+    AgentConfig, AgentStatus, ChainMeasure, HostHeartbeat, PinnedFlows, VmRegistration,
+};
 use sluice_scaling::{Decision, Scaler};
 use sluice_switch::{HostId, Output, PortId};
 use sluice_tenant::TenantSpec;
@@ -200,6 +202,13 @@ struct Drain {
     timeout: Duration,
 }
 
+/// A chain whose scaler follows an agent metric.
+struct AgentSampler {
+    sampler: crate::measure::ChainSampler,
+    last: Instant,
+    latest: Option<crate::api::MeasuredSample>,
+}
+
 /// The scaler of one chain, with its bookkeeping.
 struct ChainScaler {
     scaler: Scaler,
@@ -303,6 +312,11 @@ struct Core {
     drains: BTreeMap<InstanceKey, Drain>,
     /// When each catching-up instance started catching up.
     catch_ups: BTreeMap<InstanceKey, Instant>,
+    /// Latest chain measurements per host (cumulative counters).
+    chain_reports: BTreeMap<u32, Vec<ChainMeasure>>,
+    /// Agent-metric samplers by `(tenant, chain)`: the sampler, when it last
+    /// sampled, and the latest sample.
+    samplers: BTreeMap<(String, String), AgentSampler>,
     /// Latest pinned-flow report per host: (its config version, the flows).
     pinned: BTreeMap<u32, (u64, Vec<PinnedFlows>, Instant)>,
     scalers: BTreeMap<(String, String), ChainScaler>,
@@ -378,6 +392,8 @@ pub fn serve(opts: ServerOptions) -> Result<ServerHandle, ControllerError> {
             down_reason: BTreeMap::new(),
             drains: BTreeMap::new(),
             catch_ups: BTreeMap::new(),
+            chain_reports: BTreeMap::new(),
+            samplers: BTreeMap::new(),
             pinned: BTreeMap::new(),
             scalers: BTreeMap::new(),
             events: Events::default(),
@@ -953,6 +969,9 @@ fn heartbeat(shared: &Shared, body: &str) -> Result<Reply, ApiError> {
     if let Some(p) = pinned {
         core.pinned.insert(reg.host, (reg.config_version, p, now));
     }
+    if !hb.chains.is_empty() {
+        core.chain_reports.insert(reg.host, hb.chains.clone());
+    }
     health(shared, &mut core, reg.host, &hb.instances);
     // A failover may just have given this host a new version.
     let desired = core.configs.get(&reg.host).map_or(desired, |c| c.version);
@@ -1466,6 +1485,7 @@ fn ticker(shared: &Arc<Shared>) {
             if !stalled {
                 check_silence(shared, &mut core);
             }
+            sample_agent_metrics(shared, &mut core);
             let mut polls = check_drains(shared, &mut core);
             for p in check_catch_ups(shared, &mut core) {
                 if !polls.contains(&p) {
@@ -1581,6 +1601,82 @@ fn drain_pairs(core: &Core, key: &InstanceKey) -> Vec<(u32, u32, Output)> {
         }
     }
     out
+}
+
+/// Feeds the scalers that follow an agent metric: every `metric_interval_ms`,
+/// the agents' counters of the chain since the last sample.
+fn sample_agent_metrics(shared: &Shared, core: &mut Core) {
+    use crate::measure::{chain_totals, AgentMetric, ChainSampler};
+    let now = Instant::now();
+    let wanted: Vec<((String, String), AgentMetric, u64)> = core
+        .desired
+        .scaling
+        .iter()
+        .filter_map(|(k, c)| {
+            let m = AgentMetric::parse(&c.metric).ok()??;
+            Some((k.clone(), m, c.metric_interval_ms.max(1)))
+        })
+        .collect();
+    core.samplers
+        .retain(|k, _| wanted.iter().any(|(w, _, _)| w == k));
+    for ((tenant, chain), metric, every) in wanted {
+        let key = (tenant.clone(), chain.clone());
+        let Some(t) = core.desired.tenants.get(&tenant) else {
+            continue;
+        };
+        let Some(index) = t.spec.chains.iter().position(|c| c.name == chain) else {
+            continue;
+        };
+        let vni = t.vni;
+        let due = core
+            .samplers
+            .get(&key)
+            .is_none_or(|s| now.duration_since(s.last) >= Duration::from_millis(every));
+        if !due {
+            continue;
+        }
+        let totals: BTreeMap<u32, crate::measure::Totals> = core
+            .chain_reports
+            .iter()
+            .map(|(h, r)| (*h, chain_totals(r, vni, index)))
+            .collect();
+        let s = core.samplers.entry(key.clone()).or_insert(AgentSampler {
+            sampler: ChainSampler::default(),
+            last: now,
+            latest: None,
+        });
+        let interval_ms = now.duration_since(s.last).as_millis() as u64;
+        s.last = now;
+        let Some(m) = s.sampler.sample(&totals, interval_ms) else {
+            continue;
+        };
+        let value = m.value(metric);
+        s.latest = Some(crate::api::MeasuredSample {
+            at_ms: unix_ms(),
+            value,
+            sample: m,
+        });
+        let Some(v) = value else {
+            continue;
+        };
+        let clock = shared.started.elapsed().as_nanos() as u64;
+        let decisions = match scaler_of(core, &tenant, &chain) {
+            Ok(Some(cs)) => {
+                let ns = clock.max(cs.last_ns);
+                cs.last_ns = ns;
+                cs.scaler.observe(ns, v)
+            }
+            Ok(None) => continue,
+            Err(e) => {
+                core.events.push(event(
+                    "error",
+                    format!("scaler of {tenant}/{chain}: {}", e.msg),
+                ));
+                continue;
+            }
+        };
+        run_decisions(shared, core, &tenant, &chain, &decisions);
+    }
 }
 
 /// Flows pinned to the instance `key` on its own host (where every flow it
@@ -2101,6 +2197,16 @@ fn post_metric(shared: &Shared, tenant: &str, chain: &str, body: &str) -> Result
     }
     let clock = shared.started.elapsed().as_nanos() as u64;
     let mut core = lock(&shared.core);
+    let key = (tenant.to_string(), chain.to_string());
+    if let Some(c) = core.desired.scaling.get(&key) {
+        if c.metric != "reported" {
+            return Err(ApiError::conflict(format!(
+                "the scaler of {tenant}/{chain} follows `{}`, which the agents measure; \
+                 set `metric: reported` to feed it samples",
+                c.metric
+            )));
+        }
+    }
     let Some(cs) = scaler_of(&mut core, tenant, chain)? else {
         return json(200, &scaling_ack(&core, tenant, chain, Vec::new()));
     };
@@ -2129,6 +2235,7 @@ fn scaling_info(core: &Core, tenant: &str, chain: &str) -> Result<ScalingInfo, A
         counts: counts_of(&core.desired, tenant, &mbs),
         middleboxes: mbs,
         scaling: core.scalers.get(&key).is_some_and(|s| s.scaler.scaling()),
+        measured: core.samplers.get(&key).and_then(|s| s.latest.clone()),
     })
 }
 

@@ -17,8 +17,8 @@ use sluice_controller::api::{MetricSample, ScaleRequest, ScalingConfig};
 use sluice_controller::client::Client;
 use sluice_controller::{serve, ServerHandle, ServerOptions};
 use sluice_proto::{
-    AgentConfig, AgentStatus, HostHeartbeat, HostRegistration, InstanceHealth, PinnedFlows,
-    VmRegistration,
+    AgentConfig, AgentStatus, ChainMeasure, HostHeartbeat, HostRegistration, InstanceHealth,
+    PinnedFlows, VmRegistration,
 };
 use sluice_switch::{HostId, Output, PortId};
 
@@ -125,6 +125,7 @@ impl Beater {
                 let hb = HostHeartbeat {
                     registration: reg.clone(),
                     instances: h.lock().unwrap().clone(),
+                    chains: Vec::new(),
                 };
                 let _ = c.heartbeat(&hb);
                 std::thread::sleep(Duration::from_millis(50));
@@ -694,7 +695,9 @@ fn the_greedy_scaler_converges_and_explains_each_step() {
             "ab",
             &ScalingConfig {
                 strategy: "greedy".into(),
-                direction: "higher".into(),
+                direction: Some("higher".into()),
+                metric: "reported".into(),
+                metric_interval_ms: 1000,
                 improve: 0.1,
                 trigger: 0.25,
                 sustain_ms: 3000,
@@ -902,4 +905,104 @@ fn a_new_pinned_instance_gets_most_new_flows_until_it_holds_its_share() {
     .unwrap();
     let ips2 = placed(&c, "t/ips/2");
     assert!((share_on(&c, ips2.0, target(ips2.0, ips2.0, ips2.1)) - 1.0 / 3.0).abs() < 0.01);
+}
+
+#[test]
+fn a_scaler_can_follow_the_handshake_time_the_agents_measure() {
+    let dir = tempfile::tempdir().unwrap();
+    let agents: Vec<FakeAgent> = (1..=3).map(FakeAgent::start).collect();
+    let (_srv, c) = start(&dir.path().join("c.db"));
+    setup(&c, &agents, SPEC);
+    let vni = c.config(1).unwrap().tenants[0].vni;
+    // A bad combination is refused, naming the field.
+    let bad = ScalingConfig {
+        metric: "handshake_ms".into(),
+        direction: Some("higher".into()),
+        ..ScalingConfig::default()
+    };
+    let e = format!("{:?}", c.set_scaling("t", "ab", &bad).unwrap_err());
+    assert!(e.contains("direction") && e.contains("handshake_ms"), "{e}");
+    let info = c
+        .set_scaling(
+            "t",
+            "ab",
+            &ScalingConfig {
+                strategy: "greedy".into(),
+                metric: "handshake_ms".into(),
+                metric_interval_ms: 100,
+                improve: 0.1,
+                trigger: 0.25,
+                sustain_ms: 300,
+                window_ms: 1000,
+                settle: 0.2,
+                cooldown_ms: 60_000,
+                budget: 10,
+                target: Some(12.0),
+                ..ScalingConfig::default()
+            },
+        )
+        .unwrap();
+    assert_eq!(info.config.direction, None);
+    // The application's own samples are refused while the agents measure.
+    let e = format!(
+        "{:?}",
+        c.metric(
+            "t",
+            "ab",
+            &MetricSample {
+                value: 1.0,
+                at_ms: None
+            }
+        )
+        .unwrap_err()
+    );
+    assert!(e.contains("agents measure"), "{e}");
+    // The client's host measures handshakes through the chain: 20 per 50 ms,
+    // each taking as long as the slower middlebox makes it (30 ms / re
+    // instances, 20 ms / ips instances), the chain's id 0 (its forward way).
+    let stop = Arc::new(AtomicBool::new(false));
+    let (c2, s2) = (c.clone(), stop.clone());
+    let reg = agents[0].registration();
+    let beat = std::thread::spawn(move || {
+        let mut m = ChainMeasure {
+            vni,
+            chain: 0,
+            ..ChainMeasure::default()
+        };
+        while !s2.load(Ordering::SeqCst) {
+            let n = |mb: &str| c2.middlebox("t", mb).map_or(1, |i| i.placed.len()) as f64;
+            let ms = (30.0 / n("re")).max(20.0 / n("ips"));
+            m.syns += 20;
+            m.handshakes += 20;
+            m.handshake_ns += (20.0 * ms * 1e6) as u64;
+            m.bytes += 20 * 600;
+            let hb = HostHeartbeat {
+                registration: reg.clone(),
+                instances: Vec::new(),
+                chains: vec![m.clone()],
+            };
+            let _ = c2.heartbeat(&hb);
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    });
+    eventually("the agents' handshake time is sampled", || {
+        c.scaling("t", "ab")
+            .unwrap()
+            .measured
+            .and_then(|m| m.value)
+            .is_some_and(|v| (v - 30.0).abs() < 0.5)
+    });
+    // re is the bottleneck: the scaler keeps adding re until the target is met.
+    eventually("re scaled to 3", || {
+        c.middlebox("t", "re").unwrap().placed.len() == 3
+    });
+    stop.store(true, Ordering::SeqCst);
+    beat.join().unwrap();
+    let ev = c.events(0).unwrap();
+    assert!(
+        ev.iter()
+            .any(|e| e.kind == "scale" && e.reason.contains("add re")),
+        "{ev:#?}"
+    );
+    assert_eq!(c.middlebox("t", "ips").unwrap().placed.len(), 2);
 }

@@ -250,6 +250,9 @@ pub struct AgentStatus {
     /// Flows pinned to each target of pinned groups (what a drain waits for).
     #[serde(default)]
     pub pinned_flows: Vec<PinnedFlows>,
+    /// What the agent measured of its chains.
+    #[serde(default)]
+    pub chains: Vec<ChainMeasure>,
 }
 
 /// The heartbeat an agent repeats to the controller (`POST /v1/hosts`): its
@@ -264,6 +267,10 @@ pub struct HostHeartbeat {
     /// Health of the host's NF instances.
     #[serde(default)]
     pub instances: Vec<InstanceHealth>,
+    /// What the agent measured of its chains (the scaler's metric when the
+    /// application reports none).
+    #[serde(default)]
+    pub chains: Vec<ChainMeasure>,
 }
 
 /// One NF instance's health, as its agent reports it.
@@ -314,6 +321,29 @@ pub struct FailoverEvent {
     pub rejoined_at_us: Option<u64>,
     /// Groups rewritten.
     pub groups: u32,
+}
+
+/// What an agent measured of one chain's traffic entering at its VMs
+/// (cumulative since the agent started; the controller takes differences).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChainMeasure {
+    /// Tenant VNI.
+    pub vni: u32,
+    /// Chain id as compiled: `2 * i` for the tenant's `i`-th chain in its
+    /// forward direction, `2 * i + 1` in reverse.
+    pub chain: u16,
+    /// Packets that entered the chain from a VM here.
+    pub packets: u64,
+    /// Their bytes (Ethernet frames).
+    pub bytes: u64,
+    /// TCP connections opened (SYNs entering, retransmissions included).
+    pub syns: u64,
+    /// Handshakes timed: the SYN-ACK reached the client.
+    pub handshakes: u64,
+    /// Sum of their times, SYN entering to SYN-ACK delivered, ns.
+    pub handshake_ns: u64,
+    /// SYNs whose SYN-ACK never came (forgotten after 10 s).
+    pub unanswered: u64,
 }
 
 /// Pinned flows of one target of a pinned group.
@@ -530,6 +560,7 @@ mod tests {
                 alive: true,
                 ..InstanceHealth::default()
             }],
+            chains: Vec::new(),
         };
         let j = serde_json::to_string(&hb).unwrap();
         let as_reg: HostRegistration = serde_json::from_str(&j).unwrap();

@@ -70,6 +70,12 @@ pub struct ScalingOptions {
     pub improve: f64,
     /// Relative worsening, sustained, that triggers scaling.
     pub trigger: f64,
+    /// Fraction of a trial window ignored (the previous trial's queue drains).
+    pub settle: f64,
+    /// `reported` (the client POSTs its mean response time every second) or an
+    /// agent metric (`handshake_ms`: the agents time TCP handshakes through the
+    /// chain, and the client reports nothing).
+    pub metric: String,
 }
 
 impl Default for ScalingOptions {
@@ -92,6 +98,8 @@ impl Default for ScalingOptions {
             budget: 10,
             target_ms: 100.0,
             improve: 0.2,
+            settle: 0.5,
+            metric: "reported".into(),
             trigger: 0.5,
         }
     }
@@ -328,18 +336,22 @@ pub fn scaling(lab: &Lab, o: &ScalingOptions, strategy: &str) -> Result<ScalingR
         "{}/v1/tenants/{}/chains/{}",
         st.controller, st.tenant, o.chain
     );
-    let cfg = serde_json::json!({
+    let reported = o.metric == "reported";
+    let mut cfg = serde_json::json!({
         "strategy": strategy,
-        "direction": "lower",
+        "metric": o.metric,
         "improve": o.improve,
         "trigger": o.trigger,
         "target": o.target_ms,
         "sustain_ms": o.sustain_ms,
         "window_ms": o.window_ms,
-        "settle": 0.3,
+        "settle": o.settle,
         "cooldown_ms": o.cooldown_ms,
         "budget": o.budget,
     });
+    if reported {
+        cfg["direction"] = "lower".into();
+    }
     let _: serde_json::Value = api("PUT", &format!("{base}/scaling"), Some(cfg))?;
     let events_url = format!("{}/v1/events", st.controller);
     let first_event = api::<Vec<serde_json::Value>>("GET", &events_url, None)?
@@ -391,20 +403,25 @@ pub fn scaling(lab: &Lab, o: &ScalingOptions, strategy: &str) -> Result<ScalingR
         });
         let offered = schedule.iter().filter(|&&d| d >= from && d < next).count() as u32;
         let mean_ms = if n > 0 { sum_ms / n as f64 } else { 0.0 };
-        if n > 0 {
+        let ack = if !reported {
+            // The agents measure; the client only watches the counts.
+            api::<serde_json::Value>("GET", &format!("{base}/scaling"), None).ok()
+        } else if n > 0 {
             // The application's own report, as Stratos's tenants give it.
-            if let Ok(ack) = api::<serde_json::Value>(
+            api::<serde_json::Value>(
                 "POST",
                 &format!("{base}/metrics"),
                 Some(serde_json::json!({ "value": mean_ms, "at_ms": next.as_millis() as u64 })),
-            ) {
-                if let Some(c) = ack["counts"].as_object() {
-                    counts = c
-                        .iter()
-                        .map(|(k, v)| (k.clone(), v.as_u64().unwrap_or(0) as u32))
-                        .collect();
-                }
-            }
+            )
+            .ok()
+        } else {
+            None
+        };
+        if let Some(c) = ack.as_ref().and_then(|a| a["counts"].as_object()) {
+            counts = c
+                .iter()
+                .map(|(k, v)| (k.clone(), v.as_u64().unwrap_or(0) as u32))
+                .collect();
         }
         seconds.push(Second {
             t_s: next.as_secs_f64(),
