@@ -260,6 +260,11 @@ enum ExperimentCmd {
         /// the agents measure through the chain; the client reports nothing).
         #[arg(long, default_value = "reported")]
         metric: String,
+        /// The metric's target, ms: the scaler stops adding instances once it
+        /// is met (default: 100 for the response time, 10 for the handshake
+        /// time, which only waits in the middleboxes' queues).
+        #[arg(long)]
+        target_ms: Option<f64>,
         /// Working directory.
         #[arg(long, default_value = "/tmp/sluice-experiment")]
         dir: PathBuf,
@@ -301,6 +306,10 @@ enum ExperimentCmd {
         /// The middlebox scaled.
         #[arg(long, default_value = "fw")]
         middlebox: String,
+        /// Scale out half a step after this group (0-based) started, not at
+        /// the peak: later groups then start after the scale-out.
+        #[arg(long)]
+        scale_out_after: Option<usize>,
         /// Working directory.
         #[arg(long, default_value = "/tmp/sluice-experiment")]
         dir: PathBuf,
@@ -516,6 +525,7 @@ fn main() -> ExitCode {
                     window_ms,
                     settle,
                     metric,
+                    target_ms,
                     dir,
                     out,
                     json,
@@ -531,6 +541,11 @@ fn main() -> ExitCode {
                         rate_after,
                         window_ms,
                         settle,
+                        target_ms: target_ms.unwrap_or(if metric == "reported" {
+                            100.0
+                        } else {
+                            10.0
+                        }),
                         metric,
                         ..Default::default()
                     },
@@ -546,6 +561,7 @@ fn main() -> ExitCode {
                     rate_kib,
                     capacity_mbps,
                     middlebox,
+                    scale_out_after,
                     dir,
                     out,
                     json,
@@ -562,6 +578,7 @@ fn main() -> ExitCode {
                         hold_steps,
                         rate_kib,
                         middlebox,
+                        scale_out_after,
                         ..Default::default()
                     },
                     json,

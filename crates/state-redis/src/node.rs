@@ -93,30 +93,26 @@ impl Node {
             return Ok(());
         };
         let mut chunk = [0u8; 16 * 1024];
-        let read = (|| {
-            stream.set_nonblocking(true)?;
-            let r = loop {
-                match stream.read(&mut chunk) {
-                    Ok(0) => {
-                        break Err(std::io::Error::new(
-                            std::io::ErrorKind::UnexpectedEof,
-                            "connection closed by the server",
-                        ))
-                    }
-                    Ok(got) => {
-                        if self.rpos == self.rbuf.len() {
-                            self.rbuf.clear();
-                            self.rpos = 0;
-                        }
-                        self.rbuf.extend_from_slice(&chunk[..got]);
-                    }
-                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break Ok(()),
-                    Err(e) => break Err(e),
+        let read = loop {
+            match recv_ready(stream, &mut chunk) {
+                Ok(0) => {
+                    break Err(std::io::Error::new(
+                        std::io::ErrorKind::UnexpectedEof,
+                        "connection closed by the server",
+                    ))
                 }
-            };
-            stream.set_nonblocking(false)?;
-            r
-        })();
+                Ok(got) => {
+                    if self.rpos == self.rbuf.len() {
+                        self.rbuf.clear();
+                        self.rpos = 0;
+                    }
+                    self.rbuf.extend_from_slice(&chunk[..got]);
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break Ok(()),
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => break Err(e),
+            }
+        };
         if let Err(e) = read {
             self.drop_conn();
             return Err(io_err(e, t));
@@ -514,5 +510,27 @@ impl Node {
                 Err(e)
             }
         }
+    }
+}
+
+/// Reads what has already arrived on `stream` without waiting: one `recv` with
+/// `MSG_DONTWAIT`, where switching the socket to non-blocking and back would
+/// cost two more system calls on every send of unacknowledged writes.
+fn recv_ready(stream: &std::net::TcpStream, buf: &mut [u8]) -> std::io::Result<usize> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: `buf` is valid for writes of `buf.len()` bytes for the duration
+    // of the call, and the descriptor belongs to `stream`, which outlives it.
+    let n = unsafe {
+        libc::recv(
+            stream.as_raw_fd(),
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+            libc::MSG_DONTWAIT,
+        )
+    };
+    if n < 0 {
+        Err(std::io::Error::last_os_error())
+    } else {
+        Ok(n as usize)
     }
 }

@@ -49,6 +49,10 @@ pub struct ElasticityOptions {
     pub server: String,
     /// Time between goodput samples.
     pub sample: Duration,
+    /// Scale out half a step after this group started (None: the last, the
+    /// peak). Earlier, new flows still start after the scale-out, which is what
+    /// a pinned group can give the new instance.
+    pub scale_out_after: Option<usize>,
 }
 
 impl Default for ElasticityOptions {
@@ -63,6 +67,7 @@ impl Default for ElasticityOptions {
             client: "198.51.100.10".into(),
             server: "srv1".into(),
             sample: Duration::from_millis(500),
+            scale_out_after: None,
         }
     }
 }
@@ -83,9 +88,11 @@ impl ElasticityOptions {
         self.step * g as u32
     }
 
-    /// When the middlebox is scaled out: half a step after the last group started.
+    /// When the middlebox is scaled out: half a step after the last group
+    /// started (or the group `scale_out_after` names).
     pub fn scale_out_at(&self) -> Duration {
-        self.start_of(self.steps.saturating_sub(1)) + self.step / 2
+        let last = self.steps.saturating_sub(1);
+        self.start_of(self.scale_out_after.unwrap_or(last).min(last)) + self.step / 2
     }
 
     /// When it is scaled back in: half way down the ramp (about half the groups
@@ -142,6 +149,10 @@ pub struct ElasticityRun {
     /// From the scale-out request to the controller's answer (the new
     /// configuration pushed), ms.
     pub scale_out_api_ms: f64,
+    /// Of the packets the middlebox's two instances received between the
+    /// scale-out and the scale-in, the new instance's share.
+    #[serde(default)]
+    pub new_instance_share: Option<f64>,
     /// Frames the middlebox's instances dropped during the run.
     pub middlebox_drops: u64,
     /// Bytes received over the ideal bytes while the ideal was above zero.
@@ -186,6 +197,35 @@ fn scale(controller: &str, tenant: &str, middlebox: &str, n: u32) -> Result<(), 
 
 /// Polls the agents until instance `name` has received a packet, for at most
 /// `within`. Returns when it did, or None.
+/// Packets each instance of `prefix*` received so far, by name.
+fn instance_rx(apis: &[String], prefix: &str) -> BTreeMap<String, u64> {
+    health(apis)
+        .iter()
+        .filter_map(|h| {
+            let name = h["name"].as_str()?;
+            name.starts_with(prefix)
+                .then(|| (name.to_string(), h["rx_packets"].as_u64().unwrap_or(0)))
+        })
+        .collect()
+}
+
+/// The new instance's share of the packets received between two snapshots.
+fn share_between(
+    before: &BTreeMap<String, u64>,
+    after: &BTreeMap<String, u64>,
+    new: &str,
+) -> Option<f64> {
+    let delta = |n: &str| {
+        after
+            .get(n)
+            .copied()
+            .unwrap_or(0)
+            .saturating_sub(before.get(n).copied().unwrap_or(0))
+    };
+    let total: u64 = after.keys().map(|n| delta(n)).sum();
+    (total > 0).then(|| delta(new) as f64 / total as f64)
+}
+
 fn wait_first_packet(apis: &[String], name: &str, within: Duration) -> Option<Instant> {
     let deadline = Instant::now() + within;
     while Instant::now() < deadline {
@@ -275,6 +315,8 @@ pub fn elasticity(
     let mut scale_in: Option<std::thread::JoinHandle<Result<(), LabError>>> = None;
     type ScaleOut = Result<(f64, Option<f64>), LabError>;
     let mut scale_out: Option<std::thread::JoinHandle<ScaleOut>> = None;
+    let mut rx_at_out = BTreeMap::new();
+    let mut new_share = None;
     loop {
         let t = t0.elapsed();
         while next_group < o.steps && t >= o.start_of(next_group) {
@@ -288,6 +330,7 @@ pub fn elasticity(
         if !scaled_out && t >= o.scale_out_at() {
             scaled_out = true;
             out_at = t.as_secs_f64();
+            rx_at_out = instance_rx(&apis, &prefix);
             // In the background, so sampling goes on: the request, then polling
             // the agents until the new instance has seen a packet (a pinned group
             // may send it none until new flows start).
@@ -309,6 +352,7 @@ pub fn elasticity(
         if !scaled_in && t >= o.scale_in_at() {
             scaled_in = true;
             in_at = t.as_secs_f64();
+            new_share = share_between(&rx_at_out, &instance_rx(&apis, &prefix), &new_instance);
             // In the background: a drain (pinned local state) answers only once
             // the instance's flows have ended, and sampling must go on meanwhile.
             let (c, tn, mb) = (
@@ -379,6 +423,7 @@ pub fn elasticity(
         scale_in_at_s: in_at,
         scale_out_to_first_packet_ms: first_packet_ms,
         scale_out_api_ms: api_ms,
+        new_instance_share: new_share,
         middlebox_drops: drops
             .iter()
             .map(|(n, d)| d.saturating_sub(drops0.get(n).copied().unwrap_or(0)))
@@ -396,12 +441,19 @@ pub fn elasticity(
 /// side.
 pub fn print_elasticity(runs: &[ElasticityRun]) {
     println!(
-        "{:<14} {:>9} {:>6} {:>9} {:>8} {:>14} {:>10}",
-        "variant", "identical", "failed", "mb drops", "goodput", "out->1st pkt", "total s"
+        "{:<14} {:>9} {:>6} {:>9} {:>8} {:>14} {:>9} {:>10}",
+        "variant",
+        "identical",
+        "failed",
+        "mb drops",
+        "goodput",
+        "out->1st pkt",
+        "new inst",
+        "total s"
     );
     for r in runs {
         println!(
-            "{:<14} {:>9} {:>6} {:>9} {:>7.1}% {:>11} ms {:>10.1}",
+            "{:<14} {:>9} {:>6} {:>9} {:>7.1}% {:>11} ms {:>9} {:>10.1}",
             r.label,
             r.identical,
             r.failed,
@@ -409,6 +461,9 @@ pub fn print_elasticity(runs: &[ElasticityRun]) {
             r.goodput_ratio * 100.0,
             r.scale_out_to_first_packet_ms
                 .map(|m| format!("{m:.0}"))
+                .unwrap_or_else(|| "-".into()),
+            r.new_instance_share
+                .map(|s| format!("{:.0}%", s * 100.0))
                 .unwrap_or_else(|| "-".into()),
             r.total_s
         );
@@ -610,6 +665,15 @@ mod tests {
         assert_eq!(at(22.1), 0.0);
         // Out at the peak, in with about half the groups still running.
         assert_eq!(o.scale_out_at(), Duration::from_secs(9));
+        let early = ElasticityOptions {
+            scale_out_after: Some(2),
+            ..ElasticityOptions::default()
+        };
+        assert_eq!(early.scale_out_at(), Duration::from_secs(5));
+        let before = BTreeMap::from([("fw/0".to_string(), 100)]);
+        let after = BTreeMap::from([("fw/0".to_string(), 130), ("fw/1".to_string(), 90)]);
+        assert_eq!(share_between(&before, &after, "fw/1"), Some(0.75));
+        assert_eq!(share_between(&after, &after, "fw/1"), None);
         assert_eq!(o.scale_in_at(), Duration::from_secs(17));
         assert_eq!(at(17.0), 12.0);
     }
@@ -637,6 +701,7 @@ mod tests {
             scale_in_at_s: 0.4,
             scale_out_to_first_packet_ms: Some(12.0),
             scale_out_api_ms: 3.0,
+            new_instance_share: Some(0.5),
             middlebox_drops: 0,
             goodput_ratio: 0.9,
             total_s: 0.6,

@@ -361,6 +361,9 @@ pub fn scaling(lab: &Lab, o: &ScalingOptions, strategy: &str) -> Result<ScalingR
         .unwrap_or(0);
 
     let t0 = Instant::now();
+    let t0_unix_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
     let rx = start_client(lab, o, t0)?;
     let mut seconds: Vec<Second> = Vec::new();
     let schedule = o.schedule();
@@ -441,7 +444,7 @@ pub fn scaling(lab: &Lab, o: &ScalingOptions, strategy: &str) -> Result<ScalingR
         .map(|e| {
             format!(
                 "{:>6.1} s  {:<8} {}",
-                (e["at_ms"].as_u64().unwrap_or(0) as f64 / 1e3),
+                (e["at_ms"].as_u64().unwrap_or(0) as f64 - t0_unix_ms as f64) / 1e3,
                 e["kind"].as_str().unwrap_or("?"),
                 e["reason"].as_str().unwrap_or("")
             )
