@@ -248,6 +248,21 @@ fn redis_insts(chain: &str, url: &str, n: usize) -> Vec<Inst> {
     )
 }
 
+/// `n` instances on Redis, each leased its part of an even hash-range split.
+fn split_owners(chain: &str, url: &str, n: usize) -> (Vec<Option<(u32, u32)>>, Vec<Inst>) {
+    let split = hash_range_split(&vec![1; n]);
+    let mut insts = redis_insts(chain, url, n);
+    for (k, inst) in insts.iter_mut().enumerate() {
+        inst.chain
+            .set_ownership(
+                Some(lease(1, split[k].into_iter().collect())),
+                inst.store.as_mut(),
+            )
+            .unwrap();
+    }
+    (split, insts)
+}
+
 /// Asserts equal outcomes, naming the first difference.
 fn same(got: &Outcome, want: &Outcome, what: &str) {
     assert_eq!(got.packets.len(), want.packets.len(), "{what}");
@@ -268,16 +283,7 @@ fn check(chain: &str, servers: &[(IpAddr, u16)]) {
     // 1-4 owners of an even split, each steered the packets it owns.
     for n in [1usize, 2, 3, 4] {
         flushall(srv.port());
-        let split = hash_range_split(&vec![1; n]);
-        let mut insts = redis_insts(chain, &url, n);
-        for (k, inst) in insts.iter_mut().enumerate() {
-            inst.chain
-                .set_ownership(
-                    Some(lease(1, split[k].into_iter().collect())),
-                    inst.store.as_mut(),
-                )
-                .unwrap();
-        }
+        let (split, insts) = split_owners(chain, &url, n);
         let got = run(insts, servers, &mut |_, f, _, _| owner_of(&split, f));
         assert!(
             got.hits > 50,
@@ -315,16 +321,7 @@ fn check(chain: &str, servers: &[(IpAddr, u16)]) {
     // An owner dies a third of the way in without flushing; the survivor is
     // granted its range. Packets must not change.
     flushall(srv.port());
-    let split = hash_range_split(&[1, 1]);
-    let mut insts = redis_insts(chain, &url, 2);
-    for (k, inst) in insts.iter_mut().enumerate() {
-        inst.chain
-            .set_ownership(
-                Some(lease(1, split[k].into_iter().collect())),
-                inst.store.as_mut(),
-            )
-            .unwrap();
-    }
+    let (split, insts) = split_owners(chain, &url, 2);
     let at = 128;
     let mut dead = false;
     let mut held = 0;
