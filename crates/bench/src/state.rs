@@ -22,7 +22,7 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use serde::Serialize;
-use sluice_chain::{Chain, ChainSpec, Sharing};
+use sluice_chain::{Chain, ChainSpec, Pipeline, Sharing};
 use sluice_packet::{Batch, PacketPool, Verdict};
 use sluice_state::{LocalStore, Ownership, StateStore, StoreCounters};
 use sluice_state_redis::server::RedisServer;
@@ -53,6 +53,18 @@ pub struct Options {
     pub filter: Option<String>,
     /// Runs per backend and workload; the fastest is kept.
     pub reps: usize,
+    /// Packets per window of the pipelined runs (rounded to whole batches, at
+    /// least one); 0 skips them.
+    pub window: usize,
+}
+
+/// Packets per window of the pipelined runs by default: 16 batches of 32.
+pub const DEFAULT_WINDOW: usize = 512;
+
+/// Batches per pipeline window of `window_packets` packets for batches of
+/// `batch_size` (at least one batch).
+pub fn window_batches(window_packets: usize, batch_size: usize) -> usize {
+    (window_packets / batch_size.max(1)).max(1)
 }
 
 impl Default for Options {
@@ -62,6 +74,7 @@ impl Default for Options {
             state: None,
             filter: None,
             reps: 2,
+            window: DEFAULT_WINDOW,
         }
     }
 }
@@ -250,20 +263,50 @@ pub fn run_once_with(
     digest: bool,
     cached: bool,
 ) -> Result<RunOutcome, String> {
+    let mode = if cached {
+        RunMode::Cached
+    } else {
+        RunMode::Plain
+    };
+    run_once_mode(spec, dir, name, w, store, digest, mode)
+}
+
+/// How a run drives the chain.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RunMode {
+    /// Every batch straight through `chain.process`, no cache.
+    Plain,
+    /// The same with an ownership lease on every flow (the flow cache).
+    Cached,
+    /// The flow cache and a [`Pipeline`] of windows of this many batches: the
+    /// next window's records are read while the current one is processed, and
+    /// batches wait for the store's acknowledgements, not for their own round
+    /// trips (docs/STATE.md, "Pipelining"). Latency is then measured from a
+    /// batch's arrival to its release.
+    Pipelined(usize),
+}
+
+/// One run of `w` through a fresh chain named `name` in `mode`.
+pub fn run_once_mode(
+    spec: &ChainSpec,
+    dir: &Path,
+    name: &str,
+    w: &Workload,
+    store: &mut dyn StateStore,
+    digest: bool,
+    mode: RunMode,
+) -> Result<RunOutcome, String> {
     let mut spec = spec.clone();
     spec.name = name.to_string();
     spec.settings.batch_size = w.batch_size;
     let registry = sluice_builtin::registry();
     let mut chain =
         Chain::from_spec(&spec, dir, &registry, Sharing::Shared).map_err(|e| e.to_string())?;
-    if cached {
+    if mode != RunMode::Plain {
         chain
             .set_ownership(Some(Ownership::all(1, u64::MAX)), store)
             .map_err(|e| e.to_string())?;
     }
-    let batch_size = w.batch_size;
-    let mut pool = PacketPool::new(batch_size * 2);
-    let mut batch = Batch::with_capacity(batch_size);
     let mut out = RunOutcome {
         packets: w.trace.len() as u64,
         batches: Vec::with_capacity(w.established.len()),
@@ -271,40 +314,13 @@ pub fn run_once_with(
         ..Default::default()
     };
     let before = store.counters();
-    let mut busy_ns = 0u64;
-    let (mut i, mut b) = (0, 0);
-    while i < w.trace.len() {
-        let end = (i + batch_size).min(w.trace.len());
-        let t0 = Instant::now();
-        for j in i..end {
-            let (ts, f) = w.trace.get(j);
-            batch.push_frame(&mut pool, f, ts, 0);
-        }
-        let t1 = Instant::now();
-        chain.process(&mut batch, store);
-        let t2 = Instant::now();
-        busy_ns += (t2 - t0).as_nanos() as u64;
-        out.batches.push((
-            (t2 - t1).as_nanos() as u64,
-            (end - i) as u32,
-            w.established.get(b).copied().unwrap_or(false),
-        ));
-        if digest {
-            for p in &batch.pkts {
-                match p.verdict {
-                    Verdict::Forward => fnv(&mut out.digest, b"F"),
-                    Verdict::Drop(r) => fnv(&mut out.digest, r.reason.as_bytes()),
-                }
-                fnv(&mut out.digest, p.data());
-            }
-        }
-        batch.recycle(&mut pool);
-        i = end;
-        b += 1;
-    }
+    let busy_ns = match mode {
+        RunMode::Pipelined(window) => run_pipelined(&mut chain, w, store, digest, window, &mut out),
+        _ => run_batches(&mut chain, w, store, digest, &mut out),
+    };
     // Deferred writes reach the store before the run counts as done (untimed, as
     // the end of a trace is not a steady state).
-    if cached {
+    if mode != RunMode::Plain {
         chain
             .set_ownership(None, store)
             .map_err(|e| format!("flushing the cache: {e}"))?;
@@ -326,6 +342,121 @@ pub fn run_once_with(
         return Err(format!("store error during the run: {e}"));
     }
     Ok(out)
+}
+
+fn digest_batch(h: &mut u64, batch: &Batch) {
+    for p in &batch.pkts {
+        match p.verdict {
+            Verdict::Forward => fnv(h, b"F"),
+            Verdict::Drop(r) => fnv(h, r.reason.as_bytes()),
+        }
+        fnv(h, p.data());
+    }
+}
+
+/// Batch by batch; returns the busy nanoseconds.
+fn run_batches(
+    chain: &mut Chain,
+    w: &Workload,
+    store: &mut dyn StateStore,
+    digest: bool,
+    out: &mut RunOutcome,
+) -> u64 {
+    let batch_size = w.batch_size;
+    let mut pool = PacketPool::new(batch_size * 2);
+    let mut batch = Batch::with_capacity(batch_size);
+    let mut busy_ns = 0u64;
+    let (mut i, mut b) = (0, 0);
+    while i < w.trace.len() {
+        let end = (i + batch_size).min(w.trace.len());
+        let t0 = Instant::now();
+        for j in i..end {
+            let (ts, f) = w.trace.get(j);
+            batch.push_frame(&mut pool, f, ts, 0);
+        }
+        let t1 = Instant::now();
+        chain.process(&mut batch, store);
+        let t2 = Instant::now();
+        busy_ns += (t2 - t0).as_nanos() as u64;
+        out.batches.push((
+            (t2 - t1).as_nanos() as u64,
+            (end - i) as u32,
+            w.established.get(b).copied().unwrap_or(false),
+        ));
+        if digest {
+            digest_batch(&mut out.digest, &batch);
+        }
+        batch.recycle(&mut pool);
+        i = end;
+        b += 1;
+    }
+    busy_ns
+}
+
+/// Through a [`Pipeline`]; returns the busy nanoseconds (everything but the
+/// digest), and charges each batch the time from its arrival to its release.
+fn run_pipelined(
+    chain: &mut Chain,
+    w: &Workload,
+    store: &mut dyn StateStore,
+    digest: bool,
+    window: usize,
+    out: &mut RunOutcome,
+) -> u64 {
+    let batch_size = w.batch_size;
+    let mut pool = PacketPool::new(batch_size * (6 * window + 4));
+    let mut free: Vec<Batch> = Vec::new();
+    let mut pipe: Pipeline<(Instant, usize, u32)> = Pipeline::new(chain, store, window);
+    let mut busy_ns = 0u64;
+    let take = |pipe: &mut Pipeline<(Instant, usize, u32)>,
+                out: &mut RunOutcome,
+                pool: &mut PacketPool,
+                free: &mut Vec<Batch>,
+                now: Instant| {
+        while let Some((mut batch, (t0, b, n))) = pipe.pop() {
+            out.batches.push((
+                (now - t0).as_nanos() as u64,
+                n,
+                w.established.get(b).copied().unwrap_or(false),
+            ));
+            if digest {
+                digest_batch(&mut out.digest, &batch);
+            }
+            batch.recycle(pool);
+            free.push(batch);
+        }
+    };
+    let (mut i, mut b) = (0, 0);
+    while i < w.trace.len() {
+        let end = (i + batch_size).min(w.trace.len());
+        let t0 = Instant::now();
+        let mut batch = free
+            .pop()
+            .unwrap_or_else(|| Batch::with_capacity(batch_size));
+        for j in i..end {
+            let (ts, f) = w.trace.get(j);
+            if !batch.push_frame(&mut pool, f, ts, 0) {
+                // Every buffer is in flight (the store is slow to acknowledge):
+                // wait for it, as a receive ring would fill up.
+                pipe.flush(chain, store);
+                take(&mut pipe, out, &mut pool, &mut free, Instant::now());
+                batch.push_frame(&mut pool, f, ts, 0);
+            }
+        }
+        pipe.push(chain, store, batch, (t0, b, (end - i) as u32));
+        let t1 = Instant::now();
+        busy_ns += (t1 - t0).as_nanos() as u64;
+        take(&mut pipe, out, &mut pool, &mut free, t1);
+        i = end;
+        b += 1;
+    }
+    let t0 = Instant::now();
+    pipe.flush(chain, store);
+    let t1 = Instant::now();
+    busy_ns += (t1 - t0).as_nanos() as u64;
+    take(&mut pipe, out, &mut pool, &mut free, t1);
+    // Released in order, so the per-batch list lines up with `established`.
+    busy_ns
 }
 
 /// Opens a remote store by URL (`redis://` or `redis-cluster://`).
@@ -427,6 +558,11 @@ pub struct StateMeasurement {
     pub store: String,
     /// The same workload on the remote store with the flow cache in front.
     pub cached: Option<CachedMeasurement>,
+    /// The same again, pipelined ([`RunMode::Pipelined`]); its latencies run
+    /// from a batch's arrival to its release.
+    pub pipelined: Option<CachedMeasurement>,
+    /// Batches per window of the pipelined run (0 if none ran).
+    pub window: usize,
 }
 
 /// The remote run with the flow cache (ownership of every flow), against the same
@@ -493,11 +629,28 @@ fn best_of_with(
     open: &mut dyn FnMut() -> Result<Box<dyn StateStore>, String>,
     cached: bool,
 ) -> Result<RunOutcome, String> {
+    let mode = if cached {
+        RunMode::Cached
+    } else {
+        RunMode::Plain
+    };
+    best_of_mode(spec, dir, tag, w, reps, open, mode)
+}
+
+fn best_of_mode(
+    spec: &ChainSpec,
+    dir: &Path,
+    tag: &str,
+    w: &Workload,
+    reps: usize,
+    open: &mut dyn FnMut() -> Result<Box<dyn StateStore>, String>,
+    mode: RunMode,
+) -> Result<RunOutcome, String> {
     let mut best: Option<RunOutcome> = None;
     for r in 0..reps.max(1) {
         let mut store = open()?;
         let name = format!("bench-{}-{tag}-{r}", std::process::id());
-        let o = run_once_with(spec, dir, &name, w, &mut *store, false, cached)?;
+        let o = run_once_mode(spec, dir, &name, w, &mut *store, false, mode)?;
         if best.as_ref().is_none_or(|b| o.secs < b.secs) {
             best = Some(o);
         }
@@ -563,6 +716,8 @@ pub fn compare(
         paper: paper.to_string(),
         store: store.to_string(),
         cached: None,
+        pipelined: None,
+        window: 0,
     }
 }
 
@@ -712,12 +867,33 @@ fn run_in(
                     &mut || open_remote(url),
                     true,
                 );
+                let pipelined = (opts.window > 0).then(|| {
+                    best_of_mode(
+                        spec,
+                        d,
+                        &format!("{name}-p"),
+                        &w,
+                        opts.reps,
+                        &mut || open_remote(url),
+                        RunMode::Pipelined(window_batches(opts.window, batch_size)),
+                    )
+                });
                 match (local, remote) {
                     (Ok(l), Ok(r)) => {
                         let mut m = compare(function, &w, &l, &r, paper, describe);
                         match cached {
                             Ok(c) => m.cached = Some(compare_cached(&l, &c)),
                             Err(e) => progress(&format!("{name}: cached run skipped: {e}")),
+                        }
+                        match pipelined {
+                            Some(Ok(p)) => {
+                                m.pipelined = Some(compare_cached(&l, &p));
+                                m.window = window_batches(opts.window, batch_size);
+                            }
+                            Some(Err(e)) => {
+                                progress(&format!("{name}: pipelined run skipped: {e}"))
+                            }
+                            None => {}
                         }
                         out.push(m);
                     }
@@ -887,20 +1063,48 @@ impl StateMeasurement {
 /// The cached runs: throughput and added latency with the flow cache in front of
 /// the remote store, and which targets they meet.
 fn cached_table(ms: &[StateMeasurement]) -> String {
-    let rows: Vec<(&StateMeasurement, &CachedMeasurement)> = ms
+    let mut s = run_table(
+        ms,
+        |m| m.cached.as_ref(),
+        "with the flow cache (lease on every flow; owned records cached, refreshes/counters deferred <= 1 ms)",
+        "cached",
+        "Mpps-c",
+    );
+    let window = ms
         .iter()
-        .filter_map(|m| m.cached.as_ref().map(|c| (m, c)))
-        .collect();
+        .find(|m| m.window > 0)
+        .map_or(0, |m| m.window * m.batch_size);
+    s.push_str(&run_table(
+        ms,
+        |m| m.pipelined.as_ref(),
+        &format!(
+            "pipelined (the flow cache, windows of {window} packets in whole batches: the next \
+             window's reads in flight while this one is processed, new records held until \
+             acknowledged; latency = arrival to release)"
+        ),
+        "pipelined",
+        "Mpps-p",
+    ));
+    s
+}
+
+fn run_table(
+    ms: &[StateMeasurement],
+    pick: impl Fn(&StateMeasurement) -> Option<&CachedMeasurement>,
+    title: &str,
+    tag: &str,
+    mpps_col: &str,
+) -> String {
+    let rows: Vec<(&StateMeasurement, &CachedMeasurement)> =
+        ms.iter().filter_map(|m| pick(m).map(|c| (m, c))).collect();
     if rows.is_empty() {
         return String::new();
     }
-    let mut s = String::from(
-        "with the flow cache (lease on every flow; owned records cached, refreshes/counters deferred <= 1 ms)\n",
-    );
+    let mut s = format!("{title}\n");
     s.push_str(&format!(
         "{:<22} {:>8} {:>6} {:>8}  {:>8} {:>8} {:>8}  {:>8} {:>8} {:>8} {:>8}\n",
         "measurement",
-        "Mpps-c",
+        mpps_col,
         "ratio",
         "target",
         "+p50 us",
@@ -942,7 +1146,7 @@ fn cached_table(ms: &[StateMeasurement]) -> String {
         ));
     }
     s.push_str(&format!(
-        "cached: established-flow latency targets met: p50 {p50_ok}/{est_n}, p95 {p95_ok}/{est_n}; \
+        "{tag}: established-flow latency targets met: p50 {p50_ok}/{est_n}, p95 {p95_ok}/{est_n}; \
          throughput targets met: {ratio_ok}/{ratio_n}\n\n"
     ));
     s

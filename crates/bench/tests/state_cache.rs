@@ -4,7 +4,8 @@
 
 use sluice_bench::nf;
 use sluice_bench::state::{
-    compare, compare_cached, functions, open_remote, run_once, run_once_with, FlowsKind, Workload,
+    compare, compare_cached, functions, open_remote, run_once, run_once_mode, run_once_with,
+    FlowsKind, RunMode, Workload,
 };
 use sluice_state::LocalStore;
 use sluice_state_redis::server::RedisServer;
@@ -68,5 +69,76 @@ fn cached_runs_agree_and_save_round_trips() {
             .as_f64()
             .is_some());
         assert!(json["cached"]["mpps"].as_f64().unwrap() > 0.0);
+    }
+}
+
+/// Pipelined runs (prefetch of the next window, writes held until acknowledged)
+/// must not change what happens to any packet either, for every function, on
+/// short flows (a new connection every few batches) and long ones; and the
+/// firewall, whose only store operations for a new connection are its record
+/// and timer, makes fewer round trips than in the cached run.
+#[test]
+fn pipelined_runs_agree_with_local_state() {
+    let srv = RedisServer::start(&[]).expect("start redis-server");
+    let dir = tempfile::tempdir().unwrap();
+    for kind in [FlowsKind::Short, FlowsKind::Long] {
+        let spec = match kind {
+            FlowsKind::Short => TrafficSpec::short_flows(60, 128),
+            FlowsKind::Long => TrafficSpec {
+                packets_per_flow: 1_500,
+                ..TrafficSpec::long_flows(2, 128)
+            },
+        };
+        let w = Workload::from_trace(kind, 128, generate(&spec), 32);
+        for (name, text, _) in functions() {
+            let d = dir.path().join(format!("{name}-{kind:?}"));
+            std::fs::create_dir_all(&d).unwrap();
+            let spec = nf::load_spec(&d, &text).unwrap();
+            let mut local = LocalStore::new();
+            let l = run_once(&spec, &d, &format!("p-{name}-l"), &w, &mut local, true).unwrap();
+            let mut remote = open_remote(&srv.url()).unwrap();
+            let c = run_once_mode(
+                &spec,
+                &d,
+                &format!("p-{name}-{kind:?}-c"),
+                &w,
+                &mut *remote,
+                true,
+                RunMode::Cached,
+            )
+            .unwrap();
+            for window in [1, 4] {
+                let mut remote = open_remote(&srv.url()).unwrap();
+                let p = run_once_mode(
+                    &spec,
+                    &d,
+                    &format!("p-{name}-{kind:?}-p{window}"),
+                    &w,
+                    &mut *remote,
+                    true,
+                    RunMode::Pipelined(window),
+                )
+                .unwrap();
+                assert_eq!(
+                    l.digest, p.digest,
+                    "{name} {kind:?} window {window}: same verdicts and bytes pipelined"
+                );
+                assert_eq!(p.store_errors, 0, "{name}");
+                assert_eq!(
+                    p.batches.len(),
+                    l.batches.len(),
+                    "{name}: every batch released"
+                );
+                if name == "firewall" && kind == FlowsKind::Short && window == 4 {
+                    assert!(
+                        p.counters.round_trips * 2 < c.counters.round_trips,
+                        "{name}: windows of prefetches replace per-batch round trips \
+                         ({:?} vs {:?})",
+                        p.counters,
+                        c.counters
+                    );
+                }
+            }
+        }
     }
 }

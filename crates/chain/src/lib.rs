@@ -7,11 +7,13 @@
 //! comparison, [`Sharing::Unshared`] makes each function parse and reassemble on its
 //! own, as separate middleboxes would.
 
+mod pipeline;
 mod spec;
 mod stats;
 
 use std::path::Path;
 
+pub use pipeline::Pipeline;
 pub use spec::{Capacity, ChainError, ChainSpec, FunctionSpec, Prefix, Registry, Settings};
 pub use stats::{ChainStats, StageStats};
 
@@ -28,6 +30,8 @@ pub const PARSE_STAGE: u8 = u8::MAX;
 pub const REASSEMBLY_STAGE: u8 = u8::MAX - 1;
 /// Drop-reason stage index used for packets over the instance's capacity budget.
 pub const CAPACITY_STAGE: u8 = u8::MAX - 2;
+/// The drop stage of packets a [`Pipeline`] held on store writes that failed.
+pub const HELD_STAGE: u8 = u8::MAX - 3;
 
 /// A token bucket over trace time (deterministic: no clock).
 #[derive(Debug, Clone)]
@@ -104,6 +108,10 @@ pub trait StreamStage: Send {
 
     /// Expires idle connections.
     fn on_timers(&mut self, now_ns: u64, store: &mut dyn StateStore) -> Result<(), StoreError>;
+
+    /// Appends the owned reads `process` would make for `batch` (see
+    /// `NetworkFunction::prefetch`). Default: none.
+    fn prefetch(&self, _batch: &Batch, _ops: &mut sluice_state::Ops) {}
 
     /// Stage counters (name, value).
     fn counters(&self, _out: &mut Vec<(&'static str, u64)>) {}
@@ -197,6 +205,13 @@ pub struct Chain {
     /// The flow cache, present while the instance holds an ownership lease.
     cache: Option<FlowCache>,
     cache_config: CacheConfig,
+    /// Pipelined mode (see [`Chain::set_pipelined`]).
+    pipelined: bool,
+    /// Held operations were lost with a cache that was dropped: batches held on
+    /// them must not leave (reported once by [`Chain::settled`]).
+    held_lost: bool,
+    /// Reused for the prefetch reads of a window of batches.
+    prefetch_ops: sluice_state::Ops,
 }
 
 /// FNV-1a, for stable namespace ids derived from names.
@@ -322,6 +337,9 @@ impl Chain {
             done: Vec::new(),
             cache: None,
             cache_config: CacheConfig::default(),
+            pipelined: false,
+            held_lost: false,
+            prefetch_ops: sluice_state::Ops::new(),
         }
     }
 
@@ -373,12 +391,15 @@ impl Chain {
             (true, Some(c)) => c.set_ownership(own, store, now),
             (true, None) => {
                 let mut c = FlowCache::new(self.cache_config);
-                let r = c.set_ownership(own, store, now);
+                let r = c
+                    .set_pipelined(self.pipelined, store, now)
+                    .and(c.set_ownership(own, store, now));
                 self.cache = Some(c);
                 r
             }
             (false, Some(c)) => {
                 let r = c.set_ownership(None, store, now);
+                self.held_lost |= c.take_held_failed();
                 self.cache = None;
                 r
             }
@@ -443,9 +464,109 @@ impl Chain {
         if c.ownership().is_some() {
             self.cache = Some(c);
         } else {
-            // The lease expired: back to "own nothing", exactly today's behaviour.
+            // The lease expired: back to "own nothing", exactly today's behaviour
+            // (after finishing what is in flight on the store's connection).
+            if let Err(e) = c.quiesce(store, now) {
+                self.stats.store_errors += 1;
+                self.stats.last_error = Some(format!("cache: {e}"));
+            }
+            self.held_lost |= c.take_held_failed();
             self.cache = None;
         }
+    }
+
+    /// Turns pipelined mode on or off (docs/STATE.md, "Pipelining"): for a chain
+    /// with a flow cache, store operations whose results no function needs
+    /// (the write-through of a new connection's record, timers) no longer make
+    /// the batch wait for a round trip; they are sent by the next
+    /// [`Chain::prefetch`] (which also reads the next batches' records while
+    /// the current ones are processed), and the caller must hold every batch
+    /// processed before that call until [`Chain::settled`] reaches the value it
+    /// returned.
+    /// [`Pipeline`] does all of this. Without a lease nothing changes.
+    pub fn set_pipelined(&mut self, on: bool, store: &mut dyn StateStore) {
+        self.pipelined = on;
+        let now = self.now_ns;
+        if let Some(c) = self.cache.as_mut() {
+            if let Err(e) = c.set_pipelined(on, store, now) {
+                self.stats.store_errors += 1;
+                self.stats.last_error = Some(format!("cache: {e}"));
+            }
+        }
+    }
+
+    /// Starts reading the records that `batches` will need (the functions'
+    /// [`NetworkFunction::prefetch`] reads) without waiting, in the same write
+    /// as the operations pipelined mode held; the cache takes the results when
+    /// they are next needed. Returns the mark that batches processed before
+    /// this call wait for (see [`Chain::settled`]). Parses the packets
+    /// (processing them parses again). Without a flow cache it reads nothing
+    /// and returns 0.
+    pub fn prefetch(
+        &mut self,
+        batches: &mut [Batch],
+        store: &mut dyn StateStore,
+    ) -> Result<u64, StoreError> {
+        let Some(cache) = self.cache.as_mut() else {
+            return Ok(0);
+        };
+        let ops = &mut self.prefetch_ops;
+        ops.clear();
+        for batch in batches.iter_mut() {
+            for p in batch.pkts.iter_mut().filter(|p| p.is_live()) {
+                let (frame, meta) = p.data_and_meta_mut();
+                if parse_into(frame, meta).is_err() {
+                    p.meta = Default::default();
+                }
+            }
+            if let Some(r) = self.reassembly.as_ref() {
+                r.prefetch(batch, ops);
+            }
+            if self.sharing == Sharing::Shared {
+                for st in self.stages.iter().filter(|st| st.hints) {
+                    st.f.prefetch(batch, ops);
+                }
+            }
+        }
+        // The chain's clock, not the batches': they are processed later, and an
+        // entry filled now must not look younger than it is then.
+        let now = self.now_ns;
+        cache.prefetch(store, ops, now).inspect_err(|e| {
+            self.stats.store_errors += 1;
+            self.stats.last_error = Some(format!("cache: {e}"));
+        })
+    }
+
+    /// How far sends without waiting are settled (see [`Chain::prefetch`]),
+    /// reading what has arrived without waiting. An error means held operations
+    /// may be lost: every batch still held must be dropped, not sent.
+    pub fn settled(&mut self, store: &mut dyn StateStore) -> Result<u64, StoreError> {
+        if std::mem::take(&mut self.held_lost) {
+            return Err(StoreError::Unavailable(
+                "held operations were lost with the flow cache".into(),
+            ));
+        }
+        match self.cache.as_mut() {
+            Some(c) => c.settled(store).inspect_err(|e| {
+                self.stats.store_errors += 1;
+                self.stats.last_error = Some(format!("cache: {e}"));
+            }),
+            None => Ok(u64::MAX),
+        }
+    }
+
+    /// Like [`Chain::settled`], but first sends what is held and waits until
+    /// everything is settled (idle input, end of a trace).
+    pub fn wait_settled(&mut self, store: &mut dyn StateStore) -> Result<u64, StoreError> {
+        let now = self.now_ns;
+        if let Some(c) = self.cache.as_mut() {
+            if let Err(e) = c.wait_settled(store, now) {
+                self.stats.store_errors += 1;
+                self.stats.last_error = Some(format!("cache: {e}"));
+                self.held_lost = true;
+            }
+        }
+        self.settled(store)
     }
 
     /// Processes one batch: sets every packet's verdict, rewrites packets, and

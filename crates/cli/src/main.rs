@@ -155,6 +155,10 @@ enum BenchCmd {
         /// Runs per backend and workload; the fastest is kept.
         #[arg(long, default_value_t = 2)]
         reps: usize,
+        /// Packets per window of the pipelined runs, in whole batches
+        /// (docs/STATE.md, "Pipelining"); 0 skips them.
+        #[arg(long, default_value_t = sluice_bench::state::DEFAULT_WINDOW)]
+        window: usize,
     },
 }
 
@@ -407,12 +411,14 @@ fn bench(which: BenchCmd) -> Result<(), String> {
             state,
             filter,
             reps,
+            window,
         } => {
             let opts = sluice_bench::state::Options {
                 quick,
                 state,
                 filter,
                 reps,
+                window,
             };
             let ms = sluice_bench::state::run(&opts, &mut |what| eprintln!("bench: {what}"))?;
             if ms.is_empty() {

@@ -76,6 +76,15 @@ pub trait NetworkFunction: Send {
         store: &mut dyn StateStore,
     ) -> Result<(), NfError>;
 
+    /// Appends to `ops` the reads [`NetworkFunction::process`] would make for
+    /// `batch`'s packets of records its cache hints mark as the packet's own
+    /// flow's (`get_owned`, `get_present`), computed from the packets' parsed
+    /// metadata alone, so that a pipelining caller can fetch them while it
+    /// processes earlier batches (docs/STATE.md, "Pipelining"). Only ever a
+    /// hint: a read missing here is made by `process` as usual, and one that
+    /// `process` does not make costs a wasted lookup. Default: none.
+    fn prefetch(&self, _batch: &Batch, _ops: &mut sluice_state::Ops) {}
+
     /// Handles the function's timers that expired at `ctx.now_ns` (idle timeouts,
     /// port releases). Called periodically by the chain, not per batch.
     fn on_timers(

@@ -53,6 +53,10 @@ pub struct ClusterStore {
     counters: StoreCounters,
     key_buf: Vec<u8>,
     per_node: Vec<Vec<usize>>,
+    /// Commands ever sent without waiting, over all nodes (nodes come and go).
+    sent_total: u64,
+    /// `sent_total` at the last poll that found nothing outstanding anywhere.
+    settled_mark: u64,
 }
 
 /// An operation waiting to be sent: (op index, node index, send `ASKING` first).
@@ -88,6 +92,8 @@ impl ClusterStore {
             counters: StoreCounters::default(),
             key_buf: Vec::with_capacity(128),
             per_node: Vec::new(),
+            sent_total: 0,
+            settled_mark: 0,
         };
         c.refresh()?;
         Ok(c)
@@ -390,6 +396,7 @@ impl StateStore for ClusterStore {
             self.nodes[n]
                 .send_unacked(count)
                 .map_err(|e| self.fail(e))?;
+            self.sent_total += count as u64;
         }
         Ok(())
     }
@@ -399,6 +406,21 @@ impl StateStore for ClusterStore {
             self.nodes[n].sync().map_err(|e| self.fail(e))?;
         }
         Ok(())
+    }
+
+    /// Settled only up to the last poll at which no node had anything
+    /// outstanding: the nodes' pipelines are independent, so a partial sum
+    /// would not say which commands are settled.
+    fn poll_unacked(&mut self) -> Result<(u64, u64), StoreError> {
+        let mut outstanding = 0;
+        for n in 0..self.nodes.len() {
+            self.nodes[n].drain_ready().map_err(|e| self.fail(e))?;
+            outstanding += self.nodes[n].outstanding();
+        }
+        if outstanding == 0 {
+            self.settled_mark = self.sent_total;
+        }
+        Ok((self.sent_total, self.settled_mark))
     }
 
     fn take_unacked_failures(&mut self) -> u64 {

@@ -97,6 +97,8 @@ pub fn routing_key(out: &mut Vec<u8>, op: &Op) {
 pub struct RedisStore {
     node: Node,
     counters: StoreCounters,
+    /// Operations of the started call (`start`), 0 if none.
+    started: usize,
 }
 
 impl RedisStore {
@@ -107,12 +109,41 @@ impl RedisStore {
         Ok(RedisStore {
             node,
             counters: StoreCounters::default(),
+            started: 0,
         })
     }
 
     /// Connects to `redis://HOST:PORT`.
     pub fn open(url: &str) -> Result<RedisStore, StoreError> {
         RedisStore::connect(Config::from_url(url)?)
+    }
+}
+
+impl RedisStore {
+    /// Encodes every operation of `ops` into the node's pipeline buffer and
+    /// counts them (one round trip).
+    fn encode_all(&mut self, ops: &Ops) -> Result<(), StoreError> {
+        self.node.ensure_conn()?;
+        self.node.wbuf.clear();
+        for i in 0..ops.len() {
+            let op = ops.ops()[i];
+            self.node.encode_op(ops, &op);
+            count(&mut self.counters, &op);
+        }
+        self.counters.round_trips += 1;
+        Ok(())
+    }
+
+    /// Applies the replies of `ops`, returning the first error after applying
+    /// the rest.
+    fn apply_all(&mut self, ops: &mut Ops, replies: &[resp::Reply]) -> Result<(), StoreError> {
+        let mut first_err = None;
+        for (i, r) in replies.iter().enumerate() {
+            if let Err(e) = self.node.apply_reply(ops, i, r) {
+                first_err.get_or_insert(e);
+            }
+        }
+        first_err.map_or(Ok(()), Err)
     }
 }
 
@@ -131,23 +162,44 @@ impl StateStore for RedisStore {
         if ops.is_empty() {
             return Ok(());
         }
-        self.node.ensure_conn()?;
-        self.node.wbuf.clear();
-        for i in 0..ops.len() {
-            let op = ops.ops()[i];
-            self.node.encode_op(ops, &op);
-            count(&mut self.counters, &op);
-        }
-        self.counters.round_trips += 1;
+        self.node.check_no_started()?;
+        self.encode_all(ops)?;
         self.node.send()?;
         let replies = self.node.receive(ops.len())?;
-        let mut first_err = None;
-        for (i, r) in replies.iter().enumerate() {
-            if let Err(e) = self.node.apply_reply(ops, i, r) {
-                first_err.get_or_insert(e);
-            }
+        self.apply_all(ops, &replies)
+    }
+
+    /// One `write` of the pipeline; [`StateStore::finish`] reads the replies.
+    /// Counted as a round trip.
+    fn start(&mut self, ops: &mut Ops) -> Result<(), StoreError> {
+        self.node.check_no_started()?;
+        self.started = ops.len();
+        if ops.is_empty() {
+            return Ok(());
         }
-        first_err.map_or(Ok(()), Err)
+        self.encode_all(ops)?;
+        self.node.start(ops.len())
+    }
+
+    fn finish(&mut self, ops: &mut Ops) -> Result<(), StoreError> {
+        if std::mem::take(&mut self.started) == 0 {
+            return Ok(());
+        }
+        let replies = self.node.finish()?;
+        if replies.len() != ops.len() {
+            return Err(StoreError::Protocol(format!(
+                "finish: {} replies for {} operations (not the started buffer?)",
+                replies.len(),
+                ops.len()
+            )));
+        }
+        self.apply_all(ops, &replies)
+    }
+
+    fn poll_unacked(&mut self) -> Result<(u64, u64), StoreError> {
+        self.node.drain_ready()?;
+        let sent = self.node.sent_total;
+        Ok((sent, sent - self.node.outstanding() as u64))
     }
 
     fn take_expired(

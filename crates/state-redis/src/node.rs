@@ -28,6 +28,14 @@ pub(crate) struct Node {
     /// Unacknowledged commands that failed (error reply, or connection lost before
     /// their reply was read).
     pub(crate) unacked_failures: u64,
+    /// Replies expected for the started call (`start`), if any. Its replies come
+    /// after those of the `unacked` commands sent before it.
+    fetch: Option<usize>,
+    /// Unacknowledged commands sent after the started call: their replies come
+    /// after its replies.
+    unacked_after: usize,
+    /// Commands ever sent without waiting (`send_unacked`, `start`).
+    pub(crate) sent_total: u64,
 }
 
 /// Unacknowledged replies beyond which a send waits for them (never reached in
@@ -59,6 +67,9 @@ impl Node {
             rpos: 0,
             unacked: 0,
             unacked_failures: 0,
+            fetch: None,
+            unacked_after: 0,
+            sent_total: 0,
         }
     }
 
@@ -66,19 +77,68 @@ impl Node {
     /// without waiting whose replies were not read count as failed.
     pub(crate) fn drop_conn(&mut self) {
         self.stream = None;
-        self.unacked_failures += self.unacked as u64;
+        self.unacked_failures += (self.unacked + self.unacked_after) as u64;
         self.unacked = 0;
+        self.unacked_after = 0;
+        self.fetch = None;
+    }
+
+    /// Refuses a call that waits while a started call is not finished (its
+    /// replies would be read as the new call's).
+    pub(crate) fn check_no_started(&self) -> Result<(), StoreError> {
+        match self.fetch {
+            Some(_) => Err(StoreError::Protocol(
+                "a started call must be finished before another waits".into(),
+            )),
+            None => Ok(()),
+        }
+    }
+
+    /// Commands sent without waiting whose replies are not read yet.
+    pub(crate) fn outstanding(&self) -> usize {
+        self.unacked + self.unacked_after + self.fetch.unwrap_or(0)
+    }
+
+    /// Writes the pipeline in `wbuf` (`n` commands) as the started call: its
+    /// replies are read by [`Node::finish`].
+    pub(crate) fn start(&mut self, n: usize) -> Result<(), StoreError> {
+        if self.fetch.is_some() {
+            return Err(StoreError::Protocol(
+                "a call was started while another was not finished".into(),
+            ));
+        }
+        self.send()?;
+        self.fetch = Some(n);
+        self.sent_total += n as u64;
+        Ok(())
+    }
+
+    /// Reads the replies of the started call (after those of earlier
+    /// unacknowledged commands).
+    pub(crate) fn finish(&mut self) -> Result<Vec<Reply>, StoreError> {
+        let Some(n) = self.fetch.take() else {
+            return Err(StoreError::Protocol("no started call to finish".into()));
+        };
+        let replies = self.receive(n)?;
+        self.unacked = self.unacked_after;
+        self.unacked_after = 0;
+        Ok(replies)
     }
 
     /// Writes the pipeline in `wbuf` (`n` commands) without waiting for the
     /// replies; they are read by a later [`Node::receive`] or
     /// [`Node::drain_ready`].
     pub(crate) fn send_unacked(&mut self, n: usize) -> Result<(), StoreError> {
-        if self.unacked >= MAX_UNACKED {
+        if self.outstanding() >= MAX_UNACKED && self.fetch.is_none() {
             self.receive(0)?;
         }
         self.send()?;
-        self.unacked += n;
+        self.sent_total += n as u64;
+        if self.fetch.is_some() {
+            self.unacked_after += n;
+        } else {
+            self.unacked += n;
+        }
         self.drain_ready()
     }
 
@@ -138,6 +198,8 @@ impl Node {
 
     /// Waits for the replies of every unacknowledged command.
     pub(crate) fn sync(&mut self) -> Result<(), StoreError> {
+        // Its replies come first: waiting here would swallow them.
+        self.check_no_started()?;
         if self.unacked == 0 {
             return Ok(());
         }
@@ -226,6 +288,8 @@ impl Node {
     /// command sent before (which come first on the connection). On failure the
     /// connection is dropped.
     pub(crate) fn receive(&mut self, n: usize) -> Result<Vec<Reply>, StoreError> {
+        // The started call's replies come first; they are `finish`'s to read.
+        self.check_no_started()?;
         let t = self.timeout;
         let result = (|| {
             let stream = self
@@ -469,6 +533,7 @@ impl Node {
         max: usize,
         out: &mut Vec<Key>,
     ) -> Result<(), StoreError> {
+        self.check_no_started()?;
         self.ensure_conn()?;
         self.key_buf.clear();
         timer_set(&mut self.key_buf, ns);

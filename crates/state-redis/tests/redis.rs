@@ -262,3 +262,62 @@ fn unacked_runs_of_puts_and_deletes_apply_in_order() {
     assert_eq!(ops.counter(n), 5);
     assert_eq!(s.take_unacked_failures(), 0);
 }
+
+#[test]
+fn started_reads_overlap_unacked_writes_and_settle_in_order() {
+    let srv = server();
+    let mut s = RedisStore::open(&srv.url()).unwrap();
+    let mut w = Ops::new();
+    w.put(k(5, b"a"), b"1");
+    s.execute_unacked(&mut w).unwrap();
+    let (sent_before, _) = s.poll_unacked().unwrap();
+    assert_eq!(sent_before, 1);
+
+    // A started read sees the write sent before it, not the one sent after.
+    let mut r = Ops::new();
+    let ga = r.get(k(5, b"a"));
+    let gb = r.get(k(5, b"b"));
+    s.start(&mut r).unwrap();
+    w.clear();
+    w.put(k(5, b"b"), b"x");
+    w.incr(k(5, b"b"), 1); // an error reply: "b" is not a number
+    s.execute_unacked(&mut w).unwrap();
+    // The started reads count as sent without waiting, like the writes.
+    let (sent, settled) = s.poll_unacked().unwrap();
+    assert_eq!(sent, 5);
+    assert!(
+        settled <= 1,
+        "the started reads are not answered before finish reads them"
+    );
+    // Calls that wait are refused until the started call is finished, and the
+    // connection stays usable.
+    assert!(matches!(
+        s.execute(&mut Ops::new()),
+        Ok(()) // nothing to send: allowed
+    ));
+    let mut other = Ops::new();
+    other.get(k(5, b"a"));
+    assert!(matches!(
+        s.execute(&mut other),
+        Err(StoreError::Protocol(_))
+    ));
+    assert!(matches!(s.sync(), Err(StoreError::Protocol(_))));
+    s.finish(&mut r).unwrap();
+    assert_eq!(r.value(ga), Some(&b"1"[..]));
+    assert_eq!(r.value(gb), None);
+    assert_eq!(
+        s.counters().round_trips,
+        1,
+        "start/finish is one round trip"
+    );
+
+    // Everything settles; the failed increment is reported once.
+    s.sync().unwrap();
+    assert_eq!(s.poll_unacked().unwrap(), (5, 5));
+    assert_eq!(s.take_unacked_failures(), 1);
+    let mut g = Ops::new();
+    let gb = g.get(k(5, b"b"));
+    s.execute(&mut g).unwrap();
+    assert_eq!(g.value(gb), Some(&b"x"[..]));
+    assert!(s.finish(&mut r).is_ok(), "nothing started: nothing to do");
+}

@@ -149,6 +149,15 @@ pub struct CacheStats {
     pub saved_round_trips: u64,
     /// Entries dropped (idle, memory cap, lost ownership, store-bound writes).
     pub evictions: u64,
+    /// Reads started ahead by [`FlowCache::prefetch`].
+    pub prefetched: u64,
+    /// Prefetched results that filled an entry (the rest were overtaken by the
+    /// owner's own writes, or the cache was emptied meanwhile).
+    pub prefetch_fills: u64,
+    /// Operations held in pipelined mode (sent with the next prefetch).
+    pub held: u64,
+    /// Prefetches that carried held operations or deferred writes.
+    pub held_sends: u64,
 }
 
 #[derive(Debug)]
@@ -193,6 +202,23 @@ pub struct FlowCache {
     /// Keys whose values were sent without waiting since the last point at which
     /// every earlier send was known acknowledged: re-sent if a send fails.
     unconfirmed: Vec<Key>,
+    /// Pipelined mode: operations whose results nobody needs are held for
+    /// the next [`FlowCache::prefetch`] instead of waiting for a round trip.
+    pipelined: bool,
+    /// Held operations, in order.
+    held: Ops,
+    /// A send without waiting failed while in pipelined mode: the batches held
+    /// on it must not leave (reported once by [`FlowCache::settled`]).
+    held_failed: bool,
+    /// The started prefetch (see [`FlowCache::prefetch`]), its keys still
+    /// eligible to fill, and the eviction count and lease epoch when it started.
+    pf: Ops,
+    pf_keys: rustc_hash::FxHashSet<Key>,
+    pf_started: bool,
+    /// The started prefetch carries held operations or deferred writes.
+    pf_writes: bool,
+    pf_evictions: u64,
+    pf_epoch: u64,
 }
 
 impl FlowCache {
@@ -213,7 +239,253 @@ impl FlowCache {
             cas_posts: Vec::new(),
             urgent: false,
             unconfirmed: Vec::new(),
+            pipelined: false,
+            held: Ops::new(),
+            held_failed: false,
+            pf: Ops::new(),
+            pf_keys: rustc_hash::FxHashSet::default(),
+            pf_started: false,
+            pf_writes: false,
+            pf_evictions: 0,
+            pf_epoch: 0,
         }
+    }
+
+    /// Turns pipelined mode on or off (docs/STATE.md, "Pipelining"). In it, an
+    /// `execute` whose store-bound operations need no result (writes, deletes,
+    /// timers) makes no round trip: they are held, in order, and sent by
+    /// the next [`FlowCache::prefetch`]; the caller holds the batches that made
+    /// them until [`FlowCache::settled`] reaches the value that call returned, so a
+    /// change that matters is still durable before its packets leave. Writes
+    /// marked [`Hint::Unacked`] also wait for that instead of going out
+    /// after every batch. Turning it off sends what is held and waits.
+    pub fn set_pipelined(
+        &mut self,
+        on: bool,
+        store: &mut dyn StateStore,
+        now_ns: u64,
+    ) -> Result<(), StoreError> {
+        let r = if !on && self.pipelined {
+            self.flush(store, now_ns)
+        } else {
+            Ok(())
+        };
+        self.pipelined = on;
+        r
+    }
+
+    /// True in pipelined mode.
+    pub fn pipelined(&self) -> bool {
+        self.pipelined
+    }
+
+    /// Starts reading, without waiting, the owned records among `ops`'s reads
+    /// that the cache holds nothing for, so that they are cached (present or
+    /// known absent) when the batches that read them are processed: a pipelining
+    /// caller calls this for the next batches before processing the current
+    /// ones, and the round trip overlaps that work. A prefetch still in flight is
+    /// finished first (one at a time). Results fill the cache only for keys
+    /// nothing else touched meanwhile (the owner's own writes are newer), and
+    /// only if the lease and the cache survived; reads marked
+    /// [`Hint::Present`] never cache "absent".
+    ///
+    /// In pipelined mode the same write to the store carries, ahead of the
+    /// reads, everything held and every pending deferred write: one system call
+    /// per window for both. Returns the store's `sent` count after it (see
+    /// [`StateStore::poll_unacked`]): batches processed before this call are
+    /// durable once [`FlowCache::settled`] reaches it. Without a lease nothing
+    /// is read.
+    pub fn prefetch(
+        &mut self,
+        store: &mut dyn StateStore,
+        ops: &Ops,
+        now_ns: u64,
+    ) -> Result<u64, StoreError> {
+        self.finish_prefetch(store, now_ns)?;
+        self.check_lease(now_ns);
+        self.pf.clear();
+        self.pf_keys.clear();
+        self.pf_writes = false;
+        if self.pipelined {
+            // Held operations first, then deferred values (appended last, as in
+            // `execute_owned`: every held write of a dirty key came before it).
+            self.fwd.clear();
+            for i in 0..self.held.len() {
+                self.fwd.push_copy(&self.held, i);
+            }
+            self.held.clear();
+            self.append_dirty();
+            for i in 0..self.fwd.len() {
+                let k = *self.fwd.ops()[i].key();
+                if let Some(e) = self.map.get_mut(&k).filter(|e| !e.unconfirmed) {
+                    e.unconfirmed = true;
+                    self.unconfirmed.push(k);
+                }
+                self.pf.push_copy(&self.fwd, i);
+            }
+            self.in_flight = 0;
+            self.pf_writes = !self.pf.is_empty();
+        }
+        if let Some(own) = self.own.as_ref() {
+            for i in 0..ops.len() {
+                let Op::Get { key } = ops.ops()[i] else {
+                    continue;
+                };
+                let (Hint::Owned { flow_hash } | Hint::Present { flow_hash }) = ops.hint(i) else {
+                    continue;
+                };
+                if !own.covers(flow_hash) || self.map.contains_key(&key) {
+                    continue;
+                }
+                if self.pf_keys.insert(key) {
+                    self.pf.push_copy(ops, i);
+                    self.stats.prefetched += 1;
+                }
+            }
+            self.pf_epoch = own.epoch;
+        }
+        if !self.pf.is_empty() {
+            if self.pf_writes {
+                self.stats.held_sends += 1;
+            }
+            self.pf_evictions = self.stats.evictions;
+            if let Err(e) = store.start(&mut self.pf) {
+                self.held_failed |= self.pf_writes;
+                self.fail_send();
+                return Err(e);
+            }
+            self.pf_started = true;
+        }
+        Ok(store.poll_unacked()?.0)
+    }
+
+    /// Waits for the started prefetch, if any, and fills the cache from it.
+    fn finish_prefetch(
+        &mut self,
+        store: &mut dyn StateStore,
+        now_ns: u64,
+    ) -> Result<(), StoreError> {
+        if !std::mem::take(&mut self.pf_started) {
+            return Ok(());
+        }
+        let mut pf = std::mem::take(&mut self.pf);
+        let r = store.finish(&mut pf);
+        if r.is_ok() {
+            self.check_lease(now_ns);
+            let intact = self.stats.evictions == self.pf_evictions
+                && self.own.as_ref().is_some_and(|o| o.epoch == self.pf_epoch);
+            for i in 0..pf.len().min(if intact { usize::MAX } else { 0 }) {
+                let Op::Get { key } = pf.ops()[i] else {
+                    continue;
+                };
+                let (present_only, flow_hash) = match pf.hint(i) {
+                    Hint::Present { flow_hash } => (true, flow_hash),
+                    Hint::Owned { flow_hash } => (false, flow_hash),
+                    _ => continue,
+                };
+                let v = pf.value(OpId::at(i));
+                if (present_only && v.is_none())
+                    || !self.pf_keys.contains(&key)
+                    || self.map.contains_key(&key)
+                {
+                    continue;
+                }
+                let v = v.map(|v| v.to_vec());
+                self.make_room(now_ns);
+                self.map.insert(
+                    key,
+                    Entry {
+                        val: v,
+                        flow_hash,
+                        used_ns: now_ns,
+                        dirty: false,
+                        blocked: false,
+                        unconfirmed: false,
+                    },
+                );
+                self.stats.prefetch_fills += 1;
+            }
+        } else {
+            self.held_failed |= self.pf_writes;
+            self.fail_send();
+        }
+        self.pf = pf;
+        self.pf_keys.clear();
+        r
+    }
+
+    /// Reads the acknowledgements that have arrived, without waiting, and returns
+    /// how far sends are settled (compare with [`FlowCache::prefetch`]'s
+    /// values). An error means a send without waiting failed since the last
+    /// call: what reached the store is unknown, so the cache was emptied, and
+    /// batches still held must not leave (drop them).
+    pub fn settled(&mut self, store: &mut dyn StateStore) -> Result<u64, StoreError> {
+        let r = store.poll_unacked();
+        self.check_unacked(store);
+        if std::mem::take(&mut self.held_failed) {
+            self.drop_all();
+            return Err(StoreError::Unavailable(
+                "a write sent without waiting failed; held batches must not leave".into(),
+            ));
+        }
+        r.map(|(_, settled)| settled)
+    }
+
+    /// Finishes the prefetch, sends what is held and waits until every send is
+    /// settled; returns [`FlowCache::settled`]'s value.
+    pub fn wait_settled(
+        &mut self,
+        store: &mut dyn StateStore,
+        now_ns: u64,
+    ) -> Result<u64, StoreError> {
+        let r = self.before_wait(store, now_ns);
+        let r = r.and_then(|()| {
+            if self.pending > 0 {
+                self.fwd.clear();
+                self.append_dirty();
+                store.execute_unacked(&mut self.fwd)?;
+            }
+            store.sync()
+        });
+        match r {
+            Ok(()) => self.settled(store),
+            Err(e) => {
+                self.held_failed = false;
+                self.drop_all();
+                Err(e)
+            }
+        }
+    }
+
+    /// Returns, and resets, whether held operations failed or were dropped
+    /// since [`FlowCache::settled`] last reported it.
+    pub fn take_held_failed(&mut self) -> bool {
+        std::mem::take(&mut self.held_failed)
+    }
+
+    /// Finishes the prefetch in flight and sends what is held, so that the
+    /// store's connection has nothing started (before dropping the cache).
+    pub fn quiesce(&mut self, store: &mut dyn StateStore, now_ns: u64) -> Result<(), StoreError> {
+        self.before_wait(store, now_ns)
+    }
+
+    /// Before a call that waits: the prefetch's replies come first on the
+    /// connection, and held operations must reach the store before anything
+    /// sent after them.
+    fn before_wait(&mut self, store: &mut dyn StateStore, now_ns: u64) -> Result<(), StoreError> {
+        self.finish_prefetch(store, now_ns)?;
+        if !self.held.is_empty() {
+            let mut held = std::mem::take(&mut self.held);
+            let r = store.execute_unacked(&mut held);
+            held.clear();
+            self.held = held;
+            if let Err(e) = r {
+                self.held_failed = true;
+                self.drop_all();
+                return Err(e);
+            }
+        }
+        Ok(())
     }
 
     /// The configuration.
@@ -278,6 +550,10 @@ impl FlowCache {
     /// when this returns, as giving up a lease requires).
     pub fn flush(&mut self, store: &mut dyn StateStore, now_ns: u64) -> Result<(), StoreError> {
         self.check_lease(now_ns);
+        if let Err(e) = self.before_wait(store, now_ns) {
+            self.drop_all();
+            return Err(e);
+        }
         if self.pending > 0 {
             self.fwd.clear();
             self.append_dirty();
@@ -332,6 +608,8 @@ impl FlowCache {
     fn check_unacked(&mut self, store: &mut dyn StateStore) -> bool {
         let failed = store.take_unacked_failures();
         if failed > 0 {
+            // Held batches may depend on what failed: they must not leave.
+            self.held_failed |= self.pipelined;
             self.requeue();
             return false;
         }
@@ -389,7 +667,7 @@ impl FlowCache {
 
     fn due(&self, now_ns: u64) -> bool {
         self.pending > 0
-            && (self.urgent
+            && ((self.urgent && !self.pipelined)
                 || self.pending >= self.cfg.max_pending
                 || now_ns.saturating_sub(self.oldest_pending_ns) >= self.cfg.max_defer_ns)
     }
@@ -398,6 +676,12 @@ impl FlowCache {
     fn check_lease(&mut self, now_ns: u64) {
         if self.own.as_ref().is_some_and(|o| !o.valid_at(now_ns)) {
             self.own = None;
+            // Another instance may own the range by now: what is held must not
+            // be written late, so its batches must not leave either.
+            if !self.held.is_empty() {
+                self.held.clear();
+                self.held_failed = true;
+            }
             self.drop_all();
         }
     }
@@ -569,8 +853,21 @@ impl FlowCache {
         c.fwd_map.clear();
         c.fills.clear();
         c.cas_posts.clear();
+        if c.pf_started
+            && ops
+                .ops()
+                .iter()
+                .any(|op| matches!(op, Op::Get { key } if c.pf_keys.contains(key)))
+        {
+            // What this call reads is on its way: take it rather than read twice.
+            c.finish_prefetch(store, now)?;
+        }
         for i in 0..ops.len() {
             let op = ops.ops()[i];
+            if c.pf_started && !matches!(op, Op::Get { .. }) {
+                // Whatever this does to the key is newer than the prefetch's result.
+                c.pf_keys.remove(op.key());
+            }
             let owned = match ops.hint(i) {
                 Hint::Owned { flow_hash } if own.covers(flow_hash) => {
                     Some((flow_hash, Mode::Through))
@@ -676,6 +973,32 @@ impl FlowCache {
             c.stats.saved_round_trips += 1;
             return Ok(());
         }
+        if c.pipelined
+            && c.fills.is_empty()
+            && c.cas_posts.is_empty()
+            && c.fwd.ops().iter().all(|op| {
+                matches!(
+                    op,
+                    Op::Put { .. }
+                        | Op::Delete { .. }
+                        | Op::ArmTimer { .. }
+                        | Op::CancelTimer { .. }
+                )
+            })
+        {
+            // Nothing here needs an answer: held, in order, for the next prefetch; the
+            // caller holds the batch until they are settled.
+            for j in 0..c.fwd.len() {
+                c.held.push_copy(&c.fwd, j);
+            }
+            c.stats.held += c.fwd.len() as u64;
+            for &(_, i) in &c.fwd_map {
+                ops.set_result(i as usize, OpResult::Done);
+            }
+            c.stats.saved_round_trips += 1;
+            return Ok(());
+        }
+        c.before_wait(store, now)?;
         // Deferred writes ride along. Appended last: every earlier operation in this
         // batch on a dirty key already sent that key's value before itself.
         c.append_dirty();
@@ -775,7 +1098,9 @@ impl StateStore for CachedStore<'_> {
         let c = &mut *self.cache;
         c.check_lease(now);
         let Some(own) = c.own.take() else {
-            // Nothing owned: nothing cached, nothing pending.
+            // Nothing owned: nothing cached, nothing pending (but a prefetch or
+            // held operations from before the lease ended may be).
+            c.before_wait(self.inner, now)?;
             return self.inner.execute(ops);
         };
         let r = c.execute_owned(&own, self.inner, ops, now);
@@ -791,6 +1116,9 @@ impl StateStore for CachedStore<'_> {
         out: &mut Vec<Key>,
     ) -> Result<(), StoreError> {
         self.cache.check_lease(self.now_ns);
+        // Held re-arms and refreshes reach the store before timers are taken, so
+        // no handler sees a record older than the packets that already passed.
+        self.cache.before_wait(self.inner, self.now_ns)?;
         self.inner.take_expired(ns, now_ns, max, out)
     }
 

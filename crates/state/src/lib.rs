@@ -136,6 +136,36 @@ pub trait StateStore {
         0
     }
 
+    /// Sends `ops` without waiting for their replies; [`StateStore::finish`] waits
+    /// for them and fills the results. This lets a caller overlap a round trip
+    /// with other work (the flow cache's prefetch for the next batches of a
+    /// pipeline, docs/STATE.md "Pipelining"). At most one call is started at a
+    /// time, and it must be finished before any other call that waits
+    /// (`execute`, `take_expired`, `sync`); [`StateStore::execute_unacked`] may
+    /// be called in between. Default: executes at once (`finish` then has
+    /// nothing left to do), which is what a local store wants.
+    fn start(&mut self, ops: &mut Ops) -> Result<(), StoreError> {
+        self.execute(ops)
+    }
+
+    /// Waits for the replies of the call begun with [`StateStore::start`] and
+    /// fills `ops` (the same buffer). Default: nothing to do.
+    fn finish(&mut self, _ops: &mut Ops) -> Result<(), StoreError> {
+        Ok(())
+    }
+
+    /// Reads whatever replies to [`StateStore::execute_unacked`] writes have
+    /// already arrived, without waiting, and returns `(sent, settled)`: commands
+    /// sent without waiting so far (by `execute_unacked` and
+    /// [`StateStore::start`]), and how many of them are settled (answered, or
+    /// counted by [`StateStore::take_unacked_failures`], or failed in a
+    /// `finish`). The guarantee callers build on: every command that was counted
+    /// in `sent` when it was `s` is settled once `settled >= s`. Default:
+    /// `(0, 0)`, for stores that never leave anything unanswered.
+    fn poll_unacked(&mut self) -> Result<(u64, u64), StoreError> {
+        Ok((0, 0))
+    }
+
     /// A short description for logs and summaries (e.g. `local`, `redis://127.0.0.1:6379`).
     fn describe(&self) -> String;
 }
@@ -164,6 +194,15 @@ impl<S: StateStore + ?Sized> StateStore for Box<S> {
     }
     fn take_unacked_failures(&mut self) -> u64 {
         (**self).take_unacked_failures()
+    }
+    fn start(&mut self, ops: &mut Ops) -> Result<(), StoreError> {
+        (**self).start(ops)
+    }
+    fn finish(&mut self, ops: &mut Ops) -> Result<(), StoreError> {
+        (**self).finish(ops)
+    }
+    fn poll_unacked(&mut self) -> Result<(u64, u64), StoreError> {
+        (**self).poll_unacked()
     }
     fn describe(&self) -> String {
         (**self).describe()

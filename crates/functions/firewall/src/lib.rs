@@ -438,6 +438,22 @@ impl NetworkFunction for Firewall {
         self.ns
     }
 
+    /// The connection record of every packet that `classify` would look up by
+    /// its own flow (not ICMP errors, which read another flow's record).
+    fn prefetch(&self, batch: &Batch, ops: &mut Ops) {
+        for p in batch.pkts.iter().filter(|p| p.is_live() && p.meta.is_ip()) {
+            let m = &p.meta;
+            if m.fragment == Fragment::Later
+                || (m.l4 == L4::Icmp && !icmp::is_echo(m.icmp_type, m.is_v6()))
+            {
+                continue;
+            }
+            let (canon, _) = m.flow.canonical();
+            let key = Key::flow(self.ns, TABLE_CONN, &canon, &[]);
+            ops.get_owned(key, canon.directional_hash());
+        }
+    }
+
     fn process(
         &mut self,
         batch: &mut Batch,
