@@ -97,6 +97,10 @@ impl StreamStage for ReassemblyStage {
     fn counters(&self, out: &mut Vec<(&'static str, u64)>) {
         self.0.counter_list(out);
     }
+
+    fn prefetch(&self, batch: &Batch, ops: &mut sluice_state::Ops) {
+        self.0.prefetch(batch, ops);
+    }
 }
 
 /// The registry of every built-in function type.

@@ -11,7 +11,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use sluice_chain::{Chain, ChainSpec, Sharing};
+use sluice_chain::{Chain, ChainSpec, Pipeline, Sharing};
 use sluice_nf::{Event, Verdict};
 use sluice_packet::{Batch, PacketPool};
 use sluice_state::{
@@ -160,6 +160,48 @@ struct Outcome {
 struct Instance {
     chain: Chain,
     store: Box<dyn StateStore>,
+    /// Pipelined mode (docs/STATE.md, "Pipelining"): batches go through a
+    /// pipeline of this instance, tagged with their first packet's index.
+    pipe: Option<Pipeline<usize>>,
+    /// Batches the pipeline released, not yet recorded.
+    done: Vec<(Batch, usize)>,
+}
+
+impl Instance {
+    fn pipelined(mut self, window: usize) -> Instance {
+        self.pipe = Some(Pipeline::new(&mut self.chain, self.store.as_mut(), window));
+        self
+    }
+
+    /// Processes (or, pipelined, accepts) a batch starting at packet `start`.
+    fn take(&mut self, mut batch: Batch, start: usize) {
+        match self.pipe.as_mut() {
+            Some(p) => p.push(&mut self.chain, self.store.as_mut(), batch, start),
+            None => {
+                self.chain.process(&mut batch, self.store.as_mut());
+                self.done.push((batch, start));
+            }
+        }
+        self.collect_released();
+    }
+
+    fn collect_released(&mut self) {
+        if let Some(p) = self.pipe.as_mut() {
+            while let Some(b) = p.pop() {
+                self.done.push(b);
+            }
+        }
+    }
+
+    /// Everything accepted is processed and released (before a lease changes:
+    /// a pipelined instance gives up a range only with nothing in flight).
+    fn settle(&mut self) {
+        if let Some(p) = self.pipe.as_mut() {
+            p.flush(&mut self.chain, self.store.as_mut());
+            assert_eq!(p.lost_batches(), 0, "no held write failed");
+        }
+        self.collect_released();
+    }
 }
 
 fn instance_of(text: &str, store: Box<dyn StateStore>) -> Instance {
@@ -171,7 +213,12 @@ fn instance_of(text: &str, store: Box<dyn StateStore>) -> Instance {
         Sharing::Shared,
     )
     .unwrap();
-    Instance { chain, store }
+    Instance {
+        chain,
+        store,
+        pipe: None,
+        done: Vec::new(),
+    }
 }
 
 fn instance(store: Box<dyn StateStore>) -> Instance {
@@ -234,7 +281,7 @@ type Plan<'a> = dyn FnMut(usize, &[u8], &mut [Instance], &mut [bool]) -> usize +
 /// Runs the trace in batches of up to 16 consecutive packets for the same instance.
 fn run(mut insts: Vec<Instance>, trace: &[(u64, Vec<u8>)], plan: &mut Plan<'_>) -> Outcome {
     let mut alive = vec![true; insts.len()];
-    let mut pool = PacketPool::new(64);
+    let mut pool = PacketPool::new(8192);
     let mut packets = vec![(false, Vec::new()); trace.len()];
     let mut alerts = Vec::new();
     let mut flows = BTreeMap::new();
@@ -257,13 +304,26 @@ fn run(mut insts: Vec<Instance>, trace: &[(u64, Vec<u8>)], plan: &mut Plan<'_>) 
             i += 1;
         }
         let inst = &mut insts[who];
-        inst.chain.process(&mut batch, inst.store.as_mut());
-        for (k, p) in batch.pkts.iter().enumerate() {
-            packets[start + k] = (p.verdict == Verdict::Forward, p.data().to_vec());
+        inst.take(batch, start);
+        for (mut batch, start) in inst.done.drain(..) {
+            for (k, p) in batch.pkts.iter().enumerate() {
+                packets[start + k] = (p.verdict == Verdict::Forward, p.data().to_vec());
+            }
+            batch.recycle(&mut pool);
         }
-        batch.recycle(&mut pool);
         let ev = inst.chain.take_events();
         collect(ev, &mut alerts, &mut flows);
+    }
+    for (k, inst) in insts.iter_mut().enumerate() {
+        if alive[k] {
+            inst.settle();
+            for (mut batch, start) in inst.done.drain(..) {
+                for (k, p) in batch.pkts.iter().enumerate() {
+                    packets[start + k] = (p.verdict == Verdict::Forward, p.data().to_vec());
+                }
+                batch.recycle(&mut pool);
+            }
+        }
     }
     let end = trace.last().unwrap().0 + 3_600_000_000_000;
     let killed = alive.iter().any(|a| !a);
@@ -283,6 +343,12 @@ fn run(mut insts: Vec<Instance>, trace: &[(u64, Vec<u8>)], plan: &mut Plan<'_>) 
         .map(|c| c.hits)
         .sum();
     CACHE_HITS.with(|h| h.set(h.get() + hits));
+    for c in insts.iter().filter_map(|i| i.chain.cache_stats()) {
+        HELD_AND_FILLS.with(|h| {
+            let (a, b) = h.get();
+            h.set((a + c.held, b + c.prefetch_fills));
+        });
+    }
     for (k, inst) in insts.iter().enumerate() {
         if alive[k] {
             assert_eq!(
@@ -304,6 +370,8 @@ fn run(mut insts: Vec<Instance>, trace: &[(u64, Vec<u8>)], plan: &mut Plan<'_>) 
 thread_local! {
     /// Cache hits of the runs so far on this test's thread (to show the cache is used).
     static CACHE_HITS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+    /// Operations held and prefetched results used by pipelined runs so far.
+    static HELD_AND_FILLS: std::cell::Cell<(u64, u64)> = const { std::cell::Cell::new((0, 0)) };
 }
 
 /// Packet indices above this are peeks (see `run`): plans must not act on them.
@@ -317,7 +385,12 @@ fn reference(trace: &[(u64, Vec<u8>)]) -> Outcome {
 }
 
 /// `n` instances, each leased one range of an even split and steered its flows.
-fn split_run(make: &dyn Fn() -> Box<dyn StateStore>, n: usize, t: &[(u64, Vec<u8>)]) -> Outcome {
+fn split_run(
+    make: &dyn Fn() -> Box<dyn StateStore>,
+    n: usize,
+    t: &[(u64, Vec<u8>)],
+    window: Option<usize>,
+) -> Outcome {
     let split = hash_range_split(&vec![1; n]);
     let mut insts: Vec<Instance> = (0..n).map(|_| instance(make())).collect();
     for (k, inst) in insts.iter_mut().enumerate() {
@@ -326,6 +399,13 @@ fn split_run(make: &dyn Fn() -> Box<dyn StateStore>, n: usize, t: &[(u64, Vec<u8
             .set_ownership(Some(own), inst.store.as_mut())
             .unwrap();
     }
+    let insts = insts
+        .into_iter()
+        .map(|i| match window {
+            Some(w) => i.pipelined(w),
+            None => i,
+        })
+        .collect();
     run(insts, t, &mut |_, f, _, _| owner_of(&split, f))
 }
 
@@ -335,9 +415,15 @@ fn handover_run(
     make: &dyn Fn() -> Box<dyn StateStore>,
     t: &[(u64, Vec<u8>)],
     grant_b: bool,
+    window: Option<usize>,
 ) -> Outcome {
     let at = t.len() / 2;
-    let mut insts: Vec<Instance> = (0..2).map(|_| instance(make())).collect();
+    let mut insts: Vec<Instance> = (0..2)
+        .map(|_| match window {
+            Some(w) => instance(make()).pipelined(w),
+            None => instance(make()),
+        })
+        .collect();
     let a = &mut insts[0];
     a.chain
         .set_ownership(Some(lease(1, vec![(0, u32::MAX)])), a.store.as_mut())
@@ -350,6 +436,7 @@ fn handover_run(
         if i >= at && !moved {
             moved = true;
             let a = &mut insts[0];
+            a.settle();
             a.chain.set_ownership(None, a.store.as_mut()).unwrap();
             if grant_b {
                 let b = &mut insts[1];
@@ -362,15 +449,18 @@ fn handover_run(
     })
 }
 
-fn check_cached(make: &dyn Fn() -> Box<dyn StateStore>, reset: &dyn Fn()) {
+fn check_cached(make: &dyn Fn() -> Box<dyn StateStore>, reset: &dyn Fn(), window: Option<usize>) {
     let t = trace();
     let want = reference(&t);
     assert!(want.alerts.len() >= 4 && want.flows.len() >= 24);
     for n in [1usize, 2, 3, 4] {
         reset();
         let before = CACHE_HITS.with(|h| h.get());
-        let got = split_run(make, n, &t);
-        assert_eq!(got, want, "{n} instances, each owning a hash range");
+        let got = split_run(make, n, &t, window);
+        assert_eq!(
+            got, want,
+            "{n} instances, each owning a hash range (pipeline window {window:?})"
+        );
         let hits = CACHE_HITS.with(|h| h.get()) - before;
         assert!(
             hits > 100,
@@ -379,13 +469,13 @@ fn check_cached(make: &dyn Fn() -> Box<dyn StateStore>, reset: &dyn Fn()) {
     }
     reset();
     assert_eq!(
-        handover_run(make, &t, true),
+        handover_run(make, &t, true, window),
         want,
         "ownership moved mid-trace"
     );
     reset();
     assert_eq!(
-        handover_run(make, &t, false),
+        handover_run(make, &t, false, window),
         want,
         "a non-owner continues the owner's flows from the store"
     );
@@ -395,9 +485,13 @@ fn check_cached(make: &dyn Fn() -> Box<dyn StateStore>, reset: &dyn Fn()) {
 fn cached_instances_behave_as_one_local() {
     // A fresh shared store per run (the reset), handles onto it per instance.
     let shared = std::cell::RefCell::new(SharedLocalStore::new());
-    check_cached(&|| Box::new(shared.borrow().handle()), &|| {
-        *shared.borrow_mut() = SharedLocalStore::new();
-    });
+    check_cached(
+        &|| Box::new(shared.borrow().handle()),
+        &|| {
+            *shared.borrow_mut() = SharedLocalStore::new();
+        },
+        None,
+    );
 }
 
 fn flushall(port: u16) {
@@ -413,9 +507,33 @@ fn cached_instances_behave_as_one_redis() {
     let srv = RedisServer::start(&[]).expect("start redis-server");
     let url = srv.url();
     let port = srv.port();
-    check_cached(&|| Box::new(RedisStore::open(&url).unwrap()), &|| {
-        flushall(port)
-    });
+    check_cached(
+        &|| Box::new(RedisStore::open(&url).unwrap()),
+        &|| flushall(port),
+        None,
+    );
+}
+
+/// The same in pipelined mode: records of the next window read ahead, new
+/// records and timers held until the store answered, on Redis (whose replies
+/// really lag) with windows of one and three batches.
+#[test]
+fn pipelined_instances_behave_as_one_redis() {
+    let srv = RedisServer::start(&[]).expect("start redis-server");
+    let url = srv.url();
+    let port = srv.port();
+    for window in [1, 3] {
+        check_cached(
+            &|| Box::new(RedisStore::open(&url).unwrap()),
+            &|| flushall(port),
+            Some(window),
+        );
+    }
+    let (held, fills) = HELD_AND_FILLS.with(|h| h.get());
+    assert!(
+        held > 100 && fills > 100,
+        "pipelining held writes ({held}) and read ahead ({fills})"
+    );
 }
 
 #[test]

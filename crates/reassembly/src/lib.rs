@@ -275,6 +275,20 @@ impl Reassembler {
         ]);
     }
 
+    /// Appends the connection-record reads [`Reassembler::process`] would make
+    /// for `batch` (for a pipelining caller to fetch ahead).
+    pub fn prefetch(&self, batch: &Batch, ops: &mut Ops) {
+        for p in batch
+            .pkts
+            .iter()
+            .filter(|p| p.is_live() && p.meta.l4 == L4::Tcp && p.meta.fragment == Fragment::None)
+        {
+            let (canon, _) = p.meta.flow.canonical();
+            let key = Key::flow(self.ns, TABLE_CONN, &canon, &[]);
+            ops.get_owned(key, canon.directional_hash());
+        }
+    }
+
     /// Reassembles the live TCP packets of `batch` into `streams` (which is reset
     /// to the batch's size first). Drops packets only to fail closed (buffer
     /// overflow, corrupt or lost state), with `stage` as the drop stage.

@@ -365,15 +365,29 @@ impl FlowCache {
         store: &mut dyn StateStore,
         now_ns: u64,
     ) -> Result<(), StoreError> {
+        if !self.pf_started {
+            return Ok(());
+        }
+        self.check_lease(now_ns);
+        let epoch = self.own.as_ref().map(|o| o.epoch);
+        self.finish_prefetch_under(store, now_ns, epoch)
+    }
+
+    /// [`FlowCache::finish_prefetch`] under the lease of epoch `epoch` (`None`:
+    /// no lease, nothing fills), for callers that took the lease out of `self`.
+    fn finish_prefetch_under(
+        &mut self,
+        store: &mut dyn StateStore,
+        now_ns: u64,
+        epoch: Option<u64>,
+    ) -> Result<(), StoreError> {
         if !std::mem::take(&mut self.pf_started) {
             return Ok(());
         }
         let mut pf = std::mem::take(&mut self.pf);
         let r = store.finish(&mut pf);
         if r.is_ok() {
-            self.check_lease(now_ns);
-            let intact = self.stats.evictions == self.pf_evictions
-                && self.own.as_ref().is_some_and(|o| o.epoch == self.pf_epoch);
+            let intact = self.stats.evictions == self.pf_evictions && epoch == Some(self.pf_epoch);
             for i in 0..pf.len().min(if intact { usize::MAX } else { 0 }) {
                 let Op::Get { key } = pf.ops()[i] else {
                     continue;
@@ -473,7 +487,19 @@ impl FlowCache {
     /// connection, and held operations must reach the store before anything
     /// sent after them.
     fn before_wait(&mut self, store: &mut dyn StateStore, now_ns: u64) -> Result<(), StoreError> {
-        self.finish_prefetch(store, now_ns)?;
+        self.check_lease(now_ns);
+        let epoch = self.own.as_ref().map(|o| o.epoch);
+        self.before_wait_under(store, now_ns, epoch)
+    }
+
+    /// [`FlowCache::before_wait`] under the lease of epoch `epoch`.
+    fn before_wait_under(
+        &mut self,
+        store: &mut dyn StateStore,
+        now_ns: u64,
+        epoch: Option<u64>,
+    ) -> Result<(), StoreError> {
+        self.finish_prefetch_under(store, now_ns, epoch)?;
         if !self.held.is_empty() {
             let mut held = std::mem::take(&mut self.held);
             let r = store.execute_unacked(&mut held);
@@ -860,7 +886,7 @@ impl FlowCache {
                 .any(|op| matches!(op, Op::Get { key } if c.pf_keys.contains(key)))
         {
             // What this call reads is on its way: take it rather than read twice.
-            c.finish_prefetch(store, now)?;
+            c.finish_prefetch_under(store, now, Some(own.epoch))?;
         }
         for i in 0..ops.len() {
             let op = ops.ops()[i];
@@ -998,7 +1024,7 @@ impl FlowCache {
             c.stats.saved_round_trips += 1;
             return Ok(());
         }
-        c.before_wait(store, now)?;
+        c.before_wait_under(store, now, Some(own.epoch))?;
         // Deferred writes ride along. Appended last: every earlier operation in this
         // batch on a dirty key already sent that key's value before itself.
         c.append_dirty();
@@ -1483,5 +1509,259 @@ mod tests {
         get(&mut c, &mut s, 100, k(1));
         assert_eq!(s.counters().round_trips, rt + 1);
         assert!(c.ownership().is_none());
+    }
+
+    /// A store with an ordered connection whose replies lag: writes sent without
+    /// waiting and started calls are applied only when something reads past
+    /// them (`finish`, a waiting call, `sync`), as on a real connection. Sends
+    /// can be made to fail.
+    #[derive(Default)]
+    struct Lagging {
+        inner: LocalStore,
+        queue: Vec<Ops>,
+        sent: u64,
+        settled: u64,
+        fail_next: bool,
+        failed: u64,
+        started: Option<usize>,
+    }
+
+    impl Lagging {
+        fn drain(&mut self, upto: usize) {
+            for mut q in self.queue.drain(..upto) {
+                let _ = self.inner.execute(&mut q);
+                self.settled += q.len() as u64;
+            }
+        }
+        fn value(&mut self, key: Key) -> Option<Vec<u8>> {
+            let mut ops = Ops::new();
+            let id = ops.get(key);
+            self.inner.execute(&mut ops).unwrap();
+            ops.value(id).map(|v| v.to_vec())
+        }
+    }
+
+    impl StateStore for Lagging {
+        fn execute(&mut self, ops: &mut Ops) -> Result<(), StoreError> {
+            assert!(
+                self.started.is_none(),
+                "a call waited while one was started"
+            );
+            let n = self.queue.len();
+            self.drain(n);
+            self.inner.execute(ops)
+        }
+        fn execute_unacked(&mut self, ops: &mut Ops) -> Result<(), StoreError> {
+            self.sent += ops.len() as u64;
+            if std::mem::take(&mut self.fail_next) {
+                self.failed += 1;
+                self.settled += ops.len() as u64;
+                return Ok(());
+            }
+            let mut q = Ops::new();
+            for i in 0..ops.len() {
+                q.push_copy(ops, i);
+            }
+            self.queue.push(q);
+            Ok(())
+        }
+        fn start(&mut self, ops: &mut Ops) -> Result<(), StoreError> {
+            assert!(self.started.is_none(), "one started call at a time");
+            self.sent += ops.len() as u64;
+            self.started = Some(self.queue.len());
+            let mut q = Ops::new();
+            for i in 0..ops.len() {
+                q.push_copy(ops, i);
+            }
+            self.queue.push(q);
+            Ok(())
+        }
+        fn finish(&mut self, ops: &mut Ops) -> Result<(), StoreError> {
+            let Some(at) = self.started.take() else {
+                return Ok(());
+            };
+            self.drain(at);
+            let mut q = self.queue.remove(0);
+            self.inner.execute(&mut q)?;
+            self.settled += q.len() as u64;
+            for i in 0..ops.len() {
+                match q.result(OpId::at(i)) {
+                    OpResult::Value(Some(_)) => ops.set_value(i, q.value(OpId::at(i))),
+                    r => ops.set_result(i, r),
+                }
+            }
+            Ok(())
+        }
+        fn poll_unacked(&mut self) -> Result<(u64, u64), StoreError> {
+            Ok((self.sent, self.settled))
+        }
+        fn sync(&mut self) -> Result<(), StoreError> {
+            assert!(self.started.is_none(), "sync while a call was started");
+            let n = self.queue.len();
+            self.drain(n);
+            Ok(())
+        }
+        fn take_unacked_failures(&mut self) -> u64 {
+            std::mem::take(&mut self.failed)
+        }
+        fn take_expired(
+            &mut self,
+            ns: Namespace,
+            now_ns: u64,
+            max: usize,
+            out: &mut Vec<Key>,
+        ) -> Result<(), StoreError> {
+            assert!(
+                self.started.is_none(),
+                "a call waited while one was started"
+            );
+            let n = self.queue.len();
+            self.drain(n);
+            self.inner.take_expired(ns, now_ns, max, out)
+        }
+        fn counters(&self) -> StoreCounters {
+            self.inner.counters()
+        }
+        fn describe(&self) -> String {
+            "lagging".into()
+        }
+    }
+
+    fn pipelined() -> (FlowCache, Lagging) {
+        let mut c = FlowCache::new(CacheConfig::default());
+        let mut s = Lagging::default();
+        c.set_ownership(Some(Ownership::all(1, u64::MAX)), &mut s, 0)
+            .unwrap();
+        c.set_pipelined(true, &mut s, 0).unwrap();
+        (c, s)
+    }
+
+    #[test]
+    fn pipelined_writes_are_held_until_the_next_prefetch_and_settle_after_it() {
+        let (mut c, mut s) = pipelined();
+        // A new record and its timer: nothing needs an answer, nothing waits.
+        let mut ops = Ops::new();
+        ops.put_hinted(k(1), b"new", Hint::Owned { flow_hash: 5 });
+        ops.arm_timer(k(1), 99);
+        c.bind(&mut s, 10).execute(&mut ops).unwrap();
+        assert_eq!(s.sent, 0, "held, not sent");
+        assert_eq!(c.stats().held, 2);
+        // The cache serves it meanwhile.
+        let mut ops = Ops::new();
+        let id = ops.get_owned(k(1), 5);
+        c.bind(&mut s, 11).execute(&mut ops).unwrap();
+        assert_eq!(ops.value(id), Some(&b"new"[..]));
+        // The next prefetch carries it, ahead of its reads.
+        let mut want = Ops::new();
+        want.get_owned(k(2), 6);
+        let mark = c.prefetch(&mut s, &want, 12).unwrap();
+        assert_eq!(mark, 3, "two held operations and one read");
+        assert!(c.settled(&mut s).unwrap() < mark, "not answered yet");
+        assert_eq!(s.value(k(1)), None, "still on the wire");
+        // Reading the prefetched key takes the prefetch's answer: known absent.
+        let mut ops = Ops::new();
+        let id = ops.get_owned(k(2), 6);
+        c.bind(&mut s, 13).execute(&mut ops).unwrap();
+        assert_eq!(ops.value(id), None);
+        assert_eq!(c.stats().prefetch_fills, 1);
+        assert!(
+            c.settled(&mut s).unwrap() >= mark,
+            "answered with the reads"
+        );
+        assert_eq!(s.value(k(1)), Some(b"new".to_vec()));
+        let mut fired = Vec::new();
+        s.inner.take_expired(NS, 100, 10, &mut fired).unwrap();
+        assert_eq!(fired, vec![k(1)], "the held timer was armed");
+    }
+
+    #[test]
+    fn a_prefetched_result_never_overwrites_a_newer_write() {
+        let (mut c, mut s) = pipelined();
+        let mut want = Ops::new();
+        want.get_owned(k(3), 5);
+        want.get_owned(k(4), 5);
+        // k(4) exists in the store with an old value.
+        let mut seed = Ops::new();
+        seed.put(k(4), b"old");
+        s.inner.execute(&mut seed).unwrap();
+        c.prefetch(&mut s, &want, 10).unwrap();
+        // The owner writes both keys while the prefetch is in flight.
+        let mut ops = Ops::new();
+        ops.put_hinted(k(3), b"mine", Hint::Owned { flow_hash: 5 });
+        ops.put_hinted(k(4), b"mine", Hint::Owned { flow_hash: 5 });
+        c.bind(&mut s, 11).execute(&mut ops).unwrap();
+        c.wait_settled(&mut s, 12).unwrap();
+        for key in [k(3), k(4)] {
+            assert_eq!(get_from(&mut c, &mut s, 13, key), Some(b"mine".to_vec()));
+            assert_eq!(s.value(key), Some(b"mine".to_vec()));
+        }
+        assert_eq!(c.stats().prefetch_fills, 0);
+    }
+
+    fn get_from(c: &mut FlowCache, s: &mut Lagging, now: u64, key: Key) -> Option<Vec<u8>> {
+        let mut ops = Ops::new();
+        let id = ops.get_owned(key, 5);
+        c.bind(s, now).execute(&mut ops).unwrap();
+        ops.value(id).map(|v| v.to_vec())
+    }
+
+    #[test]
+    fn an_answer_needed_sends_what_is_held_first() {
+        let (mut c, mut s) = pipelined();
+        let mut ops = Ops::new();
+        ops.put_hinted(k(5), b"1", Hint::Owned { flow_hash: 5 });
+        c.bind(&mut s, 10).execute(&mut ops).unwrap();
+        // A store-bound read of the same key must see the held write.
+        let mut ops = Ops::new();
+        let id = ops.get(k(5));
+        c.bind(&mut s, 11).execute(&mut ops).unwrap();
+        assert_eq!(ops.value(id), Some(&b"1"[..]));
+        // Timers are taken only after held re-arms reached the store.
+        let mut ops = Ops::new();
+        ops.arm_timer(k(6), 5);
+        c.bind(&mut s, 12).execute(&mut ops).unwrap();
+        let mut out = Vec::new();
+        c.bind(&mut s, 13)
+            .take_expired(NS, 100, 10, &mut out)
+            .unwrap();
+        assert_eq!(out, vec![k(6)]);
+    }
+
+    #[test]
+    fn a_failed_held_send_is_reported_and_empties_the_cache() {
+        let (mut c, mut s) = pipelined();
+        let mut ops = Ops::new();
+        ops.put_hinted(k(7), b"1", Hint::Owned { flow_hash: 5 });
+        c.bind(&mut s, 10).execute(&mut ops).unwrap();
+        // Sent without waiting through the barrier of a store-bound call, and lost.
+        s.fail_next = true;
+        let mut ops = Ops::new();
+        ops.get(k(8));
+        c.bind(&mut s, 11).execute(&mut ops).unwrap();
+        assert!(
+            c.settled(&mut s).is_err(),
+            "the batches held on it must not leave"
+        );
+        assert!(c.settled(&mut s).is_ok(), "reported once");
+        assert!(c.is_empty(), "what reached the store is unknown");
+        assert_eq!(s.value(k(7)), None);
+    }
+
+    #[test]
+    fn an_expired_lease_drops_held_writes_and_fails_their_batches() {
+        let mut c = FlowCache::new(CacheConfig::default());
+        let mut s = Lagging::default();
+        c.set_ownership(Some(Ownership::all(1, 100)), &mut s, 0)
+            .unwrap();
+        c.set_pipelined(true, &mut s, 0).unwrap();
+        let mut ops = Ops::new();
+        ops.put_hinted(k(9), b"1", Hint::Owned { flow_hash: 5 });
+        c.bind(&mut s, 10).execute(&mut ops).unwrap();
+        // The lease ends before they were sent: another instance may own the
+        // range now, so they must never be written.
+        c.prefetch(&mut s, &Ops::new(), 200).unwrap();
+        assert!(c.settled(&mut s).is_err());
+        c.wait_settled(&mut s, 201).unwrap();
+        assert_eq!(s.value(k(9)), None);
     }
 }

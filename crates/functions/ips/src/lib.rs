@@ -469,6 +469,19 @@ impl NetworkFunction for Ips {
         self.ns
     }
 
+    /// The scan state of every packet `process` inspects.
+    fn prefetch(&self, batch: &Batch, ops: &mut Ops) {
+        for p in batch
+            .pkts
+            .iter()
+            .filter(|p| p.is_live() && p.meta.is_ip() && (p.meta.l4 == L4::Tcp || self.nontcp_drop))
+        {
+            let (canon, _) = p.meta.flow.canonical();
+            let key = Key::flow(self.ns, TABLE_FLOW, &canon, &[]);
+            ops.get_owned(key, canon.directional_hash());
+        }
+    }
+
     fn wants_streams(&self) -> bool {
         true
     }

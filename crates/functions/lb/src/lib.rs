@@ -784,6 +784,37 @@ impl NetworkFunction for Lb {
         self.ns
     }
 
+    /// What `classify` reads by the packet's own flow: a client packet its
+    /// connection record (owned), a backend's reply the connection record
+    /// (present only) and its own reply record (owned).
+    fn prefetch(&self, batch: &Batch, ops: &mut Ops) {
+        for p in batch.pkts.iter().filter(|p| p.is_live() && p.meta.is_ip()) {
+            let m = &p.meta;
+            let f = &m.flow;
+            if m.fragment == Fragment::Later || !matches!(m.l4, L4::Tcp | L4::Udp) {
+                continue;
+            }
+            if self.vips.contains_key(&(f.dst, f.dst_port, f.proto)) {
+                let canon = f.canonical().0;
+                let key = Key::flow(self.ns, TABLE_CONN, &canon, &[]);
+                ops.get_owned(key, f.symmetric_hash());
+            } else if let Some(&(svc, backend)) = self.backs.get(&(f.src, f.src_port, f.proto)) {
+                let s = &self.services[svc as usize];
+                let client = FlowKey {
+                    src: f.dst,
+                    dst: s.vip,
+                    src_port: f.dst_port,
+                    dst_port: s.port,
+                    proto: f.proto,
+                };
+                let canon = client.canonical().0;
+                let h = f.symmetric_hash();
+                ops.get_present(Key::flow(self.ns, TABLE_CONN, &canon, &[]), h);
+                ops.get_owned(self.ret_key(&canon, backend), h);
+            }
+        }
+    }
+
     fn process(
         &mut self,
         batch: &mut Batch,

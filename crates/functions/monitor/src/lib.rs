@@ -265,6 +265,15 @@ impl NetworkFunction for Monitor {
         self.ns
     }
 
+    /// Every IP packet's flow record.
+    fn prefetch(&self, batch: &Batch, ops: &mut Ops) {
+        for p in batch.pkts.iter().filter(|p| p.is_live() && p.meta.is_ip()) {
+            let (canon, _) = p.meta.flow.canonical();
+            let key = Key::flow(self.ns, TABLE_FLOW, &canon, &[]);
+            ops.get_owned(key, canon.directional_hash());
+        }
+    }
+
     fn process(
         &mut self,
         batch: &mut Batch,

@@ -675,6 +675,28 @@ impl NetworkFunction for Nat {
         self.ns
     }
 
+    /// The mapping each translated TCP/UDP/echo packet reads by its own flow:
+    /// outbound packets their forward record (owned), inbound ones their
+    /// reverse record (present only). ICMP errors read another flow's record.
+    fn prefetch(&self, batch: &Batch, ops: &mut Ops) {
+        for p in batch.pkts.iter().filter(|p| p.is_live() && p.meta.is_ip()) {
+            let m = &p.meta;
+            if m.is_v6()
+                || m.fragment == Fragment::Later
+                || m.icmp_embedded.is_some()
+                || !Self::has_ports(m)
+            {
+                continue;
+            }
+            let h = m.flow.symmetric_hash();
+            if self.is_public(&m.flow.dst) {
+                ops.get_present(Key::flow(self.ns, TABLE_REV, &m.flow, &[]), h);
+            } else if self.is_inside(&m.flow.src) && !self.is_inside(&m.flow.dst) {
+                ops.get_owned(Key::flow(self.ns, TABLE_FWD, &m.flow, &[]), h);
+            }
+        }
+    }
+
     fn process(
         &mut self,
         batch: &mut Batch,
