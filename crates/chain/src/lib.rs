@@ -499,26 +499,35 @@ impl Chain {
     /// [`NetworkFunction::prefetch`] reads) without waiting, in the same write
     /// as the operations pipelined mode held; the cache takes the results when
     /// they are next needed. Returns the mark that batches processed before
-    /// this call wait for (see [`Chain::settled`]). Parses the packets
-    /// (processing them parses again). Without a flow cache it reads nothing
-    /// and returns 0.
+    /// this call wait for (see [`Chain::settled`]). Parses the packets and
+    /// marks malformed ones dropped, so process them with
+    /// [`Chain::process_prefetched`]. Without a flow cache it reads nothing and
+    /// returns 0.
+    ///
+    /// With `read_ahead` false only the held operations are sent (and the
+    /// packets parsed): for traffic whose records are all cached already,
+    /// listing them costs more than it saves.
     pub fn prefetch(
         &mut self,
         batches: &mut [Batch],
         store: &mut dyn StateStore,
+        read_ahead: bool,
     ) -> Result<u64, StoreError> {
+        for batch in batches.iter_mut() {
+            for p in batch.pkts.iter_mut().filter(|p| p.is_live()) {
+                let (frame, meta) = p.data_and_meta_mut();
+                if let Err(e) = parse_into(frame, meta) {
+                    p.meta = Default::default();
+                    p.drop_by(PARSE_STAGE, e.name());
+                }
+            }
+        }
         let Some(cache) = self.cache.as_mut() else {
             return Ok(0);
         };
         let ops = &mut self.prefetch_ops;
         ops.clear();
-        for batch in batches.iter_mut() {
-            for p in batch.pkts.iter_mut().filter(|p| p.is_live()) {
-                let (frame, meta) = p.data_and_meta_mut();
-                if parse_into(frame, meta).is_err() {
-                    p.meta = Default::default();
-                }
-            }
+        for batch in batches.iter().filter(|_| read_ahead) {
             if let Some(r) = self.reassembly.as_ref() {
                 r.prefetch(batch, ops);
             }
@@ -580,10 +589,27 @@ impl Chain {
             .max()
             .unwrap_or(0)
             .max(self.now_ns);
-        self.with_store(store, newest, false, |ch, st| ch.process_inner(batch, st));
+        self.with_store(store, newest, false, |ch, st| {
+            ch.process_inner(batch, st, false)
+        });
     }
 
-    fn process_inner(&mut self, batch: &mut Batch, store: &mut dyn StateStore) {
+    /// [`Chain::process`] for a batch [`Chain::prefetch`] already parsed (its
+    /// malformed frames already marked dropped): the parse is not repeated.
+    pub fn process_prefetched(&mut self, batch: &mut Batch, store: &mut dyn StateStore) {
+        let newest = batch
+            .pkts
+            .iter()
+            .map(|p| p.ts_ns)
+            .max()
+            .unwrap_or(0)
+            .max(self.now_ns);
+        self.with_store(store, newest, false, |ch, st| {
+            ch.process_inner(batch, st, true)
+        });
+    }
+
+    fn process_inner(&mut self, batch: &mut Batch, store: &mut dyn StateStore, parsed: bool) {
         let n = batch.len();
         self.stats.packets += n as u64;
         let mut newest = self.now_ns;
@@ -598,6 +624,12 @@ impl Chain {
                     p.drop_by(CAPACITY_STAGE, "over_capacity");
                     continue;
                 }
+            }
+            if parsed {
+                if !p.meta.is_ip() {
+                    self.stats.non_ip += 1;
+                }
+                continue;
             }
             let (frame, meta) = p.data_and_meta_mut();
             match parse_into(frame, meta) {

@@ -52,7 +52,15 @@ pub struct Pipeline<T> {
     out: VecDeque<(Batch, T)>,
     /// Batches dropped because their held writes failed.
     lost: u64,
+    /// Windows left to process without reading ahead, and the current length
+    /// of such a run.
+    skip: usize,
+    backoff: usize,
 }
+
+/// At most this many windows in a row are not read ahead after one that found
+/// nothing to read.
+const MAX_SKIP: usize = 8;
 
 impl<T> Pipeline<T> {
     /// A pipeline that prefetches and sends held writes once per `window`
@@ -70,6 +78,8 @@ impl<T> Pipeline<T> {
             held: VecDeque::new(),
             out: VecDeque::new(),
             lost: 0,
+            skip: 0,
+            backoff: 0,
         }
     }
 
@@ -134,7 +144,24 @@ impl<T> Pipeline<T> {
     fn step(&mut self, chain: &mut Chain, store: &mut dyn StateStore) {
         // Finishes the previous prefetch (its results fill the cache), then
         // starts this one with the held operations ahead of its reads.
-        match chain.prefetch(&mut self.next, store) {
+        let read_ahead = self.skip == 0;
+        let before = chain.cache_stats().map_or(0, |c| c.prefetched);
+        let r = chain.prefetch(&mut self.next, store, read_ahead);
+        if read_ahead {
+            // Nothing to read ahead (long flows, all cached): listing the reads
+            // costs a third of the processing, so skip the next windows, twice as
+            // many each time, up to `MAX_SKIP`; their misses read through.
+            let found = chain.cache_stats().map_or(0, |c| c.prefetched) > before;
+            self.backoff = if found {
+                0
+            } else {
+                (self.backoff * 2).clamp(1, MAX_SKIP)
+            };
+            self.skip = self.backoff;
+        } else {
+            self.skip -= 1;
+        }
+        match r {
             Ok(mark) => {
                 for (b, t) in self.unsent.drain(..) {
                     self.held.push_back((b, t, mark));
@@ -148,7 +175,7 @@ impl<T> Pipeline<T> {
             }
         }
         for b in self.ready.iter_mut() {
-            chain.process(b, store);
+            chain.process_prefetched(b, store);
         }
         self.unsent
             .extend(self.ready.drain(..).zip(self.ready_tags.drain(..)));
