@@ -11,7 +11,7 @@
 use std::collections::HashMap;
 use std::path::Path;
 
-use sluice_chain::{Chain, ChainSpec, Sharing};
+use sluice_chain::{Chain, ChainSpec, Pipeline, Sharing};
 use sluice_nf::Verdict;
 use sluice_packet::{Batch, PacketPool};
 use sluice_state::{hash_range_split, LocalStore, Ownership, StateStore};
@@ -79,12 +79,19 @@ struct Outcome {
     rewritten: usize,
     /// Cache hits of every instance.
     hits: u64,
+    /// Claims the instances' caches decided in pipelined mode.
+    local_swaps: u64,
 }
 
 struct Inst {
     chain: Chain,
     store: Box<dyn StateStore>,
+    /// Pipelined mode: batches tagged with their first step and inputs.
+    pipe: Option<Pipeline<Tag>>,
 }
+
+/// A batch's first step, the flow of each packet and its input bytes.
+type Tag = (usize, Vec<usize>, Vec<Vec<u8>>);
 
 /// Picks the instance of a packet. `Some(i)` at the first packet of a batch (the
 /// plan may then change leases or kill an instance), `None` while filling it.
@@ -98,19 +105,62 @@ fn instances(chain: &str, stores: Vec<Box<dyn StateStore>>) -> Vec<Inst> {
         .map(|store| Inst {
             chain: Chain::from_spec(&spec, Path::new("."), &reg, Sharing::Shared).unwrap(),
             store,
+            pipe: None,
         })
         .collect()
+}
+
+/// What the run observed so far.
+struct Seen {
+    seen: HashMap<usize, Pair>,
+    packets: Vec<Option<(bool, Vec<u8>)>>,
+    rewritten: usize,
+}
+
+impl Seen {
+    fn record(&mut self, steps: &[Step], batch: &Batch, tag: &Tag) {
+        let (first, flows_in, inputs) = tag;
+        for (k, p) in batch.pkts.iter().enumerate() {
+            let fl = flows_in[k];
+            let fwd = p.verdict == Verdict::Forward;
+            let step = &steps[first + k];
+            if fwd && step.outbound && !self.seen.contains_key(&fl) {
+                self.seen.insert(fl, endpoints(p.data()).unwrap());
+            }
+            if fwd && p.data() != &inputs[k][..] {
+                self.rewritten += 1;
+            }
+            self.packets[first + k] = Some((fwd, p.data().to_vec()));
+        }
+    }
+}
+
+/// Releases what `inst`'s pipeline freed (everything, if `all`).
+fn drain(inst: &mut Inst, steps: &[Step], seen: &mut Seen, pool: &mut PacketPool, all: bool) {
+    let Some(p) = inst.pipe.as_mut() else {
+        return;
+    };
+    if all {
+        p.flush(&mut inst.chain, inst.store.as_mut());
+        assert_eq!(p.lost_batches(), 0, "no held write failed");
+    }
+    while let Some((mut b, tag)) = p.pop() {
+        seen.record(steps, &b, &tag);
+        b.recycle(pool);
+    }
 }
 
 fn run(mut insts: Vec<Inst>, servers: &[(IpAddr, u16)], plan: &mut Plan<'_>) -> Outcome {
     let (mut flows, steps) = conversations(servers, 60);
     let mut alive = vec![true; insts.len()];
-    let mut seen: HashMap<usize, Pair> = HashMap::new();
-    let mut pool = PacketPool::new(64);
-    let mut packets = Vec::new();
+    let mut seen = Seen {
+        seen: HashMap::new(),
+        packets: vec![None; steps.len()],
+        rewritten: 0,
+    };
+    let mut pool = PacketPool::new(4096);
     let mut records = Vec::new();
     let mut ts = 1_000_000_000u64;
-    let mut rewritten = 0;
     let mut i = 0;
     while i < steps.len() {
         let mut batch = Batch::with_capacity(16);
@@ -119,10 +169,19 @@ fn run(mut insts: Vec<Inst>, servers: &[(IpAddr, u16)], plan: &mut Plan<'_>) -> 
         let mut who = None;
         while i < steps.len() && batch.len() < 16 {
             let s = &steps[i];
-            if !s.outbound && !seen.contains_key(&s.flow) && flows_in.contains(&s.flow) {
-                break;
+            if !s.outbound && !seen.seen.contains_key(&s.flow) {
+                if flows_in.contains(&s.flow) {
+                    break;
+                }
+                // A reply built from a translation still in a pipeline: wait
+                // for it, as a server waits for the request.
+                for (k, inst) in insts.iter_mut().enumerate() {
+                    if alive[k] {
+                        drain(inst, &steps, &mut seen, &mut pool, true);
+                    }
+                }
             }
-            let f = frame(&mut flows[s.flow], s, seen.get(&s.flow).copied());
+            let f = frame(&mut flows[s.flow], s, seen.seen.get(&s.flow).copied());
             let w = if who.is_none() {
                 plan(Some(i), &f, &mut insts, &mut alive)
             } else {
@@ -141,31 +200,45 @@ fn run(mut insts: Vec<Inst>, servers: &[(IpAddr, u16)], plan: &mut Plan<'_>) -> 
         }
         let w = who.unwrap();
         assert!(alive[w], "a dead instance gets no packets");
-        let inst = &mut insts[w];
-        inst.chain.process(&mut batch, inst.store.as_mut());
-        for (k, p) in batch.pkts.iter().enumerate() {
-            let fl = flows_in[k];
-            let fwd = p.verdict == Verdict::Forward;
-            let step = &steps[i - batch.len() + k];
-            if fwd && step.outbound && !seen.contains_key(&fl) {
-                seen.insert(fl, endpoints(p.data()).unwrap());
+        // Shared objects (the NAT's port pool, least-connections loads) hand
+        // out in processing order: keep it the trace's, as one instance would,
+        // by draining the others' pipelines before this one takes a batch.
+        for (k, inst) in insts.iter_mut().enumerate() {
+            if k != w && alive[k] && inst.pipe.as_ref().is_some_and(|p| p.in_flight() > 0) {
+                drain(inst, &steps, &mut seen, &mut pool, true);
             }
-            if fwd && p.data() != &inputs[k][..] {
-                rewritten += 1;
-            }
-            packets.push((fwd, p.data().to_vec()));
         }
-        batch.recycle(&mut pool);
+        let inst = &mut insts[w];
+        let tag = (i - batch.len(), flows_in, inputs);
+        match inst.pipe.as_mut() {
+            Some(p) => {
+                p.push(&mut inst.chain, inst.store.as_mut(), batch, tag);
+                drain(inst, &steps, &mut seen, &mut pool, false);
+            }
+            None => {
+                inst.chain.process(&mut batch, inst.store.as_mut());
+                seen.record(&steps, &batch, &tag);
+                batch.recycle(&mut pool);
+            }
+        }
         for e in inst.chain.take_events() {
             records.push(e.to_eve()["flow"].to_string() + &e.to_eve()["src_ip"].to_string());
         }
     }
-    let mut hits = 0;
+    // Every pipeline drained before any instance's end-of-run flush reads
+    // what the others wrote.
+    for (k, inst) in insts.iter_mut().enumerate() {
+        if alive[k] {
+            drain(inst, &steps, &mut seen, &mut pool, true);
+        }
+    }
+    let (mut hits, mut local_swaps) = (0, 0);
     for (k, inst) in insts.iter_mut().enumerate() {
         if !alive[k] {
             continue;
         }
         hits += inst.chain.cache_stats().map_or(0, |c| c.hits);
+        local_swaps += inst.chain.cache_stats().map_or(0, |c| c.local_swaps);
         inst.chain.flush(inst.store.as_mut());
         for e in inst.chain.take_events() {
             records.push(e.to_eve()["flow"].to_string() + &e.to_eve()["src_ip"].to_string());
@@ -178,6 +251,11 @@ fn run(mut insts: Vec<Inst>, servers: &[(IpAddr, u16)], plan: &mut Plan<'_>) -> 
         );
     }
     records.sort();
+    let packets: Vec<(bool, Vec<u8>)> = seen
+        .packets
+        .into_iter()
+        .map(|p| p.unwrap_or((false, Vec::new())))
+        .collect();
     for (s, (fwd, bytes)) in steps.iter().zip(&packets) {
         if *fwd {
             assert!(verify_all_checksums(bytes), "checksums after rewriting");
@@ -192,8 +270,9 @@ fn run(mut insts: Vec<Inst>, servers: &[(IpAddr, u16)], plan: &mut Plan<'_>) -> 
     Outcome {
         packets,
         records,
-        rewritten,
+        rewritten: seen.rewritten,
         hits,
+        local_swaps,
     }
 }
 
@@ -267,10 +346,30 @@ fn split_owners(chain: &str, url: &str, n: usize) -> (Vec<Option<(u32, u32)>>, V
 fn same(got: &Outcome, want: &Outcome, what: &str) {
     assert_eq!(got.packets.len(), want.packets.len(), "{what}");
     for (i, (g, w)) in got.packets.iter().zip(&want.packets).enumerate() {
-        assert!(g == w, "{what}: packet {i} differs: {:?} vs {:?}", g.0, w.0);
+        assert!(
+            g == w,
+            "{what}: packet {i} differs: {:?} {:?} vs {:?} {:?}",
+            g.0,
+            endpoints(&g.1),
+            w.0,
+            endpoints(&w.1)
+        );
     }
     assert_eq!(got.rewritten, want.rewritten, "{what}");
-    assert_eq!(got.records, want.records, "{what}: flow records");
+    let extra: Vec<_> = got
+        .records
+        .iter()
+        .filter(|r| !want.records.contains(r))
+        .collect();
+    let missing: Vec<_> = want
+        .records
+        .iter()
+        .filter(|r| !got.records.contains(r))
+        .collect();
+    assert!(
+        got.records == want.records,
+        "{what}: flow records differ: extra {extra:?}, missing {missing:?}"
+    );
 }
 
 fn check(chain: &str, servers: &[(IpAddr, u16)]) {
@@ -370,4 +469,86 @@ fn cached_lb_owners_behave_as_one_local_instance() {
         (IpAddr::V4([192, 0, 2, 101]), 80),
     ];
     check(LB_CHAIN, &servers);
+}
+
+/// Pipelined owners (docs/STATE.md, "Pipelining"): next windows read ahead,
+/// new records, timers and load changes held until the store answered, owned
+/// claims decided by the cache. The packets are byte-identical
+/// to local state, and so with several as long as owners take batches in the
+/// trace's order (`run` drains the other owners' pipelines before an owner
+/// takes a batch: the NAT's port pool and least-connections loads hand out in
+/// processing order). An ownership move drains the old owner's pipeline before
+/// revoking it.
+fn check_pipelined(chain: &str, servers: &[(IpAddr, u16)]) {
+    let srv = RedisServer::start(&[]).expect("start redis-server");
+    let url = srv.url();
+    let local: Vec<Box<dyn StateStore>> = vec![Box::new(LocalStore::new())];
+    let want = run(instances(chain, local), servers, &mut |_, _, _, _| 0);
+    let pipelined = |mut insts: Vec<Inst>| {
+        for inst in insts.iter_mut() {
+            inst.pipe = Some(Pipeline::new(&mut inst.chain, inst.store.as_mut(), 2));
+        }
+        insts
+    };
+    for n in [1usize, 2, 3, 4] {
+        flushall(srv.port());
+        let (split, insts) = split_owners(chain, &url, n);
+        let mut insts = pipelined(insts);
+        let got = run(std::mem::take(&mut insts), servers, &mut |_, f, _, _| {
+            owner_of(&split, f)
+        });
+        same(&got, &want, &format!("{n} pipelined owners"));
+        assert!(
+            got.hits > 50,
+            "{n} pipelined owners: the cache answered reads"
+        );
+        assert!(
+            got.local_swaps > 10,
+            "{n} pipelined owners: claims decided by the cache ({})",
+            got.local_swaps
+        );
+    }
+    flushall(srv.port());
+    let at = 192;
+    let mut insts = pipelined(redis_insts(chain, &url, 2));
+    let a = &mut insts[0];
+    a.chain
+        .set_ownership(Some(lease(1, vec![(0, u32::MAX)])), a.store.as_mut())
+        .unwrap();
+    let mut moved = false;
+    let got = run(insts, servers, &mut |i, _, insts, _| {
+        if let Some(i) = i {
+            if i >= at && !moved {
+                moved = true;
+                let a = &mut insts[0];
+                let p = a.pipe.as_mut().unwrap();
+                p.flush(&mut a.chain, a.store.as_mut());
+                a.chain.set_ownership(None, a.store.as_mut()).unwrap();
+                let b = &mut insts[1];
+                b.chain
+                    .set_ownership(Some(lease(2, vec![(0, u32::MAX)])), b.store.as_mut())
+                    .unwrap();
+            }
+        }
+        usize::from(moved)
+    });
+    same(&got, &want, "pipelined ownership moved mid-trace");
+}
+
+#[test]
+fn pipelined_nat_owners_behave_as_one_local_instance() {
+    let servers = [
+        (IpAddr::V4([192, 0, 2, 53]), 53),
+        (IpAddr::V4([198, 18, 0, 1]), 80),
+    ];
+    check_pipelined(NAT_CHAIN, &servers);
+}
+
+#[test]
+fn pipelined_lb_owners_behave_as_one_local_instance() {
+    let servers = [
+        (IpAddr::V4([192, 0, 2, 100]), 80),
+        (IpAddr::V4([192, 0, 2, 101]), 80),
+    ];
+    check_pipelined(LB_CHAIN, &servers);
 }

@@ -158,6 +158,9 @@ pub struct CacheStats {
     pub held: u64,
     /// Prefetches that carried held operations or deferred writes.
     pub held_sends: u64,
+    /// Owned compare-and-sets decided by the cache in pipelined mode (the
+    /// owner's fresh entry held the expected value) and sent as plain writes.
+    pub local_swaps: u64,
 }
 
 #[derive(Debug)]
@@ -972,6 +975,27 @@ impl FlowCache {
                     let j = c.fwd.push_copy(ops, i);
                     c.fwd_map.push((j.index() as u32, i as u32));
                 }
+                (Op::CompareAndSet { key, expected, new }, Some((flow_hash, _)))
+                    if c.pipelined
+                        && c.map.get(&key).is_some_and(|e| {
+                            c.fresh(e, now)
+                                && e.flow_hash == flow_hash
+                                && e.val.as_deref() == expected.map(|s| ops.arg(s))
+                        }) =>
+                {
+                    // The owner's fresh entry is what the store holds (only the
+                    // owner writes it; a timer handler deletes it only once idle far
+                    // longer than `idle_ns`), so the swap takes: decided here and
+                    // sent as a plain write, which needs no answer.
+                    let v = new.map(|s| ops.arg(s).to_vec());
+                    c.write(key, v.as_deref(), flow_hash, now, false);
+                    match v {
+                        Some(v) => c.fwd.put(key, &v),
+                        None => c.fwd.delete(key),
+                    };
+                    ops.set_result(i, OpResult::Swapped(true));
+                    c.stats.local_swaps += 1;
+                }
                 (Op::CompareAndSet { key, .. }, Some((flow_hash, _))) => {
                     // Always to the store, after the key's deferred value.
                     c.fills.remove(&key);
@@ -1002,14 +1026,13 @@ impl FlowCache {
         if c.pipelined
             && c.fills.is_empty()
             && c.cas_posts.is_empty()
-            && c.fwd.ops().iter().all(|op| {
-                matches!(
-                    op,
-                    Op::Put { .. }
-                        | Op::Delete { .. }
-                        | Op::ArmTimer { .. }
-                        | Op::CancelTimer { .. }
-                )
+            && (0..c.fwd.len()).all(|j| match c.fwd.ops()[j] {
+                Op::Put { .. }
+                | Op::Delete { .. }
+                | Op::ArmTimer { .. }
+                | Op::CancelTimer { .. } => true,
+                Op::Incr { .. } => c.fwd.hint(j) == Hint::NoReply,
+                _ => false,
             })
         {
             // Nothing here needs an answer: held, in order, for the next prefetch; the
@@ -1763,5 +1786,48 @@ mod tests {
         assert!(c.settled(&mut s).is_err());
         c.wait_settled(&mut s, 201).unwrap();
         assert_eq!(s.value(k(9)), None);
+    }
+
+    #[test]
+    fn pipelined_owned_claims_and_unread_counters_need_no_round_trip() {
+        let (mut c, mut s) = pipelined();
+        // Known absent (the prefetch said so): the claim is decided here.
+        let mut want = Ops::new();
+        want.get_owned(k(10), 5);
+        c.prefetch(&mut s, &want, 10).unwrap();
+        let mut ops = Ops::new();
+        let g = ops.get_owned(k(10), 5);
+        c.bind(&mut s, 11).execute(&mut ops).unwrap();
+        assert_eq!(ops.value(g), None);
+        let sent = s.sent;
+        let mut ops = Ops::new();
+        let cas = ops.compare_and_set_owned(k(10), None, Some(&Raw(b"c")), 5);
+        ops.incr_no_reply(k(11), 1);
+        ops.arm_timer(k(10), 50);
+        c.bind(&mut s, 12).execute(&mut ops).unwrap();
+        assert!(ops.swapped(cas));
+        assert_eq!(s.sent, sent, "nothing sent: held");
+        assert_eq!(c.stats().local_swaps, 1);
+        c.wait_settled(&mut s, 13).unwrap();
+        let mut check = Ops::new();
+        let n = check.incr(k(11), 0);
+        s.inner.execute(&mut check).unwrap();
+        assert_eq!(check.counter(n), 1, "the load change reached the store");
+        assert!(
+            s.value(k(10)).is_some(),
+            "the claimed record reached the store"
+        );
+        // A claim the cache cannot vouch for (expected value differs from the
+        // entry) goes to the store and waits.
+        let mut ops = Ops::new();
+        let cas = ops.compare_and_set_owned(k(10), None, Some(&Raw(b"d")), 5);
+        c.bind(&mut s, 14).execute(&mut ops).unwrap();
+        assert!(!ops.swapped(cas), "the store holds a record already");
+        assert_eq!(c.stats().local_swaps, 1);
+        // A counter whose value is read always waits.
+        let mut ops = Ops::new();
+        let n = ops.incr(k(11), 0);
+        c.bind(&mut s, 15).execute(&mut ops).unwrap();
+        assert_eq!(ops.counter(n), 1);
     }
 }

@@ -147,6 +147,10 @@ pub enum Hint {
         /// The flow's direction-invariant hash.
         flow_hash: u32,
     },
+    /// A store-bound operation whose result the function never reads (a load
+    /// counter it only adjusts): in pipelined mode a cache may send it without
+    /// waiting, held with the batch's writes (docs/STATE.md, "Pipelining").
+    NoReply,
 }
 
 /// The result of one operation.
@@ -402,6 +406,13 @@ impl Ops {
     /// Queues a counter increment.
     pub fn incr(&mut self, key: Key, delta: i64) -> OpId {
         self.push(Op::Incr { key, delta })
+    }
+
+    /// Queues a counter increment whose new value the caller will not read
+    /// ([`Hint::NoReply`]); its result is [`OpResult::Done`] when a cache
+    /// answered for the store.
+    pub fn incr_no_reply(&mut self, key: Key, delta: i64) -> OpId {
+        self.push_hinted(Op::Incr { key, delta }, Hint::NoReply)
     }
 
     /// Queues creation of a pool of `size` items (no effect if it exists).

@@ -1104,10 +1104,12 @@ impl NetworkFunction for Lb {
                 Some(h) => ops.compare_and_set_owned(s.key, s.old.as_ref(), Some(&c), h),
                 None => ops.compare_and_set(s.key, s.old.as_ref(), Some(&c)),
             };
-            ops.incr(svc.backends[b as usize].load_key, 1);
+            // Loads are only adjusted here, never read back: a pipelined cache
+            // may send them without waiting.
+            ops.incr_no_reply(svc.backends[b as usize].load_key, 1);
             if let Some(o) = s.old {
                 if let Some(ob) = self.load_key(o.service as usize, o.backend as usize) {
-                    ops.incr(ob, -1);
+                    ops.incr_no_reply(ob, -1);
                 }
             }
             ops.arm_timer(s.key, now.saturating_add(self.timeout(svc.proto, &c)));
