@@ -258,6 +258,8 @@ pub fn demo(dir: &Path, json: bool) -> Result<(), RunError> {
         state: "local".into(),
         json,
         unshared: false,
+        own: false,
+        pipeline: None,
     };
     if !json {
         println!(

@@ -5,11 +5,11 @@ use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use sluice_chain::{Chain, ChainStats, Sharing};
+use sluice_chain::{Chain, ChainStats, Pipeline, Sharing};
 use sluice_nf::Event;
 use sluice_packet::{Batch, PacketPool, Verdict, MAX_FRAME};
 use sluice_pcap::{PcapReader, PcapWriter};
-use sluice_state::{LocalStore, StateStore};
+use sluice_state::{LocalStore, Ownership, StateStore};
 
 /// Arguments of `sluice run`.
 #[derive(clap::Args, Debug, Clone)]
@@ -36,6 +36,17 @@ pub struct RunArgs {
     /// Make every function parse and reassemble on its own (for comparisons).
     #[arg(long)]
     pub unshared: bool,
+    /// Hold an ownership lease on every flow, so flow-owned records are cached
+    /// in front of the store (docs/STATE.md, "The flow cache"). Only correct if
+    /// no other instance of this chain uses the store meanwhile.
+    #[arg(long)]
+    pub own: bool,
+    /// Pipelined mode with windows of this many packets (docs/STATE.md,
+    /// "Pipelining"); implies `--own`. Forwarded packets keep their order;
+    /// frames functions emit (RSTs) are written when taken, after the batches
+    /// released by then.
+    #[arg(long, value_name = "PACKETS")]
+    pub pipeline: Option<usize>,
 }
 
 /// What a run did.
@@ -128,6 +139,15 @@ pub fn run(args: &RunArgs) -> Result<Summary, RunError> {
         eprintln!("warning: {}: {w}", args.chain.display());
     }
     let mut store = open_store(&args.state)?;
+    if args.own || args.pipeline.is_some() {
+        chain
+            .set_ownership(Some(Ownership::all(1, u64::MAX)), store.as_mut())
+            .map_err(|e| RunError::StateOpen(args.state.clone(), e))?;
+    }
+    let mut pipe: Option<Pipeline<()>> = args.pipeline.map(|packets| {
+        let window = (packets / spec.settings.batch_size.max(1)).max(1);
+        Pipeline::new(&mut chain, store.as_mut(), window)
+    });
     let file = File::open(&args.pcap).map_err(|e| file_err(&args.pcap, e))?;
     let mut reader = PcapReader::new(file).map_err(|e| file_err(&args.pcap, e))?;
     let mut writer = match &args.out {
@@ -143,7 +163,9 @@ pub fn run(args: &RunArgs) -> Result<Summary, RunError> {
     };
 
     let batch_size = spec.settings.batch_size;
-    let mut pool = PacketPool::new(batch_size * 2);
+    // A pipeline holds about three windows of batches.
+    let in_flight = pipe.as_ref().map_or(1, |p| 3 * p.window() + 2);
+    let mut pool = PacketPool::new(batch_size * (in_flight + 1));
     let mut batch = Batch::with_capacity(batch_size);
     let mut buf = Vec::with_capacity(MAX_FRAME);
     let mut events: Vec<Event> = Vec::new();
@@ -153,13 +175,10 @@ pub fn run(args: &RunArgs) -> Result<Summary, RunError> {
     let mut input_error = None;
     let started = Instant::now();
 
-    let flush_batch = |chain: &mut Chain,
-                       batch: &mut Batch,
-                       pool: &mut PacketPool,
-                       store: &mut dyn StateStore,
+    let write_batch = |chain: &mut Chain,
+                       batch: &Batch,
                        writer: &mut Option<PcapWriter<BufWriter<File>>>|
      -> Result<(), RunError> {
-        chain.process(batch, store);
         if let Some(w) = writer.as_mut() {
             for p in batch.pkts.iter().filter(|p| p.verdict == Verdict::Forward) {
                 w.write(p.ts_ns, p.data())
@@ -173,8 +192,43 @@ pub fn run(args: &RunArgs) -> Result<Summary, RunError> {
         } else {
             chain.take_emitted();
         }
-        batch.recycle(pool);
         Ok(())
+    };
+    // Hands a full batch to the chain (or the pipeline) and writes what left.
+    let mut free: Vec<Batch> = Vec::new();
+    let mut submit = |chain: &mut Chain,
+                      mut batch: Batch,
+                      pool: &mut PacketPool,
+                      store: &mut dyn StateStore,
+                      pipe: &mut Option<Pipeline<()>>,
+                      writer: &mut Option<PcapWriter<BufWriter<File>>>,
+                      end: bool|
+     -> Result<Batch, RunError> {
+        match pipe.as_mut() {
+            None if batch.is_empty() => Ok(batch),
+            None => {
+                chain.process(&mut batch, store);
+                write_batch(chain, &batch, writer)?;
+                batch.recycle(pool);
+                Ok(batch)
+            }
+            Some(p) => {
+                if !batch.is_empty() {
+                    p.push(chain, store, batch, ());
+                }
+                if end {
+                    p.flush(chain, store);
+                }
+                while let Some((mut b, ())) = p.pop() {
+                    write_batch(chain, &b, writer)?;
+                    b.recycle(pool);
+                    free.push(b);
+                }
+                Ok(free
+                    .pop()
+                    .unwrap_or_else(|| Batch::with_capacity(batch_size)))
+            }
+        }
     };
 
     loop {
@@ -188,12 +242,14 @@ pub fn run(args: &RunArgs) -> Result<Summary, RunError> {
                 }
                 batch.push_frame(&mut pool, &buf, rec.ts_ns, rec.interface as u16);
                 if batch.len() == batch_size {
-                    flush_batch(
+                    batch = submit(
                         &mut chain,
-                        &mut batch,
+                        batch,
                         &mut pool,
                         store.as_mut(),
+                        &mut pipe,
                         &mut writer,
+                        false,
                     )?;
                     chain.drain_events_into(&mut events);
                     write_events(&mut eve, &mut events, args)?;
@@ -206,16 +262,28 @@ pub fn run(args: &RunArgs) -> Result<Summary, RunError> {
             }
         }
     }
-    if !batch.is_empty() {
-        flush_batch(
-            &mut chain,
-            &mut batch,
-            &mut pool,
-            store.as_mut(),
-            &mut writer,
-        )?;
+    let _ = submit(
+        &mut chain,
+        batch,
+        &mut pool,
+        store.as_mut(),
+        &mut pipe,
+        &mut writer,
+        true,
+    )?;
+    if let Some(p) = pipe.as_ref().filter(|p| p.lost_batches() > 0) {
+        eprintln!(
+            "warning: {} batches dropped: the store lost writes they waited for",
+            p.lost_batches()
+        );
     }
     chain.flush(store.as_mut());
+    if args.own || args.pipeline.is_some() {
+        // Deferred writes reach the store before the run ends.
+        chain
+            .set_ownership(None, store.as_mut())
+            .map_err(|e| RunError::StateOpen(args.state.clone(), e))?;
+    }
     // Frames emitted at flush are stamped with the time of the last packet read.
     let ts = last_ts;
     if let Some(w) = writer.as_mut() {
