@@ -247,6 +247,20 @@ pub fn nat_chain() -> ChainText {
     }
 }
 
+/// [`nat_chain`] allocating `reserve` public ports ahead (`port_reserve`), as a
+/// NAT sharing its pool with other instances through a remote store would.
+pub fn nat_chain_reserving(reserve: u32) -> ChainText {
+    ChainText {
+        yaml: single(
+            "nat",
+            &format!(
+                "    inside: [10.0.0.0/8]\n    pool: [203.0.113.0/28]\n    port_reserve: {reserve}\n"
+            ),
+        ),
+        files: vec![],
+    }
+}
+
 /// A Maglev load balancer with a service on each generated server address (port 80).
 pub fn lb_chain() -> ChainText {
     ChainText {

@@ -80,6 +80,21 @@ pub fn run_timers(f: &mut dyn NetworkFunction, store: &mut dyn StateStore, now: 
     events
 }
 
+/// Runs `f`'s end-of-processing flush at `now` and returns the events it raised.
+pub fn flush(f: &mut dyn NetworkFunction, store: &mut dyn StateStore, now: u64) -> Vec<Event> {
+    let streams = Streams::default();
+    let (mut events, mut emit) = (Vec::new(), Vec::new());
+    let mut ctx = Ctx {
+        now_ns: now,
+        stage: 0,
+        streams: &streams,
+        events: &mut events,
+        emit: &mut emit,
+    };
+    f.flush(&mut ctx, store).expect("the store answers");
+    events
+}
+
 /// The value of one of `f`'s counters (panics if it has none of that name).
 pub fn counter(f: &dyn NetworkFunction, name: &str) -> u64 {
     let mut v = Vec::new();

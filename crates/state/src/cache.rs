@@ -1030,7 +1030,8 @@ impl FlowCache {
                 Op::Put { .. }
                 | Op::Delete { .. }
                 | Op::ArmTimer { .. }
-                | Op::CancelTimer { .. } => true,
+                | Op::CancelTimer { .. }
+                | Op::PoolFree { .. } => true,
                 Op::Incr { .. } => c.fwd.hint(j) == Hint::NoReply,
                 _ => false,
             })

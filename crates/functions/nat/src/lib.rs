@@ -33,6 +33,12 @@ use sluice_wire::{icmp, ip_proto, FlowKey, IpAddr};
 const TABLE_FWD: u8 = 1;
 const TABLE_REV: u8 = 2;
 const TABLE_POOL: u8 = 3;
+/// Pool items an instance allocated ahead (`port_reserve`), one key per item.
+const TABLE_RESV: u8 = 4;
+/// A reserved item nobody used is freed by its timer after this long, on
+/// whichever instance takes the timer; its owner uses it only during the first
+/// half, and returns it itself after that.
+const RESERVE_TTL_NS: u64 = 60_000_000_000;
 const TIMER_BATCH: usize = 1024;
 
 /// Layout version of [`Mapping`].
@@ -142,6 +148,13 @@ pub struct Config {
     /// A mapping's `last_seen` is rewritten at most once per this many
     /// milliseconds, so timeouts are accurate to within it. Default 1000.
     pub refresh_ms: u64,
+    /// Pool items this instance allocates ahead, so that most new mappings
+    /// need no pool round trip (a port block, as carrier-grade NATs keep).
+    /// Default 0 (allocate each new mapping's item when it is needed). Items
+    /// are recorded in the store and freed by a timer if the instance dies
+    /// before using them; which public port a flow gets then depends on which
+    /// instance translates it.
+    pub port_reserve: u32,
 }
 
 impl Default for Config {
@@ -153,6 +166,7 @@ impl Default for Config {
             timeouts: Timeouts::default(),
             ipv6: Ipv6Policy::Pass,
             refresh_ms: 1000,
+            port_reserve: 0,
         }
     }
 }
@@ -246,6 +260,9 @@ pub fn build(
         t_udp: s(t.udp),
         t_icmp: s(t.icmp),
         refresh_ns: config.refresh_ms.saturating_mul(1_000_000),
+        reserve_n: config.port_reserve.min(4096) as usize,
+        reserve: std::collections::VecDeque::new(),
+        refill: Vec::new(),
         ops: Ops::new(),
         ops2: Ops::new(),
         slots: Vec::new(),
@@ -277,6 +294,7 @@ struct Counters {
     ipv6: u64,
     decode_errors: u64,
     rewrite_errors: u64,
+    reservations_expired: u64,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -313,6 +331,8 @@ struct Slot {
     /// A read of the other direction's record (its own one looked expired).
     other: Option<OpId>,
     alloc: Option<OpId>,
+    /// An item taken from the reserve instead of `alloc`.
+    pre: Option<u32>,
     item: Option<u32>,
     cas: Option<OpId>,
     reread: Option<OpId>,
@@ -335,6 +355,12 @@ pub struct Nat {
     t_udp: u64,
     t_icmp: u64,
     refresh_ns: u64,
+    /// `port_reserve`: items to allocate ahead (0: none).
+    reserve_n: usize,
+    /// Items allocated ahead, oldest first, with when they were reserved.
+    reserve: std::collections::VecDeque<(u32, u64)>,
+    /// This batch's allocations for the reserve.
+    refill: Vec<OpId>,
     ops: Ops,
     ops2: Ops,
     slots: Vec<Slot>,
@@ -454,6 +480,50 @@ impl Nat {
         }
     }
 
+    /// Frees the items whose reservation timers were taken (their owner died or
+    /// kept them past half their life, after which it never uses them) and
+    /// removes those keys from `self.keys`. A reservation record still present
+    /// means nobody used the item: whoever uses one deletes the record first.
+    fn free_unused_reservations(&mut self, store: &mut dyn StateStore) -> Result<(), NfError> {
+        if !self.keys.iter().any(|k| k.table() == TABLE_RESV) {
+            return Ok(());
+        }
+        self.ops.clear();
+        self.ids.clear();
+        for k in self.keys.iter().filter(|k| k.table() == TABLE_RESV) {
+            self.ids.push(Some(self.ops.get(*k)));
+        }
+        store.execute(&mut self.ops)?;
+        self.ops2.clear();
+        let resv = self.keys.iter().filter(|k| k.table() == TABLE_RESV);
+        for (k, g) in resv.zip(&self.ids) {
+            let item = k
+                .payload()
+                .try_into()
+                .ok()
+                .map(u32::from_be_bytes)
+                .filter(|_| g.is_some_and(|g| self.ops.value(g).is_some()));
+            if let Some(item) = item {
+                self.ops2.pool_free(self.pool_key, item as u64);
+                self.ops2.delete(*k);
+                self.c.reservations_expired += 1;
+            }
+        }
+        if !self.ops2.is_empty() {
+            store.execute(&mut self.ops2)?;
+        }
+        self.keys.retain(|k| k.table() != TABLE_RESV);
+        Ok(())
+    }
+
+    /// Returns a reserved item to the pool and forgets its reservation.
+    fn unreserve(ops: &mut Ops, ns: Namespace, pool_key: Key, item: u32) {
+        let rk = resv_key(ns, item);
+        ops.pool_free(pool_key, item as u64);
+        ops.delete(rk);
+        ops.cancel_timer(rk);
+    }
+
     /// The key of the other direction's record of mapping `m` read under `s`.
     fn other_key(&self, s: &Slot, m: &Mapping) -> Key {
         if s.fwd {
@@ -499,6 +569,7 @@ impl Nat {
             through: false,
             other: None,
             alloc: None,
+            pre: None,
             item: None,
             cas: None,
             reread: None,
@@ -788,13 +859,39 @@ impl NetworkFunction for Nat {
 
         // Round trip 2: reads of other records, allocations for new flows, and
         // writes of changed records not waiting for a recheck.
+        let now = ctx.now_ns;
+        let mut short = false;
+        self.refill.clear();
         for &i in &self.pending {
             let Plan::Do { slot, .. } = self.plan[i as usize] else {
                 continue;
             };
             let s = &mut self.slots[slot as usize];
-            if s.alloc.is_none() {
+            if s.alloc.is_some() || s.pre.is_some() {
+                continue;
+            }
+            // From the reserve if it has an item young enough to be ours for
+            // sure (its timer frees it after RESERVE_TTL_NS); the reservation
+            // record goes with the mapping's writes.
+            while let Some((item, at)) = self.reserve.pop_front() {
+                if now < at.saturating_add(RESERVE_TTL_NS / 2) {
+                    s.pre = Some(item);
+                    let rk = resv_key(self.ns, item);
+                    ops.delete(rk);
+                    ops.cancel_timer(rk);
+                    break;
+                }
+                Self::unreserve(&mut ops, self.ns, self.pool_key, item);
+            }
+            if s.pre.is_none() {
                 s.alloc = Some(ops.pool_alloc(self.pool_key));
+                short = true;
+            }
+        }
+        if short {
+            // Allocated ahead in the round trip that waits anyway.
+            for _ in 0..self.reserve_n {
+                self.refill.push(ops.pool_alloc(self.pool_key));
             }
         }
         for s in &self.slots {
@@ -842,15 +939,33 @@ impl NetworkFunction for Nat {
         }
         self.ops2 = ops2;
 
-        // Round trip 3 (with the rechecked writes): new mappings, reverse record
-        // first, then the forward one claimed only if still absent.
-        let now = ctx.now_ns;
-        for si in 0..self.slots.len() {
-            let Some(a) = self.slots[si].alloc else {
+        // The reserve's new items, recorded in the store (freed by their timer
+        // if this instance dies before using them).
+        for k in 0..self.refill.len() {
+            let Some(item) = self
+                .ops
+                .allocated(self.refill[k])
+                .and_then(|x| u32::try_from(x).ok())
+            else {
                 continue;
             };
-            let Some(item) = self.ops.allocated(a).and_then(|x| u32::try_from(x).ok()) else {
-                continue;
+            let rk = resv_key(self.ns, item);
+            self.ops2.put(rk, &item.to_be_bytes());
+            self.ops2.arm_timer(rk, now.saturating_add(RESERVE_TTL_NS));
+            self.reserve.push_back((item, now));
+        }
+
+        // Round trip 3 (with the rechecked writes): new mappings, reverse record
+        // first, then the forward one claimed only if still absent.
+        for si in 0..self.slots.len() {
+            let allocated = |a: OpId| self.ops.allocated(a).and_then(|x| u32::try_from(x).ok());
+            let item = match (self.slots[si].pre, self.slots[si].alloc) {
+                (Some(item), _) => item,
+                (None, Some(a)) => match allocated(a) {
+                    Some(item) => item,
+                    None => continue,
+                },
+                (None, None) => continue,
             };
             let s = &self.slots[si];
             let (pa, pp) = self.public_of(item);
@@ -957,6 +1072,8 @@ impl NetworkFunction for Nat {
             if self.keys.is_empty() {
                 return Ok(());
             }
+            let taken = self.keys.len();
+            self.free_unused_reservations(store)?;
             self.ops.clear();
             self.ids.clear();
             for &k in &self.keys {
@@ -1033,10 +1150,23 @@ impl NetworkFunction for Nat {
             if !self.ops2.is_empty() {
                 store.execute(&mut self.ops2)?;
             }
-            if self.keys.len() < TIMER_BATCH {
+            if taken < TIMER_BATCH {
                 return Ok(());
             }
         }
+    }
+
+    /// Returns the reserve to the pool (the instance stops).
+    fn flush(&mut self, _ctx: &mut Ctx<'_>, store: &mut dyn StateStore) -> Result<(), NfError> {
+        if self.reserve.is_empty() {
+            return Ok(());
+        }
+        self.ops.clear();
+        for (item, _) in self.reserve.drain(..) {
+            Self::unreserve(&mut self.ops, self.ns, self.pool_key, item);
+        }
+        store.execute(&mut self.ops)?;
+        Ok(())
     }
 
     fn counters(&self, out: &mut Vec<(&'static str, u64)>) {
@@ -1056,8 +1186,15 @@ impl NetworkFunction for Nat {
             ("ipv6", c.ipv6),
             ("decode_errors", c.decode_errors),
             ("rewrite_errors", c.rewrite_errors),
+            ("reservations_expired", c.reservations_expired),
+            ("reserved", self.reserve.len() as u64),
         ]);
     }
+}
+
+/// The reservation record of pool item `item` (see `Config::port_reserve`).
+fn resv_key(ns: Namespace, item: u32) -> Key {
+    Key::new(ns, TABLE_RESV, &item.to_be_bytes())
 }
 
 #[cfg(test)]

@@ -674,3 +674,153 @@ proptest! {
         timers(&mut n, &mut s, u64::MAX);
     }
 }
+
+#[test]
+fn reserved_ports_spare_pool_round_trips_and_are_never_shared() {
+    // Four instances with reserves of 8 on one shared store, flows spread over
+    // them: every flow gets its own public endpoint and keeps it everywhere.
+    let shared = SharedLocalStore::new();
+    let mut inst: Vec<(Nat, SharedLocalStore)> = (0..4)
+        .map(|_| {
+            (
+                nat_with(|c| {
+                    c.ports = "3000-3999".into();
+                    c.port_reserve = 8;
+                }),
+                shared.handle(),
+            )
+        })
+        .collect();
+    let flows: Vec<_> = (0..300u32)
+        .map(|i| ([10, 2, (i >> 8) as u8, i as u8], 4000 + i as u16))
+        .collect();
+    let mut mapping: std::collections::HashMap<([u8; 4], u16), FlowKey> = Default::default();
+    for round in 0..3u64 {
+        for (bi, chunk) in flows.chunks(4).enumerate() {
+            let k = (bi + round as usize) % 4;
+            let frames: Vec<_> = chunk
+                .iter()
+                .map(|&(a, p)| (build::udp_v4(a, R, p, 53, b"q"), round))
+                .collect();
+            let (n, s) = &mut inst[k];
+            let o = run(n, s, &frames);
+            for (j, &(a, p)) in chunk.iter().enumerate() {
+                let t = o.flow(j);
+                assert_eq!(
+                    *mapping.entry((a, p)).or_insert(t),
+                    t,
+                    "one mapping per flow"
+                );
+            }
+        }
+    }
+    let publics: HashSet<_> = mapping.values().map(|f| (f.src, f.src_port)).collect();
+    assert_eq!(
+        publics.len(),
+        flows.len(),
+        "no public endpoint handed out twice"
+    );
+    let reserved: u64 = inst.iter().map(|(n, _)| counter(n, "reserved")).sum();
+    assert!(reserved > 0, "instances hold reserves");
+}
+
+#[test]
+fn a_reserve_costs_one_pool_round_trip_per_block() {
+    let mut n = nat_with(|c| {
+        c.ports = "3000-3999".into();
+        c.port_reserve = 16;
+    });
+    let mut s = LocalStore::new();
+    // Eight batches of two new flows each: the first allocates 2 + 16 items,
+    // the next seven take theirs from the reserve.
+    for b in 0..8u16 {
+        let frames: Vec<_> = (0..2u16)
+            .map(|i| (build::udp_v4(H, R, 100 + 2 * b + i, 53, b"q"), 1))
+            .collect();
+        let o = run(&mut n, &mut s, &frames);
+        assert!(o.reason(0).is_none() && o.reason(1).is_none());
+    }
+    assert_eq!(counter(&n, "new_mappings"), 16);
+    assert_eq!(counter(&n, "reserved"), 2, "18 allocated, 16 used");
+    // Only the first batch allocated: 18 pool operations (plus the pool's
+    // creation), not 16 spread over eight round trips.
+    assert_eq!(
+        s.counters().atomics,
+        18 + 1 + 16,
+        "allocations, init, claims"
+    );
+}
+
+#[test]
+fn a_dead_instances_reserve_returns_to_the_pool_after_its_timer() {
+    let shared = SharedLocalStore::new();
+    let one_port_each = |c: &mut Config| {
+        c.pool = vec!["203.0.113.7".into()];
+        c.ports = "6000-6003".into();
+        c.port_reserve = 3;
+    };
+    // A takes one port and reserves the other three, then dies (no flush).
+    let mut a = nat_with(one_port_each);
+    let mut sa = shared.handle();
+    assert!(
+        run(&mut a, &mut sa, &[(build::udp_v4(H, R, 1, 53, b"q"), SEC)])
+            .reason(0)
+            .is_none()
+    );
+    drop(a);
+    // B finds the pool empty until the reservations' timers free them.
+    let mut b = nat_with(one_port_each);
+    let mut sb = shared.handle();
+    let q = |p: u16, t: u64| (build::udp_v4(H, R, p, 53, b"q"), t);
+    assert_eq!(
+        run(&mut b, &mut sb, &[q(2, 2 * SEC)]).reason(0),
+        Some("pool_exhausted")
+    );
+    timers(&mut b, &mut sb, 30 * SEC);
+    assert_eq!(
+        run(&mut b, &mut sb, &[q(3, 30 * SEC)]).reason(0),
+        Some("pool_exhausted")
+    );
+    timers(&mut b, &mut sb, 62 * SEC);
+    assert_eq!(counter(&b, "reservations_expired"), 3);
+    let o = run(
+        &mut b,
+        &mut sb,
+        &[q(4, 62 * SEC), q(5, 62 * SEC), q(6, 62 * SEC)],
+    );
+    assert!(
+        (0..3).all(|i| o.reason(i).is_none()),
+        "the dead instance's ports are back"
+    );
+}
+
+#[test]
+fn a_stopping_instance_returns_its_reserve_and_old_items_are_not_used() {
+    let mut n = nat_with(|c| {
+        c.pool = vec!["203.0.113.7".into()];
+        c.ports = "6000-6003".into();
+        c.port_reserve = 3;
+    });
+    let mut s = LocalStore::new();
+    let q = |p: u16, t: u64| (build::udp_v4(H, R, p, 53, b"q"), t);
+    assert!(run(&mut n, &mut s, &[q(1, SEC)]).reason(0).is_none());
+    assert_eq!(counter(&n, "reserved"), 3);
+    // Past half their life, reserved items are returned, not used.
+    assert!(run(&mut n, &mut s, &[q(2, 40 * SEC)]).reason(0).is_none());
+    // Three returned; of the three free items one went to the flow and two to
+    // the reserve (the first mapping holds the fourth).
+    assert_eq!(counter(&n, "reserved"), 2);
+    testing::flush(&mut n, &mut s, 41 * SEC);
+    assert_eq!(counter(&n, "reserved"), 0);
+    // Two mappings hold two ports; the other two are free again.
+    let mut m = nat_with(|c| {
+        c.pool = vec!["203.0.113.7".into()];
+        c.ports = "6000-6003".into();
+    });
+    let o = run(
+        &mut m,
+        &mut s,
+        &[q(3, 42 * SEC), q(4, 42 * SEC), q(5, 42 * SEC)],
+    );
+    assert_eq!((0..3).filter(|&i| o.reason(i).is_none()).count(), 2);
+}
