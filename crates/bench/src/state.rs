@@ -263,11 +263,7 @@ pub fn run_once_with(
     digest: bool,
     cached: bool,
 ) -> Result<RunOutcome, String> {
-    let mode = if cached {
-        RunMode::Cached
-    } else {
-        RunMode::Plain
-    };
+    let mode = RunMode::cached_if(cached);
     run_once_mode(spec, dir, name, w, store, digest, mode)
 }
 
@@ -284,6 +280,17 @@ pub enum RunMode {
     /// trips (docs/STATE.md, "Pipelining"). Latency is then measured from a
     /// batch's arrival to its release.
     Pipelined(usize),
+}
+
+impl RunMode {
+    /// [`RunMode::Cached`] if `cached`, else [`RunMode::Plain`].
+    pub fn cached_if(cached: bool) -> RunMode {
+        if cached {
+            RunMode::Cached
+        } else {
+            RunMode::Plain
+        }
+    }
 }
 
 /// One run of `w` through a fresh chain named `name` in `mode`.
@@ -630,11 +637,7 @@ fn best_of_with(
     open: &mut dyn FnMut() -> Result<Box<dyn StateStore>, String>,
     cached: bool,
 ) -> Result<RunOutcome, String> {
-    let mode = if cached {
-        RunMode::Cached
-    } else {
-        RunMode::Plain
-    };
+    let mode = RunMode::cached_if(cached);
     best_of_mode(spec, dir, tag, w, reps, open, mode)
 }
 

@@ -372,30 +372,65 @@ fn same(got: &Outcome, want: &Outcome, what: &str) {
     );
 }
 
-fn check(chain: &str, servers: &[(IpAddr, u16)]) {
+/// Owners of a hash-range split and an ownership move, plain cached (`window`
+/// `None`) or pipelined with windows of `window` batches (docs/STATE.md,
+/// "Pipelining": next windows read ahead, new records, timers and load changes
+/// held until the store answered, owned claims decided by the cache). Packets
+/// are byte-identical to one instance with local state in both: pipelined
+/// owners take batches in the trace's order (`run` drains the other owners'
+/// pipelines first: the NAT's port pool and least-connections loads hand out in
+/// processing order), and an ownership move drains the old owner's pipeline
+/// before revoking it. Plain cached runs also kill an owner mid-trace.
+fn check(chain: &str, servers: &[(IpAddr, u16)], window: Option<usize>) {
     let srv = RedisServer::start(&[]).expect("start redis-server");
     let url = srv.url();
     let local: Vec<Box<dyn StateStore>> = vec![Box::new(LocalStore::new())];
     let want = run(instances(chain, local), servers, &mut |_, _, _, _| 0);
     assert!(want.packets.iter().all(|p| p.0), "every packet passes");
+    let mode = match window {
+        Some(w) => format!("pipelined (window {w})"),
+        None => "cached".to_string(),
+    };
+    let pipelined = |mut insts: Vec<Inst>| {
+        if let Some(w) = window {
+            for inst in insts.iter_mut() {
+                inst.pipe = Some(Pipeline::new(&mut inst.chain, inst.store.as_mut(), w));
+            }
+        }
+        insts
+    };
 
     // 1-4 owners of an even split, each steered the packets it owns.
     for n in [1usize, 2, 3, 4] {
         flushall(srv.port());
         let (split, insts) = split_owners(chain, &url, n);
-        let got = run(insts, servers, &mut |_, f, _, _| owner_of(&split, f));
+        let got = run(pipelined(insts), servers, &mut |_, f, _, _| {
+            owner_of(&split, f)
+        });
         assert!(
             got.hits > 50,
-            "{n} owners: the cache answered reads ({})",
+            "{n} {mode} owners: the cache answered reads ({})",
             got.hits
         );
-        same(&got, &want, &format!("{n} owners of a hash-range split"));
+        same(
+            &got,
+            &want,
+            &format!("{n} {mode} owners of a hash-range split"),
+        );
+        if window.is_some() {
+            assert!(
+                got.local_swaps > 10,
+                "{n} {mode} owners: claims decided by the cache ({})",
+                got.local_swaps
+            );
+        }
     }
 
-    // Ownership moves mid-trace: A revoked (flushing), then B granted everything.
+    // Ownership moves mid-trace: A drained and revoked (flushing), then B
+    // granted everything.
     flushall(srv.port());
     let at = 192;
-    let mut insts = redis_insts(chain, &url, 2);
+    let mut insts = pipelined(redis_insts(chain, &url, 2));
     let a = &mut insts[0];
     a.chain
         .set_ownership(Some(lease(1, vec![(0, u32::MAX)])), a.store.as_mut())
@@ -406,6 +441,9 @@ fn check(chain: &str, servers: &[(IpAddr, u16)]) {
             if i >= at && !moved {
                 moved = true;
                 let a = &mut insts[0];
+                if let Some(p) = a.pipe.as_mut() {
+                    p.flush(&mut a.chain, a.store.as_mut());
+                }
                 a.chain.set_ownership(None, a.store.as_mut()).unwrap();
                 let b = &mut insts[1];
                 b.chain
@@ -415,7 +453,10 @@ fn check(chain: &str, servers: &[(IpAddr, u16)]) {
         }
         usize::from(moved)
     });
-    same(&got, &want, "ownership moved mid-trace");
+    same(&got, &want, &format!("{mode}: ownership moved mid-trace"));
+    if window.is_some() {
+        return;
+    }
 
     // An owner dies a third of the way in without flushing; the survivor is
     // granted its range. Packets must not change.
@@ -453,102 +494,32 @@ fn check(chain: &str, servers: &[(IpAddr, u16)]) {
     assert_eq!(got.rewritten, want.rewritten);
 }
 
+const NAT_SERVERS: [(IpAddr, u16); 2] = [
+    (IpAddr::V4([192, 0, 2, 53]), 53),
+    (IpAddr::V4([198, 18, 0, 1]), 80),
+];
+
+const LB_SERVERS: [(IpAddr, u16); 2] = [
+    (IpAddr::V4([192, 0, 2, 100]), 80),
+    (IpAddr::V4([192, 0, 2, 101]), 80),
+];
+
 #[test]
 fn cached_nat_owners_behave_as_one_local_instance() {
-    let servers = [
-        (IpAddr::V4([192, 0, 2, 53]), 53),
-        (IpAddr::V4([198, 18, 0, 1]), 80),
-    ];
-    check(NAT_CHAIN, &servers);
+    check(NAT_CHAIN, &NAT_SERVERS, None);
 }
 
 #[test]
 fn cached_lb_owners_behave_as_one_local_instance() {
-    let servers = [
-        (IpAddr::V4([192, 0, 2, 100]), 80),
-        (IpAddr::V4([192, 0, 2, 101]), 80),
-    ];
-    check(LB_CHAIN, &servers);
-}
-
-/// Pipelined owners (docs/STATE.md, "Pipelining"): next windows read ahead,
-/// new records, timers and load changes held until the store answered, owned
-/// claims decided by the cache. The packets are byte-identical
-/// to local state, and so with several as long as owners take batches in the
-/// trace's order (`run` drains the other owners' pipelines before an owner
-/// takes a batch: the NAT's port pool and least-connections loads hand out in
-/// processing order). An ownership move drains the old owner's pipeline before
-/// revoking it.
-fn check_pipelined(chain: &str, servers: &[(IpAddr, u16)]) {
-    let srv = RedisServer::start(&[]).expect("start redis-server");
-    let url = srv.url();
-    let local: Vec<Box<dyn StateStore>> = vec![Box::new(LocalStore::new())];
-    let want = run(instances(chain, local), servers, &mut |_, _, _, _| 0);
-    let pipelined = |mut insts: Vec<Inst>| {
-        for inst in insts.iter_mut() {
-            inst.pipe = Some(Pipeline::new(&mut inst.chain, inst.store.as_mut(), 2));
-        }
-        insts
-    };
-    for n in [1usize, 2, 3, 4] {
-        flushall(srv.port());
-        let (split, insts) = split_owners(chain, &url, n);
-        let mut insts = pipelined(insts);
-        let got = run(std::mem::take(&mut insts), servers, &mut |_, f, _, _| {
-            owner_of(&split, f)
-        });
-        same(&got, &want, &format!("{n} pipelined owners"));
-        assert!(
-            got.hits > 50,
-            "{n} pipelined owners: the cache answered reads"
-        );
-        assert!(
-            got.local_swaps > 10,
-            "{n} pipelined owners: claims decided by the cache ({})",
-            got.local_swaps
-        );
-    }
-    flushall(srv.port());
-    let at = 192;
-    let mut insts = pipelined(redis_insts(chain, &url, 2));
-    let a = &mut insts[0];
-    a.chain
-        .set_ownership(Some(lease(1, vec![(0, u32::MAX)])), a.store.as_mut())
-        .unwrap();
-    let mut moved = false;
-    let got = run(insts, servers, &mut |i, _, insts, _| {
-        if let Some(i) = i {
-            if i >= at && !moved {
-                moved = true;
-                let a = &mut insts[0];
-                let p = a.pipe.as_mut().unwrap();
-                p.flush(&mut a.chain, a.store.as_mut());
-                a.chain.set_ownership(None, a.store.as_mut()).unwrap();
-                let b = &mut insts[1];
-                b.chain
-                    .set_ownership(Some(lease(2, vec![(0, u32::MAX)])), b.store.as_mut())
-                    .unwrap();
-            }
-        }
-        usize::from(moved)
-    });
-    same(&got, &want, "pipelined ownership moved mid-trace");
+    check(LB_CHAIN, &LB_SERVERS, None);
 }
 
 #[test]
 fn pipelined_nat_owners_behave_as_one_local_instance() {
-    let servers = [
-        (IpAddr::V4([192, 0, 2, 53]), 53),
-        (IpAddr::V4([198, 18, 0, 1]), 80),
-    ];
-    check_pipelined(NAT_CHAIN, &servers);
+    check(NAT_CHAIN, &NAT_SERVERS, Some(2));
 }
 
 #[test]
 fn pipelined_lb_owners_behave_as_one_local_instance() {
-    let servers = [
-        (IpAddr::V4([192, 0, 2, 100]), 80),
-        (IpAddr::V4([192, 0, 2, 101]), 80),
-    ];
-    check_pipelined(LB_CHAIN, &servers);
+    check(LB_CHAIN, &LB_SERVERS, Some(2));
 }

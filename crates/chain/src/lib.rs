@@ -582,28 +582,27 @@ impl Chain {
     /// collects events and emitted frames (drain them with [`Chain::take_events`] and
     /// [`Chain::take_emitted`]).
     pub fn process(&mut self, batch: &mut Batch, store: &mut dyn StateStore) {
-        let newest = batch
-            .pkts
-            .iter()
-            .map(|p| p.ts_ns)
-            .max()
-            .unwrap_or(0)
-            .max(self.now_ns);
+        let newest = self.newest(batch);
         self.with_store(store, newest, false, |ch, st| {
             ch.process_inner(batch, st, false)
         });
     }
 
-    /// [`Chain::process`] for a batch [`Chain::prefetch`] already parsed (its
-    /// malformed frames already marked dropped): the parse is not repeated.
-    pub fn process_prefetched(&mut self, batch: &mut Batch, store: &mut dyn StateStore) {
-        let newest = batch
+    /// The chain's time after `batch`: its newest packet, never going back.
+    fn newest(&self, batch: &Batch) -> u64 {
+        batch
             .pkts
             .iter()
             .map(|p| p.ts_ns)
             .max()
             .unwrap_or(0)
-            .max(self.now_ns);
+            .max(self.now_ns)
+    }
+
+    /// [`Chain::process`] for a batch [`Chain::prefetch`] already parsed (its
+    /// malformed frames already marked dropped): the parse is not repeated.
+    pub fn process_prefetched(&mut self, batch: &mut Batch, store: &mut dyn StateStore) {
+        let newest = self.newest(batch);
         self.with_store(store, newest, false, |ch, st| {
             ch.process_inner(batch, st, true)
         });

@@ -6,7 +6,7 @@ use sluice_packet::{Batch, PacketPool, Verdict};
 use sluice_state::StateStore;
 use sluice_wire::parse::parse_frame;
 
-use crate::{Ctx, Emitted, Event, NetworkFunction, Streams};
+use crate::{Ctx, Emitted, Event, NetworkFunction, NfError, Streams};
 
 /// What one batch produced.
 #[derive(Debug, Default)]
@@ -67,6 +67,11 @@ pub fn run_frames(
 
 /// Runs `f`'s timers at `now` and returns the events they raised.
 pub fn run_timers(f: &mut dyn NetworkFunction, store: &mut dyn StateStore, now: u64) -> Vec<Event> {
+    with_ctx(now, |ctx| f.on_timers(ctx, store))
+}
+
+/// Runs `call` with a context at `now` without streams; returns the events.
+fn with_ctx(now: u64, call: impl FnOnce(&mut Ctx<'_>) -> Result<(), NfError>) -> Vec<Event> {
     let streams = Streams::default();
     let (mut events, mut emit) = (Vec::new(), Vec::new());
     let mut ctx = Ctx {
@@ -76,23 +81,13 @@ pub fn run_timers(f: &mut dyn NetworkFunction, store: &mut dyn StateStore, now: 
         events: &mut events,
         emit: &mut emit,
     };
-    f.on_timers(&mut ctx, store).expect("the store answers");
+    call(&mut ctx).expect("the store answers");
     events
 }
 
 /// Runs `f`'s end-of-processing flush at `now` and returns the events it raised.
 pub fn flush(f: &mut dyn NetworkFunction, store: &mut dyn StateStore, now: u64) -> Vec<Event> {
-    let streams = Streams::default();
-    let (mut events, mut emit) = (Vec::new(), Vec::new());
-    let mut ctx = Ctx {
-        now_ns: now,
-        stage: 0,
-        streams: &streams,
-        events: &mut events,
-        emit: &mut emit,
-    };
-    f.flush(&mut ctx, store).expect("the store answers");
-    events
+    with_ctx(now, |ctx| f.flush(ctx, store))
 }
 
 /// The value of one of `f`'s counters (panics if it has none of that name).

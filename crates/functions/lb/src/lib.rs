@@ -670,6 +670,18 @@ impl Lb {
         };
     }
 
+    /// The client's flow (to the VIP) of a backend's reply flow `f` of service `svc`.
+    fn client_of(&self, f: &FlowKey, svc: u16) -> FlowKey {
+        let s = &self.services[svc as usize];
+        FlowKey {
+            src: f.dst,
+            dst: s.vip,
+            src_port: f.dst_port,
+            dst_port: s.port,
+            proto: f.proto,
+        }
+    }
+
     fn classify(&mut self, m: &PacketMeta) -> Result<Plan, &'static str> {
         let f = &m.flow;
         if m.fragment == Fragment::Later {
@@ -689,14 +701,7 @@ impl Lb {
             });
         }
         if let Some(&(svc, backend)) = self.backs.get(&(f.src, f.src_port, f.proto)) {
-            let s = &self.services[svc as usize];
-            let client = FlowKey {
-                src: f.dst,
-                dst: s.vip,
-                src_port: f.dst_port,
-                dst_port: s.port,
-                proto: f.proto,
-            };
+            let client = self.client_of(f, svc);
             let reply_hash = f.symmetric_hash();
             let slot = self.slot_for(&client, svc, Some(reply_hash));
             let canon = self.slots[slot as usize].canon;
@@ -799,15 +804,7 @@ impl NetworkFunction for Lb {
                 let key = Key::flow(self.ns, TABLE_CONN, &canon, &[]);
                 ops.get_owned(key, f.symmetric_hash());
             } else if let Some(&(svc, backend)) = self.backs.get(&(f.src, f.src_port, f.proto)) {
-                let s = &self.services[svc as usize];
-                let client = FlowKey {
-                    src: f.dst,
-                    dst: s.vip,
-                    src_port: f.dst_port,
-                    dst_port: s.port,
-                    proto: f.proto,
-                };
-                let canon = client.canonical().0;
+                let canon = self.client_of(f, svc).canonical().0;
                 let h = f.symmetric_hash();
                 ops.get_present(Key::flow(self.ns, TABLE_CONN, &canon, &[]), h);
                 ops.get_owned(self.ret_key(&canon, backend), h);

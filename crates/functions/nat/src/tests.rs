@@ -189,14 +189,21 @@ fn concurrent_instances_never_share_a_public_endpoint_and_agree_per_flow() {
     let mut inst: Vec<(Nat, SharedLocalStore)> = (0..4)
         .map(|_| (nat_with(|c| c.ports = "3000-3999".into()), shared.handle()))
         .collect();
+    // Every flow sends three packets, each to a different instance, in batches mixing flows.
+    spread_300_flows(&mut inst, 16);
+}
+
+/// 300 UDP flows, three packets each, every packet to a different one of the
+/// four instances, in batches of `batch` flows: each flow keeps one mapping on
+/// every instance, and no public endpoint is handed out twice.
+fn spread_300_flows(inst: &mut [(Nat, SharedLocalStore)], batch: usize) {
     let flows: Vec<_> = (0..300u32)
         .map(|i| ([10, 2, (i >> 8) as u8, i as u8], 4000 + i as u16))
         .collect();
     let mut mapping: std::collections::HashMap<([u8; 4], u16), FlowKey> = Default::default();
-    // Every flow sends three packets, each to a different instance, in batches mixing flows.
     for round in 0..3u64 {
-        for (bi, chunk) in flows.chunks(16).enumerate() {
-            let k = (bi + round as usize) % 4;
+        for (bi, chunk) in flows.chunks(batch).enumerate() {
+            let k = (bi + round as usize) % inst.len();
             let frames: Vec<_> = chunk
                 .iter()
                 .map(|&(a, p)| (build::udp_v4(a, R, p, 53, b"q"), round))
@@ -214,7 +221,11 @@ fn concurrent_instances_never_share_a_public_endpoint_and_agree_per_flow() {
         }
     }
     let publics: HashSet<_> = mapping.values().map(|f| (f.src, f.src_port)).collect();
-    assert_eq!(publics.len(), flows.len());
+    assert_eq!(
+        publics.len(),
+        flows.len(),
+        "no public endpoint handed out twice"
+    );
 }
 
 /// A store that runs `hook` just before its `at`-th execute: lets a test put another
@@ -691,35 +702,7 @@ fn reserved_ports_spare_pool_round_trips_and_are_never_shared() {
             )
         })
         .collect();
-    let flows: Vec<_> = (0..300u32)
-        .map(|i| ([10, 2, (i >> 8) as u8, i as u8], 4000 + i as u16))
-        .collect();
-    let mut mapping: std::collections::HashMap<([u8; 4], u16), FlowKey> = Default::default();
-    for round in 0..3u64 {
-        for (bi, chunk) in flows.chunks(4).enumerate() {
-            let k = (bi + round as usize) % 4;
-            let frames: Vec<_> = chunk
-                .iter()
-                .map(|&(a, p)| (build::udp_v4(a, R, p, 53, b"q"), round))
-                .collect();
-            let (n, s) = &mut inst[k];
-            let o = run(n, s, &frames);
-            for (j, &(a, p)) in chunk.iter().enumerate() {
-                let t = o.flow(j);
-                assert_eq!(
-                    *mapping.entry((a, p)).or_insert(t),
-                    t,
-                    "one mapping per flow"
-                );
-            }
-        }
-    }
-    let publics: HashSet<_> = mapping.values().map(|f| (f.src, f.src_port)).collect();
-    assert_eq!(
-        publics.len(),
-        flows.len(),
-        "no public endpoint handed out twice"
-    );
+    spread_300_flows(&mut inst, 4);
     let reserved: u64 = inst.iter().map(|(n, _)| counter(n, "reserved")).sum();
     assert!(reserved > 0, "instances hold reserves");
 }
