@@ -1286,47 +1286,14 @@ mod tests {
         assert_eq!(s.counters().round_trips, 0);
     }
 
-    /// A store whose unacknowledged writes all fail (as if the connection was lost
-    /// before their replies were read).
-    struct Lossy {
-        inner: LocalStore,
-        failed: u64,
-    }
-
-    impl StateStore for Lossy {
-        fn execute(&mut self, ops: &mut Ops) -> Result<(), StoreError> {
-            self.inner.execute(ops)
-        }
-        fn execute_unacked(&mut self, ops: &mut Ops) -> Result<(), StoreError> {
-            self.failed += ops.len() as u64;
-            Ok(())
-        }
-        fn take_unacked_failures(&mut self) -> u64 {
-            std::mem::take(&mut self.failed)
-        }
-        fn take_expired(
-            &mut self,
-            ns: Namespace,
-            now_ns: u64,
-            max: usize,
-            out: &mut Vec<Key>,
-        ) -> Result<(), StoreError> {
-            self.inner.take_expired(ns, now_ns, max, out)
-        }
-        fn counters(&self) -> StoreCounters {
-            self.inner.counters()
-        }
-        fn describe(&self) -> String {
-            "lossy".into()
-        }
-    }
-
     #[test]
     fn failed_background_flush_is_sent_again() {
         let mut c = FlowCache::new(CacheConfig::default());
-        let mut s = Lossy {
-            inner: LocalStore::new(),
-            failed: 0,
+        // Every write sent without waiting fails (the connection lost before
+        // their replies were read).
+        let mut s = Lagging {
+            fail_all: true,
+            ..Default::default()
         };
         c.set_ownership(Some(Ownership::all(1, u64::MAX)), &mut s, 0)
             .unwrap();
@@ -1478,9 +1445,11 @@ mod tests {
         assert_eq!(s.counters().round_trips, 0);
         // A failed unacknowledged write is queued again.
         let mut c = FlowCache::new(CacheConfig::default());
-        let mut s = Lossy {
-            inner: LocalStore::new(),
-            failed: 0,
+        // Every write sent without waiting fails (the connection lost before
+        // their replies were read).
+        let mut s = Lagging {
+            fail_all: true,
+            ..Default::default()
         };
         c.set_ownership(Some(Ownership::all(1, u64::MAX)), &mut s, 0)
             .unwrap();
@@ -1538,7 +1507,7 @@ mod tests {
     /// A store with an ordered connection whose replies lag: writes sent without
     /// waiting and started calls are applied only when something reads past
     /// them (`finish`, a waiting call, `sync`), as on a real connection. Sends
-    /// can be made to fail.
+    /// without waiting can be made to fail (the next one, or all).
     #[derive(Default)]
     struct Lagging {
         inner: LocalStore,
@@ -1546,6 +1515,7 @@ mod tests {
         sent: u64,
         settled: u64,
         fail_next: bool,
+        fail_all: bool,
         failed: u64,
         started: Option<usize>,
     }
@@ -1577,7 +1547,7 @@ mod tests {
         }
         fn execute_unacked(&mut self, ops: &mut Ops) -> Result<(), StoreError> {
             self.sent += ops.len() as u64;
-            if std::mem::take(&mut self.fail_next) {
+            if std::mem::take(&mut self.fail_next) || self.fail_all {
                 self.failed += 1;
                 self.settled += ops.len() as u64;
                 return Ok(());
