@@ -12,12 +12,12 @@
 //! * Reads of owned keys are answered from the cache when present; a miss reads
 //!   through and fills. [`Hint::Owned`] writes go to the store in the same round
 //!   trip as before (so they are durable before the batch's packets leave) and
-//!   update the cache. [`Hint::Deferred`] writes update the cache and ride along
-//!   with the next round trip, or are sent without waiting for the store's reply
-//!   ([`StateStore::execute_unacked`], by [`FlowCache::flush_due`] after a batch)
-//!   when older than [`CacheConfig::max_defer_ns`] or more than
-//!   [`CacheConfig::max_pending`] are pending; giving up the lease sends them and
-//!   waits for every acknowledgement. [`Hint::Unacked`] writes are held the same
+//!   update the cache. [`Hint::Deferred`] writes update the cache; once the
+//!   oldest is older than [`CacheConfig::max_defer_ns`] or more than
+//!   [`CacheConfig::max_pending`] are pending they ride along with the next round
+//!   trip, or are sent without waiting for the store's reply
+//!   ([`StateStore::execute_unacked`], by [`FlowCache::flush_due`] after a batch);
+//!   giving up the lease sends them and waits for every acknowledgement. [`Hint::Unacked`] writes are held the same
 //!   way but always sent by the `flush_due` at the end of the batch (before its
 //!   packets leave), without waiting for the reply.
 //! * An `execute` whose operations were all answered or absorbed by the cache makes
@@ -161,6 +161,8 @@ pub struct CacheStats {
     /// Owned compare-and-sets decided by the cache in pipelined mode (the
     /// owner's fresh entry held the expected value) and sent as plain writes.
     pub local_swaps: u64,
+    /// Reads of blocked keys answered once by a prefetch.
+    pub oneshot_hits: u64,
 }
 
 #[derive(Debug)]
@@ -220,8 +222,16 @@ pub struct FlowCache {
     pf_started: bool,
     /// The started prefetch carries held operations or deferred writes.
     pf_writes: bool,
-    pf_evictions: u64,
+    /// `gen` when the prefetch started.
+    pf_gen: u64,
     pf_epoch: u64,
+    /// Bumped whenever entries leave the map other than as a blocked marker (a
+    /// prefetched answer must not refill a key emptied meanwhile).
+    gen: u64,
+    /// Prefetched answers for keys a store-bound write blocked: never cached,
+    /// served once to the next read of the window (as a read-through made at
+    /// prefetch time would be), dropped by any write to the key.
+    oneshot: FxHashMap<Key, Option<Vec<u8>>>,
 }
 
 impl FlowCache {
@@ -249,7 +259,9 @@ impl FlowCache {
             pf_keys: rustc_hash::FxHashSet::default(),
             pf_started: false,
             pf_writes: false,
-            pf_evictions: 0,
+            pf_gen: 0,
+            gen: 0,
+            oneshot: FxHashMap::default(),
             pf_epoch: 0,
         }
     }
@@ -317,7 +329,11 @@ impl FlowCache {
                 self.fwd.push_copy(&self.held, i);
             }
             self.held.clear();
-            self.append_dirty();
+            // Writes that must leave with their batches always; deferred ones
+            // only once due (each costs the store work, not just bytes).
+            if self.urgent || self.due(now_ns) {
+                self.append_dirty();
+            }
             for i in 0..self.fwd.len() {
                 let k = *self.fwd.ops()[i].key();
                 if let Some(e) = self.map.get_mut(&k).filter(|e| !e.unconfirmed) {
@@ -337,7 +353,7 @@ impl FlowCache {
                 let (Hint::Owned { flow_hash } | Hint::Present { flow_hash }) = ops.hint(i) else {
                     continue;
                 };
-                if !own.covers(flow_hash) || self.map.contains_key(&key) {
+                if !own.covers(flow_hash) || self.map.get(&key).is_some_and(|e| !e.blocked) {
                     continue;
                 }
                 if self.pf_keys.insert(key) {
@@ -347,11 +363,12 @@ impl FlowCache {
             }
             self.pf_epoch = own.epoch;
         }
+        self.oneshot.clear();
         if !self.pf.is_empty() {
             if self.pf_writes {
                 self.stats.held_sends += 1;
             }
-            self.pf_evictions = self.stats.evictions;
+            self.pf_gen = self.gen;
             if let Err(e) = store.start(&mut self.pf) {
                 self.held_failed |= self.pf_writes;
                 self.fail_send();
@@ -390,7 +407,7 @@ impl FlowCache {
         let mut pf = std::mem::take(&mut self.pf);
         let r = store.finish(&mut pf);
         if r.is_ok() {
-            let intact = self.stats.evictions == self.pf_evictions && epoch == Some(self.pf_epoch);
+            let intact = self.gen == self.pf_gen && epoch == Some(self.pf_epoch);
             for i in 0..pf.len().min(if intact { usize::MAX } else { 0 }) {
                 let Op::Get { key } = pf.ops()[i] else {
                     continue;
@@ -401,11 +418,16 @@ impl FlowCache {
                     _ => continue,
                 };
                 let v = pf.value(OpId::at(i));
-                if (present_only && v.is_none())
-                    || !self.pf_keys.contains(&key)
-                    || self.map.contains_key(&key)
-                {
+                if (present_only && v.is_none()) || !self.pf_keys.contains(&key) {
                     continue;
+                }
+                match self.map.get(&key) {
+                    Some(e) if e.blocked => {
+                        self.oneshot.insert(key, v.map(|v| v.to_vec()));
+                        continue;
+                    }
+                    Some(_) => continue,
+                    None => {}
                 }
                 let v = v.map(|v| v.to_vec());
                 self.make_room(now_ns);
@@ -567,6 +589,8 @@ impl FlowCache {
                 self.map
                     .retain(|_, e| (o.covers(e.flow_hash) && !e.blocked) || e.dirty);
                 self.stats.evictions += (before - self.map.len()) as u64;
+                self.oneshot.clear();
+                self.gen += 1;
             }
             _ => self.drop_all(),
         }
@@ -721,6 +745,8 @@ impl FlowCache {
         self.stats.deferred_lost += self.pending as u64;
         self.stats.evictions += self.map.len() as u64;
         self.map.clear();
+        self.oneshot.clear();
+        self.gen += 1;
         self.pending = 0;
         self.dirty_keys.clear();
     }
@@ -826,6 +852,7 @@ impl FlowCache {
             self.map.retain(|_, e| e.dirty);
         }
         self.stats.evictions += (before - self.map.len()) as u64;
+        self.gen += 1;
     }
 
     /// A store-bound operation on `key`: its deferred value (if any) goes first so
@@ -893,9 +920,14 @@ impl FlowCache {
         }
         for i in 0..ops.len() {
             let op = ops.ops()[i];
-            if c.pf_started && !matches!(op, Op::Get { .. }) {
+            if !matches!(op, Op::Get { .. }) {
                 // Whatever this does to the key is newer than the prefetch's result.
-                c.pf_keys.remove(op.key());
+                if c.pf_started {
+                    c.pf_keys.remove(op.key());
+                }
+                if !c.oneshot.is_empty() {
+                    c.oneshot.remove(op.key());
+                }
             }
             let owned = match ops.hint(i) {
                 Hint::Owned { flow_hash } if own.covers(flow_hash) => {
@@ -928,6 +960,7 @@ impl FlowCache {
                             // value, if it still has one).
                             c.store_bound(&key, false, now);
                             c.map.remove(&key);
+                            c.gen += 1;
                             c.stats.evictions += 1;
                             false
                         }
@@ -938,6 +971,13 @@ impl FlowCache {
                         e.used_ns = now;
                         ops.set_value(i, e.val.as_deref());
                         c.stats.hits += 1;
+                    } else if let Some(v) = c
+                        .oneshot
+                        .remove(&key)
+                        .filter(|v| !present_only || v.is_some())
+                    {
+                        ops.set_value(i, v.as_deref());
+                        c.stats.oneshot_hits += 1;
                     } else {
                         c.stats.misses += 1;
                         // A deferred value of the key goes first (a present-only
@@ -1049,9 +1089,14 @@ impl FlowCache {
             return Ok(());
         }
         c.before_wait_under(store, now, Some(own.epoch))?;
-        // Deferred writes ride along. Appended last: every earlier operation in this
-        // batch on a dirty key already sent that key's value before itself.
-        c.append_dirty();
+        // Deferred writes ride along once due (or when writes that must leave
+        // with the batch wait anyway): sending every dirty entry with every round
+        // trip costs the store one write per active flow per round trip. Appended
+        // last: every earlier operation in this batch on a dirty key already sent
+        // that key's value before itself.
+        if c.urgent || c.due(now) {
+            c.append_dirty();
+        }
         c.send(store, Some(ops))?;
         if c.check_unacked(store) {
             // The round trip read every earlier reply on the connection.
@@ -1070,6 +1115,7 @@ impl FlowCache {
                 // The store holds something else: read it through next time.
                 c.map.remove(&key);
                 c.stats.evictions += 1;
+                c.gen += 1;
             }
         }
         c.cas_posts = posts;
@@ -1239,7 +1285,7 @@ mod tests {
     }
 
     #[test]
-    fn deferred_writes_ride_along_and_flush_when_due() {
+    fn deferred_writes_ride_along_once_due_and_flush_when_due() {
         let (mut c, mut s) = cache_all();
         let mut ops = Ops::new();
         ops.put_hinted(k(1), b"a", Hint::Deferred { flow_hash: 5 });
@@ -1250,8 +1296,12 @@ mod tests {
         // Not due yet.
         c.flush_due(&mut s, 200).unwrap();
         assert_eq!(s.counters().writes, 0);
-        // A miss carries it along.
+        // A round trip before it is due leaves it (each write costs the store).
         get(&mut c, &mut s, 300, k(9));
+        assert_eq!(s.counters().writes, 0);
+        assert_eq!(c.pending(), 1);
+        // Once due, the next round trip carries it along.
+        get(&mut c, &mut s, 100 + 1_000_000, k(8));
         assert_eq!(s.counters().writes, 1);
         assert_eq!(c.pending(), 0);
         let mut plain = Ops::new();
@@ -1800,5 +1850,42 @@ mod tests {
         let n = ops.incr(k(11), 0);
         c.bind(&mut s, 15).execute(&mut ops).unwrap();
         assert_eq!(ops.counter(n), 1);
+    }
+
+    #[test]
+    fn a_blocked_key_is_prefetched_for_one_read_only() {
+        let (mut c, mut s) = pipelined();
+        // A store-bound write to a cached key blocks it: it is never cached again
+        // until the owner writes it with a hint.
+        let mut ops = Ops::new();
+        ops.put_hinted(k(12), b"open", Hint::Owned { flow_hash: 5 });
+        ops.put(k(12), b"closed");
+        c.bind(&mut s, 10).execute(&mut ops).unwrap();
+        c.wait_settled(&mut s, 11).unwrap();
+        let mut want = Ops::new();
+        want.get_owned(k(12), 5);
+        c.prefetch(&mut s, &want, 12).unwrap();
+        let reads = |c: &mut FlowCache, s: &mut Lagging, now| {
+            let mut ops = Ops::new();
+            let g = ops.get_owned(k(12), 5);
+            c.bind(s, now).execute(&mut ops).unwrap();
+            ops.value(g).map(|v| v.to_vec())
+        };
+        // The prefetch's answer serves the first read (the call finishes the
+        // prefetch) without a read of its own...
+        let misses = c.stats().misses;
+        assert_eq!(reads(&mut c, &mut s, 13), Some(b"closed".to_vec()));
+        assert_eq!(c.stats().oneshot_hits, 1);
+        assert_eq!(c.stats().misses, misses);
+        // ...and only that one: the next read goes to the store.
+        assert_eq!(reads(&mut c, &mut s, 14), Some(b"closed".to_vec()));
+        assert_eq!(c.stats().misses, misses + 1);
+        // A write after the prefetch makes its answer worthless.
+        c.prefetch(&mut s, &want, 15).unwrap();
+        let mut ops = Ops::new();
+        ops.put(k(12), b"exported");
+        c.bind(&mut s, 16).execute(&mut ops).unwrap();
+        assert_eq!(reads(&mut c, &mut s, 17), Some(b"exported".to_vec()));
+        assert_eq!(c.stats().oneshot_hits, 1);
     }
 }
