@@ -363,7 +363,6 @@ impl FlowCache {
             }
             self.pf_epoch = own.epoch;
         }
-        self.oneshot.clear();
         if !self.pf.is_empty() {
             if self.pf_writes {
                 self.stats.held_sends += 1;
@@ -404,6 +403,9 @@ impl FlowCache {
         if !std::mem::take(&mut self.pf_started) {
             return Ok(());
         }
+        // The previous prefetch's one-time answers were for the window processed
+        // since; this one's are for the next.
+        self.oneshot.clear();
         let mut pf = std::mem::take(&mut self.pf);
         let r = store.finish(&mut pf);
         if r.is_ok() {
@@ -1880,12 +1882,18 @@ mod tests {
         // ...and only that one: the next read goes to the store.
         assert_eq!(reads(&mut c, &mut s, 14), Some(b"closed".to_vec()));
         assert_eq!(c.stats().misses, misses + 1);
+        // As a pipeline runs: the next window's prefetch starts (finishing this
+        // one) before this window's reads; the answer is kept for them.
+        c.prefetch(&mut s, &want, 15).unwrap();
+        c.prefetch(&mut s, &Ops::new(), 15).unwrap();
+        assert_eq!(reads(&mut c, &mut s, 15), Some(b"closed".to_vec()));
+        assert_eq!(c.stats().oneshot_hits, 2);
         // A write after the prefetch makes its answer worthless.
         c.prefetch(&mut s, &want, 15).unwrap();
         let mut ops = Ops::new();
         ops.put(k(12), b"exported");
         c.bind(&mut s, 16).execute(&mut ops).unwrap();
         assert_eq!(reads(&mut c, &mut s, 17), Some(b"exported".to_vec()));
-        assert_eq!(c.stats().oneshot_hits, 1);
+        assert_eq!(c.stats().oneshot_hits, 2);
     }
 }
