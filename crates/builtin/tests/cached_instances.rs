@@ -17,8 +17,8 @@ use sluice_packet::{Batch, PacketPool};
 use sluice_state::{
     hash_range_split, LocalStore, Ownership, SharedLocalStore, StateStore, StoreCounters,
 };
-use sluice_state_redis::server::RedisServer;
-use sluice_state_redis::RedisStore;
+use sluice_state_redis::server::{RedisCluster, RedisServer};
+use sluice_state_redis::{ClusterStore, RedisStore};
 use sluice_trafficgen::{generate, Endpoints, Proto, Rng, TcpConversation, TrafficSpec};
 use sluice_wire::build::tcp_v4;
 use sluice_wire::parse::parse_frame;
@@ -512,6 +512,27 @@ fn cached_instances_behave_as_one_redis() {
         &|| flushall(port),
         None,
     );
+}
+
+/// Cached and pipelined owners on a 3-primary Redis Cluster (keys spread over
+/// nodes; the cluster store answers a started read at once and settles writes
+/// sent without waiting only when no node has any outstanding).
+#[test]
+fn cached_and_pipelined_instances_behave_as_one_cluster() {
+    let cluster = RedisCluster::start(3).expect("start a 3-node cluster");
+    let url = cluster.url();
+    let ports: Vec<u16> = cluster.nodes.iter().map(|n| n.port()).collect();
+    for window in [None, Some(2)] {
+        check_cached(
+            &|| Box::new(ClusterStore::open(&url).unwrap()),
+            &|| {
+                for &p in &ports {
+                    flushall(p);
+                }
+            },
+            window,
+        );
+    }
 }
 
 /// The same in pipelined mode: records of the next window read ahead, new
