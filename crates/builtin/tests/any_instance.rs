@@ -11,7 +11,7 @@ use sluice_chain::{Chain, ChainSpec, Sharing};
 use sluice_nf::{Event, Verdict};
 use sluice_packet::{Batch, PacketPool};
 use sluice_state::{LocalStore, StateStore};
-use sluice_state_redis::server::{RedisCluster, RedisServer};
+use sluice_state_redis::server::{flushall, RedisCluster, RedisServer};
 use sluice_state_redis::{ClusterStore, RedisStore};
 use sluice_trafficgen::{generate, Endpoints, Proto, Rng, TcpConversation, TrafficSpec};
 use sluice_wire::build::tcp_v4;
@@ -354,21 +354,13 @@ fn check_against_reference(make: &dyn Fn() -> Box<dyn StateStore>, flush_store: 
     );
 }
 
-fn flushall(port: u16) {
-    use std::io::{Read, Write};
-    let mut c = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
-    c.write_all(b"FLUSHALL\r\n").unwrap();
-    let mut b = [0u8; 8];
-    let _ = c.read(&mut b).unwrap();
-}
-
 #[test]
 fn standalone_redis_instances_behave_as_one() {
     let srv = RedisServer::start(&[]).expect("start redis-server");
     let url = srv.url();
     let port = srv.port();
     check_against_reference(&|| Box::new(RedisStore::open(&url).unwrap()), &|| {
-        flushall(port)
+        flushall(port).unwrap()
     });
 }
 
@@ -379,7 +371,7 @@ fn cluster_instances_behave_as_one() {
     let ports: Vec<u16> = cluster.nodes.iter().map(|n| n.port()).collect();
     check_against_reference(&|| Box::new(ClusterStore::open(&url).unwrap()), &|| {
         for &p in &ports {
-            flushall(p);
+            flushall(p).unwrap();
         }
     });
 }

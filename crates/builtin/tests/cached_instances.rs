@@ -17,7 +17,7 @@ use sluice_packet::{Batch, PacketPool};
 use sluice_state::{
     hash_range_split, LocalStore, Ownership, SharedLocalStore, StateStore, StoreCounters,
 };
-use sluice_state_redis::server::{RedisCluster, RedisServer};
+use sluice_state_redis::server::{flushall, RedisCluster, RedisServer};
 use sluice_state_redis::{ClusterStore, RedisStore};
 use sluice_trafficgen::{generate, Endpoints, Proto, Rng, TcpConversation, TrafficSpec};
 use sluice_wire::build::tcp_v4;
@@ -494,14 +494,6 @@ fn cached_instances_behave_as_one_local() {
     );
 }
 
-fn flushall(port: u16) {
-    use std::io::{Read, Write};
-    let mut c = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
-    c.write_all(b"FLUSHALL\r\n").unwrap();
-    let mut b = [0u8; 8];
-    let _ = c.read(&mut b).unwrap();
-}
-
 #[test]
 fn cached_instances_behave_as_one_redis() {
     let srv = RedisServer::start(&[]).expect("start redis-server");
@@ -509,7 +501,7 @@ fn cached_instances_behave_as_one_redis() {
     let port = srv.port();
     check_cached(
         &|| Box::new(RedisStore::open(&url).unwrap()),
-        &|| flushall(port),
+        &|| flushall(port).unwrap(),
         None,
     );
 }
@@ -527,7 +519,7 @@ fn cached_and_pipelined_instances_behave_as_one_cluster() {
             &|| Box::new(ClusterStore::open(&url).unwrap()),
             &|| {
                 for &p in &ports {
-                    flushall(p);
+                    flushall(p).unwrap();
                 }
             },
             window,
@@ -546,7 +538,7 @@ fn pipelined_instances_behave_as_one_redis() {
     for window in [1, 3] {
         check_cached(
             &|| Box::new(RedisStore::open(&url).unwrap()),
-            &|| flushall(port),
+            &|| flushall(port).unwrap(),
             Some(window),
         );
     }

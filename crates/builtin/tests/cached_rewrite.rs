@@ -15,7 +15,7 @@ use sluice_chain::{Chain, ChainSpec, Pipeline, Sharing};
 use sluice_nf::Verdict;
 use sluice_packet::{Batch, PacketPool};
 use sluice_state::{hash_range_split, LocalStore, Ownership, StateStore};
-use sluice_state_redis::server::RedisServer;
+use sluice_state_redis::server::{flushall, RedisServer};
 use sluice_state_redis::RedisStore;
 use sluice_wire::parse::parse_frame;
 use sluice_wire::rewrite::verify_all_checksums;
@@ -310,14 +310,6 @@ fn owner_of(split: &[Option<(u32, u32)>], frame: &[u8]) -> usize {
         .unwrap_or(0)
 }
 
-fn flushall(port: u16) {
-    use std::io::{Read, Write};
-    let mut c = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
-    c.write_all(b"FLUSHALL\r\n").unwrap();
-    let mut b = [0u8; 8];
-    let _ = c.read(&mut b).unwrap();
-}
-
 fn redis_insts(chain: &str, url: &str, n: usize) -> Vec<Inst> {
     instances(
         chain,
@@ -402,7 +394,7 @@ fn check(chain: &str, servers: &[(IpAddr, u16)], window: Option<usize>) {
 
     // 1-4 owners of an even split, each steered the packets it owns.
     for n in [1usize, 2, 3, 4] {
-        flushall(srv.port());
+        flushall(srv.port()).unwrap();
         let (split, insts) = split_owners(chain, &url, n);
         let got = run(pipelined(insts), servers, &mut |_, f, _, _| {
             owner_of(&split, f)
@@ -428,7 +420,7 @@ fn check(chain: &str, servers: &[(IpAddr, u16)], window: Option<usize>) {
 
     // Ownership moves mid-trace: A drained and revoked (flushing), then B
     // granted everything.
-    flushall(srv.port());
+    flushall(srv.port()).unwrap();
     let at = 192;
     let mut insts = pipelined(redis_insts(chain, &url, 2));
     let a = &mut insts[0];
@@ -460,7 +452,7 @@ fn check(chain: &str, servers: &[(IpAddr, u16)], window: Option<usize>) {
 
     // An owner dies a third of the way in without flushing; the survivor is
     // granted its range. Packets must not change.
-    flushall(srv.port());
+    flushall(srv.port()).unwrap();
     let (split, insts) = split_owners(chain, &url, 2);
     let at = 128;
     let mut dead = false;

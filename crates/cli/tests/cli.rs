@@ -241,7 +241,7 @@ fn check_validates_tenant_specs() {
 /// forwarded packets in the same order, the same alerts and flow records.
 #[test]
 fn cached_and_pipelined_runs_on_redis_match_local_state() {
-    use sluice_state_redis::server::RedisServer;
+    use sluice_state_redis::server::{flushall, RedisServer};
     let srv = RedisServer::start(&[]).expect("start redis-server");
     let url = srv.url();
     let d = tempfile::tempdir().unwrap();
@@ -287,18 +287,10 @@ fn cached_and_pipelined_runs_on_redis_match_local_state() {
         ("own", vec!["--state", url.as_str(), "--own"]),
         ("pipe", vec!["--state", url.as_str(), "--pipeline", "64"]),
     ] {
-        flushall(srv.port());
+        flushall(srv.port()).unwrap();
         let (got_pcap, got_events, v) = run(tag, &extra);
         assert!(got_pcap == want_pcap, "{tag}: forwarded packets differ");
         assert_eq!(got_events, want_events, "{tag}: alerts and flow records");
         assert_eq!(v["stats"]["store_errors"], 0, "{tag}");
     }
-}
-
-fn flushall(port: u16) {
-    use std::io::{Read, Write};
-    let mut c = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
-    c.write_all(b"FLUSHALL\r\n").unwrap();
-    let mut b = [0u8; 8];
-    let _ = c.read(&mut b).unwrap();
 }

@@ -6,6 +6,25 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+/// Empties the server on loopback `port` (`FLUSHALL`), so a test can reuse it
+/// for a fresh run.
+pub fn flushall(port: u16) -> Result<(), String> {
+    use std::io::{Read, Write};
+    let err = |e: std::io::Error| format!("FLUSHALL on 127.0.0.1:{port}: {e}");
+    let mut c = TcpStream::connect(("127.0.0.1", port)).map_err(err)?;
+    c.write_all(b"FLUSHALL\r\n").map_err(err)?;
+    let mut b = [0u8; 8];
+    let n = c.read(&mut b).map_err(err)?;
+    if b[..n].starts_with(b"+OK") {
+        Ok(())
+    } else {
+        Err(format!(
+            "FLUSHALL on 127.0.0.1:{port}: {}",
+            String::from_utf8_lossy(&b[..n])
+        ))
+    }
+}
+
 /// A running server process, killed and its directory removed on drop.
 pub struct RedisServer {
     child: Child,
