@@ -1996,6 +1996,7 @@ mod tests {
                 .map(|p| Output::Port(PortId(p)))
                 .collect(),
             local_state,
+            lease_epoch: 0,
         }];
         c
     }

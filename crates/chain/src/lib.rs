@@ -412,6 +412,24 @@ impl Chain {
         r
     }
 
+    /// Renews the current lease (same epoch and ranges) until `valid_until_ns`
+    /// without flushing anything; false if there is none, it differs, or it has
+    /// expired (then call [`Chain::set_ownership`]). `now_ns` also advances the
+    /// chain's clock.
+    pub fn renew_ownership(
+        &mut self,
+        epoch: u64,
+        ranges: &[(u32, u32)],
+        valid_until_ns: u64,
+        now_ns: u64,
+    ) -> bool {
+        self.now_ns = self.now_ns.max(now_ns);
+        let now = self.now_ns;
+        self.cache
+            .as_mut()
+            .is_some_and(|c| c.renew(epoch, ranges, valid_until_ns, now))
+    }
+
     /// The current ownership lease, if any (an expired one still shows until the
     /// next batch or tick notices).
     pub fn ownership(&self) -> Option<&Ownership> {

@@ -746,6 +746,7 @@ impl Desired {
                 pinned,
                 draining,
                 local_state: local,
+                lease_epoch: 0,
             });
         }
         out

@@ -126,6 +126,47 @@ pub struct InstanceStats {
     /// The chain's own statistics (forwarded, dropped by function and reason, ...),
     /// refreshed at every timer tick and when the instance stops.
     pub chain: ChainStats,
+    /// Ownership leases from the agent ([`sluice_proto::InstanceLease`]).
+    pub lease: LeaseStats,
+}
+
+/// What the instance did with the leases its agent sent.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct LeaseStats {
+    /// The epoch held now (0: none; state goes straight to the store).
+    pub epoch: u64,
+    /// Hash ranges held now.
+    pub ranges: usize,
+    /// Leases installed (first grant or a new epoch or split).
+    pub granted: u64,
+    /// Renewals of the lease held.
+    pub renewed: u64,
+    /// Revocations by the agent.
+    pub revoked: u64,
+    /// Leases that ran out without renewal (the agent stopped answering, or the
+    /// instance was paused).
+    pub expired: u64,
+    /// Lease datagrams refused: malformed, or answering a heartbeat this process
+    /// no longer remembers sending (too old to be trusted).
+    pub refused: u64,
+    /// Reads of owned records answered by the flow cache (over every lease
+    /// held; refreshed at every timer tick).
+    pub cache_hits: u64,
+    /// Reads of owned records that went to the store.
+    pub cache_misses: u64,
+    /// Store round trips the cache saved.
+    pub saved_round_trips: u64,
+    /// Deferred writes lost (a store error, or a lease that ran out first).
+    pub deferred_lost: u64,
+}
+
+impl LeaseStats {
+    fn add_cache(&mut self, c: &sluice_state::CacheStats) {
+        self.cache_hits += c.hits;
+        self.cache_misses += c.misses;
+        self.saved_round_trips += c.saved_round_trips;
+        self.deferred_lost += c.deferred_lost;
+    }
 }
 
 impl InstanceStats {
@@ -169,9 +210,19 @@ pub struct Core {
     agent: SocketAddrV4,
     timer_interval: Duration,
     capacity: Option<sluice_chain::Capacity>,
+    /// When recent heartbeats were sent: (seq, wall-clock ns, monotonic), a
+    /// lease's validity counts from there.
+    hb_sent: [(u32, u64, Instant); HB_REMEMBERED],
+    /// The monotonic end of the lease held, checked before every batch: the
+    /// chain's wall clock could be stepped back.
+    lease_until: Option<Instant>,
     /// Counters.
     pub stats: InstanceStats,
 }
+
+/// Heartbeats whose send times are kept (at 10 ms each, 160 ms: an answer
+/// older than that is refused).
+const HB_REMEMBERED: usize = 16;
 
 impl std::fmt::Debug for Core {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -233,6 +284,8 @@ impl Core {
             agent,
             timer_interval: Duration::from_millis(100),
             capacity: None,
+            hb_sent: [(u32::MAX, 0, Instant::now()); HB_REMEMBERED],
+            lease_until: None,
             stats: InstanceStats {
                 name: name.to_string(),
                 ..Default::default()
@@ -310,6 +363,7 @@ impl Core {
         if self.batch.is_empty() {
             return;
         }
+        self.check_lease(Instant::now());
         self.chain.process(&mut self.batch, self.store.as_mut());
         self.drain_side_outputs();
     }
@@ -340,15 +394,93 @@ impl Core {
 
     /// Advances the chain's clock and runs due timers.
     pub fn tick(&mut self, now_ns: u64) {
+        self.check_lease(Instant::now());
         self.chain.tick(now_ns, self.store.as_mut());
         self.drain_side_outputs();
         self.stats.chain = self.chain.stats();
+    }
+
+    /// Statistics now, the flow cache's counters included.
+    pub fn stats_now(&self) -> InstanceStats {
+        let mut s = self.stats.clone();
+        if let Some(c) = self.chain.cache_stats() {
+            s.lease.add_cache(&c);
+        }
+        s
+    }
+
+    /// Handles a lease datagram from the agent (see
+    /// [`sluice_proto::InstanceLease`]) received at `now`: installs, renews or
+    /// revokes the chain's ownership lease. Anything malformed, or answering a
+    /// heartbeat this process does not remember sending, is counted and ignored.
+    pub fn on_lease(&mut self, datagram: &[u8], now: Instant) {
+        let Some(l) = sluice_proto::InstanceLease::decode(datagram) else {
+            self.stats.lease.refused += 1;
+            return;
+        };
+        if l.epoch == 0 || l.ranges.is_empty() {
+            if self.stats.lease.epoch != 0 {
+                self.stats.lease.revoked += 1;
+                self.revoke();
+            }
+            return;
+        }
+        let Some(&(_, sent_wall, sent_mono)) = self.hb_sent.iter().find(|h| h.0 == l.hb_seq) else {
+            self.stats.lease.refused += 1;
+            return;
+        };
+        let valid = Duration::from_micros(l.valid_us as u64);
+        let until = sent_mono + valid;
+        if until <= now {
+            // Already over (the answer sat in the queue): as if never sent.
+            return;
+        }
+        let until_ns = sent_wall + valid.as_nanos() as u64;
+        let now_ns = wall_ns().max(sent_wall);
+        if self
+            .chain
+            .renew_ownership(l.epoch, &l.ranges, until_ns, now_ns)
+        {
+            self.stats.lease.renewed += 1;
+        } else {
+            let own = sluice_state::Ownership {
+                epoch: l.epoch,
+                ranges: l.ranges.clone(),
+                valid_until_ns: until_ns,
+            };
+            // Errors are counted by the chain; the new lease is in place anyway.
+            let _ = self.chain.set_ownership(Some(own), self.store.as_mut());
+            self.stats.lease.granted += 1;
+        }
+        self.stats.lease.epoch = l.epoch;
+        self.stats.lease.ranges = l.ranges.len();
+        self.lease_until = Some(until);
+    }
+
+    /// Gives the lease up if its monotonic end has passed.
+    fn check_lease(&mut self, now: Instant) {
+        if self.lease_until.is_some_and(|t| t <= now) {
+            self.stats.lease.expired += 1;
+            self.revoke();
+        }
+    }
+
+    fn revoke(&mut self) {
+        if let Some(c) = self.chain.cache_stats() {
+            self.stats.lease.add_cache(&c);
+        }
+        // Errors are counted by the chain; the cache is gone either way.
+        let _ = self.chain.set_ownership(None, self.store.as_mut());
+        self.lease_until = None;
+        self.stats.lease.epoch = 0;
+        self.stats.lease.ranges = 0;
     }
 
     /// The heartbeat to send now (`seq`-th of this process, `cpu_us` of CPU time,
     /// `kernel_drops` datagrams the kernel dropped on the socket's full queue).
     pub fn heartbeat(&self, seq: u32, cpu_us: u64, kernel_drops: u64) -> InstanceHeartbeat {
         let s = &self.stats;
+        // (The send time is recorded by `heartbeat_sent`.)
         let queue = ["tx_queue_full", "pool_exhausted"]
             .iter()
             .map(|r| s.drops.get(r).copied().unwrap_or(0))
@@ -365,8 +497,17 @@ impl Core {
         }
     }
 
+    /// Records that heartbeat `seq` was sent at `wall_ns` (the chain's clock) and
+    /// `at` (monotonic): a lease answering it runs from then.
+    pub fn heartbeat_sent(&mut self, seq: u32, wall_ns: u64, at: Instant) {
+        self.hb_sent[seq as usize % HB_REMEMBERED] = (seq, wall_ns, at);
+    }
+
     /// Ends processing: last timers and flushes of every function.
     pub fn flush(&mut self) {
+        if self.lease_until.is_some() {
+            self.revoke();
+        }
         self.chain.flush(self.store.as_mut());
         self.drain_side_outputs();
         self.stats.chain = self.chain.stats();
@@ -538,7 +679,7 @@ pub fn run_with_stats(
 
     while !stop.load(Ordering::Relaxed) {
         if Instant::now() >= next_heartbeat {
-            send_heartbeat(&core, &mut sock, seq, opts.agent);
+            send_heartbeat(&mut core, &mut sock, seq, opts.agent);
             seq = seq.wrapping_add(1);
             next_heartbeat = Instant::now() + HEARTBEAT_EVERY;
         }
@@ -581,7 +722,11 @@ pub fn run_with_stats(
                 let mut bytes = 0;
                 for (d, _src) in rx.iter() {
                     bytes += d.len();
-                    core.push_datagram(d, now);
+                    if sluice_proto::InstanceLease::is_lease(d) {
+                        core.on_lease(d, Instant::now());
+                    } else {
+                        core.push_datagram(d, now);
+                    }
                 }
                 core.process();
                 send_forwarded(&mut core, &mut sock, &mut wpoll);
@@ -604,30 +749,32 @@ pub fn run_with_stats(
         let now = Instant::now();
         if now >= next_tick {
             core.tick(wall_ns());
-            stats.publish(&core.stats);
+            stats.publish(&core.stats_now());
             next_tick = now + timer_interval;
         }
         if now >= next_print {
             let key = (core.stats.rx, core.stats.tx);
             if key != printed {
-                print_stats(&core.stats);
+                print_stats(&core.stats_now());
                 printed = key;
             }
             next_print = now + PRINT_EVERY;
         }
     }
     core.flush();
-    stats.publish(&core.stats);
-    print_stats(&core.stats);
+    stats.publish(&core.stats_now());
+    print_stats(&core.stats_now());
     Ok(())
 }
 
 /// Sends one heartbeat to the agent; a full queue just skips it (the next one
 /// follows shortly, and a stuck instance should be suspected anyway).
-fn send_heartbeat(core: &Core, sock: &mut UdpBatchSocket, seq: u32, agent: SocketAddrV4) {
+fn send_heartbeat(core: &mut Core, sock: &mut UdpBatchSocket, seq: u32, agent: SocketAddrV4) {
     let hb = core
         .heartbeat(seq, cpu_time_us(), kernel_drops(sock.as_raw_fd()))
         .encode();
+    // Before sending: an answer could come back before a later record.
+    core.heartbeat_sent(seq, wall_ns(), Instant::now());
     let _ = sock.send_batch(&[Msg {
         head: &hb,
         body: &[],

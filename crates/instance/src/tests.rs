@@ -252,3 +252,93 @@ fn the_pacer_spends_its_budget_in_real_time() {
     let w = p.wait(t0).as_secs_f64();
     assert!((w - 0.010).abs() < 1e-6, "{w}");
 }
+
+fn lease(epoch: u64, hb_seq: u32, valid_us: u32, ranges: Vec<(u32, u32)>) -> Vec<u8> {
+    sluice_proto::InstanceLease {
+        epoch,
+        hb_seq,
+        valid_us,
+        ranges,
+    }
+    .encode()
+}
+
+#[test]
+fn a_lease_answering_a_heartbeat_puts_the_flow_cache_in_front_of_the_store() {
+    let mut c = core();
+    let now = Instant::now();
+    c.heartbeat_sent(3, wall_ns(), now);
+    c.on_lease(&lease(5, 3, 20_000, vec![(0, u32::MAX)]), now);
+    let own = c.chain.ownership().expect("a lease is installed");
+    assert_eq!((own.epoch, own.ranges.clone()), (5, vec![(0, u32::MAX)]));
+    assert_eq!((c.stats.lease.epoch, c.stats.lease.granted), (5, 1));
+    // The same traffic as without a lease comes out; established packets (one
+    // batch each here) are answered by the cache.
+    let input: Vec<Vec<u8>> = conversation(80)
+        .iter()
+        .map(|f| encap(7, Some((1, 0)), f))
+        .collect();
+    let mut out = Vec::new();
+    for d in &input {
+        out.extend(run_through(&mut c, std::slice::from_ref(d)));
+    }
+    assert_eq!(out, input);
+    let s = c.stats_now().lease;
+    assert!(s.cache_hits > 0, "{s:?}");
+    // A renewal (same epoch and ranges) only moves the deadline.
+    c.heartbeat_sent(4, wall_ns(), Instant::now());
+    c.on_lease(&lease(5, 4, 20_000, vec![(0, u32::MAX)]), Instant::now());
+    assert_eq!((c.stats.lease.granted, c.stats.lease.renewed), (1, 1));
+    // A new split replaces it; a revocation removes it, keeping the counters.
+    c.heartbeat_sent(5, wall_ns(), Instant::now());
+    c.on_lease(&lease(6, 5, 20_000, vec![(0, 99)]), Instant::now());
+    assert_eq!(c.chain.ownership().unwrap().ranges, vec![(0, 99)]);
+    assert_eq!(c.stats.lease.granted, 2);
+    c.on_lease(&lease(0, 5, 0, vec![]), Instant::now());
+    assert!(c.chain.ownership().is_none());
+    assert_eq!((c.stats.lease.epoch, c.stats.lease.revoked), (0, 1));
+    assert!(c.stats_now().lease.cache_hits >= s.cache_hits);
+}
+
+#[test]
+fn stale_unknown_and_malformed_leases_are_refused() {
+    let mut c = core();
+    let now = Instant::now();
+    // Answers a heartbeat never sent.
+    c.on_lease(&lease(5, 9, 20_000, vec![(0, 10)]), now);
+    // Answers one sent long ago: its validity is over before it arrives (an
+    // instance paused with the answer in its queue).
+    let long_ago = now - Duration::from_millis(500);
+    c.heartbeat_sent(1, wall_ns() - 500_000_000, long_ago);
+    c.on_lease(&lease(5, 1, 20_000, vec![(0, 10)]), now);
+    // Overwritten by a later heartbeat with the same slot.
+    c.heartbeat_sent(2, wall_ns(), now);
+    c.heartbeat_sent(2 + HB_REMEMBERED as u32, wall_ns(), now);
+    c.on_lease(&lease(5, 2, 20_000, vec![(0, 10)]), now);
+    c.on_lease(b"SLLS\x00", now);
+    assert!(c.chain.ownership().is_none());
+    assert_eq!(c.stats.lease.granted, 0);
+    assert_eq!(c.stats.lease.refused, 3, "{:?}", c.stats.lease);
+}
+
+#[test]
+fn a_lease_that_is_not_renewed_ends_before_the_next_batch() {
+    let mut c = core();
+    let now = Instant::now();
+    c.heartbeat_sent(1, wall_ns(), now);
+    c.on_lease(&lease(5, 1, 2_000, vec![(0, u32::MAX)]), now);
+    assert!(c.chain.ownership().is_some());
+    std::thread::sleep(Duration::from_millis(5));
+    let input: Vec<Vec<u8>> = conversation(80)
+        .iter()
+        .map(|f| encap(7, Some((1, 0)), f))
+        .collect();
+    assert_eq!(run_through(&mut c, &input), input);
+    assert!(c.chain.ownership().is_none(), "gone before the batch ran");
+    assert_eq!((c.stats.lease.expired, c.stats.lease.epoch), (1, 0));
+    assert_eq!(
+        c.stats_now().lease.cache_hits,
+        0,
+        "nothing served from a lapsed lease"
+    );
+}

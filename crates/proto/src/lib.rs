@@ -112,6 +112,16 @@ pub struct GroupPolicy {
     /// in the store.
     #[serde(default)]
     pub local_state: bool,
+    /// Nonzero: the controller has seen every agent run this group's current
+    /// split, so the agent may grant its local instances ownership leases on
+    /// their hash ranges ([`InstanceLease`], docs/STATE.md "Leases in the running
+    /// system"). Changes whenever leases are granted anew; 0 revokes them.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub lease_epoch: u64,
+}
+
+fn is_zero(v: &u64) -> bool {
+    *v == 0
 }
 
 /// A host and its tunnel endpoint.
@@ -436,6 +446,87 @@ impl InstanceHeartbeat {
     }
 }
 
+/// Magic at the start of a lease datagram (agent to instance). Like
+/// [`HEARTBEAT_MAGIC`], its first byte has Geneve version bits `01`.
+pub const LEASE_MAGIC: [u8; 4] = *b"SLLS";
+
+/// Most ranges one lease datagram carries.
+pub const LEASE_MAX_RANGES: usize = 64;
+
+/// An ownership lease (or its revocation) the agent sends an NF instance in
+/// answer to a heartbeat: while valid, every packet of the `ranges` of the
+/// direction-invariant flow hash goes to this instance, so it may cache their
+/// per-flow records (docs/STATE.md).
+///
+/// The lease runs `valid_us` from the moment the instance *sent* heartbeat
+/// `hb_seq`, on the instance's own clock, not from the moment this datagram
+/// arrives: a paused instance that finds an old answer in its socket queue must
+/// not take it for a fresh one. Since the agent saw that heartbeat after it was
+/// sent, a lease always ends before the agent's suspicion of a silent instance
+/// can start (the agent keeps `valid_us` below its suspicion delay).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct InstanceLease {
+    /// Changes whenever the split changes; 0 revokes any lease.
+    pub epoch: u64,
+    /// The heartbeat this answers.
+    pub hb_seq: u32,
+    /// Validity from that heartbeat's sending, microseconds.
+    pub valid_us: u32,
+    /// Inclusive ranges of `FlowKey::symmetric_hash`, at most
+    /// [`LEASE_MAX_RANGES`].
+    pub ranges: Vec<(u32, u32)>,
+}
+
+impl InstanceLease {
+    /// The datagram: magic, epoch, hb_seq, valid_us, range count (u16), then
+    /// each range's bounds, big-endian.
+    pub fn encode(&self) -> Vec<u8> {
+        let n = self.ranges.len().min(LEASE_MAX_RANGES);
+        let mut b = Vec::with_capacity(22 + 8 * n);
+        b.extend_from_slice(&LEASE_MAGIC);
+        b.extend_from_slice(&self.epoch.to_be_bytes());
+        b.extend_from_slice(&self.hb_seq.to_be_bytes());
+        b.extend_from_slice(&self.valid_us.to_be_bytes());
+        b.extend_from_slice(&(n as u16).to_be_bytes());
+        for &(lo, hi) in &self.ranges[..n] {
+            b.extend_from_slice(&lo.to_be_bytes());
+            b.extend_from_slice(&hi.to_be_bytes());
+        }
+        b
+    }
+
+    /// True if `d` starts like a lease datagram.
+    pub fn is_lease(d: &[u8]) -> bool {
+        d.len() >= 4 && d[..4] == LEASE_MAGIC
+    }
+
+    /// Parses a lease datagram. `None`: not one, truncated, too many ranges, or
+    /// a range with `lo > hi`.
+    pub fn decode(d: &[u8]) -> Option<InstanceLease> {
+        if !Self::is_lease(d) || d.len() < 22 {
+            return None;
+        }
+        let u32_at = |i: usize| u32::from_be_bytes([d[i], d[i + 1], d[i + 2], d[i + 3]]);
+        let epoch = u64::from_be_bytes(d[4..12].try_into().ok()?);
+        let n = u16::from_be_bytes([d[20], d[21]]) as usize;
+        if n > LEASE_MAX_RANGES || d.len() != 22 + 8 * n {
+            return None;
+        }
+        let ranges: Vec<(u32, u32)> = (0..n)
+            .map(|i| (u32_at(22 + 8 * i), u32_at(26 + 8 * i)))
+            .collect();
+        if ranges.iter().any(|r| r.0 > r.1) {
+            return None;
+        }
+        Some(InstanceLease {
+            epoch,
+            hb_seq: u32_at(12),
+            valid_us: u32_at(16),
+            ranges,
+        })
+    }
+}
+
 /// The point-to-point link of instance port `port`: `(agent side, instance side)`
 /// addresses, each in its own /30 of 169.254.0.0/16 (link-local: never routed off
 /// the host). Ports 1..=16383 have a link.
@@ -453,6 +544,42 @@ pub const INSTANCE_LINK_PREFIX: u8 = 30;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn leases_round_trip_and_bad_ones_are_refused() {
+        let l = InstanceLease {
+            epoch: 7,
+            hb_seq: 42,
+            valid_us: 20_000,
+            ranges: vec![(0, 99), (1000, u32::MAX)],
+        };
+        let d = l.encode();
+        assert!(InstanceLease::is_lease(&d));
+        assert!(!InstanceHeartbeat::is_heartbeat(&d));
+        assert_eq!(InstanceLease::decode(&d), Some(l.clone()));
+        // Truncated, trailing bytes, inverted range, a heartbeat.
+        assert_eq!(InstanceLease::decode(&d[..d.len() - 1]), None);
+        let mut long = d.clone();
+        long.push(0);
+        assert_eq!(InstanceLease::decode(&long), None);
+        let bad = InstanceLease {
+            ranges: vec![(5, 4)],
+            ..l.clone()
+        };
+        assert_eq!(InstanceLease::decode(&bad.encode()), None);
+        assert_eq!(
+            InstanceLease::decode(&InstanceHeartbeat::default().encode()),
+            None
+        );
+        // A revocation carries no ranges.
+        let revoke = InstanceLease::default().encode();
+        assert_eq!(
+            InstanceLease::decode(&revoke),
+            Some(InstanceLease::default())
+        );
+        // Neither starts like a Geneve packet (version 0).
+        assert_ne!(d[0] >> 6, 0);
+    }
 
     #[test]
     fn instance_links_are_disjoint_30s() {
@@ -506,6 +633,7 @@ mod tests {
                 pinned: true,
                 draining: vec![Output::Port(sluice_switch::PortId(2))],
                 local_state: true,
+                lease_epoch: 3,
             }],
         };
         let j = serde_json::to_string(&c).unwrap();

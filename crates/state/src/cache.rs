@@ -600,6 +600,28 @@ impl FlowCache {
         r
     }
 
+    /// Extends the current lease to `valid_until_ns` if it is still valid at
+    /// `now_ns` and has `epoch` and exactly `ranges` (a renewal: nothing to
+    /// flush, nothing to drop). Returns false, changing nothing but noticing an
+    /// expiry, otherwise; the caller then installs the lease with
+    /// [`FlowCache::set_ownership`].
+    pub fn renew(
+        &mut self,
+        epoch: u64,
+        ranges: &[(u32, u32)],
+        valid_until_ns: u64,
+        now_ns: u64,
+    ) -> bool {
+        self.check_lease(now_ns);
+        match self.own.as_mut() {
+            Some(o) if o.epoch == epoch && o.ranges == ranges && valid_until_ns > now_ns => {
+                o.valid_until_ns = valid_until_ns;
+                true
+            }
+            _ => false,
+        }
+    }
+
     /// Sends every deferred write now and waits until the store acknowledged them
     /// and every deferred write sent earlier without waiting (so they are durable
     /// when this returns, as giving up a lease requires).
