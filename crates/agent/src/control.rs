@@ -17,6 +17,12 @@ use crate::dataplane::{ConfigError, Dataplane, DropReason};
 use crate::instances::{InstanceEnv, Supervisor};
 use crate::io::{DataplaneThread, IoOptions};
 
+/// How long after the controller last answered the agent may still grant leases
+/// to its instances. The controller waits this long (plus a lease's validity)
+/// for an agent that does not acknowledge a revocation before it changes a
+/// leased split without it.
+pub const LEASE_CONTROLLER_GRACE: Duration = Duration::from_millis(500);
+
 /// How often the agent heartbeats to the controller (with its instances' health).
 pub const HEARTBEAT_EVERY: Duration = Duration::from_millis(50);
 
@@ -498,6 +504,28 @@ impl AgentCore {
         );
         family(
             &mut o,
+            "sluice_agent_leases_total",
+            "counter",
+            "Ownership leases (grants and renewals) sent to local NF instances.",
+        );
+        let _ = writeln!(
+            o,
+            "sluice_agent_leases_total{{host=\"{host}\"}} {}",
+            p.stats.leases
+        );
+        family(
+            &mut o,
+            "sluice_agent_lease_revocations_total",
+            "counter",
+            "Lease revocations sent to local NF instances.",
+        );
+        let _ = writeln!(
+            o,
+            "sluice_agent_lease_revocations_total{{host=\"{host}\"}} {}",
+            p.stats.lease_revocations
+        );
+        family(
+            &mut o,
             "sluice_agent_last_failover_us",
             "gauge",
             "Microseconds from the last failover's missed deadline to its rewritten groups in force.",
@@ -789,6 +817,14 @@ fn heartbeat(core: &AgentCore, controller: &str, stop: &AtomicBool) {
         let ok = r.is_ok();
         if ok {
             core.heard();
+            // Leases may be granted a while longer; a controller that stops
+            // answering lets them lapse (docs/STATE.md, "Leases in the running
+            // system").
+            if let Ok(dp) = core.dp.lock() {
+                dp.allow_leases_until(
+                    crate::io::wall_ns() + LEASE_CONTROLLER_GRACE.as_nanos() as u64,
+                );
+            }
         }
         core.controller_up.store(ok, Ordering::Relaxed);
         if last_ok != Some(ok) {

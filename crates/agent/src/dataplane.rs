@@ -241,6 +241,10 @@ pub struct Stats {
     pub heartbeats: u64,
     /// Local speculative failovers (instances suspected).
     pub failovers: u64,
+    /// Ownership leases sent to local instances (grants and renewals).
+    pub leases: u64,
+    /// Lease revocations sent to local instances.
+    pub lease_revocations: u64,
 }
 
 impl Stats {
@@ -394,6 +398,14 @@ impl Frames for Vec<(Vec<u8>, Option<SocketAddrV4>)> {
 
 /// Default time without a heartbeat after which an instance is suspected.
 pub const DEFAULT_SUSPECT_NS: u64 = 30_000_000;
+/// Longest validity of a lease granted to a local instance. It must end before
+/// the instance can be suspected (see [`Dataplane::set_suspect_after`]); with
+/// heartbeats every 10 ms, one lost heartbeat does not interrupt it.
+pub const LEASE_VALID_NS: u64 = 20_000_000;
+/// How long a lease's conditions must have held before it is granted: packets
+/// of the ranges steered elsewhere before (a failover, a starting instance)
+/// have been processed by then.
+pub const LEASE_DRAIN_NS: u64 = 50_000_000;
 /// Failover events kept for status.
 const MAX_EVENTS: usize = 256;
 
@@ -408,6 +420,11 @@ struct Health {
     suspected: bool,
     /// Its process exited (the supervisor saw it), not merely silent.
     exited: bool,
+    /// The lease it could hold (epoch, ranges) and since when (data-plane
+    /// clock) that has been so.
+    lease: Option<(u64, Vec<(u32, u32)>, u64)>,
+    /// A lease was sent and not revoked since.
+    granted: bool,
 }
 
 /// The lookup structures of one configuration, plus counters.
@@ -434,6 +451,11 @@ pub struct Dataplane {
     /// The data-plane clock (Unix ns, set by the I/O loop).
     now_ns: u64,
     suspect_ns: u64,
+    /// Leases may be granted until then (data-plane clock): the control loop
+    /// extends it while the controller answers, so an agent cut off from the
+    /// controller stops granting and the controller may change splits without it.
+    lease_allowed_until_ns: u64,
+    lease_valid_ns: u64,
     /// The previous packet's lookup, replayed for the next packet of the same
     /// flow in the same batch (bulk traffic comes in runs of one flow). Cleared
     /// at every batch, so health changes between batches are always seen.
@@ -497,6 +519,7 @@ impl Dataplane {
                     pol.map(|p| p.draining.clone()).unwrap_or_default(),
                 );
                 sel.local_state = pol.is_some_and(|p| p.local_state);
+                sel.lease_epoch = pol.map_or(0, |p| p.lease_epoch);
                 groups.insert((t.vni, *id), sel);
             }
             if t.vni >= 1 << 24 {
@@ -628,6 +651,8 @@ impl Dataplane {
             events: Vec::new(),
             now_ns: 0,
             suspect_ns: DEFAULT_SUSPECT_NS,
+            lease_allowed_until_ns: 0,
+            lease_valid_ns: LEASE_VALID_NS,
             last: LastLookup::default(),
         };
         dp.refresh_groups();
@@ -662,6 +687,8 @@ impl Dataplane {
         self.stats.arp_replies = old.stats.arp_replies;
         self.stats.heartbeats = old.stats.heartbeats;
         self.stats.failovers = old.stats.failovers;
+        self.stats.leases = old.stats.leases;
+        self.stats.lease_revocations = old.stats.lease_revocations;
         // Health, suspicions and pinned flows carry over: a new split must not
         // forget which instances are down or move pinned flows.
         for (id, h) in &old.health {
@@ -676,6 +703,8 @@ impl Dataplane {
         self.meter = old.meter.clone();
         self.now_ns = old.now_ns;
         self.suspect_ns = old.suspect_ns;
+        self.lease_allowed_until_ns = old.lease_allowed_until_ns;
+        self.lease_valid_ns = old.lease_valid_ns;
         self.refresh_groups();
     }
 
@@ -688,6 +717,98 @@ impl Dataplane {
     /// Sets how long an instance may stay silent before it is suspected.
     pub fn set_suspect_after(&mut self, ns: u64) {
         self.suspect_ns = ns.max(1);
+        // A lease must end before its holder can be suspected.
+        self.lease_valid_ns = LEASE_VALID_NS.min(self.suspect_ns * 2 / 3);
+    }
+
+    /// Lets the agent grant leases until `until_ns` (data-plane clock); the
+    /// control loop extends it each time the controller answers.
+    pub fn allow_leases_until(&mut self, until_ns: u64) {
+        self.lease_allowed_until_ns = until_ns;
+    }
+
+    /// The lease the instance on `port` may hold now: the controller marked
+    /// every group targeting it leased, and every one of them sends it exactly
+    /// the same hash ranges by hash alone (see [`GroupSel::owned_ranges`]).
+    fn lease_candidate(&self, port: u16) -> Option<(u64, Vec<(u32, u32)>)> {
+        if self.now_ns >= self.lease_allowed_until_ns || self.lease_valid_ns == 0 {
+            return None;
+        }
+        let h = self.health.get(&port)?;
+        if h.suspected || h.exited {
+            return None;
+        }
+        let target = Output::Port(PortId(port));
+        let mut out: Option<(u64, Vec<(u32, u32)>)> = None;
+        for g in self.groups.values() {
+            if !g.orig.ranges.iter().any(|r| r.1 == target) {
+                continue;
+            }
+            if g.lease_epoch == 0 {
+                return None;
+            }
+            let r = g.owned_ranges(target)?;
+            match &mut out {
+                None => out = Some((g.lease_epoch, r)),
+                Some((e, prev)) if *prev == r => *e = (*e).max(g.lease_epoch),
+                Some(_) => return None,
+            }
+        }
+        out.filter(|(_, r)| r.len() <= sluice_proto::LEASE_MAX_RANGES)
+    }
+
+    /// Answers heartbeat `seq` of the instance on `port` (at `to`) with a lease
+    /// once its conditions have held for [`LEASE_DRAIN_NS`], or with a
+    /// revocation if it held one and they no longer hold.
+    fn answer_lease(&mut self, port: u16, seq: u32, to: SocketAddrV4, plan: &mut TxPlan) {
+        let cand = self.lease_candidate(port);
+        let now = self.now_ns;
+        let valid_us = (self.lease_valid_ns / 1000) as u32;
+        let Some(h) = self.health.get_mut(&port) else {
+            return;
+        };
+        let msg = match cand {
+            Some((epoch, ranges)) => {
+                let since = match &h.lease {
+                    Some((e, r, since)) if *e == epoch && *r == ranges => *since,
+                    _ => now,
+                };
+                h.lease = Some((epoch, ranges.clone(), since));
+                if now >= since.saturating_add(LEASE_DRAIN_NS) {
+                    h.granted = true;
+                    self.stats.leases += 1;
+                    Some(sluice_proto::InstanceLease {
+                        epoch,
+                        hb_seq: seq,
+                        valid_us,
+                        ranges,
+                    })
+                } else {
+                    None
+                }
+            }
+            None => {
+                h.lease = None;
+                None
+            }
+        };
+        let msg = match msg {
+            Some(m) => m,
+            None if h.granted => {
+                h.granted = false;
+                self.stats.lease_revocations += 1;
+                sluice_proto::InstanceLease::default()
+            }
+            None => return,
+        };
+        let head = plan.push_head(&msg.encode());
+        plan.outs.push(Out {
+            dest: Dest::Udp(to),
+            counter: CounterId::Port(port),
+            head,
+            frame: 0,
+            body: (0, 0),
+        });
     }
 
     /// Recomputes every group's effective targets from the suspects; returns the
@@ -745,6 +866,8 @@ impl Dataplane {
                 let deadline = t + self.suspect_ns;
                 if now_ns > deadline {
                     h.suspected = true;
+                    // Its ranges go elsewhere now: a lease needs a new drain.
+                    h.lease = None;
                     newly.push((*port, h.name.clone(), deadline));
                 }
             }
@@ -793,6 +916,7 @@ impl Dataplane {
         // Already suspected by its silence: only local-state groups change now.
         let was_suspected = std::mem::replace(&mut h.suspected, true);
         h.exited = true;
+        h.lease = None;
         let name = h.name.clone();
         if was_suspected {
             // Its failover event was logged when it fell silent; only local-state
@@ -1019,7 +1143,12 @@ impl Dataplane {
             if let Some(p) = in_port {
                 if InstanceHeartbeat::is_heartbeat(d) {
                     match InstanceHeartbeat::decode(d) {
-                        Some(hb) => self.heartbeat(p, hb),
+                        Some(hb) => {
+                            self.heartbeat(p, hb);
+                            if let Some(to) = frames.src(i) {
+                                self.answer_lease(p, hb.seq, to, plan);
+                            }
+                        }
                         None => self.stats.drop(id, DropReason::Malformed),
                     }
                     continue;
@@ -1999,6 +2128,116 @@ mod tests {
             lease_epoch: 0,
         }];
         c
+    }
+
+    /// The lease answers in `plan`, by destination.
+    fn leases_in(plan: &TxPlan) -> Vec<(Dest, sluice_proto::InstanceLease)> {
+        plan.outs
+            .iter()
+            .filter_map(|o| sluice_proto::InstanceLease::decode(plan.head(o)).map(|l| (o.dest, l)))
+            .collect()
+    }
+
+    #[test]
+    fn instances_of_a_leased_group_get_leases_on_exactly_their_ranges() {
+        let ms = 1_000_000u64;
+        let mut c = fw_group(&[(5, 1), (6, 3)], vec![], false, false);
+        c.group_policies[0].lease_epoch = 77;
+        let mut dp = Dataplane::new(1, &c).unwrap();
+        let g = c.tenants[0].groups[0].1.clone();
+        let want5 = vec![(0u32, (g.ranges[0].0 - 1) as u32)];
+        let want6 = vec![(g.ranges[0].0 as u32, u32::MAX)];
+        let beat = |dp: &mut Dataplane, now: u64, ports: &[u16]| {
+            dp.set_now(now);
+            let mut plan = TxPlan::new();
+            for p in ports {
+                dp.process_udp_batch(&heartbeat_from(*p), &mut plan);
+            }
+            leases_in(&plan)
+        };
+        // The controller has not been heard from: nothing.
+        assert!(beat(&mut dp, 1000 * ms, &[5, 6]).is_empty());
+        dp.allow_leases_until(5000 * ms);
+        // Conditions hold from now; leases only after the drain time.
+        assert!(beat(&mut dp, 1001 * ms, &[5, 6]).is_empty());
+        assert!(beat(&mut dp, 1040 * ms, &[5, 6]).is_empty());
+        let got = beat(&mut dp, 1001 * ms + LEASE_DRAIN_NS, &[5, 6]);
+        assert_eq!(got.len(), 2);
+        for (dest, l) in &got {
+            let want = if *dest == Dest::Udp(inst_addr(5)) {
+                &want5
+            } else {
+                &want6
+            };
+            assert_eq!(&l.ranges, want, "{dest:?}");
+            assert_eq!((l.epoch, l.hb_seq), (77, 1));
+            assert!(
+                u64::from(l.valid_us) * 1000 < DEFAULT_SUSPECT_NS,
+                "ends before suspicion"
+            );
+        }
+        assert_eq!(dp.stats().leases, 2);
+        // Port 5 falls silent and is suspected: its range moves to port 6, which
+        // keeps exactly its own lease (the moved flows go to the store).
+        let t = 1001 * ms + LEASE_DRAIN_NS;
+        assert!(beat(&mut dp, t + 20 * ms, &[6]).len() == 1);
+        assert!(dp.check_health(t + 40 * ms, || t + 40 * ms));
+        let got = beat(&mut dp, t + 41 * ms, &[6]);
+        assert_eq!(
+            got,
+            vec![(
+                Dest::Udp(inst_addr(6)),
+                sluice_proto::InstanceLease {
+                    epoch: 77,
+                    hb_seq: 1,
+                    valid_us: (LEASE_VALID_NS / 1000) as u32,
+                    ranges: want6.clone(),
+                }
+            )]
+        );
+        // Port 5 comes back: no lease until its flows sent elsewhere drained
+        // (told its old one is over, in case it still counts on it).
+        let got = beat(&mut dp, t + 50 * ms, &[5]);
+        assert!(got.iter().all(|(_, l)| l.epoch == 0), "{got:?}");
+        assert!(beat(&mut dp, t + 60 * ms, &[5]).is_empty());
+        assert_eq!(beat(&mut dp, t + 50 * ms + LEASE_DRAIN_NS, &[5]).len(), 1);
+        // The controller revokes (epoch 0): holders are told at their next beat.
+        c.group_policies[0].lease_epoch = 0;
+        let mut next = Dataplane::new(1, &c).unwrap();
+        next.inherit_stats(&dp);
+        let got = beat(&mut next, t + 200 * ms, &[5, 6]);
+        assert_eq!(got.len(), 2);
+        assert!(got.iter().all(|(_, l)| l.epoch == 0 && l.ranges.is_empty()));
+        assert_eq!(
+            next.stats().lease_revocations,
+            3,
+            "port 5 was told once before"
+        );
+        assert!(
+            beat(&mut next, t + 210 * ms, &[5, 6]).is_empty(),
+            "told once"
+        );
+        // A new epoch is granted after the drain time; silence from the
+        // controller past its grace stops grants.
+        c.group_policies[0].lease_epoch = 78;
+        let mut again = Dataplane::new(1, &c).unwrap();
+        again.inherit_stats(&next);
+        assert!(beat(&mut again, t + 300 * ms, &[5, 6]).is_empty());
+        assert_eq!(
+            beat(&mut again, t + 300 * ms + LEASE_DRAIN_NS, &[5, 6]).len(),
+            2
+        );
+        let got = beat(&mut again, 5001 * ms, &[5, 6]);
+        assert!(got.iter().all(|(_, l)| l.epoch == 0), "revoked: {got:?}");
+        // Pinned or local-state groups never lease.
+        for (pinned, local) in [(true, false), (false, true)] {
+            let mut c = fw_group(&[(5, 1), (6, 1)], vec![], pinned, local);
+            c.group_policies[0].lease_epoch = 9;
+            let mut dp = Dataplane::new(1, &c).unwrap();
+            dp.allow_leases_until(u64::MAX);
+            assert!(beat(&mut dp, 1000 * ms, &[5, 6]).is_empty());
+            assert!(beat(&mut dp, 1000 * ms + LEASE_DRAIN_NS, &[5, 6]).is_empty());
+        }
     }
 
     #[test]

@@ -74,6 +74,9 @@ pub struct GroupSel {
     /// The targets keep state inside themselves: only an exited instance is
     /// failed over, never a merely suspected one.
     pub local_state: bool,
+    /// Nonzero: the controller lets local instances hold leases on their
+    /// ranges ([`sluice_proto::GroupPolicy::lease_epoch`]).
+    pub lease_epoch: u64,
 }
 
 impl GroupSel {
@@ -88,6 +91,7 @@ impl GroupSel {
             draining,
             valid: Vec::new(),
             local_state: false,
+            lease_epoch: 0,
         };
         g.refresh(|_| false);
         g
@@ -137,6 +141,42 @@ impl GroupSel {
             .iter()
             .zip(&self.orig.ranges)
             .any(|(e, r)| *e != Some(r.1))
+    }
+
+    /// The inclusive hash ranges the controller's split gives `target`, if every
+    /// flow of them goes to `target` and nothing but the hash decides: no
+    /// failover moved one of them away, and the group neither pins flows, keeps
+    /// state in its instances nor drains a target. `None` otherwise, or if
+    /// `target` has no range. (An instance may own these under a lease.)
+    pub fn owned_ranges(&self, target: Output) -> Option<Vec<(u32, u32)>> {
+        if self.pinned || self.local_state || !self.draining.is_empty() {
+            return None;
+        }
+        let n = self.orig.ranges.len();
+        let mut out: Vec<(u32, u32)> = Vec::new();
+        for i in 0..n {
+            if self.orig.ranges[i].1 != target {
+                continue;
+            }
+            if self.eff.get(i) != Some(&Some(target)) {
+                return None;
+            }
+            let lo = if i == 0 { 0 } else { self.orig.ranges[i - 1].0 };
+            let hi = if i + 1 == n {
+                u32::MAX as u64
+            } else {
+                self.orig.ranges[i].0.saturating_sub(1)
+            };
+            if lo > hi || lo > u32::MAX as u64 {
+                continue;
+            }
+            let (lo, hi) = (lo as u32, hi.min(u32::MAX as u64) as u32);
+            match out.last_mut() {
+                Some(last) if last.1.checked_add(1) == Some(lo) => last.1 = hi,
+                _ => out.push((lo, hi)),
+            }
+        }
+        (!out.is_empty()).then_some(out)
     }
 
     /// The target for a flow of hash `hash` by the current split (failover
@@ -354,6 +394,44 @@ mod tests {
             fabric: false,
             flow: flow(i).canonical().0,
         }
+    }
+
+    #[test]
+    fn owned_ranges_are_what_the_hash_alone_sends_to_a_target() {
+        let g = Group::split(&[(p(1), 1), (h(2), 1), (p(3), 2)]).unwrap();
+        let mut sel = GroupSel::new(g.clone(), false, vec![]);
+        let r1 = sel.owned_ranges(p(1)).unwrap();
+        let r3 = sel.owned_ranges(p(3)).unwrap();
+        assert_eq!(r1, vec![(0, (g.ranges[0].0 - 1) as u32)]);
+        assert_eq!(r3, vec![(g.ranges[1].0 as u32, u32::MAX)]);
+        // Every hash the split sends to port 3 is in its ranges, and no other.
+        for i in 0..2000u32 {
+            let hash = flow(i).symmetric_hash();
+            let to3 = matches!(sel.choose(hash, false), Choice::Out(o) if o == p(3));
+            let owned = r3.iter().any(|r| r.0 <= hash && hash <= r.1);
+            assert_eq!(to3, owned, "hash {hash}");
+        }
+        assert_eq!(sel.owned_ranges(p(9)), None, "no range");
+        // A failover that moves port 1's range away, or onto port 3: port 1
+        // owns nothing, port 3 still owns exactly its own ranges.
+        sel.refresh(|o| o == p(1));
+        assert_eq!(sel.owned_ranges(p(1)), None);
+        assert_eq!(sel.owned_ranges(p(3)), Some(r3.clone()));
+        // Policies where more than the hash decides grant nothing.
+        let mut pinned = GroupSel::new(g.clone(), true, vec![]);
+        assert_eq!(pinned.owned_ranges(p(3)), None);
+        pinned.pinned = false;
+        pinned.local_state = true;
+        assert_eq!(pinned.owned_ranges(p(3)), None);
+        let draining = GroupSel::new(g, false, vec![p(4)]);
+        assert_eq!(draining.owned_ranges(p(3)), None);
+        // Adjacent ranges of one target merge.
+        let two = Group::split(&[(p(1), 1), (p(1), 1), (p(2), 2)]).unwrap();
+        let sel = GroupSel::new(two.clone(), false, vec![]);
+        assert_eq!(
+            sel.owned_ranges(p(1)),
+            Some(vec![(0, (two.ranges[1].0 - 1) as u32)])
+        );
     }
 
     #[test]

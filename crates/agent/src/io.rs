@@ -96,6 +96,9 @@ struct Shared {
     published: Mutex<Published>,
     has_exited: AtomicBool,
     exited: Mutex<Vec<u16>>,
+    /// Until when (Unix ns) local instances may be granted leases: extended
+    /// while the controller answers.
+    leases_until: AtomicU64,
     /// An eventfd the loop polls with its sockets, so a new configuration or an
     /// exited instance is handled at once instead of at the next poll timeout.
     wake: Waker,
@@ -269,6 +272,12 @@ impl DataplaneThread {
         self.udp_addr
     }
 
+    /// Lets the data plane grant leases to local instances until `until_ns`
+    /// (Unix ns).
+    pub fn allow_leases_until(&self, until_ns: u64) {
+        self.shared.leases_until.store(until_ns, Ordering::Release);
+    }
+
     /// Hands a new configuration to the thread (replacing one not yet taken)
     /// and waits up to `wait` for the thread to run it (its VM port sockets
     /// open); returns whether it did in time.
@@ -422,6 +431,8 @@ impl<'a> Loop<'a> {
             }
             self.retry_closed();
             self.clock.tick();
+            self.dp
+                .allow_leases_until(self.shared.leases_until.load(Ordering::Acquire));
             // Wake up for the next heartbeat deadline, so a silent instance is
             // suspected on time.
             let now = self.clock.wall_ns;
