@@ -409,6 +409,10 @@ pub const LEASE_DRAIN_NS: u64 = 50_000_000;
 /// Failover events kept for status.
 const MAX_EVENTS: usize = 256;
 
+/// A lease an instance could hold: (epoch, ranges, since when the conditions
+/// have held on the data-plane clock).
+type LeaseCandidate = (u64, Vec<(u32, u32)>, u64);
+
 /// What the data plane knows of one NF instance's health.
 #[derive(Debug, Clone, Default)]
 struct Health {
@@ -420,9 +424,8 @@ struct Health {
     suspected: bool,
     /// Its process exited (the supervisor saw it), not merely silent.
     exited: bool,
-    /// The lease it could hold (epoch, ranges) and since when (data-plane
-    /// clock) that has been so.
-    lease: Option<(u64, Vec<(u32, u32)>, u64)>,
+    /// The lease it could hold and since when that has been so.
+    lease: Option<LeaseCandidate>,
     /// A lease was sent and not revoked since.
     granted: bool,
 }
