@@ -429,7 +429,7 @@ impl AgentCore {
             );
         }
         let health = self.health_of(&p);
-        let gauges: [(&str, &str, &str, HealthField); 8] = [
+        let gauges: [(&str, &str, &str, HealthField); 10] = [
             (
                 "sluice_instance_suspected",
                 "gauge",
@@ -471,6 +471,18 @@ impl AgentCore {
                 "counter",
                 "CPU time the instance used, milliseconds.",
                 |h| h.cpu_ms,
+            ),
+            (
+                "sluice_instance_lease_epoch",
+                "gauge",
+                "Epoch of the ownership lease the instance holds (0: none).",
+                |h| h.lease_epoch,
+            ),
+            (
+                "sluice_instance_cache_hits_total",
+                "counter",
+                "Reads of owned records the instance's flow cache answered.",
+                |h| h.cache_hits,
             ),
             (
                 "sluice_instance_heartbeat_seen",
@@ -813,13 +825,24 @@ fn heartbeat(core: &AgentCore, controller: &str, stop: &AtomicBool) {
     let mut last_ok: Option<bool> = None;
     while !stop.load(Ordering::Acquire) {
         let started = Instant::now();
-        let r = agent.post(&url).send_json(core.registration());
+        let running = core.version();
+        let r = agent
+            .post(&url)
+            .send_json(core.registration())
+            .map(|resp| resp.into_json::<serde_json::Value>().ok());
         let ok = r.is_ok();
         if ok {
             core.heard();
-            // Leases may be granted a while longer; a controller that stops
-            // answering lets them lapse (docs/STATE.md, "Leases in the running
-            // system").
+        }
+        let desired = match &r {
+            Ok(Some(v)) => v.get("desired_version").and_then(|d| d.as_u64()),
+            _ => None,
+        };
+        // Leases may be granted a while longer only while the controller
+        // answers and this agent runs the configuration it wants: one that
+        // missed a revocation, or lost the controller, lets them lapse
+        // (docs/STATE.md, "Leases in the running system").
+        if desired == Some(running) {
             if let Ok(dp) = core.dp.lock() {
                 dp.allow_leases_until(
                     crate::io::wall_ns() + LEASE_CONTROLLER_GRACE.as_nanos() as u64,

@@ -1002,6 +1002,8 @@ impl Dataplane {
                 drops: h.hb.drops,
                 queue_drops: h.hb.queue_drops,
                 cpu_ms: h.hb.cpu_us / 1000,
+                lease_epoch: h.hb.lease_epoch,
+                cache_hits: h.hb.cache_hits,
             })
             .collect()
     }
@@ -2128,6 +2130,7 @@ mod tests {
                 .map(|p| Output::Port(PortId(p)))
                 .collect(),
             local_state,
+            cached: false,
             lease_epoch: 0,
         }];
         c

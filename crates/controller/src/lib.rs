@@ -14,6 +14,7 @@ pub mod api;
 pub mod client;
 pub mod compile;
 pub mod db;
+pub mod lease;
 pub mod measure;
 pub mod place;
 pub mod server;

@@ -341,6 +341,20 @@ impl Desired {
         })
     }
 
+    /// Whether the middlebox is `state: cached` (its instances may hold
+    /// ownership leases, see [`crate::lease`]).
+    pub fn cached_state(&self, tenant: &str, middlebox: &str) -> bool {
+        self.tenants.get(tenant).is_some_and(|t| {
+            matches!(
+                t.spec.elements.get(middlebox),
+                Some(Element::Middlebox {
+                    state: StateMode::Cached,
+                    ..
+                })
+            )
+        })
+    }
+
     /// Whether the agents pin the middlebox's flows to their first instance
     /// (`affinity: pinned`), so a changed split moves only new flows.
     pub fn pinned(&self, tenant: &str, middlebox: &str) -> bool {
@@ -714,7 +728,8 @@ impl Desired {
         let mut out = Vec::new();
         for (mb, g) in &c.groups {
             let (pinned, local) = (self.pinned(tenant, mb), self.local_state(tenant, mb));
-            if !(pinned || local) || !hf.groups.contains_key(g) {
+            let cached = self.cached_state(tenant, mb);
+            if !(pinned || local || cached) || !hf.groups.contains_key(g) {
                 continue;
             }
             let target = |i: &Instance| {
@@ -746,6 +761,7 @@ impl Desired {
                 pinned,
                 draining,
                 local_state: local,
+                cached,
                 lease_epoch: 0,
             });
         }

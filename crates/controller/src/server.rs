@@ -28,6 +28,7 @@ use sluice_tenant::TenantSpec;
 
 use crate::api::*;
 use crate::db::{Db, DbError};
+use crate::lease::{Decision as LeaseDecision, LeaseGate};
 use crate::place::{instance_name, versioned, Desired, Host, InstanceKey, PlaceError};
 
 /// The OpenAPI document of this API.
@@ -327,6 +328,8 @@ struct Core {
     healthy_since: BTreeMap<InstanceKey, Instant>,
     /// Instances reported suspected (alive) since (see [`SUSPECT_CONFIRM`]).
     suspected_since: BTreeMap<InstanceKey, Instant>,
+    /// Ownership leases of `state: cached` middleboxes.
+    gate: LeaseGate,
 }
 
 #[derive(Default)]
@@ -366,6 +369,12 @@ pub fn serve(opts: ServerOptions) -> Result<ServerHandle, ControllerError> {
     // The stored configurations are what agents were told; recompute to catch a
     // compiler that changed since, bumping versions only where output differs.
     let mut configs = desired.configs(&opts.state_url)?;
+    let mut gate = LeaseGate::restarted(&stored, unix_ms());
+    if let LeaseDecision::Hold(held) = gate.decide(&stored, &mut configs, unix_ms()) {
+        // Pushed again as they were until the agents confirm them (see
+        // `LeaseGate::restarted`); the ticker then commits the desired state.
+        configs = held;
+    }
     let changed = versioned(&stored, &mut configs);
     let mut db = db;
     if !changed.is_empty() {
@@ -400,6 +409,7 @@ pub fn serve(opts: ServerOptions) -> Result<ServerHandle, ControllerError> {
             drain_timeouts: BTreeMap::new(),
             healthy_since: BTreeMap::new(),
             suspected_since: BTreeMap::new(),
+            gate,
         }),
         queue: Mutex::new(PushQueue::default()),
         push_cv: Condvar::new(),
@@ -673,7 +683,21 @@ impl Shared {
     /// their pushes. Returns the changed hosts and their new versions.
     fn commit(&self, core: &mut Core, next: Desired) -> Result<BTreeMap<u32, u64>, ApiError> {
         let mut cfgs = next.configs(&self.state_url)?;
+        let was_holding = core.gate.holding();
+        let held = match core.gate.decide(&core.configs, &mut cfgs, unix_ms()) {
+            LeaseDecision::Apply => false,
+            LeaseDecision::Hold(interim) => {
+                cfgs = interim;
+                true
+            }
+        };
         let changed = versioned(&core.configs, &mut cfgs);
+        if held {
+            core.gate.held_versions(&cfgs);
+            if !was_holding {
+                log("leased split changing: leases revoked first; the new configuration follows once the agents confirm");
+            }
+        }
         if next != core.desired || !changed.is_empty() {
             core.db.save(&next, &cfgs)?;
         }
@@ -1486,6 +1510,7 @@ fn ticker(shared: &Arc<Shared>) {
                 check_silence(shared, &mut core);
             }
             sample_agent_metrics(shared, &mut core);
+            check_leases(shared, &mut core);
             let mut polls = check_drains(shared, &mut core);
             for p in check_catch_ups(shared, &mut core) {
                 if !polls.contains(&p) {
@@ -1521,6 +1546,33 @@ fn ticker(shared: &Arc<Shared>) {
                     lock(&polling).remove(&h);
                 }
             }
+        }
+    }
+}
+
+/// Ends lease revocations whose agents confirmed them and grants leases to
+/// groups every agent has run for a while (see [`crate::lease`]): either way the
+/// desired state is committed again, so what was held back, or the new lease,
+/// goes out.
+fn check_leases(shared: &Shared, core: &mut Core) {
+    let now = unix_ms();
+    let reported: BTreeMap<u32, u64> = core
+        .live
+        .iter()
+        .filter_map(|(h, l)| l.reported.map(|v| (*h, v)))
+        .collect();
+    let done = core.gate.barrier_done(now, &reported);
+    let granted = core.gate.observe(&core.configs, &reported, now);
+    if done || granted {
+        if granted {
+            log(&format!("leases granted: {:?}", core.gate.granted()));
+        }
+        let d = core.desired.clone();
+        if let Err(e) = shared.commit(core, d) {
+            log(&format!(
+                "committing after a lease change failed: {}",
+                e.msg
+            ));
         }
     }
 }

@@ -494,6 +494,8 @@ impl Core {
             queue_drops: queue,
             cpu_us,
             pid: std::process::id() as u64,
+            lease_epoch: s.lease.epoch,
+            cache_hits: s.lease.cache_hits + self.chain.cache_stats().map_or(0, |c| c.hits),
         }
     }
 

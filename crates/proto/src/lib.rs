@@ -112,6 +112,10 @@ pub struct GroupPolicy {
     /// in the store.
     #[serde(default)]
     pub local_state: bool,
+    /// The middlebox is `state: cached`: its instances may hold ownership
+    /// leases once the controller grants them (`lease_epoch`).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub cached: bool,
     /// Nonzero: the controller has seen every agent run this group's current
     /// split, so the agent may grant its local instances ownership leases on
     /// their hash ranges ([`InstanceLease`], docs/STATE.md "Leases in the running
@@ -122,6 +126,10 @@ pub struct GroupPolicy {
 
 fn is_zero(v: &u64) -> bool {
     *v == 0
+}
+
+fn is_false(v: &bool) -> bool {
+    !*v
 }
 
 /// A host and its tunnel endpoint.
@@ -307,6 +315,13 @@ pub struct InstanceHealth {
     pub queue_drops: u64,
     /// CPU time it used (user + system), milliseconds.
     pub cpu_ms: u64,
+    /// Epoch of the ownership lease it holds (0: none; only `state: cached`
+    /// middleboxes hold leases).
+    #[serde(default)]
+    pub lease_epoch: u64,
+    /// Reads of owned records its flow cache answered.
+    #[serde(default)]
+    pub cache_hits: u64,
 }
 
 /// One local speculative failover: an instance suspected, its traffic moved to
@@ -376,7 +391,7 @@ pub struct PinnedFlows {
 pub const HEARTBEAT_MAGIC: [u8; 4] = *b"SLHB";
 
 /// Length of an encoded [`InstanceHeartbeat`].
-pub const HEARTBEAT_LEN: usize = 4 + 4 + 8 * 6;
+pub const HEARTBEAT_LEN: usize = 4 + 4 + 8 * 8;
 
 /// The small datagram an NF instance sends its agent every 10 ms, from its data
 /// socket to the agent's Geneve address (the agent tells it from Geneve by
@@ -397,6 +412,10 @@ pub struct InstanceHeartbeat {
     pub cpu_us: u64,
     /// Process id.
     pub pid: u64,
+    /// Epoch of the ownership lease held (0: none).
+    pub lease_epoch: u64,
+    /// Reads of owned records its flow cache answered, over every lease held.
+    pub cache_hits: u64,
 }
 
 impl InstanceHeartbeat {
@@ -412,6 +431,8 @@ impl InstanceHeartbeat {
             self.queue_drops,
             self.cpu_us,
             self.pid,
+            self.lease_epoch,
+            self.cache_hits,
         ];
         for (i, f) in fields.iter().enumerate() {
             b[8 + 8 * i..16 + 8 * i].copy_from_slice(&f.to_be_bytes());
@@ -442,6 +463,8 @@ impl InstanceHeartbeat {
             queue_drops: u(3),
             cpu_us: u(4),
             pid: u(5),
+            lease_epoch: u(6),
+            cache_hits: u(7),
         })
     }
 }
@@ -633,6 +656,7 @@ mod tests {
                 pinned: true,
                 draining: vec![Output::Port(sluice_switch::PortId(2))],
                 local_state: true,
+                cached: false,
                 lease_epoch: 3,
             }],
         };
@@ -663,6 +687,8 @@ mod tests {
             queue_drops: 4,
             cpu_us: 5,
             pid: 6,
+            lease_epoch: 8,
+            cache_hits: 9,
         };
         let b = h.encode();
         assert_eq!(InstanceHeartbeat::decode(&b), Some(h));

@@ -166,6 +166,12 @@ pub enum StateMode {
     /// can take over any flow, so failover and scale-in need no draining.
     #[default]
     Shared,
+    /// In the shared store, and each instance caches the records of the flows
+    /// it owns under an ownership lease its agent grants once the controller
+    /// has seen every agent run the same split (docs/STATE.md, "Leases in the
+    /// running system"): established flows rarely wait on the store, any
+    /// instance can still take over any flow.
+    Cached,
     /// Inside each instance, as a traditional NF does (the baseline): flows stay
     /// pinned to their instance and a removed instance is drained first.
     Local,
@@ -176,6 +182,7 @@ impl StateMode {
     pub fn as_str(&self) -> &'static str {
         match self {
             StateMode::Shared => "shared",
+            StateMode::Cached => "cached",
             StateMode::Local => "local",
         }
     }
@@ -207,7 +214,7 @@ impl Affinity {
     pub fn default_for(state: StateMode) -> Affinity {
         match state {
             StateMode::Local => Affinity::Pinned,
-            StateMode::Shared => Affinity::Hash,
+            StateMode::Shared | StateMode::Cached => Affinity::Hash,
         }
     }
 }
@@ -435,11 +442,12 @@ fn parse_element(
                 None => StateMode::Shared,
                 Some(v) => match v.as_str() {
                     Some("shared") => StateMode::Shared,
+                    Some("cached") => StateMode::Cached,
                     Some("local") => StateMode::Local,
                     _ => {
                         return Err(c.err(
                             format!("{path}.state"),
-                            "expected `shared` (state in the store) or `local` (state inside each instance)",
+                            "expected `shared` (state in the store), `cached` (in the store, cached by the instance owning each flow) or `local` (state inside each instance)",
                         ))
                     }
                 },
@@ -457,6 +465,12 @@ fn parse_element(
                     }
                 },
             };
+            if state == StateMode::Cached && affinity == Affinity::Pinned {
+                return Err(c.err(
+                    format!("{path}.affinity"),
+                    "`state: cached` needs `affinity: hash`: an instance owns the flows of its hash ranges, which pinned flows outlive",
+                ));
+            }
             let capacity = match m.get("capacity") {
                 None => None,
                 Some(v) => {

@@ -181,6 +181,33 @@ fn middlebox_state_is_shared_unless_local() {
 }
 
 #[test]
+fn cached_state_is_parsed_and_refuses_pinned_affinity() {
+    let text = BASE.replace(
+        "mon: { type: middlebox, function: monitor }",
+        "mon: { type: middlebox, function: monitor, state: cached }",
+    ) + "  - { name: a, path: [net, fw, mon, web] }\n";
+    let s = parse(&text).unwrap();
+    assert!(matches!(
+        s.elements["mon"],
+        Element::Middlebox {
+            state: StateMode::Cached,
+            affinity: Affinity::Hash,
+            ..
+        }
+    ));
+    let e = parse(&text.replace("state: cached", "state: cached, affinity: pinned")).unwrap_err();
+    assert!(
+        e.contains("elements.mon.affinity") && e.contains("state: cached"),
+        "{e}"
+    );
+    let e = parse(&text.replace("state: cached", "state: cache")).unwrap_err();
+    assert!(
+        e.contains("elements.mon.state") && e.contains("`cached`"),
+        "{e}"
+    );
+}
+
+#[test]
 fn affinity_defaults_follow_the_state_mode_and_can_be_set() {
     let text = BASE.replace(
         "mon: { type: middlebox, function: monitor }",
