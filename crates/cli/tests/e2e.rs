@@ -162,3 +162,103 @@ fn scaling_a_shared_state_firewall_out_and_in_breaks_no_download() {
         r.failures
     );
 }
+
+/// (name, lease epoch, cache hits) of every NF instance, over every host.
+fn instance_leases(lab: &Lab) -> Vec<(String, u64, u64)> {
+    let mut out = Vec::new();
+    for h in &lab.state().hosts {
+        let st: serde_json::Value = ureq::get(&format!("{}/v1/status", h.api))
+            .call()
+            .unwrap()
+            .into_json()
+            .unwrap();
+        for i in st["health"].as_array().into_iter().flatten() {
+            out.push((
+                i["name"].as_str().unwrap_or_default().to_string(),
+                i["lease_epoch"].as_u64().unwrap_or(0),
+                i["cache_hits"].as_u64().unwrap_or(0),
+            ));
+        }
+    }
+    out
+}
+
+/// `state: cached` (docs/STATE.md, "Leases in the running system"): the
+/// controller leases the firewall's group once every agent runs its split, the
+/// instance caches its flows' records, and a scale-out and -in while leased
+/// revokes the lease before the split changes. Every download arrives whole.
+#[test]
+fn a_cached_state_firewall_uses_its_lease_and_scales_without_breaking_downloads() {
+    use sluice_testbed::elasticity::{elasticity, variant_spec, ElasticityOptions};
+    let dir = tempfile::tempdir().unwrap();
+    let base = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../examples/experiments/elasticity.yaml"
+    ))
+    .unwrap();
+    let spec = dir.path().join("spec.yaml");
+    std::fs::write(
+        &spec,
+        variant_spec(&base, "fw", "cached", "hash", None).unwrap(),
+    )
+    .unwrap();
+    let lab = Lab::up(&LabOptions {
+        spec,
+        hosts: 3,
+        dir: dir.path().to_path_buf(),
+        sluice: PathBuf::from(env!("CARGO_BIN_EXE_sluice")),
+        sluiced: PathBuf::from(env!("CARGO_BIN_EXE_sluice")).with_file_name("sluiced"),
+        web: true,
+    })
+    .unwrap_or_else(|e| panic!("testbed did not come up: {e}"));
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let leased = loop {
+        let h = instance_leases(&lab);
+        if let Some(i) = h.iter().find(|i| i.1 != 0) {
+            break i.clone();
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no instance was granted a lease: {h:?}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    let o = ElasticityOptions {
+        steps: 3,
+        flows_per_step: 4,
+        step: std::time::Duration::from_millis(1500),
+        hold_steps: 1,
+        rate_kib: 256,
+        ..ElasticityOptions::default()
+    };
+    let r = elasticity(&lab, &o, "cached/hash").unwrap();
+    assert_eq!(
+        (r.identical, r.failed),
+        (12, 0),
+        "every download whole: {:?}",
+        r.failures
+    );
+    // The instance that held the lease answered established flows from its
+    // cache, and holds a lease again after the split changed twice.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let now = loop {
+        let h = instance_leases(&lab);
+        let i = h.iter().find(|i| i.0 == leased.0).cloned();
+        if let Some(i) = i.filter(|i| i.1 != 0 && i.1 != leased.1) {
+            break i;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{} holds no new lease after the scale-in: {h:?}",
+            leased.0
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    eprintln!("leased before: {leased:?}; after the scale-in: {now:?}");
+    assert!(now.2 > 0, "the cache answered nothing: {now:?}");
+    let log = std::fs::read_to_string(dir.path().join("controller.log")).unwrap_or_default();
+    assert!(
+        log.contains("leases revoked first"),
+        "the split changed without a revocation:\n{log}"
+    );
+}
