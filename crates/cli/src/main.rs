@@ -286,8 +286,12 @@ enum ExperimentCmd {
         /// Base tenant spec; each variant sets the middlebox's state and affinity.
         #[arg(long, default_value = "examples/experiments/elasticity.yaml")]
         spec: PathBuf,
-        /// Variants, `state/affinity` (shared|local / hash|pinned), comma-separated.
-        #[arg(long, default_value = "shared/hash,local/hash,local/pinned")]
+        /// Variants, `state/affinity` (shared|cached|local / hash|pinned),
+        /// comma-separated.
+        #[arg(
+            long,
+            default_value = "shared/hash,cached/hash,local/hash,local/pinned"
+        )]
         variants: String,
         /// Groups of downloads (ramp steps).
         #[arg(long, default_value_t = 5)]

@@ -203,9 +203,13 @@ pub fn elasticity(
     for v in variants.split(',').map(str::trim).filter(|v| !v.is_empty()) {
         let (state, affinity) = v
             .split_once('/')
-            .filter(|(s, a)| ["shared", "local"].contains(s) && ["hash", "pinned"].contains(a))
+            .filter(|(s, a)| {
+                ["shared", "cached", "local"].contains(s) && ["hash", "pinned"].contains(a)
+            })
             .ok_or_else(|| {
-                format!("--variants: `{v}` is not state/affinity (shared|local / hash|pinned)")
+                format!(
+                    "--variants: `{v}` is not state/affinity (shared|cached|local / hash|pinned)"
+                )
             })?;
         let text = el::variant_spec(&base, &o.middlebox, state, affinity, capacity_mbps)
             .map_err(|e| format!("{}: {e}", spec.display()))?;

@@ -54,6 +54,10 @@ struct Grant {
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Barrier {
     started_ms: u64,
+    /// When every host in `need` was first seen running its version: an agent
+    /// reports a version only after applying it, and may have granted a lease
+    /// just before, so the lease's validity counts from here.
+    acked_ms: Option<u64>,
     /// Hosts that must report at least this version (known once the held
     /// configurations were versioned).
     need: BTreeMap<u32, u64>,
@@ -171,6 +175,7 @@ impl LeaseGate {
         if !hosts.is_empty() {
             g.barrier = Some(Barrier {
                 started_ms: now_ms,
+                acked_ms: None,
                 need: hosts.iter().map(|h| (*h, stored[h].version)).collect(),
                 hosts,
             });
@@ -222,6 +227,7 @@ impl LeaseGate {
         }
         self.barrier = Some(Barrier {
             started_ms: now_ms,
+            acked_ms: None,
             need: BTreeMap::new(),
             hosts,
         });
@@ -243,18 +249,22 @@ impl LeaseGate {
     }
 
     /// True (once) when the revocation is over: every host it concerns reported
-    /// the revoking version, or [`REVOKE_TIMEOUT_MS`] passed, and the longest
-    /// lease ran out since. The caller then commits the desired state again.
+    /// the revoking version and the longest lease ran out since, or
+    /// [`REVOKE_TIMEOUT_MS`] passed. The caller then commits the desired state
+    /// again.
     pub fn barrier_done(&mut self, now_ms: u64, reported: &BTreeMap<u32, u64>) -> bool {
-        let Some(b) = &self.barrier else {
+        let Some(b) = self.barrier.as_mut() else {
             return false;
         };
-        let elapsed = now_ms.saturating_sub(b.started_ms);
         let acked = b
             .need
             .iter()
             .all(|(h, v)| reported.get(h).is_some_and(|r| r >= v));
-        let done = elapsed >= LEASE_MS && (acked || elapsed >= REVOKE_TIMEOUT_MS);
+        if acked && b.acked_ms.is_none() {
+            b.acked_ms = Some(now_ms);
+        }
+        let done = b.acked_ms.is_some_and(|t| now_ms >= t + LEASE_MS)
+            || now_ms >= b.started_ms + REVOKE_TIMEOUT_MS;
         if done {
             self.barrier = None;
         }
@@ -427,11 +437,16 @@ mod tests {
             gate.decide(&cur, &mut other, 510),
             Decision::Hold(cur.clone())
         );
-        // Not done before both hosts run the revocation and a lease ran out.
+        // Not done before both hosts run the revocation and a lease ran out
+        // after that (a lease granted just before the agent applied it).
         let v = cur[&1].version;
-        assert!(!gate.barrier_done(500 + LEASE_MS, &[(1, v), (2, v - 1)].into()));
-        assert!(!gate.barrier_done(500 + LEASE_MS - 1, &[(1, v), (2, v)].into()));
-        assert!(gate.barrier_done(500 + LEASE_MS, &[(1, v), (2, v)].into()));
+        assert!(!gate.barrier_done(520, &[(1, v), (2, v - 1)].into()));
+        assert!(
+            !gate.barrier_done(540, &[(1, v), (2, v)].into()),
+            "acked now"
+        );
+        assert!(!gate.barrier_done(540 + LEASE_MS - 1, &[(1, v), (2, v)].into()));
+        assert!(gate.barrier_done(540 + LEASE_MS, &[(1, v), (2, v)].into()));
         assert!(!gate.holding());
         // Now the new split goes out, unleased; it is leased again later with a
         // new epoch.
@@ -494,7 +509,8 @@ mod tests {
             Decision::Hold(_)
         ));
         assert!(!gate.barrier_done(1100, &[(1, 0)].into()));
-        assert!(gate.barrier_done(1100, &[(1, 0), (2, 0)].into()));
+        assert!(!gate.barrier_done(1100, &[(1, 0), (2, 0)].into()));
+        assert!(gate.barrier_done(1100 + LEASE_MS, &[(1, 0), (2, 0)].into()));
         let mut same = cfgs((1, 1));
         assert_eq!(gate.decide(&stored, &mut same, 1100), Decision::Apply);
         assert_eq!(epochs(&same), vec![42, 42]);
