@@ -25,6 +25,50 @@ pub fn flushall(port: u16) -> Result<(), String> {
     }
 }
 
+/// A counter of the `INFO` section `section` of the server on loopback `port`
+/// (e.g. `stats`, `total_commands_processed`), for measurements.
+pub fn info_field(port: u16, section: &str, field: &str) -> Result<u64, String> {
+    use std::io::{Read, Write};
+    let err = |e: std::io::Error| format!("INFO {section} on 127.0.0.1:{port}: {e}");
+    let mut c = TcpStream::connect(("127.0.0.1", port)).map_err(err)?;
+    c.set_read_timeout(Some(std::time::Duration::from_secs(5)))
+        .map_err(err)?;
+    c.write_all(format!("INFO {section}\r\n").as_bytes())
+        .map_err(err)?;
+    // A bulk string: `$LEN\r\n` then LEN bytes and `\r\n`.
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 4096];
+    let body = loop {
+        let n = c.read(&mut chunk).map_err(err)?;
+        if n == 0 {
+            return Err(format!(
+                "INFO {section} on 127.0.0.1:{port}: connection closed"
+            ));
+        }
+        buf.extend_from_slice(&chunk[..n]);
+        let text = String::from_utf8_lossy(&buf).into_owned();
+        let Some((head, rest)) = text.split_once("\r\n") else {
+            continue;
+        };
+        let len: usize = head
+            .strip_prefix('$')
+            .and_then(|l| l.parse().ok())
+            .ok_or_else(|| format!("INFO {section} on 127.0.0.1:{port}: reply {head:?}"))?;
+        if rest.len() >= len {
+            break rest[..len].to_string();
+        }
+    };
+    body.lines()
+        .find_map(|l| {
+            l.strip_prefix(field)?
+                .strip_prefix(':')?
+                .trim()
+                .parse()
+                .ok()
+        })
+        .ok_or_else(|| format!("INFO {section} on 127.0.0.1:{port}: no `{field}`"))
+}
+
 /// A running server process, killed and its directory removed on drop.
 pub struct RedisServer {
     child: Child,

@@ -36,6 +36,27 @@ fn redis_behaves_like_the_local_store() {
 }
 
 #[test]
+fn info_fields_count_the_commands_a_store_sends() {
+    let srv = server();
+    let port = srv.port();
+    let field = |f: &str| sluice_state_redis::server::info_field(port, "stats", f);
+    let before = field("total_commands_processed").unwrap();
+    let mut redis = RedisStore::open(&srv.url()).unwrap();
+    let mut ops = Ops::new();
+    for i in 0..10u8 {
+        ops.put(k(1, &[i]), &[i]);
+    }
+    redis.execute(&mut ops).unwrap();
+    let after = field("total_commands_processed").unwrap();
+    // Connecting loads scripts; the puts travel as one MSET, and each INFO
+    // counts itself.
+    assert!(after > before + 1, "{before} -> {after}");
+    assert!(field("no_such_field")
+        .unwrap_err()
+        .contains("no_such_field"));
+}
+
+#[test]
 fn concurrent_instances_never_share_a_pool_item() {
     let srv = server();
     let url = srv.url();

@@ -155,6 +155,14 @@ pub struct ElasticityRun {
     pub new_instance_share: Option<f64>,
     /// Frames the middlebox's instances dropped during the run.
     pub middlebox_drops: u64,
+    /// Packets the middlebox's instances received during the run.
+    #[serde(default)]
+    pub middlebox_packets: u64,
+    /// Commands the state store processed during the run per packet the
+    /// middlebox received (the middlebox is the store's only user in the
+    /// experiment): what its flow cache saves shows here.
+    #[serde(default)]
+    pub store_commands_per_packet: Option<f64>,
     /// Bytes received over the ideal bytes while the ideal was above zero.
     pub goodput_ratio: f64,
     /// From the start to the last download's end, seconds.
@@ -165,17 +173,29 @@ fn other(e: impl std::fmt::Display) -> LabError {
     LabError::Other(e.to_string())
 }
 
-/// Records the drop counters of the instances of `tenant/middlebox/*` (the
-/// highest seen per instance, so an instance removed by a scale-in keeps its
-/// count).
-fn note_drops(apis: &[String], prefix: &str, seen: &mut BTreeMap<String, u64>) {
+/// Records the drop and receive counters of the instances of
+/// `tenant/middlebox/*` (the highest seen per instance, so an instance removed
+/// by a scale-in keeps its count).
+fn note_counts(apis: &[String], prefix: &str, seen: &mut BTreeMap<String, (u64, u64)>) {
     for h in health(apis) {
         if let Some(n) = h["name"].as_str().filter(|n| n.starts_with(prefix)) {
             let d = h["drops"].as_u64().unwrap_or(0);
+            let rx = h["rx_packets"].as_u64().unwrap_or(0);
             let e = seen.entry(n.to_string()).or_default();
-            *e = (*e).max(d);
+            *e = (e.0.max(d), e.1.max(rx));
         }
     }
+}
+
+/// Commands the lab's Redis has processed so far (None if it cannot tell).
+fn store_commands(store_url: &str) -> Option<u64> {
+    let port: u16 = store_url
+        .strip_prefix("redis://")?
+        .rsplit(':')
+        .next()?
+        .parse()
+        .ok()?;
+    sluice_state_redis::server::info_field(port, "stats", "total_commands_processed").ok()
 }
 
 /// Every agent's instance health records (`apis`: the agents' API URLs).
@@ -300,8 +320,9 @@ pub fn elasticity(
     let new_instance = format!("{prefix}1");
     let mut drops0 = BTreeMap::new();
     let apis: Vec<String> = st.hosts.iter().map(|h| h.api.clone()).collect();
-    note_drops(&apis, &prefix, &mut drops0);
+    note_counts(&apis, &prefix, &mut drops0);
     let mut drops = drops0.clone();
+    let commands0 = store_commands(&st.store);
 
     let t0 = Instant::now();
     let mut kids: Vec<Child> = Vec::new();
@@ -372,7 +393,7 @@ pub fn elasticity(
                 goodput_mbps: (bytes - last_bytes.min(bytes)) as f64 * 8.0 / 1e6 / dt,
             });
             (last_t, last_bytes) = (t, bytes);
-            note_drops(&apis, &prefix, &mut drops);
+            note_counts(&apis, &prefix, &mut drops);
             next_sample = t + o.sample;
         }
         let all_started = next_group >= o.steps;
@@ -411,6 +432,23 @@ pub fn elasticity(
         }
     }
     let _ = fs::remove_dir_all(&out);
+    // After the last download, so every instance reported its packets.
+    std::thread::sleep(Duration::from_millis(100));
+    note_counts(&apis, &prefix, &mut drops);
+    let since = |now: &BTreeMap<String, (u64, u64)>,
+                 then: &BTreeMap<String, (u64, u64)>,
+                 f: fn(&(u64, u64)) -> u64| {
+        now.iter()
+            .map(|(n, c)| f(c).saturating_sub(then.get(n).map_or(0, f)))
+            .sum::<u64>()
+    };
+    let middlebox_packets = since(&drops, &drops0, |c| c.1);
+    let store_commands_per_packet = match (commands0, store_commands(&st.store)) {
+        (Some(a), Some(b)) if middlebox_packets > 0 => {
+            Some(b.saturating_sub(a) as f64 / middlebox_packets as f64)
+        }
+        _ => None,
+    };
     let ideal_bytes: f64 = o.size() as f64 * files.len() as f64;
     let got_bytes = last_bytes.max(downloaded(&files)) as f64;
     Ok(ElasticityRun {
@@ -424,10 +462,9 @@ pub fn elasticity(
         scale_out_to_first_packet_ms: first_packet_ms,
         scale_out_api_ms: api_ms,
         new_instance_share: new_share,
-        middlebox_drops: drops
-            .iter()
-            .map(|(n, d)| d.saturating_sub(drops0.get(n).copied().unwrap_or(0)))
-            .sum(),
+        middlebox_drops: since(&drops, &drops0, |c| c.0),
+        middlebox_packets,
+        store_commands_per_packet,
         goodput_ratio: if ideal_bytes > 0.0 {
             got_bytes / ideal_bytes
         } else {
@@ -441,7 +478,7 @@ pub fn elasticity(
 /// side.
 pub fn print_elasticity(runs: &[ElasticityRun]) {
     println!(
-        "{:<14} {:>9} {:>6} {:>9} {:>8} {:>14} {:>9} {:>10}",
+        "{:<14} {:>9} {:>6} {:>9} {:>8} {:>14} {:>9} {:>10} {:>13}",
         "variant",
         "identical",
         "failed",
@@ -449,11 +486,12 @@ pub fn print_elasticity(runs: &[ElasticityRun]) {
         "goodput",
         "out->1st pkt",
         "new inst",
-        "total s"
+        "total s",
+        "store cmd/pkt"
     );
     for r in runs {
         println!(
-            "{:<14} {:>9} {:>6} {:>9} {:>7.1}% {:>11} ms {:>9} {:>10.1}",
+            "{:<14} {:>9} {:>6} {:>9} {:>7.1}% {:>11} ms {:>9} {:>10.1} {:>13}",
             r.label,
             r.identical,
             r.failed,
@@ -465,7 +503,10 @@ pub fn print_elasticity(runs: &[ElasticityRun]) {
             r.new_instance_share
                 .map(|s| format!("{:.0}%", s * 100.0))
                 .unwrap_or_else(|| "-".into()),
-            r.total_s
+            r.total_s,
+            r.store_commands_per_packet
+                .map(|c| format!("{c:.3}"))
+                .unwrap_or_else(|| "-".into())
         );
         for f in &r.failures {
             println!("               {f}");
@@ -703,6 +744,8 @@ mod tests {
             scale_out_api_ms: 3.0,
             new_instance_share: Some(0.5),
             middlebox_drops: 0,
+            middlebox_packets: 100,
+            store_commands_per_packet: Some(0.25),
             goodput_ratio: 0.9,
             total_s: 0.6,
         };
