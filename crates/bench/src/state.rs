@@ -351,6 +351,35 @@ pub fn run_once_mode(
     Ok(out)
 }
 
+/// The chain's clock during a run: a batch is stamped with the wall-clock time
+/// it arrives (from the trace's first timestamp on), as an instance stamps
+/// what it receives. The trace's own timestamps are 1 µs apart, far slower
+/// than the runs go, and would make every time bound (deferred writes flushed
+/// within 1 ms, timer ticks) act several times more often per packet than at
+/// the rate measured.
+struct ArrivalClock {
+    start: Instant,
+    base_ns: u64,
+}
+
+impl ArrivalClock {
+    fn new(w: &Workload) -> ArrivalClock {
+        let base_ns = if w.trace.is_empty() {
+            0
+        } else {
+            w.trace.get(0).0
+        };
+        ArrivalClock {
+            start: Instant::now(),
+            base_ns,
+        }
+    }
+
+    fn at(&self, t: Instant) -> u64 {
+        self.base_ns + t.saturating_duration_since(self.start).as_nanos() as u64
+    }
+}
+
 fn digest_batch(h: &mut u64, batch: &Batch) {
     for p in &batch.pkts {
         match p.verdict {
@@ -373,13 +402,14 @@ fn run_batches(
     let mut pool = PacketPool::new(batch_size * 2);
     let mut batch = Batch::with_capacity(batch_size);
     let mut busy_ns = 0u64;
+    let clock = ArrivalClock::new(w);
     let (mut i, mut b) = (0, 0);
     while i < w.trace.len() {
         let end = (i + batch_size).min(w.trace.len());
         let t0 = Instant::now();
+        let ts = clock.at(t0);
         for j in i..end {
-            let (ts, f) = w.trace.get(j);
-            batch.push_frame(&mut pool, f, ts, 0);
+            batch.push_frame(&mut pool, w.trace.get(j).1, ts, 0);
         }
         let t1 = Instant::now();
         chain.process(&mut batch, store);
@@ -433,15 +463,17 @@ fn run_pipelined(
             free.push(batch);
         }
     };
+    let clock = ArrivalClock::new(w);
     let (mut i, mut b) = (0, 0);
     while i < w.trace.len() {
         let end = (i + batch_size).min(w.trace.len());
         let t0 = Instant::now();
+        let ts = clock.at(t0);
         let mut batch = free
             .pop()
             .unwrap_or_else(|| Batch::with_capacity(batch_size));
         for j in i..end {
-            let (ts, f) = w.trace.get(j);
+            let f = w.trace.get(j).1;
             if !batch.push_frame(&mut pool, f, ts, 0) {
                 // Every buffer is in flight (the store is slow to acknowledge):
                 // wait for it, as a receive ring would fill up.

@@ -829,7 +829,8 @@ impl FlowCache {
     }
 
     fn write(&mut self, key: Key, val: Option<&[u8]>, flow_hash: u32, now_ns: u64, dirty: bool) {
-        if !self.map.contains_key(&key) {
+        // One lookup unless the map is full (a refresh is the common case).
+        if self.map.len() >= self.cfg.max_entries && !self.map.contains_key(&key) {
             self.make_room(now_ns);
         }
         let e = self.map.entry(key).or_insert(Entry {
@@ -977,23 +978,30 @@ impl FlowCache {
             match (op, owned) {
                 (Op::Get { key }, Some((_, mode))) => {
                     let present_only = mode == Mode::Present;
-                    let hit = match c.map.get(&key) {
-                        Some(e) if c.fresh(e, now) => !present_only || e.val.is_some(),
-                        Some(e) if !e.blocked => {
-                            // Idle too long: read through (after its own deferred
-                            // value, if it still has one).
-                            c.store_bound(&key, false, now);
-                            c.map.remove(&key);
-                            c.gen += 1;
-                            c.stats.evictions += 1;
-                            false
+                    let idle_ns = c.cfg.idle_ns;
+                    // One lookup for a hit (most reads of an owned flow).
+                    let (hit, stale) = match c.map.get_mut(&key) {
+                        Some(e) if !e.blocked && now.saturating_sub(e.used_ns) < idle_ns => {
+                            if !present_only || e.val.is_some() {
+                                e.used_ns = now;
+                                ops.set_value(i, e.val.as_deref());
+                                (true, false)
+                            } else {
+                                (false, false)
+                            }
                         }
-                        _ => false,
+                        Some(e) => (false, !e.blocked),
+                        None => (false, false),
                     };
+                    if stale {
+                        // Idle too long: read through (after its own deferred
+                        // value, if it still has one).
+                        c.store_bound(&key, false, now);
+                        c.map.remove(&key);
+                        c.gen += 1;
+                        c.stats.evictions += 1;
+                    }
                     if hit {
-                        let e = c.map.get_mut(&key).expect("checked above");
-                        e.used_ns = now;
-                        ops.set_value(i, e.val.as_deref());
                         c.stats.hits += 1;
                     } else if let Some(v) = c
                         .oneshot
@@ -1013,7 +1021,9 @@ impl FlowCache {
                     }
                 }
                 (Op::Put { key, val }, Some((flow_hash, mode))) => {
-                    c.fills.remove(&key);
+                    if !c.fills.is_empty() {
+                        c.fills.remove(&key);
+                    }
                     let held = matches!(mode, Mode::Defer | Mode::Unacked);
                     c.write(key, Some(ops.arg(val)), flow_hash, now, held);
                     if mode == Mode::Unacked {
