@@ -982,13 +982,12 @@ impl FlowCache {
                     // One lookup for a hit (most reads of an owned flow).
                     let (hit, stale) = match c.map.get_mut(&key) {
                         Some(e) if !e.blocked && now.saturating_sub(e.used_ns) < idle_ns => {
-                            if !present_only || e.val.is_some() {
+                            let hit = !present_only || e.val.is_some();
+                            if hit {
                                 e.used_ns = now;
                                 ops.set_value(i, e.val.as_deref());
-                                (true, false)
-                            } else {
-                                (false, false)
                             }
+                            (hit, false)
                         }
                         Some(e) => (false, !e.blocked),
                         None => (false, false),
