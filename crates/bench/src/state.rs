@@ -6,7 +6,10 @@
 //! state in a [`LocalStore`], once in a Redis store (a private `redis-server` on
 //! loopback started here, or the store `--state` names). Time is wall clock, not
 //! on-CPU time as in `bench nf`: waiting for the store is off-CPU and is exactly the
-//! cost being measured.
+//! cost being measured. The trace is replayed at the rate a calibration run with
+//! local state reaches (its timestamps, the chains' clock, spaced by that run's
+//! time per packet), so time bounds such as "deferred writes flushed within
+//! 1 ms" act per packet as they would at that rate.
 //!
 //! A third run per workload puts the flow cache in front of the remote store
 //! (docs/STATE.md, "Consistency model"): the instance holds an ownership lease on
@@ -351,35 +354,6 @@ pub fn run_once_mode(
     Ok(out)
 }
 
-/// The chain's clock during a run: a batch is stamped with the wall-clock time
-/// it arrives (from the trace's first timestamp on), as an instance stamps
-/// what it receives. The trace's own timestamps are 1 µs apart, far slower
-/// than the runs go, and would make every time bound (deferred writes flushed
-/// within 1 ms, timer ticks) act several times more often per packet than at
-/// the rate measured.
-struct ArrivalClock {
-    start: Instant,
-    base_ns: u64,
-}
-
-impl ArrivalClock {
-    fn new(w: &Workload) -> ArrivalClock {
-        let base_ns = if w.trace.is_empty() {
-            0
-        } else {
-            w.trace.get(0).0
-        };
-        ArrivalClock {
-            start: Instant::now(),
-            base_ns,
-        }
-    }
-
-    fn at(&self, t: Instant) -> u64 {
-        self.base_ns + t.saturating_duration_since(self.start).as_nanos() as u64
-    }
-}
-
 fn digest_batch(h: &mut u64, batch: &Batch) {
     for p in &batch.pkts {
         match p.verdict {
@@ -402,14 +376,13 @@ fn run_batches(
     let mut pool = PacketPool::new(batch_size * 2);
     let mut batch = Batch::with_capacity(batch_size);
     let mut busy_ns = 0u64;
-    let clock = ArrivalClock::new(w);
     let (mut i, mut b) = (0, 0);
     while i < w.trace.len() {
         let end = (i + batch_size).min(w.trace.len());
         let t0 = Instant::now();
-        let ts = clock.at(t0);
         for j in i..end {
-            batch.push_frame(&mut pool, w.trace.get(j).1, ts, 0);
+            let (ts, f) = w.trace.get(j);
+            batch.push_frame(&mut pool, f, ts, 0);
         }
         let t1 = Instant::now();
         chain.process(&mut batch, store);
@@ -463,17 +436,15 @@ fn run_pipelined(
             free.push(batch);
         }
     };
-    let clock = ArrivalClock::new(w);
     let (mut i, mut b) = (0, 0);
     while i < w.trace.len() {
         let end = (i + batch_size).min(w.trace.len());
         let t0 = Instant::now();
-        let ts = clock.at(t0);
         let mut batch = free
             .pop()
             .unwrap_or_else(|| Batch::with_capacity(batch_size));
         for j in i..end {
-            let f = w.trace.get(j).1;
+            let (ts, f) = w.trace.get(j);
             if !batch.push_frame(&mut pool, f, ts, 0) {
                 // Every buffer is in flight (the store is slow to acknowledge):
                 // wait for it, as a receive ring would fill up.
@@ -882,12 +853,13 @@ fn run_in(
             if !names.iter().any(|n| wanted(n)) {
                 continue;
             }
-            let w = Workload::new(kind, size, packets_for(opts.quick, size), batch_size);
+            let mut w = Workload::new(kind, size, packets_for(opts.quick, size), batch_size);
             for ((function, spec, d, paper), name) in specs.iter().zip(&names) {
                 if !wanted(name) {
                     continue;
                 }
                 progress(name);
+                calibrate(spec, d, &format!("{name}-cal"), &mut w);
                 let local = best_of(spec, d, &format!("{name}-l"), &w, opts.reps, &mut || {
                     Ok(Box::new(LocalStore::new()))
                 });
@@ -941,6 +913,22 @@ fn run_in(
     Ok(out)
 }
 
+/// Replays `w` at the rate one local run of `spec` achieves: its timestamps
+/// spaced by that run's time per packet. The generated trace is 1 µs apart,
+/// several times slower than the runs go, so every time bound (deferred writes
+/// flushed within 1 ms, timer ticks) would act several times more often per
+/// packet than at the rate measured. Every run of the workload then sees the
+/// same timestamps, so they still issue the same operations.
+fn calibrate(spec: &ChainSpec, dir: &Path, name: &str, w: &mut Workload) {
+    let mut store = LocalStore::new();
+    if let Ok(r) = run_once(spec, dir, name, w, &mut store, false) {
+        if r.packets > 0 && r.secs > 0.0 {
+            let gap = (r.secs * 1e9 / r.packets as f64).round().max(1.0) as u64;
+            w.trace.restamp(gap);
+        }
+    }
+}
+
 fn opt(v: Option<f64>) -> String {
     v.map_or("-".into(), |x| format!("{x:.1}"))
 }
@@ -951,7 +939,7 @@ pub fn table(ms: &[StateMeasurement]) -> String {
     let mut s = String::new();
     if let Some(m) = ms.first() {
         s.push_str(&format!(
-            "local = in-process LocalStore; remote = {} (one pipelined round trip per execute); wall clock\n\
+            "local = in-process LocalStore; remote = {} (one pipelined round trip per execute); wall clock; trace timestamps spaced at the local run's time per packet\n\
              batches of {} packets, except rows named _bN: N packets per batch for local, remote and cached alike\n",
             m.store,
             ms.iter().map(|m| m.batch_size).min().unwrap_or(0)

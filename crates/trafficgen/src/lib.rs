@@ -133,6 +133,17 @@ impl Trace {
         (0..self.len()).map(|i| self.get(i))
     }
 
+    /// Spaces the timestamps `gap_ns` apart from the first one on, keeping the
+    /// frames and their order (a replay at another rate).
+    pub fn restamp(&mut self, gap_ns: u64) {
+        let Some(&(_, _, first)) = self.index.first() else {
+            return;
+        };
+        for (i, e) in self.index.iter_mut().enumerate() {
+            e.2 = first + i as u64 * gap_ns;
+        }
+    }
+
     /// Appends a frame.
     pub fn push(&mut self, ts_ns: u64, frame: &[u8]) {
         self.index
