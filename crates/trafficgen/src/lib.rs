@@ -422,6 +422,25 @@ mod tests {
     use sluice_wire::parse::{parse_frame, L4};
 
     #[test]
+    fn restamping_keeps_frames_and_spaces_timestamps() {
+        let mut t = Trace::new();
+        t.push(500, b"aa");
+        t.push(1500, b"bbb");
+        t.push(2500, b"c");
+        t.restamp(70);
+        let got: Vec<(u64, Vec<u8>)> = t.iter().map(|(ts, f)| (ts, f.to_vec())).collect();
+        assert_eq!(
+            got,
+            vec![
+                (500, b"aa".to_vec()),
+                (570, b"bbb".to_vec()),
+                (640, b"c".to_vec())
+            ]
+        );
+        Trace::new().restamp(5);
+    }
+
+    #[test]
     fn counts_sizes_and_determinism() {
         let spec = TrafficSpec {
             flows: 10,
