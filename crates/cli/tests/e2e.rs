@@ -131,42 +131,50 @@ fn hosts(lab: &Lab) -> Vec<(u64, u64)> {
     out
 }
 
+/// Three hosts running the elasticity example with its firewall `state:
+/// STATE` (hash affinity), in `dir`.
+fn elasticity_lab(dir: &std::path::Path, state: &str) -> Lab {
+    let base = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../examples/experiments/elasticity.yaml"
+    ))
+    .unwrap();
+    let spec = dir.join("spec.yaml");
+    let text = sluice_testbed::elasticity::variant_spec(&base, "fw", state, "hash", None);
+    std::fs::write(&spec, text.unwrap()).unwrap();
+    Lab::up(&LabOptions {
+        spec,
+        hosts: 3,
+        dir: dir.to_path_buf(),
+        sluice: PathBuf::from(env!("CARGO_BIN_EXE_sluice")),
+        sluiced: PathBuf::from(env!("CARGO_BIN_EXE_sluice")).with_file_name("sluiced"),
+        web: true,
+    })
+    .unwrap_or_else(|e| panic!("testbed did not come up: {e}"))
+}
+
+/// A short ramp: 3 groups of 4 downloads at 256 KiB/s, 1.5 s apart.
+fn small_ramp() -> sluice_testbed::elasticity::ElasticityOptions {
+    sluice_testbed::elasticity::ElasticityOptions {
+        steps: 3,
+        flows_per_step: 4,
+        step: std::time::Duration::from_millis(1500),
+        hold_steps: 1,
+        rate_kib: 256,
+        ..Default::default()
+    }
+}
+
 /// StatelessNF Fig. 4.8 in small: downloads ramp up through a firewall with its
 /// state in the store, which is scaled out to two instances at the peak and back
 /// to one on the way down. Every download must arrive whole: a changed split
 /// moves flows between instances without breaking them.
 #[test]
 fn scaling_a_shared_state_firewall_out_and_in_breaks_no_download() {
-    use sluice_testbed::elasticity::{elasticity, variant_spec, ElasticityOptions};
+    use sluice_testbed::elasticity::elasticity;
     let dir = tempfile::tempdir().unwrap();
-    let base = std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../examples/experiments/elasticity.yaml"
-    ))
-    .unwrap();
-    let spec = dir.path().join("spec.yaml");
-    std::fs::write(
-        &spec,
-        variant_spec(&base, "fw", "shared", "hash", None).unwrap(),
-    )
-    .unwrap();
-    let lab = Lab::up(&LabOptions {
-        spec,
-        hosts: 3,
-        dir: dir.path().to_path_buf(),
-        sluice: PathBuf::from(env!("CARGO_BIN_EXE_sluice")),
-        sluiced: PathBuf::from(env!("CARGO_BIN_EXE_sluice")).with_file_name("sluiced"),
-        web: true,
-    })
-    .unwrap_or_else(|e| panic!("testbed did not come up: {e}"));
-    let o = ElasticityOptions {
-        steps: 3,
-        flows_per_step: 4,
-        step: std::time::Duration::from_millis(1500),
-        hold_steps: 1,
-        rate_kib: 256,
-        ..ElasticityOptions::default()
-    };
+    let lab = elasticity_lab(dir.path(), "shared");
+    let o = small_ramp();
     let r = elasticity(&lab, &o, "shared/hash").unwrap();
     assert!(r.scale_out_at_s > 0.0 && r.scale_in_at_s > r.scale_out_at_s);
     assert_eq!(
@@ -203,28 +211,9 @@ fn instance_leases(lab: &Lab) -> Vec<(String, u64, u64)> {
 /// revokes the lease before the split changes. Every download arrives whole.
 #[test]
 fn a_cached_state_firewall_uses_its_lease_and_scales_without_breaking_downloads() {
-    use sluice_testbed::elasticity::{elasticity, variant_spec, ElasticityOptions};
+    use sluice_testbed::elasticity::elasticity;
     let dir = tempfile::tempdir().unwrap();
-    let base = std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../examples/experiments/elasticity.yaml"
-    ))
-    .unwrap();
-    let spec = dir.path().join("spec.yaml");
-    std::fs::write(
-        &spec,
-        variant_spec(&base, "fw", "cached", "hash", None).unwrap(),
-    )
-    .unwrap();
-    let lab = Lab::up(&LabOptions {
-        spec,
-        hosts: 3,
-        dir: dir.path().to_path_buf(),
-        sluice: PathBuf::from(env!("CARGO_BIN_EXE_sluice")),
-        sluiced: PathBuf::from(env!("CARGO_BIN_EXE_sluice")).with_file_name("sluiced"),
-        web: true,
-    })
-    .unwrap_or_else(|e| panic!("testbed did not come up: {e}"));
+    let lab = elasticity_lab(dir.path(), "cached");
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
     let leased = loop {
         let h = instance_leases(&lab);
@@ -237,14 +226,7 @@ fn a_cached_state_firewall_uses_its_lease_and_scales_without_breaking_downloads(
         );
         std::thread::sleep(std::time::Duration::from_millis(100));
     };
-    let o = ElasticityOptions {
-        steps: 3,
-        flows_per_step: 4,
-        step: std::time::Duration::from_millis(1500),
-        hold_steps: 1,
-        rate_kib: 256,
-        ..ElasticityOptions::default()
-    };
+    let o = small_ramp();
     let r = elasticity(&lab, &o, "cached/hash").unwrap();
     assert_eq!(
         (r.identical, r.failed),
