@@ -197,6 +197,11 @@ enum TestbedCmd {
         /// Working directory.
         #[arg(long, default_value = testbed::DEFAULT_DIR)]
         dir: PathBuf,
+        /// The firewall's `state:` (shared, cached or local); `spec` to keep
+        /// the spec's own. The default, cached, shows the ownership leases and
+        /// the flow cache at work (docs/STATE.md).
+        #[arg(long, default_value = "cached")]
+        fw_state: String,
     },
 }
 
@@ -604,7 +609,17 @@ fn main() -> ExitCode {
                     no_web,
                 } => testbed::up(&spec, hosts, &dir, !no_web),
                 TestbedCmd::Down { dir } => testbed::down(&dir),
-                TestbedCmd::Demo { spec, hosts, dir } => testbed::demo(&spec, hosts, &dir),
+                TestbedCmd::Demo {
+                    spec,
+                    hosts,
+                    dir,
+                    fw_state,
+                } => testbed::demo(
+                    &spec,
+                    hosts,
+                    &dir,
+                    (fw_state != "spec").then_some(fw_state.as_str()),
+                ),
             })
         }
         Cmd::Check { file } => {

@@ -114,8 +114,27 @@ pub fn down(dir: &Path) -> Result<(), String> {
 }
 
 /// `sluice testbed demo`: up, real traffic, report, down.
-pub fn demo(spec: &Path, hosts: u32, dir: &Path) -> Result<(), String> {
+pub fn demo(spec: &Path, hosts: u32, dir: &Path, fw_state: Option<&str>) -> Result<(), String> {
     guard(dir)?;
+    // The firewall's state mode, if asked (the demo shows `cached`: leases and
+    // the flow cache), written as a variant of the spec next to the lab.
+    let variant;
+    let spec = match fw_state {
+        Some(state) => {
+            let text =
+                std::fs::read_to_string(spec).map_err(|e| format!("{}: {e}", spec.display()))?;
+            let v = sluice_testbed::elasticity::variant_spec(&text, "fw", state, "hash", None)
+                .map_err(|e| format!("{}: {e}", spec.display()))?;
+            // Refuse a bad `--fw-state` before anything is created.
+            sluice_tenant::TenantSpec::parse(&v, &spec.display().to_string(), None)
+                .map_err(|e| format!("--fw-state {state}: {e}"))?;
+            std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+            variant = dir.join("tenant.yaml");
+            std::fs::write(&variant, v).map_err(|e| format!("{}: {e}", variant.display()))?;
+            variant.as_path()
+        }
+        None => spec,
+    };
     let t = Instant::now();
     let lab = Lab::up(&options(spec, hosts, dir, true)?).map_err(|e| e.to_string())?;
     print_state(lab.state());

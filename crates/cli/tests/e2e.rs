@@ -65,7 +65,11 @@ fn figure4_on_three_hosts_with_real_http() {
         }
     }
     assert!(failed.is_empty(), "failed checks:\n{}", failed.join("\n"));
-    assert!(report.checks.len() >= 10, "the lease check ran too");
+    assert!(
+        report.checks.iter().any(|c| c.name.contains("leases")),
+        "the lease check ran too: {:?}",
+        report.checks.iter().map(|c| c.name).collect::<Vec<_>>()
+    );
 
     // The data plane keeps forwarding while the controller is down: new
     // connections through every middlebox of the chain still work.

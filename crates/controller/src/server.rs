@@ -1978,6 +1978,8 @@ fn middlebox_info(d: &Desired, tenant: &str, mb: &str) -> Result<MiddleboxInfo, 
         scaled: d.scaled.contains_key(&(tenant.to_string(), mb.to_string())),
         state: if d.local_state(tenant, mb) {
             "local"
+        } else if d.cached_state(tenant, mb) {
+            "cached"
         } else {
             "shared"
         }
