@@ -205,10 +205,11 @@ impl LeaseGate {
         if self.barrier.is_some() {
             return Decision::Hold(current.clone());
         }
+        let still = eligible(next);
         let revoke: Vec<GroupKey> = self
             .granted
             .iter()
-            .filter(|(k, g)| !eligible(next).contains(k) || signature(next, **k) != g.sig)
+            .filter(|(k, g)| !still.contains(k) || signature(next, **k) != g.sig)
             .map(|(k, _)| *k)
             .collect();
         if revoke.is_empty() {

@@ -480,7 +480,6 @@ impl Core {
     /// `kernel_drops` datagrams the kernel dropped on the socket's full queue).
     pub fn heartbeat(&self, seq: u32, cpu_us: u64, kernel_drops: u64) -> InstanceHeartbeat {
         let s = &self.stats;
-        // (The send time is recorded by `heartbeat_sent`.)
         let queue = ["tx_queue_full", "pool_exhausted"]
             .iter()
             .map(|r| s.drops.get(r).copied().unwrap_or(0))
