@@ -18,7 +18,8 @@ need_cargo() {
 }
 
 apt_updated=0
-# apt_install PKG...: installs the Debian packages that are missing.
+# apt_install PKG...: installs the Debian packages that are missing
+# (APT_LEAN=1: without their recommended packages).
 apt_install() {
     local missing=()
     for p in "$@"; do
@@ -31,7 +32,9 @@ apt_install() {
         $sudo apt-get update -qq
         apt_updated=1
     fi
-    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}"
+    local lean=()
+    [ "${APT_LEAN:-0}" = 1 ] && lean=(--no-install-recommends)
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${lean[@]}" "${missing[@]}"
 }
 
 # Packages the build and the tests need: a C/C++ toolchain, cmake and libclang (the LP
@@ -45,4 +48,11 @@ ensure_build_deps() {
     apt_install build-essential cmake pkg-config libclang-dev redis-server iproute2 \
         ethtool tshark nginx-light curl wrk iperf3
     need_cargo
+}
+
+# What only the tests need: Scapy, an independent Geneve implementation the
+# agent's interoperability test talks to (its other peer, the kernel's geneve
+# device, is not built into every kernel).
+ensure_test_deps() {
+    APT_LEAN=1 apt_install python3-scapy
 }

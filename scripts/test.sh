@@ -4,6 +4,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/common.sh
 ensure_build_deps
+ensure_test_deps
 echo "== cargo fmt --check"
 cargo fmt --all -- --check
 echo "== cargo clippy"
