@@ -671,6 +671,27 @@ impl Lb {
     }
 
     /// The client's flow (to the VIP) of a backend's reply flow `f` of service `svc`.
+    /// The hash that places a connection's replies (backend to client), and
+    /// so names the owner of its reply record; `None` if the record names a
+    /// service or backend this configuration no longer has.
+    fn reply_hash(&self, canon: &FlowKey, c: &Conn) -> Option<u32> {
+        let s = self.services.get(c.service as usize)?;
+        let b = s.backends.get(c.backend as usize)?;
+        let (addr, port) = if (canon.dst, canon.dst_port) == (s.vip, s.port) {
+            (canon.src, canon.src_port)
+        } else {
+            (canon.dst, canon.dst_port)
+        };
+        let reply = FlowKey {
+            src: b.addr,
+            dst: addr,
+            src_port: b.port,
+            dst_port: port,
+            proto: canon.proto,
+        };
+        Some(reply.symmetric_hash())
+    }
+
     fn client_of(&self, f: &FlowKey, svc: u16) -> FlowKey {
         let s = &self.services[svc as usize];
         FlowKey {
@@ -876,7 +897,11 @@ impl NetworkFunction for Lb {
                     let syn = p.meta.l4 == L4::Tcp && p.meta.tcp_flags & (SYN | ACK | RST) == SYN;
                     if s.ret.is_none() && (c.flags != 0 || syn || !self.alive_alone(&c, p.ts_ns)) {
                         let canon = s.canon;
-                        let r = self.ret_for(&canon, c.backend, None, true);
+                        // Read as its owner would: if this instance also holds the
+                        // replies' hash range, its cache has the record (or knows
+                        // there is none) and the read costs no round trip.
+                        let h = self.reply_hash(&canon, &c);
+                        let r = self.ret_for(&canon, c.backend, h, true);
                         self.slots[slot as usize].ret = Some(r);
                     }
                 }

@@ -607,6 +607,58 @@ fn established_packets_make_no_round_trip_under_a_lease() {
 }
 
 #[test]
+fn a_closing_connections_client_packets_read_the_reply_record_from_the_cache() {
+    // After the client's FIN its packets need the reply direction's record (is
+    // the connection closing both ways?). The owner of the replies' hash range
+    // wrote that record, so under a lease covering both directions the read is
+    // the cache's, not a round trip.
+    use sluice_state::{CacheConfig, FlowCache, Ownership};
+    let mut l = lb(Algorithm::Maglev, &[1, 1]);
+    let mut s = LocalStore::new();
+    let mut cache = FlowCache::new(CacheConfig::default());
+    cache
+        .set_ownership(Some(Ownership::all(1, u64::MAX)), &mut s, 0)
+        .unwrap();
+    let syns: Vec<_> = (0..8).map(|i| syn(i, 0)).collect();
+    let o = run(&mut l, &mut cache.bind(&mut s, 0), &syns);
+    let b: Vec<u8> = (0..8).map(|i| backend_of(&o, i)).collect();
+    let client_pkts = |flags: u8, t: u64| -> Vec<(Vec<u8>, u64)> {
+        (0..8u32)
+            .map(|i| {
+                let (c, p) = client(i);
+                (build::tcp_v4(c, VIP, p, 80, 2, 3, flags, b""), t)
+            })
+            .collect()
+    };
+    let replies: Vec<_> = (0..8u32)
+        .map(|i| {
+            let (c, p) = client(i);
+            (
+                build::tcp_v4(backend(b[i as usize]), c, 8080, p, 2, 2, ACK, b"y"),
+                1000,
+            )
+        })
+        .collect();
+    testing::run_frames(&mut l, &mut cache.bind(&mut s, 1000), &replies);
+    testing::run_frames(
+        &mut l,
+        &mut cache.bind(&mut s, 2000),
+        &client_pkts(FIN | ACK, 2000),
+    );
+    let before = s.counters();
+    let o = run(
+        &mut l,
+        &mut cache.bind(&mut s, 3000),
+        &client_pkts(ACK, 3000),
+    );
+    for i in 0..8 {
+        assert_eq!(backend_of(&o, i), b[i], "connection {i} kept its backend");
+    }
+    let d = s.counters().since(&before);
+    assert_eq!(d.round_trips, 0, "{d:?}");
+}
+
+#[test]
 fn an_unsolicited_reply_never_hides_a_connection_created_elsewhere() {
     use sluice_state::{CacheConfig, FlowCache, Ownership};
     let (c, p) = client(9);
