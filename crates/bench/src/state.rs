@@ -11,6 +11,11 @@
 //! time per packet), so time bounds such as "deferred writes flushed within
 //! 1 ms" act per packet as they would at that rate.
 //!
+//! The generated traffic's servers are the addresses the LB serves as VIPs; for
+//! the LB, the replies are rewritten to come from the backend each connection was
+//! sent to ([`replies_from_backends`]), as they would in front of real servers,
+//! so it handles both directions of every connection.
+//!
 //! A third run per workload puts the flow cache in front of the remote store
 //! (docs/STATE.md, "Consistency model"): the instance holds an ownership lease on
 //! every flow, as a single instance behind a hash-range split would, so flow-owned
@@ -859,18 +864,26 @@ fn run_in(
                     continue;
                 }
                 progress(name);
-                calibrate(spec, d, &format!("{name}-cal"), &mut w);
-                let local = best_of(spec, d, &format!("{name}-l"), &w, opts.reps, &mut || {
+                let mut lb_w;
+                let w = if *function == "lb" {
+                    let trace = replies_from_backends(spec, d, &w.trace)?;
+                    lb_w = Workload::from_trace(kind, size, trace, batch_size);
+                    &mut lb_w
+                } else {
+                    &mut w
+                };
+                calibrate(spec, d, &format!("{name}-cal"), w);
+                let local = best_of(spec, d, &format!("{name}-l"), w, opts.reps, &mut || {
                     Ok(Box::new(LocalStore::new()))
                 });
-                let remote = best_of(spec, d, &format!("{name}-r"), &w, opts.reps, &mut || {
+                let remote = best_of(spec, d, &format!("{name}-r"), w, opts.reps, &mut || {
                     open_remote(url)
                 });
                 let cached = best_of_with(
                     spec,
                     d,
                     &format!("{name}-c"),
-                    &w,
+                    w,
                     opts.reps,
                     &mut || open_remote(url),
                     true,
@@ -880,7 +893,7 @@ fn run_in(
                         spec,
                         d,
                         &format!("{name}-p"),
-                        &w,
+                        w,
                         opts.reps,
                         &mut || open_remote(url),
                         RunMode::Pipelined(window_batches(opts.window, batch_size)),
@@ -888,7 +901,7 @@ fn run_in(
                 });
                 match (local, remote) {
                     (Ok(l), Ok(r)) => {
-                        let mut m = compare(function, &w, &l, &r, paper, describe);
+                        let mut m = compare(function, w, &l, &r, paper, describe);
                         match cached {
                             Ok(c) => m.cached = Some(compare_cached(&l, &c)),
                             Err(e) => progress(&format!("{name}: cached run skipped: {e}")),
@@ -909,6 +922,71 @@ fn run_in(
                 }
             }
         }
+    }
+    Ok(out)
+}
+
+/// The trace as a load balancer in front of servers would see it: replies come
+/// from the backend each connection was given, not from the VIP the client
+/// addressed (the generated traffic's servers are the LB's VIPs, so without this
+/// the LB would pass every reply through untouched and only ever see clients).
+/// One run of `spec` with local state over the trace decides the backends; each
+/// reply then gets that backend's address and port as its source. Frames of
+/// connections the run did not rewrite stay as they are.
+pub fn replies_from_backends(spec: &ChainSpec, dir: &Path, trace: &Trace) -> Result<Trace, String> {
+    use sluice_wire::flow::FlowKey;
+    use sluice_wire::parse::{parse_into, PacketMeta};
+    use sluice_wire::rewrite::{set_endpoint, Endpoint};
+    let mut spec = spec.clone();
+    spec.name = "lb-backends".into();
+    let registry = sluice_builtin::registry();
+    let mut chain =
+        Chain::from_spec(&spec, dir, &registry, Sharing::Shared).map_err(|e| e.to_string())?;
+    let mut store = LocalStore::new();
+    // Client flow (as sent) -> the backend's (address, port) it was sent to.
+    let mut backend: std::collections::HashMap<FlowKey, (sluice_wire::IpAddr, u16)> =
+        std::collections::HashMap::new();
+    let batch_size = spec.settings.batch_size.max(1);
+    let mut pool = PacketPool::new(batch_size * 2);
+    let mut batch = Batch::with_capacity(batch_size);
+    let mut flows = Vec::with_capacity(batch_size);
+    let mut i = 0;
+    while i < trace.len() {
+        let end = (i + batch_size).min(trace.len());
+        flows.clear();
+        for j in i..end {
+            let (ts, f) = trace.get(j);
+            flows.push(parse_frame(f).ok().map(|m| m.flow));
+            batch.push_frame(&mut pool, f, ts, 0);
+        }
+        chain.process(&mut batch, &mut store);
+        for (p, before) in batch.pkts.iter().zip(&flows) {
+            let (Some(before), Ok(after)) = (before, parse_frame(p.data())) else {
+                continue;
+            };
+            let after = after.flow;
+            if p.verdict == Verdict::Forward
+                && (after.dst, after.dst_port) != (before.dst, before.dst_port)
+            {
+                backend.insert(*before, (after.dst, after.dst_port));
+            }
+        }
+        batch.recycle(&mut pool);
+        i = end;
+    }
+    let mut out = Trace::new();
+    let mut meta = PacketMeta::default();
+    let mut frame = Vec::new();
+    for (ts, f) in trace.iter() {
+        frame.clear();
+        frame.extend_from_slice(f);
+        if parse_into(&frame, &mut meta).is_ok() {
+            if let Some(&(addr, port)) = backend.get(&meta.flow.reverse()) {
+                set_endpoint(&mut frame, &mut meta, Endpoint::Src, addr, port)
+                    .map_err(|e| format!("rewriting a reply: {e}"))?;
+            }
+        }
+        out.push(ts, &frame);
     }
     Ok(out)
 }

@@ -8,6 +8,7 @@ use sluice_bench::state::{
 use sluice_state::LocalStore;
 use sluice_state_redis::server::RedisServer;
 use sluice_trafficgen::{generate, TrafficSpec};
+use sluice_wire::parse::parse_frame;
 
 fn tiny(kind: FlowsKind) -> Workload {
     let spec = TrafficSpec {
@@ -135,4 +136,64 @@ fn a_cluster_url_measures_the_same_operations() {
     assert_eq!(l.digest, r.digest, "{name}");
     assert_eq!(l.counters.reads, r.counters.reads);
     assert_eq!(l.counters.writes, r.counters.writes);
+}
+
+#[test]
+fn the_lb_workload_has_its_replies_come_from_the_backends() {
+    use sluice_wire::rewrite::verify_all_checksums;
+    use sluice_wire::IpAddr;
+    let dir = tempfile::tempdir().unwrap();
+    let w = tiny(FlowsKind::Short);
+    let spec = nf::load_spec(dir.path(), &nf::lb_chain()).unwrap();
+    let t = sluice_bench::state::replies_from_backends(&spec, dir.path(), &w.trace).unwrap();
+    assert_eq!(t.len(), w.trace.len());
+    let is_vip = |a: &IpAddr| matches!(a, IpAddr::V4([192, 0, 2, _]));
+    let is_backend = |a: &IpAddr| matches!(a, IpAddr::V4([198, 51, 100, _]));
+    let (mut from_backends, mut to_vips) = (0, 0);
+    for i in 0..t.len() {
+        let (ts0, before) = w.trace.get(i);
+        let (ts1, after) = t.get(i);
+        assert_eq!(ts0, ts1);
+        assert!(verify_all_checksums(after), "frame {i}");
+        let (b, a) = (
+            parse_frame(before).unwrap().flow,
+            parse_frame(after).unwrap().flow,
+        );
+        if is_vip(&b.dst) {
+            // Clients still address the VIP.
+            assert_eq!(a, b);
+            to_vips += 1;
+        } else {
+            // Every reply now comes from a backend, to the same client.
+            assert!(is_vip(&b.src), "{b:?}");
+            assert!(is_backend(&a.src), "frame {i}: {a:?}");
+            assert_eq!((a.dst, a.dst_port), (b.dst, b.dst_port));
+            from_backends += 1;
+        }
+    }
+    assert!(from_backends > 0 && to_vips > 0);
+    // Through the LB, the replies leave from the VIP again: it recognised every
+    // one as a reply of a connection it had sent to that backend.
+    let registry = sluice_builtin::registry();
+    let mut chain =
+        sluice_chain::Chain::from_spec(&spec, dir.path(), &registry, sluice_chain::Sharing::Shared)
+            .unwrap();
+    let mut local = LocalStore::new();
+    let mut pool = sluice_packet::PacketPool::new(64);
+    let mut batch = sluice_packet::Batch::with_capacity(32);
+    let mut replies_back = 0;
+    for i in 0..t.len() {
+        let (ts, f) = t.get(i);
+        batch.push_frame(&mut pool, f, ts, 0);
+        chain.process(&mut batch, &mut local);
+        let p = &batch.pkts[0];
+        assert_eq!(p.verdict, sluice_packet::Verdict::Forward, "frame {i}");
+        let out = parse_frame(p.data()).unwrap().flow;
+        if !is_vip(&parse_frame(f).unwrap().flow.dst) {
+            assert!(is_vip(&out.src), "frame {i}: {out:?}");
+            replies_back += 1;
+        }
+        batch.recycle(&mut pool);
+    }
+    assert_eq!(replies_back, from_backends);
 }
