@@ -115,7 +115,9 @@ pub struct Workload {
     /// The packets.
     pub trace: Trace,
     /// Per batch of `batch_size`: true if no packet opens or closes a connection
-    /// (SYN, FIN, RST) and every packet's flow was seen in an earlier batch.
+    /// (SYN, FIN, RST), every packet's flow was seen in an earlier batch, and
+    /// none was closing already (past its first FIN or RST: the teardown's last
+    /// ACK completes a close, a state change, not an established packet).
     pub established: Vec<bool>,
     /// Batch size `established` was computed for.
     pub batch_size: usize,
@@ -138,6 +140,8 @@ impl Workload {
     pub fn from_trace(kind: FlowsKind, frame_size: usize, trace: Trace, batch_size: usize) -> Self {
         let batch_size = batch_size.max(1);
         let mut seen = HashSet::new();
+        // Flows past their first FIN or RST: closing, no longer established.
+        let mut closing = HashSet::new();
         let mut this_batch = Vec::with_capacity(batch_size);
         let mut established = Vec::with_capacity(trace.len() / batch_size + 1);
         let mut distinct = 0usize;
@@ -152,8 +156,14 @@ impl Workload {
                     continue;
                 };
                 let flow = m.flow.canonical().0;
-                if m.tcp_flags & (SYN | FIN | RST) != 0 || !seen.contains(&flow) {
+                if m.tcp_flags & (SYN | FIN | RST) != 0
+                    || !seen.contains(&flow)
+                    || closing.contains(&flow)
+                {
                     all = false;
+                }
+                if m.tcp_flags & (FIN | RST) != 0 {
+                    closing.insert(flow);
                 }
                 this_batch.push(flow);
             }

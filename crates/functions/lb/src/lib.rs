@@ -402,6 +402,8 @@ struct Ret {
     through: bool,
     /// The connection's closing state changed: re-arm its timer at this deadline.
     rearm: Option<u64>,
+    /// Created for replies that waited for their connection's claim.
+    with_claim: bool,
 }
 
 struct Slot {
@@ -588,6 +590,7 @@ impl Lb {
             dirty: false,
             through: false,
             rearm: None,
+            with_claim: false,
         });
         self.ret_of.insert(key, r);
         r
@@ -1138,6 +1141,56 @@ impl NetworkFunction for Lb {
             let s = &mut self.slots[si];
             s.cas = Some(cas);
             s.cur = Some(c);
+        }
+        // Replies in the batch that opened their connection (a SYN-ACK behind its
+        // SYN) waited for the claim; their own record is created in the claim's
+        // round trip, as the first reply of a known connection creates it, so the
+        // connection's next replies (established traffic) find it instead of
+        // creating it then.
+        let mut created = false;
+        for k in 0..self.pending.len() {
+            let i = self.pending[k] as usize;
+            let Plan::Out { slot, backend, ret } = self.plan[i] else {
+                continue;
+            };
+            let Some(c) = self.slots[slot as usize].cur else {
+                continue;
+            };
+            let e = &mut self.rets[ret as usize];
+            if e.old.is_some() || e.hash.is_none() {
+                continue;
+            }
+            let m = &batch.pkts[i].meta;
+            let mut n = e.cur.unwrap_or(Conn {
+                flags: 0,
+                service: c.service,
+                backend,
+                last_seen_ns: 0,
+            });
+            if m.l4 == L4::Tcp {
+                if m.tcp_flags & SYN != 0 {
+                    n.flags = 0;
+                }
+                if m.tcp_flags & RST != 0 {
+                    n.flags |= RST_SEEN;
+                }
+                if m.tcp_flags & FIN != 0 {
+                    n.flags |= FIN_SERVER;
+                }
+            }
+            n.last_seen_ns = n.last_seen_ns.max(batch.pkts[i].ts_ns);
+            e.cur = Some(n);
+            e.dirty = true;
+            e.with_claim = true;
+            created = true;
+        }
+        if created {
+            for e in self.rets.iter().filter(|e| e.with_claim) {
+                if let (Some(cur), Some(h)) = (e.cur, e.hash) {
+                    ops.compare_and_set_owned(e.key, None, Some(&cur), h);
+                    ops.arm_timer(e.key, self.deadline(&cur));
+                }
+            }
         }
         let r = store.execute(&mut ops);
         self.ops = ops;

@@ -651,9 +651,43 @@ fn a_closing_connections_client_packets_read_the_reply_record_from_the_cache() {
         &mut cache.bind(&mut s, 3000),
         &client_pkts(ACK, 3000),
     );
-    for i in 0..8 {
-        assert_eq!(backend_of(&o, i), b[i], "connection {i} kept its backend");
+    for (i, &bi) in b.iter().enumerate() {
+        assert_eq!(backend_of(&o, i), bi, "connection {i} kept its backend");
     }
+    let d = s.counters().since(&before);
+    assert_eq!(d.round_trips, 0, "{d:?}");
+}
+
+#[test]
+fn a_syn_ack_in_its_syns_batch_creates_the_reply_record_with_the_claim() {
+    // The SYN-ACK waits for its connection's claim; its reply record is written
+    // in that round trip, so the connection's next replies (established traffic)
+    // make no round trip creating it.
+    use sluice_state::{CacheConfig, FlowCache, Ownership};
+    let b = {
+        let mut l = lb(Algorithm::Maglev, &[1, 1]);
+        backend_of(&run(&mut l, &mut LocalStore::new(), &[syn(4, 0)]), 0)
+    };
+    let mut l = lb(Algorithm::Maglev, &[1, 1]);
+    let mut s = LocalStore::new();
+    let mut cache = FlowCache::new(CacheConfig::default());
+    cache
+        .set_ownership(Some(Ownership::all(1, u64::MAX)), &mut s, 0)
+        .unwrap();
+    let (c, p) = client(4);
+    let syn_ack = build::tcp_v4(backend(b), c, 8080, p, 9, 2, SYN | ACK, b"");
+    let o = run(
+        &mut l,
+        &mut cache.bind(&mut s, 0),
+        &[syn(4, 0), (syn_ack, 0)],
+    );
+    assert_eq!(o.reason(1), None);
+    let r = record(&mut s, ret_key(4, b as u16)).expect("reply record created with the claim");
+    assert_eq!((r.flags, r.backend), (0, b as u16));
+    let before = s.counters();
+    let data = build::tcp_v4(backend(b), c, 8080, p, 10, 2, ACK, b"data");
+    let o = run(&mut l, &mut cache.bind(&mut s, 10), &[(data, 10)]);
+    assert_eq!(o.reason(0), None);
     let d = s.counters().since(&before);
     assert_eq!(d.round_trips, 0, "{d:?}");
 }
