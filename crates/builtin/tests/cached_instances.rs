@@ -743,3 +743,150 @@ fn due_deferred_writes_never_wait_on_redis() {
     );
     assert!(redis.writes >= stats.deferred_flushed);
 }
+
+/// A store whose sends without waiting vanish once `lose` is set: a dying
+/// instance whose last writes never reached the store (the host failed with
+/// them in flight).
+struct LosesUnacked {
+    inner: Box<dyn StateStore>,
+    lose: std::rc::Rc<std::cell::Cell<bool>>,
+}
+
+impl StateStore for LosesUnacked {
+    fn execute(&mut self, ops: &mut sluice_state::Ops) -> Result<(), sluice_state::StoreError> {
+        self.inner.execute(ops)
+    }
+    fn take_expired(
+        &mut self,
+        ns: sluice_state::Namespace,
+        now_ns: u64,
+        max: usize,
+        out: &mut Vec<sluice_state::Key>,
+    ) -> Result<(), sluice_state::StoreError> {
+        self.inner.take_expired(ns, now_ns, max, out)
+    }
+    fn counters(&self) -> StoreCounters {
+        self.inner.counters()
+    }
+    fn execute_unacked(
+        &mut self,
+        ops: &mut sluice_state::Ops,
+    ) -> Result<(), sluice_state::StoreError> {
+        if self.lose.get() {
+            return Ok(());
+        }
+        self.inner.execute_unacked(ops)
+    }
+    fn describe(&self) -> String {
+        "loses-unacked".into()
+    }
+}
+
+/// Long downloads: each flow's server sends 40 segments, its client
+/// acknowledging each (an empty segment), flows interleaved round-robin.
+fn downloads() -> Vec<(u64, Vec<u8>)> {
+    let mut buf = vec![0u8; 2048];
+    let mut flows: Vec<Vec<Vec<u8>>> = Vec::new();
+    for f in 0..8u32 {
+        let ep = Endpoints {
+            client: IpAddr::V4([10, 8, 0, f as u8 + 1]),
+            server: IpAddr::V4([192, 0, 2, 20 + (f % 3) as u8]),
+            client_port: 41_000 + f as u16,
+            server_port: 80,
+        };
+        let mut conv = TcpConversation::new(ep, 31 * f + 7, 57 * f + 11);
+        let mut pk: Vec<Vec<u8>> = Vec::new();
+        conv.handshake(&mut buf, &mut |b| pk.push(b.to_vec()));
+        conv.data(&mut buf, true, b"GET /big HTTP/1.1\r\n\r\n", &mut |b| {
+            pk.push(b.to_vec())
+        });
+        for k in 0..40u8 {
+            conv.data(&mut buf, false, &[b'a' + k % 26; 500], &mut |b| {
+                pk.push(b.to_vec())
+            });
+            conv.data(&mut buf, true, b"", &mut |b| pk.push(b.to_vec()));
+        }
+        conv.teardown(&mut buf, &mut |b| pk.push(b.to_vec()));
+        flows.push(pk);
+    }
+    let mut out = Vec::new();
+    let mut ts = 1_700_000_000_000_000_000u64;
+    for k in 0..flows.iter().map(Vec::len).max().unwrap_or(0) {
+        for f in &flows {
+            if let Some(p) = f.get(k) {
+                ts += 5_000;
+                out.push((ts, p.clone()));
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn an_owner_crash_that_loses_stream_progress_resynchronises_instead_of_stalling() {
+    // Owner 1's last batches' stream and scan progress never reach the store
+    // before it dies. The survivor's records are behind those streams: the
+    // next segments look out of order, and nobody will resend the missing bytes.
+    // The receivers' acknowledgements show they got them, so the reassembler
+    // skips the gap instead of filling its buffer and dropping (a stall).
+    let t = downloads();
+    let want = reference(&t);
+    let shared = SharedLocalStore::new();
+    let lose = std::rc::Rc::new(std::cell::Cell::new(false));
+    let resyncs = std::rc::Rc::new(std::cell::Cell::new(0u64));
+    let split = hash_range_split(&[1, 1]);
+    let mut insts = vec![
+        instance(Box::new(shared.handle())),
+        instance(Box::new(LosesUnacked {
+            inner: Box::new(shared.handle()),
+            lose: lose.clone(),
+        })),
+    ];
+    for (k, inst) in insts.iter_mut().enumerate() {
+        inst.chain
+            .set_ownership(
+                Some(lease(1, split[k].into_iter().collect())),
+                inst.store.as_mut(),
+            )
+            .unwrap();
+    }
+    let (from, at) = (t.len() / 4, t.len() / 3);
+    let mut dead = false;
+    let got = run(insts, &t, &mut |i, f, insts, alive| {
+        if let Some(i) = peek(i) {
+            if i >= from {
+                lose.set(true);
+            }
+            if i >= at && !dead {
+                dead = true;
+                alive[1] = false;
+                let a = &mut insts[0];
+                a.chain
+                    .set_ownership(Some(lease(2, vec![(0, u32::MAX)])), a.store.as_mut())
+                    .unwrap();
+            }
+            if dead {
+                let st = insts[0].chain.stats();
+                let n = st
+                    .reassembly_counters
+                    .iter()
+                    .find(|c| c.0 == "reassembly_resyncs")
+                    .map_or(0, |c| c.1);
+                resyncs.set(n);
+            }
+        }
+        if alive[1] {
+            owner_of(&split, f)
+        } else {
+            0
+        }
+    });
+    assert!(dead);
+    // Everything the single instance forwarded still goes through.
+    let stalled: Vec<usize> = (0..t.len())
+        .filter(|&k| want.packets[k].0 && !got.packets[k].0)
+        .collect();
+    assert!(stalled.is_empty(), "packets dropped: {stalled:?}");
+    assert!(resyncs.get() > 0, "the survivor resynchronised");
+    assert_eq!(got.packets.len(), want.packets.len());
+}

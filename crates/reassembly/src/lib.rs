@@ -10,7 +10,9 @@
 //!   side is the client (the SYN sender), handshake flags, and per direction the
 //!   next expected sequence number, the bytes delivered so far and the sorted list
 //!   of buffered out-of-order segments `(seq u32, len u16)`. Layout (little-endian):
-//!   `[version=1 u8][flags u8][synced u8][last_seen u64]` then per direction
+//!   `[version=1 u8][flags u8][synced u8][last_seen u64]` (`synced`: bits 0-1
+//!   which directions know their sequence numbers, bits 2-3 which resynchronised
+//!   and have not delivered since) then per direction
 //!   `[next u32][delivered u64][n u8][n × (seq u32, len u16)]`:
 //!   37 bytes plus 6 per buffered segment ([`record::record_size`]); at most
 //!   229 bytes with the default 16 segments per direction.
@@ -47,6 +49,19 @@
 //!   [`Config::max_segments`] or [`Config::max_bytes`] for its direction, it is not
 //!   buffered and the packet is dropped (`reassembly_overflow`), so its bytes never
 //!   pass unscanned; the sender retransmits.
+//! * **Resync.** When one side acknowledges bytes of the other that were never
+//!   delivered here, and the sender did send that far (buffered segments reach
+//!   the acknowledged point), the bytes between what was delivered and the first
+//!   buffered segment reached the receiver past this reassembler: the record was
+//!   behind the stream (an instance died before its last progress reached the
+//!   store) or traffic bypassed it. Nobody will resend acknowledged bytes, so
+//!   waiting would fill the buffer and stall the connection; instead the gap is
+//!   skipped (`reassembly_resyncs`, `reassembly_resync_skipped_bytes`), the
+//!   buffered bytes are delivered with the next packet of that direction, and
+//!   that chunk says [`StreamChunk::gap`] so a consumer restarts whatever it
+//!   carries across the stream (the IPS its automata). An honest receiver
+//!   never acknowledges bytes it lacks, and acknowledgements beyond anything
+//!   sent are ignored, so a lost segment on the way is still waited for.
 //! * **Mid-stream pickup.** With `midstream: false` (default), packets of
 //!   connections never seen from their SYN get no stream (`None` chunk) and pass
 //!   untouched (dropping them is the stateful firewall's job). With `midstream: true`
@@ -68,8 +83,8 @@ pub mod record;
 pub mod streams;
 
 use record::{
-    Conn, Seg, C2S, F_CLIENT_FWD, F_ESTABLISHED, F_FIN_C, F_FIN_S, F_MIDSTREAM, F_RST, F_SYNACK,
-    MAX_SEGMENTS_CAP, S2C,
+    gap_bit, Conn, Seg, C2S, F_CLIENT_FWD, F_ESTABLISHED, F_FIN_C, F_FIN_S, F_MIDSTREAM, F_RST,
+    F_SYNACK, MAX_SEGMENTS_CAP, S2C,
 };
 use rustc_hash::FxHashMap;
 use serde::Deserialize;
@@ -159,6 +174,11 @@ pub struct Counters {
     pub syn_ignored: u64,
     /// Connections expired by their idle timer.
     pub expired: u64,
+    /// Resynchronisations: the receiver acknowledged bytes this reassembler
+    /// never delivered (see the module documentation, "Resync").
+    pub resyncs: u64,
+    /// Stream bytes skipped, undelivered, by resynchronisations.
+    pub resync_skipped_bytes: u64,
 }
 
 #[derive(Clone, Copy)]
@@ -272,6 +292,8 @@ impl Reassembler {
             ("reassembly_lost_segments", c.lost_segments),
             ("reassembly_syn_ignored", c.syn_ignored),
             ("reassembly_expired", c.expired),
+            ("reassembly_resyncs", c.resyncs),
+            ("reassembly_resync_skipped_bytes", c.resync_skipped_bytes),
         ]);
     }
 
@@ -607,6 +629,7 @@ impl Reassembler {
             to_server: d == C2S,
             established: c.has(F_ESTABLISHED),
             stream_offset: c.dirs[d].delivered,
+            gap: c.synced & gap_bit(d) != 0,
             ..StreamChunk::default()
         };
         let len = m.payload_len as i64;
@@ -620,12 +643,14 @@ impl Reassembler {
                 let end = off + len;
                 if end <= 0 {
                     self.counters.duplicate_bytes += len as u64;
-                } else if off <= 0 {
+                } else if off <= dir.lead() {
                     // In order: own bytes interleaved with buffered ones (first wins).
                     let mut own_total: i64 = 0;
                     let first_piece = self.pieces.len() as u32;
                     let mut cur: i64 = 0;
-                    let mut own_set = false;
+                    // Behind buffered bytes (after a resynchronisation), the
+                    // packet's own bytes follow them in the chunk's released part.
+                    let mut own_set = off > 0;
                     loop {
                         if dir.n > 0 && dir.rel(dir.segs[0].seq) <= cur {
                             let sg = dir.remove_first();
@@ -764,6 +789,21 @@ impl Reassembler {
             }
         }
         if let Step::Chunk(ch) = &mut result {
+            if ch.gap && c.dirs[d].delivered != before.delivered[d] {
+                // The consumer learns of the skipped bytes with the first bytes
+                // delivered after them.
+                c.synced &= !gap_bit(d);
+            } else {
+                ch.gap = false;
+            }
+        }
+        if flags & ACK != 0 && !matches!(result, Step::Drop(_)) {
+            if let Some(skipped) = resync(c, d ^ 1, m.tcp_ack) {
+                self.counters.resyncs += 1;
+                self.counters.resync_skipped_bytes += skipped;
+            }
+        }
+        if let Step::Chunk(ch) = &mut result {
             ch.established = c.has(F_ESTABLISHED);
         }
         if Snapshot::of(c) != before {
@@ -831,6 +871,42 @@ impl Reassembler {
             }
         }
     }
+}
+
+/// Direction `o`'s receiver acknowledged `ack`. If that is beyond what was
+/// delivered, and the sender did send that far (buffered segments reach it),
+/// the bytes between what was delivered and the first buffered segment (or
+/// `ack`, if that comes first) reached the receiver past this reassembler: they
+/// are skipped and the gap is flagged for the consumer. Buffered segments stay,
+/// to be delivered (scanned) with the next packet of that direction. Returns the
+/// bytes skipped.
+///
+/// Waiting for those bytes instead would stall the connection: nobody
+/// retransmits acknowledged bytes, and the buffer fills. An honest receiver
+/// never acknowledges bytes it lacks, so this happens only when the record is
+/// behind the stream (its last progress was lost with a failed instance, or
+/// traffic bypassed us); an acknowledgement beyond anything sent is ignored.
+fn resync(c: &mut Conn, o: usize, ack: u32) -> Option<u64> {
+    if !c.synced(o) || c.dirs[o].n == 0 {
+        return None;
+    }
+    let dir = &mut c.dirs[o];
+    let a = dir.rel(ack);
+    let first = dir.rel(dir.segs[0].seq);
+    let reach = dir
+        .segs()
+        .iter()
+        .map(|s| dir.rel(s.seq) + s.len as i64)
+        .max()
+        .unwrap_or(0);
+    if a <= 0 || a > reach || first <= 0 {
+        return None;
+    }
+    let skip = a.min(first);
+    dir.next = dir.next.wrapping_add(skip as u32);
+    dir.delivered += skip as u64;
+    c.synced |= gap_bit(o);
+    Some(skip as u64)
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]

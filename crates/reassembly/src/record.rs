@@ -19,6 +19,13 @@ pub(crate) const F_FIN_C: u8 = 16;
 pub(crate) const F_FIN_S: u8 = 32;
 pub(crate) const F_RST: u8 = 64;
 
+/// The `synced` byte's bit saying direction `d` resynchronised and the next
+/// bytes it delivers follow a gap (bits 0 and 1 say which directions are
+/// synchronised).
+pub(crate) const fn gap_bit(d: usize) -> u8 {
+    4 << d
+}
+
 const VERSION: u8 = 1;
 
 /// One buffered out-of-order segment: its blob lives under `(flow, dir, seq)`.
@@ -59,6 +66,22 @@ impl Dir {
 
     pub fn buffered_bytes(&self) -> usize {
         self.segs().iter().map(|s| s.len as usize).sum()
+    }
+
+    /// How far, relative to `next`, buffered segments continue the stream
+    /// without a gap: 0 unless a resynchronisation left buffered segments at or
+    /// before `next` (normally they are released as soon as they are). A packet
+    /// starting within that reach is in order: those segments go first.
+    pub fn lead(&self) -> i64 {
+        let mut cur = 0;
+        for s in self.segs() {
+            let r = self.rel(s.seq);
+            if r > cur {
+                break;
+            }
+            cur = cur.max(r + s.len as i64);
+        }
+        cur
     }
 
     /// Offset of `seq` relative to `next` (negative: already delivered).

@@ -25,6 +25,11 @@ pub struct StreamChunk {
     pub extra_start: u32,
     /// Length of the released part.
     pub extra_len: u32,
+    /// Bytes before these were skipped, never delivered (a resynchronisation:
+    /// the receiver acknowledged them, so they passed without this reassembler).
+    /// A consumer carrying state across the stream, such as an IPS's automaton,
+    /// must not continue it over the gap.
+    pub gap: bool,
 }
 
 impl StreamChunk {

@@ -48,6 +48,8 @@ struct Out {
     /// Per packet: None if no chunk, else (to_server, established, offset, bytes).
     chunks: Vec<Option<Delivery>>,
     dropped: Vec<bool>,
+    /// Per packet: its chunk follows skipped bytes (a resynchronisation).
+    gaps: Vec<bool>,
 }
 
 struct Harness {
@@ -80,9 +82,12 @@ impl Harness {
         let mut out = Out {
             chunks: Vec::new(),
             dropped: Vec::new(),
+            gaps: Vec::new(),
         };
         for (i, p) in b.pkts.iter().enumerate() {
             out.dropped.push(p.verdict != Verdict::Forward);
+            out.gaps
+                .push(self.streams.bytes(i, p).is_some_and(|(c, _, _)| c.gap));
             out.chunks
                 .push(self.streams.bytes(i, p).map(|(c, own, extra)| {
                     let mut v = own.to_vec();
@@ -99,11 +104,13 @@ impl Harness {
         let mut all = Out {
             chunks: Vec::new(),
             dropped: Vec::new(),
+            gaps: Vec::new(),
         };
         for f in frames {
             let o = self.run(store, std::slice::from_ref(f));
             all.chunks.extend(o.chunks);
             all.dropped.extend(o.dropped);
+            all.gaps.extend(o.gaps);
         }
         all
     }
@@ -399,6 +406,7 @@ fn two_instances_on_a_shared_store_behave_as_one() {
     let flat = Out {
         chunks: single.iter().flat_map(|o| o.chunks.clone()).collect(),
         dropped: vec![],
+        gaps: vec![],
     };
     assert_eq!(stream(&flat, true), data);
     assert_eq!(stream(&flat, false), data);
@@ -526,4 +534,64 @@ proptest! {
         }
         prop_assert_eq!(got, data);
     }
+}
+
+/// The server acknowledging client bytes up to stream offset `off`.
+fn server_ack(off: u32) -> Vec<u8> {
+    tcp_v4(S, C, 80, 1000, ISN_S + 1, ISN_C + 1 + off, ACK, &[])
+}
+
+#[test]
+fn a_receiver_acknowledging_bytes_we_never_saw_resynchronises_the_stream() {
+    // Bytes 10..20 crossed another instance, which died before its progress
+    // reached the store: this record still expects offset 10. Nobody will send
+    // those bytes again, so without a resync the connection would stall once
+    // the out-of-order buffer filled.
+    let mut h = Harness::new(Config::default());
+    let mut s = LocalStore::new();
+    h.run_each(&mut s, &handshake());
+    h.run(&mut s, &[cdata(0, b"0123456789")]);
+    let o = h.run(&mut s, &[cdata(20, b"cccc")]);
+    assert_eq!(o.chunks[0].as_ref().map(|c| c.3.len()), Some(0), "buffered");
+    assert!(!o.dropped[0], "out-of-order packets are forwarded");
+    // The server has everything up to 24: the gap reached it past us.
+    h.run(&mut s, &[server_ack(24)]);
+    assert_eq!(h.r.counters().resyncs, 1);
+    assert_eq!(h.r.counters().resync_skipped_bytes, 10);
+    // The next client bytes come in order, behind the buffered ones, flagged.
+    let o = h.run(&mut s, &[cdata(24, b"dddd")]);
+    assert_eq!(
+        o.chunks[0],
+        Some((true, true, 20, b"ccccdddd".to_vec())),
+        "the buffered bytes and the packet's own, from offset 20"
+    );
+    assert!(o.gaps[0]);
+    // The flag goes with the first bytes after the gap only.
+    let o = h.run(&mut s, &[cdata(28, b"eeee")]);
+    assert_eq!(o.chunks[0], Some((true, true, 28, b"eeee".to_vec())));
+    assert!(!o.gaps[0]);
+}
+
+#[test]
+fn acknowledgements_that_prove_nothing_change_nothing() {
+    let mut h = Harness::new(Config::default());
+    let mut s = LocalStore::new();
+    h.run_each(&mut s, &handshake());
+    h.run(&mut s, &[cdata(0, b"0123456789")]);
+    // A real gap (lost on the way) with a segment buffered behind it: the
+    // receiver cannot acknowledge what it lacks; an acknowledgement beyond
+    // anything the client sent is bogus. Neither skips the gap.
+    h.run(&mut s, &[cdata(20, b"cccc")]);
+    h.run(&mut s, &[server_ack(10), server_ack(25), server_ack(9000)]);
+    assert_eq!(h.r.counters().resyncs, 0);
+    // The retransmitted gap then fills it as usual, nothing skipped.
+    let o = h.run(&mut s, &[cdata(10, b"bbbbbbbbbb")]);
+    assert_eq!(
+        o.chunks[0],
+        Some((true, true, 10, b"bbbbbbbbbbcccc".to_vec()))
+    );
+    assert!(!o.gaps[0]);
+    // No buffered segments: an acknowledgement ahead proves nothing either.
+    h.run(&mut s, &[server_ack(40)]);
+    assert_eq!(h.r.counters().resyncs, 0);
 }

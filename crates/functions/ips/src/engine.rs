@@ -387,6 +387,17 @@ impl Engine {
         }
     }
 
+    /// `ds` after bytes of its stream were skipped unseen (the reassembler
+    /// resynchronised): the automata restart and partial matches are forgotten,
+    /// since neither may continue over the gap; rules that already fired stay
+    /// fired (no second alert).
+    pub fn after_gap(&self, ds: &mut DirState) {
+        let i = self.initial();
+        ds.cs = i.cs;
+        ds.ci = i.ci;
+        ds.nprog = 0;
+    }
+
     /// Scans `bytes` (at stream position `base`) from `ds`'s automaton states.
     #[inline]
     pub fn scan(&self, ds: &mut DirState, bytes: &[u8], base: u64, hits: &mut Vec<(u64, Target)>) {

@@ -153,6 +153,9 @@ pub struct Counters {
     pub passed_flows: u64,
     /// TCP packets with payload but no reassembled stream.
     pub tcp_unreassembled: u64,
+    /// Stream chunks that followed bytes the reassembler skipped (a
+    /// resynchronisation): the automata restarted there.
+    pub stream_gaps: u64,
     /// Records that could not be decoded (their packets are dropped).
     pub corrupt_records: u64,
     /// Records deleted by the idle timer.
@@ -595,6 +598,10 @@ impl NetworkFunction for Ips {
                             let base = c.stream_offset;
                             let j = self.pre.job_of.get(i).copied().unwrap_or(NONE) as usize;
                             let ds = &mut st.dirs[d];
+                            if c.gap {
+                                self.counters.stream_gaps += 1;
+                                self.engine.after_gap(ds);
+                            }
                             // The pre-scan assumed this flow's state; use it only if it holds.
                             if j < self.pre.cs.len()
                                 && self.pre.cs[j].0 == ds.cs
@@ -744,6 +751,7 @@ impl NetworkFunction for Ips {
             ("ips_blocked_packets", c.blocked_packets),
             ("ips_passed_flows", c.passed_flows),
             ("ips_tcp_unreassembled", c.tcp_unreassembled),
+            ("ips_stream_gaps", c.stream_gaps),
             ("ips_corrupt_records", c.corrupt_records),
             ("ips_expired", c.expired),
         ]);

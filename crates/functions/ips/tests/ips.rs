@@ -529,3 +529,30 @@ fn interleaved_scanning_matches_packet_at_a_time() {
         assert_eq!(run(batch), one, "batch of {batch}");
     }
 }
+
+#[test]
+fn a_resynchronised_stream_restarts_the_automata_at_the_gap() {
+    // Bytes 8..16 passed another instance whose progress was lost; the server
+    // acknowledging them makes the reassembler skip them. A signature begun
+    // before the gap must not complete across it; one wholly after it matches;
+    // a rule that fired before the gap does not fire again.
+    let rules = [
+        r#"alert tcp any any -> any 80 (msg:"split"; content:"ABCDEFGH"; sid:1;)"#,
+        r#"alert tcp any any -> any 80 (msg:"after"; content:"WXYZ"; sid:2;)"#,
+        r#"alert tcp any any -> any 80 (msg:"early"; content:"abc"; sid:3;)"#,
+    ];
+    let mut st = LocalStore::new();
+    let mut h = H::new(ips(&rules));
+    h.run(&mut st, &handshake());
+    let before = h.run(&mut st, &[c(0, b"abc..ABC")]);
+    assert_eq!(sids(&before), vec![3]);
+    // Offsets 8..16 never arrive here; 16.. is buffered behind the gap.
+    let buffered = h.run(&mut st, &[c(16, b"DEFGH___")]);
+    assert!(sids(&buffered).is_empty());
+    let ack = tcp_v4(S, C, 80, 40000, ISN_S + 1, ISN_C + 1 + 24, ACK, &[]);
+    h.run(&mut st, &[ack]);
+    let after = h.run(&mut st, &[c(24, b"abc WXYZ")]);
+    // "ABC" + "DEFGH" would complete sid 1 without the reset; sid 3 already fired.
+    assert_eq!(sids(&after), vec![2]);
+    assert!(after.1.iter().all(|d| !d));
+}
