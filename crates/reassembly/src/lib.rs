@@ -112,6 +112,11 @@ pub struct Config {
     pub idle_timeout_secs: u64,
     /// Deliver streams of connections picked up mid-stream (default false).
     pub midstream: bool,
+    /// Send each batch's stream progress to the store before the batch leaves,
+    /// under an ownership lease (default false: deferred, up to the flow
+    /// cache's bound; a crash can lose that much, and the survivor
+    /// resynchronises where the receiver's acknowledgements show bytes passed).
+    pub sync_progress: bool,
 }
 
 impl Default for Config {
@@ -121,6 +126,7 @@ impl Default for Config {
             max_bytes: 65536,
             idle_timeout_secs: 300,
             midstream: false,
+            sync_progress: false,
         }
     }
 }
@@ -428,10 +434,15 @@ impl Reassembler {
                 // A new record or a handshake/close flag change is acknowledged
                 // before the batch leaves; stream progress of an established
                 // connection (next sequence numbers, buffered segment lists) is
-                // sent before the batch leaves without waiting for the store's
-                // reply (docs/STATE.md, "What a crash can lose").
+                // deferred, or with `sync_progress` sent before the batch leaves
+                // without waiting for the store's reply (docs/STATE.md, "What a
+                // crash can lose").
                 (Some(c), true, _) if e.created_at.is_none() && e.read_flags == Some(c.flags) => {
-                    self.ops.put_value_unacked(e.key, c, e.hash);
+                    if self.cfg.sync_progress {
+                        self.ops.put_value_unacked(e.key, c, e.hash);
+                    } else {
+                        self.ops.put_value_deferred(e.key, c, e.hash);
+                    }
                 }
                 (Some(c), true, _) => {
                     self.ops.put_value_owned(e.key, c, e.hash);

@@ -84,6 +84,14 @@ pub struct Config {
     /// Seconds without packets after which a flow's record is forgotten (300).
     #[serde(default = "default_timeout")]
     pub idle_timeout_secs: u64,
+    /// Send each batch's scan progress to the store before the batch leaves,
+    /// under an ownership lease (default false: deferred like other refreshes,
+    /// up to the flow cache's bound). With it a crash loses no scan progress
+    /// (short of a host failure with the send in flight), at one send per batch;
+    /// without it a crash can lose that bound's worth, and the survivor restarts
+    /// the automata where the stream resynchronises (docs/STATE.md).
+    #[serde(default)]
+    pub sync_progress: bool,
 }
 
 /// A configuration that cannot be used.
@@ -135,7 +143,9 @@ pub fn build(config: &Config, ns: Namespace, base_dir: &Path) -> Result<Ips, Con
             false
         }
     });
-    Ips::new(rules, warnings, ns, config.idle_timeout_secs)
+    let mut ips = Ips::new(rules, warnings, ns, config.idle_timeout_secs)?;
+    ips.sync_progress = config.sync_progress;
+    Ok(ips)
 }
 
 /// Counters.
@@ -186,6 +196,8 @@ pub struct Ips {
     ns: Namespace,
     timeout_ns: u64,
     nontcp_drop: bool,
+    /// See [`Config::sync_progress`].
+    sync_progress: bool,
     counters: Counters,
     ops: Ops,
     entries: Vec<Entry>,
@@ -237,6 +249,7 @@ impl Ips {
             ns,
             timeout_ns: idle_timeout_secs.saturating_mul(1_000_000_000).max(1),
             nontcp_drop,
+            sync_progress: false,
             counters: Counters::default(),
             ops: Ops::new(),
             entries: Vec::new(),
@@ -677,11 +690,13 @@ impl NetworkFunction for Ips {
                     // A new record, a flow blocked or passed: acknowledged before
                     // the batch leaves.
                     self.ops.put_value_owned(e.key, &e.state, e.hash);
-                } else if e.through {
+                } else if e.through && self.sync_progress {
                     // Scan progress (automaton states, fired rules, partial
                     // matches): sent before the batch leaves, not waited for.
                     self.ops.put_value_unacked(e.key, &e.state, e.hash);
                 } else {
+                    // Refreshes, and scan progress unless `sync_progress`: a
+                    // crash may lose them; the stream then resynchronises.
                     self.ops.put_value_deferred(e.key, &e.state, e.hash);
                 }
                 if !e.exists {
