@@ -11,7 +11,32 @@
 use std::net::Ipv4Addr;
 use std::sync::atomic::{AtomicU32, Ordering};
 
+use sluice_switch::{Action, Entry, Match, Output, Prefix};
 use sluice_testbed::{Netns, TestbedError};
+
+/// True when running as root (the namespace tests skip otherwise).
+pub fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// The fabric address the two-host tests give host `h`: 10.255.0.h.
+pub fn underlay(h: u32) -> Ipv4Addr {
+    Ipv4Addr::new(10, 255, 0, h as u8)
+}
+
+/// A FIB entry sending traffic to `dst` (a /32) to `out`.
+pub fn host_route(id: u64, dst: Ipv4Addr, out: Output) -> Entry {
+    Entry {
+        id,
+        priority: 10,
+        m: Match {
+            dst: Some(Prefix::parse(&format!("{dst}/32")).expect("a /32 parses")),
+            ..Match::default()
+        },
+        actions: vec![Action::Output(out)],
+    }
+}
 
 /// A VM namespace attached to a host; the namespace (and the link) is deleted
 /// when the handle is dropped.

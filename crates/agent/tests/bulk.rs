@@ -8,32 +8,11 @@ use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpListener, TcpStream};
 use std::time::Duration;
 
-use sluice_agent::testing::{attach_vm, VmHandle};
+use sluice_agent::testing::{attach_vm, host_route, is_root, underlay, VmHandle};
 use sluice_agent::{Agent, AgentOptions};
 use sluice_proto::{AgentConfig, Peer, PortConfig, TenantFib};
-use sluice_switch::{Action, Entry, HostId, Match, Output, PortId, Prefix};
+use sluice_switch::{Entry, HostId, Output, PortId};
 use sluice_testbed::{veth, Netns};
-
-fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() == 0 }
-}
-
-fn underlay(h: u32) -> Ipv4Addr {
-    Ipv4Addr::new(10, 255, 0, h as u8)
-}
-
-fn route(id: u64, dst: Ipv4Addr, out: Output) -> Entry {
-    Entry {
-        id,
-        priority: 10,
-        m: Match {
-            dst: Some(Prefix::parse(&format!("{dst}/32")).unwrap()),
-            ..Match::default()
-        },
-        actions: vec![Action::Output(out)],
-    }
-}
 
 fn config(h: u32, ports: &[(u16, &VmHandle)], entries: Vec<Entry>) -> AgentConfig {
     AgentConfig {
@@ -167,16 +146,16 @@ fn megabytes_cross_two_hosts_intact_in_batches_and_super_frames() {
         1,
         &[(1, &vm1)],
         vec![
-            route(1, a1, Output::Port(PortId(1))),
-            route(2, a2, Output::Host(HostId(2))),
+            host_route(1, a1, Output::Port(PortId(1))),
+            host_route(2, a2, Output::Host(HostId(2))),
         ],
     );
     let cfg2 = config(
         2,
         &[(1, &vm2)],
         vec![
-            route(1, a2, Output::Port(PortId(1))),
-            route(2, a1, Output::Host(HostId(1))),
+            host_route(1, a2, Output::Port(PortId(1))),
+            host_route(2, a1, Output::Host(HostId(1))),
         ],
     );
     for (ag, cfg) in [(&ag1, cfg1), (&ag2, cfg2)] {
@@ -226,8 +205,8 @@ fn megabytes_between_vms_of_one_host_intact() {
         1,
         &[(1, &vm1), (2, &vm2)],
         vec![
-            route(1, a1, Output::Port(PortId(1))),
-            route(2, a2, Output::Port(PortId(2))),
+            host_route(1, a1, Output::Port(PortId(1))),
+            host_route(2, a2, Output::Port(PortId(2))),
         ],
     );
     let r = ureq::put(&format!("{}/v1/config", ag.api_url())).send_json(cfg);

@@ -6,32 +6,11 @@ use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpListener, TcpStream};
 use std::time::Duration;
 
-use sluice_agent::testing::{attach_vm, VmHandle};
+use sluice_agent::testing::{attach_vm, host_route, is_root, underlay, VmHandle};
 use sluice_agent::{Agent, AgentOptions};
 use sluice_proto::{AgentConfig, AgentStatus, Peer, PortConfig, TenantFib};
-use sluice_switch::{Action, Entry, HostId, Match, Output, PortId, Prefix};
+use sluice_switch::{HostId, Output, PortId};
 use sluice_testbed::{veth, Netns};
-
-fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() == 0 }
-}
-
-fn underlay(h: u32) -> Ipv4Addr {
-    Ipv4Addr::new(10, 255, 0, h as u8)
-}
-
-fn route(id: u64, dst: Ipv4Addr, out: Output) -> Entry {
-    Entry {
-        id,
-        priority: 10,
-        m: Match {
-            dst: Some(Prefix::parse(&format!("{dst}/32")).unwrap()),
-            ..Match::default()
-        },
-        actions: vec![Action::Output(out)],
-    }
-}
 
 /// Host `h` with `vm` on port 1; the other VM is on host `other`.
 fn config(h: u32, vm: &VmHandle, other: u32, other_addr: Ipv4Addr) -> AgentConfig {
@@ -54,8 +33,8 @@ fn config(h: u32, vm: &VmHandle, other: u32, other_addr: Ipv4Addr) -> AgentConfi
             tenant: "t".into(),
             vni: 7,
             entries: vec![
-                route(1, vm.addr, Output::Port(PortId(1))),
-                route(2, other_addr, Output::Host(HostId(other))),
+                host_route(1, vm.addr, Output::Port(PortId(1))),
+                host_route(2, other_addr, Output::Host(HostId(other))),
             ],
             groups: vec![],
         }],

@@ -10,7 +10,7 @@ use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
-use sluice_agent::testing::{attach_vm, VmHandle};
+use sluice_agent::testing::{attach_vm, is_root, VmHandle};
 use sluice_agent::{Agent, AgentOptions};
 use sluice_proto::{
     AgentConfig, AgentStatus, InstanceConfig, InstanceHealth, PortConfig, PortKind, TenantFib,
@@ -33,11 +33,6 @@ settings:
   batch_size: 32
   timer_interval_ms: 100
 "#;
-
-fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() == 0 }
-}
 
 fn entry(id: u64, m: Match, actions: Vec<Action>) -> Entry {
     Entry {

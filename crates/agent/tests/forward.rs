@@ -8,16 +8,11 @@ use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpListener, TcpStream};
 use std::time::Duration;
 
-use sluice_agent::testing::{attach_vm, VmHandle};
+use sluice_agent::testing::{attach_vm, is_root, VmHandle};
 use sluice_agent::{Agent, AgentOptions};
 use sluice_proto::{AgentConfig, AgentStatus, PortConfig, TenantFib};
 use sluice_switch::{Action, Entry, GroupId, Match, Output, PortId, Prefix};
 use sluice_testbed::Netns;
-
-fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() == 0 }
-}
 
 fn to(id: u64, dst: &str, port: u16) -> Entry {
     Entry {

@@ -11,34 +11,13 @@ use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use sluice_agent::testing::{attach_vm, VmHandle};
+use sluice_agent::testing::{attach_vm, host_route, is_root, underlay, VmHandle};
 use sluice_agent::{Agent, AgentOptions};
 use sluice_proto::{AgentConfig, AgentStatus, Peer, PortConfig, TenantFib};
-use sluice_switch::{Action, Entry, HostId, Match, Output, PortId, Prefix};
+use sluice_switch::{HostId, Output, PortId};
 use sluice_testbed::{veth, Netns};
 
 const VNI: u32 = 7;
-
-fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() == 0 }
-}
-
-fn underlay(h: u32) -> Ipv4Addr {
-    Ipv4Addr::new(10, 255, 0, h as u8)
-}
-
-fn route(id: u64, dst: Ipv4Addr, out: Output) -> Entry {
-    Entry {
-        id,
-        priority: 10,
-        m: Match {
-            dst: Some(Prefix::parse(&format!("{dst}/32")).unwrap()),
-            ..Match::default()
-        },
-        actions: vec![Action::Output(out)],
-    }
-}
 
 /// Host 1 runs the agent with `vm`; `far` lives behind host 2.
 fn config(vm: &VmHandle, far: Ipv4Addr) -> AgentConfig {
@@ -61,8 +40,8 @@ fn config(vm: &VmHandle, far: Ipv4Addr) -> AgentConfig {
             tenant: "t".into(),
             vni: VNI,
             entries: vec![
-                route(1, vm.addr, Output::Port(PortId(1))),
-                route(2, far, Output::Host(HostId(2))),
+                host_route(1, vm.addr, Output::Port(PortId(1))),
+                host_route(2, far, Output::Host(HostId(2))),
             ],
             groups: vec![],
         }],
