@@ -1,6 +1,6 @@
 //! The controller of Sluice.
 //!
-//! * [`compile`]: the chain compiler, a pure function from a validated tenant spec
+//! * [`compile`](mod@compile): the chain compiler, a pure function from a validated tenant spec
 //!   and a placement to the FIB of every host (Stratos §3.2, §6);
 //! * [`place`]: the desired state (tenants, hosts, VMs, NF instances) and the pure
 //!   functions deciding placement, port ids and every host's

@@ -1,7 +1,7 @@
 //! Simulations reproducing the Stratos, NFaaS and CoMb evaluations.
 //!
 //! Library modules are deterministic for a given seed and do no I/O; only [`cli`] (the
-//! reproduction runners) and [`bench`] touch files, clocks and the terminal.
+//! reproduction runners) and [`bench`](mod@bench) touch files, clocks and the terminal.
 
 pub mod bench;
 pub mod cli;

@@ -11,7 +11,7 @@
 //!   host, as processes on loopback (the management network);
 //! * the VM registrations and the tenant spec, applied through the controller's API.
 //!
-//! Everything it creates is recorded in `DIR/testbed.json`, so [`Lab::down`] (or
+//! Everything it creates is recorded in `DIR/testbed.json`, so [`Lab::down_dir`] (or
 //! `sluice testbed down --dir DIR` from another process) removes it; a failure half
 //! way through `up` tears down what was built. Names carry a per-run prefix, so
 //! several labs (concurrent tests) never collide.
