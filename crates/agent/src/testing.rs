@@ -14,6 +14,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use sluice_switch::{Action, Entry, Match, Output, Prefix};
 use sluice_testbed::{Netns, TestbedError};
 
+use crate::{Agent, AgentError, AgentOptions};
+
 /// True when running as root (the namespace tests skip otherwise).
 pub fn is_root() -> bool {
     // SAFETY: geteuid has no preconditions.
@@ -23,6 +25,46 @@ pub fn is_root() -> bool {
 /// The fabric address the two-host tests give host `h`: 10.255.0.h.
 pub fn underlay(h: u32) -> Ipv4Addr {
     Ipv4Addr::new(10, 255, 0, h as u8)
+}
+
+/// Two host namespaces joined by a fabric link `fab0` (MTU 9000), host 1 and
+/// host 2 at their [`underlay`] addresses.
+pub fn two_hosts() -> Result<(Netns, Netns), TestbedError> {
+    let h1 = Netns::new("h")?;
+    let h2 = Netns::new("h")?;
+    sluice_testbed::veth(&h1, "fab0", &h2, "fab0")?;
+    for (ns, h) in [(&h1, 1), (&h2, 2)] {
+        ns.ip(&["link", "set", "fab0", "mtu", "9000"])?;
+        ns.addr("fab0", &format!("{}/24", underlay(h)))?;
+    }
+    Ok((h1, h2))
+}
+
+/// An agent for host `h` with its data plane in `ns` and no controller (its
+/// configuration is put on its API), Geneve on the standard port.
+pub fn standalone_agent(h: u32, ns: &Netns) -> Result<Agent, AgentError> {
+    Agent::start(&AgentOptions {
+        host: h,
+        name: format!("h{h}"),
+        netns: Some(ns.name().to_string()),
+        underlay: underlay(h),
+        controller: None,
+        listen: "127.0.0.1:0".into(),
+        prefix: "t".into(),
+        run_dir: None,
+        udp: std::net::SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, sluice_proto::GENEVE_PORT),
+        instance_exe: None,
+        suspect_after: None,
+    })
+}
+
+/// `GET /v1/status` of the agent at `url` (panics on failure: for tests).
+pub fn agent_status(url: &str) -> sluice_proto::AgentStatus {
+    ureq::get(&format!("{url}/v1/status"))
+        .call()
+        .expect("the agent answers /v1/status")
+        .into_json()
+        .expect("/v1/status is an AgentStatus")
 }
 
 /// A FIB entry sending traffic to `dst` (a /32) to `out`.

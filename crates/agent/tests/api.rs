@@ -6,8 +6,9 @@ use std::net::{Ipv4Addr, SocketAddrV4};
 use std::sync::mpsc;
 use std::time::Duration;
 
+use sluice_agent::testing::agent_status;
 use sluice_agent::{Agent, AgentOptions};
-use sluice_proto::{AgentConfig, AgentStatus, HostRegistration, PortConfig, PortKind, TenantFib};
+use sluice_proto::{AgentConfig, HostRegistration, PortConfig, PortKind, TenantFib};
 use sluice_switch::{Action, Entry, GroupId, Match};
 
 fn opts(controller: Option<String>, run_dir: Option<std::path::PathBuf>) -> AgentOptions {
@@ -69,24 +70,16 @@ fn put(url: &str, body: &str) -> (u16, serde_json::Value) {
     (code, resp.into_json().unwrap())
 }
 
-fn status(url: &str) -> AgentStatus {
-    ureq::get(&format!("{url}/v1/status"))
-        .call()
-        .unwrap()
-        .into_json()
-        .unwrap()
-}
-
 #[test]
 fn configs_are_accepted_or_refused_whole() {
     let agent = Agent::start(&opts(None, None)).unwrap();
     let url = agent.api_url();
     assert!(url.starts_with("http://127.0.0.1:"), "{url}");
-    assert_eq!(status(&url).config_version, 0);
+    assert_eq!(agent_status(&url).config_version, 0);
 
     let (code, body) = put(&url, &serde_json::to_string(&config(3)).unwrap());
     assert_eq!((code, body["version"].as_u64()), (200, Some(3)));
-    let s = status(&url);
+    let s = agent_status(&url);
     assert_eq!((s.host, s.config_version), (4, 3));
     assert_eq!(s.ports.len(), 1);
     assert_eq!(s.ports[0].name, "vm\"3");
@@ -107,7 +100,7 @@ fn configs_are_accepted_or_refused_whole() {
     let (code, body) = put(&url, "{not json");
     assert_eq!(code, 400);
     assert!(body["error"].as_str().unwrap().contains("JSON"), "{body}");
-    assert_eq!(status(&url).config_version, 3);
+    assert_eq!(agent_status(&url).config_version, 3);
 
     let m = ureq::get(&format!("{url}/metrics"))
         .call()
@@ -173,12 +166,14 @@ fn heartbeats_carry_the_running_version_and_configs_survive_restarts() {
         }
     }
     assert!(seen, "a heartbeat reports version 7");
-    assert!(status(&agent.api_url()).controller_silent_ms.is_some());
+    assert!(agent_status(&agent.api_url())
+        .controller_silent_ms
+        .is_some());
     agent.shutdown();
 
     // A restarted agent runs the saved configuration before any controller push.
     let agent = Agent::start(&opts(None, Some(dir.clone()))).unwrap();
-    assert_eq!(status(&agent.api_url()).config_version, 7);
+    assert_eq!(agent_status(&agent.api_url()).config_version, 7);
     agent.shutdown();
     server.unblock();
     let _ = t.join();

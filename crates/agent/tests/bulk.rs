@@ -5,14 +5,15 @@
 //! paths was taken (so a silent fallback to one frame per system call is caught).
 
 use std::io::{Read, Write};
-use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpListener, TcpStream};
+use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::time::Duration;
 
-use sluice_agent::testing::{attach_vm, host_route, is_root, underlay, VmHandle};
-use sluice_agent::{Agent, AgentOptions};
+use sluice_agent::testing::{
+    attach_vm, host_route, is_root, standalone_agent, two_hosts, underlay, VmHandle,
+};
 use sluice_proto::{AgentConfig, Peer, PortConfig, TenantFib};
 use sluice_switch::{Entry, HostId, Output, PortId};
-use sluice_testbed::{veth, Netns};
+use sluice_testbed::Netns;
 
 fn config(h: u32, ports: &[(u16, &VmHandle)], entries: Vec<Entry>) -> AgentConfig {
     AgentConfig {
@@ -42,23 +43,6 @@ fn config(h: u32, ports: &[(u16, &VmHandle)], entries: Vec<Entry>) -> AgentConfi
         instances: vec![],
         group_policies: vec![],
     }
-}
-
-fn agent(h: u32, ns: &Netns) -> Agent {
-    Agent::start(&AgentOptions {
-        host: h,
-        name: format!("h{h}"),
-        netns: Some(ns.name().to_string()),
-        underlay: underlay(h),
-        controller: None,
-        listen: "127.0.0.1:0".into(),
-        prefix: "t".into(),
-        run_dir: None,
-        udp: SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, sluice_proto::GENEVE_PORT),
-        instance_exe: None,
-        suspect_after: None,
-    })
-    .unwrap()
 }
 
 /// Deterministic, non-repeating bytes (xorshift), so a lost, duplicated or
@@ -130,18 +114,12 @@ fn megabytes_cross_two_hosts_intact_in_batches_and_super_frames() {
         eprintln!("skipped: needs root");
         return;
     }
-    let h1 = Netns::new("h").unwrap();
-    let h2 = Netns::new("h").unwrap();
-    veth(&h1, "fab0", &h2, "fab0").unwrap();
-    for (ns, h) in [(&h1, 1), (&h2, 2)] {
-        ns.ip(&["link", "set", "fab0", "mtu", "9000"]).unwrap();
-        ns.addr("fab0", &format!("{}/24", underlay(h))).unwrap();
-    }
+    let (h1, h2) = two_hosts().unwrap();
     let (a1, a2) = (Ipv4Addr::new(10, 0, 0, 1), Ipv4Addr::new(10, 0, 0, 2));
     let vm1 = attach_vm(h1.name(), "vm1", a1).unwrap();
     let vm2 = attach_vm(h2.name(), "vm2", a2).unwrap();
-    let ag1 = agent(1, &h1);
-    let ag2 = agent(2, &h2);
+    let ag1 = standalone_agent(1, &h1).unwrap();
+    let ag2 = standalone_agent(2, &h2).unwrap();
     let cfg1 = config(
         1,
         &[(1, &vm1)],
@@ -200,7 +178,7 @@ fn megabytes_between_vms_of_one_host_intact() {
     let (a1, a2) = (Ipv4Addr::new(10, 0, 0, 1), Ipv4Addr::new(10, 0, 0, 2));
     let vm1 = attach_vm(h.name(), "vm1", a1).unwrap();
     let vm2 = attach_vm(h.name(), "vm2", a2).unwrap();
-    let ag = agent(1, &h);
+    let ag = standalone_agent(1, &h).unwrap();
     let cfg = config(
         1,
         &[(1, &vm1), (2, &vm2)],

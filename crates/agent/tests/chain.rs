@@ -6,9 +6,9 @@ use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpListener, TcpStream};
 use std::time::Duration;
 
-use sluice_agent::testing::{attach_vm, is_root, VmHandle};
+use sluice_agent::testing::{agent_status, attach_vm, is_root, VmHandle};
 use sluice_agent::{Agent, AgentOptions};
-use sluice_proto::{AgentConfig, AgentStatus, InstanceConfig, PortConfig, PortKind, TenantFib};
+use sluice_proto::{AgentConfig, InstanceConfig, PortConfig, PortKind, TenantFib};
 use sluice_switch::{Action, Entry, Match, Output, PortId, Prefix};
 use sluice_testbed::Netns;
 
@@ -110,14 +110,6 @@ fn config(vm1: &VmHandle, vm2: &VmHandle) -> AgentConfig {
     }
 }
 
-fn status(url: &str) -> AgentStatus {
-    ureq::get(&format!("{url}/v1/status"))
-        .call()
-        .unwrap()
-        .into_json()
-        .unwrap()
-}
-
 fn echo_server(vm: &VmHandle, port: u16) {
     let addr = SocketAddr::from((vm.addr, port));
     let listener = vm.ns.run(move || TcpListener::bind(addr)).unwrap().unwrap();
@@ -192,7 +184,7 @@ fn traffic_crosses_a_firewall_instance() {
         Some(&msg[..]),
         "allowed, both ways through the instance"
     );
-    let s = status(&url);
+    let s = agent_status(&url);
     assert_eq!(s.instances.len(), 1);
     assert!(
         s.instances[0].alive && s.instances[0].pid.is_some(),
@@ -215,14 +207,14 @@ fn traffic_crosses_a_firewall_instance() {
     }
     let mut restarted = false;
     for _ in 0..200 {
-        let i = &status(&url).instances[0];
+        let i = &agent_status(&url).instances[0];
         if i.alive && i.pid.is_some_and(|p| p != pid) {
             restarted = true;
             break;
         }
         std::thread::sleep(Duration::from_millis(50));
     }
-    assert!(restarted, "{:?}", status(&url));
+    assert!(restarted, "{:?}", agent_status(&url));
     assert_eq!(
         echo(&vm1, server, &msg, Duration::from_secs(20)).as_deref(),
         Some(&msg[..]),

@@ -3,14 +3,14 @@
 //! over UDP, and the fabric counters see it.
 
 use std::io::{Read, Write};
-use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpListener, TcpStream};
+use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::time::Duration;
 
-use sluice_agent::testing::{attach_vm, host_route, is_root, underlay, VmHandle};
-use sluice_agent::{Agent, AgentOptions};
-use sluice_proto::{AgentConfig, AgentStatus, Peer, PortConfig, TenantFib};
+use sluice_agent::testing::{
+    agent_status, attach_vm, host_route, is_root, standalone_agent, two_hosts, underlay, VmHandle,
+};
+use sluice_proto::{AgentConfig, Peer, PortConfig, TenantFib};
 use sluice_switch::{HostId, Output, PortId};
-use sluice_testbed::{veth, Netns};
 
 /// Host `h` with `vm` on port 1; the other VM is on host `other`.
 fn config(h: u32, vm: &VmHandle, other: u32, other_addr: Ipv4Addr) -> AgentConfig {
@@ -43,50 +43,19 @@ fn config(h: u32, vm: &VmHandle, other: u32, other_addr: Ipv4Addr) -> AgentConfi
     }
 }
 
-fn agent(h: u32, ns: &Netns) -> Agent {
-    Agent::start(&AgentOptions {
-        host: h,
-        name: format!("h{h}"),
-        netns: Some(ns.name().to_string()),
-        underlay: underlay(h),
-        controller: None,
-        listen: "127.0.0.1:0".into(),
-        prefix: "t".into(),
-        run_dir: None,
-        udp: SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, sluice_proto::GENEVE_PORT),
-        instance_exe: None,
-        suspect_after: None,
-    })
-    .unwrap()
-}
-
-fn status(url: &str) -> AgentStatus {
-    ureq::get(&format!("{url}/v1/status"))
-        .call()
-        .unwrap()
-        .into_json()
-        .unwrap()
-}
-
 #[test]
 fn vms_on_two_hosts_talk_over_geneve() {
     if !is_root() {
         eprintln!("skipped: needs root");
         return;
     }
-    let h1 = Netns::new("h").unwrap();
-    let h2 = Netns::new("h").unwrap();
-    veth(&h1, "fab0", &h2, "fab0").unwrap();
-    for (ns, h) in [(&h1, 1), (&h2, 2)] {
-        ns.ip(&["link", "set", "fab0", "mtu", "9000"]).unwrap();
-        ns.addr("fab0", &format!("{}/24", underlay(h))).unwrap();
-    }
+    let (h1, h2) = two_hosts().unwrap();
     let a1 = Ipv4Addr::new(10, 0, 0, 1);
     let a2 = Ipv4Addr::new(10, 0, 0, 2);
     let vm1 = attach_vm(h1.name(), "vm1", a1).unwrap();
     let vm2 = attach_vm(h2.name(), "vm2", a2).unwrap();
-    let ag1 = agent(1, &h1);
-    let ag2 = agent(2, &h2);
+    let ag1 = standalone_agent(1, &h1).unwrap();
+    let ag2 = standalone_agent(2, &h2).unwrap();
     for (ag, cfg) in [
         (&ag1, config(1, &vm1, 2, a2)),
         (&ag2, config(2, &vm2, 1, a1)),
@@ -127,7 +96,7 @@ fn vms_on_two_hosts_talk_over_geneve() {
 
     let mut fabric = (0, 0);
     for _ in 0..100 {
-        let (s1, s2) = (status(&ag1.api_url()), status(&ag2.api_url()));
+        let (s1, s2) = (agent_status(&ag1.api_url()), agent_status(&ag2.api_url()));
         fabric = (s1.fabric.tx_packets, s2.fabric.rx_packets);
         if fabric.0 > 10 && fabric.1 > 10 {
             break;

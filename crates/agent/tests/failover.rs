@@ -10,7 +10,7 @@ use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
-use sluice_agent::testing::{attach_vm, is_root, VmHandle};
+use sluice_agent::testing::{agent_status, attach_vm, is_root, VmHandle};
 use sluice_agent::{Agent, AgentOptions};
 use sluice_proto::{
     AgentConfig, AgentStatus, InstanceConfig, InstanceHealth, PortConfig, PortKind, TenantFib,
@@ -122,14 +122,6 @@ fn config(vm1: &VmHandle, vm2: &VmHandle, state: &str) -> AgentConfig {
     }
 }
 
-fn status(url: &str) -> AgentStatus {
-    ureq::get(&format!("{url}/v1/status"))
-        .call()
-        .unwrap()
-        .into_json()
-        .unwrap()
-}
-
 fn health(s: &AgentStatus, port: u16) -> InstanceHealth {
     s.health.iter().find(|h| h.port == port).cloned().unwrap()
 }
@@ -145,7 +137,7 @@ fn pid(s: &AgentStatus, port: u16) -> Option<u32> {
 fn wait_for(url: &str, secs: u64, what: &str, f: impl Fn(&AgentStatus) -> bool) -> AgentStatus {
     let deadline = Instant::now() + Duration::from_secs(secs);
     loop {
-        let s = status(url);
+        let s = agent_status(url);
         if f(&s) {
             return s;
         }
@@ -303,9 +295,9 @@ fn transfer(s: &Setup, data: Vec<u8>) -> std::thread::JoinHandle<Vec<u8>> {
 
 /// The instance port whose received count grows during the transfer.
 fn busy_instance(url: &str) -> u16 {
-    let a = status(url);
+    let a = agent_status(url);
     std::thread::sleep(Duration::from_millis(400));
-    let b = status(url);
+    let b = agent_status(url);
     let grew = |p: u16| health(&b, p).rx_packets - health(&a, p).rx_packets;
     let (g0, g1) = (grew(FWS[0]), grew(FWS[1]));
     eprintln!(
@@ -328,7 +320,7 @@ fn killing_the_flows_instance_moves_it_without_breaking_the_transfer() {
     std::thread::sleep(Duration::from_millis(300));
     let victim = busy_instance(&s.url);
     let other = FWS.into_iter().find(|p| *p != victim).unwrap();
-    let before = status(&s.url);
+    let before = agent_status(&s.url);
     let old_pid = pid(&before, victim).unwrap();
     let other_rx = health(&before, other).rx_packets;
     // SAFETY: kill(2) on the instance process the agent reported.
@@ -385,7 +377,7 @@ fn killing_the_flows_instance_moves_it_without_breaking_the_transfer() {
 fn a_paused_instance_is_suspected_and_rejoins_without_restart() {
     let Some(s) = setup() else { return };
     let port = FWS[1];
-    let st = status(&s.url);
+    let st = agent_status(&s.url);
     let p = pid(&st, port).unwrap();
     // SAFETY: kill(2) on the instance process the agent reported.
     unsafe {

@@ -8,9 +8,9 @@ use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpListener, TcpStream};
 use std::time::Duration;
 
-use sluice_agent::testing::{attach_vm, is_root, VmHandle};
+use sluice_agent::testing::{agent_status, attach_vm, is_root, VmHandle};
 use sluice_agent::{Agent, AgentOptions};
-use sluice_proto::{AgentConfig, AgentStatus, PortConfig, TenantFib};
+use sluice_proto::{AgentConfig, PortConfig, TenantFib};
 use sluice_switch::{Action, Entry, GroupId, Match, Output, PortId, Prefix};
 use sluice_testbed::Netns;
 
@@ -62,14 +62,6 @@ fn put(url: &str, cfg: &AgentConfig) -> u16 {
         Err(ureq::Error::Status(c, _)) => c,
         Err(e) => panic!("{e}"),
     }
-}
-
-fn status(url: &str) -> AgentStatus {
-    ureq::get(&format!("{url}/v1/status"))
-        .call()
-        .unwrap()
-        .into_json()
-        .unwrap()
 }
 
 /// Connects from `vm` to `to` and exchanges a message with the echo server;
@@ -142,13 +134,13 @@ fn vms_talk_through_the_agent() {
         "VM 1 reaches VM 2 through the agent"
     );
     // Counters are published periodically.
-    let mut s = status(&url);
+    let mut s = agent_status(&url);
     for _ in 0..100 {
         if s.ports.iter().all(|p| p.counters.tx_packets > 0) {
             break;
         }
         std::thread::sleep(Duration::from_millis(20));
-        s = status(&url);
+        s = agent_status(&url);
     }
     assert_eq!(s.config_version, 1);
     for p in &s.ports {
@@ -162,7 +154,7 @@ fn vms_talk_through_the_agent() {
     let mut bad = config(2, &vm1, &vm2, vec![]);
     bad.tenants[0].entries[0].actions = vec![Action::Select(GroupId(77))];
     assert_eq!(put(&url, &bad), 400);
-    assert_eq!(status(&url).config_version, 1);
+    assert_eq!(agent_status(&url).config_version, 1);
     assert_eq!(
         echo(&vm1, server, b"again", Duration::from_secs(10)).as_deref(),
         Some(&b"again"[..])
@@ -181,7 +173,7 @@ fn vms_talk_through_the_agent() {
         actions: vec![Action::Drop],
     };
     assert_eq!(put(&url, &config(3, &vm1, &vm2, vec![block])), 200);
-    assert_eq!(status(&url).config_version, 3);
+    assert_eq!(agent_status(&url).config_version, 3);
     assert_eq!(
         echo(&vm1, server, b"blocked", Duration::from_secs(1)),
         None,

@@ -11,11 +11,13 @@ use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use sluice_agent::testing::{attach_vm, host_route, is_root, underlay, VmHandle};
-use sluice_agent::{Agent, AgentOptions};
-use sluice_proto::{AgentConfig, AgentStatus, Peer, PortConfig, TenantFib};
+use sluice_agent::testing::{
+    agent_status, attach_vm, host_route, is_root, standalone_agent, two_hosts, underlay, VmHandle,
+};
+use sluice_agent::Agent;
+use sluice_proto::{AgentConfig, Peer, PortConfig, TenantFib};
 use sluice_switch::{HostId, Output, PortId};
-use sluice_testbed::{veth, Netns};
+use sluice_testbed::Netns;
 
 const VNI: u32 = 7;
 
@@ -60,14 +62,6 @@ fn scapy_available() -> bool {
         .unwrap_or(false)
 }
 
-fn status(url: &str) -> AgentStatus {
-    ureq::get(&format!("{url}/v1/status"))
-        .call()
-        .unwrap()
-        .into_json()
-        .unwrap()
-}
-
 /// Host 1 (agent, `vm1` = 10.0.0.1) and host 2 (no agent) on a fabric link;
 /// the agent tunnels 10.0.0.2 to host 2.
 struct Lab {
@@ -81,30 +75,11 @@ struct Lab {
 }
 
 fn lab() -> Lab {
-    let h1 = Netns::new("h").unwrap();
-    let h2 = Netns::new("h").unwrap();
-    veth(&h1, "fab0", &h2, "fab0").unwrap();
-    for (ns, h) in [(&h1, 1), (&h2, 2)] {
-        ns.ip(&["link", "set", "fab0", "mtu", "9000"]).unwrap();
-        ns.addr("fab0", &format!("{}/24", underlay(h))).unwrap();
-    }
+    let (h1, h2) = two_hosts().unwrap();
     let mine = Ipv4Addr::new(10, 0, 0, 1);
     let far = Ipv4Addr::new(10, 0, 0, 2);
     let vm = attach_vm(h1.name(), "vm1", mine).unwrap();
-    let agent = Agent::start(&AgentOptions {
-        host: 1,
-        name: "h1".into(),
-        netns: Some(h1.name().to_string()),
-        underlay: underlay(1),
-        controller: None,
-        listen: "127.0.0.1:0".into(),
-        prefix: "t".into(),
-        run_dir: None,
-        udp: std::net::SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, sluice_proto::GENEVE_PORT),
-        instance_exe: None,
-        suspect_after: None,
-    })
-    .unwrap();
+    let agent = standalone_agent(1, &h1).unwrap();
     let r = ureq::put(&format!("{}/v1/config", agent.api_url())).send_json(config(&vm, far));
     assert_eq!(r.map(|r| r.status()).ok(), Some(200));
 
@@ -227,7 +202,7 @@ fn an_agent_and_scapys_geneve_endpoint_exchange_traffic() {
         assert!(payloads.contains(&format!("ping-{i}").as_str()), "{stdout}");
     }
     // The critical-option datagram was counted as a drop on the fabric.
-    assert!(status(&agent.api_url()).fabric.drops >= 1);
+    assert!(agent_status(&agent.api_url()).fabric.drops >= 1);
     agent.shutdown();
 }
 
@@ -325,7 +300,7 @@ fn an_agent_and_a_kernel_geneve_device_exchange_traffic() {
         assert_eq!(&buf[..n], format!("echo:{msg}").as_bytes());
     }
     server.join().unwrap();
-    let s = status(&agent.api_url());
+    let s = agent_status(&agent.api_url());
     assert!(
         s.fabric.tx_packets >= 3 && s.fabric.rx_packets >= 3,
         "{:?}",
