@@ -67,6 +67,24 @@ pub fn agent_status(url: &str) -> sluice_proto::AgentStatus {
         .expect("/v1/status is an AgentStatus")
 }
 
+/// The agent's status once `ready` holds of it, or the last one read after
+/// five seconds: counters are published periodically
+/// ([`crate::io::PUBLISH_EVERY`]), so a test that has just seen traffic may
+/// read a status from before it.
+pub fn agent_status_when(
+    url: &str,
+    ready: impl Fn(&sluice_proto::AgentStatus) -> bool,
+) -> sluice_proto::AgentStatus {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        let s = agent_status(url);
+        if ready(&s) || std::time::Instant::now() >= deadline {
+            return s;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
+
 /// A FIB entry sending traffic to `dst` (a /32) to `out`.
 pub fn host_route(id: u64, dst: Ipv4Addr, out: Output) -> Entry {
     Entry {

@@ -7,7 +7,8 @@ use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::time::Duration;
 
 use sluice_agent::testing::{
-    agent_status, attach_vm, host_route, is_root, standalone_agent, two_hosts, underlay, VmHandle,
+    agent_status_when, attach_vm, host_route, is_root, standalone_agent, two_hosts, underlay,
+    VmHandle,
 };
 use sluice_proto::{AgentConfig, Peer, PortConfig, TenantFib};
 use sluice_switch::{HostId, Output, PortId};
@@ -94,15 +95,14 @@ fn vms_on_two_hosts_talk_over_geneve() {
     s.read_exact(&mut back).unwrap();
     assert_eq!(back, msg);
 
-    let mut fabric = (0, 0);
-    for _ in 0..100 {
-        let (s1, s2) = (agent_status(&ag1.api_url()), agent_status(&ag2.api_url()));
-        fabric = (s1.fabric.tx_packets, s2.fabric.rx_packets);
-        if fabric.0 > 10 && fabric.1 > 10 {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let fabric = (
+        agent_status_when(&ag1.api_url(), |s| s.fabric.tx_packets > 10)
+            .fabric
+            .tx_packets,
+        agent_status_when(&ag2.api_url(), |s| s.fabric.rx_packets > 10)
+            .fabric
+            .rx_packets,
+    );
     assert!(fabric.0 > 10 && fabric.1 > 10, "{fabric:?}");
     ag1.shutdown();
     ag2.shutdown();

@@ -8,7 +8,7 @@ use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpListener, TcpStream};
 use std::time::Duration;
 
-use sluice_agent::testing::{agent_status, attach_vm, is_root, VmHandle};
+use sluice_agent::testing::{agent_status, agent_status_when, attach_vm, is_root, VmHandle};
 use sluice_agent::{Agent, AgentOptions};
 use sluice_proto::{AgentConfig, PortConfig, TenantFib};
 use sluice_switch::{Action, Entry, GroupId, Match, Output, PortId, Prefix};
@@ -134,14 +134,7 @@ fn vms_talk_through_the_agent() {
         "VM 1 reaches VM 2 through the agent"
     );
     // Counters are published periodically.
-    let mut s = agent_status(&url);
-    for _ in 0..100 {
-        if s.ports.iter().all(|p| p.counters.tx_packets > 0) {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-        s = agent_status(&url);
-    }
+    let s = agent_status_when(&url, |s| s.ports.iter().all(|p| p.counters.tx_packets > 0));
     assert_eq!(s.config_version, 1);
     for p in &s.ports {
         assert!(p.counters.rx_packets >= 3, "{p:?}");

@@ -12,7 +12,8 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use sluice_agent::testing::{
-    agent_status, attach_vm, host_route, is_root, standalone_agent, two_hosts, underlay, VmHandle,
+    agent_status_when, attach_vm, host_route, is_root, standalone_agent, two_hosts, underlay,
+    VmHandle,
 };
 use sluice_agent::Agent;
 use sluice_proto::{AgentConfig, Peer, PortConfig, TenantFib};
@@ -202,7 +203,8 @@ fn an_agent_and_scapys_geneve_endpoint_exchange_traffic() {
         assert!(payloads.contains(&format!("ping-{i}").as_str()), "{stdout}");
     }
     // The critical-option datagram was counted as a drop on the fabric.
-    assert!(agent_status(&agent.api_url()).fabric.drops >= 1);
+    let s = agent_status_when(&agent.api_url(), |s| s.fabric.drops >= 1);
+    assert!(s.fabric.drops >= 1, "{:?}", s.fabric);
     agent.shutdown();
 }
 
@@ -300,7 +302,9 @@ fn an_agent_and_a_kernel_geneve_device_exchange_traffic() {
         assert_eq!(&buf[..n], format!("echo:{msg}").as_bytes());
     }
     server.join().unwrap();
-    let s = agent_status(&agent.api_url());
+    let s = agent_status_when(&agent.api_url(), |s| {
+        s.fabric.tx_packets >= 3 && s.fabric.rx_packets >= 3
+    });
     assert!(
         s.fabric.tx_packets >= 3 && s.fabric.rx_packets >= 3,
         "{:?}",
