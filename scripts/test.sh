@@ -11,6 +11,6 @@ echo "== cargo clippy"
 cargo clippy --locked --workspace --all-targets -q -- -D warnings
 echo "== cargo test"
 mkdir -p target
-cargo test --locked --workspace 2>&1 | tee target/test-output.txt
+cargo test --locked --workspace --no-fail-fast 2>&1 | tee target/test-output.txt
 # One closing line for the whole run, summed over every test binary.
 awk '/^test result:/ { p += $4; f += $6; i += $8 } END { printf "%d passed, %d failed, %d skipped\n", p, f, i }' target/test-output.txt
