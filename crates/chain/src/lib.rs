@@ -14,7 +14,9 @@ mod stats;
 use std::path::Path;
 
 pub use pipeline::Pipeline;
-pub use spec::{Capacity, ChainError, ChainSpec, FunctionSpec, Prefix, Registry, Settings};
+pub use spec::{
+    Capacity, ChainError, ChainSpec, FunctionSpec, Prefix, Registry, Settings, MAX_PIPELINE,
+};
 pub use stats::{ChainStats, StageStats};
 
 use sluice_nf::{Ctx, Emitted, Event, NetworkFunction, Streams};
@@ -484,9 +486,25 @@ impl Chain {
         } else {
             // The lease expired: back to "own nothing", exactly today's behaviour
             // (after finishing what is in flight on the store's connection).
-            if let Err(e) = c.quiesce(store, now) {
+            // Pipelined, batches processed under the lease may still wait for
+            // writes sent without waiting; with no cache, `settled` would free
+            // them at once, so everything sent is made durable first.
+            let r = c.quiesce(store, now).and_then(|()| {
+                if !self.pipelined {
+                    return Ok(());
+                }
+                store.sync()?;
+                match store.take_unacked_failures() {
+                    0 => Ok(()),
+                    n => Err(StoreError::Unavailable(format!(
+                        "{n} writes sent without waiting failed"
+                    ))),
+                }
+            });
+            if let Err(e) = r {
                 self.stats.store_errors += 1;
                 self.stats.last_error = Some(format!("cache: {e}"));
+                self.held_lost |= self.pipelined;
             }
             self.held_lost |= c.take_held_failed();
             self.cache = None;

@@ -69,7 +69,16 @@ pub struct Settings {
     /// bottlenecks on purpose (as Stratos did with small EC2 instances). Packets over
     /// budget are dropped (`over_capacity`).
     pub capacity: Option<Capacity>,
+    /// Pipelined mode for a running instance, in packets per window (0, the
+    /// default: off; docs/STATE.md, "Pipelining"). Under an ownership lease, a
+    /// window's store reads are in flight while the previous one is processed
+    /// and no batch waits for its own round trip; the price is latency under
+    /// load (a batch waits for its window). At most 65,536.
+    pub pipeline: usize,
 }
+
+/// Largest pipelined window, in packets.
+pub const MAX_PIPELINE: usize = 65_536;
 
 /// A token-bucket budget in packets and/or bits per second of trace time.
 #[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
@@ -97,6 +106,7 @@ impl Default for Settings {
             timer_interval_ms: 100,
             forward_sources: Vec::new(),
             capacity: None,
+            pipeline: 0,
         }
     }
 }
@@ -197,6 +207,12 @@ impl ChainSpec {
             return Err(invalid(format!(
                 "settings.batch_size: {} is not in 1..=1024",
                 raw.settings.batch_size
+            )));
+        }
+        if raw.settings.pipeline > MAX_PIPELINE {
+            return Err(invalid(format!(
+                "settings.pipeline: {} packets per window is more than {MAX_PIPELINE}",
+                raw.settings.pipeline
             )));
         }
         let mut functions = Vec::new();

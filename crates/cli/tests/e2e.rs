@@ -138,14 +138,30 @@ fn hosts(lab: &Lab) -> Vec<(u64, u64)> {
 /// Three hosts running the elasticity example with its firewall `state:
 /// STATE` (hash affinity), in `dir`.
 fn elasticity_lab(dir: &std::path::Path, state: &str) -> Lab {
+    elasticity_lab_pipelined(dir, state, 0)
+}
+
+/// [`elasticity_lab`] with the firewall's instances pipelined (`pipeline`
+/// packets per window; 0: not).
+fn elasticity_lab_pipelined(dir: &std::path::Path, state: &str, pipeline: u64) -> Lab {
     let base = std::fs::read_to_string(concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/../../examples/experiments/elasticity.yaml"
     ))
     .unwrap();
     let spec = dir.join("spec.yaml");
-    let text = sluice_testbed::elasticity::variant_spec(&base, "fw", state, "hash", None);
-    std::fs::write(&spec, text.unwrap()).unwrap();
+    let text = sluice_testbed::elasticity::variant_spec(&base, "fw", state, "hash", None).unwrap();
+    let text = if pipeline > 0 {
+        let mut doc: serde_yaml::Value = serde_yaml::from_str(&text).unwrap();
+        doc["elements"]["fw"]
+            .as_mapping_mut()
+            .unwrap()
+            .insert("pipeline".into(), pipeline.into());
+        serde_yaml::to_string(&doc).unwrap()
+    } else {
+        text
+    };
+    std::fs::write(&spec, text).unwrap();
     Lab::up(&LabOptions {
         spec,
         hosts: 3,
@@ -215,9 +231,21 @@ fn instance_leases(lab: &Lab) -> Vec<(String, u64, u64)> {
 /// revokes the lease before the split changes. Every download arrives whole.
 #[test]
 fn a_cached_state_firewall_uses_its_lease_and_scales_without_breaking_downloads() {
+    cached_firewall_scales(0);
+}
+
+/// The same with pipelined instances (`pipeline: 64`): batches in flight when
+/// the lease is revoked and granted again are settled first; every download
+/// arrives whole.
+#[test]
+fn a_pipelined_cached_firewall_scales_without_breaking_downloads() {
+    cached_firewall_scales(64);
+}
+
+fn cached_firewall_scales(pipeline: u64) {
     use sluice_testbed::elasticity::elasticity;
     let dir = tempfile::tempdir().unwrap();
-    let lab = elasticity_lab(dir.path(), "cached");
+    let lab = elasticity_lab_pipelined(dir.path(), "cached", pipeline);
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
     let leased = loop {
         let h = instance_leases(&lab);
@@ -261,4 +289,33 @@ fn a_cached_state_firewall_uses_its_lease_and_scales_without_breaking_downloads(
         log.contains("leases revoked first"),
         "the split changed without a revocation:\n{log}"
     );
+    if pipeline > 0 {
+        // The instance removed by the scale-in printed its last statistics.
+        let want = format!("\"window_packets\":{pipeline}");
+        let logs = instance_logs(dir.path());
+        assert!(
+            logs.iter().any(|l| l.contains(&want)),
+            "no instance ran pipelined: {logs:?}"
+        );
+    }
+}
+
+/// The text of every NF instance log under `dir` (`{run_dir}/{name}.log`).
+fn instance_logs(dir: &std::path::Path) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                todo.push(p);
+            } else if p.extension().is_some_and(|x| x == "log") {
+                let text = std::fs::read_to_string(&p).unwrap_or_default();
+                if text.contains("\"lease\"") {
+                    out.push(text);
+                }
+            }
+        }
+    }
+    out
 }

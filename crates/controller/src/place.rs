@@ -676,9 +676,10 @@ impl Desired {
                         config,
                         state,
                         capacity,
+                        pipeline,
                         ..
                     }) => (
-                        chain_yaml(tn, mb, function, config, capacity.as_ref()),
+                        chain_yaml(tn, mb, function, config, capacity.as_ref(), *pipeline),
                         *state == StateMode::Local,
                     ),
                     _ => continue,
@@ -786,13 +787,15 @@ pub fn instance_name(tenant: &str, middlebox: &str, k: u32) -> String {
 
 /// The chain an instance of a middlebox runs: one function named after the
 /// middlebox, in a chain named `{tenant}.{middlebox}` so every instance of the
-/// middlebox shares its state keys; with the middlebox's per-instance `capacity`.
+/// middlebox shares its state keys; with the middlebox's per-instance `capacity`
+/// and its `pipeline` window (0: off).
 pub fn chain_yaml(
     tenant: &str,
     middlebox: &str,
     function: &str,
     config: &Value,
     capacity: Option<&Capacity>,
+    pipeline: usize,
 ) -> String {
     let mut f = Mapping::new();
     f.insert("type".into(), function.into());
@@ -818,6 +821,9 @@ pub fn chain_yaml(
         }
         m.insert("burst_ms".into(), c.burst_ms.into());
         settings.insert("capacity".into(), Value::Mapping(m));
+    }
+    if pipeline > 0 {
+        settings.insert("pipeline".into(), (pipeline as u64).into());
     }
     let mut doc = Mapping::new();
     doc.insert("name".into(), format!("{tenant}.{middlebox}").into());
@@ -1045,7 +1051,7 @@ mod tests {
                 function, config, ..
             } = e
             {
-                let y = chain_yaml("acme", name, function, config, None);
+                let y = chain_yaml("acme", name, function, config, None, 0);
                 let cs = sluice_chain::ChainSpec::from_str(&y, std::path::Path::new("gen.yaml"))
                     .unwrap_or_else(|e| panic!("{y}\n{e}"));
                 assert_eq!(cs.name, format!("acme.{name}"));
@@ -1054,6 +1060,11 @@ mod tests {
                 assert_eq!(cs.functions[0].kind, *function);
                 assert_eq!(cs.settings.batch_size, 32);
                 assert_eq!(cs.settings.timer_interval_ms, 100);
+                assert_eq!(cs.settings.pipeline, 0);
+                let p = chain_yaml("acme", name, function, config, None, 256);
+                let ps = sluice_chain::ChainSpec::from_str(&p, std::path::Path::new("gen.yaml"))
+                    .unwrap_or_else(|e| panic!("{p}\n{e}"));
+                assert_eq!(ps.settings.pipeline, 256);
                 sluice_chain::Chain::from_spec(
                     &cs,
                     std::path::Path::new("."),

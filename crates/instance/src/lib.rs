@@ -20,7 +20,7 @@
 //! whose heartbeats stop and moves its traffic to the surviving instances; when
 //! they resume (the process was only paused), the instance rejoins.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::io;
 use std::net::SocketAddrV4;
 use std::os::fd::AsRawFd;
@@ -29,10 +29,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use sluice_chain::{Chain, ChainSpec, ChainStats, Sharing};
+use sluice_chain::{Chain, ChainSpec, ChainStats, Pipeline, Sharing, HELD_STAGE};
 use sluice_netio::{in_netns_opt, Msg, Poller, RxBatch, UdpBatchSocket, DEFAULT_BUF_SIZE};
 use sluice_nf::Event;
-use sluice_packet::{Batch, PacketPool, MAX_FRAME};
+use sluice_packet::{Batch, PacketPool, Verdict, MAX_FRAME};
 use sluice_proto::InstanceHeartbeat;
 use sluice_state::{LocalStore, StateStore};
 use sluice_switch::tunnel::{geneve_header, parse_geneve_payload, TunnelError, GENEVE_HEADER_MAX};
@@ -119,7 +119,8 @@ pub struct InstanceStats {
     pub malformed: u64,
     /// Frames dropped outside the chain, by reason: `geneve_bad_header`,
     /// `geneve_not_ethernet`, `geneve_critical_option`, `oversize`,
-    /// `pool_exhausted`, `tx_queue_full`, `tx_refused`, `emitted_not_sent`.
+    /// `pool_exhausted`, `tx_queue_full`, `tx_refused`, `emitted_not_sent`,
+    /// `store_lost` (pipelined: the store write a batch waited for failed).
     pub drops: BTreeMap<&'static str, u64>,
     /// Receive errors of the socket (the loop carries on).
     pub rx_errors: u64,
@@ -128,6 +129,25 @@ pub struct InstanceStats {
     pub chain: ChainStats,
     /// Ownership leases from the agent ([`sluice_proto::InstanceLease`]).
     pub lease: LeaseStats,
+    /// Pipelined mode (`settings.pipeline` of the chain): batches waited for
+    /// because too many were in flight, and idle-input flushes.
+    pub pipeline: PipelineStats,
+}
+
+/// What pipelined mode did (all zero when it is off).
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct PipelineStats {
+    /// Packets per window (0: pipelining off).
+    pub window_packets: usize,
+    /// Times input went idle with batches in flight, which were then processed
+    /// and released once the store had settled them.
+    pub idle_flushes: u64,
+    /// Times the pipeline was full (the store slower than the input) and the
+    /// instance waited for it instead of taking more input.
+    pub full_waits: u64,
+    /// Flushes before a lease change (a pipelined instance changes its lease
+    /// only with nothing in flight).
+    pub lease_flushes: u64,
 }
 
 /// What the instance did with the leases its agent sent.
@@ -201,11 +221,18 @@ pub struct Core {
     chain: Chain,
     store: Box<dyn StateStore>,
     pool: PacketPool,
+    /// The batch being filled, and the Geneve header of each of its packets.
     batch: Batch,
+    headers: Headers,
     batch_size: usize,
-    /// Geneve header of each packet of the batch (bytes, length); a packet's
-    /// `port` is its index here.
-    headers: Vec<([u8; GENEVE_HEADER_MAX], usize)>,
+    /// Pipelined mode: batches in flight through the chain.
+    pipe: Option<Pipeline<Headers>>,
+    /// Most batches in flight before the instance waits for the store.
+    max_in_flight: usize,
+    /// Processed batches free to leave, oldest first.
+    out: VecDeque<(Batch, Headers)>,
+    /// Emptied batches and header arrays, reused (no allocation per batch).
+    spare: Vec<(Batch, Headers)>,
     events: Vec<Event>,
     agent: SocketAddrV4,
     timer_interval: Duration,
@@ -219,6 +246,14 @@ pub struct Core {
     /// Counters.
     pub stats: InstanceStats,
 }
+
+/// The Geneve header of each packet of a batch (bytes, length); a packet's
+/// `port` is its index here.
+type Headers = Vec<([u8; GENEVE_HEADER_MAX], usize)>;
+
+/// A pipeline waits for the store once this many windows are in flight (it
+/// holds about three in steady state).
+const WINDOWS_IN_FLIGHT: usize = 5;
 
 /// Heartbeats whose send times are kept (at 10 ms each, 160 ms: an answer
 /// older than that is refused).
@@ -260,6 +295,7 @@ impl Core {
         let mut core = Core::with_chain(name, chain, store, spec.settings.batch_size, agent);
         core.timer_interval = Duration::from_millis(spec.settings.timer_interval_ms.max(1));
         core.capacity = capacity;
+        core.set_pipeline(spec.settings.pipeline);
         Ok(core)
     }
 
@@ -278,8 +314,12 @@ impl Core {
             store,
             pool: PacketPool::new(batch_size),
             batch: Batch::with_capacity(batch_size),
-            batch_size,
             headers: vec![([0; GENEVE_HEADER_MAX], 0); batch_size],
+            batch_size,
+            pipe: None,
+            max_in_flight: 0,
+            out: VecDeque::new(),
+            spare: Vec::new(),
             events: Vec::new(),
             agent,
             timer_interval: Duration::from_millis(100),
@@ -291,6 +331,25 @@ impl Core {
                 ..Default::default()
             },
         }
+    }
+
+    /// Turns pipelined mode on with windows of about `packets` packets (0: off;
+    /// docs/STATE.md, "Pipelining"): under a lease, a window's store reads are
+    /// in flight while the previous window is processed, and a batch leaves
+    /// once the store has settled the writes it made, without the batch waiting
+    /// for its own round trip. Only worth it with a backlog; an instance whose
+    /// input goes idle calls [`Core::idle`], which processes and releases what
+    /// is in flight. Call before any traffic.
+    pub fn set_pipeline(&mut self, packets: usize) {
+        if packets == 0 || self.pipe.is_some() {
+            return;
+        }
+        let window = packets.div_ceil(self.batch_size).max(1);
+        self.pipe = Some(Pipeline::new(&mut self.chain, self.store.as_mut(), window));
+        self.max_in_flight = WINDOWS_IN_FLIGHT * window;
+        // Every batch in flight, the one being filled and the ones being sent.
+        self.pool = PacketPool::new(self.batch_size * (self.max_in_flight + 2));
+        self.stats.pipeline.window_packets = window * self.batch_size;
     }
 
     /// The processing budget of the instance (the chain's `settings.capacity`).
@@ -358,38 +417,123 @@ impl Core {
         };
     }
 
-    /// Runs the chain over the queued packets.
+    /// Runs the chain over the queued packets (pipelined: hands them to the
+    /// pipeline); what may leave is then in [`Core::forwarded`].
     pub fn process(&mut self) {
         if self.batch.is_empty() {
             return;
         }
+        // Before any batch is processed under the lease: the pipeline processes
+        // a window within `push`.
         self.check_lease(Instant::now());
-        self.chain.process(&mut self.batch, self.store.as_mut());
+        let (fresh, fresh_headers) = self.spare.pop().unwrap_or_else(|| {
+            (
+                Batch::with_capacity(self.batch_size),
+                vec![([0; GENEVE_HEADER_MAX], 0); self.batch_size],
+            )
+        });
+        let mut batch = std::mem::replace(&mut self.batch, fresh);
+        let headers = std::mem::replace(&mut self.headers, fresh_headers);
+        match self.pipe.as_mut() {
+            Some(p) => {
+                if p.in_flight() >= self.max_in_flight {
+                    // The store is slower than the input: wait for it rather
+                    // than run out of buffers.
+                    self.stats.pipeline.full_waits += 1;
+                    p.flush(&mut self.chain, self.store.as_mut());
+                }
+                p.push(&mut self.chain, self.store.as_mut(), batch, headers);
+                self.collect_released();
+            }
+            None => {
+                self.chain.process(&mut batch, self.store.as_mut());
+                self.out.push_back((batch, headers));
+            }
+        }
         self.drain_side_outputs();
     }
 
-    /// The messages to send for the processed batch: each forwarded frame behind
-    /// its Geneve header, to the agent.
-    pub fn forwarded(&self) -> impl Iterator<Item = Msg<'_>> + '_ {
-        self.batch.live().map(|p| {
-            let (h, n) = &self.headers[p.port as usize];
-            Msg {
-                head: &h[..*n],
-                body: p.data(),
-                dst: Some(self.agent),
-            }
-        })
+    /// Input went idle: a pipelined instance processes every batch in flight
+    /// and releases it once the store has settled it (one round trip at
+    /// most). Nothing to do otherwise.
+    pub fn idle(&mut self) {
+        let Some(p) = self.pipe.as_mut() else {
+            return;
+        };
+        if p.in_flight() == 0 {
+            return;
+        }
+        self.stats.pipeline.idle_flushes += 1;
+        self.flush_pipeline();
     }
 
-    /// Ends the batch: counts what was sent and what had to be dropped, and
-    /// returns the buffers.
+    /// Batches accepted but not yet free to leave (pipelined mode).
+    pub fn in_flight(&self) -> usize {
+        self.pipe.as_ref().map_or(0, |p| p.in_flight())
+    }
+
+    fn flush_pipeline(&mut self) {
+        if let Some(p) = self.pipe.as_mut() {
+            p.flush(&mut self.chain, self.store.as_mut());
+            self.collect_released();
+            self.drain_side_outputs();
+        }
+    }
+
+    /// Moves the batches the pipeline released to the output queue; a batch
+    /// released because its held writes failed has every packet dropped.
+    fn collect_released(&mut self) {
+        let Some(p) = self.pipe.as_mut() else {
+            return;
+        };
+        while let Some((b, h)) = p.pop() {
+            self.out.push_back((b, h));
+        }
+    }
+
+    /// True while processed batches wait to be sent ([`Core::forwarded`], then
+    /// [`Core::finish_batch`]).
+    pub fn has_output(&self) -> bool {
+        !self.out.is_empty()
+    }
+
+    /// The messages to send for the oldest processed batch: each forwarded
+    /// frame behind its Geneve header, to the agent.
+    pub fn forwarded(&self) -> impl Iterator<Item = Msg<'_>> + '_ {
+        self.out
+            .front()
+            .into_iter()
+            .flat_map(move |(batch, headers)| {
+                batch.live().map(move |p| {
+                    let (h, n) = &headers[p.port as usize];
+                    Msg {
+                        head: &h[..*n],
+                        body: p.data(),
+                        dst: Some(self.agent),
+                    }
+                })
+            })
+    }
+
+    /// Ends the oldest processed batch: counts what was sent and what had to
+    /// be dropped, and returns the buffers.
     pub fn finish_batch(&mut self, sent: usize, refused: u64) {
-        let live = self.batch.live().count();
+        let Some((mut batch, headers)) = self.out.pop_front() else {
+            return;
+        };
+        let live = batch.live().count();
         self.stats.tx += (sent as u64).saturating_sub(refused);
         self.stats.drop("tx_refused", refused);
         self.stats
             .drop("tx_queue_full", live.saturating_sub(sent) as u64);
-        self.batch.recycle(&mut self.pool);
+        let lost = batch
+            .pkts
+            .iter()
+            .filter(|p| matches!(p.verdict, Verdict::Drop(r) if r.stage == HELD_STAGE))
+            .count();
+        self.stats.drop("store_lost", lost as u64);
+        batch.recycle(&mut self.pool);
+        self.spare.push((batch, headers));
     }
 
     /// Advances the chain's clock and runs due timers.
@@ -421,6 +565,7 @@ impl Core {
         if l.epoch == 0 || l.ranges.is_empty() {
             if self.stats.lease.epoch != 0 {
                 self.stats.lease.revoked += 1;
+                self.settle_before_lease_change();
                 self.revoke();
             }
             return;
@@ -443,6 +588,7 @@ impl Core {
         {
             self.stats.lease.renewed += 1;
         } else {
+            self.settle_before_lease_change();
             let own = sluice_state::Ownership {
                 epoch: l.epoch,
                 ranges: l.ranges.clone(),
@@ -457,7 +603,20 @@ impl Core {
         self.lease_until = Some(until);
     }
 
-    /// Gives the lease up if its monotonic end has passed.
+    /// A pipelined instance changes its lease only with nothing in flight: the
+    /// batches it accepted under the old lease are processed under it, and
+    /// leave, before another instance may own their flows.
+    fn settle_before_lease_change(&mut self) {
+        if self.in_flight() > 0 {
+            self.stats.pipeline.lease_flushes += 1;
+            self.flush_pipeline();
+        }
+    }
+
+    /// Gives the lease up if its monotonic end has passed. Not waiting for the
+    /// pipeline: no batch may be processed under an expired lease, so what is in
+    /// flight is processed without one (the revocation first makes everything
+    /// sent under it durable).
     fn check_lease(&mut self, now: Instant) {
         if self.lease_until.is_some_and(|t| t <= now) {
             self.stats.lease.expired += 1;
@@ -504,8 +663,10 @@ impl Core {
         self.hb_sent[seq as usize % HB_REMEMBERED] = (seq, wall_ns, at);
     }
 
-    /// Ends processing: last timers and flushes of every function.
+    /// Ends processing: what is in flight, last timers and flushes of every
+    /// function.
     pub fn flush(&mut self) {
+        self.flush_pipeline();
         if self.lease_until.is_some() {
             self.revoke();
         }
@@ -730,15 +891,20 @@ pub fn run_with_stats(
                     }
                 }
                 core.process();
-                send_forwarded(&mut core, &mut sock, &mut wpoll);
+                send_all(&mut core, &mut sock, &mut wpoll);
                 // Under sustained load, still tick, heartbeat and notice `stop` on time.
                 let now = Instant::now();
                 let paced = pacer.as_mut().is_some_and(|p| {
                     p.charge(n, bytes);
                     !p.wait(now).is_zero()
                 });
-                if n < rx.capacity()
-                    || paced
+                if n < rx.capacity() {
+                    // Input is idle: nothing waits for a window to fill.
+                    core.idle();
+                    send_all(&mut core, &mut sock, &mut wpoll);
+                    break;
+                }
+                if paced
                     || stop.load(Ordering::Relaxed)
                     || now >= next_tick
                     || now >= next_heartbeat
@@ -746,6 +912,11 @@ pub fn run_with_stats(
                     break;
                 }
             }
+        } else {
+            // Paced, or woken by a timer: nothing must stay in flight while
+            // input waits.
+            core.idle();
+            send_all(&mut core, &mut sock, &mut wpoll);
         }
         let now = Instant::now();
         if now >= next_tick {
@@ -786,7 +957,14 @@ fn send_heartbeat(core: &mut Core, sock: &mut UdpBatchSocket, seq: u32, agent: S
 /// Messages handed to the socket at once (a stack array: no allocation per batch).
 const SEND_CHUNK: usize = 64;
 
-/// Sends the processed batch back to the agent; if the socket stays full after a
+/// Sends every processed batch that may leave.
+fn send_all(core: &mut Core, sock: &mut UdpBatchSocket, wpoll: &mut Poller) {
+    while core.has_output() {
+        send_forwarded(core, sock, wpoll);
+    }
+}
+
+/// Sends the oldest processed batch back to the agent; if the socket stays full after a
 /// few short waits, the rest is dropped (and counted) rather than stalling input.
 fn send_forwarded(core: &mut Core, sock: &mut UdpBatchSocket, wpoll: &mut Poller) {
     let refused_before = sock.stats().tx_errors;

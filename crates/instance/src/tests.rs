@@ -342,3 +342,212 @@ fn a_lease_that_is_not_renewed_ends_before_the_next_batch() {
         "nothing served from a lapsed lease"
     );
 }
+
+/// Conversations on ports 1000.. (allowed when 80, denied otherwise), each
+/// datagram carrying its conversation's chain hop, interleaved so that batches
+/// mix flows, as a loaded instance sees them.
+fn interleaved(flows: u16) -> Vec<Vec<u8>> {
+    let convs: Vec<Vec<Vec<u8>>> = (0..flows)
+        .map(|i| {
+            let port = if i % 4 == 3 { 22 } else { 80 };
+            conversation(port)
+                .into_iter()
+                .map(|f| {
+                    let mut f = f;
+                    // A distinct client port per flow (the conversation's is 40000 + port).
+                    f[14 + 20..14 + 22].copy_from_slice(&(10_000 + i).to_be_bytes());
+                    fix_tcp_checksum(&mut f);
+                    encap(7, Some((i, 0)), &f)
+                })
+                .collect()
+        })
+        .collect();
+    let mut out = Vec::new();
+    for k in 0..convs.iter().map(Vec::len).max().unwrap_or(0) {
+        for c in &convs {
+            if let Some(d) = c.get(k) {
+                out.push(d.clone());
+            }
+        }
+    }
+    out
+}
+
+/// Recomputes the TCP checksum of an IPv4 frame without options.
+fn fix_tcp_checksum(f: &mut [u8]) {
+    let ip = 14;
+    let tcp = ip + 20;
+    let tcp_len = f.len() - tcp;
+    f[tcp + 16..tcp + 18].copy_from_slice(&[0, 0]);
+    let mut sum: u32 = 0;
+    let mut add = |b: &[u8]| {
+        for c in b.chunks(2) {
+            sum += u32::from(u16::from_be_bytes([c[0], *c.get(1).unwrap_or(&0)]));
+        }
+    };
+    add(&f[ip + 12..ip + 20]);
+    add(&[0, 6]);
+    add(&(tcp_len as u16).to_be_bytes());
+    add(&f[tcp..]);
+    while sum > 0xffff {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    let c = !(sum as u16);
+    f[tcp + 16..tcp + 18].copy_from_slice(&c.to_be_bytes());
+}
+
+/// Sends (appends to `out`) every processed batch that may leave.
+fn send(core: &mut Core, out: &mut Vec<Vec<u8>>) {
+    while core.has_output() {
+        let msgs: Vec<Vec<u8>> = core
+            .forwarded()
+            .map(|m| [m.head, m.body].concat())
+            .collect();
+        core.finish_batch(msgs.len(), 0);
+        out.extend(msgs);
+    }
+}
+
+/// Pushes `input` a batch at a time, sending whatever may leave after each
+/// batch, then goes idle; returns the frames in the order they left and the
+/// most batches that were in flight at once.
+fn run_pipelined(core: &mut Core, input: &[Vec<u8>]) -> (Vec<Vec<u8>>, usize) {
+    let mut out = Vec::new();
+    let mut most = 0;
+    for chunk in input.chunks(core.batch_size()) {
+        for d in chunk {
+            core.push_datagram(d, wall_ns());
+        }
+        core.process();
+        most = most.max(core.in_flight());
+        send(core, &mut out);
+    }
+    core.idle();
+    assert_eq!(core.in_flight(), 0, "idle leaves nothing in flight");
+    send(core, &mut out);
+    (out, most)
+}
+
+fn leased(mut c: Core) -> Core {
+    let now = Instant::now();
+    c.heartbeat_sent(1, wall_ns(), now);
+    c.on_lease(&lease(5, 1, 60_000_000, vec![(0, u32::MAX)]), now);
+    assert!(c.chain.ownership().is_some());
+    c
+}
+
+fn core_on(store: Box<dyn StateStore>) -> Core {
+    let spec = ChainSpec::from_str(CHAIN, Path::new("t.yaml")).unwrap();
+    let chain = Chain::from_spec(
+        &spec,
+        Path::new("."),
+        &sluice_builtin::registry(),
+        Sharing::Shared,
+    )
+    .unwrap();
+    Core::with_chain("t", chain, store, spec.settings.batch_size, AGENT)
+}
+
+/// The frames a plain (not pipelined, no lease) core lets through, in order.
+fn reference(input: &[Vec<u8>]) -> Vec<Vec<u8>> {
+    let mut c = core();
+    run_through(&mut c, input)
+}
+
+#[test]
+fn a_pipelined_core_lets_the_same_frames_through_in_order() {
+    let input = interleaved(24);
+    let want = reference(&input);
+    assert!(want.len() < input.len() && !want.is_empty());
+    let mut c = leased(core());
+    c.set_pipeline(16); // two batches of 8 per window
+    assert_eq!(c.stats.pipeline.window_packets, 16);
+    let (got, most) = run_pipelined(&mut c, &input);
+    assert_eq!(got, want, "byte-identical, same headers, same order");
+    assert!(most >= 4, "batches were held across windows: {most}");
+    assert_eq!(c.stats.tx, want.len() as u64);
+    assert!(c.stats_now().lease.cache_hits > 0);
+    assert_eq!(c.stats.drops.get("pool_exhausted"), None);
+}
+
+#[test]
+fn settings_pipeline_turns_pipelining_on_and_is_bounded() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("p.yaml");
+    std::fs::write(
+        &path,
+        CHAIN.replace("batch_size: 8", "batch_size: 8\n  pipeline: 20"),
+    )
+    .unwrap();
+    let c = Core::new("t", &path, "local", AGENT).unwrap();
+    // Rounded up to whole batches.
+    assert_eq!(c.stats.pipeline.window_packets, 24);
+    std::fs::write(
+        &path,
+        CHAIN.replace("batch_size: 8", "batch_size: 8\n  pipeline: 70000"),
+    )
+    .unwrap();
+    let e = Core::new("t", &path, "local", AGENT)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("settings.pipeline") && e.contains("65536"),
+        "{e}"
+    );
+}
+
+/// On Redis (replies really arrive later): a new lease, an expired one and the
+/// end of the run each leave nothing in flight, and every frame comes out once,
+/// in order, as without pipelining.
+#[test]
+fn a_pipelined_core_on_redis_settles_before_every_lease_change() {
+    let Ok(srv) = sluice_state_redis::server::RedisServer::start(&[]) else {
+        assert!(
+            sluice_state_redis::server::server_binary().is_none(),
+            "redis-server is installed but would not start"
+        );
+        eprintln!("skipped: no redis-server");
+        return;
+    };
+    let store = sluice_state_redis::RedisStore::open(&srv.url()).unwrap();
+    let input = interleaved(24);
+    let want = reference(&input);
+    let mut c = leased(core_on(Box::new(store)));
+    c.set_pipeline(16);
+    let half = input.len() / 2;
+    let mut got = Vec::new();
+    for chunk in input[..half].chunks(8) {
+        for d in chunk {
+            c.push_datagram(d, wall_ns());
+        }
+        c.process();
+        send(&mut c, &mut got);
+    }
+    assert!(c.in_flight() > 0, "batches are in flight");
+    // A new split: what was accepted under the old one is settled first.
+    let now = Instant::now();
+    c.heartbeat_sent(2, wall_ns(), now);
+    c.on_lease(&lease(6, 2, 30_000, vec![(0, u32::MAX)]), now);
+    assert_eq!(c.in_flight(), 0);
+    assert_eq!(c.stats.pipeline.lease_flushes, 1);
+    send(&mut c, &mut got);
+    // The rest under a lease that runs out (30 ms) halfway.
+    let rest = &input[half..];
+    let (a, b) = rest.split_at(rest.len() / 2);
+    for chunk in a.chunks(8) {
+        for d in chunk {
+            c.push_datagram(d, wall_ns());
+        }
+        c.process();
+        send(&mut c, &mut got);
+    }
+    std::thread::sleep(Duration::from_millis(40));
+    let (tail, _) = run_pipelined(&mut c, b);
+    got.extend(tail);
+    assert_eq!(c.stats.lease.expired, 1);
+    assert!(c.chain.ownership().is_none());
+    c.flush();
+    send(&mut c, &mut got);
+    assert_eq!(got, want);
+    assert_eq!(c.stats.drops.get("store_lost"), None);
+}

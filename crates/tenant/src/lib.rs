@@ -6,8 +6,8 @@
 //! * `service`: a set of the tenant's VMs (name and address);
 //! * `middlebox`: a network function (`function`, its `config`, `instances`,
 //!   `state`: `shared` (default, in the state store) or `local` (inside each
-//!   instance), `affinity`: how flows choose among its instances, and an optional
-//!   per-instance `capacity` budget);
+//!   instance), `affinity`: how flows choose among its instances, an optional
+//!   per-instance `capacity` budget, and `pipeline` for cached state);
 //! * `select`: header fields limiting the traffic of the rest of a chain.
 //!
 //! A chain is a path from an external or service element, through middleboxes and
@@ -143,6 +143,12 @@ pub enum Element {
         /// A processing budget per instance (`capacity: {mbps, pps, burst_ms}`), so
         /// experiments can make a middlebox the bottleneck on purpose.
         capacity: Option<sluice_chain::Capacity>,
+        /// Pipelined instances (`pipeline:`, packets per window; 0, the
+        /// default: off): under their leases, a window's store reads are in
+        /// flight while the previous window is processed and no batch waits
+        /// for its own round trip (docs/STATE.md, "Pipelining"). Needs
+        /// `state: cached`.
+        pipeline: usize,
     },
     /// A traffic subset.
     Select(Select),
@@ -407,6 +413,7 @@ fn parse_element(
                     "state",
                     "affinity",
                     "capacity",
+                    "pipeline",
                 ],
             )?;
             let function = m
@@ -477,6 +484,27 @@ fn parse_element(
                     Some(parse_capacity(v).map_err(|e| c.err(format!("{path}.capacity"), e))?)
                 }
             };
+            let pipeline = match m.get("pipeline") {
+                None => 0,
+                Some(v) => v
+                    .as_u64()
+                    .filter(|&n| n as usize <= sluice_chain::MAX_PIPELINE)
+                    .ok_or_else(|| {
+                        c.err(
+                            format!("{path}.pipeline"),
+                            format!(
+                                "expected packets per window, from 0 (off) to {}",
+                                sluice_chain::MAX_PIPELINE
+                            ),
+                        )
+                    })? as usize,
+            };
+            if pipeline > 0 && state != StateMode::Cached {
+                return Err(c.err(
+                    format!("{path}.pipeline"),
+                    "needs `state: cached`: without an ownership lease every access goes to the store, and there is nothing to pipeline",
+                ));
+            }
             if let Some(r) = registry {
                 // Build it once, as an instance would, so a bad configuration is
                 // refused now and not when an instance starts.
@@ -495,6 +523,7 @@ fn parse_element(
                 state,
                 affinity,
                 capacity,
+                pipeline,
             })
         }
         "select" => {

@@ -181,6 +181,38 @@ fn middlebox_state_is_shared_unless_local() {
 }
 
 #[test]
+fn pipeline_is_for_cached_state_and_bounded() {
+    let with = |attrs: &str| {
+        BASE.replace(
+            "mon: { type: middlebox, function: monitor }",
+            &format!("mon: {{ type: middlebox, function: monitor, {attrs} }}"),
+        ) + "  - { name: a, path: [net, fw, mon, web] }\n"
+    };
+    let s = parse(&with("state: cached, pipeline: 256")).unwrap();
+    assert!(matches!(
+        s.elements["mon"],
+        Element::Middlebox { pipeline: 256, .. }
+    ));
+    let s = parse(&with("state: cached")).unwrap();
+    assert!(matches!(
+        s.elements["mon"],
+        Element::Middlebox { pipeline: 0, .. }
+    ));
+    let e = parse(&with("pipeline: 256")).unwrap_err();
+    assert!(
+        e.contains("elements.mon.pipeline") && e.contains("state: cached"),
+        "{e}"
+    );
+    for bad in ["-1", "70000", "many"] {
+        let e = parse(&with(&format!("state: cached, pipeline: {bad}"))).unwrap_err();
+        assert!(
+            e.contains("elements.mon.pipeline") && e.contains("65536"),
+            "{bad}: {e}"
+        );
+    }
+}
+
+#[test]
 fn cached_state_is_parsed_and_refuses_pinned_affinity() {
     let text = BASE.replace(
         "mon: { type: middlebox, function: monitor }",
