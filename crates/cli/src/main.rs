@@ -160,6 +160,30 @@ enum BenchCmd {
         #[arg(long, default_value_t = sluice_bench::state::DEFAULT_WINDOW)]
         window: usize,
     },
+    /// One NF instance's data path (Geneve in, chain, Geneve out) on short
+    /// flows: local state versus Redis behind the flow cache, plain and
+    /// pipelined (a middlebox's `pipeline:`).
+    Instance {
+        /// Print one JSON object per function instead of a table.
+        #[arg(long)]
+        json: bool,
+        /// Existing store to measure (`redis://HOST:PORT` or
+        /// `redis-cluster://HOST:PORT,...`); default: a private redis-server on loopback.
+        #[arg(long)]
+        state: Option<String>,
+        /// Only functions whose name contains this.
+        #[arg(long)]
+        filter: Option<String>,
+        /// Packets per run (short flows of 100 packets, 64-byte frames).
+        #[arg(long, default_value_t = 200_000)]
+        packets: usize,
+        /// Packets per pipelined window.
+        #[arg(long, default_value_t = 512)]
+        window: usize,
+        /// Runs per mode; the fastest is kept.
+        #[arg(long, default_value_t = 2)]
+        reps: usize,
+    },
 }
 
 #[derive(Subcommand)]
@@ -442,6 +466,40 @@ fn bench(which: BenchCmd) -> Result<(), String> {
                 }
             } else {
                 print!("{}", sluice_bench::state::table(&ms));
+            }
+            Ok(())
+        }
+        BenchCmd::Instance {
+            json,
+            state,
+            filter,
+            packets,
+            window,
+            reps,
+        } => {
+            if window == 0 {
+                return Err("--window: give a pipelined window of at least 1 packet".into());
+            }
+            let opts = sluice_bench::instance::Options {
+                state,
+                filter,
+                packets,
+                window,
+                reps,
+            };
+            let ms = sluice_bench::instance::run(&opts, &mut |what| eprintln!("bench: {what}"))?;
+            if ms.is_empty() {
+                return Err("no measurement ran (check --filter)".into());
+            }
+            if json {
+                for m in &ms {
+                    println!(
+                        "{}",
+                        serde_json::to_string(m).expect("measurement serialises")
+                    );
+                }
+            } else {
+                print!("{}", sluice_bench::instance::table(&ms));
             }
             Ok(())
         }
