@@ -15,11 +15,12 @@ use serde::Serialize;
 use sluice_chain::{Chain, ChainSpec, Sharing};
 use sluice_instance::Core;
 use sluice_state::{LocalStore, StateStore};
-use sluice_state_redis::server::RedisServer;
 use sluice_switch::tunnel::geneve_header;
 
 use crate::nf;
-use crate::state::{functions, open_remote, replies_from_backends, FlowsKind, Workload};
+use crate::state::{
+    functions, open_remote, replies_from_backends, store_or_private, FlowsKind, Workload,
+};
 
 /// What to measure.
 #[derive(Debug, Clone)]
@@ -88,14 +89,7 @@ pub fn run(
     opts: &Options,
     progress: &mut dyn FnMut(&str),
 ) -> Result<Vec<InstanceMeasurement>, String> {
-    let (_server, url) = match &opts.state {
-        Some(u) => (None, u.clone()),
-        None => {
-            let s = RedisServer::start(&[])?;
-            let u = s.url();
-            (Some(s), u)
-        }
-    };
+    let (_server, url) = store_or_private(opts.state.as_deref())?;
     open_remote(&url)?;
     let dir = std::env::temp_dir().join(format!("sluice-bench-instance-{}", std::process::id()));
     std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;

@@ -808,14 +808,7 @@ pub fn run(
 ) -> Result<Vec<StateMeasurement>, String> {
     let wanted = |n: &str| opts.filter.as_deref().is_none_or(|f| n.contains(f));
     // Kept alive (and killed on drop) for the whole run.
-    let (_server, url) = match &opts.state {
-        Some(u) => (None, u.clone()),
-        None => {
-            let s = RedisServer::start(&[])?;
-            let u = s.url();
-            (Some(s), u)
-        }
-    };
+    let (_server, url) = store_or_private(opts.state.as_deref())?;
     // Fail early, before generating traffic, if the store is unreachable.
     let describe = open_remote(&url)?.describe();
     let dir: PathBuf =
@@ -934,6 +927,19 @@ fn run_in(
         }
     }
     Ok(out)
+}
+
+/// The store at `url`, or (`None`) a private redis-server on loopback, returned
+/// with it: keep it alive for the run (it is killed on drop).
+pub fn store_or_private(url: Option<&str>) -> Result<(Option<RedisServer>, String), String> {
+    match url {
+        Some(u) => Ok((None, u.to_string())),
+        None => {
+            let s = RedisServer::start(&[])?;
+            let u = s.url();
+            Ok((Some(s), u))
+        }
+    }
 }
 
 /// The trace as a load balancer in front of servers would see it: replies come

@@ -454,20 +454,7 @@ fn bench(which: BenchCmd) -> Result<(), String> {
                 window,
             };
             let ms = sluice_bench::state::run(&opts, &mut |what| eprintln!("bench: {what}"))?;
-            if ms.is_empty() {
-                return Err("no measurement ran (check --filter)".into());
-            }
-            if json {
-                for m in &ms {
-                    println!(
-                        "{}",
-                        serde_json::to_string(m).expect("measurement serialises")
-                    );
-                }
-            } else {
-                print!("{}", sluice_bench::state::table(&ms));
-            }
-            Ok(())
+            print_measurements(&ms, json, sluice_bench::state::table)
         }
         BenchCmd::Instance {
             json,
@@ -488,22 +475,32 @@ fn bench(which: BenchCmd) -> Result<(), String> {
                 reps,
             };
             let ms = sluice_bench::instance::run(&opts, &mut |what| eprintln!("bench: {what}"))?;
-            if ms.is_empty() {
-                return Err("no measurement ran (check --filter)".into());
-            }
-            if json {
-                for m in &ms {
-                    println!(
-                        "{}",
-                        serde_json::to_string(m).expect("measurement serialises")
-                    );
-                }
-            } else {
-                print!("{}", sluice_bench::instance::table(&ms));
-            }
-            Ok(())
+            print_measurements(&ms, json, sluice_bench::instance::table)
         }
     }
+}
+
+/// Prints benchmark results: one JSON object per line with `json`, else the
+/// table `table` makes of them; none at all is an error.
+fn print_measurements<M: serde::Serialize>(
+    ms: &[M],
+    json: bool,
+    table: fn(&[M]) -> String,
+) -> Result<(), String> {
+    if ms.is_empty() {
+        return Err("no measurement ran (check --filter)".into());
+    }
+    if json {
+        for m in ms {
+            println!(
+                "{}",
+                serde_json::to_string(m).expect("measurement serialises")
+            );
+        }
+    } else {
+        print!("{}", table(ms));
+    }
+    Ok(())
 }
 
 /// `sluice check -f SPEC`: parse and validate a tenant spec, print what it holds.

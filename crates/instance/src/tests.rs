@@ -20,21 +20,7 @@ settings:
 const AGENT: SocketAddrV4 = SocketAddrV4::new(std::net::Ipv4Addr::new(10, 254, 0, 1), 6081);
 
 fn core() -> Core {
-    let spec = ChainSpec::from_str(CHAIN, Path::new("t.yaml")).unwrap();
-    let chain = Chain::from_spec(
-        &spec,
-        Path::new("."),
-        &sluice_builtin::registry(),
-        Sharing::Shared,
-    )
-    .unwrap();
-    Core::with_chain(
-        "t",
-        chain,
-        Box::new(LocalStore::new()),
-        spec.settings.batch_size,
-        AGENT,
-    )
+    core_on(Box::new(LocalStore::new()))
 }
 
 fn conversation(port: u16) -> Vec<Vec<u8>> {
