@@ -614,6 +614,21 @@ impl Chain {
         self.settled(store)
     }
 
+    /// Like [`Chain::wait_settled`], but deferred writes that are not due stay
+    /// deferred ([`sluice_state::FlowCache::wait_sent`]): what an idle
+    /// pipeline waits for.
+    pub fn wait_sent(&mut self, store: &mut dyn StateStore) -> Result<u64, StoreError> {
+        let now = self.now_ns;
+        if let Some(c) = self.cache.as_mut() {
+            if let Err(e) = c.wait_sent(store, now) {
+                self.stats.store_errors += 1;
+                self.stats.last_error = Some(format!("cache: {e}"));
+                self.held_lost = true;
+            }
+        }
+        self.settled(store)
+    }
+
     /// Processes one batch: sets every packet's verdict, rewrites packets, and
     /// collects events and emitted frames (drain them with [`Chain::take_events`] and
     /// [`Chain::take_emitted`]).

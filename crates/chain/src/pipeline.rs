@@ -116,13 +116,29 @@ impl<T> Pipeline<T> {
     }
 
     /// Processes everything accepted so far and waits until the store has
-    /// settled it, so every batch can be popped (call when input goes idle and
-    /// at the end).
+    /// settled it, deferred writes included, so every batch can be popped
+    /// (call at the end, and before giving up a lease).
     pub fn flush(&mut self, chain: &mut Chain, store: &mut dyn StateStore) {
+        self.finish(chain, store, true);
+    }
+
+    /// Like [`Pipeline::flush`], but deferred writes that are not due stay
+    /// deferred: for input that went idle, where each pause would otherwise
+    /// write (and wait for) the refreshes of every established flow.
+    pub fn drain(&mut self, chain: &mut Chain, store: &mut dyn StateStore) {
+        self.finish(chain, store, false);
+    }
+
+    fn finish(&mut self, chain: &mut Chain, store: &mut dyn StateStore, deferred_too: bool) {
         self.step(chain, store);
         self.step(chain, store);
-        // Sends what the last window held and waits for everything.
-        match chain.wait_settled(store) {
+        // Sends what the last window held and waits for it.
+        let r = if deferred_too {
+            chain.wait_settled(store)
+        } else {
+            chain.wait_sent(store)
+        };
+        match r {
             Ok(_) => {
                 self.release_to(u64::MAX);
                 for (b, t) in self.unsent.drain(..) {

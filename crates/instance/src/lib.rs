@@ -440,7 +440,7 @@ impl Core {
                     // The store is slower than the input: wait for it rather
                     // than run out of buffers.
                     self.stats.pipeline.full_waits += 1;
-                    p.flush(&mut self.chain, self.store.as_mut());
+                    p.drain(&mut self.chain, self.store.as_mut());
                 }
                 p.push(&mut self.chain, self.store.as_mut(), batch, headers);
                 self.collect_released();
@@ -464,7 +464,11 @@ impl Core {
             return;
         }
         self.stats.pipeline.idle_flushes += 1;
-        self.flush_pipeline();
+        if let Some(p) = self.pipe.as_mut() {
+            p.drain(&mut self.chain, self.store.as_mut());
+            self.collect_released();
+            self.drain_side_outputs();
+        }
     }
 
     /// Batches accepted but not yet free to leave (pipelined mode).

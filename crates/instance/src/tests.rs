@@ -340,8 +340,11 @@ fn interleaved(flows: u16) -> Vec<Vec<u8>> {
                 .into_iter()
                 .map(|f| {
                     let mut f = f;
-                    // A distinct client port per flow (the conversation's is 40000 + port).
-                    f[14 + 20..14 + 22].copy_from_slice(&(10_000 + i).to_be_bytes());
+                    // A distinct client port per flow (the conversation's is
+                    // 40000 + port): the source port of the client's packets,
+                    // the destination port of the server's.
+                    let at = if f[26..30] == [10, 1, 0, 5] { 34 } else { 36 };
+                    f[at..at + 2].copy_from_slice(&(10_000 + i).to_be_bytes());
                     fix_tcp_checksum(&mut f);
                     encap(7, Some((i, 0)), &f)
                 })
@@ -423,7 +426,11 @@ fn leased(mut c: Core) -> Core {
 }
 
 fn core_on(store: Box<dyn StateStore>) -> Core {
-    let spec = ChainSpec::from_str(CHAIN, Path::new("t.yaml")).unwrap();
+    core_of(CHAIN, store)
+}
+
+fn core_of(text: &str, store: Box<dyn StateStore>) -> Core {
+    let spec = ChainSpec::from_str(text, Path::new("t.yaml")).unwrap();
     let chain = Chain::from_spec(
         &spec,
         Path::new("."),
@@ -536,4 +543,54 @@ fn a_pipelined_core_on_redis_settles_before_every_lease_change() {
     send(&mut c, &mut got);
     assert_eq!(got, want);
     assert_eq!(c.stats.drops.get("store_lost"), None);
+}
+
+/// A pipelined instance at low load goes idle after every batch: what it waits
+/// for then is the store's answer to its batches' writes, not the refreshes of
+/// its established flows, which stay deferred (here: the monitor's counters,
+/// a deferred write per flow per batch).
+#[test]
+fn an_idle_pipelined_core_leaves_deferred_writes_deferred() {
+    let Ok(srv) = sluice_state_redis::server::RedisServer::start(&[]) else {
+        assert!(
+            sluice_state_redis::server::server_binary().is_none(),
+            "redis-server is installed but would not start"
+        );
+        eprintln!("skipped: no redis-server");
+        return;
+    };
+    let store = sluice_state_redis::RedisStore::open(&srv.url()).unwrap();
+    let monitor = "name: t1.mon\nfunctions:\n  - type: monitor\nsettings:\n  batch_size: 8\n";
+    let mut c = core_of(monitor, Box::new(store));
+    // Deferred writes are due only after 10 s (within the lease's minute):
+    // none is due in this test.
+    c.chain.set_cache_config(sluice_state::CacheConfig {
+        max_defer_ns: 10_000_000_000,
+        ..Default::default()
+    });
+    // The run loop ticks first thing: the chain's clock is the wall clock.
+    c.tick(wall_ns());
+    let mut c = leased(c);
+    c.set_pipeline(16);
+    let input = interleaved(8);
+    // The handshakes (three packets of each of 8 flows) open the flows.
+    let (opened, _) = run_pipelined(&mut c, &input[..24]);
+    assert_eq!(opened.len(), 24);
+    let writes = c.store.counters().writes;
+
+    // The data packets, one batch at a time, idle after each.
+    let mut out = Vec::new();
+    for chunk in input[24..].chunks(8) {
+        out.extend(run_pipelined(&mut c, chunk).0);
+    }
+    assert_eq!(out, input[24..].to_vec());
+    assert_eq!(
+        c.store.counters().writes,
+        writes,
+        "refreshes were written at idle"
+    );
+    assert!(c.stats.pipeline.idle_flushes >= 3);
+    // They reach the store at the end.
+    c.flush();
+    assert!(c.store.counters().writes > writes);
 }

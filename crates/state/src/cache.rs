@@ -498,6 +498,27 @@ impl FlowCache {
         }
     }
 
+    /// Like [`FlowCache::wait_settled`], but deferred writes that are not due
+    /// stay deferred: finishes the prefetch, sends what is held and waits for
+    /// every send so far (a pipelined instance whose input went idle: its
+    /// batches need their held writes settled, not the refreshes of every
+    /// established flow, which would then be written and waited for at every
+    /// pause of the input).
+    pub fn wait_sent(
+        &mut self,
+        store: &mut dyn StateStore,
+        now_ns: u64,
+    ) -> Result<u64, StoreError> {
+        match self.before_wait(store, now_ns).and_then(|()| store.sync()) {
+            Ok(()) => self.settled(store),
+            Err(e) => {
+                self.held_failed = false;
+                self.drop_all();
+                Err(e)
+            }
+        }
+    }
+
     /// Returns, and resets, whether held operations failed or were dropped
     /// since [`FlowCache::settled`] last reported it.
     pub fn take_held_failed(&mut self) -> bool {
