@@ -220,11 +220,14 @@ pub struct MiddleboxInfo {
     pub spec_instances: u32,
     /// The count was set by scaling (not the spec).
     pub scaled: bool,
-    /// `shared` or `local` (where its instances keep flow state).
+    /// `shared`, `cached` or `local` (where its instances keep flow state).
     pub state: String,
     /// `hash` or `pinned` (how flows choose among its instances).
     #[serde(default)]
     pub affinity: String,
+    /// Packets per pipelined window of its instances (0: not pipelined).
+    #[serde(default)]
+    pub pipeline: usize,
     /// Its placed instances (draining ones included).
     pub placed: Vec<InstanceInfo>,
     /// Instances draining (no new flows; removed once their pinned flows end).

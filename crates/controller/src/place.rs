@@ -1335,6 +1335,29 @@ mod tests {
     }
 
     #[test]
+    fn a_pipelined_middlebox_runs_pipelined_instances() {
+        let (text, _) = figure4();
+        let text = text.replace(
+            "    function: firewall\n",
+            "    function: firewall\n    state: cached\n    pipeline: 128\n",
+        );
+        let spec = TenantSpec::parse(&text, "f4", None).unwrap();
+        let mut d = hosts(3);
+        figure4_vms(&mut d);
+        d.apply_tenant(&text, spec).unwrap();
+        let cfgs = d.configs("redis://x").unwrap();
+        let mut fws = 0;
+        for i in cfgs.values().flat_map(|c| &c.instances) {
+            let cs = sluice_chain::ChainSpec::from_str(&i.chain_yaml, std::path::Path::new("g"))
+                .unwrap();
+            let want = if i.middlebox == "fw" { 128 } else { 0 };
+            assert_eq!(cs.settings.pipeline, want, "{}", i.name);
+            fws += usize::from(i.middlebox == "fw");
+        }
+        assert_eq!(fws, 2);
+    }
+
+    #[test]
     fn unpinned_local_state_moves_flows_at_once_and_capacity_reaches_the_instances() {
         let (text, _) = figure4();
         let text = text.replace(

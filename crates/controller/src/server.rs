@@ -1956,8 +1956,12 @@ fn middlebox_info(d: &Desired, tenant: &str, mb: &str) -> Result<MiddleboxInfo, 
         .tenants
         .get(tenant)
         .ok_or_else(|| ApiError::not_found(format!("tenant `{tenant}` is not applied")))?;
-    let spec_instances = match t.spec.elements.get(mb) {
-        Some(sluice_tenant::Element::Middlebox { instances, .. }) => *instances,
+    let (spec_instances, pipeline) = match t.spec.elements.get(mb) {
+        Some(sluice_tenant::Element::Middlebox {
+            instances,
+            pipeline,
+            ..
+        }) => (*instances, *pipeline),
         _ => {
             return Err(ApiError::not_found(format!(
                 "tenant `{tenant}` has no middlebox `{mb}`"
@@ -1990,6 +1994,7 @@ fn middlebox_info(d: &Desired, tenant: &str, mb: &str) -> Result<MiddleboxInfo, 
             "hash"
         }
         .into(),
+        pipeline,
         placed: instance_infos(d, Some(tenant))
             .into_iter()
             .filter(|i| i.middlebox == mb)
