@@ -55,4 +55,32 @@ ensure_build_deps() {
 # device, is not built into every kernel).
 ensure_test_deps() {
     APT_LEAN=1 apt_install python3-scapy
+    ensure_valkey || echo "note: valkey-server could not be installed; the Valkey pass of the tests will be skipped"
+}
+
+# valkey-server, so the Redis-backed tests also run against Valkey (issue 3: the
+# store "must also work with Valkey"). Debian 12 has it only in bookworm-backports:
+# that suite is used for this one package through a private source list, leaving
+# the machine's apt configuration alone. Newer releases have it in main.
+ensure_valkey() {
+    command -v valkey-server >/dev/null 2>&1 && return 0
+    local sudo=""
+    [ "$(id -u)" -ne 0 ] && sudo="sudo"
+    if apt-cache policy valkey-server 2>/dev/null | grep -q 'Candidate: [0-9]'; then
+        APT_LEAN=1 apt_install valkey-server
+        return
+    fi
+    local codename
+    codename=$(. /etc/os-release && echo "${VERSION_CODENAME:-}")
+    [ "$codename" = bookworm ] || return 1
+    local list
+    list=$(mktemp)
+    echo "deb http://deb.debian.org/debian bookworm-backports main" >"$list"
+    local opts=(-o Dir::Etc::sourcelist="$list" -o Dir::Etc::sourceparts=- -o APT::Get::List-Cleanup=0)
+    $sudo apt-get -qq "${opts[@]}" update &&
+        DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends \
+            "${opts[@]}" valkey-server
+    local rc=$?
+    rm -f "$list"
+    return $rc
 }

@@ -15,6 +15,17 @@ mkdir -p target
 rm -rf target/tmp/test-notes
 status=0
 cargo test --locked --workspace --no-fail-fast 2>&1 | tee target/test-output.txt || status=$?
+# The store must also work with Valkey: the tests that start their own stores run
+# again with valkey-server (the state backends, and whole chains on 1-4 instances
+# sharing one store, standalone and cluster).
+if [ "$status" -eq 0 ] && command -v valkey-server >/dev/null 2>&1; then
+    echo "== cargo test against Valkey ($(valkey-server --version | cut -d' ' -f1-3))"
+    SLUICE_REDIS_SERVER=valkey-server cargo test --locked -p sluice-state-redis -p sluice-builtin \
+        2>&1 | tee target/test-output-valkey.txt || status=$?
+    grep -h '^test result:' target/test-output-valkey.txt >>target/test-output.txt || true
+else
+    echo "note: the Valkey pass did not run (no valkey-server, or tests failed)"
+fi
 cat target/tmp/test-notes/*.txt 2>/dev/null || true
 # One closing line for the whole run, summed over every test binary.
 awk '/^test result:/ { p += $4; f += $6; i += $8 } END { printf "%d passed, %d failed, %d skipped\n", p, f, i }' target/test-output.txt

@@ -95,6 +95,26 @@ pub fn server_binary() -> Option<String> {
         .map(String::from)
 }
 
+/// The `process_id` a server on `conn` reports (`INFO server`), if it answers.
+fn server_pid(mut conn: TcpStream) -> Option<u32> {
+    use std::io::{Read, Write};
+    conn.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    conn.write_all(b"INFO server\r\n").ok()?;
+    let mut text = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !String::from_utf8_lossy(&text).contains("process_id:") || !text.ends_with(b"\r\n") {
+        let n = conn.read(&mut buf).ok()?;
+        if n == 0 {
+            return None;
+        }
+        text.extend_from_slice(&buf[..n]);
+    }
+    String::from_utf8_lossy(&text)
+        .lines()
+        .find_map(|l| l.strip_prefix("process_id:"))
+        .and_then(|v| v.trim().parse().ok())
+}
+
 fn free_port() -> std::io::Result<u16> {
     Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
@@ -160,8 +180,18 @@ impl RedisServer {
                 last = format!("{bin} exited with {status} on port {port}");
                 break;
             }
-            if TcpStream::connect(("127.0.0.1", port)).is_ok() {
-                return Ok(s);
+            if let Ok(conn) = TcpStream::connect(("127.0.0.1", port)) {
+                // Another test's server may have taken the port between
+                // `free_port` and this one's bind (ours then exits): only ours
+                // will do.
+                match server_pid(conn) {
+                    Some(pid) if pid == s.child.id() => return Ok(s),
+                    Some(pid) => {
+                        last = format!("port {port} is another server's (pid {pid})");
+                        break;
+                    }
+                    None => {}
+                }
             }
             std::thread::sleep(Duration::from_millis(20));
         }
