@@ -489,20 +489,32 @@ fn settings_pipeline_turns_pipelining_on_and_is_bounded() {
     );
 }
 
-/// On Redis (replies really arrive later): a new lease, an expired one and the
-/// end of the run each leave nothing in flight, and every frame comes out once,
-/// in order, as without pipelining.
-#[test]
-fn a_pipelined_core_on_redis_settles_before_every_lease_change() {
+/// A private redis-server and a store on it; `None` (saying so) where none is
+/// installed.
+fn redis() -> Option<(
+    sluice_state_redis::server::RedisServer,
+    sluice_state_redis::RedisStore,
+)> {
     let Ok(srv) = sluice_state_redis::server::RedisServer::start(&[]) else {
         assert!(
             sluice_state_redis::server::server_binary().is_none(),
             "redis-server is installed but would not start"
         );
         eprintln!("skipped: no redis-server");
-        return;
+        return None;
     };
     let store = sluice_state_redis::RedisStore::open(&srv.url()).unwrap();
+    Some((srv, store))
+}
+
+/// On Redis (replies really arrive later): a new lease, an expired one and the
+/// end of the run each leave nothing in flight, and every frame comes out once,
+/// in order, as without pipelining.
+#[test]
+fn a_pipelined_core_on_redis_settles_before_every_lease_change() {
+    let Some((_srv, store)) = redis() else {
+        return;
+    };
     let input = interleaved(24);
     let want = reference(&input);
     let mut c = leased(core_on(Box::new(store)));
@@ -551,15 +563,9 @@ fn a_pipelined_core_on_redis_settles_before_every_lease_change() {
 /// a deferred write per flow per batch).
 #[test]
 fn an_idle_pipelined_core_leaves_deferred_writes_deferred() {
-    let Ok(srv) = sluice_state_redis::server::RedisServer::start(&[]) else {
-        assert!(
-            sluice_state_redis::server::server_binary().is_none(),
-            "redis-server is installed but would not start"
-        );
-        eprintln!("skipped: no redis-server");
+    let Some((_srv, store)) = redis() else {
         return;
     };
-    let store = sluice_state_redis::RedisStore::open(&srv.url()).unwrap();
     let monitor = "name: t1.mon\nfunctions:\n  - type: monitor\nsettings:\n  batch_size: 8\n";
     let mut c = core_of(monitor, Box::new(store));
     // Deferred writes are due only after 10 s (within the lease's minute):
