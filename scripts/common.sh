@@ -75,7 +75,9 @@ ensure_valkey() {
     [ "$codename" = bookworm ] || return 1
     local list
     list=$(mktemp)
-    echo "deb http://deb.debian.org/debian bookworm-backports main" >"$list"
+    # Main too, so that dependencies the machine lacks resolve.
+    printf '%s\n' "deb http://deb.debian.org/debian bookworm main" \
+        "deb http://deb.debian.org/debian bookworm-backports main" >"$list"
     local opts=(-o Dir::Etc::sourcelist="$list" -o Dir::Etc::sourceparts=- -o APT::Get::List-Cleanup=0)
     $sudo apt-get -qq "${opts[@]}" update &&
         DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends \
