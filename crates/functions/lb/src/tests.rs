@@ -561,23 +561,25 @@ fn replies_alone_keep_a_connection_alive() {
     assert!(record(&mut s, ret_key(8, 0)).is_none());
 }
 
-#[test]
-fn established_packets_make_no_round_trip_under_a_lease() {
+/// A Maglev LB over two backends, a local store, and a flow cache holding a
+/// lease on every flow in front of it.
+fn leased_lb() -> (Lb, LocalStore, sluice_state::FlowCache) {
     use sluice_state::{CacheConfig, FlowCache, Ownership};
-    let mut l = lb(Algorithm::Maglev, &[1, 1]);
+    let l = lb(Algorithm::Maglev, &[1, 1]);
     let mut s = LocalStore::new();
     let mut cache = FlowCache::new(CacheConfig::default());
     cache
         .set_ownership(Some(Ownership::all(1, u64::MAX)), &mut s, 0)
         .unwrap();
+    (l, s, cache)
+}
+
+#[test]
+fn established_packets_make_no_round_trip_under_a_lease() {
+    let (mut l, mut s, mut cache) = leased_lb();
     let syns: Vec<_> = (0..8).map(|i| syn(i, 0)).collect();
-    let o = testing::run_frames(&mut l, &mut cache.bind(&mut s, 0), &syns);
-    let backends: Vec<u8> = (0..8)
-        .map(|i| match parse_frame(&o.frames[i]).unwrap().flow.dst {
-            IpAddr::V4(b) => b[3],
-            IpAddr::V6(_) => unreachable!(),
-        })
-        .collect();
+    let o = run(&mut l, &mut cache.bind(&mut s, 0), &syns);
+    let backends: Vec<u8> = (0..8).map(|i| backend_of(&o, i)).collect();
     let batch = |t: u64| -> Vec<(Vec<u8>, u64)> {
         (0..8u32)
             .flat_map(|i| {
@@ -612,13 +614,7 @@ fn a_closing_connections_client_packets_read_the_reply_record_from_the_cache() {
     // the connection closing both ways?). The owner of the replies' hash range
     // wrote that record, so under a lease covering both directions the read is
     // the cache's, not a round trip.
-    use sluice_state::{CacheConfig, FlowCache, Ownership};
-    let mut l = lb(Algorithm::Maglev, &[1, 1]);
-    let mut s = LocalStore::new();
-    let mut cache = FlowCache::new(CacheConfig::default());
-    cache
-        .set_ownership(Some(Ownership::all(1, u64::MAX)), &mut s, 0)
-        .unwrap();
+    let (mut l, mut s, mut cache) = leased_lb();
     let syns: Vec<_> = (0..8).map(|i| syn(i, 0)).collect();
     let o = run(&mut l, &mut cache.bind(&mut s, 0), &syns);
     let b: Vec<u8> = (0..8).map(|i| backend_of(&o, i)).collect();
@@ -663,17 +659,11 @@ fn a_syn_ack_in_its_syns_batch_creates_the_reply_record_with_the_claim() {
     // The SYN-ACK waits for its connection's claim; its reply record is written
     // in that round trip, so the connection's next replies (established traffic)
     // make no round trip creating it.
-    use sluice_state::{CacheConfig, FlowCache, Ownership};
     let b = {
         let mut l = lb(Algorithm::Maglev, &[1, 1]);
         backend_of(&run(&mut l, &mut LocalStore::new(), &[syn(4, 0)]), 0)
     };
-    let mut l = lb(Algorithm::Maglev, &[1, 1]);
-    let mut s = LocalStore::new();
-    let mut cache = FlowCache::new(CacheConfig::default());
-    cache
-        .set_ownership(Some(Ownership::all(1, u64::MAX)), &mut s, 0)
-        .unwrap();
+    let (mut l, mut s, mut cache) = leased_lb();
     let (c, p) = client(4);
     let syn_ack = build::tcp_v4(backend(b), c, 8080, p, 9, 2, SYN | ACK, b"");
     let o = run(
