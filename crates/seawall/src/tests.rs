@@ -1,0 +1,264 @@
+use super::*;
+
+const MS: u64 = 1_000_000;
+
+fn cfg() -> Config {
+    Config {
+        max_rate_bps: 1_000_000_000,
+        ..Config::default()
+    }
+}
+
+fn report(port: u16, received: u32, lost: u32) -> Report {
+    Report {
+        port,
+        received,
+        lost,
+        next_seq: received + lost,
+    }
+}
+
+/// Offers `bytes_per_ms` in 1,500-byte packets for `ms` milliseconds starting
+/// at `t`; returns (admitted, policed) packets.
+fn offer(s: &mut Sender, port: u16, host: u32, t: u64, ms: u64, bytes_per_ms: u64) -> (u64, u64) {
+    let (mut ok, mut no) = (0, 0);
+    let per_ms = bytes_per_ms / 1500;
+    for m in 0..ms {
+        for k in 0..per_ms {
+            let now = t + m * MS + k * MS / per_ms.max(1);
+            match s.admit(port, host, 1500, now) {
+                Admit::Send(_) => ok += 1,
+                Admit::Police => no += 1,
+            }
+        }
+    }
+    (ok, no)
+}
+
+#[test]
+fn a_new_entity_is_not_limited_and_numbers_its_packets() {
+    let mut s = Sender::new(cfg());
+    for i in 0..5 {
+        assert_eq!(s.admit(3, 2, 1500, 0), Admit::Send(i));
+    }
+    // Another destination host is another entity, with its own numbers.
+    assert_eq!(s.admit(3, 7, 1500, 0), Admit::Send(0));
+    assert_eq!(s.rate_bps(Entity { port: 3, host: 2 }), Some(1_000_000_000));
+}
+
+#[test]
+fn loss_cuts_the_rate_from_what_was_sent_and_the_bucket_polices() {
+    let mut s = Sender::new(cfg());
+    // 100 Mbit/s for 5 ms: 12,500 bytes per ms.
+    let (ok, no) = offer(&mut s, 1, 2, 0, 5, 12_500 * 6 / 6);
+    assert_eq!(no, 0);
+    s.on_feedback(2, [report(1, ok as u32 - 3, 3)], 5 * MS);
+    let r = s.rate_bps(Entity { port: 1, host: 2 }).unwrap();
+    // 0.7 x ~100 Mbit/s, not 0.7 x the 1 Gbit/s allowance.
+    assert!((60_000_000..=75_000_000).contains(&r), "rate {r}");
+    // Offering 100 Mbit/s on: about the new rate gets through.
+    let (ok, no) = offer(&mut s, 1, 2, 5 * MS, 100, 12_500);
+    assert!(no > 0);
+    let got_bps = ok * 1500 * 8 * 10;
+    assert!(
+        got_bps as f64 > r as f64 * 0.9 && (got_bps as f64) < r as f64 * 1.15,
+        "{got_bps} through at rate {r}"
+    );
+    let st = s.entities()[0].2;
+    assert_eq!(st.decreases, 1);
+    assert_eq!(st.reported_lost, 3);
+    assert!(st.policed_packets == no && st.policed_bytes == no * 1500);
+}
+
+#[test]
+fn without_loss_a_busy_entity_grows_and_an_idle_one_does_not() {
+    let c = Config {
+        max_rate_bps: 1_000_000_000,
+        ..Config::default()
+    };
+    let mut s = Sender::new(c);
+    // Bring both to 50 Mbit/s via a loss report each.
+    offer(&mut s, 1, 2, 0, 5, 12_500);
+    offer(&mut s, 4, 2, 0, 5, 12_500);
+    s.on_feedback(2, [report(1, 10, 1), report(4, 10, 1)], 5 * MS);
+    let r0 = s.rate_bps(Entity { port: 1, host: 2 }).unwrap();
+    // Port 1 keeps offering more than its rate; port 4 goes quiet.
+    let mut t = 5 * MS;
+    let mut recv1 = 10u32;
+    for _ in 0..10 {
+        let (ok, _) = offer(&mut s, 1, 2, t, 5, 25_000);
+        t += 5 * MS;
+        recv1 += ok as u32;
+        s.on_feedback(2, [report(1, recv1, 1), report(4, 10, 1)], t);
+    }
+    let r1 = s.rate_bps(Entity { port: 1, host: 2 }).unwrap();
+    let r4 = s.rate_bps(Entity { port: 4, host: 2 }).unwrap();
+    assert_eq!(r1, r0 + 10 * c.increase_bps);
+    assert_eq!(r4, r0);
+}
+
+#[test]
+fn reports_for_unknown_ports_or_impossible_counts_change_nothing() {
+    let mut s = Sender::new(cfg());
+    offer(&mut s, 1, 2, 0, 1, 15_000);
+    s.on_feedback(2, [report(9, 5, 5)], MS);
+    s.on_feedback(3, [report(1, 5, 5)], MS);
+    // 10 packets sent; a report of millions is a restarted receiver.
+    s.on_feedback(2, [report(1, 4_000_000, 9)], MS);
+    let (e, rate, st) = s.entities()[0];
+    assert_eq!(e, Entity { port: 1, host: 2 });
+    assert_eq!(rate, 1_000_000_000);
+    assert_eq!(st.feedbacks, 0);
+}
+
+#[test]
+fn idle_entities_are_forgotten() {
+    let mut s = Sender::new(cfg());
+    s.admit(1, 2, 100, 0);
+    s.admit(2, 2, 100, 9_000 * MS);
+    s.expire(10_500 * MS);
+    assert_eq!(s.entities().len(), 1);
+    assert_eq!(s.entities()[0].0.port, 2);
+}
+
+#[test]
+fn bad_configs_are_refused_with_the_parameter_named() {
+    let ok = Config::default();
+    assert!(ok.validate().is_ok());
+    for (c, word) in [
+        (Config { decrease: 1.0, ..ok }, "decrease"),
+        (Config { increase_bps: 0, ..ok }, "increase"),
+        (Config { period_ns: 10, ..ok }, "period"),
+        (Config { min_rate_bps: 0, ..ok }, "minimum"),
+        (Config { min_burst_bytes: 100, ..ok }, "burst"),
+    ] {
+        let e = c.validate().unwrap_err().to_string();
+        assert!(e.contains(word), "{e}");
+    }
+}
+
+fn drain(r: &mut Receiver, now: u64) -> Vec<(u32, Vec<Report>)> {
+    let mut out = Vec::new();
+    let mut buf = Vec::new();
+    r.feedback(now, &mut buf, |h, m| {
+        out.push((h, wire::decode_feedback(m).unwrap().collect()));
+    });
+    out
+}
+
+#[test]
+fn the_receiver_counts_gaps_as_loss_and_reports_per_sending_host() {
+    let mut r = Receiver::new(5 * MS);
+    assert_eq!(r.next_deadline(), None);
+    for seq in [0u32, 1, 2, 5, 6, 4] {
+        r.on_packet(1, 3, seq, 0);
+    }
+    r.on_packet(2, 3, 100, MS);
+    assert_eq!(r.next_deadline(), Some(5 * MS));
+    assert!(drain(&mut r, 4 * MS).is_empty(), "not due yet");
+    let got = drain(&mut r, 5 * MS);
+    // 3 and 4 were missing when 5 came; 4 came late: one lost.
+    assert_eq!(
+        got,
+        vec![
+            (1, vec![Report { port: 3, received: 6, lost: 1, next_seq: 7 }]),
+            (2, vec![Report { port: 3, received: 1, lost: 0, next_seq: 101 }]),
+        ]
+    );
+    // Nothing new: nothing to report, no deadline.
+    assert_eq!(r.next_deadline(), None);
+    assert!(drain(&mut r, 20 * MS).is_empty());
+}
+
+#[test]
+fn sequence_numbers_wrap_and_a_restarted_sender_is_not_loss() {
+    let mut r = Receiver::new(MS);
+    for seq in [u32::MAX - 1, u32::MAX, 0, 2] {
+        r.on_packet(1, 1, seq, 0);
+    }
+    // The sender restarted from 0 long after.
+    r.on_packet(1, 1, 3_000_000, 0);
+    r.on_packet(1, 1, 0, 0);
+    r.on_packet(1, 1, 1, 0);
+    let got = drain(&mut r, MS);
+    assert_eq!(got[0].1[0].lost, 1);
+    assert_eq!(got[0].1[0].received, 7);
+    assert_eq!(got[0].1[0].next_seq, 2);
+}
+
+#[test]
+fn many_senders_of_one_host_are_split_over_messages() {
+    let mut r = Receiver::new(MS);
+    for port in 0..600u16 {
+        r.on_packet(9, port, 0, 0);
+    }
+    let got = drain(&mut r, MS);
+    assert_eq!(got.len(), 3);
+    assert_eq!(got.iter().map(|m| m.1.len()).sum::<usize>(), 600);
+    assert!(got.iter().all(|m| m.0 == 9));
+}
+
+/// Two entities behind one drop-tail bottleneck, the feedback loop closed
+/// through the real receiver and wire format: they end up with equal shares,
+/// one of them sending at four times the link's rate.
+#[test]
+fn two_entities_on_one_bottleneck_converge_to_equal_shares() {
+    let c = Config {
+        max_rate_bps: 1_000_000_000,
+        ..Config::default()
+    };
+    let mut s = Sender::new(c);
+    let mut r = Receiver::new(c.period_ns);
+    let link_bps: u64 = 100_000_000;
+    let queue_max: u64 = 64 * 1024;
+    let mut queue: u64 = 0;
+    let step = 100_000u64; // 0.1 ms
+    let offered = [400_000_000u64, 60_000_000]; // bits/s of ports 1 and 2
+    let mut carry = [0u64; 2];
+    let mut delivered = [0u64; 2];
+    let mut buf = Vec::new();
+    let mut msgs: Vec<Vec<u8>> = Vec::new();
+    let mut rng = 0x9e37_79b9_7f4a_7c15u64;
+    for i in 0..20_000u64 {
+        let now = i * step;
+        for (k, &o) in offered.iter().enumerate() {
+            carry[k] += o * step / 8_000_000_000;
+        }
+        // Packets of the two senders arrive interleaved in random order (a
+        // fixed order would hand every freed queue slot to the same sender).
+        while carry.iter().any(|&c| c >= 1500) {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            let first = (rng & 1) as usize;
+            for k in [first, 1 - first] {
+                if carry[k] < 1500 {
+                    continue;
+                }
+                carry[k] -= 1500;
+                if let Admit::Send(seq) = s.admit(k as u16 + 1, 5, 1500, now) {
+                    if queue + 1500 <= queue_max {
+                        queue += 1500;
+                        r.on_packet(1, k as u16 + 1, seq, now);
+                        if now > 1_000_000_000 {
+                            delivered[k] += 1500;
+                        }
+                    }
+                }
+            }
+        }
+        queue = queue.saturating_sub(link_bps * step / 8_000_000_000);
+        msgs.clear();
+        r.feedback(now, &mut buf, |_, m| msgs.push(m.to_vec()));
+        for m in &msgs {
+            s.on_feedback(5, wire::decode_feedback(m).unwrap(), now);
+        }
+    }
+    let (a, b) = (delivered[0] as f64, delivered[1] as f64);
+    let total_bps = (a + b) * 8.0 / 1.0;
+    // The small sender (60 Mbit/s) gets close to half the link, the flooder
+    // the rest, and the link stays busy.
+    // Without the controllers it would get 60 / 460 of the link (13 %).
+    assert!(b / (a + b) > 0.35, "shares {a} {b}");
+    assert!(total_bps > 0.75 * link_bps as f64, "utilisation {total_bps}");
+}
