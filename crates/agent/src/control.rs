@@ -10,7 +10,8 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use sluice_proto::{
-    AgentConfig, AgentStatus, HostHeartbeat, HostRegistration, InstanceHealth, PortStatus,
+    AgentConfig, AgentStatus, HostHeartbeat, HostRegistration, InstanceHealth, IsolationStatus,
+    PortStatus,
 };
 
 use crate::dataplane::{ConfigError, Dataplane, DropReason};
@@ -77,6 +78,9 @@ pub struct AgentOptions {
     /// An NF instance without a heartbeat this long is suspected and its traffic
     /// moved to the surviving instances of its groups (`None`: 30 ms).
     pub suspect_after: Option<Duration>,
+    /// Seawall's rate control of this host's senders (`None`: off; feedback to
+    /// other hosts' rate-controlled senders is sent either way).
+    pub seawall: Option<sluice_seawall::Config>,
 }
 
 /// State the API handlers and the heartbeat share.
@@ -178,6 +182,10 @@ impl AgentCore {
             failover_events: p.failover_events.clone(),
             pinned_flows: p.pinned_flows.clone(),
             chains: p.chains.clone(),
+            seawall: p.seawall,
+            isolation: isolation(&p, &self.port_names()),
+            seawall_feedback_sent: p.stats.seawall_feedback_sent,
+            seawall_feedback_received: p.stats.seawall_feedback_received,
         }
     }
 
@@ -300,6 +308,70 @@ impl AgentCore {
                 p.stats.drops_of(r)
             );
         }
+        let iso = isolation(&p, &names);
+        type IsoField = fn(&IsolationStatus) -> u64;
+        let iso_fields: [(&str, &str, &str, IsoField); 6] = [
+            (
+                "sluice_seawall_rate_bps",
+                "gauge",
+                "Seawall rate of a sending port to a destination host, bits/s.",
+                |s| s.rate_bps,
+            ),
+            (
+                "sluice_seawall_admitted_bytes_total",
+                "counter",
+                "Bytes a rate-controlled port sent to a destination host.",
+                |s| s.admitted_bytes,
+            ),
+            (
+                "sluice_seawall_policed_packets_total",
+                "counter",
+                "Packets dropped for being over their sender's Seawall rate.",
+                |s| s.policed_packets,
+            ),
+            (
+                "sluice_seawall_policed_bytes_total",
+                "counter",
+                "Bytes dropped for being over their sender's Seawall rate.",
+                |s| s.policed_bytes,
+            ),
+            (
+                "sluice_seawall_reported_lost_total",
+                "counter",
+                "Packets the destination host reported lost on the way.",
+                |s| s.reported_lost,
+            ),
+            (
+                "sluice_seawall_decreases_total",
+                "counter",
+                "Seawall rate decreases (loss reports).",
+                |s| s.decreases,
+            ),
+        ];
+        for (name, ty, help, get) in iso_fields {
+            family(&mut o, name, ty, help);
+            for s in &iso {
+                let _ = writeln!(
+                    o,
+                    "{name}{{host=\"{host}\",port=\"{}\",name=\"{}\",dest_host=\"{}\"}} {}",
+                    s.port,
+                    escape(&s.name),
+                    s.dest_host,
+                    get(s)
+                );
+            }
+        }
+        family(
+            &mut o,
+            "sluice_seawall_feedback_messages_total",
+            "counter",
+            "Seawall feedback messages, by direction.",
+        );
+        let _ = writeln!(
+            o,
+            "sluice_seawall_feedback_messages_total{{host=\"{host}\",direction=\"sent\"}} {}\nsluice_seawall_feedback_messages_total{{host=\"{host}\",direction=\"received\"}} {}",
+            p.stats.seawall_feedback_sent, p.stats.seawall_feedback_received
+        );
         family(
             &mut o,
             "sluice_agent_arp_replies_total",
@@ -684,9 +756,14 @@ impl Agent {
             std::fs::create_dir_all(dir)
                 .map_err(|e| AgentError::Usage(format!("--run-dir {}: {e}", dir.display())))?;
         }
+        if let Some(c) = &opts.seawall {
+            c.validate()
+                .map_err(|e| AgentError::Usage(format!("--seawall: {e}")))?;
+        }
         let mut io = IoOptions {
             netns: opts.netns.clone(),
             udp: opts.udp,
+            seawall: opts.seawall,
             ..IoOptions::default()
         };
         if let Some(d) = opts.suspect_after {
@@ -883,4 +960,29 @@ pub fn run(opts: &AgentOptions, stop: &AtomicBool) -> Result<(), AgentError> {
     eprintln!("sluiced: stopping");
     agent.shutdown();
     Ok(())
+}
+
+/// Seawall's controllers as the status reports them, with port names.
+fn isolation(p: &crate::io::Published, names: &[(u16, String)]) -> Vec<IsolationStatus> {
+    p.isolation
+        .iter()
+        .map(|(e, rate, st)| IsolationStatus {
+            port: e.port,
+            name: names
+                .iter()
+                .find(|(id, _)| *id == e.port)
+                .map(|(_, n)| n.clone())
+                .unwrap_or_default(),
+            dest_host: e.host,
+            rate_bps: *rate,
+            admitted_packets: st.admitted_packets,
+            admitted_bytes: st.admitted_bytes,
+            policed_packets: st.policed_packets,
+            policed_bytes: st.policed_bytes,
+            reported_received: st.reported_received,
+            reported_lost: st.reported_lost,
+            feedbacks: st.feedbacks,
+            decreases: st.decreases,
+        })
+        .collect()
 }

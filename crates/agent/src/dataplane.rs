@@ -23,7 +23,7 @@ use sluice_wire::parse::{parse_into, PacketMeta, L4};
 pub use crate::groups::{failover_group, Choice, GroupSel, PinKey, PinTable};
 use crate::meter::ChainMeter;
 
-use sluice_switch::tunnel::{geneve_header, parse_geneve_payload};
+use sluice_switch::tunnel::{fabric_header, geneve_header, parse_fabric_payload};
 
 /// The switch's router MAC: VMs send every frame to it, and delivered frames
 /// come from it.
@@ -182,11 +182,14 @@ pub enum DropReason {
     WrongVni,
     /// Every instance of the selected group that may take the packet is suspected.
     NoLiveInstance,
+    /// Over its sender's Seawall rate to the destination host (the sending
+    /// VM's or instance's share of the path).
+    RateLimited,
 }
 
 impl DropReason {
     /// Every reason, for reports that list zeros too.
-    pub const ALL: [DropReason; 8] = [
+    pub const ALL: [DropReason; 9] = [
         DropReason::NoMatch,
         DropReason::FibDrop,
         DropReason::Malformed,
@@ -195,6 +198,7 @@ impl DropReason {
         DropReason::UnknownOutput,
         DropReason::WrongVni,
         DropReason::NoLiveInstance,
+        DropReason::RateLimited,
     ];
 
     /// The reason's name in metrics (`no_match`, ...).
@@ -208,6 +212,7 @@ impl DropReason {
             DropReason::UnknownOutput => "unknown_output",
             DropReason::WrongVni => "wrong_vni",
             DropReason::NoLiveInstance => "no_live_instance",
+            DropReason::RateLimited => "rate_limited",
         }
     }
 
@@ -245,6 +250,10 @@ pub struct Stats {
     pub leases: u64,
     /// Lease revocations sent to local instances.
     pub lease_revocations: u64,
+    /// Seawall feedback messages sent to other hosts.
+    pub seawall_feedback_sent: u64,
+    /// Seawall feedback messages received and applied.
+    pub seawall_feedback_received: u64,
 }
 
 impl Stats {
@@ -309,6 +318,8 @@ pub struct TxPlan {
     pub arena: Vec<u8>,
     /// Messages, in the order they were produced.
     pub outs: Vec<Out>,
+    /// A buffer the core reuses while building messages.
+    scratch: Vec<u8>,
 }
 
 impl TxPlan {
@@ -321,6 +332,11 @@ impl TxPlan {
     pub fn clear(&mut self) {
         self.arena.clear();
         self.outs.clear();
+    }
+
+    /// True when the plan has nothing to send.
+    pub fn is_empty(&self) -> bool {
+        self.outs.is_empty()
     }
 
     /// The header bytes of `o`.
@@ -463,7 +479,19 @@ pub struct Dataplane {
     /// flow in the same batch (bulk traffic comes in runs of one flow). Cleared
     /// at every batch, so health changes between batches are always seen.
     last: LastLookup,
+    /// Seawall's rate controllers of this host's ports (None: off).
+    seawall: Option<Box<sluice_seawall::Sender>>,
+    /// Seawall's receiving side: always on, so any rate-controlled sender
+    /// gets feedback from this host.
+    seawall_rx: sluice_seawall::Receiver,
+    /// Port the packet being forwarded entered through (None: the fabric).
+    src_port: Option<u16>,
+    /// When idle Seawall entities are next forgotten (data-plane clock).
+    seawall_expire_at: u64,
 }
+
+/// How often idle Seawall entities are looked for.
+const SEAWALL_EXPIRE_EVERY_NS: u64 = 1_000_000_000;
 
 /// What a lookup depends on: the FIB's match fields and the group selection's
 /// hash input.
@@ -657,6 +685,10 @@ impl Dataplane {
             lease_allowed_until_ns: 0,
             lease_valid_ns: LEASE_VALID_NS,
             last: LastLookup::default(),
+            seawall: None,
+            seawall_rx: sluice_seawall::Receiver::new(sluice_seawall::Config::default().period_ns),
+            src_port: None,
+            seawall_expire_at: 0,
         };
         dp.refresh_groups();
         Ok(dp)
@@ -708,7 +740,74 @@ impl Dataplane {
         self.suspect_ns = old.suspect_ns;
         self.lease_allowed_until_ns = old.lease_allowed_until_ns;
         self.lease_valid_ns = old.lease_valid_ns;
+        self.stats.seawall_feedback_sent = old.stats.seawall_feedback_sent;
+        self.stats.seawall_feedback_received = old.stats.seawall_feedback_received;
+        // Rates and sequence numbers carry over: a new configuration must not
+        // free a flooding VM or look like loss to the receivers.
+        self.seawall.clone_from(&old.seawall);
+        self.seawall_rx.clone_from(&old.seawall_rx);
         self.refresh_groups();
+    }
+
+    /// Turns Seawall's rate control of this host's senders on (with `cfg`) or
+    /// off. Feedback to other hosts' senders is sent either way.
+    pub fn set_seawall(&mut self, cfg: Option<sluice_seawall::Config>) {
+        if let Some(c) = &cfg {
+            // This host's reports follow its own period too.
+            self.seawall_rx = sluice_seawall::Receiver::new(c.period_ns);
+        }
+        self.seawall = cfg.map(|c| Box::new(sluice_seawall::Sender::new(c)));
+    }
+
+    /// Whether this host's senders are rate-controlled.
+    pub fn seawall_on(&self) -> bool {
+        self.seawall.is_some()
+    }
+
+    /// Every rate-controlled (port, destination host) with its rate and counters.
+    pub fn seawall_entities(
+        &self,
+    ) -> Vec<(sluice_seawall::Entity, u64, sluice_seawall::EntityStats)> {
+        self.seawall
+            .as_ref()
+            .map(|s| s.entities())
+            .unwrap_or_default()
+    }
+
+    /// Sends the Seawall feedback that is due (one message per sending host
+    /// with news) into `plan`, and forgets idle senders; the I/O loop calls it
+    /// every iteration (it does nothing until [`Dataplane::next_deadline`]).
+    pub fn seawall_tick(&mut self, plan: &mut TxPlan) {
+        let now = self.now_ns;
+        if self.seawall_rx.next_deadline().is_some_and(|d| d <= now) {
+            let mut buf = std::mem::take(&mut plan.scratch);
+            let peers = &self.peers;
+            let stats = &mut self.stats;
+            let outs = &mut plan.outs;
+            let arena = &mut plan.arena;
+            self.seawall_rx.feedback(now, &mut buf, |host, msg| {
+                let Some(addr) = peers.get(&host) else {
+                    return;
+                };
+                let s = arena.len() as u32;
+                arena.extend_from_slice(msg);
+                outs.push(Out {
+                    dest: Dest::Udp(*addr),
+                    counter: CounterId::Fabric,
+                    head: (s, arena.len() as u32),
+                    frame: 0,
+                    body: (0, 0),
+                });
+                stats.seawall_feedback_sent += 1;
+            });
+            plan.scratch = buf;
+        }
+        if let Some(s) = &mut self.seawall {
+            if now >= self.seawall_expire_at {
+                s.expire(now);
+                self.seawall_expire_at = now + SEAWALL_EXPIRE_EVERY_NS;
+            }
+        }
     }
 
     /// Sets the data-plane clock (Unix ns): heartbeats and pinned flows are
@@ -846,12 +945,17 @@ impl Dataplane {
     /// The earliest time (data-plane clock) an instance not yet suspected will be
     /// if no heartbeat arrives (None: nothing to watch).
     pub fn next_deadline(&self) -> Option<u64> {
-        self.health
+        let hb = self
+            .health
             .values()
             .filter(|h| !h.suspected)
             .filter_map(|h| h.last_hb)
             .map(|t| t + self.suspect_ns)
-            .min()
+            .min();
+        match (hb, self.seawall_rx.next_deadline()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     /// Suspects instances silent for the suspicion timeout and, in the same call,
@@ -1114,6 +1218,7 @@ impl Dataplane {
         };
         let vni = p.vni;
         self.last.key = None;
+        self.src_port = Some(port);
         for i in 0..frames.count() {
             let f = frames.frame(i);
             let id = CounterId::Port(port);
@@ -1166,18 +1271,37 @@ impl Dataplane {
                 self.stats.drop(id, DropReason::UnknownSource);
                 continue;
             }
-            let Ok((g_vni, g_chain_hop, g_len)) = parse_geneve_payload(d) else {
+            if let Some(Source::Peer(host)) = source {
+                if sluice_seawall::wire::is_feedback(d) {
+                    match sluice_seawall::wire::decode_feedback(d) {
+                        Ok(reports) => {
+                            self.stats.seawall_feedback_received += 1;
+                            if let Some(s) = &mut self.seawall {
+                                s.on_feedback(host, reports, self.now_ns);
+                            }
+                        }
+                        Err(_) => self.stats.drop(id, DropReason::Malformed),
+                    }
+                    continue;
+                }
+            }
+            let Ok(g) = parse_fabric_payload(d) else {
                 self.stats.drop(id, DropReason::Malformed);
                 continue;
             };
             if let Some(p) = in_port {
                 // An instance speaks for its own tenant only.
-                if self.ports.get(&p).map(|p| p.vni) != Some(g_vni) {
+                if self.ports.get(&p).map(|p| p.vni) != Some(g.vni) {
                     self.stats.drop(id, DropReason::WrongVni);
                     continue;
                 }
             }
-            self.forward(id, in_port, g_vni, g_chain_hop, d, i, g_len, plan);
+            if let (Some(Source::Peer(host)), Some((port, seq))) = (source, g.seq) {
+                self.seawall_rx.on_packet(host, port, seq, self.now_ns);
+            }
+            // What an instance sends back counts against its port's share.
+            self.src_port = in_port;
+            self.forward(id, in_port, g.vni, g.chain_hop, d, i, g.inner_at, plan);
         }
     }
 
@@ -1373,9 +1497,24 @@ impl Dataplane {
                 let Some(addr) = self.peers.get(&h.0) else {
                     return false;
                 };
-                let (g, n) = geneve_header(vni, chain_hop);
+                let addr = *addr;
+                // A rate-controlled sender's packet: admitted or dropped here,
+                // numbered for the receiver's loss count.
+                let mut seq = None;
+                if let (Some(sw), Some(port)) = (&mut self.seawall, self.src_port) {
+                    let len = buf.len() - off;
+                    match sw.admit(port, h.0, len, self.now_ns) {
+                        sluice_seawall::Admit::Send(s) => seq = Some((port, s)),
+                        sluice_seawall::Admit::Police => {
+                            self.stats
+                                .drop(CounterId::Port(port), DropReason::RateLimited);
+                            return true;
+                        }
+                    }
+                }
+                let (g, n) = fabric_header(vni, chain_hop, seq);
                 (
-                    Dest::Udp(*addr),
+                    Dest::Udp(addr),
                     CounterId::Fabric,
                     plan.push_head(&g[..n]),
                     off,
@@ -1618,7 +1757,7 @@ mod tests {
     }
 
     fn parse(d: &[u8]) -> G {
-        let (vni, chain_hop, header_len) = parse_geneve_payload(d).unwrap();
+        let (vni, chain_hop, header_len) = sluice_switch::tunnel::parse_geneve_payload(d).unwrap();
         G {
             vni,
             chain_hop,
@@ -1773,6 +1912,139 @@ mod tests {
         let m = plan.message(&batch, &plan.outs[0]);
         assert_eq!(&m[12..], &f[12..]);
         assert_eq!(dp.stats().fabric.rx_packets, 1);
+    }
+
+    /// Host 1 sends through Seawall to host 3, host 3 counts and reports, and
+    /// host 1's controller acts on the report: a flooding VM is cut to about
+    /// what got through and then policed at its own host.
+    #[test]
+    fn seawall_numbers_packets_to_other_hosts_and_obeys_their_loss_reports() {
+        let ms = 1_000_000u64;
+        let mut tx = Dataplane::new(1, &two_vms()).unwrap();
+        tx.set_seawall(Some(sluice_seawall::Config {
+            max_rate_bps: 1_000_000_000,
+            ..sluice_seawall::Config::default()
+        }));
+        let mut rx_cfg = two_vms();
+        rx_cfg.host = 3;
+        let mut rx = Dataplane::new(3, &rx_cfg).unwrap();
+        assert_eq!(
+            sluice_switch::tunnel::OPTION_SEQ,
+            sluice_seawall::wire::OPTION_SEQ
+        );
+        let far = build::udp_v4([10, 0, 0, 1], [10, 9, 1, 1], 1, 2, &[7u8; 1000]);
+        let batch = frames(vec![far.clone(); 10]);
+        let mut plan = TxPlan::new();
+        tx.set_now(ms);
+        tx.process_vm_batch(1, &batch, &mut plan);
+        assert_eq!(plan.outs.len(), 10);
+        // Every datagram carries port 1's next sequence number; the inner
+        // frame is untouched.
+        let msgs: Vec<Vec<u8>> = plan.outs.iter().map(|o| plan.message(&batch, o)).collect();
+        for (k, m) in msgs.iter().enumerate() {
+            let p = parse_fabric_payload(m).unwrap();
+            assert_eq!(p.seq, Some((1, k as u32)));
+            assert_eq!(&m[p.inner_at..], &far[..]);
+        }
+        // Host 3 gets numbers 0-3 and 6-9: 4 and 5 were lost on the way.
+        let got: Vec<Vec<u8>> = msgs
+            .iter()
+            .enumerate()
+            .filter(|(k, _)| *k != 4 && *k != 5)
+            .map(|(_, m)| m.clone())
+            .collect();
+        let mut plan3 = TxPlan::new();
+        rx.set_now(ms);
+        rx.process_udp_batch(
+            &from(SocketAddrV4::new(underlay(1), GENEVE_PORT), got),
+            &mut plan3,
+        );
+        assert_eq!(plan3.outs.len(), 0, "no VM on host 3 has 10.9.1.1");
+        // The report is due one period later, not before.
+        let due = rx.next_deadline().unwrap();
+        rx.set_now(due - 1);
+        plan3.clear();
+        rx.seawall_tick(&mut plan3);
+        assert!(plan3.is_empty());
+        rx.set_now(due);
+        rx.seawall_tick(&mut plan3);
+        assert_eq!(plan3.outs.len(), 1);
+        assert_eq!(
+            plan3.outs[0].dest,
+            Dest::Udp(SocketAddrV4::new(underlay(1), GENEVE_PORT))
+        );
+        let empty: Vec<(Vec<u8>, Option<SocketAddrV4>)> = Vec::new();
+        let fb = plan3.message(&empty, &plan3.outs[0]);
+        let reports: Vec<_> = sluice_seawall::wire::decode_feedback(&fb)
+            .unwrap()
+            .collect();
+        assert_eq!(reports.len(), 1);
+        assert_eq!(
+            (reports[0].port, reports[0].received, reports[0].lost),
+            (1, 8, 2)
+        );
+        assert_eq!(rx.stats().seawall_feedback_sent, 1);
+
+        // Host 1 applies it: port 1's rate to host 3 falls below what it sent
+        // (10 kB in 1 ms... 80 Mbit/s), far below the 1 Gbit/s it started at.
+        tx.set_now(due);
+        plan.clear();
+        tx.process_udp_batch(
+            &from(
+                SocketAddrV4::new(underlay(3), GENEVE_PORT),
+                vec![fb.clone()],
+            ),
+            &mut plan,
+        );
+        assert!(plan.is_empty());
+        assert_eq!(tx.stats().seawall_feedback_received, 1);
+        let ents = tx.seawall_entities();
+        assert_eq!(ents.len(), 1);
+        let (e, rate, st) = ents[0];
+        assert_eq!((e.port, e.host), (1, 3));
+        assert!(rate < 100_000_000, "rate {rate}");
+        assert_eq!(
+            (st.reported_received, st.reported_lost, st.decreases),
+            (8, 2, 1)
+        );
+        // A flood now: most of it is dropped at host 1, counted as rate_limited
+        // against the sending port.
+        let flood = frames(vec![far.clone(); 64]);
+        let mut sent = 0;
+        for k in 0..20u64 {
+            plan.clear();
+            tx.set_now(due + k * 10_000);
+            tx.process_vm_batch(1, &flood, &mut plan);
+            sent += plan.outs.len();
+        }
+        let policed = tx.stats().drops_of(DropReason::RateLimited);
+        assert_eq!(sent as u64 + policed, 20 * 64);
+        assert!(policed > 1000, "policed {policed}");
+        assert_eq!(tx.stats().ports[&1].drops, policed);
+        // Local delivery is never rate-controlled.
+        plan.clear();
+        let near = with_macs(
+            build::udp_v4([10, 0, 0, 1], [10, 0, 0, 2], 1, 2, &[1u8; 1000]),
+            ROUTER_MAC,
+            [2, 0, 0, 0, 1, 1],
+        );
+        tx.process_vm_batch(1, &frames(vec![near; 64]), &mut plan);
+        assert_eq!(plan.outs.len(), 64);
+        // A garbled report is counted as malformed and changes nothing.
+        let mut bad = fb.clone();
+        bad.truncate(bad.len() - 3);
+        plan.clear();
+        tx.process_udp_batch(
+            &from(SocketAddrV4::new(underlay(3), GENEVE_PORT), vec![bad]),
+            &mut plan,
+        );
+        assert_eq!(tx.stats().drops_of(DropReason::Malformed), 1);
+        assert_eq!(tx.seawall_entities()[0].1, rate);
+        // A new configuration keeps the controllers and the numbering.
+        let mut next = Dataplane::new(1, &two_vms()).unwrap();
+        next.inherit_stats(&tx);
+        assert!(next.seawall_on());
+        assert_eq!(next.seawall_entities()[0].1, rate);
     }
 
     #[test]

@@ -66,6 +66,10 @@ pub struct Published {
     pub io: Vec<(String, SocketStats)>,
     /// The loop's own counters.
     pub io_loop: LoopStats,
+    /// Whether Seawall rate-controls this host's senders.
+    pub seawall: bool,
+    /// Seawall's controllers: (entity, rate in bits/s, counters).
+    pub isolation: Vec<(sluice_seawall::Entity, u64, sluice_seawall::EntityStats)>,
 }
 
 /// Counters of the data-plane loop itself.
@@ -189,6 +193,9 @@ pub struct IoOptions {
     /// (software GRO; turns on TSO on the host side of VM links so they cross
     /// whole). `SLUICE_VM_GRO=off` in the environment turns it off.
     pub vm_gro: bool,
+    /// Seawall's rate control of this host's senders (None: off; feedback to
+    /// other hosts' senders is sent either way).
+    pub seawall: Option<sluice_seawall::Config>,
 }
 
 impl Default for IoOptions {
@@ -203,6 +210,7 @@ impl Default for IoOptions {
                 .and_then(|v| v.parse().ok())
                 .map_or(BUSY_POLL, Duration::from_micros),
             vm_gro: std::env::var("SLUICE_VM_GRO").map_or(true, |v| v != "off" && v != "0"),
+            seawall: None,
         }
     }
 }
@@ -238,6 +246,7 @@ impl DataplaneThread {
                     let _ = tx.send(Ok(udp.local_addr()));
                     let mut initial = initial;
                     initial.set_suspect_after(opts2.suspect_after.as_nanos() as u64);
+                    initial.set_seawall(opts2.seawall);
                     Loop::new(&sh, udp, initial, &opts2).run();
                 });
                 if let Err(e) = r {
@@ -471,6 +480,7 @@ impl<'a> Loop<'a> {
             if moved >= SPIN_AFTER && !self.busy_poll.is_zero() {
                 spin_until = Some(self.clock.mono + self.busy_poll);
             }
+            self.seawall_tick();
             let mut changed = self.dp.check_health(self.clock.wall_ns, wall_ns);
             if self.shared.has_exited.swap(false, Ordering::AcqRel) {
                 let ports = self
@@ -524,10 +534,28 @@ impl<'a> Loop<'a> {
                 p.io.push((format!("port:{id}"), s.sock.stats()));
             }
             p.io_loop = self.stats;
+            p.seawall = self.dp.seawall_on();
+            p.isolation = self.dp.seawall_entities();
             p.io_loop.gro_super_frames = self.gro.super_frames;
             p.io_loop.gro_merged = self.gro.merged;
             p.io_loop.gro_bad_csum = self.gro.bad_csum;
         }
+    }
+
+    /// Sends the Seawall feedback that is due.
+    fn seawall_tick(&mut self) {
+        self.plan.clear();
+        self.dp.set_now(self.clock.wall_ns);
+        self.dp.seawall_tick(&mut self.plan);
+        Self::send_plan(
+            &mut self.dp,
+            &self.plan,
+            &self.rx_udp,
+            &mut self.udp,
+            &mut self.socks,
+            &mut self.scratch,
+            &mut self.gro,
+        );
     }
 
     /// Opens sockets for the configuration's VM ports and closes the others.

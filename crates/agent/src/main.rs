@@ -51,6 +51,24 @@ enum Cmd {
         /// suspected and its traffic moved to the surviving instances.
         #[arg(long, default_value_t = 30)]
         suspect_ms: u64,
+        /// Rate-control this host's VMs and NF instances with Seawall: each
+        /// port's traffic to each other host gets a rate that follows loss
+        /// reports from that host, so VMs share congested paths equally however
+        /// many flows they open (docs/ISOLATION.md).
+        #[arg(long)]
+        seawall: bool,
+        /// Seawall: how often rates change (receivers report), milliseconds.
+        #[arg(long, default_value_t = 5.0, requires = "seawall")]
+        seawall_period_ms: f64,
+        /// Seawall: additive increase per period, Mbit/s.
+        #[arg(long, default_value_t = 10.0, requires = "seawall")]
+        seawall_increase_mbps: f64,
+        /// Seawall: multiplicative decrease on loss (0 < d < 1).
+        #[arg(long, default_value_t = 0.3, requires = "seawall")]
+        seawall_decrease: f64,
+        /// Seawall: highest rate (and a new sender's), Mbit/s.
+        #[arg(long, default_value_t = 100_000.0, requires = "seawall")]
+        seawall_max_mbps: f64,
     },
     /// Run one NF instance (what the agent spawns).
     Instance {
@@ -104,7 +122,19 @@ fn main() -> ExitCode {
             run_dir,
             geneve_port,
             suspect_ms,
+            seawall,
+            seawall_period_ms,
+            seawall_increase_mbps,
+            seawall_decrease,
+            seawall_max_mbps,
         } => {
+            let seawall = seawall.then(|| sluice_seawall::Config {
+                period_ns: (seawall_period_ms * 1e6) as u64,
+                increase_bps: (seawall_increase_mbps * 1e6) as u64,
+                decrease: seawall_decrease,
+                max_rate_bps: (seawall_max_mbps * 1e6) as u64,
+                ..sluice_seawall::Config::default()
+            });
             let opts = sluice_agent::AgentOptions {
                 host: host_id,
                 name,
@@ -117,6 +147,7 @@ fn main() -> ExitCode {
                 udp: SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, geneve_port),
                 instance_exe: None,
                 suspect_after: Some(std::time::Duration::from_millis(suspect_ms.max(1))),
+                seawall,
             };
             sluice_agent::run(&opts, &stop).map_err(|e| e.to_string())
         }

@@ -55,6 +55,7 @@ pub fn standalone_agent(h: u32, ns: &Netns) -> Result<Agent, AgentError> {
         udp: std::net::SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, sluice_proto::GENEVE_PORT),
         instance_exe: None,
         suspect_after: None,
+        seawall: None,
     })
 }
 

@@ -25,6 +25,7 @@ fn opts(controller: Option<String>, run_dir: Option<std::path::PathBuf>) -> Agen
         udp: SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0),
         instance_exe: None,
         suspect_after: None,
+        seawall: None,
     }
 }
 

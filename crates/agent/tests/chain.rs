@@ -168,6 +168,7 @@ fn traffic_crosses_a_firewall_instance() {
         udp: SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, sluice_proto::GENEVE_PORT),
         instance_exe: Some(env!("CARGO_BIN_EXE_sluiced").into()),
         suspect_after: None,
+        seawall: None,
     })
     .unwrap();
     let url = agent.api_url();

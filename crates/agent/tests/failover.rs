@@ -218,6 +218,7 @@ fn setup() -> Option<Setup> {
         udp: SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, sluice_proto::GENEVE_PORT),
         instance_exe: Some(env!("CARGO_BIN_EXE_sluiced").into()),
         suspect_after: None,
+        seawall: None,
     })
     .unwrap();
     let url = agent.api_url();

@@ -101,6 +101,7 @@ fn vms_talk_through_the_agent() {
         udp: SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, sluice_proto::GENEVE_PORT),
         instance_exe: None,
         suspect_after: None,
+        seawall: None,
     })
     .unwrap();
     let url = agent.api_url();

@@ -271,6 +271,48 @@ pub struct AgentStatus {
     /// What the agent measured of its chains.
     #[serde(default)]
     pub chains: Vec<ChainMeasure>,
+    /// Whether Seawall rate-controls this host's senders.
+    #[serde(default)]
+    pub seawall: bool,
+    /// Seawall's rate controllers: one per (sending port, destination host).
+    #[serde(default)]
+    pub isolation: Vec<IsolationStatus>,
+    /// Seawall feedback messages this host sent to other hosts' senders.
+    #[serde(default)]
+    pub seawall_feedback_sent: u64,
+    /// Seawall feedback messages this host received from other hosts.
+    #[serde(default)]
+    pub seawall_feedback_received: u64,
+}
+
+/// One Seawall rate controller: a port of the host (VM or NF instance) sending
+/// to another host.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IsolationStatus {
+    /// Sending port.
+    pub port: u16,
+    /// Its VM or instance name.
+    pub name: String,
+    /// Destination host.
+    pub dest_host: u32,
+    /// The rate the port may send at to that host now, bits per second.
+    pub rate_bps: u64,
+    /// Packets let through.
+    pub admitted_packets: u64,
+    /// Bytes let through.
+    pub admitted_bytes: u64,
+    /// Packets dropped for being over the rate.
+    pub policed_packets: u64,
+    /// Bytes dropped for being over the rate.
+    pub policed_bytes: u64,
+    /// Packets the destination host reported as arrived.
+    pub reported_received: u64,
+    /// Packets the destination host reported as lost on the way.
+    pub reported_lost: u64,
+    /// Feedback reports applied.
+    pub feedbacks: u64,
+    /// Rate decreases (reports with loss).
+    pub decreases: u64,
 }
 
 /// The heartbeat an agent repeats to the controller (`POST /v1/hosts`): its

@@ -247,7 +247,12 @@ impl Sender {
     /// Applies a feedback message from `host`: each report's port is one of
     /// this host's entities sending to `host`. Reports of unknown ports are
     /// ignored (the entity was forgotten, or the report is stale).
-    pub fn on_feedback(&mut self, host: u32, reports: impl IntoIterator<Item = Report>, now_ns: u64) {
+    pub fn on_feedback(
+        &mut self,
+        host: u32,
+        reports: impl IntoIterator<Item = Report>,
+        now_ns: u64,
+    ) {
         for r in reports {
             let cfg = self.cfg;
             let Some(c) = self.entities.get_mut(&Entity { port: r.port, host }) else {
@@ -276,7 +281,8 @@ impl Sender {
                 let cut = (base as f64 * (1.0 - cfg.decrease)) as u64;
                 c.rate_bps = cut.max(cfg.min_rate_bps);
                 c.stats.decreases += 1;
-            } else if c.period_policed || sent_bps.saturating_mul(10) >= c.rate_bps.saturating_mul(9)
+            } else if c.period_policed
+                || sent_bps.saturating_mul(10) >= c.rate_bps.saturating_mul(9)
             {
                 c.rate_bps = c
                     .rate_bps
@@ -395,15 +401,24 @@ impl Receiver {
 
     /// If feedback is due at `now_ns`, calls `emit(host, message)` once per
     /// message (one or more per sending host with news); returns how many.
-    pub fn feedback(&mut self, now_ns: u64, buf: &mut Vec<u8>, mut emit: impl FnMut(u32, &[u8])) -> usize {
+    pub fn feedback(
+        &mut self,
+        now_ns: u64,
+        buf: &mut Vec<u8>,
+        mut emit: impl FnMut(u32, &[u8]),
+    ) -> usize {
         match self.due_ns {
             Some(d) if d <= now_ns => {}
             _ => return 0,
         }
         self.due_ns = None;
         self.hosts.clear();
-        self.hosts
-            .extend(self.tracks.iter().filter(|(_, t)| t.dirty).map(|((h, _), _)| *h));
+        self.hosts.extend(
+            self.tracks
+                .iter()
+                .filter(|(_, t)| t.dirty)
+                .map(|((h, _), _)| *h),
+        );
         self.hosts.sort_unstable();
         self.hosts.dedup();
         let mut sent = 0;

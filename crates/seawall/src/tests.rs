@@ -126,11 +126,41 @@ fn bad_configs_are_refused_with_the_parameter_named() {
     let ok = Config::default();
     assert!(ok.validate().is_ok());
     for (c, word) in [
-        (Config { decrease: 1.0, ..ok }, "decrease"),
-        (Config { increase_bps: 0, ..ok }, "increase"),
-        (Config { period_ns: 10, ..ok }, "period"),
-        (Config { min_rate_bps: 0, ..ok }, "minimum"),
-        (Config { min_burst_bytes: 100, ..ok }, "burst"),
+        (
+            Config {
+                decrease: 1.0,
+                ..ok
+            },
+            "decrease",
+        ),
+        (
+            Config {
+                increase_bps: 0,
+                ..ok
+            },
+            "increase",
+        ),
+        (
+            Config {
+                period_ns: 10,
+                ..ok
+            },
+            "period",
+        ),
+        (
+            Config {
+                min_rate_bps: 0,
+                ..ok
+            },
+            "minimum",
+        ),
+        (
+            Config {
+                min_burst_bytes: 100,
+                ..ok
+            },
+            "burst",
+        ),
     ] {
         let e = c.validate().unwrap_err().to_string();
         assert!(e.contains(word), "{e}");
@@ -161,8 +191,24 @@ fn the_receiver_counts_gaps_as_loss_and_reports_per_sending_host() {
     assert_eq!(
         got,
         vec![
-            (1, vec![Report { port: 3, received: 6, lost: 1, next_seq: 7 }]),
-            (2, vec![Report { port: 3, received: 1, lost: 0, next_seq: 101 }]),
+            (
+                1,
+                vec![Report {
+                    port: 3,
+                    received: 6,
+                    lost: 1,
+                    next_seq: 7
+                }]
+            ),
+            (
+                2,
+                vec![Report {
+                    port: 3,
+                    received: 1,
+                    lost: 0,
+                    next_seq: 101
+                }]
+            ),
         ]
     );
     // Nothing new: nothing to report, no deadline.
@@ -260,5 +306,8 @@ fn two_entities_on_one_bottleneck_converge_to_equal_shares() {
     // the rest, and the link stays busy.
     // Without the controllers it would get 60 / 460 of the link (13 %).
     assert!(b / (a + b) > 0.35, "shares {a} {b}");
-    assert!(total_bps > 0.75 * link_bps as f64, "utilisation {total_bps}");
+    assert!(
+        total_bps > 0.75 * link_bps as f64,
+        "utilisation {total_bps}"
+    );
 }

@@ -18,6 +18,10 @@ use sluice_wire::{ip_proto, Error};
 pub const OPTION_CLASS: u16 = 0xff53;
 /// Option type carrying (chain u16, hop u8, reserved u8).
 pub const OPTION_CHAIN_HOP: u8 = 0x01;
+/// Option type carrying Seawall's (port u16, reserved u16, sequence u32) of a
+/// rate-controlled sender (`sluice_seawall::wire`). Not critical: receivers
+/// that do not know it ignore it.
+pub const OPTION_SEQ: u8 = 0x02;
 /// Bytes added in front of the inner frame (Ethernet, IPv4, UDP, Geneve with the
 /// chain/hop option).
 pub const OVERHEAD: usize = 14 + 20 + 8 + 8 + 8;
@@ -127,7 +131,7 @@ pub fn decap(p: &mut Packet) -> Result<TunnelInfo, TunnelError> {
     }
     let payload = m.payload(p.data());
     let g = GenevePacket::new_checked(payload).map_err(TunnelError::Bad)?;
-    let chain_hop = check_geneve(&g)?;
+    let chain_hop = check_geneve(&g)?.chain_hop;
     let info = TunnelInfo {
         vni: g.vni(),
         chain_hop,
@@ -147,21 +151,81 @@ pub fn decap(p: &mut Packet) -> Result<TunnelInfo, TunnelError> {
 }
 
 /// Checks what [`decap`] and [`parse_geneve_payload`] both require (Ethernet
-/// payload, no unknown critical option) and reads the chain/hop option.
-fn check_geneve(g: &GenevePacket<&[u8]>) -> Result<Option<(u16, u8)>, TunnelError> {
+/// payload, no unknown critical option) and reads Sluice's options.
+fn check_geneve(g: &GenevePacket<&[u8]>) -> Result<FabricPayload, TunnelError> {
     if g.protocol() != ethertype::TEB {
         return Err(TunnelError::Protocol(g.protocol()));
     }
-    let mut chain_hop = None;
+    let mut p = FabricPayload {
+        vni: g.vni(),
+        chain_hop: None,
+        seq: None,
+        inner_at: g.header_len(),
+    };
     for o in g.option_iter() {
         let o = o.map_err(TunnelError::Bad)?;
         if o.class == OPTION_CLASS && o.opt_type == OPTION_CHAIN_HOP && o.data.len() >= 4 {
-            chain_hop = Some((u16::from_be_bytes([o.data[0], o.data[1]]), o.data[2]));
+            p.chain_hop = Some((u16::from_be_bytes([o.data[0], o.data[1]]), o.data[2]));
+        } else if o.class == OPTION_CLASS && o.opt_type == OPTION_SEQ && o.data.len() == 8 {
+            let d = o.data;
+            p.seq = Some((
+                u16::from_be_bytes([d[0], d[1]]),
+                u32::from_be_bytes([d[4], d[5], d[6], d[7]]),
+            ));
         } else if o.opt_type & 0x80 != 0 {
             return Err(TunnelError::UnknownCritical(o.class, o.opt_type));
         }
     }
-    Ok(chain_hop)
+    Ok(p)
+}
+
+/// What a tunnelled datagram between hosts carries besides its frame.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FabricPayload {
+    /// Tenant.
+    pub vni: u32,
+    /// Chain and hop, if the option was present.
+    pub chain_hop: Option<(u16, u8)>,
+    /// Seawall's (sending port, sequence), if the sender is rate-controlled.
+    pub seq: Option<(u16, u32)>,
+    /// Offset of the inner Ethernet frame.
+    pub inner_at: usize,
+}
+
+/// Length of the longest header [`fabric_header`] writes: Geneve, the
+/// chain/hop option and the sequence option.
+pub const FABRIC_HEADER_MAX: usize = GENEVE_HEADER_MAX + 12;
+
+/// The Geneve header of a datagram to another host: [`geneve_header`] plus,
+/// for a rate-controlled sender, the sequence option `(port, seq)`.
+pub fn fabric_header(
+    vni: u32,
+    chain_hop: Option<(u16, u8)>,
+    seq: Option<(u16, u32)>,
+) -> ([u8; FABRIC_HEADER_MAX], usize) {
+    let (g, n) = geneve_header(vni, chain_hop);
+    let mut h = [0u8; FABRIC_HEADER_MAX];
+    h[..n].copy_from_slice(&g[..n]);
+    let Some((port, s)) = seq else {
+        return (h, n);
+    };
+    // Option header (class, type, length 2 words) and data.
+    h[n..n + 2].copy_from_slice(&OPTION_CLASS.to_be_bytes());
+    h[n + 2] = OPTION_SEQ;
+    h[n + 3] = 2;
+    h[n + 4..n + 6].copy_from_slice(&port.to_be_bytes());
+    h[n + 8..n + 12].copy_from_slice(&s.to_be_bytes());
+    // Options length, in 4-byte words, in the low 6 bits of the first byte.
+    h[0] += 3;
+    (h, n + 12)
+}
+
+/// Reads the Geneve header at the start of a UDP payload from another host,
+/// with the same checks as [`parse_geneve_payload`], and Seawall's sequence
+/// option too.
+pub fn parse_fabric_payload(payload: &[u8]) -> Result<FabricPayload, TunnelError> {
+    let g = GenevePacket::new_checked(payload).map_err(TunnelError::Bad)?;
+    check_geneve(&g)
 }
 
 /// Length of a Geneve header carrying the chain/hop option.
@@ -200,8 +264,8 @@ pub type GenevePayload = (u32, Option<(u16, u8)>, usize);
 /// the chain/hop option if present, and the offset of the inner Ethernet frame.
 pub fn parse_geneve_payload(payload: &[u8]) -> Result<GenevePayload, TunnelError> {
     let g = GenevePacket::new_checked(payload).map_err(TunnelError::Bad)?;
-    let chain_hop = check_geneve(&g)?;
-    Ok((g.vni(), chain_hop, g.header_len()))
+    let p = check_geneve(&g)?;
+    Ok((p.vni, p.chain_hop, p.inner_at))
 }
 
 #[cfg(test)]
@@ -248,6 +312,35 @@ mod tests {
             }
         );
         assert_eq!(p.data(), &inner[..]);
+    }
+
+    #[test]
+    fn fabric_headers_carry_the_sequence_option_and_parse_back() {
+        for (vni, ch, seq) in [
+            (7, Some((3u16, 2u8)), Some((9u16, 0xfeed_f00d_u32))),
+            (7, None, Some((1, 0))),
+            (0xff_ffff, Some((1, 1)), None),
+        ] {
+            let (h, n) = fabric_header(vni, ch, seq);
+            let mut d = h[..n].to_vec();
+            d.extend_from_slice(&build::tcp_v4(
+                [1, 1, 1, 1],
+                [2, 2, 2, 2],
+                1,
+                2,
+                0,
+                0,
+                0x10,
+                b"x",
+            ));
+            let p = parse_fabric_payload(&d).unwrap();
+            assert_eq!((p.vni, p.chain_hop, p.seq, p.inner_at), (vni, ch, seq, n));
+            // A receiver that knows only the chain/hop option reads the same
+            // frame (the sequence option is not critical).
+            assert_eq!(parse_geneve_payload(&d).unwrap(), (vni, ch, n));
+            let g = GeneveRepr::parse(&GenevePacket::new_checked(&d[..]).unwrap()).unwrap();
+            assert_eq!(g.header_len(), n);
+        }
     }
 
     #[test]
