@@ -983,6 +983,8 @@ fn isolation(p: &crate::io::Published, names: &[(u16, String)]) -> Vec<Isolation
             reported_lost: st.reported_lost,
             feedbacks: st.feedbacks,
             decreases: st.decreases,
+            queued_packets: st.queued_packets,
+            queue_bytes_now: st.queue_bytes_now,
         })
         .collect()
 }

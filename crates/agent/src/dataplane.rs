@@ -23,7 +23,7 @@ use sluice_wire::parse::{parse_into, PacketMeta, L4};
 pub use crate::groups::{failover_group, Choice, GroupSel, PinKey, PinTable};
 use crate::meter::ChainMeter;
 
-use sluice_switch::tunnel::{fabric_header, geneve_header, parse_fabric_payload};
+use sluice_switch::tunnel::{fabric_header, geneve_header, parse_fabric_payload, SeqOption};
 
 /// The switch's router MAC: VMs send every frame to it, and delivered frames
 /// come from it.
@@ -490,6 +490,24 @@ pub struct Dataplane {
     seawall_expire_at: u64,
 }
 
+/// What a packet waiting in a Seawall queue needs to get its tunnel header
+/// when it leaves: VNI (24 bits), whether it has a chain/hop (bit 24), chain
+/// (bits 25-40), hop (bits 41-48).
+fn seawall_tag(vni: u32, chain_hop: Option<(u16, u8)>) -> u64 {
+    let (c, h) = chain_hop.unwrap_or((0, 0));
+    u64::from(vni & 0x00ff_ffff)
+        | (u64::from(chain_hop.is_some()) << 24)
+        | (u64::from(c) << 25)
+        | (u64::from(h) << 41)
+}
+
+/// The inverse of [`seawall_tag`].
+fn from_seawall_tag(t: u64) -> (u32, Option<(u16, u8)>) {
+    let vni = (t & 0x00ff_ffff) as u32;
+    let ch = (t >> 24) & 1 == 1;
+    (vni, ch.then_some(((t >> 25) as u16, (t >> 41) as u8)))
+}
+
 /// How often idle Seawall entities are looked for.
 const SEAWALL_EXPIRE_EVERY_NS: u64 = 1_000_000_000;
 
@@ -686,7 +704,10 @@ impl Dataplane {
             lease_valid_ns: LEASE_VALID_NS,
             last: LastLookup::default(),
             seawall: None,
-            seawall_rx: sluice_seawall::Receiver::new(sluice_seawall::Config::default().period_ns),
+            seawall_rx: {
+                let c = sluice_seawall::Config::default();
+                sluice_seawall::Receiver::new(c.period_ns, c.queue_delay_ns)
+            },
             src_port: None,
             seawall_expire_at: 0,
         };
@@ -754,7 +775,7 @@ impl Dataplane {
     pub fn set_seawall(&mut self, cfg: Option<sluice_seawall::Config>) {
         if let Some(c) = &cfg {
             // This host's reports follow its own period too.
-            self.seawall_rx = sluice_seawall::Receiver::new(c.period_ns);
+            self.seawall_rx = sluice_seawall::Receiver::new(c.period_ns, c.queue_delay_ns);
         }
         self.seawall = cfg.map(|c| Box::new(sluice_seawall::Sender::new(c)));
     }
@@ -803,6 +824,34 @@ impl Dataplane {
             plan.scratch = buf;
         }
         if let Some(s) = &mut self.seawall {
+            // Packets that waited for their sender's rate.
+            let peers = &self.peers;
+            let stats = &mut self.stats;
+            let outs = &mut plan.outs;
+            let arena = &mut plan.arena;
+            s.release(now, |e, seq, tag, frame| {
+                let Some(addr) = peers.get(&e.host) else {
+                    stats.drop(CounterId::Port(e.port), DropReason::UnknownOutput);
+                    return;
+                };
+                let (vni, chain_hop) = from_seawall_tag(tag);
+                let o = SeqOption {
+                    port: e.port,
+                    seq,
+                    sent_us: (now / 1000) as u32,
+                };
+                let (g, n) = fabric_header(vni, chain_hop, Some(o));
+                let at = arena.len() as u32;
+                arena.extend_from_slice(&g[..n]);
+                arena.extend_from_slice(frame);
+                outs.push(Out {
+                    dest: Dest::Udp(*addr),
+                    counter: CounterId::Fabric,
+                    head: (at, arena.len() as u32),
+                    frame: 0,
+                    body: (0, 0),
+                });
+            });
             if now >= self.seawall_expire_at {
                 s.expire(now);
                 self.seawall_expire_at = now + SEAWALL_EXPIRE_EVERY_NS;
@@ -952,10 +1001,11 @@ impl Dataplane {
             .filter_map(|h| h.last_hb)
             .map(|t| t + self.suspect_ns)
             .min();
-        match (hb, self.seawall_rx.next_deadline()) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        let release = self.seawall.as_ref().and_then(|s| s.next_release());
+        [hb, self.seawall_rx.next_deadline(), release]
+            .into_iter()
+            .flatten()
+            .min()
     }
 
     /// Suspects instances silent for the suspicion timeout and, in the same call,
@@ -1296,8 +1346,9 @@ impl Dataplane {
                     continue;
                 }
             }
-            if let (Some(Source::Peer(host)), Some((port, seq))) = (source, g.seq) {
-                self.seawall_rx.on_packet(host, port, seq, self.now_ns);
+            if let (Some(Source::Peer(host)), Some(o)) = (source, g.seq) {
+                self.seawall_rx
+                    .on_packet(host, o.port, o.seq, Some(o.sent_us), self.now_ns);
             }
             // What an instance sends back counts against its port's share.
             self.src_port = in_port;
@@ -1502,10 +1553,18 @@ impl Dataplane {
                 // numbered for the receiver's loss count.
                 let mut seq = None;
                 if let (Some(sw), Some(port)) = (&mut self.seawall, self.src_port) {
-                    let len = buf.len() - off;
-                    match sw.admit(port, h.0, len, self.now_ns) {
-                        sluice_seawall::Admit::Send(s) => seq = Some((port, s)),
-                        sluice_seawall::Admit::Police => {
+                    let tag = seawall_tag(vni, chain_hop);
+                    match sw.offer(port, h.0, tag, &buf[off..], self.now_ns) {
+                        sluice_seawall::Offer::Send(s) => {
+                            seq = Some(SeqOption {
+                                port,
+                                seq: s,
+                                sent_us: (self.now_ns / 1000) as u32,
+                            })
+                        }
+                        // It leaves later, from `seawall_tick`.
+                        sluice_seawall::Offer::Queued => return true,
+                        sluice_seawall::Offer::Dropped => {
                             self.stats
                                 .drop(CounterId::Port(port), DropReason::RateLimited);
                             return true;
@@ -1943,7 +2002,8 @@ mod tests {
         let msgs: Vec<Vec<u8>> = plan.outs.iter().map(|o| plan.message(&batch, o)).collect();
         for (k, m) in msgs.iter().enumerate() {
             let p = parse_fabric_payload(m).unwrap();
-            assert_eq!(p.seq, Some((1, k as u32)));
+            let o = p.seq.unwrap();
+            assert_eq!((o.port, o.seq, o.sent_us), (1, k as u32, 1000));
             assert_eq!(&m[p.inner_at..], &far[..]);
         }
         // Host 3 gets numbers 0-3 and 6-9: 4 and 5 were lost on the way.
@@ -2007,8 +2067,9 @@ mod tests {
             (st.reported_received, st.reported_lost, st.decreases),
             (8, 2, 1)
         );
-        // A flood now: most of it is dropped at host 1, counted as rate_limited
-        // against the sending port.
+        // A flood now: what is over the rate waits at host 1 (its queue), the
+        // rest of it is dropped there, counted as rate_limited against the
+        // sending port.
         let flood = frames(vec![far.clone(); 64]);
         let mut sent = 0;
         for k in 0..20u64 {
@@ -2018,9 +2079,40 @@ mod tests {
             sent += plan.outs.len();
         }
         let policed = tx.stats().drops_of(DropReason::RateLimited);
-        assert_eq!(sent as u64 + policed, 20 * 64);
-        assert!(policed > 1000, "policed {policed}");
+        let waiting = tx.seawall_entities()[0].2.queue_packets_now;
+        assert_eq!(sent as u64 + policed + waiting, 20 * 64);
+        assert!(
+            policed > 900 && waiting > 100,
+            "policed {policed}, waiting {waiting}"
+        );
         assert_eq!(tx.stats().ports[&1].drops, policed);
+        // The waiting packets leave as their tokens come, from the tick, with
+        // headers and numbers as if sent directly.
+        let empty: Vec<(Vec<u8>, Option<SocketAddrV4>)> = Vec::new();
+        let mut next_seq = 10 + sent as u32;
+        let mut left = 0;
+        while let Some(d) = tx.next_deadline() {
+            plan.clear();
+            tx.set_now(d);
+            tx.seawall_tick(&mut plan);
+            for o in &plan.outs {
+                assert_eq!(
+                    o.dest,
+                    Dest::Udp(SocketAddrV4::new(underlay(3), GENEVE_PORT))
+                );
+                let m = plan.message(&empty, o);
+                let p = parse_fabric_payload(&m).unwrap();
+                let so = p.seq.unwrap();
+                assert_eq!(
+                    (so.port, so.seq, so.sent_us),
+                    (1, next_seq, (d / 1000) as u32)
+                );
+                assert_eq!(&m[p.inner_at..], &far[..]);
+                next_seq += 1;
+                left += 1;
+            }
+        }
+        assert_eq!(left, waiting);
         // Local delivery is never rate-controlled.
         plan.clear();
         let near = with_macs(

@@ -378,6 +378,8 @@ struct Loop<'a> {
     /// Builds super-frames for VM ports.
     gro: Coalescer,
     clock: LoopClock,
+    /// Seawall rate-controls this host's senders (the clock is read per batch).
+    seawall: bool,
 }
 
 impl<'a> Loop<'a> {
@@ -394,6 +396,7 @@ impl<'a> Loop<'a> {
         let gso = udp.enable_gso();
         let gro = udp.enable_gro();
         let udp_buf = if gro { GRO_BUF_SIZE } else { DEFAULT_BUF_SIZE };
+        let dp_seawall = dp.seawall_on();
         let mut l = Loop {
             shared,
             udp,
@@ -412,6 +415,7 @@ impl<'a> Loop<'a> {
             vm_gro: opts.vm_gro,
             gro: Coalescer::new(),
             clock: LoopClock::new(),
+            seawall: dp_seawall,
         };
         if !(gso && gro) {
             eprintln!("sluiced: UDP segmentation offload unavailable (GSO {gso}, GRO {gro}): one datagram per frame");
@@ -542,10 +546,22 @@ impl<'a> Loop<'a> {
         }
     }
 
-    /// Sends the Seawall feedback that is due.
+    /// Sets the data plane's clock for the next batch. With Seawall on, the
+    /// clock is read again: packets carry their send time and receivers
+    /// measure queueing from it, so a time from before the iteration's other
+    /// batches (a millisecond and more on a loaded host) would read as a
+    /// queue on the path. One read per batch, not per packet.
+    fn fresh_now(&mut self) {
+        if self.seawall {
+            self.clock.tick();
+        }
+        self.dp.set_now(self.clock.wall_ns);
+    }
+
+    /// Sends the Seawall feedback and the rate-limited packets that are due.
     fn seawall_tick(&mut self) {
         self.plan.clear();
-        self.dp.set_now(self.clock.wall_ns);
+        self.fresh_now();
         self.dp.seawall_tick(&mut self.plan);
         Self::send_plan(
             &mut self.dp,
@@ -666,7 +682,7 @@ impl<'a> Loop<'a> {
                 }
             }
             self.plan.clear();
-            self.dp.set_now(self.clock.wall_ns);
+            self.fresh_now();
             self.dp.process_udp_batch(&self.rx_udp, &mut self.plan);
             Self::send_plan(
                 &mut self.dp,
@@ -704,7 +720,7 @@ impl<'a> Loop<'a> {
                 }
             }
             self.plan.clear();
-            self.dp.set_now(self.clock.wall_ns);
+            self.fresh_now();
             self.dp.process_vm_batch(port, &self.rx, &mut self.plan);
             Self::send_plan(
                 &mut self.dp,

@@ -69,6 +69,9 @@ enum Cmd {
         /// Seawall: highest rate (and a new sender's), Mbit/s.
         #[arg(long, default_value_t = 100_000.0, requires = "seawall")]
         seawall_max_mbps: f64,
+        /// Seawall: depth of a sender's token bucket, milliseconds at its rate.
+        #[arg(long, default_value_t = 2.0, requires = "seawall")]
+        seawall_burst_ms: f64,
     },
     /// Run one NF instance (what the agent spawns).
     Instance {
@@ -127,12 +130,14 @@ fn main() -> ExitCode {
             seawall_increase_mbps,
             seawall_decrease,
             seawall_max_mbps,
+            seawall_burst_ms,
         } => {
             let seawall = seawall.then(|| sluice_seawall::Config {
                 period_ns: (seawall_period_ms * 1e6) as u64,
                 increase_bps: (seawall_increase_mbps * 1e6) as u64,
                 decrease: seawall_decrease,
                 max_rate_bps: (seawall_max_mbps * 1e6) as u64,
+                burst_ns: (seawall_burst_ms * 1e6) as u64,
                 ..sluice_seawall::Config::default()
             });
             let opts = sluice_agent::AgentOptions {

@@ -209,6 +209,7 @@ pub fn run(
         sluice: sluice.to_path_buf(),
         sluiced: sluice.with_file_name("sluiced"),
         web: false,
+        seawall: false,
     })
     .map_err(|e| e.to_string())?;
     let st = lab.state().clone();

@@ -202,6 +202,10 @@ enum TestbedCmd {
         /// Do not start nginx in the service VMs.
         #[arg(long)]
         no_web: bool,
+        /// Run the agents with Seawall's rate control (VM-level fair sharing
+        /// of congested paths; docs/ISOLATION.md).
+        #[arg(long)]
+        seawall: bool,
     },
     /// Stop and remove the testbed recorded in DIR.
     Down {
@@ -662,7 +666,8 @@ fn main() -> ExitCode {
                     hosts,
                     dir,
                     no_web,
-                } => testbed::up(&spec, hosts, &dir, !no_web),
+                    seawall,
+                } => testbed::up(&spec, hosts, &dir, !no_web, seawall),
                 TestbedCmd::Down { dir } => testbed::down(&dir),
                 TestbedCmd::Demo {
                     spec,

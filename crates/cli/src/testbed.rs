@@ -10,6 +10,17 @@ use sluice_testbed::scenario;
 pub const DEFAULT_DIR: &str = "/tmp/sluice-testbed";
 
 fn options(spec: &Path, hosts: u32, dir: &Path, web: bool) -> Result<LabOptions, String> {
+    options_with(spec, hosts, dir, web, false)
+}
+
+/// Lab options with the agents' Seawall rate control on or off.
+pub fn options_with(
+    spec: &Path,
+    hosts: u32,
+    dir: &Path,
+    web: bool,
+    seawall: bool,
+) -> Result<LabOptions, String> {
     let sluice = std::env::current_exe().map_err(|e| format!("cannot find own binary: {e}"))?;
     // The agent binary is built next to this one (cargo build -p sluice-agent).
     let sluiced = sluice.with_file_name("sluiced");
@@ -20,6 +31,7 @@ fn options(spec: &Path, hosts: u32, dir: &Path, web: bool) -> Result<LabOptions,
         sluice,
         sluiced,
         web,
+        seawall,
     })
 }
 
@@ -73,7 +85,7 @@ fn guard(dir: &Path) -> Result<(), String> {
 }
 
 /// `sluice testbed up`.
-pub fn up(spec: &Path, hosts: u32, dir: &Path, web: bool) -> Result<(), String> {
+pub fn up(spec: &Path, hosts: u32, dir: &Path, web: bool, seawall: bool) -> Result<(), String> {
     if dir.join("testbed.json").exists() {
         return Err(format!(
             "a testbed is already up in {} (run `sluice testbed down --dir {}` first)",
@@ -82,7 +94,7 @@ pub fn up(spec: &Path, hosts: u32, dir: &Path, web: bool) -> Result<(), String> 
         ));
     }
     let t = Instant::now();
-    let lab = Lab::up(&options(spec, hosts, dir, web)?).map_err(|e| e.to_string())?;
+    let lab = Lab::up(&options_with(spec, hosts, dir, web, seawall)?).map_err(|e| e.to_string())?;
     let state = lab.keep();
     print_state(&state);
     println!(

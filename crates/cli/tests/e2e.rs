@@ -42,6 +42,7 @@ fn figure4_on_three_hosts_with_real_http() {
         // agent's included, into the same directory.
         sluiced: PathBuf::from(env!("CARGO_BIN_EXE_sluice")).with_file_name("sluiced"),
         web: true,
+        seawall: false,
     })
     .unwrap_or_else(|e| panic!("testbed did not come up: {e}"));
     let report = scenario::figure4(&lab).unwrap();
@@ -169,6 +170,7 @@ fn elasticity_lab_pipelined(dir: &std::path::Path, state: &str, pipeline: u64) -
         sluice: PathBuf::from(env!("CARGO_BIN_EXE_sluice")),
         sluiced: PathBuf::from(env!("CARGO_BIN_EXE_sluice")).with_file_name("sluiced"),
         web: true,
+        seawall: false,
     })
     .unwrap_or_else(|e| panic!("testbed did not come up: {e}"))
 }

@@ -313,6 +313,12 @@ pub struct IsolationStatus {
     pub feedbacks: u64,
     /// Rate decreases (reports with loss).
     pub decreases: u64,
+    /// Packets that waited in the port's queue for its rate.
+    #[serde(default)]
+    pub queued_packets: u64,
+    /// Bytes waiting now.
+    #[serde(default)]
+    pub queue_bytes_now: u64,
 }
 
 /// The heartbeat an agent repeats to the controller (`POST /v1/hosts`): its

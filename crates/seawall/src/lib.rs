@@ -30,9 +30,12 @@
 
 #![forbid(unsafe_code)]
 
+mod fifo;
 pub mod wire;
 
 use std::collections::HashMap;
+
+use fifo::Fifo;
 
 pub use wire::Report;
 
@@ -48,8 +51,8 @@ pub struct Config {
     pub max_rate_bps: u64,
     /// Additive increase per period while the entity uses its rate, bits/s.
     pub increase_bps: u64,
-    /// Multiplicative decrease on loss: the new rate is the measured sending
-    /// rate times `1 - decrease`.
+    /// Multiplicative decrease on loss: the new rate is the old one (but at
+    /// most twice the measured sending rate) times `1 - decrease`.
     pub decrease: f64,
     /// Depth of an entity's token bucket, as time at its rate, ns.
     pub burst_ns: u64,
@@ -58,6 +61,17 @@ pub struct Config {
     pub min_burst_bytes: u64,
     /// An entity that sent nothing for this long is forgotten, ns.
     pub idle_ns: u64,
+    /// Bytes an entity may queue while over its rate ([`Sender::offer`]):
+    /// packets wait instead of being dropped, so a TCP sender inside the
+    /// entity sees delay and keeps its window instead of timing out. Beyond
+    /// it, packets are dropped. 0: never queue (a policer).
+    pub queue_bytes: usize,
+    /// A receiver flags its path congested when a packet's one-way delay is
+    /// this much above the least it has seen from that sender host (queueing
+    /// on the way), ns: the signal comes before the queue overflows, so TCP
+    /// senders inside the entities rarely see loss from the fabric at all.
+    /// 0: loss only.
+    pub queue_delay_ns: u64,
 }
 
 impl Default for Config {
@@ -71,6 +85,8 @@ impl Default for Config {
             burst_ns: 2_000_000,
             min_burst_bytes: 16 * 1024,
             idle_ns: 10_000_000_000,
+            queue_bytes: 256 * 1024,
+            queue_delay_ns: 1_000_000,
         }
     }
 }
@@ -106,9 +122,16 @@ impl Config {
         if self.burst_ns == 0 || self.min_burst_bytes < 1600 {
             return bad("seawall burst must be above zero and at least one frame (1600 bytes)");
         }
+        if self.queue_bytes != 0 && self.queue_bytes < 16 * 1024 {
+            return bad("seawall queue must be 0 (drop at once) or at least 16 KiB");
+        }
         Ok(())
     }
 }
+
+/// Most periods' worth of additive increase one clean report can give (an
+/// entity silent for a long time comes back with this much more, not more).
+const MAX_CATCH_UP: f64 = 20.0;
 
 /// Who a rate applies to: a port of the sending host's switch (a VM or an NF
 /// instance) and the host its packets go to.
@@ -139,6 +162,12 @@ pub struct EntityStats {
     pub feedbacks: u64,
     /// Multiplicative decreases (reports with loss).
     pub decreases: u64,
+    /// Packets that waited in the entity's queue.
+    pub queued_packets: u64,
+    /// Packets waiting now.
+    pub queue_packets_now: u64,
+    /// Bytes waiting now.
+    pub queue_bytes_now: u64,
 }
 
 /// One entity's controller.
@@ -154,10 +183,87 @@ struct Controller {
     period_bytes: u64,
     period_policed: bool,
     period_start_ns: u64,
+    /// Highest sending rate of recent reports, decaying by 1/8 per report.
+    peak_bps: u64,
     last_sent_ns: u64,
     /// The last report's cumulative counters (None: no report yet).
     last_report: Option<(u32, u32)>,
     stats: EntityStats,
+    /// Packets waiting for tokens (allocated at the first wait).
+    queue: Fifo,
+}
+
+impl Controller {
+    fn new(cfg: &Config, now_ns: u64) -> Controller {
+        Controller {
+            rate_bps: cfg.max_rate_bps,
+            tokens: depth(cfg, cfg.max_rate_bps),
+            refilled_ns: now_ns,
+            seq: 0,
+            period_bytes: 0,
+            period_policed: false,
+            period_start_ns: now_ns,
+            peak_bps: 0,
+            last_sent_ns: now_ns,
+            last_report: None,
+            stats: EntityStats::default(),
+            queue: Fifo::default(),
+        }
+    }
+
+    fn refill(&mut self, cfg: &Config, now_ns: u64) {
+        let dt = now_ns.saturating_sub(self.refilled_ns);
+        let add = (self.rate_bps as u128 * dt as u128 / 8_000_000_000) as u64;
+        // Whole bytes only: the rest of the interval stays to be refilled.
+        if add > 0 {
+            self.tokens = (self.tokens + add).min(depth(cfg, self.rate_bps));
+            self.refilled_ns = now_ns;
+        }
+    }
+
+    /// Takes `len` bytes' tokens and numbers the packet.
+    fn send(&mut self, len: u64) -> u32 {
+        self.tokens -= len;
+        self.period_bytes += len;
+        self.stats.admitted_packets += 1;
+        self.stats.admitted_bytes += len;
+        let s = self.seq;
+        self.seq = self.seq.wrapping_add(1);
+        s
+    }
+
+    fn drop_one(&mut self, len: u64) {
+        self.period_policed = true;
+        self.stats.policed_packets += 1;
+        self.stats.policed_bytes += len;
+    }
+
+    /// When the queue's first packet will have its tokens.
+    fn ready_at(&self) -> Option<u64> {
+        let (_, d) = self.queue.front()?;
+        let need = (d.len() as u64).saturating_sub(self.tokens);
+        if need == 0 {
+            return Some(self.refilled_ns);
+        }
+        let ns = (need as u128 * 8_000_000_000).div_ceil(self.rate_bps.max(1) as u128) as u64;
+        Some(self.refilled_ns + ns)
+    }
+}
+
+/// Bucket depth of an entity at `rate_bps`.
+fn depth(cfg: &Config, rate_bps: u64) -> u64 {
+    ((rate_bps as u128 * cfg.burst_ns as u128 / 8_000_000_000) as u64).max(cfg.min_burst_bytes)
+}
+
+/// What [`Sender::offer`] did with a packet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Offer {
+    /// Send it now, carrying this sequence number.
+    Send(u32),
+    /// It waits in the entity's queue; [`Sender::release`] hands it back.
+    Queued,
+    /// Over the rate and the queue is full: drop it.
+    Dropped,
 }
 
 /// The sending side: one controller per entity.
@@ -165,8 +271,8 @@ struct Controller {
 pub struct Sender {
     cfg: Config,
     entities: HashMap<Entity, Controller>,
-    /// The entity of the previous packet, for runs of one entity's packets.
-    last: Option<Entity>,
+    /// Entities with packets waiting.
+    waiting: Vec<Entity>,
 }
 
 /// What [`Sender::admit`] decided.
@@ -184,7 +290,7 @@ impl Sender {
         Sender {
             cfg,
             entities: HashMap::new(),
-            last: None,
+            waiting: Vec::new(),
         }
     }
 
@@ -193,55 +299,108 @@ impl Sender {
         &self.cfg
     }
 
-    fn depth(&self, rate_bps: u64) -> u64 {
-        let at_rate = (rate_bps as u128 * self.cfg.burst_ns as u128 / 8_000_000_000) as u64;
-        at_rate.max(self.cfg.min_burst_bytes)
-    }
-
-    /// Decides whether `port`'s packet of `len` bytes to `host` may leave now.
+    /// Decides whether `port`'s packet of `len` bytes to `host` may leave now
+    /// (a policer: what is over the rate is dropped, never queued).
     pub fn admit(&mut self, port: u16, host: u32, len: usize, now_ns: u64) -> Admit {
-        let key = Entity { port, host };
         let cfg = self.cfg;
-        let depth_of = |rate: u64| {
-            ((rate as u128 * cfg.burst_ns as u128 / 8_000_000_000) as u64).max(cfg.min_burst_bytes)
-        };
-        let c = self.entities.entry(key).or_insert_with(|| Controller {
-            rate_bps: cfg.max_rate_bps,
-            tokens: depth_of(cfg.max_rate_bps),
-            refilled_ns: now_ns,
-            seq: 0,
-            period_bytes: 0,
-            period_policed: false,
-            period_start_ns: now_ns,
-            last_sent_ns: now_ns,
-            last_report: None,
-            stats: EntityStats::default(),
-        });
-        self.last = Some(key);
-        let dt = now_ns.saturating_sub(c.refilled_ns);
-        if dt > 0 {
-            let add = (c.rate_bps as u128 * dt as u128 / 8_000_000_000) as u64;
-            // Whole bytes only: the remainder of the interval stays unrefilled.
-            if add > 0 {
-                c.tokens = (c.tokens + add).min(depth_of(c.rate_bps));
-                c.refilled_ns = now_ns;
-            }
-        }
-        let len64 = len as u64;
+        let c = self
+            .entities
+            .entry(Entity { port, host })
+            .or_insert_with(|| Controller::new(&cfg, now_ns));
+        c.refill(&cfg, now_ns);
         c.last_sent_ns = now_ns;
-        if c.tokens < len64 {
-            c.period_policed = true;
-            c.stats.policed_packets += 1;
-            c.stats.policed_bytes += len64;
+        let len = len as u64;
+        if c.tokens < len {
+            c.drop_one(len);
             return Admit::Police;
         }
-        c.tokens -= len64;
-        c.period_bytes += len64;
-        c.stats.admitted_packets += 1;
-        c.stats.admitted_bytes += len64;
-        let s = c.seq;
-        c.seq = c.seq.wrapping_add(1);
-        Admit::Send(s)
+        Admit::Send(c.send(len))
+    }
+
+    /// Like [`Sender::admit`], but a packet over the rate waits in the
+    /// entity's queue (up to [`Config::queue_bytes`]) instead of being
+    /// dropped; `tag` is the caller's, handed back with it by
+    /// [`Sender::release`]. Packets of one entity leave in the order offered.
+    pub fn offer(&mut self, port: u16, host: u32, tag: u64, frame: &[u8], now_ns: u64) -> Offer {
+        let cfg = self.cfg;
+        let key = Entity { port, host };
+        let c = self
+            .entities
+            .entry(key)
+            .or_insert_with(|| Controller::new(&cfg, now_ns));
+        c.refill(&cfg, now_ns);
+        c.last_sent_ns = now_ns;
+        let len = frame.len() as u64;
+        if c.queue.is_empty() && c.tokens >= len {
+            return Offer::Send(c.send(len));
+        }
+        if cfg.queue_bytes == 0 {
+            c.drop_one(len);
+            return Offer::Dropped;
+        }
+        if c.queue.is_empty() {
+            // It starts waiting (the buffer is allocated at its first wait).
+            if c.queue.capacity() == 0 {
+                c.queue = Fifo::new(cfg.queue_bytes);
+            }
+            self.waiting.push(key);
+        }
+        if c.queue.push(tag, frame) {
+            c.period_policed = true;
+            c.stats.queued_packets += 1;
+            Offer::Queued
+        } else {
+            c.drop_one(len);
+            Offer::Dropped
+        }
+    }
+
+    /// Hands back, in order, every queued packet whose tokens have come:
+    /// `emit(entity, sequence, tag, frame)`; returns how many.
+    pub fn release(&mut self, now_ns: u64, mut emit: impl FnMut(Entity, u32, u64, &[u8])) -> usize {
+        let cfg = self.cfg;
+        let mut n = 0;
+        let mut k = 0;
+        while k < self.waiting.len() {
+            let key = self.waiting[k];
+            let Some(c) = self.entities.get_mut(&key) else {
+                self.waiting.swap_remove(k);
+                continue;
+            };
+            c.refill(&cfg, now_ns);
+            while let Some((tag, d)) = c.queue.front() {
+                let len = d.len() as u64;
+                if c.tokens < len {
+                    break;
+                }
+                // Numbered when it leaves, so the receiver sees no gap for
+                // the time it waited.
+                c.tokens -= len;
+                c.period_bytes += len;
+                c.stats.admitted_packets += 1;
+                c.stats.admitted_bytes += len;
+                let s = c.seq;
+                c.seq = c.seq.wrapping_add(1);
+                emit(key, s, tag, d);
+                c.queue.pop();
+                n += 1;
+            }
+            if c.queue.is_empty() {
+                self.waiting.swap_remove(k);
+            } else {
+                k += 1;
+            }
+        }
+        n
+    }
+
+    /// When [`Sender::release`] next has something to hand back (None:
+    /// nothing waits).
+    pub fn next_release(&self) -> Option<u64> {
+        self.waiting
+            .iter()
+            .filter_map(|k| self.entities.get(k).and_then(Controller::ready_at))
+            .min()
     }
 
     /// Applies a feedback message from `host`: each report's port is one of
@@ -274,24 +433,36 @@ impl Sender {
             c.stats.reported_lost += u64::from(d_lost);
             let elapsed = now_ns.saturating_sub(c.period_start_ns).max(1);
             let sent_bps = (c.period_bytes as u128 * 8_000_000_000 / elapsed as u128) as u64;
-            if d_lost > 0 {
-                // Decrease from what the entity really sent, not from an
-                // allowance it never used.
-                let base = c.rate_bps.min(sent_bps.max(cfg.min_rate_bps));
+            c.peak_bps = sent_bps.max(c.peak_bps - c.peak_bps / 8);
+            if d_lost > 0 || r.congested {
+                // Cut the allowance, but from no higher than twice the recent
+                // peak of what the entity sent: an allowance it never used (a
+                // new entity's) would make the cut toothless. Not from this
+                // period's rate: a TCP sender that just halved its window, or
+                // sits out a retransmission timeout, would drag its own
+                // allowance down with it, cut after cut, while a flooder's
+                // stays.
+                let base = c
+                    .rate_bps
+                    .min(c.peak_bps.saturating_mul(2).max(cfg.min_rate_bps));
                 let cut = (base as f64 * (1.0 - cfg.decrease)) as u64;
                 c.rate_bps = cut.max(cfg.min_rate_bps);
                 c.stats.decreases += 1;
-            } else if c.period_policed
-                || sent_bps.saturating_mul(10) >= c.rate_bps.saturating_mul(9)
-            {
-                c.rate_bps = c
-                    .rate_bps
-                    .saturating_add(cfg.increase_bps)
-                    .min(cfg.max_rate_bps);
+            } else {
+                // No loss on the path: probe for more, like a TCP sender's
+                // additive increase. Whether the entity used its allowance
+                // does not matter: a TCP sender inside it that backed off
+                // after a loss must get its share back, and an allowance
+                // never used is cut to twice the recent peak at the next loss.
+                // The step follows time, not reports: an entity reports only
+                // when its packets arrive, and one that sends less often (a
+                // TCP sender waiting out a timeout) must not grow slower than
+                // a flooder that reports every period.
+                let periods = (elapsed as f64 / cfg.period_ns as f64).clamp(0.0, MAX_CATCH_UP);
+                let step = (cfg.increase_bps as f64 * periods) as u64;
+                c.rate_bps = c.rate_bps.saturating_add(step).min(cfg.max_rate_bps);
             }
-            let depth = ((c.rate_bps as u128 * cfg.burst_ns as u128 / 8_000_000_000) as u64)
-                .max(cfg.min_burst_bytes);
-            c.tokens = c.tokens.min(depth);
+            c.tokens = c.tokens.min(depth(&cfg, c.rate_bps));
             c.period_bytes = 0;
             c.period_policed = false;
             c.period_start_ns = now_ns;
@@ -303,8 +474,7 @@ impl Sender {
     pub fn expire(&mut self, now_ns: u64) {
         let idle = self.cfg.idle_ns;
         self.entities
-            .retain(|_, c| now_ns.saturating_sub(c.last_sent_ns) < idle);
-        self.last = None;
+            .retain(|_, c| !c.queue.is_empty() || now_ns.saturating_sub(c.last_sent_ns) < idle);
     }
 
     /// The rate of `e` now (None: not known).
@@ -317,7 +487,12 @@ impl Sender {
         let mut v: Vec<_> = self
             .entities
             .iter()
-            .map(|(e, c)| (*e, c.rate_bps, c.stats))
+            .map(|(e, c)| {
+                let mut st = c.stats;
+                st.queue_packets_now = c.queue.len() as u64;
+                st.queue_bytes_now = c.queue.bytes() as u64;
+                (*e, c.rate_bps, st)
+            })
             .collect();
         v.sort_by_key(|x| x.0);
         v
@@ -325,7 +500,7 @@ impl Sender {
 
     /// Bucket depth at `rate_bps` (for reports).
     pub fn bucket_depth(&self, rate_bps: u64) -> u64 {
-        self.depth(rate_bps)
+        depth(&self.cfg, rate_bps)
     }
 }
 
@@ -354,25 +529,72 @@ pub struct Receiver {
     due_ns: Option<u64>,
     reports: Vec<Report>,
     hosts: Vec<u32>,
+    /// Packets of some sender were found missing, or queued on the way
+    /// longer than the threshold, since the last feedback.
+    period_lost: bool,
+    /// One-way delay above the least seen that counts as congestion, µs (0: off).
+    delay_threshold_us: u32,
+    /// Least one-way delay seen per sending host (µs, the two clocks' offset
+    /// included): this window's and the previous one's, and when this one began.
+    base: HashMap<u32, (u32, u32, u64)>,
+    /// The least queueing delay of any packet since the last feedback, µs.
+    /// The least, not any: a packet that waited for the receiving agent to be
+    /// scheduled (a loaded host) says nothing of the path, but when even the
+    /// least delayed packet of a period waited, a queue stands on the way.
+    period_min_queued: Option<i32>,
+    /// Periods whose delay said "congested" (for reports).
+    delayed: u64,
 }
 
+/// How long a window of the least one-way delay lasts, ns: the least of this
+/// and the previous window is the base, so it follows clock drift and route
+/// changes within two windows.
+const BASE_WINDOW_NS: u64 = 10_000_000_000;
+
 impl Receiver {
-    /// A receiver reporting every `period_ns`.
-    pub fn new(period_ns: u64) -> Receiver {
+    /// A receiver reporting every `period_ns`, flagging congestion on loss and
+    /// on one-way delays `queue_delay_ns` above the least seen (0: loss only).
+    pub fn new(period_ns: u64, queue_delay_ns: u64) -> Receiver {
         Receiver {
             period_ns: period_ns.max(1),
+            delay_threshold_us: (queue_delay_ns / 1000).min(u32::MAX as u64 / 4) as u32,
             ..Receiver::default()
         }
     }
 
-    /// Counts packet `seq` of `port` on host `host`.
-    pub fn on_packet(&mut self, host: u32, port: u16, seq: u32, now_ns: u64) {
+    /// Feedback periods flagged congested by delay (not loss) so far.
+    pub fn delayed_periods(&self) -> u64 {
+        self.delayed
+    }
+
+    /// Counts packet `seq` of `port` on host `host`, sent at `sent_us` of the
+    /// sender's clock (µs, wrapping; None: no time in the packet).
+    pub fn on_packet(&mut self, host: u32, port: u16, seq: u32, sent_us: Option<u32>, now_ns: u64) {
+        if let (Some(sent), true) = (sent_us, self.delay_threshold_us > 0) {
+            let owd = ((now_ns / 1000) as u32).wrapping_sub(sent);
+            let b = self.base.entry(host).or_insert((owd, owd, now_ns));
+            if now_ns.saturating_sub(b.2) >= BASE_WINDOW_NS {
+                *b = (owd, b.0, now_ns);
+            }
+            // Wrapping differences: the two clocks need not agree.
+            if (owd.wrapping_sub(b.0) as i32) < 0 {
+                b.0 = owd;
+            }
+            let base = if (b.1.wrapping_sub(b.0) as i32) < 0 {
+                b.1
+            } else {
+                b.0
+            };
+            let queued = owd.wrapping_sub(base) as i32;
+            self.period_min_queued = Some(self.period_min_queued.map_or(queued, |m| m.min(queued)));
+        }
         let t = self.tracks.entry((host, port)).or_insert(Track {
             next_seq: seq,
             ..Track::default()
         });
         let ahead = seq.wrapping_sub(t.next_seq);
         if ahead < RESYNC {
+            self.period_lost |= ahead > 0;
             t.lost = t.lost.wrapping_add(ahead);
             t.next_seq = seq.wrapping_add(1);
         } else {
@@ -412,6 +634,12 @@ impl Receiver {
             _ => return 0,
         }
         self.due_ns = None;
+        let delayed = self
+            .period_min_queued
+            .take()
+            .is_some_and(|q| self.delay_threshold_us > 0 && q > self.delay_threshold_us as i32);
+        self.delayed += u64::from(delayed);
+        let congested = std::mem::take(&mut self.period_lost) || delayed;
         self.hosts.clear();
         self.hosts.extend(
             self.tracks
@@ -433,6 +661,7 @@ impl Receiver {
                         received: t.received,
                         lost: t.lost,
                         next_seq: t.next_seq,
+                        congested,
                     });
                 }
             }

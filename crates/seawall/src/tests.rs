@@ -15,6 +15,7 @@ fn report(port: u16, received: u32, lost: u32) -> Report {
         received,
         lost,
         next_seq: received + lost,
+        congested: false,
     }
 }
 
@@ -54,10 +55,10 @@ fn loss_cuts_the_rate_from_what_was_sent_and_the_bucket_polices() {
     assert_eq!(no, 0);
     s.on_feedback(2, [report(1, ok as u32 - 3, 3)], 5 * MS);
     let r = s.rate_bps(Entity { port: 1, host: 2 }).unwrap();
-    // 0.7 x ~100 Mbit/s, not 0.7 x the 1 Gbit/s allowance.
-    assert!((60_000_000..=75_000_000).contains(&r), "rate {r}");
-    // Offering 100 Mbit/s on: about the new rate gets through.
-    let (ok, no) = offer(&mut s, 1, 2, 5 * MS, 100, 12_500);
+    // 0.7 x twice the ~100 Mbit/s sent, not 0.7 x the 1 Gbit/s allowance.
+    assert!((125_000_000..=150_000_000).contains(&r), "rate {r}");
+    // Offering 200 Mbit/s on: about the new rate gets through.
+    let (ok, no) = offer(&mut s, 1, 2, 5 * MS, 100, 25_000);
     assert!(no > 0);
     let got_bps = ok * 1500 * 8 * 10;
     assert!(
@@ -71,7 +72,7 @@ fn loss_cuts_the_rate_from_what_was_sent_and_the_bucket_polices() {
 }
 
 #[test]
-fn without_loss_a_busy_entity_grows_and_an_idle_one_does_not() {
+fn clean_reports_raise_the_rate_additively_and_unreported_entities_keep_theirs() {
     let c = Config {
         max_rate_bps: 1_000_000_000,
         ..Config::default()
@@ -82,14 +83,15 @@ fn without_loss_a_busy_entity_grows_and_an_idle_one_does_not() {
     offer(&mut s, 4, 2, 0, 5, 12_500);
     s.on_feedback(2, [report(1, 10, 1), report(4, 10, 1)], 5 * MS);
     let r0 = s.rate_bps(Entity { port: 1, host: 2 }).unwrap();
-    // Port 1 keeps offering more than its rate; port 4 goes quiet.
+    // Port 1 keeps sending; port 4 goes quiet, so the receiver has nothing
+    // to report of it.
     let mut t = 5 * MS;
     let mut recv1 = 10u32;
     for _ in 0..10 {
         let (ok, _) = offer(&mut s, 1, 2, t, 5, 25_000);
         t += 5 * MS;
         recv1 += ok as u32;
-        s.on_feedback(2, [report(1, recv1, 1), report(4, 10, 1)], t);
+        s.on_feedback(2, [report(1, recv1, 1)], t);
     }
     let r1 = s.rate_bps(Entity { port: 1, host: 2 }).unwrap();
     let r4 = s.rate_bps(Entity { port: 4, host: 2 }).unwrap();
@@ -109,6 +111,76 @@ fn reports_for_unknown_ports_or_impossible_counts_change_nothing() {
     assert_eq!(e, Entity { port: 1, host: 2 });
     assert_eq!(rate, 1_000_000_000);
     assert_eq!(st.feedbacks, 0);
+}
+
+#[test]
+fn over_the_rate_packets_wait_and_leave_in_order_at_the_rate() {
+    let c = Config {
+        max_rate_bps: 1_000_000_000,
+        queue_bytes: 64 * 1024,
+        ..Config::default()
+    };
+    let mut s = Sender::new(c);
+    // Cut port 1's rate to 0.7 x 2 x 12 Mbit/s: about 17 Mbit/s.
+    offer(&mut s, 1, 2, 0, 5, 1500);
+    s.on_feedback(2, [report(1, 4, 1)], 5 * MS);
+    let rate = s.rate_bps(Entity { port: 1, host: 2 }).unwrap();
+    assert!((15_000_000..=18_000_000).contains(&rate), "{rate}");
+    // 100 packets at once: the bucket's worth leaves, the rest waits, then
+    // what does not fit in 64 KiB is dropped.
+    let frame = [5u8; 1500];
+    let mut out = Vec::new();
+    let (mut queued, mut dropped) = (0, 0);
+    for k in 0..100u64 {
+        match s.offer(1, 2, k, &frame, 5 * MS) {
+            Offer::Send(seq) => out.push((seq, k)),
+            Offer::Queued => queued += 1,
+            Offer::Dropped => dropped += 1,
+        }
+    }
+    assert_eq!(out.len(), 10, "the 16 KiB bucket");
+    assert_eq!(queued, 43, "64 KiB of 1,512-byte records");
+    assert_eq!(dropped, 47);
+    assert_eq!(s.entities()[0].2.queue_packets_now, 43);
+    // Nothing is due before the tokens for the next one are.
+    let due = s.next_release().unwrap();
+    assert!(due > 5 * MS);
+    assert_eq!(s.release(due - 1, |_, _, _, _| panic!("too early")), 0);
+    let mut t = due;
+    while let Some(d) = s.next_release() {
+        t = t.max(d);
+        s.release(t, |e, seq, tag, f| {
+            assert_eq!((e.port, e.host, f.len()), (1, 2, 1500));
+            out.push((seq, tag));
+        });
+    }
+    // Every packet that was not dropped left, numbered in the order offered.
+    assert_eq!(out.len(), 53);
+    for (i, (seq, _)) in out.iter().enumerate() {
+        assert_eq!(
+            *seq,
+            5 + i as u32,
+            "numbers continue from the 5 sent before"
+        );
+    }
+    assert!(out.windows(2).all(|w| w[0].1 < w[1].1));
+    // At the rate: 43 x 1,500 bytes took about 43 x 1500 x 8 / rate.
+    let took = (t - 5 * MS) as f64 / 1e9;
+    let want = 43.0 * 1500.0 * 8.0 / rate as f64;
+    assert!((took - want).abs() < want * 0.1, "took {took} want {want}");
+    assert_eq!(s.entities()[0].2.queue_packets_now, 0);
+}
+
+#[test]
+fn a_congested_path_cuts_every_sender_on_it_even_without_its_own_loss() {
+    let mut s = Sender::new(cfg());
+    offer(&mut s, 1, 2, 0, 5, 12_500);
+    let mut r = report(1, 40, 0);
+    r.congested = true;
+    s.on_feedback(2, [r], 5 * MS);
+    let rate = s.rate_bps(Entity { port: 1, host: 2 }).unwrap();
+    assert!(rate < 200_000_000, "{rate}");
+    assert_eq!(s.entities()[0].2.decreases, 1);
 }
 
 #[test]
@@ -178,12 +250,12 @@ fn drain(r: &mut Receiver, now: u64) -> Vec<(u32, Vec<Report>)> {
 
 #[test]
 fn the_receiver_counts_gaps_as_loss_and_reports_per_sending_host() {
-    let mut r = Receiver::new(5 * MS);
+    let mut r = Receiver::new(5 * MS, 0);
     assert_eq!(r.next_deadline(), None);
     for seq in [0u32, 1, 2, 5, 6, 4] {
-        r.on_packet(1, 3, seq, 0);
+        r.on_packet(1, 3, seq, None, 0);
     }
-    r.on_packet(2, 3, 100, MS);
+    r.on_packet(2, 3, 100, None, MS);
     assert_eq!(r.next_deadline(), Some(5 * MS));
     assert!(drain(&mut r, 4 * MS).is_empty(), "not due yet");
     let got = drain(&mut r, 5 * MS);
@@ -197,16 +269,20 @@ fn the_receiver_counts_gaps_as_loss_and_reports_per_sending_host() {
                     port: 3,
                     received: 6,
                     lost: 1,
-                    next_seq: 7
+                    next_seq: 7,
+                    congested: true,
                 }]
             ),
+            // Host 2's sender lost nothing, but the path into this host was
+            // congested in the period: it hears so too.
             (
                 2,
                 vec![Report {
                     port: 3,
                     received: 1,
                     lost: 0,
-                    next_seq: 101
+                    next_seq: 101,
+                    congested: true,
                 }]
             ),
         ]
@@ -218,14 +294,14 @@ fn the_receiver_counts_gaps_as_loss_and_reports_per_sending_host() {
 
 #[test]
 fn sequence_numbers_wrap_and_a_restarted_sender_is_not_loss() {
-    let mut r = Receiver::new(MS);
+    let mut r = Receiver::new(MS, 0);
     for seq in [u32::MAX - 1, u32::MAX, 0, 2] {
-        r.on_packet(1, 1, seq, 0);
+        r.on_packet(1, 1, seq, None, 0);
     }
     // The sender restarted from 0 long after.
-    r.on_packet(1, 1, 3_000_000, 0);
-    r.on_packet(1, 1, 0, 0);
-    r.on_packet(1, 1, 1, 0);
+    r.on_packet(1, 1, 3_000_000, None, 0);
+    r.on_packet(1, 1, 0, None, 0);
+    r.on_packet(1, 1, 1, None, 0);
     let got = drain(&mut r, MS);
     assert_eq!(got[0].1[0].lost, 1);
     assert_eq!(got[0].1[0].received, 7);
@@ -234,9 +310,9 @@ fn sequence_numbers_wrap_and_a_restarted_sender_is_not_loss() {
 
 #[test]
 fn many_senders_of_one_host_are_split_over_messages() {
-    let mut r = Receiver::new(MS);
+    let mut r = Receiver::new(MS, 0);
     for port in 0..600u16 {
-        r.on_packet(9, port, 0, 0);
+        r.on_packet(9, port, 0, None, 0);
     }
     let got = drain(&mut r, MS);
     assert_eq!(got.len(), 3);
@@ -254,7 +330,7 @@ fn two_entities_on_one_bottleneck_converge_to_equal_shares() {
         ..Config::default()
     };
     let mut s = Sender::new(c);
-    let mut r = Receiver::new(c.period_ns);
+    let mut r = Receiver::new(c.period_ns, 0);
     let link_bps: u64 = 100_000_000;
     let queue_max: u64 = 64 * 1024;
     let mut queue: u64 = 0;
@@ -285,7 +361,7 @@ fn two_entities_on_one_bottleneck_converge_to_equal_shares() {
                 if let Admit::Send(seq) = s.admit(k as u16 + 1, 5, 1500, now) {
                     if queue + 1500 <= queue_max {
                         queue += 1500;
-                        r.on_packet(1, k as u16 + 1, seq, now);
+                        r.on_packet(1, k as u16 + 1, seq, None, now);
                         if now > 1_000_000_000 {
                             delivered[k] += 1500;
                         }
@@ -310,4 +386,35 @@ fn two_entities_on_one_bottleneck_converge_to_equal_shares() {
         total_bps > 0.75 * link_bps as f64,
         "utilisation {total_bps}"
     );
+}
+
+#[test]
+fn queueing_delay_flags_the_path_congested_before_any_loss() {
+    let mut r = Receiver::new(MS, MS);
+    // The sender's clock is far from ours (and wraps): only differences count.
+    let offset: u32 = u32::MAX - 500;
+    let sent = |t_ns: u64| ((t_ns / 1000) as u32).wrapping_add(offset);
+    // 100 µs on the way, then 600 µs: some queueing, under the threshold.
+    r.on_packet(1, 1, 0, Some(sent(0)), 100_000);
+    r.on_packet(1, 1, 1, Some(sent(200_000)), 800_000);
+    let got = drain(&mut r, 2 * MS);
+    assert!(!got[0].1[0].congested);
+    // One packet late by 1.6 ms among punctual ones: the receiving host was
+    // busy, not the path.
+    r.on_packet(1, 1, 2, Some(sent(3 * MS)), 3 * MS + 1_700_000);
+    r.on_packet(1, 1, 3, Some(sent(3 * MS)), 3 * MS + 150_000);
+    assert!(!drain(&mut r, 6 * MS)[0].1[0].congested);
+    // Every packet of a period 1.6-2 ms late: a standing queue on the way,
+    // reported before anything is lost.
+    r.on_packet(1, 1, 4, Some(sent(7 * MS)), 7 * MS + 1_700_000);
+    r.on_packet(1, 1, 5, Some(sent(8 * MS)), 8 * MS + 2_100_000);
+    let got = drain(&mut r, 12 * MS);
+    assert!(got[0].1[0].congested);
+    assert_eq!(got[0].1[0].lost, 0);
+    assert_eq!(r.delayed_periods(), 1);
+    // A receiver with the delay signal off counts loss only.
+    let mut plain = Receiver::new(MS, 0);
+    plain.on_packet(1, 1, 0, Some(sent(0)), 100_000);
+    plain.on_packet(1, 1, 1, Some(sent(MS)), 50 * MS);
+    assert!(!drain(&mut plain, 60 * MS)[0].1[0].congested);
 }

@@ -2,28 +2,36 @@
 //!
 //! * **The sequence option.** Every datagram a rate-controlled port sends to
 //!   another host carries a Geneve option (RFC 8926 §3.5) of Sluice's class,
-//!   type [`OPTION_SEQ`], with the sending port and a sequence number counted
-//!   per (port, destination host). The type's high bit is clear: a receiver
-//!   that does not know it (a kernel `geneve` device, an older agent) ignores
-//!   it. Data: port (u16), reserved (u16, zero), sequence (u32), big-endian.
+//!   type [`OPTION_SEQ`], with the sending port, a sequence number counted
+//!   per (port, destination host) and the time it was sent. The type's high
+//!   bit is clear: a receiver that does not know it (a kernel `geneve` device,
+//!   an older agent) ignores it. Data: port (u16), reserved (u16, zero),
+//!   sequence (u32), send time (u32, microseconds of the sender's clock,
+//!   wrapping), big-endian. The tunnel code writes and reads it
+//!   (`sluice_switch::tunnel::fabric_header`).
 //! * **Feedback.** The receiving host answers, once per period, with a Geneve
 //!   control message (the O bit set, RFC 8926 §3.4; VNI 0; protocol
 //!   [`FEEDBACK_PROTOCOL`], the IEEE local experimental EtherType) whose payload
-//!   is a version byte, a reserved byte, an entry count (u16) and that many
+//!   is a version byte, a flags byte, an entry count (u16) and that many
 //!   16-byte [`Report`]s: port (u16), reserved (u16), packets received (u32),
 //!   packets lost (u32), next expected sequence (u32). Counts are cumulative
-//!   and wrap, so a lost feedback message loses nothing but time.
+//!   and wrap, so a lost feedback message loses nothing but time. Flag
+//!   [`FLAG_CONGESTED`]: packets of *some* sender to this host were lost in the
+//!   period, so the path into it is congested for every sender that uses it
+//!   (Seawall's per-link signal: each VM's share of a link follows the link's
+//!   congestion, not only its own packets' luck in a drop-tail queue).
 
 /// Geneve option type of the sequence option (class `0xff53`, Sluice's).
 pub const OPTION_SEQ: u8 = 0x02;
 /// Bytes of the sequence option's data.
-pub const OPTION_SEQ_DATA_LEN: usize = 8;
-/// Bytes of the whole sequence option (4-byte option header plus data).
-pub const OPTION_SEQ_LEN: usize = 4 + OPTION_SEQ_DATA_LEN;
+pub const OPTION_SEQ_DATA_LEN: usize = 12;
 /// Geneve protocol type of feedback messages (IEEE 802 local experimental).
 pub const FEEDBACK_PROTOCOL: u16 = 0x88b5;
 /// Version of the feedback payload.
 pub const FEEDBACK_VERSION: u8 = 1;
+/// Feedback flag: some sender's packets to the reporting host were lost in the
+/// period.
+pub const FLAG_CONGESTED: u8 = 0x01;
 /// Bytes of one report in a feedback message.
 pub const REPORT_LEN: usize = 16;
 /// Reports per feedback message (keeps a message under 4.2 KB, inside any
@@ -43,6 +51,9 @@ pub struct Report {
     pub lost: u32,
     /// The next sequence number expected.
     pub next_seq: u32,
+    /// The message said the path into the reporting host was congested in the
+    /// period ([`FLAG_CONGESTED`]).
+    pub congested: bool,
 }
 
 /// Why a feedback message was refused.
@@ -68,25 +79,6 @@ impl std::fmt::Display for FeedbackError {
 
 impl std::error::Error for FeedbackError {}
 
-/// The sequence option's data for `port`'s packet number `seq`.
-pub fn seq_option_data(port: u16, seq: u32) -> [u8; OPTION_SEQ_DATA_LEN] {
-    let mut d = [0u8; OPTION_SEQ_DATA_LEN];
-    d[..2].copy_from_slice(&port.to_be_bytes());
-    d[4..].copy_from_slice(&seq.to_be_bytes());
-    d
-}
-
-/// Reads the sequence option's data: (port, sequence); `None` if it is not 8 bytes.
-pub fn parse_seq_option(data: &[u8]) -> Option<(u16, u32)> {
-    if data.len() != OPTION_SEQ_DATA_LEN {
-        return None;
-    }
-    Some((
-        u16::from_be_bytes([data[0], data[1]]),
-        u32::from_be_bytes([data[4], data[5], data[6], data[7]]),
-    ))
-}
-
 /// True if `datagram` (a UDP payload) is a Geneve control message of the
 /// feedback protocol: what the receive path checks before treating a datagram
 /// as a tunnelled frame.
@@ -98,7 +90,8 @@ pub fn is_feedback(datagram: &[u8]) -> bool {
 }
 
 /// Appends one feedback message carrying `reports` (at most [`MAX_REPORTS`];
-/// the rest are ignored) to `out`; returns its length.
+/// the rest are ignored) to `out`; returns its length. The message is flagged
+/// congested if any report is.
 pub fn encode_feedback(reports: &[Report], out: &mut Vec<u8>) -> usize {
     let reports = &reports[..reports.len().min(MAX_REPORTS)];
     let start = out.len();
@@ -106,7 +99,8 @@ pub fn encode_feedback(reports: &[Report], out: &mut Vec<u8>) -> usize {
     out.extend_from_slice(&[0, 0x80]);
     out.extend_from_slice(&FEEDBACK_PROTOCOL.to_be_bytes());
     out.extend_from_slice(&[0, 0, 0, 0]);
-    out.extend_from_slice(&[FEEDBACK_VERSION, 0]);
+    let congested = reports.iter().any(|r| r.congested);
+    out.extend_from_slice(&[FEEDBACK_VERSION, u8::from(congested) * FLAG_CONGESTED]);
     out.extend_from_slice(&(reports.len() as u16).to_be_bytes());
     for r in reports {
         out.extend_from_slice(&r.port.to_be_bytes());
@@ -136,13 +130,24 @@ pub fn decode_feedback(datagram: &[u8]) -> Result<Reports<'_>, FeedbackError> {
     let body = p[4..]
         .get(..n * REPORT_LEN)
         .ok_or(FeedbackError::Truncated)?;
-    Ok(Reports { body })
+    Ok(Reports {
+        body,
+        congested: p[1] & FLAG_CONGESTED != 0,
+    })
 }
 
 /// The reports of a checked feedback message.
 #[derive(Debug, Clone)]
 pub struct Reports<'a> {
     body: &'a [u8],
+    congested: bool,
+}
+
+impl Reports<'_> {
+    /// Whether the message says the path was congested.
+    pub fn congested(&self) -> bool {
+        self.congested
+    }
 }
 
 impl Iterator for Reports<'_> {
@@ -157,6 +162,7 @@ impl Iterator for Reports<'_> {
             received: u32_at(4),
             lost: u32_at(8),
             next_seq: u32_at(12),
+            congested: self.congested,
         })
     }
 }
@@ -173,13 +179,23 @@ mod tests {
                 received: i * 7,
                 lost: i,
                 next_seq: u32::MAX - i,
+                congested: i == 3,
             })
             .collect();
         let mut buf = vec![9, 9];
         let n = encode_feedback(&reports, &mut buf);
         assert_eq!(n, FEEDBACK_HEADER_LEN + MAX_REPORTS * REPORT_LEN);
         let got: Vec<Report> = decode_feedback(&buf[2..]).unwrap().collect();
-        assert_eq!(got, reports[..MAX_REPORTS]);
+        // One flag for the message: every report carries it.
+        assert!(got.iter().all(|r| r.congested));
+        let plain: Vec<Report> = reports[..MAX_REPORTS]
+            .iter()
+            .map(|r| Report {
+                congested: true,
+                ..*r
+            })
+            .collect();
+        assert_eq!(got, plain);
     }
 
     #[test]
@@ -191,6 +207,7 @@ mod tests {
                 received: 2,
                 lost: 3,
                 next_seq: 4,
+                congested: false,
             }],
             &mut buf,
         );
@@ -206,12 +223,5 @@ mod tests {
             decode_feedback(&tunnelled).unwrap_err(),
             FeedbackError::NotFeedback
         );
-    }
-
-    #[test]
-    fn seq_option_round_trips() {
-        let d = seq_option_data(0xbeef, 0x0102_0304);
-        assert_eq!(parse_seq_option(&d), Some((0xbeef, 0x0102_0304)));
-        assert_eq!(parse_seq_option(&d[..7]), None);
     }
 }

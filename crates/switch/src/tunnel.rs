@@ -18,9 +18,9 @@ use sluice_wire::{ip_proto, Error};
 pub const OPTION_CLASS: u16 = 0xff53;
 /// Option type carrying (chain u16, hop u8, reserved u8).
 pub const OPTION_CHAIN_HOP: u8 = 0x01;
-/// Option type carrying Seawall's (port u16, reserved u16, sequence u32) of a
-/// rate-controlled sender (`sluice_seawall::wire`). Not critical: receivers
-/// that do not know it ignore it.
+/// Option type carrying Seawall's (port u16, reserved u16, sequence u32, send
+/// time u32 in µs) of a rate-controlled sender (`sluice_seawall::wire`). Not
+/// critical: receivers that do not know it ignore it.
 pub const OPTION_SEQ: u8 = 0x02;
 /// Bytes added in front of the inner frame (Ethernet, IPv4, UDP, Geneve with the
 /// chain/hop option).
@@ -166,12 +166,13 @@ fn check_geneve(g: &GenevePacket<&[u8]>) -> Result<FabricPayload, TunnelError> {
         let o = o.map_err(TunnelError::Bad)?;
         if o.class == OPTION_CLASS && o.opt_type == OPTION_CHAIN_HOP && o.data.len() >= 4 {
             p.chain_hop = Some((u16::from_be_bytes([o.data[0], o.data[1]]), o.data[2]));
-        } else if o.class == OPTION_CLASS && o.opt_type == OPTION_SEQ && o.data.len() == 8 {
+        } else if o.class == OPTION_CLASS && o.opt_type == OPTION_SEQ && o.data.len() >= 12 {
             let d = o.data;
-            p.seq = Some((
-                u16::from_be_bytes([d[0], d[1]]),
-                u32::from_be_bytes([d[4], d[5], d[6], d[7]]),
-            ));
+            p.seq = Some(SeqOption {
+                port: u16::from_be_bytes([d[0], d[1]]),
+                seq: u32::from_be_bytes([d[4], d[5], d[6], d[7]]),
+                sent_us: u32::from_be_bytes([d[8], d[9], d[10], d[11]]),
+            });
         } else if o.opt_type & 0x80 != 0 {
             return Err(TunnelError::UnknownCritical(o.class, o.opt_type));
         }
@@ -186,38 +187,50 @@ pub struct FabricPayload {
     pub vni: u32,
     /// Chain and hop, if the option was present.
     pub chain_hop: Option<(u16, u8)>,
-    /// Seawall's (sending port, sequence), if the sender is rate-controlled.
-    pub seq: Option<(u16, u32)>,
+    /// Seawall's sequence option, if the sender is rate-controlled.
+    pub seq: Option<SeqOption>,
     /// Offset of the inner Ethernet frame.
     pub inner_at: usize,
 }
 
+/// What Seawall's sequence option says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SeqOption {
+    /// Sending port (on the sending host).
+    pub port: u16,
+    /// Packet number of (port, destination host).
+    pub seq: u32,
+    /// Send time, microseconds of the sender's clock (wrapping).
+    pub sent_us: u32,
+}
+
 /// Length of the longest header [`fabric_header`] writes: Geneve, the
 /// chain/hop option and the sequence option.
-pub const FABRIC_HEADER_MAX: usize = GENEVE_HEADER_MAX + 12;
+pub const FABRIC_HEADER_MAX: usize = GENEVE_HEADER_MAX + 16;
 
 /// The Geneve header of a datagram to another host: [`geneve_header`] plus,
-/// for a rate-controlled sender, the sequence option `(port, seq)`.
+/// for a rate-controlled sender, the sequence option.
 pub fn fabric_header(
     vni: u32,
     chain_hop: Option<(u16, u8)>,
-    seq: Option<(u16, u32)>,
+    seq: Option<SeqOption>,
 ) -> ([u8; FABRIC_HEADER_MAX], usize) {
     let (g, n) = geneve_header(vni, chain_hop);
     let mut h = [0u8; FABRIC_HEADER_MAX];
     h[..n].copy_from_slice(&g[..n]);
-    let Some((port, s)) = seq else {
+    let Some(s) = seq else {
         return (h, n);
     };
-    // Option header (class, type, length 2 words) and data.
+    // Option header (class, type, length 3 words) and data.
     h[n..n + 2].copy_from_slice(&OPTION_CLASS.to_be_bytes());
     h[n + 2] = OPTION_SEQ;
-    h[n + 3] = 2;
-    h[n + 4..n + 6].copy_from_slice(&port.to_be_bytes());
-    h[n + 8..n + 12].copy_from_slice(&s.to_be_bytes());
+    h[n + 3] = 3;
+    h[n + 4..n + 6].copy_from_slice(&s.port.to_be_bytes());
+    h[n + 8..n + 12].copy_from_slice(&s.seq.to_be_bytes());
+    h[n + 12..n + 16].copy_from_slice(&s.sent_us.to_be_bytes());
     // Options length, in 4-byte words, in the low 6 bits of the first byte.
-    h[0] += 3;
-    (h, n + 12)
+    h[0] += 4;
+    (h, n + 16)
 }
 
 /// Reads the Geneve header at the start of a UDP payload from another host,
@@ -316,9 +329,10 @@ mod tests {
 
     #[test]
     fn fabric_headers_carry_the_sequence_option_and_parse_back() {
+        let so = |port, seq, sent_us| Some(SeqOption { port, seq, sent_us });
         for (vni, ch, seq) in [
-            (7, Some((3u16, 2u8)), Some((9u16, 0xfeed_f00d_u32))),
-            (7, None, Some((1, 0))),
+            (7, Some((3u16, 2u8)), so(9, 0xfeed_f00d, 77)),
+            (7, None, so(1, 0, u32::MAX)),
             (0xff_ffff, Some((1, 1)), None),
         ] {
             let (h, n) = fabric_header(vni, ch, seq);

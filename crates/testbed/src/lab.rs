@@ -44,6 +44,8 @@ pub struct LabOptions {
     pub sluiced: PathBuf,
     /// Start nginx in every service VM, serving [`web_root`] files.
     pub web: bool,
+    /// Run the agents with Seawall's rate control (`sluiced run --seawall`).
+    pub seawall: bool,
 }
 
 /// A host of the lab.
@@ -365,28 +367,34 @@ impl Lab {
             let run_dir = dir.join(format!("h{}", h.id));
             fs::create_dir_all(&run_dir).map_err(other)?;
             let log = dir.join(format!("agent-h{}.log", h.id));
-            let mut child = spawn_logged(
-                Command::new(&opts.sluiced).args([
-                    "run",
-                    "--host-id",
-                    &h.id.to_string(),
-                    "--name",
-                    &h.netns,
-                    "--netns",
-                    &h.netns,
-                    "--underlay",
-                    &h.underlay.to_string(),
-                    "--controller",
-                    &self.state.controller,
-                    "--listen",
-                    &format!("127.0.0.1:{port}"),
-                    "--prefix",
-                    &format!("{p}h{}", h.id),
-                    "--run-dir",
-                    &run_dir.display().to_string(),
-                ]),
-                &log,
-            )?;
+            let mut cmd = Command::new(&opts.sluiced);
+            cmd.args([
+                "run",
+                "--host-id",
+                &h.id.to_string(),
+                "--name",
+                &h.netns,
+                "--netns",
+                &h.netns,
+                "--underlay",
+                &h.underlay.to_string(),
+                "--controller",
+                &self.state.controller,
+                "--listen",
+                &format!("127.0.0.1:{port}"),
+                "--prefix",
+                &format!("{p}h{}", h.id),
+                "--run-dir",
+                &run_dir.display().to_string(),
+            ]);
+            if opts.seawall {
+                cmd.arg("--seawall");
+                // Tuning for experiments: extra agent flags from the environment.
+                if let Ok(extra) = std::env::var("SLUICE_SEAWALL_ARGS") {
+                    cmd.args(extra.split_whitespace());
+                }
+            }
+            let mut child = spawn_logged(&mut cmd, &log)?;
             self.state.pids.insert(0, child.id());
             self.state.hosts[i].api = format!("http://127.0.0.1:{port}");
             self.save()?;
@@ -623,6 +631,42 @@ impl Lab {
     /// What the lab consists of.
     pub fn state(&self) -> &LabState {
         &self.state
+    }
+
+    /// Limits the fabric link into host `host` (the bridge's port toward it) to
+    /// `mbit` Mbit/s with a token-bucket queue of `queue_kb` KiB: a congested
+    /// downlink, shared by everything sent to that host. `tc` from iproute2.
+    pub fn limit_link_into(&self, host: u32, mbit: u32, queue_kb: u32) -> Result<(), LabError> {
+        let (fab, _) = &self.state.fabric;
+        let dev = format!("{}f{host}", self.state.prefix);
+        let out = Command::new("tc")
+            .args([
+                "-n",
+                fab,
+                "qdisc",
+                "replace",
+                "dev",
+                &dev,
+                "root",
+                "tbf",
+                "rate",
+                &format!("{mbit}mbit"),
+                // A burst of 64 KiB lets a whole UDP super-datagram through
+                // at once, as a switch port would.
+                "burst",
+                "64kb",
+                "limit",
+                &format!("{}kb", queue_kb.max(64)),
+            ])
+            .output()
+            .map_err(|e| other(format!("cannot run tc (iproute2): {e}")))?;
+        if !out.status.success() {
+            return Err(other(format!(
+                "tc on {dev} in {fab}: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            )));
+        }
+        Ok(())
     }
 
     /// Runs `cmd` inside VM `vm`'s namespace and returns (success, stdout, stderr).
