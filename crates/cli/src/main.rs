@@ -235,6 +235,38 @@ enum TestbedCmd {
 
 #[derive(Subcommand)]
 enum ExperimentCmd {
+    /// Seawall: a VM's TCP download against a VM flooding UDP or opening many
+    /// TCP connections, over a congested link into one host, with the agents'
+    /// rate control off and then on (Seawall §3.1, Fig. 1-2; docs/ISOLATION.md).
+    Isolation {
+        /// Tenant spec (needs VMs web-a1, web-a2 and web-b1 on three hosts).
+        #[arg(long, default_value = "examples/tenant/figure4.yaml")]
+        spec: PathBuf,
+        /// Rate of the link into the receiving host, Mbit/s.
+        #[arg(long, default_value_t = 100)]
+        bottleneck_mbit: u32,
+        /// Queue of that link, KiB.
+        #[arg(long, default_value_t = 128)]
+        queue_kb: u32,
+        /// The UDP aggressor's rate, Mbit/s.
+        #[arg(long, default_value_t = 300)]
+        udp_mbit: u32,
+        /// The TCP aggressor's connections.
+        #[arg(long, default_value_t = 16)]
+        tcp_flows: usize,
+        /// Seconds per contest.
+        #[arg(long, default_value_t = 6)]
+        seconds: u32,
+        /// Settings to compare: off, on, or both (off,on).
+        #[arg(long, default_value = "off,on")]
+        seawall: String,
+        /// Working directory.
+        #[arg(long, default_value = "/tmp/sluice-experiment")]
+        dir: PathBuf,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Concurrent HTTP downloads through a middlebox; SIGKILL one instance
     /// mid-transfer; compare with a run without failure (StatelessNF Fig. 4.7).
     Failover {
@@ -566,6 +598,29 @@ fn main() -> ExitCode {
         Cmd::Metric(a) => return exit(ctl::metric(&a)),
         Cmd::Experiment { what } => {
             return exit(match what {
+                ExperimentCmd::Isolation {
+                    spec,
+                    bottleneck_mbit,
+                    queue_kb,
+                    udp_mbit,
+                    tcp_flows,
+                    seconds,
+                    seawall,
+                    dir,
+                    json,
+                } => testbed::isolation(
+                    &spec,
+                    &dir,
+                    &seawall,
+                    sluice_testbed::isolation::IsolationOptions {
+                        bottleneck_mbit,
+                        queue_kb,
+                        udp_mbit,
+                        tcp_flows,
+                        seconds,
+                    },
+                    json,
+                ),
                 ExperimentCmd::Failover {
                     spec,
                     downloads,

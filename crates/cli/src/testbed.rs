@@ -186,6 +186,48 @@ pub fn demo(spec: &Path, hosts: u32, dir: &Path, fw_state: Option<&str>) -> Resu
 }
 
 /// `sluice experiment failover`.
+/// `sluice experiment isolation`: the contests on a lab per setting.
+pub fn isolation(
+    spec: &Path,
+    dir: &Path,
+    settings: &str,
+    o: sluice_testbed::isolation::IsolationOptions,
+    json: bool,
+) -> Result<(), String> {
+    use sluice_testbed::isolation as iso;
+    let mut on = Vec::new();
+    for s in settings.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        match s {
+            "off" => on.push(false),
+            "on" => on.push(true),
+            x => return Err(format!("--seawall: `{x}` is neither `off` nor `on`")),
+        }
+    }
+    if on.is_empty() {
+        return Err("--seawall: name at least one of off, on".into());
+    }
+    guard(dir)?;
+    let mut contests = Vec::new();
+    for sw in on {
+        if !json {
+            eprintln!("testbed with Seawall {} ...", if sw { "on" } else { "off" });
+        }
+        let lab = Lab::up(&options_with(spec, 3, dir, false, sw)?).map_err(|e| e.to_string())?;
+        contests.extend(iso::contests(&lab, &o).map_err(|e| e.to_string())?);
+        drop(lab);
+    }
+    let r = iso::IsolationReport {
+        options: o,
+        contests,
+    };
+    if json {
+        println!("{}", serde_json::to_string(&r).map_err(|e| e.to_string())?);
+    } else {
+        iso::print(&r);
+    }
+    Ok(())
+}
+
 pub fn failover(
     spec: &Path,
     dir: &Path,

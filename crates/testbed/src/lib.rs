@@ -16,6 +16,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 pub mod elasticity;
 pub mod experiments;
+pub mod isolation;
 pub mod lab;
 pub mod scaling;
 pub mod scenario;
