@@ -100,7 +100,11 @@ fn spawn_in(lab: &Lab, vm: &str, cmd: &[&str]) -> Result<Child, LabError> {
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .map_err(|e| other(format!("cannot run iperf3 in {vm} (Debian package iperf3): {e}")))
+        .map_err(|e| {
+            other(format!(
+                "cannot run iperf3 in {vm} (Debian package iperf3): {e}"
+            ))
+        })
 }
 
 /// Received Mbit/s of each second, from an iperf3 server's JSON.
@@ -157,11 +161,19 @@ pub fn contest(lab: &Lab, aggressor: &str, o: &IsolationOptions) -> Result<Conte
         .ok_or_else(|| other(format!("the spec has no VM `{SERVER}`")))?;
     let before = (entity(lab, VICTIM), entity(lab, AGGRESSOR));
     let secs = o.seconds.max(2).to_string();
-    let vs = spawn_in(lab, SERVER, &["iperf3", "-s", "-1", "-J", "-p", VICTIM_PORT])?;
+    let vs = spawn_in(
+        lab,
+        SERVER,
+        &["iperf3", "-s", "-1", "-J", "-p", VICTIM_PORT],
+    )?;
     let as_ = if aggressor == "alone" {
         None
     } else {
-        Some(spawn_in(lab, SERVER, &["iperf3", "-s", "-1", "-J", "-p", AGGRESSOR_PORT])?)
+        Some(spawn_in(
+            lab,
+            SERVER,
+            &["iperf3", "-s", "-1", "-J", "-p", AGGRESSOR_PORT],
+        )?)
     };
     std::thread::sleep(Duration::from_millis(400));
     let flows = o.tcp_flows.max(1).to_string();
@@ -172,15 +184,33 @@ pub fn contest(lab: &Lab, aggressor: &str, o: &IsolationOptions) -> Result<Conte
             lab,
             AGGRESSOR,
             &[
-                "iperf3", "-c", &server_addr, "-p", AGGRESSOR_PORT, "-u", "-b", &udp_rate, "-l",
-                "1400", "-t", &secs,
+                "iperf3",
+                "-c",
+                &server_addr,
+                "-p",
+                AGGRESSOR_PORT,
+                "-u",
+                "-b",
+                &udp_rate,
+                "-l",
+                "1400",
+                "-t",
+                &secs,
             ],
         )?),
         "tcp" => Some(spawn_in(
             lab,
             AGGRESSOR,
             &[
-                "iperf3", "-c", &server_addr, "-p", AGGRESSOR_PORT, "-P", &flows, "-t", &secs,
+                "iperf3",
+                "-c",
+                &server_addr,
+                "-p",
+                AGGRESSOR_PORT,
+                "-P",
+                &flows,
+                "-t",
+                &secs,
             ],
         )?),
         x => return Err(other(format!("unknown aggressor `{x}` (alone, udp, tcp)"))),
@@ -244,7 +274,9 @@ pub fn contests(lab: &Lab, o: &IsolationOptions) -> Result<Vec<Contest>, LabErro
         .ok_or_else(|| other(format!("the spec has no VM `{SERVER}`")))?;
     for vm in [VICTIM, AGGRESSOR] {
         if lab.state().vm(vm).map(|v| v.host) == Some(host) {
-            return Err(other(format!("{vm} is on the server's host; the experiment needs them apart")));
+            return Err(other(format!(
+                "{vm} is on the server's host; the experiment needs them apart"
+            )));
         }
     }
     lab.limit_link_into(host, o.bottleneck_mbit, o.queue_kb)?;
@@ -264,7 +296,16 @@ pub fn print(r: &IsolationReport) {
     );
     println!(
         "{:<8} {:<9} {:>9} {:>9} {:>7} {:>6} {:>6} {:>10} {:>9} {:>9}",
-        "seawall", "aggressor", "victim", "aggr.", "share", "jain", "util", "aggr.drop", "v.queued", "decr v/a"
+        "seawall",
+        "aggressor",
+        "victim",
+        "aggr.",
+        "share",
+        "jain",
+        "util",
+        "aggr.drop",
+        "v.queued",
+        "decr v/a"
     );
     for c in &r.contests {
         println!(
