@@ -780,6 +780,13 @@ impl Dataplane {
         self.seawall = cfg.map(|c| Box::new(sluice_seawall::Sender::new(c)));
     }
 
+    /// When the next packet waiting for its sender's rate may leave (None:
+    /// nothing waits). Part of [`Dataplane::next_deadline`]; the I/O loop
+    /// wakes for it without its usual slack, since the packet waits for it.
+    pub fn seawall_release_at(&self) -> Option<u64> {
+        self.seawall.as_ref().and_then(|s| s.next_release())
+    }
+
     /// Whether this host's senders are rate-controlled.
     pub fn seawall_on(&self) -> bool {
         self.seawall.is_some()
@@ -1001,11 +1008,14 @@ impl Dataplane {
             .filter_map(|h| h.last_hb)
             .map(|t| t + self.suspect_ns)
             .min();
-        let release = self.seawall.as_ref().and_then(|s| s.next_release());
-        [hb, self.seawall_rx.next_deadline(), release]
-            .into_iter()
-            .flatten()
-            .min()
+        [
+            hb,
+            self.seawall_rx.next_deadline(),
+            self.seawall_release_at(),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
     }
 
     /// Suspects instances silent for the suspicion timeout and, in the same call,

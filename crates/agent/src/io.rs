@@ -452,6 +452,10 @@ impl<'a> Loop<'a> {
             let wait = self.dp.next_deadline().map_or(POLL, |d| {
                 Duration::from_nanos(d.saturating_sub(now) + 100_000).min(POLL)
             });
+            // Packets held for their sender's rate leave on time, not 100 µs late.
+            let wait = self.dp.seawall_release_at().map_or(wait, |d| {
+                wait.min(Duration::from_nanos(d.saturating_sub(now)))
+            });
             let spinning = spin_until.is_some_and(|t| self.clock.mono < t);
             let wait = if spinning {
                 self.stats.spins += 1;

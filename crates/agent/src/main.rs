@@ -64,7 +64,7 @@ enum Cmd {
         #[arg(long, default_value_t = 10.0, requires = "seawall")]
         seawall_increase_mbps: f64,
         /// Seawall: multiplicative decrease on loss (0 < d < 1).
-        #[arg(long, default_value_t = 0.3, requires = "seawall")]
+        #[arg(long, default_value_t = 0.2, requires = "seawall")]
         seawall_decrease: f64,
         /// Seawall: highest rate (and a new sender's), Mbit/s.
         #[arg(long, default_value_t = 100_000.0, requires = "seawall")]
@@ -72,6 +72,10 @@ enum Cmd {
         /// Seawall: depth of a sender's token bucket, milliseconds at its rate.
         #[arg(long, default_value_t = 2.0, requires = "seawall")]
         seawall_burst_ms: f64,
+        /// Seawall: queueing delay on the way to this host that counts as
+        /// congestion, milliseconds (0: only loss does).
+        #[arg(long, default_value_t = 1.0, requires = "seawall")]
+        seawall_queue_delay_ms: f64,
     },
     /// Run one NF instance (what the agent spawns).
     Instance {
@@ -131,6 +135,7 @@ fn main() -> ExitCode {
             seawall_decrease,
             seawall_max_mbps,
             seawall_burst_ms,
+            seawall_queue_delay_ms,
         } => {
             let seawall = seawall.then(|| sluice_seawall::Config {
                 period_ns: (seawall_period_ms * 1e6) as u64,
@@ -138,6 +143,7 @@ fn main() -> ExitCode {
                 decrease: seawall_decrease,
                 max_rate_bps: (seawall_max_mbps * 1e6) as u64,
                 burst_ns: (seawall_burst_ms * 1e6) as u64,
+                queue_delay_ns: (seawall_queue_delay_ms * 1e6) as u64,
                 ..sluice_seawall::Config::default()
             });
             let opts = sluice_agent::AgentOptions {

@@ -63,6 +63,8 @@ pub struct DataplaneReport {
     pub offloads: String,
     /// What the two agents' batched I/O achieved during the switch runs.
     pub io: IoReport,
+    /// The agents ran Seawall's rate control.
+    pub seawall: bool,
 }
 
 /// Batch sizes and coalescing the agents achieved on the switch path (from
@@ -181,6 +183,7 @@ pub fn run(
     spec: &Path,
     seconds: u32,
     installs: usize,
+    seawall: bool,
 ) -> Result<DataplaneReport, String> {
     let coalesce = coalescing();
     // Baseline: one veth pair, configured like the testbed's VM links.
@@ -209,7 +212,7 @@ pub fn run(
         sluice: sluice.to_path_buf(),
         sluiced: sluice.with_file_name("sluiced"),
         web: false,
-        seawall: false,
+        seawall,
     })
     .map_err(|e| e.to_string())?;
     let st = lab.state().clone();
@@ -311,6 +314,7 @@ pub fn run(
         hosts: st.hosts.len(),
         offloads: offloads(coalesce),
         io,
+        seawall,
     })
 }
 
@@ -443,6 +447,9 @@ fn changed_all(controller: &str, now: &[u64]) -> bool {
 
 /// Prints the report as a table with the goals and Stratos's numbers.
 pub fn print(r: &DataplaneReport) {
+    if r.seawall {
+        println!("agents run Seawall's rate control (sluiced run --seawall)");
+    }
     println!("path      Gbit/s   RTT p50 us   RTT p99 us");
     for p in &r.paths {
         println!(

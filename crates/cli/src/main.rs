@@ -135,6 +135,10 @@ enum BenchCmd {
         /// The tenant the testbed runs (its web-a1 and web-b1 VMs carry the traffic).
         #[arg(long, default_value = "examples/tenant/figure4.yaml")]
         spec: PathBuf,
+        /// Run the agents with Seawall's rate control (what it costs the
+        /// switch path when nothing is congested).
+        #[arg(long)]
+        seawall: bool,
     },
     /// Remote (Redis) versus local state: throughput, added latency and store
     /// operations per packet of each function, long and short flows (StatelessNF Fig. 4.4).
@@ -411,9 +415,10 @@ fn bench(which: BenchCmd) -> Result<(), String> {
             seconds,
             installs,
             spec,
+            seawall,
         } => {
             let exe = std::env::current_exe().map_err(|e| e.to_string())?;
-            let r = sluice_bench::dataplane::run(&exe, &spec, seconds, installs)?;
+            let r = sluice_bench::dataplane::run(&exe, &spec, seconds, installs, seawall)?;
             if json {
                 println!("{}", serde_json::to_string(&r).map_err(|e| e.to_string())?);
             } else {

@@ -81,7 +81,7 @@ impl Default for Config {
             min_rate_bps: 2_000_000,
             max_rate_bps: 100_000_000_000,
             increase_bps: 10_000_000,
-            decrease: 0.3,
+            decrease: 0.2,
             burst_ns: 2_000_000,
             min_burst_bytes: 16 * 1024,
             idle_ns: 10_000_000_000,

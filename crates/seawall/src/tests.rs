@@ -2,9 +2,12 @@ use super::*;
 
 const MS: u64 = 1_000_000;
 
+/// The defaults with a 1 Gbit/s ceiling and a 30 % decrease, which the
+/// expected figures below are worked out for.
 fn cfg() -> Config {
     Config {
         max_rate_bps: 1_000_000_000,
+        decrease: 0.3,
         ..Config::default()
     }
 }
@@ -116,9 +119,8 @@ fn reports_for_unknown_ports_or_impossible_counts_change_nothing() {
 #[test]
 fn over_the_rate_packets_wait_and_leave_in_order_at_the_rate() {
     let c = Config {
-        max_rate_bps: 1_000_000_000,
         queue_bytes: 64 * 1024,
-        ..Config::default()
+        ..cfg()
     };
     let mut s = Sender::new(c);
     // Cut port 1's rate to 0.7 x 2 x 12 Mbit/s: about 17 Mbit/s.
