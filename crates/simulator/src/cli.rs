@@ -107,6 +107,9 @@ pub enum SimCommand {
         /// Seawall multiplicative decrease, 0-1 (default: the crate's).
         #[arg(long)]
         decrease: Option<f64>,
+        /// Bottleneck queue, KB (default: two base round trips' worth, at least 64).
+        #[arg(long)]
+        queue_kb: Option<u64>,
     },
     /// Scale benchmarks (issue 6): CoMb LP time vs Topology Zoo network size, Stratos
     /// wall time vs datacenter size.
@@ -222,6 +225,7 @@ pub fn run(cmd: SimCommand) -> Result<(), SimError> {
             period_ms,
             increase_mbps,
             decrease,
+            queue_kb,
         } => {
             let mut sw = sluice_seawall::Config::default();
             if let Some(p) = period_ms {
@@ -239,6 +243,7 @@ pub fn run(cmd: SimCommand) -> Result<(), SimError> {
                 duration_ns: secs_to_ns(duration, "--duration")?,
                 warmup_ns: secs_to_ns(warmup, "--warmup")?,
                 seawall: sw,
+                queue_bytes: queue_kb.map(|k| k * 1024),
             };
             let report = seawall_report(&plan)?;
             write_files(&out, &report.files)?;
@@ -1087,6 +1092,8 @@ pub struct SeawallPlan {
     pub warmup_ns: u64,
     /// Seawall's parameters.
     pub seawall: sluice_seawall::Config,
+    /// Bottleneck queue, bytes (None: [`LinkConfig::new`](crate::seawall::LinkConfig::new)'s).
+    pub queue_bytes: Option<u64>,
 }
 
 /// Flows of Fig. 1's selfish VM.
@@ -1179,6 +1186,7 @@ pub fn seawall_report(plan: &SeawallPlan) -> Result<NfaasReport, SimError> {
         "capacity_mbps,case,mode,join_s,seconds_to_80pct_of_fair_share,newcomer_share_second_half\n",
     );
     let mut series_csv = String::from("capacity_mbps,case,mode,vm,time_s,throughput_mbps\n");
+    let mut links = String::new();
     let mut s1 = String::new();
     let mut s2 = String::new();
     let mut s3 = String::new();
@@ -1247,11 +1255,22 @@ pub fn seawall_report(plan: &SeawallPlan) -> Result<NfaasReport, SimError> {
 
     for &cap in &plan.capacities_bps {
         let mbps = cap / 1_000_000;
-        let link = LinkConfig {
+        let mut link = LinkConfig {
             duration_ns: plan.duration_ns,
             warmup_ns: plan.warmup_ns,
             ..LinkConfig::new(cap, plan.seed)
         };
+        if let Some(q) = plan.queue_bytes {
+            link.queue_bytes = q;
+        }
+        let _ = writeln!(
+            links,
+            "{mbps} Mb/s: drop-tail queue {} KB, base round trip {} us, feedback delay {} us, step {} us",
+            link.queue_bytes / 1024,
+            link.base_rtt_ns / 1000,
+            link.feedback_delay_ns / 1000,
+            link.step_ns / 1000
+        );
         let (mut v1, mut v2) = (vec![Vec::new(); 4], vec![Vec::new(); 4]);
         for k in SEAWALL_FIG1_K {
             let (a, b) = two(run(
@@ -1501,7 +1520,7 @@ pub fn seawall_report(plan: &SeawallPlan) -> Result<NfaasReport, SimError> {
     files.push(("per_vm.csv".into(), per_vm));
     let sw = &plan.seawall;
     let summary = format!(
-        "Seawall: period {} ms, +{} Mb/s per period, x{} on loss; {} s runs, {} s warm-up, seed {}\n{s1}\n{s2}\n{s3}\n{s4}\n{s5}",
+        "Seawall: period {} ms, +{} Mb/s per period, x{} on loss; {} s runs, {} s warm-up, seed {}\n{links}\n{s1}\n{s2}\n{s3}\n{s4}\n{s5}",
         sw.period_ns as f64 / 1e6,
         sw.increase_bps as f64 / 1e6,
         1.0 - sw.decrease,
@@ -1582,6 +1601,7 @@ mod tests {
             duration_ns: 1_500_000_000,
             warmup_ns: 500_000_000,
             seawall: sluice_seawall::Config::default(),
+            queue_bytes: None,
         };
         let r = seawall_report(&plan).unwrap();
         // Three charts per link rate, seven CSV files.
