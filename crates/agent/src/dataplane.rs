@@ -859,6 +859,7 @@ impl Dataplane {
                     body: (0, 0),
                 });
             });
+            s.check_silence(now);
             if now >= self.seawall_expire_at {
                 s.expire(now);
                 self.seawall_expire_at = now + SEAWALL_EXPIRE_EVERY_NS;

@@ -133,6 +133,9 @@ impl Config {
 /// entity silent for a long time comes back with this much more, not more).
 const MAX_CATCH_UP: f64 = 20.0;
 
+/// Periods without a report, while sending, that count as total loss.
+pub const SILENCE_PERIODS: u64 = 4;
+
 /// Who a rate applies to: a port of the sending host's switch (a VM or an NF
 /// instance) and the host its packets go to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -467,6 +470,38 @@ impl Sender {
             c.period_policed = false;
             c.period_start_ns = now_ns;
         }
+    }
+
+    /// An entity that has sent since its last report but heard nothing for
+    /// [`SILENCE_PERIODS`] periods, from a receiver that did report before,
+    /// takes the silence as loss of everything (as a TCP sender takes a
+    /// retransmission timeout): its rate is cut. Without this, a path so
+    /// congested that none of an entity's packets arrive would never report
+    /// to it. Receivers that never reported (no Seawall there) are not
+    /// second-guessed. Returns how many were cut; call it every loop.
+    pub fn check_silence(&mut self, now_ns: u64) -> usize {
+        let cfg = self.cfg;
+        let limit = cfg.period_ns.saturating_mul(SILENCE_PERIODS);
+        let mut n = 0;
+        for c in self.entities.values_mut() {
+            if c.last_report.is_none()
+                || c.period_bytes == 0
+                || now_ns.saturating_sub(c.period_start_ns) <= limit
+            {
+                continue;
+            }
+            let base = c
+                .rate_bps
+                .min(c.peak_bps.saturating_mul(2).max(cfg.min_rate_bps));
+            c.rate_bps = ((base as f64 * (1.0 - cfg.decrease)) as u64).max(cfg.min_rate_bps);
+            c.tokens = c.tokens.min(depth(&cfg, c.rate_bps));
+            c.stats.decreases += 1;
+            c.period_bytes = 0;
+            c.period_policed = false;
+            c.period_start_ns = now_ns;
+            n += 1;
+        }
+        n
     }
 
     /// Forgets entities idle for longer than the configured time (bounded

@@ -420,3 +420,21 @@ fn queueing_delay_flags_the_path_congested_before_any_loss() {
     plain.on_packet(1, 1, 1, Some(sent(MS)), 50 * MS);
     assert!(!drain(&mut plain, 60 * MS)[0].1[0].congested);
 }
+
+#[test]
+fn silence_from_a_receiver_that_reported_before_is_total_loss() {
+    let mut s = Sender::new(cfg());
+    offer(&mut s, 1, 2, 0, 5, 12_500);
+    // Host 7 never speaks Seawall: its silence means nothing.
+    offer(&mut s, 1, 7, 0, 5, 12_500);
+    s.on_feedback(2, [report(1, 40, 0)], 5 * MS);
+    let before = s.rate_bps(Entity { port: 1, host: 2 }).unwrap();
+    offer(&mut s, 1, 2, 5 * MS, 5, 12_500);
+    offer(&mut s, 1, 7, 5 * MS, 5, 12_500);
+    assert_eq!(s.check_silence(20 * MS), 0, "not yet four periods");
+    assert_eq!(s.check_silence(26 * MS), 1);
+    assert!(s.rate_bps(Entity { port: 1, host: 2 }).unwrap() < before);
+    assert_eq!(s.rate_bps(Entity { port: 1, host: 7 }), Some(1_000_000_000));
+    // Once cut, it waits another four periods of silence.
+    assert_eq!(s.check_silence(30 * MS), 0);
+}

@@ -1,4 +1,4 @@
-//! Simulations reproducing the Stratos, NFaaS and CoMb evaluations.
+//! Simulations reproducing the Stratos, NFaaS, CoMb and Seawall evaluations.
 //!
 //! Library modules are deterministic for a given seed and do no I/O; only [`cli`] (the
 //! reproduction runners) and [`bench`](mod@bench) touch files, clocks and the terminal.
@@ -9,6 +9,7 @@ pub mod comb;
 pub mod datacenter;
 pub mod maxmin;
 pub mod nfaas;
+pub mod seawall;
 pub mod stratos;
 pub mod svg;
 pub mod topology;
