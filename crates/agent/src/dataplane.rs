@@ -2124,6 +2124,12 @@ mod tests {
             }
         }
         assert_eq!(left, waiting);
+        // Host 3, which reported before, said nothing while they left (over
+        // four periods): that silence counts as loss, and the rate was cut
+        // again.
+        let (_, after, st) = tx.seawall_entities()[0];
+        assert!(after < rate && st.decreases >= 2, "{after} {st:?}");
+        let rate = after;
         // Local delivery is never rate-controlled.
         plan.clear();
         let near = with_macs(
