@@ -371,20 +371,16 @@ impl Sender {
                 continue;
             };
             c.refill(&cfg, now_ns);
-            while let Some((tag, d)) = c.queue.front() {
-                let len = d.len() as u64;
+            while let Some(len) = c.queue.front().map(|(_, d)| d.len() as u64) {
                 if c.tokens < len {
                     break;
                 }
                 // Numbered when it leaves, so the receiver sees no gap for
                 // the time it waited.
-                c.tokens -= len;
-                c.period_bytes += len;
-                c.stats.admitted_packets += 1;
-                c.stats.admitted_bytes += len;
-                let s = c.seq;
-                c.seq = c.seq.wrapping_add(1);
-                emit(key, s, tag, d);
+                let s = c.send(len);
+                if let Some((tag, d)) = c.queue.front() {
+                    emit(key, s, tag, d);
+                }
                 c.queue.pop();
                 n += 1;
             }
