@@ -862,8 +862,17 @@ impl Dataplane {
             s.check_silence(now);
             if now >= self.seawall_expire_at {
                 s.expire(now);
-                self.seawall_expire_at = now + SEAWALL_EXPIRE_EVERY_NS;
             }
+        }
+        if now >= self.seawall_expire_at {
+            let idle = self
+                .seawall
+                .as_ref()
+                .map_or(sluice_seawall::Config::default().idle_ns, |s| {
+                    s.config().idle_ns
+                });
+            self.seawall_rx.expire(now, idle);
+            self.seawall_expire_at = now + SEAWALL_EXPIRE_EVERY_NS;
         }
     }
 

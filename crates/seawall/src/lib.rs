@@ -542,6 +542,8 @@ struct Track {
     received: u32,
     lost: u32,
     dirty: bool,
+    /// When its last packet came.
+    last_ns: u64,
 }
 
 /// Sequence gaps larger than this (forwards or backwards) are a sender that
@@ -642,6 +644,7 @@ impl Receiver {
         }
         t.received = t.received.wrapping_add(1);
         t.dirty = true;
+        t.last_ns = now_ns;
         if self.due_ns.is_none() {
             self.due_ns = Some(now_ns + self.period_ns);
         }
@@ -707,9 +710,21 @@ impl Receiver {
         sent
     }
 
+    /// Forgets senders (and hosts' delay bases) heard nothing from for
+    /// `idle_ns`: bounded memory under VM churn. A sender that comes back
+    /// starts a new track (no loss is counted across the gap).
+    pub fn expire(&mut self, now_ns: u64, idle_ns: u64) {
+        self.tracks
+            .retain(|_, t| t.dirty || now_ns.saturating_sub(t.last_ns) < idle_ns);
+        let tracks = &self.tracks;
+        self.base
+            .retain(|h, _| tracks.keys().any(|(th, _)| th == h));
+    }
+
     /// Forgets every sender of `host` (it left the fabric).
     pub fn forget_host(&mut self, host: u32) {
         self.tracks.retain(|(h, _), _| *h != host);
+        self.base.remove(&host);
     }
 
     /// Senders tracked.

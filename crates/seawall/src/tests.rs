@@ -438,3 +438,20 @@ fn silence_from_a_receiver_that_reported_before_is_total_loss() {
     // Once cut, it waits another four periods of silence.
     assert_eq!(s.check_silence(30 * MS), 0);
 }
+
+#[test]
+fn the_receiver_forgets_silent_senders() {
+    let mut r = Receiver::new(MS, MS);
+    r.on_packet(1, 1, 0, Some(0), 0);
+    r.on_packet(2, 1, 0, Some(0), 5_000 * MS);
+    drain(&mut r, 5_001 * MS);
+    r.expire(10_500 * MS, 10_000 * MS);
+    assert_eq!(r.len(), 1);
+    // Host 1's sender comes back with other numbers: a new track, no loss.
+    r.on_packet(1, 1, 500, Some(0), 10_600 * MS);
+    let got = drain(&mut r, 10_700 * MS);
+    assert_eq!(
+        (got[0].0, got[0].1[0].lost, got[0].1[0].received),
+        (1, 0, 1)
+    );
+}
