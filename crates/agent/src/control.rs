@@ -985,6 +985,7 @@ fn isolation(p: &crate::io::Published, names: &[(u16, String)]) -> Vec<Isolation
             decreases: st.decreases,
             queued_packets: st.queued_packets,
             queue_bytes_now: st.queue_bytes_now,
+            weight: st.weight,
         })
         .collect()
 }

@@ -151,6 +151,8 @@ pub struct Port {
     pub name: String,
     /// What is attached.
     pub target: PortTarget,
+    /// Seawall weight of what it sends (VMs: their service's `weight:`).
+    pub weight: u16,
 }
 
 /// Who sent a UDP datagram, by its source address.
@@ -597,8 +599,13 @@ impl Dataplane {
             if p.vni >= 1 << 24 {
                 return Err(ConfigError::VniTooLarge(p.vni));
             }
-            let (name, target) = match &p.kind {
-                PortKind::Vm { name, iface, mac } => {
+            let (name, target, weight) = match &p.kind {
+                PortKind::Vm {
+                    name,
+                    iface,
+                    mac,
+                    weight,
+                } => {
                     if !valid_iface(iface) {
                         return Err(ConfigError::BadIface {
                             port: p.id,
@@ -618,6 +625,7 @@ impl Dataplane {
                             iface: iface.clone(),
                             mac,
                         },
+                        (*weight).max(1),
                     )
                 }
                 PortKind::Instance { name } => {
@@ -629,6 +637,7 @@ impl Dataplane {
                         PortTarget::Instance {
                             addr: SocketAddrV4::new(inst, GENEVE_PORT),
                         },
+                        1,
                     )
                 }
             };
@@ -637,6 +646,7 @@ impl Dataplane {
                 vni: p.vni,
                 name,
                 target,
+                weight,
             };
             if ports.insert(p.id, port).is_some() {
                 return Err(ConfigError::DuplicatePort(p.id));
@@ -767,6 +777,7 @@ impl Dataplane {
         // free a flooding VM or look like loss to the receivers.
         self.seawall.clone_from(&old.seawall);
         self.seawall_rx.clone_from(&old.seawall_rx);
+        self.apply_weights();
         self.refresh_groups();
     }
 
@@ -778,6 +789,14 @@ impl Dataplane {
             self.seawall_rx = sluice_seawall::Receiver::new(c.period_ns, c.queue_delay_ns);
         }
         self.seawall = cfg.map(|c| Box::new(sluice_seawall::Sender::new(c)));
+        self.apply_weights();
+    }
+
+    /// Hands the ports' weights to the rate controllers.
+    fn apply_weights(&mut self) {
+        if let Some(s) = &mut self.seawall {
+            s.set_weights(self.ports.values().map(|p| (p.id, p.weight)));
+        }
     }
 
     /// When the next packet waiting for its sender's rate may leave (None:
@@ -1731,6 +1750,7 @@ mod tests {
                 name: "gw".into(),
                 iface: "gw0".into(),
                 mac: "02:00:00:00:00:01".into(),
+                weight: 1,
             },
         }];
         let mut instances = Vec::new();
@@ -1776,6 +1796,8 @@ mod tests {
                 name: format!("vm{id}"),
                 iface: format!("p{id}"),
                 mac: mac.into(),
+                // Port 2 weighs 2: weights reach the rate controllers.
+                weight: id,
             },
         };
         let to = |id: u64, dst: &str, port: u16| Entry {
@@ -2163,6 +2185,9 @@ mod tests {
         next.inherit_stats(&tx);
         assert!(next.seawall_on());
         assert_eq!(next.seawall_entities()[0].1, rate);
+        // Each VM port's weight reaches the controllers.
+        let w = |dp: &Dataplane, port: u16| dp.seawall.as_ref().unwrap().weight(port);
+        assert_eq!((w(&next, 1), w(&next, 2)), (1, 2));
     }
 
     #[test]

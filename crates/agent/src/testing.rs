@@ -122,6 +122,7 @@ impl VmHandle {
             name: self.name.clone(),
             iface: self.iface.clone(),
             mac: self.mac.clone(),
+            weight: 1,
         }
     }
 }

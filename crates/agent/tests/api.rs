@@ -41,6 +41,7 @@ fn config(version: u64) -> AgentConfig {
                 name: "vm\"3".into(),
                 iface: "sl-no-such-if".into(),
                 mac: "02:00:00:00:00:03".into(),
+                weight: 1,
             },
         }],
         tenants: vec![TenantFib {

@@ -261,6 +261,9 @@ enum ExperimentCmd {
         /// Seconds per contest.
         #[arg(long, default_value_t = 6)]
         seconds: u32,
+        /// Seawall weight of the victim VM (1 to 1000; the aggressor weighs 1).
+        #[arg(long, default_value_t = 1)]
+        victim_weight: u16,
         /// Settings to compare: off, on, or both (off,on).
         #[arg(long, default_value = "off,on")]
         seawall: String,
@@ -610,6 +613,7 @@ fn main() -> ExitCode {
                     udp_mbit,
                     tcp_flows,
                     seconds,
+                    victim_weight,
                     seawall,
                     dir,
                     json,
@@ -623,6 +627,7 @@ fn main() -> ExitCode {
                         udp_mbit,
                         tcp_flows,
                         seconds,
+                        victim_weight,
                     },
                     json,
                 ),

@@ -206,7 +206,27 @@ pub fn isolation(
     if on.is_empty() {
         return Err("--seawall: name at least one of off, on".into());
     }
+    if !(1..=sluice_tenant::MAX_WEIGHT).contains(&o.victim_weight) {
+        return Err(format!(
+            "--victim-weight: {} is not from 1 to {}",
+            o.victim_weight,
+            sluice_tenant::MAX_WEIGHT
+        ));
+    }
     guard(dir)?;
+    // A weighted victim gets a service of its own, in a copy of the spec.
+    let weighted;
+    let spec = if o.victim_weight == 1 {
+        spec
+    } else {
+        let text = std::fs::read_to_string(spec)
+            .map_err(|e| format!("cannot read {}: {e}", spec.display()))?;
+        let text = iso::weighted_spec(&text, o.victim_weight).map_err(|e| e.to_string())?;
+        std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        weighted = dir.join("isolation-spec.yaml");
+        std::fs::write(&weighted, text).map_err(|e| format!("{}: {e}", weighted.display()))?;
+        weighted.as_path()
+    };
     let mut contests = Vec::new();
     for sw in on {
         if !json {

@@ -646,6 +646,18 @@ impl Desired {
                     continue;
                 };
                 if vm.reg.host == h {
+                    // The weight of the service the VM belongs to (1 for a
+                    // gateway or a VM the spec no longer lists).
+                    let weight = t
+                        .spec
+                        .elements
+                        .values()
+                        .filter_map(|e| match e {
+                            Element::Service { vms } => vms.iter().find(|v| v.name == *name),
+                            _ => None,
+                        })
+                        .next()
+                        .map_or(1, |v| v.weight);
                     cfg.ports.push(PortConfig {
                         id: vm.port,
                         vni: t.vni,
@@ -653,6 +665,7 @@ impl Desired {
                             name: name.clone(),
                             iface: vm.reg.iface.clone(),
                             mac: vm.reg.mac.clone(),
+                            weight,
                         },
                     });
                 }
@@ -939,6 +952,40 @@ mod tests {
         let before = d.clone();
         assert!(!d.apply_tenant(&text, spec).unwrap());
         assert_eq!(d, before);
+    }
+
+    #[test]
+    fn a_services_weight_goes_to_its_vms_ports() {
+        let (text, _) = figure4();
+        let text = text.replace(
+            "  web-b:\n    type: service\n",
+            "  web-b:\n    type: service\n    weight: 4\n",
+        );
+        assert!(text.contains("weight: 4"), "figure4.yaml changed shape");
+        let spec = TenantSpec::parse(&text, "f4w", Some(&sluice_builtin::registry())).unwrap();
+        let mut d = hosts(3);
+        figure4_vms(&mut d);
+        d.apply_tenant(&text, spec).unwrap();
+        let cfgs = d.configs("local").unwrap();
+        let mut weights: Vec<(String, u16)> = cfgs
+            .values()
+            .flat_map(|c| c.ports.iter())
+            .filter_map(|p| match &p.kind {
+                PortKind::Vm { name, weight, .. } => Some((name.clone(), *weight)),
+                PortKind::Instance { .. } => None,
+            })
+            .collect();
+        weights.sort();
+        assert_eq!(
+            weights,
+            vec![
+                ("gateway".into(), 1),
+                ("web-a1".into(), 1),
+                ("web-a2".into(), 1),
+                ("web-b1".into(), 4),
+                ("web-b2".into(), 4),
+            ]
+        );
     }
 
     #[test]

@@ -152,6 +152,14 @@ pub struct PortConfig {
     pub kind: PortKind,
 }
 
+fn one() -> u16 {
+    1
+}
+
+fn is_one(w: &u16) -> bool {
+    *w == 1
+}
+
 /// What a port attaches to.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
@@ -164,6 +172,9 @@ pub enum PortKind {
         iface: String,
         /// The VM's MAC.
         mac: String,
+        /// Its Seawall weight (the tenant spec's service `weight:`; default 1).
+        #[serde(default = "one", skip_serializing_if = "is_one")]
+        weight: u16,
     },
     /// An NF instance, reached by Geneve over UDP on a point-to-point link whose
     /// addresses [`instance_link`] derives from the port id.
@@ -319,6 +330,9 @@ pub struct IsolationStatus {
     /// Bytes waiting now.
     #[serde(default)]
     pub queue_bytes_now: u64,
+    /// The port's weight (its service's `weight:`).
+    #[serde(default)]
+    pub weight: u16,
 }
 
 /// The heartbeat an agent repeats to the controller (`POST /v1/hosts`): its
@@ -686,6 +700,7 @@ mod tests {
                         name: "web-a1".into(),
                         iface: "p1".into(),
                         mac: "02:00:00:00:00:01".into(),
+                        weight: 1,
                     },
                 },
                 PortConfig {
@@ -723,6 +738,16 @@ mod tests {
         assert!(!old.contains("group_policies"), "{old}");
         let back: AgentConfig = serde_json::from_str(&old).unwrap();
         assert!(back.group_policies.is_empty());
+        // A VM port's weight is written only when it is not 1, and read as 1
+        // when absent.
+        assert!(!j.contains("weight"), "{j}");
+        let mut heavy = c.clone();
+        if let PortKind::Vm { weight, .. } = &mut heavy.ports[0].kind {
+            *weight = 5;
+        }
+        let hj = serde_json::to_string(&heavy).unwrap();
+        assert!(hj.contains("\"weight\":5"), "{hj}");
+        assert_eq!(serde_json::from_str::<AgentConfig>(&hj).unwrap(), heavy);
     }
 
     #[test]

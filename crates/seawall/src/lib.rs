@@ -171,6 +171,8 @@ pub struct EntityStats {
     pub queue_packets_now: u64,
     /// Bytes waiting now.
     pub queue_bytes_now: u64,
+    /// The port's weight.
+    pub weight: u16,
 }
 
 /// One entity's controller.
@@ -276,6 +278,8 @@ pub struct Sender {
     entities: HashMap<Entity, Controller>,
     /// Entities with packets waiting.
     waiting: Vec<Entity>,
+    /// Weights of ports other than 1.
+    weights: HashMap<u16, u16>,
 }
 
 /// What [`Sender::admit`] decided.
@@ -294,7 +298,25 @@ impl Sender {
             cfg,
             entities: HashMap::new(),
             waiting: Vec::new(),
+            weights: HashMap::new(),
         }
+    }
+
+    /// Sets the ports' weights (every port not listed weighs 1): a port of
+    /// weight w gets w times the additive increase, so ports limited on the
+    /// same path settle at shares in proportion to their weights (decreases
+    /// are multiplicative, the same for all).
+    pub fn set_weights(&mut self, weights: impl IntoIterator<Item = (u16, u16)>) {
+        self.weights = weights
+            .into_iter()
+            .filter(|(_, w)| *w != 1)
+            .map(|(p, w)| (p, w.max(1)))
+            .collect();
+    }
+
+    /// The weight of `port`.
+    pub fn weight(&self, port: u16) -> u16 {
+        self.weights.get(&port).copied().unwrap_or(1)
     }
 
     /// The parameters.
@@ -413,6 +435,7 @@ impl Sender {
     ) {
         for r in reports {
             let cfg = self.cfg;
+            let weight = self.weights.get(&r.port).copied().unwrap_or(1);
             let Some(c) = self.entities.get_mut(&Entity { port: r.port, host }) else {
                 continue;
             };
@@ -458,7 +481,7 @@ impl Sender {
                 // TCP sender waiting out a timeout) must not grow slower than
                 // a flooder that reports every period.
                 let periods = (elapsed as f64 / cfg.period_ns as f64).clamp(0.0, MAX_CATCH_UP);
-                let step = (cfg.increase_bps as f64 * periods) as u64;
+                let step = (cfg.increase_bps as f64 * periods * f64::from(weight)) as u64;
                 c.rate_bps = c.rate_bps.saturating_add(step).min(cfg.max_rate_bps);
             }
             c.tokens = c.tokens.min(depth(&cfg, c.rate_bps));
@@ -522,6 +545,7 @@ impl Sender {
                 let mut st = c.stats;
                 st.queue_packets_now = c.queue.len() as u64;
                 st.queue_bytes_now = c.queue.bytes() as u64;
+                st.weight = self.weights.get(&e.port).copied().unwrap_or(1);
                 (*e, c.rate_bps, st)
             })
             .collect();

@@ -1,4 +1,5 @@
 use super::*;
+use std::collections::VecDeque;
 
 const MS: u64 = 1_000_000;
 
@@ -454,4 +455,89 @@ fn the_receiver_forgets_silent_senders() {
         (got[0].0, got[0].1[0].lost, got[0].1[0].received),
         (1, 0, 1)
     );
+}
+
+/// Two flooding entities of weights 1 and 3 behind one bottleneck, the loop
+/// closed through the receiver and the wire format: shares about 1:3.
+#[test]
+fn weights_divide_a_bottleneck_in_proportion() {
+    let c = Config {
+        max_rate_bps: 1_000_000_000,
+        ..Config::default()
+    };
+    let mut s = Sender::new(c);
+    s.set_weights([(1, 1), (2, 3)]);
+    assert_eq!((s.weight(1), s.weight(2), s.weight(9)), (1, 3, 1));
+    let mut r = Receiver::new(c.period_ns, c.queue_delay_ns);
+    let link_bps: u64 = 100_000_000;
+    let (queue_max, step) = (64 * 1024u64, 100_000u64);
+    let mut queue: VecDeque<(u16, u32, u64)> = VecDeque::new();
+    let mut queued = 0u64;
+    let mut link_bits = 0u64;
+    let mut delivered = [0u64; 2];
+    let mut rng = 0x2545_f491_4f6c_dd1du64;
+    let mut carry = [0u64; 2];
+    let (mut buf, mut msgs) = (Vec::new(), Vec::<Vec<u8>>::new());
+    let frame = [0u8; 1500];
+    for i in 0..30_000u64 {
+        let now = i * step;
+        for c in carry.iter_mut() {
+            *c += 300_000_000 * step / 8_000_000_000;
+        }
+        let mut sent: Vec<(u16, u32)> = Vec::new();
+        for port in [1u16, 2] {
+            s.release(now, |e, seq, _, _| sent.push((e.port, seq)));
+            while carry[port as usize - 1] >= 1500 {
+                carry[port as usize - 1] -= 1500;
+                if let Offer::Send(seq) = s.offer(port, 5, 0, &frame, now) {
+                    sent.push((port, seq));
+                }
+            }
+        }
+        // Random interleaving keeps either sender from owning the freed slots.
+        for k in (1..sent.len()).rev() {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            sent.swap(k, (rng % (k as u64 + 1)) as usize);
+        }
+        // Sequence numbers in order per sender, as the agent sends them.
+        let mut next = [None::<u32>; 2];
+        for (p, q) in sent.iter() {
+            let n = &mut next[*p as usize - 1];
+            *n = Some(n.map_or(*q, |m: u32| m.min(*q)));
+        }
+        for (p, _) in sent {
+            let slot = &mut next[p as usize - 1];
+            let seq = slot.unwrap();
+            *slot = Some(seq.wrapping_add(1));
+            if queued + 1500 <= queue_max {
+                queued += 1500;
+                queue.push_back((p, seq, now));
+            }
+        }
+        link_bits += link_bps * step / 1_000_000_000;
+        while link_bits >= 12_000 {
+            let Some((p, seq, sent_ns)) = queue.pop_front() else {
+                link_bits = 0;
+                break;
+            };
+            link_bits -= 12_000;
+            queued -= 1500;
+            // Received when it leaves the queue: its wait there is the delay.
+            r.on_packet(1, p, seq, Some((sent_ns / 1000) as u32), now);
+            if now > 1_000_000_000 {
+                delivered[p as usize - 1] += 1500;
+            }
+        }
+        msgs.clear();
+        r.feedback(now, &mut buf, |_, m| msgs.push(m.to_vec()));
+        for m in &msgs {
+            s.on_feedback(5, wire::decode_feedback(m).unwrap(), now);
+        }
+    }
+    let ratio = delivered[1] as f64 / delivered[0] as f64;
+    assert!((2.0..4.5).contains(&ratio), "{delivered:?} ratio {ratio}");
+    let ents = s.entities();
+    assert_eq!((ents[0].2.weight, ents[1].2.weight), (1, 3));
 }

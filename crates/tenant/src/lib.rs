@@ -47,7 +47,14 @@ pub struct Vm {
     pub name: String,
     /// Its address.
     pub addr: IpAddr,
+    /// Its weight in Seawall's sharing of congested links (the service's
+    /// `weight:`, 1 to [`MAX_WEIGHT`], default 1): a VM of weight 2 gets twice
+    /// the share of a VM of weight 1 where both are limited.
+    pub weight: u16,
 }
+
+/// Largest Seawall weight of a service's VMs.
+pub const MAX_WEIGHT: u16 = 1000;
 
 /// Header fields a select matches; `None` is any.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -377,7 +384,19 @@ fn parse_element(
             Ok(Element::External { subnets })
         }
         "service" => {
-            check_keys(c, path, m, &["type", "vms"])?;
+            check_keys(c, path, m, &["type", "vms", "weight"])?;
+            let weight = match m.get("weight") {
+                None => 1,
+                Some(w) => w
+                    .as_u64()
+                    .filter(|w| (1..=MAX_WEIGHT as u64).contains(w))
+                    .ok_or_else(|| {
+                        c.err(
+                            format!("{path}.weight"),
+                            format!("expected a whole number from 1 to {MAX_WEIGHT}"),
+                        )
+                    })? as u16,
+            };
             let vp = format!("{path}.vms");
             let list = m
                 .get("vms")
@@ -393,7 +412,7 @@ fn parse_element(
                     .as_str()
                     .and_then(|s| s.parse::<IpAddr>().ok())
                     .ok_or_else(|| c.err(format!("{vp}.{name}"), "expected an IP address"))?;
-                vms.push(Vm { name, addr });
+                vms.push(Vm { name, addr, weight });
             }
             if vms.is_empty() {
                 return Err(c.err(vp, "a service needs at least one VM"));

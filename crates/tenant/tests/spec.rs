@@ -295,3 +295,26 @@ fn capacity_is_parsed_and_bad_budgets_are_refused_by_name() {
         );
     }
 }
+
+#[test]
+fn a_service_weight_reaches_its_vms_and_bad_ones_are_refused_by_name() {
+    let with = |attrs: &str| {
+        BASE.replace(
+            "web: { type: service, vms: { w1: 10.0.0.1 } }",
+            &format!("web: {{ type: service, vms: {{ w1: 10.0.0.1, w2: 10.0.0.2 }}{attrs} }}"),
+        ) + "  - { name: a, path: [net, fw, web] }\n"
+    };
+    let weights = |s: &TenantSpec| match &s.elements["web"] {
+        Element::Service { vms } => vms.iter().map(|v| v.weight).collect::<Vec<_>>(),
+        _ => panic!("not a service"),
+    };
+    assert_eq!(weights(&parse(&with("")).unwrap()), vec![1, 1]);
+    assert_eq!(weights(&parse(&with(", weight: 3")).unwrap()), vec![3, 3]);
+    for bad in ["0", "1001", "-2", "heavy", "1.5"] {
+        let e = parse(&with(&format!(", weight: {bad}"))).unwrap_err();
+        assert!(
+            e.contains("elements.web.weight") && e.contains("1 to 1000"),
+            "{bad}: {e}"
+        );
+    }
+}

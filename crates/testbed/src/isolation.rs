@@ -29,6 +29,9 @@ pub struct IsolationOptions {
     pub tcp_flows: usize,
     /// Seconds both senders run (the first is not counted).
     pub seconds: u32,
+    /// Seawall weight of the victim VM (its own service in the spec when
+    /// not 1; see [`weighted_spec`]).
+    pub victim_weight: u16,
 }
 
 impl Default for IsolationOptions {
@@ -39,6 +42,7 @@ impl Default for IsolationOptions {
             udp_mbit: 300,
             tcp_flows: 16,
             seconds: 6,
+            victim_weight: 1,
         }
     }
 }
@@ -56,7 +60,8 @@ pub struct Contest {
     pub aggressor_mbps: f64,
     /// victim / (victim + aggressor).
     pub victim_share: f64,
-    /// Jain's index of the two VMs' goodput (1 = equal).
+    /// Jain's index of the two VMs' goodput per unit of weight (1 = shares
+    /// in proportion to the weights).
     pub jain: f64,
     /// (victim + aggressor) / bottleneck.
     pub utilisation: f64,
@@ -239,10 +244,12 @@ pub fn contest(lab: &Lab, aggressor: &str, o: &IsolationOptions) -> Result<Conte
     let am = if a.is_empty() { 0.0 } else { mean(&a) };
     let after = (entity(lab, VICTIM), entity(lab, AGGRESSOR));
     let total = vm + am;
+    // Over goodput per unit of weight: 1 when the shares follow the weights.
+    let vw = vm / f64::from(o.victim_weight.max(1));
     let jain = if a.is_empty() || total == 0.0 {
         1.0
     } else {
-        total * total / (2.0 * (vm * vm + am * am))
+        (vw + am) * (vw + am) / (2.0 * (vw * vw + am * am))
     };
     Ok(Contest {
         seawall: lab_seawall(lab),
@@ -287,12 +294,46 @@ pub fn contests(lab: &Lab, o: &IsolationOptions) -> Result<Vec<Contest>, LabErro
     Ok(out)
 }
 
+/// The spec `text` with the victim VM moved out of its service into a service
+/// of its own with `weight` (the aggressor stays in the old one, weight 1), so
+/// the two can weigh differently. Works on specs shaped like
+/// examples/tenant/figure4.yaml (a service listing `web-a1` and `web-a2`).
+pub fn weighted_spec(text: &str, weight: u16) -> Result<String, LabError> {
+    let mut doc: serde_yaml::Value =
+        serde_yaml::from_str(text).map_err(|e| other(format!("spec: {e}")))?;
+    let elements = doc
+        .get_mut("elements")
+        .and_then(|e| e.as_mapping_mut())
+        .ok_or_else(|| other("spec has no elements"))?;
+    let mut addr = None;
+    for (_, e) in elements.iter_mut() {
+        if let Some(vms) = e.get_mut("vms").and_then(|v| v.as_mapping_mut()) {
+            if vms.contains_key(AGGRESSOR) {
+                addr = vms.remove(VICTIM);
+            }
+        }
+    }
+    let addr = addr.ok_or_else(|| {
+        other(format!(
+            "spec has no service listing both {VICTIM} and {AGGRESSOR}"
+        ))
+    })?;
+    let mut vms = serde_yaml::Mapping::new();
+    vms.insert(VICTIM.into(), addr);
+    let mut svc = serde_yaml::Mapping::new();
+    svc.insert("type".into(), "service".into());
+    svc.insert("weight".into(), u64::from(weight).into());
+    svc.insert("vms".into(), vms.into());
+    elements.insert("isolation-victim".into(), svc.into());
+    serde_yaml::to_string(&doc).map_err(|e| other(format!("spec: {e}")))
+}
+
 /// Prints the report as a table.
 pub fn print(r: &IsolationReport) {
     let o = &r.options;
     println!(
-        "bottleneck {} Mbit/s ({} KiB queue) into web-b1's host; victim web-a1: 1 TCP flow; aggressor web-a2: UDP at {} Mbit/s or {} TCP flows; {} s each, the first not counted",
-        o.bottleneck_mbit, o.queue_kb, o.udp_mbit, o.tcp_flows, o.seconds
+        "bottleneck {} Mbit/s ({} KiB queue) into web-b1's host; victim web-a1: 1 TCP flow, weight {}; aggressor web-a2: UDP at {} Mbit/s or {} TCP flows, weight 1; {} s each, the first not counted",
+        o.bottleneck_mbit, o.queue_kb, o.victim_weight, o.udp_mbit, o.tcp_flows, o.seconds
     );
     println!(
         "{:<8} {:<9} {:>9} {:>9} {:>7} {:>6} {:>6} {:>10} {:>9} {:>9}",
@@ -322,5 +363,9 @@ pub fn print(r: &IsolationReport) {
             format!("{}/{}", c.decreases.0, c.decreases.1)
         );
     }
-    println!("(Mbit/s received by web-b1; share = victim / both; the fair share is 0.50)");
+    let w = f64::from(o.victim_weight.max(1));
+    println!(
+        "(Mbit/s received by web-b1; share = victim / both; the weighted fair share is {:.2})",
+        w / (w + 1.0)
+    );
 }
