@@ -192,4 +192,12 @@ fn bad_options_are_refused_clearly() {
     o.netns = Some("sluice-no-such-netns".into());
     let e = Agent::start(&o).unwrap_err().to_string();
     assert!(e.contains("sluice-no-such-netns"), "{e}");
+    // Seawall parameters that cannot converge are refused by name.
+    let mut o = opts(None, None);
+    o.seawall = Some(sluice_seawall::Config {
+        decrease: 1.5,
+        ..sluice_seawall::Config::default()
+    });
+    let e = Agent::start(&o).unwrap_err().to_string();
+    assert!(e.contains("--seawall") && e.contains("decrease"), "{e}");
 }
