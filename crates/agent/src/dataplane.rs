@@ -361,6 +361,22 @@ impl TxPlan {
         v
     }
 
+    /// Appends a message made of `parts` alone, no received frame in it
+    /// (feedback, and packets that waited in a Seawall queue).
+    fn push_own(&mut self, dest: Dest, counter: CounterId, parts: &[&[u8]]) {
+        let start = self.arena.len() as u32;
+        for p in parts {
+            self.arena.extend_from_slice(p);
+        }
+        self.outs.push(Out {
+            dest,
+            counter,
+            head: (start, self.arena.len() as u32),
+            frame: 0,
+            body: (0, 0),
+        });
+    }
+
     fn push_head(&mut self, bytes: &[u8]) -> (u32, u32) {
         let s = self.arena.len() as u32;
         self.arena.extend_from_slice(bytes);
@@ -490,6 +506,8 @@ pub struct Dataplane {
     src_port: Option<u16>,
     /// When idle Seawall entities are next forgotten (data-plane clock).
     seawall_expire_at: u64,
+    /// When silent Seawall entities are next looked for.
+    seawall_silence_at: u64,
 }
 
 /// What a packet waiting in a Seawall queue needs to get its tunnel header
@@ -720,6 +738,7 @@ impl Dataplane {
             },
             src_port: None,
             seawall_expire_at: 0,
+            seawall_silence_at: 0,
         };
         dp.refresh_groups();
         Ok(dp)
@@ -830,22 +849,11 @@ impl Dataplane {
             let mut buf = std::mem::take(&mut plan.scratch);
             let peers = &self.peers;
             let stats = &mut self.stats;
-            let outs = &mut plan.outs;
-            let arena = &mut plan.arena;
             self.seawall_rx.feedback(now, &mut buf, |host, msg| {
-                let Some(addr) = peers.get(&host) else {
-                    return;
-                };
-                let s = arena.len() as u32;
-                arena.extend_from_slice(msg);
-                outs.push(Out {
-                    dest: Dest::Udp(*addr),
-                    counter: CounterId::Fabric,
-                    head: (s, arena.len() as u32),
-                    frame: 0,
-                    body: (0, 0),
-                });
-                stats.seawall_feedback_sent += 1;
+                if let Some(addr) = peers.get(&host) {
+                    plan.push_own(Dest::Udp(*addr), CounterId::Fabric, &[msg]);
+                    stats.seawall_feedback_sent += 1;
+                }
             });
             plan.scratch = buf;
         }
@@ -853,8 +861,6 @@ impl Dataplane {
             // Packets that waited for their sender's rate.
             let peers = &self.peers;
             let stats = &mut self.stats;
-            let outs = &mut plan.outs;
-            let arena = &mut plan.arena;
             s.release(now, |e, seq, tag, frame| {
                 let Some(addr) = peers.get(&e.host) else {
                     stats.drop(CounterId::Port(e.port), DropReason::UnknownOutput);
@@ -867,18 +873,14 @@ impl Dataplane {
                     sent_us: (now / 1000) as u32,
                 };
                 let (g, n) = fabric_header(vni, chain_hop, Some(o));
-                let at = arena.len() as u32;
-                arena.extend_from_slice(&g[..n]);
-                arena.extend_from_slice(frame);
-                outs.push(Out {
-                    dest: Dest::Udp(*addr),
-                    counter: CounterId::Fabric,
-                    head: (at, arena.len() as u32),
-                    frame: 0,
-                    body: (0, 0),
-                });
+                plan.push_own(Dest::Udp(*addr), CounterId::Fabric, &[&g[..n], frame]);
             });
-            s.check_silence(now);
+            // Silence is judged in periods: once per period is enough, and
+            // keeps a walk over every entity off each loop iteration.
+            if now >= self.seawall_silence_at {
+                s.check_silence(now);
+                self.seawall_silence_at = now + s.config().period_ns;
+            }
             if now >= self.seawall_expire_at {
                 s.expire(now);
             }
