@@ -15,6 +15,13 @@
 //! coalescing off on both paths (the agents read it too). Then it re-applies the
 //! Figure 4 tenant with alternating content and times how long until every agent
 //! runs the new configuration (Stratos Table 1's "install": 54 ms).
+//!
+//! A third path in the same rounds is a reference, not Sluice: the kernel's own
+//! tunnel between two hosts built the same way (VM -> host bridge -> VXLAN ->
+//! fabric bridge -> VXLAN -> host bridge -> VM; this kernel has no Geneve
+//! device, VXLAN is the same UDP encapsulation with a fixed 8-byte header),
+//! what a switch that forwards in the kernel, frame by frame, reaches on these
+//! links. It is skipped, saying why, where the kernel cannot build it.
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -32,7 +39,7 @@ pub const ROUNDS: usize = 3;
 /// One path's measurements.
 #[derive(Debug, Clone, Serialize)]
 pub struct PathResult {
-    /// `direct` or `switch`.
+    /// `direct`, `switch` or `kernel-vxlan`.
     pub path: String,
     /// iperf3 TCP goodput, Gbit/s (median of the runs).
     pub gbps: f64,
@@ -51,6 +58,10 @@ pub struct DataplaneReport {
     pub paths: Vec<PathResult>,
     /// switch / direct throughput (goal ≥ 0.8).
     pub throughput_ratio: f64,
+    /// kernel-vxlan / direct throughput, when the reference path could be built.
+    pub kernel_ratio: Option<f64>,
+    /// Why the kernel reference path is missing, if it is.
+    pub kernel_skipped: Option<String>,
     /// Added median round trip, microseconds.
     pub added_rtt_p50_us: f64,
     /// Apply -> every agent runs the new config, median over the runs, ms.
@@ -93,13 +104,13 @@ fn coalescing() -> bool {
 /// What the report says about the links of both paths.
 pub fn offloads(coalesce: bool) -> String {
     if coalesce {
-        "both: MTU 1500; VM transmit offloads off (tx checksum, TSO, GSO: complete \
-         1500-byte frames on the wire); receive coalescing on: GRO on the direct pair, \
-         agent super-frames (software GRO, TSO on the agent's side of the VM link) \
-         on the switch path"
+        "all paths: MTU 1500; VM transmit offloads off (tx checksum, TSO, GSO: complete \
+         1500-byte frames on the wire); receive coalescing on: GRO on the direct pair's \
+         and the kernel tunnel's receiving VM, agent super-frames (software GRO, TSO on \
+         the agent's side of the VM link) on the switch path"
             .into()
     } else {
-        "both: MTU 1500; every offload off (tx/rx checksum, TSO, GSO, GRO); agents \
+        "all paths: MTU 1500; every offload off (tx/rx checksum, TSO, GSO, GRO); agents \
          deliver frame by frame (SLUICE_VM_GRO=off)"
             .into()
     }
@@ -202,6 +213,9 @@ pub fn run(
         }
     }
 
+    let kernel = KernelTunnel::new(coalesce);
+    let kernel_skipped = kernel.as_ref().err().cloned();
+
     // Through the switch: Figure 4's web-a1 (host 2) to web-b1 (host 1) is in no
     // chain, so it crosses two agents and the fabric and no middlebox.
     let dir = std::env::temp_dir().join(format!("sluice-bench-dp-{}", std::process::id()));
@@ -232,25 +246,45 @@ pub fn run(
     };
     let (c_api, s_api) = (api(c.host), api(s.host));
     // Alternate, so whatever else runs on the machine weighs on both paths.
-    let (mut direct_runs, mut switch_runs) = (Vec::new(), Vec::new());
-    let before = (metrics(&c_api), metrics(&s_api));
+    let (mut direct_runs, mut switch_runs, mut kernel_runs) = (Vec::new(), Vec::new(), Vec::new());
     let mut switch_time = Duration::ZERO;
+    // What the agents' counters moved during the switch runs alone (the other
+    // paths' runs in between move their idle counters, such as poll sleeps).
+    let (mut moved_c, mut moved_s) = (Vec::new(), Vec::new());
     for _ in 0..ROUNDS {
         direct_runs.push(iperf(b.name(), a.name(), "10.30.0.2", seconds)?);
+        let m0 = (metrics(&c_api), metrics(&s_api));
         let t = Instant::now();
         switch_runs.push(iperf(&s.netns, &c.netns, &s.addrs[0], seconds)?);
         switch_time += t.elapsed();
+        add_moved(&mut moved_c, &m0.0, &metrics(&c_api));
+        add_moved(&mut moved_s, &m0.1, &metrics(&s_api));
+        if let Ok(k) = &kernel {
+            kernel_runs.push(iperf(
+                k.server.name(),
+                k.client.name(),
+                KernelTunnel::SERVER,
+                seconds,
+            )?);
+        }
     }
-    let io = io_report(
-        &before.0,
-        &metrics(&c_api),
-        &before.1,
-        &metrics(&s_api),
-        switch_time,
-    );
+    let io = io_report(&[], &moved_c, &[], &moved_s, switch_time);
     let (d50, d99) = rtt(b.name(), a.name(), "10.30.0.2", 5000)?;
     let (s50, s99) = rtt(&s.netns, &c.netns, &s.addrs[0], 5000)?;
-    drop((a, b));
+    let kernel_path = match &kernel {
+        Ok(k) => {
+            let (k50, k99) = rtt(k.server.name(), k.client.name(), KernelTunnel::SERVER, 5000)?;
+            Some(PathResult {
+                path: "kernel-vxlan".into(),
+                gbps: median(&kernel_runs),
+                gbps_runs: kernel_runs,
+                rtt_p50_us: k50,
+                rtt_p99_us: k99,
+            })
+        }
+        Err(_) => None,
+    };
+    drop((a, b, kernel));
     let direct_gbps = median(&direct_runs);
     let switch_gbps = median(&switch_runs);
 
@@ -290,24 +324,29 @@ pub fn run(
     drop(lab);
     let _ = std::fs::remove_dir_all(&dir);
     times.sort_by(|a, b| a.total_cmp(b));
+    let kernel_ratio = kernel_path.as_ref().map(|k| k.gbps / direct_gbps);
+    let mut paths = vec![
+        PathResult {
+            path: "direct".into(),
+            gbps: direct_gbps,
+            gbps_runs: direct_runs,
+            rtt_p50_us: d50,
+            rtt_p99_us: d99,
+        },
+        PathResult {
+            path: "switch".into(),
+            gbps: switch_gbps,
+            gbps_runs: switch_runs,
+            rtt_p50_us: s50,
+            rtt_p99_us: s99,
+        },
+    ];
+    paths.extend(kernel_path);
     Ok(DataplaneReport {
-        paths: vec![
-            PathResult {
-                path: "direct".into(),
-                gbps: direct_gbps,
-                gbps_runs: direct_runs,
-                rtt_p50_us: d50,
-                rtt_p99_us: d99,
-            },
-            PathResult {
-                path: "switch".into(),
-                gbps: switch_gbps,
-                gbps_runs: switch_runs,
-                rtt_p50_us: s50,
-                rtt_p99_us: s99,
-            },
-        ],
+        paths,
         throughput_ratio: switch_gbps / direct_gbps,
+        kernel_ratio,
+        kernel_skipped,
         added_rtt_p50_us: s50 - d50,
         install_p50_ms: times.get(times.len() / 2).copied().unwrap_or(f64::NAN),
         install_max_ms: times.last().copied().unwrap_or(f64::NAN),
@@ -316,6 +355,106 @@ pub fn run(
         io,
         seawall,
     })
+}
+
+/// Adds to `moved` how far each counter went from `before` to `after`.
+fn add_moved(moved: &mut Vec<(String, f64)>, before: &[(String, f64)], after: &[(String, f64)]) {
+    for (name, v) in after {
+        let d = v - before
+            .iter()
+            .find(|(k, _)| k == name)
+            .map_or(0.0, |(_, x)| *x);
+        match moved.iter_mut().find(|(k, _)| k == name) {
+            Some((_, m)) => *m += d,
+            None => moved.push((name.clone(), d)),
+        }
+    }
+}
+
+/// The reference path: two VMs on two hosts joined by the kernel's VXLAN
+/// tunnel over a fabric bridge, each host bridging its VM's link to its VXLAN
+/// device. The VM links are configured as on the other two paths. Dropping it
+/// deletes every namespace (and with them every link).
+struct KernelTunnel {
+    client: Netns,
+    server: Netns,
+    _rest: Vec<Netns>,
+}
+
+impl KernelTunnel {
+    const CLIENT: &'static str = "10.31.0.1";
+    const SERVER: &'static str = "10.31.0.2";
+
+    fn new(coalesce: bool) -> Result<KernelTunnel, String> {
+        let e = |e: sluice_testbed::TestbedError| e.to_string();
+        let client = Netns::new("kc").map_err(e)?;
+        let server = Netns::new("ks").map_err(e)?;
+        let fabric = Netns::new("kf").map_err(e)?;
+        let hosts = [Netns::new("kh").map_err(e)?, Netns::new("kh").map_err(e)?];
+        for table in ["iptables", "ip6tables", "arptables"] {
+            vm::sysctl(
+                fabric.name(),
+                &format!("net.bridge.bridge-nf-call-{table}"),
+                "0",
+            );
+        }
+        sluice_testbed::bridge(&fabric, "br0", &[]).map_err(e)?;
+        fabric
+            .ip(&["link", "set", "br0", "mtu", "9000"])
+            .map_err(e)?;
+        for (i, (h, v)) in hosts.iter().zip([&client, &server]).enumerate() {
+            let n = i + 1;
+            for table in ["iptables", "ip6tables", "arptables"] {
+                vm::sysctl(h.name(), &format!("net.bridge.bridge-nf-call-{table}"), "0");
+            }
+            vm::sysctl(h.name(), "net.ipv6.conf.all.disable_ipv6", "1");
+            vm::sysctl(v.name(), "net.ipv6.conf.all.disable_ipv6", "1");
+            let port = format!("f{n}");
+            veth(&fabric, &port, h, "fab0").map_err(e)?;
+            fabric
+                .ip(&["link", "set", &port, "mtu", "9000"])
+                .map_err(e)?;
+            fabric
+                .ip(&["link", "set", &port, "master", "br0"])
+                .map_err(e)?;
+            h.ip(&["link", "set", "fab0", "mtu", "9000"]).map_err(e)?;
+            h.addr("fab0", &format!("10.254.0.{n}/24")).map_err(e)?;
+            h.ip(&[
+                "link",
+                "add",
+                "vx0",
+                "type",
+                "vxlan",
+                "id",
+                "7",
+                "dstport",
+                "4789",
+                "local",
+                &format!("10.254.0.{n}"),
+                "remote",
+                &format!("10.254.0.{}", 3 - n),
+                "dev",
+                "fab0",
+            ])
+            .map_err(|err| format!("the kernel cannot make a VXLAN device: {err}"))?;
+            veth(v, "eth0", h, "vm0").map_err(e)?;
+            sluice_testbed::bridge(h, "br1", &["vx0", "vm0"]).map_err(e)?;
+            h.ip(&["link", "set", "vx0", "up"]).map_err(e)?;
+            let addr = if n == 1 { Self::CLIENT } else { Self::SERVER };
+            v.addr("eth0", &format!("{addr}/24")).map_err(e)?;
+            vm::offloads_off(v.name(), "eth0").map_err(e)?;
+            if coalesce {
+                v.exec(&["ethtool", "-K", "eth0", "gro", "on"]).map_err(e)?;
+            }
+        }
+        let mut rest = vec![fabric];
+        rest.extend(hosts);
+        Ok(KernelTunnel {
+            client,
+            server,
+            _rest: rest,
+        })
+    }
 }
 
 fn median(v: &[f64]) -> f64 {
@@ -450,10 +589,10 @@ pub fn print(r: &DataplaneReport) {
     if r.seawall {
         println!("agents run Seawall's rate control (sluiced run --seawall)");
     }
-    println!("path      Gbit/s   RTT p50 us   RTT p99 us");
+    println!("path           Gbit/s   RTT p50 us   RTT p99 us");
     for p in &r.paths {
         println!(
-            "{:<8} {:>7.2} {:>12.1} {:>12.1}",
+            "{:<13} {:>7.2} {:>12.1} {:>12.1}",
             p.path, p.gbps, p.rtt_p50_us, p.rtt_p99_us
         );
     }
@@ -465,6 +604,13 @@ pub fn print(r: &DataplaneReport) {
         "switch/direct throughput {:.2} (goal >= 0.8); added RTT p50 {:.1} us",
         r.throughput_ratio, r.added_rtt_p50_us
     );
+    match (r.kernel_ratio, &r.kernel_skipped) {
+        (Some(k), _) => println!(
+            "reference: the kernel's own tunnel (VXLAN, bridges, frame by frame) / direct {k:.2}"
+        ),
+        (None, Some(why)) => println!("reference kernel tunnel: skipped: {why}"),
+        (None, None) => {}
+    }
     println!("links: {}", r.offloads);
     let io = &r.io;
     println!(

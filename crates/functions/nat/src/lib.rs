@@ -537,18 +537,20 @@ impl Nat {
     fn slot_for(&mut self, flow: FlowKey, fwd: bool, own: bool) -> u32 {
         let key = Key::flow(self.ns, if fwd { TABLE_FWD } else { TABLE_REV }, &flow, &[]);
         let s = self.slots.len() as u32;
-        let hash = own.then(|| flow.symmetric_hash());
         match self.slot_of.entry(key) {
             std::collections::hash_map::Entry::Occupied(e) => {
                 let s = *e.get();
                 let slot = &mut self.slots[s as usize];
-                slot.hash = slot.hash.or(hash);
+                if own && slot.hash.is_none() {
+                    slot.hash = Some(flow.symmetric_hash());
+                }
                 return s;
             }
             std::collections::hash_map::Entry::Vacant(e) => {
                 e.insert(s);
             }
         }
+        let hash = own.then(|| flow.symmetric_hash());
         // Forward records are created only by the owner of the inside flow, so
         // their absence may be cached; a reverse record is created by whichever
         // instance owns the inside flow, so only its presence may be.
