@@ -55,6 +55,10 @@ ensure_build_deps() {
 # device, is not built into every kernel).
 ensure_test_deps() {
     APT_LEAN=1 apt_install python3-scapy
+    # Open vSwitch's userspace datapath is a far Geneve endpoint in the interop
+    # tests (its system service is not used; the test starts private daemons).
+    APT_LEAN=1 apt_install openvswitch-switch ||
+        echo "note: openvswitch-switch could not be installed; its interop test will say it skipped"
     ensure_valkey || echo "note: valkey-server could not be installed; the Valkey pass of the tests will be skipped"
 }
 

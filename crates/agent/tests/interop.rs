@@ -5,7 +5,10 @@
 //! built without `CONFIG_GENEVE` (the development VM's) cannot create one, so the
 //! far host here is `geneve_peer.py`, built on Scapy's Geneve layer. It decodes
 //! what the agent tunnels to it, answers over Geneve, and sends options the agent
-//! must skip (non-critical) or drop (critical, RFC 8926 §3.5).
+//! must skip (non-critical) or drop (critical, RFC 8926 §3.5). A second far
+//! host is Open vSwitch's userspace datapath (Debian's `openvswitch-switch`,
+//! which `scripts/test.sh` installs), carrying UDP echoes and a 1 MiB TCP transfer
+//! through its Geneve tunnel.
 
 use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
 use std::process::{Command, Stdio};
@@ -324,4 +327,359 @@ fn an_agent_and_a_kernel_geneve_device_exchange_traffic() {
     );
     agent.shutdown();
     note("ran: the agent and a kernel geneve device exchanged traffic");
+}
+
+/// Leaves `line` for `scripts/test.sh` to print under `name`.
+fn note_as(name: &str, line: &str) {
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("test-notes");
+    let _ = std::fs::create_dir_all(&dir);
+    let _ = std::fs::write(dir.join(format!("{name}.txt")), format!("{name}: {line}\n"));
+}
+
+/// A private Open vSwitch (its database server and switch daemon, with their
+/// files in their own directory), killed and removed on drop, also when a
+/// test fails.
+struct Ovs {
+    dir: std::path::PathBuf,
+    children: Vec<std::process::Child>,
+}
+
+impl Ovs {
+    /// Starts `ovsdb-server` and, inside `netns`, `ovs-vswitchd`.
+    fn start(netns: &str) -> Ovs {
+        let dir = std::env::temp_dir().join(sluice_testbed::unique_name("ovs"));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut ovs = Ovs {
+            dir,
+            children: Vec::new(),
+        };
+        let d = ovs.dir.display().to_string();
+        let db = format!("{d}/conf.db");
+        let st = Command::new("ovsdb-tool")
+            .args(["create", &db, "/usr/share/openvswitch/vswitch.ovsschema"])
+            .status()
+            .unwrap();
+        assert!(st.success(), "ovsdb-tool create failed");
+        let server = ovs
+            .command("ovsdb-server")
+            .args([
+                &db,
+                &format!("--remote=punix:{d}/db.sock"),
+                &format!("--unixctl={d}/ovsdb.ctl"),
+                &format!("--log-file={d}/ovsdb.log"),
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        ovs.children.push(server);
+        // The database socket appears once the server listens.
+        for _ in 0..100 {
+            if ovs.dir.join("db.sock").exists() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        ovs.vsctl(&["--no-wait", "init"]);
+        let switch = ovs
+            .command("ip")
+            .args(["netns", "exec", netns, "ovs-vswitchd"])
+            .args([
+                &format!("unix:{d}/db.sock"),
+                &format!("--unixctl={d}/vswitchd.ctl"),
+                &format!("--log-file={d}/vswitchd.log"),
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        ovs.children.push(switch);
+        ovs
+    }
+
+    /// A command with the OVS directories pointed at this instance's.
+    fn command(&self, program: &str) -> Command {
+        let mut c = Command::new(program);
+        for var in ["OVS_RUNDIR", "OVS_DBDIR", "OVS_LOGDIR", "OVS_SYSCONFDIR"] {
+            c.env(var, &self.dir);
+        }
+        c
+    }
+
+    /// Runs `ovs-vsctl` against this instance (it waits for the switch to
+    /// apply each change, at most 20 s).
+    fn vsctl(&self, args: &[&str]) {
+        let out = self
+            .command("ovs-vsctl")
+            .arg(format!("--db=unix:{}/db.sock", self.dir.display()))
+            .arg("--timeout=20")
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "ovs-vsctl {args:?}: {}\nvswitchd log:\n{}",
+            String::from_utf8_lossy(&out.stderr),
+            self.log()
+        );
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("vswitchd.log")).unwrap_or_default()
+    }
+}
+
+impl Drop for Ovs {
+    fn drop(&mut self) {
+        for c in &mut self.children {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// The next connection on `l`, or a panic after `limit` (a blocking accept
+/// would hang the suite if the connection never came).
+fn accept_within(l: &std::net::TcpListener, limit: Duration) -> (std::net::TcpStream, SocketAddr) {
+    l.set_nonblocking(true).unwrap();
+    let end = std::time::Instant::now() + limit;
+    loop {
+        match l.accept() {
+            Ok((c, a)) => {
+                c.set_nonblocking(false).unwrap();
+                return (c, a);
+            }
+            Err(e)
+                if e.kind() == std::io::ErrorKind::WouldBlock
+                    && std::time::Instant::now() < end =>
+            {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            Err(e) => panic!("no connection within {limit:?}: {e}"),
+        }
+    }
+}
+
+fn ovs_available() -> bool {
+    ["ovs-vswitchd", "ovsdb-server", "ovs-vsctl", "ovsdb-tool"]
+        .iter()
+        .all(|p| {
+            Command::new(p)
+                .arg("--version")
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .map(|s| s.success())
+                .unwrap_or(false)
+        })
+}
+
+/// Open vSwitch as the far host: its userspace datapath (no kernel module, so
+/// it runs where the kernel has no Geneve device) terminates a Geneve tunnel
+/// to the agent, and a VM behind it exchanges UDP and TCP with the agent's VM.
+/// OVS is the switch Stratos was built on; its Geneve is an implementation
+/// independent of ours, like the kernel's.
+#[test]
+fn an_agent_and_open_vswitch_exchange_geneve_traffic() {
+    const NAME: &str = "an_agent_and_open_vswitch_exchange_geneve_traffic";
+    if !is_root() {
+        eprintln!("skipped: needs root");
+        return;
+    }
+    if !ovs_available() {
+        let why = "skipped: Open vSwitch is not installed (Debian package openvswitch-switch)";
+        eprintln!("{why}");
+        note_as(NAME, why);
+        return;
+    }
+    let Lab {
+        h2,
+        vm,
+        agent,
+        mine,
+        far,
+        _h1,
+    } = lab();
+
+    // veth leaves the UDP checksum of host 1's Geneve datagrams for a NIC to
+    // fill in; OVS's userspace datapath reads them from a packet socket as
+    // they are and drops them as corrupt. Host 1 computes them itself.
+    _h1.exec(&["ethtool", "-K", "fab0", "tx", "off"]).unwrap();
+    // Host 2: the fabric port and the underlay address move onto an OVS bridge
+    // (`brp`), as OVS's userspace tunnels need; the tunnel and the far VM's
+    // port are on a second bridge (`bri`), which learns MACs.
+    let far_vm = Netns::new("o").unwrap();
+    sluice_testbed::veth(&far_vm, "eth0", &h2, "vport").unwrap();
+    far_vm
+        .ip(&[
+            "link",
+            "set",
+            "eth0",
+            "address",
+            sluice_testbed::vm::ROUTER_MAC,
+        ])
+        .unwrap();
+    far_vm.addr("eth0", &format!("{far}/24")).unwrap();
+    sluice_testbed::vm::offloads_off(far_vm.name(), "eth0").unwrap();
+    sluice_testbed::vm::offloads_off(h2.name(), "vport").unwrap();
+    far_vm
+        .ip(&[
+            "neigh",
+            "replace",
+            &mine.to_string(),
+            "lladdr",
+            &vm.mac,
+            "dev",
+            "eth0",
+        ])
+        .unwrap();
+    h2.ip(&["addr", "flush", "dev", "fab0"]).unwrap();
+    // The bridge takes the fabric port's MAC: host 1 may have resolved the
+    // underlay address to it already, and OVS ends a tunnel only for
+    // packets addressed to the bridge itself.
+    let fab_mac = h2.exec(&["cat", "/sys/class/net/fab0/address"]).unwrap();
+    let hwaddr = format!("other-config:hwaddr=\"{}\"", fab_mac.trim());
+    let ovs = Ovs::start(h2.name());
+    ovs.vsctl(&[
+        "add-br",
+        "brp",
+        "--",
+        "set",
+        "bridge",
+        "brp",
+        "datapath_type=netdev",
+        &hwaddr,
+    ]);
+    ovs.vsctl(&["add-port", "brp", "fab0"]);
+    ovs.vsctl(&["set", "interface", "brp", "mtu_request=9000"]);
+    ovs.vsctl(&[
+        "add-br",
+        "bri",
+        "--",
+        "set",
+        "bridge",
+        "bri",
+        "datapath_type=netdev",
+    ]);
+    ovs.vsctl(&["add-port", "bri", "vport"]);
+    let remote = format!("options:remote_ip={}", underlay(1));
+    let key = format!("options:key={VNI}");
+    ovs.vsctl(&[
+        "add-port",
+        "bri",
+        "gnv0",
+        "--",
+        "set",
+        "interface",
+        "gnv0",
+        "type=geneve",
+        &remote,
+        &key,
+    ]);
+    h2.addr("brp", &format!("{}/24", underlay(2))).unwrap();
+
+    // UDP, both ways: the far VM echoes.
+    let echo = far_vm
+        .run(move || UdpSocket::bind(SocketAddr::from((far, 7))))
+        .unwrap()
+        .unwrap();
+    echo.set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    let echo_thread = std::thread::spawn(move || {
+        let mut buf = [0u8; 2048];
+        let mut n_echoed = 0;
+        while n_echoed < 3 {
+            let Ok((n, from)) = echo.recv_from(&mut buf) else {
+                break;
+            };
+            let mut out = b"echo:".to_vec();
+            out.extend_from_slice(&buf[..n]);
+            let _ = echo.send_to(&out, from);
+            n_echoed += 1;
+        }
+        n_echoed
+    });
+    let client = vm
+        .ns
+        .run(move || UdpSocket::bind(SocketAddr::from((mine, 0))))
+        .unwrap()
+        .unwrap();
+    client
+        .set_read_timeout(Some(Duration::from_millis(500)))
+        .unwrap();
+    let mut buf = [0u8; 2048];
+    let mut echoed = Vec::new();
+    for i in 0..3 {
+        let msg = format!("ping-{i}");
+        // OVS may still be learning the underlay's neighbour: retry.
+        for _ in 0..40 {
+            client
+                .send_to(msg.as_bytes(), SocketAddr::from((far, 7)))
+                .unwrap();
+            if let Ok((n, _)) = client.recv_from(&mut buf) {
+                echoed.push(String::from_utf8_lossy(&buf[..n]).into_owned());
+                break;
+            }
+        }
+    }
+    assert_eq!(
+        echoed,
+        ["echo:ping-0", "echo:ping-1", "echo:ping-2"],
+        "vswitchd log:\n{}",
+        ovs.log()
+    );
+    echo_thread.join().unwrap();
+
+    // TCP, 1 MiB from the far VM to the agent's VM, full-sized segments
+    // through both implementations: the bytes arrive whole.
+    let data: Vec<u8> = (0..1u32 << 20)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+        .collect();
+    let listener = vm
+        .ns
+        .run(move || std::net::TcpListener::bind(SocketAddr::from((mine, 5001))))
+        .unwrap()
+        .unwrap();
+    let sent = data.clone();
+    let far_name = far_vm.name().to_string();
+    // The sender runs on its own thread: `run` waits for the closure, and the
+    // connection is only read once accepted below.
+    let sender = std::thread::spawn(move || {
+        sluice_testbed::run_in(&far_name, move || -> std::io::Result<()> {
+            use std::io::Write;
+            let mut s = std::net::TcpStream::connect_timeout(
+                &SocketAddr::from((mine, 5001)),
+                Duration::from_secs(10),
+            )?;
+            s.write_all(&sent)?;
+            s.shutdown(std::net::Shutdown::Write)
+        })
+    });
+    let (mut conn, _) = accept_within(&listener, Duration::from_secs(20));
+    conn.set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    let mut got = Vec::new();
+    std::io::Read::read_to_end(&mut conn, &mut got).unwrap();
+    sender.join().unwrap().unwrap().unwrap();
+    assert!(
+        got == data,
+        "{} of {} bytes, or different bytes",
+        got.len(),
+        data.len()
+    );
+
+    let s = agent_status_when(&agent.api_url(), |s| {
+        s.fabric.tx_packets >= 3 && s.fabric.rx_packets >= 700
+    });
+    assert!(
+        s.fabric.tx_packets >= 3 && s.fabric.rx_packets >= 700,
+        "{:?}",
+        s.fabric
+    );
+    agent.shutdown();
+    note_as(
+        NAME,
+        "ran: the agent and Open vSwitch's userspace Geneve exchanged UDP and TCP",
+    );
 }
