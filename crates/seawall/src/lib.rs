@@ -22,11 +22,22 @@
 //! [`Receiver::next_deadline`] passes. No sockets, no clock reads, no
 //! allocation per packet once an entity exists.
 //!
-//! What differs from the paper: the path of an entity is its destination host
-//! (Sluice's fabric has one path between two hosts; with ECMP the key would
-//! add the path), and the control law is a plain AIMD on the measured sending
-//! rate (the paper leaves the algorithm open: "any rate control algorithm,
-//! such as TCP, TFRC, or QCN").
+//! Rates are kept, as in the paper, per (sending port, *link*): a VM's share
+//! of a link does not grow with the number of destinations it reaches over
+//! it. An entity's packets leave at the least rate of the links on its path
+//! ([`Sender::set_path`]); a path's report reaches every link on it; a link
+//! makes one decision per period whatever the number of paths that report on
+//! it, and a congested path does not cut a link that a path to another host
+//! crossed clean, with enough packets that it would have lost some too (so
+//! congestion behind one destination does not throttle the others). By
+//! default a path is the link into its destination host alone: Sluice's
+//! fabric is one switch, where that is the only link a path shares with no
+//! path to another host (the sending host's own uplink is its own NIC).
+//!
+//! What differs from the paper: paths are given, not found (with ECMP, the
+//! paper's flow-traceroute would supply them), and the control law is a plain
+//! AIMD on the measured sending rate (the paper leaves the algorithm open:
+//! "any rate control algorithm, such as TCP, TFRC, or QCN").
 
 #![forbid(unsafe_code)]
 
@@ -146,6 +157,31 @@ pub struct Entity {
     pub host: u32,
 }
 
+/// A link of the fabric. Rates are kept per (sending port, link), so a VM's
+/// share of a link does not grow with the number of destinations it reaches
+/// over it (the paper's "(senderVM, link)"): the packets of an entity leave
+/// at the least rate of the links on its path ([`Sender::set_path`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Link(pub u64);
+
+impl Link {
+    /// The last link into `host`, which every path to `host` ends with. A
+    /// path nobody set is this link alone (Sluice's fabric is one switch:
+    /// the only link a path to a host shares with no path to another host).
+    pub fn into_host(host: u32) -> Link {
+        Link(host as u64)
+    }
+
+    /// A link shared by paths to several hosts (a rack's uplink, a core
+    /// link), numbered by whoever knows the topology.
+    pub fn shared(id: u32) -> Link {
+        Link(1 << 32 | id as u64)
+    }
+}
+
+/// Most links on one path.
+pub const MAX_PATH_LINKS: usize = 8;
+
 /// Counters of one entity (sender side).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct EntityStats {
@@ -175,44 +211,44 @@ pub struct EntityStats {
     pub weight: u16,
 }
 
-/// One entity's controller.
+/// The rate controller of one (sending port, link).
 #[derive(Debug, Clone)]
-struct Controller {
+struct LinkCtl {
     rate_bps: u64,
     /// Bytes that may be sent now.
     tokens: u64,
     refilled_ns: u64,
-    /// Sequence number of the next packet.
-    seq: u32,
-    /// Bytes admitted and whether anything was policed since the last report.
+    /// Bytes sent over the link since feedback was last applied to it.
     period_bytes: u64,
-    period_policed: bool,
     period_start_ns: u64,
-    /// Highest sending rate of recent reports, decaying by 1/8 per report.
+    /// Highest sending rate of recent feedback, decaying by 1/8 each time.
     peak_bps: u64,
     last_sent_ns: u64,
-    /// The last report's cumulative counters (None: no report yet).
-    last_report: Option<(u32, u32)>,
-    stats: EntityStats,
-    /// Packets waiting for tokens (allocated at the first wait).
-    queue: Fifo,
+    /// Feedback gathered since the last decision: paths that reported
+    /// congestion (destination host, loss rate, or None for queueing delay
+    /// alone); a decision is taken once per period, as a single contender's.
+    congested: Vec<(u32, Option<f64>)>,
+    /// When a path to each destination host through this link last reported
+    /// no congestion, and how many packets it counted: a path to another host
+    /// that got enough packets through clean says the link is not what
+    /// congests a path that did not.
+    clean: Vec<(u32, u64, u32)>,
+    decreases: u64,
 }
 
-impl Controller {
-    fn new(cfg: &Config, now_ns: u64) -> Controller {
-        Controller {
+impl LinkCtl {
+    fn new(cfg: &Config, now_ns: u64) -> LinkCtl {
+        LinkCtl {
             rate_bps: cfg.max_rate_bps,
             tokens: depth(cfg, cfg.max_rate_bps),
             refilled_ns: now_ns,
-            seq: 0,
             period_bytes: 0,
-            period_policed: false,
             period_start_ns: now_ns,
             peak_bps: 0,
             last_sent_ns: now_ns,
-            last_report: None,
-            stats: EntityStats::default(),
-            queue: Fifo::default(),
+            congested: Vec::new(),
+            clean: Vec::new(),
+            decreases: 0,
         }
     }
 
@@ -226,9 +262,169 @@ impl Controller {
         }
     }
 
-    /// Takes `len` bytes' tokens and numbers the packet.
+    /// When `len` bytes' tokens will be there.
+    fn ready_at(&self, len: u64) -> u64 {
+        let need = len.saturating_sub(self.tokens);
+        if need == 0 {
+            return self.refilled_ns;
+        }
+        let ns = (need as u128 * 8_000_000_000).div_ceil(self.rate_bps.max(1) as u128) as u64;
+        self.refilled_ns + ns
+    }
+
+    /// Applies one path's feedback: from the path to `host`, `f`. A link is
+    /// one contender however many paths cross it: what its paths report
+    /// within a period makes one decision, a cut or an increase.
+    fn feedback(&mut self, cfg: &Config, host: u32, f: PathFeedback, weight: u16, now_ns: u64) {
+        if f.congested {
+            let loss = (f.lost > 0 || f.received == 0).then(|| {
+                if f.received + f.lost == 0 {
+                    1.0
+                } else {
+                    f64::from(f.lost) / f64::from(f.received + f.lost)
+                }
+            });
+            match self.congested.iter_mut().find(|(h, _)| *h == host) {
+                Some(c) => {
+                    c.1 = match (c.1, loss) {
+                        (Some(a), Some(b)) => Some(a.max(b)),
+                        (a, b) => a.or(b),
+                    }
+                }
+                None => self.congested.push((host, loss)),
+            }
+        } else {
+            match self.clean.iter_mut().find(|(h, _, _)| *h == host) {
+                Some(c) => (c.1, c.2) = (now_ns, f.received),
+                None => self.clean.push((host, now_ns, f.received)),
+            }
+        }
+        // Reports of one path come a period apart, give or take.
+        let elapsed = now_ns.saturating_sub(self.period_start_ns).max(1);
+        if elapsed < cfg.period_ns / 4 * 3 {
+            return;
+        }
+        let sent_bps = (self.period_bytes as u128 * 8_000_000_000 / elapsed as u128) as u64;
+        self.peak_bps = sent_bps.max(self.peak_bps - self.peak_bps / 8);
+        // A congested path counts unless a path to another host crossed this
+        // link clean lately with enough packets that it would have lost some
+        // too had the link dropped them (a drop-tail queue drops from every
+        // path through it alike): then what congests it is elsewhere on its
+        // path. A path congested by queueing delay alone: any clean path
+        // through the link clears it (the queue would have delayed it too).
+        let clean = &self.clean;
+        let congested = self.congested.iter().any(|&(h, loss)| {
+            !clean.iter().any(|&(ch, t, n)| {
+                ch != h
+                    && now_ns.saturating_sub(t) < cfg.period_ns
+                    && match loss {
+                        None => n > 0,
+                        Some(p) => p * f64::from(n) >= CLEAN_EVIDENCE,
+                    }
+            })
+        });
+        self.congested.clear();
+        if congested {
+            // Cut the allowance, but from no higher than twice the recent
+            // peak of what was sent: an allowance never used (a new link's)
+            // would make the cut toothless. Not from this period's rate: a
+            // TCP sender that just halved its window, or sits out a
+            // retransmission timeout, would drag its own allowance down with
+            // it, cut after cut, while a flooder's stays.
+            let base = self
+                .rate_bps
+                .min(self.peak_bps.saturating_mul(2).max(cfg.min_rate_bps));
+            let cut = (base as f64 * (1.0 - cfg.decrease)) as u64;
+            self.rate_bps = cut.max(cfg.min_rate_bps);
+            self.decreases += 1;
+        } else {
+            // No congestion on the link: probe for more, like a TCP sender's
+            // additive increase. Whether the allowance was used does not
+            // matter: a TCP sender that backed off after a loss must get its
+            // share back, and an allowance never used is cut to twice the
+            // recent peak at the next loss. The step follows time, not
+            // reports: a path that reports less often (a TCP sender waiting
+            // out a timeout) must not grow slower than a flooder's.
+            let periods = (elapsed as f64 / cfg.period_ns as f64).clamp(0.0, MAX_CATCH_UP);
+            let step = (cfg.increase_bps as f64 * periods * f64::from(weight)) as u64;
+            self.rate_bps = self.rate_bps.saturating_add(step).min(cfg.max_rate_bps);
+        }
+        self.tokens = self.tokens.min(depth(cfg, self.rate_bps));
+        self.period_bytes = 0;
+        self.period_start_ns = now_ns;
+    }
+}
+
+/// Packets a clean path must have carried, times the loss rate of a
+/// congested one, to clear a link they share of that congestion: at 3, a
+/// link dropping uniformly would have dropped none of them with a
+/// probability of about 5 %.
+const CLEAN_EVIDENCE: f64 = 3.0;
+
+/// What a report (or a silence) says of one path since the one before.
+#[derive(Debug, Clone, Copy)]
+struct PathFeedback {
+    congested: bool,
+    received: u32,
+    lost: u32,
+}
+
+/// The links of one path, held inline (no allocation per entity).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct PathLinks {
+    links: [Link; MAX_PATH_LINKS],
+    len: u8,
+}
+
+impl PathLinks {
+    fn new(links: &[Link]) -> PathLinks {
+        let len = links.len().min(MAX_PATH_LINKS);
+        let mut p = PathLinks {
+            links: [Link(0); MAX_PATH_LINKS],
+            len: len as u8,
+        };
+        p.links[..len].copy_from_slice(&links[..len]);
+        p
+    }
+
+    fn as_slice(&self) -> &[Link] {
+        &self.links[..self.len as usize]
+    }
+}
+
+/// One entity: its sequence numbers, what its receiver reported, its queue.
+#[derive(Debug, Clone)]
+struct Path {
+    links: PathLinks,
+    /// Sequence number of the next packet.
+    seq: u32,
+    /// Bytes sent since the last report (for the silence check).
+    period_bytes: u64,
+    period_start_ns: u64,
+    last_sent_ns: u64,
+    /// The last report's cumulative counters (None: no report yet).
+    last_report: Option<(u32, u32)>,
+    stats: EntityStats,
+    /// Packets waiting for tokens (allocated at the first wait).
+    queue: Fifo,
+}
+
+impl Path {
+    fn new(links: PathLinks, now_ns: u64) -> Path {
+        Path {
+            links,
+            seq: 0,
+            period_bytes: 0,
+            period_start_ns: now_ns,
+            last_sent_ns: now_ns,
+            last_report: None,
+            stats: EntityStats::default(),
+            queue: Fifo::default(),
+        }
+    }
+
+    /// Numbers a packet of `len` bytes (its links' tokens already taken).
     fn send(&mut self, len: u64) -> u32 {
-        self.tokens -= len;
         self.period_bytes += len;
         self.stats.admitted_packets += 1;
         self.stats.admitted_bytes += len;
@@ -238,20 +434,61 @@ impl Controller {
     }
 
     fn drop_one(&mut self, len: u64) {
-        self.period_policed = true;
         self.stats.policed_packets += 1;
         self.stats.policed_bytes += len;
     }
+}
 
-    /// When the queue's first packet will have its tokens.
-    fn ready_at(&self) -> Option<u64> {
-        let (_, d) = self.queue.front()?;
-        let need = (d.len() as u64).saturating_sub(self.tokens);
-        if need == 0 {
-            return Some(self.refilled_ns);
+/// The path to `host` given `topology` (the default: its own link alone).
+fn path_to(topology: &HashMap<u32, PathLinks>, host: u32) -> PathLinks {
+    topology
+        .get(&host)
+        .copied()
+        .unwrap_or_else(|| PathLinks::new(&[Link::into_host(host)]))
+}
+
+/// The entity `key`, created on the path `topology` gives it if new.
+fn path_entry<'a>(
+    paths: &'a mut HashMap<Entity, Path>,
+    topology: &HashMap<u32, PathLinks>,
+    key: Entity,
+    now_ns: u64,
+) -> &'a mut Path {
+    paths
+        .entry(key)
+        .or_insert_with(|| Path::new(path_to(topology, key.host), now_ns))
+}
+
+/// Refills the controllers of `port` on `path` (creating missing ones) and
+/// says whether all of them hold `len` bytes' tokens.
+fn links_ready(
+    links: &mut HashMap<(u16, Link), LinkCtl>,
+    cfg: &Config,
+    port: u16,
+    path: &PathLinks,
+    len: u64,
+    now_ns: u64,
+) -> bool {
+    let mut ok = true;
+    for l in path.as_slice() {
+        let c = links
+            .entry((port, *l))
+            .or_insert_with(|| LinkCtl::new(cfg, now_ns));
+        c.refill(cfg, now_ns);
+        c.last_sent_ns = now_ns;
+        ok &= c.tokens >= len;
+    }
+    ok
+}
+
+/// Takes `len` bytes' tokens from every controller of `port` on `path`
+/// (all present and holding them: [`links_ready`] said so).
+fn links_take(links: &mut HashMap<(u16, Link), LinkCtl>, port: u16, path: &PathLinks, len: u64) {
+    for l in path.as_slice() {
+        if let Some(c) = links.get_mut(&(port, *l)) {
+            c.tokens = c.tokens.saturating_sub(len);
+            c.period_bytes += len;
         }
-        let ns = (need as u128 * 8_000_000_000).div_ceil(self.rate_bps.max(1) as u128) as u64;
-        Some(self.refilled_ns + ns)
     }
 }
 
@@ -271,11 +508,15 @@ pub enum Offer {
     Dropped,
 }
 
-/// The sending side: one controller per entity.
+/// The sending side: one queue and sequence space per entity, one rate
+/// controller per (port, link) on the entities' paths.
 #[derive(Debug, Clone)]
 pub struct Sender {
     cfg: Config,
-    entities: HashMap<Entity, Controller>,
+    paths: HashMap<Entity, Path>,
+    links: HashMap<(u16, Link), LinkCtl>,
+    /// Paths to hosts other than the default ([`Sender::set_path`]).
+    topology: HashMap<u32, PathLinks>,
     /// Entities with packets waiting.
     waiting: Vec<Entity>,
     /// Weights of ports other than 1.
@@ -296,7 +537,9 @@ impl Sender {
     pub fn new(cfg: Config) -> Sender {
         Sender {
             cfg,
-            entities: HashMap::new(),
+            paths: HashMap::new(),
+            links: HashMap::new(),
+            topology: HashMap::new(),
             waiting: Vec::new(),
             weights: HashMap::new(),
         }
@@ -314,6 +557,25 @@ impl Sender {
             .collect();
     }
 
+    /// Sets the links between this host and `host`, first to last (at most
+    /// [`MAX_PATH_LINKS`], more are ignored; an empty list restores the
+    /// default path, [`Link::into_host`] alone), for existing entities too.
+    pub fn set_path(&mut self, host: u32, links: &[Link]) {
+        let p = if links.is_empty() {
+            self.topology.remove(&host);
+            PathLinks::new(&[Link::into_host(host)])
+        } else {
+            let p = PathLinks::new(links);
+            self.topology.insert(host, p);
+            p
+        };
+        for (e, path) in self.paths.iter_mut() {
+            if e.host == host {
+                path.links = p;
+            }
+        }
+    }
+
     /// The weight of `port`.
     pub fn weight(&self, port: u16) -> u16 {
         self.weights.get(&port).copied().unwrap_or(1)
@@ -328,18 +590,22 @@ impl Sender {
     /// (a policer: what is over the rate is dropped, never queued).
     pub fn admit(&mut self, port: u16, host: u32, len: usize, now_ns: u64) -> Admit {
         let cfg = self.cfg;
-        let c = self
-            .entities
-            .entry(Entity { port, host })
-            .or_insert_with(|| Controller::new(&cfg, now_ns));
-        c.refill(&cfg, now_ns);
-        c.last_sent_ns = now_ns;
+        let p = path_entry(
+            &mut self.paths,
+            &self.topology,
+            Entity { port, host },
+            now_ns,
+        );
+        let links = p.links;
         let len = len as u64;
-        if c.tokens < len {
-            c.drop_one(len);
+        let ok = links_ready(&mut self.links, &cfg, port, &links, len, now_ns);
+        p.last_sent_ns = now_ns;
+        if !ok {
+            p.drop_one(len);
             return Admit::Police;
         }
-        Admit::Send(c.send(len))
+        links_take(&mut self.links, port, &links, len);
+        Admit::Send(p.send(len))
     }
 
     /// Like [`Sender::admit`], but a packet over the rate waits in the
@@ -349,33 +615,31 @@ impl Sender {
     pub fn offer(&mut self, port: u16, host: u32, tag: u64, frame: &[u8], now_ns: u64) -> Offer {
         let cfg = self.cfg;
         let key = Entity { port, host };
-        let c = self
-            .entities
-            .entry(key)
-            .or_insert_with(|| Controller::new(&cfg, now_ns));
-        c.refill(&cfg, now_ns);
-        c.last_sent_ns = now_ns;
+        let p = path_entry(&mut self.paths, &self.topology, key, now_ns);
+        let links = p.links;
         let len = frame.len() as u64;
-        if c.queue.is_empty() && c.tokens >= len {
-            return Offer::Send(c.send(len));
+        let ok = links_ready(&mut self.links, &cfg, port, &links, len, now_ns);
+        p.last_sent_ns = now_ns;
+        if p.queue.is_empty() && ok {
+            links_take(&mut self.links, port, &links, len);
+            return Offer::Send(p.send(len));
         }
         if cfg.queue_bytes == 0 {
-            c.drop_one(len);
+            p.drop_one(len);
             return Offer::Dropped;
         }
-        if c.queue.is_empty() {
+        if p.queue.is_empty() {
             // It starts waiting (the buffer is allocated at its first wait).
-            if c.queue.capacity() == 0 {
-                c.queue = Fifo::new(cfg.queue_bytes);
+            if p.queue.capacity() == 0 {
+                p.queue = Fifo::new(cfg.queue_bytes);
             }
             self.waiting.push(key);
         }
-        if c.queue.push(tag, frame) {
-            c.period_policed = true;
-            c.stats.queued_packets += 1;
+        if p.queue.push(tag, frame) {
+            p.stats.queued_packets += 1;
             Offer::Queued
         } else {
-            c.drop_one(len);
+            p.drop_one(len);
             Offer::Dropped
         }
     }
@@ -388,25 +652,26 @@ impl Sender {
         let mut k = 0;
         while k < self.waiting.len() {
             let key = self.waiting[k];
-            let Some(c) = self.entities.get_mut(&key) else {
+            let Some(p) = self.paths.get_mut(&key) else {
                 self.waiting.swap_remove(k);
                 continue;
             };
-            c.refill(&cfg, now_ns);
-            while let Some(len) = c.queue.front().map(|(_, d)| d.len() as u64) {
-                if c.tokens < len {
+            let links = p.links;
+            while let Some(len) = p.queue.front().map(|(_, d)| d.len() as u64) {
+                if !links_ready(&mut self.links, &cfg, key.port, &links, len, now_ns) {
                     break;
                 }
+                links_take(&mut self.links, key.port, &links, len);
                 // Numbered when it leaves, so the receiver sees no gap for
                 // the time it waited.
-                let s = c.send(len);
-                if let Some((tag, d)) = c.queue.front() {
+                let s = p.send(len);
+                if let Some((tag, d)) = p.queue.front() {
                     emit(key, s, tag, d);
                 }
-                c.queue.pop();
+                p.queue.pop();
                 n += 1;
             }
-            if c.queue.is_empty() {
+            if p.queue.is_empty() {
                 self.waiting.swap_remove(k);
             } else {
                 k += 1;
@@ -420,133 +685,171 @@ impl Sender {
     pub fn next_release(&self) -> Option<u64> {
         self.waiting
             .iter()
-            .filter_map(|k| self.entities.get(k).and_then(Controller::ready_at))
+            .filter_map(|k| {
+                let p = self.paths.get(k)?;
+                let len = p.queue.front()?.1.len() as u64;
+                p.links
+                    .as_slice()
+                    .iter()
+                    .map(|l| self.links.get(&(k.port, *l)).map_or(0, |c| c.ready_at(len)))
+                    .max()
+            })
             .min()
     }
 
     /// Applies a feedback message from `host`: each report's port is one of
     /// this host's entities sending to `host`. Reports of unknown ports are
-    /// ignored (the entity was forgotten, or the report is stale).
+    /// ignored (the entity was forgotten, or the report is stale). A report
+    /// speaks for its path; it reaches each link on it.
     pub fn on_feedback(
         &mut self,
         host: u32,
         reports: impl IntoIterator<Item = Report>,
         now_ns: u64,
     ) {
+        let cfg = self.cfg;
         for r in reports {
-            let cfg = self.cfg;
             let weight = self.weights.get(&r.port).copied().unwrap_or(1);
-            let Some(c) = self.entities.get_mut(&Entity { port: r.port, host }) else {
+            let Some(p) = self.paths.get_mut(&Entity { port: r.port, host }) else {
                 continue;
             };
-            let (d_recv, d_lost) = match c.last_report {
+            let (d_recv, d_lost) = match p.last_report {
                 Some((rr, rl)) => (r.received.wrapping_sub(rr), r.lost.wrapping_sub(rl)),
                 None => (r.received, r.lost),
             };
-            c.last_report = Some((r.received, r.lost));
+            p.last_report = Some((r.received, r.lost));
             // A report can only count packets that were sent: anything else is
             // a receiver that restarted, or garbage; start over from it.
-            let sent = c.stats.admitted_packets;
+            let sent = p.stats.admitted_packets;
             if u64::from(d_recv) + u64::from(d_lost) > sent.max(1) * 2 {
                 continue;
             }
-            c.stats.feedbacks += 1;
-            c.stats.reported_received += u64::from(d_recv);
-            c.stats.reported_lost += u64::from(d_lost);
-            let elapsed = now_ns.saturating_sub(c.period_start_ns).max(1);
-            let sent_bps = (c.period_bytes as u128 * 8_000_000_000 / elapsed as u128) as u64;
-            c.peak_bps = sent_bps.max(c.peak_bps - c.peak_bps / 8);
-            if d_lost > 0 || r.congested {
-                // Cut the allowance, but from no higher than twice the recent
-                // peak of what the entity sent: an allowance it never used (a
-                // new entity's) would make the cut toothless. Not from this
-                // period's rate: a TCP sender that just halved its window, or
-                // sits out a retransmission timeout, would drag its own
-                // allowance down with it, cut after cut, while a flooder's
-                // stays.
-                let base = c
-                    .rate_bps
-                    .min(c.peak_bps.saturating_mul(2).max(cfg.min_rate_bps));
-                let cut = (base as f64 * (1.0 - cfg.decrease)) as u64;
-                c.rate_bps = cut.max(cfg.min_rate_bps);
-                c.stats.decreases += 1;
-            } else {
-                // No loss on the path: probe for more, like a TCP sender's
-                // additive increase. Whether the entity used its allowance
-                // does not matter: a TCP sender inside it that backed off
-                // after a loss must get its share back, and an allowance
-                // never used is cut to twice the recent peak at the next loss.
-                // The step follows time, not reports: an entity reports only
-                // when its packets arrive, and one that sends less often (a
-                // TCP sender waiting out a timeout) must not grow slower than
-                // a flooder that reports every period.
-                let periods = (elapsed as f64 / cfg.period_ns as f64).clamp(0.0, MAX_CATCH_UP);
-                let step = (cfg.increase_bps as f64 * periods * f64::from(weight)) as u64;
-                c.rate_bps = c.rate_bps.saturating_add(step).min(cfg.max_rate_bps);
+            p.stats.feedbacks += 1;
+            p.stats.reported_received += u64::from(d_recv);
+            p.stats.reported_lost += u64::from(d_lost);
+            p.period_bytes = 0;
+            p.period_start_ns = now_ns;
+            let f = PathFeedback {
+                congested: d_lost > 0 || r.congested,
+                received: d_recv,
+                lost: d_lost,
+            };
+            for l in p.links.as_slice() {
+                if let Some(c) = self.links.get_mut(&(r.port, *l)) {
+                    c.feedback(&cfg, host, f, weight, now_ns);
+                }
             }
-            c.tokens = c.tokens.min(depth(&cfg, c.rate_bps));
-            c.period_bytes = 0;
-            c.period_policed = false;
-            c.period_start_ns = now_ns;
         }
     }
 
     /// An entity that has sent since its last report but heard nothing for
     /// [`SILENCE_PERIODS`] periods, from a receiver that did report before,
     /// takes the silence as loss of everything (as a TCP sender takes a
-    /// retransmission timeout): its rate is cut. Without this, a path so
-    /// congested that none of an entity's packets arrive would never report
-    /// to it. Receivers that never reported (no Seawall there) are not
-    /// second-guessed. Returns how many were cut; call it every loop.
+    /// retransmission timeout): the links of its path take it as congestion.
+    /// Without this, a path so congested that none of an entity's packets
+    /// arrive would never report to it. Receivers that never reported (no
+    /// Seawall there) are not second-guessed. Returns how many entities were
+    /// silent; call it every period.
     pub fn check_silence(&mut self, now_ns: u64) -> usize {
         let cfg = self.cfg;
         let limit = cfg.period_ns.saturating_mul(SILENCE_PERIODS);
         let mut n = 0;
-        for c in self.entities.values_mut() {
-            if c.last_report.is_none()
-                || c.period_bytes == 0
-                || now_ns.saturating_sub(c.period_start_ns) <= limit
+        for (e, p) in self.paths.iter_mut() {
+            if p.last_report.is_none()
+                || p.period_bytes == 0
+                || now_ns.saturating_sub(p.period_start_ns) <= limit
             {
                 continue;
             }
-            let base = c
-                .rate_bps
-                .min(c.peak_bps.saturating_mul(2).max(cfg.min_rate_bps));
-            c.rate_bps = ((base as f64 * (1.0 - cfg.decrease)) as u64).max(cfg.min_rate_bps);
-            c.tokens = c.tokens.min(depth(&cfg, c.rate_bps));
-            c.stats.decreases += 1;
-            c.period_bytes = 0;
-            c.period_policed = false;
-            c.period_start_ns = now_ns;
+            let weight = self.weights.get(&e.port).copied().unwrap_or(1);
+            for l in p.links.as_slice() {
+                if let Some(c) = self.links.get_mut(&(e.port, *l)) {
+                    let all_lost = PathFeedback {
+                        congested: true,
+                        received: 0,
+                        lost: 0,
+                    };
+                    c.feedback(&cfg, e.host, all_lost, weight, now_ns);
+                }
+            }
+            p.period_bytes = 0;
+            p.period_start_ns = now_ns;
             n += 1;
         }
         n
     }
 
-    /// Forgets entities idle for longer than the configured time (bounded
-    /// memory under VM churn); call now and then.
+    /// Forgets entities idle for longer than the configured time, and the
+    /// controllers of links no entity crosses any more (bounded memory under
+    /// VM churn); call now and then.
     pub fn expire(&mut self, now_ns: u64) {
         let idle = self.cfg.idle_ns;
-        self.entities
-            .retain(|_, c| !c.queue.is_empty() || now_ns.saturating_sub(c.last_sent_ns) < idle);
+        self.paths
+            .retain(|_, p| !p.queue.is_empty() || now_ns.saturating_sub(p.last_sent_ns) < idle);
+        let paths = &self.paths;
+        self.links.retain(|(port, l), c| {
+            now_ns.saturating_sub(c.last_sent_ns) < idle
+                || paths
+                    .iter()
+                    .any(|(e, p)| e.port == *port && p.links.as_slice().contains(l))
+        });
+        let period = self.cfg.period_ns;
+        for c in self.links.values_mut() {
+            c.clean
+                .retain(|&(_, t, _)| now_ns.saturating_sub(t) < period);
+        }
     }
 
-    /// The rate of `e` now (None: not known).
+    /// The rate of `e` now: the least of its path's links (None: not known).
     pub fn rate_bps(&self, e: Entity) -> Option<u64> {
-        self.entities.get(&e).map(|c| c.rate_bps)
+        let p = self.paths.get(&e)?;
+        p.links
+            .as_slice()
+            .iter()
+            .filter_map(|l| self.links.get(&(e.port, *l)).map(|c| c.rate_bps))
+            .min()
     }
 
-    /// Every entity with its rate and counters, in entity order.
+    /// Every (port, link) controller: its rate and how often it was cut, in
+    /// (port, link) order.
+    pub fn links(&self) -> Vec<(u16, Link, u64, u64)> {
+        let mut v: Vec<_> = self
+            .links
+            .iter()
+            .map(|((p, l), c)| (*p, *l, c.rate_bps, c.decreases))
+            .collect();
+        v.sort_by_key(|x| (x.0, x.1));
+        v
+    }
+
+    /// The rate of `port` on `link` now (None: no such controller).
+    pub fn link_rate_bps(&self, port: u16, link: Link) -> Option<u64> {
+        self.links.get(&(port, link)).map(|c| c.rate_bps)
+    }
+
+    /// Every entity with its rate (the least of its path's links) and
+    /// counters (`decreases`: the cuts of the links on its path), in entity
+    /// order.
     pub fn entities(&self) -> Vec<(Entity, u64, EntityStats)> {
         let mut v: Vec<_> = self
-            .entities
+            .paths
             .iter()
-            .map(|(e, c)| {
-                let mut st = c.stats;
-                st.queue_packets_now = c.queue.len() as u64;
-                st.queue_bytes_now = c.queue.bytes() as u64;
+            .map(|(e, p)| {
+                let mut st = p.stats;
+                st.queue_packets_now = p.queue.len() as u64;
+                st.queue_bytes_now = p.queue.bytes() as u64;
                 st.weight = self.weights.get(&e.port).copied().unwrap_or(1);
-                (*e, c.rate_bps, st)
+                let ctls = p
+                    .links
+                    .as_slice()
+                    .iter()
+                    .filter_map(|l| self.links.get(&(e.port, *l)));
+                st.decreases = ctls.clone().map(|c| c.decreases).sum();
+                let rate = ctls
+                    .map(|c| c.rate_bps)
+                    .min()
+                    .unwrap_or(self.cfg.max_rate_bps);
+                (*e, rate, st)
             })
             .collect();
         v.sort_by_key(|x| x.0);

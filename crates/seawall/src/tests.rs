@@ -541,3 +541,227 @@ fn weights_divide_a_bottleneck_in_proportion() {
     let ents = s.entities();
     assert_eq!((ents[0].2.weight, ents[1].2.weight), (1, 3));
 }
+
+/// Port 1 floods four hosts, port 2 floods one, all through one drop-tail
+/// bottleneck; every receiving host reports on its own. Returns port 2's
+/// share of what the bottleneck delivered, with the senders' paths set to
+/// cross the bottleneck as one shared link (`per_link`) or left as the
+/// default (each destination host its own contender).
+fn share_against_a_vm_reaching_four_hosts(per_link: bool) -> f64 {
+    let c = Config {
+        max_rate_bps: 1_000_000_000,
+        ..Config::default()
+    };
+    let mut s = Sender::new(c);
+    if per_link {
+        for h in 1..=5 {
+            s.set_path(h, &[Link::shared(0), Link::into_host(h)]);
+        }
+    }
+    let mut receivers: Vec<Receiver> = (0..=5).map(|_| Receiver::new(c.period_ns, 0)).collect();
+    let link_bps: u64 = 100_000_000;
+    let queue_max: u64 = 64 * 1024;
+    let mut queue: u64 = 0;
+    let step = 100_000u64;
+    let offered = [400_000_000u64, 400_000_000];
+    let mut carry = [0u64; 2];
+    let mut delivered = [0u64; 2];
+    let mut next_host = 0u32;
+    let mut buf = Vec::new();
+    let mut msgs: Vec<(u32, Vec<u8>)> = Vec::new();
+    let mut rng = 0x2545_f491_4f6c_dd1du64;
+    for i in 0..30_000u64 {
+        let now = i * step;
+        for (k, &o) in offered.iter().enumerate() {
+            carry[k] += o * step / 8_000_000_000;
+        }
+        while carry.iter().any(|&c| c >= 1500) {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            let first = (rng & 1) as usize;
+            for k in [first, 1 - first] {
+                if carry[k] < 1500 {
+                    continue;
+                }
+                carry[k] -= 1500;
+                let host = if k == 0 {
+                    next_host = next_host % 4 + 1;
+                    next_host
+                } else {
+                    5
+                };
+                if let Admit::Send(seq) = s.admit(k as u16 + 1, host, 1500, now) {
+                    if queue + 1500 <= queue_max {
+                        queue += 1500;
+                        receivers[host as usize].on_packet(9, k as u16 + 1, seq, None, now);
+                        if now > 1_000_000_000 {
+                            delivered[k] += 1500;
+                        }
+                    }
+                }
+            }
+        }
+        queue = queue.saturating_sub(link_bps * step / 8_000_000_000);
+        msgs.clear();
+        for (h, r) in receivers.iter_mut().enumerate() {
+            r.feedback(now, &mut buf, |_, m| msgs.push((h as u32, m.to_vec())));
+        }
+        for (h, m) in &msgs {
+            s.on_feedback(*h, wire::decode_feedback(m).unwrap(), now);
+        }
+        s.check_silence(now);
+    }
+    delivered[1] as f64 / (delivered[0] + delivered[1]) as f64
+}
+
+/// The paper's "(senderVM, link)": a VM that spreads its traffic over four
+/// destination hosts behind one bottleneck gets one share of it, not four,
+/// once the paths say the bottleneck is one link; per destination it takes
+/// about four fifths.
+#[test]
+fn a_vm_reaching_many_hosts_over_one_link_gets_one_share_of_it() {
+    let per_link = share_against_a_vm_reaching_four_hosts(true);
+    let per_destination = share_against_a_vm_reaching_four_hosts(false);
+    assert!(
+        (0.40..=0.60).contains(&per_link),
+        "per link: the one-host VM got {per_link:.3}"
+    );
+    assert!(
+        per_link - per_destination > 0.06,
+        "per destination: the one-host VM got {per_destination:.3} (per link {per_link:.3})"
+    );
+}
+
+#[test]
+fn a_shared_link_is_cut_once_for_all_its_paths_and_spared_when_one_gets_through() {
+    let mut s = Sender::new(cfg());
+    for h in [2, 3] {
+        s.set_path(h, &[Link::shared(0), Link::into_host(h)]);
+    }
+    for h in [2, 3] {
+        offer(&mut s, 1, h, 0, 5, 12_500);
+    }
+    let shared = |s: &Sender| s.link_rate_bps(1, Link::shared(0)).unwrap();
+    let own = |s: &Sender, h| s.link_rate_bps(1, Link::into_host(h)).unwrap();
+    let full = shared(&s);
+    // Both paths report loss in the same period: the shared link is one
+    // contender and is cut once; each host's link is cut too.
+    s.on_feedback(2, [report(1, 3, 1)], 5 * MS);
+    s.on_feedback(3, [report(1, 3, 1)], 5 * MS + 100_000);
+    let once = shared(&s);
+    assert!(once < full);
+    assert_eq!(
+        s.entities()[0].2.decreases,
+        2,
+        "host 2's path: shared + own"
+    );
+    assert!(own(&s, 2) < full && own(&s, 3) < full);
+    // A period later, host 2's path is clean and host 3's still loses: host
+    // 3's own link is cut, the shared one is not (a path through it got
+    // through, so it is not what drops host 3's packets).
+    for h in [2, 3] {
+        offer(&mut s, 1, h, 6 * MS, 5, 12_500);
+    }
+    s.on_feedback(2, [report(1, 40, 1)], 10 * MS);
+    let after_clean = shared(&s);
+    assert!(
+        after_clean > once,
+        "the clean report raises it: {once} -> {after_clean} {:?}",
+        s.links()
+    );
+    let own3 = own(&s, 3);
+    s.on_feedback(3, [report(1, 6, 3)], 10 * MS + 200_000);
+    assert_eq!(shared(&s), after_clean);
+    assert!(own(&s, 3) < own3);
+    // Rates of entities are their paths' least.
+    let e3 = Entity { port: 1, host: 3 };
+    assert_eq!(s.rate_bps(e3), Some(own(&s, 3).min(shared(&s))));
+    // Back to the default path: the host's own link alone.
+    s.set_path(3, &[]);
+    assert_eq!(s.rate_bps(e3), Some(own(&s, 3)));
+}
+
+/// Port 1 sends to host 1, behind a bottleneck it shares with port 2, and to
+/// host 2, behind nothing; both of its paths cross the sending host's uplink
+/// (a shared link that is not a bottleneck). Host 1's congestion must not cut
+/// the uplink's controller: its traffic to host 2 keeps flowing at what it
+/// offers, because that path reports clean with plenty of packets.
+#[test]
+fn congestion_behind_one_destination_does_not_throttle_another_over_a_shared_link() {
+    let c = Config {
+        max_rate_bps: 1_000_000_000,
+        ..Config::default()
+    };
+    let mut s = Sender::new(c);
+    for h in 1..=2 {
+        s.set_path(h, &[Link::shared(0), Link::into_host(h)]);
+    }
+    let mut receivers: Vec<Receiver> = (0..=2).map(|_| Receiver::new(c.period_ns, 0)).collect();
+    let (link_bps, queue_max, step) = (100_000_000u64, 64 * 1024u64, 100_000u64);
+    let mut queue = 0u64;
+    // (port, host, offered bits/s)
+    let flows = [
+        (1u16, 1u32, 200_000_000u64),
+        (1, 2, 200_000_000),
+        (2, 1, 200_000_000),
+    ];
+    let mut carry = [0u64; 3];
+    let mut delivered = [0u64; 3];
+    let mut buf = Vec::new();
+    let mut msgs: Vec<(u32, Vec<u8>)> = Vec::new();
+    let mut rng = 0x9e37_79b9_7f4a_7c15u64;
+    for i in 0..30_000u64 {
+        let now = i * step;
+        for (k, f) in flows.iter().enumerate() {
+            carry[k] += f.2 * step / 8_000_000_000;
+        }
+        while carry.iter().any(|&c| c >= 1500) {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            let start = (rng % 3) as usize;
+            for j in 0..3 {
+                let k = (start + j) % 3;
+                if carry[k] < 1500 {
+                    continue;
+                }
+                carry[k] -= 1500;
+                let (port, host, _) = flows[k];
+                let Admit::Send(seq) = s.admit(port, host, 1500, now) else {
+                    continue;
+                };
+                // Only host 1's downlink is a bottleneck.
+                let arrives = host == 2 || queue + 1500 <= queue_max;
+                if host == 1 && arrives {
+                    queue += 1500;
+                }
+                if arrives {
+                    receivers[host as usize].on_packet(9, port, seq, None, now);
+                    if now > 1_000_000_000 {
+                        delivered[k] += 1500;
+                    }
+                }
+            }
+        }
+        queue = queue.saturating_sub(link_bps * step / 8_000_000_000);
+        msgs.clear();
+        for (h, r) in receivers.iter_mut().enumerate() {
+            r.feedback(now, &mut buf, |_, m| msgs.push((h as u32, m.to_vec())));
+        }
+        for (h, m) in &msgs {
+            s.on_feedback(*h, wire::decode_feedback(m).unwrap(), now);
+        }
+        s.check_silence(now);
+    }
+    let secs = 2.0;
+    let bps = |k: usize| delivered[k] as f64 * 8.0 / secs;
+    // Host 2's path gets what it offers (200 Mbit/s), give or take.
+    assert!(bps(1) > 170e6, "port 1 to host 2: {:.0} bit/s", bps(1));
+    // The two contenders at host 1 share it.
+    let share = bps(2) / (bps(0) + bps(2));
+    assert!(
+        (0.35..=0.65).contains(&share),
+        "port 2's share at host 1: {share:.3}"
+    );
+}
