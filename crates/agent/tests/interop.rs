@@ -336,109 +336,6 @@ fn note_as(name: &str, line: &str) {
     let _ = std::fs::write(dir.join(format!("{name}.txt")), format!("{name}: {line}\n"));
 }
 
-/// A private Open vSwitch (its database server and switch daemon, with their
-/// files in their own directory), killed and removed on drop, also when a
-/// test fails.
-struct Ovs {
-    dir: std::path::PathBuf,
-    children: Vec<std::process::Child>,
-}
-
-impl Ovs {
-    /// Starts `ovsdb-server` and, inside `netns`, `ovs-vswitchd`.
-    fn start(netns: &str) -> Ovs {
-        let dir = std::env::temp_dir().join(sluice_testbed::unique_name("ovs"));
-        std::fs::create_dir_all(&dir).unwrap();
-        let mut ovs = Ovs {
-            dir,
-            children: Vec::new(),
-        };
-        let d = ovs.dir.display().to_string();
-        let db = format!("{d}/conf.db");
-        let st = Command::new("ovsdb-tool")
-            .args(["create", &db, "/usr/share/openvswitch/vswitch.ovsschema"])
-            .status()
-            .unwrap();
-        assert!(st.success(), "ovsdb-tool create failed");
-        let server = ovs
-            .command("ovsdb-server")
-            .args([
-                &db,
-                &format!("--remote=punix:{d}/db.sock"),
-                &format!("--unixctl={d}/ovsdb.ctl"),
-                &format!("--log-file={d}/ovsdb.log"),
-            ])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        ovs.children.push(server);
-        // The database socket appears once the server listens.
-        for _ in 0..100 {
-            if ovs.dir.join("db.sock").exists() {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        ovs.vsctl(&["--no-wait", "init"]);
-        let switch = ovs
-            .command("ip")
-            .args(["netns", "exec", netns, "ovs-vswitchd"])
-            .args([
-                &format!("unix:{d}/db.sock"),
-                &format!("--unixctl={d}/vswitchd.ctl"),
-                &format!("--log-file={d}/vswitchd.log"),
-            ])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        ovs.children.push(switch);
-        ovs
-    }
-
-    /// A command with the OVS directories pointed at this instance's.
-    fn command(&self, program: &str) -> Command {
-        let mut c = Command::new(program);
-        for var in ["OVS_RUNDIR", "OVS_DBDIR", "OVS_LOGDIR", "OVS_SYSCONFDIR"] {
-            c.env(var, &self.dir);
-        }
-        c
-    }
-
-    /// Runs `ovs-vsctl` against this instance (it waits for the switch to
-    /// apply each change, at most 20 s).
-    fn vsctl(&self, args: &[&str]) {
-        let out = self
-            .command("ovs-vsctl")
-            .arg(format!("--db=unix:{}/db.sock", self.dir.display()))
-            .arg("--timeout=20")
-            .args(args)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "ovs-vsctl {args:?}: {}\nvswitchd log:\n{}",
-            String::from_utf8_lossy(&out.stderr),
-            self.log()
-        );
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(self.dir.join("vswitchd.log")).unwrap_or_default()
-    }
-}
-
-impl Drop for Ovs {
-    fn drop(&mut self) {
-        for c in &mut self.children {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
 /// The next connection on `l`, or a panic after `limit` (a blocking accept
 /// would hang the suite if the connection never came).
 fn accept_within(l: &std::net::TcpListener, limit: Duration) -> (std::net::TcpStream, SocketAddr) {
@@ -461,20 +358,6 @@ fn accept_within(l: &std::net::TcpListener, limit: Duration) -> (std::net::TcpSt
     }
 }
 
-fn ovs_available() -> bool {
-    ["ovs-vswitchd", "ovsdb-server", "ovs-vsctl", "ovsdb-tool"]
-        .iter()
-        .all(|p| {
-            Command::new(p)
-                .arg("--version")
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .status()
-                .map(|s| s.success())
-                .unwrap_or(false)
-        })
-}
-
 /// Open vSwitch as the far host: its userspace datapath (no kernel module, so
 /// it runs where the kernel has no Geneve device) terminates a Geneve tunnel
 /// to the agent, and a VM behind it exchanges UDP and TCP with the agent's VM.
@@ -487,7 +370,7 @@ fn an_agent_and_open_vswitch_exchange_geneve_traffic() {
         eprintln!("skipped: needs root");
         return;
     }
-    if !ovs_available() {
+    if !sluice_testbed::ovs::available() {
         let why = "skipped: Open vSwitch is not installed (Debian package openvswitch-switch)";
         eprintln!("{why}");
         note_as(NAME, why);
@@ -511,6 +394,8 @@ fn an_agent_and_open_vswitch_exchange_geneve_traffic() {
     // port are on a second bridge (`bri`), which learns MACs.
     let far_vm = Netns::new("o").unwrap();
     sluice_testbed::veth(&far_vm, "eth0", &h2, "vport").unwrap();
+    // The agent tunnels its VM's frames as sent, to the router MAC: the far
+    // VM answers to it.
     far_vm
         .ip(&[
             "link",
@@ -534,50 +419,16 @@ fn an_agent_and_open_vswitch_exchange_geneve_traffic() {
             "eth0",
         ])
         .unwrap();
-    h2.ip(&["addr", "flush", "dev", "fab0"]).unwrap();
-    // The bridge takes the fabric port's MAC: host 1 may have resolved the
-    // underlay address to it already, and OVS ends a tunnel only for
-    // packets addressed to the bridge itself.
-    let fab_mac = h2.exec(&["cat", "/sys/class/net/fab0/address"]).unwrap();
-    let hwaddr = format!("other-config:hwaddr=\"{}\"", fab_mac.trim());
-    let ovs = Ovs::start(h2.name());
-    ovs.vsctl(&[
-        "add-br",
-        "brp",
-        "--",
-        "set",
-        "bridge",
-        "brp",
-        "datapath_type=netdev",
-        &hwaddr,
-    ]);
-    ovs.vsctl(&["add-port", "brp", "fab0"]);
-    ovs.vsctl(&["set", "interface", "brp", "mtu_request=9000"]);
-    ovs.vsctl(&[
-        "add-br",
-        "bri",
-        "--",
-        "set",
-        "bridge",
-        "bri",
-        "datapath_type=netdev",
-    ]);
-    ovs.vsctl(&["add-port", "bri", "vport"]);
-    let remote = format!("options:remote_ip={}", underlay(1));
-    let key = format!("options:key={VNI}");
-    ovs.vsctl(&[
-        "add-port",
-        "bri",
-        "gnv0",
-        "--",
-        "set",
-        "interface",
-        "gnv0",
-        "type=geneve",
-        &remote,
-        &key,
-    ]);
-    h2.addr("brp", &format!("{}/24", underlay(2))).unwrap();
+    let ovs = sluice_testbed::ovs::Ovs::start(h2.name()).unwrap();
+    ovs.geneve_endpoint(
+        &h2,
+        "fab0",
+        &format!("{}/24", underlay(2)),
+        "vport",
+        &underlay(1).to_string(),
+        VNI,
+    )
+    .unwrap();
 
     // UDP, both ways: the far VM echoes.
     let echo = far_vm

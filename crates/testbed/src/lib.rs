@@ -18,6 +18,7 @@ pub mod elasticity;
 pub mod experiments;
 pub mod isolation;
 pub mod lab;
+pub mod ovs;
 pub mod scaling;
 pub mod scenario;
 pub mod svg;
