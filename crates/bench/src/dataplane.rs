@@ -21,7 +21,9 @@
 //! fabric bridge -> VXLAN -> host bridge -> VM; this kernel has no Geneve
 //! device, VXLAN is the same UDP encapsulation with a fixed 8-byte header),
 //! what a switch that forwards in the kernel, frame by frame, reaches on these
-//! links. It is skipped, saying why, where the kernel cannot build it.
+//! links. It is skipped, saying why, where the kernel cannot build it. A
+//! fourth is Open vSwitch (Stratos's switch) with its userspace datapath and
+//! Geneve, skipped where OVS is not installed.
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -62,6 +64,10 @@ pub struct DataplaneReport {
     pub kernel_ratio: Option<f64>,
     /// Why the kernel reference path is missing, if it is.
     pub kernel_skipped: Option<String>,
+    /// ovs-geneve / direct throughput, when Open vSwitch is installed.
+    pub ovs_ratio: Option<f64>,
+    /// Why the Open vSwitch reference path is missing, if it is.
+    pub ovs_skipped: Option<String>,
     /// Added median round trip, microseconds.
     pub added_rtt_p50_us: f64,
     /// Apply -> every agent runs the new config, median over the runs, ms.
@@ -106,8 +112,8 @@ pub fn offloads(coalesce: bool) -> String {
     if coalesce {
         "all paths: MTU 1500; VM transmit offloads off (tx checksum, TSO, GSO: complete \
          1500-byte frames on the wire); receive coalescing on: GRO on the direct pair's \
-         and the kernel tunnel's receiving VM, agent super-frames (software GRO, TSO on \
-         the agent's side of the VM link) on the switch path"
+         and the reference paths' receiving VMs, agent super-frames (software GRO, TSO \
+         on the agent's side of the VM link) on the switch path"
             .into()
     } else {
         "all paths: MTU 1500; every offload off (tx/rx checksum, TSO, GSO, GRO); agents \
@@ -215,6 +221,8 @@ pub fn run(
 
     let kernel = KernelTunnel::new(coalesce);
     let kernel_skipped = kernel.as_ref().err().cloned();
+    let ovs = OvsTunnel::new(coalesce);
+    let ovs_skipped = ovs.as_ref().err().cloned();
 
     // Through the switch: Figure 4's web-a1 (host 2) to web-b1 (host 1) is in no
     // chain, so it crosses two agents and the fabric and no middlebox.
@@ -246,7 +254,8 @@ pub fn run(
     };
     let (c_api, s_api) = (api(c.host), api(s.host));
     // Alternate, so whatever else runs on the machine weighs on both paths.
-    let (mut direct_runs, mut switch_runs, mut kernel_runs) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut direct_runs, mut switch_runs) = (Vec::new(), Vec::new());
+    let (mut kernel_runs, mut ovs_runs) = (Vec::new(), Vec::new());
     let mut switch_time = Duration::ZERO;
     // What the agents' counters moved during the switch runs alone (the other
     // paths' runs in between move their idle counters, such as poll sleeps).
@@ -267,6 +276,14 @@ pub fn run(
                 seconds,
             )?);
         }
+        if let Ok(o) = &ovs {
+            ovs_runs.push(iperf(
+                o.server.name(),
+                o.client.name(),
+                OvsTunnel::SERVER,
+                seconds,
+            )?);
+        }
     }
     let io = io_report(&[], &moved_c, &[], &moved_s, switch_time);
     let (d50, d99) = rtt(b.name(), a.name(), "10.30.0.2", 5000)?;
@@ -284,7 +301,20 @@ pub fn run(
         }
         Err(_) => None,
     };
-    drop((a, b, kernel));
+    let ovs_path = match &ovs {
+        Ok(o) => {
+            let (o50, o99) = rtt(o.server.name(), o.client.name(), OvsTunnel::SERVER, 5000)?;
+            Some(PathResult {
+                path: "ovs-geneve".into(),
+                gbps: median(&ovs_runs),
+                gbps_runs: ovs_runs,
+                rtt_p50_us: o50,
+                rtt_p99_us: o99,
+            })
+        }
+        Err(_) => None,
+    };
+    drop((a, b, kernel, ovs));
     let direct_gbps = median(&direct_runs);
     let switch_gbps = median(&switch_runs);
 
@@ -325,6 +355,7 @@ pub fn run(
     let _ = std::fs::remove_dir_all(&dir);
     times.sort_by(|a, b| a.total_cmp(b));
     let kernel_ratio = kernel_path.as_ref().map(|k| k.gbps / direct_gbps);
+    let ovs_ratio = ovs_path.as_ref().map(|o| o.gbps / direct_gbps);
     let mut paths = vec![
         PathResult {
             path: "direct".into(),
@@ -342,11 +373,14 @@ pub fn run(
         },
     ];
     paths.extend(kernel_path);
+    paths.extend(ovs_path);
     Ok(DataplaneReport {
         paths,
         throughput_ratio: switch_gbps / direct_gbps,
         kernel_ratio,
         kernel_skipped,
+        ovs_ratio,
+        ovs_skipped,
         added_rtt_p50_us: s50 - d50,
         install_p50_ms: times.get(times.len() / 2).copied().unwrap_or(f64::NAN),
         install_max_ms: times.last().copied().unwrap_or(f64::NAN),
@@ -450,6 +484,88 @@ impl KernelTunnel {
         let mut rest = vec![fabric];
         rest.extend(hosts);
         Ok(KernelTunnel {
+            client,
+            server,
+            _rest: rest,
+        })
+    }
+}
+
+/// The second reference path: Open vSwitch, the switch Stratos was built
+/// on, with its userspace datapath (this kernel has neither Geneve nor OVS's
+/// kernel module) and a Geneve tunnel between two hosts over the same kind of
+/// fabric, each host's VM on a MAC-learning bridge. VM links as on the other
+/// paths.
+struct OvsTunnel {
+    // Fields drop in order: the switches before their namespaces.
+    _ovs: Vec<sluice_testbed::ovs::Ovs>,
+    client: Netns,
+    server: Netns,
+    _rest: Vec<Netns>,
+}
+
+impl OvsTunnel {
+    const SERVER: &'static str = "10.32.0.2";
+
+    fn new(coalesce: bool) -> Result<OvsTunnel, String> {
+        if !sluice_testbed::ovs::available() {
+            return Err("Open vSwitch is not installed (Debian package openvswitch-switch)".into());
+        }
+        let e = |e: sluice_testbed::TestbedError| e.to_string();
+        let client = Netns::new("oc").map_err(e)?;
+        let server = Netns::new("os").map_err(e)?;
+        let fabric = Netns::new("of").map_err(e)?;
+        let hosts = [Netns::new("oh").map_err(e)?, Netns::new("oh").map_err(e)?];
+        for table in ["iptables", "ip6tables", "arptables"] {
+            vm::sysctl(
+                fabric.name(),
+                &format!("net.bridge.bridge-nf-call-{table}"),
+                "0",
+            );
+        }
+        sluice_testbed::bridge(&fabric, "br0", &[]).map_err(e)?;
+        fabric
+            .ip(&["link", "set", "br0", "mtu", "9000"])
+            .map_err(e)?;
+        let mut switches = Vec::new();
+        for (i, (h, v)) in hosts.iter().zip([&client, &server]).enumerate() {
+            let n = i + 1;
+            vm::sysctl(h.name(), "net.ipv6.conf.all.disable_ipv6", "1");
+            vm::sysctl(v.name(), "net.ipv6.conf.all.disable_ipv6", "1");
+            let port = format!("f{n}");
+            veth(&fabric, &port, h, "fab0").map_err(e)?;
+            fabric
+                .ip(&["link", "set", &port, "mtu", "9000"])
+                .map_err(e)?;
+            fabric
+                .ip(&["link", "set", &port, "master", "br0"])
+                .map_err(e)?;
+            h.ip(&["link", "set", "fab0", "mtu", "9000"]).map_err(e)?;
+            h.ip(&["link", "set", "fab0", "up"]).map_err(e)?;
+            veth(v, "eth0", h, "vm0").map_err(e)?;
+            vm::offloads_off(h.name(), "vm0").map_err(e)?;
+            let addr = if n == 1 { "10.32.0.1" } else { Self::SERVER };
+            v.addr("eth0", &format!("{addr}/24")).map_err(e)?;
+            vm::offloads_off(v.name(), "eth0").map_err(e)?;
+            if coalesce {
+                v.exec(&["ethtool", "-K", "eth0", "gro", "on"]).map_err(e)?;
+            }
+            let ovs = sluice_testbed::ovs::Ovs::start(h.name()).map_err(e)?;
+            ovs.geneve_endpoint(
+                h,
+                "fab0",
+                &format!("10.253.0.{n}/24"),
+                "vm0",
+                &format!("10.253.0.{}", 3 - n),
+                9,
+            )
+            .map_err(e)?;
+            switches.push(ovs);
+        }
+        let mut rest = vec![fabric];
+        rest.extend(hosts);
+        Ok(OvsTunnel {
+            _ovs: switches,
             client,
             server,
             _rest: rest,
@@ -609,6 +725,13 @@ pub fn print(r: &DataplaneReport) {
             "reference: the kernel's own tunnel (VXLAN, bridges, frame by frame) / direct {k:.2}"
         ),
         (None, Some(why)) => println!("reference kernel tunnel: skipped: {why}"),
+        (None, None) => {}
+    }
+    match (r.ovs_ratio, &r.ovs_skipped) {
+        (Some(o), _) => println!(
+            "reference: Open vSwitch's userspace datapath (Geneve, no kernel module) / direct {o:.2}"
+        ),
+        (None, Some(why)) => println!("reference Open vSwitch: skipped: {why}"),
         (None, None) => {}
     }
     println!("links: {}", r.offloads);
