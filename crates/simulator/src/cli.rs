@@ -81,7 +81,8 @@ pub enum SimCommand {
         customers: usize,
     },
     /// Seawall (HotCloud 2010) Fig. 1, Fig. 2 and §3.1: VM-level fair sharing of one
-    /// drop-tail bottleneck, with and without Seawall's rate controllers.
+    /// drop-tail bottleneck, with and without Seawall's rate controllers, and VMs that
+    /// reach several hosts through it (one contender per destination or per link).
     Seawall {
         /// Output directory.
         #[arg(long, default_value = "out/sim/seawall")]
@@ -1102,14 +1103,21 @@ const SEAWALL_FIG1_K: [usize; 6] = [1, 2, 4, 8, 16, 32];
 const SEAWALL_FIG2_FLOWS: [usize; 4] = [1, 2, 4, 8];
 /// UDP floods of §3.1, as multiples of the link rate.
 const SEAWALL_UDP_TIMES: [u64; 2] = [2, 10];
+/// Receiving hosts of the one VM of the many-destinations case.
+const SEAWALL_MANY_HOSTS: usize = 4;
+/// VMs of the all-pairs tenant, each reaching as many hosts.
+const SEAWALL_ALL_PAIRS: usize = 3;
 
 /// Runs the Seawall reproduction: Fig. 1 (one flow against k), §3.1 (TCP against a UDP
 /// flood), Fig. 2 (VM-level shares of a 1-VM and a 3-VM tenant), work conservation and
-/// the time a newcomer takes to get its share, each without and with Seawall.
+/// the time a newcomer takes to get its share, each without and with Seawall; and VMs
+/// sending to several hosts through the bottleneck (§3's rate per (senderVM, link)),
+/// without Seawall and with a contender per destination or per link.
 pub fn seawall_report(plan: &SeawallPlan) -> Result<NfaasReport, SimError> {
     use crate::seawall::{
-        fig1_scenario, fig2_scenario, simulate, udp_only_controlled_scenario, udp_scenario,
-        LinkConfig, Outcome, Scenario, Vm,
+        all_pairs_scenario, fig1_scenario, fig2_scenario, many_destinations_scenario,
+        simulate_with_paths, udp_only_controlled_scenario, udp_scenario, LinkConfig, Outcome,
+        Paths, Scenario, Vm,
     };
     if plan.capacities_bps.is_empty() || plan.capacities_bps.contains(&0) {
         return Err(SimError::Config(
@@ -1122,10 +1130,12 @@ pub fn seawall_report(plan: &SeawallPlan) -> Result<NfaasReport, SimError> {
         ));
     }
     // Both modes of every scenario (3 work-conservation and 2 convergence cases among
-    // them), plus the UDP floods with the controller on the UDP source only.
+    // them), plus the UDP floods with the controller on the UDP source only, plus three
+    // modes of the 2 destination cases.
     let runs_per_link = 2
         * (SEAWALL_FIG1_K.len() + SEAWALL_FIG2_FLOWS.len() + SEAWALL_UDP_TIMES.len() + 3 + 2)
-        + SEAWALL_UDP_TIMES.len();
+        + SEAWALL_UDP_TIMES.len()
+        + 3 * 2;
     let bar = ProgressBar::new((runs_per_link * plan.capacities_bps.len()) as u64);
     bar.set_style(
         ProgressStyle::with_template("{bar:30} {pos}/{len} {msg}")
@@ -1134,16 +1144,21 @@ pub fn seawall_report(plan: &SeawallPlan) -> Result<NfaasReport, SimError> {
     let mut per_vm = String::from(
         "experiment,capacity_mbps,param,mode,vm,tenant,tcp_flows,throughput_mbps,share,ideal_share,policed_bytes,dropped_bytes,final_rate_mbps,decreases\n",
     );
-    // Runs `sc` once per mode ("without" or "with" Seawall), logging every VM.
+    // Runs `sc` once per mode ("without" Seawall, "with" it, or with it and the paths
+    // naming the bottleneck, "per-link"), logging every VM.
     let mut run = |link: &LinkConfig, exp: &str, param: &str, sc: &Scenario, modes: &[&str]| {
         let mut out = Vec::new();
         for &mode in modes {
-            let sw = (mode != "without").then_some(&plan.seawall);
+            let (sw, paths) = match mode {
+                "without" => (None, Paths::PerDestination),
+                "per-link" => (Some(&plan.seawall), Paths::PerLink),
+                _ => (Some(&plan.seawall), Paths::PerDestination),
+            };
             bar.set_message(format!(
                 "{} Mb/s {exp} {param} {mode}",
                 link.capacity_bps / 1_000_000
             ));
-            let o = simulate(link, sc, sw)?;
+            let o = simulate_with_paths(link, sc, sw, paths)?;
             for (i, v) in o.vms.iter().enumerate() {
                 let _ = writeln!(
                     per_vm,
@@ -1168,6 +1183,7 @@ pub fn seawall_report(plan: &SeawallPlan) -> Result<NfaasReport, SimError> {
         Ok::<Vec<Outcome>, SimError>(out)
     };
     const BOTH: [&str; 2] = ["without", "with"];
+    const PATHS: [&str; 3] = ["without", "per-destination", "per-link"];
     let two = |mut v: Vec<Outcome>| {
         let with = v.pop();
         match (v.pop(), with) {
@@ -1186,12 +1202,14 @@ pub fn seawall_report(plan: &SeawallPlan) -> Result<NfaasReport, SimError> {
         "capacity_mbps,case,mode,join_s,seconds_to_80pct_of_fair_share,newcomer_share_second_half\n",
     );
     let mut series_csv = String::from("capacity_mbps,case,mode,vm,time_s,throughput_mbps\n");
+    let mut dest = String::from("capacity_mbps,a_vms,hosts_per_a_vm,b_share_without,b_share_per_destination,b_share_per_link,b_share_pair_fair,b_share_vm_fair,jain_without,jain_per_destination,jain_per_link,utilisation_without,utilisation_per_destination,utilisation_per_link\n");
     let mut links = String::new();
     let mut s1 = String::new();
     let mut s2 = String::new();
     let mut s3 = String::new();
     let mut s4 = String::new();
     let mut s5 = String::new();
+    let mut s6 = String::new();
     let _ = writeln!(s1, "Fig. 1: tenant A (1 VM, 1 TCP flow) vs tenant B (1 VM, k flows), A's share of the link's bytes");
     let _ = writeln!(
         s1,
@@ -1251,6 +1269,26 @@ pub fn seawall_report(plan: &SeawallPlan) -> Result<NfaasReport, SimError> {
         s5,
         "{:>6} {:<24} {:>9} {:>9} {:>11} {:>11}",
         "Mb/s", "case", "without", "with", "share w/o", "share with"
+    );
+    let _ = writeln!(
+        s6,
+        "Destinations (§3, a rate per (senderVM, link)): tenant B (1 VM, 1 flow to host 0) vs tenant A, whose VMs send 1 flow to each of several hosts behind the bottleneck; B's share without Seawall, with a contender per (VM, destination host) (\"per dest\", the default paths) and per (VM, link) (\"per link\": every path names the bottleneck as shared link 0)"
+    );
+    let _ = writeln!(
+        s6,
+        "{:>6} {:<16} {:>8} {:>9} {:>8} {:>8} {:>8} {:>9} {:>9} {:>9} {:>9} {:>9}",
+        "Mb/s",
+        "A",
+        "without",
+        "pair-fair",
+        "per dest",
+        "per link",
+        "VM-fair",
+        "Jain w/o",
+        "Jain dest",
+        "Jain link",
+        "util dest",
+        "util link"
     );
 
     for &cap in &plan.capacities_bps {
@@ -1465,6 +1503,67 @@ pub fn seawall_report(plan: &SeawallPlan) -> Result<NfaasReport, SimError> {
                 t[0], t[1], shares[0], shares[1]
             );
         }
+        let mut v3 = vec![Vec::new(); 5];
+        let mut cases = Vec::new();
+        for (vms, hosts, sc) in [
+            (
+                1,
+                SEAWALL_MANY_HOSTS,
+                many_destinations_scenario(SEAWALL_MANY_HOSTS),
+            ),
+            (
+                SEAWALL_ALL_PAIRS,
+                SEAWALL_ALL_PAIRS,
+                all_pairs_scenario(SEAWALL_ALL_PAIRS),
+            ),
+        ] {
+            let param = format!("{vms}x{hosts}");
+            let o = run(&link, "destinations", &param, &sc, &PATHS)?;
+            let [a, d, l] = &o[..] else {
+                return Err(SimError::Config("seawall: a run is missing".into()));
+            };
+            let b = |o: &Outcome| o.tenants[1].share;
+            // Every (VM, host) pair a contender, as TCP makes every flow one.
+            let pair_fair = 1.0 / ((vms * hosts) as f64 + 1.0);
+            let vm_fair = l.tenants[1].ideal_share;
+            let _ = writeln!(
+                dest,
+                "{mbps},{vms},{hosts},{:.4},{:.4},{:.4},{pair_fair:.4},{vm_fair:.4},{:.4},{:.4},{:.4},{:.4},{:.4},{:.4}",
+                b(a), b(d), b(l), a.jain, d.jain, l.jain, a.utilisation, d.utilisation, l.utilisation
+            );
+            let case = format!(
+                "{vms} VM{} x {hosts} hosts",
+                if vms == 1 { "" } else { "s" }
+            );
+            let _ = writeln!(
+                s6,
+                "{mbps:>6} {case:<16} {:>8.3} {pair_fair:>9.3} {:>8.3} {:>8.3} {vm_fair:>8.3} {:>9.3} {:>9.3} {:>9.3} {:>9.3} {:>9.3}",
+                b(a), b(d), b(l), a.jain, d.jain, l.jain, d.utilisation, l.utilisation
+            );
+            for (col, x) in v3.iter_mut().zip([b(a), b(d), b(l), pair_fair, vm_fair]) {
+                col.push(x);
+            }
+            cases.push(case);
+        }
+        files.push((
+            format!("destinations_{mbps}mbps.svg"),
+            bar_chart(
+                &Labels {
+                    title: format!("A tenant's VMs reach several hosts, {mbps} Mb/s"),
+                    x: "tenant A's VMs x hosts each reaches".into(),
+                    y: "share of the 1-VM, 1-host tenant".into(),
+                },
+                &cases,
+                &[
+                    "without Seawall".to_string(),
+                    "Seawall, per destination".to_string(),
+                    "Seawall, per link".to_string(),
+                    "(VM, host)-pair fair".to_string(),
+                    "VM-level fair".to_string(),
+                ],
+                &v3,
+            ),
+        ));
         let names = vec![
             "without Seawall".to_string(),
             "with Seawall".to_string(),
@@ -1517,10 +1616,11 @@ pub fn seawall_report(plan: &SeawallPlan) -> Result<NfaasReport, SimError> {
     files.push(("work_conservation.csv".into(), work));
     files.push(("convergence.csv".into(), conv));
     files.push(("convergence_series.csv".into(), series_csv));
+    files.push(("destinations.csv".into(), dest));
     files.push(("per_vm.csv".into(), per_vm));
     let sw = &plan.seawall;
     let summary = format!(
-        "Seawall: period {} ms, +{} Mb/s per period, x{} on loss; {} s runs, {} s warm-up, seed {}\n{links}\n{s1}\n{s2}\n{s3}\n{s4}\n{s5}",
+        "Seawall: period {} ms, +{} Mb/s per period, x{} on loss; {} s runs, {} s warm-up, seed {}\n{links}\n{s1}\n{s2}\n{s3}\n{s4}\n{s5}\n{s6}",
         sw.period_ns as f64 / 1e6,
         sw.increase_bps as f64 / 1e6,
         1.0 - sw.decrease,
@@ -1604,8 +1704,8 @@ mod tests {
             queue_bytes: None,
         };
         let r = seawall_report(&plan).unwrap();
-        // Three charts per link rate, seven CSV files.
-        assert_eq!(r.files.len(), 3 + 7);
+        // Four charts per link rate, eight CSV files.
+        assert_eq!(r.files.len(), 4 + 8);
         for (name, body) in r.files.iter().filter(|f| f.0.ends_with(".csv")) {
             let mut lines = body.lines();
             let fields = lines.next().unwrap().split(',').count();
@@ -1618,12 +1718,25 @@ mod tests {
         }
         let fig1 = &r.files.iter().find(|f| f.0 == "fig1_flows.csv").unwrap().1;
         assert_eq!(fig1.lines().count(), 1 + SEAWALL_FIG1_K.len());
+        // Both destination cases, each run without Seawall, per destination and per link.
+        let dest = &r
+            .files
+            .iter()
+            .find(|f| f.0 == "destinations.csv")
+            .unwrap()
+            .1;
+        assert_eq!(dest.lines().count(), 1 + 2);
+        let per_vm = &r.files.iter().find(|f| f.0 == "per_vm.csv").unwrap().1;
+        let link_runs = per_vm.lines().filter(|l| l.contains(",per-link,")).count();
+        // 2 VMs in one case, 3 + 1 in the other.
+        assert_eq!(link_runs, 2 + 4);
         for part in [
             "Fig. 1",
             "§3.1",
             "Fig. 2",
             "Work conservation",
             "Convergence",
+            "Destinations",
         ] {
             assert!(r.summary.contains(part), "summary lacks {part}");
         }
