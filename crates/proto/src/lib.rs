@@ -285,7 +285,8 @@ pub struct AgentStatus {
     /// Whether Seawall rate-controls this host's senders.
     #[serde(default)]
     pub seawall: bool,
-    /// Seawall's rate controllers: one per (sending port, destination host).
+    /// Seawall's entities: one per (sending port, destination host), each at
+    /// the rate of its path's (port, link) controllers.
     #[serde(default)]
     pub isolation: Vec<IsolationStatus>,
     /// Seawall feedback messages this host sent to other hosts' senders.
