@@ -219,9 +219,9 @@ pub fn run(
         }
     }
 
-    let kernel = KernelTunnel::new(coalesce);
+    let kernel = KernelTunnel::build(coalesce);
     let kernel_skipped = kernel.as_ref().err().cloned();
-    let ovs = OvsTunnel::new(coalesce);
+    let ovs = OvsTunnel::build(coalesce);
     let ovs_skipped = ovs.as_ref().err().cloned();
 
     // Through the switch: Figure 4's web-a1 (host 2) to web-b1 (host 1) is in no
@@ -405,42 +405,41 @@ fn add_moved(moved: &mut Vec<(String, f64)>, before: &[(String, f64)], after: &[
     }
 }
 
-/// The reference path: two VMs on two hosts joined by the kernel's VXLAN
-/// tunnel over a fabric bridge, each host bridging its VM's link to its VXLAN
-/// device. The VM links are configured as on the other two paths. Dropping it
-/// deletes every namespace (and with them every link).
-struct KernelTunnel {
+/// A reference path: two VMs (`client` 10.3x.0.1, `server` 10.3x.0.2) on two
+/// hosts whose fabric ports (`fab0`, MTU 9000) meet on a bridge, each VM's
+/// link (`vm0` on its host) configured as on the other paths. What joins a
+/// host's `vm0` to its `fab0` is the caller's (`setup`), and so is whatever it
+/// must keep running (`G`), dropped before the namespaces. Dropping it deletes
+/// every namespace, and with them every link.
+struct RefPath<G> {
+    _guards: Vec<G>,
     client: Netns,
     server: Netns,
     _rest: Vec<Netns>,
 }
 
-impl KernelTunnel {
-    const CLIENT: &'static str = "10.31.0.1";
-    const SERVER: &'static str = "10.31.0.2";
-
-    fn new(coalesce: bool) -> Result<KernelTunnel, String> {
+impl<G> RefPath<G> {
+    /// `setup(host, n)` for host n = 1 (the client's) and 2, after the links
+    /// exist; `subnet` is the VMs' /24, e.g. "10.31.0".
+    fn new(
+        tag: char,
+        subnet: &str,
+        coalesce: bool,
+        mut setup: impl FnMut(&Netns, usize) -> Result<G, String>,
+    ) -> Result<RefPath<G>, String> {
         let e = |e: sluice_testbed::TestbedError| e.to_string();
-        let client = Netns::new("kc").map_err(e)?;
-        let server = Netns::new("ks").map_err(e)?;
-        let fabric = Netns::new("kf").map_err(e)?;
-        let hosts = [Netns::new("kh").map_err(e)?, Netns::new("kh").map_err(e)?];
-        for table in ["iptables", "ip6tables", "arptables"] {
-            vm::sysctl(
-                fabric.name(),
-                &format!("net.bridge.bridge-nf-call-{table}"),
-                "0",
-            );
-        }
+        let ns = |what: &str| Netns::new(&format!("{tag}{what}")).map_err(e);
+        let (client, server, fabric) = (ns("c")?, ns("s")?, ns("f")?);
+        let hosts = [ns("h")?, ns("h")?];
+        vm::no_bridge_netfilter(fabric.name());
         sluice_testbed::bridge(&fabric, "br0", &[]).map_err(e)?;
         fabric
             .ip(&["link", "set", "br0", "mtu", "9000"])
             .map_err(e)?;
+        let mut guards = Vec::new();
         for (i, (h, v)) in hosts.iter().zip([&client, &server]).enumerate() {
             let n = i + 1;
-            for table in ["iptables", "ip6tables", "arptables"] {
-                vm::sysctl(h.name(), &format!("net.bridge.bridge-nf-call-{table}"), "0");
-            }
+            vm::no_bridge_netfilter(h.name());
             vm::sysctl(h.name(), "net.ipv6.conf.all.disable_ipv6", "1");
             vm::sysctl(v.name(), "net.ipv6.conf.all.disable_ipv6", "1");
             let port = format!("f{n}");
@@ -452,6 +451,37 @@ impl KernelTunnel {
                 .ip(&["link", "set", &port, "master", "br0"])
                 .map_err(e)?;
             h.ip(&["link", "set", "fab0", "mtu", "9000"]).map_err(e)?;
+            h.ip(&["link", "set", "fab0", "up"]).map_err(e)?;
+            veth(v, "eth0", h, "vm0").map_err(e)?;
+            v.addr("eth0", &format!("{subnet}.{n}/24")).map_err(e)?;
+            vm::offloads_off(v.name(), "eth0").map_err(e)?;
+            if coalesce {
+                v.exec(&["ethtool", "-K", "eth0", "gro", "on"]).map_err(e)?;
+            }
+            guards.push(setup(h, n)?);
+        }
+        let mut rest = vec![fabric];
+        rest.extend(hosts);
+        Ok(RefPath {
+            _guards: guards,
+            client,
+            server,
+            _rest: rest,
+        })
+    }
+}
+
+/// The kernel's own tunnel: each host bridges its VM's link to a VXLAN device
+/// towards the other host (this kernel has no Geneve device; VXLAN is the same
+/// UDP encapsulation with a fixed 8-byte header).
+struct KernelTunnel;
+
+impl KernelTunnel {
+    const SERVER: &'static str = "10.31.0.2";
+
+    fn build(coalesce: bool) -> Result<RefPath<()>, String> {
+        let e = |e: sluice_testbed::TestbedError| e.to_string();
+        RefPath::new('k', "10.31.0", coalesce, |h, n| {
             h.addr("fab0", &format!("10.254.0.{n}/24")).map_err(e)?;
             h.ip(&[
                 "link",
@@ -471,85 +501,28 @@ impl KernelTunnel {
                 "fab0",
             ])
             .map_err(|err| format!("the kernel cannot make a VXLAN device: {err}"))?;
-            veth(v, "eth0", h, "vm0").map_err(e)?;
             sluice_testbed::bridge(h, "br1", &["vx0", "vm0"]).map_err(e)?;
-            h.ip(&["link", "set", "vx0", "up"]).map_err(e)?;
-            let addr = if n == 1 { Self::CLIENT } else { Self::SERVER };
-            v.addr("eth0", &format!("{addr}/24")).map_err(e)?;
-            vm::offloads_off(v.name(), "eth0").map_err(e)?;
-            if coalesce {
-                v.exec(&["ethtool", "-K", "eth0", "gro", "on"]).map_err(e)?;
-            }
-        }
-        let mut rest = vec![fabric];
-        rest.extend(hosts);
-        Ok(KernelTunnel {
-            client,
-            server,
-            _rest: rest,
+            h.ip(&["link", "set", "vx0", "up"]).map_err(e)
         })
     }
 }
 
-/// The second reference path: Open vSwitch, the switch Stratos was built
-/// on, with its userspace datapath (this kernel has neither Geneve nor OVS's
-/// kernel module) and a Geneve tunnel between two hosts over the same kind of
-/// fabric, each host's VM on a MAC-learning bridge. VM links as on the other
-/// paths.
-struct OvsTunnel {
-    // Fields drop in order: the switches before their namespaces.
-    _ovs: Vec<sluice_testbed::ovs::Ovs>,
-    client: Netns,
-    server: Netns,
-    _rest: Vec<Netns>,
-}
+/// Open vSwitch, the switch Stratos was built on, with its userspace datapath
+/// (this kernel has neither Geneve nor OVS's kernel module): on each host a
+/// private OVS with a Geneve tunnel to the other, the VM's port on a
+/// MAC-learning bridge.
+struct OvsTunnel;
 
 impl OvsTunnel {
     const SERVER: &'static str = "10.32.0.2";
 
-    fn new(coalesce: bool) -> Result<OvsTunnel, String> {
+    fn build(coalesce: bool) -> Result<RefPath<sluice_testbed::ovs::Ovs>, String> {
         if !sluice_testbed::ovs::available() {
             return Err("Open vSwitch is not installed (Debian package openvswitch-switch)".into());
         }
         let e = |e: sluice_testbed::TestbedError| e.to_string();
-        let client = Netns::new("oc").map_err(e)?;
-        let server = Netns::new("os").map_err(e)?;
-        let fabric = Netns::new("of").map_err(e)?;
-        let hosts = [Netns::new("oh").map_err(e)?, Netns::new("oh").map_err(e)?];
-        for table in ["iptables", "ip6tables", "arptables"] {
-            vm::sysctl(
-                fabric.name(),
-                &format!("net.bridge.bridge-nf-call-{table}"),
-                "0",
-            );
-        }
-        sluice_testbed::bridge(&fabric, "br0", &[]).map_err(e)?;
-        fabric
-            .ip(&["link", "set", "br0", "mtu", "9000"])
-            .map_err(e)?;
-        let mut switches = Vec::new();
-        for (i, (h, v)) in hosts.iter().zip([&client, &server]).enumerate() {
-            let n = i + 1;
-            vm::sysctl(h.name(), "net.ipv6.conf.all.disable_ipv6", "1");
-            vm::sysctl(v.name(), "net.ipv6.conf.all.disable_ipv6", "1");
-            let port = format!("f{n}");
-            veth(&fabric, &port, h, "fab0").map_err(e)?;
-            fabric
-                .ip(&["link", "set", &port, "mtu", "9000"])
-                .map_err(e)?;
-            fabric
-                .ip(&["link", "set", &port, "master", "br0"])
-                .map_err(e)?;
-            h.ip(&["link", "set", "fab0", "mtu", "9000"]).map_err(e)?;
-            h.ip(&["link", "set", "fab0", "up"]).map_err(e)?;
-            veth(v, "eth0", h, "vm0").map_err(e)?;
+        RefPath::new('o', "10.32.0", coalesce, |h, n| {
             vm::offloads_off(h.name(), "vm0").map_err(e)?;
-            let addr = if n == 1 { "10.32.0.1" } else { Self::SERVER };
-            v.addr("eth0", &format!("{addr}/24")).map_err(e)?;
-            vm::offloads_off(v.name(), "eth0").map_err(e)?;
-            if coalesce {
-                v.exec(&["ethtool", "-K", "eth0", "gro", "on"]).map_err(e)?;
-            }
             let ovs = sluice_testbed::ovs::Ovs::start(h.name()).map_err(e)?;
             ovs.geneve_endpoint(
                 h,
@@ -560,15 +533,7 @@ impl OvsTunnel {
                 9,
             )
             .map_err(e)?;
-            switches.push(ovs);
-        }
-        let mut rest = vec![fabric];
-        rest.extend(hosts);
-        Ok(OvsTunnel {
-            _ovs: switches,
-            client,
-            server,
-            _rest: rest,
+            Ok(ovs)
         })
     }
 }

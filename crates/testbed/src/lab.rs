@@ -295,13 +295,8 @@ impl Lab {
 
         // Fabric and hosts.
         let fab = self.netns(&format!("{p}fab"))?;
-        // The fabric stands for the datacenter's switches: with the kernel's
-        // bridge netfilter on (a host-wide default where `br_netfilter` is
-        // loaded), every frame crossing br0 would also be run through this
-        // namespace's (empty) iptables hooks.
-        for table in ["iptables", "ip6tables", "arptables"] {
-            vm::sysctl(&fab, &format!("net.bridge.bridge-nf-call-{table}"), "0");
-        }
+        // The fabric stands for the datacenter's switches.
+        vm::no_bridge_netfilter(&fab);
         ip(&["-n", &fab, "link", "add", "br0", "type", "bridge"])?;
         ip(&["-n", &fab, "link", "set", "br0", "mtu", "9000"])?;
         ip(&["-n", &fab, "link", "set", "br0", "up"])?;

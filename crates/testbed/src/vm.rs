@@ -41,6 +41,15 @@ pub fn sysctl(ns: &str, key: &str, value: &str) {
         .output();
 }
 
+/// Keeps bridges in `ns` from passing frames through its (empty) iptables,
+/// ip6tables and arptables hooks, which the kernel does where
+/// `br_netfilter` is loaded: bridges here stand for switches, not firewalls.
+pub fn no_bridge_netfilter(ns: &str) {
+    for table in ["iptables", "ip6tables", "arptables"] {
+        sysctl(ns, &format!("net.bridge.bridge-nf-call-{table}"), "0");
+    }
+}
+
 /// Connects namespace `vm` (interface `eth0`, `addrs` as /32s, the first one
 /// primary) to namespace `host` (interface `port_iface`), with `mac` on the VM side.
 pub fn attach(
