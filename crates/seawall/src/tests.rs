@@ -542,83 +542,102 @@ fn weights_divide_a_bottleneck_in_proportion() {
     assert_eq!((ents[0].2.weight, ents[1].2.weight), (1, 3));
 }
 
-/// Port 1 floods four hosts, port 2 floods one, all through one drop-tail
-/// bottleneck; every receiving host reports on its own. Returns port 2's
-/// share of what the bottleneck delivered, with the senders' paths set to
-/// cross the bottleneck as one shared link (`per_link`) or left as the
-/// default (each destination host its own contender).
-fn share_against_a_vm_reaching_four_hosts(per_link: bool) -> f64 {
-    let c = Config {
-        max_rate_bps: 1_000_000_000,
-        ..Config::default()
-    };
-    let mut s = Sender::new(c);
-    if per_link {
-        for h in 1..=5 {
-            s.set_path(h, &[Link::shared(0), Link::into_host(h)]);
-        }
-    }
-    let mut receivers: Vec<Receiver> = (0..=5).map(|_| Receiver::new(c.period_ns, 0)).collect();
-    let link_bps: u64 = 100_000_000;
-    let queue_max: u64 = 64 * 1024;
-    let mut queue: u64 = 0;
-    let step = 100_000u64;
-    let offered = [400_000_000u64, 400_000_000];
-    let mut carry = [0u64; 2];
-    let mut delivered = [0u64; 2];
-    let mut next_host = 0u32;
+/// Constant-rate `flows` (port, destination host, bits/s) policed by `s`
+/// (`admit`), for 3 s in steps of 0.1 ms. Packets to hosts for which
+/// `bottlenecked` holds share one drop-tail queue of 64 KiB drained at 100
+/// Mbit/s; the others arrive. Every receiving host reports on its own, through
+/// the real wire format. Returns each flow's delivered bytes after the first
+/// second.
+fn flood(
+    s: &mut Sender,
+    flows: &[(u16, u32, u64)],
+    bottlenecked: impl Fn(u32) -> bool,
+) -> Vec<u64> {
+    let period = s.config().period_ns;
+    let mut receivers: std::collections::BTreeMap<u32, Receiver> = flows
+        .iter()
+        .map(|f| (f.1, Receiver::new(period, 0)))
+        .collect();
+    let (link_bps, queue_max, step) = (100_000_000u64, 64 * 1024u64, 100_000u64);
+    let mut queue = 0u64;
+    let mut carry = vec![0u64; flows.len()];
+    let mut delivered = vec![0u64; flows.len()];
     let mut buf = Vec::new();
     let mut msgs: Vec<(u32, Vec<u8>)> = Vec::new();
     let mut rng = 0x2545_f491_4f6c_dd1du64;
     for i in 0..30_000u64 {
         let now = i * step;
-        for (k, &o) in offered.iter().enumerate() {
-            carry[k] += o * step / 8_000_000_000;
+        for (c, f) in carry.iter_mut().zip(flows) {
+            *c += f.2 * step / 8_000_000_000;
         }
+        // Packets of the flows reach the queue in a random order (a fixed
+        // order would hand every freed slot to the same sender).
         while carry.iter().any(|&c| c >= 1500) {
             rng ^= rng << 13;
             rng ^= rng >> 7;
             rng ^= rng << 17;
-            let first = (rng & 1) as usize;
-            for k in [first, 1 - first] {
+            let start = (rng % flows.len() as u64) as usize;
+            for j in 0..flows.len() {
+                let k = (start + j) % flows.len();
                 if carry[k] < 1500 {
                     continue;
                 }
                 carry[k] -= 1500;
-                let host = if k == 0 {
-                    next_host = next_host % 4 + 1;
-                    next_host
-                } else {
-                    5
+                let (port, host, _) = flows[k];
+                let Admit::Send(seq) = s.admit(port, host, 1500, now) else {
+                    continue;
                 };
-                if let Admit::Send(seq) = s.admit(k as u16 + 1, host, 1500, now) {
-                    if queue + 1500 <= queue_max {
-                        queue += 1500;
-                        receivers[host as usize].on_packet(9, k as u16 + 1, seq, None, now);
-                        if now > 1_000_000_000 {
-                            delivered[k] += 1500;
-                        }
+                let through = !bottlenecked(host) || queue + 1500 <= queue_max;
+                if bottlenecked(host) && through {
+                    queue += 1500;
+                }
+                if through {
+                    if let Some(r) = receivers.get_mut(&host) {
+                        r.on_packet(9, port, seq, None, now);
+                    }
+                    if now > 1_000_000_000 {
+                        delivered[k] += 1500;
                     }
                 }
             }
         }
         queue = queue.saturating_sub(link_bps * step / 8_000_000_000);
         msgs.clear();
-        for (h, r) in receivers.iter_mut().enumerate() {
-            r.feedback(now, &mut buf, |_, m| msgs.push((h as u32, m.to_vec())));
+        for (h, r) in receivers.iter_mut() {
+            r.feedback(now, &mut buf, |_, m| msgs.push((*h, m.to_vec())));
         }
         for (h, m) in &msgs {
             s.on_feedback(*h, wire::decode_feedback(m).unwrap(), now);
         }
         s.check_silence(now);
     }
-    delivered[1] as f64 / (delivered[0] + delivered[1]) as f64
+    delivered
+}
+
+/// Port 1 floods four hosts, port 2 floods one, all behind one bottleneck.
+/// Returns port 2's share of it, with the senders' paths set to cross the
+/// bottleneck as one shared link (`per_link`) or left as the default (each
+/// destination host its own contender).
+fn share_against_a_vm_reaching_four_hosts(per_link: bool) -> f64 {
+    let mut s = Sender::new(Config {
+        max_rate_bps: 1_000_000_000,
+        ..Config::default()
+    });
+    if per_link {
+        for h in 1..=5 {
+            s.set_path(h, &[Link::shared(0), Link::into_host(h)]);
+        }
+    }
+    let mut flows: Vec<(u16, u32, u64)> = (1..=4).map(|h| (1, h, 100_000_000)).collect();
+    flows.push((2, 5, 400_000_000));
+    let d = flood(&mut s, &flows, |_| true);
+    d[4] as f64 / d.iter().sum::<u64>() as f64
 }
 
 /// The paper's "(senderVM, link)": a VM that spreads its traffic over four
 /// destination hosts behind one bottleneck gets one share of it, not four,
-/// once the paths say the bottleneck is one link; per destination it takes
-/// about four fifths.
+/// once the paths say the bottleneck is one link (the one-host VM keeps
+/// 0.47); per destination it takes about four fifths (0.22 left).
 #[test]
 fn a_vm_reaching_many_hosts_over_one_link_gets_one_share_of_it() {
     let per_link = share_against_a_vm_reaching_four_hosts(true);
@@ -628,8 +647,8 @@ fn a_vm_reaching_many_hosts_over_one_link_gets_one_share_of_it() {
         "per link: the one-host VM got {per_link:.3}"
     );
     assert!(
-        per_link - per_destination > 0.06,
-        "per destination: the one-host VM got {per_destination:.3} (per link {per_link:.3})"
+        per_destination < 0.3,
+        "per destination: the one-host VM got {per_destination:.3}"
     );
 }
 
@@ -697,63 +716,13 @@ fn congestion_behind_one_destination_does_not_throttle_another_over_a_shared_lin
     for h in 1..=2 {
         s.set_path(h, &[Link::shared(0), Link::into_host(h)]);
     }
-    let mut receivers: Vec<Receiver> = (0..=2).map(|_| Receiver::new(c.period_ns, 0)).collect();
-    let (link_bps, queue_max, step) = (100_000_000u64, 64 * 1024u64, 100_000u64);
-    let mut queue = 0u64;
-    // (port, host, offered bits/s)
     let flows = [
         (1u16, 1u32, 200_000_000u64),
         (1, 2, 200_000_000),
         (2, 1, 200_000_000),
     ];
-    let mut carry = [0u64; 3];
-    let mut delivered = [0u64; 3];
-    let mut buf = Vec::new();
-    let mut msgs: Vec<(u32, Vec<u8>)> = Vec::new();
-    let mut rng = 0x9e37_79b9_7f4a_7c15u64;
-    for i in 0..30_000u64 {
-        let now = i * step;
-        for (k, f) in flows.iter().enumerate() {
-            carry[k] += f.2 * step / 8_000_000_000;
-        }
-        while carry.iter().any(|&c| c >= 1500) {
-            rng ^= rng << 13;
-            rng ^= rng >> 7;
-            rng ^= rng << 17;
-            let start = (rng % 3) as usize;
-            for j in 0..3 {
-                let k = (start + j) % 3;
-                if carry[k] < 1500 {
-                    continue;
-                }
-                carry[k] -= 1500;
-                let (port, host, _) = flows[k];
-                let Admit::Send(seq) = s.admit(port, host, 1500, now) else {
-                    continue;
-                };
-                // Only host 1's downlink is a bottleneck.
-                let arrives = host == 2 || queue + 1500 <= queue_max;
-                if host == 1 && arrives {
-                    queue += 1500;
-                }
-                if arrives {
-                    receivers[host as usize].on_packet(9, port, seq, None, now);
-                    if now > 1_000_000_000 {
-                        delivered[k] += 1500;
-                    }
-                }
-            }
-        }
-        queue = queue.saturating_sub(link_bps * step / 8_000_000_000);
-        msgs.clear();
-        for (h, r) in receivers.iter_mut().enumerate() {
-            r.feedback(now, &mut buf, |_, m| msgs.push((h as u32, m.to_vec())));
-        }
-        for (h, m) in &msgs {
-            s.on_feedback(*h, wire::decode_feedback(m).unwrap(), now);
-        }
-        s.check_silence(now);
-    }
+    // Only host 1's downlink is a bottleneck.
+    let delivered = flood(&mut s, &flows, |h| h == 1);
     let secs = 2.0;
     let bps = |k: usize| delivered[k] as f64 * 8.0 / secs;
     // Host 2's path gets what it offers (200 Mbit/s), give or take.
