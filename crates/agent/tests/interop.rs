@@ -222,6 +222,28 @@ fn note(line: &str) {
     );
 }
 
+/// A UDP echo server on `addr` inside `ns` (answers `echo:` + the request)
+/// for `n` requests or 20 s of silence; the thread returns how many it echoed.
+fn udp_echo(ns: &Netns, addr: SocketAddr, n: usize) -> std::thread::JoinHandle<usize> {
+    let sock = ns.run(move || UdpSocket::bind(addr)).unwrap().unwrap();
+    sock.set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 2048];
+        let mut echoed = 0;
+        while echoed < n {
+            let Ok((len, from)) = sock.recv_from(&mut buf) else {
+                break;
+            };
+            let mut out = b"echo:".to_vec();
+            out.extend_from_slice(&buf[..len]);
+            let _ = sock.send_to(&out, from);
+            echoed += 1;
+        }
+        echoed
+    })
+}
+
 /// The kernel's own Geneve device as the far host: skipped, saying so, where
 /// the kernel has none (`CONFIG_GENEVE` unset).
 #[test]
@@ -282,23 +304,7 @@ fn an_agent_and_a_kernel_geneve_device_exchange_traffic() {
         "gnv0",
     ])
     .unwrap();
-    let echo = h2
-        .run(move || UdpSocket::bind(SocketAddr::from((far, 7))))
-        .unwrap()
-        .unwrap();
-    echo.set_read_timeout(Some(Duration::from_secs(10)))
-        .unwrap();
-    let server = std::thread::spawn(move || {
-        let mut buf = [0u8; 2048];
-        for _ in 0..3 {
-            let Ok((n, from)) = echo.recv_from(&mut buf) else {
-                return;
-            };
-            let mut out = b"echo:".to_vec();
-            out.extend_from_slice(&buf[..n]);
-            let _ = echo.send_to(&out, from);
-        }
-    });
+    let server = udp_echo(&h2, SocketAddr::from((far, 7)), 3);
     let client = vm
         .ns
         .run(move || UdpSocket::bind(SocketAddr::from((mine, 0))))
@@ -316,7 +322,7 @@ fn an_agent_and_a_kernel_geneve_device_exchange_traffic() {
         let (n, _) = client.recv_from(&mut buf).unwrap();
         assert_eq!(&buf[..n], format!("echo:{msg}").as_bytes());
     }
-    server.join().unwrap();
+    assert_eq!(server.join().unwrap(), 3);
     let s = agent_status_when(&agent.api_url(), |s| {
         s.fabric.tx_packets >= 3 && s.fabric.rx_packets >= 3
     });
@@ -431,26 +437,7 @@ fn an_agent_and_open_vswitch_exchange_geneve_traffic() {
     .unwrap();
 
     // UDP, both ways: the far VM echoes.
-    let echo = far_vm
-        .run(move || UdpSocket::bind(SocketAddr::from((far, 7))))
-        .unwrap()
-        .unwrap();
-    echo.set_read_timeout(Some(Duration::from_secs(20)))
-        .unwrap();
-    let echo_thread = std::thread::spawn(move || {
-        let mut buf = [0u8; 2048];
-        let mut n_echoed = 0;
-        while n_echoed < 3 {
-            let Ok((n, from)) = echo.recv_from(&mut buf) else {
-                break;
-            };
-            let mut out = b"echo:".to_vec();
-            out.extend_from_slice(&buf[..n]);
-            let _ = echo.send_to(&out, from);
-            n_echoed += 1;
-        }
-        n_echoed
-    });
+    let echo_thread = udp_echo(&far_vm, SocketAddr::from((far, 7)), 3);
     let client = vm
         .ns
         .run(move || UdpSocket::bind(SocketAddr::from((mine, 0))))
@@ -480,7 +467,7 @@ fn an_agent_and_open_vswitch_exchange_geneve_traffic() {
         "vswitchd log:\n{}",
         ovs.log()
     );
-    echo_thread.join().unwrap();
+    assert_eq!(echo_thread.join().unwrap(), 3);
 
     // TCP, 1 MiB from the far VM to the agent's VM, full-sized segments
     // through both implementations: the bytes arrive whole.
