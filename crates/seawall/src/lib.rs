@@ -459,17 +459,20 @@ fn path_entry<'a>(
         .or_insert_with(|| Path::new(path_to(topology, key.host), now_ns))
 }
 
-/// Refills the controllers of `port` on `path` (creating missing ones) and
-/// says whether all of them hold `len` bytes' tokens.
-fn links_ready(
+/// Refills the controllers of `port` on `path` (creating missing ones) and,
+/// if `may_send` and all of them hold `len` bytes' tokens, takes them from
+/// each: returns whether it did. A one-link path (every path in the agents)
+/// costs one map lookup.
+fn links_take(
     links: &mut HashMap<(u16, Link), LinkCtl>,
     cfg: &Config,
     port: u16,
     path: &PathLinks,
     len: u64,
+    may_send: bool,
     now_ns: u64,
 ) -> bool {
-    let mut ok = true;
+    let mut ok = may_send;
     for l in path.as_slice() {
         let c = links
             .entry((port, *l))
@@ -477,19 +480,21 @@ fn links_ready(
         c.refill(cfg, now_ns);
         c.last_sent_ns = now_ns;
         ok &= c.tokens >= len;
-    }
-    ok
-}
-
-/// Takes `len` bytes' tokens from every controller of `port` on `path`
-/// (all present and holding them: [`links_ready`] said so).
-fn links_take(links: &mut HashMap<(u16, Link), LinkCtl>, port: u16, path: &PathLinks, len: u64) {
-    for l in path.as_slice() {
-        if let Some(c) = links.get_mut(&(port, *l)) {
-            c.tokens = c.tokens.saturating_sub(len);
+        if path.len == 1 && ok {
+            c.tokens -= len;
             c.period_bytes += len;
+            return true;
         }
     }
+    if ok && path.len > 1 {
+        for l in path.as_slice() {
+            if let Some(c) = links.get_mut(&(port, *l)) {
+                c.tokens -= len;
+                c.period_bytes += len;
+            }
+        }
+    }
+    ok
 }
 
 /// Bucket depth of an entity at `rate_bps`.
@@ -598,13 +603,11 @@ impl Sender {
         );
         let links = p.links;
         let len = len as u64;
-        let ok = links_ready(&mut self.links, &cfg, port, &links, len, now_ns);
         p.last_sent_ns = now_ns;
-        if !ok {
+        if !links_take(&mut self.links, &cfg, port, &links, len, true, now_ns) {
             p.drop_one(len);
             return Admit::Police;
         }
-        links_take(&mut self.links, port, &links, len);
         Admit::Send(p.send(len))
     }
 
@@ -618,10 +621,9 @@ impl Sender {
         let p = path_entry(&mut self.paths, &self.topology, key, now_ns);
         let links = p.links;
         let len = frame.len() as u64;
-        let ok = links_ready(&mut self.links, &cfg, port, &links, len, now_ns);
         p.last_sent_ns = now_ns;
-        if p.queue.is_empty() && ok {
-            links_take(&mut self.links, port, &links, len);
+        let may_send = p.queue.is_empty();
+        if links_take(&mut self.links, &cfg, port, &links, len, may_send, now_ns) {
             return Offer::Send(p.send(len));
         }
         if cfg.queue_bytes == 0 {
@@ -658,10 +660,9 @@ impl Sender {
             };
             let links = p.links;
             while let Some(len) = p.queue.front().map(|(_, d)| d.len() as u64) {
-                if !links_ready(&mut self.links, &cfg, key.port, &links, len, now_ns) {
+                if !links_take(&mut self.links, &cfg, key.port, &links, len, true, now_ns) {
                     break;
                 }
-                links_take(&mut self.links, key.port, &links, len);
                 // Numbered when it leaves, so the receiver sees no gap for
                 // the time it waited.
                 let s = p.send(len);
