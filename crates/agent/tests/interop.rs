@@ -152,29 +152,8 @@ fn an_agent_and_scapys_geneve_endpoint_exchange_traffic() {
     assert_eq!(&buf[..n], b"hello-from-scapy");
     assert_eq!(from, SocketAddr::from((far, 4000)));
 
-    // Agent -> far end and back: UDP echoes.
-    let client = vm
-        .ns
-        .run(move || UdpSocket::bind(SocketAddr::from((mine, 0))))
-        .unwrap()
-        .unwrap();
-    client
-        .set_read_timeout(Some(Duration::from_millis(500)))
-        .unwrap();
-    let mut echoed = Vec::new();
-    for i in 0..3 {
-        let msg = format!("ping-{i}");
-        // The peer may still be starting: retry each request a few times.
-        for _ in 0..20 {
-            client
-                .send_to(msg.as_bytes(), SocketAddr::from((far, 7)))
-                .unwrap();
-            if let Ok((n, _)) = client.recv_from(&mut buf) {
-                echoed.push(String::from_utf8_lossy(&buf[..n]).into_owned());
-                break;
-            }
-        }
-    }
+    // Agent -> far end and back: UDP echoes. The peer may still be starting.
+    let echoed = pings(&vm, mine, SocketAddr::from((far, 7)), 3, 20);
     let out = peer.wait_with_output().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
@@ -220,6 +199,32 @@ fn note(line: &str) {
         dir.join("kernel-geneve.txt"),
         format!("an_agent_and_a_kernel_geneve_device_exchange_traffic: {line}\n"),
     );
+}
+
+/// Sends `ping-0` .. `ping-{n-1}` from the VM (`mine`) to `to`, each retried
+/// up to `tries` times 0.5 s apart until answered; returns the answers.
+fn pings(vm: &VmHandle, mine: Ipv4Addr, to: SocketAddr, n: usize, tries: usize) -> Vec<String> {
+    let client = vm
+        .ns
+        .run(move || UdpSocket::bind(SocketAddr::from((mine, 0))))
+        .unwrap()
+        .unwrap();
+    client
+        .set_read_timeout(Some(Duration::from_millis(500)))
+        .unwrap();
+    let mut buf = [0u8; 2048];
+    let mut echoed = Vec::new();
+    for i in 0..n {
+        let msg = format!("ping-{i}");
+        for _ in 0..tries {
+            client.send_to(msg.as_bytes(), to).unwrap();
+            if let Ok((len, _)) = client.recv_from(&mut buf) {
+                echoed.push(String::from_utf8_lossy(&buf[..len]).into_owned());
+                break;
+            }
+        }
+    }
+    echoed
 }
 
 /// A UDP echo server on `addr` inside `ns` (answers `echo:` + the request)
@@ -438,29 +443,8 @@ fn an_agent_and_open_vswitch_exchange_geneve_traffic() {
 
     // UDP, both ways: the far VM echoes.
     let echo_thread = udp_echo(&far_vm, SocketAddr::from((far, 7)), 3);
-    let client = vm
-        .ns
-        .run(move || UdpSocket::bind(SocketAddr::from((mine, 0))))
-        .unwrap()
-        .unwrap();
-    client
-        .set_read_timeout(Some(Duration::from_millis(500)))
-        .unwrap();
-    let mut buf = [0u8; 2048];
-    let mut echoed = Vec::new();
-    for i in 0..3 {
-        let msg = format!("ping-{i}");
-        // OVS may still be learning the underlay's neighbour: retry.
-        for _ in 0..40 {
-            client
-                .send_to(msg.as_bytes(), SocketAddr::from((far, 7)))
-                .unwrap();
-            if let Ok((n, _)) = client.recv_from(&mut buf) {
-                echoed.push(String::from_utf8_lossy(&buf[..n]).into_owned());
-                break;
-            }
-        }
-    }
+    // OVS may still be learning the underlay's neighbour.
+    let echoed = pings(&vm, mine, SocketAddr::from((far, 7)), 3, 40);
     assert_eq!(
         echoed,
         ["echo:ping-0", "echo:ping-1", "echo:ping-2"],
