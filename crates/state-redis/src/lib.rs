@@ -278,6 +278,7 @@ pub(crate) fn op_name(op: &Op) -> &'static str {
         Op::Incr { .. } => "INCRBY",
         Op::PoolInit { .. } => "pool_init",
         Op::PoolAlloc { .. } => "pool_alloc",
+        Op::PoolTake { .. } => "pool_take",
         Op::PoolFree { .. } => "pool_free",
         Op::ArmTimer { .. } => "ZADD",
         Op::CancelTimer { .. } => "ZREM",

@@ -426,7 +426,7 @@ impl Node {
                     ],
                 );
             }
-            Op::PoolAlloc { pool } | Op::PoolFree { pool, .. } => {
+            Op::PoolAlloc { pool } | Op::PoolFree { pool, .. } | Op::PoolTake { pool, .. } => {
                 // The pool's meta hash, freed list and freed set share one hash tag.
                 redis_key(&mut self.key_buf, &pool);
                 self.key_buf2.clear();
@@ -435,10 +435,10 @@ impl Node {
                 self.key_buf3.clear();
                 self.key_buf3.extend_from_slice(&self.key_buf);
                 self.key_buf3.extend_from_slice(b":s");
-                let which = if matches!(op, Op::PoolAlloc { .. }) {
-                    2
-                } else {
-                    3
+                let which = match op {
+                    Op::PoolAlloc { .. } => 2,
+                    Op::PoolFree { .. } => 3,
+                    _ => 5,
                 };
                 let sha = self.shas.get(which).map_or(&[][..], |s| &s[..]);
                 let (meta, freed, set) =
@@ -454,6 +454,18 @@ impl Node {
                             freed,
                             set,
                             resp::fmt_i64(item as i64, &mut num),
+                        ],
+                    ),
+                    Op::PoolTake { n, .. } => resp::encode(
+                        &mut self.wbuf,
+                        &[
+                            b"EVALSHA",
+                            sha,
+                            b"3",
+                            meta,
+                            freed,
+                            set,
+                            resp::fmt_i64(n as i64, &mut num),
                         ],
                     ),
                     _ => resp::encode(&mut self.wbuf, &[b"EVALSHA", sha, b"3", meta, freed, set]),
@@ -509,6 +521,19 @@ impl Node {
             }
             (Op::PoolAlloc { .. }, Reply::Int(v)) => {
                 OpResult::Allocated((*v >= 0).then_some(*v as u64))
+            }
+            (Op::PoolTake { .. }, Reply::Array(Some(items))) => {
+                let items = items.iter().filter_map(|r| match r {
+                    Reply::Int(v) if *v >= 0 => Some(*v as u64),
+                    _ => None,
+                });
+                ops.set_taken(i, items);
+                return Ok(());
+            }
+            // No pool.
+            (Op::PoolTake { .. }, Reply::Int(_)) => {
+                ops.set_taken(i, std::iter::empty());
+                return Ok(());
             }
             (_, other) => {
                 let e = self.unexpected(op_name(&op), other);

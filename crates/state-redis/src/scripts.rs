@@ -35,6 +35,27 @@ redis.call('SREM', KEYS[3], f)
 return tonumber(f)
 "#;
 
+/// Takes up to ARGV[1] items in one step, in the order as many POOL_ALLOCs
+/// would. KEYS as POOL_ALLOC. Returns the items (fewer when the pool runs out),
+/// or -2 without pool.
+pub const POOL_TAKE: &str = r#"
+local m = redis.call('HMGET', KEYS[1], 'next', 'size')
+if not m[1] then return -2 end
+local n, size, want = tonumber(m[1]), tonumber(m[2]), tonumber(ARGV[1])
+local out = {}
+local fresh = math.max(0, math.min(want, size - n))
+for i = 0, fresh - 1 do out[i + 1] = n + i end
+if fresh > 0 then redis.call('HSET', KEYS[1], 'next', n + fresh) end
+if #out < want then
+  local f = redis.call('LPOP', KEYS[2], want - #out)
+  if f then
+    redis.call('SREM', KEYS[3], unpack(f))
+    for _, x in ipairs(f) do out[#out + 1] = tonumber(x) end
+  end
+end
+return out
+"#;
+
 /// Returns an item; double frees and never-allocated items are ignored.
 /// KEYS = meta hash, freed list, freed set; ARGV[1] = item.
 pub const POOL_FREE: &str = r#"
@@ -55,4 +76,11 @@ return r
 "#;
 
 /// Every script, in the order their SHA1s are kept.
-pub const ALL: [&str; 5] = [CAS, POOL_INIT, POOL_ALLOC, POOL_FREE, TAKE_EXPIRED];
+pub const ALL: [&str; 6] = [
+    CAS,
+    POOL_INIT,
+    POOL_ALLOC,
+    POOL_FREE,
+    TAKE_EXPIRED,
+    POOL_TAKE,
+];

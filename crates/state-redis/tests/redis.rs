@@ -30,6 +30,12 @@ fn redis_behaves_like_the_local_store() {
         a.iter().any(|l| l == "alloc Some(1)"),
         "the freed item is reused: {a:?}"
     );
+    let takes: Vec<_> = a.iter().filter(|l| l.starts_with("take")).collect();
+    assert_eq!(
+        takes,
+        ["take [0, 1, 2]", "take [3, 4, 1, 0]", "take []", "take []"],
+        "{a:?}"
+    );
     // One round trip for the whole batch, plus one per take_expired.
     assert_eq!(redis.counters().round_trips, 4);
     assert_eq!(redis.describe(), srv.url());
@@ -66,17 +72,36 @@ fn concurrent_instances_never_share_a_pool_item() {
     ops.pool_init(pool, 2000);
     setup.execute(&mut ops).unwrap();
     let handles: Vec<_> = (0..4)
-        .map(|_| {
+        .map(|t| {
             let url = url.clone();
             std::thread::spawn(move || {
                 let mut s = RedisStore::open(&url).unwrap();
                 let mut got = Vec::new();
                 let mut ops = Ops::new();
-                for _ in 0..25 {
+                // Half the instances take one item per operation, half twenty.
+                let mut take = |s: &mut RedisStore, got: &mut Vec<u64>| {
                     ops.clear();
-                    let ids: Vec<_> = (0..20).map(|_| ops.pool_alloc(pool)).collect();
-                    s.execute(&mut ops).unwrap();
-                    got.extend(ids.iter().filter_map(|&i| ops.allocated(i)));
+                    if t % 2 == 0 {
+                        let ids: Vec<_> = (0..20).map(|_| ops.pool_alloc(pool)).collect();
+                        s.execute(&mut ops).unwrap();
+                        got.extend(ids.iter().filter_map(|&i| ops.allocated(i)));
+                    } else {
+                        let id = ops.pool_take(pool, 20);
+                        s.execute(&mut ops).unwrap();
+                        got.extend(ops.taken(id));
+                    }
+                };
+                for _ in 0..25 {
+                    take(&mut s, &mut got);
+                }
+                // Every item is out; give some back and race for the freed ones.
+                let mut back = Ops::new();
+                for it in got.drain(..100) {
+                    back.pool_free(pool, it);
+                }
+                s.execute(&mut back).unwrap();
+                for _ in 0..5 {
+                    take(&mut s, &mut got);
                 }
                 got
             })
@@ -86,9 +111,9 @@ fn concurrent_instances_never_share_a_pool_item() {
         .into_iter()
         .flat_map(|h| h.join().unwrap())
         .collect();
-    assert_eq!(all.len(), 2000);
     let unique: HashSet<_> = all.iter().collect();
-    assert_eq!(unique.len(), 2000, "an item was handed out twice");
+    assert_eq!(unique.len(), all.len(), "an item was handed out twice");
+    assert_eq!(all.len(), 2000, "every freed item was taken again");
 }
 
 #[test]

@@ -75,6 +75,19 @@ struct Pool {
     freed_set: rustc_hash::FxHashSet<u64>,
 }
 
+impl Pool {
+    /// Never-used items first, then the least recently freed.
+    fn take_one(&mut self) -> Option<u64> {
+        if self.next < self.size {
+            self.next += 1;
+            return Some(self.next - 1);
+        }
+        let it = self.freed.pop_front()?;
+        self.freed_set.remove(&it);
+        Some(it)
+    }
+}
+
 /// The in-process backend: a hash table, counters, pools and a timer wheel in this
 /// process's memory. This is the "traditional NF" baseline of StatelessNF's
 /// evaluation, and the store of the offline runner.
@@ -278,19 +291,16 @@ impl LocalStore {
                 }
                 Op::PoolAlloc { pool } => {
                     self.counters.atomics += 1;
-                    let item = self.pools.get_mut(&pool).and_then(|p| {
-                        if p.next < p.size {
-                            p.next += 1;
-                            Some(p.next - 1)
-                        } else {
-                            let it = p.freed.pop_front();
-                            if let Some(x) = it {
-                                p.freed_set.remove(&x);
-                            }
-                            it
-                        }
-                    });
+                    let item = self.pools.get_mut(&pool).and_then(Pool::take_one);
                     ops.set_result(i, OpResult::Allocated(item));
+                }
+                Op::PoolTake { pool, n } => {
+                    self.counters.atomics += 1;
+                    let p = self.pools.get_mut(&pool);
+                    let items = p
+                        .into_iter()
+                        .flat_map(|p| (0..n).map_while(move |_| p.take_one()));
+                    ops.set_taken(i, items);
                 }
                 Op::PoolFree { pool, item } => {
                     self.counters.atomics += 1;

@@ -64,6 +64,17 @@ pub enum Op {
         /// Pool key.
         pool: Key,
     },
+    /// Take up to `n` free items of a pool in one operation, in the order `n`
+    /// [`Op::PoolAlloc`]s would (never-used items first, then the least recently
+    /// freed): for an instance reserving items ahead (the NAT's `port_reserve`),
+    /// one step on the server instead of `n`. Fewer come back when the pool runs
+    /// out; none when it does not exist.
+    PoolTake {
+        /// Pool key.
+        pool: Key,
+        /// How many items to take.
+        n: u32,
+    },
     /// Return an item to a pool.
     PoolFree {
         /// Pool key.
@@ -96,7 +107,10 @@ impl Op {
             | Op::Incr { key, .. }
             | Op::ArmTimer { key, .. }
             | Op::CancelTimer { key } => key,
-            Op::PoolInit { pool, .. } | Op::PoolAlloc { pool } | Op::PoolFree { pool, .. } => pool,
+            Op::PoolInit { pool, .. }
+            | Op::PoolAlloc { pool }
+            | Op::PoolTake { pool, .. }
+            | Op::PoolFree { pool, .. } => pool,
         }
     }
 }
@@ -425,6 +439,12 @@ impl Ops {
         self.push(Op::PoolAlloc { pool })
     }
 
+    /// Queues taking up to `n` pool items at once (read them with
+    /// [`Ops::taken`]).
+    pub fn pool_take(&mut self, pool: Key, n: u32) -> OpId {
+        self.push(Op::PoolTake { pool, n })
+    }
+
     /// Queues the return of a pool item.
     pub fn pool_free(&mut self, pool: Key, item: u64) -> OpId {
         self.push(Op::PoolFree { pool, item })
@@ -487,7 +507,26 @@ impl Ops {
         }
     }
 
+    /// The items a [`Op::PoolTake`] took, in the order they were taken (none if
+    /// it did not run or took nothing).
+    pub fn taken(&self, id: OpId) -> impl Iterator<Item = u64> + '_ {
+        self.value(id)
+            .unwrap_or(&[])
+            .chunks_exact(8)
+            .map(|c| u64::from_le_bytes(c.try_into().expect("chunks of 8")))
+    }
+
     // ---- for backends ----
+
+    /// Records the items a [`Op::PoolTake`] took (backends).
+    pub fn set_taken(&mut self, i: usize, items: impl IntoIterator<Item = u64>) {
+        self.set_value_with(i, |out| {
+            for it in items {
+                out.extend_from_slice(&it.to_le_bytes());
+            }
+            true
+        });
+    }
 
     /// Records a non-value result (backends).
     pub fn set_result(&mut self, i: usize, r: OpResult) {

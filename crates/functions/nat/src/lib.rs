@@ -33,11 +33,16 @@ use sluice_wire::{icmp, ip_proto, FlowKey, IpAddr};
 const TABLE_FWD: u8 = 1;
 const TABLE_REV: u8 = 2;
 const TABLE_POOL: u8 = 3;
-/// Pool items an instance allocated ahead (`port_reserve`), one key per item.
+/// Blocks of pool items an instance took ahead (`port_reserve`): one record per
+/// block, keyed by its first item, holding the block's items (u32 each), with a
+/// timer.
 const TABLE_RESV: u8 = 4;
-/// A reserved item nobody used is freed by its timer after this long, on
-/// whichever instance takes the timer; its owner uses it only during the first
-/// half, and returns it itself after that.
+/// How many of a block's items its owner has handed out (u32), same payload as
+/// the block's record. Items are used in order, so the rest are the unused ones.
+const TABLE_RESV_USED: u8 = 5;
+/// A block's unused items are freed by its timer after this long, on whichever
+/// instance takes the timer; its owner uses them only during the first half,
+/// and returns the rest itself after that.
 const RESERVE_TTL_NS: u64 = 60_000_000_000;
 const TIMER_BATCH: usize = 1024;
 
@@ -148,12 +153,13 @@ pub struct Config {
     /// A mapping's `last_seen` is rewritten at most once per this many
     /// milliseconds, so timeouts are accurate to within it. Default 1000.
     pub refresh_ms: u64,
-    /// Pool items this instance allocates ahead, so that most new mappings
-    /// need no pool round trip (a port block, as carrier-grade NATs keep).
-    /// Default 0 (allocate each new mapping's item when it is needed). Items
-    /// are recorded in the store and freed by a timer if the instance dies
-    /// before using them; which public port a flow gets then depends on which
-    /// instance translates it.
+    /// Pool items this instance takes ahead, as one block, so that most new
+    /// mappings need no pool round trip (a port block, as carrier-grade NATs
+    /// keep). Default 0 (allocate each new mapping's item when it is needed).
+    /// A block is recorded in the store with a count of the items used, and
+    /// its unused items are freed by a timer if the instance dies before using
+    /// them; which public port a flow gets then depends on which instance
+    /// translates it.
     pub port_reserve: u32,
 }
 
@@ -262,7 +268,8 @@ pub fn build(
         refresh_ns: config.refresh_ms.saturating_mul(1_000_000),
         reserve_n: config.port_reserve.min(4096) as usize,
         reserve: std::collections::VecDeque::new(),
-        refill: Vec::new(),
+        refill: None,
+        scratch: Vec::new(),
         ops: Ops::new(),
         ops2: Ops::new(),
         slots: Vec::new(),
@@ -338,6 +345,19 @@ struct Slot {
     reread: Option<OpId>,
 }
 
+/// Pool items taken ahead in one [`Ops::pool_take`] (see `Config::port_reserve`).
+struct Block {
+    /// The block's record (`TABLE_RESV`, keyed by its first item).
+    key: Key,
+    items: Vec<u32>,
+    /// Items handed out, in order.
+    used: usize,
+    /// `used` as last written to the store.
+    marked: usize,
+    /// When the block was taken.
+    at: u64,
+}
+
 /// The source NAT. See the crate documentation.
 pub struct Nat {
     ns: Namespace,
@@ -357,10 +377,12 @@ pub struct Nat {
     refresh_ns: u64,
     /// `port_reserve`: items to allocate ahead (0: none).
     reserve_n: usize,
-    /// Items allocated ahead, oldest first, with when they were reserved.
-    reserve: std::collections::VecDeque<(u32, u64)>,
-    /// This batch's allocations for the reserve.
-    refill: Vec<OpId>,
+    /// Blocks taken ahead, oldest first.
+    reserve: std::collections::VecDeque<Block>,
+    /// This batch's take for the reserve.
+    refill: Option<OpId>,
+    /// Encoding buffer for block records.
+    scratch: Vec<u8>,
     ops: Ops,
     ops2: Ops,
     slots: Vec<Slot>,
@@ -480,10 +502,12 @@ impl Nat {
         }
     }
 
-    /// Frees the items whose reservation timers were taken (their owner died or
-    /// kept them past half their life, after which it never uses them) and
-    /// removes those keys from `self.keys`. A reservation record still present
-    /// means nobody used the item: whoever uses one deletes the record first.
+    /// Frees the unused items of the blocks whose timers were taken (their
+    /// owner died, or kept them past half their life, after which it never
+    /// uses them) and removes those keys from `self.keys`. A block's record
+    /// still present means its owner did not retire it; the items past its
+    /// used count were never handed out (the count is written before the
+    /// mappings that hold the items).
     fn free_unused_reservations(&mut self, store: &mut dyn StateStore) -> Result<(), NfError> {
         if !self.keys.iter().any(|k| k.table() == TABLE_RESV) {
             return Ok(());
@@ -492,22 +516,30 @@ impl Nat {
         self.ids.clear();
         for k in self.keys.iter().filter(|k| k.table() == TABLE_RESV) {
             self.ids.push(Some(self.ops.get(*k)));
+            self.ids.push(Some(self.ops.get(used_key(k))));
         }
         store.execute(&mut self.ops)?;
         self.ops2.clear();
         let resv = self.keys.iter().filter(|k| k.table() == TABLE_RESV);
-        for (k, g) in resv.zip(&self.ids) {
-            let item = k
-                .payload()
-                .try_into()
-                .ok()
-                .map(u32::from_be_bytes)
-                .filter(|_| g.is_some_and(|g| self.ops.value(g).is_some()));
-            if let Some(item) = item {
+        for (k, g) in resv.zip(self.ids.chunks_exact(2)) {
+            let (Some(block), Some(used)) = (g[0], g[1]) else {
+                continue;
+            };
+            let Some(items) = self.ops.value(block) else {
+                continue;
+            };
+            let used = self
+                .ops
+                .value(used)
+                .and_then(|v| v.try_into().ok())
+                .map_or(0, |v| u32::from_be_bytes(v) as usize);
+            for item in items.chunks_exact(4).skip(used) {
+                let item = u32::from_be_bytes(item.try_into().expect("chunks of 4"));
                 self.ops2.pool_free(self.pool_key, item as u64);
-                self.ops2.delete(*k);
                 self.c.reservations_expired += 1;
             }
+            self.ops2.delete(*k);
+            self.ops2.delete(used_key(k));
         }
         if !self.ops2.is_empty() {
             store.execute(&mut self.ops2)?;
@@ -516,12 +548,40 @@ impl Nat {
         Ok(())
     }
 
-    /// Returns a reserved item to the pool and forgets its reservation.
-    fn unreserve(ops: &mut Ops, ns: Namespace, pool_key: Key, item: u32) {
-        let rk = resv_key(ns, item);
-        ops.pool_free(pool_key, item as u64);
-        ops.delete(rk);
-        ops.cancel_timer(rk);
+    /// Returns a block's unused items to the pool and forgets it.
+    fn retire(ops: &mut Ops, pool_key: Key, b: &Block) {
+        for &item in &b.items[b.used..] {
+            ops.pool_free(pool_key, item as u64);
+        }
+        ops.delete(b.key);
+        ops.delete(used_key(&b.key));
+        ops.cancel_timer(b.key);
+    }
+
+    /// The next reserved item young enough to be surely ours (its block's
+    /// timer frees what is unused after `RESERVE_TTL_NS`), retiring blocks used
+    /// up or too old on the way.
+    fn take_reserved(&mut self, now: u64, ops: &mut Ops) -> Option<u32> {
+        while let Some(b) = self.reserve.front_mut() {
+            if b.used < b.items.len() && now < b.at.saturating_add(RESERVE_TTL_NS / 2) {
+                let item = b.items[b.used];
+                b.used += 1;
+                return Some(item);
+            }
+            let b = self.reserve.pop_front().expect("front exists");
+            Self::retire(ops, self.pool_key, &b);
+        }
+        None
+    }
+
+    /// Writes the used count of every block that handed out items since it was
+    /// last written: before the mappings that hold them, so a timer never
+    /// frees an item a mapping holds.
+    fn mark_used(&mut self, ops: &mut Ops) {
+        for b in self.reserve.iter_mut().filter(|b| b.used != b.marked) {
+            ops.put(used_key(&b.key), &(b.used as u32).to_be_bytes());
+            b.marked = b.used;
+        }
     }
 
     /// The key of the other direction's record of mapping `m` read under `s`.
@@ -863,38 +923,27 @@ impl NetworkFunction for Nat {
         // writes of changed records not waiting for a recheck.
         let now = ctx.now_ns;
         let mut short = false;
-        self.refill.clear();
-        for &i in &self.pending {
-            let Plan::Do { slot, .. } = self.plan[i as usize] else {
+        self.refill = None;
+        for k in 0..self.pending.len() {
+            let Plan::Do { slot, .. } = self.plan[self.pending[k] as usize] else {
                 continue;
             };
-            let s = &mut self.slots[slot as usize];
-            if s.alloc.is_some() || s.pre.is_some() {
+            let si = slot as usize;
+            if self.slots[si].alloc.is_some() || self.slots[si].pre.is_some() {
                 continue;
             }
-            // From the reserve if it has an item young enough to be ours for
-            // sure (its timer frees it after RESERVE_TTL_NS); the reservation
-            // record goes with the mapping's writes.
-            while let Some((item, at)) = self.reserve.pop_front() {
-                if now < at.saturating_add(RESERVE_TTL_NS / 2) {
-                    s.pre = Some(item);
-                    let rk = resv_key(self.ns, item);
-                    ops.delete(rk);
-                    ops.cancel_timer(rk);
-                    break;
-                }
-                Self::unreserve(&mut ops, self.ns, self.pool_key, item);
-            }
-            if s.pre.is_none() {
+            let pre = self.take_reserved(now, &mut ops);
+            let s = &mut self.slots[si];
+            s.pre = pre;
+            if pre.is_none() {
                 s.alloc = Some(ops.pool_alloc(self.pool_key));
                 short = true;
             }
         }
-        if short {
-            // Allocated ahead in the round trip that waits anyway.
-            for _ in 0..self.reserve_n {
-                self.refill.push(ops.pool_alloc(self.pool_key));
-            }
+        self.mark_used(&mut ops);
+        if short && self.reserve_n > 0 {
+            // Taken ahead in the round trip that waits anyway.
+            self.refill = Some(ops.pool_take(self.pool_key, self.reserve_n as u32));
         }
         for s in &self.slots {
             if s.dirty && s.other.is_none() {
@@ -941,20 +990,27 @@ impl NetworkFunction for Nat {
         }
         self.ops2 = ops2;
 
-        // The reserve's new items, recorded in the store (freed by their timer
-        // if this instance dies before using them).
-        for k in 0..self.refill.len() {
-            let Some(item) = self
-                .ops
-                .allocated(self.refill[k])
-                .and_then(|x| u32::try_from(x).ok())
-            else {
-                continue;
-            };
-            let rk = resv_key(self.ns, item);
-            self.ops2.put(rk, &item.to_be_bytes());
-            self.ops2.arm_timer(rk, now.saturating_add(RESERVE_TTL_NS));
-            self.reserve.push_back((item, now));
+        // The reserve's new block, recorded in the store (its unused items
+        // freed by its timer if this instance dies before using them).
+        if let Some(t) = self.refill {
+            self.scratch.clear();
+            let mut items = Vec::with_capacity(self.reserve_n);
+            for item in self.ops.taken(t).filter_map(|x| u32::try_from(x).ok()) {
+                self.scratch.extend_from_slice(&item.to_be_bytes());
+                items.push(item);
+            }
+            if let Some(&first) = items.first() {
+                let key = Key::new(self.ns, TABLE_RESV, &first.to_be_bytes());
+                self.ops2.put(key, &self.scratch);
+                self.ops2.arm_timer(key, now.saturating_add(RESERVE_TTL_NS));
+                self.reserve.push_back(Block {
+                    key,
+                    items,
+                    used: 0,
+                    marked: 0,
+                    at: now,
+                });
+            }
         }
 
         // Round trip 3 (with the rechecked writes): new mappings, reverse record
@@ -1164,8 +1220,8 @@ impl NetworkFunction for Nat {
             return Ok(());
         }
         self.ops.clear();
-        for (item, _) in self.reserve.drain(..) {
-            Self::unreserve(&mut self.ops, self.ns, self.pool_key, item);
+        for b in self.reserve.drain(..) {
+            Self::retire(&mut self.ops, self.pool_key, &b);
         }
         store.execute(&mut self.ops)?;
         Ok(())
@@ -1189,14 +1245,20 @@ impl NetworkFunction for Nat {
             ("decode_errors", c.decode_errors),
             ("rewrite_errors", c.rewrite_errors),
             ("reservations_expired", c.reservations_expired),
-            ("reserved", self.reserve.len() as u64),
+            (
+                "reserved",
+                self.reserve
+                    .iter()
+                    .map(|b| (b.items.len() - b.used) as u64)
+                    .sum(),
+            ),
         ]);
     }
 }
 
-/// The reservation record of pool item `item` (see `Config::port_reserve`).
-fn resv_key(ns: Namespace, item: u32) -> Key {
-    Key::new(ns, TABLE_RESV, &item.to_be_bytes())
+/// The used-count record of the block recorded under `block`.
+fn used_key(block: &Key) -> Key {
+    Key::new(block.namespace(), TABLE_RESV_USED, block.payload())
 }
 
 #[cfg(test)]

@@ -714,8 +714,8 @@ fn a_reserve_costs_one_pool_round_trip_per_block() {
         c.port_reserve = 16;
     });
     let mut s = LocalStore::new();
-    // Eight batches of two new flows each: the first allocates 2 + 16 items,
-    // the next seven take theirs from the reserve.
+    // Eight batches of two new flows each: the first allocates 2 items and
+    // takes a block of 16, the next seven take theirs from the block.
     for b in 0..8u16 {
         let frames: Vec<_> = (0..2u16)
             .map(|i| (build::udp_v4(H, R, 100 + 2 * b + i, 53, b"q"), 1))
@@ -725,13 +725,17 @@ fn a_reserve_costs_one_pool_round_trip_per_block() {
     }
     assert_eq!(counter(&n, "new_mappings"), 16);
     assert_eq!(counter(&n, "reserved"), 2, "18 allocated, 16 used");
-    // Only the first batch allocated: 18 pool operations (plus the pool's
-    // creation), not 16 spread over eight round trips.
+    // Only the first batch allocated: two allocations and one take of 16
+    // (plus the pool's creation), not 16 spread over eight round trips.
     assert_eq!(
         s.counters().atomics,
-        18 + 1 + 16,
+        3 + 1 + 16,
         "allocations, init, claims"
     );
+    // Writes: each mapping's reverse record (16), the block's record, and one
+    // used count per batch that took from it (7), not a delete and a timer
+    // cancel per item.
+    assert_eq!(s.counters().writes, 16 + 1 + 7);
 }
 
 #[test]
@@ -742,7 +746,8 @@ fn a_dead_instances_reserve_returns_to_the_pool_after_its_timer() {
         c.ports = "6000-6003".into();
         c.port_reserve = 3;
     };
-    // A takes one port and reserves the other three, then dies (no flush).
+    // A takes one port and reserves the other three, hands one of those to a
+    // second flow, then dies (no flush).
     let mut a = nat_with(one_port_each);
     let mut sa = shared.handle();
     assert!(
@@ -750,6 +755,9 @@ fn a_dead_instances_reserve_returns_to_the_pool_after_its_timer() {
             .reason(0)
             .is_none()
     );
+    let second = run(&mut a, &mut sa, &[(build::udp_v4(H, R, 9, 53, b"q"), SEC)]);
+    assert!(second.reason(0).is_none());
+    let second_src = parse_frame(&second.frames[0]).unwrap().flow;
     drop(a);
     // B finds the pool empty until the reservations' timers free them.
     let mut b = nat_with(one_port_each);
@@ -765,16 +773,29 @@ fn a_dead_instances_reserve_returns_to_the_pool_after_its_timer() {
         Some("pool_exhausted")
     );
     timers(&mut b, &mut sb, 62 * SEC);
-    assert_eq!(counter(&b, "reservations_expired"), 3);
+    // Only the two it never handed out: the second flow's port stays its own.
+    assert_eq!(counter(&b, "reservations_expired"), 2);
     let o = run(
         &mut b,
         &mut sb,
         &[q(4, 62 * SEC), q(5, 62 * SEC), q(6, 62 * SEC)],
     );
     assert!(
-        (0..3).all(|i| o.reason(i).is_none()),
-        "the dead instance's ports are back"
+        (0..2).all(|i| o.reason(i).is_none()),
+        "the dead instance's unused ports are back"
     );
+    assert_eq!(o.reason(2), Some("pool_exhausted"));
+    for f in &o.frames[..2] {
+        let f = parse_frame(f).unwrap().flow;
+        assert_ne!(f.src_port, second_src.src_port, "a port held twice");
+    }
+    // The second flow still translates, on B, to the port A gave it.
+    let again = run(
+        &mut b,
+        &mut sb,
+        &[(build::udp_v4(H, R, 9, 53, b"q"), 63 * SEC)],
+    );
+    assert_eq!(parse_frame(&again.frames[0]).unwrap().flow, second_src);
 }
 
 #[test]

@@ -31,6 +31,15 @@ pub fn scenario(store: &mut dyn StateStore) -> Vec<String> {
     let a5 = ops.pool_alloc(k(3, b"pool"));
     let a6 = ops.pool_alloc(k(3, b"pool"));
     let nopool = ops.pool_alloc(k(3, b"missing"));
+    // Taking several at once: fresh items first, then the least recently freed.
+    let q = k(3, b"pool2");
+    ops.pool_init(q, 5);
+    let t1 = ops.pool_take(q, 3);
+    ops.pool_free(q, 1);
+    ops.pool_free(q, 0);
+    let t2 = ops.pool_take(q, 4);
+    let t3 = ops.pool_take(q, 2);
+    let t4 = ops.pool_take(k(3, b"missing"), 2);
     ops.arm_timer(k(4, b"t1"), 5_000_000);
     ops.arm_timer(k(4, b"t2"), 1_000_000);
     ops.arm_timer(k(4, b"t3"), 9_000_000);
@@ -45,6 +54,9 @@ pub fn scenario(store: &mut dyn StateStore) -> Vec<String> {
     out.push(format!("counters {} {}", ops.counter(i1), ops.counter(i2)));
     for id in allocs.iter().chain([&a5, &a6, &nopool]) {
         out.push(format!("alloc {:?}", ops.allocated(*id)));
+    }
+    for id in [t1, t2, t3, t4] {
+        out.push(format!("take {:?}", ops.taken(id).collect::<Vec<_>>()));
     }
     let mut t = Vec::new();
     store
