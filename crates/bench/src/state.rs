@@ -634,50 +634,43 @@ pub fn functions() -> Vec<(&'static str, ChainText, &'static str)> {
     ]
 }
 
-/// Keeps the fastest of `reps` runs of `w` with stores from `open`.
-fn best_of(
+/// The fastest run of each mode over `reps` rounds of `w`, one run of every
+/// mode per round, in turn: load that comes and goes on a shared machine then
+/// touches every mode alike, rather than whichever ran during it. Each run
+/// gets a store from `open` (or, for `None`, a [`LocalStore`]); a mode whose
+/// run fails is left out (with its error) and the others go on.
+fn best_of_rounds(
     spec: &ChainSpec,
     dir: &Path,
     tag: &str,
     w: &Workload,
     reps: usize,
     open: &mut dyn FnMut() -> Result<Box<dyn StateStore>, String>,
-) -> Result<RunOutcome, String> {
-    best_of_with(spec, dir, tag, w, reps, open, false)
-}
-
-fn best_of_with(
-    spec: &ChainSpec,
-    dir: &Path,
-    tag: &str,
-    w: &Workload,
-    reps: usize,
-    open: &mut dyn FnMut() -> Result<Box<dyn StateStore>, String>,
-    cached: bool,
-) -> Result<RunOutcome, String> {
-    let mode = RunMode::cached_if(cached);
-    best_of_mode(spec, dir, tag, w, reps, open, mode)
-}
-
-fn best_of_mode(
-    spec: &ChainSpec,
-    dir: &Path,
-    tag: &str,
-    w: &Workload,
-    reps: usize,
-    open: &mut dyn FnMut() -> Result<Box<dyn StateStore>, String>,
-    mode: RunMode,
-) -> Result<RunOutcome, String> {
-    let mut best: Option<RunOutcome> = None;
+    modes: &[(&str, bool, RunMode)],
+) -> Vec<Result<RunOutcome, String>> {
+    let mut best: Vec<Result<RunOutcome, String>> =
+        modes.iter().map(|_| Err("no run".to_string())).collect();
     for r in 0..reps.max(1) {
-        let mut store = open()?;
-        let name = format!("bench-{}-{tag}-{r}", std::process::id());
-        let o = run_once_mode(spec, dir, &name, w, &mut *store, false, mode)?;
-        if best.as_ref().is_none_or(|b| o.secs < b.secs) {
-            best = Some(o);
+        for (&(suffix, remote, mode), best) in modes.iter().zip(best.iter_mut()) {
+            if r > 0 && best.as_ref().is_err_and(|e| e != "no run") {
+                continue;
+            }
+            let name = format!("bench-{}-{tag}-{suffix}-{r}", std::process::id());
+            let store: Result<Box<dyn StateStore>, String> = if remote {
+                open()
+            } else {
+                Ok(Box::new(LocalStore::new()))
+            };
+            let o = store
+                .and_then(|mut st| run_once_mode(spec, dir, &name, w, &mut *st, false, mode));
+            match o {
+                Ok(o) if best.as_ref().is_ok_and(|b| b.secs <= o.secs) => {}
+                Ok(o) => *best = Ok(o),
+                Err(e) => *best = Err(e),
+            }
         }
     }
-    best.ok_or_else(|| "no run".to_string())
+    best
 }
 
 /// Compares a local and a remote run of the same workload.
@@ -876,32 +869,24 @@ fn run_in(
                     &mut w
                 };
                 calibrate(spec, d, &format!("{name}-cal"), w);
-                let local = best_of(spec, d, &format!("{name}-l"), w, opts.reps, &mut || {
-                    Ok(Box::new(LocalStore::new()))
-                });
-                let remote = best_of(spec, d, &format!("{name}-r"), w, opts.reps, &mut || {
-                    open_remote(url)
-                });
-                let cached = best_of_with(
-                    spec,
-                    d,
-                    &format!("{name}-c"),
-                    w,
-                    opts.reps,
-                    &mut || open_remote(url),
-                    true,
+                let mut modes = vec![
+                    ("l", false, RunMode::Plain),
+                    ("r", true, RunMode::Plain),
+                    ("c", true, RunMode::Cached),
+                ];
+                if opts.window > 0 {
+                    let window = window_batches(opts.window, batch_size);
+                    modes.push(("p", true, RunMode::Pipelined(window)));
+                }
+                let mut runs =
+                    best_of_rounds(spec, d, name, w, opts.reps, &mut || open_remote(url), &modes)
+                        .into_iter();
+                let (local, remote, cached) = (
+                    runs.next().expect("local"),
+                    runs.next().expect("remote"),
+                    runs.next().expect("cached"),
                 );
-                let pipelined = (opts.window > 0).then(|| {
-                    best_of_mode(
-                        spec,
-                        d,
-                        &format!("{name}-p"),
-                        w,
-                        opts.reps,
-                        &mut || open_remote(url),
-                        RunMode::Pipelined(window_batches(opts.window, batch_size)),
-                    )
-                });
+                let pipelined = runs.next();
                 match (local, remote) {
                     (Ok(l), Ok(r)) => {
                         let mut m = compare(function, w, &l, &r, paper, describe);
