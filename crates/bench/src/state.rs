@@ -661,8 +661,8 @@ fn best_of_rounds(
             } else {
                 Ok(Box::new(LocalStore::new()))
             };
-            let o = store
-                .and_then(|mut st| run_once_mode(spec, dir, &name, w, &mut *st, false, mode));
+            let o =
+                store.and_then(|mut st| run_once_mode(spec, dir, &name, w, &mut *st, false, mode));
             match o {
                 Ok(o) if best.as_ref().is_ok_and(|b| b.secs <= o.secs) => {}
                 Ok(o) => *best = Ok(o),
@@ -878,9 +878,16 @@ fn run_in(
                     let window = window_batches(opts.window, batch_size);
                     modes.push(("p", true, RunMode::Pipelined(window)));
                 }
-                let mut runs =
-                    best_of_rounds(spec, d, name, w, opts.reps, &mut || open_remote(url), &modes)
-                        .into_iter();
+                let mut runs = best_of_rounds(
+                    spec,
+                    d,
+                    name,
+                    w,
+                    opts.reps,
+                    &mut || open_remote(url),
+                    &modes,
+                )
+                .into_iter();
                 let (local, remote, cached) = (
                     runs.next().expect("local"),
                     runs.next().expect("remote"),

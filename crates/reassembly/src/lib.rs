@@ -312,8 +312,10 @@ impl Reassembler {
             .filter(|p| p.is_live() && p.meta.l4 == L4::Tcp && p.meta.fragment == Fragment::None)
         {
             let (canon, _) = p.meta.flow.canonical();
-            let key = Key::flow(self.ns, TABLE_CONN, &canon, &[]);
-            ops.get_owned(key, canon.directional_hash());
+            let h = canon.directional_hash();
+            if ops.first_listing(h, self.ns, TABLE_CONN) {
+                ops.get_owned(Key::flow(self.ns, TABLE_CONN, &canon, &[]), h);
+            }
         }
     }
 

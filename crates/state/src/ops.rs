@@ -1,5 +1,5 @@
 use crate::codec::{Codec, DecodeError, Reader, Writer};
-use crate::key::Key;
+use crate::key::{Key, Namespace};
 
 /// A range of one of the [`Ops`] arenas.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -213,7 +213,14 @@ pub struct Ops {
     args: Vec<u8>,
     results: Vec<OpResult>,
     out: Vec<u8>,
+    /// Direct-mapped set of listings seen since the last clear (see
+    /// [`Ops::first_listing`]); empty until first used.
+    listed: Vec<u64>,
 }
+
+/// Slots of [`Ops::first_listing`]'s set: a window of a few hundred packets
+/// holds a few hundred flows.
+const LISTED_SLOTS: usize = 1024;
 
 impl Ops {
     /// An empty buffer.
@@ -228,6 +235,7 @@ impl Ops {
         self.args.clear();
         self.results.clear();
         self.out.clear();
+        self.listed.fill(0);
     }
 
     /// Number of queued operations.
@@ -257,6 +265,26 @@ impl Ops {
 
     fn push(&mut self, op: Op) -> OpId {
         self.push_hinted(op, Hint::Store)
+    }
+
+    /// For a prefetch listing (`NetworkFunction::prefetch`): false if a read of
+    /// the record of flow `flow_hash` in `(ns, table)` was probably listed
+    /// already since the buffer was cleared, so the caller can skip building
+    /// its key. A window lists each short flow's record once per packet; this
+    /// lists it about once. The set forgets (a slot holds one listing), so a
+    /// record may be listed twice; it never claims a listing that was not made
+    /// unless two flows share the same 32-bit hash, in table and namespace,
+    /// and then the read is made when the record is needed.
+    pub fn first_listing(&mut self, flow_hash: u32, ns: Namespace, table: u8) -> bool {
+        if self.listed.is_empty() {
+            self.listed.resize(LISTED_SLOTS, 0);
+        }
+        let tag = (flow_hash as u64) << 32 | (ns.0 as u64 & 0x7f_ffff) << 8 | table as u64;
+        let tag = tag | 1 << 31; // never the empty slot's 0
+        let slot = (flow_hash ^ ns.0.rotate_left(16) ^ (table as u32) << 8) as usize % LISTED_SLOTS;
+        let seen = self.listed[slot] == tag;
+        self.listed[slot] = tag;
+        !seen
     }
 
     fn push_hinted(&mut self, op: Op, hint: Hint) -> OpId {
@@ -564,5 +592,33 @@ impl Ops {
             self.out.truncate(off);
             OpResult::Value(None)
         };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_listing_is_first_once_per_flow_table_and_namespace_until_cleared() {
+        let mut ops = Ops::new();
+        let (a, b) = (Namespace(1), Namespace(2));
+        assert!(ops.first_listing(7, a, 1));
+        assert!(!ops.first_listing(7, a, 1), "listed already");
+        assert!(ops.first_listing(7, a, 2), "another table");
+        assert!(ops.first_listing(7, b, 1), "another namespace");
+        assert!(ops.first_listing(8, a, 1), "another flow");
+        assert!(ops.first_listing(0, a, 0), "hash 0 is not the empty slot");
+        assert!(!ops.first_listing(0, a, 0));
+        ops.clear();
+        assert!(ops.first_listing(7, a, 1), "cleared");
+        // Many flows: each is first exactly once while none is evicted, and a
+        // repeat is never reported first more often than it was evicted.
+        ops.clear();
+        let firsts = (0..200u32)
+            .chain(0..200)
+            .filter(|&h| ops.first_listing(h.wrapping_mul(0x9e37_79b9), a, 1))
+            .count();
+        assert!((200..=260).contains(&firsts), "{firsts}");
     }
 }

@@ -449,8 +449,10 @@ impl NetworkFunction for Firewall {
                 continue;
             }
             let (canon, _) = m.flow.canonical();
-            let key = Key::flow(self.ns, TABLE_CONN, &canon, &[]);
-            ops.get_owned(key, canon.directional_hash());
+            let h = canon.directional_hash();
+            if ops.first_listing(h, self.ns, TABLE_CONN) {
+                ops.get_owned(Key::flow(self.ns, TABLE_CONN, &canon, &[]), h);
+            }
         }
     }
 

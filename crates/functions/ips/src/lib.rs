@@ -493,8 +493,10 @@ impl NetworkFunction for Ips {
             .filter(|p| p.is_live() && p.meta.is_ip() && (p.meta.l4 == L4::Tcp || self.nontcp_drop))
         {
             let (canon, _) = p.meta.flow.canonical();
-            let key = Key::flow(self.ns, TABLE_FLOW, &canon, &[]);
-            ops.get_owned(key, canon.directional_hash());
+            let h = canon.directional_hash();
+            if ops.first_listing(h, self.ns, TABLE_FLOW) {
+                ops.get_owned(Key::flow(self.ns, TABLE_FLOW, &canon, &[]), h);
+            }
         }
     }
 

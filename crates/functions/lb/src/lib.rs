@@ -825,13 +825,17 @@ impl NetworkFunction for Lb {
             }
             if self.vips.contains_key(&(f.dst, f.dst_port, f.proto)) {
                 let canon = f.canonical().0;
-                let key = Key::flow(self.ns, TABLE_CONN, &canon, &[]);
-                ops.get_owned(key, f.symmetric_hash());
+                let h = canon.directional_hash();
+                if ops.first_listing(h, self.ns, TABLE_CONN) {
+                    ops.get_owned(Key::flow(self.ns, TABLE_CONN, &canon, &[]), h);
+                }
             } else if let Some(&(svc, backend)) = self.backs.get(&(f.src, f.src_port, f.proto)) {
-                let canon = self.client_of(f, svc).canonical().0;
                 let h = f.symmetric_hash();
-                ops.get_present(Key::flow(self.ns, TABLE_CONN, &canon, &[]), h);
-                ops.get_owned(self.ret_key(&canon, backend), h);
+                if ops.first_listing(h, self.ns, TABLE_RET) {
+                    let canon = self.client_of(f, svc).canonical().0;
+                    ops.get_present(Key::flow(self.ns, TABLE_CONN, &canon, &[]), h);
+                    ops.get_owned(self.ret_key(&canon, backend), h);
+                }
             }
         }
     }

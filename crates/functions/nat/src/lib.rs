@@ -823,8 +823,13 @@ impl NetworkFunction for Nat {
             }
             let h = m.flow.symmetric_hash();
             if self.is_public(&m.flow.dst) {
-                ops.get_present(Key::flow(self.ns, TABLE_REV, &m.flow, &[]), h);
-            } else if self.is_inside(&m.flow.src) && !self.is_inside(&m.flow.dst) {
+                if ops.first_listing(h, self.ns, TABLE_REV) {
+                    ops.get_present(Key::flow(self.ns, TABLE_REV, &m.flow, &[]), h);
+                }
+            } else if self.is_inside(&m.flow.src)
+                && !self.is_inside(&m.flow.dst)
+                && ops.first_listing(h, self.ns, TABLE_FWD)
+            {
                 ops.get_owned(Key::flow(self.ns, TABLE_FWD, &m.flow, &[]), h);
             }
         }
