@@ -235,6 +235,16 @@ impl Ops {
         self.args.clear();
         self.results.clear();
         self.out.clear();
+        if !self.listed.is_empty() {
+            self.forget_listings();
+        }
+    }
+
+    /// Only prefetch buffers list (once per window): kept out of the way of
+    /// the per-batch `clear` of every other buffer.
+    #[cold]
+    #[inline(never)]
+    fn forget_listings(&mut self) {
         self.listed.fill(0);
     }
 
