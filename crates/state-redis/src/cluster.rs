@@ -48,6 +48,7 @@ pub fn slot_of(key: &[u8]) -> u16 {
 pub struct ClusterStore {
     seeds: Vec<String>,
     timeout: Duration,
+    poll: Duration,
     nodes: Vec<Node>,
     slots: Vec<u16>,
     counters: StoreCounters,
@@ -68,9 +69,11 @@ enum Redirect {
 }
 
 impl ClusterStore {
-    /// Connects to `redis-cluster://HOST:PORT[,HOST:PORT...]` and learns the slot map.
+    /// Connects to `redis-cluster://HOST:PORT[,HOST:PORT...][?poll_us=N]` and
+    /// learns the slot map.
     pub fn open(url: &str) -> Result<ClusterStore, StoreError> {
-        let list = url
+        let (base, poll) = crate::split_options(url)?;
+        let list = base
             .strip_prefix("redis-cluster://")
             .unwrap_or(url)
             .trim_end_matches('/');
@@ -81,12 +84,13 @@ impl ClusterStore {
             .collect();
         if seeds.is_empty() || seeds.iter().any(|s| !s.contains(':')) {
             return Err(StoreError::Refused(format!(
-                "`{url}`: expected redis-cluster://HOST:PORT[,HOST:PORT...]"
+                "`{url}`: expected redis-cluster://HOST:PORT[,HOST:PORT...][?poll_us=N]"
             )));
         }
         let mut c = ClusterStore {
             seeds,
             timeout: Duration::from_millis(1000),
+            poll,
             nodes: Vec::new(),
             slots: vec![UNKNOWN; SLOTS],
             counters: StoreCounters::default(),
@@ -103,7 +107,8 @@ impl ClusterStore {
         match self.nodes.iter().position(|n| n.addr == addr) {
             Some(i) => i,
             None => {
-                self.nodes.push(Node::new(addr.to_string(), self.timeout));
+                self.nodes
+                    .push(Node::new(addr.to_string(), self.timeout, self.poll));
                 self.per_node.push(Vec::new());
                 self.nodes.len() - 1
             }

@@ -31,6 +31,10 @@ use std::time::Duration;
 
 use sluice_state::{Key, Namespace, Op, Ops, StateStore, StoreCounters, StoreError};
 
+/// How long a store polls for a reply before it sleeps, by default: longer than
+/// a loopback round trip takes on the machines measured (docs/BENCHMARKS.md).
+pub const DEFAULT_POLL: Duration = Duration::from_micros(50);
+
 /// Connection settings.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -38,25 +42,61 @@ pub struct Config {
     pub addr: String,
     /// Connect, read and write timeout.
     pub timeout: Duration,
+    /// How long to poll the connection for a reply that is needed before
+    /// sleeping until it arrives (`?poll_us=N` in the URL; 0: sleep at once).
+    /// A reply that arrives while the caller polls costs no wake-up on either
+    /// side, which on a virtual machine is most of a loopback round trip; the
+    /// price is the CPU spent polling, by a caller that has nothing else to do.
+    pub poll: Duration,
 }
 
 impl Config {
-    /// Parses `redis://HOST:PORT` (the scheme is optional).
+    /// Parses `redis://HOST:PORT[?poll_us=N]` (the scheme is optional).
     pub fn from_url(url: &str) -> Result<Config, StoreError> {
-        let addr = url
+        let (base, poll) = split_options(url)?;
+        let addr = base
             .strip_prefix("redis://")
-            .unwrap_or(url)
+            .unwrap_or(base)
             .trim_end_matches('/');
         if addr.is_empty() || !addr.contains(':') {
             return Err(StoreError::Refused(format!(
-                "`{url}`: expected redis://HOST:PORT"
+                "`{url}`: expected redis://HOST:PORT[?poll_us=N]"
             )));
         }
         Ok(Config {
             addr: addr.to_string(),
             timeout: Duration::from_millis(1000),
+            poll,
         })
     }
+}
+
+/// Splits a store URL into its base and the poll duration of its `?poll_us=N`
+/// option ([`DEFAULT_POLL`] without it).
+pub(crate) fn split_options(url: &str) -> Result<(&str, Duration), StoreError> {
+    let Some((base, query)) = url.split_once('?') else {
+        return Ok((url, DEFAULT_POLL));
+    };
+    let mut poll = DEFAULT_POLL;
+    for opt in query.split('&').filter(|o| !o.is_empty()) {
+        match opt.split_once('=') {
+            Some(("poll_us", v)) => {
+                let us = v.parse::<u64>().ok().filter(|&us| us <= 1_000_000);
+                let us = us.ok_or_else(|| {
+                    StoreError::Refused(format!(
+                        "`{url}`: poll_us must be a number of microseconds up to 1000000, not `{v}`"
+                    ))
+                })?;
+                poll = Duration::from_micros(us);
+            }
+            _ => {
+                return Err(StoreError::Refused(format!(
+                    "`{url}`: unknown option `{opt}` (known: poll_us=N)"
+                )))
+            }
+        }
+    }
+    Ok((base, poll))
 }
 
 /// Appends the stored form of a state key (see the crate documentation).
@@ -104,7 +144,7 @@ pub struct RedisStore {
 impl RedisStore {
     /// Connects (and loads the scripts). Fails if the server cannot be reached.
     pub fn connect(cfg: Config) -> Result<RedisStore, StoreError> {
-        let mut node = Node::new(cfg.addr.clone(), cfg.timeout);
+        let mut node = Node::new(cfg.addr.clone(), cfg.timeout, cfg.poll);
         node.ensure_conn()?;
         Ok(RedisStore {
             node,
@@ -113,7 +153,7 @@ impl RedisStore {
         })
     }
 
-    /// Connects to `redis://HOST:PORT`.
+    /// Connects to `redis://HOST:PORT[?poll_us=N]`.
     pub fn open(url: &str) -> Result<RedisStore, StoreError> {
         RedisStore::connect(Config::from_url(url)?)
     }
@@ -282,5 +322,36 @@ pub(crate) fn op_name(op: &Op) -> &'static str {
         Op::PoolFree { .. } => "pool_free",
         Op::ArmTimer { .. } => "ZADD",
         Op::CancelTimer { .. } => "ZREM",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_carry_the_poll_budget_and_refuse_what_they_do_not_know() {
+        let c = Config::from_url("redis://127.0.0.1:6379").unwrap();
+        assert_eq!((c.addr.as_str(), c.poll), ("127.0.0.1:6379", DEFAULT_POLL));
+        let c = Config::from_url("redis://127.0.0.1:6379/?poll_us=0").unwrap();
+        assert_eq!(
+            (c.addr.as_str(), c.poll),
+            ("127.0.0.1:6379", Duration::ZERO)
+        );
+        let c = Config::from_url("10.0.0.1:7000?poll_us=200").unwrap();
+        assert_eq!(c.poll, Duration::from_micros(200));
+        for (bad, says) in [
+            ("redis://h:1?poll_us=soon", "not `soon`"),
+            ("redis://h:1?poll_us=5000000", "up to 1000000"),
+            ("redis://h:1?timeout=3", "unknown option `timeout=3`"),
+            ("redis://nohost", "expected redis://HOST:PORT"),
+        ] {
+            let e = Config::from_url(bad).unwrap_err().to_string();
+            assert!(e.contains(says) && e.contains(bad), "{bad}: {e}");
+        }
+        let e = ClusterStore::open("redis-cluster://h:1?poll=1")
+            .err()
+            .unwrap();
+        assert!(e.to_string().contains("unknown option `poll=1`"), "{e}");
     }
 }
