@@ -59,7 +59,8 @@ pub struct Options {
     pub state: Option<String>,
     /// Only measurements whose name (e.g. `firewall_long_64`) contains this.
     pub filter: Option<String>,
-    /// Runs per backend and workload; the fastest is kept.
+    /// Rounds per workload, each running every backend once in turn; the
+    /// fastest run of each is kept.
     pub reps: usize,
     /// Packets per window of the pipelined runs (rounded to whole batches, at
     /// least one); 0 skips them.
@@ -81,7 +82,7 @@ impl Default for Options {
             quick: false,
             state: None,
             filter: None,
-            reps: 2,
+            reps: 3,
             window: DEFAULT_WINDOW,
         }
     }

@@ -156,8 +156,9 @@ enum BenchCmd {
         /// Only measurements whose name (e.g. `firewall_long_64`) contains this.
         #[arg(long)]
         filter: Option<String>,
-        /// Runs per backend and workload; the fastest is kept.
-        #[arg(long, default_value_t = 2)]
+        /// Rounds per workload, each running every backend once in turn; the
+        /// fastest run of each is kept.
+        #[arg(long, default_value_t = 3)]
         reps: usize,
         /// Packets per window of the pipelined runs, in whole batches
         /// (docs/STATE.md, "Pipelining"); 0 skips them.
