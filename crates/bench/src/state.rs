@@ -27,7 +27,7 @@
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use serde::Serialize;
 use sluice_chain::{Chain, ChainSpec, Pipeline, Sharing};
@@ -299,6 +299,17 @@ pub enum RunMode {
     /// trips (docs/STATE.md, "Pipelining"). Latency is then measured from a
     /// batch's arrival to its release.
     Pipelined(usize),
+    /// [`RunMode::Pipelined`] with one batch arriving every `gap_ns`, the
+    /// input idle in between: an instance below its capacity. Each idle gap
+    /// drains the pipeline ([`Pipeline::drain`], as `sluice instance` does
+    /// when its input goes idle), so a batch waits for its own store writes,
+    /// not for a window to fill. Latency from arrival to release.
+    Paced {
+        /// Batches per window.
+        window: usize,
+        /// Time between batch arrivals.
+        gap_ns: u64,
+    },
 }
 
 impl RunMode {
@@ -341,7 +352,12 @@ pub fn run_once_mode(
     };
     let before = store.counters();
     let busy_ns = match mode {
-        RunMode::Pipelined(window) => run_pipelined(&mut chain, w, store, digest, window, &mut out),
+        RunMode::Pipelined(window) => {
+            run_pipelined(&mut chain, w, store, digest, window, None, &mut out)
+        }
+        RunMode::Paced { window, gap_ns } => {
+            run_pipelined(&mut chain, w, store, digest, window, Some(gap_ns), &mut out)
+        }
         _ => run_batches(&mut chain, w, store, digest, &mut out),
     };
     // Deferred writes reach the store before the run counts as done (untimed, as
@@ -427,9 +443,11 @@ fn run_pipelined(
     store: &mut dyn StateStore,
     digest: bool,
     window: usize,
+    pace_ns: Option<u64>,
     out: &mut RunOutcome,
 ) -> u64 {
     let batch_size = w.batch_size;
+    let start = Instant::now();
     let mut pool = PacketPool::new(batch_size * (6 * window + 4));
     let mut free: Vec<Batch> = Vec::new();
     let mut pipe: Pipeline<(Instant, usize, u32)> = Pipeline::new(chain, store, window);
@@ -455,6 +473,21 @@ fn run_pipelined(
     let (mut i, mut b) = (0, 0);
     while i < w.trace.len() {
         let end = (i + batch_size).min(w.trace.len());
+        if let Some(gap) = pace_ns {
+            let arrival = start + Duration::from_nanos(gap.saturating_mul(b as u64));
+            if Instant::now() < arrival {
+                // The input is idle until the next batch: finish what is in
+                // flight, as an instance does.
+                let t0 = Instant::now();
+                pipe.drain(chain, store);
+                let t1 = Instant::now();
+                busy_ns += (t1 - t0).as_nanos() as u64;
+                take(&mut pipe, out, &mut pool, &mut free, t1);
+            }
+            while Instant::now() < arrival {
+                std::hint::spin_loop();
+            }
+        }
         let t0 = Instant::now();
         let mut batch = free
             .pop()
@@ -589,6 +622,10 @@ pub struct StateMeasurement {
     pub pipelined: Option<CachedMeasurement>,
     /// Batches per window of the pipelined run (0 if none ran).
     pub window: usize,
+    /// The pipelined run again, one batch arriving every [`PACED_SLOWDOWN`]
+    /// batch times of the cached run ([`RunMode::Paced`]): latency below
+    /// capacity. Its throughput counts busy time only.
+    pub paced: Option<CachedMeasurement>,
 }
 
 /// The remote run with the flow cache (ownership of every flow), against the same
@@ -733,6 +770,7 @@ pub fn compare(
         store: store.to_string(),
         cached: None,
         pipelined: None,
+        paced: None,
         window: 0,
     }
 }
@@ -763,6 +801,10 @@ pub fn compare_cached(local: &RunOutcome, cached: &RunOutcome) -> CachedMeasurem
 /// whenever one is waiting, and one round trip then serves more packets. Every
 /// backend (local, remote, cached) runs at the same size in those rows.
 pub const LARGE_BATCHES: [usize; 2] = [256, 1024];
+
+/// Paced runs offer one batch per this many batch times of the cached run: a
+/// quarter of what the function sustains with the flow cache, not pipelined.
+pub const PACED_SLOWDOWN: u64 = 4;
 
 /// `{function}_{flows}_{frame_size}`, with `_b{batch}` unless the chain's default
 /// batch size was used.
@@ -895,6 +937,20 @@ fn run_in(
                     runs.next().expect("cached"),
                 );
                 let pipelined = runs.next();
+                // Below capacity: a quarter of what the cached path sustains
+                // without pipelining, so no batch queues behind another's
+                // round trips.
+                let paced = match &cached {
+                    Ok(c) if opts.window > 0 && c.packets > 0 => {
+                        let ns_per_packet = c.secs * 1e9 / c.packets as f64;
+                        let gap_ns = (ns_per_packet * batch_size as f64) as u64 * PACED_SLOWDOWN;
+                        let window = window_batches(opts.window, batch_size);
+                        let mode = [("q", true, RunMode::Paced { window, gap_ns })];
+                        let open = &mut || open_remote(url);
+                        best_of_rounds(spec, d, name, w, opts.reps, open, &mode).pop()
+                    }
+                    _ => None,
+                };
                 match (local, remote) {
                     (Ok(l), Ok(r)) => {
                         let mut m = compare(function, w, &l, &r, paper, describe);
@@ -910,6 +966,11 @@ fn run_in(
                             Some(Err(e)) => {
                                 progress(&format!("{name}: pipelined run skipped: {e}"))
                             }
+                            None => {}
+                        }
+                        match paced {
+                            Some(Ok(p)) => m.paced = Some(compare_cached(&l, &p)),
+                            Some(Err(e)) => progress(&format!("{name}: paced run skipped: {e}")),
                             None => {}
                         }
                         out.push(m);
@@ -1196,6 +1257,18 @@ fn cached_table(ms: &[StateMeasurement]) -> String {
         "pipelined",
         "Mpps-p",
     ));
+    s.push_str(&run_table(
+        ms,
+        |m| m.paced.as_ref(),
+        &format!(
+            "pipelined, paced (the same, one batch arriving every {PACED_SLOWDOWN} batch times \
+             of the cached run: below capacity, the input idle in between drains the pipeline \
+             as `sluice instance` does; Mpps-q counts busy time only, no throughput target; \
+             latency = arrival to release)"
+        ),
+        "paced",
+        "Mpps-q",
+    ));
     s
 }
 
@@ -1228,7 +1301,8 @@ fn run_table(
     ));
     let (mut ratio_ok, mut ratio_n, mut p50_ok, mut p95_ok, mut est_n) = (0, 0, 0, 0, 0);
     for (m, c) in &rows {
-        let target = m.target_ratio.map_or("-".to_string(), |t| {
+        let target = m.target_ratio.filter(|_| tag != "paced");
+        let target = target.map_or("-".to_string(), |t| {
             ratio_n += 1;
             if c.ratio >= t {
                 ratio_ok += 1;
