@@ -450,8 +450,14 @@ impl Node {
                 let sha = self.shas.get(which).map_or(&[][..], |s| &s[..]);
                 let (meta, freed, set) =
                     (&self.key_buf[..], &self.key_buf2[..], &self.key_buf3[..]);
-                match *op {
-                    Op::PoolFree { item, .. } => resp::encode(
+                // The item to free, or how many to take; allocation has no argument.
+                let arg = match *op {
+                    Op::PoolFree { item, .. } => Some(item as i64),
+                    Op::PoolTake { n, .. } => Some(n as i64),
+                    _ => None,
+                };
+                match arg {
+                    Some(a) => resp::encode(
                         &mut self.wbuf,
                         &[
                             b"EVALSHA",
@@ -460,22 +466,12 @@ impl Node {
                             meta,
                             freed,
                             set,
-                            resp::fmt_i64(item as i64, &mut num),
+                            resp::fmt_i64(a, &mut num),
                         ],
                     ),
-                    Op::PoolTake { n, .. } => resp::encode(
-                        &mut self.wbuf,
-                        &[
-                            b"EVALSHA",
-                            sha,
-                            b"3",
-                            meta,
-                            freed,
-                            set,
-                            resp::fmt_i64(n as i64, &mut num),
-                        ],
-                    ),
-                    _ => resp::encode(&mut self.wbuf, &[b"EVALSHA", sha, b"3", meta, freed, set]),
+                    None => {
+                        resp::encode(&mut self.wbuf, &[b"EVALSHA", sha, b"3", meta, freed, set])
+                    }
                 }
             }
             Op::ArmTimer { key, deadline_ns } => {
