@@ -42,6 +42,16 @@ fn redis_behaves_like_the_local_store() {
 }
 
 #[test]
+fn a_store_that_never_polls_behaves_the_same() {
+    let srv = server();
+    let mut polling = RedisStore::open(&srv.url()).unwrap();
+    let a = scenario(&mut polling);
+    let srv2 = server();
+    let mut sleeping = RedisStore::open(&format!("{}?poll_us=0", srv2.url())).unwrap();
+    assert_eq!(scenario(&mut sleeping), a);
+}
+
+#[test]
 fn info_fields_count_the_commands_a_store_sends() {
     let srv = server();
     let port = srv.port();
