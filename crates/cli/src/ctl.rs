@@ -177,7 +177,7 @@ pub fn apply(a: &ApplyArgs) -> Result<(), String> {
         println!("{}", pretty(&raw));
         return Ok(());
     }
-    let s: sluice_controller::api::ApplySummary = parse(&raw)?;
+    let s: sluice_controller::model::ApplySummary = parse(&raw)?;
     if s.changed {
         println!(
             "tenant {} applied: vni {}, generation {}, {} chains, {} NF instances",
@@ -225,7 +225,7 @@ pub fn get(a: &GetArgs) -> Result<(), String> {
         println!("{}", pretty(&raw));
         return Ok(());
     }
-    use sluice_controller::api::*;
+    use sluice_controller::model::*;
     match &a.what {
         GetWhat::Tenants => {
             let v: Vec<TenantSummary> = parse(&raw)?;
@@ -387,7 +387,7 @@ pub fn delete(a: &DeleteArgs) -> Result<(), String> {
         println!("{}", pretty(&raw));
         return Ok(());
     }
-    let d: sluice_controller::api::Deleted = parse(&raw)?;
+    let d: sluice_controller::model::Deleted = parse(&raw)?;
     println!("deleted {}", d.deleted);
     for (h, v) in &d.pushed {
         println!("  host {h}: pushing version {v}");
@@ -500,7 +500,7 @@ pub fn scale(a: &ScaleArgs) -> Result<(), String> {
         .scale(
             &a.tenant,
             &a.middlebox,
-            &sluice_controller::api::ScaleRequest {
+            &sluice_controller::model::ScaleRequest {
                 instances: a.instances,
                 drain_timeout_ms: a.drain_timeout_ms,
             },
@@ -566,7 +566,7 @@ pub fn metric(a: &MetricArgs) -> Result<(), String> {
         .metric(
             &a.tenant,
             &a.chain,
-            &sluice_controller::api::MetricSample {
+            &sluice_controller::model::MetricSample {
                 value: a.value,
                 at_ms: a.at_ms,
             },

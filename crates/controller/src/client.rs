@@ -7,7 +7,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use sluice_proto::{AgentConfig, HostHeartbeat, HostRegistration, VmRegistration};
 
-use crate::api::*;
+use crate::model::*;
 
 /// A request that failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -51,7 +51,7 @@ pub struct Placement {
     pub out_of_groups: BTreeSet<(HostId, PortId)>,
     /// Group weights of instances that get more than their share of new flows
     /// (catching up after a scale-out); others weigh
-    /// [`crate::place::BASE_WEIGHT`].
+    /// [`crate::desired::BASE_WEIGHT`].
     pub weights: BTreeMap<(HostId, PortId), u32>,
 }
 
@@ -162,7 +162,7 @@ impl<'a> Builder<'a> {
                         Output::Host(h)
                     },
                     if all_out {
-                        crate::place::BASE_WEIGHT
+                        crate::desired::BASE_WEIGHT
                     } else if self.place.out_of_groups.contains(&(h, p)) {
                         0
                     } else {
@@ -170,7 +170,7 @@ impl<'a> Builder<'a> {
                             .weights
                             .get(&(h, p))
                             .copied()
-                            .unwrap_or(crate::place::BASE_WEIGHT)
+                            .unwrap_or(crate::desired::BASE_WEIGHT)
                     },
                 )
             })

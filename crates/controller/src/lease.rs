@@ -370,7 +370,7 @@ mod tests {
     }
 
     fn versioned(old: &BTreeMap<u32, AgentConfig>, new: &mut BTreeMap<u32, AgentConfig>) {
-        crate::place::versioned(old, new);
+        crate::desired::versioned(old, new);
     }
 
     #[test]

@@ -1,23 +1,37 @@
-//! The controller of Sluice.
+//! The controller of Sluice. A request travels: [`http`] (the thin HTTP edge)
+//! → [`resources`] (one module per resource, parsing it into an
+//! [`resources::Action`]) → [`executor`] (carries the action out) →
+//! [`reconcile::Reconciler`] (the sans-IO core: desired and observed state,
+//! every decision, taking `now` as an argument) → [`store`] (the desired state,
+//! durable) and [`pusher`] (each changed host's configuration to its agent).
+//! [`service`] runs these on threads: the only place that reads the clock.
 //!
-//! * [`compile`](mod@compile): the chain compiler, a pure function from a validated tenant spec
-//!   and a placement to the FIB of every host (Stratos §3.2, §6);
-//! * [`place`]: the desired state (tenants, hosts, VMs, NF instances) and the pure
-//!   functions deciding placement, port ids and every host's
+//! * [`desired`]: the desired state (tenants, hosts, VMs, NF instances) and the
+//!   pure functions deciding placement, port ids and every host's
 //!   [`sluice_proto::AgentConfig`];
-//! * [`db`]: that state, durable in SQLite;
-//! * [`server`]: the REST API ([`serve`]) and the pusher sending configurations to
-//!   agents; `docs/openapi.yaml` describes the API;
+//! * [`compile`](mod@compile): the chain compiler, a pure function from a
+//!   validated tenant spec and a placement to the FIB of every host (Stratos
+//!   §3.2, §6);
+//! * [`lease`]: the ownership-lease gate of `state: cached` middleboxes;
+//! * [`measure`]: the agents' chain measurements summed into scaler metrics;
+//! * [`model`]: the JSON bodies of the REST API (`docs/openapi.yaml`);
 //! * [`client`]: a blocking client of that API (the CLI and the testbed use it).
 
-pub mod api;
 pub mod client;
 pub mod compile;
-pub mod db;
+pub mod desired;
+pub mod error;
+pub mod executor;
+mod http;
 pub mod lease;
 pub mod measure;
-pub mod place;
-pub mod server;
+pub mod model;
+mod pusher;
+pub mod reconcile;
+pub mod resources;
+pub mod service;
+pub mod store;
 
 pub use compile::{compile, CompileError, Compiled, HostFib, Placement};
-pub use server::{serve, ControllerError, ServerHandle, ServerOptions};
+pub use resources::{OPENAPI_YAML, ROUTES};
+pub use service::{serve, ControllerError, ServerHandle, ServerOptions};

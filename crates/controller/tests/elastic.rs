@@ -1,10 +1,13 @@
-//! Health-driven failover, scaling and the scaler, end to end on loopback with
-//! fake agents (tiny_http servers recording pushes and reporting pinned flows):
-//! an instance reported dead leaves every host's groups and rejoins when alive;
-//! a silent host's instances leave; scale out and in place instances and re-split
-//! groups, and survive a controller restart; a local-state middlebox's groups are
-//! pinned and a removed instance drains first; the greedy scaler fed a model
-//! chain's metric converges and explains every step.
+//! Health-driven failover, scaling, drains and catch-ups end to end on loopback
+//! with fake agents (tiny_http servers recording pushes and reporting pinned
+//! flows): the threads, the pusher, the polls and SQLite around the reconciler.
+//! Every rule's timing is tested on a simulated clock in
+//! `src/reconcile/tests.rs`; these check that the running controller carries
+//! the reconciler's decisions out: an instance reported dead leaves every
+//! host's groups and rejoins when alive; a silent host's instances leave; scale
+//! out and in place instances and re-split groups, and survive a controller
+//! restart; a local-state middlebox's groups are pinned and a removed instance
+//! drains first; a new pinned instance catches up.
 
 use std::net::Ipv4Addr;
 use std::path::Path;
@@ -13,12 +16,12 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use sluice_controller::api::{MetricSample, ScaleRequest, ScalingConfig};
 use sluice_controller::client::Client;
+use sluice_controller::model::ScaleRequest;
 use sluice_controller::{serve, ServerHandle, ServerOptions};
 use sluice_proto::{
-    AgentConfig, AgentStatus, ChainMeasure, HostHeartbeat, HostRegistration, InstanceHealth,
-    PinnedFlows, VmRegistration,
+    AgentConfig, AgentStatus, HostHeartbeat, HostRegistration, InstanceHealth, PinnedFlows,
+    VmRegistration,
 };
 use sluice_switch::{HostId, Output, PortId};
 
@@ -337,61 +340,6 @@ fn a_dead_instance_leaves_every_group_and_rejoins_when_alive() {
     eventually("back once heard", || in_any_group(&c, ips1));
 }
 
-#[test]
-fn a_suspected_shared_state_instance_leaves_once_the_suspicion_lasts() {
-    let dir = tempfile::tempdir().unwrap();
-    let agents: Vec<FakeAgent> = (1..=3).map(FakeAgent::start).collect();
-    let (_srv, c) = start(&dir.path().join("c.db"));
-    setup(&c, &agents, SPEC);
-    let ips1 = placed(&c, "t/ips/1");
-    let _beat = Beater::start(
-        &c,
-        agents[1].registration(),
-        vec![health("t/ips/1", ips1.1, true, true)],
-    );
-    eventually("a lasting suspicion takes ips/1 out", || {
-        !in_any_group(&c, ips1)
-    });
-    let ev = c.events(0).unwrap();
-    let f = ev
-        .iter()
-        .find(|e| e.kind == "failover")
-        .expect("failover event");
-    assert!(f.reason.contains("suspects"), "{}", f.reason);
-}
-
-#[test]
-fn a_suspected_local_state_instance_keeps_its_flows_until_its_process_is_gone() {
-    // With state inside the instances, moving flows on a mere suspicion would
-    // break them: only a dead process leaves the groups.
-    let dir = tempfile::tempdir().unwrap();
-    let agents: Vec<FakeAgent> = (1..=3).map(FakeAgent::start).collect();
-    let (_srv, c) = start(&dir.path().join("c.db"));
-    let spec = SPEC.replace(
-        "ips: { type: middlebox, function: monitor, instances: 2 }",
-        "ips: { type: middlebox, function: monitor, instances: 2, state: local, affinity: hash }",
-    );
-    setup(&c, &agents, &spec);
-    let ips1 = placed(&c, "t/ips/1");
-    assert!(in_any_group(&c, ips1));
-    let beat = Beater::start(
-        &c,
-        agents[1].registration(),
-        vec![health("t/ips/1", ips1.1, true, true)],
-    );
-    std::thread::sleep(Duration::from_millis(300));
-    assert!(in_any_group(&c, ips1), "suspected but alive: stays");
-    assert!(c.events(0).unwrap().iter().all(|e| e.kind != "failover"));
-    beat.set(vec![health("t/ips/1", ips1.1, false, true)]);
-    eventually("ips/1 out once its process is gone", || {
-        !in_any_group(&c, ips1)
-    });
-    let ev = c.events(0).unwrap();
-    assert!(ev
-        .iter()
-        .any(|e| e.kind == "failover" && e.reason.contains("dead")));
-}
-
 /// The ranges of the group whose targets are exactly `want` (in any order).
 fn group_with(c: &Client, h: u32, want: &[Output]) -> Option<Vec<(u64, Output)>> {
     c.config(h)
@@ -661,140 +609,6 @@ fn local_state_groups_are_pinned_and_removed_instances_drain() {
         .any(|e| e.kind == "drain" && e.reason.contains("timeout")));
 }
 
-/// Stratos Fig. 11's model: throughput is the demand capped by the weakest
-/// middlebox (instances x capacity).
-fn throughput(counts: &std::collections::BTreeMap<String, u32>, demand: f64) -> f64 {
-    [("ips", 35.0), ("re", 55.0)]
-        .iter()
-        .map(|(m, cap)| cap * counts[*m] as f64)
-        .fold(demand, f64::min)
-}
-
-#[test]
-fn the_greedy_scaler_converges_and_explains_each_step() {
-    let dir = tempfile::tempdir().unwrap();
-    let agents: Vec<FakeAgent> = (1..=3).map(FakeAgent::start).collect();
-    let (_srv, c) = start(&dir.path().join("c.db"));
-    let spec = SPEC.replace("instances: 2", "instances: 1");
-    setup(&c, &agents, &spec);
-    // A sample with no scaler configured changes nothing.
-    let ack = c
-        .metric(
-            "t",
-            "ab",
-            &MetricSample {
-                value: 1.0,
-                at_ms: None,
-            },
-        )
-        .unwrap();
-    assert!(!ack.enabled);
-    let info = c
-        .set_scaling(
-            "t",
-            "ab",
-            &ScalingConfig {
-                strategy: "greedy".into(),
-                direction: Some("higher".into()),
-                metric: "reported".into(),
-                metric_interval_ms: 1000,
-                improve: 0.1,
-                trigger: 0.25,
-                sustain_ms: 3000,
-                window_ms: 5000,
-                settle: 0.2,
-                cooldown_ms: 20_000,
-                budget: 10,
-                target: Some(100.0),
-            },
-        )
-        .unwrap();
-    assert_eq!(info.middleboxes, vec!["ips".to_string(), "re".to_string()]);
-    let mut counts = info.counts.clone();
-    let mut decisions = 0;
-    for s in 0..300u64 {
-        let ack = c
-            .metric(
-                "t",
-                "ab",
-                &MetricSample {
-                    value: throughput(&counts, 100.0),
-                    at_ms: Some(s * 1000),
-                },
-            )
-            .unwrap();
-        decisions += ack.decisions.len();
-        counts = ack.counts;
-    }
-    assert_eq!(counts["ips"], 3, "{counts:?}");
-    assert_eq!(counts["re"], 2, "{counts:?}");
-    assert!(decisions > 0);
-    // The controller's configuration carries them.
-    assert_eq!(c.middlebox("t", "ips").unwrap().placed.len(), 3);
-    assert_eq!(c.middlebox("t", "re").unwrap().placed.len(), 2);
-    let ev = c.events(0).unwrap();
-    let scaler: Vec<&str> = ev
-        .iter()
-        .filter(|e| e.kind == "scaler")
-        .map(|e| e.reason.as_str())
-        .collect();
-    assert!(
-        scaler.iter().any(|w| w.starts_with("kept the new ips")),
-        "{scaler:#?}"
-    );
-    assert!(
-        scaler.iter().any(|w| w.starts_with("discarded the new")),
-        "{scaler:#?}"
-    );
-    assert!(
-        scaler.iter().any(|w| w.contains("another pass")),
-        "{scaler:#?}"
-    );
-    // Every carried-out decision is a scale event naming its reason.
-    let scales: Vec<&str> = ev
-        .iter()
-        .filter(|e| e.kind == "scale")
-        .map(|e| e.reason.as_str())
-        .collect();
-    assert_eq!(scales.len(), decisions, "{scales:#?}");
-    assert!(
-        scales.iter().all(|w| w.contains("(scaler of chain ab: ")),
-        "{scales:#?}"
-    );
-
-    // Load halves and the operator asks for a scale-down: it removes what is
-    // not needed.
-    c.scaling_request(
-        "t",
-        "ab",
-        &sluice_controller::api::ScalingRequest {
-            up: false,
-            reason: "load halved".into(),
-        },
-    )
-    .unwrap();
-    for t in 300..420u64 {
-        let ack = c
-            .metric(
-                "t",
-                "ab",
-                &MetricSample {
-                    value: throughput(&counts, 50.0),
-                    at_ms: Some(t * 1000),
-                },
-            )
-            .unwrap();
-        counts = ack.counts;
-    }
-    assert!(throughput(&counts, 50.0) >= 50.0, "{counts:?}");
-    assert!(counts.values().sum::<u32>() < 5, "{counts:?}");
-    assert!(c
-        .events(0)
-        .unwrap()
-        .iter()
-        .any(|e| e.kind == "scaler" && e.reason.starts_with("load halved")));
-}
-
 /// Fraction of the hash space of the group holding `o` (as host `h` sees it).
 fn share_on(c: &Client, h: u32, o: Output) -> f64 {
     let ranges = c
@@ -905,104 +719,4 @@ fn a_new_pinned_instance_gets_most_new_flows_until_it_holds_its_share() {
     .unwrap();
     let ips2 = placed(&c, "t/ips/2");
     assert!((share_on(&c, ips2.0, target(ips2.0, ips2.0, ips2.1)) - 1.0 / 3.0).abs() < 0.01);
-}
-
-#[test]
-fn a_scaler_can_follow_the_handshake_time_the_agents_measure() {
-    let dir = tempfile::tempdir().unwrap();
-    let agents: Vec<FakeAgent> = (1..=3).map(FakeAgent::start).collect();
-    let (_srv, c) = start(&dir.path().join("c.db"));
-    setup(&c, &agents, SPEC);
-    let vni = c.config(1).unwrap().tenants[0].vni;
-    // A bad combination is refused, naming the field.
-    let bad = ScalingConfig {
-        metric: "handshake_ms".into(),
-        direction: Some("higher".into()),
-        ..ScalingConfig::default()
-    };
-    let e = format!("{:?}", c.set_scaling("t", "ab", &bad).unwrap_err());
-    assert!(e.contains("direction") && e.contains("handshake_ms"), "{e}");
-    let info = c
-        .set_scaling(
-            "t",
-            "ab",
-            &ScalingConfig {
-                strategy: "greedy".into(),
-                metric: "handshake_ms".into(),
-                metric_interval_ms: 100,
-                improve: 0.1,
-                trigger: 0.25,
-                sustain_ms: 300,
-                window_ms: 1000,
-                settle: 0.2,
-                cooldown_ms: 60_000,
-                budget: 10,
-                target: Some(12.0),
-                ..ScalingConfig::default()
-            },
-        )
-        .unwrap();
-    assert_eq!(info.config.direction, None);
-    // The application's own samples are refused while the agents measure.
-    let e = format!(
-        "{:?}",
-        c.metric(
-            "t",
-            "ab",
-            &MetricSample {
-                value: 1.0,
-                at_ms: None
-            }
-        )
-        .unwrap_err()
-    );
-    assert!(e.contains("agents measure"), "{e}");
-    // The client's host measures handshakes through the chain: 20 per 50 ms,
-    // each taking as long as the slower middlebox makes it (30 ms / re
-    // instances, 20 ms / ips instances), the chain's id 0 (its forward way).
-    let stop = Arc::new(AtomicBool::new(false));
-    let (c2, s2) = (c.clone(), stop.clone());
-    let reg = agents[0].registration();
-    let beat = std::thread::spawn(move || {
-        let mut m = ChainMeasure {
-            vni,
-            chain: 0,
-            ..ChainMeasure::default()
-        };
-        while !s2.load(Ordering::SeqCst) {
-            let n = |mb: &str| c2.middlebox("t", mb).map_or(1, |i| i.placed.len()) as f64;
-            let ms = (30.0 / n("re")).max(20.0 / n("ips"));
-            m.syns += 20;
-            m.handshakes += 20;
-            m.handshake_ns += (20.0 * ms * 1e6) as u64;
-            m.bytes += 20 * 600;
-            let hb = HostHeartbeat {
-                registration: reg.clone(),
-                instances: Vec::new(),
-                chains: vec![m.clone()],
-            };
-            let _ = c2.heartbeat(&hb);
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    });
-    eventually("the agents' handshake time is sampled", || {
-        c.scaling("t", "ab")
-            .unwrap()
-            .measured
-            .and_then(|m| m.value)
-            .is_some_and(|v| (v - 30.0).abs() < 0.5)
-    });
-    // re is the bottleneck: the scaler keeps adding re until the target is met.
-    eventually("re scaled to 3", || {
-        c.middlebox("t", "re").unwrap().placed.len() == 3
-    });
-    stop.store(true, Ordering::SeqCst);
-    beat.join().unwrap();
-    let ev = c.events(0).unwrap();
-    assert!(
-        ev.iter()
-            .any(|e| e.kind == "scale" && e.reason.contains("add re")),
-        "{ev:#?}"
-    );
-    assert_eq!(c.middlebox("t", "ips").unwrap().placed.len(), 2);
 }

@@ -2,7 +2,7 @@
 //! route the server implements (and no route it does not).
 
 use serde_yaml::Value;
-use sluice_controller::server::{OPENAPI_YAML, ROUTES};
+use sluice_controller::{OPENAPI_YAML, ROUTES};
 
 #[test]
 fn openapi_describes_every_route() {

@@ -2,7 +2,7 @@
 //! the same tenants, VNIs, placements and port ids, and configuration versions
 //! that keep increasing.
 //!
-//! Each change is written in one transaction ([`Db::save`]), so a crash leaves
+//! Each change is written in one transaction ([`SqliteStore::save`]), so a crash leaves
 //! either the state before or the state after a request, never half of one.
 
 use std::collections::BTreeMap;
@@ -12,26 +12,8 @@ use rusqlite::{params, Connection, Transaction};
 use sluice_proto::{AgentConfig, VmRegistration};
 use sluice_tenant::TenantSpec;
 
-use crate::place::{Desired, Host, Instance, Scaled, Tenant, Vm};
-
-/// The database could not be opened, read or written.
-#[derive(Debug, thiserror::Error)]
-pub enum DbError {
-    /// SQLite refused.
-    #[error("database: {0}")]
-    Sqlite(#[from] rusqlite::Error),
-    /// The database file could not be opened.
-    #[error("database {path}: {source}")]
-    Open {
-        /// The file.
-        path: String,
-        /// Why.
-        source: rusqlite::Error,
-    },
-    /// A stored row does not make sense (edited by hand, or from another version).
-    #[error("database: {0}")]
-    Corrupt(String),
-}
+use super::{Store, StoreError};
+use crate::desired::{Desired, Host, Instance, Scaled, Tenant, Vm};
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
@@ -61,20 +43,20 @@ CREATE TABLE IF NOT EXISTS host_configs (
     host INTEGER PRIMARY KEY, version INTEGER NOT NULL, config TEXT NOT NULL);
 ";
 
-/// The controller's database.
-pub struct Db {
+/// The controller's desired state in a SQLite file.
+pub struct SqliteStore {
     conn: Connection,
 }
 
-fn corrupt(what: impl std::fmt::Display) -> DbError {
-    DbError::Corrupt(what.to_string())
+fn corrupt(what: impl std::fmt::Display) -> StoreError {
+    StoreError::Corrupt(what.to_string())
 }
 
-impl Db {
+impl SqliteStore {
     /// Opens (creating if needed) the database at `path`; `:memory:` keeps it in
     /// memory, for tests.
-    pub fn open(path: &Path) -> Result<Db, DbError> {
-        let open = |source| DbError::Open {
+    pub fn open(path: &Path) -> Result<SqliteStore, StoreError> {
+        let open = |source| StoreError::Open {
             path: path.display().to_string(),
             source,
         };
@@ -92,7 +74,7 @@ impl Db {
                 .map_err(open)?;
         }
         conn.execute_batch(SCHEMA).map_err(open)?;
-        Ok(Db { conn })
+        Ok(SqliteStore { conn })
     }
 
     /// Loads the desired state and every host's last configuration. Tenant specs
@@ -100,7 +82,7 @@ impl Db {
     pub fn load(
         &self,
         registry: Option<&sluice_chain::Registry>,
-    ) -> Result<(Desired, BTreeMap<u32, AgentConfig>), DbError> {
+    ) -> Result<(Desired, BTreeMap<u32, AgentConfig>), StoreError> {
         let mut d = Desired {
             next_vni: self
                 .conn
@@ -301,7 +283,7 @@ impl Db {
         &mut self,
         d: &Desired,
         configs: &BTreeMap<u32, AgentConfig>,
-    ) -> Result<(), DbError> {
+    ) -> Result<(), StoreError> {
         let tx = self.conn.transaction()?;
         write_all(&tx, d, configs)?;
         tx.commit()?;
@@ -313,7 +295,7 @@ fn write_all(
     tx: &Transaction<'_>,
     d: &Desired,
     configs: &BTreeMap<u32, AgentConfig>,
-) -> Result<(), DbError> {
+) -> Result<(), StoreError> {
     tx.execute_batch(
         "DELETE FROM tenants; DELETE FROM hosts; DELETE FROM vms; DELETE FROM instances;
          DELETE FROM scaled; DELETE FROM draining; DELETE FROM scaling;",
@@ -387,10 +369,27 @@ fn write_all(
     Ok(())
 }
 
+impl Store for SqliteStore {
+    fn load(
+        &self,
+        registry: Option<&sluice_chain::Registry>,
+    ) -> Result<(Desired, BTreeMap<u32, AgentConfig>), StoreError> {
+        SqliteStore::load(self, registry)
+    }
+
+    fn save(
+        &mut self,
+        d: &Desired,
+        configs: &BTreeMap<u32, AgentConfig>,
+    ) -> Result<(), StoreError> {
+        SqliteStore::save(self, d, configs)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::place::versioned;
+    use crate::desired::versioned;
 
     #[test]
     fn state_round_trips() {
@@ -437,10 +436,10 @@ mod tests {
         let mut cfgs = d.configs("local").unwrap();
         versioned(&BTreeMap::new(), &mut cfgs);
         {
-            let mut db = Db::open(&path).unwrap();
+            let mut db = SqliteStore::open(&path).unwrap();
             db.save(&d, &cfgs).unwrap();
         }
-        let db = Db::open(&path).unwrap();
+        let db = SqliteStore::open(&path).unwrap();
         let (d2, c2) = db.load(Some(&reg)).unwrap();
         assert_eq!(d2, d);
         assert_eq!(c2, cfgs);

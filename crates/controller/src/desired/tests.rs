@@ -1,0 +1,598 @@
+//! Unit tests of the desired state: placement, counts, configurations.
+
+use super::*;
+use sluice_switch::Fib;
+
+fn figure4() -> (String, TenantSpec) {
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../examples/tenant/figure4.yaml"
+    ))
+    .unwrap();
+    let spec = TenantSpec::parse(&text, "figure4.yaml", Some(&sluice_builtin::registry())).unwrap();
+    (text, spec)
+}
+
+fn vm(name: &str, host: u32, addr: &str, gateway: bool) -> VmRegistration {
+    VmRegistration {
+        tenant: "acme".into(),
+        name: name.into(),
+        host,
+        iface: format!("v-{name}"),
+        mac: "02:00:00:00:00:01".into(),
+        addr: addr.parse().unwrap(),
+        gateway,
+    }
+}
+
+fn hosts(n: u32) -> Desired {
+    let mut d = Desired::default();
+    for h in 1..=n {
+        d.hosts.insert(
+            h,
+            Host {
+                id: h,
+                name: format!("h{h}"),
+                underlay: Ipv4Addr::new(10, 255, 0, h as u8),
+                api: format!("http://127.0.0.1:{}", 7100 + h),
+            },
+        );
+    }
+    d
+}
+
+fn figure4_vms(d: &mut Desired) {
+    d.register_vm(vm("gateway", 1, "198.51.100.10", true))
+        .unwrap();
+    d.register_vm(vm("web-a1", 2, "10.10.1.11", false)).unwrap();
+    d.register_vm(vm("web-a2", 3, "10.10.1.12", false)).unwrap();
+    d.register_vm(vm("web-b1", 1, "10.10.2.11", false)).unwrap();
+    d.register_vm(vm("web-b2", 2, "10.10.2.12", false)).unwrap();
+}
+
+#[test]
+fn instances_go_to_least_loaded_hosts_deterministically() {
+    let (text, spec) = figure4();
+    let mut d = hosts(3);
+    figure4_vms(&mut d);
+    assert!(d.apply_tenant(&text, spec.clone()).unwrap());
+    let got: Vec<(String, u32, u32)> = d
+        .instances
+        .iter()
+        .map(|(k, i)| (k.1.clone(), k.2, i.host))
+        .collect();
+    // fw x2, ips, lb-a, lb-b, mon in name order, round the hosts by load.
+    assert_eq!(
+        got,
+        vec![
+            ("fw".into(), 0, 1),
+            ("fw".into(), 1, 2),
+            ("ips".into(), 0, 3),
+            ("lb-a".into(), 0, 1),
+            ("lb-b".into(), 0, 2),
+            ("mon".into(), 0, 3),
+        ]
+    );
+    // Same spec again: nothing changes.
+    let before = d.clone();
+    assert!(!d.apply_tenant(&text, spec).unwrap());
+    assert_eq!(d, before);
+}
+
+#[test]
+fn a_services_weight_goes_to_its_vms_ports() {
+    let (text, _) = figure4();
+    let text = text.replace(
+        "  web-b:\n    type: service\n",
+        "  web-b:\n    type: service\n    weight: 4\n",
+    );
+    assert!(text.contains("weight: 4"), "figure4.yaml changed shape");
+    let spec = TenantSpec::parse(&text, "f4w", Some(&sluice_builtin::registry())).unwrap();
+    let mut d = hosts(3);
+    figure4_vms(&mut d);
+    d.apply_tenant(&text, spec).unwrap();
+    let cfgs = d.configs("local").unwrap();
+    let mut weights: Vec<(String, u16)> = cfgs
+        .values()
+        .flat_map(|c| c.ports.iter())
+        .filter_map(|p| match &p.kind {
+            PortKind::Vm { name, weight, .. } => Some((name.clone(), *weight)),
+            PortKind::Instance { .. } => None,
+        })
+        .collect();
+    weights.sort();
+    assert_eq!(
+        weights,
+        vec![
+            ("gateway".into(), 1),
+            ("web-a1".into(), 1),
+            ("web-a2".into(), 1),
+            ("web-b1".into(), 4),
+            ("web-b2".into(), 4),
+        ]
+    );
+}
+
+#[test]
+fn a_changed_spec_keeps_existing_instances_in_place() {
+    let (text, spec) = figure4();
+    let mut d = hosts(3);
+    figure4_vms(&mut d);
+    d.apply_tenant(&text, spec).unwrap();
+    let before = d.instances.clone();
+    // Three firewalls, no monitor (and no mirror to it).
+    let text2 = text
+        .replace("instances: 2", "instances: 3")
+        .replace("    mirror: [mon]\n", "")
+        .replace("  mon: { type: middlebox, function: monitor }\n", "");
+    let spec2 = TenantSpec::parse(&text2, "f4b", Some(&sluice_builtin::registry())).unwrap();
+    assert!(d.apply_tenant(&text2, spec2).unwrap());
+    let t = &d.tenants["acme"];
+    assert_eq!((t.vni, t.generation), (1, 2));
+    for (k, i) in &before {
+        if k.1 == "mon" {
+            assert!(!d.instances.contains_key(k));
+        } else {
+            assert_eq!(d.instances.get(k), Some(i), "{k:?} moved");
+        }
+    }
+    let fw2 = d.instances[&("acme".into(), "fw".into(), 2)];
+    // mon's host (3) was freed and is now the least loaded.
+    assert_eq!(fw2.host, 3);
+    d.configs("local").unwrap();
+}
+
+#[test]
+fn port_ids_are_unique_per_host_and_not_reused_while_in_use() {
+    let (text, spec) = figure4();
+    let mut d = hosts(3);
+    figure4_vms(&mut d);
+    d.apply_tenant(&text, spec).unwrap();
+    for h in 1..=3 {
+        let mut ports: Vec<u16> = d
+            .vms
+            .values()
+            .filter(|v| v.reg.host == h)
+            .map(|v| v.port)
+            .chain(d.instances.values().filter(|i| i.host == h).map(|i| i.port))
+            .collect();
+        let n = ports.len();
+        ports.sort();
+        ports.dedup();
+        assert_eq!(ports.len(), n, "host {h} has duplicate ports");
+        assert!(ports.iter().all(|&p| (1..=MAX_PORT).contains(&p)));
+    }
+    // Re-registering on the same host keeps the port; moving gets a free one.
+    let p = d.vms[&("acme".into(), "web-a1".into())].port;
+    assert_eq!(d.register_vm(vm("web-a1", 2, "10.10.1.11", false)), Ok(p));
+    let moved = d.register_vm(vm("web-a1", 3, "10.10.1.11", false)).unwrap();
+    assert!(!d.instances.values().any(|i| i.host == 3 && i.port == moved));
+}
+
+#[test]
+fn configs_install_and_carry_every_instance() {
+    let (text, spec) = figure4();
+    let mut d = hosts(3);
+    figure4_vms(&mut d);
+    d.apply_tenant(&text, spec).unwrap();
+    let mut cfgs = d.configs("redis://127.0.0.1:6379").unwrap();
+    let changed = versioned(&BTreeMap::new(), &mut cfgs);
+    assert_eq!(changed, vec![1, 2, 3]);
+    let mut instances = 0;
+    for (h, c) in &cfgs {
+        assert_eq!(c.host, *h);
+        assert_eq!(c.version, 1);
+        assert_eq!(c.peers.len(), 3);
+        assert_eq!(c.tenants.len(), 1);
+        for t in &c.tenants {
+            let mut f = Fib::new();
+            f.replace(
+                t.entries.clone(),
+                t.groups
+                    .iter()
+                    .map(|(g, v)| (sluice_switch::GroupId(*g), v.clone()))
+                    .collect(),
+                c.version,
+            )
+            .unwrap();
+        }
+        for i in &c.instances {
+            assert!(c.ports.iter().any(|p| p.id == i.port
+                && p.kind
+                    == PortKind::Instance {
+                        name: i.name.clone()
+                    }));
+            assert_eq!(i.state, "redis://127.0.0.1:6379");
+        }
+        instances += c.instances.len();
+    }
+    assert_eq!(instances, 6);
+    // Unchanged state: same versions.
+    let mut again = d.configs("redis://127.0.0.1:6379").unwrap();
+    assert!(versioned(&cfgs, &mut again).is_empty());
+    assert_eq!(again, cfgs);
+}
+
+#[test]
+fn chain_yaml_parses_for_every_function_of_figure4() {
+    let (_, spec) = figure4();
+    let reg = sluice_builtin::registry();
+    let mut kinds = BTreeSet::new();
+    for (name, e) in &spec.elements {
+        if let Element::Middlebox {
+            function, config, ..
+        } = e
+        {
+            let y = chain_yaml("acme", name, function, config, None, 0);
+            let cs = sluice_chain::ChainSpec::from_str(&y, std::path::Path::new("gen.yaml"))
+                .unwrap_or_else(|e| panic!("{y}\n{e}"));
+            assert_eq!(cs.name, format!("acme.{name}"));
+            assert_eq!(cs.functions.len(), 1);
+            assert_eq!(cs.functions[0].name, *name);
+            assert_eq!(cs.functions[0].kind, *function);
+            assert_eq!(cs.settings.batch_size, 32);
+            assert_eq!(cs.settings.timer_interval_ms, 100);
+            assert_eq!(cs.settings.pipeline, 0);
+            let p = chain_yaml("acme", name, function, config, None, 256);
+            let ps = sluice_chain::ChainSpec::from_str(&p, std::path::Path::new("gen.yaml"))
+                .unwrap_or_else(|e| panic!("{p}\n{e}"));
+            assert_eq!(ps.settings.pipeline, 256);
+            sluice_chain::Chain::from_spec(
+                &cs,
+                std::path::Path::new("."),
+                &reg,
+                sluice_chain::Sharing::Shared,
+            )
+            .unwrap_or_else(|e| panic!("{y}\n{e}"));
+            kinds.insert(function.clone());
+        }
+    }
+    let want: BTreeSet<String> = ["firewall", "ips", "lb", "monitor"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    assert_eq!(kinds, want);
+}
+
+#[test]
+fn refusals_leave_reasons() {
+    let (text, spec) = figure4();
+    // No hosts: unplaceable.
+    let mut d = Desired::default();
+    figure4_vms(&mut d);
+    assert!(matches!(
+        d.apply_tenant(&text, spec.clone()),
+        Err(PlaceError::NoHosts { .. })
+    ));
+    // A VM missing.
+    let mut d = hosts(2);
+    d.register_vm(vm("gateway", 1, "198.51.100.10", true))
+        .unwrap();
+    d.apply_tenant(&text, spec.clone()).unwrap();
+    let e = d.configs("local").unwrap_err();
+    assert!(e.to_string().contains("web-a1"), "{e}");
+    // Wrong address.
+    figure4_vms(&mut d);
+    d.register_vm(vm("web-a1", 2, "10.10.1.99", false)).unwrap();
+    let e = d.configs("local").unwrap_err();
+    assert!(matches!(e, PlaceError::AddrMismatch { .. }), "{e}");
+    // Second gateway.
+    assert!(matches!(
+        d.register_vm(vm("gw2", 1, "198.51.100.11", true)),
+        Err(PlaceError::GatewayTaken { .. })
+    ));
+}
+
+#[test]
+fn deleting_a_tenant_frees_its_instances_and_new_tenants_get_new_vnis() {
+    let (text, spec) = figure4();
+    let mut d = hosts(2);
+    figure4_vms(&mut d);
+    d.apply_tenant(&text, spec.clone()).unwrap();
+    assert_eq!(d.tenants["acme"].vni, 1);
+    assert!(d.remove_tenant("acme"));
+    assert!(d.instances.is_empty());
+    let cfgs = d.configs("local").unwrap();
+    assert!(cfgs
+        .values()
+        .all(|c| c.ports.is_empty() && c.tenants.is_empty()));
+    d.apply_tenant(&text, spec).unwrap();
+    assert_eq!(d.tenants["acme"].vni, 2);
+}
+
+#[test]
+fn a_tenant_without_externals_needs_no_gateway() {
+    let text = "tenant: t\nelements:\n  a: { type: service, vms: { a1: 10.0.0.1 } }\n  b: { type: service, vms: { b1: 10.0.0.2 } }\n  m: { type: middlebox, function: monitor }\nchains:\n  - { name: ab, path: [a, m, b] }\n";
+    let spec = TenantSpec::parse(text, "t.yaml", Some(&sluice_builtin::registry())).unwrap();
+    let mut d = hosts(1);
+    for (n, a) in [("a1", "10.0.0.1"), ("b1", "10.0.0.2")] {
+        let mut r = vm(n, 1, a, false);
+        r.tenant = "t".into();
+        d.register_vm(r).unwrap();
+    }
+    d.apply_tenant(text, spec).unwrap();
+    let c = d.compile_tenant("t").unwrap();
+    assert_eq!(c.hosts.keys().copied().collect::<Vec<_>>(), vec![HostId(1)]);
+    let cfgs = d.configs("local").unwrap();
+    let t = &cfgs[&1].tenants[0];
+    let mut f = Fib::new();
+    f.replace(
+        t.entries.clone(),
+        t.groups
+            .iter()
+            .map(|(g, v)| (sluice_switch::GroupId(*g), v.clone()))
+            .collect(),
+        1,
+    )
+    .unwrap();
+}
+
+#[test]
+fn scaled_counts_survive_the_same_spec_count_and_yield_to_a_new_one() {
+    let (text, spec) = figure4();
+    let mut d = hosts(3);
+    figure4_vms(&mut d);
+    d.apply_tenant(&text, spec).unwrap();
+    d.scale("acme", "mon", 3).unwrap();
+    assert_eq!(d.count("acme", "mon"), Some(3));
+    let mons = |d: &Desired| d.instances.keys().filter(|k| k.1 == "mon").count();
+    assert_eq!(mons(&d), 3);
+    // Another change (fw's count), mon's spec count unchanged: kept.
+    let text2 = text.replace("instances: 2", "instances: 3");
+    let spec2 = TenantSpec::parse(&text2, "f4b", None).unwrap();
+    d.apply_tenant(&text2, spec2).unwrap();
+    assert_eq!((d.count("acme", "mon"), mons(&d)), (Some(3), 3));
+    // mon's own count changed in the spec: the spec wins.
+    let text3 = text2.replace(
+        "mon: { type: middlebox, function: monitor }",
+        "mon: { type: middlebox, function: monitor, instances: 2 }",
+    );
+    let spec3 = TenantSpec::parse(&text3, "f4c", None).unwrap();
+    d.apply_tenant(&text3, spec3).unwrap();
+    assert_eq!((d.count("acme", "mon"), mons(&d)), (Some(2), 2));
+    assert!(d.scaled.is_empty());
+    // Refusals.
+    assert!(matches!(
+        d.scale("acme", "web-a", 2),
+        Err(PlaceError::UnknownMiddlebox { .. })
+    ));
+    assert!(matches!(
+        d.scale("acme", "mon", 0),
+        Err(PlaceError::BadCount(0))
+    ));
+    assert!(matches!(
+        d.scale("nobody", "mon", 2),
+        Err(PlaceError::UnknownTenant(_))
+    ));
+}
+
+#[test]
+fn local_state_instances_drain_and_down_ones_leave_groups() {
+    let (text, _) = figure4();
+    let text = text.replace(
+        "mon: { type: middlebox, function: monitor }",
+        "mon: { type: middlebox, function: monitor, state: local }",
+    );
+    let spec = TenantSpec::parse(&text, "f4", None).unwrap();
+    let mut d = hosts(3);
+    figure4_vms(&mut d);
+    d.apply_tenant(&text, spec).unwrap();
+    d.scale("acme", "mon", 2).unwrap();
+    d.scale("acme", "mon", 1).unwrap();
+    let k1 = ("acme".to_string(), "mon".to_string(), 1);
+    assert!(d.draining.contains(&k1) && d.instances.contains_key(&k1));
+    let i1 = d.instances[&k1];
+    let p = d.placement("acme").unwrap();
+    assert!(p
+        .out_of_groups
+        .contains(&(HostId(i1.host), PortId(i1.port))));
+    let cfgs = d.configs("redis://x").unwrap();
+    let own = &cfgs[&i1.host];
+    assert!(own
+        .instances
+        .iter()
+        .all(|i| (i.middlebox == "mon") == (i.state == "local")));
+    // Scaling back up un-drains it.
+    d.scale("acme", "mon", 2).unwrap();
+    assert!(d.draining.is_empty());
+    d.scale("acme", "mon", 1).unwrap();
+    assert!(d.finish_drain(&k1));
+    assert!(!d.instances.contains_key(&k1));
+    // A down fw instance keeps its place but leaves the groups.
+    let f1 = ("acme".to_string(), "fw".to_string(), 1);
+    d.down.insert(f1.clone());
+    let fi = d.instances[&f1];
+    let p = d.placement("acme").unwrap();
+    assert!(p
+        .out_of_groups
+        .contains(&(HostId(fi.host), PortId(fi.port))));
+    let c = d.compile_tenant("acme").unwrap();
+    let g = c.groups["fw"];
+    for (h, hf) in &c.hosts {
+        if let Some(grp) = hf.groups.get(&g) {
+            let gone = if h.0 == fi.host {
+                Output::Port(PortId(fi.port))
+            } else {
+                Output::Host(HostId(fi.host))
+            };
+            assert!(grp.ranges.iter().all(|r| r.1 != gone), "{grp:?}");
+        }
+    }
+}
+
+/// Fraction of the hash space `grp` gives to `o`.
+fn share_of(grp: &sluice_switch::Group, o: Output) -> f64 {
+    let mut lo = 0u64;
+    let mut got = 0u64;
+    for r in &grp.ranges {
+        if r.1 == o {
+            got += r.0 - lo;
+        }
+        lo = r.0;
+    }
+    got as f64 / (1u64 << 32) as f64
+}
+
+#[test]
+fn a_new_pinned_instance_gets_most_new_flows_until_it_catches_up() {
+    let (text, _) = figure4();
+    let text = text.replace("function: ips\n", "function: ips\n    state: local\n");
+    let spec = TenantSpec::parse(&text, "f4", None).unwrap();
+    let mut d = hosts(3);
+    figure4_vms(&mut d);
+    d.apply_tenant(&text, spec).unwrap();
+    assert!(d.pinned("acme", "ips"));
+    assert!(
+        d.catching_up.is_empty(),
+        "first placement: nothing to catch up"
+    );
+    let ips_share = |d: &Desired, k: u32| {
+        let c = d.compile_tenant("acme").unwrap();
+        let g = c.groups["ips"];
+        let i = d.instances[&("acme".to_string(), "ips".to_string(), k)];
+        let (h, grp) = c
+            .hosts
+            .iter()
+            .find_map(|(h, hf)| hf.groups.get(&g).map(|grp| (*h, grp.clone())))
+            .expect("some host uses mon's group");
+        let o = if h.0 == i.host {
+            Output::Port(PortId(i.port))
+        } else {
+            Output::Host(HostId(i.host))
+        };
+        share_of(&grp, o)
+    };
+    d.scale("acme", "ips", 2).unwrap();
+    let k1 = ("acme".to_string(), "ips".to_string(), 1);
+    assert!(d.catching_up.contains(&k1));
+    assert!((ips_share(&d, 1) - CATCH_UP_SHARE).abs() < 0.01);
+    assert!((ips_share(&d, 0) - (1.0 - CATCH_UP_SHARE)).abs() < 0.01);
+    assert!(d.end_catch_up(&k1) && !d.end_catch_up(&k1));
+    assert!((ips_share(&d, 1) - 0.5).abs() < 0.01);
+    // Two new ones at once share the preference; the old one keeps the rest.
+    d.scale("acme", "ips", 4).unwrap();
+    assert_eq!(d.catching_up.len(), 2);
+    let p = d.placement("acme").unwrap();
+    let hp = |k: u32| {
+        let i = d.instances[&("acme".to_string(), "ips".to_string(), k)];
+        (HostId(i.host), PortId(i.port))
+    };
+    assert_eq!(p.weights.get(&hp(2)), Some(&catch_up_weight(2, 2)));
+    assert_eq!(p.weights.get(&hp(3)), Some(&catch_up_weight(2, 2)));
+    assert!(!p.weights.contains_key(&hp(0)) && !p.weights.contains_key(&hp(1)));
+    let w = f64::from(catch_up_weight(2, 2));
+    let base = f64::from(BASE_WEIGHT);
+    assert!((2.0 * w / (2.0 * w + 2.0 * base) - CATCH_UP_SHARE).abs() < 0.01);
+    // Scaling in forgets catching-up instances that are gone or draining.
+    d.scale("acme", "ips", 1).unwrap();
+    for k in 1..4 {
+        d.finish_drain(&("acme".to_string(), "ips".to_string(), k));
+    }
+    d.place_instances("acme").unwrap();
+    assert!(d.catching_up.is_empty());
+    // Middleboxes whose flows may move (shared state: hash) never catch up.
+    d.scale("acme", "fw", 3).unwrap();
+    assert!(d.catching_up.is_empty());
+}
+
+#[test]
+fn catch_up_weights_give_the_new_instances_their_share() {
+    assert_eq!(catch_up_weight(0, 1), BASE_WEIGHT);
+    assert_eq!(catch_up_weight(3, 0), BASE_WEIGHT);
+    // One old, one new: 3:1.
+    assert_eq!(catch_up_weight(1, 1), 3 * BASE_WEIGHT);
+    // Four old, one new: 12:4 of 16.
+    let w = catch_up_weight(4, 1) as f64;
+    assert!((w / (w + 4.0 * BASE_WEIGHT as f64) - CATCH_UP_SHARE).abs() < 0.01);
+}
+
+#[test]
+fn a_pipelined_middlebox_runs_pipelined_instances() {
+    let (text, _) = figure4();
+    let text = text.replace(
+        "    function: firewall\n",
+        "    function: firewall\n    state: cached\n    pipeline: 128\n",
+    );
+    let spec = TenantSpec::parse(&text, "f4", None).unwrap();
+    let mut d = hosts(3);
+    figure4_vms(&mut d);
+    d.apply_tenant(&text, spec).unwrap();
+    let cfgs = d.configs("redis://x").unwrap();
+    let mut fws = 0;
+    for i in cfgs.values().flat_map(|c| &c.instances) {
+        let cs =
+            sluice_chain::ChainSpec::from_str(&i.chain_yaml, std::path::Path::new("g")).unwrap();
+        let want = if i.middlebox == "fw" { 128 } else { 0 };
+        assert_eq!(cs.settings.pipeline, want, "{}", i.name);
+        fws += usize::from(i.middlebox == "fw");
+    }
+    assert_eq!(fws, 2);
+}
+
+#[test]
+fn unpinned_local_state_moves_flows_at_once_and_capacity_reaches_the_instances() {
+    let (text, _) = figure4();
+    let text = text.replace(
+        "mon: { type: middlebox, function: monitor }",
+        "mon: { type: middlebox, function: monitor, state: local, affinity: hash, \
+         capacity: { mbps: 40, burst_ms: 4 } }",
+    );
+    let spec = TenantSpec::parse(&text, "f4", None).unwrap();
+    let mut d = hosts(3);
+    figure4_vms(&mut d);
+    d.apply_tenant(&text, spec).unwrap();
+    assert!(d.local_state("acme", "mon") && !d.pinned("acme", "mon"));
+    d.scale("acme", "mon", 2).unwrap();
+    d.scale("acme", "mon", 1).unwrap();
+    let k1 = ("acme".to_string(), "mon".to_string(), 1);
+    assert!(
+        !d.draining.contains(&k1) && !d.instances.contains_key(&k1),
+        "an unpinned instance is removed without a drain"
+    );
+    let cfgs = d.configs("redis://x").unwrap();
+    // (The firewall's group is listed too: it is `state: cached`.)
+    let pols: Vec<_> = cfgs
+        .values()
+        .flat_map(|c| &c.group_policies)
+        .filter(|p| !p.cached)
+        .collect();
+    assert!(
+        pols.iter()
+            .all(|p| !p.pinned && p.local_state && p.draining.is_empty()),
+        "unpinned local-state groups: {pols:?}"
+    );
+    let mon = cfgs
+        .values()
+        .flat_map(|c| &c.instances)
+        .find(|i| i.middlebox == "mon")
+        .unwrap();
+    assert_eq!(mon.state, "local");
+    let cs = sluice_chain::ChainSpec::from_str(&mon.chain_yaml, std::path::Path::new("g")).unwrap();
+    let cap = cs
+        .settings
+        .capacity
+        .expect("capacity in the instance's chain");
+    assert_eq!((cap.mbps, cap.pps, cap.burst_ms), (Some(40.0), None, 4.0));
+    // Shared state pinned on request (the on-path IPS): pinned groups, but no
+    // drain.
+    let text2 = text.replace(
+        "    function: ips\n",
+        "    function: ips\n    affinity: pinned\n",
+    );
+    let spec2 = TenantSpec::parse(&text2, "f4b", None).unwrap();
+    d.apply_tenant(&text2, spec2).unwrap();
+    d.scale("acme", "ips", 2).unwrap();
+    assert!(d.pinned("acme", "ips") && !d.local_state("acme", "ips"));
+    let cfgs = d.configs("redis://x").unwrap();
+    let g = d.compile_tenant("acme").unwrap().groups["ips"];
+    assert!(cfgs.values().any(|c| c
+        .group_policies
+        .iter()
+        .any(|p| p.pinned && !p.local_state && p.group == g.0)));
+    d.scale("acme", "ips", 1).unwrap();
+    let i1 = ("acme".to_string(), "ips".to_string(), 1);
+    assert!(
+        !d.instances.contains_key(&i1),
+        "shared state needs no drain"
+    );
+}

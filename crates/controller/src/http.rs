@@ -1,0 +1,127 @@
+//! The thin HTTP edge (tiny_http, a small pool of threads): reads a request,
+//! has [`crate::resources`] parse it into an action, runs it through the
+//! [`crate::executor`] under the reconciler's lock, performs the effects, and
+//! writes the answer. The only part that knows about sockets and status lines.
+
+use std::collections::BTreeMap;
+use std::io::Read;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use sluice_proto::AgentStatus;
+
+use crate::error::ApiError;
+use crate::resources::{self, hosts, json, Action, Reply, Request};
+use crate::service::{lock, Shared};
+
+/// Largest request body accepted.
+const MAX_BODY: u64 = 1 << 20;
+
+/// Serves requests until the server stops.
+pub(crate) fn worker(server: &tiny_http::Server, shared: &Arc<Shared>) {
+    while !shared.stopping() {
+        let req = match server.recv_timeout(Duration::from_millis(100)) {
+            Ok(Some(r)) => r,
+            Ok(None) => continue,
+            // A failed accept (out of file descriptors, ...) must not end the
+            // worker: back off and carry on.
+            Err(_) => {
+                std::thread::sleep(Duration::from_millis(10));
+                continue;
+            }
+        };
+        serve_one(shared, req);
+    }
+}
+
+fn header(name: &str, value: &str) -> Option<tiny_http::Header> {
+    tiny_http::Header::from_bytes(name.as_bytes(), value.as_bytes()).ok()
+}
+
+fn serve_one(shared: &Arc<Shared>, mut req: tiny_http::Request) {
+    let method = req.method().as_str().to_ascii_uppercase();
+    let url = req.url().to_string();
+    let ctype = req
+        .headers()
+        .iter()
+        .find(|h| h.field.equiv("Content-Type"))
+        .map(|h| h.value.as_str().to_ascii_lowercase());
+    let mut body = String::new();
+    let read = req.as_reader().take(MAX_BODY + 1).read_to_string(&mut body);
+    let reply = match read {
+        Err(e) => Err(ApiError::bad(format!(
+            "body: cannot read it as UTF-8 text: {e}"
+        ))),
+        Ok(n) if n as u64 > MAX_BODY => {
+            Err(ApiError::bad(format!("body: larger than {MAX_BODY} bytes")))
+        }
+        Ok(_) => handle(
+            shared,
+            &Request {
+                method: &method,
+                url: &url,
+                content_type: ctype.as_deref(),
+                body: &body,
+            },
+        ),
+    };
+    let (code, ctype, text) = match reply {
+        Ok(Reply::Json(code, v)) => (code, "application/json", v.to_string()),
+        Ok(Reply::Text(ctype, t)) => (200, ctype, t),
+        Err(e) => (
+            e.status,
+            "application/json",
+            serde_json::json!({ "error": e.msg }).to_string(),
+        ),
+    };
+    let mut resp = tiny_http::Response::from_string(text).with_status_code(code);
+    if let Some(h) = header("Content-Type", ctype) {
+        resp = resp.with_header(h);
+    }
+    // The client may have gone; nothing to do about it.
+    let _ = req.respond(resp);
+}
+
+fn handle(shared: &Arc<Shared>, req: &Request<'_>) -> Result<Reply, ApiError> {
+    let action = resources::parse(req)?;
+    if matches!(action, Action::Host(hosts::HostAction::Instances)) {
+        return instances(shared);
+    }
+    let (reply, effects) = {
+        let mut r = lock(&shared.reconciler);
+        let reply = crate::executor::execute(&mut r, action, Instant::now());
+        (reply, r.take_effects())
+    };
+    shared.perform(effects);
+    reply
+}
+
+/// `GET /v1/instances`: the placement, with what each agent says of its
+/// instances, asked in parallel outside the lock with short timeouts.
+fn instances(shared: &Shared) -> Result<Reply, ApiError> {
+    let (list, apis) = hosts::instance_listing(&lock(&shared.reconciler));
+    let agent = ureq::AgentBuilder::new()
+        .timeout_connect(Duration::from_millis(300))
+        .timeout(Duration::from_millis(800))
+        .build();
+    let statuses: BTreeMap<u32, AgentStatus> = std::thread::scope(|s| {
+        let hs: Vec<_> = apis
+            .iter()
+            .map(|(h, api)| {
+                let agent = agent.clone();
+                s.spawn(move || {
+                    agent
+                        .get(&format!("{api}/v1/status"))
+                        .call()
+                        .ok()
+                        .and_then(|r| r.into_json::<AgentStatus>().ok())
+                        .map(|st| (*h, st))
+                })
+            })
+            .collect();
+        hs.into_iter()
+            .filter_map(|h| h.join().ok().flatten())
+            .collect()
+    });
+    json(200, &hosts::with_status(list, &statuses))
+}

@@ -1,0 +1,36 @@
+//! The lease gate in time: revocations end once every agent confirmed them, and
+//! groups every agent has run for a while get their ownership leases (see
+//! [`crate::lease`]).
+
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+use super::{log, Reconciler};
+
+impl Reconciler {
+    /// Ends lease revocations whose agents confirmed them and grants leases to
+    /// groups every agent has run for a while: either way the desired state is
+    /// committed again, so what was held back, or the new lease, goes out.
+    pub(super) fn check_leases(&mut self, now: Instant) {
+        let now_ms = self.unix_ms(now);
+        let reported: BTreeMap<u32, u64> = self
+            .live
+            .iter()
+            .filter_map(|(h, l)| l.reported.map(|v| (*h, v)))
+            .collect();
+        let done = self.gate.barrier_done(now_ms, &reported);
+        let granted = self.gate.observe(&self.configs, &reported, now_ms);
+        if done || granted {
+            if granted {
+                log(&format!("leases granted: {:?}", self.gate.granted()));
+            }
+            let d = self.desired.clone();
+            if let Err(e) = self.commit(d, now) {
+                log(&format!(
+                    "committing after a lease change failed: {}",
+                    e.msg
+                ));
+            }
+        }
+    }
+}

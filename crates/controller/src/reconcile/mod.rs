@@ -1,0 +1,410 @@
+//! The controller's sans-IO core: the [`Reconciler`] owns the desired state (what
+//! tenants asked for, where instances run) and the observed state (what agents
+//! report), and turns requests, heartbeats and the passing of time into new
+//! desired states and the pushes that carry them to the hosts.
+//!
+//! Nothing here reads a clock or touches a socket: every entry point takes `now`
+//! (an [`Instant`] the caller read), and what must be done outside (send a host
+//! its configuration, ask an agent for its pinned flows) is queued as
+//! [`Effects`] for the caller to collect with [`Reconciler::take_effects`]. The
+//! HTTP edge, the ticker thread and the pusher (`crate::service`) are the only
+//! callers in the running controller; the tests drive it with a simulated clock.
+//!
+//! Every change works on a copy of the desired state: place, compile every
+//! tenant, derive every host's configuration; only if all of that succeeds is
+//! the copy persisted (one transaction, through the [`Store`]) and swapped in,
+//! and the hosts whose configuration changed get a new version and a push.
+//!
+//! The behaviours live in submodules: `health` (heartbeats, instance health,
+//! host silence), `drains` (drains and catch-ups of pinned middleboxes),
+//! `autoscale` (scalers fed by reported or measured metrics), `leases` (the
+//! lease gate of `state: cached` middleboxes).
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use sluice_proto::{AgentConfig, ChainMeasure, PinnedFlows};
+
+use crate::desired::{versioned, Desired, InstanceKey};
+use crate::error::ApiError;
+use crate::lease::{Decision as LeaseDecision, LeaseGate};
+use crate::store::{Store, StoreError};
+
+mod autoscale;
+mod drains;
+mod events;
+mod health;
+mod leases;
+mod requests;
+#[cfg(test)]
+mod tests;
+
+pub use drains::caught_up;
+pub use events::{event, Events, EVENTS_KEPT};
+pub use health::Heartbeat;
+pub use requests::Applied;
+
+/// A host is alive if heard from within this long.
+pub const ALIVE: Duration = Duration::from_secs(1);
+/// A heartbeat with a stale version re-pushes at most this often.
+pub const REPUSH_AFTER: Duration = Duration::from_secs(1);
+/// A host not heard from for this long has all its instances suspected (its
+/// agent may be gone); agents heartbeat every 50 ms.
+pub const HOST_SILENT: Duration = Duration::from_millis(300);
+/// A down instance rejoins once reported healthy for this long (one missed
+/// agent heartbeat's worth), so a flapping instance does not churn every host.
+pub const REJOIN_AFTER: Duration = Duration::from_millis(100);
+/// How long an instance must stay suspected (alive but silent), report after
+/// report, before the controller takes it out of every host's groups. The agent
+/// of its host has already moved its flows locally within the suspicion timeout;
+/// the controller's global rewrite follows only a lasting silence, so a loaded
+/// instance that misses a heartbeat now and then does not make it push new
+/// configurations to every host several times a second. A dead process is
+/// acted on at once.
+pub const SUSPECT_CONFIRM: Duration = Duration::from_millis(150);
+/// How long a removed local-state instance drains unless the request says.
+pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
+/// Longest a new instance of a pinned middlebox gets most new flows: by then
+/// the flows pinned elsewhere have had time to end, or they never will.
+pub const CATCH_UP_TIMEOUT: Duration = Duration::from_secs(60);
+/// How often a host is asked for its pinned flows while a drain or catch-up
+/// waits for them.
+pub const DRAIN_POLL: Duration = Duration::from_millis(100);
+
+/// The controller's log: one line on stderr per change (never per heartbeat).
+pub(crate) fn log(msg: &str) {
+    eprintln!("sluice-controller: {msg}");
+}
+
+/// What the controller knows about a host beyond its registration (not durable).
+#[derive(Debug, Default)]
+pub(crate) struct Live {
+    pub(crate) last_heard: Option<Instant>,
+    pub(crate) reported: Option<u64>,
+    pub(crate) last_push: Option<(u64, Instant)>,
+    pub(crate) push_error: Option<String>,
+    failures: u32,
+    /// Its heartbeats carry instance health: its silence suspects its instances
+    /// (hosts that only register are not watched).
+    reports_health: bool,
+}
+
+/// Why an instance is out of its groups.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum DownReason {
+    /// Its agent reported it dead or suspected.
+    Reported,
+    /// Its host went silent.
+    HostSilent,
+}
+
+/// What the reconciler asks its caller to do: the I/O its decisions need.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Effects {
+    /// Hosts to send their current configuration to, no earlier than the time
+    /// given (a retry waits for its backoff).
+    pub pushes: BTreeMap<u32, Instant>,
+    /// Hosts (and their API URLs) to ask for their pinned flows; the answer goes
+    /// to [`Reconciler::pinned_report`].
+    pub polls: BTreeMap<u32, String>,
+}
+
+impl Effects {
+    /// Whether there is nothing to do.
+    pub fn is_empty(&self) -> bool {
+        self.pushes.is_empty() && self.polls.is_empty()
+    }
+}
+
+/// A configuration to send: the pusher's job for one host.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PushJob {
+    /// The agent's API base URL.
+    pub api: String,
+    /// What it must run.
+    pub config: AgentConfig,
+}
+
+/// The controller's state and every decision it makes (see the module docs).
+pub struct Reconciler {
+    pub(crate) desired: Desired,
+    pub(crate) configs: BTreeMap<u32, AgentConfig>,
+    store: Box<dyn Store>,
+    state_url: String,
+    pub(crate) live: BTreeMap<u32, Live>,
+    /// Why each instance of `desired.down` is down.
+    down_reason: BTreeMap<InstanceKey, DownReason>,
+    /// When each drain under way started, and its timeout.
+    drains: BTreeMap<InstanceKey, (Instant, Duration)>,
+    /// When each catching-up instance started catching up.
+    catch_ups: BTreeMap<InstanceKey, Instant>,
+    /// Latest chain measurements per host (cumulative counters).
+    chain_reports: BTreeMap<u32, Vec<ChainMeasure>>,
+    /// Agent-metric samplers by `(tenant, chain)`.
+    pub(crate) samplers: BTreeMap<(String, String), autoscale::AgentSampler>,
+    /// Latest pinned-flow report per host: (its config version, the flows, when).
+    pinned: BTreeMap<u32, (u64, Vec<PinnedFlows>, Instant)>,
+    pub(crate) scalers: BTreeMap<(String, String), autoscale::ChainScaler>,
+    pub(crate) events: Events,
+    /// Drain timeouts asked for by scale requests, by instance.
+    drain_timeouts: BTreeMap<InstanceKey, Duration>,
+    /// Down instances reported healthy since (see [`REJOIN_AFTER`]).
+    healthy_since: BTreeMap<InstanceKey, Instant>,
+    /// Instances reported suspected (alive) since (see [`SUSPECT_CONFIRM`]).
+    suspected_since: BTreeMap<InstanceKey, Instant>,
+    /// Ownership leases of `state: cached` middleboxes.
+    gate: LeaseGate,
+    /// When the reconciler started: the scalers' clock counts from here.
+    started: Instant,
+    /// Unix time (ms) at `started`: event times and lease deadlines derive
+    /// from `now`, never from the system clock.
+    started_unix_ms: u64,
+    /// When [`Reconciler::tick`] last ran.
+    last_tick: Option<Instant>,
+    /// When each host was last polled for its pinned flows.
+    last_poll: BTreeMap<u32, Instant>,
+    effects: Effects,
+}
+
+impl Reconciler {
+    /// Starts from what `store` holds. The stored configurations are what agents
+    /// were told; they are recomputed to catch a compiler that changed since,
+    /// bumping versions only where the output differs. `now` and `unix_ms` are
+    /// the same moment on the monotonic and the wall clock.
+    pub fn start(
+        store: Box<dyn Store>,
+        state_url: &str,
+        now: Instant,
+        unix_ms: u64,
+    ) -> Result<Reconciler, StartError> {
+        let registry = sluice_builtin::registry();
+        let mut store = store;
+        let (desired, stored) = store.load(Some(&registry))?;
+        let mut configs = desired.configs(state_url)?;
+        let mut gate = LeaseGate::restarted(&stored, unix_ms);
+        if let LeaseDecision::Hold(held) = gate.decide(&stored, &mut configs, unix_ms) {
+            // Pushed again as they were until the agents confirm them (see
+            // `LeaseGate::restarted`); the ticker then commits the desired state.
+            configs = held;
+        }
+        let changed = versioned(&stored, &mut configs);
+        if !changed.is_empty() {
+            store.save(&desired, &configs)?;
+        }
+        Ok(Reconciler {
+            desired,
+            configs,
+            store,
+            state_url: state_url.to_string(),
+            live: BTreeMap::new(),
+            down_reason: BTreeMap::new(),
+            drains: BTreeMap::new(),
+            catch_ups: BTreeMap::new(),
+            chain_reports: BTreeMap::new(),
+            samplers: BTreeMap::new(),
+            pinned: BTreeMap::new(),
+            scalers: BTreeMap::new(),
+            events: Events::default(),
+            drain_timeouts: BTreeMap::new(),
+            healthy_since: BTreeMap::new(),
+            suspected_since: BTreeMap::new(),
+            gate,
+            started: now,
+            started_unix_ms: unix_ms,
+            last_tick: None,
+            last_poll: BTreeMap::new(),
+            effects: Effects::default(),
+        })
+    }
+
+    /// The desired state.
+    pub fn desired(&self) -> &Desired {
+        &self.desired
+    }
+
+    /// Every host's current configuration.
+    pub fn configs(&self) -> &BTreeMap<u32, AgentConfig> {
+        &self.configs
+    }
+
+    /// The event log.
+    pub fn events(&self) -> &Events {
+        &self.events
+    }
+
+    /// What the caller must do since the last call (pushes, polls).
+    pub fn take_effects(&mut self) -> Effects {
+        std::mem::take(&mut self.effects)
+    }
+
+    /// Unix time (ms) at `now`, on the clock the reconciler started with.
+    pub fn unix_ms(&self, now: Instant) -> u64 {
+        self.started_unix_ms + now.saturating_duration_since(self.started).as_millis() as u64
+    }
+
+    /// The scalers' clock at `now`, ns since the reconciler started.
+    fn clock_ns(&self, now: Instant) -> u64 {
+        now.saturating_duration_since(self.started).as_nanos() as u64
+    }
+
+    /// Appends an event at `now`; returns its id.
+    pub(crate) fn push_event(&mut self, e: crate::model::EventInfo, now: Instant) -> u64 {
+        let ms = self.unix_ms(now);
+        self.events.push(e, ms)
+    }
+
+    /// Makes `next` the desired state if every host's configuration can be
+    /// derived from it: persists it, bumps versions of changed hosts and schedules
+    /// their pushes. Returns the changed hosts and their new versions.
+    pub(crate) fn commit(
+        &mut self,
+        next: Desired,
+        now: Instant,
+    ) -> Result<BTreeMap<u32, u64>, ApiError> {
+        let mut cfgs = next.configs(&self.state_url)?;
+        let was_holding = self.gate.holding();
+        let now_ms = self.unix_ms(now);
+        let held = match self.gate.decide(&self.configs, &mut cfgs, now_ms) {
+            LeaseDecision::Apply => false,
+            LeaseDecision::Hold(interim) => {
+                cfgs = interim;
+                true
+            }
+        };
+        let changed = versioned(&self.configs, &mut cfgs);
+        if held {
+            self.gate.held_versions(&cfgs);
+            if !was_holding {
+                log("leased split changing: leases revoked first; the new configuration follows once the agents confirm");
+            }
+        }
+        if next != self.desired || !changed.is_empty() {
+            self.store.save(&next, &cfgs)?;
+        }
+        self.desired = next;
+        self.configs = cfgs;
+        let out: BTreeMap<u32, u64> = changed
+            .iter()
+            .map(|h| (*h, self.configs[h].version))
+            .collect();
+        if !out.is_empty() {
+            log(&format!(
+                "new configuration versions (host: version): {out:?}"
+            ));
+        }
+        for h in changed {
+            self.schedule_push(h, now);
+        }
+        Ok(out)
+    }
+
+    /// Queues a push of `host`'s configuration at `at` (the earlier wins).
+    fn schedule_push(&mut self, host: u32, at: Instant) {
+        let e = self.effects.pushes.entry(host).or_insert(at);
+        if at < *e {
+            *e = at;
+        }
+    }
+
+    /// Runs the time-driven checks: host silence, agent-metric sampling, leases,
+    /// drains and catch-ups. Call it often (the service does every 20 ms).
+    pub fn tick(&mut self, now: Instant) {
+        // A tick this late means the controller itself stalled (CPU, disk):
+        // heartbeats may be queued unread, so silence proves nothing this time.
+        let stalled = self
+            .last_tick
+            .is_some_and(|t| now.saturating_duration_since(t) > HOST_SILENT / 2);
+        self.last_tick = Some(now);
+        if !stalled {
+            self.check_silence(now);
+        }
+        self.sample_agent_metrics(now);
+        self.check_leases(now);
+        let mut polls = self.check_drains(now);
+        polls.extend(self.check_catch_ups(now));
+        for h in polls {
+            if self
+                .last_poll
+                .get(&h)
+                .is_some_and(|t| now.saturating_duration_since(*t) < DRAIN_POLL)
+            {
+                continue;
+            }
+            if let Some(x) = self.desired.hosts.get(&h) {
+                self.last_poll.insert(h, now);
+                self.effects.polls.insert(h, x.api.clone());
+            }
+        }
+    }
+
+    /// The pusher is about to send `host` its configuration: what to send
+    /// (None if the host or its configuration is gone).
+    pub fn push_started(&mut self, host: u32, now: Instant) -> Option<PushJob> {
+        let api = self.desired.hosts.get(&host)?.api.clone();
+        let config = self.configs.get(&host)?.clone();
+        self.live.entry(host).or_default().last_push = Some((config.version, now));
+        let ms = self.unix_ms(now);
+        self.events.pushed(host, config.version, ms);
+        Some(PushJob { api, config })
+    }
+
+    /// The push to `host` ended (`Err`: why it failed); a failure schedules a
+    /// retry with exponential backoff.
+    pub fn push_finished(
+        &mut self,
+        host: u32,
+        version: u64,
+        result: Result<(), String>,
+        now: Instant,
+    ) {
+        let live = self.live.entry(host).or_default();
+        match result {
+            Ok(()) => {
+                if live.push_error.is_some() {
+                    log(&format!("host {host}: push of version {version} succeeded"));
+                }
+                live.push_error = None;
+                live.failures = 0;
+            }
+            Err(e) => {
+                if live.push_error.as_deref() != Some(e.as_str()) {
+                    log(&format!("host {host}: push failed (retrying): {e}"));
+                }
+                live.push_error = Some(e);
+                live.failures = live.failures.saturating_add(1);
+                let backoff = 100u64 << live.failures.min(6);
+                self.schedule_push(host, now + Duration::from_millis(backoff.min(5000)));
+            }
+        }
+    }
+
+    /// An agent's answer to a poll for its pinned flows.
+    pub fn pinned_report(
+        &mut self,
+        host: u32,
+        version: u64,
+        flows: Vec<PinnedFlows>,
+        now: Instant,
+    ) {
+        self.pinned.insert(host, (version, flows, now));
+    }
+
+    /// How long ago `host` was last heard from, if ever.
+    pub(crate) fn heard_ago(&self, host: u32, now: Instant) -> Option<Duration> {
+        self.live
+            .get(&host)
+            .and_then(|l| l.last_heard)
+            .map(|t| now.saturating_duration_since(t))
+    }
+}
+
+/// A [`Reconciler`] could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// The store could not be read or written.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The stored state no longer compiles.
+    #[error("stored state: {0}")]
+    Place(#[from] crate::desired::PlaceError),
+}

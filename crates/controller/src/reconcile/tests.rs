@@ -1,0 +1,825 @@
+//! The reconciler on a simulated clock: health, silence, drains, catch-ups,
+//! leases, pushes and autoscaling, each at the exact moment its rule says, with
+//! no thread, socket or sleep. Requests go through the same parser and executor
+//! as over HTTP.
+
+use std::collections::BTreeMap;
+use std::net::Ipv4Addr;
+use std::time::{Duration, Instant};
+
+use sluice_proto::{ChainMeasure, HostHeartbeat, HostRegistration, InstanceHealth, PinnedFlows};
+use sluice_switch::{HostId, Output, PortId};
+
+use super::*;
+use crate::model::EventInfo;
+use crate::resources::{self, Reply, Request};
+use crate::store::MemoryStore;
+
+const SPEC: &str = "tenant: t
+elements:
+  a: { type: service, vms: { a1: 10.0.0.1 } }
+  b: { type: service, vms: { b1: 10.0.0.2 } }
+  ips: { type: middlebox, function: monitor, instances: 2 }
+  re: { type: middlebox, function: monitor }
+chains:
+  - { name: ab, path: [a, ips, re, b] }
+";
+
+const MS: Duration = Duration::from_millis(1);
+/// The unix time the simulated clock starts at.
+const EPOCH_MS: u64 = 1_700_000_000_000;
+
+/// A reconciler, its store and a simulated clock.
+struct Sim {
+    r: Reconciler,
+    store: MemoryStore,
+    now: Instant,
+    /// Agents' reported versions: what each host "runs" (all pushes succeed).
+    running: BTreeMap<u32, u64>,
+}
+
+impl Sim {
+    /// Three hosts, the two VMs, and `spec` applied.
+    fn new(spec: &str) -> Sim {
+        let store = MemoryStore::new();
+        let now = Instant::now();
+        let r = Reconciler::start(Box::new(store.clone()), "local", now, EPOCH_MS).unwrap();
+        let mut s = Sim {
+            r,
+            store,
+            now,
+            running: BTreeMap::new(),
+        };
+        for h in 1..=3 {
+            s.beat(h, None);
+        }
+        s.ok("PUT", "/v1/vms/t/a1", &vm("a1", 1, "10.0.0.1"));
+        s.ok("PUT", "/v1/vms/t/b1", &vm("b1", 3, "10.0.0.2"));
+        s.ok("POST", "/v1/tenants", spec);
+        s
+    }
+
+    /// Carries out a request as the HTTP edge would.
+    fn call(
+        &mut self,
+        method: &str,
+        url: &str,
+        body: &str,
+    ) -> Result<Reply, crate::error::ApiError> {
+        let a = resources::parse(&Request {
+            method,
+            url,
+            content_type: None,
+            body,
+        })?;
+        crate::executor::execute(&mut self.r, a, self.now)
+    }
+
+    fn ok(&mut self, method: &str, url: &str, body: &str) -> serde_json::Value {
+        match self.call(method, url, body) {
+            Ok(Reply::Json(_, v)) => v,
+            Ok(Reply::Text(..)) => serde_json::Value::Null,
+            Err(e) => panic!("{method} {url}: {e}"),
+        }
+    }
+
+    /// Host `h` heartbeats, reporting `health` (None: no health at all).
+    fn beat(&mut self, h: u32, health: Option<Vec<InstanceHealth>>) {
+        self.beat_with(h, health, Vec::new());
+    }
+
+    fn beat_with(
+        &mut self,
+        h: u32,
+        health: Option<Vec<InstanceHealth>>,
+        chains: Vec<ChainMeasure>,
+    ) {
+        let reports_health = health.is_some();
+        let hb = HostHeartbeat {
+            registration: HostRegistration {
+                host: h,
+                name: format!("h{h}"),
+                underlay: Ipv4Addr::new(10, 255, 0, h as u8),
+                api: format!("http://127.0.0.1:{}", 9000 + h),
+                config_version: self.running.get(&h).copied().unwrap_or(0),
+            },
+            instances: health.unwrap_or_default(),
+            chains,
+        };
+        self.r
+            .heartbeat(
+                Heartbeat {
+                    hb,
+                    pinned: None,
+                    reports_health,
+                },
+                self.now,
+            )
+            .unwrap();
+    }
+
+    /// Runs every push the reconciler asked for (each agent takes its
+    /// configuration at once); returns the hosts pushed.
+    fn push_all(&mut self) -> Vec<u32> {
+        let fx = self.r.take_effects();
+        let mut pushed = Vec::new();
+        for h in fx.pushes.keys() {
+            if let Some(job) = self.r.push_started(*h, self.now) {
+                self.running.insert(*h, job.config.version);
+                self.r
+                    .push_finished(*h, job.config.version, Ok(()), self.now);
+                pushed.push(*h);
+            }
+        }
+        pushed
+    }
+
+    /// Advances the clock by `d` in ticks of 20 ms (as the service does).
+    fn run(&mut self, d: Duration) {
+        let end = self.now + d;
+        while self.now < end {
+            self.now = (self.now + 20 * MS).min(end);
+            self.r.tick(self.now);
+        }
+    }
+
+    fn port(&self, name: &str) -> (u32, u16) {
+        let (_, i) = self.r.desired().instance_by_name(name).expect(name);
+        (i.host, i.port)
+    }
+
+    /// Whether the groups of `name`'s own host send flows to it (its port is
+    /// its alone; other hosts see only its host, which other instances share).
+    fn in_any_group(&self, name: &str) -> bool {
+        let (ih, port) = self.port(name);
+        let want = Output::Port(PortId(port));
+        self.r.configs().get(&ih).is_some_and(|c| {
+            c.tenants
+                .iter()
+                .flat_map(|t| t.groups.iter())
+                .any(|(_, g)| g.ranges.iter().any(|r| r.1 == want))
+        })
+    }
+
+    fn events(&self, kind: &str) -> Vec<EventInfo> {
+        self.r.events().since(0, Some(kind)).cloned().collect()
+    }
+
+    fn count(&self, mb: &str) -> u32 {
+        self.r.desired().count("t", mb).unwrap_or(0)
+    }
+}
+
+fn vm(name: &str, host: u32, addr: &str) -> String {
+    format!(
+        r#"{{"tenant": "t", "name": "{name}", "host": {host}, "iface": "v-{name}",
+            "mac": "02:00:00:00:00:07", "addr": "{addr}", "gateway": false}}"#
+    )
+}
+
+fn health(name: &str, alive: bool, suspected: bool) -> InstanceHealth {
+    InstanceHealth {
+        name: name.into(),
+        alive,
+        suspected,
+        last_heartbeat_age_ms: Some(if suspected { 120 } else { 5 }),
+        ..InstanceHealth::default()
+    }
+}
+
+#[test]
+fn a_catching_up_instance_is_done_near_its_share() {
+    assert!(caught_up(0, 0, 2), "no flows: nothing to catch up");
+    assert!(!caught_up(10, 50, 2));
+    assert!(caught_up(38, 78, 2));
+    assert!(caught_up(30, 90, 3) && !caught_up(26, 90, 3));
+}
+
+#[test]
+fn a_dead_instance_leaves_at_once_and_rejoins_after_rejoin_after() {
+    let mut s = Sim::new(SPEC);
+    assert_eq!(s.port("t/ips/1").0, 2, "ips/1 goes to the second host");
+    s.push_all();
+    let v1 = s.r.configs()[&1].version;
+    // Never heard from and not running: still starting, left alone.
+    let mut starting = health("t/ips/1", false, false);
+    starting.last_heartbeat_age_ms = None;
+    s.beat(2, Some(vec![starting]));
+    assert!(s.in_any_group("t/ips/1"));
+    assert!(s.r.events().since(0, None).next().is_none());
+
+    s.beat(2, Some(vec![health("t/ips/1", false, false)]));
+    assert!(
+        !s.in_any_group("t/ips/1"),
+        "dead: out in the same heartbeat"
+    );
+    assert!(s.r.configs()[&1].version > v1);
+    let f = &s.events("failover")[0];
+    assert!(f.reason.contains("dead"), "{}", f.reason);
+    assert_eq!(f.first_report_ms, Some(EPOCH_MS));
+    assert_eq!(f.push_sent_ms, None, "not pushed yet");
+    // Every host whose groups changed is pushed; then the event has its time.
+    let fx_hosts = s.push_all();
+    assert!(
+        fx_hosts.contains(&1) && fx_hosts.contains(&3),
+        "{fx_hosts:?}"
+    );
+    assert_eq!(s.events("failover")[0].push_sent_ms, Some(EPOCH_MS));
+    assert_eq!(
+        s.r.desired().down.iter().cloned().collect::<Vec<_>>(),
+        vec![("t".to_string(), "ips".to_string(), 1)]
+    );
+
+    // Healthy again: back only after REJOIN_AFTER of healthy reports.
+    s.beat(2, Some(vec![health("t/ips/1", true, false)]));
+    s.now += REJOIN_AFTER - MS;
+    s.beat(2, Some(vec![health("t/ips/1", true, false)]));
+    assert!(!s.in_any_group("t/ips/1"), "healthy for 99 ms: still out");
+    s.now += MS;
+    s.beat(2, Some(vec![health("t/ips/1", true, false)]));
+    assert!(s.in_any_group("t/ips/1"));
+    assert!(s.events("rejoin")[0].reason.contains("for 100 ms"));
+    assert!(s.r.desired().down.is_empty());
+}
+
+#[test]
+fn a_flapping_report_restarts_the_rejoin_wait() {
+    let mut s = Sim::new(SPEC);
+    s.beat(2, Some(vec![health("t/ips/1", false, false)]));
+    s.beat(2, Some(vec![health("t/ips/1", true, false)]));
+    s.now += 60 * MS;
+    s.beat(2, Some(vec![health("t/ips/1", true, true)]));
+    s.now += 60 * MS;
+    s.beat(2, Some(vec![health("t/ips/1", true, false)]));
+    assert!(
+        !s.in_any_group("t/ips/1"),
+        "120 ms since down, but healthy for 0"
+    );
+    s.now += REJOIN_AFTER;
+    s.beat(2, Some(vec![health("t/ips/1", true, false)]));
+    assert!(s.in_any_group("t/ips/1"));
+}
+
+#[test]
+fn a_suspicion_takes_a_shared_state_instance_out_only_once_it_lasts() {
+    let mut s = Sim::new(SPEC);
+    s.beat(2, Some(vec![health("t/ips/1", true, true)]));
+    s.now += SUSPECT_CONFIRM - MS;
+    s.beat(2, Some(vec![health("t/ips/1", true, true)]));
+    assert!(s.in_any_group("t/ips/1"), "suspected for 149 ms: stays");
+    assert!(s.events("failover").is_empty());
+    s.now += MS;
+    s.beat(2, Some(vec![health("t/ips/1", true, true)]));
+    assert!(!s.in_any_group("t/ips/1"));
+    assert!(s.events("failover")[0].reason.contains("suspects"));
+}
+
+#[test]
+fn an_interrupted_suspicion_starts_over() {
+    let mut s = Sim::new(SPEC);
+    s.beat(2, Some(vec![health("t/ips/1", true, true)]));
+    s.now += 100 * MS;
+    s.beat(2, Some(vec![health("t/ips/1", true, false)]));
+    s.now += 100 * MS;
+    s.beat(2, Some(vec![health("t/ips/1", true, true)]));
+    s.now += 100 * MS;
+    s.beat(2, Some(vec![health("t/ips/1", true, true)]));
+    assert!(
+        s.in_any_group("t/ips/1"),
+        "two suspicions of 100 ms are not one of 200"
+    );
+}
+
+#[test]
+fn a_suspected_local_state_instance_stays_until_its_process_is_gone() {
+    let spec = SPEC.replace(
+        "ips: { type: middlebox, function: monitor, instances: 2 }",
+        "ips: { type: middlebox, function: monitor, instances: 2, state: local, affinity: hash }",
+    );
+    let mut s = Sim::new(&spec);
+    for _ in 0..20 {
+        s.now += 50 * MS;
+        s.beat(2, Some(vec![health("t/ips/1", true, true)]));
+    }
+    assert!(
+        s.in_any_group("t/ips/1"),
+        "suspected for 1 s but alive: stays"
+    );
+    s.beat(2, Some(vec![health("t/ips/1", false, true)]));
+    assert!(!s.in_any_group("t/ips/1"));
+    assert!(s.events("failover")[0].reason.contains("dead"));
+}
+
+#[test]
+fn a_silent_host_loses_its_instances_until_it_is_heard_again() {
+    let mut s = Sim::new(SPEC);
+    s.beat(2, Some(vec![health("t/ips/1", true, false)]));
+    s.run(HOST_SILENT);
+    assert!(
+        s.in_any_group("t/ips/1"),
+        "silent for exactly 300 ms: not yet"
+    );
+    s.run(20 * MS);
+    assert!(!s.in_any_group("t/ips/1"));
+    assert!(s.events("failover")[0].reason.contains("silent"));
+    // Heard again, not reporting on it: back at once.
+    s.beat(2, Some(Vec::new()));
+    assert!(s.in_any_group("t/ips/1"));
+    assert!(s.events("rejoin")[0].reason.contains("heard from again"));
+}
+
+#[test]
+fn an_instance_reported_healthy_after_its_host_was_silent_waits_rejoin_after() {
+    let mut s = Sim::new(SPEC);
+    s.beat(2, Some(vec![health("t/ips/1", true, false)]));
+    s.run(HOST_SILENT + 20 * MS);
+    assert!(!s.in_any_group("t/ips/1"));
+    s.beat(2, Some(vec![health("t/ips/1", true, false)]));
+    assert!(
+        !s.in_any_group("t/ips/1"),
+        "a report about it: the usual wait"
+    );
+    s.now += REJOIN_AFTER;
+    s.beat(2, Some(vec![health("t/ips/1", true, false)]));
+    assert!(s.in_any_group("t/ips/1"));
+}
+
+#[test]
+fn hosts_that_never_report_health_are_not_watched() {
+    let mut s = Sim::new(SPEC);
+    s.run(Duration::from_secs(2));
+    assert!(s.in_any_group("t/ips/1"));
+    assert!(s.events("failover").is_empty());
+}
+
+#[test]
+fn when_every_watched_host_is_silent_the_controller_suspects_itself() {
+    let mut s = Sim::new(SPEC);
+    for h in 1..=3 {
+        s.beat(h, Some(Vec::new()));
+    }
+    s.run(Duration::from_secs(1));
+    assert!(
+        s.events("failover").is_empty(),
+        "{:?}",
+        s.events("failover")
+    );
+    assert!(s.r.desired().down.is_empty());
+}
+
+#[test]
+fn a_stalled_ticker_does_not_take_silence_for_failure() {
+    let mut s = Sim::new(SPEC);
+    s.beat(2, Some(Vec::new()));
+    s.r.tick(s.now);
+    // The ticker itself was held up for 400 ms: heartbeats may be waiting unread.
+    s.now += 400 * MS;
+    s.r.tick(s.now);
+    assert!(s.r.desired().down.is_empty());
+    s.now += 20 * MS;
+    s.r.tick(s.now);
+    assert!(!s.r.desired().down.is_empty(), "the next regular tick acts");
+}
+
+#[test]
+fn a_stale_agent_is_pushed_again_at_most_every_repush_after() {
+    let mut s = Sim::new(SPEC);
+    s.push_all();
+    // Host 1 says it runs an older version (the push was lost).
+    s.running.insert(1, 1);
+    s.beat(1, None);
+    assert!(s.r.take_effects().pushes.is_empty(), "just pushed: wait");
+    s.now += REPUSH_AFTER;
+    s.beat(1, None);
+    let fx = s.r.take_effects();
+    assert_eq!(fx.pushes.keys().copied().collect::<Vec<_>>(), vec![1]);
+}
+
+#[test]
+fn failed_pushes_retry_with_exponential_backoff() {
+    let mut s = Sim::new(SPEC);
+    s.r.take_effects();
+    let mut waits = Vec::new();
+    for _ in 0..8 {
+        let job = s.r.push_started(2, s.now).unwrap();
+        s.r.push_finished(
+            2,
+            job.config.version,
+            Err("connection refused".into()),
+            s.now,
+        );
+        let at = s.r.take_effects().pushes[&2];
+        waits.push((at - s.now).as_millis() as u64);
+        s.now = at;
+    }
+    assert_eq!(waits, vec![200, 400, 800, 1600, 3200, 5000, 5000, 5000]);
+    let v = s.ok("GET", "/v1/hosts", "");
+    assert_eq!(v[1]["push_error"], "connection refused");
+    let job = s.r.push_started(2, s.now).unwrap();
+    s.r.push_finished(2, job.config.version, Ok(()), s.now);
+    assert!(s.r.take_effects().pushes.is_empty());
+    let v = s.ok("GET", "/v1/hosts", "");
+    assert!(v[1]["push_error"].is_null());
+}
+
+#[test]
+fn host_liveness_follows_the_simulated_clock() {
+    let mut s = Sim::new(SPEC);
+    s.now += ALIVE;
+    let v = s.ok("GET", "/v1/hosts", "");
+    assert_eq!(v[0]["alive"], true);
+    assert_eq!(v[0]["last_heartbeat_ms"], 1000);
+    s.now += MS;
+    let v = s.ok("GET", "/v1/hosts", "");
+    assert_eq!(v[0]["alive"], false);
+}
+
+#[test]
+fn scaling_places_resplits_and_survives_a_restart() {
+    let mut s = Sim::new(SPEC);
+    assert_eq!(s.port("t/re/0").0, 3);
+    s.push_all();
+    s.ok("PUT", "/v1/tenants/t/middleboxes/re", r#"{"instances": 3}"#);
+    assert_eq!(s.count("re"), 3);
+    for k in 0..3 {
+        assert!(s.in_any_group(&format!("t/re/{k}")));
+    }
+    assert_eq!(s.push_all().len(), 3, "every host's groups changed");
+    let before = (s.r.desired().clone(), s.r.configs().clone());
+    // A new reconciler on the same store carries on with the same state.
+    let r2 = Reconciler::start(Box::new(s.store.clone()), "local", s.now, EPOCH_MS).unwrap();
+    assert_eq!(r2.desired(), &before.0);
+    assert_eq!(r2.configs(), &before.1);
+    // Scale in: shared state, so re/2 goes at once.
+    let saves = s.store.saves();
+    s.ok("PUT", "/v1/tenants/t/middleboxes/re", r#"{"instances": 1}"#);
+    assert_eq!(s.count("re"), 1);
+    assert!(s.r.desired().instance_by_name("t/re/2").is_none());
+    assert!(s.store.saves() > saves);
+    assert!(s.events("scale")[1].reason.contains("3 -> 1"));
+}
+
+#[test]
+fn a_refused_change_changes_nothing() {
+    let mut s = Sim::new(SPEC);
+    let before = (
+        s.r.desired().clone(),
+        s.r.configs().clone(),
+        s.store.saves(),
+    );
+    let e = s
+        .call(
+            "PUT",
+            "/v1/tenants/t/middleboxes/nope",
+            r#"{"instances": 3}"#,
+        )
+        .unwrap_err();
+    assert_eq!(e.status, 404);
+    let e = s.call("DELETE", "/v1/vms/t/a1", "").unwrap_err();
+    assert_eq!(e.status, 409, "{e}");
+    assert_eq!(
+        (
+            s.r.desired().clone(),
+            s.r.configs().clone(),
+            s.store.saves()
+        ),
+        before
+    );
+    assert!(s.r.take_effects().pushes.is_empty() || s.r.take_effects().pushes.is_empty());
+}
+
+/// SPEC with `ips` pinned (local state): removed instances drain.
+fn pinned_spec() -> String {
+    SPEC.replace(
+        "ips: { type: middlebox, function: monitor, instances: 2 }",
+        "ips: { type: middlebox, function: monitor, instances: 2, state: local }",
+    )
+}
+
+fn pinned(vni: u32, target: Output, flows: u64) -> PinnedFlows {
+    PinnedFlows {
+        vni,
+        group: 0,
+        target,
+        flows,
+        draining: false,
+    }
+}
+
+#[test]
+fn a_drain_ends_when_no_flow_is_pinned_to_the_instance() {
+    let mut s = Sim::new(&pinned_spec());
+    s.push_all();
+    let vni = s.r.desired().tenants["t"].vni;
+    s.ok(
+        "PUT",
+        "/v1/tenants/t/middleboxes/ips",
+        r#"{"instances": 1}"#,
+    );
+    assert!(s.events("drain")[0].reason.contains("t/ips/1 draining"));
+    s.push_all();
+    let (ih, port) = s.port("t/ips/1");
+    s.run(20 * MS);
+    let polls = s.r.take_effects().polls;
+    assert!(
+        !polls.is_empty(),
+        "the hosts that pin flows to it are asked"
+    );
+    // Asked again no sooner than DRAIN_POLL.
+    s.run(20 * MS);
+    assert!(s.r.take_effects().polls.is_empty());
+    s.run(DRAIN_POLL);
+    assert_eq!(
+        s.r.take_effects().polls.keys().collect::<Vec<_>>(),
+        polls.keys().collect::<Vec<_>>()
+    );
+    // Flows still pinned somewhere: it stays.
+    for h in polls.keys() {
+        let o = if *h == ih {
+            Output::Port(PortId(port))
+        } else {
+            Output::Host(HostId(ih))
+        };
+        let v = s.r.configs()[h].version;
+        s.r.pinned_report(*h, v, vec![pinned(vni, o, 3)], s.now);
+    }
+    s.run(20 * MS);
+    assert!(s.r.desired().draining.len() == 1);
+    // A report for an older configuration proves nothing.
+    for h in polls.keys() {
+        s.r.pinned_report(*h, 0, Vec::new(), s.now);
+    }
+    s.run(20 * MS);
+    assert!(s.r.desired().draining.len() == 1);
+    for h in polls.keys() {
+        let v = s.r.configs()[h].version;
+        s.r.pinned_report(*h, v, Vec::new(), s.now);
+    }
+    s.run(20 * MS);
+    assert!(s.r.desired().draining.is_empty());
+    assert!(s.r.desired().instance_by_name("t/ips/1").is_none());
+    assert!(s.events("drain")[1].reason.contains("no flow is pinned"));
+}
+
+#[test]
+fn a_drain_ends_at_its_timeout() {
+    let mut s = Sim::new(&pinned_spec());
+    s.ok(
+        "PUT",
+        "/v1/tenants/t/middleboxes/ips",
+        r#"{"instances": 1, "drain_timeout_ms": 500}"#,
+    );
+    // The drain's clock starts when the ticker first sees it.
+    s.run(20 * MS);
+    s.run(480 * MS);
+    assert_eq!(s.r.desired().draining.len(), 1);
+    s.run(20 * MS);
+    assert!(s.r.desired().draining.is_empty());
+    assert!(s.events("drain")[1].reason.contains("timeout of 500 ms"));
+}
+
+#[test]
+fn a_new_pinned_instance_catches_up_to_its_share() {
+    let mut s = Sim::new(
+        &pinned_spec().replace("instances: 2, state: local", "instances: 1, state: local"),
+    );
+    s.push_all();
+    let vni = s.r.desired().tenants["t"].vni;
+    s.ok(
+        "PUT",
+        "/v1/tenants/t/middleboxes/ips",
+        r#"{"instances": 2}"#,
+    );
+    s.push_all();
+    s.run(20 * MS);
+    assert!(s.events("catch-up")[0].reason.contains("75% of new flows"));
+    let report = |s: &mut Sim, old: u64, new: u64| {
+        for (name, n) in [("t/ips/0", old), ("t/ips/1", new)] {
+            let (h, port) = s.port(name);
+            let v = s.r.configs()[&h].version;
+            s.r.pinned_report(
+                h,
+                v,
+                vec![pinned(vni, Output::Port(PortId(port)), n)],
+                s.now,
+            );
+        }
+    };
+    report(&mut s, 90, 10);
+    s.run(20 * MS);
+    assert_eq!(s.r.desired().catching_up.len(), 1, "10 of 100: not yet");
+    report(&mut s, 55, 45);
+    s.run(20 * MS);
+    assert!(
+        s.r.desired().catching_up.is_empty(),
+        "45 of 100 is 0.9 of its share"
+    );
+    assert!(s.events("catch-up")[1].reason.contains("holds 45 of 100"));
+}
+
+#[test]
+fn a_catch_up_ends_at_its_timeout() {
+    let mut s = Sim::new(
+        &pinned_spec().replace("instances: 2, state: local", "instances: 1, state: local"),
+    );
+    s.ok(
+        "PUT",
+        "/v1/tenants/t/middleboxes/ips",
+        r#"{"instances": 2}"#,
+    );
+    s.run(CATCH_UP_TIMEOUT);
+    assert_eq!(s.r.desired().catching_up.len(), 1);
+    s.run(20 * MS);
+    assert!(s.r.desired().catching_up.is_empty());
+    assert!(s.events("catch-up")[1].reason.contains("60 s passed"));
+}
+
+/// Stratos Fig. 11's model: throughput is the demand capped by the weakest
+/// middlebox (instances x capacity).
+fn throughput(counts: &BTreeMap<String, u32>, demand: f64) -> f64 {
+    [("ips", 35.0), ("re", 55.0)]
+        .iter()
+        .map(|(m, cap)| cap * counts[*m] as f64)
+        .fold(demand, f64::min)
+}
+
+#[test]
+fn the_greedy_scaler_converges_on_reported_samples() {
+    let mut s = Sim::new(&SPEC.replace("instances: 2", "instances: 1"));
+    let v = s.ok(
+        "PUT",
+        "/v1/tenants/t/chains/ab/scaling",
+        r#"{"strategy": "greedy", "direction": "higher", "metric": "reported",
+            "metric_interval_ms": 1000, "improve": 0.1, "trigger": 0.25, "sustain_ms": 3000,
+            "window_ms": 5000, "settle": 0.2, "cooldown_ms": 20000, "budget": 10,
+            "target": 100.0}"#,
+    );
+    assert_eq!(v["middleboxes"], serde_json::json!(["ips", "re"]));
+    for _ in 0..300 {
+        s.now += Duration::from_secs(1);
+        let counts: BTreeMap<String, u32> = [("ips", s.count("ips")), ("re", s.count("re"))]
+            .map(|(m, n)| (m.to_string(), n))
+            .into();
+        let value = throughput(&counts, 100.0);
+        s.ok(
+            "POST",
+            "/v1/tenants/t/chains/ab/metrics",
+            &format!(r#"{{"value": {value}}}"#),
+        );
+    }
+    // 100 needs 3 ips (105) and 2 re (110): the least that meets the target.
+    assert_eq!((s.count("ips"), s.count("re")), (3, 2));
+    let scaler: Vec<String> = s.events("scaler").into_iter().map(|e| e.reason).collect();
+    for step in ["kept the new ips", "discarded the new", "another pass"] {
+        assert!(
+            scaler.iter().any(|w| w.contains(step)),
+            "{step}: {scaler:#?}"
+        );
+    }
+    let scales = s.events("scale");
+    assert!(!scales.is_empty());
+    assert!(
+        scales
+            .iter()
+            .all(|e| e.reason.contains("(scaler of chain ab: ")),
+        "{scales:#?}"
+    );
+    // Load halves and the operator asks for a scale-down: what is not needed goes.
+    s.ok(
+        "POST",
+        "/v1/tenants/t/chains/ab/scaling/request",
+        r#"{"up": false, "reason": "load halved"}"#,
+    );
+    for _ in 0..120 {
+        s.now += Duration::from_secs(1);
+        let counts: BTreeMap<String, u32> = [("ips", s.count("ips")), ("re", s.count("re"))]
+            .map(|(m, n)| (m.to_string(), n))
+            .into();
+        let value = throughput(&counts, 50.0);
+        s.ok(
+            "POST",
+            "/v1/tenants/t/chains/ab/metrics",
+            &format!(r#"{{"value": {value}}}"#),
+        );
+    }
+    assert!(s.count("ips") * 35 >= 50 && s.count("re") * 55 >= 50);
+    assert!(s.count("ips") + s.count("re") < 5);
+    assert!(s
+        .events("scaler")
+        .iter()
+        .any(|e| e.reason.starts_with("load halved")));
+}
+
+#[test]
+fn a_scaler_follows_the_handshake_time_the_agents_measure() {
+    let mut s = Sim::new(SPEC);
+    let vni = s.r.desired().tenants["t"].vni;
+    let bad = s
+        .call(
+            "PUT",
+            "/v1/tenants/t/chains/ab/scaling",
+            r#"{"metric": "handshake_ms", "direction": "higher"}"#,
+        )
+        .unwrap_err();
+    assert!(
+        bad.msg.contains("direction") && bad.msg.contains("handshake_ms"),
+        "{bad}"
+    );
+    s.ok(
+        "PUT",
+        "/v1/tenants/t/chains/ab/scaling",
+        r#"{"strategy": "greedy", "metric": "handshake_ms", "metric_interval_ms": 100,
+            "improve": 0.1, "trigger": 0.25, "sustain_ms": 300, "window_ms": 1000,
+            "settle": 0.2, "cooldown_ms": 60000, "budget": 10, "target": 12.0}"#,
+    );
+    let e = s
+        .call(
+            "POST",
+            "/v1/tenants/t/chains/ab/metrics",
+            r#"{"value": 1.0}"#,
+        )
+        .unwrap_err();
+    assert!(e.msg.contains("agents measure"), "{e}");
+    // Host 1 measures 20 handshakes per 50 ms, each as slow as the slower
+    // middlebox makes it (30 ms / re instances, 20 ms / ips instances).
+    let mut m = ChainMeasure {
+        vni,
+        chain: 0,
+        ..ChainMeasure::default()
+    };
+    let mut sampled = false;
+    for _ in 0..400 {
+        let ms = (30.0 / s.count("re") as f64).max(20.0 / s.count("ips") as f64);
+        m.syns += 20;
+        m.handshakes += 20;
+        m.handshake_ns += (20.0 * ms * 1e6) as u64;
+        m.bytes += 20 * 600;
+        s.beat_with(1, None, vec![m.clone()]);
+        s.run(50 * MS);
+        let v = s.ok("GET", "/v1/tenants/t/chains/ab/scaling", "");
+        sampled |= v["measured"]["value"]
+            .as_f64()
+            .is_some_and(|v| (v - 30.0).abs() < 0.5);
+    }
+    assert!(sampled, "the agents' handshake time was sampled");
+    assert_eq!(s.count("re"), 3, "re is the bottleneck until 3 instances");
+    assert_eq!(s.count("ips"), 2);
+    assert!(s
+        .events("scale")
+        .iter()
+        .any(|e| e.reason.contains("add re")));
+}
+
+#[test]
+fn a_cached_middlebox_gets_leases_once_every_agent_runs_its_split() {
+    let spec = SPEC.replace(
+        "ips: { type: middlebox, function: monitor, instances: 2 }",
+        "ips: { type: middlebox, function: monitor, instances: 2, state: cached }",
+    );
+    let mut s = Sim::new(&spec);
+    let leases = |s: &Sim| -> usize {
+        s.r.configs()
+            .values()
+            .flat_map(|c| c.group_policies.iter())
+            .filter(|g| g.cached && g.lease_epoch != 0)
+            .count()
+    };
+    // Agents that never confirm the split: no lease, however long.
+    s.run(Duration::from_secs(2));
+    assert_eq!(leases(&s), 0);
+    // Once every agent runs it (and keeps running it), leases go out.
+    s.push_all();
+    for _ in 0..40 {
+        for h in 1..=3 {
+            s.beat(h, None);
+        }
+        s.run(50 * MS);
+        s.push_all();
+    }
+    assert!(leases(&s) > 0, "leases granted");
+    let granted_version = s.r.configs()[&2].version;
+    // Scaling the leased middlebox revokes first: the next version holds the
+    // old split without leases, and the new split waits for the agents.
+    s.ok(
+        "PUT",
+        "/v1/tenants/t/middleboxes/ips",
+        r#"{"instances": 3}"#,
+    );
+    assert!(s.r.configs()[&2].version > granted_version);
+    assert_eq!(leases(&s), 0, "revoked before the split changes");
+    assert!(
+        !s.in_any_group("t/ips/2"),
+        "the new instance waits for the barrier"
+    );
+    for _ in 0..40 {
+        for h in 1..=3 {
+            s.beat(h, None);
+        }
+        s.run(50 * MS);
+        s.push_all();
+    }
+    assert!(
+        s.in_any_group("t/ips/2"),
+        "the new split follows the confirmations"
+    );
+}

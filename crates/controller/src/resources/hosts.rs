@@ -1,0 +1,239 @@
+//! `/v1/hosts`, `/v1/vms` and `/v1/instances`: host registration and heartbeats,
+//! each host's configuration, VM registration, and where instances run.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Instant;
+
+use serde_json::Value;
+use sluice_proto::{AgentStatus, HostHeartbeat, PinnedFlows, VmRegistration};
+
+use super::tenants::instance_infos;
+use super::{body, json, Params, Reply};
+use crate::desired::{Desired, Vm};
+use crate::error::ApiError;
+use crate::model::{Deleted, HostFibInfo, HostInfo, InstanceInfo, VmInfo};
+use crate::reconcile::{Heartbeat, Reconciler, ALIVE};
+
+/// A host, VM or instance request.
+#[derive(Debug, Clone)]
+pub enum HostAction {
+    /// `GET /v1/hosts`.
+    List,
+    /// `POST /v1/hosts`: a heartbeat (which registers the host).
+    Heartbeat(Box<Heartbeat>),
+    /// `GET /v1/hosts/{id}/fib`.
+    Fib(u32),
+    /// `GET /v1/hosts/{id}/config`.
+    Config(u32),
+    /// `GET /v1/vms`.
+    ListVms,
+    /// `PUT /v1/vms/{tenant}/{name}`.
+    PutVm(VmRegistration),
+    /// `DELETE /v1/vms/{tenant}/{name}`.
+    DeleteVm {
+        /// Tenant.
+        tenant: String,
+        /// VM name.
+        name: String,
+    },
+    /// `GET /v1/instances`: the placement, completed by the HTTP edge with what
+    /// the agents report (see [`instance_listing`]).
+    Instances,
+}
+
+/// Parses a request on the hosts', VMs' and instances' paths.
+pub fn parse(method: &str, tpl: &str, p: &Params, text: &str) -> Result<HostAction, ApiError> {
+    match (method, tpl) {
+        ("GET", "/v1/hosts") => Ok(HostAction::List),
+        ("POST", "/v1/hosts") => parse_heartbeat(text).map(|h| HostAction::Heartbeat(Box::new(h))),
+        ("GET", "/v1/hosts/{id}/fib") => host_id(&p.get(0)).map(HostAction::Fib),
+        ("GET", "/v1/hosts/{id}/config") => host_id(&p.get(0)).map(HostAction::Config),
+        ("GET", "/v1/vms") => Ok(HostAction::ListVms),
+        ("PUT", _) => parse_vm(&p.get(0), &p.get(1), text).map(HostAction::PutVm),
+        ("DELETE", _) => Ok(HostAction::DeleteVm {
+            tenant: p.get(0),
+            name: p.get(1),
+        }),
+        ("GET", "/v1/instances") => Ok(HostAction::Instances),
+        _ => Err(super::unknown(tpl)),
+    }
+}
+
+fn host_id(id: &str) -> Result<u32, ApiError> {
+    id.parse()
+        .map_err(|_| ApiError::bad(format!("id: `{id}` is not a host id")))
+}
+
+fn parse_heartbeat(text: &str) -> Result<Heartbeat, ApiError> {
+    let raw: Value = body(text)?;
+    // Pinned-flow counts ride along if the agent sends them (else drains poll
+    // its status).
+    let pinned: Option<Vec<PinnedFlows>> = raw
+        .get("pinned_flows")
+        .and_then(|v| serde_json::from_value(v.clone()).ok());
+    let reports_health = raw.get("instances").is_some();
+    let hb: HostHeartbeat =
+        serde_json::from_value(raw).map_err(|e| ApiError::bad(format!("body: {e}")))?;
+    let reg = &hb.registration;
+    if reg.host == 0 {
+        return Err(ApiError::bad("host: ids start at 1"));
+    }
+    if !reg.api.starts_with("http://") {
+        return Err(ApiError::bad(format!(
+            "api: `{}` is not an http:// URL",
+            reg.api
+        )));
+    }
+    Ok(Heartbeat {
+        hb,
+        pinned,
+        reports_health,
+    })
+}
+
+fn parse_vm(tenant: &str, name: &str, text: &str) -> Result<VmRegistration, ApiError> {
+    let reg: VmRegistration = body(text)?;
+    if reg.tenant != tenant {
+        return Err(ApiError::bad(format!(
+            "tenant: the body names tenant `{}` but the URL names `{tenant}`",
+            reg.tenant
+        )));
+    }
+    if reg.name != name {
+        return Err(ApiError::bad(format!(
+            "name: the body names VM `{}` but the URL names `{name}`",
+            reg.name
+        )));
+    }
+    if reg.host == 0 {
+        return Err(ApiError::bad("host: ids start at 1"));
+    }
+    if reg.iface.is_empty() {
+        return Err(ApiError::bad("iface: must not be empty"));
+    }
+    Ok(reg)
+}
+
+/// Carries out a host, VM or instance request.
+pub fn execute(r: &mut Reconciler, a: HostAction, now: Instant) -> Result<Reply, ApiError> {
+    match a {
+        HostAction::List => json(200, &host_infos(r, now)),
+        HostAction::Heartbeat(hb) => json(200, &r.heartbeat(*hb, now)?),
+        HostAction::Fib(h) => {
+            let cfg = registered(r, h)?;
+            json(
+                200,
+                &HostFibInfo {
+                    host: h,
+                    version: cfg.version,
+                    tenants: cfg.tenants,
+                },
+            )
+        }
+        HostAction::Config(h) => json(200, &registered(r, h)?),
+        HostAction::ListVms => {
+            let d = r.desired();
+            let v: Vec<VmInfo> = d.vms.values().map(|vm| vm_info(d, vm)).collect();
+            json(200, &v)
+        }
+        HostAction::PutVm(reg) => {
+            let key = (reg.tenant.clone(), reg.name.clone());
+            let existed = r.put_vm(reg, now)?;
+            let d = r.desired();
+            json(if existed { 200 } else { 201 }, &vm_info(d, &d.vms[&key]))
+        }
+        HostAction::DeleteVm { tenant, name } => {
+            let pushed = r.delete_vm(&tenant, &name, now)?;
+            json(
+                200,
+                &Deleted {
+                    deleted: format!("vm {tenant}/{name}"),
+                    pushed,
+                },
+            )
+        }
+        HostAction::Instances => json(200, &instance_listing(r).0),
+    }
+}
+
+/// A registered host's configuration (empty if none was derived yet).
+fn registered(r: &Reconciler, h: u32) -> Result<sluice_proto::AgentConfig, ApiError> {
+    if !r.desired().hosts.contains_key(&h) {
+        return Err(ApiError::not_found(format!("host {h} is not registered")));
+    }
+    Ok(r.configs().get(&h).cloned().unwrap_or_default())
+}
+
+fn host_infos(r: &Reconciler, now: Instant) -> Vec<HostInfo> {
+    r.desired()
+        .hosts
+        .values()
+        .map(|h| {
+            let live = r.live.get(&h.id);
+            let heard = r.heard_ago(h.id, now);
+            let desired = r.configs().get(&h.id).map(|c| c.version).unwrap_or(0);
+            let reported = live.and_then(|l| l.reported);
+            HostInfo {
+                id: h.id,
+                name: h.name.clone(),
+                underlay: h.underlay.to_string(),
+                api: h.api.clone(),
+                last_heartbeat_ms: heard.map(|d| d.as_millis() as u64),
+                alive: heard.is_some_and(|d| d <= ALIVE),
+                desired_version: desired,
+                reported_version: reported,
+                in_sync: reported == Some(desired),
+                push_error: live.and_then(|l| l.push_error.clone()),
+            }
+        })
+        .collect()
+}
+
+fn vm_info(d: &Desired, vm: &Vm) -> VmInfo {
+    VmInfo {
+        tenant: vm.reg.tenant.clone(),
+        name: vm.reg.name.clone(),
+        host: vm.reg.host,
+        port: vm.port,
+        iface: vm.reg.iface.clone(),
+        mac: vm.reg.mac.clone(),
+        addr: vm.reg.addr.to_string(),
+        gateway: vm.reg.gateway,
+        applied: d.tenants.contains_key(&vm.reg.tenant),
+    }
+}
+
+/// Every placed instance, and the API of each host running one (to ask for
+/// their status).
+pub fn instance_listing(r: &Reconciler) -> (Vec<InstanceInfo>, Vec<(u32, String)>) {
+    let d = r.desired();
+    let list = instance_infos(d, None);
+    let hosts: BTreeSet<u32> = list.iter().map(|i| i.host).collect();
+    let apis = hosts
+        .into_iter()
+        .filter_map(|h| d.hosts.get(&h).map(|x| (h, x.api.clone())))
+        .collect();
+    (list, apis)
+}
+
+/// Completes the listing with what the agents reported (`alive`, `dead`, or
+/// `unknown` for an instance its agent did not report).
+pub fn with_status(
+    mut list: Vec<InstanceInfo>,
+    statuses: &BTreeMap<u32, AgentStatus>,
+) -> Vec<InstanceInfo> {
+    for i in &mut list {
+        let found = statuses
+            .get(&i.host)
+            .and_then(|st| st.instances.iter().find(|x| x.name == i.name));
+        match found {
+            Some(x) => {
+                i.alive = Some(x.alive);
+                i.pid = x.pid;
+                i.state = if x.alive { "alive" } else { "dead" }.into();
+            }
+            None => i.state = "unknown".into(),
+        }
+    }
+    list
+}

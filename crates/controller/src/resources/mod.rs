@@ -1,0 +1,293 @@
+//! The REST API's resources, Firecracker-style: each module parses the requests
+//! on its paths into an [`Action`] (checking everything that can be checked
+//! without the state) and shapes the replies of its reads; [`crate::executor`]
+//! carries actions out on the [`crate::reconcile::Reconciler`]. Nothing here does
+//! I/O: the HTTP edge (`crate::http`) hands over a [`Request`].
+
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::error::ApiError;
+
+pub mod events;
+pub mod hosts;
+pub mod scaling;
+pub mod tenants;
+
+/// Every route the server implements: (method, path template).
+pub const ROUTES: &[(&str, &str)] = &[
+    ("GET", "/healthz"),
+    ("GET", "/v1/openapi.yaml"),
+    ("GET", "/v1/tenants"),
+    ("POST", "/v1/tenants"),
+    ("GET", "/v1/tenants/{name}"),
+    ("PUT", "/v1/tenants/{name}"),
+    ("DELETE", "/v1/tenants/{name}"),
+    ("GET", "/v1/hosts"),
+    ("POST", "/v1/hosts"),
+    ("GET", "/v1/hosts/{id}/fib"),
+    ("GET", "/v1/hosts/{id}/config"),
+    ("GET", "/v1/vms"),
+    ("PUT", "/v1/vms/{tenant}/{name}"),
+    ("DELETE", "/v1/vms/{tenant}/{name}"),
+    ("GET", "/v1/instances"),
+    ("GET", "/v1/chains"),
+    ("GET", "/v1/tenants/{name}/middleboxes/{middlebox}"),
+    ("PUT", "/v1/tenants/{name}/middleboxes/{middlebox}"),
+    ("POST", "/v1/tenants/{name}/chains/{chain}/metrics"),
+    ("GET", "/v1/tenants/{name}/chains/{chain}/scaling"),
+    ("PUT", "/v1/tenants/{name}/chains/{chain}/scaling"),
+    ("DELETE", "/v1/tenants/{name}/chains/{chain}/scaling"),
+    ("POST", "/v1/tenants/{name}/chains/{chain}/scaling/request"),
+    ("GET", "/v1/events"),
+];
+
+/// The OpenAPI document of this API.
+pub const OPENAPI_YAML: &str = include_str!("../../../../docs/openapi.yaml");
+
+/// A request as the HTTP edge received it.
+#[derive(Debug, Clone, Copy)]
+pub struct Request<'a> {
+    /// Upper-case method.
+    pub method: &'a str,
+    /// Path and query.
+    pub url: &'a str,
+    /// Lower-cased `Content-Type`, if sent.
+    pub content_type: Option<&'a str>,
+    /// The body, as text.
+    pub body: &'a str,
+}
+
+/// What a request asks for.
+#[derive(Debug, Clone)]
+pub enum Action {
+    /// `GET /healthz`.
+    Health,
+    /// `GET /v1/openapi.yaml`.
+    OpenApi,
+    /// A tenant request.
+    Tenant(tenants::TenantAction),
+    /// A host, VM or instance request.
+    Host(hosts::HostAction),
+    /// A middlebox-scaling, scaler or metric request.
+    Scaling(scaling::ScalingAction),
+    /// `GET /v1/events`.
+    Events(events::EventsQuery),
+}
+
+/// A successful answer.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Reply {
+    /// A JSON body with a status.
+    Json(u16, Value),
+    /// A text body of the given content type (status 200).
+    Text(&'static str, String),
+}
+
+/// `v` as a JSON reply with status `code`.
+pub fn json<T: Serialize>(code: u16, v: &T) -> Result<Reply, ApiError> {
+    serde_json::to_value(v)
+        .map(|v| Reply::Json(code, v))
+        .map_err(|e| ApiError::internal(e.to_string()))
+}
+
+/// Parses a JSON body, naming the body in the error.
+pub(crate) fn body<T: serde::de::DeserializeOwned>(body: &str) -> Result<T, ApiError> {
+    serde_json::from_str(body).map_err(|e| ApiError::bad(format!("body: {e}")))
+}
+
+/// Parses a request into its action.
+pub fn parse(req: &Request<'_>) -> Result<Action, ApiError> {
+    let (path, query) = match req.url.split_once('?') {
+        Some((p, q)) => (p, q),
+        None => (req.url, ""),
+    };
+    let (tpl, p) = route(req.method, path)?;
+    let p = Params(p);
+    match (req.method, tpl) {
+        ("GET", "/healthz") => Ok(Action::Health),
+        ("GET", "/v1/openapi.yaml") => Ok(Action::OpenApi),
+        ("GET", "/v1/events") => events::parse(query).map(Action::Events),
+        (_, t)
+            if t.starts_with("/v1/tenants/{name}/middleboxes") || t.contains("/chains/{chain}") =>
+        {
+            scaling::parse(req.method, tpl, &p, req.body).map(Action::Scaling)
+        }
+        (_, t) if t.starts_with("/v1/tenants") || t == "/v1/chains" => {
+            tenants::parse(req.method, tpl, &p, req.content_type, req.body).map(Action::Tenant)
+        }
+        (_, t)
+            if t.starts_with("/v1/hosts") || t.starts_with("/v1/vms") || t == "/v1/instances" =>
+        {
+            hosts::parse(req.method, tpl, &p, req.body).map(Action::Host)
+        }
+        _ => Err(unknown(path)),
+    }
+}
+
+/// The 404 of a path no route serves.
+pub(crate) fn unknown(path: &str) -> ApiError {
+    ApiError::not_found(format!("no such endpoint: {path}"))
+}
+
+/// The decoded parameters of a matched route, in template order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Params(pub Vec<String>);
+
+impl Params {
+    /// The `i`th parameter (routes always have as many as their template).
+    pub fn get(&self, i: usize) -> String {
+        self.0.get(i).cloned().unwrap_or_default()
+    }
+}
+
+pub(crate) fn percent_decode(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'%' && i + 2 < b.len() {
+            if let Ok(v) = u8::from_str_radix(&s[i + 1..i + 3], 16) {
+                out.push(v);
+                i += 3;
+                continue;
+            }
+        }
+        out.push(b[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Matches `path` against the route templates: the template and its parameters,
+/// or whether the path exists under another method.
+pub fn route(method: &str, path: &str) -> Result<(&'static str, Vec<String>), ApiError> {
+    let segs: Vec<&str> = path.trim_matches('/').split('/').collect();
+    let mut path_known = false;
+    for &(m, tpl) in ROUTES {
+        let t: Vec<&str> = tpl.trim_matches('/').split('/').collect();
+        if t.len() != segs.len() {
+            continue;
+        }
+        let mut params = Vec::new();
+        let ok = t.iter().zip(&segs).all(|(a, b)| {
+            if a.starts_with('{') {
+                params.push(percent_decode(b));
+                !b.is_empty()
+            } else {
+                a == b
+            }
+        });
+        if !ok {
+            continue;
+        }
+        if m == method {
+            return Ok((tpl, params));
+        }
+        path_known = true;
+    }
+    if path_known {
+        Err(ApiError {
+            status: 405,
+            msg: format!("{method} is not allowed on {path}"),
+        })
+    } else {
+        Err(unknown(path))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn routes_match_templates_and_methods() {
+        assert_eq!(
+            route("GET", "/v1/hosts/3/fib"),
+            Ok(("/v1/hosts/{id}/fib", vec!["3".to_string()]))
+        );
+        assert_eq!(
+            route("PUT", "/v1/vms/acme/web%2Da1"),
+            Ok((
+                "/v1/vms/{tenant}/{name}",
+                vec!["acme".to_string(), "web-a1".to_string()]
+            ))
+        );
+        assert_eq!(route("PATCH", "/v1/tenants/x").unwrap_err().status, 405);
+        assert_eq!(route("GET", "/v1/nothing").unwrap_err().status, 404);
+        assert_eq!(route("GET", "/v1/tenants/").unwrap().0, "/v1/tenants");
+    }
+
+    fn req<'a>(method: &'a str, url: &'a str, body: &'a str) -> Request<'a> {
+        Request {
+            method,
+            url,
+            content_type: None,
+            body,
+        }
+    }
+
+    #[test]
+    fn every_route_parses_into_its_resource() {
+        let cases = [
+            ("GET", "/healthz", ""),
+            ("GET", "/v1/tenants", ""),
+            ("GET", "/v1/chains", ""),
+            ("DELETE", "/v1/tenants/acme", ""),
+            ("GET", "/v1/hosts/2/config", ""),
+            ("GET", "/v1/instances", ""),
+            ("DELETE", "/v1/vms/acme/web", ""),
+            ("GET", "/v1/tenants/acme/middleboxes/fw", ""),
+            (
+                "PUT",
+                "/v1/tenants/acme/middleboxes/fw",
+                "{\"instances\": 2}",
+            ),
+            ("GET", "/v1/tenants/acme/chains/c/scaling", ""),
+            ("DELETE", "/v1/tenants/acme/chains/c/scaling", ""),
+            ("GET", "/v1/events?since=3&kind=drain", ""),
+        ];
+        for (m, u, b) in cases {
+            let a = parse(&req(m, u, b)).unwrap_or_else(|e| panic!("{m} {u}: {e}"));
+            let ok = match (u, &a) {
+                ("/healthz", Action::Health) => true,
+                (u, Action::Tenant(_)) => u.starts_with("/v1/tenants") || u == "/v1/chains",
+                (u, Action::Host(_)) => {
+                    u.contains("/hosts") || u.contains("/vms") || u.contains("/instances")
+                }
+                (u, Action::Scaling(_)) => u.contains("/middleboxes/") || u.contains("/chains/c/"),
+                (u, Action::Events(q)) => {
+                    u.starts_with("/v1/events")
+                        && q.since == 3
+                        && q.kind.as_deref() == Some("drain")
+                }
+                _ => false,
+            };
+            assert!(ok, "{m} {u} parsed into {a:?}");
+        }
+    }
+
+    #[test]
+    fn bad_bodies_and_queries_are_refused_before_the_state_is_touched() {
+        let bad = [
+            (
+                "PUT",
+                "/v1/tenants/acme/middleboxes/fw",
+                "{\"instances\": \"two\"}",
+            ),
+            (
+                "POST",
+                "/v1/tenants/acme/chains/c/metrics",
+                "{\"value\": 1e999}",
+            ),
+            ("POST", "/v1/hosts", "{}"),
+            ("PUT", "/v1/vms/acme/web", "not json"),
+            ("GET", "/v1/events?since=x", ""),
+            ("GET", "/v1/hosts/abc/fib", ""),
+        ];
+        for (m, u, b) in bad {
+            let e = parse(&req(m, u, b)).expect_err(u);
+            assert_eq!(e.status, 400, "{m} {u}: {e}");
+        }
+    }
+}

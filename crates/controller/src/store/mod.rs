@@ -1,0 +1,108 @@
+//! Where the desired state is kept between restarts, behind the [`Store`] trait:
+//! the reconciler persists every committed change through it before the change
+//! takes effect, and a starting controller loads from it.
+//!
+//! [`SqliteStore`] is the durable backend (a local file). [`MemoryStore`] keeps
+//! the state in the process, for `--db :memory:`-like ephemeral runs and for the
+//! reconciler's deterministic tests.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use sluice_proto::AgentConfig;
+
+use crate::desired::Desired;
+
+mod sqlite;
+
+pub use sqlite::SqliteStore;
+
+/// The desired state could not be loaded or saved.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// SQLite refused.
+    #[error("database: {0}")]
+    Sqlite(#[from] rusqlite::Error),
+    /// The database file could not be opened.
+    #[error("database {path}: {source}")]
+    Open {
+        /// The file.
+        path: String,
+        /// Why.
+        source: rusqlite::Error,
+    },
+    /// A stored row does not make sense (edited by hand, or from another version).
+    #[error("database: {0}")]
+    Corrupt(String),
+}
+
+/// A durable home for the desired state and the configuration last derived for
+/// each host (so versions keep increasing across restarts).
+pub trait Store: Send {
+    /// The stored desired state and every host's last configuration; tenant
+    /// specs are parsed again (checked against `registry` if given).
+    fn load(
+        &self,
+        registry: Option<&sluice_chain::Registry>,
+    ) -> Result<(Desired, BTreeMap<u32, AgentConfig>), StoreError>;
+
+    /// Replaces the stored state with `d` and `configs` atomically: after a crash
+    /// the store holds either the state before or the state after.
+    fn save(&mut self, d: &Desired, configs: &BTreeMap<u32, AgentConfig>)
+        -> Result<(), StoreError>;
+}
+
+/// The stored state of a [`MemoryStore`].
+type Saved = (Desired, BTreeMap<u32, AgentConfig>);
+
+/// A store in the process's memory. Clones share one state, so a test can
+/// "restart" a reconciler on what the previous one saved.
+#[derive(Clone, Default)]
+pub struct MemoryStore {
+    saved: Arc<Mutex<Option<Saved>>>,
+    saves: Arc<Mutex<u64>>,
+}
+
+impl MemoryStore {
+    /// An empty store.
+    pub fn new() -> MemoryStore {
+        MemoryStore::default()
+    }
+
+    /// How many times state was saved.
+    pub fn saves(&self) -> u64 {
+        *self.saves.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The last saved state, if any.
+    pub fn saved(&self) -> Option<Saved> {
+        self.saved.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+}
+
+impl Store for MemoryStore {
+    fn load(
+        &self,
+        _registry: Option<&sluice_chain::Registry>,
+    ) -> Result<(Desired, BTreeMap<u32, AgentConfig>), StoreError> {
+        Ok(self.saved().unwrap_or_else(|| {
+            (
+                Desired {
+                    next_vni: 1,
+                    ..Desired::default()
+                },
+                BTreeMap::new(),
+            )
+        }))
+    }
+
+    fn save(
+        &mut self,
+        d: &Desired,
+        configs: &BTreeMap<u32, AgentConfig>,
+    ) -> Result<(), StoreError> {
+        *self.saved.lock().unwrap_or_else(|p| p.into_inner()) = Some((d.clone(), configs.clone()));
+        *self.saves.lock().unwrap_or_else(|p| p.into_inner()) += 1;
+        Ok(())
+    }
+}
