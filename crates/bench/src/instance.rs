@@ -1,5 +1,5 @@
 //! `sluice bench instance`: the data path of one NF instance process
-//! ([`sluice_instance::Core`]: Geneve datagrams in, the chain, Geneve datagrams
+//! ([`sluice_instance::DataPath`]: Geneve datagrams in, the chain, Geneve datagrams
 //! out) on short flows, with its state local (the baseline), in Redis behind
 //! the flow cache under a lease (what a `state: cached` middlebox runs), and
 //! the same pipelined (`pipeline: N`). `sluice bench state` measures the chains
@@ -13,7 +13,7 @@ use std::time::Instant;
 
 use serde::Serialize;
 use sluice_chain::{Chain, ChainSpec, Sharing};
-use sluice_instance::Core;
+use sluice_instance::DataPath;
 use sluice_state::{LocalStore, StateStore};
 use sluice_switch::tunnel::geneve_header;
 
@@ -186,7 +186,7 @@ fn run_once(
         .map_err(|e| e.to_string())?;
     let agent = std::net::SocketAddrV4::new(std::net::Ipv4Addr::LOCALHOST, 6081);
     let batch = spec.settings.batch_size;
-    let mut core = Core::with_chain(tag, chain, store, batch, agent);
+    let mut core = DataPath::with_chain(tag, chain, store, batch, agent);
     if lease {
         let now = Instant::now();
         core.heartbeat_sent(1, wall_ns(), now);
@@ -204,7 +204,7 @@ fn run_once(
     }
     core.set_pipeline(window);
     let mut forwarded = 0u64;
-    let mut drain = |core: &mut Core| {
+    let mut drain = |core: &mut DataPath| {
         while core.has_output() {
             let n = core.forwarded().count();
             forwarded += n as u64;
@@ -251,7 +251,7 @@ fn wall_ns() -> u64 {
 /// remote/local ≥ 0.5).
 pub fn table(ms: &[InstanceMeasurement]) -> String {
     let mut s = String::from(
-        "one instance's Core (Geneve in, chain, Geneve out), short flows of 100 packets, 64 B frames, batches of 32\n\
+        "one instance's data path (Geneve in, chain, Geneve out), short flows of 100 packets, 64 B frames, batches of 32\n\
          local = LocalStore; cached = Redis behind the flow cache, lease on every flow; pipelined = the same with `pipeline`\n\n",
     );
     s.push_str(&format!(

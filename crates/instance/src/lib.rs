@@ -9,7 +9,7 @@
 //! options besides chain/hop, is regenerated from its VNI and chain/hop option), so
 //! the agent knows where the packet is in its tenant chain.
 //!
-//! [`Core`] is the sans-IO part (datagrams in, messages out); [`run`] wraps it in a
+//! [`DataPath`] is the sans-IO part (datagrams in, messages out); [`run`] wraps it in a
 //! UDP socket opened inside the instance's network namespace, a poll loop and a
 //! real clock for the chain's timers.
 //!
@@ -214,10 +214,10 @@ impl StatsHandle {
     }
 }
 
-/// The sans-IO data path: datagrams in ([`Core::push_datagram`]), one chain pass
-/// ([`Core::process`]), messages out ([`Core::forwarded`]), then
-/// [`Core::finish_batch`].
-pub struct Core {
+/// The sans-IO data path: datagrams in ([`DataPath::push_datagram`]), one chain pass
+/// ([`DataPath::process`]), messages out ([`DataPath::forwarded`]), then
+/// [`DataPath::finish_batch`].
+pub struct DataPath {
     chain: Chain,
     store: Box<dyn StateStore>,
     pool: PacketPool,
@@ -259,23 +259,23 @@ const WINDOWS_IN_FLIGHT: usize = 5;
 /// older than that is refused).
 const HB_REMEMBERED: usize = 16;
 
-impl std::fmt::Debug for Core {
+impl std::fmt::Debug for DataPath {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Core")
+        f.debug_struct("DataPath")
             .field("chain", &self.chain.name())
             .field("batch", &self.batch.len())
             .finish()
     }
 }
 
-impl Core {
+impl DataPath {
     /// Builds the chain of `chain_file` and opens the store named `state`.
     pub fn new(
         name: &str,
         chain_file: &Path,
         state: &str,
         agent: SocketAddrV4,
-    ) -> Result<Core, InstanceError> {
+    ) -> Result<DataPath, InstanceError> {
         let chain_err = |err| InstanceError::Chain {
             path: chain_file.to_path_buf(),
             err,
@@ -292,7 +292,7 @@ impl Core {
             eprintln!("instance {name}: warning: {}: {w}", chain_file.display());
         }
         let store = open_store(state)?;
-        let mut core = Core::with_chain(name, chain, store, spec.settings.batch_size, agent);
+        let mut core = DataPath::with_chain(name, chain, store, spec.settings.batch_size, agent);
         core.timer_interval = Duration::from_millis(spec.settings.timer_interval_ms.max(1));
         core.capacity = capacity;
         core.set_pipeline(spec.settings.pipeline);
@@ -306,10 +306,10 @@ impl Core {
         store: Box<dyn StateStore>,
         batch_size: usize,
         agent: SocketAddrV4,
-    ) -> Core {
+    ) -> DataPath {
         // A packet's index travels in its u16 `port`; the netio batch caps at 1024.
         let batch_size = batch_size.clamp(1, 1024);
-        Core {
+        DataPath {
             chain,
             store,
             pool: PacketPool::new(batch_size),
@@ -338,7 +338,7 @@ impl Core {
     /// in flight while the previous window is processed, and a batch leaves
     /// once the store has settled the writes it made, without the batch waiting
     /// for its own round trip. Only worth it with a backlog; an instance whose
-    /// input goes idle calls [`Core::idle`], which processes and releases what
+    /// input goes idle calls [`DataPath::idle`], which processes and releases what
     /// is in flight. Call before any traffic.
     pub fn set_pipeline(&mut self, packets: usize) {
         if packets == 0 || self.pipe.is_some() {
@@ -373,7 +373,7 @@ impl Core {
     }
 
     /// Decapsulates one datagram and queues its inner frame for the next
-    /// [`Core::process`]; refused datagrams are counted, never fatal.
+    /// [`DataPath::process`]; refused datagrams are counted, never fatal.
     pub fn push_datagram(&mut self, datagram: &[u8], now_ns: u64) {
         self.stats.rx += 1;
         let (vni, chain_hop, off) = match parse_geneve_payload(datagram) {
@@ -418,7 +418,7 @@ impl Core {
     }
 
     /// Runs the chain over the queued packets (pipelined: hands them to the
-    /// pipeline); what may leave is then in [`Core::forwarded`].
+    /// pipeline); what may leave is then in [`DataPath::forwarded`].
     pub fn process(&mut self) {
         if self.batch.is_empty() {
             return;
@@ -495,8 +495,8 @@ impl Core {
         }
     }
 
-    /// True while processed batches wait to be sent ([`Core::forwarded`], then
-    /// [`Core::finish_batch`]).
+    /// True while processed batches wait to be sent ([`DataPath::forwarded`], then
+    /// [`DataPath::finish_batch`]).
     pub fn has_output(&self) -> bool {
         !self.out.is_empty()
     }
@@ -817,7 +817,7 @@ pub fn run_with_stats(
     stop: &AtomicBool,
     stats: &StatsHandle,
 ) -> Result<(), InstanceError> {
-    let mut core = Core::new(&opts.name, &opts.chain, &opts.state, opts.agent)?;
+    let mut core = DataPath::new(&opts.name, &opts.chain, &opts.state, opts.agent)?;
     let timer_interval = core.timer_interval();
     let listen = opts.listen;
     let mut sock = in_netns_opt(opts.netns.as_deref(), || UdpBatchSocket::bind(listen))
@@ -945,7 +945,7 @@ pub fn run_with_stats(
 
 /// Sends one heartbeat to the agent; a full queue just skips it (the next one
 /// follows shortly, and a stuck instance should be suspected anyway).
-fn send_heartbeat(core: &mut Core, sock: &mut UdpBatchSocket, seq: u32, agent: SocketAddrV4) {
+fn send_heartbeat(core: &mut DataPath, sock: &mut UdpBatchSocket, seq: u32, agent: SocketAddrV4) {
     let hb = core
         .heartbeat(seq, cpu_time_us(), kernel_drops(sock.as_raw_fd()))
         .encode();
@@ -962,7 +962,7 @@ fn send_heartbeat(core: &mut Core, sock: &mut UdpBatchSocket, seq: u32, agent: S
 const SEND_CHUNK: usize = 64;
 
 /// Sends every processed batch that may leave.
-fn send_all(core: &mut Core, sock: &mut UdpBatchSocket, wpoll: &mut Poller) {
+fn send_all(core: &mut DataPath, sock: &mut UdpBatchSocket, wpoll: &mut Poller) {
     while core.has_output() {
         send_forwarded(core, sock, wpoll);
     }
@@ -970,7 +970,7 @@ fn send_all(core: &mut Core, sock: &mut UdpBatchSocket, wpoll: &mut Poller) {
 
 /// Sends the oldest processed batch back to the agent; if the socket stays full after a
 /// few short waits, the rest is dropped (and counted) rather than stalling input.
-fn send_forwarded(core: &mut Core, sock: &mut UdpBatchSocket, wpoll: &mut Poller) {
+fn send_forwarded(core: &mut DataPath, sock: &mut UdpBatchSocket, wpoll: &mut Poller) {
     let refused_before = sock.stats().tx_errors;
     let sent = {
         let mut chunk = [Msg::frame(&[]); SEND_CHUNK];

@@ -19,7 +19,7 @@ settings:
 
 const AGENT: SocketAddrV4 = SocketAddrV4::new(std::net::Ipv4Addr::new(10, 254, 0, 1), 6081);
 
-fn core() -> Core {
+fn core() -> DataPath {
     core_on(Box::new(LocalStore::new()))
 }
 
@@ -51,7 +51,7 @@ fn encap(vni: u32, ch: Option<(u16, u8)>, frame: &[u8]) -> Vec<u8> {
 }
 
 /// Pushes datagrams one batch at a time and returns what comes out.
-fn run_through(core: &mut Core, datagrams: &[Vec<u8>]) -> Vec<Vec<u8>> {
+fn run_through(core: &mut DataPath, datagrams: &[Vec<u8>]) -> Vec<Vec<u8>> {
     let mut out = Vec::new();
     for chunk in datagrams.chunks(core.batch_size()) {
         for d in chunk {
@@ -168,7 +168,7 @@ fn unknown_state_backends_are_refused() {
 
 #[test]
 fn missing_chain_file_names_it() {
-    let e = Core::new("t", Path::new("/nonexistent/chain.yaml"), "local", AGENT).unwrap_err();
+    let e = DataPath::new("t", Path::new("/nonexistent/chain.yaml"), "local", AGENT).unwrap_err();
     assert!(e.to_string().contains("/nonexistent/chain.yaml"), "{e}");
 }
 
@@ -386,7 +386,7 @@ fn fix_tcp_checksum(f: &mut [u8]) {
 }
 
 /// Sends (appends to `out`) every processed batch that may leave.
-fn send(core: &mut Core, out: &mut Vec<Vec<u8>>) {
+fn send(core: &mut DataPath, out: &mut Vec<Vec<u8>>) {
     while core.has_output() {
         let msgs: Vec<Vec<u8>> = core
             .forwarded()
@@ -400,7 +400,7 @@ fn send(core: &mut Core, out: &mut Vec<Vec<u8>>) {
 /// Pushes `input` a batch at a time, sending whatever may leave after each
 /// batch, then goes idle; returns the frames in the order they left and the
 /// most batches that were in flight at once.
-fn run_pipelined(core: &mut Core, input: &[Vec<u8>]) -> (Vec<Vec<u8>>, usize) {
+fn run_pipelined(core: &mut DataPath, input: &[Vec<u8>]) -> (Vec<Vec<u8>>, usize) {
     let mut out = Vec::new();
     let mut most = 0;
     for chunk in input.chunks(core.batch_size()) {
@@ -417,7 +417,7 @@ fn run_pipelined(core: &mut Core, input: &[Vec<u8>]) -> (Vec<Vec<u8>>, usize) {
     (out, most)
 }
 
-fn leased(mut c: Core) -> Core {
+fn leased(mut c: DataPath) -> DataPath {
     let now = Instant::now();
     c.heartbeat_sent(1, wall_ns(), now);
     c.on_lease(&lease(5, 1, 60_000_000, vec![(0, u32::MAX)]), now);
@@ -425,11 +425,11 @@ fn leased(mut c: Core) -> Core {
     c
 }
 
-fn core_on(store: Box<dyn StateStore>) -> Core {
+fn core_on(store: Box<dyn StateStore>) -> DataPath {
     core_of(CHAIN, store)
 }
 
-fn core_of(text: &str, store: Box<dyn StateStore>) -> Core {
+fn core_of(text: &str, store: Box<dyn StateStore>) -> DataPath {
     let spec = ChainSpec::from_str(text, Path::new("t.yaml")).unwrap();
     let chain = Chain::from_spec(
         &spec,
@@ -438,7 +438,7 @@ fn core_of(text: &str, store: Box<dyn StateStore>) -> Core {
         Sharing::Shared,
     )
     .unwrap();
-    Core::with_chain("t", chain, store, spec.settings.batch_size, AGENT)
+    DataPath::with_chain("t", chain, store, spec.settings.batch_size, AGENT)
 }
 
 /// The frames a plain (not pipelined, no lease) core lets through, in order.
@@ -472,7 +472,7 @@ fn settings_pipeline_turns_pipelining_on_and_is_bounded() {
         CHAIN.replace("batch_size: 8", "batch_size: 8\n  pipeline: 20"),
     )
     .unwrap();
-    let c = Core::new("t", &path, "local", AGENT).unwrap();
+    let c = DataPath::new("t", &path, "local", AGENT).unwrap();
     // Rounded up to whole batches.
     assert_eq!(c.stats.pipeline.window_packets, 24);
     std::fs::write(
@@ -480,7 +480,7 @@ fn settings_pipeline_turns_pipelining_on_and_is_bounded() {
         CHAIN.replace("batch_size: 8", "batch_size: 8\n  pipeline: 70000"),
     )
     .unwrap();
-    let e = Core::new("t", &path, "local", AGENT)
+    let e = DataPath::new("t", &path, "local", AGENT)
         .unwrap_err()
         .to_string();
     assert!(
