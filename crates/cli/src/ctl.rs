@@ -8,6 +8,8 @@ use clap::{Args, Subcommand};
 use sluice_controller::client::Client;
 use sluice_controller::{serve, ServerOptions};
 
+use crate::error::CliError;
+
 /// Where the controller is, and how to print its answers.
 #[derive(Args, Debug, Clone)]
 pub struct ClientArgs {
@@ -126,17 +128,17 @@ pub struct StatusArgs {
 }
 
 /// Runs the controller until SIGINT or SIGTERM.
-pub fn controller(a: &ControllerArgs) -> Result<(), String> {
+pub fn controller(a: &ControllerArgs) -> Result<(), CliError> {
     use signal_hook::consts::{SIGINT, SIGTERM};
     // Registered before the server's threads exist, so no signal is missed.
     let mut signals =
-        signal_hook::iterator::Signals::new([SIGINT, SIGTERM]).map_err(|e| e.to_string())?;
+        signal_hook::iterator::Signals::new([SIGINT, SIGTERM]).map_err(CliError::Signals)?;
     let h = serve(ServerOptions {
         listen: a.listen,
         db: a.db.clone(),
         state_url: a.state.clone(),
     })
-    .map_err(|e| e.to_string())?;
+    .map_err(CliError::Serve)?;
     eprintln!(
         "sluice controller: listening on {} (database {}, state {})",
         h.url(),
@@ -156,8 +158,8 @@ fn pretty(raw: &str) -> String {
         .unwrap_or_else(|| raw.to_string())
 }
 
-fn parse<T: serde::de::DeserializeOwned>(raw: &str) -> Result<T, String> {
-    serde_json::from_str(raw).map_err(|e| format!("unexpected answer from the controller: {e}"))
+fn parse<T: serde::de::DeserializeOwned>(raw: &str) -> Result<T, CliError> {
+    serde_json::from_str(raw).map_err(CliError::Answer)
 }
 
 fn opt<T: std::fmt::Display>(v: Option<T>) -> String {
@@ -165,14 +167,16 @@ fn opt<T: std::fmt::Display>(v: Option<T>) -> String {
 }
 
 /// `sluice apply -f SPEC`.
-pub fn apply(a: &ApplyArgs) -> Result<(), String> {
-    let text =
-        std::fs::read_to_string(&a.file).map_err(|e| format!("{}: {e}", a.file.display()))?;
+pub fn apply(a: &ApplyArgs) -> Result<(), CliError> {
+    let text = std::fs::read_to_string(&a.file).map_err(CliError::io(&a.file))?;
     let raw = a
         .client
         .client()
         .apply_raw(None, &text)
-        .map_err(|e| format!("{}: {e}", a.file.display()))?;
+        .map_err(|source| CliError::Apply {
+            path: a.file.clone(),
+            source,
+        })?;
     if a.client.json {
         println!("{}", pretty(&raw));
         return Ok(());
@@ -208,7 +212,7 @@ pub fn apply(a: &ApplyArgs) -> Result<(), String> {
 }
 
 /// `sluice get ...`.
-pub fn get(a: &GetArgs) -> Result<(), String> {
+pub fn get(a: &GetArgs) -> Result<(), CliError> {
     let c = a.client.client();
     let path = match &a.what {
         GetWhat::Tenants => "/v1/tenants".to_string(),
@@ -220,7 +224,7 @@ pub fn get(a: &GetArgs) -> Result<(), String> {
         GetWhat::Fib { host } => format!("/v1/hosts/{host}/fib"),
         GetWhat::Config { host } => format!("/v1/hosts/{host}/config"),
     };
-    let raw = c.get_raw(&path).map_err(|e| e.to_string())?;
+    let raw = c.get_raw(&path)?;
     if a.client.json || matches!(a.what, GetWhat::Config { .. }) {
         println!("{}", pretty(&raw));
         return Ok(());
@@ -374,15 +378,14 @@ pub fn get(a: &GetArgs) -> Result<(), String> {
 }
 
 /// `sluice delete ...`.
-pub fn delete(a: &DeleteArgs) -> Result<(), String> {
+pub fn delete(a: &DeleteArgs) -> Result<(), CliError> {
     let c = a.client.client();
     let raw = match &a.what {
         DeleteWhat::Tenant { name } => c.delete_tenant_raw(name),
         DeleteWhat::Vm { tenant, name } => c
             .delete_vm(tenant, name)
             .map(|d| serde_json::to_string(&d).unwrap_or_default()),
-    }
-    .map_err(|e| e.to_string())?;
+    }?;
     if a.client.json {
         println!("{}", pretty(&raw));
         return Ok(());
@@ -396,12 +399,11 @@ pub fn delete(a: &DeleteArgs) -> Result<(), String> {
 }
 
 /// `sluice status`: hosts alive and in sync, tenants, NF instances alive.
-pub fn status(a: &StatusArgs) -> Result<(), String> {
+pub fn status(a: &StatusArgs) -> Result<(), CliError> {
     let c = a.client.client();
-    let e = |e: sluice_controller::client::ClientError| e.to_string();
-    let hosts = c.hosts().map_err(e)?;
-    let tenants = c.tenants().map_err(e)?;
-    let instances = c.instances().map_err(e)?;
+    let hosts = c.hosts()?;
+    let tenants = c.tenants()?;
+    let instances = c.instances()?;
     if a.client.json {
         let v = serde_json::json!({
             "controller": c.base(),
@@ -494,18 +496,16 @@ pub struct MetricArgs {
 }
 
 /// `sluice scale`: sets a middlebox's instance count.
-pub fn scale(a: &ScaleArgs) -> Result<(), String> {
+pub fn scale(a: &ScaleArgs) -> Result<(), CliError> {
     let c = a.client.client();
-    let info = c
-        .scale(
-            &a.tenant,
-            &a.middlebox,
-            &sluice_controller::model::ScaleRequest {
-                instances: a.instances,
-                drain_timeout_ms: a.drain_timeout_ms,
-            },
-        )
-        .map_err(|e| e.to_string())?;
+    let info = c.scale(
+        &a.tenant,
+        &a.middlebox,
+        &sluice_controller::model::ScaleRequest {
+            instances: a.instances,
+            drain_timeout_ms: a.drain_timeout_ms,
+        },
+    )?;
     if a.client.json {
         println!(
             "{}",
@@ -534,9 +534,9 @@ pub fn scale(a: &ScaleArgs) -> Result<(), String> {
 }
 
 /// `sluice events`: failovers, rejoins, drains and scaling decisions.
-pub fn events(a: &EventsArgs) -> Result<(), String> {
+pub fn events(a: &EventsArgs) -> Result<(), CliError> {
     let c = a.client.client();
-    let ev = c.events(a.since).map_err(|e| e.to_string())?;
+    let ev = c.events(a.since)?;
     if a.client.json {
         println!("{}", serde_json::to_string_pretty(&ev).unwrap_or_default());
         return Ok(());
@@ -560,18 +560,16 @@ pub fn events(a: &EventsArgs) -> Result<(), String> {
 }
 
 /// `sluice metric`: reports an application metric sample of a chain.
-pub fn metric(a: &MetricArgs) -> Result<(), String> {
+pub fn metric(a: &MetricArgs) -> Result<(), CliError> {
     let c = a.client.client();
-    let ack = c
-        .metric(
-            &a.tenant,
-            &a.chain,
-            &sluice_controller::model::MetricSample {
-                value: a.value,
-                at_ms: a.at_ms,
-            },
-        )
-        .map_err(|e| e.to_string())?;
+    let ack = c.metric(
+        &a.tenant,
+        &a.chain,
+        &sluice_controller::model::MetricSample {
+            value: a.value,
+            at_ms: a.at_ms,
+        },
+    )?;
     if a.client.json {
         println!("{}", serde_json::to_string_pretty(&ack).unwrap_or_default());
         return Ok(());

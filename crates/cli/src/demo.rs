@@ -19,6 +19,25 @@ use sluice_wire::IpAddr;
 
 use crate::run::{self, RunArgs, RunError};
 
+/// `sluice demo`.
+#[derive(clap::Args, Debug)]
+pub struct DemoArgs {
+    /// Directory for the generated files.
+    #[arg(long, default_value = "out/demo")]
+    pub out: PathBuf,
+    /// Print the summary as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `sluice sample`.
+#[derive(clap::Args, Debug)]
+pub struct SampleArgs {
+    /// Directory for the generated files.
+    #[arg(long, default_value = "out/demo")]
+    pub out: PathBuf,
+}
+
 const CHAIN: &str = include_str!("../../../examples/edge/chain.yaml");
 const FW_RULES: &str = include_str!("../../../examples/edge/firewall.rules");
 const IPS_RULES: &str = include_str!("../../../examples/edge/ips.rules");

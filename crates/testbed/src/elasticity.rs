@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 
 use crate::experiments::payload;
-use crate::lab::{Lab, LabError};
+use crate::lab::{other, Lab, LabError};
 use crate::svg;
 
 /// What to run.
@@ -167,10 +167,6 @@ pub struct ElasticityRun {
     pub goodput_ratio: f64,
     /// From the start to the last download's end, seconds.
     pub total_s: f64,
-}
-
-fn other(e: impl std::fmt::Display) -> LabError {
-    LabError::Other(e.to_string())
 }
 
 /// Records the drop and receive counters of the instances of
@@ -644,14 +640,13 @@ pub fn variant_spec(
     state: &str,
     affinity: &str,
     capacity_mbps: Option<f64>,
-) -> Result<String, String> {
-    let mut doc: serde_yaml::Value =
-        serde_yaml::from_str(base).map_err(|e| format!("the base spec is not YAML: {e}"))?;
+) -> Result<String, VariantError> {
+    let mut doc: serde_yaml::Value = serde_yaml::from_str(base).map_err(VariantError::NotYaml)?;
     let mb = doc
         .get_mut("elements")
         .and_then(|e| e.get_mut(middlebox))
         .and_then(|m| m.as_mapping_mut())
-        .ok_or_else(|| format!("the base spec has no element `{middlebox}`"))?;
+        .ok_or_else(|| VariantError::NoElement(middlebox.to_string()))?;
     mb.insert("state".into(), state.into());
     mb.insert("affinity".into(), affinity.into());
     if let Some(c) = capacity_mbps {
@@ -659,7 +654,21 @@ pub fn variant_spec(
         m.insert("mbps".into(), c.into());
         mb.insert("capacity".into(), m.into());
     }
-    serde_yaml::to_string(&doc).map_err(|e| e.to_string())
+    serde_yaml::to_string(&doc).map_err(VariantError::Write)
+}
+
+/// Why [`variant_spec`] could not write a variant.
+#[derive(Debug, thiserror::Error)]
+pub enum VariantError {
+    /// The base spec does not parse as YAML.
+    #[error("the base spec is not YAML: {0}")]
+    NotYaml(#[source] serde_yaml::Error),
+    /// The base spec has no element of the middlebox's name.
+    #[error("the base spec has no element `{0}`")]
+    NoElement(String),
+    /// The edited document could not be written back as YAML.
+    #[error("cannot write the variant as YAML: {0}")]
+    Write(#[source] serde_yaml::Error),
 }
 
 #[cfg(test)]
@@ -687,7 +696,10 @@ mod tests {
             e => panic!("fw is {e:?}"),
         }
         let e = variant_spec(base, "nosuch", "local", "hash", None).unwrap_err();
-        assert!(e.contains("no element `nosuch`"), "{e}");
+        assert!(
+            matches!(&e, VariantError::NoElement(m) if m == "nosuch"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use crate::lab::{Lab, LabError};
+use crate::lab::{other, Lab, LabError};
 
 /// What to run.
 #[derive(Debug, Clone)]
@@ -70,10 +70,6 @@ pub struct FailoverReport {
     /// What the agent noticed first: `exited` (the supervisor reaped the
     /// process) or `heartbeat` (its silence).
     pub detected_by: Option<String>,
-}
-
-fn other(e: impl std::fmt::Display) -> LabError {
-    LabError::Other(e.to_string())
 }
 
 /// The file the server serves for the experiment (deterministic bytes).

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::lab::{Lab, LabError};
+use crate::lab::{other, Lab, LabError};
 
 /// What to run.
 #[derive(Debug, Clone, Serialize)]
@@ -87,10 +87,6 @@ const VICTIM: &str = "web-a1";
 const AGGRESSOR: &str = "web-a2";
 const VICTIM_PORT: &str = "5201";
 const AGGRESSOR_PORT: &str = "5202";
-
-fn other(e: impl std::fmt::Display) -> LabError {
-    LabError::Other(e.to_string())
-}
 
 /// Runs `cmd` in VM `vm`'s namespace in the background, its stdout captured.
 fn spawn_in(lab: &Lab, vm: &str, cmd: &[&str]) -> Result<Child, LabError> {

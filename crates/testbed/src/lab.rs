@@ -134,7 +134,8 @@ pub enum LabError {
     Other(String),
 }
 
-fn other(e: impl std::fmt::Display) -> LabError {
+/// A [`LabError::Other`] from anything printable.
+pub(crate) fn other(e: impl std::fmt::Display) -> LabError {
     LabError::Other(e.to_string())
 }
 

@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use crate::lab::{Lab, LabError};
+use crate::lab::{other, Lab, LabError};
 use crate::svg;
 
 /// What to run.
@@ -187,10 +187,6 @@ pub struct ScalingRun {
     pub end_instances: u32,
     /// Served requests/s over the last 10 s of the run.
     pub end_throughput: f64,
-}
-
-fn other(e: impl std::fmt::Display) -> LabError {
-    LabError::Other(e.to_string())
 }
 
 /// One request: connect, GET, read to the end. Ok if the whole body came.

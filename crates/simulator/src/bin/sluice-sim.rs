@@ -1,4 +1,5 @@
-//! Stand-alone runner for the reproductions (`sluice sim` mounts the same commands).
+//! Stand-alone runner for the reproductions; the `sluice` binary does not mount them, so
+//! that it does not link the LP solver (HiGHS).
 
 use clap::Parser;
 

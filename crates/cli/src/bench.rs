@@ -1,0 +1,273 @@
+//! `sluice bench nf | control | dataplane | state | instance`: the benchmarks, each
+//! printing ratios against a baseline measured in the same run.
+
+use std::path::PathBuf;
+
+use clap::Subcommand;
+
+use crate::error::CliError;
+
+/// The benchmark to run.
+#[derive(Subcommand)]
+pub enum BenchCmd {
+    /// Single-core throughput of each function and of a chain, 64-byte and full-size packets.
+    Nf {
+        /// Print one JSON object per measurement instead of a table.
+        #[arg(long)]
+        json: bool,
+        /// Packets per run of the small-packet traffic.
+        #[arg(long, default_value_t = 1_000_000)]
+        packets: usize,
+        /// Frame size of the small-packet traffic.
+        #[arg(long, default_value_t = 64)]
+        frame_size: usize,
+        /// Packets per flow (handshake and teardown included).
+        #[arg(long, default_value_t = 1000)]
+        flow_length: usize,
+        /// Flows active at once.
+        #[arg(long, default_value_t = 256)]
+        concurrency: usize,
+        /// StatelessNF §4.6.2.2's mixes: `long` (10,000-packet flows) or `short`
+        /// (100-packet flows); overrides --flow-length.
+        #[arg(long)]
+        mix: Option<Mix>,
+        /// Runs per measurement; the best is kept.
+        #[arg(long, default_value_t = 3)]
+        reps: usize,
+        /// Only measurements whose name contains this.
+        #[arg(long)]
+        filter: Option<String>,
+    },
+    /// Control plane: time to compile the Stratos Figure 4 tenant into FIB entries and
+    /// to install them (Stratos Table 1).
+    Control {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+        /// Runs; the median and the slowest are reported.
+        #[arg(long, default_value_t = 50)]
+        runs: usize,
+    },
+    /// The distributed switch against a direct veth link (iperf3 throughput, TCP
+    /// round trips) and apply-to-installed time on every agent, on a namespace
+    /// testbed (needs root; Stratos §7.1.1 and Table 1).
+    Dataplane {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+        /// Seconds per iperf3 run.
+        #[arg(long, default_value_t = 5)]
+        seconds: u32,
+        /// Re-applications of the tenant timed for the install measurement.
+        #[arg(long, default_value_t = 10)]
+        installs: usize,
+        /// The tenant the testbed runs (its web-a1 and web-b1 VMs carry the traffic).
+        #[arg(long, default_value = "examples/tenant/figure4.yaml")]
+        spec: PathBuf,
+        /// Run the agents with Seawall's rate control (what it costs the
+        /// switch path when nothing is congested).
+        #[arg(long)]
+        seawall: bool,
+    },
+    /// Remote (Redis) versus local state: throughput, added latency and store
+    /// operations per packet of each function, long and short flows (StatelessNF Fig. 4.4).
+    State {
+        /// Print one JSON object per measurement instead of tables.
+        #[arg(long)]
+        json: bool,
+        /// Fewer frame sizes and packets, for a fast run.
+        #[arg(long)]
+        quick: bool,
+        /// Existing store to measure (`redis://HOST:PORT` or
+        /// `redis-cluster://HOST:PORT,...`); default: a private redis-server on loopback.
+        #[arg(long)]
+        state: Option<String>,
+        /// Only measurements whose name (e.g. `firewall_long_64`) contains this.
+        #[arg(long)]
+        filter: Option<String>,
+        /// Rounds per workload, each running every backend once in turn; the
+        /// fastest run of each is kept.
+        #[arg(long, default_value_t = 3)]
+        reps: usize,
+        /// Packets per window of the pipelined runs, in whole batches
+        /// (docs/STATE.md, "Pipelining"); 0 skips them.
+        #[arg(long, default_value_t = sluice_bench::state::DEFAULT_WINDOW)]
+        window: usize,
+    },
+    /// One NF instance's data path (Geneve in, chain, Geneve out) on short
+    /// flows: local state versus Redis behind the flow cache, plain and
+    /// pipelined (a middlebox's `pipeline:`).
+    Instance {
+        /// Print one JSON object per function instead of a table.
+        #[arg(long)]
+        json: bool,
+        /// Existing store to measure (`redis://HOST:PORT` or
+        /// `redis-cluster://HOST:PORT,...`); default: a private redis-server on loopback.
+        #[arg(long)]
+        state: Option<String>,
+        /// Only functions whose name contains this.
+        #[arg(long)]
+        filter: Option<String>,
+        /// Packets per run (short flows of 100 packets, 64-byte frames).
+        #[arg(long, default_value_t = 200_000)]
+        packets: usize,
+        /// Packets per pipelined window.
+        #[arg(long, default_value_t = 512)]
+        window: usize,
+        /// Runs per mode; the fastest is kept.
+        #[arg(long, default_value_t = 2)]
+        reps: usize,
+    },
+}
+
+/// StatelessNF's traffic mixes.
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+pub enum Mix {
+    /// Few long flows (10,000 packets each).
+    Long,
+    /// Many short flows (100 packets each).
+    Short,
+}
+
+/// Runs one benchmark and prints its results.
+pub fn run(which: BenchCmd) -> Result<(), CliError> {
+    match which {
+        BenchCmd::Dataplane {
+            json,
+            seconds,
+            installs,
+            spec,
+            seawall,
+        } => {
+            let exe = std::env::current_exe().map_err(CliError::OwnBinary)?;
+            let r = sluice_bench::dataplane::run(&exe, &spec, seconds, installs, seawall)
+                .map_err(CliError::Bench)?;
+            if json {
+                println!("{}", serde_json::to_string(&r).expect("report serialises"));
+            } else {
+                sluice_bench::dataplane::print(&r);
+            }
+            Ok(())
+        }
+        BenchCmd::Control { json, runs } => {
+            let ts = sluice_bench::control::run(runs).map_err(CliError::Bench)?;
+            for t in &ts {
+                if json {
+                    println!("{}", serde_json::to_string(t).expect("timing serialises"));
+                } else {
+                    println!(
+                        "{:<30} median {:>7.3} ms  max {:>7.3} ms  goal <= {} ms  Stratos {} ms  ({} entries)",
+                        t.name, t.median_ms, t.max_ms, t.goal_ms, t.stratos_ms, t.entries
+                    );
+                }
+            }
+            Ok(())
+        }
+        BenchCmd::Nf {
+            json,
+            packets,
+            frame_size,
+            flow_length,
+            concurrency,
+            mix,
+            reps,
+            filter,
+        } => {
+            let flow_length = match mix {
+                Some(Mix::Long) => 10_000,
+                Some(Mix::Short) => 100,
+                None => flow_length,
+            };
+            let opts = sluice_bench::nf::Options {
+                packets,
+                frame_size,
+                flow_length,
+                concurrency,
+                reps,
+                filter,
+            };
+            let ms = sluice_bench::nf::run(&opts, &mut |what| eprintln!("bench: {what}"));
+            if ms.is_empty() {
+                return Err(CliError::NoMeasurement);
+            }
+            if json {
+                for m in &ms {
+                    println!(
+                        "{}",
+                        serde_json::to_string(m).expect("measurement serialises")
+                    );
+                }
+            } else {
+                print!("{}", sluice_bench::table(&ms));
+            }
+            Ok(())
+        }
+        BenchCmd::State {
+            json,
+            quick,
+            state,
+            filter,
+            reps,
+            window,
+        } => {
+            let opts = sluice_bench::state::Options {
+                quick,
+                state,
+                filter,
+                reps,
+                window,
+            };
+            let ms = sluice_bench::state::run(&opts, &mut |what| eprintln!("bench: {what}"))
+                .map_err(CliError::Bench)?;
+            print_measurements(&ms, json, sluice_bench::state::table)
+        }
+        BenchCmd::Instance {
+            json,
+            state,
+            filter,
+            packets,
+            window,
+            reps,
+        } => {
+            if window == 0 {
+                return Err(CliError::flag(
+                    "window",
+                    "give a pipelined window of at least 1 packet",
+                ));
+            }
+            let opts = sluice_bench::instance::Options {
+                state,
+                filter,
+                packets,
+                window,
+                reps,
+            };
+            let ms = sluice_bench::instance::run(&opts, &mut |what| eprintln!("bench: {what}"))
+                .map_err(CliError::Bench)?;
+            print_measurements(&ms, json, sluice_bench::instance::table)
+        }
+    }
+}
+
+/// Prints benchmark results: one JSON object per line with `json`, else the
+/// table `table` makes of them; none at all is an error.
+fn print_measurements<M: serde::Serialize>(
+    ms: &[M],
+    json: bool,
+    table: fn(&[M]) -> String,
+) -> Result<(), CliError> {
+    if ms.is_empty() {
+        return Err(CliError::NoMeasurement);
+    }
+    if json {
+        for m in ms {
+            println!(
+                "{}",
+                serde_json::to_string(m).expect("measurement serialises")
+            );
+        }
+    } else {
+        print!("{}", table(ms));
+    }
+    Ok(())
+}

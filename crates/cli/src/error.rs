@@ -1,0 +1,130 @@
+//! What a `sluice` subcommand can fail with.
+//!
+//! Every variant names the thing that went wrong (a file, a flag, the controller, the
+//! testbed) and its message already carries its source's, so that the one line
+//! `main` prints (`error: ...`, then a non-zero exit) is enough to act on.
+
+use std::io;
+use std::path::{Path, PathBuf};
+
+use sluice_controller::client::ClientError;
+use sluice_testbed::lab::LabError;
+
+use crate::run::RunError;
+
+/// The error of one `sluice` subcommand.
+#[derive(Debug, thiserror::Error)]
+pub enum CliError {
+    /// A file or directory could not be read, written or created.
+    #[error("{}: {source}", path.display())]
+    Io {
+        /// The file or directory.
+        path: PathBuf,
+        /// What the OS said.
+        #[source]
+        source: io::Error,
+    },
+    /// A command-line flag has a value the command cannot use.
+    #[error("--{flag}: {problem}")]
+    Flag {
+        /// The flag, without its dashes.
+        flag: &'static str,
+        /// What is wrong with its value.
+        problem: String,
+    },
+    /// A tenant spec does not parse or validate (the error names its file and field).
+    #[error(transparent)]
+    Spec(#[from] sluice_tenant::SpecError),
+    /// The controller could not be reached or refused a request.
+    #[error(transparent)]
+    Controller(#[from] ClientError),
+    /// The controller refused a tenant spec (its answer names the field at fault).
+    #[error("{}: {source}", path.display())]
+    Apply {
+        /// The spec's file.
+        path: PathBuf,
+        /// The controller's answer.
+        #[source]
+        source: ClientError,
+    },
+    /// The controller answered with JSON this client does not understand (a version
+    /// mismatch, or not a Sluice controller).
+    #[error("unexpected answer from the controller: {0}")]
+    Answer(#[source] serde_json::Error),
+    /// The controller could not start.
+    #[error("cannot start the controller: {0}")]
+    Serve(#[source] sluice_controller::ControllerError),
+    /// Signal handlers could not be installed.
+    #[error("cannot install signal handlers: {0}")]
+    Signals(#[source] io::Error),
+    /// The testbed or an experiment on it failed.
+    #[error(transparent)]
+    Lab(#[from] LabError),
+    /// A spec's variant for an experiment could not be written.
+    #[error("{}: {source}", path.display())]
+    Variant {
+        /// The base spec.
+        path: PathBuf,
+        /// What was wrong with it.
+        #[source]
+        source: sluice_testbed::elasticity::VariantError,
+    },
+    /// `testbed up`/`demo`/an experiment was pointed at a directory whose testbed is
+    /// still up.
+    #[error(
+        "a testbed is already up in {dir} (run `sluice testbed down --dir {dir}` first)",
+        dir = .0.display()
+    )]
+    AlreadyUp(PathBuf),
+    /// Some of the testbed demo's checks failed.
+    #[error("{failed} of {total} checks failed (logs were in {})", dir.display())]
+    ChecksFailed {
+        /// Checks that failed.
+        failed: usize,
+        /// Checks run.
+        total: usize,
+        /// The lab's directory (logs, database).
+        dir: PathBuf,
+    },
+    /// A benchmark could not run (the bench crate reports its failures as text naming
+    /// the step that failed).
+    #[error("benchmark: {0}")]
+    Bench(String),
+    /// A benchmark filter matched nothing.
+    #[error("no measurement ran (check --filter)")]
+    NoMeasurement,
+    /// `sluice run`/`demo`/`sample` failed.
+    #[error(transparent)]
+    Run(#[from] RunError),
+    /// Own executable not found (the testbed starts `sluiced` from next to it).
+    #[error("cannot find own binary: {0}")]
+    OwnBinary(#[source] io::Error),
+}
+
+impl CliError {
+    /// Wraps an I/O error with the path it concerns.
+    pub fn io(path: &Path) -> impl FnOnce(io::Error) -> CliError + '_ {
+        move |source| CliError::Io {
+            path: path.to_path_buf(),
+            source,
+        }
+    }
+
+    /// Wraps a spec-variant error with the base spec's path.
+    pub fn variant(
+        path: &Path,
+    ) -> impl FnOnce(sluice_testbed::elasticity::VariantError) -> CliError + '_ {
+        move |source| CliError::Variant {
+            path: path.to_path_buf(),
+            source,
+        }
+    }
+
+    /// A bad value of `--flag`.
+    pub fn flag(flag: &'static str, problem: impl Into<String>) -> CliError {
+        CliError::Flag {
+            flag,
+            problem: problem.into(),
+        }
+    }
+}

@@ -1,0 +1,567 @@
+//! `sluice experiment isolation | failover | scaling | elasticity`: the papers'
+//! experiments on a namespace testbed (needs root).
+
+use std::path::{Path, PathBuf};
+
+use clap::Subcommand;
+use sluice_testbed::lab::Lab;
+
+use crate::error::CliError;
+use crate::testbed::{guard, options, options_with, print_state};
+
+/// The experiment to run.
+#[derive(Subcommand)]
+pub enum ExperimentCmd {
+    /// Seawall: a VM's TCP download against a VM flooding UDP or opening many
+    /// TCP connections, over a congested link into one host, with the agents'
+    /// rate control off and then on (Seawall §3.1, Fig. 1-2; docs/ISOLATION.md).
+    Isolation {
+        /// Tenant spec (needs VMs web-a1, web-a2 and web-b1 on three hosts).
+        #[arg(long, default_value = "examples/tenant/figure4.yaml")]
+        spec: PathBuf,
+        /// Rate of the link into the receiving host, Mbit/s.
+        #[arg(long, default_value_t = 100)]
+        bottleneck_mbit: u32,
+        /// Queue of that link, KiB.
+        #[arg(long, default_value_t = 128)]
+        queue_kb: u32,
+        /// The UDP aggressor's rate, Mbit/s.
+        #[arg(long, default_value_t = 300)]
+        udp_mbit: u32,
+        /// The TCP aggressor's connections.
+        #[arg(long, default_value_t = 16)]
+        tcp_flows: usize,
+        /// Seconds per contest.
+        #[arg(long, default_value_t = 6)]
+        seconds: u32,
+        /// Seawall weight of the victim VM (1 to 1000; the aggressor weighs 1).
+        #[arg(long, default_value_t = 1)]
+        victim_weight: u16,
+        /// Settings to compare: off, on, or both (off,on).
+        #[arg(long, default_value = "off,on")]
+        seawall: String,
+        /// Working directory.
+        #[arg(long, default_value = "/tmp/sluice-experiment")]
+        dir: PathBuf,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Concurrent HTTP downloads through a middlebox; SIGKILL one instance
+    /// mid-transfer; compare with a run without failure (StatelessNF Fig. 4.7).
+    Failover {
+        /// Tenant spec (`state: local` on the middlebox gives the baseline).
+        #[arg(long, default_value = "examples/experiments/failover.yaml")]
+        spec: PathBuf,
+        /// Concurrent downloads.
+        #[arg(long, default_value_t = 100)]
+        downloads: usize,
+        /// Size of each download, KiB.
+        #[arg(long, default_value_t = 2048)]
+        size_kib: usize,
+        /// Rate limit per download (curl --limit-rate).
+        #[arg(long, default_value = "256k")]
+        rate: String,
+        /// Kill this long after the downloads start, ms.
+        #[arg(long, default_value_t = 3000)]
+        kill_after_ms: u64,
+        /// The middlebox whose first instance is killed.
+        #[arg(long, default_value = "fw")]
+        middlebox: String,
+        /// Working directory.
+        #[arg(long, default_value = "/tmp/sluice-experiment")]
+        dir: PathBuf,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Open-loop HTTP requests through capacity-limited middleboxes at a rate
+    /// that ramps up, holds and drops; the chain's scaler (greedy, none, all)
+    /// adds and removes instances (Stratos Table 2, Fig. 11).
+    Scaling {
+        /// Tenant spec.
+        #[arg(long, default_value = "examples/experiments/scaling.yaml")]
+        spec: PathBuf,
+        /// Strategies to compare, comma-separated.
+        #[arg(long, default_value = "greedy,none,all")]
+        strategies: String,
+        /// Request rate at the start, requests/s.
+        #[arg(long, default_value_t = 20.0)]
+        rate_start: f64,
+        /// Request rate at the peak.
+        #[arg(long, default_value_t = 100.0)]
+        rate_peak: f64,
+        /// Request rate after the peak.
+        #[arg(long, default_value_t = 50.0)]
+        rate_after: f64,
+        /// Seconds of ramp, peak and after.
+        #[arg(long, default_value = "30,100,60")]
+        phases: String,
+        /// Scaler trial window, ms.
+        #[arg(long, default_value_t = 5000)]
+        window_ms: u64,
+        /// Fraction of each trial window the scaler ignores while the queue of
+        /// the previous trial drains.
+        #[arg(long, default_value_t = 0.5)]
+        settle: f64,
+        /// What the scaler follows: `reported` (the client's mean response
+        /// time, POSTed every second) or `handshake_ms` (the TCP handshake time
+        /// the agents measure through the chain; the client reports nothing).
+        #[arg(long, default_value = "reported")]
+        metric: String,
+        /// The metric's target, ms: the scaler stops adding instances once it
+        /// is met (default: 100 for the response time, 10 for the handshake
+        /// time, which only waits in the middleboxes' queues).
+        #[arg(long)]
+        target_ms: Option<f64>,
+        /// Working directory.
+        #[arg(long, default_value = "/tmp/sluice-experiment")]
+        dir: PathBuf,
+        /// Where the CSV and JSON go.
+        #[arg(long, default_value = "out/experiments/scaling")]
+        out: PathBuf,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Ramp long downloads up and down through a middlebox; scale it out at the
+    /// peak and back in on the way down, once per variant of its state and
+    /// affinity (StatelessNF Fig. 4.8). Writes CSV, SVG and JSON to --out.
+    Elasticity {
+        /// Base tenant spec; each variant sets the middlebox's state and affinity.
+        #[arg(long, default_value = "examples/experiments/elasticity.yaml")]
+        spec: PathBuf,
+        /// Variants, `state/affinity` (shared|cached|local / hash|pinned),
+        /// comma-separated.
+        #[arg(
+            long,
+            default_value = "shared/hash,cached/hash,local/hash,local/pinned"
+        )]
+        variants: String,
+        /// Groups of downloads (ramp steps).
+        #[arg(long, default_value_t = 5)]
+        steps: usize,
+        /// Downloads per group.
+        #[arg(long, default_value_t = 4)]
+        flows_per_step: usize,
+        /// Time between groups, ms.
+        #[arg(long, default_value_t = 2000)]
+        step_ms: u64,
+        /// Steps at the peak.
+        #[arg(long, default_value_t = 2)]
+        hold_steps: usize,
+        /// Rate of each download, KiB/s.
+        #[arg(long, default_value_t = 1024)]
+        rate_kib: u64,
+        /// Per-instance capacity of the middlebox, Mbit/s (none by default).
+        #[arg(long)]
+        capacity_mbps: Option<f64>,
+        /// The middlebox scaled.
+        #[arg(long, default_value = "fw")]
+        middlebox: String,
+        /// Scale out half a step after this group (0-based) started, not at
+        /// the peak: later groups then start after the scale-out.
+        #[arg(long)]
+        scale_out_after: Option<usize>,
+        /// Working directory.
+        #[arg(long, default_value = "/tmp/sluice-experiment")]
+        dir: PathBuf,
+        /// Where the CSV, SVG and JSON go.
+        #[arg(long, default_value = "out/experiments/elasticity")]
+        out: PathBuf,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// Runs one experiment.
+pub fn run(what: ExperimentCmd) -> Result<(), CliError> {
+    match what {
+        ExperimentCmd::Isolation {
+            spec,
+            bottleneck_mbit,
+            queue_kb,
+            udp_mbit,
+            tcp_flows,
+            seconds,
+            victim_weight,
+            seawall,
+            dir,
+            json,
+        } => isolation(
+            &spec,
+            &dir,
+            &seawall,
+            sluice_testbed::isolation::IsolationOptions {
+                bottleneck_mbit,
+                queue_kb,
+                udp_mbit,
+                tcp_flows,
+                seconds,
+                victim_weight,
+            },
+            json,
+        ),
+        ExperimentCmd::Failover {
+            spec,
+            downloads,
+            size_kib,
+            rate,
+            kill_after_ms,
+            middlebox,
+            dir,
+            json,
+        } => failover(
+            &spec,
+            &dir,
+            &sluice_testbed::experiments::FailoverOptions {
+                downloads,
+                size: size_kib * 1024,
+                rate,
+                kill_after: std::time::Duration::from_millis(kill_after_ms),
+                middlebox,
+                client: "198.51.100.10".into(),
+                server: "srv1".into(),
+            },
+            json,
+        ),
+        ExperimentCmd::Scaling {
+            spec,
+            strategies,
+            rate_start,
+            rate_peak,
+            rate_after,
+            phases,
+            window_ms,
+            settle,
+            metric,
+            target_ms,
+            dir,
+            out,
+            json,
+        } => scaling(
+            &spec,
+            &strategies,
+            &phases,
+            &dir,
+            &out,
+            sluice_testbed::scaling::ScalingOptions {
+                rate_start,
+                rate_peak,
+                rate_after,
+                window_ms,
+                settle,
+                target_ms: target_ms.unwrap_or(if metric == "reported" { 100.0 } else { 10.0 }),
+                metric,
+                ..Default::default()
+            },
+            json,
+        ),
+        ExperimentCmd::Elasticity {
+            spec,
+            variants,
+            steps,
+            flows_per_step,
+            step_ms,
+            hold_steps,
+            rate_kib,
+            capacity_mbps,
+            middlebox,
+            scale_out_after,
+            dir,
+            out,
+            json,
+        } => elasticity(
+            &spec,
+            &variants,
+            capacity_mbps,
+            &dir,
+            &out,
+            &sluice_testbed::elasticity::ElasticityOptions {
+                steps,
+                flows_per_step,
+                step: std::time::Duration::from_millis(step_ms),
+                hold_steps,
+                rate_kib,
+                middlebox,
+                scale_out_after,
+                ..Default::default()
+            },
+            json,
+        ),
+    }
+}
+
+/// `sluice experiment isolation`: the contests on a lab per setting.
+pub fn isolation(
+    spec: &Path,
+    dir: &Path,
+    settings: &str,
+    o: sluice_testbed::isolation::IsolationOptions,
+    json: bool,
+) -> Result<(), CliError> {
+    use sluice_testbed::isolation as iso;
+    let mut on = Vec::new();
+    for s in settings.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        match s {
+            "off" => on.push(false),
+            "on" => on.push(true),
+            x => {
+                return Err(CliError::flag(
+                    "seawall",
+                    format!("`{x}` is neither `off` nor `on`"),
+                ))
+            }
+        }
+    }
+    if on.is_empty() {
+        return Err(CliError::flag("seawall", "name at least one of off, on"));
+    }
+    if !(1..=sluice_tenant::MAX_WEIGHT).contains(&o.victim_weight) {
+        return Err(CliError::flag(
+            "victim-weight",
+            format!(
+                "{} is not from 1 to {}",
+                o.victim_weight,
+                sluice_tenant::MAX_WEIGHT
+            ),
+        ));
+    }
+    guard(dir)?;
+    // A weighted victim gets a service of its own, in a copy of the spec.
+    let weighted;
+    let spec = if o.victim_weight == 1 {
+        spec
+    } else {
+        let text = std::fs::read_to_string(spec).map_err(CliError::io(spec))?;
+        let text = iso::weighted_spec(&text, o.victim_weight)?;
+        std::fs::create_dir_all(dir).map_err(CliError::io(dir))?;
+        weighted = dir.join("isolation-spec.yaml");
+        std::fs::write(&weighted, text).map_err(CliError::io(&weighted))?;
+        weighted.as_path()
+    };
+    let mut contests = Vec::new();
+    for sw in on {
+        if !json {
+            eprintln!("testbed with Seawall {} ...", if sw { "on" } else { "off" });
+        }
+        let lab = Lab::up(&options_with(spec, 3, dir, false, sw)?)?;
+        contests.extend(iso::contests(&lab, &o)?);
+        drop(lab);
+    }
+    let r = iso::IsolationReport {
+        options: o,
+        contests,
+    };
+    if json {
+        println!("{}", serde_json::to_string(&r).expect("report serialises"));
+    } else {
+        iso::print(&r);
+    }
+    Ok(())
+}
+
+/// `sluice experiment failover`.
+pub fn failover(
+    spec: &Path,
+    dir: &Path,
+    o: &sluice_testbed::experiments::FailoverOptions,
+    json: bool,
+) -> Result<(), CliError> {
+    guard(dir)?;
+    let lab = Lab::up(&options(spec, 3, dir, true)?)?;
+    if !json {
+        print_state(lab.state());
+        println!(
+            "{} downloads of {} KiB at {}/s each; killing {}/{}/0 after {:?}",
+            o.downloads,
+            o.size / 1024,
+            o.rate,
+            lab.state().tenant,
+            o.middlebox,
+            o.kill_after
+        );
+    }
+    let r = sluice_testbed::experiments::failover(&lab, o)?;
+    drop(lab);
+    if json {
+        println!("{}", serde_json::to_string(&r).expect("report serialises"));
+    } else {
+        sluice_testbed::experiments::print_failover(&r);
+    }
+    Ok(())
+}
+
+/// `sluice experiment elasticity`: one lab per variant, brought up from the base
+/// spec with the middlebox's state and affinity set, run, and torn down.
+pub fn elasticity(
+    spec: &Path,
+    variants: &str,
+    capacity_mbps: Option<f64>,
+    dir: &Path,
+    out: &Path,
+    o: &sluice_testbed::elasticity::ElasticityOptions,
+    json: bool,
+) -> Result<(), CliError> {
+    use sluice_testbed::elasticity as el;
+    let base = std::fs::read_to_string(spec).map_err(CliError::io(spec))?;
+    let mut parsed = Vec::new();
+    for v in variants.split(',').map(str::trim).filter(|v| !v.is_empty()) {
+        let (state, affinity) = v
+            .split_once('/')
+            .filter(|(s, a)| {
+                ["shared", "cached", "local"].contains(s) && ["hash", "pinned"].contains(a)
+            })
+            .ok_or_else(|| {
+                CliError::flag(
+                    "variants",
+                    format!("`{v}` is not state/affinity (shared|cached|local / hash|pinned)"),
+                )
+            })?;
+        let text = el::variant_spec(&base, &o.middlebox, state, affinity, capacity_mbps)
+            .map_err(CliError::variant(spec))?;
+        parsed.push((v.to_string(), text));
+    }
+    if parsed.is_empty() {
+        return Err(CliError::flag("variants", "no variant given"));
+    }
+    std::fs::create_dir_all(dir).map_err(CliError::io(dir))?;
+    // Once: each variant's lab lives in `dir` in turn, and an interruption removes
+    // whichever is up.
+    guard(dir)?;
+    if !json {
+        println!(
+            "{} groups of {} downloads at {} KiB/s, {:?} apart, each {:?}; {} out at {:?}, in at {:?}{}",
+            o.steps,
+            o.flows_per_step,
+            o.rate_kib,
+            o.step,
+            o.duration(),
+            o.middlebox,
+            o.scale_out_at(),
+            o.scale_in_at(),
+            capacity_mbps
+                .map(|c| format!("; {c} Mbit/s per instance"))
+                .unwrap_or_default()
+        );
+    }
+    let mut runs = Vec::new();
+    for (label, text) in parsed {
+        let file = dir.join(format!("elasticity-{}.yaml", label.replace('/', "-")));
+        std::fs::write(&file, text).map_err(CliError::io(&file))?;
+        let lab = Lab::up(&options(&file, 3, dir, true)?)?;
+        if !json {
+            println!("{label}: lab up, running");
+        }
+        let r = sluice_testbed::elasticity::elasticity(&lab, o, &label).map_err(CliError::from);
+        drop(lab);
+        runs.push(r?);
+    }
+    el::write_outputs(&runs, out).map_err(CliError::io(out))?;
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string(&runs).expect("report serialises")
+        );
+    } else {
+        el::print_elasticity(&runs);
+        println!("wrote {}/elasticity.{{csv,svg,json}}", out.display());
+    }
+    Ok(())
+}
+
+/// `sluice experiment scaling`: one lab per strategy.
+pub fn scaling(
+    spec: &Path,
+    strategies: &str,
+    phases: &str,
+    dir: &Path,
+    out: &Path,
+    mut o: sluice_testbed::scaling::ScalingOptions,
+    json: bool,
+) -> Result<(), CliError> {
+    use sluice_testbed::scaling as sc;
+    let secs: Vec<u64> = phases
+        .split(',')
+        .map(|p| p.trim().parse::<u64>())
+        .collect::<Result<_, _>>()
+        .map_err(|_| bad_phases(phases))?;
+    let [ramp, hold, after] = secs[..] else {
+        return Err(bad_phases(phases));
+    };
+    o.ramp = std::time::Duration::from_secs(ramp);
+    o.hold = std::time::Duration::from_secs(hold);
+    o.after = std::time::Duration::from_secs(after);
+    let list: Vec<&str> = strategies
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .collect();
+    if let Some(bad) = list.iter().find(|s| !["greedy", "none", "all"].contains(s)) {
+        return Err(CliError::flag(
+            "strategies",
+            format!("`{bad}` is not greedy, none or all"),
+        ));
+    }
+    if list.is_empty() {
+        return Err(CliError::flag("strategies", "none given"));
+    }
+    if !["reported", "handshake_ms"].contains(&o.metric.as_str()) {
+        return Err(CliError::flag(
+            "metric",
+            format!("`{}` is not reported or handshake_ms", o.metric),
+        ));
+    }
+    if !(0.0..1.0).contains(&o.settle) {
+        return Err(CliError::flag(
+            "settle",
+            format!("{} is not in [0, 1)", o.settle),
+        ));
+    }
+    std::fs::create_dir_all(dir).map_err(CliError::io(dir))?;
+    guard(dir)?;
+    if !json {
+        println!(
+            "{} -> {} req/s over {ramp} s, {hold} s at the peak, then {} req/s for {after} s; {} B objects",
+            o.rate_start, o.rate_peak, o.rate_after, o.object
+        );
+    }
+    let mut runs = Vec::new();
+    for s in list {
+        let lab = Lab::up(&options(spec, 3, dir, true)?)?;
+        if !json {
+            println!("{s}: lab up, running");
+        }
+        let r = sc::scaling(&lab, &o, s).map_err(CliError::from);
+        drop(lab);
+        runs.push(r?);
+    }
+    std::fs::create_dir_all(out).map_err(CliError::io(out))?;
+    std::fs::write(out.join("scaling.csv"), sc::csv(&runs))
+        .and_then(|_| std::fs::write(out.join("scaling.svg"), sc::svg(&runs)))
+        .and_then(|_| {
+            std::fs::write(
+                out.join("scaling.json"),
+                serde_json::to_string_pretty(&runs).unwrap_or_default(),
+            )
+        })
+        .map_err(CliError::io(out))?;
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string(&runs).expect("report serialises")
+        );
+    } else {
+        sc::print_scaling(&runs);
+        println!("wrote {}/scaling.{{csv,svg,json}}", out.display());
+    }
+    Ok(())
+}
+
+fn bad_phases(phases: &str) -> CliError {
+    CliError::flag(
+        "phases",
+        format!("`{phases}` is not three whole seconds, e.g. 30,100,60"),
+    )
+}
