@@ -16,6 +16,17 @@ pub const MAX_FIRED: usize = 16;
 /// oldest progress is forgotten.
 pub const MAX_PROGRESS: usize = 8;
 
+/// Why the signatures could not be compiled into automata.
+#[derive(Debug, thiserror::Error)]
+pub enum CompileError {
+    /// The Aho-Corasick DFA could not be built (typically too many states).
+    #[error(transparent)]
+    Automaton(#[from] aho_corasick::BuildError),
+    /// The built DFA has no unanchored start state.
+    #[error(transparent)]
+    Start(#[from] aho_corasick::MatchError),
+}
+
 /// Which content of which rule a pattern stands for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Target {
@@ -38,15 +49,14 @@ impl Matcher {
         patterns: &[Vec<u8>],
         targets: Vec<Vec<Target>>,
         nocase: bool,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, CompileError> {
         let dfa = DFA::builder()
             .match_kind(MatchKind::Standard)
             .ascii_case_insensitive(nocase)
             .start_kind(StartKind::Unanchored)
             .prefilter(false)
-            .build(patterns)
-            .map_err(|e| e.to_string())?;
-        let start = dfa.start_state(Anchored::No).map_err(|e| e.to_string())?;
+            .build(patterns)?;
+        let start = dfa.start_state(Anchored::No)?;
         // Stored states come back from a shared store: remember every reachable one
         // so a corrupt value can never index outside the transition table.
         let mut valid = FxHashSet::default();
@@ -343,7 +353,7 @@ pub struct Engine {
 
 impl Engine {
     /// Compiles `rules`.
-    pub fn new(rules: Vec<Rule>) -> Result<Engine, String> {
+    pub fn new(rules: Vec<Rule>) -> Result<Engine, CompileError> {
         let mut sets: [PatternSet; 2] = Default::default();
         for (ri, r) in rules.iter().enumerate() {
             for (ci, c) in r.contents.iter().enumerate() {

@@ -107,7 +107,7 @@ pub enum ConfigError {
     },
     /// The signatures could not be compiled.
     #[error("cannot compile signatures: {0}")]
-    Compile(String),
+    Compile(#[from] engine::CompileError),
 }
 
 /// Loads and compiles the rules of `config` into an IPS. Bad rules are skipped
@@ -138,7 +138,7 @@ pub fn build(config: &Config, ns: Namespace, base_dir: &Path) -> Result<Ips, Con
             warnings.push(RuleError {
                 file: r.file.to_string(),
                 line: r.line,
-                msg: format!("duplicate sid {}", r.sid),
+                msg: rules::RuleSyntax::DuplicateSid(r.sid),
             });
             false
         }

@@ -204,7 +204,141 @@ pub struct RuleError {
     /// 1-based line.
     pub line: usize,
     /// What is wrong.
-    pub msg: String,
+    pub msg: RuleSyntax,
+}
+
+/// Why a rule was skipped. The messages are what operators read in the rule
+/// warnings, so each names the offending token where there is one.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RuleSyntax {
+    /// No `(` opens the option list.
+    #[error("missing option list \"( ... )\"")]
+    MissingOptions,
+    /// No `)` closes the option list.
+    #[error("missing closing \")\"")]
+    MissingClose,
+    /// `)` before `(`, or text after the closing `)`.
+    #[error("malformed option list")]
+    MalformedOptions,
+    /// The header does not have seven fields.
+    #[error("expected \"action proto src sport -> dst dport\" header, found {0} fields")]
+    HeaderFields(usize),
+    /// The action is not `alert`, `drop` or `pass`.
+    #[error("unknown action \"{0}\"")]
+    UnknownAction(String),
+    /// The protocol is not `tcp`, `udp`, `icmp` or `ip`.
+    #[error("unknown protocol \"{0}\"")]
+    UnknownProtocol(String),
+    /// The direction is not `->` or `<>`.
+    #[error("unknown direction \"{0}\"")]
+    UnknownDirection(String),
+    /// An option that takes a value has none.
+    #[error("\"{keyword}\" needs a value")]
+    MissingValue {
+        /// The option.
+        keyword: String,
+    },
+    /// A content modifier comes before any `content`.
+    #[error("\"{keyword}\" without a preceding content")]
+    NoPrecedingContent {
+        /// The modifier.
+        keyword: String,
+    },
+    /// `content:!"..."`.
+    #[error("negated content is not supported")]
+    NegatedContent,
+    /// `content:""`.
+    #[error("empty content")]
+    EmptyContent,
+    /// A content modifier (`offset`, `depth`, `distance`, `within`) whose value is
+    /// not a number of the right range.
+    #[error("bad {keyword} value \"{value}\"")]
+    BadModifier {
+        /// The modifier.
+        keyword: String,
+        /// Its value as written.
+        value: String,
+    },
+    /// `sid`, `rev` or `priority` whose value is not a number of the right range.
+    #[error("bad {keyword} \"{value}\"")]
+    BadValue {
+        /// The option.
+        keyword: String,
+        /// Its value as written.
+        value: String,
+    },
+    /// A `flow` option outside the supported subset.
+    #[error("unsupported flow option \"{0}\"")]
+    UnsupportedFlow(String),
+    /// An option outside the supported subset.
+    #[error("unsupported keyword \"{0}\"")]
+    UnsupportedKeyword(String),
+    /// No `sid` option.
+    #[error("missing sid")]
+    MissingSid,
+    /// No `content` option.
+    #[error("rules without content are not supported")]
+    NoContent,
+    /// A content (1-based) with both absolute and relative positioning.
+    #[error("content {0}: cannot mix offset/depth with distance/within")]
+    MixedPositioning(usize),
+    /// The first content is positioned relative to a previous one.
+    #[error("distance/within on the first content")]
+    RelativeFirstContent,
+    /// A content (1-based) whose `depth` cannot fit it.
+    #[error("content {0}: depth shorter than the content")]
+    DepthTooShort(usize),
+    /// A content (1-based) whose `within` cannot fit it.
+    #[error("content {0}: within shorter than the content")]
+    WithinTooShort(usize),
+    /// More contents than a [`crate::engine::Target`] can index.
+    #[error("too many contents")]
+    TooManyContents,
+    /// A `"` is never closed.
+    #[error("unterminated quoted string")]
+    UnterminatedQuote,
+    /// Text after the last `;` in the option list.
+    #[error("option list must end with \";\"")]
+    MissingSemicolon,
+    /// A value that must be quoted is not.
+    #[error("expected a quoted string, found {0}")]
+    NotQuoted(String),
+    /// An odd number of `|` in a content.
+    #[error("unbalanced \"|\" in content")]
+    UnbalancedPipe,
+    /// A `|...|` block in a content that is not pairs of hex digits.
+    #[error("bad hex in \"|{0}|\"")]
+    BadHex(String),
+    /// A `[` or `]` without its partner in a list.
+    #[error("unbalanced \"{0}\"")]
+    UnbalancedBracket(char),
+    /// `[a,,b]`, `[]` and the like.
+    #[error("empty list element")]
+    EmptyListElement,
+    /// A `$NAME` not in the configuration's variables.
+    #[error("unknown variable \"${0}\"")]
+    UnknownVariable(String),
+    /// Variables refer to each other too deeply (or in a cycle) at `$NAME`.
+    #[error("variables or lists nest too deep at ${0}")]
+    VariableTooDeep(String),
+    /// Variables, lists or negations nest beyond the recursion bound.
+    #[error("variables, lists or negations nest too deep")]
+    NestTooDeep,
+    /// Not an IP address.
+    #[error("bad address \"{0}\"")]
+    BadAddress(String),
+    /// A prefix length that is not a number or too long for the family.
+    #[error("bad prefix length in \"{0}\"")]
+    BadPrefix(String),
+    /// Not a port number.
+    #[error("bad port \"{0}\"")]
+    BadPort(String),
+    /// A port range whose low end is above its high end.
+    #[error("empty port range \"{0}\"")]
+    EmptyPortRange(String),
+    /// A second rule with a sid already loaded.
+    #[error("duplicate sid {0}")]
+    DuplicateSid(u32),
 }
 
 /// Variables usable as `$NAME` in addresses and ports.
@@ -227,7 +361,7 @@ pub fn parse_rules(text: &str, file: &str, vars: &Vars) -> (Vec<Rule>, Vec<RuleE
                     errors.push(RuleError {
                         file: file.into(),
                         line: n + 1,
-                        msg: format!("duplicate sid {}", r.sid),
+                        msg: RuleSyntax::DuplicateSid(r.sid),
                     });
                     continue;
                 }
@@ -271,36 +405,33 @@ fn header_tokens(h: &str) -> Vec<&str> {
 }
 
 /// Parses one rule line.
-pub fn parse_rule(line: &str, vars: &Vars) -> Result<Rule, String> {
-    let open = line.find('(').ok_or("missing option list \"( ... )\"")?;
-    let close = line.rfind(')').ok_or("missing closing \")\"")?;
+pub fn parse_rule(line: &str, vars: &Vars) -> Result<Rule, RuleSyntax> {
+    let open = line.find('(').ok_or(RuleSyntax::MissingOptions)?;
+    let close = line.rfind(')').ok_or(RuleSyntax::MissingClose)?;
     if close < open || !line[close + 1..].trim().is_empty() {
-        return Err("malformed option list".into());
+        return Err(RuleSyntax::MalformedOptions);
     }
     let toks = header_tokens(&line[..open]);
     if toks.len() != 7 {
-        return Err(format!(
-            "expected \"action proto src sport -> dst dport\" header, found {} fields",
-            toks.len()
-        ));
+        return Err(RuleSyntax::HeaderFields(toks.len()));
     }
     let action = match toks[0] {
         "alert" => Action::Alert,
         "drop" => Action::Drop,
         "pass" => Action::Pass,
-        a => return Err(format!("unknown action \"{a}\"")),
+        a => return Err(RuleSyntax::UnknownAction(a.into())),
     };
     let proto = match toks[1] {
         "tcp" => Proto::Tcp,
         "udp" => Proto::Udp,
         "icmp" => Proto::Icmp,
         "ip" => Proto::Ip,
-        p => return Err(format!("unknown protocol \"{p}\"")),
+        p => return Err(RuleSyntax::UnknownProtocol(p.into())),
     };
     let bidir = match toks[4] {
         "->" => false,
         "<>" => true,
-        d => return Err(format!("unknown direction \"{d}\"")),
+        d => return Err(RuleSyntax::UnknownDirection(d.into())),
     };
     let src = parse_addr(toks[2], vars, 0)?;
     let sport = parse_port(toks[3], vars, 0)?;
@@ -332,12 +463,24 @@ pub fn parse_rule(line: &str, vars: &Vars) -> Result<Rule, String> {
             Some(i) => (opt[..i].trim(), Some(opt[i + 1..].trim())),
             None => (opt.trim(), None),
         };
-        fn need<'v>(v: Option<&'v str>, name: &str) -> Result<&'v str, String> {
-            v.ok_or_else(|| format!("\"{name}\" needs a value"))
+        fn need<'v>(v: Option<&'v str>, name: &str) -> Result<&'v str, RuleSyntax> {
+            v.ok_or_else(|| RuleSyntax::MissingValue {
+                keyword: name.into(),
+            })
         }
-        let last = |r: &mut Rule| -> Result<usize, String> {
+        let bad_modifier = |v: &str| RuleSyntax::BadModifier {
+            keyword: name.into(),
+            value: v.into(),
+        };
+        let bad_value = |v: &str| RuleSyntax::BadValue {
+            keyword: name.into(),
+            value: v.into(),
+        };
+        let last = |r: &mut Rule| -> Result<usize, RuleSyntax> {
             if r.contents.is_empty() {
-                Err(format!("\"{name}\" without a preceding content"))
+                Err(RuleSyntax::NoPrecedingContent {
+                    keyword: name.into(),
+                })
             } else {
                 Ok(r.contents.len() - 1)
             }
@@ -347,11 +490,11 @@ pub fn parse_rule(line: &str, vars: &Vars) -> Result<Rule, String> {
             "content" => {
                 let v = need(val, name)?;
                 if v.starts_with('!') {
-                    return Err("negated content is not supported".into());
+                    return Err(RuleSyntax::NegatedContent);
                 }
                 let bytes = parse_content(v)?;
                 if bytes.is_empty() {
-                    return Err("empty content".into());
+                    return Err(RuleSyntax::EmptyContent);
                 }
                 rule.contents.push(Content {
                     bytes,
@@ -364,9 +507,8 @@ pub fn parse_rule(line: &str, vars: &Vars) -> Result<Rule, String> {
             }
             "offset" | "depth" | "within" => {
                 let i = last(&mut rule)?;
-                let n: u32 = need(val, name)?
-                    .parse()
-                    .map_err(|_| format!("bad {name} value \"{}\"", val.unwrap_or("")))?;
+                let v = need(val, name)?;
+                let n: u32 = v.parse().map_err(|_| bad_modifier(v))?;
                 let c = &mut rule.contents[i];
                 match name {
                     "offset" => c.offset = Some(n),
@@ -376,9 +518,8 @@ pub fn parse_rule(line: &str, vars: &Vars) -> Result<Rule, String> {
             }
             "distance" => {
                 let i = last(&mut rule)?;
-                let n: i32 = need(val, name)?
-                    .parse()
-                    .map_err(|_| format!("bad distance value \"{}\"", val.unwrap_or("")))?;
+                let v = need(val, name)?;
+                let n: i32 = v.parse().map_err(|_| bad_modifier(v))?;
                 rule.contents[i].distance = Some(n);
             }
             "flow" => {
@@ -387,65 +528,56 @@ pub fn parse_rule(line: &str, vars: &Vars) -> Result<Rule, String> {
                         "to_server" | "from_client" => rule.to_server = Some(true),
                         "to_client" | "from_server" => rule.to_server = Some(false),
                         "established" => rule.established = true,
-                        o => return Err(format!("unsupported flow option \"{o}\"")),
+                        o => return Err(RuleSyntax::UnsupportedFlow(o.into())),
                     }
                 }
             }
             "sid" => {
-                rule.sid = need(val, name)?
-                    .parse()
-                    .map_err(|_| format!("bad sid \"{}\"", val.unwrap_or("")))?;
+                let v = need(val, name)?;
+                rule.sid = v.parse().map_err(|_| bad_value(v))?;
                 has_sid = true;
             }
             "rev" => {
-                rule.rev = need(val, name)?
-                    .parse()
-                    .map_err(|_| format!("bad rev \"{}\"", val.unwrap_or("")))?
+                let v = need(val, name)?;
+                rule.rev = v.parse().map_err(|_| bad_value(v))?;
             }
             "priority" => {
-                rule.priority = need(val, name)?
-                    .parse()
-                    .map_err(|_| format!("bad priority \"{}\"", val.unwrap_or("")))?
+                let v = need(val, name)?;
+                rule.priority = v.parse().map_err(|_| bad_value(v))?;
             }
             "classtype" => rule.classtype = Some(need(val, name)?.into()),
-            other => return Err(format!("unsupported keyword \"{other}\"")),
+            other => return Err(RuleSyntax::UnsupportedKeyword(other.into())),
         }
     }
     if !has_sid {
-        return Err("missing sid".into());
+        return Err(RuleSyntax::MissingSid);
     }
     if rule.contents.is_empty() {
-        return Err("rules without content are not supported".into());
+        return Err(RuleSyntax::NoContent);
     }
     for (i, c) in rule.contents.iter().enumerate() {
         let len = c.bytes.len() as u64;
         if c.is_relative() && (c.offset.is_some() || c.depth.is_some()) {
-            return Err(format!(
-                "content {}: cannot mix offset/depth with distance/within",
-                i + 1
-            ));
+            return Err(RuleSyntax::MixedPositioning(i + 1));
         }
         if i == 0 && c.is_relative() {
-            return Err("distance/within on the first content".into());
+            return Err(RuleSyntax::RelativeFirstContent);
         }
         if c.depth.is_some_and(|d| (d as u64) < len) {
-            return Err(format!("content {}: depth shorter than the content", i + 1));
+            return Err(RuleSyntax::DepthTooShort(i + 1));
         }
         if c.within.is_some_and(|w| (w as u64) < len) {
-            return Err(format!(
-                "content {}: within shorter than the content",
-                i + 1
-            ));
+            return Err(RuleSyntax::WithinTooShort(i + 1));
         }
     }
     if rule.contents.len() > 255 {
-        return Err("too many contents".into());
+        return Err(RuleSyntax::TooManyContents);
     }
     Ok(rule)
 }
 
 /// Splits options at `;` outside quotes, honouring backslash escapes.
-fn split_options(s: &str) -> Result<Vec<&str>, String> {
+fn split_options(s: &str) -> Result<Vec<&str>, RuleSyntax> {
     let mut out = Vec::new();
     let mut in_q = false;
     let mut esc = false;
@@ -469,19 +601,19 @@ fn split_options(s: &str) -> Result<Vec<&str>, String> {
         }
     }
     if in_q {
-        return Err("unterminated quoted string".into());
+        return Err(RuleSyntax::UnterminatedQuote);
     }
     if !s[start..].trim().is_empty() {
-        return Err("option list must end with \";\"".into());
+        return Err(RuleSyntax::MissingSemicolon);
     }
     Ok(out)
 }
 
-fn unquote(v: &str) -> Result<String, String> {
+fn unquote(v: &str) -> Result<String, RuleSyntax> {
     let inner = v
         .strip_prefix('"')
         .and_then(|v| v.strip_suffix('"'))
-        .ok_or_else(|| format!("expected a quoted string, found {v}"))?;
+        .ok_or_else(|| RuleSyntax::NotQuoted(v.into()))?;
     let mut out = String::new();
     let mut esc = false;
     for c in inner.chars() {
@@ -497,24 +629,24 @@ fn unquote(v: &str) -> Result<String, String> {
     Ok(out)
 }
 
-fn parse_content(v: &str) -> Result<Vec<u8>, String> {
+fn parse_content(v: &str) -> Result<Vec<u8>, RuleSyntax> {
     let inner = unquote(v)?;
     let mut out = Vec::new();
     let mut parts = inner.split('|');
     let mut hex = false;
     let n = inner.matches('|').count();
     if n & 1 == 1 {
-        return Err("unbalanced \"|\" in content".into());
+        return Err(RuleSyntax::UnbalancedPipe);
     }
     for part in parts.by_ref() {
         if hex {
             let digits: String = part.chars().filter(|c| !c.is_whitespace()).collect();
             if !digits.is_ascii() || digits.len() & 1 == 1 {
-                return Err(format!("bad hex in \"|{part}|\""));
+                return Err(RuleSyntax::BadHex(part.into()));
             }
             for i in (0..digits.len()).step_by(2) {
                 let b = u8::from_str_radix(&digits[i..i + 2], 16)
-                    .map_err(|_| format!("bad hex in \"|{part}|\""))?;
+                    .map_err(|_| RuleSyntax::BadHex(part.into()))?;
                 out.push(b);
             }
         } else {
@@ -529,17 +661,17 @@ fn parse_content(v: &str) -> Result<Vec<u8>, String> {
 /// hostile input).
 const MAX_VAR_DEPTH: usize = 32;
 
-fn var<'a>(name: &str, vars: &'a Vars, depth: usize) -> Result<&'a str, String> {
+fn var<'a>(name: &str, vars: &'a Vars, depth: usize) -> Result<&'a str, RuleSyntax> {
     if depth > MAX_VAR_DEPTH {
-        return Err(format!("variables or lists nest too deep at ${name}"));
+        return Err(RuleSyntax::VariableTooDeep(name.into()));
     }
     vars.get(name)
         .map(|s| s.as_str())
-        .ok_or_else(|| format!("unknown variable \"${name}\""))
+        .ok_or_else(|| RuleSyntax::UnknownVariable(name.into()))
 }
 
 /// Splits a bracketed list's inside at top-level commas.
-fn list_items(s: &str) -> Result<Vec<&str>, String> {
+fn list_items(s: &str) -> Result<Vec<&str>, RuleSyntax> {
     let mut out = Vec::new();
     let mut depth = 0i32;
     let mut start = 0;
@@ -554,23 +686,23 @@ fn list_items(s: &str) -> Result<Vec<&str>, String> {
             _ => {}
         }
         if depth < 0 {
-            return Err("unbalanced \"]\"".into());
+            return Err(RuleSyntax::UnbalancedBracket(']'));
         }
     }
     if depth != 0 {
-        return Err("unbalanced \"[\"".into());
+        return Err(RuleSyntax::UnbalancedBracket('['));
     }
     out.push(s[start..].trim());
     if out.iter().any(|x| x.is_empty()) {
-        return Err("empty list element".into());
+        return Err(RuleSyntax::EmptyListElement);
     }
     Ok(out)
 }
 
 /// Parses an address expression.
-pub fn parse_addr(s: &str, vars: &Vars, depth: usize) -> Result<AddrExpr, String> {
+pub fn parse_addr(s: &str, vars: &Vars, depth: usize) -> Result<AddrExpr, RuleSyntax> {
     if depth > MAX_VAR_DEPTH {
-        return Err("variables, lists or negations nest too deep".into());
+        return Err(RuleSyntax::NestTooDeep);
     }
     let s = s.trim();
     if let Some(rest) = s.strip_prefix('!') {
@@ -595,7 +727,7 @@ pub fn parse_addr(s: &str, vars: &Vars, depth: usize) -> Result<AddrExpr, String
         Some((a, p)) => (a, Some(p)),
         None => (s, None),
     };
-    let addr: std::net::IpAddr = a.parse().map_err(|_| format!("bad address \"{s}\""))?;
+    let addr: std::net::IpAddr = a.parse().map_err(|_| RuleSyntax::BadAddress(s.into()))?;
     let addr = IpAddr::from(addr);
     let max = if addr.is_v4() { 32 } else { 128 };
     let prefix = match p {
@@ -604,15 +736,15 @@ pub fn parse_addr(s: &str, vars: &Vars, depth: usize) -> Result<AddrExpr, String
             .parse::<u8>()
             .ok()
             .filter(|&x| x <= max)
-            .ok_or_else(|| format!("bad prefix length in \"{s}\""))?,
+            .ok_or_else(|| RuleSyntax::BadPrefix(s.into()))?,
     };
     Ok(AddrExpr::Net(addr, prefix))
 }
 
 /// Parses a port expression.
-pub fn parse_port(s: &str, vars: &Vars, depth: usize) -> Result<PortExpr, String> {
+pub fn parse_port(s: &str, vars: &Vars, depth: usize) -> Result<PortExpr, RuleSyntax> {
     if depth > MAX_VAR_DEPTH {
-        return Err("variables, lists or negations nest too deep".into());
+        return Err(RuleSyntax::NestTooDeep);
     }
     let s = s.trim();
     if let Some(rest) = s.strip_prefix('!') {
@@ -633,14 +765,15 @@ pub fn parse_port(s: &str, vars: &Vars, depth: usize) -> Result<PortExpr, String
                 .collect::<Result<_, _>>()?,
         ));
     }
-    let num =
-        |x: &str| -> Result<u16, String> { x.parse().map_err(|_| format!("bad port \"{s}\"")) };
+    let num = |x: &str| -> Result<u16, RuleSyntax> {
+        x.parse().map_err(|_| RuleSyntax::BadPort(s.into()))
+    };
     match s.split_once(':') {
         Some((a, b)) => {
             let lo = if a.is_empty() { 0 } else { num(a)? };
             let hi = if b.is_empty() { u16::MAX } else { num(b)? };
             if lo > hi {
-                return Err(format!("empty port range \"{s}\""));
+                return Err(RuleSyntax::EmptyPortRange(s.into()));
             }
             Ok(PortExpr::Range(lo, hi))
         }
@@ -674,8 +807,14 @@ mod tests {
         let p = parse_port("[80,1024:,!8080]", &vars, 0).unwrap();
         assert!(p.matches(80) && p.matches(5000) && !p.matches(8080) && !p.matches(81));
         assert!(parse_port(":1023", &vars, 0).unwrap().matches(0));
-        assert!(parse_addr("$NOPE", &vars, 0).is_err());
-        assert!(parse_addr("10.0.0.0/33", &vars, 0).is_err());
+        assert_eq!(
+            parse_addr("$NOPE", &vars, 0),
+            Err(RuleSyntax::UnknownVariable("NOPE".into()))
+        );
+        assert_eq!(
+            parse_addr("10.0.0.0/33", &vars, 0),
+            Err(RuleSyntax::BadPrefix("10.0.0.0/33".into()))
+        );
         let v6 = parse_addr("2001:db8::/32", &vars, 0).unwrap();
         assert!(v6.matches(&IpAddr::V6([
             0x20, 1, 0xd, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1
@@ -684,7 +823,7 @@ mod tests {
         // Self-referencing variables terminate with an error.
         let mut vars = Vars::new();
         vars.insert("A".into(), "$A".into());
-        assert!(parse_addr("$A", &vars, 0).is_err());
+        assert_eq!(parse_addr("$A", &vars, 0), Err(RuleSyntax::NestTooDeep));
     }
 
     #[test]
@@ -765,11 +904,223 @@ mod tests {
             let _ = parse_rule(&line, &vars);
             let _ = parse_rule(&format!("alert tcp any any -> any any ({line})"), &vars);
         }
-        assert!(parse_content("\"|aéb|\"").is_err());
+        assert_eq!(
+            parse_content("\"|aéb|\""),
+            Err(RuleSyntax::BadHex("aéb".into()))
+        );
         let deep = format!("{}1.2.3.4{}", "[".repeat(100_000), "]".repeat(100_000));
-        assert!(parse_addr(&deep, &vars, 0).is_err());
-        assert!(parse_port(&deep, &vars, 0).is_err());
-        assert!(parse_port(&"!".repeat(100_000), &vars, 0).is_err());
+        assert_eq!(parse_addr(&deep, &vars, 0), Err(RuleSyntax::NestTooDeep));
+        assert_eq!(parse_port(&deep, &vars, 0), Err(RuleSyntax::NestTooDeep));
+        assert_eq!(
+            parse_port(&"!".repeat(100_000), &vars, 0),
+            Err(RuleSyntax::NestTooDeep)
+        );
+    }
+
+    #[test]
+    fn each_problem_names_its_token() {
+        let v = Vars::new();
+        let e = |opts: &str| parse_rule(&format!("alert tcp any any -> any any ({opts})"), &v);
+        let bad = |k: &str, x: &str| RuleSyntax::BadValue {
+            keyword: k.into(),
+            value: x.into(),
+        };
+        let cases: Vec<(Result<Rule, RuleSyntax>, RuleSyntax, &str)> = vec![
+            (
+                parse_rule("alert tcp any any -> any any", &v),
+                RuleSyntax::MissingOptions,
+                "missing option list \"( ... )\"",
+            ),
+            (
+                parse_rule("alert tcp any any -> any any (sid:1;", &v),
+                RuleSyntax::MissingClose,
+                "missing closing \")\"",
+            ),
+            (
+                parse_rule("alert tcp any any -> any any (sid:1;) x", &v),
+                RuleSyntax::MalformedOptions,
+                "malformed option list",
+            ),
+            (
+                parse_rule("alert tcp any -> any any (sid:1;)", &v),
+                RuleSyntax::HeaderFields(6),
+                "expected \"action proto src sport -> dst dport\" header, found 6 fields",
+            ),
+            (
+                parse_rule("log tcp any any -> any any (sid:1;)", &v),
+                RuleSyntax::UnknownAction("log".into()),
+                "unknown action \"log\"",
+            ),
+            (
+                parse_rule("alert tcp any any => any any (sid:1;)", &v),
+                RuleSyntax::UnknownDirection("=>".into()),
+                "unknown direction \"=>\"",
+            ),
+            (
+                e("msg; sid:1;"),
+                RuleSyntax::MissingValue {
+                    keyword: "msg".into(),
+                },
+                "\"msg\" needs a value",
+            ),
+            (
+                e("nocase; sid:1;"),
+                RuleSyntax::NoPrecedingContent {
+                    keyword: "nocase".into(),
+                },
+                "\"nocase\" without a preceding content",
+            ),
+            (
+                e("content:!\"a\"; sid:1;"),
+                RuleSyntax::NegatedContent,
+                "negated content is not supported",
+            ),
+            (
+                e("content:\"\"; sid:1;"),
+                RuleSyntax::EmptyContent,
+                "empty content",
+            ),
+            (
+                e("content:\"a\"; depth:x; sid:1;"),
+                RuleSyntax::BadModifier {
+                    keyword: "depth".into(),
+                    value: "x".into(),
+                },
+                "bad depth value \"x\"",
+            ),
+            (
+                e("content:\"a\"; content:\"b\"; distance:y; sid:1;"),
+                RuleSyntax::BadModifier {
+                    keyword: "distance".into(),
+                    value: "y".into(),
+                },
+                "bad distance value \"y\"",
+            ),
+            (e("content:\"a\"; sid:x;"), bad("sid", "x"), "bad sid \"x\""),
+            (
+                e("content:\"a\"; sid:1; rev:-1;"),
+                bad("rev", "-1"),
+                "bad rev \"-1\"",
+            ),
+            (
+                e("content:\"a\"; sid:1; priority:300;"),
+                bad("priority", "300"),
+                "bad priority \"300\"",
+            ),
+            (
+                e("content:\"a\"; flow:stateless; sid:1;"),
+                RuleSyntax::UnsupportedFlow("stateless".into()),
+                "unsupported flow option \"stateless\"",
+            ),
+            (e("content:\"a\";"), RuleSyntax::MissingSid, "missing sid"),
+            (
+                e("content:\"a\"; offset:1; content:\"b\"; distance:0; depth:3; sid:1;"),
+                RuleSyntax::MixedPositioning(2),
+                "content 2: cannot mix offset/depth with distance/within",
+            ),
+            (
+                e("content:\"a\"; within:3; sid:1;"),
+                RuleSyntax::RelativeFirstContent,
+                "distance/within on the first content",
+            ),
+            (
+                e("content:\"abc\"; depth:2; sid:1;"),
+                RuleSyntax::DepthTooShort(1),
+                "content 1: depth shorter than the content",
+            ),
+            (
+                e("content:\"a\"; content:\"bc\"; within:1; sid:1;"),
+                RuleSyntax::WithinTooShort(2),
+                "content 2: within shorter than the content",
+            ),
+            (
+                e(&format!("{}sid:1;", "content:\"a\"; ".repeat(256))),
+                RuleSyntax::TooManyContents,
+                "too many contents",
+            ),
+            (
+                e("msg:\"a; sid:1;"),
+                RuleSyntax::UnterminatedQuote,
+                "unterminated quoted string",
+            ),
+            (
+                e("content:\"a\"; sid:1"),
+                RuleSyntax::MissingSemicolon,
+                "option list must end with \";\"",
+            ),
+            (
+                e("msg:a; sid:1;"),
+                RuleSyntax::NotQuoted("a".into()),
+                "expected a quoted string, found a",
+            ),
+            (
+                e("content:\"|4g|\"; sid:1;"),
+                RuleSyntax::BadHex("4g".into()),
+                "bad hex in \"|4g|\"",
+            ),
+        ];
+        for (got, kind, text) in cases {
+            let err = got.expect_err(text);
+            assert_eq!(err, kind);
+            assert_eq!(err.to_string(), text);
+        }
+        let addr_cases = [
+            (
+                "[1.2.3.4,]",
+                RuleSyntax::EmptyListElement,
+                "empty list element",
+            ),
+            (
+                "[1.2.3.4]]",
+                RuleSyntax::UnbalancedBracket(']'),
+                "unbalanced \"]\"",
+            ),
+            (
+                "[[1.2.3.4]",
+                RuleSyntax::UnbalancedBracket('['),
+                "unbalanced \"[\"",
+            ),
+            (
+                "1.2.3",
+                RuleSyntax::BadAddress("1.2.3".into()),
+                "bad address \"1.2.3\"",
+            ),
+            (
+                "$NOPE",
+                RuleSyntax::UnknownVariable("NOPE".into()),
+                "unknown variable \"$NOPE\"",
+            ),
+        ];
+        for (a, kind, text) in addr_cases {
+            let err = parse_addr(a, &v, 0).expect_err(text);
+            assert_eq!(err, kind);
+            assert_eq!(err.to_string(), text);
+        }
+        let port_cases = [
+            ("8o", RuleSyntax::BadPort("8o".into()), "bad port \"8o\""),
+            (
+                "90:80",
+                RuleSyntax::EmptyPortRange("90:80".into()),
+                "empty port range \"90:80\"",
+            ),
+        ];
+        for (p, kind, text) in port_cases {
+            let err = parse_port(p, &v, 0).expect_err(text);
+            assert_eq!(err, kind);
+            assert_eq!(err.to_string(), text);
+        }
+        let mut cyclic = Vars::new();
+        cyclic.insert("A".into(), "$A".into());
+        assert_eq!(
+            parse_port("$A", &cyclic, 0).unwrap_err().to_string(),
+            "variables, lists or negations nest too deep"
+        );
+        assert_eq!(
+            var("A", &cyclic, MAX_VAR_DEPTH + 1)
+                .unwrap_err()
+                .to_string(),
+            "variables or lists nest too deep at $A"
+        );
     }
 
     #[test]
@@ -777,6 +1128,18 @@ mod tests {
         let text = "# comment\n\nalert tcp any any -> any any (content:\"a\"; sid:1;)\nalert tcp any any -> any any (content:\"a\"; pcre:\"/x/\"; sid:2;)\nalert tcpp any any -> any any (content:\"a\"; sid:3;)\nalert tcp any any -> any any (content:\"a\"; sid:1;)\nalert tcp any any -> any any (content:\"a|4\"; sid:5;)\nalert tcp any any -> any any (sid:6;)\n";
         let (rules, errs) = parse_rules(text, "x.rules", &Vars::new());
         assert_eq!(rules.len(), 1);
+        let kinds: Vec<(usize, &RuleSyntax)> = errs.iter().map(|e| (e.line, &e.msg)).collect();
+        assert_eq!(
+            kinds,
+            vec![
+                (4, &RuleSyntax::UnsupportedKeyword("pcre".into())),
+                (5, &RuleSyntax::UnknownProtocol("tcpp".into())),
+                (6, &RuleSyntax::DuplicateSid(1)),
+                (7, &RuleSyntax::UnbalancedPipe),
+                (8, &RuleSyntax::NoContent),
+            ]
+        );
+        // The text operators see stays as it was.
         let msgs: Vec<String> = errs.iter().map(|e| e.to_string()).collect();
         assert_eq!(
             msgs,
