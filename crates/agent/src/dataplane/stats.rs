@@ -116,9 +116,7 @@ impl Stats {
     pub fn drops_of(&self, reason: DropReason) -> u64 {
         self.drops[reason.index()]
     }
-}
 
-impl Stats {
     /// Takes over `old`'s totals, and its counters of every port `same_port`
     /// says is still the same port, so a new configuration does not reset what
     /// monitoring has seen.
