@@ -413,7 +413,7 @@ mod tests {
         buf
     }
 
-    /// A plan delivering every frame to VM port 1 (as `Dataplane::emit` does:
+    /// A plan delivering every frame to VM port 1 (as the data plane's `emit` does:
     /// a 12-byte MAC head, the body from the EtherType on).
     /// Received frames as the dataplane's `Frames` (no sources).
     type Received = Vec<(Vec<u8>, Option<SocketAddrV4>)>;

@@ -1,0 +1,342 @@
+//! A configuration turned into the data plane's lookup structures: its ports,
+//! peers and FIBs, checked whole ([`Dataplane::new`] refuses a configuration
+//! any part of which cannot be installed).
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::net::{Ipv4Addr, SocketAddrV4};
+
+use sluice_proto::{AgentConfig, PortKind, GENEVE_PORT};
+use sluice_switch::{Action, Fib, GroupId};
+
+use super::forward::Lookup;
+use super::health::Health;
+use super::leases::Leases;
+use super::seawall::SeawallAdapter;
+use super::selection::Selection;
+use super::stats::Stats;
+use super::Dataplane;
+use crate::groups::GroupSel;
+use crate::meter::ChainMeter;
+
+/// A configuration the agent cannot run, and why.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    /// The configuration is for another host.
+    #[error("configuration is for host {got}, this agent is host {want}")]
+    WrongHost {
+        /// Host the config names.
+        got: u32,
+        /// This agent's host id.
+        want: u32,
+    },
+    /// Two ports share an id.
+    #[error("port id {0} is used twice")]
+    DuplicatePort(u16),
+    /// Two VM ports share an interface.
+    #[error("interface {0} is used by two ports")]
+    DuplicateIface(String),
+    /// A VM port's interface name is not a valid Linux interface name.
+    #[error("port {port}: bad interface name {iface:?} (1 to 15 bytes, no '/' or spaces)")]
+    BadIface {
+        /// Port id.
+        port: u16,
+        /// The name.
+        iface: String,
+    },
+    /// A VM port's MAC does not parse.
+    #[error("port {port}: bad MAC address {mac:?}")]
+    BadMac {
+        /// Port id.
+        port: u16,
+        /// The text.
+        mac: String,
+    },
+    /// An instance port's id has no instance link (0 or above 16383).
+    #[error("instance port {0} has no instance link (ids 1..=16383)")]
+    NoInstanceLink(u16),
+    /// A tenant's FIB was refused.
+    #[error("tenant {tenant} (vni {vni}): {err}")]
+    Fib {
+        /// Tenant.
+        tenant: String,
+        /// VNI.
+        vni: u32,
+        /// Why.
+        err: sluice_switch::FibError,
+    },
+    /// Two tenants share a VNI.
+    #[error("vni {0} is used by two tenants")]
+    DuplicateVni(u32),
+    /// VNIs are 24 bits.
+    #[error("vni {0} does not fit in 24 bits")]
+    VniTooLarge(u32),
+    /// Two peers share a host id or an underlay address.
+    #[error("peer {0} is listed twice (host id or underlay address)")]
+    DuplicatePeer(u32),
+    /// An instance names a port that is not an instance port.
+    #[error("instance {name}: port {port} is not an instance port of the config")]
+    InstancePort {
+        /// Instance name.
+        name: String,
+        /// Port id.
+        port: u16,
+    },
+}
+
+/// Parses `aa:bb:cc:dd:ee:ff`.
+pub fn parse_mac(s: &str) -> Option<[u8; 6]> {
+    let mut mac = [0u8; 6];
+    let mut parts = s.split(':');
+    for b in &mut mac {
+        let p = parts.next()?;
+        if p.is_empty() || p.len() > 2 {
+            return None;
+        }
+        *b = u8::from_str_radix(p, 16).ok()?;
+    }
+    parts.next().is_none().then_some(mac)
+}
+
+/// True if `name` can be a Linux interface name.
+pub fn valid_iface(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 15
+        && name != "."
+        && name != ".."
+        && !name
+            .bytes()
+            .any(|b| b == b'/' || b == b':' || b.is_ascii_whitespace() || b == 0)
+}
+
+/// What is behind a port of this host's switch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PortTarget {
+    /// A VM: raw frames on a local interface.
+    Vm {
+        /// Host-side interface.
+        iface: String,
+        /// The VM's MAC (destination of delivered frames).
+        mac: [u8; 6],
+    },
+    /// An NF instance: Geneve to its link address.
+    Instance {
+        /// Where the instance listens (`instance side:6081`).
+        addr: SocketAddrV4,
+    },
+}
+
+/// One port of the switch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Port {
+    /// Port id.
+    pub id: u16,
+    /// Tenant (VNI) of everything entering through the port.
+    pub vni: u32,
+    /// VM or instance name.
+    pub name: String,
+    /// What is attached.
+    pub target: PortTarget,
+    /// Seawall weight of what it sends (VMs: their service's `weight:`).
+    pub weight: u16,
+}
+
+/// Who sent a UDP datagram, by its source address.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Source {
+    /// The NF instance of this port.
+    Instance(u16),
+    /// A fabric peer.
+    Peer(u32),
+}
+
+/// Who is where on this host's switch: what forwarding reads and never
+/// changes between configurations.
+#[derive(Debug)]
+pub(super) struct Topology {
+    /// This host's id.
+    pub(super) host: u32,
+    /// Version of the configuration.
+    pub(super) version: u64,
+    /// The switch's ports, by id.
+    pub(super) ports: BTreeMap<u16, Port>,
+    /// Fabric peers' Geneve addresses, by host id.
+    pub(super) peers: HashMap<u32, SocketAddrV4>,
+    /// Who sends from each address the UDP socket may hear from.
+    pub(super) sources: HashMap<Ipv4Addr, Source>,
+}
+
+impl Dataplane {
+    /// Builds the state of `cfg` for host `host`; refuses the whole configuration
+    /// if any part of it cannot be installed.
+    pub fn new(host: u32, cfg: &AgentConfig) -> Result<Dataplane, ConfigError> {
+        if cfg.host != host {
+            return Err(ConfigError::WrongHost {
+                got: cfg.host,
+                want: host,
+            });
+        }
+        let mut fibs = HashMap::new();
+        let mut groups = HashMap::new();
+        let mut entry_group = HashMap::new();
+        for t in &cfg.tenants {
+            for e in &t.entries {
+                // The last action that sets the output decides.
+                let last = e.actions.iter().rev().find_map(|a| match a {
+                    Action::Output(_) => Some(None),
+                    Action::Select(g) => Some(Some(g.0)),
+                    _ => None,
+                });
+                if let Some(Some(g)) = last {
+                    entry_group.insert((t.vni, e.id), g);
+                }
+            }
+            for (id, g) in &t.groups {
+                let pol = cfg
+                    .group_policies
+                    .iter()
+                    .find(|p| p.vni == t.vni && p.group == *id);
+                let mut sel = GroupSel::new(
+                    g.clone(),
+                    pol.is_some_and(|p| p.pinned),
+                    pol.map(|p| p.draining.clone()).unwrap_or_default(),
+                );
+                sel.local_state = pol.is_some_and(|p| p.local_state);
+                sel.lease_epoch = pol.map_or(0, |p| p.lease_epoch);
+                groups.insert((t.vni, *id), sel);
+            }
+            if t.vni >= 1 << 24 {
+                return Err(ConfigError::VniTooLarge(t.vni));
+            }
+            let groups: BTreeMap<GroupId, sluice_switch::Group> = t
+                .groups
+                .iter()
+                .map(|(id, g)| (GroupId(*id), g.clone()))
+                .collect();
+            let mut fib = Fib::new();
+            fib.replace(t.entries.clone(), groups, cfg.version)
+                .map_err(|err| ConfigError::Fib {
+                    tenant: t.tenant.clone(),
+                    vni: t.vni,
+                    err,
+                })?;
+            if fibs.insert(t.vni, fib).is_some() {
+                return Err(ConfigError::DuplicateVni(t.vni));
+            }
+        }
+        let topo = Topology::new(host, cfg)?;
+        let mut stats = Stats::default();
+        for id in topo.ports.keys() {
+            stats.ports.insert(*id, Default::default());
+        }
+        let mut dp = Dataplane {
+            health: Health::new(&topo.ports),
+            topo,
+            lookup: Lookup::new(fibs),
+            groups: Selection::new(groups, entry_group),
+            leases: Leases::default(),
+            seawall: SeawallAdapter::default(),
+            meter: ChainMeter::new(),
+            stats,
+            now_ns: 0,
+        };
+        dp.refresh_groups();
+        Ok(dp)
+    }
+}
+
+impl Topology {
+    /// The ports, sources and peers of `cfg` (checked).
+    fn new(host: u32, cfg: &AgentConfig) -> Result<Topology, ConfigError> {
+        let mut ports = BTreeMap::new();
+        let mut sources = HashMap::new();
+        let mut ifaces = BTreeSet::new();
+        for p in &cfg.ports {
+            if p.vni >= 1 << 24 {
+                return Err(ConfigError::VniTooLarge(p.vni));
+            }
+            let (name, target, weight) = match &p.kind {
+                PortKind::Vm {
+                    name,
+                    iface,
+                    mac,
+                    weight,
+                } => {
+                    if !valid_iface(iface) {
+                        return Err(ConfigError::BadIface {
+                            port: p.id,
+                            iface: iface.clone(),
+                        });
+                    }
+                    if !ifaces.insert(iface.clone()) {
+                        return Err(ConfigError::DuplicateIface(iface.clone()));
+                    }
+                    let mac = parse_mac(mac).ok_or_else(|| ConfigError::BadMac {
+                        port: p.id,
+                        mac: mac.clone(),
+                    })?;
+                    (
+                        name.clone(),
+                        PortTarget::Vm {
+                            iface: iface.clone(),
+                            mac,
+                        },
+                        (*weight).max(1),
+                    )
+                }
+                PortKind::Instance { name } => {
+                    let (_, inst) = sluice_proto::instance_link(p.id)
+                        .ok_or(ConfigError::NoInstanceLink(p.id))?;
+                    sources.insert(inst, Source::Instance(p.id));
+                    (
+                        name.clone(),
+                        PortTarget::Instance {
+                            addr: SocketAddrV4::new(inst, GENEVE_PORT),
+                        },
+                        1,
+                    )
+                }
+            };
+            let port = Port {
+                id: p.id,
+                vni: p.vni,
+                name,
+                target,
+                weight,
+            };
+            if ports.insert(p.id, port).is_some() {
+                return Err(ConfigError::DuplicatePort(p.id));
+            }
+        }
+        for i in &cfg.instances {
+            if !matches!(
+                ports.get(&i.port).map(|p| &p.target),
+                Some(PortTarget::Instance { .. })
+            ) {
+                return Err(ConfigError::InstancePort {
+                    name: i.name.clone(),
+                    port: i.port,
+                });
+            }
+        }
+        let mut peers = HashMap::new();
+        for p in &cfg.peers {
+            if peers
+                .insert(p.host, SocketAddrV4::new(p.underlay, GENEVE_PORT))
+                .is_some()
+            {
+                return Err(ConfigError::DuplicatePeer(p.host));
+            }
+            // Our own underlay address never sends to us through the fabric.
+            if p.host != host && sources.insert(p.underlay, Source::Peer(p.host)).is_some() {
+                return Err(ConfigError::DuplicatePeer(p.host));
+            }
+        }
+        Ok(Topology {
+            host,
+            version: cfg.version,
+            ports,
+            peers,
+            sources,
+        })
+    }
+}

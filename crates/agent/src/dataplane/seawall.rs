@@ -1,0 +1,243 @@
+//! Glue between the data plane and Seawall (crate `sluice_seawall`): the rate
+//! controllers of this host's senders (admitting, queueing or dropping what a
+//! port sends to another host, and releasing what waited), and the receiving
+//! side that counts what other hosts' senders send here and reports back.
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::SocketAddrV4;
+
+use sluice_seawall::{Config, Offer, Receiver, Sender};
+use sluice_switch::tunnel::{fabric_header, SeqOption};
+
+use super::config::Port;
+use super::forward::Hop;
+use super::plan::{Dest, TxPlan};
+use super::stats::{CounterId, DropReason, Stats};
+use super::Dataplane;
+
+/// How often idle Seawall entities are looked for.
+const SEAWALL_EXPIRE_EVERY_NS: u64 = 1_000_000_000;
+
+/// What a packet waiting in a Seawall queue needs to get its tunnel header
+/// when it leaves: VNI (24 bits), whether it has a chain/hop (bit 24), chain
+/// (bits 25-40), hop (bits 41-48).
+fn seawall_tag(vni: u32, chain_hop: Option<(u16, u8)>) -> u64 {
+    let (c, h) = chain_hop.unwrap_or((0, 0));
+    u64::from(vni & 0x00ff_ffff)
+        | (u64::from(chain_hop.is_some()) << 24)
+        | (u64::from(c) << 25)
+        | (u64::from(h) << 41)
+}
+
+/// The inverse of [`seawall_tag`].
+fn from_seawall_tag(t: u64) -> (u32, Option<(u16, u8)>) {
+    let vni = (t & 0x00ff_ffff) as u32;
+    let ch = (t >> 24) & 1 == 1;
+    (vni, ch.then_some(((t >> 25) as u16, (t >> 41) as u8)))
+}
+
+/// What Seawall decided for a packet to another host.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Admission {
+    /// Send it now, with this sequence option (None: its sender is not
+    /// rate-controlled).
+    Send(Option<SeqOption>),
+    /// It waits in its sender's queue and leaves later, from
+    /// [`Dataplane::seawall_tick`].
+    Queued,
+    /// Over the rate of its sender (this port) and dropped.
+    Dropped(u16),
+}
+
+/// The data plane's Seawall state.
+#[derive(Debug)]
+pub(super) struct SeawallAdapter {
+    /// Rate controllers of this host's ports (None: off).
+    pub(super) sender: Option<Box<Sender>>,
+    /// The receiving side: always on, so any rate-controlled sender gets
+    /// feedback from this host.
+    rx: Receiver,
+    /// When idle entities are next forgotten (data-plane clock).
+    expire_at: u64,
+    /// When silent entities are next looked for.
+    silence_at: u64,
+}
+
+impl Default for SeawallAdapter {
+    fn default() -> SeawallAdapter {
+        let c = Config::default();
+        SeawallAdapter {
+            sender: None,
+            rx: Receiver::new(c.period_ns, c.queue_delay_ns),
+            expire_at: 0,
+            silence_at: 0,
+        }
+    }
+}
+
+impl SeawallAdapter {
+    /// Takes over `old`'s rates and sequence numbers: a new configuration
+    /// must not free a flooding VM or look like loss to the receivers.
+    pub(super) fn inherit(&mut self, old: &SeawallAdapter) {
+        self.sender.clone_from(&old.sender);
+        self.rx.clone_from(&old.rx);
+    }
+
+    /// Hands the ports' weights to the rate controllers.
+    pub(super) fn apply_weights(&mut self, ports: &BTreeMap<u16, Port>) {
+        if let Some(s) = &mut self.sender {
+            s.set_weights(ports.values().map(|p| (p.id, p.weight)));
+        }
+    }
+
+    /// When the next queued packet may leave (None: nothing waits).
+    fn release_at(&self) -> Option<u64> {
+        self.sender.as_ref().and_then(|s| s.next_release())
+    }
+
+    /// The earliest time Seawall needs the loop: feedback due, or a queued
+    /// packet's release.
+    pub(super) fn next_deadline(&self) -> Option<u64> {
+        [self.rx.next_deadline(), self.release_at()]
+            .into_iter()
+            .flatten()
+            .min()
+    }
+
+    /// Admits, queues or drops a packet that `hop` sends to `host`: only what
+    /// entered through a port is rate-controlled (the fabric's own traffic
+    /// passes through), and what is sent is numbered for the receiver's loss
+    /// count.
+    pub(super) fn admit(&mut self, hop: &Hop<'_>, host: u32, now_ns: u64) -> Admission {
+        let (Some(sw), Some(port)) = (&mut self.sender, hop.in_port) else {
+            return Admission::Send(None);
+        };
+        let tag = seawall_tag(hop.vni, hop.chain_hop);
+        match sw.offer(port, host, tag, hop.inner(), now_ns) {
+            Offer::Send(seq) => Admission::Send(Some(SeqOption {
+                port,
+                seq,
+                sent_us: (now_ns / 1000) as u32,
+            })),
+            Offer::Queued => Admission::Queued,
+            Offer::Dropped => Admission::Dropped(port),
+        }
+    }
+
+    /// Counts a numbered packet from peer `host` for its sender's feedback.
+    pub(super) fn on_packet(&mut self, host: u32, o: SeqOption, now_ns: u64) {
+        self.rx
+            .on_packet(host, o.port, o.seq, Some(o.sent_us), now_ns);
+    }
+
+    /// Applies a feedback message from peer `host` to this host's senders.
+    pub(super) fn on_feedback(
+        &mut self,
+        host: u32,
+        reports: sluice_seawall::wire::Reports<'_>,
+        now_ns: u64,
+    ) {
+        if let Some(s) = &mut self.sender {
+            s.on_feedback(host, reports, now_ns);
+        }
+    }
+
+    /// Feedback due and packets released by `now`, into `plan`; forgets idle
+    /// and looks for silent entities when their time comes.
+    fn tick(
+        &mut self,
+        now: u64,
+        peers: &HashMap<u32, SocketAddrV4>,
+        stats: &mut Stats,
+        plan: &mut TxPlan,
+    ) {
+        if self.rx.next_deadline().is_some_and(|d| d <= now) {
+            let mut buf = std::mem::take(&mut plan.scratch);
+            self.rx.feedback(now, &mut buf, |host, msg| {
+                if let Some(addr) = peers.get(&host) {
+                    plan.push_own(Dest::Udp(*addr), CounterId::Fabric, &[msg]);
+                    stats.seawall_feedback_sent += 1;
+                }
+            });
+            plan.scratch = buf;
+        }
+        if let Some(s) = &mut self.sender {
+            // Packets that waited for their sender's rate.
+            s.release(now, |e, seq, tag, frame| {
+                let Some(addr) = peers.get(&e.host) else {
+                    stats.drop(CounterId::Port(e.port), DropReason::UnknownOutput);
+                    return;
+                };
+                let (vni, chain_hop) = from_seawall_tag(tag);
+                let o = SeqOption {
+                    port: e.port,
+                    seq,
+                    sent_us: (now / 1000) as u32,
+                };
+                let (g, n) = fabric_header(vni, chain_hop, Some(o));
+                plan.push_own(Dest::Udp(*addr), CounterId::Fabric, &[&g[..n], frame]);
+            });
+            // Silence is judged in periods: once per period is enough, and
+            // keeps a walk over every entity off each loop iteration.
+            if now >= self.silence_at {
+                s.check_silence(now);
+                self.silence_at = now + s.config().period_ns;
+            }
+            if now >= self.expire_at {
+                s.expire(now);
+            }
+        }
+        if now >= self.expire_at {
+            let idle = self
+                .sender
+                .as_ref()
+                .map_or(Config::default().idle_ns, |s| s.config().idle_ns);
+            self.rx.expire(now, idle);
+            self.expire_at = now + SEAWALL_EXPIRE_EVERY_NS;
+        }
+    }
+}
+
+impl Dataplane {
+    /// Turns Seawall's rate control of this host's senders on (with `cfg`) or
+    /// off. Feedback to other hosts' senders is sent either way.
+    pub fn set_seawall(&mut self, cfg: Option<Config>) {
+        if let Some(c) = &cfg {
+            // This host's reports follow its own period too.
+            self.seawall.rx = Receiver::new(c.period_ns, c.queue_delay_ns);
+        }
+        self.seawall.sender = cfg.map(|c| Box::new(Sender::new(c)));
+        self.seawall.apply_weights(&self.topo.ports);
+    }
+
+    /// When the next packet waiting for its sender's rate may leave (None:
+    /// nothing waits). Part of [`Dataplane::next_deadline`]; the I/O loop
+    /// wakes for it without its usual slack, since the packet waits for it.
+    pub fn seawall_release_at(&self) -> Option<u64> {
+        self.seawall.release_at()
+    }
+
+    /// Whether this host's senders are rate-controlled.
+    pub fn seawall_on(&self) -> bool {
+        self.seawall.sender.is_some()
+    }
+
+    /// Every rate-controlled (port, destination host) with its rate and counters.
+    pub fn seawall_entities(
+        &self,
+    ) -> Vec<(sluice_seawall::Entity, u64, sluice_seawall::EntityStats)> {
+        self.seawall
+            .sender
+            .as_ref()
+            .map(|s| s.entities())
+            .unwrap_or_default()
+    }
+
+    /// Sends the Seawall feedback that is due (one message per sending host
+    /// with news) into `plan`, and forgets idle senders; the I/O loop calls it
+    /// every iteration (it does nothing until [`Dataplane::next_deadline`]).
+    pub fn seawall_tick(&mut self, plan: &mut TxPlan) {
+        self.seawall
+            .tick(self.now_ns, &self.topo.peers, &mut self.stats, plan);
+    }
+}

@@ -1,0 +1,139 @@
+//! The data plane's counters: per port, the fabric's, and drops by reason.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+use sluice_proto::Counters;
+
+/// Why packets were dropped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DropReason {
+    /// No FIB entry matched (or the tenant has no FIB here).
+    NoMatch,
+    /// The matching entry drops.
+    FibDrop,
+    /// The frame or its Geneve header does not parse.
+    Malformed,
+    /// A datagram from an address that is neither a peer nor an instance.
+    UnknownSource,
+    /// The kernel refused it or its queue was full.
+    SendFail,
+    /// The FIB sent it to a port or host this host does not know.
+    UnknownOutput,
+    /// An instance sent a packet of another tenant.
+    WrongVni,
+    /// Every instance of the selected group that may take the packet is suspected.
+    NoLiveInstance,
+    /// Over its sender's Seawall rate to the destination host (the sending
+    /// VM's or instance's share of the path).
+    RateLimited,
+}
+
+impl DropReason {
+    /// Every reason, for reports that list zeros too.
+    pub const ALL: [DropReason; 9] = [
+        DropReason::NoMatch,
+        DropReason::FibDrop,
+        DropReason::Malformed,
+        DropReason::UnknownSource,
+        DropReason::SendFail,
+        DropReason::UnknownOutput,
+        DropReason::WrongVni,
+        DropReason::NoLiveInstance,
+        DropReason::RateLimited,
+    ];
+
+    /// The reason's name in metrics (`no_match`, ...).
+    pub fn name(self) -> &'static str {
+        match self {
+            DropReason::NoMatch => "no_match",
+            DropReason::FibDrop => "fib_drop",
+            DropReason::Malformed => "malformed",
+            DropReason::UnknownSource => "unknown_source",
+            DropReason::SendFail => "send_fail",
+            DropReason::UnknownOutput => "unknown_output",
+            DropReason::WrongVni => "wrong_vni",
+            DropReason::NoLiveInstance => "no_live_instance",
+            DropReason::RateLimited => "rate_limited",
+        }
+    }
+
+    pub(super) fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// Whose counters a packet counts against.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum CounterId {
+    /// A port of the switch.
+    Port(u16),
+    /// The fabric (tunnel to and from peers, and unknown sources).
+    Fabric,
+}
+
+/// Counters kept by the core (plain integers: only the data-plane thread writes
+/// them; the I/O loop publishes copies).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Per port.
+    pub ports: BTreeMap<u16, Counters>,
+    /// Fabric.
+    pub fabric: Counters,
+    /// Drops by reason, over every port.
+    pub drops: [u64; DropReason::ALL.len()],
+    /// ARP requests answered.
+    pub arp_replies: u64,
+    /// Heartbeats received from NF instances.
+    pub heartbeats: u64,
+    /// Local speculative failovers (instances suspected).
+    pub failovers: u64,
+    /// Ownership leases sent to local instances (grants and renewals).
+    pub leases: u64,
+    /// Lease revocations sent to local instances.
+    pub lease_revocations: u64,
+    /// Seawall feedback messages sent to other hosts.
+    pub seawall_feedback_sent: u64,
+    /// Seawall feedback messages received and applied.
+    pub seawall_feedback_received: u64,
+}
+
+impl Stats {
+    pub(super) fn counters(&mut self, c: CounterId) -> &mut Counters {
+        match c {
+            CounterId::Port(p) => self.ports.entry(p).or_default(),
+            CounterId::Fabric => &mut self.fabric,
+        }
+    }
+
+    pub(super) fn drop(&mut self, c: CounterId, reason: DropReason) {
+        self.counters(c).drops += 1;
+        self.drops[reason.index()] += 1;
+    }
+
+    /// Drops of one reason.
+    pub fn drops_of(&self, reason: DropReason) -> u64 {
+        self.drops[reason.index()]
+    }
+
+    /// Takes over `old`'s totals, and its counters of every port `same_port`
+    /// says is still the same port, so a new configuration does not reset what
+    /// monitoring has seen.
+    pub(super) fn inherit(&mut self, old: &Stats, same_port: impl Fn(u16) -> bool) {
+        for (id, c) in &old.ports {
+            if same_port(*id) {
+                self.ports.insert(*id, c.clone());
+            }
+        }
+        self.fabric = old.fabric.clone();
+        self.drops = old.drops;
+        self.arp_replies = old.arp_replies;
+        self.heartbeats = old.heartbeats;
+        self.failovers = old.failovers;
+        self.leases = old.leases;
+        self.lease_revocations = old.lease_revocations;
+        self.seawall_feedback_sent = old.seawall_feedback_sent;
+        self.seawall_feedback_received = old.seawall_feedback_received;
+    }
+}

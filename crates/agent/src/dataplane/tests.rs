@@ -1,0 +1,1087 @@
+//! The data plane's unit tests: whole configurations (the Figure 4 tenant's
+//! host 1, two VMs) driven through batches, as the I/O loop drives them.
+
+use std::net::{Ipv4Addr, SocketAddrV4};
+
+use super::*;
+use sluice_controller::{compile, Placement};
+use sluice_proto::{InstanceConfig, Peer, PortConfig, TenantFib};
+use sluice_proto::{InstanceHeartbeat, PortKind, GENEVE_PORT};
+use sluice_switch::tunnel::{geneve_header, parse_fabric_payload};
+use sluice_switch::{Action, Entry, HostId, Match, Prefix};
+use sluice_switch::{GroupId, Output, PortId};
+use sluice_tenant::TenantSpec;
+use sluice_wire::build;
+use sluice_wire::tcp::flags::SYN;
+
+const VNI: u32 = 42;
+const VIP_A: [u8; 4] = [10, 10, 1, 100];
+const GW_MAC: [u8; 6] = [2, 0, 0, 0, 0, 1];
+
+fn underlay(h: u32) -> Ipv4Addr {
+    Ipv4Addr::new(10, 255, 0, h as u8)
+}
+
+fn peers() -> Vec<Peer> {
+    (1..=3)
+        .map(|h| Peer {
+            host: h,
+            underlay: underlay(h),
+        })
+        .collect()
+}
+
+fn inst_addr(port: u16) -> SocketAddrV4 {
+    SocketAddrV4::new(sluice_proto::instance_link(port).unwrap().1, GENEVE_PORT)
+}
+
+/// Host 1 of the Figure 4 tenant as in crates/controller/tests/walk.rs: the
+/// gateway on port 1, fw/0 on 10, ips on 11, mon on 12 (fw/1 on host 2).
+fn figure4_host1() -> AgentConfig {
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../examples/tenant/figure4.yaml"
+    ))
+    .unwrap();
+    let spec = TenantSpec::parse(&text, "figure4.yaml", Some(&sluice_builtin::registry())).unwrap();
+    let (h1, h2, h3) = (HostId(1), HostId(2), HostId(3));
+    let mut p = Placement {
+        gateway: (h1, PortId(1)),
+        vni: VNI,
+        ..Placement::default()
+    };
+    for (vm, h, port) in [
+        ("web-a1", h2, 20),
+        ("web-b1", h2, 21),
+        ("web-a2", h3, 20),
+        ("web-b2", h3, 21),
+    ] {
+        p.vms.insert(vm.into(), (h, PortId(port)));
+    }
+    for (mb, list) in [
+        ("fw", vec![(h1, 10), (h2, 10)]),
+        ("ips", vec![(h1, 11)]),
+        ("mon", vec![(h1, 12)]),
+        ("lb-a", vec![(h2, 11)]),
+        ("lb-b", vec![(h3, 12)]),
+    ] {
+        p.instances.insert(
+            mb.into(),
+            list.iter().map(|&(h, port)| (h, PortId(port))).collect(),
+        );
+    }
+    let c = compile(&spec, &p).unwrap();
+    let hf = c.hosts[&h1].clone();
+    let mut ports = vec![PortConfig {
+        id: 1,
+        vni: VNI,
+        kind: PortKind::Vm {
+            name: "gw".into(),
+            iface: "gw0".into(),
+            mac: "02:00:00:00:00:01".into(),
+            weight: 1,
+        },
+    }];
+    let mut instances = Vec::new();
+    for (id, name) in [(10, "acme/fw/0"), (11, "acme/ips/0"), (12, "acme/mon/0")] {
+        ports.push(PortConfig {
+            id,
+            vni: VNI,
+            kind: PortKind::Instance { name: name.into() },
+        });
+        instances.push(InstanceConfig {
+            name: name.into(),
+            tenant: "acme".into(),
+            middlebox: name.split('/').nth(1).unwrap().into(),
+            port: id,
+            vni: VNI,
+            chain_yaml: String::new(),
+            state: "local".into(),
+        });
+    }
+    AgentConfig {
+        version: 1,
+        host: 1,
+        peers: peers(),
+        ports,
+        tenants: vec![TenantFib {
+            tenant: "acme".into(),
+            vni: VNI,
+            entries: hf.entries,
+            groups: hf.groups.into_iter().map(|(g, gr)| (g.0, gr)).collect(),
+        }],
+        instances,
+        group_policies: vec![],
+    }
+}
+
+/// Two VMs on ports 1 and 2 forwarding to each other by destination, and from
+/// the fabric to VM 2.
+fn two_vms() -> AgentConfig {
+    let vm = |id: u16, mac: &str| PortConfig {
+        id,
+        vni: 7,
+        kind: PortKind::Vm {
+            name: format!("vm{id}"),
+            iface: format!("p{id}"),
+            mac: mac.into(),
+            // Port 2 weighs 2: weights reach the rate controllers.
+            weight: id,
+        },
+    };
+    let to = |id: u64, dst: &str, port: u16| Entry {
+        id,
+        priority: 10,
+        m: Match {
+            dst: Some(Prefix::parse(dst).unwrap()),
+            ..Match::default()
+        },
+        actions: vec![Action::Output(Output::Port(PortId(port)))],
+    };
+    AgentConfig {
+        version: 5,
+        host: 1,
+        peers: peers(),
+        ports: vec![vm(1, "02:00:00:00:01:01"), vm(2, "02:00:00:00:01:02")],
+        tenants: vec![TenantFib {
+            tenant: "t".into(),
+            vni: 7,
+            entries: vec![
+                to(1, "10.0.0.1/32", 1),
+                to(2, "10.0.0.2/32", 2),
+                Entry {
+                    id: 3,
+                    priority: 5,
+                    m: Match {
+                        dst: Some(Prefix::parse("10.9.0.0/16").unwrap()),
+                        ..Match::default()
+                    },
+                    actions: vec![Action::Output(Output::Host(HostId(3)))],
+                },
+            ],
+            groups: vec![],
+        }],
+        instances: vec![],
+        group_policies: vec![],
+    }
+}
+
+fn frames(list: Vec<Vec<u8>>) -> Vec<(Vec<u8>, Option<SocketAddrV4>)> {
+    list.into_iter().map(|f| (f, None)).collect()
+}
+
+fn from(addr: SocketAddrV4, list: Vec<Vec<u8>>) -> Vec<(Vec<u8>, Option<SocketAddrV4>)> {
+    list.into_iter().map(|f| (f, Some(addr))).collect()
+}
+
+fn with_macs(mut f: Vec<u8>, dst: [u8; 6], src: [u8; 6]) -> Vec<u8> {
+    f[..6].copy_from_slice(&dst);
+    f[6..12].copy_from_slice(&src);
+    f
+}
+
+struct G {
+    vni: u32,
+    chain_hop: Option<(u16, u8)>,
+    header_len: usize,
+}
+
+fn parse(d: &[u8]) -> G {
+    let (vni, chain_hop, header_len) = sluice_switch::tunnel::parse_geneve_payload(d).unwrap();
+    G {
+        vni,
+        chain_hop,
+        header_len,
+    }
+}
+
+fn encap(vni: u32, ch: Option<(u16, u8)>, inner: &[u8]) -> Vec<u8> {
+    let (h, n) = geneve_header(vni, ch);
+    let mut v = h[..n].to_vec();
+    v.extend_from_slice(inner);
+    v
+}
+
+/// Heartbeats from the instances on `ports`, at the data plane's clock.
+fn ready(dp: &mut Dataplane, ports: &[u16]) {
+    let mut plan = TxPlan::new();
+    for p in ports {
+        dp.process_udp_batch(&heartbeat_from(*p), &mut plan);
+    }
+    assert!(plan.outs.is_empty(), "heartbeats are not forwarded");
+}
+
+#[test]
+fn instances_get_new_flows_once_they_heartbeat() {
+    let mut dp = Dataplane::new(1, &figure4_host1()).unwrap();
+    let host2 = Dest::Udp(SocketAddrV4::new(underlay(2), GENEVE_PORT));
+    // fw/0 (port 10) is still starting: host 2's firewall takes every flow.
+    for i in 1..=30 {
+        assert_eq!(fw_dest(&mut dp, i), Some(host2));
+    }
+    ready(&mut dp, &[10]);
+    let now: Vec<Option<Dest>> = (1..=30).map(|i| fw_dest(&mut dp, i)).collect();
+    assert!(now.contains(&Some(Dest::Udp(inst_addr(10)))));
+    // The IPS (port 11), alone in its group, is used while starting.
+    assert!(!dp.suspected(11));
+}
+
+#[test]
+fn client_goes_to_first_hop_and_returns_to_the_next() {
+    let mut dp = Dataplane::new(1, &figure4_host1()).unwrap();
+    ready(&mut dp, &[10, 11, 12]);
+    let mut plan = TxPlan::new();
+    // Find a client flow the hash sends to the local firewall instance.
+    let fw0 = inst_addr(10);
+    let mut found = None;
+    for i in 1..=60u8 {
+        let syn = with_macs(
+            build::tcp_v4(
+                [198, 51, 100, i],
+                VIP_A,
+                40_000 + i as u16,
+                80,
+                1,
+                0,
+                SYN,
+                b"",
+            ),
+            ROUTER_MAC,
+            GW_MAC,
+        );
+        let batch = frames(vec![syn.clone()]);
+        plan.clear();
+        dp.process_vm_batch(1, &batch, &mut plan);
+        // One copy to the monitor, one to a firewall instance.
+        assert_eq!(plan.outs.len(), 2, "{:?}", plan.outs);
+        let mon = plan.outs[0];
+        assert_eq!(mon.dest, Dest::Udp(inst_addr(12)));
+        let fw = *plan.outs.last().unwrap();
+        match fw.dest {
+            Dest::Udp(a) if a == fw0 => {
+                found = Some((syn, plan.message(&batch, &fw)));
+                break;
+            }
+            Dest::Udp(a) => assert_eq!(a, SocketAddrV4::new(underlay(2), GENEVE_PORT)),
+            d => panic!("{d:?}"),
+        }
+    }
+    let (syn, msg) = found.expect("some flow picks fw/0");
+    let g = parse(&msg);
+    assert_eq!(g.vni, VNI);
+    let (chain, hop) = g.chain_hop.expect("marked");
+    assert_eq!(hop, 1, "at the first middlebox");
+    assert_eq!(
+        &msg[g.header_len..],
+        &syn[..],
+        "the inner frame is untouched"
+    );
+
+    // The firewall sends it back with the same header: on to the IPS.
+    let back = from(fw0, vec![msg.clone()]);
+    plan.clear();
+    dp.process_udp_batch(&back, &mut plan);
+    assert_eq!(plan.outs.len(), 1, "{:?}", plan.outs);
+    assert_eq!(plan.outs[0].dest, Dest::Udp(inst_addr(11)));
+    let m2 = plan.message(&back, &plan.outs[0]);
+    let g2 = parse(&m2);
+    assert_eq!(g2.chain_hop, Some((chain, 2)));
+    assert_eq!(&m2[g2.header_len..], &syn[..]);
+    dp.account_sent(&plan.outs, 1);
+    let s = dp.stats();
+    assert_eq!(s.ports[&10].rx_packets, 1);
+    assert_eq!(s.ports[&11].tx_packets, 1);
+    assert_eq!(s.ports[&11].tx_bytes, m2.len() as u64);
+    assert!(s.ports[&1].rx_packets >= 1);
+}
+
+#[test]
+fn delivery_to_a_vm_rewrites_macs_and_fabric_is_handled() {
+    let mut dp = Dataplane::new(1, &two_vms()).unwrap();
+    let mut plan = TxPlan::new();
+    let f = with_macs(
+        build::udp_v4([10, 0, 0, 1], [10, 0, 0, 2], 1000, 2000, b"hello"),
+        ROUTER_MAC,
+        [2, 0, 0, 0, 1, 1],
+    );
+    let batch = frames(vec![f.clone(), f.clone()]);
+    dp.process_vm_batch(1, &batch, &mut plan);
+    assert_eq!(plan.outs.len(), 2);
+    let m = plan.message(&batch, &plan.outs[1]);
+    assert_eq!(plan.outs[1].dest, Dest::Vm(2));
+    assert_eq!(&m[..6], &[2, 0, 0, 0, 1, 2], "dst = the VM's MAC");
+    assert_eq!(&m[6..12], &ROUTER_MAC);
+    assert_eq!(&m[12..], &f[12..]);
+    assert_eq!(plan.outs[1].frame, 1);
+    dp.account_sent(&plan.outs, 1);
+    assert_eq!(dp.stats().ports[&2].tx_packets, 1);
+    assert_eq!(dp.stats().drops_of(DropReason::SendFail), 1);
+
+    // To a remote prefix: Geneve to host 3, no chain mark.
+    plan.clear();
+    let far = build::udp_v4([10, 0, 0, 1], [10, 9, 1, 1], 1, 2, b"x");
+    let batch = frames(vec![far.clone()]);
+    dp.process_vm_batch(1, &batch, &mut plan);
+    assert_eq!(
+        plan.outs[0].dest,
+        Dest::Udp(SocketAddrV4::new(underlay(3), GENEVE_PORT))
+    );
+    let m = plan.message(&batch, &plan.outs[0]);
+    assert_eq!(parse(&m).chain_hop, None);
+    assert_eq!(&m[8..], &far[..]);
+
+    // From the fabric (peer 2) to VM 2.
+    plan.clear();
+    let batch = from(
+        SocketAddrV4::new(underlay(2), GENEVE_PORT),
+        vec![encap(7, None, &f)],
+    );
+    dp.process_udp_batch(&batch, &mut plan);
+    assert_eq!(plan.outs.len(), 1);
+    assert_eq!(plan.outs[0].dest, Dest::Vm(2));
+    let m = plan.message(&batch, &plan.outs[0]);
+    assert_eq!(&m[12..], &f[12..]);
+    assert_eq!(dp.stats().fabric.rx_packets, 1);
+}
+
+/// Host 1 sends through Seawall to host 3, host 3 counts and reports, and
+/// host 1's controller acts on the report: a flooding VM is cut to about
+/// what got through and then policed at its own host.
+#[test]
+fn seawall_numbers_packets_to_other_hosts_and_obeys_their_loss_reports() {
+    let ms = 1_000_000u64;
+    let mut tx = Dataplane::new(1, &two_vms()).unwrap();
+    tx.set_seawall(Some(sluice_seawall::Config {
+        max_rate_bps: 1_000_000_000,
+        ..sluice_seawall::Config::default()
+    }));
+    let mut rx_cfg = two_vms();
+    rx_cfg.host = 3;
+    let mut rx = Dataplane::new(3, &rx_cfg).unwrap();
+    assert_eq!(
+        sluice_switch::tunnel::OPTION_SEQ,
+        sluice_seawall::wire::OPTION_SEQ
+    );
+    let far = build::udp_v4([10, 0, 0, 1], [10, 9, 1, 1], 1, 2, &[7u8; 1000]);
+    let batch = frames(vec![far.clone(); 10]);
+    let mut plan = TxPlan::new();
+    tx.set_now(ms);
+    tx.process_vm_batch(1, &batch, &mut plan);
+    assert_eq!(plan.outs.len(), 10);
+    // Every datagram carries port 1's next sequence number; the inner
+    // frame is untouched.
+    let msgs: Vec<Vec<u8>> = plan.outs.iter().map(|o| plan.message(&batch, o)).collect();
+    for (k, m) in msgs.iter().enumerate() {
+        let p = parse_fabric_payload(m).unwrap();
+        let o = p.seq.unwrap();
+        assert_eq!((o.port, o.seq, o.sent_us), (1, k as u32, 1000));
+        assert_eq!(&m[p.inner_at..], &far[..]);
+    }
+    // Host 3 gets numbers 0-3 and 6-9: 4 and 5 were lost on the way.
+    let got: Vec<Vec<u8>> = msgs
+        .iter()
+        .enumerate()
+        .filter(|(k, _)| *k != 4 && *k != 5)
+        .map(|(_, m)| m.clone())
+        .collect();
+    let mut plan3 = TxPlan::new();
+    rx.set_now(ms);
+    rx.process_udp_batch(
+        &from(SocketAddrV4::new(underlay(1), GENEVE_PORT), got),
+        &mut plan3,
+    );
+    assert_eq!(plan3.outs.len(), 0, "no VM on host 3 has 10.9.1.1");
+    // The report is due one period later, not before.
+    let due = rx.next_deadline().unwrap();
+    rx.set_now(due - 1);
+    plan3.clear();
+    rx.seawall_tick(&mut plan3);
+    assert!(plan3.is_empty());
+    rx.set_now(due);
+    rx.seawall_tick(&mut plan3);
+    assert_eq!(plan3.outs.len(), 1);
+    assert_eq!(
+        plan3.outs[0].dest,
+        Dest::Udp(SocketAddrV4::new(underlay(1), GENEVE_PORT))
+    );
+    let empty: Vec<(Vec<u8>, Option<SocketAddrV4>)> = Vec::new();
+    let fb = plan3.message(&empty, &plan3.outs[0]);
+    let reports: Vec<_> = sluice_seawall::wire::decode_feedback(&fb)
+        .unwrap()
+        .collect();
+    assert_eq!(reports.len(), 1);
+    assert_eq!(
+        (reports[0].port, reports[0].received, reports[0].lost),
+        (1, 8, 2)
+    );
+    assert_eq!(rx.stats().seawall_feedback_sent, 1);
+
+    // Host 1 applies it: port 1's rate to host 3 falls below what it sent
+    // (10 kB in 1 ms... 80 Mbit/s), far below the 1 Gbit/s it started at.
+    tx.set_now(due);
+    plan.clear();
+    tx.process_udp_batch(
+        &from(
+            SocketAddrV4::new(underlay(3), GENEVE_PORT),
+            vec![fb.clone()],
+        ),
+        &mut plan,
+    );
+    assert!(plan.is_empty());
+    assert_eq!(tx.stats().seawall_feedback_received, 1);
+    let ents = tx.seawall_entities();
+    assert_eq!(ents.len(), 1);
+    let (e, rate, st) = ents[0];
+    assert_eq!((e.port, e.host), (1, 3));
+    assert!(rate < 100_000_000, "rate {rate}");
+    assert_eq!(
+        (st.reported_received, st.reported_lost, st.decreases),
+        (8, 2, 1)
+    );
+    // A flood now: what is over the rate waits at host 1 (its queue), the
+    // rest of it is dropped there, counted as rate_limited against the
+    // sending port.
+    let flood = frames(vec![far.clone(); 64]);
+    let mut sent = 0;
+    for k in 0..20u64 {
+        plan.clear();
+        tx.set_now(due + k * 10_000);
+        tx.process_vm_batch(1, &flood, &mut plan);
+        sent += plan.outs.len();
+    }
+    let policed = tx.stats().drops_of(DropReason::RateLimited);
+    let waiting = tx.seawall_entities()[0].2.queue_packets_now;
+    assert_eq!(sent as u64 + policed + waiting, 20 * 64);
+    assert!(
+        policed > 900 && waiting > 100,
+        "policed {policed}, waiting {waiting}"
+    );
+    assert_eq!(tx.stats().ports[&1].drops, policed);
+    // The waiting packets leave as their tokens come, from the tick, with
+    // headers and numbers as if sent directly.
+    let empty: Vec<(Vec<u8>, Option<SocketAddrV4>)> = Vec::new();
+    let mut next_seq = 10 + sent as u32;
+    let mut left = 0;
+    while let Some(d) = tx.next_deadline() {
+        plan.clear();
+        tx.set_now(d);
+        tx.seawall_tick(&mut plan);
+        for o in &plan.outs {
+            assert_eq!(
+                o.dest,
+                Dest::Udp(SocketAddrV4::new(underlay(3), GENEVE_PORT))
+            );
+            let m = plan.message(&empty, o);
+            let p = parse_fabric_payload(&m).unwrap();
+            let so = p.seq.unwrap();
+            assert_eq!(
+                (so.port, so.seq, so.sent_us),
+                (1, next_seq, (d / 1000) as u32)
+            );
+            assert_eq!(&m[p.inner_at..], &far[..]);
+            next_seq += 1;
+            left += 1;
+        }
+    }
+    assert_eq!(left, waiting);
+    // Host 3, which reported before, said nothing while they left (over
+    // four periods): that silence counts as loss, and the rate was cut
+    // again.
+    let (_, after, st) = tx.seawall_entities()[0];
+    assert!(after < rate && st.decreases >= 2, "{after} {st:?}");
+    let rate = after;
+    // Local delivery is never rate-controlled.
+    plan.clear();
+    let near = with_macs(
+        build::udp_v4([10, 0, 0, 1], [10, 0, 0, 2], 1, 2, &[1u8; 1000]),
+        ROUTER_MAC,
+        [2, 0, 0, 0, 1, 1],
+    );
+    tx.process_vm_batch(1, &frames(vec![near; 64]), &mut plan);
+    assert_eq!(plan.outs.len(), 64);
+    // A garbled report is counted as malformed and changes nothing.
+    let mut bad = fb.clone();
+    bad.truncate(bad.len() - 3);
+    plan.clear();
+    tx.process_udp_batch(
+        &from(SocketAddrV4::new(underlay(3), GENEVE_PORT), vec![bad]),
+        &mut plan,
+    );
+    assert_eq!(tx.stats().drops_of(DropReason::Malformed), 1);
+    assert_eq!(tx.seawall_entities()[0].1, rate);
+    // A new configuration keeps the controllers and the numbering.
+    let mut next = Dataplane::new(1, &two_vms()).unwrap();
+    next.inherit_stats(&tx);
+    assert!(next.seawall_on());
+    assert_eq!(next.seawall_entities()[0].1, rate);
+    // Each VM port's weight reaches the controllers.
+    let w = |dp: &Dataplane, port: u16| dp.seawall.sender.as_ref().unwrap().weight(port);
+    assert_eq!((w(&next, 1), w(&next, 2)), (1, 2));
+}
+
+#[test]
+fn chains_entered_at_vms_are_metered_and_handshakes_timed() {
+    let mut cfg = two_vms();
+    // Traffic to VM 2 is chain 4 (no middlebox): it enters the chain at VM 1.
+    cfg.tenants[0].entries[1]
+        .actions
+        .insert(0, Action::SetChainHop { chain: 4, hop: 1 });
+    let mut dp = Dataplane::new(1, &cfg).unwrap();
+    let mut plan = TxPlan::new();
+    let tcp = |src: [u8; 4], dst: [u8; 4], sp: u16, dp_: u16, flags: u8| {
+        with_macs(
+            build::tcp_v4(src, dst, sp, dp_, 1, 0, flags, b""),
+            ROUTER_MAC,
+            [2, 0, 0, 0, 1, src[3]],
+        )
+    };
+    dp.set_now(1_000_000);
+    let syn = tcp([10, 0, 0, 1], [10, 0, 0, 2], 5555, 80, SYN);
+    dp.process_vm_batch(1, &frames(vec![syn.clone(), syn.clone()]), &mut plan);
+    assert_eq!(plan.outs.len(), 2, "both delivered");
+    dp.set_now(3_500_000);
+    plan.clear();
+    let syn_ack = tcp([10, 0, 0, 2], [10, 0, 0, 1], 80, 5555, SYN | 0x10);
+    dp.process_vm_batch(2, &frames(vec![syn_ack]), &mut plan);
+    assert_eq!(plan.outs.len(), 1);
+    let m = dp.chain_measures();
+    assert_eq!(m.len(), 1, "the reply is in no chain: {m:?}");
+    assert_eq!((m[0].vni, m[0].chain), (7, 4));
+    assert_eq!((m[0].packets, m[0].bytes), (2, 2 * syn.len() as u64));
+    assert_eq!(m[0].syns, 2);
+    assert_eq!((m[0].handshakes, m[0].handshake_ns), (1, 2_500_000));
+    // A new configuration keeps the counters.
+    let mut next = Dataplane::new(1, &cfg).unwrap();
+    next.inherit_stats(&dp);
+    assert_eq!(next.chain_measures()[0].handshakes, 1);
+}
+
+#[test]
+fn arp_requests_are_answered_from_the_router_mac() {
+    let mut dp = Dataplane::new(1, &two_vms()).unwrap();
+    let mut plan = TxPlan::new();
+    let vm_mac = [2, 0, 0, 0, 1, 1];
+    let mut req = vec![0xff; 6];
+    req.extend_from_slice(&vm_mac);
+    req.extend_from_slice(&[0x08, 0x06, 0, 1, 0x08, 0, 6, 4, 0, 1]);
+    req.extend_from_slice(&vm_mac);
+    req.extend_from_slice(&[10, 0, 0, 1]);
+    req.extend_from_slice(&[0; 6]);
+    req.extend_from_slice(&[169, 254, 0, 1]);
+    let batch = frames(vec![req.clone()]);
+    dp.process_vm_batch(1, &batch, &mut plan);
+    assert_eq!(plan.outs.len(), 1);
+    assert_eq!(plan.outs[0].dest, Dest::Vm(1));
+    let r = plan.message(&batch, &plan.outs[0]);
+    assert_eq!(r.len(), 42);
+    assert_eq!(&r[..6], &vm_mac);
+    assert_eq!(&r[6..12], &ROUTER_MAC);
+    assert_eq!(&r[20..22], &[0, 2], "a reply");
+    assert_eq!(&r[22..28], &ROUTER_MAC);
+    assert_eq!(&r[28..32], &[169, 254, 0, 1]);
+    assert_eq!(&r[32..38], &vm_mac);
+    assert_eq!(&r[38..42], &[10, 0, 0, 1]);
+    // A reply, a truncated request and a non-IPv4 request get nothing.
+    let mut reply = req.clone();
+    reply[21] = 2;
+    let mut short = req.clone();
+    short.truncate(30);
+    let mut v6 = req.clone();
+    v6[16] = 0x86;
+    plan.clear();
+    dp.process_vm_batch(1, &frames(vec![reply, short, v6]), &mut plan);
+    assert!(plan.outs.is_empty());
+    assert_eq!(dp.stats().drops_of(DropReason::Malformed), 2);
+}
+
+#[test]
+fn garbage_is_counted_and_dropped() {
+    let mut dp = Dataplane::new(1, &two_vms()).unwrap();
+    let mut plan = TxPlan::new();
+    let good = build::udp_v4([10, 0, 0, 1], [10, 0, 0, 2], 1, 2, b"x");
+    let mut bad_ip = good.clone();
+    bad_ip[14] = 0x47; // IPv4 with a header length past the frame
+    let batch = frames(vec![
+        vec![],
+        vec![1, 2, 3],
+        bad_ip,
+        build::udp_v4([10, 0, 0, 1], [192, 0, 2, 1], 1, 2, b"nowhere"),
+    ]);
+    dp.process_vm_batch(1, &batch, &mut plan);
+    assert!(plan.outs.is_empty());
+    let s = dp.stats();
+    assert_eq!(s.drops_of(DropReason::Malformed), 3);
+    assert_eq!(s.drops_of(DropReason::NoMatch), 1);
+    assert_eq!(s.ports[&1].drops, 4);
+    assert_eq!(s.ports[&1].rx_packets, 4);
+
+    let peer = SocketAddrV4::new(underlay(2), GENEVE_PORT);
+    let stranger = SocketAddrV4::new(Ipv4Addr::new(192, 0, 2, 9), GENEVE_PORT);
+    let mut critical = encap(7, None, &good);
+    critical[0] = 1;
+    critical[1] = 0x40;
+    critical.splice(8..8, [0x01, 0x01, 0x80, 0x00]);
+    let batch = vec![
+        (vec![0u8; 3], Some(peer)),
+        (encap(7, None, &good), Some(stranger)),
+        (encap(7, None, &good), None),
+        (critical, Some(peer)),
+        (encap(99, None, &good), Some(peer)),
+        (encap(7, None, &[0u8; 5]), Some(peer)),
+    ];
+    plan.clear();
+    dp.process_udp_batch(&batch, &mut plan);
+    assert!(plan.outs.is_empty());
+    let s = dp.stats();
+    assert_eq!(s.drops_of(DropReason::UnknownSource), 2);
+    assert_eq!(s.drops_of(DropReason::Malformed), 3 + 3);
+    assert_eq!(s.drops_of(DropReason::NoMatch), 2, "vni 99 has no FIB here");
+    assert_eq!(s.fabric.rx_packets, 6);
+    assert_eq!(s.fabric.drops, 6);
+    // Frames from a port that left the config.
+    dp.process_vm_batch(9, &frames(vec![good]), &mut plan);
+    assert!(plan.outs.is_empty());
+}
+
+#[test]
+fn instances_may_not_speak_for_other_tenants() {
+    let mut dp = Dataplane::new(1, &figure4_host1()).unwrap();
+    let mut plan = TxPlan::new();
+    let f = build::tcp_v4([198, 51, 100, 1], VIP_A, 1, 80, 1, 0, SYN, b"");
+    let batch = from(inst_addr(10), vec![encap(43, Some((0, 1)), &f)]);
+    dp.process_udp_batch(&batch, &mut plan);
+    assert!(plan.outs.is_empty());
+    assert_eq!(dp.stats().drops_of(DropReason::WrongVni), 1);
+}
+
+#[test]
+fn bad_configs_are_refused_whole() {
+    let good = two_vms();
+    assert!(Dataplane::new(1, &good).is_ok());
+    assert_eq!(
+        Dataplane::new(2, &good).unwrap_err(),
+        ConfigError::WrongHost { got: 1, want: 2 }
+    );
+    let mut c = good.clone();
+    c.tenants[0].entries[0].actions = vec![Action::Select(GroupId(9))];
+    assert!(matches!(
+        Dataplane::new(1, &c),
+        Err(ConfigError::Fib { .. })
+    ));
+    let mut c = good.clone();
+    c.ports[1].id = 1;
+    assert_eq!(
+        Dataplane::new(1, &c).unwrap_err(),
+        ConfigError::DuplicatePort(1)
+    );
+    let mut c = good.clone();
+    if let PortKind::Vm { mac, .. } = &mut c.ports[0].kind {
+        *mac = "02:00:zz:00:00:01".into();
+    }
+    assert!(matches!(
+        Dataplane::new(1, &c),
+        Err(ConfigError::BadMac { .. })
+    ));
+    let mut c = good.clone();
+    if let PortKind::Vm { iface, .. } = &mut c.ports[0].kind {
+        *iface = "a-very-long-interface-name".into();
+    }
+    assert!(matches!(
+        Dataplane::new(1, &c),
+        Err(ConfigError::BadIface { .. })
+    ));
+    let mut c = good;
+    c.ports.push(PortConfig {
+        id: 0,
+        vni: 7,
+        kind: PortKind::Instance { name: "x".into() },
+    });
+    assert_eq!(
+        Dataplane::new(1, &c).unwrap_err(),
+        ConfigError::NoInstanceLink(0)
+    );
+}
+
+#[test]
+fn counters_survive_a_new_config() {
+    let mut dp = Dataplane::new(1, &two_vms()).unwrap();
+    let mut plan = TxPlan::new();
+    let f = build::udp_v4([10, 0, 0, 1], [10, 0, 0, 2], 1, 2, b"x");
+    dp.process_vm_batch(1, &frames(vec![f]), &mut plan);
+    let mut next = Dataplane::new(1, &two_vms()).unwrap();
+    next.inherit_stats(&dp);
+    assert_eq!(next.stats().ports[&1].rx_packets, 1);
+}
+
+fn heartbeat_from(port: u16) -> Vec<(Vec<u8>, Option<SocketAddrV4>)> {
+    let hb = InstanceHeartbeat {
+        seq: 1,
+        rx_packets: 5,
+        ..InstanceHeartbeat::default()
+    };
+    from(inst_addr(port), vec![hb.encode().to_vec()])
+}
+
+/// The destination of a client SYN from 198.51.100.`i` on the gateway port
+/// (the firewall copy; the monitor's copy comes first).
+fn fw_dest(dp: &mut Dataplane, i: u8) -> Option<Dest> {
+    let syn = with_macs(
+        build::tcp_v4(
+            [198, 51, 100, i],
+            VIP_A,
+            40_000 + i as u16,
+            80,
+            1,
+            0,
+            SYN,
+            b"",
+        ),
+        ROUTER_MAC,
+        GW_MAC,
+    );
+    let mut plan = TxPlan::new();
+    dp.process_vm_batch(1, &frames(vec![syn]), &mut plan);
+    plan.outs
+        .iter()
+        .map(|o| o.dest)
+        .find(|d| *d != Dest::Udp(inst_addr(12)))
+}
+
+#[test]
+fn a_silent_instance_is_failed_over_and_rejoins() {
+    let mut dp = Dataplane::new(1, &figure4_host1()).unwrap();
+    let ms = 1_000_000u64;
+    dp.set_now(990 * ms);
+    ready(&mut dp, &[10, 11, 12]);
+    let host2 = Dest::Udp(SocketAddrV4::new(underlay(2), GENEVE_PORT));
+    let before: Vec<Option<Dest>> = (1..=60).map(|i| fw_dest(&mut dp, i)).collect();
+    assert!(before.contains(&Some(Dest::Udp(inst_addr(10)))));
+    assert!(before.contains(&Some(host2)));
+    // Heartbeats, then silence past the timeout.
+    dp.set_now(1000 * ms);
+    let mut plan = TxPlan::new();
+    dp.process_udp_batch(&heartbeat_from(10), &mut plan);
+    assert!(plan.outs.is_empty(), "heartbeats are not forwarded");
+    assert_eq!(dp.stats().heartbeats, 4);
+    assert_eq!(dp.next_deadline(), Some(1020 * ms), "ports 11 and 12");
+    dp.set_now(1015 * ms);
+    ready(&mut dp, &[11, 12]);
+    assert_eq!(dp.next_deadline(), Some(1030 * ms));
+    assert!(!dp.check_health(1020 * ms, || 1020 * ms));
+    assert!(dp.check_health(1031 * ms, || 1031 * ms + 5_000));
+    assert!(dp.suspected(10));
+    let e = &dp.failover_events()[0];
+    assert_eq!(e.port, 10);
+    assert_eq!(e.suspected_at_us, 1_030_000);
+    assert_eq!(e.applied_at_us, 1_031_005);
+    assert_eq!(e.groups, 1);
+    // The firewall's traffic now goes to host 2; nothing else moved.
+    for (i, b) in (1..=60).zip(&before) {
+        assert_eq!(fw_dest(&mut dp, i), Some(host2), "flow {i} (was {b:?})");
+    }
+    // From the fabric, a packet for the firewall has no local instance left.
+    let f = build::tcp_v4([198, 51, 100, 1], VIP_A, 1, 80, 1, 0, SYN, b"");
+    let peer = SocketAddrV4::new(underlay(2), GENEVE_PORT);
+    let (chain, _) = {
+        let mut p = TxPlan::new();
+        let mut d2 = Dataplane::new(1, &figure4_host1()).unwrap();
+        let batch = frames(vec![with_macs(f.clone(), ROUTER_MAC, GW_MAC)]);
+        d2.process_vm_batch(1, &batch, &mut p);
+        parse(&p.message(&batch, p.outs.last().unwrap()))
+            .chain_hop
+            .unwrap()
+    };
+    plan.clear();
+    dp.process_udp_batch(
+        &from(peer, vec![encap(VNI, Some((chain, 1)), &f)]),
+        &mut plan,
+    );
+    assert!(
+        plan.outs.iter().all(|o| o.dest != host2),
+        "never bounced back"
+    );
+    assert_eq!(dp.stats().drops_of(DropReason::NoLiveInstance), 1);
+    // An exit noticed after the timeout changes nothing more.
+    assert!(!dp.instance_exited(10, 1040 * ms, || 1040 * ms));
+    assert!(dp.instance_exited(11, 1040 * ms, || 1040 * ms));
+    assert_eq!(dp.failover_events()[1].reason, "exited");
+    dp.set_now(1041 * ms);
+    ready(&mut dp, &[11]);
+    assert!(!dp.suspected(11));
+    // A new configuration keeps the suspicion.
+    let mut next = Dataplane::new(1, &figure4_host1()).unwrap();
+    next.inherit_stats(&dp);
+    assert!(next.suspected(10));
+    assert_eq!(fw_dest(&mut next, 1), Some(host2));
+    // Heartbeats resume: it rejoins and gets its flows back.
+    next.set_now(1200 * ms);
+    plan.clear();
+    next.process_udp_batch(&heartbeat_from(10), &mut plan);
+    assert!(!next.suspected(10));
+    assert_eq!(next.failover_events()[0].rejoined_at_us, Some(1_200_000));
+    for (i, b) in (1..=60).zip(&before) {
+        assert_eq!(fw_dest(&mut next, i), *b);
+    }
+    let h = next.health_report();
+    let fw = h.iter().find(|h| h.port == 10).unwrap();
+    assert_eq!(
+        (fw.rx_packets, fw.suspected, fw.last_heartbeat_age_ms),
+        (5, false, Some(0))
+    );
+}
+
+/// Firewall instances on ports 5 and 6 (with these weights) in group 1,
+/// selected by the client VM on port 1, with the group's policy.
+fn fw_group(
+    weights: &[(u16, u32)],
+    draining: Vec<u16>,
+    pinned: bool,
+    local_state: bool,
+) -> AgentConfig {
+    let mut c = two_vms();
+    let targets: Vec<(Output, u32)> = weights
+        .iter()
+        .map(|&(p, w)| (Output::Port(PortId(p)), w))
+        .collect();
+    c.tenants[0].groups = vec![(1, sluice_switch::Group::split(&targets).unwrap())];
+    c.tenants[0].entries.insert(
+        0,
+        Entry {
+            id: 9,
+            priority: 100,
+            m: Match {
+                in_port: Some(PortId(1)),
+                ..Match::default()
+            },
+            actions: vec![Action::Select(GroupId(1))],
+        },
+    );
+    for p in [5u16, 6] {
+        c.ports.push(PortConfig {
+            id: p,
+            vni: 7,
+            kind: PortKind::Instance {
+                name: format!("t/fw/{p}"),
+            },
+        });
+    }
+    c.group_policies = vec![sluice_proto::GroupPolicy {
+        vni: 7,
+        group: 1,
+        pinned,
+        draining: draining
+            .into_iter()
+            .map(|p| Output::Port(PortId(p)))
+            .collect(),
+        local_state,
+        cached: false,
+        lease_epoch: 0,
+    }];
+    c
+}
+
+/// The lease answers in `plan`, by destination.
+fn leases_in(plan: &TxPlan) -> Vec<(Dest, sluice_proto::InstanceLease)> {
+    plan.outs
+        .iter()
+        .filter_map(|o| sluice_proto::InstanceLease::decode(plan.head(o)).map(|l| (o.dest, l)))
+        .collect()
+}
+
+#[test]
+fn instances_of_a_leased_group_get_leases_on_exactly_their_ranges() {
+    let ms = 1_000_000u64;
+    let mut c = fw_group(&[(5, 1), (6, 3)], vec![], false, false);
+    c.group_policies[0].lease_epoch = 77;
+    let mut dp = Dataplane::new(1, &c).unwrap();
+    let g = c.tenants[0].groups[0].1.clone();
+    let want5 = vec![(0u32, (g.ranges[0].0 - 1) as u32)];
+    let want6 = vec![(g.ranges[0].0 as u32, u32::MAX)];
+    let beat = |dp: &mut Dataplane, now: u64, ports: &[u16]| {
+        dp.set_now(now);
+        let mut plan = TxPlan::new();
+        for p in ports {
+            dp.process_udp_batch(&heartbeat_from(*p), &mut plan);
+        }
+        leases_in(&plan)
+    };
+    // The controller has not been heard from: nothing.
+    assert!(beat(&mut dp, 1000 * ms, &[5, 6]).is_empty());
+    dp.allow_leases_until(5000 * ms);
+    // Conditions hold from now; leases only after the drain time.
+    assert!(beat(&mut dp, 1001 * ms, &[5, 6]).is_empty());
+    assert!(beat(&mut dp, 1040 * ms, &[5, 6]).is_empty());
+    let got = beat(&mut dp, 1001 * ms + LEASE_DRAIN_NS, &[5, 6]);
+    assert_eq!(got.len(), 2);
+    for (dest, l) in &got {
+        let want = if *dest == Dest::Udp(inst_addr(5)) {
+            &want5
+        } else {
+            &want6
+        };
+        assert_eq!(&l.ranges, want, "{dest:?}");
+        assert_eq!((l.epoch, l.hb_seq), (77, 1));
+        assert!(
+            u64::from(l.valid_us) * 1000 < DEFAULT_SUSPECT_NS,
+            "ends before suspicion"
+        );
+    }
+    assert_eq!(dp.stats().leases, 2);
+    // Port 5 falls silent and is suspected: its range moves to port 6, which
+    // keeps exactly its own lease (the moved flows go to the store).
+    let t = 1001 * ms + LEASE_DRAIN_NS;
+    assert!(beat(&mut dp, t + 20 * ms, &[6]).len() == 1);
+    assert!(dp.check_health(t + 40 * ms, || t + 40 * ms));
+    let got = beat(&mut dp, t + 41 * ms, &[6]);
+    assert_eq!(
+        got,
+        vec![(
+            Dest::Udp(inst_addr(6)),
+            sluice_proto::InstanceLease {
+                epoch: 77,
+                hb_seq: 1,
+                valid_us: (LEASE_VALID_NS / 1000) as u32,
+                ranges: want6.clone(),
+            }
+        )]
+    );
+    // Port 5 comes back: no lease until its flows sent elsewhere drained
+    // (told its old one is over, in case it still counts on it).
+    let got = beat(&mut dp, t + 50 * ms, &[5]);
+    assert!(got.iter().all(|(_, l)| l.epoch == 0), "{got:?}");
+    assert!(beat(&mut dp, t + 60 * ms, &[5]).is_empty());
+    assert_eq!(beat(&mut dp, t + 50 * ms + LEASE_DRAIN_NS, &[5]).len(), 1);
+    // The controller revokes (epoch 0): holders are told at their next beat.
+    c.group_policies[0].lease_epoch = 0;
+    let mut next = Dataplane::new(1, &c).unwrap();
+    next.inherit_stats(&dp);
+    let got = beat(&mut next, t + 200 * ms, &[5, 6]);
+    assert_eq!(got.len(), 2);
+    assert!(got.iter().all(|(_, l)| l.epoch == 0 && l.ranges.is_empty()));
+    assert_eq!(
+        next.stats().lease_revocations,
+        3,
+        "port 5 was told once before"
+    );
+    assert!(
+        beat(&mut next, t + 210 * ms, &[5, 6]).is_empty(),
+        "told once"
+    );
+    // A new epoch is granted after the drain time; silence from the
+    // controller past its grace stops grants.
+    c.group_policies[0].lease_epoch = 78;
+    let mut again = Dataplane::new(1, &c).unwrap();
+    again.inherit_stats(&next);
+    assert!(beat(&mut again, t + 300 * ms, &[5, 6]).is_empty());
+    assert_eq!(
+        beat(&mut again, t + 300 * ms + LEASE_DRAIN_NS, &[5, 6]).len(),
+        2
+    );
+    let got = beat(&mut again, 5001 * ms, &[5, 6]);
+    assert!(got.iter().all(|(_, l)| l.epoch == 0), "revoked: {got:?}");
+    // Pinned or local-state groups never lease.
+    for (pinned, local) in [(true, false), (false, true)] {
+        let mut c = fw_group(&[(5, 1), (6, 1)], vec![], pinned, local);
+        c.group_policies[0].lease_epoch = 9;
+        let mut dp = Dataplane::new(1, &c).unwrap();
+        dp.allow_leases_until(u64::MAX);
+        assert!(beat(&mut dp, 1000 * ms, &[5, 6]).is_empty());
+        assert!(beat(&mut dp, 1000 * ms + LEASE_DRAIN_NS, &[5, 6]).is_empty());
+    }
+}
+
+#[test]
+fn local_state_groups_fail_over_an_exited_instance_but_not_a_silent_one() {
+    let ms = 1_000_000u64;
+    let dest = |dp: &mut Dataplane, i: u16| {
+        let f = build::tcp_v4([10, 0, 0, 1], [10, 0, 9, 9], 1000 + i, 80, 1, 0, SYN, b"");
+        let mut plan = TxPlan::new();
+        dp.process_vm_batch(1, &frames(vec![f]), &mut plan);
+        plan.outs[0].dest
+    };
+    let (p5, p6) = (Dest::Udp(inst_addr(5)), Dest::Udp(inst_addr(6)));
+    for (pinned, local) in [(true, true), (false, true), (false, false)] {
+        let mut dp =
+            Dataplane::new(1, &fw_group(&[(5, 1), (6, 1)], vec![], pinned, local)).unwrap();
+        dp.set_now(1000 * ms);
+        ready(&mut dp, &[5, 6]);
+        let before: Vec<Dest> = (0..100).map(|i| dest(&mut dp, i)).collect();
+        assert!(before.contains(&p5) && before.contains(&p6));
+        // Port 5 falls silent past the suspicion timeout; 6 keeps talking.
+        dp.set_now(1040 * ms);
+        ready(&mut dp, &[6]);
+        dp.check_health(1041 * ms, || 1041 * ms);
+        assert!(dp.suspected(5));
+        let silent: Vec<Dest> = (0..100).map(|i| dest(&mut dp, i)).collect();
+        if local {
+            assert_eq!(
+                silent, before,
+                "pinned={pinned}: a slow local-state instance keeps its flows"
+            );
+        } else {
+            assert!(silent.iter().all(|d| *d == p6), "shared state fails over");
+        }
+        // Its process exits: now its flows go to the survivor.
+        dp.instance_exited(5, 1050 * ms, || 1050 * ms);
+        assert!((0..100).all(|i| dest(&mut dp, i) == p6), "pinned={pinned}");
+        // It is restarted and heartbeats again: new flows may use it.
+        dp.set_now(1060 * ms);
+        ready(&mut dp, &[5, 6]);
+        assert!(!dp.suspected(5));
+        let later: Vec<Dest> = (100..300).map(|i| dest(&mut dp, i)).collect();
+        assert!(later.contains(&p5), "pinned={pinned}");
+    }
+}
+
+#[test]
+fn pinned_groups_keep_flows_across_a_new_split() {
+    // Two local firewall instances (ports 5 and 6), pinned; the client VM on
+    // port 1 selects among them.
+    let cfg = |weights: &[(u16, u32)], draining: Vec<u16>| fw_group(weights, draining, true, true);
+    let dest = |dp: &mut Dataplane, i: u16| {
+        let f = build::tcp_v4([10, 0, 0, 1], [10, 0, 9, 9], 1000 + i, 80, 1, 0, SYN, b"");
+        let mut plan = TxPlan::new();
+        dp.process_vm_batch(1, &frames(vec![f]), &mut plan);
+        plan.outs[0].dest
+    };
+    let (p5, p6) = (Dest::Udp(inst_addr(5)), Dest::Udp(inst_addr(6)));
+    let mut dp = Dataplane::new(1, &cfg(&[(5, 1)], vec![])).unwrap();
+    for i in 0..100 {
+        assert_eq!(dest(&mut dp, i), p5);
+    }
+    // Scale out: old flows stay on 5, new ones split.
+    let mut next = Dataplane::new(1, &cfg(&[(5, 1), (6, 1)], vec![])).unwrap();
+    next.inherit_stats(&dp);
+    for i in 0..100 {
+        assert_eq!(dest(&mut next, i), p5);
+    }
+    let new: Vec<Dest> = (100..300).map(|i| dest(&mut next, i)).collect();
+    assert!(new.contains(&p6) && new.contains(&p5));
+    // Drain 5: no new flows, its own stay; status counts them.
+    let mut drain = Dataplane::new(1, &cfg(&[(6, 1)], vec![5])).unwrap();
+    drain.inherit_stats(&next);
+    for i in 0..100 {
+        assert_eq!(dest(&mut drain, i), p5);
+    }
+    for i in 300..400 {
+        assert_eq!(dest(&mut drain, i), p6);
+    }
+    let pins = drain.pinned_flows();
+    let on5 = pins
+        .iter()
+        .find(|p| p.target == Output::Port(PortId(5)))
+        .unwrap();
+    assert!(on5.draining);
+    let n5 = new.iter().filter(|d| **d == p5).count() as u64;
+    assert_eq!(on5.flows, 100 + n5);
+}
+
+#[test]
+fn macs_parse() {
+    assert_eq!(parse_mac("02:53:4c:00:00:01"), Some(ROUTER_MAC));
+    assert_eq!(parse_mac("02:53:4c:00:00"), None);
+    assert_eq!(parse_mac("02:53:4c:00:00:01:02"), None);
+    assert_eq!(parse_mac("02:53:4c:00:00:1ff"), None);
+    assert!(valid_iface("sl4711h1p12"));
+    assert!(!valid_iface("a/b") && !valid_iface("") && !valid_iface("0123456789abcdef"));
+}
