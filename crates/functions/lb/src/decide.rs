@@ -15,6 +15,7 @@ use crate::config::Algorithm;
 use crate::conn::{Conn, FIN_CLIENT, FIN_SERVER, RST_SEEN};
 use crate::{Lb, TABLE_CONN};
 
+/// What gathering found about a packet.
 #[derive(Clone, Copy)]
 pub enum Plan {
     /// Not balanced.
@@ -34,10 +35,6 @@ pub enum Plan {
         ret: u32,
     },
 }
-
-/// The reply direction's record of a connection to one backend (table
-/// `TABLE_RET`, keyed by the client flow and the backend): `last_seen` and the
-/// flags the backend's packets set. Written only by the instance the replies go
 
 /// A connection record's bookkeeping for one batch.
 pub struct Client {
