@@ -10,7 +10,9 @@
 //! gathering the state keys it needs into an [`sluice_state::Ops`], one `execute`
 //! (one round trip for a remote store), one pass deciding and queueing writes, one
 //! `execute` for the writes. Two round trips per batch, whatever its size.
+//! [`batch`] is that skeleton, shared by the functions.
 
+pub mod batch;
 pub mod event;
 pub mod testing;
 

@@ -12,19 +12,19 @@
 //! batched, and a write at most once per `refresh_ms` per flow.
 
 pub mod conntrack;
+mod decide;
 pub mod rules;
 
 use std::path::{Path, PathBuf};
 
-use rustc_hash::FxHashMap;
 use serde::Deserialize;
-use sluice_nf::{Batch, Ctx, Emitted, NetworkFunction, NfError};
+use sluice_nf::batch::{self, Pass};
+use sluice_nf::{Batch, Ctx, NetworkFunction, NfError};
 use sluice_state::{Key, Namespace, OpId, Ops, StateStore};
 use sluice_wire::build::{tcp_repr, write_frame, Transport};
-use sluice_wire::flow::Side;
 use sluice_wire::icmp;
 use sluice_wire::parse::{Fragment, PacketMeta, L4};
-use sluice_wire::tcp::flags::{ACK, RST, SYN};
+use sluice_wire::tcp::flags::{ACK, RST};
 
 pub use conntrack::{Conn, State, CONN_BYTES};
 pub use rules::{Action, RuleError, RuleSet};
@@ -162,29 +162,6 @@ struct Counters {
     decode_errors: u64,
 }
 
-#[derive(Clone, Copy)]
-enum Plan {
-    Skip,
-    Flow { slot: u32, forward: bool },
-    Related { slot: u32 },
-}
-
-struct Slot {
-    key: Key,
-    get: OpId,
-    cur: Option<Conn>,
-    dirty: bool,
-    rearm: bool,
-    /// The flow's direction-invariant hash if a packet of the flow itself (not an
-    /// ICMP error about it, which the data plane may steer elsewhere) uses the
-    /// record: only then may a flow cache hold it.
-    hash: Option<u32>,
-    /// The write changes the connection (new, state or flags): it goes to the store
-    /// before the batch leaves. Otherwise it only refreshes `last_seen` and may be
-    /// deferred.
-    through: bool,
-}
-
 /// The firewall. See the crate documentation.
 pub struct Firewall {
     ns: Namespace,
@@ -194,11 +171,8 @@ pub struct Firewall {
     /// Timeout per [`State`] discriminant, in ns.
     timeout_ns: [u64; 11],
     refresh_ns: u64,
-    ops: Ops,
+    pass: Pass<Firewall>,
     ops2: Ops,
-    slots: Vec<Slot>,
-    slot_of: FxHashMap<Key, u32>,
-    plan: Vec<Plan>,
     keys: Vec<Key>,
     gets: Vec<OpId>,
     deletes: Vec<OpId>,
@@ -232,11 +206,8 @@ impl Firewall {
             allow_fragments: config.allow_fragments,
             timeout_ns,
             refresh_ns: config.refresh_ms.saturating_mul(1_000_000),
-            ops: Ops::new(),
+            pass: Pass::default(),
             ops2: Ops::new(),
-            slots: Vec::new(),
-            slot_of: FxHashMap::default(),
-            plan: Vec::new(),
             keys: Vec::new(),
             gets: Vec::new(),
             deletes: Vec::new(),
@@ -260,147 +231,6 @@ impl Firewall {
     #[inline]
     fn alive(&self, c: &Conn, now: u64) -> bool {
         now < self.deadline(c)
-    }
-
-    fn slot_for(&mut self, key: Key, hash: Option<u32>) -> u32 {
-        let s = self.slots.len() as u32;
-        match self.slot_of.entry(key) {
-            std::collections::hash_map::Entry::Occupied(e) => {
-                let s = *e.get();
-                let slot = &mut self.slots[s as usize];
-                slot.hash = slot.hash.or(hash);
-                return s;
-            }
-            std::collections::hash_map::Entry::Vacant(e) => {
-                e.insert(s);
-            }
-        }
-        let get = match hash {
-            Some(h) => self.ops.get_owned(key, h),
-            None => self.ops.get(key),
-        };
-        self.slots.push(Slot {
-            key,
-            get,
-            cur: None,
-            dirty: false,
-            rearm: false,
-            hash,
-            through: false,
-        });
-        s
-    }
-
-    fn classify(&mut self, m: &PacketMeta) -> Result<Plan, &'static str> {
-        if m.fragment == Fragment::Later {
-            if self.allow_fragments {
-                self.c.fragments_passed += 1;
-                return Ok(Plan::Skip);
-            }
-            self.c.fragments += 1;
-            return Err("fragment");
-        }
-        if m.l4 == L4::Icmp {
-            let v6 = m.is_v6();
-            if let Some(e) = m.icmp_embedded.filter(|_| icmp::is_error(m.icmp_type, v6)) {
-                let key = Key::flow(self.ns, TABLE_CONN, &e.flow.canonical().0, &[]);
-                return Ok(Plan::Related {
-                    slot: self.slot_for(key, None),
-                });
-            }
-            if !icmp::is_echo(m.icmp_type, v6) {
-                // Neither a conversation nor about one (e.g. neighbour discovery):
-                // the rules decide every such packet.
-                self.c.stateless_icmp += 1;
-                return match self.rules.decide(&m.flow).0 {
-                    Action::Allow => Ok(Plan::Skip),
-                    Action::Deny => {
-                        self.c.rule_denies += 1;
-                        Err("rule_deny")
-                    }
-                };
-            }
-        }
-        let (canon, side) = m.flow.canonical();
-        let key = Key::flow(self.ns, TABLE_CONN, &canon, &[]);
-        Ok(Plan::Flow {
-            slot: self.slot_for(key, Some(canon.directional_hash())),
-            forward: side == Side::Forward,
-        })
-    }
-
-    fn initial_state(m: &PacketMeta) -> State {
-        match m.l4 {
-            L4::Tcp => State::SynSent,
-            L4::Udp => State::Udp,
-            L4::Icmp => State::IcmpEcho,
-            _ => State::Other,
-        }
-    }
-
-    /// The verdict of a packet of a flow: `Ok` to pass, `Err(reason)` to drop.
-    fn decide_flow(
-        &mut self,
-        m: &PacketMeta,
-        now: u64,
-        slot: usize,
-        forward: bool,
-    ) -> Result<(), &'static str> {
-        let cur = self.slots[slot].cur.filter(|c| self.alive(c, now));
-        let tcp = m.l4 == L4::Tcp;
-        let pure_syn = tcp && m.tcp_flags & (SYN | ACK | RST) == SYN;
-        match cur {
-            // A fresh SYN on a closed connection's 4-tuple starts a new connection.
-            Some(c) if !(pure_syn && matches!(c.state, State::TimeWait | State::Closed)) => {
-                let from_init = forward ^ (c.flags & conntrack::INIT_REVERSE != 0);
-                let mut n = c;
-                if tcp {
-                    (n.state, n.flags) = c.tcp_step(m.tcp_flags, from_init);
-                }
-                let changed = n.state != c.state || n.flags != c.flags;
-                if changed || now.saturating_sub(c.last_seen_ns) >= self.refresh_ns {
-                    n.last_seen_ns = now.max(c.last_seen_ns);
-                    let s = &mut self.slots[slot];
-                    s.cur = Some(n);
-                    s.dirty = true;
-                    s.rearm |= n.state != c.state;
-                    s.through |= changed;
-                }
-                Ok(())
-            }
-            _ => {
-                let eligible = match m.l4 {
-                    L4::Tcp => pure_syn,
-                    L4::Icmp => {
-                        matches!(m.icmp_type, icmp::v4::ECHO_REQUEST | icmp::v6::ECHO_REQUEST)
-                    }
-                    _ => true,
-                };
-                if !eligible {
-                    self.c.no_state += 1;
-                    return Err("no_state");
-                }
-                match self.rules.decide(&m.flow).0 {
-                    Action::Deny => {
-                        self.c.rule_denies += 1;
-                        Err("rule_deny")
-                    }
-                    Action::Allow => {
-                        self.c.new_flows += 1;
-                        let s = &mut self.slots[slot];
-                        s.cur = Some(Conn {
-                            state: Self::initial_state(m),
-                            flags: if forward { 0 } else { conntrack::INIT_REVERSE },
-                            last_seen_ns: now,
-                        });
-                        s.dirty = true;
-                        s.rearm = true;
-                        s.through = true;
-                        Ok(())
-                    }
-                }
-            }
-        }
     }
 }
 
@@ -462,95 +292,15 @@ impl NetworkFunction for Firewall {
         ctx: &mut Ctx<'_>,
         store: &mut dyn StateStore,
     ) -> Result<(), NfError> {
-        self.ops.clear();
-        self.slots.clear();
-        self.slot_of.clear();
-        self.plan.clear();
-        for p in batch.pkts.iter_mut() {
-            let plan = if !p.is_live() || !p.meta.is_ip() {
-                Plan::Skip
-            } else {
-                self.c.packets += 1;
-                match self.classify(&p.meta) {
-                    Ok(plan) => plan,
-                    Err(reason) => {
-                        p.drop_by(ctx.stage, reason);
-                        Plan::Skip
-                    }
-                }
-            };
-            self.plan.push(plan);
-        }
-        if self.slots.is_empty() {
-            return Ok(());
-        }
-        store.execute(&mut self.ops)?;
-        for s in self.slots.iter_mut() {
-            s.cur = match self.ops.decode::<Conn>(s.get) {
-                Ok(v) => v,
-                Err(_) => {
-                    self.c.decode_errors += 1;
-                    None
-                }
-            };
-        }
-        for i in 0..batch.pkts.len() {
-            let p = &mut batch.pkts[i];
-            let now = p.ts_ns;
-            match self.plan[i] {
-                Plan::Skip => {}
-                Plan::Related { slot } => {
-                    if self.slots[slot as usize]
-                        .cur
-                        .is_some_and(|c| self.alive(&c, now))
-                    {
-                        self.c.related += 1;
-                    } else {
-                        self.c.no_state += 1;
-                        p.drop_by(ctx.stage, "no_state");
-                    }
-                }
-                Plan::Flow { slot, forward } => {
-                    let m = p.meta;
-                    if let Err(reason) = self.decide_flow(&m, now, slot as usize, forward) {
-                        p.drop_by(ctx.stage, reason);
-                        if reason == "no_state"
-                            && self.reject_with_rst
-                            && m.l4 == L4::Tcp
-                            && m.tcp_flags & RST == 0
-                        {
-                            if let Some(frame) = build_rst(p.data(), &m) {
-                                self.c.rsts_sent += 1;
-                                ctx.emit.push(Emitted {
-                                    frame,
-                                    in_reply_to: i,
-                                });
-                            }
-                        }
-                    }
-                }
+        batch::split(self, |fw, pass| {
+            pass.gather(fw, batch, ctx);
+            if pass.recs.is_empty() {
+                return Ok(());
             }
-        }
-        self.ops.clear();
-        for s in &self.slots {
-            if let (true, Some(c)) = (s.dirty, s.cur) {
-                match s.hash {
-                    Some(h) if s.through => self.ops.put_value_owned(s.key, &c, h),
-                    // A `last_seen` refresh: losing it can only make the idle timer
-                    // fire early, and its handler re-reads and re-arms.
-                    Some(h) => self.ops.put_value_deferred(s.key, &c, h),
-                    None => self.ops.put_value(s.key, &c),
-                };
-                if s.rearm {
-                    let d = c
-                        .last_seen_ns
-                        .saturating_add(self.timeout_ns[c.state as usize]);
-                    self.ops.arm_timer(s.key, d);
-                }
-            }
-        }
-        store.execute(&mut self.ops)?;
-        Ok(())
+            fw.c.decode_errors += pass.read(fw, store, ctx.now_ns)?;
+            pass.decide(fw, batch, ctx);
+            pass.write(fw, store)
+        })
     }
 
     fn on_timers(&mut self, ctx: &mut Ctx<'_>, store: &mut dyn StateStore) -> Result<(), NfError> {
@@ -561,23 +311,23 @@ impl NetworkFunction for Firewall {
             if self.keys.is_empty() {
                 return Ok(());
             }
-            self.ops.clear();
+            self.pass.ops.clear();
             self.gets.clear();
             for &k in &self.keys {
-                self.gets.push(self.ops.get(k));
+                self.gets.push(self.pass.ops.get(k));
             }
-            store.execute(&mut self.ops)?;
+            store.execute(&mut self.pass.ops)?;
             self.ops2.clear();
             self.deletes.clear();
             for (&k, &get) in self.keys.iter().zip(&self.gets) {
-                match self.ops.decode::<Conn>(get) {
+                match self.pass.ops.decode::<Conn>(get) {
                     Ok(None) => {}
                     Ok(Some(c)) if self.alive(&c, now) => {
                         self.ops2.arm_timer(k, self.deadline(&c));
                     }
                     Ok(Some(_)) => {
                         // Only if unchanged: a packet may have just revived the flow.
-                        let old = self.ops.value(get).unwrap_or_default();
+                        let old = self.pass.ops.value(get).unwrap_or_default();
                         self.deletes
                             .push(self.ops2.compare_and_set_raw(k, Some(old), None));
                     }

@@ -1,6 +1,6 @@
 use super::*;
 use proptest::prelude::*;
-use sluice_nf::{testing, Verdict};
+use sluice_nf::{testing, Emitted, Verdict};
 use sluice_state::{LocalStore, SharedLocalStore};
 use sluice_wire::build;
 use sluice_wire::parse::parse_frame;

@@ -46,20 +46,20 @@
 //! * TCP packets without a stream (mid-stream pickups when the reassembler does not
 //!   accept them) are not inspected; they are counted (`ips_tcp_unreassembled`).
 
+mod decide;
 pub mod engine;
 pub mod rules;
 
 use std::path::{Path, PathBuf};
 
-use engine::{Engine, FlowState, Header, Target, BLOCKED, PASSED};
+use engine::{Engine, FlowState, Target};
 use rules::{Action, Proto, RuleError, Vars};
 use rustc_hash::FxHashMap;
 use serde::Deserialize;
-use sluice_nf::{Alert, AlertAction, Batch, Ctx, Event, NetworkFunction, NfError, StateStore};
+use sluice_nf::batch::{self, Pass};
+use sluice_nf::{Batch, Ctx, NetworkFunction, NfError, StateStore};
 use sluice_state::{Key, Namespace, OpId, Ops};
 use sluice_wire::parse::L4;
-use sluice_wire::tcp::flags::{ACK, SYN};
-use sluice_wire::FlowKey;
 
 /// Table of per-flow IPS records.
 pub const TABLE_FLOW: u8 = 1;
@@ -172,23 +172,6 @@ pub struct Counters {
     pub expired: u64,
 }
 
-struct Entry {
-    key: Key,
-    read: Option<OpId>,
-    state: FlowState,
-    exists: bool,
-    corrupt: bool,
-    dirty: bool,
-    /// The flow's direction-invariant hash (the record is the flow's own).
-    hash: u32,
-    /// Scan state changed: sent before the batch leaves, without waiting for the
-    /// store's acknowledgement. Otherwise only `last_seen` moved, and the write may
-    /// be deferred.
-    through: bool,
-    /// Flags (blocked, passed) changed: written through and acknowledged.
-    flagged: bool,
-}
-
 /// The IPS function.
 pub struct Ips {
     engine: Engine,
@@ -199,10 +182,7 @@ pub struct Ips {
     /// See [`Config::sync_progress`].
     sync_progress: bool,
     counters: Counters,
-    ops: Ops,
-    entries: Vec<Entry>,
-    index: FxHashMap<FlowKey, u32>,
-    pkt_entry: Vec<u32>,
+    pass: Pass<Ips>,
     hits: Vec<(u64, Target)>,
     keys: Vec<Key>,
     pre: PreScan,
@@ -251,10 +231,7 @@ impl Ips {
             nontcp_drop,
             sync_progress: false,
             counters: Counters::default(),
-            ops: Ops::new(),
-            entries: Vec::new(),
-            index: FxHashMap::default(),
-            pkt_entry: Vec::new(),
+            pass: Pass::default(),
             hits: Vec::new(),
             keys: Vec::new(),
             pre: PreScan::default(),
@@ -281,194 +258,6 @@ impl Ips {
     pub fn raw_scan_bytes(&self, bytes: &[u8]) -> usize {
         self.engine.cs.as_ref().map_or(0, |m| m.raw_scan(bytes))
             + self.engine.ci.as_ref().map_or(0, |m| m.raw_scan(bytes))
-    }
-
-    fn fire(
-        &mut self,
-        rule: u32,
-        st: &mut FlowState,
-        d: usize,
-        p: &sluice_nf::Packet,
-        events: &mut Vec<Event>,
-    ) -> bool {
-        let r = &self.engine.rules[rule as usize];
-        st.dirs[d].set_fired(rule);
-        let action = match r.action {
-            Action::Pass => {
-                st.flags |= PASSED;
-                self.counters.passed_flows += 1;
-                return false;
-            }
-            Action::Alert => AlertAction::Allowed,
-            Action::Drop => {
-                st.flags |= BLOCKED;
-                AlertAction::Blocked
-            }
-        };
-        self.counters.alerts += 1;
-        events.push(Event::Alert(Alert {
-            ts_ns: p.ts_ns,
-            flow: p.meta.flow,
-            flow_id: p.meta.flow.symmetric_hash() as u64,
-            action,
-            gid: 1,
-            sid: r.sid,
-            rev: r.rev,
-            msg: r.msg.clone(),
-            category: r.classtype.clone(),
-            severity: r.priority,
-            to_server: d == 0,
-        }));
-        action == AlertAction::Blocked
-    }
-
-    /// Evaluates the collected hits in stream order; returns true if the packet must
-    /// be dropped. Stops at a drop or pass.
-    /// Scans the stream bytes of every TCP packet of the batch that will need it,
-    /// several flows at a time, recording each packet's automaton states before and
-    /// after and its hits. The main loop then evaluates packets in order, using these
-    /// results where the flow's state matches what the pre-scan assumed (and scanning
-    /// itself otherwise), so verdicts are exactly those of scanning in order.
-    fn prescan(&mut self, batch: &Batch, streams: &sluice_nf::Streams) {
-        let pre = &mut self.pre;
-        pre.job_of.clear();
-        pre.job_of.resize(batch.pkts.len(), NONE);
-        pre.job_src.clear();
-        for u in pre.unit_jobs.iter_mut() {
-            u.clear();
-        }
-        pre.unit_of.clear();
-        pre.reset.clear();
-        pre.reset.resize(self.entries.len(), [false; 2]);
-        let mut nunits = 0usize;
-        for (i, p) in batch.pkts.iter().enumerate() {
-            let ei = self.pkt_entry[i];
-            if ei == NONE || !p.is_live() || p.meta.l4 != L4::Tcp {
-                continue;
-            }
-            let e = &self.entries[ei as usize];
-            if e.corrupt || e.state.flags & (BLOCKED | PASSED) != 0 {
-                continue;
-            }
-            // A new connection restarts both directions' walks (as the main loop does).
-            if p.meta.tcp_flags & (SYN | ACK) == SYN {
-                pre.reset[ei as usize] = [true; 2];
-            }
-            let Some((c, _, _)) = streams.bytes(i, p) else {
-                continue;
-            };
-            if c.is_empty() {
-                continue;
-            }
-            let d = if c.to_server { 0u8 } else { 1 };
-            let u = *pre.unit_of.entry((ei, d)).or_insert_with(|| {
-                nunits += 1;
-                (nunits - 1) as u32
-            }) as usize;
-            if pre.unit_jobs.len() <= u {
-                pre.unit_jobs.resize_with(u + 1, Vec::new);
-            }
-            let j = pre.job_src.len() as u32;
-            let reset = std::mem::take(&mut pre.reset[ei as usize][d as usize]);
-            pre.job_src.push((ei, d, i as u32, reset));
-            pre.unit_jobs[u].push(j);
-            pre.job_of[i] = j;
-        }
-        let njobs = pre.job_src.len();
-        pre.cs.clear();
-        pre.cs.resize(njobs, (0, 0));
-        pre.ci.clear();
-        pre.ci.resize(njobs, (0, 0));
-        pre.hits.clear();
-        if njobs == 0 {
-            pre.hit_at.clear();
-            pre.hit_at.push(0);
-            return;
-        }
-        // Jobs in unit order, so each unit is a contiguous range.
-        let mut order: Vec<u32> = Vec::with_capacity(njobs);
-        let mut ranges = Vec::with_capacity(nunits);
-        let mut starts_cs = Vec::with_capacity(nunits);
-        let mut starts_ci = Vec::with_capacity(nunits);
-        for u in &pre.unit_jobs[..nunits] {
-            let lo = order.len();
-            order.extend_from_slice(u);
-            ranges.push((lo, order.len()));
-            let (ei, d, _, _) = pre.job_src[u[0] as usize];
-            let ds = &self.entries[ei as usize].state.dirs[d as usize];
-            starts_cs.push(ds.cs);
-            starts_ci.push(ds.ci);
-        }
-        let mut jobs: Vec<engine::Job<'_>> = Vec::with_capacity(njobs);
-        for &j in &order {
-            let (_, _, i, reset) = pre.job_src[j as usize];
-            let p = &batch.pkts[i as usize];
-            // Every job was made from a packet with a chunk; an empty job keeps the
-            // indices aligned should that ever not hold.
-            let (base, own, extra) = match streams.bytes(i as usize, p) {
-                Some((c, own, extra)) => (c.stream_offset, own, extra),
-                None => (0, &[][..], &[][..]),
-            };
-            jobs.push(engine::Job {
-                parts: [own, extra],
-                base,
-                reset,
-            });
-        }
-        let mut out_cs = vec![(0u32, 0u32); njobs];
-        let mut out_ci = vec![(0u32, 0u32); njobs];
-        if let Some(m) = &self.engine.cs {
-            m.scan_units(&ranges, &starts_cs, &jobs, &mut out_cs, &mut pre.hits);
-        }
-        if let Some(m) = &self.engine.ci {
-            m.scan_units(&ranges, &starts_ci, &jobs, &mut out_ci, &mut pre.hits);
-        }
-        // Back from unit order to job ids.
-        for (pos, &j) in order.iter().enumerate() {
-            pre.cs[j as usize] = out_cs[pos];
-            pre.ci[j as usize] = out_ci[pos];
-        }
-        for h in pre.hits.iter_mut() {
-            h.0 = order[h.0 as usize];
-        }
-        pre.hits.sort_by_key(|h| (h.0, h.1));
-        pre.hit_at.clear();
-        let mut k = 0;
-        for j in 0..=njobs as u32 {
-            while k < pre.hits.len() && pre.hits[k].0 < j {
-                k += 1;
-            }
-            pre.hit_at.push(k as u32);
-        }
-    }
-
-    fn evaluate(
-        &mut self,
-        st: &mut FlowState,
-        d: usize,
-        hdr: &Header,
-        p: &sluice_nf::Packet,
-        events: &mut Vec<Event>,
-    ) -> bool {
-        if self.hits.is_empty() {
-            return false;
-        }
-        self.hits.sort_unstable();
-        let hits = std::mem::take(&mut self.hits);
-        let mut drop = false;
-        for &(end, t) in &hits {
-            if self.engine.on_hit(t, end, &mut st.dirs[d], hdr)
-                && self.fire(t.rule, st, d, p, events)
-            {
-                drop = true;
-            }
-            if st.flags & (BLOCKED | PASSED) != 0 {
-                break;
-            }
-        }
-        self.hits = hits;
-        self.hits.clear();
-        drop
     }
 }
 
@@ -510,207 +299,13 @@ impl NetworkFunction for Ips {
         ctx: &mut Ctx<'_>,
         store: &mut dyn StateStore,
     ) -> Result<(), NfError> {
-        self.ops.clear();
-        self.entries.clear();
-        self.index.clear();
-        self.pkt_entry.clear();
-        for p in &batch.pkts {
-            let mut ei = NONE;
-            if p.is_live() && p.meta.is_ip() && (p.meta.l4 == L4::Tcp || self.nontcp_drop) {
-                let (canon, _) = p.meta.flow.canonical();
-                ei = match self.index.get(&canon) {
-                    Some(&e) => e,
-                    None => {
-                        let key = Key::flow(self.ns, TABLE_FLOW, &canon, &[]);
-                        let hash = canon.directional_hash();
-                        let read = Some(self.ops.get_owned(key, hash));
-                        self.entries.push(Entry {
-                            key,
-                            read,
-                            state: FlowState::default(),
-                            exists: false,
-                            corrupt: false,
-                            dirty: false,
-                            hash,
-                            through: false,
-                            flagged: false,
-                        });
-                        let e = (self.entries.len() - 1) as u32;
-                        self.index.insert(canon, e);
-                        e
-                    }
-                };
-            }
-            self.pkt_entry.push(ei);
-        }
-        if !self.ops.is_empty() {
-            store.execute(&mut self.ops)?;
-        }
-        for e in &mut self.entries {
-            let Some(id) = e.read else { continue };
-            match self.ops.decode::<FlowState>(id) {
-                Ok(Some(s)) if self.engine.valid(&s.dirs[0]) && self.engine.valid(&s.dirs[1]) => {
-                    if s.last_seen.saturating_add(self.timeout_ns) >= ctx.now_ns {
-                        e.state = s;
-                        e.exists = true;
-                    } else {
-                        e.state.dirs = [self.engine.initial(); 2];
-                    }
-                }
-                Ok(None) => e.state.dirs = [self.engine.initial(); 2],
-                _ => {
-                    self.counters.corrupt_records += 1;
-                    e.corrupt = true;
-                }
-            }
-        }
-        self.ops.clear();
-        self.prescan(batch, ctx.streams);
-
-        for i in 0..batch.pkts.len() {
-            let p = &batch.pkts[i];
-            if !p.is_live() || !p.meta.is_ip() {
-                continue;
-            }
-            self.counters.packets += 1;
-            let ei = self.pkt_entry[i];
-            let mut st = if ei != NONE {
-                let e = &self.entries[ei as usize];
-                if e.corrupt {
-                    batch.pkts[i].drop_by(ctx.stage, "ips_state_corrupt");
-                    continue;
-                }
-                e.state
-            } else {
-                FlowState {
-                    dirs: [self.engine.initial(); 2],
-                    ..FlowState::default()
-                }
-            };
-            let before = st;
-            if st.flags & BLOCKED != 0 {
-                self.counters.blocked_packets += 1;
-                batch.pkts[i].drop_by(ctx.stage, "ips_blocked");
-                continue;
-            }
-            let mut drop = false;
-            if p.meta.l4 == L4::Tcp {
-                if p.meta.tcp_flags & (SYN | ACK) == SYN {
-                    // A new connection starts its automata afresh (Algorithm 2).
-                    st.dirs = [self.engine.initial(); 2];
-                    st.flags &= !PASSED;
-                }
-                if st.flags & PASSED == 0 {
-                    match ctx.streams.bytes(i, p) {
-                        None => {
-                            if p.meta.payload_len > 0 {
-                                self.counters.tcp_unreassembled += 1;
-                            }
-                        }
-                        Some((c, own, extra)) if !c.is_empty() => {
-                            let d = if c.to_server { 0 } else { 1 };
-                            self.counters.scanned_bytes += c.len() as u64;
-                            let base = c.stream_offset;
-                            let j = self.pre.job_of.get(i).copied().unwrap_or(NONE) as usize;
-                            let ds = &mut st.dirs[d];
-                            if c.gap {
-                                self.counters.stream_gaps += 1;
-                                self.engine.after_gap(ds);
-                            }
-                            // The pre-scan assumed this flow's state; use it only if it holds.
-                            if j < self.pre.cs.len()
-                                && self.pre.cs[j].0 == ds.cs
-                                && self.pre.ci[j].0 == ds.ci
-                            {
-                                ds.cs = self.pre.cs[j].1;
-                                ds.ci = self.pre.ci[j].1;
-                                let (lo, hi) =
-                                    (self.pre.hit_at[j] as usize, self.pre.hit_at[j + 1] as usize);
-                                self.hits
-                                    .extend(self.pre.hits[lo..hi].iter().map(|h| (h.2, h.3)));
-                            } else {
-                                self.engine.scan(ds, own, base, &mut self.hits);
-                                self.engine.scan(
-                                    ds,
-                                    extra,
-                                    base + own.len() as u64,
-                                    &mut self.hits,
-                                );
-                            }
-                            let hdr = Header {
-                                flow: p.meta.flow,
-                                tcp: true,
-                                to_server: c.to_server,
-                                established: c.established,
-                            };
-                            drop = self.evaluate(&mut st, d, &hdr, p, ctx.events);
-                        }
-                        Some(_) => {}
-                    }
-                }
-            } else if st.flags & PASSED == 0 {
-                let payload = p.meta.payload(p.data());
-                let f = &p.meta.flow;
-                let to_server = f.src_port >= f.dst_port;
-                let d = if to_server { 0 } else { 1 };
-                let mut scratch = st;
-                scratch.dirs[d] = self.engine.initial();
-                self.counters.scanned_bytes += payload.len() as u64;
-                self.engine
-                    .scan(&mut scratch.dirs[d], payload, 0, &mut self.hits);
-                let hdr = Header {
-                    flow: *f,
-                    tcp: false,
-                    to_server,
-                    established: false,
-                };
-                drop = self.evaluate(&mut scratch, d, &hdr, p, ctx.events);
-                // Only the flow flags persist for datagrams.
-                st.flags = scratch.flags;
-            }
-            if drop {
-                self.counters.blocked_packets += 1;
-                batch.pkts[i].drop_by(ctx.stage, "ips_blocked");
-            }
-            if ei != NONE {
-                let now = batch.pkts[i].ts_ns;
-                let e = &mut self.entries[ei as usize];
-                let stale = now > st.last_seen.saturating_add(self.timeout_ns / 8);
-                if st != before || (stale && e.exists) {
-                    e.through |= st != before;
-                    e.flagged |= st.flags != before.flags;
-                    st.last_seen = st.last_seen.max(now);
-                    e.dirty = true;
-                }
-                e.state = st;
-            }
-        }
-
-        for e in &mut self.entries {
-            if e.dirty {
-                if e.flagged || !e.exists {
-                    // A new record, a flow blocked or passed: acknowledged before
-                    // the batch leaves.
-                    self.ops.put_value_owned(e.key, &e.state, e.hash);
-                } else if e.through && self.sync_progress {
-                    // Scan progress (automaton states, fired rules, partial
-                    // matches): sent before the batch leaves, not waited for.
-                    self.ops.put_value_unacked(e.key, &e.state, e.hash);
-                } else {
-                    // Refreshes, and scan progress unless `sync_progress`: a
-                    // crash may lose them; the stream then resynchronises.
-                    self.ops.put_value_deferred(e.key, &e.state, e.hash);
-                }
-                if !e.exists {
-                    self.ops
-                        .arm_timer(e.key, e.state.last_seen.saturating_add(self.timeout_ns));
-                }
-            }
-        }
-        if !self.ops.is_empty() {
-            store.execute(&mut self.ops)?;
-        }
-        Ok(())
+        batch::split(self, |ips, pass| {
+            pass.gather(ips, batch, ctx);
+            ips.counters.corrupt_records += pass.read(ips, store, ctx.now_ns)?;
+            ips.prescan(batch, ctx.streams, pass);
+            pass.decide(ips, batch, ctx);
+            pass.write(ips, store)
+        })
     }
 
     fn on_timers(&mut self, ctx: &mut Ctx<'_>, store: &mut dyn StateStore) -> Result<(), NfError> {
@@ -721,12 +316,12 @@ impl NetworkFunction for Ips {
             if self.keys.is_empty() {
                 return Ok(());
             }
-            self.ops.clear();
-            let ids: Vec<OpId> = self.keys.iter().map(|k| self.ops.get(*k)).collect();
-            store.execute(&mut self.ops)?;
+            self.pass.ops.clear();
+            let ids: Vec<OpId> = self.keys.iter().map(|k| self.pass.ops.get(*k)).collect();
+            store.execute(&mut self.pass.ops)?;
             let mut deadlines = Vec::with_capacity(ids.len());
             for id in &ids {
-                deadlines.push(match self.ops.decode::<FlowState>(*id) {
+                deadlines.push(match self.pass.ops.decode::<FlowState>(*id) {
                     Ok(Some(s)) if s.last_seen.saturating_add(self.timeout_ns) > now => {
                         Some(s.last_seen.saturating_add(self.timeout_ns))
                     }
@@ -735,21 +330,21 @@ impl NetworkFunction for Ips {
                 });
             }
             let full = self.keys.len() == 256;
-            self.ops.clear();
+            self.pass.ops.clear();
             for (k, dl) in self.keys.iter().zip(deadlines) {
                 match dl {
                     Some(0) => {
-                        self.ops.delete(*k);
+                        self.pass.ops.delete(*k);
                         self.counters.expired += 1;
                     }
                     Some(t) => {
-                        self.ops.arm_timer(*k, t);
+                        self.pass.ops.arm_timer(*k, t);
                     }
                     None => {}
                 }
             }
-            if !self.ops.is_empty() {
-                store.execute(&mut self.ops)?;
+            if !self.pass.ops.is_empty() {
+                store.execute(&mut self.pass.ops)?;
             }
             if !full {
                 return Ok(());

@@ -5,6 +5,7 @@ use sluice_state::{LocalStore, SharedLocalStore};
 use sluice_wire::build;
 use sluice_wire::parse::parse_frame;
 use sluice_wire::rewrite::verify_all_checksums;
+use sluice_wire::tcp::flags::{ACK, FIN, RST, SYN};
 use std::collections::HashMap;
 
 const VIP: [u8; 4] = [192, 0, 2, 10];

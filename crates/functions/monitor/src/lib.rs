@@ -42,16 +42,21 @@
 //! died are exported by their idle timer instead, and entries of flows another
 //! instance exported stay in the set until flush, where they are skipped.
 
+mod record;
+
 use std::path::Path;
 
-use rustc_hash::{FxHashMap, FxHashSet};
+use rustc_hash::{FxBuildHasher, FxHashSet};
 use serde::Deserialize;
-use sluice_nf::{Batch, Ctx, Event, FlowRecord, NetworkFunction, NfError, StateStore};
-use sluice_state::{Codec, DecodeError, Key, Namespace, OpId, Ops, Reader, Writer};
+use sluice_nf::batch::{self, BatchNf, Pass, Read, Record};
+use sluice_nf::{Batch, Ctx, Event, NetworkFunction, NfError, Packet, StateStore};
+use sluice_state::{Key, Namespace, OpId, Ops};
 use sluice_wire::flow::Side;
 use sluice_wire::parse::L4;
 use sluice_wire::tcp::flags::{ACK, FIN, RST, SYN};
 use sluice_wire::FlowKey;
+
+use record::{Flow, Rec, F_CLIENT_FWD, F_CLOSED, F_EXPORTED, F_FIN_TC, F_FIN_TS};
 
 /// Table of flow records.
 pub const TABLE_FLOW: u8 = 1;
@@ -104,77 +109,6 @@ pub fn build(config: &Config, ns: Namespace, _base_dir: &Path) -> Result<Monitor
     Ok(Monitor::new(ns, config.idle_timeout_secs).with_linger_ms(config.close_linger_ms))
 }
 
-const F_CLIENT_FWD: u8 = 1;
-const F_FIN_TS: u8 = 2;
-const F_FIN_TC: u8 = 4;
-const F_EXPORTED: u8 = 8;
-/// The connection closed (RST, or FIN both ways); exported when the linger ends.
-const F_CLOSED: u8 = 16;
-const VERSION: u8 = 1;
-
-/// A flow record as stored.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-struct Rec {
-    flags: u8,
-    pkts: [u64; 2],
-    bytes: [u64; 2],
-    start: u64,
-    end: u64,
-}
-
-impl Codec for Rec {
-    fn encode(&self, w: &mut Writer<'_>) {
-        w.u8(VERSION)
-            .u8(self.flags)
-            .u64(self.pkts[0])
-            .u64(self.pkts[1])
-            .u64(self.bytes[0])
-            .u64(self.bytes[1])
-            .u64(self.start)
-            .u64(self.end);
-    }
-    fn decode(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
-        if r.u8()? != VERSION {
-            return Err(DecodeError("unknown monitor record version"));
-        }
-        Ok(Rec {
-            flags: r.u8()?,
-            pkts: [r.u64()?, r.u64()?],
-            bytes: [r.u64()?, r.u64()?],
-            start: r.u64()?,
-            end: r.u64()?,
-        })
-    }
-}
-
-impl Rec {
-    fn export(&self, canon: &FlowKey, reason: &'static str) -> Event {
-        let flow = if self.flags & F_CLIENT_FWD != 0 {
-            *canon
-        } else {
-            canon.reverse()
-        };
-        Event::Flow(FlowRecord {
-            flow,
-            flow_id: canon.symmetric_hash() as u64,
-            pkts_toserver: self.pkts[0],
-            pkts_toclient: self.pkts[1],
-            bytes_toserver: self.bytes[0],
-            bytes_toclient: self.bytes[1],
-            start_ns: self.start,
-            end_ns: self.end,
-            reason,
-            state: if reason == "tcp_close" {
-                "closed"
-            } else if self.pkts[1] > 0 {
-                "established"
-            } else {
-                "new"
-            },
-        })
-    }
-}
-
 /// Counters.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Counters {
@@ -190,31 +124,17 @@ pub struct Counters {
     pub corrupt_records: u64,
 }
 
-struct Entry {
-    canon: FlowKey,
-    key: Key,
-    read: OpId,
-    rec: Option<Rec>,
-    dirty: bool,
-    created_at: Option<u64>,
-}
-
 /// The flow monitor.
 pub struct Monitor {
     ns: Namespace,
     timeout_ns: u64,
     linger_ns: u64,
     counters: Counters,
-    ops: Ops,
-    entries: Vec<Entry>,
-    index: FxHashMap<FlowKey, u32>,
-    pkt_entry: Vec<u32>,
+    pass: Pass<Monitor>,
     /// Flows this instance created and has not exported (for flush).
     mine: FxHashSet<FlowKey>,
     keys: Vec<Key>,
 }
-
-const NONE: u32 = u32::MAX;
 
 impl Monitor {
     /// A monitor with its records in `ns`.
@@ -224,10 +144,7 @@ impl Monitor {
             timeout_ns: idle_timeout_secs.saturating_mul(1_000_000_000).max(1),
             linger_ns: default_linger() * 1_000_000,
             counters: Counters::default(),
-            ops: Ops::new(),
-            entries: Vec::new(),
-            index: FxHashMap::default(),
-            pkt_entry: Vec::new(),
+            pass: Pass::default(),
             mine: FxHashSet::default(),
             keys: Vec::new(),
         }
@@ -253,6 +170,161 @@ impl Monitor {
         self.counters.exported += 1;
         self.mine.remove(canon);
         events.push(ev);
+    }
+}
+
+impl BatchNf for Monitor {
+    type Id = FlowKey;
+    type Value = Rec;
+    type Extra = Flow;
+    /// The packet's flow record.
+    type Plan = u32;
+    type Hasher = FxBuildHasher;
+
+    fn pass(&mut self) -> &mut Pass<Self> {
+        &mut self.pass
+    }
+
+    fn plan(&mut self, p: &Packet, pass: &mut Pass<Self>) -> Result<u32, &'static str> {
+        let (canon, _) = p.meta.flow.canonical();
+        Ok(pass.record(canon, || {
+            let key = Key::flow(self.ns, TABLE_FLOW, &canon, &[]);
+            let how = Read::Owned(canon.directional_hash());
+            (
+                key,
+                how,
+                Flow {
+                    canon,
+                    created_at: None,
+                },
+            )
+        }))
+    }
+
+    fn decide(
+        &mut self,
+        _i: usize,
+        p: &mut Packet,
+        ri: u32,
+        pass: &mut Pass<Self>,
+        ctx: &mut Ctx<'_>,
+    ) {
+        let (ts, len, flags, side) = (
+            p.ts_ns,
+            p.len() as u64,
+            p.meta.tcp_flags,
+            p.meta.flow.canonical().1,
+        );
+        let tcp = p.meta.l4 == L4::Tcp;
+        let e = &mut pass.recs[ri];
+        let canon = e.x.canon;
+        let new_syn = tcp && flags & (SYN | ACK) == SYN;
+        // A closed connection is exported once its linger is over, or as soon as
+        // a new connection reuses its 5-tuple.
+        if let Some(r) = e.cur.as_mut() {
+            if r.flags & (F_CLOSED | F_EXPORTED) == F_CLOSED
+                && (new_syn || r.end.saturating_add(self.linger_ns) < ts)
+            {
+                r.flags |= F_EXPORTED;
+                e.dirty = true;
+                let ev = r.export(&canon, "tcp_close");
+                self.emit(ev, ctx.events, &canon);
+            }
+        }
+        // An idle record is over, whether or not its timer ran yet.
+        if let Some(r) = e.cur {
+            if r.end.saturating_add(self.timeout_ns) < ts {
+                e.cur = None;
+                e.dirty = true;
+                if r.flags & F_EXPORTED == 0 {
+                    let ev = r.export(&canon, "timeout");
+                    self.emit(ev, ctx.events, &canon);
+                }
+            }
+        }
+        let start_new = match &e.cur {
+            None => true,
+            Some(r) if r.flags & F_EXPORTED != 0 => {
+                if !new_syn {
+                    self.counters.after_close += 1;
+                    return;
+                }
+                true
+            }
+            Some(_) => false,
+        };
+        if start_new {
+            e.cur = Some(Rec {
+                flags: if side == Side::Forward {
+                    F_CLIENT_FWD
+                } else {
+                    0
+                },
+                start: ts,
+                end: ts,
+                ..Rec::default()
+            });
+            if e.x.created_at.is_none() {
+                e.x.created_at = Some(ts);
+            }
+            self.counters.flows += 1;
+            self.mine.insert(canon);
+        }
+        let Some(r) = e.cur.as_mut() else { return };
+        let d = if (side == Side::Forward) == (r.flags & F_CLIENT_FWD != 0) {
+            0
+        } else {
+            1
+        };
+        r.pkts[d] += 1;
+        r.bytes[d] += len;
+        r.start = r.start.min(ts);
+        r.end = r.end.max(ts);
+        e.dirty = true;
+        self.counters.packets += 1;
+        if tcp {
+            if flags & FIN != 0 {
+                r.flags |= if d == 0 { F_FIN_TS } else { F_FIN_TC };
+            }
+            let closed = flags & RST != 0 || r.flags & (F_FIN_TS | F_FIN_TC) == F_FIN_TS | F_FIN_TC;
+            if closed {
+                r.flags |= F_CLOSED;
+            }
+        }
+    }
+
+    fn write(&self, e: &Record<Rec, Flow>, ops: &mut Ops) {
+        let hash = e.x.canon.directional_hash();
+        match &e.cur {
+            // Closed and exported records are what timer handlers on any instance
+            // act on (linger export): they always go to the store, which also
+            // keeps a flow cache from holding them.
+            Some(r) if r.flags & (F_CLOSED | F_EXPORTED) != 0 => {
+                ops.put_value(e.key, r);
+            }
+            // A new record is written through before its packets leave.
+            Some(r) if e.x.created_at.is_some() => {
+                ops.put_value_owned(e.key, r, hash);
+            }
+            // Counting packets of an open flow: a crash may lose the last
+            // deferred counts, nothing else.
+            Some(r) => {
+                ops.put_value_deferred(e.key, r, hash);
+            }
+            None => {
+                ops.delete(e.key);
+            }
+        }
+        match &e.cur {
+            Some(r) if r.flags & (F_CLOSED | F_EXPORTED) == F_CLOSED => {
+                ops.arm_timer(e.key, r.end.saturating_add(self.linger_ns));
+            }
+            _ => {
+                if let Some(t) = e.x.created_at {
+                    ops.arm_timer(e.key, t.saturating_add(self.timeout_ns));
+                }
+            }
+        }
     }
 }
 
@@ -282,181 +354,15 @@ impl NetworkFunction for Monitor {
         ctx: &mut Ctx<'_>,
         store: &mut dyn StateStore,
     ) -> Result<(), NfError> {
-        self.ops.clear();
-        self.entries.clear();
-        self.index.clear();
-        self.pkt_entry.clear();
-        for p in &batch.pkts {
-            let mut ei = NONE;
-            if p.is_live() && p.meta.is_ip() {
-                let (canon, _) = p.meta.flow.canonical();
-                ei = match self.index.get(&canon) {
-                    Some(&e) => e,
-                    None => {
-                        let key = Key::flow(self.ns, TABLE_FLOW, &canon, &[]);
-                        let read = self.ops.get_owned(key, canon.directional_hash());
-                        self.entries.push(Entry {
-                            canon,
-                            key,
-                            read,
-                            rec: None,
-                            dirty: false,
-                            created_at: None,
-                        });
-                        let e = (self.entries.len() - 1) as u32;
-                        self.index.insert(canon, e);
-                        e
-                    }
-                };
+        batch::split(self, |m, pass| {
+            pass.gather(m, batch, ctx);
+            if pass.recs.is_empty() {
+                return Ok(());
             }
-            self.pkt_entry.push(ei);
-        }
-        if self.entries.is_empty() {
-            return Ok(());
-        }
-        store.execute(&mut self.ops)?;
-        for e in &mut self.entries {
-            match self.ops.decode::<Rec>(e.read) {
-                Ok(r) => e.rec = r,
-                Err(_) => self.counters.corrupt_records += 1,
-            }
-        }
-        self.ops.clear();
-
-        for i in 0..batch.pkts.len() {
-            let ei = self.pkt_entry[i];
-            if ei == NONE {
-                continue;
-            }
-            let p = &batch.pkts[i];
-            let (ts, len, flags, side) = (
-                p.ts_ns,
-                p.len() as u64,
-                p.meta.tcp_flags,
-                p.meta.flow.canonical().1,
-            );
-            let tcp = p.meta.l4 == L4::Tcp;
-            let e = &mut self.entries[ei as usize];
-            let canon = e.canon;
-            let new_syn = tcp && flags & (SYN | ACK) == SYN;
-            // A closed connection is exported once its linger is over, or as soon as
-            // a new connection reuses its 5-tuple.
-            if let Some(r) = e.rec.as_mut() {
-                if r.flags & (F_CLOSED | F_EXPORTED) == F_CLOSED
-                    && (new_syn || r.end.saturating_add(self.linger_ns) < ts)
-                {
-                    r.flags |= F_EXPORTED;
-                    e.dirty = true;
-                    let ev = r.export(&canon, "tcp_close");
-                    self.emit(ev, ctx.events, &canon);
-                }
-            }
-            let e = &mut self.entries[ei as usize];
-            // An idle record is over, whether or not its timer ran yet.
-            if let Some(r) = e.rec {
-                if r.end.saturating_add(self.timeout_ns) < ts {
-                    e.rec = None;
-                    e.dirty = true;
-                    if r.flags & F_EXPORTED == 0 {
-                        let ev = r.export(&canon, "timeout");
-                        self.emit(ev, ctx.events, &canon);
-                    }
-                }
-            }
-            let e = &mut self.entries[ei as usize];
-            let start_new = match &e.rec {
-                None => true,
-                Some(r) if r.flags & F_EXPORTED != 0 => {
-                    if !new_syn {
-                        self.counters.after_close += 1;
-                        continue;
-                    }
-                    true
-                }
-                Some(_) => false,
-            };
-            if start_new {
-                e.rec = Some(Rec {
-                    flags: if side == Side::Forward {
-                        F_CLIENT_FWD
-                    } else {
-                        0
-                    },
-                    start: ts,
-                    end: ts,
-                    ..Rec::default()
-                });
-                if e.created_at.is_none() {
-                    e.created_at = Some(ts);
-                }
-                self.counters.flows += 1;
-                self.mine.insert(canon);
-            }
-            let Some(r) = e.rec.as_mut() else { continue };
-            let d = if (side == Side::Forward) == (r.flags & F_CLIENT_FWD != 0) {
-                0
-            } else {
-                1
-            };
-            r.pkts[d] += 1;
-            r.bytes[d] += len;
-            r.start = r.start.min(ts);
-            r.end = r.end.max(ts);
-            e.dirty = true;
-            self.counters.packets += 1;
-            if tcp {
-                if flags & FIN != 0 {
-                    r.flags |= if d == 0 { F_FIN_TS } else { F_FIN_TC };
-                }
-                let closed =
-                    flags & RST != 0 || r.flags & (F_FIN_TS | F_FIN_TC) == F_FIN_TS | F_FIN_TC;
-                if closed {
-                    r.flags |= F_CLOSED;
-                }
-            }
-        }
-
-        for e in &self.entries {
-            if !e.dirty {
-                continue;
-            }
-            let hash = e.canon.directional_hash();
-            match &e.rec {
-                // Closed and exported records are what timer handlers on any instance
-                // act on (linger export): they always go to the store, which also
-                // keeps a flow cache from holding them.
-                Some(r) if r.flags & (F_CLOSED | F_EXPORTED) != 0 => {
-                    self.ops.put_value(e.key, r);
-                }
-                // A new record is written through before its packets leave.
-                Some(r) if e.created_at.is_some() => {
-                    self.ops.put_value_owned(e.key, r, hash);
-                }
-                // Counting packets of an open flow: a crash may lose the last
-                // deferred counts, nothing else.
-                Some(r) => {
-                    self.ops.put_value_deferred(e.key, r, hash);
-                }
-                None => {
-                    self.ops.delete(e.key);
-                }
-            }
-            match &e.rec {
-                Some(r) if r.flags & (F_CLOSED | F_EXPORTED) == F_CLOSED => {
-                    self.ops
-                        .arm_timer(e.key, r.end.saturating_add(self.linger_ns));
-                }
-                _ => {
-                    if let Some(t) = e.created_at {
-                        self.ops.arm_timer(e.key, t.saturating_add(self.timeout_ns));
-                    }
-                }
-            }
-        }
-        if !self.ops.is_empty() {
-            store.execute(&mut self.ops)?;
-        }
-        Ok(())
+            m.counters.corrupt_records += pass.read(m, store, ctx.now_ns)?;
+            pass.decide(m, batch, ctx);
+            pass.write(m, store)
+        })
     }
 
     fn on_timers(&mut self, ctx: &mut Ctx<'_>, store: &mut dyn StateStore) -> Result<(), NfError> {
@@ -468,13 +374,13 @@ impl NetworkFunction for Monitor {
                 return Ok(());
             }
             let full = self.keys.len() == 256;
-            self.ops.clear();
-            let ids: Vec<OpId> = self.keys.iter().map(|k| self.ops.get(*k)).collect();
-            store.execute(&mut self.ops)?;
+            self.pass.ops.clear();
+            let ids: Vec<OpId> = self.keys.iter().map(|k| self.pass.ops.get(*k)).collect();
+            store.execute(&mut self.pass.ops)?;
             let mut actions = Vec::with_capacity(ids.len());
             let keys = std::mem::take(&mut self.keys);
             for (k, id) in keys.iter().zip(&ids) {
-                let action = match self.ops.decode::<Rec>(*id) {
+                let action = match self.pass.ops.decode::<Rec>(*id) {
                     Ok(None) => None,
                     Ok(Some(r)) if r.flags & (F_CLOSED | F_EXPORTED) == F_CLOSED => {
                         let until = r.end.saturating_add(self.linger_ns);
@@ -508,20 +414,20 @@ impl NetworkFunction for Monitor {
                 actions.push(action);
             }
             self.keys = keys;
-            self.ops.clear();
+            self.pass.ops.clear();
             for (k, a) in self.keys.iter().zip(actions) {
                 match a {
                     Some(Some(t)) => {
-                        self.ops.arm_timer(*k, t);
+                        self.pass.ops.arm_timer(*k, t);
                     }
                     Some(None) => {
-                        self.ops.delete(*k);
+                        self.pass.ops.delete(*k);
                     }
                     None => {}
                 }
             }
-            if !self.ops.is_empty() {
-                store.execute(&mut self.ops)?;
+            if !self.pass.ops.is_empty() {
+                store.execute(&mut self.pass.ops)?;
             }
             if !full {
                 return Ok(());
@@ -532,16 +438,16 @@ impl NetworkFunction for Monitor {
     fn flush(&mut self, ctx: &mut Ctx<'_>, store: &mut dyn StateStore) -> Result<(), NfError> {
         let mut flows: Vec<FlowKey> = self.mine.drain().collect();
         flows.sort();
-        self.ops.clear();
+        self.pass.ops.clear();
         let keys: Vec<Key> = flows
             .iter()
             .map(|c| Key::flow(self.ns, TABLE_FLOW, c, &[]))
             .collect();
-        let ids: Vec<OpId> = keys.iter().map(|k| self.ops.get(*k)).collect();
-        store.execute(&mut self.ops)?;
+        let ids: Vec<OpId> = keys.iter().map(|k| self.pass.ops.get(*k)).collect();
+        store.execute(&mut self.pass.ops)?;
         let mut done = Vec::new();
         for ((canon, key), id) in flows.iter().zip(&keys).zip(&ids) {
-            match self.ops.decode::<Rec>(*id) {
+            match self.pass.ops.decode::<Rec>(*id) {
                 Ok(Some(r)) if r.flags & F_EXPORTED == 0 => {
                     let reason = if r.flags & F_CLOSED != 0 {
                         "tcp_close"
@@ -557,13 +463,13 @@ impl NetworkFunction for Monitor {
                 _ => {}
             }
         }
-        self.ops.clear();
+        self.pass.ops.clear();
         for k in done {
-            self.ops.delete(k);
-            self.ops.cancel_timer(k);
+            self.pass.ops.delete(k);
+            self.pass.ops.cancel_timer(k);
         }
-        if !self.ops.is_empty() {
-            store.execute(&mut self.ops)?;
+        if !self.pass.ops.is_empty() {
+            store.execute(&mut self.pass.ops)?;
         }
         Ok(())
     }
@@ -583,6 +489,7 @@ impl NetworkFunction for Monitor {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use sluice_state::{Codec, Reader, Writer};
 
     #[test]
     fn record_layout() {

@@ -1,11 +1,14 @@
 use super::*;
 use proptest::prelude::*;
 use sluice_nf::{testing, Verdict};
+use sluice_state::{Codec, Reader, Writer};
 use sluice_state::{LocalStore, SharedLocalStore};
 use sluice_wire::build;
 use sluice_wire::parse::parse_frame;
+use sluice_wire::parse::L4;
 use sluice_wire::rewrite::verify_all_checksums;
 use sluice_wire::tcp::flags::{ACK, FIN, SYN};
+use sluice_wire::FlowKey;
 use std::collections::HashSet;
 
 const H: [u8; 4] = [10, 0, 0, 5];

@@ -1,0 +1,436 @@
+//! The IPS's decisions on the shared batch skeleton ([`sluice_nf::batch`]): the
+//! batch's stream bytes scanned ahead ([`Ips::prescan`]), then each packet's
+//! hits evaluated in order over its flow's record.
+
+use rustc_hash::FxBuildHasher;
+use sluice_nf::batch::{BatchNf, Pass, Read, Record};
+use sluice_nf::{Alert, AlertAction, Batch, Ctx, Event, Packet, Streams};
+use sluice_state::{DecodeError, Key, Ops};
+use sluice_wire::parse::L4;
+use sluice_wire::tcp::flags::{ACK, SYN};
+use sluice_wire::FlowKey;
+
+use crate::engine::{self, FlowState, Header, BLOCKED, PASSED};
+use crate::rules::Action;
+use crate::{Ips, NONE, TABLE_FLOW};
+
+/// A flow record's bookkeeping for one batch.
+pub struct Scan {
+    /// The flow's direction-invariant hash (the record is the flow's own).
+    pub hash: u32,
+    /// Scan state changed: sent before the batch leaves, without waiting for the
+    /// store's acknowledgement. Otherwise only `last_seen` moved, and the write may
+    /// be deferred.
+    pub through: bool,
+    /// Flags (blocked, passed) changed: written through and acknowledged.
+    pub flagged: bool,
+}
+
+impl BatchNf for Ips {
+    type Id = FlowKey;
+    type Value = FlowState;
+    type Extra = Scan;
+    /// The flow's record, for the packets that keep one (TCP, and every
+    /// protocol when a non-TCP rule can block).
+    type Plan = Option<u32>;
+    type Hasher = FxBuildHasher;
+
+    fn pass(&mut self) -> &mut Pass<Self> {
+        &mut self.pass
+    }
+
+    fn plan(&mut self, p: &Packet, pass: &mut Pass<Self>) -> Result<Option<u32>, &'static str> {
+        if p.meta.l4 != L4::Tcp && !self.nontcp_drop {
+            return Ok(None);
+        }
+        let (canon, _) = p.meta.flow.canonical();
+        Ok(Some(pass.record(canon, || {
+            let key = Key::flow(self.ns, TABLE_FLOW, &canon, &[]);
+            let hash = canon.directional_hash();
+            let x = Scan {
+                hash,
+                through: false,
+                flagged: false,
+            };
+            (key, Read::Owned(hash), x)
+        })))
+    }
+
+    /// A record idle past the timeout starts afresh; one whose automaton
+    /// states this rule set does not have is corrupt.
+    fn load(
+        &mut self,
+        rec: &mut Record<FlowState, Scan>,
+        read: Result<Option<FlowState>, DecodeError>,
+        now_ns: u64,
+    ) {
+        let fresh = FlowState {
+            dirs: [self.engine.initial(); 2],
+            ..FlowState::default()
+        };
+        match read {
+            Ok(Some(s)) if self.engine.valid(&s.dirs[0]) && self.engine.valid(&s.dirs[1]) => {
+                if s.last_seen.saturating_add(self.timeout_ns) >= now_ns {
+                    rec.load(Some(s));
+                } else {
+                    rec.cur = Some(fresh);
+                }
+            }
+            Ok(None) => rec.cur = Some(fresh),
+            _ => rec.corrupt = true,
+        }
+    }
+
+    fn decide(
+        &mut self,
+        i: usize,
+        p: &mut Packet,
+        plan: Option<u32>,
+        pass: &mut Pass<Self>,
+        ctx: &mut Ctx<'_>,
+    ) {
+        self.counters.packets += 1;
+        let mut st = match plan.map(|ei| &pass.recs[ei]) {
+            Some(e) if e.corrupt => {
+                p.drop_by(ctx.stage, "ips_state_corrupt");
+                return;
+            }
+            Some(e) => e.cur.unwrap_or_default(),
+            None => FlowState {
+                dirs: [self.engine.initial(); 2],
+                ..FlowState::default()
+            },
+        };
+        let before = st;
+        if st.flags & BLOCKED != 0 {
+            self.counters.blocked_packets += 1;
+            p.drop_by(ctx.stage, "ips_blocked");
+            return;
+        }
+        let drop = if p.meta.l4 == L4::Tcp {
+            self.inspect_stream(i, p, &mut st, ctx)
+        } else if st.flags & PASSED == 0 {
+            self.inspect_datagram(p, &mut st, ctx.events)
+        } else {
+            false
+        };
+        if drop {
+            self.counters.blocked_packets += 1;
+            p.drop_by(ctx.stage, "ips_blocked");
+        }
+        if let Some(ei) = plan {
+            let now = p.ts_ns;
+            let e = &mut pass.recs[ei];
+            let stale = now > st.last_seen.saturating_add(self.timeout_ns / 8);
+            if st != before || (stale && e.old.is_some()) {
+                e.x.through |= st != before;
+                e.x.flagged |= st.flags != before.flags;
+                st.last_seen = st.last_seen.max(now);
+                e.dirty = true;
+            }
+            e.cur = Some(st);
+        }
+    }
+
+    fn write(&self, e: &Record<FlowState, Scan>, ops: &mut Ops) {
+        let Some(state) = &e.cur else { return };
+        let exists = e.old.is_some();
+        if e.x.flagged || !exists {
+            // A new record, a flow blocked or passed: acknowledged before
+            // the batch leaves.
+            ops.put_value_owned(e.key, state, e.x.hash);
+        } else if e.x.through && self.sync_progress {
+            // Scan progress (automaton states, fired rules, partial
+            // matches): sent before the batch leaves, not waited for.
+            ops.put_value_unacked(e.key, state, e.x.hash);
+        } else {
+            // Refreshes, and scan progress unless `sync_progress`: a
+            // crash may lose them; the stream then resynchronises.
+            ops.put_value_deferred(e.key, state, e.x.hash);
+        }
+        if !exists {
+            ops.arm_timer(e.key, state.last_seen.saturating_add(self.timeout_ns));
+        }
+    }
+}
+
+impl Ips {
+    /// Matches a TCP packet's reassembled bytes, using the pre-scan's result
+    /// where it holds; returns true if the packet must be dropped.
+    fn inspect_stream(
+        &mut self,
+        i: usize,
+        p: &Packet,
+        st: &mut FlowState,
+        ctx: &mut Ctx<'_>,
+    ) -> bool {
+        if p.meta.tcp_flags & (SYN | ACK) == SYN {
+            // A new connection starts its automata afresh (Algorithm 2).
+            st.dirs = [self.engine.initial(); 2];
+            st.flags &= !PASSED;
+        }
+        if st.flags & PASSED != 0 {
+            return false;
+        }
+        let (c, own, extra) = match ctx.streams.bytes(i, p) {
+            None => {
+                if p.meta.payload_len > 0 {
+                    self.counters.tcp_unreassembled += 1;
+                }
+                return false;
+            }
+            Some((c, _, _)) if c.is_empty() => return false,
+            Some(x) => x,
+        };
+        let d = if c.to_server { 0 } else { 1 };
+        self.counters.scanned_bytes += c.len() as u64;
+        let base = c.stream_offset;
+        let j = self.pre.job_of.get(i).copied().unwrap_or(NONE) as usize;
+        let ds = &mut st.dirs[d];
+        if c.gap {
+            self.counters.stream_gaps += 1;
+            self.engine.after_gap(ds);
+        }
+        // The pre-scan assumed this flow's state; use it only if it holds.
+        if j < self.pre.cs.len() && self.pre.cs[j].0 == ds.cs && self.pre.ci[j].0 == ds.ci {
+            ds.cs = self.pre.cs[j].1;
+            ds.ci = self.pre.ci[j].1;
+            let (lo, hi) = (self.pre.hit_at[j] as usize, self.pre.hit_at[j + 1] as usize);
+            self.hits
+                .extend(self.pre.hits[lo..hi].iter().map(|h| (h.2, h.3)));
+        } else {
+            self.engine.scan(ds, own, base, &mut self.hits);
+            self.engine
+                .scan(ds, extra, base + own.len() as u64, &mut self.hits);
+        }
+        let hdr = Header {
+            flow: p.meta.flow,
+            tcp: true,
+            to_server: c.to_server,
+            established: c.established,
+        };
+        self.evaluate(st, d, &hdr, p, ctx.events)
+    }
+
+    /// Matches a datagram's payload on its own; only the flow flags persist.
+    /// Returns true if the packet must be dropped.
+    fn inspect_datagram(
+        &mut self,
+        p: &Packet,
+        st: &mut FlowState,
+        events: &mut Vec<Event>,
+    ) -> bool {
+        let payload = p.meta.payload(p.data());
+        let f = &p.meta.flow;
+        let to_server = f.src_port >= f.dst_port;
+        let d = if to_server { 0 } else { 1 };
+        let mut scratch = *st;
+        scratch.dirs[d] = self.engine.initial();
+        self.counters.scanned_bytes += payload.len() as u64;
+        self.engine
+            .scan(&mut scratch.dirs[d], payload, 0, &mut self.hits);
+        let hdr = Header {
+            flow: *f,
+            tcp: false,
+            to_server,
+            established: false,
+        };
+        let drop = self.evaluate(&mut scratch, d, &hdr, p, events);
+        st.flags = scratch.flags;
+        drop
+    }
+
+    fn fire(
+        &mut self,
+        rule: u32,
+        st: &mut FlowState,
+        d: usize,
+        p: &Packet,
+        events: &mut Vec<Event>,
+    ) -> bool {
+        let r = &self.engine.rules[rule as usize];
+        st.dirs[d].set_fired(rule);
+        let action = match r.action {
+            Action::Pass => {
+                st.flags |= PASSED;
+                self.counters.passed_flows += 1;
+                return false;
+            }
+            Action::Alert => AlertAction::Allowed,
+            Action::Drop => {
+                st.flags |= BLOCKED;
+                AlertAction::Blocked
+            }
+        };
+        self.counters.alerts += 1;
+        events.push(Event::Alert(Alert {
+            ts_ns: p.ts_ns,
+            flow: p.meta.flow,
+            flow_id: p.meta.flow.symmetric_hash() as u64,
+            action,
+            gid: 1,
+            sid: r.sid,
+            rev: r.rev,
+            msg: r.msg.clone(),
+            category: r.classtype.clone(),
+            severity: r.priority,
+            to_server: d == 0,
+        }));
+        action == AlertAction::Blocked
+    }
+
+    /// Evaluates the collected hits in stream order; returns true if the packet must
+    /// be dropped. Stops at a drop or pass.
+    /// Scans the stream bytes of every TCP packet of the batch that will need it,
+    /// several flows at a time, recording each packet's automaton states before and
+    /// after and its hits. The main loop then evaluates packets in order, using these
+    /// results where the flow's state matches what the pre-scan assumed (and scanning
+    /// itself otherwise), so verdicts are exactly those of scanning in order.
+    pub(crate) fn prescan(&mut self, batch: &Batch, streams: &Streams, pass: &Pass<Ips>) {
+        let pre = &mut self.pre;
+        pre.job_of.clear();
+        pre.job_of.resize(batch.pkts.len(), NONE);
+        pre.job_src.clear();
+        for u in pre.unit_jobs.iter_mut() {
+            u.clear();
+        }
+        pre.unit_of.clear();
+        pre.reset.clear();
+        pre.reset.resize(pass.recs.len(), [false; 2]);
+        let mut nunits = 0usize;
+        for (i, p) in batch.pkts.iter().enumerate() {
+            let Some(Some(ei)) = pass.plans[i] else {
+                continue;
+            };
+            if !p.is_live() || p.meta.l4 != L4::Tcp {
+                continue;
+            }
+            let e = &pass.recs[ei];
+            match &e.cur {
+                Some(st) if !e.corrupt && st.flags & (BLOCKED | PASSED) == 0 => {}
+                _ => continue,
+            }
+            // A new connection restarts both directions' walks (as the main loop does).
+            if p.meta.tcp_flags & (SYN | ACK) == SYN {
+                pre.reset[ei as usize] = [true; 2];
+            }
+            let Some((c, _, _)) = streams.bytes(i, p) else {
+                continue;
+            };
+            if c.is_empty() {
+                continue;
+            }
+            let d = if c.to_server { 0u8 } else { 1 };
+            let u = *pre.unit_of.entry((ei, d)).or_insert_with(|| {
+                nunits += 1;
+                (nunits - 1) as u32
+            }) as usize;
+            if pre.unit_jobs.len() <= u {
+                pre.unit_jobs.resize_with(u + 1, Vec::new);
+            }
+            let j = pre.job_src.len() as u32;
+            let reset = std::mem::take(&mut pre.reset[ei as usize][d as usize]);
+            pre.job_src.push((ei, d, i as u32, reset));
+            pre.unit_jobs[u].push(j);
+            pre.job_of[i] = j;
+        }
+        let njobs = pre.job_src.len();
+        pre.cs.clear();
+        pre.cs.resize(njobs, (0, 0));
+        pre.ci.clear();
+        pre.ci.resize(njobs, (0, 0));
+        pre.hits.clear();
+        if njobs == 0 {
+            pre.hit_at.clear();
+            pre.hit_at.push(0);
+            return;
+        }
+        // Jobs in unit order, so each unit is a contiguous range.
+        let mut order: Vec<u32> = Vec::with_capacity(njobs);
+        let mut ranges = Vec::with_capacity(nunits);
+        let mut starts_cs = Vec::with_capacity(nunits);
+        let mut starts_ci = Vec::with_capacity(nunits);
+        for u in &pre.unit_jobs[..nunits] {
+            let lo = order.len();
+            order.extend_from_slice(u);
+            ranges.push((lo, order.len()));
+            let (ei, d, _, _) = pre.job_src[u[0] as usize];
+            // Units are made only of records with a state (not corrupt).
+            let (cs, ci) = pass.recs[ei].cur.as_ref().map_or((0, 0), |st| {
+                (st.dirs[d as usize].cs, st.dirs[d as usize].ci)
+            });
+            starts_cs.push(cs);
+            starts_ci.push(ci);
+        }
+        let mut jobs: Vec<engine::Job<'_>> = Vec::with_capacity(njobs);
+        for &j in &order {
+            let (_, _, i, reset) = pre.job_src[j as usize];
+            let p = &batch.pkts[i as usize];
+            // Every job was made from a packet with a chunk; an empty job keeps the
+            // indices aligned should that ever not hold.
+            let (base, own, extra) = match streams.bytes(i as usize, p) {
+                Some((c, own, extra)) => (c.stream_offset, own, extra),
+                None => (0, &[][..], &[][..]),
+            };
+            jobs.push(engine::Job {
+                parts: [own, extra],
+                base,
+                reset,
+            });
+        }
+        let mut out_cs = vec![(0u32, 0u32); njobs];
+        let mut out_ci = vec![(0u32, 0u32); njobs];
+        if let Some(m) = &self.engine.cs {
+            m.scan_units(&ranges, &starts_cs, &jobs, &mut out_cs, &mut pre.hits);
+        }
+        if let Some(m) = &self.engine.ci {
+            m.scan_units(&ranges, &starts_ci, &jobs, &mut out_ci, &mut pre.hits);
+        }
+        // Back from unit order to job ids.
+        for (pos, &j) in order.iter().enumerate() {
+            pre.cs[j as usize] = out_cs[pos];
+            pre.ci[j as usize] = out_ci[pos];
+        }
+        for h in pre.hits.iter_mut() {
+            h.0 = order[h.0 as usize];
+        }
+        pre.hits.sort_by_key(|h| (h.0, h.1));
+        pre.hit_at.clear();
+        let mut k = 0;
+        for j in 0..=njobs as u32 {
+            while k < pre.hits.len() && pre.hits[k].0 < j {
+                k += 1;
+            }
+            pre.hit_at.push(k as u32);
+        }
+    }
+
+    fn evaluate(
+        &mut self,
+        st: &mut FlowState,
+        d: usize,
+        hdr: &Header,
+        p: &Packet,
+        events: &mut Vec<Event>,
+    ) -> bool {
+        if self.hits.is_empty() {
+            return false;
+        }
+        self.hits.sort_unstable();
+        let hits = std::mem::take(&mut self.hits);
+        let mut drop = false;
+        for &(end, t) in &hits {
+            if self.engine.on_hit(t, end, &mut st.dirs[d], hdr)
+                && self.fire(t.rule, st, d, p, events)
+            {
+                drop = true;
+            }
+            if st.flags & (BLOCKED | PASSED) != 0 {
+                break;
+            }
+        }
+        self.hits = hits;
+        self.hits.clear();
+        drop
+    }
+}

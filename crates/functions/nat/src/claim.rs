@@ -1,0 +1,209 @@
+//! The NAT's round trips after the first decisions: pool items for new flows,
+//! the recheck of records that looked expired, the claim of new mappings and,
+//! after a lost race, adopting the winner's.
+
+use sluice_nf::batch::Pass;
+use sluice_nf::{Batch, Ctx, NfError};
+use sluice_state::{Key, OpId, StateStore};
+use sluice_wire::IpAddr;
+
+use crate::decide::Plan;
+use crate::mapping::{rev_flow, Mapping};
+use crate::reserve::Block;
+use crate::{Nat, RESERVE_TTL_NS, TABLE_RESV, TABLE_REV};
+
+impl Nat {
+    /// The slot of packet `i` if it is translated.
+    fn planned(pass: &Pass<Nat>, i: u32) -> Option<(u32, crate::decide::Dir)> {
+        match pass.plans[i as usize] {
+            Some(Plan::Do { slot, dir }) => Some((slot, dir)),
+            _ => None,
+        }
+    }
+
+    /// Queues, for the second round trip, a pool item for every new flow
+    /// (from the reserve when it has one), the reserve's used counts and, when
+    /// the reserve ran short, its refill.
+    pub(crate) fn allocate(&mut self, pass: &mut Pass<Nat>, now: u64) {
+        let mut short = false;
+        self.refill = None;
+        for k in 0..self.pending.len() {
+            let Some((slot, _)) = Self::planned(pass, self.pending[k]) else {
+                continue;
+            };
+            let x = &pass.recs[slot].x;
+            if x.alloc.is_some() || x.pre.is_some() {
+                continue;
+            }
+            let pre = self.take_reserved(now, &mut pass.ops);
+            let x = &mut pass.recs[slot].x;
+            x.pre = pre;
+            if pre.is_none() {
+                x.alloc = Some(pass.ops.pool_alloc(self.pool_key));
+                short = true;
+            }
+        }
+        self.mark_used(&mut pass.ops);
+        if short && self.reserve_n > 0 {
+            // Taken ahead in the round trip that waits anyway.
+            self.refill = Some(pass.ops.pool_take(self.pool_key, self.reserve_n as u32));
+        }
+    }
+
+    /// Decides the packets whose own record looked expired with the other
+    /// direction's record (read in the second round trip), and queues the
+    /// writes of their records on `ops2`.
+    pub(crate) fn recheck(&mut self, batch: &mut Batch, ctx: &Ctx<'_>, pass: &mut Pass<Nat>) {
+        for k in 0..self.recheck.len() {
+            let i = self.recheck[k];
+            let Some((slot, dir)) = Self::planned(pass, i) else {
+                continue;
+            };
+            let s = &pass.recs[slot];
+            let proto = s.x.flow.proto;
+            let other = match s.x.other.map(|g| pass.ops.decode::<Mapping>(g)) {
+                Some(Ok(v)) => v,
+                _ => None,
+            };
+            let p = &mut batch.pkts[i as usize];
+            let now = p.ts_ns;
+            let merged = s.cur.and_then(|c| Self::merged(&c, other.as_ref()));
+            let Some(m) = merged.filter(|m| other.is_some() && self.alive(proto, m, now)) else {
+                self.c.no_mapping += 1;
+                p.drop_by(ctx.stage, "no_mapping");
+                continue;
+            };
+            let mp = self.touch(&mut pass.recs[slot], dir, m, &p.meta, now);
+            self.apply(p, dir, &mp, ctx.stage);
+        }
+        let mut ops2 = std::mem::take(&mut self.ops2);
+        for s in pass.recs.iter() {
+            if s.dirty && s.x.other.is_some() {
+                self.queue_write(&mut ops2, s);
+            }
+        }
+        self.ops2 = ops2;
+    }
+
+    /// Records the reserve's new block in the store (its unused items freed
+    /// by its timer if this instance dies before using them), on `ops2`.
+    pub(crate) fn record_refill(&mut self, pass: &Pass<Nat>, now: u64) {
+        let Some(t) = self.refill else { return };
+        self.scratch.clear();
+        let mut items = Vec::with_capacity(self.reserve_n);
+        for item in pass.ops.taken(t).filter_map(|x| u32::try_from(x).ok()) {
+            self.scratch.extend_from_slice(&item.to_be_bytes());
+            items.push(item);
+        }
+        if let Some(&first) = items.first() {
+            let key = Key::new(self.ns, TABLE_RESV, &first.to_be_bytes());
+            self.ops2.put(key, &self.scratch);
+            self.ops2.arm_timer(key, now.saturating_add(RESERVE_TTL_NS));
+            self.reserve.push_back(Block {
+                key,
+                items,
+                used: 0,
+                marked: 0,
+                at: now,
+            });
+        }
+    }
+
+    /// Queues on `ops2` the new mappings: the reverse record first, then the
+    /// forward one claimed only if still absent.
+    pub(crate) fn claim(&mut self, pass: &mut Pass<Nat>, now: u64) {
+        for s in pass.recs.iter_mut() {
+            let allocated = |a: OpId| pass.ops.allocated(a).and_then(|x| u32::try_from(x).ok());
+            let item = match (s.x.pre, s.x.alloc) {
+                (Some(item), _) => item,
+                (None, Some(a)) => match allocated(a) {
+                    Some(item) => item,
+                    None => continue,
+                },
+                (None, None) => continue,
+            };
+            let (pa, pp) = self.public_of(item);
+            let (IpAddr::V4(ia), ip) = (s.x.flow.src, s.x.flow.src_port) else {
+                continue;
+            };
+            let m = Mapping {
+                flags: 0,
+                item,
+                inside_addr: ia,
+                inside_port: ip,
+                last_seen_ns: now,
+            };
+            let rf = rev_flow(&s.x.flow, pa, pp);
+            let rk = Key::flow(self.ns, TABLE_REV, &rf, &[]);
+            // Cached here only if this instance also owns the reply flow.
+            self.ops2.put_value_owned(rk, &m, rf.symmetric_hash());
+            let cas = match s.x.hash {
+                Some(h) => self.ops2.compare_and_set_owned(s.key, None, Some(&m), h),
+                None => self.ops2.compare_and_set(s.key, None, Some(&m)),
+            };
+            self.ops2
+                .arm_timer(s.key, now.saturating_add(self.timeout(s.x.flow.proto, 0)));
+            s.x.item = Some(item);
+            s.x.cas = Some(cas);
+            s.cur = Some(m);
+        }
+    }
+
+    /// After a lost race: returns our item, removes our reverse record and
+    /// reads the winner's mapping (one more round trip, only then).
+    pub(crate) fn settle_races(
+        &mut self,
+        pass: &mut Pass<Nat>,
+        store: &mut dyn StateStore,
+    ) -> Result<(), NfError> {
+        pass.ops.clear();
+        for s in pass.recs.iter_mut() {
+            let (Some(cas), Some(item)) = (s.x.cas, s.x.item) else {
+                continue;
+            };
+            if self.ops2.swapped(cas) {
+                self.c.new_mappings += 1;
+                continue;
+            }
+            self.c.races_lost += 1;
+            let (pa, pp) = self.public_of(item);
+            let rk = Key::flow(self.ns, TABLE_REV, &rev_flow(&s.x.flow, pa, pp), &[]);
+            pass.ops.delete(rk);
+            pass.ops.pool_free(self.pool_key, item as u64);
+            s.x.reread = Some(pass.ops.get(s.key));
+            s.cur = None;
+        }
+        if !pass.ops.is_empty() {
+            store.execute(&mut pass.ops)?;
+            for s in pass.recs.iter_mut() {
+                if let Some(g) = s.x.reread {
+                    s.cur = pass.ops.decode::<Mapping>(g).ok().flatten();
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Translates the packets that waited for their new mapping, or drops them.
+    pub(crate) fn finish_pending(&mut self, batch: &mut Batch, ctx: &Ctx<'_>, pass: &Pass<Nat>) {
+        for k in 0..self.pending.len() {
+            let i = self.pending[k];
+            let Some((slot, dir)) = Self::planned(pass, i) else {
+                continue;
+            };
+            let s = &pass.recs[slot];
+            let p = &mut batch.pkts[i as usize];
+            match s.cur {
+                Some(mp) => self.apply(p, dir, &mp, ctx.stage),
+                None if s.x.alloc.is_some() && s.x.item.is_none() => {
+                    self.c.pool_exhausted += 1;
+                    p.drop_by(ctx.stage, "pool_exhausted");
+                }
+                None => {
+                    self.c.no_mapping += 1;
+                    p.drop_by(ctx.stage, "no_mapping");
+                }
+            }
+        }
+    }
+}
