@@ -47,7 +47,8 @@ pub enum AgentError {
         /// Address.
         addr: String,
         /// Error.
-        err: String,
+        #[source]
+        err: std::io::Error,
     },
 }
 
@@ -85,7 +86,7 @@ pub struct AgentOptions {
 
 /// State the API handlers and the heartbeat share.
 #[derive(Debug)]
-pub struct AgentCore {
+pub struct AgentState {
     host: u32,
     name: String,
     underlay: Ipv4Addr,
@@ -99,7 +100,7 @@ pub struct AgentCore {
     controller_up: AtomicBool,
 }
 
-impl AgentCore {
+impl AgentState {
     /// Validates `cfg`, hands it to the data plane and the instance supervisor,
     /// and persists it; on error nothing changes.
     pub fn apply(&self, cfg: AgentConfig) -> Result<u64, ConfigError> {
@@ -736,9 +737,9 @@ fn escape(s: &str) -> String {
 /// A running agent.
 #[derive(Debug)]
 pub struct Agent {
-    core: Arc<AgentCore>,
+    core: Arc<AgentState>,
     stop: Arc<AtomicBool>,
-    api: Option<crate::api::ApiServer>,
+    api: Option<crate::http::ApiServer>,
     heartbeat: Option<JoinHandle<()>>,
 }
 
@@ -796,7 +797,7 @@ impl Agent {
             }
             _ => None,
         };
-        let core = Arc::new(AgentCore {
+        let core = Arc::new(AgentState {
             host: opts.host,
             name: opts.name.clone(),
             underlay: opts.underlay,
@@ -811,7 +812,7 @@ impl Agent {
         if let Some(dir) = &opts.run_dir {
             load_saved(&core, &dir.join("config.json"));
         }
-        let api = crate::api::ApiServer::start(&opts.listen, core.clone()).map_err(|err| {
+        let api = crate::http::ApiServer::start(&opts.listen, core.clone()).map_err(|err| {
             AgentError::Listen {
                 addr: opts.listen.clone(),
                 err,
@@ -837,7 +838,7 @@ impl Agent {
     }
 
     /// The shared core (configuration, status, metrics).
-    pub fn core(&self) -> &Arc<AgentCore> {
+    pub fn core(&self) -> &Arc<AgentState> {
         &self.core
     }
 
@@ -877,7 +878,7 @@ impl Drop for Agent {
     }
 }
 
-fn load_saved(core: &AgentCore, path: &std::path::Path) {
+fn load_saved(core: &AgentState, path: &std::path::Path) {
     let Ok(text) = std::fs::read(path) else {
         return;
     };
@@ -893,7 +894,7 @@ fn load_saved(core: &AgentCore, path: &std::path::Path) {
     }
 }
 
-fn heartbeat(core: &AgentCore, controller: &str, stop: &AtomicBool) {
+fn heartbeat(core: &AgentState, controller: &str, stop: &AtomicBool) {
     let url = format!("{}/v1/hosts", controller.trim_end_matches('/'));
     let agent = ureq::AgentBuilder::new()
         .timeout(Duration::from_millis(500))

@@ -1,7 +1,7 @@
 //! Sluice's host agent (`sluiced run`).
 //!
 //! One agent runs per host. It registers with the controller and heartbeats
-//! ([`control`]), accepts the host's whole configuration over HTTP ([`api`]),
+//! ([`control`]), accepts the host's whole configuration over HTTP ([`http`]),
 //! starts and stops the NF instances the configuration lists ([`instances`]), and
 //! forwards packets between VM ports (raw Ethernet on AF_PACKET sockets), NF
 //! instances and peer hosts (Geneve over one UDP socket) on a data-plane thread
@@ -33,16 +33,16 @@
 //! directions) in a bounded table ([`groups::PinTable`]), so a new split moves
 //! only new flows and a draining target keeps its flows until they idle out.
 
-pub mod api;
 pub mod control;
 pub mod dataplane;
 pub mod gro;
 pub mod groups;
+pub mod http;
 pub mod instances;
 pub mod io;
 pub mod meter;
 pub mod testing;
 
-pub use control::{run, Agent, AgentCore, AgentError, AgentOptions};
+pub use control::{run, Agent, AgentError, AgentOptions, AgentState};
 pub use dataplane::{ConfigError, Dataplane, ROUTER_MAC};
 pub use io::{DataplaneThread, IoOptions};

@@ -336,7 +336,11 @@ impl EpochGroups {
 
     /// Epoch `e`'s minimum of the maximum load relative to `prov` (infinite if it cannot
     /// be served at all), with the split that reaches it.
-    pub(super) fn epoch_max_load(&self, e: usize, prov: &[f64]) -> Result<(f64, Option<Split>), CombError> {
+    pub(super) fn epoch_max_load(
+        &self,
+        e: usize,
+        prov: &[f64],
+    ) -> Result<(f64, Option<Split>), CombError> {
         let resources = self.resources;
         let scale = prov.iter().copied().fold(0.0, f64::max).max(1e-300);
         let tiny = |p: f64| p <= 1e-12 * scale;

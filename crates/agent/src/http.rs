@@ -16,7 +16,7 @@ use std::thread::JoinHandle;
 use sluice_proto::AgentConfig;
 use tiny_http::{Header, Method, Request, Response, Server};
 
-use crate::control::AgentCore;
+use crate::control::AgentState;
 
 /// Largest configuration accepted (bytes).
 const MAX_BODY: u64 = 64 << 20;
@@ -38,12 +38,11 @@ impl std::fmt::Debug for ApiServer {
 
 impl ApiServer {
     /// Listens on `listen` and serves `core` on a thread.
-    pub fn start(listen: &str, core: Arc<AgentCore>) -> Result<ApiServer, String> {
-        let server = Server::http(listen).map_err(|e| e.to_string())?;
-        let addr = server
-            .server_addr()
-            .to_ip()
-            .ok_or_else(|| "not an IP listener".to_string())?;
+    pub fn start(listen: &str, core: Arc<AgentState>) -> std::io::Result<ApiServer> {
+        let server = Server::http(listen).map_err(std::io::Error::other)?;
+        let addr = server.server_addr().to_ip().ok_or_else(|| {
+            std::io::Error::new(std::io::ErrorKind::InvalidInput, "not an IP listener")
+        })?;
         let server = Arc::new(server);
         let s = server.clone();
         let thread = std::thread::Builder::new()
@@ -52,8 +51,7 @@ impl ApiServer {
                 for req in s.incoming_requests() {
                     handle(&core, req);
                 }
-            })
-            .map_err(|e| e.to_string())?;
+            })?;
         Ok(ApiServer {
             server,
             addr,
@@ -97,7 +95,7 @@ fn error(req: Request, code: u16, msg: &str) {
     reply_json(req, code, &serde_json::json!({ "error": msg }));
 }
 
-fn handle(core: &AgentCore, mut req: Request) {
+fn handle(core: &AgentState, mut req: Request) {
     let path = req.url().split('?').next().unwrap_or("").to_string();
     match (req.method(), path.as_str()) {
         (Method::Put, "/v1/config") => {
