@@ -6,7 +6,7 @@
 //! namespace on `/run/netns/NAME`), so the two interoperate: `ip netns exec`
 //! enters one made here, and [`in_netns`] enters one `ip netns add` made.
 //!
-//! - [`create`], [`delete`], [`exists`]: named namespaces; [`Netns`] is an
+//! - [`create`], [`delete`], [`exists`], [`list`]: named namespaces; [`Netns`] is an
 //!   owned one, deleted (with every interface in it) on drop.
 //! - [`in_netns`]: runs a closure on a thread that joined a namespace. A socket
 //!   keeps the namespace it was created in, so sockets opened there can be used
@@ -29,8 +29,10 @@ mod setup;
 mod sysctl;
 
 pub use ethtool::offloads_off;
-pub use ns::{create, delete, exists, in_netns, in_netns_opt, unique_name, Netns, NETNS_RUN_DIR};
-pub use rtnl::{Link, Route, RouteEntry, Rtnl};
+pub use ns::{
+    create, delete, exists, in_netns, in_netns_opt, list, unique_name, Netns, NETNS_RUN_DIR,
+};
+pub use rtnl::{fmt_mac, Link, Route, RouteEntry, Rtnl};
 pub use setup::{attach_endpoint, bridge, veth, Endpoint};
 pub use sysctl::sysctl;
 

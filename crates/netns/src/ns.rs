@@ -163,6 +163,18 @@ pub fn delete(name: &str) -> Result<(), NetnsError> {
     std::fs::remove_file(&path).map_err(|e| ns_err(name, format!("remove {}", path.display()), e))
 }
 
+/// The names of the namespaces in [`NETNS_RUN_DIR`] (none if it does not exist).
+pub fn list() -> Vec<String> {
+    let Ok(dir) = std::fs::read_dir(NETNS_RUN_DIR) else {
+        return Vec::new();
+    };
+    let mut names: Vec<String> = dir
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .collect();
+    names.sort();
+    names
+}
+
 /// True if a namespace called `name` exists.
 pub fn exists(name: &str) -> bool {
     check_name(name).is_ok() && path_of(name).exists()

@@ -527,8 +527,8 @@ fn to_link(l: &LinkMessage) -> Link {
     link
 }
 
-/// `aa:bb:cc:dd:ee:ff`.
-pub(crate) fn fmt_mac(mac: &[u8]) -> String {
+/// Formats a hardware address as `aa:bb:cc:dd:ee:ff`.
+pub fn fmt_mac(mac: &[u8]) -> String {
     mac.iter()
         .map(|b| format!("{b:02x}"))
         .collect::<Vec<_>>()

@@ -58,6 +58,7 @@ fn a_namespace_is_created_entered_and_deleted() {
     let ns = Netns::new("n").unwrap();
     let name = ns.name().to_string();
     assert!(exists(&name));
+    assert!(list().contains(&name));
     assert!(matches!(create(&name), Err(NetnsError::Namespace { .. })));
     // A fresh namespace has loopback only, and Netns brought it up.
     let links = ns.rtnl().unwrap().links().unwrap();

@@ -12,6 +12,7 @@
 //! `execute` for the writes. Two round trips per batch, whatever its size.
 
 pub mod event;
+#[cfg(feature = "testing")]
 pub mod testing;
 
 pub use event::{Alert, AlertAction, Event, FlowRecord};
