@@ -20,10 +20,10 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use sluice_netns::{NetnsError, Rtnl};
 use sluice_proto::{
     instance_link, InstanceConfig, InstanceStatus, GENEVE_PORT, INSTANCE_LINK_PREFIX,
 };
-use sluice_testbed::ip;
 
 /// Why an instance could not be started.
 #[derive(Debug, thiserror::Error)]
@@ -42,7 +42,7 @@ pub enum InstanceError {
         /// Instance name.
         name: String,
         /// The failure.
-        err: sluice_testbed::TestbedError,
+        err: NetnsError,
     },
     /// Writing the chain file or opening the log failed.
     #[error("instance {name}: {what}: {err}")]
@@ -126,35 +126,22 @@ fn setup_net(env: &InstanceEnv, cfg: &InstanceConfig) -> Result<(), InstanceErro
         name: cfg.name.clone(),
         err,
     };
-    ip(&["netns", "add", &ns]).map_err(net)?;
+    sluice_netns::create(&ns).map_err(net)?;
     let r = (|| {
-        ip(&[
-            "link",
-            "add",
-            &veth,
-            "netns",
-            &env.host_netns,
-            "type",
-            "veth",
-            "peer",
-            "name",
-            "eth0",
-            "netns",
-            &ns,
-        ])?;
-        sluice_testbed::vm::sysctl(&ns, "net.ipv6.conf.all.disable_ipv6", "1");
-        sluice_testbed::vm::sysctl(
-            &env.host_netns,
+        let host = Rtnl::open(Some(&env.host_netns))?;
+        host.add_veth(&veth, "eth0", Some(&ns))?;
+        let _ = sluice_netns::sysctl(Some(&ns), "net.ipv6.conf.all.disable_ipv6", "1");
+        let _ = sluice_netns::sysctl(
+            Some(&env.host_netns),
             &format!("net.ipv6.conf.{veth}.disable_ipv6"),
             "1",
         );
-        let a = format!("{agent}/{INSTANCE_LINK_PREFIX}");
-        let i = format!("{inst}/{INSTANCE_LINK_PREFIX}");
-        ip(&["-n", &env.host_netns, "addr", "add", &a, "dev", &veth])?;
-        ip(&["-n", &env.host_netns, "link", "set", &veth, "up"])?;
-        ip(&["-n", &ns, "addr", "add", &i, "dev", "eth0"])?;
-        ip(&["-n", &ns, "link", "set", "eth0", "up"])?;
-        ip(&["-n", &ns, "link", "set", "lo", "up"])
+        host.add_addr(&veth, agent, INSTANCE_LINK_PREFIX)?;
+        host.set_up(&veth, true)?;
+        let inner = Rtnl::open(Some(&ns))?;
+        inner.add_addr("eth0", inst, INSTANCE_LINK_PREFIX)?;
+        inner.set_up("eth0", true)?;
+        inner.set_up("lo", true)
     })();
     if let Err(e) = r {
         teardown_net(env, cfg.port);
@@ -165,8 +152,10 @@ fn setup_net(env: &InstanceEnv, cfg: &InstanceConfig) -> Result<(), InstanceErro
 
 /// Removes an instance's namespace and link (missing ones are fine).
 fn teardown_net(env: &InstanceEnv, port: u16) {
-    let _ = ip(&["-n", &env.host_netns, "link", "del", &env.iface(port)]);
-    let _ = ip(&["netns", "del", &env.netns(port)]);
+    if let Ok(host) = Rtnl::open(Some(&env.host_netns)) {
+        let _ = host.del_link(&env.iface(port));
+    }
+    let _ = sluice_netns::delete(&env.netns(port));
 }
 
 fn spawn(env: &InstanceEnv, cfg: &InstanceConfig) -> Result<Child, InstanceError> {

@@ -41,6 +41,7 @@ pub mod http;
 pub mod instances;
 pub mod io;
 pub mod meter;
+#[cfg(feature = "testing")]
 pub mod testing;
 
 pub use control::{run, Agent, AgentError, AgentOptions, AgentState};

@@ -11,10 +11,10 @@
 use std::net::Ipv4Addr;
 use std::sync::atomic::{AtomicU32, Ordering};
 
+use sluice_netns::{attach_endpoint, Endpoint, Netns, NetnsError};
 use sluice_switch::{Action, Entry, Match, Output, Prefix};
-use sluice_testbed::{Netns, TestbedError};
 
-use crate::{Agent, AgentError, AgentOptions};
+use crate::{Agent, AgentError, AgentOptions, ROUTER_MAC};
 
 /// True when running as root (the namespace tests skip otherwise).
 pub fn is_root() -> bool {
@@ -29,12 +29,12 @@ pub fn underlay(h: u32) -> Ipv4Addr {
 
 /// Two host namespaces joined by a fabric link `fab0` (MTU 9000), host 1 and
 /// host 2 at their [`underlay`] addresses.
-pub fn two_hosts() -> Result<(Netns, Netns), TestbedError> {
+pub fn two_hosts() -> Result<(Netns, Netns), NetnsError> {
     let h1 = Netns::new("h")?;
     let h2 = Netns::new("h")?;
-    sluice_testbed::veth(&h1, "fab0", &h2, "fab0")?;
+    sluice_netns::veth(&h1, "fab0", &h2, "fab0")?;
     for (ns, h) in [(&h1, 1), (&h2, 2)] {
-        ns.ip(&["link", "set", "fab0", "mtu", "9000"])?;
+        ns.rtnl()?.set_mtu("fab0", 9000)?;
         ns.addr("fab0", &format!("{}/24", underlay(h)))?;
     }
     Ok((h1, h2))
@@ -127,24 +127,38 @@ impl VmHandle {
     }
 }
 
+/// The link-local next hop VMs route through; its neighbour entry is pinned to
+/// [`ROUTER_MAC`], the switch's router MAC.
+pub const ROUTER_IP: Ipv4Addr = Ipv4Addr::new(169, 254, 0, 1);
+
 static NEXT_MAC: AtomicU32 = AtomicU32::new(1);
 
 /// Creates VM `name` with address `addr` and attaches it to namespace `host_ns`
 /// (host-side interface name unique, at most 15 bytes).
-pub fn attach_vm(host_ns: &str, name: &str, addr: Ipv4Addr) -> Result<VmHandle, TestbedError> {
+pub fn attach_vm(host_ns: &str, name: &str, addr: Ipv4Addr) -> Result<VmHandle, NetnsError> {
     let ns = Netns::new("v")?;
     let n = NEXT_MAC.fetch_add(1, Ordering::Relaxed);
     let pid = std::process::id();
-    let mac = format!(
-        "02:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}",
+    let mac_bytes = [
+        2,
         (pid >> 8) as u8,
         pid as u8,
         (n >> 16) as u8,
         (n >> 8) as u8,
-        n as u8
-    );
-    let iface = sluice_testbed::unique_name("q");
-    sluice_testbed::vm::attach(host_ns, &iface, ns.name(), &[addr.to_string()], &mac)?;
+        n as u8,
+    ];
+    let iface = sluice_netns::unique_name("q");
+    attach_endpoint(&Endpoint {
+        host_ns,
+        host_iface: &iface,
+        ns: ns.name(),
+        iface: "eth0",
+        addrs: &[addr],
+        mac: mac_bytes,
+        gateway: ROUTER_IP,
+        gateway_mac: ROUTER_MAC,
+    })?;
+    let mac = sluice_netns::fmt_mac(&mac_bytes);
     Ok(VmHandle {
         ns,
         name: name.to_string(),

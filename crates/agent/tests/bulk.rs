@@ -11,9 +11,9 @@ use std::time::Duration;
 use sluice_agent::testing::{
     attach_vm, host_route, is_root, standalone_agent, two_hosts, underlay, VmHandle,
 };
+use sluice_netns::Netns;
 use sluice_proto::{AgentConfig, Peer, PortConfig, TenantFib};
 use sluice_switch::{Entry, HostId, Output, PortId};
-use sluice_testbed::Netns;
 
 fn config(h: u32, ports: &[(u16, &VmHandle)], entries: Vec<Entry>) -> AgentConfig {
     AgentConfig {

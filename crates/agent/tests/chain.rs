@@ -8,9 +8,9 @@ use std::time::Duration;
 
 use sluice_agent::testing::{agent_status, attach_vm, is_root, VmHandle};
 use sluice_agent::{Agent, AgentOptions};
+use sluice_netns::Netns;
 use sluice_proto::{AgentConfig, InstanceConfig, PortConfig, PortKind, TenantFib};
 use sluice_switch::{Action, Entry, Match, Output, PortId, Prefix};
-use sluice_testbed::Netns;
 
 const FW: u16 = 5;
 

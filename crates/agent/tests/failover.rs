@@ -12,12 +12,12 @@ use std::time::{Duration, Instant};
 
 use sluice_agent::testing::{agent_status, attach_vm, is_root, VmHandle};
 use sluice_agent::{Agent, AgentOptions};
+use sluice_netns::Netns;
 use sluice_proto::{
     AgentConfig, AgentStatus, InstanceConfig, InstanceHealth, PortConfig, PortKind, TenantFib,
 };
 use sluice_state_redis::server::RedisServer;
 use sluice_switch::{Action, Entry, Group, GroupId, Match, Output, PortId, Prefix};
-use sluice_testbed::Netns;
 
 const FWS: [u16; 2] = [5, 6];
 

@@ -10,9 +10,9 @@ use std::time::Duration;
 
 use sluice_agent::testing::{agent_status, agent_status_when, attach_vm, is_root, VmHandle};
 use sluice_agent::{Agent, AgentOptions};
+use sluice_netns::Netns;
 use sluice_proto::{AgentConfig, PortConfig, TenantFib};
 use sluice_switch::{Action, Entry, GroupId, Match, Output, PortId, Prefix};
-use sluice_testbed::Netns;
 
 fn to(id: u64, dst: &str, port: u16) -> Entry {
     Entry {

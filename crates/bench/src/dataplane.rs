@@ -33,7 +33,12 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 use sluice_testbed::lab::{Lab, LabOptions};
-use sluice_testbed::{run_in, veth, vm, Netns};
+use sluice_testbed::{run_in, veth, vm, Netns, NetnsExt};
+
+/// A setup error as the benchmark reports it (namespace and tool errors alike).
+fn describe(e: impl std::fmt::Display) -> String {
+    e.to_string()
+}
 
 /// Alternating iperf3 runs per path.
 pub const ROUNDS: usize = 3;
@@ -427,15 +432,14 @@ impl<G> RefPath<G> {
         coalesce: bool,
         mut setup: impl FnMut(&Netns, usize) -> Result<G, String>,
     ) -> Result<RefPath<G>, String> {
-        let e = |e: sluice_testbed::TestbedError| e.to_string();
-        let ns = |what: &str| Netns::new(&format!("{tag}{what}")).map_err(e);
+        let ns = |what: &str| Netns::new(&format!("{tag}{what}")).map_err(describe);
         let (client, server, fabric) = (ns("c")?, ns("s")?, ns("f")?);
         let hosts = [ns("h")?, ns("h")?];
         vm::no_bridge_netfilter(fabric.name());
-        sluice_testbed::bridge(&fabric, "br0", &[]).map_err(e)?;
+        sluice_testbed::bridge(&fabric, "br0", &[]).map_err(describe)?;
         fabric
             .ip(&["link", "set", "br0", "mtu", "9000"])
-            .map_err(e)?;
+            .map_err(describe)?;
         let mut guards = Vec::new();
         for (i, (h, v)) in hosts.iter().zip([&client, &server]).enumerate() {
             let n = i + 1;
@@ -443,20 +447,23 @@ impl<G> RefPath<G> {
             vm::sysctl(h.name(), "net.ipv6.conf.all.disable_ipv6", "1");
             vm::sysctl(v.name(), "net.ipv6.conf.all.disable_ipv6", "1");
             let port = format!("f{n}");
-            veth(&fabric, &port, h, "fab0").map_err(e)?;
+            veth(&fabric, &port, h, "fab0").map_err(describe)?;
             fabric
                 .ip(&["link", "set", &port, "mtu", "9000"])
-                .map_err(e)?;
+                .map_err(describe)?;
             fabric
                 .ip(&["link", "set", &port, "master", "br0"])
-                .map_err(e)?;
-            h.ip(&["link", "set", "fab0", "mtu", "9000"]).map_err(e)?;
-            h.ip(&["link", "set", "fab0", "up"]).map_err(e)?;
-            veth(v, "eth0", h, "vm0").map_err(e)?;
-            v.addr("eth0", &format!("{subnet}.{n}/24")).map_err(e)?;
-            vm::offloads_off(v.name(), "eth0").map_err(e)?;
+                .map_err(describe)?;
+            h.ip(&["link", "set", "fab0", "mtu", "9000"])
+                .map_err(describe)?;
+            h.ip(&["link", "set", "fab0", "up"]).map_err(describe)?;
+            veth(v, "eth0", h, "vm0").map_err(describe)?;
+            v.addr("eth0", &format!("{subnet}.{n}/24"))
+                .map_err(describe)?;
+            vm::offloads_off(v.name(), "eth0").map_err(describe)?;
             if coalesce {
-                v.exec(&["ethtool", "-K", "eth0", "gro", "on"]).map_err(e)?;
+                v.exec(&["ethtool", "-K", "eth0", "gro", "on"])
+                    .map_err(describe)?;
             }
             guards.push(setup(h, n)?);
         }
@@ -480,9 +487,9 @@ impl KernelTunnel {
     const SERVER: &'static str = "10.31.0.2";
 
     fn build(coalesce: bool) -> Result<RefPath<()>, String> {
-        let e = |e: sluice_testbed::TestbedError| e.to_string();
         RefPath::new('k', "10.31.0", coalesce, |h, n| {
-            h.addr("fab0", &format!("10.254.0.{n}/24")).map_err(e)?;
+            h.addr("fab0", &format!("10.254.0.{n}/24"))
+                .map_err(describe)?;
             h.ip(&[
                 "link",
                 "add",
@@ -501,8 +508,8 @@ impl KernelTunnel {
                 "fab0",
             ])
             .map_err(|err| format!("the kernel cannot make a VXLAN device: {err}"))?;
-            sluice_testbed::bridge(h, "br1", &["vx0", "vm0"]).map_err(e)?;
-            h.ip(&["link", "set", "vx0", "up"]).map_err(e)
+            sluice_testbed::bridge(h, "br1", &["vx0", "vm0"]).map_err(describe)?;
+            h.ip(&["link", "set", "vx0", "up"]).map_err(describe)
         })
     }
 }
@@ -520,10 +527,9 @@ impl OvsTunnel {
         if !sluice_testbed::ovs::available() {
             return Err("Open vSwitch is not installed (Debian package openvswitch-switch)".into());
         }
-        let e = |e: sluice_testbed::TestbedError| e.to_string();
         RefPath::new('o', "10.32.0", coalesce, |h, n| {
-            vm::offloads_off(h.name(), "vm0").map_err(e)?;
-            let ovs = sluice_testbed::ovs::Ovs::start(h.name()).map_err(e)?;
+            vm::offloads_off(h.name(), "vm0").map_err(describe)?;
+            let ovs = sluice_testbed::ovs::Ovs::start(h.name()).map_err(describe)?;
             ovs.geneve_endpoint(
                 h,
                 "fab0",
@@ -532,7 +538,7 @@ impl OvsTunnel {
                 &format!("10.253.0.{}", 3 - n),
                 9,
             )
-            .map_err(e)?;
+            .map_err(describe)?;
             Ok(ovs)
         })
     }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use sluice_netio::{in_netns, Msg, PacketSocket, Poller, RxBatch, UdpBatchSocket};
-use sluice_testbed::{veth, Netns};
+use sluice_testbed::{veth, Netns, NetnsExt};
 use sluice_wire::build;
 use sluice_wire::parse::{parse_frame, L4};
 use sluice_wire::rewrite::verify_all_checksums;

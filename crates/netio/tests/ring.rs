@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use sluice_netio::{
     in_netns, Msg, PacketOptions, PacketSocket, Poller, RxBatch, UdpBatchSocket, GRO_BUF_SIZE,
 };
-use sluice_testbed::{veth, Netns};
+use sluice_testbed::{veth, Netns, NetnsExt};
 use sluice_wire::build;
 use sluice_wire::parse::{parse_frame, L4};
 use sluice_wire::rewrite::verify_all_checksums;

@@ -14,6 +14,7 @@
 
 pub mod batch;
 pub mod event;
+#[cfg(feature = "testing")]
 pub mod testing;
 
 pub use event::{Alert, AlertAction, Event, FlowRecord};

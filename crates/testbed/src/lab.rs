@@ -27,7 +27,9 @@ use serde::{Deserialize, Serialize};
 use sluice_proto::VmRegistration;
 use sluice_tenant::{Element, TenantSpec};
 
-use crate::{ip, vm, Netns, TestbedError};
+use sluice_netns::Rtnl;
+
+use crate::{vm, Netns, TestbedError};
 
 /// What to bring up.
 #[derive(Debug, Clone)]
@@ -132,6 +134,12 @@ pub enum LabError {
     /// Something else, described.
     #[error("{0}")]
     Other(String),
+}
+
+impl From<sluice_netns::NetnsError> for LabError {
+    fn from(e: sluice_netns::NetnsError) -> LabError {
+        LabError::Testbed(e.into())
+    }
 }
 
 /// A [`LabError::Other`] from anything printable.
@@ -298,9 +306,10 @@ impl Lab {
         let fab = self.netns(&format!("{p}fab"))?;
         // The fabric stands for the datacenter's switches.
         vm::no_bridge_netfilter(&fab);
-        ip(&["-n", &fab, "link", "add", "br0", "type", "bridge"])?;
-        ip(&["-n", &fab, "link", "set", "br0", "mtu", "9000"])?;
-        ip(&["-n", &fab, "link", "set", "br0", "up"])?;
+        let rf = Rtnl::open(Some(&fab))?;
+        rf.add_bridge("br0")?;
+        rf.set_mtu("br0", 9000)?;
+        rf.set_up("br0", true)?;
         self.state.fabric = (fab.clone(), "br0".into());
         for h in 1..=opts.hosts {
             let ns = self.netns(&format!("{p}h{h}"))?;
@@ -309,28 +318,21 @@ impl Lab {
             // Both ends are created in their namespaces at once: a fixed name
             // like `fab0` must never exist in the root namespace, where
             // concurrent labs would collide on it.
-            ip(&[
-                "link", "add", "name", &outer, "netns", &fab, "type", "veth", "peer", "name",
-                "fab0", "netns", &ns,
-            ])?;
-            ip(&["-n", &fab, "link", "set", &outer, "mtu", "9000"])?;
-            ip(&["-n", &fab, "link", "set", &outer, "master", "br0"])?;
-            ip(&["-n", &fab, "link", "set", &outer, "up"])?;
-            ip(&["-n", &ns, "link", "set", "fab0", "mtu", "9000"])?;
-            ip(&[
-                "-n",
-                &ns,
-                "addr",
-                "add",
-                &format!("10.255.0.{h}/24"),
-                "dev",
-                "fab0",
-            ])?;
-            ip(&["-n", &ns, "link", "set", "fab0", "up"])?;
+            let underlay = Ipv4Addr::new(10, 255, 0, h as u8);
+            (|| {
+                rf.add_veth(&outer, "fab0", Some(&ns))?;
+                rf.set_mtu(&outer, 9000)?;
+                rf.set_master(&outer, "br0")?;
+                rf.set_up(&outer, true)?;
+                let rh = Rtnl::open(Some(&ns))?;
+                rh.set_mtu("fab0", 9000)?;
+                rh.add_addr("fab0", underlay, 24)?;
+                rh.set_up("fab0", true)
+            })()?;
             self.state.hosts.push(HostInfo {
                 id: h,
                 netns: ns,
-                underlay: Ipv4Addr::new(10, 255, 0, h as u8),
+                underlay,
                 api: String::new(),
             });
         }
@@ -811,19 +813,13 @@ fn teardown(state: &LabState) {
     }
     // Namespaces made by the agents for NF instances carry the lab's prefix too.
     let mut all: Vec<String> = state.namespaces.clone();
-    if let Ok(out) = Command::new("ip").args(["netns", "list"]).output() {
-        for line in String::from_utf8_lossy(&out.stdout).lines() {
-            let name = line.split_whitespace().next().unwrap_or("");
-            if !state.prefix.is_empty()
-                && name.starts_with(&state.prefix)
-                && !all.iter().any(|n| n == name)
-            {
-                all.push(name.to_string());
-            }
+    for name in sluice_netns::list() {
+        if !state.prefix.is_empty() && name.starts_with(&state.prefix) && !all.contains(&name) {
+            all.push(name);
         }
     }
     for ns in all.iter().rev() {
-        let _ = ip(&["netns", "del", ns]);
+        let _ = sluice_netns::delete(ns);
     }
 }
 

@@ -152,9 +152,10 @@ impl Ovs {
         remote: &str,
         vni: u32,
     ) -> Result<(), TestbedError> {
-        let mac = host.exec(&["cat", &format!("/sys/class/net/{fab}/address")])?;
-        host.ip(&["addr", "flush", "dev", fab])?;
-        let hwaddr = format!("other-config:hwaddr=\"{}\"", mac.trim());
+        let rt = host.rtnl()?;
+        let mac = sluice_netns::fmt_mac(&rt.link(fab)?.mac);
+        rt.flush_addrs(fab)?;
+        let hwaddr = format!("other-config:hwaddr=\"{mac}\"");
         self.vsctl(&[
             "add-br",
             "brp",
@@ -191,7 +192,7 @@ impl Ovs {
             &remote,
             &key,
         ])?;
-        host.addr("brp", cidr)
+        Ok(host.addr("brp", cidr)?)
     }
 }
 

@@ -8,9 +8,11 @@
 //! the agent sees are complete and at most MTU-sized, as a physical NIC would
 //! deliver them.
 
-use std::process::Command;
+use std::net::Ipv4Addr;
 
-use crate::{ip, Netns, TestbedError};
+use sluice_netns::{attach_endpoint, parse_mac, Endpoint, NetnsError};
+
+use crate::TestbedError;
 
 /// The switch's router MAC: VMs send every frame to it.
 pub const ROUTER_MAC: &str = "02:53:4c:00:00:01";
@@ -29,16 +31,7 @@ pub struct VmLink {
 /// Sets a sysctl inside `ns` (best effort: a missing knob is not an error worth
 /// failing a testbed for, e.g. IPv6 compiled out).
 pub fn sysctl(ns: &str, key: &str, value: &str) {
-    let _ = Command::new("ip")
-        .args([
-            "netns",
-            "exec",
-            ns,
-            "sysctl",
-            "-qw",
-            &format!("{key}={value}"),
-        ])
-        .output();
+    let _ = sluice_netns::sysctl(Some(ns), key, value);
 }
 
 /// Keeps bridges in `ns` from passing frames through its (empty) iptables,
@@ -51,7 +44,8 @@ pub fn no_bridge_netfilter(ns: &str) {
 }
 
 /// Connects namespace `vm` (interface `eth0`, `addrs` as /32s, the first one
-/// primary) to namespace `host` (interface `port_iface`), with `mac` on the VM side.
+/// primary) to namespace `host` (interface `port_iface`), with `mac` on the VM
+/// side (see [`sluice_netns::attach_endpoint`]).
 pub fn attach(
     host: &str,
     port_iface: &str,
@@ -59,115 +53,33 @@ pub fn attach(
     addrs: &[String],
     mac: &str,
 ) -> Result<VmLink, TestbedError> {
-    let tmp = crate::unique_name("t");
-    ip(&[
-        "link", "add", &tmp, "type", "veth", "peer", "name", port_iface,
-    ])?;
-    let r = (|| {
-        ip(&["link", "set", port_iface, "netns", host])?;
-        ip(&["link", "set", &tmp, "netns", vm])?;
-        ip(&["-n", vm, "link", "set", &tmp, "name", "eth0"])?;
-        ip(&["-n", vm, "link", "set", "eth0", "address", mac])?;
-        sysctl(vm, "net.ipv6.conf.all.disable_ipv6", "1");
-        sysctl(
-            host,
-            &format!("net.ipv6.conf.{port_iface}.disable_ipv6"),
-            "1",
-        );
-        for a in addrs {
-            ip(&["-n", vm, "addr", "add", &format!("{a}/32"), "dev", "eth0"])?;
-        }
-        ip(&["-n", vm, "link", "set", "eth0", "up"])?;
-        ip(&["-n", vm, "link", "set", "lo", "up"])?;
-        ip(&["-n", host, "link", "set", port_iface, "up"])?;
-        ip(&[
-            "-n",
-            vm,
-            "neigh",
-            "replace",
-            ROUTER_IP,
-            "lladdr",
-            ROUTER_MAC,
-            "dev",
-            "eth0",
-            "nud",
-            "permanent",
-        ])?;
-        let src = addrs.first().map(String::as_str).unwrap_or("");
-        let mut route = vec![
-            "-n", vm, "route", "add", "default", "via", ROUTER_IP, "dev", "eth0", "onlink",
-        ];
-        if !src.is_empty() {
-            route.extend_from_slice(&["src", src]);
-        }
-        ip(&route)?;
-        offloads_off(vm, "eth0")?;
-        offloads_off(host, port_iface)
-    })();
-    if r.is_err() {
-        let _ = ip(&["-n", host, "link", "del", port_iface]);
-        let _ = ip(&["link", "del", &tmp]);
-    }
-    r.map(|_| VmLink {
+    let addrs = addrs
+        .iter()
+        .map(|a| {
+            a.parse::<Ipv4Addr>().map_err(|_| NetnsError::Parse {
+                what: "VM address",
+                value: a.clone(),
+            })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    attach_endpoint(&Endpoint {
+        host_ns: host,
+        host_iface: port_iface,
+        ns: vm,
+        iface: "eth0",
+        addrs: &addrs,
+        mac: parse_mac(mac)?,
+        gateway: ROUTER_IP.parse().unwrap_or(Ipv4Addr::new(169, 254, 0, 1)),
+        gateway_mac: parse_mac(ROUTER_MAC)?,
+    })?;
+    Ok(VmLink {
         port_iface: port_iface.to_string(),
         mac: mac.to_string(),
     })
 }
 
-/// Turns off checksum and segmentation offloads on `dev` in `ns`.
+/// Turns off checksum and segmentation offloads on `dev` in `ns` (see
+/// [`sluice_netns::offloads_off`]).
 pub fn offloads_off(ns: &str, dev: &str) -> Result<(), TestbedError> {
-    let out = Command::new("ip")
-        .args([
-            "netns", "exec", ns, "ethtool", "-K", dev, "tx", "off", "rx", "off", "tso", "off",
-            "gso", "off", "gro", "off",
-        ])
-        .output()
-        .map_err(|e| TestbedError::Sys {
-            what: "run ethtool (Debian package ethtool)".into(),
-            err: e,
-        })?;
-    // ethtool exits non-zero when one feature cannot change (e.g. "gro" fixed);
-    // what matters is that checksumming and TSO are off, which it reports then.
-    if !out.status.success() {
-        let check = Command::new("ip")
-            .args(["netns", "exec", ns, "ethtool", "-k", dev])
-            .output()
-            .map_err(|e| TestbedError::Sys {
-                what: "run ethtool -k".into(),
-                err: e,
-            })?;
-        let text = String::from_utf8_lossy(&check.stdout);
-        let on = |feature: &str| {
-            text.lines()
-                .any(|l| l.trim_start().starts_with(feature) && l.contains(": on"))
-        };
-        if on("tx-checksumming") || on("tcp-segmentation-offload") {
-            return Err(TestbedError::Command {
-                cmd: format!("ethtool -K {dev} tx off tso off (in {ns})"),
-                stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
-            });
-        }
-    }
-    Ok(())
-}
-
-impl Netns {
-    /// Creates a namespace with exactly this name (loopback up), deleted on drop
-    /// unless [`Netns::keep`] is called.
-    pub fn create(name: &str) -> Result<Netns, TestbedError> {
-        ip(&["netns", "add", name])?;
-        let ns = Netns {
-            name: name.to_string(),
-        };
-        ns.ip(&["link", "set", "lo", "up"])?;
-        Ok(ns)
-    }
-
-    /// Disarms the drop: the namespace outlives this handle (the caller records
-    /// its name to delete it later).
-    pub fn keep(self) -> String {
-        let name = self.name.clone();
-        std::mem::forget(self);
-        name
-    }
+    Ok(sluice_netns::offloads_off(Some(ns), dev)?)
 }

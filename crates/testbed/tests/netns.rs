@@ -3,7 +3,7 @@
 use std::net::UdpSocket;
 use std::time::Duration;
 
-use sluice_testbed::{bridge, veth, Netns};
+use sluice_testbed::{bridge, veth, Netns, NetnsExt};
 
 #[test]
 fn hosts_on_a_bridge_talk_and_are_cleaned_up() {

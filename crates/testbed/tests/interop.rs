@@ -21,7 +21,7 @@ use sluice_agent::testing::{
 use sluice_agent::Agent;
 use sluice_proto::{AgentConfig, Peer, PortConfig, TenantFib};
 use sluice_switch::{HostId, Output, PortId};
-use sluice_testbed::Netns;
+use sluice_testbed::{Netns, NetnsExt};
 
 const VNI: u32 = 7;
 
