@@ -109,6 +109,28 @@ struct Builder<'a> {
 }
 
 /// The addresses an endpoint element stands for, as prefixes.
+/// One direction of a chain, as [`Builder::direction`] compiles it.
+#[derive(Clone, Copy)]
+struct Direction<'a> {
+    /// The tunnel's chain id.
+    chain: u16,
+    /// The source element.
+    from: &'a str,
+    /// The destination element.
+    to: &'a str,
+    /// The middleboxes, in the order this direction crosses them.
+    mbs: &'a [String],
+    /// What of the traffic the chain takes.
+    sel: &'a Select,
+    /// Middleboxes that get a copy.
+    mirror: &'a [String],
+    /// Addresses the source is also reached by.
+    src_extra: &'a [Prefix],
+    /// Addresses the destination is also reached by (a load balancer's virtual
+    /// IPs, a NAT's public pool).
+    dst_extra: &'a [Prefix],
+}
+
 fn endpoint_prefixes(e: &Element) -> Vec<Prefix> {
     match e {
         Element::External { subnets } => subnets.clone(),
@@ -242,21 +264,18 @@ impl<'a> Builder<'a> {
         Ok(())
     }
 
-    /// Entries steering one direction of a chain. `chain` is the tunnel's chain id;
-    /// `src_extra`/`dst_extra` are addresses the endpoints are also reached by (a
-    /// load balancer's virtual IPs, a NAT's public pool).
-    #[allow(clippy::too_many_arguments)]
-    fn direction(
-        &mut self,
-        chain: u16,
-        from: &str,
-        to: &str,
-        mbs: &[String],
-        sel: &Select,
-        mirror: &[String],
-        src_extra: &[Prefix],
-        dst_extra: &[Prefix],
-    ) -> Result<(), CompileError> {
+    /// Entries steering one direction of a chain.
+    fn direction(&mut self, d: Direction<'_>) -> Result<(), CompileError> {
+        let Direction {
+            chain,
+            from,
+            to,
+            mbs,
+            sel,
+            mirror,
+            src_extra,
+            dst_extra,
+        } = d;
         let vni = self.place.vni;
         let mut src_p = endpoint_prefixes(&self.spec.elements[from]);
         src_p.extend_from_slice(src_extra);
@@ -453,16 +472,16 @@ pub fn compile(spec: &TenantSpec, place: &Placement) -> Result<Compiled, Compile
         let sel = spec.selector(c).unwrap_or_default();
         let (from, to) = (c.path[0].clone(), c.path[c.path.len() - 1].clone());
         let (vips, pools) = aliases(spec, &mbs);
-        b.direction(
-            (2 * ci) as u16,
-            &from,
-            &to,
-            &mbs,
-            &sel,
-            &c.mirror,
-            &[],
-            &vips,
-        )?;
+        b.direction(Direction {
+            chain: (2 * ci) as u16,
+            from: &from,
+            to: &to,
+            mbs: &mbs,
+            sel: &sel,
+            mirror: &c.mirror,
+            src_extra: &[],
+            dst_extra: &vips,
+        })?;
         if c.bidirectional {
             let rev: Vec<String> = mbs.iter().rev().cloned().collect();
             let rsel = Select {
@@ -472,16 +491,16 @@ pub fn compile(spec: &TenantSpec, place: &Placement) -> Result<Compiled, Compile
                 dport: sel.sport,
                 proto: sel.proto,
             };
-            b.direction(
-                (2 * ci + 1) as u16,
-                &to,
-                &from,
-                &rev,
-                &rsel,
-                &c.mirror,
-                &[],
-                &pools,
-            )?;
+            b.direction(Direction {
+                chain: (2 * ci + 1) as u16,
+                from: &to,
+                to: &from,
+                mbs: &rev,
+                sel: &rsel,
+                mirror: &c.mirror,
+                src_extra: &[],
+                dst_extra: &pools,
+            })?;
         }
     }
     // Traffic in no chain: to the VM with the destination address, else the gateway.
