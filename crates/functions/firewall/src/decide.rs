@@ -82,6 +82,7 @@ impl BatchNf for Firewall {
         self.classify(&p.meta, pass)
     }
 
+    #[inline]
     fn decide(
         &mut self,
         i: usize,

@@ -203,6 +203,7 @@ impl BatchNf for Monitor {
         }))
     }
 
+    #[inline]
     fn decide(
         &mut self,
         _i: usize,
