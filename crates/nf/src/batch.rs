@@ -15,11 +15,12 @@
 //! of new connections) put theirs between the phases, on the same buffers.
 //!
 //! The overlay is [`Records`]: one [`Record`] per distinct record of the batch,
-//! however many packets use it, holding the value as read (`old`, the
-//! expectation of a compare-and-set) and as the batch's earlier packets left it
-//! (`cur`), so a later packet sees an earlier one's changes and each record is
-//! read and written once per batch. Nothing here allocates once the buffers have
-//! grown to the batch size: they are cleared, never dropped, between batches.
+//! however many packets use it, holding the value as the batch's earlier packets
+//! left it (`cur`), so a later packet sees an earlier one's changes and each
+//! record is read and written once per batch, and, for functions that write by
+//! compare-and-set, the value as read (`old`, see [`Kept`]). Nothing here
+//! allocates once the buffers have grown to the batch size: they are cleared,
+//! never dropped, between batches.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasher, Hash};
@@ -43,6 +44,7 @@ pub enum Read {
 
 impl Read {
     /// Queues the read of `key` on `ops` with this hint.
+    #[inline]
     pub fn queue(self, ops: &mut Ops, key: Key) -> OpId {
         match self {
             Read::Store => ops.get(key),
@@ -52,15 +54,43 @@ impl Read {
     }
 }
 
+/// What a record keeps of its value as read: nothing (`()`, for functions that
+/// only ever overwrite), or the value itself (`Option<V>`, absent or undecodable
+/// being `None`), the expectation of a compare-and-set. Keeping nothing keeps a
+/// second copy of the value out of every record, which functions with large
+/// values notice per packet.
+pub trait Kept<V>: Copy {
+    /// What is kept of the read `v`.
+    fn keep(v: Option<V>) -> Self;
+}
+
+impl<V> Kept<V> for () {
+    #[inline]
+    fn keep(_: Option<V>) {}
+}
+
+impl<V: Copy> Kept<V> for Option<V> {
+    #[inline]
+    fn keep(v: Option<V>) -> Option<V> {
+        v
+    }
+}
+
 /// One record of the batch: what was read and what the batch made of it.
+///
+/// `repr(C)` keeps the key first, at the start of the record: building a record
+/// writes the key in the same 16-byte pieces a copy of the record reads it
+/// back, where the compiler's own layout put it at an odd offset and every
+/// new record stalled the store-to-load forwarding of those copies.
 #[derive(Debug, Clone)]
-pub struct Record<V, X> {
+#[repr(C)]
+pub struct Record<V, X, O = ()> {
     /// The store key.
     pub key: Key,
     /// Its read.
     pub get: OpId,
-    /// The value as read (absent, or undecodable, is `None`).
-    pub old: Option<V>,
+    /// What is kept of the value as read (see [`Kept`]).
+    pub old: O,
     /// The value as the batch's packets so far left it.
     pub cur: Option<V>,
     /// `cur` must be written back.
@@ -71,11 +101,12 @@ pub struct Record<V, X> {
     pub x: X,
 }
 
-impl<V: Copy, X> Record<V, X> {
+impl<V: Copy, X, O: Kept<V>> Record<V, X, O> {
     /// Makes `v` both the value read and the current one (the default of
     /// [`BatchNf::load`]).
+    #[inline]
     pub fn load(&mut self, v: Option<V>) {
-        self.old = v;
+        self.old = O::keep(v);
         self.cur = v;
     }
 }
@@ -83,12 +114,12 @@ impl<V: Copy, X> Record<V, X> {
 /// The records of one batch, each once, found by an id (the key, or the flow
 /// it is built from when that is cheaper to hash). Indices are `u32` so that
 /// per-packet plans stay small.
-pub struct Records<K, V, X, S> {
-    list: Vec<Record<V, X>>,
+pub struct Records<K, V, X, S, O = ()> {
+    list: Vec<Record<V, X, O>>,
     index: HashMap<K, u32, S>,
 }
 
-impl<K, V, X, S: Default> Default for Records<K, V, X, S> {
+impl<K, V, X, S: Default, O> Default for Records<K, V, X, S, O> {
     fn default() -> Self {
         Records {
             list: Vec::new(),
@@ -97,8 +128,9 @@ impl<K, V, X, S: Default> Default for Records<K, V, X, S> {
     }
 }
 
-impl<K: Hash + Eq, V: Codec + Copy, X, S: BuildHasher> Records<K, V, X, S> {
+impl<K: Hash + Eq, V: Codec + Copy, X, S: BuildHasher, O: Kept<V>> Records<K, V, X, S, O> {
     /// Forgets every record, keeping capacity.
+    #[inline]
     pub fn clear(&mut self) {
         self.list.clear();
         self.index.clear();
@@ -107,6 +139,7 @@ impl<K: Hash + Eq, V: Codec + Copy, X, S: BuildHasher> Records<K, V, X, S> {
     /// The index of the record `id`. The first time, `make` gives its key, how
     /// to read it and its bookkeeping, and its read is queued on `ops`; later
     /// packets share that read (and its hint).
+    #[inline]
     pub fn read(&mut self, id: K, ops: &mut Ops, make: impl FnOnce() -> (Key, Read, X)) -> u32 {
         let next = self.list.len() as u32;
         match self.index.entry(id) {
@@ -118,7 +151,7 @@ impl<K: Hash + Eq, V: Codec + Copy, X, S: BuildHasher> Records<K, V, X, S> {
                 self.list.push(Record {
                     key,
                     get,
-                    old: None,
+                    old: O::keep(None),
                     cur: None,
                     dirty: false,
                     corrupt: false,
@@ -131,11 +164,12 @@ impl<K: Hash + Eq, V: Codec + Copy, X, S: BuildHasher> Records<K, V, X, S> {
 
     /// Hands each record from index `from` on its decoded read in `ops` (which
     /// must hold the results of the buffer its read was queued on).
+    #[inline]
     pub fn load_with(
         &mut self,
         ops: &Ops,
         from: usize,
-        mut f: impl FnMut(&mut Record<V, X>, Result<Option<V>, DecodeError>),
+        mut f: impl FnMut(&mut Record<V, X, O>, Result<Option<V>, DecodeError>),
     ) {
         for r in self.list.iter_mut().skip(from) {
             let v = ops.decode::<V>(r.get);
@@ -154,25 +188,27 @@ impl<K: Hash + Eq, V: Codec + Copy, X, S: BuildHasher> Records<K, V, X, S> {
     }
 
     /// The records, in the order their reads were queued.
-    pub fn iter(&self) -> std::slice::Iter<'_, Record<V, X>> {
+    pub fn iter(&self) -> std::slice::Iter<'_, Record<V, X, O>> {
         self.list.iter()
     }
 
     /// The records, mutably.
-    pub fn iter_mut(&mut self) -> std::slice::IterMut<'_, Record<V, X>> {
+    pub fn iter_mut(&mut self) -> std::slice::IterMut<'_, Record<V, X, O>> {
         self.list.iter_mut()
     }
 }
 
-impl<K, V, X, S> std::ops::Index<u32> for Records<K, V, X, S> {
-    type Output = Record<V, X>;
-    fn index(&self, i: u32) -> &Record<V, X> {
+impl<K, V, X, S, O> std::ops::Index<u32> for Records<K, V, X, S, O> {
+    type Output = Record<V, X, O>;
+    #[inline]
+    fn index(&self, i: u32) -> &Record<V, X, O> {
         &self.list[i as usize]
     }
 }
 
-impl<K, V, X, S> std::ops::IndexMut<u32> for Records<K, V, X, S> {
-    fn index_mut(&mut self, i: u32) -> &mut Record<V, X> {
+impl<K, V, X, S, O> std::ops::IndexMut<u32> for Records<K, V, X, S, O> {
+    #[inline]
+    fn index_mut(&mut self, i: u32) -> &mut Record<V, X, O> {
         &mut self.list[i as usize]
     }
 }
@@ -183,7 +219,11 @@ pub type RecordsOf<F> = Records<
     <F as BatchNf>::Value,
     <F as BatchNf>::Extra,
     <F as BatchNf>::Hasher,
+    <F as BatchNf>::Old,
 >;
+
+/// A record of a [`BatchNf`]'s batch.
+pub type RecordOf<F> = Record<<F as BatchNf>::Value, <F as BatchNf>::Extra, <F as BatchNf>::Old>;
 
 /// What a function tells the skeleton. See the module documentation.
 pub trait BatchNf: Sized {
@@ -193,6 +233,9 @@ pub trait BatchNf: Sized {
     type Value: Codec + Copy;
     /// The function's per-record bookkeeping.
     type Extra;
+    /// What a record keeps of its value as read: `()`, or `Option<Self::Value>`
+    /// for a function that writes by compare-and-set (see [`Kept`]).
+    type Old: Kept<Self::Value>;
     /// What gathering decided for one packet, replayed by [`BatchNf::decide`].
     type Plan: Copy;
     /// The hasher of the records' index.
@@ -218,9 +261,10 @@ pub trait BatchNf: Sized {
     /// Makes the decoded read of `rec` its starting point for the batch. Default:
     /// the value is both `old` and `cur`; an undecodable one is absent and marks
     /// the record corrupt (counted by [`Pass::read`]).
+    #[inline]
     fn load(
         &mut self,
-        rec: &mut Record<Self::Value, Self::Extra>,
+        rec: &mut RecordOf<Self>,
         read: Result<Option<Self::Value>, DecodeError>,
         _now_ns: u64,
     ) {
@@ -242,7 +286,7 @@ pub trait BatchNf: Sized {
     );
 
     /// Queues the write of a record the batch changed (`dirty`), or nothing.
-    fn write(&self, rec: &Record<Self::Value, Self::Extra>, ops: &mut Ops);
+    fn write(&self, rec: &RecordOf<Self>, ops: &mut Ops);
 }
 
 /// A function's reusable per-batch buffers.
@@ -268,6 +312,7 @@ impl<F: BatchNf> Default for Pass<F> {
 /// Runs `body` with `nf` and its [`Pass`] as two borrows: the pass is moved out
 /// for the call and back after it (a move of its buffers' handles, so nothing
 /// allocates and capacity is kept).
+#[inline]
 pub fn split<F: BatchNf, R>(nf: &mut F, body: impl FnOnce(&mut F, &mut Pass<F>) -> R) -> R {
     let mut pass = std::mem::take(nf.pass());
     let r = body(nf, &mut pass);
@@ -278,12 +323,14 @@ pub fn split<F: BatchNf, R>(nf: &mut F, body: impl FnOnce(&mut F, &mut Pass<F>) 
 impl<F: BatchNf> Pass<F> {
     /// The index of record `id` (see [`Records::read`]): its read is queued on
     /// [`Pass::ops`] the first time.
+    #[inline]
     pub fn record(&mut self, id: F::Id, make: impl FnOnce() -> (Key, Read, F::Extra)) -> u32 {
         self.recs.read(id, &mut self.ops, make)
     }
 
     /// Gather: clears the buffers and plans every live IP packet, dropping
     /// those [`BatchNf::plan`] refuses.
+    #[inline]
     pub fn gather(&mut self, nf: &mut F, batch: &mut Batch, ctx: &Ctx<'_>) {
         self.ops.clear();
         self.recs.clear();
@@ -304,6 +351,7 @@ impl<F: BatchNf> Pass<F> {
     /// Read: one round trip for what gather queued (none if nothing was), then
     /// [`BatchNf::load`] of every record. Returns how many records are
     /// corrupt. The results stay in [`Pass::ops`] until [`Pass::decide`].
+    #[inline]
     pub fn read(
         &mut self,
         nf: &mut F,
@@ -323,6 +371,7 @@ impl<F: BatchNf> Pass<F> {
 
     /// Decide: clears [`Pass::ops`] for the decisions' operations and decides
     /// every planned packet, in order.
+    #[inline]
     pub fn decide(&mut self, nf: &mut F, batch: &mut Batch, ctx: &mut Ctx<'_>) {
         self.ops.clear();
         for (i, p) in batch.pkts.iter_mut().enumerate() {
@@ -333,6 +382,7 @@ impl<F: BatchNf> Pass<F> {
     }
 
     /// Queues the writes of every changed record after what is already queued.
+    #[inline]
     pub fn queue_writes(&mut self, nf: &F) {
         for r in self.recs.iter().filter(|r| r.dirty) {
             nf.write(r, &mut self.ops);
@@ -342,6 +392,7 @@ impl<F: BatchNf> Pass<F> {
     /// Write: [`Pass::queue_writes`], then one round trip for everything queued
     /// since [`Pass::decide`] (skipped when empty unless
     /// [`BatchNf::ALWAYS_WRITE`]).
+    #[inline]
     pub fn write(&mut self, nf: &F, store: &mut dyn StateStore) -> Result<(), NfError> {
         self.queue_writes(nf);
         if F::ALWAYS_WRITE || !self.ops.is_empty() {

@@ -90,12 +90,14 @@ pub struct Conn {
 }
 
 impl Codec for Conn {
+    #[inline]
     fn encode(&self, w: &mut Writer<'_>) {
         w.u8(CONN_VERSION)
             .u8(self.state as u8)
             .u8(self.flags)
             .u64(self.last_seen_ns);
     }
+    #[inline]
     fn decode(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
         if r.u8()? != CONN_VERSION {
             return Err(DecodeError("conntrack record version"));

@@ -66,6 +66,7 @@ impl BatchNf for Firewall {
     type Id = Key;
     type Value = Conn;
     type Extra = Track;
+    type Old = ();
     type Plan = Plan;
     type Hasher = FxBuildHasher;
     /// The write round trip also settles a flow cache, as it always did.
@@ -75,11 +76,13 @@ impl BatchNf for Firewall {
         &mut self.pass
     }
 
+    #[inline]
     fn plan(&mut self, p: &Packet, pass: &mut Pass<Self>) -> Result<Plan, &'static str> {
         self.c.packets += 1;
         self.classify(&p.meta, pass)
     }
 
+    #[inline]
     fn decide(
         &mut self,
         i: usize,
@@ -138,6 +141,7 @@ impl BatchNf for Firewall {
 }
 
 impl Firewall {
+    #[inline]
     fn classify(&mut self, m: &PacketMeta, pass: &mut Pass<Self>) -> Result<Plan, &'static str> {
         if m.fragment == Fragment::Later {
             if self.allow_fragments {

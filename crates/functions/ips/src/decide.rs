@@ -30,6 +30,8 @@ impl BatchNf for Ips {
     type Id = FlowKey;
     type Value = FlowState;
     type Extra = Scan;
+    /// Whether a record existed decides whether a stale one is rewritten.
+    type Old = Option<FlowState>;
     /// The flow's record, for the packets that keep one (TCP, and every
     /// protocol when a non-TCP rule can block).
     type Plan = Option<u32>;
@@ -60,7 +62,7 @@ impl BatchNf for Ips {
     /// states this rule set does not have is corrupt.
     fn load(
         &mut self,
-        rec: &mut Record<FlowState, Scan>,
+        rec: &mut Record<FlowState, Scan, Option<FlowState>>,
         read: Result<Option<FlowState>, DecodeError>,
         now_ns: u64,
     ) {
@@ -132,7 +134,7 @@ impl BatchNf for Ips {
         }
     }
 
-    fn write(&self, e: &Record<FlowState, Scan>, ops: &mut Ops) {
+    fn write(&self, e: &Record<FlowState, Scan, Option<FlowState>>, ops: &mut Ops) {
         let Some(state) = &e.cur else { return };
         let exists = e.old.is_some();
         if e.x.flagged || !exists {

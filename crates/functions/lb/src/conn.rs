@@ -40,6 +40,7 @@ impl Conn {
 }
 
 impl Codec for Conn {
+    #[inline]
     fn encode(&self, w: &mut Writer<'_>) {
         w.u8(CONN_VERSION)
             .u8(self.flags)
@@ -47,6 +48,7 @@ impl Codec for Conn {
             .u16(self.backend)
             .u64(self.last_seen_ns);
     }
+    #[inline]
     fn decode(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
         if r.u8()? != CONN_VERSION {
             return Err(DecodeError("lb connection version"));

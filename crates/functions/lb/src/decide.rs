@@ -80,12 +80,14 @@ pub struct Reply {
 }
 
 /// The batch's reply records.
-pub type Replies = Records<Key, Conn, Reply, FxBuildHasher>;
+pub type Replies = Records<Key, Conn, Reply, FxBuildHasher, Option<Conn>>;
 
 impl BatchNf for Lb {
     type Id = Key;
     type Value = Conn;
     type Extra = Client;
+    /// Connections are written by compare-and-set against the value read.
+    type Old = Option<Conn>;
     type Plan = Plan;
     type Hasher = FxBuildHasher;
 
@@ -93,6 +95,7 @@ impl BatchNf for Lb {
         &mut self.pass
     }
 
+    #[inline]
     fn plan(&mut self, p: &Packet, pass: &mut Pass<Self>) -> Result<Plan, &'static str> {
         self.c.packets += 1;
         self.classify(&p.meta, pass)
@@ -209,7 +212,7 @@ impl BatchNf for Lb {
     }
 
     /// Changed connection records, except new ones (claimed later).
-    fn write(&self, s: &Record<Conn, Client>, ops: &mut Ops) {
+    fn write(&self, s: &Record<Conn, Client, Option<Conn>>, ops: &mut Ops) {
         let (false, Some(cur)) = (s.x.new, s.cur) else {
             return;
         };
@@ -282,6 +285,7 @@ impl Lb {
         s
     }
 
+    #[inline]
     fn classify(&mut self, m: &PacketMeta, pass: &mut Pass<Lb>) -> Result<Plan, &'static str> {
         let f = &m.flow;
         if m.fragment == Fragment::Later {

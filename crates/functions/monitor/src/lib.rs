@@ -177,6 +177,7 @@ impl BatchNf for Monitor {
     type Id = FlowKey;
     type Value = Rec;
     type Extra = Flow;
+    type Old = ();
     /// The packet's flow record.
     type Plan = u32;
     type Hasher = FxBuildHasher;
@@ -185,6 +186,7 @@ impl BatchNf for Monitor {
         &mut self.pass
     }
 
+    #[inline]
     fn plan(&mut self, p: &Packet, pass: &mut Pass<Self>) -> Result<u32, &'static str> {
         let (canon, _) = p.meta.flow.canonical();
         Ok(pass.record(canon, || {
@@ -201,6 +203,7 @@ impl BatchNf for Monitor {
         }))
     }
 
+    #[inline]
     fn decide(
         &mut self,
         _i: usize,

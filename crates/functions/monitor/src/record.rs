@@ -34,6 +34,7 @@ pub struct Rec {
 }
 
 impl Codec for Rec {
+    #[inline]
     fn encode(&self, w: &mut Writer<'_>) {
         w.u8(VERSION)
             .u8(self.flags)
@@ -44,6 +45,7 @@ impl Codec for Rec {
             .u64(self.start)
             .u64(self.end);
     }
+    #[inline]
     fn decode(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
         if r.u8()? != VERSION {
             return Err(DecodeError("unknown monitor record version"));

@@ -72,6 +72,8 @@ impl BatchNf for Nat {
     type Id = Key;
     type Value = Mapping;
     type Extra = Flow;
+    /// Mappings are refreshed by compare-and-set against the value read.
+    type Old = Option<Mapping>;
     type Plan = Plan;
     type Hasher = FxBuildHasher;
     /// The second round trip (allocations and writes) also settles a flow
@@ -88,6 +90,7 @@ impl BatchNf for Nat {
         }
     }
 
+    #[inline]
     fn plan(&mut self, p: &Packet, pass: &mut Pass<Self>) -> Result<Plan, &'static str> {
         self.c.packets += 1;
         self.classify(&p.meta, pass)
@@ -138,7 +141,7 @@ impl BatchNf for Nat {
 
     /// Records that waited for the other direction are written in the next
     /// round trip, after their recheck.
-    fn write(&self, s: &Record<Mapping, Flow>, ops: &mut Ops) {
+    fn write(&self, s: &Record<Mapping, Flow, Option<Mapping>>, ops: &mut Ops) {
         if s.x.other.is_none() {
             self.queue_write(ops, s);
         }
@@ -180,7 +183,7 @@ impl Nat {
     }
 
     /// The key of the other direction's record of mapping `m` read under `s`.
-    pub(crate) fn other_key(&self, s: &Record<Mapping, Flow>, m: &Mapping) -> Key {
+    pub(crate) fn other_key(&self, s: &Record<Mapping, Flow, Option<Mapping>>, m: &Mapping) -> Key {
         if s.x.fwd {
             let (pa, pp) = self.public_of(m.item);
             Key::flow(self.ns, TABLE_REV, &rev_flow(&s.x.flow, pa, pp), &[])
@@ -210,6 +213,7 @@ impl Nat {
     }
 
     /// Which record a packet needs and how it is translated.
+    #[inline]
     fn classify(&mut self, m: &PacketMeta, pass: &mut Pass<Nat>) -> Result<Plan, &'static str> {
         if m.is_v6() {
             self.c.ipv6 += 1;
@@ -309,7 +313,7 @@ impl Nat {
     /// refreshed less than half of it ago cannot be, so the write never
     /// resurrects a deleted mapping. Otherwise (and for flag changes of such a
     /// record) a compare-and-set against the value read.
-    pub(crate) fn queue_write(&self, ops: &mut Ops, s: &Record<Mapping, Flow>) {
+    pub(crate) fn queue_write(&self, ops: &mut Ops, s: &Record<Mapping, Flow, Option<Mapping>>) {
         let (Some(old), Some(new)) = (s.old, s.cur) else {
             return;
         };
@@ -327,7 +331,7 @@ impl Nat {
     /// returns the mapping to translate with.
     pub(crate) fn touch(
         &self,
-        s: &mut Record<Mapping, Flow>,
+        s: &mut Record<Mapping, Flow, Option<Mapping>>,
         dir: Dir,
         mut mp: Mapping,
         meta: &PacketMeta,

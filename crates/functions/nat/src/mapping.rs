@@ -35,6 +35,7 @@ pub struct Mapping {
 }
 
 impl Codec for Mapping {
+    #[inline]
     fn encode(&self, w: &mut Writer<'_>) {
         w.u8(MAPPING_VERSION)
             .u8(self.flags)
@@ -43,6 +44,7 @@ impl Codec for Mapping {
             .u16(self.inside_port)
             .u64(self.last_seen_ns);
     }
+    #[inline]
     fn decode(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
         if r.u8()? != MAPPING_VERSION {
             return Err(DecodeError("nat mapping version"));
