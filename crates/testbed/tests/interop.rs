@@ -216,11 +216,16 @@ fn pings(vm: &VmHandle, mine: Ipv4Addr, to: SocketAddr, n: usize, tries: usize) 
     let mut echoed = Vec::new();
     for i in 0..n {
         let msg = format!("ping-{i}");
-        for _ in 0..tries {
+        let want = format!("echo:{msg}");
+        'tries: for _ in 0..tries {
             client.send_to(msg.as_bytes(), to).unwrap();
-            if let Ok((len, _)) = client.recv_from(&mut buf) {
-                echoed.push(String::from_utf8_lossy(&buf[..len]).into_owned());
-                break;
+            // A late echo of an earlier, retried request is not this one's.
+            while let Ok((len, _)) = client.recv_from(&mut buf) {
+                let got = String::from_utf8_lossy(&buf[..len]).into_owned();
+                if got == want {
+                    echoed.push(got);
+                    break 'tries;
+                }
             }
         }
     }
@@ -228,24 +233,27 @@ fn pings(vm: &VmHandle, mine: Ipv4Addr, to: SocketAddr, n: usize, tries: usize) 
 }
 
 /// A UDP echo server on `addr` inside `ns` (answers `echo:` + the request)
-/// for `n` requests or 20 s of silence; the thread returns how many it echoed.
+/// until it has echoed `n` different requests, or after 20 s of silence; the
+/// thread returns how many different requests it echoed. Distinct, not counted:
+/// a client retries a request whose echo is slow (while a far switch still
+/// learns its neighbours), and the retries must not use up the server.
 fn udp_echo(ns: &Netns, addr: SocketAddr, n: usize) -> std::thread::JoinHandle<usize> {
     let sock = ns.run(move || UdpSocket::bind(addr)).unwrap().unwrap();
     sock.set_read_timeout(Some(Duration::from_secs(20)))
         .unwrap();
     std::thread::spawn(move || {
         let mut buf = [0u8; 2048];
-        let mut echoed = 0;
-        while echoed < n {
+        let mut seen = std::collections::HashSet::new();
+        while seen.len() < n {
             let Ok((len, from)) = sock.recv_from(&mut buf) else {
                 break;
             };
             let mut out = b"echo:".to_vec();
             out.extend_from_slice(&buf[..len]);
             let _ = sock.send_to(&out, from);
-            echoed += 1;
+            seen.insert(buf[..len].to_vec());
         }
-        echoed
+        seen.len()
     })
 }
 
