@@ -56,7 +56,7 @@ use sluice_wire::parse::L4;
 use sluice_wire::tcp::flags::{ACK, FIN, RST, SYN};
 use sluice_wire::FlowKey;
 
-use record::{Flow, Rec, F_CLIENT_FWD, F_CLOSED, F_EXPORTED, F_FIN_TC, F_FIN_TS};
+use record::{Flow, FlowId, Rec, F_CLIENT_FWD, F_CLOSED, F_EXPORTED, F_FIN_TC, F_FIN_TS};
 
 /// Table of flow records.
 pub const TABLE_FLOW: u8 = 1;
@@ -174,7 +174,7 @@ impl Monitor {
 }
 
 impl BatchNf for Monitor {
-    type Id = FlowKey;
+    type Id = FlowId;
     type Value = Rec;
     type Extra = Flow;
     type Old = ();
@@ -188,8 +188,8 @@ impl BatchNf for Monitor {
 
     #[inline]
     fn plan(&mut self, p: &Packet, pass: &mut Pass<Self>) -> Result<u32, &'static str> {
-        let (canon, _) = p.meta.flow.canonical();
-        Ok(pass.record(canon, || {
+        Ok(pass.record(FlowId::canonical(&p.meta.flow), || {
+            let (canon, _) = p.meta.flow.canonical();
             let key = Key::flow(self.ns, TABLE_FLOW, &canon, &[]);
             let how = Read::Owned(canon.directional_hash());
             (
@@ -493,6 +493,42 @@ impl NetworkFunction for Monitor {
 mod tests {
     use super::*;
     use sluice_state::{Codec, Reader, Writer};
+
+    #[test]
+    fn flow_id_is_the_canonical_key() {
+        use sluice_wire::IpAddr;
+        let v4 = |a: u8| IpAddr::V4([10, 0, 0, a]);
+        let v6 = |a: u8| IpAddr::V6([a; 16]);
+        let k = |src, dst, sp, dp, proto| FlowKey {
+            src,
+            dst,
+            src_port: sp,
+            dst_port: dp,
+            proto,
+        };
+        let keys = [
+            k(v4(1), v4(2), 1000, 80, 6),
+            k(v4(2), v4(1), 80, 1000, 6),
+            k(v4(1), v4(2), 1000, 80, 17),
+            k(v4(1), v4(1), 80, 1000, 6),
+            k(v4(1), v4(1), 1000, 80, 6),
+            k(v6(1), v6(2), 1000, 80, 6),
+            k(v6(2), v6(1), 80, 1000, 6),
+            k(v4(1), v6(1), 1000, 80, 6),
+            k(IpAddr::V4([0; 4]), IpAddr::V6([0; 16]), 0, 0, 6),
+            k(IpAddr::V6([0; 16]), IpAddr::V6([0; 16]), 0, 0, 6),
+        ];
+        for a in &keys {
+            assert_eq!(FlowId::canonical(a), FlowId::canonical(&a.reverse()));
+            for b in &keys {
+                assert_eq!(
+                    FlowId::canonical(a) == FlowId::canonical(b),
+                    a.canonical().0 == b.canonical().0,
+                    "{a:?} {b:?}"
+                );
+            }
+        }
+    }
 
     #[test]
     fn record_layout() {

@@ -3,7 +3,8 @@
 
 use sluice_nf::{Event, FlowRecord};
 use sluice_state::{Codec, DecodeError, Reader, Writer};
-use sluice_wire::FlowKey;
+use sluice_wire::flow::Side;
+use sluice_wire::{FlowKey, IpAddr};
 
 /// The flow's canonical key is its client-to-server direction.
 pub const F_CLIENT_FWD: u8 = 1;
@@ -95,4 +96,68 @@ pub struct Flow {
     pub canon: FlowKey,
     /// Time of the packet that started a new flow in this batch.
     pub created_at: Option<u64>,
+}
+
+/// A canonical flow key packed into whole words: the id of a flow's record
+/// within a batch. A [`FlowKey`] built by `canonical()` is written field by
+/// field (17-byte addresses), and every later copy of it, into the records'
+/// index and out of its probe, read those bytes back in wider pieces than they
+/// were written and stalled on them; words are written and read whole, and
+/// hash and compare in five steps without a byte-slice hash or `memcmp`.
+///
+/// Aligned to 16 bytes, so its 48 bytes are copied in the same three 16-byte
+/// pieces everywhere: at 40, one copy's overlapping tail piece stalled the next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(align(16))]
+pub struct FlowId([u64; 5]);
+
+impl std::hash::Hash for FlowId {
+    // Word by word: an array's derived hash is a length and a byte slice.
+    #[inline]
+    fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
+        for w in self.0 {
+            h.write_u64(w);
+        }
+    }
+}
+
+impl FlowId {
+    /// The id of the canonical orientation of `k` (one to one: the address
+    /// families are part of the last word). Built from `k` itself, not from a
+    /// fresh canonical copy of it, whose bytes would still be in flight.
+    #[inline]
+    pub fn canonical(k: &FlowKey) -> FlowId {
+        let (mut s, s6) = words(&k.src);
+        let (mut d, d6) = words(&k.dst);
+        let (mut sp, mut dp, mut sf, mut df) = (k.src_port, k.dst_port, s6, d6);
+        if k.canonical().1 == Side::Reverse {
+            std::mem::swap(&mut s, &mut d);
+            std::mem::swap(&mut sp, &mut dp);
+            std::mem::swap(&mut sf, &mut df);
+        }
+        FlowId([
+            s[0],
+            s[1],
+            d[0],
+            d[1],
+            (sp as u64)
+                | (dp as u64) << 16
+                | (k.proto as u64) << 32
+                | (sf as u64) << 40
+                | (df as u64) << 41,
+        ])
+    }
+}
+
+/// An address as two words, and whether it is IPv6.
+#[inline]
+fn words(a: &IpAddr) -> ([u64; 2], bool) {
+    match a {
+        IpAddr::V4(b) => ([0, u32::from_be_bytes(*b) as u64], false),
+        IpAddr::V6(b) => {
+            let hi = u64::from_be_bytes(b[..8].try_into().unwrap_or_default());
+            let lo = u64::from_be_bytes(b[8..].try_into().unwrap_or_default());
+            ([hi, lo], true)
+        }
+    }
 }
