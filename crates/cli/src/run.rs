@@ -90,6 +90,28 @@ pub enum RunError {
     /// The state backend could not be opened.
     #[error("--state {0}: {1}")]
     StateOpen(String, sluice_state::StoreError),
+    /// An output file names the input trace (or the other output): writing it
+    /// would destroy what is being read.
+    #[error("{flag} {}: that is {what}; name another file", path.display())]
+    SameFile {
+        /// The flag naming the output.
+        flag: &'static str,
+        /// The file.
+        path: PathBuf,
+        /// What else names it.
+        what: &'static str,
+    },
+    /// The store failed during the run: the batches it failed on were dropped
+    /// (fail closed), so the output is incomplete.
+    #[error("--state {state}: {errors} store operations failed during the run and their packets were dropped (last: {last})")]
+    StoreFailed {
+        /// The backend.
+        state: String,
+        /// Failed store calls.
+        errors: u64,
+        /// The last failure.
+        last: String,
+    },
     /// The trace was processed only up to an error.
     #[error("{path}: {msg} (the {frames} frames before it were processed and written)")]
     Input {
@@ -123,6 +145,45 @@ pub fn open_store(spec: &str) -> Result<Box<dyn StateStore>, RunError> {
     }
 }
 
+/// True if `a` and `b` name the same existing file (same device and inode, so
+/// links and relative paths count), or are the same path.
+fn same_file(a: &Path, b: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (std::fs::metadata(a), std::fs::metadata(b)) {
+        (Ok(x), Ok(y)) => x.dev() == y.dev() && x.ino() == y.ino(),
+        _ => a == b,
+    }
+}
+
+/// Refuses outputs that would overwrite the input trace or each other, before
+/// anything is created or truncated.
+fn refuse_same_files(args: &RunArgs) -> Result<(), RunError> {
+    let outs = [
+        ("--out", args.out.as_deref()),
+        ("--eve", args.eve.as_deref()),
+    ];
+    for (flag, path) in outs {
+        let Some(path) = path else { continue };
+        if same_file(path, &args.pcap) {
+            return Err(RunError::SameFile {
+                flag,
+                path: path.to_path_buf(),
+                what: "the input trace",
+            });
+        }
+    }
+    if let (Some(o), Some(e)) = (&args.out, &args.eve) {
+        if same_file(o, e) {
+            return Err(RunError::SameFile {
+                flag: "--eve",
+                path: e.clone(),
+                what: "the --out file",
+            });
+        }
+    }
+    Ok(())
+}
+
 /// Runs a trace through a chain and returns the summary.
 pub fn run(args: &RunArgs) -> Result<Summary, RunError> {
     let registry = sluice_builtin::registry();
@@ -148,6 +209,7 @@ pub fn run(args: &RunArgs) -> Result<Summary, RunError> {
         let window = (packets / spec.settings.batch_size.max(1)).max(1);
         Pipeline::new(&mut chain, store.as_mut(), window)
     });
+    refuse_same_files(args)?;
     let file = File::open(&args.pcap).map_err(|e| file_err(&args.pcap, e))?;
     let mut reader = PcapReader::new(file).map_err(|e| file_err(&args.pcap, e))?;
     let mut writer = match &args.out {
@@ -410,12 +472,19 @@ pub fn main(args: &RunArgs) -> Result<(), RunError> {
     } else {
         print_summary(&s);
     }
-    match s.input_error {
-        Some(msg) => Err(RunError::Input {
+    if let Some(msg) = s.input_error {
+        return Err(RunError::Input {
             path: args.pcap.clone(),
             msg,
             frames: s.frames_read,
-        }),
-        None => Ok(()),
+        });
     }
+    if s.stats.store_errors > 0 {
+        return Err(RunError::StoreFailed {
+            state: args.state.clone(),
+            errors: s.stats.store_errors,
+            last: s.stats.last_error.unwrap_or_default(),
+        });
+    }
+    Ok(())
 }

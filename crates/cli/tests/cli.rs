@@ -294,3 +294,81 @@ fn cached_and_pipelined_runs_on_redis_match_local_state() {
         assert_eq!(v["stats"]["store_errors"], 0, "{tag}");
     }
 }
+
+/// `--out` or `--eve` naming the input trace is refused before anything is
+/// truncated: the trace is still whole afterwards.
+#[test]
+fn outputs_naming_the_input_are_refused_and_the_input_survives() {
+    let d = tempfile::tempdir().unwrap();
+    let (code, _, err) = sluice(&["sample", "--out", d.path().to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    let chain = pass_chain(d.path());
+    let pcap = d.path().join("sample.pcap");
+    let before = std::fs::read(&pcap).unwrap();
+    // The same file under another name counts too.
+    let other_name = d.path().join(".").join("sample.pcap");
+    for flag in ["--out", "--eve"] {
+        let (code, _, err) = sluice(&[
+            "run",
+            "--chain",
+            &chain,
+            "--pcap",
+            pcap.to_str().unwrap(),
+            flag,
+            other_name.to_str().unwrap(),
+        ]);
+        assert_ne!(code, 0, "{flag}");
+        assert!(
+            err.contains(flag) && err.contains("the input trace"),
+            "{err}"
+        );
+        assert_eq!(
+            std::fs::read(&pcap).unwrap(),
+            before,
+            "{flag} destroyed the input"
+        );
+    }
+    let out = d.path().join("out.pcap");
+    let (code, _, err) = sluice(&[
+        "run",
+        "--chain",
+        &chain,
+        "--pcap",
+        pcap.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+        "--eve",
+        out.to_str().unwrap(),
+    ]);
+    assert_ne!(code, 0);
+    assert!(err.contains("the --out file"), "{err}");
+}
+
+/// A store that refuses the run's writes makes the run fail, saying so, instead
+/// of exiting 0 with packets silently dropped.
+#[test]
+fn a_store_failing_during_the_run_fails_the_run() {
+    use sluice_state_redis::server::RedisServer;
+    // Every write is refused (no replica can acknowledge it); reads still work,
+    // so the store opens and fails only once the chain writes state.
+    let srv = RedisServer::start(&["--min-replicas-to-write", "1"]).expect("start redis-server");
+    let d = tempfile::tempdir().unwrap();
+    let (code, _, err) = sluice(&["sample", "--out", d.path().to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    let chain = d.path().join("chain.yaml");
+    let pcap = d.path().join("sample.pcap");
+    let (code, out, err) = sluice(&[
+        "run",
+        "--chain",
+        chain.to_str().unwrap(),
+        "--pcap",
+        pcap.to_str().unwrap(),
+        "--state",
+        &srv.url(),
+    ]);
+    assert_ne!(code, 0, "{out}");
+    assert!(
+        err.contains("store operations failed during the run") && err.contains("NOREPLICAS"),
+        "{err}"
+    );
+}

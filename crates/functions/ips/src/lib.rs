@@ -108,10 +108,20 @@ pub enum ConfigError {
     /// The signatures could not be compiled.
     #[error("cannot compile signatures: {0}")]
     Compile(#[from] engine::CompileError),
+    /// Every rule given was refused: the IPS would inspect nothing while looking
+    /// configured.
+    #[error("no usable rule: all {refused} rules were refused (first: {first})")]
+    NoUsableRule {
+        /// Rules refused.
+        refused: usize,
+        /// The first refusal, with its file and line.
+        first: Box<RuleError>,
+    },
 }
 
 /// Loads and compiles the rules of `config` into an IPS. Bad rules are skipped
-/// and reported by [`Ips::warnings`]; only unreadable files fail.
+/// and reported by [`Ips::warnings`]; unreadable files fail, and so does a
+/// configuration whose every rule was refused.
 pub fn build(config: &Config, ns: Namespace, base_dir: &Path) -> Result<Ips, ConfigError> {
     let mut rules = Vec::new();
     let mut warnings = Vec::new();
@@ -143,6 +153,12 @@ pub fn build(config: &Config, ns: Namespace, base_dir: &Path) -> Result<Ips, Con
             false
         }
     });
+    if rules.is_empty() && !warnings.is_empty() {
+        return Err(ConfigError::NoUsableRule {
+            refused: warnings.len(),
+            first: Box::new(warnings.swap_remove(0)),
+        });
+    }
     let mut ips = Ips::new(rules, warnings, ns, config.idle_timeout_secs)?;
     ips.sync_progress = config.sync_progress;
     Ok(ips)

@@ -351,6 +351,27 @@ fn bad_rules_are_reported_and_skipped() {
         ..cfg
     };
     assert!(build(&missing, Namespace(2), &dir).is_err());
+    // A file of nothing but garbage leaves no rule at all: refused, not an IPS
+    // that inspects nothing while looking configured.
+    std::fs::write(dir.join("garbage.rules"), "GIF89a\x01\x02\nnot a rule\n").unwrap();
+    let garbage = Config {
+        rule_files: vec!["garbage.rules".into()],
+        ..missing
+    };
+    match build(&garbage, Namespace(2), &dir) {
+        Err(e @ sluice_ips::ConfigError::NoUsableRule { refused: 2, .. }) => {
+            assert!(e.to_string().contains("garbage.rules:1:"), "{e}")
+        }
+        Err(e) => panic!("wrong error: {e}"),
+        Ok(_) => panic!("an IPS with no usable rule was built"),
+    }
+    // No rule at all, and nothing refused (e.g. only comments): a valid, empty IPS.
+    std::fs::write(dir.join("empty.rules"), "# nothing yet\n").unwrap();
+    let empty = Config {
+        rule_files: vec!["empty.rules".into()],
+        ..garbage
+    };
+    assert_eq!(build(&empty, Namespace(2), &dir).unwrap().rule_count(), 0);
     std::fs::remove_dir_all(&dir).ok();
 }
 

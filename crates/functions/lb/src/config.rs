@@ -198,11 +198,15 @@ pub fn build(
             )));
         }
         if sc.algorithm == Algorithm::Maglev
-            && (!maglev::is_prime(sc.table_size) || sc.table_size < sc.backends.len())
+            && (sc.table_size > maglev::MAX_TABLE_SIZE
+                || !maglev::is_prime(sc.table_size)
+                || sc.table_size < sc.backends.len())
         {
             return Err(ConfigError(format!(
-                "service {what}: table_size {} must be a prime at least the number of backends",
-                sc.table_size
+                "service {what}: table_size {} must be a prime at least the number of backends \
+                 and at most {}",
+                sc.table_size,
+                maglev::MAX_TABLE_SIZE
             )));
         }
         let mut svc = Service {

@@ -3,6 +3,11 @@
 /// Default table size: a prime, so every backend's permutation visits every slot.
 pub const DEFAULT_TABLE_SIZE: usize = 65537;
 
+/// The largest table accepted: the largest prime below 2^20 (2 MiB of entries,
+/// plus the per-backend permutation state while building). Maglev's own largest
+/// is 655,373; an unbounded size let a typo allocate gigabytes and abort.
+pub const MAX_TABLE_SIZE: usize = 1_048_573;
+
 /// A 64-bit hash of `s` with `seed` (FNV-1a followed by a splitmix64 finaliser),
 /// stable across processes and versions: instances must build identical tables.
 pub fn hash_name(s: &str, seed: u64) -> u64 {

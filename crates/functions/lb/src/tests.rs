@@ -425,7 +425,10 @@ fn config_errors_are_clear() {
         e(|c| c.services[0].backends[0].addr = "x".into()),
         "lb config: invalid backend address \"x\""
     );
-    assert_eq!(e(|c| c.services[0].table_size = 65536), "lb config: service 192.0.2.10:80/tcp: table_size 65536 must be a prime at least the number of backends");
+    assert_eq!(e(|c| c.services[0].table_size = 65536), "lb config: service 192.0.2.10:80/tcp: table_size 65536 must be a prime at least the number of backends and at most 1048573");
+    // A prime far too large is refused, not allocated (it took 8.6 GB and aborted).
+    assert_eq!(e(|c| c.services[0].table_size = 4_294_967_291), "lb config: service 192.0.2.10:80/tcp: table_size 4294967291 must be a prime at least the number of backends and at most 1048573");
+    assert!(maglev::is_prime(maglev::MAX_TABLE_SIZE));
     assert_eq!(
         e(|c| c.services[0].backends[1].addr = "10.0.1.0:8080".into()),
         "lb config: backend \"10.0.1.0:8080\" appears twice (its replies would be ambiguous)"
