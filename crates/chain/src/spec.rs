@@ -75,6 +75,36 @@ pub struct Settings {
     /// and no batch waits for its own round trip; the price is latency under
     /// load (a batch waits for its window). At most 65,536.
     pub pipeline: usize,
+    /// Which checksums the chain verifies before its functions see a packet:
+    /// `ipv4` (the default: the IPv4 header's; transport checksums are the
+    /// endpoints' business, as NIC-offloaded middleboxes treat them), `all` (also
+    /// every unfragmented TCP, UDP and ICMP checksum: `bad_l4_checksum`) or `none`
+    /// (captures taken on a sending host, whose NIC fills checksums in later, hold
+    /// 0 or garbage there). A failed check drops the packet as malformed.
+    pub verify_checksums: VerifyChecksums,
+}
+
+/// A chain's `verify_checksums` setting.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum VerifyChecksums {
+    /// The IPv4 header checksum only.
+    #[default]
+    Ipv4,
+    /// The IPv4 header and TCP, UDP and ICMP checksums.
+    All,
+    /// No checksum.
+    None,
+}
+
+impl From<VerifyChecksums> for sluice_wire::parse::Checksums {
+    fn from(v: VerifyChecksums) -> Self {
+        match v {
+            VerifyChecksums::Ipv4 => sluice_wire::parse::Checksums::Ipv4,
+            VerifyChecksums::All => sluice_wire::parse::Checksums::All,
+            VerifyChecksums::None => sluice_wire::parse::Checksums::None,
+        }
+    }
 }
 
 /// Largest pipelined window, in packets.
@@ -107,6 +137,7 @@ impl Default for Settings {
             forward_sources: Vec::new(),
             capacity: None,
             pipeline: 0,
+            verify_checksums: VerifyChecksums::Ipv4,
         }
     }
 }

@@ -96,6 +96,58 @@ fn verdicts_stats_and_malformed_frames() {
     assert_eq!(store.counters().round_trips, 2);
 }
 
+/// `verify_checksums` decides what the chain refuses before its functions run,
+/// shared or unshared: a header checksum zeroed by a sender's offload, a TCP
+/// payload changed without fixing its checksum.
+#[test]
+fn verify_checksums_setting_decides_what_is_malformed() {
+    let zeroed = {
+        let mut f = build::udp_v4([10, 0, 0, 1], [10, 0, 0, 2], 5, 53, b"x");
+        f[14 + 10] = 0;
+        f[14 + 11] = 0;
+        f
+    };
+    let bad_tcp = {
+        let mut f = build::tcp_v4([10, 0, 0, 1], [10, 0, 0, 2], 5, 80, 1, 0, 0x18, b"GET /");
+        let last = f.len() - 1;
+        f[last] ^= 0xff;
+        f
+    };
+    let run = |setting: &str, sharing: Sharing| {
+        let text = format!(
+            "name: t\nfunctions:\n  - type: drop_discard\nsettings:\n  verify_checksums: {setting}\n"
+        );
+        let spec = ChainSpec::from_str(&text, Path::new("t.yaml")).unwrap();
+        let mut chain = Chain::from_spec(&spec, Path::new("."), &registry(), sharing).unwrap();
+        let mut pool = PacketPool::new(8);
+        let mut batch = Batch::with_capacity(4);
+        for f in [&zeroed, &bad_tcp] {
+            assert!(batch.push_frame(&mut pool, f, 1, 0));
+        }
+        chain.process(&mut batch, &mut LocalStore::new());
+        batch
+            .pkts
+            .iter()
+            .map(|p| match p.verdict {
+                Verdict::Drop(r) => r.reason,
+                _ => "forward",
+            })
+            .collect::<Vec<_>>()
+    };
+    for sharing in [Sharing::Shared, Sharing::Unshared] {
+        assert_eq!(run("ipv4", sharing), ["bad_ip_header", "forward"]);
+        assert_eq!(run("all", sharing), ["bad_ip_header", "bad_l4_checksum"]);
+        assert_eq!(run("none", sharing), ["forward", "forward"]);
+    }
+    let e = ChainSpec::from_str(
+        "name: t\nfunctions:\n  - type: drop_discard\nsettings:\n  verify_checksums: some\n",
+        Path::new("t.yaml"),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("verify_checksums") && e.contains("ipv4"), "{e}");
+}
+
 #[test]
 fn spec_errors_name_the_problem() {
     let p = Path::new("c.yaml");

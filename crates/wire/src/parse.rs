@@ -54,16 +54,33 @@ pub enum ParseError {
     BadIcmpEmbedded,
     /// Well-formed but unsupported (e.g. an 802.3 frame or a long IPv6 header chain).
     Unsupported,
+    /// A TCP, UDP or ICMP checksum does not verify (only with [`Checksums::All`]).
+    BadL4Checksum,
+}
+
+/// Which checksums a parse verifies: a chain's `verify_checksums`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Checksums {
+    /// The IPv4 header checksum only (the default): transport checksums are left
+    /// to the endpoints, as NIC-offloaded middleboxes do.
+    #[default]
+    Ipv4,
+    /// The IPv4 header and every unfragmented TCP, UDP and ICMP checksum.
+    All,
+    /// None: for captures taken on a sending host whose NIC fills checksums in
+    /// (they hold 0 or garbage there).
+    None,
 }
 
 impl ParseError {
     /// Every variant, for building counter tables.
-    pub const ALL: [ParseError; 5] = [
+    pub const ALL: [ParseError; 6] = [
         ParseError::Truncated,
         ParseError::BadIpHeader,
         ParseError::BadTransport,
         ParseError::BadIcmpEmbedded,
         ParseError::Unsupported,
+        ParseError::BadL4Checksum,
     ];
 
     /// A stable snake_case name for metrics and summaries.
@@ -74,6 +91,7 @@ impl ParseError {
             ParseError::BadTransport => "bad_transport",
             ParseError::BadIcmpEmbedded => "bad_icmp_embedded",
             ParseError::Unsupported => "unsupported",
+            ParseError::BadL4Checksum => "bad_l4_checksum",
         }
     }
 }
@@ -231,6 +249,58 @@ pub fn parse_frame(frame: &[u8]) -> Result<PacketMeta, ParseError> {
 /// [`parse_frame`] into an existing `PacketMeta` (the data plane parses into each
 /// packet's own metadata, saving a copy per packet). On error `m` holds no meaning.
 pub fn parse_into(frame: &[u8], m: &mut PacketMeta) -> Result<(), ParseError> {
+    parse_into_with(frame, m, Checksums::Ipv4)
+}
+
+/// [`parse_into`] verifying the checksums `checks` names.
+#[inline]
+pub fn parse_into_with(
+    frame: &[u8],
+    m: &mut PacketMeta,
+    checks: Checksums,
+) -> Result<(), ParseError> {
+    // The check is a constant inside the parse, so the default path is the code
+    // it was before the setting existed.
+    if checks == Checksums::None {
+        parse_frame_into::<false>(frame, m)?;
+    } else {
+        parse_frame_into::<true>(frame, m)?;
+    }
+    if checks == Checksums::All && !transport_checksum_ok(frame, m) {
+        return Err(ParseError::BadL4Checksum);
+    }
+    Ok(())
+}
+
+/// True if the packet's TCP, UDP or ICMP checksum verifies, or it has none to
+/// verify here (a fragment, a UDP datagram over IPv4 without a checksum, another
+/// protocol, a non-IP frame).
+fn transport_checksum_ok(frame: &[u8], m: &PacketMeta) -> bool {
+    if !m.is_ip() || m.fragment != Fragment::None {
+        return true;
+    }
+    let mut l4 = &frame[m.l4_offset as usize..m.l3_end as usize];
+    let (src, dst) = (&m.flow.src, &m.flow.dst);
+    let acc = match m.l4 {
+        L4::Tcp => crate::checksum::pseudo_header(src, dst, ip_proto::TCP, l4.len() as u32),
+        L4::Udp => {
+            l4 = &l4[..(be16(l4, 4) as usize).min(l4.len())];
+            if be16(l4, 6) == 0 && src.is_v4() {
+                return true;
+            }
+            crate::checksum::pseudo_header(src, dst, ip_proto::UDP, l4.len() as u32)
+        }
+        L4::Icmp if src.is_v4() => 0,
+        L4::Icmp => crate::checksum::pseudo_header(src, dst, ip_proto::ICMPV6, l4.len() as u32),
+        _ => return true,
+    };
+    crate::checksum::fold(crate::checksum::sum(acc, l4)) == 0
+}
+
+fn parse_frame_into<const VERIFY_IP: bool>(
+    frame: &[u8],
+    m: &mut PacketMeta,
+) -> Result<(), ParseError> {
     if frame.len() > u16::MAX as usize {
         return Err(ParseError::Unsupported);
     }
@@ -243,7 +313,7 @@ pub fn parse_into(frame: &[u8], m: &mut PacketMeta) -> Result<(), ParseError> {
     };
     match m.ethertype {
         ethertype::IPV4 | ethertype::IPV6 => {
-            parse_ip(frame, eth.header_len(), m, false)?;
+            parse_ip::<VERIFY_IP>(frame, eth.header_len(), m, false)?;
         }
         t if t < 0x0600 => return Err(ParseError::Unsupported),
         _ => {
@@ -257,7 +327,7 @@ pub fn parse_into(frame: &[u8], m: &mut PacketMeta) -> Result<(), ParseError> {
 
 /// Parses an IP packet starting at `off` in `frame` (also used for ICMP's embedded
 /// packet, where `embedded` relaxes length checks: the quoted packet is truncated).
-fn parse_ip(
+fn parse_ip<const VERIFY_IP: bool>(
     frame: &[u8],
     off: usize,
     m: &mut PacketMeta,
@@ -290,7 +360,7 @@ fn parse_ip(
                     Error::Truncated => ParseError::Truncated,
                     _ => ParseError::BadIpHeader,
                 })?;
-                if !p.verify_checksum() {
+                if VERIFY_IP && !p.verify_checksum() {
                     return Err(ParseError::BadIpHeader);
                 }
                 m.ttl = p.ttl();
@@ -464,7 +534,7 @@ fn parse_ip(
             } else if icmp::is_error(m.icmp_type, v6) {
                 let inner = l4_off + icmp::HEADER_LEN;
                 let mut tmp = PacketMeta::default();
-                parse_ip(&frame[..l3_end], inner, &mut tmp, true)
+                parse_ip::<VERIFY_IP>(&frame[..l3_end], inner, &mut tmp, true)
                     .map_err(|_| ParseError::BadIcmpEmbedded)?;
                 m.icmp_embedded = tmp.icmp_embedded;
             }
@@ -531,6 +601,48 @@ mod tests {
         let e = m.icmp_embedded.unwrap();
         assert_eq!(e.flow.src_port, 4000);
         assert_eq!(e.flow.dst, IpAddr::V4([192, 0, 2, 9]));
+    }
+
+    #[test]
+    fn checksum_verification_follows_the_setting() {
+        let parse = |f: &[u8], c| parse_into_with(f, &mut PacketMeta::default(), c);
+        let tcp = build::tcp_v4([10, 0, 0, 1], [10, 0, 0, 2], 1, 2, 7, 0, 0x18, b"hello");
+        let udp = build::udp_v4([10, 0, 0, 1], [10, 0, 0, 2], 53, 53, b"query");
+        let icmp = build::icmp_v4_echo([10, 0, 0, 1], [10, 0, 0, 2], true, 9, 1);
+        let all = [Checksums::Ipv4, Checksums::All, Checksums::None];
+        for c in all {
+            for f in [&tcp, &udp, &icmp] {
+                assert_eq!(parse(f, c), Ok(()), "{c:?}");
+            }
+        }
+        let mut bad = icmp.clone();
+        let last = bad.len() - 1;
+        bad[last] ^= 0xff;
+        assert_eq!(parse(&bad, Checksums::All), Err(ParseError::BadL4Checksum));
+        // An IPv4 header checksum left at 0 by a sender's offload: refused unless
+        // nothing is verified.
+        let mut zero = tcp.clone();
+        zero[14 + 10] = 0;
+        zero[14 + 11] = 0;
+        assert_eq!(parse(&zero, Checksums::Ipv4), Err(ParseError::BadIpHeader));
+        assert_eq!(parse(&zero, Checksums::All), Err(ParseError::BadIpHeader));
+        assert_eq!(parse(&zero, Checksums::None), Ok(()));
+        // A TCP checksum that does not verify: only `All` looks.
+        let mut bad = tcp.clone();
+        let last = bad.len() - 1;
+        bad[last] ^= 0xff; // payload changed without fixing the checksum
+        assert_eq!(parse(&bad, Checksums::Ipv4), Ok(()));
+        assert_eq!(parse(&bad, Checksums::All), Err(ParseError::BadL4Checksum));
+        assert_eq!(parse(&bad, Checksums::None), Ok(()));
+        let mut bad = udp.clone();
+        let last = bad.len() - 1;
+        bad[last] ^= 0xff;
+        assert_eq!(parse(&bad, Checksums::All), Err(ParseError::BadL4Checksum));
+        // UDP over IPv4 without a checksum (0) has nothing to verify.
+        bad[14 + 20 + 6] = 0;
+        bad[14 + 20 + 7] = 0;
+        assert_eq!(parse(&bad, Checksums::All), Ok(()));
+        assert_eq!(ParseError::BadL4Checksum.name(), "bad_l4_checksum");
     }
 
     #[test]
