@@ -15,8 +15,8 @@ use std::path::Path;
 
 pub use pipeline::Pipeline;
 pub use spec::{
-    Capacity, ChainError, ChainSpec, FunctionSpec, Prefix, Registry, Settings, VerifyChecksums,
-    MAX_PIPELINE,
+    Capacity, ChainError, ChainSpec, FunctionSpec, MplsSetting, Prefix, Registry, Settings,
+    VerifyChecksums, MAX_PIPELINE,
 };
 pub use stats::{ChainStats, StageStats};
 
@@ -25,7 +25,7 @@ use sluice_packet::{Batch, Verdict};
 use sluice_state::{
     CacheConfig, CacheStats, FlowCache, Namespace, Ownership, StateStore, StoreError,
 };
-use sluice_wire::parse::{parse_into_with, Checksums};
+use sluice_wire::parse::{parse_into_opts, ParseOptions};
 
 /// Drop-reason stage index used for packets the parser refuses.
 pub const PARSE_STAGE: u8 = u8::MAX;
@@ -197,8 +197,9 @@ pub struct Chain {
     now_ns: u64,
     next_timers_ns: u64,
     timer_interval_ns: u64,
-    /// Which checksums the parse verifies (`settings.verify_checksums`).
-    checksums: Checksums,
+    /// How the parse reads frames (`settings.verify_checksums`, `decapsulate`,
+    /// `mpls`).
+    parse: ParseOptions,
     live_before: Vec<bool>,
     /// Sources whose packets cross the functions in order (empty: all do).
     forward_sources: Vec<Prefix>,
@@ -273,7 +274,7 @@ impl Chain {
             .iter()
             .map(|p| Prefix::parse(p).map_err(ChainError::Reassembly))
             .collect::<Result<_, _>>()?;
-        chain.checksums = spec.settings.verify_checksums.into();
+        chain.parse = spec.settings.parse_options();
         chain.limiter = spec.settings.capacity.map(|c| Limiter {
             pps: c.pps.map(|r| Bucket::new(r, c.burst_ms)),
             bps: c.mbps.map(|r| Bucket::new(r * 1e6, c.burst_ms)),
@@ -336,7 +337,7 @@ impl Chain {
             now_ns: 0,
             next_timers_ns: 0,
             timer_interval_ns: timer_interval_ms.max(1) * 1_000_000,
-            checksums: Checksums::default(),
+            parse: ParseOptions::default(),
             live_before: Vec::new(),
             forward_sources: Vec::new(),
             limiter: None,
@@ -557,7 +558,7 @@ impl Chain {
         for batch in batches.iter_mut() {
             for p in batch.pkts.iter_mut().filter(|p| p.is_live()) {
                 let (frame, meta) = p.data_and_meta_mut();
-                if let Err(e) = parse_into_with(frame, meta, self.checksums) {
+                if let Err(e) = parse_into_opts(frame, meta, &self.parse) {
                     p.meta = Default::default();
                     p.drop_by(PARSE_STAGE, e.name());
                 }
@@ -687,7 +688,7 @@ impl Chain {
                 continue;
             }
             let (frame, meta) = p.data_and_meta_mut();
-            match parse_into_with(frame, meta, self.checksums) {
+            match parse_into_opts(frame, meta, &self.parse) {
                 Ok(()) => {
                     if !meta.is_ip() {
                         self.stats.non_ip += 1;
@@ -789,10 +790,10 @@ impl Chain {
                 continue;
             }
             if self.sharing == Sharing::Unshared {
-                let checks = self.checksums;
+                let opts = self.parse;
                 for p in batch.pkts.iter_mut().filter(|p| p.is_live()) {
                     let (frame, meta) = p.data_and_meta_mut();
-                    if let Err(e) = parse_into_with(frame, meta, checks) {
+                    if let Err(e) = parse_into_opts(frame, meta, &opts) {
                         p.meta = Default::default();
                         p.drop_by(stage, e.name());
                     }

@@ -82,6 +82,45 @@ pub struct Settings {
     /// (captures taken on a sending host, whose NIC fills checksums in later, hold
     /// 0 or garbage there). A failed check drops the packet as malformed.
     pub verify_checksums: VerifyChecksums,
+    /// Open tunnels (IP-in-IP, GRE and ERSPAN, VXLAN, VXLAN-GPE, Geneve) so that
+    /// functions see the innermost packet, keyed by its tunnel's network
+    /// identifier (default true; docs/FUNCTIONS.md, "Encapsulations"). Off, a
+    /// tunnel is the UDP or GRE packet it looks like from outside: a firewall
+    /// matches only its outer headers and the IPS never reads inside it.
+    pub decapsulate: bool,
+    /// What an MPLS label stack carries: `auto` (the default: IPv4 or IPv6 by the
+    /// first nibble, an Ethernet pseudowire after a zero control word, anything
+    /// else unclassified), `ip` or `ethernet` (a pseudowire without control word).
+    pub mpls: MplsSetting,
+}
+
+/// A chain's `mpls` setting.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MplsSetting {
+    /// By the first nibble after the stack.
+    #[default]
+    Auto,
+    /// Always IP.
+    Ip,
+    /// Always an Ethernet pseudowire without control word.
+    Ethernet,
+}
+
+impl Settings {
+    /// The parse these settings ask for.
+    pub fn parse_options(&self) -> sluice_wire::parse::ParseOptions {
+        use sluice_wire::parse::MplsPayload;
+        sluice_wire::parse::ParseOptions {
+            checksums: self.verify_checksums.into(),
+            decapsulate: self.decapsulate,
+            mpls: match self.mpls {
+                MplsSetting::Auto => MplsPayload::Auto,
+                MplsSetting::Ip => MplsPayload::Ip,
+                MplsSetting::Ethernet => MplsPayload::Ethernet,
+            },
+        }
+    }
 }
 
 /// A chain's `verify_checksums` setting.
@@ -138,6 +177,8 @@ impl Default for Settings {
             capacity: None,
             pipeline: 0,
             verify_checksums: VerifyChecksums::Ipv4,
+            decapsulate: true,
+            mpls: MplsSetting::Auto,
         }
     }
 }

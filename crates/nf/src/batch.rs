@@ -258,6 +258,16 @@ pub trait BatchNf: Sized {
     /// [`Pass::record`] and returns its plan, or the reason to drop it.
     fn plan(&mut self, p: &Packet, pass: &mut Pass<Self>) -> Result<Self::Plan, &'static str>;
 
+    /// The function's policy for a live frame it cannot classify (not IP, or IP
+    /// inside something it does not read): `Ok` passes it, `Err(reason)` drops
+    /// it. Default: pass, for functions that only act on what they understand;
+    /// a firewall overrides it (docs/FUNCTIONS.md, "Frames a function cannot
+    /// classify").
+    #[inline]
+    fn unclassified(&mut self, _p: &Packet) -> Result<(), &'static str> {
+        Ok(())
+    }
+
     /// Makes the decoded read of `rec` its starting point for the batch. Default:
     /// the value is both `old` and `cur`; an undecodable one is absent and marks
     /// the record corrupt (counted by [`Pass::read`]).
@@ -338,10 +348,14 @@ impl<F: BatchNf> Pass<F> {
         nf.first_reads(&mut self.ops);
         for p in batch.pkts.iter_mut() {
             let mut plan = None;
-            if p.is_live() && p.meta.is_ip() {
-                match nf.plan(p, self) {
-                    Ok(pl) => plan = Some(pl),
-                    Err(reason) => p.drop_by(ctx.stage, reason),
+            if p.is_live() {
+                if p.meta.is_ip() {
+                    match nf.plan(p, self) {
+                        Ok(pl) => plan = Some(pl),
+                        Err(reason) => p.drop_by(ctx.stage, reason),
+                    }
+                } else if let Err(reason) = nf.unclassified(p) {
+                    p.drop_by(ctx.stage, reason);
                 }
             }
             self.plans.push(plan);

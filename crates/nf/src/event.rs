@@ -113,6 +113,26 @@ fn tuple(m: &mut Map<String, Value>, f: &FlowKey) {
         m.insert("dest_port".into(), f.dst_port.into());
     }
     m.insert("proto".into(), proto_name(f.proto).into());
+    // The zone as EVE names it: VLAN ids, or the kind of tunnel it came from
+    // (EVE has no field for a VNI; `flow_id` already differs per zone).
+    use sluice_wire::encap::{zone_of, TunnelKind, ZoneOf};
+    match zone_of(f.zone) {
+        ZoneOf::None => {}
+        ZoneOf::Vlan(o, 0) => {
+            m.insert("vlan".into(), json!([o]));
+        }
+        ZoneOf::Vlan(o, i) => {
+            m.insert("vlan".into(), json!([o, i]));
+        }
+        ZoneOf::Tunnel(kind, _) => {
+            let proto = match kind {
+                TunnelKind::Gre | TunnelKind::Erspan => "GRE",
+                TunnelKind::IpInIp => "IP",
+                _ => "UDP",
+            };
+            m.insert("tunnel".into(), json!({ "proto": proto }));
+        }
+    }
 }
 
 impl Event {
@@ -198,6 +218,7 @@ mod tests {
         let e = Event::Alert(Alert {
             ts_ns: 1_000_000_000,
             flow: FlowKey {
+                zone: 0,
                 src: IpAddr::V4([10, 0, 0, 1]),
                 dst: IpAddr::V4([10, 0, 0, 2]),
                 src_port: 1,

@@ -4,7 +4,13 @@
 
 use sluice_packet::{Batch, PacketPool, Verdict};
 use sluice_state::StateStore;
-use sluice_wire::parse::parse_frame;
+use sluice_wire::parse::{parse_into_opts, PacketMeta, ParseError, ParseOptions};
+
+/// The parse a chain does by default (tunnels opened).
+fn parse_frame(f: &[u8]) -> Result<PacketMeta, ParseError> {
+    let mut m = PacketMeta::default();
+    parse_into_opts(f, &mut m, &ParseOptions::default()).map(|()| m)
+}
 
 use crate::{Ctx, Emitted, Event, NetworkFunction, NfError, Streams};
 

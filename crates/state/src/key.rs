@@ -1,8 +1,9 @@
 use core::hash::{Hash, Hasher};
 use sluice_wire::flow::{FlowKey, FLOW_KEY_MAX_ENCODED};
 
-/// Longest key in bytes: namespace, table, an IPv6 flow key and a 32-bit suffix fit.
-pub const KEY_CAP: usize = 48;
+/// Longest key in bytes: namespace, table, a zoned IPv6 flow key and a 5-byte
+/// suffix fit (the size of the whole `Key` is then one cache line).
+pub const KEY_CAP: usize = 56;
 
 /// Identifies whose state a key belongs to: one configured function of one chain of
 /// one tenant. Instances of the same function share a namespace (that is the point);
@@ -171,6 +172,7 @@ mod tests {
     #[test]
     fn equal_bytes_mean_equal_keys_and_hashes_however_built() {
         let f = FlowKey {
+            zone: 0,
             proto: 6,
             src: sluice_wire::IpAddr::V4([10, 0, 0, 1]),
             dst: sluice_wire::IpAddr::V4([10, 0, 0, 2]),

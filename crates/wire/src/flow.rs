@@ -52,6 +52,18 @@ impl From<std::net::IpAddr> for IpAddr {
     }
 }
 
+impl From<[u8; 4]> for IpAddr {
+    fn from(b: [u8; 4]) -> Self {
+        IpAddr::V4(b)
+    }
+}
+
+impl From<[u8; 16]> for IpAddr {
+    fn from(b: [u8; 16]) -> Self {
+        IpAddr::V6(b)
+    }
+}
+
 impl From<std::net::Ipv4Addr> for IpAddr {
     fn from(a: std::net::Ipv4Addr) -> Self {
         IpAddr::V4(a.octets())
@@ -92,11 +104,19 @@ impl std::str::FromStr for IpAddr {
     }
 }
 
-/// A directional 5-tuple. For ICMP echo both ports carry the echo identifier, so a
-/// request and its reply map to reverse keys of each other; other ICMP messages
-/// have both ports zero.
+/// A directional 5-tuple, and the zone it lives in. For ICMP echo both ports carry
+/// the echo identifier, so a request and its reply map to reverse keys of each
+/// other; other ICMP messages have both ports zero.
+///
+/// The `zone` keeps apart identical 5-tuples of different virtual networks: two
+/// tenants' `10.0.0.1:1234 -> 10.0.0.2:80` in VXLAN 100 and VXLAN 200 (or VLAN
+/// 10 and VLAN 20) are different flows, with different state. It is 0 for
+/// untagged, unencapsulated traffic, whose keys and store encoding are what they
+/// were before zones existed. See [`crate::parse::zone`] for its layout.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct FlowKey {
+    /// The virtual network (0: none). Both directions of a flow share it.
+    pub zone: u32,
     /// Source address.
     pub src: IpAddr,
     /// Destination address.
@@ -118,14 +138,19 @@ pub enum Side {
     Reverse,
 }
 
-/// Longest encoding of a [`FlowKey`]: version, proto, two IPv6 addresses, two ports.
-pub const FLOW_KEY_MAX_ENCODED: usize = 2 + 16 + 16 + 4;
+/// Longest encoding of a [`FlowKey`]: version, proto, zone, two IPv6 addresses,
+/// two ports.
+pub const FLOW_KEY_MAX_ENCODED: usize = 2 + 4 + 16 + 16 + 4;
+
+/// Set in the version byte of an encoding that carries a zone.
+const ZONED: u8 = 0x80;
 
 impl FlowKey {
     /// The same flow seen from the other end.
     #[inline]
     pub fn reverse(&self) -> FlowKey {
         FlowKey {
+            zone: self.zone,
             src: self.dst,
             dst: self.src,
             src_port: self.dst_port,
@@ -156,7 +181,7 @@ impl FlowKey {
     /// A hash of the key as it is (direction-sensitive).
     #[inline]
     pub fn directional_hash(&self) -> u32 {
-        let mut h: u64 = 0x9e37_79b9_7f4a_7c15 ^ self.proto as u64;
+        let mut h: u64 = 0x9e37_79b9_7f4a_7c15 ^ self.proto as u64 ^ (self.zone as u64) << 8;
         h = mix(h, &self.src);
         h = mix(h, &self.dst);
         h = mix64(h ^ ((self.src_port as u64) << 16 | self.dst_port as u64));
@@ -166,18 +191,26 @@ impl FlowKey {
     /// Writes the key's stable binary encoding into `out` and returns its length.
     ///
     /// The layout is `[ip version][proto][src][dst][src_port][dst_port]`, in network
-    /// order; it is what state-store keys are built from, so it must never change
+    /// order, and for a key with a zone `[ip version | 0x80][proto][zone][src]...`;
+    /// it is what state-store keys are built from, so it must never change
     /// without a migration.
     pub fn encode(&self, out: &mut [u8; FLOW_KEY_MAX_ENCODED]) -> usize {
         let (ver, alen) = match self.src {
             IpAddr::V4(_) => (4u8, 4),
             IpAddr::V6(_) => (6u8, 16),
         };
-        out[0] = ver;
         out[1] = self.proto;
-        out[2..2 + alen].copy_from_slice(self.src.as_bytes());
-        out[2 + alen..2 + 2 * alen].copy_from_slice(self.dst.as_bytes());
-        let p = 2 + 2 * alen;
+        let a = if self.zone == 0 {
+            out[0] = ver;
+            2
+        } else {
+            out[0] = ver | ZONED;
+            out[2..6].copy_from_slice(&self.zone.to_be_bytes());
+            6
+        };
+        out[a..a + alen].copy_from_slice(self.src.as_bytes());
+        out[a + alen..a + 2 * alen].copy_from_slice(self.dst.as_bytes());
+        let p = a + 2 * alen;
         out[p..p + 2].copy_from_slice(&self.src_port.to_be_bytes());
         out[p + 2..p + 4].copy_from_slice(&self.dst_port.to_be_bytes());
         p + 4
@@ -185,12 +218,23 @@ impl FlowKey {
 
     /// Reads a key written by [`FlowKey::encode`].
     pub fn decode(b: &[u8]) -> Option<FlowKey> {
-        let alen = match b.first()? {
+        let v = *b.first()?;
+        let alen = match v & !ZONED {
             4 => 4,
             6 => 16,
             _ => return None,
         };
-        if b.len() != 2 + 2 * alen + 4 {
+        let (zone, a) = if v & ZONED != 0 {
+            let z = u32::from_be_bytes(b.get(2..6)?.try_into().ok()?);
+            if z == 0 {
+                // Zone 0 is always written without one: one key, one encoding.
+                return None;
+            }
+            (z, 6)
+        } else {
+            (0, 2)
+        };
+        if b.len() != a + 2 * alen + 4 {
             return None;
         }
         let addr = |s: &[u8]| -> IpAddr {
@@ -200,11 +244,12 @@ impl FlowKey {
                 IpAddr::V6(s.try_into().unwrap())
             }
         };
-        let p = 2 + 2 * alen;
+        let p = a + 2 * alen;
         Some(FlowKey {
+            zone,
             proto: b[1],
-            src: addr(&b[2..2 + alen]),
-            dst: addr(&b[2 + alen..p]),
+            src: addr(&b[a..a + alen]),
+            dst: addr(&b[a + alen..p]),
             src_port: u16::from_be_bytes([b[p], b[p + 1]]),
             dst_port: u16::from_be_bytes([b[p + 2], b[p + 3]]),
         })
@@ -226,7 +271,11 @@ impl fmt::Display for FlowKey {
             self.src_port,
             self.dst,
             self.dst_port
-        )
+        )?;
+        if self.zone != 0 {
+            write!(f, "@{:#x}", self.zone)?;
+        }
+        Ok(())
     }
 }
 
@@ -275,6 +324,7 @@ mod tests {
 
     fn k(a: [u8; 4], b: [u8; 4], sp: u16, dp: u16) -> FlowKey {
         FlowKey {
+            zone: 0,
             src: IpAddr::V4(a),
             dst: IpAddr::V4(b),
             src_port: sp,
@@ -316,6 +366,7 @@ mod tests {
         assert_eq!(n, 14);
         assert_eq!(FlowKey::decode(&buf[..n]), Some(f));
         let g = FlowKey {
+            zone: 0,
             src: "2001:db8::1".parse().unwrap(),
             dst: "2001:db8::2".parse().unwrap(),
             src_port: 1,
@@ -325,5 +376,21 @@ mod tests {
         let n = g.encode(&mut buf);
         assert_eq!(FlowKey::decode(&buf[..n]), Some(g));
         assert_eq!(FlowKey::decode(&buf[..n - 1]), None);
+        // A zone makes a different key, with its own encoding, that round-trips.
+        let z = FlowKey {
+            zone: 0x0200_0064,
+            ..g
+        };
+        let mut zb = [0u8; FLOW_KEY_MAX_ENCODED];
+        let zn = z.encode(&mut zb);
+        assert_eq!(zn, n + 4);
+        assert_ne!(&zb[..zn], &buf[..n]);
+        assert_eq!(FlowKey::decode(&zb[..zn]), Some(z));
+        assert_ne!(z.symmetric_hash(), g.symmetric_hash());
+        assert_eq!(z.reverse().zone, z.zone);
+        assert_eq!(z.canonical().0.zone, z.zone);
+        // A zoned encoding claiming zone 0 is refused.
+        zb[2..6].copy_from_slice(&[0; 4]);
+        assert_eq!(FlowKey::decode(&zb[..zn]), None);
     }
 }

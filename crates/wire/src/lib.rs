@@ -16,6 +16,7 @@
 
 pub mod build;
 pub mod checksum;
+pub mod encap;
 pub mod ethernet;
 pub mod flow;
 pub mod geneve;
@@ -27,6 +28,7 @@ pub mod prefix;
 pub mod rewrite;
 pub mod tcp;
 pub mod udp;
+pub mod wrap;
 
 pub use flow::{FlowKey, IpAddr};
 pub use parse::{PacketMeta, ParseError};
@@ -68,6 +70,12 @@ pub mod ip_proto {
     pub const TCP: u8 = 6;
     /// UDP.
     pub const UDP: u8 = 17;
+    /// IPv4 inside IP.
+    pub const IPIP: u8 = 4;
+    /// IPv6 inside IP.
+    pub const IPV6_IN_IP: u8 = 41;
+    /// GRE.
+    pub const GRE: u8 = 47;
     /// ICMPv6.
     pub const ICMPV6: u8 = 58;
     /// IPv6 hop-by-hop options.

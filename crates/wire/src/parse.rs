@@ -5,7 +5,9 @@
 //! (CoMb §3.2's module reuse). Functions that rewrite headers keep it in step through
 //! [`crate::rewrite`].
 
-use crate::ethernet::{ethertype, EthernetFrame};
+use crate::encap::{Inner, MAX_TUNNEL_DEPTH};
+pub use crate::encap::{MplsPayload, ParseOptions, Tunnel, TunnelKind};
+use crate::ethernet::ethertype;
 use crate::flow::{FlowKey, IpAddr};
 use crate::icmp;
 use crate::ip_proto;
@@ -16,7 +18,8 @@ use crate::{be16, be32, Error};
 /// What kind of transport a packet carries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum L4 {
-    /// Not an IP packet (ARP, LLDP, ...): functions leave it alone.
+    /// Not an IP packet (ARP, LLDP, STP, PPP control, an MPLS payload that is
+    /// not IP, ...): each function applies its documented non-IP policy.
     #[default]
     NonIp,
     /// TCP.
@@ -131,10 +134,16 @@ pub struct PacketMeta {
     pub payload_len: u16,
     /// End of the IP datagram within the frame.
     pub l3_end: u16,
-    /// EtherType of the frame's payload.
+    /// EtherType of the innermost network layer (0x0800, 0x86dd, or what could
+    /// not be classified; 0 for an 802.3/LLC frame).
     pub ethertype: u16,
-    /// 802.1Q tag control information, if tagged.
+    /// The outermost VLAN tag's control information (PCP, DEI, VID), if tagged.
     pub vlan_tci: Option<u16>,
+    /// The second tag's (the customer tag of an 802.1ad/QinQ stack).
+    pub vlan_inner_tci: Option<u16>,
+    /// The tunnel the packet was decapsulated from, if any (all other fields
+    /// describe the innermost packet).
+    pub tunnel: Tunnel,
     /// Transport kind.
     pub l4: L4,
     /// Fragmentation status.
@@ -169,9 +178,17 @@ impl Default for PacketMeta {
             l3_end: 0,
             ethertype: 0,
             vlan_tci: None,
+            vlan_inner_tci: None,
+            tunnel: Tunnel {
+                kind: TunnelKind::None,
+                vni: 0,
+                outer_l3: 0,
+                depth: 0,
+            },
             l4: L4::NonIp,
             fragment: Fragment::None,
             flow: FlowKey {
+                zone: 0,
                 src: IpAddr::UNSPECIFIED_V4,
                 dst: IpAddr::UNSPECIFIED_V4,
                 src_port: 0,
@@ -216,6 +233,30 @@ impl PacketMeta {
         &frame[s..s + self.payload_len as usize]
     }
 
+    /// The VLAN id of the outermost tag, if tagged.
+    #[inline]
+    pub fn vlan_id(&self) -> Option<u16> {
+        self.vlan_tci.map(|t| t & 0x0fff)
+    }
+
+    /// True if the packet was decapsulated from a tunnel.
+    #[inline]
+    pub fn is_tunnelled(&self) -> bool {
+        self.tunnel.kind != TunnelKind::None
+    }
+
+    /// The flow of a decapsulated packet's outermost IP header (its tunnel's
+    /// endpoints, protocol and, for UDP tunnels, ports); `None` outside a tunnel.
+    /// Parsed again from `frame` on demand, so packets outside tunnels pay nothing.
+    pub fn outer_flow(&self, frame: &[u8]) -> Option<FlowKey> {
+        if !self.is_tunnelled() {
+            return None;
+        }
+        let mut o = PacketMeta::default();
+        parse_ip::<false>(frame, self.tunnel.outer_l3 as usize, &mut o, false).ok()?;
+        Some(o.flow)
+    }
+
     /// Length of the TCP segment in sequence space (payload plus SYN and FIN).
     #[inline]
     pub fn tcp_seg_len(&self) -> u32 {
@@ -235,7 +276,8 @@ impl From<Error> for ParseError {
     }
 }
 
-/// Parses an Ethernet frame into `meta`.
+/// Parses an Ethernet frame into `meta`, through VLAN stacks, PPPoE and MPLS but
+/// not into tunnels (the switch reads its own Geneve underlay with it).
 ///
 /// Only the IPv4 header checksum is verified: transport checksums are left to the
 /// endpoints, as NIC-offloaded middleboxes do, because verifying them would cost
@@ -259,14 +301,34 @@ pub fn parse_into_with(
     m: &mut PacketMeta,
     checks: Checksums,
 ) -> Result<(), ParseError> {
+    parse_into_opts(
+        frame,
+        m,
+        &ParseOptions {
+            checksums: checks,
+            decapsulate: false,
+            mpls: MplsPayload::Auto,
+        },
+    )
+}
+
+/// The parse a chain does: [`parse_into`] with the chain's options, decapsulating
+/// tunnels when `opts.decapsulate` is set so that functions see the innermost
+/// packet (and [`PacketMeta::tunnel`] where it came from).
+#[inline]
+pub fn parse_into_opts(
+    frame: &[u8],
+    m: &mut PacketMeta,
+    opts: &ParseOptions,
+) -> Result<(), ParseError> {
     // The check is a constant inside the parse, so the default path is the code
     // it was before the setting existed.
-    if checks == Checksums::None {
-        parse_frame_into::<false>(frame, m)?;
+    if opts.checksums == Checksums::None {
+        parse_frame_into::<false>(frame, m, opts)?;
     } else {
-        parse_frame_into::<true>(frame, m)?;
+        parse_frame_into::<true>(frame, m, opts)?;
     }
-    if checks == Checksums::All && !transport_checksum_ok(frame, m) {
+    if opts.checksums == Checksums::All && !transport_checksum_ok(frame, m) {
         return Err(ParseError::BadL4Checksum);
     }
     Ok(())
@@ -300,26 +362,102 @@ fn transport_checksum_ok(frame: &[u8], m: &PacketMeta) -> bool {
 fn parse_frame_into<const VERIFY_IP: bool>(
     frame: &[u8],
     m: &mut PacketMeta,
+    opts: &ParseOptions,
 ) -> Result<(), ParseError> {
     if frame.len() > u16::MAX as usize {
         return Err(ParseError::Unsupported);
     }
-    let eth = EthernetFrame::new_checked(frame)?;
-    *m = PacketMeta {
-        ethertype: eth.ethertype(),
-        vlan_tci: eth.vlan_tci(),
-        l3_offset: eth.header_len() as u16,
-        ..PacketMeta::default()
+    *m = PacketMeta::default();
+    // The common frame (untagged IPv4 or IPv6) skips the walk through stacks.
+    let (et, off) = match frame.get(12..14) {
+        Some(&[0x08, 0x00]) | Some(&[0x86, 0xdd]) => (be16(frame, 12), 14),
+        Some(_) => crate::encap::link_layer(frame, 0, m, opts.mpls, true)?,
+        None => return Err(ParseError::Truncated),
     };
-    match m.ethertype {
-        ethertype::IPV4 | ethertype::IPV6 => {
-            parse_ip::<VERIFY_IP>(frame, eth.header_len(), m, false)?;
+    network_layer::<VERIFY_IP>(frame, et, off, m)?;
+    if opts.decapsulate && m.is_ip() {
+        decapsulate::<VERIFY_IP>(frame, m, opts)?;
+    }
+    if m.vlan_tci.is_some() || m.tunnel.kind != TunnelKind::None {
+        let z = crate::encap::zone(m);
+        m.flow.zone = z;
+        if let Some(e) = m.icmp_embedded.as_mut() {
+            e.flow.zone = z;
         }
-        t if t < 0x0600 => return Err(ParseError::Unsupported),
+    }
+    Ok(())
+}
+
+/// The network layer of EtherType `et` at `off`: IP is parsed, anything else is
+/// non-IP with its bytes as payload.
+#[inline]
+fn network_layer<const VERIFY_IP: bool>(
+    frame: &[u8],
+    et: u16,
+    off: usize,
+    m: &mut PacketMeta,
+) -> Result<(), ParseError> {
+    m.ethertype = et;
+    m.l3_offset = off as u16;
+    match et {
+        ethertype::IPV4 | ethertype::IPV6 => parse_ip::<VERIFY_IP>(frame, off, m, false),
         _ => {
-            m.l4_offset = eth.header_len() as u16;
-            m.payload_offset = m.l4_offset;
+            m.l4 = L4::NonIp;
+            m.l4_offset = off as u16;
+            m.payload_offset = off as u16;
             m.l3_end = frame.len() as u16;
+            Ok(())
+        }
+    }
+}
+
+/// Replaces the outer packet `m` describes by the one its tunnel carries, as
+/// long as it is a tunnel and the depth allows; an inner packet that does not
+/// parse is an error like any other (the receiving tunnel endpoint would drop it
+/// too).
+fn decapsulate<const VERIFY_IP: bool>(
+    frame: &[u8],
+    m: &mut PacketMeta,
+    opts: &ParseOptions,
+) -> Result<(), ParseError> {
+    let outer_l3 = m.l3_offset;
+    for depth in 1..=MAX_TUNNEL_DEPTH + 1 {
+        let Some((kind, vni, inner)) = crate::encap::tunnel_payload(frame, m) else {
+            return Ok(());
+        };
+        if depth > MAX_TUNNEL_DEPTH {
+            return Err(ParseError::Unsupported);
+        }
+        // The inner packet ends where the outer one does (not at the frame's
+        // Ethernet padding).
+        let within = &frame[..m.l3_end as usize];
+        let (vlan, vlan_inner) = (m.vlan_tci, m.vlan_inner_tci);
+        *m = PacketMeta {
+            vlan_tci: vlan,
+            vlan_inner_tci: vlan_inner,
+            tunnel: Tunnel {
+                kind,
+                vni,
+                outer_l3,
+                depth,
+            },
+            ..PacketMeta::default()
+        };
+        let (et, off) = match inner {
+            Inner::Ip(off) => {
+                let v = within.get(off).ok_or(ParseError::Truncated)? >> 4;
+                let et = if v == 6 {
+                    ethertype::IPV6
+                } else {
+                    ethertype::IPV4
+                };
+                (et, off)
+            }
+            Inner::Ethernet(off) => crate::encap::link_layer(within, off, m, opts.mpls, false)?,
+        };
+        network_layer::<VERIFY_IP>(within, et, off, m)?;
+        if !m.is_ip() {
+            return Ok(());
         }
     }
     Ok(())
@@ -449,6 +587,7 @@ fn parse_ip<const VERIFY_IP: bool>(
             l4_offset: l4_off as u16,
             l4_len: avail as u16,
             flow: FlowKey {
+                zone: 0,
                 src,
                 dst,
                 src_port: sp,
@@ -462,6 +601,7 @@ fn parse_ip<const VERIFY_IP: bool>(
     m.l3_end = l3_end as u16;
     m.fragment = frag;
     m.flow = FlowKey {
+        zone: 0,
         src,
         dst,
         src_port: 0,

@@ -10,7 +10,7 @@ use sluice_wire::parse::{Fragment, PacketMeta, L4};
 use sluice_wire::tcp::flags::{ACK, RST, SYN};
 
 use crate::conntrack::{self, Conn, State};
-use crate::rules::Action;
+use crate::rules::{Action, Layer, Scope};
 use crate::{build_rst, Firewall, TABLE_CONN};
 
 /// What gathering found about a packet.
@@ -79,7 +79,31 @@ impl BatchNf for Firewall {
     #[inline]
     fn plan(&mut self, p: &Packet, pass: &mut Pass<Self>) -> Result<Plan, &'static str> {
         self.c.packets += 1;
-        self.classify(&p.meta, pass)
+        let scope = self.scope(&p.meta);
+        if p.meta.is_tunnelled() {
+            self.c.tunnelled += 1;
+            let allowed = p
+                .meta
+                .outer_flow(p.data())
+                .is_some_and(|o| self.rules.outer_allowed(&o, &scope));
+            if !allowed {
+                self.c.outer_denies += 1;
+                return Err("outer_deny");
+            }
+        }
+        self.classify(&p.meta, &scope, pass)
+    }
+
+    #[inline]
+    fn unclassified(&mut self, _p: &Packet) -> Result<(), &'static str> {
+        self.c.packets += 1;
+        if self.allow_non_ip {
+            self.c.non_ip_passed += 1;
+            Ok(())
+        } else {
+            self.c.non_ip_denied += 1;
+            Err("non_ip")
+        }
     }
 
     #[inline]
@@ -141,8 +165,27 @@ impl BatchNf for Firewall {
 }
 
 impl Firewall {
+    /// What the rules see of `m` besides its 5-tuple.
     #[inline]
-    fn classify(&mut self, m: &PacketMeta, pass: &mut Pass<Self>) -> Result<Plan, &'static str> {
+    fn scope(&self, m: &PacketMeta) -> Scope {
+        Scope {
+            layer: if m.is_tunnelled() {
+                Layer::Inner
+            } else {
+                Layer::Plain
+            },
+            vlan: m.vlan_id(),
+            vni: m.is_tunnelled().then_some(m.tunnel.vni),
+        }
+    }
+
+    #[inline]
+    fn classify(
+        &mut self,
+        m: &PacketMeta,
+        scope: &Scope,
+        pass: &mut Pass<Self>,
+    ) -> Result<Plan, &'static str> {
         if m.fragment == Fragment::Later {
             if self.allow_fragments {
                 self.c.fragments_passed += 1;
@@ -163,7 +206,7 @@ impl Firewall {
                 // Neither a conversation nor about one (e.g. neighbour discovery):
                 // the rules decide every such packet.
                 self.c.stateless_icmp += 1;
-                return match self.rules.decide(&m.flow).0 {
+                return match self.rules.decide_in(&m.flow, scope).0 {
                     Action::Allow => Ok(Plan::Skip),
                     Action::Deny => {
                         self.c.rule_denies += 1;
@@ -230,7 +273,7 @@ impl Firewall {
                     self.c.no_state += 1;
                     return Err("no_state");
                 }
-                match self.rules.decide(&m.flow).0 {
+                match self.rules.decide_in(&m.flow, &self.scope(m)).0 {
                     Action::Deny => {
                         self.c.rule_denies += 1;
                         Err("rule_deny")

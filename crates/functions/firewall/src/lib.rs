@@ -27,7 +27,7 @@ use sluice_wire::parse::{Fragment, PacketMeta, L4};
 use sluice_wire::tcp::flags::{ACK, RST};
 
 pub use conntrack::{Conn, State, CONN_BYTES};
-pub use rules::{Action, RuleError, RuleSet};
+pub use rules::{Action, Layer, RuleError, RuleSet, Scope};
 
 /// Table byte of conntrack records.
 const TABLE_CONN: u8 = 1;
@@ -87,6 +87,11 @@ pub struct Config {
     /// they can be neither matched against rules nor tracked). Default false: they
     /// are dropped with reason `fragment`.
     pub allow_fragments: bool,
+    /// What happens to a frame the firewall cannot classify (not IP: ARP, LLDP,
+    /// STP, PPP control, an unclassified MPLS payload, ...): `allow` or `deny`.
+    /// Default: the rule set's `default` policy, so a `default deny` firewall
+    /// denies what it cannot read (reason `non_ip`).
+    pub non_ip: Option<NonIpPolicy>,
     /// Timeouts.
     pub timeouts: Timeouts,
     /// A record's `last_seen` is rewritten at most once per this many milliseconds
@@ -101,10 +106,21 @@ impl Default for Config {
             rules: None,
             reject_with_rst: false,
             allow_fragments: false,
+            non_ip: None,
             timeouts: Timeouts::default(),
             refresh_ms: 1000,
         }
     }
+}
+
+/// The firewall's `non_ip` setting.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum NonIpPolicy {
+    /// Pass frames that are not IP.
+    Allow,
+    /// Drop them (reason `non_ip`).
+    Deny,
 }
 
 /// A configuration the firewall cannot run with.
@@ -160,6 +176,10 @@ struct Counters {
     expired: u64,
     rsts_sent: u64,
     decode_errors: u64,
+    non_ip_passed: u64,
+    non_ip_denied: u64,
+    tunnelled: u64,
+    outer_denies: u64,
 }
 
 /// The firewall. See the crate documentation.
@@ -168,6 +188,8 @@ pub struct Firewall {
     rules: RuleSet,
     reject_with_rst: bool,
     allow_fragments: bool,
+    /// Pass frames that are not IP.
+    allow_non_ip: bool,
     /// Timeout per [`State`] discriminant, in ns.
     timeout_ns: [u64; 11],
     refresh_ns: u64,
@@ -199,11 +221,17 @@ impl Firewall {
         ] {
             timeout_ns[st as usize] = s(v);
         }
+        let allow_non_ip = match config.non_ip {
+            Some(NonIpPolicy::Allow) => true,
+            Some(NonIpPolicy::Deny) => false,
+            None => rules.default_action() == Action::Allow,
+        };
         Firewall {
             ns,
             rules,
             reject_with_rst: config.reject_with_rst,
             allow_fragments: config.allow_fragments,
+            allow_non_ip,
             timeout_ns,
             refresh_ns: config.refresh_ms.saturating_mul(1_000_000),
             pass: Pass::default(),
@@ -238,7 +266,13 @@ impl Firewall {
 /// segment has ACK, the RST's sequence number is that ACK; otherwise the RST has
 /// sequence 0 and acknowledges the segment. Addresses, ports and MACs are swapped.
 pub fn build_rst(frame: &[u8], m: &PacketMeta) -> Option<Vec<u8>> {
-    if m.l4 != L4::Tcp || frame.len() < 12 {
+    if m.l4 != L4::Tcp || frame.len() < 12 || m.is_tunnelled() {
+        return None;
+    }
+    // Only after plain Ethernet or one tag: a reset under PPPoE or MPLS would
+    // need those headers rebuilt, and silence is the safe answer there.
+    let tagged = m.vlan_tci.is_some();
+    if m.l3_offset != if tagged { 18 } else { 14 } {
         return None;
     }
     let (seq, ack, flags) = if m.tcp_flags & ACK != 0 {
@@ -363,6 +397,10 @@ impl NetworkFunction for Firewall {
             ("expired", c.expired),
             ("rsts_sent", c.rsts_sent),
             ("decode_errors", c.decode_errors),
+            ("non_ip_passed", c.non_ip_passed),
+            ("non_ip_denied", c.non_ip_denied),
+            ("tunnelled", c.tunnelled),
+            ("outer_denies", c.outer_denies),
         ]);
     }
 }

@@ -10,14 +10,28 @@
 //! default deny
 //! ```
 //!
-//! `ACTION PROTO [from ADDRS] [to ADDRS] [sport PORTS] [port|dport PORTS]`, where
-//! ACTION is `allow` (or `accept`) or `deny` (or `drop`); PROTO is `tcp`, `udp`,
-//! `icmp`, `icmpv6` or `any`; ADDRS is `any` or a comma-separated list of addresses
-//! and CIDR prefixes of either family; PORTS is a comma-separated list of ports and
-//! inclusive ranges `lo-hi`. Clauses may come in any order, each at most once.
-//! A rule with port clauses matches only TCP and UDP packets. The first matching
-//! rule decides; `default allow|deny` sets the policy when none matches (deny if
+//! `ACTION [outer|inner] PROTO [from ADDRS] [to ADDRS] [sport PORTS]
+//! [port|dport PORTS] [vlan IDS] [vni IDS]`, where ACTION is `allow` (or `accept`)
+//! or `deny` (or `drop`); PROTO is `tcp`, `udp`, `icmp`, `icmpv6`, `gre` or `any`;
+//! ADDRS is `any` or a comma-separated list of addresses and CIDR prefixes of
+//! either family; PORTS and IDS are comma-separated lists of numbers and inclusive
+//! ranges `lo-hi`. Clauses may come in any order, each at most once. A rule with
+//! port clauses matches only TCP and UDP packets. The first matching rule
+//! decides; `default allow|deny` sets the policy when none matches (deny if
 //! absent).
+//!
+//! Layers. A tunnelled packet (VXLAN, Geneve, GRE, IP-in-IP, ...) is decided
+//! twice: its innermost packet, statefully, as any packet, and its outer headers,
+//! on every packet, in either direction; both must be allowed. An unqualified
+//! rule applies to every layer; `outer` rules only to outer headers, `inner`
+//! rules only to the inside of a tunnel. So `allow outer udp port 4789` with
+//! `allow tcp to 10.0.0.5 port 80` and `default deny` admits VXLAN carrying web
+//! traffic to 10.0.0.5 and nothing else, and no inner packet can smuggle itself
+//! past the outer rules or the reverse.
+//!
+//! `vlan` matches the outermost 802.1Q/802.1ad tag's VLAN id (an untagged packet
+//! never matches), `vni` the tunnel's network identifier (VXLAN or Geneve VNI,
+//! GRE key's VSID, ERSPAN session; a packet outside a tunnel never matches).
 
 use sluice_wire::{FlowKey, IpAddr};
 
@@ -108,6 +122,15 @@ pub enum RuleSyntax {
     /// `hi-lo`.
     #[error("port range \"{0}\" is reversed")]
     ReversedRange(String),
+    /// `hi-lo` in a VLAN or VNI list.
+    #[error("range \"{0}\" is reversed")]
+    ReversedIdRange(String),
+    /// Not a VLAN id (0-4095).
+    #[error("invalid VLAN id \"{0}\" (0-4095)")]
+    BadVlan(String),
+    /// Not a tunnel network identifier (0-16777215).
+    #[error("invalid VNI \"{0}\" (0-16777215)")]
+    BadVni(String),
 }
 
 #[derive(Debug, Clone, Default)]
@@ -136,9 +159,46 @@ impl Prefixes {
     }
 }
 
+/// Which layers of a packet a rule applies to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Layers {
+    /// Every layer.
+    Any,
+    /// Only a tunnel's outer headers.
+    Outer,
+    /// Only the inside of a tunnel.
+    Inner,
+}
+
+/// The layer of a packet being decided.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Layer {
+    /// A packet outside any tunnel.
+    #[default]
+    Plain,
+    /// The innermost packet of a tunnel.
+    Inner,
+    /// A tunnel's outer headers.
+    Outer,
+}
+
+/// What a rule can see of a packet besides its 5-tuple.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Scope {
+    /// The layer being decided.
+    pub layer: Layer,
+    /// The outermost tag's VLAN id.
+    pub vlan: Option<u16>,
+    /// The tunnel's network identifier.
+    pub vni: Option<u32>,
+}
+
 #[derive(Debug, Clone)]
 struct Rule {
     action: Action,
+    layers: Layers,
+    vlans: Vec<(u32, u32)>,
+    vnis: Vec<(u32, u32)>,
     /// IP protocol number, 0 for any.
     proto: u8,
     src: Prefixes,
@@ -153,10 +213,22 @@ fn ports_match(ranges: &[(u16, u16)], p: u16) -> bool {
     ranges.is_empty() || ranges.iter().any(|&(lo, hi)| lo <= p && p <= hi)
 }
 
+#[inline]
+fn ids_match(ranges: &[(u32, u32)], id: Option<u32>) -> bool {
+    ranges.is_empty() || id.is_some_and(|v| ranges.iter().any(|&(lo, hi)| lo <= v && v <= hi))
+}
+
 impl Rule {
     #[inline]
-    fn matches(&self, f: &FlowKey) -> bool {
+    fn matches(&self, f: &FlowKey, scope: &Scope) -> bool {
         if self.proto != 0 && self.proto != f.proto {
+            return false;
+        }
+        match (self.layers, scope.layer) {
+            (Layers::Any, _) | (Layers::Outer, Layer::Outer) | (Layers::Inner, Layer::Inner) => {}
+            _ => return false,
+        }
+        if !ids_match(&self.vlans, scope.vlan.map(u32::from)) || !ids_match(&self.vnis, scope.vni) {
             return false;
         }
         if !(self.sports.is_empty() && self.dports.is_empty()) {
@@ -321,29 +393,52 @@ impl RuleSet {
     /// tested in order with early exit, so the first match still wins.
     #[inline]
     pub fn decide(&self, f: &FlowKey) -> (Action, Option<u32>) {
+        self.decide_in(f, &Scope::default())
+    }
+
+    /// [`RuleSet::decide`] for a packet of `scope` (its layer, VLAN and tunnel).
+    #[inline]
+    pub fn decide_in(&self, f: &FlowKey, scope: &Scope) -> (Action, Option<u32>) {
         match &self.index {
             Some(ix) => {
                 for &i in ix.candidates(f) {
                     let r = &self.rules[i as usize];
-                    if r.matches(f) {
+                    if r.matches(f, scope) {
                         return (r.action, Some(r.line));
                     }
                 }
                 (self.default, None)
             }
-            None => self.decide_linear(f),
+            None => self.decide_linear_in(f, scope),
         }
     }
 
     /// [`RuleSet::decide`] by a plain scan of every rule (the reference the index
     /// is tested against, and the fallback for pathological rule sets).
     pub fn decide_linear(&self, f: &FlowKey) -> (Action, Option<u32>) {
+        self.decide_linear_in(f, &Scope::default())
+    }
+
+    /// [`RuleSet::decide_linear`] for a packet of `scope`.
+    pub fn decide_linear_in(&self, f: &FlowKey, scope: &Scope) -> (Action, Option<u32>) {
         for r in &self.rules {
-            if r.matches(f) {
+            if r.matches(f, scope) {
                 return (r.action, Some(r.line));
             }
         }
         (self.default, None)
+    }
+
+    /// True if a tunnel's outer headers `outer` are allowed, in either direction
+    /// (the outer flow of a tunnel is not tracked, so its replies are matched by
+    /// the same rules).
+    pub fn outer_allowed(&self, outer: &FlowKey, scope: &Scope) -> bool {
+        let scope = Scope {
+            layer: Layer::Outer,
+            ..*scope
+        };
+        self.decide_in(outer, &scope).0 == Action::Allow
+            || self.decide_in(&outer.reverse(), &scope).0 == Action::Allow
     }
 }
 
@@ -371,17 +466,26 @@ fn parse_action(s: &str) -> Option<Action> {
 fn parse_rule(toks: &[String], line: usize) -> Result<Rule, RuleSyntax> {
     let action =
         parse_action(&toks[0]).ok_or_else(|| RuleSyntax::UnknownAction(toks[0].clone()))?;
+    let (layers, toks) = match toks.get(1).map(String::as_str) {
+        Some("outer") => (Layers::Outer, &toks[1..]),
+        Some("inner") => (Layers::Inner, &toks[1..]),
+        _ => (Layers::Any, toks),
+    };
     let proto_tok = toks.get(1).ok_or(RuleSyntax::MissingProtocol)?;
     let proto = match proto_tok.as_str() {
         "tcp" => 6,
         "udp" => 17,
         "icmp" => 1,
         "icmpv6" | "ipv6-icmp" => 58,
+        "gre" => 47,
         "any" | "all" | "ip" => 0,
         p => return Err(RuleSyntax::UnknownProtocol(p.into())),
     };
     let mut rule = Rule {
         action,
+        layers,
+        vlans: Vec::new(),
+        vnis: Vec::new(),
         proto,
         src: Prefixes {
             any: true,
@@ -400,7 +504,7 @@ fn parse_rule(toks: &[String], line: usize) -> Result<Rule, RuleSyntax> {
     while i < toks.len() {
         let kw = toks[i].as_str();
         let canon = match kw {
-            "from" | "to" | "sport" => kw,
+            "from" | "to" | "sport" | "vlan" | "vni" => kw,
             "port" | "dport" => "dport",
             _ => return Err(RuleSyntax::Unexpected(kw.into())),
         };
@@ -415,6 +519,8 @@ fn parse_rule(toks: &[String], line: usize) -> Result<Rule, RuleSyntax> {
             "from" => rule.src = parse_addrs(arg)?,
             "to" => rule.dst = parse_addrs(arg)?,
             "sport" => rule.sports = parse_ports(arg)?,
+            "vlan" => rule.vlans = parse_ids(arg, 4095, RuleSyntax::BadVlan)?,
+            "vni" => rule.vnis = parse_ids(arg, 0x00ff_ffff, RuleSyntax::BadVni)?,
             _ => rule.dports = parse_ports(arg)?,
         }
         i += 2;
@@ -480,6 +586,32 @@ fn parse_addrs(s: &str) -> Result<Prefixes, RuleSyntax> {
     Ok(p)
 }
 
+/// A list of identifiers up to `max` (VLAN ids, VNIs) and ranges of them.
+fn parse_ids(
+    s: &str,
+    max: u32,
+    bad: fn(String) -> RuleSyntax,
+) -> Result<Vec<(u32, u32)>, RuleSyntax> {
+    let id = |t: &str| -> Result<u32, RuleSyntax> {
+        t.parse::<u32>()
+            .ok()
+            .filter(|&v| v <= max)
+            .ok_or_else(|| bad(t.into()))
+    };
+    let mut out = Vec::new();
+    for item in s.split(',') {
+        let (lo, hi) = match item.split_once('-') {
+            Some((a, b)) => (id(a)?, id(b)?),
+            None => (id(item)?, id(item)?),
+        };
+        if lo > hi {
+            return Err(RuleSyntax::ReversedIdRange(item.into()));
+        }
+        out.push((lo, hi));
+    }
+    Ok(out)
+}
+
 fn parse_ports(s: &str) -> Result<Vec<(u16, u16)>, RuleSyntax> {
     if s == "any" {
         return Ok(Vec::new());
@@ -516,6 +648,7 @@ mod tests {
 
     fn fk(src: &str, dst: &str, sp: u16, dp: u16, proto: u8) -> FlowKey {
         FlowKey {
+            zone: 0,
             src: src.parse().unwrap(),
             dst: dst.parse().unwrap(),
             src_port: sp,

@@ -2,10 +2,10 @@ use super::*;
 use proptest::prelude::*;
 use sluice_nf::{testing, Emitted, Verdict};
 use sluice_state::{LocalStore, SharedLocalStore};
-use sluice_wire::build;
 use sluice_wire::parse::parse_frame;
 use sluice_wire::rewrite::verify_all_checksums;
 use sluice_wire::tcp::flags::{ACK, FIN, PSH, RST, SYN};
+use sluice_wire::{build, wrap};
 
 const C: [u8; 4] = [10, 0, 0, 1];
 const S: [u8; 4] = [192, 0, 2, 7];
@@ -530,14 +530,168 @@ fn corrupt_state_is_counted_not_trusted() {
     assert_eq!(s.len(), 0);
 }
 
-#[test]
-fn non_ip_and_dropped_packets_are_left_alone() {
-    let mut f = fw();
-    let mut s = LocalStore::new();
+fn arp() -> Vec<u8> {
     let mut arp = vec![0u8; 60];
     arp[12] = 0x08;
     arp[13] = 0x06;
-    let o = run(&mut f, &mut s, &[(arp, 0)]);
+    arp
+}
+
+#[test]
+fn a_default_deny_firewall_denies_what_it_cannot_classify() {
+    let mut s = LocalStore::new();
+    let frames = [(arp(), 0), (wrap::stp_bpdu(), 1)];
+    let mut lcp = wrap::pppoe(&c2s(1, 80, 1, 0, SYN, b""), 1);
+    lcp[20] = 0xc0;
+    lcp[21] = 0x21;
+    let frames = [frames[0].clone(), frames[1].clone(), (lcp, 2)];
+    let mut f = fw();
+    let o = run(&mut f, &mut s, &frames);
+    assert_eq!(o.passed(), [false, false, false]);
+    assert_eq!(o.reason(0), Some("non_ip"));
+    assert_eq!(counter(&f, "non_ip_denied"), 3);
+    assert_eq!(s.counters().round_trips, 0);
+    // Said otherwise, by the setting or by a `default allow` policy.
+    let mut f = fw_with(WEB, |c| c.non_ip = Some(NonIpPolicy::Allow));
+    assert_eq!(run(&mut f, &mut s, &frames).passed(), [true, true, true]);
+    assert_eq!(counter(&f, "non_ip_passed"), 3);
+    let mut f = fw_with("default allow", |_| {});
+    assert_eq!(run(&mut f, &mut s, &frames).passed(), [true, true, true]);
+    let mut f = fw_with("default allow", |c| c.non_ip = Some(NonIpPolicy::Deny));
+    assert_eq!(run(&mut f, &mut s, &frames).passed(), [false, false, false]);
+}
+
+#[test]
+fn ip_under_tags_pppoe_and_mpls_is_decided_by_the_rules() {
+    let syn = c2s(40000, 80, 100, 0, SYN, b"");
+    let ssh = c2s(40001, 22, 100, 0, SYN, b"");
+    for wrapped in [
+        |f: &[u8]| wrap::qinq(f, 10, 20),
+        |f: &[u8]| wrap::tags(f, &[(0x9100, 1), (0x88a8, 2), (0x8100, 3)]),
+        |f: &[u8]| wrap::pppoe(f, 7),
+        |f: &[u8]| wrap::qinq(&wrap::pppoe(f, 7), 1, 2),
+        |f: &[u8]| wrap::mpls(f, &[16, 17]),
+        |f: &[u8]| wrap::pbb(f, 5),
+        |f: &[u8]| wrap::vn_tag(f),
+    ] {
+        let mut s = LocalStore::new();
+        let mut f = fw();
+        let o = run(&mut f, &mut s, &[(wrapped(&syn), 0), (wrapped(&ssh), 1)]);
+        assert_eq!(o.passed(), [true, false]);
+        assert_eq!(o.reason(1), Some("rule_deny"));
+        // Only `default deny`: nothing passes.
+        let mut s = LocalStore::new();
+        let mut f = fw_with("default deny", |_| {});
+        let o = run(&mut f, &mut s, &[(wrapped(&syn), 0), (wrapped(&ssh), 1)]);
+        assert_eq!(o.passed(), [false, false]);
+    }
+}
+
+#[test]
+fn rules_match_vlan_ids() {
+    let mut s = LocalStore::new();
+    let rules = "allow tcp port 80 vlan 10,30-40\ndefault deny";
+    let syn = c2s(40000, 80, 100, 0, SYN, b"");
+    let mut f = fw_with(rules, |_| {});
+    let o = run(
+        &mut f,
+        &mut s,
+        &[
+            (wrap::tags(&syn, &[(0x8100, 10)]), 0),
+            (wrap::tags(&syn, &[(0x8100, 20)]), 1),
+            (wrap::qinq(&syn, 35, 99), 2),
+            (syn.clone(), 3),
+        ],
+    );
+    assert_eq!(o.passed(), [true, false, true, false]);
+}
+
+const O1: [u8; 4] = [198, 51, 100, 1];
+const O2: [u8; 4] = [198, 51, 100, 2];
+
+fn vx(vni: u32, inner: &[u8]) -> Vec<u8> {
+    wrap::vxlan(O1.into(), O2.into(), vni, inner)
+}
+
+#[test]
+fn a_tunnel_passes_only_if_its_outer_and_inner_packets_are_allowed() {
+    let mut s = LocalStore::new();
+    let rules = "allow outer udp from 198.51.100.0/24 to 198.51.100.0/24 port 4789\n\
+                 allow inner tcp to 192.0.2.0/24 port 80 vni 100\n\
+                 default deny";
+    let syn = c2s(40000, 80, 100, 0, SYN, b"");
+    let ssh = c2s(40000, 22, 100, 0, SYN, b"");
+    let mut f = fw_with(rules, |_| {});
+    let wrong_outer = wrap::vxlan(O1.into(), [203, 0, 113, 9].into(), 100, &syn);
+    let o = run(
+        &mut f,
+        &mut s,
+        &[
+            (vx(100, &syn), 0),
+            (vx(100, &ssh), 1),
+            (vx(200, &syn), 2),
+            (wrong_outer, 3),
+            (syn.clone(), 4),
+        ],
+    );
+    assert_eq!(o.passed(), [true, false, false, false, false]);
+    assert_eq!(o.reason(1), Some("rule_deny"));
+    assert_eq!(o.reason(3), Some("outer_deny"));
+    assert_eq!(counter(&f, "outer_denies"), 1);
+    // The reply travels the tunnel the other way (VXLAN's replies go to port
+    // 4789 too), the inner flow passes by its state.
+    let synack = s2c(80, 40000, 500, 101, SYN | ACK, b"");
+    let back = wrap::vxlan(O2.into(), O1.into(), 100, &synack);
+    assert_eq!(run(&mut f, &mut s, &[(back, 5)]).passed(), [true]);
+    // Another tenant's identical 5-tuple in VNI 200 shares none of that state.
+    let ack = c2s(40000, 80, 101, 501, ACK, b"");
+    let o = run(&mut f, &mut s, &[(vx(100, &ack), 6), (vx(200, &ack), 7)]);
+    assert_eq!(o.passed(), [true, false]);
+    assert_eq!(o.reason(1), Some("no_state"));
+}
+
+#[test]
+fn an_inner_packet_cannot_borrow_the_outer_rules_or_the_reverse() {
+    let mut s = LocalStore::new();
+    // Only web traffic to 192.0.2.7: a VXLAN packet to anywhere whose inner
+    // packet is web traffic to 192.0.2.7 must not pass, nor a tunnel the outer
+    // rules allow carrying something else.
+    let mut f = fw_with("allow tcp to 192.0.2.7 port 80\ndefault deny", |_| {});
+    let syn = c2s(40000, 80, 100, 0, SYN, b"");
+    let o = run(&mut f, &mut s, &[(vx(1, &syn), 0)]);
+    assert_eq!(o.passed(), [false]);
+    assert_eq!(o.reason(0), Some("outer_deny"));
+    let mut f = fw_with("allow udp port 4789\ndefault deny", |_| {});
+    let o = run(&mut f, &mut s, &[(vx(1, &syn), 0)]);
+    assert_eq!(o.reason(0), Some("rule_deny"));
+    // Every tunnel kind is opened and decided the same way.
+    let o1: sluice_wire::IpAddr = O1.into();
+    let o2: sluice_wire::IpAddr = O2.into();
+    let mut f = fw_with(
+        "allow outer any\nallow inner tcp port 80\ndefault deny",
+        |_| {},
+    );
+    for t in [
+        wrap::ip_in_ip(o1, o2, &syn),
+        wrap::gre(o1, o2, Some(5 << 8), true, &syn),
+        wrap::erspan(o1, o2, 3, 9, &syn),
+        wrap::geneve(o1, o2, 4, &syn),
+        wrap::vxlan_gpe(o1, o2, 4, &syn),
+    ] {
+        assert_eq!(run(&mut f, &mut s, &[(t, 0)]).passed(), [true]);
+    }
+    let ssh = c2s(40000, 22, 100, 0, SYN, b"");
+    assert_eq!(
+        run(&mut f, &mut s, &[(wrap::gre(o1, o2, None, false, &ssh), 0)]).passed(),
+        [false]
+    );
+}
+
+#[test]
+fn dropped_packets_are_left_alone() {
+    let mut f = fw_with("default allow", |_| {});
+    let mut s = LocalStore::new();
+    let o = run(&mut f, &mut s, &[(arp(), 0)]);
     assert!(o.passed()[0]);
     assert_eq!(s.counters().round_trips, 0);
 }

@@ -41,6 +41,12 @@ impl BatchNf for Ips {
         &mut self.pass
     }
 
+    /// Signatures are written for IP: other frames pass, counted.
+    fn unclassified(&mut self, _p: &Packet) -> Result<(), &'static str> {
+        self.counters.non_ip += 1;
+        Ok(())
+    }
+
     fn plan(&mut self, p: &Packet, pass: &mut Pass<Self>) -> Result<Option<u32>, &'static str> {
         if p.meta.l4 != L4::Tcp && !self.nontcp_drop {
             return Ok(None);

@@ -177,6 +177,8 @@ pub struct Counters {
     pub blocked_packets: u64,
     /// Flows that matched a `pass` rule.
     pub passed_flows: u64,
+    /// Frames that are not IP, passed uninspected.
+    pub non_ip: u64,
     /// TCP packets with payload but no reassembled stream.
     pub tcp_unreassembled: u64,
     /// Stream chunks that followed bytes the reassembler skipped (a
@@ -379,6 +381,7 @@ impl NetworkFunction for Ips {
             ("ips_blocked_packets", c.blocked_packets),
             ("ips_passed_flows", c.passed_flows),
             ("ips_tcp_unreassembled", c.tcp_unreassembled),
+            ("ips_non_ip", c.non_ip),
             ("ips_stream_gaps", c.stream_gaps),
             ("ips_corrupt_records", c.corrupt_records),
             ("ips_expired", c.expired),

@@ -59,6 +59,7 @@ struct Counters {
     fragments: u64,
     decode_errors: u64,
     rewrite_errors: u64,
+    encapsulated: u64,
 }
 
 /// The load balancer. See the crate documentation.
@@ -200,6 +201,7 @@ impl Lb {
             (canon.dst, canon.dst_port)
         };
         let reply = FlowKey {
+            zone: canon.zone,
             src: b.addr,
             dst: addr,
             src_port: b.port,
@@ -213,6 +215,7 @@ impl Lb {
     fn client_of(&self, f: &FlowKey, svc: u16) -> FlowKey {
         let s = &self.services[svc as usize];
         FlowKey {
+            zone: f.zone,
             src: f.dst,
             dst: s.vip,
             src_port: f.dst_port,
@@ -235,7 +238,11 @@ impl NetworkFunction for Lb {
     /// connection record (owned), a backend's reply the connection record
     /// (present only) and its own reply record (owned).
     fn prefetch(&self, batch: &Batch, ops: &mut Ops) {
-        for p in batch.pkts.iter().filter(|p| p.is_live() && p.meta.is_ip()) {
+        for p in batch
+            .pkts
+            .iter()
+            .filter(|p| p.is_live() && p.meta.is_ip() && !p.meta.is_tunnelled())
+        {
             let m = &p.meta;
             let f = &m.flow;
             if m.fragment == Fragment::Later || !matches!(m.l4, L4::Tcp | L4::Udp) {
@@ -426,6 +433,7 @@ impl NetworkFunction for Lb {
             ("closed", c.closed),
             ("races_lost", c.races_lost),
             ("fragments", c.fragments),
+            ("encapsulated", c.encapsulated),
             ("decode_errors", c.decode_errors),
             ("rewrite_errors", c.rewrite_errors),
         ]);

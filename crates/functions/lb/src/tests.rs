@@ -485,6 +485,7 @@ fn record(s: &mut LocalStore, key: Key) -> Option<Conn> {
 fn conn_key(i: u32) -> Key {
     let (c, p) = client(i);
     let f = FlowKey {
+        zone: 0,
         src: IpAddr::V4(c),
         dst: IpAddr::V4(VIP),
         src_port: p,
@@ -497,6 +498,7 @@ fn conn_key(i: u32) -> Key {
 fn ret_key(i: u32, b: u16) -> Key {
     let (c, p) = client(i);
     let f = FlowKey {
+        zone: 0,
         src: IpAddr::V4(c),
         dst: IpAddr::V4(VIP),
         src_port: p,

@@ -122,6 +122,10 @@ pub struct Counters {
     pub after_close: u64,
     /// Records that could not be decoded (replaced by a new flow).
     pub corrupt_records: u64,
+    /// Frames that are not IP (counted here, passed, in no flow record).
+    pub non_ip_frames: u64,
+    /// Their bytes.
+    pub non_ip_bytes: u64,
 }
 
 /// The flow monitor.
@@ -184,6 +188,13 @@ impl BatchNf for Monitor {
 
     fn pass(&mut self) -> &mut Pass<Self> {
         &mut self.pass
+    }
+
+    #[inline]
+    fn unclassified(&mut self, p: &Packet) -> Result<(), &'static str> {
+        self.counters.non_ip_frames += 1;
+        self.counters.non_ip_bytes += p.len() as u64;
+        Ok(())
     }
 
     #[inline]
@@ -485,6 +496,8 @@ impl NetworkFunction for Monitor {
             ("monitor_exported", c.exported),
             ("monitor_after_close", c.after_close),
             ("monitor_corrupt_records", c.corrupt_records),
+            ("monitor_non_ip_frames", c.non_ip_frames),
+            ("monitor_non_ip_bytes", c.non_ip_bytes),
         ]);
     }
 }
@@ -500,6 +513,7 @@ mod tests {
         let v4 = |a: u8| IpAddr::V4([10, 0, 0, a]);
         let v6 = |a: u8| IpAddr::V6([a; 16]);
         let k = |src, dst, sp, dp, proto| FlowKey {
+            zone: 0,
             src,
             dst,
             src_port: sp,

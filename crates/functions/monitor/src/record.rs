@@ -103,13 +103,14 @@ pub struct Flow {
 /// field (17-byte addresses), and every later copy of it, into the records'
 /// index and out of its probe, read those bytes back in wider pieces than they
 /// were written and stalled on them; words are written and read whole, and
-/// hash and compare in five steps without a byte-slice hash or `memcmp`.
+/// hash and compare in six steps without a byte-slice hash or `memcmp`.
 ///
 /// Aligned to 16 bytes, so its 48 bytes are copied in the same three 16-byte
 /// pieces everywhere: at 40, one copy's overlapping tail piece stalled the next.
+/// The sixth word, the zone, filled what was alignment padding.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(align(16))]
-pub struct FlowId([u64; 5]);
+pub struct FlowId([u64; 6]);
 
 impl std::hash::Hash for FlowId {
     // Word by word: an array's derived hash is a length and a byte slice.
@@ -145,6 +146,7 @@ impl FlowId {
                 | (k.proto as u64) << 32
                 | (sf as u64) << 40
                 | (df as u64) << 41,
+            k.zone as u64,
         ])
     }
 }

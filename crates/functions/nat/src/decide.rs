@@ -93,6 +93,13 @@ impl BatchNf for Nat {
     #[inline]
     fn plan(&mut self, p: &Packet, pass: &mut Pass<Self>) -> Result<Plan, &'static str> {
         self.c.packets += 1;
+        if p.meta.is_tunnelled() {
+            // Translating inside a tunnel would leave its outer checksums and
+            // the tunnel endpoints' view wrong; a chain that must translate
+            // tunnels by their outer headers sets `decapsulate: false`.
+            self.c.encapsulated += 1;
+            return Err("encapsulated");
+        }
         self.classify(&p.meta, pass)
     }
 

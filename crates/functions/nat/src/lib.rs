@@ -73,6 +73,7 @@ struct Counters {
     decode_errors: u64,
     rewrite_errors: u64,
     reservations_expired: u64,
+    encapsulated: u64,
 }
 
 /// The source NAT. See the crate documentation.
@@ -206,7 +207,11 @@ impl NetworkFunction for Nat {
     /// outbound packets their forward record (owned), inbound ones their
     /// reverse record (present only). ICMP errors read another flow's record.
     fn prefetch(&self, batch: &Batch, ops: &mut Ops) {
-        for p in batch.pkts.iter().filter(|p| p.is_live() && p.meta.is_ip()) {
+        for p in batch
+            .pkts
+            .iter()
+            .filter(|p| p.is_live() && p.meta.is_ip() && !p.meta.is_tunnelled())
+        {
             let m = &p.meta;
             if m.is_v6()
                 || m.fragment == Fragment::Later
@@ -394,6 +399,7 @@ impl NetworkFunction for Nat {
             ("races_lost", c.races_lost),
             ("expired", c.expired),
             ("fragments", c.fragments),
+            ("encapsulated", c.encapsulated),
             ("unsupported_protocol", c.unsupported),
             ("ipv6", c.ipv6),
             ("decode_errors", c.decode_errors),

@@ -63,6 +63,7 @@ impl Codec for Mapping {
 pub(crate) fn rev_flow(fwd: &FlowKey, pub_addr: [u8; 4], pub_port: u16) -> FlowKey {
     let echo = matches!(fwd.proto, ip_proto::ICMP);
     FlowKey {
+        zone: fwd.zone,
         src: fwd.dst,
         dst: IpAddr::V4(pub_addr),
         src_port: if echo { pub_port } else { fwd.dst_port },
@@ -75,6 +76,7 @@ pub(crate) fn rev_flow(fwd: &FlowKey, pub_addr: [u8; 4], pub_port: u16) -> FlowK
 pub(crate) fn fwd_flow(rev: &FlowKey, m: &Mapping) -> FlowKey {
     let echo = matches!(rev.proto, ip_proto::ICMP);
     FlowKey {
+        zone: rev.zone,
         src: IpAddr::V4(m.inside_addr),
         dst: rev.src,
         src_port: m.inside_port,

@@ -487,6 +487,7 @@ fn each_direction_refreshes_only_its_own_record() {
     let out = run(&mut n, &mut s, &[(build::udp_v4(H, R, 7000, 53, b"q"), 0)]);
     let pubf = out.flow(0);
     let fwd = FlowKey {
+        zone: 0,
         src: IpAddr::V4(H),
         dst: IpAddr::V4(R),
         src_port: 7000,
