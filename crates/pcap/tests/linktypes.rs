@@ -487,3 +487,24 @@ fn tshark_decodes_every_written_link_type() {
         }
     }
 }
+
+proptest::proptest! {
+    /// Any bytes, as a record of any link type, are read or skipped, and whatever
+    /// is read is written back (or refused) without a panic.
+    #[test]
+    fn any_record_of_any_link_type_is_handled(lt in 0usize..9, data: Vec<u8>, frame: Vec<u8>) {
+        let lt = LinkType::ALL[lt];
+        let file = pcap(lt.number(), std::slice::from_ref(&data), false);
+        let mut r = PcapReader::new(&file[..]).unwrap();
+        let mut buf = vec![];
+        let mut w = PcapWriter::with_linktype(Vec::new(), lt).unwrap();
+        if r.next_into(&mut buf).unwrap().is_some() {
+            proptest::prop_assert!(lt == LinkType::Ethernet || buf.len() >= 14);
+            let _ = w.write_with_header(0, &buf, r.link_header());
+        } else {
+            proptest::prop_assert_eq!(r.skipped(), 1);
+        }
+        let _ = w.write(0, &frame);
+        let _ = w.write_with_header(0, &frame, &data);
+    }
+}
