@@ -17,10 +17,12 @@ pub struct RunArgs {
     /// Chain specification (YAML).
     #[arg(long)]
     pub chain: PathBuf,
-    /// Input trace (pcap or pcapng, Ethernet).
+    /// Input trace (pcap or pcapng; Ethernet, LINUX_SLL, LINUX_SLL2, RAW, IPV4,
+    /// IPV6, NULL, LOOP or NFLOG link types, handed to the chain as Ethernet).
     #[arg(long)]
     pub pcap: PathBuf,
-    /// Write forwarded (and emitted) packets to this pcap.
+    /// Write forwarded (and emitted) packets to this pcap, in the input's link type
+    /// (for pcapng, its first interface's).
     #[arg(long)]
     pub out: Option<PathBuf>,
     /// Write alerts and flow records as EVE JSON lines to this file.
@@ -60,6 +62,9 @@ pub struct Summary {
     pub frames_read: u64,
     /// Frames too long for a buffer (dropped before the chain).
     pub oversize: u64,
+    /// Records of a non-Ethernet link type without an IP packet (or too short),
+    /// skipped before the chain.
+    pub skipped: u64,
     /// Seconds spent.
     pub seconds: f64,
     /// The chain's statistics.
@@ -215,7 +220,8 @@ pub fn run(args: &RunArgs) -> Result<Summary, RunError> {
     let mut writer = match &args.out {
         Some(p) => {
             let f = File::create(p).map_err(|e| file_err(p, e))?;
-            Some(PcapWriter::new(BufWriter::new(f)).map_err(|e| file_err(p, e))?)
+            let w = PcapWriter::with_linktype(BufWriter::new(f), reader.linktype());
+            Some(w.map_err(|e| file_err(p, e))?)
         }
         None => None,
     };
@@ -370,6 +376,7 @@ pub fn run(args: &RunArgs) -> Result<Summary, RunError> {
         state: store.describe(),
         frames_read: frames,
         oversize,
+        skipped: reader.skipped(),
         seconds: started.elapsed().as_secs_f64(),
         stats,
         input_error,
@@ -416,6 +423,12 @@ pub fn print_summary(s: &Summary) {
         println!(
             "  {} frames over the instance's capacity budget were dropped",
             st.over_capacity
+        );
+    }
+    if s.skipped > 0 {
+        println!(
+            "  {} records without an IP packet were skipped before the chain",
+            s.skipped
         );
     }
     if s.oversize > 0 {
