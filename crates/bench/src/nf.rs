@@ -49,6 +49,15 @@ pub struct ChainText {
     pub files: Vec<(String, String)>,
 }
 
+/// `trace` with every frame rewrapped by `w`, timestamps kept.
+fn wrapped(trace: &Trace, w: impl Fn(&[u8]) -> Vec<u8>) -> Trace {
+    let mut t = Trace::new();
+    for (ts, f) in trace.iter() {
+        t.push(ts, &w(f));
+    }
+    t
+}
+
 /// This thread's on-CPU time in nanoseconds (Linux schedstat), so that results on
 /// a shared machine count only the time the benchmark actually ran; 0 elsewhere.
 pub fn thread_cpu_ns() -> u64 {
@@ -435,6 +444,65 @@ pub fn run(opts: &Options, progress: &mut dyn FnMut(&str)) -> Vec<Measurement> {
         "",
         &mut out,
     );
+
+    // The same traffic under encapsulations (issue 19): what reading through a
+    // QinQ stack and opening a VXLAN tunnel costs the firewall, against the plain
+    // firewall on the same flows.
+    let encap_rows = [
+        "firewall_1000_rules_plain",
+        "firewall_1000_rules_qinq",
+        "firewall_1000_rules_vxlan",
+    ];
+    if encap_rows.iter().any(|n| wanted(n)) {
+        // The baseline runs whenever one of its rows does.
+        let fw_plain = time_chain(
+            &dir,
+            &firewall_chain(1000),
+            Sharing::Shared,
+            &small,
+            opts.reps,
+        )
+        .ok()
+        .map(|secs| measurement(encap_rows[0], &small, secs, small_size));
+        rel(
+            fw_plain.clone(),
+            &None,
+            "baseline for the encapsulated rows",
+            &mut out,
+        );
+        let qinq = wrapped(&small, |f| sluice_wire::wrap::qinq(f, 100, 200));
+        rel(
+            bench(
+                "firewall_1000_rules_qinq",
+                firewall_chain(1000),
+                Sharing::Shared,
+                &qinq,
+                small_size + 8,
+            ),
+            &fw_plain,
+            "two tags read through",
+            &mut out,
+        );
+        let (o1, o2) = (
+            sluice_wire::IpAddr::V4([198, 51, 100, 1]),
+            sluice_wire::IpAddr::V4([198, 51, 100, 2]),
+        );
+        let vxlan = wrapped(&small, |f| sluice_wire::wrap::vxlan(o1, o2, 5000, f));
+        let mut fw_vx = firewall_chain(1000);
+        fw_vx.files[0].1 = format!("allow outer udp port 4789\n{}", fw_vx.files[0].1);
+        rel(
+            bench(
+                "firewall_1000_rules_vxlan",
+                fw_vx,
+                Sharing::Shared,
+                &vxlan,
+                small_size + 50,
+            ),
+            &fw_plain,
+            "inner flow decided, outer headers checked per packet",
+            &mut out,
+        );
+    }
 
     // The IPS, on full-size packets, against the forward-only pipeline on the same bytes.
     let fwd_big = bench(
