@@ -758,20 +758,32 @@ impl Chain {
     /// Reassembly (if shared) and every function, in order or in reverse.
     fn pipeline(&mut self, batch: &mut Batch, store: &mut dyn StateStore, reverse: bool) {
         let n = batch.len();
-        if let Some(r) = self.reassembly.as_mut() {
-            self.streams.reset(n);
-            if let Err(e) = r.process(batch, store, &mut self.streams, REASSEMBLY_STAGE) {
-                self.stats.store_errors += 1;
-                self.stats.last_error = Some(e.to_string());
-                fail_closed(batch, REASSEMBLY_STAGE);
-            }
-        } else {
-            self.streams.reset(n);
-        }
+        self.streams.reset(n);
+        // Reassembly runs just before the first function that reads streams, so
+        // what an earlier function drops (a firewall's deny) never takes its
+        // memory, and it sees the tuples that function sees.
+        let mut reassembled = self.reassembly.is_none();
 
         let count = self.stages.len();
         for k in 0..count {
             let i = if reverse { count - 1 - k } else { k };
+            if !reassembled && self.stages[i].f.wants_streams() {
+                reassembled = true;
+                if let Some(r) = self.reassembly.as_mut() {
+                    let mut plain;
+                    let store: &mut dyn StateStore = if self.stages[i].hints {
+                        &mut *store
+                    } else {
+                        plain = Unhinted(&mut *store);
+                        &mut plain
+                    };
+                    if let Err(e) = r.process(batch, store, &mut self.streams, REASSEMBLY_STAGE) {
+                        self.stats.store_errors += 1;
+                        self.stats.last_error = Some(e.to_string());
+                        fail_closed(batch, REASSEMBLY_STAGE);
+                    }
+                }
+            }
             let st = &mut self.stages[i];
             let stage = i as u8;
             let mut plain;

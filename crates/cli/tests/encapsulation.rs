@@ -285,3 +285,31 @@ fn frames_that_are_not_ip_meet_each_function_policy() {
     assert_eq!(r.stats["forwarded"], 2);
     assert_eq!(counter(&r.stats["stages"][0], "monitor_non_ip_frames"), 2);
 }
+
+/// The shared TCP reassembly runs after the firewall: what the firewall denies
+/// never takes reassembly memory.
+#[test]
+fn reassembly_never_sees_what_the_firewall_denies() {
+    let d = tempfile::tempdir().unwrap();
+    let mut frames = capture(|f, _| f.to_vec(), 40000);
+    // Mid-stream data to port 22: no state, denied.
+    for i in 0..3u32 {
+        let f = build::tcp_v4(C, S, 50000, 22, 1000 + 100 * i, 1, ACK | PSH, &[b'x'; 100]);
+        frames.push((frames.last().unwrap().0 + 1_000, f));
+    }
+    let pcap = d.path().join("mixed.pcap");
+    write_pcap(&pcap, &frames);
+    let chain = format!(
+        "{}  - type: ips\n    rules:\n      - 'alert tcp any any -> any 22 (msg:\"x\"; content:\"xxxx\"; sid:9;)'\n",
+        ALLOW_WEB
+    );
+    let r = run(d.path(), &chain, &pcap);
+    assert_eq!(r.stats["forwarded"], 8);
+    let re = r.stats["reassembly_counters"].as_array().unwrap();
+    let packets = re
+        .iter()
+        .find(|c| c[0] == "reassembly_packets")
+        .map(|c| c[1].as_u64().unwrap());
+    assert_eq!(packets, Some(8), "{re:?}");
+    assert!(r.events.is_empty(), "denied bytes were never inspected");
+}
