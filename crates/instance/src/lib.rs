@@ -32,7 +32,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use sluice_chain::{Chain, ChainSpec, ChainStats, Pipeline, Sharing, HELD_STAGE};
 use sluice_netio::{in_netns_opt, Msg, Poller, RxBatch, UdpBatchSocket, DEFAULT_BUF_SIZE};
 use sluice_nf::Event;
-use sluice_packet::{Batch, PacketPool, Verdict, MAX_FRAME};
+use sluice_packet::{Batch, PacketPool, Verdict};
 use sluice_proto::InstanceHeartbeat;
 use sluice_state::{LocalStore, StateStore};
 use sluice_switch::tunnel::{geneve_header, parse_geneve_payload, TunnelError, GENEVE_HEADER_MAX};
@@ -390,20 +390,18 @@ impl DataPath {
             }
         };
         let inner = &datagram[off..];
-        if inner.len() > MAX_FRAME {
-            self.stats.drop("oversize", 1);
-            return;
-        }
         let idx = self.batch.len();
         if idx >= self.batch_size {
             self.stats.drop("pool_exhausted", 1);
             return;
         }
-        if !self
+        // Jumbo frames take a buffer of the pool's bounded large class; its
+        // exhaustion is a counted drop like any other.
+        if let Err(e) = self
             .batch
-            .push_frame(&mut self.pool, inner, now_ns, idx as u16)
+            .try_push_frame(&mut self.pool, inner, now_ns, idx as u16)
         {
-            self.stats.drop("pool_exhausted", 1);
+            self.stats.drop(e.reason(), 1);
             return;
         }
         self.headers[idx] = if off <= GENEVE_HEADER_MAX {
