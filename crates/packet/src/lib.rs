@@ -37,6 +37,11 @@ pub const DEFAULT_BATCH: usize = 32;
 /// One large buffer.
 type LargeBuf = Box<[u8; LARGE_BUF_SIZE]>;
 
+/// The inline buffer, on a cache-line boundary: with [`HEADROOM`] a multiple of
+/// 64, a received frame starts on one too, so copying it in is aligned.
+#[repr(C, align(64))]
+struct InlineBuf([u8; BUF_SIZE]);
+
 /// Why a packet was dropped: which stage and a short stable reason.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct DropReason {
@@ -60,20 +65,26 @@ pub enum Verdict {
 ///
 /// Reached through [`Packet`], which boxes it so that moving a packet between the
 /// pool and batches moves one pointer, not a 2 KiB buffer and its metadata.
+///
+/// The layout is fixed so that everything read to reach the frame (`large`,
+/// `start`, `len`) and the verdict share the first cache line, followed by the
+/// parse and the buffer: left to the compiler, `large` landed on a cache line
+/// of its own at the end of the buffer, one more line touched per packet.
+#[repr(C)]
 pub struct PacketInner {
-    buf: [u8; BUF_SIZE],
     /// When set, the frame lives here instead of in `buf`.
     large: Option<LargeBuf>,
     start: u32,
     len: u32,
     /// Capture or arrival time in nanoseconds (any epoch, monotone within a trace).
     pub ts_ns: u64,
+    /// The verdict so far.
+    pub verdict: Verdict,
     /// Port (interface) the packet arrived on.
     pub port: u16,
     /// The single-pass parse of the frame, filled by the data plane's parse stage.
     pub meta: PacketMeta,
-    /// The verdict so far.
-    pub verdict: Verdict,
+    buf: InlineBuf,
 }
 
 impl PacketInner {
@@ -82,7 +93,7 @@ impl PacketInner {
     fn storage(&self) -> &[u8] {
         match &self.large {
             Some(b) => &b[..],
-            None => &self.buf[..],
+            None => &self.buf.0[..],
         }
     }
 
@@ -90,7 +101,7 @@ impl PacketInner {
     fn storage_mut(&mut self) -> &mut [u8] {
         match &mut self.large {
             Some(b) => &mut b[..],
-            None => &mut self.buf[..],
+            None => &mut self.buf.0[..],
         }
     }
 }
@@ -129,7 +140,7 @@ impl core::fmt::Debug for Packet {
 impl Packet {
     fn new_boxed() -> Packet {
         Packet(Box::new(PacketInner {
-            buf: [0u8; BUF_SIZE],
+            buf: InlineBuf([0u8; BUF_SIZE]),
             large: None,
             start: HEADROOM as u32,
             len: 0,
@@ -161,7 +172,7 @@ impl Packet {
         let (s, e) = (inner.start as usize, (inner.start + inner.len) as usize);
         let buf: &mut [u8] = match &mut inner.large {
             Some(b) => &mut b[..],
-            None => &mut inner.buf[..],
+            None => &mut inner.buf.0[..],
         };
         (&mut buf[s..e], &mut inner.meta)
     }
@@ -721,5 +732,25 @@ mod tests {
             PacketPool::new(1000).large_capacity(),
             DEFAULT_LARGE_BUFFERS
         );
+    }
+
+    #[test]
+    fn the_frame_is_reached_from_the_first_cache_line_and_starts_aligned() {
+        use std::mem::{align_of, offset_of};
+        for end in [
+            offset_of!(PacketInner, large) + 8,
+            offset_of!(PacketInner, start) + 4,
+            offset_of!(PacketInner, len) + 4,
+            offset_of!(PacketInner, verdict) + std::mem::size_of::<Verdict>(),
+        ] {
+            assert!(end <= 64, "a field the hot path reads ends at {end}");
+        }
+        assert_eq!(align_of::<PacketInner>(), 64);
+        assert_eq!((offset_of!(PacketInner, buf) + HEADROOM) % 64, 0);
+        let mut pool = PacketPool::new(1);
+        let mut p = pool.alloc_for(64).unwrap();
+        p.set_frame(&[1; 64]).unwrap();
+        assert_eq!(p.data().as_ptr() as usize % 64, 0);
+        pool.free(p);
     }
 }
