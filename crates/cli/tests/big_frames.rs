@@ -40,35 +40,44 @@ fn filler(len: usize, salt: usize) -> Vec<u8> {
         .collect()
 }
 
-/// One TCP connection: handshake, client segments of 9000-byte frames and of
-/// 60 KiB (the needles placed in them), a server reply of both sizes, teardown.
-fn conversation() -> Vec<Vec<u8>> {
-    let (mut c, mut s) = (1_000u32, 50_000u32);
-    let mut out = Vec::new();
-    let mut seg = |out: &mut Vec<Vec<u8>>,
-                   to_server: bool,
-                   c: &mut u32,
-                   s: &mut u32,
-                   flags: u8,
-                   payload: &[u8]| {
+/// The frames of one connection so far and its next sequence numbers.
+struct Conn {
+    client_seq: u32,
+    server_seq: u32,
+    frames: Vec<Vec<u8>>,
+}
+
+impl Conn {
+    fn seg(&mut self, to_server: bool, flags: u8, payload: &[u8]) {
+        let (c, s) = (self.client_seq, self.server_seq);
         let f = if to_server {
-            build::tcp_v4(CLIENT, SERVER, CPORT, SPORT, *c, *s, flags, payload)
+            build::tcp_v4(CLIENT, SERVER, CPORT, SPORT, c, s, flags, payload)
         } else {
-            build::tcp_v4(SERVER, CLIENT, SPORT, CPORT, *s, *c, flags, payload)
+            build::tcp_v4(SERVER, CLIENT, SPORT, CPORT, s, c, flags, payload)
         };
         let adv = payload.len() as u32 + u32::from(flags & (SYN | FIN) != 0);
         if to_server {
-            *c = c.wrapping_add(adv);
+            self.client_seq = c.wrapping_add(adv);
         } else {
-            *s = s.wrapping_add(adv);
+            self.server_seq = s.wrapping_add(adv);
         }
-        out.push(f);
+        self.frames.push(f);
+    }
+}
+
+/// One TCP connection: handshake, client segments of 9000-byte frames and of
+/// 60 KiB (the needles placed in them), a server reply of both sizes, teardown.
+fn conversation() -> Vec<Vec<u8>> {
+    let mut k = Conn {
+        client_seq: 1_000,
+        server_seq: 50_000,
+        frames: Vec::new(),
     };
-    seg(&mut out, true, &mut c, &mut s, SYN, b"");
-    seg(&mut out, false, &mut c, &mut s, SYN | ACK, b"");
-    seg(&mut out, true, &mut c, &mut s, ACK, b"");
+    k.seg(true, SYN, b"");
+    k.seg(false, SYN | ACK, b"");
+    k.seg(true, ACK, b"");
     for i in 0..3 {
-        seg(&mut out, true, &mut c, &mut s, ACK | PSH, &filler(JUMBO, i));
+        k.seg(true, ACK | PSH, &filler(JUMBO, i));
     }
     let mut first = filler(GSO, 7);
     first[30_000..30_000 + INSIDE.len()].copy_from_slice(INSIDE);
@@ -76,21 +85,14 @@ fn conversation() -> Vec<Vec<u8>> {
     first[GSO - split..].copy_from_slice(&SPANNING[..split]);
     let mut second = filler(GSO, 3);
     second[..SPANNING.len() - split].copy_from_slice(&SPANNING[split..]);
-    seg(&mut out, true, &mut c, &mut s, ACK, &first);
-    seg(&mut out, true, &mut c, &mut s, ACK | PSH, &second);
-    seg(&mut out, false, &mut c, &mut s, ACK, &filler(GSO, 1));
-    seg(
-        &mut out,
-        false,
-        &mut c,
-        &mut s,
-        ACK | PSH,
-        &filler(JUMBO, 2),
-    );
-    seg(&mut out, true, &mut c, &mut s, FIN | ACK, b"");
-    seg(&mut out, false, &mut c, &mut s, FIN | ACK, b"");
-    seg(&mut out, true, &mut c, &mut s, ACK, b"");
-    out
+    k.seg(true, ACK, &first);
+    k.seg(true, ACK | PSH, &second);
+    k.seg(false, ACK, &filler(GSO, 1));
+    k.seg(false, ACK | PSH, &filler(JUMBO, 2));
+    k.seg(true, FIN | ACK, b"");
+    k.seg(false, FIN | ACK, b"");
+    k.seg(true, ACK, b"");
+    k.frames
 }
 
 fn write_pcap(path: &Path, frames: &[Vec<u8>]) {

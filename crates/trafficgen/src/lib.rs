@@ -343,8 +343,7 @@ pub fn generate(spec: &TrafficSpec) -> Trace {
     };
     let payload_len = spec
         .frame_size
-        .max(MIN_FRAME)
-        .min(MAX_FRAME)
+        .clamp(MIN_FRAME, MAX_FRAME)
         .saturating_sub(overhead);
     for (i, b) in pay.iter_mut().enumerate() {
         // Printable, varied, and free of the sample signatures.

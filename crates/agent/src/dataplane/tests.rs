@@ -1126,10 +1126,7 @@ fn jumbo_and_offloaded_frames_are_encapsulated_and_decapsulated_whole() {
         let (f, msg) = found.expect("some flow picks fw/0");
         let g = parse(&msg);
         assert_eq!(g.chain_hop.map(|c| c.1), Some(1));
-        assert!(
-            &msg[g.header_len..] == &f[..],
-            "{payload}: inner frame whole"
-        );
+        assert!(msg[g.header_len..] == f[..], "{payload}: inner frame whole");
         let back = from(fw0, vec![msg.clone()]);
         plan.clear();
         dp.process_udp_batch(&back, &mut plan);
@@ -1137,7 +1134,7 @@ fn jumbo_and_offloaded_frames_are_encapsulated_and_decapsulated_whole() {
         let m2 = plan.message(&back, &plan.outs[0]);
         let g2 = parse(&m2);
         assert_eq!(g2.chain_hop.map(|c| c.1), Some(2));
-        assert!(&m2[g2.header_len..] == &f[..], "{payload}: next hop whole");
+        assert!(m2[g2.header_len..] == f[..], "{payload}: next hop whole");
 
         // Between VMs, to a remote host, and from the fabric.
         let mut dp = Dataplane::new(1, &two_vms()).unwrap();
