@@ -268,6 +268,14 @@ impl std::fmt::Debug for DataPath {
     }
 }
 
+/// A pool of `packets` packets where every one may carry a jumbo frame: the
+/// large buffers are only made once such frames arrive (64 KiB each, so at most
+/// `packets` times that), and a burst beyond them is a counted drop
+/// (`large_pool_exhausted`), never a stall.
+fn jumbo_ready_pool(packets: usize) -> PacketPool {
+    PacketPool::with_large(packets, packets)
+}
+
 impl DataPath {
     /// Builds the chain of `chain_file` and opens the store named `state`.
     pub fn new(
@@ -312,7 +320,7 @@ impl DataPath {
         DataPath {
             chain,
             store,
-            pool: PacketPool::new(batch_size),
+            pool: jumbo_ready_pool(batch_size),
             batch: Batch::with_capacity(batch_size),
             headers: vec![([0; GENEVE_HEADER_MAX], 0); batch_size],
             batch_size,
@@ -348,7 +356,7 @@ impl DataPath {
         self.pipe = Some(Pipeline::new(&mut self.chain, self.store.as_mut(), window));
         self.max_in_flight = WINDOWS_IN_FLIGHT * window;
         // Every batch in flight, the one being filled and the ones being sent.
-        self.pool = PacketPool::new(self.batch_size * (self.max_in_flight + 2));
+        self.pool = jumbo_ready_pool(self.batch_size * (self.max_in_flight + 2));
         self.stats.pipeline.window_packets = window * self.batch_size;
     }
 
