@@ -547,6 +547,43 @@ pub fn run(opts: &Options, progress: &mut dyn FnMut(&str)) -> Vec<Measurement> {
         );
     }
 
+    // Jumbo frames (MTU 9000): every packet takes a buffer of the pool's large class.
+    if wanted("forward_only_9014") || wanted("ips_100_rules_9014") {
+        let jumbo = generate(&TrafficSpec {
+            flows: (opts.packets / 100_000).max(4),
+            packets_per_flow: 1000,
+            frame_size: 9014,
+            concurrency: 64,
+            server_share: 0.5,
+            ..Default::default()
+        });
+        let fwd_jumbo = bench(
+            "forward_only_9014",
+            pass_chain(),
+            Sharing::Shared,
+            &jumbo,
+            9014,
+        );
+        rel(
+            fwd_jumbo.clone(),
+            &None,
+            "jumbo frames in the pool's large class; baseline for ips_100_rules_9014",
+            &mut out,
+        );
+        rel(
+            bench(
+                "ips_100_rules_9014",
+                ips_chain(100),
+                Sharing::Shared,
+                &jumbo,
+                9014,
+            ),
+            &fwd_jumbo,
+            "whole pipeline on 8,960-byte payloads",
+            &mut out,
+        );
+    }
+
     // FW -> IPS -> LB with shared parsing and reassembly, against each parsing and
     // reassembling on its own.
     let chain3 = |files: Vec<(String, String)>| {

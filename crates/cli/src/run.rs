@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use sluice_chain::{Chain, ChainStats, Pipeline, Sharing};
 use sluice_nf::Event;
-use sluice_packet::{Batch, PacketPool, Verdict, MAX_FRAME};
+use sluice_packet::{Batch, PacketPool, Verdict, MAX_FRAME, MAX_LARGE_FRAME};
 use sluice_pcap::{PcapReader, PcapWriter};
 use sluice_state::{LocalStore, Ownership, StateStore};
 
@@ -65,6 +65,11 @@ pub struct Summary {
     /// Records of a non-Ethernet link type without an IP packet (or too short),
     /// skipped before the chain.
     pub skipped: u64,
+    /// Frames over 1,920 bytes dropped before the chain because the pool's
+    /// bounded class of large buffers was exhausted (pipelined batches holding
+    /// more than 1,024 of them). The small class holds every packet in flight
+    /// and never runs out.
+    pub large_pool_exhausted: u64,
     /// Seconds spent.
     pub seconds: f64,
     /// The chain's statistics.
@@ -233,7 +238,10 @@ pub fn run(args: &RunArgs) -> Result<Summary, RunError> {
     let batch_size = spec.settings.batch_size;
     // A pipeline holds about three windows of batches.
     let in_flight = pipe.as_ref().map_or(1, |p| 3 * p.window() + 2);
-    let mut pool = PacketPool::new(batch_size * (in_flight + 1));
+    let packets = batch_size * (in_flight + 1);
+    // Every packet in flight may be a jumbo or offloaded frame; large buffers are
+    // only made when such frames come, and at most 64 MiB of them.
+    let mut pool = PacketPool::with_large(packets, packets.min(1024));
     let mut batch = Batch::with_capacity(batch_size);
     let mut buf = Vec::with_capacity(MAX_FRAME);
     let mut events: Vec<Event> = Vec::new();
@@ -304,7 +312,7 @@ pub fn run(args: &RunArgs) -> Result<Summary, RunError> {
             Ok(Some(rec)) => {
                 frames += 1;
                 last_ts = rec.ts_ns;
-                if buf.len() > MAX_FRAME {
+                if buf.len() > MAX_LARGE_FRAME {
                     oversize += 1;
                     continue;
                 }
@@ -377,6 +385,7 @@ pub fn run(args: &RunArgs) -> Result<Summary, RunError> {
         frames_read: frames,
         oversize,
         skipped: reader.skipped(),
+        large_pool_exhausted: pool.refusals().large_exhausted,
         seconds: started.elapsed().as_secs_f64(),
         stats,
         input_error,
@@ -435,6 +444,12 @@ pub fn print_summary(s: &Summary) {
         println!(
             "  {} frames longer than a buffer were dropped before the chain",
             s.oversize
+        );
+    }
+    if s.large_pool_exhausted > 0 {
+        println!(
+            "  {} frames dropped before the chain: large_pool_exhausted (too many frames over 1,920 bytes in flight)",
+            s.large_pool_exhausted
         );
     }
     println!(

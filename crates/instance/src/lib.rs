@@ -32,7 +32,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use sluice_chain::{Chain, ChainSpec, ChainStats, Pipeline, Sharing, HELD_STAGE};
 use sluice_netio::{in_netns_opt, Msg, Poller, RxBatch, UdpBatchSocket, DEFAULT_BUF_SIZE};
 use sluice_nf::Event;
-use sluice_packet::{Batch, PacketPool, Verdict, MAX_FRAME};
+use sluice_packet::{Batch, PacketPool, Verdict};
 use sluice_proto::InstanceHeartbeat;
 use sluice_state::{LocalStore, StateStore};
 use sluice_switch::tunnel::{geneve_header, parse_geneve_payload, TunnelError, GENEVE_HEADER_MAX};
@@ -268,6 +268,14 @@ impl std::fmt::Debug for DataPath {
     }
 }
 
+/// A pool of `packets` packets where every one may carry a jumbo frame: the
+/// large buffers are only made once such frames arrive (64 KiB each, so at most
+/// `packets` times that), and a burst beyond them is a counted drop
+/// (`large_pool_exhausted`), never a stall.
+fn jumbo_ready_pool(packets: usize) -> PacketPool {
+    PacketPool::with_large(packets, packets)
+}
+
 impl DataPath {
     /// Builds the chain of `chain_file` and opens the store named `state`.
     pub fn new(
@@ -312,7 +320,7 @@ impl DataPath {
         DataPath {
             chain,
             store,
-            pool: PacketPool::new(batch_size),
+            pool: jumbo_ready_pool(batch_size),
             batch: Batch::with_capacity(batch_size),
             headers: vec![([0; GENEVE_HEADER_MAX], 0); batch_size],
             batch_size,
@@ -348,7 +356,7 @@ impl DataPath {
         self.pipe = Some(Pipeline::new(&mut self.chain, self.store.as_mut(), window));
         self.max_in_flight = WINDOWS_IN_FLIGHT * window;
         // Every batch in flight, the one being filled and the ones being sent.
-        self.pool = PacketPool::new(self.batch_size * (self.max_in_flight + 2));
+        self.pool = jumbo_ready_pool(self.batch_size * (self.max_in_flight + 2));
         self.stats.pipeline.window_packets = window * self.batch_size;
     }
 
@@ -390,20 +398,18 @@ impl DataPath {
             }
         };
         let inner = &datagram[off..];
-        if inner.len() > MAX_FRAME {
-            self.stats.drop("oversize", 1);
-            return;
-        }
         let idx = self.batch.len();
         if idx >= self.batch_size {
             self.stats.drop("pool_exhausted", 1);
             return;
         }
-        if !self
+        // Jumbo frames take a buffer of the pool's bounded large class; its
+        // exhaustion is a counted drop like any other.
+        if let Err(e) = self
             .batch
-            .push_frame(&mut self.pool, inner, now_ns, idx as u16)
+            .try_push_frame(&mut self.pool, inner, now_ns, idx as u16)
         {
-            self.stats.drop("pool_exhausted", 1);
+            self.stats.drop(e.reason(), 1);
             return;
         }
         self.headers[idx] = if off <= GENEVE_HEADER_MAX {

@@ -105,7 +105,7 @@ fn malformed_datagrams_are_counted_by_reason() {
     let mut critical = good.clone();
     critical[8..10].copy_from_slice(&0x0101u16.to_be_bytes());
     critical[10] = 0x80;
-    let oversize = encap(9, None, &vec![0u8; MAX_FRAME + 1]);
+    let oversize = encap(9, None, &vec![0u8; sluice_packet::MAX_LARGE_FRAME + 1]);
     let input = vec![
         vec![],
         good[..5].to_vec(),
@@ -599,4 +599,33 @@ fn an_idle_pipelined_core_leaves_deferred_writes_deferred() {
     // They reach the store at the end.
     c.flush();
     assert!(c.store.counters().writes > writes);
+}
+
+#[test]
+fn jumbo_and_64k_class_frames_come_back_whole() {
+    let mut c = core();
+    let ep = Endpoints {
+        client: IpAddr::V4([10, 1, 0, 5]),
+        server: IpAddr::V4([10, 2, 0, 7]),
+        client_port: 40_080,
+        server_port: 80,
+    };
+    let mut conv = TcpConversation::new(ep, 1000, 5000);
+    let mut buf = vec![0u8; 70_000];
+    let mut frames = Vec::new();
+    conv.handshake(&mut buf, &mut |b| frames.push(b.to_vec()));
+    for (i, len) in [8946usize, 60 * 1024, 8946].into_iter().enumerate() {
+        let payload: Vec<u8> = (0..len).map(|j| (i + j) as u8).collect();
+        conv.data(&mut buf, i % 2 == 1, &payload, &mut |b| {
+            frames.push(b.to_vec())
+        });
+    }
+    assert_eq!(frames[3].len(), 9000);
+    let input: Vec<Vec<u8>> = frames.iter().map(|f| encap(3, Some((1, 0)), f)).collect();
+    let out = run_through(&mut c, &input);
+    assert_eq!(
+        out, input,
+        "jumbo and 60 KiB frames come back byte-identical"
+    );
+    assert!(c.stats.drops.is_empty(), "{:?}", c.stats.drops);
 }

@@ -18,6 +18,9 @@ pub const TCP_V4_OVERHEAD: usize = 14 + 20 + 20;
 pub const UDP_V4_OVERHEAD: usize = 14 + 20 + 8;
 /// Smallest frame generated (Ethernet minimum without FCS).
 pub const MIN_FRAME: usize = 60;
+/// Largest frame generated: jumbo frames and offloaded (GSO) segments up to the
+/// 64 KiB that an IP packet's length allows.
+pub const MAX_FRAME: usize = u16::MAX as usize;
 
 /// Transport of generated flows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -327,8 +330,8 @@ enum FlowGen {
 pub fn generate(spec: &TrafficSpec) -> Trace {
     let mut trace = Trace::new();
     let mut rng = Rng::new(spec.seed);
-    let mut buf = vec![0u8; 2048];
-    let mut pay = vec![0u8; 2048];
+    let mut buf = vec![0u8; MAX_FRAME];
+    let mut pay = vec![0u8; MAX_FRAME];
     let mut ts = spec.start_ns;
     let mut next_flow = 0usize;
     let mut active: Vec<FlowGen> = Vec::with_capacity(spec.concurrency);
@@ -340,9 +343,8 @@ pub fn generate(spec: &TrafficSpec) -> Trace {
     };
     let payload_len = spec
         .frame_size
-        .max(MIN_FRAME)
-        .saturating_sub(overhead)
-        .min(1460);
+        .clamp(MIN_FRAME, MAX_FRAME)
+        .saturating_sub(overhead);
     for (i, b) in pay.iter_mut().enumerate() {
         // Printable, varied, and free of the sample signatures.
         *b = b"abcdefghijklmnopqrstuvwxyz0123456789 ,.-"[(i * 7 + i / 13) % 40];

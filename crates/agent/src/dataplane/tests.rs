@@ -1085,3 +1085,91 @@ fn macs_parse() {
     assert!(valid_iface("sl4711h1p12"));
     assert!(!valid_iface("a/b") && !valid_iface("") && !valid_iface("0123456789abcdef"));
 }
+
+/// A jumbo frame (MTU 9000) and a 60 KiB offloaded segment cross every kind of
+/// hop whole: into a chain as Geneve, back from the instance to the next hop,
+/// to a remote host, and from the fabric into a VM.
+#[test]
+fn jumbo_and_offloaded_frames_are_encapsulated_and_decapsulated_whole() {
+    use sluice_wire::tcp::flags::ACK;
+    for payload in [9000 - 40, 60 * 1024] {
+        let body: Vec<u8> = (0..payload).map(|i| (i % 251) as u8).collect();
+        let mut dp = Dataplane::new(1, &figure4_host1()).unwrap();
+        ready(&mut dp, &[10, 11, 12]);
+        let mut plan = TxPlan::new();
+        let fw0 = inst_addr(10);
+        let mut found = None;
+        for i in 1..=60u8 {
+            let f = with_macs(
+                build::tcp_v4(
+                    [198, 51, 100, i],
+                    VIP_A,
+                    40_000 + i as u16,
+                    80,
+                    1,
+                    1,
+                    ACK,
+                    &body,
+                ),
+                ROUTER_MAC,
+                GW_MAC,
+            );
+            let batch = frames(vec![f.clone()]);
+            plan.clear();
+            dp.process_vm_batch(1, &batch, &mut plan);
+            let fw = *plan.outs.last().expect("forwarded");
+            if fw.dest == Dest::Udp(fw0) {
+                found = Some((f, plan.message(&batch, &fw)));
+                break;
+            }
+        }
+        let (f, msg) = found.expect("some flow picks fw/0");
+        let g = parse(&msg);
+        assert_eq!(g.chain_hop.map(|c| c.1), Some(1));
+        assert!(msg[g.header_len..] == f[..], "{payload}: inner frame whole");
+        let back = from(fw0, vec![msg.clone()]);
+        plan.clear();
+        dp.process_udp_batch(&back, &mut plan);
+        assert_eq!(plan.outs.len(), 1, "{:?}", plan.outs);
+        let m2 = plan.message(&back, &plan.outs[0]);
+        let g2 = parse(&m2);
+        assert_eq!(g2.chain_hop.map(|c| c.1), Some(2));
+        assert!(m2[g2.header_len..] == f[..], "{payload}: next hop whole");
+
+        // Between VMs, to a remote host, and from the fabric.
+        let mut dp = Dataplane::new(1, &two_vms()).unwrap();
+        let v = with_macs(
+            build::udp_v4([10, 0, 0, 1], [10, 0, 0, 2], 1000, 2000, &body),
+            ROUTER_MAC,
+            [2, 0, 0, 0, 1, 1],
+        );
+        let far = build::udp_v4([10, 0, 0, 1], [10, 9, 1, 1], 1, 2, &body);
+        let batch = frames(vec![v.clone(), far.clone()]);
+        plan.clear();
+        dp.process_vm_batch(1, &batch, &mut plan);
+        assert_eq!(plan.outs.len(), 2, "{:?}", plan.outs);
+        let m = plan.message(&batch, &plan.outs[0]);
+        assert_eq!(plan.outs[0].dest, Dest::Vm(2));
+        assert!(m[12..] == v[12..]);
+        let m = plan.message(&batch, &plan.outs[1]);
+        assert_eq!(
+            plan.outs[1].dest,
+            Dest::Udp(SocketAddrV4::new(underlay(3), GENEVE_PORT))
+        );
+        assert!(
+            m[parse(&m).header_len..] == far[..],
+            "{payload}: to host 3 whole"
+        );
+        let batch = from(
+            SocketAddrV4::new(underlay(2), GENEVE_PORT),
+            vec![encap(7, None, &v)],
+        );
+        plan.clear();
+        dp.process_udp_batch(&batch, &mut plan);
+        assert_eq!(plan.outs.len(), 1);
+        assert_eq!(plan.outs[0].dest, Dest::Vm(2));
+        let m = plan.message(&batch, &plan.outs[0]);
+        assert!(m[12..] == v[12..], "{payload}: from the fabric whole");
+        assert_eq!(dp.stats().fabric.rx_packets, 1);
+    }
+}
