@@ -132,12 +132,14 @@ impl Lb {
     /// Claims new connections: the record (compare-and-set against what was
     /// read), the chosen backend's load, the old backend's if replacing an
     /// expired record.
-    pub(crate) fn claim(&mut self, pass: &mut Pass<Lb>, now: u64) {
+    pub(crate) fn claim(&mut self, pass: &mut Pass<Lb>) {
         let ops = &mut pass.ops;
         for s in pass.recs.iter_mut() {
             if !s.x.new {
                 continue;
             }
+            // The connection's time is its first packet's, not the batch's.
+            let now = s.x.born;
             let Some(b) = self.choose(s.x.service, s.x.hash) else {
                 continue;
             };
@@ -225,7 +227,6 @@ impl Lb {
         &mut self,
         pass: &mut Pass<Lb>,
         store: &mut dyn StateStore,
-        now: u64,
     ) -> Result<(), NfError> {
         self.ops2.clear();
         for s in pass.recs.iter_mut() {
@@ -253,7 +254,8 @@ impl Lb {
             for s in pass.recs.iter_mut() {
                 if let Some(g) = s.x.reread {
                     let v = self.ops2.decode::<Conn>(g).ok().flatten();
-                    s.cur = v.filter(|c| self.alive(c, now));
+                    // Judged at the time of the packet that tried to open it.
+                    s.cur = v.filter(|c| self.alive(c, s.x.born));
                 }
             }
         }

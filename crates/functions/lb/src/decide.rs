@@ -57,6 +57,8 @@ pub struct Client {
     pub through: bool,
     /// A new connection is being claimed in this batch.
     pub new: bool,
+    /// The time of the packet that opened it (its `last_seen`).
+    pub born: u64,
     /// The claim.
     pub cas: Option<OpId>,
     /// A read of the winner's record after a lost claim.
@@ -204,6 +206,7 @@ impl BatchNf for Lb {
                     return;
                 }
                 s.x.new = true;
+                s.x.born = now;
                 let svc = s.x.service as usize;
                 self.need_loads |= self.services[svc].algorithm == Algorithm::LeastConnections;
                 self.pending.push(i as u32);
@@ -275,6 +278,7 @@ impl Lb {
                 rearm: false,
                 through: false,
                 new: false,
+                born: 0,
                 cas: None,
                 reread: None,
             };

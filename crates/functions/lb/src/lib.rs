@@ -285,13 +285,13 @@ impl NetworkFunction for Lb {
             if lb.need_loads {
                 lb.read_loads(pass, store)?;
             }
-            lb.claim(pass, ctx.now_ns);
+            lb.claim(pass);
             lb.create_replies(batch, pass);
             store.execute(&mut pass.ops)?;
             if lb.pending.is_empty() {
                 return Ok(());
             }
-            lb.settle_races(pass, store, ctx.now_ns)?;
+            lb.settle_races(pass, store)?;
             lb.finish_pending(batch, ctx, pass);
             Ok(())
         })

@@ -111,8 +111,10 @@ impl Nat {
 
     /// Queues on `ops2` the new mappings: the reverse record first, then the
     /// forward one claimed only if still absent.
-    pub(crate) fn claim(&mut self, pass: &mut Pass<Nat>, now: u64) {
+    pub(crate) fn claim(&mut self, pass: &mut Pass<Nat>, batch_now: u64) {
         for s in pass.recs.iter_mut() {
+            // The mapping's time is its first packet's, not the batch's.
+            let now = s.x.born.unwrap_or(batch_now);
             let allocated = |a: OpId| pass.ops.allocated(a).and_then(|x| u32::try_from(x).ok());
             let item = match (s.x.pre, s.x.alloc) {
                 (Some(item), _) => item,

@@ -66,6 +66,8 @@ pub struct Flow {
     pub cas: Option<OpId>,
     /// A read of the winner's mapping after a lost claim.
     pub reread: Option<OpId>,
+    /// The time of the first packet waiting for a new mapping (its `last_seen`).
+    pub born: Option<u64>,
 }
 
 impl BatchNf for Nat {
@@ -117,6 +119,7 @@ impl BatchNf for Nat {
         let proto = s.x.flow.proto;
         let Some(cur) = s.cur else {
             if dir == Dir::Out {
+                s.x.born = s.x.born.or(Some(now));
                 self.pending.push(i as u32);
             } else {
                 self.c.no_mapping += 1;
@@ -174,6 +177,7 @@ impl Nat {
                 item: None,
                 cas: None,
                 reread: None,
+                born: None,
             };
             (key, how, x)
         });
