@@ -209,7 +209,6 @@ fn results_do_not_depend_on_batch_size() {
 }
 
 #[test]
-#[ignore = "pipelined windows of 16+ lose monitor counts (issue 19, item 3)"]
 fn pipelining_gives_the_same_results() {
     for seed in 1..=6 {
         let (trace, reference) = reference(seed);
