@@ -304,7 +304,15 @@ fn zero_timeout_is_rejected() {
 fn summary(mut v: Vec<FlowRecord>) -> Vec<(&'static str, u64, u64, u64, u64)> {
     let mut out: Vec<_> = v
         .drain(..)
-        .map(|r| (r.reason, r.pkts_toserver, r.pkts_toclient, r.start_ns, r.end_ns))
+        .map(|r| {
+            (
+                r.reason,
+                r.pkts_toserver,
+                r.pkts_toclient,
+                r.start_ns,
+                r.end_ns,
+            )
+        })
         .collect();
     out.sort();
     out

@@ -684,5 +684,8 @@ fn due_deferred_writes_never_overtake_held_ones() {
     assert_eq!(s.value(k(8)), Some(b"counted".to_vec()));
     // Read back through the store once the entry went idle.
     let idle = late + c.config().idle_ns;
-    assert_eq!(get_from(&mut c, &mut s, idle, k(8)), Some(b"counted".to_vec()));
+    assert_eq!(
+        get_from(&mut c, &mut s, idle, k(8)),
+        Some(b"counted".to_vec())
+    );
 }
