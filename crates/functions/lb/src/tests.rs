@@ -748,3 +748,35 @@ proptest! {
         timers(&mut l, &mut s, u64::MAX);
     }
 }
+
+#[test]
+fn a_new_connection_starts_at_its_first_packets_time_not_the_batchs() {
+    // TCP timeout 60 s. Connection A opens at 1 s, in a batch whose newest
+    // packet (B's SYN) is at 60 s; A's ACK exactly 60 s after its SYN finds it
+    // expired (no state), as when every packet is its own batch.
+    let syn = |port| build::tcp_v4([10, 9, 0, 1], VIP, port, 80, 1, 0, SYN, b"");
+    let first = [(syn(5000), SEC), (syn(5001), 60 * SEC)];
+    let ack = |t| {
+        (
+            build::tcp_v4([10, 9, 0, 1], VIP, 5000, 80, 2, 1, ACK, b""),
+            t,
+        )
+    };
+    let mut out = Vec::new();
+    for batched in [false, true] {
+        for at in [61 * SEC - 1, 61 * SEC] {
+            let mut c = cfg(Algorithm::Maglev, &[1, 1]);
+            c.timeouts.tcp = 60;
+            let mut l = build(&c, Namespace(3), std::path::Path::new(".")).unwrap();
+            let mut s = LocalStore::new();
+            if batched {
+                run(&mut l, &mut s, &first);
+            } else {
+                run(&mut l, &mut s, &first[..1]);
+                run(&mut l, &mut s, &first[1..]);
+            }
+            out.push(run(&mut l, &mut s, &[ack(at)]).reason(0));
+        }
+    }
+    assert_eq!(out, vec![None, Some("no_state"), None, Some("no_state")]);
+}

@@ -831,3 +831,39 @@ fn a_stopping_instance_returns_its_reserve_and_old_items_are_not_used() {
     );
     assert_eq!((0..3).filter(|&i| o.reason(i).is_none()).count(), 2);
 }
+
+#[test]
+fn a_new_mapping_starts_at_its_first_packets_time_not_the_batchs() {
+    // UDP timeout 30 s. Flow A opens at 1 s, in a batch whose newest packet
+    // (flow B) is at 30 s; A's reply exactly 30 s after A's packet finds the
+    // mapping expired, as it does when every packet is its own batch.
+    let a = build::udp_v4(H, R, 5000, 53, b"q");
+    let b = build::udp_v4([10, 0, 0, 6], R, 5001, 53, b"q");
+    let first = [(a, SEC), (b, 30 * SEC)];
+    let mut reasons = Vec::new();
+    for batched in [false, true] {
+        let mut n = nat_with(|c| c.timeouts.udp = 30);
+        let mut s = LocalStore::new();
+        let t = if batched {
+            run(&mut n, &mut s, &first).flow(0)
+        } else {
+            let t = run(&mut n, &mut s, &first[..1]).flow(0);
+            run(&mut n, &mut s, &first[1..]);
+            t
+        };
+        let reply = build::udp_v4(R, v4(t.src), 53, t.src_port, b"a");
+        let just_before = run(&mut n, &mut s, &[(reply.clone(), 31 * SEC - 1)]);
+        assert_eq!(just_before.reason(0), None, "batched: {batched}");
+        // A fresh NAT state for the boundary itself (the reply above refreshed it).
+        let mut n = nat_with(|c| c.timeouts.udp = 30);
+        let mut s = LocalStore::new();
+        if batched {
+            run(&mut n, &mut s, &first);
+        } else {
+            run(&mut n, &mut s, &first[..1]);
+            run(&mut n, &mut s, &first[1..]);
+        }
+        reasons.push(run(&mut n, &mut s, &[(reply, 31 * SEC)]).reason(0));
+    }
+    assert_eq!(reasons, vec![Some("no_mapping"), Some("no_mapping")]);
+}
