@@ -31,6 +31,11 @@ pub struct IdleSpec {
     pub udp_share: f64,
     /// Time of the earliest packet.
     pub start_ns: u64,
+    /// Fraction (0..=1) of conversations that reuse the 5-tuple of an
+    /// earlier one (starting after it).
+    pub reuse_share: f64,
+    /// Largest data payload, in bytes (at least 1).
+    pub payload_max: usize,
     /// Payloads that may be embedded in data packets (e.g. IPS signatures); one
     /// data packet in eight carries one of them.
     pub needles: Vec<Vec<u8>>,
@@ -45,6 +50,8 @@ impl Default for IdleSpec {
             pause_share: 0.15,
             udp_share: 0.35,
             start_ns: 1_000_000_000_000,
+            reuse_share: 0.2,
+            payload_max: 900,
             needles: Vec::new(),
         }
     }
@@ -82,7 +89,7 @@ fn payload(spec: &IdleSpec, rng: &mut Rng, out: &mut Vec<u8>) {
         out.extend_from_slice(b"..");
         return;
     }
-    let len = 1 + rng.below(900) as usize;
+    let len = 1 + rng.below(spec.payload_max.max(1) as u64) as usize;
     let c = b'a' + rng.below(26) as u8;
     out.resize(len, c);
 }
@@ -133,9 +140,7 @@ fn udp_frames(spec: &IdleSpec, rng: &mut Rng, ep: Endpoints, out: &mut Vec<Vec<u
 /// Generates the trace `spec` describes, in time order (ties keep the order
 /// conversations were generated in). Deterministic in the spec.
 ///
-/// Clients are 10.77.x.y, servers 192.0.2.1-4 (TCP port 80, UDP port 53);
-/// one conversation in five reuses the 5-tuple of an earlier one, starting
-/// after it.
+/// Clients are 10.77.x.y, servers 192.0.2.1-4 (TCP port 80, UDP port 53).
 pub fn idle_trace(spec: &IdleSpec) -> Trace {
     let mut rng = Rng::new(spec.seed);
     let longest = spec
@@ -151,7 +156,7 @@ pub fn idle_trace(spec: &IdleSpec) -> Trace {
     let mut tuples: Vec<(Endpoints, bool, u64)> = Vec::new();
     let mut frames = Vec::new();
     for f in 0..spec.flows {
-        let reuse = !tuples.is_empty() && rng.below(5) == 0;
+        let reuse = !tuples.is_empty() && rng.unit() < spec.reuse_share;
         let (ep, udp, mut ts) = if reuse {
             let k = rng.below(tuples.len() as u64) as usize;
             let (ep, udp, last) = tuples[k];
