@@ -48,7 +48,11 @@ fn tshark_convs(pcap: &Path) -> Convs {
         .arg(pcap)
         .output()
         .expect("tshark runs (scripts/common.sh installs it)");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let text = String::from_utf8_lossy(&out.stdout);
     let mut convs = Convs::new();
     let mut proto = "";

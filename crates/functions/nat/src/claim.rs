@@ -7,7 +7,7 @@ use sluice_nf::{Batch, Ctx, NfError};
 use sluice_state::{Key, OpId, StateStore};
 use sluice_wire::IpAddr;
 
-use crate::decide::Plan;
+use crate::decide::{Dir, Plan};
 use crate::mapping::{rev_flow, Mapping};
 use crate::reserve::Block;
 use crate::{Nat, RESERVE_TTL_NS, TABLE_RESV, TABLE_REV};
@@ -28,7 +28,8 @@ impl Nat {
         let mut short = false;
         self.refill = None;
         for k in 0..self.pending.len() {
-            let Some((slot, _)) = Self::planned(pass, self.pending[k]) else {
+            // Replies wait for mappings; only outbound packets open them.
+            let Some((slot, Dir::Out)) = Self::planned(pass, self.pending[k]) else {
                 continue;
             };
             let x = &pass.recs[slot].x;
@@ -147,6 +148,7 @@ impl Nat {
                 .arm_timer(s.key, now.saturating_add(self.timeout(s.x.flow.proto, 0)));
             s.x.item = Some(item);
             s.x.cas = Some(cas);
+            s.x.made = Some(m);
             s.cur = Some(m);
         }
     }
@@ -168,6 +170,7 @@ impl Nat {
                 continue;
             }
             self.c.races_lost += 1;
+            s.x.made = None;
             let (pa, pp) = self.public_of(item);
             let rk = Key::flow(self.ns, TABLE_REV, &rev_flow(&s.x.flow, pa, pp), &[]);
             pass.ops.delete(rk);
@@ -186,26 +189,99 @@ impl Nat {
         Ok(())
     }
 
-    /// Translates the packets that waited for their new mapping, or drops them.
-    pub(crate) fn finish_pending(&mut self, batch: &mut Batch, ctx: &Ctx<'_>, pass: &Pass<Nat>) {
+    /// Translates the packets that waited for the batch's new mappings, in
+    /// order, as each would have been had it come in a batch of its own after
+    /// the claim: the opening packet as claimed, later outbound packets
+    /// touching the forward record, replies finding the reverse record the
+    /// claim wrote. Returns whether they changed records (written by
+    /// [`Nat::write_late`]).
+    pub(crate) fn finish_pending(
+        &mut self,
+        batch: &mut Batch,
+        ctx: &Ctx<'_>,
+        pass: &mut Pass<Nat>,
+    ) -> bool {
+        let mut late = false;
         for k in 0..self.pending.len() {
             let i = self.pending[k];
             let Some((slot, dir)) = Self::planned(pass, i) else {
                 continue;
             };
-            let s = &pass.recs[slot];
             let p = &mut batch.pkts[i as usize];
-            match s.cur {
-                Some(mp) => self.apply(p, dir, &mp, ctx.stage),
-                None if s.x.alloc.is_some() && s.x.item.is_none() => {
+            let now = p.ts_ns;
+            if dir == Dir::In && pass.recs[slot].cur.is_none() {
+                if let Some(m) = self.claimed_for(pass, slot) {
+                    let s = &mut pass.recs[slot];
+                    s.old = Some(m);
+                    s.cur = Some(m);
+                }
+            }
+            let s = &mut pass.recs[slot];
+            let Some(cur) = s.cur else {
+                if s.x.alloc.is_some() && s.x.item.is_none() {
                     self.c.pool_exhausted += 1;
                     p.drop_by(ctx.stage, "pool_exhausted");
-                }
-                None => {
+                } else {
                     self.c.no_mapping += 1;
                     p.drop_by(ctx.stage, "no_mapping");
                 }
+                continue;
+            };
+            // The packet that opened the mapping is what the claim wrote.
+            if dir == Dir::Out && s.x.made.is_some() && s.x.born == Some(now) && !s.x.late {
+                s.x.born = None;
+                self.apply(p, dir, &cur, ctx.stage);
+                continue;
             }
+            if dir == Dir::In && !self.alive_alone(s.x.flow.proto, &cur, now) {
+                // Only the forward record, written this batch, could keep it.
+                self.c.no_mapping += 1;
+                p.drop_by(ctx.stage, "no_mapping");
+                continue;
+            }
+            // Written by the claim: later changes compare against that.
+            if s.old.is_none() {
+                s.old = s.x.made;
+            }
+            let mp = self.touch(s, dir, cur, &p.meta, now);
+            if s.cur != Some(cur) {
+                s.x.late = true;
+                late = true;
+            }
+            self.apply(p, dir, &mp, ctx.stage);
         }
+        late
+    }
+
+    /// The mapping a forward record claimed this batch whose reverse record is
+    /// record `slot` (a reply flow), if any.
+    fn claimed_for(&self, pass: &Pass<Nat>, slot: u32) -> Option<Mapping> {
+        let want = pass.recs[slot].x.flow;
+        pass.recs.iter().find_map(|f| {
+            let m = f.x.made.filter(|_| f.x.fwd)?;
+            let (pa, pp) = self.public_of(m.item);
+            (rev_flow(&f.x.flow, pa, pp) == want).then_some(m)
+        })
+    }
+
+    /// Writes the records that waited packets changed (one more round trip,
+    /// only then).
+    pub(crate) fn write_late(
+        &mut self,
+        pass: &mut Pass<Nat>,
+        store: &mut dyn StateStore,
+    ) -> Result<(), NfError> {
+        let mut ops = std::mem::take(&mut self.ops2);
+        ops.clear();
+        for s in pass.recs.iter().filter(|s| s.x.late) {
+            self.queue_write(&mut ops, s);
+        }
+        let r = if ops.is_empty() {
+            Ok(())
+        } else {
+            store.execute(&mut ops)
+        };
+        self.ops2 = ops;
+        r.map_err(NfError::from)
     }
 }

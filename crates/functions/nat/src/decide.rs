@@ -68,6 +68,11 @@ pub struct Flow {
     pub reread: Option<OpId>,
     /// The time of the first packet waiting for a new mapping (its `last_seen`).
     pub born: Option<u64>,
+    /// The mapping this batch claimed for the record, as first written.
+    pub made: Option<Mapping>,
+    /// Changed by packets that waited for the batch's new mappings: written
+    /// after them.
+    pub late: bool,
 }
 
 impl BatchNf for Nat {
@@ -118,12 +123,19 @@ impl BatchNf for Nat {
         let s = &mut pass.recs[slot];
         let proto = s.x.flow.proto;
         let Some(cur) = s.cur else {
-            if dir == Dir::Out {
-                s.x.born = s.x.born.or(Some(now));
-                self.pending.push(i as u32);
-            } else {
-                self.c.no_mapping += 1;
-                p.drop_by(ctx.stage, "no_mapping");
+            match dir {
+                Dir::Out => {
+                    s.x.born = s.x.born.or(Some(now));
+                    self.pending.push(i as u32);
+                }
+                // A reply may belong to a mapping this batch opens (a SYN-ACK
+                // behind its SYN): it waits for the claims, as it would find
+                // the mapping were it in the next batch.
+                Dir::In => self.pending.push(i as u32),
+                _ => {
+                    self.c.no_mapping += 1;
+                    p.drop_by(ctx.stage, "no_mapping");
+                }
             }
             return;
         };
@@ -178,6 +190,8 @@ impl Nat {
                 cas: None,
                 reread: None,
                 born: None,
+                made: None,
+                late: false,
             };
             (key, how, x)
         });

@@ -867,3 +867,49 @@ fn a_new_mapping_starts_at_its_first_packets_time_not_the_batchs() {
     }
     assert_eq!(reasons, vec![Some("no_mapping"), Some("no_mapping")]);
 }
+
+#[test]
+fn replies_and_flags_in_the_batch_that_opens_a_mapping_as_one_by_one() {
+    let tweak = |c: &mut Config| {
+        c.pool = vec!["203.0.113.8/32".into()];
+        c.ports = "2000-2001".into();
+        c.timeouts.tcp_transitory = 10;
+    };
+    let syn = (build::tcp_v4(H, R, 40000, 80, 1, 0, SYN, b""), SEC);
+    // Allocation is deterministic: learn the public endpoint from a twin.
+    let t = run(
+        &mut nat_with(tweak),
+        &mut LocalStore::new(),
+        std::slice::from_ref(&syn),
+    )
+    .flow(0);
+    let (p, pp) = (v4(t.src), t.src_port);
+    let pkts = [
+        syn,
+        (build::tcp_v4(R, p, 80, pp, 9, 2, SYN | ACK, b""), SEC + 1),
+        (
+            build::tcp_v4(H, R, 40000, 80, 2, 10, ACK | FIN, b""),
+            SEC + 2,
+        ),
+        (build::tcp_v4(R, p, 80, pp, 10, 3, ACK | FIN, b""), SEC + 3),
+    ];
+    // After both FINs the mapping lasts the transitory timeout (10 s).
+    let late = (build::tcp_v4(R, p, 80, pp, 11, 3, ACK, b""), 14 * SEC);
+    let mut outs = Vec::new();
+    for batched in [false, true] {
+        let mut n = nat_with(tweak);
+        let mut s = LocalStore::new();
+        let mut v: Vec<Option<&str>> = if batched {
+            let o = run(&mut n, &mut s, &pkts);
+            (0..pkts.len()).map(|i| o.reason(i)).collect()
+        } else {
+            pkts.iter()
+                .map(|p| run(&mut n, &mut s, std::slice::from_ref(p)).reason(0))
+                .collect()
+        };
+        v.push(run(&mut n, &mut s, std::slice::from_ref(&late)).reason(0));
+        outs.push(v);
+    }
+    assert_eq!(outs[0], vec![None, None, None, None, Some("no_mapping")]);
+    assert_eq!(outs[1], outs[0]);
+}
