@@ -9,7 +9,7 @@ use sluice_wire::parse::L4;
 use sluice_wire::tcp::flags::{ACK, FIN, RST, SYN};
 
 use crate::config::Algorithm;
-use crate::conn::{ret_parts, Conn, FIN_SERVER, RST_SEEN};
+use crate::conn::{ret_parts, Conn, FIN_CLIENT, FIN_SERVER, RST_SEEN};
 use crate::decide::Plan;
 use crate::{Lb, TABLE_CONN};
 use sluice_state::Key;
@@ -132,22 +132,25 @@ impl Lb {
     /// Claims new connections: the record (compare-and-set against what was
     /// read), the chosen backend's load, the old backend's if replacing an
     /// expired record.
-    pub(crate) fn claim(&mut self, pass: &mut Pass<Lb>) {
+    pub(crate) fn claim(&mut self, batch: &Batch, pass: &mut Pass<Lb>) {
+        self.fold_pending(batch, pass);
         let ops = &mut pass.ops;
         for s in pass.recs.iter_mut() {
             if !s.x.new {
                 continue;
             }
-            // The connection's time is its first packet's, not the batch's.
-            let now = s.x.born;
             let Some(b) = self.choose(s.x.service, s.x.hash) else {
                 continue;
             };
+            // The connection's time is its first packet's, not the batch's;
+            // its later client packets in the batch count as they would in
+            // batches of their own.
+            let (flags, last_seen_ns) = s.x.folded.unwrap_or((0, s.x.born));
             let c = Conn {
-                flags: 0,
+                flags,
                 service: s.x.service,
                 backend: b,
-                last_seen_ns: now,
+                last_seen_ns,
             };
             let svc = &self.services[s.x.service as usize];
             let cas = match s.x.own {
@@ -162,9 +165,46 @@ impl Lb {
                     ops.incr_no_reply(ob, -1);
                 }
             }
-            ops.arm_timer(s.key, now.saturating_add(self.timeout(svc.proto, &c)));
+            ops.arm_timer(s.key, self.deadline(&c));
             s.x.cas = Some(cas);
             s.cur = Some(c);
+        }
+    }
+
+    /// Folds the client packets that wait for a new connection's claim into
+    /// what the claim writes: the first opens it (flags clear, its time), each
+    /// later one sets its FIN or RST and refreshes `last_seen` as a packet of
+    /// an existing connection does.
+    fn fold_pending(&self, batch: &Batch, pass: &mut Pass<Lb>) {
+        for &i in &self.pending {
+            let Some(Plan::In { slot }) = pass.plans[i as usize] else {
+                continue;
+            };
+            let s = &mut pass.recs[slot];
+            if !s.x.new {
+                continue;
+            }
+            let p = &batch.pkts[i as usize];
+            let now = p.ts_ns;
+            let Some((flags, last)) = s.x.folded else {
+                s.x.folded = Some((0, now));
+                continue;
+            };
+            let mut f = flags;
+            if p.meta.l4 == L4::Tcp {
+                if p.meta.tcp_flags & RST != 0 {
+                    f |= RST_SEEN;
+                }
+                if p.meta.tcp_flags & FIN != 0 {
+                    f |= FIN_CLIENT;
+                }
+            }
+            let last = if f != flags || now.saturating_sub(last) >= self.refresh_ns {
+                now.max(last)
+            } else {
+                last
+            };
+            s.x.folded = Some((f, last));
         }
     }
 

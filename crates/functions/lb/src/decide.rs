@@ -59,6 +59,9 @@ pub struct Client {
     pub new: bool,
     /// The time of the packet that opened it (its `last_seen`).
     pub born: u64,
+    /// The flags and `last_seen` that the connection's later client packets
+    /// in this batch leave it with (`None` until its first is seen).
+    pub folded: Option<(u8, u64)>,
     /// The claim.
     pub cas: Option<OpId>,
     /// A read of the winner's record after a lost claim.
@@ -279,6 +282,7 @@ impl Lb {
                 through: false,
                 new: false,
                 born: 0,
+                folded: None,
                 cas: None,
                 reread: None,
             };

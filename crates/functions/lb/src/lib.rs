@@ -285,7 +285,7 @@ impl NetworkFunction for Lb {
             if lb.need_loads {
                 lb.read_loads(pass, store)?;
             }
-            lb.claim(pass);
+            lb.claim(batch, pass);
             lb.create_replies(batch, pass);
             store.execute(&mut pass.ops)?;
             if lb.pending.is_empty() {
