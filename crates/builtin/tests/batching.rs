@@ -12,6 +12,9 @@ use sluice_nf::{Event, Verdict};
 use sluice_packet::{Batch, PacketPool};
 use sluice_state::{LocalStore, Ownership, StateStore};
 use sluice_trafficgen::{idle_trace, IdleSpec, Trace};
+use sluice_wire::parse::parse_frame;
+use sluice_wire::rewrite::{set_endpoint, Endpoint};
+use sluice_wire::{FlowKey, IpAddr};
 
 const S: u64 = 1_000_000_000;
 
@@ -234,4 +237,83 @@ fn assert_same(a: &Outcome, b: &Outcome, what: &str) {
     assert_eq!(a.flows, b.flows, "{what}: flow records");
     assert_eq!(a.alerts, b.alerts, "{what}: alerts");
     assert_eq!(a.stats, b.stats, "{what}: chain counters");
+}
+
+/// A Maglev load balancer for every server of the idle traces (TCP port 80
+/// and UDP port 53 on 192.0.2.1-4), with timeouts the pauses straddle, and a
+/// monitor behind it.
+fn lb_chain() -> String {
+    let mut t = String::from("name: lb-batching\nfunctions:\n  - type: lb\n    refresh_ms: 700\n");
+    t += "    timeouts: { tcp: 8, tcp_closing: 3, udp: 5 }\n    services:\n";
+    for v in 1..=4 {
+        for (port, proto, b) in [(80, "tcp", 10 * v), (53, "udp", 10 * v + 5)] {
+            t += &format!(
+                "      - vip: 192.0.2.{v}\n        port: {port}\n        proto: {proto}\n        \
+                 backends:\n          - {{ addr: \"198.51.100.{b}:8080\", weight: 1 }}\n          \
+                 - {{ addr: \"198.51.100.{}:8080\", weight: 2 }}\n          \
+                 - {{ addr: \"198.51.100.{}:8080\", weight: 1 }}\n",
+                b + 1,
+                b + 2
+            );
+        }
+    }
+    t + "  - type: monitor\n    idle_timeout_secs: 6\n    close_linger_ms: 1500\n\
+         settings:\n  batch_size: 32\n  timer_interval_ms: 300\n"
+}
+
+/// An idle trace as the load balancer's clients and backends send it: the
+/// servers' packets come from the backend Maglev picks for their flow
+/// (learnt from the flow's first client packet alone), to the client.
+fn lb_trace(seed: u64, chain: &str) -> Trace {
+    let raw = idle_trace(&spec(seed));
+    let mut backend: std::collections::HashMap<FlowKey, (IpAddr, u16)> = Default::default();
+    let mut pool = PacketPool::new(4);
+    let mut out = Trace::new();
+    for (ts, f) in raw.iter() {
+        let mut frame = f.to_vec();
+        let mut m = parse_frame(&frame).unwrap();
+        let from_client = matches!(m.flow.src, IpAddr::V4([10, ..]));
+        if from_client && !backend.contains_key(&m.flow) {
+            let mut ch = self::chain(chain);
+            let mut b = Batch::with_capacity(1);
+            b.push_frame(&mut pool, &frame, ts, 0);
+            ch.process(&mut b, &mut LocalStore::new());
+            if b.pkts[0].verdict == Verdict::Forward {
+                let t = parse_frame(b.pkts[0].data()).unwrap().flow;
+                backend.insert(m.flow, (t.dst, t.dst_port));
+            }
+            b.recycle(&mut pool);
+        }
+        if !from_client {
+            if let Some(&(a, p)) = backend.get(&m.flow.reverse()) {
+                set_endpoint(&mut frame, &mut m, Endpoint::Src, a, p).unwrap();
+            }
+        }
+        out.push(ts, &frame);
+    }
+    out
+}
+
+#[test]
+fn load_balancing_does_not_depend_on_batch_size_or_pipeline_window() {
+    let text = lb_chain();
+    for seed in 1..=4 {
+        let trace = lb_trace(seed, &text);
+        let reference = run(&text, &trace, 1, None);
+        assert!(reference.flows.iter().any(|f| f.4 == "timeout"));
+        assert!(reference.packets.iter().filter(|p| p.is_ok()).count() > trace.len() / 2);
+        assert!(reference.packets.contains(&Err("no_state")));
+        for batch in [2, 7, 32, 256] {
+            let o = run(&text, &trace, batch, None);
+            assert_same(&reference, &o, &format!("lb: seed {seed}, batch {batch}"));
+        }
+        for window in [1, 16, 64, 256] {
+            let o = run(&text, &trace, 8, Some(window));
+            assert_same(
+                &reference,
+                &o,
+                &format!("lb: seed {seed}, pipeline {window}"),
+            );
+        }
+    }
 }

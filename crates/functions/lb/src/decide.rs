@@ -82,6 +82,8 @@ pub struct Reply {
     pub through: bool,
     /// Created for replies that waited for their connection's claim.
     pub with_claim: bool,
+    /// The record was already written this batch before those replies.
+    pub was_dirty: bool,
 }
 
 /// The batch's reply records.
@@ -244,6 +246,7 @@ impl Lb {
                 rearm: None,
                 through: false,
                 with_claim: false,
+                was_dirty: false,
             };
             (key, how, x)
         });
