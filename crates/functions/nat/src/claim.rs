@@ -27,13 +27,17 @@ impl Nat {
     pub(crate) fn allocate(&mut self, pass: &mut Pass<Nat>, now: u64) {
         let mut short = false;
         self.refill = None;
-        for k in 0..self.pending.len() {
+        // In packet order, as one packet at a time would allocate: new flows,
+        // and flows whose mapping may have expired (an item taken for nothing
+        // goes back after the recheck).
+        for i in 0..pass.plans.len() {
             // Replies wait for mappings; only outbound packets open them.
-            let Some((slot, Dir::Out)) = Self::planned(pass, self.pending[k]) else {
+            let Some((slot, Dir::Out)) = Self::planned(pass, i as u32) else {
                 continue;
             };
             let x = &pass.recs[slot].x;
-            if x.alloc.is_some() || x.pre.is_some() {
+            let wants = (pass.recs[slot].cur.is_none() && x.born.is_some()) || x.maybe_expired;
+            if !wants || x.alloc.is_some() || x.pre.is_some() {
                 continue;
             }
             let pre = self.take_reserved(now, &mut pass.ops);
@@ -70,10 +74,36 @@ impl Nat {
             let now = p.ts_ns;
             let merged = s.cur.and_then(|c| Self::merged(&c, other.as_ref()));
             let Some(m) = merged.filter(|m| other.is_some() && self.alive(proto, m, now)) else {
+                if dir == Dir::Out {
+                    // Expired: a new mapping (its item taken ahead), as after
+                    // its timer.
+                    let s = &mut pass.recs[slot];
+                    if let (None, Some(c)) = (s.x.expired, s.cur) {
+                        s.x.expired = Some((c, other));
+                        s.x.born = Some(now);
+                        s.cur = None;
+                        s.dirty = false;
+                    }
+                    self.pending.push(i);
+                    continue;
+                }
                 self.c.no_mapping += 1;
                 p.drop_by(ctx.stage, "no_mapping");
                 continue;
             };
+            let s = &mut pass.recs[slot];
+            if s.x.maybe_expired {
+                // Alive after all: the item taken ahead goes back.
+                s.x.maybe_expired = false;
+                let item = match (s.x.pre.take(), s.x.alloc.take()) {
+                    (Some(item), _) => Some(item),
+                    (None, Some(a)) => pass.ops.allocated(a).and_then(|x| u32::try_from(x).ok()),
+                    _ => None,
+                };
+                if let Some(item) = item {
+                    self.ops2.pool_free(self.pool_key, item as u64);
+                }
+            }
             let mp = self.touch(&mut pass.recs[slot], dir, m, &p.meta, now);
             self.apply(p, dir, &mp, ctx.stage);
         }
@@ -140,9 +170,13 @@ impl Nat {
             let rk = Key::flow(self.ns, TABLE_REV, &rf, &[]);
             // Cached here only if this instance also owns the reply flow.
             self.ops2.put_value_owned(rk, &m, rf.symmetric_hash());
+            // Replacing an expired mapping only if it is still what was read.
+            let was = s.x.expired.map(|e| e.0);
             let cas = match s.x.hash {
-                Some(h) => self.ops2.compare_and_set_owned(s.key, None, Some(&m), h),
-                None => self.ops2.compare_and_set(s.key, None, Some(&m)),
+                Some(h) => self
+                    .ops2
+                    .compare_and_set_owned(s.key, was.as_ref(), Some(&m), h),
+                None => self.ops2.compare_and_set(s.key, was.as_ref(), Some(&m)),
             };
             self.ops2
                 .arm_timer(s.key, now.saturating_add(self.timeout(s.x.flow.proto, 0)));
@@ -167,6 +201,16 @@ impl Nat {
             };
             if self.ops2.swapped(cas) {
                 self.c.new_mappings += 1;
+                if let Some((old, old_rev)) = s.x.expired {
+                    // What the expired mapping's timer would have removed.
+                    let (pa, pp) = self.public_of(old.item);
+                    let rk = Key::flow(self.ns, TABLE_REV, &rev_flow(&s.x.flow, pa, pp), &[]);
+                    if let Some(r) = old_rev {
+                        pass.ops.compare_and_set(rk, Some(&r), None);
+                    }
+                    pass.ops.pool_free(self.pool_key, old.item as u64);
+                    self.c.expired += 1;
+                }
                 continue;
             }
             self.c.races_lost += 1;
@@ -201,6 +245,8 @@ impl Nat {
         ctx: &Ctx<'_>,
         pass: &mut Pass<Nat>,
     ) -> bool {
+        // In packet order (rechecked packets joined the list late).
+        self.pending.sort_unstable();
         let mut late = false;
         for k in 0..self.pending.len() {
             let i = self.pending[k];
@@ -240,7 +286,7 @@ impl Nat {
                 continue;
             }
             // Written by the claim: later changes compare against that.
-            if s.old.is_none() {
+            if s.x.made.is_some() {
                 s.old = s.x.made;
             }
             let mp = self.touch(s, dir, cur, &p.meta, now);

@@ -73,6 +73,13 @@ pub struct Flow {
     /// Changed by packets that waited for the batch's new mappings: written
     /// after them.
     pub late: bool,
+    /// The mapping (forward record, reverse record) an outbound packet found
+    /// idle past its timeout: replaced by a new one, as if its timer had
+    /// removed it.
+    pub expired: Option<(Mapping, Option<Mapping>)>,
+    /// An outbound packet found the mapping idle by its own record: an item
+    /// is taken ahead in case the other direction's does not keep it alive.
+    pub maybe_expired: bool,
 }
 
 impl BatchNf for Nat {
@@ -139,9 +146,11 @@ impl BatchNf for Nat {
             }
             return;
         };
-        // An outbound flow keeps its mapping even if it idled past its timeout
-        // before the timer reclaimed it: same inside flow, same public port.
-        if dir != Dir::Out && !self.alive_alone(proto, &cur, now) {
+        // Maybe idle past its timeout: as its timer would have removed it
+        // by now, an outbound packet then opens a new mapping and an inbound
+        // one finds none, unless the other direction kept it alive.
+        if !self.alive_alone(proto, &cur, now) {
+            s.x.maybe_expired |= dir == Dir::Out && s.x.expired.is_none();
             // Maybe only the other direction kept it alive: ask its record.
             if s.x.other.is_none() {
                 let k = self.other_key(s, &cur);
@@ -192,6 +201,8 @@ impl Nat {
                 born: None,
                 made: None,
                 late: false,
+                expired: None,
+                maybe_expired: false,
             };
             (key, how, x)
         });

@@ -913,3 +913,37 @@ fn replies_and_flags_in_the_batch_that_opens_a_mapping_as_one_by_one() {
     assert_eq!(outs[0], vec![None, None, None, None, Some("no_mapping")]);
     assert_eq!(outs[1], outs[0]);
 }
+
+#[test]
+fn an_outbound_packet_after_expiry_gets_a_new_mapping_as_if_its_timer_had_run() {
+    // UDP timeout 30 s. The flow goes quiet for 40 s: its next packet gets a
+    // new public port, whether the timer ran in between or not, and the old
+    // port no longer translates replies.
+    let out = |t| (build::udp_v4(H, R, 5000, 53, b"q"), t);
+    let mut seen = Vec::new();
+    for timer_first in [false, true] {
+        let mut n = nat_with(|c| c.timeouts.udp = 30);
+        let mut s = LocalStore::new();
+        let first = run(&mut n, &mut s, &[out(SEC)]).flow(0);
+        if timer_first {
+            timers(&mut n, &mut s, 41 * SEC);
+        }
+        let second = run(&mut n, &mut s, &[out(41 * SEC)]).flow(0);
+        assert_ne!(
+            first.src_port, second.src_port,
+            "timer first: {timer_first}"
+        );
+        let old_reply = build::udp_v4(R, v4(first.src), 53, first.src_port, b"a");
+        let new_reply = build::udp_v4(R, v4(second.src), 53, second.src_port, b"a");
+        let o = run(
+            &mut n,
+            &mut s,
+            &[(old_reply, 42 * SEC), (new_reply, 42 * SEC)],
+        );
+        assert_eq!((o.reason(0), o.reason(1)), (Some("no_mapping"), None));
+        timers(&mut n, &mut s, 100 * SEC);
+        assert_eq!(counter(&n, "expired"), 2, "both mappings, once each");
+        seen.push((first.src_port, second.src_port));
+    }
+    assert_eq!(seen[0], seen[1]);
+}
