@@ -669,9 +669,11 @@ impl Chain {
         let n = batch.len();
         self.stats.packets += n as u64;
         let mut newest = self.now_ns;
+        let mut oldest = u64::MAX;
         for p in batch.pkts.iter_mut() {
             self.stats.bytes += p.len() as u64;
             newest = newest.max(p.ts_ns);
+            oldest = oldest.min(p.ts_ns);
             if !p.is_live() {
                 continue;
             }
@@ -700,11 +702,16 @@ impl Chain {
                 }
             }
         }
-        self.now_ns = newest;
-        if self.now_ns >= self.next_timers_ns {
-            self.run_timers(store);
-            self.next_timers_ns = self.now_ns + self.timer_interval_ns;
+        // Timers run no later than the batch's oldest packet: they must not
+        // expire state a packet of this batch still finds live. Functions judge
+        // staleness against each packet's own time, so what a timer removes at
+        // `oldest` every later packet would have found expired anyway, and the
+        // outcome does not depend on how packets are batched.
+        if oldest != u64::MAX && oldest >= self.next_timers_ns {
+            self.run_timers(oldest, store);
+            self.next_timers_ns = oldest + self.timer_interval_ns;
         }
+        self.now_ns = newest;
 
         if self.forward_sources.is_empty() {
             self.pipeline(batch, store, false);
@@ -860,9 +867,10 @@ impl Chain {
         self.stats.emitted = self.stats.emitted_before + self.emitted.len() as u64;
     }
 
-    fn run_timers(&mut self, store: &mut dyn StateStore) {
+    /// Runs every function's (and reassembly's) due timers at time `now`.
+    fn run_timers(&mut self, now: u64, store: &mut dyn StateStore) {
         if let Some(r) = self.reassembly.as_mut() {
-            if let Err(e) = r.on_timers(self.now_ns, store) {
+            if let Err(e) = r.on_timers(now, store) {
                 self.stats.store_errors += 1;
                 self.stats.last_error = Some(e.to_string());
             }
@@ -870,10 +878,10 @@ impl Chain {
         let empty = Streams::default();
         for (i, st) in self.stages.iter_mut().enumerate() {
             if let Some((r, _)) = st.own_streams.as_mut() {
-                let _ = r.on_timers(self.now_ns, store);
+                let _ = r.on_timers(now, store);
             }
             let mut ctx = Ctx {
-                now_ns: self.now_ns,
+                now_ns: now,
                 stage: i as u8,
                 streams: &empty,
                 events: &mut self.events,
@@ -896,7 +904,7 @@ impl Chain {
     fn tick_inner(&mut self, now_ns: u64, store: &mut dyn StateStore) {
         self.now_ns = self.now_ns.max(now_ns);
         if self.now_ns >= self.next_timers_ns {
-            self.run_timers(store);
+            self.run_timers(self.now_ns, store);
             self.next_timers_ns = self.now_ns + self.timer_interval_ns;
             self.tally_events_since();
         }
@@ -910,7 +918,7 @@ impl Chain {
     }
 
     fn flush_inner(&mut self, store: &mut dyn StateStore) {
-        self.run_timers(store);
+        self.run_timers(self.now_ns, store);
         let empty = Streams::default();
         for (i, st) in self.stages.iter_mut().enumerate() {
             let mut ctx = Ctx {

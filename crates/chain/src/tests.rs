@@ -339,3 +339,72 @@ fn deferred_writes_are_bounded_in_age_and_an_expired_lease_ends_caching() {
         "the deferred third count was lost; the fourth packet counted on the stored two"
     );
 }
+
+/// Records the time of every timer run, and the oldest packet of every batch.
+struct Clocked {
+    ns: Namespace,
+    log: std::sync::Arc<std::sync::Mutex<Vec<(char, u64)>>>,
+}
+
+impl NetworkFunction for Clocked {
+    fn kind(&self) -> &'static str {
+        "clocked"
+    }
+    fn namespace(&self) -> Namespace {
+        self.ns
+    }
+    fn process(
+        &mut self,
+        batch: &mut Batch,
+        _ctx: &mut Ctx<'_>,
+        _store: &mut dyn StateStore,
+    ) -> Result<(), NfError> {
+        let oldest = batch.pkts.iter().map(|p| p.ts_ns).min().unwrap_or(0);
+        self.log.lock().unwrap().push(('p', oldest));
+        Ok(())
+    }
+    fn on_timers(&mut self, ctx: &mut Ctx<'_>, _store: &mut dyn StateStore) -> Result<(), NfError> {
+        self.log.lock().unwrap().push(('t', ctx.now_ns));
+        Ok(())
+    }
+}
+
+#[test]
+fn timers_never_run_past_the_oldest_packet_of_the_batch_they_precede() {
+    let log = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let f = Clocked {
+        ns: Namespace(3),
+        log: log.clone(),
+    };
+    let mut chain = Chain::new("t", vec![Box::new(f)], None, Sharing::Shared, 1);
+    let mut pool = PacketPool::new(64);
+    let mut store = LocalStore::new();
+    let frame = build::udp_v4([10, 0, 0, 1], [10, 0, 0, 2], 5, 53, b"x");
+    const SEC: u64 = 1_000_000_000;
+    // Batches spanning many timer intervals and long pauses.
+    for batch_ts in [
+        vec![SEC, 2 * SEC, 30 * SEC],
+        vec![31 * SEC, 90 * SEC],
+        vec![90 * SEC, 91 * SEC],
+        vec![200 * SEC],
+    ] {
+        let mut batch = Batch::with_capacity(8);
+        for ts in &batch_ts {
+            assert!(batch.push_frame(&mut pool, &frame, *ts, 0));
+        }
+        chain.process(&mut batch, &mut store);
+        batch.recycle(&mut pool);
+    }
+    let log = log.lock().unwrap().clone();
+    let timers: Vec<u64> = log.iter().filter(|e| e.0 == 't').map(|e| e.1).collect();
+    // Due timers run before each batch, at its oldest packet's time.
+    assert_eq!(timers, vec![SEC, 31 * SEC, 90 * SEC, 200 * SEC]);
+    for w in log.windows(2) {
+        if let [('t', t), ('p', oldest)] = w {
+            assert!(t <= oldest, "timers at {t} before a packet of {oldest}");
+        }
+    }
+    // The chain's clock is still its newest packet.
+    chain.tick(0, &mut store);
+    assert_eq!(chain.now_ns, 200 * SEC);
+}

@@ -376,22 +376,13 @@ impl Reassembler {
             return Ok(());
         }
         store.execute(&mut self.ops)?;
-        let batch_now = batch.pkts.iter().map(|p| p.ts_ns).max().unwrap_or(0);
         for e in &mut self.entries {
             match self.ops.decode::<Conn>(e.read) {
                 Ok(Some(c)) => {
-                    if c.last_seen.saturating_add(self.timeout_ns) < batch_now {
-                        // Expired but its timer has not run yet: forget it now.
-                        for (d, dir) in c.dirs.iter().enumerate() {
-                            for s in dir.segs() {
-                                self.del_keys.push(seg_key(self.ns, &e.canon, d, s.seq));
-                            }
-                        }
-                        e.delete = true;
-                    } else {
-                        e.read_flags = Some(c.flags);
-                        e.conn = Some(c);
-                    }
+                    // Whether it is idle past the timeout is decided by each
+                    // packet's own time (`step`).
+                    e.read_flags = Some(c.flags);
+                    e.conn = Some(c);
                 }
                 Ok(None) => {}
                 Err(_) => {
@@ -520,6 +511,26 @@ impl Reassembler {
         let e = &mut self.entries[ei];
         if e.corrupt && !syn_only {
             return Step::Drop("reassembly_state_corrupt");
+        }
+        // Idle past the timeout at this packet's time: over, whether or not its
+        // timer ran yet (the timer would have removed it exactly so).
+        if let Some(old) = e
+            .conn
+            .filter(|c| c.last_seen.saturating_add(self.timeout_ns) <= now)
+        {
+            for (d, dir) in old.dirs.iter().enumerate() {
+                for s in dir.segs() {
+                    self.del_keys.push(seg_key(self.ns, &e.canon, d, s.seq));
+                }
+            }
+            for pd in &mut self.pending {
+                if pd.entry == ei as u32 {
+                    pd.live = false;
+                }
+            }
+            e.conn = None;
+            e.delete = true;
+            e.dirty = false;
         }
 
         // A client SYN may (re)start the connection.

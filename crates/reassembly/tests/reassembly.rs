@@ -70,10 +70,22 @@ impl Harness {
     }
 
     fn run(&mut self, store: &mut dyn StateStore, frames: &[Vec<u8>]) -> Out {
+        let stamped: Vec<(u64, Vec<u8>)> = frames
+            .iter()
+            .map(|f| {
+                self.ts += 1000;
+                (self.ts, f.clone())
+            })
+            .collect();
+        self.run_at(store, &stamped)
+    }
+
+    /// One batch of frames with their own times.
+    fn run_at(&mut self, store: &mut dyn StateStore, frames: &[(u64, Vec<u8>)]) -> Out {
         let mut b = Batch::with_capacity(frames.len());
-        for f in frames {
-            self.ts += 1000;
-            assert!(b.push_frame(&mut self.pool, f, self.ts, 0));
+        for (ts, f) in frames {
+            self.ts = self.ts.max(*ts);
+            assert!(b.push_frame(&mut self.pool, f, *ts, 0));
         }
         for p in &mut b.pkts {
             p.meta = parse_frame(p.data()).unwrap();
@@ -632,4 +644,48 @@ fn offloaded_60k_segments_reassemble_whole() {
             "one_batch {one_batch}: the client stream is whole and in order"
         );
     }
+}
+
+#[test]
+fn idleness_is_judged_at_each_packets_own_time() {
+    // Timeout 10 s. After the handshake and two bytes, one batch holds the next
+    // bytes just below the timeout and, far later, a server segment: the bytes
+    // are delivered (their packet finds the connection live), the late segment
+    // finds it idle past the timeout (untracked). A packet exactly at the
+    // timeout finds it expired, as a timer run then would have.
+    const SEC: u64 = 1_000_000_000;
+    let t0 = 100 * SEC;
+    let mut outs = Vec::new();
+    for batch_two in [
+        vec![
+            (t0 + 10 * SEC - 1, cdata(2, b"cd")),
+            (t0 + 25 * SEC, sdata(0, b"x")),
+        ],
+        vec![(t0 + 10 * SEC, cdata(2, b"cd"))],
+    ] {
+        let mut st = LocalStore::new();
+        let mut h = Harness::new(Config {
+            idle_timeout_secs: 10,
+            ..Config::default()
+        });
+        let mut first: Vec<(u64, Vec<u8>)> = handshake().into_iter().map(|f| (t0, f)).collect();
+        first.push((t0, cdata(0, b"ab")));
+        assert_eq!(stream(&h.run_at(&mut st, &first), true), b"ab");
+        outs.push(h.run_at(&mut st, &batch_two).chunks);
+        if batch_two.len() == 1 {
+            // Its timer, run now, finds nothing left to expire.
+            assert_eq!(h.r.on_timers(t0 + 10 * SEC, &mut st).unwrap(), 0);
+            assert_eq!(
+                st.len(),
+                0,
+                "record deleted by the packet that found it idle"
+            );
+        }
+    }
+    assert_eq!(
+        outs[0],
+        vec![Some((true, true, 2, b"cd".to_vec())), None],
+        "delivered just below the timeout; the late segment is untracked"
+    );
+    assert_eq!(outs[1], vec![None], "expired at the timeout");
 }

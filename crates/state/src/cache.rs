@@ -621,6 +621,17 @@ impl FlowCache {
         }
         self.fwd.clear();
         self.append_dirty();
+        if self.pipelined && !self.held.is_empty() {
+            // Held operations (a new record's write-through among them) go out
+            // with the next prefetch: values sent now would reach the store
+            // before them and be overwritten by older ones. They queue behind.
+            for i in 0..self.fwd.len() {
+                self.held.push_copy(&self.fwd, i);
+            }
+            self.in_flight = 0;
+            self.check_unacked(store);
+            return Ok(());
+        }
         // Tracked until known acknowledged: a failed send is sent again.
         for i in 0..self.fwd.len() {
             let k = *self.fwd.ops()[i].key();

@@ -6,6 +6,9 @@
 //! [`TrafficSpec`] always yields the same bytes. Frames are built into one flat
 //! arena ([`Trace`]) so a benchmark replays them without touching the allocator.
 
+pub mod idle;
+
+pub use idle::{idle_trace, IdleSpec};
 use serde::{Deserialize, Serialize};
 use sluice_wire::build::{tcp_repr, write_frame, Transport};
 use sluice_wire::tcp::flags::{ACK, FIN, PSH, SYN};

@@ -724,3 +724,37 @@ proptest! {
         timers(&mut f, &mut s, u64::MAX);
     }
 }
+
+#[test]
+fn expiry_is_judged_at_each_packets_own_time_and_agrees_with_timers() {
+    // Established timeout 100 s. Data just below the deadline refreshes the
+    // connection; data exactly at the next deadline finds it gone. In one
+    // batch, one by one, and one by one with the timers run at every
+    // packet's time first: the same verdicts.
+    let data = |t| (c2s(40000, 80, 101, 501, ACK, b"x"), t);
+    let pkts = [data(100 * SEC + 1), data(200 * SEC + 1)];
+    let mut all = Vec::new();
+    for mode in 0..3 {
+        let mut f = fw_with(WEB, |c| c.timeouts.tcp_established = 100);
+        let mut s = LocalStore::new();
+        one_by_one(&mut f, &mut s, &connection(40000, 0)[..3]);
+        let v: Vec<Option<&str>> = match mode {
+            0 => {
+                let o = run(&mut f, &mut s, &pkts);
+                (0..2).map(|i| o.reason(i)).collect()
+            }
+            _ => pkts
+                .iter()
+                .map(|p| {
+                    if mode == 2 {
+                        timers(&mut f, &mut s, p.1);
+                    }
+                    run(&mut f, &mut s, std::slice::from_ref(p)).reason(0)
+                })
+                .collect(),
+        };
+        all.push(v);
+    }
+    assert_eq!(all[0], vec![None, Some("no_state")]);
+    assert!(all.iter().all(|v| *v == all[0]), "{all:?}");
+}

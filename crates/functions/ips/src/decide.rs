@@ -64,27 +64,20 @@ impl BatchNf for Ips {
         })))
     }
 
-    /// A record idle past the timeout starts afresh; one whose automaton
-    /// states this rule set does not have is corrupt.
+    /// A record whose automaton states this rule set does not have is
+    /// corrupt. Whether a record is idle past the timeout is decided per
+    /// packet, against the packet's own time (`decide`).
     fn load(
         &mut self,
         rec: &mut Record<FlowState, Scan, Option<FlowState>>,
         read: Result<Option<FlowState>, DecodeError>,
-        now_ns: u64,
+        _now_ns: u64,
     ) {
-        let fresh = FlowState {
-            dirs: [self.engine.initial(); 2],
-            ..FlowState::default()
-        };
         match read {
             Ok(Some(s)) if self.engine.valid(&s.dirs[0]) && self.engine.valid(&s.dirs[1]) => {
-                if s.last_seen.saturating_add(self.timeout_ns) >= now_ns {
-                    rec.load(Some(s));
-                } else {
-                    rec.cur = Some(fresh);
-                }
+                rec.load(Some(s));
             }
-            Ok(None) => rec.cur = Some(fresh),
+            Ok(None) => rec.cur = Some(self.fresh()),
             _ => rec.corrupt = true,
         }
     }
@@ -103,7 +96,12 @@ impl BatchNf for Ips {
                 p.drop_by(ctx.stage, "ips_state_corrupt");
                 return;
             }
-            Some(e) => e.cur.unwrap_or_default(),
+            // A record idle past the timeout at this packet's time is over,
+            // whether or not its timer ran yet: the flow starts afresh.
+            Some(e) => match e.cur {
+                Some(s) if !self.expired(&s, p.ts_ns) => s,
+                _ => self.fresh(),
+            },
             None => FlowState {
                 dirs: [self.engine.initial(); 2],
                 ..FlowState::default()
@@ -163,6 +161,20 @@ impl BatchNf for Ips {
 }
 
 impl Ips {
+    /// A flow's state before any packet.
+    fn fresh(&self) -> FlowState {
+        FlowState {
+            dirs: [self.engine.initial(); 2],
+            ..FlowState::default()
+        }
+    }
+
+    /// Whether `s` is idle past the timeout at `now` (its timer removes it
+    /// from then on).
+    pub(crate) fn expired(&self, s: &FlowState, now: u64) -> bool {
+        s.last_seen.saturating_add(self.timeout_ns) <= now
+    }
+
     /// Matches a TCP packet's reassembled bytes, using the pre-scan's result
     /// where it holds; returns true if the packet must be dropped.
     fn inspect_stream(

@@ -340,7 +340,7 @@ impl NetworkFunction for Ips {
             let mut deadlines = Vec::with_capacity(ids.len());
             for id in &ids {
                 deadlines.push(match self.pass.ops.decode::<FlowState>(*id) {
-                    Ok(Some(s)) if s.last_seen.saturating_add(self.timeout_ns) > now => {
+                    Ok(Some(s)) if !self.expired(&s, now) => {
                         Some(s.last_seen.saturating_add(self.timeout_ns))
                     }
                     Ok(None) => None,

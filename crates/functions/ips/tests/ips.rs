@@ -65,10 +65,22 @@ impl H {
         }
     }
     fn run(&mut self, st: &mut dyn StateStore, frames: &[Vec<u8>]) -> Res {
+        let stamped: Vec<(u64, Vec<u8>)> = frames
+            .iter()
+            .map(|f| {
+                self.ts += 1000;
+                (self.ts, f.clone())
+            })
+            .collect();
+        self.run_at(st, &stamped)
+    }
+    /// One batch of frames with their own times; the batch's time is its
+    /// newest packet's.
+    fn run_at(&mut self, st: &mut dyn StateStore, frames: &[(u64, Vec<u8>)]) -> Res {
         let mut b = Batch::with_capacity(frames.len());
-        for f in frames {
-            self.ts += 1000;
-            b.push_frame(&mut self.pool, f, self.ts, 0);
+        for (ts, f) in frames {
+            self.ts = self.ts.max(*ts);
+            b.push_frame(&mut self.pool, f, *ts, 0);
         }
         for p in &mut b.pkts {
             p.meta = parse_frame(p.data()).unwrap();
@@ -578,4 +590,42 @@ fn a_resynchronised_stream_restarts_the_automata_at_the_gap() {
     // "ABC" + "DEFGH" would complete sid 1 without the reset; sid 3 already fired.
     assert_eq!(sids(&after), vec![2]);
     assert!(after.1.iter().all(|d| !d));
+}
+
+#[test]
+fn idleness_is_judged_at_each_packets_own_time() {
+    // IPS timeout 300 s; the reassembler keeps the stream far longer, so only
+    // the IPS's own state can expire. A signature split across a pause.
+    const SEC: u64 = 1_000_000_000;
+    let rule = r#"alert tcp any any -> any 80 (msg:"x"; content:"/etc/passwd"; sid:7; rev:1;)"#;
+    let t0 = 1_000 * SEC;
+    let mut results = Vec::new();
+    for (pause, later) in [(300 * SEC - 1, 100 * SEC), (300 * SEC, 0)] {
+        let mut st = LocalStore::new();
+        let mut h = H::new(ips(&[rule]));
+        h.r = Reassembler::new(
+            Namespace(1),
+            sluice_reassembly::Config {
+                idle_timeout_secs: 10_000,
+                ..Default::default()
+            },
+        );
+        let mut first: Vec<(u64, Vec<u8>)> = handshake()
+            .into_iter()
+            .enumerate()
+            .map(|(i, f)| (t0 + i as u64, f))
+            .collect();
+        first.push((t0 + 3, c(0, b"GET /etc/pa")));
+        assert!(h.run_at(&mut st, &first).0.is_empty());
+        // One batch: the rest of the signature after the pause, and a later
+        // packet that makes the batch's time far past the timeout.
+        let mut second = vec![(t0 + 3 + pause, c(11, b"sswd HTTP/1.0"))];
+        if later > 0 {
+            second.push((t0 + 3 + pause + later, s(0, b"HTTP/1.0 200 OK")));
+        }
+        results.push(sids(&h.run_at(&mut st, &second)));
+    }
+    // Just below the timeout the flow goes on and the signature completes;
+    // at the timeout its scan state is gone, as if its timer had run.
+    assert_eq!(results, vec![vec![7], vec![]]);
 }

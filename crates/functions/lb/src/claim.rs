@@ -9,7 +9,7 @@ use sluice_wire::parse::L4;
 use sluice_wire::tcp::flags::{ACK, FIN, RST, SYN};
 
 use crate::config::Algorithm;
-use crate::conn::{ret_parts, Conn, FIN_SERVER, RST_SEEN};
+use crate::conn::{ret_parts, Conn, FIN_CLIENT, FIN_SERVER, RST_SEEN};
 use crate::decide::Plan;
 use crate::{Lb, TABLE_CONN};
 use sluice_state::Key;
@@ -132,7 +132,8 @@ impl Lb {
     /// Claims new connections: the record (compare-and-set against what was
     /// read), the chosen backend's load, the old backend's if replacing an
     /// expired record.
-    pub(crate) fn claim(&mut self, pass: &mut Pass<Lb>, now: u64) {
+    pub(crate) fn claim(&mut self, batch: &mut Batch, pass: &mut Pass<Lb>, stage: u8) {
+        self.fold_pending(batch, pass, stage);
         let ops = &mut pass.ops;
         for s in pass.recs.iter_mut() {
             if !s.x.new {
@@ -141,11 +142,15 @@ impl Lb {
             let Some(b) = self.choose(s.x.service, s.x.hash) else {
                 continue;
             };
+            // The connection's time is its first packet's, not the batch's;
+            // its later client packets in the batch count as they would in
+            // batches of their own.
+            let (flags, last_seen_ns) = s.x.folded.unwrap_or((0, s.x.born));
             let c = Conn {
-                flags: 0,
+                flags,
                 service: s.x.service,
                 backend: b,
-                last_seen_ns: now,
+                last_seen_ns,
             };
             let svc = &self.services[s.x.service as usize];
             let cas = match s.x.own {
@@ -160,10 +165,129 @@ impl Lb {
                     ops.incr_no_reply(ob, -1);
                 }
             }
-            ops.arm_timer(s.key, now.saturating_add(self.timeout(svc.proto, &c)));
+            ops.arm_timer(s.key, self.deadline(&c));
             s.x.cas = Some(cas);
             s.cur = Some(c);
         }
+    }
+
+    /// Goes through the packets that wait for new connections' claims in
+    /// order, as each would be decided in a batch of its own after the claim:
+    /// the first client packet opens the connection (flags clear, its time);
+    /// later ones set FIN or RST and refresh `last_seen` as packets of an
+    /// existing connection do, or, finding it idle past its timeout (with its
+    /// replies so far), are dropped (TCP) or open it afresh; replies finding it
+    /// idle are dropped. What is left is written by the claim.
+    fn fold_pending(&mut self, batch: &mut Batch, pass: &mut Pass<Lb>, stage: u8) {
+        // Per connection record: its replies' record as folded so far.
+        let mut replies = std::mem::take(&mut self.fold_replies);
+        replies.clear();
+        for k in 0..self.pending.len() {
+            let i = self.pending[k] as usize;
+            let (slot, reply) = match pass.plans[i] {
+                Some(Plan::In { slot }) => (slot, None),
+                Some(Plan::Out { slot, backend, ret }) => (slot, Some((backend, ret))),
+                _ => continue,
+            };
+            let s = &mut pass.recs[slot];
+            if !s.x.new {
+                continue;
+            }
+            let p = &mut batch.pkts[i];
+            let (now, m) = (p.ts_ns, p.meta);
+            let tcp = m.l4 == L4::Tcp;
+            let Some((flags, last)) = s.x.folded else {
+                if reply.is_none() {
+                    s.x.folded = Some((0, now));
+                }
+                continue;
+            };
+            let c = Conn {
+                flags,
+                service: s.x.service,
+                backend: 0,
+                last_seen_ns: last,
+            };
+            let r = replies.iter().find(|e| e.0 == slot).map(|e| e.1);
+            let view = r.map_or(c, |r| Conn {
+                flags: c.flags | r.flags,
+                last_seen_ns: c.last_seen_ns.max(r.last_seen_ns),
+                ..c
+            });
+            let alive = |x: &Conn| {
+                let t = self.timeout(self.services[x.service as usize].proto, x);
+                now < x.last_seen_ns.saturating_add(t)
+            };
+            match reply {
+                Some((backend, ret)) => {
+                    if !alive(&view) {
+                        self.c.no_state += 1;
+                        p.drop_by(stage, "no_state");
+                        continue;
+                    }
+                    let base = r.or_else(|| {
+                        self.rets[ret]
+                            .cur
+                            .filter(|x| x.backend == backend && x.service == c.service)
+                    });
+                    let mut n = base.unwrap_or(Conn {
+                        flags: 0,
+                        last_seen_ns: 0,
+                        ..c
+                    });
+                    if tcp {
+                        if m.tcp_flags & SYN != 0 {
+                            n.flags = 0;
+                        }
+                        if m.tcp_flags & RST != 0 {
+                            n.flags |= RST_SEEN;
+                        }
+                        if m.tcp_flags & FIN != 0 {
+                            n.flags |= FIN_SERVER;
+                        }
+                    }
+                    if base.map(|b| b.flags) != Some(n.flags)
+                        || now.saturating_sub(n.last_seen_ns) >= self.refresh_ns
+                    {
+                        n.last_seen_ns = n.last_seen_ns.max(now);
+                    }
+                    match replies.iter_mut().find(|e| e.0 == slot) {
+                        Some(e) => e.1 = n,
+                        None => replies.push((slot, n)),
+                    }
+                }
+                None => {
+                    let syn = tcp && m.tcp_flags & (SYN | ACK | RST) == SYN;
+                    let usable = alive(&view) && !(syn && view.closing());
+                    if !usable {
+                        if tcp && !syn {
+                            self.c.no_state += 1;
+                            p.drop_by(stage, "no_state");
+                        } else {
+                            // A new connection on the same tuple.
+                            s.x.folded = Some((0, now));
+                        }
+                        continue;
+                    }
+                    let mut f = flags;
+                    if tcp {
+                        if m.tcp_flags & RST != 0 {
+                            f |= RST_SEEN;
+                        }
+                        if m.tcp_flags & FIN != 0 {
+                            f |= FIN_CLIENT;
+                        }
+                    }
+                    let last = if f != flags || now.saturating_sub(last) >= self.refresh_ns {
+                        now.max(last)
+                    } else {
+                        last
+                    };
+                    s.x.folded = Some((f, last));
+                }
+            }
+        }
+        self.fold_replies = replies;
     }
 
     /// Replies in the batch that opened their connection (a SYN-ACK behind its
@@ -178,15 +302,25 @@ impl Lb {
             let Some(Plan::Out { slot, backend, ret }) = pass.plans[i] else {
                 continue;
             };
+            if !batch.pkts[i].is_live() {
+                continue;
+            }
             let Some(c) = pass.recs[slot].cur else {
                 continue;
             };
             let e = &mut self.rets[ret];
-            if e.old.is_some() || e.x.hash.is_none() {
+            if e.x.hash.is_none() {
                 continue;
             }
+            if !e.x.with_claim {
+                // Written below against what the store holds at the end of
+                // this batch's other writes.
+                e.x.was_dirty = e.dirty;
+            }
             let m = &batch.pkts[i].meta;
-            let mut n = e.cur.unwrap_or(Conn {
+            let base = e.cur.filter(|x| x.service == c.service);
+            let old_flags = base.map(|x| x.flags);
+            let mut n = base.unwrap_or(Conn {
                 flags: 0,
                 service: c.service,
                 backend,
@@ -203,7 +337,11 @@ impl Lb {
                     n.flags |= FIN_SERVER;
                 }
             }
-            n.last_seen_ns = n.last_seen_ns.max(batch.pkts[i].ts_ns);
+            // Refreshed as a reply of an existing connection refreshes it.
+            let now = batch.pkts[i].ts_ns;
+            if old_flags != Some(n.flags) || now.saturating_sub(n.last_seen_ns) >= self.refresh_ns {
+                n.last_seen_ns = n.last_seen_ns.max(now);
+            }
             e.cur = Some(n);
             e.dirty = true;
             e.x.with_claim = true;
@@ -211,10 +349,24 @@ impl Lb {
         }
         if created {
             for e in self.rets.iter().filter(|e| e.x.with_claim) {
-                if let (Some(cur), Some(h)) = (e.cur, e.x.hash) {
-                    pass.ops.compare_and_set_owned(e.key, None, Some(&cur), h);
-                    pass.ops.arm_timer(e.key, self.deadline(&cur));
+                let (Some(cur), Some(h)) = (e.cur, e.x.hash) else {
+                    continue;
+                };
+                match e.old {
+                    None if !e.x.was_dirty => {
+                        pass.ops.compare_and_set_owned(e.key, None, Some(&cur), h);
+                    }
+                    // Already written this batch: this value follows it.
+                    _ if e.x.was_dirty => {
+                        pass.ops.put_value_owned(e.key, &cur, h);
+                    }
+                    old => {
+                        let half = self.min_timeout(self.services[cur.service as usize].proto) / 2;
+                        let through = old.map(|o| o.flags) != Some(cur.flags);
+                        Self::queue_write(&mut pass.ops, e.key, old, cur, Some(h), through, half);
+                    }
                 }
+                pass.ops.arm_timer(e.key, self.deadline(&cur));
             }
         }
     }
@@ -225,7 +377,6 @@ impl Lb {
         &mut self,
         pass: &mut Pass<Lb>,
         store: &mut dyn StateStore,
-        now: u64,
     ) -> Result<(), NfError> {
         self.ops2.clear();
         for s in pass.recs.iter_mut() {
@@ -253,7 +404,8 @@ impl Lb {
             for s in pass.recs.iter_mut() {
                 if let Some(g) = s.x.reread {
                     let v = self.ops2.decode::<Conn>(g).ok().flatten();
-                    s.cur = v.filter(|c| self.alive(c, now));
+                    // Judged at the time of the packet that tried to open it.
+                    s.cur = v.filter(|c| self.alive(c, s.x.born));
                 }
             }
         }
@@ -272,6 +424,9 @@ impl Lb {
             };
             let s = &pass.recs[slot];
             let p = &mut batch.pkts[i];
+            if !p.is_live() {
+                continue;
+            }
             match s.cur {
                 Some(c) => {
                     let (frame, meta) = p.data_and_meta_mut();

@@ -265,6 +265,7 @@ pub fn build(
         ops2: Ops::new(),
         rets: Records::default(),
         pending: Vec::new(),
+        fold_replies: Vec::new(),
         need_loads: false,
         loads: Vec::new(),
         keys: Vec::new(),

@@ -57,6 +57,11 @@ pub struct Client {
     pub through: bool,
     /// A new connection is being claimed in this batch.
     pub new: bool,
+    /// The time of the packet that opened it (its `last_seen`).
+    pub born: u64,
+    /// The flags and `last_seen` that the connection's later client packets
+    /// in this batch leave it with (`None` until its first is seen).
+    pub folded: Option<(u8, u64)>,
     /// The claim.
     pub cas: Option<OpId>,
     /// A read of the winner's record after a lost claim.
@@ -77,6 +82,8 @@ pub struct Reply {
     pub through: bool,
     /// Created for replies that waited for their connection's claim.
     pub with_claim: bool,
+    /// The record was already written this batch before those replies.
+    pub was_dirty: bool,
 }
 
 /// The batch's reply records.
@@ -211,6 +218,7 @@ impl BatchNf for Lb {
                     return;
                 }
                 s.x.new = true;
+                s.x.born = now;
                 let svc = s.x.service as usize;
                 self.need_loads |= self.services[svc].algorithm == Algorithm::LeastConnections;
                 self.pending.push(i as u32);
@@ -245,6 +253,7 @@ impl Lb {
                 rearm: None,
                 through: false,
                 with_claim: false,
+                was_dirty: false,
             };
             (key, how, x)
         });
@@ -282,6 +291,8 @@ impl Lb {
                 rearm: false,
                 through: false,
                 new: false,
+                born: 0,
+                folded: None,
                 cas: None,
                 reread: None,
             };

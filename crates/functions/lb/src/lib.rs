@@ -79,6 +79,9 @@ pub struct Lb {
     rets: Replies,
     /// Packets waiting for their connection's claim.
     pending: Vec<u32>,
+    /// Reused by the fold of waiting packets: (connection record, its
+    /// replies' record so far).
+    fold_replies: Vec<(u32, Conn)>,
     /// A least-connections service has a new connection in this batch.
     need_loads: bool,
     /// Per service, per backend: (load counter op, load as seen plus this batch's picks).
@@ -292,13 +295,13 @@ impl NetworkFunction for Lb {
             if lb.need_loads {
                 lb.read_loads(pass, store)?;
             }
-            lb.claim(pass, ctx.now_ns);
+            lb.claim(batch, pass, ctx.stage);
             lb.create_replies(batch, pass);
             store.execute(&mut pass.ops)?;
             if lb.pending.is_empty() {
                 return Ok(());
             }
-            lb.settle_races(pass, store, ctx.now_ns)?;
+            lb.settle_races(pass, store)?;
             lb.finish_pending(batch, ctx, pass);
             Ok(())
         })

@@ -750,3 +750,73 @@ proptest! {
         timers(&mut l, &mut s, u64::MAX);
     }
 }
+
+#[test]
+fn a_new_connection_starts_at_its_first_packets_time_not_the_batchs() {
+    // TCP timeout 60 s. Connection A opens at 1 s, in a batch whose newest
+    // packet (B's SYN) is at 60 s; A's ACK exactly 60 s after its SYN finds it
+    // expired (no state), as when every packet is its own batch.
+    let syn = |port| build::tcp_v4([10, 9, 0, 1], VIP, port, 80, 1, 0, SYN, b"");
+    let first = [(syn(5000), SEC), (syn(5001), 60 * SEC)];
+    let ack = |t| {
+        (
+            build::tcp_v4([10, 9, 0, 1], VIP, 5000, 80, 2, 1, ACK, b""),
+            t,
+        )
+    };
+    let mut out = Vec::new();
+    for batched in [false, true] {
+        for at in [61 * SEC - 1, 61 * SEC] {
+            let mut c = cfg(Algorithm::Maglev, &[1, 1]);
+            c.timeouts.tcp = 60;
+            let mut l = build(&c, Namespace(3), std::path::Path::new(".")).unwrap();
+            let mut s = LocalStore::new();
+            if batched {
+                run(&mut l, &mut s, &first);
+            } else {
+                run(&mut l, &mut s, &first[..1]);
+                run(&mut l, &mut s, &first[1..]);
+            }
+            out.push(run(&mut l, &mut s, &[ack(at)]).reason(0));
+        }
+    }
+    assert_eq!(out, vec![None, Some("no_state"), None, Some("no_state")]);
+}
+
+#[test]
+fn later_client_packets_in_the_batch_that_opens_a_connection_as_one_by_one() {
+    // A SYN, then the client's FIN|ACK in the same batch; the backend's FIN
+    // later: the connection is closing (closing timeout 10 s), so a client
+    // packet 11 s after that finds no state, whether or not the client's FIN
+    // came in the SYN's batch.
+    let client = [10, 9, 0, 1];
+    let c = |flags, t| (build::tcp_v4(client, VIP, 5000, 80, 1, 0, flags, b""), t);
+    let pkts = [c(SYN, SEC), c(ACK | FIN, SEC + 1)];
+    // The backend Maglev picks, from a twin.
+    let mut twin = lb(Algorithm::Maglev, &[1, 1]);
+    let b = run(&mut twin, &mut LocalStore::new(), &pkts[..1]).flow(0);
+    let IpAddr::V4(baddr) = b.dst else {
+        panic!("v4 backend")
+    };
+    let fin = (
+        build::tcp_v4(baddr, client, b.dst_port, 5000, 9, 2, ACK | FIN, b""),
+        2 * SEC,
+    );
+    let mut out = Vec::new();
+    for batched in [false, true] {
+        let mut l = lb(Algorithm::Maglev, &[1, 1]);
+        let mut s = LocalStore::new();
+        if batched {
+            run(&mut l, &mut s, &pkts);
+        } else {
+            run(&mut l, &mut s, &pkts[..1]);
+            run(&mut l, &mut s, &pkts[1..]);
+        }
+        assert_eq!(
+            run(&mut l, &mut s, std::slice::from_ref(&fin)).reason(0),
+            None
+        );
+        out.push(run(&mut l, &mut s, &[c(ACK, 13 * SEC)]).reason(0));
+    }
+    assert_eq!(out, vec![Some("no_state"), Some("no_state")]);
+}

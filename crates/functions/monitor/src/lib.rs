@@ -177,6 +177,16 @@ impl Monitor {
     }
 }
 
+/// What a timer handler does with the record it fired for.
+enum Timer {
+    /// Not due yet: fire again at this time.
+    Rearm(u64),
+    /// Exported at the end of its linger: keep it as a tombstone until this time.
+    Tombstone(Rec, u64),
+    /// Over: remove it.
+    Delete,
+}
+
 impl BatchNf for Monitor {
     type Id = FlowId;
     type Value = Rec;
@@ -237,7 +247,7 @@ impl BatchNf for Monitor {
         // a new connection reuses its 5-tuple.
         if let Some(r) = e.cur.as_mut() {
             if r.flags & (F_CLOSED | F_EXPORTED) == F_CLOSED
-                && (new_syn || r.end.saturating_add(self.linger_ns) < ts)
+                && (new_syn || r.end.saturating_add(self.linger_ns) <= ts)
             {
                 r.flags |= F_EXPORTED;
                 e.dirty = true;
@@ -247,7 +257,7 @@ impl BatchNf for Monitor {
         }
         // An idle record is over, whether or not its timer ran yet.
         if let Some(r) = e.cur {
-            if r.end.saturating_add(self.timeout_ns) < ts {
+            if r.end.saturating_add(self.timeout_ns) <= ts {
                 e.cur = None;
                 e.dirty = true;
                 if r.flags & F_EXPORTED == 0 {
@@ -399,17 +409,28 @@ impl NetworkFunction for Monitor {
                     Ok(Some(r)) if r.flags & (F_CLOSED | F_EXPORTED) == F_CLOSED => {
                         let until = r.end.saturating_add(self.linger_ns);
                         if until > now {
-                            Some(Some(until))
+                            Some(Timer::Rearm(until))
                         } else {
                             if let Some(canon) = k.flow_key() {
                                 let ev = r.export(&canon, "tcp_close");
                                 self.emit(ev, ctx.events, &canon);
                             }
-                            Some(None)
+                            // The exported record stays a tombstone until it is
+                            // idle past the timeout, as when a packet exports it:
+                            // later packets of the old connection are absorbed
+                            // the same way whichever ran first.
+                            let tomb = Rec {
+                                flags: r.flags | F_EXPORTED,
+                                ..r
+                            };
+                            Some(Timer::Tombstone(
+                                tomb,
+                                r.end.saturating_add(self.timeout_ns),
+                            ))
                         }
                     }
                     Ok(Some(r)) if r.end.saturating_add(self.timeout_ns) > now => {
-                        Some(Some(r.end.saturating_add(self.timeout_ns)))
+                        Some(Timer::Rearm(r.end.saturating_add(self.timeout_ns)))
                     }
                     Ok(Some(r)) => {
                         if r.flags & F_EXPORTED == 0 {
@@ -418,11 +439,11 @@ impl NetworkFunction for Monitor {
                                 self.emit(ev, ctx.events, &canon);
                             }
                         }
-                        Some(None)
+                        Some(Timer::Delete)
                     }
                     Err(_) => {
                         self.counters.corrupt_records += 1;
-                        Some(None)
+                        Some(Timer::Delete)
                     }
                 };
                 actions.push(action);
@@ -431,10 +452,14 @@ impl NetworkFunction for Monitor {
             self.pass.ops.clear();
             for (k, a) in self.keys.iter().zip(actions) {
                 match a {
-                    Some(Some(t)) => {
+                    Some(Timer::Rearm(t)) => {
                         self.pass.ops.arm_timer(*k, t);
                     }
-                    Some(None) => {
+                    Some(Timer::Tombstone(r, t)) => {
+                        self.pass.ops.put_value(*k, &r);
+                        self.pass.ops.arm_timer(*k, t);
+                    }
+                    Some(Timer::Delete) => {
                         self.pass.ops.delete(*k);
                     }
                     None => {}
@@ -465,7 +490,7 @@ impl NetworkFunction for Monitor {
                 Ok(Some(r)) if r.flags & F_EXPORTED == 0 => {
                     let reason = if r.flags & F_CLOSED != 0 {
                         "tcp_close"
-                    } else if r.end.saturating_add(self.timeout_ns) < ctx.now_ns {
+                    } else if r.end.saturating_add(self.timeout_ns) <= ctx.now_ns {
                         "timeout"
                     } else {
                         "shutdown"

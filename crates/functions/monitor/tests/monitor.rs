@@ -299,3 +299,103 @@ fn zero_timeout_is_rejected() {
         Some("monitor: idle_timeout_secs must be at least 1")
     );
 }
+
+/// (reason, packets both ways, start, end) of each record, sorted.
+fn summary(mut v: Vec<FlowRecord>) -> Vec<(&'static str, u64, u64, u64, u64)> {
+    let mut out: Vec<_> = v
+        .drain(..)
+        .map(|r| {
+            (
+                r.reason,
+                r.pkts_toserver,
+                r.pkts_toclient,
+                r.start_ns,
+                r.end_ns,
+            )
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+#[test]
+fn idleness_is_judged_at_each_packets_own_time_with_the_timers_boundary() {
+    // Idle timeout 10 s. One batch whose time (its newest packet) is far past
+    // the first packet's timeout: only the pause a packet itself sees splits.
+    let u = || udp_v4(A, B, 4000, 53, b"x");
+    let mut st = LocalStore::new();
+    let mut h = H::new();
+    let out = h.run(
+        &mut st,
+        &[
+            (SEC, u()),
+            (SEC + 10 * SEC - 1, u()),     // just below: same flow
+            (SEC + 20 * SEC - 1, u()),     // exactly the timeout after: expired
+            (SEC + 20 * SEC - 1 + 5, u()), // the new flow goes on
+        ],
+    );
+    assert_eq!(summary(out), vec![("timeout", 2, 0, SEC, 11 * SEC - 1)]);
+    let out = h.flush(&mut st, 21 * SEC);
+    assert_eq!(
+        summary(out),
+        vec![("shutdown", 2, 0, 21 * SEC - 1, 21 * SEC + 4)]
+    );
+
+    // The same packets, one per batch, with the timers run at every packet's
+    // time first (as a chain with batches of one does): the same records.
+    let mut st = LocalStore::new();
+    let mut h = H::new();
+    let mut all = Vec::new();
+    for t in [SEC, 11 * SEC - 1, 21 * SEC - 1, 21 * SEC + 4] {
+        all.extend(h.timers(&mut st, t));
+        all.extend(h.run(&mut st, &[(t, u())]));
+    }
+    assert_eq!(summary(all), vec![("timeout", 2, 0, SEC, 11 * SEC - 1)]);
+}
+
+#[test]
+fn a_timer_at_the_deadline_and_a_packet_at_the_deadline_agree() {
+    let u = || udp_v4(A, B, 4000, 53, b"x");
+    // Timer one nanosecond before the deadline: nothing; at it: exported.
+    let mut st = LocalStore::new();
+    let mut h = H::new();
+    h.run(&mut st, &[(SEC, u())]);
+    assert!(h.timers(&mut st, 11 * SEC - 1).is_empty());
+    assert_eq!(summary(h.timers(&mut st, 11 * SEC)).len(), 1);
+    // A packet at the deadline without the timer: the same export.
+    let mut st2 = LocalStore::new();
+    let mut h2 = H::new();
+    h2.run(&mut st2, &[(SEC, u())]);
+    let out = h2.run(&mut st2, &[(11 * SEC, u())]);
+    assert_eq!(summary(out), vec![("timeout", 1, 0, SEC, SEC)]);
+}
+
+#[test]
+fn a_close_exported_by_its_timer_leaves_the_same_tombstone_as_by_a_packet() {
+    // FIN both ways, then a stray ACK after the linger (2 s): absorbed
+    // whether the linger's timer ran before it or not.
+    let c = |f| tcp_v4(A, B, 5000, 80, 1, 1, f, &[]);
+    let s = |f| tcp_v4(B, A, 80, 5000, 1, 1, f, &[]);
+    let close = [
+        (SEC, c(SYN)),
+        (SEC + 1, s(SYN | ACK)),
+        (SEC + 2, c(FIN | ACK)),
+        (SEC + 3, s(FIN | ACK)),
+    ];
+    let stray = (SEC + 3 + 2 * SEC, c(ACK)); // exactly at the linger's end
+    let mut results = Vec::new();
+    for timer_first in [false, true] {
+        let mut st = LocalStore::new();
+        let mut h = H::new();
+        let mut all = h.run(&mut st, &close);
+        if timer_first {
+            all.extend(h.timers(&mut st, stray.0));
+        }
+        all.extend(h.run(&mut st, std::slice::from_ref(&stray)));
+        all.extend(h.flush(&mut st, stray.0 + 1));
+        assert_eq!(h.m.stats().after_close, 1, "timer first: {timer_first}");
+        results.push(summary(all));
+    }
+    assert_eq!(results[0], vec![("tcp_close", 2, 2, SEC, SEC + 3)]);
+    assert_eq!(results[0], results[1]);
+}

@@ -7,7 +7,7 @@ use sluice_nf::{Batch, Ctx, NfError};
 use sluice_state::{Key, OpId, StateStore};
 use sluice_wire::IpAddr;
 
-use crate::decide::Plan;
+use crate::decide::{Dir, Plan};
 use crate::mapping::{rev_flow, Mapping};
 use crate::reserve::Block;
 use crate::{Nat, RESERVE_TTL_NS, TABLE_RESV, TABLE_REV};
@@ -27,12 +27,17 @@ impl Nat {
     pub(crate) fn allocate(&mut self, pass: &mut Pass<Nat>, now: u64) {
         let mut short = false;
         self.refill = None;
-        for k in 0..self.pending.len() {
-            let Some((slot, _)) = Self::planned(pass, self.pending[k]) else {
+        // In packet order, as one packet at a time would allocate: new flows,
+        // and flows whose mapping may have expired (an item taken for nothing
+        // goes back after the recheck).
+        for i in 0..pass.plans.len() {
+            // Replies wait for mappings; only outbound packets open them.
+            let Some((slot, Dir::Out)) = Self::planned(pass, i as u32) else {
                 continue;
             };
             let x = &pass.recs[slot].x;
-            if x.alloc.is_some() || x.pre.is_some() {
+            let wants = (pass.recs[slot].cur.is_none() && x.born.is_some()) || x.maybe_expired;
+            if !wants || x.alloc.is_some() || x.pre.is_some() {
                 continue;
             }
             let pre = self.take_reserved(now, &mut pass.ops);
@@ -69,10 +74,36 @@ impl Nat {
             let now = p.ts_ns;
             let merged = s.cur.and_then(|c| Self::merged(&c, other.as_ref()));
             let Some(m) = merged.filter(|m| other.is_some() && self.alive(proto, m, now)) else {
+                if dir == Dir::Out {
+                    // Expired: a new mapping (its item taken ahead), as after
+                    // its timer.
+                    let s = &mut pass.recs[slot];
+                    if let (None, Some(c)) = (s.x.expired, s.cur) {
+                        s.x.expired = Some((c, other));
+                        s.x.born = Some(now);
+                        s.cur = None;
+                        s.dirty = false;
+                    }
+                    self.pending.push(i);
+                    continue;
+                }
                 self.c.no_mapping += 1;
                 p.drop_by(ctx.stage, "no_mapping");
                 continue;
             };
+            let s = &mut pass.recs[slot];
+            if s.x.maybe_expired {
+                // Alive after all: the item taken ahead goes back.
+                s.x.maybe_expired = false;
+                let item = match (s.x.pre.take(), s.x.alloc.take()) {
+                    (Some(item), _) => Some(item),
+                    (None, Some(a)) => pass.ops.allocated(a).and_then(|x| u32::try_from(x).ok()),
+                    _ => None,
+                };
+                if let Some(item) = item {
+                    self.ops2.pool_free(self.pool_key, item as u64);
+                }
+            }
             let mp = self.touch(&mut pass.recs[slot], dir, m, &p.meta, now);
             self.apply(p, dir, &mp, ctx.stage);
         }
@@ -111,8 +142,10 @@ impl Nat {
 
     /// Queues on `ops2` the new mappings: the reverse record first, then the
     /// forward one claimed only if still absent.
-    pub(crate) fn claim(&mut self, pass: &mut Pass<Nat>, now: u64) {
+    pub(crate) fn claim(&mut self, pass: &mut Pass<Nat>, batch_now: u64) {
         for s in pass.recs.iter_mut() {
+            // The mapping's time is its first packet's, not the batch's.
+            let now = s.x.born.unwrap_or(batch_now);
             let allocated = |a: OpId| pass.ops.allocated(a).and_then(|x| u32::try_from(x).ok());
             let item = match (s.x.pre, s.x.alloc) {
                 (Some(item), _) => item,
@@ -137,14 +170,19 @@ impl Nat {
             let rk = Key::flow(self.ns, TABLE_REV, &rf, &[]);
             // Cached here only if this instance also owns the reply flow.
             self.ops2.put_value_owned(rk, &m, rf.symmetric_hash());
+            // Replacing an expired mapping only if it is still what was read.
+            let was = s.x.expired.map(|e| e.0);
             let cas = match s.x.hash {
-                Some(h) => self.ops2.compare_and_set_owned(s.key, None, Some(&m), h),
-                None => self.ops2.compare_and_set(s.key, None, Some(&m)),
+                Some(h) => self
+                    .ops2
+                    .compare_and_set_owned(s.key, was.as_ref(), Some(&m), h),
+                None => self.ops2.compare_and_set(s.key, was.as_ref(), Some(&m)),
             };
             self.ops2
                 .arm_timer(s.key, now.saturating_add(self.timeout(s.x.flow.proto, 0)));
             s.x.item = Some(item);
             s.x.cas = Some(cas);
+            s.x.made = Some(m);
             s.cur = Some(m);
         }
     }
@@ -163,9 +201,20 @@ impl Nat {
             };
             if self.ops2.swapped(cas) {
                 self.c.new_mappings += 1;
+                if let Some((old, old_rev)) = s.x.expired {
+                    // What the expired mapping's timer would have removed.
+                    let (pa, pp) = self.public_of(old.item);
+                    let rk = Key::flow(self.ns, TABLE_REV, &rev_flow(&s.x.flow, pa, pp), &[]);
+                    if let Some(r) = old_rev {
+                        pass.ops.compare_and_set(rk, Some(&r), None);
+                    }
+                    pass.ops.pool_free(self.pool_key, old.item as u64);
+                    self.c.expired += 1;
+                }
                 continue;
             }
             self.c.races_lost += 1;
+            s.x.made = None;
             let (pa, pp) = self.public_of(item);
             let rk = Key::flow(self.ns, TABLE_REV, &rev_flow(&s.x.flow, pa, pp), &[]);
             pass.ops.delete(rk);
@@ -184,26 +233,101 @@ impl Nat {
         Ok(())
     }
 
-    /// Translates the packets that waited for their new mapping, or drops them.
-    pub(crate) fn finish_pending(&mut self, batch: &mut Batch, ctx: &Ctx<'_>, pass: &Pass<Nat>) {
+    /// Translates the packets that waited for the batch's new mappings, in
+    /// order, as each would have been had it come in a batch of its own after
+    /// the claim: the opening packet as claimed, later outbound packets
+    /// touching the forward record, replies finding the reverse record the
+    /// claim wrote. Returns whether they changed records (written by
+    /// [`Nat::write_late`]).
+    pub(crate) fn finish_pending(
+        &mut self,
+        batch: &mut Batch,
+        ctx: &Ctx<'_>,
+        pass: &mut Pass<Nat>,
+    ) -> bool {
+        // In packet order (rechecked packets joined the list late).
+        self.pending.sort_unstable();
+        let mut late = false;
         for k in 0..self.pending.len() {
             let i = self.pending[k];
             let Some((slot, dir)) = Self::planned(pass, i) else {
                 continue;
             };
-            let s = &pass.recs[slot];
             let p = &mut batch.pkts[i as usize];
-            match s.cur {
-                Some(mp) => self.apply(p, dir, &mp, ctx.stage),
-                None if s.x.alloc.is_some() && s.x.item.is_none() => {
+            let now = p.ts_ns;
+            if dir == Dir::In && pass.recs[slot].cur.is_none() {
+                if let Some(m) = self.claimed_for(pass, slot) {
+                    let s = &mut pass.recs[slot];
+                    s.old = Some(m);
+                    s.cur = Some(m);
+                }
+            }
+            let s = &mut pass.recs[slot];
+            let Some(cur) = s.cur else {
+                if s.x.alloc.is_some() && s.x.item.is_none() {
                     self.c.pool_exhausted += 1;
                     p.drop_by(ctx.stage, "pool_exhausted");
-                }
-                None => {
+                } else {
                     self.c.no_mapping += 1;
                     p.drop_by(ctx.stage, "no_mapping");
                 }
+                continue;
+            };
+            // The packet that opened the mapping is what the claim wrote.
+            if dir == Dir::Out && s.x.made.is_some() && s.x.born == Some(now) && !s.x.late {
+                s.x.born = None;
+                self.apply(p, dir, &cur, ctx.stage);
+                continue;
             }
+            if dir == Dir::In && !self.alive_alone(s.x.flow.proto, &cur, now) {
+                // Only the forward record, written this batch, could keep it.
+                self.c.no_mapping += 1;
+                p.drop_by(ctx.stage, "no_mapping");
+                continue;
+            }
+            // Written by the claim: later changes compare against that.
+            if s.x.made.is_some() {
+                s.old = s.x.made;
+            }
+            let mp = self.touch(s, dir, cur, &p.meta, now);
+            if s.cur != Some(cur) {
+                s.x.late = true;
+                late = true;
+            }
+            self.apply(p, dir, &mp, ctx.stage);
         }
+        late
+    }
+
+    /// The mapping a forward record claimed this batch whose reverse record is
+    /// record `slot` (a reply flow), if any.
+    fn claimed_for(&self, pass: &Pass<Nat>, slot: u32) -> Option<Mapping> {
+        let want = pass.recs[slot].x.flow;
+        pass.recs.iter().find_map(|f| {
+            let m = f.x.made.filter(|_| f.x.fwd)?;
+            let (pa, pp) = self.public_of(m.item);
+            (rev_flow(&f.x.flow, pa, pp) == want).then_some(m)
+        })
+    }
+
+    /// Writes the records that waited packets changed (one more round trip,
+    /// only then).
+    pub(crate) fn write_late(
+        &mut self,
+        pass: &mut Pass<Nat>,
+        store: &mut dyn StateStore,
+    ) -> Result<(), NfError> {
+        let mut ops = std::mem::take(&mut self.ops2);
+        ops.clear();
+        for s in pass.recs.iter().filter(|s| s.x.late) {
+            self.queue_write(&mut ops, s);
+        }
+        let r = if ops.is_empty() {
+            Ok(())
+        } else {
+            store.execute(&mut ops)
+        };
+        self.ops2 = ops;
+        r.map_err(NfError::from)
     }
 }

@@ -66,6 +66,20 @@ pub struct Flow {
     pub cas: Option<OpId>,
     /// A read of the winner's mapping after a lost claim.
     pub reread: Option<OpId>,
+    /// The time of the first packet waiting for a new mapping (its `last_seen`).
+    pub born: Option<u64>,
+    /// The mapping this batch claimed for the record, as first written.
+    pub made: Option<Mapping>,
+    /// Changed by packets that waited for the batch's new mappings: written
+    /// after them.
+    pub late: bool,
+    /// The mapping (forward record, reverse record) an outbound packet found
+    /// idle past its timeout: replaced by a new one, as if its timer had
+    /// removed it.
+    pub expired: Option<(Mapping, Option<Mapping>)>,
+    /// An outbound packet found the mapping idle by its own record: an item
+    /// is taken ahead in case the other direction's does not keep it alive.
+    pub maybe_expired: bool,
 }
 
 impl BatchNf for Nat {
@@ -123,17 +137,27 @@ impl BatchNf for Nat {
         let s = &mut pass.recs[slot];
         let proto = s.x.flow.proto;
         let Some(cur) = s.cur else {
-            if dir == Dir::Out {
-                self.pending.push(i as u32);
-            } else {
-                self.c.no_mapping += 1;
-                p.drop_by(ctx.stage, "no_mapping");
+            match dir {
+                Dir::Out => {
+                    s.x.born = s.x.born.or(Some(now));
+                    self.pending.push(i as u32);
+                }
+                // A reply may belong to a mapping this batch opens (a SYN-ACK
+                // behind its SYN): it waits for the claims, as it would find
+                // the mapping were it in the next batch.
+                Dir::In => self.pending.push(i as u32),
+                _ => {
+                    self.c.no_mapping += 1;
+                    p.drop_by(ctx.stage, "no_mapping");
+                }
             }
             return;
         };
-        // An outbound flow keeps its mapping even if it idled past its timeout
-        // before the timer reclaimed it: same inside flow, same public port.
-        if dir != Dir::Out && !self.alive_alone(proto, &cur, now) {
+        // Maybe idle past its timeout: as its timer would have removed it
+        // by now, an outbound packet then opens a new mapping and an inbound
+        // one finds none, unless the other direction kept it alive.
+        if !self.alive_alone(proto, &cur, now) {
+            s.x.maybe_expired |= dir == Dir::Out && s.x.expired.is_none();
             // Maybe only the other direction kept it alive: ask its record.
             if s.x.other.is_none() {
                 let k = self.other_key(s, &cur);
@@ -181,6 +205,11 @@ impl Nat {
                 item: None,
                 cas: None,
                 reread: None,
+                born: None,
+                made: None,
+                late: false,
+                expired: None,
+                maybe_expired: false,
             };
             (key, how, x)
         });

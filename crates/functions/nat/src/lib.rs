@@ -271,7 +271,9 @@ impl NetworkFunction for Nat {
 
             // Round trip 4, only after a lost race: undo ours, adopt the winner's.
             nat.settle_races(pass, store)?;
-            nat.finish_pending(batch, ctx, pass);
+            if nat.finish_pending(batch, ctx, pass) {
+                nat.write_late(pass, store)?;
+            }
             Ok(())
         })
     }

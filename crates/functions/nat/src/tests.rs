@@ -832,3 +832,119 @@ fn a_stopping_instance_returns_its_reserve_and_old_items_are_not_used() {
     );
     assert_eq!((0..3).filter(|&i| o.reason(i).is_none()).count(), 2);
 }
+
+#[test]
+fn a_new_mapping_starts_at_its_first_packets_time_not_the_batchs() {
+    // UDP timeout 30 s. Flow A opens at 1 s, in a batch whose newest packet
+    // (flow B) is at 30 s; A's reply exactly 30 s after A's packet finds the
+    // mapping expired, as it does when every packet is its own batch.
+    let a = build::udp_v4(H, R, 5000, 53, b"q");
+    let b = build::udp_v4([10, 0, 0, 6], R, 5001, 53, b"q");
+    let first = [(a, SEC), (b, 30 * SEC)];
+    let mut reasons = Vec::new();
+    for batched in [false, true] {
+        let mut n = nat_with(|c| c.timeouts.udp = 30);
+        let mut s = LocalStore::new();
+        let t = if batched {
+            run(&mut n, &mut s, &first).flow(0)
+        } else {
+            let t = run(&mut n, &mut s, &first[..1]).flow(0);
+            run(&mut n, &mut s, &first[1..]);
+            t
+        };
+        let reply = build::udp_v4(R, v4(t.src), 53, t.src_port, b"a");
+        let just_before = run(&mut n, &mut s, &[(reply.clone(), 31 * SEC - 1)]);
+        assert_eq!(just_before.reason(0), None, "batched: {batched}");
+        // A fresh NAT state for the boundary itself (the reply above refreshed it).
+        let mut n = nat_with(|c| c.timeouts.udp = 30);
+        let mut s = LocalStore::new();
+        if batched {
+            run(&mut n, &mut s, &first);
+        } else {
+            run(&mut n, &mut s, &first[..1]);
+            run(&mut n, &mut s, &first[1..]);
+        }
+        reasons.push(run(&mut n, &mut s, &[(reply, 31 * SEC)]).reason(0));
+    }
+    assert_eq!(reasons, vec![Some("no_mapping"), Some("no_mapping")]);
+}
+
+#[test]
+fn replies_and_flags_in_the_batch_that_opens_a_mapping_as_one_by_one() {
+    let tweak = |c: &mut Config| {
+        c.pool = vec!["203.0.113.8/32".into()];
+        c.ports = "2000-2001".into();
+        c.timeouts.tcp_transitory = 10;
+    };
+    let syn = (build::tcp_v4(H, R, 40000, 80, 1, 0, SYN, b""), SEC);
+    // Allocation is deterministic: learn the public endpoint from a twin.
+    let t = run(
+        &mut nat_with(tweak),
+        &mut LocalStore::new(),
+        std::slice::from_ref(&syn),
+    )
+    .flow(0);
+    let (p, pp) = (v4(t.src), t.src_port);
+    let pkts = [
+        syn,
+        (build::tcp_v4(R, p, 80, pp, 9, 2, SYN | ACK, b""), SEC + 1),
+        (
+            build::tcp_v4(H, R, 40000, 80, 2, 10, ACK | FIN, b""),
+            SEC + 2,
+        ),
+        (build::tcp_v4(R, p, 80, pp, 10, 3, ACK | FIN, b""), SEC + 3),
+    ];
+    // After both FINs the mapping lasts the transitory timeout (10 s).
+    let late = (build::tcp_v4(R, p, 80, pp, 11, 3, ACK, b""), 14 * SEC);
+    let mut outs = Vec::new();
+    for batched in [false, true] {
+        let mut n = nat_with(tweak);
+        let mut s = LocalStore::new();
+        let mut v: Vec<Option<&str>> = if batched {
+            let o = run(&mut n, &mut s, &pkts);
+            (0..pkts.len()).map(|i| o.reason(i)).collect()
+        } else {
+            pkts.iter()
+                .map(|p| run(&mut n, &mut s, std::slice::from_ref(p)).reason(0))
+                .collect()
+        };
+        v.push(run(&mut n, &mut s, std::slice::from_ref(&late)).reason(0));
+        outs.push(v);
+    }
+    assert_eq!(outs[0], vec![None, None, None, None, Some("no_mapping")]);
+    assert_eq!(outs[1], outs[0]);
+}
+
+#[test]
+fn an_outbound_packet_after_expiry_gets_a_new_mapping_as_if_its_timer_had_run() {
+    // UDP timeout 30 s. The flow goes quiet for 40 s: its next packet gets a
+    // new public port, whether the timer ran in between or not, and the old
+    // port no longer translates replies.
+    let out = |t| (build::udp_v4(H, R, 5000, 53, b"q"), t);
+    let mut seen = Vec::new();
+    for timer_first in [false, true] {
+        let mut n = nat_with(|c| c.timeouts.udp = 30);
+        let mut s = LocalStore::new();
+        let first = run(&mut n, &mut s, &[out(SEC)]).flow(0);
+        if timer_first {
+            timers(&mut n, &mut s, 41 * SEC);
+        }
+        let second = run(&mut n, &mut s, &[out(41 * SEC)]).flow(0);
+        assert_ne!(
+            first.src_port, second.src_port,
+            "timer first: {timer_first}"
+        );
+        let old_reply = build::udp_v4(R, v4(first.src), 53, first.src_port, b"a");
+        let new_reply = build::udp_v4(R, v4(second.src), 53, second.src_port, b"a");
+        let o = run(
+            &mut n,
+            &mut s,
+            &[(old_reply, 42 * SEC), (new_reply, 42 * SEC)],
+        );
+        assert_eq!((o.reason(0), o.reason(1)), (Some("no_mapping"), None));
+        timers(&mut n, &mut s, 100 * SEC);
+        assert_eq!(counter(&n, "expired"), 2, "both mappings, once each");
+        seen.push((first.src_port, second.src_port));
+    }
+    assert_eq!(seen[0], seen[1]);
+}

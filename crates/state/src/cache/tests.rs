@@ -663,3 +663,29 @@ fn a_blocked_key_is_prefetched_for_one_read_only() {
     assert_eq!(reads(&mut c, &mut s, 17), Some(b"exported".to_vec()));
     assert_eq!(c.stats().oneshot_hits, 2);
 }
+
+#[test]
+fn due_deferred_writes_never_overtake_held_ones() {
+    // A new record is written through (held, pipelined), then counted with
+    // deferred writes that fall due before the next prefetch: the store must
+    // end with the newest value, not the held older one sent after it.
+    let (mut c, mut s) = pipelined();
+    let mut ops = Ops::new();
+    ops.put_hinted(k(8), b"created", Hint::Owned { flow_hash: 5 });
+    c.bind(&mut s, 10).execute(&mut ops).unwrap();
+    let mut ops = Ops::new();
+    ops.put_hinted(k(8), b"counted", Hint::Deferred { flow_hash: 5 });
+    c.bind(&mut s, 11).execute(&mut ops).unwrap();
+    let late = 11 + c.config().max_defer_ns;
+    c.flush_due(&mut s, late).unwrap();
+    let mark = c.prefetch(&mut s, &Ops::new(), late).unwrap();
+    c.wait_settled(&mut s, late).unwrap();
+    assert!(c.settled(&mut s).unwrap() >= mark);
+    assert_eq!(s.value(k(8)), Some(b"counted".to_vec()));
+    // Read back through the store once the entry went idle.
+    let idle = late + c.config().idle_ns;
+    assert_eq!(
+        get_from(&mut c, &mut s, idle, k(8)),
+        Some(b"counted".to_vec())
+    );
+}
