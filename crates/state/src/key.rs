@@ -2,7 +2,8 @@ use core::hash::{Hash, Hasher};
 use sluice_wire::flow::{FlowKey, FLOW_KEY_MAX_ENCODED};
 
 /// Longest key in bytes: namespace, table, a zoned IPv6 flow key and a 5-byte
-/// suffix fit (the size of the whole `Key` is then one cache line).
+/// suffix fit (and the whole `Key` is one cache line). Every byte is copied
+/// and compared: 48 bytes, before zones, were 3-5% faster in `sluice bench nf`.
 pub const KEY_CAP: usize = 56;
 
 /// Identifies whose state a key belongs to: one configured function of one chain of

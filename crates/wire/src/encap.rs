@@ -331,6 +331,19 @@ fn mpls_payload(
     }
 }
 
+/// True if `m` could be a tunnel [`tunnel_payload`] opens: a cheap test on what
+/// the parse already has, so that TCP and ordinary UDP (nearly every packet)
+/// never pay for a look at their payload.
+#[inline(always)]
+pub(crate) fn may_be_tunnel(m: &PacketMeta) -> bool {
+    use crate::parse::L4;
+    match m.l4 {
+        L4::Udp => matches!(m.flow.dst_port, VXLAN_PORT | VXLAN_GPE_PORT | GENEVE_PORT),
+        L4::OtherIp => matches!(m.flow.proto, 4 | 41 | 47),
+        _ => false,
+    }
+}
+
 /// What a tunnel header says follows it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Inner {

@@ -174,17 +174,26 @@ impl FlowKey {
     /// instances by hash range so that both directions choose the same instance.
     #[inline]
     pub fn symmetric_hash(&self) -> u32 {
-        let (c, _) = self.canonical();
-        c.directional_hash()
+        // The canonical key's hash, without building the canonical key.
+        if (self.src, self.src_port) <= (self.dst, self.dst_port) {
+            self.hash_of(&self.src, &self.dst, self.src_port, self.dst_port)
+        } else {
+            self.hash_of(&self.dst, &self.src, self.dst_port, self.src_port)
+        }
     }
 
     /// A hash of the key as it is (direction-sensitive).
     #[inline]
     pub fn directional_hash(&self) -> u32 {
+        self.hash_of(&self.src, &self.dst, self.src_port, self.dst_port)
+    }
+
+    #[inline]
+    fn hash_of(&self, src: &IpAddr, dst: &IpAddr, sp: u16, dp: u16) -> u32 {
         let mut h: u64 = 0x9e37_79b9_7f4a_7c15 ^ self.proto as u64 ^ (self.zone as u64) << 8;
-        h = mix(h, &self.src);
-        h = mix(h, &self.dst);
-        h = mix64(h ^ ((self.src_port as u64) << 16 | self.dst_port as u64));
+        h = mix(h, src);
+        h = mix(h, dst);
+        h = mix64(h ^ ((sp as u64) << 16 | dp as u64));
         (h ^ (h >> 32)) as u32
     }
 

@@ -375,7 +375,7 @@ fn parse_frame_into<const VERIFY_IP: bool>(
         None => return Err(ParseError::Truncated),
     };
     network_layer::<VERIFY_IP>(frame, et, off, m)?;
-    if opts.decapsulate && m.is_ip() {
+    if opts.decapsulate && crate::encap::may_be_tunnel(m) {
         decapsulate::<VERIFY_IP>(frame, m, opts)?;
     }
     if m.vlan_tci.is_some() || m.tunnel.kind != TunnelKind::None {
@@ -415,6 +415,7 @@ fn network_layer<const VERIFY_IP: bool>(
 /// long as it is a tunnel and the depth allows; an inner packet that does not
 /// parse is an error like any other (the receiving tunnel endpoint would drop it
 /// too).
+#[cold]
 fn decapsulate<const VERIFY_IP: bool>(
     frame: &[u8],
     m: &mut PacketMeta,
@@ -812,5 +813,18 @@ mod tests {
         assert_eq!(m.fragment, Fragment::Later);
         assert_eq!(m.l4, L4::OtherIp);
         assert_eq!(m.flow.src_port, 0);
+    }
+}
+#[cfg(test)]
+mod size_probe {
+    #[test]
+    fn sizes() {
+        eprintln!(
+            "PacketMeta {} FlowKey {} Tunnel {} IcmpEmbedded {}",
+            std::mem::size_of::<super::PacketMeta>(),
+            std::mem::size_of::<crate::FlowKey>(),
+            std::mem::size_of::<super::Tunnel>(),
+            std::mem::size_of::<super::IcmpEmbedded>()
+        );
     }
 }

@@ -79,8 +79,8 @@ impl BatchNf for Firewall {
     #[inline]
     fn plan(&mut self, p: &Packet, pass: &mut Pass<Self>) -> Result<Plan, &'static str> {
         self.c.packets += 1;
-        let scope = self.scope(&p.meta);
         if p.meta.is_tunnelled() {
+            let scope = self.scope(&p.meta);
             self.c.tunnelled += 1;
             let allowed = p
                 .meta
@@ -91,7 +91,7 @@ impl BatchNf for Firewall {
                 return Err("outer_deny");
             }
         }
-        self.classify(&p.meta, &scope, pass)
+        self.classify(&p.meta, pass)
     }
 
     #[inline]
@@ -127,10 +127,12 @@ impl BatchNf for Firewall {
                 }
             }
             Plan::Flow { slot, forward } => {
-                let m = p.meta;
-                let Err(reason) = self.decide_flow(&m, now, &mut pass.recs[slot], forward) else {
+                // By reference: a copy of the metadata per packet shows.
+                let Err(reason) = self.decide_flow(&p.meta, now, &mut pass.recs[slot], forward)
+                else {
                     return;
                 };
+                let m = p.meta;
                 p.drop_by(ctx.stage, reason);
                 if reason == "no_state"
                     && self.reject_with_rst
@@ -180,12 +182,7 @@ impl Firewall {
     }
 
     #[inline]
-    fn classify(
-        &mut self,
-        m: &PacketMeta,
-        scope: &Scope,
-        pass: &mut Pass<Self>,
-    ) -> Result<Plan, &'static str> {
+    fn classify(&mut self, m: &PacketMeta, pass: &mut Pass<Self>) -> Result<Plan, &'static str> {
         if m.fragment == Fragment::Later {
             if self.allow_fragments {
                 self.c.fragments_passed += 1;
@@ -206,7 +203,7 @@ impl Firewall {
                 // Neither a conversation nor about one (e.g. neighbour discovery):
                 // the rules decide every such packet.
                 self.c.stateless_icmp += 1;
-                return match self.rules.decide_in(&m.flow, scope).0 {
+                return match self.rules.decide_in(&m.flow, &self.scope(m)).0 {
                     Action::Allow => Ok(Plan::Skip),
                     Action::Deny => {
                         self.c.rule_denies += 1;

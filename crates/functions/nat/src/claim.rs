@@ -30,9 +30,33 @@ impl Nat {
         // In packet order, as one packet at a time would allocate: new flows,
         // and flows whose mapping may have expired (an item taken for nothing
         // goes back after the recheck).
-        for i in 0..pass.plans.len() {
+        // The candidates are the packets decide queued (new flows, replies) and
+        // those it put up for a recheck, each list in packet order: merged,
+        // not a walk over every packet of the batch.
+        let (mut a, mut b) = (0, 0);
+        while a < self.pending.len() || b < self.recheck.len() {
+            let i = match (self.pending.get(a), self.recheck.get(b)) {
+                (Some(&x), Some(&y)) if x == y => {
+                    a += 1;
+                    b += 1;
+                    x
+                }
+                (Some(&x), Some(&y)) if x < y => {
+                    a += 1;
+                    x
+                }
+                (Some(&x), None) => {
+                    a += 1;
+                    x
+                }
+                (_, Some(&y)) => {
+                    b += 1;
+                    y
+                }
+                (None, None) => break,
+            };
             // Replies wait for mappings; only outbound packets open them.
-            let Some((slot, Dir::Out)) = Self::planned(pass, i as u32) else {
+            let Some((slot, Dir::Out)) = Self::planned(pass, i) else {
                 continue;
             };
             let x = &pass.recs[slot].x;
@@ -78,8 +102,8 @@ impl Nat {
                     // Expired: a new mapping (its item taken ahead), as after
                     // its timer.
                     let s = &mut pass.recs[slot];
-                    if let (None, Some(c)) = (s.x.expired, s.cur) {
-                        s.x.expired = Some((c, other));
+                    if let (None, Some(c)) = (self.expired_of(&s.x), s.cur) {
+                        self.side_mut(&mut s.x).expired = Some((c, other));
                         s.x.born = Some(now);
                         s.cur = None;
                         s.dirty = false;
@@ -171,7 +195,7 @@ impl Nat {
             // Cached here only if this instance also owns the reply flow.
             self.ops2.put_value_owned(rk, &m, rf.symmetric_hash());
             // Replacing an expired mapping only if it is still what was read.
-            let was = s.x.expired.map(|e| e.0);
+            let was = self.expired_of(&s.x).map(|e| e.0);
             let cas = match s.x.hash {
                 Some(h) => self
                     .ops2
@@ -182,7 +206,7 @@ impl Nat {
                 .arm_timer(s.key, now.saturating_add(self.timeout(s.x.flow.proto, 0)));
             s.x.item = Some(item);
             s.x.cas = Some(cas);
-            s.x.made = Some(m);
+            self.side_mut(&mut s.x).made = Some(m);
             s.cur = Some(m);
         }
     }
@@ -201,7 +225,7 @@ impl Nat {
             };
             if self.ops2.swapped(cas) {
                 self.c.new_mappings += 1;
-                if let Some((old, old_rev)) = s.x.expired {
+                if let Some((old, old_rev)) = self.expired_of(&s.x) {
                     // What the expired mapping's timer would have removed.
                     let (pa, pp) = self.public_of(old.item);
                     let rk = Key::flow(self.ns, TABLE_REV, &rev_flow(&s.x.flow, pa, pp), &[]);
@@ -214,7 +238,9 @@ impl Nat {
                 continue;
             }
             self.c.races_lost += 1;
-            s.x.made = None;
+            if let Some(side) = self.sides.get_mut(s.x.side as usize) {
+                side.made = None;
+            }
             let (pa, pp) = self.public_of(item);
             let rk = Key::flow(self.ns, TABLE_REV, &rev_flow(&s.x.flow, pa, pp), &[]);
             pass.ops.delete(rk);
@@ -274,7 +300,8 @@ impl Nat {
                 continue;
             };
             // The packet that opened the mapping is what the claim wrote.
-            if dir == Dir::Out && s.x.made.is_some() && s.x.born == Some(now) && !s.x.late {
+            let made = self.made_of(&s.x);
+            if dir == Dir::Out && made.is_some() && s.x.born == Some(now) && !s.x.late {
                 s.x.born = None;
                 self.apply(p, dir, &cur, ctx.stage);
                 continue;
@@ -286,8 +313,8 @@ impl Nat {
                 continue;
             }
             // Written by the claim: later changes compare against that.
-            if s.x.made.is_some() {
-                s.old = s.x.made;
+            if made.is_some() {
+                s.old = made;
             }
             let mp = self.touch(s, dir, cur, &p.meta, now);
             if s.cur != Some(cur) {
@@ -304,7 +331,7 @@ impl Nat {
     fn claimed_for(&self, pass: &Pass<Nat>, slot: u32) -> Option<Mapping> {
         let want = pass.recs[slot].x.flow;
         pass.recs.iter().find_map(|f| {
-            let m = f.x.made.filter(|_| f.x.fwd)?;
+            let m = self.made_of(&f.x).filter(|_| f.x.fwd)?;
             let (pa, pp) = self.public_of(m.item);
             (rev_flow(&f.x.flow, pa, pp) == want).then_some(m)
         })

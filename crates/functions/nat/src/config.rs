@@ -180,6 +180,7 @@ pub fn build(
         ops2: Ops::new(),
         pending: Vec::new(),
         recheck: Vec::new(),
+        sides: Vec::new(),
         keys: Vec::new(),
         ids: Vec::new(),
         ids2: Vec::new(),

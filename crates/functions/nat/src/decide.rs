@@ -68,18 +68,53 @@ pub struct Flow {
     pub reread: Option<OpId>,
     /// The time of the first packet waiting for a new mapping (its `last_seen`).
     pub born: Option<u64>,
-    /// The mapping this batch claimed for the record, as first written.
-    pub made: Option<Mapping>,
+    /// Where this record's rarely used mappings are kept ([`Side`]): `NO_SIDE`
+    /// for nearly every record, which keeps records small to copy.
+    pub side: u32,
     /// Changed by packets that waited for the batch's new mappings: written
     /// after them.
     pub late: bool,
+    /// An outbound packet found the mapping idle by its own record: an item
+    /// is taken ahead in case the other direction's does not keep it alive.
+    pub maybe_expired: bool,
+}
+
+/// No [`Side`] entry.
+pub const NO_SIDE: u32 = u32::MAX;
+
+/// What a few records of a batch keep besides their [`Flow`]: the mappings of
+/// an expiry or a new claim, kept apart so that every record stays small.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Side {
+    /// The mapping this batch claimed for the record, as first written.
+    pub made: Option<Mapping>,
     /// The mapping (forward record, reverse record) an outbound packet found
     /// idle past its timeout: replaced by a new one, as if its timer had
     /// removed it.
     pub expired: Option<(Mapping, Option<Mapping>)>,
-    /// An outbound packet found the mapping idle by its own record: an item
-    /// is taken ahead in case the other direction's does not keep it alive.
-    pub maybe_expired: bool,
+}
+
+impl Nat {
+    /// The mapping claimed this batch for the record of `x`.
+    #[inline]
+    pub(crate) fn made_of(&self, x: &Flow) -> Option<Mapping> {
+        self.sides.get(x.side as usize).and_then(|s| s.made)
+    }
+
+    /// The expired mappings the record of `x` replaces.
+    #[inline]
+    pub(crate) fn expired_of(&self, x: &Flow) -> Option<(Mapping, Option<Mapping>)> {
+        self.sides.get(x.side as usize).and_then(|s| s.expired)
+    }
+
+    /// The side entry of `x`, made on first use.
+    pub(crate) fn side_mut(&mut self, x: &mut Flow) -> &mut Side {
+        if x.side == NO_SIDE {
+            x.side = self.sides.len() as u32;
+            self.sides.push(Side::default());
+        }
+        &mut self.sides[x.side as usize]
+    }
 }
 
 impl BatchNf for Nat {
@@ -157,7 +192,7 @@ impl BatchNf for Nat {
         // by now, an outbound packet then opens a new mapping and an inbound
         // one finds none, unless the other direction kept it alive.
         if !self.alive_alone(proto, &cur, now) {
-            s.x.maybe_expired |= dir == Dir::Out && s.x.expired.is_none();
+            s.x.maybe_expired |= dir == Dir::Out && self.expired_of(&s.x).is_none();
             // Maybe only the other direction kept it alive: ask its record.
             if s.x.other.is_none() {
                 let k = self.other_key(s, &cur);
@@ -206,9 +241,8 @@ impl Nat {
                 cas: None,
                 reread: None,
                 born: None,
-                made: None,
+                side: NO_SIDE,
                 late: false,
-                expired: None,
                 maybe_expired: false,
             };
             (key, how, x)

@@ -106,6 +106,8 @@ pub struct Nat {
     pending: Vec<u32>,
     /// Packets whose own record looked expired: decided with the other record.
     recheck: Vec<u32>,
+    /// The batch's [`decide::Side`] entries.
+    sides: Vec<decide::Side>,
     keys: Vec<Key>,
     ids: Vec<Option<OpId>>,
     ids2: Vec<Option<(OpId, Mapping)>>,
@@ -243,6 +245,7 @@ impl NetworkFunction for Nat {
         batch::split(self, |nat, pass| {
             nat.pending.clear();
             nat.recheck.clear();
+            nat.sides.clear();
             pass.gather(nat, batch, ctx);
             if pass.recs.is_empty() && nat.pool_ready {
                 return Ok(());
