@@ -46,7 +46,12 @@ pub struct Emitted {
 
 /// What the chain provides to a function for one batch.
 pub struct Ctx<'a> {
-    /// Time of the batch (the newest packet timestamp), in nanoseconds.
+    /// In `process`, the time of the batch (its newest packet's timestamp);
+    /// decisions about state use each packet's own `ts_ns`, so they do not
+    /// depend on how packets are batched. In `on_timers`, the time the timers
+    /// run at: never later than the oldest packet of the batch that follows,
+    /// so a timer removes only what that batch's packets would find expired.
+    /// In nanoseconds.
     pub now_ns: u64,
     /// This function's position in its chain; used as [`DropReason::stage`].
     pub stage: u8,

@@ -16,6 +16,14 @@
 //! loads). Established packets: one batched read, no write except on FIN/RST or a
 //! `last_seen` refresh (at most once per `refresh_ms`).
 //!
+//! Expiry is judged at each packet's own time with the timer's rule, and a new
+//! connection's time is its first packet's; the packets of a batch that wait
+//! for a new connection's claim (later client packets, replies behind a SYN)
+//! are decided in order as if each came alone and folded into what the claim
+//! writes, so verdicts do not depend on batching. `least_connections` choices
+//! do: a backend's load drops when a timer (or a packet) finds a connection
+//! expired.
+//!
 //! A return path is recognised by its source (backend address, port, protocol), so a
 //! backend endpoint may belong to one service only (checked at configuration).
 

@@ -15,8 +15,19 @@
 //! instances racing on the same new flow exactly one wins), and only when such a race
 //! was lost, a fourth returns the loser's item and reads the winner's mapping.
 //!
-//! Pool items are freed only when a mapping's timer finds it expired, so a public
-//! port is reused only after its previous mapping has expired.
+//! Pool items are freed only when a mapping has expired, so a public port is
+//! reused only after its previous mapping has expired.
+//!
+//! Expiry is judged at each packet's own time, with the timer's rule (idle, in
+//! both directions, for the timeout of its flags): a packet finding its mapping
+//! expired behaves as if the timer had removed it (an outbound one gets a new
+//! mapping, its item taken ahead in packet order and returned if the other
+//! direction kept the old one alive; a reply is dropped). Packets of a batch
+//! that wait for a new mapping (later outbound packets, replies behind a
+//! SYN) are then decided in order as if each came alone, and what they change
+//! is written in one more round trip, only then. Not yet covered: a mapping
+//! made in a batch that expires again before the batch's last packet of its
+//! flow (a batch spanning more than a timeout).
 //!
 //! IPv6 is not translated: IPv6 packets pass untouched (`ipv6: pass`, default) or
 //! are dropped (`ipv6: drop`).
