@@ -2,9 +2,10 @@ use core::hash::{Hash, Hasher};
 use sluice_wire::flow::{FlowKey, FLOW_KEY_MAX_ENCODED};
 
 /// Longest key in bytes: namespace, table, a zoned IPv6 flow key and a 5-byte
-/// suffix fit (and the whole `Key` is one cache line). Every byte is copied
-/// and compared: 48 bytes, before zones, were 3-5% faster in `sluice bench nf`.
-pub const KEY_CAP: usize = 56;
+/// suffix fit, exactly. Every byte of a `Key` is copied and compared per packet,
+/// so its size is kept at what it was before zones (56 bytes with the tag): a
+/// 64-byte key cost the functions 3-5% in `sluice bench nf`.
+pub const KEY_CAP: usize = 52;
 
 /// Identifies whose state a key belongs to: one configured function of one chain of
 /// one tenant. Instances of the same function share a namespace (that is the point);
@@ -21,9 +22,16 @@ pub struct Namespace(pub u32);
 /// Bytes past `len` are always zero, so equality compares whole arrays.
 #[derive(Clone, Copy)]
 pub struct Key {
-    len: u8,
-    hash: u32,
+    /// The length in the top byte, 24 bits of the hash below: one word, no
+    /// padding.
+    tag: u32,
     bytes: [u8; KEY_CAP],
+}
+
+/// A key's tag: its length and its hash.
+#[inline]
+fn tag(bytes: &[u8; KEY_CAP], len: u8) -> u32 {
+    (len as u32) << 24 | key_hash(bytes, len) >> 8
 }
 
 /// The hash a key carries: FNV-1a-like over 8-byte words, folded to 32 bits.
@@ -34,6 +42,15 @@ fn key_hash(bytes: &[u8; KEY_CAP], len: u8) -> u32 {
     for w in bytes.chunks_exact(8).take(words) {
         let v = u64::from_le_bytes([w[0], w[1], w[2], w[3], w[4], w[5], w[6], w[7]]);
         h = (h ^ v).wrapping_mul(0x0000_0100_0000_01b3).rotate_left(23);
+    }
+    if words * 8 > KEY_CAP / 8 * 8 {
+        // The last, partial word of the longest keys (bytes past `len` are 0).
+        let t = &bytes[KEY_CAP / 8 * 8..];
+        let mut w = [0u8; 8];
+        w[..t.len()].copy_from_slice(t);
+        h = (h ^ u64::from_le_bytes(w))
+            .wrapping_mul(0x0000_0100_0000_01b3)
+            .rotate_left(23);
     }
     h = (h ^ (h >> 29)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
     (h ^ (h >> 32)) as u32
@@ -52,8 +69,7 @@ impl Key {
         bytes[5..5 + n].copy_from_slice(&payload[..n]);
         let len = (5 + n) as u8;
         Key {
-            len,
-            hash: key_hash(&bytes, len),
+            tag: tag(&bytes, len),
             bytes,
         }
     }
@@ -65,13 +81,12 @@ impl Key {
         let mut enc = [0u8; FLOW_KEY_MAX_ENCODED];
         let n = flow.encode(&mut enc);
         let mut k = Key::new(ns, table, &enc[..n]);
-        let at = k.len as usize;
+        let at = k.len();
         let m = suffix.len().min(KEY_CAP - at);
         debug_assert_eq!(m, suffix.len(), "key suffix too long");
         if m > 0 {
             k.bytes[at..at + m].copy_from_slice(&suffix[..m]);
-            k.len += m as u8;
-            k.hash = key_hash(&k.bytes, k.len);
+            k.tag = tag(&k.bytes, (at + m) as u8);
         }
         k
     }
@@ -86,16 +101,21 @@ impl Key {
         bytes[..b.len()].copy_from_slice(b);
         let len = b.len() as u8;
         Some(Key {
-            len,
-            hash: key_hash(&bytes, len),
+            tag: tag(&bytes, len),
             bytes,
         })
+    }
+
+    /// The key's length in bytes.
+    #[inline]
+    fn len(&self) -> usize {
+        (self.tag >> 24) as usize
     }
 
     /// The key's bytes.
     #[inline]
     pub fn as_bytes(&self) -> &[u8] {
-        &self.bytes[..self.len as usize]
+        &self.bytes[..self.len()]
     }
 
     /// The namespace.
@@ -113,7 +133,7 @@ impl Key {
     /// The bytes after namespace and table.
     #[inline]
     pub fn payload(&self) -> &[u8] {
-        &self.bytes[5..self.len as usize]
+        &self.bytes[5..self.len()]
     }
 
     /// Decodes the payload's leading flow key, if the key was built by [`Key::flow`]
@@ -126,7 +146,7 @@ impl Key {
 impl PartialEq for Key {
     #[inline]
     fn eq(&self, o: &Key) -> bool {
-        self.hash == o.hash && self.len == o.len && self.bytes == o.bytes
+        self.tag == o.tag && self.bytes == o.bytes
     }
 }
 impl Eq for Key {}
@@ -134,7 +154,7 @@ impl Eq for Key {}
 impl Hash for Key {
     #[inline]
     fn hash<H: Hasher>(&self, h: &mut H) {
-        h.write_u32(self.hash);
+        h.write_u32(self.tag);
     }
 }
 
@@ -168,6 +188,29 @@ mod tests {
         let mut s = DefaultHasher::new();
         k.hash(&mut s);
         s.finish()
+    }
+
+    #[test]
+    fn the_longest_keys_fit_and_every_byte_counts() {
+        assert_eq!(std::mem::size_of::<Key>(), 56);
+        let f = FlowKey {
+            zone: 0x5000_1388,
+            proto: 6,
+            src: "2001:db8::1".parse().unwrap(),
+            dst: "2001:db8::2".parse().unwrap(),
+            src_port: 1234,
+            dst_port: 80,
+        };
+        let a = Key::flow(Namespace(7), 2, &f, &[1, 0, 0, 0, 9]);
+        assert_eq!(a.as_bytes().len(), KEY_CAP);
+        assert_eq!(Key::from_bytes(a.as_bytes()), Some(a));
+        let b = Key::flow(Namespace(7), 2, &f, &[1, 0, 0, 0, 8]);
+        assert!(
+            a != b && h(&a) != h(&b),
+            "the last byte is hashed and compared"
+        );
+        assert_eq!(a.flow_key(), None);
+        assert_eq!(Key::flow(Namespace(7), 2, &f, &[]).flow_key(), Some(f));
     }
 
     #[test]
@@ -205,7 +248,7 @@ mod tests {
         assert!(Key::flow(Namespace(7), 2, &f, &[]) != a);
         // Hashes spread: distinct keys of one table rarely share one.
         let hs: std::collections::HashSet<u32> = (0..10_000u32)
-            .map(|i| Key::new(Namespace(1), 1, &i.to_be_bytes()).hash)
+            .map(|i| Key::new(Namespace(1), 1, &i.to_be_bytes()).tag)
             .collect();
         assert!(hs.len() > 9_990, "{} distinct hashes of 10,000", hs.len());
     }
