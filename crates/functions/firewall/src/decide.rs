@@ -85,7 +85,7 @@ impl BatchNf for Firewall {
             let allowed = p
                 .meta
                 .outer_flow(p.data())
-                .is_some_and(|o| self.rules.outer_allowed(&o, &scope));
+                .is_some_and(|o| self.outer.allowed(&self.rules, &o, &scope));
             if !allowed {
                 self.c.outer_denies += 1;
                 return Err("outer_deny");

@@ -25,6 +25,7 @@ use sluice_wire::build::{tcp_repr, write_frame, Transport};
 use sluice_wire::icmp;
 use sluice_wire::parse::{Fragment, PacketMeta, L4};
 use sluice_wire::tcp::flags::{ACK, RST};
+use sluice_wire::FlowKey;
 
 pub use conntrack::{Conn, State, CONN_BYTES};
 pub use rules::{Action, Layer, RuleError, RuleSet, Scope};
@@ -182,6 +183,45 @@ struct Counters {
     outer_denies: u64,
 }
 
+/// Recent decisions on tunnels' outer headers, direct-mapped.
+///
+/// The rules are fixed for a firewall's life, so a decision is a pure function
+/// of the outer 5-tuple, VLAN and VNI: caching it is exact, and it spares each
+/// tunnelled packet two rule-set lookups (a tunnel's packets share a handful
+/// of outer tuples). Sized once; nothing is allocated per packet.
+struct OuterCache {
+    slots: Vec<Option<OuterDecision>>,
+}
+
+/// An outer 5-tuple, its VLAN and VNI, and whether the rules allow it.
+type OuterDecision = (FlowKey, Option<u16>, Option<u32>, bool);
+
+impl OuterCache {
+    const SLOTS: usize = 1024;
+
+    fn new() -> OuterCache {
+        OuterCache {
+            slots: vec![None; Self::SLOTS],
+        }
+    }
+
+    #[inline]
+    fn allowed(&mut self, rules: &RuleSet, outer: &FlowKey, scope: &Scope) -> bool {
+        let h = outer.directional_hash()
+            ^ scope.vni.unwrap_or(0).rotate_left(16)
+            ^ scope.vlan.map_or(0, u32::from);
+        let slot = &mut self.slots[h as usize % Self::SLOTS];
+        match slot {
+            Some((k, vlan, vni, a)) if k == outer && *vlan == scope.vlan && *vni == scope.vni => *a,
+            _ => {
+                let a = rules.outer_allowed(outer, scope);
+                *slot = Some((*outer, scope.vlan, scope.vni, a));
+                a
+            }
+        }
+    }
+}
+
 /// The firewall. See the crate documentation.
 pub struct Firewall {
     ns: Namespace,
@@ -190,6 +230,8 @@ pub struct Firewall {
     allow_fragments: bool,
     /// Pass frames that are not IP.
     allow_non_ip: bool,
+    /// Decisions on tunnels' outer headers.
+    outer: OuterCache,
     /// Timeout per [`State`] discriminant, in ns.
     timeout_ns: [u64; 11],
     refresh_ns: u64,
@@ -232,6 +274,7 @@ impl Firewall {
             reject_with_rst: config.reject_with_rst,
             allow_fragments: config.allow_fragments,
             allow_non_ip,
+            outer: OuterCache::new(),
             timeout_ns,
             refresh_ns: config.refresh_ms.saturating_mul(1_000_000),
             pass: Pass::default(),

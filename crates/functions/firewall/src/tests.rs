@@ -758,3 +758,34 @@ fn expiry_is_judged_at_each_packets_own_time_and_agrees_with_timers() {
     assert_eq!(all[0], vec![None, Some("no_state")]);
     assert!(all.iter().all(|v| *v == all[0]), "{all:?}");
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+    /// The outer-decision cache answers what the rules answer, whatever the
+    /// order, repetition and slot collisions of the tuples it sees.
+    #[test]
+    fn the_outer_cache_answers_as_the_rules(tuples in proptest::collection::vec((0u8..4, 0u16..3, 0u32..3, any::<bool>()), 1..400)) {
+        let rules = RuleSet::parse(
+            "allow outer udp from 198.51.100.0/24 port 4789 vni 1\n\
+             deny outer udp from 198.51.100.3\n\
+             allow outer udp to 198.51.100.0/24 port 6081\n\
+             allow outer gre vlan 2\n\
+             default deny",
+            "t",
+        )
+        .unwrap();
+        let mut cache = OuterCache::new();
+        for (host, port, id, gre) in tuples {
+            let outer = FlowKey {
+                zone: 0,
+                src: [198, 51, 100, host].into(),
+                dst: [198, 51, 100, 9].into(),
+                src_port: if gre { 0 } else { 40000 + port },
+                dst_port: if gre { 0 } else { [4789, 6081, 53][port as usize] },
+                proto: if gre { 47 } else { 17 },
+            };
+            let scope = Scope { layer: Layer::Inner, vlan: Some(id as u16), vni: Some(id) };
+            prop_assert_eq!(cache.allowed(&rules, &outer, &scope), rules.outer_allowed(&outer, &scope));
+        }
+    }
+}
