@@ -212,6 +212,50 @@ fn runs_on_cooked_raw_and_loopback_captures_and_writes_their_link_type() {
             "{name}: records as they came"
         );
         assert_eq!(protocols(&out), want, "{name}");
+
+        // The IPS reads the streams, the monitor counts the flows.
+        let eve = d.path().join(format!("{name}.json"));
+        let ips_chain = d.path().join("ips.yaml");
+        std::fs::write(
+            &ips_chain,
+            "name: ips\nfunctions:\n  - type: ips\n    rules:\n      - 'alert tcp any any -> any 8000 (msg:\"hello\"; content:\"hello\"; sid:1;)'\n      - 'alert tcp any any -> any 8001 (msg:\"six\"; content:\"six\"; sid:2;)'\n      - 'alert udp any any -> any any (msg:\"pong\"; content:\"pong\"; sid:3;)'\n  - type: monitor\n",
+        )
+        .unwrap();
+        let (code, _, err) = sluice(&[
+            "run",
+            "--chain",
+            ips_chain.to_str().unwrap(),
+            "--pcap",
+            input.to_str().unwrap(),
+            "--eve",
+            eve.to_str().unwrap(),
+        ]);
+        assert_eq!(code, 0, "{err}");
+        let events: Vec<serde_json::Value> = std::fs::read_to_string(&eve)
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        let mut sids: Vec<u64> = events
+            .iter()
+            .filter(|e| e["event_type"] == "alert")
+            .map(|e| e["alert"]["signature_id"].as_u64().unwrap())
+            .collect();
+        sids.sort();
+        assert_eq!(sids, [1, 2, 3, 3], "{name}: {events:?}");
+        let flows: Vec<_> = events
+            .iter()
+            .filter(|e| e["event_type"] == "flow")
+            .collect();
+        assert_eq!(flows.len(), 4, "{name}: two TCP and two UDP conversations");
+        let pkts: u64 = flows
+            .iter()
+            .map(|f| {
+                f["flow"]["pkts_toserver"].as_u64().unwrap()
+                    + f["flow"]["pkts_toclient"].as_u64().unwrap()
+            })
+            .sum();
+        assert_eq!(pkts, ips.len() as u64, "{name}: every packet counted once");
     }
 }
 
