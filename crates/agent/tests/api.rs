@@ -54,6 +54,7 @@ fn config(version: u64) -> AgentConfig {
                 actions: vec![Action::Drop],
             }],
             groups: vec![],
+            senders: None,
         }],
         instances: vec![],
         group_policies: vec![],

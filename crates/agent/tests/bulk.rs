@@ -39,6 +39,7 @@ fn config(h: u32, ports: &[(u16, &VmHandle)], entries: Vec<Entry>) -> AgentConfi
             vni: 7,
             entries,
             groups: vec![],
+            senders: None,
         }],
         instances: vec![],
         group_policies: vec![],

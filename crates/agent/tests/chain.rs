@@ -96,6 +96,7 @@ fn config(vm1: &VmHandle, vm2: &VmHandle) -> AgentConfig {
                 from_fw(4, 2, 1),
             ],
             groups: vec![],
+            senders: None,
         }],
         instances: vec![InstanceConfig {
             name: "t/fw/0".into(),

@@ -38,6 +38,7 @@ fn config(h: u32, vm: &VmHandle, other: u32, other_addr: Ipv4Addr) -> AgentConfi
                 host_route(2, other_addr, Output::Host(HostId(other))),
             ],
             groups: vec![],
+            senders: None,
         }],
         instances: vec![],
         group_policies: vec![],

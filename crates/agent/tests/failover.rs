@@ -116,6 +116,7 @@ fn config(vm1: &VmHandle, vm2: &VmHandle, state: &str) -> AgentConfig {
                 from_fw(4, 2, 1),
             ],
             groups: vec![(1, group)],
+            senders: None,
         }],
         instances,
         group_policies: vec![],

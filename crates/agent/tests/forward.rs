@@ -50,6 +50,7 @@ fn config(version: u64, vm1: &VmHandle, vm2: &VmHandle, extra: Vec<Entry>) -> Ag
             vni: 7,
             entries,
             groups: vec![],
+            senders: None,
         }],
         instances: vec![],
         group_policies: vec![],

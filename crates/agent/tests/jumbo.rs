@@ -33,6 +33,7 @@ fn config(vms: &[(u16, &VmHandle)]) -> AgentConfig {
                 .map(|(id, vm)| host_route(u64::from(*id), vm.addr, Output::Port(PortId(*id))))
                 .collect(),
             groups: vec![],
+            senders: None,
         }],
         instances: vec![],
         group_policies: vec![],

@@ -633,6 +633,7 @@ impl Desired {
                 underlay: h.underlay,
             })
             .collect();
+        let hosts_of = self.tenant_hosts();
         let mut out = BTreeMap::new();
         for &h in self.hosts.keys() {
             let mut cfg = AgentConfig {
@@ -718,6 +719,15 @@ impl Desired {
                         vni: self.tenants[tn].vni,
                         entries: hf.entries.clone(),
                         groups: hf.groups.iter().map(|(g, v)| (g.0, v.clone())).collect(),
+                        senders: Some(
+                            hosts_of
+                                .get(tn.as_str())
+                                .into_iter()
+                                .flatten()
+                                .copied()
+                                .filter(|&o| o != h)
+                                .collect(),
+                        ),
                     });
                 }
             }
@@ -728,6 +738,20 @@ impl Desired {
 }
 
 impl Desired {
+    /// Per tenant, the hosts where it has a VM or an NF instance (draining and
+    /// failed ones included: they still send): the only hosts whose agents may
+    /// send its VNI through the fabric.
+    fn tenant_hosts(&self) -> BTreeMap<&str, BTreeSet<u32>> {
+        let mut out: BTreeMap<&str, BTreeSet<u32>> = BTreeMap::new();
+        for ((tn, _), vm) in &self.vms {
+            out.entry(tn.as_str()).or_default().insert(vm.reg.host);
+        }
+        for ((tn, _, _), i) in &self.instances {
+            out.entry(tn.as_str()).or_default().insert(i.host);
+        }
+        out
+    }
+
     /// The policies of the groups of a tenant's pinned or local-state middleboxes
     /// on host `on`, with the targets (as seen from `on`) of their draining
     /// instances.

@@ -349,6 +349,7 @@ mod tests {
                     vni: 7,
                     entries: vec![],
                     groups: vec![(1, Group::split(&targets).unwrap())],
+                    senders: None,
                 }],
                 group_policies: vec![GroupPolicy {
                     vni: 7,

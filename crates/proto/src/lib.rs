@@ -195,6 +195,13 @@ pub struct TenantFib {
     pub entries: Vec<Entry>,
     /// Groups `(id, group)` the entries select from.
     pub groups: Vec<(u32, Group)>,
+    /// The other hosts allowed to send this tenant's VNI to this host through
+    /// the fabric: those with a VM or an NF instance of the tenant. The agent
+    /// drops the tenant's Geneve from any other peer (`peer_vni`), so a host
+    /// cannot inject into a tenant that has nothing on it. Absent (a
+    /// configuration from before the field): any registered peer may send it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub senders: Option<Vec<u32>>,
 }
 
 /// An NF instance to run on the host.
@@ -749,6 +756,25 @@ mod tests {
         let hj = serde_json::to_string(&heavy).unwrap();
         assert!(hj.contains("\"weight\":5"), "{hj}");
         assert_eq!(serde_json::from_str::<AgentConfig>(&hj).unwrap(), heavy);
+    }
+
+    #[test]
+    fn tenant_senders_are_optional_on_the_wire() {
+        let t = TenantFib {
+            tenant: "t".into(),
+            vni: 7,
+            entries: vec![],
+            groups: vec![],
+            senders: Some(vec![2, 3]),
+        };
+        let j = serde_json::to_string(&t).unwrap();
+        assert!(j.contains("\"senders\":[2,3]"), "{j}");
+        assert_eq!(serde_json::from_str::<TenantFib>(&j).unwrap(), t);
+        // A configuration from before the field reads as "any peer".
+        let old = r#"{"tenant":"t","vni":7,"entries":[],"groups":[]}"#;
+        let back: TenantFib = serde_json::from_str(old).unwrap();
+        assert_eq!(back.senders, None);
+        assert!(!serde_json::to_string(&back).unwrap().contains("senders"));
     }
 
     #[test]

@@ -50,6 +50,7 @@ fn config(vm: &VmHandle, far: Ipv4Addr) -> AgentConfig {
                 host_route(2, far, Output::Host(HostId(2))),
             ],
             groups: vec![],
+            senders: None,
         }],
         instances: vec![],
         group_policies: vec![],

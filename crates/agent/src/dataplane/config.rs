@@ -149,6 +149,16 @@ pub enum Source {
     Peer(u32),
 }
 
+/// A source address the UDP socket may hear from: who sends from it and, for
+/// a peer, where its allowed VNIs are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Sender {
+    /// Who.
+    pub(super) source: Source,
+    /// A peer's index in [`Topology::peer_vnis`] (unused for instances).
+    slot: u32,
+}
+
 /// Who is where on this host's switch: what forwarding reads and never
 /// changes between configurations.
 #[derive(Debug)]
@@ -162,7 +172,12 @@ pub(super) struct Topology {
     /// Fabric peers' Geneve addresses, by host id.
     pub(super) peers: HashMap<u32, SocketAddrV4>,
     /// Who sends from each address the UDP socket may hear from.
-    pub(super) sources: HashMap<Ipv4Addr, Source>,
+    pub(super) sources: HashMap<Ipv4Addr, Sender>,
+    /// Per peer (by [`Sender`] slot), the VNIs it may send to this host,
+    /// sorted: the tenants that have a VM or an NF instance on it. Built once
+    /// per configuration so the per-packet check is a binary search in a few
+    /// words.
+    peer_vnis: Vec<Box<[u32]>>,
 }
 
 impl Dataplane {
@@ -286,7 +301,13 @@ impl Topology {
                 PortKind::Instance { name } => {
                     let (_, inst) = sluice_proto::instance_link(p.id)
                         .ok_or(ConfigError::NoInstanceLink(p.id))?;
-                    sources.insert(inst, Source::Instance(p.id));
+                    sources.insert(
+                        inst,
+                        Sender {
+                            source: Source::Instance(p.id),
+                            slot: u32::MAX,
+                        },
+                    );
                     (
                         name.clone(),
                         PortTarget::Instance {
@@ -318,7 +339,9 @@ impl Topology {
                 });
             }
         }
+        let mut allowed = allowed_vnis(host, cfg);
         let mut peers = HashMap::new();
+        let mut peer_vnis = Vec::new();
         for p in &cfg.peers {
             if peers
                 .insert(p.host, SocketAddrV4::new(p.underlay, GENEVE_PORT))
@@ -327,9 +350,20 @@ impl Topology {
                 return Err(ConfigError::DuplicatePeer(p.host));
             }
             // Our own underlay address never sends to us through the fabric.
-            if p.host != host && sources.insert(p.underlay, Source::Peer(p.host)).is_some() {
+            if p.host == host {
+                continue;
+            }
+            let sender = Sender {
+                source: Source::Peer(p.host),
+                slot: peer_vnis.len() as u32,
+            };
+            if sources.insert(p.underlay, sender).is_some() {
                 return Err(ConfigError::DuplicatePeer(p.host));
             }
+            let mut vnis = allowed.remove(&p.host).unwrap_or_default();
+            vnis.sort_unstable();
+            vnis.dedup();
+            peer_vnis.push(vnis.into_boxed_slice());
         }
         Ok(Topology {
             host,
@@ -337,6 +371,38 @@ impl Topology {
             ports,
             peers,
             sources,
+            peer_vnis,
         })
     }
+
+    /// True if the peer of `sender` may send `vni` here.
+    pub(super) fn peer_may_send(&self, sender: Sender, vni: u32) -> bool {
+        self.peer_vnis
+            .get(sender.slot as usize)
+            .is_some_and(|v| v.binary_search(&vni).is_ok())
+    }
+}
+
+/// Per peer host, the VNIs `cfg` lets it send to `host` (unsorted): each
+/// tenant's [`sluice_proto::TenantFib::senders`], or every peer for a tenant
+/// without the list (a configuration from before it). A VNI no tenant of the
+/// configuration has comes from no peer: this host has nothing of it.
+fn allowed_vnis(host: u32, cfg: &AgentConfig) -> HashMap<u32, Vec<u32>> {
+    let mut out: HashMap<u32, Vec<u32>> = HashMap::new();
+    for t in &cfg.tenants {
+        match &t.senders {
+            Some(list) => {
+                // Hosts that are not peers cannot send anyway: ignored.
+                for h in list.iter().filter(|h| **h != host) {
+                    out.entry(*h).or_default().push(t.vni);
+                }
+            }
+            None => {
+                for p in cfg.peers.iter().filter(|p| p.host != host) {
+                    out.entry(p.host).or_default().push(t.vni);
+                }
+            }
+        }
+    }
+    out
 }

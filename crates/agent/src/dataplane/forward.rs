@@ -15,7 +15,7 @@ use sluice_switch::tunnel::{fabric_header, geneve_header, parse_fabric_payload};
 use sluice_switch::{Fib, LookupKey, Output, PortId};
 use sluice_wire::parse::{parse_into, PacketMeta, L4};
 
-use super::config::{Port, PortTarget, Source, Topology};
+use super::config::{Port, PortTarget, Sender, Source, Topology};
 use super::plan::{Dest, Frames, Out, TxPlan};
 use super::seawall::{Admission, SeawallAdapter};
 use super::selection::Selection;
@@ -191,9 +191,10 @@ impl Dataplane {
         self.lookup.last.key = None;
         for i in 0..frames.count() {
             let d = frames.frame(i);
-            let source = frames
+            let sender = frames
                 .src(i)
                 .and_then(|a| self.topo.sources.get(a.ip()).copied());
+            let source = sender.map(|s| s.source);
             let (id, in_port) = match source {
                 Some(Source::Instance(p)) => (CounterId::Port(p), Some(p)),
                 Some(Source::Peer(_)) => (CounterId::Fabric, None),
@@ -240,6 +241,19 @@ impl Dataplane {
                 // An instance speaks for its own tenant only.
                 if self.topo.ports.get(&p).map(|p| p.vni) != Some(g.vni) {
                     self.stats.drop(id, DropReason::WrongVni);
+                    continue;
+                }
+            }
+            if let Some(
+                s @ Sender {
+                    source: Source::Peer(_),
+                    ..
+                },
+            ) = sender
+            {
+                // A peer speaks only for the tenants that have something on it.
+                if !self.topo.peer_may_send(s, g.vni) {
+                    self.stats.drop(id, DropReason::PeerVni);
                     continue;
                 }
             }

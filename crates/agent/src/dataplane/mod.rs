@@ -142,7 +142,7 @@ impl Dataplane {
 
     /// Who sends from `addr`.
     pub fn source(&self, addr: Ipv4Addr) -> Option<Source> {
-        self.topo.sources.get(&addr).copied()
+        self.topo.sources.get(&addr).map(|s| s.source)
     }
 
     /// Counts messages of a plan as sent (`sent` of them, in plan order) or failed

@@ -28,11 +28,15 @@ pub enum DropReason {
     /// Over its sender's Seawall rate to the destination host (the sending
     /// VM's or instance's share of the path).
     RateLimited,
+    /// A fabric peer sent a tenant's packet although the tenant has nothing
+    /// on that peer (not in the tenant's `senders`): a misconfigured or
+    /// compromised host injecting into another tenant's network.
+    PeerVni,
 }
 
 impl DropReason {
     /// Every reason, for reports that list zeros too.
-    pub const ALL: [DropReason; 9] = [
+    pub const ALL: [DropReason; 10] = [
         DropReason::NoMatch,
         DropReason::FibDrop,
         DropReason::Malformed,
@@ -42,6 +46,7 @@ impl DropReason {
         DropReason::WrongVni,
         DropReason::NoLiveInstance,
         DropReason::RateLimited,
+        DropReason::PeerVni,
     ];
 
     /// The reason's name in metrics (`no_match`, ...).
@@ -56,6 +61,7 @@ impl DropReason {
             DropReason::WrongVni => "wrong_vni",
             DropReason::NoLiveInstance => "no_live_instance",
             DropReason::RateLimited => "rate_limited",
+            DropReason::PeerVni => "peer_vni",
         }
     }
 

@@ -109,6 +109,7 @@ fn figure4_host1() -> AgentConfig {
             vni: VNI,
             entries: hf.entries,
             groups: hf.groups.into_iter().map(|(g, gr)| (g.0, gr)).collect(),
+            senders: None,
         }],
         instances,
         group_policies: vec![],
@@ -160,6 +161,7 @@ fn two_vms() -> AgentConfig {
                 },
             ],
             groups: vec![],
+            senders: None,
         }],
         instances: vec![],
         group_policies: vec![],
@@ -635,7 +637,12 @@ fn garbage_is_counted_and_dropped() {
     let s = dp.stats();
     assert_eq!(s.drops_of(DropReason::UnknownSource), 2);
     assert_eq!(s.drops_of(DropReason::Malformed), 3 + 3);
-    assert_eq!(s.drops_of(DropReason::NoMatch), 2, "vni 99 has no FIB here");
+    assert_eq!(s.drops_of(DropReason::NoMatch), 1);
+    assert_eq!(
+        s.drops_of(DropReason::PeerVni),
+        1,
+        "vni 99 has nothing here: no peer may send it"
+    );
     assert_eq!(s.fabric.rx_packets, 6);
     assert_eq!(s.fabric.drops, 6);
     // Frames from a port that left the config.
@@ -652,6 +659,109 @@ fn instances_may_not_speak_for_other_tenants() {
     dp.process_udp_batch(&batch, &mut plan);
     assert!(plan.outs.is_empty());
     assert_eq!(dp.stats().drops_of(DropReason::WrongVni), 1);
+}
+
+/// [`two_vms`] (tenant 7 from peer 2 only) plus tenant 8's VM on port 3 that
+/// no peer may send to (`senders` of tenant 8 as given).
+fn two_tenants(senders_of_8: Option<Vec<u32>>) -> AgentConfig {
+    let mut c = two_vms();
+    c.tenants[0].senders = Some(vec![2]);
+    c.ports.push(PortConfig {
+        id: 3,
+        vni: 8,
+        kind: PortKind::Vm {
+            name: "other".into(),
+            iface: "p3".into(),
+            mac: "02:00:00:00:01:03".into(),
+            weight: 1,
+        },
+    });
+    c.tenants.push(TenantFib {
+        tenant: "u".into(),
+        vni: 8,
+        entries: vec![Entry {
+            id: 1,
+            priority: 10,
+            m: Match {
+                dst: Some(Prefix::parse("10.0.0.3/32").unwrap()),
+                ..Match::default()
+            },
+            actions: vec![Action::Output(Output::Port(PortId(3)))],
+        }],
+        groups: vec![],
+        senders: senders_of_8,
+    });
+    c
+}
+
+#[test]
+fn peers_send_only_for_tenants_that_have_something_on_them() {
+    // Host 1 lists itself and a host that is no peer: both are ignored.
+    let mut dp = Dataplane::new(1, &two_tenants(Some(vec![1, 9]))).unwrap();
+    let mut plan = TxPlan::new();
+    let to_vm2 = build::udp_v4([10, 0, 0, 1], [10, 0, 0, 2], 1, 2, b"x");
+    let to_other = build::udp_v4([10, 0, 0, 1], [10, 0, 0, 3], 1, 2, b"x");
+    let (peer2, peer3) = (
+        SocketAddrV4::new(underlay(2), GENEVE_PORT),
+        SocketAddrV4::new(underlay(3), GENEVE_PORT),
+    );
+    let stranger = SocketAddrV4::new(Ipv4Addr::new(192, 0, 2, 9), GENEVE_PORT);
+
+    // Peer 2 hosts tenant 7: its packet is delivered.
+    dp.process_udp_batch(&from(peer2, vec![encap(7, None, &to_vm2)]), &mut plan);
+    assert_eq!(plan.outs.len(), 1);
+    assert_eq!(plan.outs[0].dest, Dest::Vm(2));
+
+    // Tenant 8 from peer 2, tenant 7 from peer 3 (a registered host without
+    // it), tenant 7 from no host at all: nothing is sent, each is counted.
+    plan.clear();
+    let batch = vec![
+        (encap(8, None, &to_other), Some(peer2)),
+        (encap(7, None, &to_vm2), Some(peer3)),
+        (encap(8, Some((3, 1)), &to_other), Some(peer3)),
+        (encap(7, None, &to_vm2), Some(stranger)),
+    ];
+    dp.process_udp_batch(&batch, &mut plan);
+    assert!(plan.outs.is_empty(), "{:?}", plan.outs);
+    let s = dp.stats();
+    assert_eq!(s.drops_of(DropReason::PeerVni), 3);
+    assert_eq!(s.drops_of(DropReason::UnknownSource), 1);
+    assert_eq!(s.fabric.rx_packets, 5);
+    assert_eq!(s.fabric.drops, 4);
+    assert_eq!(s.ports[&3].tx_packets, 0);
+
+    // The same packets are forwarded once the tenant lives on the peer: the
+    // drops were the check's, not the FIB's.
+    let mut dp = Dataplane::new(1, &two_tenants(Some(vec![2, 3]))).unwrap();
+    plan.clear();
+    dp.process_udp_batch(&batch[..3], &mut plan);
+    let dests: Vec<Dest> = plan.outs.iter().map(|o| o.dest).collect();
+    assert_eq!(
+        dests,
+        vec![Dest::Vm(3), Dest::Vm(3)],
+        "peer 3's tenant 7 stays out"
+    );
+    assert_eq!(dp.stats().drops_of(DropReason::PeerVni), 1);
+}
+
+#[test]
+fn a_tenant_without_senders_accepts_every_peer() {
+    // A configuration from before `senders`: tenant 8 from any peer.
+    let mut dp = Dataplane::new(1, &two_tenants(None)).unwrap();
+    let mut plan = TxPlan::new();
+    let to_other = build::udp_v4([10, 0, 0, 1], [10, 0, 0, 3], 1, 2, b"x");
+    for h in [2, 3] {
+        let peer = SocketAddrV4::new(underlay(h), GENEVE_PORT);
+        dp.process_udp_batch(&from(peer, vec![encap(8, None, &to_other)]), &mut plan);
+    }
+    assert_eq!(plan.outs.len(), 2);
+    assert!(plan.outs.iter().all(|o| o.dest == Dest::Vm(3)));
+    // A stranger is still a stranger.
+    let stranger = SocketAddrV4::new(Ipv4Addr::new(192, 0, 2, 9), GENEVE_PORT);
+    dp.process_udp_batch(&from(stranger, vec![encap(8, None, &to_other)]), &mut plan);
+    assert_eq!(plan.outs.len(), 2);
+    assert_eq!(dp.stats().drops_of(DropReason::UnknownSource), 1);
+    assert_eq!(dp.stats().drops_of(DropReason::PeerVni), 0);
 }
 
 #[test]

@@ -596,3 +596,45 @@ fn unpinned_local_state_moves_flows_at_once_and_capacity_reaches_the_instances()
         "shared state needs no drain"
     );
 }
+
+#[test]
+fn tenants_accept_fabric_traffic_only_from_hosts_where_they_have_something() {
+    let (text, spec) = figure4();
+    let mut d = hosts(3);
+    figure4_vms(&mut d);
+    d.apply_tenant(&text, spec).unwrap();
+    // A second tenant on hosts 1 and 2 only (its monitor's instance wherever
+    // placement puts it).
+    let t_text = "tenant: t\nelements:\n  a: { type: service, vms: { a1: 10.0.0.1 } }\n  b: { type: service, vms: { b1: 10.0.0.2 } }\n  m: { type: middlebox, function: monitor }\nchains:\n  - { name: ab, path: [a, m, b] }\n";
+    let t_spec = TenantSpec::parse(t_text, "t.yaml", Some(&sluice_builtin::registry())).unwrap();
+    for (n, a, h) in [("a1", "10.0.0.1", 1), ("b1", "10.0.0.2", 2)] {
+        let mut r = vm(n, h, a, false);
+        r.tenant = "t".into();
+        d.register_vm(r).unwrap();
+    }
+    d.apply_tenant(t_text, t_spec).unwrap();
+    let m_host = d
+        .instances
+        .iter()
+        .find(|(k, _)| k.0 == "t")
+        .map(|(_, i)| i.host)
+        .unwrap();
+    assert_ne!(m_host, 3, "the test needs a host with nothing of t");
+    let cfgs = d.configs("local").unwrap();
+    let senders = |h: u32, tenant: &str| {
+        cfgs[&h]
+            .tenants
+            .iter()
+            .find(|t| t.tenant == tenant)
+            .map(|t| t.senders.clone())
+    };
+    // figure4 has something on every host: each accepts it from the others.
+    assert_eq!(senders(1, "acme"), Some(Some(vec![2, 3])));
+    assert_eq!(senders(2, "acme"), Some(Some(vec![1, 3])));
+    assert_eq!(senders(3, "acme"), Some(Some(vec![1, 2])));
+    // Tenant t is on hosts 1 and 2 only: host 3 may not send it, and gets no
+    // FIB of it.
+    assert_eq!(senders(1, "t"), Some(Some(vec![2])));
+    assert_eq!(senders(2, "t"), Some(Some(vec![1])));
+    assert_eq!(senders(3, "t"), None);
+}
