@@ -4,7 +4,7 @@
 
 use rustc_hash::FxBuildHasher;
 use sluice_nf::batch::{BatchNf, Pass, Read, Record};
-use sluice_nf::{Ctx, Packet};
+use sluice_nf::{Batch, Ctx, Packet};
 use sluice_state::{Key, OpId, Ops};
 use sluice_wire::parse::{Fragment, PacketMeta, L4};
 use sluice_wire::rewrite::{set_embedded_endpoint, set_endpoint, Endpoint};
@@ -152,11 +152,8 @@ impl BatchNf for Nat {
         self.classify(&p.meta, pass)
     }
 
-    /// Each direction of a connection reads and writes only its own record (the
-    /// forward one keyed by the inside flow, the reverse one by the reply flow),
-    /// so each record has one writer: the owner of its flow's hash. Packets of
-    /// new flows wait for their allocation (`pending`); those whose record looks
-    /// expired, for the other direction's (`recheck`).
+    /// See [`Nat::decide_packet`]; the NAT's rounds use that directly
+    /// ([`Nat::decide_round`]).
     fn decide(
         &mut self,
         i: usize,
@@ -165,44 +162,7 @@ impl BatchNf for Nat {
         pass: &mut Pass<Self>,
         ctx: &mut Ctx<'_>,
     ) {
-        let Plan::Do { slot, dir } = plan else {
-            return;
-        };
-        let now = p.ts_ns;
-        let s = &mut pass.recs[slot];
-        let proto = s.x.flow.proto;
-        let Some(cur) = s.cur else {
-            match dir {
-                Dir::Out => {
-                    s.x.born = s.x.born.or(Some(now));
-                    self.pending.push(i as u32);
-                }
-                // A reply may belong to a mapping this batch opens (a SYN-ACK
-                // behind its SYN): it waits for the claims, as it would find
-                // the mapping were it in the next batch.
-                Dir::In => self.pending.push(i as u32),
-                _ => {
-                    self.c.no_mapping += 1;
-                    p.drop_by(ctx.stage, "no_mapping");
-                }
-            }
-            return;
-        };
-        // Maybe idle past its timeout: as its timer would have removed it
-        // by now, an outbound packet then opens a new mapping and an inbound
-        // one finds none, unless the other direction kept it alive.
-        if !self.alive_alone(proto, &cur, now) {
-            s.x.maybe_expired |= dir == Dir::Out && self.expired_of(&s.x).is_none();
-            // Maybe only the other direction kept it alive: ask its record.
-            if s.x.other.is_none() {
-                let k = self.other_key(s, &cur);
-                s.x.other = Some(pass.ops.get(k));
-            }
-            self.recheck.push(i as u32);
-            return;
-        }
-        let mp = self.touch(s, dir, cur, &p.meta, now);
-        self.apply(p, dir, &mp, ctx.stage);
+        self.decide_packet(i, p, plan, pass, ctx);
     }
 
     /// Records that waited for the other direction are written in the next
@@ -215,6 +175,148 @@ impl BatchNf for Nat {
 }
 
 impl Nat {
+    /// Each direction of a connection reads and writes only its own record (the
+    /// forward one keyed by the inside flow, the reverse one by the reply flow),
+    /// so each record has one writer: the owner of its flow's hash. Packets of
+    /// new flows wait for their allocation (`pending`); those whose record looks
+    /// expired, for the other direction's (`recheck`). Returns `false`, with
+    /// nothing changed, for a packet that must wait for the next round.
+    pub(crate) fn decide_packet(
+        &mut self,
+        i: usize,
+        p: &mut Packet,
+        plan: Plan,
+        pass: &mut Pass<Self>,
+        ctx: &mut Ctx<'_>,
+    ) -> bool {
+        let Plan::Do { slot, dir } = plan else {
+            return true;
+        };
+        let now = p.ts_ns;
+        let s = &mut pass.recs[slot];
+        let proto = s.x.flow.proto;
+        let Some(cur) = s.cur else {
+            match dir {
+                Dir::Out => {
+                    if s.x.born.is_none() {
+                        s.x.born = Some(now);
+                        self.cut_before_idle(proto, now);
+                    }
+                    self.pending.push(i as u32);
+                }
+                // A reply may belong to a mapping this batch opens (a SYN-ACK
+                // behind its SYN): it waits for the claims, as it would find
+                // the mapping were it in the next batch.
+                Dir::In => self.pending.push(i as u32),
+                _ => {
+                    self.c.no_mapping += 1;
+                    p.drop_by(ctx.stage, "no_mapping");
+                }
+            }
+            return true;
+        };
+        // Maybe idle past its timeout: as its timer would have removed it
+        // by now, an outbound packet then opens a new mapping and an inbound
+        // one finds none, unless the other direction kept it alive.
+        if !self.alive_alone(proto, &cur, now) {
+            // Maybe only the other direction kept it alive: ask its record.
+            if s.x.other.is_none() {
+                let k = self.other_key(s, &cur);
+                // The store's copy is what this packet would find only if no
+                // earlier packet of the round used that record.
+                if pass.recs.find(&k).is_some_and(|o| {
+                    let o = &pass.recs[o];
+                    o.dirty || o.x.other.is_some() || o.x.born.is_some()
+                }) {
+                    return false;
+                }
+                pass.recs[slot].x.other = Some(pass.ops.get(k));
+            }
+            if dir == Dir::Out {
+                self.cut_before_idle(proto, now);
+            }
+            let s = &mut pass.recs[slot];
+            s.x.maybe_expired |= dir == Dir::Out && self.expired_of(&s.x).is_none();
+            self.recheck.push(i as u32);
+            return true;
+        }
+        let mp = self.touch(s, dir, cur, &p.meta, now);
+        self.apply(p, dir, &mp, ctx.stage);
+        true
+    }
+
+    /// Decides packets `from..` in order, as [`Pass::decide`] does, up to the
+    /// round's cut: returns the first packet left undecided, if any.
+    ///
+    /// A round claims at most one new mapping per flow, so it must not reach
+    /// a packet that could find a mapping the round opens (or revives) idle
+    /// past its timeout again: that packet would need a second one. Pool
+    /// items are taken in packet order over all flows, so the next round
+    /// starts at that packet, not just at that flow's packets. Normal batches
+    /// span far less than a timeout and are never cut.
+    pub(crate) fn decide_round(
+        &mut self,
+        pass: &mut Pass<Nat>,
+        batch: &mut Batch,
+        ctx: &mut Ctx<'_>,
+        from: usize,
+    ) -> Option<usize> {
+        pass.ops.clear();
+        self.cut_at = u64::MAX;
+        for (i, p) in batch.pkts.iter_mut().enumerate().skip(from) {
+            let Some(plan) = pass.plans[i] else {
+                continue;
+            };
+            if p.ts_ns >= self.cut_at || !self.decide_packet(i, p, plan, pass, ctx) {
+                return Some(i);
+            }
+        }
+        None
+    }
+
+    /// Moves the round's cut before the first time a mapping of `proto` that
+    /// an outbound packet at `now` opens or revives could look idle: its
+    /// record's `last_seen` is then at least `now` less the refresh interval
+    /// (a refresh within it is not written), and it looks idle alone after
+    /// the shortest timeout at the earliest.
+    fn cut_before_idle(&mut self, proto: u8, now: u64) {
+        let at = now
+            .saturating_add(self.min_timeout(proto))
+            .saturating_sub(self.refresh_ns);
+        self.cut_at = self.cut_at.min(at);
+    }
+
+    /// Gather for a round after a cut: plans packets `from..` again (their
+    /// records are read again, now with the earlier rounds' mappings).
+    /// Earlier packets are done; no packet is counted twice.
+    pub(crate) fn gather_rest(
+        &mut self,
+        pass: &mut Pass<Nat>,
+        batch: &mut Batch,
+        ctx: &Ctx<'_>,
+        from: usize,
+    ) {
+        let (packets, ipv6) = (self.c.packets, self.c.ipv6);
+        pass.ops.clear();
+        pass.recs.clear();
+        pass.plans.clear();
+        pass.plans.resize(from, None);
+        self.first_reads(&mut pass.ops);
+        for p in &mut batch.pkts[from..] {
+            let mut plan = None;
+            // Packets refused in the first gather are dropped (not live).
+            if p.is_live() && p.meta.is_ip() {
+                match self.plan(p, pass) {
+                    Ok(pl) => plan = Some(pl),
+                    Err(reason) => p.drop_by(ctx.stage, reason),
+                }
+            }
+            pass.plans.push(plan);
+        }
+        self.c.packets = packets;
+        self.c.ipv6 = ipv6;
+    }
+
     /// The record of `flow` (forward or reverse); `own`: a packet of the flow
     /// itself uses it.
     fn record(&mut self, pass: &mut Pass<Nat>, flow: FlowKey, fwd: bool, own: bool) -> u32 {
