@@ -181,6 +181,7 @@ pub fn build(
         pending: Vec::new(),
         recheck: Vec::new(),
         cut_at: u64::MAX,
+        refused: false,
         sides: Vec::new(),
         keys: Vec::new(),
         ids: Vec::new(),

@@ -152,8 +152,14 @@ impl BatchNf for Nat {
         self.classify(&p.meta, pass)
     }
 
-    /// See [`Nat::decide_packet`]; the NAT's rounds use that directly
-    /// ([`Nat::decide_round`]).
+    /// Each direction of a connection reads and writes only its own record (the
+    /// forward one keyed by the inside flow, the reverse one by the reply flow),
+    /// so each record has one writer: the owner of its flow's hash. Packets of
+    /// new flows wait for their allocation (`pending`); those whose record looks
+    /// expired, for the other direction's (`recheck`). A packet that must
+    /// wait for the next round is left unchanged, with `refused` set
+    /// ([`Nat::decide_round`] calls this, not [`Pass::decide`]).
+    #[inline]
     fn decide(
         &mut self,
         i: usize,
@@ -162,35 +168,8 @@ impl BatchNf for Nat {
         pass: &mut Pass<Self>,
         ctx: &mut Ctx<'_>,
     ) {
-        self.decide_packet(i, p, plan, pass, ctx);
-    }
-
-    /// Records that waited for the other direction are written in the next
-    /// round trip, after their recheck.
-    fn write(&self, s: &Record<Mapping, Flow, Option<Mapping>>, ops: &mut Ops) {
-        if s.x.other.is_none() {
-            self.queue_write(ops, s);
-        }
-    }
-}
-
-impl Nat {
-    /// Each direction of a connection reads and writes only its own record (the
-    /// forward one keyed by the inside flow, the reverse one by the reply flow),
-    /// so each record has one writer: the owner of its flow's hash. Packets of
-    /// new flows wait for their allocation (`pending`); those whose record looks
-    /// expired, for the other direction's (`recheck`). Returns `false`, with
-    /// nothing changed, for a packet that must wait for the next round.
-    pub(crate) fn decide_packet(
-        &mut self,
-        i: usize,
-        p: &mut Packet,
-        plan: Plan,
-        pass: &mut Pass<Self>,
-        ctx: &mut Ctx<'_>,
-    ) -> bool {
         let Plan::Do { slot, dir } = plan else {
-            return true;
+            return;
         };
         let now = p.ts_ns;
         let s = &mut pass.recs[slot];
@@ -213,7 +192,7 @@ impl Nat {
                     p.drop_by(ctx.stage, "no_mapping");
                 }
             }
-            return true;
+            return;
         };
         // Maybe idle past its timeout: as its timer would have removed it
         // by now, an outbound packet then opens a new mapping and an inbound
@@ -228,7 +207,8 @@ impl Nat {
                     let o = &pass.recs[o];
                     o.dirty || o.x.other.is_some() || o.x.born.is_some()
                 }) {
-                    return false;
+                    self.refused = true;
+                    return;
                 }
                 pass.recs[slot].x.other = Some(pass.ops.get(k));
             }
@@ -238,22 +218,35 @@ impl Nat {
             let s = &mut pass.recs[slot];
             s.x.maybe_expired |= dir == Dir::Out && self.expired_of(&s.x).is_none();
             self.recheck.push(i as u32);
-            return true;
+            return;
         }
         let mp = self.touch(s, dir, cur, &p.meta, now);
         self.apply(p, dir, &mp, ctx.stage);
-        true
     }
 
+    /// Records that waited for the other direction are written in the next
+    /// round trip, after their recheck.
+    fn write(&self, s: &Record<Mapping, Flow, Option<Mapping>>, ops: &mut Ops) {
+        if s.x.other.is_none() {
+            self.queue_write(ops, s);
+        }
+    }
+}
+
+impl Nat {
     /// Decides packets `from..` in order, as [`Pass::decide`] does, up to the
     /// round's cut: returns the first packet left undecided, if any.
     ///
-    /// A round claims at most one new mapping per flow, so it must not reach
-    /// a packet that could find a mapping the round opens (or revives) idle
+    /// A round claims at most one new mapping per flow, so it stops before a
+    /// packet that could find a mapping the round opens (or revives) idle
     /// past its timeout again: that packet would need a second one. Pool
     /// items are taken in packet order over all flows, so the next round
-    /// starts at that packet, not just at that flow's packets. Normal batches
-    /// span far less than a timeout and are never cut.
+    /// starts at that packet, not just at that flow's packets. It also stops
+    /// before a packet whose own record looks idle when an earlier packet of
+    /// the round used the other direction's record: the store's copy, which
+    /// the recheck reads, lacks that use. Normal batches span far less than a
+    /// timeout and are never cut.
+    #[inline]
     pub(crate) fn decide_round(
         &mut self,
         pass: &mut Pass<Nat>,
@@ -267,7 +260,12 @@ impl Nat {
             let Some(plan) = pass.plans[i] else {
                 continue;
             };
-            if p.ts_ns >= self.cut_at || !self.decide_packet(i, p, plan, pass, ctx) {
+            if p.ts_ns >= self.cut_at {
+                return Some(i);
+            }
+            BatchNf::decide(self, i, p, plan, pass, ctx);
+            if self.refused {
+                self.refused = false;
                 return Some(i);
             }
         }
@@ -286,17 +284,18 @@ impl Nat {
         self.cut_at = self.cut_at.min(at);
     }
 
-    /// Gather for a round after a cut: plans packets `from..` again (their
-    /// records are read again, now with the earlier rounds' mappings).
-    /// Earlier packets are done; no packet is counted twice.
-    pub(crate) fn gather_rest(
+    /// Gather, as [`Pass::gather`] does, of packets `from..`: after a cut, the
+    /// records of the rest of the batch are read again, now with the earlier
+    /// rounds' mappings. Earlier packets are done; none is counted twice.
+    #[inline]
+    pub(crate) fn gather_from(
         &mut self,
         pass: &mut Pass<Nat>,
         batch: &mut Batch,
         ctx: &Ctx<'_>,
         from: usize,
     ) {
-        let (packets, ipv6) = (self.c.packets, self.c.ipv6);
+        let counted = (self.c.packets, self.c.ipv6);
         pass.ops.clear();
         pass.recs.clear();
         pass.plans.clear();
@@ -304,7 +303,8 @@ impl Nat {
         self.first_reads(&mut pass.ops);
         for p in &mut batch.pkts[from..] {
             let mut plan = None;
-            // Packets refused in the first gather are dropped (not live).
+            // Packets refused in an earlier gather are dropped (not live).
+            // Other frames pass ([`BatchNf::unclassified`]).
             if p.is_live() && p.meta.is_ip() {
                 match self.plan(p, pass) {
                     Ok(pl) => plan = Some(pl),
@@ -313,8 +313,9 @@ impl Nat {
             }
             pass.plans.push(plan);
         }
-        self.c.packets = packets;
-        self.c.ipv6 = ipv6;
+        if from > 0 {
+            (self.c.packets, self.c.ipv6) = counted;
+        }
     }
 
     /// The record of `flow` (forward or reverse); `own`: a packet of the flow

@@ -121,6 +121,8 @@ pub struct Nat {
     /// mapping the round opens or revives could look idle to them
     /// ([`Nat::decide_round`]). `u64::MAX` until a round has such a mapping.
     cut_at: u64,
+    /// The packet being decided waits for the next round.
+    refused: bool,
     /// The batch's [`decide::Side`] entries.
     sides: Vec<decide::Side>,
     keys: Vec<Key>,
@@ -213,6 +215,7 @@ impl Nat {
     /// Decides packets `from..` of the batch, up to the round's cut if it has
     /// one (returned: the first packet left to the next round, which reads the
     /// records again, now with this round's mappings).
+    #[inline]
     fn round(
         &mut self,
         batch: &mut Batch,
@@ -224,11 +227,7 @@ impl Nat {
         self.pending.clear();
         self.recheck.clear();
         self.sides.clear();
-        if from == 0 {
-            pass.gather(self, batch, ctx);
-        } else {
-            self.gather_rest(pass, batch, ctx, from);
-        }
+        self.gather_from(pass, batch, ctx, from);
         if pass.recs.is_empty() && self.pool_ready {
             return Ok(None);
         }
