@@ -25,9 +25,16 @@
 //! direction kept the old one alive; a reply is dropped). Packets of a batch
 //! that wait for a new mapping (later outbound packets, replies behind a
 //! SYN) are then decided in order as if each came alone, and what they change
-//! is written in one more round trip, only then. Not yet covered: a mapping
-//! made in a batch that expires again before the batch's last packet of its
-//! flow (a batch spanning more than a timeout).
+//! is written in one more round trip, only then.
+//!
+//! A batch is decided in rounds, one unless it spans nearly a timeout: a
+//! round stops before a packet that could find a mapping the round opened
+//! (or revived) idle again, which needs a second new mapping, and before a
+//! packet whose own record looks idle when the other direction's record was
+//! already used in the round (the store's copy would miss that). The next
+//! round reads the rest of the batch's records again and starts there, so
+//! pool items are still taken in packet order, as one packet per batch
+//! takes them.
 //!
 //! IPv6 is not translated: IPv6 packets pass untouched (`ipv6: pass`, default) or
 //! are dropped (`ipv6: drop`).
