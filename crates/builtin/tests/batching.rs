@@ -374,7 +374,6 @@ fn nat_trace(seed: u64) -> Trace {
 }
 
 #[test]
-#[ignore = "NAT: a mapping that expires twice within one batch (a batch spanning more than a timeout) is re-mapped once; see the report of issue 19"]
 fn translation_does_not_depend_on_batch_size_or_pipeline_window() {
     for seed in 1..=4 {
         let trace = nat_trace(seed);

@@ -162,6 +162,12 @@ impl<K: Hash + Eq, V: Codec + Copy, X, S: BuildHasher, O: Kept<V>> Records<K, V,
         }
     }
 
+    /// The index of record `id`, if the batch has it.
+    #[inline]
+    pub fn find(&self, id: &K) -> Option<u32> {
+        self.index.get(id).copied()
+    }
+
     /// Hands each record from index `from` on its decoded read in `ops` (which
     /// must hold the results of the buffer its read was queued on).
     #[inline]

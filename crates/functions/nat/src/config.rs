@@ -180,6 +180,8 @@ pub fn build(
         ops2: Ops::new(),
         pending: Vec::new(),
         recheck: Vec::new(),
+        cut_at: u64::MAX,
+        refused: false,
         sides: Vec::new(),
         keys: Vec::new(),
         ids: Vec::new(),

@@ -4,7 +4,7 @@
 
 use rustc_hash::FxBuildHasher;
 use sluice_nf::batch::{BatchNf, Pass, Read, Record};
-use sluice_nf::{Ctx, Packet};
+use sluice_nf::{Batch, Ctx, Packet};
 use sluice_state::{Key, OpId, Ops};
 use sluice_wire::parse::{Fragment, PacketMeta, L4};
 use sluice_wire::rewrite::{set_embedded_endpoint, set_endpoint, Endpoint};
@@ -156,7 +156,10 @@ impl BatchNf for Nat {
     /// forward one keyed by the inside flow, the reverse one by the reply flow),
     /// so each record has one writer: the owner of its flow's hash. Packets of
     /// new flows wait for their allocation (`pending`); those whose record looks
-    /// expired, for the other direction's (`recheck`).
+    /// expired, for the other direction's (`recheck`). A packet that must
+    /// wait for the next round is left unchanged, with `refused` set
+    /// ([`Nat::decide_round`] calls this, not [`Pass::decide`]).
+    #[inline]
     fn decide(
         &mut self,
         i: usize,
@@ -174,7 +177,10 @@ impl BatchNf for Nat {
         let Some(cur) = s.cur else {
             match dir {
                 Dir::Out => {
-                    s.x.born = s.x.born.or(Some(now));
+                    if s.x.born.is_none() {
+                        s.x.born = Some(now);
+                        self.cut_before_idle(proto, now);
+                    }
                     self.pending.push(i as u32);
                 }
                 // A reply may belong to a mapping this batch opens (a SYN-ACK
@@ -192,12 +198,25 @@ impl BatchNf for Nat {
         // by now, an outbound packet then opens a new mapping and an inbound
         // one finds none, unless the other direction kept it alive.
         if !self.alive_alone(proto, &cur, now) {
-            s.x.maybe_expired |= dir == Dir::Out && self.expired_of(&s.x).is_none();
             // Maybe only the other direction kept it alive: ask its record.
             if s.x.other.is_none() {
                 let k = self.other_key(s, &cur);
-                s.x.other = Some(pass.ops.get(k));
+                // The store's copy is what this packet would find only if no
+                // earlier packet of the round used that record.
+                if pass.recs.find(&k).is_some_and(|o| {
+                    let o = &pass.recs[o];
+                    o.dirty || o.x.other.is_some() || o.x.born.is_some()
+                }) {
+                    self.refused = true;
+                    return;
+                }
+                pass.recs[slot].x.other = Some(pass.ops.get(k));
             }
+            if dir == Dir::Out {
+                self.cut_before_idle(proto, now);
+            }
+            let s = &mut pass.recs[slot];
+            s.x.maybe_expired |= dir == Dir::Out && self.expired_of(&s.x).is_none();
             self.recheck.push(i as u32);
             return;
         }
@@ -215,6 +234,90 @@ impl BatchNf for Nat {
 }
 
 impl Nat {
+    /// Decides packets `from..` in order, as [`Pass::decide`] does, up to the
+    /// round's cut: returns the first packet left undecided, if any.
+    ///
+    /// A round claims at most one new mapping per flow, so it stops before a
+    /// packet that could find a mapping the round opens (or revives) idle
+    /// past its timeout again: that packet would need a second one. Pool
+    /// items are taken in packet order over all flows, so the next round
+    /// starts at that packet, not just at that flow's packets. It also stops
+    /// before a packet whose own record looks idle when an earlier packet of
+    /// the round used the other direction's record: the store's copy, which
+    /// the recheck reads, lacks that use. Normal batches span far less than a
+    /// timeout and are never cut.
+    #[inline]
+    pub(crate) fn decide_round(
+        &mut self,
+        pass: &mut Pass<Nat>,
+        batch: &mut Batch,
+        ctx: &mut Ctx<'_>,
+        from: usize,
+    ) -> Option<usize> {
+        pass.ops.clear();
+        self.cut_at = u64::MAX;
+        for (i, p) in batch.pkts.iter_mut().enumerate().skip(from) {
+            let Some(plan) = pass.plans[i] else {
+                continue;
+            };
+            if p.ts_ns >= self.cut_at {
+                return Some(i);
+            }
+            BatchNf::decide(self, i, p, plan, pass, ctx);
+            if self.refused {
+                self.refused = false;
+                return Some(i);
+            }
+        }
+        None
+    }
+
+    /// Moves the round's cut before the first time a mapping of `proto` that
+    /// an outbound packet at `now` opens or revives could look idle: its
+    /// record's `last_seen` is then at least `now` less the refresh interval
+    /// (a refresh within it is not written), and it looks idle alone after
+    /// the shortest timeout at the earliest.
+    fn cut_before_idle(&mut self, proto: u8, now: u64) {
+        let at = now
+            .saturating_add(self.min_timeout(proto))
+            .saturating_sub(self.refresh_ns);
+        self.cut_at = self.cut_at.min(at);
+    }
+
+    /// Gather, as [`Pass::gather`] does, of packets `from..`: after a cut, the
+    /// records of the rest of the batch are read again, now with the earlier
+    /// rounds' mappings. Earlier packets are done; none is counted twice.
+    #[inline]
+    pub(crate) fn gather_from(
+        &mut self,
+        pass: &mut Pass<Nat>,
+        batch: &mut Batch,
+        ctx: &Ctx<'_>,
+        from: usize,
+    ) {
+        let counted = (self.c.packets, self.c.ipv6);
+        pass.ops.clear();
+        pass.recs.clear();
+        pass.plans.clear();
+        pass.plans.resize(from, None);
+        self.first_reads(&mut pass.ops);
+        for p in &mut batch.pkts[from..] {
+            let mut plan = None;
+            // Packets refused in an earlier gather are dropped (not live).
+            // Other frames pass ([`BatchNf::unclassified`]).
+            if p.is_live() && p.meta.is_ip() {
+                match self.plan(p, pass) {
+                    Ok(pl) => plan = Some(pl),
+                    Err(reason) => p.drop_by(ctx.stage, reason),
+                }
+            }
+            pass.plans.push(plan);
+        }
+        if from > 0 {
+            (self.c.packets, self.c.ipv6) = counted;
+        }
+    }
+
     /// The record of `flow` (forward or reverse); `own`: a packet of the flow
     /// itself uses it.
     fn record(&mut self, pass: &mut Pass<Nat>, flow: FlowKey, fwd: bool, own: bool) -> u32 {

@@ -25,9 +25,16 @@
 //! direction kept the old one alive; a reply is dropped). Packets of a batch
 //! that wait for a new mapping (later outbound packets, replies behind a
 //! SYN) are then decided in order as if each came alone, and what they change
-//! is written in one more round trip, only then. Not yet covered: a mapping
-//! made in a batch that expires again before the batch's last packet of its
-//! flow (a batch spanning more than a timeout).
+//! is written in one more round trip, only then.
+//!
+//! A batch is decided in rounds, one unless it spans nearly a timeout: a
+//! round stops before a packet that could find a mapping the round opened
+//! (or revived) idle again, which needs a second new mapping, and before a
+//! packet whose own record looks idle when the other direction's record was
+//! already used in the round (the store's copy would miss that). The next
+//! round reads the rest of the batch's records again and starts there, so
+//! pool items are still taken in packet order, as one packet per batch
+//! takes them.
 //!
 //! IPv6 is not translated: IPv6 packets pass untouched (`ipv6: pass`, default) or
 //! are dropped (`ipv6: drop`).
@@ -117,6 +124,12 @@ pub struct Nat {
     pending: Vec<u32>,
     /// Packets whose own record looked expired: decided with the other record.
     recheck: Vec<u32>,
+    /// Packets from this time on are left to the next round of the batch: a
+    /// mapping the round opens or revives could look idle to them
+    /// ([`Nat::decide_round`]). `u64::MAX` until a round has such a mapping.
+    cut_at: u64,
+    /// The packet being decided waits for the next round.
+    refused: bool,
     /// The batch's [`decide::Side`] entries.
     sides: Vec<decide::Side>,
     keys: Vec<Key>,
@@ -205,6 +218,55 @@ impl Nat {
             Some(_) => None,
         }
     }
+
+    /// Decides packets `from..` of the batch, up to the round's cut if it has
+    /// one (returned: the first packet left to the next round, which reads the
+    /// records again, now with this round's mappings).
+    #[inline]
+    fn round(
+        &mut self,
+        batch: &mut Batch,
+        ctx: &mut Ctx<'_>,
+        store: &mut dyn StateStore,
+        pass: &mut Pass<Nat>,
+        from: usize,
+    ) -> Result<Option<usize>, NfError> {
+        self.pending.clear();
+        self.recheck.clear();
+        self.sides.clear();
+        self.gather_from(pass, batch, ctx, from);
+        if pass.recs.is_empty() && self.pool_ready {
+            return Ok(None);
+        }
+        self.c.decode_errors += pass.read(self, store, ctx.now_ns)?;
+        self.pool_ready = true;
+        let cut = self.decide_round(pass, batch, ctx, from);
+
+        // Round trip 2: reads of other records, allocations for new flows, and
+        // writes of changed records not waiting for a recheck.
+        self.allocate(pass, ctx.now_ns);
+        pass.write(self, store)?;
+
+        // Round trip 3: the rechecked records' writes, the reserve's new
+        // block, and new mappings.
+        self.ops2.clear();
+        self.recheck(batch, ctx, pass);
+        self.record_refill(pass, ctx.now_ns);
+        self.claim(pass, ctx.now_ns);
+        if !self.ops2.is_empty() {
+            store.execute(&mut self.ops2)?;
+        }
+        if self.pending.is_empty() {
+            return Ok(cut);
+        }
+
+        // Round trip 4, only after a lost race: undo ours, adopt the winner's.
+        self.settle_races(pass, store)?;
+        if self.finish_pending(batch, ctx, pass) {
+            self.write_late(pass, store)?;
+        }
+        Ok(cut)
+    }
 }
 
 impl NetworkFunction for Nat {
@@ -254,39 +316,9 @@ impl NetworkFunction for Nat {
         store: &mut dyn StateStore,
     ) -> Result<(), NfError> {
         batch::split(self, |nat, pass| {
-            nat.pending.clear();
-            nat.recheck.clear();
-            nat.sides.clear();
-            pass.gather(nat, batch, ctx);
-            if pass.recs.is_empty() && nat.pool_ready {
-                return Ok(());
-            }
-            nat.c.decode_errors += pass.read(nat, store, ctx.now_ns)?;
-            nat.pool_ready = true;
-            pass.decide(nat, batch, ctx);
-
-            // Round trip 2: reads of other records, allocations for new flows, and
-            // writes of changed records not waiting for a recheck.
-            nat.allocate(pass, ctx.now_ns);
-            pass.write(nat, store)?;
-
-            // Round trip 3: the rechecked records' writes, the reserve's new
-            // block, and new mappings.
-            nat.ops2.clear();
-            nat.recheck(batch, ctx, pass);
-            nat.record_refill(pass, ctx.now_ns);
-            nat.claim(pass, ctx.now_ns);
-            if !nat.ops2.is_empty() {
-                store.execute(&mut nat.ops2)?;
-            }
-            if nat.pending.is_empty() {
-                return Ok(());
-            }
-
-            // Round trip 4, only after a lost race: undo ours, adopt the winner's.
-            nat.settle_races(pass, store)?;
-            if nat.finish_pending(batch, ctx, pass) {
-                nat.write_late(pass, store)?;
+            let mut from = 0;
+            while let Some(cut) = nat.round(batch, ctx, store, pass, from)? {
+                from = cut;
             }
             Ok(())
         })

@@ -948,3 +948,82 @@ fn an_outbound_packet_after_expiry_gets_a_new_mapping_as_if_its_timer_had_run() 
     }
     assert_eq!(seen[0], seen[1]);
 }
+
+/// Runs `first` (one batch), then `rest` one packet per batch and, on a
+/// fresh NAT, as one batch: the two outcomes of `rest` (reason or frame).
+fn one_by_one_and_batched(
+    tweak: impl Fn(&mut Config),
+    first: &[(Vec<u8>, u64)],
+    rest: &[(Vec<u8>, u64)],
+) -> [Vec<Result<Vec<u8>, &'static str>>; 2] {
+    let outcome = |o: &Out, i: usize| match o.reason(i) {
+        None => Ok(o.frames[i].clone()),
+        Some(r) => Err(r),
+    };
+    [false, true].map(|batched| {
+        let mut n = nat_with(&tweak);
+        let mut s = LocalStore::new();
+        run(&mut n, &mut s, first);
+        if batched {
+            let o = run(&mut n, &mut s, rest);
+            (0..rest.len()).map(|i| outcome(&o, i)).collect()
+        } else {
+            rest.iter()
+                .map(|p| outcome(&run(&mut n, &mut s, std::slice::from_ref(p)), 0))
+                .collect()
+        }
+    })
+}
+
+fn src_port(o: &Result<Vec<u8>, &'static str>) -> u16 {
+    parse_frame(o.as_ref().unwrap()).unwrap().flow.src_port
+}
+
+#[test]
+fn a_mapping_that_expires_twice_in_one_batch_is_replaced_twice_in_packet_order() {
+    // UDP timeout 30 s; one public address, ports handed out in order (an
+    // item taken for a mapping that may have expired counts too).
+    let tweak = |c: &mut Config| {
+        c.pool = vec!["203.0.113.8/32".into()];
+        c.ports = "2000-2099".into();
+        c.timeouts.udp = 30;
+    };
+    let out = |h: u8, t: u64| (build::udp_v4([10, 0, 0, h], R, 5000, 53, b"q"), t * SEC);
+    let reply = |port: u16, t: u64| (build::udp_v4(R, [203, 0, 113, 8], 53, port, b"a"), t * SEC);
+    // Flow A opens 2000 at 1 s and is quiet 40 s: 2001 at 41 s; quiet again
+    // 34 s: 2003 at 75 s, after flow B's 2002 and before flow C's 2004.
+    let rest = [
+        out(5, 41),
+        out(6, 50),
+        out(5, 75),
+        out(7, 76),
+        reply(2001, 77),
+        reply(2003, 78),
+        out(5, 79),
+    ];
+    let [alone, batched] = one_by_one_and_batched(tweak, &[out(5, 1)], &rest);
+    let ports: Vec<u16> = [0, 1, 2, 3, 6].map(|i| src_port(&alone[i])).to_vec();
+    assert_eq!(ports, vec![2001, 2002, 2003, 2004, 2003]);
+    assert_eq!(alone[4], Err("no_mapping"), "the expired mapping");
+    assert!(alone[5].is_ok());
+    assert_eq!(batched, alone);
+}
+
+#[test]
+fn a_reply_earlier_in_the_batch_keeps_a_quiet_outbound_direction_alive() {
+    // UDP timeout 30 s. Only replies come for 39 s: the outbound packet at
+    // 40 s finds its own record idle, but the reply at 25 s (same batch)
+    // kept the mapping alive, as it does one packet per batch.
+    let tweak = |c: &mut Config| {
+        c.pool = vec!["203.0.113.8/32".into()];
+        c.ports = "2000-2099".into();
+        c.timeouts.udp = 30;
+    };
+    let out = |t: u64| (build::udp_v4(H, R, 5000, 53, b"q"), t * SEC);
+    let reply = |t: u64| (build::udp_v4(R, [203, 0, 113, 8], 53, 2000, b"a"), t * SEC);
+    let rest = [reply(25), out(40), reply(45)];
+    let [alone, batched] = one_by_one_and_batched(tweak, &[out(1)], &rest);
+    assert!(alone.iter().all(|o| o.is_ok()), "{alone:?}");
+    assert_eq!(src_port(&alone[1]), 2000);
+    assert_eq!(batched, alone);
+}
