@@ -1,5 +1,5 @@
-//! `sluice run` on captures that are not Ethernet (Linux cooked, raw IP, BSD
-//! loopback): a firewall denying everything drops every packet, one allowing the
+//! `sluice run` on captures that are not Ethernet (Linux cooked SLL and SLL2,
+//! raw IP, IPv4, IPv6, BSD null and loopback, NFLOG): a firewall denying everything drops every packet, one allowing the
 //! flows by their 5-tuples forwards them, and `--out` is written in the input's
 //! link type, record for record as the input, decoded by tshark as the input is.
 
@@ -76,6 +76,27 @@ fn record(linktype: u32, i: usize, ip: &[u8]) -> Vec<u8> {
         0 => {
             let af: u32 = if v4 { 2 } else { 30 };
             r.extend_from_slice(&af.to_le_bytes());
+        }
+        108 => {
+            let af: u32 = if v4 { 2 } else { 24 };
+            r.extend_from_slice(&af.to_be_bytes());
+        }
+        276 => {
+            r.extend_from_slice(if v4 { &[0x08, 0x00] } else { &[0x86, 0xdd] });
+            r.extend_from_slice(&[0, 0]);
+            r.extend_from_slice(&(2 + i as u32).to_be_bytes());
+            r.extend_from_slice(&1u16.to_be_bytes());
+            r.extend_from_slice(&[if i.is_multiple_of(2) { 0 } else { 4 }, 6]);
+            r.extend_from_slice(&[0x00, 0x16, 0x3e, 0, 0, i as u8, 0, 0]);
+        }
+        239 => {
+            r.extend_from_slice(&[if v4 { 2 } else { 10 }, 0, 0, 1]);
+            let tlv = 4 + ip.len();
+            r.extend_from_slice(&(tlv as u16).to_le_bytes());
+            r.extend_from_slice(&9u16.to_le_bytes());
+            r.extend_from_slice(ip);
+            r.resize(4 + tlv.div_ceil(4) * 4, 0);
+            return r;
         }
         _ => {}
     }
@@ -165,12 +186,27 @@ fn runs_on_cooked_raw_and_loopback_captures_and_writes_their_link_type() {
          allow udp from 2001:db8::1 to 2001:db8::2 sport 5001 port 6001\n\
          default deny",
     );
-    let ips = ip_packets();
+    let all = ip_packets();
     for (linktype, name, first) in [
         (113, "sll", "sll"),
+        (276, "sll2", "sll"),
         (101, "raw", "raw"),
+        (228, "ipv4", "ip:"),
+        (229, "ipv6", "ipv6:"),
         (0, "null", "null"),
+        (108, "loop", "null"),
+        (239, "nflog", "nflog"),
     ] {
+        // Link types 228 and 229 carry one address family each.
+        let ips: Vec<Vec<u8>> = all
+            .iter()
+            .filter(|ip| match linktype {
+                228 => ip[0] >> 4 == 4,
+                229 => ip[0] >> 4 == 6,
+                _ => true,
+            })
+            .cloned()
+            .collect();
         let records: Vec<Vec<u8>> = ips
             .iter()
             .enumerate()
@@ -242,12 +278,21 @@ fn runs_on_cooked_raw_and_loopback_captures_and_writes_their_link_type() {
             .map(|e| e["alert"]["signature_id"].as_u64().unwrap())
             .collect();
         sids.sort();
-        assert_eq!(sids, [1, 2, 3, 3], "{name}: {events:?}");
+        let (want_sids, want_flows): (&[u64], usize) = match linktype {
+            228 => (&[1, 3], 2),
+            229 => (&[2, 3], 2),
+            _ => (&[1, 2, 3, 3], 4),
+        };
+        assert_eq!(sids, want_sids, "{name}: {events:?}");
         let flows: Vec<_> = events
             .iter()
             .filter(|e| e["event_type"] == "flow")
             .collect();
-        assert_eq!(flows.len(), 4, "{name}: two TCP and two UDP conversations");
+        assert_eq!(
+            flows.len(),
+            want_flows,
+            "{name}: a TCP and a UDP conversation per family"
+        );
         let pkts: u64 = flows
             .iter()
             .map(|f| {
