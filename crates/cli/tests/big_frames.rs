@@ -3,7 +3,6 @@
 //! chain, and the firewall, the IPS and the monitor see every byte.
 
 use std::path::Path;
-use std::process::Command;
 
 use sluice_wire::build;
 use sluice_wire::tcp::flags::{ACK, FIN, PSH, SYN};
@@ -21,17 +20,8 @@ const INSIDE: &[u8] = b"BIG-NEEDLE-INSIDE-A-SEGMENT";
 /// Starts in the first 60 KiB client segment and ends in the second.
 const SPANNING: &[u8] = b"BIG-NEEDLE-SPANNING-TWO-SEGMENTS";
 
-fn sluice(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_sluice"))
-        .args(args)
-        .output()
-        .expect("run sluice");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
+mod common;
+use common::sluice;
 
 /// Filler that holds neither needle.
 fn filler(len: usize, salt: usize) -> Vec<u8> {

@@ -1,19 +1,9 @@
 //! The `sluice` command end to end: the sample, and the documented errors.
 
 use std::path::Path;
-use std::process::Command;
 
-fn sluice(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_sluice"))
-        .args(args)
-        .output()
-        .expect("run sluice");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
+mod common;
+use common::sluice;
 
 fn write(dir: &Path, name: &str, text: &[u8]) -> String {
     let p = dir.join(name);

@@ -16,16 +16,8 @@ const SEC: u64 = 1_000_000_000;
 /// lower endpoint to the higher one, and back.
 type Convs = BTreeMap<(String, String, String), [u64; 4]>;
 
-fn sluice(args: &[&str]) -> (i32, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_sluice"))
-        .args(args)
-        .output()
-        .expect("run sluice");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
+mod common;
+use common::sluice;
 
 /// Adds a conversation seen from `a` to `b` (`ab`: a to b, `ba`: b to a).
 fn add(convs: &mut Convs, proto: &str, a: String, b: String, ab: [u64; 2], ba: [u64; 2]) {
@@ -146,7 +138,7 @@ fn flow_records_match_tsharks_conversations_with_and_without_pipelining() {
             if let Some(p) = pipeline {
                 args.extend(["--pipeline", p]);
             }
-            let (code, err) = sluice(&args);
+            let (code, _, err) = sluice(&args);
             assert_eq!(code, 0, "{err}");
             let got = eve_convs(&eve);
             assert_eq!(got, want, "seed {seed}, pipeline {pipeline:?}");
