@@ -34,6 +34,14 @@ fn tag(bytes: &[u8; KEY_CAP], len: u8) -> u32 {
     (len as u32) << 24 | key_hash(bytes, len) >> 8
 }
 
+/// A tag's hash bits spread over a word: the low bits (a table's index) stay
+/// the hash's own, the top bits (hashbrown's control byte) mix all of them.
+#[inline]
+fn spread(tag: u32) -> u64 {
+    let t = tag as u64;
+    (t & 0x00ff_ffff) | (t.wrapping_mul(0x9e37_79b9_7f4a_7c15) & !0x00ff_ffff)
+}
+
 /// The hash a key carries: FNV-1a-like over 8-byte words, folded to 32 bits.
 #[inline]
 fn key_hash(bytes: &[u8; KEY_CAP], len: u8) -> u32 {
@@ -104,6 +112,20 @@ impl Key {
             tag: tag(&bytes, len),
             bytes,
         })
+    }
+
+    /// The 24-bit hash the key carries (computed once when it was built), spread
+    /// over 64 bits for a hash table: maps keyed by whole keys use it instead of
+    /// hashing the bytes again. Equal to [`Key::hash_bytes`] of its bytes.
+    #[inline]
+    pub fn table_hash(&self) -> u64 {
+        spread(self.tag)
+    }
+
+    /// [`Key::table_hash`] of a key with these bytes (as a table stores them),
+    /// for rehashing; `0` for bytes no key can have.
+    pub fn hash_bytes(b: &[u8]) -> u64 {
+        Key::from_bytes(b).map_or(0, |k| k.table_hash())
     }
 
     /// The key's length in bytes.
@@ -188,6 +210,20 @@ mod tests {
         let mut s = DefaultHasher::new();
         k.hash(&mut s);
         s.finish()
+    }
+
+    #[test]
+    fn a_tables_hash_of_stored_bytes_is_the_keys_own() {
+        for len in [0usize, 3, 19, 40, 47] {
+            let payload: Vec<u8> = (0..len as u8).map(|b| b.wrapping_mul(37)).collect();
+            let k = Key::new(Namespace(9), 2, &payload);
+            assert_eq!(Key::hash_bytes(k.as_bytes()), k.table_hash(), "len {len}");
+        }
+        // The low bits (a table's index) differ between neighbouring keys.
+        let a = Key::new(Namespace(1), 1, b"flow-a").table_hash();
+        let b = Key::new(Namespace(1), 1, b"flow-b").table_hash();
+        assert_ne!(a & 0xffff, b & 0xffff);
+        assert_eq!(Key::hash_bytes(b"abc"), 0, "too short to be a key");
     }
 
     #[test]

@@ -1,5 +1,4 @@
 use std::collections::{BTreeSet, VecDeque};
-use std::hash::Hasher;
 use std::sync::{Arc, Mutex};
 
 use hashbrown::HashTable;
@@ -15,10 +14,11 @@ use crate::{StateStore, StoreCounters, StoreError};
 /// million-flow firewall table within its memory budget.
 const INLINE: usize = 30;
 
+/// The hash a stored key's bytes had as a [`Key`], for rehashing: lookups use
+/// the key's own ([`Key::table_hash`], computed when it was built) rather than
+/// hashing its bytes again per operation.
 fn hash_bytes(b: &[u8]) -> u64 {
-    let mut h = rustc_hash::FxHasher::default();
-    h.write(b);
-    h.finish()
+    Key::hash_bytes(b)
 }
 
 /// A timer: its key and deadline, held once in a slab that the index and the
@@ -152,13 +152,13 @@ impl LocalStore {
     fn kv_find(&self, key: &Key) -> Option<&Val> {
         let b = key.as_bytes();
         self.kv
-            .find(hash_bytes(b), |(k, _)| k.get() == b)
+            .find(key.table_hash(), |(k, _)| k.get() == b)
             .map(|(_, v)| v)
     }
 
     fn kv_set(&mut self, key: &Key, val: &[u8]) {
         let b = key.as_bytes();
-        let h = hash_bytes(b);
+        let h = key.table_hash();
         match self.kv.find_mut(h, |(k, _)| k.get() == b) {
             Some((_, v)) => v.set(val),
             None => {
@@ -172,7 +172,7 @@ impl LocalStore {
 
     fn kv_remove(&mut self, key: &Key) {
         let b = key.as_bytes();
-        if let Ok(e) = self.kv.find_entry(hash_bytes(b), |(k, _)| k.get() == b) {
+        if let Ok(e) = self.kv.find_entry(key.table_hash(), |(k, _)| k.get() == b) {
             e.remove();
         }
     }
@@ -181,7 +181,7 @@ impl LocalStore {
         let b = key.as_bytes();
         let slab = &self.slab;
         self.timer_index
-            .find(hash_bytes(b), |&s| slab[s as usize].key.get() == b)
+            .find(key.table_hash(), |&s| slab[s as usize].key.get() == b)
             .copied()
     }
 
@@ -210,7 +210,7 @@ impl LocalStore {
         };
         let slab = &self.slab;
         self.timer_index
-            .insert_unique(hash_bytes(key.as_bytes()), slot, |&s| {
+            .insert_unique(key.table_hash(), slot, |&s| {
                 hash_bytes(slab[s as usize].key.get())
             });
         self.deadlines.insert((ns, deadline, slot));

@@ -159,6 +159,17 @@ impl FlowKey {
         }
     }
 
+    /// Which side of its canonical orientation `self` is, without building the
+    /// canonical key (as [`FlowKey::canonical`]`().1`).
+    #[inline]
+    pub fn side(&self) -> Side {
+        if (self.src, self.src_port) <= (self.dst, self.dst_port) {
+            Side::Forward
+        } else {
+            Side::Reverse
+        }
+    }
+
     /// The orientation shared by both directions (lower endpoint first) and which
     /// side of it `self` is. Both directions of a flow yield the same canonical key.
     #[inline]

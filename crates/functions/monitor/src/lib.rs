@@ -237,11 +237,10 @@ impl BatchNf for Monitor {
             p.ts_ns,
             p.len() as u64,
             p.meta.tcp_flags,
-            p.meta.flow.canonical().1,
+            p.meta.flow.side(),
         );
         let tcp = p.meta.l4 == L4::Tcp;
         let e = &mut pass.recs[ri];
-        let canon = e.x.canon;
         let new_syn = tcp && flags & (SYN | ACK) == SYN;
         // A closed connection is exported once its linger is over, or as soon as
         // a new connection reuses its 5-tuple.
@@ -251,6 +250,7 @@ impl BatchNf for Monitor {
             {
                 r.flags |= F_EXPORTED;
                 e.dirty = true;
+                let canon = e.x.canon;
                 let ev = r.export(&canon, "tcp_close");
                 self.emit(ev, ctx.events, &canon);
             }
@@ -261,6 +261,7 @@ impl BatchNf for Monitor {
                 e.cur = None;
                 e.dirty = true;
                 if r.flags & F_EXPORTED == 0 {
+                    let canon = e.x.canon;
                     let ev = r.export(&canon, "timeout");
                     self.emit(ev, ctx.events, &canon);
                 }
@@ -292,7 +293,7 @@ impl BatchNf for Monitor {
                 e.x.created_at = Some(ts);
             }
             self.counters.flows += 1;
-            self.mine.insert(canon);
+            self.mine.insert(e.x.canon);
         }
         let Some(r) = e.cur.as_mut() else { return };
         let d = if (side == Side::Forward) == (r.flags & F_CLIENT_FWD != 0) {

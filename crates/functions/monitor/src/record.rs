@@ -131,7 +131,7 @@ impl FlowId {
         let (mut s, s6) = words(&k.src);
         let (mut d, d6) = words(&k.dst);
         let (mut sp, mut dp, mut sf, mut df) = (k.src_port, k.dst_port, s6, d6);
-        if k.canonical().1 == Side::Reverse {
+        if k.side() == Side::Reverse {
             std::mem::swap(&mut s, &mut d);
             std::mem::swap(&mut sp, &mut dp);
             std::mem::swap(&mut sf, &mut df);

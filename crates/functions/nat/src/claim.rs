@@ -281,7 +281,7 @@ impl Nat {
             };
             let p = &mut batch.pkts[i as usize];
             let now = p.ts_ns;
-            if dir == Dir::In && pass.recs[slot].cur.is_none() {
+            if matches!(dir, Dir::In | Dir::InErr) && pass.recs[slot].cur.is_none() {
                 if let Some(m) = self.claimed_for(pass, slot) {
                     let s = &mut pass.recs[slot];
                     s.old = Some(m);

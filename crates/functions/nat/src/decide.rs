@@ -183,10 +183,15 @@ impl BatchNf for Nat {
                     }
                     self.pending.push(i as u32);
                 }
-                // A reply may belong to a mapping this batch opens (a SYN-ACK
-                // behind its SYN): it waits for the claims, as it would find
-                // the mapping were it in the next batch.
-                Dir::In => self.pending.push(i as u32),
+                // A reply, or an ICMP error about an outbound flow, may belong
+                // to a mapping this batch opens (a SYN-ACK behind its SYN): it
+                // waits for the claims, as it would find the mapping were it in
+                // the next batch.
+                Dir::In | Dir::InErr => self.pending.push(i as u32),
+                // An error from inside about a flow whose mapping an earlier
+                // packet of this round opens (its record is this one) waits
+                // for that claim too; with no such packet there is none.
+                Dir::OutErr if s.x.born.is_some() => self.pending.push(i as u32),
                 _ => {
                     self.c.no_mapping += 1;
                     p.drop_by(ctx.stage, "no_mapping");

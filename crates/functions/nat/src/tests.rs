@@ -360,6 +360,42 @@ fn tcp_timeouts_follow_fin_and_rst() {
     assert!(o.reason(1).is_none());
 }
 
+/// ICMP errors in the batch that opens their flow's mapping find it, as they
+/// would one batch later; an error before the packet that opens it does not.
+#[test]
+fn icmp_errors_find_a_mapping_opened_earlier_in_their_batch() {
+    let query = build::udp_v4(H, R, 5353, 53, b"query");
+    // The public endpoint the first mapping gets (allocation is deterministic).
+    let mut probe = nat_with(|_| {});
+    let t = run(&mut probe, &mut LocalStore::new(), &[(query.clone(), 0)]).flow(0);
+    // From inside, about the reply flow; to the public address, about the
+    // translated datagram.
+    let inbound = build::udp_v4(R, H, 53, 5353, b"reply");
+    let out_err = build::icmp_v4_error(H, R, 3, 3, &inbound[14..]);
+    let translated = build::udp_v4(v4(t.src), R, t.src_port, 53, b"query");
+    let in_err = build::icmp_v4_error([192, 0, 2, 254], v4(t.src), 3, 3, &translated[14..]);
+    for (err, outer) in [(&out_err, t.src), (&in_err, IpAddr::V4(H))] {
+        let mut n = nat_with(|_| {});
+        let mut s = LocalStore::new();
+        let o = run(&mut n, &mut s, &[(query.clone(), 0), (err.clone(), 1000)]);
+        assert_eq!(o.flow(0), t);
+        assert!(o.reason(1).is_none(), "error dropped: {:?}", o.reason(1));
+        assert!(verify_all_checksums(&o.frames[1]));
+        let m = parse_frame(&o.frames[1]).unwrap();
+        assert!(m.flow.src == outer || m.flow.dst == outer, "{:?}", m.flow);
+        assert_eq!(counter(&n, "icmp_errors_translated"), 1);
+    }
+    // Before the packet that opens the mapping there is none to translate with.
+    let mut n = nat_with(|_| {});
+    let o = run(
+        &mut n,
+        &mut LocalStore::new(),
+        &[(out_err.clone(), 0), (query.clone(), 1000)],
+    );
+    assert_eq!(o.reason(0), Some("no_mapping"));
+    assert_eq!(o.flow(1), t);
+}
+
 #[test]
 fn icmp_errors_are_translated_both_ways() {
     let mut n = nat_with(|_| {});
