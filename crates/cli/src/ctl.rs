@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use clap::{Args, Subcommand};
-use sluice_controller::client::Client;
+use sluice_controller::client::{ChangeOptions, Client};
 use sluice_controller::{serve, ServerOptions};
 
 use crate::error::CliError;
@@ -22,7 +22,13 @@ pub struct ClientArgs {
 }
 
 impl ClientArgs {
-    fn client(&self) -> Client {
+    /// Whether to print the controller's JSON as is.
+    pub(crate) fn json(&self) -> bool {
+        self.json
+    }
+
+    /// A client of the controller these arguments name.
+    pub(crate) fn client(&self) -> Client {
         let url = self
             .controller
             .clone()
@@ -52,9 +58,19 @@ pub struct ControllerArgs {
 pub struct ApplyArgs {
     /// The tenant spec (YAML).
     #[arg(short = 'f', long = "file")]
-    file: PathBuf,
+    pub(crate) file: PathBuf,
+    /// Only show what the spec would change (instances, FIB entries per host).
+    #[arg(long)]
+    pub(crate) dry_run: bool,
+    /// Apply even a spec that removes every chain or NF instance of the tenant.
+    #[arg(long)]
+    pub(crate) force: bool,
+    /// Refuse unless the tenant is still at this generation (the one you read;
+    /// 0: it must not exist yet).
+    #[arg(long, value_name = "N")]
+    pub(crate) if_generation: Option<u64>,
     #[command(flatten)]
-    client: ClientArgs,
+    pub(crate) client: ClientArgs,
 }
 
 /// `sluice get`.
@@ -110,6 +126,15 @@ enum DeleteWhat {
     Tenant {
         /// Tenant name.
         name: String,
+        /// Do not ask for confirmation (needed when stdin is not a terminal).
+        #[arg(long, short = 'y')]
+        yes: bool,
+        /// Only show what the deletion would remove.
+        #[arg(long)]
+        dry_run: bool,
+        /// Refuse unless the tenant is still at this generation.
+        #[arg(long, value_name = "N")]
+        if_generation: Option<u64>,
     },
     /// A VM registration.
     Vm {
@@ -169,10 +194,15 @@ fn opt<T: std::fmt::Display>(v: Option<T>) -> String {
 /// `sluice apply -f SPEC`.
 pub fn apply(a: &ApplyArgs) -> Result<(), CliError> {
     let text = std::fs::read_to_string(&a.file).map_err(CliError::io(&a.file))?;
+    let opts = ChangeOptions {
+        if_generation: a.if_generation,
+        dry_run: a.dry_run,
+        force: a.force,
+    };
     let raw = a
         .client
         .client()
-        .apply_raw(None, &text)
+        .apply_with(None, &text, &opts)
         .map_err(|source| CliError::Apply {
             path: a.file.clone(),
             source,
@@ -182,6 +212,12 @@ pub fn apply(a: &ApplyArgs) -> Result<(), CliError> {
         return Ok(());
     }
     let s: sluice_controller::model::ApplySummary = parse(&raw)?;
+    if s.dry_run {
+        if let Some(p) = &s.plan {
+            crate::change::print_plan(p);
+        }
+        return Ok(());
+    }
     if s.changed {
         println!(
             "tenant {} applied: vni {}, generation {}, {} chains, {} NF instances",
@@ -381,7 +417,22 @@ pub fn get(a: &GetArgs) -> Result<(), CliError> {
 pub fn delete(a: &DeleteArgs) -> Result<(), CliError> {
     let c = a.client.client();
     let raw = match &a.what {
-        DeleteWhat::Tenant { name } => c.delete_tenant_raw(name),
+        DeleteWhat::Tenant {
+            name,
+            yes,
+            dry_run,
+            if_generation,
+        } => {
+            if !dry_run && !yes {
+                crate::change::confirm(&format!("delete tenant {name}"), name)?;
+            }
+            let opts = ChangeOptions {
+                if_generation: *if_generation,
+                dry_run: *dry_run,
+                force: false,
+            };
+            c.delete_tenant_with(name, &opts)
+        }
         DeleteWhat::Vm { tenant, name } => c
             .delete_vm(tenant, name)
             .map(|d| serde_json::to_string(&d).unwrap_or_default()),
@@ -391,6 +442,12 @@ pub fn delete(a: &DeleteArgs) -> Result<(), CliError> {
         return Ok(());
     }
     let d: sluice_controller::model::Deleted = parse(&raw)?;
+    if d.dry_run {
+        if let Some(p) = &d.plan {
+            crate::change::print_plan(p);
+        }
+        return Ok(());
+    }
     println!("deleted {}", d.deleted);
     for (h, v) in &d.pushed {
         println!("  host {h}: pushing version {v}");

@@ -47,6 +47,14 @@ pub enum CliError {
         #[source]
         source: ClientError,
     },
+    /// A destructive command was not confirmed.
+    #[error("{what}: not confirmed{}", if *.tty { "" } else { " (stdin is not a terminal: pass --yes to confirm)" })]
+    NotConfirmed {
+        /// What was not done.
+        what: String,
+        /// Whether a terminal was asked.
+        tty: bool,
+    },
     /// The controller answered with JSON this client does not understand (a version
     /// mismatch, or not a Sluice controller).
     #[error("unexpected answer from the controller: {0}")]

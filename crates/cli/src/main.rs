@@ -5,6 +5,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod bench;
+mod change;
 mod check;
 mod ctl;
 mod demo;
@@ -43,6 +44,10 @@ enum Cmd {
     Controller(ctl::ControllerArgs),
     /// Apply a tenant specification through the controller.
     Apply(ctl::ApplyArgs),
+    /// Show what applying a tenant specification would change (a dry run).
+    Diff(change::DiffArgs),
+    /// The controller's log of change requests: who, what, when, what changed.
+    Audit(change::AuditArgs),
     /// Show what the controller holds: tenants, hosts, VMs, instances, chains, FIBs.
     Get(ctl::GetArgs),
     /// Delete a tenant (or a VM registration) through the controller.
@@ -81,6 +86,8 @@ fn main() -> ExitCode {
         Cmd::Controller(a) => ctl::controller(&a),
         Cmd::Apply(a) => ctl::apply(&a),
         Cmd::Get(a) => ctl::get(&a),
+        Cmd::Diff(a) => change::diff(&a),
+        Cmd::Audit(a) => change::audit(&a),
         Cmd::Delete(a) => ctl::delete(&a),
         Cmd::Status(a) => ctl::status(&a),
         Cmd::Scale(a) => ctl::scale(&a),

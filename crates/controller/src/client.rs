@@ -25,6 +25,34 @@ pub enum ClientError {
     Transport(String),
 }
 
+/// A change request's conditions, as the client sends them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ChangeOptions {
+    /// Refuse the change unless the tenant is at this generation (0: absent).
+    pub if_generation: Option<u64>,
+    /// Only say what the change would do.
+    pub dry_run: bool,
+    /// Allow removing every chain or NF instance of the tenant.
+    pub force: bool,
+}
+
+impl ChangeOptions {
+    fn query(&self) -> String {
+        let mut q = Vec::new();
+        if self.dry_run {
+            q.push("dry_run=true");
+        }
+        if self.force {
+            q.push("force=true");
+        }
+        if q.is_empty() {
+            String::new()
+        } else {
+            format!("?{}", q.join("&"))
+        }
+    }
+}
+
 /// The controller at a base URL (`http://127.0.0.1:7420`).
 #[derive(Debug, Clone)]
 pub struct Client {
@@ -55,8 +83,22 @@ impl Client {
         path: &str,
         body: Option<(&str, String)>,
     ) -> Result<String, ClientError> {
+        self.call_if(method, path, body, None)
+    }
+
+    /// [`Client::call`] with an `If-Match` generation, if given.
+    fn call_if(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<(&str, String)>,
+        if_match: Option<u64>,
+    ) -> Result<String, ClientError> {
         let url = format!("{}{path}", self.base);
-        let req = self.agent.request(method, &url);
+        let mut req = self.agent.request(method, &url);
+        if let Some(g) = if_match {
+            req = req.set("If-Match", &format!("\"{g}\""));
+        }
         let r = match body {
             Some((ct, b)) => req.set("Content-Type", ct).send_string(&b),
             None => req.call(),
@@ -112,6 +154,56 @@ impl Client {
             Some(n) => self.call("PUT", &format!("/v1/tenants/{n}"), body),
             None => self.call("POST", "/v1/tenants", body),
         }
+    }
+
+    /// Applies a tenant spec (`PUT /v1/tenants/{name}`, or `POST /v1/tenants`
+    /// without a name) under `opts`; returns
+    /// the raw JSON summary (with the change plan).
+    pub fn apply_with(
+        &self,
+        name: Option<&str>,
+        yaml: &str,
+        opts: &ChangeOptions,
+    ) -> Result<String, ClientError> {
+        let body = Some(("application/yaml", yaml.to_string()));
+        match name {
+            Some(n) => {
+                let path = format!("/v1/tenants/{n}{}", opts.query());
+                self.call_if("PUT", &path, body, opts.if_generation)
+            }
+            None => {
+                let path = format!("/v1/tenants{}", opts.query());
+                self.call_if("POST", &path, body, opts.if_generation)
+            }
+        }
+    }
+
+    /// Deletes a tenant under `opts`; returns the raw JSON answer.
+    pub fn delete_tenant_with(
+        &self,
+        name: &str,
+        opts: &ChangeOptions,
+    ) -> Result<String, ClientError> {
+        let path = format!("/v1/tenants/{name}{}", opts.query());
+        self.call_if("DELETE", &path, None, opts.if_generation)
+    }
+
+    /// The audit log (`GET /v1/audit`): entries after `since`, of `tenant`,
+    /// the newest `limit` (0: the server's default).
+    pub fn audit(
+        &self,
+        since: u64,
+        tenant: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<crate::audit::AuditEntry>, ClientError> {
+        let mut q = format!("/v1/audit?since={since}");
+        if let Some(t) = tenant {
+            q.push_str(&format!("&tenant={t}"));
+        }
+        if limit > 0 {
+            q.push_str(&format!("&limit={limit}"));
+        }
+        self.get(&q)
     }
 
     /// Applies a tenant spec.

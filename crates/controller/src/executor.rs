@@ -1,15 +1,58 @@
 //! The one executor: carries out a parsed [`Action`] on the [`Reconciler`] at
 //! `now` and shapes the reply. Pure: what the action requires of the outside
-//! world (pushes, polls) is left in the reconciler's effects.
+//! world (pushes, polls) is left in the reconciler's effects. Every change it
+//! is asked for, carried out or refused, goes to the audit log.
 
 use std::time::Instant;
 
+use serde_json::Value;
+
+use crate::audit::AuditEntry;
 use crate::error::ApiError;
 use crate::reconcile::Reconciler;
+use crate::resources::hosts::HostAction;
+use crate::resources::scaling::ScalingWhat;
+use crate::resources::tenants::TenantAction;
 use crate::resources::{self, json, Action, Reply, OPENAPI_YAML};
 
-/// Carries out `action`.
+/// Carries out `action` for an unnamed caller.
 pub fn execute(r: &mut Reconciler, action: Action, now: Instant) -> Result<Reply, ApiError> {
+    execute_as(r, action, "anonymous", now)
+}
+
+/// Carries out `action` for `actor` (the name of the caller's credential),
+/// recording it in the audit log if it asks for a change.
+pub fn execute_as(
+    r: &mut Reconciler,
+    action: Action,
+    actor: &str,
+    now: Instant,
+) -> Result<Reply, ApiError> {
+    let audited = describe(&action);
+    let reply = run(r, action, now);
+    if let Some((tenant, what)) = audited {
+        let (status, changes) = match &reply {
+            Ok(Reply::Json(code, v)) => (*code, changes_of(v)),
+            Ok(Reply::Text(..)) => (200, Vec::new()),
+            Err(e) => (e.status, vec![e.msg.clone()]),
+        };
+        r.record(
+            AuditEntry {
+                seq: 0,
+                at_ms: 0,
+                actor: actor.to_string(),
+                tenant,
+                action: what,
+                status,
+                changes,
+            },
+            now,
+        );
+    }
+    reply
+}
+
+fn run(r: &mut Reconciler, action: Action, now: Instant) -> Result<Reply, ApiError> {
     match action {
         Action::Health => json(200, &serde_json::json!({ "status": "ok" })),
         Action::OpenApi => Ok(Reply::Text("application/yaml", OPENAPI_YAML.into())),
@@ -17,5 +60,104 @@ pub fn execute(r: &mut Reconciler, action: Action, now: Instant) -> Result<Reply
         Action::Host(a) => resources::hosts::execute(r, a, now),
         Action::Scaling(a) => resources::scaling::execute(r, a, now),
         Action::Events(q) => resources::events::execute(r, &q),
+        Action::Audit(q) => resources::audit::execute(r, &q),
     }
+}
+
+/// The tenant and words of an action the audit log records: every change an
+/// operator or tenant asks for. Reads, dry runs, heartbeats and metric samples
+/// (the agents' and scalers' routine traffic) are not recorded.
+pub fn describe(action: &Action) -> Option<(Option<String>, String)> {
+    match action {
+        Action::Tenant(TenantAction::Apply { spec, cond, .. }) if !cond.dry_run => Some((
+            Some(spec.tenant.clone()),
+            format!("apply tenant {}", spec.tenant),
+        )),
+        Action::Tenant(TenantAction::Delete(name, cond)) if !cond.dry_run => {
+            Some((Some(name.clone()), format!("delete tenant {name}")))
+        }
+        Action::Host(HostAction::PutVm(v)) => Some((
+            Some(v.tenant.clone()),
+            format!("register vm {}/{} on host {}", v.tenant, v.name, v.host),
+        )),
+        Action::Host(HostAction::DeleteVm { tenant, name }) => {
+            Some((Some(tenant.clone()), format!("delete vm {tenant}/{name}")))
+        }
+        Action::Scaling(s) => {
+            let (t, o) = (&s.tenant, &s.object);
+            let what = match &s.what {
+                ScalingWhat::ScaleMiddlebox(q) => {
+                    format!("scale middlebox {t}/{o} to {}", q.instances)
+                }
+                ScalingWhat::PutScaler(_) => format!("set scaler of chain {t}/{o}"),
+                ScalingWhat::DeleteScaler => format!("remove scaler of chain {t}/{o}"),
+                ScalingWhat::Request(q) => format!(
+                    "request scaling {} of chain {t}/{o}",
+                    if q.up { "up" } else { "down" }
+                ),
+                ScalingWhat::GetMiddlebox | ScalingWhat::GetScaler | ScalingWhat::Metric(_) => {
+                    return None
+                }
+            };
+            Some((Some(t.clone()), what))
+        }
+        _ => None,
+    }
+}
+
+/// What a change's reply says it changed, in lines: the spec's changes, the
+/// instances placed and removed, and how many FIB entries changed on how
+/// many hosts.
+fn changes_of(v: &Value) -> Vec<String> {
+    let mut out = Vec::new();
+    if let Some(p) = v.get("plan").filter(|p| p.is_object()) {
+        let strs = |k: &str| -> Vec<String> {
+            p.get(k)
+                .and_then(Value::as_array)
+                .map(|a| {
+                    a.iter()
+                        .filter_map(|s| s.as_str().map(String::from))
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
+        out.extend(strs("spec"));
+        out.extend(
+            strs("instances_added")
+                .into_iter()
+                .map(|i| format!("+ instance {i}")),
+        );
+        out.extend(
+            strs("instances_removed")
+                .into_iter()
+                .map(|i| format!("- instance {i}")),
+        );
+        if let Some(f) = p.get("fib").and_then(Value::as_object) {
+            let n = |k: &str| -> usize {
+                f.values()
+                    .filter_map(|h| h.get(k).and_then(Value::as_array))
+                    .map(Vec::len)
+                    .sum()
+            };
+            if !f.is_empty() {
+                out.push(format!(
+                    "FIB: +{} -{} entries on {} host(s)",
+                    n("added"),
+                    n("removed"),
+                    f.len()
+                ));
+            }
+        }
+        if let Some(g) = p.get("generation_after").and_then(Value::as_u64) {
+            if g > 0 && !out.is_empty() {
+                out.push(format!("generation {g}"));
+            }
+        }
+    }
+    if let Some(pushed) = v.get("pushed").and_then(Value::as_object) {
+        if !pushed.is_empty() && out.is_empty() {
+            out.push(format!("new configuration for {} host(s)", pushed.len()));
+        }
+    }
+    out
 }

@@ -46,6 +46,11 @@ fn serve_one(shared: &Arc<Shared>, mut req: tiny_http::Request) {
         .iter()
         .find(|h| h.field.equiv("Content-Type"))
         .map(|h| h.value.as_str().to_ascii_lowercase());
+    let if_match = req
+        .headers()
+        .iter()
+        .find(|h| h.field.equiv("If-Match"))
+        .map(|h| h.value.as_str().to_string());
     let mut body = String::new();
     let read = req.as_reader().take(MAX_BODY + 1).read_to_string(&mut body);
     let reply = match read {
@@ -62,6 +67,7 @@ fn serve_one(shared: &Arc<Shared>, mut req: tiny_http::Request) {
                 url: &url,
                 content_type: ctype.as_deref(),
                 body: &body,
+                if_match: if_match.as_deref(),
             },
         ),
     };

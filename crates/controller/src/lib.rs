@@ -15,8 +15,12 @@
 //! * [`lease`]: the ownership-lease gate of `state: cached` middleboxes;
 //! * [`measure`]: the agents' chain measurements summed into scaler metrics;
 //! * [`model`]: the JSON bodies of the REST API (`docs/openapi.yaml`);
+//! * [`change`]: what a change does before it is made (dry runs, `force`,
+//!   409s); [`audit`]: the log of every change requested;
 //! * [`client`]: a blocking client of that API (the CLI and the testbed use it).
 
+pub mod audit;
+pub mod change;
 pub mod client;
 pub mod compile;
 pub mod desired;

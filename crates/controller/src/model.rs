@@ -59,6 +59,13 @@ pub struct ApplySummary {
     pub entries: BTreeMap<u32, usize>,
     /// Hosts whose configuration changed, and their new version.
     pub pushed: BTreeMap<u32, u64>,
+    /// Only a dry run: nothing was changed (the other fields are empty).
+    #[serde(default)]
+    pub dry_run: bool,
+    /// What the change does (or would do) to the tenant's spec, instances and
+    /// FIB entries.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plan: Option<crate::change::ChangePlan>,
 }
 
 /// A tenant in `GET /v1/tenants`.
@@ -194,6 +201,12 @@ pub struct Deleted {
     pub deleted: String,
     /// Hosts whose configuration changed, and their new version.
     pub pushed: BTreeMap<u32, u64>,
+    /// Only a dry run: nothing was deleted.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub dry_run: bool,
+    /// What the deletion does (or would do), for a tenant.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plan: Option<crate::change::ChangePlan>,
 }
 
 /// `PUT /v1/tenants/{name}/middleboxes/{mb}`: a middlebox's new instance count.

@@ -162,7 +162,8 @@ pub enum Element {
 }
 
 impl Element {
-    fn kind(&self) -> &'static str {
+    /// What kind of element it is, as the spec names it (`middlebox`, ...).
+    pub fn kind(&self) -> &'static str {
         match self {
             Element::External { .. } => "external",
             Element::Service { .. } => "service",

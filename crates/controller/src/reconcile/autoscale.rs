@@ -433,6 +433,8 @@ impl Reconciler {
         Ok(Deleted {
             deleted: format!("scaler {tenant}/{chain}"),
             pushed,
+            dry_run: false,
+            plan: None,
         })
     }
 }

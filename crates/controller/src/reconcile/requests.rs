@@ -10,31 +10,55 @@ use sluice_tenant::TenantSpec;
 
 use super::events::event;
 use super::{log, Reconciler};
+use crate::audit::{AuditEntry, AuditQuery};
+use crate::change::{self, needs_force, ChangePlan, Conditions};
 use crate::error::ApiError;
 
-/// What applying a tenant did.
+/// What applying (or deleting) a tenant did, or would do.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Applied {
     /// The tenant existed before.
     pub existed: bool,
     /// The spec differed from the applied one.
     pub changed: bool,
-    /// Hosts given a new configuration, and its version.
+    /// Hosts given a new configuration, and its version (none on a dry run).
     pub pushed: BTreeMap<u32, u64>,
+    /// What the change does to the tenant's spec, instances and FIB entries.
+    pub plan: ChangePlan,
 }
 
 impl Reconciler {
-    /// Applies a validated tenant spec (`yaml` is its text, kept for `GET`).
+    /// Applies a validated tenant spec (`yaml` is its text, kept for `GET`),
+    /// under the request's conditions: its generation must still be
+    /// `if_generation` (409 naming what changed since), a spec that removes
+    /// every chain or instance needs `force`, and a dry run only says what the
+    /// change would do.
     pub fn apply_tenant(
         &mut self,
         yaml: &str,
         spec: TenantSpec,
+        cond: Conditions,
         now: Instant,
     ) -> Result<Applied, ApiError> {
         let name = spec.tenant.clone();
+        self.check_generation(&name, cond)?;
         let existed = self.desired.tenants.contains_key(&name);
         let mut next = self.desired.clone();
         let changed = next.apply_tenant(yaml, spec)?;
+        if let Some(why) = needs_force(&self.desired, &next, &name).filter(|_| !cond.force) {
+            return Err(ApiError::conflict(format!(
+                "{why}: send it again with force (`sluice apply --force`) if that is what you mean"
+            )));
+        }
+        let plan = self.plan_of(&name, &next)?;
+        if cond.dry_run {
+            return Ok(Applied {
+                existed,
+                changed,
+                pushed: BTreeMap::new(),
+                plan,
+            });
+        }
         let pushed = if changed {
             self.commit(next, now)?
         } else {
@@ -52,24 +76,122 @@ impl Reconciler {
             existed,
             changed,
             pushed,
+            plan,
         })
     }
 
-    /// Deletes a tenant: its chains, instances and FIB entries on every host.
+    /// Deletes a tenant: its chains, instances and FIB entries on every host
+    /// (under the request's generation condition; a dry run changes nothing).
     pub fn delete_tenant(
         &mut self,
         name: &str,
+        cond: Conditions,
         now: Instant,
-    ) -> Result<BTreeMap<u32, u64>, ApiError> {
+    ) -> Result<Applied, ApiError> {
         let mut next = self.desired.clone();
         if !next.remove_tenant(name) {
             return Err(ApiError::not_found(format!(
                 "tenant `{name}` is not applied"
             )));
         }
-        let pushed = self.commit(next, now)?;
-        log(&format!("tenant {name}: deleted"));
-        Ok(pushed)
+        self.check_generation(name, cond)?;
+        let plan = self.plan_of(name, &next)?;
+        let pushed = if cond.dry_run {
+            BTreeMap::new()
+        } else {
+            let pushed = self.commit(next, now)?;
+            log(&format!("tenant {name}: deleted"));
+            pushed
+        };
+        Ok(Applied {
+            existed: true,
+            changed: true,
+            pushed,
+            plan,
+        })
+    }
+
+    /// Refuses a request made against another generation of the tenant than
+    /// the one it has (0: not applied), saying what changed since.
+    fn check_generation(&self, name: &str, cond: Conditions) -> Result<(), ApiError> {
+        let Some(want) = cond.if_generation else {
+            return Ok(());
+        };
+        let have = self.desired.tenants.get(name).map_or(0, |t| t.generation);
+        if want == have {
+            return Ok(());
+        }
+        let since: Vec<String> = self
+            .audit(&AuditQuery {
+                tenant: Some(name.to_string()),
+                limit: 20,
+                ..AuditQuery::default()
+            })
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|e| e.status < 300)
+            .rev()
+            .take(3)
+            .map(|e| {
+                format!(
+                    "{} by {} at {} ms: {}",
+                    e.action,
+                    e.actor,
+                    e.at_ms,
+                    if e.changes.is_empty() {
+                        "no change".to_string()
+                    } else {
+                        e.changes.join(", ")
+                    }
+                )
+            })
+            .collect();
+        let what = if have == 0 {
+            format!("tenant `{name}` is not applied")
+        } else {
+            format!("tenant `{name}` is at generation {have}")
+        };
+        Err(ApiError::conflict(format!(
+            "{what}, not {want}: it changed since you read it{}; read it again (`sluice get tenant {name}`) and re-apply",
+            if since.is_empty() {
+                String::new()
+            } else {
+                format!(" ({})", since.join("; "))
+            }
+        )))
+    }
+
+    /// Appends a change request to the audit log (stamped at `now`). A log that
+    /// cannot be written is reported, not fatal: the change itself is already
+    /// committed.
+    pub fn record(&mut self, mut e: AuditEntry, now: Instant) {
+        e.at_ms = self.unix_ms(now);
+        if let Err(err) = self.store.append_audit(&e) {
+            log(&format!("audit log: cannot append `{}`: {err}", e.action));
+        }
+    }
+
+    /// The audit entries `q` selects.
+    pub fn audit(&self, q: &AuditQuery) -> Result<Vec<AuditEntry>, ApiError> {
+        self.store
+            .audit(q)
+            .map_err(|e| ApiError::internal(format!("audit log: {e}")))
+    }
+
+    /// What replacing the desired state with `next` does to `tenant`.
+    fn plan_of(
+        &self,
+        tenant: &str,
+        next: &crate::desired::Desired,
+    ) -> Result<ChangePlan, ApiError> {
+        let cfgs = next.configs(&self.state_url)?;
+        Ok(change::plan(
+            tenant,
+            &self.desired,
+            &self.configs,
+            next,
+            &cfgs,
+        ))
     }
 
     /// Registers (or moves) a VM; returns whether it was registered before.

@@ -71,8 +71,27 @@ impl Sim {
             url,
             content_type: None,
             body,
+            if_match: None,
         })?;
         crate::executor::execute(&mut self.r, a, self.now)
+    }
+
+    /// [`Sim::call`] with an `If-Match` header.
+    fn call_if(
+        &mut self,
+        method: &str,
+        url: &str,
+        body: &str,
+        if_match: &str,
+    ) -> Result<Reply, crate::error::ApiError> {
+        let a = resources::parse(&Request {
+            method,
+            url,
+            content_type: None,
+            body,
+            if_match: Some(if_match),
+        })?;
+        crate::executor::execute_as(&mut self.r, a, "tester", self.now)
     }
 
     fn ok(&mut self, method: &str, url: &str, body: &str) -> serde_json::Value {
@@ -821,5 +840,157 @@ fn a_cached_middlebox_gets_leases_once_every_agent_runs_its_split() {
     assert!(
         s.in_any_group("t/ips/2"),
         "the new split follows the confirmations"
+    );
+}
+
+/// The tenant's generation and its instances, as the API shows them.
+fn snapshot(s: &mut Sim) -> (serde_json::Value, serde_json::Value) {
+    let t = s.ok("GET", "/v1/tenants/t", "");
+    (t["generation"].clone(), t["instances"].clone())
+}
+
+#[test]
+fn a_stale_apply_is_refused_with_what_changed_and_changes_nothing() {
+    let mut s = Sim::new(SPEC);
+    let edited = SPEC.replace("instances: 2", "instances: 3");
+    // Applied against generation 1: fine, now at 2.
+    let v = match s.call_if("PUT", "/v1/tenants/t", &edited, "\"1\"") {
+        Ok(Reply::Json(200, v)) => v,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(v["generation"], 2);
+    assert!(v["plan"]["spec"][0]
+        .as_str()
+        .unwrap()
+        .contains("middlebox ips"));
+    let before = snapshot(&mut s);
+    // A second editor still holds generation 1.
+    let e = s
+        .call_if("PUT", "/v1/tenants/t", SPEC, "1")
+        .expect_err("stale apply accepted");
+    assert_eq!(e.status, 409, "{e}");
+    assert!(e.msg.contains("generation 2, not 1"), "{e}");
+    assert!(e.msg.contains("apply tenant t by tester"), "{e}");
+    assert!(e.msg.contains("~ middlebox ips"), "{e}");
+    assert_eq!(snapshot(&mut s), before);
+    // Creating over an existing tenant with If-Match 0 is refused too.
+    let e = s.call_if("POST", "/v1/tenants", SPEC, "0").unwrap_err();
+    assert_eq!(e.status, 409);
+    // A delete against a stale generation, likewise.
+    let e = s.call_if("DELETE", "/v1/tenants/t", "", "1").unwrap_err();
+    assert_eq!(e.status, 409);
+    assert_eq!(snapshot(&mut s), before);
+    // Garbage in If-Match is a 400 naming the header.
+    let e = s.call_if("PUT", "/v1/tenants/t", SPEC, "soon").unwrap_err();
+    assert_eq!(e.status, 400);
+    assert!(e.msg.contains("If-Match"), "{e}");
+}
+
+#[test]
+fn a_dry_run_says_what_would_change_and_changes_nothing() {
+    let mut s = Sim::new(SPEC);
+    s.push_all();
+    let before = snapshot(&mut s);
+    let edited = SPEC.replace("instances: 2", "instances: 3");
+    let v = s.ok("PUT", "/v1/tenants/t?dry_run=true", &edited);
+    assert_eq!(v["dry_run"], true);
+    let p = &v["plan"];
+    assert_eq!(p["generation_before"], 1);
+    assert_eq!(p["generation_after"], 2);
+    assert_eq!(p["instances_added"].as_array().unwrap().len(), 1, "{p}");
+    assert!(p["instances_added"][0]
+        .as_str()
+        .unwrap()
+        .starts_with("t/ips/2@"));
+    assert!(!p["fib"].as_object().unwrap().is_empty(), "{p}");
+    assert_eq!(snapshot(&mut s), before);
+    assert!(s.r.take_effects().pushes.is_empty(), "a dry run pushed");
+    // Not in the audit log either: only changes are.
+    let logged = |s: &mut Sim| s.ok("GET", "/v1/audit", "").as_array().unwrap().len();
+    let n = logged(&mut s);
+    s.ok("PUT", "/v1/tenants/t?dry_run=true", &edited);
+    assert_eq!(logged(&mut s), n);
+    // A dry-run delete lists every instance and entry it would remove.
+    let v = s.ok("DELETE", "/v1/tenants/t?dry_run=1", "");
+    assert_eq!(v["plan"]["instances_removed"].as_array().unwrap().len(), 3);
+    assert_eq!(v["plan"]["generation_after"], 0);
+    assert_eq!(snapshot(&mut s), before);
+}
+
+#[test]
+fn removing_every_chain_or_instance_needs_force() {
+    let mut s = Sim::new(SPEC);
+    let before = snapshot(&mut s);
+    let empty = "tenant: t\nelements: {}\nchains: []\n";
+    let e = s.call("PUT", "/v1/tenants/t", empty).unwrap_err();
+    assert_eq!(e.status, 409, "{e}");
+    assert!(e.msg.contains("removes every chain"), "{e}");
+    assert!(e.msg.contains("force"), "{e}");
+    assert_eq!(snapshot(&mut s), before);
+    // No middlebox left on the path: every instance goes.
+    let direct = "tenant: t
+elements:
+  a: { type: service, vms: { a1: 10.0.0.1 } }
+  b: { type: service, vms: { b1: 10.0.0.2 } }
+chains:
+  - { name: ab, path: [a, b] }
+";
+    let e = s.call("PUT", "/v1/tenants/t", direct).unwrap_err();
+    assert!(e.msg.contains("every NF instance"), "{e}");
+    assert_eq!(snapshot(&mut s), before);
+    let v = s.ok("PUT", "/v1/tenants/t?force=true", direct);
+    assert_eq!(v["instances"].as_array().unwrap().len(), 0);
+    assert_eq!(v["plan"]["instances_removed"].as_array().unwrap().len(), 3);
+}
+
+#[test]
+fn every_change_request_is_audited_with_who_what_and_the_outcome() {
+    let mut s = Sim::new(SPEC);
+    let edited = SPEC.replace("instances: 2", "instances: 3");
+    s.call_if("PUT", "/v1/tenants/t", &edited, "1").unwrap();
+    s.call_if("PUT", "/v1/tenants/t", SPEC, "1").unwrap_err();
+    s.ok("GET", "/v1/tenants/t", "");
+    s.call_if("DELETE", "/v1/tenants/t", "", "2").unwrap();
+    let log: Vec<crate::audit::AuditEntry> =
+        serde_json::from_value(s.ok("GET", "/v1/audit?tenant=t", "")).unwrap();
+    let rows: Vec<(&str, &str, u16)> = log
+        .iter()
+        .map(|e| (e.actor.as_str(), e.action.as_str(), e.status))
+        .collect();
+    assert_eq!(
+        rows,
+        [
+            ("anonymous", "register vm t/a1 on host 1", 201),
+            ("anonymous", "register vm t/b1 on host 3", 201),
+            ("anonymous", "apply tenant t", 201),
+            ("tester", "apply tenant t", 200),
+            ("tester", "apply tenant t", 409),
+            ("tester", "delete tenant t", 200),
+        ]
+    );
+    assert!(
+        log[3].changes.iter().any(|c| c == "~ middlebox ips"),
+        "{:?}",
+        log[3]
+    );
+    assert!(log[3]
+        .changes
+        .iter()
+        .any(|c| c.starts_with("+ instance t/ips/2@")));
+    assert!(log[4].changes[0].contains("generation 2, not 1"));
+    assert!(log[5].changes.iter().any(|c| c == "- chain ab"));
+    assert!(log.iter().all(|e| e.at_ms >= EPOCH_MS));
+    assert!(log.windows(2).all(|w| w[0].seq < w[1].seq));
+    // Paging: after a sequence number, and the newest few.
+    let after: Vec<crate::audit::AuditEntry> =
+        serde_json::from_value(s.ok("GET", &format!("/v1/audit?since={}", log[4].seq), ""))
+            .unwrap();
+    assert_eq!(after, log[5..]);
+    let last2: Vec<crate::audit::AuditEntry> =
+        serde_json::from_value(s.ok("GET", "/v1/audit?limit=2", "")).unwrap();
+    assert_eq!(last2, log[4..]);
+    assert_eq!(
+        s.call("GET", "/v1/audit?since=x", "").unwrap_err().status,
+        400
     );
 }

@@ -149,6 +149,8 @@ pub fn execute(r: &mut Reconciler, a: HostAction, now: Instant) -> Result<Reply,
                 &Deleted {
                     deleted: format!("vm {tenant}/{name}"),
                     pushed,
+                    dry_run: false,
+                    plan: None,
                 },
             )
         }

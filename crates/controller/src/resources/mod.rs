@@ -9,6 +9,7 @@ use serde_json::Value;
 
 use crate::error::ApiError;
 
+pub mod audit;
 pub mod events;
 pub mod hosts;
 pub mod scaling;
@@ -40,6 +41,7 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("DELETE", "/v1/tenants/{name}/chains/{chain}/scaling"),
     ("POST", "/v1/tenants/{name}/chains/{chain}/scaling/request"),
     ("GET", "/v1/events"),
+    ("GET", "/v1/audit"),
 ];
 
 /// The OpenAPI document of this API.
@@ -56,6 +58,9 @@ pub struct Request<'a> {
     pub content_type: Option<&'a str>,
     /// The body, as text.
     pub body: &'a str,
+    /// The `If-Match` header, if sent: the tenant generation a change was made
+    /// against.
+    pub if_match: Option<&'a str>,
 }
 
 /// What a request asks for.
@@ -73,6 +78,8 @@ pub enum Action {
     Scaling(scaling::ScalingAction),
     /// `GET /v1/events`.
     Events(events::EventsQuery),
+    /// `GET /v1/audit`.
+    Audit(crate::audit::AuditQuery),
 }
 
 /// A successful answer.
@@ -108,13 +115,16 @@ pub fn parse(req: &Request<'_>) -> Result<Action, ApiError> {
         ("GET", "/healthz") => Ok(Action::Health),
         ("GET", "/v1/openapi.yaml") => Ok(Action::OpenApi),
         ("GET", "/v1/events") => events::parse(query).map(Action::Events),
+        ("GET", "/v1/audit") => audit::parse(query).map(Action::Audit),
         (_, t)
             if t.starts_with("/v1/tenants/{name}/middleboxes") || t.contains("/chains/{chain}") =>
         {
             scaling::parse(req.method, tpl, &p, req.body).map(Action::Scaling)
         }
         (_, t) if t.starts_with("/v1/tenants") || t == "/v1/chains" => {
-            tenants::parse(req.method, tpl, &p, req.content_type, req.body).map(Action::Tenant)
+            let cond = tenants::conditions(req.method, query, req.if_match)?;
+            tenants::parse(req.method, tpl, &p, req.content_type, req.body, cond)
+                .map(Action::Tenant)
         }
         (_, t)
             if t.starts_with("/v1/hosts") || t.starts_with("/v1/vms") || t == "/v1/instances" =>
@@ -224,6 +234,7 @@ mod tests {
             url,
             content_type: None,
             body,
+            if_match: None,
         }
     }
 

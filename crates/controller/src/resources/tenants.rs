@@ -7,6 +7,7 @@ use sluice_proto::AgentConfig;
 use sluice_tenant::TenantSpec;
 
 use super::{json, Params, Reply};
+use crate::change::Conditions;
 use crate::desired::{instance_name, Desired};
 use crate::error::ApiError;
 use crate::model::{ApplySummary, ChainInfo, Deleted, InstanceInfo, TenantDetail, TenantSummary};
@@ -23,11 +24,13 @@ pub enum TenantAction {
         yaml: String,
         /// The spec.
         spec: Box<TenantSpec>,
+        /// `If-Match`, `?dry_run`, `?force`.
+        cond: Conditions,
     },
     /// `GET /v1/tenants/{name}`.
     Get(String),
     /// `DELETE /v1/tenants/{name}`.
-    Delete(String),
+    Delete(String, Conditions),
     /// `GET /v1/chains`.
     Chains,
 }
@@ -43,6 +46,46 @@ const SPEC_TYPES: &[&str] = &[
     "",
 ];
 
+/// A change's conditions from its query (`dry_run`, `force`: `true`, `1` or
+/// empty; `false`, `0`) and its `If-Match` header (a generation, quoted or not;
+/// `0`: the tenant must not exist yet). Reads take none.
+pub fn conditions(
+    method: &str,
+    query: &str,
+    if_match: Option<&str>,
+) -> Result<Conditions, ApiError> {
+    let mut c = Conditions::default();
+    if method == "GET" {
+        return Ok(c);
+    }
+    for kv in query.split('&').filter(|kv| !kv.is_empty()) {
+        let (k, v) = kv.split_once('=').unwrap_or((kv, "true"));
+        let flag = match v {
+            "" | "true" | "1" => true,
+            "false" | "0" => false,
+            _ => return Err(ApiError::bad(format!("{k}: `{v}` is not true or false"))),
+        };
+        match k {
+            "dry_run" => c.dry_run = flag,
+            "force" => c.force = flag,
+            _ => {
+                return Err(ApiError::bad(format!(
+                    "`{kv}`: unknown query parameter (known: dry_run, force)"
+                )))
+            }
+        }
+    }
+    if let Some(m) = if_match {
+        let g = m.trim().trim_start_matches("W/").trim_matches('"');
+        c.if_generation = Some(g.parse().map_err(|_| {
+            ApiError::bad(format!(
+                "If-Match: `{m}` is not a tenant generation (a number, 0 for none)"
+            ))
+        })?);
+    }
+    Ok(c)
+}
+
 /// Parses a request on the tenants' paths.
 pub fn parse(
     method: &str,
@@ -50,14 +93,15 @@ pub fn parse(
     p: &Params,
     ctype: Option<&str>,
     body: &str,
+    cond: Conditions,
 ) -> Result<TenantAction, ApiError> {
     match (method, tpl) {
         ("GET", "/v1/tenants") => Ok(TenantAction::List),
         ("GET", "/v1/chains") => Ok(TenantAction::Chains),
         ("GET", _) => Ok(TenantAction::Get(p.get(0))),
-        ("DELETE", _) => Ok(TenantAction::Delete(p.get(0))),
-        ("POST", _) => parse_spec(None, ctype, body),
-        ("PUT", _) => parse_spec(Some(&p.get(0)), ctype, body),
+        ("DELETE", _) => Ok(TenantAction::Delete(p.get(0), cond)),
+        ("POST", _) => parse_spec(None, ctype, body, cond),
+        ("PUT", _) => parse_spec(Some(&p.get(0)), ctype, body, cond),
         _ => Err(super::unknown(tpl)),
     }
 }
@@ -66,6 +110,7 @@ fn parse_spec(
     url_name: Option<&str>,
     ctype: Option<&str>,
     body: &str,
+    cond: Conditions,
 ) -> Result<TenantAction, ApiError> {
     if let Some(ct) = ctype {
         let base = ct.split(';').next().unwrap_or("").trim();
@@ -89,6 +134,7 @@ fn parse_spec(
     Ok(TenantAction::Apply {
         yaml: body.to_string(),
         spec: Box::new(spec),
+        cond,
     })
 }
 
@@ -98,19 +144,36 @@ pub fn execute(r: &mut Reconciler, a: TenantAction, now: Instant) -> Result<Repl
         TenantAction::List => json(200, &list(r)),
         TenantAction::Chains => json(200, &chains(r.desired())),
         TenantAction::Get(name) => json(200, &detail(r, &name)?),
-        TenantAction::Delete(name) => {
-            let pushed = r.delete_tenant(&name, now)?;
+        TenantAction::Delete(name, cond) => {
+            let done = r.delete_tenant(&name, cond, now)?;
             json(
                 200,
                 &Deleted {
                     deleted: format!("tenant {name}"),
-                    pushed,
+                    pushed: done.pushed,
+                    dry_run: cond.dry_run,
+                    plan: Some(done.plan),
                 },
             )
         }
-        TenantAction::Apply { yaml, spec } => {
+        TenantAction::Apply { yaml, spec, cond } => {
             let name = spec.tenant.clone();
-            let done = r.apply_tenant(&yaml, *spec, now)?;
+            let done = r.apply_tenant(&yaml, *spec, cond, now)?;
+            if cond.dry_run {
+                let summary = ApplySummary {
+                    tenant: name,
+                    vni: 0,
+                    generation: done.plan.generation_after,
+                    changed: done.changed,
+                    chains: Vec::new(),
+                    instances: Vec::new(),
+                    entries: BTreeMap::new(),
+                    pushed: BTreeMap::new(),
+                    dry_run: true,
+                    plan: Some(done.plan),
+                };
+                return json(200, &summary);
+            }
             let d = r.desired();
             let t = &d.tenants[&name];
             let summary = ApplySummary {
@@ -122,6 +185,8 @@ pub fn execute(r: &mut Reconciler, a: TenantAction, now: Instant) -> Result<Repl
                 instances: instance_infos(d, Some(&name)),
                 entries: entries_of(r.configs(), &name),
                 pushed: done.pushed,
+                dry_run: false,
+                plan: Some(done.plan),
             };
             json(if done.existed { 200 } else { 201 }, &summary)
         }

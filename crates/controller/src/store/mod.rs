@@ -11,6 +11,7 @@ use std::sync::{Arc, Mutex};
 
 use sluice_proto::AgentConfig;
 
+use crate::audit::{AuditEntry, AuditQuery};
 use crate::desired::Desired;
 
 mod sqlite;
@@ -50,6 +51,13 @@ pub trait Store: Send {
     /// the store holds either the state before or the state after.
     fn save(&mut self, d: &Desired, configs: &BTreeMap<u32, AgentConfig>)
         -> Result<(), StoreError>;
+
+    /// Appends `e` to the audit log, numbering it (its `seq` is ignored);
+    /// returns the number given.
+    fn append_audit(&mut self, e: &AuditEntry) -> Result<u64, StoreError>;
+
+    /// The entries `q` selects, oldest first (the newest `q.limit()` of them).
+    fn audit(&self, q: &AuditQuery) -> Result<Vec<AuditEntry>, StoreError>;
 }
 
 /// The stored state of a [`MemoryStore`].
@@ -61,6 +69,7 @@ type Saved = (Desired, BTreeMap<u32, AgentConfig>);
 pub struct MemoryStore {
     saved: Arc<Mutex<Option<Saved>>>,
     saves: Arc<Mutex<u64>>,
+    audit: Arc<Mutex<Vec<AuditEntry>>>,
 }
 
 impl MemoryStore {
@@ -104,5 +113,19 @@ impl Store for MemoryStore {
         *self.saved.lock().unwrap_or_else(|p| p.into_inner()) = Some((d.clone(), configs.clone()));
         *self.saves.lock().unwrap_or_else(|p| p.into_inner()) += 1;
         Ok(())
+    }
+
+    fn append_audit(&mut self, e: &AuditEntry) -> Result<u64, StoreError> {
+        let mut log = self.audit.lock().unwrap_or_else(|p| p.into_inner());
+        let seq = log.len() as u64 + 1;
+        log.push(AuditEntry { seq, ..e.clone() });
+        Ok(seq)
+    }
+
+    fn audit(&self, q: &AuditQuery) -> Result<Vec<AuditEntry>, StoreError> {
+        let log = self.audit.lock().unwrap_or_else(|p| p.into_inner());
+        let hits: Vec<AuditEntry> = log.iter().filter(|e| q.matches(e)).cloned().collect();
+        let skip = hits.len().saturating_sub(q.limit());
+        Ok(hits.into_iter().skip(skip).collect())
     }
 }

@@ -13,6 +13,7 @@ use sluice_proto::{AgentConfig, VmRegistration};
 use sluice_tenant::TenantSpec;
 
 use super::{Store, StoreError};
+use crate::audit::{AuditEntry, AuditQuery};
 use crate::desired::{Desired, Host, Instance, Scaled, Tenant, Vm};
 
 const SCHEMA: &str = "
@@ -41,6 +42,9 @@ CREATE TABLE IF NOT EXISTS scaling (
     PRIMARY KEY (tenant, chain));
 CREATE TABLE IF NOT EXISTS host_configs (
     host INTEGER PRIMARY KEY, version INTEGER NOT NULL, config TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS audit (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT, at_ms INTEGER NOT NULL, actor TEXT NOT NULL,
+    tenant TEXT, action TEXT NOT NULL, status INTEGER NOT NULL, changes TEXT NOT NULL);
 ";
 
 /// The controller's desired state in a SQLite file.
@@ -384,12 +388,113 @@ impl Store for SqliteStore {
     ) -> Result<(), StoreError> {
         SqliteStore::save(self, d, configs)
     }
+
+    fn append_audit(&mut self, e: &AuditEntry) -> Result<u64, StoreError> {
+        let changes = serde_json::to_string(&e.changes).map_err(corrupt)?;
+        self.conn.execute(
+            "INSERT INTO audit (at_ms, actor, tenant, action, status, changes)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            params![
+                e.at_ms as i64,
+                e.actor,
+                e.tenant,
+                e.action,
+                e.status as i64,
+                changes
+            ],
+        )?;
+        Ok(self.conn.last_insert_rowid() as u64)
+    }
+
+    fn audit(&self, q: &AuditQuery) -> Result<Vec<AuditEntry>, StoreError> {
+        // The newest `limit` of the selected entries, returned oldest first.
+        let mut st = self.conn.prepare(
+            "SELECT seq, at_ms, actor, tenant, action, status, changes FROM audit
+             WHERE seq > ?1 AND (?2 IS NULL OR tenant = ?2)
+             ORDER BY seq DESC LIMIT ?3",
+        )?;
+        let rows = st.query_map(params![q.since as i64, q.tenant, q.limit() as i64], |r| {
+            Ok((
+                r.get::<_, i64>(0)?,
+                r.get::<_, i64>(1)?,
+                r.get::<_, String>(2)?,
+                r.get::<_, Option<String>>(3)?,
+                r.get::<_, String>(4)?,
+                r.get::<_, i64>(5)?,
+                r.get::<_, String>(6)?,
+            ))
+        })?;
+        let mut out = Vec::new();
+        for row in rows {
+            let (seq, at_ms, actor, tenant, action, status, changes) = row?;
+            out.push(AuditEntry {
+                seq: seq as u64,
+                at_ms: at_ms as u64,
+                actor,
+                tenant,
+                action,
+                status: status as u16,
+                changes: serde_json::from_str(&changes).map_err(corrupt)?,
+            });
+        }
+        out.reverse();
+        Ok(out)
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::desired::versioned;
+
+    #[test]
+    fn the_audit_log_survives_a_restart_in_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.db");
+        let entry = |i: u64, tenant: &str| AuditEntry {
+            seq: 0,
+            at_ms: 1000 + i,
+            actor: format!("op{i}"),
+            tenant: Some(tenant.to_string()),
+            action: format!("apply tenant {tenant}"),
+            status: 200,
+            changes: vec![format!("+ chain c{i}")],
+        };
+        {
+            let mut s = SqliteStore::open(&path).unwrap();
+            for i in 0..5 {
+                let seq = s
+                    .append_audit(&entry(i, if i % 2 == 0 { "a" } else { "b" }))
+                    .unwrap();
+                assert_eq!(seq, i + 1);
+            }
+        }
+        let s = SqliteStore::open(&path).unwrap();
+        let all = s.audit(&AuditQuery::default()).unwrap();
+        assert_eq!(
+            all.iter().map(|e| e.seq).collect::<Vec<_>>(),
+            [1, 2, 3, 4, 5]
+        );
+        assert_eq!(
+            all[3],
+            AuditEntry {
+                seq: 4,
+                ..entry(3, "b")
+            }
+        );
+        let q = AuditQuery {
+            tenant: Some("a".into()),
+            since: 1,
+            limit: 1,
+        };
+        assert_eq!(
+            s.audit(&q).unwrap(),
+            [AuditEntry {
+                seq: 5,
+                ..entry(4, "a")
+            }]
+        );
+    }
 
     #[test]
     fn state_round_trips() {

@@ -1,0 +1,159 @@
+//! Safe changes through the CLI against a controller on loopback: `diff` and
+//! `apply --dry-run` change nothing, `--if-generation` refuses a stale spec
+//! naming what changed, a spec removing every NF instance needs `--force`,
+//! `delete` wants `--yes` without a terminal, and `audit` lists who did what.
+
+use std::net::Ipv4Addr;
+
+use sluice_controller::client::Client;
+use sluice_controller::{serve, ServerOptions};
+use sluice_proto::{HostRegistration, VmRegistration};
+
+mod common;
+use common::sluice;
+
+const SPEC: &str = "tenant: t
+elements:
+  a: { type: service, vms: { a1: 10.0.0.1 } }
+  b: { type: service, vms: { b1: 10.0.0.2 } }
+  mon: { type: middlebox, function: monitor, instances: 2 }
+chains:
+  - { name: ab, path: [a, mon, b] }
+";
+
+fn vm(name: &str, host: u32, addr: &str) -> VmRegistration {
+    VmRegistration {
+        tenant: "t".into(),
+        name: name.into(),
+        host,
+        iface: format!("veth-{name}"),
+        mac: "02:00:00:00:00:01".into(),
+        addr: addr.parse().unwrap(),
+        gateway: false,
+    }
+}
+
+#[test]
+fn diff_dry_run_generations_force_confirmation_and_audit() {
+    let h = serve(ServerOptions {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        db: ":memory:".into(),
+        state_url: "local".into(),
+    })
+    .unwrap();
+    let url = h.url();
+    let c = Client::new(&url);
+    for host in 1..=2u32 {
+        c.register_host(&HostRegistration {
+            host,
+            name: format!("h{host}"),
+            underlay: Ipv4Addr::new(10, 255, 0, host as u8),
+            // Nothing listens there: pushes fail, which changes nothing here.
+            api: "http://127.0.0.1:9".into(),
+            config_version: 0,
+        })
+        .unwrap();
+    }
+    c.register_vm(&vm("a1", 1, "10.0.0.1")).unwrap();
+    c.register_vm(&vm("b1", 2, "10.0.0.2")).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let file = |name: &str, text: &str| {
+        let p = dir.path().join(name);
+        std::fs::write(&p, text).unwrap();
+        p.to_str().unwrap().to_string()
+    };
+    let spec = file("t.yaml", SPEC);
+    let run = |args: &[&str]| {
+        let mut v = args.to_vec();
+        v.extend(["--controller", &url]);
+        sluice(&v)
+    };
+
+    // A diff of a new tenant: every instance and FIB entry it would add.
+    let (code, out, err) = run(&["diff", "-f", &spec]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("tenant t: generation none -> 1"), "{out}");
+    assert!(
+        out.contains("+ middlebox mon") && out.contains("+ chain ab"),
+        "{out}"
+    );
+    assert!(out.contains("+ instance t/mon/0@"), "{out}");
+    assert!(out.contains("FIB entries"), "{out}");
+    assert!(c.tenants().unwrap().is_empty(), "a diff applied the spec");
+
+    // Applied only if absent (generation 0), then at generation 1.
+    let (code, _, err) = run(&["apply", "-f", &spec, "--if-generation", "0"]);
+    assert_eq!(code, 0, "{err}");
+    let more = file("t3.yaml", &SPEC.replace("instances: 2", "instances: 3"));
+    let (code, out, _) = run(&["apply", "-f", &more, "--dry-run"]);
+    assert_eq!(code, 0);
+    assert!(
+        out.contains("generation 1 -> 2") && out.contains("+ instance t/mon/2@"),
+        "{out}"
+    );
+    assert_eq!(c.tenants().unwrap()[0].generation, 1, "a dry run applied");
+    let (code, _, err) = run(&["apply", "-f", &more, "--if-generation", "1"]);
+    assert_eq!(code, 0, "{err}");
+    // Someone still editing generation 1 is refused, and told what changed.
+    let (code, _, err) = run(&["apply", "-f", &spec, "--if-generation", "1"]);
+    assert_ne!(code, 0);
+    assert!(err.contains("generation 2, not 1"), "{err}");
+    assert!(err.contains("~ middlebox mon"), "{err}");
+    assert_eq!(c.tenants().unwrap()[0].generation, 2);
+
+    // Removing every NF instance needs --force.
+    let bare = file(
+        "bare.yaml",
+        &SPEC
+            .replace(
+                "  mon: { type: middlebox, function: monitor, instances: 2 }\n",
+                "",
+            )
+            .replace("[a, mon, b]", "[a, b]"),
+    );
+    let (code, _, err) = run(&["apply", "-f", &bare]);
+    assert_ne!(code, 0);
+    assert!(
+        err.contains("every NF instance") && err.contains("--force"),
+        "{err}"
+    );
+    assert_eq!(c.tenants().unwrap()[0].instances, 3);
+
+    // Delete asks; without a terminal it needs --yes.
+    let (code, _, err) = run(&["delete", "tenant", "t"]);
+    assert_ne!(code, 0);
+    assert!(err.contains("--yes"), "{err}");
+    assert_eq!(c.tenants().unwrap().len(), 1);
+    let (code, out, _) = run(&["delete", "tenant", "t", "--dry-run"]);
+    assert_eq!(code, 0);
+    assert!(out.contains("- instance t/mon/2@"), "{out}");
+    let (code, _, err) = run(&["delete", "tenant", "t", "--yes"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(c.tenants().unwrap().is_empty());
+
+    // The audit log: every change asked for, refused ones included.
+    let (code, out, _) = run(&["audit", "--tenant", "t"]);
+    assert_eq!(code, 0);
+    let entries = out
+        .lines()
+        .filter(|l| {
+            l.split_whitespace()
+                .next()
+                .is_some_and(|w| w.parse::<u64>().is_ok())
+        })
+        .count();
+    // Two VMs, two applies, the stale apply and the one without --force
+    // (refused), the delete; dry runs and diffs are not changes.
+    assert_eq!(entries, 7, "{out}");
+    for (want, status) in [
+        ("apply tenant t", " 201 "),
+        ("apply tenant t", " 409 "),
+        ("delete tenant t", " 200 "),
+    ] {
+        assert!(
+            out.lines().any(|l| l.contains(want) && l.contains(status)),
+            "no `{want}` with{status}in\n{out}"
+        );
+    }
+    h.shutdown();
+}
