@@ -101,6 +101,12 @@ pub struct AgentState {
 }
 
 impl AgentState {
+    /// Where this host's NF instances write their EVE logs (`None`: no run
+    /// directory, so no instances).
+    pub fn eve_dir(&self) -> Option<PathBuf> {
+        self.run_dir.as_ref().map(|d| d.join(crate::eve::EVE_DIR))
+    }
+
     /// Validates `cfg`, hands it to the data plane and the instance supervisor,
     /// and persists it; on error nothing changes.
     pub fn apply(&self, cfg: AgentConfig) -> Result<u64, ConfigError> {

@@ -6,6 +6,8 @@
 //! * `GET /v1/config`: the running configuration (`404` before the first);
 //! * `GET /v1/status`: [`sluice_proto::AgentStatus`] (counters, instances and
 //!   their health, failover events with timestamps, pinned flows per target);
+//! * `GET /v1/eve?tenant=T&event_type=alert&since=TS&limit=N`: the EVE events
+//!   this host's NF instances wrote ([`crate::eve`]), oldest first;
 //! * `GET /metrics`: Prometheus text.
 
 use std::io::Read;
@@ -96,7 +98,10 @@ fn error(req: Request, code: u16, msg: &str) {
 }
 
 fn handle(core: &AgentState, mut req: Request) {
-    let path = req.url().split('?').next().unwrap_or("").to_string();
+    let (path, query) = match req.url().split_once('?') {
+        Some((p, q)) => (p.to_string(), q.to_string()),
+        None => (req.url().to_string(), String::new()),
+    };
     match (req.method(), path.as_str()) {
         (Method::Put, "/v1/config") => {
             let mut body = Vec::new();
@@ -124,12 +129,27 @@ fn handle(core: &AgentState, mut req: Request) {
             Ok(v) => reply_json(req, 200, &v),
             Err(e) => error(req, 500, &e.to_string()),
         },
+        (Method::Get, "/v1/eve") => {
+            let q = match crate::eve::EveQuery::parse(&query) {
+                Ok(q) => q,
+                Err(e) => return error(req, 400, &e),
+            };
+            let Some(dir) = core.eve_dir() else {
+                return reply_json(req, 200, &serde_json::json!([]));
+            };
+            match crate::eve::read(&dir, &q) {
+                Ok(v) => reply_json(req, 200, &serde_json::Value::Array(v)),
+                Err(e) => error(req, 500, &format!("reading {}: {e}", dir.display())),
+            }
+        }
         (Method::Get, "/metrics") => {
             let h = Header::from_bytes(&b"Content-Type"[..], &b"text/plain; version=0.0.4"[..])
                 .unwrap_or_else(|_| unreachable!("static header"));
             let _ = req.respond(Response::from_string(core.metrics()).with_header(h));
         }
-        (_, "/v1/config" | "/v1/status" | "/metrics") => error(req, 405, "method not allowed"),
+        (_, "/v1/config" | "/v1/status" | "/v1/eve" | "/metrics") => {
+            error(req, 405, "method not allowed")
+        }
         _ => error(req, 404, &format!("no such resource: {path}")),
     }
 }

@@ -191,6 +191,8 @@ fn spawn(env: &InstanceEnv, cfg: &InstanceConfig) -> Result<Child, InstanceError
         .arg("--chain")
         .arg(&chain)
         .args(["--state", &cfg.state])
+        .arg("--eve")
+        .arg(crate::eve::eve_path(&env.run_dir, &cfg.tenant, &cfg.name))
         .stdin(Stdio::null())
         .stdout(log)
         .stderr(log2)

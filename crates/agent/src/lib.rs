@@ -35,6 +35,7 @@
 
 pub mod control;
 pub mod dataplane;
+pub mod eve;
 pub mod gro;
 pub mod groups;
 pub mod http;

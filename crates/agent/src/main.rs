@@ -97,6 +97,9 @@ enum Cmd {
         /// State backend: local, redis://HOST:PORT or redis-cluster://HOST:PORT,...
         #[arg(long, default_value = "local")]
         state: String,
+        /// EVE log for the functions' alerts and flow records (rotated by size).
+        #[arg(long)]
+        eve: Option<PathBuf>,
     },
 }
 
@@ -169,6 +172,7 @@ fn main() -> ExitCode {
             agent,
             chain,
             state,
+            eve,
         } => {
             let opts = sluice_instance::InstanceOptions {
                 name,
@@ -177,6 +181,7 @@ fn main() -> ExitCode {
                 agent,
                 chain,
                 state,
+                eve,
             };
             sluice_instance::run(&opts, &stop).map_err(|e| e.to_string())
         }

@@ -10,6 +10,7 @@ mod check;
 mod ctl;
 mod demo;
 mod error;
+mod eve;
 mod experiment;
 mod run;
 mod testbed;
@@ -46,6 +47,10 @@ enum Cmd {
     Apply(ctl::ApplyArgs),
     /// Show what applying a tenant specification would change (a dry run).
     Diff(change::DiffArgs),
+    /// Alerts of deployed IPS instances (EVE), gathered from every agent.
+    Alerts(eve::EveArgs),
+    /// Flow records of deployed monitor instances (EVE), gathered from every agent.
+    Flows(eve::EveArgs),
     /// The controller's log of change requests: who, what, when, what changed.
     Audit(change::AuditArgs),
     /// Show what the controller holds: tenants, hosts, VMs, instances, chains, FIBs.
@@ -88,6 +93,8 @@ fn main() -> ExitCode {
         Cmd::Get(a) => ctl::get(&a),
         Cmd::Diff(a) => change::diff(&a),
         Cmd::Audit(a) => change::audit(&a),
+        Cmd::Alerts(a) => eve::run("alerts", &a),
+        Cmd::Flows(a) => eve::run("flows", &a),
         Cmd::Delete(a) => ctl::delete(&a),
         Cmd::Status(a) => ctl::status(&a),
         Cmd::Scale(a) => ctl::scale(&a),

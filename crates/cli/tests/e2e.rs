@@ -67,6 +67,13 @@ fn figure4_on_three_hosts_with_real_http() {
     }
     assert!(failed.is_empty(), "failed checks:\n{}", failed.join("\n"));
     assert!(
+        report
+            .checks
+            .iter()
+            .any(|c| c.name.contains("sluice alerts") && c.ok),
+        "the alert check ran"
+    );
+    assert!(
         report.checks.iter().any(|c| c.name.contains("leases")),
         "the lease check ran too: {:?}",
         report.checks.iter().map(|c| c.name).collect::<Vec<_>>()

@@ -25,6 +25,18 @@ pub enum ClientError {
     Transport(String),
 }
 
+/// `s` escaped for a query string.
+fn query_escape(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
 /// A change request's conditions, as the client sends them.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ChangeOptions {
@@ -204,6 +216,29 @@ impl Client {
             q.push_str(&format!("&limit={limit}"));
         }
         self.get(&q)
+    }
+
+    /// Deployed instances' EVE events (`kind` `alerts` or `flows`), oldest
+    /// first: of `tenant`, later than `since`, the newest `limit` (0: the
+    /// server's default).
+    pub fn eve(
+        &self,
+        kind: &str,
+        tenant: Option<&str>,
+        since: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<serde_json::Value>, ClientError> {
+        let mut q = vec![];
+        if let Some(t) = tenant {
+            q.push(format!("tenant={}", query_escape(t)));
+        }
+        if let Some(s) = since {
+            q.push(format!("since={}", query_escape(s)));
+        }
+        if limit > 0 {
+            q.push(format!("limit={limit}"));
+        }
+        self.get(&format!("/v1/{kind}?{}", q.join("&")))
     }
 
     /// Applies a tenant spec.

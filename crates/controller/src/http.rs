@@ -93,6 +93,9 @@ fn handle(shared: &Arc<Shared>, req: &Request<'_>) -> Result<Reply, ApiError> {
     if matches!(action, Action::Host(hosts::HostAction::Instances)) {
         return instances(shared);
     }
+    if let Action::Eve(q) = &action {
+        return eve(shared, q);
+    }
     let (reply, effects) = {
         let mut r = lock(&shared.reconciler);
         let reply = crate::executor::execute(&mut r, action, Instant::now());
@@ -100,6 +103,44 @@ fn handle(shared: &Arc<Shared>, req: &Request<'_>) -> Result<Reply, ApiError> {
     };
     shared.perform(effects);
     reply
+}
+
+/// `GET /v1/alerts`, `/v1/flows`: every agent's EVE events of the kind asked,
+/// asked in parallel outside the lock, merged. An agent that does not answer
+/// is left out (its events come back with it).
+fn eve(shared: &Shared, q: &resources::eve::EveRequest) -> Result<Reply, ApiError> {
+    // Every registered host: one whose instances were removed still has their
+    // logs.
+    let apis: Vec<String> = lock(&shared.reconciler)
+        .desired()
+        .hosts
+        .values()
+        .map(|h| h.api.clone())
+        .collect();
+    let agent = ureq::AgentBuilder::new()
+        .timeout_connect(Duration::from_millis(300))
+        .timeout(Duration::from_secs(5))
+        .build();
+    let query = q.agent_query();
+    let answers: Vec<Vec<serde_json::Value>> = std::thread::scope(|s| {
+        let hs: Vec<_> = apis
+            .iter()
+            .map(|api| {
+                let agent = agent.clone();
+                let url = format!("{api}/v1/eve?{query}");
+                s.spawn(move || {
+                    agent
+                        .get(&url)
+                        .call()
+                        .ok()
+                        .and_then(|r| r.into_json::<Vec<serde_json::Value>>().ok())
+                        .unwrap_or_default()
+                })
+            })
+            .collect();
+        hs.into_iter().filter_map(|h| h.join().ok()).collect()
+    });
+    json(200, &resources::eve::merge(answers, q.limit()))
 }
 
 /// `GET /v1/instances`: the placement, with what each agent says of its

@@ -53,6 +53,9 @@ pub struct InstanceOptions {
     /// State backend: `local`, `redis://HOST:PORT` or
     /// `redis-cluster://HOST:PORT[,HOST:PORT...]`.
     pub state: String,
+    /// EVE log the functions' alerts and flow records are appended to
+    /// (`None`: they are counted and discarded).
+    pub eve: Option<PathBuf>,
 }
 
 /// Why an instance could not start or stopped.
@@ -132,6 +135,11 @@ pub struct InstanceStats {
     /// Pipelined mode (`settings.pipeline` of the chain): batches waited for
     /// because too many were in flight, and idle-input flushes.
     pub pipeline: PipelineStats,
+    /// Events (alerts, flow records) written to the EVE log.
+    pub events_written: u64,
+    /// Events lost: the EVE log could not be written, or more waited than
+    /// [`MAX_PENDING_EVENTS`].
+    pub events_lost: u64,
 }
 
 /// What pipelined mode did (all zero when it is off).
@@ -687,13 +695,25 @@ impl DataPath {
 
     /// Frames functions emit (RSTs, ICMP errors) are not sent yet: where they go
     /// depends on the tenant chain's reverse path, which the agent knows and the
-    /// instance does not. Events (alerts, flow records) are counted by the chain
-    /// and dropped here.
+    /// instance does not. Events (alerts, flow records) wait in
+    /// [`DataPath::events`] for the loop to write them; past
+    /// [`MAX_PENDING_EVENTS`] the oldest are dropped (counted as
+    /// `events_lost`).
     fn drain_side_outputs(&mut self) {
         let emitted = self.chain.take_emitted();
         self.stats.drop("emitted_not_sent", emitted.len() as u64);
         self.chain.drain_events_into(&mut self.events);
-        self.events.clear();
+        if self.events.len() > MAX_PENDING_EVENTS {
+            let over = self.events.len() - MAX_PENDING_EVENTS;
+            self.events.drain(..over);
+            self.stats.events_lost += over as u64;
+        }
+    }
+
+    /// The events (alerts, flow records) processed batches produced and no one
+    /// took yet; the caller writes them and clears the vector.
+    pub fn events(&mut self) -> &mut Vec<Event> {
+        &mut self.events
     }
 }
 
@@ -710,6 +730,9 @@ fn wall_ns() -> u64 {
 pub fn run(opts: &InstanceOptions, stop: &AtomicBool) -> Result<(), InstanceError> {
     run_with_stats(opts, stop, &StatsHandle::default())
 }
+
+/// Events an instance holds for its EVE log between writes, at most.
+pub const MAX_PENDING_EVENTS: usize = 65_536;
 
 /// How often the instance tells its agent it is alive.
 pub const HEARTBEAT_EVERY: Duration = Duration::from_millis(10);
@@ -848,6 +871,7 @@ pub fn run_with_stats(
     let mut next_heartbeat = Instant::now();
     let mut seq = 0u32;
     let mut pacer = core.capacity().map(|c| Pacer::new(&c, Instant::now()));
+    let mut eve = opts.eve.as_deref().map(|p| EveLog::new(p, &opts.name));
 
     while !stop.load(Ordering::Relaxed) {
         if Instant::now() >= next_heartbeat {
@@ -934,6 +958,7 @@ pub fn run_with_stats(
             stats.publish(&core.stats_now());
             next_tick = now + timer_interval;
         }
+        write_events(&mut core, eve.as_mut());
         if now >= next_print {
             let key = (core.stats.rx, core.stats.tx);
             if key != printed {
@@ -944,9 +969,26 @@ pub fn run_with_stats(
         }
     }
     core.flush();
+    write_events(&mut core, eve.as_mut());
     stats.publish(&core.stats_now());
     print_stats(&core.stats_now());
     Ok(())
+}
+
+/// Hands the events the data path collected to the EVE log (or discards them
+/// without one), counting what the log could not write.
+fn write_events(core: &mut DataPath, eve: Option<&mut EveLog>) {
+    let events = std::mem::take(core.events());
+    if let Some(log) = eve {
+        let lost = log.lost;
+        log.write(&events);
+        core.stats.events_lost += log.lost - lost;
+        core.stats.events_written = log.written;
+    }
+    // The vector goes back, keeping its capacity.
+    let v = core.events();
+    *v = events;
+    v.clear();
 }
 
 /// Sends one heartbeat to the agent; a full queue just skips it (the next one
@@ -1024,3 +1066,6 @@ fn print_stats(s: &InstanceStats) {
 
 #[cfg(test)]
 mod tests;
+
+mod eve;
+pub use eve::{EveLog, DEFAULT_KEEP, DEFAULT_MAX_BYTES};

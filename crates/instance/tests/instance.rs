@@ -144,6 +144,7 @@ fn firewall_instance_returns_allowed_frames_with_their_geneve_header() {
         agent: SocketAddrV4::new(AGENT_IP, 6081),
         chain: chain.0.clone(),
         state: "local".into(),
+        eve: None,
     });
 
     // Alternate chain positions and headers without the option; interleave the
@@ -243,6 +244,7 @@ fn startup_errors_are_reported_not_panics() {
         agent: SocketAddrV4::new(Ipv4Addr::LOCALHOST, 6081),
         chain,
         state: state.into(),
+        eve: None,
     };
     let e = run(&opts("/nonexistent.yaml".into(), "local", None), &stop).unwrap_err();
     assert!(matches!(e, InstanceError::Chain { .. }), "{e}");
@@ -320,6 +322,7 @@ fn two_instances_share_connection_state_through_redis() {
             agent: agent_addr,
             chain: chain.0.clone(),
             state: redis.url(),
+            eve: None,
         }));
         nss.push(ns);
     }

@@ -250,6 +250,40 @@ pub fn figure4(lab: &Lab) -> Result<Report, LabError> {
         ),
     );
 
+    // The alert is reported once, through the controller, from the instance's
+    // EVE log on its host.
+    let alerts_of = |lab: &Lab| -> Vec<serde_json::Value> {
+        get_json(&format!("{}/v1/alerts?tenant=acme", lab.state().controller))
+            .and_then(|v| v.as_array().cloned())
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|a| a["alert"]["signature_id"] == 1_000_001)
+            .collect()
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    let mut alerts = alerts_of(lab);
+    while alerts.is_empty() && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+        alerts = alerts_of(lab);
+    }
+    // Anything written twice would be there by now too.
+    std::thread::sleep(Duration::from_millis(300));
+    let alerts = alerts_of(lab);
+    r.add(
+        "the IPS's alert shows up once in `sluice alerts`",
+        alerts.len() == 1
+            && alerts[0]["alert"]["action"] == "blocked"
+            && alerts[0]["dest_port"] == 80
+            && alerts[0]["host"]
+                .as_str()
+                .is_some_and(|h| h.starts_with("acme/ips/")),
+        format!(
+            "{} alert(s) with sid 1000001: {}",
+            alerts.len(),
+            serde_json::Value::Array(alerts.clone())
+        ),
+    );
+
     // The firewall's deny rule: the client never reaches a server.
     let denied = curl(
         lab,

@@ -10,6 +10,7 @@ use serde_json::Value;
 use crate::error::ApiError;
 
 pub mod audit;
+pub mod eve;
 pub mod events;
 pub mod hosts;
 pub mod scaling;
@@ -42,6 +43,8 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("POST", "/v1/tenants/{name}/chains/{chain}/scaling/request"),
     ("GET", "/v1/events"),
     ("GET", "/v1/audit"),
+    ("GET", "/v1/alerts"),
+    ("GET", "/v1/flows"),
 ];
 
 /// The OpenAPI document of this API.
@@ -80,6 +83,9 @@ pub enum Action {
     Events(events::EventsQuery),
     /// `GET /v1/audit`.
     Audit(crate::audit::AuditQuery),
+    /// `GET /v1/alerts`, `GET /v1/flows`: answered by the HTTP edge, which asks
+    /// the agents.
+    Eve(eve::EveRequest),
 }
 
 /// A successful answer.
@@ -116,6 +122,8 @@ pub fn parse(req: &Request<'_>) -> Result<Action, ApiError> {
         ("GET", "/v1/openapi.yaml") => Ok(Action::OpenApi),
         ("GET", "/v1/events") => events::parse(query).map(Action::Events),
         ("GET", "/v1/audit") => audit::parse(query).map(Action::Audit),
+        ("GET", "/v1/alerts") => eve::parse("alert", query).map(Action::Eve),
+        ("GET", "/v1/flows") => eve::parse("flow", query).map(Action::Eve),
         (_, t)
             if t.starts_with("/v1/tenants/{name}/middleboxes") || t.contains("/chains/{chain}") =>
         {
