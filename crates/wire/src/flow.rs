@@ -193,6 +193,23 @@ impl FlowKey {
         }
     }
 
+    /// The flow's id in EVE records (`flow_id`): 64 bits, equal for both
+    /// directions and on every instance (a function of the canonical key,
+    /// zone included), kept below 2^53 so JSON readers that hold numbers as
+    /// doubles read it exactly; 0 is never an id.
+    pub fn flow_id(&self) -> u64 {
+        let (a, b, pa, pb) = if (self.src, self.src_port) <= (self.dst, self.dst_port) {
+            (&self.src, &self.dst, self.src_port, self.dst_port)
+        } else {
+            (&self.dst, &self.src, self.dst_port, self.src_port)
+        };
+        let mut h: u64 = 0x6a09_e667_f3bc_c908 ^ self.proto as u64 ^ (self.zone as u64) << 8;
+        h = mix(h, a);
+        h = mix(h, b);
+        h = mix64(h ^ ((pa as u64) << 16 | pb as u64));
+        (h & ((1 << 53) - 1)).max(1)
+    }
+
     /// A hash of the key as it is (direction-sensitive).
     #[inline]
     pub fn directional_hash(&self) -> u32 {
@@ -335,6 +352,33 @@ fn mix(h: u64, a: &IpAddr) -> u64 {
             let lo = u64::from_be_bytes(b[8..].try_into().unwrap());
             mix64(mix64(h ^ hi) ^ lo)
         }
+    }
+}
+
+#[cfg(test)]
+mod flow_id_tests {
+    use super::*;
+
+    #[test]
+    fn flow_ids_are_direction_invariant_wide_and_zone_aware() {
+        let k = FlowKey {
+            zone: 0,
+            src: IpAddr::V4([10, 0, 0, 1]),
+            dst: IpAddr::V4([10, 0, 0, 2]),
+            src_port: 40000,
+            dst_port: 80,
+            proto: 6,
+        };
+        assert_eq!(k.flow_id(), k.reverse().flow_id());
+        assert_ne!(k.flow_id(), FlowKey { zone: 5, ..k }.flow_id());
+        // Wider than 32 bits: ids of many flows use the upper bits.
+        let ids: Vec<u64> = (0..64)
+            .map(|p| FlowKey { src_port: p, ..k }.flow_id())
+            .collect();
+        assert!(ids.iter().any(|&i| i > u32::MAX as u64));
+        assert!(ids.iter().all(|&i| i > 0 && i < 1 << 53));
+        let distinct: std::collections::BTreeSet<_> = ids.iter().collect();
+        assert_eq!(distinct.len(), ids.len());
     }
 }
 

@@ -286,7 +286,7 @@ impl Ips {
         events.push(Event::Alert(Alert {
             ts_ns: p.ts_ns,
             flow: p.meta.flow,
-            flow_id: p.meta.flow.symmetric_hash() as u64,
+            flow_id: p.meta.flow.flow_id(),
             action,
             gid: 1,
             sid: r.sid,

@@ -71,7 +71,7 @@ impl Rec {
         };
         Event::Flow(FlowRecord {
             flow,
-            flow_id: canon.symmetric_hash() as u64,
+            flow_id: canon.flow_id(),
             pkts_toserver: self.pkts[0],
             pkts_toclient: self.pkts[1],
             bytes_toserver: self.bytes[0],
