@@ -45,6 +45,11 @@ pub struct ControllerArgs {
     /// State store NF instances use (`redis://HOST:PORT`, `local`).
     #[arg(long, default_value = "local")]
     state: String,
+    /// Where the first start (no API token yet) writes the secret of the
+    /// operator token `admin`, mode 0600 [default: next to the database,
+    /// `DB.admin-token`].
+    #[arg(long)]
+    admin_token_file: Option<PathBuf>,
 }
 
 /// `sluice apply`.
@@ -137,8 +142,16 @@ pub fn controller(a: &ControllerArgs) -> Result<(), CliError> {
         listen: a.listen,
         db: a.db.clone(),
         state_url: a.state.clone(),
+        admin_token_file: a.admin_token_file.clone(),
     })
     .map_err(CliError::Serve)?;
+    if let Some(p) = h.bootstrapped() {
+        // The path only: the secret never goes to a log.
+        eprintln!(
+            "sluice controller: first start: created the operator token `admin`; its secret is in {} (mode 0600)",
+            p.display()
+        );
+    }
     eprintln!(
         "sluice controller: listening on {} (database {}, state {})",
         h.url(),

@@ -17,5 +17,9 @@ pub fn execute(r: &mut Reconciler, action: Action, now: Instant) -> Result<Reply
         Action::Host(a) => resources::hosts::execute(r, a, now),
         Action::Scaling(a) => resources::scaling::execute(r, a, now),
         Action::Events(q) => resources::events::execute(r, &q),
+        // Tokens live outside the reconciler's state; the edge serves them.
+        Action::Token(_) => Err(ApiError::internal(
+            "token requests are served by the HTTP edge, not the reconciler",
+        )),
     }
 }

@@ -11,8 +11,9 @@ use std::time::{Duration, Instant};
 use sluice_proto::AgentStatus;
 
 use crate::error::ApiError;
+use crate::resources::auth::{self, Principal};
 use crate::resources::{self, hosts, json, Action, Reply, Request};
-use crate::service::{lock, Shared};
+use crate::service::{lock, unix_ms, Shared};
 
 /// Largest request body accepted.
 const MAX_BODY: u64 = 1 << 20;
@@ -46,6 +47,11 @@ fn serve_one(shared: &Arc<Shared>, mut req: tiny_http::Request) {
         .iter()
         .find(|h| h.field.equiv("Content-Type"))
         .map(|h| h.value.as_str().to_ascii_lowercase());
+    let authorization = req
+        .headers()
+        .iter()
+        .find(|h| h.field.equiv("Authorization"))
+        .map(|h| h.value.as_str().to_string());
     let mut body = String::new();
     let read = req.as_reader().take(MAX_BODY + 1).read_to_string(&mut body);
     let reply = match read {
@@ -63,8 +69,10 @@ fn serve_one(shared: &Arc<Shared>, mut req: tiny_http::Request) {
                 content_type: ctype.as_deref(),
                 body: &body,
             },
+            authorization.as_deref(),
         ),
     };
+    let status = reply.as_ref().err().map(|e| e.status);
     let (code, ctype, text) = match reply {
         Ok(Reply::Json(code, v)) => (code, "application/json", v.to_string()),
         Ok(Reply::Text(ctype, t)) => (200, ctype, t),
@@ -78,15 +86,58 @@ fn serve_one(shared: &Arc<Shared>, mut req: tiny_http::Request) {
     if let Some(h) = header("Content-Type", ctype) {
         resp = resp.with_header(h);
     }
+    if status == Some(401) {
+        if let Some(h) = header("WWW-Authenticate", "Bearer realm=\"sluice\"") {
+            resp = resp.with_header(h);
+        }
+    }
     // The client may have gone; nothing to do about it.
     let _ = req.respond(resp);
 }
 
-fn handle(shared: &Arc<Shared>, req: &Request<'_>) -> Result<Reply, ApiError> {
-    let action = resources::parse(req)?;
-    if matches!(action, Action::Host(hosts::HostAction::Instances)) {
-        return instances(shared);
+/// Who sent the request: its token's principal, or `None` for an open route;
+/// a 401 if it needs a token and has no known one.
+fn principal(
+    shared: &Shared,
+    req: &Request<'_>,
+    authorization: Option<&str>,
+) -> Result<Option<Principal>, ApiError> {
+    let path = req.url.split('?').next().unwrap_or("");
+    if auth::is_open(req.method, path) {
+        return Ok(None);
     }
+    auth::authenticate(authorization, |t| lock(&shared.tokens).lookup(t)).map(Some)
+}
+
+fn handle(
+    shared: &Arc<Shared>,
+    req: &Request<'_>,
+    authorization: Option<&str>,
+) -> Result<Reply, ApiError> {
+    // Authenticate before parsing, so an anonymous caller learns nothing from
+    // the request's validation.
+    let who = principal(shared, req, authorization)?;
+    let action = resources::parse_as(req, who.as_ref())?;
+    let mut only = None;
+    if let Some(p) = &who {
+        auth::authorize(p, &action)?;
+        only = auth::listing_filter(p, &action);
+    }
+    let reply = run(shared, action)?;
+    Ok(match only {
+        Some(t) => auth::filter_listing(&t, reply),
+        None => reply,
+    })
+}
+
+fn run(shared: &Arc<Shared>, action: Action) -> Result<Reply, ApiError> {
+    let action = match action {
+        Action::Host(hosts::HostAction::Instances) => return instances(shared),
+        Action::Token(t) => {
+            return resources::tokens::execute(&mut lock(&shared.tokens), t, unix_ms())
+        }
+        a => a,
+    };
     let (reply, effects) = {
         let mut r = lock(&shared.reconciler);
         let reply = crate::executor::execute(&mut r, action, Instant::now());

@@ -9,10 +9,12 @@ use serde_json::Value;
 
 use crate::error::ApiError;
 
+pub mod auth;
 pub mod events;
 pub mod hosts;
 pub mod scaling;
 pub mod tenants;
+pub mod tokens;
 
 /// Every route the server implements: (method, path template).
 pub const ROUTES: &[(&str, &str)] = &[
@@ -40,6 +42,9 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("DELETE", "/v1/tenants/{name}/chains/{chain}/scaling"),
     ("POST", "/v1/tenants/{name}/chains/{chain}/scaling/request"),
     ("GET", "/v1/events"),
+    ("GET", "/v1/tokens"),
+    ("POST", "/v1/tokens"),
+    ("DELETE", "/v1/tokens/{name}"),
 ];
 
 /// The OpenAPI document of this API.
@@ -73,6 +78,8 @@ pub enum Action {
     Scaling(scaling::ScalingAction),
     /// `GET /v1/events`.
     Events(events::EventsQuery),
+    /// A token request (served by the HTTP edge on the token store).
+    Token(tokens::TokenAction),
 }
 
 /// A successful answer.
@@ -98,16 +105,29 @@ pub(crate) fn body<T: serde::de::DeserializeOwned>(body: &str) -> Result<T, ApiE
 
 /// Parses a request into its action.
 pub fn parse(req: &Request<'_>) -> Result<Action, ApiError> {
+    parse_as(req, None)
+}
+
+/// Parses a request into its action, first checking that `who` (if given) may
+/// use its route at all ([`auth::authorize_route`]): a 403 before the body is
+/// looked at.
+pub fn parse_as(req: &Request<'_>, who: Option<&auth::Principal>) -> Result<Action, ApiError> {
     let (path, query) = match req.url.split_once('?') {
         Some((p, q)) => (p, q),
         None => (req.url, ""),
     };
     let (tpl, p) = route(req.method, path)?;
+    if let Some(w) = who {
+        auth::authorize_route(w, req.method, tpl, path)?;
+    }
     let p = Params(p);
     match (req.method, tpl) {
         ("GET", "/healthz") => Ok(Action::Health),
         ("GET", "/v1/openapi.yaml") => Ok(Action::OpenApi),
         ("GET", "/v1/events") => events::parse(query).map(Action::Events),
+        (_, t) if t.starts_with("/v1/tokens") => {
+            tokens::parse(req.method, tpl, &p, req.body).map(Action::Token)
+        }
         (_, t)
             if t.starts_with("/v1/tenants/{name}/middleboxes") || t.contains("/chains/{chain}") =>
         {

@@ -14,8 +14,10 @@ use sluice_proto::AgentConfig;
 use crate::desired::Desired;
 
 mod sqlite;
+pub mod tokens;
 
 pub use sqlite::SqliteStore;
+pub use tokens::TokenStore;
 
 /// The desired state could not be loaded or saved.
 #[derive(Debug, thiserror::Error)]
