@@ -65,6 +65,8 @@ pub struct AgentOptions {
     pub underlay: Ipv4Addr,
     /// Controller base URL (`None`: no heartbeat).
     pub controller: Option<String>,
+    /// The API token (role `host:ID`) the heartbeats carry.
+    pub controller_token: Option<String>,
     /// API listen address (`127.0.0.1:0` picks a port).
     pub listen: String,
     /// Name prefix of instance namespaces and interfaces.
@@ -824,9 +826,10 @@ impl Agent {
         let stop = Arc::new(AtomicBool::new(false));
         let heartbeat = opts.controller.clone().and_then(|url| {
             let (core, stop) = (core.clone(), stop.clone());
+            let token = opts.controller_token.clone();
             std::thread::Builder::new()
                 .name("sluice-heartbeat".into())
-                .spawn(move || heartbeat(&core, &url, &stop))
+                .spawn(move || heartbeat(&core, &url, token.as_deref(), &stop))
                 .ok()
         });
         Ok(Agent {
@@ -894,8 +897,9 @@ fn load_saved(core: &AgentState, path: &std::path::Path) {
     }
 }
 
-fn heartbeat(core: &AgentState, controller: &str, stop: &AtomicBool) {
+fn heartbeat(core: &AgentState, controller: &str, token: Option<&str>, stop: &AtomicBool) {
     let url = format!("{}/v1/hosts", controller.trim_end_matches('/'));
+    let bearer = token.map(|t| format!("Bearer {t}"));
     let agent = ureq::AgentBuilder::new()
         .timeout(Duration::from_millis(500))
         .build();
@@ -904,8 +908,11 @@ fn heartbeat(core: &AgentState, controller: &str, stop: &AtomicBool) {
     while !stop.load(Ordering::Acquire) {
         let started = Instant::now();
         let running = core.version();
-        let r = agent
-            .post(&url)
+        let mut req = agent.post(&url);
+        if let Some(b) = &bearer {
+            req = req.set("Authorization", b);
+        }
+        let r = req
             .send_json(core.registration())
             .map(|resp| resp.into_json::<serde_json::Value>().ok());
         let ok = r.is_ok();

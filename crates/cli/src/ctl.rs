@@ -10,26 +10,36 @@ use sluice_controller::{serve, ServerOptions};
 
 use crate::error::CliError;
 
-/// Where the controller is, and how to print its answers.
+/// Where the controller is, which token to send, and how to print answers.
 #[derive(Args, Debug, Clone)]
 pub struct ClientArgs {
-    /// Controller URL [default: $SLUICE_CONTROLLER, else http://127.0.0.1:7420].
+    /// Controller URL [default: $SLUICE_CONTROLLER, else the context's, else
+    /// http://127.0.0.1:7420].
     #[arg(long, global = true)]
     controller: Option<String>,
+    /// API token [default: $SLUICE_TOKEN, else the context's]. Visible to
+    /// other local users in the process list: prefer $SLUICE_TOKEN or a
+    /// context's `token_file`.
+    #[arg(long, global = true)]
+    token: Option<String>,
+    /// Context of the config file ($SLUICE_CONFIG, else ~/.config/sluice/config)
+    /// [default: its `current_context`].
+    #[arg(long, global = true)]
+    context: Option<String>,
     /// Print the controller's JSON as is.
     #[arg(long, global = true)]
-    json: bool,
+    pub(crate) json: bool,
 }
 
 impl ClientArgs {
-    fn client(&self) -> Client {
-        let url = self
-            .controller
-            .clone()
-            .or_else(|| std::env::var("SLUICE_CONTROLLER").ok())
-            .filter(|s| !s.is_empty())
-            .unwrap_or_else(|| "http://127.0.0.1:7420".into());
-        Client::new(&url)
+    /// A client of the resolved controller, sending the resolved token.
+    pub(crate) fn client(&self) -> Result<Client, CliError> {
+        let t = crate::config::resolve(
+            self.controller.as_deref(),
+            self.token.as_deref(),
+            self.context.as_deref(),
+        )?;
+        Ok(Client::new(&t.url).with_token(t.token.as_deref()))
     }
 }
 
@@ -184,7 +194,7 @@ pub fn apply(a: &ApplyArgs) -> Result<(), CliError> {
     let text = std::fs::read_to_string(&a.file).map_err(CliError::io(&a.file))?;
     let raw = a
         .client
-        .client()
+        .client()?
         .apply_raw(None, &text)
         .map_err(|source| CliError::Apply {
             path: a.file.clone(),
@@ -226,7 +236,7 @@ pub fn apply(a: &ApplyArgs) -> Result<(), CliError> {
 
 /// `sluice get ...`.
 pub fn get(a: &GetArgs) -> Result<(), CliError> {
-    let c = a.client.client();
+    let c = a.client.client()?;
     let path = match &a.what {
         GetWhat::Tenants => "/v1/tenants".to_string(),
         GetWhat::Tenant { name } => format!("/v1/tenants/{name}"),
@@ -392,7 +402,7 @@ pub fn get(a: &GetArgs) -> Result<(), CliError> {
 
 /// `sluice delete ...`.
 pub fn delete(a: &DeleteArgs) -> Result<(), CliError> {
-    let c = a.client.client();
+    let c = a.client.client()?;
     let raw = match &a.what {
         DeleteWhat::Tenant { name } => c.delete_tenant_raw(name),
         DeleteWhat::Vm { tenant, name } => c
@@ -413,8 +423,13 @@ pub fn delete(a: &DeleteArgs) -> Result<(), CliError> {
 
 /// `sluice status`: hosts alive and in sync, tenants, NF instances alive.
 pub fn status(a: &StatusArgs) -> Result<(), CliError> {
-    let c = a.client.client();
-    let hosts = c.hosts()?;
+    let c = a.client.client()?;
+    // A tenant's token sees no hosts: its status is its tenants and instances.
+    let (hosts, hosts_hidden) = match c.hosts() {
+        Ok(h) => (h, false),
+        Err(sluice_controller::client::ClientError::Api { status: 403, .. }) => (Vec::new(), true),
+        Err(e) => return Err(e.into()),
+    };
     let tenants = c.tenants()?;
     let instances = c.instances()?;
     if a.client.json {
@@ -430,10 +445,14 @@ pub fn status(a: &StatusArgs) -> Result<(), CliError> {
     let alive = hosts.iter().filter(|h| h.alive).count();
     let synced = hosts.iter().filter(|h| h.in_sync).count();
     println!("controller {}", c.base());
-    println!(
-        "hosts: {} registered, {alive} alive, {synced} in sync",
-        hosts.len()
-    );
+    if hosts_hidden {
+        println!("hosts: not visible to this token");
+    } else {
+        println!(
+            "hosts: {} registered, {alive} alive, {synced} in sync",
+            hosts.len()
+        );
+    }
     for h in &hosts {
         println!(
             "  host {:<3} {:<14} {:<5} version {} (agent runs {}){}",
@@ -510,7 +529,7 @@ pub struct MetricArgs {
 
 /// `sluice scale`: sets a middlebox's instance count.
 pub fn scale(a: &ScaleArgs) -> Result<(), CliError> {
-    let c = a.client.client();
+    let c = a.client.client()?;
     let info = c.scale(
         &a.tenant,
         &a.middlebox,
@@ -548,7 +567,7 @@ pub fn scale(a: &ScaleArgs) -> Result<(), CliError> {
 
 /// `sluice events`: failovers, rejoins, drains and scaling decisions.
 pub fn events(a: &EventsArgs) -> Result<(), CliError> {
-    let c = a.client.client();
+    let c = a.client.client()?;
     let ev = c.events(a.since)?;
     if a.client.json {
         println!("{}", serde_json::to_string_pretty(&ev).unwrap_or_default());
@@ -574,7 +593,7 @@ pub fn events(a: &EventsArgs) -> Result<(), CliError> {
 
 /// `sluice metric`: reports an application metric sample of a chain.
 pub fn metric(a: &MetricArgs) -> Result<(), CliError> {
-    let c = a.client.client();
+    let c = a.client.client()?;
     let ack = c.metric(
         &a.tenant,
         &a.chain,

@@ -6,12 +6,14 @@ use clap::{Parser, Subcommand};
 
 mod bench;
 mod check;
+mod config;
 mod ctl;
 mod demo;
 mod error;
 mod experiment;
 mod run;
 mod testbed;
+mod tokens;
 
 use error::CliError;
 
@@ -55,6 +57,10 @@ enum Cmd {
     Events(ctl::EventsArgs),
     /// Report an application metric sample of a chain (feeds its scaler).
     Metric(ctl::MetricArgs),
+    /// Manage the controller's API tokens (operator tokens only).
+    Token(tokens::TokenArgs),
+    /// The CLI's contexts (controller and token): view, use-context.
+    Config(config::ConfigArgs),
     /// Experiments on a testbed (needs root): `failover` is StatelessNF Fig. 4.7,
     /// `elasticity` Fig. 4.8.
     Experiment {
@@ -86,6 +92,8 @@ fn main() -> ExitCode {
         Cmd::Scale(a) => ctl::scale(&a),
         Cmd::Events(a) => ctl::events(&a),
         Cmd::Metric(a) => ctl::metric(&a),
+        Cmd::Token(a) => tokens::run(&a),
+        Cmd::Config(a) => config::run(&a),
         Cmd::Experiment { what } => experiment::run(what),
         Cmd::Testbed { what } => testbed::run(what),
     };
