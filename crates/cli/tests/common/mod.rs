@@ -4,6 +4,7 @@ use std::process::Command;
 
 /// Runs the `sluice` binary with `args`: its exit code, stdout and stderr. A
 /// controller named in the environment is never used by accident.
+#[allow(dead_code)] // Not every test binary uses it.
 pub fn sluice(args: &[&str]) -> (i32, String, String) {
     sluice_env(args, &[])
 }
