@@ -67,6 +67,10 @@ pub struct AgentOptions {
     pub controller: Option<String>,
     /// The API token (role `host:ID`) the heartbeats carry.
     pub controller_token: Option<String>,
+    /// The secret this agent's own API requires to change its configuration
+    /// (`PUT /v1/config`), sent to the controller with every heartbeat; `None`:
+    /// an open API (tests). `sluiced run` always draws one.
+    pub api_token: Option<String>,
     /// API listen address (`127.0.0.1:0` picks a port).
     pub listen: String,
     /// Name prefix of instance namespaces and interfaces.
@@ -100,6 +104,8 @@ pub struct AgentState {
     run_dir: Option<PathBuf>,
     last_heard: Mutex<Option<Instant>>,
     controller_up: AtomicBool,
+    /// See [`AgentOptions::api_token`].
+    api_token: Option<String>,
 }
 
 impl AgentState {
@@ -695,6 +701,18 @@ impl AgentState {
         o
     }
 
+    /// Whether an `Authorization` header value may change the configuration.
+    pub fn may_configure(&self, authorization: Option<&str>) -> bool {
+        match &self.api_token {
+            None => true,
+            Some(t) => authorization
+                .and_then(|h| h.trim().split_once(' '))
+                .is_some_and(|(scheme, v)| {
+                    scheme.eq_ignore_ascii_case("bearer") && v.trim() == t.as_str()
+                }),
+        }
+    }
+
     /// Base URL of the API.
     pub fn api_url(&self) -> String {
         self.api.lock().map(|a| a.clone()).unwrap_or_default()
@@ -709,6 +727,7 @@ impl AgentState {
                 underlay: self.underlay,
                 api: self.api_url(),
                 config_version: self.version(),
+                api_token: self.api_token.clone(),
             },
             instances: self.health_of(&p),
             chains: p.chains,
@@ -810,6 +829,7 @@ impl Agent {
             run_dir: opts.run_dir.clone(),
             last_heard: Mutex::new(None),
             controller_up: AtomicBool::new(false),
+            api_token: opts.api_token.clone(),
         });
         if let Some(dir) = &opts.run_dir {
             load_saved(&core, &dir.join("config.json"));

@@ -4,6 +4,10 @@
 //!   handed to the data plane, `400 {"error": "..."}` (and the old configuration
 //!   stays) if it cannot be installed;
 //! * `GET /v1/config`: the running configuration (`404` before the first);
+//!
+//! both need `Authorization: Bearer TOKEN` with the token the agent drew at
+//! start and registered with the controller (`401` otherwise), unless it runs
+//! without one (tests);
 //! * `GET /v1/status`: [`sluice_proto::AgentStatus`] (counters, instances and
 //!   their health, failover events with timestamps, pinned flows per target);
 //! * `GET /metrics`: Prometheus text.
@@ -97,6 +101,20 @@ fn error(req: Request, code: u16, msg: &str) {
 
 fn handle(core: &AgentState, mut req: Request) {
     let path = req.url().split('?').next().unwrap_or("").to_string();
+    let authorization = req
+        .headers()
+        .iter()
+        .find(|h| h.field.equiv("Authorization"))
+        .map(|h| h.value.as_str().to_string());
+    // The configuration is the controller's to change (and holds every
+    // tenant's FIB on this host); status and metrics stay open for monitoring.
+    if path == "/v1/config" && !core.may_configure(authorization.as_deref()) {
+        return error(
+            req,
+            401,
+            "/v1/config needs this agent's token (Authorization: Bearer TOKEN), which only its controller knows",
+        );
+    }
     match (req.method(), path.as_str()) {
         (Method::Put, "/v1/config") => {
             let mut body = Vec::new();

@@ -127,6 +127,14 @@ fn read_token(path: &std::path::Path) -> Result<String, String> {
     Ok(t.to_string())
 }
 
+/// A fresh secret for this agent's own API: 256 random bits, hex. Only the
+/// controller learns it (in the heartbeats); it is never printed.
+fn api_token() -> Result<String, String> {
+    let mut b = [0u8; 32];
+    getrandom::getrandom(&mut b).map_err(|e| format!("cannot draw the API token: {e}"))?;
+    Ok(b.iter().map(|x| format!("{x:02x}")).collect())
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let stop = match stop_flag() {
@@ -180,6 +188,13 @@ fn main() -> ExitCode {
                 underlay,
                 controller: Some(controller),
                 controller_token: token,
+                api_token: Some(match api_token() {
+                    Ok(t) => t,
+                    Err(e) => {
+                        eprintln!("sluiced: {e}");
+                        return ExitCode::FAILURE;
+                    }
+                }),
                 listen,
                 prefix,
                 run_dir: Some(run_dir),

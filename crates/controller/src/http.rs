@@ -123,14 +123,26 @@ fn handle(
         auth::authorize(p, &action)?;
         only = auth::listing_filter(p, &action);
     }
-    let reply = run(shared, action)?;
+    // An agent's API token, recorded once its heartbeat is accepted.
+    let agent_token = match &action {
+        Action::Host(hosts::HostAction::Heartbeat(hb)) => {
+            let r = &hb.hb.registration;
+            Some((r.host, r.api_token.clone()))
+        }
+        _ => None,
+    };
+    let reply = run(shared, action, agent_token)?;
     Ok(match only {
         Some(t) => auth::filter_listing(&t, reply),
         None => reply,
     })
 }
 
-fn run(shared: &Arc<Shared>, action: Action) -> Result<Reply, ApiError> {
+fn run(
+    shared: &Arc<Shared>,
+    action: Action,
+    agent_token: Option<(u32, Option<String>)>,
+) -> Result<Reply, ApiError> {
     let action = match action {
         Action::Host(hosts::HostAction::Instances) => return instances(shared),
         Action::Token(t) => {
@@ -141,6 +153,14 @@ fn run(shared: &Arc<Shared>, action: Action) -> Result<Reply, ApiError> {
     let (reply, effects) = {
         let mut r = lock(&shared.reconciler);
         let reply = crate::executor::execute(&mut r, action, Instant::now());
+        // Before the effects: the push a registration triggers needs it.
+        if let (Ok(_), Some((h, t))) = (&reply, agent_token) {
+            let mut tokens = lock(&shared.agent_tokens);
+            match t {
+                Some(t) => tokens.insert(h, t),
+                None => tokens.remove(&h),
+            };
+        }
         (reply, r.take_effects())
     };
     shared.perform(effects);

@@ -3,6 +3,7 @@
 //! every 20 ms) and the pusher ([`crate::pusher`]), which carry out the effects
 //! it asks for. The only place the controller reads the clock.
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -174,6 +175,10 @@ pub(crate) struct Shared {
     pub(crate) reconciler: Mutex<Reconciler>,
     /// API tokens (a lock of their own: a lookup never waits for the reconciler).
     pub(crate) tokens: Mutex<TokenStore>,
+    /// Each host's agent API token, from its last accepted heartbeat (kept in
+    /// memory only: agents draw a new one at each start and heartbeat every
+    /// 50 ms, so a restarted controller learns them again at once).
+    pub(crate) agent_tokens: Mutex<BTreeMap<u32, String>>,
     pub(crate) queue: Mutex<PushQueue>,
     pub(crate) push_cv: Condvar,
     /// Push and poll threads, joined at shutdown.
@@ -247,6 +252,7 @@ pub fn serve(opts: ServerOptions) -> Result<ServerHandle, ControllerError> {
     let shared = Arc::new(Shared {
         reconciler: Mutex::new(reconciler),
         tokens: Mutex::new(tokens),
+        agent_tokens: Mutex::new(BTreeMap::new()),
         queue: Mutex::new(PushQueue::default()),
         push_cv: Condvar::new(),
         threads: Mutex::new(Vec::new()),

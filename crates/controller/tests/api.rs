@@ -55,7 +55,14 @@ impl FakeAgent {
                 };
                 let mut body = String::new();
                 let _ = req.as_reader().read_to_string(&mut body);
+                // The agent's own API token (what a real agent draws at start
+                // and registers with): a push without it is refused.
+                let authorized = req.headers().iter().any(|h| {
+                    h.field.equiv("Authorization")
+                        && h.value.as_str() == format!("Bearer agent-secret-{host}")
+                });
                 let (code, text) = match (req.method().as_str(), req.url()) {
+                    ("PUT", "/v1/config") if !authorized => (401, "{}".to_string()),
                     ("PUT", "/v1/config") => match serde_json::from_str::<AgentConfig>(&body) {
                         Ok(cfg) => match installs(&cfg) {
                             Ok(()) => {
@@ -109,6 +116,7 @@ impl FakeAgent {
             underlay: Ipv4Addr::new(10, 255, 0, self.host as u8),
             api: self.url.clone(),
             config_version: version,
+            api_token: Some(format!("agent-secret-{}", self.host)),
         }
     }
 

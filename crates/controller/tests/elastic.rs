@@ -94,6 +94,7 @@ impl FakeAgent {
             underlay: Ipv4Addr::new(10, 255, 0, self.host as u8),
             api: self.url.clone(),
             config_version: self.configs.lock().unwrap().last().map_or(0, |c| c.version),
+            api_token: None,
         }
     }
 
