@@ -115,9 +115,10 @@ fn world(dir: &Path) -> World {
                 1 + i as u32,
                 &format!("10.{net}.0.{}", i + 1),
             );
+            // The operator binds host interfaces to tenants.
             let (code, text) = call(
                 &base,
-                Some(t),
+                Some(&admin),
                 "PUT",
                 &format!("/v1/vms/{name}/{vm_name}"),
                 &body,
@@ -281,7 +282,21 @@ fn a_tenant_cannot_touch_or_see_another_tenant() {
             "{path}"
         );
     }
-    // Its own tenant it reads and changes.
+    // It may not bind a host interface to itself, even under its own name:
+    // the interface could be another tenant's VM's.
+    let (code, text) = call(
+        &w.base,
+        Some(&w.acme),
+        "PUT",
+        "/v1/vms/acme/sneaky",
+        &vm("acme", "sneaky", 1, "10.1.0.9"),
+    );
+    assert_eq!(code, 403, "{text}");
+    // Its own tenant it reads and changes; its own VM it may delete.
+    let (code, text) = call(&w.base, Some(&w.acme), "DELETE", "/v1/vms/acme/acme-b1", "");
+    // Authorized: refused only because its applied spec still needs the VM.
+    assert_eq!(code, 409, "{text}");
+    assert!(text.contains("needs it"), "{text}");
     assert_eq!(
         call(&w.base, Some(&w.acme), "GET", "/v1/tenants/acme", "").0,
         200

@@ -6,8 +6,12 @@
 //! |---|---|
 //! | `operator` | everything |
 //! | `read-only` | every read except the token list |
-//! | `tenant:NAME` | its tenant's spec, apply and delete, VMs, middleboxes, scalers, metrics; listings of chains, VMs, instances and events, filtered to it |
+//! | `tenant:NAME` | its tenant's spec, apply and delete, deleting its VMs, middleboxes, scalers, metrics; listings of tenants, chains, VMs, instances and events, filtered to it |
 //! | `host:ID` | what the agent of host ID does: heartbeat (register) as exactly that id, read its own FIB and configuration |
+//!
+//! Registering a VM is an operator's: it binds a host interface to a tenant's
+//! port, and a tenant naming another tenant's VM interface would receive its
+//! frames.
 //!
 //! `GET /healthz` and `GET /v1/openapi.yaml` need no token (see [`is_open`]).
 
@@ -132,8 +136,9 @@ pub fn authorize_route(
         Role::Operator => true,
         Role::ReadOnly => method == "GET" && !tokens,
         Role::Tenant(_) => {
-            !tokens && !tpl.starts_with("/v1/hosts")
-                || matches!(tpl, "/healthz" | "/v1/openapi.yaml")
+            !tokens
+                && !tpl.starts_with("/v1/hosts")
+                && !(method == "PUT" && tpl.starts_with("/v1/vms"))
         }
         Role::Host(_) => matches!(
             (method, tpl),
@@ -194,7 +199,7 @@ fn scope(a: &Action) -> Scope<'_> {
             HostAction::Heartbeat(hb) => Scope::Heartbeat(hb.hb.registration.host),
             HostAction::Fib(id) | HostAction::Config(id) => Scope::ReadHost(*id),
             HostAction::ListVms | HostAction::Instances => Scope::ReadListing,
-            HostAction::PutVm(reg) => Scope::WriteTenant(&reg.tenant),
+            HostAction::PutVm(_) => Scope::Operator,
             HostAction::DeleteVm { tenant, .. } => Scope::WriteTenant(tenant),
         },
         Action::Scaling(s) => match s.what {
@@ -360,7 +365,7 @@ mod tests {
         ("GET", "/v1/hosts/{id}/fib", [Yes, Yes, No, Own]),
         ("GET", "/v1/hosts/{id}/config", [Yes, Yes, No, Own]),
         ("GET", "/v1/vms", [Yes, Yes, Filtered, No]),
-        ("PUT", "/v1/vms/{tenant}/{name}", [Yes, No, Own, No]),
+        ("PUT", "/v1/vms/{tenant}/{name}", [Yes, No, No, No]),
         ("DELETE", "/v1/vms/{tenant}/{name}", [Yes, No, Own, No]),
         ("GET", "/v1/instances", [Yes, Yes, Filtered, No]),
         ("GET", "/v1/chains", [Yes, Yes, Filtered, No]),
