@@ -136,9 +136,8 @@ pub fn authorize_route(
         Role::Operator => true,
         Role::ReadOnly => method == "GET" && !tokens,
         Role::Tenant(_) => {
-            !tokens
-                && !tpl.starts_with("/v1/hosts")
-                && !(method == "PUT" && tpl.starts_with("/v1/vms"))
+            let vm_put = method == "PUT" && tpl.starts_with("/v1/vms");
+            !(tokens || vm_put || tpl.starts_with("/v1/hosts"))
         }
         Role::Host(_) => matches!(
             (method, tpl),
