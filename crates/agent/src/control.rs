@@ -65,6 +65,12 @@ pub struct AgentOptions {
     pub underlay: Ipv4Addr,
     /// Controller base URL (`None`: no heartbeat).
     pub controller: Option<String>,
+    /// The API token (role `host:ID`) the heartbeats carry.
+    pub controller_token: Option<String>,
+    /// The secret this agent's own API requires to change its configuration
+    /// (`PUT /v1/config`), sent to the controller with every heartbeat; `None`:
+    /// an open API (tests). `sluiced run` always draws one.
+    pub api_token: Option<String>,
     /// API listen address (`127.0.0.1:0` picks a port).
     pub listen: String,
     /// Name prefix of instance namespaces and interfaces.
@@ -98,6 +104,8 @@ pub struct AgentState {
     run_dir: Option<PathBuf>,
     last_heard: Mutex<Option<Instant>>,
     controller_up: AtomicBool,
+    /// See [`AgentOptions::api_token`].
+    api_token: Option<String>,
 }
 
 impl AgentState {
@@ -699,6 +707,18 @@ impl AgentState {
         o
     }
 
+    /// Whether an `Authorization` header value may change the configuration.
+    pub fn may_configure(&self, authorization: Option<&str>) -> bool {
+        match &self.api_token {
+            None => true,
+            Some(t) => authorization
+                .and_then(|h| h.trim().split_once(' '))
+                .is_some_and(|(scheme, v)| {
+                    scheme.eq_ignore_ascii_case("bearer") && v.trim() == t.as_str()
+                }),
+        }
+    }
+
     /// Base URL of the API.
     pub fn api_url(&self) -> String {
         self.api.lock().map(|a| a.clone()).unwrap_or_default()
@@ -713,6 +733,7 @@ impl AgentState {
                 underlay: self.underlay,
                 api: self.api_url(),
                 config_version: self.version(),
+                api_token: self.api_token.clone(),
             },
             instances: self.health_of(&p),
             chains: p.chains,
@@ -814,6 +835,7 @@ impl Agent {
             run_dir: opts.run_dir.clone(),
             last_heard: Mutex::new(None),
             controller_up: AtomicBool::new(false),
+            api_token: opts.api_token.clone(),
         });
         if let Some(dir) = &opts.run_dir {
             load_saved(&core, &dir.join("config.json"));
@@ -830,9 +852,10 @@ impl Agent {
         let stop = Arc::new(AtomicBool::new(false));
         let heartbeat = opts.controller.clone().and_then(|url| {
             let (core, stop) = (core.clone(), stop.clone());
+            let token = opts.controller_token.clone();
             std::thread::Builder::new()
                 .name("sluice-heartbeat".into())
-                .spawn(move || heartbeat(&core, &url, &stop))
+                .spawn(move || heartbeat(&core, &url, token.as_deref(), &stop))
                 .ok()
         });
         Ok(Agent {
@@ -900,8 +923,9 @@ fn load_saved(core: &AgentState, path: &std::path::Path) {
     }
 }
 
-fn heartbeat(core: &AgentState, controller: &str, stop: &AtomicBool) {
+fn heartbeat(core: &AgentState, controller: &str, token: Option<&str>, stop: &AtomicBool) {
     let url = format!("{}/v1/hosts", controller.trim_end_matches('/'));
+    let bearer = token.map(|t| format!("Bearer {t}"));
     let agent = ureq::AgentBuilder::new()
         .timeout(Duration::from_millis(500))
         .build();
@@ -910,8 +934,11 @@ fn heartbeat(core: &AgentState, controller: &str, stop: &AtomicBool) {
     while !stop.load(Ordering::Acquire) {
         let started = Instant::now();
         let running = core.version();
-        let r = agent
-            .post(&url)
+        let mut req = agent.post(&url);
+        if let Some(b) = &bearer {
+            req = req.set("Authorization", b);
+        }
+        let r = req
             .send_json(core.registration())
             .map(|resp| resp.into_json::<serde_json::Value>().ok());
         let ok = r.is_ok();

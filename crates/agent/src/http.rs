@@ -4,10 +4,14 @@
 //!   handed to the data plane, `400 {"error": "..."}` (and the old configuration
 //!   stays) if it cannot be installed;
 //! * `GET /v1/config`: the running configuration (`404` before the first);
-//! * `GET /v1/status`: [`sluice_proto::AgentStatus`] (counters, instances and
-//!   their health, failover events with timestamps, pinned flows per target);
 //! * `GET /v1/eve?tenant=T&event_type=alert&since=TS&limit=N`: the EVE events
 //!   this host's NF instances wrote ([`crate::eve`]), oldest first;
+//!
+//! these need `Authorization: Bearer TOKEN` with the token the agent drew at
+//! start and registered with the controller (`401` otherwise), unless it runs
+//! without one (tests);
+//! * `GET /v1/status`: [`sluice_proto::AgentStatus`] (counters, instances and
+//!   their health, failover events with timestamps, pinned flows per target);
 //! * `GET /metrics`: Prometheus text.
 
 use std::io::Read;
@@ -102,6 +106,23 @@ fn handle(core: &AgentState, mut req: Request) {
         Some((p, q)) => (p.to_string(), q.to_string()),
         None => (req.url().to_string(), String::new()),
     };
+    let authorization = req
+        .headers()
+        .iter()
+        .find(|h| h.field.equiv("Authorization"))
+        .map(|h| h.value.as_str().to_string());
+    // The configuration is the controller's to change (and holds every
+    // tenant's FIB on this host), and the EVE logs are the tenants' alerts and
+    // flows; status and metrics stay open for monitoring.
+    if matches!(path.as_str(), "/v1/config" | "/v1/eve")
+        && !core.may_configure(authorization.as_deref())
+    {
+        return error(
+            req,
+            401,
+            &format!("{path} needs this agent's token (Authorization: Bearer TOKEN), which only its controller knows"),
+        );
+    }
     match (req.method(), path.as_str()) {
         (Method::Put, "/v1/config") => {
             let mut body = Vec::new();

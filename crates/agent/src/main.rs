@@ -35,6 +35,11 @@ enum Cmd {
         /// Controller base URL, e.g. http://127.0.0.1:7000.
         #[arg(long)]
         controller: String,
+        /// File holding this host's API token (role `host:ID`; `sluice token
+        /// create h1 --role host:1`). A file, never a flag: command lines are
+        /// visible to every local user.
+        #[arg(long)]
+        token_file: Option<PathBuf>,
         /// API listen address (port 0: any; the address is printed).
         #[arg(long, default_value = "127.0.0.1:0")]
         listen: String,
@@ -111,6 +116,28 @@ fn stop_flag() -> Result<Arc<AtomicBool>, std::io::Error> {
     Ok(stop)
 }
 
+/// The token in `path`: its first line, trimmed.
+fn read_token(path: &std::path::Path) -> Result<String, String> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("--token-file {}: {e}", path.display()))?;
+    let t = text.lines().next().unwrap_or("").trim();
+    if t.is_empty() {
+        return Err(format!(
+            "--token-file {}: the file is empty",
+            path.display()
+        ));
+    }
+    Ok(t.to_string())
+}
+
+/// A fresh secret for this agent's own API: 256 random bits, hex. Only the
+/// controller learns it (in the heartbeats); it is never printed.
+fn api_token() -> Result<String, String> {
+    let mut b = [0u8; 32];
+    getrandom::getrandom(&mut b).map_err(|e| format!("cannot draw the API token: {e}"))?;
+    Ok(b.iter().map(|x| format!("{x:02x}")).collect())
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let stop = match stop_flag() {
@@ -127,6 +154,7 @@ fn main() -> ExitCode {
             netns,
             underlay,
             controller,
+            token_file,
             listen,
             prefix,
             run_dir,
@@ -149,12 +177,27 @@ fn main() -> ExitCode {
                 queue_delay_ns: (seawall_queue_delay_ms * 1e6) as u64,
                 ..sluice_seawall::Config::default()
             });
+            let token = match token_file.as_deref().map(read_token).transpose() {
+                Ok(t) => t,
+                Err(e) => {
+                    eprintln!("sluiced: {e}");
+                    return ExitCode::FAILURE;
+                }
+            };
             let opts = sluice_agent::AgentOptions {
                 host: host_id,
                 name,
                 netns: Some(netns),
                 underlay,
                 controller: Some(controller),
+                controller_token: token,
+                api_token: Some(match api_token() {
+                    Ok(t) => t,
+                    Err(e) => {
+                        eprintln!("sluiced: {e}");
+                        return ExitCode::FAILURE;
+                    }
+                }),
                 listen,
                 prefix,
                 run_dir: Some(run_dir),

@@ -49,6 +49,8 @@ pub fn standalone_agent(h: u32, ns: &Netns) -> Result<Agent, AgentError> {
         netns: Some(ns.name().to_string()),
         underlay: underlay(h),
         controller: None,
+        controller_token: None,
+        api_token: None,
         listen: "127.0.0.1:0".into(),
         prefix: "t".into(),
         run_dir: None,

@@ -18,6 +18,8 @@ fn opts(controller: Option<String>, run_dir: Option<std::path::PathBuf>) -> Agen
         netns: None,
         underlay: Ipv4Addr::new(10, 255, 0, 4),
         controller,
+        controller_token: None,
+        api_token: None,
         listen: "127.0.0.1:0".into(),
         prefix: "t".into(),
         run_dir,
@@ -71,6 +73,53 @@ fn put(url: &str, body: &str) -> (u16, serde_json::Value) {
         Err(e) => panic!("{e}"),
     };
     (code, resp.into_json().unwrap())
+}
+
+#[test]
+fn with_an_api_token_only_its_bearer_may_touch_the_configuration() {
+    let mut o = opts(None, None);
+    o.api_token = Some("agent-secret".into());
+    let agent = Agent::start(&o).unwrap();
+    let url = agent.api_url();
+    let body = serde_json::to_string(&config(3)).unwrap();
+    for auth in [
+        None,
+        Some("Bearer wrong"),
+        Some("agent-secret"),
+        Some("Basic agent-secret"),
+    ] {
+        let mut req =
+            ureq::put(&format!("{url}/v1/config")).set("Content-Type", "application/json");
+        if let Some(a) = auth {
+            req = req.set("Authorization", a);
+        }
+        match req.send_string(&body) {
+            Err(ureq::Error::Status(401, r)) => {
+                let t = r.into_string().unwrap();
+                assert!(t.contains("token"), "{t}");
+            }
+            other => panic!("{auth:?}: {other:?}"),
+        }
+        assert!(matches!(
+            ureq::get(&format!("{url}/v1/config")).call(),
+            Err(ureq::Error::Status(401, _))
+        ));
+    }
+    assert_eq!(
+        agent_status(&url).config_version,
+        0,
+        "a refused push changed nothing"
+    );
+    let r = ureq::put(&format!("{url}/v1/config"))
+        .set("Authorization", "Bearer agent-secret")
+        .set("Content-Type", "application/json")
+        .send_string(&body)
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(agent_status(&url).config_version, 3);
+    // Status and metrics stay open for monitoring.
+    assert!(ureq::get(&format!("{url}/metrics")).call().is_ok());
+    agent.shutdown();
 }
 
 #[test]
@@ -130,16 +179,21 @@ fn configs_are_accepted_or_refused_whole() {
 fn heartbeats_carry_the_running_version_and_configs_survive_restarts() {
     let controller = tiny_http::Server::http("127.0.0.1:0").unwrap();
     let curl = format!("http://{}", controller.server_addr().to_ip().unwrap());
-    let (tx, rx) = mpsc::channel::<HostRegistration>();
+    let (tx, rx) = mpsc::channel::<(HostRegistration, Option<String>)>();
     let server = std::sync::Arc::new(controller);
     let s = server.clone();
     let t = std::thread::spawn(move || {
         for mut req in s.incoming_requests() {
             let mut body = String::new();
             let _ = std::io::Read::read_to_string(req.as_reader(), &mut body);
+            let auth = req
+                .headers()
+                .iter()
+                .find(|h| h.field.equiv("Authorization"))
+                .map(|h| h.value.to_string());
             if req.url() == "/v1/hosts" {
                 if let Ok(r) = serde_json::from_str(&body) {
-                    let _ = tx.send(r);
+                    let _ = tx.send((r, auth));
                 }
             }
             let _ = req.respond(tiny_http::Response::from_string("{}"));
@@ -147,9 +201,16 @@ fn heartbeats_carry_the_running_version_and_configs_survive_restarts() {
     });
     let dir = std::env::temp_dir().join(format!("sluice-agent-test-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
-    let agent = Agent::start(&opts(Some(curl.clone()), Some(dir.clone()))).unwrap();
-    let first = rx.recv_timeout(Duration::from_secs(10)).unwrap();
+    let mut o = opts(Some(curl.clone()), Some(dir.clone()));
+    o.controller_token = Some("sluice_h4".into());
+    let agent = Agent::start(&o).unwrap();
+    let (first, auth) = rx.recv_timeout(Duration::from_secs(10)).unwrap();
     assert_eq!(first.host, 4);
+    assert_eq!(auth.as_deref(), Some("Bearer sluice_h4"));
+    assert_eq!(
+        first.api_token, None,
+        "an agent with an open API sends none"
+    );
     assert_eq!(first.api, agent.api_url());
     let (code, _) = put(
         &agent.api_url(),
@@ -161,6 +222,7 @@ fn heartbeats_carry_the_running_version_and_configs_survive_restarts() {
         if rx
             .recv_timeout(Duration::from_secs(10))
             .unwrap()
+            .0
             .config_version
             == 7
         {

@@ -163,6 +163,8 @@ fn traffic_crosses_a_firewall_instance() {
         netns: Some(host.name().to_string()),
         underlay: Ipv4Addr::new(10, 255, 0, 1),
         controller: None,
+        controller_token: None,
+        api_token: None,
         listen: "127.0.0.1:0".into(),
         prefix: prefix.clone(),
         run_dir: Some(run_dir.clone()),

@@ -213,6 +213,8 @@ fn setup() -> Option<Setup> {
         netns: Some(host.name().to_string()),
         underlay: Ipv4Addr::new(10, 255, 0, 1),
         controller: None,
+        controller_token: None,
+        api_token: None,
         listen: "127.0.0.1:0".into(),
         prefix,
         run_dir: Some(run_dir.clone()),

@@ -96,6 +96,8 @@ fn vms_talk_through_the_agent() {
         netns: Some(host.name().to_string()),
         underlay: Ipv4Addr::new(10, 255, 0, 1),
         controller: None,
+        controller_token: None,
+        api_token: None,
         listen: "127.0.0.1:0".into(),
         prefix: "t".into(),
         run_dir: None,

@@ -337,6 +337,7 @@ pub fn run(
         let before = agent_versions(&st.hosts.iter().map(|h| h.api.clone()).collect::<Vec<_>>());
         let t = Instant::now();
         ureq::put(&format!("{}/v1/tenants/{}", st.controller, st.tenant))
+            .set("Authorization", &st.bearer())
             .set("Content-Type", "application/yaml")
             .send_string(body)
             .map_err(|e| format!("apply: {e}"))?;
@@ -344,7 +345,7 @@ pub fn run(
         loop {
             let now = agent_versions(&st.hosts.iter().map(|h| h.api.clone()).collect::<Vec<_>>());
             // Only hosts whose share changed get a new version; wait for those.
-            if now.iter().zip(&before).any(|(n, b)| n != b) && changed_all(&st.controller, &now) {
+            if now.iter().zip(&before).any(|(n, b)| n != b) && changed_all(&st, &now) {
                 break;
             }
             if Instant::now() > deadline {
@@ -638,8 +639,9 @@ fn agent_versions(apis: &[String]) -> Vec<u64> {
 }
 
 /// Every agent runs the version the controller wants for its host.
-fn changed_all(controller: &str, now: &[u64]) -> bool {
-    let Some(v) = ureq::get(&format!("{controller}/v1/hosts"))
+fn changed_all(st: &sluice_testbed::lab::LabState, now: &[u64]) -> bool {
+    let Some(v) = ureq::get(&format!("{}/v1/hosts", st.controller))
+        .set("Authorization", &st.bearer())
         .timeout(Duration::from_secs(2))
         .call()
         .ok()

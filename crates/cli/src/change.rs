@@ -49,7 +49,7 @@ pub fn diff(a: &DiffArgs) -> Result<(), CliError> {
     };
     let raw = a
         .client
-        .client()
+        .client()?
         .apply_with(None, &text, &opts)
         .map_err(|source| CliError::Apply {
             path: a.file.clone(),
@@ -72,7 +72,7 @@ pub fn diff(a: &DiffArgs) -> Result<(), CliError> {
 pub fn audit(a: &AuditArgs) -> Result<(), CliError> {
     let entries = a
         .client
-        .client()
+        .client()?
         .audit(a.since, a.tenant.as_deref(), a.limit)?;
     if a.client.json() {
         println!(

@@ -10,15 +10,25 @@ use sluice_controller::{serve, ServerOptions};
 
 use crate::error::CliError;
 
-/// Where the controller is, and how to print its answers.
+/// Where the controller is, which token to send, and how to print answers.
 #[derive(Args, Debug, Clone)]
 pub struct ClientArgs {
-    /// Controller URL [default: $SLUICE_CONTROLLER, else http://127.0.0.1:7420].
+    /// Controller URL [default: $SLUICE_CONTROLLER, else the context's, else
+    /// http://127.0.0.1:7420].
     #[arg(long, global = true)]
     controller: Option<String>,
+    /// API token [default: $SLUICE_TOKEN, else the context's]. Visible to
+    /// other local users in the process list: prefer $SLUICE_TOKEN or a
+    /// context's `token_file`.
+    #[arg(long, global = true)]
+    token: Option<String>,
+    /// Context of the config file ($SLUICE_CONFIG, else ~/.config/sluice/config)
+    /// [default: its `current_context`].
+    #[arg(long, global = true)]
+    context: Option<String>,
     /// Print the controller's JSON as is.
     #[arg(long, global = true)]
-    json: bool,
+    pub(crate) json: bool,
 }
 
 impl ClientArgs {
@@ -27,15 +37,14 @@ impl ClientArgs {
         self.json
     }
 
-    /// A client of the controller these arguments name.
-    pub(crate) fn client(&self) -> Client {
-        let url = self
-            .controller
-            .clone()
-            .or_else(|| std::env::var("SLUICE_CONTROLLER").ok())
-            .filter(|s| !s.is_empty())
-            .unwrap_or_else(|| "http://127.0.0.1:7420".into());
-        Client::new(&url)
+    /// A client of the resolved controller, sending the resolved token.
+    pub(crate) fn client(&self) -> Result<Client, CliError> {
+        let t = crate::config::resolve(
+            self.controller.as_deref(),
+            self.token.as_deref(),
+            self.context.as_deref(),
+        )?;
+        Ok(Client::new(&t.url).with_token(t.token.as_deref()))
     }
 }
 
@@ -51,6 +60,11 @@ pub struct ControllerArgs {
     /// State store NF instances use (`redis://HOST:PORT`, `local`).
     #[arg(long, default_value = "local")]
     state: String,
+    /// Where the first start (no API token yet) writes the secret of the
+    /// operator token `admin`, mode 0600 [default: next to the database,
+    /// `DB.admin-token`].
+    #[arg(long)]
+    admin_token_file: Option<PathBuf>,
 }
 
 /// `sluice apply`.
@@ -162,8 +176,16 @@ pub fn controller(a: &ControllerArgs) -> Result<(), CliError> {
         listen: a.listen,
         db: a.db.clone(),
         state_url: a.state.clone(),
+        admin_token_file: a.admin_token_file.clone(),
     })
     .map_err(CliError::Serve)?;
+    if let Some(p) = h.bootstrapped() {
+        // The path only: the secret never goes to a log.
+        eprintln!(
+            "sluice controller: first start: created the operator token `admin`; its secret is in {} (mode 0600)",
+            p.display()
+        );
+    }
     eprintln!(
         "sluice controller: listening on {} (database {}, state {})",
         h.url(),
@@ -201,7 +223,7 @@ pub fn apply(a: &ApplyArgs) -> Result<(), CliError> {
     };
     let raw = a
         .client
-        .client()
+        .client()?
         .apply_with(None, &text, &opts)
         .map_err(|source| CliError::Apply {
             path: a.file.clone(),
@@ -249,7 +271,7 @@ pub fn apply(a: &ApplyArgs) -> Result<(), CliError> {
 
 /// `sluice get ...`.
 pub fn get(a: &GetArgs) -> Result<(), CliError> {
-    let c = a.client.client();
+    let c = a.client.client()?;
     let path = match &a.what {
         GetWhat::Tenants => "/v1/tenants".to_string(),
         GetWhat::Tenant { name } => format!("/v1/tenants/{name}"),
@@ -415,7 +437,7 @@ pub fn get(a: &GetArgs) -> Result<(), CliError> {
 
 /// `sluice delete ...`.
 pub fn delete(a: &DeleteArgs) -> Result<(), CliError> {
-    let c = a.client.client();
+    let c = a.client.client()?;
     let raw = match &a.what {
         DeleteWhat::Tenant {
             name,
@@ -457,8 +479,13 @@ pub fn delete(a: &DeleteArgs) -> Result<(), CliError> {
 
 /// `sluice status`: hosts alive and in sync, tenants, NF instances alive.
 pub fn status(a: &StatusArgs) -> Result<(), CliError> {
-    let c = a.client.client();
-    let hosts = c.hosts()?;
+    let c = a.client.client()?;
+    // A tenant's token sees no hosts: its status is its tenants and instances.
+    let (hosts, hosts_hidden) = match c.hosts() {
+        Ok(h) => (h, false),
+        Err(sluice_controller::client::ClientError::Api { status: 403, .. }) => (Vec::new(), true),
+        Err(e) => return Err(e.into()),
+    };
     let tenants = c.tenants()?;
     let instances = c.instances()?;
     if a.client.json {
@@ -474,10 +501,14 @@ pub fn status(a: &StatusArgs) -> Result<(), CliError> {
     let alive = hosts.iter().filter(|h| h.alive).count();
     let synced = hosts.iter().filter(|h| h.in_sync).count();
     println!("controller {}", c.base());
-    println!(
-        "hosts: {} registered, {alive} alive, {synced} in sync",
-        hosts.len()
-    );
+    if hosts_hidden {
+        println!("hosts: not visible to this token");
+    } else {
+        println!(
+            "hosts: {} registered, {alive} alive, {synced} in sync",
+            hosts.len()
+        );
+    }
     for h in &hosts {
         println!(
             "  host {:<3} {:<14} {:<5} version {} (agent runs {}){}",
@@ -554,7 +585,7 @@ pub struct MetricArgs {
 
 /// `sluice scale`: sets a middlebox's instance count.
 pub fn scale(a: &ScaleArgs) -> Result<(), CliError> {
-    let c = a.client.client();
+    let c = a.client.client()?;
     let info = c.scale(
         &a.tenant,
         &a.middlebox,
@@ -592,7 +623,7 @@ pub fn scale(a: &ScaleArgs) -> Result<(), CliError> {
 
 /// `sluice events`: failovers, rejoins, drains and scaling decisions.
 pub fn events(a: &EventsArgs) -> Result<(), CliError> {
-    let c = a.client.client();
+    let c = a.client.client()?;
     let ev = c.events(a.since)?;
     if a.client.json {
         println!("{}", serde_json::to_string_pretty(&ev).unwrap_or_default());
@@ -618,7 +649,7 @@ pub fn events(a: &EventsArgs) -> Result<(), CliError> {
 
 /// `sluice metric`: reports an application metric sample of a chain.
 pub fn metric(a: &MetricArgs) -> Result<(), CliError> {
-    let c = a.client.client();
+    let c = a.client.client()?;
     let ack = c.metric(
         &a.tenant,
         &a.chain,

@@ -104,6 +104,14 @@ pub enum CliError {
     /// `sluice run`/`demo`/`sample` failed.
     #[error(transparent)]
     Run(#[from] RunError),
+    /// The CLI's config file (contexts) or a token file is unusable.
+    #[error("{}: {msg}", path.display())]
+    Config {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong, naming the field.
+        msg: String,
+    },
     /// Own executable not found (the testbed starts `sluiced` from next to it).
     #[error("cannot find own binary: {0}")]
     OwnBinary(#[source] io::Error),

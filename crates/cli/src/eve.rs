@@ -30,7 +30,7 @@ pub struct EveArgs {
 
 /// Prints the events of `kind` (`alerts` or `flows`).
 pub fn run(kind: &str, a: &EveArgs) -> Result<(), CliError> {
-    let c = a.client.client();
+    let c = a.client.client()?;
     let mut since = a.since.clone();
     let mut header = !a.client.json();
     loop {

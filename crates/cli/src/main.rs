@@ -7,6 +7,7 @@ use clap::{Parser, Subcommand};
 mod bench;
 mod change;
 mod check;
+mod config;
 mod ctl;
 mod demo;
 mod error;
@@ -14,6 +15,7 @@ mod eve;
 mod experiment;
 mod run;
 mod testbed;
+mod tokens;
 
 use error::CliError;
 
@@ -65,6 +67,10 @@ enum Cmd {
     Events(ctl::EventsArgs),
     /// Report an application metric sample of a chain (feeds its scaler).
     Metric(ctl::MetricArgs),
+    /// Manage the controller's API tokens (operator tokens only).
+    Token(tokens::TokenArgs),
+    /// The CLI's contexts (controller and token): view, use-context.
+    Config(config::ConfigArgs),
     /// Experiments on a testbed (needs root): `failover` is StatelessNF Fig. 4.7,
     /// `elasticity` Fig. 4.8.
     Experiment {
@@ -100,6 +106,8 @@ fn main() -> ExitCode {
         Cmd::Scale(a) => ctl::scale(&a),
         Cmd::Events(a) => ctl::events(&a),
         Cmd::Metric(a) => ctl::metric(&a),
+        Cmd::Token(a) => tokens::run(&a),
+        Cmd::Config(a) => config::run(&a),
         Cmd::Experiment { what } => experiment::run(what),
         Cmd::Testbed { what } => testbed::run(what),
     };

@@ -119,6 +119,11 @@ pub fn options_with(
 pub(crate) fn print_state(s: &LabState) {
     println!("tenant {} on {} hosts", s.tenant, s.hosts.len());
     println!("  controller  {}", s.controller);
+    println!(
+        "  operator token in {} (CLI context `testbed`: {})",
+        s.token_file.display(),
+        s.config.display()
+    );
     println!("  state store {}", s.store);
     for h in &s.hosts {
         println!(
@@ -176,8 +181,8 @@ pub fn up(spec: &Path, hosts: u32, dir: &Path, web: bool, seawall: bool) -> Resu
         state.dir.display()
     );
     println!(
-        "try:  export SLUICE_CONTROLLER={}; sluice status",
-        state.controller
+        "try:  export SLUICE_CONFIG={}; sluice status",
+        state.config.display()
     );
     println!(
         "      ip netns exec {} curl --interface 198.51.100.10 http://10.10.1.100/",
@@ -234,6 +239,7 @@ pub fn demo(spec: &Path, hosts: u32, dir: &Path, fw_state: Option<&str>) -> Resu
     }
     println!();
     let status = ureq::get(&format!("{}/v1/instances", lab.state().controller))
+        .set("Authorization", &lab.state().bearer())
         .call()
         .ok()
         .and_then(|r| r.into_string().ok())

@@ -35,14 +35,19 @@ fn vm(name: &str, host: u32, addr: &str) -> VmRegistration {
 
 #[test]
 fn diff_dry_run_generations_force_confirmation_and_audit() {
+    let dir = tempfile::tempdir().unwrap();
+    let token_file = dir.path().join("admin.token");
     let h = serve(ServerOptions {
         listen: "127.0.0.1:0".parse().unwrap(),
         db: ":memory:".into(),
         state_url: "local".into(),
+        admin_token_file: Some(token_file.clone()),
     })
     .unwrap();
     let url = h.url();
-    let c = Client::new(&url);
+    let token = std::fs::read_to_string(&token_file).unwrap();
+    let token = token.trim().to_string();
+    let c = Client::new(&url).with_token(Some(&token));
     for host in 1..=2u32 {
         c.register_host(&HostRegistration {
             host,
@@ -51,12 +56,12 @@ fn diff_dry_run_generations_force_confirmation_and_audit() {
             // Nothing listens there: pushes fail, which changes nothing here.
             api: "http://127.0.0.1:9".into(),
             config_version: 0,
+            api_token: None,
         })
         .unwrap();
     }
     c.register_vm(&vm("a1", 1, "10.0.0.1")).unwrap();
     c.register_vm(&vm("b1", 2, "10.0.0.2")).unwrap();
-    let dir = tempfile::tempdir().unwrap();
     let file = |name: &str, text: &str| {
         let p = dir.path().join(name);
         std::fs::write(&p, text).unwrap();
@@ -65,7 +70,7 @@ fn diff_dry_run_generations_force_confirmation_and_audit() {
     let spec = file("t.yaml", SPEC);
     let run = |args: &[&str]| {
         let mut v = args.to_vec();
-        v.extend(["--controller", &url]);
+        v.extend(["--controller", &url, "--token", &token]);
         sluice(&v)
     };
 
@@ -119,6 +124,25 @@ fn diff_dry_run_generations_force_confirmation_and_audit() {
     );
     assert_eq!(c.tenants().unwrap()[0].instances, 3);
 
+    // Another tenant's token cannot change t: refused (403) and recorded
+    // under its name.
+    let other = c.create_token("bravo-ci", "tenant:bravo").unwrap().token;
+    let (code, _, err) = sluice(&[
+        "apply",
+        "-f",
+        &more,
+        "--controller",
+        &url,
+        "--token",
+        &other,
+    ]);
+    assert_ne!(code, 0);
+    assert!(err.contains("bravo-ci"), "{err}");
+    // Nor read t's audit entries: its view of the log is its own (empty).
+    let (code, out, _) = sluice(&["audit", "--json", "--controller", &url, "--token", &other]);
+    assert_eq!(code, 0);
+    assert_eq!(out.trim(), "[]", "{out}");
+
     // Delete asks; without a terminal it needs --yes.
     let (code, _, err) = run(&["delete", "tenant", "t"]);
     assert_ne!(code, 0);
@@ -142,11 +166,22 @@ fn diff_dry_run_generations_force_confirmation_and_audit() {
                 .is_some_and(|w| w.parse::<u64>().is_ok())
         })
         .count();
-    // Two VMs, two applies, the stale apply and the one without --force
-    // (refused), the delete; dry runs and diffs are not changes.
-    assert_eq!(entries, 7, "{out}");
+    // Two VMs, two applies, the stale apply, the one without --force and the
+    // other tenant's (refused), the delete; dry runs and diffs are not changes.
+    assert_eq!(entries, 8, "{out}");
+    assert!(
+        out.lines()
+            .any(|l| l.contains("bravo-ci") && l.contains(" 403 ")),
+        "{out}"
+    );
+    assert!(
+        out.lines()
+            .any(|l| l.contains("admin") && l.contains("delete tenant t")),
+        "{out}"
+    );
     for (want, status) in [
         ("apply tenant t", " 201 "),
+        ("apply tenant t", " 403 "),
         ("apply tenant t", " 409 "),
         ("delete tenant t", " 200 "),
     ] {

@@ -1,12 +1,13 @@
-//! `sluice controller`, `apply`, `get`, `delete` and `status` against a controller
-//! run as the `sluice` binary on loopback.
+//! `sluice controller`, `apply`, `get`, `delete`, `status`, `token` and
+//! `config` against a controller run as the `sluice` binary on loopback, with
+//! the admin token it writes at its first start.
 
 use std::net::TcpListener;
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 mod common;
-use common::sluice;
+use common::{sluice, sluice_env};
 
 /// The controller process, stopped (SIGTERM) on drop.
 struct Controller(Child);
@@ -50,12 +51,49 @@ fn apply_get_delete_status_through_the_cli() {
         .spawn()
         .unwrap();
     let mut ctl = Controller(child);
+    // The admin token goes next to the database, before the API listens.
+    let token_file = dir.path().join("c.admin-token");
     let deadline = Instant::now() + Duration::from_secs(20);
-    while sluice(&["get", "tenants", "--controller", &url]).0 != 0 {
+    // Up once it answers at all (a 401: no token was sent).
+    let up = || {
+        sluice(&["get", "tenants", "--controller", &url])
+            .2
+            .contains("no token")
+    };
+    while !up() {
         assert!(Instant::now() < deadline, "the controller did not come up");
         assert!(ctl.0.try_wait().unwrap().is_none(), "the controller exited");
         std::thread::sleep(Duration::from_millis(50));
     }
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(&token_file).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600);
+    let admin = std::fs::read_to_string(&token_file)
+        .unwrap()
+        .trim()
+        .to_string();
+
+    // Without a token: refused, saying how to send one.
+    let (code, _, err) = sluice(&["get", "tenants", "--controller", &url]);
+    assert_ne!(code, 0);
+    assert!(err.contains("no token"), "{err}");
+    // A context of a config file gives the controller and the token.
+    let config = dir.path().join("config.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "current_context: local\ncontexts:\n  - {{name: local, controller: \"{url}\", token_file: c.admin-token}}\n"
+        ),
+    )
+    .unwrap();
+    let cfg = config.to_str().unwrap();
+    let (code, out, err) = sluice_env(&["get", "tenants"], &[("SLUICE_CONFIG", cfg)]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.starts_with("TENANT"), "{out}");
+    // ... and so does the environment.
+    let url = url.as_str();
+    let env = [("SLUICE_CONTROLLER", url), ("SLUICE_TOKEN", admin.as_str())];
+    let sluice = |args: &[&str]| sluice_env(args, &env);
 
     // A bad spec: non-zero exit, the file and the field named.
     let bad = dir.path().join("bad.yaml");
@@ -65,7 +103,7 @@ fn apply_get_delete_status_through_the_cli() {
     ))
     .unwrap();
     std::fs::write(&bad, spec.replace("function: ips", "function: ipz")).unwrap();
-    let (code, _, err) = sluice(&["apply", "-f", bad.to_str().unwrap(), "--controller", &url]);
+    let (code, _, err) = sluice(&["apply", "-f", bad.to_str().unwrap()]);
     assert_ne!(code, 0);
     assert!(err.contains("bad.yaml"), "{err}");
     assert!(err.contains("elements.ips"), "{err}");
@@ -73,29 +111,125 @@ fn apply_get_delete_status_through_the_cli() {
     // A good spec with nowhere to run: refused, naming why.
     let good = dir.path().join("figure4.yaml");
     std::fs::write(&good, &spec).unwrap();
-    let (code, _, err) = sluice(&["apply", "-f", good.to_str().unwrap(), "--controller", &url]);
+    let (code, _, err) = sluice(&["apply", "-f", good.to_str().unwrap()]);
     assert_ne!(code, 0);
     assert!(err.contains("gateway") || err.contains("no host"), "{err}");
 
     // Reads.
-    let (code, out, _) = sluice(&["get", "tenants", "--controller", &url]);
+    let (code, out, _) = sluice(&["get", "tenants"]);
     assert_eq!(code, 0);
     assert!(out.starts_with("TENANT"), "{out}");
-    let (code, out, _) = sluice(&["get", "hosts", "--json", "--controller", &url]);
+    let (code, out, _) = sluice(&["get", "hosts", "--json"]);
     assert_eq!(code, 0);
     assert_eq!(
         serde_json::from_str::<serde_json::Value>(&out).unwrap(),
         serde_json::json!([])
     );
-    let (code, out, _) = sluice(&["status", "--controller", &url]);
+    let (code, out, _) = sluice(&["status"]);
     assert_eq!(code, 0);
     assert!(out.contains("hosts: 0 registered"), "{out}");
-    let (code, _, err) = sluice(&["delete", "tenant", "nobody", "--controller", &url]);
+    let (code, _, err) = sluice(&["delete", "tenant", "nobody"]);
     assert_ne!(code, 0);
     assert!(err.contains("nobody"), "{err}");
-    let (code, _, err) = sluice(&["get", "fib", "7", "--controller", &url]);
+    let (code, _, err) = sluice(&["get", "fib", "7"]);
     assert_ne!(code, 0);
     assert!(err.contains("host 7"), "{err}");
+
+    // Tokens: the secret printed once, alone on stdout; listings without it.
+    let (code, secret, err) = sluice(&["token", "create", "acme-ci", "--role", "tenant:acme"]);
+    assert_eq!(code, 0, "{err}");
+    let secret = secret.trim().to_string();
+    assert!(
+        secret.starts_with("sluice_") && !secret.contains('\n'),
+        "{secret}"
+    );
+    let (code, out, _) = sluice(&["token", "list"]);
+    assert_eq!(code, 0);
+    assert!(
+        out.contains("acme-ci") && out.contains("tenant:acme") && out.contains("admin"),
+        "{out}"
+    );
+    assert!(!out.contains("sluice_"), "{out}");
+    let (code, _, err) = sluice(&["token", "create", "x", "--role", "root"]);
+    assert_ne!(code, 0);
+    assert!(err.contains("role"), "{err}");
+    // The tenant's token: its own tenants only, no hosts, no tokens.
+    let tenant_env = [
+        ("SLUICE_CONTROLLER", url),
+        ("SLUICE_TOKEN", secret.as_str()),
+    ];
+    let (code, out, err) = sluice_env(&["status"], &tenant_env);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("hosts: not visible to this token"), "{out}");
+    for args in [
+        &["get", "hosts"][..],
+        &["token", "list"],
+        &["get", "fib", "1"],
+    ] {
+        let (code, _, err) = sluice_env(args, &tenant_env);
+        assert_ne!(code, 0, "{args:?}");
+        assert!(
+            err.contains("forbidden") && err.contains("tenant:acme"),
+            "{args:?}: {err}"
+        );
+    }
+    let (code, _, _) = sluice(&["token", "delete", "acme-ci"]);
+    assert_eq!(code, 0);
+    let (code, _, err) = sluice_env(&["get", "tenants"], &tenant_env);
+    assert_ne!(code, 0);
+    assert!(err.contains("unknown token"), "{err}");
+
+    // `config view` shows no secret; `use-context` switches; a bad file is named.
+    std::fs::write(
+        &config,
+        format!(
+            "current_context: local\ncontexts:\n  - {{name: local, controller: \"{url}\", token_file: c.admin-token}}\n  - {{name: inline, controller: \"{url}\", token: \"{admin}\"}}\n"
+        ),
+    )
+    .unwrap();
+    let cfg_env = [("SLUICE_CONFIG", cfg)];
+    let (code, out, err) = sluice_env(&["config", "view"], &cfg_env);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("inline") && out.contains("<redacted>"),
+        "{out}"
+    );
+    assert!(!out.contains(&admin), "{out}");
+    let (code, _, err) = sluice_env(&["config", "use-context", "inline"], &cfg_env);
+    assert_eq!(code, 0, "{err}");
+    let (code, out, err) = sluice_env(&["get", "tenants"], &cfg_env);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.starts_with("TENANT"), "{out}");
+    assert!(std::fs::read_to_string(&config)
+        .unwrap()
+        .contains("current_context: inline"));
+    let (code, _, err) = sluice_env(&["config", "use-context", "nope"], &cfg_env);
+    assert_ne!(code, 0);
+    assert!(
+        err.contains("nope") && err.contains("local, inline"),
+        "{err}"
+    );
+    std::fs::write(
+        &config,
+        "contexts:\n  - {name: a, token: x, token_file: y}\n",
+    )
+    .unwrap();
+    let (code, _, err) = sluice_env(&["get", "tenants"], &cfg_env);
+    assert_ne!(code, 0);
+    assert!(
+        err.contains("config.yaml") && err.contains("contexts[0]"),
+        "{err}"
+    );
+    let missing = dir.path().join("missing.yaml");
+    let (code, _, err) = sluice_env(
+        &["get", "tenants"],
+        &[("SLUICE_CONFIG", missing.to_str().unwrap())],
+    );
+    assert_ne!(code, 0);
+    assert!(
+        err.contains("missing.yaml") && err.contains("SLUICE_CONFIG"),
+        "{err}"
+    );
 
     // SIGTERM stops it cleanly.
     Command::new("kill")
@@ -105,7 +239,7 @@ fn apply_get_delete_status_through_the_cli() {
     let status = ctl.0.wait().unwrap();
     assert!(status.success(), "{status:?}");
     // Nothing listens any more.
-    let (code, _, err) = sluice(&["status", "--controller", &url]);
+    let (code, _, err) = sluice(&["status"]);
     assert_ne!(code, 0);
     assert!(err.contains("cannot reach the controller"), "{err}");
 }

@@ -5,6 +5,8 @@
 
 use std::path::PathBuf;
 
+mod common;
+
 use sluice_testbed::lab::{Lab, LabOptions};
 use sluice_testbed::scenario;
 
@@ -79,6 +81,25 @@ fn figure4_on_three_hosts_with_real_http() {
         report.checks.iter().map(|c| c.name).collect::<Vec<_>>()
     );
 
+    // Auth is on: the agents registered with their own host tokens (0600
+    // files), and the lab's CLI context reaches the controller.
+    use std::os::unix::fs::PermissionsExt;
+    for f in ["admin.token", "h1.token", "h2.token", "h3.token"] {
+        let mode = std::fs::metadata(dir.path().join(f))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600, "{f}");
+    }
+    let (code, out, err) = common::sluice_env(
+        &["status"],
+        &[("SLUICE_CONFIG", lab.state().config.to_str().unwrap())],
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("3 registered, 3 alive"), "{out}");
+    let anonymous = ureq::get(&format!("{}/v1/tenants/acme", lab.state().controller)).call();
+    assert!(matches!(anonymous, Err(ureq::Error::Status(401, _))));
+
     // The data plane keeps forwarding while the controller is down: new
     // connections through every middlebox of the chain still work.
     let before = hosts(&lab);
@@ -102,6 +123,7 @@ fn figure4_on_three_hosts_with_real_http() {
     lab.wait_in_sync(std::time::Duration::from_secs(20))
         .unwrap();
     let resp = ureq::put(&format!("{}/v1/tenants/acme", lab.state().controller))
+        .set("Authorization", &lab.state().bearer())
         .set("Content-Type", "application/yaml")
         .send_string(&text)
         .unwrap();
@@ -124,6 +146,7 @@ fn figure4_on_three_hosts_with_real_http() {
 /// (host id, desired version) of every host, as the controller reports them.
 fn hosts(lab: &Lab) -> Vec<(u64, u64)> {
     let v: serde_json::Value = ureq::get(&format!("{}/v1/hosts", lab.state().controller))
+        .set("Authorization", &lab.state().bearer())
         .call()
         .unwrap()
         .into_json()

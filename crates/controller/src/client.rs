@@ -65,11 +65,23 @@ impl ChangeOptions {
     }
 }
 
-/// The controller at a base URL (`http://127.0.0.1:7420`).
-#[derive(Debug, Clone)]
+/// The controller at a base URL (`http://127.0.0.1:7420`), with the API
+/// token every request carries.
+#[derive(Clone)]
 pub struct Client {
     base: String,
     agent: ureq::Agent,
+    token: Option<String>,
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never the secret: a client may end up in a log line.
+        f.debug_struct("Client")
+            .field("base", &self.base)
+            .field("token", &self.token.as_ref().map(|_| "<redacted>"))
+            .finish()
+    }
 }
 
 impl Client {
@@ -81,12 +93,27 @@ impl Client {
                 .timeout_connect(Duration::from_secs(2))
                 .timeout(Duration::from_secs(30))
                 .build(),
+            token: None,
         }
+    }
+
+    /// This client sending `token` (`Authorization: Bearer TOKEN`) with every
+    /// request; surrounding whitespace (a file's newline) is dropped.
+    pub fn with_token(mut self, token: Option<&str>) -> Client {
+        self.token = token
+            .map(|t| t.trim().to_string())
+            .filter(|t| !t.is_empty());
+        self
     }
 
     /// The base URL.
     pub fn base(&self) -> &str {
         &self.base
+    }
+
+    /// The token it sends, if any.
+    pub fn token(&self) -> Option<&str> {
+        self.token.as_deref()
     }
 
     fn call(
@@ -110,6 +137,9 @@ impl Client {
         let mut req = self.agent.request(method, &url);
         if let Some(g) = if_match {
             req = req.set("If-Match", &format!("\"{g}\""));
+        }
+        if let Some(t) = &self.token {
+            req = req.set("Authorization", &format!("Bearer {t}"));
         }
         let r = match body {
             Some((ct, b)) => req.set("Content-Type", ct).send_string(&b),
@@ -385,5 +415,27 @@ impl Client {
     /// Events with an id above `since` (0: all kept).
     pub fn events(&self, since: u64) -> Result<Vec<EventInfo>, ClientError> {
         self.get(&format!("/v1/events?since={since}"))
+    }
+
+    /// API tokens (operator only).
+    pub fn tokens(&self) -> Result<Vec<TokenInfo>, ClientError> {
+        self.get("/v1/tokens")
+    }
+
+    /// Creates a token; the answer holds its secret, shown this once.
+    pub fn create_token(&self, name: &str, role: &str) -> Result<TokenCreated, ClientError> {
+        self.send_json(
+            "POST",
+            "/v1/tokens",
+            &TokenRequest {
+                name: name.to_string(),
+                role: role.to_string(),
+            },
+        )
+    }
+
+    /// Deletes a token.
+    pub fn delete_token(&self, name: &str) -> Result<TokenInfo, ClientError> {
+        Self::parse(&self.call("DELETE", &format!("/v1/tokens/{name}"), None)?)
     }
 }

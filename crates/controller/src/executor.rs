@@ -64,6 +64,10 @@ fn run(r: &mut Reconciler, action: Action, now: Instant) -> Result<Reply, ApiErr
         // The HTTP edge answers these (they ask every agent); without it there
         // are no agents to ask.
         Action::Eve(_) => json(200, &Vec::<serde_json::Value>::new()),
+        // Tokens live outside the reconciler's state; the edge serves them.
+        Action::Token(_) => Err(ApiError::internal(
+            "token requests are served by the HTTP edge, not the reconciler",
+        )),
     }
 }
 

@@ -10,9 +10,11 @@ use std::time::{Duration, Instant};
 
 use sluice_proto::AgentStatus;
 
+use crate::audit::AuditEntry;
 use crate::error::ApiError;
+use crate::resources::auth::{self, Principal};
 use crate::resources::{self, hosts, json, Action, Reply, Request};
-use crate::service::{lock, Shared};
+use crate::service::{lock, unix_ms, Shared};
 
 /// Largest request body accepted.
 const MAX_BODY: u64 = 1 << 20;
@@ -46,6 +48,11 @@ fn serve_one(shared: &Arc<Shared>, mut req: tiny_http::Request) {
         .iter()
         .find(|h| h.field.equiv("Content-Type"))
         .map(|h| h.value.as_str().to_ascii_lowercase());
+    let authorization = req
+        .headers()
+        .iter()
+        .find(|h| h.field.equiv("Authorization"))
+        .map(|h| h.value.as_str().to_string());
     let if_match = req
         .headers()
         .iter()
@@ -69,8 +76,10 @@ fn serve_one(shared: &Arc<Shared>, mut req: tiny_http::Request) {
                 body: &body,
                 if_match: if_match.as_deref(),
             },
+            authorization.as_deref(),
         ),
     };
+    let status = reply.as_ref().err().map(|e| e.status);
     let (code, ctype, text) = match reply {
         Ok(Reply::Json(code, v)) => (code, "application/json", v.to_string()),
         Ok(Reply::Text(ctype, t)) => (200, ctype, t),
@@ -84,21 +93,115 @@ fn serve_one(shared: &Arc<Shared>, mut req: tiny_http::Request) {
     if let Some(h) = header("Content-Type", ctype) {
         resp = resp.with_header(h);
     }
+    if status == Some(401) {
+        if let Some(h) = header("WWW-Authenticate", "Bearer realm=\"sluice\"") {
+            resp = resp.with_header(h);
+        }
+    }
     // The client may have gone; nothing to do about it.
     let _ = req.respond(resp);
 }
 
-fn handle(shared: &Arc<Shared>, req: &Request<'_>) -> Result<Reply, ApiError> {
-    let action = resources::parse(req)?;
-    if matches!(action, Action::Host(hosts::HostAction::Instances)) {
-        return instances(shared);
+/// Who sent the request: its token's principal, or `None` for an open route;
+/// a 401 if it needs a token and has no known one.
+fn principal(
+    shared: &Shared,
+    req: &Request<'_>,
+    authorization: Option<&str>,
+) -> Result<Option<Principal>, ApiError> {
+    let path = req.url.split('?').next().unwrap_or("");
+    if auth::is_open(req.method, path) {
+        return Ok(None);
     }
-    if let Action::Eve(q) = &action {
-        return eve(shared, q);
+    auth::authenticate(authorization, |t| lock(&shared.tokens).lookup(t)).map(Some)
+}
+
+fn handle(
+    shared: &Arc<Shared>,
+    req: &Request<'_>,
+    authorization: Option<&str>,
+) -> Result<Reply, ApiError> {
+    // Authenticate before parsing, so an anonymous caller learns nothing from
+    // the request's validation.
+    let who = principal(shared, req, authorization)?;
+    let mut action = resources::parse_as(req, who.as_ref())?;
+    let mut only = None;
+    if let Some(p) = &who {
+        if let Err(e) = auth::authorize(p, &action) {
+            refused(shared, p, &action, &e);
+            return Err(e);
+        }
+        only = auth::listing_filter(p, &action);
+        if let Some(t) = &only {
+            // Narrow the query itself, so a tenant's `limit` counts its own
+            // entries; the listing is still filtered below.
+            match &mut action {
+                Action::Audit(q) => q.tenant = Some(t.clone()),
+                Action::Eve(q) => q.tenant = Some(t.clone()),
+                _ => {}
+            }
+        }
     }
+    let actor = who.as_ref().map_or("anonymous", |p| p.name.as_str());
+    // An agent's API token, recorded once its heartbeat is accepted.
+    let agent_token = match &action {
+        Action::Host(hosts::HostAction::Heartbeat(hb)) => {
+            let r = &hb.hb.registration;
+            Some((r.host, r.api_token.clone()))
+        }
+        _ => None,
+    };
+    let reply = run(shared, action, agent_token, actor)?;
+    Ok(match only {
+        Some(t) => auth::filter_listing(&t, reply),
+        None => reply,
+    })
+}
+
+/// Records a change refused by authorization in the audit log (a change the
+/// executor refuses is recorded there).
+fn refused(shared: &Shared, who: &Principal, action: &Action, e: &ApiError) {
+    if let Some((tenant, what)) = crate::executor::describe(action) {
+        lock(&shared.reconciler).record(
+            AuditEntry {
+                seq: 0,
+                at_ms: 0,
+                actor: who.name.clone(),
+                tenant,
+                action: what,
+                status: e.status,
+                changes: vec![e.msg.clone()],
+            },
+            Instant::now(),
+        );
+    }
+}
+
+fn run(
+    shared: &Arc<Shared>,
+    action: Action,
+    agent_token: Option<(u32, Option<String>)>,
+    actor: &str,
+) -> Result<Reply, ApiError> {
+    let action = match action {
+        Action::Host(hosts::HostAction::Instances) => return instances(shared),
+        Action::Eve(q) => return eve(shared, &q),
+        Action::Token(t) => {
+            return resources::tokens::execute(&mut lock(&shared.tokens), t, unix_ms())
+        }
+        a => a,
+    };
     let (reply, effects) = {
         let mut r = lock(&shared.reconciler);
-        let reply = crate::executor::execute(&mut r, action, Instant::now());
+        let reply = crate::executor::execute_as(&mut r, action, actor, Instant::now());
+        // Before the effects: the push a registration triggers needs it.
+        if let (Ok(_), Some((h, t))) = (&reply, agent_token) {
+            let mut tokens = lock(&shared.agent_tokens);
+            match t {
+                Some(t) => tokens.insert(h, t),
+                None => tokens.remove(&h),
+            };
+        }
         (reply, r.take_effects())
     };
     shared.perform(effects);
@@ -110,13 +213,16 @@ fn handle(shared: &Arc<Shared>, req: &Request<'_>) -> Result<Reply, ApiError> {
 /// is left out (its events come back with it).
 fn eve(shared: &Shared, q: &resources::eve::EveRequest) -> Result<Reply, ApiError> {
     // Every registered host: one whose instances were removed still has their
-    // logs.
-    let apis: Vec<String> = lock(&shared.reconciler)
-        .desired()
-        .hosts
-        .values()
-        .map(|h| h.api.clone())
-        .collect();
+    // logs. Each agent's EVE logs need its own API token.
+    let apis: Vec<(String, Option<String>)> = {
+        let tokens = lock(&shared.agent_tokens).clone();
+        lock(&shared.reconciler)
+            .desired()
+            .hosts
+            .iter()
+            .map(|(id, h)| (h.api.clone(), tokens.get(id).cloned()))
+            .collect()
+    };
     let agent = ureq::AgentBuilder::new()
         .timeout_connect(Duration::from_millis(300))
         .timeout(Duration::from_secs(5))
@@ -125,13 +231,15 @@ fn eve(shared: &Shared, q: &resources::eve::EveRequest) -> Result<Reply, ApiErro
     let answers: Vec<Vec<serde_json::Value>> = std::thread::scope(|s| {
         let hs: Vec<_> = apis
             .iter()
-            .map(|api| {
+            .map(|(api, token)| {
                 let agent = agent.clone();
                 let url = format!("{api}/v1/eve?{query}");
                 s.spawn(move || {
-                    agent
-                        .get(&url)
-                        .call()
+                    let mut req = agent.get(&url);
+                    if let Some(t) = token {
+                        req = req.set("Authorization", &format!("Bearer {t}"));
+                    }
+                    req.call()
                         .ok()
                         .and_then(|r| r.into_json::<Vec<serde_json::Value>>().ok())
                         .unwrap_or_default()

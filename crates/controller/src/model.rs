@@ -514,3 +514,36 @@ pub struct EventInfo {
     #[serde(default)]
     pub counts: Option<BTreeMap<String, u32>>,
 }
+
+/// `POST /v1/tokens`: a token to create.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TokenRequest {
+    /// Its name (letters, digits, `.`, `_`, `-`; at most 64).
+    pub name: String,
+    /// `operator`, `read-only`, `tenant:NAME` or `host:ID`.
+    pub role: String,
+}
+
+/// A token as listed: never its secret or hash.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TokenInfo {
+    /// Name.
+    pub name: String,
+    /// Role.
+    pub role: String,
+    /// When it was created, Unix milliseconds.
+    pub created_ms: u64,
+}
+
+/// The answer to `POST /v1/tokens`: the secret, shown this once.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TokenCreated {
+    /// Name.
+    pub name: String,
+    /// Role.
+    pub role: String,
+    /// When it was created, Unix milliseconds.
+    pub created_ms: u64,
+    /// The secret to send as `Authorization: Bearer SECRET`.
+    pub token: String,
+}

@@ -94,8 +94,15 @@ fn push_one(shared: &Arc<Shared>, host: u32) {
             // The agent answers once its data plane runs the new configuration.
             .timeout(Duration::from_secs(10))
             .build()
-            .put(&format!("{}/v1/config", job.api))
-            .send_json(&job.config);
+            .put(&format!("{}/v1/config", job.api));
+        // The agent's own token, as its last heartbeat gave it (none: an agent
+        // whose API is open).
+        let token = lock(&shared.agent_tokens).get(&host).cloned();
+        let r = match token {
+            Some(t) => r.set("Authorization", &format!("Bearer {t}")),
+            None => r,
+        }
+        .send_json(&job.config);
         let result = match r {
             Ok(_) => Ok(()),
             Err(ureq::Error::Status(code, resp)) => Err(format!(

@@ -3,8 +3,9 @@
 //! every 20 ms) and the pusher ([`crate::pusher`]), which carry out the effects
 //! it asks for. The only place the controller reads the clock.
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
@@ -12,7 +13,9 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::pusher::{self, PushQueue};
 use crate::reconcile::{Effects, Reconciler, StartError};
-use crate::store::{SqliteStore, StoreError};
+use crate::resources::auth::Role;
+use crate::store::tokens::{new_secret, TokenError};
+use crate::store::{SqliteStore, StoreError, TokenStore};
 
 /// How often the ticker runs the reconciler's time-driven checks.
 const TICK: Duration = Duration::from_millis(20);
@@ -39,6 +42,14 @@ pub enum ControllerError {
     /// A thread could not be started.
     #[error("cannot start a thread: {0}")]
     Thread(std::io::Error),
+    /// The first operator token could not be created or written.
+    #[error("admin token {path}: {msg}")]
+    AdminToken {
+        /// The admin token file.
+        path: PathBuf,
+        /// Why.
+        msg: String,
+    },
 }
 
 impl From<StartError> for ControllerError {
@@ -59,11 +70,61 @@ pub struct ServerOptions {
     pub db: PathBuf,
     /// State backend URL NF instances are given (`redis://127.0.0.1:6379`, `local`).
     pub state_url: String,
+    /// Where the first start (no token yet) writes the secret of the operator
+    /// token `admin` (mode 0600); `None`: [`default_admin_token_file`].
+    pub admin_token_file: Option<PathBuf>,
+}
+
+/// Where the admin token goes unless told: next to the database
+/// (`sluice-controller.db` → `sluice-controller.admin-token`), or
+/// `sluice-controller.admin-token` in the working directory for `:memory:`.
+pub fn default_admin_token_file(db: &Path) -> PathBuf {
+    if db.as_os_str() == ":memory:" {
+        PathBuf::from("sluice-controller.admin-token")
+    } else {
+        db.with_extension("admin-token")
+    }
+}
+
+/// Writes `secret` to `path`, readable by its owner only.
+fn write_secret(path: &Path, secret: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)?;
+    // `mode` only applies to a new file: narrow an existing one too.
+    f.set_permissions(std::fs::Permissions::from_mode(0o600))?;
+    f.write_all(format!("{secret}\n").as_bytes())?;
+    f.sync_all()
+}
+
+/// At a first start (no token at all), creates the operator token `admin`,
+/// its secret written to `path` before the token exists (so a failed write
+/// cannot leave an operator token nobody knows).
+fn bootstrap(tokens: &mut TokenStore, path: &Path) -> Result<bool, ControllerError> {
+    if !tokens.is_empty() {
+        return Ok(false);
+    }
+    let fail = |msg: String| ControllerError::AdminToken {
+        path: path.to_path_buf(),
+        msg,
+    };
+    let secret = new_secret().map_err(|e| fail(e.to_string()))?;
+    write_secret(path, &secret).map_err(|e| fail(e.to_string()))?;
+    tokens
+        .create_with("admin", Role::Operator, &secret, unix_ms())
+        .map_err(|e: TokenError| fail(e.to_string()))?;
+    Ok(true)
 }
 
 /// A running controller; [`ServerHandle::shutdown`] (or dropping it) stops it.
 pub struct ServerHandle {
     addr: SocketAddr,
+    admin_token: Option<PathBuf>,
     shared: Arc<Shared>,
     threads: Vec<JoinHandle<()>>,
 }
@@ -77,6 +138,12 @@ impl ServerHandle {
     /// Its base URL, `http://ADDR`.
     pub fn url(&self) -> String {
         format!("http://{}", self.addr)
+    }
+
+    /// The file the admin token was written to, if this start created it (the
+    /// database had no token).
+    pub fn bootstrapped(&self) -> Option<&Path> {
+        self.admin_token.as_deref()
     }
 
     /// Stops serving and pushing, and waits for its threads.
@@ -106,6 +173,12 @@ impl Drop for ServerHandle {
 /// What the controller's threads share.
 pub(crate) struct Shared {
     pub(crate) reconciler: Mutex<Reconciler>,
+    /// API tokens (a lock of their own: a lookup never waits for the reconciler).
+    pub(crate) tokens: Mutex<TokenStore>,
+    /// Each host's agent API token, from its last accepted heartbeat (kept in
+    /// memory only: agents draw a new one at each start and heartbeat every
+    /// 50 ms, so a restarted controller learns them again at once).
+    pub(crate) agent_tokens: Mutex<BTreeMap<u32, String>>,
     pub(crate) queue: Mutex<PushQueue>,
     pub(crate) push_cv: Condvar,
     /// Push and poll threads, joined at shutdown.
@@ -144,7 +217,8 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-fn unix_ms() -> u64 {
+/// Now, Unix milliseconds.
+pub(crate) fn unix_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_millis() as u64)
@@ -155,6 +229,12 @@ fn unix_ms() -> u64 {
 /// threads.
 pub fn serve(opts: ServerOptions) -> Result<ServerHandle, ControllerError> {
     let store = SqliteStore::open(&opts.db)?;
+    let mut tokens = TokenStore::open(&opts.db)?;
+    let token_file = opts
+        .admin_token_file
+        .clone()
+        .unwrap_or_else(|| default_admin_token_file(&opts.db));
+    let admin_token = bootstrap(&mut tokens, &token_file)?.then_some(token_file);
     let reconciler =
         Reconciler::start(Box::new(store), &opts.state_url, Instant::now(), unix_ms())?;
     let server = tiny_http::Server::http(opts.listen).map_err(|e| ControllerError::Listen {
@@ -171,6 +251,8 @@ pub fn serve(opts: ServerOptions) -> Result<ServerHandle, ControllerError> {
     let server = Arc::new(server);
     let shared = Arc::new(Shared {
         reconciler: Mutex::new(reconciler),
+        tokens: Mutex::new(tokens),
+        agent_tokens: Mutex::new(BTreeMap::new()),
         queue: Mutex::new(PushQueue::default()),
         push_cv: Condvar::new(),
         threads: Mutex::new(Vec::new()),
@@ -199,6 +281,7 @@ pub fn serve(opts: ServerOptions) -> Result<ServerHandle, ControllerError> {
     )?);
     Ok(ServerHandle {
         addr,
+        admin_token,
         shared,
         threads,
     })

@@ -55,7 +55,14 @@ impl FakeAgent {
                 };
                 let mut body = String::new();
                 let _ = req.as_reader().read_to_string(&mut body);
+                // The agent's own API token (what a real agent draws at start
+                // and registers with): a push without it is refused.
+                let authorized = req.headers().iter().any(|h| {
+                    h.field.equiv("Authorization")
+                        && h.value.as_str() == format!("Bearer agent-secret-{host}")
+                });
                 let (code, text) = match (req.method().as_str(), req.url()) {
+                    ("PUT", "/v1/config") if !authorized => (401, "{}".to_string()),
                     ("PUT", "/v1/config") => match serde_json::from_str::<AgentConfig>(&body) {
                         Ok(cfg) => match installs(&cfg) {
                             Ok(()) => {
@@ -109,6 +116,7 @@ impl FakeAgent {
             underlay: Ipv4Addr::new(10, 255, 0, self.host as u8),
             api: self.url.clone(),
             config_version: version,
+            api_token: Some(format!("agent-secret-{}", self.host)),
         }
     }
 
@@ -131,13 +139,30 @@ impl Drop for FakeAgent {
 }
 
 fn start(db: &Path) -> (ServerHandle, Client) {
+    // Next to a file database (a restart finds the first start's token); a
+    // private file for `:memory:`.
+    let token_file = (db.as_os_str() == ":memory:").then(|| {
+        static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        std::env::temp_dir().join(format!(
+            "sluice-test-{}-{n}.admin-token",
+            std::process::id()
+        ))
+    });
     let h = serve(ServerOptions {
         listen: "127.0.0.1:0".parse().unwrap(),
         db: db.to_path_buf(),
         state_url: "redis://127.0.0.1:6379".into(),
+        admin_token_file: token_file.clone(),
     })
     .unwrap();
-    let c = Client::new(&h.url());
+    let file =
+        token_file.unwrap_or_else(|| sluice_controller::service::default_admin_token_file(db));
+    let secret = std::fs::read_to_string(&file).unwrap();
+    if db.as_os_str() == ":memory:" {
+        let _ = std::fs::remove_file(&file);
+    }
+    let c = Client::new(&h.url()).with_token(Some(&secret));
     (h, c)
 }
 
@@ -421,7 +446,9 @@ fn bad_requests_name_the_field() {
     let (code, msg) = api_err(c.register_vm(&r));
     assert_eq!(code, 400);
     assert!(msg.starts_with("host"), "{msg}");
+    let bearer = format!("Bearer {}", c.token().unwrap());
     let bad = ureq::put(&format!("{}/v1/vms/acme/x", c.base()))
+        .set("Authorization", &bearer)
         .set("Content-Type", "application/json")
         .send_string("{\"tenant\": \"acme\"}");
     match bad {
@@ -435,6 +462,7 @@ fn bad_requests_name_the_field() {
         other => panic!("{other:?}"),
     }
     let wrong_type = ureq::put(&format!("{}/v1/tenants/acme", c.base()))
+        .set("Authorization", &bearer)
         .set("Content-Type", "image/png")
         .send_string(&text);
     assert!(matches!(wrong_type, Err(ureq::Error::Status(400, _))));

@@ -94,6 +94,7 @@ impl FakeAgent {
             underlay: Ipv4Addr::new(10, 255, 0, self.host as u8),
             api: self.url.clone(),
             config_version: self.configs.lock().unwrap().last().map_or(0, |c| c.version),
+            api_token: None,
         }
     }
 
@@ -160,13 +161,30 @@ impl Drop for Beater {
 }
 
 fn start(db: &Path) -> (ServerHandle, Client) {
+    // Next to a file database (a restart finds the first start's token); a
+    // private file for `:memory:`.
+    let token_file = (db.as_os_str() == ":memory:").then(|| {
+        static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        std::env::temp_dir().join(format!(
+            "sluice-test-{}-{n}.admin-token",
+            std::process::id()
+        ))
+    });
     let h = serve(ServerOptions {
         listen: "127.0.0.1:0".parse().unwrap(),
         db: db.to_path_buf(),
         state_url: "redis://127.0.0.1:6379".into(),
+        admin_token_file: token_file.clone(),
     })
     .unwrap();
-    let c = Client::new(&h.url());
+    let file =
+        token_file.unwrap_or_else(|| sluice_controller::service::default_admin_token_file(db));
+    let secret = std::fs::read_to_string(&file).unwrap();
+    if db.as_os_str() == ":memory:" {
+        let _ = std::fs::remove_file(&file);
+    }
+    let c = Client::new(&h.url()).with_token(Some(&secret));
     (h, c)
 }
 

@@ -46,6 +46,11 @@ pub struct HostRegistration {
     /// Version of the configuration the agent runs (0: none yet).
     #[serde(default)]
     pub config_version: u64,
+    /// The secret the controller must send (`Authorization: Bearer`) to
+    /// change this agent's configuration; drawn by the agent at each start.
+    /// Absent: the agent's API is open (tests, agents from before the field).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub api_token: Option<String>,
 }
 
 /// A tenant VM attached to a host's switch (a service VM, or the gateway where
@@ -805,6 +810,7 @@ mod tests {
             underlay: Ipv4Addr::new(10, 255, 0, 2),
             api: "http://127.0.0.1:1".into(),
             config_version: 4,
+            api_token: None,
         };
         let hb = HostHeartbeat {
             registration: reg.clone(),

@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 
 use crate::experiments::payload;
-use crate::lab::{other, Lab, LabError};
+use crate::lab::{other, Lab, LabError, LabState};
 use crate::svg;
 
 /// What to run.
@@ -202,10 +202,12 @@ fn health(apis: &[String]) -> Vec<serde_json::Value> {
         .collect()
 }
 
-fn scale(controller: &str, tenant: &str, middlebox: &str, n: u32) -> Result<(), LabError> {
+fn scale(st: &LabState, tenant: &str, middlebox: &str, n: u32) -> Result<(), LabError> {
     ureq::put(&format!(
-        "{controller}/v1/tenants/{tenant}/middleboxes/{middlebox}"
+        "{}/v1/tenants/{tenant}/middleboxes/{middlebox}",
+        st.controller
     ))
+    .set("Authorization", &st.bearer())
     .send_json(serde_json::json!({ "instances": n }))
     .map_err(|e| other(format!("scale {middlebox} to {n}: {e}")))?;
     Ok(())
@@ -351,11 +353,7 @@ pub fn elasticity(
             // In the background, so sampling goes on: the request, then polling
             // the agents until the new instance has seen a packet (a pinned group
             // may send it none until new flows start).
-            let (c, tn, mb) = (
-                st.controller.clone(),
-                st.tenant.clone(),
-                o.middlebox.clone(),
-            );
+            let (c, tn, mb) = (st.clone(), st.tenant.clone(), o.middlebox.clone());
             let (apis, name) = (apis.clone(), new_instance.clone());
             scale_out = Some(std::thread::spawn(move || {
                 let d = Instant::now();
@@ -372,11 +370,7 @@ pub fn elasticity(
             new_share = share_between(&rx_at_out, &instance_rx(&apis, &prefix), &new_instance);
             // In the background: a drain (pinned local state) answers only once
             // the instance's flows have ended, and sampling must go on meanwhile.
-            let (c, tn, mb) = (
-                st.controller.clone(),
-                st.tenant.clone(),
-                o.middlebox.clone(),
-            );
+            let (c, tn, mb) = (st.clone(), st.tenant.clone(), o.middlebox.clone());
             scale_in = Some(std::thread::spawn(move || scale(&c, &tn, &mb, 1)));
         }
         let t = t0.elapsed();

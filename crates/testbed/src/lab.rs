@@ -109,9 +109,30 @@ pub struct LabState {
     /// The `sluice` binary the controller runs from.
     #[serde(default)]
     pub sluice: PathBuf,
+    /// The operator token's file (the controller's bootstrap `admin` token,
+    /// mode 0600); the lab's own API calls send it.
+    #[serde(default)]
+    pub token_file: PathBuf,
+    /// A `sluice` config file with a `testbed` context (this controller, that
+    /// token): `export SLUICE_CONFIG=...` makes the CLI talk to the lab.
+    #[serde(default)]
+    pub config: PathBuf,
 }
 
 impl LabState {
+    /// The operator token (empty if its file cannot be read: requests then
+    /// fail with a 401 naming the problem).
+    pub fn token(&self) -> String {
+        fs::read_to_string(&self.token_file)
+            .map(|t| t.trim().to_string())
+            .unwrap_or_default()
+    }
+
+    /// The `Authorization` header value of the lab's API calls.
+    pub fn bearer(&self) -> String {
+        format!("Bearer {}", self.token())
+    }
+
     /// The VM called `name`.
     pub fn vm(&self, name: &str) -> Option<&VmInfo> {
         self.vms.iter().find(|v| v.name == name)
@@ -216,9 +237,34 @@ fn spawn_logged(cmd: &mut Command, log: &Path) -> Result<Child, LabError> {
         .map_err(|e| other(format!("cannot start {:?}: {e}", cmd.get_program())))
 }
 
-/// A minimal HTTP client call against the controller (JSON or YAML bodies).
-fn http(method: &str, url: &str, body: Option<(&str, &str)>) -> Result<String, LabError> {
-    let req = ureq::request(method, url).timeout(Duration::from_secs(10));
+/// Writes `text` to `path`, readable by its owner only (a secret).
+fn write_secret(path: &Path, text: &str) -> Result<(), LabError> {
+    use std::io::Write;
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    let err = |e: std::io::Error| other(format!("{}: {e}", path.display()));
+    let mut f = fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)
+        .map_err(err)?;
+    f.set_permissions(fs::Permissions::from_mode(0o600))
+        .map_err(err)?;
+    f.write_all(text.as_bytes()).map_err(err)
+}
+
+/// A minimal HTTP client call against the controller (JSON or YAML bodies),
+/// with the lab's operator token.
+fn http(
+    st: &LabState,
+    method: &str,
+    url: &str,
+    body: Option<(&str, &str)>,
+) -> Result<String, LabError> {
+    let req = ureq::request(method, url)
+        .timeout(Duration::from_secs(10))
+        .set("Authorization", &st.bearer());
     let r = match body {
         Some((ctype, b)) => req.set("Content-Type", ctype).send_string(b),
         None => req.call(),
@@ -364,14 +410,34 @@ impl Lab {
         let ctl_port = free_port()?;
         self.state.sluice = opts.sluice.clone();
         self.start_controller(ctl_port)?;
+        self.write_cli_config()?;
 
-        // Agents.
+        // Agents, each with a token of its own host's role.
         for i in 0..self.state.hosts.len() {
             let h = self.state.hosts[i].clone();
             let port = free_port()?;
             let run_dir = dir.join(format!("h{}", h.id));
             fs::create_dir_all(&run_dir).map_err(other)?;
             let log = dir.join(format!("agent-h{}.log", h.id));
+            let token_file = dir.join(format!("h{}.token", h.id));
+            let created = http(
+                &self.state,
+                "POST",
+                &format!("{}/v1/tokens", self.state.controller),
+                Some((
+                    "application/json",
+                    &serde_json::json!({
+                        "name": format!("host-{}", h.id),
+                        "role": format!("host:{}", h.id),
+                    })
+                    .to_string(),
+                )),
+            )?;
+            let secret = serde_json::from_str::<serde_json::Value>(&created)
+                .ok()
+                .and_then(|v| v["token"].as_str().map(str::to_string))
+                .ok_or_else(|| other(format!("POST /v1/tokens answered {created}")))?;
+            write_secret(&token_file, &format!("{secret}\n"))?;
             let mut cmd = Command::new(&opts.sluiced);
             cmd.args([
                 "run",
@@ -385,6 +451,8 @@ impl Lab {
                 &h.underlay.to_string(),
                 "--controller",
                 &self.state.controller,
+                "--token-file",
+                &token_file.display().to_string(),
                 "--listen",
                 &format!("127.0.0.1:{port}"),
                 "--prefix",
@@ -457,6 +525,7 @@ impl Lab {
                 gateway,
             };
             http(
+                &lab.state,
                 "PUT",
                 &format!("{}/v1/vms/{}/{}", lab.state.controller, spec.tenant, name),
                 Some((
@@ -486,7 +555,12 @@ impl Lab {
         // Wait until every agent registered, then apply.
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
-            let hosts = http("GET", &format!("{}/v1/hosts", self.state.controller), None)?;
+            let hosts = http(
+                &self.state,
+                "GET",
+                &format!("{}/v1/hosts", self.state.controller),
+                None,
+            )?;
             let v: serde_json::Value = serde_json::from_str(&hosts).map_err(other)?;
             let n = v
                 .as_array()
@@ -506,6 +580,7 @@ impl Lab {
             std::thread::sleep(Duration::from_millis(50));
         }
         http(
+            &self.state,
             "PUT",
             &format!("{}/v1/tenants/{}", self.state.controller, spec.tenant),
             Some(("application/yaml", text)),
@@ -544,6 +619,9 @@ impl Lab {
             format!("controller-{n}.log")
         });
         let db = dir.join("controller.db");
+        // Written at the first start (the database of a new lab has no
+        // token), kept by restarts.
+        let token_file = dir.join("admin.token");
         let mut child = spawn_logged(
             Command::new(&self.state.sluice).args([
                 "controller",
@@ -553,9 +631,12 @@ impl Lab {
                 &db.display().to_string(),
                 "--state",
                 &self.state.store,
+                "--admin-token-file",
+                &token_file.display().to_string(),
             ]),
             &log,
         )?;
+        self.state.token_file = token_file;
         let old = self.state.controller_pid;
         self.state.pids.retain(|&p| p != old);
         self.state.pids.insert(0, child.id());
@@ -563,6 +644,27 @@ impl Lab {
         self.save()?;
         wait_tcp(port, "the controller", &mut child, &log)?;
         self.state.controller = format!("http://127.0.0.1:{port}");
+        self.save()
+    }
+
+    /// Writes `sluice-config.yaml` with a `testbed` context: this controller,
+    /// the operator token's file (named, not copied: the config holds no
+    /// secret).
+    fn write_cli_config(&mut self) -> Result<(), LabError> {
+        let path = self.state.dir.join("sluice-config.yaml");
+        let text = format!(
+            "# `export SLUICE_CONFIG={}` points the sluice CLI at this testbed.\n\
+             current_context: testbed\n\
+             contexts:\n  \
+             - name: testbed\n    \
+               controller: {}\n    \
+               token_file: {}\n",
+            path.display(),
+            self.state.controller,
+            self.state.token_file.display()
+        );
+        fs::write(&path, text).map_err(|e| other(format!("{}: {e}", path.display())))?;
+        self.state.config = path;
         self.save()
     }
 
@@ -594,7 +696,12 @@ impl Lab {
     pub fn wait_in_sync(&self, within: Duration) -> Result<(), LabError> {
         let deadline = Instant::now() + within;
         loop {
-            let body = http("GET", &format!("{}/v1/hosts", self.state.controller), None)?;
+            let body = http(
+                &self.state,
+                "GET",
+                &format!("{}/v1/hosts", self.state.controller),
+                None,
+            )?;
             let hosts: serde_json::Value = serde_json::from_str(&body).map_err(other)?;
             let synced = hosts
                 .as_array()
@@ -608,6 +715,7 @@ impl Lab {
                 })
                 .unwrap_or(false);
             let inst = http(
+                &self.state,
                 "GET",
                 &format!("{}/v1/instances", self.state.controller),
                 None,

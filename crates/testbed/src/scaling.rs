@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use crate::lab::{other, Lab, LabError};
+use crate::lab::{other, Lab, LabError, LabState};
 use crate::svg;
 
 /// What to run.
@@ -300,11 +300,14 @@ fn start_client(
 }
 
 fn api<T: serde::de::DeserializeOwned>(
+    st: &LabState,
     method: &str,
     url: &str,
     body: Option<serde_json::Value>,
 ) -> Result<T, LabError> {
-    let r = ureq::request(method, url).timeout(Duration::from_secs(5));
+    let r = ureq::request(method, url)
+        .timeout(Duration::from_secs(5))
+        .set("Authorization", &st.bearer());
     let r = match body {
         Some(b) => r.send_json(b),
         None => r.call(),
@@ -348,9 +351,9 @@ pub fn scaling(lab: &Lab, o: &ScalingOptions, strategy: &str) -> Result<ScalingR
     if reported {
         cfg["direction"] = "lower".into();
     }
-    let _: serde_json::Value = api("PUT", &format!("{base}/scaling"), Some(cfg))?;
+    let _: serde_json::Value = api(st, "PUT", &format!("{base}/scaling"), Some(cfg))?;
     let events_url = format!("{}/v1/events", st.controller);
-    let first_event = api::<Vec<serde_json::Value>>("GET", &events_url, None)?
+    let first_event = api::<Vec<serde_json::Value>>(st, "GET", &events_url, None)?
         .iter()
         .filter_map(|e| e["id"].as_u64())
         .max()
@@ -404,10 +407,11 @@ pub fn scaling(lab: &Lab, o: &ScalingOptions, strategy: &str) -> Result<ScalingR
         let mean_ms = if n > 0 { sum_ms / n as f64 } else { 0.0 };
         let ack = if !reported {
             // The agents measure; the client only watches the counts.
-            api::<serde_json::Value>("GET", &format!("{base}/scaling"), None).ok()
+            api::<serde_json::Value>(st, "GET", &format!("{base}/scaling"), None).ok()
         } else if n > 0 {
             // The application's own report, as Stratos's tenants give it.
             api::<serde_json::Value>(
+                st,
                 "POST",
                 &format!("{base}/metrics"),
                 Some(serde_json::json!({ "value": mean_ms, "at_ms": next.as_millis() as u64 })),
@@ -433,7 +437,7 @@ pub fn scaling(lab: &Lab, o: &ScalingOptions, strategy: &str) -> Result<ScalingR
         });
         next += Duration::from_secs(1);
     }
-    let events: Vec<String> = api::<Vec<serde_json::Value>>("GET", &events_url, None)?
+    let events: Vec<String> = api::<Vec<serde_json::Value>>(st, "GET", &events_url, None)?
         .iter()
         .filter(|e| e["id"].as_u64().is_some_and(|i| i > first_event))
         .filter(|e| e["chain"].as_str().is_none_or(|c| c == o.chain))
@@ -447,7 +451,9 @@ pub fn scaling(lab: &Lab, o: &ScalingOptions, strategy: &str) -> Result<ScalingR
         })
         .collect();
     // Disarm the scaler so nothing changes while the lab goes down.
-    let _ = ureq::delete(&format!("{base}/scaling")).call();
+    let _ = ureq::delete(&format!("{base}/scaling"))
+        .set("Authorization", &st.bearer())
+        .call();
     Ok(summarise(strategy, o, seconds, events))
 }
 

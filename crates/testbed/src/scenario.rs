@@ -96,9 +96,14 @@ fn access_logs(lab: &Lab) -> String {
     all
 }
 
-fn get_json(url: &str) -> Option<serde_json::Value> {
-    let r = ureq::get(url).timeout(Duration::from_secs(5)).call().ok()?;
-    r.into_json().ok()
+/// `GET url` as JSON; `bearer`: the `Authorization` header, sent to the
+/// controller only (an agent has no use for the operator's token).
+fn get_json(url: &str, bearer: Option<&str>) -> Option<serde_json::Value> {
+    let mut req = ureq::get(url).timeout(Duration::from_secs(5));
+    if let Some(b) = bearer {
+        req = req.set("Authorization", b);
+    }
+    req.call().ok()?.into_json().ok()
 }
 
 fn as_list(v: &serde_json::Value, key: &str) -> Vec<serde_json::Value> {
@@ -113,7 +118,7 @@ fn packets_to(lab: &Lab, middlebox: &str) -> u64 {
     let st = lab.state();
     let mut total = 0;
     for h in &st.hosts {
-        let Some(status) = get_json(&format!("{}/v1/status", h.api)) else {
+        let Some(status) = get_json(&format!("{}/v1/status", h.api), None) else {
             continue;
         };
         for p in as_list(&status, "ports") {
@@ -134,7 +139,7 @@ fn packets_to(lab: &Lab, middlebox: &str) -> u64 {
 pub fn leases_of(lab: &Lab, middlebox: &str) -> (usize, usize, u64) {
     let (mut n, mut leased, mut hits) = (0, 0, 0);
     for h in &lab.state().hosts {
-        let Some(status) = get_json(&format!("{}/v1/status", h.api)) else {
+        let Some(status) = get_json(&format!("{}/v1/status", h.api), None) else {
             continue;
         };
         for i in as_list(&status, "health") {
@@ -158,10 +163,10 @@ pub fn figure4(lab: &Lab) -> Result<Report, LabError> {
     let expected = blob();
     // If the firewall is `state: cached`, the controller leases its group once
     // every agent runs the split (docs/STATE.md). Wait for that, briefly.
-    let cached = get_json(&format!(
-        "{}/v1/tenants/acme/middleboxes/fw",
-        lab.state().controller
-    ))
+    let cached = get_json(
+        &format!("{}/v1/tenants/acme/middleboxes/fw", lab.state().controller),
+        Some(&lab.state().bearer()),
+    )
     .is_some_and(|m| m.get("state").and_then(|s| s.as_str()) == Some("cached"));
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     let mut fw = leases_of(lab, "fw");
@@ -253,12 +258,15 @@ pub fn figure4(lab: &Lab) -> Result<Report, LabError> {
     // The alert is reported once, through the controller, from the instance's
     // EVE log on its host.
     let alerts_of = |lab: &Lab| -> Vec<serde_json::Value> {
-        get_json(&format!("{}/v1/alerts?tenant=acme", lab.state().controller))
-            .and_then(|v| v.as_array().cloned())
-            .unwrap_or_default()
-            .into_iter()
-            .filter(|a| a["alert"]["signature_id"] == 1_000_001)
-            .collect()
+        get_json(
+            &format!("{}/v1/alerts?tenant=acme", lab.state().controller),
+            Some(&lab.state().bearer()),
+        )
+        .and_then(|v| v.as_array().cloned())
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|a| a["alert"]["signature_id"] == 1_000_001)
+        .collect()
     };
     let deadline = std::time::Instant::now() + Duration::from_secs(5);
     let mut alerts = alerts_of(lab);
@@ -341,6 +349,7 @@ pub fn figure4(lab: &Lab) -> Result<Report, LabError> {
     let bad = "tenant: acme\nelements:\n  c: { type: external, subnets: [198.51.100.0/24] }\n  w:\n    type: service\n    vms: { web-a1: 10.10.1.11 }\nchains:\n  - name: x\n    path: [c, nosuch, w]\n";
     let versions_before = host_versions(lab);
     let resp = ureq::put(&format!("{}/v1/tenants/acme", lab.state().controller))
+        .set("Authorization", &lab.state().bearer())
         .set("Content-Type", "application/yaml")
         .timeout(Duration::from_secs(10))
         .send_string(bad);
@@ -376,7 +385,10 @@ pub fn figure4(lab: &Lab) -> Result<Report, LabError> {
 }
 
 fn host_versions(lab: &Lab) -> Vec<String> {
-    let Some(v) = get_json(&format!("{}/v1/hosts", lab.state().controller)) else {
+    let Some(v) = get_json(
+        &format!("{}/v1/hosts", lab.state().controller),
+        Some(&lab.state().bearer()),
+    ) else {
         return Vec::new();
     };
     as_list(&v, "hosts")

@@ -121,6 +121,7 @@ impl Sim {
                 underlay: Ipv4Addr::new(10, 255, 0, h as u8),
                 api: format!("http://127.0.0.1:{}", 9000 + h),
                 config_version: self.running.get(&h).copied().unwrap_or(0),
+                api_token: None,
             },
             instances: health.unwrap_or_default(),
             chains,

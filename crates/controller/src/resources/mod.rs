@@ -10,11 +10,13 @@ use serde_json::Value;
 use crate::error::ApiError;
 
 pub mod audit;
+pub mod auth;
 pub mod eve;
 pub mod events;
 pub mod hosts;
 pub mod scaling;
 pub mod tenants;
+pub mod tokens;
 
 /// Every route the server implements: (method, path template).
 pub const ROUTES: &[(&str, &str)] = &[
@@ -45,6 +47,9 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("GET", "/v1/audit"),
     ("GET", "/v1/alerts"),
     ("GET", "/v1/flows"),
+    ("GET", "/v1/tokens"),
+    ("POST", "/v1/tokens"),
+    ("DELETE", "/v1/tokens/{name}"),
 ];
 
 /// The OpenAPI document of this API.
@@ -86,6 +91,8 @@ pub enum Action {
     /// `GET /v1/alerts`, `GET /v1/flows`: answered by the HTTP edge, which asks
     /// the agents.
     Eve(eve::EveRequest),
+    /// A token request (served by the HTTP edge on the token store).
+    Token(tokens::TokenAction),
 }
 
 /// A successful answer.
@@ -111,11 +118,21 @@ pub(crate) fn body<T: serde::de::DeserializeOwned>(body: &str) -> Result<T, ApiE
 
 /// Parses a request into its action.
 pub fn parse(req: &Request<'_>) -> Result<Action, ApiError> {
+    parse_as(req, None)
+}
+
+/// Parses a request into its action, first checking that `who` (if given) may
+/// use its route at all ([`auth::authorize_route`]): a 403 before the body is
+/// looked at.
+pub fn parse_as(req: &Request<'_>, who: Option<&auth::Principal>) -> Result<Action, ApiError> {
     let (path, query) = match req.url.split_once('?') {
         Some((p, q)) => (p, q),
         None => (req.url, ""),
     };
     let (tpl, p) = route(req.method, path)?;
+    if let Some(w) = who {
+        auth::authorize_route(w, req.method, tpl, path)?;
+    }
     let p = Params(p);
     match (req.method, tpl) {
         ("GET", "/healthz") => Ok(Action::Health),
@@ -124,6 +141,9 @@ pub fn parse(req: &Request<'_>) -> Result<Action, ApiError> {
         ("GET", "/v1/audit") => audit::parse(query).map(Action::Audit),
         ("GET", "/v1/alerts") => eve::parse("alert", query).map(Action::Eve),
         ("GET", "/v1/flows") => eve::parse("flow", query).map(Action::Eve),
+        (_, t) if t.starts_with("/v1/tokens") => {
+            tokens::parse(req.method, tpl, &p, req.body).map(Action::Token)
+        }
         (_, t)
             if t.starts_with("/v1/tenants/{name}/middleboxes") || t.contains("/chains/{chain}") =>
         {

@@ -15,8 +15,10 @@ use crate::audit::{AuditEntry, AuditQuery};
 use crate::desired::Desired;
 
 mod sqlite;
+pub mod tokens;
 
 pub use sqlite::SqliteStore;
+pub use tokens::TokenStore;
 
 /// The desired state could not be loaded or saved.
 #[derive(Debug, thiserror::Error)]

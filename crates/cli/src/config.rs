@@ -1,0 +1,326 @@
+//! Where the controller is and which API token to send: flags, then the
+//! environment, then a kubectl-like config file of named contexts.
+//!
+//! ```yaml
+//! current_context: testbed
+//! contexts:
+//!   - name: testbed
+//!     controller: http://127.0.0.1:7420
+//!     token_file: admin.token        # relative: to this file's directory
+//!   - name: acme
+//!     controller: https://sluice.example
+//!     token: sluice_...
+//! ```
+//!
+//! The file is `$SLUICE_CONFIG`, else `~/.config/sluice/config`; `sluice config
+//! view` shows it without secrets, `sluice config use-context NAME` switches.
+
+use std::path::{Path, PathBuf};
+
+use clap::{Args, Subcommand};
+use serde::{Deserialize, Serialize};
+
+use crate::error::CliError;
+
+/// The config file.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// The context used unless `--context` names another.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub current_context: Option<String>,
+    /// Named controllers and credentials.
+    #[serde(default)]
+    pub contexts: Vec<Context>,
+}
+
+/// A controller and the token to use with it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Context {
+    /// Its name.
+    pub name: String,
+    /// The controller's URL.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub controller: Option<String>,
+    /// The token itself.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token: Option<String>,
+    /// A file holding the token (relative: to the config file's directory).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token_file: Option<PathBuf>,
+}
+
+fn bad(path: &Path, msg: impl Into<String>) -> CliError {
+    CliError::Config {
+        path: path.to_path_buf(),
+        msg: msg.into(),
+    }
+}
+
+impl Config {
+    /// Parses and checks a config file's text (`path` names it in errors).
+    pub fn parse(text: &str, path: &Path) -> Result<Config, CliError> {
+        let c: Config = if text.trim().is_empty() {
+            Config::default()
+        } else {
+            serde_yaml::from_str(text).map_err(|e| bad(path, e.to_string()))?
+        };
+        for (i, ctx) in c.contexts.iter().enumerate() {
+            let at = format!("contexts[{i}]");
+            if ctx.name.is_empty() {
+                return Err(bad(path, format!("{at}.name: must not be empty")));
+            }
+            if c.contexts[..i].iter().any(|o| o.name == ctx.name) {
+                return Err(bad(
+                    path,
+                    format!("{at}.name: a context named `{}` comes before", ctx.name),
+                ));
+            }
+            if ctx.token.is_some() && ctx.token_file.is_some() {
+                return Err(bad(
+                    path,
+                    format!(
+                        "{at} (`{}`): give `token` or `token_file`, not both",
+                        ctx.name
+                    ),
+                ));
+            }
+        }
+        if let Some(cur) = &c.current_context {
+            if c.context(cur).is_none() {
+                return Err(bad(
+                    path,
+                    format!("current_context: no context is named `{cur}`"),
+                ));
+            }
+        }
+        Ok(c)
+    }
+
+    /// The context called `name`.
+    pub fn context(&self, name: &str) -> Option<&Context> {
+        self.contexts.iter().find(|c| c.name == name)
+    }
+}
+
+/// The config file's path, and whether it was named explicitly (then it must
+/// exist).
+fn config_path() -> Option<(PathBuf, bool)> {
+    if let Some(p) = std::env::var_os("SLUICE_CONFIG").filter(|p| !p.is_empty()) {
+        return Some((PathBuf::from(p), true));
+    }
+    let home = std::env::var_os("HOME").filter(|h| !h.is_empty())?;
+    Some((PathBuf::from(home).join(".config/sluice/config"), false))
+}
+
+/// The config file (none: an empty config) and its path.
+fn load() -> Result<(Config, Option<PathBuf>), CliError> {
+    let Some((path, explicit)) = config_path() else {
+        return Ok((Config::default(), None));
+    };
+    match std::fs::read_to_string(&path) {
+        Ok(text) => Ok((Config::parse(&text, &path)?, Some(path))),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound && !explicit => {
+            Ok((Config::default(), Some(path)))
+        }
+        Err(e) => Err(bad(
+            &path,
+            format!(
+                "{e}{}",
+                if explicit {
+                    " (named by $SLUICE_CONFIG)"
+                } else {
+                    ""
+                }
+            ),
+        )),
+    }
+}
+
+/// Reads a token file: its first line, trimmed; empty is an error.
+pub fn read_token_file(path: &Path) -> Result<String, CliError> {
+    let text = std::fs::read_to_string(path).map_err(CliError::io(path))?;
+    let t = text.lines().next().unwrap_or("").trim().to_string();
+    if t.is_empty() {
+        return Err(CliError::Config {
+            path: path.to_path_buf(),
+            msg: "the token file is empty".into(),
+        });
+    }
+    Ok(t)
+}
+
+/// The controller URL and token a command uses.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Target {
+    /// The controller's URL.
+    pub url: String,
+    /// The token (None: send none; the controller will answer 401).
+    pub token: Option<String>,
+}
+
+/// Default controller URL.
+const DEFAULT_URL: &str = "http://127.0.0.1:7420";
+
+/// Resolves the controller and token: `--controller`/`--token`, else
+/// `$SLUICE_CONTROLLER`/`$SLUICE_TOKEN`, else the context (`--context`, else
+/// the file's `current_context`), else the default URL and no token. The
+/// config file is read only when a flag or variable leaves something open.
+pub fn resolve(
+    url: Option<&str>,
+    token: Option<&str>,
+    context: Option<&str>,
+) -> Result<Target, CliError> {
+    let env = |k: &str| std::env::var(k).ok().filter(|s| !s.is_empty());
+    let mut url = url.map(str::to_string).or_else(|| env("SLUICE_CONTROLLER"));
+    let mut token = token.map(str::to_string).or_else(|| env("SLUICE_TOKEN"));
+    if url.is_none() || token.is_none() || context.is_some() {
+        let (cfg, path) = load()?;
+        let path = path.unwrap_or_default();
+        let name = context.map(str::to_string).or(cfg.current_context.clone());
+        if let Some(name) = name {
+            let ctx = cfg.context(&name).ok_or_else(|| {
+                bad(
+                    &path,
+                    format!("--context: no context is named `{name}` in this file"),
+                )
+            })?;
+            url = url.or(ctx.controller.clone());
+            if token.is_none() {
+                token = match (&ctx.token, &ctx.token_file) {
+                    (Some(t), _) => Some(t.clone()),
+                    (None, Some(f)) => {
+                        let f = path.parent().unwrap_or(Path::new(".")).join(f);
+                        Some(read_token_file(&f).map_err(|e| {
+                            bad(&path, format!("context `{name}`: token_file: {e}"))
+                        })?)
+                    }
+                    (None, None) => None,
+                };
+            }
+        }
+    }
+    Ok(Target {
+        url: url.unwrap_or_else(|| DEFAULT_URL.into()),
+        token,
+    })
+}
+
+/// `sluice config`.
+#[derive(Subcommand, Debug)]
+pub enum ConfigCmd {
+    /// Show the config file, tokens redacted.
+    View,
+    /// Make NAME the current context.
+    UseContext {
+        /// A context of the file.
+        name: String,
+    },
+}
+
+/// `sluice config ...`.
+#[derive(Args, Debug)]
+pub struct ConfigArgs {
+    #[command(subcommand)]
+    what: ConfigCmd,
+}
+
+/// The config without secrets: tokens become `<redacted>`.
+pub fn redacted(c: &Config) -> Config {
+    let mut c = c.clone();
+    for ctx in &mut c.contexts {
+        if ctx.token.is_some() {
+            ctx.token = Some("<redacted>".into());
+        }
+    }
+    c
+}
+
+/// `sluice config view | use-context`.
+pub fn run(a: &ConfigArgs) -> Result<(), CliError> {
+    let (mut cfg, path) = load()?;
+    let Some(path) = path else {
+        return Err(CliError::flag(
+            "config",
+            "no config file: set $SLUICE_CONFIG or $HOME",
+        ));
+    };
+    match &a.what {
+        ConfigCmd::View => {
+            println!("# {}", path.display());
+            let text =
+                serde_yaml::to_string(&redacted(&cfg)).map_err(|e| bad(&path, e.to_string()))?;
+            print!("{text}");
+        }
+        ConfigCmd::UseContext { name } => {
+            if cfg.context(name).is_none() {
+                let known: Vec<&str> = cfg.contexts.iter().map(|c| c.name.as_str()).collect();
+                return Err(bad(
+                    &path,
+                    format!(
+                        "no context is named `{name}` (contexts: {})",
+                        if known.is_empty() {
+                            "none".to_string()
+                        } else {
+                            known.join(", ")
+                        }
+                    ),
+                ));
+            }
+            cfg.current_context = Some(name.clone());
+            let text = serde_yaml::to_string(&cfg).map_err(|e| bad(&path, e.to_string()))?;
+            // Rewritten in place: the file keeps its owner and mode (it may
+            // hold tokens).
+            std::fs::write(&path, text).map_err(CliError::io(&path))?;
+            println!("current context: {name}");
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bad_configs_name_the_file_and_the_field() {
+        let p = Path::new("/etc/sluice.yaml");
+        let cases = [
+            ("contexts: [{name: a}, {name: a}]", "contexts[1].name"),
+            ("contexts: [{name: a, token: x, token_file: f}]", "not both"),
+            (
+                "current_context: b\ncontexts: [{name: a}]",
+                "current_context",
+            ),
+            ("contexts: [{name: a, tokn: x}]", "tokn"),
+            ("contexts: [{name: ''}]", "contexts[0].name"),
+        ];
+        for (text, want) in cases {
+            let e = Config::parse(text, p).unwrap_err().to_string();
+            assert!(e.starts_with("/etc/sluice.yaml"), "{e}");
+            assert!(e.contains(want), "{text}: {e}");
+        }
+        let c = Config::parse(
+            "current_context: b\ncontexts: [{name: a, token: s}, {name: b, token_file: t}]",
+            p,
+        )
+        .unwrap();
+        assert_eq!(c.context("b").unwrap().token_file, Some(PathBuf::from("t")));
+        assert_eq!(Config::parse("", p).unwrap(), Config::default());
+    }
+
+    #[test]
+    fn views_never_show_a_token() {
+        let c = Config::parse(
+            "contexts: [{name: a, token: sluice_secret}]",
+            Path::new("c"),
+        )
+        .unwrap();
+        let text = serde_yaml::to_string(&redacted(&c)).unwrap();
+        assert!(
+            !text.contains("sluice_secret") && text.contains("<redacted>"),
+            "{text}"
+        );
+    }
+}

@@ -1,0 +1,256 @@
+//! API tokens, durable in the controller's database: a name, a role, when it
+//! was created and the SHA-256 of the secret. The secret itself is shown once,
+//! when the token is created, and never kept: a presented token is hashed and
+//! looked up, so comparing secrets needs no constant-time care (the attacker
+//! does not control which stored hash a lookup touches).
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use rusqlite::{params, Connection};
+use sha2::{Digest, Sha256};
+
+use super::StoreError;
+use crate::resources::auth::{Principal, Role};
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS tokens (
+    name TEXT PRIMARY KEY, role TEXT NOT NULL, hash BLOB NOT NULL UNIQUE,
+    created_ms INTEGER NOT NULL);
+";
+
+/// Prefix of every secret, so a leaked one is recognisable (secret scanners).
+pub const SECRET_PREFIX: &str = "sluice_";
+
+/// A stored token, without its secret.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TokenRecord {
+    /// Name (unique).
+    pub name: String,
+    /// Role.
+    pub role: Role,
+    /// When it was created, Unix milliseconds.
+    pub created_ms: u64,
+}
+
+/// A token could not be created or deleted.
+#[derive(Debug, thiserror::Error)]
+pub enum TokenError {
+    /// The name is taken.
+    #[error("name: a token named `{0}` exists already")]
+    Exists(String),
+    /// No token has this name.
+    #[error("no token is named `{0}`")]
+    Unknown(String),
+    /// Deleting it would leave no operator token.
+    #[error("token `{0}` is the last operator token: create another before deleting it")]
+    LastOperator(String),
+    /// The system's random source failed.
+    #[error("cannot draw a random secret: {0}")]
+    Random(String),
+    /// The database refused.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// The SHA-256 of a secret, as stored.
+pub fn hash_secret(secret: &str) -> [u8; 32] {
+    Sha256::digest(secret.as_bytes()).into()
+}
+
+/// A new secret: 256 random bits, hex, after [`SECRET_PREFIX`].
+pub fn new_secret() -> Result<String, TokenError> {
+    let mut b = [0u8; 32];
+    getrandom::getrandom(&mut b).map_err(|e| TokenError::Random(e.to_string()))?;
+    let mut s = String::with_capacity(SECRET_PREFIX.len() + 64);
+    s.push_str(SECRET_PREFIX);
+    for x in b {
+        s.push_str(&format!("{x:02x}"));
+    }
+    Ok(s)
+}
+
+/// The token table, with every token also kept in memory by hash (a request's
+/// lookup touches no disk).
+pub struct TokenStore {
+    conn: Connection,
+    by_hash: BTreeMap<[u8; 32], TokenRecord>,
+}
+
+fn db(e: rusqlite::Error) -> TokenError {
+    TokenError::Store(StoreError::Sqlite(e))
+}
+
+impl TokenStore {
+    /// Opens the token table of the database at `path` (`:memory:`: a private
+    /// in-memory one) and loads it.
+    pub fn open(path: &Path) -> Result<TokenStore, StoreError> {
+        let open = |source| StoreError::Open {
+            path: path.display().to_string(),
+            source,
+        };
+        let conn = if path.as_os_str() == ":memory:" {
+            Connection::open_in_memory().map_err(open)?
+        } else {
+            Connection::open(path).map_err(open)?
+        };
+        conn.execute_batch(SCHEMA).map_err(open)?;
+        let mut by_hash = BTreeMap::new();
+        {
+            let mut st = conn.prepare("SELECT name, role, hash, created_ms FROM tokens")?;
+            let rows = st.query_map([], |r| {
+                Ok((
+                    r.get::<_, String>(0)?,
+                    r.get::<_, String>(1)?,
+                    r.get::<_, Vec<u8>>(2)?,
+                    r.get::<_, i64>(3)?,
+                ))
+            })?;
+            for row in rows {
+                let (name, role, hash, created) = row?;
+                let role: Role = role
+                    .parse()
+                    .map_err(|e| StoreError::Corrupt(format!("token `{name}`: {e}")))?;
+                let hash: [u8; 32] = hash.try_into().map_err(|_| {
+                    StoreError::Corrupt(format!("token `{name}`: hash is not 32 bytes"))
+                })?;
+                by_hash.insert(
+                    hash,
+                    TokenRecord {
+                        name,
+                        role,
+                        created_ms: created.max(0) as u64,
+                    },
+                );
+            }
+        }
+        Ok(TokenStore { conn, by_hash })
+    }
+
+    /// Whether no token exists (a first start).
+    pub fn is_empty(&self) -> bool {
+        self.by_hash.is_empty()
+    }
+
+    /// Who a presented secret belongs to.
+    pub fn lookup(&self, secret: &str) -> Option<Principal> {
+        self.by_hash.get(&hash_secret(secret)).map(|t| Principal {
+            name: t.name.clone(),
+            role: t.role.clone(),
+        })
+    }
+
+    /// Every token, by name.
+    pub fn list(&self) -> Vec<TokenRecord> {
+        let mut v: Vec<TokenRecord> = self.by_hash.values().cloned().collect();
+        v.sort_by(|a, b| a.name.cmp(&b.name));
+        v
+    }
+
+    /// Creates a token; returns its secret (the only time it exists in full).
+    pub fn create(&mut self, name: &str, role: Role, now_ms: u64) -> Result<String, TokenError> {
+        let secret = new_secret()?;
+        self.create_with(name, role, &secret, now_ms)?;
+        Ok(secret)
+    }
+
+    /// Creates a token with a secret drawn by the caller (who had to keep it
+    /// somewhere safe first: the bootstrap's admin token file).
+    pub fn create_with(
+        &mut self,
+        name: &str,
+        role: Role,
+        secret: &str,
+        now_ms: u64,
+    ) -> Result<(), TokenError> {
+        if self.by_hash.values().any(|t| t.name == name) {
+            return Err(TokenError::Exists(name.to_string()));
+        }
+        let hash = hash_secret(secret);
+        self.conn
+            .execute(
+                "INSERT INTO tokens (name, role, hash, created_ms) VALUES (?1, ?2, ?3, ?4)",
+                params![name, role.to_string(), hash.to_vec(), now_ms as i64],
+            )
+            .map_err(db)?;
+        self.by_hash.insert(
+            hash,
+            TokenRecord {
+                name: name.to_string(),
+                role,
+                created_ms: now_ms,
+            },
+        );
+        Ok(())
+    }
+
+    /// Deletes the token called `name`; refuses to delete the last operator
+    /// token (nobody could manage tokens after).
+    pub fn delete(&mut self, name: &str) -> Result<TokenRecord, TokenError> {
+        let Some((hash, rec)) = self
+            .by_hash
+            .iter()
+            .find(|(_, t)| t.name == name)
+            .map(|(h, t)| (*h, t.clone()))
+        else {
+            return Err(TokenError::Unknown(name.to_string()));
+        };
+        let operators = self
+            .by_hash
+            .values()
+            .filter(|t| t.role == Role::Operator)
+            .count();
+        if rec.role == Role::Operator && operators == 1 {
+            return Err(TokenError::LastOperator(name.to_string()));
+        }
+        self.conn
+            .execute("DELETE FROM tokens WHERE name = ?1", params![name])
+            .map_err(db)?;
+        self.by_hash.remove(&hash);
+        Ok(rec)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn secrets_are_kept_only_as_hashes_and_survive_a_reopen() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.db");
+        let mut s = TokenStore::open(&path).unwrap();
+        assert!(s.is_empty());
+        let secret = s.create("alice", Role::Tenant("acme".into()), 7).unwrap();
+        assert!(secret.starts_with(SECRET_PREFIX));
+        assert_eq!(secret.len(), SECRET_PREFIX.len() + 64);
+        assert_ne!(secret, s.create("bob", Role::Operator, 8).unwrap());
+        assert!(matches!(
+            s.create("alice", Role::ReadOnly, 9),
+            Err(TokenError::Exists(_))
+        ));
+        drop(s);
+        let raw = std::fs::read(&path).unwrap();
+        assert!(
+            !raw.windows(secret.len()).any(|w| w == secret.as_bytes()),
+            "the secret is in the database file"
+        );
+        let mut s = TokenStore::open(&path).unwrap();
+        assert_eq!(
+            s.lookup(&secret),
+            Some(Principal {
+                name: "alice".into(),
+                role: Role::Tenant("acme".into())
+            })
+        );
+        assert_eq!(s.lookup("sluice_00"), None);
+        assert!(matches!(s.delete("bob"), Err(TokenError::LastOperator(_))));
+        assert_eq!(s.delete("alice").unwrap().name, "alice");
+        assert_eq!(s.lookup(&secret), None);
+        assert!(matches!(s.delete("alice"), Err(TokenError::Unknown(_))));
+        assert_eq!(
+            s.list().iter().map(|t| t.name.as_str()).collect::<Vec<_>>(),
+            ["bob"]
+        );
+    }
+}
