@@ -707,6 +707,7 @@ impl Desired {
                     chain_yaml,
                     // The baseline keeps flow state inside the instance.
                     state: if local { "local" } else { state_url }.to_string(),
+                    state_password: None,
                 });
             }
             cfg.ports.sort_by_key(|p| p.id);
