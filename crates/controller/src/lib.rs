@@ -15,6 +15,7 @@
 //! * [`lease`]: the ownership-lease gate of `state: cached` middleboxes;
 //! * [`measure`]: the agents' chain measurements summed into scaler metrics;
 //! * [`model`]: the JSON bodies of the REST API (`docs/openapi.yaml`);
+//! * [`store_acl`]: one state store user per tenant, confined to its keys;
 //! * [`client`]: a blocking client of that API (the CLI and the testbed use it).
 
 pub mod client;
@@ -31,6 +32,7 @@ pub mod reconcile;
 pub mod resources;
 pub mod service;
 pub mod store;
+pub mod store_acl;
 
 pub use compile::{compile, CompileError, Compiled, HostFib, Placement};
 pub use resources::{OPENAPI_YAML, ROUTES};

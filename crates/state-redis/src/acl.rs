@@ -138,7 +138,13 @@ impl Admin {
         let args = setuser_args(&tenant_user(tenant), password, &tenant_prefix(tenant));
         let args: Vec<&[u8]> = args.iter().map(|a| &a[..]).collect();
         for n in &mut self.nodes {
-            expect_ok(n, &args, "ACL SETUSER")?;
+            // The server may quote a rule it refuses, and a rule holds the password.
+            expect_ok(n, &args, "ACL SETUSER").map_err(|e| match e {
+                StoreError::Refused(m) => {
+                    StoreError::Refused(m.replace(password.expose(), "<redacted>"))
+                }
+                other => other,
+            })?;
         }
         Ok(())
     }
