@@ -182,6 +182,29 @@ impl Admin {
     }
 }
 
+impl Admin {
+    /// A counter of the `INFO` section `section` of the first node (e.g.
+    /// `stats`, `total_commands_processed`), for measurements. Connecting
+    /// counts a few commands of its own (`AUTH`, the script loads).
+    pub fn info_field(&mut self, section: &str, field: &str) -> Result<u64, StoreError> {
+        let n = &mut self.nodes[0];
+        let r = call(n, &[b"INFO", section.as_bytes()])?;
+        let Reply::Bulk(Some(range)) = &r else {
+            return Err(n.unexpected("INFO", &r));
+        };
+        let text = String::from_utf8_lossy(&n.rbuf[range.clone()]).into_owned();
+        text.lines()
+            .find_map(|l| {
+                l.strip_prefix(field)?
+                    .strip_prefix(':')?
+                    .trim()
+                    .parse()
+                    .ok()
+            })
+            .ok_or_else(|| StoreError::Protocol(format!("INFO {section}: no `{field}`")))
+    }
+}
+
 /// Sends one command on `n` and reads its reply.
 fn call(n: &mut Node, args: &[&[u8]]) -> Result<Reply, StoreError> {
     n.check_no_started()?;
