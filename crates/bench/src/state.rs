@@ -678,6 +678,9 @@ pub fn functions() -> Vec<(&'static str, ChainText, &'static str)> {
     ]
 }
 
+/// Opens the remote store for a run of the mode with the given suffix.
+type OpenStore<'a> = dyn FnMut(&str) -> Result<Box<dyn StateStore>, String> + 'a;
+
 /// The fastest run of each mode over `reps` rounds of `w`, one run of every
 /// mode per round, in turn: load that comes and goes on a shared machine then
 /// touches every mode alike, rather than whichever ran during it. Each remote
@@ -689,7 +692,7 @@ fn best_of_rounds(
     tag: &str,
     w: &Workload,
     reps: usize,
-    open: &mut dyn FnMut(&str) -> Result<Box<dyn StateStore>, String>,
+    open: &mut OpenStore,
     modes: &[(&str, bool, RunMode)],
 ) -> Vec<Result<RunOutcome, String>> {
     let mut best: Vec<Result<RunOutcome, String>> =
