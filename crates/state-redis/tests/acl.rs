@@ -217,3 +217,54 @@ fn the_password_can_come_from_the_environment() {
     a.execute(&mut ops).unwrap();
     assert_eq!(ops.counter(i), 3);
 }
+
+#[test]
+fn a_tenant_user_works_on_a_cluster_with_the_users_on_every_node() {
+    use sluice_state_redis::server::RedisCluster;
+    use sluice_state_redis::ClusterStore;
+    let cluster = RedisCluster::start(3).expect("start a 3-node cluster");
+    let f = Files::new("cluster");
+    // The default user provisions here; ACL users are per node, so the admin
+    // URL lists them all.
+    let mut admin = Admin::open(&cluster.url()).unwrap();
+    admin.set_tenant_user("a", &Secret::new(A_PW)).unwrap();
+    admin.set_tenant_user("b", &Secret::new(B_PW)).unwrap();
+    let hosts = cluster
+        .url()
+        .trim_start_matches("redis-cluster://")
+        .to_string();
+    let url = |t: &str, pw: &str, prefix_of: &str| {
+        format!(
+            "redis-cluster://{}@{hosts}?prefix={}&password_file={}",
+            tenant_user(t),
+            tenant_prefix(prefix_of),
+            f.password(&format!("c-{t}"), pw)
+        )
+    };
+    let mut a = ClusterStore::open(&url("a", A_PW, "a")).unwrap();
+    // Every operation, on keys spread over the three nodes.
+    assert_eq!(scenario(&mut a), scenario(&mut LocalStore::new()));
+    let mut b = ClusterStore::open(&url("b", B_PW, "b")).unwrap();
+    let mut ops = Ops::new();
+    for i in 0..32u8 {
+        ops.put(k(&[b'f', i]), b"b's");
+    }
+    b.execute(&mut ops).unwrap();
+    // Redirections (MOVED, then CLUSTER SLOTS) are allowed too.
+    b.scramble_slots_for_test();
+    let mut read = Ops::new();
+    let ids: Vec<_> = (0..32u8).map(|i| read.get(k(&[b'f', i]))).collect();
+    b.execute(&mut read).unwrap();
+    assert!(ids.iter().all(|&id| read.value(id) == Some(&b"b's"[..])));
+    let mut a_as_b = ClusterStore::open(&url("a", A_PW, "b")).unwrap();
+    let mut read = Ops::new();
+    for i in 0..32u8 {
+        read.get(k(&[b'f', i]));
+    }
+    assert_noperm(a_as_b.execute(&mut read), &tenant_user("a"), "cluster GET");
+    let e = ClusterStore::open(&url("a", B_PW, "a"))
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(e.contains("WRONGPASS") && !e.contains(B_PW), "{e}");
+}
