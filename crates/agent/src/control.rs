@@ -148,7 +148,7 @@ impl AgentState {
                 let tmp = dir.join("config.json.tmp");
                 let r = serde_json::to_vec_pretty(&cfg)
                     .map_err(std::io::Error::other)
-                    .and_then(|b| std::fs::write(&tmp, b))
+                    .and_then(|b| write_private(&tmp, &b))
                     .and_then(|()| std::fs::rename(&tmp, &path));
                 if let Err(e) = r {
                     eprintln!("sluiced: cannot save {}: {e}", path.display());
@@ -905,6 +905,22 @@ impl Drop for Agent {
     fn drop(&mut self) {
         self.stop_all();
     }
+}
+
+/// Writes `path` readable by its owner only: a configuration carries store
+/// passwords.
+fn write_private(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)?;
+    // `mode` applies only to a file it creates.
+    f.set_permissions(std::fs::Permissions::from_mode(0o600))?;
+    f.write_all(bytes)
 }
 
 fn load_saved(core: &AgentState, path: &std::path::Path) {

@@ -139,8 +139,9 @@ fn handle(core: &AgentState, mut req: Request) {
                 Err(e) => error(req, 400, &e.to_string()),
             }
         }
+        // Without store passwords: anyone who can reach the API may read it.
         (Method::Get, "/v1/config") => match core.config() {
-            Some(c) => match serde_json::to_value(&c) {
+            Some(c) => match serde_json::to_value(c.redacted()) {
                 Ok(v) => reply_json(req, 200, &v),
                 Err(e) => error(req, 500, &e.to_string()),
             },

@@ -183,7 +183,14 @@ fn spawn(env: &InstanceEnv, cfg: &InstanceConfig) -> Result<Child, InstanceError
     let log2 = log
         .try_clone()
         .map_err(|e| file(format!("open {}", log_path.display()), e))?;
-    let child = Command::new(&env.exe)
+    let mut cmd = Command::new(&env.exe);
+    // The store password goes in the environment, which only the process's
+    // owner can read, never on its command line, which every process can.
+    match &cfg.state_password {
+        Some(pw) => cmd.env(sluice_proto::STORE_PASSWORD_ENV, pw.expose()),
+        None => cmd.env_remove(sluice_proto::STORE_PASSWORD_ENV),
+    };
+    let child = cmd
         .arg("instance")
         .args(["--name", &cfg.name, "--netns", &ns])
         .args(["--listen", &format!("{inst}:{GENEVE_PORT}")])

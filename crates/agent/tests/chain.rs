@@ -9,7 +9,7 @@ use std::time::Duration;
 use sluice_agent::testing::{agent_status, attach_vm, is_root, VmHandle};
 use sluice_agent::{Agent, AgentOptions};
 use sluice_netns::Netns;
-use sluice_proto::{AgentConfig, InstanceConfig, PortConfig, PortKind, TenantFib};
+use sluice_proto::{AgentConfig, InstanceConfig, PortConfig, PortKind, StorePassword, TenantFib};
 use sluice_switch::{Action, Entry, Match, Output, PortId, Prefix};
 
 const FW: u16 = 5;
@@ -38,6 +38,16 @@ fn entry(id: u64, m: Match, actions: Vec<Action>) -> Entry {
 
 /// VM 1 -> fw -> VM 2 on chain 1, the replies VM 2 -> fw -> VM 1 on chain 2.
 fn config(vm1: &VmHandle, vm2: &VmHandle) -> AgentConfig {
+    config_with(vm1, vm2, "local", None)
+}
+
+/// [`config`] with the instance's state backend and store password.
+fn config_with(
+    vm1: &VmHandle,
+    vm2: &VmHandle,
+    state: &str,
+    state_password: Option<StorePassword>,
+) -> AgentConfig {
     let via_fw = |id, from: u16, dst: &str, chain| {
         entry(
             id,
@@ -105,7 +115,8 @@ fn config(vm1: &VmHandle, vm2: &VmHandle) -> AgentConfig {
             port: FW,
             vni: 7,
             chain_yaml: CHAIN.into(),
-            state: "local".into(),
+            state: state.into(),
+            state_password,
         }],
         group_policies: vec![],
     }
@@ -227,5 +238,100 @@ fn traffic_crosses_a_firewall_instance() {
 
     agent.shutdown();
     assert!(!netns_exists(&inst_ns), "the instance namespace is removed");
+    let _ = std::fs::remove_dir_all(&run_dir);
+}
+
+/// The instance reaches a password-protected store as its tenant's ACL user:
+/// the password travels in its environment, never on its command line, and
+/// the agent's API and saved configuration do not show it to others.
+#[test]
+fn an_instance_reaches_the_store_as_its_tenant_user() {
+    use sluice_state_redis::acl::{tenant_prefix, tenant_user, Admin};
+    use sluice_state_redis::Secret;
+    if !is_root() || sluice_state_redis::server::server_binary().is_none() {
+        eprintln!("skipped: needs root and redis-server");
+        return;
+    }
+    const PW: &str = "fw-tenant-pw-5e1d";
+    let mut redis = sluice_state_redis::server::RedisServer::start(&[]).unwrap();
+    let admin_pw = std::env::temp_dir().join(format!("sluice-chain-admin-{}", std::process::id()));
+    std::fs::write(&admin_pw, "admin-pw").unwrap();
+    redis.secure("admin", &Secret::new("admin-pw")).unwrap();
+    Admin::open(&format!(
+        "redis://admin@127.0.0.1:{}?password_file={}",
+        redis.port(),
+        admin_pw.display()
+    ))
+    .unwrap()
+    .set_tenant_user("t", &Secret::new(PW))
+    .unwrap();
+    let _ = std::fs::remove_file(&admin_pw);
+    let state = format!(
+        "redis://{}@127.0.0.1:{}?prefix={}",
+        tenant_user("t"),
+        redis.port(),
+        tenant_prefix("t")
+    );
+
+    let host = Netns::new("h").unwrap();
+    let vm1 = attach_vm(host.name(), "vm1", Ipv4Addr::new(10, 0, 0, 1)).unwrap();
+    let vm2 = attach_vm(host.name(), "vm2", Ipv4Addr::new(10, 0, 0, 2)).unwrap();
+    let prefix = format!("a{}", std::process::id() % 100_000);
+    let run_dir = std::env::temp_dir().join(format!("sluice-agent-acl-{}", std::process::id()));
+    let agent = Agent::start(&AgentOptions {
+        host: 1,
+        name: "h1".into(),
+        netns: Some(host.name().to_string()),
+        underlay: Ipv4Addr::new(10, 255, 0, 1),
+        controller: None,
+        listen: "127.0.0.1:0".into(),
+        prefix,
+        run_dir: Some(run_dir.clone()),
+        udp: SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, sluice_proto::GENEVE_PORT),
+        instance_exe: Some(env!("CARGO_BIN_EXE_sluiced").into()),
+        suspect_after: None,
+        seawall: None,
+        controller_token: None,
+        api_token: None,
+    })
+    .unwrap();
+    let url = agent.api_url();
+    echo_server(&vm2, 5000);
+    let cfg = config_with(&vm1, &vm2, &state, Some(StorePassword::new(PW)));
+    let r = ureq::put(&format!("{url}/v1/config")).send_json(cfg);
+    assert_eq!(r.map(|r| r.status()).ok(), Some(200));
+
+    // The firewall keeps its connection state in the store: traffic passing
+    // both ways means it authenticated and its operations were allowed.
+    let msg = b"through the firewall, state in the store".to_vec();
+    let server = SocketAddr::from((vm2.addr, 5000));
+    assert_eq!(
+        echo(&vm1, server, &msg, Duration::from_secs(20)).as_deref(),
+        Some(&msg[..]),
+        "allowed, both ways through the instance"
+    );
+    let st = agent_status(&url);
+    let pid = st.instances[0].pid.expect("a running instance");
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap();
+    let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap();
+    let has = |hay: &[u8]| hay.windows(PW.len()).any(|w| w == PW.as_bytes());
+    assert!(!has(&cmdline), "the password is not on the command line");
+    assert!(has(&environ), "it is in the instance's environment");
+
+    let shown = ureq::get(&format!("{url}/v1/config"))
+        .call()
+        .unwrap()
+        .into_string()
+        .unwrap();
+    assert!(
+        !shown.contains(PW) && shown.contains("<redacted>"),
+        "{shown}"
+    );
+    let saved = run_dir.join("config.json");
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(&saved).unwrap().permissions().mode();
+    assert_eq!(mode & 0o077, 0, "config.json is private: {mode:o}");
+
+    agent.shutdown();
     let _ = std::fs::remove_dir_all(&run_dir);
 }

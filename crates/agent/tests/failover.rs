@@ -98,6 +98,7 @@ fn config(vm1: &VmHandle, vm2: &VmHandle, state: &str) -> AgentConfig {
             vni: 7,
             chain_yaml: CHAIN.into(),
             state: state.into(),
+            state_password: None,
         });
     }
     let group = Group::split(&FWS.map(|p| (Output::Port(PortId(p)), 1))).unwrap();

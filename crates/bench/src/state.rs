@@ -622,6 +622,12 @@ pub struct StateMeasurement {
     pub pipelined: Option<CachedMeasurement>,
     /// Batches per window of the pipelined run (0 if none ran).
     pub window: usize,
+    /// The plain remote run again as a tenant's ACL user (`AUTH` on connect,
+    /// every key under the tenant's prefix, the restricted command set), in the
+    /// same rounds as the others: what store isolation costs.
+    pub authed: Option<CachedMeasurement>,
+    /// `authed.mpps / mpps_remote`.
+    pub authed_vs_plain: Option<f64>,
     /// The pipelined run again, one batch arriving every [`PACED_SLOWDOWN`]
     /// batch times of the cached run ([`RunMode::Paced`]): latency below
     /// capacity. Its throughput counts busy time only.
@@ -672,10 +678,13 @@ pub fn functions() -> Vec<(&'static str, ChainText, &'static str)> {
     ]
 }
 
+/// Opens the remote store for a run of the mode with the given suffix.
+type OpenStore<'a> = dyn FnMut(&str) -> Result<Box<dyn StateStore>, String> + 'a;
+
 /// The fastest run of each mode over `reps` rounds of `w`, one run of every
 /// mode per round, in turn: load that comes and goes on a shared machine then
-/// touches every mode alike, rather than whichever ran during it. Each run
-/// gets a store from `open` (or, for `None`, a [`LocalStore`]); a mode whose
+/// touches every mode alike, rather than whichever ran during it. Each remote
+/// run gets a store from `open(suffix)` (a local one a [`LocalStore`]); a mode whose
 /// run fails is left out (with its error) and the others go on.
 fn best_of_rounds(
     spec: &ChainSpec,
@@ -683,7 +692,7 @@ fn best_of_rounds(
     tag: &str,
     w: &Workload,
     reps: usize,
-    open: &mut dyn FnMut() -> Result<Box<dyn StateStore>, String>,
+    open: &mut OpenStore,
     modes: &[(&str, bool, RunMode)],
 ) -> Vec<Result<RunOutcome, String>> {
     let mut best: Vec<Result<RunOutcome, String>> =
@@ -696,7 +705,7 @@ fn best_of_rounds(
             }
             let name = format!("bench-{}-{tag}-{suffix}-{r}", std::process::id());
             let store: Result<Box<dyn StateStore>, String> = if remote {
-                open()
+                open(suffix)
             } else {
                 Ok(Box::new(LocalStore::new()))
             };
@@ -773,6 +782,8 @@ pub fn compare(
         pipelined: None,
         paced: None,
         window: 0,
+        authed: None,
+        authed_vs_plain: None,
     }
 }
 
@@ -851,15 +862,75 @@ pub fn run(
     let dir: PathBuf =
         std::env::temp_dir().join(format!("sluice-bench-state-{}", std::process::id()));
     std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-    let result = run_in(opts, &wanted, &url, &describe, &dir, progress);
+    let authed = match tenant_url(&url, &dir) {
+        Ok(u) => Some(u),
+        Err(e) => {
+            progress(&format!("auth+prefix runs skipped: {e}"));
+            None
+        }
+    };
+    let urls = Urls {
+        plain: &url,
+        authed: authed.as_deref(),
+    };
+    let result = run_in(opts, &wanted, &urls, &describe, &dir, progress);
     let _ = std::fs::remove_dir_all(&dir);
     result
+}
+
+/// The tenant whose store user the auth+prefix runs connect as.
+pub const BENCH_TENANT: &str = "bench";
+
+/// Creates [`BENCH_TENANT`]'s ACL user on the store at `url` (which must allow
+/// `ACL SETUSER`: a private server's default user, or an admin URL) with a
+/// fresh password kept in a file under `dir`, and returns its URL.
+pub fn tenant_url(url: &str, dir: &Path) -> Result<String, String> {
+    use sluice_state_redis::acl::{tenant_prefix, tenant_user, Admin};
+    let mut admin = Admin::open(url).map_err(|e| e.to_string())?;
+    let mut raw = [0u8; 16];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut raw))
+        .map_err(|e| format!("/dev/urandom: {e}"))?;
+    let pw: String = raw.iter().map(|b| format!("{b:02x}")).collect();
+    admin
+        .set_tenant_user(BENCH_TENANT, &sluice_state_redis::Secret::new(pw.as_str()))
+        .map_err(|e| e.to_string())?;
+    let file = dir.join("store-tenant.pw");
+    std::fs::write(&file, &pw).map_err(|e| format!("{}: {e}", file.display()))?;
+    let (scheme, rest) = url.split_once("://").ok_or("no scheme")?;
+    let hosts = rest.split('?').next().unwrap_or(rest);
+    let hosts = hosts
+        .rsplit_once('@')
+        .map_or(hosts, |(_, h)| h)
+        .trim_end_matches('/');
+    Ok(format!(
+        "{scheme}://{}@{hosts}?prefix={}&password_file={}",
+        tenant_user(BENCH_TENANT),
+        tenant_prefix(BENCH_TENANT),
+        file.display()
+    ))
+}
+
+/// The store as the plain runs and the auth+prefix runs reach it.
+struct Urls<'a> {
+    plain: &'a str,
+    authed: Option<&'a str>,
+}
+
+impl Urls<'_> {
+    /// The store a run of mode `suffix` connects to (`a`: the tenant user).
+    fn open(&self, suffix: &str) -> Result<Box<dyn StateStore>, String> {
+        match (suffix, self.authed) {
+            ("a", Some(u)) => open_remote(u),
+            _ => open_remote(self.plain),
+        }
+    }
 }
 
 fn run_in(
     opts: &Options,
     wanted: &dyn Fn(&str) -> bool,
-    url: &str,
+    urls: &Urls,
     describe: &str,
     dir: &Path,
     progress: &mut dyn FnMut(&str),
@@ -918,6 +989,9 @@ fn run_in(
                     ("r", true, RunMode::Plain),
                     ("c", true, RunMode::Cached),
                 ];
+                if urls.authed.is_some() {
+                    modes.push(("a", true, RunMode::Plain));
+                }
                 if opts.window > 0 {
                     let window = window_batches(opts.window, batch_size);
                     modes.push(("p", true, RunMode::Pipelined(window)));
@@ -928,7 +1002,7 @@ fn run_in(
                     name,
                     w,
                     opts.reps,
-                    &mut || open_remote(url),
+                    &mut |suffix| urls.open(suffix),
                     &modes,
                 )
                 .into_iter();
@@ -937,6 +1011,7 @@ fn run_in(
                     runs.next().expect("remote"),
                     runs.next().expect("cached"),
                 );
+                let authed = urls.authed.and_then(|_| runs.next());
                 let pipelined = runs.next();
                 // Below capacity: a quarter of what the cached path sustains
                 // without pipelining, so no batch queues behind another's
@@ -947,7 +1022,7 @@ fn run_in(
                         let gap_ns = (ns_per_packet * batch_size as f64) as u64 * PACED_SLOWDOWN;
                         let window = window_batches(opts.window, batch_size);
                         let mode = [("q", true, RunMode::Paced { window, gap_ns })];
-                        let open = &mut || open_remote(url);
+                        let open = &mut |suffix: &str| urls.open(suffix);
                         best_of_rounds(spec, d, name, w, opts.reps, open, &mode).pop()
                     }
                     _ => None,
@@ -966,6 +1041,18 @@ fn run_in(
                             }
                             Some(Err(e)) => {
                                 progress(&format!("{name}: pipelined run skipped: {e}"))
+                            }
+                            None => {}
+                        }
+                        match authed {
+                            Some(Ok(a)) => {
+                                let c = compare_cached(&l, &a);
+                                m.authed_vs_plain =
+                                    (m.mpps_remote > 0.0).then(|| c.mpps / m.mpps_remote);
+                                m.authed = Some(c);
+                            }
+                            Some(Err(e)) => {
+                                progress(&format!("{name}: auth+prefix run skipped: {e}"))
                             }
                             None => {}
                         }

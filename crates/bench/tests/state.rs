@@ -3,7 +3,7 @@
 
 use sluice_bench::nf;
 use sluice_bench::state::{
-    compare, functions, open_remote, percentile_us, run_once, FlowsKind, Workload,
+    compare, functions, open_remote, percentile_us, run_once, tenant_url, FlowsKind, Workload,
 };
 use sluice_state::LocalStore;
 use sluice_state_redis::server::RedisServer;
@@ -27,6 +27,11 @@ fn remote_and_local_runs_agree_packet_for_packet() {
     let dir = tempfile::tempdir().unwrap();
     let w = tiny(FlowsKind::Short);
     let mut digests = Vec::new();
+    // Every function also runs as a tenant's restricted store user (the
+    // auth+prefix configuration): a command or key it is not allowed shows up
+    // as store errors or changed verdicts.
+    let authed_url = tenant_url(&srv.url(), dir.path()).unwrap();
+    assert!(authed_url.contains("sluice-t-bench@") && authed_url.contains("prefix=t.bench."));
     for (name, text, paper) in functions() {
         let d = dir.path().join(name);
         std::fs::create_dir_all(&d).unwrap();
@@ -35,6 +40,11 @@ fn remote_and_local_runs_agree_packet_for_packet() {
         let l = run_once(&spec, &d, &format!("t-{name}-l"), &w, &mut local, true).unwrap();
         let mut remote = open_remote(&srv.url()).unwrap();
         let r = run_once(&spec, &d, &format!("t-{name}-r"), &w, &mut *remote, true).unwrap();
+        let mut authed = open_remote(&authed_url).unwrap();
+        let a = run_once(&spec, &d, &format!("t-{name}-a"), &w, &mut *authed, true).unwrap();
+        assert_eq!(a.store_errors, 0, "{name}: as the tenant user");
+        assert_eq!(a.digest, r.digest, "{name}: as the tenant user");
+        assert_eq!(a.counters, r.counters, "{name}: as the tenant user");
 
         assert_eq!(l.packets, w.trace.len() as u64);
         assert_eq!(l.batches.len(), w.established.len());

@@ -53,6 +53,17 @@ fn asymmetric(_: usize, f: &[u8], alive: &[bool]) -> usize {
 /// TCP, so it leaves UDP and pings to a VIP alone).
 fn check(chain: &str, servers: &[(IpAddr, u16)], rewritten: usize) {
     let srv = RedisServer::start(&[]).expect("start redis-server");
+    check_with(chain, servers, rewritten, &srv, &srv.url());
+}
+
+/// [`check`] with instances connecting to `srv` by `url`.
+fn check_with(
+    chain: &str,
+    servers: &[(IpAddr, u16)],
+    rewritten: usize,
+    srv: &RedisServer,
+    url: &str,
+) {
     let want = run_picked(
         chain,
         vec![Box::new(LocalStore::new())],
@@ -77,7 +88,7 @@ fn check(chain: &str, servers: &[(IpAddr, u16)], rewritten: usize) {
             ("asymmetric", &asymmetric as &Picker),
         ] {
             let stores: Vec<Box<dyn StateStore>> = (0..n)
-                .map(|_| Box::new(RedisStore::open(&srv.url()).unwrap()) as Box<dyn StateStore>)
+                .map(|_| Box::new(RedisStore::open(url).unwrap()) as Box<dyn StateStore>)
                 .collect();
             let got = run_picked(chain, stores, servers, pick);
             same(&got, &want, &format!("{n} instances, {name}"));
@@ -94,4 +105,29 @@ fn nat_instances_behave_as_one() {
 #[test]
 fn lb_instances_behave_as_one() {
     check(LB_CHAIN, &LB_SERVERS, 324);
+}
+
+/// The NAT through a tenant's store user, confined to its key prefix: every
+/// operation the NAT needs (mappings, port pools, timers) is allowed, and a
+/// refused one would show as a store error or a changed packet.
+#[test]
+fn nat_instances_behave_as_one_as_a_tenant_store_user() {
+    use sluice_state_redis::acl::{tenant_prefix, tenant_user, Admin};
+    let srv = RedisServer::start(&[]).expect("start redis-server");
+    let pw = "nat-tenant-pw";
+    let mut admin = Admin::open(&srv.url()).unwrap();
+    admin
+        .set_tenant_user("acme", &sluice_state_redis::Secret::new(pw))
+        .unwrap();
+    let file = std::env::temp_dir().join(format!("sluice-nat-acl-{}", std::process::id()));
+    std::fs::write(&file, pw).unwrap();
+    let url = format!(
+        "redis://{}@127.0.0.1:{}?prefix={}&password_file={}",
+        tenant_user("acme"),
+        srv.port(),
+        tenant_prefix("acme"),
+        file.display()
+    );
+    check_with(NAT_CHAIN, &NAT_SERVERS, 384, &srv, &url);
+    std::fs::remove_file(&file).unwrap();
 }

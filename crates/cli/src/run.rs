@@ -147,10 +147,10 @@ pub fn open_store(spec: &str) -> Result<Box<dyn StateStore>, RunError> {
         "local" => Ok(Box::new(LocalStore::new())),
         url if url.starts_with("redis://") => sluice_state_redis::RedisStore::open(url)
             .map(|s| Box::new(s) as Box<dyn StateStore>)
-            .map_err(|e| RunError::StateOpen(url.to_string(), e)),
+            .map_err(|e| RunError::StateOpen(sluice_state_redis::redact_url(url), e)),
         url if url.starts_with("redis-cluster://") => sluice_state_redis::ClusterStore::open(url)
             .map(|s| Box::new(s) as Box<dyn StateStore>)
-            .map_err(|e| RunError::StateOpen(url.to_string(), e)),
+            .map_err(|e| RunError::StateOpen(sluice_state_redis::redact_url(url), e)),
         other => Err(RunError::State(other.to_string())),
     }
 }
@@ -213,7 +213,7 @@ pub fn run(args: &RunArgs) -> Result<Summary, RunError> {
     if args.own || args.pipeline.is_some() {
         chain
             .set_ownership(Some(Ownership::all(1, u64::MAX)), store.as_mut())
-            .map_err(|e| RunError::StateOpen(args.state.clone(), e))?;
+            .map_err(|e| RunError::StateOpen(sluice_state_redis::redact_url(&args.state), e))?;
     }
     let mut pipe: Option<Pipeline<()>> = args.pipeline.map(|packets| {
         let window = (packets / spec.settings.batch_size.max(1)).max(1);
@@ -358,7 +358,7 @@ pub fn run(args: &RunArgs) -> Result<Summary, RunError> {
         // Deferred writes reach the store before the run ends.
         chain
             .set_ownership(None, store.as_mut())
-            .map_err(|e| RunError::StateOpen(args.state.clone(), e))?;
+            .map_err(|e| RunError::StateOpen(sluice_state_redis::redact_url(&args.state), e))?;
     }
     // Frames emitted at flush are stamped with the time of the last packet read.
     let ts = last_ts;

@@ -362,3 +362,63 @@ fn a_store_failing_during_the_run_fails_the_run() {
         "{err}"
     );
 }
+
+/// `sluice run --state` as a tenant's store user: the password comes from
+/// `SLUICE_STORE_PASSWORD` (never the command line), the run works within the
+/// tenant's prefix, and a missing, wrong or inline password fails clearly
+/// without being echoed.
+#[test]
+fn runs_against_a_store_as_a_tenant_user_with_the_password_from_the_environment() {
+    use sluice_state_redis::acl::{tenant_prefix, tenant_user, Admin};
+    use sluice_state_redis::server::RedisServer;
+    use sluice_state_redis::Secret;
+    const PW: &str = "cli-tenant-pw-6a0f";
+    let srv = RedisServer::start(&[]).expect("start redis-server");
+    Admin::open(&srv.url())
+        .unwrap()
+        .set_tenant_user("acme", &Secret::new(PW))
+        .unwrap();
+    let d = tempfile::tempdir().unwrap();
+    let (code, _, err) = sluice(&["sample", "--out", d.path().to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    let chain = d.path().join("chain.yaml");
+    let pcap = d.path().join("sample.pcap");
+    let url = format!(
+        "redis://{}@127.0.0.1:{}?prefix={}",
+        tenant_user("acme"),
+        srv.port(),
+        tenant_prefix("acme")
+    );
+    let run = |state: &str, pw: Option<&str>| {
+        let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_sluice"));
+        c.args(["run", "--chain", chain.to_str().unwrap()])
+            .args(["--pcap", pcap.to_str().unwrap(), "--state", state])
+            .env_remove("SLUICE_CONTROLLER")
+            .env_remove(sluice_state_redis::PASSWORD_ENV);
+        if let Some(pw) = pw {
+            c.env(sluice_state_redis::PASSWORD_ENV, pw);
+        }
+        let out = c.output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        (out.status.code().unwrap_or(-1), err)
+    };
+    let (code, err) = run(&url, Some(PW));
+    assert_eq!(code, 0, "{err}");
+    let (code, err) = run(&url, None);
+    assert!(code != 0 && err.contains("has no password"), "{err}");
+    let (code, err) = run(&url, Some("wrong-pw-91"));
+    assert!(
+        code != 0 && err.contains("WRONGPASS") && !err.contains("wrong-pw-91"),
+        "{err}"
+    );
+    let inline = url.replace("sluice-t-acme@", &format!("sluice-t-acme:{PW}@"));
+    let (code, err) = run(&inline, None);
+    assert!(
+        code != 0 && err.contains("password in the URL") && !err.contains(PW),
+        "{err}"
+    );
+    // Without the prefix the tenant's user may touch nothing.
+    let bare = url.replace("?prefix=t.acme.", "");
+    let (code, err) = run(&bare, Some(PW));
+    assert!(code != 0 && err.contains("NOPERM"), "{err}");
+}

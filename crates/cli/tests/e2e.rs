@@ -68,6 +68,21 @@ fn figure4_on_three_hosts_with_real_http() {
         }
     }
     assert!(failed.is_empty(), "failed checks:\n{}", failed.join("\n"));
+    // The lab's store requires authentication: the traffic above went through
+    // instances connected as acme's own store user, and nothing gets in without.
+    let store = lab.state().store.clone();
+    let mut admin = sluice_state_redis::acl::Admin::open(&store).unwrap();
+    assert_eq!(admin.tenant_users().unwrap(), ["sluice-t-acme"]);
+    let port = store
+        .split('?')
+        .next()
+        .and_then(|b| b.rsplit(':').next())
+        .unwrap();
+    let e = sluice_state_redis::RedisStore::open(&format!("redis://127.0.0.1:{port}"))
+        .err()
+        .expect("no anonymous access")
+        .to_string();
+    assert!(e.contains("NOAUTH"), "{e}");
     assert!(
         report
             .checks

@@ -706,7 +706,14 @@ impl Desired {
                     vni: t.vni,
                     chain_yaml,
                     // The baseline keeps flow state inside the instance.
-                    state: if local { "local" } else { state_url }.to_string(),
+                    state: if local {
+                        "local".to_string()
+                    } else {
+                        crate::store_acl::instance_url(state_url, tn)
+                    },
+                    // Added by the pusher (`store_acl::Passwords::fill`), so it
+                    // is never stored.
+                    state_password: None,
                 });
             }
             cfg.ports.sort_by_key(|p| p.id);

@@ -17,6 +17,7 @@
 //! * [`model`]: the JSON bodies of the REST API (`docs/openapi.yaml`);
 //! * [`change`]: what a change does before it is made (dry runs, `force`,
 //!   409s); [`audit`]: the log of every change requested;
+//! * [`store_acl`]: one state store user per tenant, confined to its keys;
 //! * [`client`]: a blocking client of that API (the CLI and the testbed use it).
 
 pub mod audit;
@@ -35,6 +36,7 @@ pub mod reconcile;
 pub mod resources;
 pub mod service;
 pub mod store;
+pub mod store_acl;
 
 pub use compile::{compile, CompileError, Compiled, HostFib, Placement};
 pub use resources::{OPENAPI_YAML, ROUTES};

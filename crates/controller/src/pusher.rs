@@ -88,7 +88,12 @@ pub(crate) fn dispatcher(shared: &Arc<Shared>) {
 
 fn push_one(shared: &Arc<Shared>, host: u32) {
     let job = lock(&shared.reconciler).push_started(host, Instant::now());
-    if let Some(job) = job {
+    if let Some(mut job) = job {
+        // A new tenant's instances must find their store user defined.
+        shared.sync_store_users();
+        if let Some(p) = &shared.passwords {
+            p.fill(&mut job.config);
+        }
         let r = ureq::AgentBuilder::new()
             .timeout_connect(Duration::from_millis(500))
             // The agent answers once its data plane runs the new configuration.

@@ -16,9 +16,14 @@ use crate::reconcile::{Effects, Reconciler, StartError};
 use crate::resources::auth::Role;
 use crate::store::tokens::{new_secret, TokenError};
 use crate::store::{SqliteStore, StoreError, TokenStore};
+use crate::store_acl::{Passwords, StoreAcl};
+use std::collections::BTreeSet;
 
 /// How often the ticker runs the reconciler's time-driven checks.
 const TICK: Duration = Duration::from_millis(20);
+/// How often the store's tenant users are checked against the tenants (talking
+/// to the store only when they changed, or every [`crate::store_acl::RESYNC`]).
+const STORE_USERS_EVERY: Duration = Duration::from_millis(100);
 /// Request-serving threads.
 const WORKERS: usize = 8;
 
@@ -50,6 +55,9 @@ pub enum ControllerError {
         /// Why.
         msg: String,
     },
+    /// The state URL names a store admin whose credentials cannot be read.
+    #[error("state store admin: {0}")]
+    StoreAdmin(sluice_state::StoreError),
 }
 
 impl From<StartError> for ControllerError {
@@ -69,6 +77,9 @@ pub struct ServerOptions {
     /// SQLite database file, or `:memory:`.
     pub db: PathBuf,
     /// State backend URL NF instances are given (`redis://127.0.0.1:6379`, `local`).
+    /// With a user (`redis://admin@HOST:PORT?password_file=F`, or the password
+    /// in `SLUICE_STORE_PASSWORD`) it is the store's admin account instead, and
+    /// each tenant's instances get a user of their own ([`crate::store_acl`]).
     pub state_url: String,
     /// Where the first start (no token yet) writes the secret of the operator
     /// token `admin` (mode 0600); `None`: [`default_admin_token_file`].
@@ -184,12 +195,37 @@ pub(crate) struct Shared {
     /// Push and poll threads, joined at shutdown.
     pub(crate) threads: Mutex<Vec<JoinHandle<()>>>,
     stop: AtomicBool,
+    /// The store's tenant users, when the state URL names an admin.
+    store_acl: Option<Mutex<StoreAcl>>,
+    /// Tenants' store passwords, added to configurations as they are pushed.
+    pub(crate) passwords: Option<Passwords>,
 }
 
 impl Shared {
     /// Whether the server is stopping.
     pub(crate) fn stopping(&self) -> bool {
         self.stop.load(Ordering::SeqCst)
+    }
+
+    /// Brings the store's tenant users in line with the applied tenants, if
+    /// that is due (see [`StoreAcl::sync`]); a failure is logged and retried.
+    pub(crate) fn sync_store_users(&self) {
+        let Some(acl) = &self.store_acl else {
+            return;
+        };
+        let tenants: BTreeSet<String> = lock(&self.reconciler)
+            .desired()
+            .tenants
+            .keys()
+            .cloned()
+            .collect();
+        let mut acl = lock(acl);
+        let now = Instant::now();
+        if acl.due(&tenants, now) {
+            if let Err(e) = acl.sync(&tenants, now) {
+                eprintln!("sluice-controller: state store users: {e}");
+            }
+        }
     }
 
     /// Carries out what the reconciler asked for: schedules pushes, starts polls.
@@ -228,6 +264,8 @@ pub(crate) fn unix_ms() -> u64 {
 /// Starts the controller: loads the database, binds, and serves in background
 /// threads.
 pub fn serve(opts: ServerOptions) -> Result<ServerHandle, ControllerError> {
+    let store_acl =
+        StoreAcl::from_state_url(&opts.state_url).map_err(ControllerError::StoreAdmin)?;
     let store = SqliteStore::open(&opts.db)?;
     let mut tokens = TokenStore::open(&opts.db)?;
     let token_file = opts
@@ -257,7 +295,11 @@ pub fn serve(opts: ServerOptions) -> Result<ServerHandle, ControllerError> {
         push_cv: Condvar::new(),
         threads: Mutex::new(Vec::new()),
         stop: AtomicBool::new(false),
+        passwords: store_acl.as_ref().map(StoreAcl::passwords),
+        store_acl: store_acl.map(Mutex::new),
     });
+    // Before anything is pushed: instances must find their users there.
+    shared.sync_store_users();
     let mut threads = Vec::new();
     let spawn = |name: String, f: Box<dyn FnOnce() + Send>| {
         std::thread::Builder::new()
@@ -274,6 +316,20 @@ pub fn serve(opts: ServerOptions) -> Result<ServerHandle, ControllerError> {
     }
     let sh = shared.clone();
     threads.push(spawn("ctl-ticker".into(), Box::new(move || ticker(&sh)))?);
+    if shared.store_acl.is_some() {
+        // Its own thread: a slow or absent store must not delay the ticker's
+        // health checks.
+        let sh = shared.clone();
+        threads.push(spawn(
+            "ctl-store-users".into(),
+            Box::new(move || {
+                while !sh.stopping() {
+                    std::thread::sleep(STORE_USERS_EVERY);
+                    sh.sync_store_users();
+                }
+            }),
+        )?);
+    }
     let sh = shared.clone();
     threads.push(spawn(
         "ctl-pusher".into(),

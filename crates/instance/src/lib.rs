@@ -92,9 +92,12 @@ pub enum InstanceError {
 
 /// Opens the state backend `spec` names: `local`, `redis://HOST:PORT` or
 /// `redis-cluster://HOST:PORT,...` (the same choice as `sluice run --state`).
+/// A URL naming a user (`redis://USER@HOST:PORT?prefix=P`) takes its password
+/// from `SLUICE_STORE_PASSWORD` or `?password_file=PATH`.
 pub fn open_store(spec: &str) -> Result<Box<dyn StateStore>, InstanceError> {
     let open_err = |err| InstanceError::StateOpen {
-        spec: spec.to_string(),
+        // A password the URL should not hold must not be repeated either.
+        spec: sluice_state_redis::redact_url(spec),
         err,
     };
     match spec {

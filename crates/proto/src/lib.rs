@@ -95,6 +95,20 @@ pub struct AgentConfig {
     pub group_policies: Vec<GroupPolicy>,
 }
 
+impl AgentConfig {
+    /// This configuration without store passwords, for showing (`GET /v1/config`).
+    pub fn redacted(&self) -> AgentConfig {
+        AgentConfig {
+            instances: self
+                .instances
+                .iter()
+                .map(InstanceConfig::redacted)
+                .collect(),
+            ..self.clone()
+        }
+    }
+}
+
 /// Per-group selection policy (Stratos §4.2, "achieving flow distribution in
 /// practice"): with `pinned`, the agent remembers each flow's first choice (both
 /// directions) in a bounded flow table, so a changed split moves only new flows.
@@ -224,8 +238,60 @@ pub struct InstanceConfig {
     pub vni: u32,
     /// The chain it runs, as chain YAML (`sluice_chain`'s format; rules inline).
     pub chain_yaml: String,
-    /// State backend: `local`, `redis://HOST:PORT` or `redis-cluster://HOST:PORT,...`.
+    /// State backend: `local`, `redis://HOST:PORT` or `redis-cluster://HOST:PORT,...`;
+    /// `redis://USER@HOST:PORT?prefix=P` when the store has a user per tenant.
     pub state: String,
+    /// The password of the store user `state` names: handed to the instance
+    /// process in its environment (never on its command line), and left out of
+    /// the agent's `GET /v1/config` ([`InstanceConfig::redacted`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state_password: Option<StorePassword>,
+}
+
+impl InstanceConfig {
+    /// This configuration without its store password, for showing.
+    pub fn redacted(&self) -> InstanceConfig {
+        InstanceConfig {
+            state_password: self
+                .state_password
+                .as_ref()
+                .map(|_| StorePassword::redacted()),
+            ..self.clone()
+        }
+    }
+}
+
+/// The environment variable an agent passes an instance's store password in
+/// (the one `sluice_state_redis` reads).
+pub const STORE_PASSWORD_ENV: &str = "SLUICE_STORE_PASSWORD";
+
+/// A state store password. Serialized as a plain string (it must reach the agent),
+/// but its `Debug` never shows it, so logging a configuration does not leak it.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct StorePassword(String);
+
+impl StorePassword {
+    /// Wraps a password.
+    pub fn new(s: impl Into<String>) -> StorePassword {
+        StorePassword(s.into())
+    }
+
+    /// What a shown configuration carries instead of the password.
+    pub fn redacted() -> StorePassword {
+        StorePassword("<redacted>".into())
+    }
+
+    /// The password itself, for the environment of the instance process.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for StorePassword {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("<redacted>")
+    }
 }
 
 /// Packet counters of one port (or of the fabric).
@@ -642,6 +708,44 @@ pub const INSTANCE_LINK_PREFIX: u8 = 30;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn store_passwords_travel_but_never_show() {
+        let i = InstanceConfig {
+            name: "t/fw/0".into(),
+            tenant: "t".into(),
+            middlebox: "fw".into(),
+            port: 100,
+            vni: 5,
+            chain_yaml: String::new(),
+            state: "redis://sluice-t-t@h:1?prefix=t.t.".into(),
+            state_password: Some(StorePassword::new("s3cret-pw")),
+        };
+        let cfg = AgentConfig {
+            instances: vec![i.clone()],
+            ..AgentConfig::default()
+        };
+        // The agent must receive it...
+        let json = serde_json::to_string(&cfg).unwrap();
+        assert!(json.contains("\"state_password\":\"s3cret-pw\""), "{json}");
+        let back: AgentConfig = serde_json::from_str(&json).unwrap();
+        assert_eq!(back, cfg);
+        // ...but no Debug or shown form carries it.
+        assert!(!format!("{cfg:?}").contains("s3cret"));
+        let shown = serde_json::to_string(&cfg.redacted()).unwrap();
+        assert!(
+            !shown.contains("s3cret") && shown.contains("<redacted>"),
+            "{shown}"
+        );
+        assert_eq!(cfg.redacted().instances[0].state, i.state);
+        // A configuration from before the field has no password.
+        let old = json.replace(",\"state_password\":\"s3cret-pw\"", "");
+        let old: AgentConfig = serde_json::from_str(&old).unwrap();
+        assert_eq!(old.instances[0].state_password, None);
+        assert!(!serde_json::to_string(&old)
+            .unwrap()
+            .contains("state_password"));
+    }
 
     #[test]
     fn leases_round_trip_and_bad_ones_are_refused() {

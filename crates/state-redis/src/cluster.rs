@@ -47,6 +47,8 @@ pub fn slot_of(key: &[u8]) -> u16 {
 /// A state store spread over a Redis Cluster's primaries.
 pub struct ClusterStore {
     seeds: Vec<String>,
+    auth: Option<crate::Auth>,
+    prefix: String,
     timeout: Duration,
     poll: Duration,
     nodes: Vec<Node>,
@@ -69,28 +71,29 @@ enum Redirect {
 }
 
 impl ClusterStore {
-    /// Connects to `redis-cluster://HOST:PORT[,HOST:PORT...][?poll_us=N]` and
-    /// learns the slot map.
+    /// Connects to `redis-cluster://[USER@]HOST:PORT[,HOST:PORT...][?OPTIONS]`
+    /// (user, password and options as in [`crate::Config::from_url`], for every
+    /// node) and learns the slot map.
     pub fn open(url: &str) -> Result<ClusterStore, StoreError> {
-        let (base, poll) = crate::split_options(url)?;
-        let list = base
-            .strip_prefix("redis-cluster://")
-            .unwrap_or(url)
-            .trim_end_matches('/');
-        let seeds: Vec<String> = list
+        let u = crate::parse_url(url, "redis-cluster://")?;
+        let seeds: Vec<String> = u
+            .hosts
             .split(',')
             .map(|s| s.trim().to_string())
             .filter(|s| !s.is_empty())
             .collect();
         if seeds.is_empty() || seeds.iter().any(|s| !s.contains(':')) {
             return Err(StoreError::Refused(format!(
-                "`{url}`: expected redis-cluster://HOST:PORT[,HOST:PORT...][?poll_us=N]"
+                "`{}`: expected redis-cluster://[USER@]HOST:PORT[,HOST:PORT...][?poll_us=N]",
+                crate::redact_url(url)
             )));
         }
         let mut c = ClusterStore {
             seeds,
+            auth: u.auth,
+            prefix: u.prefix,
             timeout: Duration::from_millis(1000),
-            poll,
+            poll: u.poll,
             nodes: Vec::new(),
             slots: vec![UNKNOWN; SLOTS],
             counters: StoreCounters::default(),
@@ -107,8 +110,10 @@ impl ClusterStore {
         match self.nodes.iter().position(|n| n.addr == addr) {
             Some(i) => i,
             None => {
-                self.nodes
-                    .push(Node::new(addr.to_string(), self.timeout, self.poll));
+                let mut n = Node::new(addr.to_string(), self.timeout, self.poll);
+                n.auth = self.auth.clone();
+                n.prefix = self.prefix.clone();
+                self.nodes.push(n);
                 self.per_node.push(Vec::new());
                 self.nodes.len() - 1
             }
@@ -440,7 +445,12 @@ impl StateStore for ClusterStore {
     }
 
     fn describe(&self) -> String {
-        format!("redis-cluster://{}", self.seeds.join(","))
+        crate::describe(
+            "redis-cluster://",
+            &self.seeds.join(","),
+            self.auth.as_ref(),
+            &self.prefix,
+        )
     }
 }
 

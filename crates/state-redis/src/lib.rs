@@ -14,10 +14,16 @@
 //! Timers of namespace `n` are the sorted set `{tNNNNNNNN}:timers`, scored by deadline
 //! in microseconds (exact in a double until the year 2255).
 //!
+//! With `?prefix=P` every stored key and timer set starts with `P` (before the
+//! hash tag, so cluster slots do not change), which is what a per-tenant ACL user's
+//! key pattern `~P*` confines (see [`acl`]). With `redis://USER@HOST:PORT` every
+//! connection authenticates as `USER` first.
+//!
 //! Errors never panic: a lost connection, a timeout or an unexpected reply is a
 //! [`StoreError`]; the connection is dropped (its pipeline state is unknown) and the
 //! next batch reconnects.
 
+pub mod acl;
 mod cluster;
 mod node;
 pub mod resp;
@@ -35,6 +41,42 @@ use sluice_state::{Key, Namespace, Op, Ops, StateStore, StoreCounters, StoreErro
 /// a loopback round trip takes on the machines measured (docs/BENCHMARKS.md).
 pub const DEFAULT_POLL: Duration = Duration::from_micros(50);
 
+/// A password: never printed (its `Debug` says `<redacted>`), never part of a
+/// URL, a command line or an error message.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    /// Wraps a password.
+    pub fn new(s: impl Into<String>) -> Secret {
+        Secret(s.into())
+    }
+
+    /// The password itself, for the one place that sends it (`AUTH`).
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("<redacted>")
+    }
+}
+
+/// The environment variable holding the store password of a URL that names a
+/// user and no `password_file`.
+pub const PASSWORD_ENV: &str = "SLUICE_STORE_PASSWORD";
+
+/// Credentials sent with `AUTH` on every (re)connect.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Auth {
+    /// ACL user name.
+    pub user: String,
+    /// Its password.
+    pub password: Secret,
+}
+
 /// Connection settings.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -48,55 +90,182 @@ pub struct Config {
     /// side, which on a virtual machine is most of a loopback round trip; the
     /// price is the CPU spent polling, by a caller that has nothing else to do.
     pub poll: Duration,
+    /// ACL user and password (`redis://USER@HOST:PORT`), if any.
+    pub auth: Option<Auth>,
+    /// Prepended to every stored key and timer set (`?prefix=P`), so an ACL key
+    /// pattern `~P*` can confine a user to them; empty: the plain layout.
+    pub prefix: String,
 }
 
 impl Config {
-    /// Parses `redis://HOST:PORT[?poll_us=N]` (the scheme is optional).
+    /// Parses `redis://[USER@]HOST:PORT[?poll_us=N][&prefix=P][&password_file=PATH]`
+    /// (the scheme is optional). With a user, the password comes from
+    /// `password_file` or else from [`PASSWORD_ENV`]; a password in the URL is
+    /// refused.
     pub fn from_url(url: &str) -> Result<Config, StoreError> {
-        let (base, poll) = split_options(url)?;
-        let addr = base
-            .strip_prefix("redis://")
-            .unwrap_or(base)
-            .trim_end_matches('/');
-        if addr.is_empty() || !addr.contains(':') {
+        let u = parse_url(url, "redis://")?;
+        if u.hosts.is_empty() || !u.hosts.contains(':') || u.hosts.contains(',') {
             return Err(StoreError::Refused(format!(
-                "`{url}`: expected redis://HOST:PORT[?poll_us=N]"
+                "`{}`: expected redis://HOST:PORT or redis://USER@HOST:PORT[?poll_us=N]",
+                redact_url(url)
             )));
         }
         Ok(Config {
-            addr: addr.to_string(),
+            addr: u.hosts.to_string(),
             timeout: Duration::from_millis(1000),
-            poll,
+            poll: u.poll,
+            auth: u.auth,
+            prefix: u.prefix,
         })
+    }
+
+    /// This configuration as a URL without secrets (`password_file` left out).
+    pub fn describe(&self) -> String {
+        describe("redis://", &self.addr, self.auth.as_ref(), &self.prefix)
     }
 }
 
-/// Splits a store URL into its base and the poll duration of its `?poll_us=N`
-/// option ([`DEFAULT_POLL`] without it).
-pub(crate) fn split_options(url: &str) -> Result<(&str, Duration), StoreError> {
-    let Some((base, query)) = url.split_once('?') else {
-        return Ok((url, DEFAULT_POLL));
+/// A store URL without its secrets (see [`Config::describe`]).
+pub(crate) fn describe(scheme: &str, hosts: &str, auth: Option<&Auth>, prefix: &str) -> String {
+    let user = auth.map(|a| format!("{}@", a.user)).unwrap_or_default();
+    let prefix = if prefix.is_empty() {
+        String::new()
+    } else {
+        format!("?prefix={prefix}")
     };
-    let mut poll = DEFAULT_POLL;
+    format!("{scheme}{user}{hosts}{prefix}")
+}
+
+/// `url` with any password between `USER:` and `@` replaced, for messages.
+pub fn redact_url(url: &str) -> String {
+    let start = url.find("://").map_or(0, |i| i + 3);
+    let end = url[start..]
+        .find(['/', '?'])
+        .map_or(url.len(), |i| start + i);
+    let Some(at) = url[start..end].rfind('@').map(|i| start + i) else {
+        return url.to_string();
+    };
+    match url[start..at].find(':') {
+        Some(colon) => format!("{}:<redacted>{}", &url[..start + colon], &url[at..]),
+        None => url.to_string(),
+    }
+}
+
+/// A parsed store URL: scheme stripped, options read, password resolved.
+pub(crate) struct UrlParts<'a> {
+    /// `HOST:PORT[,HOST:PORT...]`.
+    pub(crate) hosts: &'a str,
+    pub(crate) poll: Duration,
+    pub(crate) auth: Option<Auth>,
+    pub(crate) prefix: String,
+}
+
+/// Whether `p` may prefix stored keys: no braces (Redis Cluster hashes the first
+/// `{...}`, which must stay the key's own tag), no glob characters (the ACL
+/// pattern is `P*`), nothing that ends or splits a URL option.
+pub fn valid_prefix(p: &str) -> bool {
+    p.bytes()
+        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-' | b':' | b'%'))
+}
+
+/// Parses a store URL: `SCHEME[USER@]HOSTS[/][?OPTIONS]`.
+pub(crate) fn parse_url<'a>(url: &'a str, scheme: &str) -> Result<UrlParts<'a>, StoreError> {
+    let shown = || redact_url(url);
+    let (base, query) = url.split_once('?').unwrap_or((url, ""));
+    let base = base
+        .strip_prefix(scheme)
+        .unwrap_or(base)
+        .trim_end_matches('/');
+    let (user, hosts) = match base.rsplit_once('@') {
+        Some((u, h)) => (Some(u), h),
+        None => (None, base),
+    };
+    if user.is_some_and(|u| u.contains(':')) {
+        return Err(StoreError::Refused(format!(
+            "`{}`: a password in the URL is refused (it would show in process lists and logs); \
+             set {PASSWORD_ENV} or ?password_file=PATH",
+            shown()
+        )));
+    }
+    if user.is_some_and(|u| u.is_empty() || !u.bytes().all(|b| b.is_ascii_graphic())) {
+        return Err(StoreError::Refused(format!(
+            "`{}`: the user name must be printable and without spaces",
+            shown()
+        )));
+    }
+    let (mut poll, mut prefix, mut file) = (DEFAULT_POLL, String::new(), None);
     for opt in query.split('&').filter(|o| !o.is_empty()) {
         match opt.split_once('=') {
             Some(("poll_us", v)) => {
                 let us = v.parse::<u64>().ok().filter(|&us| us <= 1_000_000);
                 let us = us.ok_or_else(|| {
                     StoreError::Refused(format!(
-                        "`{url}`: poll_us must be a number of microseconds up to 1000000, not `{v}`"
+                        "`{}`: poll_us must be a number of microseconds up to 1000000, not `{v}`",
+                        shown()
                     ))
                 })?;
                 poll = Duration::from_micros(us);
             }
+            Some(("prefix", v)) => {
+                if v.is_empty() || !valid_prefix(v) {
+                    return Err(StoreError::Refused(format!(
+                        "`{}`: prefix `{v}` may only hold letters, digits and `._-:%`",
+                        shown()
+                    )));
+                }
+                prefix = v.to_string();
+            }
+            Some(("password_file", v)) if !v.is_empty() => file = Some(v),
             _ => {
                 return Err(StoreError::Refused(format!(
-                    "`{url}`: unknown option `{opt}` (known: poll_us=N)"
+                    "`{}`: unknown option `{opt}` (known: poll_us=N, prefix=P, password_file=PATH)",
+                    shown()
                 )))
             }
         }
     }
-    Ok((base, poll))
+    let auth = match user {
+        None if file.is_some() => {
+            return Err(StoreError::Refused(format!(
+                "`{}`: password_file without a user (redis://USER@HOST:PORT)",
+                shown()
+            )))
+        }
+        None => None,
+        Some(user) => Some(Auth {
+            user: user.to_string(),
+            password: read_password(user, file)?,
+        }),
+    };
+    Ok(UrlParts {
+        hosts,
+        poll,
+        auth,
+        prefix,
+    })
+}
+
+/// The password of `user`: the first line of `file`, or else [`PASSWORD_ENV`].
+fn read_password(user: &str, file: Option<&str>) -> Result<Secret, StoreError> {
+    let pw = match file {
+        Some(path) => std::fs::read_to_string(path)
+            .map_err(|e| {
+                StoreError::Refused(format!(
+                    "store user `{user}`: cannot read password file {path}: {e}"
+                ))
+            })?
+            .lines()
+            .next()
+            .unwrap_or("")
+            .to_string(),
+        None => std::env::var(PASSWORD_ENV).unwrap_or_default(),
+    };
+    if pw.is_empty() {
+        return Err(StoreError::Refused(format!(
+            "store user `{user}` has no password: set {PASSWORD_ENV} or ?password_file=PATH"
+        )));
+    }
+    Ok(Secret(pw))
 }
 
 /// Appends the stored form of a state key (see the crate documentation).
@@ -116,6 +285,18 @@ fn push_hex(out: &mut Vec<u8>, v: u32) {
     for i in (0..8).rev() {
         out.push(b"0123456789abcdef"[((v >> (i * 4)) & 0xf) as usize]);
     }
+}
+
+/// Appends the stored form of a state key under `prefix` (see [`Config::prefix`]).
+pub fn prefixed_key(out: &mut Vec<u8>, prefix: &[u8], k: &Key) {
+    out.extend_from_slice(prefix);
+    redis_key(out, k);
+}
+
+/// Appends the timer set of `ns` under `prefix` (see [`Config::prefix`]).
+pub fn prefixed_timer_set(out: &mut Vec<u8>, prefix: &[u8], ns: Namespace) {
+    out.extend_from_slice(prefix);
+    timer_set(out, ns);
 }
 
 /// The sorted set holding the timers of a namespace.
@@ -145,6 +326,8 @@ impl RedisStore {
     /// Connects (and loads the scripts). Fails if the server cannot be reached.
     pub fn connect(cfg: Config) -> Result<RedisStore, StoreError> {
         let mut node = Node::new(cfg.addr.clone(), cfg.timeout, cfg.poll);
+        node.auth = cfg.auth.clone();
+        node.prefix = cfg.prefix.clone();
         node.ensure_conn()?;
         Ok(RedisStore {
             node,
@@ -153,7 +336,7 @@ impl RedisStore {
         })
     }
 
-    /// Connects to `redis://HOST:PORT[?poll_us=N]`.
+    /// Connects to a URL [`Config::from_url`] accepts.
     pub fn open(url: &str) -> Result<RedisStore, StoreError> {
         RedisStore::connect(Config::from_url(url)?)
     }
@@ -305,7 +488,12 @@ impl StateStore for RedisStore {
     }
 
     fn describe(&self) -> String {
-        format!("redis://{}", self.node.addr)
+        describe(
+            "redis://",
+            &self.node.addr,
+            self.node.auth.as_ref(),
+            &self.node.prefix,
+        )
     }
 }
 
@@ -353,5 +541,87 @@ mod tests {
             .err()
             .unwrap();
         assert!(e.to_string().contains("unknown option `poll=1`"), "{e}");
+    }
+
+    #[test]
+    fn urls_carry_the_user_and_prefix_and_never_the_password() {
+        let dir = std::env::temp_dir().join(format!("sluice-pw-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("pw");
+        std::fs::write(&file, "hunter2-secret\n").unwrap();
+        let url = format!(
+            "redis://sluice-t-a@127.0.0.1:6379?prefix=t.a.&password_file={}",
+            file.display()
+        );
+        let c = Config::from_url(&url).unwrap();
+        let auth = c.auth.as_ref().unwrap();
+        assert_eq!(
+            (
+                auth.user.as_str(),
+                auth.password.expose(),
+                c.prefix.as_str()
+            ),
+            ("sluice-t-a", "hunter2-secret", "t.a.")
+        );
+        assert_eq!(
+            c.describe(),
+            "redis://sluice-t-a@127.0.0.1:6379?prefix=t.a."
+        );
+        assert!(!format!("{c:?}").contains("hunter2"), "{c:?}");
+        assert!(format!("{c:?}").contains("<redacted>"), "{c:?}");
+
+        // A password in the URL is refused, and the refusal does not repeat it.
+        let e = Config::from_url("redis://u:hunter2@h:1")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("password in the URL") && !e.contains("hunter2"),
+            "{e}"
+        );
+        let e = ClusterStore::open("redis-cluster://u:hunter2@h:1,h:2?x=1")
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(!e.contains("hunter2"), "{e}");
+        assert_eq!(
+            redact_url("redis://u:pw@h:1?prefix=a"),
+            "redis://u:<redacted>@h:1?prefix=a"
+        );
+        assert_eq!(
+            redact_url("redis://h:1?password_file=/a@b"),
+            "redis://h:1?password_file=/a@b"
+        );
+
+        for (bad, says) in [
+            ("redis://h:1?prefix=a{b}", "prefix `a{b}`"),
+            ("redis://h:1?prefix=a*", "prefix `a*`"),
+            ("redis://h:1?password_file=/x", "without a user"),
+            (
+                "redis://u@h:1?password_file=/nonexistent/pw",
+                "cannot read password file",
+            ),
+        ] {
+            let e = Config::from_url(bad).unwrap_err().to_string();
+            assert!(e.contains(says), "{bad}: {e}");
+        }
+        std::fs::write(&file, "\n").unwrap();
+        let e = Config::from_url(&format!("redis://u@h:1?password_file={}", file.display()));
+        let e = e.unwrap_err().to_string();
+        assert!(e.contains("store user `u` has no password"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_prefix_changes_no_cluster_slot() {
+        let k = Key::new(Namespace(7), 1, b"flow");
+        let (mut plain, mut prefixed) = (Vec::new(), Vec::new());
+        redis_key(&mut plain, &k);
+        prefixed_key(&mut prefixed, b"t.acme.", &k);
+        assert!(prefixed.starts_with(b"t.acme.{"));
+        assert_eq!(slot_of(&plain), slot_of(&prefixed));
+        let (mut plain, mut prefixed) = (Vec::new(), Vec::new());
+        timer_set(&mut plain, Namespace(7));
+        prefixed_timer_set(&mut prefixed, b"t.acme.", Namespace(7));
+        assert_eq!(slot_of(&plain), slot_of(&prefixed));
     }
 }

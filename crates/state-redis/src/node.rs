@@ -8,10 +8,14 @@ use std::time::Duration;
 use sluice_state::{Key, Namespace, Op, OpResult, Ops, StoreError};
 
 use crate::resp::{self, Reply};
-use crate::{op_name, redis_key, scripts, timer_set};
+use crate::{op_name, prefixed_key, prefixed_timer_set, scripts, Auth};
 
 pub(crate) struct Node {
     pub(crate) addr: String,
+    /// Sent with `AUTH` on every connect, before anything else.
+    pub(crate) auth: Option<Auth>,
+    /// Prepended to every stored key (see `Config::prefix`).
+    pub(crate) prefix: String,
     timeout: Duration,
     /// See `Config::poll`.
     poll: Duration,
@@ -58,6 +62,8 @@ impl Node {
     pub(crate) fn new(addr: String, timeout: Duration, poll: Duration) -> Node {
         Node {
             addr,
+            auth: None,
+            prefix: String::new(),
             timeout,
             poll,
             stream: None,
@@ -233,13 +239,35 @@ impl Node {
         self.rbuf.clear();
         self.rpos = 0;
         self.wbuf.clear();
+        // AUTH goes first in the same pipeline: its reply decides whether the
+        // rest (refused without it) is worth reading as script loads.
+        if let Some(a) = &self.auth {
+            resp::encode(
+                &mut self.wbuf,
+                &[b"AUTH", a.user.as_bytes(), a.password.expose().as_bytes()],
+            );
+        }
         for s in scripts::ALL {
             resp::encode(&mut self.wbuf, &[b"SCRIPT", b"LOAD", s.as_bytes()]);
         }
-        self.send()?;
-        let replies = self.receive(scripts::ALL.len())?;
+        let sent = self.send();
+        // A cleared buffer cannot be sent again by mistake with the password in it.
+        self.wbuf.clear();
+        sent?;
+        let authed = usize::from(self.auth.is_some());
+        let replies = self.receive(authed + scripts::ALL.len())?;
+        if let (Some(a), Some(Reply::Error(range))) = (&self.auth, replies.first()) {
+            let e = StoreError::Refused(format!(
+                "{}: authentication as store user `{}` failed: {}",
+                self.addr,
+                a.user,
+                String::from_utf8_lossy(&self.rbuf[range.clone()])
+            ));
+            self.drop_conn();
+            return Err(e);
+        }
         let mut shas = Vec::with_capacity(replies.len());
-        for r in &replies {
+        for r in &replies[authed..] {
             match r {
                 Reply::Bulk(Some(range)) => shas.push(self.rbuf[range.clone()].to_vec()),
                 other => {
@@ -255,10 +283,15 @@ impl Node {
 
     pub(crate) fn unexpected(&self, what: &str, r: &Reply) -> StoreError {
         match r {
-            Reply::Error(range) => StoreError::Refused(format!(
-                "{what}: {}",
-                String::from_utf8_lossy(&self.rbuf[range.clone()])
-            )),
+            Reply::Error(range) => {
+                let text = &self.rbuf[range.clone()];
+                // Say whose permissions fell short: the fix is in that user's ACL.
+                let user = match &self.auth {
+                    Some(a) if text.starts_with(b"NOPERM") => format!(" (store user `{}`)", a.user),
+                    _ => String::new(),
+                };
+                StoreError::Refused(format!("{what}: {}{user}", String::from_utf8_lossy(text)))
+            }
             other => StoreError::Protocol(format!("{what}: unexpected reply {other:?}")),
         }
     }
@@ -365,12 +398,12 @@ impl Node {
             self.key_buf.clear();
             match *op {
                 Op::Put { key, val } => {
-                    redis_key(&mut self.key_buf, &key);
+                    prefixed_key(&mut self.key_buf, self.prefix.as_bytes(), &key);
                     resp::encode_arg(&mut self.wbuf, &self.key_buf);
                     resp::encode_arg(&mut self.wbuf, ops.arg(val));
                 }
                 Op::Delete { key } => {
-                    redis_key(&mut self.key_buf, &key);
+                    prefixed_key(&mut self.key_buf, self.prefix.as_bytes(), &key);
                     resp::encode_arg(&mut self.wbuf, &self.key_buf);
                 }
                 _ => {}
@@ -389,26 +422,26 @@ impl Node {
         self.key_buf.clear();
         match *op {
             Op::Get { key } => {
-                redis_key(&mut self.key_buf, &key);
+                prefixed_key(&mut self.key_buf, self.prefix.as_bytes(), &key);
                 resp::encode(&mut self.wbuf, &[b"GET", &self.key_buf]);
             }
             Op::Put { key, val } => {
-                redis_key(&mut self.key_buf, &key);
+                prefixed_key(&mut self.key_buf, self.prefix.as_bytes(), &key);
                 resp::encode(&mut self.wbuf, &[b"SET", &self.key_buf, ops.arg(val)]);
             }
             Op::Delete { key } => {
-                redis_key(&mut self.key_buf, &key);
+                prefixed_key(&mut self.key_buf, self.prefix.as_bytes(), &key);
                 resp::encode(&mut self.wbuf, &[b"DEL", &self.key_buf]);
             }
             Op::Incr { key, delta } => {
-                redis_key(&mut self.key_buf, &key);
+                prefixed_key(&mut self.key_buf, self.prefix.as_bytes(), &key);
                 resp::encode(
                     &mut self.wbuf,
                     &[b"INCRBY", &self.key_buf, resp::fmt_i64(delta, &mut num)],
                 );
             }
             Op::CompareAndSet { key, expected, new } => {
-                redis_key(&mut self.key_buf, &key);
+                prefixed_key(&mut self.key_buf, self.prefix.as_bytes(), &key);
                 let e = expected.map(|s| ops.arg(s)).unwrap_or(b"");
                 let nv = new.map(|s| ops.arg(s)).unwrap_or(b"");
                 let ef: &[u8] = if expected.is_some() { b"1" } else { b"0" };
@@ -420,7 +453,7 @@ impl Node {
                 );
             }
             Op::PoolInit { pool, size } => {
-                redis_key(&mut self.key_buf, &pool);
+                prefixed_key(&mut self.key_buf, self.prefix.as_bytes(), &pool);
                 let sha = self.sha(1).to_vec();
                 resp::encode(
                     &mut self.wbuf,
@@ -435,7 +468,7 @@ impl Node {
             }
             Op::PoolAlloc { pool } | Op::PoolFree { pool, .. } | Op::PoolTake { pool, .. } => {
                 // The pool's meta hash, freed list and freed set share one hash tag.
-                redis_key(&mut self.key_buf, &pool);
+                prefixed_key(&mut self.key_buf, self.prefix.as_bytes(), &pool);
                 self.key_buf2.clear();
                 self.key_buf2.extend_from_slice(&self.key_buf);
                 self.key_buf2.extend_from_slice(b":f");
@@ -475,7 +508,7 @@ impl Node {
                 }
             }
             Op::ArmTimer { key, deadline_ns } => {
-                timer_set(&mut self.key_buf, key.namespace());
+                prefixed_timer_set(&mut self.key_buf, self.prefix.as_bytes(), key.namespace());
                 let us = (deadline_ns / 1000) as i64;
                 resp::encode(
                     &mut self.wbuf,
@@ -488,7 +521,7 @@ impl Node {
                 );
             }
             Op::CancelTimer { key } => {
-                timer_set(&mut self.key_buf, key.namespace());
+                prefixed_timer_set(&mut self.key_buf, self.prefix.as_bytes(), key.namespace());
                 resp::encode(&mut self.wbuf, &[b"ZREM", &self.key_buf, key.as_bytes()]);
             }
         }
@@ -564,7 +597,7 @@ impl Node {
         self.check_no_started()?;
         self.ensure_conn()?;
         self.key_buf.clear();
-        timer_set(&mut self.key_buf, ns);
+        prefixed_timer_set(&mut self.key_buf, self.prefix.as_bytes(), ns);
         self.wbuf.clear();
         let mut a = [0u8; 24];
         let mut b = [0u8; 24];

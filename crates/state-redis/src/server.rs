@@ -75,6 +75,8 @@ pub struct RedisServer {
     port: u16,
     dir: PathBuf,
     extra: Vec<String>,
+    /// The admin user [`RedisServer::secure`] created, set up again on restart.
+    admin: Option<(String, crate::Secret)>,
 }
 
 /// The server binary: `$SLUICE_REDIS_SERVER`, else `redis-server`, else `valkey-server`.
@@ -173,6 +175,7 @@ impl RedisServer {
             port,
             dir,
             extra,
+            admin: None,
         };
         let deadline = Instant::now() + Duration::from_secs(5);
         while Instant::now() < deadline {
@@ -211,11 +214,49 @@ impl RedisServer {
         format!("redis://127.0.0.1:{}", self.port)
     }
 
-    /// Starts a fresh, empty server on the same port (after [`RedisServer::kill`]).
+    /// Turns on authentication: creates the ACL user `user` with `password` and
+    /// every permission, then disables the `default` user, so every connection
+    /// must `AUTH` (and the helpers [`flushall`] and [`info_field`] no longer
+    /// work). The password travels over the socket, never on a command line.
+    pub fn secure(&mut self, user: &str, password: &crate::Secret) -> Result<(), String> {
+        let rule = format!(">{}", password.expose());
+        let setup: [&[&[u8]]; 2] = [
+            &[
+                b"ACL",
+                b"SETUSER",
+                user.as_bytes(),
+                b"reset",
+                b"on",
+                rule.as_bytes(),
+                b"~*",
+                b"&*",
+                b"+@all",
+            ],
+            &[b"ACL", b"SETUSER", b"default", b"off"],
+        ];
+        for args in setup {
+            let r = command(self.port, args)?;
+            if !r.starts_with(b"+OK") {
+                return Err(format!(
+                    "ACL SETUSER on port {}: {}",
+                    self.port,
+                    String::from_utf8_lossy(&r).trim_end()
+                ));
+            }
+        }
+        self.admin = Some((user.to_string(), password.clone()));
+        Ok(())
+    }
+
+    /// Starts a fresh, empty server on the same port (after [`RedisServer::kill`]),
+    /// with the admin user of [`RedisServer::secure`] if it had one.
     pub fn restart(&mut self) -> Result<(), String> {
         self.kill();
         let extra: Vec<&str> = self.extra.iter().map(|s| s.as_str()).collect();
         let mut fresh = RedisServer::start_on(self.port, &extra)?;
+        if let Some((user, pw)) = &self.admin {
+            fresh.secure(user, pw)?;
+        }
         std::mem::swap(self, &mut fresh);
         // `fresh` now holds the dead process; dropping it must not remove our directory.
         fresh.dir = PathBuf::new();

@@ -183,15 +183,13 @@ fn note_counts(apis: &[String], prefix: &str, seen: &mut BTreeMap<String, (u64, 
     }
 }
 
-/// Commands the lab's Redis has processed so far (None if it cannot tell).
+/// Commands the lab's Redis has processed so far (None if it cannot tell),
+/// asked as the store's admin (the lab's store requires authentication).
 fn store_commands(store_url: &str) -> Option<u64> {
-    let port: u16 = store_url
-        .strip_prefix("redis://")?
-        .rsplit(':')
-        .next()?
-        .parse()
-        .ok()?;
-    sluice_state_redis::server::info_field(port, "stats", "total_commands_processed").ok()
+    sluice_state_redis::acl::Admin::open(store_url)
+        .ok()?
+        .info_field("stats", "total_commands_processed")
+        .ok()
 }
 
 /// Every agent's instance health records (`apis`: the agents' API URLs).

@@ -93,7 +93,8 @@ pub struct LabState {
     pub pids: Vec<u32>,
     /// The controller's URL.
     pub controller: String,
-    /// The state store's URL.
+    /// The state store's URL: its admin user, with the password in a file
+    /// (`redis://sluice-admin@127.0.0.1:PORT?password_file=DIR/store-admin.pw`).
     pub store: String,
     /// The fabric namespace and bridge (`tshark -i` there sees the tunnels).
     pub fabric: (String, String),
@@ -192,6 +193,34 @@ pub fn blob() -> Vec<u8> {
 }
 
 static RUNS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+
+/// The store's admin user in the lab (the controller connects as it).
+pub const STORE_ADMIN: &str = "sluice-admin";
+
+/// `n` random bytes, hex.
+fn random_hex(n: usize) -> Result<String, LabError> {
+    let mut b = vec![0u8; n];
+    fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut b))
+        .map_err(|e| other(format!("/dev/urandom: {e}")))?;
+    Ok(b.iter().map(|x| format!("{x:02x}")).collect())
+}
+
+/// Writes `text` to a new file only its owner may read.
+fn write_private(path: &Path, text: &str) -> Result<(), LabError> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    // A file left by an earlier lab in this directory is replaced, never reused
+    // with whatever mode it had.
+    let _ = fs::remove_file(path);
+    fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+        .and_then(|mut f| f.write_all(text.as_bytes()))
+        .map_err(|e| other(format!("{}: {e}", path.display())))
+}
 
 fn free_port() -> Result<u16, LabError> {
     let l = TcpListener::bind("127.0.0.1:0").map_err(other)?;
@@ -386,8 +415,19 @@ impl Lab {
         // The state store.
         let redis_port = free_port()?;
         let log = dir.join("redis.log");
+        // Authentication on: the default user is off, the controller is the
+        // admin, and each tenant gets its own user (docs/SECURITY.md). The
+        // password is in files only the owner reads, never on a command line.
+        let admin_pw = random_hex(16)?;
+        let pw_file = dir.join("store-admin.pw");
+        let conf = dir.join("redis.conf");
+        write_private(&pw_file, &format!("{admin_pw}\n"))?;
+        write_private(
+            &conf,
+            &format!("user default off\nuser {STORE_ADMIN} on >{admin_pw} ~* &* +@all\n"),
+        )?;
         let mut child = spawn_logged(
-            Command::new("redis-server").args([
+            Command::new("redis-server").arg(&conf).args([
                 "--port",
                 &redis_port.to_string(),
                 "--bind",
@@ -404,7 +444,10 @@ impl Lab {
         self.state.pids.push(child.id());
         self.save()?;
         wait_tcp(redis_port, "redis-server", &mut child, &log)?;
-        self.state.store = format!("redis://127.0.0.1:{redis_port}");
+        self.state.store = format!(
+            "redis://{STORE_ADMIN}@127.0.0.1:{redis_port}?password_file={}",
+            pw_file.display()
+        );
 
         // The controller.
         let ctl_port = free_port()?;

@@ -97,6 +97,7 @@ fn figure4_host1() -> AgentConfig {
             vni: VNI,
             chain_yaml: String::new(),
             state: "local".into(),
+            state_password: None,
         });
     }
     AgentConfig {

@@ -92,6 +92,7 @@ pub fn table(ms: &[StateMeasurement]) -> String {
     let ratio_n = ms.iter().filter(|m| m.target_ratio.is_some()).count();
     s.push_str(&format!("throughput targets met: {ratio_ok}/{ratio_n}\n\n"));
     s.push_str(&cached_table(ms));
+    s.push_str(&authed_table(ms));
 
     s.push_str(
         "store operations per packet (remote run; smallest frame size of each workload).\n\
@@ -155,6 +156,40 @@ impl StateMeasurement {
     fn flows_name(&self) -> &'static str {
         self.flows.name()
     }
+}
+
+/// The auth+prefix runs against the plain remote runs of the same rounds.
+fn authed_table(ms: &[StateMeasurement]) -> String {
+    let rows: Vec<(&StateMeasurement, &CachedMeasurement, f64)> = ms
+        .iter()
+        .filter_map(|m| Some((m, m.authed.as_ref()?, m.authed_vs_plain?)))
+        .collect();
+    if rows.is_empty() {
+        return String::new();
+    }
+    let mut s = String::from(
+        "remote as a tenant's ACL user (AUTH on connect, keys under its prefix, restricted \
+         commands) against the plain remote run, same rounds\n",
+    );
+    s.push_str(&format!(
+        "{:<22} {:>8} {:>8} {:>6}  {:>8} {:>8}\n",
+        "measurement", "Mpps-r", "Mpps-a", "a/r", "+p50 r", "+p50 a"
+    ));
+    for (m, a, r) in &rows {
+        s.push_str(&format!(
+            "{:<22} {:>8.3} {:>8.3} {:>6.3}  {:>8.1} {:>8.1}\n",
+            m.name, m.mpps_remote, a.mpps, r, m.p50_us, a.added_us[0]
+        ));
+    }
+    let mut ratios: Vec<f64> = rows.iter().map(|r| r.2).collect();
+    ratios.sort_by(f64::total_cmp);
+    s.push_str(&format!(
+        "auth+prefix / plain throughput: min {:.3}, median {:.3}, max {:.3}\n\n",
+        ratios[0],
+        ratios[ratios.len() / 2],
+        ratios[ratios.len() - 1]
+    ));
+    s
 }
 
 /// The cached runs: throughput and added latency with the flow cache in front of

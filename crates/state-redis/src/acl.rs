@@ -1,0 +1,277 @@
+//! Store isolation between tenants: one Redis/Valkey ACL user per tenant, whose
+//! key pattern covers only the keys stored under that tenant's prefix, and the
+//! admin connection that creates and deletes those users.
+//!
+//! A tenant's instances connect as [`tenant_user`] with `?prefix=`
+//! [`tenant_prefix`]: every key and timer set they touch then starts with the
+//! prefix (`t.acme.{XXXXXXXX}k`), and the server refuses (`NOPERM`) any other key,
+//! inside scripts too. Tenant names are escaped so that no name can widen the
+//! pattern: only `[A-Za-z0-9_-]` pass unchanged, everything else (`.` included,
+//! so `t.a.` never prefixes tenant `a.b`'s `t.a%2Eb.`) becomes `%XX`.
+
+use sluice_state::StoreError;
+
+use crate::node::Node;
+use crate::resp::Reply;
+use crate::{Auth, Secret};
+
+/// Every command the state backend sends, directly or from its scripts
+/// (`crate::scripts`), and nothing else: a tenant user is allowed exactly these.
+/// `AUTH` needs no permission; `CLUSTER|SLOTS` and `ASKING` are for Redis Cluster.
+pub const TENANT_COMMANDS: &[&str] = &[
+    // Sent directly (node.rs, cluster.rs).
+    "get",
+    "set",
+    "del",
+    "mset",
+    "incrby",
+    "zadd",
+    "zrem",
+    "evalsha",
+    "script|load",
+    "cluster|slots",
+    "asking",
+    // Called by the scripts.
+    "exists",
+    "hset",
+    "hget",
+    "hmget",
+    "lpop",
+    "rpush",
+    "sadd",
+    "srem",
+    "zrangebyscore",
+];
+
+/// The name prefix of every user [`Admin::set_tenant_user`] creates.
+pub const TENANT_USER_PREFIX: &str = "sluice-t-";
+
+/// `tenant` with every byte outside `[A-Za-z0-9_-]` written `%XX`.
+fn escape(tenant: &str) -> String {
+    let mut out = String::with_capacity(tenant.len());
+    for b in tenant.bytes() {
+        if b.is_ascii_alphanumeric() || b == b'_' || b == b'-' {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// The ACL user of `tenant`'s instances: `sluice-t-<escaped tenant>`.
+pub fn tenant_user(tenant: &str) -> String {
+    format!("{TENANT_USER_PREFIX}{}", escape(tenant))
+}
+
+/// The key prefix of `tenant`'s state: `t.<escaped tenant>.`.
+pub fn tenant_prefix(tenant: &str) -> String {
+    format!("t.{}.", escape(tenant))
+}
+
+/// The arguments of the `ACL SETUSER` that (re)creates `user`: enabled, only
+/// `password`, only keys starting with `prefix`, only [`TENANT_COMMANDS`], no
+/// Pub/Sub channels. `reset` first, so running it again changes nothing and an
+/// older definition is replaced whole.
+pub fn setuser_args(user: &str, password: &Secret, prefix: &str) -> Vec<Vec<u8>> {
+    let mut a: Vec<Vec<u8>> = vec![
+        b"ACL".to_vec(),
+        b"SETUSER".to_vec(),
+        user.as_bytes().to_vec(),
+        b"reset".to_vec(),
+        b"on".to_vec(),
+        format!(">{}", password.expose()).into_bytes(),
+        format!("~{prefix}*").into_bytes(),
+        b"resetchannels".to_vec(),
+        b"-@all".to_vec(),
+    ];
+    a.extend(TENANT_COMMANDS.iter().map(|c| format!("+{c}").into_bytes()));
+    a
+}
+
+/// An administrative connection (to a server, or to every node listed in a
+/// cluster URL: ACL users are per node) that manages tenant users.
+pub struct Admin {
+    nodes: Vec<Node>,
+}
+
+impl Admin {
+    /// Connects to `redis://USER@HOST:PORT` or `redis-cluster://USER@H:P,...`
+    /// (password as in [`crate::Config::from_url`]); the user needs the `ACL`
+    /// command. For a cluster, list every node: each keeps its own users.
+    pub fn open(url: &str) -> Result<Admin, StoreError> {
+        let (scheme, cluster) = if url.starts_with("redis-cluster://") {
+            ("redis-cluster://", true)
+        } else {
+            ("redis://", false)
+        };
+        let u = crate::parse_url(url, scheme)?;
+        let hosts: Vec<&str> = u.hosts.split(',').map(str::trim).collect();
+        if hosts.iter().any(|h| !h.contains(':')) || (!cluster && hosts.len() != 1) {
+            return Err(StoreError::Refused(format!(
+                "`{}`: expected {scheme}USER@HOST:PORT",
+                crate::redact_url(url)
+            )));
+        }
+        let nodes = hosts
+            .into_iter()
+            .map(|h| {
+                let mut n = Node::new(
+                    h.to_string(),
+                    std::time::Duration::from_secs(2),
+                    std::time::Duration::ZERO,
+                );
+                n.auth = u.auth.clone();
+                n
+            })
+            .collect();
+        Ok(Admin { nodes })
+    }
+
+    /// The credentials it connects with.
+    pub fn auth(&self) -> Option<&Auth> {
+        self.nodes.first().and_then(|n| n.auth.as_ref())
+    }
+
+    /// Creates or redefines `tenant`'s user with `password` on every node.
+    pub fn set_tenant_user(&mut self, tenant: &str, password: &Secret) -> Result<(), StoreError> {
+        let args = setuser_args(&tenant_user(tenant), password, &tenant_prefix(tenant));
+        let args: Vec<&[u8]> = args.iter().map(|a| &a[..]).collect();
+        for n in &mut self.nodes {
+            // The server may quote a rule it refuses, and a rule holds the password.
+            expect_ok(n, &args, "ACL SETUSER").map_err(|e| match e {
+                StoreError::Refused(m) => {
+                    StoreError::Refused(m.replace(password.expose(), "<redacted>"))
+                }
+                other => other,
+            })?;
+        }
+        Ok(())
+    }
+
+    /// Deletes `user` on every node (its connections are closed by the server).
+    pub fn delete_user(&mut self, user: &str) -> Result<(), StoreError> {
+        for n in &mut self.nodes {
+            match call(n, &[b"ACL", b"DELUSER", user.as_bytes()])? {
+                Reply::Int(_) => {}
+                other => return Err(n.unexpected("ACL DELUSER", &other)),
+            }
+        }
+        Ok(())
+    }
+
+    /// The tenant users (names starting with [`TENANT_USER_PREFIX`]) on any node.
+    pub fn tenant_users(&mut self) -> Result<Vec<String>, StoreError> {
+        let mut out = Vec::new();
+        for n in &mut self.nodes {
+            let r = call(n, &[b"ACL", b"USERS"])?;
+            let Reply::Array(Some(items)) = &r else {
+                return Err(n.unexpected("ACL USERS", &r));
+            };
+            for it in items {
+                if let Reply::Bulk(Some(range)) = it {
+                    let name = String::from_utf8_lossy(&n.rbuf[range.clone()]).into_owned();
+                    if name.starts_with(TENANT_USER_PREFIX) && !out.contains(&name) {
+                        out.push(name);
+                    }
+                }
+            }
+        }
+        out.sort();
+        Ok(out)
+    }
+}
+
+impl Admin {
+    /// A counter of the `INFO` section `section` of the first node (e.g.
+    /// `stats`, `total_commands_processed`), for measurements. Connecting
+    /// counts a few commands of its own (`AUTH`, the script loads).
+    pub fn info_field(&mut self, section: &str, field: &str) -> Result<u64, StoreError> {
+        let n = &mut self.nodes[0];
+        let r = call(n, &[b"INFO", section.as_bytes()])?;
+        let Reply::Bulk(Some(range)) = &r else {
+            return Err(n.unexpected("INFO", &r));
+        };
+        let text = String::from_utf8_lossy(&n.rbuf[range.clone()]).into_owned();
+        text.lines()
+            .find_map(|l| {
+                l.strip_prefix(field)?
+                    .strip_prefix(':')?
+                    .trim()
+                    .parse()
+                    .ok()
+            })
+            .ok_or_else(|| StoreError::Protocol(format!("INFO {section}: no `{field}`")))
+    }
+}
+
+/// Sends one command on `n` and reads its reply.
+fn call(n: &mut Node, args: &[&[u8]]) -> Result<Reply, StoreError> {
+    n.check_no_started()?;
+    n.ensure_conn()?;
+    n.wbuf.clear();
+    crate::resp::encode(&mut n.wbuf, args);
+    let sent = n.send();
+    // `ACL SETUSER` carries a password.
+    n.wbuf.clear();
+    sent?;
+    let mut r = n.receive(1)?;
+    Ok(r.remove(0))
+}
+
+fn expect_ok(n: &mut Node, args: &[&[u8]], what: &str) -> Result<(), StoreError> {
+    match call(n, args)? {
+        Reply::Simple(_) => Ok(()),
+        other => Err(n.unexpected(what, &other)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn no_tenant_name_can_widen_or_share_another_tenants_pattern() {
+        assert_eq!(tenant_prefix("acme"), "t.acme.");
+        assert_eq!(tenant_user("acme-2_x"), "sluice-t-acme-2_x");
+        // Glob characters and braces never reach the pattern or the hash tag.
+        assert_eq!(tenant_prefix("*"), "t.%2A.");
+        assert_eq!(tenant_prefix("a{b}"), "t.a%7Bb%7D.");
+        assert_eq!(tenant_user("a b"), "sluice-t-a%20b");
+        // `a`'s pattern `t.a.*` does not cover tenant `a.b`'s keys.
+        let (a, ab) = (tenant_prefix("a"), tenant_prefix("a.b"));
+        assert!(!ab.starts_with(&a), "{a} {ab}");
+        for t in ["acme", "a.b", "*", "x?[y]", "%41", "ü"] {
+            assert!(crate::valid_prefix(&tenant_prefix(t)), "{t}");
+            let p = tenant_prefix(t);
+            assert_eq!(p.matches('.').count(), 2, "{t}: {p}");
+        }
+        // Distinct names, distinct prefixes (escaping is injective).
+        assert_ne!(tenant_prefix("%41"), tenant_prefix("A"));
+    }
+
+    #[test]
+    fn the_setuser_command_grants_only_the_prefix_and_the_listed_commands() {
+        let args = setuser_args("sluice-t-a", &Secret::new("pw"), "t.a.");
+        let text: Vec<String> = args
+            .iter()
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect();
+        assert_eq!(
+            &text[..9],
+            [
+                "ACL",
+                "SETUSER",
+                "sluice-t-a",
+                "reset",
+                "on",
+                ">pw",
+                "~t.a.*",
+                "resetchannels",
+                "-@all"
+            ]
+        );
+        assert_eq!(text.len(), 9 + TENANT_COMMANDS.len());
+        assert!(text.iter().all(|t| !t.contains("@all") || t == "-@all"));
+    }
+}
