@@ -11,6 +11,7 @@ mod ctl;
 mod demo;
 mod error;
 mod experiment;
+mod ips;
 mod run;
 mod testbed;
 
@@ -60,6 +61,12 @@ enum Cmd {
     Events(ctl::EventsArgs),
     /// Report an application metric sample of a chain (feeds its scaler).
     Metric(ctl::MetricArgs),
+    /// IPS rule sets: `check` counts the rules the IPS loads and why it skips
+    /// the others.
+    Ips {
+        #[command(subcommand)]
+        what: ips::IpsCmd,
+    },
     /// Experiments on a testbed (needs root): `failover` is StatelessNF Fig. 4.7,
     /// `elasticity` Fig. 4.8.
     Experiment {
@@ -93,6 +100,7 @@ fn main() -> ExitCode {
         Cmd::Scale(a) => ctl::scale(&a),
         Cmd::Events(a) => ctl::events(&a),
         Cmd::Metric(a) => ctl::metric(&a),
+        Cmd::Ips { what } => ips::run(what),
         Cmd::Experiment { what } => experiment::run(what),
         Cmd::Testbed { what } => testbed::run(what),
     };

@@ -261,6 +261,12 @@ impl Ips {
         &self.warnings
     }
 
+    /// The skipped rules counted by reason ([`rules::RuleSyntax::reason`]), most
+    /// frequent first.
+    pub fn skipped_by_reason(&self) -> Vec<(String, usize)> {
+        rules::count_reasons(&self.warnings)
+    }
+
     /// Number of rules loaded.
     pub fn rule_count(&self) -> usize {
         self.engine.rules.len()
@@ -286,6 +292,19 @@ impl NetworkFunction for Ips {
 
     fn config_warnings(&self, out: &mut Vec<String>) {
         out.extend(self.warnings().iter().map(|w| w.to_string()));
+        if !self.warnings.is_empty() {
+            let by: Vec<String> = self
+                .skipped_by_reason()
+                .iter()
+                .map(|(r, n)| format!("{n} {r}"))
+                .collect();
+            out.push(format!(
+                "loaded {} rules, skipped {}: {}",
+                self.rule_count(),
+                self.warnings.len(),
+                by.join(", ")
+            ));
+        }
     }
 
     fn namespace(&self) -> Namespace {
