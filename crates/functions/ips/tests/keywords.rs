@@ -9,7 +9,7 @@ use sluice_ips::{build, Config, Ips};
 use sluice_nf::{AlertAction, Ctx, Event, NetworkFunction, Streams};
 use sluice_packet::{Batch, PacketPool, Verdict};
 use sluice_reassembly::Reassembler;
-use sluice_state::{LocalStore, Namespace};
+use sluice_state::{LocalStore, Namespace, StateStore};
 use sluice_wire::build::{icmp_v4_echo, icmp_v4_error, tcp_v4, udp_v4};
 use sluice_wire::parse::parse_frame;
 use sluice_wire::tcp::flags::{ACK, FIN, PSH, SYN};
@@ -33,28 +33,37 @@ fn ips(rules: &[&str]) -> Ips {
 /// Runs `frames` (one batch, through the reassembler) and returns the alerts as
 /// (sid, action) and which packets were dropped.
 fn run(ips: &mut Ips, frames: &[Vec<u8>]) -> (Vec<(u32, AlertAction)>, Vec<bool>) {
-    let mut st = LocalStore::new();
+    run_in(ips, &mut LocalStore::new(), frames, 1_000_000_000)
+}
+
+/// As [`run`], over `st`, the packets 1 µs apart from `t0`.
+fn run_in(
+    ips: &mut Ips,
+    st: &mut LocalStore,
+    frames: &[Vec<u8>],
+    t0: u64,
+) -> (Vec<(u32, AlertAction)>, Vec<bool>) {
     let mut r = Reassembler::new(Namespace(1), Default::default());
     let mut pool = PacketPool::new(64);
     let mut streams = Streams::default();
     let mut b = Batch::with_capacity(frames.len());
     for (k, f) in frames.iter().enumerate() {
-        b.push_frame(&mut pool, f, 1_000_000_000 + k as u64 * 1000, 0);
+        b.push_frame(&mut pool, f, t0 + k as u64 * 1000, 0);
     }
     for p in &mut b.pkts {
         p.meta = parse_frame(p.data()).unwrap();
     }
-    r.process(&mut b, &mut st, &mut streams, 1).unwrap();
+    r.process(&mut b, st, &mut streams, 1).unwrap();
     let mut events = Vec::new();
     let mut emit = Vec::new();
     let mut ctx = Ctx {
-        now_ns: 2_000_000_000,
+        now_ns: t0 + frames.len() as u64 * 1000,
         stage: 2,
         streams: &streams,
         events: &mut events,
         emit: &mut emit,
     };
-    ips.process(&mut b, &mut ctx, &mut st).unwrap();
+    ips.process(&mut b, &mut ctx, st).unwrap();
     let dropped = b
         .pkts
         .iter()
@@ -284,10 +293,7 @@ fn keywords_that_would_change_matching_skip_the_rule() {
             .reason()
     };
     assert_eq!(reason("content:\"a\"; pcre:\"/a;b/i\";"), "keyword pcre");
-    assert_eq!(
-        reason("threshold: type limit, track by_src, count 1, seconds 60;"),
-        "keyword threshold"
-    );
+    assert_eq!(reason("xbits:set,x,track ip_src;"), "keyword xbits");
     assert_eq!(reason("flowbits:set,x;"), "keyword flowbits");
     assert_eq!(reason("content:\"a\"; http.uri;"), "keyword http.uri");
     assert_eq!(reason("frobnicate;"), "unknown keyword frobnicate");
@@ -333,17 +339,13 @@ fn et_open_sample_loads_what_it_supports() {
         &rules::suricata_default_vars(),
     );
     let sids: Vec<u32> = loaded.iter().map(|r| r.sid).collect();
-    // ICMP itype/icode + content, UDP dsize + offset/depth, TCP fast_pattern.
-    assert_eq!(sids, vec![2026567, 2019491, 2027151]);
+    // ICMP itype/icode + content, UDP dsize + offset/depth, TCP fast_pattern,
+    // a SYN scan (flags, threshold).
+    assert_eq!(sids, vec![2026567, 2019491, 2027151, 2001219]);
     let reasons: Vec<String> = skipped.iter().map(|e| e.msg.reason()).collect();
     assert_eq!(
         reasons,
-        vec![
-            "keyword threshold",
-            "protocol http",
-            "protocol dns",
-            "keyword pcre"
-        ]
+        vec!["protocol http", "protocol dns", "keyword pcre"]
     );
     // The NAT-PMP rule: a 16-byte response from port 5351 whose bytes 1..4 are
     // 82 00 00, from the home network outwards.
@@ -354,6 +356,179 @@ fn et_open_sample_loads_what_it_supports() {
     let short = udp_v4([192, 168, 0, 1], [8, 8, 8, 8], 5351, 4000, &resp[..15]);
     let (a, _) = run(&mut i, &[ok, short]);
     assert_eq!(a, vec![(2019491, AlertAction::Allowed)]);
+    // "ET SCAN Potential SSH Scan": SYNs (ECN bits ignored) to port 22 of the
+    // home network, once per 120 s per source when the 5th arrives.
+    let syn = |k: u16| tcp_v4([8, 8, 8, 8], [10, 0, 0, 5], 40000 + k, 22, 1, 0, SYN, &[]);
+    let four: Vec<Vec<u8>> = (0..4).map(syn).collect();
+    let (a, _) = run(&mut i, &four);
+    assert!(a.is_empty());
+    let seven: Vec<Vec<u8>> = (0..7).map(syn).collect();
+    let (a, _) = run(&mut i, &seven);
+    assert_eq!(a, vec![(2001219, AlertAction::Allowed)]);
+}
+
+#[test]
+fn thresholds_count_as_suricata_does() {
+    let from = |src: [u8; 4]| udp_v4(src, S, 5000, 53, b"scan");
+    let five: Vec<Vec<u8>> = (0..5).map(|_| from(C)).collect();
+    let count = |t: &str, frames: &[Vec<u8>]| {
+        let rule = format!("alert udp any any -> any any (content:\"scan\"; {t}; sid:7;)");
+        run(&mut ips(&[&rule]), frames).0.len()
+    };
+    // The first 2 of each window.
+    assert_eq!(
+        count(
+            "threshold: type limit, track by_src, count 2, seconds 60",
+            &five
+        ),
+        2
+    );
+    // Every 2nd: the 2nd and the 4th.
+    assert_eq!(
+        count(
+            "threshold:type threshold,track by_src,count 2,seconds 60",
+            &five
+        ),
+        2
+    );
+    // Once, at the 3rd.
+    assert_eq!(
+        count(
+            "threshold: type both, track by_dst, count 3, seconds 60",
+            &five
+        ),
+        1
+    );
+    assert_eq!(
+        count(
+            "threshold: type both, track by_dst, count 6, seconds 60",
+            &five
+        ),
+        0
+    );
+    // Every match after the 3rd: the 4th and the 5th.
+    assert_eq!(
+        count("detection_filter: track by_src, count 3, seconds 60", &five),
+        2
+    );
+    // Sources are counted apart by_src, together by_rule.
+    let two = vec![from(C), from([10, 0, 0, 9]), from(C)];
+    assert_eq!(
+        count(
+            "threshold: type limit, track by_src, count 1, seconds 60",
+            &two
+        ),
+        2
+    );
+    assert_eq!(
+        count(
+            "threshold: type limit, track by_rule, count 1, seconds 60",
+            &two
+        ),
+        1
+    );
+    assert_eq!(
+        count(
+            "threshold: type limit, track by_both, count 1, seconds 60",
+            &two
+        ),
+        2
+    );
+}
+
+#[test]
+fn threshold_windows_live_in_the_store() {
+    let rule = "alert udp any any -> any any (content:\"scan\"; threshold: type limit, track by_src, count 2, seconds 10; sid:7;)";
+    let pkt = udp_v4(C, S, 5000, 53, b"scan");
+    let mut st = LocalStore::new();
+    let s = 1_000_000_000u64;
+    // Two instances sharing the store share the count: 1 + 1 alerts, then none.
+    let (mut a, mut b) = (ips(&[rule]), ips(&[rule]));
+    assert_eq!(
+        run_in(&mut a, &mut st, std::slice::from_ref(&pkt), s)
+            .0
+            .len(),
+        1
+    );
+    assert_eq!(
+        run_in(&mut b, &mut st, &[pkt.clone(), pkt.clone()], 2 * s)
+            .0
+            .len(),
+        1
+    );
+    assert_eq!(
+        run_in(&mut a, &mut st, std::slice::from_ref(&pkt), 3 * s)
+            .0
+            .len(),
+        0
+    );
+    let mut c = Vec::new();
+    a.counters(&mut c);
+    assert!(c.contains(&("ips_thresholded", 1)), "{c:?}");
+    // The window (10 s from the first match) ends: its timer deletes the record
+    // and counting starts over.
+    let mut events = Vec::new();
+    let mut emit = Vec::new();
+    let streams = Streams::default();
+    let mut ctx = Ctx {
+        now_ns: 12 * s,
+        stage: 2,
+        streams: &streams,
+        events: &mut events,
+        emit: &mut emit,
+    };
+    a.on_timers(&mut ctx, &mut st).unwrap();
+    let mut left = Vec::new();
+    st.take_expired(Namespace(2), u64::MAX, 16, &mut left)
+        .unwrap();
+    assert!(left
+        .iter()
+        .all(|k| k.table() != sluice_ips::threshold::TABLE_THRESHOLD));
+    assert_eq!(
+        run_in(&mut b, &mut st, &[pkt.clone(), pkt.clone(), pkt], 13 * s)
+            .0
+            .len(),
+        2
+    );
+}
+
+#[test]
+fn thresholds_parse_or_name_their_problem() {
+    let v = Vars::new();
+    let reason = |action: &str, opts: &str| {
+        rules::parse_rule(
+            &format!("{action} udp any any -> any any ({opts} sid:1;)"),
+            &v,
+        )
+        .map(|_| String::new())
+        .unwrap_or_else(|e| e.reason())
+    };
+    assert_eq!(
+        reason(
+            "alert",
+            "threshold: track by_src, type limit, seconds 5, count 1;"
+        ),
+        ""
+    );
+    assert_eq!(
+        reason(
+            "drop",
+            "threshold: type limit, track by_src, count 1, seconds 5;"
+        ),
+        "keyword threshold on a drop rule"
+    );
+    assert_eq!(
+        reason(
+            "alert",
+            "threshold: type limit, track by_flow, count 1, seconds 5;"
+        ),
+        "error: bad value"
+    );
+    assert_eq!(
+        reason("alert", "threshold: type limit, count 1, seconds 5;"),
+        "error: bad value"
+    );
+    assert_eq!(reason("alert", "detection_filter: track by_dst, count 1, seconds 5; threshold: type limit, track by_src, count 1, seconds 5;"), "error: two thresholds");
 }
 
 mod fuzz {

@@ -17,7 +17,9 @@ use sluice_wire::IpAddr;
 
 pub mod options;
 
-pub use options::{NumCmp, PacketChecks, PacketInfo, Status, StreamMode, TcpFlags};
+pub use options::{
+    NumCmp, PacketChecks, PacketInfo, Status, StreamMode, TcpFlags, Threshold, ThresholdKind, Track,
+};
 
 /// What a rule does when it matches.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -208,6 +210,8 @@ pub struct Rule {
     pub checks: PacketChecks,
     /// `noalert`: the rule's action applies, but no alert is raised.
     pub noalert: bool,
+    /// `threshold` or `detection_filter`: which of its alerts are raised.
+    pub threshold: Option<Threshold>,
     /// `sid`.
     pub sid: u32,
     /// `gid` (1 if absent).
@@ -265,6 +269,9 @@ pub enum RuleSyntax {
     /// An action Suricata has and this IPS does not (`reject`: sends resets).
     #[error("unsupported action \"{0}\"")]
     UnsupportedAction(String),
+    /// Both `threshold` and `detection_filter`, or either twice.
+    #[error("only one threshold or detection_filter per rule")]
+    TwoThresholds,
     /// A keyword Suricata does not have.
     #[error("unknown keyword \"{0}\"")]
     UnknownKeyword(String),
@@ -422,6 +429,7 @@ impl RuleSyntax {
                     S::NoPrecedingContent { .. } => "modifier without content",
                     S::EmptyContent => "empty content",
                     S::BadModifier { .. } | S::BadValue { .. } => "bad value",
+                    S::TwoThresholds => "two thresholds",
                     S::MissingSid => "missing sid",
                     S::MixedPositioning(_)
                     | S::RelativeFirstContent
@@ -665,6 +673,7 @@ pub fn parse_rule(line: &str, vars: &Vars) -> Result<Rule, RuleSyntax> {
         stream,
         checks: PacketChecks::default(),
         noalert: false,
+        threshold: None,
         sid: 0,
         gid: 1,
         rev: 1,

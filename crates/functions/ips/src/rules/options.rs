@@ -64,6 +64,8 @@ pub const KEYWORDS: &[(&str, Status)] = &[
     ("ttl", E),
     ("sameip", E),
     ("noalert", E),
+    ("threshold", E),
+    ("detection_filter", E),
     // Not yet.
     ("pcre", U),
     ("startswith", U),
@@ -78,8 +80,6 @@ pub const KEYWORDS: &[(&str, Status)] = &[
     ("replace", U),
     ("uricontent", U),
     ("urilen", U),
-    ("threshold", U),
-    ("detection_filter", U),
     ("flowbits", U),
     ("flowint", U),
     ("xbits", U),
@@ -552,6 +552,93 @@ pub enum StreamMode {
     No,
 }
 
+/// Which alerts of a rule a `threshold` or `detection_filter` lets through.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ThresholdKind {
+    /// `type limit`: the first `count` matches of each window.
+    Limit,
+    /// `type threshold`: every `count`-th match within a window.
+    Threshold,
+    /// `type both`: once per window, at the `count`-th match.
+    Both,
+    /// `detection_filter`: every match after the first `count` of a window.
+    DetectionFilter,
+}
+
+/// Whose matches a threshold counts together.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Track {
+    /// Per source address.
+    BySrc,
+    /// Per destination address.
+    ByDst,
+    /// All matches of the rule.
+    ByRule,
+    /// Per source and destination pair.
+    ByBoth,
+}
+
+/// `threshold:` / `detection_filter:`. A window starts with a match and lasts
+/// `seconds`; a match after it starts the next one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Threshold {
+    /// Which alerts pass.
+    pub kind: ThresholdKind,
+    /// Whose matches count together.
+    pub track: Track,
+    /// `count`.
+    pub count: u32,
+    /// `seconds`.
+    pub seconds: u32,
+}
+
+impl Threshold {
+    /// Parses the value of `threshold` (`detection: false`) or
+    /// `detection_filter`: comma-separated `type T`, `track T`, `count N`,
+    /// `seconds N` in any order.
+    pub fn parse(v: &str, detection: bool) -> Option<Threshold> {
+        let (mut kind, mut track, mut count, mut seconds) = (None, None, None, None);
+        if detection {
+            kind = Some(ThresholdKind::DetectionFilter);
+        }
+        for part in v.split(',') {
+            let mut w = part.split_whitespace();
+            let (k, val) = (w.next()?, w.next()?);
+            if w.next().is_some() {
+                return None;
+            }
+            match k {
+                "type" if !detection => {
+                    kind = Some(match val {
+                        "limit" => ThresholdKind::Limit,
+                        "threshold" => ThresholdKind::Threshold,
+                        "both" => ThresholdKind::Both,
+                        _ => return None,
+                    })
+                }
+                "track" => {
+                    track = Some(match val {
+                        "by_src" => Track::BySrc,
+                        "by_dst" => Track::ByDst,
+                        "by_rule" => Track::ByRule,
+                        "by_both" => Track::ByBoth,
+                        _ => return None,
+                    })
+                }
+                "count" => count = Some(val.parse().ok()?),
+                "seconds" => seconds = Some(val.parse().ok()?),
+                _ => return None,
+            }
+        }
+        Some(Threshold {
+            kind: kind?,
+            track: track?,
+            count: count?,
+            seconds: seconds?,
+        })
+    }
+}
+
 fn ip_proto_number(name: &str) -> Option<u32> {
     Some(match name.to_ascii_lowercase().as_str() {
         "hopopt" => 0,
@@ -696,6 +783,14 @@ pub(super) fn apply(
         }
         "sameip" => rule.checks.sameip = true,
         "noalert" => rule.noalert = true,
+        "threshold" | "detection_filter" => {
+            let v = need(val, name)?;
+            if rule.threshold.is_some() {
+                return Err(RuleSyntax::TwoThresholds);
+            }
+            let t = Threshold::parse(v, name == "detection_filter").ok_or_else(|| bad_value(v))?;
+            rule.threshold = Some(t);
+        }
         "sid" => {
             let v = need(val, name)?;
             rule.sid = v.parse().map_err(|_| bad_value(v))?;
@@ -744,6 +839,21 @@ pub(super) fn validate(rule: &Rule) -> Result<(), RuleSyntax> {
     }
     if rule.contents.len() > 255 {
         return Err(RuleSyntax::TooManyContents);
+    }
+    if rule.threshold.is_some() && rule.action != super::Action::Alert {
+        // Thresholds decide alerts after the batch's verdicts; a drop or pass
+        // they would hold back has already acted.
+        let k = match rule.threshold.map(|t| t.kind) {
+            Some(ThresholdKind::DetectionFilter) => "detection_filter",
+            _ => "threshold",
+        };
+        return Err(RuleSyntax::UnsupportedKeyword(format!(
+            "{k} on a {} rule",
+            match rule.action {
+                super::Action::Drop => "drop",
+                _ => "pass",
+            }
+        )));
     }
     let stream_proto = matches!(rule.proto, Proto::Tcp | Proto::Ip);
     if !rule.contents.is_empty() && stream_proto {
