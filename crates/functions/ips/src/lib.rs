@@ -43,8 +43,17 @@
 //! * `drop`: the packet completing the match is dropped with an alert of action
 //!   `blocked`, and so is every later packet of the flow. `pass`: the flow is no
 //!   longer inspected. Non-TCP rules fire at most once per datagram.
-//! * TCP packets without a stream (mid-stream pickups when the reassembler does not
-//!   accept them) are not inspected; they are counted (`ips_tcp_unreassembled`).
+//! * Rules without contents are packet rules: checked on every packet (TCP ones
+//!   too, with or without payload or stream) against the header, `flow`, and the
+//!   per-packet keywords (`dsize`, `flags`, `itype`, `icode`, `ip_proto`, `ttl`,
+//!   `sameip`), and they alert on every packet they match. Content rules check
+//!   the per-packet keywords on the packet that completes the match.
+//! * `threshold` / `detection_filter` withhold alerts after the batch's verdicts,
+//!   counting matches per tracked key in the store ([`threshold`]); `noalert`
+//!   applies the action without an alert.
+//! * TCP stream bytes without a stream (mid-stream pickups when the reassembler
+//!   does not accept them) are not searched for contents; they are counted
+//!   (`ips_tcp_unreassembled`).
 
 mod decide;
 pub mod engine;
