@@ -112,6 +112,17 @@ pub enum CliError {
         /// What is wrong, naming the field.
         msg: String,
     },
+    /// A rule file in which no rule parses (not a rule file, or all rules broken).
+    #[error("{}: no rule parses (first: {first})", path.display())]
+    NoRuleParses {
+        /// The file.
+        path: PathBuf,
+        /// The first rule's problem, with its line.
+        first: Box<sluice_ips::rules::RuleError>,
+    },
+    /// The loaded rules could not be compiled into the IPS's automata.
+    #[error("cannot compile the loaded rules: {0}")]
+    IpsCompile(#[source] sluice_ips::engine::CompileError),
     /// Own executable not found (the testbed starts `sluiced` from next to it).
     #[error("cannot find own binary: {0}")]
     OwnBinary(#[source] io::Error),

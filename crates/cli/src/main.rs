@@ -13,6 +13,7 @@ mod demo;
 mod error;
 mod eve;
 mod experiment;
+mod ips;
 mod run;
 mod testbed;
 mod tokens;
@@ -71,6 +72,12 @@ enum Cmd {
     Token(tokens::TokenArgs),
     /// The CLI's contexts (controller and token): view, use-context.
     Config(config::ConfigArgs),
+    /// IPS rule sets: `check` counts the rules the IPS loads and why it skips
+    /// the others.
+    Ips {
+        #[command(subcommand)]
+        what: ips::IpsCmd,
+    },
     /// Experiments on a testbed (needs root): `failover` is StatelessNF Fig. 4.7,
     /// `elasticity` Fig. 4.8.
     Experiment {
@@ -108,6 +115,7 @@ fn main() -> ExitCode {
         Cmd::Metric(a) => ctl::metric(&a),
         Cmd::Token(a) => tokens::run(&a),
         Cmd::Config(a) => config::run(&a),
+        Cmd::Ips { what } => ips::run(what),
         Cmd::Experiment { what } => experiment::run(what),
         Cmd::Testbed { what } => testbed::run(what),
     };

@@ -11,7 +11,7 @@ use sluice_wire::tcp::flags::{ACK, SYN};
 use sluice_wire::FlowKey;
 
 use crate::engine::{self, FlowState, Header, BLOCKED, PASSED};
-use crate::rules::Action;
+use crate::rules::{Action, PacketInfo};
 use crate::{Ips, NONE, TABLE_FLOW};
 
 /// A flow record's bookkeeping for one batch.
@@ -160,6 +160,20 @@ impl BatchNf for Ips {
     }
 }
 
+/// What the per-packet keywords read from `p`.
+#[inline]
+fn packet_info(p: &Packet) -> PacketInfo {
+    let m = &p.meta;
+    PacketInfo {
+        dsize: m.payload_len,
+        tcp_flags: m.tcp_flags,
+        icmp_type: m.icmp_type,
+        icmp_code: m.icmp_code,
+        ttl: m.ttl,
+        sameip: m.flow.src == m.flow.dst,
+    }
+}
+
 impl Ips {
     /// A flow's state before any packet.
     fn fresh(&self) -> FlowState {
@@ -192,6 +206,33 @@ impl Ips {
         if st.flags & PASSED != 0 {
             return false;
         }
+        let chunk = ctx.streams.chunks.get(i).copied().flatten();
+        let hdr = Header {
+            flow: p.meta.flow,
+            tcp: true,
+            // Outside a tracked stream the sender of a SYN is the client, and
+            // otherwise the side with the higher port, as for datagrams.
+            to_server: chunk.map_or_else(
+                || {
+                    if p.meta.tcp_flags & SYN != 0 {
+                        p.meta.tcp_flags & ACK == 0
+                    } else {
+                        p.meta.flow.src_port >= p.meta.flow.dst_port
+                    }
+                },
+                |c| c.to_server,
+            ),
+            established: chunk.is_some_and(|c| c.established),
+            stream: chunk.is_some(),
+            pkt: packet_info(p),
+        };
+        let d = if hdr.to_server { 0 } else { 1 };
+        if self.packet_rules(st, d, &hdr, p, ctx.events) {
+            return true;
+        }
+        if st.flags & PASSED != 0 {
+            return false;
+        }
         let (c, own, extra) = match ctx.streams.bytes(i, p) {
             None => {
                 if p.meta.payload_len > 0 {
@@ -202,7 +243,6 @@ impl Ips {
             Some((c, _, _)) if c.is_empty() => return false,
             Some(x) => x,
         };
-        let d = if c.to_server { 0 } else { 1 };
         self.counters.scanned_bytes += c.len() as u64;
         let base = c.stream_offset;
         let j = self.pre.job_of.get(i).copied().unwrap_or(NONE) as usize;
@@ -223,12 +263,6 @@ impl Ips {
             self.engine
                 .scan(ds, extra, base + own.len() as u64, &mut self.hits);
         }
-        let hdr = Header {
-            flow: p.meta.flow,
-            tcp: true,
-            to_server: c.to_server,
-            established: c.established,
-        };
         self.evaluate(st, d, &hdr, p, ctx.events)
     }
 
@@ -246,20 +280,51 @@ impl Ips {
         let d = if to_server { 0 } else { 1 };
         let mut scratch = *st;
         scratch.dirs[d] = self.engine.initial();
-        self.counters.scanned_bytes += payload.len() as u64;
-        self.engine
-            .scan(&mut scratch.dirs[d], payload, 0, &mut self.hits);
         let hdr = Header {
             flow: *f,
             tcp: false,
             to_server,
             established: false,
+            stream: false,
+            pkt: packet_info(p),
         };
-        let drop = self.evaluate(&mut scratch, d, &hdr, p, events);
+        let mut drop = self.packet_rules(&mut scratch, d, &hdr, p, events);
+        if scratch.flags & (BLOCKED | PASSED) == 0 {
+            self.counters.scanned_bytes += payload.len() as u64;
+            self.engine
+                .scan(&mut scratch.dirs[d], payload, 0, &mut self.hits);
+            drop |= self.evaluate(&mut scratch, d, &hdr, p, events);
+        }
         st.flags = scratch.flags;
         drop
     }
 
+    /// Evaluates the rules without contents on a packet, each of which raises an
+    /// alert on every packet it matches (Suricata's packet rules); returns true
+    /// if the packet must be dropped. Stops at a drop or pass.
+    fn packet_rules(
+        &mut self,
+        st: &mut FlowState,
+        d: usize,
+        hdr: &Header,
+        p: &Packet,
+        events: &mut Vec<Event>,
+    ) -> bool {
+        let n = self.engine.packet_rules(hdr.flow.proto).len();
+        for k in 0..n {
+            let rule = self.engine.packet_rules(hdr.flow.proto)[k];
+            if self.engine.packet_matches(rule, hdr) && self.fire(rule, st, d, p, events, false) {
+                return true;
+            }
+            if st.flags & (BLOCKED | PASSED) != 0 {
+                break;
+            }
+        }
+        false
+    }
+
+    /// Applies a matching rule's action and raises its alert. `once`: the rule
+    /// is remembered as fired in this direction (content rules over streams).
     fn fire(
         &mut self,
         rule: u32,
@@ -267,9 +332,12 @@ impl Ips {
         d: usize,
         p: &Packet,
         events: &mut Vec<Event>,
+        once: bool,
     ) -> bool {
         let r = &self.engine.rules[rule as usize];
-        st.dirs[d].set_fired(rule);
+        if once {
+            st.dirs[d].set_fired(rule);
+        }
         let action = match r.action {
             Action::Pass => {
                 st.flags |= PASSED;
@@ -282,13 +350,16 @@ impl Ips {
                 AlertAction::Blocked
             }
         };
+        if r.noalert {
+            return action == AlertAction::Blocked;
+        }
         self.counters.alerts += 1;
         events.push(Event::Alert(Alert {
             ts_ns: p.ts_ns,
             flow: p.meta.flow,
             flow_id: p.meta.flow.flow_id(),
             action,
-            gid: 1,
+            gid: r.gid,
             sid: r.sid,
             rev: r.rev,
             msg: r.msg.clone(),
@@ -441,7 +512,7 @@ impl Ips {
         let mut drop = false;
         for &(end, t) in &hits {
             if self.engine.on_hit(t, end, &mut st.dirs[d], hdr)
-                && self.fire(t.rule, st, d, p, events)
+                && self.fire(t.rule, st, d, p, events, true)
             {
                 drop = true;
             }

@@ -7,7 +7,7 @@ use rustc_hash::{FxHashMap, FxHashSet};
 use sluice_state::{Codec, DecodeError, Reader, Writer};
 use sluice_wire::FlowKey;
 
-use crate::rules::{Proto, Rule};
+use crate::rules::{PacketInfo, Proto, Rule, StreamMode};
 
 /// Fired rules remembered per flow direction (so a rule fires once per flow and
 /// direction); beyond this, a rule may fire again.
@@ -349,13 +349,39 @@ pub struct Engine {
     pub cs: Option<Matcher>,
     /// `nocase` contents.
     pub ci: Option<Matcher>,
+    /// Rules without contents, evaluated on every packet, per packet class
+    /// ([`packet_class`]): TCP, UDP, ICMP, other IP.
+    packet_rules: [Vec<u32>; 4],
+}
+
+/// The index of a packet's class in [`Engine::packet_rules`].
+#[inline]
+fn packet_class(ip_proto: u8) -> usize {
+    match ip_proto {
+        6 => 0,
+        17 => 1,
+        1 | 58 => 2,
+        _ => 3,
+    }
 }
 
 impl Engine {
     /// Compiles `rules`.
     pub fn new(rules: Vec<Rule>) -> Result<Engine, CompileError> {
         let mut sets: [PatternSet; 2] = Default::default();
+        let mut packet_rules: [Vec<u32>; 4] = Default::default();
         for (ri, r) in rules.iter().enumerate() {
+            if r.contents.is_empty() {
+                let classes: &[usize] = match r.proto {
+                    Proto::Tcp => &[0],
+                    Proto::Udp => &[1],
+                    Proto::Icmp => &[2],
+                    Proto::Ip => &[0, 1, 2, 3],
+                };
+                for &c in classes {
+                    packet_rules[c].push(ri as u32);
+                }
+            }
             for (ci, c) in r.contents.iter().enumerate() {
                 let (pats, tg, idx) = &mut sets[c.nocase as usize];
                 let key = if c.nocase {
@@ -385,7 +411,12 @@ impl Engine {
         } else {
             Some(Matcher::build(&ip, it, true)?)
         };
-        Ok(Engine { rules, cs, ci })
+        Ok(Engine {
+            rules,
+            cs,
+            ci,
+            packet_rules,
+        })
     }
 
     /// Initial per-direction state.
@@ -417,6 +448,20 @@ impl Engine {
         if let Some(m) = &self.ci {
             m.scan(&mut ds.ci, bytes, base, hits);
         }
+    }
+
+    /// The rules without contents that packets of IP protocol `ip_proto` are
+    /// checked against, in rule order.
+    #[inline]
+    pub fn packet_rules(&self, ip_proto: u8) -> &[u32] {
+        &self.packet_rules[packet_class(ip_proto)]
+    }
+
+    /// True if rule `rule` (one of [`Engine::packet_rules`]) matches the packet
+    /// described by `hdr`.
+    #[inline]
+    pub fn packet_matches(&self, rule: u32, hdr: &Header) -> bool {
+        header_matches(&self.rules[rule as usize], hdr)
     }
 
     /// True if both stored automaton states are valid.
@@ -505,6 +550,10 @@ pub struct Header {
     pub to_server: bool,
     /// The TCP handshake completed.
     pub established: bool,
+    /// A TCP packet of a reassembled stream.
+    pub stream: bool,
+    /// What the per-packet keywords read.
+    pub pkt: PacketInfo,
 }
 
 fn header_matches(r: &Rule, h: &Header) -> bool {
@@ -521,6 +570,15 @@ fn header_matches(r: &Rule, h: &Header) -> bool {
         return false;
     }
     if r.established && !h.established {
+        return false;
+    }
+    if r.not_established && (!h.tcp || h.established) {
+        return false;
+    }
+    if r.stream == StreamMode::Only && !h.stream {
+        return false;
+    }
+    if !r.checks.matches(h.flow.proto, &h.pkt) {
         return false;
     }
     let f = &h.flow;

@@ -43,12 +43,22 @@
 //! * `drop`: the packet completing the match is dropped with an alert of action
 //!   `blocked`, and so is every later packet of the flow. `pass`: the flow is no
 //!   longer inspected. Non-TCP rules fire at most once per datagram.
-//! * TCP packets without a stream (mid-stream pickups when the reassembler does not
-//!   accept them) are not inspected; they are counted (`ips_tcp_unreassembled`).
+//! * Rules without contents are packet rules: checked on every packet (TCP ones
+//!   too, with or without payload or stream) against the header, `flow`, and the
+//!   per-packet keywords (`dsize`, `flags`, `itype`, `icode`, `ip_proto`, `ttl`,
+//!   `sameip`), and they alert on every packet they match. Content rules check
+//!   the per-packet keywords on the packet that completes the match.
+//! * `threshold` / `detection_filter` withhold alerts after the batch's verdicts,
+//!   counting matches per tracked key in the store ([`threshold`]); `noalert`
+//!   applies the action without an alert.
+//! * TCP stream bytes without a stream (mid-stream pickups when the reassembler
+//!   does not accept them) are not searched for contents; they are counted
+//!   (`ips_tcp_unreassembled`).
 
 mod decide;
 pub mod engine;
 pub mod rules;
+pub mod threshold;
 
 use std::path::{Path, PathBuf};
 
@@ -188,6 +198,8 @@ pub struct Counters {
     pub corrupt_records: u64,
     /// Records deleted by the idle timer.
     pub expired: u64,
+    /// Alerts withheld by `threshold` or `detection_filter`.
+    pub thresholded: u64,
 }
 
 /// The IPS function.
@@ -204,6 +216,7 @@ pub struct Ips {
     hits: Vec<(u64, Target)>,
     keys: Vec<Key>,
     pre: PreScan,
+    thresholds: threshold::Thresholds,
 }
 
 /// The batch's TCP stream bytes scanned ahead of evaluation, interleaved across
@@ -240,6 +253,7 @@ impl Ips {
         let nontcp_drop = rules
             .iter()
             .any(|r| r.action != Action::Alert && r.proto != Proto::Tcp);
+        let thresholds = threshold::Thresholds::new(&rules);
         let engine = Engine::new(rules).map_err(ConfigError::Compile)?;
         Ok(Ips {
             engine,
@@ -253,12 +267,19 @@ impl Ips {
             hits: Vec::new(),
             keys: Vec::new(),
             pre: PreScan::default(),
+            thresholds,
         })
     }
 
     /// Rules skipped while loading, with file and line.
     pub fn warnings(&self) -> &[RuleError] {
         &self.warnings
+    }
+
+    /// The skipped rules counted by reason ([`rules::RuleSyntax::reason`]), most
+    /// frequent first.
+    pub fn skipped_by_reason(&self) -> Vec<(String, usize)> {
+        rules::count_reasons(&self.warnings)
     }
 
     /// Number of rules loaded.
@@ -286,6 +307,19 @@ impl NetworkFunction for Ips {
 
     fn config_warnings(&self, out: &mut Vec<String>) {
         out.extend(self.warnings().iter().map(|w| w.to_string()));
+        if !self.warnings.is_empty() {
+            let by: Vec<String> = self
+                .skipped_by_reason()
+                .iter()
+                .map(|(r, n)| format!("{n} {r}"))
+                .collect();
+            out.push(format!(
+                "loaded {} rules, skipped {}: {}",
+                self.rule_count(),
+                self.warnings.len(),
+                by.join(", ")
+            ));
+        }
     }
 
     fn namespace(&self) -> Namespace {
@@ -317,13 +351,22 @@ impl NetworkFunction for Ips {
         ctx: &mut Ctx<'_>,
         store: &mut dyn StateStore,
     ) -> Result<(), NfError> {
+        let first_event = ctx.events.len();
         batch::split(self, |ips, pass| {
             pass.gather(ips, batch, ctx);
             ips.counters.corrupt_records += pass.read(ips, store, ctx.now_ns)?;
             ips.prescan(batch, ctx.streams, pass);
             pass.decide(ips, batch, ctx);
             pass.write(ips, store)
-        })
+        })?;
+        // Thresholds decide which of the batch's alerts are raised, only once
+        // its verdicts are made (they never change a verdict).
+        let withheld = self
+            .thresholds
+            .apply(self.ns, ctx.events, first_event, store)?;
+        self.counters.alerts -= withheld as u64;
+        self.counters.thresholded += withheld as u64;
+        Ok(())
     }
 
     fn on_timers(&mut self, ctx: &mut Ctx<'_>, store: &mut dyn StateStore) -> Result<(), NfError> {
@@ -335,10 +378,20 @@ impl NetworkFunction for Ips {
                 return Ok(());
             }
             self.pass.ops.clear();
-            let ids: Vec<OpId> = self.keys.iter().map(|k| self.pass.ops.get(*k)).collect();
+            // A threshold window's timer is its end: the record goes. Flow
+            // records are checked for activity since the timer was armed.
+            let ids: Vec<Option<OpId>> = self
+                .keys
+                .iter()
+                .map(|k| (k.table() == TABLE_FLOW).then(|| self.pass.ops.get(*k)))
+                .collect();
             store.execute(&mut self.pass.ops)?;
             let mut deadlines = Vec::with_capacity(ids.len());
             for id in &ids {
+                let Some(id) = id else {
+                    deadlines.push(Some(0));
+                    continue;
+                };
                 deadlines.push(match self.pass.ops.decode::<FlowState>(*id) {
                     Ok(Some(s)) if !self.expired(&s, now) => {
                         Some(s.last_seen.saturating_add(self.timeout_ns))
@@ -353,7 +406,7 @@ impl NetworkFunction for Ips {
                 match dl {
                     Some(0) => {
                         self.pass.ops.delete(*k);
-                        self.counters.expired += 1;
+                        self.counters.expired += (k.table() == TABLE_FLOW) as u64;
                     }
                     Some(t) => {
                         self.pass.ops.arm_timer(*k, t);
@@ -385,6 +438,7 @@ impl NetworkFunction for Ips {
             ("ips_stream_gaps", c.stream_gaps),
             ("ips_corrupt_records", c.corrupt_records),
             ("ips_expired", c.expired),
+            ("ips_thresholded", c.thresholded),
         ]);
     }
 }

@@ -1,18 +1,25 @@
-//! A Suricata/Snort rule subset: parser and header matching.
+//! Suricata rules: parser and header matching.
 //!
-//! Supported: actions `alert`, `drop`, `pass`; protocols `tcp`, `udp`, `icmp`,
-//! `ip`; addresses and ports as `any`, single values, CIDR, port ranges `a:b`,
-//! `a:`, `:b`, lists `[a,b]` (nested), negation `!`, variables `$NAME` from the
-//! configuration; directions `->` and `<>`; options `msg`, `content` (with `|hex|`
-//! and `\"`, `\\`, `\;`, `\:` escapes), `nocase`, `offset`, `depth`, `distance`,
-//! `within`, `flow` (`to_server`, `to_client`, `from_client`, `from_server`,
-//! `established`), `sid`, `rev`, `classtype`, `priority`. Anything else (or a
-//! rule without `content`) is an error for that rule, which is skipped.
+//! Actions `alert`, `drop`, `pass`; protocols `tcp` (also `tcp-pkt`,
+//! `tcp-stream`), `udp`, `icmp`, `ip`; addresses and ports as `any`, single values,
+//! CIDR, port ranges `a:b`, `a:`, `:b`, lists `[a,b]` (nested), negation `!`,
+//! variables `$NAME` from the configuration; directions `->` and `<>`. Every
+//! option keyword is looked up in [`options::KEYWORDS`]: a rule loads only if each
+//! of its keywords is enforced, a search modifier, or information; otherwise it is
+//! skipped with the keyword as its reason ([`RuleSyntax::reason`]). Rules of
+//! application-layer protocols (`http`, `dns`, `tls`, ...) are skipped with the
+//! protocol as the reason.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use sluice_wire::IpAddr;
+
+pub mod options;
+
+pub use options::{
+    NumCmp, PacketChecks, PacketInfo, Status, StreamMode, TcpFlags, Threshold, ThresholdKind, Track,
+};
 
 /// What a rule does when it matches.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -36,6 +43,18 @@ pub enum Proto {
     Icmp,
     /// Every IP packet.
     Ip,
+}
+
+impl Proto {
+    /// The protocol as rules write it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Proto::Tcp => "tcp",
+            Proto::Udp => "udp",
+            Proto::Icmp => "icmp",
+            Proto::Ip => "ip",
+        }
+    }
 }
 
 /// An address expression.
@@ -181,8 +200,22 @@ pub struct Rule {
     pub to_server: Option<bool>,
     /// `flow:established`.
     pub established: bool,
+    /// `flow:not_established` (TCP rules only).
+    pub not_established: bool,
+    /// `flow:stateless`: matches whatever the flow's state (packet rules only).
+    pub stateless: bool,
+    /// Which TCP packets the rule inspects.
+    pub stream: StreamMode,
+    /// Conditions on the packet itself (`dsize`, `flags`, ...).
+    pub checks: PacketChecks,
+    /// `noalert`: the rule's action applies, but no alert is raised.
+    pub noalert: bool,
+    /// `threshold` or `detection_filter`: which of its alerts are raised.
+    pub threshold: Option<Threshold>,
     /// `sid`.
     pub sid: u32,
+    /// `gid` (1 if absent).
+    pub gid: u32,
     /// `rev` (1 if absent).
     pub rev: u32,
     /// `classtype`.
@@ -226,9 +259,26 @@ pub enum RuleSyntax {
     /// The action is not `alert`, `drop` or `pass`.
     #[error("unknown action \"{0}\"")]
     UnknownAction(String),
-    /// The protocol is not `tcp`, `udp`, `icmp` or `ip`.
+    /// The protocol is not a protocol Suricata knows.
     #[error("unknown protocol \"{0}\"")]
     UnknownProtocol(String),
+    /// An application-layer protocol (`http`, `dns`, `tls`, ...) whose parsing
+    /// this IPS does not have yet.
+    #[error("unsupported protocol \"{0}\"")]
+    UnsupportedProtocol(String),
+    /// An action Suricata has and this IPS does not (`reject`: sends resets).
+    #[error("unsupported action \"{0}\"")]
+    UnsupportedAction(String),
+    /// Both `threshold` and `detection_filter`, or either twice.
+    #[error("only one threshold or detection_filter per rule")]
+    TwoThresholds,
+    /// A keyword Suricata does not have.
+    #[error("unknown keyword \"{0}\"")]
+    UnknownKeyword(String),
+    /// A keyword that asks for each packet's own payload in a rule whose contents
+    /// are searched in the TCP stream.
+    #[error("{0} with content over TCP needs packet payload inspection (not supported)")]
+    PacketPayload(String),
     /// The direction is not `->` or `<>`.
     #[error("unknown direction \"{0}\"")]
     UnknownDirection(String),
@@ -276,9 +326,6 @@ pub enum RuleSyntax {
     /// No `sid` option.
     #[error("missing sid")]
     MissingSid,
-    /// No `content` option.
-    #[error("rules without content are not supported")]
-    NoContent,
     /// A content (1-based) with both absolute and relative positioning.
     #[error("content {0}: cannot mix offset/depth with distance/within")]
     MixedPositioning(usize),
@@ -339,6 +386,171 @@ pub enum RuleSyntax {
     /// A second rule with a sid already loaded.
     #[error("duplicate sid {0}")]
     DuplicateSid(u32),
+}
+
+impl RuleSyntax {
+    /// True if the rule is well formed and uses something this IPS does not
+    /// support yet (a keyword, protocol, action or flow option); false if the
+    /// rule itself is wrong.
+    pub fn is_unsupported(&self) -> bool {
+        use RuleSyntax as S;
+        matches!(
+            self,
+            S::UnsupportedKeyword(_)
+                | S::UnsupportedProtocol(_)
+                | S::UnsupportedAction(_)
+                | S::UnsupportedFlow(_)
+                | S::NegatedContent
+                | S::PacketPayload(_)
+                | S::DuplicateSid(_)
+        )
+    }
+
+    /// Why the rule was skipped, as a class for statistics: `keyword pcre`,
+    /// `protocol http`, `flow only_frag`, ... for what is not supported (yet);
+    /// `error: ...` without the offending value for rules that are wrong.
+    pub fn reason(&self) -> String {
+        use RuleSyntax as S;
+        match self {
+            S::UnsupportedKeyword(k) => format!("keyword {k}"),
+            S::UnknownKeyword(k) => format!("unknown keyword {k}"),
+            S::UnsupportedProtocol(p) => format!("protocol {p}"),
+            S::UnsupportedAction(a) => format!("action {a}"),
+            S::UnsupportedFlow(f) => format!("flow {f}"),
+            S::NegatedContent => "keyword content (negated)".into(),
+            S::PacketPayload(k) => format!("{k} with content over tcp"),
+            other => {
+                let what = match other {
+                    S::MissingOptions | S::MissingClose | S::MalformedOptions => "option list",
+                    S::HeaderFields(_) | S::UnknownDirection(_) => "header",
+                    S::UnknownAction(_) => "unknown action",
+                    S::UnknownProtocol(_) => "unknown protocol",
+                    S::MissingValue { .. } => "missing value",
+                    S::NoPrecedingContent { .. } => "modifier without content",
+                    S::EmptyContent => "empty content",
+                    S::BadModifier { .. } | S::BadValue { .. } => "bad value",
+                    S::TwoThresholds => "two thresholds",
+                    S::MissingSid => "missing sid",
+                    S::MixedPositioning(_)
+                    | S::RelativeFirstContent
+                    | S::DepthTooShort(_)
+                    | S::WithinTooShort(_)
+                    | S::TooManyContents => "content positioning",
+                    S::UnterminatedQuote
+                    | S::MissingSemicolon
+                    | S::NotQuoted(_)
+                    | S::UnbalancedPipe
+                    | S::BadHex(_) => "syntax",
+                    S::UnknownVariable(_) | S::VariableTooDeep(_) => "variable",
+                    S::UnbalancedBracket(_)
+                    | S::EmptyListElement
+                    | S::NestTooDeep
+                    | S::BadAddress(_)
+                    | S::BadPrefix(_)
+                    | S::BadPort(_)
+                    | S::EmptyPortRange(_) => "address or port",
+                    S::DuplicateSid(_) => "duplicate sid",
+                    _ => "other",
+                };
+                format!("error: {what}")
+            }
+        }
+    }
+}
+
+/// Protocols of Suricata's rule headers this IPS does not inspect yet (mostly
+/// application layers): rules for them are skipped with reason `protocol NAME`.
+pub const APP_PROTOCOLS: &[&str] = &[
+    "http",
+    "http1",
+    "http2",
+    "dns",
+    "tls",
+    "ssl",
+    "smtp",
+    "ftp",
+    "ftp-data",
+    "smb",
+    "dcerpc",
+    "ssh",
+    "imap",
+    "pop3",
+    "msn",
+    "jabber",
+    "nfs",
+    "ntp",
+    "tftp",
+    "ikev2",
+    "ike",
+    "krb5",
+    "dhcp",
+    "snmp",
+    "sip",
+    "rfb",
+    "mqtt",
+    "rdp",
+    "quic",
+    "modbus",
+    "dnp3",
+    "enip",
+    "bittorrent-dht",
+    "telnet",
+    "websocket",
+    "ldap",
+    "pgsql",
+    "sctp",
+    "icmpv6",
+    "icmpv4",
+    "ipv4",
+    "ipv6",
+];
+
+/// The variables of Suricata's default `suricata.yaml` (`HOME_NET` the private
+/// ranges), which rule sets such as ET Open expect.
+pub fn suricata_default_vars() -> Vars {
+    [
+        ("HOME_NET", "[192.168.0.0/16,10.0.0.0/8,172.16.0.0/12]"),
+        ("EXTERNAL_NET", "!$HOME_NET"),
+        ("HTTP_SERVERS", "$HOME_NET"),
+        ("SMTP_SERVERS", "$HOME_NET"),
+        ("SQL_SERVERS", "$HOME_NET"),
+        ("DNS_SERVERS", "$HOME_NET"),
+        ("TELNET_SERVERS", "$HOME_NET"),
+        ("AIM_SERVERS", "$EXTERNAL_NET"),
+        ("DC_SERVERS", "$HOME_NET"),
+        ("DNP3_SERVER", "$HOME_NET"),
+        ("DNP3_CLIENT", "$HOME_NET"),
+        ("MODBUS_CLIENT", "$HOME_NET"),
+        ("MODBUS_SERVER", "$HOME_NET"),
+        ("ENIP_CLIENT", "$HOME_NET"),
+        ("ENIP_SERVER", "$HOME_NET"),
+        ("HTTP_PORTS", "80"),
+        ("SHELLCODE_PORTS", "!80"),
+        ("ORACLE_PORTS", "1521"),
+        ("SSH_PORTS", "22"),
+        ("DNP3_PORTS", "20000"),
+        ("MODBUS_PORTS", "502"),
+        ("FILE_DATA_PORTS", "[$HTTP_PORTS,110,143]"),
+        ("FTP_PORTS", "21"),
+        ("GENEVE_PORTS", "6081"),
+        ("VXLAN_PORTS", "4789"),
+        ("TEREDO_PORTS", "3544"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect()
+}
+
+/// Counts skipped rules by reason ([`RuleSyntax::reason`]): most frequent first,
+/// then by name.
+pub fn count_reasons(errors: &[RuleError]) -> Vec<(String, usize)> {
+    let mut by: BTreeMap<String, usize> = BTreeMap::new();
+    for e in errors {
+        *by.entry(e.msg.reason()).or_default() += 1;
+    }
+    let mut v: Vec<(String, usize)> = by.into_iter().collect();
+    v.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    v
 }
 
 /// Variables usable as `$NAME` in addresses and ports.
@@ -419,13 +631,19 @@ pub fn parse_rule(line: &str, vars: &Vars) -> Result<Rule, RuleSyntax> {
         "alert" => Action::Alert,
         "drop" => Action::Drop,
         "pass" => Action::Pass,
+        a @ ("reject" | "rejectsrc" | "rejectdst" | "rejectboth") => {
+            return Err(RuleSyntax::UnsupportedAction(a.into()))
+        }
         a => return Err(RuleSyntax::UnknownAction(a.into())),
     };
-    let proto = match toks[1] {
-        "tcp" => Proto::Tcp,
-        "udp" => Proto::Udp,
-        "icmp" => Proto::Icmp,
-        "ip" => Proto::Ip,
+    let (proto, stream) = match toks[1] {
+        "tcp" => (Proto::Tcp, StreamMode::Default),
+        "tcp-pkt" => (Proto::Tcp, StreamMode::No),
+        "tcp-stream" => (Proto::Tcp, StreamMode::Only),
+        "udp" => (Proto::Udp, StreamMode::Default),
+        "icmp" => (Proto::Icmp, StreamMode::Default),
+        "ip" | "pkthdr" => (Proto::Ip, StreamMode::Default),
+        p if APP_PROTOCOLS.contains(&p) => return Err(RuleSyntax::UnsupportedProtocol(p.into())),
         p => return Err(RuleSyntax::UnknownProtocol(p.into())),
     };
     let bidir = match toks[4] {
@@ -450,7 +668,14 @@ pub fn parse_rule(line: &str, vars: &Vars) -> Result<Rule, RuleSyntax> {
         contents: Vec::new(),
         to_server: None,
         established: false,
+        not_established: false,
+        stateless: false,
+        stream,
+        checks: PacketChecks::default(),
+        noalert: false,
+        threshold: None,
         sid: 0,
+        gid: 1,
         rev: 1,
         classtype: None,
         priority: 3,
@@ -463,116 +688,12 @@ pub fn parse_rule(line: &str, vars: &Vars) -> Result<Rule, RuleSyntax> {
             Some(i) => (opt[..i].trim(), Some(opt[i + 1..].trim())),
             None => (opt.trim(), None),
         };
-        fn need<'v>(v: Option<&'v str>, name: &str) -> Result<&'v str, RuleSyntax> {
-            v.ok_or_else(|| RuleSyntax::MissingValue {
-                keyword: name.into(),
-            })
-        }
-        let bad_modifier = |v: &str| RuleSyntax::BadModifier {
-            keyword: name.into(),
-            value: v.into(),
-        };
-        let bad_value = |v: &str| RuleSyntax::BadValue {
-            keyword: name.into(),
-            value: v.into(),
-        };
-        let last = |r: &mut Rule| -> Result<usize, RuleSyntax> {
-            if r.contents.is_empty() {
-                Err(RuleSyntax::NoPrecedingContent {
-                    keyword: name.into(),
-                })
-            } else {
-                Ok(r.contents.len() - 1)
-            }
-        };
-        match name {
-            "msg" => rule.msg = unquote(need(val, name)?)?.into(),
-            "content" => {
-                let v = need(val, name)?;
-                if v.starts_with('!') {
-                    return Err(RuleSyntax::NegatedContent);
-                }
-                let bytes = parse_content(v)?;
-                if bytes.is_empty() {
-                    return Err(RuleSyntax::EmptyContent);
-                }
-                rule.contents.push(Content {
-                    bytes,
-                    ..Content::default()
-                });
-            }
-            "nocase" => {
-                let i = last(&mut rule)?;
-                rule.contents[i].nocase = true;
-            }
-            "offset" | "depth" | "within" => {
-                let i = last(&mut rule)?;
-                let v = need(val, name)?;
-                let n: u32 = v.parse().map_err(|_| bad_modifier(v))?;
-                let c = &mut rule.contents[i];
-                match name {
-                    "offset" => c.offset = Some(n),
-                    "depth" => c.depth = Some(n),
-                    _ => c.within = Some(n),
-                }
-            }
-            "distance" => {
-                let i = last(&mut rule)?;
-                let v = need(val, name)?;
-                let n: i32 = v.parse().map_err(|_| bad_modifier(v))?;
-                rule.contents[i].distance = Some(n);
-            }
-            "flow" => {
-                for f in need(val, name)?.split(',') {
-                    match f.trim() {
-                        "to_server" | "from_client" => rule.to_server = Some(true),
-                        "to_client" | "from_server" => rule.to_server = Some(false),
-                        "established" => rule.established = true,
-                        o => return Err(RuleSyntax::UnsupportedFlow(o.into())),
-                    }
-                }
-            }
-            "sid" => {
-                let v = need(val, name)?;
-                rule.sid = v.parse().map_err(|_| bad_value(v))?;
-                has_sid = true;
-            }
-            "rev" => {
-                let v = need(val, name)?;
-                rule.rev = v.parse().map_err(|_| bad_value(v))?;
-            }
-            "priority" => {
-                let v = need(val, name)?;
-                rule.priority = v.parse().map_err(|_| bad_value(v))?;
-            }
-            "classtype" => rule.classtype = Some(need(val, name)?.into()),
-            other => return Err(RuleSyntax::UnsupportedKeyword(other.into())),
-        }
+        options::apply(&mut rule, name, val, &mut has_sid)?;
     }
     if !has_sid {
         return Err(RuleSyntax::MissingSid);
     }
-    if rule.contents.is_empty() {
-        return Err(RuleSyntax::NoContent);
-    }
-    for (i, c) in rule.contents.iter().enumerate() {
-        let len = c.bytes.len() as u64;
-        if c.is_relative() && (c.offset.is_some() || c.depth.is_some()) {
-            return Err(RuleSyntax::MixedPositioning(i + 1));
-        }
-        if i == 0 && c.is_relative() {
-            return Err(RuleSyntax::RelativeFirstContent);
-        }
-        if c.depth.is_some_and(|d| (d as u64) < len) {
-            return Err(RuleSyntax::DepthTooShort(i + 1));
-        }
-        if c.within.is_some_and(|w| (w as u64) < len) {
-            return Err(RuleSyntax::WithinTooShort(i + 1));
-        }
-    }
-    if rule.contents.len() > 255 {
-        return Err(RuleSyntax::TooManyContents);
-    }
+    options::validate(&rule)?;
     Ok(rule)
 }
 
@@ -785,371 +906,4 @@ pub fn parse_port(s: &str, vars: &Vars, depth: usize) -> Result<PortExpr, RuleSy
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn v4(a: [u8; 4]) -> IpAddr {
-        IpAddr::V4(a)
-    }
-
-    #[test]
-    fn addresses_ports_and_vars() {
-        let mut vars = Vars::new();
-        vars.insert("HOME_NET".into(), "[10.0.0.0/8,192.168.1.0/24]".into());
-        vars.insert("EXTERNAL_NET".into(), "!$HOME_NET".into());
-        let a = parse_addr("$EXTERNAL_NET", &vars, 0).unwrap();
-        assert!(!a.matches(&v4([10, 1, 2, 3])));
-        assert!(a.matches(&v4([8, 8, 8, 8])));
-        let l = parse_addr("[10.0.0.0/8, !10.1.0.0/16]", &vars, 0).unwrap();
-        assert!(l.matches(&v4([10, 2, 0, 1])));
-        assert!(!l.matches(&v4([10, 1, 0, 1])));
-        assert!(!l.matches(&v4([11, 1, 0, 1])));
-        let p = parse_port("[80,1024:,!8080]", &vars, 0).unwrap();
-        assert!(p.matches(80) && p.matches(5000) && !p.matches(8080) && !p.matches(81));
-        assert!(parse_port(":1023", &vars, 0).unwrap().matches(0));
-        assert_eq!(
-            parse_addr("$NOPE", &vars, 0),
-            Err(RuleSyntax::UnknownVariable("NOPE".into()))
-        );
-        assert_eq!(
-            parse_addr("10.0.0.0/33", &vars, 0),
-            Err(RuleSyntax::BadPrefix("10.0.0.0/33".into()))
-        );
-        let v6 = parse_addr("2001:db8::/32", &vars, 0).unwrap();
-        assert!(v6.matches(&IpAddr::V6([
-            0x20, 1, 0xd, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1
-        ])));
-        assert!(!v6.matches(&v4([10, 0, 0, 1])));
-        // Self-referencing variables terminate with an error.
-        let mut vars = Vars::new();
-        vars.insert("A".into(), "$A".into());
-        assert_eq!(parse_addr("$A", &vars, 0), Err(RuleSyntax::NestTooDeep));
-    }
-
-    #[test]
-    fn contents_and_options() {
-        let r = parse_rule(
-            r#"drop tcp any any <> 10.0.0.0/8 [80,443] (msg:"a \"q\"; b"; content:"GET |20 2f|x"; nocase; offset:2; depth:20; content:"|00|z"; distance:1; within:5; flow:to_server,established; sid:7; rev:3; classtype:web; priority:1;)"#,
-            &Vars::new(),
-        )
-        .unwrap();
-        assert_eq!(&*r.msg, "a \"q\"; b");
-        assert_eq!(r.contents[0].bytes, b"GET  /x");
-        assert!(r.contents[0].nocase);
-        assert_eq!(
-            (r.contents[0].offset, r.contents[0].depth),
-            (Some(2), Some(20))
-        );
-        assert_eq!(r.contents[1].bytes, b"\0z");
-        assert_eq!(
-            (r.contents[1].distance, r.contents[1].within),
-            (Some(1), Some(5))
-        );
-        assert_eq!(
-            (r.to_server, r.established, r.sid, r.rev, r.priority),
-            (Some(true), true, 7, 3, 1)
-        );
-        assert!(r.bidir && r.action == Action::Drop);
-    }
-
-    #[test]
-    fn garbage_never_panics() {
-        // A deterministic spray of rule-shaped garbage, including multibyte text
-        // inside hex escapes and lists.
-        let pieces = [
-            "alert",
-            "drop",
-            "tcp",
-            "udp",
-            " ",
-            "any",
-            "->",
-            "<>",
-            "[",
-            "]",
-            "!",
-            "$X",
-            "(",
-            ")",
-            ";",
-            ":",
-            "\"",
-            "|",
-            "é",
-            "4",
-            "a",
-            "content",
-            "msg",
-            "sid:1",
-            "depth:",
-            "distance:-1",
-            "within",
-            ",",
-            "10.0.0.0/8",
-            "\\",
-            "flow:",
-            "1:2",
-        ];
-        let mut vars = Vars::new();
-        vars.insert("X".into(), "[$X]".into());
-        let mut x: u64 = 0x9e3779b97f4a7c15;
-        for _ in 0..20000 {
-            let mut line = String::new();
-            for _ in 0..(x % 24) {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                line.push_str(pieces[(x % pieces.len() as u64) as usize]);
-            }
-            let _ = parse_rule(&line, &vars);
-            let _ = parse_rule(&format!("alert tcp any any -> any any ({line})"), &vars);
-        }
-        assert_eq!(
-            parse_content("\"|aéb|\""),
-            Err(RuleSyntax::BadHex("aéb".into()))
-        );
-        let deep = format!("{}1.2.3.4{}", "[".repeat(100_000), "]".repeat(100_000));
-        assert_eq!(parse_addr(&deep, &vars, 0), Err(RuleSyntax::NestTooDeep));
-        assert_eq!(parse_port(&deep, &vars, 0), Err(RuleSyntax::NestTooDeep));
-        assert_eq!(
-            parse_port(&"!".repeat(100_000), &vars, 0),
-            Err(RuleSyntax::NestTooDeep)
-        );
-    }
-
-    #[test]
-    fn each_problem_names_its_token() {
-        let v = Vars::new();
-        let e = |opts: &str| parse_rule(&format!("alert tcp any any -> any any ({opts})"), &v);
-        let bad = |k: &str, x: &str| RuleSyntax::BadValue {
-            keyword: k.into(),
-            value: x.into(),
-        };
-        let cases: Vec<(Result<Rule, RuleSyntax>, RuleSyntax, &str)> = vec![
-            (
-                parse_rule("alert tcp any any -> any any", &v),
-                RuleSyntax::MissingOptions,
-                "missing option list \"( ... )\"",
-            ),
-            (
-                parse_rule("alert tcp any any -> any any (sid:1;", &v),
-                RuleSyntax::MissingClose,
-                "missing closing \")\"",
-            ),
-            (
-                parse_rule("alert tcp any any -> any any (sid:1;) x", &v),
-                RuleSyntax::MalformedOptions,
-                "malformed option list",
-            ),
-            (
-                parse_rule("alert tcp any -> any any (sid:1;)", &v),
-                RuleSyntax::HeaderFields(6),
-                "expected \"action proto src sport -> dst dport\" header, found 6 fields",
-            ),
-            (
-                parse_rule("log tcp any any -> any any (sid:1;)", &v),
-                RuleSyntax::UnknownAction("log".into()),
-                "unknown action \"log\"",
-            ),
-            (
-                parse_rule("alert tcp any any => any any (sid:1;)", &v),
-                RuleSyntax::UnknownDirection("=>".into()),
-                "unknown direction \"=>\"",
-            ),
-            (
-                e("msg; sid:1;"),
-                RuleSyntax::MissingValue {
-                    keyword: "msg".into(),
-                },
-                "\"msg\" needs a value",
-            ),
-            (
-                e("nocase; sid:1;"),
-                RuleSyntax::NoPrecedingContent {
-                    keyword: "nocase".into(),
-                },
-                "\"nocase\" without a preceding content",
-            ),
-            (
-                e("content:!\"a\"; sid:1;"),
-                RuleSyntax::NegatedContent,
-                "negated content is not supported",
-            ),
-            (
-                e("content:\"\"; sid:1;"),
-                RuleSyntax::EmptyContent,
-                "empty content",
-            ),
-            (
-                e("content:\"a\"; depth:x; sid:1;"),
-                RuleSyntax::BadModifier {
-                    keyword: "depth".into(),
-                    value: "x".into(),
-                },
-                "bad depth value \"x\"",
-            ),
-            (
-                e("content:\"a\"; content:\"b\"; distance:y; sid:1;"),
-                RuleSyntax::BadModifier {
-                    keyword: "distance".into(),
-                    value: "y".into(),
-                },
-                "bad distance value \"y\"",
-            ),
-            (e("content:\"a\"; sid:x;"), bad("sid", "x"), "bad sid \"x\""),
-            (
-                e("content:\"a\"; sid:1; rev:-1;"),
-                bad("rev", "-1"),
-                "bad rev \"-1\"",
-            ),
-            (
-                e("content:\"a\"; sid:1; priority:300;"),
-                bad("priority", "300"),
-                "bad priority \"300\"",
-            ),
-            (
-                e("content:\"a\"; flow:stateless; sid:1;"),
-                RuleSyntax::UnsupportedFlow("stateless".into()),
-                "unsupported flow option \"stateless\"",
-            ),
-            (e("content:\"a\";"), RuleSyntax::MissingSid, "missing sid"),
-            (
-                e("content:\"a\"; offset:1; content:\"b\"; distance:0; depth:3; sid:1;"),
-                RuleSyntax::MixedPositioning(2),
-                "content 2: cannot mix offset/depth with distance/within",
-            ),
-            (
-                e("content:\"a\"; within:3; sid:1;"),
-                RuleSyntax::RelativeFirstContent,
-                "distance/within on the first content",
-            ),
-            (
-                e("content:\"abc\"; depth:2; sid:1;"),
-                RuleSyntax::DepthTooShort(1),
-                "content 1: depth shorter than the content",
-            ),
-            (
-                e("content:\"a\"; content:\"bc\"; within:1; sid:1;"),
-                RuleSyntax::WithinTooShort(2),
-                "content 2: within shorter than the content",
-            ),
-            (
-                e(&format!("{}sid:1;", "content:\"a\"; ".repeat(256))),
-                RuleSyntax::TooManyContents,
-                "too many contents",
-            ),
-            (
-                e("msg:\"a; sid:1;"),
-                RuleSyntax::UnterminatedQuote,
-                "unterminated quoted string",
-            ),
-            (
-                e("content:\"a\"; sid:1"),
-                RuleSyntax::MissingSemicolon,
-                "option list must end with \";\"",
-            ),
-            (
-                e("msg:a; sid:1;"),
-                RuleSyntax::NotQuoted("a".into()),
-                "expected a quoted string, found a",
-            ),
-            (
-                e("content:\"|4g|\"; sid:1;"),
-                RuleSyntax::BadHex("4g".into()),
-                "bad hex in \"|4g|\"",
-            ),
-        ];
-        for (got, kind, text) in cases {
-            let err = got.expect_err(text);
-            assert_eq!(err, kind);
-            assert_eq!(err.to_string(), text);
-        }
-        let addr_cases = [
-            (
-                "[1.2.3.4,]",
-                RuleSyntax::EmptyListElement,
-                "empty list element",
-            ),
-            (
-                "[1.2.3.4]]",
-                RuleSyntax::UnbalancedBracket(']'),
-                "unbalanced \"]\"",
-            ),
-            (
-                "[[1.2.3.4]",
-                RuleSyntax::UnbalancedBracket('['),
-                "unbalanced \"[\"",
-            ),
-            (
-                "1.2.3",
-                RuleSyntax::BadAddress("1.2.3".into()),
-                "bad address \"1.2.3\"",
-            ),
-            (
-                "$NOPE",
-                RuleSyntax::UnknownVariable("NOPE".into()),
-                "unknown variable \"$NOPE\"",
-            ),
-        ];
-        for (a, kind, text) in addr_cases {
-            let err = parse_addr(a, &v, 0).expect_err(text);
-            assert_eq!(err, kind);
-            assert_eq!(err.to_string(), text);
-        }
-        let port_cases = [
-            ("8o", RuleSyntax::BadPort("8o".into()), "bad port \"8o\""),
-            (
-                "90:80",
-                RuleSyntax::EmptyPortRange("90:80".into()),
-                "empty port range \"90:80\"",
-            ),
-        ];
-        for (p, kind, text) in port_cases {
-            let err = parse_port(p, &v, 0).expect_err(text);
-            assert_eq!(err, kind);
-            assert_eq!(err.to_string(), text);
-        }
-        let mut cyclic = Vars::new();
-        cyclic.insert("A".into(), "$A".into());
-        assert_eq!(
-            parse_port("$A", &cyclic, 0).unwrap_err().to_string(),
-            "variables, lists or negations nest too deep"
-        );
-        assert_eq!(
-            var("A", &cyclic, MAX_VAR_DEPTH + 1)
-                .unwrap_err()
-                .to_string(),
-            "variables or lists nest too deep at $A"
-        );
-    }
-
-    #[test]
-    fn errors_name_file_and_line() {
-        let text = "# comment\n\nalert tcp any any -> any any (content:\"a\"; sid:1;)\nalert tcp any any -> any any (content:\"a\"; pcre:\"/x/\"; sid:2;)\nalert tcpp any any -> any any (content:\"a\"; sid:3;)\nalert tcp any any -> any any (content:\"a\"; sid:1;)\nalert tcp any any -> any any (content:\"a|4\"; sid:5;)\nalert tcp any any -> any any (sid:6;)\n";
-        let (rules, errs) = parse_rules(text, "x.rules", &Vars::new());
-        assert_eq!(rules.len(), 1);
-        let kinds: Vec<(usize, &RuleSyntax)> = errs.iter().map(|e| (e.line, &e.msg)).collect();
-        assert_eq!(
-            kinds,
-            vec![
-                (4, &RuleSyntax::UnsupportedKeyword("pcre".into())),
-                (5, &RuleSyntax::UnknownProtocol("tcpp".into())),
-                (6, &RuleSyntax::DuplicateSid(1)),
-                (7, &RuleSyntax::UnbalancedPipe),
-                (8, &RuleSyntax::NoContent),
-            ]
-        );
-        // The text operators see stays as it was.
-        let msgs: Vec<String> = errs.iter().map(|e| e.to_string()).collect();
-        assert_eq!(
-            msgs,
-            vec![
-                "x.rules:4: unsupported keyword \"pcre\"",
-                "x.rules:5: unknown protocol \"tcpp\"",
-                "x.rules:6: duplicate sid 1",
-                "x.rules:7: unbalanced \"|\" in content",
-                "x.rules:8: rules without content are not supported",
-            ]
-        );
-    }
-}
+mod tests;

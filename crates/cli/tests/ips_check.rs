@@ -1,0 +1,51 @@
+//! `sluice ips check`: rules loaded and skipped by reason.
+
+mod common;
+
+use common::sluice;
+
+const SAMPLE: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../functions/ips/tests/data/et-open-sample.rules"
+);
+
+#[test]
+fn check_counts_rules_by_reason() {
+    let (code, out, err) = sluice(&["ips", "check", SAMPLE]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.starts_with("files 1  rules 7  loaded 4 (57.1%)  skipped 3 (42.9%)\n"),
+        "{out}"
+    );
+    for reason in ["keyword pcre", "protocol dns", "protocol http"] {
+        assert!(
+            out.lines()
+                .any(|l| l.ends_with(reason) && l.trim_start().starts_with("1 ")),
+            "{reason}: {out}"
+        );
+    }
+    let (code, out, _) = sluice(&["ips", "check", "--json", SAMPLE]);
+    assert_eq!(code, 0);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["total"], 7);
+    assert_eq!(v["loaded"], 4);
+    assert_eq!(v["skipped"], 3);
+    assert_eq!(v["by_reason"].as_array().unwrap().len(), 3);
+    // The preset variables can be overridden.
+    let (code, out, _) = sluice(&["ips", "check", "--var", "HOME_NET=[10.1.0.0/16]", SAMPLE]);
+    assert_eq!(code, 0);
+    assert!(out.contains("loaded 4"), "{out}");
+}
+
+#[test]
+fn a_file_without_rules_is_an_error_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("garbage.rules");
+    std::fs::write(&f, "hello world\nthis is ( not a rule ;)\n").unwrap();
+    let (code, _, err) = sluice(&["ips", "check", SAMPLE, f.to_str().unwrap()]);
+    assert_ne!(code, 0);
+    assert!(err.contains("garbage.rules: no rule parses"), "{err}");
+    let (code, _, err) = sluice(&["ips", "check", "/nonexistent.rules"]);
+    assert_ne!(code, 0);
+    assert!(err.contains("/nonexistent.rules"), "{err}");
+}

@@ -1,0 +1,895 @@
+//! Rule options: the table of every Suricata keyword with what this IPS does with
+//! it, each supported keyword's parsing, and the per-packet checks
+//! (`dsize`, `flags`, `itype`, `icode`, `ip_proto`, `ttl`, `sameip`).
+//!
+//! A rule is loaded only if every keyword it uses is enforced, a modifier that
+//! cannot change whether the rule matches, or information that cannot change a
+//! match; any other keyword skips the rule with the keyword as the reason.
+
+use super::{unquote, Content, Proto, Rule, RuleSyntax};
+
+/// What the IPS does with an option keyword.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Status {
+    /// Evaluated exactly as Suricata evaluates it.
+    Enforced,
+    /// Information only (`msg`, `reference`, ...): cannot change whether or where a
+    /// rule matches, so it is accepted; some feed the alert (`msg`, `sid`, ...).
+    Ignored,
+    /// A modifier of how the engine searches (`fast_pattern`, `rawbytes`,
+    /// `prefilter`): cannot change whether a rule matches, so it is honoured by
+    /// searching every content anyway.
+    Modifier,
+    /// A keyword this IPS cannot evaluate yet: the rule is skipped, and the keyword
+    /// is the reason.
+    Unsupported,
+}
+
+use Status::{Enforced as E, Ignored as I, Modifier as M, Unsupported as U};
+
+/// Every rule keyword of Suricata 7 (and the older Snort-style spellings ET Open
+/// still carries) with its status here. Keywords not in this table are reported
+/// as unknown.
+pub const KEYWORDS: &[(&str, Status)] = &[
+    // Information.
+    ("msg", I),
+    ("sid", I),
+    ("rev", I),
+    ("gid", I),
+    ("classtype", I),
+    ("priority", I),
+    ("reference", I),
+    ("metadata", I),
+    ("target", I),
+    // Logs further packets of the session after a match; never changes a match
+    // or a verdict.
+    ("tag", I),
+    // Payload, enforced.
+    ("content", E),
+    ("nocase", E),
+    ("offset", E),
+    ("depth", E),
+    ("distance", E),
+    ("within", E),
+    ("fast_pattern", M),
+    ("rawbytes", M),
+    ("prefilter", M),
+    // Per packet, enforced.
+    ("flow", E),
+    ("dsize", E),
+    ("flags", E),
+    ("itype", E),
+    ("icode", E),
+    ("ip_proto", E),
+    ("ttl", E),
+    ("sameip", E),
+    ("noalert", E),
+    ("threshold", E),
+    ("detection_filter", E),
+    // Not yet.
+    ("pcre", U),
+    ("startswith", U),
+    ("endswith", U),
+    ("bsize", U),
+    ("isdataat", U),
+    ("byte_test", U),
+    ("byte_jump", U),
+    ("byte_extract", U),
+    ("byte_math", U),
+    ("entropy", U),
+    ("replace", U),
+    ("uricontent", U),
+    ("urilen", U),
+    ("flowbits", U),
+    ("flowint", U),
+    ("xbits", U),
+    ("hostbits", U),
+    ("stream_size", U),
+    ("stream-event", U),
+    ("app-layer-event", U),
+    ("app-layer-protocol", U),
+    ("decode-event", U),
+    ("engine-event", U),
+    ("fragbits", U),
+    ("fragoffset", U),
+    ("id", U),
+    ("ipopts", U),
+    ("seq", U),
+    ("ack", U),
+    ("window", U),
+    ("tcp.mss", U),
+    ("tcp.hdr", U),
+    ("icmp_id", U),
+    ("icmp_seq", U),
+    ("icmpv4.hdr", U),
+    ("icmpv6.hdr", U),
+    ("icmpv6.mtu", U),
+    ("ipv4.hdr", U),
+    ("ipv6.hdr", U),
+    ("udp.hdr", U),
+    ("tos", U),
+    ("geoip", U),
+    ("iprep", U),
+    ("datarep", U),
+    ("dataset", U),
+    ("base64_decode", U),
+    ("base64_data", U),
+    ("asn1", U),
+    ("lua", U),
+    ("luajit", U),
+    ("filestore", U),
+    ("filename", U),
+    ("fileext", U),
+    ("filemagic", U),
+    ("filemd5", U),
+    ("filesha1", U),
+    ("filesha256", U),
+    ("filesize", U),
+    ("file_data", U),
+    ("file.data", U),
+    ("file.name", U),
+    ("pkt_data", U),
+    ("stream_data", U),
+    ("pcrexform", U),
+    ("to_md5", U),
+    ("to_sha1", U),
+    ("to_sha256", U),
+    ("to_lowercase", U),
+    ("to_uppercase", U),
+    ("dotprefix", U),
+    ("strip_whitespace", U),
+    ("compress_whitespace", U),
+    ("url_decode", U),
+    ("xor", U),
+    ("header_lowercase", U),
+    ("strip_pseudo_headers", U),
+    ("transform", U),
+    ("requires", U),
+    ("config", U),
+    ("bypass", U),
+    ("rpc", U),
+    ("ssh_proto", U),
+    ("ssh.proto", U),
+    ("ssh_version", U),
+    ("ssh.software", U),
+    ("ssh_software", U),
+    ("ssh.softwareversion", U),
+    ("ssh.protoversion", U),
+    ("ssh.hassh", U),
+    ("ssh.hassh.server", U),
+    ("ssh.hassh.string", U),
+    ("ssh.hassh.server.string", U),
+    ("ssl_version", U),
+    ("ssl_state", U),
+    ("tls.version", U),
+    ("tls.subject", U),
+    ("tls.issuerdn", U),
+    ("tls.fingerprint", U),
+    ("tls.store", U),
+    ("tls.sni", U),
+    ("tls_sni", U),
+    ("tls.cert_subject", U),
+    ("tls_cert_subject", U),
+    ("tls.cert_issuer", U),
+    ("tls_cert_issuer", U),
+    ("tls.cert_serial", U),
+    ("tls_cert_serial", U),
+    ("tls.cert_fingerprint", U),
+    ("tls_cert_fingerprint", U),
+    ("tls.certs", U),
+    ("tls.cert_chain_len", U),
+    ("tls_cert_notbefore", U),
+    ("tls_cert_notafter", U),
+    ("tls_cert_expired", U),
+    ("tls_cert_valid", U),
+    ("tls.random", U),
+    ("ja3.hash", U),
+    ("ja3_hash", U),
+    ("ja3.string", U),
+    ("ja3_string", U),
+    ("ja3s.hash", U),
+    ("ja3s.string", U),
+    ("ja4.hash", U),
+    ("dns.query", U),
+    ("dns_query", U),
+    ("dns.opcode", U),
+    ("dns.answer.name", U),
+    ("dns.query.name", U),
+    ("dns.rrtype", U),
+    ("dns.rcode", U),
+    ("smb.named_pipe", U),
+    ("smb.share", U),
+    ("smb.ntlmssp_user", U),
+    ("smb.ntlmssp_domain", U),
+    ("smb.version", U),
+    ("dce_iface", U),
+    ("dce_opnum", U),
+    ("dce_stub_data", U),
+    ("krb5_msg_type", U),
+    ("krb5_cname", U),
+    ("krb5_sname", U),
+    ("krb5_err_code", U),
+    ("snmp.community", U),
+    ("snmp.pdu_type", U),
+    ("snmp.version", U),
+    ("sip.method", U),
+    ("sip.uri", U),
+    ("sip.stat_code", U),
+    ("ftpbounce", U),
+    ("ftpdata_command", U),
+    ("ftp.command", U),
+    ("ftp.command_data", U),
+    ("modbus", U),
+    ("dnp3_func", U),
+    ("dnp3_ind", U),
+    ("dnp3_obj", U),
+    ("dnp3_data", U),
+    ("enip_command", U),
+    ("cip_service", U),
+    ("template", U),
+    ("quic.version", U),
+    ("quic.sni", U),
+    ("quic.ua", U),
+    ("quic.cyu.hash", U),
+    ("quic.cyu.string", U),
+    ("mqtt.type", U),
+    ("mqtt.topic", U),
+    ("rfb.name", U),
+    ("rfb.secresult", U),
+    ("rfb.sectype", U),
+    ("nfs_procedure", U),
+    ("nfs.version", U),
+    ("http2.frametype", U),
+    ("http2.header", U),
+    ("http2.header_name", U),
+    ("smtp.helo", U),
+    ("smtp.mail_from", U),
+    ("smtp.rcpt_to", U),
+    ("email.from", U),
+    ("email.subject", U),
+    ("email.to", U),
+    ("email.cc", U),
+    ("email.x_mailer", U),
+    ("email.url", U),
+    ("email.received", U),
+    ("email.date", U),
+    ("email.message_id", U),
+    ("http.uri", U),
+    ("http.uri.raw", U),
+    ("http.method", U),
+    ("http.host", U),
+    ("http.host.raw", U),
+    ("http.user_agent", U),
+    ("http.header", U),
+    ("http.header.raw", U),
+    ("http.header_names", U),
+    ("http.cookie", U),
+    ("http.stat_code", U),
+    ("http.stat_msg", U),
+    ("http.request_body", U),
+    ("http.response_body", U),
+    ("http.request_line", U),
+    ("http.response_line", U),
+    ("http.request_header", U),
+    ("http.response_header", U),
+    ("http.content_type", U),
+    ("http.content_len", U),
+    ("http.referer", U),
+    ("http.location", U),
+    ("http.server", U),
+    ("http.start", U),
+    ("http.protocol", U),
+    ("http.accept", U),
+    ("http.accept_enc", U),
+    ("http.accept_lang", U),
+    ("http.connection", U),
+    ("http_uri", U),
+    ("http_raw_uri", U),
+    ("http_method", U),
+    ("http_host", U),
+    ("http_raw_host", U),
+    ("http_user_agent", U),
+    ("http_header", U),
+    ("http_raw_header", U),
+    ("http_header_names", U),
+    ("http_cookie", U),
+    ("http_stat_code", U),
+    ("http_stat_msg", U),
+    ("http_client_body", U),
+    ("http_server_body", U),
+    ("http_request_line", U),
+    ("http_response_line", U),
+    ("http_content_type", U),
+    ("http_content_len", U),
+    ("http_referer", U),
+    ("http_location", U),
+    ("http_server", U),
+    ("http_start", U),
+    ("http_protocol", U),
+    ("http_accept", U),
+    ("http_accept_enc", U),
+    ("http_accept_lang", U),
+    ("http_connection", U),
+];
+
+/// The status of `keyword`, or None if Suricata has no such keyword.
+pub fn status(keyword: &str) -> Option<Status> {
+    KEYWORDS
+        .iter()
+        .find(|(k, _)| *k == keyword)
+        .map(|&(_, s)| s)
+}
+
+/// A numeric condition as Suricata writes it: `N`, `<N`, `<=N`, `>N`, `>=N`,
+/// `!N`, and the exclusive ranges `A<>B` and `A-B` (A < x < B).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NumCmp {
+    /// Lowest value that matches.
+    pub lo: u32,
+    /// Highest value that matches (below `lo`: nothing matches).
+    pub hi: u32,
+    /// The condition is inverted (`!`).
+    pub not: bool,
+}
+
+impl NumCmp {
+    /// True if `v` satisfies the condition.
+    #[inline]
+    pub fn matches(&self, v: u32) -> bool {
+        (self.lo <= v && v <= self.hi) != self.not
+    }
+
+    /// Parses `s`; values above `max` are refused (`None`).
+    pub fn parse(s: &str, max: u32) -> Option<NumCmp> {
+        let s = s.trim();
+        let num = |x: &str| -> Option<u32> {
+            let x = x.trim();
+            if x.is_empty() || !x.bytes().all(|b| b.is_ascii_digit()) {
+                return None;
+            }
+            x.parse::<u32>().ok().filter(|&n| n <= max)
+        };
+        let (not, s) = match s.strip_prefix('!') {
+            Some(r) => (true, r.trim_start()),
+            None => (false, s),
+        };
+        let range = |lo: u32, hi: u32| Some(NumCmp { lo, hi, not });
+        if let Some((a, b)) = s.split_once("<>").or_else(|| s.split_once('-')) {
+            let (a, b) = (num(a)?, num(b)?);
+            // Suricata refuses a range without room inside it.
+            if a >= b {
+                return None;
+            }
+            return range(a + 1, b - 1);
+        }
+        if let Some(r) = s.strip_prefix("<=") {
+            return range(0, num(r)?);
+        }
+        if let Some(r) = s.strip_prefix(">=") {
+            return range(num(r)?, max);
+        }
+        if let Some(r) = s.strip_prefix('<') {
+            let n = num(r)?;
+            return if n == 0 { range(1, 0) } else { range(0, n - 1) };
+        }
+        if let Some(r) = s.strip_prefix('>') {
+            let n = num(r)?;
+            return if n >= max {
+                range(1, 0)
+            } else {
+                range(n + 1, max)
+            };
+        }
+        if let Some(r) = s.strip_prefix('=') {
+            let n = num(r)?;
+            return range(n, n);
+        }
+        let n = num(s)?;
+        range(n, n)
+    }
+}
+
+/// How `flags` compares the packet's TCP flags with the rule's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FlagMode {
+    /// Exactly these flags (after the mask).
+    Exact,
+    /// `+`: these flags, others may be set too.
+    All,
+    /// `*`: any of these flags.
+    Any,
+    /// `!`: not all of these flags.
+    Not,
+}
+
+/// `flags:[+*!]FLAGS[,IGNORED]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TcpFlags {
+    /// How to compare.
+    pub mode: FlagMode,
+    /// The rule's flags (`0` alone: none).
+    pub flags: u8,
+    /// Flags that take part in the comparison (all but the ignored ones).
+    pub mask: u8,
+}
+
+impl TcpFlags {
+    /// Suricata's comparison (detect-flags.c).
+    #[inline]
+    pub fn matches(&self, pflags: u8) -> bool {
+        if self.flags == 0 && pflags != 0 {
+            return self.mode == FlagMode::Not;
+        }
+        let f = pflags & self.mask;
+        match self.mode {
+            FlagMode::Any => f & self.flags != 0,
+            FlagMode::All => f & self.flags == self.flags,
+            FlagMode::Not => f & self.flags != self.flags,
+            FlagMode::Exact => f == self.flags,
+        }
+    }
+
+    /// Parses the value of `flags`.
+    pub fn parse(v: &str) -> Option<TcpFlags> {
+        let v = v.trim();
+        let (flags, ignored) = match v.split_once(',') {
+            Some((f, i)) => (f.trim(), Some(i.trim())),
+            None => (v, None),
+        };
+        let (mode, flags) = match flags.chars().next()? {
+            '+' => (FlagMode::All, &flags[1..]),
+            '*' => (FlagMode::Any, &flags[1..]),
+            '!' => (FlagMode::Not, &flags[1..]),
+            _ => (FlagMode::Exact, flags),
+        };
+        let bits = |s: &str| -> Option<u8> {
+            let mut b = 0u8;
+            for c in s.trim().chars() {
+                b |= match c.to_ascii_uppercase() {
+                    'F' => 0x01,
+                    'S' => 0x02,
+                    'R' => 0x04,
+                    'P' => 0x08,
+                    'A' => 0x10,
+                    'U' => 0x20,
+                    // The two bits once reserved: ECE and CWR today.
+                    'E' | '2' => 0x40,
+                    'C' | '1' => 0x80,
+                    '0' => 0,
+                    _ => return None,
+                };
+            }
+            Some(b)
+        };
+        let flags_str = flags.trim();
+        if flags_str.is_empty() || (flags_str.contains('0') && flags_str.len() > 1) {
+            return None;
+        }
+        Some(TcpFlags {
+            mode,
+            flags: bits(flags_str)?,
+            mask: match ignored {
+                Some(i) if !i.is_empty() => !bits(i)?,
+                Some(_) => return None,
+                None => 0xff,
+            },
+        })
+    }
+}
+
+/// What the per-packet checks read from a packet.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PacketInfo {
+    /// Transport payload length.
+    pub dsize: u16,
+    /// TCP flags (TCP only).
+    pub tcp_flags: u8,
+    /// ICMP type and code (ICMP only).
+    pub icmp_type: u8,
+    /// ICMP code.
+    pub icmp_code: u8,
+    /// TTL or hop limit.
+    pub ttl: u8,
+    /// Source address equals destination address.
+    pub sameip: bool,
+}
+
+/// The per-packet conditions of a rule.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PacketChecks {
+    /// `dsize`.
+    pub dsize: Option<NumCmp>,
+    /// `flags` (only TCP packets match).
+    pub flags: Option<TcpFlags>,
+    /// `itype` (only ICMP packets match).
+    pub itype: Option<NumCmp>,
+    /// `icode` (only ICMP packets match).
+    pub icode: Option<NumCmp>,
+    /// `ip_proto`.
+    pub ip_proto: Option<NumCmp>,
+    /// `ttl`.
+    pub ttl: Option<NumCmp>,
+    /// `sameip`.
+    pub sameip: bool,
+}
+
+impl PacketChecks {
+    /// True if there is nothing to check.
+    pub fn is_empty(&self) -> bool {
+        *self == PacketChecks::default()
+    }
+
+    /// True if the packet (of IP protocol `proto`) satisfies every condition.
+    #[inline]
+    pub fn matches(&self, proto: u8, p: &PacketInfo) -> bool {
+        let icmp = matches!(proto, 1 | 58);
+        self.dsize.is_none_or(|c| c.matches(p.dsize as u32))
+            && self
+                .flags
+                .is_none_or(|f| proto == 6 && f.matches(p.tcp_flags))
+            && self
+                .itype
+                .is_none_or(|c| icmp && c.matches(p.icmp_type as u32))
+            && self
+                .icode
+                .is_none_or(|c| icmp && c.matches(p.icmp_code as u32))
+            && self.ip_proto.is_none_or(|c| c.matches(proto as u32))
+            && self.ttl.is_none_or(|c| c.matches(p.ttl as u32))
+            && (!self.sameip || p.sameip)
+    }
+}
+
+/// Which packets of a TCP stream a rule inspects (`flow:only_stream`,
+/// `flow:no_stream`, `tcp-pkt`, `tcp-stream`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum StreamMode {
+    /// Whatever the rule's keywords need (the stream for contents).
+    #[default]
+    Default,
+    /// Only packets of a reassembled stream.
+    Only,
+    /// Only packets on their own, never the reassembled stream.
+    No,
+}
+
+/// Which alerts of a rule a `threshold` or `detection_filter` lets through.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ThresholdKind {
+    /// `type limit`: the first `count` matches of each window.
+    Limit,
+    /// `type threshold`: every `count`-th match within a window.
+    Threshold,
+    /// `type both`: once per window, at the `count`-th match.
+    Both,
+    /// `detection_filter`: every match after the first `count` of a window.
+    DetectionFilter,
+}
+
+/// Whose matches a threshold counts together.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Track {
+    /// Per source address.
+    BySrc,
+    /// Per destination address.
+    ByDst,
+    /// All matches of the rule.
+    ByRule,
+    /// Per source and destination pair.
+    ByBoth,
+}
+
+/// `threshold:` / `detection_filter:`. A window starts with a match and lasts
+/// `seconds`; a match after it starts the next one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Threshold {
+    /// Which alerts pass.
+    pub kind: ThresholdKind,
+    /// Whose matches count together.
+    pub track: Track,
+    /// `count`.
+    pub count: u32,
+    /// `seconds`.
+    pub seconds: u32,
+}
+
+impl Threshold {
+    /// Parses the value of `threshold` (`detection: false`) or
+    /// `detection_filter`: comma-separated `type T`, `track T`, `count N`,
+    /// `seconds N` in any order.
+    pub fn parse(v: &str, detection: bool) -> Option<Threshold> {
+        let (mut kind, mut track, mut count, mut seconds) = (None, None, None, None);
+        if detection {
+            kind = Some(ThresholdKind::DetectionFilter);
+        }
+        for part in v.split(',') {
+            let mut w = part.split_whitespace();
+            let (k, val) = (w.next()?, w.next()?);
+            if w.next().is_some() {
+                return None;
+            }
+            match k {
+                "type" if !detection => {
+                    kind = Some(match val {
+                        "limit" => ThresholdKind::Limit,
+                        "threshold" => ThresholdKind::Threshold,
+                        "both" => ThresholdKind::Both,
+                        _ => return None,
+                    })
+                }
+                "track" => {
+                    track = Some(match val {
+                        "by_src" => Track::BySrc,
+                        "by_dst" => Track::ByDst,
+                        "by_rule" => Track::ByRule,
+                        "by_both" => Track::ByBoth,
+                        _ => return None,
+                    })
+                }
+                "count" => count = Some(val.parse().ok()?),
+                "seconds" => seconds = Some(val.parse().ok()?),
+                _ => return None,
+            }
+        }
+        Some(Threshold {
+            kind: kind?,
+            track: track?,
+            count: count?,
+            seconds: seconds?,
+        })
+    }
+}
+
+fn ip_proto_number(name: &str) -> Option<u32> {
+    Some(match name.to_ascii_lowercase().as_str() {
+        "hopopt" => 0,
+        "icmp" => 1,
+        "igmp" => 2,
+        "ipip" | "ipv4" | "ip-in-ip" => 4,
+        "tcp" => 6,
+        "udp" => 17,
+        "ipv6" => 41,
+        "ipv6-route" => 43,
+        "ipv6-frag" => 44,
+        "rsvp" => 46,
+        "gre" => 47,
+        "esp" => 50,
+        "ah" => 51,
+        "ipv6-icmp" | "icmpv6" => 58,
+        "ipv6-nonxt" => 59,
+        "ipv6-opts" => 60,
+        "eigrp" => 88,
+        "ospf" | "ospfigp" => 89,
+        "pim" => 103,
+        "vrrp" => 112,
+        "l2tp" => 115,
+        "sctp" => 132,
+        _ => return None,
+    })
+}
+
+fn need<'v>(v: Option<&'v str>, name: &str) -> Result<&'v str, RuleSyntax> {
+    v.ok_or_else(|| RuleSyntax::MissingValue {
+        keyword: name.into(),
+    })
+}
+
+/// Applies one option to `rule`. `has_sid` is set by `sid`.
+pub(super) fn apply(
+    rule: &mut Rule,
+    name: &str,
+    val: Option<&str>,
+    has_sid: &mut bool,
+) -> Result<(), RuleSyntax> {
+    let bad_modifier = |v: &str| RuleSyntax::BadModifier {
+        keyword: name.into(),
+        value: v.into(),
+    };
+    let bad_value = |v: &str| RuleSyntax::BadValue {
+        keyword: name.into(),
+        value: v.into(),
+    };
+    let last = |r: &mut Rule| -> Result<usize, RuleSyntax> {
+        if r.contents.is_empty() {
+            Err(RuleSyntax::NoPrecedingContent {
+                keyword: name.into(),
+            })
+        } else {
+            Ok(r.contents.len() - 1)
+        }
+    };
+    let num = |v: Option<&str>, max: u32| -> Result<NumCmp, RuleSyntax> {
+        let v = need(v, name)?;
+        NumCmp::parse(v, max).ok_or_else(|| bad_value(v))
+    };
+    match name {
+        "msg" => rule.msg = unquote(need(val, name)?)?.into(),
+        "content" => {
+            let v = need(val, name)?;
+            if v.starts_with('!') {
+                return Err(RuleSyntax::NegatedContent);
+            }
+            let bytes = super::parse_content(v)?;
+            if bytes.is_empty() {
+                return Err(RuleSyntax::EmptyContent);
+            }
+            rule.contents.push(Content {
+                bytes,
+                ..Content::default()
+            });
+        }
+        "nocase" => {
+            let i = last(rule)?;
+            rule.contents[i].nocase = true;
+        }
+        "offset" | "depth" | "within" => {
+            let i = last(rule)?;
+            let v = need(val, name)?;
+            let n: u32 = v.parse().map_err(|_| bad_modifier(v))?;
+            let c = &mut rule.contents[i];
+            match name {
+                "offset" => c.offset = Some(n),
+                "depth" => c.depth = Some(n),
+                _ => c.within = Some(n),
+            }
+        }
+        "distance" => {
+            let i = last(rule)?;
+            let v = need(val, name)?;
+            let n: i32 = v.parse().map_err(|_| bad_modifier(v))?;
+            rule.contents[i].distance = Some(n);
+        }
+        // Which content feeds the prefilter, and whether to search the raw
+        // bytes (there are no decoded ones here): every content is searched and
+        // checked, so neither can change a match.
+        "fast_pattern" | "rawbytes" => {
+            last(rule)?;
+        }
+        "prefilter" => {}
+        "flow" => {
+            for f in need(val, name)?.split(',') {
+                match f.trim() {
+                    "to_server" | "from_client" => rule.to_server = Some(true),
+                    "to_client" | "from_server" => rule.to_server = Some(false),
+                    "established" => rule.established = true,
+                    "not_established" => rule.not_established = true,
+                    "stateless" => rule.stateless = true,
+                    "only_stream" => rule.stream = StreamMode::Only,
+                    "no_stream" => rule.stream = StreamMode::No,
+                    o => return Err(RuleSyntax::UnsupportedFlow(o.into())),
+                }
+            }
+        }
+        "dsize" => rule.checks.dsize = Some(num(val, u16::MAX as u32)?),
+        "itype" => rule.checks.itype = Some(num(val, 255)?),
+        "icode" => rule.checks.icode = Some(num(val, 255)?),
+        "ttl" => rule.checks.ttl = Some(num(val, 255)?),
+        "ip_proto" => {
+            let v = need(val, name)?;
+            let t = v.trim();
+            let (prefix, rest) = match t.find(|c: char| c.is_ascii_alphanumeric()) {
+                Some(i) => t.split_at(i),
+                None => return Err(bad_value(v)),
+            };
+            let n = match ip_proto_number(rest) {
+                Some(n) => n.to_string(),
+                None => rest.to_string(),
+            };
+            rule.checks.ip_proto =
+                Some(NumCmp::parse(&format!("{prefix}{n}"), 255).ok_or_else(|| bad_value(v))?);
+        }
+        "flags" => {
+            let v = need(val, name)?;
+            rule.checks.flags = Some(TcpFlags::parse(v).ok_or_else(|| bad_value(v))?);
+        }
+        "sameip" => rule.checks.sameip = true,
+        "noalert" => rule.noalert = true,
+        "threshold" | "detection_filter" => {
+            let v = need(val, name)?;
+            if rule.threshold.is_some() {
+                return Err(RuleSyntax::TwoThresholds);
+            }
+            let t = Threshold::parse(v, name == "detection_filter").ok_or_else(|| bad_value(v))?;
+            rule.threshold = Some(t);
+        }
+        "sid" => {
+            let v = need(val, name)?;
+            rule.sid = v.parse().map_err(|_| bad_value(v))?;
+            *has_sid = true;
+        }
+        "rev" => {
+            let v = need(val, name)?;
+            rule.rev = v.parse().map_err(|_| bad_value(v))?;
+        }
+        "gid" => {
+            let v = need(val, name)?;
+            rule.gid = v.parse().map_err(|_| bad_value(v))?;
+        }
+        "priority" => {
+            let v = need(val, name)?;
+            rule.priority = v.parse().map_err(|_| bad_value(v))?;
+        }
+        "classtype" => rule.classtype = Some(need(val, name)?.into()),
+        other => {
+            return Err(match status(other) {
+                Some(Status::Ignored) => return Ok(()),
+                Some(_) => RuleSyntax::UnsupportedKeyword(other.into()),
+                None => RuleSyntax::UnknownKeyword(other.into()),
+            })
+        }
+    }
+    Ok(())
+}
+
+/// Checks that hold between a rule's keywords once all are read.
+pub(super) fn validate(rule: &Rule) -> Result<(), RuleSyntax> {
+    for (i, c) in rule.contents.iter().enumerate() {
+        let len = c.bytes.len() as u64;
+        if c.is_relative() && (c.offset.is_some() || c.depth.is_some()) {
+            return Err(RuleSyntax::MixedPositioning(i + 1));
+        }
+        if i == 0 && c.is_relative() {
+            return Err(RuleSyntax::RelativeFirstContent);
+        }
+        if c.depth.is_some_and(|d| (d as u64) < len) {
+            return Err(RuleSyntax::DepthTooShort(i + 1));
+        }
+        if c.within.is_some_and(|w| (w as u64) < len) {
+            return Err(RuleSyntax::WithinTooShort(i + 1));
+        }
+    }
+    if rule.contents.len() > 255 {
+        return Err(RuleSyntax::TooManyContents);
+    }
+    if rule.threshold.is_some() && rule.action != super::Action::Alert {
+        // Thresholds decide alerts after the batch's verdicts; a drop or pass
+        // they would hold back has already acted.
+        let k = match rule.threshold.map(|t| t.kind) {
+            Some(ThresholdKind::DetectionFilter) => "detection_filter",
+            _ => "threshold",
+        };
+        return Err(RuleSyntax::UnsupportedKeyword(format!(
+            "{k} on a {} rule",
+            match rule.action {
+                super::Action::Drop => "drop",
+                _ => "pass",
+            }
+        )));
+    }
+    let stream_proto = matches!(rule.proto, Proto::Tcp | Proto::Ip);
+    if !rule.contents.is_empty() && stream_proto {
+        // Contents are searched in the reassembled TCP stream; these keywords ask
+        // for each packet's own payload, which is not searched yet.
+        let packetwise = if rule.checks.dsize.is_some() {
+            Some("dsize")
+        } else if rule.stream == StreamMode::No {
+            Some("flow:no_stream")
+        } else if rule.stateless {
+            Some("flow:stateless")
+        } else {
+            None
+        };
+        if let Some(k) = packetwise {
+            return Err(RuleSyntax::PacketPayload(k.into()));
+        }
+    }
+    if rule.proto != Proto::Tcp {
+        // Established-ness and streams of other protocols are not tracked: refuse
+        // rather than never match.
+        let f = if rule.established {
+            Some("established")
+        } else if rule.not_established {
+            Some("not_established")
+        } else if rule.stream == StreamMode::Only {
+            Some("only_stream")
+        } else {
+            None
+        };
+        if let Some(f) = f {
+            return Err(RuleSyntax::UnsupportedFlow(format!(
+                "{f} on {}",
+                rule.proto.name()
+            )));
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,367 @@
+use super::*;
+
+fn v4(a: [u8; 4]) -> IpAddr {
+    IpAddr::V4(a)
+}
+
+#[test]
+fn addresses_ports_and_vars() {
+    let mut vars = Vars::new();
+    vars.insert("HOME_NET".into(), "[10.0.0.0/8,192.168.1.0/24]".into());
+    vars.insert("EXTERNAL_NET".into(), "!$HOME_NET".into());
+    let a = parse_addr("$EXTERNAL_NET", &vars, 0).unwrap();
+    assert!(!a.matches(&v4([10, 1, 2, 3])));
+    assert!(a.matches(&v4([8, 8, 8, 8])));
+    let l = parse_addr("[10.0.0.0/8, !10.1.0.0/16]", &vars, 0).unwrap();
+    assert!(l.matches(&v4([10, 2, 0, 1])));
+    assert!(!l.matches(&v4([10, 1, 0, 1])));
+    assert!(!l.matches(&v4([11, 1, 0, 1])));
+    let p = parse_port("[80,1024:,!8080]", &vars, 0).unwrap();
+    assert!(p.matches(80) && p.matches(5000) && !p.matches(8080) && !p.matches(81));
+    assert!(parse_port(":1023", &vars, 0).unwrap().matches(0));
+    assert_eq!(
+        parse_addr("$NOPE", &vars, 0),
+        Err(RuleSyntax::UnknownVariable("NOPE".into()))
+    );
+    assert_eq!(
+        parse_addr("10.0.0.0/33", &vars, 0),
+        Err(RuleSyntax::BadPrefix("10.0.0.0/33".into()))
+    );
+    let v6 = parse_addr("2001:db8::/32", &vars, 0).unwrap();
+    assert!(v6.matches(&IpAddr::V6([
+        0x20, 1, 0xd, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1
+    ])));
+    assert!(!v6.matches(&v4([10, 0, 0, 1])));
+    // Self-referencing variables terminate with an error.
+    let mut vars = Vars::new();
+    vars.insert("A".into(), "$A".into());
+    assert_eq!(parse_addr("$A", &vars, 0), Err(RuleSyntax::NestTooDeep));
+}
+
+#[test]
+fn contents_and_options() {
+    let r = parse_rule(
+        r#"drop tcp any any <> 10.0.0.0/8 [80,443] (msg:"a \"q\"; b"; content:"GET |20 2f|x"; nocase; offset:2; depth:20; content:"|00|z"; distance:1; within:5; flow:to_server,established; sid:7; rev:3; classtype:web; priority:1;)"#,
+        &Vars::new(),
+    )
+    .unwrap();
+    assert_eq!(&*r.msg, "a \"q\"; b");
+    assert_eq!(r.contents[0].bytes, b"GET  /x");
+    assert!(r.contents[0].nocase);
+    assert_eq!(
+        (r.contents[0].offset, r.contents[0].depth),
+        (Some(2), Some(20))
+    );
+    assert_eq!(r.contents[1].bytes, b"\0z");
+    assert_eq!(
+        (r.contents[1].distance, r.contents[1].within),
+        (Some(1), Some(5))
+    );
+    assert_eq!(
+        (r.to_server, r.established, r.sid, r.rev, r.priority),
+        (Some(true), true, 7, 3, 1)
+    );
+    assert!(r.bidir && r.action == Action::Drop);
+}
+
+#[test]
+fn garbage_never_panics() {
+    // A deterministic spray of rule-shaped garbage, including multibyte text
+    // inside hex escapes and lists.
+    let pieces = [
+        "alert",
+        "drop",
+        "tcp",
+        "udp",
+        " ",
+        "any",
+        "->",
+        "<>",
+        "[",
+        "]",
+        "!",
+        "$X",
+        "(",
+        ")",
+        ";",
+        ":",
+        "\"",
+        "|",
+        "é",
+        "4",
+        "a",
+        "content",
+        "msg",
+        "sid:1",
+        "depth:",
+        "distance:-1",
+        "within",
+        ",",
+        "10.0.0.0/8",
+        "\\",
+        "flow:",
+        "1:2",
+    ];
+    let mut vars = Vars::new();
+    vars.insert("X".into(), "[$X]".into());
+    let mut x: u64 = 0x9e3779b97f4a7c15;
+    for _ in 0..20000 {
+        let mut line = String::new();
+        for _ in 0..(x % 24) {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            line.push_str(pieces[(x % pieces.len() as u64) as usize]);
+        }
+        let _ = parse_rule(&line, &vars);
+        let _ = parse_rule(&format!("alert tcp any any -> any any ({line})"), &vars);
+    }
+    assert_eq!(
+        parse_content("\"|aéb|\""),
+        Err(RuleSyntax::BadHex("aéb".into()))
+    );
+    let deep = format!("{}1.2.3.4{}", "[".repeat(100_000), "]".repeat(100_000));
+    assert_eq!(parse_addr(&deep, &vars, 0), Err(RuleSyntax::NestTooDeep));
+    assert_eq!(parse_port(&deep, &vars, 0), Err(RuleSyntax::NestTooDeep));
+    assert_eq!(
+        parse_port(&"!".repeat(100_000), &vars, 0),
+        Err(RuleSyntax::NestTooDeep)
+    );
+}
+
+#[test]
+fn each_problem_names_its_token() {
+    let v = Vars::new();
+    let e = |opts: &str| parse_rule(&format!("alert tcp any any -> any any ({opts})"), &v);
+    let bad = |k: &str, x: &str| RuleSyntax::BadValue {
+        keyword: k.into(),
+        value: x.into(),
+    };
+    let cases: Vec<(Result<Rule, RuleSyntax>, RuleSyntax, &str)> = vec![
+        (
+            parse_rule("alert tcp any any -> any any", &v),
+            RuleSyntax::MissingOptions,
+            "missing option list \"( ... )\"",
+        ),
+        (
+            parse_rule("alert tcp any any -> any any (sid:1;", &v),
+            RuleSyntax::MissingClose,
+            "missing closing \")\"",
+        ),
+        (
+            parse_rule("alert tcp any any -> any any (sid:1;) x", &v),
+            RuleSyntax::MalformedOptions,
+            "malformed option list",
+        ),
+        (
+            parse_rule("alert tcp any -> any any (sid:1;)", &v),
+            RuleSyntax::HeaderFields(6),
+            "expected \"action proto src sport -> dst dport\" header, found 6 fields",
+        ),
+        (
+            parse_rule("log tcp any any -> any any (sid:1;)", &v),
+            RuleSyntax::UnknownAction("log".into()),
+            "unknown action \"log\"",
+        ),
+        (
+            parse_rule("alert tcp any any => any any (sid:1;)", &v),
+            RuleSyntax::UnknownDirection("=>".into()),
+            "unknown direction \"=>\"",
+        ),
+        (
+            e("msg; sid:1;"),
+            RuleSyntax::MissingValue {
+                keyword: "msg".into(),
+            },
+            "\"msg\" needs a value",
+        ),
+        (
+            e("nocase; sid:1;"),
+            RuleSyntax::NoPrecedingContent {
+                keyword: "nocase".into(),
+            },
+            "\"nocase\" without a preceding content",
+        ),
+        (
+            e("content:!\"a\"; sid:1;"),
+            RuleSyntax::NegatedContent,
+            "negated content is not supported",
+        ),
+        (
+            e("content:\"\"; sid:1;"),
+            RuleSyntax::EmptyContent,
+            "empty content",
+        ),
+        (
+            e("content:\"a\"; depth:x; sid:1;"),
+            RuleSyntax::BadModifier {
+                keyword: "depth".into(),
+                value: "x".into(),
+            },
+            "bad depth value \"x\"",
+        ),
+        (
+            e("content:\"a\"; content:\"b\"; distance:y; sid:1;"),
+            RuleSyntax::BadModifier {
+                keyword: "distance".into(),
+                value: "y".into(),
+            },
+            "bad distance value \"y\"",
+        ),
+        (e("content:\"a\"; sid:x;"), bad("sid", "x"), "bad sid \"x\""),
+        (
+            e("content:\"a\"; sid:1; rev:-1;"),
+            bad("rev", "-1"),
+            "bad rev \"-1\"",
+        ),
+        (
+            e("content:\"a\"; sid:1; priority:300;"),
+            bad("priority", "300"),
+            "bad priority \"300\"",
+        ),
+        (
+            e("content:\"a\"; flow:only_frag; sid:1;"),
+            RuleSyntax::UnsupportedFlow("only_frag".into()),
+            "unsupported flow option \"only_frag\"",
+        ),
+        (e("content:\"a\";"), RuleSyntax::MissingSid, "missing sid"),
+        (
+            e("content:\"a\"; offset:1; content:\"b\"; distance:0; depth:3; sid:1;"),
+            RuleSyntax::MixedPositioning(2),
+            "content 2: cannot mix offset/depth with distance/within",
+        ),
+        (
+            e("content:\"a\"; within:3; sid:1;"),
+            RuleSyntax::RelativeFirstContent,
+            "distance/within on the first content",
+        ),
+        (
+            e("content:\"abc\"; depth:2; sid:1;"),
+            RuleSyntax::DepthTooShort(1),
+            "content 1: depth shorter than the content",
+        ),
+        (
+            e("content:\"a\"; content:\"bc\"; within:1; sid:1;"),
+            RuleSyntax::WithinTooShort(2),
+            "content 2: within shorter than the content",
+        ),
+        (
+            e(&format!("{}sid:1;", "content:\"a\"; ".repeat(256))),
+            RuleSyntax::TooManyContents,
+            "too many contents",
+        ),
+        (
+            e("msg:\"a; sid:1;"),
+            RuleSyntax::UnterminatedQuote,
+            "unterminated quoted string",
+        ),
+        (
+            e("content:\"a\"; sid:1"),
+            RuleSyntax::MissingSemicolon,
+            "option list must end with \";\"",
+        ),
+        (
+            e("msg:a; sid:1;"),
+            RuleSyntax::NotQuoted("a".into()),
+            "expected a quoted string, found a",
+        ),
+        (
+            e("content:\"|4g|\"; sid:1;"),
+            RuleSyntax::BadHex("4g".into()),
+            "bad hex in \"|4g|\"",
+        ),
+    ];
+    for (got, kind, text) in cases {
+        let err = got.expect_err(text);
+        assert_eq!(err, kind);
+        assert_eq!(err.to_string(), text);
+    }
+    let addr_cases = [
+        (
+            "[1.2.3.4,]",
+            RuleSyntax::EmptyListElement,
+            "empty list element",
+        ),
+        (
+            "[1.2.3.4]]",
+            RuleSyntax::UnbalancedBracket(']'),
+            "unbalanced \"]\"",
+        ),
+        (
+            "[[1.2.3.4]",
+            RuleSyntax::UnbalancedBracket('['),
+            "unbalanced \"[\"",
+        ),
+        (
+            "1.2.3",
+            RuleSyntax::BadAddress("1.2.3".into()),
+            "bad address \"1.2.3\"",
+        ),
+        (
+            "$NOPE",
+            RuleSyntax::UnknownVariable("NOPE".into()),
+            "unknown variable \"$NOPE\"",
+        ),
+    ];
+    for (a, kind, text) in addr_cases {
+        let err = parse_addr(a, &v, 0).expect_err(text);
+        assert_eq!(err, kind);
+        assert_eq!(err.to_string(), text);
+    }
+    let port_cases = [
+        ("8o", RuleSyntax::BadPort("8o".into()), "bad port \"8o\""),
+        (
+            "90:80",
+            RuleSyntax::EmptyPortRange("90:80".into()),
+            "empty port range \"90:80\"",
+        ),
+    ];
+    for (p, kind, text) in port_cases {
+        let err = parse_port(p, &v, 0).expect_err(text);
+        assert_eq!(err, kind);
+        assert_eq!(err.to_string(), text);
+    }
+    let mut cyclic = Vars::new();
+    cyclic.insert("A".into(), "$A".into());
+    assert_eq!(
+        parse_port("$A", &cyclic, 0).unwrap_err().to_string(),
+        "variables, lists or negations nest too deep"
+    );
+    assert_eq!(
+        var("A", &cyclic, MAX_VAR_DEPTH + 1)
+            .unwrap_err()
+            .to_string(),
+        "variables or lists nest too deep at $A"
+    );
+}
+
+#[test]
+fn errors_name_file_and_line() {
+    let text = "# comment\n\nalert tcp any any -> any any (content:\"a\"; sid:1;)\nalert tcp any any -> any any (content:\"a\"; pcre:\"/x/\"; sid:2;)\nalert tcpp any any -> any any (content:\"a\"; sid:3;)\nalert tcp any any -> any any (content:\"a\"; sid:1;)\nalert tcp any any -> any any (content:\"a|4\"; sid:5;)\nalert tcp any any -> any any (sid:6;)\nalert http any any -> any any (sid:9;)\n";
+    let (rules, errs) = parse_rules(text, "x.rules", &Vars::new());
+    // A rule without content is a packet rule.
+    assert_eq!(rules.len(), 2);
+    let kinds: Vec<(usize, &RuleSyntax)> = errs.iter().map(|e| (e.line, &e.msg)).collect();
+    assert_eq!(
+        kinds,
+        vec![
+            (4, &RuleSyntax::UnsupportedKeyword("pcre".into())),
+            (5, &RuleSyntax::UnknownProtocol("tcpp".into())),
+            (6, &RuleSyntax::DuplicateSid(1)),
+            (7, &RuleSyntax::UnbalancedPipe),
+            (9, &RuleSyntax::UnsupportedProtocol("http".into())),
+        ]
+    );
+    // The text operators see stays as it was.
+    let msgs: Vec<String> = errs.iter().map(|e| e.to_string()).collect();
+    assert_eq!(
+        msgs,
+        vec![
+            "x.rules:4: unsupported keyword \"pcre\"",
+            "x.rules:5: unknown protocol \"tcpp\"",
+            "x.rules:6: duplicate sid 1",
+            "x.rules:7: unbalanced \"|\" in content",
+            "x.rules:9: unsupported protocol \"http\"",
+        ]
+    );
+}

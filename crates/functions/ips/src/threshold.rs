@@ -1,0 +1,200 @@
+//! `threshold` and `detection_filter`: which alerts of a rule are raised, counted
+//! per tracked key (source, destination, both, or the rule) over time windows, as
+//! Suricata counts them (detect-engine-threshold.c).
+//!
+//! The counters are state like any other: one record per (rule, tracked key) in
+//! table [`TABLE_THRESHOLD`], `[version u8][window start u64][count u32]`
+//! (13 bytes), with a timer at the window's end that deletes it. They are touched
+//! only in batches that raised an alert of a thresholded rule: after the batch's
+//! decisions, one round trip reads the records those alerts need, alerts are kept
+//! or withheld in packet order, and one more writes the records back. The
+//! records are shared by every flow (and every instance) with the same key, so
+//! they carry no cache hint: two instances counting the same key in the same
+//! instant can lose one increment (no compare-and-set), like other shared
+//! counters updated without atomics.
+
+use rustc_hash::FxHashMap;
+use sluice_nf::Event;
+use sluice_state::{
+    Codec, DecodeError, Key, Namespace, OpId, Ops, Reader, StateStore, StoreError, Writer,
+};
+
+use crate::rules::{Rule, Threshold, ThresholdKind, Track};
+
+/// Table of threshold windows.
+pub const TABLE_THRESHOLD: u8 = 2;
+
+/// One tracked key's current window.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Window {
+    /// When the window started (the packet time of its first match).
+    pub start_ns: u64,
+    /// Matches counted in it (reset by `type threshold` at each alert).
+    pub count: u32,
+}
+
+const VERSION: u8 = 1;
+
+impl Codec for Window {
+    fn encode(&self, w: &mut Writer<'_>) {
+        w.u8(VERSION).u64(self.start_ns).u32(self.count);
+    }
+
+    fn decode(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
+        if r.u8()? != VERSION {
+            return Err(DecodeError("unknown ips threshold record version"));
+        }
+        Ok(Window {
+            start_ns: r.u64()?,
+            count: r.u32()?,
+        })
+    }
+}
+
+impl Window {
+    /// Counts a match at `ts_ns`; returns whether its alert is raised.
+    pub fn count_match(w: &mut Option<Window>, t: &Threshold, ts_ns: u64) -> bool {
+        let len = t.seconds as u64 * 1_000_000_000;
+        match w {
+            Some(x) if ts_ns.saturating_sub(x.start_ns) < len => x.count += 1,
+            _ => {
+                *w = Some(Window {
+                    start_ns: ts_ns,
+                    count: 1,
+                })
+            }
+        }
+        let Some(x) = w else { return false };
+        match t.kind {
+            ThresholdKind::Limit => x.count <= t.count,
+            ThresholdKind::Threshold => {
+                if x.count >= t.count {
+                    x.count = 0;
+                    true
+                } else {
+                    false
+                }
+            }
+            ThresholdKind::Both => x.count == t.count,
+            ThresholdKind::DetectionFilter => x.count > t.count,
+        }
+    }
+}
+
+/// The thresholded rules and the buffers one batch's accounting reuses.
+#[derive(Default)]
+pub(crate) struct Thresholds {
+    by_sid: FxHashMap<u32, Threshold>,
+    /// Unique keys of this batch, their read and their window.
+    index: FxHashMap<Key, u32>,
+    keys: Vec<(Key, Option<Window>, u64)>,
+    ids: Vec<OpId>,
+    /// Per candidate alert: (event index, key index).
+    cand: Vec<(usize, u32)>,
+    keep: Vec<bool>,
+    ops: Ops,
+}
+
+impl Thresholds {
+    /// The thresholds of `rules`.
+    pub fn new(rules: &[Rule]) -> Thresholds {
+        Thresholds {
+            by_sid: rules
+                .iter()
+                .filter_map(|r| r.threshold.map(|t| (r.sid, t)))
+                .collect(),
+            ..Thresholds::default()
+        }
+    }
+
+    /// Keeps or withholds the alerts in `events[start..]` of thresholded rules;
+    /// returns how many were withheld.
+    pub fn apply(
+        &mut self,
+        ns: Namespace,
+        events: &mut Vec<Event>,
+        start: usize,
+        store: &mut dyn StateStore,
+    ) -> Result<usize, StoreError> {
+        if self.by_sid.is_empty() {
+            return Ok(0);
+        }
+        self.cand.clear();
+        self.index.clear();
+        self.keys.clear();
+        for (i, e) in events.iter().enumerate().skip(start) {
+            let Event::Alert(a) = e else { continue };
+            let Some(t) = self.by_sid.get(&a.sid) else {
+                continue;
+            };
+            let mut payload = [0u8; 37];
+            payload[..4].copy_from_slice(&a.sid.to_le_bytes());
+            let (src, dst) = (a.flow.src.as_bytes(), a.flow.dst.as_bytes());
+            let mut n = 5;
+            let parts: &[&[u8]] = match t.track {
+                Track::BySrc => &[src],
+                Track::ByDst => &[dst],
+                Track::ByRule => &[],
+                Track::ByBoth => &[src, dst],
+            };
+            payload[4] = t.track as u8;
+            for p in parts {
+                payload[n..n + p.len()].copy_from_slice(p);
+                n += p.len();
+            }
+            let key = Key::new(ns, TABLE_THRESHOLD, &payload[..n]);
+            let k = *self.index.entry(key).or_insert_with(|| {
+                self.keys.push((key, None, t.seconds as u64));
+                self.keys.len() as u32 - 1
+            });
+            self.cand.push((i, k));
+        }
+        if self.cand.is_empty() {
+            return Ok(0);
+        }
+        self.ops.clear();
+        self.ids.clear();
+        for k in &self.keys {
+            self.ids.push(self.ops.get(k.0));
+        }
+        store.execute(&mut self.ops)?;
+        for (k, id) in self.keys.iter_mut().zip(&self.ids) {
+            // A damaged record counts as no record: a new window starts.
+            k.1 = self.ops.decode::<Window>(*id).ok().flatten();
+        }
+        self.keep.clear();
+        self.keep.resize(events.len() - start, true);
+        let mut withheld = 0;
+        for &(i, k) in &self.cand {
+            let Event::Alert(a) = &events[i] else {
+                continue;
+            };
+            let Some(t) = self.by_sid.get(&a.sid) else {
+                continue;
+            };
+            if !Window::count_match(&mut self.keys[k as usize].1, t, a.ts_ns) {
+                self.keep[i - start] = false;
+                withheld += 1;
+            }
+        }
+        self.ops.clear();
+        for (key, w, secs) in &self.keys {
+            if let Some(w) = w {
+                self.ops.put_value(*key, w);
+                // The window's end; re-arming replaces an earlier window's timer.
+                self.ops
+                    .arm_timer(*key, w.start_ns.saturating_add(secs * 1_000_000_000));
+            }
+        }
+        store.execute(&mut self.ops)?;
+        if withheld > 0 {
+            let mut j = 0;
+            let keep = &self.keep;
+            events.retain(|_| {
+                j += 1;
+                j <= start || keep[j - 1 - start]
+            });
+        }
+        Ok(withheld)
+    }
+}
