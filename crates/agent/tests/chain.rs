@@ -108,6 +108,7 @@ fn config(vm1: &VmHandle, vm2: &VmHandle) -> AgentConfig {
             state: "local".into(),
         }],
         group_policies: vec![],
+        fabric_auth: None,
     }
 }
 
