@@ -51,6 +51,10 @@ pub struct ControllerArgs {
     /// State store NF instances use (`redis://HOST:PORT`, `local`).
     #[arg(long, default_value = "local")]
     state: String,
+    /// Seal every Geneve datagram between hosts with AES-256-GCM under keys
+    /// per host pair (`off`: plain Geneve; docs/SECURITY.md).
+    #[arg(long, default_value = "on", value_parser = ["on", "off"])]
+    fabric_auth: String,
 }
 
 /// `sluice apply`.
@@ -162,13 +166,15 @@ pub fn controller(a: &ControllerArgs) -> Result<(), CliError> {
         listen: a.listen,
         db: a.db.clone(),
         state_url: a.state.clone(),
+        fabric_auth: a.fabric_auth == "on",
     })
     .map_err(CliError::Serve)?;
     eprintln!(
-        "sluice controller: listening on {} (database {}, state {})",
+        "sluice controller: listening on {} (database {}, state {}, fabric authentication {})",
         h.url(),
         a.db.display(),
-        a.state
+        a.state,
+        a.fabric_auth
     );
     let sig = signals.forever().next();
     eprintln!("sluice controller: signal {sig:?}, stopping");

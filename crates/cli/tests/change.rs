@@ -39,6 +39,7 @@ fn diff_dry_run_generations_force_confirmation_and_audit() {
         listen: "127.0.0.1:0".parse().unwrap(),
         db: ":memory:".into(),
         state_url: "local".into(),
+        fabric_auth: false,
     })
     .unwrap();
     let url = h.url();

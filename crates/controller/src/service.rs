@@ -36,6 +36,12 @@ pub enum ControllerError {
     /// The stored state no longer compiles.
     #[error("stored state: {0}")]
     Place(#[from] crate::desired::PlaceError),
+    /// The system's random number generator failed (no fabric secret).
+    #[error("cannot draw a fabric secret from the system's random number generator")]
+    Random,
+    /// The fabric keys could not be put in the hosts' configurations.
+    #[error("cannot turn fabric authentication on or off: {0}")]
+    FabricAuth(String),
     /// A thread could not be started.
     #[error("cannot start a thread: {0}")]
     Thread(std::io::Error),
@@ -59,6 +65,9 @@ pub struct ServerOptions {
     pub db: PathBuf,
     /// State backend URL NF instances are given (`redis://127.0.0.1:6379`, `local`).
     pub state_url: String,
+    /// Seal every Geneve datagram between hosts (AES-256-GCM, keys per host
+    /// pair derived from a fabric secret kept in the database).
+    pub fabric_auth: bool,
 }
 
 /// A running controller; [`ServerHandle::shutdown`] (or dropping it) stops it.
@@ -155,8 +164,16 @@ fn unix_ms() -> u64 {
 /// threads.
 pub fn serve(opts: ServerOptions) -> Result<ServerHandle, ControllerError> {
     let store = SqliteStore::open(&opts.db)?;
-    let reconciler =
+    let mut reconciler =
         Reconciler::start(Box::new(store), &opts.state_url, Instant::now(), unix_ms())?;
+    let mut fresh = [0u8; 32];
+    if opts.fabric_auth {
+        ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut fresh)
+            .map_err(|_| ControllerError::Random)?;
+    }
+    reconciler
+        .set_fabric_auth(opts.fabric_auth, fresh, Instant::now())
+        .map_err(|e| ControllerError::FabricAuth(e.to_string()))?;
     let server = tiny_http::Server::http(opts.listen).map_err(|e| ControllerError::Listen {
         addr: opts.listen,
         msg: e.to_string(),

@@ -164,6 +164,7 @@ fn start(db: &Path) -> (ServerHandle, Client) {
         listen: "127.0.0.1:0".parse().unwrap(),
         db: db.to_path_buf(),
         state_url: "redis://127.0.0.1:6379".into(),
+        fabric_auth: false,
     })
     .unwrap();
     let c = Client::new(&h.url());
