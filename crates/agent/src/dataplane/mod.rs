@@ -41,14 +41,13 @@ pub use config::{parse_mac, valid_iface, ConfigError, Port, PortTarget, Source};
 pub use health::DEFAULT_SUSPECT_NS;
 pub use leases::{LEASE_DRAIN_NS, LEASE_VALID_NS};
 pub use plan::{Dest, Frames, Out, TxPlan};
-pub use seal::{ReplayWindow, SealError, REPLAY_WINDOW, SEAL_OVERHEAD, TAG_LEN};
+pub use seal::{FabricSeal, ReplayWindow, SealError, REPLAY_WINDOW, SEAL_OVERHEAD, TAG_LEN};
 pub use stats::{CounterId, DropReason, Stats};
 
 use config::Topology;
 use forward::Lookup;
 use health::Health;
 use leases::Leases;
-use seal::FabricSeal;
 use seawall::SeawallAdapter;
 use selection::Selection;
 
