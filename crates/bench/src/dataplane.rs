@@ -87,6 +87,9 @@ pub struct DataplaneReport {
     pub io: IoReport,
     /// The agents ran Seawall's rate control.
     pub seawall: bool,
+    /// What sealing the fabric costs the agents' forwarding cores, plain and
+    /// sealed measured in this run ([`crate::seal`]).
+    pub seal: Vec<crate::seal::SealCost>,
 }
 
 /// Batch sizes and coalescing the agents achieved on the switch path (from
@@ -208,6 +211,8 @@ pub fn run(
     seawall: bool,
 ) -> Result<DataplaneReport, String> {
     let coalesce = coalescing();
+    // First, on an idle machine: the forwarding cores, plain and sealed.
+    let seal = crate::seal::run(Duration::from_millis(500))?;
     // Baseline: one veth pair, configured like the testbed's VM links.
     let a = Netns::new("da").map_err(|e| e.to_string())?;
     let b = Netns::new("db").map_err(|e| e.to_string())?;
@@ -393,6 +398,7 @@ pub fn run(
         offloads: offloads(coalesce),
         io,
         seawall,
+        seal,
     })
 }
 
@@ -673,6 +679,8 @@ fn changed_all(controller: &str, now: &[u64]) -> bool {
 
 /// Prints the report as a table with the goals and Stratos's numbers.
 pub fn print(r: &DataplaneReport) {
+    crate::seal::print(&r.seal);
+    println!("the testbed's fabric below is sealed unless its controller runs --fabric-auth off");
     if r.seawall {
         println!("agents run Seawall's rate control (sluiced run --seawall)");
     }
