@@ -687,7 +687,7 @@ impl<'a> Loop<'a> {
             }
             self.plan.clear();
             self.fresh_now();
-            self.dp.process_udp_batch(&self.rx_udp, &mut self.plan);
+            self.dp.process_udp_batch(&mut self.rx_udp, &mut self.plan);
             Self::send_plan(
                 &mut self.dp,
                 &self.plan,

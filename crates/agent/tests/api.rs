@@ -60,6 +60,7 @@ fn config(version: u64) -> AgentConfig {
         }],
         instances: vec![],
         group_policies: vec![],
+        fabric_auth: None,
     }
 }
 

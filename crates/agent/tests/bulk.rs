@@ -43,6 +43,7 @@ fn config(h: u32, ports: &[(u16, &VmHandle)], entries: Vec<Entry>) -> AgentConfi
         }],
         instances: vec![],
         group_policies: vec![],
+        fabric_auth: None,
     }
 }
 

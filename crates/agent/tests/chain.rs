@@ -119,6 +119,7 @@ fn config_with(
             state_password,
         }],
         group_policies: vec![],
+        fabric_auth: None,
     }
 }
 

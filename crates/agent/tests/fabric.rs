@@ -42,6 +42,7 @@ fn config(h: u32, vm: &VmHandle, other: u32, other_addr: Ipv4Addr) -> AgentConfi
         }],
         instances: vec![],
         group_policies: vec![],
+        fabric_auth: None,
     }
 }
 

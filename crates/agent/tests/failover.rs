@@ -121,6 +121,7 @@ fn config(vm1: &VmHandle, vm2: &VmHandle, state: &str) -> AgentConfig {
         }],
         instances,
         group_policies: vec![],
+        fabric_auth: None,
     }
 }
 

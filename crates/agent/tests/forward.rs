@@ -54,6 +54,7 @@ fn config(version: u64, vm1: &VmHandle, vm2: &VmHandle, extra: Vec<Entry>) -> Ag
         }],
         instances: vec![],
         group_policies: vec![],
+        fabric_auth: None,
     }
 }
 

@@ -37,6 +37,7 @@ fn config(vms: &[(u16, &VmHandle)]) -> AgentConfig {
         }],
         instances: vec![],
         group_policies: vec![],
+        fabric_auth: None,
     }
 }
 

@@ -96,6 +96,7 @@ fn host1(
         ],
         instances: vec![],
         group_policies: vec![],
+        fabric_auth: None,
     }
 }
 
@@ -121,6 +122,7 @@ fn host2(vm2: &VmHandle, vm1: Ipv4Addr) -> AgentConfig {
         )],
         instances: vec![],
         group_policies: vec![],
+        fabric_auth: None,
     }
 }
 

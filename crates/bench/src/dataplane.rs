@@ -46,7 +46,7 @@ pub const ROUNDS: usize = 3;
 /// One path's measurements.
 #[derive(Debug, Clone, Serialize)]
 pub struct PathResult {
-    /// `direct`, `switch` or `kernel-vxlan`.
+    /// `direct`, `switch` (sealed), `switch-plain`, `kernel-vxlan` or `ovs-geneve`.
     pub path: String,
     /// iperf3 TCP goodput, Gbit/s (median of the runs).
     pub gbps: f64,
@@ -87,6 +87,11 @@ pub struct DataplaneReport {
     pub io: IoReport,
     /// The agents ran Seawall's rate control.
     pub seawall: bool,
+    /// What sealing the fabric costs the agents' forwarding cores, plain and
+    /// sealed measured in this run ([`crate::seal`]).
+    pub seal: Vec<crate::seal::SealCost>,
+    /// Switch path sealed / plain throughput (`switch` / `switch-plain`).
+    pub sealed_ratio: f64,
 }
 
 /// Batch sizes and coalescing the agents achieved on the switch path (from
@@ -208,6 +213,8 @@ pub fn run(
     seawall: bool,
 ) -> Result<DataplaneReport, String> {
     let coalesce = coalescing();
+    // First, on an idle machine: the forwarding cores, plain and sealed.
+    let seal = crate::seal::run(Duration::from_millis(500))?;
     // Baseline: one veth pair, configured like the testbed's VM links.
     let a = Netns::new("da").map_err(|e| e.to_string())?;
     let b = Netns::new("db").map_err(|e| e.to_string())?;
@@ -232,7 +239,7 @@ pub fn run(
     // Through the switch: Figure 4's web-a1 (host 2) to web-b1 (host 1) is in no
     // chain, so it crosses two agents and the fabric and no middlebox.
     let dir = std::env::temp_dir().join(format!("sluice-bench-dp-{}", std::process::id()));
-    let lab = Lab::up(&LabOptions {
+    let mut lab = Lab::up(&LabOptions {
         spec: spec.to_path_buf(),
         hosts: 3,
         dir: dir.clone(),
@@ -240,6 +247,7 @@ pub fn run(
         sluiced: sluice.with_file_name("sluiced"),
         web: false,
         seawall,
+        fabric_auth: true,
     })
     .map_err(|e| e.to_string())?;
     let st = lab.state().clone();
@@ -323,6 +331,24 @@ pub fn run(
     let direct_gbps = median(&direct_runs);
     let switch_gbps = median(&switch_runs);
 
+    // The same switch path with the fabric plain (the controller restarted
+    // with `--fabric-auth off`), for what sealing costs end to end.
+    lab.set_fabric_auth(false, Duration::from_secs(20))
+        .map_err(|e| e.to_string())?;
+    let mut plain_runs = Vec::new();
+    for _ in 0..ROUNDS {
+        plain_runs.push(iperf(&s.netns, &c.netns, &s.addrs[0], seconds)?);
+    }
+    let (p50, p99) = rtt(&s.netns, &c.netns, &s.addrs[0], 5000)?;
+    let plain_gbps = median(&plain_runs);
+    let plain_path = PathResult {
+        path: "switch-plain".into(),
+        gbps: plain_gbps,
+        gbps_runs: plain_runs,
+        rtt_p50_us: p50,
+        rtt_p99_us: p99,
+    };
+
     // Apply -> installed on every agent.
     let text = std::fs::read_to_string(spec).map_err(|e| e.to_string())?;
     // A change of FIB entries only (the select's port range), so what is timed is
@@ -378,6 +404,7 @@ pub fn run(
             rtt_p99_us: s99,
         },
     ];
+    paths.push(plain_path);
     paths.extend(kernel_path);
     paths.extend(ovs_path);
     Ok(DataplaneReport {
@@ -394,6 +421,8 @@ pub fn run(
         offloads: offloads(coalesce),
         io,
         seawall,
+        seal,
+        sealed_ratio: switch_gbps / plain_gbps,
     })
 }
 
@@ -675,6 +704,11 @@ fn changed_all(st: &sluice_testbed::lab::LabState, now: &[u64]) -> bool {
 
 /// Prints the report as a table with the goals and Stratos's numbers.
 pub fn print(r: &DataplaneReport) {
+    crate::seal::print(&r.seal);
+    println!(
+        "switch: fabric sealed (the default); switch-plain: the controller restarted with \
+         --fabric-auth off"
+    );
     if r.seawall {
         println!("agents run Seawall's rate control (sluiced run --seawall)");
     }
@@ -692,6 +726,10 @@ pub fn print(r: &DataplaneReport) {
     println!(
         "switch/direct throughput {:.2} (goal >= 0.8); added RTT p50 {:.1} us",
         r.throughput_ratio, r.added_rtt_p50_us
+    );
+    println!(
+        "sealed/plain switch throughput {:.2} (fabric authentication's cost end to end)",
+        r.sealed_ratio
     );
     match (r.kernel_ratio, &r.kernel_skipped) {
         (Some(k), _) => println!(

@@ -65,6 +65,10 @@ pub struct ControllerArgs {
     /// `DB.admin-token`].
     #[arg(long)]
     admin_token_file: Option<PathBuf>,
+    /// Seal every Geneve datagram between hosts with AES-256-GCM under keys
+    /// per host pair (`off`: plain Geneve; docs/SECURITY.md).
+    #[arg(long, default_value = "on", value_parser = ["on", "off"])]
+    fabric_auth: String,
 }
 
 /// `sluice apply`.
@@ -177,6 +181,7 @@ pub fn controller(a: &ControllerArgs) -> Result<(), CliError> {
         db: a.db.clone(),
         state_url: a.state.clone(),
         admin_token_file: a.admin_token_file.clone(),
+        fabric_auth: a.fabric_auth == "on",
     })
     .map_err(CliError::Serve)?;
     if let Some(p) = h.bootstrapped() {
@@ -187,10 +192,11 @@ pub fn controller(a: &ControllerArgs) -> Result<(), CliError> {
         );
     }
     eprintln!(
-        "sluice controller: listening on {} (database {}, state {})",
+        "sluice controller: listening on {} (database {}, state {}, fabric authentication {})",
         h.url(),
         a.db.display(),
-        a.state
+        a.state,
+        a.fabric_auth
     );
     let sig = signals.forever().next();
     eprintln!("sluice controller: signal {sig:?}, stopping");

@@ -113,6 +113,7 @@ pub fn options_with(
         sluiced,
         web,
         seawall,
+        fabric_auth: true,
     })
 }
 

@@ -42,6 +42,7 @@ fn diff_dry_run_generations_force_confirmation_and_audit() {
         db: ":memory:".into(),
         state_url: "local".into(),
         admin_token_file: Some(token_file.clone()),
+        fabric_auth: false,
     })
     .unwrap();
     let url = h.url();

@@ -45,6 +45,7 @@ fn figure4_on_three_hosts_with_real_http() {
         sluiced: PathBuf::from(env!("CARGO_BIN_EXE_sluice")).with_file_name("sluiced"),
         web: true,
         seawall: false,
+        fabric_auth: true,
     })
     .unwrap_or_else(|e| panic!("testbed did not come up: {e}"));
     let report = scenario::figure4(&lab).unwrap();
@@ -216,6 +217,7 @@ fn elasticity_lab_pipelined(dir: &std::path::Path, state: &str, pipeline: u64) -
         sluiced: PathBuf::from(env!("CARGO_BIN_EXE_sluice")).with_file_name("sluiced"),
         web: true,
         seawall: false,
+        fabric_auth: true,
     })
     .unwrap_or_else(|e| panic!("testbed did not come up: {e}"))
 }

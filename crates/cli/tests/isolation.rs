@@ -41,6 +41,7 @@ fn a_udp_flood_does_not_starve_a_tcp_download_under_seawall() {
         sluiced: PathBuf::from(env!("CARGO_BIN_EXE_sluice")).with_file_name("sluiced"),
         web: false,
         seawall: true,
+        fabric_auth: true,
     })
     .unwrap_or_else(|e| panic!("testbed did not come up: {e}"));
     let o = IsolationOptions {

@@ -118,6 +118,9 @@ pub struct Desired {
     /// distribution in practice"). Existing flows stay where they are pinned, so
     /// with the plain split a new instance would take a long time to fill.
     pub catching_up: BTreeSet<InstanceKey>,
+    /// The fabric's secrets when datagrams between hosts are sealed (None:
+    /// sealing off): every host's configuration then carries its links' keys.
+    pub fabric: Option<crate::fabric::FabricSecret>,
 }
 
 /// Share of a pinned group's new flows its catching-up instances get together
@@ -717,6 +720,10 @@ impl Desired {
                 });
             }
             cfg.ports.sort_by_key(|p| p.id);
+            cfg.fabric_auth = self
+                .fabric
+                .as_ref()
+                .map(|f| f.keys_for(h, peers.iter().map(|p| p.host)));
             for (tn, c) in &compiled {
                 if let Some(hf) = c.hosts.get(&HostId(h)) {
                     cfg.group_policies

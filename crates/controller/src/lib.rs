@@ -27,6 +27,7 @@ pub mod compile;
 pub mod desired;
 pub mod error;
 pub mod executor;
+pub mod fabric;
 mod http;
 pub mod lease;
 pub mod measure;

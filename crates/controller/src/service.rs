@@ -44,6 +44,12 @@ pub enum ControllerError {
     /// The stored state no longer compiles.
     #[error("stored state: {0}")]
     Place(#[from] crate::desired::PlaceError),
+    /// The system's random number generator failed (no fabric secret).
+    #[error("cannot draw a fabric secret from the system's random number generator")]
+    Random,
+    /// The fabric keys could not be put in the hosts' configurations.
+    #[error("cannot turn fabric authentication on or off: {0}")]
+    FabricAuth(String),
     /// A thread could not be started.
     #[error("cannot start a thread: {0}")]
     Thread(std::io::Error),
@@ -84,6 +90,9 @@ pub struct ServerOptions {
     /// Where the first start (no token yet) writes the secret of the operator
     /// token `admin` (mode 0600); `None`: [`default_admin_token_file`].
     pub admin_token_file: Option<PathBuf>,
+    /// Seal every Geneve datagram between hosts (AES-256-GCM, keys per host
+    /// pair derived from a fabric secret kept in the database).
+    pub fabric_auth: bool,
 }
 
 /// Where the admin token goes unless told: next to the database
@@ -273,8 +282,16 @@ pub fn serve(opts: ServerOptions) -> Result<ServerHandle, ControllerError> {
         .clone()
         .unwrap_or_else(|| default_admin_token_file(&opts.db));
     let admin_token = bootstrap(&mut tokens, &token_file)?.then_some(token_file);
-    let reconciler =
+    let mut reconciler =
         Reconciler::start(Box::new(store), &opts.state_url, Instant::now(), unix_ms())?;
+    let mut fresh = [0u8; 32];
+    if opts.fabric_auth {
+        ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut fresh)
+            .map_err(|_| ControllerError::Random)?;
+    }
+    reconciler
+        .set_fabric_auth(opts.fabric_auth, fresh, Instant::now())
+        .map_err(|e| ControllerError::FabricAuth(e.to_string()))?;
     let server = tiny_http::Server::http(opts.listen).map_err(|e| ControllerError::Listen {
         addr: opts.listen,
         msg: e.to_string(),

@@ -154,6 +154,7 @@ fn start(db: &Path) -> (ServerHandle, Client) {
         db: db.to_path_buf(),
         state_url: "redis://127.0.0.1:6379".into(),
         admin_token_file: token_file.clone(),
+        fabric_auth: true,
     })
     .unwrap();
     let file =
@@ -301,6 +302,19 @@ fn figure4_applies_refuses_bad_specs_survives_restart_and_deletes() {
     }
     assert_eq!(pushed_instances, want_instances as usize);
 
+    // Each agent got its links' keys (sealing is on); the API shows which
+    // peers and key ids, never a key.
+    for a in &agents {
+        let keys = a.last().unwrap().fabric_auth.unwrap();
+        assert_eq!(keys.peers.len(), 2);
+        assert_eq!(keys.peers[0].tx.key.len(), 64);
+        let shown = c.config(a.host).unwrap().fabric_auth.unwrap();
+        assert_eq!(shown.peers.len(), 2);
+        let text = serde_json::to_string(&shown).unwrap();
+        assert!(!text.contains(&keys.peers[0].tx.key), "{text}");
+        assert!(shown.peers.iter().all(|p| p.tx.key == "redacted"));
+    }
+
     // The same spec again: nothing changes.
     let v1 = versions(&c);
     let again = c.apply(Some("acme"), &text).unwrap();
@@ -363,7 +377,12 @@ fn figure4_applies_refuses_bad_specs_survives_restart_and_deletes() {
     );
     let fib = c.fib(2).unwrap();
     assert_eq!(fib.tenants[0].entries.len(), s.entries[&2]);
-    assert_eq!(c.config(1).unwrap(), agents[0].last().unwrap());
+    let mut pushed = agents[0].last().unwrap();
+    pushed.fabric_auth = pushed.fabric_auth.map(|f| f.redacted());
+    assert!(
+        c.config(1).unwrap() == pushed,
+        "GET config = what was pushed, keys redacted"
+    );
     assert_eq!(api_err(c.fib(9)).0, 404);
     assert_eq!(api_err(c.tenant("nobody")).0, 404);
     let doc = c.get_raw("/v1/openapi.yaml").unwrap();

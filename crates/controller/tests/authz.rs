@@ -79,6 +79,7 @@ fn world(dir: &Path) -> World {
         db: dir.join("c.db"),
         state_url: "local".into(),
         admin_token_file: Some(token_file.clone()),
+        fabric_auth: true,
     })
     .unwrap();
     assert_eq!(server.bootstrapped(), Some(token_file.as_path()));
@@ -501,6 +502,7 @@ fn a_restart_keeps_the_tokens_and_does_not_rewrite_the_admin_token() {
         db: dir.path().join("c.db"),
         state_url: "local".into(),
         admin_token_file: Some(token_file.clone()),
+        fabric_auth: true,
     })
     .unwrap();
     assert_eq!(server.bootstrapped(), None);

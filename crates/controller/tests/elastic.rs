@@ -176,6 +176,7 @@ fn start(db: &Path) -> (ServerHandle, Client) {
         db: db.to_path_buf(),
         state_url: "redis://127.0.0.1:6379".into(),
         admin_token_file: token_file.clone(),
+        fabric_auth: false,
     })
     .unwrap();
     let file =

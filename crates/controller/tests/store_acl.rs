@@ -111,6 +111,7 @@ fn tenants_get_store_users_that_reach_only_their_own_keys() {
         db: db.clone(),
         state_url: admin_url.clone(),
         admin_token_file: Some(dir.path().join("admin.token")),
+        fabric_auth: true,
     })
     .unwrap();
     let token = std::fs::read_to_string(dir.path().join("admin.token")).unwrap();
@@ -212,6 +213,7 @@ fn tenants_get_store_users_that_reach_only_their_own_keys() {
         db,
         state_url: admin_url,
         admin_token_file: Some(dir.path().join("admin.token")),
+        fabric_auth: true,
     })
     .unwrap();
     let c = Client::new(&server.url()).with_token(Some(&token));

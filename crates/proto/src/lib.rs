@@ -93,10 +93,67 @@ pub struct AgentConfig {
     /// (flow pinning, draining targets); groups not listed are plain hash splits.
     #[serde(default)]
     pub group_policies: Vec<GroupPolicy>,
+    /// Authenticated encapsulation between hosts: when present, every Geneve
+    /// datagram to or from a peer is sealed (AES-256-GCM) with the keys of
+    /// that ordered host pair, and unsealed ones are dropped. Secret: the
+    /// controller redacts it from every API that shows configurations.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fabric_auth: Option<FabricAuth>,
+}
+
+/// The keys of this host's fabric links, one entry per peer.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FabricAuth {
+    /// Per peer host.
+    pub peers: Vec<PeerKeys>,
+}
+
+/// The keys between this host and one peer (each direction its own key).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PeerKeys {
+    /// The peer's host id.
+    pub host: u32,
+    /// Seals what this host sends to the peer.
+    pub tx: FabricKey,
+    /// Open what the peer sends here: at most two, the current key and,
+    /// during a rotation, the one before it.
+    pub rx: Vec<FabricKey>,
+}
+
+/// One AES-256-GCM key and its id (carried in every datagram it seals).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FabricKey {
+    /// Key id.
+    pub id: u8,
+    /// 32 bytes, hex (64 digits).
+    pub key: String,
+}
+
+impl FabricAuth {
+    /// The same peers and key ids with every key replaced by `"redacted"`
+    /// (what an API that shows configurations returns).
+    pub fn redacted(&self) -> FabricAuth {
+        let r = |k: &FabricKey| FabricKey {
+            id: k.id,
+            key: "redacted".into(),
+        };
+        FabricAuth {
+            peers: self
+                .peers
+                .iter()
+                .map(|p| PeerKeys {
+                    host: p.host,
+                    tx: r(&p.tx),
+                    rx: p.rx.iter().map(r).collect(),
+                })
+                .collect(),
+        }
+    }
 }
 
 impl AgentConfig {
-    /// This configuration without store passwords, for showing (`GET /v1/config`).
+    /// This configuration without secrets (store passwords, fabric keys), for
+    /// showing (`GET /v1/config`).
     pub fn redacted(&self) -> AgentConfig {
         AgentConfig {
             instances: self
@@ -104,6 +161,7 @@ impl AgentConfig {
                 .iter()
                 .map(InstanceConfig::redacted)
                 .collect(),
+            fabric_auth: self.fabric_auth.as_ref().map(FabricAuth::redacted),
             ..self.clone()
         }
     }
@@ -839,7 +897,32 @@ mod tests {
                 cached: false,
                 lease_epoch: 3,
             }],
+            fabric_auth: Some(FabricAuth {
+                peers: vec![PeerKeys {
+                    host: 2,
+                    tx: FabricKey {
+                        id: 1,
+                        key: "ab".repeat(32),
+                    },
+                    rx: vec![FabricKey {
+                        id: 1,
+                        key: "cd".repeat(32),
+                    }],
+                }],
+            }),
         };
+        // Redaction keeps who and which ids, never a key.
+        let red = serde_json::to_string(&c.fabric_auth.as_ref().unwrap().redacted()).unwrap();
+        assert!(
+            !red.contains("abab") && !red.contains("cdcd") && red.contains("\"id\":1"),
+            "{red}"
+        );
+        // So does the whole configuration as the agent's API shows it.
+        let shown = serde_json::to_string(&c.redacted()).unwrap();
+        assert!(
+            !shown.contains("abab") && !shown.contains("cdcd"),
+            "{shown}"
+        );
         let j = serde_json::to_string(&c).unwrap();
         assert!(j.contains("\"type\":\"vm\""), "{j}");
         let back: AgentConfig = serde_json::from_str(&j).unwrap();

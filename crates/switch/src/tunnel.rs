@@ -22,6 +22,15 @@ pub const OPTION_CHAIN_HOP: u8 = 0x01;
 /// time u32 in µs) of a rate-controlled sender (`sluice_seawall::wire`). Not
 /// critical: receivers that do not know it ignore it.
 pub const OPTION_SEQ: u8 = 0x02;
+/// Option type of sealed datagrams between hosts (authenticated encapsulation):
+/// data is (key id u8, three zero bytes, packet counter u64), the counter being
+/// the AEAD nonce's variable part. Critical (high bit set, RFC 8926 §3.5): a
+/// receiver that cannot open the sealed frame must drop it rather than read
+/// ciphertext as a frame. It is always the last option, so everything before the
+/// frame (the Geneve header and every option) is the AEAD's associated data.
+pub const OPTION_AUTH: u8 = 0x83;
+/// Bytes of the authentication option (4 of option header, 12 of data).
+pub const AUTH_OPTION_LEN: usize = 16;
 /// Bytes added in front of the inner frame (Ethernet, IPv4, UDP, Geneve with the
 /// chain/hop option).
 pub const OVERHEAD: usize = 14 + 20 + 8 + 8 + 8;
@@ -160,6 +169,7 @@ fn check_geneve(g: &GenevePacket<&[u8]>) -> Result<FabricPayload, TunnelError> {
         vni: g.vni(),
         chain_hop: None,
         seq: None,
+        auth: None,
         inner_at: g.header_len(),
     };
     for o in g.option_iter() {
@@ -172,6 +182,12 @@ fn check_geneve(g: &GenevePacket<&[u8]>) -> Result<FabricPayload, TunnelError> {
                 port: u16::from_be_bytes([d[0], d[1]]),
                 seq: u32::from_be_bytes([d[4], d[5], d[6], d[7]]),
                 sent_us: u32::from_be_bytes([d[8], d[9], d[10], d[11]]),
+            });
+        } else if o.class == OPTION_CLASS && o.opt_type == OPTION_AUTH && o.data.len() == 12 {
+            let d = o.data;
+            p.auth = Some(AuthOption {
+                key_id: d[0],
+                counter: u64::from_be_bytes([d[4], d[5], d[6], d[7], d[8], d[9], d[10], d[11]]),
             });
         } else if o.opt_type & 0x80 != 0 {
             return Err(TunnelError::UnknownCritical(o.class, o.opt_type));
@@ -189,6 +205,9 @@ pub struct FabricPayload {
     pub chain_hop: Option<(u16, u8)>,
     /// Seawall's sequence option, if the sender is rate-controlled.
     pub seq: Option<SeqOption>,
+    /// The authentication option, if the datagram is sealed (then the bytes
+    /// after `inner_at` are ciphertext and a tag, not a frame).
+    pub auth: Option<AuthOption>,
     /// Offset of the inner Ethernet frame.
     pub inner_at: usize,
 }
@@ -202,6 +221,30 @@ pub struct SeqOption {
     pub seq: u32,
     /// Send time, microseconds of the sender's clock (wrapping).
     pub sent_us: u32,
+}
+
+/// What the authentication option ([`OPTION_AUTH`]) says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AuthOption {
+    /// Which of the sender's keys sealed it.
+    pub key_id: u8,
+    /// The sender's packet counter (the nonce; never repeats under one key).
+    pub counter: u64,
+}
+
+/// Appends the authentication option to a Geneve header of `n` bytes at the
+/// start of `h` (which must have [`AUTH_OPTION_LEN`] more bytes) and counts it
+/// in the header's options length; returns the new length.
+pub fn push_auth_option(h: &mut [u8], n: usize, a: AuthOption) -> usize {
+    let o = &mut h[n..n + AUTH_OPTION_LEN];
+    o[..2].copy_from_slice(&OPTION_CLASS.to_be_bytes());
+    o[2] = OPTION_AUTH;
+    o[3] = 3;
+    o[4] = a.key_id;
+    o[5..8].copy_from_slice(&[0, 0, 0]);
+    o[8..16].copy_from_slice(&a.counter.to_be_bytes());
+    h[0] += (AUTH_OPTION_LEN / 4) as u8;
+    n + AUTH_OPTION_LEN
 }
 
 /// Length of the longest header [`fabric_header`] writes: Geneve, the
@@ -325,6 +368,32 @@ mod tests {
             }
         );
         assert_eq!(p.data(), &inner[..]);
+    }
+
+    #[test]
+    fn the_auth_option_parses_back_and_is_critical() {
+        let (g, n) = fabric_header(9, Some((2, 1)), None);
+        let mut h = [0u8; FABRIC_HEADER_MAX + AUTH_OPTION_LEN];
+        h[..n].copy_from_slice(&g[..n]);
+        let a = AuthOption {
+            key_id: 7,
+            counter: 0x0102_0304_0506_0708,
+        };
+        let m = push_auth_option(&mut h, n, a);
+        let mut d = h[..m].to_vec();
+        d.extend_from_slice(b"sealed bytes");
+        let p = parse_fabric_payload(&d).unwrap();
+        assert_eq!(
+            (p.vni, p.chain_hop, p.auth, p.inner_at),
+            (9, Some((2, 1)), Some(a), m)
+        );
+        // A receiver that cannot open it refuses it instead of reading ciphertext.
+        let mut other = d.clone();
+        other[n + 2] = 0x84;
+        assert_eq!(
+            parse_fabric_payload(&other),
+            Err(TunnelError::UnknownCritical(OPTION_CLASS, 0x84))
+        );
     }
 
     #[test]

@@ -48,6 +48,8 @@ pub struct LabOptions {
     pub web: bool,
     /// Run the agents with Seawall's rate control (`sluiced run --seawall`).
     pub seawall: bool,
+    /// Seal the fabric between the hosts (the controller's `--fabric-auth`).
+    pub fabric_auth: bool,
 }
 
 /// A host of the lab.
@@ -118,6 +120,10 @@ pub struct LabState {
     /// token): `export SLUICE_CONFIG=...` makes the CLI talk to the lab.
     #[serde(default)]
     pub config: PathBuf,
+    /// The controller runs with `--fabric-auth off` (plain Geneve between the
+    /// hosts; sealed is the default).
+    #[serde(default)]
+    pub fabric_auth_off: bool,
 }
 
 impl LabState {
@@ -349,6 +355,7 @@ impl Lab {
                 prefix: prefix.clone(),
                 dir: dir.clone(),
                 tenant: spec.tenant.clone(),
+                fabric_auth_off: !opts.fabric_auth,
                 ..LabState::default()
             },
             armed: true,
@@ -676,6 +683,12 @@ impl Lab {
                 &self.state.store,
                 "--admin-token-file",
                 &token_file.display().to_string(),
+                "--fabric-auth",
+                if self.state.fabric_auth_off {
+                    "off"
+                } else {
+                    "on"
+                },
             ]),
             &log,
         )?;
@@ -732,6 +745,15 @@ impl Lab {
             .and_then(|p| p.parse().ok())
             .ok_or_else(|| other("no controller address recorded"))?;
         self.start_controller(port)
+    }
+
+    /// Restarts the controller with the fabric sealed or plain and waits until
+    /// every agent runs the result.
+    pub fn set_fabric_auth(&mut self, on: bool, within: Duration) -> Result<(), LabError> {
+        self.state.fabric_auth_off = !on;
+        self.kill_controller();
+        self.restart_controller()?;
+        self.wait_in_sync(within)
     }
 
     /// Waits until every agent runs its desired configuration and every NF

@@ -54,6 +54,7 @@ fn config(vm: &VmHandle, far: Ipv4Addr) -> AgentConfig {
         }],
         instances: vec![],
         group_policies: vec![],
+        fabric_auth: None,
     }
 }
 

@@ -11,6 +11,7 @@ use sluice_switch::{Action, Fib, GroupId};
 use super::forward::Lookup;
 use super::health::Health;
 use super::leases::Leases;
+use super::seal::FabricSeal;
 use super::seawall::SeawallAdapter;
 use super::selection::Selection;
 use super::stats::Stats;
@@ -73,6 +74,17 @@ pub enum ConfigError {
     /// Two peers share a host id or an underlay address.
     #[error("peer {0} is listed twice (host id or underlay address)")]
     DuplicatePeer(u32),
+    /// A fabric key is not 32 bytes of hex.
+    #[error("fabric key {id} of peer {peer} is not 64 hex digits")]
+    BadKey {
+        /// Peer host.
+        peer: u32,
+        /// Key id.
+        id: u8,
+    },
+    /// A peer's receive keys are not one or two.
+    #[error("peer {0} must have one or two receive keys")]
+    ReceiveKeys(u32),
     /// An instance names a port that is not an instance port.
     #[error("instance {name}: port {port} is not an instance port of the config")]
     InstancePort {
@@ -250,6 +262,7 @@ impl Dataplane {
             groups: Selection::new(groups, entry_group),
             leases: Leases::default(),
             seawall: SeawallAdapter::default(),
+            seal: FabricSeal::new(cfg.fabric_auth.as_ref())?,
             meter: ChainMeter::new(),
             stats,
             now_ns: 0,

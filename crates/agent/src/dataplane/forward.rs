@@ -17,6 +17,7 @@ use sluice_wire::parse::{parse_into, PacketMeta, L4};
 
 use super::config::{Port, PortTarget, Sender, Source, Topology};
 use super::plan::{Dest, Frames, Out, TxPlan};
+use super::seal::FabricSeal;
 use super::seawall::{Admission, SeawallAdapter};
 use super::selection::Selection;
 use super::stats::{CounterId, DropReason, Stats};
@@ -120,6 +121,7 @@ struct Forwarder<'a> {
     topo: &'a Topology,
     groups: &'a mut Selection,
     seawall: &'a mut SeawallAdapter,
+    seal: &'a mut FabricSeal,
     meter: &'a mut ChainMeter,
     stats: &'a mut Stats,
     now_ns: u64,
@@ -133,6 +135,7 @@ impl Dataplane {
             topo: &self.topo,
             groups: &mut self.groups,
             seawall: &mut self.seawall,
+            seal: &mut self.seal,
             meter: &mut self.meter,
             stats: &mut self.stats,
             now_ns: self.now_ns,
@@ -186,8 +189,9 @@ impl Dataplane {
     }
 
     /// Processes Geneve datagrams received by the UDP socket (from fabric peers
-    /// and NF instances), appending messages to `plan`.
-    pub fn process_udp_batch<F: Frames + ?Sized>(&mut self, frames: &F, plan: &mut TxPlan) {
+    /// and NF instances), appending messages to `plan`. With sealing on, peers'
+    /// datagrams are opened in place in `frames` first.
+    pub fn process_udp_batch<F: Frames + ?Sized>(&mut self, frames: &mut F, plan: &mut TxPlan) {
         self.lookup.last.key = None;
         for i in 0..frames.count() {
             let d = frames.frame(i);
@@ -257,6 +261,31 @@ impl Dataplane {
                     continue;
                 }
             }
+            // With sealing on, a peer's frame is read only once it opened (its
+            // header was authenticated with it); a sealed datagram from an
+            // instance, or while sealing is off, cannot be read.
+            let mut end = d.len();
+            match (source, g.auth) {
+                (Some(Source::Peer(host)), Some(a)) if self.seal.on() => {
+                    match self.seal.open(host, a, frames.frame_mut(i), g.inner_at) {
+                        Ok(n) => end = n,
+                        Err(r) => {
+                            self.stats.drop(id, r);
+                            continue;
+                        }
+                    }
+                }
+                (Some(Source::Peer(_)), None) if self.seal.on() => {
+                    self.stats.drop(id, DropReason::AuthFailed);
+                    continue;
+                }
+                (_, Some(_)) => {
+                    self.stats.drop(id, DropReason::UnknownKey);
+                    continue;
+                }
+                _ => {}
+            }
+            let d = &frames.frame(i)[..end];
             if let (Some(Source::Peer(host)), Some(o)) = (source, g.seq) {
                 self.seawall.on_packet(host, o, self.now_ns);
             }
@@ -426,6 +455,23 @@ impl Forwarder<'_> {
                     }
                 };
                 let (g, n) = fabric_header(hop.vni, hop.chain_hop, seq);
+                if self.seal.on() {
+                    // The whole datagram is written to the arena, sealed.
+                    let sealed =
+                        self.seal
+                            .seal(h.0, self.now_ns, &g[..n], hop.inner(), &mut plan.arena);
+                    match sealed {
+                        Ok(head) => plan.outs.push(Out {
+                            dest: Dest::Udp(addr),
+                            counter: CounterId::Fabric,
+                            head,
+                            frame: hop.index as u32,
+                            body: (0, 0),
+                        }),
+                        Err(_) => self.stats.drop(hop.counter(), DropReason::UnknownKey),
+                    }
+                    return true;
+                }
                 (
                     Dest::Udp(addr),
                     CounterId::Fabric,

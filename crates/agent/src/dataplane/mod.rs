@@ -13,7 +13,8 @@
 //! `config` (building it from an [`AgentConfig`], the ports and peers),
 //! `forward` (the per-batch packet path), `selection` (group selection and
 //! pinned flows), `health` (instances' heartbeats, suspicion and failover),
-//! `leases` (lease gating), `seawall` (glue to Seawall's rate control and
+//! `leases` (lease gating), `seal` (authenticated encapsulation between
+//! hosts), `seawall` (glue to Seawall's rate control and
 //! feedback), `stats` (counters) and `plan` (the messages to send).
 
 use std::collections::BTreeMap;
@@ -29,6 +30,7 @@ mod forward;
 mod health;
 mod leases;
 mod plan;
+mod seal;
 mod seawall;
 mod selection;
 mod stats;
@@ -39,6 +41,7 @@ pub use config::{parse_mac, valid_iface, ConfigError, Port, PortTarget, Source};
 pub use health::DEFAULT_SUSPECT_NS;
 pub use leases::{LEASE_DRAIN_NS, LEASE_VALID_NS};
 pub use plan::{Dest, Frames, Out, TxPlan};
+pub use seal::{FabricSeal, ReplayWindow, SealError, REPLAY_WINDOW, SEAL_OVERHEAD, TAG_LEN};
 pub use stats::{CounterId, DropReason, Stats};
 
 use config::Topology;
@@ -67,6 +70,8 @@ pub struct Dataplane {
     leases: Leases,
     /// Seawall's rate controllers and receiving side.
     seawall: SeawallAdapter,
+    /// Keys, counters and replay windows of sealed fabric links.
+    seal: FabricSeal,
     /// What the chains' applications see (handshake times, connection rates).
     meter: ChainMeter,
     stats: Stats,
@@ -103,6 +108,7 @@ impl Dataplane {
         self.now_ns = old.now_ns;
         self.leases = old.leases;
         self.seawall.inherit(&old.seawall);
+        self.seal.inherit(&old.seal);
         self.seawall.apply_weights(&self.topo.ports);
         self.refresh_groups();
     }
@@ -118,6 +124,12 @@ impl Dataplane {
     pub fn chain_measures(&mut self) -> Vec<ChainMeasure> {
         self.meter.expire(self.now_ns);
         self.meter.report()
+    }
+
+    /// Whether datagrams between hosts are sealed (authenticated and
+    /// encrypted).
+    pub fn sealing(&self) -> bool {
+        self.seal.on()
     }
 
     /// Version of the configuration.

@@ -121,6 +121,8 @@ pub trait Frames {
     fn frame(&self, i: usize) -> &[u8];
     /// Where datagram `i` came from (UDP only).
     fn src(&self, i: usize) -> Option<SocketAddrV4>;
+    /// The `i`th frame, writable (sealed datagrams are opened in place).
+    fn frame_mut(&mut self, i: usize) -> &mut [u8];
 }
 
 impl Frames for sluice_netio::RxBatch {
@@ -132,6 +134,9 @@ impl Frames for sluice_netio::RxBatch {
     }
     fn src(&self, i: usize) -> Option<SocketAddrV4> {
         sluice_netio::RxBatch::src(self, i)
+    }
+    fn frame_mut(&mut self, i: usize) -> &mut [u8] {
+        sluice_netio::RxBatch::frame_mut(self, i)
     }
 }
 
@@ -145,6 +150,9 @@ impl Frames for [(Vec<u8>, Option<SocketAddrV4>)] {
     fn src(&self, i: usize) -> Option<SocketAddrV4> {
         self[i].1
     }
+    fn frame_mut(&mut self, i: usize) -> &mut [u8] {
+        &mut self[i].0
+    }
 }
 
 impl Frames for Vec<(Vec<u8>, Option<SocketAddrV4>)> {
@@ -156,5 +164,8 @@ impl Frames for Vec<(Vec<u8>, Option<SocketAddrV4>)> {
     }
     fn src(&self, i: usize) -> Option<SocketAddrV4> {
         self[i].1
+    }
+    fn frame_mut(&mut self, i: usize) -> &mut [u8] {
+        &mut self[i].0
     }
 }

@@ -11,7 +11,8 @@ use sluice_switch::tunnel::{fabric_header, SeqOption};
 
 use super::config::Port;
 use super::forward::Hop;
-use super::plan::{Dest, TxPlan};
+use super::plan::{Dest, Out, TxPlan};
+use super::seal::FabricSeal;
 use super::stats::{CounterId, DropReason, Stats};
 use super::Dataplane;
 
@@ -148,6 +149,7 @@ impl SeawallAdapter {
         &mut self,
         now: u64,
         peers: &HashMap<u32, SocketAddrV4>,
+        seal: &mut FabricSeal,
         stats: &mut Stats,
         plan: &mut TxPlan,
     ) {
@@ -175,7 +177,20 @@ impl SeawallAdapter {
                     sent_us: (now / 1000) as u32,
                 };
                 let (g, n) = fabric_header(vni, chain_hop, Some(o));
-                plan.push_own(Dest::Udp(*addr), CounterId::Fabric, &[&g[..n], frame]);
+                if !seal.on() {
+                    plan.push_own(Dest::Udp(*addr), CounterId::Fabric, &[&g[..n], frame]);
+                    return;
+                }
+                match seal.seal(e.host, now, &g[..n], frame, &mut plan.arena) {
+                    Ok(head) => plan.outs.push(Out {
+                        dest: Dest::Udp(*addr),
+                        counter: CounterId::Fabric,
+                        head,
+                        frame: 0,
+                        body: (0, 0),
+                    }),
+                    Err(_) => stats.drop(CounterId::Port(e.port), DropReason::UnknownKey),
+                }
             });
             // Silence is judged in periods: once per period is enough, and
             // keeps a walk over every entity off each loop iteration.
@@ -237,7 +252,12 @@ impl Dataplane {
     /// with news) into `plan`, and forgets idle senders; the I/O loop calls it
     /// every iteration (it does nothing until [`Dataplane::next_deadline`]).
     pub fn seawall_tick(&mut self, plan: &mut TxPlan) {
-        self.seawall
-            .tick(self.now_ns, &self.topo.peers, &mut self.stats, plan);
+        self.seawall.tick(
+            self.now_ns,
+            &self.topo.peers,
+            &mut self.seal,
+            &mut self.stats,
+            plan,
+        );
     }
 }

@@ -32,11 +32,21 @@ pub enum DropReason {
     /// on that peer (not in the tenant's `senders`): a misconfigured or
     /// compromised host injecting into another tenant's network.
     PeerVni,
+    /// Sealing is on and a peer's datagram did not authenticate: a wrong tag
+    /// (forged, altered or truncated), or no authentication option at all.
+    AuthFailed,
+    /// A sealed datagram under a key id this host does not hold for its
+    /// sender (or sealed while sealing is off here); also a datagram this
+    /// host could not seal for want of the peer's key.
+    UnknownKey,
+    /// A sealed datagram whose counter was seen already or is older than the
+    /// replay window.
+    Replayed,
 }
 
 impl DropReason {
     /// Every reason, for reports that list zeros too.
-    pub const ALL: [DropReason; 10] = [
+    pub const ALL: [DropReason; 13] = [
         DropReason::NoMatch,
         DropReason::FibDrop,
         DropReason::Malformed,
@@ -47,6 +57,9 @@ impl DropReason {
         DropReason::NoLiveInstance,
         DropReason::RateLimited,
         DropReason::PeerVni,
+        DropReason::AuthFailed,
+        DropReason::UnknownKey,
+        DropReason::Replayed,
     ];
 
     /// The reason's name in metrics (`no_match`, ...).
@@ -62,6 +75,9 @@ impl DropReason {
             DropReason::NoLiveInstance => "no_live_instance",
             DropReason::RateLimited => "rate_limited",
             DropReason::PeerVni => "peer_vni",
+            DropReason::AuthFailed => "auth_failed",
+            DropReason::UnknownKey => "unknown_key",
+            DropReason::Replayed => "replayed",
         }
     }
 

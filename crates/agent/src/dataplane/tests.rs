@@ -114,6 +114,7 @@ fn figure4_host1() -> AgentConfig {
         }],
         instances,
         group_policies: vec![],
+        fabric_auth: None,
     }
 }
 
@@ -166,6 +167,7 @@ fn two_vms() -> AgentConfig {
         }],
         instances: vec![],
         group_policies: vec![],
+        fabric_auth: None,
     }
 }
 
@@ -209,7 +211,7 @@ fn encap(vni: u32, ch: Option<(u16, u8)>, inner: &[u8]) -> Vec<u8> {
 fn ready(dp: &mut Dataplane, ports: &[u16]) {
     let mut plan = TxPlan::new();
     for p in ports {
-        dp.process_udp_batch(&heartbeat_from(*p), &mut plan);
+        dp.process_udp_batch(&mut heartbeat_from(*p), &mut plan);
     }
     assert!(plan.outs.is_empty(), "heartbeats are not forwarded");
 }
@@ -281,9 +283,9 @@ fn client_goes_to_first_hop_and_returns_to_the_next() {
     );
 
     // The firewall sends it back with the same header: on to the IPS.
-    let back = from(fw0, vec![msg.clone()]);
+    let mut back = from(fw0, vec![msg.clone()]);
     plan.clear();
-    dp.process_udp_batch(&back, &mut plan);
+    dp.process_udp_batch(&mut back, &mut plan);
     assert_eq!(plan.outs.len(), 1, "{:?}", plan.outs);
     assert_eq!(plan.outs[0].dest, Dest::Udp(inst_addr(11)));
     let m2 = plan.message(&back, &plan.outs[0]);
@@ -335,11 +337,11 @@ fn delivery_to_a_vm_rewrites_macs_and_fabric_is_handled() {
 
     // From the fabric (peer 2) to VM 2.
     plan.clear();
-    let batch = from(
+    let mut batch = from(
         SocketAddrV4::new(underlay(2), GENEVE_PORT),
         vec![encap(7, None, &f)],
     );
-    dp.process_udp_batch(&batch, &mut plan);
+    dp.process_udp_batch(&mut batch, &mut plan);
     assert_eq!(plan.outs.len(), 1);
     assert_eq!(plan.outs[0].dest, Dest::Vm(2));
     let m = plan.message(&batch, &plan.outs[0]);
@@ -390,7 +392,7 @@ fn seawall_numbers_packets_to_other_hosts_and_obeys_their_loss_reports() {
     let mut plan3 = TxPlan::new();
     rx.set_now(ms);
     rx.process_udp_batch(
-        &from(SocketAddrV4::new(underlay(1), GENEVE_PORT), got),
+        &mut from(SocketAddrV4::new(underlay(1), GENEVE_PORT), got),
         &mut plan3,
     );
     assert_eq!(plan3.outs.len(), 0, "no VM on host 3 has 10.9.1.1");
@@ -424,7 +426,7 @@ fn seawall_numbers_packets_to_other_hosts_and_obeys_their_loss_reports() {
     tx.set_now(due);
     plan.clear();
     tx.process_udp_batch(
-        &from(
+        &mut from(
             SocketAddrV4::new(underlay(3), GENEVE_PORT),
             vec![fb.clone()],
         ),
@@ -507,7 +509,7 @@ fn seawall_numbers_packets_to_other_hosts_and_obeys_their_loss_reports() {
     bad.truncate(bad.len() - 3);
     plan.clear();
     tx.process_udp_batch(
-        &from(SocketAddrV4::new(underlay(3), GENEVE_PORT), vec![bad]),
+        &mut from(SocketAddrV4::new(underlay(3), GENEVE_PORT), vec![bad]),
         &mut plan,
     );
     assert_eq!(tx.stats().drops_of(DropReason::Malformed), 1);
@@ -624,7 +626,7 @@ fn garbage_is_counted_and_dropped() {
     critical[0] = 1;
     critical[1] = 0x40;
     critical.splice(8..8, [0x01, 0x01, 0x80, 0x00]);
-    let batch = vec![
+    let mut batch = vec![
         (vec![0u8; 3], Some(peer)),
         (encap(7, None, &good), Some(stranger)),
         (encap(7, None, &good), None),
@@ -633,7 +635,7 @@ fn garbage_is_counted_and_dropped() {
         (encap(7, None, &[0u8; 5]), Some(peer)),
     ];
     plan.clear();
-    dp.process_udp_batch(&batch, &mut plan);
+    dp.process_udp_batch(&mut batch, &mut plan);
     assert!(plan.outs.is_empty());
     let s = dp.stats();
     assert_eq!(s.drops_of(DropReason::UnknownSource), 2);
@@ -656,8 +658,8 @@ fn instances_may_not_speak_for_other_tenants() {
     let mut dp = Dataplane::new(1, &figure4_host1()).unwrap();
     let mut plan = TxPlan::new();
     let f = build::tcp_v4([198, 51, 100, 1], VIP_A, 1, 80, 1, 0, SYN, b"");
-    let batch = from(inst_addr(10), vec![encap(43, Some((0, 1)), &f)]);
-    dp.process_udp_batch(&batch, &mut plan);
+    let mut batch = from(inst_addr(10), vec![encap(43, Some((0, 1)), &f)]);
+    dp.process_udp_batch(&mut batch, &mut plan);
     assert!(plan.outs.is_empty());
     assert_eq!(dp.stats().drops_of(DropReason::WrongVni), 1);
 }
@@ -709,20 +711,20 @@ fn peers_send_only_for_tenants_that_have_something_on_them() {
     let stranger = SocketAddrV4::new(Ipv4Addr::new(192, 0, 2, 9), GENEVE_PORT);
 
     // Peer 2 hosts tenant 7: its packet is delivered.
-    dp.process_udp_batch(&from(peer2, vec![encap(7, None, &to_vm2)]), &mut plan);
+    dp.process_udp_batch(&mut from(peer2, vec![encap(7, None, &to_vm2)]), &mut plan);
     assert_eq!(plan.outs.len(), 1);
     assert_eq!(plan.outs[0].dest, Dest::Vm(2));
 
     // Tenant 8 from peer 2, tenant 7 from peer 3 (a registered host without
     // it), tenant 7 from no host at all: nothing is sent, each is counted.
     plan.clear();
-    let batch = vec![
+    let mut batch = vec![
         (encap(8, None, &to_other), Some(peer2)),
         (encap(7, None, &to_vm2), Some(peer3)),
         (encap(8, Some((3, 1)), &to_other), Some(peer3)),
         (encap(7, None, &to_vm2), Some(stranger)),
     ];
-    dp.process_udp_batch(&batch, &mut plan);
+    dp.process_udp_batch(&mut batch, &mut plan);
     assert!(plan.outs.is_empty(), "{:?}", plan.outs);
     let s = dp.stats();
     assert_eq!(s.drops_of(DropReason::PeerVni), 3);
@@ -735,7 +737,7 @@ fn peers_send_only_for_tenants_that_have_something_on_them() {
     // drops were the check's, not the FIB's.
     let mut dp = Dataplane::new(1, &two_tenants(Some(vec![2, 3]))).unwrap();
     plan.clear();
-    dp.process_udp_batch(&batch[..3], &mut plan);
+    dp.process_udp_batch(&mut batch[..3], &mut plan);
     let dests: Vec<Dest> = plan.outs.iter().map(|o| o.dest).collect();
     assert_eq!(
         dests,
@@ -753,13 +755,16 @@ fn a_tenant_without_senders_accepts_every_peer() {
     let to_other = build::udp_v4([10, 0, 0, 1], [10, 0, 0, 3], 1, 2, b"x");
     for h in [2, 3] {
         let peer = SocketAddrV4::new(underlay(h), GENEVE_PORT);
-        dp.process_udp_batch(&from(peer, vec![encap(8, None, &to_other)]), &mut plan);
+        dp.process_udp_batch(&mut from(peer, vec![encap(8, None, &to_other)]), &mut plan);
     }
     assert_eq!(plan.outs.len(), 2);
     assert!(plan.outs.iter().all(|o| o.dest == Dest::Vm(3)));
     // A stranger is still a stranger.
     let stranger = SocketAddrV4::new(Ipv4Addr::new(192, 0, 2, 9), GENEVE_PORT);
-    dp.process_udp_batch(&from(stranger, vec![encap(8, None, &to_other)]), &mut plan);
+    dp.process_udp_batch(
+        &mut from(stranger, vec![encap(8, None, &to_other)]),
+        &mut plan,
+    );
     assert_eq!(plan.outs.len(), 2);
     assert_eq!(dp.stats().drops_of(DropReason::UnknownSource), 1);
     assert_eq!(dp.stats().drops_of(DropReason::PeerVni), 0);
@@ -871,7 +876,7 @@ fn a_silent_instance_is_failed_over_and_rejoins() {
     // Heartbeats, then silence past the timeout.
     dp.set_now(1000 * ms);
     let mut plan = TxPlan::new();
-    dp.process_udp_batch(&heartbeat_from(10), &mut plan);
+    dp.process_udp_batch(&mut heartbeat_from(10), &mut plan);
     assert!(plan.outs.is_empty(), "heartbeats are not forwarded");
     assert_eq!(dp.stats().heartbeats, 4);
     assert_eq!(dp.next_deadline(), Some(1020 * ms), "ports 11 and 12");
@@ -904,7 +909,7 @@ fn a_silent_instance_is_failed_over_and_rejoins() {
     };
     plan.clear();
     dp.process_udp_batch(
-        &from(peer, vec![encap(VNI, Some((chain, 1)), &f)]),
+        &mut from(peer, vec![encap(VNI, Some((chain, 1)), &f)]),
         &mut plan,
     );
     assert!(
@@ -927,7 +932,7 @@ fn a_silent_instance_is_failed_over_and_rejoins() {
     // Heartbeats resume: it rejoins and gets its flows back.
     next.set_now(1200 * ms);
     plan.clear();
-    next.process_udp_batch(&heartbeat_from(10), &mut plan);
+    next.process_udp_batch(&mut heartbeat_from(10), &mut plan);
     assert!(!next.suspected(10));
     assert_eq!(next.failover_events()[0].rejoined_at_us, Some(1_200_000));
     for (i, b) in (1..=60).zip(&before) {
@@ -1012,7 +1017,7 @@ fn instances_of_a_leased_group_get_leases_on_exactly_their_ranges() {
         dp.set_now(now);
         let mut plan = TxPlan::new();
         for p in ports {
-            dp.process_udp_batch(&heartbeat_from(*p), &mut plan);
+            dp.process_udp_batch(&mut heartbeat_from(*p), &mut plan);
         }
         leases_in(&plan)
     };
@@ -1238,9 +1243,9 @@ fn jumbo_and_offloaded_frames_are_encapsulated_and_decapsulated_whole() {
         let g = parse(&msg);
         assert_eq!(g.chain_hop.map(|c| c.1), Some(1));
         assert!(msg[g.header_len..] == f[..], "{payload}: inner frame whole");
-        let back = from(fw0, vec![msg.clone()]);
+        let mut back = from(fw0, vec![msg.clone()]);
         plan.clear();
-        dp.process_udp_batch(&back, &mut plan);
+        dp.process_udp_batch(&mut back, &mut plan);
         assert_eq!(plan.outs.len(), 1, "{:?}", plan.outs);
         let m2 = plan.message(&back, &plan.outs[0]);
         let g2 = parse(&m2);
@@ -1271,16 +1276,130 @@ fn jumbo_and_offloaded_frames_are_encapsulated_and_decapsulated_whole() {
             m[parse(&m).header_len..] == far[..],
             "{payload}: to host 3 whole"
         );
-        let batch = from(
+        let mut batch = from(
             SocketAddrV4::new(underlay(2), GENEVE_PORT),
             vec![encap(7, None, &v)],
         );
         plan.clear();
-        dp.process_udp_batch(&batch, &mut plan);
+        dp.process_udp_batch(&mut batch, &mut plan);
         assert_eq!(plan.outs.len(), 1);
         assert_eq!(plan.outs[0].dest, Dest::Vm(2));
         let m = plan.message(&batch, &plan.outs[0]);
         assert!(m[12..] == v[12..], "{payload}: from the fabric whole");
         assert_eq!(dp.stats().fabric.rx_packets, 1);
     }
+}
+
+/// Keys of host `me` for its peers: the key of (from, to) is `from * 16 + to`
+/// repeated, so both ends of a link derive the same one.
+fn fabric_keys(me: u32, peers: &[u32]) -> sluice_proto::FabricAuth {
+    let k = |from: u32, to: u32| sluice_proto::FabricKey {
+        id: 1,
+        key: format!("{:02x}", from * 16 + to).repeat(32),
+    };
+    sluice_proto::FabricAuth {
+        peers: peers
+            .iter()
+            .map(|&p| sluice_proto::PeerKeys {
+                host: p,
+                tx: k(me, p),
+                rx: vec![k(p, me)],
+            })
+            .collect(),
+    }
+}
+
+#[test]
+fn sealed_fabric_traffic_flows_and_forgeries_replays_and_plain_datagrams_are_dropped() {
+    let mut c1 = two_vms();
+    c1.fabric_auth = Some(fabric_keys(1, &[2, 3]));
+    let mut c3 = two_vms();
+    c3.host = 3;
+    c3.fabric_auth = Some(fabric_keys(3, &[1, 2]));
+    c3.tenants[0].entries[2].actions = vec![Action::Output(Output::Port(PortId(2)))];
+    let mut h1 = Dataplane::new(1, &c1).unwrap();
+    let mut h3 = Dataplane::new(3, &c3).unwrap();
+    assert!(h1.sealing() && h3.sealing());
+    h1.set_now(5_000);
+
+    // VM 1 on host 1 to 10.9.0.7 on host 3: sealed, the frame not in clear.
+    let f = with_macs(
+        build::udp_v4([10, 0, 0, 1], [10, 9, 0, 7], 1, 2, b"secret payload"),
+        ROUTER_MAC,
+        [2, 0, 0, 0, 1, 1],
+    );
+    let batch = frames(vec![f.clone(), f.clone()]);
+    let mut plan = TxPlan::new();
+    h1.process_vm_batch(1, &batch, &mut plan);
+    assert_eq!(plan.outs.len(), 2);
+    let to3 = SocketAddrV4::new(underlay(3), GENEVE_PORT);
+    assert_eq!(plan.outs[0].dest, Dest::Udp(to3));
+    let sealed: Vec<Vec<u8>> = plan.outs.iter().map(|o| plan.message(&batch, o)).collect();
+    assert_eq!(sealed[0].len(), 8 + f.len() + SEAL_OVERHEAD);
+    assert!(!sealed[0].windows(14).any(|w| w == b"secret payload"));
+    let g = parse_fabric_payload(&sealed[0]).unwrap();
+    assert_eq!((g.vni, g.auth.unwrap().counter), (7, 5_000));
+
+    // Host 3 opens both and delivers them to its VM 2, byte for byte.
+    let from1 = SocketAddrV4::new(underlay(1), GENEVE_PORT);
+    let mut rx = from(from1, sealed.clone());
+    let mut out = TxPlan::new();
+    h3.process_udp_batch(&mut rx, &mut out);
+    assert_eq!(out.outs.len(), 2, "{:?}", h3.stats().drops);
+    assert_eq!(out.outs[0].dest, Dest::Vm(2));
+    assert_eq!(out.message(&rx, &out.outs[0])[12..], f[12..]);
+
+    // A replay of the first, the same frame unsealed from host 1's address
+    // (valid VNI, registered peer), one sealed with host 2's key as if from
+    // host 1, one with a flipped ciphertext bit: none reaches the VM.
+    let plain = encap(7, None, &f[..]);
+    let mut forged2 = two_vms();
+    forged2.host = 2;
+    forged2.fabric_auth = Some(fabric_keys(2, &[3]));
+    forged2.tenants[0].entries[2].actions = vec![Action::Output(Output::Host(HostId(3)))];
+    let mut h2 = Dataplane::new(2, &forged2).unwrap();
+    h2.set_now(9_000);
+    let mut p2 = TxPlan::new();
+    h2.process_vm_batch(1, &batch, &mut p2);
+    let wrong_key = p2.message(&batch, &p2.outs[0]);
+    plan.clear();
+    let one = frames(vec![f.clone()]);
+    h1.process_vm_batch(1, &one, &mut plan);
+    let fresh = plan.message(&one, &plan.outs[0]);
+    let mut flipped = fresh.clone();
+    let last = flipped.len() - 20;
+    flipped[last] ^= 0x80;
+    let mut replayed_flipped = sealed[1].clone();
+    replayed_flipped[last] ^= 0x80;
+    out.clear();
+    let mut bad = from(
+        from1,
+        vec![
+            sealed[0].clone(),
+            plain,
+            wrong_key,
+            flipped,
+            replayed_flipped,
+        ],
+    );
+    h3.process_udp_batch(&mut bad, &mut out);
+    assert!(out.outs.is_empty(), "{:?}", out.outs);
+    let s = h3.stats();
+    assert_eq!(s.drops_of(DropReason::Replayed), 2);
+    assert_eq!(s.drops_of(DropReason::AuthFailed), 3);
+    // The forgery of the fresh one did not use up its counter.
+    h3.process_udp_batch(&mut from(from1, vec![fresh]), &mut out);
+    assert_eq!(out.outs.len(), 1);
+
+    // Without sealing, a sealed datagram cannot be read: dropped.
+    let mut open = Dataplane::new(3, &{
+        let mut c = c3.clone();
+        c.fabric_auth = None;
+        c
+    })
+    .unwrap();
+    out.clear();
+    open.process_udp_batch(&mut from(from1, vec![sealed[0].clone()]), &mut out);
+    assert!(out.outs.is_empty());
+    assert_eq!(open.stats().drops_of(DropReason::UnknownKey), 1);
 }

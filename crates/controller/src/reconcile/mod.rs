@@ -298,6 +298,47 @@ impl Reconciler {
         Ok(out)
     }
 
+    /// Turns sealing of datagrams between hosts on or off (the controller's
+    /// `--fabric-auth`): on keeps the stored fabric secret, or takes `fresh`
+    /// (random, from the caller: the reconciler reads no RNG) when none is
+    /// stored; off forgets it. Every host's configuration follows.
+    pub fn set_fabric_auth(
+        &mut self,
+        on: bool,
+        fresh: [u8; 32],
+        now: Instant,
+    ) -> Result<(), ApiError> {
+        let mut next = self.desired.clone();
+        next.fabric = match (on, next.fabric.take()) {
+            (true, Some(f)) => Some(f),
+            (true, None) => Some(crate::fabric::FabricSecret::new(fresh)),
+            (false, _) => None,
+        };
+        self.commit(next, now).map(|_| ())
+    }
+
+    /// Starts rotating the fabric's keys to `fresh`: every host accepts the old
+    /// and the new key, and still seals with the old, until
+    /// [`Reconciler::finish_fabric_rotation`] (once every agent runs it).
+    /// False if sealing is off.
+    pub fn rotate_fabric_key(&mut self, fresh: [u8; 32], now: Instant) -> Result<bool, ApiError> {
+        let mut next = self.desired.clone();
+        let Some(f) = &mut next.fabric else {
+            return Ok(false);
+        };
+        f.rotate(fresh);
+        self.commit(next, now).map(|_| true)
+    }
+
+    /// Makes every host seal with the newest fabric key and forget the old.
+    pub fn finish_fabric_rotation(&mut self, now: Instant) -> Result<(), ApiError> {
+        let mut next = self.desired.clone();
+        if let Some(f) = &mut next.fabric {
+            f.finish_rotation();
+        }
+        self.commit(next, now).map(|_| ())
+    }
+
     /// Queues a push of `host`'s configuration at `at` (the earlier wins).
     fn schedule_push(&mut self, host: u32, at: Instant) {
         let e = self.effects.pushes.entry(host).or_insert(at);

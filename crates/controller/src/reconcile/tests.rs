@@ -995,3 +995,44 @@ fn every_change_request_is_audited_with_who_what_and_the_outcome() {
         400
     );
 }
+
+#[test]
+fn fabric_keys_reach_every_host_survive_a_restart_and_rotate_in_two_steps() {
+    let mut s = Sim::new(SPEC);
+    assert!(s.r.configs().values().all(|c| c.fabric_auth.is_none()));
+    s.r.set_fabric_auth(true, [5; 32], s.now).unwrap();
+    let keys = |s: &Sim, h: u32| s.r.configs()[&h].fabric_auth.clone().unwrap();
+    let k1 = keys(&s, 1);
+    assert_eq!(k1.peers.len(), 2, "hosts 2 and 3");
+    assert!(!s.r.take_effects().pushes.is_empty(), "new keys are pushed");
+    // Host 1's key to 3 is host 3's key from 1.
+    let to3 = &k1.peers.iter().find(|p| p.host == 3).unwrap().tx;
+    let k3 = keys(&s, 3);
+    let from1 = &k3.peers.iter().find(|p| p.host == 1).unwrap().rx[0];
+    assert_eq!(to3, from1);
+
+    // A restart keeps the secret (a fresh one offered is not taken).
+    let mut r = Reconciler::start(Box::new(s.store.clone()), "local", s.now, EPOCH_MS).unwrap();
+    r.set_fabric_auth(true, [6; 32], s.now).unwrap();
+    assert_eq!(r.configs()[&1].fabric_auth, Some(k1.clone()));
+
+    // Rotation: accepted everywhere first, sealed with after.
+    assert!(r.rotate_fabric_key([7; 32], s.now).unwrap());
+    let mid = r.configs()[&1].fabric_auth.clone().unwrap();
+    assert_eq!(mid.peers[0].tx, k1.peers[0].tx);
+    assert_eq!(mid.peers[0].rx.len(), 2);
+    let r2 = Reconciler::start(Box::new(s.store.clone()), "local", s.now, EPOCH_MS).unwrap();
+    assert_eq!(
+        r2.configs()[&1].fabric_auth,
+        Some(mid.clone()),
+        "stored mid-rotation"
+    );
+    r.finish_fabric_rotation(s.now).unwrap();
+    let after = r.configs()[&1].fabric_auth.clone().unwrap();
+    assert_eq!(after.peers[0].tx.id, 2);
+    assert_eq!(after.peers[0].rx, vec![mid.peers[0].rx[0].clone()]);
+
+    // Off: no keys anywhere.
+    r.set_fabric_auth(false, [0; 32], s.now).unwrap();
+    assert!(r.configs().values().all(|c| c.fabric_auth.is_none()));
+}

@@ -163,7 +163,10 @@ fn registered(r: &Reconciler, h: u32) -> Result<sluice_proto::AgentConfig, ApiEr
     if !r.desired().hosts.contains_key(&h) {
         return Err(ApiError::not_found(format!("host {h} is not registered")));
     }
-    Ok(r.configs().get(&h).cloned().unwrap_or_default())
+    // Fabric keys never leave through the API.
+    let mut cfg = r.configs().get(&h).cloned().unwrap_or_default();
+    cfg.fabric_auth = cfg.fabric_auth.map(|f| f.redacted());
+    Ok(cfg)
 }
 
 fn host_infos(r: &Reconciler, now: Instant) -> Vec<HostInfo> {

@@ -42,6 +42,8 @@ CREATE TABLE IF NOT EXISTS scaling (
     PRIMARY KEY (tenant, chain));
 CREATE TABLE IF NOT EXISTS host_configs (
     host INTEGER PRIMARY KEY, version INTEGER NOT NULL, config TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS fabric_secrets (
+    id INTEGER PRIMARY KEY, secret BLOB NOT NULL, sending INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS audit (
     seq INTEGER PRIMARY KEY AUTOINCREMENT, at_ms INTEGER NOT NULL, actor TEXT NOT NULL,
     tenant TEXT, action TEXT NOT NULL, status INTEGER NOT NULL, changes TEXT NOT NULL);
@@ -279,6 +281,7 @@ impl SqliteStore {
             cfg.version = version as u64;
             configs.insert(host as u32, cfg);
         }
+        d.fabric = load_fabric(&self.conn)?;
         Ok((d, configs))
     }
 
@@ -295,6 +298,40 @@ impl SqliteStore {
     }
 }
 
+/// The fabric's secrets (None: sealing off).
+fn load_fabric(conn: &Connection) -> Result<Option<crate::fabric::FabricSecret>, StoreError> {
+    let mut st = conn.prepare("SELECT id, secret, sending FROM fabric_secrets ORDER BY rowid")?;
+    let rows = st.query_map([], |r| {
+        Ok((
+            r.get::<_, i64>(0)?,
+            r.get::<_, Vec<u8>>(1)?,
+            r.get::<_, i64>(2)?,
+        ))
+    })?;
+    let mut f = crate::fabric::FabricSecret {
+        secrets: Vec::new(),
+        sending: 0,
+    };
+    for row in rows {
+        let (id, secret, sending) = row?;
+        let id = u8::try_from(id).map_err(|_| corrupt(format!("fabric key id {id}")))?;
+        let secret: [u8; 32] = secret
+            .try_into()
+            .map_err(|_| corrupt(format!("fabric secret {id} is not 32 bytes")))?;
+        if sending != 0 {
+            f.sending = id;
+        }
+        f.secrets.push((id, secret));
+    }
+    if f.secrets.is_empty() {
+        return Ok(None);
+    }
+    if !f.secrets.iter().any(|s| s.0 == f.sending) {
+        return Err(corrupt("no fabric secret is marked as sending"));
+    }
+    Ok(Some(f))
+}
+
 fn write_all(
     tx: &Transaction<'_>,
     d: &Desired,
@@ -302,8 +339,18 @@ fn write_all(
 ) -> Result<(), StoreError> {
     tx.execute_batch(
         "DELETE FROM tenants; DELETE FROM hosts; DELETE FROM vms; DELETE FROM instances;
-         DELETE FROM scaled; DELETE FROM draining; DELETE FROM scaling;",
+         DELETE FROM scaled; DELETE FROM draining; DELETE FROM scaling;
+         DELETE FROM fabric_secrets;",
     )?;
+    if let Some(f) = &d.fabric {
+        // Kept in order of age (rowid), so the newest is known after a reload.
+        for (id, secret) in &f.secrets {
+            tx.execute(
+                "INSERT INTO fabric_secrets (id, secret, sending) VALUES (?1, ?2, ?3)",
+                params![*id as i64, &secret[..], (*id == f.sending) as i64],
+            )?;
+        }
+    }
     tx.execute(
         "INSERT OR REPLACE INTO meta (key, value) VALUES ('next_vni', ?1)",
         params![d.next_vni as i64],
@@ -538,6 +585,10 @@ mod tests {
             .unwrap();
         }
         d.apply_tenant(&text, spec).unwrap();
+        // Mid-rotation: both secrets, and which one hosts seal with.
+        let mut f = crate::fabric::FabricSecret::new([3; 32]);
+        f.rotate([4; 32]);
+        d.fabric = Some(f);
         let mut cfgs = d.configs("local").unwrap();
         versioned(&BTreeMap::new(), &mut cfgs);
         {
