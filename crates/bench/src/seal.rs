@@ -202,13 +202,4 @@ mod tests {
             }
         }
     }
-
-    /// The figures alone, without the testbed part of `sluice bench
-    /// dataplane` (`cargo test --release -p sluice-bench seal -- --ignored
-    /// --nocapture`).
-    #[test]
-    #[ignore]
-    fn report() {
-        print(&run(Duration::from_millis(500)).unwrap());
-    }
 }
