@@ -25,18 +25,6 @@ pub enum ClientError {
     Transport(String),
 }
 
-/// `s` escaped for a query string.
-fn query_escape(s: &str) -> String {
-    s.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
-}
-
 /// A change request's conditions, as the client sends them.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ChangeOptions {
@@ -240,7 +228,7 @@ impl Client {
     ) -> Result<Vec<crate::audit::AuditEntry>, ClientError> {
         let mut q = format!("/v1/audit?since={since}");
         if let Some(t) = tenant {
-            q.push_str(&format!("&tenant={t}"));
+            q.push_str(&format!("&tenant={}", crate::resources::percent_encode(t)));
         }
         if limit > 0 {
             q.push_str(&format!("&limit={limit}"));
@@ -260,10 +248,10 @@ impl Client {
     ) -> Result<Vec<serde_json::Value>, ClientError> {
         let mut q = vec![];
         if let Some(t) = tenant {
-            q.push(format!("tenant={}", query_escape(t)));
+            q.push(format!("tenant={}", crate::resources::percent_encode(t)));
         }
         if let Some(s) = since {
-            q.push(format!("since={}", query_escape(s)));
+            q.push(format!("since={}", crate::resources::percent_encode(s)));
         }
         if limit > 0 {
             q.push(format!("limit={limit}"));

@@ -4,7 +4,7 @@
 
 use serde_json::Value;
 
-use super::percent_decode;
+use super::{percent_decode, percent_encode};
 use crate::error::ApiError;
 
 /// `GET /v1/alerts` or `/v1/flows` with `?tenant=T&since=TS&limit=N`.
@@ -25,10 +25,10 @@ impl EveRequest {
     pub fn agent_query(&self) -> String {
         let mut q = format!("event_type={}", self.event_type);
         if let Some(t) = &self.tenant {
-            q.push_str(&format!("&tenant={}", encode(t)));
+            q.push_str(&format!("&tenant={}", percent_encode(t)));
         }
         if let Some(s) = &self.since {
-            q.push_str(&format!("&since={}", encode(s)));
+            q.push_str(&format!("&since={}", percent_encode(s)));
         }
         q.push_str(&format!("&limit={}", self.limit()));
         q
@@ -42,17 +42,6 @@ impl EveRequest {
             self.limit.min(100_000)
         }
     }
-}
-
-fn encode(s: &str) -> String {
-    s.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
 }
 
 /// Parses the query of `GET /v1/alerts` (`event_type` `alert`) or `/v1/flows`.
