@@ -643,6 +643,7 @@ fn raw_dfa(dir: &Path, rules: &str, trace: &Trace, reps: usize) -> Option<f64> {
         vars: Default::default(),
         idle_timeout_secs: 300,
         sync_progress: false,
+        classification_file: None,
     };
     let ips = sluice_ips::build(&cfg, sluice_state::Namespace(1), dir).ok()?;
     let payloads: Vec<&[u8]> = trace

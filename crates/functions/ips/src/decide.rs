@@ -363,8 +363,8 @@ impl Ips {
             sid: r.sid,
             rev: r.rev,
             msg: r.msg.clone(),
-            category: r.classtype.clone(),
-            severity: r.priority,
+            category: r.category.clone(),
+            severity: r.severity,
             to_server: d == 0,
         }));
         action == AlertAction::Blocked

@@ -55,6 +55,7 @@
 //!   does not accept them) are not searched for contents; they are counted
 //!   (`ips_tcp_unreassembled`).
 
+pub mod classification;
 mod decide;
 pub mod engine;
 pub mod rules;
@@ -62,8 +63,9 @@ pub mod threshold;
 
 use std::path::{Path, PathBuf};
 
+use classification::Classes;
 use engine::{Engine, FlowState, Target};
-use rules::{Action, Proto, RuleError, Vars};
+use rules::{Action, Proto, Rule, RuleError, Vars};
 use rustc_hash::FxHashMap;
 use serde::Deserialize;
 use sluice_nf::batch::{self, Pass};
@@ -102,6 +104,13 @@ pub struct Config {
     /// the automata where the stream resynchronises (docs/STATE.md).
     #[serde(default)]
     pub sync_progress: bool,
+    /// Suricata's `classification.config` (relative to the configuration's
+    /// directory): EVE `category` becomes the classtype's description and
+    /// `severity` its priority (a rule's own `priority` wins), and a rule
+    /// naming a classtype the file lacks is refused. Without it `category` is
+    /// the classtype's short name and `severity` the rule's `priority` or 3.
+    #[serde(default)]
+    pub classification_file: Option<PathBuf>,
 }
 
 /// A configuration that cannot be used.
@@ -114,6 +123,14 @@ pub enum ConfigError {
         path: String,
         /// Why.
         source: std::io::Error,
+    },
+    /// The classification file has a line that does not parse.
+    #[error("{path}: {source}")]
+    Classification {
+        /// The file.
+        path: String,
+        /// The line at fault.
+        source: classification::ClassError,
     },
     /// The signatures could not be compiled.
     #[error("cannot compile signatures: {0}")]
@@ -163,6 +180,24 @@ pub fn build(config: &Config, ns: Namespace, base_dir: &Path) -> Result<Ips, Con
             false
         }
     });
+    let classes = match &config.classification_file {
+        Some(f) => {
+            let path = base_dir.join(f);
+            let shown = path.display().to_string();
+            let text = std::fs::read_to_string(&path).map_err(|source| ConfigError::Io {
+                path: shown.clone(),
+                source,
+            })?;
+            Some(
+                Classes::parse(&text).map_err(|source| ConfigError::Classification {
+                    path: shown,
+                    source,
+                })?,
+            )
+        }
+        None => None,
+    };
+    classify(&mut rules, classes.as_ref(), &mut warnings);
     if rules.is_empty() && !warnings.is_empty() {
         return Err(ConfigError::NoUsableRule {
             refused: warnings.len(),
@@ -172,6 +207,38 @@ pub fn build(config: &Config, ns: Namespace, base_dir: &Path) -> Result<Ips, Con
     let mut ips = Ips::new(rules, warnings, ns, config.idle_timeout_secs)?;
     ips.sync_progress = config.sync_progress;
     Ok(ips)
+}
+
+/// Gives each rule its EVE `category` and `severity` from `classes` (see
+/// [`Config::classification_file`]); with `classes`, rules naming an unknown
+/// classtype are refused into `warnings`.
+pub fn classify(rules: &mut Vec<Rule>, classes: Option<&Classes>, warnings: &mut Vec<RuleError>) {
+    rules.retain_mut(|r| {
+        let class = match (&r.classtype, classes) {
+            (Some(ct), Some(cs)) => match cs.0.get(&**ct) {
+                Some(c) => Some(c),
+                None => {
+                    warnings.push(RuleError {
+                        file: r.file.to_string(),
+                        line: r.line,
+                        msg: rules::RuleSyntax::UnknownClasstype(ct.to_string()),
+                    });
+                    return false;
+                }
+            },
+            _ => None,
+        };
+        // Idempotent: without `classes`, what an earlier call set stays.
+        r.category = class
+            .map(|c| c.description.clone())
+            .or_else(|| r.category.take())
+            .or_else(|| r.classtype.clone());
+        r.severity = r
+            .priority
+            .or(class.map(|c| c.priority))
+            .unwrap_or(r.severity);
+        true
+    });
 }
 
 /// Counters.
@@ -245,11 +312,13 @@ const NONE: u32 = u32::MAX;
 impl Ips {
     /// An IPS over already parsed rules.
     pub fn new(
-        rules: Vec<rules::Rule>,
-        warnings: Vec<RuleError>,
+        mut rules: Vec<rules::Rule>,
+        mut warnings: Vec<RuleError>,
         ns: Namespace,
         idle_timeout_secs: u64,
     ) -> Result<Ips, ConfigError> {
+        // Rules not loaded by `build` still get their EVE category and severity.
+        classify(&mut rules, None, &mut warnings);
         let nontcp_drop = rules
             .iter()
             .any(|r| r.action != Action::Alert && r.proto != Proto::Tcp);

@@ -37,6 +37,7 @@ fn ips(rules: &[&str]) -> Ips {
         vars: [("HOME_NET".to_string(), "10.0.0.0/8".to_string())].into(),
         idle_timeout_secs: 300,
         sync_progress: false,
+        classification_file: None,
     };
     let i = build(&cfg, Namespace(2), Path::new(".")).unwrap();
     assert!(i.warnings().is_empty(), "{:?}", i.warnings());
@@ -343,6 +344,7 @@ fn bad_rules_are_reported_and_skipped() {
         vars: Default::default(),
         idle_timeout_secs: 300,
         sync_progress: false,
+        classification_file: None,
     };
     let i = build(&cfg, Namespace(2), &dir).unwrap();
     let w: Vec<String> = i.warnings().iter().map(|e| e.to_string()).collect();

@@ -220,8 +220,13 @@ pub struct Rule {
     pub rev: u32,
     /// `classtype`.
     pub classtype: Option<Arc<str>>,
-    /// `priority` (3 if absent).
-    pub priority: u8,
+    /// `priority`, if the rule sets one.
+    pub priority: Option<u8>,
+    /// EVE `alert.category`: the classtype's description from the
+    /// classification file, else the classtype itself ([`crate::build`]).
+    pub category: Option<Arc<str>>,
+    /// EVE `alert.severity`: the rule's `priority`, else its classtype's, else 3.
+    pub severity: u8,
     /// Where the rule came from.
     pub file: Arc<str>,
     /// Its line.
@@ -386,6 +391,9 @@ pub enum RuleSyntax {
     /// A second rule with a sid already loaded.
     #[error("duplicate sid {0}")]
     DuplicateSid(u32),
+    /// A `classtype` the loaded classification file does not define.
+    #[error("unknown classtype \"{0}\"")]
+    UnknownClasstype(String),
 }
 
 impl RuleSyntax {
@@ -450,6 +458,7 @@ impl RuleSyntax {
                     | S::BadPort(_)
                     | S::EmptyPortRange(_) => "address or port",
                     S::DuplicateSid(_) => "duplicate sid",
+                    S::UnknownClasstype(_) => "unknown classtype",
                     _ => "other",
                 };
                 format!("error: {what}")
@@ -678,7 +687,9 @@ pub fn parse_rule(line: &str, vars: &Vars) -> Result<Rule, RuleSyntax> {
         gid: 1,
         rev: 1,
         classtype: None,
-        priority: 3,
+        priority: None,
+        category: None,
+        severity: 3,
         file: "".into(),
         line: 0,
     };

@@ -806,7 +806,7 @@ pub(super) fn apply(
         }
         "priority" => {
             let v = need(val, name)?;
-            rule.priority = v.parse().map_err(|_| bad_value(v))?;
+            rule.priority = Some(v.parse().map_err(|_| bad_value(v))?);
         }
         "classtype" => rule.classtype = Some(need(val, name)?.into()),
         other => {

@@ -59,7 +59,7 @@ fn contents_and_options() {
     );
     assert_eq!(
         (r.to_server, r.established, r.sid, r.rev, r.priority),
-        (Some(true), true, 7, 3, 1)
+        (Some(true), true, 7, 3, Some(1))
     );
     assert!(r.bidir && r.action == Action::Drop);
 }
