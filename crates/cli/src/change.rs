@@ -4,12 +4,10 @@
 use std::io::{BufRead, IsTerminal, Write};
 use std::path::PathBuf;
 
+use crate::ctl::{ApplyArgs, ClientArgs};
+use crate::error::CliError;
 use clap::Args;
 use sluice_controller::change::ChangePlan;
-use sluice_controller::client::ChangeOptions;
-
-use crate::ctl::ClientArgs;
-use crate::error::CliError;
 
 /// `sluice diff`.
 #[derive(Args, Debug)]
@@ -37,35 +35,17 @@ pub struct AuditArgs {
     client: ClientArgs,
 }
 
-/// `sluice diff -f SPEC`: what applying the spec would change, exit status 0
-/// whether or not it changes anything.
+/// `sluice diff -f SPEC`: what applying the spec would change — an apply as a
+/// dry run that also shows a spec removing everything — exit status 0 whether
+/// or not it changes anything.
 pub fn diff(a: &DiffArgs) -> Result<(), CliError> {
-    let text = std::fs::read_to_string(&a.file).map_err(CliError::io(&a.file))?;
-    let opts = ChangeOptions {
+    crate::ctl::apply(&ApplyArgs {
+        file: a.file.clone(),
         dry_run: true,
-        // A diff shows what the spec does, including removing everything.
         force: true,
         if_generation: None,
-    };
-    let raw = a
-        .client
-        .client()?
-        .apply_with(None, &text, &opts)
-        .map_err(|source| CliError::Apply {
-            path: a.file.clone(),
-            source,
-        })?;
-    if a.client.json() {
-        println!("{raw}");
-        return Ok(());
-    }
-    let s: sluice_controller::model::ApplySummary =
-        serde_json::from_str(&raw).map_err(CliError::Answer)?;
-    match &s.plan {
-        Some(p) => print_plan(p),
-        None => println!("tenant {}: no change", s.tenant),
-    }
-    Ok(())
+        client: a.client.clone(),
+    })
 }
 
 /// `sluice audit`: the controller's log of change requests.
