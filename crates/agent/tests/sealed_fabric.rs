@@ -7,16 +7,17 @@
 //! (`auth_failed`); the same datagram sealed under the right key arrives once,
 //! and its replay is counted (`replayed`).
 
-use std::io::ErrorKind;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, UdpSocket};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use sluice_agent::dataplane::FabricSeal;
 use sluice_agent::testing::{
     attach_vm, host_route, is_root, standalone_agent, two_hosts, underlay, VmHandle,
 };
 use sluice_controller::fabric::FabricSecret;
-use sluice_netns::Netns;
+
+mod common;
+use common::{delivered, drops, drops_when, listen, nothing_on};
 use sluice_proto::{AgentConfig, Peer, PortConfig, TenantFib, GENEVE_PORT};
 use sluice_switch::tunnel::geneve_header;
 use sluice_switch::{HostId, Output, PortId};
@@ -79,64 +80,6 @@ fn sealed(fabric: &FabricSecret, src: Ipv4Addr, dst: Ipv4Addr, counter: u64) -> 
     let mut out = Vec::new();
     let (a, b) = s.seal(1, counter, &h, &f, &mut out).unwrap();
     out[a as usize..b as usize].to_vec()
-}
-
-fn listen(ns: &Netns, addr: Ipv4Addr, port: u16) -> UdpSocket {
-    let s = ns
-        .run(move || UdpSocket::bind(SocketAddrV4::new(addr, port)))
-        .unwrap()
-        .unwrap();
-    s.set_read_timeout(Some(Duration::from_millis(100)))
-        .unwrap();
-    s
-}
-
-/// Sends `msg` until `at` reads it; false after ten seconds.
-fn delivered(from: &UdpSocket, to: SocketAddr, msg: &[u8], at: &UdpSocket) -> bool {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let mut buf = [0u8; 2048];
-    while Instant::now() < deadline {
-        from.send_to(msg, to).unwrap();
-        while let Ok(n) = at.recv(&mut buf) {
-            if &buf[..n] == msg {
-                return true;
-            }
-        }
-    }
-    false
-}
-
-fn drops(url: &str, reason: &str) -> u64 {
-    let text = ureq::get(&format!("{url}/metrics"))
-        .call()
-        .expect("the agent answers /metrics")
-        .into_string()
-        .unwrap();
-    let tail = format!("reason=\"{reason}\"}} ");
-    text.lines()
-        .filter(|l| l.starts_with("sluice_agent_drops_total{"))
-        .find_map(|l| l.split_once(&tail).map(|(_, v)| v.trim().parse().unwrap()))
-        .unwrap_or_else(|| panic!("no {reason} drops in the metrics:\n{text}"))
-}
-
-/// The drops of `reason` once there are at least `want`, or the last count
-/// read after five seconds (counters are published periodically).
-fn drops_when(url: &str, reason: &str, want: u64) -> u64 {
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
-        let n = drops(url, reason);
-        if n >= want || Instant::now() >= deadline {
-            return n;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
-
-fn nothing_on(s: &UdpSocket) -> bool {
-    s.set_nonblocking(true).unwrap();
-    let r = s.recv(&mut [0u8; 2048]);
-    s.set_nonblocking(false).unwrap();
-    matches!(r, Err(e) if e.kind() == ErrorKind::WouldBlock)
 }
 
 #[test]
