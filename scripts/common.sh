@@ -1,18 +1,25 @@
 # Shared by the project's scripts: make sure the toolchain and packages are here.
 # Idempotent: a second run installs nothing.
 
+# The Rust version Cargo.toml's `rust-version` states (the one place it is written).
+msrv() {
+    sed -n 's/^rust-version = "\(.*\)"/\1/p' "$(dirname "${BASH_SOURCE[0]}")/../Cargo.toml"
+}
+
 need_cargo() {
+    local want
+    want=$(msrv)
     if ! command -v cargo >/dev/null 2>&1 && [ -x "$HOME/.cargo/bin/cargo" ]; then
         export PATH="$HOME/.cargo/bin:$PATH"
     fi
     if ! command -v cargo >/dev/null 2>&1; then
-        echo "cargo not found; installing Debian's cargo (Sluice needs Rust >= 1.87)" >&2
+        echo "cargo not found; installing Debian's cargo (Sluice needs Rust >= $want)" >&2
         apt_install cargo rustc
     fi
     local v
     v=$(rustc --version | awk '{print $2}')
-    if [ "$(printf '%s\n1.87.0\n' "$v" | sort -V | head -n1)" != "1.87.0" ]; then
-        echo "error: rustc $v is too old; Sluice needs Rust >= 1.87 (rustup toolchain)" >&2
+    if [ "$(printf '%s\n%s\n' "$v" "$want" | sort -V | head -n1)" != "$want" ]; then
+        echo "error: rustc $v is too old; Sluice needs Rust >= $want (Cargo.toml's rust-version; install it with rustup)" >&2
         exit 1
     fi
 }
@@ -60,6 +67,18 @@ ensure_test_deps() {
     APT_LEAN=1 apt_install openvswitch-switch ||
         echo "note: openvswitch-switch could not be installed; its interop test will say it skipped"
     ensure_valkey || echo "note: valkey-server could not be installed; the Valkey pass of the tests will be skipped"
+    ensure_cargo_deny
+}
+
+# cargo-deny checks the dependencies' licenses, bans and sources (deny.toml). Built
+# from crates.io once (about four minutes on two cores), a pinned version.
+CARGO_DENY_VERSION=0.20.2
+ensure_cargo_deny() {
+    if cargo deny --version 2>/dev/null | grep -qx "cargo-deny $CARGO_DENY_VERSION"; then
+        return 0
+    fi
+    echo "installing cargo-deny $CARGO_DENY_VERSION (cargo install)" >&2
+    cargo install --locked --quiet cargo-deny --version "$CARGO_DENY_VERSION"
 }
 
 # valkey-server, so the Redis-backed tests also run against Valkey (issue 3: the

@@ -9,6 +9,8 @@ echo "== cargo fmt --check"
 cargo fmt --all -- --check
 echo "== cargo clippy"
 cargo clippy --locked --workspace --all-targets -q -- -D warnings
+echo "== cargo deny (licenses, bans, sources; deny.toml)"
+cargo deny --log-level error check licenses bans sources
 echo "== cargo test"
 mkdir -p target
 # Lines tests leave about what they could or could not check on this machine.

@@ -15,10 +15,10 @@
 use std::path::Path;
 
 use serde::Deserialize;
-use serde_yaml::Value;
 use sluice_chain::{Registry, StreamStage};
 use sluice_nf::{Batch, Ctx, Namespace, NetworkFunction, NfError, StateStore};
 use sluice_reassembly::Reassembler;
+use yaml_serde::Value;
 
 /// Deserialises a function's YAML configuration, turning serde's message into one
 /// that names the bad key.
@@ -28,7 +28,7 @@ pub fn config<T: for<'de> Deserialize<'de>>(v: &Value) -> Result<T, String> {
     } else {
         v.clone()
     };
-    serde_yaml::from_value(v).map_err(|e| e.to_string())
+    yaml_serde::from_value(v).map_err(|e| e.to_string())
 }
 
 /// A function that forwards every packet: the forward-only pipeline of benchmarks.

@@ -2,9 +2,9 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
-use serde_yaml::Value;
 use sluice_nf::NetworkFunction;
 use sluice_state::Namespace;
+use yaml_serde::Value;
 
 use crate::StreamStageFactory;
 
@@ -24,7 +24,7 @@ pub enum ChainError {
     Syntax {
         /// The file.
         path: PathBuf,
-        /// serde_yaml's message, which includes line and column.
+        /// yaml_serde's message, which includes line and column.
         msg: String,
     },
     /// The chain is well-formed YAML but not a valid chain.
@@ -245,7 +245,7 @@ impl ChainSpec {
 
     /// Parses chain YAML; `path` is only used in messages.
     pub fn from_str(text: &str, path: &Path) -> Result<ChainSpec, ChainError> {
-        let raw: RawChain = serde_yaml::from_str(text).map_err(|e| ChainError::Syntax {
+        let raw: RawChain = yaml_serde::from_str(text).map_err(|e| ChainError::Syntax {
             path: path.to_path_buf(),
             msg: e.to_string(),
         })?;

@@ -64,7 +64,7 @@ impl Config {
         let c: Config = if text.trim().is_empty() {
             Config::default()
         } else {
-            serde_yaml::from_str(text).map_err(|e| bad(path, e.to_string()))?
+            yaml_serde::from_str(text).map_err(|e| bad(path, e.to_string()))?
         };
         for (i, ctx) in c.contexts.iter().enumerate() {
             let at = format!("contexts[{i}]");
@@ -250,7 +250,7 @@ pub fn run(a: &ConfigArgs) -> Result<(), CliError> {
         ConfigCmd::View => {
             println!("# {}", path.display());
             let text =
-                serde_yaml::to_string(&redacted(&cfg)).map_err(|e| bad(&path, e.to_string()))?;
+                yaml_serde::to_string(&redacted(&cfg)).map_err(|e| bad(&path, e.to_string()))?;
             print!("{text}");
         }
         ConfigCmd::UseContext { name } => {
@@ -269,7 +269,7 @@ pub fn run(a: &ConfigArgs) -> Result<(), CliError> {
                 ));
             }
             cfg.current_context = Some(name.clone());
-            let text = serde_yaml::to_string(&cfg).map_err(|e| bad(&path, e.to_string()))?;
+            let text = yaml_serde::to_string(&cfg).map_err(|e| bad(&path, e.to_string()))?;
             // Rewritten in place: the file keeps its owner and mode (it may
             // hold tokens).
             std::fs::write(&path, text).map_err(CliError::io(&path))?;
@@ -317,7 +317,7 @@ mod tests {
             Path::new("c"),
         )
         .unwrap();
-        let text = serde_yaml::to_string(&redacted(&c)).unwrap();
+        let text = yaml_serde::to_string(&redacted(&c)).unwrap();
         assert!(
             !text.contains("sluice_secret") && text.contains("<redacted>"),
             "{text}"

@@ -199,12 +199,12 @@ fn elasticity_lab_pipelined(dir: &std::path::Path, state: &str, pipeline: u64) -
     let spec = dir.join("spec.yaml");
     let text = sluice_testbed::elasticity::variant_spec(&base, "fw", state, "hash", None).unwrap();
     let text = if pipeline > 0 {
-        let mut doc: serde_yaml::Value = serde_yaml::from_str(&text).unwrap();
+        let mut doc: yaml_serde::Value = yaml_serde::from_str(&text).unwrap();
         doc["elements"]["fw"]
             .as_mapping_mut()
             .unwrap()
             .insert("pipeline".into(), pipeline.into());
-        serde_yaml::to_string(&doc).unwrap()
+        yaml_serde::to_string(&doc).unwrap()
     } else {
         text
     };

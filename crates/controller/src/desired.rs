@@ -9,13 +9,13 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::Ipv4Addr;
 
-use serde_yaml::{Mapping, Value};
 use sluice_chain::Capacity;
 use sluice_proto::{
     AgentConfig, GroupPolicy, InstanceConfig, Peer, PortConfig, PortKind, TenantFib, VmRegistration,
 };
 use sluice_switch::{Action, HostId, Output, PortId};
 use sluice_tenant::{Affinity, Element, StateMode, TenantSpec};
+use yaml_serde::{Mapping, Value};
 
 use crate::model::ScalingConfig;
 
@@ -881,7 +881,7 @@ pub fn chain_yaml(
     doc.insert("functions".into(), Value::Sequence(vec![Value::Mapping(f)]));
     doc.insert("settings".into(), Value::Mapping(settings));
     // A mapping of strings, numbers and YAML values always serialises.
-    serde_yaml::to_string(&Value::Mapping(doc)).unwrap_or_default()
+    yaml_serde::to_string(&Value::Mapping(doc)).unwrap_or_default()
 }
 
 /// Gives each new configuration its version: unchanged (version aside) keeps the

@@ -1,12 +1,12 @@
 //! docs/openapi.yaml is valid YAML, an OpenAPI 3 document, and describes every
 //! route the server implements (and no route it does not).
 
-use serde_yaml::Value;
 use sluice_controller::{OPENAPI_YAML, ROUTES};
+use yaml_serde::Value;
 
 #[test]
 fn openapi_describes_every_route() {
-    let doc: Value = serde_yaml::from_str(OPENAPI_YAML).expect("docs/openapi.yaml parses");
+    let doc: Value = yaml_serde::from_str(OPENAPI_YAML).expect("docs/openapi.yaml parses");
     assert!(doc["openapi"].as_str().is_some_and(|v| v.starts_with("3.")));
     let paths = doc["paths"].as_mapping().expect("paths");
     for (method, path) in ROUTES {

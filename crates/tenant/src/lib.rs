@@ -24,9 +24,9 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use serde_yaml::{Mapping, Value};
 use sluice_chain::{Prefix, Registry};
 use sluice_wire::IpAddr;
+use yaml_serde::{Mapping, Value};
 
 /// A spec that cannot be applied: `path` names the field (`chains[1].path[2]`).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -287,7 +287,7 @@ impl Ctx<'_> {
 /// A middlebox's `capacity`: `{mbps, pps, burst_ms}`, at least one rate, every
 /// number positive.
 fn parse_capacity(v: &Value) -> Result<sluice_chain::Capacity, String> {
-    let c: sluice_chain::Capacity = serde_yaml::from_value(v.clone())
+    let c: sluice_chain::Capacity = yaml_serde::from_value(v.clone())
         .map_err(|e| format!("expected {{mbps, pps, burst_ms}}: {e}"))?;
     let bad = |x: Option<f64>| x.is_some_and(|x| !(x.is_finite() && x > 0.0));
     if c.pps.is_none() && c.mbps.is_none() {
@@ -613,7 +613,7 @@ impl TenantSpec {
             source: source_name,
         };
         let root: Value =
-            serde_yaml::from_str(text).map_err(|e| c.err("(document)", e.to_string()))?;
+            yaml_serde::from_str(text).map_err(|e| c.err("(document)", e.to_string()))?;
         let m = root
             .as_mapping()
             .ok_or_else(|| c.err("(document)", "expected a mapping"))?;

@@ -633,7 +633,7 @@ pub fn variant_spec(
     affinity: &str,
     capacity_mbps: Option<f64>,
 ) -> Result<String, VariantError> {
-    let mut doc: serde_yaml::Value = serde_yaml::from_str(base).map_err(VariantError::NotYaml)?;
+    let mut doc: yaml_serde::Value = yaml_serde::from_str(base).map_err(VariantError::NotYaml)?;
     let mb = doc
         .get_mut("elements")
         .and_then(|e| e.get_mut(middlebox))
@@ -642,11 +642,11 @@ pub fn variant_spec(
     mb.insert("state".into(), state.into());
     mb.insert("affinity".into(), affinity.into());
     if let Some(c) = capacity_mbps {
-        let mut m = serde_yaml::Mapping::new();
+        let mut m = yaml_serde::Mapping::new();
         m.insert("mbps".into(), c.into());
         mb.insert("capacity".into(), m.into());
     }
-    serde_yaml::to_string(&doc).map_err(VariantError::Write)
+    yaml_serde::to_string(&doc).map_err(VariantError::Write)
 }
 
 /// Why [`variant_spec`] could not write a variant.
@@ -654,13 +654,13 @@ pub fn variant_spec(
 pub enum VariantError {
     /// The base spec does not parse as YAML.
     #[error("the base spec is not YAML: {0}")]
-    NotYaml(#[source] serde_yaml::Error),
+    NotYaml(#[source] yaml_serde::Error),
     /// The base spec has no element of the middlebox's name.
     #[error("the base spec has no element `{0}`")]
     NoElement(String),
     /// The edited document could not be written back as YAML.
     #[error("cannot write the variant as YAML: {0}")]
-    Write(#[source] serde_yaml::Error),
+    Write(#[source] yaml_serde::Error),
 }
 
 #[cfg(test)]

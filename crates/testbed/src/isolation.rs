@@ -295,8 +295,8 @@ pub fn contests(lab: &Lab, o: &IsolationOptions) -> Result<Vec<Contest>, LabErro
 /// the two can weigh differently. Works on specs shaped like
 /// examples/tenant/figure4.yaml (a service listing `web-a1` and `web-a2`).
 pub fn weighted_spec(text: &str, weight: u16) -> Result<String, LabError> {
-    let mut doc: serde_yaml::Value =
-        serde_yaml::from_str(text).map_err(|e| other(format!("spec: {e}")))?;
+    let mut doc: yaml_serde::Value =
+        yaml_serde::from_str(text).map_err(|e| other(format!("spec: {e}")))?;
     let elements = doc
         .get_mut("elements")
         .and_then(|e| e.as_mapping_mut())
@@ -314,14 +314,14 @@ pub fn weighted_spec(text: &str, weight: u16) -> Result<String, LabError> {
             "spec has no service listing both {VICTIM} and {AGGRESSOR}"
         ))
     })?;
-    let mut vms = serde_yaml::Mapping::new();
+    let mut vms = yaml_serde::Mapping::new();
     vms.insert(VICTIM.into(), addr);
-    let mut svc = serde_yaml::Mapping::new();
+    let mut svc = yaml_serde::Mapping::new();
     svc.insert("type".into(), "service".into());
     svc.insert("weight".into(), u64::from(weight).into());
     svc.insert("vms".into(), vms.into());
     elements.insert("isolation-victim".into(), svc.into());
-    serde_yaml::to_string(&doc).map_err(|e| other(format!("spec: {e}")))
+    yaml_serde::to_string(&doc).map_err(|e| other(format!("spec: {e}")))
 }
 
 /// Prints the report as a table.
