@@ -267,6 +267,12 @@ pub fn stop_child(child: &mut Child, grace: Duration) {
 
 const GRACE: Duration = Duration::from_secs(2);
 const RESTART_AFTER: Duration = Duration::from_secs(1);
+/// How often the supervisor looks for exited instances. An exit is the surest
+/// sign of failure, and the data plane acts on it at once
+/// (`Dataplane::instance_exited`): this bounds how long a killed instance's
+/// flows wait, which heartbeat silence no longer does (its timeout adapts to
+/// load and may reach 250 ms). One `waitpid` per instance per tick.
+const WATCH_EVERY: Duration = Duration::from_millis(10);
 
 /// What the supervisor calls when an instance's process exits (its port).
 pub type OnExit = Box<dyn Fn(u16) + Send>;
@@ -341,7 +347,7 @@ fn supervise(
 ) {
     let mut running: BTreeMap<u16, Running> = BTreeMap::new();
     loop {
-        match rx.recv_timeout(Duration::from_millis(200)) {
+        match rx.recv_timeout(WATCH_EVERY) {
             Ok(mut list) => {
                 // Only the newest list matters.
                 while let Ok(newer) = rx.try_recv() {

@@ -14,9 +14,14 @@
 //! **Instance health and local failover.** Every NF instance sends a heartbeat
 //! datagram ([`sluice_proto::InstanceHeartbeat`], magic `SLHB`) every 10 ms from
 //! its data socket to the agent's Geneve address, carrying its counters and CPU
-//! time. The data-plane thread records them; an instance silent for
-//! `--suspect-ms` (30 ms) is suspected in the loop iteration that passes its
-//! deadline (the loop wakes up for it), and in the same call every group
+//! time. The data-plane thread records them; an instance silent for longer than
+//! its adaptive timeout is suspected in the loop iteration that passes its
+//! deadline (the loop wakes up for it). The timeout is the mean of its last 128
+//! heartbeat intervals plus 5.6 deviations (phi-accrual's normal approximation
+//! at phi = 8), at least `--suspect-ms` (30 ms) and at most 250 ms: a loaded
+//! machine's late heartbeats widen it instead of failing live instances over.
+//! An instance whose process exits is suspected at once (the supervisor looks
+//! every 10 ms). In the same call every group
 //! targeting it is rewritten ([`groups::failover_group`]: each of its hash ranges
 //! goes to the next live target in ring order). Its heartbeats resuming restore
 //! the controller's groups (a paused instance rejoins with no restart). An

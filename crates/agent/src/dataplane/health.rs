@@ -12,8 +12,26 @@ use super::config::{Port, PortTarget};
 use super::leases::LeaseState;
 use super::Dataplane;
 
-/// Default time without a heartbeat after which an instance is suspected.
+/// Default time without a heartbeat after which an instance is suspected, at
+/// least: the floor of the adaptive timeout ([`Arrivals::timeout`]).
 pub const DEFAULT_SUSPECT_NS: u64 = 30_000_000;
+/// The adaptive timeout's ceiling: an instance whose heartbeats have been very
+/// irregular is still suspected after this much silence. A crashed or killed
+/// instance is acted on sooner, when its process exits
+/// ([`Dataplane::instance_exited`]); this bounds only a hung one.
+pub const MAX_SUSPECT_NS: u64 = 250_000_000;
+/// Intervals observed before the timeout adapts; until then the floor applies.
+const MIN_SAMPLES: usize = 8;
+/// Intervals the statistics remember: with 10 ms heartbeats, the last 1.3 s.
+const WINDOW: usize = 128;
+/// Standard deviations past the mean interval before a silence is suspicious:
+/// the normal approximation of the phi-accrual detector (Hayashibara et al.,
+/// 2004, as Akka and Cassandra use it) at phi = 8, a 1e-8 chance that a live
+/// instance's next heartbeat is this late if intervals keep their distribution.
+const PHI_Z: f64 = 5.6;
+/// A floor on the deviation, so that perfectly regular heartbeats (an idle
+/// machine) do not shrink the margin to nothing.
+const MIN_STD_US: f64 = 2_000.0;
 /// Failover events kept for status.
 const MAX_EVENTS: usize = 256;
 
@@ -30,6 +48,70 @@ pub(super) struct InstanceState {
     pub(super) exited: bool,
     /// The lease it holds or could hold.
     pub(super) lease: LeaseState,
+    /// Its heartbeats' inter-arrival times.
+    arrivals: Arrivals,
+}
+
+/// Heartbeat inter-arrival statistics of one instance: the mean and variance
+/// of its last [`WINDOW`] intervals, from which the silence that makes it
+/// suspected follows. Under load (a busy core, a slow store) heartbeats arrive
+/// late and irregularly; a fixed timeout then fails over live instances (issue
+/// 22 counted 45 such failovers in 10 minutes), while an adaptive one widens
+/// with the jitter it has seen and narrows again when it calms down.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Arrivals {
+    /// Intervals, µs, a ring of the last `len` (at most [`WINDOW`]).
+    ring: [u32; WINDOW],
+    len: usize,
+    next: usize,
+    /// Exact sums over the ring (no drift from adding and removing floats).
+    sum: u64,
+    sum_sq: u128,
+}
+
+impl Default for Arrivals {
+    fn default() -> Arrivals {
+        Arrivals {
+            ring: [0; WINDOW],
+            len: 0,
+            next: 0,
+            sum: 0,
+            sum_sq: 0,
+        }
+    }
+}
+
+impl Arrivals {
+    /// Adds one interval between heartbeats, forgetting the oldest when the
+    /// window is full.
+    fn observe(&mut self, interval_ns: u64) {
+        let x = u32::try_from(interval_ns / 1000).unwrap_or(u32::MAX);
+        if self.len == WINDOW {
+            let old = self.ring[self.next];
+            self.sum -= u64::from(old);
+            self.sum_sq -= u128::from(old) * u128::from(old);
+        } else {
+            self.len += 1;
+        }
+        self.ring[self.next] = x;
+        self.next = (self.next + 1) % WINDOW;
+        self.sum += u64::from(x);
+        self.sum_sq += u128::from(x) * u128::from(x);
+    }
+
+    /// How long a silence may last before the instance is suspected: the mean
+    /// interval plus [`PHI_Z`] deviations, within `[floor, ceiling]`; `floor`
+    /// until [`MIN_SAMPLES`] intervals are known.
+    fn timeout(&self, floor: u64, ceiling: u64) -> u64 {
+        if self.len < MIN_SAMPLES {
+            return floor;
+        }
+        let n = self.len as f64;
+        let mean_us = self.sum as f64 / n;
+        let var_us2 = (self.sum_sq as f64 / n - mean_us * mean_us).max(0.0);
+        let t_us = mean_us + PHI_Z * var_us2.sqrt().max(MIN_STD_US);
+        ((t_us * 1000.0) as u64).clamp(floor, ceiling.max(floor))
+    }
 }
 
 impl InstanceState {
@@ -102,9 +184,13 @@ impl Health {
         self.instances
             .values()
             .filter(|h| !h.suspected)
-            .filter_map(|h| h.last_hb)
-            .map(|t| t + self.suspect_ns)
+            .filter_map(|h| h.last_hb.map(|t| t + self.timeout(h)))
             .min()
+    }
+
+    /// How long `h` may stay silent before it is suspected.
+    fn timeout(&self, h: &InstanceState) -> u64 {
+        h.arrivals.timeout(self.suspect_ns, MAX_SUSPECT_NS)
     }
 
     /// Logs failover events, keeping the newest [`MAX_EVENTS`].
@@ -140,14 +226,14 @@ impl Dataplane {
     /// not suspected (it may still be starting).
     pub fn check_health(&mut self, now_ns: u64, mut clock: impl FnMut() -> u64) -> bool {
         self.now_ns = now_ns;
-        let suspect_ns = self.health.suspect_ns;
+        let (floor, ceiling) = (self.health.suspect_ns, MAX_SUSPECT_NS);
         let mut newly = Vec::new();
         for (port, h) in self.health.instances.iter_mut() {
             if h.suspected {
                 continue;
             }
             if let Some(t) = h.last_hb {
-                let deadline = t + suspect_ns;
+                let deadline = t + h.arrivals.timeout(floor, ceiling);
                 if now_ns > deadline {
                     h.suspected = true;
                     h.lease.restart_drain();
@@ -232,6 +318,16 @@ impl Dataplane {
             return;
         };
         let first = h.last_hb.is_none();
+        // A late heartbeat is what the statistics are for, even one that came
+        // after the instance was suspected: the next such delay must not fail
+        // it over again. A silence past the ceiling (a pause, a restart) says
+        // nothing about how regularly it heartbeats when it runs.
+        if let (Some(last), false) = (h.last_hb, h.exited) {
+            let gap = now.saturating_sub(last);
+            if gap <= MAX_SUSPECT_NS.max(self.health.suspect_ns) {
+                h.arrivals.observe(gap);
+            }
+        }
         h.last_hb = Some(now);
         h.hb = hb;
         h.exited = false;
@@ -286,5 +382,61 @@ impl Dataplane {
     /// Failover events, oldest first.
     pub fn failover_events(&self) -> &[FailoverEvent] {
         &self.health.events
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: u64 = 1_000_000;
+
+    fn learned(intervals: impl IntoIterator<Item = u64>) -> Arrivals {
+        let mut a = Arrivals::default();
+        for i in intervals {
+            a.observe(i);
+        }
+        a
+    }
+
+    #[test]
+    fn the_floor_holds_until_enough_intervals_are_known() {
+        let a = learned([200 * MS; MIN_SAMPLES - 1]);
+        assert_eq!(a.timeout(30 * MS, MAX_SUSPECT_NS), 30 * MS);
+        let a = learned([200 * MS; MIN_SAMPLES]);
+        let t = a.timeout(30 * MS, MAX_SUSPECT_NS);
+        assert!((211 * MS..212 * MS).contains(&t), "200 + 5.6 × 2 ms: {t}");
+    }
+
+    #[test]
+    fn regular_heartbeats_keep_the_floor() {
+        // 10 ms ± nothing: mean + 5.6 × the 2 ms minimum deviation is 21 ms.
+        let a = learned([10 * MS; 100]);
+        assert_eq!(a.timeout(30 * MS, MAX_SUSPECT_NS), 30 * MS);
+        // With a lower floor the margin shows.
+        let t = a.timeout(MS, MAX_SUSPECT_NS);
+        assert!((21 * MS..22 * MS).contains(&t), "{t}");
+    }
+
+    #[test]
+    fn jitter_widens_the_timeout_and_calm_narrows_it_again() {
+        // A loaded machine: heartbeats 5 or 45 ms apart (mean 25, deviation 20).
+        let mut a = learned((0..200).map(|i| if i % 2 == 0 { 5 * MS } else { 45 * MS }));
+        let loaded = a.timeout(30 * MS, MAX_SUSPECT_NS);
+        assert!(
+            (100 * MS..MAX_SUSPECT_NS).contains(&loaded),
+            "about 25 + 5.6 × 20 ms: {loaded}"
+        );
+        for _ in 0..WINDOW {
+            a.observe(10 * MS);
+        }
+        assert_eq!(a.timeout(30 * MS, MAX_SUSPECT_NS), 30 * MS);
+    }
+
+    #[test]
+    fn the_ceiling_bounds_the_timeout_and_never_undercuts_the_floor() {
+        let a = learned((0..100).map(|i| if i % 2 == 0 { MS } else { 400 * MS }));
+        assert_eq!(a.timeout(30 * MS, MAX_SUSPECT_NS), MAX_SUSPECT_NS);
+        assert_eq!(a.timeout(300 * MS, MAX_SUSPECT_NS), 300 * MS);
     }
 }

@@ -38,7 +38,7 @@ mod stats;
 mod tests;
 
 pub use config::{parse_mac, valid_iface, ConfigError, Port, PortTarget, Source};
-pub use health::DEFAULT_SUSPECT_NS;
+pub use health::{DEFAULT_SUSPECT_NS, MAX_SUSPECT_NS};
 pub use leases::{LEASE_DRAIN_NS, LEASE_VALID_NS};
 pub use plan::{Dest, Frames, Out, TxPlan};
 pub use seal::{FabricSeal, ReplayWindow, SealError, REPLAY_WINDOW, SEAL_OVERHEAD, TAG_LEN};

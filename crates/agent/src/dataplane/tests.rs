@@ -1403,3 +1403,69 @@ fn sealed_fabric_traffic_flows_and_forgeries_replays_and_plain_datagrams_are_dro
     assert!(out.outs.is_empty());
     assert_eq!(open.stats().drops_of(DropReason::UnknownKey), 1);
 }
+
+/// Heartbeats every 10 ms, except that every 25th arrives late by `stall` ms
+/// (a loaded core, a slow store batch): how many times is the live instance
+/// suspected over 2,000 heartbeats (80 stalls), checked every millisecond?
+/// Returns (over the first 1,000, over the last 1,000).
+fn suspicions_of_a_live_instance_under_load(stall_ms: u64) -> (u64, u64) {
+    let ms = 1_000_000u64;
+    let mut dp = Dataplane::new(1, &figure4_host1()).unwrap();
+    let mut now = 1000 * ms;
+    dp.set_now(now);
+    ready(&mut dp, &[10]);
+    let mut first = 0;
+    for i in 1..=2000u64 {
+        if i == 1001 {
+            first = dp.stats().failovers;
+        }
+        let next = now
+            + if i % 25 == 0 {
+                (10 + stall_ms) * ms
+            } else {
+                10 * ms
+            };
+        while now < next {
+            now += ms;
+            dp.check_health(now, || now);
+        }
+        dp.set_now(now);
+        ready(&mut dp, &[10]);
+    }
+    (first, dp.stats().failovers - first)
+}
+
+#[test]
+fn load_jitter_does_not_fail_over_a_live_instance() {
+    // 45 ms late is past the 30 ms floor: a fixed timeout would fail the live
+    // instance over at every stall. The adaptive one learns the jitter from the
+    // first few stalls and then never suspects it again.
+    let (learning, learned) = suspicions_of_a_live_instance_under_load(45);
+    assert!((1..=5).contains(&learning), "while learning: {learning}");
+    assert_eq!(learned, 0, "once learned");
+    // Stalls longer than the ceiling are suspected every time: they are hangs.
+    assert_eq!(suspicions_of_a_live_instance_under_load(300), (40, 40));
+}
+
+#[test]
+fn a_hung_instance_is_suspected_within_the_ceiling_even_after_jitter() {
+    let ms = 1_000_000u64;
+    let mut dp = Dataplane::new(1, &figure4_host1()).unwrap();
+    let mut now = 1000 * ms;
+    dp.set_now(now);
+    ready(&mut dp, &[10, 11, 12]);
+    for i in 0..200u64 {
+        now += if i % 2 == 0 { 5 * ms } else { 45 * ms };
+        dp.set_now(now);
+        ready(&mut dp, &[10, 11, 12]);
+    }
+    let last = now;
+    // Silence: not suspected after 60 ms (jitter of this size is normal here) ...
+    assert!(!dp.check_health(last + 60 * ms, || last + 60 * ms));
+    let deadline = dp.next_deadline().expect("a deadline");
+    assert!(deadline > last + 60 * ms && deadline <= last + MAX_SUSPECT_NS);
+    // ... but at the adaptive deadline, at most the ceiling.
+    assert!(dp.check_health(deadline + 1, || deadline + 1));
+    assert!(dp.suspected(10));
+    assert_eq!(dp.failover_events()[0].suspected_at_us, deadline / 1000);
+}
