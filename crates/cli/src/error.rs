@@ -126,13 +126,10 @@ pub enum CliError {
     /// Own executable not found (the testbed starts `sluiced` from next to it).
     #[error("cannot find own binary: {0}")]
     OwnBinary(#[source] io::Error),
-    /// Stdout's reader went away (`sluice status -o json | head -1`): not a
-    /// failure, `main` exits 0 without a message.
-    #[error("stdout closed")]
-    Closed,
-    /// Writing to stdout failed otherwise.
-    #[error("cannot write to stdout: {0}")]
-    Stdout(#[source] io::Error),
+    /// Writing to stdout failed, or its reader went away (not a failure:
+    /// see [`CliError::stdout_closed`]).
+    #[error(transparent)]
+    Output(#[from] crate::output::OutputError),
     /// Data could not be written as `-o json|yaml` asks.
     #[error("cannot write the answer as {format}: {msg}")]
     Encode {
@@ -194,10 +191,22 @@ impl CliError {
         }
     }
 
+    /// Whether stdout's reader went away: what it read was what it wanted,
+    /// so `main` exits 0 without a message.
+    pub fn stdout_closed(&self) -> bool {
+        use crate::output::OutputError::Closed;
+        matches!(
+            self,
+            CliError::Output(Closed) | CliError::Run(RunError::Output(Closed))
+        )
+    }
+
     /// The process's exit code for this error.
     pub fn exit_code(&self) -> u8 {
+        if self.stdout_closed() {
+            return 0;
+        }
         match self {
-            CliError::Closed => 0,
             CliError::Degraded { .. } => DEGRADED_EXIT,
             _ => 1,
         }

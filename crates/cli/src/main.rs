@@ -140,15 +140,13 @@ fn main() -> ExitCode {
         Cmd::Completion { shell } => {
             let mut buf = Vec::new();
             completion(shell, &mut buf);
-            String::from_utf8(buf)
-                .map_err(|e| CliError::Stdout(std::io::Error::other(e)))
-                .and_then(|t| output::text(&t))
+            output::text(&String::from_utf8_lossy(&buf)).map_err(CliError::from)
         }
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
         // The reader of stdout went away: it had what it wanted.
-        Err(CliError::Closed) => ExitCode::SUCCESS,
+        Err(e) if e.stdout_closed() => ExitCode::SUCCESS,
         Err(e @ CliError::Degraded { .. }) => {
             eprintln!("{e}");
             ExitCode::from(e.exit_code())

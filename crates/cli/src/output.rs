@@ -6,7 +6,7 @@
 //! Why a writer and not `SIGPIPE` restored to its default at start: a default
 //! `SIGPIPE` kills the process on the spot, and `sluice testbed` or an
 //! experiment killed half way would leave namespaces and processes behind.
-//! A write error travels up as [`CliError::Closed`] through `?`, so every
+//! A write error travels up as [`OutputError::Closed`] through `?`, so every
 //! `Drop` on the way runs, and `main` then exits 0 without a message.
 
 use std::fmt;
@@ -38,31 +38,43 @@ impl Format {
     }
 }
 
+/// Writing to stdout failed.
+#[derive(Debug, thiserror::Error)]
+pub enum OutputError {
+    /// Stdout's reader went away (`sluice status -o json | head -1`): not a
+    /// failure, `main` exits 0 without a message.
+    #[error("stdout closed")]
+    Closed,
+    /// Writing to stdout failed otherwise.
+    #[error("cannot write to stdout: {0}")]
+    Stdout(#[source] io::Error),
+}
+
 /// Writes `args` and a newline to stdout; a closed pipe is
-/// [`CliError::Closed`].
-pub fn line(args: fmt::Arguments<'_>) -> Result<(), CliError> {
+/// [`OutputError::Closed`].
+pub fn line(args: fmt::Arguments<'_>) -> Result<(), OutputError> {
     let mut out = io::stdout().lock();
     writeln!(out, "{args}").map_err(stdout_error)
 }
 
 /// Writes `text` to stdout as is (no newline added).
-pub fn text(text: &str) -> Result<(), CliError> {
+pub fn text(text: &str) -> Result<(), OutputError> {
     let mut out = io::stdout().lock();
     out.write_all(text.as_bytes())
         .and_then(|()| out.flush())
         .map_err(stdout_error)
 }
 
-/// A failed write to stdout: [`CliError::Closed`] if its reader went away.
-pub fn stdout_error(e: io::Error) -> CliError {
+/// A failed write to stdout: [`OutputError::Closed`] if its reader went away.
+pub fn stdout_error(e: io::Error) -> OutputError {
     if e.kind() == io::ErrorKind::BrokenPipe {
-        CliError::Closed
+        OutputError::Closed
     } else {
-        CliError::Stdout(e)
+        OutputError::Stdout(e)
     }
 }
 
-/// `println!` through [`line`]: evaluates to `Result<(), CliError>`.
+/// `println!` through [`line`]: evaluates to `Result<(), OutputError>`.
 macro_rules! outln {
     () => {
         $crate::output::line(format_args!(""))
@@ -253,8 +265,12 @@ mod tests {
     #[test]
     fn a_closed_pipe_is_a_clean_stop_and_other_errors_are_not() {
         let closed = stdout_error(io::Error::from(io::ErrorKind::BrokenPipe));
-        assert!(matches!(closed, CliError::Closed));
+        assert!(matches!(closed, OutputError::Closed));
+        assert!(CliError::from(closed).stdout_closed());
         let full = stdout_error(io::Error::from(io::ErrorKind::StorageFull));
-        assert!(matches!(full, CliError::Stdout(_)));
+        assert!(matches!(full, OutputError::Stdout(_)));
+        assert!(!CliError::from(full).stdout_closed());
+        let run = CliError::from(crate::run::RunError::from(OutputError::Closed));
+        assert!(run.stdout_closed() && run.exit_code() == 0);
     }
 }

@@ -8,6 +8,7 @@ use sluice_testbed::lab::{Lab, LabOptions, LabState};
 use sluice_testbed::scenario;
 
 use crate::error::CliError;
+use crate::output::OutputError;
 
 /// Where `up`, `down` and `demo` keep the lab's files unless told otherwise.
 pub const DEFAULT_DIR: &str = "/tmp/sluice-testbed";
@@ -123,30 +124,34 @@ pub fn options_with(
     })
 }
 
-pub(crate) fn print_state(s: &LabState) {
-    println!("tenant {} on {} hosts", s.tenant, s.hosts.len());
-    println!("  controller  {}", s.controller);
-    println!(
+pub(crate) fn print_state(s: &LabState) -> Result<(), OutputError> {
+    outln!("tenant {} on {} hosts", s.tenant, s.hosts.len())?;
+    outln!("  controller  {}", s.controller)?;
+    outln!(
         "  operator token in {} (CLI context `testbed`: {})",
         s.token_file.display(),
         s.config.display()
-    );
-    println!("  state store {}", s.store);
+    )?;
+    outln!("  state store {}", s.store)?;
     for h in &s.hosts {
-        println!(
+        outln!(
             "  host {}: netns {}, underlay {}, agent {}",
-            h.id, h.netns, h.underlay, h.api
-        );
+            h.id,
+            h.netns,
+            h.underlay,
+            h.api
+        )?;
     }
     for v in &s.vms {
-        println!(
+        outln!(
             "  vm {:<8} on host {}: netns {}, {}",
             v.name,
             v.host,
             v.netns,
             v.addrs.join(", ")
-        );
+        )?;
     }
+    Ok(())
 }
 
 /// Refuses a directory that already holds a running testbed, and removes the lab
@@ -231,12 +236,8 @@ pub fn up(
     let t = Instant::now();
     let lab = Lab::up(&options_with(spec, hosts, dir, web, seawall)?)?;
     let state = lab.keep();
-    print_state(&state);
-    println!(
-        "up in {:.1} s; files in {}",
-        t.elapsed().as_secs_f64(),
-        state.dir.display()
-    );
+    let took = t.elapsed();
+    // The context first: printing may stop early (a closed stdout).
     let added = if context {
         let ctx = crate::config::Context {
             name: CONTEXT.into(),
@@ -256,21 +257,27 @@ pub fn up(
     } else {
         None
     };
+    print_state(&state)?;
+    outln!(
+        "up in {:.1} s; files in {}",
+        took.as_secs_f64(),
+        state.dir.display()
+    )?;
     match added {
-        Some(path) => println!(
+        Some(path) => outln!(
             "try:  sluice status   (context `{CONTEXT}` of {} is now current)",
             path.display()
-        ),
-        None => println!(
+        )?,
+        None => outln!(
             "try:  export SLUICE_CONFIG={}; sluice status",
             state.config.display()
-        ),
+        )?,
     }
-    println!(
+    outln!(
         "      ip netns exec {} curl --interface 198.51.100.10 http://10.10.1.100/",
         state.vm("gateway").map(|v| v.netns.as_str()).unwrap_or("?")
-    );
-    println!("stop: sluice testbed down --dir {}", state.dir.display());
+    )?;
+    outln!("stop: sluice testbed down --dir {}", state.dir.display())?;
     Ok(())
 }
 
@@ -278,14 +285,15 @@ pub fn up(
 /// this lab's token file: another lab's context of the same name stays).
 pub fn down(dir: &Path) -> Result<(), CliError> {
     let s = Lab::down_dir(dir)?;
-    println!(
+    let ours = |c: &crate::config::Context| c.token_file.as_deref() == Some(s.token_file.as_path());
+    let removed = crate::config::remove_context(CONTEXT, ours);
+    outln!(
         "removed {} namespaces and stopped {} processes",
         s.namespaces.len(),
         s.pids.len()
-    );
-    let ours = |c: &crate::config::Context| c.token_file.as_deref() == Some(s.token_file.as_path());
-    match crate::config::remove_context(CONTEXT, ours) {
-        Ok(Some(path)) => println!("removed context `{CONTEXT}` from {}", path.display()),
+    )?;
+    match removed {
+        Ok(Some(path)) => outln!("removed context `{CONTEXT}` from {}", path.display())?,
         Ok(None) => {}
         Err(e) => eprintln!("warning: context `{CONTEXT}` not removed: {e}"),
     }
@@ -316,18 +324,18 @@ pub fn demo(spec: &Path, hosts: u32, dir: &Path, fw_state: Option<&str>) -> Resu
     };
     let t = Instant::now();
     let lab = Lab::up(&options(spec, hosts, dir, true)?)?;
-    print_state(lab.state());
-    println!("up in {:.1} s\n", t.elapsed().as_secs_f64());
+    print_state(lab.state())?;
+    outln!("up in {:.1} s\n", t.elapsed().as_secs_f64())?;
     let report = scenario::figure4(&lab)?;
     for c in &report.checks {
-        println!(
+        outln!(
             "[{}] {}\n       {}",
             if c.ok { " ok " } else { "FAIL" },
             c.name,
             c.detail
-        );
+        )?;
     }
-    println!();
+    outln!()?;
     let status = ureq::get(&format!("{}/v1/instances", lab.state().controller))
         .set("Authorization", &lab.state().bearer())
         .call()
@@ -335,13 +343,13 @@ pub fn demo(spec: &Path, hosts: u32, dir: &Path, fw_state: Option<&str>) -> Resu
         .and_then(|r| r.into_string().ok())
         .unwrap_or_default();
     if !status.is_empty() {
-        println!("NF instances (controller's view): {status}");
+        outln!("NF instances (controller's view): {status}")?;
     }
     let ok = report.ok();
     drop(lab);
-    println!("testbed removed");
+    outln!("testbed removed")?;
     if ok {
-        println!("all {} checks passed", report.checks.len());
+        outln!("all {} checks passed", report.checks.len())?;
         Ok(())
     } else {
         Err(CliError::ChecksFailed {

@@ -169,6 +169,11 @@ fn output_formats_stdin_specs_closed_pipes_and_degraded_status() {
         assert!(!err.contains("Broken pipe"), "{args:?}: {err}");
         assert_eq!(code, Some(0), "{args:?}: {err}");
     }
+    // Offline commands too (`sluice demo` prints through `run`'s summary).
+    let out = dir.path().join("demo");
+    let (code, err) = sluice_into_closed_pipe(&["demo", "--out", out.to_str().unwrap()]);
+    assert!(!err.contains("panicked"), "{err}");
+    assert_eq!(code, Some(0), "{err}");
     // ... and through a shell pipeline as people write it.
     let out = Command::new("sh")
         .arg("-c")
