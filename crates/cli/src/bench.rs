@@ -143,7 +143,7 @@ pub fn run(which: BenchCmd) -> Result<(), CliError> {
             let r = sluice_bench::dataplane::run(&exe, &spec, seconds, installs, seawall)
                 .map_err(CliError::Bench)?;
             if json {
-                println!("{}", serde_json::to_string(&r).expect("report serialises"));
+                outln!("{}", serde_json::to_string(&r).expect("report serialises"))?;
             } else {
                 sluice_bench::dataplane::print(&r);
             }
@@ -153,12 +153,12 @@ pub fn run(which: BenchCmd) -> Result<(), CliError> {
             let ts = sluice_bench::control::run(runs).map_err(CliError::Bench)?;
             for t in &ts {
                 if json {
-                    println!("{}", serde_json::to_string(t).expect("timing serialises"));
+                    outln!("{}", serde_json::to_string(t).expect("timing serialises"))?;
                 } else {
-                    println!(
+                    outln!(
                         "{:<30} median {:>7.3} ms  max {:>7.3} ms  goal <= {} ms  Stratos {} ms  ({} entries)",
                         t.name, t.median_ms, t.max_ms, t.goal_ms, t.stratos_ms, t.entries
-                    );
+                    )?;
                 }
             }
             Ok(())
@@ -192,13 +192,13 @@ pub fn run(which: BenchCmd) -> Result<(), CliError> {
             }
             if json {
                 for m in &ms {
-                    println!(
+                    outln!(
                         "{}",
                         serde_json::to_string(m).expect("measurement serialises")
-                    );
+                    )?;
                 }
             } else {
-                print!("{}", sluice_bench::table(&ms));
+                crate::output::text(&sluice_bench::table(&ms))?;
             }
             Ok(())
         }
@@ -261,13 +261,13 @@ fn print_measurements<M: serde::Serialize>(
     }
     if json {
         for m in ms {
-            println!(
+            outln!(
                 "{}",
                 serde_json::to_string(m).expect("measurement serialises")
-            );
+            )?;
         }
     } else {
-        print!("{}", table(ms));
+        crate::output::text(&table(ms))?;
     }
     Ok(())
 }

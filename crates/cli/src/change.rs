@@ -12,7 +12,7 @@ use sluice_controller::change::ChangePlan;
 /// `sluice diff`.
 #[derive(Args, Debug)]
 pub struct DiffArgs {
-    /// The tenant spec (YAML).
+    /// The tenant spec (YAML; `-`: read it from stdin).
     #[arg(short = 'f', long = "file")]
     file: PathBuf,
     #[command(flatten)]
@@ -54,28 +54,38 @@ pub fn audit(a: &AuditArgs) -> Result<(), CliError> {
         .client
         .client()?
         .audit(a.since, a.tenant.as_deref(), a.limit)?;
-    if a.client.json() {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&entries).unwrap_or_default()
-        );
+    let fmt = a.client.format();
+    if crate::output::structured(fmt, &entries)? {
         return Ok(());
     }
-    println!(
-        "{:>6} {:<24} {:<16} {:>6}  ACTION",
-        "SEQ", "TIME (UTC)", "ACTOR", "STATUS"
-    );
+    // Wide: the tenant each request concerns, after the actor.
+    let tenant = |t: &str| {
+        if fmt.wide() {
+            format!(" {t:<16}")
+        } else {
+            String::new()
+        }
+    };
+    outln!(
+        "{:>6} {:<24} {:<16}{} {:>6}  ACTION",
+        "SEQ",
+        "TIME (UTC)",
+        "ACTOR",
+        tenant("TENANT"),
+        "STATUS"
+    )?;
     for e in entries {
-        println!(
-            "{:>6} {:<24} {:<16} {:>6}  {}",
+        outln!(
+            "{:>6} {:<24} {:<16}{} {:>6}  {}",
             e.seq,
             utc(e.at_ms),
             e.actor,
+            tenant(e.tenant.as_deref().unwrap_or("-")),
             e.status,
             e.action
-        );
+        )?;
         for c in &e.changes {
-            println!("{:>6}   {c}", "");
+            outln!("{:>6}   {c}", "")?;
         }
     }
     Ok(())
@@ -83,7 +93,7 @@ pub fn audit(a: &AuditArgs) -> Result<(), CliError> {
 
 /// Prints what a change does, as `apply --dry-run`, `delete --dry-run` and
 /// `diff` show it.
-pub fn print_plan(p: &ChangePlan) {
+pub fn print_plan(p: &ChangePlan) -> Result<(), CliError> {
     let gen = |g: u64| {
         if g == 0 {
             "none".to_string()
@@ -91,38 +101,39 @@ pub fn print_plan(p: &ChangePlan) {
             g.to_string()
         }
     };
-    println!(
+    outln!(
         "tenant {}: generation {} -> {}",
         p.tenant,
         gen(p.generation_before),
         gen(p.generation_after)
-    );
+    )?;
     if p.is_empty() {
-        println!("  no change");
-        return;
+        outln!("  no change")?;
+        return Ok(());
     }
     for l in &p.spec {
-        println!("  {l}");
+        outln!("  {l}")?;
     }
     for i in &p.instances_added {
-        println!("  + instance {i}");
+        outln!("  + instance {i}")?;
     }
     for i in &p.instances_removed {
-        println!("  - instance {i}");
+        outln!("  - instance {i}")?;
     }
     for (h, f) in &p.fib {
-        println!(
+        outln!(
             "  host {h}: +{} -{} FIB entries",
             f.added.len(),
             f.removed.len()
-        );
+        )?;
         for e in &f.added {
-            println!("    + {e}");
+            outln!("    + {e}")?;
         }
         for e in &f.removed {
-            println!("    - {e}");
+            outln!("    - {e}")?;
         }
     }
+    Ok(())
 }
 
 /// Asks on the terminal before `what`: the answer must be `name` (or `y`).

@@ -9,25 +9,24 @@ use crate::error::CliError;
 /// `sluice check`.
 #[derive(Args, Debug)]
 pub struct CheckArgs {
-    /// The spec.
+    /// The spec (`-`: read it from stdin).
     #[arg(short = 'f', long = "file")]
     pub file: PathBuf,
 }
 
 /// `sluice check -f SPEC`: parse and validate a tenant spec, print what it holds.
 pub fn run(a: &CheckArgs) -> Result<(), CliError> {
-    let file = a.file.as_path();
-    let text = std::fs::read_to_string(file).map_err(CliError::io(file))?;
+    let (file, text) = crate::ctl::read_spec(&a.file)?;
     let name = file.display().to_string();
     let spec = sluice_tenant::TenantSpec::parse(&text, &name, Some(&sluice_builtin::registry()))?;
-    println!(
+    outln!(
         "{name}: tenant `{}` is valid: {} elements, {} chains",
         spec.tenant,
         spec.elements.len(),
         spec.chains.len()
-    );
+    )?;
     for c in &spec.chains {
-        println!(
+        outln!(
             "  chain {:<16} {}{}{}",
             c.name,
             c.path.join(" -> "),
@@ -41,7 +40,7 @@ pub fn run(a: &CheckArgs) -> Result<(), CliError> {
             } else {
                 format!(", mirrored to {}", c.mirror.join(", "))
             }
-        );
+        )?;
     }
     Ok(())
 }

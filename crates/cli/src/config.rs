@@ -138,6 +138,99 @@ fn load() -> Result<(Config, Option<PathBuf>), CliError> {
     }
 }
 
+/// The config file's path for writing: `$SLUICE_CONFIG`, else
+/// `~/.config/sluice/config` (created if missing).
+fn write_path() -> Result<PathBuf, CliError> {
+    config_path()
+        .map(|(p, _)| p)
+        .ok_or_else(|| CliError::flag("config", "no config file: set $SLUICE_CONFIG or $HOME"))
+}
+
+/// The config file at `path`; a missing file is an empty config.
+fn read_or_empty(path: &Path) -> Result<Config, CliError> {
+    match std::fs::read_to_string(path) {
+        Ok(text) => Config::parse(&text, path),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Config::default()),
+        Err(e) => Err(bad(path, e.to_string())),
+    }
+}
+
+/// Writes `cfg` to `path`. An existing file is rewritten in place, so it keeps
+/// its owner and mode; a new one (and its directory) is created readable by
+/// its owner only, as it may come to hold tokens.
+fn store(cfg: &Config, path: &Path) -> Result<(), CliError> {
+    use std::io::Write;
+    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+    let text = yaml_serde::to_string(cfg).map_err(|e| bad(path, e.to_string()))?;
+    if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(parent)
+            .map_err(CliError::io(parent))?;
+    }
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)
+        .map_err(CliError::io(path))?;
+    f.write_all(text.as_bytes()).map_err(CliError::io(path))
+}
+
+/// Adds `ctx` to the config file at `path` (replacing a context of the same
+/// name), and makes it the current context if `current`.
+pub fn upsert_context_at(path: &Path, ctx: Context, current: bool) -> Result<(), CliError> {
+    let mut cfg = read_or_empty(path)?;
+    let name = ctx.name.clone();
+    match cfg.contexts.iter_mut().find(|c| c.name == name) {
+        Some(c) => *c = ctx,
+        None => cfg.contexts.push(ctx),
+    }
+    if current {
+        cfg.current_context = Some(name);
+    }
+    store(&cfg, path)
+}
+
+/// Removes the context `name` from the config file at `path` if `which`
+/// accepts it (a context of that name pointing elsewhere stays); no longer
+/// current if it was. Whether it removed one.
+pub fn remove_context_at(
+    path: &Path,
+    name: &str,
+    which: impl Fn(&Context) -> bool,
+) -> Result<bool, CliError> {
+    let mut cfg = read_or_empty(path)?;
+    let before = cfg.contexts.len();
+    cfg.contexts.retain(|c| c.name != name || !which(c));
+    if cfg.contexts.len() == before {
+        return Ok(false);
+    }
+    if cfg.current_context.as_deref() == Some(name) {
+        cfg.current_context = None;
+    }
+    store(&cfg, path)?;
+    Ok(true)
+}
+
+/// [`upsert_context_at`] on the CLI's config file; its path.
+pub fn upsert_context(ctx: Context, current: bool) -> Result<PathBuf, CliError> {
+    let path = write_path()?;
+    upsert_context_at(&path, ctx, current)?;
+    Ok(path)
+}
+
+/// [`remove_context_at`] on the CLI's config file; its path if it removed one.
+pub fn remove_context(
+    name: &str,
+    which: impl Fn(&Context) -> bool,
+) -> Result<Option<PathBuf>, CliError> {
+    let path = write_path()?;
+    Ok(remove_context_at(&path, name, which)?.then_some(path))
+}
+
 /// Reads a token file: its first line, trimmed; empty is an error.
 pub fn read_token_file(path: &Path) -> Result<String, CliError> {
     let text = std::fs::read_to_string(path).map_err(CliError::io(path))?;
@@ -248,10 +341,10 @@ pub fn run(a: &ConfigArgs) -> Result<(), CliError> {
     };
     match &a.what {
         ConfigCmd::View => {
-            println!("# {}", path.display());
+            outln!("# {}", path.display())?;
             let text =
                 yaml_serde::to_string(&redacted(&cfg)).map_err(|e| bad(&path, e.to_string()))?;
-            print!("{text}");
+            crate::output::text(&text)?;
         }
         ConfigCmd::UseContext { name } => {
             if cfg.context(name).is_none() {
@@ -273,7 +366,7 @@ pub fn run(a: &ConfigArgs) -> Result<(), CliError> {
             // Rewritten in place: the file keeps its owner and mode (it may
             // hold tokens).
             std::fs::write(&path, text).map_err(CliError::io(&path))?;
-            println!("current context: {name}");
+            outln!("current context: {name}")?;
         }
     }
     Ok(())
@@ -308,6 +401,42 @@ mod tests {
         .unwrap();
         assert_eq!(c.context("b").unwrap().token_file, Some(PathBuf::from("t")));
         assert_eq!(Config::parse("", p).unwrap(), Config::default());
+    }
+
+    #[test]
+    fn contexts_are_added_made_current_and_removed() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        // A new file in a new directory: created private.
+        let path = dir.path().join("sluice/config");
+        let tb = |url: &str| Context {
+            name: "testbed".into(),
+            controller: Some(url.into()),
+            token_file: Some("/tmp/tb/admin.token".into()),
+            token: None,
+        };
+        upsert_context_at(&path, tb("http://10.0.0.1:7420"), true).unwrap();
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+        let other = Context {
+            name: "prod".into(),
+            controller: Some("https://sluice.example".into()),
+            ..Context::default()
+        };
+        upsert_context_at(&path, other.clone(), false).unwrap();
+        // Replaced, not duplicated; current stays.
+        upsert_context_at(&path, tb("http://10.0.0.2:7420"), true).unwrap();
+        let c = read_or_empty(&path).unwrap();
+        assert_eq!(c.current_context.as_deref(), Some("testbed"));
+        assert_eq!(c.contexts, vec![tb("http://10.0.0.2:7420"), other.clone()]);
+        // Another testbed's context of the same name stays.
+        let mine = |c: &Context| c.token_file.as_deref() == Some(Path::new("/elsewhere"));
+        assert!(!remove_context_at(&path, "testbed", mine).unwrap());
+        assert_eq!(read_or_empty(&path).unwrap().contexts.len(), 2);
+        assert!(remove_context_at(&path, "testbed", |_| true).unwrap());
+        let c = read_or_empty(&path).unwrap();
+        assert_eq!(c.current_context, None);
+        assert_eq!(c.contexts, vec![other]);
     }
 
     #[test]

@@ -9,6 +9,7 @@ use sluice_controller::client::{ChangeOptions, Client};
 use sluice_controller::{serve, ServerOptions};
 
 use crate::error::CliError;
+use crate::output::{opt, structured, structured_raw, yes_no, Align, Format, Table};
 
 /// Where the controller is, which token to send, and how to print answers.
 #[derive(Args, Debug, Clone)]
@@ -26,15 +27,23 @@ pub struct ClientArgs {
     /// [default: its `current_context`].
     #[arg(long, global = true)]
     context: Option<String>,
-    /// Print the controller's JSON as is.
-    #[arg(long, global = true)]
-    pub(crate) json: bool,
+    /// Output format: the table (default), `wide` (more columns), `json`
+    /// (the controller's answer), `yaml` (the same data).
+    #[arg(short = 'o', long, global = true, value_enum, value_name = "FORMAT")]
+    output: Option<Format>,
+    /// Same as `-o json` (kept for scripts).
+    #[arg(long, global = true, hide = true, conflicts_with = "output")]
+    json: bool,
 }
 
 impl ClientArgs {
-    /// Whether to print the controller's JSON as is.
-    pub(crate) fn json(&self) -> bool {
-        self.json
+    /// The output format `-o` (or `--json`) asks for.
+    pub(crate) fn format(&self) -> Format {
+        match (self.output, self.json) {
+            (Some(f), _) => f,
+            (None, true) => Format::Json,
+            (None, false) => Format::Table,
+        }
     }
 
     /// A client of the resolved controller, sending the resolved token.
@@ -74,7 +83,7 @@ pub struct ControllerArgs {
 /// `sluice apply`.
 #[derive(Args, Debug)]
 pub struct ApplyArgs {
-    /// The tenant spec (YAML).
+    /// The tenant spec (YAML; `-`: read it from stdin).
     #[arg(short = 'f', long = "file")]
     pub(crate) file: PathBuf,
     /// Only show what the spec would change (instances, FIB entries per host).
@@ -163,7 +172,7 @@ enum DeleteWhat {
     },
 }
 
-/// `sluice status`.
+/// `sluice status` (its exit status is documented on the subcommand).
 #[derive(Args, Debug)]
 pub struct StatusArgs {
     #[command(flatten)]
@@ -204,24 +213,27 @@ pub fn controller(a: &ControllerArgs) -> Result<(), CliError> {
     Ok(())
 }
 
-fn pretty(raw: &str) -> String {
-    serde_json::from_str::<serde_json::Value>(raw)
-        .ok()
-        .and_then(|v| serde_json::to_string_pretty(&v).ok())
-        .unwrap_or_else(|| raw.to_string())
-}
-
 fn parse<T: serde::de::DeserializeOwned>(raw: &str) -> Result<T, CliError> {
     serde_json::from_str(raw).map_err(CliError::Answer)
 }
 
-fn opt<T: std::fmt::Display>(v: Option<T>) -> String {
-    v.map(|x| x.to_string()).unwrap_or_else(|| "-".into())
+/// Reads a spec named by `-f`: a file, or stdin for `-`. Its name for
+/// messages (`<stdin>` for `-`) and its text.
+pub(crate) fn read_spec(file: &std::path::Path) -> Result<(PathBuf, String), CliError> {
+    if file.as_os_str() == "-" {
+        let name = PathBuf::from("<stdin>");
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut std::io::stdin(), &mut text)
+            .map_err(CliError::io(&name))?;
+        return Ok((name, text));
+    }
+    let text = std::fs::read_to_string(file).map_err(CliError::io(file))?;
+    Ok((file.to_path_buf(), text))
 }
 
 /// `sluice apply -f SPEC`.
 pub fn apply(a: &ApplyArgs) -> Result<(), CliError> {
-    let text = std::fs::read_to_string(&a.file).map_err(CliError::io(&a.file))?;
+    let (name, text) = read_spec(&a.file)?;
     let opts = ChangeOptions {
         if_generation: a.if_generation,
         dry_run: a.dry_run,
@@ -231,35 +243,32 @@ pub fn apply(a: &ApplyArgs) -> Result<(), CliError> {
         .client
         .client()?
         .apply_with(None, &text, &opts)
-        .map_err(|source| CliError::Apply {
-            path: a.file.clone(),
-            source,
-        })?;
-    if a.client.json {
-        println!("{}", pretty(&raw));
+        .map_err(|source| CliError::Apply { path: name, source })?;
+    if structured_raw(a.client.format(), &raw)? {
         return Ok(());
     }
     let s: sluice_controller::model::ApplySummary = parse(&raw)?;
     if s.dry_run {
         if let Some(p) = &s.plan {
-            crate::change::print_plan(p);
+            crate::change::print_plan(p)?;
         }
         return Ok(());
     }
     if s.changed {
-        println!(
+        outln!(
             "tenant {} applied: vni {}, generation {}, {} chains, {} NF instances",
             s.tenant,
             s.vni,
             s.generation,
             s.chains.len(),
             s.instances.len()
-        );
+        )?;
     } else {
-        println!(
+        outln!(
             "tenant {} unchanged (generation {}, the same spec is applied)",
-            s.tenant, s.generation
-        );
+            s.tenant,
+            s.generation
+        )?;
     }
     for (h, n) in &s.entries {
         let pushed = s
@@ -267,10 +276,10 @@ pub fn apply(a: &ApplyArgs) -> Result<(), CliError> {
             .get(h)
             .map(|v| format!(", pushing version {v}"))
             .unwrap_or_default();
-        println!("  host {h}: {n} FIB entries{pushed}");
+        outln!("  host {h}: {n} FIB entries{pushed}")?;
     }
     for i in &s.instances {
-        println!("  instance {:<20} host {} port {}", i.name, i.host, i.port);
+        outln!("  instance {:<20} host {} port {}", i.name, i.host, i.port)?;
     }
     Ok(())
 }
@@ -278,6 +287,7 @@ pub fn apply(a: &ApplyArgs) -> Result<(), CliError> {
 /// `sluice get ...`.
 pub fn get(a: &GetArgs) -> Result<(), CliError> {
     let c = a.client.client()?;
+    let fmt = a.client.format();
     let path = match &a.what {
         GetWhat::Tenants => "/v1/tenants".to_string(),
         GetWhat::Tenant { name } => format!("/v1/tenants/{name}"),
@@ -289,150 +299,201 @@ pub fn get(a: &GetArgs) -> Result<(), CliError> {
         GetWhat::Config { host } => format!("/v1/hosts/{host}/config"),
     };
     let raw = c.get_raw(&path)?;
-    if a.client.json || matches!(a.what, GetWhat::Config { .. }) {
-        println!("{}", pretty(&raw));
+    // A host's configuration has no table: JSON unless YAML is asked for.
+    let fmt = match (&a.what, fmt) {
+        (GetWhat::Config { .. }, Format::Table | Format::Wide) => Format::Json,
+        _ => fmt,
+    };
+    if structured_raw(fmt, &raw)? {
         return Ok(());
     }
     use sluice_controller::model::*;
     match &a.what {
         GetWhat::Tenants => {
             let v: Vec<TenantSummary> = parse(&raw)?;
-            println!(
-                "{:<16} {:>6} {:>4} {:>7} {:>10} {:>8}",
-                "TENANT", "VNI", "GEN", "CHAINS", "INSTANCES", "ENTRIES"
-            );
-            for t in v {
-                println!(
-                    "{:<16} {:>6} {:>4} {:>7} {:>10} {:>8}",
-                    t.tenant, t.vni, t.generation, t.chains, t.instances, t.entries
-                );
+            let mut t = Table::new(fmt)
+                .col("TENANT", Align::Left)
+                .col("VNI", Align::Right)
+                .col("GEN", Align::Right)
+                .col("CHAINS", Align::Right)
+                .col("INSTANCES", Align::Right)
+                .col("ENTRIES", Align::Right);
+            for x in v {
+                t.row(vec![
+                    x.tenant,
+                    x.vni.to_string(),
+                    x.generation.to_string(),
+                    x.chains.to_string(),
+                    x.instances.to_string(),
+                    x.entries.to_string(),
+                ]);
             }
+            t.print()?;
         }
         GetWhat::Tenant { .. } => {
             let t: TenantDetail = parse(&raw)?;
-            println!(
+            outln!(
                 "tenant {}: vni {}, generation {}",
-                t.tenant, t.vni, t.generation
-            );
-            println!("chains: {}", t.chains.join(", "));
-            println!("vms: {}", t.vms.join(", "));
+                t.tenant,
+                t.vni,
+                t.generation
+            )?;
+            outln!("chains: {}", t.chains.join(", "))?;
+            outln!("vms: {}", t.vms.join(", "))?;
             for (h, n) in &t.entries {
-                println!("host {h}: {n} FIB entries");
+                outln!("host {h}: {n} FIB entries")?;
             }
             for i in &t.instances {
-                println!("instance {:<20} host {} port {}", i.name, i.host, i.port);
+                outln!("instance {:<20} host {} port {}", i.name, i.host, i.port)?;
             }
-            println!("--- spec\n{}", t.spec.trim_end());
+            outln!("--- spec\n{}", t.spec.trim_end())?;
         }
         GetWhat::Hosts => {
             let v: Vec<HostInfo> = parse(&raw)?;
-            println!(
-                "{:>4} {:<14} {:<15} {:<24} {:<5} {:>9} {:>8} {:>8}  ERROR",
-                "ID", "NAME", "UNDERLAY", "API", "ALIVE", "HEARD_MS", "DESIRED", "REPORTED"
-            );
+            let mut t = Table::new(fmt)
+                .col("ID", Align::Right)
+                .col("NAME", Align::Left)
+                .col("UNDERLAY", Align::Left)
+                .col("API", Align::Left)
+                .col("ALIVE", Align::Left)
+                .col("HEARD_MS", Align::Right)
+                .col("DESIRED", Align::Right)
+                .col("REPORTED", Align::Right)
+                .wide_col("IN_SYNC", Align::Left)
+                .col("ERROR", Align::Left);
             for h in v {
-                println!(
-                    "{:>4} {:<14} {:<15} {:<24} {:<5} {:>9} {:>8} {:>8}  {}",
-                    h.id,
+                t.row(vec![
+                    h.id.to_string(),
                     h.name,
                     h.underlay,
                     h.api,
-                    if h.alive { "yes" } else { "no" },
+                    yes_no(h.alive),
                     opt(h.last_heartbeat_ms),
-                    h.desired_version,
+                    h.desired_version.to_string(),
                     opt(h.reported_version),
-                    h.push_error.unwrap_or_default()
-                );
+                    yes_no(h.in_sync),
+                    h.push_error.unwrap_or_default(),
+                ]);
             }
+            t.print()?;
         }
         GetWhat::Vms => {
             let v: Vec<VmInfo> = parse(&raw)?;
-            println!(
-                "{:<12} {:<12} {:>4} {:>5} {:<16} {:<18} {:<16} GATEWAY",
-                "TENANT", "NAME", "HOST", "PORT", "IFACE", "MAC", "ADDR"
-            );
+            let mut t = Table::new(fmt)
+                .col("TENANT", Align::Left)
+                .col("NAME", Align::Left)
+                .col("HOST", Align::Right)
+                .col("PORT", Align::Right)
+                .col("IFACE", Align::Left)
+                .col("MAC", Align::Left)
+                .col("ADDR", Align::Left)
+                .col("GATEWAY", Align::Left)
+                .wide_col("APPLIED", Align::Left);
             for x in v {
-                println!(
-                    "{:<12} {:<12} {:>4} {:>5} {:<16} {:<18} {:<16} {}",
+                t.row(vec![
                     x.tenant,
                     x.name,
-                    x.host,
-                    x.port,
+                    x.host.to_string(),
+                    x.port.to_string(),
                     x.iface,
                     x.mac,
                     x.addr,
-                    if x.gateway { "yes" } else { "" }
-                );
+                    if x.gateway { "yes" } else { "" }.into(),
+                    yes_no(x.applied),
+                ]);
             }
+            t.print()?;
         }
         GetWhat::Instances => {
             let v: Vec<InstanceInfo> = parse(&raw)?;
-            println!(
-                "{:<24} {:<12} {:<12} {:>4} {:>5} {:<8} PID",
-                "NAME", "TENANT", "MIDDLEBOX", "HOST", "PORT", "STATE"
-            );
+            // Wide: where the host is too. A token that sees no hosts (a
+            // tenant's) gets `-` there.
+            let hosts = if fmt.wide() {
+                c.hosts().unwrap_or_default()
+            } else {
+                Vec::new()
+            };
+            let mut t = Table::new(fmt)
+                .col("NAME", Align::Left)
+                .col("TENANT", Align::Left)
+                .col("MIDDLEBOX", Align::Left)
+                .col("HOST", Align::Right)
+                .wide_col("HOST_NAME", Align::Left)
+                .wide_col("UNDERLAY", Align::Left)
+                .col("PORT", Align::Right)
+                .col("STATE", Align::Left)
+                .wide_col("ALIVE", Align::Left)
+                .col("PID", Align::Left);
             for i in v {
-                println!(
-                    "{:<24} {:<12} {:<12} {:>4} {:>5} {:<8} {}",
+                let h = hosts.iter().find(|h| h.id == i.host);
+                t.row(vec![
                     i.name,
                     i.tenant,
                     i.middlebox,
-                    i.host,
-                    i.port,
+                    i.host.to_string(),
+                    opt(h.map(|h| &h.name)),
+                    opt(h.map(|h| &h.underlay)),
+                    i.port.to_string(),
                     i.state,
-                    opt(i.pid)
-                );
+                    opt(i.alive.map(yes_no)),
+                    opt(i.pid),
+                ]);
             }
+            t.print()?;
         }
         GetWhat::Chains => {
             let v: Vec<ChainInfo> = parse(&raw)?;
-            println!(
-                "{:<12} {:<16} {:>4} {:>4}  PATH",
-                "TENANT", "CHAIN", "ID", "REV"
-            );
+            let mut t = Table::new(fmt)
+                .col("TENANT", Align::Left)
+                .col("CHAIN", Align::Left)
+                .col("ID", Align::Right)
+                .col("REV", Align::Right)
+                .wide_col("BIDIRECTIONAL", Align::Left)
+                .col("PATH", Align::Left);
             for ch in v {
                 let mirror = if ch.mirror.is_empty() {
                     String::new()
                 } else {
                     format!("  (mirror: {})", ch.mirror.join(", "))
                 };
-                println!(
-                    "{:<12} {:<16} {:>4} {:>4}  {}{mirror}",
+                t.row(vec![
                     ch.tenant,
                     ch.chain,
-                    ch.id,
+                    ch.id.to_string(),
                     opt(ch.reverse_id),
-                    ch.path.join(" -> ")
-                );
+                    yes_no(ch.bidirectional),
+                    format!("{}{mirror}", ch.path.join(" -> ")),
+                ]);
             }
+            t.print()?;
         }
         GetWhat::Fib { .. } => {
             let f: HostFibInfo = parse(&raw)?;
-            println!("host {} (config version {})", f.host, f.version);
+            outln!("host {} (config version {})", f.host, f.version)?;
             for t in &f.tenants {
-                println!(
+                outln!(
                     "tenant {} (vni {}): {} entries, {} groups",
                     t.tenant,
                     t.vni,
                     t.entries.len(),
                     t.groups.len()
-                );
+                )?;
                 let mut entries = t.entries.clone();
                 entries.sort_by_key(|e| std::cmp::Reverse(e.priority));
                 for e in &entries {
-                    println!(
+                    outln!(
                         "  {:>5} prio {:>4}  {}  =>  {}",
                         e.id,
                         e.priority,
                         serde_json::to_string(&e.m).unwrap_or_default(),
                         serde_json::to_string(&e.actions).unwrap_or_default()
-                    );
+                    )?;
                 }
                 for (g, grp) in &t.groups {
-                    println!(
+                    outln!(
                         "  group {g}: {}",
                         serde_json::to_string(&grp.ranges).unwrap_or_default()
-                    );
+                    )?;
                 }
             }
         }
@@ -465,26 +526,28 @@ pub fn delete(a: &DeleteArgs) -> Result<(), CliError> {
             .delete_vm(tenant, name)
             .map(|d| serde_json::to_string(&d).unwrap_or_default()),
     }?;
-    if a.client.json {
-        println!("{}", pretty(&raw));
+    if structured_raw(a.client.format(), &raw)? {
         return Ok(());
     }
     let d: sluice_controller::model::Deleted = parse(&raw)?;
     if d.dry_run {
         if let Some(p) = &d.plan {
-            crate::change::print_plan(p);
+            crate::change::print_plan(p)?;
         }
         return Ok(());
     }
-    println!("deleted {}", d.deleted);
+    outln!("deleted {}", d.deleted)?;
     for (h, v) in &d.pushed {
-        println!("  host {h}: pushing version {v}");
+        outln!("  host {h}: pushing version {v}")?;
     }
     Ok(())
 }
 
-/// `sluice status`: hosts alive and in sync, tenants, NF instances alive.
+/// `sluice status`: hosts alive and in sync, tenants, NF instances alive;
+/// [`CliError::Degraded`] (exit 3) once printed if a host is down or an NF
+/// instance is not known to run.
 pub fn status(a: &StatusArgs) -> Result<(), CliError> {
+    let fmt = a.client.format();
     let c = a.client.client()?;
     // A tenant's token sees no hosts: its status is its tenants and instances.
     let (hosts, hosts_hidden) = match c.hosts() {
@@ -494,30 +557,57 @@ pub fn status(a: &StatusArgs) -> Result<(), CliError> {
     };
     let tenants = c.tenants()?;
     let instances = c.instances()?;
-    if a.client.json {
-        let v = serde_json::json!({
-            "controller": c.base(),
-            "hosts": hosts,
-            "tenants": tenants,
-            "instances": instances,
-        });
-        println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
-        return Ok(());
+    let v = serde_json::json!({
+        "controller": c.base(),
+        "hosts": hosts,
+        "tenants": tenants,
+        "instances": instances,
+    });
+    if !structured(fmt, &v)? {
+        print_status(c.base(), &hosts, hosts_hidden, &tenants, &instances, fmt)?;
     }
+    let hosts_down = hosts.iter().filter(|h| !h.alive).count();
+    let instances_down = instances.iter().filter(|i| i.alive != Some(true)).count();
+    if hosts_down + instances_down > 0 {
+        return Err(CliError::Degraded {
+            hosts_down,
+            hosts: hosts.len(),
+            instances_down,
+            instances: instances.len(),
+        });
+    }
+    Ok(())
+}
+
+/// `sluice status`'s text: wide adds each host's underlay and API, and lists
+/// every NF instance (not only those not running) with its process id.
+fn print_status(
+    base: &str,
+    hosts: &[sluice_controller::model::HostInfo],
+    hosts_hidden: bool,
+    tenants: &[sluice_controller::model::TenantSummary],
+    instances: &[sluice_controller::model::InstanceInfo],
+    fmt: Format,
+) -> Result<(), CliError> {
     let alive = hosts.iter().filter(|h| h.alive).count();
     let synced = hosts.iter().filter(|h| h.in_sync).count();
-    println!("controller {}", c.base());
+    outln!("controller {base}")?;
     if hosts_hidden {
-        println!("hosts: not visible to this token");
+        outln!("hosts: not visible to this token")?;
     } else {
-        println!(
+        outln!(
             "hosts: {} registered, {alive} alive, {synced} in sync",
             hosts.len()
-        );
+        )?;
     }
-    for h in &hosts {
-        println!(
-            "  host {:<3} {:<14} {:<5} version {} (agent runs {}){}",
+    for h in hosts {
+        let wide = if fmt.wide() {
+            format!(" {:<15} {:<24}", h.underlay, h.api)
+        } else {
+            String::new()
+        };
+        outln!(
+            "  host {:<3} {:<14}{wide} {:<5} version {} (agent runs {}){}",
             h.id,
             h.name,
             if h.alive { "alive" } else { "DOWN" },
@@ -527,22 +617,37 @@ pub fn status(a: &StatusArgs) -> Result<(), CliError> {
                 .as_ref()
                 .map(|e| format!("  push error: {e}"))
                 .unwrap_or_default()
-        );
+        )?;
     }
-    println!("tenants: {}", tenants.len());
-    for t in &tenants {
-        println!(
+    outln!("tenants: {}", tenants.len())?;
+    for t in tenants {
+        outln!(
             "  {:<16} vni {:<6} {} chains, {} instances, {} entries",
-            t.tenant, t.vni, t.chains, t.instances, t.entries
-        );
+            t.tenant,
+            t.vni,
+            t.chains,
+            t.instances,
+            t.entries
+        )?;
     }
     let running = instances.iter().filter(|i| i.alive == Some(true)).count();
-    println!("NF instances: {} placed, {running} alive", instances.len());
-    for i in instances.iter().filter(|i| i.alive != Some(true)) {
-        println!(
-            "  {:<24} host {} port {}: {}",
-            i.name, i.host, i.port, i.state
-        );
+    outln!("NF instances: {} placed, {running} alive", instances.len())?;
+    for i in instances
+        .iter()
+        .filter(|i| fmt.wide() || i.alive != Some(true))
+    {
+        let pid = if fmt.wide() {
+            format!(" pid {}", opt(i.pid))
+        } else {
+            String::new()
+        };
+        outln!(
+            "  {:<24} host {} port {}{pid}: {}",
+            i.name,
+            i.host,
+            i.port,
+            i.state
+        )?;
     }
     Ok(())
 }
@@ -600,17 +705,17 @@ pub fn scale(a: &ScaleArgs) -> Result<(), CliError> {
             drain_timeout_ms: a.drain_timeout_ms,
         },
     )?;
-    if a.client.json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&info).unwrap_or_default()
-        );
+    if structured(a.client.format(), &info)? {
         return Ok(());
     }
-    println!(
+    outln!(
         "{}/{}: {} instances (spec: {}, state {})",
-        info.tenant, info.middlebox, info.instances, info.spec_instances, info.state
-    );
+        info.tenant,
+        info.middlebox,
+        info.instances,
+        info.spec_instances,
+        info.state
+    )?;
     for i in &info.placed {
         let mark = if info.draining.contains(&i.name) {
             "  draining"
@@ -619,10 +724,10 @@ pub fn scale(a: &ScaleArgs) -> Result<(), CliError> {
         } else {
             ""
         };
-        println!("  {:<24} host {} port {}{mark}", i.name, i.host, i.port);
+        outln!("  {:<24} host {} port {}{mark}", i.name, i.host, i.port)?;
     }
     for (h, v) in &info.pushed {
-        println!("  host {h}: pushing version {v}");
+        outln!("  host {h}: pushing version {v}")?;
     }
     Ok(())
 }
@@ -631,8 +736,8 @@ pub fn scale(a: &ScaleArgs) -> Result<(), CliError> {
 pub fn events(a: &EventsArgs) -> Result<(), CliError> {
     let c = a.client.client()?;
     let ev = c.events(a.since)?;
-    if a.client.json {
-        println!("{}", serde_json::to_string_pretty(&ev).unwrap_or_default());
+    let fmt = a.client.format();
+    if structured(fmt, &ev)? {
         return Ok(());
     }
     for e in &ev {
@@ -642,13 +747,28 @@ pub fn events(a: &EventsArgs) -> Result<(), CliError> {
             (Some(f), Some(p)) => format!(" [pushed {} ms after the report]", p.saturating_sub(f)),
             _ => String::new(),
         };
-        println!(
-            "{:>6} {h:02}:{m:02}:{s:02}.{:03} {:<9} {}{timing}",
+        // Wide: what the event concerns, as `key=value` after the reason.
+        let mut about = String::new();
+        if fmt.wide() {
+            for (k, v) in [
+                ("tenant", e.tenant.clone()),
+                ("chain", e.chain.clone()),
+                ("middlebox", e.middlebox.clone()),
+                ("instance", e.instance.clone()),
+                ("host", e.host.map(|h| h.to_string())),
+            ] {
+                if let Some(v) = v {
+                    about.push_str(&format!(" {k}={v}"));
+                }
+            }
+        }
+        outln!(
+            "{:>6} {h:02}:{m:02}:{s:02}.{:03} {:<9} {}{timing}{about}",
             e.id,
             e.at_ms % 1000,
             e.kind,
             e.reason
-        );
+        )?;
     }
     Ok(())
 }
@@ -664,18 +784,18 @@ pub fn metric(a: &MetricArgs) -> Result<(), CliError> {
             at_ms: a.at_ms,
         },
     )?;
-    if a.client.json {
-        println!("{}", serde_json::to_string_pretty(&ack).unwrap_or_default());
+    if structured(a.client.format(), &ack)? {
         return Ok(());
     }
     if !ack.enabled {
-        println!(
+        outln!(
             "no scaler is configured for {}/{}: sample dropped",
-            ack.tenant, ack.chain
-        );
+            ack.tenant,
+            ack.chain
+        )?;
         return Ok(());
     }
-    println!(
+    outln!(
         "{}/{}: counts {:?}{}{}",
         ack.tenant,
         ack.chain,
@@ -686,6 +806,6 @@ pub fn metric(a: &MetricArgs) -> Result<(), CliError> {
         } else {
             format!(", now: {}", ack.decisions.join(", "))
         }
-    );
+    )?;
     Ok(())
 }

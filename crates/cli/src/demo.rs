@@ -281,18 +281,18 @@ pub fn demo(dir: &Path, json: bool) -> Result<(), RunError> {
         pipeline: None,
     };
     if !json {
-        println!(
+        outln!(
             "sample written to {}/ (chain.yaml, firewall.rules, ips.rules, sample.pcap)",
             dir.display()
-        );
+        )?;
     }
     run::main(&args)?;
     if !json {
-        println!(
+        outln!(
             "forwarded packets: {}/forwarded.pcap; alerts and flow records: {}/eve.json",
             dir.display(),
             dir.display()
-        );
+        )?;
     }
     Ok(())
 }

@@ -126,7 +126,51 @@ pub enum CliError {
     /// Own executable not found (the testbed starts `sluiced` from next to it).
     #[error("cannot find own binary: {0}")]
     OwnBinary(#[source] io::Error),
+    /// Writing to stdout failed, or its reader went away (not a failure:
+    /// see [`CliError::stdout_closed`]).
+    #[error(transparent)]
+    Output(#[from] crate::output::OutputError),
+    /// Data could not be written as `-o json|yaml` asks.
+    #[error("cannot write the answer as {format}: {msg}")]
+    Encode {
+        /// JSON or YAML.
+        format: &'static str,
+        /// What the encoder said.
+        msg: String,
+    },
+    /// `sluice status`: the deployment is degraded (exit code
+    /// [`DEGRADED_EXIT`]).
+    #[error("degraded: {hosts_down} of {hosts} hosts down, {instances_down} of {instances} NF instances not running")]
+    Degraded {
+        /// Hosts not alive.
+        hosts_down: usize,
+        /// Hosts registered (visible to the token).
+        hosts: usize,
+        /// NF instances whose process is not known to run.
+        instances_down: usize,
+        /// NF instances placed.
+        instances: usize,
+    },
+    /// A testbed directory nginx's workers (another user) cannot read.
+    #[error(
+        "{}: mode {mode:04o}: {problem}; the testbed's nginx workers run as another user \
+         and would answer 403 (fix: `chmod o+rx {}`, or pick a directory under one that is: \
+         --dir /tmp/sluice-testbed)",
+        path.display(), path.display()
+    )]
+    NotReadableByOthers {
+        /// The directory (the lab's, or one of its parents).
+        path: PathBuf,
+        /// Its permission bits.
+        mode: u32,
+        /// What others lack.
+        problem: &'static str,
+    },
 }
+
+/// Exit code of `sluice status` when a host is down or an NF instance is not
+/// running (1 stays "the command failed": the controller could not be asked).
+pub const DEGRADED_EXIT: u8 = 3;
 
 impl CliError {
     /// Wraps an I/O error with the path it concerns.
@@ -144,6 +188,27 @@ impl CliError {
         move |source| CliError::Variant {
             path: path.to_path_buf(),
             source,
+        }
+    }
+
+    /// Whether stdout's reader went away: what it read was what it wanted,
+    /// so `main` exits 0 without a message.
+    pub fn stdout_closed(&self) -> bool {
+        use crate::output::OutputError::Closed;
+        matches!(
+            self,
+            CliError::Output(Closed) | CliError::Run(RunError::Output(Closed))
+        )
+    }
+
+    /// The process's exit code for this error.
+    pub fn exit_code(&self) -> u8 {
+        if self.stdout_closed() {
+            return 0;
+        }
+        match self {
+            CliError::Degraded { .. } => DEGRADED_EXIT,
+            _ => 1,
         }
     }
 

@@ -8,6 +8,7 @@ use serde_json::Value;
 
 use crate::ctl::ClientArgs;
 use crate::error::CliError;
+use crate::output::Format;
 
 /// `sluice alerts` / `sluice flows`.
 #[derive(Args, Debug)]
@@ -28,36 +29,47 @@ pub struct EveArgs {
     client: ClientArgs,
 }
 
-/// Prints the events of `kind` (`alerts` or `flows`).
+/// Prints the events of `kind` (`alerts` or `flows`). `-o json` prints one
+/// EVE record per line as the IPS wrote it (so `--follow` streams valid JSON
+/// lines); `-o yaml` one YAML document per record; `-o wide` adds the
+/// alert's category, severity and flow id, or the flow's application
+/// protocol, state, age and flow id.
 pub fn run(kind: &str, a: &EveArgs) -> Result<(), CliError> {
     let c = a.client.client()?;
+    let fmt = a.client.format();
     let mut since = a.since.clone();
-    let mut header = !a.client.json();
+    let mut header = matches!(fmt, Format::Table | Format::Wide);
+    let alerts = kind == "alerts";
     loop {
         let events = c.eve(kind, a.tenant.as_deref(), since.as_deref(), a.limit)?;
         for e in &events {
-            if a.client.json() {
-                println!("{e}");
-            } else {
-                if header {
-                    println!(
-                        "{}",
-                        if kind == "alerts" {
-                            ALERT_HEAD
-                        } else {
-                            FLOW_HEAD
-                        }
-                    );
-                    header = false;
+            match fmt {
+                Format::Json => outln!("{e}")?,
+                Format::Yaml => {
+                    let doc = crate::output::render(fmt, e)?.unwrap_or_default();
+                    crate::output::text(&format!("---\n{doc}"))?;
                 }
-                println!(
-                    "{}",
-                    if kind == "alerts" {
-                        alert_line(e)
-                    } else {
-                        flow_line(e)
+                Format::Table | Format::Wide => {
+                    if header {
+                        let (head, wide) = if alerts {
+                            (ALERT_HEAD, ALERT_WIDE_HEAD)
+                        } else {
+                            (FLOW_HEAD, FLOW_WIDE_HEAD)
+                        };
+                        outln!("{head}{}", if fmt.wide() { wide } else { "" })?;
+                        header = false;
                     }
-                );
+                    let (line, wide) = if alerts {
+                        (alert_line(e), alert_wide(e))
+                    } else {
+                        (flow_line(e), flow_wide(e))
+                    };
+                    if fmt.wide() {
+                        outln!("{line}{wide}")?;
+                    } else {
+                        outln!("{line}")?;
+                    }
+                }
             }
         }
         if let Some(ts) = events
@@ -78,6 +90,30 @@ const ALERT_HEAD: &str =
     "TIMESTAMP                        TENANT       ACTION   SID       FLOW                                          SIGNATURE";
 const FLOW_HEAD: &str =
     "END                              TENANT       PROTO FLOW                                          PKTS>   PKTS<   BYTES>     BYTES<     REASON";
+
+// Wide columns go after the last one, whose width varies (the signature, the
+// reason): each starts with ` | ` so that they stay apart from it.
+const ALERT_WIDE_HEAD: &str = " | CATEGORY                          SEV  FLOW_ID";
+const FLOW_WIDE_HEAD: &str = " | APP_PROTO  STATE        AGE  FLOW_ID";
+
+fn alert_wide(e: &Value) -> String {
+    format!(
+        " | {:<33} {:<4} {}",
+        s(e, &["alert", "category"]),
+        n(e, &["alert", "severity"]),
+        n(e, &["flow_id"])
+    )
+}
+
+fn flow_wide(e: &Value) -> String {
+    format!(
+        " | {:<10} {:<12} {:<4} {}",
+        s(e, &["app_proto"]),
+        s(e, &["flow", "state"]),
+        n(e, &["flow", "age"]),
+        n(e, &["flow_id"])
+    )
+}
 
 fn s<'a>(v: &'a Value, path: &[&str]) -> &'a str {
     let mut x = v;

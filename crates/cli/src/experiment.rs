@@ -355,7 +355,7 @@ pub fn isolation(
         contests,
     };
     if json {
-        println!("{}", serde_json::to_string(&r).expect("report serialises"));
+        outln!("{}", serde_json::to_string(&r).expect("report serialises"))?;
     } else {
         iso::print(&r);
     }
@@ -372,8 +372,8 @@ pub fn failover(
     guard(dir)?;
     let lab = Lab::up(&options(spec, 3, dir, true)?)?;
     if !json {
-        print_state(lab.state());
-        println!(
+        print_state(lab.state())?;
+        outln!(
             "{} downloads of {} KiB at {}/s each; killing {}/{}/0 after {:?}",
             o.downloads,
             o.size / 1024,
@@ -381,12 +381,12 @@ pub fn failover(
             lab.state().tenant,
             o.middlebox,
             o.kill_after
-        );
+        )?;
     }
     let r = sluice_testbed::experiments::failover(&lab, o)?;
     drop(lab);
     if json {
-        println!("{}", serde_json::to_string(&r).expect("report serialises"));
+        outln!("{}", serde_json::to_string(&r).expect("report serialises"))?;
     } else {
         sluice_testbed::experiments::print_failover(&r);
     }
@@ -431,7 +431,7 @@ pub fn elasticity(
     // whichever is up.
     guard(dir)?;
     if !json {
-        println!(
+        outln!(
             "{} groups of {} downloads at {} KiB/s, {:?} apart, each {:?}; {} out at {:?}, in at {:?}{}",
             o.steps,
             o.flows_per_step,
@@ -444,7 +444,7 @@ pub fn elasticity(
             capacity_mbps
                 .map(|c| format!("; {c} Mbit/s per instance"))
                 .unwrap_or_default()
-        );
+        )?;
     }
     let mut runs = Vec::new();
     for (label, text) in parsed {
@@ -452,7 +452,7 @@ pub fn elasticity(
         std::fs::write(&file, text).map_err(CliError::io(&file))?;
         let lab = Lab::up(&options(&file, 3, dir, true)?)?;
         if !json {
-            println!("{label}: lab up, running");
+            outln!("{label}: lab up, running")?;
         }
         let r = sluice_testbed::elasticity::elasticity(&lab, o, &label).map_err(CliError::from);
         drop(lab);
@@ -460,13 +460,13 @@ pub fn elasticity(
     }
     el::write_outputs(&runs, out).map_err(CliError::io(out))?;
     if json {
-        println!(
+        outln!(
             "{}",
             serde_json::to_string(&runs).expect("report serialises")
-        );
+        )?;
     } else {
         el::print_elasticity(&runs);
-        println!("wrote {}/elasticity.{{csv,svg,json}}", out.display());
+        outln!("wrote {}/elasticity.{{csv,svg,json}}", out.display())?;
     }
     Ok(())
 }
@@ -522,16 +522,16 @@ pub fn scaling(
     std::fs::create_dir_all(dir).map_err(CliError::io(dir))?;
     guard(dir)?;
     if !json {
-        println!(
+        outln!(
             "{} -> {} req/s over {ramp} s, {hold} s at the peak, then {} req/s for {after} s; {} B objects",
             o.rate_start, o.rate_peak, o.rate_after, o.object
-        );
+        )?;
     }
     let mut runs = Vec::new();
     for s in list {
         let lab = Lab::up(&options(spec, 3, dir, true)?)?;
         if !json {
-            println!("{s}: lab up, running");
+            outln!("{s}: lab up, running")?;
         }
         let r = sc::scaling(&lab, &o, s).map_err(CliError::from);
         drop(lab);
@@ -548,13 +548,13 @@ pub fn scaling(
         })
         .map_err(CliError::io(out))?;
     if json {
-        println!(
+        outln!(
             "{}",
             serde_json::to_string(&runs).expect("report serialises")
-        );
+        )?;
     } else {
         sc::print_scaling(&runs);
-        println!("wrote {}/scaling.{{csv,svg,json}}", out.display());
+        outln!("wrote {}/scaling.{{csv,svg,json}}", out.display())?;
     }
     Ok(())
 }

@@ -123,9 +123,9 @@ fn check(a: &CheckArgs) -> Result<(), CliError> {
     }
     if a.json {
         let out = serde_json::to_string_pretty(&report).map_err(CliError::Answer)?;
-        println!("{out}");
+        outln!("{out}")?;
     } else {
-        print!("{}", table(&report));
+        crate::output::text(&table(&report))?;
     }
     if a.list {
         for e in &skipped {

@@ -2,8 +2,11 @@
 
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 
+// First: its `outln!` is used by the modules below.
+#[macro_use]
+mod output;
 mod bench;
 mod change;
 mod check;
@@ -61,6 +64,11 @@ enum Cmd {
     /// Delete a tenant (or a VM registration) through the controller.
     Delete(ctl::DeleteArgs),
     /// Hosts alive and in sync, tenants, NF instances alive.
+    ///
+    /// Exit status: 0 when every host is alive and every NF instance runs; 3
+    /// when the deployment is degraded (a host down, an NF instance not
+    /// running or not reported), after printing as usual; 1 when the
+    /// controller cannot be asked.
     Status(ctl::StatusArgs),
     /// Scale a middlebox of a tenant to N instances through the controller.
     Scale(ctl::ScaleArgs),
@@ -90,6 +98,17 @@ enum Cmd {
         #[command(subcommand)]
         what: testbed::TestbedCmd,
     },
+    /// Print a shell completion script: `source <(sluice completion bash)`,
+    /// or save it where the shell loads completions from.
+    Completion {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
+}
+
+/// Writes `shell`'s completion script for the whole command line to `out`.
+fn completion(shell: clap_complete::Shell, out: &mut dyn std::io::Write) {
+    clap_complete::generate(shell, &mut Cli::command(), "sluice", out);
 }
 
 fn main() -> ExitCode {
@@ -118,12 +137,49 @@ fn main() -> ExitCode {
         Cmd::Ips { what } => ips::run(what),
         Cmd::Experiment { what } => experiment::run(what),
         Cmd::Testbed { what } => testbed::run(what),
+        Cmd::Completion { shell } => {
+            let mut buf = Vec::new();
+            completion(shell, &mut buf);
+            output::text(&String::from_utf8_lossy(&buf)).map_err(CliError::from)
+        }
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
+        // The reader of stdout went away: it had what it wanted.
+        Err(e) if e.stdout_closed() => ExitCode::SUCCESS,
+        Err(e @ CliError::Degraded { .. }) => {
+            eprintln!("{e}");
+            ExitCode::from(e.exit_code())
+        }
         Err(e) => {
             eprintln!("error: {e}");
-            ExitCode::FAILURE
+            ExitCode::from(e.exit_code())
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn completions_name_the_subcommands_for_every_shell() {
+        for shell in [
+            clap_complete::Shell::Bash,
+            clap_complete::Shell::Zsh,
+            clap_complete::Shell::Fish,
+        ] {
+            let mut buf = Vec::new();
+            completion(shell, &mut buf);
+            let text = String::from_utf8(buf).unwrap();
+            for sub in ["status", "apply", "testbed", "completion"] {
+                assert!(text.contains(sub), "{shell}: no `{sub}`");
+            }
+        }
+    }
+
+    #[test]
+    fn the_command_line_is_consistent() {
+        Cli::command().debug_assert();
     }
 }

@@ -83,6 +83,9 @@ pub struct Summary {
 /// Errors of `sluice run`, each naming the file at fault.
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
+    /// Printing the summary failed (or stdout's reader went away).
+    #[error(transparent)]
+    Output(#[from] crate::output::OutputError),
     /// The chain could not be loaded.
     #[error(transparent)]
     Chain(#[from] sluice_chain::ChainError),
@@ -409,10 +412,10 @@ fn write_events(
 }
 
 /// Prints a summary for people.
-pub fn print_summary(s: &Summary) {
+pub fn print_summary(s: &Summary) -> Result<(), crate::output::OutputError> {
     let st = &s.stats;
-    println!("chain `{}` with {} state", s.chain, s.state);
-    println!(
+    outln!("chain `{}` with {} state", s.chain, s.state)?;
+    outln!(
         "  {} frames ({} bytes) in {:.3} s: {} forwarded, {} dropped by functions, {} malformed, {} non-IP",
         st.packets,
         st.bytes,
@@ -421,43 +424,47 @@ pub fn print_summary(s: &Summary) {
         st.dropped,
         st.malformed_total(),
         st.non_ip
-    );
+    )?;
     if !st.malformed.is_empty() {
-        println!("  malformed: {}", pairs(&st.malformed));
+        outln!("  malformed: {}", pairs(&st.malformed))?;
     }
     if !st.reassembly_dropped.is_empty() {
-        println!("  reassembly dropped: {}", pairs(&st.reassembly_dropped));
+        outln!("  reassembly dropped: {}", pairs(&st.reassembly_dropped))?;
     }
     if st.over_capacity > 0 {
-        println!(
+        outln!(
             "  {} frames over the instance's capacity budget were dropped",
             st.over_capacity
-        );
+        )?;
     }
     if s.skipped > 0 {
-        println!(
+        outln!(
             "  {} records without an IP packet were skipped before the chain",
             s.skipped
-        );
+        )?;
     }
     if s.oversize > 0 {
-        println!(
+        outln!(
             "  {} frames longer than a buffer were dropped before the chain",
             s.oversize
-        );
+        )?;
     }
     if s.large_pool_exhausted > 0 {
-        println!(
+        outln!(
             "  {} frames dropped before the chain: large_pool_exhausted (too many frames over 1,920 bytes in flight)",
             s.large_pool_exhausted
-        );
+        )?;
     }
-    println!(
+    outln!(
         "  {:<3} {:<10} {:>9} {:>9} {:>9}  drop reasons / counters",
-        "#", "function", "in", "out", "dropped"
-    );
+        "#",
+        "function",
+        "in",
+        "out",
+        "dropped"
+    )?;
     for (i, f) in st.stages.iter().enumerate() {
-        println!(
+        outln!(
             "  {:<3} {:<10} {:>9} {:>9} {:>9}  {}{}{}",
             i,
             f.kind,
@@ -471,15 +478,19 @@ pub fn print_summary(s: &Summary) {
                 " | "
             },
             pairs(&f.counters)
-        );
+        )?;
     }
-    println!(
+    outln!(
         "  alerts {}, flow records {}, emitted frames {}, state errors {}",
-        st.alerts, st.flow_records, st.emitted, st.store_errors
-    );
+        st.alerts,
+        st.flow_records,
+        st.emitted,
+        st.store_errors
+    )?;
     if let Some(e) = &st.last_error {
-        println!("  last state error: {e}");
+        outln!("  last state error: {e}")?;
     }
+    Ok(())
 }
 
 fn pairs(v: &[(&'static str, u64)]) -> String {
@@ -493,12 +504,12 @@ fn pairs(v: &[(&'static str, u64)]) -> String {
 pub fn main(args: &RunArgs) -> Result<(), RunError> {
     let s = run(args)?;
     if args.json {
-        println!(
+        outln!(
             "{}",
             serde_json::to_string_pretty(&s).expect("summary serialises")
-        );
+        )?;
     } else {
-        print_summary(&s);
+        print_summary(&s)?;
     }
     if let Some(msg) = s.input_error {
         return Err(RunError::Input {

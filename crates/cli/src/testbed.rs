@@ -8,6 +8,7 @@ use sluice_testbed::lab::{Lab, LabOptions, LabState};
 use sluice_testbed::scenario;
 
 use crate::error::CliError;
+use crate::output::OutputError;
 
 /// Where `up`, `down` and `demo` keep the lab's files unless told otherwise.
 pub const DEFAULT_DIR: &str = "/tmp/sluice-testbed";
@@ -33,6 +34,11 @@ pub enum TestbedCmd {
         /// of congested paths; docs/ISOLATION.md).
         #[arg(long)]
         seawall: bool,
+        /// Do not add the context `testbed` (this controller, its operator
+        /// token's file) to the CLI's config file ($SLUICE_CONFIG, else
+        /// ~/.config/sluice/config) nor make it current.
+        #[arg(long)]
+        no_context: bool,
     },
     /// Stop and remove the testbed recorded in DIR.
     Down {
@@ -69,7 +75,8 @@ pub fn run(what: TestbedCmd) -> Result<(), CliError> {
             dir,
             no_web,
             seawall,
-        } => up(&spec, hosts, &dir, !no_web, seawall),
+            no_context,
+        } => up(&spec, hosts, &dir, !no_web, seawall, !no_context),
         TestbedCmd::Down { dir } => down(&dir),
         TestbedCmd::Demo {
             spec,
@@ -117,30 +124,34 @@ pub fn options_with(
     })
 }
 
-pub(crate) fn print_state(s: &LabState) {
-    println!("tenant {} on {} hosts", s.tenant, s.hosts.len());
-    println!("  controller  {}", s.controller);
-    println!(
+pub(crate) fn print_state(s: &LabState) -> Result<(), OutputError> {
+    outln!("tenant {} on {} hosts", s.tenant, s.hosts.len())?;
+    outln!("  controller  {}", s.controller)?;
+    outln!(
         "  operator token in {} (CLI context `testbed`: {})",
         s.token_file.display(),
         s.config.display()
-    );
-    println!("  state store {}", s.store);
+    )?;
+    outln!("  state store {}", s.store)?;
     for h in &s.hosts {
-        println!(
+        outln!(
             "  host {}: netns {}, underlay {}, agent {}",
-            h.id, h.netns, h.underlay, h.api
-        );
+            h.id,
+            h.netns,
+            h.underlay,
+            h.api
+        )?;
     }
     for v in &s.vms {
-        println!(
+        outln!(
             "  vm {:<8} on host {}: netns {}, {}",
             v.name,
             v.host,
             v.netns,
             v.addrs.join(", ")
-        );
+        )?;
     }
+    Ok(())
 }
 
 /// Refuses a directory that already holds a running testbed, and removes the lab
@@ -167,46 +178,132 @@ pub(crate) fn guard(dir: &Path) -> Result<(), CliError> {
     Ok(())
 }
 
+/// The CLI context `testbed up` adds and `testbed down` removes.
+pub const CONTEXT: &str = "testbed";
+
+/// Refuses a testbed directory the nginx workers of the service VMs could not
+/// read: they run as another user (`www-data`, `nobody`), so the directory and
+/// every parent must let others traverse them (`o+x`), or every HTTP request
+/// is answered 403 (`mktemp -d` makes a 0700 directory). Parts of the path
+/// that do not exist yet are created 0755 by the lab, and are not checked.
+pub fn check_readable_by_others(dir: &Path) -> Result<(), CliError> {
+    use std::os::unix::fs::PermissionsExt;
+    let abs = std::path::absolute(dir).map_err(CliError::io(dir))?;
+    let mut parts: Vec<&Path> = abs.ancestors().collect();
+    parts.reverse();
+    for p in parts {
+        let meta = match std::fs::metadata(p) {
+            Ok(m) => m,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => break,
+            Err(e) => return Err(CliError::io(p)(e)),
+        };
+        let mode = meta.permissions().mode() & 0o7777;
+        if !meta.is_dir() {
+            return Err(CliError::io(p)(std::io::Error::from(
+                std::io::ErrorKind::NotADirectory,
+            )));
+        }
+        if mode & 0o001 == 0 {
+            return Err(CliError::NotReadableByOthers {
+                path: p.to_path_buf(),
+                mode,
+                problem: if p == abs {
+                    "other users cannot enter it"
+                } else {
+                    "other users cannot enter this parent of the testbed's directory"
+                },
+            });
+        }
+    }
+    Ok(())
+}
+
 /// `sluice testbed up`.
-pub fn up(spec: &Path, hosts: u32, dir: &Path, web: bool, seawall: bool) -> Result<(), CliError> {
+pub fn up(
+    spec: &Path,
+    hosts: u32,
+    dir: &Path,
+    web: bool,
+    seawall: bool,
+    context: bool,
+) -> Result<(), CliError> {
     if dir.join("testbed.json").exists() {
         return Err(CliError::AlreadyUp(dir.to_path_buf()));
+    }
+    if web {
+        check_readable_by_others(dir)?;
     }
     let t = Instant::now();
     let lab = Lab::up(&options_with(spec, hosts, dir, web, seawall)?)?;
     let state = lab.keep();
-    print_state(&state);
-    println!(
+    let took = t.elapsed();
+    // The context first: printing may stop early (a closed stdout).
+    let added = if context {
+        let ctx = crate::config::Context {
+            name: CONTEXT.into(),
+            controller: Some(state.controller.clone()),
+            token: None,
+            token_file: Some(state.token_file.clone()),
+        };
+        // The lab is up: a config file that cannot be written only costs the
+        // convenience, the export below still works.
+        match crate::config::upsert_context(ctx, true) {
+            Ok(path) => Some(path),
+            Err(e) => {
+                eprintln!("warning: context `{CONTEXT}` not added: {e}");
+                None
+            }
+        }
+    } else {
+        None
+    };
+    print_state(&state)?;
+    outln!(
         "up in {:.1} s; files in {}",
-        t.elapsed().as_secs_f64(),
+        took.as_secs_f64(),
         state.dir.display()
-    );
-    println!(
-        "try:  export SLUICE_CONFIG={}; sluice status",
-        state.config.display()
-    );
-    println!(
+    )?;
+    match added {
+        Some(path) => outln!(
+            "try:  sluice status   (context `{CONTEXT}` of {} is now current)",
+            path.display()
+        )?,
+        None => outln!(
+            "try:  export SLUICE_CONFIG={}; sluice status",
+            state.config.display()
+        )?,
+    }
+    outln!(
         "      ip netns exec {} curl --interface 198.51.100.10 http://10.10.1.100/",
         state.vm("gateway").map(|v| v.netns.as_str()).unwrap_or("?")
-    );
-    println!("stop: sluice testbed down --dir {}", state.dir.display());
+    )?;
+    outln!("stop: sluice testbed down --dir {}", state.dir.display())?;
     Ok(())
 }
 
-/// `sluice testbed down`.
+/// `sluice testbed down`: also removes the context `up` added (the one with
+/// this lab's token file: another lab's context of the same name stays).
 pub fn down(dir: &Path) -> Result<(), CliError> {
     let s = Lab::down_dir(dir)?;
-    println!(
+    let ours = |c: &crate::config::Context| c.token_file.as_deref() == Some(s.token_file.as_path());
+    let removed = crate::config::remove_context(CONTEXT, ours);
+    outln!(
         "removed {} namespaces and stopped {} processes",
         s.namespaces.len(),
         s.pids.len()
-    );
+    )?;
+    match removed {
+        Ok(Some(path)) => outln!("removed context `{CONTEXT}` from {}", path.display())?,
+        Ok(None) => {}
+        Err(e) => eprintln!("warning: context `{CONTEXT}` not removed: {e}"),
+    }
     Ok(())
 }
 
 /// `sluice testbed demo`: up, real traffic, report, down.
 pub fn demo(spec: &Path, hosts: u32, dir: &Path, fw_state: Option<&str>) -> Result<(), CliError> {
     guard(dir)?;
+    check_readable_by_others(dir)?;
     // The firewall's state mode, if asked (the demo shows `cached`: leases and
     // the flow cache), written as a variant of the spec next to the lab.
     let variant;
@@ -227,18 +324,18 @@ pub fn demo(spec: &Path, hosts: u32, dir: &Path, fw_state: Option<&str>) -> Resu
     };
     let t = Instant::now();
     let lab = Lab::up(&options(spec, hosts, dir, true)?)?;
-    print_state(lab.state());
-    println!("up in {:.1} s\n", t.elapsed().as_secs_f64());
+    print_state(lab.state())?;
+    outln!("up in {:.1} s\n", t.elapsed().as_secs_f64())?;
     let report = scenario::figure4(&lab)?;
     for c in &report.checks {
-        println!(
+        outln!(
             "[{}] {}\n       {}",
             if c.ok { " ok " } else { "FAIL" },
             c.name,
             c.detail
-        );
+        )?;
     }
-    println!();
+    outln!()?;
     let status = ureq::get(&format!("{}/v1/instances", lab.state().controller))
         .set("Authorization", &lab.state().bearer())
         .call()
@@ -246,13 +343,13 @@ pub fn demo(spec: &Path, hosts: u32, dir: &Path, fw_state: Option<&str>) -> Resu
         .and_then(|r| r.into_string().ok())
         .unwrap_or_default();
     if !status.is_empty() {
-        println!("NF instances (controller's view): {status}");
+        outln!("NF instances (controller's view): {status}")?;
     }
     let ok = report.ok();
     drop(lab);
-    println!("testbed removed");
+    outln!("testbed removed")?;
     if ok {
-        println!("all {} checks passed", report.checks.len());
+        outln!("all {} checks passed", report.checks.len())?;
         Ok(())
     } else {
         Err(CliError::ChecksFailed {
@@ -260,5 +357,51 @@ pub fn demo(spec: &Path, hosts: u32, dir: &Path, fw_state: Option<&str>) -> Resu
             total: report.checks.len(),
             dir: dir.to_path_buf(),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    fn chmod(p: &Path, mode: u32) {
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).unwrap();
+    }
+
+    #[test]
+    fn directories_others_cannot_enter_are_refused_naming_the_directory_and_the_fix() {
+        // 0700, as `mktemp -d` makes it.
+        let t = tempfile::tempdir().unwrap();
+        chmod(t.path(), 0o700);
+        let e = check_readable_by_others(t.path()).unwrap_err().to_string();
+        assert!(e.contains(&t.path().display().to_string()), "{e}");
+        assert!(e.contains("mode 0700") && e.contains("chmod o+rx"), "{e}");
+        // A directory not made yet, under it: the parent is named.
+        let sub = t.path().join("lab");
+        let e = check_readable_by_others(&sub).unwrap_err().to_string();
+        assert!(
+            e.starts_with(&format!("{}: mode 0700", t.path().display())),
+            "{e}"
+        );
+        assert!(e.contains("parent"), "{e}");
+        chmod(t.path(), 0o755);
+        check_readable_by_others(t.path()).unwrap();
+        check_readable_by_others(&sub).unwrap();
+        // Traversal is enough: nginx opens files by name.
+        chmod(t.path(), 0o711);
+        check_readable_by_others(&sub).unwrap();
+        std::fs::create_dir(&sub).unwrap();
+        for (mode, ok) in [(0o700, false), (0o750, false), (0o701, true), (0o755, true)] {
+            chmod(&sub, mode);
+            let r = check_readable_by_others(&sub);
+            assert_eq!(r.is_ok(), ok, "{mode:o}: {r:?}");
+            if let Err(e) = r {
+                assert!(e.to_string().contains(&format!("mode {mode:04o}")), "{e}");
+            }
+        }
+        // A relative path is checked from the working directory up.
+        check_readable_by_others(Path::new(".")).unwrap();
+        chmod(t.path(), 0o755);
     }
 }

@@ -41,30 +41,27 @@ pub fn run(a: &TokenArgs) -> Result<(), CliError> {
     match &a.what {
         TokenCmd::Create { name, role } => {
             let t = c.create_token(name, role)?;
-            if a.client.json {
-                println!("{}", serde_json::to_string_pretty(&t).unwrap_or_default());
-            } else {
+            if !crate::output::structured(a.client.format(), &t)? {
                 eprintln!(
                     "created token `{}` (role {}); its secret, shown this once:",
                     t.name, t.role
                 );
-                println!("{}", t.token);
+                outln!("{}", t.token)?;
             }
         }
         TokenCmd::List => {
             let v = c.tokens()?;
-            if a.client.json {
-                println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+            if crate::output::structured(a.client.format(), &v)? {
                 return Ok(());
             }
-            println!("{:<24} {:<24} CREATED_MS", "NAME", "ROLE");
+            outln!("{:<24} {:<24} CREATED_MS", "NAME", "ROLE")?;
             for t in v {
-                println!("{:<24} {:<24} {}", t.name, t.role, t.created_ms);
+                outln!("{:<24} {:<24} {}", t.name, t.role, t.created_ms)?;
             }
         }
         TokenCmd::Delete { name } => {
             let t = c.delete_token(name)?;
-            println!("deleted token `{}` (role {})", t.name, t.role);
+            outln!("deleted token `{}` (role {})", t.name, t.role)?;
         }
     }
     Ok(())

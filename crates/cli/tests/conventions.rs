@@ -1,0 +1,366 @@
+//! CLI conventions against a controller run in-process: `-o json|yaml|wide`
+//! (and the old `--json`), `-f -` for specs on stdin, a closed stdout is no
+//! panic, `status` exits 3 when degraded, shell completions, and `testbed
+//! down` removing the context `testbed up` added.
+
+use std::io::Write;
+use std::net::Ipv4Addr;
+use std::process::{Command, Stdio};
+
+use sluice_controller::client::Client;
+use sluice_controller::{serve, ServerHandle, ServerOptions};
+use sluice_proto::{HostRegistration, VmRegistration};
+
+mod common;
+use common::{sluice, sluice_env};
+
+const SPEC: &str = "tenant: t
+elements:
+  a: { type: service, vms: { a1: 10.0.0.1 } }
+  b: { type: service, vms: { b1: 10.0.0.2 } }
+  mon: { type: middlebox, function: monitor, instances: 2 }
+chains:
+  - { name: ab, path: [a, mon, b] }
+";
+
+/// A controller on loopback, its URL and operator token.
+fn controller(dir: &std::path::Path) -> (ServerHandle, String, String) {
+    let token_file = dir.join("admin.token");
+    let h = serve(ServerOptions {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        db: ":memory:".into(),
+        state_url: "local".into(),
+        admin_token_file: Some(token_file.clone()),
+        fabric_auth: false,
+    })
+    .unwrap();
+    let url = h.url();
+    let token = std::fs::read_to_string(&token_file)
+        .unwrap()
+        .trim()
+        .to_string();
+    (h, url, token)
+}
+
+/// Two hosts (alive: they just registered; no agent behind them) and a VM
+/// on each.
+fn register(c: &Client) {
+    for host in 1..=2u32 {
+        c.register_host(&HostRegistration {
+            host,
+            name: format!("h{host}"),
+            underlay: Ipv4Addr::new(10, 255, 0, host as u8),
+            // Nothing listens there: pushes fail, which changes nothing here.
+            api: "http://127.0.0.1:9".into(),
+            config_version: 0,
+            api_token: None,
+        })
+        .unwrap();
+    }
+    for (name, host, addr) in [("a1", 1, "10.0.0.1"), ("b1", 2, "10.0.0.2")] {
+        c.register_vm(&VmRegistration {
+            tenant: "t".into(),
+            name: name.into(),
+            host,
+            iface: format!("veth-{name}"),
+            mac: "02:00:00:00:00:01".into(),
+            addr: addr.parse().unwrap(),
+            gateway: false,
+        })
+        .unwrap();
+    }
+}
+
+/// Runs `sluice` with `stdin` as its standard input.
+fn sluice_stdin(args: &[&str], stdin: &str) -> (i32, String, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(args)
+        .env_remove("SLUICE_CONTROLLER")
+        .env_remove("SLUICE_TOKEN")
+        .env_remove("SLUICE_CONFIG")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(stdin.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Runs `sluice` writing into a pipe whose reader is already gone, as `|
+/// head -1` is once it has its line (deterministic: every write fails with
+/// EPIPE); its exit code and stderr.
+fn sluice_into_closed_pipe(args: &[&str]) -> (Option<i32>, String) {
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let out = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(args)
+        .env_remove("SLUICE_CONFIG")
+        .stdout(writer)
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn output_formats_stdin_specs_closed_pipes_and_degraded_status() {
+    let dir = tempfile::tempdir().unwrap();
+    let (h, url, token) = controller(dir.path());
+    let c = Client::new(&url).with_token(Some(&token));
+    let env = [
+        ("SLUICE_CONTROLLER", url.as_str()),
+        ("SLUICE_TOKEN", token.as_str()),
+    ];
+    let run = |args: &[&str]| sluice_env(args, &env);
+
+    // Nothing registered: healthy, exit 0, in every format.
+    let (code, out, err) = run(&["status"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("hosts: 0 registered"), "{out}");
+    let (code, out, _) = run(&["status", "-o", "json"]);
+    assert_eq!(code, 0);
+    let json: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(json["controller"], url.as_str());
+    // `--json` is still there, hidden, and the same as `-o json`.
+    let (code, old, _) = run(&["status", "--json"]);
+    assert_eq!(code, 0);
+    assert_eq!(old, out);
+    let (code, out, _) = run(&["status", "-o", "yaml"]);
+    assert_eq!(code, 0);
+    let yaml: serde_json::Value = yaml_serde::from_str(&out).unwrap();
+    assert_eq!(yaml, json);
+    let (code, _, err) = run(&["get", "hosts", "--json", "-o", "yaml"]);
+    assert_eq!(code, 2, "conflicting formats are a usage error");
+    assert!(err.contains("--json"), "{err}");
+    let (_, help, _) = run(&["status", "--help"]);
+    assert!(
+        help.contains("-o, --output") && !help.contains("--json"),
+        "{help}"
+    );
+    assert!(help.contains("3 when the deployment is degraded"), "{help}");
+
+    // A reader that went away: no panic, exit 0, for a table and for JSON.
+    for args in [
+        &["status", "--json"][..],
+        &["get", "hosts"],
+        &["completion", "bash"],
+    ] {
+        let mut v = args.to_vec();
+        v.extend(["--controller", &url, "--token", &token]);
+        if args[0] == "completion" {
+            v.truncate(2);
+        }
+        let (code, err) = sluice_into_closed_pipe(&v);
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+        assert!(!err.contains("Broken pipe"), "{args:?}: {err}");
+        assert_eq!(code, Some(0), "{args:?}: {err}");
+    }
+    // Offline commands too (`sluice demo` prints through `run`'s summary).
+    let out = dir.path().join("demo");
+    let (code, err) = sluice_into_closed_pipe(&["demo", "--out", out.to_str().unwrap()]);
+    assert!(!err.contains("panicked"), "{err}");
+    assert_eq!(code, Some(0), "{err}");
+    // ... and through a shell pipeline as people write it.
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "'{}' status --json --controller '{url}' --token '{token}' | head -1",
+            env!("CARGO_BIN_EXE_sluice")
+        ))
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "{");
+    assert!(!String::from_utf8_lossy(&out.stderr).contains("panicked"));
+
+    // Specs from stdin: diff, apply and check take `-f -`.
+    register(&c);
+    let (code, out, err) = sluice_stdin(&["check", "-f", "-"], SPEC);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.starts_with("<stdin>: tenant `t` is valid"), "{out}");
+    let remote = ["--controller", url.as_str(), "--token", token.as_str()];
+    let with = |args: &[&'static str]| {
+        let mut v: Vec<&str> = args.to_vec();
+        v.extend(remote);
+        v
+    };
+    let (code, out, err) = sluice_stdin(&with(&["diff", "-f", "-"]), SPEC);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("generation none -> 1"), "{out}");
+    assert!(c.tenants().unwrap().is_empty(), "a diff applied the spec");
+    let (code, _, err) = sluice_stdin(&with(&["apply", "-f", "-"]), "tenant: [");
+    assert_ne!(code, 0);
+    assert!(err.contains("<stdin>"), "{err}");
+    let (code, out, err) = sluice_stdin(&with(&["apply", "-f", "-", "-o", "json"]), SPEC);
+    assert_eq!(code, 0, "{err}");
+    let applied: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(applied["tenant"], "t");
+    assert_eq!(c.tenants().unwrap().len(), 1);
+
+    // Tables, wide tables, YAML.
+    let (code, out, _) = run(&["get", "hosts"]);
+    assert_eq!(code, 0);
+    assert!(out.starts_with("ID") && !out.contains("IN_SYNC"), "{out}");
+    assert!(out.contains("10.255.0.1"), "{out}");
+    let (code, out, _) = run(&["get", "hosts", "-o", "wide"]);
+    assert_eq!(code, 0);
+    assert!(out.lines().next().unwrap().contains("IN_SYNC"), "{out}");
+    let (code, out, _) = run(&["get", "instances"]);
+    assert_eq!(code, 0);
+    assert!(!out.contains("HOST_NAME"), "{out}");
+    let (code, out, _) = run(&["get", "instances", "-o", "wide"]);
+    assert_eq!(code, 0);
+    let head = out.lines().next().unwrap();
+    assert!(
+        head.contains("HOST_NAME") && head.contains("UNDERLAY"),
+        "{out}"
+    );
+    assert!(
+        out.lines()
+            .skip(1)
+            .all(|l| l.contains(" h1 ") || l.contains(" h2 ")),
+        "{out}"
+    );
+    let (code, out, _) = run(&["get", "instances", "-o", "yaml"]);
+    assert_eq!(code, 0);
+    let v: Vec<serde_json::Value> = yaml_serde::from_str(&out).unwrap();
+    assert_eq!(v.len(), 2);
+    assert!(v.iter().all(|i| i["tenant"] == "t"), "{out}");
+    for args in [
+        &["get", "tenants", "-o", "yaml"][..],
+        &["get", "vms", "-o", "yaml"],
+        &["get", "chains", "-o", "yaml"],
+        &["events", "-o", "yaml"],
+        &["audit", "-o", "yaml"],
+        &["token", "list", "-o", "yaml"],
+    ] {
+        let (code, out, err) = run(args);
+        assert_eq!(code, 0, "{args:?}: {err}");
+        yaml_serde::from_str::<serde_json::Value>(&out)
+            .unwrap_or_else(|e| panic!("{args:?}: {e}\n{out}"));
+    }
+    let (code, out, _) = run(&["audit", "-o", "wide"]);
+    assert_eq!(code, 0);
+    assert!(out.lines().next().unwrap().contains("TENANT"), "{out}");
+
+    // No agent reports the instances: degraded, exit 3, the status printed
+    // first (in any format).
+    let (code, out, err) = run(&["status"]);
+    assert_eq!(code, 3, "{out}{err}");
+    assert!(out.contains("NF instances: 2 placed, 0 alive"), "{out}");
+    assert!(
+        err.contains("degraded: 0 of 2 hosts down, 2 of 2 NF instances not running"),
+        "{err}"
+    );
+    let (code, out, _) = run(&["status", "-o", "json"]);
+    assert_eq!(code, 3);
+    assert_eq!(
+        serde_json::from_str::<serde_json::Value>(&out).unwrap()["hosts"]
+            .as_array()
+            .unwrap()
+            .len(),
+        2
+    );
+    let (code, out, _) = run(&["status", "-o", "wide"]);
+    assert_eq!(code, 3);
+    assert!(
+        out.contains("http://127.0.0.1:9") && out.contains(" pid "),
+        "{out}"
+    );
+    // A controller that cannot be asked is an error, not "degraded".
+    let (code, _, err) = sluice(&["status", "--controller", "http://127.0.0.1:9"]);
+    assert_eq!(code, 1, "{err}");
+    h.shutdown();
+}
+
+#[test]
+fn completions_for_each_shell_name_the_subcommands() {
+    for shell in ["bash", "zsh", "fish"] {
+        let (code, out, err) = sluice(&["completion", shell]);
+        assert_eq!(code, 0, "{shell}: {err}");
+        for sub in ["status", "apply", "get", "testbed"] {
+            assert!(out.contains(sub), "{shell}: no `{sub}`");
+        }
+    }
+    let (code, _, _) = sluice(&["completion", "tcsh"]);
+    assert_eq!(code, 2);
+}
+
+#[test]
+fn testbed_down_removes_the_context_of_its_own_lab_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let lab = dir.path().join("lab");
+    std::fs::create_dir(&lab).unwrap();
+    let token_file = lab.join("admin.token");
+    // A lab with nothing left to stop (no prefix, no processes, no
+    // namespaces): what `down` reads.
+    let state = serde_json::json!({
+        "prefix": "", "dir": lab, "namespaces": [], "pids": [],
+        "controller": "http://127.0.0.1:9", "store": "", "fabric": ["", ""],
+        "hosts": [], "vms": [], "tenant": "t", "token_file": token_file,
+    });
+    std::fs::write(lab.join("testbed.json"), state.to_string()).unwrap();
+    let config = dir.path().join("config");
+    let other = "current_context: testbed\ncontexts:\n  - {name: testbed, controller: \"http://127.0.0.1:9\", token_file: /elsewhere/admin.token}\n  - {name: prod, controller: \"https://sluice.example\"}\n".to_string();
+    std::fs::write(&config, &other).unwrap();
+    let cfg = [("SLUICE_CONFIG", config.to_str().unwrap())];
+    let lab_s = lab.to_str().unwrap();
+    // Another lab's context of the same name stays.
+    let (code, _, err) = sluice_env(&["testbed", "down", "--dir", lab_s], &cfg);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(std::fs::read_to_string(&config).unwrap(), other);
+    // This lab's goes, and is no longer current.
+    std::fs::write(lab.join("testbed.json"), state.to_string()).unwrap();
+    std::fs::write(
+        &config,
+        other.replace("/elsewhere/admin.token", token_file.to_str().unwrap()),
+    )
+    .unwrap();
+    let (code, out, err) = sluice_env(&["testbed", "down", "--dir", lab_s], &cfg);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("removed context `testbed`"), "{out}");
+    let text = std::fs::read_to_string(&config).unwrap();
+    assert!(
+        !text.contains("testbed") && text.contains("prod") && !text.contains("current_context"),
+        "{text}"
+    );
+}
+
+#[test]
+fn testbed_demo_refuses_a_directory_nginx_cannot_read_before_starting() {
+    // 0700, as `mktemp -d` makes it.
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+    let d = dir.path().to_str().unwrap();
+    for args in [
+        &["testbed", "demo", "--dir", d][..],
+        &["testbed", "up", "--dir", d],
+    ] {
+        let (code, _, err) = sluice(args);
+        assert_eq!(code, 1, "{args:?}");
+        assert!(
+            err.contains(d) && err.contains("mode 0700") && err.contains("chmod o+rx"),
+            "{args:?}: {err}"
+        );
+        // Refused before anything was made there.
+        assert_eq!(
+            std::fs::read_dir(dir.path()).unwrap().count(),
+            0,
+            "{args:?}"
+        );
+    }
+}
