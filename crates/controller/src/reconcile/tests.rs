@@ -873,6 +873,13 @@ fn a_stale_apply_is_refused_with_what_changed_and_changes_nothing() {
     assert!(e.msg.contains("generation 2, not 1"), "{e}");
     assert!(e.msg.contains("apply tenant t by tester"), "{e}");
     assert!(e.msg.contains("~ middlebox ips"), "{e}");
+    // The same, as the problem's extension members.
+    assert_eq!(e.ext["generation"], 2);
+    assert!(e.ext["recent_changes"][0]
+        .as_str()
+        .unwrap()
+        .starts_with("apply tenant t by tester"));
+    assert_eq!(e.problem(None)["recent_changes"], e.ext["recent_changes"]);
     assert_eq!(snapshot(&mut s), before);
     // Creating over an existing tenant with If-Match 0 is refused too.
     let e = s.call_if("POST", "/v1/tenants", SPEC, "0").unwrap_err();
@@ -927,6 +934,12 @@ fn removing_every_chain_or_instance_needs_force() {
     assert_eq!(e.status, 409, "{e}");
     assert!(e.msg.contains("removes every chain"), "{e}");
     assert!(e.msg.contains("force"), "{e}");
+    // What it would have done comes with the refusal.
+    assert!(e.ext["plan"]["spec"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|l| l.as_str().unwrap().starts_with("- chain")));
     assert_eq!(snapshot(&mut s), before);
     // No middlebox left on the path: every instance goes.
     let direct = "tenant: t
