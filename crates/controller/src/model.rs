@@ -136,6 +136,9 @@ pub struct TenantDetail {
     pub vni: u32,
     /// Spec generation.
     pub generation: u64,
+    /// The spec's `metadata.labels` (none for a spec in the flat format).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
     /// The spec as applied.
     pub spec: String,
     /// Chain names.

@@ -224,7 +224,7 @@ fn encode_cursor(key: &[Value]) -> String {
 }
 
 fn decode_cursor(s: &str) -> Option<Vec<Value>> {
-    if s.len() % 2 != 0 || !s.is_ascii() {
+    if !s.len().is_multiple_of(2) || !s.is_ascii() {
         return None;
     }
     let bytes: Option<Vec<u8>> = (0..s.len())
