@@ -9,6 +9,8 @@ echo "== cargo fmt --check"
 cargo fmt --all -- --check
 echo "== cargo clippy"
 cargo clippy --locked --workspace --all-targets -q -- -D warnings
+echo "== openapi (docs/openapi.yaml is valid OpenAPI 3.1)"
+scripts/check-openapi.sh
 echo "== cargo deny (licenses, bans, sources; deny.toml)"
 cargo deny --log-level error check licenses bans sources
 echo "== cargo test"

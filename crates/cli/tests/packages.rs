@@ -45,7 +45,7 @@ fn text(out: &Output) -> String {
 #[test]
 fn packages_install_into_a_scratch_root_and_their_units_verify() {
     let uid = Command::new("id").arg("-u").output().map(|o| text(&o));
-    if uid.as_deref().map(str::trim) != Ok("0") {
+    if uid.ok().as_deref().map(str::trim) != Some("0") {
         note("packages: not checked, dpkg --root needs root");
         return;
     }

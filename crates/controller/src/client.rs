@@ -12,7 +12,8 @@ use crate::model::*;
 /// A request that failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ClientError {
-    /// The controller answered with an error (its `error` message).
+    /// The controller answered with an error (its problem's `detail`, or an
+    /// older controller's `error`).
     #[error("{message}")]
     Api {
         /// HTTP status.
@@ -24,6 +25,9 @@ pub enum ClientError {
     #[error("{0}")]
     Transport(String),
 }
+
+/// The most pages [`Client::get_raw`] reads of one list.
+const MAX_PAGES: usize = 100_000;
 
 /// A change request's conditions, as the client sends them.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -121,6 +125,18 @@ impl Client {
         body: Option<(&str, String)>,
         if_match: Option<u64>,
     ) -> Result<String, ClientError> {
+        self.call_linked(method, path, body, if_match)
+            .map(|(text, _)| text)
+    }
+
+    /// [`Client::call_if`], with the answer's `rel="next"` link, if any.
+    fn call_linked(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<(&str, String)>,
+        if_match: Option<u64>,
+    ) -> Result<(String, Option<String>), ClientError> {
         let url = format!("{}{path}", self.base);
         let mut req = self.agent.request(method, &url);
         if let Some(g) = if_match {
@@ -134,15 +150,23 @@ impl Client {
             None => req.call(),
         };
         match r {
-            Ok(resp) => resp
-                .into_string()
-                .map_err(|e| ClientError::Transport(format!("{method} {url}: {e}"))),
+            Ok(resp) => {
+                let next = resp
+                    .all("Link")
+                    .into_iter()
+                    .find_map(crate::resources::page::next_link)
+                    .map(String::from);
+                let text = resp
+                    .into_string()
+                    .map_err(|e| ClientError::Transport(format!("{method} {url}: {e}")))?;
+                Ok((text, next))
+            }
             Err(ureq::Error::Status(status, resp)) => {
                 let text = resp.into_string().unwrap_or_default();
-                let message = serde_json::from_str::<ErrorBody>(&text)
-                    .map(|b| b.error)
-                    .unwrap_or_else(|_| format!("HTTP {status}: {text}"));
-                Err(ClientError::Api { status, message })
+                Err(ClientError::Api {
+                    status,
+                    message: error_message(status, &text),
+                })
             }
             Err(e) => Err(ClientError::Transport(format!(
                 "cannot reach the controller at {}: {e}",
@@ -166,9 +190,40 @@ impl Client {
         Self::parse(&self.call(method, path, Some(("application/json", b)))?)
     }
 
-    /// `GET path`, the raw JSON (or text) answer.
+    /// `GET path`, the raw JSON (or text) answer. A list answered in pages
+    /// (`Link: <...>; rel="next"`) is read to its end and returned whole, as
+    /// one JSON array.
     pub fn get_raw(&self, path: &str) -> Result<String, ClientError> {
-        self.call("GET", path, None)
+        let (text, mut next) = self.call_linked("GET", path, None, None)?;
+        if next.is_none() {
+            return Ok(text);
+        }
+        let mut all: Vec<serde_json::Value> = Self::parse(&text)?;
+        // Bounded: a server whose links went round in circles must not keep
+        // the client forever.
+        let mut pages = 1;
+        while let Some(link) = next.take() {
+            pages += 1;
+            if pages > MAX_PAGES {
+                return Err(ClientError::Transport(format!(
+                    "GET {path}: more than {pages} pages; the server's next links do not end"
+                )));
+            }
+            let (text, n) = self.call_linked("GET", &self.link_path(&link), None, None)?;
+            let page: Vec<serde_json::Value> = Self::parse(&text)?;
+            all.extend(page);
+            next = n;
+        }
+        serde_json::to_string(&all).map_err(|e| ClientError::Transport(e.to_string()))
+    }
+
+    /// A link's target as a path on this client's base: a path as it is, an
+    /// absolute URL on the base without it.
+    fn link_path(&self, link: &str) -> String {
+        match link.strip_prefix(&self.base) {
+            Some(p) => p.to_string(),
+            None => link.to_string(),
+        }
     }
 
     /// `GET path`, parsed.
@@ -425,5 +480,34 @@ impl Client {
     /// Deletes a token.
     pub fn delete_token(&self, name: &str) -> Result<TokenInfo, ClientError> {
         Self::parse(&self.call("DELETE", &format!("/v1/tokens/{name}"), None)?)
+    }
+}
+
+/// What an error answer says: its problem's `detail` (RFC 9457), an older
+/// controller's `error`, or the status and text of anything else.
+pub fn error_message(status: u16, text: &str) -> String {
+    serde_json::from_str::<Problem>(text)
+        .ok()
+        .and_then(|p| p.message().map(String::from))
+        .unwrap_or_else(|| format!("HTTP {status}: {text}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn error_messages_come_from_the_detail_or_the_old_error_member() {
+        let problem = r#"{"type": "https://sluice.dev/problems/conflict", "title": "Conflict",
+            "status": 409, "detail": "tenant `t` is at generation 3, not 2", "error": "old"}"#;
+        assert_eq!(
+            error_message(409, problem),
+            "tenant `t` is at generation 3, not 2"
+        );
+        assert_eq!(
+            error_message(400, r#"{"error": "spec: tenant: missing"}"#),
+            "spec: tenant: missing"
+        );
+        assert_eq!(error_message(502, "Bad Gateway"), "HTTP 502: Bad Gateway");
     }
 }

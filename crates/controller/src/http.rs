@@ -10,10 +10,11 @@ use std::time::{Duration, Instant};
 
 use sluice_proto::AgentStatus;
 
+use crate::answer::answer;
 use crate::audit::AuditEntry;
 use crate::error::ApiError;
 use crate::resources::auth::{self, Principal};
-use crate::resources::{self, hosts, json, Action, Reply, Request};
+use crate::resources::{self, hosts, json, page, Action, Reply, Request};
 use crate::service::{lock, unix_ms, Shared};
 
 /// Largest request body accepted.
@@ -60,13 +61,15 @@ fn serve_one(shared: &Arc<Shared>, mut req: tiny_http::Request) {
         .map(|h| h.value.as_str().to_string());
     let mut body = String::new();
     let read = req.as_reader().take(MAX_BODY + 1).read_to_string(&mut body);
+    let path = url.split('?').next().unwrap_or("").to_string();
+    let mut link = None;
     let reply = match read {
         Err(e) => Err(ApiError::bad(format!(
             "body: cannot read it as UTF-8 text: {e}"
         ))),
-        Ok(n) if n as u64 > MAX_BODY => {
-            Err(ApiError::bad(format!("body: larger than {MAX_BODY} bytes")))
-        }
+        Ok(n) if n as u64 > MAX_BODY => Err(ApiError::too_large(format!(
+            "body: larger than {MAX_BODY} bytes"
+        ))),
         Ok(_) => handle(
             shared,
             &Request {
@@ -77,24 +80,16 @@ fn serve_one(shared: &Arc<Shared>, mut req: tiny_http::Request) {
                 if_match: if_match.as_deref(),
             },
             authorization.as_deref(),
-        ),
+        )
+        .map(|(reply, l)| {
+            link = l;
+            reply
+        }),
     };
-    let status = reply.as_ref().err().map(|e| e.status);
-    let (code, ctype, text) = match reply {
-        Ok(Reply::Json(code, v)) => (code, "application/json", v.to_string()),
-        Ok(Reply::Text(ctype, t)) => (200, ctype, t),
-        Err(e) => (
-            e.status,
-            "application/json",
-            serde_json::json!({ "error": e.msg }).to_string(),
-        ),
-    };
-    let mut resp = tiny_http::Response::from_string(text).with_status_code(code);
-    if let Some(h) = header("Content-Type", ctype) {
-        resp = resp.with_header(h);
-    }
-    if status == Some(401) {
-        if let Some(h) = header("WWW-Authenticate", "Bearer realm=\"sluice\"") {
+    let a = answer(reply, &path, link);
+    let mut resp = tiny_http::Response::from_string(a.body).with_status_code(a.status);
+    for (name, value) in &a.headers {
+        if let Some(h) = header(name, value) {
             resp = resp.with_header(h);
         }
     }
@@ -116,15 +111,21 @@ fn principal(
     auth::authenticate(authorization, |t| lock(&shared.tokens).lookup(t)).map(Some)
 }
 
+/// The reply to a request, and a list's `Link` header (its next page).
 fn handle(
     shared: &Arc<Shared>,
     req: &Request<'_>,
     authorization: Option<&str>,
-) -> Result<Reply, ApiError> {
+) -> Result<(Reply, Option<String>), ApiError> {
     // Authenticate before parsing, so an anonymous caller learns nothing from
     // the request's validation.
     let who = principal(shared, req, authorization)?;
     let mut action = resources::parse_as(req, who.as_ref())?;
+    let (path, query) = req.url.split_once('?').unwrap_or((req.url, ""));
+    let pager = match resources::route(req.method, path) {
+        Ok((tpl, _)) => page::pager(req.method, tpl, path, query)?,
+        Err(_) => None,
+    };
     let mut only = None;
     if let Some(p) = &who {
         if let Err(e) = auth::authorize(p, &action) {
@@ -152,9 +153,14 @@ fn handle(
         _ => None,
     };
     let reply = run(shared, action, agent_token, actor)?;
-    Ok(match only {
+    let reply = match only {
         Some(t) => auth::filter_listing(&t, reply),
         None => reply,
+    };
+    // Paged after the filtering, so that a tenant's pages count its own items.
+    Ok(match pager {
+        Some(p) => p.apply(reply),
+        None => (reply, None),
     })
 }
 

@@ -18,8 +18,11 @@
 //! * [`change`]: what a change does before it is made (dry runs, `force`,
 //!   409s); [`audit`]: the log of every change requested;
 //! * [`store_acl`]: one state store user per tenant, confined to its keys;
+//! * [`answer`]: a reply or error as status, headers and body (errors as RFC
+//!   9457 problem details);
 //! * [`client`]: a blocking client of that API (the CLI and the testbed use it).
 
+pub mod answer;
 pub mod audit;
 pub mod change;
 pub mod client;

@@ -6,11 +6,53 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use sluice_proto::TenantFib;
 
-/// Every error answer: `{"error": "..."}`, naming the field or object at fault.
+/// The error answers of earlier releases: `{"error": "..."}`. Every error
+/// answer still has this member (equal to [`Problem::detail`]) for one
+/// release; deprecated.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ErrorBody {
     /// What is wrong.
     pub error: String,
+}
+
+/// Every error answer (`application/problem+json`, RFC 9457); extension
+/// members (a 409's `recent_changes`, a refused change's `plan`) are left in
+/// `extensions`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Problem {
+    /// The problem type, `https://sluice.dev/problems/<slug>` or
+    /// `about:blank`.
+    #[serde(default, rename = "type")]
+    pub problem_type: Option<String>,
+    /// The problem type in words.
+    #[serde(default)]
+    pub title: Option<String>,
+    /// The HTTP status.
+    #[serde(default)]
+    pub status: Option<u16>,
+    /// What is wrong, naming the field or object at fault.
+    #[serde(default)]
+    pub detail: Option<String>,
+    /// The request's path.
+    #[serde(default)]
+    pub instance: Option<String>,
+    /// The same as `detail` (deprecated; what older controllers send alone).
+    #[serde(default)]
+    pub error: Option<String>,
+    /// Extension members.
+    #[serde(flatten)]
+    pub extensions: BTreeMap<String, serde_json::Value>,
+}
+
+impl Problem {
+    /// What the problem says is wrong: its `detail`, else its `error` (an
+    /// older controller), else its `title`.
+    pub fn message(&self) -> Option<&str> {
+        self.detail
+            .as_deref()
+            .or(self.error.as_deref())
+            .or(self.title.as_deref())
+    }
 }
 
 /// An NF instance: where it was placed and, in `GET /v1/instances`, what its
@@ -94,6 +136,9 @@ pub struct TenantDetail {
     pub vni: u32,
     /// Spec generation.
     pub generation: u64,
+    /// The spec's `metadata.labels` (none for a spec in the flat format).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
     /// The spec as applied.
     pub spec: String,
     /// Chain names.

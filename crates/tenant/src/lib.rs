@@ -20,6 +20,10 @@
 //! the field at fault: unknown element types and keys, dangling references, cycles,
 //! missing function configuration, and selects that make two chains claim the same
 //! traffic. See `examples/tenant/figure4.yaml`.
+//!
+//! A spec document is `apiVersion: sluice.dev/v1`, `kind: Tenant`,
+//! `metadata: {name, labels}`, `spec: {elements, chains}`; the first format
+//! (`tenant`, `elements`, `chains` at the top) is still accepted ([`format`]).
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -27,6 +31,10 @@ use std::path::Path;
 use sluice_chain::{Prefix, Registry};
 use sluice_wire::IpAddr;
 use yaml_serde::{Mapping, Value};
+
+pub mod format;
+
+pub use format::{API_VERSION, KIND};
 
 /// A spec that cannot be applied: `path` names the field (`chains[1].path[2]`).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -259,8 +267,10 @@ impl Chain {
 /// A validated tenant specification.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TenantSpec {
-    /// Tenant name.
+    /// Tenant name (`metadata.name`).
     pub tenant: String,
+    /// `metadata.labels` (none in the flat format).
+    pub labels: BTreeMap<String, String>,
     /// Elements by name.
     pub elements: BTreeMap<String, Element>,
     /// Chains, in spec order.
@@ -612,8 +622,10 @@ impl TenantSpec {
         let c = Ctx {
             source: source_name,
         };
-        let root: Value =
+        let doc: Value =
             yaml_serde::from_str(text).map_err(|e| c.err("(document)", e.to_string()))?;
+        let labels = format::labels(&doc, source_name)?;
+        let root = format::convert(&doc, format::Format::Flat, source_name)?;
         let m = root
             .as_mapping()
             .ok_or_else(|| c.err("(document)", "expected a mapping"))?;
@@ -730,6 +742,7 @@ impl TenantSpec {
         }
         let spec = TenantSpec {
             tenant,
+            labels,
             elements,
             chains,
         };

@@ -318,3 +318,70 @@ fn a_service_weight_reaches_its_vms_and_bad_ones_are_refused_by_name() {
         );
     }
 }
+
+fn example(rel: &str) -> String {
+    std::fs::read_to_string(format!(
+        "{}/../../examples/{rel}",
+        env!("CARGO_MANIFEST_DIR")
+    ))
+    .unwrap()
+}
+
+/// Both formats are in the examples: figure4 flat, the failover and scaling
+/// experiments `sluice.dev/v1`. Each parses, and the same spec in the other
+/// format parses to the same thing (but the labels, which only v1 holds).
+#[test]
+fn every_example_parses_in_either_format() {
+    use sluice_tenant::format::{convert, format_of, Format};
+    let cases = [
+        ("tenant/figure4.yaml", Format::Flat),
+        ("experiments/failover.yaml", Format::V1),
+        ("experiments/failover-local.yaml", Format::Flat),
+        ("experiments/scaling.yaml", Format::V1),
+        ("experiments/elasticity.yaml", Format::Flat),
+    ];
+    for (rel, shape) in cases {
+        let text = example(rel);
+        let doc: yaml_serde::Value = yaml_serde::from_str(&text).unwrap();
+        assert_eq!(format_of(&doc), shape, "{rel}");
+        let spec = parse(&text).unwrap_or_else(|e| panic!("{rel}: {e}"));
+        let other = match shape {
+            Format::Flat => Format::V1,
+            Format::V1 => Format::Flat,
+        };
+        let converted = yaml_serde::to_string(&convert(&doc, other, rel).unwrap()).unwrap();
+        let mut again = parse(&converted).unwrap_or_else(|e| panic!("{rel} converted: {e}"));
+        if shape == Format::V1 {
+            assert_eq!(
+                spec.labels.get("experiment").map(|s| !s.is_empty()),
+                Some(true),
+                "{rel}"
+            );
+            again.labels = spec.labels.clone();
+        }
+        assert_eq!(again, spec, "{rel}: the two formats differ");
+    }
+}
+
+#[test]
+fn a_spec_of_an_unknown_version_or_kind_is_refused_naming_it() {
+    let v1 = |version: &str, kind: &str| {
+        format!(
+            "apiVersion: {version}\nkind: {kind}\nmetadata: {{ name: t }}\nspec: {{ elements: {{}}, chains: [] }}\n"
+        )
+    };
+    assert_eq!(parse(&v1("sluice.dev/v1", "Tenant")).unwrap().tenant, "t");
+    let e = parse(&v1("sluice.dev/v1beta9", "Tenant")).unwrap_err();
+    assert!(
+        e.contains("`sluice.dev/v1beta9` is not supported (supported: sluice.dev/v1)"),
+        "{e}"
+    );
+    let e = parse(&v1("sluice.dev/v1", "Host")).unwrap_err();
+    assert!(
+        e.contains("kind: `Host` is not supported (supported: Tenant)"),
+        "{e}"
+    );
+    // The first format with a stray v1 key: the version is asked for.
+    let e = parse("tenant: t\nspec: {}\nelements: {}\nchains: []\n").unwrap_err();
+    assert!(e.contains("apiVersion: missing"), "{e}");
+}

@@ -45,12 +45,18 @@ impl Reconciler {
         let existed = self.desired.tenants.contains_key(&name);
         let mut next = self.desired.clone();
         let changed = next.apply_tenant(yaml, spec)?;
-        if let Some(why) = needs_force(&self.desired, &next, &name).filter(|_| !cond.force) {
-            return Err(ApiError::conflict(format!(
-                "{why}: send it again with force (`sluice apply --force`) if that is what you mean"
-            )));
-        }
         let plan = self.plan_of(&name, &next)?;
+        if let Some(why) = needs_force(&self.desired, &next, &name).filter(|_| !cond.force) {
+            // What it would have done goes with the refusal (the problem's
+            // `plan` member), as a dry run would answer it.
+            let e = ApiError::conflict(format!(
+                "{why}: send it again with force (`sluice apply --force`) if that is what you mean"
+            ));
+            return Err(match serde_json::to_value(&plan) {
+                Ok(p) => e.with("plan", p),
+                Err(_) => e,
+            });
+        }
         if cond.dry_run {
             return Ok(Applied {
                 existed,
@@ -158,7 +164,9 @@ impl Reconciler {
             } else {
                 format!(" ({})", since.join("; "))
             }
-        )))
+        ))
+        .with("generation", have.into())
+        .with("recent_changes", since.into()))
     }
 
     /// Appends a change request to the audit log (stamped at `now`). A log that

@@ -873,6 +873,13 @@ fn a_stale_apply_is_refused_with_what_changed_and_changes_nothing() {
     assert!(e.msg.contains("generation 2, not 1"), "{e}");
     assert!(e.msg.contains("apply tenant t by tester"), "{e}");
     assert!(e.msg.contains("~ middlebox ips"), "{e}");
+    // The same, as the problem's extension members.
+    assert_eq!(e.ext["generation"], 2);
+    assert!(e.ext["recent_changes"][0]
+        .as_str()
+        .unwrap()
+        .starts_with("apply tenant t by tester"));
+    assert_eq!(e.problem(None)["recent_changes"], e.ext["recent_changes"]);
     assert_eq!(snapshot(&mut s), before);
     // Creating over an existing tenant with If-Match 0 is refused too.
     let e = s.call_if("POST", "/v1/tenants", SPEC, "0").unwrap_err();
@@ -927,6 +934,12 @@ fn removing_every_chain_or_instance_needs_force() {
     assert_eq!(e.status, 409, "{e}");
     assert!(e.msg.contains("removes every chain"), "{e}");
     assert!(e.msg.contains("force"), "{e}");
+    // What it would have done comes with the refusal.
+    assert!(e.ext["plan"]["spec"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|l| l.as_str().unwrap().starts_with("- chain")));
     assert_eq!(snapshot(&mut s), before);
     // No middlebox left on the path: every instance goes.
     let direct = "tenant: t
@@ -1035,4 +1048,37 @@ fn fabric_keys_reach_every_host_survive_a_restart_and_rotate_in_two_steps() {
     // Off: no keys anywhere.
     r.set_fabric_auth(false, [0; 32], s.now).unwrap();
     assert!(r.configs().values().all(|c| c.fabric_auth.is_none()));
+}
+
+/// The same tenant in the `sluice.dev/v1` format: re-applying it changes no
+/// placement, and its labels are listed; an unknown version is a 400 naming it.
+#[test]
+fn a_v1_spec_applies_like_the_flat_one_and_shows_its_labels() {
+    let mut s = Sim::new(SPEC);
+    s.push_all();
+    let before = s.ok("GET", "/v1/tenants/t", "");
+    let body: String = SPEC.lines().skip(1).map(|l| format!("  {l}\n")).collect();
+    let v1 = format!(
+        "apiVersion: sluice.dev/v1\nkind: Tenant\nmetadata:\n  name: t\n  labels: {{ team: edge }}\nspec:\n{body}"
+    );
+    let v = s.ok("PUT", "/v1/tenants/t", &v1);
+    assert_eq!(v["plan"]["instances_added"], serde_json::json!([]), "{v}");
+    assert_eq!(v["plan"]["instances_removed"], serde_json::json!([]), "{v}");
+    let after = s.ok("GET", "/v1/tenants/t", "");
+    assert_eq!(after["labels"]["team"], "edge");
+    assert_eq!(after["instances"], before["instances"]);
+    assert!(before.get("labels").is_none(), "{before}");
+    let e = s
+        .call(
+            "PUT",
+            "/v1/tenants/t",
+            &v1.replace("sluice.dev/v1", "sluice.dev/v2"),
+        )
+        .unwrap_err();
+    assert_eq!(e.status, 400);
+    assert!(
+        e.msg
+            .contains("`sluice.dev/v2` is not supported (supported: sluice.dev/v1)"),
+        "{e}"
+    );
 }

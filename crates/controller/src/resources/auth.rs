@@ -92,10 +92,7 @@ pub fn is_open(method: &str, path: &str) -> bool {
 
 /// The 401 of a request without a usable token.
 pub fn unauthenticated(msg: impl Into<String>) -> ApiError {
-    ApiError {
-        status: 401,
-        msg: msg.into(),
-    }
+    ApiError::new(401, msg)
 }
 
 /// Who the `Authorization` header's bearer token names: `lookup` maps a
@@ -151,13 +148,13 @@ pub fn authorize_route(
     if allowed {
         Ok(())
     } else {
-        Err(ApiError {
-            status: 403,
-            msg: format!(
+        Err(ApiError::new(
+            403,
+            format!(
                 "forbidden: token `{}` (role {}) may not {method} {path}",
                 who.name, who.role
             ),
-        })
+        ))
     }
 }
 
@@ -283,15 +280,15 @@ pub fn authorize(who: &Principal, a: &Action) -> Result<(), ApiError> {
     if allowed {
         Ok(())
     } else {
-        Err(ApiError {
-            status: 403,
-            msg: format!(
+        Err(ApiError::new(
+            403,
+            format!(
                 "forbidden: token `{}` (role {}) may not {}",
                 who.name,
                 who.role,
                 describe(a)
             ),
-        })
+        ))
     }
 }
 

@@ -14,6 +14,7 @@ pub mod auth;
 pub mod eve;
 pub mod events;
 pub mod hosts;
+pub mod page;
 pub mod scaling;
 pub mod tenants;
 pub mod tokens;
@@ -133,6 +134,15 @@ pub fn parse_as(req: &Request<'_>, who: Option<&auth::Principal>) -> Result<Acti
     if let Some(w) = who {
         auth::authorize_route(w, req.method, tpl, path)?;
     }
+    // A list's paging is the edge's ([`page::pager`]); its resource sees the
+    // rest of the query.
+    let rest;
+    let query = if page::is_list(req.method, tpl) {
+        rest = page::split(query)?.1;
+        rest.as_str()
+    } else {
+        query
+    };
     let p = Params(p);
     match (req.method, tpl) {
         ("GET", "/healthz") => Ok(Action::Health),
@@ -214,7 +224,7 @@ pub(crate) fn percent_decode(s: &str) -> String {
 /// or whether the path exists under another method.
 pub fn route(method: &str, path: &str) -> Result<(&'static str, Vec<String>), ApiError> {
     let segs: Vec<&str> = path.trim_matches('/').split('/').collect();
-    let mut path_known = false;
+    let mut allow: Vec<&'static str> = Vec::new();
     for &(m, tpl) in ROUTES {
         let t: Vec<&str> = tpl.trim_matches('/').split('/').collect();
         if t.len() != segs.len() {
@@ -235,15 +245,20 @@ pub fn route(method: &str, path: &str) -> Result<(&'static str, Vec<String>), Ap
         if m == method {
             return Ok((tpl, params));
         }
-        path_known = true;
+        if !allow.contains(&m) {
+            allow.push(m);
+        }
     }
-    if path_known {
-        Err(ApiError {
-            status: 405,
-            msg: format!("{method} is not allowed on {path}"),
-        })
-    } else {
+    if allow.is_empty() {
         Err(unknown(path))
+    } else {
+        Err(ApiError::method_not_allowed(
+            format!(
+                "{method} is not allowed on {path} (allowed: {})",
+                allow.join(", ")
+            ),
+            allow,
+        ))
     }
 }
 
@@ -264,7 +279,9 @@ mod tests {
                 vec!["acme".to_string(), "web-a1".to_string()]
             ))
         );
-        assert_eq!(route("PATCH", "/v1/tenants/x").unwrap_err().status, 405);
+        let e = route("PATCH", "/v1/tenants/x").unwrap_err();
+        assert_eq!(e.status, 405);
+        assert_eq!(e.allow, ["GET", "PUT", "DELETE"]);
         assert_eq!(route("GET", "/v1/nothing").unwrap_err().status, 404);
         assert_eq!(route("GET", "/v1/tenants/").unwrap().0, "/v1/tenants");
     }

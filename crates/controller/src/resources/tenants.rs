@@ -256,6 +256,7 @@ fn detail(r: &Reconciler, name: &str) -> Result<TenantDetail, ApiError> {
         tenant: t.name.clone(),
         vni: t.vni,
         generation: t.generation,
+        labels: t.spec.labels.clone(),
         spec: t.yaml.clone(),
         chains: t.spec.chains.iter().map(|c| c.name.clone()).collect(),
         instances: instance_infos(d, Some(name)),
