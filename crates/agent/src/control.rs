@@ -803,8 +803,8 @@ impl Agent {
                 err,
             }
         })?;
-        let supervisor = match (&opts.run_dir, &opts.netns) {
-            (Some(dir), Some(ns)) => {
+        let supervisor = match &opts.run_dir {
+            Some(dir) => {
                 let exe = match &opts.instance_exe {
                     Some(e) => e.clone(),
                     None => std::env::current_exe().map_err(|e| {
@@ -814,7 +814,7 @@ impl Agent {
                 let exits = dp.exit_notifier();
                 Some(Supervisor::start_with(
                     InstanceEnv {
-                        host_netns: ns.clone(),
+                        host_netns: opts.netns.clone(),
                         prefix: opts.prefix.clone(),
                         run_dir: dir.clone(),
                         exe,
@@ -822,7 +822,7 @@ impl Agent {
                     Box::new(move |port| exits.exited(port)),
                 ))
             }
-            _ => None,
+            None => None,
         };
         let core = Arc::new(AgentState {
             host: opts.host,
