@@ -8,6 +8,7 @@ mod bench;
 mod change;
 mod check;
 mod config;
+mod controller_config;
 mod ctl;
 mod demo;
 mod error;
