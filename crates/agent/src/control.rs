@@ -88,6 +88,9 @@ pub struct AgentOptions {
     /// Seawall's rate control of this host's senders (`None`: off; feedback to
     /// other hosts' rate-controlled senders is sent either way).
     pub seawall: Option<sluice_seawall::Config>,
+    /// The VM MTU the underlay was checked for: VM ports with a larger MTU
+    /// are reported when they open (`None`: not checked).
+    pub vm_mtu: Option<u32>,
 }
 
 /// State the API handlers and the heartbeat share.
@@ -792,6 +795,7 @@ impl Agent {
             netns: opts.netns.clone(),
             udp: opts.udp,
             seawall: opts.seawall,
+            vm_mtu: opts.vm_mtu,
             ..IoOptions::default()
         };
         if let Some(d) = opts.suspect_after {

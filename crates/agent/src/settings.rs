@@ -542,6 +542,7 @@ pub fn prepare(s: &AgentSettings, api_token: String) -> Result<AgentOptions, Set
         instance_exe: None,
         suspect_after: Some(Duration::from_millis(s.suspect_ms)),
         seawall: s.seawall,
+        vm_mtu: Some(s.vm_mtu),
     })
 }
 

@@ -171,6 +171,8 @@ fn agents_inside_their_hosts_carry_a_chain_over_the_named_underlay() {
 
     let front = attach_vm(h1.name(), "rh-front1", Ipv4Addr::new(10, 20, 0, 1)).unwrap();
     let back = attach_vm(h2.name(), "rh-back1", Ipv4Addr::new(10, 20, 0, 2)).unwrap();
+    // A host-side interface above vm_mtu is forwarded for, and reported.
+    h1.rtnl().unwrap().set_mtu(&front.iface, 9000).unwrap();
 
     let mut agents = Vec::new();
     for (h, ns) in [(1, &h1), (2, &h2)] {
@@ -260,6 +262,11 @@ fn agents_inside_their_hosts_carry_a_chain_over_the_named_underlay() {
             h.id
         );
     }
+    let log = agents[0].log();
+    assert!(
+        log.contains(&format!("{} has MTU 9000, above vm_mtu 1500", front.iface)),
+        "{log}"
+    );
     drop(agents);
     ctl.shutdown();
 }
