@@ -88,6 +88,9 @@ pub struct AgentOptions {
     /// Seawall's rate control of this host's senders (`None`: off; feedback to
     /// other hosts' rate-controlled senders is sent either way).
     pub seawall: Option<sluice_seawall::Config>,
+    /// The VM MTU the underlay was checked for: VM ports with a larger MTU
+    /// are reported when they open (`None`: not checked).
+    pub vm_mtu: Option<u32>,
 }
 
 /// State the API handlers and the heartbeat share.
@@ -792,6 +795,7 @@ impl Agent {
             netns: opts.netns.clone(),
             udp: opts.udp,
             seawall: opts.seawall,
+            vm_mtu: opts.vm_mtu,
             ..IoOptions::default()
         };
         if let Some(d) = opts.suspect_after {
@@ -803,8 +807,8 @@ impl Agent {
                 err,
             }
         })?;
-        let supervisor = match (&opts.run_dir, &opts.netns) {
-            (Some(dir), Some(ns)) => {
+        let supervisor = match &opts.run_dir {
+            Some(dir) => {
                 let exe = match &opts.instance_exe {
                     Some(e) => e.clone(),
                     None => std::env::current_exe().map_err(|e| {
@@ -814,7 +818,7 @@ impl Agent {
                 let exits = dp.exit_notifier();
                 Some(Supervisor::start_with(
                     InstanceEnv {
-                        host_netns: ns.clone(),
+                        host_netns: opts.netns.clone(),
                         prefix: opts.prefix.clone(),
                         run_dir: dir.clone(),
                         exe,
@@ -822,7 +826,7 @@ impl Agent {
                     Box::new(move |port| exits.exited(port)),
                 ))
             }
-            _ => None,
+            None => None,
         };
         let core = Arc::new(AgentState {
             host: opts.host,

@@ -69,8 +69,9 @@ pub enum InstanceError {
 /// Where and how instances are made.
 #[derive(Debug, Clone)]
 pub struct InstanceEnv {
-    /// The host namespace (host side of the veth pairs goes there).
-    pub host_netns: String,
+    /// The host namespace (host side of the veth pairs goes there; `None`: the
+    /// agent's own, as on a real host).
+    pub host_netns: Option<String>,
     /// Name prefix of namespaces and interfaces (at most 9 bytes).
     pub prefix: String,
     /// Chain files and logs.
@@ -128,11 +129,11 @@ fn setup_net(env: &InstanceEnv, cfg: &InstanceConfig) -> Result<(), InstanceErro
     };
     sluice_netns::create(&ns).map_err(net)?;
     let r = (|| {
-        let host = Rtnl::open(Some(&env.host_netns))?;
+        let host = Rtnl::open(env.host_netns.as_deref())?;
         host.add_veth(&veth, "eth0", Some(&ns))?;
         let _ = sluice_netns::sysctl(Some(&ns), "net.ipv6.conf.all.disable_ipv6", "1");
         let _ = sluice_netns::sysctl(
-            Some(&env.host_netns),
+            env.host_netns.as_deref(),
             &format!("net.ipv6.conf.{veth}.disable_ipv6"),
             "1",
         );
@@ -152,7 +153,7 @@ fn setup_net(env: &InstanceEnv, cfg: &InstanceConfig) -> Result<(), InstanceErro
 
 /// Removes an instance's namespace and link (missing ones are fine).
 fn teardown_net(env: &InstanceEnv, port: u16) {
-    if let Ok(host) = Rtnl::open(Some(&env.host_netns)) {
+    if let Ok(host) = Rtnl::open(env.host_netns.as_deref()) {
         let _ = host.del_link(&env.iface(port));
     }
     let _ = sluice_netns::delete(&env.netns(port));
@@ -485,7 +486,7 @@ mod tests {
     #[test]
     fn names_fit_and_files_are_safe() {
         let env = InstanceEnv {
-            host_netns: "h".into(),
+            host_netns: Some("h".into()),
             prefix: "sl4711h1".into(),
             run_dir: "/tmp".into(),
             exe: "/bin/false".into(),

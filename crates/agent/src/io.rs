@@ -196,6 +196,9 @@ pub struct IoOptions {
     /// Seawall's rate control of this host's senders (None: off; feedback to
     /// other hosts' senders is sent either way).
     pub seawall: Option<sluice_seawall::Config>,
+    /// The VM MTU the underlay was checked for: a VM port whose interface has
+    /// a larger one is reported when it opens (`None`: not checked).
+    pub vm_mtu: Option<u32>,
 }
 
 impl Default for IoOptions {
@@ -211,6 +214,7 @@ impl Default for IoOptions {
                 .map_or(BUSY_POLL, Duration::from_micros),
             vm_gro: std::env::var("SLUICE_VM_GRO").map_or(true, |v| v != "off" && v != "0"),
             seawall: None,
+            vm_mtu: None,
         }
     }
 }
@@ -380,6 +384,8 @@ struct Loop<'a> {
     clock: LoopClock,
     /// Seawall rate-controls this host's senders (the clock is read per batch).
     seawall: bool,
+    /// See [`IoOptions::vm_mtu`].
+    vm_mtu: Option<u32>,
 }
 
 impl<'a> Loop<'a> {
@@ -416,6 +422,7 @@ impl<'a> Loop<'a> {
             gro: Coalescer::new(),
             clock: LoopClock::new(),
             seawall: dp_seawall,
+            vm_mtu: opts.vm_mtu,
         };
         if !(gso && gro) {
             eprintln!("sluiced: UDP segmentation offload unavailable (GSO {gso}, GRO {gro}): one datagram per frame");
@@ -628,6 +635,7 @@ impl<'a> Loop<'a> {
                 if let Some(e) = sock.ring_error() {
                     eprintln!("sluiced: port {id}: {iface}: no receive ring, using recvmmsg: {e}");
                 }
+                self.check_vm_mtu(id, &iface);
                 self.socks.insert(id, PortSock { iface, sock, gso });
             }
             Err(e) => {
@@ -637,6 +645,25 @@ impl<'a> Loop<'a> {
                     eprintln!("sluiced: port {id}: cannot open {iface} (will retry): {msg}");
                 }
                 self.closed.insert(id, (iface, msg, Instant::now()));
+            }
+        }
+    }
+
+    /// Reports a VM interface whose MTU is above what the underlay was
+    /// checked for: its largest frames would not cross the fabric.
+    fn check_vm_mtu(&self, id: u16, iface: &str) {
+        let Some(max) = self.vm_mtu else {
+            return;
+        };
+        // This thread is in the data plane's namespace, where the port is.
+        let mtu = sluice_netns::Rtnl::open(None).and_then(|r| r.link(iface));
+        if let Ok(link) = mtu {
+            if link.mtu > max {
+                eprintln!(
+                    "sluiced: port {id}: {iface} has MTU {}, above vm_mtu {max} that the underlay was checked for: \
+                     frames longer than {max} bytes will not cross the fabric (lower the VM's MTU, or raise vm_mtu and the underlay's)",
+                    link.mtu
+                );
             }
         }
     }

@@ -47,6 +47,7 @@ pub mod http;
 pub mod instances;
 pub mod io;
 pub mod meter;
+pub mod settings;
 #[cfg(feature = "testing")]
 pub mod testing;
 

@@ -58,6 +58,7 @@ pub fn standalone_agent(h: u32, ns: &Netns) -> Result<Agent, AgentError> {
         instance_exe: None,
         suspect_after: None,
         seawall: None,
+        vm_mtu: None,
     })
 }
 

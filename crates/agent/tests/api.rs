@@ -28,6 +28,7 @@ fn opts(controller: Option<String>, run_dir: Option<std::path::PathBuf>) -> Agen
         instance_exe: None,
         suspect_after: None,
         seawall: None,
+        vm_mtu: None,
     }
 }
 

@@ -184,6 +184,7 @@ fn traffic_crosses_a_firewall_instance() {
         instance_exe: Some(env!("CARGO_BIN_EXE_sluiced").into()),
         suspect_after: None,
         seawall: None,
+        vm_mtu: None,
     })
     .unwrap();
     let url = agent.api_url();
@@ -292,6 +293,7 @@ fn an_instance_reaches_the_store_as_its_tenant_user() {
         instance_exe: Some(env!("CARGO_BIN_EXE_sluiced").into()),
         suspect_after: None,
         seawall: None,
+        vm_mtu: None,
         controller_token: None,
         api_token: None,
     })

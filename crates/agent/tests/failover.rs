@@ -224,6 +224,7 @@ fn setup() -> Option<Setup> {
         instance_exe: Some(env!("CARGO_BIN_EXE_sluiced").into()),
         suspect_after: None,
         seawall: None,
+        vm_mtu: None,
     })
     .unwrap();
     let url = agent.api_url();

@@ -106,6 +106,7 @@ fn vms_talk_through_the_agent() {
         instance_exe: None,
         suspect_after: None,
         seawall: None,
+        vm_mtu: None,
     })
     .unwrap();
     let url = agent.api_url();

@@ -1,7 +1,6 @@
 //! `sluice controller | apply | get | delete | status | scale | events | metric`:
 //! running the controller and talking to it over its REST API.
 
-use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use clap::{Args, Subcommand};
@@ -57,28 +56,7 @@ impl ClientArgs {
     }
 }
 
-/// `sluice controller`.
-#[derive(Args, Debug)]
-pub struct ControllerArgs {
-    /// Address of the REST API.
-    #[arg(long, default_value = "127.0.0.1:7420")]
-    listen: SocketAddr,
-    /// SQLite database holding the desired state (`:memory:`: none kept).
-    #[arg(long, default_value = "sluice-controller.db")]
-    db: PathBuf,
-    /// State store NF instances use (`redis://HOST:PORT`, `local`).
-    #[arg(long, default_value = "local")]
-    state: String,
-    /// Where the first start (no API token yet) writes the secret of the
-    /// operator token `admin`, mode 0600 [default: next to the database,
-    /// `DB.admin-token`].
-    #[arg(long)]
-    admin_token_file: Option<PathBuf>,
-    /// Seal every Geneve datagram between hosts with AES-256-GCM under keys
-    /// per host pair (`off`: plain Geneve; docs/SECURITY.md).
-    #[arg(long, default_value = "on", value_parser = ["on", "off"])]
-    fabric_auth: String,
-}
+pub use crate::controller_config::ControllerArgs;
 
 /// `sluice apply`.
 #[derive(Args, Debug)]
@@ -180,8 +158,9 @@ pub struct StatusArgs {
 }
 
 /// Runs the controller until SIGINT or SIGTERM.
-pub fn controller(a: &ControllerArgs) -> Result<(), CliError> {
+pub fn controller(args: &ControllerArgs) -> Result<(), CliError> {
     use signal_hook::consts::{SIGINT, SIGTERM};
+    let a = args.settings()?;
     // Registered before the server's threads exist, so no signal is missed.
     let mut signals =
         signal_hook::iterator::Signals::new([SIGINT, SIGTERM]).map_err(CliError::Signals)?;
@@ -190,7 +169,7 @@ pub fn controller(a: &ControllerArgs) -> Result<(), CliError> {
         db: a.db.clone(),
         state_url: a.state.clone(),
         admin_token_file: a.admin_token_file.clone(),
-        fabric_auth: a.fabric_auth == "on",
+        fabric_auth: a.fabric_auth,
     })
     .map_err(CliError::Serve)?;
     if let Some(p) = h.bootstrapped() {
@@ -205,7 +184,7 @@ pub fn controller(a: &ControllerArgs) -> Result<(), CliError> {
         h.url(),
         a.db.display(),
         a.state,
-        a.fabric_auth
+        if a.fabric_auth { "on" } else { "off" }
     );
     let sig = signals.forever().next();
     eprintln!("sluice controller: signal {sig:?}, stopping");

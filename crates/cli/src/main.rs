@@ -11,6 +11,7 @@ mod bench;
 mod change;
 mod check;
 mod config;
+mod controller_config;
 mod ctl;
 mod demo;
 mod error;

@@ -258,6 +258,13 @@ fn wait_tcp(port: u16, what: &str, child: &mut Child, log: &Path) -> Result<(), 
     }
 }
 
+/// Writes a daemon's configuration file (owner only: it names the files
+/// that hold secrets).
+fn write_toml(path: &Path, t: &toml::Table) -> Result<(), LabError> {
+    let text = toml::to_string(t).map_err(|e| other(format!("{}: {e}", path.display())))?;
+    write_private(path, &text)
+}
+
 fn spawn_logged(cmd: &mut Command, log: &Path) -> Result<Child, LabError> {
     let f = fs::File::create(log).map_err(|e| other(format!("{}: {e}", log.display())))?;
     let f2 = f.try_clone().map_err(other)?;
@@ -488,30 +495,26 @@ impl Lab {
                 .and_then(|v| v["token"].as_str().map(str::to_string))
                 .ok_or_else(|| other(format!("POST /v1/tokens answered {created}")))?;
             write_secret(&token_file, &format!("{secret}\n"))?;
+            // The agent reads what a real host's would: a configuration
+            // file (packaging/etc/agent.toml), here with the host's namespace.
+            let mut t = toml::Table::new();
+            t.insert("host_id".into(), i64::from(h.id).into());
+            t.insert("name".into(), h.netns.clone().into());
+            t.insert("netns".into(), h.netns.clone().into());
+            t.insert("underlay_interface".into(), "fab0".into());
+            t.insert("underlay".into(), h.underlay.to_string().into());
+            t.insert("controller".into(), self.state.controller.clone().into());
+            t.insert("token_file".into(), token_file.display().to_string().into());
+            t.insert("listen".into(), format!("127.0.0.1:{port}").into());
+            t.insert("prefix".into(), format!("{p}h{}", h.id).into());
+            t.insert("run_dir".into(), run_dir.display().to_string().into());
+            t.insert("fabric_auth".into(), (!self.state.fabric_auth_off).into());
+            t.insert("seawall".into(), opts.seawall.into());
+            let conf = dir.join(format!("agent-h{}.toml", h.id));
+            write_toml(&conf, &t)?;
             let mut cmd = Command::new(&opts.sluiced);
-            cmd.args([
-                "run",
-                "--host-id",
-                &h.id.to_string(),
-                "--name",
-                &h.netns,
-                "--netns",
-                &h.netns,
-                "--underlay",
-                &h.underlay.to_string(),
-                "--controller",
-                &self.state.controller,
-                "--token-file",
-                &token_file.display().to_string(),
-                "--listen",
-                &format!("127.0.0.1:{port}"),
-                "--prefix",
-                &format!("{p}h{}", h.id),
-                "--run-dir",
-                &run_dir.display().to_string(),
-            ]);
+            cmd.arg("run").arg("--config").arg(&conf);
             if opts.seawall {
-                cmd.arg("--seawall");
                 // Tuning for experiments: extra agent flags from the environment.
                 if let Ok(extra) = std::env::var("SLUICE_SEAWALL_ARGS") {
                     cmd.args(extra.split_whitespace());
@@ -672,24 +675,31 @@ impl Lab {
         // Written at the first start (the database of a new lab has no
         // token), kept by restarts.
         let token_file = dir.join("admin.token");
+        // As deployed: the settings in a file (packaging/etc/controller.toml).
+        let mut t = toml::Table::new();
+        t.insert("listen".into(), format!("127.0.0.1:{port}").into());
+        t.insert("db".into(), db.display().to_string().into());
+        t.insert("state".into(), self.state.store.clone().into());
+        t.insert(
+            "admin_token_file".into(),
+            token_file.display().to_string().into(),
+        );
+        t.insert(
+            "fabric_auth".into(),
+            if self.state.fabric_auth_off {
+                "off"
+            } else {
+                "on"
+            }
+            .into(),
+        );
+        let conf = dir.join("controller.toml");
+        write_toml(&conf, &t)?;
         let mut child = spawn_logged(
-            Command::new(&self.state.sluice).args([
-                "controller",
-                "--listen",
-                &format!("127.0.0.1:{port}"),
-                "--db",
-                &db.display().to_string(),
-                "--state",
-                &self.state.store,
-                "--admin-token-file",
-                &token_file.display().to_string(),
-                "--fabric-auth",
-                if self.state.fabric_auth_off {
-                    "off"
-                } else {
-                    "on"
-                },
-            ]),
+            Command::new(&self.state.sluice)
+                .arg("controller")
+                .arg("--config")
+                .arg(&conf),
             &log,
         )?;
         self.state.token_file = token_file;

@@ -1,0 +1,229 @@
+//! `sluice controller`'s settings: flags and the configuration file
+//! (`--config /etc/sluice/controller.toml`). Every flag has a key of the same
+//! name (snake_case) in the file; a flag given on the command line wins over
+//! the file, the file over the default. A key the file may not have is an
+//! error naming it.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use clap::Args;
+use serde::Deserialize;
+
+use crate::error::CliError;
+
+/// Default address of the REST API.
+const DEFAULT_LISTEN: &str = "127.0.0.1:7420";
+/// Default database.
+const DEFAULT_DB: &str = "sluice-controller.db";
+/// Default state store of NF instances.
+const DEFAULT_STATE: &str = "local";
+
+/// `sluice controller`. No flag has a default here: one not given leaves the
+/// file's value, else the default shown.
+#[derive(Args, Debug, Default)]
+pub struct ControllerArgs {
+    /// TOML file with any of the settings below (same names, snake_case);
+    /// flags given here win over it (shipped: packaging/etc/controller.toml).
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Address of the REST API [default: 127.0.0.1:7420].
+    #[arg(long)]
+    listen: Option<SocketAddr>,
+    /// SQLite database holding the desired state (`:memory:`: none kept)
+    /// [default: sluice-controller.db].
+    #[arg(long)]
+    db: Option<PathBuf>,
+    /// State store NF instances use (`redis://HOST:PORT`, `local`) [default: local].
+    #[arg(long)]
+    state: Option<String>,
+    /// Where the first start (no API token yet) writes the secret of the
+    /// operator token `admin`, mode 0600 [default: next to the database,
+    /// `DB.admin-token`].
+    #[arg(long)]
+    admin_token_file: Option<PathBuf>,
+    /// Seal every Geneve datagram between hosts with AES-256-GCM under keys
+    /// per host pair (`off`: plain Geneve; docs/SECURITY.md) [default: on].
+    #[arg(long, value_parser = ["on", "off"])]
+    fabric_auth: Option<String>,
+}
+
+/// The configuration file: the flags' settings, each optional.
+#[derive(Debug, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ControllerFile {
+    listen: Option<SocketAddr>,
+    db: Option<PathBuf>,
+    state: Option<String>,
+    admin_token_file: Option<PathBuf>,
+    fabric_auth: Option<String>,
+}
+
+/// The controller's settings once flags, file and defaults are merged.
+#[derive(Debug, PartialEq)]
+pub struct ControllerSettings {
+    /// Address of the REST API.
+    pub listen: SocketAddr,
+    /// The database.
+    pub db: PathBuf,
+    /// State store URL of NF instances.
+    pub state: String,
+    /// Where the first start writes the admin token (`None`: next to the database).
+    pub admin_token_file: Option<PathBuf>,
+    /// Whether the fabric is sealed.
+    pub fabric_auth: bool,
+}
+
+/// Parses a configuration file's text; `path` names it in errors.
+fn parse_file(path: &Path, text: &str) -> Result<ControllerFile, CliError> {
+    toml::from_str(text).map_err(|e| CliError::Config {
+        path: path.to_path_buf(),
+        msg: e.to_string().trim_end().to_string(),
+    })
+}
+
+/// Merges `a` over `f` (read from `file`) over the defaults.
+fn resolve(
+    a: &ControllerArgs,
+    f: &ControllerFile,
+    file: Option<&Path>,
+) -> Result<ControllerSettings, CliError> {
+    let fabric_auth = match a.fabric_auth.as_deref().or(f.fabric_auth.as_deref()) {
+        None | Some("on") => true,
+        Some("off") => false,
+        Some(other) => {
+            return Err(CliError::Config {
+                path: file.map(Path::to_path_buf).unwrap_or_default(),
+                msg: format!("fabric_auth = {other:?}: must be \"on\" or \"off\""),
+            })
+        }
+    };
+    Ok(ControllerSettings {
+        listen: a.listen.or(f.listen).unwrap_or_else(|| {
+            DEFAULT_LISTEN
+                .parse()
+                .expect("the default listen address parses")
+        }),
+        db: a
+            .db
+            .clone()
+            .or_else(|| f.db.clone())
+            .unwrap_or_else(|| DEFAULT_DB.into()),
+        state: a
+            .state
+            .clone()
+            .or_else(|| f.state.clone())
+            .unwrap_or_else(|| DEFAULT_STATE.into()),
+        admin_token_file: a
+            .admin_token_file
+            .clone()
+            .or_else(|| f.admin_token_file.clone()),
+        fabric_auth,
+    })
+}
+
+impl ControllerArgs {
+    /// Reads `--config` (if given) and merges the flags over it.
+    pub fn settings(&self) -> Result<ControllerSettings, CliError> {
+        let file = match &self.config {
+            Some(p) => {
+                let text = std::fs::read_to_string(p).map_err(CliError::io(p))?;
+                parse_file(p, &text)?
+            }
+            None => ControllerFile::default(),
+        };
+        resolve(self, &file, self.config.as_deref())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        a: ControllerArgs,
+    }
+
+    fn args(a: &[&str]) -> ControllerArgs {
+        Cli::try_parse_from(std::iter::once("sluice").chain(a.iter().copied()))
+            .expect("the flags parse")
+            .a
+    }
+
+    fn file(text: &str) -> ControllerFile {
+        parse_file(Path::new("/etc/sluice/controller.toml"), text).expect("the file parses")
+    }
+
+    #[test]
+    fn a_flag_wins_over_the_file_which_wins_over_the_default() {
+        let f = file(
+            "listen = \"0.0.0.0:7000\"\ndb = \"/var/lib/sluice/c.db\"\nfabric_auth = \"off\"\n",
+        );
+        let s = resolve(&args(&["--db", "x.db"]), &f, None).unwrap();
+        assert_eq!(s.listen, "0.0.0.0:7000".parse().unwrap());
+        assert_eq!(s.db, PathBuf::from("x.db"));
+        assert!(!s.fabric_auth);
+        assert_eq!(s.state, "local");
+        assert_eq!(s.admin_token_file, None);
+        let s = resolve(&args(&["--fabric-auth", "on"]), &f, None).unwrap();
+        assert!(s.fabric_auth);
+    }
+
+    #[test]
+    fn an_unknown_key_is_refused_naming_it_and_the_file() {
+        let e = parse_file(Path::new("/etc/sluice/controller.toml"), "listn = \"x\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("/etc/sluice/controller.toml") && e.contains("listn"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_bad_fabric_auth_in_the_file_is_refused_naming_it() {
+        let f = file("fabric_auth = \"yes\"\n");
+        let e = resolve(&args(&[]), &f, Some(Path::new("c.toml")))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("c.toml") && e.contains("fabric_auth"), "{e}");
+    }
+
+    #[test]
+    fn the_shipped_file_parses_and_shows_every_setting_with_its_default() {
+        let shipped = include_str!("../../../packaging/etc/controller.toml");
+        assert_eq!(file(shipped), ControllerFile::default());
+        let text: String = shipped
+            .lines()
+            .filter_map(|l| l.strip_prefix("# ").filter(|l| l.contains(" = \"")))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        let full = file(&text);
+        let cmd = <Cli as clap::CommandFactory>::command();
+        for a in cmd.get_arguments() {
+            let key = a.get_id().as_str();
+            if key != "config" && key != "help" {
+                assert!(
+                    text.lines().any(|l| l.starts_with(&format!("{key} = "))),
+                    "the shipped controller.toml lacks {key}"
+                );
+            }
+        }
+        // Its defaults are the defaults (the admin token file's default is
+        // derived from the database, so the file shows it for the default db).
+        let mut s = resolve(&args(&[]), &full, None).unwrap();
+        assert_eq!(
+            s.admin_token_file.take(),
+            Some(sluice_controller::service::default_admin_token_file(
+                Path::new(DEFAULT_DB)
+            ))
+        );
+        assert_eq!(
+            s,
+            resolve(&args(&[]), &ControllerFile::default(), None).unwrap()
+        );
+    }
+}
