@@ -4,22 +4,25 @@
 #                 /etc/sluice/controller.toml and the `sluice` system user;
 #   sluice-agent  the host agent `sluiced`, its systemd unit and /etc/sluice/agent.toml.
 #
-#   scripts/package.sh [--bin-dir DIR] [--out DIR]
+#   scripts/package.sh [--bin-dir DIR] [--out DIR] [--fast]
 #
 # Without --bin-dir it builds the release binaries first; --bin-dir packages binaries
 # already built (the package test uses the test build's). The packages land in --out
-# (default target/debian). Only dpkg-deb is needed: no debhelper, no cargo-deb.
+# (default target/debian); --fast compresses with gzip -1 instead of xz (the
+# package test's debug binaries are large). Only dpkg-deb is needed: no debhelper, no cargo-deb.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/common.sh
 
 bin_dir=""
 out="target/debian"
+compress=(-Zxz)
 while [ $# -gt 0 ]; do
     case "$1" in
     --bin-dir) bin_dir="$2"; shift 2 ;;
     --out) out="$2"; shift 2 ;;
-    -h | --help) sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --fast) compress=(-Zgzip -z1); shift ;;
+    -h | --help) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "error: unknown argument '$1' (see --help)" >&2; exit 2 ;;
     esac
 done
@@ -94,7 +97,7 @@ for shell in bash zsh fish; do
     fish) dest="usr/share/fish/vendor_completions.d/sluice.fish" ;;
     esac
     install -d "$(dirname "$r/$dest")"
-    "$bin_dir/sluice" completion "$shell" >"$r/$dest" || true
+    "$bin_dir/sluice" completion "$shell" >"$r/$dest"
 done
 common_files "$r" sluice
 control "$r" sluice "Network functions as a service: CLI and controller
@@ -116,7 +119,7 @@ if [ "$1" = configure ]; then
 fi
 EOF
 chmod 0755 "$r/DEBIAN/postinst"
-dpkg-deb --root-owner-group -Zxz --build "$r" "$out/sluice_${version}_${arch}.deb" >/dev/null
+dpkg-deb --root-owner-group "${compress[@]}" --build "$r" "$out/sluice_${version}_${arch}.deb" >/dev/null
 
 # --- sluice-agent: the host agent ---------------------------------------------------
 r="$work/sluice-agent"
@@ -139,6 +142,6 @@ if [ "$1" = configure ] && [ -z "${DPKG_ROOT:-}" ] && [ -d /run/systemd/system ]
 fi
 EOF
 chmod 0755 "$r/DEBIAN/postinst"
-dpkg-deb --root-owner-group -Zxz --build "$r" "$out/sluice-agent_${version}_${arch}.deb" >/dev/null
+dpkg-deb --root-owner-group "${compress[@]}" --build "$r" "$out/sluice-agent_${version}_${arch}.deb" >/dev/null
 
 ls -1 "$out"/*.deb

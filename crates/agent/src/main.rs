@@ -68,6 +68,10 @@ fn run(args: &sluice_agent::settings::RunArgs, stop: &AtomicBool) -> Result<(), 
     use sluice_agent::settings;
     let file = settings::load(args).map_err(|e| e.to_string())?;
     let s = settings::resolve(args, &file, args.config.as_deref()).map_err(|e| e.to_string())?;
+    if args.check_config {
+        println!("settings OK:\n{s:#?}");
+        return Ok(());
+    }
     let opts = settings::prepare(&s, api_token()?).map_err(|e| e.to_string())?;
     sluice_agent::run(&opts, stop).map_err(|e| e.to_string())
 }

@@ -25,7 +25,7 @@ pub const DEFAULT_LISTEN: &str = "127.0.0.1:0";
 /// Default name prefix of instance namespaces and interfaces.
 pub const DEFAULT_PREFIX: &str = "sl";
 /// Default run directory.
-pub const DEFAULT_RUN_DIR: &str = "/var/lib/sluice/agent";
+pub const DEFAULT_RUN_DIR: &str = "/var/lib/sluice-agent";
 /// Default NF instance suspicion delay, milliseconds.
 pub const DEFAULT_SUSPECT_MS: u64 = 30;
 /// Default MTU of the VMs' interfaces.
@@ -39,6 +39,10 @@ pub struct RunArgs {
     /// flags given here win over it (shipped: packaging/etc/agent.toml).
     #[arg(long)]
     pub config: Option<PathBuf>,
+    /// Only check the settings (file and flags; not the interfaces or the
+    /// token file): print them and exit, 0 if they are complete and valid.
+    #[arg(long)]
+    pub check_config: bool,
     /// Host id (unique in the fabric). Required.
     #[arg(long)]
     pub host_id: Option<u32>,
@@ -75,7 +79,7 @@ pub struct RunArgs {
     #[arg(long)]
     pub prefix: Option<String>,
     /// Directory for the saved configuration, chain files and instance logs
-    /// [default: /var/lib/sluice/agent].
+    /// [default: /var/lib/sluice-agent].
     #[arg(long)]
     pub run_dir: Option<PathBuf>,
     /// Geneve UDP port [default: 6081].

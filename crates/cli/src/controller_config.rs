@@ -27,6 +27,10 @@ pub struct ControllerArgs {
     /// flags given here win over it (shipped: packaging/etc/controller.toml).
     #[arg(long)]
     config: Option<PathBuf>,
+    /// Only check the settings (file and flags): print them and exit, 0 if
+    /// the controller would start with them.
+    #[arg(long)]
+    pub(crate) check_config: bool,
     /// Address of the REST API [default: 127.0.0.1:7420].
     #[arg(long)]
     listen: Option<SocketAddr>,
@@ -205,7 +209,7 @@ mod tests {
         let cmd = <Cli as clap::CommandFactory>::command();
         for a in cmd.get_arguments() {
             let key = a.get_id().as_str();
-            if key != "config" && key != "help" {
+            if !["config", "check_config", "help"].contains(&key) {
                 assert!(
                     text.lines().any(|l| l.starts_with(&format!("{key} = "))),
                     "the shipped controller.toml lacks {key}"

@@ -161,6 +161,10 @@ pub struct StatusArgs {
 pub fn controller(args: &ControllerArgs) -> Result<(), CliError> {
     use signal_hook::consts::{SIGINT, SIGTERM};
     let a = args.settings()?;
+    if args.check_config {
+        crate::output::text(&format!("settings OK:\n{a:#?}\n"))?;
+        return Ok(());
+    }
     // Registered before the server's threads exist, so no signal is missed.
     let mut signals =
         signal_hook::iterator::Signals::new([SIGINT, SIGTERM]).map_err(CliError::Signals)?;

@@ -68,7 +68,8 @@ fn packages_install_into_a_scratch_root_and_their_units_verify() {
         .arg("--bin-dir")
         .arg(&bin_dir)
         .arg("--out")
-        .arg(&out));
+        .arg(&out)
+        .arg("--fast"));
     let debs: Vec<PathBuf> = text(&built).lines().map(PathBuf::from).collect();
     assert_eq!(debs.len(), 2, "two packages: {debs:?}");
     for (deb, name) in debs.iter().zip(["sluice-agent", "sluice"]) {
@@ -126,9 +127,37 @@ fn packages_install_into_a_scratch_root_and_their_units_verify() {
     run(Command::new(root.join("usr/bin/sluice"))
         .args(["controller", "--check-config", "--config"])
         .arg(root.join("etc/sluice/controller.toml")));
-    run(Command::new(root.join("usr/bin/sluiced"))
+    // The agent's file leaves the host's identity to the operator: given as
+    // flags here, over the file.
+    let agent = run(Command::new(root.join("usr/bin/sluiced"))
         .args(["run", "--check-config", "--config"])
-        .arg(root.join("etc/sluice/agent.toml")));
+        .arg(root.join("etc/sluice/agent.toml"))
+        .args([
+            "--host-id",
+            "7",
+            "--name",
+            "h7",
+            "--controller",
+            "https://controller:7420",
+        ])
+        .args(["--underlay-interface", "eth1"]));
+    assert!(text(&agent).contains("host_id: 7"), "{}", text(&agent));
+    assert!(
+        text(&agent).contains("/var/lib/sluice-agent"),
+        "{}",
+        text(&agent)
+    );
+    let incomplete = Command::new(root.join("usr/bin/sluiced"))
+        .args(["run", "--check-config", "--config"])
+        .arg(root.join("etc/sluice/agent.toml"))
+        .output()
+        .expect("sluiced");
+    assert!(!incomplete.status.success());
+    assert!(
+        String::from_utf8_lossy(&incomplete.stderr).contains("host_id"),
+        "names what is missing: {}",
+        String::from_utf8_lossy(&incomplete.stderr)
+    );
     for f in [
         "usr/share/bash-completion/completions/sluice",
         "usr/share/zsh/vendor-completions/_sluice",
