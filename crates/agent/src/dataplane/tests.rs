@@ -1469,3 +1469,66 @@ fn a_hung_instance_is_suspected_within_the_ceiling_even_after_jitter() {
     assert!(dp.suspected(10));
     assert_eq!(dp.failover_events()[0].suspected_at_us, deadline / 1000);
 }
+
+/// Replays heartbeat intervals (ms) from one live instance through the data
+/// plane, checking health every millisecond; returns the failovers it caused.
+fn failovers_over(intervals: &[u64]) -> u64 {
+    let ms = 1_000_000u64;
+    let mut dp = Dataplane::new(1, &figure4_host1()).unwrap();
+    let mut now = 1000 * ms;
+    dp.set_now(now);
+    ready(&mut dp, &[10]);
+    for gap in intervals {
+        let next = now + gap * ms;
+        while now < next {
+            now += ms;
+            dp.check_health(now, || now);
+        }
+        dp.set_now(now);
+        ready(&mut dp, &[10]);
+    }
+    dp.stats().failovers
+}
+
+/// Intervals of a heartbeat every 10 ms on a loaded machine: each late by an
+/// exponentially distributed delay of mean `mean_ms` (seeded, reproducible).
+fn loaded_intervals(n: usize, mean_ms: f64, seed: u64) -> Vec<u64> {
+    let mut x = seed;
+    (0..n)
+        .map(|_| {
+            // xorshift64*: a fixed sequence, no dependency.
+            x ^= x >> 12;
+            x ^= x << 25;
+            x ^= x >> 27;
+            let u = (x.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 11) as f64 / (1u64 << 53) as f64;
+            10 + (-mean_ms * (1.0 - u).ln()).round() as u64
+        })
+        .collect()
+}
+
+/// The detector against a fixed 30 ms timeout on the same traces (a fixed
+/// timeout suspects exactly the intervals longer than it): printed with
+/// `cargo test -p sluice-agent --lib detector_against_a_fixed_timeout -- --nocapture`
+/// (docs/BENCHMARKS.md), and asserted where the answer is not a matter of degree.
+#[test]
+fn detector_against_a_fixed_timeout() {
+    println!("trace (10 ms heartbeats, 6,000)       fixed 30 ms  adaptive");
+    for (mean, seed) in [(2.0, 1), (5.0, 2), (10.0, 3), (20.0, 4)] {
+        let t = loaded_intervals(6000, mean, seed);
+        let fixed = t.iter().filter(|&&g| g > 30).count() as u64;
+        let adaptive = failovers_over(&t);
+        println!("late by Exp(mean {mean:>4} ms)              {fixed:>8}  {adaptive:>8}");
+        assert!(adaptive <= fixed, "never worse than the fixed timeout");
+        if fixed >= 20 {
+            assert!(adaptive * 4 <= fixed, "mean {mean}: {adaptive} vs {fixed}");
+        }
+    }
+    let mut periodic = vec![10u64; 6000];
+    for g in periodic.iter_mut().skip(24).step_by(25) {
+        *g = 55;
+    }
+    let fixed = periodic.iter().filter(|&&g| g > 30).count() as u64;
+    let adaptive = failovers_over(&periodic);
+    println!("every 25th 45 ms late                   {fixed:>8}  {adaptive:>8}");
+    assert!(adaptive <= 5);
+}
