@@ -3,66 +3,17 @@
 //! naming what changed, a spec removing every NF instance needs `--force`,
 //! `delete` wants `--yes` without a terminal, and `audit` lists who did what.
 
-use std::net::Ipv4Addr;
-
 use sluice_controller::client::Client;
-use sluice_controller::{serve, ServerOptions};
-use sluice_proto::{HostRegistration, VmRegistration};
 
 mod common;
-use common::sluice;
-
-const SPEC: &str = "tenant: t
-elements:
-  a: { type: service, vms: { a1: 10.0.0.1 } }
-  b: { type: service, vms: { b1: 10.0.0.2 } }
-  mon: { type: middlebox, function: monitor, instances: 2 }
-chains:
-  - { name: ab, path: [a, mon, b] }
-";
-
-fn vm(name: &str, host: u32, addr: &str) -> VmRegistration {
-    VmRegistration {
-        tenant: "t".into(),
-        name: name.into(),
-        host,
-        iface: format!("veth-{name}"),
-        mac: "02:00:00:00:00:01".into(),
-        addr: addr.parse().unwrap(),
-        gateway: false,
-    }
-}
+use common::{controller, register_two_hosts, sluice, SPEC};
 
 #[test]
 fn diff_dry_run_generations_force_confirmation_and_audit() {
     let dir = tempfile::tempdir().unwrap();
-    let token_file = dir.path().join("admin.token");
-    let h = serve(ServerOptions {
-        listen: "127.0.0.1:0".parse().unwrap(),
-        db: ":memory:".into(),
-        state_url: "local".into(),
-        admin_token_file: Some(token_file.clone()),
-        fabric_auth: false,
-    })
-    .unwrap();
-    let url = h.url();
-    let token = std::fs::read_to_string(&token_file).unwrap();
-    let token = token.trim().to_string();
+    let (h, url, token) = controller(dir.path());
     let c = Client::new(&url).with_token(Some(&token));
-    for host in 1..=2u32 {
-        c.register_host(&HostRegistration {
-            host,
-            name: format!("h{host}"),
-            underlay: Ipv4Addr::new(10, 255, 0, host as u8),
-            // Nothing listens there: pushes fail, which changes nothing here.
-            api: "http://127.0.0.1:9".into(),
-            config_version: 0,
-            api_token: None,
-        })
-        .unwrap();
-    }
-    c.register_vm(&vm("a1", 1, "10.0.0.1")).unwrap();
-    c.register_vm(&vm("b1", 2, "10.0.0.2")).unwrap();
+    register_two_hosts(&c);
     let file = |name: &str, text: &str| {
         let p = dir.path().join(name);
         std::fs::write(&p, text).unwrap();

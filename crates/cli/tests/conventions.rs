@@ -4,72 +4,12 @@
 //! down` removing the context `testbed up` added.
 
 use std::io::Write;
-use std::net::Ipv4Addr;
 use std::process::{Command, Stdio};
 
 use sluice_controller::client::Client;
-use sluice_controller::{serve, ServerHandle, ServerOptions};
-use sluice_proto::{HostRegistration, VmRegistration};
 
 mod common;
-use common::{sluice, sluice_env};
-
-const SPEC: &str = "tenant: t
-elements:
-  a: { type: service, vms: { a1: 10.0.0.1 } }
-  b: { type: service, vms: { b1: 10.0.0.2 } }
-  mon: { type: middlebox, function: monitor, instances: 2 }
-chains:
-  - { name: ab, path: [a, mon, b] }
-";
-
-/// A controller on loopback, its URL and operator token.
-fn controller(dir: &std::path::Path) -> (ServerHandle, String, String) {
-    let token_file = dir.join("admin.token");
-    let h = serve(ServerOptions {
-        listen: "127.0.0.1:0".parse().unwrap(),
-        db: ":memory:".into(),
-        state_url: "local".into(),
-        admin_token_file: Some(token_file.clone()),
-        fabric_auth: false,
-    })
-    .unwrap();
-    let url = h.url();
-    let token = std::fs::read_to_string(&token_file)
-        .unwrap()
-        .trim()
-        .to_string();
-    (h, url, token)
-}
-
-/// Two hosts (alive: they just registered; no agent behind them) and a VM
-/// on each.
-fn register(c: &Client) {
-    for host in 1..=2u32 {
-        c.register_host(&HostRegistration {
-            host,
-            name: format!("h{host}"),
-            underlay: Ipv4Addr::new(10, 255, 0, host as u8),
-            // Nothing listens there: pushes fail, which changes nothing here.
-            api: "http://127.0.0.1:9".into(),
-            config_version: 0,
-            api_token: None,
-        })
-        .unwrap();
-    }
-    for (name, host, addr) in [("a1", 1, "10.0.0.1"), ("b1", 2, "10.0.0.2")] {
-        c.register_vm(&VmRegistration {
-            tenant: "t".into(),
-            name: name.into(),
-            host,
-            iface: format!("veth-{name}"),
-            mac: "02:00:00:00:00:01".into(),
-            addr: addr.parse().unwrap(),
-            gateway: false,
-        })
-        .unwrap();
-    }
-}
+use common::{controller, register_two_hosts, sluice, sluice_env, SPEC};
 
 /// Runs `sluice` with `stdin` as its standard input.
 fn sluice_stdin(args: &[&str], stdin: &str) -> (i32, String, String) {
@@ -187,7 +127,7 @@ fn output_formats_stdin_specs_closed_pipes_and_degraded_status() {
     assert!(!String::from_utf8_lossy(&out.stderr).contains("panicked"));
 
     // Specs from stdin: diff, apply and check take `-f -`.
-    register(&c);
+    register_two_hosts(&c);
     let (code, out, err) = sluice_stdin(&["check", "-f", "-"], SPEC);
     assert_eq!(code, 0, "{err}");
     assert!(out.starts_with("<stdin>: tenant `t` is valid"), "{out}");

@@ -1,6 +1,81 @@
 //! What the `sluice` command's integration tests share.
 
+use std::net::Ipv4Addr;
+use std::path::Path;
 use std::process::Command;
+
+use sluice_controller::client::Client;
+use sluice_controller::{serve, ServerHandle, ServerOptions};
+use sluice_proto::{HostRegistration, VmRegistration};
+
+/// Tenant `t`: a monitor with two instances between services `a` (VM a1) and
+/// `b` (VM b1), as [`register_two_hosts`] registers them.
+#[allow(dead_code)] // Not every test binary uses it.
+pub const SPEC: &str = "tenant: t
+elements:
+  a: { type: service, vms: { a1: 10.0.0.1 } }
+  b: { type: service, vms: { b1: 10.0.0.2 } }
+  mon: { type: middlebox, function: monitor, instances: 2 }
+chains:
+  - { name: ab, path: [a, mon, b] }
+";
+
+/// A controller on loopback (in memory, no sealed fabric), its URL and the
+/// operator token its first start wrote into `dir`.
+#[allow(dead_code)] // Not every test binary uses it.
+pub fn controller(dir: &Path) -> (ServerHandle, String, String) {
+    let token_file = dir.join("admin.token");
+    let h = serve(ServerOptions {
+        listen: "127.0.0.1:0".parse().expect("address"),
+        db: ":memory:".into(),
+        state_url: "local".into(),
+        admin_token_file: Some(token_file.clone()),
+        fabric_auth: false,
+    })
+    .expect("controller");
+    let url = h.url();
+    let token = std::fs::read_to_string(&token_file)
+        .expect("admin token")
+        .trim()
+        .to_string();
+    (h, url, token)
+}
+
+/// VM `name` of tenant `t` on `host`.
+#[allow(dead_code)] // Not every test binary uses it.
+pub fn vm(name: &str, host: u32, addr: &str) -> VmRegistration {
+    VmRegistration {
+        tenant: "t".into(),
+        name: name.into(),
+        host,
+        iface: format!("veth-{name}"),
+        mac: "02:00:00:00:00:01".into(),
+        addr: addr.parse().expect("address"),
+        gateway: false,
+    }
+}
+
+/// Hosts 1 and 2 (alive: they just registered; no agent behind them) and
+/// [`SPEC`]'s VMs, a1 on host 1 and b1 on host 2.
+#[allow(dead_code)] // Not every test binary uses it.
+pub fn register_two_hosts(c: &Client) {
+    for host in 1..=2u32 {
+        c.register_host(&HostRegistration {
+            host,
+            name: format!("h{host}"),
+            underlay: Ipv4Addr::new(10, 255, 0, host as u8),
+            // Nothing listens there: pushes fail, which changes nothing here.
+            api: "http://127.0.0.1:9".into(),
+            config_version: 0,
+            api_token: None,
+        })
+        .expect("register host");
+    }
+    c.register_vm(&vm("a1", 1, "10.0.0.1"))
+        .expect("register a1");
+    c.register_vm(&vm("b1", 2, "10.0.0.2"))
+        .expect("register b1");
+}
 
 /// Runs the `sluice` binary with `args`: its exit code, stdout and stderr. A
 /// controller named in the environment is never used by accident.
