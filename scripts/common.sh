@@ -68,6 +68,28 @@ ensure_test_deps() {
         echo "note: openvswitch-switch could not be installed; its interop test will say it skipped"
     ensure_valkey || echo "note: valkey-server could not be installed; the Valkey pass of the tests will be skipped"
     ensure_cargo_deny
+    # promtool lints every /metrics endpoint in the tests; the package's
+    # Prometheus server must not start.
+    APT_LEAN=1 apt_install_nostart prometheus ||
+        echo "note: prometheus (promtool) could not be installed; the metrics lint will say it skipped"
+}
+
+# apt_install_nostart PKG...: apt_install, with services kept from starting
+# (a policy-rc.d refusing every start, unless the machine has one already).
+apt_install_nostart() {
+    local policy=/usr/sbin/policy-rc.d made=0 sudo=""
+    [ "$(id -u)" -ne 0 ] && sudo="sudo"
+    if [ ! -e "$policy" ]; then
+        printf '#!/bin/sh\nexit 101\n' | $sudo tee "$policy" >/dev/null
+        $sudo chmod 0755 "$policy"
+        made=1
+    fi
+    local rc=0
+    apt_install "$@" || rc=$?
+    if [ "$made" = 1 ]; then
+        $sudo rm -f "$policy"
+    fi
+    return "$rc"
 }
 
 # cargo-deny checks the dependencies' licenses, bans and sources (deny.toml). Built

@@ -330,10 +330,10 @@ impl AgentState {
         type IsoField = fn(&IsolationStatus) -> u64;
         let iso_fields: [(&str, &str, &str, IsoField); 6] = [
             (
-                "sluice_seawall_rate_bps",
+                "sluice_seawall_rate_bytes_per_second",
                 "gauge",
-                "Seawall rate of a sending port to a destination host, bits/s.",
-                |s| s.rate_bps,
+                "Seawall rate of a sending port to a destination host.",
+                |s| s.rate_bps / 8,
             ),
             (
                 "sluice_seawall_admitted_bytes_total",
@@ -519,18 +519,12 @@ impl AgentState {
             );
         }
         let health = self.health_of(&p);
-        let gauges: [(&str, &str, &str, HealthField); 10] = [
+        let gauges: [(&str, &str, &str, HealthField); 8] = [
             (
                 "sluice_instance_suspected",
                 "gauge",
                 "1 while the instance is suspected and its traffic moved away.",
                 |h| u64::from(h.suspected),
-            ),
-            (
-                "sluice_instance_heartbeat_age_ms",
-                "gauge",
-                "Milliseconds since the instance's last heartbeat.",
-                |h| h.last_heartbeat_age_ms.unwrap_or(u64::MAX),
             ),
             (
                 "sluice_instance_rx_packets_total",
@@ -555,12 +549,6 @@ impl AgentState {
                 "counter",
                 "Frames the instance dropped on a full queue.",
                 |h| h.queue_drops,
-            ),
-            (
-                "sluice_instance_cpu_ms_total",
-                "counter",
-                "CPU time the instance used, milliseconds.",
-                |h| h.cpu_ms,
             ),
             (
                 "sluice_instance_lease_epoch",
@@ -592,6 +580,40 @@ impl AgentState {
                     get(h)
                 );
             }
+        }
+        // Base units (seconds), and no sample rather than a sentinel for an
+        // instance never heard from (`sluice_instance_heartbeat_seen` says so).
+        family(
+            &mut o,
+            "sluice_instance_heartbeat_age_seconds",
+            "gauge",
+            "Time since the instance's last heartbeat.",
+        );
+        for h in &health {
+            if let Some(ms) = h.last_heartbeat_age_ms {
+                let _ = writeln!(
+                    o,
+                    "sluice_instance_heartbeat_age_seconds{{host=\"{host}\",port=\"{}\",name=\"{}\"}} {:.3}",
+                    h.port,
+                    escape(&h.name),
+                    ms as f64 / 1e3
+                );
+            }
+        }
+        family(
+            &mut o,
+            "sluice_instance_cpu_seconds_total",
+            "counter",
+            "CPU time the instance used.",
+        );
+        for h in &health {
+            let _ = writeln!(
+                o,
+                "sluice_instance_cpu_seconds_total{{host=\"{host}\",port=\"{}\",name=\"{}\"}} {:.3}",
+                h.port,
+                escape(&h.name),
+                h.cpu_ms as f64 / 1e3
+            );
         }
         family(
             &mut o,
@@ -628,17 +650,17 @@ impl AgentState {
         );
         family(
             &mut o,
-            "sluice_agent_last_failover_us",
+            "sluice_agent_last_failover_seconds",
             "gauge",
-            "Microseconds from the last failover's missed deadline to its rewritten groups in force.",
+            "Time from the last failover's missed deadline to its rewritten groups in force.",
         );
         if let Some(e) = p.failover_events.last() {
             let _ = writeln!(
                 o,
-                "sluice_agent_last_failover_us{{host=\"{host}\",port=\"{}\",name=\"{}\"}} {}",
+                "sluice_agent_last_failover_seconds{{host=\"{host}\",port=\"{}\",name=\"{}\"}} {:.6}",
                 e.port,
                 escape(&e.instance),
-                e.applied_at_us.saturating_sub(e.suspected_at_us)
+                e.applied_at_us.saturating_sub(e.suspected_at_us) as f64 / 1e6
             );
         }
         family(
@@ -707,6 +729,7 @@ impl AgentState {
                 };
             }
         }
+        sluice_metrics::process(&mut o);
         o
     }
 

@@ -11,6 +11,8 @@ use sluice_agent::{Agent, AgentOptions};
 use sluice_proto::{AgentConfig, HostRegistration, PortConfig, PortKind, TenantFib};
 use sluice_switch::{Action, Entry, GroupId, Match};
 
+mod promtool;
+
 fn opts(controller: Option<String>, run_dir: Option<std::path::PathBuf>) -> AgentOptions {
     AgentOptions {
         host: 4,
@@ -170,6 +172,7 @@ fn configs_are_accepted_or_refused_whole() {
         "the interface does not exist: {m}"
     );
     assert!(m.contains("sluice_agent_drops_total{host=\"4\",reason=\"no_match\"} 0"));
+    promtool::assert_lints_clean(&m);
     let r = ureq::get(&format!("{url}/v1/nothing")).call();
     assert!(matches!(r, Err(ureq::Error::Status(404, _))));
     let r = ureq::delete(&format!("{url}/v1/config")).call();

@@ -19,6 +19,8 @@ use sluice_proto::{
 use sluice_state_redis::server::RedisServer;
 use sluice_switch::{Action, Entry, Group, GroupId, Match, Output, PortId, Prefix};
 
+mod promtool;
+
 const FWS: [u16; 2] = [5, 6];
 
 const CHAIN: &str = r#"
@@ -378,6 +380,7 @@ fn killing_the_flows_instance_moves_it_without_breaking_the_transfer() {
         .and_then(|v| v.parse().ok())
         .expect("the failover counter");
     assert!(failovers >= 1, "{m}");
+    promtool::assert_lints_clean(&m);
 }
 
 #[test]

@@ -56,6 +56,10 @@ fn run(r: &mut Reconciler, action: Action, now: Instant) -> Result<Reply, ApiErr
     match action {
         Action::Health => json(200, &serde_json::json!({ "status": "ok" })),
         Action::OpenApi => Ok(Reply::Text("application/yaml", OPENAPI_YAML.into())),
+        Action::Metrics => Ok(Reply::Text(
+            "text/plain; version=0.0.4; charset=utf-8",
+            crate::metrics::render(r, now, true),
+        )),
         Action::Tenant(a) => resources::tenants::execute(r, a, now),
         Action::Host(a) => resources::hosts::execute(r, a, now),
         Action::Scaling(a) => resources::scaling::execute(r, a, now),

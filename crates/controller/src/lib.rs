@@ -34,6 +34,7 @@ pub mod fabric;
 mod http;
 pub mod lease;
 pub mod measure;
+pub mod metrics;
 pub mod model;
 mod pusher;
 pub mod reconcile;

@@ -18,6 +18,8 @@ pub struct Events {
     /// The last error logged and when (Unix ms): a change that keeps failing
     /// (retried every tick) is logged once a second, not every tick.
     last_error: Option<(String, u64)>,
+    /// Events recorded since the controller started, by kind (`/metrics`).
+    totals: BTreeMap<String, u64>,
 }
 
 impl Events {
@@ -36,6 +38,7 @@ impl Events {
         }
         self.next_id += 1;
         e.id = self.next_id;
+        *self.totals.entry(e.kind.clone()).or_default() += 1;
         super::log(&format!("event {}: {}", e.kind, e.reason));
         self.ring.push_back(e);
         while self.ring.len() > EVENTS_KEPT {
@@ -44,6 +47,11 @@ impl Events {
             }
         }
         self.next_id
+    }
+
+    /// Events recorded since the controller started, by kind.
+    pub fn totals(&self) -> &BTreeMap<String, u64> {
+        &self.totals
     }
 
     /// Notes that `host` was sent version `version` at `now_ms`: events waiting

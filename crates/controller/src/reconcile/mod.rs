@@ -164,6 +164,8 @@ pub struct Reconciler {
     /// When each host was last polled for its pinned flows.
     last_poll: BTreeMap<u32, Instant>,
     effects: Effects,
+    /// Counters for `/metrics`.
+    counters: crate::metrics::Counters,
 }
 
 impl Reconciler {
@@ -214,6 +216,7 @@ impl Reconciler {
             last_tick: None,
             last_poll: BTreeMap::new(),
             effects: Effects::default(),
+            counters: crate::metrics::Counters::default(),
         })
     }
 
@@ -378,6 +381,11 @@ impl Reconciler {
         }
     }
 
+    /// What the controller counted as it ran (`/metrics`).
+    pub fn counters(&self) -> &crate::metrics::Counters {
+        &self.counters
+    }
+
     /// The pusher is about to send `host` its configuration: what to send
     /// (None if the host or its configuration is gone).
     pub fn push_started(&mut self, host: u32, now: Instant) -> Option<PushJob> {
@@ -399,6 +407,17 @@ impl Reconciler {
         now: Instant,
     ) {
         let live = self.live.entry(host).or_default();
+        if let Some((v, started)) = live.last_push {
+            if v == version {
+                self.counters
+                    .push_seconds
+                    .observe(now.saturating_duration_since(started).as_secs_f64());
+            }
+        }
+        match &result {
+            Ok(()) => self.counters.pushes_ok += 1,
+            Err(_) => self.counters.pushes_failed += 1,
+        }
         match result {
             Ok(()) => {
                 if live.push_error.is_some() {

@@ -134,7 +134,8 @@ pub fn authorize_route(
         Role::ReadOnly => method == "GET" && !tokens,
         Role::Tenant(_) => {
             let vm_put = method == "PUT" && tpl.starts_with("/v1/vms");
-            !(tokens || vm_put || tpl.starts_with("/v1/hosts"))
+            // `/metrics` names every tenant: operators' and monitoring's only.
+            !(tokens || vm_put || tpl.starts_with("/v1/hosts") || tpl == "/metrics")
         }
         Role::Host(_) => matches!(
             (method, tpl),
@@ -183,6 +184,7 @@ enum Scope<'a> {
 fn scope(a: &Action) -> Scope<'_> {
     match a {
         Action::Health | Action::OpenApi => Scope::Anyone,
+        Action::Metrics => Scope::ReadAll,
         Action::Events(_) | Action::Audit(_) | Action::Eve(_) => Scope::ReadListing,
         Action::Tenant(t) => match t {
             TenantAction::List | TenantAction::Chains => Scope::ReadListing,
@@ -214,6 +216,7 @@ pub fn describe(a: &Action) -> String {
     match a {
         Action::Health => "check health".into(),
         Action::OpenApi => "read the API description".into(),
+        Action::Metrics => "read the metrics".into(),
         Action::Events(_) => "list events".into(),
         Action::Audit(_) => "read the audit log".into(),
         Action::Eve(q) => format!("list {}s", q.event_type),
@@ -353,6 +356,7 @@ mod tests {
     const RULES: &[(&str, &str, [May; 4])] = &[
         ("GET", "/healthz", [Yes, Yes, Yes, Yes]),
         ("GET", "/v1/openapi.yaml", [Yes, Yes, Yes, Yes]),
+        ("GET", "/metrics", [Yes, Yes, No, No]),
         ("GET", "/v1/tenants", [Yes, Yes, Filtered, No]),
         ("POST", "/v1/tenants", [Yes, No, Own, No]),
         ("GET", "/v1/tenants/{name}", [Yes, Yes, Own, No]),

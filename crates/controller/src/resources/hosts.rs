@@ -169,7 +169,7 @@ fn registered(r: &Reconciler, h: u32) -> Result<sluice_proto::AgentConfig, ApiEr
     Ok(cfg)
 }
 
-fn host_infos(r: &Reconciler, now: Instant) -> Vec<HostInfo> {
+pub(crate) fn host_infos(r: &Reconciler, now: Instant) -> Vec<HostInfo> {
     r.desired()
         .hosts
         .values()

@@ -23,6 +23,7 @@ pub mod tokens;
 pub const ROUTES: &[(&str, &str)] = &[
     ("GET", "/healthz"),
     ("GET", "/v1/openapi.yaml"),
+    ("GET", "/metrics"),
     ("GET", "/v1/tenants"),
     ("POST", "/v1/tenants"),
     ("GET", "/v1/tenants/{name}"),
@@ -79,6 +80,8 @@ pub enum Action {
     Health,
     /// `GET /v1/openapi.yaml`.
     OpenApi,
+    /// `GET /metrics` (Prometheus text format).
+    Metrics,
     /// A tenant request.
     Tenant(tenants::TenantAction),
     /// A host, VM or instance request.
@@ -147,6 +150,7 @@ pub fn parse_as(req: &Request<'_>, who: Option<&auth::Principal>) -> Result<Acti
     match (req.method, tpl) {
         ("GET", "/healthz") => Ok(Action::Health),
         ("GET", "/v1/openapi.yaml") => Ok(Action::OpenApi),
+        ("GET", "/metrics") => Ok(Action::Metrics),
         ("GET", "/v1/events") => events::parse(query).map(Action::Events),
         ("GET", "/v1/audit") => audit::parse(query).map(Action::Audit),
         ("GET", "/v1/alerts") => eve::parse("alert", query).map(Action::Eve),

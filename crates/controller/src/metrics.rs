@@ -1,0 +1,149 @@
+//! `GET /metrics`: the controller's view of the deployment in Prometheus text
+//! format — hosts (alive, in sync), tenants, NF instances by tenant,
+//! middlebox and state, configuration pushes and their latency, events — plus
+//! the `process_*` metrics. Rendered from the reconciler's state and `now`
+//! (pure but for the `/proc` read of [`sluice_metrics::process`]).
+
+use std::collections::BTreeMap;
+use std::fmt::Write;
+use std::time::Instant;
+
+use sluice_metrics::{escape, family, Histogram, LATENCY_BUCKETS};
+
+use crate::reconcile::Reconciler;
+use crate::resources::hosts::host_infos;
+use crate::resources::tenants::instance_infos;
+
+/// What the controller counts as it runs (the rest is derived from state when
+/// scraped).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Counters {
+    /// Configuration pushes that the agent accepted.
+    pub pushes_ok: u64,
+    /// Configuration pushes that failed (and are retried).
+    pub pushes_failed: u64,
+    /// Time from starting a push to its answer.
+    pub push_seconds: Histogram,
+}
+
+impl Default for Counters {
+    fn default() -> Counters {
+        Counters {
+            pushes_ok: 0,
+            pushes_failed: 0,
+            push_seconds: Histogram::new(LATENCY_BUCKETS),
+        }
+    }
+}
+
+/// The metrics text at `now`, including `process_*` if `process` is set
+/// (tests leave it out to compare exact text).
+pub fn render(r: &Reconciler, now: Instant, process: bool) -> String {
+    let mut o = String::new();
+    let hosts = host_infos(r, now);
+    family(
+        &mut o,
+        "sluice_controller_host_up",
+        "gauge",
+        "1 if the host's agent was heard from within the last second.",
+    );
+    for h in &hosts {
+        let _ = writeln!(
+            o,
+            "sluice_controller_host_up{{host=\"{}\"}} {}",
+            escape(&h.name),
+            u8::from(h.alive)
+        );
+    }
+    family(
+        &mut o,
+        "sluice_controller_host_in_sync",
+        "gauge",
+        "1 if the host reported running the configuration the controller wants.",
+    );
+    for h in &hosts {
+        let _ = writeln!(
+            o,
+            "sluice_controller_host_in_sync{{host=\"{}\"}} {}",
+            escape(&h.name),
+            u8::from(h.in_sync)
+        );
+    }
+    family(
+        &mut o,
+        "sluice_controller_host_push_failing",
+        "gauge",
+        "1 while pushes of the host's configuration fail (they are retried).",
+    );
+    for h in &hosts {
+        let _ = writeln!(
+            o,
+            "sluice_controller_host_push_failing{{host=\"{}\"}} {}",
+            escape(&h.name),
+            u8::from(h.push_error.is_some())
+        );
+    }
+    family(
+        &mut o,
+        "sluice_controller_tenants",
+        "gauge",
+        "Applied tenants.",
+    );
+    let _ = writeln!(o, "sluice_controller_tenants {}", r.desired().tenants.len());
+    family(
+        &mut o,
+        "sluice_controller_instances",
+        "gauge",
+        "NF instances placed, by tenant, middlebox and state (placed, draining, down).",
+    );
+    let mut by: BTreeMap<(String, String, String), u64> = BTreeMap::new();
+    for i in instance_infos(r.desired(), None) {
+        *by.entry((i.tenant, i.middlebox, i.state)).or_default() += 1;
+    }
+    for ((t, mb, st), n) in &by {
+        let _ = writeln!(
+            o,
+            "sluice_controller_instances{{tenant=\"{}\",middlebox=\"{}\",state=\"{}\"}} {n}",
+            escape(t),
+            escape(mb),
+            escape(st)
+        );
+    }
+    let c = r.counters();
+    family(
+        &mut o,
+        "sluice_controller_pushes_total",
+        "counter",
+        "Configuration pushes to agents, by result.",
+    );
+    let _ = writeln!(
+        o,
+        "sluice_controller_pushes_total{{result=\"ok\"}} {}\nsluice_controller_pushes_total{{result=\"error\"}} {}",
+        c.pushes_ok, c.pushes_failed
+    );
+    family(
+        &mut o,
+        "sluice_controller_push_duration_seconds",
+        "histogram",
+        "Time from sending a host its configuration to the agent's answer.",
+    );
+    c.push_seconds
+        .render(&mut o, "sluice_controller_push_duration_seconds", "");
+    family(
+        &mut o,
+        "sluice_controller_events_total",
+        "counter",
+        "Events recorded since the controller started (GET /v1/events), by kind.",
+    );
+    for (kind, n) in r.events().totals() {
+        let _ = writeln!(
+            o,
+            "sluice_controller_events_total{{kind=\"{}\"}} {n}",
+            escape(kind)
+        );
+    }
+    if process {
+        sluice_metrics::process(&mut o);
+    }
+    o
+}

@@ -1,0 +1,164 @@
+//! `GET /metrics` on a real server: what it reports about hosts, tenants and
+//! instances, who may read it (it names every tenant), and that Prometheus's
+//! own linter (`promtool check metrics`, Debian's `prometheus` package)
+//! accepts it.
+
+use std::io::Write;
+use std::net::Ipv4Addr;
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+use sluice_controller::client::Client;
+use sluice_controller::{serve, ServerOptions};
+use sluice_proto::{HostRegistration, VmRegistration};
+
+const SPEC: &str = "tenant: t
+elements:
+  a: { type: service, vms: { a1: 10.0.0.1 } }
+  b: { type: service, vms: { b1: 10.0.0.2 } }
+  mon: { type: middlebox, function: monitor, instances: 2 }
+chains:
+  - { name: ab, path: [a, mon, b] }
+";
+
+fn note(line: &str) {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("test-notes");
+    let _ = std::fs::create_dir_all(&dir);
+    let _ = std::fs::write(dir.join("controller-metrics.txt"), format!("{line}\n"));
+    eprintln!("{line}");
+}
+
+/// `promtool check metrics` on `text`: None if promtool is not installed,
+/// else its complaints (empty: none).
+pub fn promtool(text: &str) -> Option<String> {
+    let mut child = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .ok()?;
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(text.as_bytes())
+        .expect("write");
+    let out = child.wait_with_output().expect("promtool");
+    let complaints = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    if out.status.success() {
+        Some(String::new())
+    } else {
+        Some(complaints)
+    }
+}
+
+fn get(url: &str, token: Option<&str>) -> (u16, String) {
+    let mut req = ureq::get(&format!("{url}/metrics"));
+    if let Some(t) = token {
+        req = req.set("Authorization", &format!("Bearer {t}"));
+    }
+    match req.call() {
+        Ok(r) => (r.status(), r.into_string().unwrap()),
+        Err(ureq::Error::Status(code, r)) => (code, r.into_string().unwrap()),
+        Err(e) => panic!("GET /metrics: {e}"),
+    }
+}
+
+#[test]
+fn metrics_describe_the_deployment_to_monitoring_only_and_pass_promtool() {
+    let dir = tempfile::tempdir().unwrap();
+    let token_file = dir.path().join("admin.token");
+    let h = serve(ServerOptions {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        db: ":memory:".into(),
+        state_url: "local".into(),
+        admin_token_file: Some(token_file.clone()),
+        fabric_auth: false,
+    })
+    .unwrap();
+    let url = h.url();
+    let admin = std::fs::read_to_string(&token_file).unwrap();
+    let c = Client::new(&url).with_token(Some(admin.trim()));
+    for host in 1..=2u32 {
+        c.register_host(&HostRegistration {
+            host,
+            name: format!("h{host}"),
+            underlay: Ipv4Addr::new(10, 255, 0, host as u8),
+            // Nothing listens there: every push fails, and is counted.
+            api: "http://127.0.0.1:9".into(),
+            config_version: 0,
+            api_token: None,
+        })
+        .unwrap();
+    }
+    for (name, host, addr) in [("a1", 1, "10.0.0.1"), ("b1", 2, "10.0.0.2")] {
+        c.register_vm(&VmRegistration {
+            tenant: "t".into(),
+            name: name.into(),
+            host,
+            iface: format!("veth-{name}"),
+            mac: "02:00:00:00:00:01".into(),
+            addr: addr.parse().unwrap(),
+            gateway: false,
+        })
+        .unwrap();
+    }
+    c.apply(None, SPEC).unwrap();
+    let reader = c.create_token("prometheus", "read-only").unwrap().token;
+    let tenant = c.create_token("t-user", "tenant:t").unwrap().token;
+
+    // Pushes to the hosts' dead API fail; wait until at least one is counted.
+    let mut text = String::new();
+    for _ in 0..100 {
+        let (code, body) = get(&url, Some(&reader));
+        assert_eq!(code, 200, "{body}");
+        text = body;
+        if !text.contains("sluice_controller_pushes_total{result=\"error\"} 0") {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert!(
+        text.contains("sluice_controller_host_up{host=\"h1\"} 1"),
+        "{text}"
+    );
+    assert!(
+        text.contains("sluice_controller_host_up{host=\"h2\"} 1"),
+        "{text}"
+    );
+    assert!(text.contains("sluice_controller_tenants 1"), "{text}");
+    assert!(
+        text.contains(
+            "sluice_controller_instances{tenant=\"t\",middlebox=\"mon\",state=\"placed\"} 2"
+        ),
+        "{text}"
+    );
+    assert!(
+        !text.contains("sluice_controller_pushes_total{result=\"error\"} 0"),
+        "failed pushes counted: {text}"
+    );
+    assert!(text.contains("sluice_controller_push_duration_seconds_bucket{le=\"+Inf\"}"));
+    assert!(
+        text.contains("# TYPE sluice_controller_events_total counter"),
+        "{text}"
+    );
+    assert!(text.contains("process_resident_memory_bytes "), "{text}");
+    assert!(text.contains("process_cpu_seconds_total "), "{text}");
+
+    // It names every tenant: not for a tenant's token, nor for no token.
+    assert_eq!(get(&url, Some(&tenant)).0, 403);
+    assert_eq!(get(&url, None).0, 401);
+
+    match promtool(&text) {
+        None => note(
+            "controller metrics: promtool not installed (Debian's prometheus package), not linted",
+        ),
+        Some(complaints) => assert!(complaints.is_empty(), "promtool: {complaints}\n{text}"),
+    }
+    h.shutdown();
+}
