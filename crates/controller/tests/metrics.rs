@@ -162,3 +162,49 @@ fn metrics_describe_the_deployment_to_monitoring_only_and_pass_promtool() {
     }
     h.shutdown();
 }
+
+/// deploy/'s Prometheus configuration and alerting rules are what promtool
+/// accepts, and every Sluice metric the rules use is one the controller or the
+/// agents export (a renamed metric cannot leave a rule that never fires).
+#[test]
+fn the_example_scrape_config_and_alert_rules_are_valid_and_use_real_metrics() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let rules_path = root.join("deploy/sluice-alerts.yml");
+    let rules = std::fs::read_to_string(&rules_path).unwrap();
+    let exported = [
+        "crates/controller/src/metrics.rs",
+        "crates/agent/src/control.rs",
+    ]
+    .map(|f| std::fs::read_to_string(root.join(f)).unwrap())
+    .join("\n");
+    let mut used = 0;
+    for word in rules.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')) {
+        if word.starts_with("sluice_") {
+            used += 1;
+            assert!(
+                exported.contains(&format!("\"{word}")),
+                "deploy/sluice-alerts.yml uses {word}, which nothing exports"
+            );
+        }
+    }
+    assert!(used >= 5, "the rules use Sluice's metrics");
+    let promtool = |args: &[&str]| Command::new("promtool").args(args).output();
+    let Ok(out) = promtool(&["check", "rules", rules_path.to_str().unwrap()]) else {
+        note("deploy/: promtool not installed, the example configuration not checked");
+        return;
+    };
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let config = root.join("deploy/prometheus.yml");
+    // --syntax-only: the token file it names exists only on a Prometheus host.
+    let out = promtool(&["check", "config", "--syntax-only", config.to_str().unwrap()]).unwrap();
+    assert!(
+        out.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
