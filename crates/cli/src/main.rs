@@ -46,6 +46,9 @@ enum Cmd {
     },
     /// Validate a tenant specification (YAML) without applying it.
     Check(check::CheckArgs),
+    /// Rewrite a tenant specification in the versioned (`apiVersion`) or the
+    /// earlier flat format.
+    Convert(check::ConvertArgs),
     /// Write the sample trace (and its chain and rule files) without running it.
     Sample(demo::SampleArgs),
     /// Run the controller (REST API, desired state in SQLite) until SIGINT/SIGTERM.
@@ -121,6 +124,7 @@ fn main() -> ExitCode {
             .map_err(CliError::from),
         Cmd::Bench { which } => bench::run(which),
         Cmd::Check(a) => check::run(&a),
+        Cmd::Convert(a) => check::convert(&a),
         Cmd::Controller(a) => ctl::controller(&a),
         Cmd::Apply(a) => ctl::apply(&a),
         Cmd::Get(a) => ctl::get(&a),

@@ -304,3 +304,33 @@ fn testbed_demo_refuses_a_directory_nginx_cannot_read_before_starting() {
         );
     }
 }
+
+#[test]
+fn convert_rewrites_specs_between_the_formats_keeping_their_meaning() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let flat = root.join("examples/tenant/figure4.yaml");
+    let (code, v1, err) = sluice(&["convert", "-f", flat.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        v1.starts_with("apiVersion: sluice.dev/v1\nkind: Tenant\n"),
+        "{v1}"
+    );
+    let (code, back, err) = sluice_stdin(&["convert", "-f", "-", "--to", "flat"], &v1);
+    assert_eq!(code, 0, "{err}");
+    assert!(back.starts_with("tenant: acme\n"), "{back}");
+    // Both read back as the same tenant.
+    for text in [&v1, &back] {
+        let (code, out, err) = sluice_stdin(&["check", "-f", "-"], text);
+        assert_eq!(code, 0, "{err}");
+        assert!(
+            out.contains("tenant `acme` is valid: 10 elements, 3 chains"),
+            "{out}"
+        );
+    }
+    let (code, _, err) = sluice_stdin(&["convert", "-f", "-"], "apiVersion: sluice.dev/v9\n");
+    assert_ne!(code, 0);
+    assert!(
+        err.contains("sluice.dev/v9") && err.contains("supported: sluice.dev/v1"),
+        "{err}"
+    );
+}
