@@ -35,6 +35,7 @@ mod http;
 pub mod lease;
 pub mod measure;
 pub mod model;
+pub mod placement;
 mod pusher;
 pub mod reconcile;
 pub mod resources;

@@ -68,6 +68,7 @@ pub fn register_two_hosts(c: &Client) {
             api: "http://127.0.0.1:9".into(),
             config_version: 0,
             api_token: None,
+            capacity: None,
         })
         .expect("register host");
     }

@@ -35,6 +35,7 @@ fn hosts(n: u32) -> Desired {
                 name: format!("h{h}"),
                 underlay: Ipv4Addr::new(10, 255, 0, h as u8),
                 api: format!("http://127.0.0.1:{}", 7100 + h),
+                capacity: None,
             },
         );
     }

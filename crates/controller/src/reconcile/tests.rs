@@ -122,6 +122,7 @@ impl Sim {
                 api: format!("http://127.0.0.1:{}", 9000 + h),
                 config_version: self.running.get(&h).copied().unwrap_or(0),
                 api_token: None,
+                capacity: None,
             },
             instances: health.unwrap_or_default(),
             chains,
