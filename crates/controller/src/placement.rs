@@ -9,7 +9,8 @@
 //! left afterwards: full hosts fill up and empty ones stay empty for large
 //! instances; a host without a limit fits worst), the fewest NF instances, the
 //! lowest id. Hosts that declared nothing are all unlimited and tie on fit, so
-//! they get the old rule: fewest instances, lowest id.
+//! after spreading the middlebox they get the old rule: fewest instances,
+//! lowest id; and nothing is refused but for want of hosts or port ids.
 //!
 //! An instance count that cannot be met is refused whole ([`Shortfall`]),
 //! naming the middlebox, the instances wanted and what each host has left.

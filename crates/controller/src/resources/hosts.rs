@@ -170,6 +170,7 @@ fn registered(r: &Reconciler, h: u32) -> Result<sluice_proto::AgentConfig, ApiEr
 }
 
 fn host_infos(r: &Reconciler, now: Instant) -> Vec<HostInfo> {
+    // Rooms for no middlebox: only what every instance takes matters here.
     let used: std::collections::BTreeMap<u32, u32> = r
         .desired()
         .rooms("", "")
