@@ -91,6 +91,9 @@ pub struct AgentOptions {
     /// The VM MTU the underlay was checked for: VM ports with a larger MTU
     /// are reported when they open (`None`: not checked).
     pub vm_mtu: Option<u32>,
+    /// What this host offers NF instances, declared to the controller with
+    /// every heartbeat (`None`: no limit).
+    pub capacity: Option<sluice_proto::HostCapacity>,
 }
 
 /// State the API handlers and the heartbeat share.
@@ -109,6 +112,8 @@ pub struct AgentState {
     controller_up: AtomicBool,
     /// See [`AgentOptions::api_token`].
     api_token: Option<String>,
+    /// See [`AgentOptions::capacity`].
+    capacity: Option<sluice_proto::HostCapacity>,
 }
 
 impl AgentState {
@@ -760,6 +765,7 @@ impl AgentState {
                 api: self.api_url(),
                 config_version: self.version(),
                 api_token: self.api_token.clone(),
+                capacity: self.capacity,
             },
             instances: self.health_of(&p),
             chains: p.chains,
@@ -863,6 +869,7 @@ impl Agent {
             last_heard: Mutex::new(None),
             controller_up: AtomicBool::new(false),
             api_token: opts.api_token.clone(),
+            capacity: opts.capacity,
         });
         if let Some(dir) = &opts.run_dir {
             load_saved(&core, &dir.join("config.json"));

@@ -30,6 +30,13 @@ pub const DEFAULT_RUN_DIR: &str = "/var/lib/sluice-agent";
 pub const DEFAULT_SUSPECT_MS: u64 = 30;
 /// Default MTU of the VMs' interfaces.
 pub const DEFAULT_VM_MTU: u32 = 1500;
+/// Default number of NF instance slots a host declares to the controller.
+/// Each instance is a process with its own namespace, links and state-store
+/// connections, and busy instances want a core each: 64 is a large
+/// server's cores (no more than a few instances per core, so the
+/// controller spreads load before a host is oversubscribed) and far below
+/// the 16383 port ids a host's VMs and instances share.
+pub const DEFAULT_INSTANCE_SLOTS: u32 = 64;
 
 /// `sluiced run`'s flags. None has a default here: a flag not given leaves the
 /// file's value (or the default, [`resolve`]).
@@ -95,6 +102,11 @@ pub struct RunArgs {
     /// in Geneve [default: 1500].
     #[arg(long)]
     pub vm_mtu: Option<u32>,
+    /// NF instance slots this host offers: the controller places at most
+    /// this many instances here (an instance takes its middlebox's
+    /// `resources.slots`, 1 by default); 0: none [default: 64].
+    #[arg(long)]
+    pub instance_slots: Option<u32>,
     /// Whether the controller seals the fabric (its `fabric_auth`): the MTU
     /// check then counts the sealing's bytes [default: true].
     #[arg(long)]
@@ -157,6 +169,8 @@ pub struct AgentFile {
     pub suspect_ms: Option<u64>,
     /// See [`RunArgs::vm_mtu`].
     pub vm_mtu: Option<u32>,
+    /// See [`RunArgs::instance_slots`].
+    pub instance_slots: Option<u32>,
     /// See [`RunArgs::fabric_auth`].
     pub fabric_auth: Option<bool>,
     /// See [`RunArgs::seawall`].
@@ -242,6 +256,8 @@ pub struct AgentSettings {
     pub suspect_ms: u64,
     /// Largest VM MTU.
     pub vm_mtu: u32,
+    /// NF instance slots declared to the controller.
+    pub instance_slots: u32,
     /// Whether the fabric is sealed.
     pub fabric_auth: bool,
     /// Seawall's configuration (`None`: off).
@@ -357,6 +373,8 @@ pub fn resolve(
             .unwrap_or(DEFAULT_SUSPECT_MS)
             .max(1),
         vm_mtu,
+        instance_slots: pick(&args.instance_slots, &file.instance_slots)
+            .unwrap_or(DEFAULT_INSTANCE_SLOTS),
         fabric_auth: pick(&args.fabric_auth, &file.fabric_auth).unwrap_or(true),
         seawall,
     })
@@ -549,6 +567,10 @@ pub fn prepare(s: &AgentSettings, api_token: String) -> Result<AgentOptions, Set
         suspect_after: Some(Duration::from_millis(s.suspect_ms)),
         seawall: s.seawall,
         vm_mtu: Some(s.vm_mtu),
+        capacity: Some(sluice_proto::HostCapacity {
+            instance_slots: Some(s.instance_slots),
+            ..sluice_proto::HostCapacity::default()
+        }),
     })
 }
 

@@ -59,6 +59,7 @@ pub fn standalone_agent(h: u32, ns: &Netns) -> Result<Agent, AgentError> {
         suspect_after: None,
         seawall: None,
         vm_mtu: None,
+        capacity: None,
     })
 }
 

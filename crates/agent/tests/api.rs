@@ -31,6 +31,7 @@ fn opts(controller: Option<String>, run_dir: Option<std::path::PathBuf>) -> Agen
         suspect_after: None,
         seawall: None,
         vm_mtu: None,
+        capacity: None,
     }
 }
 

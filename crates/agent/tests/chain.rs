@@ -185,6 +185,7 @@ fn traffic_crosses_a_firewall_instance() {
         suspect_after: None,
         seawall: None,
         vm_mtu: None,
+        capacity: None,
     })
     .unwrap();
     let url = agent.api_url();
@@ -294,6 +295,7 @@ fn an_instance_reaches_the_store_as_its_tenant_user() {
         suspect_after: None,
         seawall: None,
         vm_mtu: None,
+        capacity: None,
         controller_token: None,
         api_token: None,
     })

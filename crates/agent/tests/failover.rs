@@ -227,6 +227,7 @@ fn setup() -> Option<Setup> {
         suspect_after: None,
         seawall: None,
         vm_mtu: None,
+        capacity: None,
     })
     .unwrap();
     let url = agent.api_url();

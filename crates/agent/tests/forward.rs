@@ -107,6 +107,7 @@ fn vms_talk_through_the_agent() {
         suspect_after: None,
         seawall: None,
         vm_mtu: None,
+        capacity: None,
     })
     .unwrap();
     let url = agent.api_url();

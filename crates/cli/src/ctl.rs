@@ -8,7 +8,7 @@ use sluice_controller::client::{ChangeOptions, Client};
 use sluice_controller::{serve, ServerOptions};
 
 use crate::error::CliError;
-use crate::output::{opt, structured, structured_raw, yes_no, Align, Format, Table};
+use crate::output::{opt, structured, structured_raw, used_of, yes_no, Align, Format, Table};
 
 /// Where the controller is, which token to send, and how to print answers.
 #[derive(Args, Debug, Clone)]
@@ -343,6 +343,7 @@ pub fn get(a: &GetArgs) -> Result<(), CliError> {
                 .col("DESIRED", Align::Right)
                 .col("REPORTED", Align::Right)
                 .wide_col("IN_SYNC", Align::Left)
+                .wide_col("SLOTS", Align::Right)
                 .col("ERROR", Align::Left);
             for h in v {
                 t.row(vec![
@@ -355,6 +356,7 @@ pub fn get(a: &GetArgs) -> Result<(), CliError> {
                     h.desired_version.to_string(),
                     opt(h.reported_version),
                     yes_no(h.in_sync),
+                    used_of(h.slots_used, h.slots_total),
                     h.push_error.unwrap_or_default(),
                 ]);
             }

@@ -226,6 +226,11 @@ pub fn yes_no(b: bool) -> String {
     if b { "yes" } else { "no" }.to_string()
 }
 
+/// `used/total` of a limited resource, `used/-` without a limit.
+pub fn used_of(used: u32, total: Option<u32>) -> String {
+    format!("{used}/{}", opt(total))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -250,6 +255,12 @@ mod tests {
             sample(Format::Wide).lines(),
             ["NAME     N  EXTRA", "a       10  x", "longer   2  yy"]
         );
+    }
+
+    #[test]
+    fn used_of_shows_no_limit_as_a_dash() {
+        assert_eq!(used_of(3, Some(64)), "3/64");
+        assert_eq!(used_of(0, None), "0/-");
     }
 
     #[test]

@@ -158,6 +158,9 @@ fn output_formats_stdin_specs_closed_pipes_and_degraded_status() {
     let (code, out, _) = run(&["get", "hosts", "-o", "wide"]);
     assert_eq!(code, 0);
     assert!(out.lines().next().unwrap().contains("IN_SYNC"), "{out}");
+    // Slots used of those the host declared.
+    assert!(out.lines().next().unwrap().contains("SLOTS"), "{out}");
+    assert!(out.contains("/64"), "{out}");
     let (code, out, _) = run(&["get", "instances"]);
     assert_eq!(code, 0);
     assert!(!out.contains("HOST_NAME"), "{out}");

@@ -11,13 +11,15 @@ use std::net::Ipv4Addr;
 
 use sluice_chain::Capacity;
 use sluice_proto::{
-    AgentConfig, GroupPolicy, InstanceConfig, Peer, PortConfig, PortKind, TenantFib, VmRegistration,
+    AgentConfig, GroupPolicy, HostCapacity, InstanceConfig, Peer, PortConfig, PortKind, TenantFib,
+    VmRegistration,
 };
 use sluice_switch::{Action, HostId, Output, PortId};
-use sluice_tenant::{Affinity, Element, StateMode, TenantSpec};
+use sluice_tenant::{Affinity, AntiAffinity, Element, Resources, StateMode, TenantSpec};
 use yaml_serde::{Mapping, Value};
 
 use crate::model::ScalingConfig;
+use crate::placement::{Room, Shortfall};
 
 use crate::compile::{compile, CompileError, Compiled, Placement};
 
@@ -54,6 +56,8 @@ pub struct Host {
     pub underlay: Ipv4Addr,
     /// Base URL of its agent's API.
     pub api: String,
+    /// What it offers NF instances, as its agent declared (`None`: no limit).
+    pub capacity: Option<HostCapacity>,
 }
 
 /// A registered VM and the switch port it was given.
@@ -154,6 +158,10 @@ pub enum PlaceError {
         /// Middlebox.
         middlebox: String,
     },
+    /// The instances asked for fit on no combination of hosts (their
+    /// capacity, anti-affinity, port ids).
+    #[error("{0}")]
+    NoRoom(Shortfall),
     /// A host has no port id left.
     #[error("host {host} has no free port id (1..={MAX_PORT} are all in use)")]
     PortsExhausted {
@@ -429,8 +437,9 @@ impl Desired {
     /// Brings the tenant's NF instances in line with its spec and scaled counts:
     /// instances of middleboxes that are gone, or beyond a middlebox's count, are
     /// removed (newest first; local-state middleboxes' are drained first);
-    /// missing ones go to the host with the fewest NF instances (ties: lowest
-    /// id). Existing instances never move.
+    /// missing ones are placed by [`crate::placement::place`] (capacity,
+    /// anti-affinity, best fit), all of a middlebox's or none. Existing
+    /// instances never move.
     pub fn place_instances(&mut self, tenant: &str) -> Result<(), PlaceError> {
         let Some(t) = self.tenants.get(tenant) else {
             return Ok(());
@@ -482,18 +491,34 @@ impl Desired {
                 .keys()
                 .filter(|k| k.0 == tenant && k.1 == mb && !self.draining.contains(*k))
                 .count();
-            for k in 0..n {
-                let key = (tenant.to_string(), mb.clone(), k);
-                if self.instances.contains_key(&key) {
-                    continue;
-                }
+            let missing: Vec<InstanceKey> = (0..n)
+                .map(|k| (tenant.to_string(), mb.clone(), k))
+                .filter(|k| !self.instances.contains_key(k))
+                .collect();
+            if missing.is_empty() {
+                continue;
+            }
+            if self.hosts.is_empty() {
+                return Err(PlaceError::NoHosts {
+                    tenant: tenant.to_string(),
+                    middlebox: mb.clone(),
+                });
+            }
+            let (demand, anti) = self.demand(tenant, &mb);
+            let mut rooms = self.rooms(tenant, &mb);
+            let hosts = crate::placement::place(
+                &mut rooms,
+                &demand,
+                anti,
+                missing.len() as u32,
+                tenant,
+                &mb,
+            )
+            .map_err(PlaceError::NoRoom)?;
+            for (key, host) in missing.into_iter().zip(hosts) {
                 if pinned && serving > 0 {
                     self.catching_up.insert(key.clone());
                 }
-                let host = self.least_loaded().ok_or_else(|| PlaceError::NoHosts {
-                    tenant: tenant.to_string(),
-                    middlebox: mb.clone(),
-                })?;
                 let port = self.free_port(host)?;
                 self.instances.insert(key, Instance { host, port });
             }
@@ -501,17 +526,62 @@ impl Desired {
         Ok(())
     }
 
-    /// The registered host running the fewest NF instances (ties: lowest id).
-    fn least_loaded(&self) -> Option<u32> {
-        let mut load: BTreeMap<u32, usize> = self.hosts.keys().map(|&h| (h, 0)).collect();
-        for i in self.instances.values() {
-            if let Some(n) = load.get_mut(&i.host) {
-                *n += 1;
+    /// What each instance of a middlebox takes of its host, and its
+    /// anti-affinity (defaults for a middlebox that is not in an applied spec).
+    pub fn demand(&self, tenant: &str, middlebox: &str) -> (Resources, AntiAffinity) {
+        match self
+            .tenants
+            .get(tenant)
+            .and_then(|t| t.spec.elements.get(middlebox))
+        {
+            Some(Element::Middlebox {
+                resources,
+                anti_affinity,
+                ..
+            }) => (*resources, *anti_affinity),
+            _ => (Resources::default(), AntiAffinity::default()),
+        }
+    }
+
+    /// Every registered host as placement sees it, for new instances of
+    /// `tenant`'s `middlebox`: its capacity, what its instances (draining ones
+    /// included: they still run) take, its free port ids.
+    pub fn rooms(&self, tenant: &str, middlebox: &str) -> Vec<Room> {
+        let mut rooms: BTreeMap<u32, Room> = self
+            .hosts
+            .values()
+            .map(|h| {
+                let room = Room {
+                    id: h.id,
+                    name: h.name.clone(),
+                    capacity: h.capacity.unwrap_or_default(),
+                    used: Resources {
+                        slots: 0,
+                        cores: 0,
+                        memory_mib: 0,
+                    },
+                    instances: 0,
+                    mine: 0,
+                    free_ports: u32::from(MAX_PORT)
+                        .saturating_sub(self.used_ports(h.id).len() as u32),
+                };
+                (h.id, room)
+            })
+            .collect();
+        for ((tn, mb, _), i) in &self.instances {
+            let Some(r) = rooms.get_mut(&i.host) else {
+                continue;
+            };
+            let (d, _) = self.demand(tn, mb);
+            r.used.slots = r.used.slots.saturating_add(d.slots);
+            r.used.cores = r.used.cores.saturating_add(d.cores);
+            r.used.memory_mib = r.used.memory_mib.saturating_add(d.memory_mib);
+            r.instances += 1;
+            if tn == tenant && mb == middlebox {
+                r.mine += 1;
             }
         }
-        load.into_iter()
-            .min_by_key(|&(h, n)| (n, h))
-            .map(|(h, _)| h)
+        rooms.into_values().collect()
     }
 
     /// The tenant's placement for the compiler. A tenant without external elements

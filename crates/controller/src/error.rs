@@ -157,6 +157,11 @@ impl From<PlaceError> for ApiError {
                 ..
             } => ApiError::bad(e.to_string()),
             PlaceError::BadCount(_) => ApiError::bad(e.to_string()),
+            PlaceError::NoRoom(ref s) => {
+                // The parts of the message as members, for clients to act on.
+                let v = serde_json::to_value(s).unwrap_or(Value::Null);
+                ApiError::conflict(e.to_string()).with("shortfall", v)
+            }
             PlaceError::UnknownTenant(_) | PlaceError::UnknownMiddlebox { .. } => {
                 ApiError::not_found(e.to_string())
             }

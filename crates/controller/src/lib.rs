@@ -36,6 +36,7 @@ pub mod lease;
 pub mod measure;
 pub mod metrics;
 pub mod model;
+pub mod placement;
 mod pusher;
 pub mod reconcile;
 pub mod resources;

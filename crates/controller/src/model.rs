@@ -175,6 +175,12 @@ pub struct HostInfo {
     pub in_sync: bool,
     /// Why the last push failed, if it did.
     pub push_error: Option<String>,
+    /// Instance slots its NF instances take (`resources.slots` each).
+    #[serde(default)]
+    pub slots_used: u32,
+    /// Instance slots it declared (`null`: no limit).
+    #[serde(default)]
+    pub slots_total: Option<u32>,
 }
 
 /// The answer to a registration or heartbeat.

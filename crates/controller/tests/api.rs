@@ -117,6 +117,7 @@ impl FakeAgent {
             api: self.url.clone(),
             config_version: version,
             api_token: Some(format!("agent-secret-{}", self.host)),
+            capacity: None,
         }
     }
 

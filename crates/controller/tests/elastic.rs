@@ -95,6 +95,7 @@ impl FakeAgent {
             api: self.url.clone(),
             config_version: self.configs.lock().unwrap().last().map_or(0, |c| c.version),
             api_token: None,
+            capacity: None,
         }
     }
 

@@ -93,6 +93,7 @@ fn metrics_describe_the_deployment_to_monitoring_only_and_pass_promtool() {
             api: "http://127.0.0.1:9".into(),
             config_version: 0,
             api_token: None,
+            capacity: None,
         })
         .unwrap();
     }

@@ -124,6 +124,7 @@ fn tenants_get_store_users_that_reach_only_their_own_keys() {
         api: agent.url.clone(),
         config_version: 0,
         api_token: None,
+        capacity: None,
     })
     .unwrap();
     for tenant in ["acme", "beta"] {

@@ -51,6 +51,27 @@ pub struct HostRegistration {
     /// Absent: the agent's API is open (tests, agents from before the field).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub api_token: Option<String>,
+    /// What the host offers NF instances (absent: no limit, as agents from
+    /// before the field are treated).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capacity: Option<HostCapacity>,
+}
+
+/// What a host offers NF instances, declared at registration; the controller
+/// places no instance that would exceed it. Each limit is optional (absent: not
+/// limited).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HostCapacity {
+    /// How many instance slots the host has (an instance takes its
+    /// middlebox's `resources.slots`, 1 unless the spec says otherwise).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instance_slots: Option<u32>,
+    /// CPU cores available to NF instances.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cores: Option<u32>,
+    /// Memory available to NF instances, MiB.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_mib: Option<u64>,
 }
 
 /// A tenant VM attached to a host's switch (a service VM, or the gateway where
@@ -998,6 +1019,10 @@ mod tests {
             api: "http://127.0.0.1:1".into(),
             config_version: 4,
             api_token: None,
+            capacity: Some(HostCapacity {
+                instance_slots: Some(64),
+                ..HostCapacity::default()
+            }),
         };
         let hb = HostHeartbeat {
             registration: reg.clone(),
@@ -1017,5 +1042,10 @@ mod tests {
         let plain: HostHeartbeat =
             serde_json::from_str(&serde_json::to_string(&reg).unwrap()).unwrap();
         assert!(plain.instances.is_empty());
+        // An agent from before `capacity` registers without it: no limit.
+        let old = j.replace(r#","capacity":{"instance_slots":64}"#, "");
+        assert_ne!(old, j, "the capacity was on the wire");
+        let as_old: HostRegistration = serde_json::from_str(&old).unwrap();
+        assert_eq!(as_old.capacity, None);
     }
 }

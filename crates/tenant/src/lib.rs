@@ -7,7 +7,9 @@
 //! * `middlebox`: a network function (`function`, its `config`, `instances`,
 //!   `state`: `shared` (default, in the state store) or `local` (inside each
 //!   instance), `affinity`: how flows choose among its instances, an optional
-//!   per-instance `capacity` budget, and `pipeline` for cached state);
+//!   per-instance `capacity` budget, the `resources` each instance takes of its
+//!   host, `anti_affinity` between its instances, and `pipeline` for cached
+//!   state);
 //! * `select`: header fields limiting the traffic of the rest of a chain.
 //!
 //! A chain is a path from an external or service element, through middleboxes and
@@ -158,6 +160,13 @@ pub enum Element {
         /// A processing budget per instance (`capacity: {mbps, pps, burst_ms}`), so
         /// experiments can make a middlebox the bottleneck on purpose.
         capacity: Option<sluice_chain::Capacity>,
+        /// What each instance takes of its host (`resources: {slots, cores,
+        /// memory_mib}`; default one slot): the controller places instances
+        /// only where the host's declared capacity has room.
+        resources: Resources,
+        /// Whether two instances may share a host (`anti_affinity:`, default
+        /// `preferred`).
+        anti_affinity: AntiAffinity,
         /// Pipelined instances (`pipeline:`, packets per window; 0, the
         /// default: off): under their leases, a window's store reads are in
         /// flight while the previous window is processed and no batch waits
@@ -239,6 +248,81 @@ impl Affinity {
             StateMode::Shared | StateMode::Cached => Affinity::Hash,
         }
     }
+}
+
+/// What one instance of a middlebox takes of its host's declared capacity.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Resources {
+    /// Instance slots (at least 1; default 1).
+    pub slots: u32,
+    /// CPU cores (default 0: not counted).
+    pub cores: u32,
+    /// Memory, MiB (default 0: not counted).
+    pub memory_mib: u64,
+}
+
+impl Default for Resources {
+    fn default() -> Resources {
+        Resources {
+            slots: 1,
+            cores: 0,
+            memory_mib: 0,
+        }
+    }
+}
+
+/// Whether the instances of one middlebox may share a host. (Not
+/// [`Affinity`], which is about flows and instances.)
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum AntiAffinity {
+    /// Two instances share a host only when no other host has room: a host's
+    /// failure then takes as few of them as placement allows.
+    #[default]
+    Preferred,
+    /// Never two on one host: an apply or scale that would need it is refused.
+    Required,
+}
+
+impl AntiAffinity {
+    /// `preferred` or `required`.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            AntiAffinity::Preferred => "preferred",
+            AntiAffinity::Required => "required",
+        }
+    }
+}
+
+/// A middlebox's `resources`: `{slots, cores, memory_mib}`, each optional,
+/// slots at least 1.
+fn parse_resources(v: &Value) -> Result<Resources, String> {
+    let Value::Mapping(m) = v else {
+        return Err("expected {slots, cores, memory_mib}".into());
+    };
+    let mut r = Resources::default();
+    for (k, v) in m {
+        let n = v.as_u64();
+        match k.as_str() {
+            Some("slots") => {
+                r.slots = n
+                    .filter(|&n| (1..=u64::from(u32::MAX)).contains(&n))
+                    .ok_or("slots: expected a whole number of at least 1")?
+                    as u32;
+            }
+            Some("cores") => {
+                r.cores = n
+                    .filter(|&n| n <= u64::from(u32::MAX))
+                    .ok_or("cores: expected a whole number")? as u32;
+            }
+            Some("memory_mib") => r.memory_mib = n.ok_or("memory_mib: expected a whole number")?,
+            _ => {
+                return Err(format!(
+                    "unknown key {k:?} (expected one of: slots, cores, memory_mib)"
+                ))
+            }
+        }
+    }
+    Ok(r)
 }
 
 /// A validated chain.
@@ -443,6 +527,8 @@ fn parse_element(
                     "state",
                     "affinity",
                     "capacity",
+                    "resources",
+                    "anti_affinity",
                     "pipeline",
                 ],
             )?;
@@ -514,6 +600,21 @@ fn parse_element(
                     Some(parse_capacity(v).map_err(|e| c.err(format!("{path}.capacity"), e))?)
                 }
             };
+            let resources = match m.get("resources") {
+                None => Resources::default(),
+                Some(v) => parse_resources(v).map_err(|e| c.err(format!("{path}.resources"), e))?,
+            };
+            let anti_affinity = match m.get("anti_affinity").map(Value::as_str) {
+                None => AntiAffinity::default(),
+                Some(Some("preferred")) => AntiAffinity::Preferred,
+                Some(Some("required")) => AntiAffinity::Required,
+                Some(_) => {
+                    return Err(c.err(
+                        format!("{path}.anti_affinity"),
+                        "expected `preferred` (instances share a host only when no other has room) or `required` (never two on one host)",
+                    ))
+                }
+            };
             let pipeline = match m.get("pipeline") {
                 None => 0,
                 Some(v) => v
@@ -553,6 +654,8 @@ fn parse_element(
                 state,
                 affinity,
                 capacity,
+                resources,
+                anti_affinity,
                 pipeline,
             })
         }

@@ -1,7 +1,7 @@
 //! Tenant specs: the Figure 4 example validates; every kind of mistake is refused
 //! with the field named.
 
-use sluice_tenant::{Affinity, Element, StateMode, TenantSpec};
+use sluice_tenant::{Affinity, AntiAffinity, Element, Resources, StateMode, TenantSpec};
 
 fn parse(text: &str) -> Result<TenantSpec, String> {
     TenantSpec::parse(text, "t.yaml", Some(&sluice_builtin::registry())).map_err(|e| e.to_string())
@@ -384,4 +384,70 @@ fn a_spec_of_an_unknown_version_or_kind_is_refused_naming_it() {
     // The first format with a stray v1 key: the version is asked for.
     let e = parse("tenant: t\nspec: {}\nelements: {}\nchains: []\n").unwrap_err();
     assert!(e.contains("apiVersion: missing"), "{e}");
+}
+
+#[test]
+fn resources_and_anti_affinity_default_and_are_checked() {
+    let with = |attrs: &str| {
+        BASE.replace(
+            "mon: { type: middlebox, function: monitor }",
+            &format!("mon: {{ type: middlebox, function: monitor{attrs} }}"),
+        ) + "  - { name: a, path: [net, fw, mon, web] }\n"
+    };
+    let s = parse(&with("")).unwrap();
+    match &s.elements["mon"] {
+        Element::Middlebox {
+            resources,
+            anti_affinity,
+            ..
+        } => {
+            assert_eq!(*resources, Resources::default());
+            assert_eq!(resources.slots, 1, "an instance takes one slot");
+            assert_eq!(*anti_affinity, AntiAffinity::Preferred);
+        }
+        e => panic!("{e:?}"),
+    }
+    let s = parse(&with(
+        ", resources: { slots: 2, memory_mib: 512 }, anti_affinity: required",
+    ))
+    .unwrap();
+    match &s.elements["mon"] {
+        Element::Middlebox {
+            resources,
+            anti_affinity,
+            ..
+        } => {
+            assert_eq!(
+                *resources,
+                Resources {
+                    slots: 2,
+                    cores: 0,
+                    memory_mib: 512
+                }
+            );
+            assert_eq!(*anti_affinity, AntiAffinity::Required);
+        }
+        e => panic!("{e:?}"),
+    }
+    for (bad, field, says) in [
+        (
+            ", resources: { slots: 0 }",
+            "elements.mon.resources",
+            "slots",
+        ),
+        (
+            ", resources: { disks: 1 }",
+            "elements.mon.resources",
+            "disks",
+        ),
+        (", resources: 3", "elements.mon.resources", "slots, cores"),
+        (
+            ", anti_affinity: always",
+            "elements.mon.anti_affinity",
+            "`required`",
+        ),
+    ] {
+        let e = parse(&with(bad)).unwrap_err();
+        assert!(e.contains(field) && e.contains(says), "{bad}: {e}");
+    }
 }

@@ -43,6 +43,15 @@ fn a_flag_wins_over_the_file_which_wins_over_the_default() {
     assert!(s.fabric_auth);
     assert_eq!(s.seawall, None);
     assert_eq!(s.run_dir, PathBuf::from(DEFAULT_RUN_DIR));
+    assert_eq!(s.instance_slots, DEFAULT_INSTANCE_SLOTS);
+}
+
+#[test]
+fn instance_slots_come_from_the_file_or_the_flag() {
+    let f = file(&format!("{REQUIRED}instance_slots = 8\n"));
+    assert_eq!(resolve(&args(&[]), &f, None).unwrap().instance_slots, 8);
+    let s = resolve(&args(&["--instance-slots", "0"]), &f, None).unwrap();
+    assert_eq!(s.instance_slots, 0, "a host may offer no instance slot");
 }
 
 #[test]

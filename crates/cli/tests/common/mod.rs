@@ -55,7 +55,8 @@ pub fn vm(name: &str, host: u32, addr: &str) -> VmRegistration {
     }
 }
 
-/// Hosts 1 and 2 (alive: they just registered; no agent behind them) and
+/// Hosts 1 and 2 (alive: they just registered; no agent behind them; 64
+/// instance slots each) and
 /// [`SPEC`]'s VMs, a1 on host 1 and b1 on host 2.
 #[allow(dead_code)] // Not every test binary uses it.
 pub fn register_two_hosts(c: &Client) {
@@ -68,6 +69,10 @@ pub fn register_two_hosts(c: &Client) {
             api: "http://127.0.0.1:9".into(),
             config_version: 0,
             api_token: None,
+            capacity: Some(sluice_proto::HostCapacity {
+                instance_slots: Some(64),
+                ..sluice_proto::HostCapacity::default()
+            }),
         })
         .expect("register host");
     }

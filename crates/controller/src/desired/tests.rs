@@ -1,6 +1,7 @@
 //! Unit tests of the desired state: placement, counts, configurations.
 
 use super::*;
+use crate::error::ApiError;
 use sluice_switch::Fib;
 
 fn figure4() -> (String, TenantSpec) {
@@ -35,6 +36,7 @@ fn hosts(n: u32) -> Desired {
                 name: format!("h{h}"),
                 underlay: Ipv4Addr::new(10, 255, 0, h as u8),
                 api: format!("http://127.0.0.1:{}", 7100 + h),
+                capacity: None,
             },
         );
     }
@@ -637,4 +639,121 @@ fn tenants_accept_fabric_traffic_only_from_hosts_where_they_have_something() {
     assert_eq!(senders(1, "t"), Some(Some(vec![2])));
     assert_eq!(senders(2, "t"), Some(Some(vec![1])));
     assert_eq!(senders(3, "t"), None);
+}
+
+fn with_slots(d: &mut Desired, slots: &[u32]) {
+    for (h, s) in d.hosts.values_mut().zip(slots) {
+        h.capacity = Some(HostCapacity {
+            instance_slots: Some(*s),
+            ..HostCapacity::default()
+        });
+    }
+}
+
+fn mon_spec(text: &str, attrs: &str) -> (String, TenantSpec) {
+    let t = text.replace(
+        "mon: { type: middlebox, function: monitor }",
+        &format!("mon: {{ type: middlebox, function: monitor, {attrs} }}"),
+    );
+    assert_ne!(t, text, "figure4.yaml changed shape");
+    let spec = TenantSpec::parse(&t, "f4m", None).unwrap();
+    (t, spec)
+}
+
+#[test]
+fn declared_slots_bound_placement_and_a_scale_beyond_them_is_refused() {
+    let (text, spec) = figure4();
+    let mut d = hosts(3);
+    with_slots(&mut d, &[2, 2, 2]);
+    figure4_vms(&mut d);
+    // Six instances, six slots.
+    d.apply_tenant(&text, spec).unwrap();
+    for h in 1..=3 {
+        let n = d.instances.values().filter(|i| i.host == h).count();
+        assert_eq!(n, 2, "host {h}");
+    }
+    let rooms = d.rooms("acme", "mon");
+    assert!(rooms.iter().all(|r| r.free_slots() == Some(0)), "{rooms:?}");
+    let mut next = d.clone();
+    let e = next.scale("acme", "mon", 2).unwrap_err();
+    let PlaceError::NoRoom(s) = &e else {
+        panic!("{e}")
+    };
+    assert_eq!((s.wanted, s.placed), (1, 0));
+    let m = e.to_string();
+    for part in [
+        "middlebox `mon` of tenant `acme` needs 1 new instance of 1 slot",
+        "free: h1 0 slots; h2 0 slots; h3 0 slots",
+        "anti-affinity: preferred",
+    ] {
+        assert!(m.contains(part), "{part:?} not in {m}");
+    }
+    assert_eq!(ApiError::from(e).status, 409);
+    // Room on h3 (it re-registered with more slots): the scale fits there,
+    // sharing a host with mon/0 only because no other host has room.
+    with_slots(&mut d, &[2, 2, 4]);
+    d.scale("acme", "mon", 3).unwrap();
+    let on: Vec<u32> = (1..3)
+        .map(|k| d.instances[&("acme".to_string(), "mon".to_string(), k)].host)
+        .collect();
+    assert_eq!(on, vec![3, 3]);
+}
+
+#[test]
+fn required_anti_affinity_puts_each_instance_on_its_own_host_or_refuses() {
+    let (text, _) = figure4();
+    let (t, spec) = mon_spec(&text, "instances: 3, anti_affinity: required");
+    let mut d = hosts(2);
+    figure4_vms(&mut d);
+    let before = d.clone();
+    let mut next = d.clone();
+    let e = next.apply_tenant(&t, spec.clone()).unwrap_err();
+    let m = e.to_string();
+    assert!(
+        m.contains("`mon` of tenant `acme` needs 3 new instances of 1 slot, and only 2 fit"),
+        "{m}"
+    );
+    assert!(m.contains("anti-affinity: required"), "{m}");
+    assert_eq!(d, before);
+    // Three hosts: one each. Preferred on two hosts: shared, not refused.
+    let mut d = hosts(3);
+    figure4_vms(&mut d);
+    d.apply_tenant(&t, spec).unwrap();
+    let mut mons: Vec<u32> = d
+        .instances
+        .iter()
+        .filter(|(k, _)| k.1 == "mon")
+        .map(|(_, i)| i.host)
+        .collect();
+    mons.sort();
+    assert_eq!(mons, vec![1, 2, 3]);
+    let (t, spec) = mon_spec(&text, "instances: 3");
+    let mut d = hosts(2);
+    figure4_vms(&mut d);
+    d.apply_tenant(&t, spec).unwrap();
+    assert_eq!(d.instances.keys().filter(|k| k.1 == "mon").count(), 3);
+}
+
+#[test]
+fn a_middleboxs_resources_count_against_its_hosts() {
+    let (text, _) = figure4();
+    let (t, spec) = mon_spec(&text, "resources: { slots: 4 }");
+    let mut d = hosts(2);
+    with_slots(&mut d, &[4, 8]);
+    figure4_vms(&mut d);
+    d.apply_tenant(&t, spec).unwrap();
+    let used: Vec<u32> = d.rooms("", "").iter().map(|r| r.used.slots).collect();
+    // Best fit packs the five one-slot instances into h1 (fw/1 goes to h2:
+    // soft anti-affinity), and mon's four slots fit only on h2.
+    assert_eq!(used, vec![4, 5]);
+    let mon = d.instances[&("acme".to_string(), "mon".to_string(), 0)];
+    assert_eq!(mon.host, 2);
+    // Nothing takes another slot anywhere now but h2's three.
+    let (t, spec) = mon_spec(&text, "resources: { slots: 4 }, instances: 2");
+    let e = d.clone().apply_tenant(&t, spec).unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("1 new instance of 4 slots, and only 0 fit; free: h1 0 slots; h2 3 slots"),
+        "{e}"
+    );
 }

@@ -45,11 +45,12 @@ impl Reconciler {
             name: reg.name.clone(),
             underlay: reg.underlay,
             api: reg.api.trim_end_matches('/').to_string(),
+            capacity: reg.capacity,
         };
         if self.desired.hosts.get(&reg.host) != Some(&host) {
             log(&format!(
-                "host {} registered: {} underlay {} api {}",
-                host.id, host.name, host.underlay, host.api
+                "host {} registered: {} underlay {} api {} capacity {:?}",
+                host.id, host.name, host.underlay, host.api, host.capacity
             ));
             let mut next = self.desired.clone();
             next.hosts.insert(reg.host, host);

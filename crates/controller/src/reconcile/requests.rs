@@ -254,7 +254,26 @@ impl Reconciler {
         now: Instant,
     ) -> Result<BTreeMap<u32, u64>, ApiError> {
         let before = self.desired.count(tenant, mb);
-        let pushed = self.scale_to(tenant, mb, instances, drain_timeout_ms, now)?;
+        let pushed = match self.scale_to(tenant, mb, instances, drain_timeout_ms, now) {
+            Ok(p) => p,
+            Err(e) => {
+                if e.ext.contains_key("shortfall") {
+                    // Out of capacity is worth an event (the scalers' refusals
+                    // are events too); a bad request is not.
+                    let mut ev = event(
+                        "error",
+                        format!(
+                            "{tenant}/{mb}: scale to {instances} instances refused (scale API): {}",
+                            e.msg
+                        ),
+                    );
+                    ev.tenant = Some(tenant.to_string());
+                    ev.middlebox = Some(mb.to_string());
+                    self.push_event(ev, now);
+                }
+                return Err(e);
+            }
+        };
         let after = self.desired.count(tenant, mb);
         let mut e = event(
             "scale",

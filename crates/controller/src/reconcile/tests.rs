@@ -122,6 +122,7 @@ impl Sim {
                 api: format!("http://127.0.0.1:{}", 9000 + h),
                 config_version: self.running.get(&h).copied().unwrap_or(0),
                 api_token: None,
+                capacity: None,
             },
             instances: health.unwrap_or_default(),
             chains,
@@ -728,6 +729,50 @@ fn the_greedy_scaler_converges_on_reported_samples() {
         .events("scaler")
         .iter()
         .any(|e| e.reason.starts_with("load halved")));
+}
+
+#[test]
+fn a_scaler_is_capped_by_placement_with_an_event() {
+    // ips may not share a host, and there are three: it cannot pass 3.
+    let mut s = Sim::new(&SPEC.replace(
+        "ips: { type: middlebox, function: monitor, instances: 2 }",
+        "ips: { type: middlebox, function: monitor, instances: 2, anti_affinity: required }",
+    ));
+    s.ok(
+        "PUT",
+        "/v1/tenants/t/chains/ab/scaling",
+        r#"{"strategy": "greedy", "direction": "higher", "metric": "reported",
+            "metric_interval_ms": 1000, "improve": 0.1, "trigger": 0.25, "sustain_ms": 3000,
+            "window_ms": 5000, "settle": 0.2, "cooldown_ms": 20000, "budget": 10,
+            "target": 200.0}"#,
+    );
+    for _ in 0..200 {
+        s.now += Duration::from_secs(1);
+        let counts: BTreeMap<String, u32> = [("ips", s.count("ips")), ("re", s.count("re"))]
+            .map(|(m, n)| (m.to_string(), n))
+            .into();
+        let value = throughput(&counts, 200.0);
+        s.ok(
+            "POST",
+            "/v1/tenants/t/chains/ab/metrics",
+            &format!(r#"{{"value": {value}}}"#),
+        );
+        assert!(s.count("ips") <= 3, "ips placed beyond its hosts");
+    }
+    assert_eq!(s.count("ips"), 3, "the scaler did add ips up to the cap");
+    let refused: Vec<String> = s
+        .events("error")
+        .into_iter()
+        .map(|e| e.reason)
+        .filter(|r| r.contains("not carried out"))
+        .collect();
+    assert!(
+        refused.iter().any(
+            |r| r.contains("middlebox `ips` of tenant `t` needs 1 new instance")
+                && r.contains("anti-affinity: required")
+        ),
+        "{refused:#?}"
+    );
 }
 
 #[test]

@@ -170,6 +170,13 @@ fn registered(r: &Reconciler, h: u32) -> Result<sluice_proto::AgentConfig, ApiEr
 }
 
 pub(crate) fn host_infos(r: &Reconciler, now: Instant) -> Vec<HostInfo> {
+    // Rooms for no middlebox: only what every instance takes matters here.
+    let used: std::collections::BTreeMap<u32, u32> = r
+        .desired()
+        .rooms("", "")
+        .iter()
+        .map(|room| (room.id, room.used.slots))
+        .collect();
     r.desired()
         .hosts
         .values()
@@ -189,6 +196,8 @@ pub(crate) fn host_infos(r: &Reconciler, now: Instant) -> Vec<HostInfo> {
                 reported_version: reported,
                 in_sync: reported == Some(desired),
                 push_error: live.and_then(|l| l.push_error.clone()),
+                slots_used: used.get(&h.id).copied().unwrap_or(0),
+                slots_total: h.capacity.and_then(|c| c.instance_slots),
             }
         })
         .collect()

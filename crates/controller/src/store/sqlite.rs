@@ -40,6 +40,8 @@ CREATE TABLE IF NOT EXISTS draining (
 CREATE TABLE IF NOT EXISTS scaling (
     tenant TEXT NOT NULL, chain TEXT NOT NULL, config TEXT NOT NULL,
     PRIMARY KEY (tenant, chain));
+CREATE TABLE IF NOT EXISTS host_capacity (
+    host INTEGER PRIMARY KEY, capacity TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS host_configs (
     host INTEGER PRIMARY KEY, version INTEGER NOT NULL, config TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS fabric_secrets (
@@ -151,8 +153,23 @@ impl SqliteStore {
                     name,
                     underlay,
                     api,
+                    capacity: None,
                 },
             );
+        }
+        // A table of its own (JSON), so databases from before capacities
+        // need no migration.
+        let mut st = self
+            .conn
+            .prepare("SELECT host, capacity FROM host_capacity")?;
+        let rows = st.query_map([], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?)))?;
+        for row in rows {
+            let (id, text) = row?;
+            let c = serde_json::from_str(&text)
+                .map_err(|e| corrupt(format!("capacity of host {id}: {e}")))?;
+            if let Some(h) = d.hosts.get_mut(&(id as u32)) {
+                h.capacity = Some(c);
+            }
         }
         let mut st = self
             .conn
@@ -338,7 +355,7 @@ fn write_all(
     configs: &BTreeMap<u32, AgentConfig>,
 ) -> Result<(), StoreError> {
     tx.execute_batch(
-        "DELETE FROM tenants; DELETE FROM hosts; DELETE FROM vms; DELETE FROM instances;
+        "DELETE FROM tenants; DELETE FROM hosts; DELETE FROM host_capacity; DELETE FROM vms; DELETE FROM instances;
          DELETE FROM scaled; DELETE FROM draining; DELETE FROM scaling;
          DELETE FROM fabric_secrets;",
     )?;
@@ -366,6 +383,14 @@ fn write_all(
             "INSERT INTO hosts (id, name, underlay, api) VALUES (?1, ?2, ?3, ?4)",
             params![h.id as i64, h.name, h.underlay.to_string(), h.api],
         )?;
+        if let Some(c) = &h.capacity {
+            let text = serde_json::to_string(c)
+                .map_err(|e| corrupt(format!("capacity of host {}: {e}", h.id)))?;
+            tx.execute(
+                "INSERT INTO host_capacity (host, capacity) VALUES (?1, ?2)",
+                params![h.id as i64, text],
+            )?;
+        }
     }
     for v in d.vms.values() {
         let r = &v.reg;
@@ -563,6 +588,10 @@ mod tests {
                     name: format!("h{h}"),
                     underlay: std::net::Ipv4Addr::new(10, 255, 0, h as u8),
                     api: "http://127.0.0.1:1".into(),
+                    capacity: (h == 2).then(|| sluice_proto::HostCapacity {
+                        instance_slots: Some(8),
+                        ..sluice_proto::HostCapacity::default()
+                    }),
                 },
             );
         }

@@ -1,0 +1,168 @@
+//! Placement against the capacity hosts declare, on a real server: an apply
+//! that cannot fit is refused with a 409 problem naming the middlebox, the
+//! instances wanted and what each host has left, and nothing is placed; a
+//! scale beyond capacity is refused the same way, with an event; the hosts
+//! list shows the slots used.
+
+use std::net::Ipv4Addr;
+use std::path::Path;
+
+use serde_json::Value;
+use sluice_controller::client::Client;
+use sluice_controller::model::ScaleRequest;
+use sluice_controller::{serve, ServerHandle, ServerOptions};
+use sluice_proto::{HostCapacity, HostRegistration, VmRegistration};
+
+fn start(dir: &Path) -> (ServerHandle, Client, String) {
+    let token_file = dir.join("admin.token");
+    let server = serve(ServerOptions {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        db: dir.join("c.db"),
+        state_url: "local".into(),
+        admin_token_file: Some(token_file.clone()),
+        fabric_auth: false,
+    })
+    .unwrap();
+    let admin = std::fs::read_to_string(&token_file)
+        .unwrap()
+        .trim()
+        .to_string();
+    let c = Client::new(&server.url()).with_token(Some(&admin));
+    (server, c, admin)
+}
+
+fn register(c: &Client, id: u32, slots: u32) {
+    c.register_host(&HostRegistration {
+        host: id,
+        name: format!("h{id}"),
+        underlay: Ipv4Addr::new(10, 255, 0, id as u8),
+        // Nothing listens: pushes fail quietly, placement does not care.
+        api: "http://127.0.0.1:9".into(),
+        config_version: 0,
+        api_token: None,
+        capacity: Some(HostCapacity {
+            instance_slots: Some(slots),
+            ..HostCapacity::default()
+        }),
+    })
+    .unwrap();
+}
+
+fn spec(mon: &str) -> String {
+    format!(
+        "tenant: acme
+elements:
+  web: {{ type: service, vms: {{ w1: 10.0.0.1 }} }}
+  db: {{ type: service, vms: {{ d1: 10.0.0.2 }} }}
+  mon: {{ type: middlebox, function: monitor, {mon} }}
+chains:
+  - {{ name: a, path: [web, mon, db] }}
+"
+    )
+}
+
+/// `PUT path` with a YAML body; the status and the body as JSON.
+fn put(base: &str, token: &str, path: &str, body: &str) -> (u16, Value) {
+    let r = ureq::put(&format!("{base}{path}"))
+        .set("Authorization", &format!("Bearer {token}"))
+        .set("Content-Type", "application/yaml")
+        .send_string(body);
+    let resp = match r {
+        Ok(resp) => resp,
+        Err(ureq::Error::Status(_, resp)) => resp,
+        Err(e) => panic!("PUT {path}: {e}"),
+    };
+    let status = resp.status();
+    (
+        status,
+        serde_json::from_str(&resp.into_string().unwrap()).unwrap(),
+    )
+}
+
+#[test]
+fn an_apply_that_cannot_fit_is_refused_naming_what_is_missing_and_places_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let (server, c, admin) = start(dir.path());
+    register(&c, 1, 1);
+    register(&c, 2, 4);
+    for (name, host, addr) in [("w1", 1, "10.0.0.1"), ("d1", 2, "10.0.0.2")] {
+        c.register_vm(&VmRegistration {
+            tenant: "acme".into(),
+            name: name.into(),
+            host,
+            iface: format!("v-{name}"),
+            mac: "02:00:00:00:00:07".into(),
+            addr: addr.parse().unwrap(),
+            gateway: false,
+        })
+        .unwrap();
+    }
+
+    // Three instances, one per host, on two hosts: refused.
+    let (status, v) = put(
+        &server.url(),
+        &admin,
+        "/v1/tenants/acme",
+        &spec("instances: 3, anti_affinity: required"),
+    );
+    assert_eq!(status, 409, "{v}");
+    assert_eq!(v["type"], "https://sluice.dev/problems/conflict");
+    let detail = v["detail"].as_str().unwrap();
+    for part in [
+        "middlebox `mon` of tenant `acme` needs 3 new instances of 1 slot",
+        "only 2 fit",
+        "free: h1 1 slot; h2 4 slots",
+        "anti-affinity: required",
+    ] {
+        assert!(detail.contains(part), "{part:?} not in {detail}");
+    }
+    assert_eq!(v["shortfall"]["middlebox"], "mon");
+    assert_eq!(v["shortfall"]["wanted"], 3);
+    assert_eq!(v["shortfall"]["placed"], 2);
+    // Nothing changed.
+    assert!(c.instances().unwrap().is_empty());
+    assert!(c.tenant("acme").is_err(), "the tenant was not applied");
+
+    // Two fit, one on each host; h1 is then full.
+    let (status, v) = put(
+        &server.url(),
+        &admin,
+        "/v1/tenants/acme",
+        &spec("instances: 2, anti_affinity: required"),
+    );
+    assert_eq!(status, 201, "{v}");
+    let mut on: Vec<u32> = c.instances().unwrap().iter().map(|i| i.host).collect();
+    on.sort();
+    assert_eq!(on, [1, 2]);
+    let slots: Vec<(u32, Option<u32>)> = c
+        .hosts()
+        .unwrap()
+        .iter()
+        .map(|h| (h.slots_used, h.slots_total))
+        .collect();
+    assert_eq!(slots, [(1, Some(1)), (1, Some(4))]);
+
+    // A third by the scale API: refused, with an event; still two.
+    let e = c
+        .scale(
+            "acme",
+            "mon",
+            &ScaleRequest {
+                instances: 3,
+                drain_timeout_ms: None,
+            },
+        )
+        .unwrap_err();
+    assert!(e.to_string().contains("needs 1 new instance"), "{e}");
+    assert_eq!(c.instances().unwrap().len(), 2);
+    let events = c.events(0).unwrap();
+    let refused = events
+        .iter()
+        .find(|e| e.kind == "error" && e.middlebox.as_deref() == Some("mon"))
+        .expect("an event says the scale was refused");
+    assert!(
+        refused.reason.contains("scale to 3 instances refused"),
+        "{}",
+        refused.reason
+    );
+}
