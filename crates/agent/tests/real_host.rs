@@ -164,6 +164,7 @@ fn agents_inside_their_hosts_carry_a_chain_over_the_named_underlay() {
         state_url: "local".into(),
         admin_token_file: Some(admin_file.clone()),
         fabric_auth: true,
+        tls: None,
     };
     let ctl = h1.run(move || serve(opts)).unwrap().unwrap();
     let admin = std::fs::read_to_string(&admin_file).unwrap();

@@ -31,6 +31,7 @@ pub fn controller(dir: &Path) -> (ServerHandle, String, String) {
         state_url: "local".into(),
         admin_token_file: Some(token_file.clone()),
         fabric_auth: false,
+        tls: None,
     })
     .expect("controller");
     let url = h.url();
