@@ -62,7 +62,7 @@ impl ClientArgs {
         match &t.ca_file {
             Some(ca) if t.url.starts_with("http://") => Err(CliError::flag(
                 "ca-file",
-                &format!(
+                format!(
                     "{} is given but the controller URL {} is plain http://: use https://",
                     ca.display(),
                     t.url
@@ -70,7 +70,7 @@ impl ClientArgs {
             )),
             Some(ca) => client
                 .with_ca_file(ca)
-                .map_err(|e| CliError::flag("ca-file", &e.to_string())),
+                .map_err(|e| CliError::flag("ca-file", e.to_string())),
             None => Ok(client),
         }
     }
