@@ -328,7 +328,7 @@ fn poll(fds: &mut [libc::pollfd], ms: i32) -> i32 {
 const TLS_HANDSHAKE: u8 = 0x16;
 
 /// The answer to plain HTTP on the TLS port, naming the fix.
-const PLAIN_HTTP_ANSWER: &str = "{\"status\":400,\"title\":\"Bad Request\",\"detail\":\"this port speaks TLS: use an https:// URL (and the controller's CA file: --ca-file, or ca_file in the context)\"}";
+const PLAIN_HTTP_ANSWER: &str = "{\"status\":400,\"title\":\"Bad Request\",\"detail\":\"this port speaks TLS: use an https:// URL (and trust the controller's CA: --ca-file or SLUICE_CA_FILE, ca_file in a CLI context or in the agent's configuration)\"}";
 
 /// One connection: the handshake, then plaintext both ways until either side
 /// closes or it is idle for [`IDLE`].
@@ -365,7 +365,8 @@ fn relay(
         }
         let mut fds = vec![pollfd(tcp.as_raw_fd())];
         if client_done {
-            fds[0].events = 0;
+            // Ignored by poll: a closed socket would report a hang-up forever.
+            fds[0].fd = -1;
         }
         if let Some(b) = &back {
             fds.push(pollfd(b.as_raw_fd()));

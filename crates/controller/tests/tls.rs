@@ -146,3 +146,35 @@ fn tls_off_serves_plain_http() {
     let c = Client::new(&h.url()).with_token(Some(&secret));
     assert!(c.tenants().unwrap().is_empty());
 }
+
+#[test]
+fn a_silent_or_garbled_connection_does_not_hold_up_others() {
+    use std::io::{Read, Write};
+    let dir = tempfile::tempdir().unwrap();
+    let (h, secret) = start(&dir.path().join("c.db"), Some(TlsOptions::default()));
+    // Connections that never finish a handshake, more than there are HTTP
+    // workers.
+    let silent: Vec<_> = (0..12)
+        .map(|_| std::net::TcpStream::connect(h.addr()).unwrap())
+        .collect();
+    let mut garbled = std::net::TcpStream::connect(h.addr()).unwrap();
+    garbled
+        .write_all(&[0x16, 0x03, 0x01, 0x00, 0x05, 1, 2, 3, 4, 5])
+        .unwrap();
+    let c = Client::new(&h.url())
+        .with_token(Some(&secret))
+        .with_ca_file(h.ca_file().unwrap())
+        .unwrap();
+    assert!(c.tenants().unwrap().is_empty());
+    // The garbled one is closed (at most a TLS alert), never answered.
+    let mut rest = Vec::new();
+    garbled
+        .set_read_timeout(Some(std::time::Duration::from_secs(30)))
+        .unwrap();
+    if let Err(e) = garbled.read_to_end(&mut rest) {
+        // A reset is a close too; a timeout is not.
+        assert_eq!(e.kind(), std::io::ErrorKind::ConnectionReset, "{e}");
+    }
+    assert!(rest.len() < 16 && !rest.starts_with(b"HTTP"), "{rest:?}");
+    drop(silent);
+}
