@@ -67,6 +67,9 @@ pub struct AgentOptions {
     pub controller: Option<String>,
     /// The API token (role `host:ID`) the heartbeats carry.
     pub controller_token: Option<String>,
+    /// TLS to an `https://` controller (the CA it trusts); `None`: the web's
+    /// roots.
+    pub controller_tls: Option<Arc<rustls::ClientConfig>>,
     /// The secret this agent's own API requires to change its configuration
     /// (`PUT /v1/config`), sent to the controller with every heartbeat; `None`:
     /// an open API (tests). `sluiced run` always draws one.
@@ -887,9 +890,14 @@ impl Agent {
         let heartbeat = opts.controller.clone().and_then(|url| {
             let (core, stop) = (core.clone(), stop.clone());
             let token = opts.controller_token.clone();
+            let mut agent = ureq::AgentBuilder::new().timeout(Duration::from_millis(500));
+            if let Some(tls) = &opts.controller_tls {
+                agent = agent.tls_config(tls.clone());
+            }
+            let agent = agent.build();
             std::thread::Builder::new()
                 .name("sluice-heartbeat".into())
-                .spawn(move || heartbeat(&core, &url, token.as_deref(), &stop))
+                .spawn(move || heartbeat(&core, &agent, &url, token.as_deref(), &stop))
                 .ok()
         });
         Ok(Agent {
@@ -973,12 +981,15 @@ fn load_saved(core: &AgentState, path: &std::path::Path) {
     }
 }
 
-fn heartbeat(core: &AgentState, controller: &str, token: Option<&str>, stop: &AtomicBool) {
+fn heartbeat(
+    core: &AgentState,
+    agent: &ureq::Agent,
+    controller: &str,
+    token: Option<&str>,
+    stop: &AtomicBool,
+) {
     let url = format!("{}/v1/hosts", controller.trim_end_matches('/'));
     let bearer = token.map(|t| format!("Bearer {t}"));
-    let agent = ureq::AgentBuilder::new()
-        .timeout(Duration::from_millis(500))
-        .build();
     // None: nothing logged yet.
     let mut last_ok: Option<bool> = None;
     while !stop.load(Ordering::Acquire) {
@@ -1015,7 +1026,8 @@ fn heartbeat(core: &AgentState, controller: &str, token: Option<&str>, stop: &At
             match r {
                 Ok(_) => eprintln!("sluiced: registered with the controller at {controller}"),
                 Err(e) => eprintln!(
-                    "sluiced: controller {controller} unreachable ({e}); forwarding with configuration {}",
+                    "sluiced: controller {controller} unreachable ({}); forwarding with configuration {}",
+                    heartbeat_error(e),
                     core.version()
                 ),
             }
@@ -1044,6 +1056,30 @@ pub fn run(opts: &AgentOptions, stop: &AtomicBool) -> Result<(), AgentError> {
     eprintln!("sluiced: stopping");
     agent.shutdown();
     Ok(())
+}
+
+/// A failed heartbeat's cause: the controller's own message for an answer
+/// (plain HTTP to its TLS port names the fix), a hint for an untrusted
+/// certificate.
+fn heartbeat_error(e: ureq::Error) -> String {
+    match e {
+        ureq::Error::Status(code, resp) => {
+            let text = resp.into_string().unwrap_or_default();
+            let detail = serde_json::from_str::<serde_json::Value>(&text)
+                .ok()
+                .and_then(|v| v["detail"].as_str().map(String::from))
+                .unwrap_or(text);
+            format!("HTTP {code}: {detail}")
+        }
+        e => {
+            let text = e.to_string();
+            if text.contains("UnknownIssuer") || text.contains("invalid peer certificate") {
+                format!("{text}: set ca_file to the controller's CA (its DB.ca.pem)")
+            } else {
+                text
+            }
+        }
+    }
 }
 
 /// Seawall's controllers as the status reports them, with port names.

@@ -10,6 +10,7 @@
 
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::Deserialize;
@@ -69,9 +70,13 @@ pub struct RunArgs {
     /// the VMs' frames in Geneve.
     #[arg(long)]
     pub underlay_interface: Option<String>,
-    /// Controller base URL, e.g. http://10.0.0.1:7420. Required.
+    /// Controller base URL, e.g. https://10.0.0.1:7420. Required.
     #[arg(long)]
     pub controller: Option<String>,
+    /// CA certificate (PEM) the controller's certificate must chain to (the
+    /// controller's own CA is its `DB.ca.pem`) [default: the web's roots].
+    #[arg(long)]
+    pub ca_file: Option<PathBuf>,
     /// File holding this host's API token (role `host:ID`; `sluice token
     /// create h1 --role host:1`). A file, never a flag: command lines are
     /// visible to every local user.
@@ -157,6 +162,8 @@ pub struct AgentFile {
     pub controller: Option<String>,
     /// See [`RunArgs::token_file`].
     pub token_file: Option<PathBuf>,
+    /// See [`RunArgs::ca_file`].
+    pub ca_file: Option<PathBuf>,
     /// See [`RunArgs::listen`].
     pub listen: Option<String>,
     /// See [`RunArgs::prefix`].
@@ -244,6 +251,8 @@ pub struct AgentSettings {
     pub controller: String,
     /// Controller token file.
     pub token_file: Option<PathBuf>,
+    /// The CA the controller's certificate must chain to.
+    pub ca_file: Option<PathBuf>,
     /// API listen address.
     pub listen: String,
     /// Instance name prefix.
@@ -307,6 +316,17 @@ pub fn resolve(
     let name = pick(&args.name, &file.name).ok_or_else(|| missing("name"))?;
     let controller =
         pick(&args.controller, &file.controller).ok_or_else(|| missing("controller"))?;
+    let ca_file = pick(&args.ca_file, &file.ca_file);
+    if let Some(ca) = ca_file
+        .as_ref()
+        .filter(|_| controller.starts_with("http://"))
+    {
+        return Err(SettingsError::Invalid(format!(
+            "ca_file {} is set but controller {controller} is plain http://: use https:// \
+             (the controller serves TLS unless its tls = \"off\")",
+            ca.display()
+        )));
+    }
     let underlay = pick(&args.underlay, &file.underlay);
     let underlay_interface = pick(&args.underlay_interface, &file.underlay_interface);
     if underlay.is_none() && underlay_interface.is_none() {
@@ -364,6 +384,7 @@ pub fn resolve(
         underlay_interface,
         controller,
         token_file: pick(&args.token_file, &file.token_file),
+        ca_file,
         listen: pick(&args.listen, &file.listen).unwrap_or_else(|| DEFAULT_LISTEN.into()),
         prefix: pick(&args.prefix, &file.prefix).unwrap_or_else(|| DEFAULT_PREFIX.into()),
         run_dir: pick(&args.run_dir, &file.run_dir).unwrap_or_else(|| DEFAULT_RUN_DIR.into()),
@@ -533,6 +554,29 @@ pub fn read_token(path: &Path) -> Result<String, SettingsError> {
     Ok(t.to_string())
 }
 
+/// A TLS client configuration trusting only the CA certificates in `path`.
+pub fn tls_trusting(path: &Path) -> Result<Arc<rustls::ClientConfig>, SettingsError> {
+    use rustls::pki_types::{pem::PemObject, CertificateDer};
+    let bad = |msg: String| SettingsError::Invalid(format!("ca_file {}: {msg}", path.display()));
+    let mut roots = rustls::RootCertStore::empty();
+    for c in CertificateDer::pem_file_iter(path).map_err(|e| bad(e.to_string()))? {
+        roots
+            .add(c.map_err(|e| bad(e.to_string()))?)
+            .map_err(|e| bad(e.to_string()))?;
+    }
+    if roots.is_empty() {
+        return Err(bad("no PEM certificate in it".into()));
+    }
+    let config = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .map_err(|e| bad(e.to_string()))?
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    Ok(Arc::new(config))
+}
+
 /// Checks `s` against this machine (underlay interface, MTU, token file) and
 /// makes the agent's options; `api_token` is the agent API's secret.
 pub fn prepare(s: &AgentSettings, api_token: String) -> Result<AgentOptions, SettingsError> {
@@ -551,6 +595,7 @@ pub fn prepare(s: &AgentSettings, api_token: String) -> Result<AgentOptions, Set
         ),
     }
     let token = s.token_file.as_deref().map(read_token).transpose()?;
+    let controller_tls = s.ca_file.as_deref().map(tls_trusting).transpose()?;
     Ok(AgentOptions {
         host: s.host_id,
         name: s.name.clone(),
@@ -558,6 +603,7 @@ pub fn prepare(s: &AgentSettings, api_token: String) -> Result<AgentOptions, Set
         underlay: u.addr,
         controller: Some(s.controller.clone()),
         controller_token: token,
+        controller_tls,
         api_token: Some(api_token),
         listen: s.listen.clone(),
         prefix: s.prefix.clone(),

@@ -50,6 +50,7 @@ pub fn standalone_agent(h: u32, ns: &Netns) -> Result<Agent, AgentError> {
         underlay: underlay(h),
         controller: None,
         controller_token: None,
+        controller_tls: None,
         api_token: None,
         listen: "127.0.0.1:0".into(),
         prefix: "t".into(),

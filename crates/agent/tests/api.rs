@@ -21,6 +21,7 @@ fn opts(controller: Option<String>, run_dir: Option<std::path::PathBuf>) -> Agen
         underlay: Ipv4Addr::new(10, 255, 0, 4),
         controller,
         controller_token: None,
+        controller_tls: None,
         api_token: None,
         listen: "127.0.0.1:0".into(),
         prefix: "t".into(),

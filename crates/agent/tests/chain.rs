@@ -176,6 +176,7 @@ fn traffic_crosses_a_firewall_instance() {
         underlay: Ipv4Addr::new(10, 255, 0, 1),
         controller: None,
         controller_token: None,
+        controller_tls: None,
         api_token: None,
         listen: "127.0.0.1:0".into(),
         prefix: prefix.clone(),
@@ -297,6 +298,7 @@ fn an_instance_reaches_the_store_as_its_tenant_user() {
         vm_mtu: None,
         capacity: None,
         controller_token: None,
+        controller_tls: None,
         api_token: None,
     })
     .unwrap();

@@ -218,6 +218,7 @@ fn setup() -> Option<Setup> {
         underlay: Ipv4Addr::new(10, 255, 0, 1),
         controller: None,
         controller_token: None,
+        controller_tls: None,
         api_token: None,
         listen: "127.0.0.1:0".into(),
         prefix,

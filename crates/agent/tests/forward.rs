@@ -98,6 +98,7 @@ fn vms_talk_through_the_agent() {
         underlay: Ipv4Addr::new(10, 255, 0, 1),
         controller: None,
         controller_token: None,
+        controller_tls: None,
         api_token: None,
         listen: "127.0.0.1:0".into(),
         prefix: "t".into(),

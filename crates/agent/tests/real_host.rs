@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 
 use sluice_agent::testing::{attach_vm, is_root, two_hosts, underlay, VmHandle};
 use sluice_controller::client::Client;
+use sluice_controller::tls::TlsOptions;
 use sluice_controller::{serve, ServerOptions};
 use sluice_netns::Netns;
 use sluice_proto::VmRegistration;
@@ -83,17 +84,19 @@ fn start(ns: &Netns, config: &Path, log: PathBuf) -> Daemon {
 }
 
 /// Host `h`'s agent.toml: what an operator writes on a real host.
-fn agent_toml(h: u32, controller: &str, token_file: &Path, run_dir: &Path) -> String {
+fn agent_toml(h: u32, controller: &str, ca: &Path, token_file: &Path, run_dir: &Path) -> String {
     format!(
         "host_id = {h}
 name = \"host{h}\"
 controller = \"{controller}\"
+ca_file = \"{}\"
 token_file = \"{}\"
 underlay_interface = \"fab0\"
 listen = \"{}:0\"
 prefix = \"r{}h{h}\"
 run_dir = \"{}\"
 ",
+        ca.display(),
         token_file.display(),
         underlay(h),
         std::process::id() % 100_000,
@@ -164,10 +167,18 @@ fn agents_inside_their_hosts_carry_a_chain_over_the_named_underlay() {
         state_url: "local".into(),
         admin_token_file: Some(admin_file.clone()),
         fabric_auth: true,
+        // As deployed: TLS with the controller's own CA, whose certificate
+        // names the underlay address it listens on.
+        tls: Some(TlsOptions::default()),
     };
     let ctl = h1.run(move || serve(opts)).unwrap().unwrap();
     let admin = std::fs::read_to_string(&admin_file).unwrap();
-    let client = Client::new(&ctl.url()).with_token(Some(admin.trim()));
+    let ca = ctl.ca_file().unwrap().to_path_buf();
+    assert!(ctl.url().starts_with("https://"), "{}", ctl.url());
+    let client = Client::new(&ctl.url())
+        .with_token(Some(admin.trim()))
+        .with_ca_file(&ca)
+        .unwrap();
 
     let front = attach_vm(h1.name(), "rh-front1", Ipv4Addr::new(10, 20, 0, 1)).unwrap();
     let back = attach_vm(h2.name(), "rh-back1", Ipv4Addr::new(10, 20, 0, 2)).unwrap();
@@ -184,7 +195,7 @@ fn agents_inside_their_hosts_carry_a_chain_over_the_named_underlay() {
         std::fs::write(&token_file, format!("{}\n", created.token)).unwrap();
         let conf = dir.path().join(format!("agent-h{h}.toml"));
         let run_dir = dir.path().join(format!("h{h}"));
-        std::fs::write(&conf, agent_toml(h, &ctl.url(), &token_file, &run_dir)).unwrap();
+        std::fs::write(&conf, agent_toml(h, &ctl.url(), &ca, &token_file, &run_dir)).unwrap();
         agents.push(start(ns, &conf, dir.path().join(format!("agent-h{h}.log"))));
     }
     let logs: Vec<&Daemon> = agents.iter().collect();

@@ -9,6 +9,7 @@
 //!     token_file: admin.token        # relative: to this file's directory
 //!   - name: acme
 //!     controller: https://sluice.example
+//!     ca_file: /etc/sluice/ca.pem    # the controller's CA (its DB.ca.pem)
 //!     token: sluice_...
 //! ```
 //!
@@ -49,6 +50,10 @@ pub struct Context {
     /// A file holding the token (relative: to the config file's directory).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub token_file: Option<PathBuf>,
+    /// The CA certificate (PEM) an `https://` controller's certificate must
+    /// chain to (relative: to the config file's directory).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ca_file: Option<PathBuf>,
 }
 
 fn bad(path: &Path, msg: impl Into<String>) -> CliError {
@@ -251,23 +256,31 @@ pub struct Target {
     pub url: String,
     /// The token (None: send none; the controller will answer 401).
     pub token: Option<String>,
+    /// The CA file to trust (None: the system's web roots, which do not know
+    /// a controller's own CA).
+    pub ca_file: Option<PathBuf>,
 }
 
 /// Default controller URL.
 const DEFAULT_URL: &str = "http://127.0.0.1:7420";
 
-/// Resolves the controller and token: `--controller`/`--token`, else
-/// `$SLUICE_CONTROLLER`/`$SLUICE_TOKEN`, else the context (`--context`, else
-/// the file's `current_context`), else the default URL and no token. The
-/// config file is read only when a flag or variable leaves something open.
+/// Resolves the controller, token and CA file: `--controller`/`--token`/
+/// `--ca-file`, else `$SLUICE_CONTROLLER`/`$SLUICE_TOKEN`/`$SLUICE_CA_FILE`,
+/// else the context (`--context`, else the file's `current_context`), else
+/// the default URL, no token and no CA file. The config file is read only
+/// when a flag or variable leaves the URL or token open.
 pub fn resolve(
     url: Option<&str>,
     token: Option<&str>,
+    ca_file: Option<&Path>,
     context: Option<&str>,
 ) -> Result<Target, CliError> {
     let env = |k: &str| std::env::var(k).ok().filter(|s| !s.is_empty());
     let mut url = url.map(str::to_string).or_else(|| env("SLUICE_CONTROLLER"));
     let mut token = token.map(str::to_string).or_else(|| env("SLUICE_TOKEN"));
+    let mut ca_file = ca_file
+        .map(Path::to_path_buf)
+        .or_else(|| env("SLUICE_CA_FILE").map(PathBuf::from));
     if url.is_none() || token.is_none() || context.is_some() {
         let (cfg, path) = load()?;
         let path = path.unwrap_or_default();
@@ -279,6 +292,12 @@ pub fn resolve(
                     format!("--context: no context is named `{name}` in this file"),
                 )
             })?;
+            let dir = path.parent().unwrap_or(Path::new("."));
+            // The context's CA belongs to the context's controller: not
+            // taken for a URL given by a flag or the environment.
+            if url.is_none() && ca_file.is_none() {
+                ca_file = ctx.ca_file.as_ref().map(|f| dir.join(f));
+            }
             url = url.or(ctx.controller.clone());
             if token.is_none() {
                 token = match (&ctx.token, &ctx.token_file) {
@@ -297,6 +316,7 @@ pub fn resolve(
     Ok(Target {
         url: url.unwrap_or_else(|| DEFAULT_URL.into()),
         token,
+        ca_file,
     })
 }
 
@@ -414,6 +434,7 @@ mod tests {
             controller: Some(url.into()),
             token_file: Some("/tmp/tb/admin.token".into()),
             token: None,
+            ca_file: Some("/tmp/tb/controller.ca.pem".into()),
         };
         upsert_context_at(&path, tb("http://10.0.0.1:7420"), true).unwrap();
         let mode = std::fs::metadata(&path).unwrap().permissions().mode();

@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 
 use clap::Args;
 use serde::Deserialize;
+use sluice_controller::tls::TlsOptions;
 
 use crate::error::CliError;
 
@@ -50,6 +51,22 @@ pub struct ControllerArgs {
     /// per host pair (`off`: plain Geneve; docs/SECURITY.md) [default: on].
     #[arg(long, value_parser = ["on", "off"])]
     fabric_auth: Option<String>,
+    /// Serve the REST API over TLS (`off`: plain HTTP, tokens in clear on the
+    /// network) [default: on].
+    #[arg(long, value_parser = ["on", "off"])]
+    tls: Option<String>,
+    /// The server's certificate chain, PEM (with --tls-key; unset: the
+    /// controller makes a private CA and a certificate next to the database,
+    /// clients trust `DB.ca.pem`).
+    #[arg(long)]
+    tls_cert: Option<PathBuf>,
+    /// The private key of --tls-cert, PEM.
+    #[arg(long)]
+    tls_key: Option<PathBuf>,
+    /// More names or addresses for the generated certificate, comma-separated
+    /// (it always names the listen address, 127.0.0.1 and localhost).
+    #[arg(long)]
+    tls_san: Option<String>,
 }
 
 /// The configuration file: the flags' settings, each optional.
@@ -61,6 +78,10 @@ pub struct ControllerFile {
     state: Option<String>,
     admin_token_file: Option<PathBuf>,
     fabric_auth: Option<String>,
+    tls: Option<String>,
+    tls_cert: Option<PathBuf>,
+    tls_key: Option<PathBuf>,
+    tls_san: Option<String>,
 }
 
 /// The controller's settings once flags, file and defaults are merged.
@@ -76,6 +97,8 @@ pub struct ControllerSettings {
     pub admin_token_file: Option<PathBuf>,
     /// Whether the fabric is sealed.
     pub fabric_auth: bool,
+    /// TLS on the API (`None`: off).
+    pub tls: Option<TlsOptions>,
 }
 
 /// Parses a configuration file's text; `path` names it in errors.
@@ -92,15 +115,50 @@ fn resolve(
     f: &ControllerFile,
     file: Option<&Path>,
 ) -> Result<ControllerSettings, CliError> {
-    let fabric_auth = match a.fabric_auth.as_deref().or(f.fabric_auth.as_deref()) {
-        None | Some("on") => true,
-        Some("off") => false,
-        Some(other) => {
-            return Err(CliError::Config {
-                path: file.map(Path::to_path_buf).unwrap_or_default(),
-                msg: format!("fabric_auth = {other:?}: must be \"on\" or \"off\""),
-            })
-        }
+    let bad = |msg: String| CliError::Config {
+        path: file.map(Path::to_path_buf).unwrap_or_default(),
+        msg,
+    };
+    let on_off = |key: &str, v: Option<&str>| match v {
+        None | Some("on") => Ok(true),
+        Some("off") => Ok(false),
+        Some(other) => Err(bad(format!("{key} = {other:?}: must be \"on\" or \"off\""))),
+    };
+    let fabric_auth = on_off(
+        "fabric_auth",
+        a.fabric_auth.as_deref().or(f.fabric_auth.as_deref()),
+    )?;
+    // An empty path is unset (the shipped file shows them so).
+    let path = |a: &Option<PathBuf>, f: &Option<PathBuf>| {
+        a.clone()
+            .or_else(|| f.clone())
+            .filter(|p| !p.as_os_str().is_empty())
+    };
+    let tls = if on_off("tls", a.tls.as_deref().or(f.tls.as_deref()))? {
+        let cert = match (path(&a.tls_cert, &f.tls_cert), path(&a.tls_key, &f.tls_key)) {
+            (Some(c), Some(k)) => Some((c, k)),
+            (None, None) => None,
+            _ => {
+                return Err(bad(
+                    "tls_cert and tls_key: give both (an operator's certificate) or neither \
+                     (the controller makes its own)"
+                        .into(),
+                ))
+            }
+        };
+        let sans = a
+            .tls_san
+            .as_deref()
+            .or(f.tls_san.as_deref())
+            .unwrap_or("")
+            .split(',')
+            .map(str::trim)
+            .filter(|n| !n.is_empty())
+            .map(String::from)
+            .collect();
+        Some(TlsOptions { cert, sans })
+    } else {
+        None
     };
     Ok(ControllerSettings {
         listen: a.listen.or(f.listen).unwrap_or_else(|| {
@@ -123,6 +181,7 @@ fn resolve(
             .clone()
             .or_else(|| f.admin_token_file.clone()),
         fabric_auth,
+        tls,
     })
 }
 
@@ -174,6 +233,39 @@ mod tests {
         assert_eq!(s.admin_token_file, None);
         let s = resolve(&args(&["--fabric-auth", "on"]), &f, None).unwrap();
         assert!(s.fabric_auth);
+    }
+
+    #[test]
+    fn tls_is_on_by_default_and_takes_an_operators_certificate_or_extra_names() {
+        let s = resolve(&args(&[]), &ControllerFile::default(), None).unwrap();
+        assert_eq!(s.tls, Some(TlsOptions::default()));
+        let f = file("tls_cert = \"/etc/c.pem\"\ntls_key = \"/etc/c.key\"\ntls_san = \"a.example, 10.0.0.1\"\n");
+        let s = resolve(&args(&[]), &f, None).unwrap();
+        assert_eq!(
+            s.tls,
+            Some(TlsOptions {
+                cert: Some(("/etc/c.pem".into(), "/etc/c.key".into())),
+                sans: vec!["a.example".into(), "10.0.0.1".into()],
+            })
+        );
+        let s = resolve(&args(&["--tls", "off"]), &f, None).unwrap();
+        assert_eq!(s.tls, None);
+        let e = resolve(
+            &args(&["--tls-cert", "c.pem"]),
+            &ControllerFile::default(),
+            None,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("tls_key"), "{e}");
+        let e = resolve(
+            &args(&[]),
+            &file("tls = \"yes\"\n"),
+            Some(Path::new("c.toml")),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("c.toml") && e.contains("tls = \"yes\""), "{e}");
     }
 
     #[test]

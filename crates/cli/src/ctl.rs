@@ -22,6 +22,11 @@ pub struct ClientArgs {
     /// context's `token_file`.
     #[arg(long, global = true)]
     token: Option<String>,
+    /// CA certificate (PEM) the controller's certificate must chain to, for an
+    /// https:// controller (the controller writes its own CA to `DB.ca.pem`)
+    /// [default: $SLUICE_CA_FILE, else the context's `ca_file`].
+    #[arg(long, global = true, value_name = "FILE")]
+    ca_file: Option<PathBuf>,
     /// Context of the config file ($SLUICE_CONFIG, else ~/.config/sluice/config)
     /// [default: its `current_context`].
     #[arg(long, global = true)]
@@ -50,9 +55,24 @@ impl ClientArgs {
         let t = crate::config::resolve(
             self.controller.as_deref(),
             self.token.as_deref(),
+            self.ca_file.as_deref(),
             self.context.as_deref(),
         )?;
-        Ok(Client::new(&t.url).with_token(t.token.as_deref()))
+        let client = Client::new(&t.url).with_token(t.token.as_deref());
+        match &t.ca_file {
+            Some(ca) if t.url.starts_with("http://") => Err(CliError::flag(
+                "ca-file",
+                format!(
+                    "{} is given but the controller URL {} is plain http://: use https://",
+                    ca.display(),
+                    t.url
+                ),
+            )),
+            Some(ca) => client
+                .with_ca_file(ca)
+                .map_err(|e| CliError::flag("ca-file", e.to_string())),
+            None => Ok(client),
+        }
     }
 }
 
@@ -174,6 +194,7 @@ pub fn controller(args: &ControllerArgs) -> Result<(), CliError> {
         state_url: a.state.clone(),
         admin_token_file: a.admin_token_file.clone(),
         fabric_auth: a.fabric_auth,
+        tls: a.tls.clone(),
     })
     .map_err(CliError::Serve)?;
     if let Some(p) = h.bootstrapped() {
@@ -181,6 +202,12 @@ pub fn controller(args: &ControllerArgs) -> Result<(), CliError> {
         eprintln!(
             "sluice controller: first start: created the operator token `admin`; its secret is in {} (mode 0600)",
             p.display()
+        );
+    }
+    if let Some(ca) = h.ca_file() {
+        eprintln!(
+            "sluice controller: TLS with its own CA: clients trust {} (--ca-file, or ca_file in a context)",
+            ca.display()
         );
     }
     eprintln!(

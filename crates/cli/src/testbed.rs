@@ -244,6 +244,7 @@ pub fn up(
             controller: Some(state.controller.clone()),
             token: None,
             token_file: Some(state.token_file.clone()),
+            ca_file: Some(state.ca_file.clone()).filter(|p| !p.as_os_str().is_empty()),
         };
         // The lab is up: a config file that cannot be written only costs the
         // convenience, the export below still works.
@@ -336,7 +337,10 @@ pub fn demo(spec: &Path, hosts: u32, dir: &Path, fw_state: Option<&str>) -> Resu
         )?;
     }
     outln!()?;
-    let status = ureq::get(&format!("{}/v1/instances", lab.state().controller))
+    let status = lab
+        .state()
+        .http()
+        .get(&format!("{}/v1/instances", lab.state().controller))
         .set("Authorization", &lab.state().bearer())
         .call()
         .ok()

@@ -36,8 +36,11 @@ fn free_port() -> u16 {
 fn apply_get_delete_status_through_the_cli() {
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
-    let url = format!("http://127.0.0.1:{port}");
+    // TLS is on by default: the controller makes its CA next to the database.
+    let url = format!("https://127.0.0.1:{port}");
     let db = dir.path().join("c.db");
+    let ca = dir.path().join("c.ca.pem");
+    let ca_s = ca.to_str().unwrap();
     let child = Command::new(env!("CARGO_BIN_EXE_sluice"))
         .args([
             "controller",
@@ -56,7 +59,7 @@ fn apply_get_delete_status_through_the_cli() {
     let deadline = Instant::now() + Duration::from_secs(20);
     // Up once it answers at all (a 401: no token was sent).
     let up = || {
-        sluice(&["get", "tenants", "--controller", &url])
+        sluice(&["get", "tenants", "--controller", &url, "--ca-file", ca_s])
             .2
             .contains("no token")
     };
@@ -73,16 +76,41 @@ fn apply_get_delete_status_through_the_cli() {
         .trim()
         .to_string();
 
+    let mode = std::fs::metadata(dir.path().join("c.tls.key"))
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o600);
+
     // Without a token: refused, saying how to send one.
-    let (code, _, err) = sluice(&["get", "tenants", "--controller", &url]);
+    let (code, _, err) = sluice(&["get", "tenants", "--controller", &url, "--ca-file", ca_s]);
     assert_ne!(code, 0);
     assert!(err.contains("no token"), "{err}");
+    // Without the CA: the certificate is not trusted, and the error says what
+    // to give; plain http:// to the TLS port is refused, naming https://.
+    let with_token = [("SLUICE_TOKEN", admin.as_str())];
+    let (code, _, err) = sluice_env(&["get", "tenants", "--controller", &url], &with_token);
+    assert_ne!(code, 0);
+    assert!(
+        err.contains("certificate") && err.contains("--ca-file"),
+        "{err}"
+    );
+    let plain = url.replace("https://", "http://");
+    let (code, _, err) = sluice_env(&["get", "tenants", "--controller", &plain], &with_token);
+    assert_ne!(code, 0);
+    assert!(err.contains("https://"), "{err}");
+    let (code, _, err) = sluice_env(
+        &["get", "tenants", "--controller", &plain, "--ca-file", ca_s],
+        &with_token,
+    );
+    assert_ne!(code, 0);
+    assert!(err.contains("https://"), "{err}");
     // A context of a config file gives the controller and the token.
     let config = dir.path().join("config.yaml");
     std::fs::write(
         &config,
         format!(
-            "current_context: local\ncontexts:\n  - {{name: local, controller: \"{url}\", token_file: c.admin-token}}\n"
+            "current_context: local\ncontexts:\n  - {{name: local, controller: \"{url}\", token_file: c.admin-token, ca_file: c.ca.pem}}\n"
         ),
     )
     .unwrap();
@@ -92,7 +120,11 @@ fn apply_get_delete_status_through_the_cli() {
     assert!(out.starts_with("TENANT"), "{out}");
     // ... and so does the environment.
     let url = url.as_str();
-    let env = [("SLUICE_CONTROLLER", url), ("SLUICE_TOKEN", admin.as_str())];
+    let env = [
+        ("SLUICE_CONTROLLER", url),
+        ("SLUICE_TOKEN", admin.as_str()),
+        ("SLUICE_CA_FILE", ca_s),
+    ];
     let sluice = |args: &[&str]| sluice_env(args, &env);
 
     // A bad spec: non-zero exit, the file and the field named.
@@ -157,6 +189,7 @@ fn apply_get_delete_status_through_the_cli() {
     let tenant_env = [
         ("SLUICE_CONTROLLER", url),
         ("SLUICE_TOKEN", secret.as_str()),
+        ("SLUICE_CA_FILE", ca_s),
     ];
     let (code, out, err) = sluice_env(&["status"], &tenant_env);
     assert_eq!(code, 0, "{err}");
@@ -183,7 +216,7 @@ fn apply_get_delete_status_through_the_cli() {
     std::fs::write(
         &config,
         format!(
-            "current_context: local\ncontexts:\n  - {{name: local, controller: \"{url}\", token_file: c.admin-token}}\n  - {{name: inline, controller: \"{url}\", token: \"{admin}\"}}\n"
+            "current_context: local\ncontexts:\n  - {{name: local, controller: \"{url}\", token_file: c.admin-token, ca_file: c.ca.pem}}\n  - {{name: inline, controller: \"{url}\", token: \"{admin}\", ca_file: c.ca.pem}}\n"
         ),
     )
     .unwrap();

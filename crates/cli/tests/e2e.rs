@@ -113,7 +113,16 @@ fn figure4_on_three_hosts_with_real_http() {
     );
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("3 registered, 3 alive"), "{out}");
-    let anonymous = ureq::get(&format!("{}/v1/tenants/acme", lab.state().controller)).call();
+    // The API is TLS under the lab controller's own CA: a client without it
+    // gets no answer at all, one with it but no token a 401.
+    let tenant_url = format!("{}/v1/tenants/acme", lab.state().controller);
+    assert!(tenant_url.starts_with("https://"), "{tenant_url}");
+    let untrusted = ureq::get(&tenant_url).call();
+    assert!(
+        matches!(untrusted, Err(ureq::Error::Transport(_))),
+        "{untrusted:?}"
+    );
+    let anonymous = lab.state().http().get(&tenant_url).call();
     assert!(matches!(anonymous, Err(ureq::Error::Status(401, _))));
 
     // The data plane keeps forwarding while the controller is down: new
@@ -138,7 +147,10 @@ fn figure4_on_three_hosts_with_real_http() {
     lab.restart_controller().unwrap();
     lab.wait_in_sync(std::time::Duration::from_secs(20))
         .unwrap();
-    let resp = ureq::put(&format!("{}/v1/tenants/acme", lab.state().controller))
+    let resp = lab
+        .state()
+        .http()
+        .put(&format!("{}/v1/tenants/acme", lab.state().controller))
         .set("Authorization", &lab.state().bearer())
         .set("Content-Type", "application/yaml")
         .send_string(&text)
@@ -161,7 +173,10 @@ fn figure4_on_three_hosts_with_real_http() {
 
 /// (host id, desired version) of every host, as the controller reports them.
 fn hosts(lab: &Lab) -> Vec<(u64, u64)> {
-    let v: serde_json::Value = ureq::get(&format!("{}/v1/hosts", lab.state().controller))
+    let v: serde_json::Value = lab
+        .state()
+        .http()
+        .get(&format!("{}/v1/hosts", lab.state().controller))
         .set("Authorization", &lab.state().bearer())
         .call()
         .unwrap()

@@ -44,6 +44,12 @@ fn testbed_up_makes_its_context_current_and_down_removes_it() {
     let text = std::fs::read_to_string(&config).unwrap();
     assert!(text.contains("current_context: testbed"), "{text}");
     assert!(text.contains("admin.token"), "{text}");
+    // TLS: the controller's URL is https and the context trusts its CA.
+    assert!(text.contains("controller: https://"), "{text}");
+    assert!(
+        text.contains("ca_file:") && text.contains("controller.ca.pem"),
+        "{text}"
+    );
 
     // Nothing but the config file: the context gives the controller and token.
     let (code, out, err) = sluice_env(&["status"], &env);

@@ -29,6 +29,13 @@ pub enum ClientError {
 /// The most pages [`Client::get_raw`] reads of one list.
 const MAX_PAGES: usize = 100_000;
 
+/// The agent every client starts from (its timeouts).
+fn agent_builder() -> ureq::AgentBuilder {
+    ureq::AgentBuilder::new()
+        .timeout_connect(Duration::from_secs(2))
+        .timeout(Duration::from_secs(30))
+}
+
 /// A change request's conditions, as the client sends them.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ChangeOptions {
@@ -81,10 +88,7 @@ impl Client {
     pub fn new(base: &str) -> Client {
         Client {
             base: base.trim_end_matches('/').to_string(),
-            agent: ureq::AgentBuilder::new()
-                .timeout_connect(Duration::from_secs(2))
-                .timeout(Duration::from_secs(30))
-                .build(),
+            agent: agent_builder().build(),
             token: None,
         }
     }
@@ -96,6 +100,36 @@ impl Client {
             .map(|t| t.trim().to_string())
             .filter(|t| !t.is_empty());
         self
+    }
+
+    /// This client trusting only the CA certificate(s) in the PEM file `ca`
+    /// for an `https://` controller (the controller's own CA, `DB.ca.pem`).
+    pub fn with_ca_file(mut self, ca: &std::path::Path) -> Result<Client, ClientError> {
+        let mut roots = rustls::RootCertStore::empty();
+        let certs = crate::tls::read_certs(ca)
+            .map_err(|e| ClientError::Transport(format!("CA file {e}")))?;
+        for c in certs {
+            roots
+                .add(c)
+                .map_err(|e| ClientError::Transport(format!("CA file {}: {e}", ca.display())))?;
+        }
+        let config = rustls::ClientConfig::builder_with_provider(crate::tls::provider())
+            .with_safe_default_protocol_versions()
+            .map_err(|e| ClientError::Transport(e.to_string()))?
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        self.agent = agent_builder()
+            .tls_config(std::sync::Arc::new(config))
+            .build();
+        Ok(self)
+    }
+
+    /// [`Client::with_ca_file`] if a file is given.
+    pub fn with_ca(self, ca: Option<&std::path::Path>) -> Result<Client, ClientError> {
+        match ca {
+            Some(ca) => self.with_ca_file(ca),
+            None => Ok(self),
+        }
     }
 
     /// The base URL.
@@ -168,11 +202,27 @@ impl Client {
                     message: error_message(status, &text),
                 })
             }
-            Err(e) => Err(ClientError::Transport(format!(
-                "cannot reach the controller at {}: {e}",
-                self.base
-            ))),
+            Err(e) => Err(self.transport(&e)),
         }
+    }
+
+    /// A transport failure's message, with the fix for the usual TLS mistakes.
+    fn transport(&self, e: &ureq::Error) -> ClientError {
+        let text = e.to_string();
+        let hint = if text.contains("UnknownIssuer") || text.contains("invalid peer certificate") {
+            ": the controller's certificate is not trusted: give its CA file (--ca-file, \
+             SLUICE_CA_FILE, or ca_file in the context; the controller writes DB.ca.pem)"
+        } else if self.base.starts_with("http://")
+            && (text.contains("Connection reset") || text.contains("Bad Header"))
+        {
+            ": if the controller serves TLS, use an https:// URL"
+        } else {
+            ""
+        };
+        ClientError::Transport(format!(
+            "cannot reach the controller at {}: {text}{hint}",
+            self.base
+        ))
     }
 
     fn parse<T: DeserializeOwned>(text: &str) -> Result<T, ClientError> {

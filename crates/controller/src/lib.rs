@@ -43,6 +43,7 @@ pub mod resources;
 pub mod service;
 pub mod store;
 pub mod store_acl;
+pub mod tls;
 
 pub use compile::{compile, CompileError, Compiled, HostFib, Placement};
 pub use resources::{OPENAPI_YAML, ROUTES};

@@ -61,6 +61,9 @@ pub enum ControllerError {
         /// Why.
         msg: String,
     },
+    /// TLS could not be set up.
+    #[error("TLS: {0}")]
+    Tls(#[from] crate::tls::TlsError),
     /// The state URL names a store admin whose credentials cannot be read.
     #[error("state store admin: {0}")]
     StoreAdmin(sluice_state::StoreError),
@@ -93,6 +96,9 @@ pub struct ServerOptions {
     /// Seal every Geneve datagram between hosts (AES-256-GCM, keys per host
     /// pair derived from a fabric secret kept in the database).
     pub fabric_auth: bool,
+    /// Serve the API over TLS (`None`: plain HTTP, as tests do; `sluice
+    /// controller` and the testbed turn it on).
+    pub tls: Option<crate::tls::TlsOptions>,
 }
 
 /// Where the admin token goes unless told: next to the database
@@ -144,6 +150,11 @@ fn bootstrap(tokens: &mut TokenStore, path: &Path) -> Result<bool, ControllerErr
 /// A running controller; [`ServerHandle::shutdown`] (or dropping it) stops it.
 pub struct ServerHandle {
     addr: SocketAddr,
+    /// With TLS: the generated CA's file, if the controller made its own.
+    tls: Option<Option<PathBuf>>,
+    /// With TLS: the HTTP workers' private socket, removed after them (fields
+    /// drop after `Drop::drop` joined the threads).
+    _backend: Option<crate::tls::Backend>,
     admin_token: Option<PathBuf>,
     shared: Arc<Shared>,
     threads: Vec<JoinHandle<()>>,
@@ -155,9 +166,16 @@ impl ServerHandle {
         self.addr
     }
 
-    /// Its base URL, `http://ADDR`.
+    /// Its base URL, `https://ADDR` with TLS, else `http://ADDR`.
     pub fn url(&self) -> String {
-        format!("http://{}", self.addr)
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
+        format!("{scheme}://{}", self.addr)
+    }
+
+    /// The CA certificate clients should trust, when the controller serves TLS
+    /// with a certificate it made itself.
+    pub fn ca_file(&self) -> Option<&Path> {
+        self.tls.as_ref().and_then(|c| c.as_deref())
     }
 
     /// The file the admin token was written to, if this start created it (the
@@ -292,17 +310,31 @@ pub fn serve(opts: ServerOptions) -> Result<ServerHandle, ControllerError> {
     reconciler
         .set_fabric_auth(opts.fabric_auth, fresh, Instant::now())
         .map_err(|e| ControllerError::FabricAuth(e.to_string()))?;
-    let server = tiny_http::Server::http(opts.listen).map_err(|e| ControllerError::Listen {
+    let listen_err = |e: &dyn std::fmt::Display| ControllerError::Listen {
         addr: opts.listen,
         msg: e.to_string(),
-    })?;
-    let addr = server
-        .server_addr()
-        .to_ip()
-        .ok_or_else(|| ControllerError::Listen {
-            addr: opts.listen,
-            msg: "not an IP listener".into(),
-        })?;
+    };
+    // With TLS, the public socket is the terminator's and the HTTP workers
+    // serve a private Unix socket behind it.
+    let (server, addr, front) = match &opts.tls {
+        None => {
+            let server = tiny_http::Server::http(opts.listen).map_err(|e| listen_err(&e))?;
+            let addr = server
+                .server_addr()
+                .to_ip()
+                .ok_or_else(|| listen_err(&"not an IP listener"))?;
+            (server, addr, None)
+        }
+        Some(t) => {
+            let prepared = crate::tls::prepare(&opts.db, opts.listen.ip(), t)?;
+            let listener = crate::tls::bind(opts.listen).map_err(|e| listen_err(&e))?;
+            let addr = listener.local_addr().map_err(|e| listen_err(&e))?;
+            let (back, back_listener) = crate::tls::Backend::bind().map_err(|e| listen_err(&e))?;
+            let server = tiny_http::Server::from_listener(back_listener, None)
+                .map_err(|e| listen_err(&e))?;
+            (server, addr, Some((listener, prepared, back)))
+        }
+    };
     let server = Arc::new(server);
     let shared = Arc::new(Shared {
         reconciler: Mutex::new(reconciler),
@@ -331,6 +363,17 @@ pub fn serve(opts: ServerOptions) -> Result<ServerHandle, ControllerError> {
             Box::new(move || crate::http::worker(&s, &sh)),
         )?);
     }
+    let (ca_file, backend) = match front {
+        Some((listener, prepared, back)) => {
+            let (sh, path) = (shared.clone(), back.path.clone());
+            threads.push(spawn(
+                "ctl-tls-accept".into(),
+                Box::new(move || crate::tls::acceptor(listener, prepared.config, path, sh)),
+            )?);
+            (Some(prepared.ca_file), Some(back))
+        }
+        None => (None, None),
+    };
     let sh = shared.clone();
     threads.push(spawn("ctl-ticker".into(), Box::new(move || ticker(&sh)))?);
     if shared.store_acl.is_some() {
@@ -354,6 +397,8 @@ pub fn serve(opts: ServerOptions) -> Result<ServerHandle, ControllerError> {
     )?);
     Ok(ServerHandle {
         addr,
+        tls: ca_file,
+        _backend: backend,
         admin_token,
         shared,
         threads,

@@ -156,6 +156,7 @@ fn start(db: &Path) -> (ServerHandle, Client) {
         state_url: "redis://127.0.0.1:6379".into(),
         admin_token_file: token_file.clone(),
         fabric_auth: true,
+        tls: None,
     })
     .unwrap();
     let file =

@@ -80,6 +80,7 @@ fn world(dir: &Path) -> World {
         state_url: "local".into(),
         admin_token_file: Some(token_file.clone()),
         fabric_auth: true,
+        tls: None,
     })
     .unwrap();
     assert_eq!(server.bootstrapped(), Some(token_file.as_path()));
@@ -503,6 +504,7 @@ fn a_restart_keeps_the_tokens_and_does_not_rewrite_the_admin_token() {
         state_url: "local".into(),
         admin_token_file: Some(token_file.clone()),
         fabric_auth: true,
+        tls: None,
     })
     .unwrap();
     assert_eq!(server.bootstrapped(), None);

@@ -79,6 +79,7 @@ fn metrics_describe_the_deployment_to_monitoring_only_and_pass_promtool() {
         state_url: "local".into(),
         admin_token_file: Some(token_file.clone()),
         fabric_auth: false,
+        tls: None,
     })
     .unwrap();
     let url = h.url();

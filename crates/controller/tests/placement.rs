@@ -21,6 +21,8 @@ fn start(dir: &Path) -> (ServerHandle, Client, String) {
         state_url: "local".into(),
         admin_token_file: Some(token_file.clone()),
         fabric_auth: false,
+        // Plain HTTP: this test is about placement, TLS has its own tests.
+        tls: None,
     })
     .unwrap();
     let admin = std::fs::read_to_string(&token_file)

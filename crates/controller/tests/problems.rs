@@ -52,6 +52,7 @@ fn start(dir: &Path) -> (ServerHandle, String) {
         state_url: "local".into(),
         admin_token_file: Some(token_file.clone()),
         fabric_auth: false,
+        tls: None,
     })
     .unwrap();
     let admin = std::fs::read_to_string(&token_file)

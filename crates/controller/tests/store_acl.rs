@@ -112,6 +112,7 @@ fn tenants_get_store_users_that_reach_only_their_own_keys() {
         state_url: admin_url.clone(),
         admin_token_file: Some(dir.path().join("admin.token")),
         fabric_auth: true,
+        tls: None,
     })
     .unwrap();
     let token = std::fs::read_to_string(dir.path().join("admin.token")).unwrap();
@@ -215,6 +216,7 @@ fn tenants_get_store_users_that_reach_only_their_own_keys() {
         state_url: admin_url,
         admin_token_file: Some(dir.path().join("admin.token")),
         fabric_auth: true,
+        tls: None,
     })
     .unwrap();
     let c = Client::new(&server.url()).with_token(Some(&token));

@@ -201,13 +201,14 @@ fn health(apis: &[String]) -> Vec<serde_json::Value> {
 }
 
 fn scale(st: &LabState, tenant: &str, middlebox: &str, n: u32) -> Result<(), LabError> {
-    ureq::put(&format!(
-        "{}/v1/tenants/{tenant}/middleboxes/{middlebox}",
-        st.controller
-    ))
-    .set("Authorization", &st.bearer())
-    .send_json(serde_json::json!({ "instances": n }))
-    .map_err(|e| other(format!("scale {middlebox} to {n}: {e}")))?;
+    st.http()
+        .put(&format!(
+            "{}/v1/tenants/{tenant}/middleboxes/{middlebox}",
+            st.controller
+        ))
+        .set("Authorization", &st.bearer())
+        .send_json(serde_json::json!({ "instances": n }))
+        .map_err(|e| other(format!("scale {middlebox} to {n}: {e}")))?;
     Ok(())
 }
 

@@ -158,7 +158,10 @@ fn finish(
 }
 
 fn instance_pid(lab: &Lab, name: &str) -> Result<u32, LabError> {
-    let v: serde_json::Value = ureq::get(&format!("{}/v1/instances", lab.state().controller))
+    let v: serde_json::Value = lab
+        .state()
+        .http()
+        .get(&format!("{}/v1/instances", lab.state().controller))
         .set("Authorization", &lab.state().bearer())
         .call()
         .map_err(other)?

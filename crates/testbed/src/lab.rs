@@ -124,6 +124,10 @@ pub struct LabState {
     /// hosts; sealed is the default).
     #[serde(default)]
     pub fabric_auth_off: bool,
+    /// The controller's own CA certificate (it serves its API over TLS with a
+    /// certificate it signs at first start); agents and the CLI trust it.
+    #[serde(default)]
+    pub ca_file: PathBuf,
 }
 
 impl LabState {
@@ -138,6 +142,34 @@ impl LabState {
     /// The `Authorization` header value of the lab's API calls.
     pub fn bearer(&self) -> String {
         format!("Bearer {}", self.token())
+    }
+
+    /// An HTTP client trusting the controller's CA (and plain HTTP for the
+    /// agents' APIs); without a readable CA file, one trusting the web's roots
+    /// (requests to the controller then fail naming the certificate).
+    pub fn http(&self) -> ureq::Agent {
+        let roots = fs::read(&self.ca_file).ok().map(|pem| {
+            let mut roots = rustls::RootCertStore::empty();
+            use rustls::pki_types::{pem::PemObject, CertificateDer};
+            for c in CertificateDer::pem_slice_iter(&pem).flatten() {
+                let _ = roots.add(c);
+            }
+            roots
+        });
+        let config = roots.and_then(|roots| {
+            rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
+                rustls::crypto::ring::default_provider(),
+            ))
+            .with_safe_default_protocol_versions()
+            .ok()
+            .map(|b| b.with_root_certificates(roots).with_no_client_auth())
+        });
+        match config {
+            Some(c) => ureq::AgentBuilder::new()
+                .tls_config(std::sync::Arc::new(c))
+                .build(),
+            None => ureq::agent(),
+        }
     }
 
     /// The VM called `name`.
@@ -304,7 +336,9 @@ fn http(
     url: &str,
     body: Option<(&str, &str)>,
 ) -> Result<String, LabError> {
-    let req = ureq::request(method, url)
+    let req = st
+        .http()
+        .request(method, url)
         .timeout(Duration::from_secs(10))
         .set("Authorization", &st.bearer());
     let r = match body {
@@ -344,7 +378,14 @@ impl Lab {
         // A new lab is a new deployment: a controller database left in the
         // directory by an earlier lab (its tenants, scaled counts, hosts) must not
         // carry over. (`restart_controller` reuses the database on purpose.)
-        for f in ["controller.db", "controller.db-wal", "controller.db-shm"] {
+        for f in [
+            "controller.db",
+            "controller.db-wal",
+            "controller.db-shm",
+            "controller.ca.pem",
+            "controller.tls.pem",
+            "controller.tls.key",
+        ] {
             match fs::remove_file(dir.join(f)) {
                 Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
                     return Err(other(format!("{}: {e}", dir.join(f).display())));
@@ -505,6 +546,10 @@ impl Lab {
             t.insert("underlay".into(), h.underlay.to_string().into());
             t.insert("controller".into(), self.state.controller.clone().into());
             t.insert("token_file".into(), token_file.display().to_string().into());
+            t.insert(
+                "ca_file".into(),
+                self.state.ca_file.display().to_string().into(),
+            );
             t.insert("listen".into(), format!("127.0.0.1:{port}").into());
             t.insert("prefix".into(), format!("{p}h{}", h.id).into());
             t.insert("run_dir".into(), run_dir.display().to_string().into());
@@ -684,6 +729,8 @@ impl Lab {
             "admin_token_file".into(),
             token_file.display().to_string().into(),
         );
+        // TLS as deployed: the controller makes its CA next to the database.
+        t.insert("tls".into(), "on".into());
         t.insert(
             "fabric_auth".into(),
             if self.state.fabric_auth_off {
@@ -703,13 +750,14 @@ impl Lab {
             &log,
         )?;
         self.state.token_file = token_file;
+        self.state.ca_file = dir.join("controller.ca.pem");
         let old = self.state.controller_pid;
         self.state.pids.retain(|&p| p != old);
         self.state.pids.insert(0, child.id());
         self.state.controller_pid = child.id();
         self.save()?;
         wait_tcp(port, "the controller", &mut child, &log)?;
-        self.state.controller = format!("http://127.0.0.1:{port}");
+        self.state.controller = format!("https://127.0.0.1:{port}");
         self.save()
     }
 
@@ -724,10 +772,12 @@ impl Lab {
              contexts:\n  \
              - name: testbed\n    \
                controller: {}\n    \
-               token_file: {}\n",
+               token_file: {}\n    \
+               ca_file: {}\n",
             path.display(),
             self.state.controller,
-            self.state.token_file.display()
+            self.state.token_file.display(),
+            self.state.ca_file.display()
         );
         fs::write(&path, text).map_err(|e| other(format!("{}: {e}", path.display())))?;
         self.state.config = path;

@@ -305,7 +305,9 @@ fn api<T: serde::de::DeserializeOwned>(
     url: &str,
     body: Option<serde_json::Value>,
 ) -> Result<T, LabError> {
-    let r = ureq::request(method, url)
+    let r = st
+        .http()
+        .request(method, url)
         .timeout(Duration::from_secs(5))
         .set("Authorization", &st.bearer());
     let r = match body {
@@ -451,7 +453,9 @@ pub fn scaling(lab: &Lab, o: &ScalingOptions, strategy: &str) -> Result<ScalingR
         })
         .collect();
     // Disarm the scaler so nothing changes while the lab goes down.
-    let _ = ureq::delete(&format!("{base}/scaling"))
+    let _ = st
+        .http()
+        .delete(&format!("{base}/scaling"))
         .set("Authorization", &st.bearer())
         .call();
     Ok(summarise(strategy, o, seconds, events))

@@ -7,7 +7,7 @@ use std::fs;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use crate::lab::{blob, Lab, LabError};
+use crate::lab::{blob, Lab, LabError, LabState};
 
 /// The outcome of one check.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -96,13 +96,14 @@ fn access_logs(lab: &Lab) -> String {
     all
 }
 
-/// `GET url` as JSON; `bearer`: the `Authorization` header, sent to the
-/// controller only (an agent has no use for the operator's token).
-fn get_json(url: &str, bearer: Option<&str>) -> Option<serde_json::Value> {
-    let mut req = ureq::get(url).timeout(Duration::from_secs(5));
-    if let Some(b) = bearer {
-        req = req.set("Authorization", b);
+/// `GET url` as JSON; `controller`: the lab whose controller this is (its
+/// CA and operator token; an agent has no use for the operator's token).
+fn get_json(url: &str, controller: Option<&LabState>) -> Option<serde_json::Value> {
+    let req = match controller {
+        Some(st) => st.http().get(url).set("Authorization", &st.bearer()),
+        None => ureq::get(url),
     }
+    .timeout(Duration::from_secs(5));
     req.call().ok()?.into_json().ok()
 }
 
@@ -165,7 +166,7 @@ pub fn figure4(lab: &Lab) -> Result<Report, LabError> {
     // every agent runs the split (docs/STATE.md). Wait for that, briefly.
     let cached = get_json(
         &format!("{}/v1/tenants/acme/middleboxes/fw", lab.state().controller),
-        Some(&lab.state().bearer()),
+        Some(lab.state()),
     )
     .is_some_and(|m| m.get("state").and_then(|s| s.as_str()) == Some("cached"));
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
@@ -260,7 +261,7 @@ pub fn figure4(lab: &Lab) -> Result<Report, LabError> {
     let alerts_of = |lab: &Lab| -> Vec<serde_json::Value> {
         get_json(
             &format!("{}/v1/alerts?tenant=acme", lab.state().controller),
-            Some(&lab.state().bearer()),
+            Some(lab.state()),
         )
         .and_then(|v| v.as_array().cloned())
         .unwrap_or_default()
@@ -348,7 +349,10 @@ pub fn figure4(lab: &Lab) -> Result<Report, LabError> {
     // A bad spec is refused and changes nothing.
     let bad = "tenant: acme\nelements:\n  c: { type: external, subnets: [198.51.100.0/24] }\n  w:\n    type: service\n    vms: { web-a1: 10.10.1.11 }\nchains:\n  - name: x\n    path: [c, nosuch, w]\n";
     let versions_before = host_versions(lab);
-    let resp = ureq::put(&format!("{}/v1/tenants/acme", lab.state().controller))
+    let resp = lab
+        .state()
+        .http()
+        .put(&format!("{}/v1/tenants/acme", lab.state().controller))
         .set("Authorization", &lab.state().bearer())
         .set("Content-Type", "application/yaml")
         .timeout(Duration::from_secs(10))
@@ -387,7 +391,7 @@ pub fn figure4(lab: &Lab) -> Result<Report, LabError> {
 fn host_versions(lab: &Lab) -> Vec<String> {
     let Some(v) = get_json(
         &format!("{}/v1/hosts", lab.state().controller),
-        Some(&lab.state().bearer()),
+        Some(lab.state()),
     ) else {
         return Vec::new();
     };

@@ -211,6 +211,7 @@ fn the_shipped_file_parses_and_shows_every_setting_with_its_default() {
         name: full.name.clone(),
         controller: full.controller.clone(),
         token_file: full.token_file.clone(),
+        ca_file: full.ca_file.clone(),
         underlay_interface: full.underlay_interface.clone(),
         underlay: full.underlay,
         ..AgentFile::default()
@@ -223,4 +224,27 @@ fn the_shipped_file_parses_and_shows_every_setting_with_its_default() {
         resolve(&args(&["--seawall"]), &full, None).unwrap(),
         resolve(&args(&["--seawall"]), &required, None).unwrap()
     );
+}
+
+#[test]
+fn a_ca_file_needs_an_https_controller_and_a_certificate_in_it() {
+    let e = resolve(&args(&["--ca-file", "/etc/ca.pem"]), &file(REQUIRED), None)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("ca_file") && e.contains("https://"), "{e}");
+    let https = REQUIRED.replace("http://", "https://");
+    let s = resolve(&args(&["--ca-file", "/etc/ca.pem"]), &file(&https), None).unwrap();
+    assert_eq!(s.ca_file, Some(PathBuf::from("/etc/ca.pem")));
+    let dir = tempfile::tempdir().unwrap();
+    let empty = dir.path().join("ca.pem");
+    std::fs::write(&empty, "not a certificate\n").unwrap();
+    let e = tls_trusting(&empty).unwrap_err().to_string();
+    assert!(
+        e.contains("ca.pem") && e.contains("no PEM certificate"),
+        "{e}"
+    );
+    let e = tls_trusting(&dir.path().join("absent.pem"))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("absent.pem"), "{e}");
 }

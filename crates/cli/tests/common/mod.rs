@@ -31,6 +31,7 @@ pub fn controller(dir: &Path) -> (ServerHandle, String, String) {
         state_url: "local".into(),
         admin_token_file: Some(token_file.clone()),
         fabric_auth: false,
+        tls: None,
     })
     .expect("controller");
     let url = h.url();
@@ -97,6 +98,7 @@ pub fn sluice_env(args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) 
         .args(args)
         .env_remove("SLUICE_CONTROLLER")
         .env_remove("SLUICE_TOKEN")
+        .env_remove("SLUICE_CA_FILE")
         .env_remove("SLUICE_CONFIG")
         .envs(env.iter().copied())
         .output()

@@ -1,0 +1,180 @@
+//! TLS on the controller's API: a client trusting the controller's CA gets
+//! through; one without it, and plain HTTP to the TLS port, do not; a restart
+//! keeps the certificate; `tls: None` still serves plain HTTP.
+
+use std::path::Path;
+
+use sluice_controller::client::{Client, ClientError};
+use sluice_controller::tls::{ensure_generated, subject_names, GeneratedFiles, TlsOptions};
+use sluice_controller::{serve, ServerHandle, ServerOptions};
+
+fn start(db: &Path, tls: Option<TlsOptions>) -> (ServerHandle, String) {
+    let h = serve(ServerOptions {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        db: db.to_path_buf(),
+        state_url: "local".into(),
+        admin_token_file: None,
+        fabric_auth: false,
+        tls,
+    })
+    .unwrap();
+    let file = sluice_controller::service::default_admin_token_file(db);
+    let secret = std::fs::read_to_string(file).unwrap();
+    (h, secret)
+}
+
+fn figure4() -> String {
+    std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../examples/tenant/figure4.yaml"
+    ))
+    .unwrap()
+}
+
+#[test]
+fn a_client_needs_the_controllers_ca_and_https() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("c.db");
+    let (h, secret) = start(&db, Some(TlsOptions::default()));
+    assert!(h.url().starts_with("https://"), "{}", h.url());
+    let ca = h.ca_file().unwrap().to_path_buf();
+    assert_eq!(ca, dir.path().join("c.ca.pem"));
+
+    // With the CA: requests, a large body and many on one connection go through.
+    let c = Client::new(&h.url())
+        .with_token(Some(&secret))
+        .with_ca_file(&ca)
+        .unwrap();
+    assert!(c.tenants().unwrap().is_empty());
+    // A spec crosses whole: the controller read it, and has no host for it.
+    match c.apply(None, &figure4()) {
+        Err(ClientError::Api {
+            status: 409,
+            message,
+        }) => {
+            assert!(message.contains("tenant `acme`"), "{message}")
+        }
+        other => panic!("figure 4 without hosts: {other:?}"),
+    }
+    for _ in 0..20 {
+        assert!(c.tenants().unwrap().is_empty());
+    }
+    let huge = "#".repeat(2 << 20);
+    match c.apply_raw(Some("big"), &huge) {
+        Err(ClientError::Api { status: 413, .. }) => {}
+        other => panic!("a 2 MiB body through TLS: {other:?}"),
+    }
+    // The name `localhost` is in the certificate too.
+    let local = Client::new(&h.url().replace("127.0.0.1", "localhost"))
+        .with_ca_file(&ca)
+        .unwrap();
+    assert!(local.get_raw("/healthz").is_ok());
+
+    // Without the CA: a certificate error that says what to give.
+    let untrusted = Client::new(&h.url()).with_token(Some(&secret));
+    match untrusted.tenants() {
+        Err(ClientError::Transport(m)) => {
+            assert!(m.contains("certificate") && m.contains("--ca-file"), "{m}")
+        }
+        other => panic!("no CA: {other:?}"),
+    }
+
+    // Plain HTTP to the TLS port: refused, naming the fix, and no token read.
+    let plain = Client::new(&h.url().replace("https://", "http://")).with_token(Some(&secret));
+    match plain.tenants() {
+        Err(ClientError::Api {
+            status: 400,
+            message,
+        }) => assert!(message.contains("https://"), "{message}"),
+        other => panic!("plain HTTP: {other:?}"),
+    }
+}
+
+#[test]
+fn a_restart_keeps_the_certificate() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("c.db");
+    let (h, secret) = start(&db, Some(TlsOptions::default()));
+    let ca = std::fs::read(h.ca_file().unwrap()).unwrap();
+    let cert = std::fs::read(dir.path().join("c.tls.pem")).unwrap();
+    h.shutdown();
+    let (h, _) = start(&db, Some(TlsOptions::default()));
+    assert_eq!(std::fs::read(h.ca_file().unwrap()).unwrap(), ca);
+    assert_eq!(std::fs::read(dir.path().join("c.tls.pem")).unwrap(), cert);
+    let c = Client::new(&h.url())
+        .with_token(Some(&secret))
+        .with_ca_file(&dir.path().join("c.ca.pem"))
+        .unwrap();
+    assert!(c.tenants().is_ok());
+}
+
+#[test]
+fn an_operators_certificate_is_used_as_given() {
+    let dir = tempfile::tempdir().unwrap();
+    let own = GeneratedFiles::for_db(&dir.path().join("pki/own.db"));
+    std::fs::create_dir(dir.path().join("pki")).unwrap();
+    ensure_generated(
+        &own,
+        &subject_names("127.0.0.1".parse().unwrap(), &["ctl.example".into()]),
+    )
+    .unwrap();
+    let db = dir.path().join("c.db");
+    let (h, secret) = start(
+        &db,
+        Some(TlsOptions {
+            cert: Some((own.cert.clone(), own.key.clone())),
+            sans: vec![],
+        }),
+    );
+    assert!(h.ca_file().is_none());
+    assert!(!dir.path().join("c.ca.pem").exists());
+    let c = Client::new(&h.url())
+        .with_token(Some(&secret))
+        .with_ca_file(&own.ca)
+        .unwrap();
+    assert!(c.tenants().is_ok());
+}
+
+#[test]
+fn tls_off_serves_plain_http() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("c.db");
+    let (h, secret) = start(&db, None);
+    assert!(h.url().starts_with("http://"));
+    assert!(h.ca_file().is_none());
+    assert!(!dir.path().join("c.tls.pem").exists());
+    let c = Client::new(&h.url()).with_token(Some(&secret));
+    assert!(c.tenants().unwrap().is_empty());
+}
+
+#[test]
+fn a_silent_or_garbled_connection_does_not_hold_up_others() {
+    use std::io::{Read, Write};
+    let dir = tempfile::tempdir().unwrap();
+    let (h, secret) = start(&dir.path().join("c.db"), Some(TlsOptions::default()));
+    // Connections that never finish a handshake, more than there are HTTP
+    // workers.
+    let silent: Vec<_> = (0..12)
+        .map(|_| std::net::TcpStream::connect(h.addr()).unwrap())
+        .collect();
+    let mut garbled = std::net::TcpStream::connect(h.addr()).unwrap();
+    garbled
+        .write_all(&[0x16, 0x03, 0x01, 0x00, 0x05, 1, 2, 3, 4, 5])
+        .unwrap();
+    let c = Client::new(&h.url())
+        .with_token(Some(&secret))
+        .with_ca_file(h.ca_file().unwrap())
+        .unwrap();
+    assert!(c.tenants().unwrap().is_empty());
+    // The garbled one is closed (at most a TLS alert), never answered.
+    let mut rest = Vec::new();
+    garbled
+        .set_read_timeout(Some(std::time::Duration::from_secs(30)))
+        .unwrap();
+    if let Err(e) = garbled.read_to_end(&mut rest) {
+        // A reset is a close too; a timeout is not.
+        assert_eq!(e.kind(), std::io::ErrorKind::ConnectionReset, "{e}");
+    }
+    assert!(rest.len() < 16 && !rest.starts_with(b"HTTP"), "{rest:?}");
+    drop(silent);
+}
