@@ -14,6 +14,7 @@ pub mod control;
 pub mod dataplane;
 pub mod instance;
 pub mod nf;
+pub mod replication;
 pub mod seal;
 pub mod state;
 

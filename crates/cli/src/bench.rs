@@ -118,6 +118,22 @@ pub enum BenchCmd {
         #[arg(long, default_value_t = 2)]
         reps: usize,
     },
+    /// A replicated state store (Redis Cluster, a replica per primary): what
+    /// waiting for replicas costs each function against no replicas, and what
+    /// a primary's death loses with and without waiting (docs/STATE.md,
+    /// "Replication").
+    Replication {
+        /// Print one JSON object per row instead of tables.
+        #[arg(long)]
+        json: bool,
+        /// Fewer packets, for a fast run.
+        #[arg(long)]
+        quick: bool,
+        /// Rounds per function, each running every store once in turn; the
+        /// fastest run of each is kept.
+        #[arg(long, default_value_t = 3)]
+        reps: usize,
+    },
 }
 
 /// StatelessNF's traffic mixes.
@@ -245,6 +261,35 @@ pub fn run(which: BenchCmd) -> Result<(), CliError> {
             let ms = sluice_bench::instance::run(&opts, &mut |what| eprintln!("bench: {what}"))
                 .map_err(CliError::Bench)?;
             print_measurements(&ms, json, sluice_bench::instance::table)
+        }
+        BenchCmd::Replication { json, quick, reps } => {
+            use sluice_bench::replication;
+            let dir = std::env::temp_dir()
+                .join(format!("sluice-bench-replication-{}", std::process::id()));
+            let mut progress = |what: &str| eprintln!("bench: {what}");
+            let mut run = || -> Result<_, String> {
+                let cost = replication::cost(&dir, quick, reps, &mut progress)?;
+                let mut failovers = Vec::new();
+                for (wait, kill) in [(0, false), (0, true), (1, true)] {
+                    eprintln!("bench: failover: wait={wait}, kill={kill}");
+                    failovers.push(replication::failover(&dir, wait, kill)?);
+                }
+                Ok((cost, failovers))
+            };
+            let result = run();
+            let _ = std::fs::remove_dir_all(&dir);
+            let (cost, failovers) = result.map_err(CliError::Bench)?;
+            if json {
+                for r in &cost {
+                    outln!("{}", serde_json::to_string(r).unwrap_or_default())?;
+                }
+                for r in &failovers {
+                    outln!("{}", serde_json::to_string(r).unwrap_or_default())?;
+                }
+            } else {
+                crate::output::text(&replication::report(&cost, &failovers))?;
+            }
+            Ok(())
         }
     }
 }

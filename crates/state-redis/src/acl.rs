@@ -17,7 +17,7 @@ use crate::{Auth, Secret};
 
 /// Every command the state backend sends, directly or from its scripts
 /// (`crate::scripts`), and nothing else: a tenant user is allowed exactly these.
-/// `AUTH` needs no permission; `CLUSTER|SLOTS` and `ASKING` are for Redis Cluster.
+/// `AUTH` needs no permission; `CLUSTER|SLOTS`, `ASKING`, `WAIT` and `ROLE` are for Redis Cluster.
 pub const TENANT_COMMANDS: &[&str] = &[
     // Sent directly (node.rs, cluster.rs).
     "get",
@@ -31,6 +31,8 @@ pub const TENANT_COMMANDS: &[&str] = &[
     "script|load",
     "cluster|slots",
     "asking",
+    "wait",
+    "role",
     // Called by the scripts.
     "exists",
     "hset",

@@ -2,8 +2,13 @@
 //! one pipeline per node, all nodes written before any is read, so a batch costs
 //! one round trip however many nodes it touches. `MOVED` refreshes the slot map and
 //! retries the moved operations; `ASK` retries them once on the importing node.
+//!
+//! With replicas, a batch's writes on a primary are followed in the same
+//! pipeline by `WAIT N T`: the batch is answered (and its packets released)
+//! only once N replicas hold its writes, so a primary that dies afterwards
+//! loses none of them when a replica takes over (docs/STATE.md, "Replication").
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use sluice_state::{Key, Namespace, Ops, StateStore, StoreCounters, StoreError};
 
@@ -15,6 +20,14 @@ const SLOTS: usize = 16384;
 const UNKNOWN: u16 = u16::MAX;
 /// Redirections followed per batch before giving up (a cluster in flux).
 const MAX_REDIRECTS: usize = 5;
+/// Replicas a write waits for unless the URL says (`?wait=N`).
+const DEFAULT_WAIT: u8 = 1;
+/// How long a batch waits for them unless the URL says (`?wait_ms=T`).
+const DEFAULT_WAIT_MS: u64 = 50;
+/// After a primary answered `WAIT` short, how long its writes go without
+/// waiting: its replica is likely gone, and waiting `wait_ms` on every batch
+/// until the cluster notices would stall the data plane, not protect it.
+const SHORTFALL_BACKOFF: Duration = Duration::from_secs(1);
 
 /// CRC16/XMODEM, Redis Cluster's key hash.
 pub fn crc16(data: &[u8]) -> u16 {
@@ -60,6 +73,16 @@ pub struct ClusterStore {
     sent_total: u64,
     /// `sent_total` at the last poll that found nothing outstanding anywhere.
     settled_mark: u64,
+    /// Replicas each write waits for (0: none).
+    wait: u8,
+    /// `WAIT`'s timeout, in milliseconds, as its argument.
+    wait_ms: String,
+    /// Per node (as `nodes`): its replicas in the last slot map.
+    replicas: Vec<u8>,
+    /// Per node: until when its writes go without waiting (after a shortfall).
+    unwaited_until: Vec<Option<Instant>>,
+    /// Per node in this round: the replicas its `WAIT` asked for (0: none sent).
+    waiting: Vec<u8>,
 }
 
 /// An operation waiting to be sent: (op index, node index, send `ASKING` first).
@@ -101,6 +124,11 @@ impl ClusterStore {
             per_node: Vec::new(),
             sent_total: 0,
             settled_mark: 0,
+            wait: u.wait.unwrap_or(DEFAULT_WAIT),
+            wait_ms: u.wait_ms.unwrap_or(DEFAULT_WAIT_MS).to_string(),
+            replicas: Vec::new(),
+            unwaited_until: Vec::new(),
+            waiting: Vec::new(),
         };
         c.refresh()?;
         Ok(c)
@@ -115,6 +143,9 @@ impl ClusterStore {
                 n.prefix = self.prefix.clone();
                 self.nodes.push(n);
                 self.per_node.push(Vec::new());
+                self.replicas.push(0);
+                self.unwaited_until.push(None);
+                self.waiting.push(0);
                 self.nodes.len() - 1
             }
         }
@@ -130,11 +161,15 @@ impl ClusterStore {
             match self.slots_from(i) {
                 Ok(map) => {
                     self.slots.fill(UNKNOWN);
+                    self.replicas.fill(0);
                     for (start, end, owner) in map {
                         let o = self.node_index(&owner) as u16;
                         for s in start..=end.min(SLOTS as u16 - 1) {
                             self.slots[s as usize] = o;
                         }
+                    }
+                    if self.wait > 0 {
+                        self.learn_replicas();
                     }
                     return Ok(());
                 }
@@ -144,6 +179,35 @@ impl ClusterStore {
         Err(last)
     }
 
+    /// Asks each primary of the slot map how many replicas it streams to
+    /// (`ROLE`): `CLUSTER SLOTS` is no guide, it leaves out a replica until
+    /// gossip has carried its replication offset, seconds after it synced. A
+    /// primary that does not answer counts none (its batches fail anyway).
+    fn learn_replicas(&mut self) {
+        let mut primaries: Vec<u16> = self.slots.clone();
+        primaries.sort_unstable();
+        primaries.dedup();
+        for &p in primaries.iter().filter(|&&p| p != UNKNOWN) {
+            let n = &mut self.nodes[p as usize];
+            let count = (|| {
+                n.ensure_conn()?;
+                n.wbuf.clear();
+                crate::resp::encode(&mut n.wbuf, &[b"ROLE"]);
+                n.send()?;
+                let replies = n.receive(1)?;
+                Ok::<_, StoreError>(match &replies[0] {
+                    Reply::Array(Some(f)) => match f.get(2) {
+                        Some(Reply::Array(Some(r))) => r.len(),
+                        _ => 0,
+                    },
+                    _ => 0,
+                })
+            })();
+            self.replicas[p as usize] = u8::try_from(count.unwrap_or(0)).unwrap_or(u8::MAX);
+        }
+    }
+
+    /// The slot ranges `i` reports: (first, last, primary).
     fn slots_from(&mut self, i: usize) -> Result<Vec<(u16, u16, String)>, StoreError> {
         let n = &mut self.nodes[i];
         n.ensure_conn()?;
@@ -244,16 +308,32 @@ impl ClusterStore {
         let busy: Vec<usize> = (0..self.nodes.len())
             .filter(|&n| !self.per_node[n].is_empty())
             .collect();
+        let now = (self.wait > 0).then(Instant::now);
         for &n in &busy {
             self.nodes[n].ensure_conn()?;
             self.nodes[n].wbuf.clear();
+            let mut writes = false;
             for j in 0..self.per_node[n].len() {
                 let i = self.per_node[n][j];
                 if asking.contains(&i) {
                     self.nodes[n].encode_asking();
                 }
                 let op = ops.ops()[i];
+                writes |= !matches!(op, sluice_state::Op::Get { .. });
                 self.nodes[n].encode_op(ops, &op);
+            }
+            self.waiting[n] = match now {
+                Some(now) if writes && self.unwaited_until[n].is_none_or(|t| now >= t) => {
+                    self.wait.min(self.replicas[n])
+                }
+                _ => 0,
+            };
+            if self.waiting[n] > 0 {
+                let want = self.waiting[n].to_string();
+                crate::resp::encode(
+                    &mut self.nodes[n].wbuf,
+                    &[b"WAIT", want.as_bytes(), self.wait_ms.as_bytes()],
+                );
             }
         }
         for &n in &busy {
@@ -261,14 +341,30 @@ impl ClusterStore {
         }
         let mut redirected = Vec::new();
         let mut moved = false;
+        let mut short = false;
         let mut first_err = None;
         for &n in &busy {
             let count = self.per_node[n].len()
                 + self.per_node[n]
                     .iter()
                     .filter(|i| asking.contains(i))
-                    .count();
+                    .count()
+                + usize::from(self.waiting[n] > 0);
             let replies = self.nodes[n].receive(count)?;
+            if self.waiting[n] > 0 {
+                self.counters.replica_waits += 1;
+                let acked = match replies.last() {
+                    Some(Reply::Int(k)) => *k,
+                    _ => 0,
+                };
+                if acked < i64::from(self.waiting[n]) {
+                    // Answered anyway: the writes are on the primary, and
+                    // failing the batch would drop packets over a replica.
+                    self.counters.replica_shortfalls += 1;
+                    self.unwaited_until[n] = Some(Instant::now() + SHORTFALL_BACKOFF);
+                    short = true;
+                }
+            }
             let mut it = replies.iter();
             for j in 0..self.per_node[n].len() {
                 let i = self.per_node[n][j];
@@ -296,6 +392,11 @@ impl ClusterStore {
                     first_err.get_or_insert(e);
                 }
             }
+        }
+        if short {
+            // Learn which replicas are still streamed to; one that is gone
+            // is no longer waited for.
+            let _ = self.refresh();
         }
         match first_err {
             Some(e) => Err(e),
@@ -329,7 +430,19 @@ impl StateStore for ClusterStore {
         }
         for _ in 0..=MAX_REDIRECTS {
             self.counters.round_trips += 1;
-            let (redirected, moved) = self.round(ops, &pending).map_err(|e| self.fail(e))?;
+            let (redirected, moved) = match self.round(ops, &pending) {
+                Ok(r) => r,
+                Err(e) => {
+                    // The other nodes of the round were sent commands whose
+                    // replies nobody read: left on their connections, they
+                    // would answer the next batch's. Their state is unknown.
+                    let busy: Vec<usize> = pending.iter().map(|p| p.1).collect();
+                    for n in busy {
+                        self.nodes[n].drop_conn();
+                    }
+                    return Err(self.fail(e));
+                }
+            };
             if redirected.is_empty() {
                 return Ok(());
             }

@@ -110,6 +110,14 @@ impl Config {
                 redact_url(url)
             )));
         }
+        if u.wait.is_some() || u.wait_ms.is_some() {
+            // Waiting for a replica buys nothing without a failover that
+            // promotes it, and the single-server client follows none.
+            return Err(StoreError::Refused(format!(
+                "`{}`: wait and wait_ms need a replicated store: redis-cluster://HOST:PORT,...",
+                redact_url(url)
+            )));
+        }
         Ok(Config {
             addr: u.hosts.to_string(),
             timeout: Duration::from_millis(1000),
@@ -158,6 +166,10 @@ pub(crate) struct UrlParts<'a> {
     pub(crate) poll: Duration,
     pub(crate) auth: Option<Auth>,
     pub(crate) prefix: String,
+    /// `?wait=N`: replicas a write must reach before its batch is answered.
+    pub(crate) wait: Option<u8>,
+    /// `?wait_ms=T`: how long a batch waits for them.
+    pub(crate) wait_ms: Option<u64>,
 }
 
 /// Whether `p` may prefix stored keys: no braces (Redis Cluster hashes the first
@@ -167,6 +179,9 @@ pub fn valid_prefix(p: &str) -> bool {
     p.bytes()
         .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-' | b':' | b'%'))
 }
+
+/// The most replicas `?wait=N` may ask for.
+pub const MAX_WAIT_REPLICAS: u8 = 5;
 
 /// Parses a store URL: `SCHEME[USER@]HOSTS[/][?OPTIONS]`.
 pub(crate) fn parse_url<'a>(url: &'a str, scheme: &str) -> Result<UrlParts<'a>, StoreError> {
@@ -194,6 +209,7 @@ pub(crate) fn parse_url<'a>(url: &'a str, scheme: &str) -> Result<UrlParts<'a>, 
         )));
     }
     let (mut poll, mut prefix, mut file) = (DEFAULT_POLL, String::new(), None);
+    let (mut wait, mut wait_ms) = (None, None);
     for opt in query.split('&').filter(|o| !o.is_empty()) {
         match opt.split_once('=') {
             Some(("poll_us", v)) => {
@@ -216,9 +232,31 @@ pub(crate) fn parse_url<'a>(url: &'a str, scheme: &str) -> Result<UrlParts<'a>, 
                 prefix = v.to_string();
             }
             Some(("password_file", v)) if !v.is_empty() => file = Some(v),
+            Some(("wait", v)) => {
+                let n = v.parse::<u8>().ok().filter(|&n| n <= MAX_WAIT_REPLICAS);
+                wait = Some(n.ok_or_else(|| {
+                    StoreError::Refused(format!(
+                        "`{}`: wait must be a number of replicas from 0 to {MAX_WAIT_REPLICAS}, not `{v}`",
+                        shown()
+                    ))
+                })?);
+            }
+            Some(("wait_ms", v)) => {
+                let ms = v
+                    .parse::<u64>()
+                    .ok()
+                    .filter(|&ms| (1..=10_000).contains(&ms));
+                wait_ms = Some(ms.ok_or_else(|| {
+                    StoreError::Refused(format!(
+                        "`{}`: wait_ms must be a number of milliseconds from 1 to 10000, not `{v}`",
+                        shown()
+                    ))
+                })?);
+            }
             _ => {
                 return Err(StoreError::Refused(format!(
-                    "`{}`: unknown option `{opt}` (known: poll_us=N, prefix=P, password_file=PATH)",
+                    "`{}`: unknown option `{opt}` (known: poll_us=N, prefix=P, password_file=PATH, \
+                     wait=N, wait_ms=T)",
                     shown()
                 )))
             }
@@ -242,6 +280,8 @@ pub(crate) fn parse_url<'a>(url: &'a str, scheme: &str) -> Result<UrlParts<'a>, 
         poll,
         auth,
         prefix,
+        wait,
+        wait_ms,
     })
 }
 
@@ -516,6 +556,29 @@ pub(crate) fn op_name(op: &Op) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn wait_options_are_checked_and_only_for_a_cluster() {
+        let u = parse_url(
+            "redis-cluster://h:1,h:2?wait=2&wait_ms=20",
+            "redis-cluster://",
+        )
+        .unwrap();
+        assert_eq!((u.wait, u.wait_ms), (Some(2), Some(20)));
+        for (bad, says) in [
+            ("redis-cluster://h:1?wait=9", "from 0 to 5, not `9`"),
+            ("redis-cluster://h:1?wait=one", "not `one`"),
+            ("redis-cluster://h:1?wait_ms=0", "from 1 to 10000, not `0`"),
+            ("redis-cluster://h:1?wait_ms=20000", "not `20000`"),
+        ] {
+            let e = crate::ClusterStore::open(bad).err().expect(bad).to_string();
+            assert!(e.contains(says), "{bad}: {e}");
+        }
+        let e = Config::from_url("redis://h:1?wait=1")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("need a replicated store"), "{e}");
+    }
 
     #[test]
     fn urls_carry_the_poll_budget_and_refuse_what_they_do_not_know() {

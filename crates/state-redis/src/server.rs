@@ -263,6 +263,19 @@ impl RedisServer {
         Ok(())
     }
 
+    /// Stops the server (`SIGSTOP`) as a hung machine would: its connections
+    /// stay open and nothing answers. [`RedisServer::resume`] undoes it.
+    pub fn pause(&self) {
+        // SAFETY: signalling our own child process; no memory is involved.
+        unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGSTOP) };
+    }
+
+    /// Continues a server stopped by [`RedisServer::pause`].
+    pub fn resume(&self) {
+        // SAFETY: as in `pause`.
+        unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGCONT) };
+    }
+
     /// Kills the server now (as a crash would), keeping the handle.
     pub fn kill(&mut self) {
         let _ = self.child.kill();
@@ -276,6 +289,33 @@ impl Drop for RedisServer {
         if !self.dir.as_os_str().is_empty() {
             let _ = std::fs::remove_dir_all(&self.dir);
         }
+    }
+}
+
+/// Polls `done` every 50 ms for up to 20 s (processes starting, a cluster
+/// agreeing: real time, not a decision).
+fn wait_until(what: &str, mut done: impl FnMut() -> bool) -> Result<(), String> {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !done() {
+        if Instant::now() > deadline {
+            return Err(format!("timed out after 20 s waiting for {what}"));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Ok(())
+}
+
+/// The cluster node id of the server on `port` (`CLUSTER MYID`).
+fn node_id(port: u16) -> Result<String, String> {
+    let r = command(port, &[b"CLUSTER", b"MYID"])?;
+    match crate::resp::parse(&r, 0) {
+        Ok(Some((crate::resp::Reply::Bulk(Some(x)), _))) => {
+            Ok(String::from_utf8_lossy(&r[x]).into_owned())
+        }
+        _ => Err(format!(
+            "CLUSTER MYID on port {port}: {}",
+            String::from_utf8_lossy(&r).trim_end()
+        )),
     }
 }
 
@@ -302,30 +342,65 @@ fn command(port: u16, args: &[&[u8]]) -> Result<Vec<u8>, String> {
     }
 }
 
-/// A Redis Cluster of `n` primaries on loopback, each a [`RedisServer`], slots split
-/// evenly; stopped on drop.
+/// A Redis Cluster on loopback, each node a [`RedisServer`], slots split evenly
+/// over the primaries; stopped on drop.
 pub struct RedisCluster {
-    /// The primaries.
+    /// The primaries, in slot order.
     pub nodes: Vec<RedisServer>,
+    /// The replicas: `replicas[i * per + j]` is primary `i`'s `j`-th.
+    pub replicas: Vec<RedisServer>,
 }
 
 impl RedisCluster {
     /// Starts `n` cluster-enabled servers, assigns the 16384 slots in even ranges,
     /// joins them, and waits until every node reports `cluster_state:ok`.
     pub fn start(n: usize) -> Result<RedisCluster, String> {
+        RedisCluster::start_replicated(n, 0, 2000)
+    }
+
+    /// Starts `primaries` primaries with `per` replicas each; a primary that
+    /// stops answering for `node_timeout_ms` is replaced by one of its
+    /// replicas. Slots whose primary is down are refused meanwhile, the others
+    /// keep being served (`cluster-require-full-coverage no`), and any replica
+    /// may take over however long it was cut off (validity factor 0: the
+    /// writes it holds are the ones clients were told are safe).
+    pub fn start_replicated(
+        primaries: usize,
+        per: usize,
+        node_timeout_ms: u64,
+    ) -> Result<RedisCluster, String> {
+        let timeout = node_timeout_ms.to_string();
+        let args = [
+            "--cluster-enabled",
+            "yes",
+            "--cluster-node-timeout",
+            &timeout,
+            "--cluster-require-full-coverage",
+            "no",
+            "--cluster-replica-validity-factor",
+            "0",
+            "--repl-diskless-sync",
+            "yes",
+            "--repl-diskless-sync-delay",
+            "0",
+        ];
         let mut nodes = Vec::new();
-        for _ in 0..n {
-            nodes.push(RedisServer::start(&[
-                "--cluster-enabled",
-                "yes",
-                "--cluster-node-timeout",
-                "2000",
-            ])?);
+        for _ in 0..primaries {
+            nodes.push(RedisServer::start(&args)?);
         }
-        let per = 16384 / n;
+        let mut replicas = Vec::new();
+        for _ in 0..primaries * per {
+            replicas.push(RedisServer::start(&args)?);
+        }
+        let per_primary = 16384 / primaries;
         for (i, s) in nodes.iter().enumerate() {
-            let lo = (i * per).to_string();
-            let hi = if i + 1 == n { 16383 } else { (i + 1) * per - 1 }.to_string();
+            let lo = (i * per_primary).to_string();
+            let hi = if i + 1 == primaries {
+                16383
+            } else {
+                (i + 1) * per_primary - 1
+            }
+            .to_string();
             let r = command(
                 s.port,
                 &[b"CLUSTER", b"ADDSLOTSRANGE", lo.as_bytes(), hi.as_bytes()],
@@ -337,35 +412,79 @@ impl RedisCluster {
                 ));
             }
         }
-        for s in &nodes[1..] {
+        for s in nodes[1..].iter().chain(&replicas) {
             let p = s.port.to_string();
             command(
                 nodes[0].port,
                 &[b"CLUSTER", b"MEET", b"127.0.0.1", p.as_bytes()],
             )?;
         }
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            let ok = nodes.iter().all(|s| {
-                command(s.port, &[b"CLUSTER", b"INFO"])
-                    .map(|r| String::from_utf8_lossy(&r).contains("cluster_state:ok"))
-                    .unwrap_or(false)
-            });
-            if ok {
-                return Ok(RedisCluster { nodes });
+        // Known by id, not just counted: a node still in its handshake is
+        // counted under a provisional id that `CLUSTER REPLICATE` refuses.
+        let ids = nodes
+            .iter()
+            .chain(&replicas)
+            .map(|s| node_id(s.port))
+            .collect::<Result<Vec<_>, _>>()?;
+        wait_until("every node to know the others", || {
+            nodes.iter().chain(&replicas).all(|s| {
+                command(s.port, &[b"CLUSTER", b"NODES"]).is_ok_and(|r| {
+                    let text = String::from_utf8_lossy(&r);
+                    ids.iter().all(|id| text.contains(id.as_str())) && !text.contains("handshake")
+                })
+            })
+        })?;
+        for (i, id) in ids.iter().take(nodes.len()).enumerate() {
+            for r in &replicas[i * per..(i + 1) * per] {
+                let reply = command(r.port, &[b"CLUSTER", b"REPLICATE", id.as_bytes()])?;
+                if !reply.starts_with(b"+OK") {
+                    return Err(format!(
+                        "CLUSTER REPLICATE on port {}: {}",
+                        r.port,
+                        String::from_utf8_lossy(&reply).trim_end()
+                    ));
+                }
             }
-            if Instant::now() > deadline {
-                return Err("cluster did not reach cluster_state:ok within 20 s".into());
-            }
-            std::thread::sleep(Duration::from_millis(50));
         }
+        let synced = format!("connected_slaves:{per}");
+        wait_until("the cluster to be ok and every replica in sync", || {
+            nodes.iter().chain(&replicas).all(|s| {
+                command(s.port, &[b"CLUSTER", b"INFO"])
+                    .is_ok_and(|r| String::from_utf8_lossy(&r).contains("cluster_state:ok"))
+            }) && nodes.iter().all(|s| {
+                command(s.port, &[b"INFO", b"replication"])
+                    .is_ok_and(|r| String::from_utf8_lossy(&r).contains(&synced))
+            }) && replicas.iter().all(|s| {
+                command(s.port, &[b"INFO", b"replication"])
+                    .is_ok_and(|r| String::from_utf8_lossy(&r).contains("master_link_status:up"))
+            })
+        })?;
+        Ok(RedisCluster { nodes, replicas })
     }
 
-    /// `redis-cluster://127.0.0.1:P1,127.0.0.1:P2,...`.
+    /// Waits until a replica of the killed primary `i` has taken its slots
+    /// over (its `INFO replication` says `role:master`) and returns its index
+    /// in `replicas`.
+    pub fn await_failover(&self, i: usize) -> Result<usize, String> {
+        let per = self.replicas.len() / self.nodes.len().max(1);
+        let mut promoted = None;
+        wait_until("a replica to take over", || {
+            promoted = (i * per..(i + 1) * per).find(|&r| {
+                command(self.replicas[r].port, &[b"INFO", b"replication"])
+                    .is_ok_and(|x| String::from_utf8_lossy(&x).contains("role:master"))
+            });
+            promoted.is_some()
+        })?;
+        promoted.ok_or_else(|| "no replica took over".into())
+    }
+
+    /// `redis-cluster://127.0.0.1:P1,127.0.0.1:P2,...`, every node (a client
+    /// that starts while a primary is down still finds the cluster).
     pub fn url(&self) -> String {
         let addrs: Vec<String> = self
             .nodes
             .iter()
+            .chain(&self.replicas)
             .map(|s| format!("127.0.0.1:{}", s.port))
             .collect();
         format!("redis-cluster://{}", addrs.join(","))

@@ -132,3 +132,148 @@ fn cluster_unacked_writes_reach_every_node_and_redirects_are_failures() {
     c.sync().unwrap();
     assert!(c.take_unacked_failures() > 0);
 }
+
+fn key(i: u32) -> Key {
+    Key::new(Namespace(11), 1, &i.to_be_bytes())
+}
+
+/// Reads keys `0..n` back, retrying while the cluster fails over (real
+/// processes: a replica takes over after the node timeout).
+fn read_back(c: &mut ClusterStore, n: u32) -> Vec<Option<Vec<u8>>> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let mut ops = Ops::new();
+    loop {
+        ops.clear();
+        let ids: Vec<_> = (0..n).map(|i| ops.get(key(i))).collect();
+        match c.execute(&mut ops) {
+            Ok(()) => {
+                return ids
+                    .iter()
+                    .map(|&id| ops.value(id).map(<[u8]>::to_vec))
+                    .collect()
+            }
+            Err(e) if std::time::Instant::now() < deadline => {
+                let _ = e;
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+            Err(e) => panic!("the cluster did not recover: {e}"),
+        }
+    }
+}
+
+#[test]
+fn a_replicated_cluster_keeps_every_acknowledged_write_when_a_primary_dies() {
+    let mut cluster = RedisCluster::start_replicated(3, 1, 1000).expect("start 3+3 nodes");
+    // Defaults: every batch's writes wait for one replica.
+    let mut c = ClusterStore::open(&cluster.url()).unwrap();
+    let mut ops = Ops::new();
+    for b in 0..30u32 {
+        ops.clear();
+        for i in b * 100..(b + 1) * 100 {
+            ops.put(key(i), &i.to_le_bytes());
+        }
+        c.execute(&mut ops).unwrap();
+    }
+    let k = c.counters();
+    assert!(
+        k.replica_waits >= 30,
+        "each batch touches every primary and waits on each: {k:?}"
+    );
+    assert_eq!(k.replica_shortfalls, 0, "{k:?}");
+    // The primary dies right after acknowledging: what it acknowledged was
+    // already on its replica, which takes over.
+    cluster.nodes[0].kill();
+    cluster.await_failover(0).expect("a replica takes over");
+    let got = read_back(&mut c, 3000);
+    let lost: Vec<u32> = (0..3000u32)
+        .filter(|&i| got[i as usize].as_deref() != Some(&i.to_le_bytes()[..]))
+        .collect();
+    assert!(
+        lost.is_empty(),
+        "{} acknowledged writes lost: {:?}...",
+        lost.len(),
+        &lost[..lost.len().min(5)]
+    );
+    // And the new primary takes writes.
+    ops.clear();
+    ops.put(key(0), b"after");
+    c.execute(&mut ops).unwrap();
+}
+
+#[test]
+fn a_hung_replica_slows_one_batch_not_the_data_plane() {
+    let cluster = RedisCluster::start_replicated(1, 1, 1000).expect("start 1+1 nodes");
+    let url = format!("{}?wait_ms=30", cluster.url());
+    let mut c = ClusterStore::open(&url).unwrap();
+    let mut ops = Ops::new();
+    ops.put(key(1), b"x");
+    c.execute(&mut ops).unwrap();
+    assert_eq!(
+        (c.counters().replica_waits, c.counters().replica_shortfalls),
+        (1, 0)
+    );
+    cluster.replicas[0].pause();
+    for i in 0..20u32 {
+        ops.clear();
+        ops.put(key(i), b"y");
+        c.execute(&mut ops)
+            .expect("writes go on without their replica");
+    }
+    let k = c.counters();
+    cluster.replicas[0].resume();
+    assert_eq!(
+        k.replica_shortfalls, 1,
+        "one batch found the replica gone; later ones did not wait for it: {k:?}"
+    );
+    assert_eq!(k.replica_waits, 2, "{k:?}");
+    // Reads never wait.
+    ops.clear();
+    ops.get(key(1));
+    c.execute(&mut ops).unwrap();
+    assert_eq!(c.counters().replica_waits, 2);
+}
+
+#[test]
+fn without_replicas_nothing_waits() {
+    let cluster = RedisCluster::start(2).expect("start a 2-node cluster");
+    let mut c = ClusterStore::open(&cluster.url()).unwrap();
+    let mut ops = Ops::new();
+    ops.put(key(1), b"x");
+    c.execute(&mut ops).unwrap();
+    assert_eq!(c.counters().replica_waits, 0);
+}
+
+#[test]
+fn a_dead_primary_does_not_desynchronize_the_live_ones() {
+    let mut cluster = RedisCluster::start(3).expect("start a 3-node cluster");
+    let mut c = ClusterStore::open(&cluster.url()).unwrap();
+    let mut ops = Ops::new();
+    for i in 0..300u32 {
+        ops.put(key(i), &i.to_le_bytes());
+    }
+    c.execute(&mut ops).unwrap();
+    cluster.nodes[1].kill();
+    ops.clear();
+    for i in 0..300u32 {
+        ops.get(key(i));
+    }
+    assert!(
+        c.execute(&mut ops).is_err(),
+        "a batch touching the dead primary fails"
+    );
+    // The live primaries were sent that batch too: their unread replies must
+    // not answer what comes next.
+    let mut live = 0;
+    for i in 0..300u32 {
+        ops.clear();
+        let id = ops.get(key(i));
+        if c.execute(&mut ops).is_ok() {
+            assert_eq!(ops.value(id), Some(&i.to_le_bytes()[..]), "key {i}");
+            live += 1;
+        }
+    }
+    assert!(
+        live >= 150,
+        "the two live primaries answer for their keys: {live}"
+    );
+}

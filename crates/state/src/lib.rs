@@ -65,6 +65,11 @@ pub struct StoreCounters {
     pub atomics: u64,
     /// Timer operations (arm, cancel, take).
     pub timers: u64,
+    /// Batches whose writes waited for replicas (replicated stores).
+    pub replica_waits: u64,
+    /// Of those, batches that fewer replicas acknowledged than asked for
+    /// within the wait: their writes could be lost to a failover.
+    pub replica_shortfalls: u64,
 }
 
 impl StoreCounters {
@@ -81,6 +86,8 @@ impl StoreCounters {
             writes: self.writes - earlier.writes,
             atomics: self.atomics - earlier.atomics,
             timers: self.timers - earlier.timers,
+            replica_waits: self.replica_waits - earlier.replica_waits,
+            replica_shortfalls: self.replica_shortfalls - earlier.replica_shortfalls,
         }
     }
 }
