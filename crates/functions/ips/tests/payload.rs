@@ -104,7 +104,17 @@ fn startswith_and_endswith() {
     assert!(!matches("content:\"end\"; endswith;", b"the end."));
     // The last occurrence ends the buffer even when an earlier one does not.
     assert!(matches("content:\"ab\"; endswith;", b"ab ab"));
-    // Positioning keywords cannot be mixed with them.
+    // endswith within a window after the previous content (ET Open's memcached
+    // rule shape).
+    let rule = "content:\"|00 01|\"; depth:2; content:\"|0d 0a|\"; within:5; endswith;";
+    assert!(matches(rule, b"\x00\x01ab\r\n"));
+    assert!(!matches(rule, b"\x00\x01abcdef\r\n"));
+    assert!(!matches(rule, b"\x00\x01ab\r\nx"));
+    // A relative first content is relative to the buffer start.
+    assert!(matches("content:\"b\"; distance:1; within:2;", b"xxb"));
+    assert!(!matches("content:\"b\"; distance:1; within:2;", b"xxxb"));
+    assert!(!matches("content:\"b\"; distance:1; within:2;", b"bxxx"));
+    // Positioning keywords cannot be mixed with startswith.
     let v = Vars::new();
     assert!(parse_rule(
         "alert udp any any -> any any (content:\"a\"; startswith; offset:1; sid:1;)",

@@ -761,6 +761,19 @@ pub fn parse_rule(line: &str, vars: &Vars) -> Result<Rule, RuleSyntax> {
     if !has_sid {
         return Err(RuleSyntax::MissingSid);
     }
+    // A relative first keyword is relative to the buffer start (Suricata's
+    // reading, common in ET Open): `distance`/`within` become `offset`/`depth`.
+    if let Some(Item::Content(k)) = rule.items.first() {
+        let c = &mut rule.contents[*k as usize];
+        if c.vars == VarPos::default() && c.offset.is_none() && c.depth.is_none() {
+            if let Some(d) = c.distance.take() {
+                c.offset = Some(d.max(0) as u32);
+            }
+            if let Some(w) = c.within.take() {
+                c.depth = Some(w);
+            }
+        }
+    }
     options::validate(&rule)?;
     rule.buffer = rule.contents.iter().any(Content::needs_buffer)
         || rule.items.iter().any(|i| !matches!(i, Item::Content(_)));

@@ -876,7 +876,8 @@ pub(super) fn validate(rule: &Rule) -> Result<(), RuleSyntax> {
         if c.is_relative() && c.is_absolute() {
             return Err(RuleSyntax::MixedPositioning(i + 1));
         }
-        if (c.startswith || c.endswith) && (c.is_relative() || c.is_absolute()) {
+        // `endswith` combines with a window (ET Open has `within; endswith`).
+        if c.startswith && (c.is_relative() || c.is_absolute() || c.endswith) {
             return Err(RuleSyntax::MixedPositioning(i + 1));
         }
         // Relative to nothing: the first payload keyword of the rule.

@@ -234,9 +234,12 @@ fn each_problem_names_its_token() {
             "content 2: cannot mix offset/depth with distance/within",
         ),
         (
-            e("content:\"a\"; within:3; sid:1;"),
-            RuleSyntax::RelativeFirstContent,
-            "distance/within on the first content",
+            e("content:\"a\"; within:depth; sid:1;"),
+            RuleSyntax::BadModifier {
+                keyword: "within".into(),
+                value: "depth".into(),
+            },
+            "bad within value \"depth\"",
         ),
         (
             e("content:\"abc\"; depth:2; sid:1;"),
