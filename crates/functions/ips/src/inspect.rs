@@ -151,9 +151,9 @@ impl Cx<'_> {
                 let n = self.val(d.n);
                 let len = self.data.len() as i64;
                 let there = if d.relative {
-                    prev as i64 + n <= len
+                    (prev as i64).saturating_add(n) <= len
                 } else {
-                    n - self.base < len
+                    n.saturating_sub(self.base) < len
                 };
                 there != d.negate && self.run(i + 1, prev)
             }
@@ -168,32 +168,32 @@ impl Cx<'_> {
         let (mut lo, mut hi) = (0i64, len);
         if c.startswith {
             lo = -self.base;
-            hi = lo + clen;
+            hi = lo.saturating_add(clen);
         } else if c.is_relative() {
             let dist = match c.vars.distance {
                 Some(v) => self.val(Val::Var(v)),
                 None => c.distance.unwrap_or(0) as i64,
             };
-            lo = prev as i64 + dist;
+            lo = (prev as i64).saturating_add(dist);
             let within = match c.vars.within {
                 Some(v) => Some(self.val(Val::Var(v))),
                 None => c.within.map(|w| w as i64),
             };
             if let Some(w) = within {
-                hi = lo + w;
+                hi = lo.saturating_add(w);
             }
         } else if c.is_absolute() {
             let off = match c.vars.offset {
                 Some(v) => self.val(Val::Var(v)),
                 None => c.offset.unwrap_or(0) as i64,
             };
-            lo = off - self.base;
+            lo = off.saturating_sub(self.base);
             let depth = match c.vars.depth {
                 Some(v) => Some(self.val(Val::Var(v))),
                 None => c.depth.map(|d| d as i64),
             };
             if let Some(d) = depth {
-                hi = lo + d;
+                hi = lo.saturating_add(d);
             }
         }
         if c.endswith {
@@ -232,12 +232,12 @@ impl Cx<'_> {
     fn read(&self, ex: &Extract, prev: usize) -> Option<(u64, usize)> {
         let off = self.val(ex.offset);
         let pos = if ex.relative {
-            prev as i64 + off
+            (prev as i64).saturating_add(off)
         } else {
-            off - self.base
+            off.saturating_sub(self.base)
         };
         let n = ex.nbytes as usize;
-        if pos < 0 || pos as usize + n > self.data.len() || n == 0 {
+        if pos < 0 || pos as u64 + n as u64 > self.data.len() as u64 || n == 0 {
             return None;
         }
         let pos = pos as usize;
@@ -273,11 +273,11 @@ impl Cx<'_> {
         let v = i64::try_from(v).ok()?.checked_add(j.post_offset)?;
         let len = self.data.len() as i64;
         let at = if j.from_beginning {
-            v - self.base
+            v.saturating_sub(self.base)
         } else if j.from_end {
-            len + v
+            len.saturating_add(v)
         } else {
-            after as i64 + v
+            (after as i64).saturating_add(v)
         };
         if at > len {
             return None;

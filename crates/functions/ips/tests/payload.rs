@@ -243,6 +243,10 @@ fn byte_extract_feeds_later_keywords() {
     let rule = "byte_extract:1,0,want; byte_extract:1,1,at; byte_test:1,=,want,at;";
     assert!(matches(rule, &[7, 3, 0, 7]));
     assert!(!matches(rule, &[7, 3, 0, 8]));
+    // Extreme values (all ones read as a distance and a window) neither
+    // overflow nor match.
+    let rule = "byte_extract:8,0,v; content:\"a\"; distance:v; within:v; isdataat:v,relative;";
+    assert!(!matches(rule, &[[0xff; 8].as_slice(), b"a"].concat()));
     // An unknown variable is an error, not a silent zero.
     assert!(parse_rule(
         "alert udp any any -> any any (content:\"a\"; depth:nope; sid:1;)",
@@ -430,7 +434,7 @@ mod never_panics {
         #[test]
         fn payload_keywords_parse_and_inspect_without_panic(
             opts in proptest::collection::vec(
-                "(content:\"[a-c]{1,3}\"|content:!\"[a-c]\"|pcre:\"/[a-c(|)*+?^$\\\\1]{1,6}/[ismxAEGRBO]{0,3}\"|byte_test:[0-9]{1,2},[!<>=&^]{1,2},[-0-9a-z]{1,3},[-0-9a-z]{1,3}(,relative|,little|,string,hex|,bitmask 0x0f){0,2}|byte_jump:[0-9]{1,2},[-0-9]{1,3}(,relative|,align|,from_end|,from_beginning|,post_offset -[0-9]|,multiplier [0-9]){0,2}|byte_extract:[0-9],[-0-9]{1,2},v[0-9](,relative|,align 4|,multiplier 3){0,1}|isdataat:!?[-0-9a-z]{1,3}(,relative)?|startswith|endswith|distance:[-0-9v]{1,2}|within:[0-9v]{1,2}|offset:[0-9v]{1,2}|depth:[0-9v]{1,2}|nocase|flowbits:[a-z]{0,8},[a-z|&]{0,5})",
+                "(content:\"[a-c]{1,3}\"|content:!\"[a-c]\"|pcre:\"/[a-c(|)*+?^$\\\\1]{1,6}/[ismxAEGRBO]{0,3}\"|byte_test:[0-9]{1,2},[!<>=&^]{1,2},[-0-9a-z]{1,3},[-0-9a-z]{1,3}(,relative|,little|,string,hex|,bitmask 0x0f){0,2}|byte_jump:[0-9]{1,2},[-0-9]{1,3}(,relative|,align|,from_end|,from_beginning|,post_offset -[0-9]|,multiplier [0-9]){0,2}|byte_extract:[0-9],[-0-9]{1,2},v[0-9](,relative|,align 4|,multiplier 3){0,1}|isdataat:!?[-0-9a-z]{1,3}(,relative)?|isdataat:9223372036854775807(,relative)?|byte_jump:8,0,from_end|byte_extract:8,0,v1|content:\"a\"; within:v1|startswith|endswith|distance:[-0-9v]{1,2}|within:[0-9v]{1,2}|offset:[0-9v]{1,2}|depth:[0-9v]{1,2}|nocase|flowbits:[a-z]{0,8},[a-z|&]{0,5})",
                 0..7,
             ),
             payload in proptest::collection::vec(prop_oneof![Just(b'a'), Just(b'b'), Just(b'c'), any::<u8>()], 0..64),
