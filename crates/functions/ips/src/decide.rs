@@ -12,7 +12,7 @@ use sluice_wire::FlowKey;
 
 use crate::engine::{self, FlowState, Header, BLOCKED, PASSED};
 use crate::rules::{Action, PacketInfo};
-use crate::{Ips, NONE, TABLE_FLOW};
+use crate::{inspect, Ips, NONE, TABLE_FLOW};
 
 /// A flow record's bookkeeping for one batch.
 pub struct Scan {
@@ -130,7 +130,7 @@ impl BatchNf for Ips {
             let stale = now > st.last_seen.saturating_add(self.timeout_ns / 8);
             if st != before || (stale && e.old.is_some()) {
                 e.x.through |= st != before;
-                e.x.flagged |= st.flags != before.flags;
+                e.x.flagged |= st.flags != before.flags || st.bits != before.bits;
                 st.last_seen = st.last_seen.max(now);
                 e.dirty = true;
             }
@@ -263,7 +263,11 @@ impl Ips {
             self.engine
                 .scan(ds, extra, base + own.len() as u64, &mut self.hits);
         }
-        self.evaluate(st, d, &hdr, p, ctx.events)
+        let bytes = Bytes {
+            parts: [own, extra],
+            base,
+        };
+        self.evaluate(st, d, &hdr, p, ctx.events, bytes)
     }
 
     /// Matches a datagram's payload on its own; only the flow flags persist.
@@ -293,9 +297,14 @@ impl Ips {
             self.counters.scanned_bytes += payload.len() as u64;
             self.engine
                 .scan(&mut scratch.dirs[d], payload, 0, &mut self.hits);
-            drop |= self.evaluate(&mut scratch, d, &hdr, p, events);
+            let bytes = Bytes {
+                parts: [payload, &[]],
+                base: 0,
+            };
+            drop |= self.evaluate(&mut scratch, d, &hdr, p, events, bytes);
         }
         st.flags = scratch.flags;
+        st.bits = scratch.bits;
         drop
     }
 
@@ -334,6 +343,10 @@ impl Ips {
         events: &mut Vec<Event>,
         once: bool,
     ) -> bool {
+        if !self.engine.flowbits_ok(rule, &st.bits) {
+            return false;
+        }
+        self.engine.flowbits_apply(rule, &mut st.bits);
         let r = &self.engine.rules[rule as usize];
         if once {
             st.dirs[d].set_fired(rule);
@@ -496,6 +509,8 @@ impl Ips {
         }
     }
 
+    /// `bytes` are the packet's bytes: the buffer the rules needing one are
+    /// inspected over, once the streaming hits are evaluated.
     fn evaluate(
         &mut self,
         st: &mut FlowState,
@@ -503,18 +518,26 @@ impl Ips {
         hdr: &Header,
         p: &Packet,
         events: &mut Vec<Event>,
+        bytes: Bytes<'_>,
     ) -> bool {
-        if self.hits.is_empty() {
+        let always = self.engine.always_rules(hdr.flow.proto);
+        if self.hits.is_empty() && always.is_empty() {
             return false;
         }
         self.hits.sort_unstable();
         let hits = std::mem::take(&mut self.hits);
+        let mut cands = std::mem::take(&mut self.cands);
+        cands.clear();
         let mut drop = false;
         for &(end, t) in &hits {
-            if self.engine.on_hit(t, end, &mut st.dirs[d], hdr)
-                && self.fire(t.rule, st, d, p, events, true)
-            {
-                drop = true;
+            if self.engine.on_hit(t, end, &mut st.dirs[d], hdr) {
+                if self.fire(t.rule, st, d, p, events, true) {
+                    drop = true;
+                }
+            } else if self.engine.trigger[t.rule as usize] == t.content {
+                // A buffer rule, or a multi-content one the streaming match
+                // (which does not backtrack) has not completed.
+                cands.push(t.rule);
             }
             if st.flags & (BLOCKED | PASSED) != 0 {
                 break;
@@ -522,6 +545,60 @@ impl Ips {
         }
         self.hits = hits;
         self.hits.clear();
+        if st.flags & (BLOCKED | PASSED) == 0 && bytes.parts.iter().any(|b| !b.is_empty()) {
+            cands.extend_from_slice(self.engine.always_rules(hdr.flow.proto));
+            if !cands.is_empty() {
+                cands.sort_unstable();
+                cands.dedup();
+                let r = (&mut *st, d, hdr, p);
+                drop |= self.inspect_buffer(&cands, r, events, bytes);
+            }
+        }
+        self.cands = cands;
         drop
     }
+
+    /// Inspects the candidate rules over the packet's buffer ([`inspect`]);
+    /// returns true if the packet must be dropped.
+    fn inspect_buffer(
+        &mut self,
+        cands: &[u32],
+        (st, d, hdr, p): (&mut FlowState, usize, &Header, &Packet),
+        events: &mut Vec<Event>,
+        bytes: Bytes<'_>,
+    ) -> bool {
+        let mut buf = std::mem::take(&mut self.buf);
+        let [own, extra] = bytes.parts;
+        let data: &[u8] = if extra.is_empty() {
+            own
+        } else {
+            buf.clear();
+            buf.extend_from_slice(own);
+            buf.extend_from_slice(extra);
+            &buf
+        };
+        let mut drop = false;
+        for &rule in cands {
+            if st.dirs[d].has_fired(rule)
+                || !self.engine.header_matches(rule, hdr)
+                || !inspect::inspect(&self.engine.rules[rule as usize], data, bytes.base)
+            {
+                continue;
+            }
+            drop |= self.fire(rule, st, d, p, events, true);
+            if st.flags & (BLOCKED | PASSED) != 0 {
+                break;
+            }
+        }
+        self.buf = buf;
+        drop
+    }
+}
+
+/// A packet's bytes for a buffer inspection: a TCP packet's own and released
+/// stream bytes at stream position `base`, or a datagram's payload at 0.
+#[derive(Clone, Copy)]
+pub(crate) struct Bytes<'a> {
+    parts: [&'a [u8]; 2],
+    base: u64,
 }

@@ -7,7 +7,7 @@ use rustc_hash::{FxHashMap, FxHashSet};
 use sluice_state::{Codec, DecodeError, Reader, Writer};
 use sluice_wire::FlowKey;
 
-use crate::rules::{PacketInfo, Proto, Rule, StreamMode};
+use crate::rules::{Flowbit, PacketInfo, Proto, Rule, StreamMode};
 
 /// Fired rules remembered per flow direction (so a rule fires once per flow and
 /// direction); beyond this, a rule may fire again.
@@ -15,6 +15,10 @@ pub const MAX_FIRED: usize = 16;
 /// Partially matched multi-content rules tracked per flow direction; beyond this the
 /// oldest progress is forgotten.
 pub const MAX_PROGRESS: usize = 8;
+/// Flowbits set at once per flow; a `set` beyond this is not recorded.
+pub const MAX_FLOWBITS: usize = 16;
+/// No trigger content ([`Engine::trigger`]).
+pub const NO_TRIGGER: u8 = u8::MAX;
 
 /// Why the signatures could not be compiled into automata.
 #[derive(Debug, thiserror::Error)]
@@ -352,6 +356,27 @@ pub struct Engine {
     /// Rules without contents, evaluated on every packet, per packet class
     /// ([`packet_class`]): TCP, UDP, ICMP, other IP.
     packet_rules: [Vec<u32>; 4],
+    /// Buffer rules without a content to prefilter on (only `pcre`, negated
+    /// contents, ...): inspected on every payload, per packet class.
+    always: [Vec<u32>; 4],
+    /// Per rule: the content whose hit makes the rule a candidate for a buffer
+    /// inspection ([`NO_TRIGGER`]: none). A match inside one buffer contains
+    /// every positive content, so one of them is enough: the last one.
+    pub trigger: Vec<u8>,
+    /// Per rule: its `flowbits`, names as ids.
+    flowbits: Vec<Vec<(FbOp, Vec<u16>)>>,
+    /// Flowbit names, by id.
+    pub flowbit_names: Vec<String>,
+}
+
+/// A `flowbits` operation on ids.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum FbOp {
+    Set,
+    Unset,
+    Toggle,
+    IsSet,
+    IsNotSet,
 }
 
 /// The index of a packet's class in [`Engine::packet_rules`].
@@ -370,19 +395,58 @@ impl Engine {
     pub fn new(rules: Vec<Rule>) -> Result<Engine, CompileError> {
         let mut sets: [PatternSet; 2] = Default::default();
         let mut packet_rules: [Vec<u32>; 4] = Default::default();
+        let mut always: [Vec<u32>; 4] = Default::default();
+        let mut trigger = Vec::with_capacity(rules.len());
+        let mut names: FxHashMap<String, u16> = FxHashMap::default();
+        let mut flowbit_names = Vec::new();
+        let mut flowbits = Vec::with_capacity(rules.len());
         for (ri, r) in rules.iter().enumerate() {
-            if r.contents.is_empty() {
-                let classes: &[usize] = match r.proto {
-                    Proto::Tcp => &[0],
-                    Proto::Udp => &[1],
-                    Proto::Icmp => &[2],
-                    Proto::Ip => &[0, 1, 2, 3],
-                };
+            let classes: &[usize] = match r.proto {
+                Proto::Tcp => &[0],
+                Proto::Udp => &[1],
+                Proto::Icmp => &[2],
+                Proto::Ip => &[0, 1, 2, 3],
+            };
+            let last_positive = r.contents.iter().rposition(|c| !c.negated);
+            let multi_relative = r.contents.len() > 1 && r.contents.iter().any(|c| c.is_relative());
+            trigger.push(match last_positive {
+                Some(k) if r.buffer || multi_relative => k as u8,
+                _ => NO_TRIGGER,
+            });
+            if r.items.is_empty() {
                 for &c in classes {
                     packet_rules[c].push(ri as u32);
                 }
+            } else if r.buffer && last_positive.is_none() {
+                for &c in classes {
+                    always[c].push(ri as u32);
+                }
             }
+            let mut ops = Vec::new();
+            for f in &r.flowbits {
+                let (op, list) = match f {
+                    Flowbit::Set(l) => (FbOp::Set, l),
+                    Flowbit::Unset(l) => (FbOp::Unset, l),
+                    Flowbit::Toggle(l) => (FbOp::Toggle, l),
+                    Flowbit::IsSet(l) => (FbOp::IsSet, l),
+                    Flowbit::IsNotSet(l) => (FbOp::IsNotSet, l),
+                };
+                let ids = list
+                    .iter()
+                    .map(|n| {
+                        *names.entry(n.clone()).or_insert_with(|| {
+                            flowbit_names.push(n.clone());
+                            (flowbit_names.len() - 1) as u16
+                        })
+                    })
+                    .collect();
+                ops.push((op, ids));
+            }
+            flowbits.push(ops);
             for (ci, c) in r.contents.iter().enumerate() {
+                if c.negated {
+                    continue;
+                }
                 let (pats, tg, idx) = &mut sets[c.nocase as usize];
                 let key = if c.nocase {
                     c.bytes.to_ascii_lowercase()
@@ -416,6 +480,10 @@ impl Engine {
             cs,
             ci,
             packet_rules,
+            always,
+            trigger,
+            flowbits,
+            flowbit_names,
         })
     }
 
@@ -457,6 +525,46 @@ impl Engine {
         &self.packet_rules[packet_class(ip_proto)]
     }
 
+    /// The buffer rules inspected on every payload of packets of `ip_proto`.
+    #[inline]
+    pub fn always_rules(&self, ip_proto: u8) -> &[u32] {
+        &self.always[packet_class(ip_proto)]
+    }
+
+    /// True if the header of rule `rule` matches.
+    #[inline]
+    pub fn header_matches(&self, rule: u32, hdr: &Header) -> bool {
+        header_matches(&self.rules[rule as usize], hdr)
+    }
+
+    /// True if the flow's bits satisfy rule `rule`'s `flowbits` conditions.
+    #[inline]
+    pub fn flowbits_ok(&self, rule: u32, bits: &FlowBits) -> bool {
+        self.flowbits[rule as usize]
+            .iter()
+            .all(|(op, ids)| match op {
+                FbOp::IsSet => ids.iter().any(|&i| bits.is_set(i)),
+                FbOp::IsNotSet => ids.iter().any(|&i| !bits.is_set(i)),
+                _ => true,
+            })
+    }
+
+    /// Applies rule `rule`'s `flowbits` operations (it matched).
+    #[inline]
+    pub fn flowbits_apply(&self, rule: u32, bits: &mut FlowBits) {
+        for (op, ids) in &self.flowbits[rule as usize] {
+            for &i in ids {
+                match op {
+                    FbOp::Set => bits.set(i),
+                    FbOp::Unset => bits.unset(i),
+                    FbOp::Toggle if bits.is_set(i) => bits.unset(i),
+                    FbOp::Toggle => bits.set(i),
+                    _ => {}
+                }
+            }
+        }
+    }
+
     /// True if rule `rule` (one of [`Engine::packet_rules`]) matches the packet
     /// described by `hdr`.
     #[inline]
@@ -474,7 +582,7 @@ impl Engine {
     /// matches completely (the caller records it as fired).
     pub fn on_hit(&self, t: Target, end: u64, ds: &mut DirState, hdr: &Header) -> bool {
         let r = &self.rules[t.rule as usize];
-        if ds.has_fired(t.rule) || !header_matches(r, hdr) {
+        if r.buffer || ds.has_fired(t.rule) || !header_matches(r, hdr) {
             return false;
         }
         let c = &r.contents[t.content as usize];
@@ -658,6 +766,44 @@ pub const BLOCKED: u8 = 1;
 /// The flow matched a `pass` rule.
 pub const PASSED: u8 = 2;
 
+/// The flowbits set on a flow (ids from [`Engine::flowbit_names`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FlowBits {
+    n: u8,
+    ids: [u16; MAX_FLOWBITS],
+}
+
+impl FlowBits {
+    /// True if bit `id` is set.
+    #[inline]
+    pub fn is_set(&self, id: u16) -> bool {
+        self.ids[..self.n as usize].contains(&id)
+    }
+    /// Sets bit `id` (not recorded when [`MAX_FLOWBITS`] are set).
+    pub fn set(&mut self, id: u16) {
+        if !self.is_set(id) && (self.n as usize) < MAX_FLOWBITS {
+            self.ids[self.n as usize] = id;
+            self.n += 1;
+        }
+    }
+    /// Clears bit `id`.
+    pub fn unset(&mut self, id: u16) {
+        let n = self.n as usize;
+        if let Some(i) = self.ids[..n].iter().position(|&x| x == id) {
+            self.ids.copy_within(i + 1..n, i);
+            self.n -= 1;
+        }
+    }
+    /// Number of bits set.
+    pub fn len(&self) -> usize {
+        self.n as usize
+    }
+    /// True if no bit is set.
+    pub fn is_empty(&self) -> bool {
+        self.n == 0
+    }
+}
+
 /// The stored per-flow IPS record (both directions; index 0 = to server).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct FlowState {
@@ -665,15 +811,22 @@ pub struct FlowState {
     pub flags: u8,
     /// Last time the record was refreshed.
     pub last_seen: u64,
+    /// The flow's flowbits (both directions share them).
+    pub bits: FlowBits,
     /// Per direction.
     pub dirs: [DirState; 2],
 }
 
-const VERSION: u8 = 1;
+/// Version 2 added the flowbits; version 1 records (none) still decode.
+const VERSION: u8 = 2;
 
 impl Codec for FlowState {
     fn encode(&self, w: &mut Writer<'_>) {
         w.u8(VERSION).u8(self.flags).u64(self.last_seen);
+        w.u8(self.bits.n);
+        for b in &self.bits.ids[..self.bits.n as usize] {
+            w.u16(*b);
+        }
         for d in &self.dirs {
             w.u32(d.cs).u32(d.ci).u8(d.nfired);
             for f in &d.fired[..d.nfired as usize] {
@@ -687,7 +840,8 @@ impl Codec for FlowState {
     }
 
     fn decode(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
-        if r.u8()? != VERSION {
+        let version = r.u8()?;
+        if version != VERSION && version != 1 {
             return Err(DecodeError("unknown ips record version"));
         }
         let mut s = FlowState {
@@ -695,6 +849,16 @@ impl Codec for FlowState {
             last_seen: r.u64()?,
             ..FlowState::default()
         };
+        if version >= 2 {
+            let n = r.u8()?;
+            if n as usize > MAX_FLOWBITS {
+                return Err(DecodeError("too many flowbits"));
+            }
+            for i in 0..n as usize {
+                s.bits.ids[i] = r.u16()?;
+            }
+            s.bits.n = n;
+        }
         for d in &mut s.dirs {
             d.cs = r.u32()?;
             d.ci = r.u32()?;
@@ -724,7 +888,7 @@ impl Codec for FlowState {
 }
 
 /// Encoded size of a record with `fired` fired rules and `partial` partial matches
-/// in total over both directions.
+/// in total over both directions, and no flowbit set (each adds 2 bytes).
 pub const fn record_size(fired: usize, partial: usize) -> usize {
-    10 + 2 * 10 + 4 * fired + 13 * partial
+    11 + 2 * 10 + 4 * fired + 13 * partial
 }

@@ -10,11 +10,15 @@
 //! One record per flow (canonical key, table [`TABLE_FLOW`]) holds, per direction,
 //! both DFA states (`u32` each) so a match resumes across packets, the rules that
 //! already fired (a rule fires at most once per flow and direction, up to
-//! [`engine::MAX_FIRED`]) and the partial matches of multi-content rules. Layout:
-//! `[version u8][flags u8][last_seen u64]` then per direction
+//! [`engine::MAX_FIRED`]) and the partial matches of multi-content rules, and per
+//! flow its `flowbits` (up to [`engine::MAX_FLOWBITS`], as ids of the loaded rule
+//! set's bit names). Layout: `[version u8][flags u8][last_seen u64][nbits u8]
+//! [nbits × bit u16]` then per direction
 //! `[cs u32][ci u32][nfired u8][nfired × rule u32][nprog u8][nprog × (rule u32,
-//! next u8, last_end u64)]`: 30 bytes for a flow without alerts or partial matches,
-//! plus 4 per fired rule and 13 per partial match ([`engine::record_size`]).
+//! next u8, last_end u64)]`: 31 bytes for a flow without alerts, partial matches
+//! or flowbits, plus 4 per fired rule, 13 per partial match and 2 per flowbit
+//! ([`engine::record_size`]). A change of flowbits is written like a block: acked
+//! before the batch leaves.
 //! A TCP flow's record is read once per batch and written once per batch if it
 //! changed (Table 4.1: one read and one write per data packet); pure ACKs write
 //! nothing. A client SYN re-initialises the automaton states (Algorithm 2 line 4),
@@ -29,6 +33,16 @@
 //!   start at or after `prev_end + distance` and end at or before
 //!   `prev_end + distance + within` (Suricata's definition).
 //! * Single-content rules are exact: every occurrence is checked.
+//! * Rules with `pcre`, `byte_test`, `byte_jump`, `byte_extract`, `isdataat`,
+//!   negated contents, `startswith`/`endswith` or positions from variables are
+//!   buffer rules ([`inspect`]): inspected over each packet's bytes (a datagram's
+//!   payload, or a TCP packet's new stream bytes, positions counted from the
+//!   stream start) with Suricata's keyword semantics and backtracking, when the
+//!   automata found their last positive content in those bytes (or on every
+//!   payload if they have none). So over TCP a buffer rule matches what one
+//!   packet's bytes hold, not a match split across segments.
+//! * `flowbits` conditions are checked when a rule matches; its set/unset/toggle
+//!   apply then, also for `noalert` rules.
 //! * Multi-content rules are matched in rule order without backtracking: per rule a
 //!   progress `(next content, end of the last satisfied one)` is kept. The first
 //!   occurrence of the first content anchors the match; a later occurrence
@@ -37,6 +51,8 @@
 //!   the previous content was satisfied (Suricata also accepts it before). So a
 //!   rule is missed when only a non-first occurrence of an intermediate content
 //!   satisfies the next content's window, and contents must appear in rule order.
+//!   Where the stream match fails, a multi-content rule with relative contents is
+//!   also inspected over the packet's bytes as a buffer rule, which backtracks.
 //! * `flow:to_server`/`to_client` use the reassembler's client (the SYN sender) for
 //!   TCP; for other protocols (no state) the side with the higher port is taken as
 //!   the client. `flow:established` only matches TCP after the handshake.
@@ -58,6 +74,7 @@
 pub mod classification;
 mod decide;
 pub mod engine;
+pub mod inspect;
 pub mod rules;
 pub mod threshold;
 
@@ -284,6 +301,10 @@ pub struct Ips {
     keys: Vec<Key>,
     pre: PreScan,
     thresholds: threshold::Thresholds,
+    /// Rules to inspect over the packet's buffer, reused across packets.
+    cands: Vec<u32>,
+    /// A TCP packet's two stream parts made contiguous, reused.
+    buf: Vec<u8>,
 }
 
 /// The batch's TCP stream bytes scanned ahead of evaluation, interleaved across
@@ -319,9 +340,11 @@ impl Ips {
     ) -> Result<Ips, ConfigError> {
         // Rules not loaded by `build` still get their EVE category and severity.
         classify(&mut rules, None, &mut warnings);
-        let nontcp_drop = rules
-            .iter()
-            .any(|r| r.action != Action::Alert && r.proto != Proto::Tcp);
+        // Non-TCP flows keep a record only when a rule can block them or keeps
+        // flowbits on them.
+        let nontcp_drop = rules.iter().any(|r| {
+            r.proto != Proto::Tcp && (r.action != Action::Alert || !r.flowbits.is_empty())
+        });
         let thresholds = threshold::Thresholds::new(&rules);
         let engine = Engine::new(rules).map_err(ConfigError::Compile)?;
         Ok(Ips {
@@ -337,6 +360,8 @@ impl Ips {
             keys: Vec::new(),
             pre: PreScan::default(),
             thresholds,
+            cands: Vec::new(),
+            buf: Vec::new(),
         })
     }
 

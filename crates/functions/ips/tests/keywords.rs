@@ -293,9 +293,13 @@ fn keywords_that_would_change_matching_skip_the_rule() {
             .unwrap_err()
             .reason()
     };
-    assert_eq!(reason("content:\"a\"; pcre:\"/a;b/i\";"), "keyword pcre");
+    assert_eq!(
+        reason("content:\"a\"; pcre:\"/a;b/U\";"),
+        "keyword pcre /U (http buffer)"
+    );
     assert_eq!(reason("xbits:set,x,track ip_src;"), "keyword xbits");
-    assert_eq!(reason("flowbits:set,x;"), "keyword flowbits");
+    assert_eq!(reason("byte_test:4,=,1,0,dce;"), "keyword byte_test dce");
+    assert_eq!(reason("pcre:\"/(/\";"), "error: bad value");
     assert_eq!(reason("content:\"a\"; http.uri;"), "keyword http.uri");
     assert_eq!(reason("frobnicate;"), "unknown keyword frobnicate");
     assert_eq!(
@@ -342,12 +346,28 @@ fn et_open_sample_loads_what_it_supports() {
     let sids: Vec<u32> = loaded.iter().map(|r| r.sid).collect();
     // ICMP itype/icode + content, UDP dsize + offset/depth, TCP fast_pattern,
     // a SYN scan (flags, threshold).
-    assert_eq!(sids, vec![2026567, 2019491, 2027151, 2001219]);
+    // And the Oracle rule: two nocase contents and a pcre.
+    assert_eq!(sids, vec![2026567, 2019491, 2027151, 2001219, 2010375]);
     let reasons: Vec<String> = skipped.iter().map(|e| e.msg.reason()).collect();
+    assert_eq!(reasons, vec!["protocol http", "protocol dns"]);
+    // The Oracle rule fires on the injection, not on the same calls without a
+    // statement after them (its pcre).
+    let oracle = |payload: &[u8]| {
+        let mut frames = Vec::new();
+        let (c, s) = ([8, 8, 8, 8], [10, 0, 0, 5]);
+        frames.push(tcp_v4(c, s, 40000, 1521, 1000, 0, SYN, &[]));
+        frames.push(tcp_v4(s, c, 1521, 40000, 9000, 1001, SYN | ACK, &[]));
+        frames.push(tcp_v4(c, s, 40000, 1521, 1001, 9001, ACK, &[]));
+        frames.push(tcp_v4(c, s, 40000, 1521, 1001, 9001, ACK | PSH, payload));
+        let rule = loaded.iter().find(|r| r.sid == 2010375).unwrap().clone();
+        let mut i = sluice_ips::Ips::new(vec![rule], vec![], Namespace(2), 300).unwrap();
+        run(&mut i, &frames).0
+    };
     assert_eq!(
-        reasons,
-        vec!["protocol http", "protocol dns", "keyword pcre"]
+        oracle(b"CTXSYS.DRVXTABC.CREATE_TABLES('x', dbms_sql.execute('select 1'))"),
+        vec![(2010375, AlertAction::Allowed)]
     );
+    assert!(oracle(b"ctxsys.drvxtabc.create_tables dbms_sql.execute").is_empty());
     // The NAT-PMP rule: a 16-byte response from port 5351 whose bytes 1..4 are
     // 82 00 00, from the home network outwards.
     let mut i = sluice_ips::Ips::new(loaded, skipped, Namespace(2), 300).unwrap();

@@ -16,6 +16,9 @@ use std::sync::Arc;
 use sluice_wire::IpAddr;
 
 pub mod options;
+pub mod payload;
+
+pub use payload::{Flowbit, Item};
 
 pub use options::{
     NumCmp, PacketChecks, PacketInfo, Status, StreamMode, TcpFlags, Threshold, ThresholdKind, Track,
@@ -166,12 +169,51 @@ pub struct Content {
     pub distance: Option<i32>,
     /// The match must end within `within` bytes after previous end + distance.
     pub within: Option<u32>,
+    /// `content:!"..."`: the bytes must not be there.
+    pub negated: bool,
+    /// `startswith`: the match starts the buffer.
+    pub startswith: bool,
+    /// `endswith`: the match ends the buffer.
+    pub endswith: bool,
+    /// Positions given as `byte_extract` variables.
+    pub vars: VarPos,
+}
+
+/// `offset`, `depth`, `distance`, `within` given as a `byte_extract` variable
+/// (its index in [`Rule::vars`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct VarPos {
+    /// `offset`.
+    pub offset: Option<u8>,
+    /// `depth`.
+    pub depth: Option<u8>,
+    /// `distance`.
+    pub distance: Option<u8>,
+    /// `within`.
+    pub within: Option<u8>,
 }
 
 impl Content {
-    /// True if positioned relative to the previous content.
+    /// True if positioned relative to the previous match.
     pub fn is_relative(&self) -> bool {
-        self.distance.is_some() || self.within.is_some()
+        self.distance.is_some()
+            || self.within.is_some()
+            || self.vars.distance.is_some()
+            || self.vars.within.is_some()
+    }
+
+    /// True if positioned from the buffer start.
+    pub fn is_absolute(&self) -> bool {
+        self.offset.is_some()
+            || self.depth.is_some()
+            || self.vars.offset.is_some()
+            || self.vars.depth.is_some()
+    }
+
+    /// True if only an inspection over a buffer can evaluate it (the
+    /// streaming automata cannot).
+    pub fn needs_buffer(&self) -> bool {
+        self.negated || self.startswith || self.endswith || self.vars != VarPos::default()
     }
 }
 
@@ -196,6 +238,17 @@ pub struct Rule {
     pub msg: Arc<str>,
     /// Contents, in rule order.
     pub contents: Vec<Content>,
+    /// Every payload keyword in rule order (contents by index): what a buffer
+    /// inspection walks ([`crate::inspect`]).
+    pub items: Vec<Item>,
+    /// Names of the `byte_extract` variables.
+    pub vars: Vec<String>,
+    /// `flowbits` conditions and operations.
+    pub flowbits: Vec<Flowbit>,
+    /// The rule's payload keywords need a buffer inspection (pcre, byte_*,
+    /// isdataat, negated contents, ...): it is evaluated over each packet's
+    /// bytes, not by the streaming automata alone.
+    pub buffer: bool,
     /// `flow:to_server` (Some(true)) or `to_client` (Some(false)).
     pub to_server: Option<bool>,
     /// `flow:established`.
@@ -675,6 +728,10 @@ pub fn parse_rule(line: &str, vars: &Vars) -> Result<Rule, RuleSyntax> {
         dport,
         msg: "".into(),
         contents: Vec::new(),
+        items: Vec::new(),
+        vars: Vec::new(),
+        flowbits: Vec::new(),
+        buffer: false,
         to_server: None,
         established: false,
         not_established: false,
@@ -704,7 +761,22 @@ pub fn parse_rule(line: &str, vars: &Vars) -> Result<Rule, RuleSyntax> {
     if !has_sid {
         return Err(RuleSyntax::MissingSid);
     }
+    // A relative first keyword is relative to the buffer start (Suricata's
+    // reading, common in ET Open): `distance`/`within` become `offset`/`depth`.
+    if let Some(Item::Content(k)) = rule.items.first() {
+        let c = &mut rule.contents[*k as usize];
+        if c.vars == VarPos::default() && c.offset.is_none() && c.depth.is_none() {
+            if let Some(d) = c.distance.take() {
+                c.offset = Some(d.max(0) as u32);
+            }
+            if let Some(w) = c.within.take() {
+                c.depth = Some(w);
+            }
+        }
+    }
     options::validate(&rule)?;
+    rule.buffer = rule.contents.iter().any(Content::needs_buffer)
+        || rule.items.iter().any(|i| !matches!(i, Item::Content(_)));
     Ok(rule)
 }
 

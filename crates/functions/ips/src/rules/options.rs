@@ -6,6 +6,7 @@
 //! cannot change whether the rule matches, or information that cannot change a
 //! match; any other keyword skips the rule with the keyword as the reason.
 
+use super::payload::{self, Item};
 use super::{unquote, Content, Proto, Rule, RuleSyntax};
 
 /// What the IPS does with an option keyword.
@@ -54,6 +55,14 @@ pub const KEYWORDS: &[(&str, Status)] = &[
     ("fast_pattern", M),
     ("rawbytes", M),
     ("prefilter", M),
+    ("startswith", E),
+    ("endswith", E),
+    ("isdataat", E),
+    ("byte_test", E),
+    ("byte_jump", E),
+    ("byte_extract", E),
+    ("pcre", E),
+    ("flowbits", E),
     // Per packet, enforced.
     ("flow", E),
     ("dsize", E),
@@ -67,20 +76,12 @@ pub const KEYWORDS: &[(&str, Status)] = &[
     ("threshold", E),
     ("detection_filter", E),
     // Not yet.
-    ("pcre", U),
-    ("startswith", U),
-    ("endswith", U),
     ("bsize", U),
-    ("isdataat", U),
-    ("byte_test", U),
-    ("byte_jump", U),
-    ("byte_extract", U),
     ("byte_math", U),
     ("entropy", U),
     ("replace", U),
     ("uricontent", U),
     ("urilen", U),
-    ("flowbits", U),
     ("flowint", U),
     ("xbits", U),
     ("hostbits", U),
@@ -705,15 +706,21 @@ pub(super) fn apply(
         "msg" => rule.msg = unquote(need(val, name)?)?.into(),
         "content" => {
             let v = need(val, name)?;
-            if v.starts_with('!') {
-                return Err(RuleSyntax::NegatedContent);
-            }
+            let (negated, v) = match v.strip_prefix('!') {
+                Some(r) => (true, r.trim_start()),
+                None => (false, v),
+            };
             let bytes = super::parse_content(v)?;
             if bytes.is_empty() {
                 return Err(RuleSyntax::EmptyContent);
             }
+            if rule.contents.len() >= 255 {
+                return Err(RuleSyntax::TooManyContents);
+            }
+            rule.items.push(Item::Content(rule.contents.len() as u8));
             rule.contents.push(Content {
                 bytes,
+                negated,
                 ..Content::default()
             });
         }
@@ -721,23 +728,65 @@ pub(super) fn apply(
             let i = last(rule)?;
             rule.contents[i].nocase = true;
         }
-        "offset" | "depth" | "within" => {
+        "offset" | "depth" | "within" | "distance" => {
             let i = last(rule)?;
             let v = need(val, name)?;
-            let n: u32 = v.parse().map_err(|_| bad_modifier(v))?;
             let c = &mut rule.contents[i];
-            match name {
-                "offset" => c.offset = Some(n),
-                "depth" => c.depth = Some(n),
-                _ => c.within = Some(n),
+            // A byte_extract variable instead of a number: the rule is
+            // inspected over a buffer, where the variable has its value.
+            if let Some(var) = rule.vars.iter().position(|x| x == v.trim()) {
+                let var = Some(var as u8);
+                match name {
+                    "offset" => c.vars.offset = var,
+                    "depth" => c.vars.depth = var,
+                    "within" => c.vars.within = var,
+                    _ => c.vars.distance = var,
+                }
+                return Ok(());
+            }
+            if name == "distance" {
+                c.distance = Some(v.parse().map_err(|_| bad_modifier(v))?);
+            } else {
+                let n: u32 = v.parse().map_err(|_| bad_modifier(v))?;
+                match name {
+                    "offset" => c.offset = Some(n),
+                    "depth" => c.depth = Some(n),
+                    _ => c.within = Some(n),
+                }
             }
         }
-        "distance" => {
+        "startswith" => {
             let i = last(rule)?;
-            let v = need(val, name)?;
-            let n: i32 = v.parse().map_err(|_| bad_modifier(v))?;
-            rule.contents[i].distance = Some(n);
+            rule.contents[i].startswith = true;
         }
+        "endswith" => {
+            let i = last(rule)?;
+            rule.contents[i].endswith = true;
+        }
+        "pcre" => {
+            let p = payload::pcre(need(val, name)?)?;
+            rule.items.push(Item::Pcre(Box::new(p)));
+        }
+        "byte_test" => {
+            let t = payload::byte_test(need(val, name)?, &rule.vars)?;
+            rule.items.push(Item::ByteTest(t));
+        }
+        "byte_jump" => {
+            let j = payload::byte_jump(need(val, name)?, &rule.vars)?;
+            rule.items.push(Item::ByteJump(j));
+        }
+        "byte_extract" => {
+            let e = payload::byte_extract(need(val, name)?, &mut rule.vars)?;
+            rule.items.push(Item::ByteExtract(e));
+        }
+        "isdataat" => {
+            let d = payload::isdataat(need(val, name)?, &rule.vars)?;
+            rule.items.push(Item::IsDataAt(d));
+        }
+        "flowbits" => match payload::flowbits(need(val, name)?)? {
+            None => rule.noalert = true,
+            Some(f) => rule.flowbits.push(f),
+        },
         // Which content feeds the prefilter, and whether to search the raw
         // bytes (there are no decoded ones here): every content is searched and
         // checked, so neither can change a match.
@@ -824,10 +873,15 @@ pub(super) fn apply(
 pub(super) fn validate(rule: &Rule) -> Result<(), RuleSyntax> {
     for (i, c) in rule.contents.iter().enumerate() {
         let len = c.bytes.len() as u64;
-        if c.is_relative() && (c.offset.is_some() || c.depth.is_some()) {
+        if c.is_relative() && c.is_absolute() {
             return Err(RuleSyntax::MixedPositioning(i + 1));
         }
-        if i == 0 && c.is_relative() {
+        // `endswith` combines with a window (ET Open has `within; endswith`).
+        if c.startswith && (c.is_relative() || c.is_absolute() || c.endswith) {
+            return Err(RuleSyntax::MixedPositioning(i + 1));
+        }
+        // Relative to nothing: the first payload keyword of the rule.
+        if c.is_relative() && rule.items.first() == Some(&Item::Content(i as u8)) {
             return Err(RuleSyntax::RelativeFirstContent);
         }
         if c.depth.is_some_and(|d| (d as u64) < len) {
@@ -856,7 +910,7 @@ pub(super) fn validate(rule: &Rule) -> Result<(), RuleSyntax> {
         )));
     }
     let stream_proto = matches!(rule.proto, Proto::Tcp | Proto::Ip);
-    if !rule.contents.is_empty() && stream_proto {
+    if !rule.items.is_empty() && stream_proto {
         // Contents are searched in the reassembled TCP stream; these keywords ask
         // for each packet's own payload, which is not searched yet.
         let packetwise = if rule.checks.dsize.is_some() {

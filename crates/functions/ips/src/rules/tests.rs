@@ -183,9 +183,12 @@ fn each_problem_names_its_token() {
             "\"nocase\" without a preceding content",
         ),
         (
-            e("content:!\"a\"; sid:1;"),
-            RuleSyntax::NegatedContent,
-            "negated content is not supported",
+            e("pcre:\"x\"; sid:1;"),
+            RuleSyntax::BadValue {
+                keyword: "pcre".into(),
+                value: "\"x\"".into(),
+            },
+            "bad pcre \"\"x\"\"",
         ),
         (
             e("content:\"\"; sid:1;"),
@@ -231,9 +234,12 @@ fn each_problem_names_its_token() {
             "content 2: cannot mix offset/depth with distance/within",
         ),
         (
-            e("content:\"a\"; within:3; sid:1;"),
-            RuleSyntax::RelativeFirstContent,
-            "distance/within on the first content",
+            e("content:\"a\"; within:depth; sid:1;"),
+            RuleSyntax::BadModifier {
+                keyword: "within".into(),
+                value: "depth".into(),
+            },
+            "bad within value \"depth\"",
         ),
         (
             e("content:\"abc\"; depth:2; sid:1;"),
@@ -337,7 +343,7 @@ fn each_problem_names_its_token() {
 
 #[test]
 fn errors_name_file_and_line() {
-    let text = "# comment\n\nalert tcp any any -> any any (content:\"a\"; sid:1;)\nalert tcp any any -> any any (content:\"a\"; pcre:\"/x/\"; sid:2;)\nalert tcpp any any -> any any (content:\"a\"; sid:3;)\nalert tcp any any -> any any (content:\"a\"; sid:1;)\nalert tcp any any -> any any (content:\"a|4\"; sid:5;)\nalert tcp any any -> any any (sid:6;)\nalert http any any -> any any (sid:9;)\n";
+    let text = "# comment\n\nalert tcp any any -> any any (content:\"a\"; sid:1;)\nalert tcp any any -> any any (content:\"a\"; stream_size:server,>,1; sid:2;)\nalert tcpp any any -> any any (content:\"a\"; sid:3;)\nalert tcp any any -> any any (content:\"a\"; sid:1;)\nalert tcp any any -> any any (content:\"a|4\"; sid:5;)\nalert tcp any any -> any any (sid:6;)\nalert http any any -> any any (sid:9;)\n";
     let (rules, errs) = parse_rules(text, "x.rules", &Vars::new());
     // A rule without content is a packet rule.
     assert_eq!(rules.len(), 2);
@@ -345,7 +351,7 @@ fn errors_name_file_and_line() {
     assert_eq!(
         kinds,
         vec![
-            (4, &RuleSyntax::UnsupportedKeyword("pcre".into())),
+            (4, &RuleSyntax::UnsupportedKeyword("stream_size".into())),
             (5, &RuleSyntax::UnknownProtocol("tcpp".into())),
             (6, &RuleSyntax::DuplicateSid(1)),
             (7, &RuleSyntax::UnbalancedPipe),
@@ -357,7 +363,7 @@ fn errors_name_file_and_line() {
     assert_eq!(
         msgs,
         vec![
-            "x.rules:4: unsupported keyword \"pcre\"",
+            "x.rules:4: unsupported keyword \"stream_size\"",
             "x.rules:5: unknown protocol \"tcpp\"",
             "x.rules:6: duplicate sid 1",
             "x.rules:7: unbalanced \"|\" in content",

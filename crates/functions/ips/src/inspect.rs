@@ -1,0 +1,287 @@
+//! Payload inspection over a buffer, as Suricata's content inspection does
+//! it: a rule's payload keywords in rule order, each from the previous match's
+//! end where relative, with backtracking — when a relative keyword after a
+//! content or `pcre` fails, that content or `pcre` is retried at its next
+//! occurrence (bounded by [`STEPS`]).
+//!
+//! The buffer is a datagram's payload, or a TCP packet's new stream bytes
+//! (`base` is the stream position of its first byte, so that `offset`, `depth`
+//! and absolute `byte_*`/`isdataat` positions count from the stream start).
+//! Nothing is allocated: regexes were compiled at load, and PCRE2's match data
+//! comes from the regex's own cache.
+
+use crate::rules::payload::{ByteJump, CmpOp, Extract, Item, Read, Val, MAX_VARS};
+use crate::rules::{Content, Rule};
+
+/// Keyword evaluations one inspection may make, backtracking included (as
+/// Suricata's `inspection-recursion-limit`): a hostile payload cannot make a
+/// rule cost more than this.
+pub const STEPS: u32 = 3000;
+
+struct Cx<'a> {
+    rule: &'a Rule,
+    data: &'a [u8],
+    base: i64,
+    vars: [u64; MAX_VARS],
+    steps: u32,
+}
+
+/// True if `rule`'s payload keywords match `data`, whose first byte is at
+/// stream position `base` (0 for a datagram).
+pub fn inspect(rule: &Rule, data: &[u8], base: u64) -> bool {
+    let mut cx = Cx {
+        rule,
+        data,
+        base: base.min(i64::MAX as u64) as i64,
+        vars: [0; MAX_VARS],
+        steps: STEPS,
+    };
+    cx.run(0, 0)
+}
+
+/// First occurrence of `needle` in `hay`.
+fn find(hay: &[u8], needle: &[u8], nocase: bool) -> Option<usize> {
+    if needle.len() > hay.len() {
+        return None;
+    }
+    if nocase {
+        hay.windows(needle.len())
+            .position(|w| w.eq_ignore_ascii_case(needle))
+    } else {
+        memchr::memmem::find(hay, needle)
+    }
+}
+
+impl Item {
+    /// True if the keyword is positioned from the previous match.
+    fn relative(&self, rule: &Rule) -> bool {
+        match self {
+            Item::Content(k) => rule.contents[*k as usize].is_relative(),
+            Item::Pcre(p) => p.relative,
+            Item::ByteTest(t) => t.ex.relative,
+            Item::ByteJump(j) => j.ex.relative,
+            Item::ByteExtract(e) => e.ex.relative,
+            Item::IsDataAt(d) => d.relative,
+        }
+    }
+}
+
+impl Cx<'_> {
+    fn val(&self, v: Val) -> i64 {
+        match v {
+            Val::Lit(n) => n,
+            Val::Var(i) => self.vars[i as usize & (MAX_VARS - 1)] as i64,
+        }
+    }
+
+    fn next_relative(&self, i: usize) -> bool {
+        self.rule
+            .items
+            .get(i + 1)
+            .is_some_and(|n| n.relative(self.rule))
+    }
+
+    /// Evaluates items `i..` with the previous match ending at `prev`.
+    fn run(&mut self, i: usize, prev: usize) -> bool {
+        let rule = self.rule;
+        let Some(item) = rule.items.get(i) else {
+            return true;
+        };
+        if self.steps == 0 {
+            return false;
+        }
+        self.steps -= 1;
+        match item {
+            Item::Content(k) => self.content(i, &rule.contents[*k as usize], prev),
+            Item::Pcre(p) => {
+                let start = if p.relative { prev } else { 0 };
+                let subject = &self.data[start.min(self.data.len())..];
+                if p.negate {
+                    return !p.re.0.is_match(subject).unwrap_or(false) && self.run(i + 1, prev);
+                }
+                let mut from = 0;
+                while from <= subject.len() {
+                    let m = match p.re.0.find_at(subject, from) {
+                        Ok(Some(m)) => m,
+                        _ => return false,
+                    };
+                    if self.run(i + 1, start + m.end()) {
+                        return true;
+                    }
+                    if !self.next_relative(i) || self.steps == 0 {
+                        return false;
+                    }
+                    from = m.start() + 1;
+                }
+                false
+            }
+            Item::ByteTest(t) => {
+                let Some((v, _)) = self.read(&t.ex, prev) else {
+                    return false;
+                };
+                let x = self.val(t.value) as u64;
+                let ok = match t.op {
+                    CmpOp::Lt => v < x,
+                    CmpOp::Gt => v > x,
+                    CmpOp::Eq => v == x,
+                    CmpOp::Le => v <= x,
+                    CmpOp::Ge => v >= x,
+                    CmpOp::And => v & x != 0,
+                    CmpOp::Xor => v ^ x != 0,
+                };
+                ok != t.negate && self.run(i + 1, prev)
+            }
+            Item::ByteJump(j) => match self.jump(j, prev) {
+                Some(np) => self.run(i + 1, np),
+                None => false,
+            },
+            Item::ByteExtract(e) => {
+                let Some((mut v, after)) = self.read(&e.ex, prev) else {
+                    return false;
+                };
+                v = v.wrapping_mul(e.multiplier);
+                if e.align > 0 {
+                    let a = e.align as u64;
+                    v = v.wrapping_add(a - 1) / a * a;
+                }
+                self.vars[e.var as usize & (MAX_VARS - 1)] = v;
+                self.run(i + 1, after)
+            }
+            Item::IsDataAt(d) => {
+                let n = self.val(d.n);
+                let len = self.data.len() as i64;
+                let there = if d.relative {
+                    (prev as i64).saturating_add(n) <= len
+                } else {
+                    n.saturating_sub(self.base) < len
+                };
+                there != d.negate && self.run(i + 1, prev)
+            }
+        }
+    }
+
+    /// A content: its window, then each occurrence in it until the rest of the
+    /// rule matches (or, for a negated content, that there is none).
+    fn content(&mut self, i: usize, c: &Content, prev: usize) -> bool {
+        let len = self.data.len() as i64;
+        let clen = c.bytes.len() as i64;
+        let (mut lo, mut hi) = (0i64, len);
+        if c.startswith {
+            lo = -self.base;
+            hi = lo.saturating_add(clen);
+        } else if c.is_relative() {
+            let dist = match c.vars.distance {
+                Some(v) => self.val(Val::Var(v)),
+                None => c.distance.unwrap_or(0) as i64,
+            };
+            lo = (prev as i64).saturating_add(dist);
+            let within = match c.vars.within {
+                Some(v) => Some(self.val(Val::Var(v))),
+                None => c.within.map(|w| w as i64),
+            };
+            if let Some(w) = within {
+                hi = lo.saturating_add(w);
+            }
+        } else if c.is_absolute() {
+            let off = match c.vars.offset {
+                Some(v) => self.val(Val::Var(v)),
+                None => c.offset.unwrap_or(0) as i64,
+            };
+            lo = off.saturating_sub(self.base);
+            let depth = match c.vars.depth {
+                Some(v) => Some(self.val(Val::Var(v))),
+                None => c.depth.map(|d| d as i64),
+            };
+            if let Some(d) = depth {
+                hi = lo.saturating_add(d);
+            }
+        }
+        if c.endswith {
+            lo = lo.max(len - clen);
+        }
+        let lo = lo.clamp(0, len) as usize;
+        let hi = hi.clamp(0, len) as usize;
+        if c.negated {
+            let found = lo < hi && find(&self.data[lo..hi], &c.bytes, c.nocase).is_some();
+            return !found && self.run(i + 1, prev);
+        }
+        let mut from = lo;
+        while from < hi {
+            let Some(at) = find(&self.data[from..hi], &c.bytes, c.nocase) else {
+                return false;
+            };
+            let start = from + at;
+            let end = start + c.bytes.len();
+            if c.endswith && end != self.data.len() {
+                return false;
+            }
+            if self.run(i + 1, end) {
+                return true;
+            }
+            // Another occurrence only helps a keyword placed relative to this
+            // one (Suricata's rule).
+            if !self.next_relative(i) || self.steps == 0 {
+                return false;
+            }
+            from = start + 1;
+        }
+        false
+    }
+
+    /// The number `ex` reads and the position after the bytes read.
+    fn read(&self, ex: &Extract, prev: usize) -> Option<(u64, usize)> {
+        let off = self.val(ex.offset);
+        let pos = if ex.relative {
+            (prev as i64).saturating_add(off)
+        } else {
+            off.saturating_sub(self.base)
+        };
+        let n = ex.nbytes as usize;
+        if pos < 0 || pos as u64 + n as u64 > self.data.len() as u64 || n == 0 {
+            return None;
+        }
+        let pos = pos as usize;
+        let b = &self.data[pos..pos + n];
+        let mut v: u64 = match ex.read {
+            Read::Big => b.iter().fold(0u64, |a, &x| (a << 8) | x as u64),
+            Read::Little => b.iter().rev().fold(0u64, |a, &x| (a << 8) | x as u64),
+            Read::Str(radix) => {
+                let digits = b
+                    .iter()
+                    .take_while(|x| (**x as char).is_digit(radix))
+                    .count();
+                if digits == 0 {
+                    return None;
+                }
+                let s = std::str::from_utf8(&b[..digits]).ok()?;
+                u64::from_str_radix(s, radix).ok()?
+            }
+        };
+        if let Some(m) = ex.bitmask {
+            v = (v & m) >> m.trailing_zeros();
+        }
+        Some((v, pos + n))
+    }
+
+    /// Where `byte_jump` lands (Suricata's detect-bytejump.c arithmetic).
+    fn jump(&self, j: &ByteJump, prev: usize) -> Option<usize> {
+        let (v, after) = self.read(&j.ex, prev)?;
+        let mut v = v.checked_mul(j.multiplier)?;
+        if j.align && v % 4 != 0 {
+            v = v.checked_add(4 - v % 4)?;
+        }
+        let v = i64::try_from(v).ok()?.checked_add(j.post_offset)?;
+        let len = self.data.len() as i64;
+        let at = if j.from_beginning {
+            v.saturating_sub(self.base)
+        } else if j.from_end {
+            len.saturating_add(v)
+        } else {
+            (after as i64).saturating_add(v)
+        };
+        if at > len {
+            return None;
+        }
+        Some(at.max(0) as usize)
+    }
+}

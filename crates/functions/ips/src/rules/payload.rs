@@ -1,0 +1,604 @@
+//! Payload keywords beyond plain contents: `pcre`, `byte_test`, `byte_jump`,
+//! `byte_extract`, `isdataat`, and `flowbits`, parsed into what
+//! [`crate::inspect`] evaluates over a buffer.
+//!
+//! Regular expressions are compiled with PCRE2 (the `pcre2` crate, which binds
+//! libpcre2 and builds it from source when the system has none). Measured on
+//! the 4,497 `pcre` options of the ET Open rules in `../shared/data/et-open/`:
+//! PCRE2 compiles all of them, the `regex` crate's byte API 4,155 (no
+//! backreferences or lookaround); `fancy-regex` only matches `&str`, and
+//! payloads are bytes, not UTF-8. Rules are written for PCRE, so PCRE2 also
+//! matches exactly as Suricata does.
+
+use std::sync::Arc;
+
+use super::RuleSyntax;
+
+/// A number in a payload keyword: literal, or a `byte_extract` variable of the
+/// rule (by index in [`super::Rule::vars`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Val {
+    /// As written.
+    Lit(i64),
+    /// The value a `byte_extract` earlier in the rule read.
+    Var(u8),
+}
+
+/// How extracted bytes are read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Read {
+    /// Binary, most significant byte first (the default).
+    #[default]
+    Big,
+    /// Binary, least significant byte first.
+    Little,
+    /// ASCII digits in this base (10, 16 or 8).
+    Str(u32),
+}
+
+/// What `byte_test`, `byte_jump` and `byte_extract` share: where and how to
+/// read a number.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Extract {
+    /// Bytes to read.
+    pub nbytes: u8,
+    /// Where, from the buffer start or (`relative`) the previous match's end.
+    pub offset: Val,
+    /// Relative to the previous match.
+    pub relative: bool,
+    /// Byte order or string base.
+    pub read: Read,
+    /// `bitmask`: the value is masked, then shifted right by the mask's
+    /// trailing zeros.
+    pub bitmask: Option<u64>,
+}
+
+/// A `byte_test` comparison.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CmpOp {
+    /// `<`
+    Lt,
+    /// `>`
+    Gt,
+    /// `=`
+    Eq,
+    /// `<=`
+    Le,
+    /// `>=`
+    Ge,
+    /// `&`: some bit in common.
+    And,
+    /// `^`: some bit different.
+    Xor,
+}
+
+/// `byte_test:N,[!]OP,VALUE,OFFSET[,relative][,big|little][,string,dec|hex|oct][,bitmask M]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ByteTest {
+    /// The read.
+    pub ex: Extract,
+    /// The comparison (extracted OP value).
+    pub op: CmpOp,
+    /// `!`: the comparison is inverted.
+    pub negate: bool,
+    /// The value compared with.
+    pub value: Val,
+}
+
+/// `byte_jump:N,OFFSET[,relative][,multiplier M][,big|little][,string,..][,align]
+/// [,from_beginning|from_end][,post_offset P][,bitmask M]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ByteJump {
+    /// The read.
+    pub ex: Extract,
+    /// Multiplies the value read.
+    pub multiplier: u64,
+    /// Rounds the jump up to a multiple of 4.
+    pub align: bool,
+    /// Jump from the buffer start instead of after the bytes read.
+    pub from_beginning: bool,
+    /// Jump from the buffer end.
+    pub from_end: bool,
+    /// Added after the jump.
+    pub post_offset: i64,
+}
+
+/// `byte_extract:N,OFFSET,NAME[,relative][,multiplier M][,big|little][,string,..]
+/// [,align 2|4][,bitmask M]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ByteExtract {
+    /// The read.
+    pub ex: Extract,
+    /// The variable set.
+    pub var: u8,
+    /// Multiplies the value read.
+    pub multiplier: u64,
+    /// Rounds the value up to a multiple of this (0: none).
+    pub align: u8,
+}
+
+/// `isdataat:[!]N[,relative]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IsDataAt {
+    /// The position (or bytes after the previous match).
+    pub n: Val,
+    /// Relative to the previous match.
+    pub relative: bool,
+    /// `!`: there must be no data there.
+    pub negate: bool,
+}
+
+/// A compiled regular expression; equal when the source is.
+#[derive(Clone)]
+pub struct Regex(pub Arc<pcre2::bytes::Regex>);
+
+impl std::fmt::Debug for Regex {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:?}", self.0.as_str())
+    }
+}
+
+impl PartialEq for Regex {
+    fn eq(&self, o: &Self) -> bool {
+        self.0.as_str() == o.0.as_str()
+    }
+}
+impl Eq for Regex {}
+
+/// `pcre:[!]"/REGEX/FLAGS"`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Pcre {
+    /// The compiled expression (with `A` as a `\A` anchor and `G`/`E` folded in).
+    pub re: Regex,
+    /// `!`: the expression must not match.
+    pub negate: bool,
+    /// `R`: searched from the previous match's end, which is where `^` and `A`
+    /// anchor (Suricata passes the rest of the buffer as the subject).
+    pub relative: bool,
+}
+
+/// One step of a rule's payload inspection, in rule order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Item {
+    /// The content of that index in [`super::Rule::contents`].
+    Content(u8),
+    /// `pcre`.
+    Pcre(Box<Pcre>),
+    /// `byte_test`.
+    ByteTest(ByteTest),
+    /// `byte_jump`.
+    ByteJump(ByteJump),
+    /// `byte_extract`.
+    ByteExtract(ByteExtract),
+    /// `isdataat`.
+    IsDataAt(IsDataAt),
+}
+
+/// A `flowbits` operation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Flowbit {
+    /// Sets the bits when the rule matches.
+    Set(Vec<String>),
+    /// Clears them when the rule matches.
+    Unset(Vec<String>),
+    /// Flips them when the rule matches.
+    Toggle(Vec<String>),
+    /// The rule matches only if one of these bits is set.
+    IsSet(Vec<String>),
+    /// The rule matches only if one of these bits is not set.
+    IsNotSet(Vec<String>),
+}
+
+fn bad(keyword: &str, v: &str) -> RuleSyntax {
+    RuleSyntax::BadValue {
+        keyword: keyword.into(),
+        value: v.into(),
+    }
+}
+
+fn unsupported(what: String) -> RuleSyntax {
+    RuleSyntax::UnsupportedKeyword(what)
+}
+
+/// Parses an integer in decimal or `0x` hex, with an optional sign.
+pub(crate) fn int(s: &str) -> Option<i64> {
+    let s = s.trim();
+    let (neg, s) = match s.strip_prefix('-') {
+        Some(r) => (true, r),
+        None => (false, s.strip_prefix('+').unwrap_or(s)),
+    };
+    let v = match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
+        Some(h) => i64::from_str_radix(h, 16).ok()?,
+        None if !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()) => s.parse().ok()?,
+        None => return None,
+    };
+    Some(if neg { -v } else { v })
+}
+
+/// A number or the name of a variable `byte_extract` set earlier in the rule.
+pub(crate) fn val(s: &str, vars: &[String]) -> Option<Val> {
+    if let Some(n) = int(s) {
+        return Some(Val::Lit(n));
+    }
+    let s = s.trim();
+    vars.iter().position(|v| v == s).map(|i| Val::Var(i as u8))
+}
+
+/// Applies the options common to the byte keywords; returns false for one it
+/// does not know.
+fn common_opt(
+    kw: &str,
+    o: &str,
+    ex: &mut Extract,
+    string: &mut bool,
+    words: &mut std::iter::Peekable<std::slice::Iter<'_, &str>>,
+) -> Result<bool, RuleSyntax> {
+    match o {
+        "relative" => ex.relative = true,
+        "big" => ex.read = Read::Big,
+        "little" => ex.read = Read::Little,
+        "string" => *string = true,
+        "hex" => ex.read = Read::Str(16),
+        "dec" => ex.read = Read::Str(10),
+        "oct" => ex.read = Read::Str(8),
+        "dce" => return Err(unsupported(format!("{kw} dce"))),
+        _ if o.starts_with("bitmask") => {
+            let m = o["bitmask".len()..].trim();
+            let m = if m.is_empty() {
+                words.next().copied().unwrap_or("")
+            } else {
+                m
+            };
+            let v = int(m).filter(|&v| v > 0).ok_or_else(|| bad(kw, o))?;
+            ex.bitmask = Some(v as u64);
+        }
+        _ => return Ok(false),
+    }
+    Ok(true)
+}
+
+fn finish_read(kw: &str, v: &str, ex: &mut Extract, string: bool) -> Result<(), RuleSyntax> {
+    match (string, ex.read) {
+        (true, Read::Big | Read::Little) => ex.read = Read::Str(10),
+        (false, Read::Str(_)) => return Err(bad(kw, v)),
+        _ => {}
+    }
+    let max = if string { 20 } else { 8 };
+    if ex.nbytes == 0 || ex.nbytes > max {
+        return Err(bad(kw, v));
+    }
+    Ok(())
+}
+
+fn parts(v: &str) -> Vec<&str> {
+    v.split(',').map(str::trim).collect()
+}
+
+/// `byte_test`.
+pub(crate) fn byte_test(v: &str, vars: &[String]) -> Result<ByteTest, RuleSyntax> {
+    let kw = "byte_test";
+    let p = parts(v);
+    if p.len() < 4 {
+        return Err(bad(kw, v));
+    }
+    let nbytes = p[0].parse::<u8>().map_err(|_| bad(kw, v))?;
+    let (negate, op) = match p[1].strip_prefix('!') {
+        Some(r) => (true, r.trim()),
+        None => (false, p[1]),
+    };
+    let op = match op {
+        "<" => CmpOp::Lt,
+        ">" => CmpOp::Gt,
+        "=" | "" => CmpOp::Eq,
+        "<=" => CmpOp::Le,
+        ">=" => CmpOp::Ge,
+        "&" => CmpOp::And,
+        "^" => CmpOp::Xor,
+        _ => return Err(bad(kw, v)),
+    };
+    let value = val(p[2], vars).ok_or_else(|| bad(kw, v))?;
+    let mut ex = Extract {
+        nbytes,
+        offset: val(p[3], vars).ok_or_else(|| bad(kw, v))?,
+        relative: false,
+        read: Read::Big,
+        bitmask: None,
+    };
+    let mut string = false;
+    let mut words = p[4..].iter().peekable();
+    while let Some(o) = words.next() {
+        if !common_opt(kw, o, &mut ex, &mut string, &mut words)? {
+            return Err(bad(kw, v));
+        }
+    }
+    finish_read(kw, v, &mut ex, string)?;
+    Ok(ByteTest {
+        ex,
+        op,
+        negate,
+        value,
+    })
+}
+
+/// `byte_jump`.
+pub(crate) fn byte_jump(v: &str, vars: &[String]) -> Result<ByteJump, RuleSyntax> {
+    let kw = "byte_jump";
+    let p = parts(v);
+    if p.len() < 2 {
+        return Err(bad(kw, v));
+    }
+    let mut ex = Extract {
+        nbytes: p[0].parse::<u8>().map_err(|_| bad(kw, v))?,
+        offset: val(p[1], vars).ok_or_else(|| bad(kw, v))?,
+        relative: false,
+        read: Read::Big,
+        bitmask: None,
+    };
+    let mut j = ByteJump {
+        ex,
+        multiplier: 1,
+        align: false,
+        from_beginning: false,
+        from_end: false,
+        post_offset: 0,
+    };
+    let mut string = false;
+    let mut words = p[2..].iter().peekable();
+    while let Some(o) = words.next() {
+        if common_opt(kw, o, &mut ex, &mut string, &mut words)? {
+            continue;
+        }
+        let (k, arg) = match o.split_once(char::is_whitespace) {
+            Some((k, a)) => (k, a.trim()),
+            None => (*o, ""),
+        };
+        match k {
+            "align" => j.align = true,
+            "from_beginning" => j.from_beginning = true,
+            "from_end" => j.from_end = true,
+            "multiplier" => {
+                j.multiplier = int(arg).filter(|&m| m > 0).ok_or_else(|| bad(kw, v))? as u64
+            }
+            "post_offset" => j.post_offset = int(arg).ok_or_else(|| bad(kw, v))?,
+            _ => return Err(bad(kw, v)),
+        }
+    }
+    finish_read(kw, v, &mut ex, string)?;
+    j.ex = ex;
+    Ok(j)
+}
+
+/// `byte_extract`; `vars` gains the variable's name.
+pub(crate) fn byte_extract(v: &str, vars: &mut Vec<String>) -> Result<ByteExtract, RuleSyntax> {
+    let kw = "byte_extract";
+    let p = parts(v);
+    if p.len() < 3 {
+        return Err(bad(kw, v));
+    }
+    let name = p[2];
+    if name.is_empty()
+        || !name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+        || int(name).is_some()
+    {
+        return Err(bad(kw, v));
+    }
+    let mut ex = Extract {
+        nbytes: p[0].parse::<u8>().map_err(|_| bad(kw, v))?,
+        offset: Val::Lit(int(p[1]).ok_or_else(|| bad(kw, v))?),
+        relative: false,
+        read: Read::Big,
+        bitmask: None,
+    };
+    let mut e = ByteExtract {
+        ex,
+        var: 0,
+        multiplier: 1,
+        align: 0,
+    };
+    let mut string = false;
+    let mut words = p[3..].iter().peekable();
+    while let Some(o) = words.next() {
+        if common_opt(kw, o, &mut ex, &mut string, &mut words)? {
+            continue;
+        }
+        let (k, arg) = match o.split_once(char::is_whitespace) {
+            Some((k, a)) => (k, a.trim()),
+            None => (*o, ""),
+        };
+        match k {
+            "align" => {
+                e.align = match arg {
+                    "2" => 2,
+                    "4" => 4,
+                    _ => return Err(bad(kw, v)),
+                }
+            }
+            "multiplier" => {
+                e.multiplier = int(arg).filter(|&m| m > 0).ok_or_else(|| bad(kw, v))? as u64
+            }
+            _ => return Err(bad(kw, v)),
+        }
+    }
+    finish_read(kw, v, &mut ex, string)?;
+    e.ex = ex;
+    let i = match vars.iter().position(|x| x == name) {
+        Some(i) => i,
+        None => {
+            if vars.len() >= MAX_VARS {
+                return Err(unsupported(format!(
+                    "byte_extract (more than {MAX_VARS} variables)"
+                )));
+            }
+            vars.push(name.to_string());
+            vars.len() - 1
+        }
+    };
+    e.var = i as u8;
+    Ok(e)
+}
+
+/// Variables a rule may define with `byte_extract`.
+pub const MAX_VARS: usize = 8;
+
+/// `isdataat`.
+pub(crate) fn isdataat(v: &str, vars: &[String]) -> Result<IsDataAt, RuleSyntax> {
+    let kw = "isdataat";
+    let p = parts(v);
+    let (negate, n) = match p[0].strip_prefix('!') {
+        Some(r) => (true, r),
+        None => (false, p[0]),
+    };
+    let n = val(n, vars).ok_or_else(|| bad(kw, v))?;
+    if matches!(n, Val::Lit(x) if x < 0) {
+        return Err(bad(kw, v));
+    }
+    let mut relative = false;
+    for o in &p[1..] {
+        match *o {
+            "relative" => relative = true,
+            // There are no decoded bytes here: raw bytes are what is inspected.
+            "rawbytes" => {}
+            _ => return Err(bad(kw, v)),
+        }
+    }
+    Ok(IsDataAt {
+        n,
+        relative,
+        negate,
+    })
+}
+
+/// `$` outside character classes and escapes becomes `\z` (PCRE's
+/// `DOLLAR_ENDONLY`, which the `pcre2` crate does not expose).
+fn dollar_endonly(p: &str) -> String {
+    let mut out = String::with_capacity(p.len() + 4);
+    let (mut esc, mut class) = (false, false);
+    for c in p.chars() {
+        if esc {
+            esc = false;
+            out.push(c);
+            continue;
+        }
+        match c {
+            '\\' => esc = true,
+            '[' => class = true,
+            ']' => class = false,
+            '$' if !class => {
+                out.push_str("\\z");
+                continue;
+            }
+            _ => {}
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// `pcre`: `v` is `"/REGEX/FLAGS"`, optionally after `!`.
+pub(crate) fn pcre(v: &str) -> Result<Pcre, RuleSyntax> {
+    let kw = "pcre";
+    let (negate, q) = match v.trim().strip_prefix('!') {
+        Some(r) => (true, r.trim()),
+        None => (false, v.trim()),
+    };
+    let inner = q
+        .strip_prefix('"')
+        .and_then(|x| x.strip_suffix('"'))
+        .ok_or_else(|| RuleSyntax::NotQuoted(q.into()))?;
+    // Only the rule language's own escapes are undone; a regex's backslashes
+    // stay.
+    let inner = inner.replace("\\\"", "\"").replace("\\;", ";");
+    let body = inner.strip_prefix('/').ok_or_else(|| bad(kw, v))?;
+    let end = body.rfind('/').ok_or_else(|| bad(kw, v))?;
+    let (pat, flags) = (&body[..end], &body[end + 1..]);
+    let mut b = pcre2::bytes::RegexBuilder::new();
+    b.jit_if_available(true);
+    let (mut anchored, mut relative, mut ungreedy, mut endonly, mut multi, mut extended) =
+        (false, false, false, false, false, false);
+    for f in flags.chars() {
+        match f {
+            'i' => {
+                b.caseless(true);
+            }
+            's' => {
+                b.dotall(true);
+            }
+            'm' => {
+                b.multi_line(true);
+                multi = true;
+            }
+            'x' => {
+                b.extended(true);
+                extended = true;
+            }
+            'A' => anchored = true,
+            'E' => endonly = true,
+            'G' => ungreedy = true,
+            'R' => relative = true,
+            // `B` is accepted for Snort compatibility and does nothing in
+            // Suricata; `O` lifts the configured match limits.
+            'B' | 'O' => {}
+            'U' | 'I' | 'P' | 'Q' | 'H' | 'D' | 'M' | 'C' | 'S' | 'Y' | 'V' | 'W' | 'Z' => {
+                return Err(unsupported(format!("pcre /{f} (http buffer)")))
+            }
+            _ => return Err(bad(kw, v)),
+        }
+    }
+    let mut src = if endonly && !multi {
+        dollar_endonly(pat)
+    } else {
+        pat.to_string()
+    };
+    if ungreedy {
+        src.insert_str(0, "(?U)");
+    }
+    if anchored {
+        // A newline ends a trailing `#` comment of an extended pattern.
+        src = format!("\\A(?:{src}{})", if extended { "\n" } else { "" });
+    }
+    let re = b.build(&src).map_err(|e| RuleSyntax::BadValue {
+        keyword: kw.into(),
+        value: format!("{v}: {e}"),
+    })?;
+    Ok(Pcre {
+        re: Regex(Arc::new(re)),
+        negate,
+        relative,
+    })
+}
+
+fn names(s: &str) -> Vec<String> {
+    s.split(['|', '&']).map(|n| n.trim().to_string()).collect()
+}
+
+/// `flowbits`; None for `noalert`.
+pub(crate) fn flowbits(v: &str) -> Result<Option<Flowbit>, RuleSyntax> {
+    let kw = "flowbits";
+    let (cmd, arg) = match v.split_once(',') {
+        Some((c, a)) => (c.trim(), Some(a.trim())),
+        None => (v.trim(), None),
+    };
+    let list = |a: Option<&str>| -> Result<Vec<String>, RuleSyntax> {
+        let n = names(a.ok_or_else(|| bad(kw, v))?);
+        if n.iter().any(|x| {
+            x.is_empty()
+                || !x
+                    .bytes()
+                    .all(|b| b.is_ascii_graphic() && b != b',' && b != b';')
+        }) {
+            return Err(bad(kw, v));
+        }
+        Ok(n)
+    };
+    Ok(Some(match cmd {
+        "noalert" if arg.is_none() => return Ok(None),
+        "set" => Flowbit::Set(list(arg)?),
+        "unset" => Flowbit::Unset(list(arg)?),
+        "toggle" => Flowbit::Toggle(list(arg)?),
+        "isset" => Flowbit::IsSet(list(arg)?),
+        "isnotset" => Flowbit::IsNotSet(list(arg)?),
+        _ => return Err(bad(kw, v)),
+    }))
+}
