@@ -371,6 +371,7 @@ pub fn get(a: &GetArgs) -> Result<(), CliError> {
                 .col("REPORTED", Align::Right)
                 .wide_col("IN_SYNC", Align::Left)
                 .wide_col("SLOTS", Align::Right)
+                .wide_col("RACK", Align::Left)
                 .col("ERROR", Align::Left);
             for h in v {
                 t.row(vec![
@@ -384,6 +385,7 @@ pub fn get(a: &GetArgs) -> Result<(), CliError> {
                     opt(h.reported_version),
                     yes_no(h.in_sync),
                     used_of(h.slots_used, h.slots_total),
+                    opt(h.rack),
                     h.push_error.unwrap_or_default(),
                 ]);
             }

@@ -554,7 +554,7 @@ impl Desired {
                 let room = Room {
                     id: h.id,
                     name: h.name.clone(),
-                    capacity: h.capacity.unwrap_or_default(),
+                    capacity: h.capacity.clone().unwrap_or_default(),
                     used: Resources {
                         slots: 0,
                         cores: 0,

@@ -181,6 +181,9 @@ pub struct HostInfo {
     /// Instance slots it declared (`null`: no limit).
     #[serde(default)]
     pub slots_total: Option<u32>,
+    /// Rack (locality domain) it declared (`null`: none).
+    #[serde(default)]
+    pub rack: Option<String>,
 }
 
 /// The answer to a registration or heartbeat.

@@ -197,7 +197,8 @@ pub(crate) fn host_infos(r: &Reconciler, now: Instant) -> Vec<HostInfo> {
                 in_sync: reported == Some(desired),
                 push_error: live.and_then(|l| l.push_error.clone()),
                 slots_used: used.get(&h.id).copied().unwrap_or(0),
-                slots_total: h.capacity.and_then(|c| c.instance_slots),
+                slots_total: h.capacity.as_ref().and_then(|c| c.instance_slots),
+                rack: h.capacity.as_ref().and_then(|c| c.rack.clone()),
             }
         })
         .collect()
