@@ -23,6 +23,7 @@ fn start(dir: &Path) -> (ServerHandle, Client, String) {
         fabric_auth: false,
         // Plain HTTP: this test is about placement, TLS has its own tests.
         tls: None,
+        placement: Default::default(),
     })
     .unwrap();
     let admin = std::fs::read_to_string(&token_file)
