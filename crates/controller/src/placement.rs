@@ -682,4 +682,200 @@ mod tests {
         let e = go(&mut [], &ONE, AntiAffinity::Preferred, 1).unwrap_err();
         assert!(e.to_string().contains("free: no host registered"), "{e}");
     }
+
+    fn racked(id: u32, rack: &str, slots: u32) -> Room {
+        Room {
+            rack: Some(rack.to_string()),
+            ..room(id, Some(slots), 0, 0)
+        }
+    }
+
+    fn ask<'a>(policy: Policy, n: u32, endpoints: &'a BTreeMap<u32, u32>) -> Ask<'a> {
+        Ask {
+            tenant: "acme",
+            middlebox: "mon",
+            demand: ONE,
+            anti: AntiAffinity::Preferred,
+            n,
+            policy,
+            endpoints,
+        }
+    }
+
+    #[test]
+    fn rack_aware_puts_instances_in_the_rack_of_the_vms() {
+        // Hosts 1-2 in rack a, 3-4 in rack b; the chain's VMs all on host 4.
+        let mut rooms = vec![
+            racked(1, "a", 4),
+            racked(2, "a", 4),
+            racked(3, "b", 4),
+            racked(4, "b", 4),
+        ];
+        let vms = BTreeMap::from([(4, 2)]);
+        let got = decide(&mut rooms, &ask(Policy::RackAware, 2, &vms)).unwrap();
+        let hosts: Vec<u32> = got.iter().map(|p| p.host).collect();
+        assert_eq!(hosts, vec![3, 4], "both in rack b, one per host");
+        assert!(got.iter().all(|p| p.policy == Policy::RackAware));
+        assert!(
+            got[0]
+                .reason
+                .starts_with("rack b holds 2 of the chains' 2 VM endpoints"),
+            "{}",
+            got[0].reason
+        );
+        // Least-loaded knows no racks: the first goes to rack a.
+        let mut rooms = vec![
+            racked(1, "a", 4),
+            racked(2, "a", 4),
+            racked(3, "b", 4),
+            racked(4, "b", 4),
+        ];
+        let got = decide(&mut rooms, &ask(Policy::LeastLoaded, 1, &vms)).unwrap();
+        assert_eq!(got[0].host, 1);
+    }
+
+    #[test]
+    fn rack_aware_spills_from_a_full_rack_and_says_so() {
+        let mut rooms = vec![racked(1, "a", 1), racked(2, "b", 4), racked(3, "c", 4)];
+        // VMs: 3 in rack a, 1 in rack c.
+        let vms = BTreeMap::from([(1, 3), (3, 1)]);
+        let got = decide(&mut rooms, &ask(Policy::RackAware, 3, &vms)).unwrap();
+        let hosts: Vec<u32> = got.iter().map(|p| p.host).collect();
+        // a takes one (its only slot), then c (the other VM's rack) twice.
+        assert_eq!(hosts, vec![1, 3, 3]);
+        let r = &got[1].reason;
+        assert!(
+            r.contains("rack a (3 of the chains' 4 VM endpoints) has no room")
+                && r.contains("rack c holds 1 of"),
+            "{r}"
+        );
+        // No VM endpoint: the least-loaded rack.
+        let none = BTreeMap::new();
+        let mut rooms = vec![racked(1, "a", 4), racked(2, "b", 4)];
+        rooms[0].instances = 3;
+        let got = decide(&mut rooms, &ask(Policy::RackAware, 1, &none)).unwrap();
+        assert_eq!(got[0].host, 2);
+        assert!(
+            got[0].reason.contains("least-loaded: rack b"),
+            "{}",
+            got[0].reason
+        );
+    }
+
+    #[test]
+    fn rack_aware_keeps_anti_affinity_across_the_hosts_of_a_rack() {
+        let vms = BTreeMap::from([(1, 1)]);
+        let mut rooms = vec![racked(1, "a", 4), racked(2, "a", 4), racked(3, "b", 4)];
+        // Preferred: spread over rack a's two hosts, then share one.
+        let got = decide(&mut rooms, &ask(Policy::RackAware, 3, &vms)).unwrap();
+        let hosts: Vec<u32> = got.iter().map(|p| p.host).collect();
+        assert_eq!(hosts, vec![1, 2, 1]);
+        // Required: a third instance leaves the rack rather than share a host.
+        let mut rooms = vec![racked(1, "a", 4), racked(2, "a", 4), racked(3, "b", 4)];
+        let a = Ask {
+            anti: AntiAffinity::Required,
+            ..ask(Policy::RackAware, 3, &vms)
+        };
+        let got = decide(&mut rooms, &a).unwrap();
+        let hosts: Vec<u32> = got.iter().map(|p| p.host).collect();
+        assert_eq!(hosts, vec![1, 2, 3]);
+        assert!(got[2].reason.contains("rack a"), "{}", got[2].reason);
+        // And refuses, with nothing taken, when no host is left.
+        let before = rooms.clone();
+        let e = decide(&mut rooms, &Ask { n: 1, ..a }).unwrap_err();
+        assert_eq!(rooms, before);
+        assert_eq!(e.placed, 0);
+    }
+
+    #[test]
+    fn rack_aware_without_racks_is_least_loaded() {
+        let mut a = vec![
+            room(1, Some(8), 2, 0),
+            room(2, Some(8), 6, 0),
+            room(3, None, 1, 0),
+        ];
+        let mut b = a.clone();
+        let vms = BTreeMap::from([(3, 5)]);
+        let ra = decide(&mut a, &ask(Policy::RackAware, 4, &vms)).unwrap();
+        let ll = decide(&mut b, &ask(Policy::LeastLoaded, 4, &vms)).unwrap();
+        let hosts = |v: &[Placed]| v.iter().map(|p| p.host).collect::<Vec<_>>();
+        assert_eq!(hosts(&ra), hosts(&ll));
+        assert_eq!(a, b);
+    }
+
+    #[test]
+    fn tenant_centric_joins_the_tenants_host_and_service_centric_its_function() {
+        let none = BTreeMap::new();
+        let fresh = || {
+            let mut rooms = vec![
+                room(1, Some(8), 1, 0),
+                room(2, Some(8), 4, 0),
+                room(3, Some(8), 2, 0),
+            ];
+            // Host 3 runs one of the tenant's instances, host 1 one of the
+            // same function (another tenant's).
+            rooms[2].tenant_instances = 1;
+            rooms[0].same_function = 1;
+            rooms
+        };
+        let mut rooms = fresh();
+        let got = decide(&mut rooms, &ask(Policy::TenantCentric, 1, &none)).unwrap();
+        assert_eq!(got[0].host, 3, "{got:?}");
+        assert!(
+            got[0].reason.contains("the tenant's NF instances (1 here)"),
+            "{}",
+            got[0].reason
+        );
+        let mut rooms = fresh();
+        let got = decide(&mut rooms, &ask(Policy::ServiceCentric, 1, &none)).unwrap();
+        assert_eq!(got[0].host, 1, "{got:?}");
+        // Least-loaded would take the best fit, host 2.
+        let mut rooms = fresh();
+        assert_eq!(
+            decide(&mut rooms, &ask(Policy::LeastLoaded, 1, &none)).unwrap()[0].host,
+            2
+        );
+        // The tenant's host full: best fit among the others, said so.
+        let mut rooms = fresh();
+        rooms[2].used.slots = 8;
+        let got = decide(&mut rooms, &ask(Policy::TenantCentric, 1, &none)).unwrap();
+        assert_eq!(got[0].host, 2);
+        assert!(
+            got[0].reason.starts_with("no host running the tenant's"),
+            "{}",
+            got[0].reason
+        );
+    }
+
+    #[test]
+    fn nfaas_best_fit_takes_the_host_with_the_fewest_cores_left() {
+        let none = BTreeMap::new();
+        let mut rooms = vec![
+            room(1, None, 0, 0),
+            room(2, None, 0, 0),
+            room(3, None, 0, 0),
+        ];
+        for (r, cores) in rooms.iter_mut().zip([8, 2, 4]) {
+            r.capacity.cores = Some(cores);
+            r.tenant_instances = 1;
+        }
+        let a = Ask {
+            demand: Resources { cores: 2, ..ONE },
+            ..ask(Policy::TenantCentric, 3, &none)
+        };
+        let got = decide(&mut rooms, &a).unwrap();
+        let hosts: Vec<u32> = got.iter().map(|p| p.host).collect();
+        // 2 cores: h2 (2 left) then, spreading, h3 (4) then h1 (8).
+        assert_eq!(hosts, vec![2, 3, 1]);
+    }
+
+    #[test]
+    fn policies_parse_from_their_names() {
+        for p in Policy::ALL {
+            assert_eq!(p.as_str().parse::<Policy>(), Ok(p));
+        }
+        let e = "random".parse::<Policy>().unwrap_err().to_string();
+        assert!(e.contains("`random`") && e.contains("rack-aware"), "{e}");
+        assert_eq!(Policy::default(), Policy::RackAware);
+    }
 }
