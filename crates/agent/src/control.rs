@@ -768,7 +768,7 @@ impl AgentState {
                 api: self.api_url(),
                 config_version: self.version(),
                 api_token: self.api_token.clone(),
-                capacity: self.capacity,
+                capacity: self.capacity.clone(),
             },
             instances: self.health_of(&p),
             chains: p.chains,
@@ -872,7 +872,7 @@ impl Agent {
             last_heard: Mutex::new(None),
             controller_up: AtomicBool::new(false),
             api_token: opts.api_token.clone(),
-            capacity: opts.capacity,
+            capacity: opts.capacity.clone(),
         });
         if let Some(dir) = &opts.run_dir {
             load_saved(&core, &dir.join("config.json"));

@@ -112,6 +112,11 @@ pub struct RunArgs {
     /// `resources.slots`, 1 by default); 0: none [default: 64].
     #[arg(long)]
     pub instance_slots: Option<u32>,
+    /// The rack (or any locality / failure domain) this host is in, declared
+    /// to the controller: rack-aware placement puts a middlebox's instances
+    /// in the racks of its chains' VMs [default: none].
+    #[arg(long)]
+    pub rack: Option<String>,
     /// Whether the controller seals the fabric (its `fabric_auth`): the MTU
     /// check then counts the sealing's bytes [default: true].
     #[arg(long)]
@@ -178,6 +183,8 @@ pub struct AgentFile {
     pub vm_mtu: Option<u32>,
     /// See [`RunArgs::instance_slots`].
     pub instance_slots: Option<u32>,
+    /// See [`RunArgs::rack`].
+    pub rack: Option<String>,
     /// See [`RunArgs::fabric_auth`].
     pub fabric_auth: Option<bool>,
     /// See [`RunArgs::seawall`].
@@ -267,6 +274,8 @@ pub struct AgentSettings {
     pub vm_mtu: u32,
     /// NF instance slots declared to the controller.
     pub instance_slots: u32,
+    /// Rack declared to the controller (`None`: no locality).
+    pub rack: Option<String>,
     /// Whether the fabric is sealed.
     pub fabric_auth: bool,
     /// Seawall's configuration (`None`: off).
@@ -396,6 +405,8 @@ pub fn resolve(
         vm_mtu,
         instance_slots: pick(&args.instance_slots, &file.instance_slots)
             .unwrap_or(DEFAULT_INSTANCE_SLOTS),
+        // An empty name is no rack, as an empty `netns` is none.
+        rack: pick(&args.rack, &file.rack).filter(|r| !r.trim().is_empty()),
         fabric_auth: pick(&args.fabric_auth, &file.fabric_auth).unwrap_or(true),
         seawall,
     })
@@ -615,6 +626,7 @@ pub fn prepare(s: &AgentSettings, api_token: String) -> Result<AgentOptions, Set
         vm_mtu: Some(s.vm_mtu),
         capacity: Some(sluice_proto::HostCapacity {
             instance_slots: Some(s.instance_slots),
+            rack: s.rack.clone(),
             ..sluice_proto::HostCapacity::default()
         }),
     })

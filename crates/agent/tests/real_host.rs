@@ -170,6 +170,7 @@ fn agents_inside_their_hosts_carry_a_chain_over_the_named_underlay() {
         // As deployed: TLS with the controller's own CA, whose certificate
         // names the underlay address it listens on.
         tls: Some(TlsOptions::default()),
+        placement: Default::default(),
     };
     let ctl = h1.run(move || serve(opts)).unwrap().unwrap();
     let admin = std::fs::read_to_string(&admin_file).unwrap();

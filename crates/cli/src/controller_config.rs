@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 
 use clap::Args;
 use serde::Deserialize;
+use sluice_controller::placement::Policy;
 use sluice_controller::tls::TlsOptions;
 
 use crate::error::CliError;
@@ -67,6 +68,12 @@ pub struct ControllerArgs {
     /// (it always names the listen address, 127.0.0.1 and localhost).
     #[arg(long)]
     tls_san: Option<String>,
+    /// How new NF instances choose among the hosts with room:
+    /// `rack-aware` (where the chains' VMs are, by the racks hosts declare;
+    /// with no rack declared the same as least-loaded), `least-loaded`,
+    /// `tenant-centric`, `service-centric` [default: rack-aware].
+    #[arg(long)]
+    placement: Option<String>,
 }
 
 /// The configuration file: the flags' settings, each optional.
@@ -82,6 +89,7 @@ pub struct ControllerFile {
     tls_cert: Option<PathBuf>,
     tls_key: Option<PathBuf>,
     tls_san: Option<String>,
+    placement: Option<String>,
 }
 
 /// The controller's settings once flags, file and defaults are merged.
@@ -99,6 +107,8 @@ pub struct ControllerSettings {
     pub fabric_auth: bool,
     /// TLS on the API (`None`: off).
     pub tls: Option<TlsOptions>,
+    /// The placement policy.
+    pub placement: Policy,
 }
 
 /// Parses a configuration file's text; `path` names it in errors.
@@ -160,6 +170,14 @@ fn resolve(
     } else {
         None
     };
+    let placement = match a.placement.as_deref().or(f.placement.as_deref()) {
+        None => Policy::default(),
+        Some(p) => p
+            .parse()
+            .map_err(|e: sluice_controller::placement::UnknownPolicy| {
+                bad(format!("placement: {e}"))
+            })?,
+    };
     Ok(ControllerSettings {
         listen: a.listen.or(f.listen).unwrap_or_else(|| {
             DEFAULT_LISTEN
@@ -182,6 +200,7 @@ fn resolve(
             .or_else(|| f.admin_token_file.clone()),
         fabric_auth,
         tls,
+        placement,
     })
 }
 
@@ -275,6 +294,31 @@ mod tests {
             .to_string();
         assert!(
             e.contains("/etc/sluice/controller.toml") && e.contains("listn"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn placement_comes_from_the_file_or_the_flag_and_a_bad_one_is_named() {
+        let d = resolve(&args(&[]), &ControllerFile::default(), None).unwrap();
+        assert_eq!(d.placement, Policy::RackAware);
+        let f = file("placement = \"least-loaded\"\n");
+        let s = resolve(&args(&[]), &f, None).unwrap();
+        assert_eq!(s.placement, Policy::LeastLoaded);
+        let s = resolve(&args(&["--placement", "tenant-centric"]), &f, None).unwrap();
+        assert_eq!(s.placement, Policy::TenantCentric, "the flag wins");
+        let e = resolve(
+            &args(&[]),
+            &file("placement = \"random\"\n"),
+            Some(Path::new("c.toml")),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("c.toml")
+                && e.contains("placement")
+                && e.contains("`random`")
+                && e.contains("service-centric"),
             "{e}"
         );
     }

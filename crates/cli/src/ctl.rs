@@ -122,6 +122,12 @@ enum GetWhat {
     Vms,
     /// NF instances and whether they run.
     Instances,
+    /// Where each NF instance runs (host, rack) and why it was put there
+    /// (the placement policy and its reason).
+    Placement {
+        /// Only this tenant's instances.
+        tenant: Option<String>,
+    },
     /// Chains of every tenant.
     Chains,
     /// A host's FIB entries.
@@ -195,6 +201,7 @@ pub fn controller(args: &ControllerArgs) -> Result<(), CliError> {
         admin_token_file: a.admin_token_file.clone(),
         fabric_auth: a.fabric_auth,
         tls: a.tls.clone(),
+        placement: a.placement,
     })
     .map_err(CliError::Serve)?;
     if let Some(p) = h.bootstrapped() {
@@ -304,6 +311,11 @@ pub fn get(a: &GetArgs) -> Result<(), CliError> {
         GetWhat::Hosts => "/v1/hosts".into(),
         GetWhat::Vms => "/v1/vms".into(),
         GetWhat::Instances => "/v1/instances".into(),
+        GetWhat::Placement { tenant: None } => "/v1/placement".into(),
+        GetWhat::Placement { tenant: Some(t) } => format!(
+            "/v1/placement?tenant={}",
+            sluice_controller::resources::percent_encode(t)
+        ),
         GetWhat::Chains => "/v1/chains".into(),
         GetWhat::Fib { host } => format!("/v1/hosts/{host}/fib"),
         GetWhat::Config { host } => format!("/v1/hosts/{host}/config"),
@@ -371,6 +383,7 @@ pub fn get(a: &GetArgs) -> Result<(), CliError> {
                 .col("REPORTED", Align::Right)
                 .wide_col("IN_SYNC", Align::Left)
                 .wide_col("SLOTS", Align::Right)
+                .wide_col("RACK", Align::Left)
                 .col("ERROR", Align::Left);
             for h in v {
                 t.row(vec![
@@ -384,6 +397,7 @@ pub fn get(a: &GetArgs) -> Result<(), CliError> {
                     opt(h.reported_version),
                     yes_no(h.in_sync),
                     used_of(h.slots_used, h.slots_total),
+                    opt(h.rack),
                     h.push_error.unwrap_or_default(),
                 ]);
             }
@@ -449,6 +463,31 @@ pub fn get(a: &GetArgs) -> Result<(), CliError> {
                     i.state,
                     opt(i.alive.map(yes_no)),
                     opt(i.pid),
+                ]);
+            }
+            t.print()?;
+        }
+        GetWhat::Placement { .. } => {
+            let v: Vec<PlacementInfo> = parse(&raw)?;
+            let mut t = Table::new(fmt)
+                .col("NAME", Align::Left)
+                .wide_col("TENANT", Align::Left)
+                .wide_col("MIDDLEBOX", Align::Left)
+                .col("HOST", Align::Right)
+                .wide_col("HOST_NAME", Align::Left)
+                .col("RACK", Align::Left)
+                .col("POLICY", Align::Left)
+                .col("REASON", Align::Left);
+            for p in v {
+                t.row(vec![
+                    p.name,
+                    p.tenant,
+                    p.middlebox,
+                    p.host.to_string(),
+                    p.host_name,
+                    opt(p.rack),
+                    opt(p.policy),
+                    p.reason,
                 ]);
             }
             t.print()?;

@@ -177,6 +177,26 @@ fn output_formats_stdin_specs_closed_pipes_and_degraded_status() {
             .all(|l| l.contains(" h1 ") || l.contains(" h2 ")),
         "{out}"
     );
+    // Where each instance is and why; one tenant's by name.
+    let (code, out, err) = run(&["get", "placement"]);
+    assert_eq!(code, 0, "{err}");
+    let head = out.lines().next().unwrap();
+    assert!(
+        head.contains("RACK") && head.contains("POLICY") && head.contains("REASON"),
+        "{out}"
+    );
+    assert_eq!(
+        out.lines().filter(|l| l.contains("rack-aware")).count(),
+        2,
+        "{out}"
+    );
+    let (code, out, err) = run(&["get", "placement", "t", "-o", "json"]);
+    assert_eq!(code, 0, "{err}");
+    let v: Vec<serde_json::Value> = serde_json::from_str(&out).unwrap();
+    assert_eq!(v.len(), 2, "{out}");
+    let (code, out, _) = run(&["get", "placement", "nobody", "-o", "json"]);
+    assert_eq!(code, 0);
+    assert_eq!(out.trim(), "[]");
     let (code, out, _) = run(&["get", "instances", "-o", "yaml"]);
     assert_eq!(code, 0);
     let v: Vec<serde_json::Value> = yaml_serde::from_str(&out).unwrap();

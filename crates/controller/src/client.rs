@@ -419,6 +419,18 @@ impl Client {
         self.get("/v1/instances")
     }
 
+    /// `GET /v1/placement` (of one tenant with `Some`): where each instance
+    /// runs and why.
+    pub fn placement(&self, tenant: Option<&str>) -> Result<Vec<PlacementInfo>, ClientError> {
+        match tenant {
+            Some(t) => self.get(&format!(
+                "/v1/placement?tenant={}",
+                crate::resources::percent_encode(t)
+            )),
+            None => self.get("/v1/placement"),
+        }
+    }
+
     /// Chains of every tenant.
     pub fn chains(&self) -> Result<Vec<ChainInfo>, ClientError> {
         self.get("/v1/chains")

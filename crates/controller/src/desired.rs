@@ -19,7 +19,7 @@ use sluice_tenant::{Affinity, AntiAffinity, Element, Resources, StateMode, Tenan
 use yaml_serde::{Mapping, Value};
 
 use crate::model::ScalingConfig;
-use crate::placement::{Room, Shortfall};
+use crate::placement::{Ask, Policy, Room, Shortfall};
 
 use crate::compile::{compile, CompileError, Compiled, Placement};
 
@@ -125,6 +125,21 @@ pub struct Desired {
     /// The fabric's secrets when datagrams between hosts are sealed (None:
     /// sealing off): every host's configuration then carries its links' keys.
     pub fabric: Option<crate::fabric::FabricSecret>,
+    /// Why each placed instance is where it is (instances placed before
+    /// reasons were kept have none).
+    pub why: BTreeMap<InstanceKey, Why>,
+    /// The placement policy for new instances (a controller setting, never
+    /// persisted).
+    pub policy: Policy,
+}
+
+/// Why an instance was put on its host.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Why {
+    /// The policy that chose the host.
+    pub policy: Policy,
+    /// The decision's reason, in words.
+    pub reason: String,
 }
 
 /// Share of a pinned group's new flows its catching-up instances get together
@@ -318,6 +333,7 @@ impl Desired {
     /// whether it existed.
     pub fn remove_tenant(&mut self, name: &str) -> bool {
         self.instances.retain(|k, _| k.0 != name);
+        self.why.retain(|k, _| k.0 != name);
         self.draining.retain(|k| k.0 != name);
         self.down.retain(|k| k.0 != name);
         self.scaled.retain(|k, _| k.0 != name);
@@ -430,6 +446,7 @@ impl Desired {
             return false;
         }
         self.instances.remove(key);
+        self.why.remove(key);
         self.down.remove(key);
         true
     }
@@ -484,6 +501,7 @@ impl Desired {
         self.down.retain(|k| instances.contains_key(k));
         let instances = &self.instances;
         self.catching_up.retain(|k| instances.contains_key(k));
+        self.why.retain(|k, _| instances.contains_key(k));
         for (mb, (n, _)) in want {
             let pinned = self.pinned(tenant, &mb);
             let serving = self
@@ -506,21 +524,31 @@ impl Desired {
             }
             let (demand, anti) = self.demand(tenant, &mb);
             let mut rooms = self.rooms(tenant, &mb);
-            let hosts = crate::placement::place(
-                &mut rooms,
-                &demand,
-                anti,
-                missing.len() as u32,
+            let endpoints = self.endpoints(tenant, &mb);
+            let ask = Ask {
                 tenant,
-                &mb,
-            )
-            .map_err(PlaceError::NoRoom)?;
-            for (key, host) in missing.into_iter().zip(hosts) {
+                middlebox: &mb,
+                demand,
+                anti,
+                n: missing.len() as u32,
+                policy: self.policy,
+                endpoints: &endpoints,
+            };
+            let placed = crate::placement::decide(&mut rooms, &ask).map_err(PlaceError::NoRoom)?;
+            for (key, p) in missing.into_iter().zip(placed) {
                 if pinned && serving > 0 {
                     self.catching_up.insert(key.clone());
                 }
-                let port = self.free_port(host)?;
-                self.instances.insert(key, Instance { host, port });
+                let port = self.free_port(p.host)?;
+                self.instances
+                    .insert(key.clone(), Instance { host: p.host, port });
+                self.why.insert(
+                    key,
+                    Why {
+                        policy: p.policy,
+                        reason: p.reason,
+                    },
+                );
             }
         }
         Ok(())
@@ -543,6 +571,55 @@ impl Desired {
         }
     }
 
+    /// The VM endpoints (sources and sinks: the VMs of the services at either
+    /// end of a chain, the gateway's host for an external end) of the chains
+    /// that cross or mirror to `tenant`'s `middlebox`, counted by host, once
+    /// per chain end. Unregistered VMs count nowhere.
+    pub fn endpoints(&self, tenant: &str, middlebox: &str) -> BTreeMap<u32, u32> {
+        let mut out = BTreeMap::new();
+        let Some(t) = self.tenants.get(tenant) else {
+            return out;
+        };
+        let host_of = |vm: &str| self.vms.get(&(tenant.to_string(), vm.to_string()));
+        let gateway = self
+            .vms
+            .iter()
+            .find(|((tn, _), v)| tn == tenant && v.reg.gateway)
+            .map(|(_, v)| v.reg.host);
+        for c in &t.spec.chains {
+            if !c.path.iter().chain(&c.mirror).any(|e| e == middlebox) {
+                continue;
+            }
+            let ends = [c.path.first(), c.path.last()];
+            for end in ends.into_iter().flatten() {
+                match t.spec.elements.get(end) {
+                    Some(Element::Service { vms }) => {
+                        for v in vms {
+                            if let Some(r) = host_of(&v.name) {
+                                *out.entry(r.reg.host).or_insert(0) += 1;
+                            }
+                        }
+                    }
+                    Some(Element::External { .. }) => {
+                        if let Some(h) = gateway {
+                            *out.entry(h).or_insert(0) += 1;
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        }
+        out
+    }
+
+    /// The function (`type`) of a middlebox of an applied spec.
+    fn function(&self, tenant: &str, middlebox: &str) -> Option<&str> {
+        match self.tenants.get(tenant)?.spec.elements.get(middlebox)? {
+            Element::Middlebox { function, .. } => Some(function),
+            _ => None,
+        }
+    }
+
     /// Every registered host as placement sees it, for new instances of
     /// `tenant`'s `middlebox`: its capacity, what its instances (draining ones
     /// included: they still run) take, its free port ids.
@@ -554,7 +631,7 @@ impl Desired {
                 let room = Room {
                     id: h.id,
                     name: h.name.clone(),
-                    capacity: h.capacity.unwrap_or_default(),
+                    capacity: h.capacity.clone().unwrap_or_default(),
                     used: Resources {
                         slots: 0,
                         cores: 0,
@@ -564,10 +641,14 @@ impl Desired {
                     mine: 0,
                     free_ports: u32::from(MAX_PORT)
                         .saturating_sub(self.used_ports(h.id).len() as u32),
+                    rack: h.capacity.as_ref().and_then(|c| c.rack.clone()),
+                    tenant_instances: 0,
+                    same_function: 0,
                 };
                 (h.id, room)
             })
             .collect();
+        let function = self.function(tenant, middlebox);
         for ((tn, mb, _), i) in &self.instances {
             let Some(r) = rooms.get_mut(&i.host) else {
                 continue;
@@ -579,6 +660,12 @@ impl Desired {
             r.instances += 1;
             if tn == tenant && mb == middlebox {
                 r.mine += 1;
+            }
+            if tn == tenant {
+                r.tenant_instances += 1;
+            }
+            if function.is_some() && self.function(tn, mb) == function {
+                r.same_function += 1;
             }
         }
         rooms.into_values().collect()

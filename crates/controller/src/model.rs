@@ -82,6 +82,28 @@ pub struct InstanceInfo {
     pub pid: Option<u32>,
 }
 
+/// Where an NF instance runs and why it was put there (`GET /v1/placement`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PlacementInfo {
+    /// `tenant/middlebox/k`.
+    pub name: String,
+    /// Tenant.
+    pub tenant: String,
+    /// Middlebox (element name).
+    pub middlebox: String,
+    /// Host id.
+    pub host: u32,
+    /// Host name.
+    pub host_name: String,
+    /// The host's rack (`null`: it declared none).
+    pub rack: Option<String>,
+    /// The policy that chose the host (`null`: placed before reasons were
+    /// kept).
+    pub policy: Option<String>,
+    /// Why the host was chosen, in words.
+    pub reason: String,
+}
+
 /// What applying a tenant did.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ApplySummary {
@@ -181,6 +203,9 @@ pub struct HostInfo {
     /// Instance slots it declared (`null`: no limit).
     #[serde(default)]
     pub slots_total: Option<u32>,
+    /// Rack (locality domain) it declared (`null`: none).
+    #[serde(default)]
+    pub rack: Option<String>,
 }
 
 /// The answer to a registration or heartbeat.

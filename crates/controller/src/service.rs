@@ -99,6 +99,8 @@ pub struct ServerOptions {
     /// Serve the API over TLS (`None`: plain HTTP, as tests do; `sluice
     /// controller` and the testbed turn it on).
     pub tls: Option<crate::tls::TlsOptions>,
+    /// How new NF instances choose among the hosts with room.
+    pub placement: crate::placement::Policy,
 }
 
 /// Where the admin token goes unless told: next to the database
@@ -307,6 +309,7 @@ pub fn serve(opts: ServerOptions) -> Result<ServerHandle, ControllerError> {
         ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut fresh)
             .map_err(|_| ControllerError::Random)?;
     }
+    reconciler.desired.policy = opts.placement;
     reconciler
         .set_fabric_auth(opts.fabric_auth, fresh, Instant::now())
         .map_err(|e| ControllerError::FabricAuth(e.to_string()))?;

@@ -157,6 +157,7 @@ fn start(db: &Path) -> (ServerHandle, Client) {
         admin_token_file: token_file.clone(),
         fabric_auth: true,
         tls: None,
+        placement: Default::default(),
     })
     .unwrap();
     let file =

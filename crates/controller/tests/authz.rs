@@ -81,6 +81,7 @@ fn world(dir: &Path) -> World {
         admin_token_file: Some(token_file.clone()),
         fabric_auth: true,
         tls: None,
+        placement: Default::default(),
     })
     .unwrap();
     assert_eq!(server.bootstrapped(), Some(token_file.as_path()));
@@ -505,6 +506,7 @@ fn a_restart_keeps_the_tokens_and_does_not_rewrite_the_admin_token() {
         admin_token_file: Some(token_file.clone()),
         fabric_auth: true,
         tls: None,
+        placement: Default::default(),
     })
     .unwrap();
     assert_eq!(server.bootstrapped(), None);

@@ -179,6 +179,7 @@ fn start(db: &Path) -> (ServerHandle, Client) {
         admin_token_file: token_file.clone(),
         fabric_auth: false,
         tls: None,
+        placement: Default::default(),
     })
     .unwrap();
     let file =

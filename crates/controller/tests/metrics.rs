@@ -80,6 +80,7 @@ fn metrics_describe_the_deployment_to_monitoring_only_and_pass_promtool() {
         admin_token_file: Some(token_file.clone()),
         fabric_auth: false,
         tls: None,
+        placement: Default::default(),
     })
     .unwrap();
     let url = h.url();

@@ -23,6 +23,7 @@ fn start(dir: &Path) -> (ServerHandle, Client, String) {
         fabric_auth: false,
         // Plain HTTP: this test is about placement, TLS has its own tests.
         tls: None,
+        placement: Default::default(),
     })
     .unwrap();
     let admin = std::fs::read_to_string(&token_file)
@@ -167,4 +168,106 @@ fn an_apply_that_cannot_fit_is_refused_naming_what_is_missing_and_places_nothing
         "{}",
         refused.reason
     );
+}
+
+fn register_in(c: &Client, id: u32, rack: &str) {
+    c.register_host(&HostRegistration {
+        host: id,
+        name: format!("h{id}"),
+        underlay: Ipv4Addr::new(10, 255, 0, id as u8),
+        api: "http://127.0.0.1:9".into(),
+        config_version: 0,
+        api_token: None,
+        capacity: Some(HostCapacity {
+            instance_slots: Some(4),
+            rack: Some(rack.into()),
+            ..HostCapacity::default()
+        }),
+    })
+    .unwrap();
+}
+
+fn vm(c: &Client, tenant: &str, name: &str, host: u32, addr: &str) {
+    c.register_vm(&VmRegistration {
+        tenant: tenant.into(),
+        name: name.into(),
+        host,
+        iface: format!("v-{tenant}-{name}"),
+        mac: "02:00:00:00:00:07".into(),
+        addr: addr.parse().unwrap(),
+        gateway: false,
+    })
+    .unwrap();
+}
+
+/// Hosts in two racks: each tenant's middlebox instances land in the rack of
+/// its VMs, and `GET /v1/placement` says where and why; a tenant's token sees
+/// its own instances only.
+#[test]
+fn rack_aware_placement_follows_the_vms_and_says_why() {
+    let dir = tempfile::tempdir().unwrap();
+    let (server, c, admin) = start(dir.path());
+    register_in(&c, 1, "r1");
+    register_in(&c, 2, "r1");
+    register_in(&c, 3, "r2");
+    register_in(&c, 4, "r2");
+    assert_eq!(
+        c.hosts()
+            .unwrap()
+            .iter()
+            .map(|h| h.rack.clone().unwrap())
+            .collect::<Vec<_>>(),
+        ["r1", "r1", "r2", "r2"]
+    );
+    // acme's VMs in rack r2, beta's in rack r1.
+    vm(&c, "acme", "w1", 3, "10.0.0.1");
+    vm(&c, "acme", "d1", 4, "10.0.0.2");
+    vm(&c, "beta", "w1", 1, "10.0.0.1");
+    vm(&c, "beta", "d1", 1, "10.0.0.2");
+    let (status, v) = put(
+        &server.url(),
+        &admin,
+        "/v1/tenants/acme",
+        &spec("instances: 2"),
+    );
+    assert_eq!(status, 201, "{v}");
+    let beta = spec("instances: 1").replace("tenant: acme", "tenant: beta");
+    let (status, v) = put(&server.url(), &admin, "/v1/tenants/beta", &beta);
+    assert_eq!(status, 201, "{v}");
+
+    let all = c.placement(None).unwrap();
+    assert_eq!(all.len(), 3, "{all:?}");
+    let acme: Vec<_> = all.iter().filter(|p| p.tenant == "acme").collect();
+    let mut hosts: Vec<u32> = acme.iter().map(|p| p.host).collect();
+    hosts.sort();
+    assert_eq!(hosts, [3, 4], "in rack r2, one per host: {acme:?}");
+    for p in &acme {
+        assert_eq!(p.rack.as_deref(), Some("r2"));
+        assert_eq!(p.policy.as_deref(), Some("rack-aware"));
+        assert!(
+            p.reason
+                .contains("rack r2 holds 2 of the chains' 2 VM endpoints"),
+            "{}",
+            p.reason
+        );
+    }
+    let b = all.iter().find(|p| p.tenant == "beta").unwrap();
+    assert_eq!(
+        (b.host_name.as_str(), b.rack.as_deref()),
+        ("h1", Some("r1"))
+    );
+
+    // One tenant by query; a tenant's token sees its own only, whatever it asks.
+    let only = c.placement(Some("beta")).unwrap();
+    assert_eq!(only.len(), 1);
+    assert_eq!(only[0].name, "beta/mon/0");
+    let secret = c.create_token("beta-ops", "tenant:beta").unwrap().token;
+    let t = Client::new(&server.url()).with_token(Some(&secret));
+    let seen = t.placement(None).unwrap();
+    assert_eq!(seen.len(), 1);
+    assert_eq!(seen[0].tenant, "beta");
+    assert!(t.placement(Some("acme")).unwrap().is_empty());
+    // A query it does not know is a 400 naming it.
+    let e = c.get_raw("/v1/placement?tenantt=acme").unwrap_err();
+    assert!(e.to_string().contains("tenantt=acme"), "{e}");
 }

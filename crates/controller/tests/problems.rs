@@ -53,6 +53,7 @@ fn start(dir: &Path) -> (ServerHandle, String) {
         admin_token_file: Some(token_file.clone()),
         fabric_auth: false,
         tls: None,
+        placement: Default::default(),
     })
     .unwrap();
     let admin = std::fs::read_to_string(&token_file)

@@ -113,6 +113,7 @@ fn tenants_get_store_users_that_reach_only_their_own_keys() {
         admin_token_file: Some(dir.path().join("admin.token")),
         fabric_auth: true,
         tls: None,
+        placement: Default::default(),
     })
     .unwrap();
     let token = std::fs::read_to_string(dir.path().join("admin.token")).unwrap();
@@ -217,6 +218,7 @@ fn tenants_get_store_users_that_reach_only_their_own_keys() {
         admin_token_file: Some(dir.path().join("admin.token")),
         fabric_auth: true,
         tls: None,
+        placement: Default::default(),
     })
     .unwrap();
     let c = Client::new(&server.url()).with_token(Some(&token));

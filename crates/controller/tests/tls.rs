@@ -16,6 +16,7 @@ fn start(db: &Path, tls: Option<TlsOptions>) -> (ServerHandle, String) {
         admin_token_file: None,
         fabric_auth: false,
         tls,
+        placement: Default::default(),
     })
     .unwrap();
     let file = sluice_controller::service::default_admin_token_file(db);

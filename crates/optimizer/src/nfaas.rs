@@ -127,6 +127,23 @@ pub fn place(
     })
 }
 
+/// NFaaS's best fit among `servers` (`(id, free capacity)`): the eligible one (enough
+/// CPU and memory for `need`) with the smallest available CPU; the earliest wins ties,
+/// which keeps runs reproducible. `None`: none is eligible. Shared by [`place`] and the
+/// controller's tenant- and service-centric placement.
+pub fn best_fit_among<I>(
+    servers: impl IntoIterator<Item = (I, Resources)>,
+    need: Resources,
+) -> Option<I> {
+    let mut best: Option<(I, f64)> = None;
+    for (id, free) in servers {
+        if fits(free, need) && best.as_ref().is_none_or(|(_, cpu)| free.cpu < *cpu) {
+            best = Some((id, free.cpu));
+        }
+    }
+    best.map(|(id, _)| id)
+}
+
 fn best_fit(
     servers: &mut Vec<Server>,
     cap: Resources,
@@ -136,13 +153,14 @@ fn best_fit(
     if !fits(cap, need) {
         return None;
     }
-    let pick = servers
-        .iter()
-        .enumerate()
-        .filter(|(_, s)| fits(s.free, need) && (service.is_none() || s.service == service))
-        // Smallest available CPU; the earliest server wins ties, which keeps runs reproducible.
-        .min_by(|a, b| a.1.free.cpu.total_cmp(&b.1.free.cpu).then(a.0.cmp(&b.0)))
-        .map(|(i, _)| i);
+    let pick = best_fit_among(
+        servers
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| service.is_none() || s.service == service)
+            .map(|(i, s)| (i, s.free)),
+        need,
+    );
     let i = pick.unwrap_or_else(|| {
         servers.push(Server { free: cap, service });
         servers.len() - 1
@@ -184,6 +202,21 @@ mod tests {
         let p = place(&customers, r(4.0, 100.0), Mode::TenantCentric).unwrap();
         // 3 -> s0 (1 left); 2 -> s1 (2 left); 1 -> s0, the server with least CPU left.
         assert_eq!(p.assignment, vec![vec![0], vec![1], vec![0]]);
+    }
+
+    #[test]
+    fn best_fit_among_takes_the_least_cpu_that_fits_and_the_first_of_equals() {
+        let free = [
+            ("a", r(4.0, 10.0)),
+            ("b", r(1.0, 10.0)),
+            ("c", r(1.0, 10.0)),
+            ("d", r(0.5, 10.0)),
+        ];
+        assert_eq!(best_fit_among(free, r(1.0, 1.0)), Some("b"));
+        assert_eq!(best_fit_among(free, r(1.0, 11.0)), None, "memory counts");
+        // Unlimited servers (infinite capacity) fit worst.
+        let free = [(1, r(f64::INFINITY, f64::INFINITY)), (2, r(2.0, 10.0))];
+        assert_eq!(best_fit_among(free, r(1.0, 1.0)), Some(2));
     }
 
     #[test]

@@ -314,6 +314,69 @@ pub fn min_cut_subset(
     s
 }
 
+/// One rack (locality domain) as Stratos's instance placement (§5.2) sees it when a
+/// middlebox gets one more instance.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RackDemand {
+    /// The middlebox's traffic sources and sinks (its chains' VMs) in the rack.
+    pub endpoints: u32,
+    /// The middlebox's instances already in the rack.
+    pub instances: u32,
+    /// Whether one more instance fits in the rack.
+    pub room: bool,
+    /// How loaded the rack is (e.g. instances per host): the lower wins when demand
+    /// ties.
+    pub load: f64,
+}
+
+/// The rack [`rack_for_instance`] chose, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RackChoice {
+    /// Index of the chosen rack.
+    pub rack: usize,
+    /// Whether it holds endpoints of the middlebox (else no rack with room does,
+    /// and it is the least loaded).
+    pub local: bool,
+    /// Racks it would have preferred but that have no room, best first.
+    pub full: Vec<usize>,
+}
+
+/// Whether rack `a` is preferred to rack `b` for the next instance: the most demand
+/// not yet served, `endpoints / (instances + 1)` (so that instances are shared out
+/// among racks in proportion to their endpoints, as seats by the highest averages),
+/// then the most endpoints, then the least load, then the lowest index. Exact: the
+/// quotients are compared by cross-multiplying integers.
+fn rack_order(racks: &[RackDemand], a: usize, b: usize) -> std::cmp::Ordering {
+    let (x, y) = (&racks[a], &racks[b]);
+    let qa = u64::from(x.endpoints) * (u64::from(y.instances) + 1);
+    let qb = u64::from(y.endpoints) * (u64::from(x.instances) + 1);
+    qb.cmp(&qa)
+        .then(y.endpoints.cmp(&x.endpoints))
+        .then(x.load.total_cmp(&y.load))
+        .then(a.cmp(&b))
+}
+
+/// Stratos's rack for one more instance of a middlebox (§5.2, initial placement and
+/// scale-out alike): next to its input/output VMs, in the rack with the most of its
+/// endpoints not yet served by an instance there, among racks with room; else (no
+/// rack with room holds an endpoint) the least-loaded rack with room. `None`: no rack
+/// has room. Pure and deterministic.
+pub fn rack_for_instance(racks: &[RackDemand]) -> Option<RackChoice> {
+    let mut order: Vec<usize> = (0..racks.len()).collect();
+    order.sort_by(|&a, &b| rack_order(racks, a, b));
+    let pos = order.iter().position(|&r| racks[r].room)?;
+    let rack = order[pos];
+    Some(RackChoice {
+        rack,
+        local: racks[rack].endpoints > 0,
+        full: order[..pos]
+            .iter()
+            .copied()
+            .filter(|&r| racks[r].endpoints > 0)
+            .collect(),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -362,6 +425,54 @@ mod tests {
         };
         let s = min_cut_subset(&[0, 1, 2, 3], 2, &w);
         assert!(s == vec![0, 1] || s == vec![2, 3], "{s:?}");
+    }
+
+    fn rd(endpoints: u32, instances: u32, room: bool, load: f64) -> RackDemand {
+        RackDemand {
+            endpoints,
+            instances,
+            room,
+            load,
+        }
+    }
+
+    #[test]
+    fn instances_go_where_the_endpoints_are_in_proportion() {
+        // 3 endpoints in rack 0, 1 in rack 1, none in the emptier rack 2.
+        let mut racks = vec![
+            rd(3, 0, true, 2.0),
+            rd(1, 0, true, 1.0),
+            rd(0, 0, true, 0.0),
+        ];
+        let mut got = Vec::new();
+        for _ in 0..4 {
+            let c = rack_for_instance(&racks).unwrap();
+            assert!(c.local && c.full.is_empty(), "{c:?}");
+            racks[c.rack].instances += 1;
+            got.push(c.rack);
+        }
+        // Quotients 3, 1 -> 1.5, 1 -> 1, 1 (tie: more endpoints) -> 0.75, 1.
+        assert_eq!(got, vec![0, 0, 0, 1]);
+    }
+
+    #[test]
+    fn a_full_rack_spills_to_the_next_and_no_endpoint_means_least_loaded() {
+        let racks = vec![
+            rd(3, 0, false, 0.0),
+            rd(1, 0, true, 5.0),
+            rd(0, 0, true, 0.0),
+        ];
+        let c = rack_for_instance(&racks).unwrap();
+        assert_eq!((c.rack, c.local, c.full), (1, true, vec![0]));
+        let racks = vec![
+            rd(3, 0, false, 0.0),
+            rd(0, 0, true, 5.0),
+            rd(0, 0, true, 1.0),
+        ];
+        let c = rack_for_instance(&racks).unwrap();
+        assert_eq!((c.rack, c.local, c.full), (2, false, vec![0]));
+        assert_eq!(rack_for_instance(&[rd(3, 0, false, 0.0)]), None);
+        assert_eq!(rack_for_instance(&[]), None);
     }
 
     #[test]

@@ -60,7 +60,7 @@ pub struct HostRegistration {
 /// What a host offers NF instances, declared at registration; the controller
 /// places no instance that would exceed it. Each limit is optional (absent: not
 /// limited).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct HostCapacity {
     /// How many instance slots the host has (an instance takes its
     /// middlebox's `resources.slots`, 1 unless the spec says otherwise).
@@ -72,6 +72,11 @@ pub struct HostCapacity {
     /// Memory available to NF instances, MiB.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory_mib: Option<u64>,
+    /// The rack (or any locality / failure domain) the host is in: rack-aware
+    /// placement puts a middlebox's instances in the racks of its chains' VMs.
+    /// Absent: no known locality (agents from before the field).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rack: Option<String>,
 }
 
 /// A tenant VM attached to a host's switch (a service VM, or the gateway where
@@ -1047,5 +1052,15 @@ mod tests {
         assert_ne!(old, j, "the capacity was on the wire");
         let as_old: HostRegistration = serde_json::from_str(&old).unwrap();
         assert_eq!(as_old.capacity, None);
+        // A capacity without `rack` (agents from before it): no locality.
+        let c: HostCapacity = serde_json::from_str(r#"{"instance_slots":64}"#).unwrap();
+        assert_eq!(c.rack, None);
+        let racked = HostCapacity {
+            rack: Some("r1".into()),
+            ..c
+        };
+        let j = serde_json::to_string(&racked).unwrap();
+        assert_eq!(j, r#"{"instance_slots":64,"rack":"r1"}"#);
+        assert_eq!(serde_json::from_str::<HostCapacity>(&j).unwrap(), racked);
     }
 }

@@ -11,7 +11,9 @@ use std::collections::HashMap;
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
-use sluice_optimizer::stratos::{self as flowdist, min_cut_subset, Chain, Distribution};
+use sluice_optimizer::stratos::{
+    self as flowdist, min_cut_subset, rack_for_instance, Chain, Distribution, RackDemand,
+};
 
 use crate::datacenter::{Datacenter, RackId, TreeSpec};
 use crate::maxmin::{max_min_rates, Flow};
@@ -582,19 +584,25 @@ impl World<'_> {
             .map(|i| i.rack)
             .collect();
         let neighbours: Vec<RackId> = inputs.iter().chain(&outputs).copied().collect();
-        // Same rack as its input/output VMs when a slot is free there.
-        let local = neighbours
+        // Same rack as its input/output VMs when a slot is free there: the rule the
+        // controller's rack-aware placement uses too. The instance being placed is
+        // counted against no rack here: its neighbours are the VMs of one stage hop.
+        let mut racks: Vec<RackDemand> = self
+            .free
             .iter()
-            .copied()
-            .filter(|&r| self.free[r] > 0)
-            .max_by_key(|&r| {
-                (
-                    neighbours.iter().filter(|&&n| n == r).count(),
-                    std::cmp::Reverse(r),
-                )
-            });
+            .map(|&f| RackDemand {
+                endpoints: 0,
+                instances: 0,
+                room: f > 0,
+                load: 0.0,
+            })
+            .collect();
+        for &n in &neighbours {
+            racks[n].endpoints += 1;
+        }
+        let local = rack_for_instance(&racks).filter(|c| c.local);
         let rack = match local {
-            Some(r) => r,
+            Some(c) => c.rack,
             None => self.best_connected_rack(&neighbours)?,
         };
         // Reserve what the instance is expected to carry so that decisions made before

@@ -55,6 +55,23 @@ fn instance_slots_come_from_the_file_or_the_flag() {
 }
 
 #[test]
+fn rack_comes_from_the_file_or_the_flag_and_empty_is_none() {
+    assert_eq!(
+        resolve(&args(&[]), &file(REQUIRED), None).unwrap().rack,
+        None
+    );
+    let f = file(&format!("{REQUIRED}rack = \"r1\"\n"));
+    assert_eq!(
+        resolve(&args(&[]), &f, None).unwrap().rack.as_deref(),
+        Some("r1")
+    );
+    let s = resolve(&args(&["--rack", "r2"]), &f, None).unwrap();
+    assert_eq!(s.rack.as_deref(), Some("r2"), "the flag wins");
+    let s = resolve(&args(&["--rack", ""]), &f, None).unwrap();
+    assert_eq!(s.rack, None);
+}
+
+#[test]
 fn flags_alone_are_enough() {
     let s = resolve(
         &args(&[

@@ -32,6 +32,7 @@ pub fn controller(dir: &Path) -> (ServerHandle, String, String) {
         admin_token_file: Some(token_file.clone()),
         fabric_auth: false,
         tls: None,
+        placement: Default::default(),
     })
     .expect("controller");
     let url = h.url();

@@ -6,7 +6,7 @@
 //! |---|---|
 //! | `operator` | everything |
 //! | `read-only` | every read except the token list |
-//! | `tenant:NAME` | its tenant's spec, apply and delete, deleting its VMs, middleboxes, scalers, metrics; listings of tenants, chains, VMs, instances and events, filtered to it |
+//! | `tenant:NAME` | its tenant's spec, apply and delete, deleting its VMs, middleboxes, scalers, metrics; listings of tenants, chains, VMs, instances, placement and events, filtered to it |
 //! | `host:ID` | what the agent of host ID does: heartbeat (register) as exactly that id, read its own FIB and configuration |
 //!
 //! Registering a VM is an operator's: it binds a host interface to a tenant's
@@ -196,7 +196,9 @@ fn scope(a: &Action) -> Scope<'_> {
             HostAction::List => Scope::ReadAll,
             HostAction::Heartbeat(hb) => Scope::Heartbeat(hb.hb.registration.host),
             HostAction::Fib(id) | HostAction::Config(id) => Scope::ReadHost(*id),
-            HostAction::ListVms | HostAction::Instances => Scope::ReadListing,
+            HostAction::ListVms | HostAction::Instances | HostAction::Placement(_) => {
+                Scope::ReadListing
+            }
             HostAction::PutVm(_) => Scope::Operator,
             HostAction::DeleteVm { tenant, .. } => Scope::WriteTenant(tenant),
         },
@@ -236,6 +238,7 @@ pub fn describe(a: &Action) -> String {
             HostAction::Config(id) => format!("read host {id}'s configuration"),
             HostAction::ListVms => "list VMs".into(),
             HostAction::Instances => "list instances".into(),
+            HostAction::Placement(_) => "read the placement".into(),
             HostAction::PutVm(r) => format!("register VM `{}/{}`", r.tenant, r.name),
             HostAction::DeleteVm { tenant, name } => format!("delete VM `{tenant}/{name}`"),
         },
@@ -370,6 +373,7 @@ mod tests {
         ("PUT", "/v1/vms/{tenant}/{name}", [Yes, No, No, No]),
         ("DELETE", "/v1/vms/{tenant}/{name}", [Yes, No, Own, No]),
         ("GET", "/v1/instances", [Yes, Yes, Filtered, No]),
+        ("GET", "/v1/placement", [Yes, Yes, Filtered, No]),
         ("GET", "/v1/chains", [Yes, Yes, Filtered, No]),
         (
             "GET",

@@ -11,7 +11,7 @@ use super::tenants::instance_infos;
 use super::{body, json, Params, Reply};
 use crate::desired::{Desired, Vm};
 use crate::error::ApiError;
-use crate::model::{Deleted, HostFibInfo, HostInfo, InstanceInfo, VmInfo};
+use crate::model::{Deleted, HostFibInfo, HostInfo, InstanceInfo, PlacementInfo, VmInfo};
 use crate::reconcile::{Heartbeat, Reconciler, ALIVE};
 
 /// A host, VM or instance request.
@@ -39,6 +39,8 @@ pub enum HostAction {
     /// `GET /v1/instances`: the placement, completed by the HTTP edge with what
     /// the agents report (see [`instance_listing`]).
     Instances,
+    /// `GET /v1/placement[?tenant=NAME]`: where each instance runs and why.
+    Placement(Option<String>),
 }
 
 /// Parses a request on the hosts', VMs' and instances' paths.
@@ -155,7 +157,52 @@ pub fn execute(r: &mut Reconciler, a: HostAction, now: Instant) -> Result<Reply,
             )
         }
         HostAction::Instances => json(200, &instance_listing(r).0),
+        HostAction::Placement(tenant) => {
+            json(200, &placement_infos(r.desired(), tenant.as_deref()))
+        }
     }
+}
+
+/// `GET /v1/placement`'s query: `tenant=NAME` narrows it to one tenant.
+pub fn parse_placement(query: &str) -> Result<HostAction, ApiError> {
+    let mut tenant = None;
+    for kv in query.split('&').filter(|kv| !kv.is_empty()) {
+        match kv.split_once('=') {
+            Some(("tenant", v)) => tenant = Some(super::percent_decode(v)),
+            _ => {
+                return Err(ApiError::bad(format!(
+                    "unknown query parameter `{kv}`: use tenant=NAME"
+                )))
+            }
+        }
+    }
+    Ok(HostAction::Placement(tenant))
+}
+
+/// Every placed instance (of `tenant` only, if given): its host, rack, and
+/// the placement decision's policy and reason.
+pub fn placement_infos(d: &Desired, tenant: Option<&str>) -> Vec<PlacementInfo> {
+    d.instances
+        .iter()
+        .filter(|(k, _)| tenant.is_none_or(|t| t == k.0))
+        .map(|(key @ (t, mb, k), i)| {
+            let host = d.hosts.get(&i.host);
+            let why = d.why.get(key);
+            PlacementInfo {
+                name: crate::desired::instance_name(t, mb, *k),
+                tenant: t.clone(),
+                middlebox: mb.clone(),
+                host: i.host,
+                host_name: host.map(|h| h.name.clone()).unwrap_or_default(),
+                rack: host.and_then(|h| h.capacity.as_ref()?.rack.clone()),
+                policy: why.map(|w| w.policy.as_str().to_string()),
+                reason: why.map_or_else(
+                    || "placed before the controller kept placement reasons".to_string(),
+                    |w| w.reason.clone(),
+                ),
+            }
+        })
+        .collect()
 }
 
 /// A registered host's configuration (empty if none was derived yet).
@@ -197,7 +244,8 @@ pub(crate) fn host_infos(r: &Reconciler, now: Instant) -> Vec<HostInfo> {
                 in_sync: reported == Some(desired),
                 push_error: live.and_then(|l| l.push_error.clone()),
                 slots_used: used.get(&h.id).copied().unwrap_or(0),
-                slots_total: h.capacity.and_then(|c| c.instance_slots),
+                slots_total: h.capacity.as_ref().and_then(|c| c.instance_slots),
+                rack: h.capacity.as_ref().and_then(|c| c.rack.clone()),
             }
         })
         .collect()

@@ -37,6 +37,7 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("PUT", "/v1/vms/{tenant}/{name}"),
     ("DELETE", "/v1/vms/{tenant}/{name}"),
     ("GET", "/v1/instances"),
+    ("GET", "/v1/placement"),
     ("GET", "/v1/chains"),
     ("GET", "/v1/tenants/{name}/middleboxes/{middlebox}"),
     ("PUT", "/v1/tenants/{name}/middleboxes/{middlebox}"),
@@ -155,6 +156,7 @@ pub fn parse_as(req: &Request<'_>, who: Option<&auth::Principal>) -> Result<Acti
         ("GET", "/v1/audit") => audit::parse(query).map(Action::Audit),
         ("GET", "/v1/alerts") => eve::parse("alert", query).map(Action::Eve),
         ("GET", "/v1/flows") => eve::parse("flow", query).map(Action::Eve),
+        ("GET", "/v1/placement") => hosts::parse_placement(query).map(Action::Host),
         (_, t) if t.starts_with("/v1/tokens") => {
             tokens::parse(req.method, tpl, &p, req.body).map(Action::Token)
         }

@@ -29,6 +29,7 @@ const LISTS: &[(&str, KeyFn)] = &[
     ("/v1/hosts", |v| fields(v, &["id"])),
     ("/v1/vms", |v| fields(v, &["tenant", "name"])),
     ("/v1/instances", instance_key),
+    ("/v1/placement", instance_key),
     ("/v1/chains", |v| fields(v, &["tenant", "id"])),
     ("/v1/events", |v| fields(v, &["id"])),
     ("/v1/tokens", |v| fields(v, &["name"])),

@@ -14,7 +14,7 @@ use sluice_tenant::TenantSpec;
 
 use super::{Store, StoreError};
 use crate::audit::{AuditEntry, AuditQuery};
-use crate::desired::{Desired, Host, Instance, Scaled, Tenant, Vm};
+use crate::desired::{Desired, Host, Instance, Scaled, Tenant, Vm, Why};
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
@@ -40,6 +40,9 @@ CREATE TABLE IF NOT EXISTS draining (
 CREATE TABLE IF NOT EXISTS scaling (
     tenant TEXT NOT NULL, chain TEXT NOT NULL, config TEXT NOT NULL,
     PRIMARY KEY (tenant, chain));
+CREATE TABLE IF NOT EXISTS placement_why (
+    tenant TEXT NOT NULL, middlebox TEXT NOT NULL, idx INTEGER NOT NULL,
+    policy TEXT NOT NULL, reason TEXT NOT NULL, PRIMARY KEY (tenant, middlebox, idx));
 CREATE TABLE IF NOT EXISTS host_capacity (
     host INTEGER PRIMARY KEY, capacity TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS host_configs (
@@ -229,6 +232,28 @@ impl SqliteStore {
                 },
             );
         }
+        // A table of its own, so databases from before reasons need no
+        // migration (their instances have none).
+        let mut st = self
+            .conn
+            .prepare("SELECT tenant, middlebox, idx, policy, reason FROM placement_why")?;
+        let rows = st.query_map([], |r| {
+            Ok((
+                r.get::<_, String>(0)?,
+                r.get::<_, String>(1)?,
+                r.get::<_, i64>(2)?,
+                r.get::<_, String>(3)?,
+                r.get::<_, String>(4)?,
+            ))
+        })?;
+        for row in rows {
+            let (tenant, mb, idx, policy, reason) = row?;
+            let policy = policy
+                .parse()
+                .map_err(|e| corrupt(format!("placement of {tenant}/{mb}/{idx}: {e}")))?;
+            d.why
+                .insert((tenant, mb, idx as u32), Why { policy, reason });
+        }
         let mut st = self
             .conn
             .prepare("SELECT tenant, middlebox, count, spec_count FROM scaled")?;
@@ -356,6 +381,7 @@ fn write_all(
 ) -> Result<(), StoreError> {
     tx.execute_batch(
         "DELETE FROM tenants; DELETE FROM hosts; DELETE FROM host_capacity; DELETE FROM vms; DELETE FROM instances;
+         DELETE FROM placement_why;
          DELETE FROM scaled; DELETE FROM draining; DELETE FROM scaling;
          DELETE FROM fabric_secrets;",
     )?;
@@ -413,6 +439,12 @@ fn write_all(
         tx.execute(
             "INSERT INTO instances (tenant, middlebox, idx, host, port) VALUES (?1, ?2, ?3, ?4, ?5)",
             params![t, mb, *k as i64, i.host as i64, i.port as i64],
+        )?;
+    }
+    for ((t, mb, k), w) in &d.why {
+        tx.execute(
+            "INSERT INTO placement_why (tenant, middlebox, idx, policy, reason) VALUES (?1, ?2, ?3, ?4, ?5)",
+            params![t, mb, *k as i64, w.policy.as_str(), w.reason],
         )?;
     }
     for ((t, mb), sc) in &d.scaled {
@@ -590,6 +622,7 @@ mod tests {
                     api: "http://127.0.0.1:1".into(),
                     capacity: (h == 2).then(|| sluice_proto::HostCapacity {
                         instance_slots: Some(8),
+                        rack: Some("r2".into()),
                         ..sluice_proto::HostCapacity::default()
                     }),
                 },
@@ -626,6 +659,12 @@ mod tests {
         }
         let db = SqliteStore::open(&path).unwrap();
         let (d2, c2) = db.load(Some(&reg)).unwrap();
+        assert!(!d.why.is_empty(), "placement reasons are kept");
+        assert_eq!(d2.why, d.why);
+        assert_eq!(
+            d2.hosts[&2].capacity.as_ref().unwrap().rack.as_deref(),
+            Some("r2")
+        );
         assert_eq!(d2, d);
         assert_eq!(c2, cfgs);
     }
