@@ -22,9 +22,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 use sluice_controller::client::Client;
 use sluice_controller::{serve, ServerOptions};
-use sluice_proto::{
-    AgentConfig, HostHeartbeat, HostRegistration, InstanceHealth, VmRegistration,
-};
+use sluice_proto::{AgentConfig, HostHeartbeat, HostRegistration, InstanceHealth, VmRegistration};
 
 /// Largest configuration a simulated agent accepts (the real agent's limit).
 const MAX_BODY: u64 = 64 << 20;
@@ -293,13 +291,21 @@ fn handle(sims: &Sims, mut req: tiny_http::Request) {
         let _ = req.respond(tiny_http::Response::from_string(body).with_status_code(code));
     };
     let Some((id, rest)) = parsed else {
-        return reply(req, 404, format!("{{\"error\":\"no such resource: {url}\"}}"));
+        return reply(
+            req,
+            404,
+            format!("{{\"error\":\"no such resource: {url}\"}}"),
+        );
     };
     let Some(host) = sims.host(id) else {
         return reply(req, 404, format!("{{\"error\":\"no host {id}\"}}"));
     };
     if rest != "v1/config" || *req.method() != tiny_http::Method::Put {
-        return reply(req, 404, format!("{{\"error\":\"no such resource: /{rest}\"}}"));
+        return reply(
+            req,
+            404,
+            format!("{{\"error\":\"no such resource: /{rest}\"}}"),
+        );
     }
     let want = format!("Bearer {}", sims.tokens[id as usize - 1]);
     let authorized = req
@@ -307,7 +313,11 @@ fn handle(sims: &Sims, mut req: tiny_http::Request) {
         .iter()
         .any(|h| h.field.equiv("Authorization") && h.value.as_str() == want);
     if !authorized {
-        return reply(req, 401, "{\"error\":\"/v1/config needs this agent's token\"}".into());
+        return reply(
+            req,
+            401,
+            "{\"error\":\"/v1/config needs this agent's token\"}".into(),
+        );
     }
     let mut body = Vec::new();
     if let Err(e) = req.as_reader().take(MAX_BODY).read_to_end(&mut body) {
@@ -341,7 +351,14 @@ fn handle(sims: &Sims, mut req: tiny_http::Request) {
 
 /// Heartbeats hosts `first, first + step, ...` (those registered) every
 /// `every`, until told to stop.
-fn heartbeats(sims: &Sims, client: &Client, base: &str, first: usize, step: usize, every: Duration) {
+fn heartbeats(
+    sims: &Sims,
+    client: &Client,
+    base: &str,
+    first: usize,
+    step: usize,
+    every: Duration,
+) {
     while !sims.stop.load(Ordering::Acquire) {
         let started = Instant::now();
         let n = sims.registered.load(Ordering::Acquire);
@@ -400,9 +417,8 @@ pub fn run(opts: &Options, progress: &mut dyn FnMut(&str)) -> Result<Outcome, St
         .to_string();
     let client = Client::new(&server.url()).with_token(Some(&admin));
 
-    let api = Arc::new(
-        tiny_http::Server::http("127.0.0.1:0").map_err(|e| format!("agents' API: {e}"))?,
-    );
+    let api =
+        Arc::new(tiny_http::Server::http("127.0.0.1:0").map_err(|e| format!("agents' API: {e}"))?);
     let base = match api.server_addr().to_ip() {
         Some(a) => format!("http://{a}"),
         None => return Err("agents' API: not an IP listener".into()),
@@ -614,11 +630,17 @@ pub fn table(r: &Report) -> String {
             l.p50_ms, l.p99_ms, l.last_quarter_p50_ms, l.n
         )
     };
-    row("host registration", format!("{:.0} hosts/s", r.registration_per_s));
+    row(
+        "host registration",
+        format!("{:.0} hosts/s", r.registration_per_s),
+    );
     row("  each", lat(&r.registration));
     row(
         "  pushes, bytes received per registration",
-        format!("{:.1}, {:.0}", r.pushes_per_registration, r.bytes_per_registration),
+        format!(
+            "{:.1}, {:.0}",
+            r.pushes_per_registration, r.bytes_per_registration
+        ),
     );
     row("VM registration", lat(&r.vm_registration));
     row("tenant apply", lat(&r.apply));
@@ -632,7 +654,10 @@ pub fn table(r: &Report) -> String {
     );
     row(
         "largest configuration",
-        format!("{} bytes, {} peers", r.largest_config_bytes, r.largest_config_peers),
+        format!(
+            "{} bytes, {} peers",
+            r.largest_config_bytes, r.largest_config_peers
+        ),
     );
     row(
         "every agent in sync after the last apply",
@@ -643,7 +668,10 @@ pub fn table(r: &Report) -> String {
     );
     row(
         "heartbeats",
-        format!("{:.0}/s ({} failed)", r.heartbeats_per_s, r.heartbeat_errors),
+        format!(
+            "{:.0}/s ({} failed)",
+            r.heartbeats_per_s, r.heartbeat_errors
+        ),
     );
     row(
         "pushes refused by agents",

@@ -47,7 +47,11 @@ fn every_simulated_agent_runs_its_latest_configuration_with_its_tenants_chains()
             .flat_map(|c| &c.instances)
             .find(|i| &i.tenant == tenant && i.middlebox == "fw")
             .unwrap_or_else(|| panic!("no firewall instance of {tenant}"));
-        assert!(fw.chain_yaml.contains(&format!("{tenant}.fw")), "{}", fw.chain_yaml);
+        assert!(
+            fw.chain_yaml.contains(&format!("{tenant}.fw")),
+            "{}",
+            fw.chain_yaml
+        );
     }
     assert!(r.apply.n == 4 && r.registration.n == 5);
     assert!(r.pushes_per_tenant > 0.0 && r.bytes_per_tenant > 0.0);
