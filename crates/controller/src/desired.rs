@@ -80,6 +80,8 @@ pub struct Instance {
 
 /// `(tenant, middlebox, index)` of an NF instance.
 pub type InstanceKey = (String, String, u32);
+/// A VM: `(tenant, name)`.
+type VmKey = (String, String);
 
 /// A middlebox's instance count as set by the scale API (or the scaler), and the
 /// spec's count when it was set: re-applying a spec with another count for the
@@ -704,7 +706,7 @@ impl Desired {
         let compiled = self.compile_all()?;
         let hosts_of = self.tenant_hosts();
         // What each host holds, gathered once (not once per host).
-        let mut vms_on: BTreeMap<u32, Vec<(&(String, String), &Vm)>> = BTreeMap::new();
+        let mut vms_on: BTreeMap<u32, Vec<(&VmKey, &Vm)>> = BTreeMap::new();
         for (k, vm) in &self.vms {
             if self.tenants.contains_key(&k.0) {
                 vms_on.entry(vm.reg.host).or_default().push((k, vm));
