@@ -12,6 +12,7 @@
 
 pub mod control;
 pub mod dataplane;
+pub mod fleet;
 pub mod instance;
 pub mod nf;
 pub mod replication;

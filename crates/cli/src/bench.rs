@@ -1,4 +1,4 @@
-//! `sluice bench nf | control | dataplane | state | instance`: the benchmarks, each
+//! `sluice bench nf | control | dataplane | state | instance | fleet`: the benchmarks, each
 //! printing ratios against a baseline measured in the same run.
 
 use std::path::PathBuf;
@@ -133,6 +133,26 @@ pub enum BenchCmd {
         /// fastest run of each is kept.
         #[arg(long, default_value_t = 3)]
         reps: usize,
+    },
+    /// The real controller (in process) against simulated agents: host
+    /// registration rate, tenant apply latency, pushes and bytes per tenant,
+    /// time until every agent is in sync, memory (issue 25).
+    Fleet {
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+        /// Simulated hosts.
+        #[arg(long, default_value_t = 100)]
+        hosts: u32,
+        /// Tenants applied (each: 2-5 VMs on as many hosts and a firewall).
+        #[arg(long, default_value_t = 200)]
+        tenants: u32,
+        /// Each agent's heartbeat interval, milliseconds (the real agent's: 50).
+        #[arg(long, default_value_t = sluice_bench::fleet::DEFAULT_HEARTBEAT_MS)]
+        heartbeat_ms: u64,
+        /// Seal the fabric: every configuration carries keys for its peers.
+        #[arg(long)]
+        fabric_auth: bool,
     },
 }
 
@@ -291,7 +311,38 @@ pub fn run(which: BenchCmd) -> Result<(), CliError> {
             }
             Ok(())
         }
+        BenchCmd::Fleet {
+            json,
+            hosts,
+            tenants,
+            heartbeat_ms,
+            fabric_auth,
+        } => fleet(
+            json,
+            &sluice_bench::fleet::Options {
+                hosts,
+                tenants,
+                heartbeat: std::time::Duration::from_millis(heartbeat_ms.max(1)),
+                fabric_auth,
+                ..sluice_bench::fleet::Options::default()
+            },
+        ),
     }
+}
+
+/// Runs `sluice bench fleet` and prints its report.
+fn fleet(json: bool, opts: &sluice_bench::fleet::Options) -> Result<(), CliError> {
+    let out = sluice_bench::fleet::run(opts, &mut |what| eprintln!("bench: {what}"))
+        .map_err(CliError::Bench)?;
+    if json {
+        outln!(
+            "{}",
+            serde_json::to_string(&out.report).expect("report serialises")
+        )?;
+    } else {
+        crate::output::text(&sluice_bench::fleet::table(&out.report))?;
+    }
+    Ok(())
 }
 
 /// Prints benchmark results: one JSON object per line with `json`, else the

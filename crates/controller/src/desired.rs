@@ -80,6 +80,8 @@ pub struct Instance {
 
 /// `(tenant, middlebox, index)` of an NF instance.
 pub type InstanceKey = (String, String, u32);
+/// A VM: `(tenant, name)`.
+type VmKey = (String, String);
 
 /// A middlebox's instance count as set by the scale API (or the scaler), and the
 /// spec's count when it was set: re-applying a spec with another count for the
@@ -782,62 +784,83 @@ impl Desired {
     }
 
     /// Every registered host's configuration (version 0: see [`versioned`]).
-    /// Only applied tenants' VMs, instances and entries appear.
+    /// Only applied tenants' VMs, instances and entries appear. A host's peers
+    /// are itself and the hosts that share a tenant with it (a VM or an NF
+    /// instance of the same tenant): the only hosts its FIBs send to or accept
+    /// from, so registering a host or placing a tenant changes the
+    /// configuration of the hosts involved only.
     pub fn configs(&self, state_url: &str) -> Result<BTreeMap<u32, AgentConfig>, PlaceError> {
         let compiled = self.compile_all()?;
-        let peers: Vec<Peer> = self
-            .hosts
-            .values()
-            .map(|h| Peer {
-                host: h.id,
-                underlay: h.underlay,
-            })
-            .collect();
         let hosts_of = self.tenant_hosts();
+        // What each host holds, gathered once (not once per host).
+        let mut vms_on: BTreeMap<u32, Vec<(&VmKey, &Vm)>> = BTreeMap::new();
+        for (k, vm) in &self.vms {
+            if self.tenants.contains_key(&k.0) {
+                vms_on.entry(vm.reg.host).or_default().push((k, vm));
+            }
+        }
+        let mut instances_on: BTreeMap<u32, Vec<(&InstanceKey, &Instance)>> = BTreeMap::new();
+        for (k, i) in &self.instances {
+            if self.tenants.contains_key(&k.0) {
+                instances_on.entry(i.host).or_default().push((k, i));
+            }
+        }
+        let mut fibs_on: BTreeMap<HostId, Vec<(&String, &Compiled)>> = BTreeMap::new();
+        for (tn, c) in &compiled {
+            for h in c.hosts.keys() {
+                fibs_on.entry(*h).or_default().push((tn, c));
+            }
+        }
+        let mut peers_of: BTreeMap<u32, BTreeSet<u32>> = BTreeMap::new();
+        for hs in hosts_of.values() {
+            for &h in hs {
+                peers_of.entry(h).or_default().extend(hs.iter().copied());
+            }
+        }
         let mut out = BTreeMap::new();
         for &h in self.hosts.keys() {
+            let mut peer_ids = peers_of.remove(&h).unwrap_or_default();
+            peer_ids.insert(h);
+            let peers: Vec<Peer> = peer_ids
+                .iter()
+                .filter_map(|p| self.hosts.get(p))
+                .map(|p| Peer {
+                    host: p.id,
+                    underlay: p.underlay,
+                })
+                .collect();
             let mut cfg = AgentConfig {
                 version: 0,
                 host: h,
-                peers: peers.clone(),
                 ..AgentConfig::default()
             };
-            for ((tn, name), vm) in &self.vms {
-                let Some(t) = self.tenants.get(tn) else {
-                    continue;
-                };
-                if vm.reg.host == h {
-                    // The weight of the service the VM belongs to (1 for a
-                    // gateway or a VM the spec no longer lists).
-                    let weight = t
-                        .spec
-                        .elements
-                        .values()
-                        .filter_map(|e| match e {
-                            Element::Service { vms } => vms.iter().find(|v| v.name == *name),
-                            _ => None,
-                        })
-                        .next()
-                        .map_or(1, |v| v.weight);
-                    cfg.ports.push(PortConfig {
-                        id: vm.port,
-                        vni: t.vni,
-                        kind: PortKind::Vm {
-                            name: name.clone(),
-                            iface: vm.reg.iface.clone(),
-                            mac: vm.reg.mac.clone(),
-                            weight,
-                        },
-                    });
-                }
+            for ((tn, name), vm) in vms_on.get(&h).into_iter().flatten() {
+                let t = &self.tenants[tn];
+                // The weight of the service the VM belongs to (1 for a
+                // gateway or a VM the spec no longer lists).
+                let weight = t
+                    .spec
+                    .elements
+                    .values()
+                    .filter_map(|e| match e {
+                        Element::Service { vms } => vms.iter().find(|v| v.name == *name),
+                        _ => None,
+                    })
+                    .next()
+                    .map_or(1, |v| v.weight);
+                cfg.ports.push(PortConfig {
+                    id: vm.port,
+                    vni: t.vni,
+                    kind: PortKind::Vm {
+                        name: name.clone(),
+                        iface: vm.reg.iface.clone(),
+                        mac: vm.reg.mac.clone(),
+                        weight,
+                    },
+                });
             }
-            for ((tn, mb, k), i) in &self.instances {
-                let Some(t) = self.tenants.get(tn) else {
-                    continue;
-                };
-                if i.host != h {
-                    continue;
-                }
+            for ((tn, mb, k), i) in instances_on.get(&h).into_iter().flatten() {
+                let t = &self.tenants[tn];
                 let name = instance_name(tn, mb, *k);
                 cfg.ports.push(PortConfig {
                     id: i.port,
@@ -881,26 +904,28 @@ impl Desired {
                 .fabric
                 .as_ref()
                 .map(|f| f.keys_for(h, peers.iter().map(|p| p.host)));
-            for (tn, c) in &compiled {
-                if let Some(hf) = c.hosts.get(&HostId(h)) {
-                    cfg.group_policies
-                        .extend(self.group_policies(tn, c, hf, HostId(h)));
-                    cfg.tenants.push(TenantFib {
-                        tenant: tn.clone(),
-                        vni: self.tenants[tn].vni,
-                        entries: hf.entries.clone(),
-                        groups: hf.groups.iter().map(|(g, v)| (g.0, v.clone())).collect(),
-                        senders: Some(
-                            hosts_of
-                                .get(tn.as_str())
-                                .into_iter()
-                                .flatten()
-                                .copied()
-                                .filter(|&o| o != h)
-                                .collect(),
-                        ),
-                    });
-                }
+            cfg.peers = peers;
+            for (tn, c) in fibs_on.get(&HostId(h)).into_iter().flatten() {
+                let Some(hf) = c.hosts.get(&HostId(h)) else {
+                    continue;
+                };
+                cfg.group_policies
+                    .extend(self.group_policies(tn, c, hf, HostId(h)));
+                cfg.tenants.push(TenantFib {
+                    tenant: (*tn).clone(),
+                    vni: self.tenants[*tn].vni,
+                    entries: hf.entries.clone(),
+                    groups: hf.groups.iter().map(|(g, v)| (g.0, v.clone())).collect(),
+                    senders: Some(
+                        hosts_of
+                            .get(tn.as_str())
+                            .into_iter()
+                            .flatten()
+                            .copied()
+                            .filter(|&o| o != h)
+                            .collect(),
+                    ),
+                });
             }
             out.insert(h, cfg);
         }
@@ -909,12 +934,17 @@ impl Desired {
 }
 
 impl Desired {
-    /// Per tenant, the hosts where it has a VM or an NF instance (draining and
-    /// failed ones included: they still send): the only hosts whose agents may
-    /// send its VNI through the fabric.
+    /// Per applied tenant, the hosts where it has a VM or an NF instance
+    /// (draining and failed ones included: they still send): the only hosts
+    /// whose agents may send its VNI through the fabric.
     fn tenant_hosts(&self) -> BTreeMap<&str, BTreeSet<u32>> {
         let mut out: BTreeMap<&str, BTreeSet<u32>> = BTreeMap::new();
-        for ((tn, _), vm) in &self.vms {
+        // VMs registered ahead of their tenant's spec change nothing yet.
+        for ((tn, _), vm) in self
+            .vms
+            .iter()
+            .filter(|(k, _)| self.tenants.contains_key(&k.0))
+        {
             out.entry(tn.as_str()).or_default().insert(vm.reg.host);
         }
         for ((tn, _, _), i) in &self.instances {

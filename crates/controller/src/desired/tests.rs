@@ -757,3 +757,51 @@ fn a_middleboxs_resources_count_against_its_hosts() {
         "{e}"
     );
 }
+
+#[test]
+fn a_host_peers_only_with_the_hosts_it_shares_a_tenant_with() {
+    let (text, spec) = figure4();
+    let mut d = hosts(5);
+    figure4_vms(&mut d);
+    let peers = |d: &Desired, h: u32| -> Vec<u32> {
+        d.configs("local").unwrap()[&h]
+            .peers
+            .iter()
+            .map(|p| p.host)
+            .collect()
+    };
+    // VMs of a tenant not applied yet make nobody a peer.
+    assert_eq!(peers(&d, 1), vec![1]);
+    d.apply_tenant(&text, spec).unwrap();
+    let used: BTreeSet<u32> = d
+        .vms
+        .values()
+        .map(|v| v.reg.host)
+        .chain(d.instances.values().map(|i| i.host))
+        .collect();
+    let cfgs = d.configs("local").unwrap();
+    for (h, c) in &cfgs {
+        let got: BTreeSet<u32> = c.peers.iter().map(|p| p.host).collect();
+        if used.contains(h) {
+            assert_eq!(got, used, "host {h}");
+        } else {
+            assert_eq!(got, BTreeSet::from([*h]), "host {h} has no tenant");
+        }
+    }
+    // A new host with no tenant changes no other host's configuration.
+    let mut before = cfgs;
+    versioned(&BTreeMap::new(), &mut before);
+    let mut more = d.clone();
+    more.hosts.insert(
+        6,
+        Host {
+            id: 6,
+            name: "h6".into(),
+            underlay: Ipv4Addr::new(10, 255, 0, 6),
+            api: "http://127.0.0.1:7106".into(),
+            capacity: None,
+        },
+    );
+    let mut after = more.configs("local").unwrap();
+    assert_eq!(versioned(&before, &mut after), vec![6]);
+}

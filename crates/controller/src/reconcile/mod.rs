@@ -264,7 +264,19 @@ impl Reconciler {
         next: Desired,
         now: Instant,
     ) -> Result<BTreeMap<u32, u64>, ApiError> {
-        let mut cfgs = next.configs(&self.state_url)?;
+        let cfgs = next.configs(&self.state_url)?;
+        self.commit_derived(next, cfgs, now)
+    }
+
+    /// [`Reconciler::commit`] with `next`'s configurations already derived
+    /// (`next.configs(..)`, versions not yet given), so a caller that needed
+    /// them first (an apply's plan) does not derive them twice.
+    pub(crate) fn commit_derived(
+        &mut self,
+        next: Desired,
+        mut cfgs: BTreeMap<u32, AgentConfig>,
+        now: Instant,
+    ) -> Result<BTreeMap<u32, u64>, ApiError> {
         let was_holding = self.gate.holding();
         let now_ms = self.unix_ms(now);
         let held = match self.gate.decide(&self.configs, &mut cfgs, now_ms) {

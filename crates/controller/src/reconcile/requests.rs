@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::time::Instant;
 
-use sluice_proto::VmRegistration;
+use sluice_proto::{AgentConfig, VmRegistration};
 use sluice_tenant::TenantSpec;
 
 use super::events::event;
@@ -45,7 +45,7 @@ impl Reconciler {
         let existed = self.desired.tenants.contains_key(&name);
         let mut next = self.desired.clone();
         let changed = next.apply_tenant(yaml, spec)?;
-        let plan = self.plan_of(&name, &next)?;
+        let (plan, cfgs) = self.plan_of(&name, &next)?;
         if let Some(why) = needs_force(&self.desired, &next, &name).filter(|_| !cond.force) {
             // What it would have done goes with the refusal (the problem's
             // `plan` member), as a dry run would answer it.
@@ -66,7 +66,7 @@ impl Reconciler {
             });
         }
         let pushed = if changed {
-            self.commit(next, now)?
+            self.commit_derived(next, cfgs, now)?
         } else {
             BTreeMap::new()
         };
@@ -101,11 +101,11 @@ impl Reconciler {
             )));
         }
         self.check_generation(name, cond)?;
-        let plan = self.plan_of(name, &next)?;
+        let (plan, cfgs) = self.plan_of(name, &next)?;
         let pushed = if cond.dry_run {
             BTreeMap::new()
         } else {
-            let pushed = self.commit(next, now)?;
+            let pushed = self.commit_derived(next, cfgs, now)?;
             log(&format!("tenant {name}: deleted"));
             pushed
         };
@@ -186,20 +186,16 @@ impl Reconciler {
             .map_err(|e| ApiError::internal(format!("audit log: {e}")))
     }
 
-    /// What replacing the desired state with `next` does to `tenant`.
+    /// What replacing the desired state with `next` does to `tenant`, and
+    /// `next`'s configurations (for the commit that may follow).
     fn plan_of(
         &self,
         tenant: &str,
         next: &crate::desired::Desired,
-    ) -> Result<ChangePlan, ApiError> {
+    ) -> Result<(ChangePlan, BTreeMap<u32, AgentConfig>), ApiError> {
         let cfgs = next.configs(&self.state_url)?;
-        Ok(change::plan(
-            tenant,
-            &self.desired,
-            &self.configs,
-            next,
-            &cfgs,
-        ))
+        let plan = change::plan(tenant, &self.desired, &self.configs, next, &cfgs);
+        Ok((plan, cfgs))
     }
 
     /// Registers (or moves) a VM; returns whether it was registered before.

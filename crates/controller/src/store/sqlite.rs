@@ -57,6 +57,11 @@ CREATE TABLE IF NOT EXISTS audit (
 /// The controller's desired state in a SQLite file.
 pub struct SqliteStore {
     conn: Connection,
+    /// The version of each host's configuration this store last wrote: a
+    /// configuration is only ever changed with a new version, so a save writes
+    /// only the hosts whose version moved (a change touching one tenant's
+    /// hosts writes those, not the whole fleet's configurations).
+    written: BTreeMap<u32, u64>,
 }
 
 fn corrupt(what: impl std::fmt::Display) -> StoreError {
@@ -85,7 +90,10 @@ impl SqliteStore {
                 .map_err(open)?;
         }
         conn.execute_batch(SCHEMA).map_err(open)?;
-        Ok(SqliteStore { conn })
+        Ok(SqliteStore {
+            conn,
+            written: BTreeMap::new(),
+        })
     }
 
     /// Loads the desired state and every host's last configuration. Tenant specs
@@ -334,8 +342,17 @@ impl SqliteStore {
         configs: &BTreeMap<u32, AgentConfig>,
     ) -> Result<(), StoreError> {
         let tx = self.conn.transaction()?;
-        write_all(&tx, d, configs)?;
+        let fresh: BTreeMap<u32, &AgentConfig> = configs
+            .iter()
+            .filter(|(h, c)| self.written.get(h) != Some(&c.version))
+            .map(|(h, c)| (*h, c))
+            .collect();
+        write_all(&tx, d, &fresh)?;
         tx.commit()?;
+        // Only once committed: a failed save leaves them to be written again.
+        for (h, c) in fresh {
+            self.written.insert(h, c.version);
+        }
         Ok(())
     }
 }
@@ -377,7 +394,7 @@ fn load_fabric(conn: &Connection) -> Result<Option<crate::fabric::FabricSecret>,
 fn write_all(
     tx: &Transaction<'_>,
     d: &Desired,
-    configs: &BTreeMap<u32, AgentConfig>,
+    configs: &BTreeMap<u32, &AgentConfig>,
 ) -> Result<(), StoreError> {
     tx.execute_batch(
         "DELETE FROM tenants; DELETE FROM hosts; DELETE FROM host_capacity; DELETE FROM vms; DELETE FROM instances;
@@ -667,5 +684,20 @@ mod tests {
         );
         assert_eq!(d2, d);
         assert_eq!(c2, cfgs);
+
+        // Saves that change one host's configuration (writing only it) still
+        // leave every host's latest configuration to load.
+        let mut db = db;
+        db.save(&d, &cfgs).unwrap();
+        let h = *cfgs.keys().next().unwrap();
+        let mut newer = cfgs.clone();
+        let c = newer.get_mut(&h).unwrap();
+        c.version += 1;
+        c.ports.clear();
+        db.save(&d, &newer).unwrap();
+        drop(db);
+        let (_, c3) = SqliteStore::open(&path).unwrap().load(Some(&reg)).unwrap();
+        assert_eq!(c3, newer);
+        assert_ne!(c3, cfgs);
     }
 }

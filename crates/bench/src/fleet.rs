@@ -1,0 +1,698 @@
+//! `sluice bench fleet`: the real controller (in process) against N simulated
+//! agents (in the same process), to see how registration, applies and pushes
+//! grow with the fleet (issue 25).
+//!
+//! Each simulated agent registers as the real one does (`POST /v1/hosts` with
+//! its API URL and token), heartbeats with the version it runs and the health
+//! of its instances, and accepts the controller's pushes (`PUT /v1/config`,
+//! bearer token checked) after checking them as the real agent would before
+//! installing ([`sluice_agent::Dataplane::new`]): a configuration it refuses is
+//! answered 400, as the real agent answers. One HTTP server serves every
+//! simulated agent, each under its own path prefix (`/h/ID`): the controller
+//! appends `/v1/config` to the API URL a host registered.
+
+use std::collections::BTreeMap;
+use std::io::Read;
+use std::net::Ipv4Addr;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+use sluice_controller::client::Client;
+use sluice_controller::{serve, ServerOptions};
+use sluice_proto::{AgentConfig, HostHeartbeat, HostRegistration, InstanceHealth, VmRegistration};
+
+/// Largest configuration a simulated agent accepts (the real agent's limit).
+const MAX_BODY: u64 = 64 << 20;
+/// Threads of the simulated agents' shared API server.
+const API_THREADS: usize = 4;
+/// Threads sending the simulated agents' heartbeats.
+const HEARTBEAT_THREADS: usize = 4;
+
+/// The real agent's heartbeat interval, milliseconds.
+pub const DEFAULT_HEARTBEAT_MS: u64 = sluice_agent::control::HEARTBEAT_EVERY.as_millis() as u64;
+
+/// What to run.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Simulated hosts.
+    pub hosts: u32,
+    /// Tenants applied, one after the other.
+    pub tenants: u32,
+    /// How often each agent heartbeats (the real agent: every 50 ms).
+    pub heartbeat: Duration,
+    /// Seal the fabric (`--fabric-auth`): every host's configuration carries
+    /// keys for each of its peers.
+    pub fabric_auth: bool,
+    /// Longest wait for every agent to run its latest version at the end.
+    pub sync_timeout: Duration,
+}
+
+impl Default for Options {
+    fn default() -> Options {
+        Options {
+            hosts: 100,
+            tenants: 200,
+            heartbeat: sluice_agent::control::HEARTBEAT_EVERY,
+            fabric_auth: false,
+            sync_timeout: Duration::from_secs(60),
+        }
+    }
+}
+
+/// What one simulated agent holds.
+#[derive(Debug, Default)]
+struct SimHost {
+    /// The configuration it runs (the last one it accepted).
+    config: Option<AgentConfig>,
+    /// Pushes it accepted, and their bytes.
+    pushes: u64,
+    bytes: u64,
+    /// Pushes it refused (and why, the last one).
+    refused: u64,
+    last_refusal: Option<String>,
+}
+
+/// Every simulated agent, by host id - 1.
+struct Sims {
+    hosts: Vec<Mutex<SimHost>>,
+    tokens: Vec<String>,
+    registered: AtomicUsize,
+    heartbeats: AtomicU64,
+    heartbeat_errors: AtomicU64,
+    stop: AtomicBool,
+}
+
+impl Sims {
+    fn host(&self, id: u32) -> Option<&Mutex<SimHost>> {
+        self.hosts.get((id as usize).checked_sub(1)?)
+    }
+
+    fn totals(&self) -> (u64, u64) {
+        self.hosts.iter().fold((0, 0), |(p, b), h| {
+            let h = h.lock().unwrap_or_else(|p| p.into_inner());
+            (p + h.pushes, b + h.bytes)
+        })
+    }
+
+    fn version(&self, id: u32) -> u64 {
+        self.host(id)
+            .map(|h| lock(h).config.as_ref().map_or(0, |c| c.version))
+            .unwrap_or(0)
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// One statistic over a series of latencies, milliseconds.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Latency {
+    /// Samples.
+    pub n: usize,
+    /// Median.
+    pub p50_ms: f64,
+    /// 99th percentile.
+    pub p99_ms: f64,
+    /// Median of the last quarter of the samples (the cost at the final size).
+    pub last_quarter_p50_ms: f64,
+}
+
+impl Latency {
+    fn of(ms: &[f64]) -> Latency {
+        if ms.is_empty() {
+            return Latency::default();
+        }
+        let pct = |v: &[f64], q: f64| {
+            let mut v = v.to_vec();
+            v.sort_by(|a, b| a.total_cmp(b));
+            v[((v.len() - 1) as f64 * q).round() as usize]
+        };
+        let tail = &ms[ms.len() - ms.len().div_ceil(4)..];
+        Latency {
+            n: ms.len(),
+            p50_ms: pct(ms, 0.5),
+            p99_ms: pct(ms, 0.99),
+            last_quarter_p50_ms: pct(tail, 0.5),
+        }
+    }
+}
+
+/// What the run measured.
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    /// Hosts simulated.
+    pub hosts: u32,
+    /// Tenants applied.
+    pub tenants: u32,
+    /// Hosts registered per second (first heartbeat of each, one after the other).
+    pub registration_per_s: f64,
+    /// Each registration's latency.
+    pub registration: Latency,
+    /// Each VM registration's latency.
+    pub vm_registration: Latency,
+    /// Each tenant apply's latency.
+    pub apply: Latency,
+    /// Hosts the controller gave a new version per apply (mean).
+    pub hosts_changed_per_apply: f64,
+    /// Pushes the agents accepted during the tenant phase (VMs and applies),
+    /// per tenant.
+    pub pushes_per_tenant: f64,
+    /// Bytes of configuration the agents received during the tenant phase, per tenant.
+    pub bytes_per_tenant: f64,
+    /// Pushes and bytes the agents received during registration, per host.
+    pub pushes_per_registration: f64,
+    /// Bytes received during registration, per host.
+    pub bytes_per_registration: f64,
+    /// Largest configuration an agent holds at the end, bytes of JSON.
+    pub largest_config_bytes: usize,
+    /// Peers in the largest configuration.
+    pub largest_config_peers: usize,
+    /// Time from the last apply until every agent ran its latest version (None:
+    /// not within the timeout).
+    pub sync_ms: Option<f64>,
+    /// Agents not running their latest version at the end.
+    pub unsynced: Vec<u32>,
+    /// Pushes the agents refused (400) over the run.
+    pub refused: u64,
+    /// The last refusal's reason, if any.
+    pub last_refusal: Option<String>,
+    /// Heartbeats sent per second over the run (all agents).
+    pub heartbeats_per_s: f64,
+    /// Heartbeats that failed.
+    pub heartbeat_errors: u64,
+    /// The process's resident memory grew by this much from before the
+    /// controller started to the end (controller and simulated agents), MiB.
+    pub rss_growth_mib: f64,
+    /// Size of the controller's database at the end, MiB.
+    pub db_mib: f64,
+    /// Whole run, seconds.
+    pub seconds: f64,
+}
+
+/// What the run left behind, for tests to check against the controller's view.
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    /// The measurements.
+    pub report: Report,
+    /// Per host, the configuration its agent runs at the end.
+    pub received: BTreeMap<u32, AgentConfig>,
+    /// Per host, the version the controller wants it to run at the end.
+    pub desired: BTreeMap<u32, u64>,
+    /// Per tenant, the hosts of its VMs.
+    pub vm_hosts: BTreeMap<String, Vec<u32>>,
+}
+
+/// The spec of tenant `i`: a service of 1-4 VMs, a firewall and a service of
+/// one VM, in one chain; and where its VMs go (2-5 hosts spread over the fleet).
+pub fn tenant(i: u32, hosts: u32) -> (String, Vec<(String, u32)>) {
+    let webs = 1 + i % 4;
+    let mut vms = Vec::new();
+    let mut web = Vec::new();
+    for j in 0..=webs {
+        let host = ((i as u64 * 7919 + j as u64 * 104_729) % hosts as u64) as u32 + 1;
+        let name = if j == webs {
+            "d1".to_string()
+        } else {
+            format!("w{}", j + 1)
+        };
+        if j < webs {
+            web.push(format!("{name}: 10.0.1.{}", j + 1));
+        }
+        vms.push((name, host));
+    }
+    let spec = format!(
+        "tenant: t{i}
+elements:
+  web: {{ type: service, vms: {{ {} }} }}
+  db: {{ type: service, vms: {{ d1: 10.0.2.1 }} }}
+  fw:
+    type: middlebox
+    function: firewall
+    config: {{ rules: \"allow tcp from any to 10.0.2.1 port 5432\\ndefault deny\" }}
+chains:
+  - {{ name: app, path: [web, fw, db] }}
+",
+        web.join(", ")
+    );
+    (spec, vms)
+}
+
+fn registration(id: u32, base: &str, sims: &Sims) -> HostHeartbeat {
+    let config = sims.host(id).map(|h| {
+        let h = lock(h);
+        (
+            h.config.as_ref().map_or(0, |c| c.version),
+            h.config
+                .as_ref()
+                .map(|c| {
+                    c.instances
+                        .iter()
+                        .map(|i| InstanceHealth {
+                            name: i.name.clone(),
+                            port: i.port,
+                            alive: true,
+                            suspected: false,
+                            last_heartbeat_age_ms: Some(10),
+                            ..InstanceHealth::default()
+                        })
+                        .collect::<Vec<_>>()
+                })
+                .unwrap_or_default(),
+        )
+    });
+    let (version, instances) = config.unwrap_or_default();
+    HostHeartbeat {
+        registration: HostRegistration {
+            host: id,
+            name: format!("sim{id}"),
+            underlay: Ipv4Addr::from(0x0a00_0000 | id),
+            api: format!("{base}/h/{id}"),
+            config_version: version,
+            api_token: Some(sims.tokens[id as usize - 1].clone()),
+            capacity: None,
+        },
+        instances,
+        chains: Vec::new(),
+    }
+}
+
+/// Answers one request to a simulated agent, as the real agent's API does.
+fn handle(sims: &Sims, mut req: tiny_http::Request) {
+    let url = req.url().to_string();
+    let parsed = url
+        .strip_prefix("/h/")
+        .and_then(|r| r.split_once('/'))
+        .and_then(|(id, rest)| Some((id.parse::<u32>().ok()?, rest.to_string())));
+    let reply = |req: tiny_http::Request, code: u16, body: String| {
+        let _ = req.respond(tiny_http::Response::from_string(body).with_status_code(code));
+    };
+    let Some((id, rest)) = parsed else {
+        return reply(
+            req,
+            404,
+            format!("{{\"error\":\"no such resource: {url}\"}}"),
+        );
+    };
+    let Some(host) = sims.host(id) else {
+        return reply(req, 404, format!("{{\"error\":\"no host {id}\"}}"));
+    };
+    if rest != "v1/config" || *req.method() != tiny_http::Method::Put {
+        return reply(
+            req,
+            404,
+            format!("{{\"error\":\"no such resource: /{rest}\"}}"),
+        );
+    }
+    let want = format!("Bearer {}", sims.tokens[id as usize - 1]);
+    let authorized = req
+        .headers()
+        .iter()
+        .any(|h| h.field.equiv("Authorization") && h.value.as_str() == want);
+    if !authorized {
+        return reply(
+            req,
+            401,
+            "{\"error\":\"/v1/config needs this agent's token\"}".into(),
+        );
+    }
+    let mut body = Vec::new();
+    if let Err(e) = req.as_reader().take(MAX_BODY).read_to_end(&mut body) {
+        return reply(req, 400, format!("{{\"error\":\"reading the body: {e}\"}}"));
+    }
+    let checked = serde_json::from_slice::<AgentConfig>(&body)
+        .map_err(|e| format!("bad configuration JSON: {e}"))
+        .and_then(|cfg| {
+            sluice_agent::Dataplane::new(id, &cfg)
+                .map(|_| cfg)
+                .map_err(|e| e.to_string())
+        });
+    let mut h = lock(host);
+    match checked {
+        Ok(cfg) => {
+            let v = cfg.version;
+            h.pushes += 1;
+            h.bytes += body.len() as u64;
+            h.config = Some(cfg);
+            drop(h);
+            reply(req, 200, format!("{{\"version\":{v}}}"));
+        }
+        Err(e) => {
+            h.refused += 1;
+            h.last_refusal = Some(e.clone());
+            drop(h);
+            reply(req, 400, serde_json::json!({ "error": e }).to_string());
+        }
+    }
+}
+
+/// Heartbeats hosts `first, first + step, ...` (those registered) every
+/// `every`, until told to stop.
+fn heartbeats(
+    sims: &Sims,
+    client: &Client,
+    base: &str,
+    first: usize,
+    step: usize,
+    every: Duration,
+) {
+    while !sims.stop.load(Ordering::Acquire) {
+        let started = Instant::now();
+        let n = sims.registered.load(Ordering::Acquire);
+        let mut i = first;
+        while i < n && !sims.stop.load(Ordering::Acquire) {
+            let hb = registration(i as u32 + 1, base, sims);
+            match client.heartbeat(&hb) {
+                Ok(_) => sims.heartbeats.fetch_add(1, Ordering::Relaxed),
+                Err(_) => sims.heartbeat_errors.fetch_add(1, Ordering::Relaxed),
+            };
+            i += step;
+        }
+        let spent = started.elapsed();
+        if spent < every {
+            std::thread::sleep(every - spent);
+        }
+    }
+}
+
+fn rss_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmRSS:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+fn ms_since(t: Instant) -> f64 {
+    t.elapsed().as_secs_f64() * 1e3
+}
+
+/// Runs the fleet: registers every host, then per tenant registers its VMs and
+/// applies it, then waits for every agent to run its latest version.
+/// `progress` hears what is under way.
+pub fn run(opts: &Options, progress: &mut dyn FnMut(&str)) -> Result<Outcome, String> {
+    let started = Instant::now();
+    let hosts = opts.hosts.max(1);
+    let dir = tempfile::tempdir().map_err(|e| format!("temporary directory: {e}"))?;
+    let rss_before = rss_kib();
+    let token_file = dir.path().join("admin.token");
+    let server = serve(ServerOptions {
+        listen: "127.0.0.1:0".parse().map_err(|e| format!("{e}"))?,
+        db: dir.path().join("controller.db"),
+        state_url: "local".into(),
+        admin_token_file: Some(token_file.clone()),
+        fabric_auth: opts.fabric_auth,
+        tls: None,
+        placement: Default::default(),
+    })
+    .map_err(|e| format!("controller: {e}"))?;
+    let admin = std::fs::read_to_string(&token_file)
+        .map_err(|e| format!("admin token: {e}"))?
+        .trim()
+        .to_string();
+    let client = Client::new(&server.url()).with_token(Some(&admin));
+
+    let api =
+        Arc::new(tiny_http::Server::http("127.0.0.1:0").map_err(|e| format!("agents' API: {e}"))?);
+    let base = match api.server_addr().to_ip() {
+        Some(a) => format!("http://{a}"),
+        None => return Err("agents' API: not an IP listener".into()),
+    };
+    let sims = Arc::new(Sims {
+        hosts: (0..hosts).map(|_| Mutex::new(SimHost::default())).collect(),
+        tokens: (1..=hosts)
+            .map(|h| format!("sim-agent-{h}-{:x}", started.elapsed().as_nanos()))
+            .collect(),
+        registered: AtomicUsize::new(0),
+        heartbeats: AtomicU64::new(0),
+        heartbeat_errors: AtomicU64::new(0),
+        stop: AtomicBool::new(false),
+    });
+    let mut threads: Vec<JoinHandle<()>> = Vec::new();
+    for _ in 0..API_THREADS {
+        let (api, sims) = (api.clone(), sims.clone());
+        threads.push(std::thread::spawn(move || {
+            while let Ok(req) = api.recv() {
+                handle(&sims, req);
+            }
+        }));
+    }
+    let hb_started = Instant::now();
+    for k in 0..HEARTBEAT_THREADS {
+        let (sims, client, base) = (sims.clone(), client.clone(), base.clone());
+        let every = opts.heartbeat;
+        threads.push(std::thread::spawn(move || {
+            heartbeats(&sims, &client, &base, k, HEARTBEAT_THREADS, every)
+        }));
+    }
+    let result = measure(opts, hosts, &sims, &client, &base, progress);
+    sims.stop.store(true, Ordering::Release);
+    let hb_s = hb_started.elapsed().as_secs_f64();
+    // Heartbeat threads first (they call the controller), then the controller
+    // (its pushes call the agents), then the agents' server.
+    let (hb_threads, api_threads): (Vec<_>, Vec<_>) = threads
+        .into_iter()
+        .enumerate()
+        .partition(|(i, _)| *i >= API_THREADS);
+    for (_, t) in hb_threads {
+        let _ = t.join();
+    }
+    let rss_after = rss_kib();
+    let db_mib = std::fs::metadata(dir.path().join("controller.db"))
+        .map(|m| m.len() as f64 / (1 << 20) as f64)
+        .unwrap_or(0.0);
+    server.shutdown();
+    for _ in 0..API_THREADS {
+        api.unblock();
+    }
+    for (_, t) in api_threads {
+        let _ = t.join();
+    }
+    let mut out = result?;
+    out.report.heartbeats_per_s = sims.heartbeats.load(Ordering::Relaxed) as f64 / hb_s;
+    out.report.heartbeat_errors = sims.heartbeat_errors.load(Ordering::Relaxed);
+    out.report.rss_growth_mib = rss_after.saturating_sub(rss_before) as f64 / 1024.0;
+    out.report.db_mib = db_mib;
+    out.report.seconds = started.elapsed().as_secs_f64();
+    Ok(out)
+}
+
+fn measure(
+    opts: &Options,
+    hosts: u32,
+    sims: &Sims,
+    client: &Client,
+    base: &str,
+    progress: &mut dyn FnMut(&str),
+) -> Result<Outcome, String> {
+    progress(&format!("registering {hosts} hosts"));
+    let mut reg_ms = Vec::new();
+    let t = Instant::now();
+    for id in 1..=hosts {
+        let hb = registration(id, base, sims);
+        let t = Instant::now();
+        client
+            .heartbeat(&hb)
+            .map_err(|e| format!("registering host {id}: {e}"))?;
+        reg_ms.push(ms_since(t));
+        sims.registered.store(id as usize, Ordering::Release);
+    }
+    let reg_s = t.elapsed().as_secs_f64();
+    let (reg_pushes, reg_bytes) = sims.totals();
+
+    progress(&format!("applying {} tenants", opts.tenants));
+    let mut vm_ms = Vec::new();
+    let mut apply_ms = Vec::new();
+    let mut changed = 0usize;
+    let mut vm_hosts = BTreeMap::new();
+    for i in 0..opts.tenants {
+        let (spec, vms) = tenant(i, hosts);
+        for (k, (name, host)) in vms.iter().enumerate() {
+            let t = Instant::now();
+            client
+                .register_vm(&VmRegistration {
+                    tenant: format!("t{i}"),
+                    name: name.clone(),
+                    host: *host,
+                    iface: format!("t{i}-{name}"),
+                    mac: format!("02:00:00:00:{:02x}:{:02x}", (k >> 8) & 0xff, k & 0xff),
+                    addr: if name == "d1" {
+                        Ipv4Addr::new(10, 0, 2, 1)
+                    } else {
+                        Ipv4Addr::new(10, 0, 1, name[1..].parse().unwrap_or(1))
+                    }
+                    .into(),
+                    gateway: false,
+                })
+                .map_err(|e| format!("tenant t{i}: VM {name}: {e}"))?;
+            vm_ms.push(ms_since(t));
+        }
+        vm_hosts.insert(format!("t{i}"), vms.iter().map(|(_, h)| *h).collect());
+        let t = Instant::now();
+        let s = client
+            .apply(None, &spec)
+            .map_err(|e| format!("tenant t{i}: apply: {e}"))?;
+        apply_ms.push(ms_since(t));
+        changed += s.pushed.len();
+        if (i + 1) % 50 == 0 {
+            progress(&format!("{} tenants applied", i + 1));
+        }
+    }
+    let applied = Instant::now();
+
+    progress("waiting for every agent to run its latest version");
+    let mut desired = BTreeMap::new();
+    let mut sync_ms = None;
+    while applied.elapsed() < opts.sync_timeout {
+        desired = client
+            .hosts()
+            .map_err(|e| format!("listing hosts: {e}"))?
+            .into_iter()
+            .map(|h| (h.id, h.desired_version))
+            .collect();
+        if desired.iter().all(|(h, v)| sims.version(*h) == *v) {
+            sync_ms = Some(ms_since(applied));
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let unsynced: Vec<u32> = desired
+        .iter()
+        .filter(|(h, v)| sims.version(**h) != **v)
+        .map(|(h, _)| *h)
+        .collect();
+    let (pushes, bytes) = sims.totals();
+    let mut received = BTreeMap::new();
+    let (mut refused, mut last_refusal) = (0, None);
+    for (i, h) in sims.hosts.iter().enumerate() {
+        let h = lock(h);
+        refused += h.refused;
+        if h.last_refusal.is_some() {
+            last_refusal.clone_from(&h.last_refusal);
+        }
+        if let Some(c) = &h.config {
+            received.insert(i as u32 + 1, c.clone());
+        }
+    }
+    let largest = received
+        .values()
+        .map(|c| (serde_json::to_vec(c).map_or(0, |v| v.len()), c.peers.len()))
+        .max()
+        .unwrap_or_default();
+    let per_tenant = opts.tenants.max(1) as f64;
+    let report = Report {
+        hosts,
+        tenants: opts.tenants,
+        registration_per_s: hosts as f64 / reg_s,
+        registration: Latency::of(&reg_ms),
+        vm_registration: Latency::of(&vm_ms),
+        apply: Latency::of(&apply_ms),
+        hosts_changed_per_apply: changed as f64 / per_tenant,
+        pushes_per_tenant: (pushes - reg_pushes) as f64 / per_tenant,
+        bytes_per_tenant: (bytes - reg_bytes) as f64 / per_tenant,
+        pushes_per_registration: reg_pushes as f64 / hosts as f64,
+        bytes_per_registration: reg_bytes as f64 / hosts as f64,
+        largest_config_bytes: largest.0,
+        largest_config_peers: largest.1,
+        sync_ms,
+        unsynced,
+        refused,
+        last_refusal,
+        heartbeats_per_s: 0.0,
+        heartbeat_errors: 0,
+        rss_growth_mib: 0.0,
+        db_mib: 0.0,
+        seconds: 0.0,
+    };
+    Ok(Outcome {
+        report,
+        received,
+        desired,
+        vm_hosts,
+    })
+}
+
+/// The report as a table for people.
+pub fn table(r: &Report) -> String {
+    let mut s = format!(
+        "fleet: {} hosts, {} tenants ({:.1} s)\n",
+        r.hosts, r.tenants, r.seconds
+    );
+    let mut row = |k: &str, v: String| s.push_str(&format!("  {k:<42} {v}\n"));
+    let lat = |l: &Latency| {
+        format!(
+            "p50 {:.2} ms  p99 {:.2} ms  last quarter p50 {:.2} ms  (n={})",
+            l.p50_ms, l.p99_ms, l.last_quarter_p50_ms, l.n
+        )
+    };
+    row(
+        "host registration",
+        format!("{:.0} hosts/s", r.registration_per_s),
+    );
+    row("  each", lat(&r.registration));
+    row(
+        "  pushes, bytes received per registration",
+        format!(
+            "{:.1}, {:.0}",
+            r.pushes_per_registration, r.bytes_per_registration
+        ),
+    );
+    row("VM registration", lat(&r.vm_registration));
+    row("tenant apply", lat(&r.apply));
+    row(
+        "  hosts given a new version per apply",
+        format!("{:.2}", r.hosts_changed_per_apply),
+    );
+    row(
+        "  pushes, bytes received per tenant",
+        format!("{:.1}, {:.0}", r.pushes_per_tenant, r.bytes_per_tenant),
+    );
+    row(
+        "largest configuration",
+        format!(
+            "{} bytes, {} peers",
+            r.largest_config_bytes, r.largest_config_peers
+        ),
+    );
+    row(
+        "every agent in sync after the last apply",
+        match r.sync_ms {
+            Some(ms) => format!("{ms:.0} ms"),
+            None => format!("NOT within the timeout: {} hosts behind", r.unsynced.len()),
+        },
+    );
+    row(
+        "heartbeats",
+        format!(
+            "{:.0}/s ({} failed)",
+            r.heartbeats_per_s, r.heartbeat_errors
+        ),
+    );
+    row(
+        "pushes refused by agents",
+        format!(
+            "{}{}",
+            r.refused,
+            r.last_refusal
+                .as_ref()
+                .map(|e| format!(" (last: {e})"))
+                .unwrap_or_default()
+        ),
+    );
+    row("process RSS growth", format!("{:.1} MiB", r.rss_growth_mib));
+    row("controller database", format!("{:.1} MiB", r.db_mib));
+    let hosts = r.hosts.max(1) as f64;
+    s.push_str(&format!(
+        "  ratios: apply p50 per host {:.4} ms; bytes per tenant per host {:.1}; pushes per tenant / VMs per tenant (~3.5) {:.2}\n",
+        r.apply.p50_ms / hosts,
+        r.bytes_per_tenant / hosts,
+        r.pushes_per_tenant / 3.5
+    ));
+    s
+}
