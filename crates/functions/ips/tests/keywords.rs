@@ -5,79 +5,26 @@
 use std::path::Path;
 
 use sluice_ips::rules::{self, RuleSyntax, Vars};
-use sluice_ips::{build, Config, Ips};
-use sluice_nf::{AlertAction, Ctx, Event, NetworkFunction, Streams};
-use sluice_packet::{Batch, PacketPool, Verdict};
-use sluice_reassembly::Reassembler;
+use sluice_ips::Ips;
+use sluice_nf::{AlertAction, Ctx, NetworkFunction, Streams};
 use sluice_state::{LocalStore, Namespace, StateStore};
 use sluice_wire::build::{icmp_v4_echo, icmp_v4_error, tcp_v4, udp_v4};
-use sluice_wire::parse::parse_frame;
 use sluice_wire::tcp::flags::{ACK, FIN, PSH, SYN};
+
+mod common;
+use common::run_in;
 
 const C: [u8; 4] = [10, 0, 0, 1];
 const S: [u8; 4] = [192, 168, 1, 2];
 
 fn ips(rules: &[&str]) -> Ips {
-    let cfg = Config {
-        rule_files: vec![],
-        rules: rules.iter().map(|s| s.to_string()).collect(),
-        vars: [("HOME_NET".to_string(), "10.0.0.0/8".to_string())].into(),
-        idle_timeout_secs: 300,
-        sync_progress: false,
-        classification_file: None,
-    };
-    let i = build(&cfg, Namespace(2), Path::new(".")).unwrap();
-    assert!(i.warnings().is_empty(), "{:?}", i.warnings());
-    i
+    common::ips_with(rules, &[("HOME_NET", "10.0.0.0/8")])
 }
 
 /// Runs `frames` (one batch, through the reassembler) and returns the alerts as
 /// (sid, action) and which packets were dropped.
 fn run(ips: &mut Ips, frames: &[Vec<u8>]) -> (Vec<(u32, AlertAction)>, Vec<bool>) {
     run_in(ips, &mut LocalStore::new(), frames, 1_000_000_000)
-}
-
-/// As [`run`], over `st`, the packets 1 µs apart from `t0`.
-fn run_in(
-    ips: &mut Ips,
-    st: &mut LocalStore,
-    frames: &[Vec<u8>],
-    t0: u64,
-) -> (Vec<(u32, AlertAction)>, Vec<bool>) {
-    let mut r = Reassembler::new(Namespace(1), Default::default());
-    let mut pool = PacketPool::new(64);
-    let mut streams = Streams::default();
-    let mut b = Batch::with_capacity(frames.len());
-    for (k, f) in frames.iter().enumerate() {
-        b.push_frame(&mut pool, f, t0 + k as u64 * 1000, 0);
-    }
-    for p in &mut b.pkts {
-        p.meta = parse_frame(p.data()).unwrap();
-    }
-    r.process(&mut b, st, &mut streams, 1).unwrap();
-    let mut events = Vec::new();
-    let mut emit = Vec::new();
-    let mut ctx = Ctx {
-        now_ns: t0 + frames.len() as u64 * 1000,
-        stage: 2,
-        streams: &streams,
-        events: &mut events,
-        emit: &mut emit,
-    };
-    ips.process(&mut b, &mut ctx, st).unwrap();
-    let dropped = b
-        .pkts
-        .iter()
-        .map(|p| p.verdict != Verdict::Forward)
-        .collect();
-    let alerts = events
-        .into_iter()
-        .filter_map(|e| match e {
-            Event::Alert(a) => Some((a.sid, a.action)),
-            Event::Flow(_) => None,
-        })
-        .collect();
-    (alerts, dropped)
 }
 
 fn sids(rules: &[&str], frames: &[Vec<u8>]) -> Vec<u32> {

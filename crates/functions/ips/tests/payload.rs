@@ -4,76 +4,30 @@
 //! state store. Examples are Suricata's documentation's where it has them;
 //! packets are built with `sluice_wire::build`.
 
-use std::path::Path;
-
 use sluice_ips::rules::{parse_rule, Vars};
-use sluice_ips::{build, inspect, Config, Ips};
-use sluice_nf::{AlertAction, Ctx, Event, NetworkFunction, Streams};
-use sluice_packet::{Batch, PacketPool, Verdict};
-use sluice_reassembly::Reassembler;
-use sluice_state::{LocalStore, Namespace};
+use sluice_ips::{inspect, Ips};
+use sluice_nf::AlertAction;
+use sluice_state::LocalStore;
 use sluice_wire::build::{tcp_v4, udp_v4};
-use sluice_wire::parse::parse_frame;
 use sluice_wire::tcp::flags::{ACK, PSH, SYN};
+
+mod common;
 
 const C: [u8; 4] = [10, 0, 0, 1];
 const S: [u8; 4] = [192, 168, 1, 2];
 
 fn ips(rules: &[&str]) -> Ips {
-    let cfg = Config {
-        rule_files: vec![],
-        rules: rules.iter().map(|s| s.to_string()).collect(),
-        vars: Default::default(),
-        idle_timeout_secs: 300,
-        sync_progress: false,
-        classification_file: None,
-    };
-    let i = build(&cfg, Namespace(2), Path::new(".")).unwrap();
-    assert!(i.warnings().is_empty(), "{:?}", i.warnings());
-    i
+    common::ips_with(rules, &[])
 }
 
 /// Runs `frames` as one batch through a reassembler over `st`; returns the
 /// alerts' sids and which packets were dropped.
 fn run_in(ips: &mut Ips, st: &mut LocalStore, frames: &[Vec<u8>]) -> (Vec<u32>, Vec<bool>) {
-    let mut r = Reassembler::new(Namespace(1), Default::default());
-    let mut pool = PacketPool::new(64);
-    let mut streams = Streams::default();
-    let mut b = Batch::with_capacity(frames.len());
-    let t0 = 1_000_000_000;
-    for (k, f) in frames.iter().enumerate() {
-        b.push_frame(&mut pool, f, t0 + k as u64 * 1000, 0);
+    let (alerts, dropped) = common::run_in(ips, st, frames, 1_000_000_000);
+    for a in &alerts {
+        assert!(a.1 != AlertAction::Blocked || a.0 > 0);
     }
-    for p in &mut b.pkts {
-        p.meta = parse_frame(p.data()).unwrap();
-    }
-    r.process(&mut b, st, &mut streams, 1).unwrap();
-    let mut events = Vec::new();
-    let mut emit = Vec::new();
-    let mut ctx = Ctx {
-        now_ns: t0 + frames.len() as u64 * 1000,
-        stage: 2,
-        streams: &streams,
-        events: &mut events,
-        emit: &mut emit,
-    };
-    ips.process(&mut b, &mut ctx, st).unwrap();
-    let dropped = b
-        .pkts
-        .iter()
-        .map(|p| p.verdict != Verdict::Forward)
-        .collect();
-    let alerts = events
-        .into_iter()
-        .filter_map(|e| match e {
-            Event::Alert(a) => {
-                assert!(a.action != AlertAction::Blocked || a.sid > 0);
-                Some(a.sid)
-            }
-            Event::Flow(_) => None,
-        })
-        .collect();
-    (alerts, dropped)
+    (alerts.into_iter().map(|a| a.0).collect(), dropped)
 }
 
 /// Sids alerting when `payload` is one UDP datagram.

@@ -1,0 +1,74 @@
+//! The harness the keyword tests share: an IPS built from rule text, and a
+//! batch of frames run through a reassembler and the IPS over a store.
+
+use std::path::Path;
+
+use sluice_ips::{build, Config, Ips};
+use sluice_nf::{AlertAction, Ctx, Event, NetworkFunction, Streams};
+use sluice_packet::{Batch, PacketPool, Verdict};
+use sluice_reassembly::Reassembler;
+use sluice_state::{LocalStore, Namespace};
+use sluice_wire::parse::parse_frame;
+
+/// An IPS of `rules` with `vars`; loading must raise no warning.
+pub fn ips_with(rules: &[&str], vars: &[(&str, &str)]) -> Ips {
+    let cfg = Config {
+        rule_files: vec![],
+        rules: rules.iter().map(|s| s.to_string()).collect(),
+        vars: vars
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+        idle_timeout_secs: 300,
+        sync_progress: false,
+        classification_file: None,
+    };
+    let i = build(&cfg, Namespace(2), Path::new(".")).unwrap();
+    assert!(i.warnings().is_empty(), "{:?}", i.warnings());
+    i
+}
+
+/// Runs `frames` as one batch (through the reassembler) over `st`, the
+/// packets 1 µs apart from `t0`; returns the alerts as (sid, action) and
+/// which packets were dropped.
+pub fn run_in(
+    ips: &mut Ips,
+    st: &mut LocalStore,
+    frames: &[Vec<u8>],
+    t0: u64,
+) -> (Vec<(u32, AlertAction)>, Vec<bool>) {
+    let mut r = Reassembler::new(Namespace(1), Default::default());
+    let mut pool = PacketPool::new(64);
+    let mut streams = Streams::default();
+    let mut b = Batch::with_capacity(frames.len());
+    for (k, f) in frames.iter().enumerate() {
+        b.push_frame(&mut pool, f, t0 + k as u64 * 1000, 0);
+    }
+    for p in &mut b.pkts {
+        p.meta = parse_frame(p.data()).unwrap();
+    }
+    r.process(&mut b, st, &mut streams, 1).unwrap();
+    let mut events = Vec::new();
+    let mut emit = Vec::new();
+    let mut ctx = Ctx {
+        now_ns: t0 + frames.len() as u64 * 1000,
+        stage: 2,
+        streams: &streams,
+        events: &mut events,
+        emit: &mut emit,
+    };
+    ips.process(&mut b, &mut ctx, st).unwrap();
+    let dropped = b
+        .pkts
+        .iter()
+        .map(|p| p.verdict != Verdict::Forward)
+        .collect();
+    let alerts = events
+        .into_iter()
+        .filter_map(|e| match e {
+            Event::Alert(a) => Some((a.sid, a.action)),
+            Event::Flow(_) => None,
+        })
+        .collect();
+    (alerts, dropped)
+}
