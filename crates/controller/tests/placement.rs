@@ -35,6 +35,11 @@ fn start(dir: &Path) -> (ServerHandle, Client, String) {
 }
 
 fn register(c: &Client, id: u32, slots: u32) {
+    register_with(c, id, slots, None);
+}
+
+/// Registers host `id` offering `slots` instance slots, in `rack` if given.
+fn register_with(c: &Client, id: u32, slots: u32, rack: Option<&str>) {
     c.register_host(&HostRegistration {
         host: id,
         name: format!("h{id}"),
@@ -45,6 +50,7 @@ fn register(c: &Client, id: u32, slots: u32) {
         api_token: None,
         capacity: Some(HostCapacity {
             instance_slots: Some(slots),
+            rack: rack.map(str::to_string),
             ..HostCapacity::default()
         }),
     })
@@ -171,20 +177,7 @@ fn an_apply_that_cannot_fit_is_refused_naming_what_is_missing_and_places_nothing
 }
 
 fn register_in(c: &Client, id: u32, rack: &str) {
-    c.register_host(&HostRegistration {
-        host: id,
-        name: format!("h{id}"),
-        underlay: Ipv4Addr::new(10, 255, 0, id as u8),
-        api: "http://127.0.0.1:9".into(),
-        config_version: 0,
-        api_token: None,
-        capacity: Some(HostCapacity {
-            instance_slots: Some(4),
-            rack: Some(rack.into()),
-            ..HostCapacity::default()
-        }),
-    })
-    .unwrap();
+    register_with(c, id, 4, Some(rack));
 }
 
 fn vm(c: &Client, tenant: &str, name: &str, host: u32, addr: &str) {
