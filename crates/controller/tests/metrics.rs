@@ -4,13 +4,12 @@
 //! accepts it.
 
 use std::io::Write;
-use std::net::Ipv4Addr;
 use std::path::Path;
 use std::process::{Command, Stdio};
 
 use sluice_controller::client::Client;
-use sluice_controller::{serve, ServerOptions};
-use sluice_proto::{HostRegistration, VmRegistration};
+
+mod common;
 
 const SPEC: &str = "tenant: t
 elements:
@@ -72,44 +71,15 @@ fn get(url: &str, token: Option<&str>) -> (u16, String) {
 #[test]
 fn metrics_describe_the_deployment_to_monitoring_only_and_pass_promtool() {
     let dir = tempfile::tempdir().unwrap();
-    let token_file = dir.path().join("admin.token");
-    let h = serve(ServerOptions {
-        listen: "127.0.0.1:0".parse().unwrap(),
-        db: ":memory:".into(),
-        state_url: "local".into(),
-        admin_token_file: Some(token_file.clone()),
-        fabric_auth: false,
-        tls: None,
-        placement: Default::default(),
-    })
-    .unwrap();
+    let (h, admin) = common::start(dir.path());
     let url = h.url();
-    let admin = std::fs::read_to_string(&token_file).unwrap();
-    let c = Client::new(&url).with_token(Some(admin.trim()));
+    let c = Client::new(&url).with_token(Some(&admin));
+    // Nothing listens at the hosts' API addresses: every push fails, and is counted.
     for host in 1..=2u32 {
-        c.register_host(&HostRegistration {
-            host,
-            name: format!("h{host}"),
-            underlay: Ipv4Addr::new(10, 255, 0, host as u8),
-            // Nothing listens there: every push fails, and is counted.
-            api: "http://127.0.0.1:9".into(),
-            config_version: 0,
-            api_token: None,
-            capacity: None,
-        })
-        .unwrap();
+        common::register_host(&c, host, None);
     }
     for (name, host, addr) in [("a1", 1, "10.0.0.1"), ("b1", 2, "10.0.0.2")] {
-        c.register_vm(&VmRegistration {
-            tenant: "t".into(),
-            name: name.into(),
-            host,
-            iface: format!("veth-{name}"),
-            mac: "02:00:00:00:00:01".into(),
-            addr: addr.parse().unwrap(),
-            gateway: false,
-        })
-        .unwrap();
+        common::register_vm(&c, "t", name, host, addr);
     }
     c.apply(None, SPEC).unwrap();
     let reader = c.create_token("prometheus", "read-only").unwrap().token;

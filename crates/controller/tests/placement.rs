@@ -4,57 +4,35 @@
 //! scale beyond capacity is refused the same way, with an event; the hosts
 //! list shows the slots used.
 
-use std::net::Ipv4Addr;
 use std::path::Path;
 
 use serde_json::Value;
 use sluice_controller::client::Client;
 use sluice_controller::model::ScaleRequest;
-use sluice_controller::{serve, ServerHandle, ServerOptions};
-use sluice_proto::{HostCapacity, HostRegistration, VmRegistration};
+use sluice_controller::ServerHandle;
+use sluice_proto::HostCapacity;
+
+mod common;
+use common::register_vm;
 
 fn start(dir: &Path) -> (ServerHandle, Client, String) {
-    let token_file = dir.join("admin.token");
-    let server = serve(ServerOptions {
-        listen: "127.0.0.1:0".parse().unwrap(),
-        db: dir.join("c.db"),
-        state_url: "local".into(),
-        admin_token_file: Some(token_file.clone()),
-        fabric_auth: false,
-        // Plain HTTP: this test is about placement, TLS has its own tests.
-        tls: None,
-        placement: Default::default(),
-    })
-    .unwrap();
-    let admin = std::fs::read_to_string(&token_file)
-        .unwrap()
-        .trim()
-        .to_string();
+    let (server, admin) = common::start(dir);
     let c = Client::new(&server.url()).with_token(Some(&admin));
     (server, c, admin)
 }
 
-fn register(c: &Client, id: u32, slots: u32) {
-    register_with(c, id, slots, None);
-}
-
 /// Registers host `id` offering `slots` instance slots, in `rack` if given.
 fn register_with(c: &Client, id: u32, slots: u32, rack: Option<&str>) {
-    c.register_host(&HostRegistration {
-        host: id,
-        name: format!("h{id}"),
-        underlay: Ipv4Addr::new(10, 255, 0, id as u8),
-        // Nothing listens: pushes fail quietly, placement does not care.
-        api: "http://127.0.0.1:9".into(),
-        config_version: 0,
-        api_token: None,
-        capacity: Some(HostCapacity {
-            instance_slots: Some(slots),
-            rack: rack.map(str::to_string),
-            ..HostCapacity::default()
-        }),
-    })
-    .unwrap();
+    let capacity = HostCapacity {
+        instance_slots: Some(slots),
+        rack: rack.map(str::to_string),
+        ..HostCapacity::default()
+    };
+    common::register_host(c, id, Some(capacity));
+}
+
+fn register(c: &Client, id: u32, slots: u32) {
+    register_with(c, id, slots, None);
 }
 
 fn spec(mon: &str) -> String {
@@ -95,16 +73,7 @@ fn an_apply_that_cannot_fit_is_refused_naming_what_is_missing_and_places_nothing
     register(&c, 1, 1);
     register(&c, 2, 4);
     for (name, host, addr) in [("w1", 1, "10.0.0.1"), ("d1", 2, "10.0.0.2")] {
-        c.register_vm(&VmRegistration {
-            tenant: "acme".into(),
-            name: name.into(),
-            host,
-            iface: format!("v-{name}"),
-            mac: "02:00:00:00:00:07".into(),
-            addr: addr.parse().unwrap(),
-            gateway: false,
-        })
-        .unwrap();
+        register_vm(&c, "acme", name, host, addr);
     }
 
     // Three instances, one per host, on two hosts: refused.
@@ -180,19 +149,6 @@ fn register_in(c: &Client, id: u32, rack: &str) {
     register_with(c, id, 4, Some(rack));
 }
 
-fn vm(c: &Client, tenant: &str, name: &str, host: u32, addr: &str) {
-    c.register_vm(&VmRegistration {
-        tenant: tenant.into(),
-        name: name.into(),
-        host,
-        iface: format!("v-{tenant}-{name}"),
-        mac: "02:00:00:00:00:07".into(),
-        addr: addr.parse().unwrap(),
-        gateway: false,
-    })
-    .unwrap();
-}
-
 /// Hosts in two racks: each tenant's middlebox instances land in the rack of
 /// its VMs, and `GET /v1/placement` says where and why; a tenant's token sees
 /// its own instances only.
@@ -213,10 +169,10 @@ fn rack_aware_placement_follows_the_vms_and_says_why() {
         ["r1", "r1", "r2", "r2"]
     );
     // acme's VMs in rack r2, beta's in rack r1.
-    vm(&c, "acme", "w1", 3, "10.0.0.1");
-    vm(&c, "acme", "d1", 4, "10.0.0.2");
-    vm(&c, "beta", "w1", 1, "10.0.0.1");
-    vm(&c, "beta", "d1", 1, "10.0.0.2");
+    register_vm(&c, "acme", "w1", 3, "10.0.0.1");
+    register_vm(&c, "acme", "d1", 4, "10.0.0.2");
+    register_vm(&c, "beta", "w1", 1, "10.0.0.1");
+    register_vm(&c, "beta", "d1", 1, "10.0.0.2");
     let (status, v) = put(
         &server.url(),
         &admin,

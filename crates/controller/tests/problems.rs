@@ -4,11 +4,10 @@
 //! and lists come in pages linked by `Link: rel="next"`, which the client
 //! follows to the end.
 
-use std::path::Path;
-
 use serde_json::Value;
 use sluice_controller::client::{Client, ClientError};
-use sluice_controller::{serve, ServerHandle, ServerOptions};
+mod common;
+use common::start;
 
 /// An answer: status, the headers asked for and the body.
 struct Answer {
@@ -42,25 +41,6 @@ fn call(base: &str, token: Option<&str>, method: &str, path: &str, body: &str) -
         link: resp.header("Link").map(String::from),
         body: resp.into_string().unwrap(),
     }
-}
-
-fn start(dir: &Path) -> (ServerHandle, String) {
-    let token_file = dir.join("admin.token");
-    let server = serve(ServerOptions {
-        listen: "127.0.0.1:0".parse().unwrap(),
-        db: dir.join("c.db"),
-        state_url: "local".into(),
-        admin_token_file: Some(token_file.clone()),
-        fabric_auth: false,
-        tls: None,
-        placement: Default::default(),
-    })
-    .unwrap();
-    let admin = std::fs::read_to_string(&token_file)
-        .unwrap()
-        .trim()
-        .to_string();
-    (server, admin)
 }
 
 fn host(id: u32) -> String {

@@ -1,0 +1,61 @@
+//! What the controller's integration tests share: a real server on loopback
+//! (local state, plain HTTP: TLS has its own tests) and registrations of hosts
+//! and VMs whose agents are not there (pushes fail quietly).
+#![allow(dead_code)] // Each test binary uses its own part.
+
+use std::net::Ipv4Addr;
+use std::path::Path;
+
+use sluice_controller::client::Client;
+use sluice_controller::{serve, ServerHandle, ServerOptions};
+use sluice_proto::{HostCapacity, HostRegistration, VmRegistration};
+
+/// Starts a controller with its database in `dir`; returns it and the
+/// operator token `admin`'s secret.
+pub fn start(dir: &Path) -> (ServerHandle, String) {
+    let token_file = dir.join("admin.token");
+    let server = serve(ServerOptions {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        db: dir.join("c.db"),
+        state_url: "local".into(),
+        admin_token_file: Some(token_file.clone()),
+        fabric_auth: false,
+        tls: None,
+        placement: Default::default(),
+    })
+    .unwrap();
+    let admin = std::fs::read_to_string(&token_file)
+        .unwrap()
+        .trim()
+        .to_string();
+    (server, admin)
+}
+
+/// Registers host `id` (underlay 10.255.0.ID) offering `capacity`; nothing
+/// listens at its API address.
+pub fn register_host(c: &Client, id: u32, capacity: Option<HostCapacity>) {
+    c.register_host(&HostRegistration {
+        host: id,
+        name: format!("h{id}"),
+        underlay: Ipv4Addr::new(10, 255, 0, id as u8),
+        api: "http://127.0.0.1:9".into(),
+        config_version: 0,
+        api_token: None,
+        capacity,
+    })
+    .unwrap();
+}
+
+/// Registers `tenant`'s VM `name` on `host` with address `addr`.
+pub fn register_vm(c: &Client, tenant: &str, name: &str, host: u32, addr: &str) {
+    c.register_vm(&VmRegistration {
+        tenant: tenant.into(),
+        name: name.into(),
+        host,
+        iface: format!("v-{tenant}-{name}"),
+        mac: "02:00:00:00:00:07".into(),
+        addr: addr.parse().unwrap(),
+        gateway: false,
+    })
+    .unwrap();
+}
