@@ -31,7 +31,8 @@ impl Reconciler {
     }
 
     /// Blocks traffic from `req.from` to the tenant's VM `req.vm`, for `actor`.
-    /// The same block asked for again (same VM, same source prefix) is the
+    /// The same block asked for again (same VM, and the same source prefix
+    /// or the same source VM, whose address may have moved since) is the
     /// existing one, and changes nothing: `(false, it)`; a new one is `(true,
     /// it)`, with the hosts it was pushed to.
     pub fn add_block(
@@ -45,7 +46,8 @@ impl Reconciler {
         let (_, src) = blocks::resolve(tenant, spec, &req)?;
         let prefix = src.to_string();
         let mine = || self.desired.blocks.values().filter(|b| b.tenant == tenant);
-        if let Some(b) = mine().find(|b| b.vm == req.vm && b.prefix == prefix) {
+        let same = |b: &&Block| b.vm == req.vm && (b.prefix == prefix || b.from == req.from);
+        if let Some(b) = mine().find(same) {
             return Ok((false, blocks::info(Some(spec), b)));
         }
         if mine().count() >= MAX_BLOCKS_PER_TENANT {
