@@ -2,7 +2,7 @@
 //! namespaces attached to it, the agent in-process with its data plane in the
 //! host namespace. A TCP connection between the VMs crosses the agent; a FIB drop
 //! entry blocks it; a configuration that cannot be installed is refused and the
-//! old one keeps forwarding.
+//! old one keeps forwarding; a block on request stops it until removed.
 
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpListener, TcpStream};
@@ -82,16 +82,9 @@ fn echo(vm: &VmHandle, to: SocketAddr, msg: &[u8], timeout: Duration) -> Option<
     Some(buf)
 }
 
-#[test]
-fn vms_talk_through_the_agent() {
-    if !is_root() {
-        eprintln!("skipped: needs root");
-        return;
-    }
-    let host = Netns::new("h").unwrap();
-    let vm1 = attach_vm(host.name(), "vm1", Ipv4Addr::new(10, 0, 0, 1)).unwrap();
-    let vm2 = attach_vm(host.name(), "vm2", Ipv4Addr::new(10, 0, 0, 2)).unwrap();
-    let agent = Agent::start(&AgentOptions {
+/// The agent, in-process, with its data plane in namespace `host`.
+fn start_agent(host: &Netns) -> Agent {
+    Agent::start(&AgentOptions {
         host: 1,
         name: "h1".into(),
         netns: Some(host.name().to_string()),
@@ -110,10 +103,11 @@ fn vms_talk_through_the_agent() {
         vm_mtu: None,
         capacity: None,
     })
-    .unwrap();
-    let url = agent.api_url();
+    .unwrap()
+}
 
-    // An echo server in VM 2.
+/// An echo server in VM 2, on port 5000.
+fn echo_server(vm2: &VmHandle) -> SocketAddr {
     let listener = vm2
         .ns
         .run(|| TcpListener::bind("10.0.0.2:5000"))
@@ -132,7 +126,21 @@ fn vms_talk_through_the_agent() {
             });
         }
     });
-    let server: SocketAddr = "10.0.0.2:5000".parse().unwrap();
+    "10.0.0.2:5000".parse().unwrap()
+}
+
+#[test]
+fn vms_talk_through_the_agent() {
+    if !is_root() {
+        eprintln!("skipped: needs root");
+        return;
+    }
+    let host = Netns::new("h").unwrap();
+    let vm1 = attach_vm(host.name(), "vm1", Ipv4Addr::new(10, 0, 0, 1)).unwrap();
+    let vm2 = attach_vm(host.name(), "vm2", Ipv4Addr::new(10, 0, 0, 2)).unwrap();
+    let agent = start_agent(&host);
+    let url = agent.api_url();
+    let server = echo_server(&vm2);
 
     assert_eq!(put(&url, &config(1, &vm1, &vm2, vec![])), 200);
     let msg = vec![0x5a; 3000];
@@ -192,5 +200,73 @@ fn vms_talk_through_the_agent() {
         .and_then(|v| v.parse().ok())
         .unwrap();
     assert!(fib_drops >= 1, "{m}");
+    agent.shutdown();
+}
+
+/// The count of drops of `reason` in the agent's metrics.
+fn drops(url: &str, reason: &str) -> u64 {
+    let m = ureq::get(&format!("{url}/metrics"))
+        .call()
+        .unwrap()
+        .into_string()
+        .unwrap();
+    let want = format!("sluice_agent_drops_total{{host=\"1\",reason=\"{reason}\"}}");
+    m.lines()
+        .find(|l| l.starts_with(&want))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no {want} in {m}"))
+}
+
+/// A block on request as the controller compiles it (VM 2 blocks VM 1)
+/// stops real traffic at the agent, is counted as `blocked`, and its
+/// removal lets the same connection through again.
+#[test]
+fn a_block_on_request_stops_real_traffic_until_removed() {
+    if !is_root() {
+        eprintln!("skipped: needs root");
+        return;
+    }
+    let host = Netns::new("h").unwrap();
+    let vm1 = attach_vm(host.name(), "vm1", Ipv4Addr::new(10, 0, 0, 1)).unwrap();
+    let vm2 = attach_vm(host.name(), "vm2", Ipv4Addr::new(10, 0, 0, 2)).unwrap();
+    let agent = start_agent(&host);
+    let url = agent.api_url();
+    let server = echo_server(&vm2);
+    let spec = sluice_tenant::TenantSpec::parse(
+        "tenant: t\nelements:\n  a: { type: service, vms: { vm1: 10.0.0.1 } }\n  \
+         b: { type: service, vms: { vm2: 10.0.0.2 } }\nchains: []\n",
+        "t.yaml",
+        None,
+    )
+    .unwrap();
+    let block = sluice_controller::blocks::Block {
+        id: 1,
+        tenant: "t".into(),
+        vm: "vm2".into(),
+        from: "vm1".into(),
+        prefix: "10.0.0.1/32".into(),
+        comment: None,
+        created_at_ms: 0,
+        created_by: "t-ci".into(),
+    };
+    let entries = sluice_controller::blocks::entries(&spec, 7, [&block]);
+    assert_eq!(entries.len(), 1);
+
+    assert_eq!(put(&url, &config(1, &vm1, &vm2, entries)), 200);
+    assert_eq!(
+        echo(&vm1, server, b"unwanted", Duration::from_secs(1)),
+        None,
+        "the block stops the connection"
+    );
+    assert!(drops(&url, "blocked") >= 1);
+    assert_eq!(drops(&url, "fib_drop"), 0);
+
+    assert_eq!(put(&url, &config(2, &vm1, &vm2, vec![])), 200);
+    assert_eq!(
+        echo(&vm1, server, b"welcome", Duration::from_secs(10)).as_deref(),
+        Some(&b"welcome"[..]),
+        "removing the block restores forwarding"
+    );
     agent.shutdown();
 }

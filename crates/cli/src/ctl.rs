@@ -140,6 +140,12 @@ enum GetWhat {
         /// Host id.
         host: u32,
     },
+    /// Blocks on request (`sluice block`), of every tenant the token sees.
+    Blocks {
+        /// Only this tenant's.
+        #[arg(long)]
+        tenant: Option<String>,
+    },
 }
 
 /// `sluice delete`.
@@ -319,6 +325,8 @@ pub fn get(a: &GetArgs) -> Result<(), CliError> {
         GetWhat::Chains => "/v1/chains".into(),
         GetWhat::Fib { host } => format!("/v1/hosts/{host}/fib"),
         GetWhat::Config { host } => format!("/v1/hosts/{host}/config"),
+        // Gathered from every tenant the token sees.
+        GetWhat::Blocks { tenant } => return crate::block::get(&a.client, tenant.as_deref()),
     };
     let raw = c.get_raw(&path)?;
     // A host's configuration has no table: JSON unless YAML is asked for.
@@ -548,7 +556,7 @@ pub fn get(a: &GetArgs) -> Result<(), CliError> {
                 }
             }
         }
-        GetWhat::Config { .. } => {}
+        GetWhat::Config { .. } | GetWhat::Blocks { .. } => {}
     }
     Ok(())
 }

@@ -8,6 +8,7 @@ use clap::{CommandFactory, Parser, Subcommand};
 #[macro_use]
 mod output;
 mod bench;
+mod block;
 mod change;
 mod check;
 mod config;
@@ -76,6 +77,12 @@ enum Cmd {
     Status(ctl::StatusArgs),
     /// Scale a middlebox of a tenant to N instances through the controller.
     Scale(ctl::ScaleArgs),
+    /// Block traffic from a source (a VM of the tenant, or any prefix) to
+    /// one of the tenant's VMs: dropped at the sending host, and again at the
+    /// receiving host.
+    Block(block::BlockArgs),
+    /// Remove a block (`sluice get blocks` lists them): the traffic flows again.
+    Unblock(block::UnblockArgs),
     /// Failovers, rejoins, drains and scaling decisions the controller logged.
     Events(ctl::EventsArgs),
     /// Report an application metric sample of a chain (feeds its scaler).
@@ -135,6 +142,8 @@ fn main() -> ExitCode {
         Cmd::Delete(a) => ctl::delete(&a),
         Cmd::Status(a) => ctl::status(&a),
         Cmd::Scale(a) => ctl::scale(&a),
+        Cmd::Block(a) => block::block(&a),
+        Cmd::Unblock(a) => block::unblock(&a),
         Cmd::Events(a) => ctl::events(&a),
         Cmd::Metric(a) => ctl::metric(&a),
         Cmd::Token(a) => tokens::run(&a),

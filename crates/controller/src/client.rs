@@ -517,6 +517,26 @@ impl Client {
         )
     }
 
+    /// Blocks traffic from `req.from` to the tenant's VM `req.vm` (a block
+    /// that exists already is answered as it is).
+    pub fn block(
+        &self,
+        tenant: &str,
+        req: &crate::blocks::BlockRequest,
+    ) -> Result<crate::blocks::BlockInfo, ClientError> {
+        self.send_json("POST", &format!("/v1/tenants/{tenant}/blocks"), req)
+    }
+
+    /// The tenant's blocks.
+    pub fn blocks(&self, tenant: &str) -> Result<Vec<crate::blocks::BlockInfo>, ClientError> {
+        self.get(&format!("/v1/tenants/{tenant}/blocks"))
+    }
+
+    /// Removes the tenant's block `id`.
+    pub fn unblock(&self, tenant: &str, id: u64) -> Result<crate::blocks::BlockInfo, ClientError> {
+        Self::parse(&self.call("DELETE", &format!("/v1/tenants/{tenant}/blocks/{id}"), None)?)
+    }
+
     /// Events with an id above `since` (0: all kept).
     pub fn events(&self, since: u64) -> Result<Vec<EventInfo>, ClientError> {
         self.get(&format!("/v1/events?since={since}"))

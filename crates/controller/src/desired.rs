@@ -133,6 +133,11 @@ pub struct Desired {
     /// The placement policy for new instances (a controller setting, never
     /// persisted).
     pub policy: Policy,
+    /// Blocks on request by id (`crate::blocks`): compiled into every host of
+    /// their tenant.
+    pub blocks: BTreeMap<u64, crate::blocks::Block>,
+    /// The id the next block gets (ids are never reused).
+    pub next_block: u64,
 }
 
 /// Why an instance was put on its host.
@@ -340,6 +345,7 @@ impl Desired {
         self.down.retain(|k| k.0 != name);
         self.scaled.retain(|k, _| k.0 != name);
         self.scaling.retain(|k, _| k.0 != name);
+        self.blocks.retain(|_, b| b.tenant != name);
         self.tenants.remove(name).is_some()
     }
 
@@ -761,6 +767,18 @@ impl Desired {
             tenant: tenant.to_string(),
             source,
         })?;
+        let blocks = crate::blocks::entries(
+            &t.spec,
+            t.vni,
+            self.blocks.values().filter(|b| b.tenant == tenant),
+        );
+        if !blocks.is_empty() {
+            // On every host of the tenant: its VMs' (the senders' and the
+            // recipients'), its instances' and its gateway's.
+            for hf in c.hosts.values_mut() {
+                hf.entries.extend(blocks.iter().cloned());
+            }
+        }
         if p.gateway.0 == HostId(0) {
             // No gateway: traffic for no VM of the tenant has nowhere to go.
             c.hosts.remove(&HostId(0));

@@ -10,6 +10,7 @@ use serde_json::Value;
 use crate::audit::AuditEntry;
 use crate::error::ApiError;
 use crate::reconcile::Reconciler;
+use crate::resources::blocks::BlockWhat;
 use crate::resources::hosts::HostAction;
 use crate::resources::scaling::ScalingWhat;
 use crate::resources::tenants::TenantAction;
@@ -29,7 +30,7 @@ pub fn execute_as(
     now: Instant,
 ) -> Result<Reply, ApiError> {
     let audited = describe(&action);
-    let reply = run(r, action, now);
+    let reply = run(r, action, actor, now);
     if let Some((tenant, what)) = audited {
         let (status, changes) = match &reply {
             Ok(Reply::Json(code, v)) => (*code, changes_of(v)),
@@ -52,7 +53,7 @@ pub fn execute_as(
     reply
 }
 
-fn run(r: &mut Reconciler, action: Action, now: Instant) -> Result<Reply, ApiError> {
+fn run(r: &mut Reconciler, action: Action, actor: &str, now: Instant) -> Result<Reply, ApiError> {
     match action {
         Action::Health => json(200, &serde_json::json!({ "status": "ok" })),
         Action::OpenApi => Ok(Reply::Text("application/yaml", OPENAPI_YAML.into())),
@@ -63,6 +64,7 @@ fn run(r: &mut Reconciler, action: Action, now: Instant) -> Result<Reply, ApiErr
         Action::Tenant(a) => resources::tenants::execute(r, a, now),
         Action::Host(a) => resources::hosts::execute(r, a, now),
         Action::Scaling(a) => resources::scaling::execute(r, a, now),
+        Action::Block(a) => resources::blocks::execute(r, a, actor, now),
         Action::Events(q) => resources::events::execute(r, &q),
         Action::Audit(q) => resources::audit::execute(r, &q),
         // The HTTP edge answers these (they ask every agent); without it there
@@ -93,6 +95,15 @@ pub fn describe(action: &Action) -> Option<(Option<String>, String)> {
         )),
         Action::Host(HostAction::DeleteVm { tenant, name }) => {
             Some((Some(tenant.clone()), format!("delete vm {tenant}/{name}")))
+        }
+        Action::Block(b) => {
+            let t = &b.tenant;
+            let what = match &b.what {
+                BlockWhat::List => return None,
+                BlockWhat::Create(q) => format!("block traffic from {} to vm {t}/{}", q.from, q.vm),
+                BlockWhat::Delete(id) => format!("remove block {id} of tenant {t}"),
+            };
+            Some((Some(t.clone()), what))
         }
         Action::Scaling(s) => {
             let (t, o) = (&s.tenant, &s.object);

@@ -12,6 +12,8 @@
 //! * [`compile`](mod@compile): the chain compiler, a pure function from a
 //!   validated tenant spec and a placement to the FIB of every host (Stratos
 //!   §3.2, §6);
+//! * [`blocks`]: blocks on request, compiled into drop entries on every host
+//!   of their tenant;
 //! * [`lease`]: the ownership-lease gate of `state: cached` middleboxes;
 //! * [`measure`]: the agents' chain measurements summed into scaler metrics;
 //! * [`model`]: the JSON bodies of the REST API (`docs/openapi.yaml`);
@@ -24,6 +26,7 @@
 
 pub mod answer;
 pub mod audit;
+pub mod blocks;
 pub mod change;
 pub mod client;
 pub mod compile;

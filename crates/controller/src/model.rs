@@ -559,7 +559,7 @@ pub struct EventInfo {
     /// `failover`, `rejoin`, `scale` (a count changed), `scaler` (a step of a
     /// chain's scaler), `drain` (a drain started or ended), `catch-up` (a new
     /// instance of a pinned middlebox gets most new flows, or stopped getting
-    /// them) or `error`.
+    /// them), `block` (a block on request made or removed) or `error`.
     pub kind: String,
     /// Tenant.
     #[serde(default)]

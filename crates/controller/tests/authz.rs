@@ -216,6 +216,9 @@ fn a_tenant_cannot_touch_or_see_another_tenant() {
             ("POST", t) if t.ends_with("metrics") => "{\"value\":1}".into(),
             ("POST", t) if t.ends_with("request") => "{\"up\":true}".into(),
             ("PUT", t) if t.ends_with("scaling") => "{}".into(),
+            ("POST", t) if t.ends_with("blocks") => {
+                "{\"vm\":\"bravo-b1\",\"from\":\"bravo-a1\"}".into()
+            }
             _ => String::new(),
         }
     };
@@ -241,7 +244,7 @@ fn a_tenant_cannot_touch_or_see_another_tenant() {
         );
         tried += 1;
     }
-    assert_eq!(tried, 13, "routes naming a tenant");
+    assert_eq!(tried, 16, "routes naming a tenant");
     // Bravo is untouched.
     let after = admin.tenant("bravo").unwrap();
     assert_eq!(after.generation, before.generation);

@@ -48,6 +48,9 @@ pub enum Action {
     },
     /// Drop the packet.
     Drop,
+    /// Drop the packet because its recipient's owner blocked its source (a
+    /// block on request, Seawall §3): a drop the agent counts as `blocked`.
+    Block,
 }
 
 pub use sluice_wire::Prefix;
@@ -179,6 +182,8 @@ pub struct Decision {
     pub chain_hop: Option<(u16, u8)>,
     /// The packet is dropped.
     pub drop: bool,
+    /// It is dropped by a block ([`Action::Block`]).
+    pub blocked: bool,
     /// The entry that matched.
     pub entry: Option<u64>,
 }
@@ -337,6 +342,10 @@ impl Fib {
                 }
                 Action::SetChainHop { chain, hop } => d.chain_hop = Some((chain, hop)),
                 Action::Drop => d.drop = true,
+                Action::Block => {
+                    d.drop = true;
+                    d.blocked = true;
+                }
             }
         }
         if d.drop {
@@ -412,7 +421,7 @@ mod tests {
             Some(Output::Port(PortId(3)))
         );
         let d = fib.lookup(&key(&m, Some(5)));
-        assert!(d.drop && d.output.is_none() && d.entry == Some(3));
+        assert!(d.drop && !d.blocked && d.output.is_none() && d.entry == Some(3));
         let other = meta([10, 0, 0, 1], [192, 0, 2, 8], 999, 443);
         assert_eq!(
             fib.lookup(&key(&other, None)).output,
@@ -506,5 +515,36 @@ mod tests {
             (1, 1),
             "the installed FIB is untouched"
         );
+    }
+
+    #[test]
+    fn a_block_drops_and_says_so_whichever_way_the_packet_came() {
+        let mut fib = Fib::new();
+        let to_b = Match {
+            dst: Some(Prefix::parse("10.0.0.2/32").unwrap()),
+            ..Match::default()
+        };
+        let block = Match {
+            src: Some(Prefix::parse("10.0.0.0/30").unwrap()),
+            ..to_b.clone()
+        };
+        fib.replace(
+            vec![
+                entry(1, 2000, to_b, vec![Action::Output(Output::Port(PortId(2)))]),
+                entry(2, 60000, block, vec![Action::Block]),
+            ],
+            BTreeMap::new(),
+            1,
+        )
+        .unwrap();
+        let blocked = meta([10, 0, 0, 1], [10, 0, 0, 2], 999, 80);
+        for port in [Some(1), None] {
+            let d = fib.lookup(&key(&blocked, port));
+            assert!(d.drop && d.blocked && d.output.is_none(), "{port:?}: {d:?}");
+        }
+        let other = meta([10, 0, 0, 9], [10, 0, 0, 2], 999, 80);
+        let d = fib.lookup(&key(&other, None));
+        assert!(!d.drop && !d.blocked);
+        assert_eq!(d.output, Some(Output::Port(PortId(2))));
     }
 }

@@ -367,6 +367,7 @@ impl Forwarder<'_> {
             }
         }
         let verdict = verdict.unwrap_or(match (d.drop, d.output) {
+            (true, _) if d.blocked => Err(DropReason::Blocked),
             (true, _) => Err(DropReason::FibDrop),
             (false, Some(o)) => Ok(o),
             (false, None) => Err(DropReason::NoMatch),

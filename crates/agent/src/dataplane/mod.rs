@@ -25,6 +25,8 @@ use sluice_proto::{AgentConfig, ChainMeasure};
 pub use crate::groups::{failover_group, Choice, GroupSel, PinKey, PinTable};
 use crate::meter::ChainMeter;
 
+#[cfg(test)]
+mod block_tests;
 mod config;
 mod forward;
 mod health;

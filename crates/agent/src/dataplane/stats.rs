@@ -42,11 +42,15 @@ pub enum DropReason {
     /// A sealed datagram whose counter was seen already or is older than the
     /// replay window.
     Replayed,
+    /// The recipient's owner blocked its source (`POST
+    /// /v1/tenants/{name}/blocks`): dropped at the sending host, or at the
+    /// receiving host when the sender did not enforce the block.
+    Blocked,
 }
 
 impl DropReason {
     /// Every reason, for reports that list zeros too.
-    pub const ALL: [DropReason; 13] = [
+    pub const ALL: [DropReason; 14] = [
         DropReason::NoMatch,
         DropReason::FibDrop,
         DropReason::Malformed,
@@ -60,6 +64,7 @@ impl DropReason {
         DropReason::AuthFailed,
         DropReason::UnknownKey,
         DropReason::Replayed,
+        DropReason::Blocked,
     ];
 
     /// The reason's name in metrics (`no_match`, ...).
@@ -78,6 +83,7 @@ impl DropReason {
             DropReason::AuthFailed => "auth_failed",
             DropReason::UnknownKey => "unknown_key",
             DropReason::Replayed => "replayed",
+            DropReason::Blocked => "blocked",
         }
     }
 

@@ -31,6 +31,7 @@ use crate::lease::{Decision as LeaseDecision, LeaseGate};
 use crate::store::{Store, StoreError};
 
 mod autoscale;
+mod blocks;
 mod drains;
 mod events;
 mod health;

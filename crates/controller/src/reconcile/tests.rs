@@ -1127,3 +1127,78 @@ fn a_v1_spec_applies_like_the_flat_one_and_shows_its_labels() {
         "{e}"
     );
 }
+
+/// The block entries of every host's configuration: (host, entry id, src, dst).
+fn block_entries(r: &Reconciler) -> Vec<(u32, u64, String, String)> {
+    let mut out = Vec::new();
+    for (h, c) in r.configs() {
+        for t in &c.tenants {
+            for e in t
+                .entries
+                .iter()
+                .filter(|e| e.actions == [sluice_switch::Action::Block])
+            {
+                out.push((
+                    *h,
+                    e.id,
+                    e.m.src.map(|p| p.to_string()).unwrap_or_default(),
+                    e.m.dst.map(|p| p.to_string()).unwrap_or_default(),
+                ));
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn a_block_reaches_every_host_of_the_tenant_and_outlives_reapplies_and_restarts() {
+    let mut s = Sim::new(SPEC);
+    let tenant_hosts: Vec<u32> =
+        s.r.configs()
+            .iter()
+            .filter(|(_, c)| c.tenants.iter().any(|t| t.tenant == "t"))
+            .map(|(h, _)| *h)
+            .collect();
+    let v = s.ok("POST", "/v1/tenants/t/blocks", r#"{"vm":"b1","from":"a1"}"#);
+    let id = v["id"].as_u64().unwrap();
+    let entry = crate::blocks::BLOCK_ENTRY_BASE + id;
+    let want: Vec<(u32, u64, String, String)> = tenant_hosts
+        .iter()
+        .map(|&h| (h, entry, "10.0.0.1/32".into(), "10.0.0.2/32".into()))
+        .collect();
+    assert!(tenant_hosts.len() >= 2, "{tenant_hosts:?}");
+    assert_eq!(block_entries(&s.r), want);
+    // The same source by address is the same block: nothing changes.
+    let before = s.r.configs().clone();
+    let again = s.ok(
+        "POST",
+        "/v1/tenants/t/blocks",
+        r#"{"vm":"b1","from":"10.0.0.1/32"}"#,
+    );
+    assert_eq!(again["id"].as_u64(), Some(id));
+    assert_eq!(s.r.configs(), &before);
+    // A re-applied spec (more instances: new hosts maybe) keeps the block
+    // on every host of the tenant.
+    s.ok(
+        "PUT",
+        "/v1/tenants/t",
+        &SPEC.replace("instances: 2", "instances: 3"),
+    );
+    let hosts: Vec<u32> = block_entries(&s.r).iter().map(|e| e.0).collect();
+    let now_tenant: Vec<u32> =
+        s.r.configs()
+            .iter()
+            .filter(|(_, c)| c.tenants.iter().any(|t| t.tenant == "t"))
+            .map(|(h, _)| *h)
+            .collect();
+    assert_eq!(hosts, now_tenant);
+    // A restart from the store keeps it, with the same entry id.
+    let r2 = Reconciler::start(Box::new(s.store.clone()), "local", s.now, EPOCH_MS).unwrap();
+    assert_eq!(block_entries(&r2), block_entries(&s.r));
+    assert_eq!(r2.blocks("t").unwrap().len(), 1);
+    // Removed: gone everywhere; the next block gets a new id.
+    s.ok("DELETE", &format!("/v1/tenants/t/blocks/{id}"), "");
+    assert!(block_entries(&s.r).is_empty());
+    let v = s.ok("POST", "/v1/tenants/t/blocks", r#"{"vm":"a1","from":"b1"}"#);
+    assert!(v["id"].as_u64().unwrap() > id);
+}

@@ -17,6 +17,7 @@
 
 use serde_json::Value;
 
+use super::blocks::BlockWhat;
 use super::hosts::HostAction;
 use super::scaling::ScalingWhat;
 use super::tenants::TenantAction;
@@ -206,6 +207,10 @@ fn scope(a: &Action) -> Scope<'_> {
             ScalingWhat::GetMiddlebox | ScalingWhat::GetScaler => Scope::ReadTenant(&s.tenant),
             _ => Scope::WriteTenant(&s.tenant),
         },
+        Action::Block(b) => match b.what {
+            BlockWhat::List => Scope::ReadTenant(&b.tenant),
+            BlockWhat::Create(_) | BlockWhat::Delete(_) => Scope::WriteTenant(&b.tenant),
+        },
         Action::Token(t) => match t {
             TokenAction::List => Scope::OperatorRead,
             TokenAction::Create { .. } | TokenAction::Delete(_) => Scope::Operator,
@@ -254,6 +259,13 @@ pub fn describe(a: &Action) -> String {
             };
             format!("{verb} {what} `{}/{}`", s.tenant, s.object)
         }
+        // Names the tenant only: the 403 of another tenant's token must not
+        // tell it whether the VM exists.
+        Action::Block(b) => match &b.what {
+            BlockWhat::List => format!("list the blocks of tenant `{}`", b.tenant),
+            BlockWhat::Create(_) => format!("block traffic to a VM of tenant `{}`", b.tenant),
+            BlockWhat::Delete(_) => format!("remove a block of tenant `{}`", b.tenant),
+        },
         Action::Token(t) => match t {
             TokenAction::List => "list tokens".into(),
             TokenAction::Create { name, .. } => format!("create token `{name}`"),
@@ -410,6 +422,13 @@ mod tests {
             "/v1/tenants/{name}/chains/{chain}/scaling/request",
             [Yes, No, Own, No],
         ),
+        ("GET", "/v1/tenants/{name}/blocks", [Yes, Yes, Own, No]),
+        ("POST", "/v1/tenants/{name}/blocks", [Yes, No, Own, No]),
+        (
+            "DELETE",
+            "/v1/tenants/{name}/blocks/{id}",
+            [Yes, No, Own, No],
+        ),
         ("GET", "/v1/events", [Yes, Yes, Filtered, No]),
         ("GET", "/v1/audit", [Yes, Yes, Filtered, No]),
         ("GET", "/v1/alerts", [Yes, Yes, Filtered, No]),
@@ -450,6 +469,7 @@ mod tests {
             ("PUT", "/v1/tenants/{name}/middleboxes/{middlebox}") => "{\"instances\":2}".into(),
             ("POST", "/v1/tenants/{name}/chains/{chain}/metrics") => "{\"value\":1.5}".into(),
             ("POST", "/v1/tenants/{name}/chains/{chain}/scaling/request") => "{\"up\":true}".into(),
+            ("POST", "/v1/tenants/{name}/blocks") => "{\"vm\":\"b1\",\"from\":\"a1\"}".into(),
             ("POST", "/v1/tokens") => format!("{{\"name\":\"t\",\"role\":\"tenant:{tenant}\"}}"),
             _ => String::new(),
         };

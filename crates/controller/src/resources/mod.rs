@@ -11,6 +11,7 @@ use crate::error::ApiError;
 
 pub mod audit;
 pub mod auth;
+pub mod blocks;
 pub mod eve;
 pub mod events;
 pub mod hosts;
@@ -46,6 +47,9 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("PUT", "/v1/tenants/{name}/chains/{chain}/scaling"),
     ("DELETE", "/v1/tenants/{name}/chains/{chain}/scaling"),
     ("POST", "/v1/tenants/{name}/chains/{chain}/scaling/request"),
+    ("GET", "/v1/tenants/{name}/blocks"),
+    ("POST", "/v1/tenants/{name}/blocks"),
+    ("DELETE", "/v1/tenants/{name}/blocks/{id}"),
     ("GET", "/v1/events"),
     ("GET", "/v1/audit"),
     ("GET", "/v1/alerts"),
@@ -89,6 +93,8 @@ pub enum Action {
     Host(hosts::HostAction),
     /// A middlebox-scaling, scaler or metric request.
     Scaling(scaling::ScalingAction),
+    /// A block-on-request request.
+    Block(blocks::BlockAction),
     /// `GET /v1/events`.
     Events(events::EventsQuery),
     /// `GET /v1/audit`.
@@ -159,6 +165,9 @@ pub fn parse_as(req: &Request<'_>, who: Option<&auth::Principal>) -> Result<Acti
         ("GET", "/v1/placement") => hosts::parse_placement(query).map(Action::Host),
         (_, t) if t.starts_with("/v1/tokens") => {
             tokens::parse(req.method, tpl, &p, req.body).map(Action::Token)
+        }
+        (_, t) if t.starts_with("/v1/tenants/{name}/blocks") => {
+            blocks::parse(req.method, tpl, &p, req.body).map(Action::Block)
         }
         (_, t)
             if t.starts_with("/v1/tenants/{name}/middleboxes") || t.contains("/chains/{chain}") =>
@@ -321,12 +330,17 @@ mod tests {
             ("GET", "/v1/tenants/acme/chains/c/scaling", ""),
             ("DELETE", "/v1/tenants/acme/chains/c/scaling", ""),
             ("GET", "/v1/events?since=3&kind=drain", ""),
+            ("GET", "/v1/tenants/acme/blocks", ""),
+            ("DELETE", "/v1/tenants/acme/blocks/3", ""),
         ];
         for (m, u, b) in cases {
             let a = parse(&req(m, u, b)).unwrap_or_else(|e| panic!("{m} {u}: {e}"));
             let ok = match (u, &a) {
                 ("/healthz", Action::Health) => true,
-                (u, Action::Tenant(_)) => u.starts_with("/v1/tenants") || u == "/v1/chains",
+                (u, Action::Block(b)) => u.contains("/blocks") && b.tenant == "acme",
+                (u, Action::Tenant(_)) => {
+                    (u.starts_with("/v1/tenants") && !u.contains("/blocks")) || u == "/v1/chains"
+                }
                 (u, Action::Host(_)) => {
                     u.contains("/hosts") || u.contains("/vms") || u.contains("/instances")
                 }

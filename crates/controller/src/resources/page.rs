@@ -33,6 +33,7 @@ const LISTS: &[(&str, KeyFn)] = &[
     ("/v1/chains", |v| fields(v, &["tenant", "id"])),
     ("/v1/events", |v| fields(v, &["id"])),
     ("/v1/tokens", |v| fields(v, &["name"])),
+    ("/v1/tenants/{name}/blocks", |v| fields(v, &["id"])),
 ];
 
 fn fields(v: &Value, names: &[&str]) -> Vec<Value> {

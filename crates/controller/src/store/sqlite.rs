@@ -49,6 +49,8 @@ CREATE TABLE IF NOT EXISTS host_configs (
     host INTEGER PRIMARY KEY, version INTEGER NOT NULL, config TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS fabric_secrets (
     id INTEGER PRIMARY KEY, secret BLOB NOT NULL, sending INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS blocks (
+    id INTEGER PRIMARY KEY, tenant TEXT NOT NULL, block TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS audit (
     seq INTEGER PRIMARY KEY AUTOINCREMENT, at_ms INTEGER NOT NULL, actor TEXT NOT NULL,
     tenant TEXT, action TEXT NOT NULL, status INTEGER NOT NULL, changes TEXT NOT NULL);
@@ -332,6 +334,7 @@ impl SqliteStore {
             configs.insert(host as u32, cfg);
         }
         d.fabric = load_fabric(&self.conn)?;
+        load_blocks(&self.conn, &mut d)?;
         Ok((d, configs))
     }
 
@@ -355,6 +358,29 @@ impl SqliteStore {
         }
         Ok(())
     }
+}
+
+/// The blocks on request and the next block id (a table of its own, so
+/// databases from before blocks need no migration).
+fn load_blocks(conn: &Connection, d: &mut Desired) -> Result<(), StoreError> {
+    d.next_block = conn
+        .query_row("SELECT value FROM meta WHERE key = 'next_block'", [], |r| {
+            r.get::<_, i64>(0)
+        })
+        .map(|v| v as u64)
+        .or_else(|e| match e {
+            rusqlite::Error::QueryReturnedNoRows => Ok(1),
+            e => Err(e),
+        })?;
+    let mut st = conn.prepare("SELECT id, block FROM blocks")?;
+    let rows = st.query_map([], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?)))?;
+    for row in rows {
+        let (id, text) = row?;
+        let b: crate::blocks::Block =
+            serde_json::from_str(&text).map_err(|e| corrupt(format!("block {id}: {e}")))?;
+        d.blocks.insert(b.id, b);
+    }
+    Ok(())
 }
 
 /// The fabric's secrets (None: sealing off).
@@ -400,7 +426,7 @@ fn write_all(
         "DELETE FROM tenants; DELETE FROM hosts; DELETE FROM host_capacity; DELETE FROM vms; DELETE FROM instances;
          DELETE FROM placement_why;
          DELETE FROM scaled; DELETE FROM draining; DELETE FROM scaling;
-         DELETE FROM fabric_secrets;",
+         DELETE FROM fabric_secrets; DELETE FROM blocks;",
     )?;
     if let Some(f) = &d.fabric {
         // Kept in order of age (rowid), so the newest is known after a reload.
@@ -481,6 +507,17 @@ fn write_all(
         tx.execute(
             "INSERT INTO scaling (tenant, chain, config) VALUES (?1, ?2, ?3)",
             params![t, c, text],
+        )?;
+    }
+    tx.execute(
+        "INSERT OR REPLACE INTO meta (key, value) VALUES ('next_block', ?1)",
+        params![d.next_block as i64],
+    )?;
+    for (id, b) in &d.blocks {
+        let text = serde_json::to_string(b).map_err(corrupt)?;
+        tx.execute(
+            "INSERT INTO blocks (id, tenant, block) VALUES (?1, ?2, ?3)",
+            params![*id as i64, b.tenant, text],
         )?;
     }
     // Versions must never go back, so configurations are only ever replaced.
