@@ -46,6 +46,7 @@ fn figure4_on_three_hosts_with_real_http() {
         web: true,
         seawall: false,
         fabric_auth: true,
+        store: Default::default(),
     })
     .unwrap_or_else(|e| panic!("testbed did not come up: {e}"));
     let report = scenario::figure4(&lab).unwrap();
@@ -233,6 +234,7 @@ fn elasticity_lab_pipelined(dir: &std::path::Path, state: &str, pipeline: u64) -
         web: true,
         seawall: false,
         fabric_auth: true,
+        store: Default::default(),
     })
     .unwrap_or_else(|e| panic!("testbed did not come up: {e}"))
 }

@@ -367,6 +367,18 @@ fn command_as(port: u16, auth: Option<&crate::Auth>, args: &[&[u8]]) -> Result<V
     }
 }
 
+/// The replication role (`master` or `slave`) the server on loopback `port`
+/// reports in `INFO replication`, asked as `auth` if given.
+pub fn replication_role(port: u16, auth: Option<&crate::Auth>) -> Result<String, String> {
+    let r = command_as(port, auth, &[b"INFO", b"replication"])
+        .map_err(|e| format!("INFO replication on port {port}: {e}"))?;
+    String::from_utf8_lossy(&r)
+        .lines()
+        .find_map(|l| l.strip_prefix("role:"))
+        .map(|v| v.trim().to_string())
+        .ok_or_else(|| format!("INFO replication on port {port}: no role"))
+}
+
 /// The settings of every node of a cluster whose primaries may be replaced:
 /// a primary that stops answering for `node_timeout_ms` is replaced by one of
 /// its replicas; slots whose primary is down are refused meanwhile, the
