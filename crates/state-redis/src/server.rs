@@ -379,6 +379,20 @@ pub fn replication_role(port: u16, auth: Option<&crate::Auth>) -> Result<String,
         .ok_or_else(|| format!("INFO replication on port {port}: no role"))
 }
 
+/// How many keys the server on loopback `port` holds (`DBSIZE`), asked as
+/// `auth` if given.
+pub fn dbsize(port: u16, auth: Option<&crate::Auth>) -> Result<u64, String> {
+    let r =
+        command_as(port, auth, &[b"DBSIZE"]).map_err(|e| format!("DBSIZE on port {port}: {e}"))?;
+    match crate::resp::parse(&r, 0) {
+        Ok(Some((crate::resp::Reply::Int(n), _))) if n >= 0 => Ok(n as u64),
+        _ => Err(format!(
+            "DBSIZE on port {port}: {}",
+            String::from_utf8_lossy(&r).trim_end()
+        )),
+    }
+}
+
 /// The settings of every node of a cluster whose primaries may be replaced:
 /// a primary that stops answering for `node_timeout_ms` is replaced by one of
 /// its replicas; slots whose primary is down are refused meanwhile, the

@@ -14,7 +14,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
-use sluice_state_redis::server::{await_cluster_ready, cluster_settings, replication_role};
+use sluice_state_redis::server::{await_cluster_ready, cluster_settings, dbsize, replication_role};
 use sluice_state_redis::{Auth, Secret};
 
 use super::{other, random_hex, spawn_logged, wait_tcp, write_private, Lab, LabError, STORE_ADMIN};
@@ -231,6 +231,19 @@ impl Lab {
             .iter()
             .filter(|n| replication_role(n.port, Some(&auth)).is_ok_and(|r| r == "master"))
             .cloned()
+            .collect()
+    }
+
+    /// The keys each store node holds (`DBSIZE`; a node that does not answer
+    /// is left out), by port.
+    pub fn store_keys(&self) -> Vec<(u16, u64)> {
+        let Ok(auth) = self.store_admin() else {
+            return Vec::new();
+        };
+        self.state
+            .store_nodes
+            .iter()
+            .filter_map(|n| Some((n.port, dbsize(n.port, Some(&auth)).ok()?)))
             .collect()
     }
 
