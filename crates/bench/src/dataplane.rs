@@ -248,6 +248,7 @@ pub fn run(
         web: false,
         seawall,
         fabric_auth: true,
+        store: Default::default(),
     })
     .map_err(|e| e.to_string())?;
     let st = lab.state().clone();

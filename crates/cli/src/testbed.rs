@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use clap::Subcommand;
-use sluice_testbed::lab::{Lab, LabOptions, LabState};
+use sluice_testbed::lab::{Lab, LabOptions, LabState, StoreKind};
 use sluice_testbed::scenario;
 
 use crate::error::CliError;
@@ -39,6 +39,11 @@ pub enum TestbedCmd {
         /// ~/.config/sluice/config) nor make it current.
         #[arg(long)]
         no_context: bool,
+        /// The state store: `single` (one redis-server) or `cluster` (three
+        /// primaries with a replica each: a killed primary is replaced by
+        /// its replica; docs/STATE.md, "Replication").
+        #[arg(long, default_value = "single", value_parser = ["single", "cluster"])]
+        store: String,
     },
     /// Stop and remove the testbed recorded in DIR.
     Down {
@@ -76,7 +81,16 @@ pub fn run(what: TestbedCmd) -> Result<(), CliError> {
             no_web,
             seawall,
             no_context,
-        } => up(&spec, hosts, &dir, !no_web, seawall, !no_context),
+            store,
+        } => up(
+            &spec,
+            hosts,
+            &dir,
+            !no_web,
+            seawall,
+            !no_context,
+            store.parse()?,
+        ),
         TestbedCmd::Down { dir } => down(&dir),
         TestbedCmd::Demo {
             spec,
@@ -121,6 +135,7 @@ pub fn options_with(
         web,
         seawall,
         fabric_auth: true,
+        store: StoreKind::Single,
     })
 }
 
@@ -132,7 +147,14 @@ pub(crate) fn print_state(s: &LabState) -> Result<(), OutputError> {
         s.token_file.display(),
         s.config.display()
     )?;
-    outln!("  state store {}", s.store)?;
+    let kind = match s.store_kind {
+        StoreKind::Single => "one server".to_string(),
+        StoreKind::Cluster => format!(
+            "a cluster of {} nodes, each primary with a replica",
+            s.store_nodes.len()
+        ),
+    };
+    outln!("  state store {} ({kind})", s.store)?;
     for h in &s.hosts {
         outln!(
             "  host {}: netns {}, underlay {}, agent {}",
@@ -226,6 +248,7 @@ pub fn up(
     web: bool,
     seawall: bool,
     context: bool,
+    store: StoreKind,
 ) -> Result<(), CliError> {
     if dir.join("testbed.json").exists() {
         return Err(CliError::AlreadyUp(dir.to_path_buf()));
@@ -234,7 +257,9 @@ pub fn up(
         check_readable_by_others(dir)?;
     }
     let t = Instant::now();
-    let lab = Lab::up(&options_with(spec, hosts, dir, web, seawall)?)?;
+    let mut opts = options_with(spec, hosts, dir, web, seawall)?;
+    opts.store = store;
+    let lab = Lab::up(&opts)?;
     let state = lab.keep();
     let took = t.elapsed();
     // The context first: printing may stop early (a closed stdout).

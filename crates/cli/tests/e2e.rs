@@ -7,7 +7,7 @@ use std::path::PathBuf;
 
 mod common;
 
-use sluice_testbed::lab::{Lab, LabOptions};
+use sluice_testbed::lab::{Lab, LabOptions, StoreKind};
 use sluice_testbed::scenario;
 
 fn spec() -> PathBuf {
@@ -46,6 +46,7 @@ fn figure4_on_three_hosts_with_real_http() {
         web: true,
         seawall: false,
         fabric_auth: true,
+        store: Default::default(),
     })
     .unwrap_or_else(|e| panic!("testbed did not come up: {e}"));
     let report = scenario::figure4(&lab).unwrap();
@@ -206,6 +207,11 @@ fn elasticity_lab(dir: &std::path::Path, state: &str) -> Lab {
 /// [`elasticity_lab`] with the firewall's instances pipelined (`pipeline`
 /// packets per window; 0: not).
 fn elasticity_lab_pipelined(dir: &std::path::Path, state: &str, pipeline: u64) -> Lab {
+    elasticity_lab_with(dir, state, pipeline, StoreKind::Single)
+}
+
+/// [`elasticity_lab_pipelined`] with the state store `store`.
+fn elasticity_lab_with(dir: &std::path::Path, state: &str, pipeline: u64, store: StoreKind) -> Lab {
     let base = std::fs::read_to_string(concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/../../examples/experiments/elasticity.yaml"
@@ -233,6 +239,7 @@ fn elasticity_lab_pipelined(dir: &std::path::Path, state: &str, pipeline: u64) -
         web: true,
         seawall: false,
         fabric_auth: true,
+        store,
     })
     .unwrap_or_else(|e| panic!("testbed did not come up: {e}"))
 }
@@ -382,4 +389,133 @@ fn instance_logs(dir: &std::path::Path) -> Vec<String> {
         }
     }
     out
+}
+
+/// No single point of failure in the state store (docs/STATE.md,
+/// "Replication"): the lab's store is a cluster of three primaries with a
+/// replica each, and the firewall's state is in it (`state: shared`: every
+/// packet's record). While paced downloads pass the firewall, the primary
+/// holding the most records is SIGKILLed. Its replica takes over, every
+/// download arrives whole (the records it held were on the replica before
+/// their packets left the chain), and new connections work afterwards.
+#[test]
+fn a_killed_store_primary_breaks_no_connection() {
+    use sluice_state::{Key, Namespace, Ops, StateStore};
+    use std::time::{Duration, Instant};
+    let dir = tempfile::tempdir().unwrap();
+    let lab = elasticity_lab_with(dir.path(), "shared", 0, StoreKind::Cluster);
+    let st = lab.state().clone();
+    assert_eq!(st.store_nodes.len(), 6, "{:?}", st.store_nodes);
+    assert!(st.store.starts_with("redis-cluster://"), "{}", st.store);
+    let primaries: Vec<u16> = lab.store_primaries().iter().map(|n| n.port).collect();
+    assert_eq!(primaries.len(), 3, "{primaries:?}");
+    // ACL users are per node: the tenant's is on every one, replicas included.
+    let pw_file = st.store.split("password_file=").nth(1).unwrap().to_string();
+    for n in &st.store_nodes {
+        let url = format!(
+            "redis-cluster://sluice-admin@127.0.0.1:{}?password_file={pw_file}",
+            n.port
+        );
+        let mut admin = sluice_state_redis::acl::Admin::open(&url).unwrap();
+        assert_eq!(
+            admin.tenant_users().unwrap(),
+            ["sluice-t-exp"],
+            "{}",
+            n.port
+        );
+    }
+
+    // 12 downloads of 1 MiB at 256 KiB/s: about 4 s each, established
+    // before the kill and still running through the failover.
+    let gw = st.vm("gateway").unwrap().netns.clone();
+    let srv = st.vm("srv1").unwrap().addrs[0].clone();
+    let files: Vec<std::path::PathBuf> = (0..12)
+        .map(|i| dir.path().join(format!("download-{i}")))
+        .collect();
+    let kids: Vec<std::process::Child> = files
+        .iter()
+        .map(|f| {
+            std::process::Command::new("ip")
+                .args(["netns", "exec", &gw, "curl", "-sf", "--max-time", "60"])
+                .args(["--interface", "198.51.100.10", "-o"])
+                .arg(f)
+                .arg(format!("http://{srv}/paced/blob?rate=262144"))
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !files
+        .iter()
+        .all(|f| std::fs::metadata(f).is_ok_and(|m| m.len() > 0))
+    {
+        assert!(Instant::now() < deadline, "the downloads did not start");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // The primary with the most records: established connections depend on
+    // what it held.
+    let keys = lab.store_keys();
+    let (victim, held) = keys
+        .iter()
+        .filter(|(p, _)| primaries.contains(p))
+        .max_by_key(|(_, k)| *k)
+        .copied()
+        .unwrap();
+    assert!(held > 0, "no records on any primary: {keys:?}");
+    let mut probe = sluice_state_redis::ClusterStore::open(&st.store).unwrap();
+    let killed = Instant::now();
+    lab.kill_store_node(victim).unwrap();
+
+    // The first successful state operation after the kill: a batch with
+    // keys on every slot range, the dead primary's included.
+    let mut tries = 0u32;
+    loop {
+        let mut ops = Ops::new();
+        for i in 0..64u32 {
+            ops.put(Key::new(Namespace(200), 1, &i.to_be_bytes()), b"probe");
+        }
+        tries += 1;
+        if probe.execute(&mut ops).is_ok() {
+            break;
+        }
+        assert!(
+            killed.elapsed() < Duration::from_secs(30),
+            "the store did not fail over within 30 s"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(tries > 1, "the dead primary's slots were served at once");
+    eprintln!(
+        "store primary 127.0.0.1:{victim} ({held} keys) SIGKILLed: first successful state \
+         operation {:.2} s later ({tries} tries)",
+        killed.elapsed().as_secs_f64()
+    );
+    let now: Vec<u16> = lab.store_primaries().iter().map(|n| n.port).collect();
+    assert_eq!(now.len(), 3, "a replica took over: {now:?}");
+    assert!(!now.contains(&victim), "{now:?}");
+
+    // No established connection was lost: every download complete and intact.
+    let blob = sluice_testbed::lab::blob();
+    for (mut k, f) in kids.into_iter().zip(&files) {
+        let status = k.wait().unwrap();
+        let got = std::fs::read(f).unwrap_or_default();
+        assert!(
+            status.success() && got.len() == blob.len() && got == blob,
+            "{}: curl {status}, {} of {} bytes",
+            f.display(),
+            got.len(),
+            blob.len()
+        );
+    }
+    // New connections after the failover.
+    for _ in 0..5 {
+        let body = scenario::curl(
+            &lab,
+            "gateway",
+            Some("198.51.100.10"),
+            &format!("http://{srv}/index.html"),
+            10,
+        );
+        assert_eq!(body.as_deref(), Some(&b"srv1\n"[..]), "a new connection");
+    }
 }

@@ -42,6 +42,7 @@ fn a_udp_flood_does_not_starve_a_tcp_download_under_seawall() {
         web: false,
         seawall: true,
         fabric_auth: true,
+        store: Default::default(),
     })
     .unwrap_or_else(|e| panic!("testbed did not come up: {e}"));
     let o = IsolationOptions {

@@ -172,14 +172,17 @@ impl StoreAcl {
         let r = (|| {
             let existing = self.admin.tenant_users()?;
             let p = plan(&existing, tenants);
+            // Every step is tried: a dead cluster node fails each of them,
+            // and must not keep the live nodes from getting the rest.
+            let mut first = Ok(());
             for user in &p.delete {
-                self.admin.delete_user(user)?;
+                first = first.and(self.admin.delete_user(user));
             }
             for t in &p.define {
                 let pw = tenant_password(&self.passwords.secret, t);
-                self.admin.set_tenant_user(t, &pw)?;
+                first = first.and(self.admin.set_tenant_user(t, &pw));
             }
-            Ok(())
+            first
         })();
         match &r {
             Ok(()) => {
@@ -288,6 +291,49 @@ mod tests {
             .collect();
         let a = tenant_password(&Secret::new("k"), "a");
         assert_eq!(got, [Some(a.expose()), None, None, None]);
+    }
+
+    /// A cluster URL: users on every node, and a dead node (a killed primary)
+    /// keeps no tenant's user off the live ones.
+    #[test]
+    fn sync_defines_every_tenant_on_every_live_node_of_a_cluster() {
+        use sluice_state_redis::acl::{tenant_user, Admin};
+        use sluice_state_redis::server::RedisServer;
+        let mut nodes: Vec<RedisServer> = (0..3)
+            .map(|_| RedisServer::start(&[]).expect("start redis-server"))
+            .collect();
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("pw");
+        std::fs::write(&file, "admin-pw\n").unwrap();
+        for n in &mut nodes {
+            n.secure("admin", &Secret::new("admin-pw")).unwrap();
+        }
+        let hosts: Vec<String> = nodes
+            .iter()
+            .map(|n| format!("127.0.0.1:{}", n.port()))
+            .collect();
+        let url = |hosts: &[String]| {
+            format!(
+                "redis-cluster://admin@{}?password_file={}",
+                hosts.join(","),
+                file.display()
+            )
+        };
+        let mut acl = StoreAcl::from_state_url(&url(&hosts)).unwrap().unwrap();
+        let t0 = Instant::now();
+        let gone: BTreeSet<String> = ["gone".to_string()].into();
+        acl.sync(&gone, t0).unwrap();
+        nodes[0].kill();
+        let two: BTreeSet<String> = ["a".to_string(), "b".to_string()].into();
+        let e = acl.sync(&two, t0).unwrap_err().to_string();
+        assert!(e.contains(&hosts[0]), "the dead node is named: {e}");
+        for live in &hosts[1..] {
+            let users = Admin::open(&url(std::slice::from_ref(live)))
+                .unwrap()
+                .tenant_users()
+                .unwrap();
+            assert_eq!(users, [tenant_user("a"), tenant_user("b")], "{live}");
+        }
     }
 
     #[test]

@@ -136,40 +136,61 @@ impl Admin {
     }
 
     /// Creates or redefines `tenant`'s user with `password` on every node.
+    /// A node that fails (a dead cluster node) does not keep the user off the
+    /// others: every node is tried, and the first failure is returned.
     pub fn set_tenant_user(&mut self, tenant: &str, password: &Secret) -> Result<(), StoreError> {
         let args = setuser_args(&tenant_user(tenant), password, &tenant_prefix(tenant));
         let args: Vec<&[u8]> = args.iter().map(|a| &a[..]).collect();
+        let mut first = Ok(());
         for n in &mut self.nodes {
             // The server may quote a rule it refuses, and a rule holds the password.
-            expect_ok(n, &args, "ACL SETUSER").map_err(|e| match e {
+            let r = expect_ok(n, &args, "ACL SETUSER").map_err(|e| match e {
                 StoreError::Refused(m) => {
                     StoreError::Refused(m.replace(password.expose(), "<redacted>"))
                 }
                 other => other,
-            })?;
+            });
+            first = first.and(r);
         }
-        Ok(())
+        first
     }
 
-    /// Deletes `user` on every node (its connections are closed by the server).
+    /// Deletes `user` on every node (its connections are closed by the
+    /// server); as in [`Admin::set_tenant_user`], every node is tried.
     pub fn delete_user(&mut self, user: &str) -> Result<(), StoreError> {
+        let mut first = Ok(());
         for n in &mut self.nodes {
-            match call(n, &[b"ACL", b"DELUSER", user.as_bytes()])? {
-                Reply::Int(_) => {}
-                other => return Err(n.unexpected("ACL DELUSER", &other)),
-            }
+            let r = match call(n, &[b"ACL", b"DELUSER", user.as_bytes()]) {
+                Ok(Reply::Int(_)) => Ok(()),
+                Ok(other) => Err(n.unexpected("ACL DELUSER", &other)),
+                Err(e) => Err(e),
+            };
+            first = first.and(r);
         }
-        Ok(())
+        first
     }
 
-    /// The tenant users (names starting with [`TENANT_USER_PREFIX`]) on any node.
+    /// The tenant users (names starting with [`TENANT_USER_PREFIX`]) on any
+    /// node that answers. A node that does not (a dead cluster node) is
+    /// skipped, so the live ones can still be brought in line; the first
+    /// failure is returned only if no node answered.
     pub fn tenant_users(&mut self) -> Result<Vec<String>, StoreError> {
         let mut out = Vec::new();
+        let mut failure = None;
+        let mut answered = false;
         for n in &mut self.nodes {
-            let r = call(n, &[b"ACL", b"USERS"])?;
-            let Reply::Array(Some(items)) = &r else {
-                return Err(n.unexpected("ACL USERS", &r));
+            let r = match call(n, &[b"ACL", b"USERS"]) {
+                Ok(r) => r,
+                Err(e) => {
+                    failure.get_or_insert(e);
+                    continue;
+                }
             };
+            let Reply::Array(Some(items)) = &r else {
+                failure.get_or_insert(n.unexpected("ACL USERS", &r));
+                continue;
+            };
+            answered = true;
             for it in items {
                 if let Reply::Bulk(Some(range)) = it {
                     let name = String::from_utf8_lossy(&n.rbuf[range.clone()]).into_owned();
@@ -179,8 +200,13 @@ impl Admin {
                 }
             }
         }
-        out.sort();
-        Ok(out)
+        match failure {
+            Some(e) if !answered => Err(e),
+            _ => {
+                out.sort();
+                Ok(out)
+            }
+        }
     }
 }
 
@@ -207,8 +233,22 @@ impl Admin {
     }
 }
 
-/// Sends one command on `n` and reads its reply.
+/// Sends one command on `n` and reads its reply. A node that cannot be
+/// reached is named in the error: with several, the operator needs to know
+/// which one is down.
 fn call(n: &mut Node, args: &[&[u8]]) -> Result<Reply, StoreError> {
+    call_unnamed(n, args).map_err(|e| match e {
+        StoreError::Unavailable(m) if !m.contains(&n.addr) => {
+            StoreError::Unavailable(format!("{}: {m}", n.addr))
+        }
+        StoreError::Timeout(ms) => {
+            StoreError::Unavailable(format!("{}: no answer within {ms} ms", n.addr))
+        }
+        other => other,
+    })
+}
+
+fn call_unnamed(n: &mut Node, args: &[&[u8]]) -> Result<Reply, StoreError> {
     n.check_no_started()?;
     n.ensure_conn()?;
     n.wbuf.clear();

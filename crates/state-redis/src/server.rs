@@ -321,11 +321,24 @@ fn node_id(port: u16) -> Result<String, String> {
 
 /// Sends one command to `port` and returns the raw reply (for cluster setup).
 fn command(port: u16, args: &[&[u8]]) -> Result<Vec<u8>, String> {
+    command_as(port, None, args)
+}
+
+/// [`command`] on a connection that first authenticates as `auth` (in the
+/// same write: `AUTH`, then the command), if given. The password travels
+/// over the socket only, and an `AUTH` refusal is reported without it.
+fn command_as(port: u16, auth: Option<&crate::Auth>, args: &[&[u8]]) -> Result<Vec<u8>, String> {
     use std::io::{Read, Write};
     let mut c = TcpStream::connect(("127.0.0.1", port)).map_err(|e| e.to_string())?;
     c.set_read_timeout(Some(Duration::from_secs(2)))
         .map_err(|e| e.to_string())?;
     let mut buf = Vec::new();
+    if let Some(a) = auth {
+        crate::resp::encode(
+            &mut buf,
+            &[b"AUTH", a.user.as_bytes(), a.password.expose().as_bytes()],
+        );
+    }
     crate::resp::encode(&mut buf, args);
     c.write_all(&buf).map_err(|e| e.to_string())?;
     let mut out = Vec::new();
@@ -336,10 +349,99 @@ fn command(port: u16, args: &[&[u8]]) -> Result<Vec<u8>, String> {
             return Err("connection closed".into());
         }
         out.extend_from_slice(&chunk[..n]);
-        if let Ok(Some(_)) = crate::resp::parse(&out, 0) {
+        let Ok(Some((first, next))) = crate::resp::parse(&out, 0) else {
+            continue;
+        };
+        if auth.is_none() {
             return Ok(out);
         }
+        if !matches!(first, crate::resp::Reply::Simple(_)) {
+            return Err(format!(
+                "AUTH on port {port}: {}",
+                String::from_utf8_lossy(&out[..next]).trim_end()
+            ));
+        }
+        if let Ok(Some(_)) = crate::resp::parse(&out, next) {
+            return Ok(out.split_off(next));
+        }
     }
+}
+
+/// The replication role (`master` or `slave`) the server on loopback `port`
+/// reports in `INFO replication`, asked as `auth` if given.
+pub fn replication_role(port: u16, auth: Option<&crate::Auth>) -> Result<String, String> {
+    let r = command_as(port, auth, &[b"INFO", b"replication"])
+        .map_err(|e| format!("INFO replication on port {port}: {e}"))?;
+    String::from_utf8_lossy(&r)
+        .lines()
+        .find_map(|l| l.strip_prefix("role:"))
+        .map(|v| v.trim().to_string())
+        .ok_or_else(|| format!("INFO replication on port {port}: no role"))
+}
+
+/// How many keys the server on loopback `port` holds (`DBSIZE`), asked as
+/// `auth` if given.
+pub fn dbsize(port: u16, auth: Option<&crate::Auth>) -> Result<u64, String> {
+    let r =
+        command_as(port, auth, &[b"DBSIZE"]).map_err(|e| format!("DBSIZE on port {port}: {e}"))?;
+    match crate::resp::parse(&r, 0) {
+        Ok(Some((crate::resp::Reply::Int(n), _))) if n >= 0 => Ok(n as u64),
+        _ => Err(format!(
+            "DBSIZE on port {port}: {}",
+            String::from_utf8_lossy(&r).trim_end()
+        )),
+    }
+}
+
+/// The settings of every node of a cluster whose primaries may be replaced:
+/// a primary that stops answering for `node_timeout_ms` is replaced by one of
+/// its replicas; slots whose primary is down are refused meanwhile, the
+/// others keep being served (`cluster-require-full-coverage no`); any replica
+/// may take over however long it was cut off (validity factor 0: the writes
+/// it holds are the ones clients were told are safe); and a replica syncs
+/// without a disk and at once. As (name, value) pairs, for a command line
+/// (`--name value`) or a configuration file (`name value`).
+pub fn cluster_settings(node_timeout_ms: u64) -> Vec<(&'static str, String)> {
+    [
+        ("cluster-enabled", "yes".to_string()),
+        ("cluster-node-timeout", node_timeout_ms.to_string()),
+        ("cluster-require-full-coverage", "no".into()),
+        ("cluster-replica-validity-factor", "0".into()),
+        ("repl-diskless-sync", "yes".into()),
+        ("repl-diskless-sync-delay", "0".into()),
+    ]
+    .into()
+}
+
+/// Waits (up to 20 s) until the cluster of the loopback nodes on `ports` is
+/// formed with `per` replicas per primary: every node reports
+/// `cluster_state:ok`, `ports.len() / (per + 1)` of them are primaries each
+/// with `per` replicas, and every replica's link to its primary is up.
+/// `auth`: the user to ask as when the default user is off.
+pub fn await_cluster_ready(
+    ports: &[u16],
+    per: usize,
+    auth: Option<&crate::Auth>,
+) -> Result<(), String> {
+    let text = |port: u16, args: &[&[u8]]| {
+        command_as(port, auth, args).map(|r| String::from_utf8_lossy(&r).into_owned())
+    };
+    let synced = format!("connected_slaves:{per}");
+    wait_until("the cluster to be ok and every replica in sync", || {
+        let mut primaries = 0;
+        let ready = ports.iter().all(|&p| {
+            let ok = text(p, &[b"CLUSTER", b"INFO"]).is_ok_and(|t| t.contains("cluster_state:ok"));
+            ok && text(p, &[b"INFO", b"replication"]).is_ok_and(|t| {
+                if t.contains("role:master") {
+                    primaries += 1;
+                    t.contains(&synced)
+                } else {
+                    t.contains("master_link_status:up")
+                }
+            })
+        });
+        ready && primaries * (per + 1) == ports.len()
+    })
 }
 
 /// A Redis Cluster on loopback, each node a [`RedisServer`], slots split evenly
@@ -358,32 +460,19 @@ impl RedisCluster {
         RedisCluster::start_replicated(n, 0, 2000)
     }
 
-    /// Starts `primaries` primaries with `per` replicas each; a primary that
-    /// stops answering for `node_timeout_ms` is replaced by one of its
-    /// replicas. Slots whose primary is down are refused meanwhile, the others
-    /// keep being served (`cluster-require-full-coverage no`), and any replica
-    /// may take over however long it was cut off (validity factor 0: the
-    /// writes it holds are the ones clients were told are safe).
+    /// Starts `primaries` primaries with `per` replicas each, with the
+    /// [`cluster_settings`] of `node_timeout_ms`: a primary that stops
+    /// answering for that long is replaced by one of its replicas.
     pub fn start_replicated(
         primaries: usize,
         per: usize,
         node_timeout_ms: u64,
     ) -> Result<RedisCluster, String> {
-        let timeout = node_timeout_ms.to_string();
-        let args = [
-            "--cluster-enabled",
-            "yes",
-            "--cluster-node-timeout",
-            &timeout,
-            "--cluster-require-full-coverage",
-            "no",
-            "--cluster-replica-validity-factor",
-            "0",
-            "--repl-diskless-sync",
-            "yes",
-            "--repl-diskless-sync-delay",
-            "0",
-        ];
+        let settings: Vec<String> = cluster_settings(node_timeout_ms)
+            .into_iter()
+            .flat_map(|(k, v)| [format!("--{k}"), v])
+            .collect();
+        let args: Vec<&str> = settings.iter().map(String::as_str).collect();
         let mut nodes = Vec::new();
         for _ in 0..primaries {
             nodes.push(RedisServer::start(&args)?);
@@ -446,19 +535,8 @@ impl RedisCluster {
                 }
             }
         }
-        let synced = format!("connected_slaves:{per}");
-        wait_until("the cluster to be ok and every replica in sync", || {
-            nodes.iter().chain(&replicas).all(|s| {
-                command(s.port, &[b"CLUSTER", b"INFO"])
-                    .is_ok_and(|r| String::from_utf8_lossy(&r).contains("cluster_state:ok"))
-            }) && nodes.iter().all(|s| {
-                command(s.port, &[b"INFO", b"replication"])
-                    .is_ok_and(|r| String::from_utf8_lossy(&r).contains(&synced))
-            }) && replicas.iter().all(|s| {
-                command(s.port, &[b"INFO", b"replication"])
-                    .is_ok_and(|r| String::from_utf8_lossy(&r).contains("master_link_status:up"))
-            })
-        })?;
+        let ports: Vec<u16> = nodes.iter().chain(&replicas).map(|s| s.port).collect();
+        await_cluster_ready(&ports, per, None)?;
         Ok(RedisCluster { nodes, replicas })
     }
 

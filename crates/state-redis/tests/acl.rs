@@ -268,3 +268,40 @@ fn a_tenant_user_works_on_a_cluster_with_the_users_on_every_node() {
         .to_string();
     assert!(e.contains("WRONGPASS") && !e.contains(B_PW), "{e}");
 }
+
+/// ACL users are per node: with one listed node dead (a killed cluster
+/// primary), the live nodes still get every user defined or deleted, and the
+/// failure names the dead node.
+#[test]
+fn a_dead_node_does_not_keep_users_off_the_live_ones() {
+    let mut servers: Vec<RedisServer> = (0..3)
+        .map(|_| RedisServer::start(&[]).expect("start redis-server"))
+        .collect();
+    let hosts: Vec<String> = servers
+        .iter()
+        .map(|s| format!("127.0.0.1:{}", s.port()))
+        .collect();
+    let mut admin = Admin::open(&format!("redis-cluster://{}", hosts.join(","))).unwrap();
+    admin.set_tenant_user("old", &Secret::new(A_PW)).unwrap();
+    // The middle one: nodes after a dead one must be reached too.
+    servers[1].kill();
+    let e = admin
+        .set_tenant_user("a", &Secret::new(A_PW))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains(&hosts[1]) && !e.contains(A_PW), "{e}");
+    let e = admin
+        .delete_user(&tenant_user("old"))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains(&hosts[1]), "{e}");
+    // Answered by the live nodes.
+    assert_eq!(admin.tenant_users().unwrap(), [tenant_user("a")]);
+    for live in [0, 2] {
+        let mut one = Admin::open(&format!("redis-cluster://{}", hosts[live])).unwrap();
+        assert_eq!(one.tenant_users().unwrap(), [tenant_user("a")], "{live}");
+    }
+    servers[0].kill();
+    servers[2].kill();
+    assert!(admin.tenant_users().is_err(), "no node answered");
+}

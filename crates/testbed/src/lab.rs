@@ -31,6 +31,9 @@ use sluice_netns::Rtnl;
 
 use crate::{vm, Netns, TestbedError};
 
+mod store;
+pub use store::{StoreKind, StoreNode, CLUSTER_NODE_TIMEOUT_MS, CLUSTER_PRIMARIES};
+
 /// What to bring up.
 #[derive(Debug, Clone)]
 pub struct LabOptions {
@@ -50,6 +53,8 @@ pub struct LabOptions {
     pub seawall: bool,
     /// Seal the fabric between the hosts (the controller's `--fabric-auth`).
     pub fabric_auth: bool,
+    /// The state store: one server, or a replicated cluster.
+    pub store: StoreKind,
 }
 
 /// A host of the lab.
@@ -96,8 +101,20 @@ pub struct LabState {
     /// The controller's URL.
     pub controller: String,
     /// The state store's URL: its admin user, with the password in a file
-    /// (`redis://sluice-admin@127.0.0.1:PORT?password_file=DIR/store-admin.pw`).
+    /// (`redis://sluice-admin@127.0.0.1:PORT?password_file=DIR/store-admin.pw`;
+    /// a cluster's is `redis-cluster://sluice-admin@H:P,H:P,...?password_file=...`,
+    /// listing every node).
     pub store: String,
+    /// Which store it is.
+    #[serde(default)]
+    pub store_kind: StoreKind,
+    /// The store's processes (one for a single server).
+    #[serde(default)]
+    pub store_nodes: Vec<StoreNode>,
+    /// The store's files (configurations, the admin password, a cluster's
+    /// node directories), removed by `down`.
+    #[serde(default)]
+    pub store_files: Vec<PathBuf>,
     /// The fabric namespace and bridge (`tshark -i` there sees the tunnels).
     pub fabric: (String, String),
     /// Hosts.
@@ -468,41 +485,7 @@ impl Lab {
         }
 
         // The state store.
-        let redis_port = free_port()?;
-        let log = dir.join("redis.log");
-        // Authentication on: the default user is off, the controller is the
-        // admin, and each tenant gets its own user (docs/SECURITY.md). The
-        // password is in files only the owner reads, never on a command line.
-        let admin_pw = random_hex(16)?;
-        let pw_file = dir.join("store-admin.pw");
-        let conf = dir.join("redis.conf");
-        write_private(&pw_file, &format!("{admin_pw}\n"))?;
-        write_private(
-            &conf,
-            &format!("user default off\nuser {STORE_ADMIN} on >{admin_pw} ~* &* +@all\n"),
-        )?;
-        let mut child = spawn_logged(
-            Command::new("redis-server").arg(&conf).args([
-                "--port",
-                &redis_port.to_string(),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-                "--dir",
-                &dir.display().to_string(),
-            ]),
-            &log,
-        )?;
-        self.state.pids.push(child.id());
-        self.save()?;
-        wait_tcp(redis_port, "redis-server", &mut child, &log)?;
-        self.state.store = format!(
-            "redis://{STORE_ADMIN}@127.0.0.1:{redis_port}?password_file={}",
-            pw_file.display()
-        );
+        self.start_store(opts.store)?;
 
         // The controller.
         let ctl_port = free_port()?;
@@ -1044,6 +1027,7 @@ fn teardown(state: &LabState) {
             libc::waitpid(pid as i32, std::ptr::null_mut(), libc::WNOHANG);
         }
     }
+    store::remove_files(&state.store_files);
     // Namespaces made by the agents for NF instances carry the lab's prefix too.
     let mut all: Vec<String> = state.namespaces.clone();
     for name in sluice_netns::list() {
