@@ -42,11 +42,15 @@ pub enum DropReason {
     /// A sealed datagram whose counter was seen already or is older than the
     /// replay window.
     Replayed,
+    /// A peer this host accuses of ignoring its Seawall feedback: its packets
+    /// to this host are dropped until it is forgiven or cleared (Seawall §4's
+    /// incremental sandbox).
+    AccusedPeer,
 }
 
 impl DropReason {
     /// Every reason, for reports that list zeros too.
-    pub const ALL: [DropReason; 13] = [
+    pub const ALL: [DropReason; 14] = [
         DropReason::NoMatch,
         DropReason::FibDrop,
         DropReason::Malformed,
@@ -60,6 +64,7 @@ impl DropReason {
         DropReason::AuthFailed,
         DropReason::UnknownKey,
         DropReason::Replayed,
+        DropReason::AccusedPeer,
     ];
 
     /// The reason's name in metrics (`no_match`, ...).
@@ -78,6 +83,7 @@ impl DropReason {
             DropReason::AuthFailed => "auth_failed",
             DropReason::UnknownKey => "unknown_key",
             DropReason::Replayed => "replayed",
+            DropReason::AccusedPeer => "accused_peer",
         }
     }
 
@@ -119,6 +125,8 @@ pub struct Stats {
     pub seawall_feedback_sent: u64,
     /// Seawall feedback messages received and applied.
     pub seawall_feedback_received: u64,
+    /// Hosts this host accused of ignoring its feedback (each accusation once).
+    pub seawall_accused: u64,
 }
 
 impl Stats {
@@ -157,5 +165,6 @@ impl Stats {
         self.lease_revocations = old.lease_revocations;
         self.seawall_feedback_sent = old.seawall_feedback_sent;
         self.seawall_feedback_received = old.seawall_feedback_received;
+        self.seawall_accused = old.seawall_accused;
     }
 }
