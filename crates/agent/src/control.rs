@@ -212,6 +212,7 @@ impl AgentState {
             isolation: isolation(&p, &self.port_names()),
             seawall_feedback_sent: p.stats.seawall_feedback_sent,
             seawall_feedback_received: p.stats.seawall_feedback_received,
+            accusations: p.accusations.clone(),
         }
     }
 
@@ -398,6 +399,30 @@ impl AgentState {
             "sluice_seawall_feedback_messages_total{{host=\"{host}\",direction=\"sent\"}} {}\nsluice_seawall_feedback_messages_total{{host=\"{host}\",direction=\"received\"}} {}",
             p.stats.seawall_feedback_sent, p.stats.seawall_feedback_received
         );
+        family(
+            &mut o,
+            "sluice_seawall_accusations_total",
+            "counter",
+            "Hosts this host accused of ignoring its Seawall feedback.",
+        );
+        let _ = writeln!(
+            o,
+            "sluice_seawall_accusations_total{{host=\"{host}\"}} {}",
+            p.stats.seawall_accused
+        );
+        family(
+            &mut o,
+            "sluice_seawall_accused",
+            "gauge",
+            "1 while this host accuses the peer `accused` (its packets to this host are dropped).",
+        );
+        for a in &p.accusations {
+            let _ = writeln!(
+                o,
+                "sluice_seawall_accused{{host=\"{host}\",accused=\"{}\"}} 1",
+                a.host
+            );
+        }
         family(
             &mut o,
             "sluice_agent_arp_replies_total",
@@ -772,6 +797,7 @@ impl AgentState {
             },
             instances: self.health_of(&p),
             chains: p.chains,
+            accusations: p.accusations,
         }
     }
 

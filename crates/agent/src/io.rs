@@ -70,6 +70,8 @@ pub struct Published {
     pub seawall: bool,
     /// Seawall's controllers: (entity, rate in bits/s, counters).
     pub isolation: Vec<(sluice_seawall::Entity, u64, sluice_seawall::EntityStats)>,
+    /// Hosts this host accuses of ignoring its Seawall feedback.
+    pub accusations: Vec<sluice_proto::Accusation>,
 }
 
 /// Counters of the data-plane loop itself.
@@ -551,6 +553,7 @@ impl<'a> Loop<'a> {
             p.io_loop = self.stats;
             p.seawall = self.dp.seawall_on();
             p.isolation = self.dp.seawall_entities();
+            p.accusations = self.dp.accusations();
             p.io_loop.gro_super_frames = self.gro.super_frames;
             p.io_loop.gro_merged = self.gro.merged;
             p.io_loop.gro_bad_csum = self.gro.bad_csum;

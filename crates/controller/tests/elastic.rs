@@ -131,6 +131,7 @@ impl Beater {
                     registration: reg.clone(),
                     instances: h.lock().unwrap().clone(),
                     chains: Vec::new(),
+                    accusations: Vec::new(),
                 };
                 let _ = c.heartbeat(&hb);
                 std::thread::sleep(Duration::from_millis(50));

@@ -457,6 +457,26 @@ pub struct AgentStatus {
     /// Seawall feedback messages this host received from other hosts.
     #[serde(default)]
     pub seawall_feedback_received: u64,
+    /// Hosts this agent found ignoring its feedback (their packets to it are
+    /// dropped while accused; docs/ISOLATION.md, "Compromised hosts").
+    #[serde(default)]
+    pub accusations: Vec<Accusation>,
+}
+
+/// A host an agent found sending more than the Seawall feedback it got
+/// allows: reported to the controller with every heartbeat while it lasts.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Accusation {
+    /// The accused host.
+    pub host: u32,
+    /// What it sent in the last period over its allowance, bits/s.
+    pub rate_bps: u64,
+    /// What the feedback allowed it then, bits/s.
+    pub allowance_bps: u64,
+    /// Congested periods in a row it had been told of by then.
+    pub congested_periods: u32,
+    /// Milliseconds since the accusation was made.
+    pub age_ms: u64,
 }
 
 /// One Seawall rate controller: a port of the host (VM or NF instance) sending
@@ -514,6 +534,11 @@ pub struct HostHeartbeat {
     /// application reports none).
     #[serde(default)]
     pub chains: Vec<ChainMeasure>,
+    /// The hosts this agent accuses now (the whole list every time: one
+    /// that is gone was withdrawn). Attributed to the heartbeat's host, which
+    /// the controller checks against the caller's token.
+    #[serde(default)]
+    pub accusations: Vec<Accusation>,
 }
 
 /// One NF instance's health, as its agent reports it.
@@ -1038,6 +1063,7 @@ mod tests {
                 ..InstanceHealth::default()
             }],
             chains: Vec::new(),
+            accusations: Vec::new(),
         };
         let j = serde_json::to_string(&hb).unwrap();
         let as_reg: HostRegistration = serde_json::from_str(&j).unwrap();

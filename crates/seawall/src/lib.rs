@@ -41,6 +41,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod audit;
 mod fifo;
 pub mod wire;
 
@@ -905,6 +906,17 @@ pub struct Receiver {
     period_min_queued: Option<i32>,
     /// Periods whose delay said "congested" (for reports).
     delayed: u64,
+    /// Whether the last feedback reported congestion.
+    last_congested: bool,
+}
+
+/// What [`Receiver::on_packet`] learned from a packet.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Arrival {
+    /// Packets found missing before it (its sequence gap).
+    pub lost: u32,
+    /// It is the first packet of its (host, port) heard of.
+    pub new_entity: bool,
 }
 
 /// How long a window of the least one-way delay lasts, ns: the least of this
@@ -930,7 +942,14 @@ impl Receiver {
 
     /// Counts packet `seq` of `port` on host `host`, sent at `sent_us` of the
     /// sender's clock (µs, wrapping; None: no time in the packet).
-    pub fn on_packet(&mut self, host: u32, port: u16, seq: u32, sent_us: Option<u32>, now_ns: u64) {
+    pub fn on_packet(
+        &mut self,
+        host: u32,
+        port: u16,
+        seq: u32,
+        sent_us: Option<u32>,
+        now_ns: u64,
+    ) -> Arrival {
         if let (Some(sent), true) = (sent_us, self.delay_threshold_us > 0) {
             let owd = ((now_ns / 1000) as u32).wrapping_sub(sent);
             let b = self.base.entry(host).or_insert((owd, owd, now_ns));
@@ -949,15 +968,20 @@ impl Receiver {
             let queued = owd.wrapping_sub(base) as i32;
             self.period_min_queued = Some(self.period_min_queued.map_or(queued, |m| m.min(queued)));
         }
-        let t = self.tracks.entry((host, port)).or_insert(Track {
-            next_seq: seq,
-            ..Track::default()
+        let mut arrival = Arrival::default();
+        let t = self.tracks.entry((host, port)).or_insert_with(|| {
+            arrival.new_entity = true;
+            Track {
+                next_seq: seq,
+                ..Track::default()
+            }
         });
         let ahead = seq.wrapping_sub(t.next_seq);
         if ahead < RESYNC {
             self.period_lost |= ahead > 0;
             t.lost = t.lost.wrapping_add(ahead);
             t.next_seq = seq.wrapping_add(1);
+            arrival.lost = ahead;
         } else {
             let behind = t.next_seq.wrapping_sub(seq);
             if behind <= REORDER {
@@ -976,6 +1000,13 @@ impl Receiver {
         if self.due_ns.is_none() {
             self.due_ns = Some(now_ns + self.period_ns);
         }
+        arrival
+    }
+
+    /// Whether the last feedback sent reported congestion (for
+    /// [`audit::Auditor::end_period`]).
+    pub fn last_congested(&self) -> bool {
+        self.last_congested
     }
 
     /// When feedback is next due (None: nothing to report).
@@ -1002,6 +1033,7 @@ impl Receiver {
             .is_some_and(|q| self.delay_threshold_us > 0 && q > self.delay_threshold_us as i32);
         self.delayed += u64::from(delayed);
         let congested = std::mem::take(&mut self.period_lost) || delayed;
+        self.last_congested = congested;
         self.hosts.clear();
         self.hosts.extend(
             self.tracks

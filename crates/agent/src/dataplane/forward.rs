@@ -286,8 +286,11 @@ impl Dataplane {
                 _ => {}
             }
             let d = &frames.frame(i)[..end];
-            if let (Some(Source::Peer(host)), Some(o)) = (source, g.seq) {
-                self.seawall.on_packet(host, o, self.now_ns);
+            if let Some(Source::Peer(host)) = source {
+                if !self.seawall.on_data(host, g.seq, end, self.now_ns) {
+                    self.stats.drop(id, DropReason::AccusedPeer);
+                    continue;
+                }
             }
             let hop = Hop {
                 in_port,

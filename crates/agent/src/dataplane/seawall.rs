@@ -6,7 +6,8 @@
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddrV4;
 
-use sluice_seawall::{Config, Offer, Receiver, Sender};
+use sluice_seawall::audit::{AuditConfig, Auditor};
+use sluice_seawall::{Arrival, Config, Offer, Receiver, Sender};
 use sluice_switch::tunnel::{fabric_header, SeqOption};
 
 use super::config::Port;
@@ -58,6 +59,9 @@ pub(super) struct SeawallAdapter {
     /// The receiving side: always on, so any rate-controlled sender gets
     /// feedback from this host.
     rx: Receiver,
+    /// Whether other hosts obey that feedback (on with this host's own rate
+    /// control: a fleet that runs Seawall expects every host to).
+    audit: Option<Auditor>,
     /// When idle entities are next forgotten (data-plane clock).
     expire_at: u64,
     /// When silent entities are next looked for.
@@ -70,6 +74,7 @@ impl Default for SeawallAdapter {
         SeawallAdapter {
             sender: None,
             rx: Receiver::new(c.period_ns, c.queue_delay_ns),
+            audit: None,
             expire_at: 0,
             silence_at: 0,
         }
@@ -82,6 +87,7 @@ impl SeawallAdapter {
     pub(super) fn inherit(&mut self, old: &SeawallAdapter) {
         self.sender.clone_from(&old.sender);
         self.rx.clone_from(&old.rx);
+        self.audit.clone_from(&old.audit);
     }
 
     /// Hands the ports' weights to the rate controllers.
@@ -125,10 +131,44 @@ impl SeawallAdapter {
         }
     }
 
-    /// Counts a numbered packet from peer `host` for its sender's feedback.
-    pub(super) fn on_packet(&mut self, host: u32, o: SeqOption, now_ns: u64) {
-        self.rx
-            .on_packet(host, o.port, o.seq, Some(o.sent_us), now_ns);
+    /// Counts a data packet of `len` bytes from peer `host` (numbered with
+    /// `seq`, or not) for its sender's feedback and for the audit of that
+    /// sender; false when `host` is accused and the packet must be dropped.
+    pub(super) fn on_data(
+        &mut self,
+        host: u32,
+        seq: Option<SeqOption>,
+        len: usize,
+        now_ns: u64,
+    ) -> bool {
+        let a = match seq {
+            Some(o) => self
+                .rx
+                .on_packet(host, o.port, o.seq, Some(o.sent_us), now_ns),
+            None => Arrival::default(),
+        };
+        match &mut self.audit {
+            Some(au) => {
+                au.on_data(host, len, a.lost, a.new_entity, now_ns);
+                !au.is_accused(host)
+            }
+            None => true,
+        }
+    }
+
+    /// The hosts this host accuses now, and how long ago each was accused.
+    pub(super) fn accusations(&self, now_ns: u64) -> Vec<sluice_proto::Accusation> {
+        self.audit
+            .iter()
+            .flat_map(|a| a.accusations())
+            .map(|a| sluice_proto::Accusation {
+                host: a.host,
+                rate_bps: a.rate_bps,
+                allowance_bps: a.allowance_bps,
+                congested_periods: a.congested_periods,
+                age_ms: now_ns.saturating_sub(a.since_ns) / 1_000_000,
+            })
+            .collect()
     }
 
     /// Applies a feedback message from peer `host` to this host's senders.
@@ -155,13 +195,16 @@ impl SeawallAdapter {
     ) {
         if self.rx.next_deadline().is_some_and(|d| d <= now) {
             let mut buf = std::mem::take(&mut plan.scratch);
-            self.rx.feedback(now, &mut buf, |host, msg| {
+            let sent = self.rx.feedback(now, &mut buf, |host, msg| {
                 if let Some(addr) = peers.get(&host) {
                     plan.push_own(Dest::Udp(*addr), CounterId::Fabric, &[msg]);
                     stats.seawall_feedback_sent += 1;
                 }
             });
             plan.scratch = buf;
+            if let (Some(a), true) = (&mut self.audit, sent > 0) {
+                stats.seawall_accused += a.end_period(now, self.rx.last_congested()) as u64;
+            }
         }
         if let Some(s) = &mut self.sender {
             // Packets that waited for their sender's rate.
@@ -208,6 +251,9 @@ impl SeawallAdapter {
                 .as_ref()
                 .map_or(Config::default().idle_ns, |s| s.config().idle_ns);
             self.rx.expire(now, idle);
+            if let Some(a) = &mut self.audit {
+                a.tick(now);
+            }
             self.expire_at = now + SEAWALL_EXPIRE_EVERY_NS;
         }
     }
@@ -221,6 +267,11 @@ impl Dataplane {
             // This host's reports follow its own period too.
             self.seawall.rx = Receiver::new(c.period_ns, c.queue_delay_ns);
         }
+        self.seawall.audit = match (&cfg, self.seawall.audit.take()) {
+            (Some(_), Some(a)) => Some(a),
+            (Some(c), None) => Some(Auditor::new(AuditConfig::for_senders(c))),
+            (None, _) => None,
+        };
         self.seawall.sender = cfg.map(|c| Box::new(Sender::new(c)));
         self.seawall.apply_weights(&self.topo.ports);
     }
@@ -230,6 +281,11 @@ impl Dataplane {
     /// wakes for it without its usual slack, since the packet waits for it.
     pub fn seawall_release_at(&self) -> Option<u64> {
         self.seawall.release_at()
+    }
+
+    /// The hosts this host accuses of ignoring its feedback.
+    pub fn accusations(&self) -> Vec<sluice_proto::Accusation> {
+        self.seawall.accusations(self.now_ns)
     }
 
     /// Whether this host's senders are rate-controlled.

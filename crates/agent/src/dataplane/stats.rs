@@ -46,11 +46,15 @@ pub enum DropReason {
     /// /v1/tenants/{name}/blocks`): dropped at the sending host, or at the
     /// receiving host when the sender did not enforce the block.
     Blocked,
+    /// A peer this host accuses of ignoring its Seawall feedback: its packets
+    /// to this host are dropped until it is forgiven or cleared (Seawall §4's
+    /// incremental sandbox).
+    AccusedPeer,
 }
 
 impl DropReason {
     /// Every reason, for reports that list zeros too.
-    pub const ALL: [DropReason; 14] = [
+    pub const ALL: [DropReason; 15] = [
         DropReason::NoMatch,
         DropReason::FibDrop,
         DropReason::Malformed,
@@ -65,6 +69,7 @@ impl DropReason {
         DropReason::UnknownKey,
         DropReason::Replayed,
         DropReason::Blocked,
+        DropReason::AccusedPeer,
     ];
 
     /// The reason's name in metrics (`no_match`, ...).
@@ -84,6 +89,7 @@ impl DropReason {
             DropReason::UnknownKey => "unknown_key",
             DropReason::Replayed => "replayed",
             DropReason::Blocked => "blocked",
+            DropReason::AccusedPeer => "accused_peer",
         }
     }
 
@@ -125,6 +131,8 @@ pub struct Stats {
     pub seawall_feedback_sent: u64,
     /// Seawall feedback messages received and applied.
     pub seawall_feedback_received: u64,
+    /// Hosts this host accused of ignoring its feedback (each accusation once).
+    pub seawall_accused: u64,
 }
 
 impl Stats {
@@ -163,5 +171,6 @@ impl Stats {
         self.lease_revocations = old.lease_revocations;
         self.seawall_feedback_sent = old.seawall_feedback_sent;
         self.seawall_feedback_received = old.seawall_feedback_received;
+        self.seawall_accused = old.seawall_accused;
     }
 }

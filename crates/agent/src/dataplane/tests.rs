@@ -1532,3 +1532,67 @@ fn detector_against_a_fixed_timeout() {
     println!("every 25th 45 ms late                   {fixed:>8}  {adaptive:>8}");
     assert!(adaptive <= 5);
 }
+
+/// Seawall §4 on the receiving side: host 3 reports loss to host 1 every
+/// period; host 2 sends unnumbered Geneve (no rate controller) far over any
+/// allowance the whole time. Host 3 accuses host 2, and only host 2, and from
+/// then on drops its packets (`accused_peer`) while host 1's still come in.
+#[test]
+fn a_peer_that_ignores_congestion_is_accused_and_sandboxed() {
+    let period = sluice_seawall::Config::default().period_ns;
+    let mut tx = Dataplane::new(1, &two_vms()).unwrap();
+    tx.set_seawall(Some(sluice_seawall::Config::default()));
+    let mut rx_cfg = two_vms();
+    rx_cfg.host = 3;
+    let mut rx = Dataplane::new(3, &rx_cfg).unwrap();
+    rx.set_seawall(Some(sluice_seawall::Config::default()));
+    let far = build::udp_v4([10, 0, 0, 1], [10, 9, 1, 1], 1, 2, &[7u8; 1000]);
+    let flood = encap(7, None, &far);
+    let mut plan = TxPlan::new();
+    let mut accused_at = None;
+    for p in 1..=200u64 {
+        let now = p * period;
+        // Host 1: four numbered packets a period, the second lost on the way.
+        plan.clear();
+        tx.set_now(now);
+        let batch = frames(vec![far.clone(); 4]);
+        tx.process_vm_batch(1, &batch, &mut plan);
+        let got: Vec<Vec<u8>> = plan
+            .outs
+            .iter()
+            .enumerate()
+            .filter(|(k, _)| *k != 1)
+            .map(|(_, o)| plan.message(&batch, o))
+            .collect();
+        let mut p3 = TxPlan::new();
+        rx.set_now(now);
+        rx.process_udp_batch(
+            &mut from(SocketAddrV4::new(underlay(1), GENEVE_PORT), got),
+            &mut p3,
+        );
+        // Host 2: 100 kB a period (160 Mbit/s), never slowing down.
+        rx.process_udp_batch(
+            &mut from(
+                SocketAddrV4::new(underlay(2), GENEVE_PORT),
+                vec![flood.clone(); 100],
+            ),
+            &mut p3,
+        );
+        rx.set_now(now + period / 2 + 1);
+        p3.clear();
+        rx.seawall_tick(&mut p3);
+        if accused_at.is_none() && !rx.accusations().is_empty() {
+            accused_at = Some(p);
+        }
+    }
+    let acc = rx.accusations();
+    assert_eq!(acc.iter().map(|a| a.host).collect::<Vec<_>>(), vec![2]);
+    assert!(acc[0].rate_bps > acc[0].allowance_bps, "{acc:?}");
+    assert!(
+        accused_at.unwrap() < 100,
+        "accused only at period {accused_at:?}"
+    );
+    // Every flood packet after the accusation was dropped, none of host 1's.
+    let dropped = rx.stats().drops_of(DropReason::AccusedPeer);
+    assert_eq!(dropped, (200 - accused_at.unwrap()) * 100);
+}

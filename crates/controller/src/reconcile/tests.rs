@@ -126,6 +126,7 @@ impl Sim {
             },
             instances: health.unwrap_or_default(),
             chains,
+            accusations: Vec::new(),
         };
         self.r
             .heartbeat(
