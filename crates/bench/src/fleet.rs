@@ -411,6 +411,7 @@ pub fn run(opts: &Options, progress: &mut dyn FnMut(&str)) -> Result<Outcome, St
         fabric_auth: opts.fabric_auth,
         tls: None,
         placement: Default::default(),
+        containment_threshold: sluice_controller::reconcile::DEFAULT_THRESHOLD,
     })
     .map_err(|e| format!("controller: {e}"))?;
     let admin = std::fs::read_to_string(&token_file)

@@ -74,6 +74,11 @@ pub struct ControllerArgs {
     /// `tenant-centric`, `service-centric` [default: rack-aware].
     #[arg(long)]
     placement: Option<String>,
+    /// Distinct hosts that must accuse a host of ignoring congestion
+    /// feedback before it is contained (Seawall's `f`; docs/ISOLATION.md)
+    /// [default: 2].
+    #[arg(long)]
+    containment_threshold: Option<usize>,
 }
 
 /// The configuration file: the flags' settings, each optional.
@@ -90,6 +95,7 @@ pub struct ControllerFile {
     tls_key: Option<PathBuf>,
     tls_san: Option<String>,
     placement: Option<String>,
+    containment_threshold: Option<usize>,
 }
 
 /// The controller's settings once flags, file and defaults are merged.
@@ -109,6 +115,8 @@ pub struct ControllerSettings {
     pub tls: Option<TlsOptions>,
     /// The placement policy.
     pub placement: Policy,
+    /// Accusers that contain a host.
+    pub containment_threshold: usize,
 }
 
 /// Parses a configuration file's text; `path` names it in errors.
@@ -178,6 +186,15 @@ fn resolve(
                 bad(format!("placement: {e}"))
             })?,
     };
+    let containment_threshold = match a.containment_threshold.or(f.containment_threshold) {
+        None => sluice_controller::reconcile::DEFAULT_THRESHOLD,
+        Some(0) => {
+            return Err(bad(
+                "containment_threshold: 0 would contain every host at once; give 1 or more".into(),
+            ))
+        }
+        Some(n) => n,
+    };
     Ok(ControllerSettings {
         listen: a.listen.or(f.listen).unwrap_or_else(|| {
             DEFAULT_LISTEN
@@ -201,6 +218,7 @@ fn resolve(
         fabric_auth,
         tls,
         placement,
+        containment_threshold,
     })
 }
 
@@ -299,6 +317,27 @@ mod tests {
     }
 
     #[test]
+    fn containment_threshold_defaults_to_two_and_zero_is_refused() {
+        let d = resolve(&args(&[]), &ControllerFile::default(), None).unwrap();
+        assert_eq!(d.containment_threshold, 2);
+        let s = resolve(
+            &args(&["--containment-threshold", "3"]),
+            &ControllerFile::default(),
+            None,
+        )
+        .unwrap();
+        assert_eq!(s.containment_threshold, 3);
+        let e = resolve(
+            &args(&["--containment-threshold", "0"]),
+            &ControllerFile::default(),
+            None,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("containment_threshold"), "{e}");
+    }
+
+    #[test]
     fn placement_comes_from_the_file_or_the_flag_and_a_bad_one_is_named() {
         let d = resolve(&args(&[]), &ControllerFile::default(), None).unwrap();
         assert_eq!(d.placement, Policy::RackAware);
@@ -338,7 +377,7 @@ mod tests {
         assert_eq!(file(shipped), ControllerFile::default());
         let text: String = shipped
             .lines()
-            .filter_map(|l| l.strip_prefix("# ").filter(|l| l.contains(" = \"")))
+            .filter_map(|l| l.strip_prefix("# ").filter(|l| l.contains(" = ")))
             .map(|l| format!("{l}\n"))
             .collect();
         let full = file(&text);

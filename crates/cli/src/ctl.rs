@@ -130,6 +130,9 @@ enum GetWhat {
     },
     /// Chains of every tenant.
     Chains,
+    /// Hosts accused by their peers of ignoring congestion feedback, and
+    /// the contained ones.
+    Containment,
     /// A host's FIB entries.
     Fib {
         /// Host id.
@@ -208,6 +211,7 @@ pub fn controller(args: &ControllerArgs) -> Result<(), CliError> {
         fabric_auth: a.fabric_auth,
         tls: a.tls.clone(),
         placement: a.placement,
+        containment_threshold: a.containment_threshold,
     })
     .map_err(CliError::Serve)?;
     if let Some(p) = h.bootstrapped() {
@@ -327,6 +331,7 @@ pub fn get(a: &GetArgs) -> Result<(), CliError> {
         GetWhat::Config { host } => format!("/v1/hosts/{host}/config"),
         // Gathered from every tenant the token sees.
         GetWhat::Blocks { tenant } => return crate::block::get(&a.client, tenant.as_deref()),
+        GetWhat::Containment => return crate::containment::get(&a.client),
     };
     let raw = c.get_raw(&path)?;
     // A host's configuration has no table: JSON unless YAML is asked for.
@@ -556,7 +561,7 @@ pub fn get(a: &GetArgs) -> Result<(), CliError> {
                 }
             }
         }
-        GetWhat::Config { .. } | GetWhat::Blocks { .. } => {}
+        GetWhat::Config { .. } | GetWhat::Blocks { .. } | GetWhat::Containment => {}
     }
     Ok(())
 }

@@ -12,6 +12,7 @@ mod block;
 mod change;
 mod check;
 mod config;
+mod containment;
 mod controller_config;
 mod ctl;
 mod demo;
@@ -83,6 +84,9 @@ enum Cmd {
     Block(block::BlockArgs),
     /// Remove a block (`sluice get blocks` lists them): the traffic flows again.
     Unblock(block::UnblockArgs),
+    /// Release a host contained for ignoring congestion feedback (`sluice
+    /// get containment` lists accused and contained hosts).
+    Release(containment::ReleaseArgs),
     /// Failovers, rejoins, drains and scaling decisions the controller logged.
     Events(ctl::EventsArgs),
     /// Report an application metric sample of a chain (feeds its scaler).
@@ -144,6 +148,7 @@ fn main() -> ExitCode {
         Cmd::Scale(a) => ctl::scale(&a),
         Cmd::Block(a) => block::block(&a),
         Cmd::Unblock(a) => block::unblock(&a),
+        Cmd::Release(a) => containment::release(&a),
         Cmd::Events(a) => ctl::events(&a),
         Cmd::Metric(a) => ctl::metric(&a),
         Cmd::Token(a) => tokens::run(&a),

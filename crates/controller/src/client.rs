@@ -379,6 +379,20 @@ impl Client {
         Self::parse(&self.delete_tenant_raw(name)?)
     }
 
+    /// `GET /v1/containment`: hosts accused of ignoring congestion feedback,
+    /// and contained ones.
+    pub fn containment(&self) -> Result<crate::reconcile::ContainmentInfo, ClientError> {
+        Self::parse(&self.call("GET", "/v1/containment", None)?)
+    }
+
+    /// `DELETE /v1/hosts/{id}/containment`: releases a contained host;
+    /// whether it was contained.
+    pub fn release_host(&self, id: u32) -> Result<bool, ClientError> {
+        let v: serde_json::Value =
+            Self::parse(&self.call("DELETE", &format!("/v1/hosts/{id}/containment"), None)?)?;
+        Ok(v.get("released").and_then(serde_json::Value::as_bool) == Some(true))
+    }
+
     /// Registers a host or heartbeats.
     pub fn register_host(&self, reg: &HostRegistration) -> Result<HostAck, ClientError> {
         self.send_json("POST", "/v1/hosts", reg)

@@ -136,6 +136,9 @@ pub struct Desired {
     /// Blocks on request by id (`crate::blocks`): compiled into every host of
     /// their tenant.
     pub blocks: BTreeMap<u64, crate::blocks::Block>,
+    /// Hosts contained for misbehaving (reported by enough peers, Seawall
+    /// §4): in no other host's peer list, given no instances.
+    pub contained: BTreeSet<u32>,
     /// The id the next block gets (ids are never reused).
     pub next_block: u64,
 }
@@ -628,6 +631,33 @@ impl Desired {
         }
     }
 
+    /// Contains `host`: it leaves every peer list, takes no new instance,
+    /// and its instances are placed again on other hosts (their flow state
+    /// is in the store). Returns the tenants whose instances moved, and
+    /// those that could not be placed again (no room elsewhere) with why.
+    pub fn contain(&mut self, host: u32) -> (Vec<String>, Vec<(String, PlaceError)>) {
+        self.contained.insert(host);
+        let moved: BTreeSet<String> = self
+            .instances
+            .iter()
+            .filter(|(_, i)| i.host == host)
+            .map(|(k, _)| k.0.clone())
+            .collect();
+        self.instances.retain(|_, i| i.host != host);
+        let instances = &self.instances;
+        self.draining.retain(|k| instances.contains_key(k));
+        self.down.retain(|k| instances.contains_key(k));
+        self.catching_up.retain(|k| instances.contains_key(k));
+        self.why.retain(|k, _| instances.contains_key(k));
+        let mut failed = Vec::new();
+        for t in &moved {
+            if let Err(e) = self.place_instances(t) {
+                failed.push((t.clone(), e));
+            }
+        }
+        (moved.into_iter().collect(), failed)
+    }
+
     /// Every registered host as placement sees it, for new instances of
     /// `tenant`'s `middlebox`: its capacity, what its instances (draining ones
     /// included: they still run) take, its free port ids.
@@ -635,6 +665,7 @@ impl Desired {
         let mut rooms: BTreeMap<u32, Room> = self
             .hosts
             .values()
+            .filter(|h| !self.contained.contains(&h.id))
             .map(|h| {
                 let room = Room {
                     id: h.id,
@@ -839,6 +870,13 @@ impl Desired {
         for &h in self.hosts.keys() {
             let mut peer_ids = peers_of.remove(&h).unwrap_or_default();
             peer_ids.insert(h);
+            // A contained host is nobody's peer (its datagrams are dropped as
+            // from an unknown source, nothing is sent to it) and has none.
+            if self.contained.contains(&h) {
+                peer_ids.retain(|p| *p == h);
+            } else {
+                peer_ids.retain(|p| !self.contained.contains(p));
+            }
             let peers: Vec<Peer> = peer_ids
                 .iter()
                 .filter_map(|p| self.hosts.get(p))

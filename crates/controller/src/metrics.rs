@@ -85,6 +85,38 @@ pub fn render(r: &Reconciler, now: Instant, process: bool) -> String {
     }
     family(
         &mut o,
+        "sluice_controller_host_contained",
+        "gauge",
+        "1 while the host is contained (accused by enough peers of ignoring congestion feedback).",
+    );
+    let d = r.desired();
+    for (id, h) in &d.hosts {
+        let _ = writeln!(
+            o,
+            "sluice_controller_host_contained{{host=\"{}\"}} {}",
+            escape(&h.name),
+            u8::from(d.contained.contains(id))
+        );
+    }
+    family(
+        &mut o,
+        "sluice_controller_host_accusers",
+        "gauge",
+        "Hosts whose standing accusations of this host count toward its containment.",
+    );
+    for (id, n) in r.accused_hosts() {
+        let name = d
+            .hosts
+            .get(&id)
+            .map_or_else(|| id.to_string(), |h| h.name.clone());
+        let _ = writeln!(
+            o,
+            "sluice_controller_host_accusers{{host=\"{}\"}} {n}",
+            escape(&name)
+        );
+    }
+    family(
+        &mut o,
         "sluice_controller_tenants",
         "gauge",
         "Applied tenants.",

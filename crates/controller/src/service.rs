@@ -101,6 +101,8 @@ pub struct ServerOptions {
     pub tls: Option<crate::tls::TlsOptions>,
     /// How new NF instances choose among the hosts with room.
     pub placement: crate::placement::Policy,
+    /// Distinct hosts whose accusations contain a host (Seawall §4's `f`).
+    pub containment_threshold: usize,
 }
 
 /// Where the admin token goes unless told: next to the database
@@ -310,6 +312,7 @@ pub fn serve(opts: ServerOptions) -> Result<ServerHandle, ControllerError> {
             .map_err(|_| ControllerError::Random)?;
     }
     reconciler.desired.policy = opts.placement;
+    reconciler.set_containment_threshold(opts.containment_threshold);
     reconciler
         .set_fabric_auth(opts.fabric_auth, fresh, Instant::now())
         .map_err(|e| ControllerError::FabricAuth(e.to_string()))?;

@@ -7,33 +7,14 @@
 
 use std::path::Path;
 
+mod common;
+use common::call;
+
 use serde_json::Value;
 use sluice_controller::client::Client;
 use sluice_controller::{serve, ServerHandle, ServerOptions, ROUTES};
 
 /// `method url` with `token` (if any): the status and the body.
-fn call(base: &str, token: Option<&str>, method: &str, path: &str, body: &str) -> (u16, String) {
-    let mut req = ureq::request(method, &format!("{base}{path}"));
-    if let Some(t) = token {
-        req = req.set("Authorization", &format!("Bearer {t}"));
-    }
-    let ctype = if body.starts_with('{') {
-        "application/json"
-    } else {
-        "application/yaml"
-    };
-    let r = if body.is_empty() {
-        req.call()
-    } else {
-        req.set("Content-Type", ctype).send_string(body)
-    };
-    match r {
-        Ok(resp) => (resp.status(), resp.into_string().unwrap()),
-        Err(ureq::Error::Status(code, resp)) => (code, resp.into_string().unwrap()),
-        Err(e) => panic!("{method} {path}: {e}"),
-    }
-}
-
 fn spec(tenant: &str, net: u8) -> String {
     format!(
         "tenant: {tenant}
@@ -82,6 +63,7 @@ fn world(dir: &Path) -> World {
         fabric_auth: true,
         tls: None,
         placement: Default::default(),
+        containment_threshold: sluice_controller::reconcile::DEFAULT_THRESHOLD,
     })
     .unwrap();
     assert_eq!(server.bootstrapped(), Some(token_file.as_path()));
@@ -510,6 +492,7 @@ fn a_restart_keeps_the_tokens_and_does_not_rewrite_the_admin_token() {
         fabric_auth: true,
         tls: None,
         placement: Default::default(),
+        containment_threshold: sluice_controller::reconcile::DEFAULT_THRESHOLD,
     })
     .unwrap();
     assert_eq!(server.bootstrapped(), None);

@@ -181,6 +181,7 @@ fn start(db: &Path) -> (ServerHandle, Client) {
         fabric_auth: false,
         tls: None,
         placement: Default::default(),
+        containment_threshold: sluice_controller::reconcile::DEFAULT_THRESHOLD,
     })
     .unwrap();
     let file =

@@ -114,6 +114,7 @@ fn tenants_get_store_users_that_reach_only_their_own_keys() {
         fabric_auth: true,
         tls: None,
         placement: Default::default(),
+        containment_threshold: sluice_controller::reconcile::DEFAULT_THRESHOLD,
     })
     .unwrap();
     let token = std::fs::read_to_string(dir.path().join("admin.token")).unwrap();
@@ -219,6 +220,7 @@ fn tenants_get_store_users_that_reach_only_their_own_keys() {
         fabric_auth: true,
         tls: None,
         placement: Default::default(),
+        containment_threshold: sluice_controller::reconcile::DEFAULT_THRESHOLD,
     })
     .unwrap();
     let c = Client::new(&server.url()).with_token(Some(&token));

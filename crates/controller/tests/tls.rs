@@ -17,6 +17,7 @@ fn start(db: &Path, tls: Option<TlsOptions>) -> (ServerHandle, String) {
         fabric_auth: false,
         tls,
         placement: Default::default(),
+        containment_threshold: sluice_controller::reconcile::DEFAULT_THRESHOLD,
     })
     .unwrap();
     let file = sluice_controller::service::default_admin_token_file(db);

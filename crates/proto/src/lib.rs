@@ -466,6 +466,7 @@ pub struct AgentStatus {
 /// A host an agent found sending more than the Seawall feedback it got
 /// allows: reported to the controller with every heartbeat while it lasts.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Accusation {
     /// The accused host.
     pub host: u32,

@@ -33,6 +33,7 @@ pub fn controller(dir: &Path) -> (ServerHandle, String, String) {
         fabric_auth: false,
         tls: None,
         placement: Default::default(),
+        containment_threshold: sluice_controller::reconcile::DEFAULT_THRESHOLD,
     })
     .expect("controller");
     let url = h.url();

@@ -79,6 +79,9 @@ impl Reconciler {
             self.chain_reports.insert(reg.host, hb.chains);
         }
         self.health(reg.host, &hb.instances, now);
+        if !hb.accusations.is_empty() || self.accuses(reg.host) {
+            self.accusations(reg.host, &hb.accusations, now);
+        }
         // A failover may just have given this host a new version.
         let desired = self.configs.get(&reg.host).map_or(desired, |c| c.version);
         let live = self.live.entry(reg.host).or_default();

@@ -32,6 +32,7 @@ use crate::store::{Store, StoreError};
 
 mod autoscale;
 mod blocks;
+mod containment;
 mod drains;
 mod events;
 mod health;
@@ -40,6 +41,7 @@ mod requests;
 #[cfg(test)]
 mod tests;
 
+pub use containment::{AccusationInfo, ContainmentInfo, ACCUSATION_TTL, DEFAULT_THRESHOLD};
 pub use drains::caught_up;
 pub use events::{event, Events, EVENTS_KEPT};
 pub use health::Heartbeat;
@@ -167,6 +169,8 @@ pub struct Reconciler {
     effects: Effects,
     /// Counters for `/metrics`.
     counters: crate::metrics::Counters,
+    /// Accusations of hosts by hosts, and releases.
+    containment: containment::Containment,
 }
 
 impl Reconciler {
@@ -218,6 +222,7 @@ impl Reconciler {
             last_poll: BTreeMap::new(),
             effects: Effects::default(),
             counters: crate::metrics::Counters::default(),
+            containment: containment::Containment::default(),
         })
     }
 
@@ -376,6 +381,7 @@ impl Reconciler {
             self.check_silence(now);
         }
         self.sample_agent_metrics(now);
+        self.expire_accusations(now);
         self.check_leases(now);
         let mut polls = self.check_drains(now);
         polls.extend(self.check_catch_ups(now));

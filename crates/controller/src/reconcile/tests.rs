@@ -1203,3 +1203,122 @@ fn a_block_reaches_every_host_of_the_tenant_and_outlives_reapplies_and_restarts(
     let v = s.ok("POST", "/v1/tenants/t/blocks", r#"{"vm":"a1","from":"b1"}"#);
     assert!(v["id"].as_u64().unwrap() > id);
 }
+
+impl Sim {
+    /// Host `h` heartbeats accusing `accused`.
+    fn accuse(&mut self, h: u32, accused: &[u32]) {
+        let hb = HostHeartbeat {
+            registration: HostRegistration {
+                host: h,
+                name: format!("h{h}"),
+                underlay: Ipv4Addr::new(10, 255, 0, h as u8),
+                api: format!("http://127.0.0.1:{}", 9000 + h),
+                config_version: self.running.get(&h).copied().unwrap_or(0),
+                api_token: None,
+                capacity: None,
+            },
+            instances: Vec::new(),
+            chains: Vec::new(),
+            accusations: accused
+                .iter()
+                .map(|&a| sluice_proto::Accusation {
+                    host: a,
+                    rate_bps: 200_000_000,
+                    allowance_bps: 15_000_000,
+                    congested_periods: 50,
+                    age_ms: 0,
+                })
+                .collect(),
+        };
+        let beat = Heartbeat {
+            hb,
+            pinned: None,
+            reports_health: false,
+        };
+        self.r.heartbeat(beat, self.now).unwrap();
+    }
+}
+
+/// Seawall §4: a host accused by `f` = 2 distinct hosts is contained: it is
+/// nobody's peer, has no peer itself, takes no instance, and its instances
+/// are placed on other hosts. Before that, one accuser changes nothing.
+#[test]
+fn a_host_accused_by_two_hosts_is_contained_and_its_instances_move() {
+    let mut s = Sim::new(SPEC);
+    s.beat(4, None);
+    let victim = s.r.desired().instances.values().next().unwrap().host;
+    let on_victim = |s: &Sim| {
+        s.r.desired()
+            .instances
+            .values()
+            .filter(|i| i.host == victim)
+            .count()
+    };
+    assert!(on_victim(&s) > 0);
+    let n = s.r.desired().instances.len();
+    let others: Vec<u32> = (1..=4).filter(|h| *h != victim).collect();
+    s.accuse(others[0], &[victim]);
+    s.run(100 * MS);
+    assert!(s.r.desired().contained.is_empty());
+    assert_eq!(s.events("accusation").len(), 1);
+    // The same accuser again adds nothing; a second one contains.
+    s.accuse(others[0], &[victim]);
+    assert!(s.r.desired().contained.is_empty());
+    s.accuse(others[1], &[victim]);
+    assert!(s.r.desired().contained.contains(&victim));
+    assert_eq!(on_victim(&s), 0, "its instances left it");
+    assert_eq!(s.r.desired().instances.len(), n, "and were placed again");
+    for (h, cfg) in s.r.configs() {
+        let peers: Vec<u32> = cfg.peers.iter().map(|p| p.host).collect();
+        if *h == victim {
+            assert_eq!(peers, vec![victim]);
+        } else {
+            assert!(!peers.contains(&victim), "host {h} still peers with it");
+        }
+    }
+    assert_eq!(s.events("contained").len(), 1);
+    // An accusation not repeated goes after its time to live.
+    s.run(ACCUSATION_TTL + 100 * MS);
+    assert!(s.r.containment(s.now).accusations.is_empty());
+    assert!(
+        s.r.desired().contained.contains(&victim),
+        "containment stays"
+    );
+    // Released by an operator: a peer again (new instances may go there).
+    s.ok("DELETE", &format!("/v1/hosts/{victim}/containment"), "");
+    assert!(s.r.desired().contained.is_empty());
+    let has_vm = s.r.desired().vms.values().any(|v| v.reg.host == victim);
+    if has_vm {
+        // Its VM's tenant spans other hosts again: they peer with it.
+        assert!(s
+            .r
+            .configs()
+            .values()
+            .filter(|c| c.host != victim && !c.tenants.is_empty())
+            .all(|c| c.peers.iter().any(|p| p.host == victim)));
+    }
+}
+
+/// A single subverted host accusing an innocent one, even forever, never gets
+/// it contained; a contained host's accusations count for nothing.
+#[test]
+fn one_accuser_never_contains_and_a_contained_host_cannot_accuse() {
+    let mut s = Sim::new(SPEC);
+    s.beat(4, None);
+    for _ in 0..100 {
+        s.accuse(4, &[1, 4]);
+        s.run(50 * MS);
+    }
+    assert!(s.r.desired().contained.is_empty());
+    // Host 4 gets contained by 2 and 3; its standing accusation of 1 then no
+    // longer counts, so 1 accused by 4 and 2 is still not contained.
+    s.accuse(2, &[4]);
+    s.accuse(3, &[4]);
+    assert!(s.r.desired().contained.contains(&4));
+    s.accuse(4, &[1]);
+    s.accuse(2, &[4, 1]);
+    assert!(!s.r.desired().contained.contains(&1));
+    let info = s.r.containment(s.now);
+    let by4 = info.accusations.iter().find(|a| a.by == 4).unwrap();
+    assert!(!by4.counts);
+}

@@ -136,7 +136,11 @@ pub fn authorize_route(
         Role::Tenant(_) => {
             let vm_put = method == "PUT" && tpl.starts_with("/v1/vms");
             // `/metrics` names every tenant: operators' and monitoring's only.
-            !(tokens || vm_put || tpl.starts_with("/v1/hosts") || tpl == "/metrics")
+            !(tokens
+                || vm_put
+                || tpl.starts_with("/v1/hosts")
+                || tpl == "/v1/containment"
+                || tpl == "/metrics")
         }
         Role::Host(_) => matches!(
             (method, tpl),
@@ -194,7 +198,8 @@ fn scope(a: &Action) -> Scope<'_> {
             TenantAction::Apply { spec, .. } => Scope::WriteTenant(&spec.tenant),
         },
         Action::Host(h) => match h {
-            HostAction::List => Scope::ReadAll,
+            HostAction::List | HostAction::Containment => Scope::ReadAll,
+            HostAction::Release(_) => Scope::Operator,
             HostAction::Heartbeat(hb) => Scope::Heartbeat(hb.hb.registration.host),
             HostAction::Fib(id) | HostAction::Config(id) => Scope::ReadHost(*id),
             HostAction::ListVms | HostAction::Instances | HostAction::Placement(_) => {
@@ -244,6 +249,8 @@ pub fn describe(a: &Action) -> String {
             HostAction::ListVms => "list VMs".into(),
             HostAction::Instances => "list instances".into(),
             HostAction::Placement(_) => "read the placement".into(),
+            HostAction::Containment => "read the containment of hosts".into(),
+            HostAction::Release(h) => format!("release host {h}"),
             HostAction::PutVm(r) => format!("register VM `{}/{}`", r.tenant, r.name),
             HostAction::DeleteVm { tenant, name } => format!("delete VM `{tenant}/{name}`"),
         },
@@ -381,6 +388,8 @@ mod tests {
         ("POST", "/v1/hosts", [Yes, No, No, Own]),
         ("GET", "/v1/hosts/{id}/fib", [Yes, Yes, No, Own]),
         ("GET", "/v1/hosts/{id}/config", [Yes, Yes, No, Own]),
+        ("DELETE", "/v1/hosts/{id}/containment", [Yes, No, No, No]),
+        ("GET", "/v1/containment", [Yes, Yes, No, No]),
         ("GET", "/v1/vms", [Yes, Yes, Filtered, No]),
         ("PUT", "/v1/vms/{tenant}/{name}", [Yes, No, No, No]),
         ("DELETE", "/v1/vms/{tenant}/{name}", [Yes, No, Own, No]),

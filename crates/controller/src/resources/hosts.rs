@@ -41,6 +41,10 @@ pub enum HostAction {
     Instances,
     /// `GET /v1/placement[?tenant=NAME]`: where each instance runs and why.
     Placement(Option<String>),
+    /// `GET /v1/containment`: hosts accused by others, and contained ones.
+    Containment,
+    /// `DELETE /v1/hosts/{id}/containment`: an operator releases a host.
+    Release(u32),
 }
 
 /// Parses a request on the hosts', VMs' and instances' paths.
@@ -51,6 +55,7 @@ pub fn parse(method: &str, tpl: &str, p: &Params, text: &str) -> Result<HostActi
         ("GET", "/v1/hosts/{id}/fib") => host_id(&p.get(0)).map(HostAction::Fib),
         ("GET", "/v1/hosts/{id}/config") => host_id(&p.get(0)).map(HostAction::Config),
         ("GET", "/v1/vms") => Ok(HostAction::ListVms),
+        ("DELETE", "/v1/hosts/{id}/containment") => host_id(&p.get(0)).map(HostAction::Release),
         ("PUT", _) => parse_vm(&p.get(0), &p.get(1), text).map(HostAction::PutVm),
         ("DELETE", _) => Ok(HostAction::DeleteVm {
             tenant: p.get(0),
@@ -159,6 +164,11 @@ pub fn execute(r: &mut Reconciler, a: HostAction, now: Instant) -> Result<Reply,
         HostAction::Instances => json(200, &instance_listing(r).0),
         HostAction::Placement(tenant) => {
             json(200, &placement_infos(r.desired(), tenant.as_deref()))
+        }
+        HostAction::Containment => json(200, &r.containment(now)),
+        HostAction::Release(h) => {
+            let released = r.release_host(h, now)?;
+            json(200, &serde_json::json!({ "host": h, "released": released }))
         }
     }
 }

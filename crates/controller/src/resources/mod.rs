@@ -34,6 +34,8 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("POST", "/v1/hosts"),
     ("GET", "/v1/hosts/{id}/fib"),
     ("GET", "/v1/hosts/{id}/config"),
+    ("DELETE", "/v1/hosts/{id}/containment"),
+    ("GET", "/v1/containment"),
     ("GET", "/v1/vms"),
     ("PUT", "/v1/vms/{tenant}/{name}"),
     ("DELETE", "/v1/vms/{tenant}/{name}"),
@@ -163,6 +165,7 @@ pub fn parse_as(req: &Request<'_>, who: Option<&auth::Principal>) -> Result<Acti
         ("GET", "/v1/alerts") => eve::parse("alert", query).map(Action::Eve),
         ("GET", "/v1/flows") => eve::parse("flow", query).map(Action::Eve),
         ("GET", "/v1/placement") => hosts::parse_placement(query).map(Action::Host),
+        ("GET", "/v1/containment") => Ok(Action::Host(hosts::HostAction::Containment)),
         (_, t) if t.starts_with("/v1/tokens") => {
             tokens::parse(req.method, tpl, &p, req.body).map(Action::Token)
         }

@@ -51,6 +51,7 @@ CREATE TABLE IF NOT EXISTS fabric_secrets (
     id INTEGER PRIMARY KEY, secret BLOB NOT NULL, sending INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS blocks (
     id INTEGER PRIMARY KEY, tenant TEXT NOT NULL, block TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS contained (host INTEGER PRIMARY KEY);
 CREATE TABLE IF NOT EXISTS audit (
     seq INTEGER PRIMARY KEY AUTOINCREMENT, at_ms INTEGER NOT NULL, actor TEXT NOT NULL,
     tenant TEXT, action TEXT NOT NULL, status INTEGER NOT NULL, changes TEXT NOT NULL);
@@ -335,6 +336,11 @@ impl SqliteStore {
         }
         d.fabric = load_fabric(&self.conn)?;
         load_blocks(&self.conn, &mut d)?;
+        let mut st = self.conn.prepare("SELECT host FROM contained")?;
+        let rows = st.query_map([], |r| r.get::<_, i64>(0))?;
+        for h in rows {
+            d.contained.insert(h? as u32);
+        }
         Ok((d, configs))
     }
 
@@ -426,7 +432,7 @@ fn write_all(
         "DELETE FROM tenants; DELETE FROM hosts; DELETE FROM host_capacity; DELETE FROM vms; DELETE FROM instances;
          DELETE FROM placement_why;
          DELETE FROM scaled; DELETE FROM draining; DELETE FROM scaling;
-         DELETE FROM fabric_secrets; DELETE FROM blocks;",
+         DELETE FROM fabric_secrets; DELETE FROM blocks; DELETE FROM contained;",
     )?;
     if let Some(f) = &d.fabric {
         // Kept in order of age (rowid), so the newest is known after a reload.
@@ -518,6 +524,12 @@ fn write_all(
         tx.execute(
             "INSERT INTO blocks (id, tenant, block) VALUES (?1, ?2, ?3)",
             params![*id as i64, b.tenant, text],
+        )?;
+    }
+    for h in &d.contained {
+        tx.execute(
+            "INSERT INTO contained (host) VALUES (?1)",
+            params![*h as i64],
         )?;
     }
     // Versions must never go back, so configurations are only ever replaced.
@@ -705,6 +717,7 @@ mod tests {
         let mut f = crate::fabric::FabricSecret::new([3; 32]);
         f.rotate([4; 32]);
         d.fabric = Some(f);
+        d.contained.insert(2);
         let mut cfgs = d.configs("local").unwrap();
         versioned(&BTreeMap::new(), &mut cfgs);
         {
@@ -718,6 +731,10 @@ mod tests {
         assert_eq!(
             d2.hosts[&2].capacity.as_ref().unwrap().rack.as_deref(),
             Some("r2")
+        );
+        assert!(
+            d2.contained.contains(&2),
+            "a contained host stays contained"
         );
         assert_eq!(d2, d);
         assert_eq!(c2, cfgs);

@@ -22,6 +22,7 @@ pub fn start(dir: &Path) -> (ServerHandle, String) {
         fabric_auth: false,
         tls: None,
         placement: Default::default(),
+        containment_threshold: sluice_controller::reconcile::DEFAULT_THRESHOLD,
     })
     .unwrap();
     let admin = std::fs::read_to_string(&token_file)
@@ -58,4 +59,34 @@ pub fn register_vm(c: &Client, tenant: &str, name: &str, host: u32, addr: &str) 
         gateway: false,
     })
     .unwrap();
+}
+
+/// Sends `method path` with `body` (JSON if it starts with `{`, else YAML)
+/// under bearer `token`; returns the status and the body.
+pub fn call(
+    base: &str,
+    token: Option<&str>,
+    method: &str,
+    path: &str,
+    body: &str,
+) -> (u16, String) {
+    let mut req = ureq::request(method, &format!("{base}{path}"));
+    if let Some(t) = token {
+        req = req.set("Authorization", &format!("Bearer {t}"));
+    }
+    let ctype = if body.starts_with('{') {
+        "application/json"
+    } else {
+        "application/yaml"
+    };
+    let r = if body.is_empty() {
+        req.call()
+    } else {
+        req.set("Content-Type", ctype).send_string(body)
+    };
+    match r {
+        Ok(resp) => (resp.status(), resp.into_string().unwrap()),
+        Err(ureq::Error::Status(code, resp)) => (code, resp.into_string().unwrap()),
+        Err(e) => panic!("{method} {path}: {e}"),
+    }
 }
