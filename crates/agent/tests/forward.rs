@@ -107,6 +107,16 @@ fn start_agent(host: &Netns) -> Agent {
 }
 
 /// An echo server in VM 2, on port 5000.
+/// A host namespace with VMs 10.0.0.1 and 10.0.0.2 and an agent on it (the
+/// namespace is returned so it lives as long as the test).
+fn two_vms_and_agent() -> (Netns, VmHandle, VmHandle, Agent) {
+    let host = Netns::new("h").unwrap();
+    let vm1 = attach_vm(host.name(), "vm1", Ipv4Addr::new(10, 0, 0, 1)).unwrap();
+    let vm2 = attach_vm(host.name(), "vm2", Ipv4Addr::new(10, 0, 0, 2)).unwrap();
+    let agent = start_agent(&host);
+    (host, vm1, vm2, agent)
+}
+
 fn echo_server(vm2: &VmHandle) -> SocketAddr {
     let listener = vm2
         .ns
@@ -135,10 +145,7 @@ fn vms_talk_through_the_agent() {
         eprintln!("skipped: needs root");
         return;
     }
-    let host = Netns::new("h").unwrap();
-    let vm1 = attach_vm(host.name(), "vm1", Ipv4Addr::new(10, 0, 0, 1)).unwrap();
-    let vm2 = attach_vm(host.name(), "vm2", Ipv4Addr::new(10, 0, 0, 2)).unwrap();
-    let agent = start_agent(&host);
+    let (_host, vm1, vm2, agent) = two_vms_and_agent();
     let url = agent.api_url();
     let server = echo_server(&vm2);
 
@@ -227,10 +234,7 @@ fn a_block_on_request_stops_real_traffic_until_removed() {
         eprintln!("skipped: needs root");
         return;
     }
-    let host = Netns::new("h").unwrap();
-    let vm1 = attach_vm(host.name(), "vm1", Ipv4Addr::new(10, 0, 0, 1)).unwrap();
-    let vm2 = attach_vm(host.name(), "vm2", Ipv4Addr::new(10, 0, 0, 2)).unwrap();
-    let agent = start_agent(&host);
+    let (_host, vm1, vm2, agent) = two_vms_and_agent();
     let url = agent.api_url();
     let server = echo_server(&vm2);
     let spec = sluice_tenant::TenantSpec::parse(

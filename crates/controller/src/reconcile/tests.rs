@@ -114,20 +114,9 @@ impl Sim {
         chains: Vec<ChainMeasure>,
     ) {
         let reports_health = health.is_some();
-        let hb = HostHeartbeat {
-            registration: HostRegistration {
-                host: h,
-                name: format!("h{h}"),
-                underlay: Ipv4Addr::new(10, 255, 0, h as u8),
-                api: format!("http://127.0.0.1:{}", 9000 + h),
-                config_version: self.running.get(&h).copied().unwrap_or(0),
-                api_token: None,
-                capacity: None,
-            },
-            instances: health.unwrap_or_default(),
-            chains,
-            accusations: Vec::new(),
-        };
+        let mut hb = self.heartbeat_of(h);
+        hb.instances = health.unwrap_or_default();
+        hb.chains = chains;
         self.r
             .heartbeat(
                 Heartbeat {
@@ -138,6 +127,24 @@ impl Sim {
                 self.now,
             )
             .unwrap();
+    }
+
+    /// Host `h`'s heartbeat with nothing to report, at the version it runs.
+    fn heartbeat_of(&self, h: u32) -> HostHeartbeat {
+        HostHeartbeat {
+            registration: HostRegistration {
+                host: h,
+                name: format!("h{h}"),
+                underlay: Ipv4Addr::new(10, 255, 0, h as u8),
+                api: format!("http://127.0.0.1:{}", 9000 + h),
+                config_version: self.running.get(&h).copied().unwrap_or(0),
+                api_token: None,
+                capacity: None,
+            },
+            instances: Vec::new(),
+            chains: Vec::new(),
+            accusations: Vec::new(),
+        }
     }
 
     /// Runs every push the reconciler asked for (each agent takes its
@@ -1207,29 +1214,17 @@ fn a_block_reaches_every_host_of_the_tenant_and_outlives_reapplies_and_restarts(
 impl Sim {
     /// Host `h` heartbeats accusing `accused`.
     fn accuse(&mut self, h: u32, accused: &[u32]) {
-        let hb = HostHeartbeat {
-            registration: HostRegistration {
-                host: h,
-                name: format!("h{h}"),
-                underlay: Ipv4Addr::new(10, 255, 0, h as u8),
-                api: format!("http://127.0.0.1:{}", 9000 + h),
-                config_version: self.running.get(&h).copied().unwrap_or(0),
-                api_token: None,
-                capacity: None,
-            },
-            instances: Vec::new(),
-            chains: Vec::new(),
-            accusations: accused
-                .iter()
-                .map(|&a| sluice_proto::Accusation {
-                    host: a,
-                    rate_bps: 200_000_000,
-                    allowance_bps: 15_000_000,
-                    congested_periods: 50,
-                    age_ms: 0,
-                })
-                .collect(),
-        };
+        let mut hb = self.heartbeat_of(h);
+        hb.accusations = accused
+            .iter()
+            .map(|&a| sluice_proto::Accusation {
+                host: a,
+                rate_bps: 200_000_000,
+                allowance_bps: 15_000_000,
+                congested_periods: 50,
+                age_ms: 0,
+            })
+            .collect();
         let beat = Heartbeat {
             hb,
             pinned: None,
