@@ -420,7 +420,7 @@ pub fn geneve_on_fabric(lab: &Lab) -> Vec<u32> {
     let pcap = lab.state().dir.join("fabric.pcap");
     let cap = Command::new("ip")
         .args([
-            "netns", "exec", ns, "timeout", "15", "tshark", "-q", "-i", br,
+            "netns", "exec", ns, "timeout", "45", "tshark", "-q", "-i", br,
         ])
         .args(["-f", "udp port 6081", "-c", "20", "-w"])
         .arg(&pcap)
@@ -430,8 +430,11 @@ pub fn geneve_on_fabric(lab: &Lab) -> Vec<u32> {
     let Ok(mut cap) = cap else {
         return Vec::new();
     };
-    // tshark needs a moment before it captures; keep traffic flowing meanwhile.
-    for _ in 0..20 {
+    // tshark needs a moment before it captures (many seconds on a loaded
+    // 2-core machine: it loads every dissector first); keep traffic flowing
+    // until it has its packets or gives up, not for a fixed number of tries.
+    let until = std::time::Instant::now() + Duration::from_secs(45);
+    while std::time::Instant::now() < until {
         let _ = curl(
             lab,
             "gateway",
