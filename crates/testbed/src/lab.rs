@@ -410,6 +410,20 @@ impl Lab {
                 _ => {}
             }
         }
+        // Nor may the hosts' run directories: an agent would load its saved
+        // configuration from the earlier lab, and the gathered EVE logs would
+        // show that lab's alerts as this one's.
+        for e in fs::read_dir(&dir).map_err(other)?.flatten() {
+            let name = e.file_name();
+            let name = name.to_string_lossy();
+            let host_dir = name
+                .strip_prefix('h')
+                .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()));
+            if host_dir && e.path().is_dir() {
+                fs::remove_dir_all(e.path())
+                    .map_err(|err| other(format!("{}: {err}", e.path().display())))?;
+            }
+        }
         let n = RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         // Fixed width, and unlike `unique_name`'s "sl...": no lab's prefix is a prefix
         // of another's, so tearing down by prefix never touches a neighbour.
