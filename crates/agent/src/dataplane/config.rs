@@ -171,6 +171,10 @@ pub(super) struct Sender {
     slot: u32,
 }
 
+/// A tenant (VNI) and the inner source addresses (sorted) a peer may send
+/// its packets from.
+type VniSources = (u32, Box<[IpAddr]>);
+
 /// Who is where on this host's switch: what forwarding reads and never
 /// changes between configurations.
 #[derive(Debug)]
@@ -193,7 +197,7 @@ pub(super) struct Topology {
     /// Per peer (by [`Sender`] slot), the tenants whose packets it may send
     /// only from its VMs' addresses: (VNI, those addresses sorted), sorted by
     /// VNI. A VNI not listed: any source.
-    peer_sources: Vec<Box<[(u32, Box<[IpAddr]>)]>>,
+    peer_sources: Vec<Box<[VniSources]>>,
 }
 
 impl Dataplane {
@@ -422,8 +426,8 @@ impl Topology {
 /// Per peer host, the tenants (VNIs) it may send only from the listed inner
 /// source addresses (sorted), from each tenant's
 /// [`sluice_proto::TenantFib::sources`].
-fn restricted_sources(cfg: &AgentConfig) -> HashMap<u32, Vec<(u32, Box<[IpAddr]>)>> {
-    let mut out: HashMap<u32, Vec<(u32, Box<[IpAddr]>)>> = HashMap::new();
+fn restricted_sources(cfg: &AgentConfig) -> HashMap<u32, Vec<VniSources>> {
+    let mut out: HashMap<u32, Vec<VniSources>> = HashMap::new();
     for t in &cfg.tenants {
         for s in t.sources.iter().flatten() {
             let mut a = s.addrs.clone();
