@@ -62,6 +62,7 @@ fn config(version: u64) -> AgentConfig {
             }],
             groups: vec![],
             senders: None,
+            sources: None,
         }],
         instances: vec![],
         group_policies: vec![],

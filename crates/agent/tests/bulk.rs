@@ -40,6 +40,7 @@ fn config(h: u32, ports: &[(u16, &VmHandle)], entries: Vec<Entry>) -> AgentConfi
             entries,
             groups: vec![],
             senders: None,
+            sources: None,
         }],
         instances: vec![],
         group_policies: vec![],

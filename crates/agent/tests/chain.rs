@@ -107,6 +107,7 @@ fn config_with(
             ],
             groups: vec![],
             senders: None,
+            sources: None,
         }],
         instances: vec![InstanceConfig {
             name: "t/fw/0".into(),

@@ -39,6 +39,7 @@ fn config(h: u32, vm: &VmHandle, other: u32, other_addr: Ipv4Addr) -> AgentConfi
             ],
             groups: vec![],
             senders: None,
+            sources: None,
         }],
         instances: vec![],
         group_policies: vec![],

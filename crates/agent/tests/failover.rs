@@ -120,6 +120,7 @@ fn config(vm1: &VmHandle, vm2: &VmHandle, state: &str) -> AgentConfig {
             ],
             groups: vec![(1, group)],
             senders: None,
+            sources: None,
         }],
         instances,
         group_policies: vec![],

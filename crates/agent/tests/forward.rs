@@ -51,6 +51,7 @@ fn config(version: u64, vm1: &VmHandle, vm2: &VmHandle, extra: Vec<Entry>) -> Ag
             entries,
             groups: vec![],
             senders: None,
+            sources: None,
         }],
         instances: vec![],
         group_policies: vec![],

@@ -34,6 +34,7 @@ fn config(vms: &[(u16, &VmHandle)]) -> AgentConfig {
                 .collect(),
             groups: vec![],
             senders: None,
+            sources: None,
         }],
         instances: vec![],
         group_policies: vec![],

@@ -41,6 +41,7 @@ fn tenant(name: &str, vni: u32, routes: &[(Ipv4Addr, Output)], senders: &[u32]) 
             .collect(),
         groups: vec![],
         senders: Some(senders.to_vec()),
+        sources: None,
     }
 }
 

@@ -54,6 +54,7 @@ fn config(h: u32, vm: &VmHandle, other: Ipv4Addr, fabric: &FabricSecret) -> Agen
             ],
             groups: vec![],
             senders: Some(vec![o]),
+            sources: None,
         }],
         instances: vec![],
         group_policies: vec![],

@@ -92,6 +92,7 @@ fn config(h: u32, fabric: Option<&FabricSecret>) -> AgentConfig {
             entries: vec![route(1, "10.0.0.2/32", out)],
             groups: vec![],
             senders: None,
+            sources: None,
         }],
         fabric_auth: fabric.map(|f| f.keys_for(h, [1, 2])),
         ..AgentConfig::default()

@@ -860,6 +860,7 @@ impl Desired {
                 fibs_on.entry(*h).or_default().push((tn, c));
             }
         }
+        let sources_of = self.tenant_sources(&hosts_of);
         let mut peers_of: BTreeMap<u32, BTreeSet<u32>> = BTreeMap::new();
         for hs in hosts_of.values() {
             for &h in hs {
@@ -981,6 +982,15 @@ impl Desired {
                             .filter(|&o| o != h)
                             .collect(),
                     ),
+                    sources: Some(
+                        sources_of
+                            .get(tn.as_str())
+                            .into_iter()
+                            .flatten()
+                            .filter(|s| s.host != h)
+                            .cloned()
+                            .collect(),
+                    ),
                 });
             }
             out.insert(h, cfg);
@@ -1007,6 +1017,46 @@ impl Desired {
             out.entry(tn.as_str()).or_default().insert(i.host);
         }
         out
+    }
+
+    /// Per applied tenant, the inner source addresses each of its hosts may
+    /// send its packets from: its VMs' addresses there, for a host that runs
+    /// none of the tenant's NF instances and not its gateway (those forward
+    /// packets of other sources, and are left unrestricted).
+    fn tenant_sources<'a>(
+        &self,
+        hosts_of: &BTreeMap<&'a str, BTreeSet<u32>>,
+    ) -> BTreeMap<&'a str, Vec<sluice_proto::PeerSources>> {
+        let mut free: BTreeSet<(&str, u32)> = BTreeSet::new();
+        for ((tn, _, _), i) in &self.instances {
+            free.insert((tn.as_str(), i.host));
+        }
+        let mut addrs: BTreeMap<(&str, u32), Vec<std::net::IpAddr>> = BTreeMap::new();
+        for ((tn, _), vm) in &self.vms {
+            if vm.reg.gateway {
+                free.insert((tn.as_str(), vm.reg.host));
+            }
+            addrs
+                .entry((tn.as_str(), vm.reg.host))
+                .or_default()
+                .push(vm.reg.addr);
+        }
+        hosts_of
+            .iter()
+            .map(|(tn, hs)| {
+                let list = hs
+                    .iter()
+                    .filter(|h| !free.contains(&(*tn, **h)))
+                    .map(|h| {
+                        let mut a = addrs.get(&(*tn, *h)).cloned().unwrap_or_default();
+                        a.sort_unstable();
+                        a.dedup();
+                        sluice_proto::PeerSources { host: *h, addrs: a }
+                    })
+                    .collect();
+                (*tn, list)
+            })
+            .collect()
     }
 
     /// The policies of the groups of a tenant's pinned or local-state middleboxes

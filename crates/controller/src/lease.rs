@@ -350,6 +350,7 @@ mod tests {
                     entries: vec![],
                     groups: vec![(1, Group::split(&targets).unwrap())],
                     senders: None,
+                    sources: None,
                 }],
                 group_policies: vec![GroupPolicy {
                     vni: 7,

@@ -305,6 +305,23 @@ pub struct TenantFib {
     /// configuration from before the field): any registered peer may send it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub senders: Option<Vec<u32>>,
+    /// The inner source addresses each sending host may put on this tenant's
+    /// packets (Seawall §4's invariant: a host cannot hide its traffic behind
+    /// another host's VM). A sender listed here may only send from its VMs'
+    /// addresses; a sender not listed may send any (it runs the tenant's NF
+    /// instances or its gateway, which forward others' packets). Absent: no
+    /// check.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sources: Option<Vec<PeerSources>>,
+}
+
+/// The inner source addresses one host may send a tenant's packets from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PeerSources {
+    /// The sending host.
+    pub host: u32,
+    /// Its VMs' addresses.
+    pub addrs: Vec<std::net::IpAddr>,
 }
 
 /// An NF instance to run on the host.
@@ -1010,6 +1027,7 @@ mod tests {
             entries: vec![],
             groups: vec![],
             senders: Some(vec![2, 3]),
+            sources: None,
         };
         let j = serde_json::to_string(&t).unwrap();
         assert!(j.contains("\"senders\":[2,3]"), "{j}");

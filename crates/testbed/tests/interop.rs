@@ -51,6 +51,7 @@ fn config(vm: &VmHandle, far: Ipv4Addr) -> AgentConfig {
             ],
             groups: vec![],
             senders: None,
+            sources: None,
         }],
         instances: vec![],
         group_policies: vec![],

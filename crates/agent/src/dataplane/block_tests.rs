@@ -114,6 +114,7 @@ fn config(h: u32, blocked: bool) -> AgentConfig {
             entries: hf.entries,
             groups: hf.groups.into_iter().map(|(g, gr)| (g.0, gr)).collect(),
             senders: Some(vec![if h == 1 { 2 } else { 1 }]),
+            sources: None,
         }],
         instances,
         group_policies: vec![],

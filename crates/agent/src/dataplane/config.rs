@@ -3,7 +3,7 @@
 //! any part of which cannot be installed).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::net::{Ipv4Addr, SocketAddrV4};
+use std::net::{IpAddr, Ipv4Addr, SocketAddrV4};
 
 use sluice_proto::{AgentConfig, PortKind, GENEVE_PORT};
 use sluice_switch::{Action, Fib, GroupId};
@@ -171,6 +171,10 @@ pub(super) struct Sender {
     slot: u32,
 }
 
+/// A tenant (VNI) and the inner source addresses (sorted) a peer may send
+/// its packets from.
+type VniSources = (u32, Box<[IpAddr]>);
+
 /// Who is where on this host's switch: what forwarding reads and never
 /// changes between configurations.
 #[derive(Debug)]
@@ -190,6 +194,10 @@ pub(super) struct Topology {
     /// per configuration so the per-packet check is a binary search in a few
     /// words.
     peer_vnis: Vec<Box<[u32]>>,
+    /// Per peer (by [`Sender`] slot), the tenants whose packets it may send
+    /// only from its VMs' addresses: (VNI, those addresses sorted), sorted by
+    /// VNI. A VNI not listed: any source.
+    peer_sources: Vec<Box<[VniSources]>>,
 }
 
 impl Dataplane {
@@ -353,8 +361,10 @@ impl Topology {
             }
         }
         let mut allowed = allowed_vnis(host, cfg);
+        let mut restricted = restricted_sources(cfg);
         let mut peers = HashMap::new();
         let mut peer_vnis = Vec::new();
+        let mut peer_sources = Vec::new();
         for p in &cfg.peers {
             if peers
                 .insert(p.host, SocketAddrV4::new(p.underlay, GENEVE_PORT))
@@ -377,6 +387,9 @@ impl Topology {
             vnis.sort_unstable();
             vnis.dedup();
             peer_vnis.push(vnis.into_boxed_slice());
+            let mut srcs = restricted.remove(&p.host).unwrap_or_default();
+            srcs.sort_unstable_by_key(|(v, _)| *v);
+            peer_sources.push(srcs.into_boxed_slice());
         }
         Ok(Topology {
             host,
@@ -385,7 +398,21 @@ impl Topology {
             peers,
             sources,
             peer_vnis,
+            peer_sources,
         })
+    }
+
+    /// True if the peer of `sender` may send `vni`'s packets from inner
+    /// source `src` (its VMs' addresses only, for a tenant it runs neither
+    /// NF instances nor the gateway of).
+    pub(super) fn peer_may_source(&self, sender: Sender, vni: u32, src: IpAddr) -> bool {
+        let Some(list) = self.peer_sources.get(sender.slot as usize) else {
+            return true;
+        };
+        match list.binary_search_by_key(&vni, |(v, _)| *v) {
+            Ok(i) => list[i].1.binary_search(&src).is_ok(),
+            Err(_) => true,
+        }
     }
 
     /// True if the peer of `sender` may send `vni` here.
@@ -394,6 +421,23 @@ impl Topology {
             .get(sender.slot as usize)
             .is_some_and(|v| v.binary_search(&vni).is_ok())
     }
+}
+
+/// Per peer host, the tenants (VNIs) it may send only from the listed inner
+/// source addresses (sorted), from each tenant's
+/// [`sluice_proto::TenantFib::sources`].
+fn restricted_sources(cfg: &AgentConfig) -> HashMap<u32, Vec<VniSources>> {
+    let mut out: HashMap<u32, Vec<VniSources>> = HashMap::new();
+    for t in &cfg.tenants {
+        for s in t.sources.iter().flatten() {
+            let mut a = s.addrs.clone();
+            a.sort_unstable();
+            out.entry(s.host)
+                .or_default()
+                .push((t.vni, a.into_boxed_slice()));
+        }
+    }
+    out
 }
 
 /// Per peer host, the VNIs `cfg` lets it send to `host` (unsorted): each

@@ -36,6 +36,8 @@ pub(super) struct Hop<'f> {
     /// against that port, and what it sends to other hosts against that
     /// port's Seawall share (an instance's packets, too).
     pub(super) in_port: Option<u16>,
+    /// The fabric peer it came from (None: a port).
+    peer: Option<Sender>,
     /// Tenant.
     pub(super) vni: u32,
     /// Chain and hop: as received until the lookup, then as the lookup marked
@@ -175,6 +177,7 @@ impl Dataplane {
             }
             let hop = Hop {
                 in_port: Some(port),
+                peer: None,
                 vni,
                 chain_hop: None,
                 buf: f,
@@ -294,6 +297,7 @@ impl Dataplane {
             }
             let hop = Hop {
                 in_port,
+                peer: sender.filter(|s| matches!(s.source, Source::Peer(_))),
                 vni: g.vni,
                 chain_hop: g.chain_hop,
                 buf: d,
@@ -314,6 +318,17 @@ impl Forwarder<'_> {
         if parse_into(hop.inner(), &mut self.lookup.meta).is_err() {
             self.stats.drop(id, DropReason::Malformed);
             return None;
+        }
+        if let Some(s) = hop.peer {
+            // A peer speaks only from its own VMs' addresses for a tenant it
+            // runs no NF instance or gateway of (Seawall §4: no hiding behind
+            // another host's identity).
+            if let Some(src) = outer_source(hop.inner()) {
+                if !self.topo.peer_may_source(s, hop.vni, src) {
+                    self.stats.drop(id, DropReason::SpoofedSource);
+                    return None;
+                }
+            }
         }
         let meta = &self.lookup.meta;
         let key = LookupInputs {
@@ -538,4 +553,26 @@ fn arp(port: u16, f: &[u8], stats: &mut Stats, plan: &mut TxPlan) {
         body: (0, 0),
     });
     stats.arp_replies += 1;
+}
+
+/// The source address of an Ethernet frame's network layer, behind any VLAN
+/// tags (None: not IPv4 or IPv6, or too short).
+fn outer_source(f: &[u8]) -> Option<std::net::IpAddr> {
+    let mut at = 12;
+    loop {
+        let et = u16::from_be_bytes([*f.get(at)?, *f.get(at + 1)?]);
+        at += 2;
+        match et {
+            0x8100 | 0x88a8 | 0x9100 => at += 2,
+            0x0800 => {
+                let b: [u8; 4] = f.get(at + 12..at + 16)?.try_into().ok()?;
+                return Some(std::net::IpAddr::from(b));
+            }
+            0x86dd => {
+                let b: [u8; 16] = f.get(at + 8..at + 24)?.try_into().ok()?;
+                return Some(std::net::IpAddr::from(b));
+            }
+            _ => return None,
+        }
+    }
 }

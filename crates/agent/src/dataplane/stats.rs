@@ -50,11 +50,15 @@ pub enum DropReason {
     /// to this host are dropped until it is forgiven or cleared (Seawall §4's
     /// incremental sandbox).
     AccusedPeer,
+    /// A peer sent a tenant's packet from an inner source address that is
+    /// none of its VMs' (for a tenant it runs no NF instance or gateway of):
+    /// a host hiding behind another's identity.
+    SpoofedSource,
 }
 
 impl DropReason {
     /// Every reason, for reports that list zeros too.
-    pub const ALL: [DropReason; 15] = [
+    pub const ALL: [DropReason; 16] = [
         DropReason::NoMatch,
         DropReason::FibDrop,
         DropReason::Malformed,
@@ -70,6 +74,7 @@ impl DropReason {
         DropReason::Replayed,
         DropReason::Blocked,
         DropReason::AccusedPeer,
+        DropReason::SpoofedSource,
     ];
 
     /// The reason's name in metrics (`no_match`, ...).
@@ -90,6 +95,7 @@ impl DropReason {
             DropReason::Replayed => "replayed",
             DropReason::Blocked => "blocked",
             DropReason::AccusedPeer => "accused_peer",
+            DropReason::SpoofedSource => "spoofed_source",
         }
     }
 

@@ -111,6 +111,7 @@ fn figure4_host1() -> AgentConfig {
             entries: hf.entries,
             groups: hf.groups.into_iter().map(|(g, gr)| (g.0, gr)).collect(),
             senders: None,
+            sources: None,
         }],
         instances,
         group_policies: vec![],
@@ -164,6 +165,7 @@ fn two_vms() -> AgentConfig {
             ],
             groups: vec![],
             senders: None,
+            sources: None,
         }],
         instances: vec![],
         group_policies: vec![],
@@ -693,6 +695,7 @@ fn two_tenants(senders_of_8: Option<Vec<u32>>) -> AgentConfig {
         }],
         groups: vec![],
         senders: senders_of_8,
+        sources: None,
     });
     c
 }
@@ -1595,4 +1598,46 @@ fn a_peer_that_ignores_congestion_is_accused_and_sandboxed() {
     // Every flood packet after the accusation was dropped, none of host 1's.
     let dropped = rx.stats().drops_of(DropReason::AccusedPeer);
     assert_eq!(dropped, (200 - accused_at.unwrap()) * 100);
+}
+
+/// Seawall §4's invariant: for a tenant it runs no NF instance or gateway
+/// of, a peer may send only from its own VMs' addresses. Host 2 has VM
+/// 10.0.0.9: its packets from there reach VM 2; packets it sends "from"
+/// 10.0.0.1 (VM 1, on this host) or behind a VLAN tag are dropped as
+/// spoofed_source; a tenant with no such list is not checked.
+#[test]
+fn a_peer_cannot_send_from_another_hosts_vm_address() {
+    let mut cfg = two_vms();
+    cfg.tenants[0].sources = Some(vec![sluice_proto::PeerSources {
+        host: 2,
+        addrs: vec!["10.0.0.9".parse().unwrap()],
+    }]);
+    let mut dp = Dataplane::new(1, &cfg).unwrap();
+    let peer2 = SocketAddrV4::new(underlay(2), GENEVE_PORT);
+    let own = build::udp_v4([10, 0, 0, 9], [10, 0, 0, 2], 1000, 2000, b"mine");
+    let spoofed = build::udp_v4([10, 0, 0, 1], [10, 0, 0, 2], 1000, 2000, b"framed");
+    let mut tagged = spoofed[..12].to_vec();
+    tagged.extend_from_slice(&[0x81, 0x00, 0x00, 0x05]);
+    tagged.extend_from_slice(&spoofed[12..]);
+    let mut plan = TxPlan::new();
+    let mut batch = from(
+        peer2,
+        vec![
+            encap(7, None, &own),
+            encap(7, None, &spoofed),
+            encap(7, None, &tagged),
+        ],
+    );
+    dp.process_udp_batch(&mut batch, &mut plan);
+    assert_eq!(plan.outs.len(), 1, "only the packet from its own VM");
+    assert_eq!(plan.outs[0].dest, Dest::Vm(2));
+    assert_eq!(dp.stats().drops_of(DropReason::SpoofedSource), 2);
+
+    // Without the list (an older controller), nothing is checked.
+    let mut dp = Dataplane::new(1, &two_vms()).unwrap();
+    let mut plan = TxPlan::new();
+    let mut batch = from(peer2, vec![encap(7, None, &spoofed)]);
+    dp.process_udp_batch(&mut batch, &mut plan);
+    assert_eq!(plan.outs.len(), 1);
+    assert_eq!(dp.stats().drops_of(DropReason::SpoofedSource), 0);
 }

@@ -805,3 +805,35 @@ fn a_host_peers_only_with_the_hosts_it_shares_a_tenant_with() {
     let mut after = more.configs("local").unwrap();
     assert_eq!(versioned(&before, &mut after), vec![6]);
 }
+
+/// Each host's configuration says which inner sources every other host may
+/// send the tenant's packets from: its VMs' addresses, for a host that runs
+/// none of the tenant's instances and not its gateway (those forward others'
+/// packets and are not listed).
+#[test]
+fn hosts_with_only_vms_may_send_only_from_their_vms() {
+    let (text, spec) = figure4();
+    let mut d = hosts(3);
+    figure4_vms(&mut d);
+    d.apply_tenant(&text, spec).unwrap();
+    let listed = |d: &Desired, on: u32| -> Vec<(u32, Vec<String>)> {
+        let cfgs = d.configs("local").unwrap();
+        cfgs[&on].tenants[0]
+            .sources
+            .clone()
+            .unwrap()
+            .into_iter()
+            .map(|s| (s.host, s.addrs.iter().map(|a| a.to_string()).collect()))
+            .collect()
+    };
+    // Every host runs an instance: nobody is restricted.
+    assert_eq!(listed(&d, 1), vec![]);
+    // Host 3's instances leave it (contained): only web-a2 remains there.
+    d.contain(3);
+    assert_eq!(listed(&d, 2), vec![(3, vec!["10.10.1.12".to_string()])]);
+    // Host 1 holds the gateway: never restricted, and never told about itself.
+    for on in [2, 3] {
+        assert!(listed(&d, on).iter().all(|(h, _)| *h != 1));
+    }
+    assert!(listed(&d, 1).iter().all(|(h, _)| *h != 1));
+}
