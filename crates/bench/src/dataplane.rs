@@ -249,6 +249,7 @@ pub fn run(
         seawall,
         fabric_auth: true,
         store: Default::default(),
+        subverted: Vec::new(),
     })
     .map_err(|e| e.to_string())?;
     let st = lab.state().clone();

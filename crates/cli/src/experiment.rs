@@ -47,6 +47,33 @@ pub enum ExperimentCmd {
         #[arg(long)]
         json: bool,
     },
+    /// Seawall §4: a host whose agent ignores congestion feedback floods VMs
+    /// on two hosts; they accuse it, the controller contains it (f = 2), the
+    /// switch fences it; and a control run with heavy honest traffic, where
+    /// nothing may be contained (docs/ISOLATION.md, "Compromised hosts").
+    Containment {
+        /// Tenant spec (Figure 4's VMs are used).
+        #[arg(long, default_value = "examples/tenant/figure4.yaml")]
+        spec: PathBuf,
+        /// Rate of the links into the flooded hosts, Mbit/s.
+        #[arg(long, default_value_t = 100)]
+        bottleneck_mbit: u32,
+        /// The flood's rate toward each flooded VM, Mbit/s.
+        #[arg(long, default_value_t = 300)]
+        udp_mbit: u32,
+        /// TCP flows per receiver in the control run.
+        #[arg(long, default_value_t = 16)]
+        tcp_flows: usize,
+        /// Seconds per run.
+        #[arg(long, default_value_t = 12)]
+        seconds: u32,
+        /// Working directory.
+        #[arg(long, default_value = "/tmp/sluice-experiment")]
+        dir: PathBuf,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Concurrent HTTP downloads through a middlebox; SIGKILL one instance
     /// mid-transfer; compare with a run without failure (StatelessNF Fig. 4.7).
     Failover {
@@ -200,6 +227,26 @@ pub fn run(what: ExperimentCmd) -> Result<(), CliError> {
                 tcp_flows,
                 seconds,
                 victim_weight,
+            },
+            json,
+        ),
+        ExperimentCmd::Containment {
+            spec,
+            bottleneck_mbit,
+            udp_mbit,
+            tcp_flows,
+            seconds,
+            dir,
+            json,
+        } => containment(
+            &spec,
+            &dir,
+            sluice_testbed::containment::ContainmentOptions {
+                bottleneck_mbit,
+                udp_mbit,
+                tcp_flows,
+                seconds,
+                ..Default::default()
             },
             json,
         ),
@@ -358,6 +405,44 @@ pub fn isolation(
         outln!("{}", serde_json::to_string(&r).expect("report serialises"))?;
     } else {
         iso::print(&r);
+    }
+    Ok(())
+}
+
+/// `sluice experiment containment`: the attack on a lab whose host 3 is
+/// subverted, the control run on a lab without.
+pub fn containment(
+    spec: &Path,
+    dir: &Path,
+    o: sluice_testbed::containment::ContainmentOptions,
+    json: bool,
+) -> Result<(), CliError> {
+    use sluice_testbed::containment as ct;
+    guard(dir)?;
+    let mut runs = Vec::new();
+    for kind in ct::Kind::ALL {
+        let attack = kind.subverted();
+        if !json {
+            eprintln!(
+                "{}: testbed with 4 hosts, Seawall on{} ...",
+                kind.name(),
+                if attack { ", host 3 subverted" } else { "" }
+            );
+        }
+        let mut opts = options_with(spec, 4, dir, false, true)?;
+        if attack {
+            opts.subverted = vec![3];
+        }
+        let lab = Lab::up(&opts)?;
+        ct::limit(&lab, &o)?;
+        runs.push(ct::run(&lab, kind, &o)?);
+        drop(lab);
+    }
+    let r = ct::ContainmentReport { options: o, runs };
+    if json {
+        outln!("{}", serde_json::to_string(&r).expect("report serialises"))?;
+    } else {
+        ct::print(&r);
     }
     Ok(())
 }

@@ -136,6 +136,7 @@ pub fn options_with(
         seawall,
         fabric_auth: true,
         store: StoreKind::Single,
+        subverted: Vec::new(),
     })
 }
 

@@ -47,6 +47,7 @@ fn figure4_on_three_hosts_with_real_http() {
         seawall: false,
         fabric_auth: true,
         store: Default::default(),
+        subverted: Vec::new(),
     })
     .unwrap_or_else(|e| panic!("testbed did not come up: {e}"));
     let report = scenario::figure4(&lab).unwrap();
@@ -240,6 +241,7 @@ fn elasticity_lab_with(dir: &std::path::Path, state: &str, pipeline: u64, store:
         seawall: false,
         fabric_auth: true,
         store,
+        subverted: Vec::new(),
     })
     .unwrap_or_else(|e| panic!("testbed did not come up: {e}"))
 }

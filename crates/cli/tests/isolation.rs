@@ -43,6 +43,7 @@ fn a_udp_flood_does_not_starve_a_tcp_download_under_seawall() {
         seawall: true,
         fabric_auth: true,
         store: Default::default(),
+        subverted: Vec::new(),
     })
     .unwrap_or_else(|e| panic!("testbed did not come up: {e}"));
     let o = IsolationOptions {
@@ -86,4 +87,70 @@ fn a_udp_flood_does_not_starve_a_tcp_download_under_seawall() {
     // The download keeps a real part of the link (half, when fair).
     assert!(c.victim_share > 0.2, "{c:?}");
     note("ran");
+}
+
+fn containment_lab(dir: &std::path::Path, subverted: Vec<u32>) -> Lab {
+    Lab::up(&LabOptions {
+        spec: PathBuf::from(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../examples/tenant/figure4.yaml"
+        )),
+        hosts: 4,
+        dir: dir.to_path_buf(),
+        sluice: PathBuf::from(env!("CARGO_BIN_EXE_sluice")),
+        sluiced: PathBuf::from(env!("CARGO_BIN_EXE_sluice")).with_file_name("sluiced"),
+        web: false,
+        seawall: true,
+        fabric_auth: true,
+        store: Default::default(),
+        subverted,
+    })
+    .unwrap_or_else(|e| panic!("testbed did not come up: {e}"))
+}
+
+/// Seawall §4 replayed against real agents: host 3's agent ignores
+/// congestion feedback (runs without Seawall) while its VM floods VMs on
+/// hosts 4 and 1, and keeps flooding from its underlay once contained. The
+/// two flooded hosts accuse it, the controller contains host 3 and no other,
+/// and once the switch fences it the victim's TCP gets its rate back. The
+/// same flood from an honest host (Seawall holds it to its share) contains
+/// nobody.
+#[test]
+fn a_host_ignoring_congestion_feedback_is_contained_and_an_honest_one_is_not() {
+    use sluice_testbed::containment::{limit, run, ContainmentOptions, Kind};
+    if !sluice_agent::testing::is_root() {
+        eprintln!("skipped: needs root");
+        return;
+    }
+    let o = ContainmentOptions {
+        seconds: 8,
+        quiet: 2,
+        ..ContainmentOptions::default()
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let lab = containment_lab(dir.path(), vec![3]);
+    if let Err(e) = limit(&lab, &o) {
+        let msg = e.to_string();
+        assert!(
+            msg.contains("Unknown qdisc") || msg.contains("not supported"),
+            "{msg}"
+        );
+        return;
+    }
+    let attack = run(&lab, Kind::Attack, &o).unwrap();
+    eprintln!("{attack:?}");
+    assert_eq!(attack.contained, vec![3], "{attack:?}");
+    assert!(attack.detect_s.is_some() && attack.contain_s.is_some());
+    // Fenced, the flood no longer reaches the victim's bottleneck.
+    let after = attack.after_mbps.unwrap();
+    assert!(after > 2.0 * attack.during_mbps, "{attack:?}");
+    drop(lab);
+
+    let dir = tempfile::tempdir().unwrap();
+    let lab = containment_lab(dir.path(), Vec::new());
+    limit(&lab, &o).unwrap();
+    let honest = run(&lab, Kind::HonestUdp, &o).unwrap();
+    eprintln!("{honest:?}");
+    assert!(honest.contained.is_empty(), "{honest:?}");
+    assert_eq!(honest.contain_s, None);
 }

@@ -10,7 +10,7 @@
 //! second; the shares are taken over the seconds both senders ran.
 
 use std::process::{Child, Command, Stdio};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
@@ -89,27 +89,28 @@ const VICTIM_PORT: &str = "5201";
 const AGGRESSOR_PORT: &str = "5202";
 
 /// Runs `cmd` in VM `vm`'s namespace in the background, its stdout captured.
-fn spawn_in(lab: &Lab, vm: &str, cmd: &[&str]) -> Result<Child, LabError> {
+pub(crate) fn spawn_in(lab: &Lab, vm: &str, cmd: &[&str]) -> Result<Child, LabError> {
     let v = lab
         .state()
         .vm(vm)
         .ok_or_else(|| other(format!("the spec has no VM `{vm}`")))?;
+    spawn_netns(&v.netns, cmd)
+}
+
+/// Runs `cmd` in namespace `netns` in the background, its stdout captured.
+pub(crate) fn spawn_netns(netns: &str, cmd: &[&str]) -> Result<Child, LabError> {
     Command::new("ip")
-        .args(["netns", "exec", &v.netns])
+        .args(["netns", "exec", netns])
         .args(cmd)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .map_err(|e| {
-            other(format!(
-                "cannot run iperf3 in {vm} (Debian package iperf3): {e}"
-            ))
-        })
+        .map_err(|e| other(format!("cannot run {} in {netns}: {e}", cmd[0])))
 }
 
 /// Received Mbit/s of each second, from an iperf3 server's JSON.
-fn per_second(json: &str) -> Result<Vec<f64>, LabError> {
+pub(crate) fn per_second(json: &str) -> Result<Vec<f64>, LabError> {
     let v: serde_json::Value =
         serde_json::from_str(json).map_err(|e| other(format!("iperf3 printed no JSON: {e}")))?;
     let iv = v["intervals"]
@@ -122,11 +123,29 @@ fn per_second(json: &str) -> Result<Vec<f64>, LabError> {
         .collect())
 }
 
-fn finish(c: Child, what: &str) -> Result<String, LabError> {
+pub(crate) fn finish(c: Child, what: &str) -> Result<String, LabError> {
     let out = c
         .wait_with_output()
         .map_err(|e| other(format!("{what}: {e}")))?;
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// Like [`finish`], but kills the process if it is still running at `by`:
+/// an iperf3 whose peer was cut off the fabric waits for it forever. Its
+/// output so far is returned either way.
+pub(crate) fn finish_by(mut c: Child, by: Instant, what: &str) -> Result<String, LabError> {
+    loop {
+        match c.try_wait() {
+            Ok(Some(_)) => break,
+            Ok(None) if Instant::now() < by => std::thread::sleep(Duration::from_millis(50)),
+            Ok(None) => {
+                let _ = c.kill();
+                break;
+            }
+            Err(e) => return Err(other(format!("{what}: {e}"))),
+        }
+    }
+    finish(c, what)
 }
 
 /// The agent status of the host VM `vm` is on.

@@ -55,6 +55,10 @@ pub struct LabOptions {
     pub fabric_auth: bool,
     /// The state store: one server, or a replicated cluster.
     pub store: StoreKind,
+    /// Hosts whose agents run without Seawall's rate control even when
+    /// `seawall` is on: stand-ins for subverted hosts that ignore congestion
+    /// feedback (docs/ISOLATION.md, "Compromised hosts").
+    pub subverted: Vec<u32>,
 }
 
 /// A host of the lab.
@@ -347,7 +351,7 @@ fn write_secret(path: &Path, text: &str) -> Result<(), LabError> {
 
 /// A minimal HTTP client call against the controller (JSON or YAML bodies),
 /// with the lab's operator token.
-fn http(
+pub(crate) fn http(
     st: &LabState,
     method: &str,
     url: &str,
@@ -551,12 +555,13 @@ impl Lab {
             t.insert("prefix".into(), format!("{p}h{}", h.id).into());
             t.insert("run_dir".into(), run_dir.display().to_string().into());
             t.insert("fabric_auth".into(), (!self.state.fabric_auth_off).into());
-            t.insert("seawall".into(), opts.seawall.into());
+            let seawall = opts.seawall && !opts.subverted.contains(&h.id);
+            t.insert("seawall".into(), seawall.into());
             let conf = dir.join(format!("agent-h{}.toml", h.id));
             write_toml(&conf, &t)?;
             let mut cmd = Command::new(&opts.sluiced);
             cmd.arg("run").arg("--config").arg(&conf);
-            if opts.seawall {
+            if seawall {
                 // Tuning for experiments: extra agent flags from the environment.
                 if let Ok(extra) = std::env::var("SLUICE_SEAWALL_ARGS") {
                     cmd.args(extra.split_whitespace());
@@ -866,6 +871,26 @@ impl Lab {
     /// What the lab consists of.
     pub fn state(&self) -> &LabState {
         &self.state
+    }
+
+    /// Cuts host `host` off the fabric at the switch (its bridge port goes
+    /// down): what the datacenter's switches do to a host the controller
+    /// contains ("Seawall uses existing switch security features", §4). The
+    /// management network (loopback) is untouched.
+    pub fn fence(&self, host: u32) -> Result<(), LabError> {
+        let (fab, _) = &self.state.fabric;
+        let dev = format!("{}f{host}", self.state.prefix);
+        let out = Command::new("ip")
+            .args(["-n", fab, "link", "set", &dev, "down"])
+            .output()
+            .map_err(|e| other(format!("cannot run ip (iproute2): {e}")))?;
+        if !out.status.success() {
+            return Err(other(format!(
+                "fencing host {host} ({dev} in {fab}): {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            )));
+        }
+        Ok(())
     }
 
     /// Limits the fabric link into host `host` (the bridge's port toward it) to
