@@ -165,6 +165,19 @@ fn check_geneve(g: &GenevePacket<&[u8]>) -> Result<FabricPayload, TunnelError> {
     if g.protocol() != ethertype::TEB {
         return Err(TunnelError::Protocol(g.protocol()));
     }
+    read_options(g)
+}
+
+/// Reads the options of a Geneve datagram between hosts that carries no
+/// frame (of any protocol type: Seawall's feedback), with the same checks of
+/// its options as [`parse_fabric_payload`]; `inner_at` is where its payload
+/// starts.
+pub fn parse_control_payload(payload: &[u8]) -> Result<FabricPayload, TunnelError> {
+    let g = GenevePacket::new_checked(payload).map_err(TunnelError::Bad)?;
+    read_options(&g)
+}
+
+fn read_options(g: &GenevePacket<&[u8]>) -> Result<FabricPayload, TunnelError> {
     let mut p = FabricPayload {
         vni: g.vni(),
         chain_hop: None,

@@ -11,7 +11,9 @@
 use std::collections::HashMap;
 
 use sluice_proto::InstanceHeartbeat;
-use sluice_switch::tunnel::{fabric_header, geneve_header, parse_fabric_payload};
+use sluice_switch::tunnel::{
+    fabric_header, geneve_header, parse_control_payload, parse_fabric_payload,
+};
 use sluice_switch::{Fib, LookupKey, Output, PortId};
 use sluice_wire::parse::{parse_into, PacketMeta, L4};
 
@@ -230,13 +232,7 @@ impl Dataplane {
             }
             if let Some(Source::Peer(host)) = source {
                 if sluice_seawall::wire::is_feedback(d) {
-                    match sluice_seawall::wire::decode_feedback(d) {
-                        Ok(reports) => {
-                            self.stats.seawall_feedback_received += 1;
-                            self.seawall.on_feedback(host, reports, self.now_ns);
-                        }
-                        Err(_) => self.stats.drop(id, DropReason::Malformed),
-                    }
+                    self.feedback(host, id, frames.frame_mut(i));
                     continue;
                 }
             }
@@ -305,6 +301,44 @@ impl Dataplane {
                 inner_at: g.inner_at,
             };
             self.forwarder().forward(hop, plan);
+        }
+    }
+}
+
+impl Dataplane {
+    /// Applies a Seawall feedback datagram from peer `host`. With the fabric
+    /// sealed it is opened first, and a plain or forged one is dropped as
+    /// data would be; a sealed one cannot be read while sealing is off.
+    fn feedback(&mut self, host: u32, id: CounterId, buf: &mut [u8]) {
+        let Ok(g) = parse_control_payload(buf) else {
+            self.stats.drop(id, DropReason::Malformed);
+            return;
+        };
+        let mut end = buf.len();
+        match g.auth {
+            Some(a) if self.seal.on() => match self.seal.open(host, a, buf, g.inner_at) {
+                Ok(n) => end = n,
+                Err(r) => {
+                    self.stats.drop(id, r);
+                    return;
+                }
+            },
+            None if self.seal.on() => {
+                self.stats.drop(id, DropReason::AuthFailed);
+                return;
+            }
+            Some(_) => {
+                self.stats.drop(id, DropReason::UnknownKey);
+                return;
+            }
+            None => {}
+        }
+        match sluice_seawall::wire::decode_feedback(&buf[..end]) {
+            Ok(reports) => {
+                self.stats.seawall_feedback_received += 1;
+                self.seawall.on_feedback(host, reports, self.now_ns);
+            }
+            Err(_) => self.stats.drop(id, DropReason::Malformed),
         }
     }
 }

@@ -196,9 +196,30 @@ impl SeawallAdapter {
         if self.rx.next_deadline().is_some_and(|d| d <= now) {
             let mut buf = std::mem::take(&mut plan.scratch);
             let sent = self.rx.feedback(now, &mut buf, |host, msg| {
-                if let Some(addr) = peers.get(&host) {
+                let Some(addr) = peers.get(&host) else {
+                    return;
+                };
+                if !seal.on() {
                     plan.push_own(Dest::Udp(*addr), CounterId::Fabric, &[msg]);
                     stats.seawall_feedback_sent += 1;
+                    return;
+                }
+                // Sealed like data: a host that forges a peer's underlay
+                // address cannot slow that peer's senders down with false
+                // congestion reports.
+                let n = 8 + 4 * usize::from(msg[0] & 0x3f);
+                match seal.seal(host, now, &msg[..n], &msg[n..], &mut plan.arena) {
+                    Ok(head) => {
+                        plan.outs.push(Out {
+                            dest: Dest::Udp(*addr),
+                            counter: CounterId::Fabric,
+                            head,
+                            frame: 0,
+                            body: (0, 0),
+                        });
+                        stats.seawall_feedback_sent += 1;
+                    }
+                    Err(_) => stats.drop(CounterId::Fabric, DropReason::UnknownKey),
                 }
             });
             plan.scratch = buf;

@@ -1312,6 +1312,91 @@ fn fabric_keys(me: u32, peers: &[u32]) -> sluice_proto::FabricAuth {
     }
 }
 
+/// Seawall's feedback is sealed like data: host 3's loss report reaches host
+/// 1 authenticated, not in clear, and cuts its rate; a report forged in clear
+/// from host 3's address (as a host spoofing its underlay address would send)
+/// and a replay of the sealed one are dropped and change nothing.
+#[test]
+fn sealed_seawall_feedback_acts_and_forged_or_replayed_feedback_does_not() {
+    let ms = 1_000_000u64;
+    let mut c1 = two_vms();
+    c1.fabric_auth = Some(fabric_keys(1, &[2, 3]));
+    let mut tx = Dataplane::new(1, &c1).unwrap();
+    tx.set_seawall(Some(sluice_seawall::Config {
+        max_rate_bps: 1_000_000_000,
+        ..sluice_seawall::Config::default()
+    }));
+    let mut c3 = two_vms();
+    c3.host = 3;
+    c3.fabric_auth = Some(fabric_keys(3, &[1, 2]));
+    let mut rx = Dataplane::new(3, &c3).unwrap();
+    let from1 = SocketAddrV4::new(underlay(1), GENEVE_PORT);
+    let from3 = SocketAddrV4::new(underlay(3), GENEVE_PORT);
+
+    // A forged report first: everything lost, in clear, from host 3's address.
+    let mut forged = Vec::new();
+    sluice_seawall::wire::encode_feedback(
+        &[sluice_seawall::wire::Report {
+            port: 1,
+            received: 0,
+            lost: 1000,
+            next_seq: 1000,
+            congested: true,
+        }],
+        &mut forged,
+    );
+    let far = build::udp_v4([10, 0, 0, 1], [10, 9, 1, 1], 1, 2, &[7u8; 1000]);
+    let batch = frames(vec![far.clone(); 10]);
+    let mut plan = TxPlan::new();
+    tx.set_now(ms);
+    tx.process_vm_batch(1, &batch, &mut plan);
+    assert_eq!(plan.outs.len(), 10);
+    let msgs: Vec<Vec<u8>> = plan.outs.iter().map(|o| plan.message(&batch, o)).collect();
+    let mut plan1 = TxPlan::new();
+    tx.process_udp_batch(&mut from(from3, vec![forged]), &mut plan1);
+    assert_eq!(tx.stats().drops_of(DropReason::AuthFailed), 1);
+    assert_eq!(tx.stats().seawall_feedback_received, 0);
+    let untouched = tx.seawall_entities()[0].2.decreases;
+    assert_eq!(untouched, 0);
+
+    // Host 3 gets 8 of the 10 and reports, sealed.
+    let got: Vec<Vec<u8>> = msgs
+        .iter()
+        .enumerate()
+        .filter(|(k, _)| *k != 4 && *k != 5)
+        .map(|(_, m)| m.clone())
+        .collect();
+    let mut plan3 = TxPlan::new();
+    rx.set_now(ms);
+    rx.process_udp_batch(&mut from(from1, got), &mut plan3);
+    let due = rx.next_deadline().unwrap();
+    rx.set_now(due);
+    plan3.clear();
+    rx.seawall_tick(&mut plan3);
+    assert_eq!(plan3.outs.len(), 1);
+    let empty: Vec<(Vec<u8>, Option<SocketAddrV4>)> = Vec::new();
+    let fb = plan3.message(&empty, &plan3.outs[0]);
+    assert!(sluice_seawall::wire::is_feedback(&fb));
+    let g = sluice_switch::tunnel::parse_control_payload(&fb).unwrap();
+    assert!(g.auth.is_some(), "the report carries the seal's option");
+    assert_eq!(rx.stats().seawall_feedback_sent, 1);
+
+    // Host 1 opens and applies it; a replay of it is refused.
+    tx.set_now(due);
+    plan1.clear();
+    tx.process_udp_batch(&mut from(from3, vec![fb.clone()]), &mut plan1);
+    assert_eq!(tx.stats().seawall_feedback_received, 1);
+    let st = tx.seawall_entities()[0].2;
+    assert_eq!(
+        (st.reported_received, st.reported_lost, st.decreases),
+        (8, 2, 1)
+    );
+    tx.process_udp_batch(&mut from(from3, vec![fb]), &mut plan1);
+    assert_eq!(tx.stats().drops_of(DropReason::Replayed), 1);
+    assert_eq!(tx.stats().seawall_feedback_received, 1);
+    assert!(plan1.is_empty());
+}
+
 #[test]
 fn sealed_fabric_traffic_flows_and_forgeries_replays_and_plain_datagrams_are_dropped() {
     let mut c1 = two_vms();
