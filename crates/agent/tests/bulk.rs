@@ -17,6 +17,7 @@ use sluice_switch::{Entry, HostId, Output, PortId};
 
 fn config(h: u32, ports: &[(u16, &VmHandle)], entries: Vec<Entry>) -> AgentConfig {
     AgentConfig {
+        pardons: Vec::new(),
         version: 1,
         host: h,
         peers: [1, 2]

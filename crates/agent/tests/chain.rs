@@ -74,6 +74,7 @@ fn config_with(
         )
     };
     AgentConfig {
+        pardons: Vec::new(),
         version: 1,
         host: 1,
         peers: vec![],

@@ -16,6 +16,7 @@ use sluice_switch::{HostId, Output, PortId};
 /// Host `h` with `vm` on port 1; the other VM is on host `other`.
 fn config(h: u32, vm: &VmHandle, other: u32, other_addr: Ipv4Addr) -> AgentConfig {
     AgentConfig {
+        pardons: Vec::new(),
         version: 1,
         host: h,
         peers: [1, 2]

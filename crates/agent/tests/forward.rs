@@ -30,6 +30,7 @@ fn config(version: u64, vm1: &VmHandle, vm2: &VmHandle, extra: Vec<Entry>) -> Ag
     let mut entries = vec![to(1, "10.0.0.1/32", 1), to(2, "10.0.0.2/32", 2)];
     entries.extend(extra);
     AgentConfig {
+        pardons: Vec::new(),
         version,
         host: 1,
         peers: vec![],

@@ -14,6 +14,7 @@ use sluice_switch::{Output, PortId};
 
 fn config(vms: &[(u16, &VmHandle)]) -> AgentConfig {
     AgentConfig {
+        pardons: Vec::new(),
         version: 1,
         host: 1,
         peers: vec![],

@@ -65,6 +65,7 @@ fn host1(
     b_senders: &[u32],
 ) -> AgentConfig {
     AgentConfig {
+        pardons: Vec::new(),
         version,
         host: 1,
         peers: peers(),
@@ -106,6 +107,7 @@ fn host1(
 /// Host 2: A's `vm2` on port 1; nothing of B.
 fn host2(vm2: &VmHandle, vm1: Ipv4Addr) -> AgentConfig {
     AgentConfig {
+        pardons: Vec::new(),
         version: 1,
         host: 2,
         peers: peers(),

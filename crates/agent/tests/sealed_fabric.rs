@@ -31,6 +31,7 @@ const SPOOF_PORT: u16 = 6000;
 fn config(h: u32, vm: &VmHandle, other: Ipv4Addr, fabric: &FabricSecret) -> AgentConfig {
     let o = 3 - h;
     AgentConfig {
+        pardons: Vec::new(),
         version: 1,
         host: h,
         peers: [1, 2]

@@ -139,6 +139,10 @@ pub struct Desired {
     /// Hosts contained for misbehaving (reported by enough peers, Seawall
     /// §4): in no other host's peer list, given no instances.
     pub contained: BTreeSet<u32>,
+    /// How many times an operator has released each host (cleared it of
+    /// accusations): pushed to every agent, which then forgets its own
+    /// accusations of that host.
+    pub pardons: BTreeMap<u32, u64>,
     /// The id the next block gets (ids are never reused).
     pub next_block: u64,
 }
@@ -889,6 +893,12 @@ impl Desired {
             let mut cfg = AgentConfig {
                 version: 0,
                 host: h,
+                pardons: self
+                    .pardons
+                    .iter()
+                    .filter(|(p, _)| **p != h)
+                    .map(|(&host, &generation)| sluice_proto::Pardon { host, generation })
+                    .collect(),
                 ..AgentConfig::default()
             };
             for ((tn, name), vm) in vms_on.get(&h).into_iter().flatten() {

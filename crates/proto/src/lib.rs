@@ -125,6 +125,20 @@ pub struct AgentConfig {
     /// controller redacts it from every API that shows configurations.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fabric_auth: Option<FabricAuth>,
+    /// Operators' releases of hosts accused of ignoring congestion feedback
+    /// (Seawall §4): the agent forgets its own accusations of a host whose
+    /// generation here is higher than in its previous configuration.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pardons: Vec<Pardon>,
+}
+
+/// An operator cleared host `host` of accusations ([`AgentConfig::pardons`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Pardon {
+    /// The host cleared.
+    pub host: u32,
+    /// How many times an operator has released it (rises with each release).
+    pub generation: u64,
 }
 
 /// The keys of this host's fabric links, one entry per peer.
@@ -930,6 +944,10 @@ mod tests {
     #[test]
     fn config_round_trips_as_json() {
         let c = AgentConfig {
+            pardons: vec![Pardon {
+                host: 2,
+                generation: 1,
+            }],
             version: 3,
             host: 1,
             peers: vec![Peer {

@@ -28,6 +28,7 @@ const VNI: u32 = 7;
 /// Host 1 runs the agent with `vm`; `far` lives behind host 2.
 fn config(vm: &VmHandle, far: Ipv4Addr) -> AgentConfig {
     AgentConfig {
+        pardons: Vec::new(),
         version: 1,
         host: 1,
         peers: [1, 2]

@@ -99,6 +99,7 @@ fn config(h: u32, blocked: bool) -> AgentConfig {
         (vec![vm_port(2, "b1")], vec![])
     };
     AgentConfig {
+        pardons: Vec::new(),
         version: if blocked { 2 } else { 3 },
         host: h,
         peers: (1..=2)

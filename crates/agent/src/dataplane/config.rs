@@ -198,6 +198,9 @@ pub(super) struct Topology {
     /// only from its VMs' addresses: (VNI, those addresses sorted), sorted by
     /// VNI. A VNI not listed: any source.
     peer_sources: Vec<Box<[VniSources]>>,
+    /// Operators' releases: per host, how many there were
+    /// ([`sluice_proto::AgentConfig::pardons`]).
+    pub(super) pardons: BTreeMap<u32, u64>,
 }
 
 impl Dataplane {
@@ -399,6 +402,7 @@ impl Topology {
             sources,
             peer_vnis,
             peer_sources,
+            pardons: cfg.pardons.iter().map(|p| (p.host, p.generation)).collect(),
         })
     }
 

@@ -110,6 +110,7 @@ impl Dataplane {
         self.now_ns = old.now_ns;
         self.leases = old.leases;
         self.seawall.inherit(&old.seawall);
+        self.seawall.pardon(&self.topo.pardons, &old.topo.pardons);
         self.seal.inherit(&old.seal);
         self.seawall.apply_weights(&self.topo.ports);
         self.refresh_groups();

@@ -90,6 +90,21 @@ impl SeawallAdapter {
         self.audit.clone_from(&old.audit);
     }
 
+    /// Forgets the accusations of every host an operator released since the
+    /// previous configuration (its generation in `now` rose over `before`):
+    /// the operator's word ends the sandbox at once, not after the auditor's
+    /// own forgiveness.
+    pub(super) fn pardon(&mut self, now: &BTreeMap<u32, u64>, before: &BTreeMap<u32, u64>) {
+        let Some(a) = &mut self.audit else {
+            return;
+        };
+        for (h, g) in now {
+            if before.get(h).is_none_or(|b| b < g) {
+                a.forget_host(*h);
+            }
+        }
+    }
+
     /// Hands the ports' weights to the rate controllers.
     pub(super) fn apply_weights(&mut self, ports: &BTreeMap<u16, Port>) {
         if let Some(s) = &mut self.sender {

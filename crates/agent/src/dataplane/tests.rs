@@ -101,6 +101,7 @@ fn figure4_host1() -> AgentConfig {
         });
     }
     AgentConfig {
+        pardons: Vec::new(),
         version: 1,
         host: 1,
         peers: peers(),
@@ -143,6 +144,7 @@ fn two_vms() -> AgentConfig {
         actions: vec![Action::Output(Output::Port(PortId(port)))],
     };
     AgentConfig {
+        pardons: Vec::new(),
         version: 5,
         host: 1,
         peers: peers(),
@@ -1683,6 +1685,70 @@ fn a_peer_that_ignores_congestion_is_accused_and_sandboxed() {
     // Every flood packet after the accusation was dropped, none of host 1's.
     let dropped = rx.stats().drops_of(DropReason::AccusedPeer);
     assert_eq!(dropped, (200 - accused_at.unwrap()) * 100);
+
+    // An operator releases host 2: the next configuration pardons it, the
+    // accusation goes at once and its packets are read again.
+    let mut cfg = rx_cfg.clone();
+    cfg.pardons = vec![sluice_proto::Pardon {
+        host: 2,
+        generation: 1,
+    }];
+    let mut next = Dataplane::new(3, &cfg).unwrap();
+    next.inherit_stats(&rx);
+    assert!(next.accusations().is_empty());
+    let mut p3 = TxPlan::new();
+    next.set_now(201 * period);
+    next.process_udp_batch(
+        &mut from(
+            SocketAddrV4::new(underlay(2), GENEVE_PORT),
+            vec![flood.clone(); 3],
+        ),
+        &mut p3,
+    );
+    assert_eq!(next.stats().drops_of(DropReason::AccusedPeer), dropped);
+
+    // A later configuration with the same generation is no new pardon: an
+    // accusation made since stands.
+    let mut rx = next;
+    for p in 202..=400u64 {
+        let now = p * period;
+        let mut p3 = TxPlan::new();
+        rx.set_now(now);
+        rx.process_udp_batch(
+            &mut from(
+                SocketAddrV4::new(underlay(2), GENEVE_PORT),
+                vec![flood.clone(); 100],
+            ),
+            &mut p3,
+        );
+        // Host 1's numbered packets, one lost a period: the path is congested.
+        tx.set_now(now);
+        plan.clear();
+        let batch = frames(vec![far.clone(); 4]);
+        tx.process_vm_batch(1, &batch, &mut plan);
+        let got: Vec<Vec<u8>> = plan
+            .outs
+            .iter()
+            .enumerate()
+            .filter(|(k, _)| *k != 1)
+            .map(|(_, o)| plan.message(&batch, o))
+            .collect();
+        rx.process_udp_batch(
+            &mut from(SocketAddrV4::new(underlay(1), GENEVE_PORT), got),
+            &mut p3,
+        );
+        rx.set_now(now + period / 2 + 1);
+        p3.clear();
+        rx.seawall_tick(&mut p3);
+    }
+    assert_eq!(rx.accusations().len(), 1, "accused anew");
+    let mut again = Dataplane::new(3, &cfg).unwrap();
+    again.inherit_stats(&rx);
+    assert_eq!(
+        again.accusations().len(),
+        1,
+        "the old pardon does not clear it"
+    );
 }
 
 /// Seawall §4's invariant: for a tenant it runs no NF instance or gateway

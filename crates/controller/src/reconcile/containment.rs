@@ -241,19 +241,23 @@ impl Reconciler {
             )));
         }
         self.containment.released.insert(host, now);
-        if !self.desired.contained.contains(&host) {
-            return Ok(false);
-        }
+        let was = self.desired.contained.contains(&host);
+        // The agents hear of the release too: each forgets its own
+        // accusations of the host instead of sandboxing it until its auditor
+        // forgives it.
         let mut next = self.desired.clone();
         next.contained.remove(&host);
+        *next.pardons.entry(host).or_default() += 1;
         self.commit(next, now)?;
-        let mut e = event(
-            "contained",
-            format!("host {host} released by an operator: a peer again"),
-        );
+        let what = if was {
+            "released by an operator: a peer again"
+        } else {
+            "cleared of accusations by an operator"
+        };
+        let mut e = event("contained", format!("host {host} {what}"));
         e.host = Some(host);
         self.push_event(e, now);
-        Ok(true)
+        Ok(was)
     }
 
     /// What `GET /v1/containment` shows.

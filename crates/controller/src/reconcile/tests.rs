@@ -1282,6 +1282,30 @@ fn a_host_accused_by_two_hosts_is_contained_and_its_instances_move() {
     // Released by an operator: a peer again (new instances may go there).
     s.ok("DELETE", &format!("/v1/hosts/{victim}/containment"), "");
     assert!(s.r.desired().contained.is_empty());
+    // Every other host is told to forget its own accusations of it; a
+    // second release is a new generation.
+    let pardons = |s: &Sim| -> Vec<(u32, Vec<sluice_proto::Pardon>)> {
+        s.r.configs()
+            .iter()
+            .map(|(h, c)| (*h, c.pardons.clone()))
+            .collect()
+    };
+    for (h, p) in pardons(&s) {
+        let want = sluice_proto::Pardon {
+            host: victim,
+            generation: 1,
+        };
+        if h == victim {
+            assert!(p.is_empty(), "a host is not told of its own release");
+        } else {
+            assert_eq!(p, vec![want], "host {h}");
+        }
+    }
+    s.ok("DELETE", &format!("/v1/hosts/{victim}/containment"), "");
+    assert!(pardons(&s)
+        .iter()
+        .filter(|(h, _)| *h != victim)
+        .all(|(_, p)| p[0].generation == 2));
     let has_vm = s.r.desired().vms.values().any(|v| v.reg.host == victim);
     if has_vm {
         // Its VM's tenant spans other hosts again: they peer with it.

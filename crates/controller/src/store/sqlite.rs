@@ -52,6 +52,7 @@ CREATE TABLE IF NOT EXISTS fabric_secrets (
 CREATE TABLE IF NOT EXISTS blocks (
     id INTEGER PRIMARY KEY, tenant TEXT NOT NULL, block TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS contained (host INTEGER PRIMARY KEY);
+CREATE TABLE IF NOT EXISTS pardons (host INTEGER PRIMARY KEY, generation INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS audit (
     seq INTEGER PRIMARY KEY AUTOINCREMENT, at_ms INTEGER NOT NULL, actor TEXT NOT NULL,
     tenant TEXT, action TEXT NOT NULL, status INTEGER NOT NULL, changes TEXT NOT NULL);
@@ -341,6 +342,12 @@ impl SqliteStore {
         for h in rows {
             d.contained.insert(h? as u32);
         }
+        let mut st = self.conn.prepare("SELECT host, generation FROM pardons")?;
+        let rows = st.query_map([], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?)))?;
+        for row in rows {
+            let (h, g) = row?;
+            d.pardons.insert(h as u32, g as u64);
+        }
         Ok((d, configs))
     }
 
@@ -432,7 +439,8 @@ fn write_all(
         "DELETE FROM tenants; DELETE FROM hosts; DELETE FROM host_capacity; DELETE FROM vms; DELETE FROM instances;
          DELETE FROM placement_why;
          DELETE FROM scaled; DELETE FROM draining; DELETE FROM scaling;
-         DELETE FROM fabric_secrets; DELETE FROM blocks; DELETE FROM contained;",
+         DELETE FROM fabric_secrets; DELETE FROM blocks; DELETE FROM contained;
+         DELETE FROM pardons;",
     )?;
     if let Some(f) = &d.fabric {
         // Kept in order of age (rowid), so the newest is known after a reload.
@@ -530,6 +538,12 @@ fn write_all(
         tx.execute(
             "INSERT INTO contained (host) VALUES (?1)",
             params![*h as i64],
+        )?;
+    }
+    for (h, g) in &d.pardons {
+        tx.execute(
+            "INSERT INTO pardons (host, generation) VALUES (?1, ?2)",
+            params![*h as i64, *g as i64],
         )?;
     }
     // Versions must never go back, so configurations are only ever replaced.
@@ -718,6 +732,7 @@ mod tests {
         f.rotate([4; 32]);
         d.fabric = Some(f);
         d.contained.insert(2);
+        d.pardons.insert(3, 2);
         let mut cfgs = d.configs("local").unwrap();
         versioned(&BTreeMap::new(), &mut cfgs);
         {
