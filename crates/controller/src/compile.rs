@@ -34,7 +34,7 @@ use sluice_tenant::{Element, Select, TenantSpec};
 use sluice_wire::IpAddr;
 
 /// Where the tenant's VMs and NF instances run.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct Placement {
     /// VM name -> (host, port).
     pub vms: BTreeMap<String, (HostId, PortId)>,

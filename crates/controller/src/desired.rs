@@ -8,6 +8,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::Ipv4Addr;
+use std::sync::Arc;
 
 use sluice_chain::Capacity;
 use sluice_proto::{
@@ -143,6 +144,9 @@ pub struct Desired {
     /// accusations): pushed to every agent, which then forgets its own
     /// accusations of that host.
     pub pardons: BTreeMap<u32, u64>,
+    /// Compilations of earlier states, reused while a tenant's inputs are
+    /// unchanged (shared by clones; never persisted or compared).
+    pub compiled: CompileCache,
     /// The id the next block gets (ids are never reused).
     pub next_block: u64,
 }
@@ -828,11 +832,27 @@ impl Desired {
         Ok(c)
     }
 
-    /// Compiles every applied tenant.
-    pub fn compile_all(&self) -> Result<BTreeMap<String, Compiled>, PlaceError> {
+    /// Compiles every applied tenant, reusing the compilation of a tenant
+    /// whose spec, placement and blocks did not change.
+    pub fn compile_all(&self) -> Result<BTreeMap<String, Arc<Compiled>>, PlaceError> {
+        self.compiled.retain(|t| self.tenants.contains_key(t));
         self.tenants
-            .keys()
-            .map(|n| Ok((n.clone(), self.compile_tenant(n)?)))
+            .iter()
+            .map(|(n, t)| {
+                let key = CompileKey {
+                    yaml: t.yaml.clone(),
+                    vni: t.vni,
+                    placement: self.placement(n)?,
+                    blocks: self
+                        .blocks
+                        .values()
+                        .filter(|b| b.tenant == *n)
+                        .cloned()
+                        .collect(),
+                };
+                let c = self.compiled.get_or(n, key, || self.compile_tenant(n))?;
+                Ok((n.clone(), c))
+            })
             .collect()
     }
 
@@ -858,7 +878,7 @@ impl Desired {
                 instances_on.entry(i.host).or_default().push((k, i));
             }
         }
-        let mut fibs_on: BTreeMap<HostId, Vec<(&String, &Compiled)>> = BTreeMap::new();
+        let mut fibs_on: BTreeMap<HostId, Vec<(&String, &Arc<Compiled>)>> = BTreeMap::new();
         for (tn, c) in &compiled {
             for h in c.hosts.keys() {
                 fibs_on.entry(*h).or_default().push((tn, c));
@@ -1212,6 +1232,10 @@ pub fn versioned(
     }
     changed
 }
+
+mod compile_cache;
+pub use compile_cache::CompileCache;
+use compile_cache::CompileKey;
 
 #[cfg(test)]
 mod tests;

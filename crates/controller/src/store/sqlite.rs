@@ -94,6 +94,9 @@ impl SqliteStore {
                 .map_err(open)?;
         }
         conn.execute_batch(SCHEMA).map_err(open)?;
+        // Every save runs the same few statements once per row: parsing each
+        // again cost 12% of the controller's time in `sluice bench fleet`.
+        conn.set_prepared_statement_cache_capacity(64);
         Ok(SqliteStore {
             conn,
             written: BTreeMap::new(),
@@ -445,114 +448,92 @@ fn write_all(
     if let Some(f) = &d.fabric {
         // Kept in order of age (rowid), so the newest is known after a reload.
         for (id, secret) in &f.secrets {
-            tx.execute(
+            tx.prepare_cached(
                 "INSERT INTO fabric_secrets (id, secret, sending) VALUES (?1, ?2, ?3)",
-                params![*id as i64, &secret[..], (*id == f.sending) as i64],
-            )?;
+            )?
+            .execute(params![*id as i64, &secret[..], (*id == f.sending) as i64])?;
         }
     }
-    tx.execute(
-        "INSERT OR REPLACE INTO meta (key, value) VALUES ('next_vni', ?1)",
-        params![d.next_vni as i64],
-    )?;
+    tx.prepare_cached("INSERT OR REPLACE INTO meta (key, value) VALUES ('next_vni', ?1)")?
+        .execute(params![d.next_vni as i64])?;
     for t in d.tenants.values() {
-        tx.execute(
+        tx.prepare_cached(
             "INSERT INTO tenants (name, yaml, vni, generation) VALUES (?1, ?2, ?3, ?4)",
-            params![t.name, t.yaml, t.vni as i64, t.generation as i64],
-        )?;
+        )?
+        .execute(params![t.name, t.yaml, t.vni as i64, t.generation as i64])?;
     }
     for h in d.hosts.values() {
-        tx.execute(
-            "INSERT INTO hosts (id, name, underlay, api) VALUES (?1, ?2, ?3, ?4)",
-            params![h.id as i64, h.name, h.underlay.to_string(), h.api],
-        )?;
+        tx.prepare_cached("INSERT INTO hosts (id, name, underlay, api) VALUES (?1, ?2, ?3, ?4)")?
+            .execute(params![h.id as i64, h.name, h.underlay.to_string(), h.api])?;
         if let Some(c) = &h.capacity {
             let text = serde_json::to_string(c)
                 .map_err(|e| corrupt(format!("capacity of host {}: {e}", h.id)))?;
-            tx.execute(
-                "INSERT INTO host_capacity (host, capacity) VALUES (?1, ?2)",
-                params![h.id as i64, text],
-            )?;
+            tx.prepare_cached("INSERT INTO host_capacity (host, capacity) VALUES (?1, ?2)")?
+                .execute(params![h.id as i64, text])?;
         }
     }
     for v in d.vms.values() {
         let r = &v.reg;
-        tx.execute(
+        tx.prepare_cached(
             "INSERT INTO vms (tenant, name, host, iface, mac, addr, gateway, port)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-            params![
-                r.tenant,
-                r.name,
-                r.host as i64,
-                r.iface,
-                r.mac,
-                r.addr.to_string(),
-                r.gateway,
-                v.port as i64
-            ],
-        )?;
+        )?
+        .execute(params![
+            r.tenant,
+            r.name,
+            r.host as i64,
+            r.iface,
+            r.mac,
+            r.addr.to_string(),
+            r.gateway,
+            v.port as i64
+        ])?;
     }
     for ((t, mb, k), i) in &d.instances {
-        tx.execute(
-            "INSERT INTO instances (tenant, middlebox, idx, host, port) VALUES (?1, ?2, ?3, ?4, ?5)",
-            params![t, mb, *k as i64, i.host as i64, i.port as i64],
+        tx.prepare_cached("INSERT INTO instances (tenant, middlebox, idx, host, port) VALUES (?1, ?2, ?3, ?4, ?5)")?.execute(params![t, mb, *k as i64, i.host as i64, i.port as i64],
         )?;
     }
     for ((t, mb, k), w) in &d.why {
-        tx.execute(
-            "INSERT INTO placement_why (tenant, middlebox, idx, policy, reason) VALUES (?1, ?2, ?3, ?4, ?5)",
-            params![t, mb, *k as i64, w.policy.as_str(), w.reason],
+        tx.prepare_cached("INSERT INTO placement_why (tenant, middlebox, idx, policy, reason) VALUES (?1, ?2, ?3, ?4, ?5)")?.execute(params![t, mb, *k as i64, w.policy.as_str(), w.reason],
         )?;
     }
     for ((t, mb), sc) in &d.scaled {
-        tx.execute(
+        tx.prepare_cached(
             "INSERT INTO scaled (tenant, middlebox, count, spec_count) VALUES (?1, ?2, ?3, ?4)",
-            params![t, mb, sc.count as i64, sc.spec_count as i64],
-        )?;
+        )?
+        .execute(params![t, mb, sc.count as i64, sc.spec_count as i64])?;
     }
     for (t, mb, k) in &d.draining {
-        tx.execute(
-            "INSERT INTO draining (tenant, middlebox, idx) VALUES (?1, ?2, ?3)",
-            params![t, mb, *k as i64],
-        )?;
+        tx.prepare_cached("INSERT INTO draining (tenant, middlebox, idx) VALUES (?1, ?2, ?3)")?
+            .execute(params![t, mb, *k as i64])?;
     }
     for ((t, c), cfg) in &d.scaling {
         let text = serde_json::to_string(cfg).map_err(corrupt)?;
-        tx.execute(
-            "INSERT INTO scaling (tenant, chain, config) VALUES (?1, ?2, ?3)",
-            params![t, c, text],
-        )?;
+        tx.prepare_cached("INSERT INTO scaling (tenant, chain, config) VALUES (?1, ?2, ?3)")?
+            .execute(params![t, c, text])?;
     }
-    tx.execute(
-        "INSERT OR REPLACE INTO meta (key, value) VALUES ('next_block', ?1)",
-        params![d.next_block as i64],
-    )?;
+    tx.prepare_cached("INSERT OR REPLACE INTO meta (key, value) VALUES ('next_block', ?1)")?
+        .execute(params![d.next_block as i64])?;
     for (id, b) in &d.blocks {
         let text = serde_json::to_string(b).map_err(corrupt)?;
-        tx.execute(
-            "INSERT INTO blocks (id, tenant, block) VALUES (?1, ?2, ?3)",
-            params![*id as i64, b.tenant, text],
-        )?;
+        tx.prepare_cached("INSERT INTO blocks (id, tenant, block) VALUES (?1, ?2, ?3)")?
+            .execute(params![*id as i64, b.tenant, text])?;
     }
     for h in &d.contained {
-        tx.execute(
-            "INSERT INTO contained (host) VALUES (?1)",
-            params![*h as i64],
-        )?;
+        tx.prepare_cached("INSERT INTO contained (host) VALUES (?1)")?
+            .execute(params![*h as i64])?;
     }
     for (h, g) in &d.pardons {
-        tx.execute(
-            "INSERT INTO pardons (host, generation) VALUES (?1, ?2)",
-            params![*h as i64, *g as i64],
-        )?;
+        tx.prepare_cached("INSERT INTO pardons (host, generation) VALUES (?1, ?2)")?
+            .execute(params![*h as i64, *g as i64])?;
     }
     // Versions must never go back, so configurations are only ever replaced.
     for (h, cfg) in configs {
         let text = serde_json::to_string(cfg).map_err(corrupt)?;
-        tx.execute(
+        tx.prepare_cached(
             "INSERT OR REPLACE INTO host_configs (host, version, config) VALUES (?1, ?2, ?3)",
-            params![*h as i64, cfg.version as i64, text],
-        )?;
+        )?
+        .execute(params![*h as i64, cfg.version as i64, text])?;
     }
     Ok(())
 }
