@@ -27,6 +27,30 @@ fn eventually(what: &str, mut f: impl FnMut() -> bool) {
     }
 }
 
+/// `promtool check metrics`'s complaints about `text` (None without promtool).
+fn promtool(text: &str) -> Option<String> {
+    use std::io::Write;
+    use std::process::{Command, Stdio};
+    let mut child = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .ok()?;
+    child.stdin.take()?.write_all(text.as_bytes()).ok()?;
+    let out = child.wait_with_output().ok()?;
+    Some(if out.status.success() {
+        String::new()
+    } else {
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })
+}
+
 fn kinds(c: &Client) -> Vec<String> {
     c.events(0)
         .unwrap()
@@ -149,6 +173,9 @@ fn a_killed_store_fails_healthz_and_one_restarted_empty_is_reported_as_lost_data
         metrics.contains("sluice_controller_events_total{kind=\"store_lost_data\"} 1"),
         "{metrics}"
     );
+    if let Some(complaints) = promtool(&metrics) {
+        assert!(complaints.is_empty(), "promtool: {complaints}\n{metrics}");
+    }
     server.shutdown();
 }
 
