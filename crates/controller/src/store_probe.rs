@@ -2,6 +2,8 @@
 //! node of the state URL, over the admin connection [`crate::store_acl`] uses
 //! (the URL's user, or none), `PING`, `ROLE`, in a cluster `CLUSTER MYID` and
 //! `CLUSTER SLOTS`, and on a primary the marker key; and writes markers.
+//! It times each round of probes (its one clock read: a measurement for
+//! `/metrics`, never an input of a decision).
 //!
 //! In a cluster a key lives on the one primary serving its slot, so each
 //! primary's marker is [`MARKER_KEY`] with a hash tag chosen to fall in the

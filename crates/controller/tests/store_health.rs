@@ -206,3 +206,87 @@ fn a_local_store_is_not_probed() {
         .contains("sluice_controller_store_"));
     server.shutdown();
 }
+
+/// A Redis Cluster: one primary killed, its slot range has no reachable
+/// primary and `/healthz` names it though the other node answers; restarted
+/// empty (its cluster configuration kept), it is back with its slots and
+/// reported as having lost its data.
+#[test]
+fn a_cluster_slot_range_without_a_primary_fails_healthz() {
+    use sluice_controller::store_probe::marker_key;
+    use sluice_state_redis::server::RedisCluster;
+    let dir = tempfile::tempdir().unwrap();
+    let mut cluster = RedisCluster::start(2).expect("start a redis cluster");
+    let url = cluster.url();
+    let nodes: Vec<String> = cluster
+        .nodes
+        .iter()
+        .map(|n| format!("127.0.0.1:{}", n.port()))
+        .collect();
+    let server = serve(ServerOptions {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        db: dir.path().join("c.db"),
+        state_url: url.clone(),
+        admin_token_file: Some(dir.path().join("admin.token")),
+        fabric_auth: false,
+        tls: None,
+        placement: Default::default(),
+        containment_threshold: sluice_controller::reconcile::DEFAULT_THRESHOLD,
+    })
+    .unwrap();
+    let token = std::fs::read_to_string(dir.path().join("admin.token")).unwrap();
+    let c = Client::new(&server.url()).with_token(Some(&token));
+    let s: StatusInfo = c.get("/v1/status").unwrap();
+    assert_eq!(s.store.kind, "redis-cluster");
+    assert!(s.store.healthy, "{s:?}");
+    assert!(s
+        .store
+        .nodes
+        .iter()
+        .all(|n| n.up && n.role == Some(Role::Primary)));
+    // Each primary holds its own marker, in a slot it serves.
+    let mut admin = Admin::open(&url).unwrap();
+    for (i, first) in [(0usize, 0u16), (1, 8192)] {
+        let key = marker_key(first);
+        match admin.command(i, &[b"GET", key.as_bytes()]).unwrap() {
+            Value::Bulk(Some(_)) => {}
+            other => panic!("{}: GET {key}: {other:?}", nodes[i]),
+        }
+    }
+
+    cluster.nodes[0].kill();
+    let mut body = String::new();
+    eventually("/healthz answers 503", || match c.get_raw("/healthz") {
+        Err(ClientError::Api {
+            status: 503,
+            message,
+        }) => {
+            body = message;
+            true
+        }
+        _ => false,
+    });
+    assert!(
+        body.contains(&nodes[0]) && body.contains("slots 0-8191") && !body.contains(&nodes[1]),
+        "{body}"
+    );
+    let s: StatusInfo = c.get("/v1/status").unwrap();
+    assert!(!s.store.nodes[0].up && s.store.nodes[1].up, "{s:?}");
+
+    cluster.nodes[0].restart().expect("restart the node");
+    eventually("/healthz answers 200", || c.get_raw("/healthz").is_ok());
+    eventually("store_lost_data is reported", || {
+        kinds(&c).contains(&"store_lost_data".to_string())
+    });
+    let lost = c
+        .events(0)
+        .unwrap()
+        .into_iter()
+        .find(|e| e.kind == "store_lost_data")
+        .unwrap();
+    assert!(lost.reason.contains(&nodes[0]), "{}", lost.reason);
+    let s: StatusInfo = c.get("/v1/status").unwrap();
+    assert_eq!(s.store.nodes[0].lost_data_count, 1);
+    assert_eq!(s.store.nodes[1].lost_data_count, 0);
+    server.shutdown();
+}
