@@ -621,24 +621,113 @@ pub fn status(a: &StatusArgs) -> Result<(), CliError> {
     };
     let tenants = c.tenants()?;
     let instances = c.instances()?;
+    // A tenant's token does not see the shared store; an older controller
+    // has no `/v1/status`.
+    let store = match c.status() {
+        Ok(s) => Some(s.store),
+        Err(sluice_controller::client::ClientError::Api {
+            status: 403 | 404, ..
+        }) => None,
+        Err(e) => return Err(e.into()),
+    };
     let v = serde_json::json!({
         "controller": c.base(),
+        "store": store,
         "hosts": hosts,
         "tenants": tenants,
         "instances": instances,
     });
     if !structured(fmt, &v)? {
-        print_status(c.base(), &hosts, hosts_hidden, &tenants, &instances, fmt)?;
+        print_status(
+            c.base(),
+            store.as_ref(),
+            (&hosts, hosts_hidden),
+            &tenants,
+            &instances,
+            fmt,
+        )?;
     }
     let hosts_down = hosts.iter().filter(|h| !h.alive).count();
     let instances_down = instances.iter().filter(|i| i.alive != Some(true)).count();
-    if hosts_down + instances_down > 0 {
+    let store_problem = store.as_ref().map(store_problem).unwrap_or_default();
+    if hosts_down + instances_down > 0 || !store_problem.is_empty() {
         return Err(CliError::Degraded {
             hosts_down,
             hosts: hosts.len(),
             instances_down,
             instances: instances.len(),
+            store: store_problem,
         });
+    }
+    Ok(())
+}
+
+/// What `sluice status` adds to its degraded line for the state store:
+/// nothing if every node answers. Lost data is history, not a state: it is
+/// printed (and alerted on), not an exit code.
+fn store_problem(s: &sluice_controller::store_health::StoreStatus) -> String {
+    let down = s.nodes.iter().filter(|n| !n.up).count();
+    let mut out = String::new();
+    if !s.healthy || down > 0 {
+        out.push_str(&format!(
+            ", {down} of {} state store nodes down{}",
+            s.nodes.len(),
+            if s.healthy {
+                ""
+            } else {
+                " (the store does not serve)"
+            }
+        ));
+    }
+    out
+}
+
+/// How long ago Unix time `ms` was, for a person.
+fn ago(ms: Option<u64>) -> String {
+    let Some(ms) = ms else {
+        return "never".into();
+    };
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
+    format!("{:.1} s ago", now.saturating_sub(ms) as f64 / 1000.0)
+}
+
+/// `sluice status`'s state store lines.
+fn print_store(s: &sluice_controller::store_health::StoreStatus) -> Result<(), CliError> {
+    if s.kind == "local" {
+        outln!("store: local (in each NF instance's process)")?;
+        return Ok(());
+    }
+    let up = s.nodes.iter().filter(|n| n.up).count();
+    outln!(
+        "store: {} {} node(s), {up} up, {}{}",
+        s.kind,
+        s.nodes.len(),
+        if s.healthy { "serving" } else { "NOT SERVING" },
+        if s.lost_data_total > 0 {
+            format!(", lost its data {} time(s)", s.lost_data_total)
+        } else {
+            String::new()
+        }
+    )?;
+    for n in &s.nodes {
+        let role = n
+            .role
+            .map(|r| format!("{r:?}").to_lowercase())
+            .unwrap_or_else(|| "-".into());
+        outln!(
+            "  node {:<21} {:<4} {:<7} last answer {}, lost data {} time(s){}",
+            n.node,
+            if n.up { "up" } else { "DOWN" },
+            role,
+            ago(n.last_ok_ms),
+            n.lost_data_count,
+            n.error
+                .as_ref()
+                .map(|e| format!("  error: {e}"))
+                .unwrap_or_default()
+        )?;
     }
     Ok(())
 }
@@ -647,8 +736,8 @@ pub fn status(a: &StatusArgs) -> Result<(), CliError> {
 /// every NF instance (not only those not running) with its process id.
 fn print_status(
     base: &str,
-    hosts: &[sluice_controller::model::HostInfo],
-    hosts_hidden: bool,
+    store: Option<&sluice_controller::store_health::StoreStatus>,
+    (hosts, hosts_hidden): (&[sluice_controller::model::HostInfo], bool),
     tenants: &[sluice_controller::model::TenantSummary],
     instances: &[sluice_controller::model::InstanceInfo],
     fmt: Format,
@@ -656,6 +745,9 @@ fn print_status(
     let alive = hosts.iter().filter(|h| h.alive).count();
     let synced = hosts.iter().filter(|h| h.in_sync).count();
     outln!("controller {base}")?;
+    if let Some(s) = store {
+        print_store(s)?;
+    }
     if hosts_hidden {
         outln!("hosts: not visible to this token")?;
     } else {

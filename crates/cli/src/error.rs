@@ -140,7 +140,7 @@ pub enum CliError {
     },
     /// `sluice status`: the deployment is degraded (exit code
     /// [`DEGRADED_EXIT`]).
-    #[error("degraded: {hosts_down} of {hosts} hosts down, {instances_down} of {instances} NF instances not running")]
+    #[error("degraded: {hosts_down} of {hosts} hosts down, {instances_down} of {instances} NF instances not running{store}")]
     Degraded {
         /// Hosts not alive.
         hosts_down: usize,
@@ -150,6 +150,8 @@ pub enum CliError {
         instances_down: usize,
         /// NF instances placed.
         instances: usize,
+        /// What is wrong with the state store (`, ...`), or nothing.
+        store: String,
     },
     /// A testbed directory nginx's workers (another user) cannot read.
     #[error(

@@ -157,9 +157,26 @@ fn apply_get_delete_status_through_the_cli() {
         serde_json::from_str::<serde_json::Value>(&out).unwrap(),
         serde_json::json!([])
     );
-    let (code, out, _) = sluice(&["status"]);
-    assert_eq!(code, 0);
+    // The state URL names a store nobody runs: degraded (exit 3), and the
+    // store's line says so.
+    let (code, out, err) = sluice(&["status"]);
+    assert_eq!(code, 3, "{out}{err}");
     assert!(out.contains("hosts: 0 registered"), "{out}");
+    assert!(
+        out.contains("store: redis 1 node(s), 0 up, NOT SERVING")
+            && out.contains("node 127.0.0.1:1")
+            && out.contains("DOWN"),
+        "{out}"
+    );
+    assert!(
+        err.contains("1 of 1 state store nodes down (the store does not serve)"),
+        "{err}"
+    );
+    let (code, out, _) = sluice(&["status", "--json"]);
+    assert_eq!(code, 3);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["store"]["nodes"][0]["node"], "127.0.0.1:1", "{out}");
+    assert_eq!(v["store"]["nodes"][0]["up"], false, "{out}");
     let (code, _, err) = sluice(&["delete", "tenant", "nobody"]);
     assert_ne!(code, 0);
     assert!(err.contains("nobody"), "{err}");

@@ -428,6 +428,11 @@ impl Client {
         self.get("/v1/vms")
     }
 
+    /// `GET /v1/status`: the controller's view of the state store.
+    pub fn status(&self) -> Result<crate::model::StatusInfo, ClientError> {
+        self.get("/v1/status")
+    }
+
     /// NF instances with what their agents report.
     pub fn instances(&self) -> Result<Vec<InstanceInfo>, ClientError> {
         self.get("/v1/instances")

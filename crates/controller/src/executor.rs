@@ -55,7 +55,13 @@ pub fn execute_as(
 
 fn run(r: &mut Reconciler, action: Action, actor: &str, now: Instant) -> Result<Reply, ApiError> {
     match action {
-        Action::Health => json(200, &serde_json::json!({ "status": "ok" })),
+        Action::Health => health(r),
+        Action::Status => json(
+            200,
+            &crate::model::StatusInfo {
+                store: r.store_health().status(),
+            },
+        ),
         Action::OpenApi => Ok(Reply::Text("application/yaml", OPENAPI_YAML.into())),
         Action::Metrics => Ok(Reply::Text(
             "text/plain; version=0.0.4; charset=utf-8",
@@ -75,6 +81,23 @@ fn run(r: &mut Reconciler, action: Action, actor: &str, now: Instant) -> Result<
             "token requests are served by the HTTP edge, not the reconciler",
         )),
     }
+}
+
+/// `GET /healthz`: 200 while the controller runs and its state store
+/// serves; 503 naming the store nodes at fault when no node answers, or (in
+/// a cluster) a slot range has no reachable primary.
+fn health(r: &Reconciler) -> Result<Reply, ApiError> {
+    let failing = r.store_health().failing();
+    if failing.is_empty() {
+        return json(200, &serde_json::json!({ "status": "ok" }));
+    }
+    json(
+        503,
+        &serde_json::json!({
+            "status": "store unavailable",
+            "store_failing": failing,
+        }),
+    )
 }
 
 /// The tenant and words of an action the audit log records: every change an

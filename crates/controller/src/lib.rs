@@ -20,6 +20,8 @@
 //! * [`change`]: what a change does before it is made (dry runs, `force`,
 //!   409s); [`audit`]: the log of every change requested;
 //! * [`store_acl`]: one state store user per tenant, confined to its keys;
+//! * [`store_health`]: the state store's nodes watched (reachable, role, lost
+//!   data), sans-IO; [`store_probe`] asks them;
 //! * [`answer`]: a reply or error as status, headers and body (errors as RFC
 //!   9457 problem details);
 //! * [`client`]: a blocking client of that API (the CLI and the testbed use it).
@@ -46,6 +48,8 @@ pub mod resources;
 pub mod service;
 pub mod store;
 pub mod store_acl;
+pub mod store_health;
+pub mod store_probe;
 pub mod tls;
 
 pub use compile::{compile, CompileError, Compiled, HostFib, Placement};

@@ -174,8 +174,52 @@ pub fn render(r: &Reconciler, now: Instant, process: bool) -> String {
             escape(kind)
         );
     }
+    store(&mut o, r);
     if process {
         sluice_metrics::process(&mut o);
     }
     o
+}
+
+/// The state store's families, when the state URL names one (a `local`
+/// store has nothing to watch).
+fn store(o: &mut String, r: &Reconciler) {
+    let h = r.store_health();
+    if !h.probed_store() {
+        return;
+    }
+    family(
+        o,
+        "sluice_controller_store_up",
+        "gauge",
+        "1 if the state store node answered the controller's last probe.",
+    );
+    for (node, up) in h.nodes_up() {
+        let _ = writeln!(
+            o,
+            "sluice_controller_store_up{{node=\"{}\"}} {}",
+            escape(&node),
+            u8::from(up)
+        );
+    }
+    family(
+        o,
+        "sluice_controller_store_lost_data_total",
+        "counter",
+        "Times a state store node was found to have lost its data (restarted empty or flushed).",
+    );
+    let _ = writeln!(
+        o,
+        "sluice_controller_store_lost_data_total {}",
+        h.lost_data_total()
+    );
+    if let Some(s) = h.probe_seconds() {
+        family(
+            o,
+            "sluice_controller_store_probe_seconds",
+            "gauge",
+            "How long the last probe of every state store node took.",
+        );
+        let _ = writeln!(o, "sluice_controller_store_probe_seconds {s}");
+    }
 }

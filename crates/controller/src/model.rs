@@ -623,3 +623,10 @@ pub struct TokenCreated {
     /// The secret to send as `Authorization: Bearer SECRET`.
     pub token: String,
 }
+
+/// `GET /v1/status`: the controller's view of what it depends on.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StatusInfo {
+    /// The state store: its nodes, whether they answer, their roles, data lost.
+    pub store: crate::store_health::StoreStatus,
+}

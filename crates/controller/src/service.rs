@@ -17,6 +17,8 @@ use crate::resources::auth::Role;
 use crate::store::tokens::{new_secret, TokenError};
 use crate::store::{SqliteStore, StoreError, TokenStore};
 use crate::store_acl::{Passwords, StoreAcl};
+use crate::store_health::StoreHealth;
+use crate::store_probe::{StoreProbe, PROBE_EVERY};
 use std::collections::BTreeSet;
 
 /// How often the ticker runs the reconciler's time-driven checks.
@@ -45,7 +47,7 @@ pub enum ControllerError {
     #[error("stored state: {0}")]
     Place(#[from] crate::desired::PlaceError),
     /// The system's random number generator failed (no fabric secret).
-    #[error("cannot draw a fabric secret from the system's random number generator")]
+    #[error("cannot draw a secret (fabric secret, store marker) from the system's random number generator")]
     Random,
     /// The fabric keys could not be put in the hosts' configurations.
     #[error("cannot turn fabric authentication on or off: {0}")]
@@ -230,6 +232,8 @@ pub(crate) struct Shared {
     store_acl: Option<Mutex<StoreAcl>>,
     /// Tenants' store passwords, added to configurations as they are pushed.
     pub(crate) passwords: Option<Passwords>,
+    /// The probes of the state store's nodes (a `redis` state URL).
+    store_probe: Option<Mutex<StoreProbe>>,
 }
 
 impl Shared {
@@ -255,6 +259,24 @@ impl Shared {
         if acl.due(&tenants, now) {
             if let Err(e) = acl.sync(&tenants, now) {
                 eprintln!("sluice-controller: state store users: {e}");
+            }
+        }
+    }
+
+    /// Probes every state store node and hands the answers to the
+    /// reconciler (outside its lock: a dead node may take the connection
+    /// timeout to answer), then writes the markers it asks for.
+    pub(crate) fn probe_store(&self) {
+        let Some(probe) = &self.store_probe else {
+            return;
+        };
+        let mut probe = lock(probe);
+        let (probes, took) = probe.probe();
+        let writes = lock(&self.reconciler).store_probed(&probes, took, Instant::now());
+        for w in writes {
+            match probe.write(&w) {
+                Ok(()) => lock(&self.reconciler).store_marked(&w),
+                Err(e) => eprintln!("sluice-controller: state store marker on {}: {e}", w.node),
             }
         }
     }
@@ -297,6 +319,8 @@ pub(crate) fn unix_ms() -> u64 {
 pub fn serve(opts: ServerOptions) -> Result<ServerHandle, ControllerError> {
     let store_acl =
         StoreAcl::from_state_url(&opts.state_url).map_err(ControllerError::StoreAdmin)?;
+    let store_probe =
+        StoreProbe::from_state_url(&opts.state_url).map_err(ControllerError::StoreAdmin)?;
     let store = SqliteStore::open(&opts.db)?;
     let mut tokens = TokenStore::open(&opts.db)?;
     let token_file = opts
@@ -310,6 +334,13 @@ pub fn serve(opts: ServerOptions) -> Result<ServerHandle, ControllerError> {
     if opts.fabric_auth {
         ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut fresh)
             .map_err(|_| ControllerError::Random)?;
+    }
+    if let Some(p) = &store_probe {
+        let mut epoch = [0u8; 16];
+        ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut epoch)
+            .map_err(|_| ControllerError::Random)?;
+        let epoch: String = epoch.iter().map(|b| format!("{b:02x}")).collect();
+        reconciler.set_store_health(StoreHealth::new(&p.nodes(), p.cluster(), epoch));
     }
     reconciler.desired.policy = opts.placement;
     reconciler.set_containment_threshold(opts.containment_threshold);
@@ -352,6 +383,7 @@ pub fn serve(opts: ServerOptions) -> Result<ServerHandle, ControllerError> {
         stop: AtomicBool::new(false),
         passwords: store_acl.as_ref().map(StoreAcl::passwords),
         store_acl: store_acl.map(Mutex::new),
+        store_probe: store_probe.map(Mutex::new),
     });
     // Before anything is pushed: instances must find their users there.
     shared.sync_store_users();
@@ -392,6 +424,21 @@ pub fn serve(opts: ServerOptions) -> Result<ServerHandle, ControllerError> {
                 while !sh.stopping() {
                     std::thread::sleep(STORE_USERS_EVERY);
                     sh.sync_store_users();
+                }
+            }),
+        )?);
+    }
+    if shared.store_probe.is_some() {
+        // Once before serving, so `/healthz` knows from its first answer;
+        // then on a thread of its own, as the users' synchronisation.
+        shared.probe_store();
+        let sh = shared.clone();
+        threads.push(spawn(
+            "ctl-store-probe".into(),
+            Box::new(move || {
+                while !sh.stopping() {
+                    std::thread::sleep(PROBE_EVERY);
+                    sh.probe_store();
                 }
             }),
         )?);

@@ -233,6 +233,65 @@ impl Admin {
     }
 }
 
+/// A reply of [`Admin::command`], copied out of the connection's buffer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Value {
+    /// `+OK`, `+PONG`.
+    Simple(String),
+    /// `-ERR ...`: the server refused the command.
+    Error(String),
+    /// `:42`.
+    Int(i64),
+    /// A bulk string (`None` for a nil).
+    Bulk(Option<Vec<u8>>),
+    /// An array (`None` for a nil).
+    Array(Option<Vec<Value>>),
+}
+
+impl Value {
+    /// A bulk or simple string as text.
+    pub fn text(&self) -> Option<String> {
+        match self {
+            Value::Simple(s) => Some(s.clone()),
+            Value::Bulk(Some(b)) => Some(String::from_utf8_lossy(b).into_owned()),
+            _ => None,
+        }
+    }
+}
+
+fn owned(buf: &[u8], r: &Reply) -> Value {
+    let text = |x: &std::ops::Range<usize>| String::from_utf8_lossy(&buf[x.clone()]).into_owned();
+    match r {
+        Reply::Simple(x) => Value::Simple(text(x)),
+        Reply::Error(x) => Value::Error(text(x)),
+        Reply::Int(i) => Value::Int(*i),
+        Reply::Bulk(b) => Value::Bulk(b.as_ref().map(|x| buf[x.clone()].to_vec())),
+        Reply::Array(a) => Value::Array(
+            a.as_ref()
+                .map(|items| items.iter().map(|i| owned(buf, i)).collect()),
+        ),
+    }
+}
+
+impl Admin {
+    /// The addresses (`host:port`) of its nodes, in the URL's order.
+    pub fn addrs(&self) -> Vec<String> {
+        self.nodes.iter().map(|n| n.addr.clone()).collect()
+    }
+
+    /// Sends one command to node `i` (of [`Admin::addrs`]) and returns its
+    /// reply; an error reply is a [`Value::Error`], not a failure. For health
+    /// probes (`PING`, `ROLE`, `CLUSTER SLOTS`) and the controller's own keys.
+    pub fn command(&mut self, i: usize, args: &[&[u8]]) -> Result<Value, StoreError> {
+        let n = self
+            .nodes
+            .get_mut(i)
+            .ok_or_else(|| StoreError::Refused(format!("no store node {i} in the admin's URL")))?;
+        let r = call(n, args)?;
+        Ok(owned(&n.rbuf, &r))
+    }
+}
+
 /// Sends one command on `n` and reads its reply. A node that cannot be
 /// reached is named in the error: with several, the operator needs to know
 /// which one is down.

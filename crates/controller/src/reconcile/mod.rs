@@ -171,6 +171,8 @@ pub struct Reconciler {
     counters: crate::metrics::Counters,
     /// Accusations of hosts by hosts, and releases.
     containment: containment::Containment,
+    /// The state store's health, from the probes of its nodes.
+    store_health: crate::store_health::StoreHealth,
 }
 
 impl Reconciler {
@@ -223,6 +225,7 @@ impl Reconciler {
             effects: Effects::default(),
             counters: crate::metrics::Counters::default(),
             containment: containment::Containment::default(),
+            store_health: crate::store_health::StoreHealth::new(&[], false, String::new()),
         })
     }
 
@@ -398,6 +401,38 @@ impl Reconciler {
                 self.effects.polls.insert(h, x.api.clone());
             }
         }
+    }
+
+    /// Watches the state store's nodes with `health` (the service sets it
+    /// for a `redis://` or `redis-cluster://` state URL).
+    pub fn set_store_health(&mut self, health: crate::store_health::StoreHealth) {
+        self.store_health = health;
+    }
+
+    /// The state store's health.
+    pub fn store_health(&self) -> &crate::store_health::StoreHealth {
+        &self.store_health
+    }
+
+    /// Takes in a round of store probes made at `now` (`took` in all): their
+    /// events go to the feed; returns the markers to write (each written one
+    /// goes to [`Reconciler::store_marked`]).
+    pub fn store_probed(
+        &mut self,
+        probes: &[crate::store_health::Probe],
+        took: Duration,
+        now: Instant,
+    ) -> Vec<crate::store_health::MarkerWrite> {
+        let (events, writes) = self.store_health.observe(probes, took, self.unix_ms(now));
+        for e in events {
+            self.push_event(e, now);
+        }
+        writes
+    }
+
+    /// A marker write of [`Reconciler::store_probed`] succeeded.
+    pub fn store_marked(&mut self, w: &crate::store_health::MarkerWrite) {
+        self.store_health.marked(w);
     }
 
     /// What the controller counted as it ran (`/metrics`).

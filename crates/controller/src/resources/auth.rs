@@ -140,6 +140,7 @@ pub fn authorize_route(
                 || vm_put
                 || tpl.starts_with("/v1/hosts")
                 || tpl == "/v1/containment"
+                || tpl == "/v1/status"
                 || tpl == "/metrics")
         }
         Role::Host(_) => matches!(
@@ -189,7 +190,7 @@ enum Scope<'a> {
 fn scope(a: &Action) -> Scope<'_> {
     match a {
         Action::Health | Action::OpenApi => Scope::Anyone,
-        Action::Metrics => Scope::ReadAll,
+        Action::Metrics | Action::Status => Scope::ReadAll,
         Action::Events(_) | Action::Audit(_) | Action::Eve(_) => Scope::ReadListing,
         Action::Tenant(t) => match t {
             TenantAction::List | TenantAction::Chains => Scope::ReadListing,
@@ -229,6 +230,7 @@ pub fn describe(a: &Action) -> String {
         Action::Health => "check health".into(),
         Action::OpenApi => "read the API description".into(),
         Action::Metrics => "read the metrics".into(),
+        Action::Status => "read the controller's status".into(),
         Action::Events(_) => "list events".into(),
         Action::Audit(_) => "read the audit log".into(),
         Action::Eve(q) => format!("list {}s", q.event_type),
@@ -379,6 +381,7 @@ mod tests {
         ("GET", "/healthz", [Yes, Yes, Yes, Yes]),
         ("GET", "/v1/openapi.yaml", [Yes, Yes, Yes, Yes]),
         ("GET", "/metrics", [Yes, Yes, No, No]),
+        ("GET", "/v1/status", [Yes, Yes, No, No]),
         ("GET", "/v1/tenants", [Yes, Yes, Filtered, No]),
         ("POST", "/v1/tenants", [Yes, No, Own, No]),
         ("GET", "/v1/tenants/{name}", [Yes, Yes, Own, No]),

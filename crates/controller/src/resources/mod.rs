@@ -25,6 +25,7 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("GET", "/healthz"),
     ("GET", "/v1/openapi.yaml"),
     ("GET", "/metrics"),
+    ("GET", "/v1/status"),
     ("GET", "/v1/tenants"),
     ("POST", "/v1/tenants"),
     ("GET", "/v1/tenants/{name}"),
@@ -89,6 +90,9 @@ pub enum Action {
     OpenApi,
     /// `GET /metrics` (Prometheus text format).
     Metrics,
+    /// `GET /v1/status`: the controller's view of its dependencies (the
+    /// state store).
+    Status,
     /// A tenant request.
     Tenant(tenants::TenantAction),
     /// A host, VM or instance request.
@@ -160,6 +164,7 @@ pub fn parse_as(req: &Request<'_>, who: Option<&auth::Principal>) -> Result<Acti
         ("GET", "/healthz") => Ok(Action::Health),
         ("GET", "/v1/openapi.yaml") => Ok(Action::OpenApi),
         ("GET", "/metrics") => Ok(Action::Metrics),
+        ("GET", "/v1/status") => Ok(Action::Status),
         ("GET", "/v1/events") => events::parse(query).map(Action::Events),
         ("GET", "/v1/audit") => audit::parse(query).map(Action::Audit),
         ("GET", "/v1/alerts") => eve::parse("alert", query).map(Action::Eve),
@@ -318,6 +323,7 @@ mod tests {
     fn every_route_parses_into_its_resource() {
         let cases = [
             ("GET", "/healthz", ""),
+            ("GET", "/v1/status", ""),
             ("GET", "/v1/tenants", ""),
             ("GET", "/v1/chains", ""),
             ("DELETE", "/v1/tenants/acme", ""),
@@ -339,7 +345,7 @@ mod tests {
         for (m, u, b) in cases {
             let a = parse(&req(m, u, b)).unwrap_or_else(|e| panic!("{m} {u}: {e}"));
             let ok = match (u, &a) {
-                ("/healthz", Action::Health) => true,
+                ("/healthz", Action::Health) | ("/v1/status", Action::Status) => true,
                 (u, Action::Block(b)) => u.contains("/blocks") && b.tenant == "acme",
                 (u, Action::Tenant(_)) => {
                     (u.starts_with("/v1/tenants") && !u.contains("/blocks")) || u == "/v1/chains"
