@@ -1,5 +1,6 @@
-//! `sluiced`: Sluice's host agent (`run`) and one NF instance process
-//! (`instance`, which the agent spawns for each instance it runs).
+//! `sluiced`: Sluice's host agent (`run`), the agent under a supervisor that
+//! restarts it (`supervise`), and one NF instance process (`instance`, which
+//! the agent spawns for each instance it runs).
 
 use std::net::SocketAddrV4;
 use std::path::PathBuf;
@@ -20,6 +21,14 @@ struct Cli {
 enum Cmd {
     /// Run the host agent (settings from flags and/or `--config FILE`).
     Run(Box<sluice_agent::settings::RunArgs>),
+    /// Run the host agent and start it again whenever it dies (what systemd's
+    /// Restart=always does in a deployment): `sluiced supervise --config FILE`
+    /// runs `sluiced run --config FILE`.
+    Supervise {
+        /// The arguments of `sluiced run`.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<std::ffi::OsString>,
+    },
     /// Run one NF instance (what the agent spawns).
     Instance {
         /// Instance name (`tenant/middlebox/k`).
@@ -87,6 +96,11 @@ fn main() -> ExitCode {
     };
     let r = match cli.cmd {
         Cmd::Run(args) => run(&args, &stop),
+        Cmd::Supervise { args } => std::env::current_exe()
+            .map_err(|e| format!("cannot find this program's path: {e}"))
+            .and_then(|exe| {
+                sluice_agent::supervise::supervise(&exe, &args, &stop).map_err(|e| e.to_string())
+            }),
         Cmd::Instance {
             name,
             netns,

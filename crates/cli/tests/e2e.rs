@@ -521,3 +521,134 @@ fn a_killed_store_primary_breaks_no_connection() {
         assert_eq!(body.as_deref(), Some(&b"srv1\n"[..]), "a new connection");
     }
 }
+
+/// The NF instance processes running for host `host` of `lab`, by the
+/// namespace each serves (`--netns PREFIXhHiN` on its command line).
+fn instance_processes(lab: &Lab, host: u32) -> Vec<String> {
+    let tag = format!("{}h{host}i", lab.state().prefix);
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(cmd) = std::fs::read(e.path().join("cmdline")) else {
+            continue;
+        };
+        let args: Vec<String> = cmd
+            .split(|b| *b == 0)
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect();
+        if args.iter().any(|a| a == "instance") {
+            if let Some(ns) = args.windows(2).find(|w| w[0] == "--netns").map(|w| &w[1]) {
+                if ns.starts_with(&tag) {
+                    out.push(ns.clone());
+                }
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// Self-healing hosts (issue 22): the testbed supervises its agents as
+/// systemd does on a real host. The agent of the host running the firewall
+/// instance is SIGKILLed while downloads pass that firewall: its supervisor
+/// starts it again, the new agent runs its saved configuration, replaces the
+/// instance its previous life left behind (one process per instance, none
+/// left over), and every download arrives whole; new connections work.
+#[test]
+fn a_killed_agent_is_restarted_and_breaks_no_connection() {
+    use std::time::{Duration, Instant};
+    let dir = tempfile::tempdir().unwrap();
+    let lab = elasticity_lab_with(dir.path(), "shared", 0, StoreKind::Single);
+    let st = lab.state().clone();
+    let fw_host = st
+        .hosts
+        .iter()
+        .map(|h| h.id)
+        .find(|h| !instance_processes(&lab, *h).is_empty())
+        .expect("a host runs the firewall");
+    let before = instance_processes(&lab, fw_host);
+    assert_eq!(before.len(), 1, "{before:?}");
+
+    let gw = st.vm("gateway").unwrap().netns.clone();
+    let srv = st.vm("srv1").unwrap().addrs[0].clone();
+    let files: Vec<std::path::PathBuf> = (0..8)
+        .map(|i| dir.path().join(format!("download-{i}")))
+        .collect();
+    let kids: Vec<std::process::Child> = files
+        .iter()
+        .map(|f| {
+            std::process::Command::new("ip")
+                .args(["netns", "exec", &gw, "curl", "-sf", "--max-time", "60"])
+                .args(["--interface", "198.51.100.10", "-o"])
+                .arg(f)
+                .arg(format!("http://{srv}/paced/blob?rate=262144"))
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !files
+        .iter()
+        .all(|f| std::fs::metadata(f).is_ok_and(|m| m.len() > 0))
+    {
+        assert!(Instant::now() < deadline, "the downloads did not start");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let killed = lab.kill_agent(fw_host).unwrap();
+    let at = Instant::now();
+    let api = st
+        .hosts
+        .iter()
+        .find(|h| h.id == fw_host)
+        .unwrap()
+        .api
+        .clone();
+    let back = loop {
+        assert!(
+            at.elapsed() < Duration::from_secs(30),
+            "host {fw_host}'s agent was not started again"
+        );
+        let restarted = lab.agent_pid(fw_host).is_some_and(|p| p != killed);
+        let answers = ureq::get(&format!("{api}/v1/status"))
+            .timeout(Duration::from_secs(1))
+            .call()
+            .ok()
+            .and_then(|r| r.into_json::<serde_json::Value>().ok())
+            .is_some_and(|s| s["config_version"].as_u64().unwrap_or(0) > 0);
+        if restarted && answers {
+            break at.elapsed();
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    eprintln!(
+        "agent of host {fw_host} (pid {killed}) SIGKILLed: running its configuration again {:.2} s later",
+        back.as_secs_f64()
+    );
+
+    let blob = sluice_testbed::lab::blob();
+    for (mut k, f) in kids.into_iter().zip(&files) {
+        let status = k.wait().unwrap();
+        let got = std::fs::read(f).unwrap_or_default();
+        assert!(
+            status.success() && got.len() == blob.len() && got == blob,
+            "{}: curl {status}, {} of {} bytes",
+            f.display(),
+            got.len(),
+            blob.len()
+        );
+    }
+    assert_eq!(
+        instance_processes(&lab, fw_host),
+        before,
+        "one process per instance, none left over from the killed agent"
+    );
+    for _ in 0..5 {
+        let body = scenario::curl(
+            &lab,
+            "gateway",
+            Some("198.51.100.10"),
+            &format!("http://{srv}/index.html"),
+            10,
+        );
+        assert_eq!(body.as_deref(), Some(&b"srv1\n"[..]), "a new connection");
+    }
+}

@@ -72,6 +72,10 @@ pub struct HostInfo {
     pub underlay: Ipv4Addr,
     /// The agent's API.
     pub api: String,
+    /// The pid of the agent's supervisor (`sluiced supervise`, which starts
+    /// the agent again when it dies; 0 before it runs).
+    #[serde(default)]
+    pub supervisor: u32,
 }
 
 /// A VM of the lab.
@@ -499,6 +503,7 @@ impl Lab {
                 netns: ns,
                 underlay,
                 api: String::new(),
+                supervisor: 0,
             });
         }
 
@@ -559,8 +564,10 @@ impl Lab {
             t.insert("seawall".into(), seawall.into());
             let conf = dir.join(format!("agent-h{}.toml", h.id));
             write_toml(&conf, &t)?;
+            // Supervised, as systemd supervises the agent on a real host: a
+            // killed agent is started again and heals its host.
             let mut cmd = Command::new(&opts.sluiced);
-            cmd.arg("run").arg("--config").arg(&conf);
+            cmd.arg("supervise").arg("--config").arg(&conf);
             if seawall {
                 // Tuning for experiments: extra agent flags from the environment.
                 if let Ok(extra) = std::env::var("SLUICE_SEAWALL_ARGS") {
@@ -569,6 +576,7 @@ impl Lab {
             }
             let mut child = spawn_logged(&mut cmd, &log)?;
             self.state.pids.insert(0, child.id());
+            self.state.hosts[i].supervisor = child.id();
             self.state.hosts[i].api = format!("http://127.0.0.1:{port}");
             self.save()?;
             wait_tcp(
@@ -873,6 +881,30 @@ impl Lab {
         &self.state
     }
 
+    /// The pid of host `host`'s agent process (the supervisor's child), if
+    /// it runs.
+    pub fn agent_pid(&self, host: u32) -> Option<u32> {
+        let sup = self.state.hosts.iter().find(|h| h.id == host)?.supervisor;
+        children_of(sup).into_iter().find(|p| {
+            // `sluiced run ...`: the agent, not some other child.
+            fs::read(format!("/proc/{p}/cmdline"))
+                .is_ok_and(|c| c.split(|b| *b == 0).nth(1) == Some(&b"run"[..]))
+        })
+    }
+
+    /// Kills host `host`'s agent with SIGKILL (not its supervisor, which
+    /// starts it again); returns the pid killed.
+    pub fn kill_agent(&self, host: u32) -> Result<u32, LabError> {
+        let pid = self
+            .agent_pid(host)
+            .ok_or_else(|| other(format!("host {host} has no running agent")))?;
+        // SAFETY: kill(2) on the agent process found under our supervisor.
+        unsafe {
+            libc::kill(pid as i32, libc::SIGKILL);
+        }
+        Ok(pid)
+    }
+
     /// Cuts host `host` off the fabric at the switch (its bridge port goes
     /// down): what the datacenter's switches do to a host the controller
     /// contains ("Seawall uses existing switch security features", §4). The
@@ -1077,6 +1109,32 @@ fn teardown(state: &LabState) {
     for ns in all.iter().rev() {
         let _ = sluice_netns::delete(ns);
     }
+}
+
+/// The live child processes of `pid` (from /proc, not only our own
+/// children's).
+fn children_of(pid: u32) -> Vec<u32> {
+    let Ok(dir) = fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for e in dir.flatten() {
+        let Some(child) = e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
+            continue;
+        };
+        let Ok(stat) = fs::read_to_string(format!("/proc/{child}/stat")) else {
+            continue;
+        };
+        // After the command name (which may hold spaces, hence the last ')'):
+        // state, then the parent's pid.
+        let mut rest = stat.rsplit_once(')').map_or("", |x| x.1).split_whitespace();
+        let state = rest.next();
+        if rest.next().and_then(|p| p.parse::<u32>().ok()) == Some(pid) && state != Some("Z") {
+            out.push(child);
+        }
+    }
+    out.sort_unstable();
+    out
 }
 
 fn is_zombie_or_gone(pid: u32) -> bool {
