@@ -140,6 +140,10 @@ pub struct Desired {
     /// Hosts contained for misbehaving (reported by enough peers, Seawall
     /// §4): in no other host's peer list, given no instances.
     pub contained: BTreeSet<u32>,
+    /// Hosts silent past the grace period: their instances were placed
+    /// elsewhere and they take none until heard again (a liveness verdict,
+    /// never persisted: a restarted controller finds them silent again).
+    pub evacuated: BTreeSet<u32>,
     /// How many times an operator has released each host (cleared it of
     /// accusations): pushed to every agent, which then forgets its own
     /// accusations of that host.
@@ -645,6 +649,19 @@ impl Desired {
     /// those that could not be placed again (no room elsewhere) with why.
     pub fn contain(&mut self, host: u32) -> (Vec<String>, Vec<(String, PlaceError)>) {
         self.contained.insert(host);
+        self.move_off(host)
+    }
+
+    /// Evacuates `host`, silent past the grace period: like [`Self::contain`]
+    /// for its instances (placed again elsewhere) and new ones (none until it
+    /// is heard again), but it stays everyone's peer.
+    pub fn evacuate(&mut self, host: u32) -> (Vec<String>, Vec<(String, PlaceError)>) {
+        self.evacuated.insert(host);
+        self.move_off(host)
+    }
+
+    /// Places `host`'s instances again on the hosts placement may use.
+    fn move_off(&mut self, host: u32) -> (Vec<String>, Vec<(String, PlaceError)>) {
         let moved: BTreeSet<String> = self
             .instances
             .iter()
@@ -673,7 +690,7 @@ impl Desired {
         let mut rooms: BTreeMap<u32, Room> = self
             .hosts
             .values()
-            .filter(|h| !self.contained.contains(&h.id))
+            .filter(|h| !self.contained.contains(&h.id) && !self.evacuated.contains(&h.id))
             .map(|h| {
                 let room = Room {
                     id: h.id,

@@ -10,7 +10,8 @@ use sluice_proto::{HostHeartbeat, InstanceHealth, PinnedFlows};
 
 use super::events::event;
 use super::{
-    log, DownReason, Reconciler, HOST_SILENT, REJOIN_AFTER, REPUSH_AFTER, SUSPECT_CONFIRM,
+    log, DownReason, Reconciler, HOST_GRACE, HOST_SILENT, REJOIN_AFTER, REPUSH_AFTER,
+    SUSPECT_CONFIRM,
 };
 use crate::desired::{instance_name, Host, InstanceKey};
 use crate::error::ApiError;
@@ -55,6 +56,19 @@ impl Reconciler {
             let mut next = self.desired.clone();
             next.hosts.insert(reg.host, host);
             self.commit(next, now)?;
+        }
+        if self.desired.evacuated.contains(&reg.host) {
+            // Alive after all: it may take instances again (those placed
+            // elsewhere stay there).
+            let mut next = self.desired.clone();
+            next.evacuated.remove(&reg.host);
+            self.commit(next, now)?;
+            let mut e = event(
+                "evacuated",
+                format!("host {} heard from again: it may take instances", reg.host),
+            );
+            e.host = Some(reg.host);
+            self.push_event(e, now);
         }
         let mut desired = self.configs.get(&reg.host).map(|c| c.version).unwrap_or(0);
         if reg.config_version > desired {
@@ -281,5 +295,41 @@ impl Reconciler {
             })
             .collect();
         self.apply_health(changes, DownReason::HostSilent, now);
+        let dead: Vec<(u32, Duration)> = silent
+            .into_iter()
+            .filter(|(h, d)| *d > HOST_GRACE && !self.desired.evacuated.contains(h))
+            .collect();
+        for (h, d) in dead {
+            self.evacuate(h, d, now);
+        }
+    }
+
+    /// Places the instances of `host`, silent for `silent`, on live hosts.
+    fn evacuate(&mut self, host: u32, silent: Duration, now: Instant) {
+        let mut next = self.desired.clone();
+        let (moved, failed) = next.evacuate(host);
+        if let Err(e) = self.commit(next, now) {
+            log(&format!("cannot evacuate host {host}: {e}"));
+            return;
+        }
+        let mut e = event(
+            "evacuated",
+            format!(
+                "host {host} silent for {} s: taken for dead; instances of {} placed again on \
+                 live hosts{}",
+                silent.as_secs(),
+                if moved.is_empty() {
+                    "no tenant".to_string()
+                } else {
+                    moved.join(", ")
+                },
+                failed
+                    .iter()
+                    .map(|(t, e)| format!("; {t}: {e}"))
+                    .collect::<String>()
+            ),
+        );
+        e.host = Some(host);
+        self.push_event(e, now);
     }
 }

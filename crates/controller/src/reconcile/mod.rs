@@ -54,6 +54,10 @@ pub const REPUSH_AFTER: Duration = Duration::from_secs(1);
 /// A host not heard from for this long has all its instances suspected (its
 /// agent may be gone); agents heartbeat every 50 ms.
 pub const HOST_SILENT: Duration = Duration::from_millis(300);
+/// A host silent for this long is taken for dead: its instances are placed
+/// again on live hosts (a middlebox whose only instance ran there has none
+/// until then), and it takes no new ones until heard again.
+pub const HOST_GRACE: Duration = Duration::from_secs(10);
 /// A down instance rejoins once reported healthy for this long (one missed
 /// agent heartbeat's worth), so a flapping instance does not churn every host.
 pub const REJOIN_AFTER: Duration = Duration::from_millis(100);

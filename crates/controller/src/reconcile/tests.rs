@@ -1341,3 +1341,55 @@ fn one_accuser_never_contains_and_a_contained_host_cannot_accuse() {
     let by4 = info.accusations.iter().find(|a| a.by == 4).unwrap();
     assert!(!by4.counts);
 }
+
+/// A host silent past the grace period is taken for dead: its instances are
+/// placed again on the live hosts (a middlebox keeps its count), it takes no
+/// new instance while silent, and once heard again it may take instances.
+/// A host silent only briefly keeps its instances.
+#[test]
+fn a_host_dead_past_the_grace_period_has_its_instances_placed_elsewhere() {
+    let mut s = Sim::new(SPEC);
+    let dead = 2;
+    let on = |s: &Sim, h: u32| {
+        s.r.desired()
+            .instances
+            .values()
+            .filter(|i| i.host == h)
+            .count()
+    };
+    assert!(on(&s, dead) > 0, "host 2 runs instances");
+    let n = s.r.desired().instances.len();
+    // Every host reports health; host 2 then falls silent.
+    let mut t = Duration::ZERO;
+    while t < HOST_GRACE {
+        for h in [1, 3] {
+            s.beat(h, Some(Vec::new()));
+        }
+        if t < Duration::from_secs(1) {
+            s.beat(dead, Some(Vec::new()));
+        }
+        s.run(50 * MS);
+        t += 50 * MS;
+        if t < HOST_GRACE - Duration::from_millis(500) {
+            assert!(on(&s, dead) > 0, "silent {} ms: not yet", t.as_millis());
+        }
+    }
+    for _ in 0..40 {
+        for h in [1, 3] {
+            s.beat(h, Some(Vec::new()));
+        }
+        s.run(50 * MS);
+    }
+    assert_eq!(on(&s, dead), 0, "its instances left it");
+    assert_eq!(s.r.desired().instances.len(), n, "and were placed again");
+    assert!(s.r.desired().evacuated.contains(&dead));
+    let ev = s.events("evacuated");
+    assert_eq!(ev.len(), 1, "{ev:?}");
+    assert!(ev[0].reason.contains("taken for dead"), "{}", ev[0].reason);
+    assert!(s.r.desired().contained.is_empty(), "dead, not contained");
+    // Heard again: it may take instances; nothing moves back by itself.
+    s.beat(dead, Some(Vec::new()));
+    assert!(s.r.desired().evacuated.is_empty());
+    assert_eq!(on(&s, dead), 0);
+    assert_eq!(s.events("evacuated").len(), 2);
+}
