@@ -73,6 +73,7 @@
 
 pub mod classification;
 mod decide;
+pub mod dns;
 pub mod engine;
 pub mod inspect;
 pub mod rules;
@@ -305,6 +306,10 @@ pub struct Ips {
     cands: Vec<u32>,
     /// A TCP packet's two stream parts made contiguous, reused.
     buf: Vec<u8>,
+    /// A DNS request's query names, each with a `.` before it, reused.
+    dns_names: Vec<u8>,
+    /// Where each name is in `dns_names`.
+    dns_spans: Vec<(u32, u32)>,
 }
 
 /// The batch's TCP stream bytes scanned ahead of evaluation, interleaved across
@@ -362,6 +367,8 @@ impl Ips {
             thresholds,
             cands: Vec::new(),
             buf: Vec::new(),
+            dns_names: Vec::new(),
+            dns_spans: Vec::new(),
         })
     }
 
