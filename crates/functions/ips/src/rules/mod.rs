@@ -342,7 +342,7 @@ pub enum RuleSyntax {
     /// The protocol is not a protocol Suricata knows.
     #[error("unknown protocol \"{0}\"")]
     UnknownProtocol(String),
-    /// An application-layer protocol (`http`, `dns`, `tls`, ...) whose parsing
+    /// An application-layer protocol (`http`, `tls`, ...) whose parsing
     /// this IPS does not have yet.
     #[error("unsupported protocol \"{0}\"")]
     UnsupportedProtocol(String),
