@@ -225,9 +225,16 @@ impl Ips {
             established: chunk.is_some_and(|c| c.established),
             stream: chunk.is_some(),
             pkt: packet_info(p),
+            dns: false,
         };
         let d = if hdr.to_server { 0 } else { 1 };
         if self.packet_rules(st, d, &hdr, p, ctx.events) {
+            return true;
+        }
+        if st.flags & PASSED != 0 {
+            return false;
+        }
+        if self.dns_segment(p, st, &hdr, ctx.events) {
             return true;
         }
         if st.flags & PASSED != 0 {
@@ -291,6 +298,7 @@ impl Ips {
             established: false,
             stream: false,
             pkt: packet_info(p),
+            dns: false,
         };
         let mut drop = self.packet_rules(&mut scratch, d, &hdr, p, events);
         if scratch.flags & (BLOCKED | PASSED) == 0 {
@@ -302,6 +310,9 @@ impl Ips {
                 base: 0,
             };
             drop |= self.evaluate(&mut scratch, d, &hdr, p, events, bytes);
+        }
+        if scratch.flags & (BLOCKED | PASSED) == 0 {
+            drop |= self.dns_datagram(p, &mut scratch, &hdr, events);
         }
         st.flags = scratch.flags;
         st.bits = scratch.bits;
@@ -334,7 +345,7 @@ impl Ips {
 
     /// Applies a matching rule's action and raises its alert. `once`: the rule
     /// is remembered as fired in this direction (content rules over streams).
-    fn fire(
+    pub(crate) fn fire(
         &mut self,
         rule: u32,
         st: &mut FlowState,

@@ -7,6 +7,7 @@ use rustc_hash::{FxHashMap, FxHashSet};
 use sluice_state::{Codec, DecodeError, Reader, Writer};
 use sluice_wire::FlowKey;
 
+use crate::dns::prefilter::DnsRules;
 use crate::rules::{Flowbit, PacketInfo, Proto, Rule, StreamMode};
 
 /// Fired rules remembered per flow direction (so a rule fires once per flow and
@@ -49,7 +50,9 @@ pub struct Matcher {
 }
 
 impl Matcher {
-    fn build(
+    /// Compiles `patterns` (each standing for its `targets`), ASCII
+    /// case-insensitively if `nocase`.
+    pub(crate) fn build(
         patterns: &[Vec<u8>],
         targets: Vec<Vec<Target>>,
         nocase: bool,
@@ -365,6 +368,8 @@ pub struct Engine {
     pub trigger: Vec<u8>,
     /// Per rule: its `flowbits`, names as ids.
     flowbits: Vec<Vec<(FbOp, Vec<u16>)>>,
+    /// The DNS rules' prefilter (they are not in the automata above).
+    pub dns: DnsRules,
     /// Flowbit names, by id.
     pub flowbit_names: Vec<String>,
 }
@@ -406,11 +411,13 @@ impl Engine {
                 Proto::Udp => &[1],
                 Proto::Icmp => &[2],
                 Proto::Ip => &[0, 1, 2, 3],
+                // Inspected on DNS messages only ([`DnsRules`]).
+                Proto::Dns => &[],
             };
             let last_positive = r.contents.iter().rposition(|c| !c.negated);
             let multi_relative = r.contents.len() > 1 && r.contents.iter().any(|c| c.is_relative());
             trigger.push(match last_positive {
-                Some(k) if r.buffer || multi_relative => k as u8,
+                Some(k) if r.proto != Proto::Dns && (r.buffer || multi_relative) => k as u8,
                 _ => NO_TRIGGER,
             });
             if r.items.is_empty() {
@@ -444,7 +451,7 @@ impl Engine {
             }
             flowbits.push(ops);
             for (ci, c) in r.contents.iter().enumerate() {
-                if c.negated {
+                if c.negated || r.proto == Proto::Dns {
                     continue;
                 }
                 let (pats, tg, idx) = &mut sets[c.nocase as usize];
@@ -475,7 +482,9 @@ impl Engine {
         } else {
             Some(Matcher::build(&ip, it, true)?)
         };
+        let dns = DnsRules::new(&rules)?;
         Ok(Engine {
+            dns,
             rules,
             cs,
             ci,
@@ -649,6 +658,7 @@ impl Engine {
 }
 
 /// What a rule header is checked against.
+#[derive(Debug, Clone, Copy)]
 pub struct Header {
     /// The packet's flow key as it travelled.
     pub flow: FlowKey,
@@ -662,6 +672,8 @@ pub struct Header {
     pub stream: bool,
     /// What the per-packet keywords read.
     pub pkt: PacketInfo,
+    /// The packet carries a DNS message ([`crate::dns::detect`]).
+    pub dns: bool,
 }
 
 fn header_matches(r: &Rule, h: &Header) -> bool {
@@ -670,6 +682,7 @@ fn header_matches(r: &Rule, h: &Header) -> bool {
         Proto::Udp => h.flow.proto == 17,
         Proto::Icmp => matches!(h.flow.proto, 1 | 58),
         Proto::Ip => true,
+        Proto::Dns => h.dns,
     };
     if !proto_ok {
         return false;

@@ -7,7 +7,8 @@
 //! The buffer is a datagram's payload, or a TCP packet's new stream bytes
 //! (`base` is the stream position of its first byte, so that `offset`, `depth`
 //! and absolute `byte_*`/`isdataat` positions count from the stream start).
-//! Nothing is allocated: regexes were compiled at load, and PCRE2's match data
+//! A DNS rule's `dns.query` keywords are inspected the same way over each
+//! query name ([`inspect_items`]). Nothing is allocated: regexes were compiled at load, and PCRE2's match data
 //! comes from the regex's own cache.
 
 use crate::rules::payload::{ByteJump, CmpOp, Extract, Item, Read, Val, MAX_VARS};
@@ -20,6 +21,7 @@ pub const STEPS: u32 = 3000;
 
 struct Cx<'a> {
     rule: &'a Rule,
+    items: &'a [Item],
     data: &'a [u8],
     base: i64,
     vars: [u64; MAX_VARS],
@@ -29,8 +31,15 @@ struct Cx<'a> {
 /// True if `rule`'s payload keywords match `data`, whose first byte is at
 /// stream position `base` (0 for a datagram).
 pub fn inspect(rule: &Rule, data: &[u8], base: u64) -> bool {
+    inspect_items(rule, &rule.items, data, base)
+}
+
+/// True if `items` (one of `rule`'s keyword lists: its payload's or a sticky
+/// buffer's) match `data`, whose first byte is at position `base`.
+pub fn inspect_items(rule: &Rule, items: &[Item], data: &[u8], base: u64) -> bool {
     let mut cx = Cx {
         rule,
+        items,
         data,
         base: base.min(i64::MAX as u64) as i64,
         vars: [0; MAX_VARS],
@@ -62,6 +71,7 @@ impl Item {
             Item::ByteJump(j) => j.ex.relative,
             Item::ByteExtract(e) => e.ex.relative,
             Item::IsDataAt(d) => d.relative,
+            Item::Bsize(_) => false,
         }
     }
 }
@@ -75,16 +85,13 @@ impl Cx<'_> {
     }
 
     fn next_relative(&self, i: usize) -> bool {
-        self.rule
-            .items
-            .get(i + 1)
-            .is_some_and(|n| n.relative(self.rule))
+        self.items.get(i + 1).is_some_and(|n| n.relative(self.rule))
     }
 
     /// Evaluates items `i..` with the previous match ending at `prev`.
     fn run(&mut self, i: usize, prev: usize) -> bool {
         let rule = self.rule;
-        let Some(item) = rule.items.get(i) else {
+        let Some(item) = self.items.get(i) else {
             return true;
         };
         if self.steps == 0 {
@@ -156,6 +163,10 @@ impl Cx<'_> {
                     n.saturating_sub(self.base) < len
                 };
                 there != d.negate && self.run(i + 1, prev)
+            }
+            Item::Bsize(c) => {
+                let len = u32::try_from(self.data.len()).unwrap_or(u32::MAX);
+                c.matches(len) && self.run(i + 1, prev)
             }
         }
     }

@@ -67,12 +67,22 @@
 //! * `threshold` / `detection_filter` withhold alerts after the batch's verdicts,
 //!   counting matches per tracked key in the store ([`threshold`]); `noalert`
 //!   applies the action without an alert.
+//! * DNS rules (protocol `dns`) match DNS messages told by content on any
+//!   port ([`dns::detect`]: a UDP payload that parses whole as a message, or a
+//!   TCP segment holding one whole message after its length prefix; a message
+//!   split across TCP segments is not seen). Their payload keywords inspect
+//!   the packet's payload; their `dns.query` keywords each question's name of
+//!   a request (QR clear), dotted without the trailing dot, one name at a
+//!   time. They are prefiltered by their own automata over the names and
+//!   payload ([`dns::prefilter`]). Over UDP the side sending a request is the
+//!   client; over TCP a rule fires once per flow direction.
 //! * TCP stream bytes without a stream (mid-stream pickups when the reassembler
 //!   does not accept them) are not searched for contents; they are counted
 //!   (`ips_tcp_unreassembled`).
 
 pub mod classification;
 mod decide;
+pub mod dns;
 pub mod engine;
 pub mod inspect;
 pub mod rules;
@@ -305,6 +315,10 @@ pub struct Ips {
     cands: Vec<u32>,
     /// A TCP packet's two stream parts made contiguous, reused.
     buf: Vec<u8>,
+    /// A DNS request's query names, each with a `.` before it, reused.
+    dns_names: Vec<u8>,
+    /// Where each name is in `dns_names`.
+    dns_spans: Vec<(u32, u32)>,
 }
 
 /// The batch's TCP stream bytes scanned ahead of evaluation, interleaved across
@@ -362,6 +376,8 @@ impl Ips {
             thresholds,
             cands: Vec::new(),
             buf: Vec::new(),
+            dns_names: Vec::new(),
+            dns_spans: Vec::new(),
         })
     }
 

@@ -293,10 +293,14 @@ fn et_open_sample_loads_what_it_supports() {
     let sids: Vec<u32> = loaded.iter().map(|r| r.sid).collect();
     // ICMP itype/icode + content, UDP dsize + offset/depth, TCP fast_pattern,
     // a SYN scan (flags, threshold).
-    // And the Oracle rule: two nocase contents and a pcre.
-    assert_eq!(sids, vec![2026567, 2019491, 2027151, 2001219, 2010375]);
+    // And the Oracle rule: two nocase contents and a pcre; and a DNS query
+    // rule (dns.query, depth).
+    assert_eq!(
+        sids,
+        vec![2026567, 2019491, 2027151, 2001219, 2013016, 2010375]
+    );
     let reasons: Vec<String> = skipped.iter().map(|e| e.msg.reason()).collect();
-    assert_eq!(reasons, vec!["protocol http", "protocol dns"]);
+    assert_eq!(reasons, vec!["protocol http"]);
     // The Oracle rule fires on the injection, not on the same calls without a
     // statement after them (its pcre).
     let oracle = |payload: &[u8]| {

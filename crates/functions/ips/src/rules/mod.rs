@@ -1,14 +1,19 @@
 //! Suricata rules: parser and header matching.
 //!
 //! Actions `alert`, `drop`, `pass`; protocols `tcp` (also `tcp-pkt`,
-//! `tcp-stream`), `udp`, `icmp`, `ip`; addresses and ports as `any`, single values,
+//! `tcp-stream`), `udp`, `icmp`, `ip`, and the application layer `dns`
+//! (messages told by content, [`crate::dns::detect`]); addresses and ports as `any`, single values,
 //! CIDR, port ranges `a:b`, `a:`, `:b`, lists `[a,b]` (nested), negation `!`,
 //! variables `$NAME` from the configuration; directions `->` and `<>`. Every
 //! option keyword is looked up in [`options::KEYWORDS`]: a rule loads only if each
 //! of its keywords is enforced, a search modifier, or information; otherwise it is
 //! skipped with the keyword as its reason ([`RuleSyntax::reason`]). Rules of
-//! application-layer protocols (`http`, `dns`, `tls`, ...) are skipped with the
+//! other application-layer protocols (`http`, `tls`, ...) are skipped with the
 //! protocol as the reason.
+//!
+//! Sticky buffers: after `dns.query` (or its older name `dns_query`, an alias
+//! since Suricata 5) the payload keywords inspect the query names of DNS
+//! requests ([`DnsQuery`]) until `pkt_data` returns to the packet's payload.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -46,6 +51,8 @@ pub enum Proto {
     Icmp,
     /// Every IP packet.
     Ip,
+    /// DNS messages over UDP or TCP, whatever the ports ([`crate::dns::detect`]).
+    Dns,
 }
 
 impl Proto {
@@ -56,6 +63,7 @@ impl Proto {
             Proto::Udp => "udp",
             Proto::Icmp => "icmp",
             Proto::Ip => "ip",
+            Proto::Dns => "dns",
         }
     }
 }
@@ -217,6 +225,17 @@ impl Content {
     }
 }
 
+/// The keywords of a rule on the `dns.query` sticky buffer: each question's
+/// name of a DNS request, in dotted form without the trailing dot, inspected
+/// on its own (a multi-buffer: the keywords must all match one name).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct DnsQuery {
+    /// Payload keywords in rule order (contents by index in [`Rule::contents`]).
+    pub items: Vec<Item>,
+    /// `dotprefix`: the buffer is the name with a `.` before it.
+    pub dotprefix: bool,
+}
+
 /// A parsed rule.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Rule {
@@ -241,6 +260,9 @@ pub struct Rule {
     /// Every payload keyword in rule order (contents by index): what a buffer
     /// inspection walks ([`crate::inspect`]).
     pub items: Vec<Item>,
+    /// The keywords on the `dns.query` buffer, if the rule has that buffer
+    /// (DNS rules only).
+    pub dns_query: Option<DnsQuery>,
     /// Names of the `byte_extract` variables.
     pub vars: Vec<String>,
     /// `flowbits` conditions and operations.
@@ -320,7 +342,7 @@ pub enum RuleSyntax {
     /// The protocol is not a protocol Suricata knows.
     #[error("unknown protocol \"{0}\"")]
     UnknownProtocol(String),
-    /// An application-layer protocol (`http`, `dns`, `tls`, ...) whose parsing
+    /// An application-layer protocol (`http`, `tls`, ...) whose parsing
     /// this IPS does not have yet.
     #[error("unsupported protocol \"{0}\"")]
     UnsupportedProtocol(String),
@@ -526,7 +548,6 @@ pub const APP_PROTOCOLS: &[&str] = &[
     "http",
     "http1",
     "http2",
-    "dns",
     "tls",
     "ssl",
     "smtp",
@@ -705,6 +726,7 @@ pub fn parse_rule(line: &str, vars: &Vars) -> Result<Rule, RuleSyntax> {
         "udp" => (Proto::Udp, StreamMode::Default),
         "icmp" => (Proto::Icmp, StreamMode::Default),
         "ip" | "pkthdr" => (Proto::Ip, StreamMode::Default),
+        "dns" => (Proto::Dns, StreamMode::Default),
         p if APP_PROTOCOLS.contains(&p) => return Err(RuleSyntax::UnsupportedProtocol(p.into())),
         p => return Err(RuleSyntax::UnknownProtocol(p.into())),
     };
@@ -729,6 +751,7 @@ pub fn parse_rule(line: &str, vars: &Vars) -> Result<Rule, RuleSyntax> {
         msg: "".into(),
         contents: Vec::new(),
         items: Vec::new(),
+        dns_query: None,
         vars: Vec::new(),
         flowbits: Vec::new(),
         buffer: false,
@@ -750,21 +773,36 @@ pub fn parse_rule(line: &str, vars: &Vars) -> Result<Rule, RuleSyntax> {
         file: "".into(),
         line: 0,
     };
-    let mut has_sid = false;
+    let mut cx = options::ParseCx::default();
     for opt in split_options(&line[open + 1..close])? {
         let (name, val) = match opt.find(':') {
             Some(i) => (opt[..i].trim(), Some(opt[i + 1..].trim())),
             None => (opt.trim(), None),
         };
-        options::apply(&mut rule, name, val, &mut has_sid)?;
+        options::apply(&mut rule, name, val, &mut cx)?;
     }
-    if !has_sid {
+    if !cx.has_sid {
         return Err(RuleSyntax::MissingSid);
     }
-    // A relative first keyword is relative to the buffer start (Suricata's
-    // reading, common in ET Open): `distance`/`within` become `offset`/`depth`.
-    if let Some(Item::Content(k)) = rule.items.first() {
-        let c = &mut rule.contents[*k as usize];
+    absolute_first(&rule.items, &mut rule.contents);
+    if let Some(q) = &rule.dns_query {
+        absolute_first(&q.items, &mut rule.contents);
+    }
+    options::validate(&rule)?;
+    // DNS rules are always inspected over their buffers ([`crate::dns`]),
+    // never by the stream automata.
+    rule.buffer = rule.proto == Proto::Dns
+        || rule.contents.iter().any(Content::needs_buffer)
+        || rule.items.iter().any(|i| !matches!(i, Item::Content(_)));
+    Ok(rule)
+}
+
+/// A relative first keyword of a buffer is relative to the buffer start
+/// (Suricata's reading, common in ET Open): `distance`/`within` become
+/// `offset`/`depth`.
+fn absolute_first(items: &[Item], contents: &mut [Content]) {
+    if let Some(Item::Content(k)) = items.first() {
+        let c = &mut contents[*k as usize];
         if c.vars == VarPos::default() && c.offset.is_none() && c.depth.is_none() {
             if let Some(d) = c.distance.take() {
                 c.offset = Some(d.max(0) as u32);
@@ -774,10 +812,6 @@ pub fn parse_rule(line: &str, vars: &Vars) -> Result<Rule, RuleSyntax> {
             }
         }
     }
-    options::validate(&rule)?;
-    rule.buffer = rule.contents.iter().any(Content::needs_buffer)
-        || rule.items.iter().any(|i| !matches!(i, Item::Content(_)));
-    Ok(rule)
 }
 
 /// Splits options at `;` outside quotes, honouring backslash escapes.

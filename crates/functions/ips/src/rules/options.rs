@@ -75,8 +75,13 @@ pub const KEYWORDS: &[(&str, Status)] = &[
     ("noalert", E),
     ("threshold", E),
     ("detection_filter", E),
+    // Sticky buffers and what only applies to one ([`super::DnsQuery`]).
+    ("dns.query", E),
+    ("dns_query", E),
+    ("pkt_data", E),
+    ("bsize", E),
+    ("dotprefix", E),
     // Not yet.
-    ("bsize", U),
     ("byte_math", U),
     ("entropy", U),
     ("replace", U),
@@ -129,7 +134,6 @@ pub const KEYWORDS: &[(&str, Status)] = &[
     ("file_data", U),
     ("file.data", U),
     ("file.name", U),
-    ("pkt_data", U),
     ("stream_data", U),
     ("pcrexform", U),
     ("to_md5", U),
@@ -137,7 +141,6 @@ pub const KEYWORDS: &[(&str, Status)] = &[
     ("to_sha256", U),
     ("to_lowercase", U),
     ("to_uppercase", U),
-    ("dotprefix", U),
     ("strip_whitespace", U),
     ("compress_whitespace", U),
     ("url_decode", U),
@@ -191,8 +194,6 @@ pub const KEYWORDS: &[(&str, Status)] = &[
     ("ja3s.hash", U),
     ("ja3s.string", U),
     ("ja4.hash", U),
-    ("dns.query", U),
-    ("dns_query", U),
     ("dns.opcode", U),
     ("dns.answer.name", U),
     ("dns.query.name", U),
@@ -674,12 +675,29 @@ fn need<'v>(v: Option<&'v str>, name: &str) -> Result<&'v str, RuleSyntax> {
     })
 }
 
-/// Applies one option to `rule`. `has_sid` is set by `sid`.
+/// What reading a rule's options remembers between them.
+#[derive(Debug, Default)]
+pub(super) struct ParseCx {
+    /// `sid` was given.
+    pub has_sid: bool,
+    /// The sticky buffer is `dns.query` (else the packet's payload).
+    pub dns_query: bool,
+}
+
+/// The list the next payload keyword goes to: the sticky buffer's.
+fn items<'r>(rule: &'r mut Rule, cx: &ParseCx) -> &'r mut Vec<Item> {
+    match (&mut rule.dns_query, cx.dns_query) {
+        (Some(q), true) => &mut q.items,
+        _ => &mut rule.items,
+    }
+}
+
+/// Applies one option to `rule`.
 pub(super) fn apply(
     rule: &mut Rule,
     name: &str,
     val: Option<&str>,
-    has_sid: &mut bool,
+    cx: &mut ParseCx,
 ) -> Result<(), RuleSyntax> {
     let bad_modifier = |v: &str| RuleSyntax::BadModifier {
         keyword: name.into(),
@@ -717,7 +735,8 @@ pub(super) fn apply(
             if rule.contents.len() >= 255 {
                 return Err(RuleSyntax::TooManyContents);
             }
-            rule.items.push(Item::Content(rule.contents.len() as u8));
+            let k = rule.contents.len() as u8;
+            items(rule, cx).push(Item::Content(k));
             rule.contents.push(Content {
                 bytes,
                 negated,
@@ -765,23 +784,23 @@ pub(super) fn apply(
         }
         "pcre" => {
             let p = payload::pcre(need(val, name)?)?;
-            rule.items.push(Item::Pcre(Box::new(p)));
+            items(rule, cx).push(Item::Pcre(Box::new(p)));
         }
         "byte_test" => {
             let t = payload::byte_test(need(val, name)?, &rule.vars)?;
-            rule.items.push(Item::ByteTest(t));
+            items(rule, cx).push(Item::ByteTest(t));
         }
         "byte_jump" => {
             let j = payload::byte_jump(need(val, name)?, &rule.vars)?;
-            rule.items.push(Item::ByteJump(j));
+            items(rule, cx).push(Item::ByteJump(j));
         }
         "byte_extract" => {
             let e = payload::byte_extract(need(val, name)?, &mut rule.vars)?;
-            rule.items.push(Item::ByteExtract(e));
+            items(rule, cx).push(Item::ByteExtract(e));
         }
         "isdataat" => {
             let d = payload::isdataat(need(val, name)?, &rule.vars)?;
-            rule.items.push(Item::IsDataAt(d));
+            items(rule, cx).push(Item::IsDataAt(d));
         }
         "flowbits" => match payload::flowbits(need(val, name)?)? {
             None => rule.noalert = true,
@@ -794,6 +813,37 @@ pub(super) fn apply(
             last(rule)?;
         }
         "prefilter" => {}
+        // `dns_query` was a content modifier before Suricata 5 and is now an
+        // alias of the sticky buffer (ET Open writes it before its content).
+        "dns.query" | "dns_query" => {
+            if rule.proto != Proto::Dns {
+                return Err(RuleSyntax::UnsupportedKeyword(format!(
+                    "{name} on a {} rule",
+                    rule.proto.name()
+                )));
+            }
+            rule.dns_query.get_or_insert_with(Default::default);
+            cx.dns_query = true;
+        }
+        "pkt_data" => cx.dns_query = false,
+        // Transforms must follow the sticky buffer directly (Suricata).
+        "dotprefix" => match &mut rule.dns_query {
+            Some(q) if cx.dns_query && q.items.is_empty() => q.dotprefix = true,
+            Some(_) if cx.dns_query => {
+                return Err(RuleSyntax::UnsupportedKeyword(format!(
+                    "{name} after a keyword of its buffer"
+                )))
+            }
+            _ => return Err(RuleSyntax::UnsupportedKeyword(name.into())),
+        },
+        // A whole buffer's length: only on a sticky buffer (Suricata).
+        "bsize" => {
+            if !cx.dns_query {
+                return Err(RuleSyntax::UnsupportedKeyword(name.into()));
+            }
+            let c = num(val, u32::MAX)?;
+            items(rule, cx).push(Item::Bsize(c));
+        }
         "flow" => {
             for f in need(val, name)?.split(',') {
                 match f.trim() {
@@ -843,7 +893,7 @@ pub(super) fn apply(
         "sid" => {
             let v = need(val, name)?;
             rule.sid = v.parse().map_err(|_| bad_value(v))?;
-            *has_sid = true;
+            cx.has_sid = true;
         }
         "rev" => {
             let v = need(val, name)?;
@@ -880,8 +930,11 @@ pub(super) fn validate(rule: &Rule) -> Result<(), RuleSyntax> {
         if c.startswith && (c.is_relative() || c.is_absolute() || c.endswith) {
             return Err(RuleSyntax::MixedPositioning(i + 1));
         }
-        // Relative to nothing: the first payload keyword of the rule.
-        if c.is_relative() && rule.items.first() == Some(&Item::Content(i as u8)) {
+        // Relative to nothing: the first payload keyword of a buffer.
+        let first = |items: &[Item]| items.first() == Some(&Item::Content(i as u8));
+        if c.is_relative()
+            && (first(&rule.items) || rule.dns_query.as_ref().is_some_and(|q| first(&q.items)))
+        {
             return Err(RuleSyntax::RelativeFirstContent);
         }
         if c.depth.is_some_and(|d| (d as u64) < len) {

@@ -172,6 +172,8 @@ pub enum Item {
     ByteExtract(ByteExtract),
     /// `isdataat`.
     IsDataAt(IsDataAt),
+    /// `bsize`: the buffer's length (sticky buffers only).
+    Bsize(super::NumCmp),
 }
 
 /// A `flowbits` operation.
