@@ -429,31 +429,7 @@ fn a_killed_store_primary_breaks_no_connection() {
 
     // 12 downloads of 1 MiB at 256 KiB/s: about 4 s each, established
     // before the kill and still running through the failover.
-    let gw = st.vm("gateway").unwrap().netns.clone();
-    let srv = st.vm("srv1").unwrap().addrs[0].clone();
-    let files: Vec<std::path::PathBuf> = (0..12)
-        .map(|i| dir.path().join(format!("download-{i}")))
-        .collect();
-    let kids: Vec<std::process::Child> = files
-        .iter()
-        .map(|f| {
-            std::process::Command::new("ip")
-                .args(["netns", "exec", &gw, "curl", "-sf", "--max-time", "60"])
-                .args(["--interface", "198.51.100.10", "-o"])
-                .arg(f)
-                .arg(format!("http://{srv}/paced/blob?rate=262144"))
-                .spawn()
-                .unwrap()
-        })
-        .collect();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !files
-        .iter()
-        .all(|f| std::fs::metadata(f).is_ok_and(|m| m.len() > 0))
-    {
-        assert!(Instant::now() < deadline, "the downloads did not start");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let downloads = Downloads::start(&lab, dir.path(), 12);
     // The primary with the most records: established connections depend on
     // what it held.
     let keys = lab.store_keys();
@@ -496,23 +472,74 @@ fn a_killed_store_primary_breaks_no_connection() {
     assert_eq!(now.len(), 3, "a replica took over: {now:?}");
     assert!(!now.contains(&victim), "{now:?}");
 
-    // No established connection was lost: every download complete and intact.
-    let blob = sluice_testbed::lab::blob();
-    for (mut k, f) in kids.into_iter().zip(&files) {
-        let status = k.wait().unwrap();
-        let got = std::fs::read(f).unwrap_or_default();
-        assert!(
-            status.success() && got.len() == blob.len() && got == blob,
-            "{}: curl {status}, {} of {} bytes",
-            f.display(),
-            got.len(),
-            blob.len()
-        );
+    // No established connection was lost: every download complete and intact;
+    // new connections after the failover.
+    downloads.finish_whole();
+    new_connections_work(&lab);
+}
+
+/// Paced downloads (1 MiB at 256 KiB/s, about 4 s each) from `srv1` to the
+/// gateway of the elasticity example, running in the background.
+struct Downloads {
+    files: Vec<std::path::PathBuf>,
+    kids: Vec<std::process::Child>,
+}
+
+impl Downloads {
+    /// Starts `n` downloads into `dir` and waits until each has bytes.
+    fn start(lab: &Lab, dir: &std::path::Path, n: usize) -> Downloads {
+        use std::time::{Duration, Instant};
+        let st = lab.state();
+        let gw = st.vm("gateway").unwrap().netns.clone();
+        let srv = st.vm("srv1").unwrap().addrs[0].clone();
+        let files: Vec<std::path::PathBuf> =
+            (0..n).map(|i| dir.join(format!("download-{i}"))).collect();
+        let kids = files
+            .iter()
+            .map(|f| {
+                std::process::Command::new("ip")
+                    .args(["netns", "exec", &gw, "curl", "-sf", "--max-time", "60"])
+                    .args(["--interface", "198.51.100.10", "-o"])
+                    .arg(f)
+                    .arg(format!("http://{srv}/paced/blob?rate=262144"))
+                    .spawn()
+                    .unwrap()
+            })
+            .collect();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !files
+            .iter()
+            .all(|f| std::fs::metadata(f).is_ok_and(|m| m.len() > 0))
+        {
+            assert!(Instant::now() < deadline, "the downloads did not start");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Downloads { files, kids }
     }
-    // New connections after the failover.
+
+    /// Waits for every download and checks each arrived complete and intact.
+    fn finish_whole(self) {
+        let blob = sluice_testbed::lab::blob();
+        for (mut k, f) in self.kids.into_iter().zip(&self.files) {
+            let status = k.wait().unwrap();
+            let got = std::fs::read(f).unwrap_or_default();
+            assert!(
+                status.success() && got.len() == blob.len() && got == blob,
+                "{}: curl {status}, {} of {} bytes",
+                f.display(),
+                got.len(),
+                blob.len()
+            );
+        }
+    }
+}
+
+/// Five new connections from the gateway to `srv1` get its page.
+fn new_connections_work(lab: &Lab) {
+    let srv = lab.state().vm("srv1").unwrap().addrs[0].clone();
     for _ in 0..5 {
         let body = scenario::curl(
-            &lab,
+            lab,
             "gateway",
             Some("198.51.100.10"),
             &format!("http://{srv}/index.html"),
@@ -568,31 +595,7 @@ fn a_killed_agent_is_restarted_and_breaks_no_connection() {
     let before = instance_processes(&lab, fw_host);
     assert_eq!(before.len(), 1, "{before:?}");
 
-    let gw = st.vm("gateway").unwrap().netns.clone();
-    let srv = st.vm("srv1").unwrap().addrs[0].clone();
-    let files: Vec<std::path::PathBuf> = (0..8)
-        .map(|i| dir.path().join(format!("download-{i}")))
-        .collect();
-    let kids: Vec<std::process::Child> = files
-        .iter()
-        .map(|f| {
-            std::process::Command::new("ip")
-                .args(["netns", "exec", &gw, "curl", "-sf", "--max-time", "60"])
-                .args(["--interface", "198.51.100.10", "-o"])
-                .arg(f)
-                .arg(format!("http://{srv}/paced/blob?rate=262144"))
-                .spawn()
-                .unwrap()
-        })
-        .collect();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !files
-        .iter()
-        .all(|f| std::fs::metadata(f).is_ok_and(|m| m.len() > 0))
-    {
-        assert!(Instant::now() < deadline, "the downloads did not start");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let downloads = Downloads::start(&lab, dir.path(), 8);
     let killed = lab.kill_agent(fw_host).unwrap();
     let at = Instant::now();
     let api = st
@@ -624,31 +627,11 @@ fn a_killed_agent_is_restarted_and_breaks_no_connection() {
         back.as_secs_f64()
     );
 
-    let blob = sluice_testbed::lab::blob();
-    for (mut k, f) in kids.into_iter().zip(&files) {
-        let status = k.wait().unwrap();
-        let got = std::fs::read(f).unwrap_or_default();
-        assert!(
-            status.success() && got.len() == blob.len() && got == blob,
-            "{}: curl {status}, {} of {} bytes",
-            f.display(),
-            got.len(),
-            blob.len()
-        );
-    }
+    downloads.finish_whole();
     assert_eq!(
         instance_processes(&lab, fw_host),
         before,
         "one process per instance, none left over from the killed agent"
     );
-    for _ in 0..5 {
-        let body = scenario::curl(
-            &lab,
-            "gateway",
-            Some("198.51.100.10"),
-            &format!("http://{srv}/index.html"),
-            10,
-        );
-        assert_eq!(body.as_deref(), Some(&b"srv1\n"[..]), "a new connection");
-    }
+    new_connections_work(&lab);
 }

@@ -30,22 +30,7 @@ fn a_udp_flood_does_not_starve_a_tcp_download_under_seawall() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let lab = Lab::up(&LabOptions {
-        spec: PathBuf::from(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../../examples/tenant/figure4.yaml"
-        )),
-        hosts: 3,
-        dir: dir.path().to_path_buf(),
-        sluice: PathBuf::from(env!("CARGO_BIN_EXE_sluice")),
-        sluiced: PathBuf::from(env!("CARGO_BIN_EXE_sluice")).with_file_name("sluiced"),
-        web: false,
-        seawall: true,
-        fabric_auth: true,
-        store: Default::default(),
-        subverted: Vec::new(),
-    })
-    .unwrap_or_else(|e| panic!("testbed did not come up: {e}"));
+    let lab = seawall_lab(dir.path(), 3, Vec::new());
     let o = IsolationOptions {
         seconds: 5,
         ..IsolationOptions::default()
@@ -89,13 +74,15 @@ fn a_udp_flood_does_not_starve_a_tcp_download_under_seawall() {
     note("ran");
 }
 
-fn containment_lab(dir: &std::path::Path, subverted: Vec<u32>) -> Lab {
+/// Figure 4's tenant on `hosts` hosts of a lab with Seawall on, the hosts in
+/// `subverted` running their agents without it.
+fn seawall_lab(dir: &std::path::Path, hosts: u32, subverted: Vec<u32>) -> Lab {
     Lab::up(&LabOptions {
         spec: PathBuf::from(concat!(
             env!("CARGO_MANIFEST_DIR"),
             "/../../examples/tenant/figure4.yaml"
         )),
-        hosts: 4,
+        hosts,
         dir: dir.to_path_buf(),
         sluice: PathBuf::from(env!("CARGO_BIN_EXE_sluice")),
         sluiced: PathBuf::from(env!("CARGO_BIN_EXE_sluice")).with_file_name("sluiced"),
@@ -128,7 +115,7 @@ fn a_host_ignoring_congestion_feedback_is_contained_and_an_honest_one_is_not() {
         ..ContainmentOptions::default()
     };
     let dir = tempfile::tempdir().unwrap();
-    let lab = containment_lab(dir.path(), vec![3]);
+    let lab = seawall_lab(dir.path(), 4, vec![3]);
     if let Err(e) = limit(&lab, &o) {
         let msg = e.to_string();
         assert!(
@@ -147,7 +134,7 @@ fn a_host_ignoring_congestion_feedback_is_contained_and_an_honest_one_is_not() {
     drop(lab);
 
     let dir = tempfile::tempdir().unwrap();
-    let lab = containment_lab(dir.path(), Vec::new());
+    let lab = seawall_lab(dir.path(), 4, Vec::new());
     limit(&lab, &o).unwrap();
     let honest = run(&lab, Kind::HonestUdp, &o).unwrap();
     eprintln!("{honest:?}");

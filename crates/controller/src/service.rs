@@ -414,34 +414,31 @@ pub fn serve(opts: ServerOptions) -> Result<ServerHandle, ControllerError> {
     };
     let sh = shared.clone();
     threads.push(spawn("ctl-ticker".into(), Box::new(move || ticker(&sh)))?);
-    if shared.store_acl.is_some() {
-        // Its own thread: a slow or absent store must not delay the ticker's
-        // health checks.
+    // Each on a thread of its own: a slow or absent store must not delay the
+    // ticker's health checks.
+    let every = |name: &str, period: Duration, f: fn(&Shared)| {
         let sh = shared.clone();
-        threads.push(spawn(
-            "ctl-store-users".into(),
+        spawn(
+            name.into(),
             Box::new(move || {
                 while !sh.stopping() {
-                    std::thread::sleep(STORE_USERS_EVERY);
-                    sh.sync_store_users();
+                    std::thread::sleep(period);
+                    f(&sh);
                 }
             }),
+        )
+    };
+    if shared.store_acl.is_some() {
+        threads.push(every(
+            "ctl-store-users",
+            STORE_USERS_EVERY,
+            Shared::sync_store_users,
         )?);
     }
     if shared.store_probe.is_some() {
-        // Once before serving, so `/healthz` knows from its first answer;
-        // then on a thread of its own, as the users' synchronisation.
+        // Once before serving, so `/healthz` knows from its first answer.
         shared.probe_store();
-        let sh = shared.clone();
-        threads.push(spawn(
-            "ctl-store-probe".into(),
-            Box::new(move || {
-                while !sh.stopping() {
-                    std::thread::sleep(PROBE_EVERY);
-                    sh.probe_store();
-                }
-            }),
-        )?);
+        threads.push(every("ctl-store-probe", PROBE_EVERY, Shared::probe_store)?);
     }
     let sh = shared.clone();
     threads.push(spawn(

@@ -10,7 +10,7 @@ use sluice_controller::client::{Client, ClientError};
 use sluice_controller::model::StatusInfo;
 use sluice_controller::store_health::Role;
 use sluice_controller::store_probe::MARKER_KEY;
-use sluice_controller::{serve, ServerOptions};
+mod common;
 use sluice_state_redis::acl::{Admin, Value};
 use sluice_state_redis::server::RedisServer;
 use sluice_state_redis::Secret;
@@ -73,18 +73,7 @@ fn a_killed_store_fails_healthz_and_one_restarted_empty_is_reported_as_lost_data
         pw_file.display()
     );
     let node = format!("127.0.0.1:{}", redis.port());
-    let server = serve(ServerOptions {
-        listen: "127.0.0.1:0".parse().unwrap(),
-        db: dir.path().join("c.db"),
-        state_url: url.clone(),
-        admin_token_file: Some(dir.path().join("admin.token")),
-        fabric_auth: false,
-        tls: None,
-        placement: Default::default(),
-        containment_threshold: sluice_controller::reconcile::DEFAULT_THRESHOLD,
-    })
-    .unwrap();
-    let token = std::fs::read_to_string(dir.path().join("admin.token")).unwrap();
+    let (server, token) = common::start_with_state(dir.path(), &url);
     let c = Client::new(&server.url()).with_token(Some(&token));
     let marker = || {
         let mut a = Admin::open(&url).unwrap();
@@ -183,18 +172,7 @@ fn a_killed_store_fails_healthz_and_one_restarted_empty_is_reported_as_lost_data
 #[test]
 fn a_local_store_is_not_probed() {
     let dir = tempfile::tempdir().unwrap();
-    let server = serve(ServerOptions {
-        listen: "127.0.0.1:0".parse().unwrap(),
-        db: dir.path().join("c.db"),
-        state_url: "local".into(),
-        admin_token_file: Some(dir.path().join("admin.token")),
-        fabric_auth: false,
-        tls: None,
-        placement: Default::default(),
-        containment_threshold: sluice_controller::reconcile::DEFAULT_THRESHOLD,
-    })
-    .unwrap();
-    let token = std::fs::read_to_string(dir.path().join("admin.token")).unwrap();
+    let (server, token) = common::start_with_state(dir.path(), "local");
     let c = Client::new(&server.url()).with_token(Some(&token));
     let s: StatusInfo = c.get("/v1/status").unwrap();
     assert_eq!(s.store.kind, "local");
@@ -223,18 +201,7 @@ fn a_cluster_slot_range_without_a_primary_fails_healthz() {
         .iter()
         .map(|n| format!("127.0.0.1:{}", n.port()))
         .collect();
-    let server = serve(ServerOptions {
-        listen: "127.0.0.1:0".parse().unwrap(),
-        db: dir.path().join("c.db"),
-        state_url: url.clone(),
-        admin_token_file: Some(dir.path().join("admin.token")),
-        fabric_auth: false,
-        tls: None,
-        placement: Default::default(),
-        containment_threshold: sluice_controller::reconcile::DEFAULT_THRESHOLD,
-    })
-    .unwrap();
-    let token = std::fs::read_to_string(dir.path().join("admin.token")).unwrap();
+    let (server, token) = common::start_with_state(dir.path(), &url);
     let c = Client::new(&server.url()).with_token(Some(&token));
     let s: StatusInfo = c.get("/v1/status").unwrap();
     assert_eq!(s.store.kind, "redis-cluster");

@@ -1623,6 +1623,41 @@ fn detector_against_a_fixed_timeout() {
     assert!(adaptive <= 5);
 }
 
+/// One Seawall period at `now` between host 1 (`tx`, four numbered packets
+/// of `far`, the second lost on the way) and host 3 (`rx`, which also gets
+/// 100 unnumbered `flood` datagrams, 160 Mbit/s, from host 2), ending with
+/// host 3's feedback tick: host 3's path is congested every period.
+fn congested_period(tx: &mut Dataplane, rx: &mut Dataplane, far: &[u8], flood: &[u8], now: u64) {
+    let period = sluice_seawall::Config::default().period_ns;
+    let mut plan = TxPlan::new();
+    tx.set_now(now);
+    let batch = frames(vec![far.to_vec(); 4]);
+    tx.process_vm_batch(1, &batch, &mut plan);
+    let got: Vec<Vec<u8>> = plan
+        .outs
+        .iter()
+        .enumerate()
+        .filter(|(k, _)| *k != 1)
+        .map(|(_, o)| plan.message(&batch, o))
+        .collect();
+    let mut p3 = TxPlan::new();
+    rx.set_now(now);
+    rx.process_udp_batch(
+        &mut from(SocketAddrV4::new(underlay(1), GENEVE_PORT), got),
+        &mut p3,
+    );
+    rx.process_udp_batch(
+        &mut from(
+            SocketAddrV4::new(underlay(2), GENEVE_PORT),
+            vec![flood.to_vec(); 100],
+        ),
+        &mut p3,
+    );
+    rx.set_now(now + period / 2 + 1);
+    p3.clear();
+    rx.seawall_tick(&mut p3);
+}
+
 /// Seawall §4 on the receiving side: host 3 reports loss to host 1 every
 /// period; host 2 sends unnumbered Geneve (no rate controller) far over any
 /// allowance the whole time. Host 3 accuses host 2, and only host 2, and from
@@ -1638,39 +1673,9 @@ fn a_peer_that_ignores_congestion_is_accused_and_sandboxed() {
     rx.set_seawall(Some(sluice_seawall::Config::default()));
     let far = build::udp_v4([10, 0, 0, 1], [10, 9, 1, 1], 1, 2, &[7u8; 1000]);
     let flood = encap(7, None, &far);
-    let mut plan = TxPlan::new();
     let mut accused_at = None;
     for p in 1..=200u64 {
-        let now = p * period;
-        // Host 1: four numbered packets a period, the second lost on the way.
-        plan.clear();
-        tx.set_now(now);
-        let batch = frames(vec![far.clone(); 4]);
-        tx.process_vm_batch(1, &batch, &mut plan);
-        let got: Vec<Vec<u8>> = plan
-            .outs
-            .iter()
-            .enumerate()
-            .filter(|(k, _)| *k != 1)
-            .map(|(_, o)| plan.message(&batch, o))
-            .collect();
-        let mut p3 = TxPlan::new();
-        rx.set_now(now);
-        rx.process_udp_batch(
-            &mut from(SocketAddrV4::new(underlay(1), GENEVE_PORT), got),
-            &mut p3,
-        );
-        // Host 2: 100 kB a period (160 Mbit/s), never slowing down.
-        rx.process_udp_batch(
-            &mut from(
-                SocketAddrV4::new(underlay(2), GENEVE_PORT),
-                vec![flood.clone(); 100],
-            ),
-            &mut p3,
-        );
-        rx.set_now(now + period / 2 + 1);
-        p3.clear();
-        rx.seawall_tick(&mut p3);
+        congested_period(&mut tx, &mut rx, &far, &flood, p * period);
         if accused_at.is_none() && !rx.accusations().is_empty() {
             accused_at = Some(p);
         }
@@ -1711,35 +1716,7 @@ fn a_peer_that_ignores_congestion_is_accused_and_sandboxed() {
     // accusation made since stands.
     let mut rx = next;
     for p in 202..=400u64 {
-        let now = p * period;
-        let mut p3 = TxPlan::new();
-        rx.set_now(now);
-        rx.process_udp_batch(
-            &mut from(
-                SocketAddrV4::new(underlay(2), GENEVE_PORT),
-                vec![flood.clone(); 100],
-            ),
-            &mut p3,
-        );
-        // Host 1's numbered packets, one lost a period: the path is congested.
-        tx.set_now(now);
-        plan.clear();
-        let batch = frames(vec![far.clone(); 4]);
-        tx.process_vm_batch(1, &batch, &mut plan);
-        let got: Vec<Vec<u8>> = plan
-            .outs
-            .iter()
-            .enumerate()
-            .filter(|(k, _)| *k != 1)
-            .map(|(_, o)| plan.message(&batch, o))
-            .collect();
-        rx.process_udp_batch(
-            &mut from(SocketAddrV4::new(underlay(1), GENEVE_PORT), got),
-            &mut p3,
-        );
-        rx.set_now(now + period / 2 + 1);
-        p3.clear();
-        rx.seawall_tick(&mut p3);
+        congested_period(&mut tx, &mut rx, &far, &flood, p * period);
     }
     assert_eq!(rx.accusations().len(), 1, "accused anew");
     let mut again = Dataplane::new(3, &cfg).unwrap();

@@ -13,11 +13,16 @@ use sluice_proto::{HostCapacity, HostRegistration, VmRegistration};
 /// Starts a controller with its database in `dir`; returns it and the
 /// operator token `admin`'s secret.
 pub fn start(dir: &Path) -> (ServerHandle, String) {
+    start_with_state(dir, "local")
+}
+
+/// [`start`] with the state store at `state_url`.
+pub fn start_with_state(dir: &Path, state_url: &str) -> (ServerHandle, String) {
     let token_file = dir.join("admin.token");
     let server = serve(ServerOptions {
         listen: "127.0.0.1:0".parse().unwrap(),
         db: dir.join("c.db"),
-        state_url: "local".into(),
+        state_url: state_url.into(),
         admin_token_file: Some(token_file.clone()),
         fabric_auth: false,
         tls: None,
