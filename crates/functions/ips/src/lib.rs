@@ -84,6 +84,7 @@ pub mod classification;
 mod decide;
 pub mod dns;
 pub mod engine;
+pub mod http;
 pub mod inspect;
 pub mod rules;
 pub mod threshold;
@@ -319,6 +320,10 @@ pub struct Ips {
     dns_names: Vec<u8>,
     /// Where each name is in `dns_names`.
     dns_spans: Vec<(u32, u32)>,
+    /// An HTTP message's buffers, reused.
+    http_bufs: http::Buffers,
+    /// The HTTP framing's pieces of a message, reused.
+    http_piece: http::Piece,
 }
 
 /// The batch's TCP stream bytes scanned ahead of evaluation, interleaved across
@@ -357,7 +362,8 @@ impl Ips {
         // Non-TCP flows keep a record only when a rule can block them or keeps
         // flowbits on them.
         let nontcp_drop = rules.iter().any(|r| {
-            r.proto != Proto::Tcp && (r.action != Action::Alert || !r.flowbits.is_empty())
+            !matches!(r.proto, Proto::Tcp | Proto::Http)
+                && (r.action != Action::Alert || !r.flowbits.is_empty())
         });
         let thresholds = threshold::Thresholds::new(&rules);
         let engine = Engine::new(rules).map_err(ConfigError::Compile)?;
@@ -378,6 +384,8 @@ impl Ips {
             buf: Vec::new(),
             dns_names: Vec::new(),
             dns_spans: Vec::new(),
+            http_bufs: http::Buffers::default(),
+            http_piece: http::Piece::default(),
         })
     }
 

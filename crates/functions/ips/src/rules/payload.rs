@@ -499,7 +499,8 @@ fn dollar_endonly(p: &str) -> String {
 }
 
 /// `pcre`: `v` is `"/REGEX/FLAGS"`, optionally after `!`.
-pub(crate) fn pcre(v: &str) -> Result<Pcre, RuleSyntax> {
+/// With the HTTP buffer its flag selects (`U`, `H`, ...), if any.
+pub(crate) fn pcre(v: &str) -> Result<(Pcre, Option<crate::http::Buf>), RuleSyntax> {
     let kw = "pcre";
     let (negate, q) = match v.trim().strip_prefix('!') {
         Some(r) => (true, r.trim()),
@@ -519,6 +520,7 @@ pub(crate) fn pcre(v: &str) -> Result<Pcre, RuleSyntax> {
     b.jit_if_available(true);
     let (mut anchored, mut relative, mut ungreedy, mut endonly, mut multi, mut extended) =
         (false, false, false, false, false, false);
+    let mut http = None;
     for f in flags.chars() {
         match f {
             'i' => {
@@ -542,9 +544,13 @@ pub(crate) fn pcre(v: &str) -> Result<Pcre, RuleSyntax> {
             // `B` is accepted for Snort compatibility and does nothing in
             // Suricata; `O` lifts the configured match limits.
             'B' | 'O' => {}
-            'U' | 'I' | 'P' | 'Q' | 'H' | 'D' | 'M' | 'C' | 'S' | 'Y' | 'V' | 'W' | 'Z' => {
-                return Err(unsupported(format!("pcre /{f} (http buffer)")))
+            f if crate::http::pcre_flag(f).is_some() => {
+                if http.is_some() {
+                    return Err(bad(kw, v));
+                }
+                http = crate::http::pcre_flag(f);
             }
+            'Z' => return Err(unsupported(format!("pcre /{f} (http buffer)"))),
             _ => return Err(bad(kw, v)),
         }
     }
@@ -564,11 +570,14 @@ pub(crate) fn pcre(v: &str) -> Result<Pcre, RuleSyntax> {
         keyword: kw.into(),
         value: format!("{v}: {e}"),
     })?;
-    Ok(Pcre {
-        re: Regex(Arc::new(re)),
-        negate,
-        relative,
-    })
+    Ok((
+        Pcre {
+            re: Regex(Arc::new(re)),
+            negate,
+            relative,
+        },
+        http,
+    ))
 }
 
 fn names(s: &str) -> Vec<String> {
