@@ -906,12 +906,6 @@ fn remove_dots(out: &mut Vec<u8>, start: usize) {
             }
             if w > start {
                 w -= 1;
-                while w > start && out[w - 1] != b'/' {
-                    w -= 1;
-                }
-                if w > start {
-                    w -= 1;
-                }
             }
             if seg_end == end && slash {
                 out[w] = b'/';
