@@ -493,13 +493,11 @@ impl HttpDir {
                         self.val = 3;
                     }
                 }
-                1 => {
-                    if b.is_ascii_digit() {
-                        self.remaining = self
-                            .remaining
-                            .saturating_mul(10)
-                            .saturating_add((b - b'0') as u64);
-                    }
+                1 if b.is_ascii_digit() => {
+                    self.remaining = self
+                        .remaining
+                        .saturating_mul(10)
+                        .saturating_add((b - b'0') as u64);
                 }
                 2 => {
                     if self.m_te as usize >= CHUNKED_TOKEN.len() {
