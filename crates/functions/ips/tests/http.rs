@@ -235,6 +235,9 @@ fn responses_and_bodies() {
     assert!(run(r#"http.server; content:"nginx";"#));
     assert!(run(r#"http.content_type; content:"text/html";"#));
     assert!(run(r#"http.content_len; content:"20";"#));
+    // byte_test of 0 string bytes: the whole buffer as a number.
+    assert!(run("http.content_len; byte_test:0,>=,20,0,string,dec;"));
+    assert!(!run("http.content_len; byte_test:0,>,20,0,string,dec;"));
     assert!(run(r#"http.cookie; content:"id=7";"#));
     assert!(run(
         r#"file_data; content:"<html>"; startswith; content:"evil"; distance:0;"#

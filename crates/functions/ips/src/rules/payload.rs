@@ -266,7 +266,9 @@ fn finish_read(kw: &str, v: &str, ex: &mut Extract, string: bool) -> Result<(), 
         _ => {}
     }
     let max = if string { 20 } else { 8 };
-    if ex.nbytes == 0 || ex.nbytes > max {
+    // A string of 0 bytes is the rest of the buffer (Suricata; ET Open uses
+    // it on `http.content_len`).
+    if (ex.nbytes == 0 && !string) || ex.nbytes > max {
         return Err(bad(kw, v));
     }
     Ok(())
