@@ -324,6 +324,8 @@ pub struct Ips {
     http_bufs: http::Buffers,
     /// The HTTP framing's pieces of a message, reused.
     http_piece: http::Piece,
+    /// A buffer with a `.` before it (`dotprefix`), reused.
+    http_dot: Vec<u8>,
 }
 
 /// The batch's TCP stream bytes scanned ahead of evaluation, interleaved across
@@ -386,6 +388,7 @@ impl Ips {
             dns_spans: Vec::new(),
             http_bufs: http::Buffers::default(),
             http_piece: http::Piece::default(),
+            http_dot: Vec::new(),
         })
     }
 
@@ -403,6 +406,12 @@ impl Ips {
     /// Number of rules loaded.
     pub fn rule_count(&self) -> usize {
         self.engine.rules.len()
+    }
+
+    /// HTTP rules checked on every HTTP message (no content on an HTTP
+    /// buffer for the prefilter).
+    pub fn http_unfiltered(&self) -> usize {
+        self.engine.http.unfiltered()
     }
 
     /// The counters.

@@ -160,6 +160,18 @@ fn each_request_buffer() {
         GET
     ));
     assert!(fires(r#"http.accept; content:"*/*"; bsize:3;"#, GET));
+    assert!(fires(
+        r#"http.host; dotprefix; content:".example.com"; endswith;"#,
+        GET
+    ));
+    assert!(!fires(
+        r#"http.host; dotprefix; content:".ample.com"; endswith;"#,
+        GET
+    ));
+    assert!(fires(
+        r#"http.host; dotprefix; content:".example.com"; startswith;"#,
+        b"GET / HTTP/1.1\r\nHost: example.com\r\n\r\n"
+    ));
     assert!(fires(r#"http.protocol; content:"HTTP/1.1";"#, GET));
     assert!(fires(
         r#"http.start; content:"GET /"; startswith; content:"|0d 0a 0d 0a|"; endswith;"#,
@@ -517,4 +529,6 @@ fn et_open_http_rules_load() {
     let n = all.len();
     let i = Ips::new(all, Vec::new(), sluice_state::Namespace(2), 300).unwrap();
     assert_eq!(i.rule_count(), n);
+    // Every rule has a content for the prefilter.
+    assert!(i.http_unfiltered() < 50, "{}", i.http_unfiltered());
 }

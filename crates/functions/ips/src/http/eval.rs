@@ -71,10 +71,11 @@ impl Ips {
         (data, base): (&[u8], u64),
     ) -> bool {
         cands.clear();
-        self.engine.http.candidates(b, &mut self.hits, cands);
+        self.engine.http.candidates(b, data, &mut self.hits, cands);
         cands.sort_unstable();
         cands.dedup();
         let mut drop = false;
+        let mut dot = std::mem::take(&mut self.http_dot);
         for &rule in cands.iter() {
             let r = &self.engine.rules[rule as usize];
             if st.dirs[d].has_fired(rule) || !self.engine.header_matches(rule, hdr) {
@@ -84,8 +85,17 @@ impl Ips {
             // matches nothing), and keywords before any buffer over the
             // packet's bytes.
             let ok = r.http.iter().all(|l| {
-                b.get(l.buf)
-                    .is_some_and(|buf| inspect::inspect_items(r, &l.items, buf, 0))
+                b.get(l.buf).is_some_and(|buf| {
+                    let buf = if l.dotprefix {
+                        dot.clear();
+                        dot.push(b'.');
+                        dot.extend_from_slice(buf);
+                        &dot[..]
+                    } else {
+                        buf
+                    };
+                    inspect::inspect_items(r, &l.items, buf, 0)
+                })
             }) && (r.items.is_empty() || inspect::inspect(r, data, base));
             if !ok {
                 continue;
@@ -95,6 +105,7 @@ impl Ips {
                 break;
             }
         }
+        self.http_dot = dot;
         drop
     }
 }

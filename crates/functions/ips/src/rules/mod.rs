@@ -247,6 +247,8 @@ pub struct HttpList {
     pub buf: crate::http::Buf,
     /// Payload keywords in rule order (contents by index in [`Rule::contents`]).
     pub items: Vec<Item>,
+    /// `dotprefix`: the buffer is inspected with a `.` before it.
+    pub dotprefix: bool,
 }
 
 /// A parsed rule.

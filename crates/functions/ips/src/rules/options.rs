@@ -699,18 +699,24 @@ fn items<'r>(rule: &'r mut Rule, cx: &ParseCx) -> &'r mut Vec<Item> {
 }
 
 /// The keyword list of HTTP buffer `b` (made on first use).
-fn http_items(rule: &mut Rule, b: crate::http::Buf) -> &mut Vec<Item> {
+fn http_list(rule: &mut Rule, b: crate::http::Buf) -> &mut super::HttpList {
     let i = match rule.http.iter().position(|l| l.buf == b) {
         Some(i) => i,
         None => {
             rule.http.push(super::HttpList {
                 buf: b,
                 items: Vec::new(),
+                dotprefix: false,
             });
             rule.http.len() - 1
         }
     };
-    &mut rule.http[i].items
+    &mut rule.http[i]
+}
+
+/// The keywords of HTTP buffer `b`.
+fn http_items(rule: &mut Rule, b: crate::http::Buf) -> &mut Vec<Item> {
+    &mut http_list(rule, b).items
 }
 
 /// An HTTP keyword makes a `tcp` rule an HTTP one (Suricata sets the rule's
@@ -910,6 +916,15 @@ pub(super) fn apply(
             move_content(rule, k, crate::http::Buf::Uri);
         }
         // Transforms must follow the sticky buffer directly (Suricata).
+        "dotprefix" if cx.http.is_some() => {
+            let l = http_list(rule, cx.http.unwrap_or(crate::http::Buf::Host));
+            if !l.items.is_empty() {
+                return Err(RuleSyntax::UnsupportedKeyword(format!(
+                    "{name} after a keyword of its buffer"
+                )));
+            }
+            l.dotprefix = true;
+        }
         "dotprefix" => match &mut rule.dns_query {
             Some(q) if cx.dns_query && q.items.is_empty() => q.dotprefix = true,
             Some(_) if cx.dns_query => {
