@@ -532,3 +532,41 @@ fn et_open_http_rules_load() {
     // Every rule has a content for the prefilter.
     assert!(i.http_unfiltered() < 50, "{}", i.http_unfiltered());
 }
+
+/// The record carries the framing (version 3); version 2 records, without
+/// it, still decode.
+#[test]
+fn the_framing_round_trips_through_the_record() {
+    use sluice_ips::engine::{record_size, FlowState};
+    use sluice_state::{Codec, Reader, Writer};
+    let mut st = FlowState::default();
+    let mut peer = HttpDir::default();
+    st.http[0].advance(
+        b"POST / HTTP/1.1\r\nContent-Length: 9\r\n\r\nabc",
+        true,
+        &mut peer,
+        &mut Piece::default(),
+        |_, _| {},
+    );
+    assert_eq!(st.http[0].phase, Phase::Body);
+    assert_eq!(st.http[0].remaining, 6);
+    let mut buf = Vec::new();
+    st.encode(&mut Writer::new(&mut buf));
+    assert_eq!(buf.len(), record_size(0, 0) + 15);
+    assert_eq!(FlowState::decode(&mut Reader::new(&buf)).unwrap(), st);
+    let mut idle = Vec::new();
+    FlowState::default().encode(&mut Writer::new(&mut idle));
+    assert_eq!(idle.len(), record_size(0, 0));
+    // Version 2: the same without the two framing bytes.
+    let mut v2 = idle[..idle.len() - 2].to_vec();
+    v2[0] = 2;
+    assert_eq!(
+        FlowState::decode(&mut Reader::new(&v2)).unwrap(),
+        FlowState::default()
+    );
+    // An unknown phase is refused, not trusted.
+    let mut bad = idle.clone();
+    let n = bad.len();
+    bad[n - 1] = 99;
+    assert!(FlowState::decode(&mut Reader::new(&bad)).is_err());
+}

@@ -1,8 +1,9 @@
 //! Suricata rules: parser and header matching.
 //!
 //! Actions `alert`, `drop`, `pass`; protocols `tcp` (also `tcp-pkt`,
-//! `tcp-stream`), `udp`, `icmp`, `ip`, and the application layer `dns`
-//! (messages told by content, [`crate::dns::detect`]); addresses and ports as `any`, single values,
+//! `tcp-stream`), `udp`, `icmp`, `ip`, and the application layers `dns`
+//! (messages told by content, [`crate::dns::detect`]) and `http`
+//! ([`crate::http`]); addresses and ports as `any`, single values,
 //! CIDR, port ranges `a:b`, `a:`, `:b`, lists `[a,b]` (nested), negation `!`,
 //! variables `$NAME` from the configuration; directions `->` and `<>`. Every
 //! option keyword is looked up in [`options::KEYWORDS`]: a rule loads only if each
@@ -13,7 +14,10 @@
 //!
 //! Sticky buffers: after `dns.query` (or its older name `dns_query`, an alias
 //! since Suricata 5) the payload keywords inspect the query names of DNS
-//! requests ([`DnsQuery`]) until `pkt_data` returns to the packet's payload.
+//! requests ([`DnsQuery`]) until `pkt_data` returns to the packet's payload;
+//! after an HTTP buffer keyword (`http.uri`, `file_data`, ...) they inspect
+//! that buffer of each HTTP message ([`HttpList`]), and the Snort-style
+//! modifiers (`http_uri`, ...) move the content before them there.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
