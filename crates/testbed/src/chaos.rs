@@ -724,21 +724,28 @@ fn gateway(lab: &Lab) -> Result<String, LabError> {
         .ok_or_else(|| other("the lab has no gateway VM"))
 }
 
-/// The controller's instances (name, host, pid, alive).
-fn instances(lab: &Lab) -> Result<Vec<(String, u32, Option<u32>, bool)>, LabError> {
+/// An NF instance as the controller reports it.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+struct Inst {
+    name: String,
+    host: u32,
+    pid: Option<u32>,
+    alive: bool,
+}
+
+/// The controller's instances.
+fn instances(lab: &Lab) -> Result<Vec<Inst>, LabError> {
     let st = lab.state();
     let text = http(st, "GET", &format!("{}/v1/instances", st.controller), None)?;
     let v: serde_json::Value = serde_json::from_str(&text).map_err(other)?;
     Ok(v.as_array()
         .into_iter()
         .flatten()
-        .map(|i| {
-            (
-                i["name"].as_str().unwrap_or("").to_string(),
-                i["host"].as_u64().unwrap_or(0) as u32,
-                i["pid"].as_u64().map(|p| p as u32),
-                i["alive"].as_bool() == Some(true),
-            )
+        .map(|i| Inst {
+            name: i["name"].as_str().unwrap_or("").to_string(),
+            host: i["host"].as_u64().unwrap_or(0) as u32,
+            pid: i["pid"].as_u64().map(|p| p as u32),
+            alive: i["alive"].as_bool() == Some(true),
         })
         .collect())
 }
@@ -779,6 +786,9 @@ impl Drop for Continue {
     }
 }
 
+/// A check that a faulted component is back.
+type BackCheck = Box<dyn Fn(&Lab) -> bool>;
+
 /// Injects `fault` (repetition `rep`) and returns what it hit and a check
 /// that the component is back.
 fn inject(
@@ -786,18 +796,18 @@ fn inject(
     fault: Fault,
     rep: u32,
     o: &ChaosOptions,
-) -> Result<(Target, Box<dyn Fn(&Lab) -> bool>), LabError> {
+) -> Result<(Target, BackCheck), LabError> {
     let hosts: Vec<u32> = lab.state().hosts.iter().map(|h| h.id).collect();
     let host = hosts[rep as usize % hosts.len()];
     match fault {
         Fault::Instance => {
             let tenant = lab.state().tenant.clone();
-            let mut cands: Vec<(String, u32, Option<u32>, bool)> = instances(lab)?
+            let mut cands: Vec<Inst> = instances(lab)?
                 .into_iter()
-                .filter(|(n, ..)| {
+                .filter(|i| {
                     o.middleboxes
                         .iter()
-                        .any(|m| n.starts_with(&format!("{tenant}/{m}/")))
+                        .any(|m| i.name.starts_with(&format!("{tenant}/{m}/")))
                 })
                 .collect();
             cands.sort();
@@ -807,7 +817,9 @@ fn inject(
                     o.middleboxes.join(", ")
                 )));
             }
-            let (name, host, pid, _) = cands[rep as usize % cands.len()].clone();
+            let Inst {
+                name, host, pid, ..
+            } = cands[rep as usize % cands.len()].clone();
             let pid = pid.ok_or_else(|| other(format!("instance {name} reports no pid")))?;
             signal(pid, libc::SIGKILL);
             let n = name.clone();
@@ -815,9 +827,8 @@ fn inject(
                 Target::Instance { name, host },
                 Box::new(move |lab: &Lab| {
                     instances(lab).is_ok_and(|is| {
-                        is.iter().any(|(m, _, p, alive)| {
-                            *m == n && *alive && p.is_some_and(|p| p != pid)
-                        })
+                        is.iter()
+                            .any(|i| i.name == n && i.alive && i.pid.is_some_and(|p| p != pid))
                     }) && in_sync(lab)
                 }),
             ))
