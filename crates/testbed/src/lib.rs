@@ -17,6 +17,7 @@
 
 use std::process::Command;
 
+pub mod chaos;
 pub mod containment;
 pub mod elasticity;
 pub mod experiments;

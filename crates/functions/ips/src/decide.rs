@@ -201,6 +201,7 @@ impl Ips {
         if p.meta.tcp_flags & (SYN | ACK) == SYN {
             // A new connection starts its automata afresh (Algorithm 2).
             st.dirs = [self.engine.initial(); 2];
+            st.http = Default::default();
             st.flags &= !PASSED;
         }
         if st.flags & PASSED != 0 {
@@ -226,6 +227,7 @@ impl Ips {
             stream: chunk.is_some(),
             pkt: packet_info(p),
             dns: false,
+            http: false,
         };
         let d = if hdr.to_server { 0 } else { 1 };
         if self.packet_rules(st, d, &hdr, p, ctx.events) {
@@ -274,7 +276,24 @@ impl Ips {
             parts: [own, extra],
             base,
         };
-        self.evaluate(st, d, &hdr, p, ctx.events, bytes)
+        if self.evaluate(st, d, &hdr, p, ctx.events, bytes) {
+            return true;
+        }
+        if st.flags & (BLOCKED | PASSED) != 0 || self.engine.http.is_empty() {
+            return false;
+        }
+        let mut buf = std::mem::take(&mut self.buf);
+        let data: &[u8] = if extra.is_empty() {
+            own
+        } else {
+            buf.clear();
+            buf.extend_from_slice(own);
+            buf.extend_from_slice(extra);
+            &buf
+        };
+        let drop = self.http_stream(st, d, &hdr, p, ctx.events, data, (base, c.gap));
+        self.buf = buf;
+        drop
     }
 
     /// Matches a datagram's payload on its own; only the flow flags persist.
@@ -299,6 +318,7 @@ impl Ips {
             stream: false,
             pkt: packet_info(p),
             dns: false,
+            http: false,
         };
         let mut drop = self.packet_rules(&mut scratch, d, &hdr, p, events);
         if scratch.flags & (BLOCKED | PASSED) == 0 {

@@ -8,6 +8,8 @@ use sluice_state::{Codec, DecodeError, Reader, Writer};
 use sluice_wire::FlowKey;
 
 use crate::dns::prefilter::DnsRules;
+use crate::http::prefilter::HttpRules;
+use crate::http::HttpDir;
 use crate::rules::{Flowbit, PacketInfo, Proto, Rule, StreamMode};
 
 /// Fired rules remembered per flow direction (so a rule fires once per flow and
@@ -370,6 +372,8 @@ pub struct Engine {
     flowbits: Vec<Vec<(FbOp, Vec<u16>)>>,
     /// The DNS rules' prefilter (they are not in the automata above).
     pub dns: DnsRules,
+    /// The HTTP rules' prefilter (likewise).
+    pub http: HttpRules,
     /// Flowbit names, by id.
     pub flowbit_names: Vec<String>,
 }
@@ -411,13 +415,14 @@ impl Engine {
                 Proto::Udp => &[1],
                 Proto::Icmp => &[2],
                 Proto::Ip => &[0, 1, 2, 3],
-                // Inspected on DNS messages only ([`DnsRules`]).
-                Proto::Dns => &[],
+                // Inspected on DNS messages and HTTP messages only
+                // ([`DnsRules`], [`HttpRules`]).
+                Proto::Dns | Proto::Http => &[],
             };
             let last_positive = r.contents.iter().rposition(|c| !c.negated);
             let multi_relative = r.contents.len() > 1 && r.contents.iter().any(|c| c.is_relative());
             trigger.push(match last_positive {
-                Some(k) if r.proto != Proto::Dns && (r.buffer || multi_relative) => k as u8,
+                Some(k) if !r.app_layer() && (r.buffer || multi_relative) => k as u8,
                 _ => NO_TRIGGER,
             });
             if r.items.is_empty() {
@@ -451,7 +456,7 @@ impl Engine {
             }
             flowbits.push(ops);
             for (ci, c) in r.contents.iter().enumerate() {
-                if c.negated || r.proto == Proto::Dns {
+                if c.negated || r.app_layer() {
                     continue;
                 }
                 let (pats, tg, idx) = &mut sets[c.nocase as usize];
@@ -483,8 +488,10 @@ impl Engine {
             Some(Matcher::build(&ip, it, true)?)
         };
         let dns = DnsRules::new(&rules)?;
+        let http = HttpRules::new(&rules)?;
         Ok(Engine {
             dns,
+            http,
             rules,
             cs,
             ci,
@@ -674,6 +681,8 @@ pub struct Header {
     pub pkt: PacketInfo,
     /// The packet carries a DNS message ([`crate::dns::detect`]).
     pub dns: bool,
+    /// The bytes are an HTTP message's ([`crate::http`]).
+    pub http: bool,
 }
 
 fn header_matches(r: &Rule, h: &Header) -> bool {
@@ -683,6 +692,7 @@ fn header_matches(r: &Rule, h: &Header) -> bool {
         Proto::Icmp => matches!(h.flow.proto, 1 | 58),
         Proto::Ip => true,
         Proto::Dns => h.dns,
+        Proto::Http => h.http,
     };
     if !proto_ok {
         return false;
@@ -828,10 +838,13 @@ pub struct FlowState {
     pub bits: FlowBits,
     /// Per direction.
     pub dirs: [DirState; 2],
+    /// Per direction, the HTTP framing ([`crate::http`]).
+    pub http: [HttpDir; 2],
 }
 
-/// Version 2 added the flowbits; version 1 records (none) still decode.
-const VERSION: u8 = 2;
+/// Version 2 added the flowbits, version 3 the HTTP framing; older records
+/// still decode (without them).
+const VERSION: u8 = 3;
 
 impl Codec for FlowState {
     fn encode(&self, w: &mut Writer<'_>) {
@@ -850,11 +863,14 @@ impl Codec for FlowState {
                 w.u32(p.rule).u8(p.next).u64(p.last_end);
             }
         }
+        for h in &self.http {
+            h.encode(w);
+        }
     }
 
     fn decode(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
         let version = r.u8()?;
-        if version != VERSION && version != 1 {
+        if !(1..=VERSION).contains(&version) {
             return Err(DecodeError("unknown ips record version"));
         }
         let mut s = FlowState {
@@ -896,12 +912,19 @@ impl Codec for FlowState {
             }
             d.nprog = np;
         }
+        if version >= 3 {
+            for h in &mut s.http {
+                *h = HttpDir::decode(r)?;
+            }
+        }
         Ok(s)
     }
 }
 
 /// Encoded size of a record with `fired` fired rules and `partial` partial matches
-/// in total over both directions, and no flowbit set (each adds 2 bytes).
+/// in total over both directions, no flowbit set (each adds 2 bytes) and no
+/// HTTP message being framed (each direction that is adds 15 bytes,
+/// [`HttpDir::encoded_len`]).
 pub const fn record_size(fired: usize, partial: usize) -> usize {
-    11 + 2 * 10 + 4 * fired + 13 * partial
+    11 + 2 * 10 + 2 + 4 * fired + 13 * partial
 }

@@ -247,11 +247,18 @@ impl Cx<'_> {
         } else {
             off.saturating_sub(self.base)
         };
-        let n = ex.nbytes as usize;
-        if pos < 0 || pos as u64 + n as u64 > self.data.len() as u64 || n == 0 {
+        if pos < 0 || pos as u64 > self.data.len() as u64 {
             return None;
         }
         let pos = pos as usize;
+        // 0 bytes of a string: up to 20 digits, to the buffer's end.
+        let n = match (ex.nbytes, ex.read) {
+            (0, Read::Str(_)) => (self.data.len() - pos).min(20),
+            (n, _) => n as usize,
+        };
+        if pos + n > self.data.len() || n == 0 {
+            return None;
+        }
         let b = &self.data[pos..pos + n];
         let mut v: u64 = match ex.read {
             Read::Big => b.iter().fold(0u64, |a, &x| (a << 8) | x as u64),

@@ -12,11 +12,14 @@
 //! already fired (a rule fires at most once per flow and direction, up to
 //! [`engine::MAX_FIRED`]) and the partial matches of multi-content rules, and per
 //! flow its `flowbits` (up to [`engine::MAX_FLOWBITS`], as ids of the loaded rule
-//! set's bit names). Layout: `[version u8][flags u8][last_seen u64][nbits u8]
+//! set's bit names), and per direction its HTTP framing ([`http::HttpDir`]).
+//! Layout: `[version u8][flags u8][last_seen u64][nbits u8]
 //! [nbits × bit u16]` then per direction
 //! `[cs u32][ci u32][nfired u8][nfired × rule u32][nprog u8][nprog × (rule u32,
-//! next u8, last_end u64)]`: 31 bytes for a flow without alerts, partial matches
-//! or flowbits, plus 4 per fired rule, 13 per partial match and 2 per flowbit
+//! next u8, last_end u64)]`, then per direction the HTTP framing (1 byte, 16
+//! while a message is framed): 33 bytes for a flow without alerts, partial
+//! matches, flowbits or HTTP message, plus 4 per fired rule, 13 per partial
+//! match, 2 per flowbit and 15 per direction framing HTTP
 //! ([`engine::record_size`]). A change of flowbits is written like a block: acked
 //! before the batch leaves.
 //! A TCP flow's record is read once per batch and written once per batch if it
@@ -76,6 +79,13 @@
 //!   time. They are prefiltered by their own automata over the names and
 //!   payload ([`dns::prefilter`]). Over UDP the side sending a request is the
 //!   client; over TCP a rule fires once per flow direction.
+//! * HTTP rules (protocol `http`, or `tcp` with an HTTP keyword) match
+//!   HTTP/1.x messages told by content on any port ([`http`]): each
+//!   direction's framing lives in the flow record, and a message's buffers are
+//!   inspected on the packet completing its head (with the body bytes that
+//!   follow in it) and its body bytes on later packets. A head split across
+//!   segments is framed but not inspected. Their own prefilter runs over
+//!   every buffer of a message ([`http::prefilter`]).
 //! * TCP stream bytes without a stream (mid-stream pickups when the reassembler
 //!   does not accept them) are not searched for contents; they are counted
 //!   (`ips_tcp_unreassembled`).
@@ -84,6 +94,7 @@ pub mod classification;
 mod decide;
 pub mod dns;
 pub mod engine;
+pub mod http;
 pub mod inspect;
 pub mod rules;
 pub mod threshold;
@@ -319,6 +330,12 @@ pub struct Ips {
     dns_names: Vec<u8>,
     /// Where each name is in `dns_names`.
     dns_spans: Vec<(u32, u32)>,
+    /// An HTTP message's buffers, reused.
+    http_bufs: http::Buffers,
+    /// The HTTP framing's pieces of a message, reused.
+    http_piece: http::Piece,
+    /// A buffer with a `.` before it (`dotprefix`), reused.
+    http_dot: Vec<u8>,
 }
 
 /// The batch's TCP stream bytes scanned ahead of evaluation, interleaved across
@@ -357,7 +374,8 @@ impl Ips {
         // Non-TCP flows keep a record only when a rule can block them or keeps
         // flowbits on them.
         let nontcp_drop = rules.iter().any(|r| {
-            r.proto != Proto::Tcp && (r.action != Action::Alert || !r.flowbits.is_empty())
+            !matches!(r.proto, Proto::Tcp | Proto::Http)
+                && (r.action != Action::Alert || !r.flowbits.is_empty())
         });
         let thresholds = threshold::Thresholds::new(&rules);
         let engine = Engine::new(rules).map_err(ConfigError::Compile)?;
@@ -378,6 +396,9 @@ impl Ips {
             buf: Vec::new(),
             dns_names: Vec::new(),
             dns_spans: Vec::new(),
+            http_bufs: http::Buffers::default(),
+            http_piece: http::Piece::default(),
+            http_dot: Vec::new(),
         })
     }
 
@@ -395,6 +416,12 @@ impl Ips {
     /// Number of rules loaded.
     pub fn rule_count(&self) -> usize {
         self.engine.rules.len()
+    }
+
+    /// HTTP rules checked on every HTTP message (no content on an HTTP
+    /// buffer for the prefilter).
+    pub fn http_unfiltered(&self) -> usize {
+        self.engine.http.unfiltered()
     }
 
     /// The counters.

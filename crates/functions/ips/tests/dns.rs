@@ -595,7 +595,10 @@ fn other_dns_keywords_stay_skipped_with_their_name() {
             r#"dns.query; to_lowercase; content:"a";"#,
             "keyword to_lowercase",
         ),
-        (r#"dns.query; content:"a"; http_uri;"#, "keyword http_uri"),
+        (
+            r#"dns.query; content:"a"; http_uri;"#,
+            "keyword http_uri on a dns rule",
+        ),
     ] {
         let e = load(&format!("alert dns any any -> any any ({opts} sid:1;)")).unwrap_err();
         assert_eq!(e.reason(), reason, "{opts}");

@@ -241,13 +241,16 @@ fn keywords_that_would_change_matching_skip_the_rule() {
             .reason()
     };
     assert_eq!(
-        reason("content:\"a\"; pcre:\"/a;b/U\";"),
-        "keyword pcre /U (http buffer)"
+        reason("content:\"a\"; pcre:\"/a;b/Z\";"),
+        "keyword pcre /Z (http buffer)"
     );
     assert_eq!(reason("xbits:set,x,track ip_src;"), "keyword xbits");
     assert_eq!(reason("byte_test:4,=,1,0,dce;"), "keyword byte_test dce");
     assert_eq!(reason("pcre:\"/(/\";"), "error: bad value");
-    assert_eq!(reason("content:\"a\"; http.uri;"), "keyword http.uri");
+    assert_eq!(
+        reason("content:\"a\"; http.request_header;"),
+        "keyword http.request_header"
+    );
     assert_eq!(reason("frobnicate;"), "unknown keyword frobnicate");
     assert_eq!(
         reason("content:\"a\"; dsize:5;"),
@@ -260,9 +263,9 @@ fn keywords_that_would_change_matching_skip_the_rule() {
     assert_eq!(reason("flow:only_frag;"), "flow only_frag");
     assert_eq!(reason("flags:Q;"), "error: bad value");
     assert_eq!(reason("dsize:10<>5;"), "error: bad value");
-    let e = rules::parse_rule("alert http any any -> any any (sid:1;)", &v).unwrap_err();
-    assert_eq!(e, RuleSyntax::UnsupportedProtocol("http".into()));
-    assert_eq!(e.reason(), "protocol http");
+    let e = rules::parse_rule("alert tls any any -> any any (sid:1;)", &v).unwrap_err();
+    assert_eq!(e, RuleSyntax::UnsupportedProtocol("tls".into()));
+    assert_eq!(e.reason(), "protocol tls");
     let e = rules::parse_rule(
         "alert udp any any -> any any (flow:established; sid:1;)",
         &v,
@@ -297,10 +300,10 @@ fn et_open_sample_loads_what_it_supports() {
     // rule (dns.query, depth).
     assert_eq!(
         sids,
-        vec![2026567, 2019491, 2027151, 2001219, 2013016, 2010375]
+        vec![2026567, 2019491, 2027151, 2001219, 2012509, 2013016, 2010375]
     );
     let reasons: Vec<String> = skipped.iter().map(|e| e.msg.reason()).collect();
-    assert_eq!(reasons, vec!["protocol http"]);
+    assert_eq!(reasons, vec!["protocol tls"]);
     // The Oracle rule fires on the injection, not on the same calls without a
     // statement after them (its pcre).
     let oracle = |payload: &[u8]| {

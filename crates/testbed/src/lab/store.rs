@@ -264,6 +264,53 @@ impl Lab {
         Ok(())
     }
 
+    /// Starts the cluster node on `port` again after it was killed, from its
+    /// configuration and `nodes.conf`: it learns that its replica took its
+    /// slots and rejoins as that node's replica (empty, so it syncs from it),
+    /// and the cluster has a replica per primary again. Waits until it answers
+    /// as a replica.
+    pub fn restart_store_node(&mut self, port: u16, within: Duration) -> Result<(), LabError> {
+        let i = self
+            .state
+            .store_nodes
+            .iter()
+            .position(|n| n.port == port)
+            .ok_or_else(|| other(format!("no store node on port {port} in this lab")))?;
+        if self.state.store_kind != StoreKind::Cluster {
+            return Err(other(
+                "only a cluster's node can be restarted (a single server would come back empty)",
+            ));
+        }
+        let conf = self
+            .state
+            .dir
+            .join("store-cluster")
+            .join(format!("node-{port}"))
+            .join("redis.conf");
+        let log = self.state.dir.join(format!("redis-{port}.log"));
+        let mut child = spawn_logged(Command::new("redis-server").arg(&conf), &log)?;
+        let old = self.state.store_nodes[i].pid;
+        self.state.pids.retain(|&p| p != old);
+        self.state.pids.push(child.id());
+        self.state.store_nodes[i].pid = child.id();
+        self.save()?;
+        wait_tcp(port, "redis-server", &mut child, &log)?;
+        let auth = self.store_admin()?;
+        let deadline = Instant::now() + within;
+        loop {
+            if replication_role(port, Some(&auth)).is_ok_and(|r| r == "slave") {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                return Err(other(format!(
+                    "the store node on port {port} did not rejoin as a replica within {within:?} (see {})",
+                    log.display()
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
     /// The store's admin credentials (its password read from its file).
     pub fn store_admin(&self) -> Result<Auth, LabError> {
         let file = self

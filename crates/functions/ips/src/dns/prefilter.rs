@@ -25,7 +25,7 @@ pub struct DnsRules {
 }
 
 /// The longest positive content of `items`, with its index.
-fn longest<'r>(items: &[Item], contents: &'r [Content]) -> Option<(u8, &'r Content)> {
+pub(crate) fn longest<'r>(items: &[Item], contents: &'r [Content]) -> Option<(u8, &'r Content)> {
     items
         .iter()
         .filter_map(|i| match i {
@@ -38,14 +38,14 @@ fn longest<'r>(items: &[Item], contents: &'r [Content]) -> Option<(u8, &'r Conte
 
 /// Patterns (lowercased when `nocase`) and their targets, deduplicated.
 #[derive(Default)]
-struct Set {
+pub(crate) struct Set {
     pats: Vec<Vec<u8>>,
     targets: Vec<Vec<Target>>,
     index: rustc_hash::FxHashMap<Vec<u8>, usize>,
 }
 
 impl Set {
-    fn add(&mut self, c: &Content, t: Target) {
+    pub(crate) fn add(&mut self, c: &Content, t: Target) {
         let key = if c.nocase {
             c.bytes.to_ascii_lowercase()
         } else {
@@ -59,7 +59,7 @@ impl Set {
         self.targets[i].push(t);
     }
 
-    fn build(self, nocase: bool) -> Result<Option<Matcher>, CompileError> {
+    pub(crate) fn build(self, nocase: bool) -> Result<Option<Matcher>, CompileError> {
         if self.pats.is_empty() {
             return Ok(None);
         }

@@ -1,8 +1,9 @@
 //! Suricata rules: parser and header matching.
 //!
 //! Actions `alert`, `drop`, `pass`; protocols `tcp` (also `tcp-pkt`,
-//! `tcp-stream`), `udp`, `icmp`, `ip`, and the application layer `dns`
-//! (messages told by content, [`crate::dns::detect`]); addresses and ports as `any`, single values,
+//! `tcp-stream`), `udp`, `icmp`, `ip`, and the application layers `dns`
+//! (messages told by content, [`crate::dns::detect`]) and `http`
+//! ([`crate::http`]); addresses and ports as `any`, single values,
 //! CIDR, port ranges `a:b`, `a:`, `:b`, lists `[a,b]` (nested), negation `!`,
 //! variables `$NAME` from the configuration; directions `->` and `<>`. Every
 //! option keyword is looked up in [`options::KEYWORDS`]: a rule loads only if each
@@ -13,7 +14,10 @@
 //!
 //! Sticky buffers: after `dns.query` (or its older name `dns_query`, an alias
 //! since Suricata 5) the payload keywords inspect the query names of DNS
-//! requests ([`DnsQuery`]) until `pkt_data` returns to the packet's payload.
+//! requests ([`DnsQuery`]) until `pkt_data` returns to the packet's payload;
+//! after an HTTP buffer keyword (`http.uri`, `file_data`, ...) they inspect
+//! that buffer of each HTTP message ([`HttpList`]), and the Snort-style
+//! modifiers (`http_uri`, ...) move the content before them there.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -53,6 +57,8 @@ pub enum Proto {
     Ip,
     /// DNS messages over UDP or TCP, whatever the ports ([`crate::dns::detect`]).
     Dns,
+    /// HTTP/1.x over TCP, whatever the ports ([`crate::http`]).
+    Http,
 }
 
 impl Proto {
@@ -64,6 +70,7 @@ impl Proto {
             Proto::Icmp => "icmp",
             Proto::Ip => "ip",
             Proto::Dns => "dns",
+            Proto::Http => "http",
         }
     }
 }
@@ -236,6 +243,18 @@ pub struct DnsQuery {
     pub dotprefix: bool,
 }
 
+/// The keywords of a rule on one HTTP buffer ([`crate::http::Buf`]): all must
+/// match that buffer of one message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HttpList {
+    /// The buffer.
+    pub buf: crate::http::Buf,
+    /// Payload keywords in rule order (contents by index in [`Rule::contents`]).
+    pub items: Vec<Item>,
+    /// `dotprefix`: the buffer is inspected with a `.` before it.
+    pub dotprefix: bool,
+}
+
 /// A parsed rule.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Rule {
@@ -263,6 +282,8 @@ pub struct Rule {
     /// The keywords on the `dns.query` buffer, if the rule has that buffer
     /// (DNS rules only).
     pub dns_query: Option<DnsQuery>,
+    /// The keywords on HTTP buffers, one list per buffer (HTTP rules only).
+    pub http: Vec<HttpList>,
     /// Names of the `byte_extract` variables.
     pub vars: Vec<String>,
     /// `flowbits` conditions and operations.
@@ -306,6 +327,14 @@ pub struct Rule {
     pub file: Arc<str>,
     /// Its line.
     pub line: usize,
+}
+
+impl Rule {
+    /// True for the application-layer rules (`dns`, `http`), inspected over
+    /// their protocol's buffers only, never by the stream automata.
+    pub fn app_layer(&self) -> bool {
+        matches!(self.proto, Proto::Dns | Proto::Http)
+    }
 }
 
 /// A rule that could not be loaded: `file:line: message`.
@@ -727,6 +756,7 @@ pub fn parse_rule(line: &str, vars: &Vars) -> Result<Rule, RuleSyntax> {
         "icmp" => (Proto::Icmp, StreamMode::Default),
         "ip" | "pkthdr" => (Proto::Ip, StreamMode::Default),
         "dns" => (Proto::Dns, StreamMode::Default),
+        "http" | "http1" => (Proto::Http, StreamMode::Default),
         p if APP_PROTOCOLS.contains(&p) => return Err(RuleSyntax::UnsupportedProtocol(p.into())),
         p => return Err(RuleSyntax::UnknownProtocol(p.into())),
     };
@@ -752,6 +782,7 @@ pub fn parse_rule(line: &str, vars: &Vars) -> Result<Rule, RuleSyntax> {
         contents: Vec::new(),
         items: Vec::new(),
         dns_query: None,
+        http: Vec::new(),
         vars: Vec::new(),
         flowbits: Vec::new(),
         buffer: false,
@@ -788,10 +819,13 @@ pub fn parse_rule(line: &str, vars: &Vars) -> Result<Rule, RuleSyntax> {
     if let Some(q) = &rule.dns_query {
         absolute_first(&q.items, &mut rule.contents);
     }
+    for l in &rule.http {
+        absolute_first(&l.items, &mut rule.contents);
+    }
     options::validate(&rule)?;
-    // DNS rules are always inspected over their buffers ([`crate::dns`]),
-    // never by the stream automata.
-    rule.buffer = rule.proto == Proto::Dns
+    // DNS and HTTP rules are always inspected over their buffers
+    // ([`crate::dns`], [`crate::http`]), never by the stream automata.
+    rule.buffer = matches!(rule.proto, Proto::Dns | Proto::Http)
         || rule.contents.iter().any(Content::needs_buffer)
         || rule.items.iter().any(|i| !matches!(i, Item::Content(_)));
     Ok(rule)

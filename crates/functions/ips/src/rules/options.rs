@@ -81,12 +81,69 @@ pub const KEYWORDS: &[(&str, Status)] = &[
     ("pkt_data", E),
     ("bsize", E),
     ("dotprefix", E),
+    // HTTP sticky buffers, Snort-style modifiers and `urilen` ([`crate::http`]).
+    ("http.uri", E),
+    ("http.uri.raw", E),
+    ("http.method", E),
+    ("http.host", E),
+    ("http.host.raw", E),
+    ("http.user_agent", E),
+    ("http.header", E),
+    ("http.header.raw", E),
+    ("http.header_names", E),
+    ("http.cookie", E),
+    ("http.stat_code", E),
+    ("http.stat_msg", E),
+    ("http.request_body", E),
+    ("http.response_body", E),
+    ("http.request_line", E),
+    ("http.response_line", E),
+    ("http.content_type", E),
+    ("http.content_len", E),
+    ("http.referer", E),
+    ("http.location", E),
+    ("http.server", E),
+    ("http.start", E),
+    ("http.protocol", E),
+    ("http.accept", E),
+    ("http.accept_enc", E),
+    ("http.accept_lang", E),
+    ("http.connection", E),
+    ("http_uri", E),
+    ("http_raw_uri", E),
+    ("http_method", E),
+    ("http_host", E),
+    ("http_raw_host", E),
+    ("http_user_agent", E),
+    ("http_header", E),
+    ("http_raw_header", E),
+    ("http_header_names", E),
+    ("http_cookie", E),
+    ("http_stat_code", E),
+    ("http_stat_msg", E),
+    ("http_client_body", E),
+    ("http_server_body", E),
+    ("http_request_line", E),
+    ("http_response_line", E),
+    ("http_content_type", E),
+    ("http_content_len", E),
+    ("http_referer", E),
+    ("http_location", E),
+    ("http_server", E),
+    ("http_start", E),
+    ("http_protocol", E),
+    ("http_accept", E),
+    ("http_accept_enc", E),
+    ("http_accept_lang", E),
+    ("http_connection", E),
+    ("file_data", E),
+    ("file.data", E),
+    ("urilen", E),
+    ("uricontent", E),
     // Not yet.
     ("byte_math", U),
     ("entropy", U),
     ("replace", U),
-    ("uricontent", U),
-    ("urilen", U),
     ("flowint", U),
     ("xbits", U),
     ("hostbits", U),
@@ -131,8 +188,6 @@ pub const KEYWORDS: &[(&str, Status)] = &[
     ("filesha1", U),
     ("filesha256", U),
     ("filesize", U),
-    ("file_data", U),
-    ("file.data", U),
     ("file.name", U),
     ("stream_data", U),
     ("pcrexform", U),
@@ -256,62 +311,8 @@ pub const KEYWORDS: &[(&str, Status)] = &[
     ("email.received", U),
     ("email.date", U),
     ("email.message_id", U),
-    ("http.uri", U),
-    ("http.uri.raw", U),
-    ("http.method", U),
-    ("http.host", U),
-    ("http.host.raw", U),
-    ("http.user_agent", U),
-    ("http.header", U),
-    ("http.header.raw", U),
-    ("http.header_names", U),
-    ("http.cookie", U),
-    ("http.stat_code", U),
-    ("http.stat_msg", U),
-    ("http.request_body", U),
-    ("http.response_body", U),
-    ("http.request_line", U),
-    ("http.response_line", U),
     ("http.request_header", U),
     ("http.response_header", U),
-    ("http.content_type", U),
-    ("http.content_len", U),
-    ("http.referer", U),
-    ("http.location", U),
-    ("http.server", U),
-    ("http.start", U),
-    ("http.protocol", U),
-    ("http.accept", U),
-    ("http.accept_enc", U),
-    ("http.accept_lang", U),
-    ("http.connection", U),
-    ("http_uri", U),
-    ("http_raw_uri", U),
-    ("http_method", U),
-    ("http_host", U),
-    ("http_raw_host", U),
-    ("http_user_agent", U),
-    ("http_header", U),
-    ("http_raw_header", U),
-    ("http_header_names", U),
-    ("http_cookie", U),
-    ("http_stat_code", U),
-    ("http_stat_msg", U),
-    ("http_client_body", U),
-    ("http_server_body", U),
-    ("http_request_line", U),
-    ("http_response_line", U),
-    ("http_content_type", U),
-    ("http_content_len", U),
-    ("http_referer", U),
-    ("http_location", U),
-    ("http_server", U),
-    ("http_start", U),
-    ("http_protocol", U),
-    ("http_accept", U),
-    ("http_accept_enc", U),
-    ("http_accept_lang", U),
-    ("http_connection", U),
 ];
 
 /// The status of `keyword`, or None if Suricata has no such keyword.
@@ -682,14 +683,71 @@ pub(super) struct ParseCx {
     pub has_sid: bool,
     /// The sticky buffer is `dns.query` (else the packet's payload).
     pub dns_query: bool,
+    /// The sticky buffer is this HTTP buffer.
+    pub http: Option<crate::http::Buf>,
 }
 
 /// The list the next payload keyword goes to: the sticky buffer's.
 fn items<'r>(rule: &'r mut Rule, cx: &ParseCx) -> &'r mut Vec<Item> {
+    if let Some(b) = cx.http {
+        return http_items(rule, b);
+    }
     match (&mut rule.dns_query, cx.dns_query) {
         (Some(q), true) => &mut q.items,
         _ => &mut rule.items,
     }
+}
+
+/// The keyword list of HTTP buffer `b` (made on first use).
+fn http_list(rule: &mut Rule, b: crate::http::Buf) -> &mut super::HttpList {
+    let i = match rule.http.iter().position(|l| l.buf == b) {
+        Some(i) => i,
+        None => {
+            rule.http.push(super::HttpList {
+                buf: b,
+                items: Vec::new(),
+                dotprefix: false,
+            });
+            rule.http.len() - 1
+        }
+    };
+    &mut rule.http[i]
+}
+
+/// The keywords of HTTP buffer `b`.
+fn http_items(rule: &mut Rule, b: crate::http::Buf) -> &mut Vec<Item> {
+    &mut http_list(rule, b).items
+}
+
+/// An HTTP keyword makes a `tcp` rule an HTTP one (Suricata sets the rule's
+/// application protocol from its buffers); on other protocols it is refused.
+fn to_http(rule: &mut Rule, name: &str) -> Result<(), RuleSyntax> {
+    match rule.proto {
+        Proto::Http => Ok(()),
+        Proto::Tcp if rule.dns_query.is_none() => {
+            rule.proto = Proto::Http;
+            Ok(())
+        }
+        p => Err(RuleSyntax::UnsupportedKeyword(format!(
+            "{name} on a {} rule",
+            p.name()
+        ))),
+    }
+}
+
+/// Moves content `k` (the last keyword read) to HTTP buffer `b`'s list.
+fn move_content(rule: &mut Rule, k: usize, b: crate::http::Buf) {
+    let item = Item::Content(k as u8);
+    let lists = std::iter::once(&mut rule.items)
+        .chain(rule.dns_query.iter_mut().map(|q| &mut q.items))
+        .chain(rule.http.iter_mut().map(|l| &mut l.items));
+    for l in lists {
+        if let Some(i) = l.iter().rposition(|x| *x == item) {
+            l.remove(i);
+            break;
+        }
+    }
+    http_items(rule, b).push(item);
 }
 
 /// Applies one option to `rule`.
@@ -783,8 +841,15 @@ pub(super) fn apply(
             rule.contents[i].endswith = true;
         }
         "pcre" => {
-            let p = payload::pcre(need(val, name)?)?;
-            items(rule, cx).push(Item::Pcre(Box::new(p)));
+            let (p, http) = payload::pcre(need(val, name)?)?;
+            let item = Item::Pcre(Box::new(p));
+            match http {
+                Some(b) => {
+                    to_http(rule, "pcre with an http flag")?;
+                    http_items(rule, b).push(item);
+                }
+                None => items(rule, cx).push(item),
+            }
         }
         "byte_test" => {
             let t = payload::byte_test(need(val, name)?, &rule.vars)?;
@@ -816,6 +881,7 @@ pub(super) fn apply(
         // `dns_query` was a content modifier before Suricata 5 and is now an
         // alias of the sticky buffer (ET Open writes it before its content).
         "dns.query" | "dns_query" => {
+            cx.http = None;
             if rule.proto != Proto::Dns {
                 return Err(RuleSyntax::UnsupportedKeyword(format!(
                     "{name} on a {} rule",
@@ -825,8 +891,40 @@ pub(super) fn apply(
             rule.dns_query.get_or_insert_with(Default::default);
             cx.dns_query = true;
         }
-        "pkt_data" => cx.dns_query = false,
+        "pkt_data" => {
+            cx.dns_query = false;
+            cx.http = None;
+        }
+        // `urilen`: the (normalised, or with `,raw` the raw) target's length.
+        "urilen" => {
+            let v = need(val, name)?;
+            let (cmp, buf) = match v.split_once(',') {
+                Some((c, "raw")) => (c, crate::http::Buf::UriRaw),
+                Some((c, "norm")) => (c, crate::http::Buf::Uri),
+                Some(_) => return Err(bad_value(v)),
+                None => (v, crate::http::Buf::Uri),
+            };
+            let c = NumCmp::parse(cmp, u32::MAX).ok_or_else(|| bad_value(v))?;
+            to_http(rule, name)?;
+            http_items(rule, buf).push(Item::Bsize(c));
+        }
+        // `uricontent`: a content on `http.uri` (Snort's older spelling).
+        "uricontent" => {
+            apply(rule, "content", val, cx)?;
+            let k = last(rule)?;
+            to_http(rule, name)?;
+            move_content(rule, k, crate::http::Buf::Uri);
+        }
         // Transforms must follow the sticky buffer directly (Suricata).
+        "dotprefix" if cx.http.is_some() => {
+            let l = http_list(rule, cx.http.unwrap_or(crate::http::Buf::Host));
+            if !l.items.is_empty() {
+                return Err(RuleSyntax::UnsupportedKeyword(format!(
+                    "{name} after a keyword of its buffer"
+                )));
+            }
+            l.dotprefix = true;
+        }
         "dotprefix" => match &mut rule.dns_query {
             Some(q) if cx.dns_query && q.items.is_empty() => q.dotprefix = true,
             Some(_) if cx.dns_query => {
@@ -838,7 +936,7 @@ pub(super) fn apply(
         },
         // A whole buffer's length: only on a sticky buffer (Suricata).
         "bsize" => {
-            if !cx.dns_query {
+            if !cx.dns_query && cx.http.is_none() {
                 return Err(RuleSyntax::UnsupportedKeyword(name.into()));
             }
             let c = num(val, u32::MAX)?;
@@ -908,6 +1006,23 @@ pub(super) fn apply(
             rule.priority = Some(v.parse().map_err(|_| bad_value(v))?);
         }
         "classtype" => rule.classtype = Some(need(val, name)?.into()),
+        other if crate::http::STICKY.iter().any(|(k, _)| *k == other) => {
+            to_http(rule, other)?;
+            cx.http = crate::http::STICKY
+                .iter()
+                .find(|(k, _)| *k == other)
+                .map(|x| x.1);
+            cx.dns_query = false;
+        }
+        other if crate::http::MODIFIERS.iter().any(|(k, _)| *k == other) => {
+            let k = last(rule)?;
+            to_http(rule, other)?;
+            let b = crate::http::MODIFIERS
+                .iter()
+                .find(|(k, _)| *k == other)
+                .map_or(crate::http::Buf::Uri, |x| x.1);
+            move_content(rule, k, b);
+        }
         other => {
             return Err(match status(other) {
                 Some(Status::Ignored) => return Ok(()),
@@ -933,7 +1048,9 @@ pub(super) fn validate(rule: &Rule) -> Result<(), RuleSyntax> {
         // Relative to nothing: the first payload keyword of a buffer.
         let first = |items: &[Item]| items.first() == Some(&Item::Content(i as u8));
         if c.is_relative()
-            && (first(&rule.items) || rule.dns_query.as_ref().is_some_and(|q| first(&q.items)))
+            && (first(&rule.items)
+                || rule.dns_query.as_ref().is_some_and(|q| first(&q.items))
+                || rule.http.iter().any(|l| first(&l.items)))
         {
             return Err(RuleSyntax::RelativeFirstContent);
         }
@@ -979,7 +1096,7 @@ pub(super) fn validate(rule: &Rule) -> Result<(), RuleSyntax> {
             return Err(RuleSyntax::PacketPayload(k.into()));
         }
     }
-    if rule.proto != Proto::Tcp {
+    if !matches!(rule.proto, Proto::Tcp | Proto::Http) {
         // Established-ness and streams of other protocols are not tracked: refuse
         // rather than never match.
         let f = if rule.established {

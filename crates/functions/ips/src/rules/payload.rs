@@ -266,7 +266,9 @@ fn finish_read(kw: &str, v: &str, ex: &mut Extract, string: bool) -> Result<(), 
         _ => {}
     }
     let max = if string { 20 } else { 8 };
-    if ex.nbytes == 0 || ex.nbytes > max {
+    // A string of 0 bytes is the rest of the buffer (Suricata; ET Open uses
+    // it on `http.content_len`).
+    if (ex.nbytes == 0 && !string) || ex.nbytes > max {
         return Err(bad(kw, v));
     }
     Ok(())
@@ -499,7 +501,8 @@ fn dollar_endonly(p: &str) -> String {
 }
 
 /// `pcre`: `v` is `"/REGEX/FLAGS"`, optionally after `!`.
-pub(crate) fn pcre(v: &str) -> Result<Pcre, RuleSyntax> {
+/// With the HTTP buffer its flag selects (`U`, `H`, ...), if any.
+pub(crate) fn pcre(v: &str) -> Result<(Pcre, Option<crate::http::Buf>), RuleSyntax> {
     let kw = "pcre";
     let (negate, q) = match v.trim().strip_prefix('!') {
         Some(r) => (true, r.trim()),
@@ -519,6 +522,7 @@ pub(crate) fn pcre(v: &str) -> Result<Pcre, RuleSyntax> {
     b.jit_if_available(true);
     let (mut anchored, mut relative, mut ungreedy, mut endonly, mut multi, mut extended) =
         (false, false, false, false, false, false);
+    let mut http = None;
     for f in flags.chars() {
         match f {
             'i' => {
@@ -542,9 +546,13 @@ pub(crate) fn pcre(v: &str) -> Result<Pcre, RuleSyntax> {
             // `B` is accepted for Snort compatibility and does nothing in
             // Suricata; `O` lifts the configured match limits.
             'B' | 'O' => {}
-            'U' | 'I' | 'P' | 'Q' | 'H' | 'D' | 'M' | 'C' | 'S' | 'Y' | 'V' | 'W' | 'Z' => {
-                return Err(unsupported(format!("pcre /{f} (http buffer)")))
+            f if crate::http::pcre_flag(f).is_some() => {
+                if http.is_some() {
+                    return Err(bad(kw, v));
+                }
+                http = crate::http::pcre_flag(f);
             }
+            'Z' => return Err(unsupported(format!("pcre /{f} (http buffer)"))),
             _ => return Err(bad(kw, v)),
         }
     }
@@ -564,11 +572,14 @@ pub(crate) fn pcre(v: &str) -> Result<Pcre, RuleSyntax> {
         keyword: kw.into(),
         value: format!("{v}: {e}"),
     })?;
-    Ok(Pcre {
-        re: Regex(Arc::new(re)),
-        negate,
-        relative,
-    })
+    Ok((
+        Pcre {
+            re: Regex(Arc::new(re)),
+            negate,
+            relative,
+        },
+        http,
+    ))
 }
 
 fn names(s: &str) -> Vec<String> {

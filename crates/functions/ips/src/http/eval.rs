@@ -1,0 +1,111 @@
+//! HTTP rules on a TCP packet: the direction's framing advanced over the
+//! packet's stream bytes ([`super::HttpDir::advance`]), and for each piece
+//! of a message found there, its buffers built ([`super::Buffers`]),
+//! candidates from the prefilter ([`super::prefilter`]), then each
+//! candidate's keyword lists over their buffers.
+
+use sluice_nf::{Event, Packet};
+
+use super::{Buffers, Phase, Piece};
+use crate::engine::{FlowState, Header, BLOCKED, PASSED};
+use crate::{inspect, Ips};
+
+impl Ips {
+    /// Follows the HTTP messages of direction `d` through `data`, the
+    /// packet's new stream bytes at stream position `base` (after a gap
+    /// when `gap`), and matches the HTTP rules on them; returns true if the
+    /// packet must be dropped.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn http_stream(
+        &mut self,
+        st: &mut FlowState,
+        d: usize,
+        hdr: &Header,
+        p: &Packet,
+        events: &mut Vec<Event>,
+        data: &[u8],
+        (base, gap): (u64, bool),
+    ) -> bool {
+        if self.engine.http.is_empty() || data.is_empty() {
+            return false;
+        }
+        let mut me = st.http[d];
+        let mut peer = st.http[1 - d];
+        // Bytes were lost (a gap) or the stream was first seen mid-way: the
+        // framing cannot be trusted.
+        if gap || (me.phase == Phase::Start && base != 0) {
+            me.off();
+        }
+        if me.phase == Phase::Off {
+            st.http[d] = me;
+            return false;
+        }
+        let hdr = Header { http: true, ..*hdr };
+        let request = hdr.to_server;
+        let mut bufs = std::mem::take(&mut self.http_bufs);
+        let mut piece = std::mem::take(&mut self.http_piece);
+        let mut cands = std::mem::take(&mut self.cands);
+        let mut drop = false;
+        me.advance(data, request, &mut peer, &mut piece, |pc: &Piece, _| {
+            if st.flags & (BLOCKED | PASSED) != 0 {
+                return;
+            }
+            bufs.build(pc.head.clone().map(|r| &data[r]), data, &pc.body, request);
+            drop |= self.http_message(&bufs, &mut cands, (st, d, &hdr, p), events, (data, base));
+        });
+        st.http[d] = me;
+        st.http[1 - d] = peer;
+        self.http_bufs = bufs;
+        self.http_piece = piece;
+        self.cands = cands;
+        drop
+    }
+
+    /// Matches the HTTP rules on one message's buffers `b`.
+    fn http_message(
+        &mut self,
+        b: &Buffers,
+        cands: &mut Vec<u32>,
+        (st, d, hdr, p): (&mut FlowState, usize, &Header, &Packet),
+        events: &mut Vec<Event>,
+        (data, base): (&[u8], u64),
+    ) -> bool {
+        cands.clear();
+        self.engine.http.candidates(b, data, &mut self.hits, cands);
+        cands.sort_unstable();
+        cands.dedup();
+        let mut drop = false;
+        let mut dot = std::mem::take(&mut self.http_dot);
+        for &rule in cands.iter() {
+            let r = &self.engine.rules[rule as usize];
+            if st.dirs[d].has_fired(rule) || !self.engine.header_matches(rule, hdr) {
+                continue;
+            }
+            // Every buffer's keywords over that buffer (an absent buffer
+            // matches nothing), and keywords before any buffer over the
+            // packet's bytes.
+            let ok = r.http.iter().all(|l| {
+                b.get(l.buf).is_some_and(|buf| {
+                    let buf = if l.dotprefix {
+                        dot.clear();
+                        dot.push(b'.');
+                        dot.extend_from_slice(buf);
+                        &dot[..]
+                    } else {
+                        buf
+                    };
+                    inspect::inspect_items(r, &l.items, buf, 0)
+                })
+            }) && (r.items.is_empty() || inspect::inspect(r, data, base));
+            if !ok {
+                continue;
+            }
+            drop |= self.fire(rule, st, d, p, events, true);
+            if st.flags & (BLOCKED | PASSED) != 0 {
+                break;
+            }
+        }
+        self.http_dot = dot;
+        drop
+    }
+}

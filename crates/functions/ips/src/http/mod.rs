@@ -1,0 +1,1103 @@
+//! HTTP/1.x: detection by content, a message framer whose whole state fits a
+//! few bytes of the flow record, and a checked, non-allocating parser of a
+//! message head into the buffers rules inspect (Suricata's sticky buffers).
+//!
+//! # Framing (per direction, in the store record)
+//!
+//! [`HttpDir`] follows a direction's stream byte by byte through the heads
+//! (request or status line and header lines, up to the blank line) and skips
+//! bodies by their length: `Content-Length`, `Transfer-Encoding: chunked`
+//! (chunk sizes, extensions and trailers parsed), or, for a response with
+//! neither, until the connection closes. Responses to `HEAD` and with status
+//! 1xx, 204 or 304 have no body. So pipelined requests and keep-alive
+//! connections stay in step, and an IPS instance continuing the flow from the
+//! store knows where the next message starts. Bounds: a head longer than
+//! [`MAX_HEAD`] bytes or with more than [`MAX_LINES`] lines, a malformed chunk
+//! size, or a gap in the stream end the parsing of that direction
+//! ([`Phase::Off`]): nothing panics, nothing allocates.
+//!
+//! # Detection
+//!
+//! A client direction whose first bytes are `METHOD SP target SP HTTP/1.x`
+//! (`METHOD` an upper-case token) is HTTP, on any port; its server direction
+//! is when it starts with `HTTP/1.`. A stream first seen mid-way is not parsed.
+//!
+//! # Buffers
+//!
+//! [`Head::parse`] splits a complete head into the request line (method,
+//! target, protocol) or status line (protocol, code, reason) and up to
+//! [`MAX_HEADERS`] header fields; [`build`] writes every buffer of
+//! [`Buf`] a message has into one scratch vector (reused across packets).
+
+use std::ops::Range;
+
+mod eval;
+pub mod prefilter;
+
+/// A head (start line and header lines) longer than this ends parsing of the
+/// direction (libhtp's default `request-body-limit` is larger; heads are not).
+pub const MAX_HEAD: u32 = 32 * 1024;
+/// Lines of a head beyond this end parsing of the direction.
+pub const MAX_LINES: u16 = 256;
+/// Header fields the buffers hold; later ones are framed but not inspected.
+pub const MAX_HEADERS: usize = 64;
+
+/// Where a direction's framing is.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Phase {
+    /// No byte of the direction seen yet: its first bytes decide.
+    #[default]
+    Start = 0,
+    /// Not HTTP, or parsing ended (bounds, gap, malformed framing).
+    Off = 1,
+    /// In a message head (or before one: the next message starts here).
+    Head = 2,
+    /// In a body of `remaining` bytes.
+    Body = 3,
+    /// In a chunk-size line.
+    ChunkSize = 4,
+    /// In chunk data, `remaining` bytes left.
+    ChunkData = 5,
+    /// After chunk data, up to its line end.
+    ChunkEnd = 6,
+    /// In the trailer after the last chunk.
+    Trailer = 7,
+    /// A response body that ends with the connection.
+    ToClose = 8,
+}
+
+impl Phase {
+    fn from_u8(v: u8) -> Option<Phase> {
+        Some(match v {
+            0 => Phase::Start,
+            1 => Phase::Off,
+            2 => Phase::Head,
+            3 => Phase::Body,
+            4 => Phase::ChunkSize,
+            5 => Phase::ChunkData,
+            6 => Phase::ChunkEnd,
+            7 => Phase::Trailer,
+            8 => Phase::ToClose,
+            _ => return None,
+        })
+    }
+}
+
+/// Flag: some bytes of the current head were consumed (by an earlier packet,
+/// if set when a packet starts).
+pub const STARTED: u8 = 1;
+/// Flag: the head's start line is still being read.
+pub const FIRST_LINE: u8 = 2;
+/// Flag: the head has a `Content-Length`.
+pub const HAS_LEN: u8 = 4;
+/// Flag: the head has `Transfer-Encoding: chunked`.
+pub const CHUNKED: u8 = 8;
+/// Flag: the message has no body (a response to HEAD, 1xx, 204, 304).
+pub const NO_BODY: u8 = 16;
+/// Flag (server direction): the next response answers a `HEAD` request.
+pub const AFTER_HEAD: u8 = 32;
+/// Flag: inside a chunk-size line's extension (ignored up to the line end).
+pub const CHUNK_EXT: u8 = 64;
+
+const CL: &[u8] = b"content-length:";
+const TE: &[u8] = b"transfer-encoding:";
+const CHUNKED_TOKEN: &[u8] = b"chunked";
+/// Name-match progress meaning "this name cannot match".
+const FAIL: u8 = u8::MAX;
+
+/// One direction's HTTP framing state, kept in the flow's store record
+/// ([`crate::engine::FlowState`]): 1 byte while undecided or off, 16 bytes
+/// otherwise ([`HttpDir::encoded_len`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct HttpDir {
+    /// Where the framing is.
+    pub phase: Phase,
+    /// [`STARTED`], [`FIRST_LINE`], ...
+    pub flags: u8,
+    /// Progress matching `Content-Length:` in the current header line.
+    m_cl: u8,
+    /// Progress matching `Transfer-Encoding:`, then `chunked` in its value.
+    m_te: u8,
+    /// 0: in a header name; 1: in a Content-Length value; 2: in a
+    /// Transfer-Encoding value; 3: in another header's value.
+    val: u8,
+    /// Bytes of the current line (saturating; only 0 matters).
+    line: u8,
+    /// Lines of the current head.
+    lines: u16,
+    /// Bytes of the current head.
+    head_len: u32,
+    /// Body or chunk bytes left, or the Content-Length being read.
+    pub remaining: u64,
+}
+
+/// A piece of a message found in one packet's bytes ([`HttpDir::advance`]).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Piece {
+    /// The message's whole head, when it lies in these bytes.
+    pub head: Option<Range<usize>>,
+    /// Body bytes of the message in these bytes (chunk data, without the
+    /// chunk framing), as ranges.
+    pub body: Vec<Range<usize>>,
+    /// The message ends in these bytes.
+    pub done: bool,
+}
+
+impl Piece {
+    fn is_empty(&self) -> bool {
+        self.head.is_none() && self.body.is_empty()
+    }
+}
+
+/// True if `b` may be a method byte (an upper-case token).
+fn method_byte(b: u8) -> bool {
+    b.is_ascii_uppercase() || b == b'-' || b == b'_'
+}
+
+/// True if `data` (a client direction's first bytes) starts an HTTP/1.x
+/// request: `METHOD SP target SP HTTP/1.x CRLF`, or a prefix of one when the
+/// line is not complete yet.
+pub fn looks_like_request(data: &[u8]) -> bool {
+    let m = data.iter().take_while(|&&b| method_byte(b)).count();
+    if m == 0 || m > 20 {
+        return false;
+    }
+    match data.get(m) {
+        Some(b' ') => {}
+        // The first segment ends inside the method.
+        None => return true,
+        Some(_) => return false,
+    }
+    match memchr::memchr(b'\n', data) {
+        Some(nl) => {
+            let line = data[..nl].strip_suffix(b"\r").unwrap_or(&data[..nl]);
+            let Some(sp) = memchr::memrchr(b' ', line) else {
+                return false;
+            };
+            let proto = &line[sp + 1..];
+            sp > m + 1 && (proto == b"HTTP/1.1" || proto == b"HTTP/1.0")
+        }
+        None => {
+            let rest = &data[m + 1..];
+            !rest.strip_suffix(b"\r").unwrap_or(rest).contains(&b'\r')
+        }
+    }
+}
+
+/// True if `data` (a server direction's first bytes) starts an HTTP/1.x
+/// response.
+pub fn looks_like_response(data: &[u8]) -> bool {
+    let p = b"HTTP/1.";
+    let n = data.len().min(p.len());
+    n > 0 && data[..n] == p[..n]
+}
+
+impl HttpDir {
+    /// Bytes [`encode`](HttpDir::encode) writes.
+    pub fn encoded_len(&self) -> usize {
+        match self.phase {
+            Phase::Start | Phase::Off => 1,
+            _ => 16,
+        }
+    }
+
+    /// Appends the state to a record.
+    pub fn encode(&self, w: &mut sluice_state::Writer<'_>) {
+        w.u8(self.phase as u8);
+        if self.encoded_len() > 1 {
+            w.u8(self.flags).u8(self.m_cl).u8(self.m_te).u8(self.val);
+            w.u8(self.line).u16(self.lines).u32(self.head_len);
+            // Over 2^32 bytes left is saturated: the body is skipped to the
+            // connection's end in practice.
+            w.u32(self.remaining.min(u32::MAX as u64) as u32);
+        }
+    }
+
+    /// Reads what [`encode`](HttpDir::encode) wrote.
+    pub fn decode(r: &mut sluice_state::Reader<'_>) -> Result<Self, sluice_state::DecodeError> {
+        let phase =
+            Phase::from_u8(r.u8()?).ok_or(sluice_state::DecodeError("unknown http phase"))?;
+        let mut h = HttpDir {
+            phase,
+            ..HttpDir::default()
+        };
+        if h.encoded_len() > 1 {
+            h.flags = r.u8()?;
+            h.m_cl = r.u8()?;
+            h.m_te = r.u8()?;
+            h.val = r.u8()?;
+            h.line = r.u8()?;
+            h.lines = r.u16()?;
+            h.head_len = r.u32()?;
+            h.remaining = r.u32()? as u64;
+        }
+        Ok(h)
+    }
+
+    /// The state at the start of a message head.
+    fn next_message(&mut self) {
+        let keep = self.flags & AFTER_HEAD;
+        *self = HttpDir {
+            phase: Phase::Head,
+            flags: keep,
+            ..HttpDir::default()
+        };
+    }
+
+    /// Stops parsing the direction.
+    pub fn off(&mut self) {
+        *self = HttpDir {
+            phase: Phase::Off,
+            ..HttpDir::default()
+        };
+    }
+
+    /// True while the direction is parsed as HTTP.
+    pub fn active(&self) -> bool {
+        !matches!(self.phase, Phase::Start | Phase::Off)
+    }
+
+    /// Follows `data` (the direction's next stream bytes) and calls `each`
+    /// with every piece of a message they hold, in order: a message whose
+    /// head lies wholly in `data` comes with its head's range, and the body
+    /// bytes in `data` of each message come as ranges. `to_server` tells
+    /// requests from responses; `peer` is the other direction's state (a
+    /// request to `HEAD` marks it).
+    pub fn advance(
+        &mut self,
+        data: &[u8],
+        to_server: bool,
+        peer: &mut HttpDir,
+        piece: &mut Piece,
+        mut each: impl FnMut(&Piece, &HttpDir),
+    ) {
+        let mut pos = 0;
+        piece.head = None;
+        piece.body.clear();
+        piece.done = false;
+        if self.phase == Phase::Start {
+            let ok = if to_server {
+                looks_like_request(data)
+            } else {
+                peer.active() && looks_like_response(data)
+            };
+            if ok {
+                self.next_message();
+            } else if !data.is_empty() {
+                self.off();
+            }
+        }
+        let mut head_start = None;
+        while pos < data.len() {
+            match self.phase {
+                Phase::Start | Phase::Off => break,
+                Phase::Head => {
+                    if self.flags & STARTED == 0 {
+                        // Blank lines between messages are skipped (clients
+                        // send a CRLF after a POST body).
+                        let skip = data[pos..]
+                            .iter()
+                            .take_while(|&&b| b == b'\r' || b == b'\n')
+                            .count();
+                        pos += skip;
+                        if pos == data.len() {
+                            break;
+                        }
+                        head_start = Some(pos);
+                        self.flags |= STARTED | FIRST_LINE;
+                        self.start_line(&data[pos..], to_server, peer);
+                    }
+                    match self.head_bytes(&data[pos..]) {
+                        Ok(Some(n)) => {
+                            pos += n;
+                            piece.head = head_start.take().map(|s| s..pos);
+                            self.after_head(to_server);
+                            if self.phase == Phase::Head {
+                                piece.done = true;
+                                each(piece, self);
+                                piece.head = None;
+                                piece.done = false;
+                            }
+                        }
+                        Ok(None) => pos = data.len(),
+                        Err(()) => {
+                            self.off();
+                            break;
+                        }
+                    }
+                }
+                Phase::Body | Phase::ChunkData => {
+                    let n = (data.len() - pos).min(self.remaining.min(usize::MAX as u64) as usize);
+                    if n > 0 {
+                        piece.body.push(pos..pos + n);
+                    }
+                    pos += n;
+                    self.remaining -= n as u64;
+                    if self.remaining == 0 {
+                        if self.phase == Phase::Body {
+                            self.end_message(piece, &mut each);
+                        } else {
+                            self.phase = Phase::ChunkEnd;
+                        }
+                    }
+                }
+                Phase::ChunkSize => match self.chunk_size(&data[pos..]) {
+                    Ok(Some(n)) => {
+                        pos += n;
+                        self.phase = if self.remaining == 0 {
+                            self.line = 0;
+                            Phase::Trailer
+                        } else {
+                            Phase::ChunkData
+                        };
+                    }
+                    Ok(None) => pos = data.len(),
+                    Err(()) => {
+                        self.off();
+                        break;
+                    }
+                },
+                Phase::ChunkEnd => match memchr::memchr(b'\n', &data[pos..]) {
+                    Some(i) => {
+                        pos += i + 1;
+                        self.phase = Phase::ChunkSize;
+                        self.flags &= !CHUNK_EXT;
+                        self.remaining = 0;
+                        self.line = 0;
+                    }
+                    None => pos = data.len(),
+                },
+                Phase::Trailer => {
+                    let mut end = false;
+                    while pos < data.len() {
+                        let b = data[pos];
+                        pos += 1;
+                        if b == b'\n' {
+                            if self.line == 0 {
+                                end = true;
+                                break;
+                            }
+                            self.line = 0;
+                        } else if b != b'\r' {
+                            self.line = self.line.saturating_add(1);
+                        }
+                    }
+                    if end {
+                        self.end_message(piece, &mut each);
+                    }
+                }
+                Phase::ToClose => {
+                    piece.body.push(pos..data.len());
+                    pos = data.len();
+                }
+            }
+        }
+        if !piece.is_empty() {
+            each(piece, self);
+        }
+        piece.head = None;
+        piece.body.clear();
+    }
+
+    fn end_message(&mut self, piece: &mut Piece, each: &mut impl FnMut(&Piece, &HttpDir)) {
+        self.next_message();
+        piece.done = true;
+        each(piece, self);
+        piece.head = None;
+        piece.body.clear();
+        piece.done = false;
+    }
+
+    /// At a head's first byte: what the start line says about the body (when
+    /// the line is in these bytes).
+    fn start_line(&mut self, rest: &[u8], to_server: bool, peer: &mut HttpDir) {
+        if to_server {
+            if rest.starts_with(b"HEAD ") {
+                peer.flags |= AFTER_HEAD;
+            } else {
+                peer.flags &= !AFTER_HEAD;
+            }
+        } else {
+            if self.flags & AFTER_HEAD != 0 {
+                self.flags |= NO_BODY;
+            }
+            // "HTTP/1.x NNN": 1xx, 204 and 304 have no body.
+            if let Some(code) = rest.get(9..12) {
+                if code[0] == b'1' || code == b"204" || code == b"304" {
+                    self.flags |= NO_BODY;
+                }
+                // A 100 Continue precedes the real response to a HEAD.
+                if code[0] != b'1' {
+                    self.flags &= !AFTER_HEAD;
+                }
+            }
+        }
+    }
+
+    /// Consumes head bytes; returns how many up to and including the blank
+    /// line when the head ends in `data`, None if it does not, an error
+    /// past the bounds.
+    fn head_bytes(&mut self, data: &[u8]) -> Result<Option<usize>, ()> {
+        for (i, &b) in data.iter().enumerate() {
+            self.head_len += 1;
+            if self.head_len > MAX_HEAD {
+                return Err(());
+            }
+            if b == b'\n' {
+                if self.line == 0 && self.flags & FIRST_LINE == 0 {
+                    return Ok(Some(i + 1));
+                }
+                self.lines += 1;
+                if self.lines > MAX_LINES {
+                    return Err(());
+                }
+                if self.val == 1 {
+                    self.flags |= HAS_LEN;
+                }
+                self.flags &= !FIRST_LINE;
+                self.line = 0;
+                self.m_cl = 0;
+                self.m_te = 0;
+                self.val = 0;
+                continue;
+            }
+            if b == b'\r' {
+                continue;
+            }
+            self.line = self.line.saturating_add(1);
+            if self.flags & FIRST_LINE != 0 {
+                continue;
+            }
+            let l = b.to_ascii_lowercase();
+            match self.val {
+                0 => {
+                    let step = |m: &mut u8, name: &[u8]| -> bool {
+                        if *m == FAIL {
+                            return false;
+                        }
+                        if name.get(*m as usize) == Some(&l) {
+                            *m += 1;
+                            return *m as usize == name.len();
+                        }
+                        *m = FAIL;
+                        false
+                    };
+                    if step(&mut self.m_cl, CL) {
+                        self.val = 1;
+                        self.remaining = 0;
+                    } else if step(&mut self.m_te, TE) {
+                        self.val = 2;
+                        self.m_te = 0;
+                    } else if b == b':' {
+                        self.val = 3;
+                    }
+                }
+                1 if b.is_ascii_digit() => {
+                    self.remaining = self
+                        .remaining
+                        .saturating_mul(10)
+                        .saturating_add((b - b'0') as u64);
+                }
+                2 => {
+                    if self.m_te as usize >= CHUNKED_TOKEN.len() {
+                        continue;
+                    }
+                    if CHUNKED_TOKEN[self.m_te as usize] == l {
+                        self.m_te += 1;
+                        if self.m_te as usize == CHUNKED_TOKEN.len() {
+                            self.flags |= CHUNKED;
+                        }
+                    } else {
+                        self.m_te = (l == CHUNKED_TOKEN[0]) as u8;
+                    }
+                }
+                _ => {}
+            }
+        }
+        Ok(None)
+    }
+
+    /// The body that follows a complete head (RFC 9112 §6.3).
+    fn after_head(&mut self, to_server: bool) {
+        let f = self.flags;
+        let len = self.remaining;
+        if !to_server && f & NO_BODY != 0 {
+            self.next_message();
+        } else if f & CHUNKED != 0 {
+            self.phase = Phase::ChunkSize;
+            self.remaining = 0;
+            self.line = 0;
+            self.flags &= !CHUNK_EXT;
+        } else if f & HAS_LEN != 0 && len > 0 {
+            self.phase = Phase::Body;
+        } else if to_server || f & HAS_LEN != 0 {
+            self.next_message();
+        } else {
+            self.phase = Phase::ToClose;
+        }
+    }
+
+    /// Consumes a chunk-size line's bytes into `remaining`; returns how many
+    /// when the line ends in `data`.
+    fn chunk_size(&mut self, data: &[u8]) -> Result<Option<usize>, ()> {
+        for (i, &b) in data.iter().enumerate() {
+            if b == b'\n' {
+                // A line without a digit is not a chunk size.
+                if self.line == 0 {
+                    return Err(());
+                }
+                self.line = 0;
+                return Ok(Some(i + 1));
+            }
+            if self.flags & CHUNK_EXT != 0 || b == b'\r' {
+                continue;
+            }
+            match (b as char).to_digit(16) {
+                Some(d) => {
+                    // Chunks over 2^32 bytes are not framed.
+                    if self.remaining >= 1 << 28 {
+                        return Err(());
+                    }
+                    self.remaining = self.remaining * 16 + d as u64;
+                    self.line = self.line.saturating_add(1);
+                }
+                None if b == b';' || b == b' ' || b == b'\t' => {
+                    if self.line == 0 {
+                        return Err(());
+                    }
+                    self.flags |= CHUNK_EXT;
+                }
+                None => return Err(()),
+            }
+        }
+        Ok(None)
+    }
+}
+
+/// A parsed message head: ranges into the head's bytes.
+#[derive(Debug, Clone)]
+pub struct Head {
+    /// The start line, without its line end.
+    pub line: Range<usize>,
+    /// Request: the method; response: the protocol.
+    pub first: Range<usize>,
+    /// Request: the target; response: the status code.
+    pub second: Range<usize>,
+    /// Request: the protocol; response: the reason phrase.
+    pub third: Range<usize>,
+    /// Header lines' block, from the line after the start line to the end
+    /// of the head (the blank line included).
+    pub block: Range<usize>,
+    /// Header fields (name, value without surrounding whitespace); at most
+    /// [`MAX_HEADERS`] are kept.
+    pub fields: [(Range<usize>, Range<usize>); MAX_HEADERS],
+    /// Fields kept.
+    pub nfields: usize,
+}
+
+fn trim(h: &[u8], mut r: Range<usize>) -> Range<usize> {
+    while r.start < r.end && matches!(h[r.start], b' ' | b'\t') {
+        r.start += 1;
+    }
+    while r.end > r.start && matches!(h[r.end - 1], b' ' | b'\t' | b'\r') {
+        r.end -= 1;
+    }
+    r
+}
+
+impl Head {
+    /// Parses `h`, a complete head (what [`HttpDir::advance`] reported).
+    /// Lines without a `:` are not fields. Never fails: every range lies
+    /// within `h`.
+    pub fn parse(&mut self, h: &[u8], request: bool) {
+        let nl = memchr::memchr(b'\n', h).unwrap_or(h.len());
+        let line = trim(h, 0..nl);
+        self.line = line.clone();
+        let l = &h[line.clone()];
+        let sp1 = memchr::memchr(b' ', l).map_or(l.len(), |i| i);
+        self.first = line.start..line.start + sp1;
+        let rest = (line.start + sp1 + 1).min(line.end)..line.end;
+        if request {
+            // The target runs to the last space (targets have none).
+            let r = &h[rest.clone()];
+            match memchr::memrchr(b' ', r) {
+                Some(i) => {
+                    self.second = rest.start..rest.start + i;
+                    self.third = rest.start + i + 1..rest.end;
+                }
+                None => {
+                    self.second = rest.clone();
+                    self.third = rest.end..rest.end;
+                }
+            }
+        } else {
+            let r = &h[rest.clone()];
+            let i = memchr::memchr(b' ', r).unwrap_or(r.len());
+            self.second = rest.start..rest.start + i;
+            self.third = (rest.start + i + 1).min(rest.end)..rest.end;
+        }
+        self.block = (nl + 1).min(h.len())..h.len();
+        self.nfields = 0;
+        let mut at = self.block.start;
+        while at < h.len() && self.nfields < MAX_HEADERS {
+            let end = memchr::memchr(b'\n', &h[at..]).map_or(h.len(), |i| at + i);
+            let ln = trim(h, at..end);
+            if let Some(c) = memchr::memchr(b':', &h[ln.clone()]) {
+                let name = ln.start..ln.start + c;
+                let value = trim(h, ln.start + c + 1..ln.end);
+                self.fields[self.nfields] = (name, value);
+                self.nfields += 1;
+            }
+            at = end + 1;
+        }
+    }
+
+    /// The value of the first field named `name` (ASCII case-insensitive).
+    pub fn field<'h>(&self, h: &'h [u8], name: &[u8]) -> Option<&'h [u8]> {
+        self.fields[..self.nfields]
+            .iter()
+            .find(|(n, _)| h[n.clone()].eq_ignore_ascii_case(name))
+            .map(|(_, v)| &h[v.clone()])
+    }
+}
+
+/// The buffers of a message that rules inspect (Suricata's names in
+/// [`Buf::keyword`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[repr(u8)]
+pub enum Buf {
+    /// `http.method`.
+    Method,
+    /// `http.uri`: the normalised target ([`normalise_uri`]).
+    Uri,
+    /// `http.uri.raw`: the target as sent.
+    UriRaw,
+    /// `http.protocol`.
+    Protocol,
+    /// `http.host`: the Host field without its port, lowercased.
+    Host,
+    /// `http.host.raw`: the Host field as sent.
+    HostRaw,
+    /// `http.user_agent`.
+    UserAgent,
+    /// `http.header`: `Name: value\r\n` per field, then `\r\n`.
+    Header,
+    /// `http.header.raw`: the header lines as sent.
+    HeaderRaw,
+    /// `http.header_names`: `\r\n`, each name and `\r\n`, then `\r\n`.
+    HeaderNames,
+    /// `http.cookie`: Cookie (requests) or Set-Cookie (responses).
+    Cookie,
+    /// `http.request_line`.
+    RequestLine,
+    /// `http.stat_code`.
+    StatCode,
+    /// `http.stat_msg`.
+    StatMsg,
+    /// `http.response_line`.
+    ResponseLine,
+    /// `http.content_type`.
+    ContentType,
+    /// `http.content_len`.
+    ContentLen,
+    /// `http.server`.
+    Server,
+    /// `http.referer`.
+    Referer,
+    /// `http.location`.
+    Location,
+    /// `http.accept`.
+    Accept,
+    /// `http.accept_enc`.
+    AcceptEnc,
+    /// `http.accept_lang`.
+    AcceptLang,
+    /// `http.connection`.
+    Connection,
+    /// `http.start`: the start line and header lines as sent.
+    Start,
+    /// `http.request_body`: the request body bytes of the packet.
+    RequestBody,
+    /// `http.response_body`: the response body bytes of the packet.
+    ResponseBody,
+    /// `file.data`: the body bytes of the packet, either direction.
+    FileData,
+}
+
+/// Number of [`Buf`]s.
+pub const NBUF: usize = Buf::FileData as usize + 1;
+
+/// The sticky-buffer keywords (current and legacy names) and their buffer.
+pub const STICKY: &[(&str, Buf)] = &[
+    ("http.method", Buf::Method),
+    ("http.uri", Buf::Uri),
+    ("http.uri.raw", Buf::UriRaw),
+    ("http.protocol", Buf::Protocol),
+    ("http_protocol", Buf::Protocol),
+    ("http.host", Buf::Host),
+    ("http.host.raw", Buf::HostRaw),
+    ("http.user_agent", Buf::UserAgent),
+    ("http.header", Buf::Header),
+    ("http.header.raw", Buf::HeaderRaw),
+    ("http.header_names", Buf::HeaderNames),
+    ("http_header_names", Buf::HeaderNames),
+    ("http.cookie", Buf::Cookie),
+    ("http.request_line", Buf::RequestLine),
+    ("http_request_line", Buf::RequestLine),
+    ("http.stat_code", Buf::StatCode),
+    ("http.stat_msg", Buf::StatMsg),
+    ("http.response_line", Buf::ResponseLine),
+    ("http_response_line", Buf::ResponseLine),
+    ("http.content_type", Buf::ContentType),
+    ("http_content_type", Buf::ContentType),
+    ("http.content_len", Buf::ContentLen),
+    ("http_content_len", Buf::ContentLen),
+    ("http.server", Buf::Server),
+    ("http_server", Buf::Server),
+    ("http.referer", Buf::Referer),
+    ("http_referer", Buf::Referer),
+    ("http.location", Buf::Location),
+    ("http_location", Buf::Location),
+    ("http.accept", Buf::Accept),
+    ("http_accept", Buf::Accept),
+    ("http.accept_enc", Buf::AcceptEnc),
+    ("http_accept_enc", Buf::AcceptEnc),
+    ("http.accept_lang", Buf::AcceptLang),
+    ("http_accept_lang", Buf::AcceptLang),
+    ("http.connection", Buf::Connection),
+    ("http_connection", Buf::Connection),
+    ("http.start", Buf::Start),
+    ("http_start", Buf::Start),
+    ("http.request_body", Buf::RequestBody),
+    ("http.response_body", Buf::ResponseBody),
+    ("file_data", Buf::FileData),
+    ("file.data", Buf::FileData),
+];
+
+/// The Snort-style content modifiers (they move the preceding content to
+/// their buffer) and their buffer.
+pub const MODIFIERS: &[(&str, Buf)] = &[
+    ("http_method", Buf::Method),
+    ("http_uri", Buf::Uri),
+    ("http_raw_uri", Buf::UriRaw),
+    ("http_host", Buf::Host),
+    ("http_raw_host", Buf::HostRaw),
+    ("http_user_agent", Buf::UserAgent),
+    ("http_header", Buf::Header),
+    ("http_raw_header", Buf::HeaderRaw),
+    ("http_cookie", Buf::Cookie),
+    ("http_stat_code", Buf::StatCode),
+    ("http_stat_msg", Buf::StatMsg),
+    ("http_client_body", Buf::RequestBody),
+    ("http_server_body", Buf::ResponseBody),
+];
+
+/// The buffer `pcre` flag `f` selects.
+pub fn pcre_flag(f: char) -> Option<Buf> {
+    Some(match f {
+        'U' => Buf::Uri,
+        'I' => Buf::UriRaw,
+        'P' => Buf::RequestBody,
+        'Q' => Buf::ResponseBody,
+        'H' => Buf::Header,
+        'D' => Buf::HeaderRaw,
+        'M' => Buf::Method,
+        'C' => Buf::Cookie,
+        'S' => Buf::StatCode,
+        'Y' => Buf::StatMsg,
+        'V' => Buf::UserAgent,
+        'W' => Buf::Host,
+        _ => return None,
+    })
+}
+
+fn hexval(b: u8) -> Option<u8> {
+    (b as char).to_digit(16).map(|d| d as u8)
+}
+
+/// Appends `target` normalised as libhtp does with Suricata's defaults: an
+/// absolute target (`http://host/path`) keeps its path and query; `%XX` is
+/// decoded (an invalid escape stays as it is; `+` stays); in the path, `\`
+/// becomes `/`, runs of `/` become one, and `.` and `..` segments are
+/// removed (RFC 3986 §5.2.4).
+pub fn normalise_uri(target: &[u8], out: &mut Vec<u8>) {
+    let mut t = target;
+    if let Some(i) = t.windows(3).position(|w| w == b"://") {
+        if t[..i].iter().all(|b| b.is_ascii_alphabetic()) && i > 0 {
+            let after = &t[i + 3..];
+            t = match after.iter().position(|&b| b == b'/' || b == b'?') {
+                Some(j) => &after[j..],
+                None => b"/",
+            };
+        }
+    }
+    let q = memchr::memchr(b'?', t).unwrap_or(t.len());
+    let start = out.len();
+    let mut i = 0;
+    // The decoded path, with separators normalised.
+    while i < q {
+        let mut b = t[i];
+        i += 1;
+        if b == b'%' && i + 1 < q {
+            if let (Some(h), Some(l)) = (hexval(t[i]), hexval(t[i + 1])) {
+                b = h << 4 | l;
+                i += 2;
+            }
+        }
+        if b == b'\\' {
+            b = b'/';
+        }
+        if b == b'/' && out.len() > start && out[out.len() - 1] == b'/' {
+            continue;
+        }
+        out.push(b);
+    }
+    remove_dots(out, start);
+    // The query, decoded.
+    let mut i = q;
+    while i < t.len() {
+        let mut b = t[i];
+        i += 1;
+        if b == b'%' {
+            if let (Some(h), Some(l)) = (
+                t.get(i).copied().and_then(hexval),
+                t.get(i + 1).copied().and_then(hexval),
+            ) {
+                b = h << 4 | l;
+                i += 2;
+            }
+        }
+        out.push(b);
+    }
+}
+
+/// Removes `.` and `..` segments from the path in `out[start..]` in place.
+fn remove_dots(out: &mut Vec<u8>, start: usize) {
+    let path = &out[start..];
+    if !path.windows(2).any(|w| w == b"/." || w == b"./") && path != b"." && path != b".." {
+        return;
+    }
+    let mut w = start;
+    let mut r = start;
+    let end = out.len();
+    while r < end {
+        // One segment: from r up to the next '/' (exclusive).
+        let seg_end = out[r..end]
+            .iter()
+            .skip(1)
+            .position(|&b| b == b'/')
+            .map_or(end, |p| r + 1 + p);
+        let seg = &out[r..seg_end];
+        let body = seg.strip_prefix(b"/").unwrap_or(seg);
+        let slash = seg.first() == Some(&b'/');
+        if body == b"." {
+            // "/." keeps a trailing "/" when last.
+            if seg_end == end && slash {
+                out[w] = b'/';
+                w += 1;
+            }
+        } else if body == b".." {
+            // Drop the previous segment.
+            while w > start && out[w - 1] != b'/' {
+                w -= 1;
+            }
+            if w > start {
+                w -= 1;
+            }
+            if seg_end == end && slash {
+                out[w] = b'/';
+                w += 1;
+            }
+        } else {
+            out.copy_within(r..seg_end, w);
+            w += seg_end - r;
+        }
+        r = seg_end;
+    }
+    out.truncate(w);
+}
+
+/// A message's buffers, written into one scratch vector.
+#[derive(Debug, Clone, Default)]
+pub struct Buffers {
+    /// The bytes of every buffer.
+    pub bytes: Vec<u8>,
+    /// Where each [`Buf`] is in `bytes`, if the message has it.
+    pub spans: [Option<(u32, u32)>; NBUF],
+    /// The parsed head (reused).
+    pub head: Box<Head>,
+}
+
+impl Default for Head {
+    fn default() -> Self {
+        Head {
+            line: 0..0,
+            first: 0..0,
+            second: 0..0,
+            third: 0..0,
+            block: 0..0,
+            fields: std::array::from_fn(|_| (0..0, 0..0)),
+            nfields: 0,
+        }
+    }
+}
+
+impl Buffers {
+    /// The bytes of buffer `b`, if the message has it.
+    #[inline]
+    pub fn get(&self, b: Buf) -> Option<&[u8]> {
+        self.spans[b as usize].map(|(a, z)| &self.bytes[a as usize..z as usize])
+    }
+
+    fn put(&mut self, b: Buf, bytes: &[u8]) {
+        let a = self.bytes.len() as u32;
+        self.bytes.extend_from_slice(bytes);
+        self.spans[b as usize] = Some((a, self.bytes.len() as u32));
+    }
+
+    fn begin(&mut self) -> u32 {
+        self.bytes.len() as u32
+    }
+
+    fn end(&mut self, b: Buf, a: u32) {
+        self.spans[b as usize] = Some((a, self.bytes.len() as u32));
+    }
+
+    /// Builds the buffers of a message: `head` its complete head (if in the
+    /// packet), `body` the ranges of `data` that are its body bytes.
+    pub fn build(
+        &mut self,
+        head: Option<&[u8]>,
+        data: &[u8],
+        body: &[Range<usize>],
+        request: bool,
+    ) {
+        self.bytes.clear();
+        self.spans = [None; NBUF];
+        if let Some(h) = head {
+            self.build_head(h, request);
+        }
+        if !body.is_empty() {
+            let a = self.begin();
+            for r in body {
+                self.bytes.extend_from_slice(&data[r.clone()]);
+            }
+            self.end(Buf::FileData, a);
+            let span = self.spans[Buf::FileData as usize];
+            let which = if request {
+                Buf::RequestBody
+            } else {
+                Buf::ResponseBody
+            };
+            self.spans[which as usize] = span;
+        }
+    }
+
+    fn build_head(&mut self, h: &[u8], request: bool) {
+        let mut head = std::mem::take(&mut self.head);
+        head.parse(h, request);
+        let hd = &*head;
+        self.put(Buf::Start, h);
+        if request {
+            self.put(Buf::RequestLine, &h[hd.line.clone()]);
+            self.put(Buf::Method, &h[hd.first.clone()]);
+            self.put(Buf::UriRaw, &h[hd.second.clone()]);
+            let a = self.begin();
+            normalise_uri(&h[hd.second.clone()], &mut self.bytes);
+            self.end(Buf::Uri, a);
+            if !hd.third.is_empty() {
+                self.put(Buf::Protocol, &h[hd.third.clone()]);
+            }
+        } else {
+            self.put(Buf::ResponseLine, &h[hd.line.clone()]);
+            self.put(Buf::Protocol, &h[hd.first.clone()]);
+            self.put(Buf::StatCode, &h[hd.second.clone()]);
+            self.put(Buf::StatMsg, &h[hd.third.clone()]);
+        }
+        self.put(Buf::HeaderRaw, &h[hd.block.clone()]);
+        let a = self.begin();
+        for (n, v) in &hd.fields[..hd.nfields] {
+            self.bytes.extend_from_slice(&h[n.clone()]);
+            self.bytes.extend_from_slice(b": ");
+            self.bytes.extend_from_slice(&h[v.clone()]);
+            self.bytes.extend_from_slice(b"\r\n");
+        }
+        self.bytes.extend_from_slice(b"\r\n");
+        self.end(Buf::Header, a);
+        let a = self.begin();
+        self.bytes.extend_from_slice(b"\r\n");
+        for (n, _) in &hd.fields[..hd.nfields] {
+            self.bytes.extend_from_slice(&h[n.clone()]);
+            self.bytes.extend_from_slice(b"\r\n");
+        }
+        self.bytes.extend_from_slice(b"\r\n");
+        self.end(Buf::HeaderNames, a);
+        let fields: &[(&[u8], Buf)] = if request {
+            &[
+                (b"user-agent", Buf::UserAgent),
+                (b"cookie", Buf::Cookie),
+                (b"referer", Buf::Referer),
+                (b"accept", Buf::Accept),
+                (b"accept-encoding", Buf::AcceptEnc),
+                (b"accept-language", Buf::AcceptLang),
+                (b"content-type", Buf::ContentType),
+                (b"content-length", Buf::ContentLen),
+                (b"connection", Buf::Connection),
+            ]
+        } else {
+            &[
+                (b"set-cookie", Buf::Cookie),
+                (b"server", Buf::Server),
+                (b"location", Buf::Location),
+                (b"content-type", Buf::ContentType),
+                (b"content-length", Buf::ContentLen),
+                (b"connection", Buf::Connection),
+            ]
+        };
+        for (name, b) in fields {
+            if let Some(v) = hd.field(h, name) {
+                self.put(*b, v);
+            }
+        }
+        if request {
+            if let Some(v) = hd.field(h, b"host") {
+                self.put(Buf::HostRaw, v);
+                // Without the port (an IPv6 literal keeps its brackets).
+                let host = match v.iter().rposition(|&b| b == b':') {
+                    Some(i) if !v[i..].contains(&b']') => &v[..i],
+                    _ => v,
+                };
+                let host = host.strip_suffix(b".").unwrap_or(host);
+                let a = self.begin();
+                self.bytes
+                    .extend(host.iter().map(|b| b.to_ascii_lowercase()));
+                self.end(Buf::Host, a);
+            }
+        }
+        self.head = head;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn norm(s: &str) -> String {
+        let mut v = Vec::new();
+        normalise_uri(s.as_bytes(), &mut v);
+        String::from_utf8_lossy(&v).into_owned()
+    }
+
+    #[test]
+    fn uri_normalisation() {
+        assert_eq!(norm("/a%20b?x=%41"), "/a b?x=A");
+        assert_eq!(norm("/a//b\\c"), "/a/b/c");
+        assert_eq!(norm("/a/./b/../c"), "/a/c");
+        assert_eq!(norm("/a/b/.."), "/a/");
+        assert_eq!(norm("/../../x"), "/x");
+        assert_eq!(norm("http://Example.com/p?q"), "/p?q");
+        assert_eq!(norm("/bad%zz%4"), "/bad%zz%4");
+        assert_eq!(norm("/a+b"), "/a+b");
+    }
+}

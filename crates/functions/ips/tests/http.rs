@@ -1,0 +1,572 @@
+//! HTTP/1.x: detection by content whatever the port, the framing kept in the
+//! flow record (pipelining, bodies by length and chunked, two instances
+//! sharing a store), the sticky buffers and Snort-style modifiers with
+//! Suricata's semantics, and a parser that never panics on hostile bytes.
+//! Requests are written as text; the TCP/IP layers by `sluice_wire::build`.
+
+use std::path::Path;
+
+use proptest::prelude::*;
+use sluice_ips::http::{Buf, Buffers, HttpDir, Phase, Piece};
+use sluice_ips::rules::{self, parse_rule, Proto};
+use sluice_ips::Ips;
+use sluice_nf::AlertAction;
+use sluice_state::LocalStore;
+use sluice_wire::build::tcp_v4;
+use sluice_wire::tcp::flags::{ACK, PSH, SYN};
+
+mod common;
+
+const C: [u8; 4] = [10, 0, 0, 1];
+const S: [u8; 4] = [192, 168, 1, 2];
+
+fn ips(rules: &[&str]) -> Ips {
+    common::ips_with(rules, &[("HOME_NET", "10.0.0.0/8")])
+}
+
+/// A connection to `port`: the handshake, then each of `client` (to the
+/// server) and `server` (answers) as segments in order, `(to_server, bytes)`.
+fn conn(port: u16, segs: &[(bool, &[u8])]) -> Vec<Vec<u8>> {
+    let mut f = vec![
+        tcp_v4(C, S, 40000, port, 1000, 0, SYN, &[]),
+        tcp_v4(S, C, port, 40000, 9000, 1001, SYN | ACK, &[]),
+        tcp_v4(C, S, 40000, port, 1001, 9001, ACK, &[]),
+    ];
+    let (mut cs, mut ss) = (1001u32, 9001u32);
+    for (to_server, b) in segs {
+        if *to_server {
+            f.push(tcp_v4(C, S, 40000, port, cs, ss, ACK | PSH, b));
+            cs += b.len() as u32;
+        } else {
+            f.push(tcp_v4(S, C, port, 40000, ss, cs, ACK | PSH, b));
+            ss += b.len() as u32;
+        }
+    }
+    f
+}
+
+/// Sids alerting when `frames` run as one batch.
+fn sids(rules: &[&str], frames: &[Vec<u8>]) -> Vec<u32> {
+    let (alerts, _) = common::run_in(
+        &mut ips(rules),
+        &mut LocalStore::new(),
+        frames,
+        1_000_000_000,
+    );
+    alerts.into_iter().map(|a| a.0).collect()
+}
+
+const GET: &[u8] = b"GET /index.php?id=%41%42&x=1 HTTP/1.1\r\nHost: WWW.Example.COM:8080\r\nUser-Agent: Evil-Agent/1.0\r\nCookie: session=abc\r\nAccept: */*\r\n\r\n";
+
+/// True if a rule with `opts` (sid 1, to server) fires on `req` sent to port 80.
+fn fires(opts: &str, req: &[u8]) -> bool {
+    let rule = format!(
+        "alert http any any -> any any (msg:\"t\"; flow:established,to_server; {opts} sid:1;)"
+    );
+    sids(&[&rule], &conn(80, &[(true, req)])) == vec![1]
+}
+
+#[test]
+fn http_rules_parse_into_buffers() {
+    let r = parse_rule(
+        r#"alert http any any -> any any (http.method; content:"POST"; http.uri; content:"/a"; startswith; content:"b"; distance:0; pcre:"/x/U"; content:"ua"; http_user_agent; urilen:>5; sid:1;)"#,
+        &Default::default(),
+    )
+    .unwrap();
+    assert_eq!(r.proto, Proto::Http);
+    let bufs: Vec<(Buf, usize)> = r.http.iter().map(|l| (l.buf, l.items.len())).collect();
+    // The modifier moved "ua" out of the uri buffer; pcre /U and urilen
+    // joined it.
+    assert_eq!(
+        bufs,
+        vec![(Buf::Method, 1), (Buf::Uri, 4), (Buf::UserAgent, 1)]
+    );
+    assert!(r.items.is_empty());
+    // A tcp rule with an http buffer becomes an http rule (Suricata).
+    let r = parse_rule(
+        r#"alert tcp any any -> any any (file_data; content:"x"; sid:2;)"#,
+        &Default::default(),
+    )
+    .unwrap();
+    assert_eq!(r.proto, Proto::Http);
+    // Not on dns or udp.
+    assert!(parse_rule(
+        r#"alert udp any any -> any any (http.uri; content:"x"; sid:3;)"#,
+        &Default::default()
+    )
+    .is_err());
+}
+
+#[test]
+fn requests_on_port_80_and_any_other_port() {
+    let rule = r#"alert http any any -> any any (msg:"t"; flow:established,to_server; http.uri; content:"/index.php"; sid:7;)"#;
+    for port in [80, 8080, 4444] {
+        assert_eq!(
+            sids(&[rule], &conn(port, &[(true, GET)])),
+            vec![7],
+            "{port}"
+        );
+    }
+    // Not HTTP on port 80: the same bytes after some other text.
+    let mut junk = b"HELLO\r\n".to_vec();
+    junk.extend_from_slice(GET);
+    assert!(sids(&[rule], &conn(80, &[(true, &junk)])).is_empty());
+    // A tcp rule with the content in the payload still fires on it.
+    let tcp = r#"alert tcp any any -> any 80 (msg:"t"; content:"/index.php"; sid:8;)"#;
+    assert_eq!(sids(&[tcp], &conn(80, &[(true, &junk)])), vec![8]);
+}
+
+#[test]
+fn each_request_buffer() {
+    assert!(fires(r#"http.method; content:"GET"; bsize:3;"#, GET));
+    assert!(!fires(r#"http.method; content:"POST";"#, GET));
+    // Normalised: %41%42 decoded; raw: as sent.
+    assert!(fires(r#"http.uri; content:"id=AB&";"#, GET));
+    assert!(!fires(r#"http.uri; content:"%41";"#, GET));
+    assert!(fires(r#"http.uri.raw; content:"id=%41%42";"#, GET));
+    assert!(fires(r#"content:"id=%41"; http_raw_uri;"#, GET));
+    assert!(!fires(r#"http.uri.raw; content:"id=AB";"#, GET));
+    // Host: lowercased, without the port; raw as sent.
+    assert!(fires(
+        r#"http.host; content:"www.example.com"; bsize:15;"#,
+        GET
+    ));
+    assert!(!fires(r#"http.host; content:"Example";"#, GET));
+    assert!(fires(r#"http.host.raw; content:"Example.COM:8080";"#, GET));
+    assert!(fires(
+        r#"http.user_agent; content:"Evil-Agent"; startswith;"#,
+        GET
+    ));
+    assert!(fires(
+        r#"content:"evil-agent"; nocase; http_user_agent;"#,
+        GET
+    ));
+    assert!(fires(
+        r#"http.cookie; content:"session=abc"; startswith; bsize:11;"#,
+        GET
+    ));
+    assert!(fires(
+        r#"http.request_line; content:"GET /index.php?id=%41%42&x=1 HTTP/1.1"; bsize:37;"#,
+        GET
+    ));
+    // The header buffer: "Name: value\r\n" each, no request line.
+    assert!(fires(
+        r#"http.header; content:"Host|3a 20|WWW.Example.COM:8080|0d 0a|User-Agent";"#,
+        GET
+    ));
+    assert!(!fires(r#"http.header; content:"GET";"#, GET));
+    assert!(fires(
+        r#"http.header_names; content:"|0d 0a|Host|0d 0a|User-Agent|0d 0a|Cookie|0d 0a|";"#,
+        GET
+    ));
+    assert!(fires(r#"http.accept; content:"*/*"; bsize:3;"#, GET));
+    assert!(fires(
+        r#"http.host; dotprefix; content:".example.com"; endswith;"#,
+        GET
+    ));
+    assert!(!fires(
+        r#"http.host; dotprefix; content:".ample.com"; endswith;"#,
+        GET
+    ));
+    assert!(fires(
+        r#"http.host; dotprefix; content:".example.com"; startswith;"#,
+        b"GET / HTTP/1.1\r\nHost: example.com\r\n\r\n"
+    ));
+    assert!(fires(r#"http.protocol; content:"HTTP/1.1";"#, GET));
+    assert!(fires(
+        r#"http.start; content:"GET /"; startswith; content:"|0d 0a 0d 0a|"; endswith;"#,
+        GET
+    ));
+    // urilen on the normalised target (20 bytes) and raw (24).
+    assert!(fires("urilen:20;", GET));
+    assert!(fires("urilen:24,raw;", GET));
+    assert!(!fires("urilen:>20;", GET));
+    // pcre flags choose the buffer.
+    assert!(fires(r#"pcre:"/^\/index\.php\?id=AB/U";"#, GET));
+    assert!(fires(r#"pcre:"/id=%41/I";"#, GET));
+    assert!(fires(r#"pcre:"/^www\.example\.com$/W";"#, GET));
+    assert!(fires(r#"pcre:"/^GET$/M";"#, GET));
+    assert!(fires(r#"pcre:"/^Evil/V";"#, GET));
+    assert!(fires(r#"pcre:"/^session/C";"#, GET));
+    assert!(fires(r#"pcre:"/User-Agent: Evil/H";"#, GET));
+    // An absent buffer matches nothing (no Referer).
+    assert!(!fires(r#"http.referer; content:"x";"#, GET));
+    assert!(!fires(r#"http.referer; content:!"x";"#, GET));
+}
+
+#[test]
+fn content_modifiers_on_a_buffer() {
+    // offset/depth count from the buffer start, not the stream's.
+    assert!(fires(
+        r#"http.uri; content:"index"; offset:1; depth:5;"#,
+        GET
+    ));
+    assert!(!fires(r#"http.uri; content:"index"; offset:2;"#, GET));
+    assert!(fires(
+        r#"http.uri; content:"/index"; content:"id="; distance:5; within:3;"#,
+        GET
+    ));
+    assert!(!fires(
+        r#"http.uri; content:"/index"; content:"id="; distance:6;"#,
+        GET
+    ));
+    assert!(fires(r#"http.uri; content:"x=1"; endswith;"#, GET));
+    assert!(!fires(r#"http.uri; content:"/index"; endswith;"#, GET));
+    assert!(fires(
+        r#"http.uri; content:"/INDEX.PHP"; nocase; startswith;"#,
+        GET
+    ));
+    assert!(!fires(r#"http.uri; content:"/INDEX.PHP";"#, GET));
+    // Several buffers: all must match the same message.
+    assert!(fires(
+        r#"http.method; content:"GET"; http.uri; content:".php"; http.host; content:"example";"#,
+        GET
+    ));
+    assert!(!fires(
+        r#"http.method; content:"GET"; http.uri; content:".php"; http.host; content:"other";"#,
+        GET
+    ));
+}
+
+const RESP: &[u8] = b"HTTP/1.1 200 OK\r\nServer: nginx/1.2\r\nContent-Type: text/html\r\nContent-Length: 20\r\nSet-Cookie: id=7\r\n\r\n<html>evil();</html>";
+
+#[test]
+fn responses_and_bodies() {
+    let r = |opts: &str| {
+        format!(
+            "alert http any any -> any any (msg:\"t\"; flow:established,to_client; {opts} sid:2;)"
+        )
+    };
+    let run = |opts: &str| sids(&[&r(opts)], &conn(80, &[(true, GET), (false, RESP)])) == vec![2];
+    assert!(run(r#"http.stat_code; content:"200"; bsize:3;"#));
+    assert!(!run(r#"http.stat_code; content:"404";"#));
+    assert!(run(r#"http.stat_msg; content:"OK";"#));
+    assert!(run(
+        r#"http.response_line; content:"HTTP/1.1 200 OK"; bsize:15;"#
+    ));
+    assert!(run(r#"http.server; content:"nginx";"#));
+    assert!(run(r#"http.content_type; content:"text/html";"#));
+    assert!(run(r#"http.content_len; content:"20";"#));
+    // byte_test of 0 string bytes: the whole buffer as a number.
+    assert!(run("http.content_len; byte_test:0,>=,20,0,string,dec;"));
+    assert!(!run("http.content_len; byte_test:0,>,20,0,string,dec;"));
+    assert!(run(r#"http.cookie; content:"id=7";"#));
+    assert!(run(
+        r#"file_data; content:"<html>"; startswith; content:"evil"; distance:0;"#
+    ));
+    assert!(run(r#"http.response_body; content:"</html>"; endswith;"#));
+    assert!(run(
+        r#"http.stat_code; content:"200"; file.data; content:"evil();";"#
+    ));
+    assert!(!run(r#"http.request_body; content:"evil";"#));
+    // A response without a request first is not parsed.
+    let rule = r(r#"http.stat_code; content:"200";"#);
+    assert!(sids(&[&rule], &conn(80, &[(false, RESP)])).is_empty());
+    // A request body, by Content-Length.
+    let post = b"POST /up HTTP/1.1\r\nHost: a\r\nContent-Length: 11\r\n\r\nhello=world";
+    assert!(fires(
+        r#"http.request_body; content:"hello=world"; bsize:11;"#,
+        post
+    ));
+    assert!(fires(r#"content:"hello"; http_client_body;"#, post));
+    assert!(fires(r#"pcre:"/^hello/P";"#, post));
+    assert!(fires(
+        r#"http.method; content:"POST"; file_data; content:"world";"#,
+        post
+    ));
+}
+
+#[test]
+fn chunked_bodies_are_framed() {
+    let rule = r#"alert http any any -> any any (msg:"t"; flow:to_client; file_data; content:"HelloWorld"; sid:3;)"#;
+    let second = r#"alert http any any -> any any (msg:"t"; flow:to_server; http.uri; content:"/second"; sid:4;)"#;
+    let resp = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5;ext=1\r\nHello\r\n5\r\nWorld\r\n0\r\n\r\n";
+    let req2 = b"GET /second HTTP/1.1\r\nHost: a\r\n\r\n";
+    let frames = conn(80, &[(true, GET), (false, resp), (true, req2)]);
+    let mut got = sids(&[rule, second], &frames);
+    got.sort();
+    assert_eq!(got, vec![3, 4]);
+    // Chunk data bytes only: the sizes are not in the buffer.
+    let framing = r#"alert http any any -> any any (msg:"t"; flow:to_client; file_data; content:"5|0d 0a|"; sid:5;)"#;
+    assert!(sids(&[framing], &frames).is_empty());
+}
+
+#[test]
+fn pipelined_requests_each_parsed() {
+    let rule = r#"alert http any any -> any any (msg:"t"; http.uri; content:"/third"; http.method; content:"PUT"; sid:9;)"#;
+    let mut seg = GET.to_vec();
+    seg.extend_from_slice(
+        b"POST /second HTTP/1.1\r\nContent-Length: 29\r\n\r\nPUT /third HTTP/1.1\r\nX: y\r\n\r\n",
+    );
+    // The third "request" is the body of the second: no alert.
+    assert!(sids(&[rule], &conn(80, &[(true, &seg)])).is_empty());
+    seg.extend_from_slice(b"PUT /third HTTP/1.1\r\n\r\n");
+    assert_eq!(sids(&[rule], &conn(80, &[(true, &seg)])), vec![9]);
+}
+
+#[test]
+fn a_head_split_across_two_segments() {
+    // Framing survives the split: the request after it is seen.
+    let rule = r#"alert http any any -> any any (msg:"t"; http.uri; content:"/after"; sid:11;)"#;
+    let split =
+        r#"alert http any any -> any any (msg:"t"; http.user_agent; content:"Evil"; sid:12;)"#;
+    let (a, b) = GET.split_at(50);
+    let next = b"GET /after HTTP/1.1\r\n\r\n";
+    let frames = conn(80, &[(true, a), (true, b), (true, next)]);
+    // The split head's own buffers are not inspected (documented limit:
+    // no head bytes are kept in the record); the next request's are.
+    assert_eq!(sids(&[rule, split], &frames), vec![11]);
+    // Whole, the same head fires.
+    assert_eq!(sids(&[split], &conn(80, &[(true, GET)])), vec![12]);
+}
+
+#[test]
+fn two_instances_sharing_a_store_continue_one_flow() {
+    let rule = r#"alert http any any -> any any (msg:"t"; flow:to_server; http.uri; content:"/evil"; sid:13;)"#;
+    // The body holds a request-looking text that is not a request.
+    let head = b"POST /up HTTP/1.1\r\nContent-Length: 40\r\n\r\n0123456789";
+    let rest = b"GET /evil HTTP/1.1\r\n\r\n01234567";
+    assert_eq!(head.len() + rest.len() - 41, 40);
+    let after = b"GET /evil HTTP/1.1\r\n\r\n";
+    let frames = conn(80, &[(true, head), (true, rest), (true, after)]);
+    let mut st = LocalStore::new();
+    let (a, _) = common::run_in(&mut ips(&[rule]), &mut st, &frames[..4], 1_000_000_000);
+    assert!(a.is_empty());
+    // Another instance, nothing shared but the store: it knows 30 body
+    // bytes are left, so the text in them is no request...
+    let mut other = ips(&[rule]);
+    let (a, _) = common::run_in(&mut other, &mut st, &frames[4..5], 2_000_000_000);
+    assert!(a.is_empty(), "{a:?}");
+    // ...and the next request is.
+    let (a, _) = common::run_in(&mut other, &mut st, &frames[5..], 3_000_000_000);
+    assert_eq!(a, vec![(13, AlertAction::Allowed)]);
+}
+
+#[test]
+fn drop_rules_drop_the_request() {
+    let rule = r#"drop http any any -> any any (msg:"t"; http.uri; content:"/evil"; sid:14;)"#;
+    let frames = conn(8000, &[(true, b"GET /evil HTTP/1.0\r\n\r\n")]);
+    let (a, d) = common::run_in(&mut ips(&[rule]), &mut LocalStore::new(), &frames, 1);
+    assert_eq!(a, vec![(14, AlertAction::Blocked)]);
+    assert_eq!(d, vec![false, false, false, true]);
+}
+
+/// Real ET Open rules (text copied from the 2024 set), fired by crafted
+/// requests and not by near misses.
+#[test]
+fn et_open_http_rules_fire_on_crafted_requests() {
+    let vars = [
+        ("HOME_NET", "10.0.0.0/8"),
+        ("EXTERNAL_NET", "any"),
+        ("HTTP_PORTS", "80"),
+        ("HTTP_SERVERS", "any"),
+    ];
+    let rules = [
+        r#"alert http $HOME_NET any -> $EXTERNAL_NET any (msg:"ET USER_AGENTS Suspicious User-Agent (HttpBrowser/1.0)"; flow:established,to_server; http.user_agent; content:"HttpBrowser/1.0"; depth:15; endswith; reference:url,www.fireeye.com; classtype:trojan-activity; sid:2019393; rev:4; metadata:created_at 2014_10_10;)"#,
+        r#"alert http $HOME_NET any -> $EXTERNAL_NET any (msg:"ET POLICY curl User-Agent Outbound"; flow:established,to_server; http.user_agent; content:"curl/"; nocase; startswith; classtype:attempted-recon; sid:2013028; rev:7;)"#,
+        r#"alert http $HOME_NET any -> $EXTERNAL_NET any (msg:"ET WEB_CLIENT Possible path traversal"; flow:established,to_server; http.method; content:"GET"; http.uri; content:"/etc/passwd"; fast_pattern; classtype:web-application-attack; sid:9000001; rev:1;)"#,
+        r#"alert http $EXTERNAL_NET any -> $HOME_NET any (msg:"ET INFO Executable Served"; flow:established,to_client; http.stat_code; content:"200"; file_data; content:"MZ"; within:2; content:"PE|00 00|"; distance:0; classtype:misc-activity; sid:9000002; rev:1;)"#,
+    ];
+    let run = |req: &[u8], resp: Option<&[u8]>| {
+        let mut segs = vec![(true, req)];
+        if let Some(r) = resp {
+            segs.push((false, r));
+        }
+        let mut i = common::ips_with(&rules, &vars);
+        let (a, _) = common::run_in(&mut i, &mut LocalStore::new(), &conn(80, &segs), 1);
+        a.into_iter().map(|x| x.0).collect::<Vec<_>>()
+    };
+    assert_eq!(
+        run(
+            b"GET / HTTP/1.1\r\nUser-Agent: HttpBrowser/1.0\r\n\r\n",
+            None
+        ),
+        vec![2019393]
+    );
+    // Near miss: more after the agent (endswith).
+    assert!(run(
+        b"GET / HTTP/1.1\r\nUser-Agent: HttpBrowser/1.01\r\n\r\n",
+        None
+    )
+    .is_empty());
+    assert_eq!(
+        run(b"GET / HTTP/1.1\r\nUser-Agent: CURL/8.0\r\n\r\n", None),
+        vec![2013028]
+    );
+    assert!(run(b"GET / HTTP/1.1\r\nUser-Agent: my curl/8.0\r\n\r\n", None).is_empty());
+    // Encoded and dotted, the normalised URI still holds it.
+    assert_eq!(
+        run(b"GET /a/../%65tc/passwd HTTP/1.1\r\n\r\n", None),
+        vec![9000001]
+    );
+    assert!(run(b"POST /etc/passwd HTTP/1.1\r\n\r\n", None).is_empty());
+    let exe = b"HTTP/1.1 200 OK\r\nContent-Length: 12\r\n\r\nMZ\x90\x00PE\x00\x00abcd";
+    assert_eq!(run(b"GET /x HTTP/1.1\r\n\r\n", Some(exe)), vec![9000002]);
+    let not_exe = b"HTTP/1.1 200 OK\r\nContent-Length: 12\r\n\r\nxMZ\x00PE\x00\x00abcd";
+    assert!(run(b"GET /x HTTP/1.1\r\n\r\n", Some(not_exe)).is_empty());
+}
+
+/// Runs the framing over `data` cut into pieces at `cuts`, returning the
+/// final phase and every piece's head and body bytes.
+fn frame(data: &[u8], cuts: &[usize], to_server: bool) -> (Phase, usize) {
+    let mut me = HttpDir::default();
+    let mut peer = HttpDir::default();
+    if !to_server {
+        peer.advance(
+            b"GET / HTTP/1.1\r\n",
+            true,
+            &mut HttpDir::default(),
+            &mut Piece::default(),
+            |_, _| {},
+        );
+    }
+    let mut piece = Piece::default();
+    let mut bufs = Buffers::default();
+    let mut seen = 0;
+    let mut at = 0;
+    let mut pts: Vec<usize> = cuts.iter().map(|c| c % (data.len() + 1)).collect();
+    pts.sort();
+    pts.push(data.len());
+    for p in pts {
+        let chunk = &data[at..p.max(at)];
+        me.advance(chunk, to_server, &mut peer, &mut piece, |pc, _| {
+            bufs.build(
+                pc.head.clone().map(|r| &chunk[r]),
+                chunk,
+                &pc.body,
+                to_server,
+            );
+            seen += bufs.bytes.len();
+        });
+        at = p.max(at);
+    }
+    (me.phase, seen)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(2000))]
+
+    #[test]
+    fn random_bytes_never_panic(b in proptest::collection::vec(any::<u8>(), 0..2000), cuts in proptest::collection::vec(any::<usize>(), 0..4), to_server: bool) {
+        frame(&b, &cuts, to_server);
+    }
+
+    #[test]
+    fn mutated_requests_never_panic(
+        pos in proptest::collection::vec((any::<usize>(), any::<u8>()), 0..8),
+        cuts in proptest::collection::vec(any::<usize>(), 0..4),
+    ) {
+        let mut b = b"POST /a%2e%2e/b/./c?x=%zz HTTP/1.1\r\nHost: [::1]:80\r\nTransfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n3\r\nabc\r\n0\r\nT: x\r\n\r\nGET / HTTP/1.0\r\n\r\n".to_vec();
+        for (p, v) in pos {
+            let i = p % b.len();
+            b[i] = v;
+        }
+        frame(&b, &cuts, true);
+        frame(&b, &cuts, false);
+    }
+}
+
+#[test]
+fn bounds_end_parsing_without_panic() {
+    // A head past the limit: the direction is given up.
+    let mut big = b"GET / HTTP/1.1\r\n".to_vec();
+    while big.len() < 40_000 {
+        big.extend_from_slice(b"X-Pad: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\r\n");
+    }
+    assert_eq!(frame(&big, &[], true).0, Phase::Off);
+    // A bad chunk size likewise.
+    let bad = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n";
+    assert_eq!(frame(bad, &[], false).0, Phase::Off);
+    // Not HTTP.
+    assert_eq!(frame(b"\x16\x03\x01\x00", &[], true).0, Phase::Off);
+    // Split anywhere, the framing ends where it does whole.
+    let two = b"GET / HTTP/1.1\r\nContent-Length: 3\r\n\r\nabcGET /x HTTP/1.1\r\n";
+    for cut in 0..two.len() {
+        assert_eq!(frame(two, &[cut], true).0, Phase::Head, "cut at {cut}");
+    }
+}
+
+/// The ET Open rule set, if present: almost every `http` rule loads, and
+/// those that do not are skipped for a named keyword, never the protocol.
+#[test]
+fn et_open_http_rules_load() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../../shared/data/et-open");
+    let Ok(entries) = std::fs::read_dir(&dir) else {
+        eprintln!("ET Open rules absent at {}: not checked", dir.display());
+        return;
+    };
+    let vars = rules::suricata_default_vars();
+    let (mut loaded, mut total) = (0, 0);
+    let mut reasons = std::collections::BTreeMap::<String, usize>::new();
+    let mut all = Vec::new();
+    for e in entries {
+        let p = e.unwrap().path();
+        if p.extension().is_none_or(|x| x != "rules") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&p).unwrap();
+        for line in text.lines().filter(|l| l.starts_with("alert http ")) {
+            total += 1;
+            match rules::parse_rule(line, &vars) {
+                Ok(r) => {
+                    loaded += 1;
+                    all.push(r);
+                }
+                Err(e) => *reasons.entry(e.reason()).or_default() += 1,
+            }
+        }
+    }
+    eprintln!("ET Open http rules: {loaded} of {total} load; skipped {reasons:?}");
+    assert!(total > 14000, "{total}");
+    assert!(
+        loaded * 100 >= total * 90,
+        "{loaded} of {total}: {reasons:?}"
+    );
+    assert!(!reasons.contains_key("protocol http"));
+    // And they compile into one IPS.
+    all.sort_by_key(|r| r.sid);
+    all.dedup_by_key(|r| r.sid);
+    let n = all.len();
+    let i = Ips::new(all, Vec::new(), sluice_state::Namespace(2), 300).unwrap();
+    assert_eq!(i.rule_count(), n);
+    // Every rule has a content for the prefilter.
+    assert!(i.http_unfiltered() < 50, "{}", i.http_unfiltered());
+}
+
+/// The record carries the framing (version 3); version 2 records, without
+/// it, still decode.
+#[test]
+fn the_framing_round_trips_through_the_record() {
+    use sluice_ips::engine::{record_size, FlowState};
+    use sluice_state::{Codec, Reader, Writer};
+    let mut st = FlowState::default();
+    let mut peer = HttpDir::default();
+    st.http[0].advance(
+        b"POST / HTTP/1.1\r\nContent-Length: 9\r\n\r\nabc",
+        true,
+        &mut peer,
+        &mut Piece::default(),
+        |_, _| {},
+    );
+    assert_eq!(st.http[0].phase, Phase::Body);
+    assert_eq!(st.http[0].remaining, 6);
+    let mut buf = Vec::new();
+    st.encode(&mut Writer::new(&mut buf));
+    assert_eq!(buf.len(), record_size(0, 0) + 15);
+    assert_eq!(FlowState::decode(&mut Reader::new(&buf)).unwrap(), st);
+    let mut idle = Vec::new();
+    FlowState::default().encode(&mut Writer::new(&mut idle));
+    assert_eq!(idle.len(), record_size(0, 0));
+    // Version 2: the same without the two framing bytes.
+    let mut v2 = idle[..idle.len() - 2].to_vec();
+    v2[0] = 2;
+    assert_eq!(
+        FlowState::decode(&mut Reader::new(&v2)).unwrap(),
+        FlowState::default()
+    );
+    // An unknown phase is refused, not trusted.
+    let mut bad = idle.clone();
+    let n = bad.len();
+    bad[n - 1] = 99;
+    assert!(FlowState::decode(&mut Reader::new(&bad)).is_err());
+}
