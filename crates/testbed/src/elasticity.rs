@@ -328,7 +328,7 @@ pub fn elasticity(
     let mut drops0 = BTreeMap::new();
     let apis: Vec<String> = st.hosts.iter().map(|h| h.api.clone()).collect();
     let agents = st.http();
-    note_counts(&agents, &prefix, &mut drops0);
+    note_counts(&agents, &apis, &prefix, &mut drops0);
     let mut drops = drops0.clone();
     let commands0 = store_commands(&st.store);
 
@@ -397,7 +397,7 @@ pub fn elasticity(
                 goodput_mbps: (bytes - last_bytes.min(bytes)) as f64 * 8.0 / 1e6 / dt,
             });
             (last_t, last_bytes) = (t, bytes);
-            note_counts(&agents, &prefix, &mut drops);
+            note_counts(&agents, &apis, &prefix, &mut drops);
             next_sample = t + o.sample;
         }
         let all_started = next_group >= o.steps;
@@ -438,7 +438,7 @@ pub fn elasticity(
     let _ = fs::remove_dir_all(&out);
     // After the last download, so every instance reported its packets.
     std::thread::sleep(Duration::from_millis(100));
-    note_counts(&agents, &prefix, &mut drops);
+    note_counts(&agents, &apis, &prefix, &mut drops);
     let since = |now: &BTreeMap<String, (u64, u64)>,
                  then: &BTreeMap<String, (u64, u64)>,
                  f: fn(&(u64, u64)) -> u64| {

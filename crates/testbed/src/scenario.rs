@@ -262,7 +262,8 @@ pub fn figure4(lab: &Lab) -> Result<Report, LabError> {
     let alerts_of = |lab: &Lab| -> Vec<serde_json::Value> {
         get_json(
             &format!("{}/v1/alerts?tenant=acme", lab.state().controller),
-            Some(lab.state()),
+            lab.state(),
+            true,
         )
         .and_then(|v| v.as_array().cloned())
         .unwrap_or_default()
