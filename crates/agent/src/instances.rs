@@ -305,8 +305,7 @@ pub struct Facts {
     /// Start time of the live (not zombie) process with the recorded pid, if
     /// there is one.
     pub start_time: Option<u64>,
-    /// The namespace and the host side of the veth pair exist, and the process
-    /// lives in that namespace.
+    /// The namespace and both ends of the veth pair exist.
     pub net_intact: bool,
 }
 
@@ -406,28 +405,18 @@ fn write_record(path: &Path, rec: &Record) -> std::io::Result<()> {
     std::fs::rename(&tmp, path)
 }
 
-/// The facts about `rec`'s process and its network on `port`.
+/// The facts about `rec`'s process and its network on `port`. (The process
+/// itself stays in the agent's namespace; only its data socket was made in
+/// the instance's, so the namespace is checked by its links.)
 fn observe(env: &InstanceEnv, rec: &Record, port: u16) -> Facts {
     let start_time = proc_start_time(rec.pid);
     let net_intact = start_time.is_some()
         && sluice_netns::exists(&rec.netns)
         && Rtnl::open(env.host_netns.as_deref()).is_ok_and(|h| h.link(&env.iface(port)).is_ok())
-        && same_file(
-            &format!("/proc/{}/ns/net", rec.pid),
-            &format!("{}/{}", sluice_netns::NETNS_RUN_DIR, rec.netns),
-        );
+        && Rtnl::open(Some(&rec.netns)).is_ok_and(|i| i.link("eth0").is_ok());
     Facts {
         start_time,
         net_intact,
-    }
-}
-
-/// True if both paths name the same inode (a namespace file and its mount).
-fn same_file(a: &str, b: &str) -> bool {
-    use std::os::unix::fs::MetadataExt;
-    match (std::fs::metadata(a), std::fs::metadata(b)) {
-        (Ok(x), Ok(y)) => x.dev() == y.dev() && x.ino() == y.ino(),
-        _ => false,
     }
 }
 
