@@ -428,13 +428,22 @@ fn settle_leftover(env: &InstanceEnv, port: u16, want: Option<&InstanceConfig>) 
     let path = pid_file(env, port);
     let text = std::fs::read_to_string(&path).ok()?;
     let Ok(rec) = serde_json::from_str::<Record>(&text) else {
-        // A record this agent cannot read (half written by a crash before
-        // records were renamed into place, or of another version): nothing
-        // in it can prove which process it meant, so none is signalled.
-        eprintln!(
-            "sluiced: ignoring unreadable instance record {}",
-            path.display()
-        );
+        // Agents before records wrote the bare pid: its process goes if its
+        // command line is still an instance in this namespace. Anything else
+        // cannot prove which process it meant, so none is signalled.
+        match text.trim().parse::<i32>() {
+            Ok(pid) if pid > 1 && legacy_instance(pid, &env.netns(port)) => {
+                eprintln!("sluiced: killing instance process {pid} left over by an older agent");
+                // SAFETY: kill(2) on a pid whose command line we just checked.
+                unsafe {
+                    libc::kill(pid, libc::SIGKILL);
+                }
+            }
+            _ => eprintln!(
+                "sluiced: ignoring unreadable instance record {}",
+                path.display()
+            ),
+        }
         teardown_net(env, port);
         let _ = std::fs::remove_file(&path);
         return None;
@@ -476,6 +485,14 @@ fn settle_leftover(env: &InstanceEnv, port: u16, want: Option<&InstanceConfig>) 
     teardown_net(env, port);
     let _ = std::fs::remove_file(&path);
     None
+}
+
+/// True if process `pid`'s command line is an instance in namespace `ns`.
+fn legacy_instance(pid: i32, ns: &str) -> bool {
+    std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| {
+        let args: Vec<&[u8]> = c.split(|b| *b == 0).collect();
+        args.contains(&&b"instance"[..]) && args.contains(&ns.as_bytes())
+    })
 }
 
 /// A process file descriptor (`pidfd_open(2)`, Linux 5.3): refers to one

@@ -693,10 +693,6 @@ fn a_killed_agent_is_restarted_and_breaks_no_connection() {
         status["failover_events"].as_array().map_or(0, Vec::len)
     );
 
-    if std::env::var_os("SLUICE_E2E_AGENT_LOG").is_some() {
-        let log = st.dir.join(format!("agent-h{fw_host}.log"));
-        eprintln!("{}", std::fs::read_to_string(log).unwrap_or_default());
-    }
     downloads.finish_whole();
     assert_eq!(
         instance_pids(&lab, fw_host),
