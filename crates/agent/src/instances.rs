@@ -10,9 +10,19 @@
 //! The [`Supervisor`] thread applies each new instance list (starting new ones,
 //! stopping removed or changed ones), restarts instances that exit, and removes
 //! everything when stopped.
+//!
+//! Instances outlive a crashed agent: next to each process the agent keeps a
+//! [`Record`] (`{run_dir}/XiP.pid`: pid, start time, namespace, configuration
+//! fingerprint), and a restarted agent that is asked to run the same instance
+//! adopts the process it finds there instead of starting another
+//! ([`decide`]): no gap of an instance start, no failover. An adopted process
+//! is not the agent's child; it is watched through a pidfd (readable once it
+//! has exited, zombie or not) and signalled through it, so a recycled pid is
+//! never signalled.
 
 use std::collections::BTreeMap;
 use std::fs::File;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
@@ -105,9 +115,44 @@ pub fn sanitise(name: &str) -> String {
         .collect()
 }
 
+/// An instance process: a child of this agent, or one a previous agent
+/// started and this one adopted.
+enum Proc {
+    Child(Child),
+    Adopted { pid: u32, fd: Pidfd },
+}
+
+impl Proc {
+    fn id(&self) -> u32 {
+        match self {
+            Proc::Child(c) => c.id(),
+            Proc::Adopted { pid, .. } => *pid,
+        }
+    }
+
+    /// How the process ended, if it has.
+    fn exited(&mut self) -> Option<String> {
+        match self {
+            Proc::Child(c) => match c.try_wait() {
+                Ok(Some(st)) => Some(st.to_string()),
+                _ => None,
+            },
+            Proc::Adopted { fd, .. } => fd.exited().then(|| "adopted process ended".into()),
+        }
+    }
+
+    /// SIGTERM, then SIGKILL after `grace`.
+    fn stop(&mut self, grace: Duration) {
+        match self {
+            Proc::Child(c) => stop_child(c, grace),
+            Proc::Adopted { fd, .. } => stop_pidfd(fd, grace),
+        }
+    }
+}
+
 struct Running {
     cfg: InstanceConfig,
-    child: Option<Child>,
+    proc: Option<Proc>,
     /// When the process last exited (for restart backoff).
     exited_at: Option<Instant>,
     restarts: u32,
@@ -121,7 +166,9 @@ fn setup_net(env: &InstanceEnv, cfg: &InstanceConfig) -> Result<(), InstanceErro
     })?;
     let ns = env.netns(cfg.port);
     let veth = env.iface(cfg.port);
-    kill_stale(env, cfg.port);
+    // Whatever is left on the port (our own exited process, or a previous
+    // agent's that was not adopted) goes first.
+    settle_leftover(env, cfg.port, None);
     teardown_net(env, cfg.port);
     let net = |err| InstanceError::Net {
         name: cfg.name.clone(),
@@ -210,8 +257,23 @@ fn spawn(env: &InstanceEnv, cfg: &InstanceConfig) -> Result<Child, InstanceError
             exe: env.exe.display().to_string(),
             err,
         })?;
-    // Lets a restarted agent find the process if this one dies without cleaning up.
-    let _ = std::fs::write(pid_file(env, cfg.port), child.id().to_string());
+    // Lets a restarted agent find, and adopt, the process if this one dies.
+    let pid = child.id() as i32;
+    let rec = Record {
+        name: cfg.name.clone(),
+        pid,
+        // Read while the process cannot be reaped (it is our child): even if
+        // it has exited already, its zombie still has its start time.
+        start_time: proc_start_time(pid).unwrap_or(0),
+        netns: ns,
+        fingerprint: fingerprint(cfg),
+    };
+    if let Err(e) = write_record(&pid_file(env, cfg.port), &rec) {
+        eprintln!(
+            "sluiced: instance {}: cannot record its process ({e}); a restarted agent will start it again",
+            cfg.name
+        );
+    }
     Ok(child)
 }
 
@@ -219,29 +281,293 @@ fn pid_file(env: &InstanceEnv, port: u16) -> PathBuf {
     env.run_dir.join(format!("{}.pid", env.netns(port)))
 }
 
-/// Kills an instance process a previous agent left behind (its pid file names
-/// a live process whose command line is an instance in this namespace).
-fn kill_stale(env: &InstanceEnv, port: u16) {
+/// What the agent that started an instance process recorded about it, so that
+/// a later agent can tell whether the process it finds is still that one and
+/// runs what it is asked to run.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Record {
+    /// Instance name (for messages).
+    pub name: String,
+    /// Process id.
+    pub pid: i32,
+    /// The process's start time, clock ticks after boot (`/proc/PID/stat`
+    /// field 22): with the pid, an identity no later process shares.
+    pub start_time: u64,
+    /// The namespace it runs in.
+    pub netns: String,
+    /// [`fingerprint`] of the configuration it was started with.
+    pub fingerprint: String,
+}
+
+/// What the machine says now about a recorded process and its network.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Facts {
+    /// Start time of the live (not zombie) process with the recorded pid, if
+    /// there is one.
+    pub start_time: Option<u64>,
+    /// The namespace and both ends of the veth pair exist.
+    pub net_intact: bool,
+}
+
+/// What to do with a process a previous agent left on a port.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Leftover {
+    /// It is the wanted instance, running: keep it, its namespace and link.
+    Adopt,
+    /// The port is wanted, but not as it runs: stop the process (only if
+    /// `signal`: it is still the recorded one), tear down, start afresh.
+    Replace {
+        /// The recorded process is alive (else it is gone, or its pid now
+        /// belongs to a stranger, who must not be signalled).
+        signal: bool,
+    },
+    /// Nobody wants the port: stop the process (if `signal`) and tear down.
+    Stop {
+        /// As in [`Leftover::Replace`].
+        signal: bool,
+    },
+}
+
+/// Decides about the leftover `rec` found for namespace `netns`, given `facts`
+/// and the fingerprint of the configuration wanted on its port (None: the
+/// port is not wanted). Only the very process recorded (same pid and start
+/// time) is ever adopted or signalled.
+pub fn decide(rec: &Record, facts: &Facts, netns: &str, wanted: Option<&str>) -> Leftover {
+    let alive = facts.start_time == Some(rec.start_time);
+    match wanted {
+        None => Leftover::Stop { signal: alive },
+        Some(fp) if alive && fp == rec.fingerprint && rec.netns == netns && facts.net_intact => {
+            Leftover::Adopt
+        }
+        Some(_) => Leftover::Replace { signal: alive },
+    }
+}
+
+/// A stable fingerprint of what an instance process was started with: what
+/// reaches the process (name, tenant, port, chain, state URL, a hash of the
+/// store password, never the password) and this program's version, so that
+/// an upgraded agent does not adopt instances of the old one.
+pub fn fingerprint(cfg: &InstanceConfig) -> String {
+    let mut d = ring::digest::Context::new(&ring::digest::SHA256);
+    let password = cfg
+        .state_password
+        .as_ref()
+        .map(|p| ring::digest::digest(&ring::digest::SHA256, p.expose().as_bytes()));
+    let fields: [&[u8]; 8] = [
+        b"sluice-instance-1",
+        env!("CARGO_PKG_VERSION").as_bytes(),
+        cfg.name.as_bytes(),
+        cfg.tenant.as_bytes(),
+        &cfg.port.to_be_bytes(),
+        cfg.chain_yaml.as_bytes(),
+        cfg.state.as_bytes(),
+        password.as_ref().map_or(&b""[..], |h| h.as_ref()),
+    ];
+    // Length-prefixed, so no two different field lists hash the same bytes.
+    for f in fields {
+        d.update(&(f.len() as u64).to_be_bytes());
+        d.update(f);
+    }
+    d.finish()
+        .as_ref()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// The state and start time (field 22) in the text of `/proc/PID/stat`. The
+/// command name (field 2) may hold spaces and parentheses: fields are counted
+/// after its last `)`.
+pub fn parse_stat(text: &str) -> Option<(char, u64)> {
+    let rest = &text[text.rfind(')')? + 1..];
+    let mut f = rest.split_ascii_whitespace();
+    let state = f.next()?.chars().next()?;
+    // Fields 4..=21 lie between the state (3) and the start time (22).
+    let start = f.nth(18)?.parse().ok()?;
+    Some((state, start))
+}
+
+/// The start time of process `pid` if it is alive (not a zombie).
+fn proc_start_time(pid: i32) -> Option<u64> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    match parse_stat(&text)? {
+        ('Z' | 'X', _) => None,
+        (_, t) => Some(t),
+    }
+}
+
+/// Writes `rec` to `path` whole or not at all (a temporary file renamed over
+/// it), so a dying agent never leaves half a record.
+fn write_record(path: &Path, rec: &Record) -> std::io::Result<()> {
+    let tmp = path.with_extension("pid.tmp");
+    let text = serde_json::to_vec(rec).map_err(std::io::Error::other)?;
+    std::fs::write(&tmp, text)?;
+    std::fs::rename(&tmp, path)
+}
+
+/// The facts about `rec`'s process and its network on `port`. (The process
+/// itself stays in the agent's namespace; only its data socket was made in
+/// the instance's, so the namespace is checked by its links.)
+fn observe(env: &InstanceEnv, rec: &Record, port: u16) -> Facts {
+    let start_time = proc_start_time(rec.pid);
+    let net_intact = start_time.is_some()
+        && sluice_netns::exists(&rec.netns)
+        && Rtnl::open(env.host_netns.as_deref()).is_ok_and(|h| h.link(&env.iface(port)).is_ok())
+        && Rtnl::open(Some(&rec.netns)).is_ok_and(|i| i.link("eth0").is_ok());
+    Facts {
+        start_time,
+        net_intact,
+    }
+}
+
+/// Deals with whatever a previous agent (or this one's exited process) left
+/// on `port`, given the configuration wanted there: returns the process if it
+/// is adopted; otherwise stops it if it is still the recorded one, removes
+/// its namespace and link and its record, and returns None.
+fn settle_leftover(env: &InstanceEnv, port: u16, want: Option<&InstanceConfig>) -> Option<Proc> {
     let path = pid_file(env, port);
-    let Some(pid) = std::fs::read_to_string(&path)
-        .ok()
-        .and_then(|t| t.trim().parse::<i32>().ok())
-    else {
-        return;
+    let text = std::fs::read_to_string(&path).ok()?;
+    let Ok(rec) = serde_json::from_str::<Record>(&text) else {
+        // Agents before records wrote the bare pid: its process goes if its
+        // command line is still an instance in this namespace. Anything else
+        // cannot prove which process it meant, so none is signalled.
+        match text.trim().parse::<i32>() {
+            Ok(pid) if pid > 1 && legacy_instance(pid, &env.netns(port)) => {
+                eprintln!("sluiced: killing instance process {pid} left over by an older agent");
+                // SAFETY: kill(2) on a pid whose command line we just checked.
+                unsafe {
+                    libc::kill(pid, libc::SIGKILL);
+                }
+            }
+            _ => eprintln!(
+                "sluiced: ignoring unreadable instance record {}",
+                path.display()
+            ),
+        }
+        teardown_net(env, port);
+        let _ = std::fs::remove_file(&path);
+        return None;
     };
     let ns = env.netns(port);
-    let ours = std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| {
-        let args: Vec<&[u8]> = c.split(|b| *b == 0).collect();
-        args.contains(&&b"instance"[..]) && args.contains(&ns.as_bytes())
-    });
-    if ours && pid > 1 {
-        eprintln!("sluiced: killing instance process {pid} left over in {ns}");
-        // SAFETY: kill(2) on a pid whose command line we just checked.
-        unsafe {
-            libc::kill(pid, libc::SIGKILL);
+    let facts = observe(env, &rec, port);
+    let wanted = want.map(fingerprint);
+    match decide(&rec, &facts, &ns, wanted.as_deref()) {
+        Leftover::Adopt => match Pidfd::open_identified(rec.pid, rec.start_time) {
+            Ok(Some(fd)) => {
+                eprintln!(
+                    "sluiced: adopting instance {} (port {port}, pid {}) left running in {ns}",
+                    rec.name, rec.pid
+                );
+                return Some(Proc::Adopted {
+                    pid: rec.pid as u32,
+                    fd,
+                });
+            }
+            Ok(None) => {}
+            Err(e) => eprintln!(
+                "sluiced: cannot watch instance {} (pid {}) left in {ns} ({e}); starting it again",
+                rec.name, rec.pid
+            ),
+        },
+        Leftover::Replace { signal } | Leftover::Stop { signal } => {
+            if signal {
+                eprintln!(
+                    "sluiced: stopping instance process {} ({}) left over in {ns}",
+                    rec.pid, rec.name
+                );
+            }
         }
     }
+    // Not adopted: if the recorded process still runs, it goes.
+    if let Ok(Some(fd)) = Pidfd::open_identified(rec.pid, rec.start_time) {
+        stop_pidfd(&fd, GRACE);
+    }
+    teardown_net(env, port);
     let _ = std::fs::remove_file(&path);
+    None
+}
+
+/// True if process `pid`'s command line is an instance in namespace `ns`.
+fn legacy_instance(pid: i32, ns: &str) -> bool {
+    std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| {
+        let args: Vec<&[u8]> = c.split(|b| *b == 0).collect();
+        args.contains(&&b"instance"[..]) && args.contains(&ns.as_bytes())
+    })
+}
+
+/// A process file descriptor (`pidfd_open(2)`, Linux 5.3): refers to one
+/// process for good, whether or not it is our child, so it can be watched
+/// for exit (readable once the process has ended) and signalled without the
+/// risk of a recycled pid.
+struct Pidfd(OwnedFd);
+
+impl Pidfd {
+    /// A pidfd for the process with `pid` and `start_time`, or None if that
+    /// process is gone (the pid is free or another process's).
+    fn open_identified(pid: i32, start_time: u64) -> std::io::Result<Option<Pidfd>> {
+        if pid <= 1 {
+            return Ok(None);
+        }
+        // SAFETY: pidfd_open takes a pid and flags and returns a new fd or -1.
+        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+        if fd < 0 {
+            let e = std::io::Error::last_os_error();
+            return match e.raw_os_error() {
+                Some(libc::ESRCH) => Ok(None),
+                _ => Err(e),
+            };
+        }
+        // SAFETY: a new descriptor we own.
+        let fd = Pidfd(unsafe { OwnedFd::from_raw_fd(fd as i32) });
+        // Checked after opening: if the start time still matches, the pidfd
+        // refers to the recorded process, not to a later one with its pid.
+        Ok((proc_start_time(pid) == Some(start_time)).then_some(fd))
+    }
+
+    /// True once the process has ended (even if nobody reaped it yet).
+    fn exited(&self) -> bool {
+        let mut p = libc::pollfd {
+            fd: self.0.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd, no wait.
+        let n = unsafe { libc::poll(&mut p, 1, 0) };
+        n > 0 && p.revents != 0
+    }
+
+    /// Sends `sig` to the process (a no-op once it has ended).
+    fn signal(&self, sig: i32) {
+        // SAFETY: pidfd_send_signal(fd, sig, NULL, 0) signals exactly the
+        // process the descriptor refers to.
+        unsafe {
+            libc::syscall(
+                libc::SYS_pidfd_send_signal,
+                self.0.as_raw_fd(),
+                sig,
+                std::ptr::null::<libc::siginfo_t>(),
+                0,
+            );
+        }
+    }
+}
+
+/// Stops a process that is not our child: SIGTERM, then SIGKILL after
+/// `grace`. Its parent (init, or `sluiced supervise` as subreaper) reaps it.
+fn stop_pidfd(fd: &Pidfd, grace: Duration) {
+    fd.signal(libc::SIGTERM);
+    let until = Instant::now() + grace;
+    while Instant::now() < until {
+        if fd.exited() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    fd.signal(libc::SIGKILL);
+    let until = Instant::now() + GRACE;
+    while !fd.exited() && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(5));
+    }
 }
 
 /// Stops a process: SIGTERM, then SIGKILL after `grace`.
@@ -347,6 +673,7 @@ fn supervise(
     on_exit: &OnExit,
 ) {
     let mut running: BTreeMap<u16, Running> = BTreeMap::new();
+    let mut first = true;
     loop {
         match rx.recv_timeout(WATCH_EVERY) {
             Ok(mut list) => {
@@ -354,7 +681,7 @@ fn supervise(
                 while let Ok(newer) = rx.try_recv() {
                     list = newer;
                 }
-                reconcile(env, &mut running, list);
+                reconcile(env, &mut running, list, std::mem::take(&mut first));
             }
             Err(RecvTimeoutError::Timeout) => {}
             Err(RecvTimeoutError::Disconnected) => break,
@@ -363,8 +690,8 @@ fn supervise(
         publish(&mut running, status);
     }
     for (port, mut r) in std::mem::take(&mut running) {
-        if let Some(c) = r.child.as_mut() {
-            stop_child(c, GRACE);
+        if let Some(p) = r.proc.as_mut() {
+            p.stop(GRACE);
         }
         teardown_net(env, port);
         let _ = std::fs::remove_file(pid_file(env, port));
@@ -372,7 +699,28 @@ fn supervise(
     publish(&mut running, status);
 }
 
-fn reconcile(env: &InstanceEnv, running: &mut BTreeMap<u16, Running>, list: Vec<InstanceConfig>) {
+/// The ports of the instance records in the run directory.
+fn recorded_ports(env: &InstanceEnv) -> Vec<u16> {
+    let Ok(dir) = std::fs::read_dir(&env.run_dir) else {
+        return Vec::new();
+    };
+    let head = format!("{}i", env.prefix);
+    dir.filter_map(|e| {
+        let name = e.ok()?.file_name().into_string().ok()?;
+        name.strip_prefix(&head)?.strip_suffix(".pid")?.parse().ok()
+    })
+    .collect()
+}
+
+/// Runs exactly `list`. On the `first` list of this agent's life, processes
+/// a previous agent left are adopted where they run what is wanted, and
+/// stopped where nothing is wanted on their port.
+fn reconcile(
+    env: &InstanceEnv,
+    running: &mut BTreeMap<u16, Running>,
+    list: Vec<InstanceConfig>,
+    first: bool,
+) {
     let want: BTreeMap<u16, InstanceConfig> = list.into_iter().map(|c| (c.port, c)).collect();
     let gone: Vec<u16> = running
         .iter()
@@ -382,23 +730,35 @@ fn reconcile(env: &InstanceEnv, running: &mut BTreeMap<u16, Running>, list: Vec<
     for port in gone {
         if let Some(mut r) = running.remove(&port) {
             eprintln!("sluiced: stopping instance {} (port {port})", r.cfg.name);
-            if let Some(c) = r.child.as_mut() {
-                stop_child(c, GRACE);
+            if let Some(p) = r.proc.as_mut() {
+                p.stop(GRACE);
             }
             teardown_net(env, port);
             let _ = std::fs::remove_file(pid_file(env, port));
+        }
+    }
+    if first {
+        for port in recorded_ports(env) {
+            if !want.contains_key(&port) {
+                settle_leftover(env, port, None);
+            }
         }
     }
     for (port, cfg) in want {
         if running.contains_key(&port) {
             continue;
         }
-        let child = start(env, &cfg);
+        let adopted = if first {
+            settle_leftover(env, port, Some(&cfg))
+        } else {
+            None
+        };
+        let proc = adopted.or_else(|| start(env, &cfg).map(Proc::Child));
         running.insert(
             port,
             Running {
-                exited_at: child.is_none().then(Instant::now),
-                child,
+                exited_at: proc.is_none().then(Instant::now),
+                proc,
                 cfg,
                 restarts: 0,
             },
@@ -425,24 +785,26 @@ fn start(env: &InstanceEnv, cfg: &InstanceConfig) -> Option<Child> {
     }
 }
 
-/// Notices exits and restarts instances after a pause.
+/// Notices exits (of children and of adopted processes alike) and restarts
+/// instances after a pause.
 fn watch(env: &InstanceEnv, running: &mut BTreeMap<u16, Running>, on_exit: &OnExit) {
     for r in running.values_mut() {
-        if let Some(c) = r.child.as_mut() {
-            if let Ok(Some(st)) = c.try_wait() {
+        if let Some(p) = r.proc.as_mut() {
+            if let Some(how) = p.exited() {
                 eprintln!(
-                    "sluiced: instance {} exited ({st}); see its log in {}",
+                    "sluiced: instance {} (pid {}) exited ({how}); see its log in {}",
                     r.cfg.name,
+                    p.id(),
                     env.run_dir.display()
                 );
-                r.child = None;
+                r.proc = None;
                 r.exited_at = Some(Instant::now());
                 on_exit(r.cfg.port);
             }
         } else if r.exited_at.is_none_or(|t| t.elapsed() >= RESTART_AFTER) {
             r.restarts += 1;
-            r.child = start(env, &r.cfg);
-            if r.child.is_none() {
+            r.proc = start(env, &r.cfg).map(Proc::Child);
+            if r.proc.is_none() {
                 r.exited_at = Some(Instant::now());
             }
         }
@@ -455,8 +817,8 @@ fn publish(running: &mut BTreeMap<u16, Running>, status: &Mutex<Vec<InstanceStat
         .map(|r| InstanceStatus {
             name: r.cfg.name.clone(),
             port: r.cfg.port,
-            pid: r.child.as_ref().map(Child::id),
-            alive: r.child.is_some(),
+            pid: r.proc.as_ref().map(Proc::id),
+            alive: r.proc.is_some(),
         })
         .collect();
     if let Ok(mut s) = status.lock() {
@@ -497,5 +859,195 @@ mod tests {
         assert_eq!(sanitise("../x"), ".._x");
         assert!(valid_prefix("sl4711h1"));
         assert!(!valid_prefix("sl4711h1xx") && !valid_prefix("") && !valid_prefix("a/b"));
+    }
+
+    fn cfg() -> InstanceConfig {
+        InstanceConfig {
+            name: "acme/fw/0".into(),
+            tenant: "acme".into(),
+            middlebox: "fw".into(),
+            port: 7,
+            vni: 100,
+            chain_yaml: "chain: []\n".into(),
+            state: "redis://acme@10.0.0.1:6379".into(),
+            state_password: Some(sluice_proto::StorePassword::new("hunter2")),
+        }
+    }
+
+    fn record(c: &InstanceConfig) -> Record {
+        Record {
+            name: c.name.clone(),
+            pid: 4242,
+            start_time: 123_456,
+            netns: "sl1h1i7".into(),
+            fingerprint: fingerprint(c),
+        }
+    }
+
+    const LIVE: Facts = Facts {
+        start_time: Some(123_456),
+        net_intact: true,
+    };
+
+    #[test]
+    fn the_wanted_instance_still_running_is_adopted() {
+        let c = cfg();
+        let fp = fingerprint(&c);
+        assert_eq!(
+            decide(&record(&c), &LIVE, "sl1h1i7", Some(&fp)),
+            Leftover::Adopt
+        );
+    }
+
+    #[test]
+    fn a_different_configuration_is_replaced() {
+        let c = cfg();
+        let rec = record(&c);
+        let changed = [
+            InstanceConfig {
+                chain_yaml: "chain: [x]\n".into(),
+                ..cfg()
+            },
+            InstanceConfig {
+                state: "redis://acme@10.0.0.2:6379".into(),
+                ..cfg()
+            },
+            InstanceConfig {
+                state_password: Some(sluice_proto::StorePassword::new("hunter3")),
+                ..cfg()
+            },
+            InstanceConfig {
+                name: "acme/fw/1".into(),
+                ..cfg()
+            },
+        ];
+        for other in changed {
+            let fp = fingerprint(&other);
+            assert_ne!(fp, rec.fingerprint, "{other:?}");
+            assert_eq!(
+                decide(&rec, &LIVE, "sl1h1i7", Some(&fp)),
+                Leftover::Replace { signal: true },
+                "{other:?}"
+            );
+        }
+        // Another namespace than the one the port has now: replaced too.
+        let fp = fingerprint(&c);
+        assert_eq!(
+            decide(&rec, &LIVE, "sl2h1i7", Some(&fp)),
+            Leftover::Replace { signal: true }
+        );
+    }
+
+    #[test]
+    fn a_recycled_pid_is_never_adopted_nor_signalled() {
+        let c = cfg();
+        let fp = fingerprint(&c);
+        let rec = record(&c);
+        for start_time in [Some(999_999), None] {
+            let facts = Facts {
+                start_time,
+                net_intact: true,
+            };
+            assert_eq!(
+                decide(&rec, &facts, "sl1h1i7", Some(&fp)),
+                Leftover::Replace { signal: false },
+                "{facts:?}"
+            );
+            assert_eq!(
+                decide(&rec, &facts, "sl1h1i7", None),
+                Leftover::Stop { signal: false },
+                "{facts:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_missing_namespace_or_link_means_a_fresh_start() {
+        let c = cfg();
+        let fp = fingerprint(&c);
+        let facts = Facts {
+            net_intact: false,
+            ..LIVE
+        };
+        assert_eq!(
+            decide(&record(&c), &facts, "sl1h1i7", Some(&fp)),
+            Leftover::Replace { signal: true }
+        );
+    }
+
+    #[test]
+    fn an_unwanted_instance_is_stopped() {
+        let c = cfg();
+        assert_eq!(
+            decide(&record(&c), &LIVE, "sl1h1i7", None),
+            Leftover::Stop { signal: true }
+        );
+    }
+
+    #[test]
+    fn the_fingerprint_is_stable_and_keeps_no_password() {
+        let c = cfg();
+        assert_eq!(fingerprint(&c), fingerprint(&c.clone()));
+        assert_eq!(fingerprint(&c).len(), 64);
+        // What the process does not see does not matter.
+        let same = InstanceConfig {
+            vni: 200,
+            middlebox: "other".into(),
+            ..cfg()
+        };
+        assert_eq!(fingerprint(&same), fingerprint(&c));
+        let rec = serde_json::to_string(&record(&c)).unwrap();
+        assert!(!rec.contains("hunter2"), "{rec}");
+        assert_eq!(serde_json::from_str::<Record>(&rec).unwrap(), record(&c));
+    }
+
+    #[test]
+    fn stat_fields_are_counted_after_the_command_name() {
+        let line =
+            "4242 (sluiced) S 1 4242 4242 0 -1 4194560 523 0 0 0 1 2 0 0 20 0 3 0 123456 9 10 11";
+        assert_eq!(parse_stat(line), Some(('S', 123_456)));
+        let odd = "4242 (a) b (c) Z 1 4242 4242 0 -1 4194560 523 0 0 0 1 2 0 0 20 0 3 0 77 9";
+        assert_eq!(parse_stat(odd), Some(('Z', 77)));
+        assert_eq!(parse_stat("4242 (x) S 1 2"), None);
+        assert_eq!(parse_stat("garbage"), None);
+        // This very process, alive.
+        let me = std::fs::read_to_string("/proc/self/stat").unwrap();
+        assert!(parse_stat(&me).is_some_and(|(s, t)| s != 'Z' && t > 0));
+    }
+
+    #[test]
+    fn records_are_replaced_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("sl1h1i7.pid");
+        let c = cfg();
+        write_record(&path, &record(&c)).unwrap();
+        let again = Record {
+            pid: 5,
+            ..record(&c)
+        };
+        write_record(&path, &again).unwrap();
+        let back: Record = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+        assert_eq!(back, again);
+        let names: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name())
+            .collect();
+        assert_eq!(names.len(), 1, "no temporary file left: {names:?}");
+    }
+
+    #[test]
+    fn a_pidfd_sees_a_process_end_and_refuses_a_wrong_start_time() {
+        let mut child = Command::new("sleep").arg("30").spawn().unwrap();
+        let pid = child.id() as i32;
+        let t = proc_start_time(pid).unwrap();
+        assert!(Pidfd::open_identified(pid, t + 1).unwrap().is_none());
+        let fd = Pidfd::open_identified(pid, t).unwrap().unwrap();
+        assert!(!fd.exited());
+        stop_pidfd(&fd, Duration::from_secs(2));
+        assert!(fd.exited(), "SIGTERM ends sleep");
+        // Exited but not reaped (a zombie): no longer taken for alive.
+        assert_eq!(proc_start_time(pid), None);
+        child.wait().unwrap();
     }
 }

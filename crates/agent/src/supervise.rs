@@ -3,10 +3,16 @@
 //! a deployment (packaging/systemd/sluice-agent.service). The testbed runs its
 //! agents this way, so a killed agent heals as it would on a real host.
 //!
-//! A restarted agent runs its saved configuration at once, stops instance
-//! processes its previous life left behind and starts them again; flows keep
-//! their state in the store, so established connections survive the gap (TCP
-//! retransmits across it).
+//! A restarted agent runs its saved configuration at once and adopts the
+//! instance processes its previous life left running (crates/agent/src/
+//! instances.rs): the data plane's gap is the agent's own restart, not an
+//! instance start as well.
+//!
+//! The supervisor is a child subreaper (`PR_SET_CHILD_SUBREAPER`): when the
+//! agent dies, its instance processes become the supervisor's children rather
+//! than init's, and the supervisor reaps those that exit (any child but the
+//! agent). Otherwise an adopted instance that exited would stay a zombie
+//! until init got to it, and the agent would have to tell it from a live one.
 //!
 //! When to start again is [`Restarts`], a pure function of how the agent
 //! ended and how long it ran: at once after a long life, then with a delay
@@ -134,6 +140,8 @@ fn stop(child: &mut Child) -> Result<(), SuperviseError> {
     }
     let deadline = Instant::now() + STOP_GRACE;
     while Instant::now() < deadline {
+        // The agent stops the instances it adopted; they are our children.
+        reap_orphans(child.id());
         if child.try_wait().map_err(SuperviseError::Wait)?.is_some() {
             return Ok(());
         }
@@ -144,6 +152,47 @@ fn stop(child: &mut Child) -> Result<(), SuperviseError> {
     Ok(())
 }
 
+/// Makes this process the reaper of its orphaned descendants.
+fn become_subreaper() {
+    // SAFETY: prctl with an integer option and argument.
+    let r = unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) };
+    if r != 0 {
+        eprintln!(
+            "sluiced supervise: cannot become a child subreaper ({}); instances of a dead agent go to init",
+            std::io::Error::last_os_error()
+        );
+    }
+}
+
+/// Reaps every exited child but the agent (`agent`, left for its `Child` to
+/// collect): instances orphaned by an agent's death.
+fn reap_orphans(agent: u32) {
+    loop {
+        // SAFETY: a zeroed siginfo_t is a valid buffer for waitid.
+        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+        // SAFETY: waitid on any child, without reaping (WNOWAIT), not blocking.
+        let r = unsafe {
+            libc::waitid(
+                libc::P_ALL,
+                0,
+                &mut info,
+                libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
+            )
+        };
+        // SAFETY: waitid filled in a SIGCHLD siginfo (or left it zeroed).
+        let pid = unsafe { info.si_pid() };
+        if r != 0 || pid <= 0 || pid as u32 == agent {
+            return;
+        }
+        let mut status = 0;
+        // SAFETY: reaps the exited child waitid reported.
+        unsafe {
+            libc::waitpid(pid, &mut status, libc::WNOHANG);
+        }
+        eprintln!("sluiced supervise: reaped orphaned process {pid}");
+    }
+}
+
 /// Runs `program run ARGS...` until it exits with status 0 or `stop_flag`
 /// is set (then the agent is stopped first), starting it again whenever it
 /// dies otherwise. Each start and death is logged to stderr.
@@ -152,6 +201,7 @@ pub fn supervise(
     args: &[OsString],
     stop_flag: &AtomicBool,
 ) -> Result<(), SuperviseError> {
+    become_subreaper();
     let mut restarts = Restarts::default();
     loop {
         let started = Instant::now();
@@ -163,6 +213,7 @@ pub fn supervise(
                 eprintln!("sluiced supervise: agent stopped on request");
                 return Ok(());
             }
+            reap_orphans(child.id());
             if let Some(s) = child.try_wait().map_err(SuperviseError::Wait)? {
                 break s;
             }
@@ -183,6 +234,7 @@ pub fn supervise(
         );
         let until = Instant::now() + wait;
         while Instant::now() < until {
+            reap_orphans(0);
             if stop_flag.load(Ordering::Relaxed) {
                 return Ok(());
             }

@@ -576,12 +576,41 @@ fn instance_processes(lab: &Lab, host: u32) -> Vec<String> {
     out
 }
 
+/// The NF instance processes running for host `host` of `lab`: (namespace, pid).
+fn instance_pids(lab: &Lab, host: u32) -> Vec<(String, u32)> {
+    let tag = format!("{}h{host}i", lab.state().prefix);
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
+            continue;
+        };
+        let Ok(cmd) = std::fs::read(e.path().join("cmdline")) else {
+            continue;
+        };
+        let args: Vec<String> = cmd
+            .split(|b| *b == 0)
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect();
+        if args.iter().any(|a| a == "instance") {
+            if let Some(ns) = args.windows(2).find(|w| w[0] == "--netns").map(|w| &w[1]) {
+                if ns.starts_with(&tag) {
+                    out.push((ns.clone(), pid));
+                }
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
 /// Self-healing hosts (issue 22): the testbed supervises its agents as
 /// systemd does on a real host. The agent of the host running the firewall
 /// instance is SIGKILLed while downloads pass that firewall: its supervisor
-/// starts it again, the new agent runs its saved configuration, replaces the
-/// instance its previous life left behind (one process per instance, none
-/// left over), and every download arrives whole; new connections work.
+/// starts it again, the new agent runs its saved configuration and adopts the
+/// instance its previous life left running (the same process: not replaced,
+/// none duplicated), and every download arrives whole; new connections work.
+/// Prints how long after the kill the agent ran its configuration again, when
+/// the instance's first heartbeat reached it, and the downloads' longest stall.
 #[test]
 fn a_killed_agent_is_restarted_and_breaks_no_connection() {
     use std::time::{Duration, Instant};
@@ -594,10 +623,16 @@ fn a_killed_agent_is_restarted_and_breaks_no_connection() {
         .map(|h| h.id)
         .find(|h| !instance_processes(&lab, *h).is_empty())
         .expect("a host runs the firewall");
-    let before = instance_processes(&lab, fw_host);
+    let before = instance_pids(&lab, fw_host);
     assert_eq!(before.len(), 1, "{before:?}");
 
     let downloads = Downloads::start(&lab, dir.path(), 8);
+    let bytes = |d: &Downloads| -> u64 {
+        d.files
+            .iter()
+            .map(|f| std::fs::metadata(f).map_or(0, |m| m.len()))
+            .sum()
+    };
     let killed = lab.kill_agent(fw_host).unwrap();
     let at = Instant::now();
     let api = st
@@ -607,35 +642,66 @@ fn a_killed_agent_is_restarted_and_breaks_no_connection() {
         .unwrap()
         .api
         .clone();
-    let back = loop {
+    // Polled every 10 ms: when the new agent runs its configuration, when the
+    // instance's first heartbeat reaches it, and the downloads' longest stall.
+    let (mut configured, mut heard) = (None, None);
+    let (mut last_bytes, mut last_growth, mut stall) = (bytes(&downloads), at, Duration::ZERO);
+    let mut status = serde_json::Value::Null;
+    loop {
         assert!(
             at.elapsed() < Duration::from_secs(30),
-            "host {fw_host}'s agent was not started again"
+            "host {fw_host}'s agent was not started again, or its instance never heartbeat"
         );
-        let restarted = lab.agent_pid(fw_host).is_some_and(|p| p != killed);
-        let answers = st
-            .http()
-            .get(&format!("{api}/v1/status"))
-            .timeout(Duration::from_secs(1))
-            .call()
-            .ok()
-            .and_then(|r| r.into_json::<serde_json::Value>().ok())
-            .is_some_and(|s| s["config_version"].as_u64().unwrap_or(0) > 0);
-        if restarted && answers {
-            break at.elapsed();
+        let now = Instant::now();
+        let b = bytes(&downloads);
+        if b > last_bytes {
+            stall = stall.max(now - last_growth);
+            last_growth = now;
+            last_bytes = b;
         }
-        std::thread::sleep(Duration::from_millis(50));
-    };
+        // Served again: the downloads moved after the instance was heard from.
+        if heard.is_some_and(|h| last_growth > h) {
+            break;
+        }
+        let restarted = lab.agent_pid(fw_host).is_some_and(|p| p != killed);
+        if restarted && heard.is_none() {
+            if let Some(s) = st
+                .http()
+                .get(&format!("{api}/v1/status"))
+                .timeout(Duration::from_secs(1))
+                .call()
+                .ok()
+                .and_then(|r| r.into_json::<serde_json::Value>().ok())
+                .filter(|s| s["config_version"].as_u64().unwrap_or(0) > 0)
+            {
+                configured.get_or_insert(now - at);
+                let hb = s["health"].as_array().is_some_and(|h| {
+                    !h.is_empty() && h.iter().all(|i| i["last_heartbeat_age_ms"].is_u64())
+                });
+                if hb {
+                    heard = Some(now);
+                    status = s;
+                }
+            }
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let heard = heard.unwrap() - at;
     eprintln!(
-        "agent of host {fw_host} (pid {killed}) SIGKILLed: running its configuration again {:.2} s later",
-        back.as_secs_f64()
+        "agent of host {fw_host} (pid {killed}) SIGKILLed: running its configuration again {:.3} s later, \
+         its instance heard from {:.3} s after the kill, downloads' longest stall {:.3} s, \
+         failovers in the new agent: {}",
+        configured.unwrap_or_default().as_secs_f64(),
+        heard.as_secs_f64(),
+        stall.as_secs_f64(),
+        status["failover_events"].as_array().map_or(0, Vec::len)
     );
 
     downloads.finish_whole();
     assert_eq!(
-        instance_processes(&lab, fw_host),
+        instance_pids(&lab, fw_host),
         before,
-        "one process per instance, none left over from the killed agent"
+        "the same instance process, adopted: one per instance, none replaced"
     );
     new_connections_work(&lab);
 }

@@ -868,6 +868,56 @@ fn fw_dest(dp: &mut Dataplane, i: u8) -> Option<Dest> {
         .find(|d| *d != Dest::Udp(inst_addr(12)))
 }
 
+/// A restarted agent adopts its previous life's instances (instances.rs):
+/// its fresh data plane has never heard from them, and their first heartbeat
+/// is one from a long-lived process (a high sequence number, counters long
+/// past zero). They are taken as ready at once, never as failed: no
+/// suspicion, no failover, before or after.
+#[test]
+fn an_adopted_instance_is_taken_back_without_a_failover() {
+    let mut dp = Dataplane::new(1, &figure4_host1()).unwrap();
+    let ms = 1_000_000u64;
+    // The data plane's clock starts late, as a restarted agent's does.
+    dp.set_now(5_000_000 * ms);
+    assert!(
+        !dp.check_health(5_000_000 * ms, || 5_000_000 * ms),
+        "never heard from: starting, not suspected"
+    );
+    let mut plan = TxPlan::new();
+    for k in 0..20u64 {
+        let now = 5_000_001 * ms + k * 10 * ms;
+        dp.set_now(now);
+        for port in [10, 11, 12] {
+            let hb = InstanceHeartbeat {
+                seq: 90_000 + k as u32,
+                rx_packets: 4_000_000,
+                tx_packets: 3_900_000,
+                cpu_us: 600_000_000,
+                ..InstanceHeartbeat::default()
+            };
+            dp.process_udp_batch(
+                &mut from(inst_addr(port), vec![hb.encode().to_vec()]),
+                &mut plan,
+            );
+        }
+        assert!(!dp.check_health(now + ms, || now + ms));
+        if k == 0 {
+            let dests: Vec<Option<Dest>> = (1..=30).map(|i| fw_dest(&mut dp, i)).collect();
+            assert!(
+                dests.contains(&Some(Dest::Udp(inst_addr(10)))),
+                "new flows reach it after its first heartbeat"
+            );
+        }
+    }
+    assert!([10, 11, 12].iter().all(|p| !dp.suspected(*p)));
+    assert!(
+        dp.failover_events().is_empty(),
+        "{:?}",
+        dp.failover_events()
+    );
+    assert_eq!(dp.stats().failovers, 0);
+}
+
 #[test]
 fn a_silent_instance_is_failed_over_and_rejoins() {
     let mut dp = Dataplane::new(1, &figure4_host1()).unwrap();
