@@ -590,7 +590,8 @@ impl Lab {
             let mut child = spawn_logged(&mut cmd, &log)?;
             self.state.pids.insert(0, child.id());
             self.state.hosts[i].supervisor = child.id();
-            self.state.hosts[i].api = format!("http://127.0.0.1:{port}");
+            // The lab's controller speaks TLS, so its agents' APIs do too.
+            self.state.hosts[i].api = format!("https://127.0.0.1:{port}");
             self.save()?;
             wait_tcp(
                 port,
