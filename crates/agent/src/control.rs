@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use sluice_proto::{
     AgentConfig, AgentStatus, HostHeartbeat, HostRegistration, InstanceHealth, IsolationStatus,
@@ -97,6 +97,9 @@ pub struct AgentOptions {
     /// What this host offers NF instances, declared to the controller with
     /// every heartbeat (`None`: no limit).
     pub capacity: Option<sluice_proto::HostCapacity>,
+    /// Serve the API over TLS with a certificate the controller's hosts' CA
+    /// signs (asked for with the heartbeats; needs an `https://` controller).
+    pub api_tls: bool,
 }
 
 /// State the API handlers and the heartbeat share.
@@ -117,6 +120,64 @@ pub struct AgentState {
     api_token: Option<String>,
     /// See [`AgentOptions::capacity`].
     capacity: Option<sluice_proto::HostCapacity>,
+    /// The API's certificate, with TLS.
+    api_cert: Option<ApiCert>,
+}
+
+/// An agent's API certificate: what the TLS server presents, the key of the
+/// request in flight, and when the current certificate should be renewed.
+#[derive(Debug, Default)]
+struct ApiCert {
+    slot: Arc<sluice_tls::hosts::CertSlot>,
+    /// The key whose request the heartbeats carry until a certificate comes.
+    pending: Mutex<Option<sluice_tls::hosts::AgentKey>>,
+    /// When the current certificate was received, and its end.
+    current: Mutex<Option<(SystemTime, SystemTime)>>,
+}
+
+impl ApiCert {
+    /// The certificate request to send now: while there is no certificate,
+    /// or once renewal is due (a new key each time).
+    fn request(&self, host: u32, now: SystemTime) -> Option<String> {
+        let due = match *self.current.lock().ok()? {
+            None => true,
+            Some((got, end)) => sluice_tls::hosts::renewal_due(got, end, now),
+        };
+        if !due {
+            return None;
+        }
+        let mut pending = self.pending.lock().ok()?;
+        if pending.is_none() {
+            match sluice_tls::hosts::AgentKey::generate(host) {
+                Ok(k) => *pending = Some(k),
+                Err(e) => {
+                    eprintln!("sluiced: cannot make the API's key: {e}");
+                    return None;
+                }
+            }
+        }
+        pending.as_ref().map(|k| k.csr().to_string())
+    }
+
+    /// Installs the certificate chain the controller answered with.
+    fn install(&self, chain: &str, not_after: SystemTime, now: SystemTime) {
+        let Ok(mut pending) = self.pending.lock() else {
+            return;
+        };
+        let Some(key) = pending.as_ref() else {
+            return;
+        };
+        match key.certified(chain) {
+            Ok(ck) => {
+                self.slot.set(ck);
+                *pending = None;
+                if let Ok(mut c) = self.current.lock() {
+                    *c = Some((now, not_after));
+                }
+            }
+            Err(e) => eprintln!("sluiced: the controller's API certificate is unusable: {e}"),
+        }
+    }
 }
 
 impl AgentState {
@@ -794,6 +855,10 @@ impl AgentState {
                 config_version: self.version(),
                 api_token: self.api_token.clone(),
                 capacity: self.capacity.clone(),
+                api_csr: self
+                    .api_cert
+                    .as_ref()
+                    .and_then(|c| c.request(self.host, SystemTime::now())),
             },
             instances: self.health_of(&p),
             chains: p.chains,
@@ -899,18 +964,28 @@ impl Agent {
             controller_up: AtomicBool::new(false),
             api_token: opts.api_token.clone(),
             capacity: opts.capacity.clone(),
+            api_cert: opts.api_tls.then(ApiCert::default),
         });
         if let Some(dir) = &opts.run_dir {
             load_saved(&core, &dir.join("config.json"));
         }
-        let api = crate::http::ApiServer::start(&opts.listen, core.clone()).map_err(|err| {
-            AgentError::Listen {
-                addr: opts.listen.clone(),
-                err,
+        let api = match &core.api_cert {
+            Some(c) => {
+                crate::http::ApiServer::start_tls(&opts.listen, core.clone(), c.slot.clone())
             }
+            None => crate::http::ApiServer::start(&opts.listen, core.clone()),
+        }
+        .map_err(|err| AgentError::Listen {
+            addr: opts.listen.clone(),
+            err,
         })?;
+        let scheme = if core.api_cert.is_some() {
+            "https"
+        } else {
+            "http"
+        };
         if let Ok(mut a) = core.api.lock() {
-            *a = format!("http://{}", api.addr());
+            *a = format!("{scheme}://{}", api.addr());
         }
         let stop = Arc::new(AtomicBool::new(false));
         let heartbeat = opts.controller.clone().and_then(|url| {
@@ -1036,6 +1111,14 @@ fn heartbeat(
             Ok(Some(v)) => v.get("desired_version").and_then(|d| d.as_u64()),
             _ => None,
         };
+        if let (Ok(Some(v)), Some(cert)) = (&r, &core.api_cert) {
+            let chain = v.get("api_cert").and_then(|c| c.as_str());
+            let end = v.get("api_cert_not_after_ms").and_then(|e| e.as_u64());
+            if let (Some(chain), Some(end)) = (chain, end) {
+                let end = SystemTime::UNIX_EPOCH + Duration::from_millis(end);
+                cert.install(chain, end, SystemTime::now());
+            }
+        }
         // Leases may be granted a while longer only while the controller
         // answers and this agent runs the configuration it wants: one that
         // missed a revocation, or lost the controller, lets them lapse

@@ -13,9 +13,15 @@
 //! * `GET /v1/status`: [`sluice_proto::AgentStatus`] (counters, instances and
 //!   their health, failover events with timestamps, pinned flows per target);
 //! * `GET /metrics`: Prometheus text.
+//!
+//! With an `https://` controller the API speaks TLS only
+//! ([`ApiServer::start_tls`]), with a certificate the controller's hosts' CA
+//! signs for this host; until the first arrives handshakes fail (the
+//! controller retries its pushes).
 
 use std::io::Read;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
@@ -32,7 +38,17 @@ pub struct ApiServer {
     server: Arc<Server>,
     addr: SocketAddr,
     thread: Option<JoinHandle<()>>,
+    /// With TLS: the terminator's thread, its stop flag and the private
+    /// socket it relays to (removed after the threads stopped).
+    tls: Option<(
+        JoinHandle<()>,
+        Arc<AtomicBool>,
+        sluice_tls::terminator::Backend,
+    )>,
 }
+
+/// The answer to plain HTTP on the API's TLS port, naming the fix.
+const PLAIN_HTTP_ANSWER: &str = "{\"error\":\"this port speaks TLS: use https://, trusting the controller's hosts' CA (DB.hosts-ca.pem next to its database), for the name host-ID.agents.sluice or this address\"}";
 
 impl std::fmt::Debug for ApiServer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -62,6 +78,42 @@ impl ApiServer {
             server,
             addr,
             thread: Some(thread),
+            tls: None,
+        })
+    }
+
+    /// Listens on `listen` with TLS, presenting what `slot` holds, and serves
+    /// `core` behind the terminator.
+    pub fn start_tls(
+        listen: &str,
+        core: Arc<AgentState>,
+        slot: Arc<sluice_tls::hosts::CertSlot>,
+    ) -> std::io::Result<ApiServer> {
+        let config = sluice_tls::hosts::server_config(slot).map_err(std::io::Error::other)?;
+        let listener = std::net::TcpListener::bind(listen)?;
+        let addr = listener.local_addr()?;
+        let (backend, unix) = sluice_tls::terminator::Backend::bind("sluice-agent")?;
+        let server = Arc::new(Server::from_listener(unix, None).map_err(std::io::Error::other)?);
+        let s = server.clone();
+        let thread = std::thread::Builder::new()
+            .name("sluice-api".into())
+            .spawn(move || {
+                for req in s.incoming_requests() {
+                    handle(&core, req);
+                }
+            })?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let (st, path) = (stop.clone(), backend.path.clone());
+        let acceptor = std::thread::Builder::new()
+            .name("sluice-api-tls".into())
+            .spawn(move || {
+                sluice_tls::terminator::acceptor(listener, config, path, PLAIN_HTTP_ANSWER, st)
+            })?;
+        Ok(ApiServer {
+            server,
+            addr,
+            thread: Some(thread),
+            tls: Some((acceptor, stop, backend)),
         })
     }
 
@@ -72,9 +124,21 @@ impl ApiServer {
 
     /// Stops serving.
     pub fn stop(&mut self) {
+        let tls = self.tls.take();
+        if let Some((acceptor, stop, _)) = &tls {
+            stop.store(true, Ordering::Release);
+            while !acceptor.is_finished() {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+        }
         self.server.unblock();
         if let Some(t) = self.thread.take() {
             let _ = t.join();
+        }
+        // The private socket's directory goes last, once nothing serves it.
+        if let Some((acceptor, _, backend)) = tls {
+            let _ = acceptor.join();
+            drop(backend);
         }
     }
 }

@@ -629,6 +629,9 @@ pub fn prepare(s: &AgentSettings, api_token: String) -> Result<AgentOptions, Set
             rack: s.rack.clone(),
             ..sluice_proto::HostCapacity::default()
         }),
+        // Its certificate comes over the controller's TLS, so an agent of an
+        // https:// controller serves TLS, and one of a plain one cannot.
+        api_tls: s.controller.starts_with("https://"),
     })
 }
 

@@ -61,6 +61,7 @@ pub fn standalone_agent(h: u32, ns: &Netns) -> Result<Agent, AgentError> {
         seawall: None,
         vm_mtu: None,
         capacity: None,
+        api_tls: false,
     })
 }
 

@@ -33,6 +33,7 @@ fn opts(controller: Option<String>, run_dir: Option<std::path::PathBuf>) -> Agen
         seawall: None,
         vm_mtu: None,
         capacity: None,
+        api_tls: false,
     }
 }
 

@@ -189,6 +189,7 @@ fn traffic_crosses_a_firewall_instance() {
         seawall: None,
         vm_mtu: None,
         capacity: None,
+        api_tls: false,
     })
     .unwrap();
     let url = agent.api_url();
@@ -302,6 +303,7 @@ fn an_instance_reaches_the_store_as_its_tenant_user() {
         controller_token: None,
         controller_tls: None,
         api_token: None,
+        api_tls: false,
     })
     .unwrap();
     let url = agent.api_url();

@@ -231,6 +231,7 @@ fn setup() -> Option<Setup> {
         seawall: None,
         vm_mtu: None,
         capacity: None,
+        api_tls: false,
     })
     .unwrap();
     let url = agent.api_url();

@@ -104,6 +104,7 @@ fn start_agent(host: &Netns) -> Agent {
         seawall: None,
         vm_mtu: None,
         capacity: None,
+        api_tls: false,
     })
     .unwrap()
 }

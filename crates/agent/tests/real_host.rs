@@ -172,6 +172,7 @@ fn agents_inside_their_hosts_carry_a_chain_over_the_named_underlay() {
         tls: Some(TlsOptions::default()),
         placement: Default::default(),
         containment_threshold: sluice_controller::reconcile::DEFAULT_THRESHOLD,
+        require_agent_tls: true,
     };
     let ctl = h1.run(move || serve(opts)).unwrap().unwrap();
     let admin = std::fs::read_to_string(&admin_file).unwrap();
@@ -255,13 +256,46 @@ fn agents_inside_their_hosts_carry_a_chain_over_the_named_underlay() {
     // Both agents saw the transfer on the fabric (counters are published
     // periodically: read until they show it, or five seconds).
     let hosts = h1.run(|| client.hosts()).unwrap().unwrap();
+    // The agents' APIs speak TLS with certificates from the hosts' CA, each
+    // for its own host only.
+    let hosts_ca = std::fs::read_to_string(dir.path().join("controller.hosts-ca.pem")).unwrap();
+    let agent_client = |host: u32| {
+        ureq::AgentBuilder::new()
+            .tls_config(sluice_tls::hosts::client_config(&hosts_ca, host).unwrap())
+            .build()
+    };
     for h in &hosts {
+        assert!(h.api.starts_with("https://"), "{h:?}");
         let url = format!("{}/v1/status", h.api);
         let ns = if h.id == 1 { &h1 } else { &h2 };
+        let other = agent_client(3 - h.id);
+        let e = ns
+            .run(|| {
+                other
+                    .get(&url)
+                    .call()
+                    .map(|_| ())
+                    .map_err(|e| e.to_string())
+            })
+            .unwrap()
+            .unwrap_err();
+        assert!(e.contains("not valid for name"), "{e}");
+        let plain = url.replacen("https://", "http://", 1);
+        let answer = ns
+            .run(|| match ureq::get(&plain).call() {
+                Err(ureq::Error::Status(code, r)) => (code, r.into_string().unwrap_or_default()),
+                other => (0, format!("{other:?}")),
+            })
+            .unwrap();
+        assert!(
+            answer.0 == 400 && answer.1.contains("speaks TLS"),
+            "{answer:?}"
+        );
+        let client = agent_client(h.id);
         let deadline = Instant::now() + Duration::from_secs(5);
         let fabric = loop {
             let st: sluice_proto::AgentStatus = ns
-                .run(|| ureq::get(&url).call().unwrap().into_json().unwrap())
+                .run(|| client.get(&url).call().unwrap().into_json().unwrap())
                 .unwrap();
             let f = st.fabric;
             if (f.tx_packets > 50 && f.rx_packets > 50) || Instant::now() > deadline {

@@ -268,6 +268,8 @@ pub fn run(
             .unwrap_or_default()
     };
     let (c_api, s_api) = (api(c.host), api(s.host));
+    // Trusts the lab's controller and the hosts' CA (the agents' APIs).
+    let http = st.http();
     // Alternate, so whatever else runs on the machine weighs on both paths.
     let (mut direct_runs, mut switch_runs) = (Vec::new(), Vec::new());
     let (mut kernel_runs, mut ovs_runs) = (Vec::new(), Vec::new());
@@ -277,12 +279,12 @@ pub fn run(
     let (mut moved_c, mut moved_s) = (Vec::new(), Vec::new());
     for _ in 0..ROUNDS {
         direct_runs.push(iperf(b.name(), a.name(), "10.30.0.2", seconds)?);
-        let m0 = (metrics(&c_api), metrics(&s_api));
+        let m0 = (metrics(&http, &c_api), metrics(&http, &s_api));
         let t = Instant::now();
         switch_runs.push(iperf(&s.netns, &c.netns, &s.addrs[0], seconds)?);
         switch_time += t.elapsed();
-        add_moved(&mut moved_c, &m0.0, &metrics(&c_api));
-        add_moved(&mut moved_s, &m0.1, &metrics(&s_api));
+        add_moved(&mut moved_c, &m0.0, &metrics(&http, &c_api));
+        add_moved(&mut moved_s, &m0.1, &metrics(&http, &s_api));
         if let Ok(k) = &kernel {
             kernel_runs.push(iperf(
                 k.server.name(),
@@ -362,16 +364,22 @@ pub fn run(
     let mut times = Vec::new();
     for i in 0..installs {
         let body = if i % 2 == 0 { &variant } else { &text };
-        let before = agent_versions(&st.hosts.iter().map(|h| h.api.clone()).collect::<Vec<_>>());
+        let before = agent_versions(
+            &http,
+            &st.hosts.iter().map(|h| h.api.clone()).collect::<Vec<_>>(),
+        );
         let t = Instant::now();
-        ureq::put(&format!("{}/v1/tenants/{}", st.controller, st.tenant))
+        http.put(&format!("{}/v1/tenants/{}", st.controller, st.tenant))
             .set("Authorization", &st.bearer())
             .set("Content-Type", "application/yaml")
             .send_string(body)
             .map_err(|e| format!("apply: {e}"))?;
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
-            let now = agent_versions(&st.hosts.iter().map(|h| h.api.clone()).collect::<Vec<_>>());
+            let now = agent_versions(
+                &http,
+                &st.hosts.iter().map(|h| h.api.clone()).collect::<Vec<_>>(),
+            );
             // Only hosts whose share changed get a new version; wait for those.
             if now.iter().zip(&before).any(|(n, b)| n != b) && changed_all(&st, &now) {
                 break;
@@ -584,8 +592,8 @@ fn median(v: &[f64]) -> f64 {
 
 /// An agent's `/metrics` as (name with labels, value) pairs (empty if it
 /// cannot be read).
-fn metrics(api: &str) -> Vec<(String, f64)> {
-    ureq::get(&format!("{api}/metrics"))
+fn metrics(http: &ureq::Agent, api: &str) -> Vec<(String, f64)> {
+    http.get(&format!("{api}/metrics"))
         .timeout(Duration::from_secs(2))
         .call()
         .ok()
@@ -655,10 +663,10 @@ fn io_report(
     }
 }
 
-fn agent_versions(apis: &[String]) -> Vec<u64> {
+fn agent_versions(http: &ureq::Agent, apis: &[String]) -> Vec<u64> {
     apis.iter()
         .map(|a| {
-            ureq::get(&format!("{a}/v1/status"))
+            http.get(&format!("{a}/v1/status"))
                 .timeout(Duration::from_secs(2))
                 .call()
                 .ok()
@@ -671,7 +679,9 @@ fn agent_versions(apis: &[String]) -> Vec<u64> {
 
 /// Every agent runs the version the controller wants for its host.
 fn changed_all(st: &sluice_testbed::lab::LabState, now: &[u64]) -> bool {
-    let Some(v) = ureq::get(&format!("{}/v1/hosts", st.controller))
+    let Some(v) = st
+        .http()
+        .get(&format!("{}/v1/hosts", st.controller))
         .set("Authorization", &st.bearer())
         .timeout(Duration::from_secs(2))
         .call()

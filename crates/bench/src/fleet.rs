@@ -274,6 +274,7 @@ fn registration(id: u32, base: &str, sims: &Sims) -> HostHeartbeat {
             config_version: version,
             api_token: Some(sims.tokens[id as usize - 1].clone()),
             capacity: None,
+            api_csr: None,
         },
         instances,
         chains: Vec::new(),
@@ -412,6 +413,7 @@ pub fn run(opts: &Options, progress: &mut dyn FnMut(&str)) -> Result<Outcome, St
         tls: None,
         placement: Default::default(),
         containment_threshold: sluice_controller::reconcile::DEFAULT_THRESHOLD,
+        require_agent_tls: false,
     })
     .map_err(|e| format!("controller: {e}"))?;
     let admin = std::fs::read_to_string(&token_file)

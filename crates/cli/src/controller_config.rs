@@ -68,6 +68,11 @@ pub struct ControllerArgs {
     /// (it always names the listen address, 127.0.0.1 and localhost).
     #[arg(long)]
     tls_san: Option<String>,
+    /// Refuse agents whose API is plain HTTP (`on` needs --tls on: each
+    /// agent gets its API certificate from the controller's hosts' CA with
+    /// its registration) [default: on with TLS].
+    #[arg(long, value_parser = ["on", "off"])]
+    agent_tls: Option<String>,
     /// How new NF instances choose among the hosts with room:
     /// `rack-aware` (where the chains' VMs are, by the racks hosts declare;
     /// with no rack declared the same as least-loaded), `least-loaded`,
@@ -94,6 +99,7 @@ pub struct ControllerFile {
     tls_cert: Option<PathBuf>,
     tls_key: Option<PathBuf>,
     tls_san: Option<String>,
+    agent_tls: Option<String>,
     placement: Option<String>,
     containment_threshold: Option<usize>,
 }
@@ -113,6 +119,8 @@ pub struct ControllerSettings {
     pub fabric_auth: bool,
     /// TLS on the API (`None`: off).
     pub tls: Option<TlsOptions>,
+    /// Refuse agents whose API is plain HTTP.
+    pub require_agent_tls: bool,
     /// The placement policy.
     pub placement: Policy,
     /// Accusers that contain a host.
@@ -178,6 +186,17 @@ fn resolve(
     } else {
         None
     };
+    let require_agent_tls = match a.agent_tls.as_deref().or(f.agent_tls.as_deref()) {
+        None => tls.is_some(),
+        v => on_off("agent_tls", v)?,
+    };
+    if require_agent_tls && tls.is_none() {
+        return Err(bad(
+            "agent_tls = \"on\" needs tls = \"on\": agents get their API certificates over \
+             the controller's TLS"
+                .into(),
+        ));
+    }
     let placement = match a.placement.as_deref().or(f.placement.as_deref()) {
         None => Policy::default(),
         Some(p) => p
@@ -217,6 +236,7 @@ fn resolve(
             .or_else(|| f.admin_token_file.clone()),
         fabric_auth,
         tls,
+        require_agent_tls,
         placement,
         containment_threshold,
     })
@@ -314,6 +334,20 @@ mod tests {
             e.contains("/etc/sluice/controller.toml") && e.contains("listn"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn agent_tls_follows_tls_and_cannot_be_on_without_it() {
+        let none = ControllerFile::default();
+        assert!(resolve(&args(&[]), &none, None).unwrap().require_agent_tls);
+        let s = resolve(&args(&["--tls", "off"]), &none, None).unwrap();
+        assert!(!s.require_agent_tls);
+        let s = resolve(&args(&["--agent-tls", "off"]), &none, None).unwrap();
+        assert!(!s.require_agent_tls && s.tls.is_some());
+        let e = resolve(&args(&["--tls", "off", "--agent-tls", "on"]), &none, None)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("agent_tls") && e.contains("tls"), "{e}");
     }
 
     #[test]

@@ -212,6 +212,7 @@ pub fn controller(args: &ControllerArgs) -> Result<(), CliError> {
         tls: a.tls.clone(),
         placement: a.placement,
         containment_threshold: a.containment_threshold,
+        require_agent_tls: a.require_agent_tls,
     })
     .map_err(CliError::Serve)?;
     if let Some(p) = h.bootstrapped() {

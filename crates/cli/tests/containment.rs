@@ -18,6 +18,7 @@ fn accuse(c: &Client, by: u32, host: u32) {
             config_version: 0,
             api_token: None,
             capacity: None,
+            api_csr: None,
         },
         instances: Vec::new(),
         chains: Vec::new(),

@@ -281,8 +281,10 @@ fn scaling_a_shared_state_firewall_out_and_in_breaks_no_download() {
 /// (name, lease epoch, cache hits) of every NF instance, over every host.
 fn instance_leases(lab: &Lab) -> Vec<(String, u64, u64)> {
     let mut out = Vec::new();
+    let http = lab.state().http();
     for h in &lab.state().hosts {
-        let st: serde_json::Value = ureq::get(&format!("{}/v1/status", h.api))
+        let st: serde_json::Value = http
+            .get(&format!("{}/v1/status", h.api))
             .call()
             .unwrap()
             .into_json()
@@ -663,7 +665,9 @@ fn a_killed_agent_is_restarted_and_breaks_no_connection() {
         }
         let restarted = lab.agent_pid(fw_host).is_some_and(|p| p != killed);
         if restarted && heard.is_none() {
-            if let Some(s) = ureq::get(&format!("{api}/v1/status"))
+            if let Some(s) = st
+                .http()
+                .get(&format!("{api}/v1/status"))
                 .timeout(Duration::from_secs(1))
                 .call()
                 .ok()

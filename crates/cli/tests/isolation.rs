@@ -52,7 +52,13 @@ fn a_udp_flood_does_not_starve_a_tcp_download_under_seawall() {
     let status = |vm: &str| {
         let h = lab.state().vm(vm).unwrap().host;
         let api = &lab.state().hosts.iter().find(|x| x.id == h).unwrap().api;
-        sluice_agent::testing::agent_status(api)
+        lab.state()
+            .http()
+            .get(&format!("{api}/v1/status"))
+            .call()
+            .expect("the agent answers /v1/status")
+            .into_json::<sluice_proto::AgentStatus>()
+            .expect("/v1/status is an AgentStatus")
     };
     let receiver = status("web-b1");
     let flooder = status("web-a2");

@@ -144,15 +144,35 @@ fn handle(
         }
     }
     let actor = who.as_ref().map_or("anonymous", |p| p.name.as_str());
-    // An agent's API token, recorded once its heartbeat is accepted.
-    let agent_token = match &action {
+    // An agent's API token, recorded once its heartbeat is accepted; its
+    // certificate request, answered then (and kept out of the desired state).
+    let mut csr = None;
+    let agent_token = match &mut action {
         Action::Host(hosts::HostAction::Heartbeat(hb)) => {
-            let r = &hb.hb.registration;
+            let r = &mut hb.hb.registration;
+            if shared.require_agent_tls && !r.api.starts_with("https://") {
+                return Err(ApiError::bad(format!(
+                    "api: `{}` is plain HTTP, and this controller requires agents to serve \
+                     their API over TLS (an agent whose controller URL is https:// does; \
+                     or set require_agent_tls = false)",
+                    r.api
+                )));
+            }
+            // Signed first: a request that cannot be signed registers nothing.
+            if let Some(c) = r.api_csr.take() {
+                csr = Some(sign_api_cert(shared, r.host, &r.api, &c)?);
+            }
             Some((r.host, r.api_token.clone()))
         }
         _ => None,
     };
-    let reply = run(shared, action, agent_token, actor)?;
+    let mut reply = run(shared, action, agent_token, actor)?;
+    if let (Some((chain, not_after_ms)), Reply::Json(_, serde_json::Value::Object(m))) =
+        (csr, &mut reply)
+    {
+        m.insert("api_cert".into(), chain.into());
+        m.insert("api_cert_not_after_ms".into(), not_after_ms.into());
+    }
     let reply = match only {
         Some(t) => auth::filter_listing(&t, reply),
         None => reply,
@@ -162,6 +182,41 @@ fn handle(
         Some(p) => p.apply(reply),
         None => (reply, None),
     })
+}
+
+/// Answers a heartbeat's certificate request: the agent's API certificate
+/// chain from the hosts' CA, for the host's name and its API's address, and
+/// its end (Unix milliseconds).
+fn sign_api_cert(
+    shared: &Shared,
+    host: u32,
+    api: &str,
+    csr: &str,
+) -> Result<(String, u64), ApiError> {
+    let ca = shared.hosts_ca.as_ref().ok_or_else(|| {
+        ApiError::bad(
+            "api_csr: this controller does not speak TLS, so it signs no agent certificate",
+        )
+    })?;
+    let addr = api_host(api).and_then(|h| h.parse().ok());
+    let (chain, not_after) = ca
+        .sign(host, csr, addr, std::time::SystemTime::now())
+        .map_err(|e| ApiError::bad(format!("api_csr: {e}")))?;
+    let not_after_ms = not_after
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
+    Ok((chain, not_after_ms))
+}
+
+/// The host part of an `https://HOST:PORT/...` URL (an IPv6 address without
+/// its brackets).
+fn api_host(url: &str) -> Option<&str> {
+    let rest = url.split_once("://")?.1;
+    let authority = rest.split('/').next()?;
+    if let Some(v6) = authority.strip_prefix('[') {
+        return v6.split(']').next();
+    }
+    Some(authority.rsplit_once(':').map_or(authority, |(h, _)| h))
 }
 
 /// Records a change refused by authorization in the audit log (a change the
@@ -220,27 +275,31 @@ fn run(
 fn eve(shared: &Shared, q: &resources::eve::EveRequest) -> Result<Reply, ApiError> {
     // Every registered host: one whose instances were removed still has their
     // logs. Each agent's EVE logs need its own API token.
-    let apis: Vec<(String, Option<String>)> = {
+    let apis: Vec<(u32, String, Option<String>)> = {
         let tokens = lock(&shared.agent_tokens).clone();
         lock(&shared.reconciler)
             .desired()
             .hosts
             .iter()
-            .map(|(id, h)| (h.api.clone(), tokens.get(id).cloned()))
+            .map(|(id, h)| (*id, h.api.clone(), tokens.get(id).cloned()))
             .collect()
     };
-    let agent = ureq::AgentBuilder::new()
-        .timeout_connect(Duration::from_millis(300))
-        .timeout(Duration::from_secs(5))
-        .build();
     let query = q.agent_query();
     let answers: Vec<Vec<serde_json::Value>> = std::thread::scope(|s| {
         let hs: Vec<_> = apis
             .iter()
-            .map(|(api, token)| {
-                let agent = agent.clone();
+            .map(|(host, api, token)| {
                 let url = format!("{api}/v1/eve?{query}");
                 s.spawn(move || {
+                    let Ok(agent) = crate::agent_client::agent(
+                        shared,
+                        *host,
+                        api,
+                        Duration::from_millis(300),
+                        Duration::from_secs(5),
+                    ) else {
+                        return Vec::new();
+                    };
                     let mut req = agent.get(&url);
                     if let Some(t) = token {
                         req = req.set("Authorization", &format!("Bearer {t}"));
@@ -261,22 +320,24 @@ fn eve(shared: &Shared, q: &resources::eve::EveRequest) -> Result<Reply, ApiErro
 /// instances, asked in parallel outside the lock with short timeouts.
 fn instances(shared: &Shared) -> Result<Reply, ApiError> {
     let (list, apis) = hosts::instance_listing(&lock(&shared.reconciler));
-    let agent = ureq::AgentBuilder::new()
-        .timeout_connect(Duration::from_millis(300))
-        .timeout(Duration::from_millis(800))
-        .build();
     let statuses: BTreeMap<u32, AgentStatus> = std::thread::scope(|s| {
         let hs: Vec<_> = apis
             .iter()
             .map(|(h, api)| {
-                let agent = agent.clone();
                 s.spawn(move || {
-                    agent
-                        .get(&format!("{api}/v1/status"))
-                        .call()
-                        .ok()
-                        .and_then(|r| r.into_json::<AgentStatus>().ok())
-                        .map(|st| (*h, st))
+                    crate::agent_client::agent(
+                        shared,
+                        *h,
+                        api,
+                        Duration::from_millis(300),
+                        Duration::from_millis(800),
+                    )
+                    .ok()?
+                    .get(&format!("{api}/v1/status"))
+                    .call()
+                    .ok()
+                    .and_then(|r| r.into_json::<AgentStatus>().ok())
+                    .map(|st| (*h, st))
                 })
             })
             .collect();

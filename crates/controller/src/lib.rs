@@ -26,6 +26,7 @@
 //!   9457 problem details);
 //! * [`client`]: a blocking client of that API (the CLI and the testbed use it).
 
+mod agent_client;
 pub mod answer;
 pub mod audit;
 pub mod blocks;

@@ -215,6 +215,13 @@ pub struct HostAck {
     pub host: u32,
     /// Version the controller wants it to run (a push follows if it differs).
     pub desired_version: u64,
+    /// The agent's API certificate chain (PEM: its certificate, then the
+    /// hosts' CA), when the heartbeat carried a certificate request.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub api_cert: Option<String>,
+    /// When that certificate expires (Unix milliseconds).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub api_cert_not_after_ms: Option<u64>,
 }
 
 /// A VM in `GET /v1/vms` and the answer to its registration.

@@ -94,29 +94,34 @@ fn push_one(shared: &Arc<Shared>, host: u32) {
         if let Some(p) = &shared.passwords {
             p.fill(&mut job.config);
         }
-        let r = ureq::AgentBuilder::new()
-            .timeout_connect(Duration::from_millis(500))
-            // The agent answers once its data plane runs the new configuration.
-            .timeout(Duration::from_secs(10))
-            .build()
-            .put(&format!("{}/v1/config", job.api));
+        // The agent answers once its data plane runs the new configuration.
+        let client = crate::agent_client::agent(
+            shared,
+            host,
+            &job.api,
+            Duration::from_millis(500),
+            Duration::from_secs(10),
+        );
         // The agent's own token, as its last heartbeat gave it (none: an agent
         // whose API is open).
         let token = lock(&shared.agent_tokens).get(&host).cloned();
-        let r = match token {
-            Some(t) => r.set("Authorization", &format!("Bearer {t}")),
-            None => r,
-        }
-        .send_json(&job.config);
-        let result = match r {
-            Ok(_) => Ok(()),
-            Err(ureq::Error::Status(code, resp)) => Err(format!(
-                "agent refused version {}: HTTP {code}: {}",
-                job.config.version,
-                resp.into_string().unwrap_or_default()
-            )),
-            Err(e) => Err(format!("cannot reach agent at {}: {e}", job.api)),
-        };
+        let result = client.and_then(|client| {
+            let r = client.put(&format!("{}/v1/config", job.api));
+            let r = match token {
+                Some(t) => r.set("Authorization", &format!("Bearer {t}")),
+                None => r,
+            }
+            .send_json(&job.config);
+            match r {
+                Ok(_) => Ok(()),
+                Err(ureq::Error::Status(code, resp)) => Err(format!(
+                    "agent refused version {}: HTTP {code}: {}",
+                    job.config.version,
+                    resp.into_string().unwrap_or_default()
+                )),
+                Err(e) => Err(format!("cannot reach agent at {}: {e}", job.api)),
+            }
+        });
         let mut rec = lock(&shared.reconciler);
         rec.push_finished(host, job.config.version, result, Instant::now());
         let effects = rec.take_effects();
@@ -139,14 +144,16 @@ pub(crate) fn poll(shared: &Arc<Shared>, host: u32, api: String) {
     let t = std::thread::Builder::new()
         .name(format!("ctl-poll-{host}"))
         .spawn(move || {
-            let st = ureq::AgentBuilder::new()
-                .timeout_connect(Duration::from_millis(200))
-                .timeout(Duration::from_millis(500))
-                .build()
-                .get(&format!("{api}/v1/status"))
-                .call()
-                .ok()
-                .and_then(|r| r.into_json::<AgentStatus>().ok());
+            let st = crate::agent_client::agent(
+                &sh,
+                host,
+                &api,
+                Duration::from_millis(200),
+                Duration::from_millis(500),
+            )
+            .ok()
+            .and_then(|a| a.get(&format!("{api}/v1/status")).call().ok())
+            .and_then(|r| r.into_json::<AgentStatus>().ok());
             if let Some(st) = st {
                 lock(&sh.reconciler).pinned_report(
                     host,

@@ -63,6 +63,9 @@ pub enum ControllerError {
         /// Why.
         msg: String,
     },
+    /// Options that do not go together.
+    #[error("configuration: {0}")]
+    Config(String),
     /// TLS could not be set up.
     #[error("TLS: {0}")]
     Tls(#[from] crate::tls::TlsError),
@@ -105,6 +108,11 @@ pub struct ServerOptions {
     pub placement: crate::placement::Policy,
     /// Distinct hosts whose accusations contain a host (Seawall §4's `f`).
     pub containment_threshold: usize,
+    /// Refuse agents whose API is plain HTTP (needs `tls`: an agent gets its
+    /// API certificate from the hosts' CA with its registration). `sluice
+    /// controller` turns it on with TLS; tests whose stand-in agents speak
+    /// plain HTTP leave it off.
+    pub require_agent_tls: bool,
 }
 
 /// Where the admin token goes unless told: next to the database
@@ -160,7 +168,7 @@ pub struct ServerHandle {
     tls: Option<Option<PathBuf>>,
     /// With TLS: the HTTP workers' private socket, removed after them (fields
     /// drop after `Drop::drop` joined the threads).
-    _backend: Option<crate::tls::Backend>,
+    _backend: Option<sluice_tls::terminator::Backend>,
     admin_token: Option<PathBuf>,
     shared: Arc<Shared>,
     threads: Vec<JoinHandle<()>>,
@@ -234,6 +242,11 @@ pub(crate) struct Shared {
     pub(crate) passwords: Option<Passwords>,
     /// The probes of the state store's nodes (a `redis` state URL).
     store_probe: Option<Mutex<StoreProbe>>,
+    /// The hosts' CA (with TLS): signs agents' API certificates, and is the
+    /// only CA trusted when calling an agent.
+    pub(crate) hosts_ca: Option<sluice_tls::hosts::HostCa>,
+    /// Refuse agents whose API is plain HTTP.
+    pub(crate) require_agent_tls: bool,
 }
 
 impl Shared {
@@ -351,6 +364,15 @@ pub fn serve(opts: ServerOptions) -> Result<ServerHandle, ControllerError> {
         addr: opts.listen,
         msg: e.to_string(),
     };
+    let hosts_ca = match &opts.tls {
+        Some(_) => Some(crate::tls::hosts_ca(&opts.db)?),
+        None if opts.require_agent_tls => {
+            return Err(ControllerError::Config(
+                "require_agent_tls needs tls: agents get their API certificates over the controller's TLS".into(),
+            ))
+        }
+        None => None,
+    };
     // With TLS, the public socket is the terminator's and the HTTP workers
     // serve a private Unix socket behind it.
     let (server, addr, front) = match &opts.tls {
@@ -366,7 +388,8 @@ pub fn serve(opts: ServerOptions) -> Result<ServerHandle, ControllerError> {
             let prepared = crate::tls::prepare(&opts.db, opts.listen.ip(), t)?;
             let listener = crate::tls::bind(opts.listen).map_err(|e| listen_err(&e))?;
             let addr = listener.local_addr().map_err(|e| listen_err(&e))?;
-            let (back, back_listener) = crate::tls::Backend::bind().map_err(|e| listen_err(&e))?;
+            let (back, back_listener) = sluice_tls::terminator::Backend::bind("sluice-controller")
+                .map_err(|e| listen_err(&e))?;
             let server = tiny_http::Server::from_listener(back_listener, None)
                 .map_err(|e| listen_err(&e))?;
             (server, addr, Some((listener, prepared, back)))
@@ -384,6 +407,8 @@ pub fn serve(opts: ServerOptions) -> Result<ServerHandle, ControllerError> {
         passwords: store_acl.as_ref().map(StoreAcl::passwords),
         store_acl: store_acl.map(Mutex::new),
         store_probe: store_probe.map(Mutex::new),
+        hosts_ca,
+        require_agent_tls: opts.require_agent_tls,
     });
     // Before anything is pushed: instances must find their users there.
     shared.sync_store_users();
@@ -406,7 +431,15 @@ pub fn serve(opts: ServerOptions) -> Result<ServerHandle, ControllerError> {
             let (sh, path) = (shared.clone(), back.path.clone());
             threads.push(spawn(
                 "ctl-tls-accept".into(),
-                Box::new(move || crate::tls::acceptor(listener, prepared.config, path, sh)),
+                Box::new(move || {
+                    sluice_tls::terminator::acceptor(
+                        listener,
+                        prepared.config,
+                        path,
+                        crate::tls::PLAIN_HTTP_ANSWER,
+                        sh,
+                    )
+                }),
             )?);
             (Some(prepared.ca_file), Some(back))
         }

@@ -1,21 +1,11 @@
 //! TLS on the controller's API: the certificate (an operator's, or a private
-//! CA and a server certificate created at first start) and the terminator that
-//! serves it.
-//!
-//! tiny_http's own `ssl-rustls` feature pins rustls 0.20 (RUSTSEC-2024-0336:
-//! a peer can spin a thread forever), so the controller terminates TLS itself
-//! with the rustls ureq already brings: each connection gets a thread that
-//! runs the handshake and relays plaintext to the HTTP workers over a Unix
-//! socket in a private directory.
+//! CA and a server certificate created at first start), served by
+//! [`sluice_tls::terminator`]; and the hosts' CA that signs the agents' API
+//! certificates ([`sluice_tls::hosts`]), kept next to the database.
 
-use std::io::{ErrorKind, Read, Write};
-use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream};
-use std::os::fd::AsRawFd;
-use std::os::unix::net::{UnixListener, UnixStream};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
@@ -47,6 +37,9 @@ pub enum TlsError {
     /// The certificate could not be generated.
     #[error("cannot generate the controller's certificate: {0}")]
     Generate(String),
+    /// The hosts' CA could not be created or read.
+    #[error("the hosts' CA: {0}")]
+    Hosts(#[from] sluice_tls::hosts::TlsError),
     /// rustls refused the certificate and key.
     #[error("certificate {cert} with key {key}: {msg}")]
     Config {
@@ -85,6 +78,28 @@ impl GeneratedFiles {
             key: base.with_extension("tls.key"),
         }
     }
+}
+
+/// Where the hosts' CA of the controller with database `db` is kept
+/// (certificate, key); `None` for `:memory:`, whose CA lives as long as the
+/// process, like the rest of its state.
+pub fn hosts_ca_files(db: &Path) -> Option<(PathBuf, PathBuf)> {
+    (db.as_os_str() != ":memory:").then(|| {
+        (
+            db.with_extension("hosts-ca.pem"),
+            db.with_extension("hosts-ca.key"),
+        )
+    })
+}
+
+/// The hosts' CA of the controller with database `db`, created at its first
+/// start.
+pub(crate) fn hosts_ca(db: &Path) -> Result<sluice_tls::hosts::HostCa, TlsError> {
+    use sluice_tls::hosts::HostCa;
+    Ok(match hosts_ca_files(db) {
+        Some((cert, key)) => HostCa::load_or_create(&cert, &key)?,
+        None => HostCa::generate()?,
+    })
 }
 
 /// The server's TLS configuration, and the CA file clients should trust if
@@ -164,19 +179,7 @@ pub fn ensure_generated(files: &GeneratedFiles, names: &[String]) -> Result<bool
 
 /// Writes `text` to `path` with `mode` (narrowing an existing file too).
 fn write_file(path: &Path, text: &str, mode: u32) -> Result<(), TlsError> {
-    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(mode)
-        .open(path)
-        .map_err(|e| file_err(path, e))?;
-    f.set_permissions(std::fs::Permissions::from_mode(mode))
-        .map_err(|e| file_err(path, e))?;
-    f.write_all(text.as_bytes())
-        .and_then(|_| f.sync_all())
-        .map_err(|e| file_err(path, e))
+    sluice_tls::write_file(path, text, mode).map_err(|e| file_err(path, e))
 }
 
 /// The certificates in a PEM file (none: an error naming the file).
@@ -193,7 +196,7 @@ pub fn read_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError>
 
 /// The rustls provider everything here uses (ring, as the fabric does).
 pub(crate) fn provider() -> Arc<rustls::crypto::CryptoProvider> {
-    Arc::new(rustls::crypto::ring::default_provider())
+    sluice_tls::provider()
 }
 
 /// The server's configuration from `opts`, generating the certificate if the
@@ -226,219 +229,19 @@ pub(crate) fn prepare(db: &Path, listen: IpAddr, opts: &TlsOptions) -> Result<Pr
     })
 }
 
-/// The listener the HTTP workers serve behind the terminator: a Unix socket
-/// in a fresh directory only the controller's user can enter (removed when
-/// the value is dropped).
-pub(crate) struct Backend {
-    dir: PathBuf,
-    /// The socket's path.
-    pub(crate) path: PathBuf,
-}
-
-impl Backend {
-    /// A new directory under the system's temporary directory, with a random
-    /// name, and the socket's listener in it.
-    pub(crate) fn bind() -> std::io::Result<(Backend, UnixListener)> {
-        use std::os::unix::fs::DirBuilderExt;
-        let mut r = [0u8; 12];
-        getrandom::getrandom(&mut r).map_err(|e| std::io::Error::other(e.to_string()))?;
-        let name: String = r.iter().map(|b| format!("{b:02x}")).collect();
-        let dir = std::env::temp_dir().join(format!("sluice-controller-{name}"));
-        std::fs::DirBuilder::new().mode(0o700).create(&dir)?;
-        let path = dir.join("http.sock");
-        let backend = Backend { dir, path };
-        let listener = UnixListener::bind(&backend.path)?;
-        Ok((backend, listener))
-    }
-}
-
-impl Drop for Backend {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-/// Most connections relayed at once; more are closed at once.
-const MAX_CONNECTIONS: usize = 512;
-/// A connection with nothing to relay for this long is closed.
-const IDLE: Duration = Duration::from_secs(60);
-/// How often waiting threads look at whether the server is stopping.
-const STOP_CHECK: i32 = 100;
-
-/// Accepts TLS connections on `listener` until the server stops, relaying
-/// each to `backend` on a thread of its own.
-pub(crate) fn acceptor(
-    listener: TcpListener,
-    config: Arc<rustls::ServerConfig>,
-    backend: PathBuf,
-    shared: Arc<Shared>,
-) {
-    let live = Arc::new(AtomicUsize::new(0));
-    while !shared.stopping() {
-        if !readable(listener.as_raw_fd(), STOP_CHECK) {
-            continue;
-        }
-        let tcp = match listener.accept() {
-            Ok((s, _)) => s,
-            Err(_) => continue,
-        };
-        if live.fetch_add(1, Ordering::SeqCst) >= MAX_CONNECTIONS {
-            live.fetch_sub(1, Ordering::SeqCst);
-            continue;
-        }
-        let (config, backend, shared, live) = (
-            config.clone(),
-            backend.clone(),
-            shared.clone(),
-            live.clone(),
-        );
-        let spawned = std::thread::Builder::new()
-            .name("ctl-tls".into())
-            .spawn(move || {
-                // A failed connection concerns its client only.
-                let _ = relay(tcp, config, &backend, &shared);
-                live.fetch_sub(1, Ordering::SeqCst);
-            });
-        if spawned.is_err() {
-            // The closure (and its count) went with the failed spawn.
-            std::thread::sleep(Duration::from_millis(10));
-        }
-    }
-}
-
-/// Whether `fd` became readable (or closed) within `ms` milliseconds.
-fn readable(fd: i32, ms: i32) -> bool {
-    poll(&mut [pollfd(fd)], ms) > 0
-}
-
-fn pollfd(fd: i32) -> libc::pollfd {
-    libc::pollfd {
-        fd,
-        events: libc::POLLIN,
-        revents: 0,
-    }
-}
-
-fn poll(fds: &mut [libc::pollfd], ms: i32) -> i32 {
-    // SAFETY: `fds` is a valid, exclusively borrowed array of pollfd.
-    unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) }
-}
-
-/// The first byte of a TLS handshake record.
-const TLS_HANDSHAKE: u8 = 0x16;
-
 /// The answer to plain HTTP on the TLS port, naming the fix.
-const PLAIN_HTTP_ANSWER: &str = "{\"status\":400,\"title\":\"Bad Request\",\"detail\":\"this port speaks TLS: use an https:// URL (and trust the controller's CA: --ca-file or SLUICE_CA_FILE, ca_file in a CLI context or in the agent's configuration)\"}";
+pub(crate) const PLAIN_HTTP_ANSWER: &str = "{\"status\":400,\"title\":\"Bad Request\",\"detail\":\"this port speaks TLS: use an https:// URL (and trust the controller's CA: --ca-file or SLUICE_CA_FILE, ca_file in a CLI context or in the agent's configuration)\"}";
 
-/// One connection: the handshake, then plaintext both ways until either side
-/// closes or it is idle for [`IDLE`].
-fn relay(
-    mut tcp: TcpStream,
-    config: Arc<rustls::ServerConfig>,
-    backend: &Path,
-    shared: &Shared,
-) -> std::io::Result<()> {
-    tcp.set_write_timeout(Some(Duration::from_secs(10)))?;
-    tcp.set_nodelay(true)?;
-    if !readable(tcp.as_raw_fd(), IDLE.as_millis() as i32) {
-        return Ok(());
+impl sluice_tls::terminator::Stopping for Shared {
+    fn stopping(&self) -> bool {
+        Shared::stopping(self)
     }
-    let mut first = [0u8; 1];
-    if tcp.peek(&mut first)? == 1 && first[0] != TLS_HANDSHAKE {
-        let answer = format!(
-            "HTTP/1.1 400 Bad Request\r\nContent-Type: application/problem+json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{PLAIN_HTTP_ANSWER}",
-            PLAIN_HTTP_ANSWER.len()
-        );
-        return tcp.write_all(answer.as_bytes());
-    }
-    let mut tls = rustls::ServerConnection::new(config).map_err(std::io::Error::other)?;
-    let mut back: Option<UnixStream> = None;
-    let mut buf = vec![0u8; 16 * 1024];
-    let mut last = Instant::now();
-    let mut client_done = false;
-    loop {
-        while tls.wants_write() {
-            tls.write_tls(&mut tcp)?;
-        }
-        if shared.stopping() || last.elapsed() > IDLE {
-            return Ok(());
-        }
-        let mut fds = vec![pollfd(tcp.as_raw_fd())];
-        if client_done {
-            // Ignored by poll: a closed socket would report a hang-up forever.
-            fds[0].fd = -1;
-        }
-        if let Some(b) = &back {
-            fds.push(pollfd(b.as_raw_fd()));
-        }
-        if poll(&mut fds, STOP_CHECK) <= 0 {
-            continue;
-        }
-        last = Instant::now();
-        if fds[0].revents != 0 && !client_done {
-            if tls.read_tls(&mut tcp)? == 0 {
-                client_done = true;
-            }
-            if let Err(e) = tls.process_new_packets() {
-                // Send the alert it queued, then give up.
-                while tls.wants_write() {
-                    tls.write_tls(&mut tcp)?;
-                }
-                return Err(std::io::Error::other(e));
-            }
-            // Plaintext may come in the same read as the handshake's end.
-            if back.is_none() && !tls.is_handshaking() {
-                back = Some(connect(backend)?);
-            }
-            loop {
-                match tls.reader().read(&mut buf) {
-                    Ok(0) => {
-                        client_done = true;
-                        break;
-                    }
-                    Ok(n) => match &mut back {
-                        Some(b) => b.write_all(&buf[..n])?,
-                        None => return Ok(()),
-                    },
-                    Err(e) if e.kind() == ErrorKind::WouldBlock => break,
-                    Err(e) => return Err(e),
-                }
-            }
-            if client_done {
-                if let Some(b) = &back {
-                    b.shutdown(std::net::Shutdown::Write)?;
-                } else {
-                    return Ok(());
-                }
-            }
-        }
-        if let (Some(b), Some(f)) = (&mut back, fds.get(1)) {
-            if f.revents != 0 {
-                let n = b.read(&mut buf)?;
-                if n == 0 {
-                    tls.send_close_notify();
-                    while tls.wants_write() {
-                        tls.write_tls(&mut tcp)?;
-                    }
-                    return Ok(());
-                }
-                tls.writer().write_all(&buf[..n])?;
-            }
-        }
-    }
-}
-
-fn connect(backend: &Path) -> std::io::Result<UnixStream> {
-    let b = UnixStream::connect(backend)?;
-    b.set_write_timeout(Some(Duration::from_secs(10)))?;
-    Ok(b)
 }
 
 /// Binds the public TLS listener.
 pub(crate) fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
     TcpListener::bind(addr)
 }
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -118,6 +118,7 @@ impl FakeAgent {
             config_version: version,
             api_token: Some(format!("agent-secret-{}", self.host)),
             capacity: None,
+            api_csr: None,
         }
     }
 
@@ -159,6 +160,7 @@ fn start(db: &Path) -> (ServerHandle, Client) {
         tls: None,
         placement: Default::default(),
         containment_threshold: sluice_controller::reconcile::DEFAULT_THRESHOLD,
+        require_agent_tls: false,
     })
     .unwrap();
     let file =

@@ -64,6 +64,7 @@ fn world(dir: &Path) -> World {
         tls: None,
         placement: Default::default(),
         containment_threshold: sluice_controller::reconcile::DEFAULT_THRESHOLD,
+        require_agent_tls: false,
     })
     .unwrap();
     assert_eq!(server.bootstrapped(), Some(token_file.as_path()));
@@ -493,6 +494,7 @@ fn a_restart_keeps_the_tokens_and_does_not_rewrite_the_admin_token() {
         tls: None,
         placement: Default::default(),
         containment_threshold: sluice_controller::reconcile::DEFAULT_THRESHOLD,
+        require_agent_tls: false,
     })
     .unwrap();
     assert_eq!(server.bootstrapped(), None);

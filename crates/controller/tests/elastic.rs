@@ -96,6 +96,7 @@ impl FakeAgent {
             config_version: self.configs.lock().unwrap().last().map_or(0, |c| c.version),
             api_token: None,
             capacity: None,
+            api_csr: None,
         }
     }
 
@@ -182,6 +183,7 @@ fn start(db: &Path) -> (ServerHandle, Client) {
         tls: None,
         placement: Default::default(),
         containment_threshold: sluice_controller::reconcile::DEFAULT_THRESHOLD,
+        require_agent_tls: false,
     })
     .unwrap();
     let file =

@@ -115,6 +115,7 @@ fn tenants_get_store_users_that_reach_only_their_own_keys() {
         tls: None,
         placement: Default::default(),
         containment_threshold: sluice_controller::reconcile::DEFAULT_THRESHOLD,
+        require_agent_tls: false,
     })
     .unwrap();
     let token = std::fs::read_to_string(dir.path().join("admin.token")).unwrap();
@@ -128,6 +129,7 @@ fn tenants_get_store_users_that_reach_only_their_own_keys() {
         config_version: 0,
         api_token: None,
         capacity: None,
+        api_csr: None,
     })
     .unwrap();
     for tenant in ["acme", "beta"] {
@@ -221,6 +223,7 @@ fn tenants_get_store_users_that_reach_only_their_own_keys() {
         tls: None,
         placement: Default::default(),
         containment_threshold: sluice_controller::reconcile::DEFAULT_THRESHOLD,
+        require_agent_tls: false,
     })
     .unwrap();
     let c = Client::new(&server.url()).with_token(Some(&token));

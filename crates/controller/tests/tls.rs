@@ -18,6 +18,7 @@ fn start(db: &Path, tls: Option<TlsOptions>) -> (ServerHandle, String) {
         tls,
         placement: Default::default(),
         containment_threshold: sluice_controller::reconcile::DEFAULT_THRESHOLD,
+        require_agent_tls: false,
     })
     .unwrap();
     let file = sluice_controller::service::default_admin_token_file(db);

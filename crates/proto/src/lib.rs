@@ -55,6 +55,11 @@ pub struct HostRegistration {
     /// before the field are treated).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub capacity: Option<HostCapacity>,
+    /// A certificate request (PEM) for the agent's API: the controller answers
+    /// with a certificate from the hosts' CA (the answer's `api_cert`). Sent
+    /// until the agent holds a certificate, and again to renew it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub api_csr: Option<String>,
 }
 
 /// What a host offers NF instances, declared at registration; the controller
@@ -1090,6 +1095,7 @@ mod tests {
                 instance_slots: Some(64),
                 ..HostCapacity::default()
             }),
+            api_csr: None,
         };
         let hb = HostHeartbeat {
             registration: reg.clone(),

@@ -600,19 +600,18 @@ fn prober(
 
 /// Polls every agent's failover records, keeping each once.
 fn failover_poller(
+    agent: ureq::Agent,
     apis: Vec<(u32, String)>,
     clock: Clock,
     stop: Arc<AtomicBool>,
     seen: Arc<Mutex<BTreeSet<Failover>>>,
 ) {
-    let agent = ureq::AgentBuilder::new()
-        .timeout(Duration::from_millis(500))
-        .build();
     loop {
         let last = stop.load(Ordering::Relaxed);
         for (host, api) in &apis {
             let Ok(v) = agent
                 .get(&format!("{api}/v1/status"))
+                .timeout(Duration::from_millis(500))
                 .call()
                 .map_err(|_| ())
                 .and_then(|r| r.into_json::<serde_json::Value>().map_err(|_| ()))
@@ -760,7 +759,9 @@ fn agent_answers(lab: &Lab, host: u32) -> bool {
     let Some(h) = lab.state().hosts.iter().find(|h| h.id == host) else {
         return false;
     };
-    ureq::get(&format!("{}/v1/status", h.api))
+    lab.state()
+        .http()
+        .get(&format!("{}/v1/status", h.api))
         .timeout(Duration::from_millis(500))
         .call()
         .ok()
@@ -942,7 +943,9 @@ pub fn run(lab: &mut Lab, o: &ChaosOptions) -> Result<ChaosReport, LabError> {
             .map(|h| (h.id, h.api.clone()))
             .collect();
         let (stop, events) = (stop.clone(), events.clone());
-        std::thread::spawn(move || failover_poller(apis, clock, stop, events))
+        // Trusting the hosts' CA: the agents' APIs speak TLS.
+        let agent = lab.state().http();
+        std::thread::spawn(move || failover_poller(agent, apis, clock, stop, events))
     };
     // Stops the threads on every way out, errors included.
     struct Stop(Arc<AtomicBool>);

@@ -172,8 +172,13 @@ pub struct ElasticityRun {
 /// Records the drop and receive counters of the instances of
 /// `tenant/middlebox/*` (the highest seen per instance, so an instance removed
 /// by a scale-in keeps its count).
-fn note_counts(apis: &[String], prefix: &str, seen: &mut BTreeMap<String, (u64, u64)>) {
-    for h in health(apis) {
+fn note_counts(
+    http: &ureq::Agent,
+    apis: &[String],
+    prefix: &str,
+    seen: &mut BTreeMap<String, (u64, u64)>,
+) {
+    for h in health(http, apis) {
         if let Some(n) = h["name"].as_str().filter(|n| n.starts_with(prefix)) {
             let d = h["drops"].as_u64().unwrap_or(0);
             let rx = h["rx_packets"].as_u64().unwrap_or(0);
@@ -193,8 +198,8 @@ fn store_commands(store_url: &str) -> Option<u64> {
 }
 
 /// Every agent's instance health records (`apis`: the agents' API URLs).
-fn health(apis: &[String]) -> Vec<serde_json::Value> {
-    crate::experiments::agent_statuses(apis)
+fn health(http: &ureq::Agent, apis: &[String]) -> Vec<serde_json::Value> {
+    crate::experiments::agent_statuses(http, apis)
         .into_iter()
         .flat_map(|v| v["health"].as_array().cloned().unwrap_or_default())
         .collect()
@@ -215,8 +220,8 @@ fn scale(st: &LabState, tenant: &str, middlebox: &str, n: u32) -> Result<(), Lab
 /// Polls the agents until instance `name` has received a packet, for at most
 /// `within`. Returns when it did, or None.
 /// Packets each instance of `prefix*` received so far, by name.
-fn instance_rx(apis: &[String], prefix: &str) -> BTreeMap<String, u64> {
-    health(apis)
+fn instance_rx(http: &ureq::Agent, apis: &[String], prefix: &str) -> BTreeMap<String, u64> {
+    health(http, apis)
         .iter()
         .filter_map(|h| {
             let name = h["name"].as_str()?;
@@ -243,10 +248,15 @@ fn share_between(
     (total > 0).then(|| delta(new) as f64 / total as f64)
 }
 
-fn wait_first_packet(apis: &[String], name: &str, within: Duration) -> Option<Instant> {
+fn wait_first_packet(
+    http: &ureq::Agent,
+    apis: &[String],
+    name: &str,
+    within: Duration,
+) -> Option<Instant> {
     let deadline = Instant::now() + within;
     while Instant::now() < deadline {
-        let got = health(apis)
+        let got = health(http, apis)
             .iter()
             .any(|h| h["name"].as_str() == Some(name) && h["rx_packets"].as_u64().unwrap_or(0) > 0);
         if got {
@@ -317,7 +327,8 @@ pub fn elasticity(
     let new_instance = format!("{prefix}1");
     let mut drops0 = BTreeMap::new();
     let apis: Vec<String> = st.hosts.iter().map(|h| h.api.clone()).collect();
-    note_counts(&apis, &prefix, &mut drops0);
+    let agents = st.http();
+    note_counts(&agents, &apis, &prefix, &mut drops0);
     let mut drops = drops0.clone();
     let commands0 = store_commands(&st.store);
 
@@ -348,17 +359,17 @@ pub fn elasticity(
         if !scaled_out && t >= o.scale_out_at() {
             scaled_out = true;
             out_at = t.as_secs_f64();
-            rx_at_out = instance_rx(&apis, &prefix);
+            rx_at_out = instance_rx(&agents, &apis, &prefix);
             // In the background, so sampling goes on: the request, then polling
             // the agents until the new instance has seen a packet (a pinned group
             // may send it none until new flows start).
             let (c, tn, mb) = (st.clone(), st.tenant.clone(), o.middlebox.clone());
-            let (apis, name) = (apis.clone(), new_instance.clone());
+            let (apis, name, agents) = (apis.clone(), new_instance.clone(), agents.clone());
             scale_out = Some(std::thread::spawn(move || {
                 let d = Instant::now();
                 scale(&c, &tn, &mb, 2)?;
                 let api_ms = d.elapsed().as_secs_f64() * 1e3;
-                let first = wait_first_packet(&apis, &name, Duration::from_secs(5))
+                let first = wait_first_packet(&agents, &apis, &name, Duration::from_secs(5))
                     .map(|at| at.duration_since(d).as_secs_f64() * 1e3);
                 Ok((api_ms, first))
             }));
@@ -366,7 +377,11 @@ pub fn elasticity(
         if !scaled_in && t >= o.scale_in_at() {
             scaled_in = true;
             in_at = t.as_secs_f64();
-            new_share = share_between(&rx_at_out, &instance_rx(&apis, &prefix), &new_instance);
+            new_share = share_between(
+                &rx_at_out,
+                &instance_rx(&agents, &apis, &prefix),
+                &new_instance,
+            );
             // In the background: a drain (pinned local state) answers only once
             // the instance's flows have ended, and sampling must go on meanwhile.
             let (c, tn, mb) = (st.clone(), st.tenant.clone(), o.middlebox.clone());
@@ -382,7 +397,7 @@ pub fn elasticity(
                 goodput_mbps: (bytes - last_bytes.min(bytes)) as f64 * 8.0 / 1e6 / dt,
             });
             (last_t, last_bytes) = (t, bytes);
-            note_counts(&apis, &prefix, &mut drops);
+            note_counts(&agents, &apis, &prefix, &mut drops);
             next_sample = t + o.sample;
         }
         let all_started = next_group >= o.steps;
@@ -423,7 +438,7 @@ pub fn elasticity(
     let _ = fs::remove_dir_all(&out);
     // After the last download, so every instance reported its packets.
     std::thread::sleep(Duration::from_millis(100));
-    note_counts(&apis, &prefix, &mut drops);
+    note_counts(&agents, &apis, &prefix, &mut drops);
     let since = |now: &BTreeMap<String, (u64, u64)>,
                  then: &BTreeMap<String, (u64, u64)>,
                  f: fn(&(u64, u64)) -> u64| {

@@ -176,11 +176,12 @@ fn instance_pid(lab: &Lab, name: &str) -> Result<u32, LabError> {
         .ok_or_else(|| other(format!("no running instance `{name}`: {v}")))
 }
 
-/// Every agent's `GET /v1/status` that answered (`apis`: the agents' API URLs).
-pub(crate) fn agent_statuses(apis: &[String]) -> Vec<serde_json::Value> {
+/// Every agent's `GET /v1/status` that answered (`apis`: the agents' API
+/// URLs; `http`: a client trusting the hosts' CA, [`crate::lab::LabState::http`]).
+pub(crate) fn agent_statuses(http: &ureq::Agent, apis: &[String]) -> Vec<serde_json::Value> {
     apis.iter()
         .filter_map(|api| {
-            ureq::get(&format!("{api}/v1/status"))
+            http.get(&format!("{api}/v1/status"))
                 .timeout(Duration::from_secs(2))
                 .call()
                 .ok()?
@@ -193,7 +194,7 @@ pub(crate) fn agent_statuses(apis: &[String]) -> Vec<serde_json::Value> {
 fn agent_events(lab: &Lab, name: &str) -> Vec<serde_json::Value> {
     let apis: Vec<String> = lab.state().hosts.iter().map(|h| h.api.clone()).collect();
     let mut out = Vec::new();
-    for v in agent_statuses(&apis) {
+    for v in agent_statuses(&lab.state().http(), &apis) {
         for key in ["failover_events", "failovers"] {
             for e in v[key].as_array().into_iter().flatten() {
                 if e.to_string().contains(name) {

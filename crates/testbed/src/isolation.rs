@@ -152,7 +152,9 @@ pub(crate) fn finish_by(mut c: Child, by: Instant, what: &str) -> Result<String,
 fn status_of(lab: &Lab, vm: &str) -> Option<sluice_proto::AgentStatus> {
     let h = lab.state().vm(vm)?.host;
     let api = &lab.state().hosts.iter().find(|x| x.id == h)?.api;
-    ureq::get(&format!("{api}/v1/status"))
+    lab.state()
+        .http()
+        .get(&format!("{api}/v1/status"))
         .timeout(Duration::from_secs(5))
         .call()
         .ok()?

@@ -169,14 +169,25 @@ impl LabState {
         format!("Bearer {}", self.token())
     }
 
-    /// An HTTP client trusting the controller's CA (and plain HTTP for the
-    /// agents' APIs); without a readable CA file, one trusting the web's roots
-    /// (requests to the controller then fail naming the certificate).
+    /// The hosts' CA: it signs the agents' API certificates (each for its
+    /// host's name and its API's address), next to the controller's database.
+    pub fn hosts_ca_file(&self) -> PathBuf {
+        self.ca_file.with_file_name("controller.hosts-ca.pem")
+    }
+
+    /// An HTTP client trusting the controller's CA and the hosts' CA (the
+    /// agents' APIs, checked against their addresses); without a readable
+    /// CA file, one trusting the web's roots (requests to the controller then
+    /// fail naming the certificate).
     pub fn http(&self) -> ureq::Agent {
         let roots = fs::read(&self.ca_file).ok().map(|pem| {
             let mut roots = rustls::RootCertStore::empty();
             use rustls::pki_types::{pem::PemObject, CertificateDer};
-            for c in CertificateDer::pem_slice_iter(&pem).flatten() {
+            let hosts = fs::read(self.hosts_ca_file()).unwrap_or_default();
+            for c in CertificateDer::pem_slice_iter(&pem)
+                .chain(CertificateDer::pem_slice_iter(&hosts))
+                .flatten()
+            {
                 let _ = roots.add(c);
             }
             roots
@@ -410,6 +421,8 @@ impl Lab {
             "controller.ca.pem",
             "controller.tls.pem",
             "controller.tls.key",
+            "controller.hosts-ca.pem",
+            "controller.hosts-ca.key",
         ] {
             match fs::remove_file(dir.join(f)) {
                 Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
@@ -577,7 +590,8 @@ impl Lab {
             let mut child = spawn_logged(&mut cmd, &log)?;
             self.state.pids.insert(0, child.id());
             self.state.hosts[i].supervisor = child.id();
-            self.state.hosts[i].api = format!("http://127.0.0.1:{port}");
+            // The lab's controller speaks TLS, so its agents' APIs do too.
+            self.state.hosts[i].api = format!("https://127.0.0.1:{port}");
             self.save()?;
             wait_tcp(
                 port,

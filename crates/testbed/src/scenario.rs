@@ -96,14 +96,13 @@ fn access_logs(lab: &Lab) -> String {
     all
 }
 
-/// `GET url` as JSON; `controller`: the lab whose controller this is (its
-/// CA and operator token; an agent has no use for the operator's token).
-fn get_json(url: &str, controller: Option<&LabState>) -> Option<serde_json::Value> {
-    let req = match controller {
-        Some(st) => st.http().get(url).set("Authorization", &st.bearer()),
-        None => ureq::get(url),
+/// `GET url` of `st`'s lab as JSON (trusting its CAs); `operator`: with the
+/// operator's token (a controller URL; an agent has no use for it).
+fn get_json(url: &str, st: &LabState, operator: bool) -> Option<serde_json::Value> {
+    let mut req = st.http().get(url).timeout(Duration::from_secs(5));
+    if operator {
+        req = req.set("Authorization", &st.bearer());
     }
-    .timeout(Duration::from_secs(5));
     req.call().ok()?.into_json().ok()
 }
 
@@ -119,7 +118,7 @@ fn packets_to(lab: &Lab, middlebox: &str) -> u64 {
     let st = lab.state();
     let mut total = 0;
     for h in &st.hosts {
-        let Some(status) = get_json(&format!("{}/v1/status", h.api), None) else {
+        let Some(status) = get_json(&format!("{}/v1/status", h.api), st, false) else {
             continue;
         };
         for p in as_list(&status, "ports") {
@@ -139,8 +138,9 @@ fn packets_to(lab: &Lab, middlebox: &str) -> u64 {
 /// lease, their flow caches' hits), from the agents' instance health.
 pub fn leases_of(lab: &Lab, middlebox: &str) -> (usize, usize, u64) {
     let (mut n, mut leased, mut hits) = (0, 0, 0);
-    for h in &lab.state().hosts {
-        let Some(status) = get_json(&format!("{}/v1/status", h.api), None) else {
+    let st = lab.state();
+    for h in &st.hosts {
+        let Some(status) = get_json(&format!("{}/v1/status", h.api), st, false) else {
             continue;
         };
         for i in as_list(&status, "health") {
@@ -166,7 +166,8 @@ pub fn figure4(lab: &Lab) -> Result<Report, LabError> {
     // every agent runs the split (docs/STATE.md). Wait for that, briefly.
     let cached = get_json(
         &format!("{}/v1/tenants/acme/middleboxes/fw", lab.state().controller),
-        Some(lab.state()),
+        lab.state(),
+        true,
     )
     .is_some_and(|m| m.get("state").and_then(|s| s.as_str()) == Some("cached"));
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
@@ -261,7 +262,8 @@ pub fn figure4(lab: &Lab) -> Result<Report, LabError> {
     let alerts_of = |lab: &Lab| -> Vec<serde_json::Value> {
         get_json(
             &format!("{}/v1/alerts?tenant=acme", lab.state().controller),
-            Some(lab.state()),
+            lab.state(),
+            true,
         )
         .and_then(|v| v.as_array().cloned())
         .unwrap_or_default()
@@ -391,7 +393,8 @@ pub fn figure4(lab: &Lab) -> Result<Report, LabError> {
 fn host_versions(lab: &Lab) -> Vec<String> {
     let Some(v) = get_json(
         &format!("{}/v1/hosts", lab.state().controller),
-        Some(lab.state()),
+        lab.state(),
+        true,
     ) else {
         return Vec::new();
     };

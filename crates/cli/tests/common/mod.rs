@@ -34,6 +34,7 @@ pub fn controller(dir: &Path) -> (ServerHandle, String, String) {
         tls: None,
         placement: Default::default(),
         containment_threshold: sluice_controller::reconcile::DEFAULT_THRESHOLD,
+        require_agent_tls: false,
     })
     .expect("controller");
     let url = h.url();
@@ -76,6 +77,7 @@ pub fn register_two_hosts(c: &Client) {
                 instance_slots: Some(64),
                 ..sluice_proto::HostCapacity::default()
             }),
+            api_csr: None,
         })
         .expect("register host");
     }

@@ -109,6 +109,9 @@ impl Reconciler {
         Ok(HostAck {
             host: reg.host,
             desired_version: desired,
+            // Added by the HTTP edge, which holds the hosts' CA.
+            api_cert: None,
+            api_cert_not_after_ms: None,
         })
     }
 

@@ -140,6 +140,7 @@ impl Sim {
                 config_version: self.running.get(&h).copied().unwrap_or(0),
                 api_token: None,
                 capacity: None,
+                api_csr: None,
             },
             instances: Vec::new(),
             chains: Vec::new(),

@@ -85,9 +85,15 @@ fn parse_heartbeat(text: &str) -> Result<Heartbeat, ApiError> {
     if reg.host == 0 {
         return Err(ApiError::bad("host: ids start at 1"));
     }
-    if !reg.api.starts_with("http://") {
+    if !reg.api.starts_with("http://") && !reg.api.starts_with("https://") {
         return Err(ApiError::bad(format!(
-            "api: `{}` is not an http:// URL",
+            "api: `{}` is not an http:// or https:// URL",
+            reg.api
+        )));
+    }
+    if reg.api_csr.is_some() && !reg.api.starts_with("https://") {
+        return Err(ApiError::bad(format!(
+            "api_csr: a certificate request for a plain http:// API (`{}`)",
             reg.api
         )));
     }

@@ -28,6 +28,7 @@ pub fn start_with_state(dir: &Path, state_url: &str) -> (ServerHandle, String) {
         tls: None,
         placement: Default::default(),
         containment_threshold: sluice_controller::reconcile::DEFAULT_THRESHOLD,
+        require_agent_tls: false,
     })
     .unwrap();
     let admin = std::fs::read_to_string(&token_file)
@@ -48,6 +49,7 @@ pub fn register_host(c: &Client, id: u32, capacity: Option<HostCapacity>) {
         config_version: 0,
         api_token: None,
         capacity,
+        api_csr: None,
     })
     .unwrap();
 }

@@ -1,0 +1,159 @@
+use super::*;
+
+/// Runs a handshake between the two configurations in memory; the error of
+/// whichever side gave up.
+fn handshake(
+    client: Arc<rustls::ClientConfig>,
+    server: Arc<rustls::ServerConfig>,
+) -> Result<(), String> {
+    let name = ServerName::try_from("10.0.0.7").unwrap();
+    let mut c = rustls::ClientConnection::new(client, name).map_err(|e| e.to_string())?;
+    let mut s = rustls::ServerConnection::new(server).map_err(|e| e.to_string())?;
+    for _ in 0..10 {
+        let mut buf = Vec::new();
+        while c.wants_write() {
+            c.write_tls(&mut buf).unwrap();
+        }
+        if !buf.is_empty() {
+            s.read_tls(&mut buf.as_slice()).unwrap();
+            s.process_new_packets()
+                .map_err(|e| format!("server: {e}"))?;
+        }
+        let mut buf = Vec::new();
+        while s.wants_write() {
+            s.write_tls(&mut buf).unwrap();
+        }
+        if !buf.is_empty() {
+            c.read_tls(&mut buf.as_slice()).unwrap();
+            c.process_new_packets()
+                .map_err(|e| format!("client: {e}"))?;
+        }
+        if !c.is_handshaking() && !s.is_handshaking() {
+            return Ok(());
+        }
+    }
+    Err("handshake did not finish".into())
+}
+
+fn served(ca: &HostCa, host: u32) -> Arc<rustls::ServerConfig> {
+    let key = AgentKey::generate(host).unwrap();
+    let (chain, _) = ca
+        .sign(
+            host,
+            key.csr(),
+            Some("10.0.0.7".parse().unwrap()),
+            SystemTime::now(),
+        )
+        .unwrap();
+    let slot = Arc::new(CertSlot::default());
+    slot.set(key.certified(&chain).unwrap());
+    server_config(slot).unwrap()
+}
+
+#[test]
+fn the_controller_reaches_the_host_it_means_and_no_other() {
+    let ca = HostCa::generate().unwrap();
+    let server = served(&ca, 7);
+    handshake(client_config(ca.pem(), 7).unwrap(), server.clone()).unwrap();
+    // Host 8's certificate does not answer for host 7, nor the reverse.
+    let e = handshake(client_config(ca.pem(), 8).unwrap(), server).unwrap_err();
+    assert!(
+        e.contains("client") && e.contains("not valid for name"),
+        "{e}"
+    );
+    // Another CA's certificate for the right host is refused.
+    let other = HostCa::generate().unwrap();
+    let e = handshake(client_config(ca.pem(), 7).unwrap(), served(&other, 7)).unwrap_err();
+    // (Same subject name: found as the issuer, its signature fails.)
+    assert!(e.contains("invalid peer certificate"), "{e}");
+}
+
+#[test]
+fn an_agent_without_a_certificate_fails_the_handshake() {
+    let ca = HostCa::generate().unwrap();
+    let server = server_config(Arc::new(CertSlot::default())).unwrap();
+    assert!(handshake(client_config(ca.pem(), 7).unwrap(), server).is_err());
+}
+
+#[test]
+fn an_expired_certificate_is_refused() {
+    let ca = HostCa::generate().unwrap();
+    let key = AgentKey::generate(7).unwrap();
+    let long_ago = SystemTime::now() - LIFETIME - Duration::from_secs(86_400);
+    let (chain, not_after) = ca.sign(7, key.csr(), None, long_ago).unwrap();
+    assert!(not_after < SystemTime::now());
+    let slot = Arc::new(CertSlot::default());
+    slot.set(key.certified(&chain).unwrap());
+    let e = handshake(
+        client_config(ca.pem(), 7).unwrap(),
+        server_config(slot).unwrap(),
+    )
+    .unwrap_err();
+    assert!(e.contains("certificate expired"), "{e}");
+}
+
+#[test]
+fn requests_that_are_not_requests_are_refused_by_name() {
+    let ca = HostCa::generate().unwrap();
+    let e = ca.sign(1, "hello", None, SystemTime::now()).unwrap_err();
+    assert!(
+        e.to_string().starts_with("certificate request refused"),
+        "{e}"
+    );
+    // A request whose signature does not verify (one byte of its body changed).
+    let key = AgentKey::generate(1).unwrap();
+    let pem = key.csr();
+    let body: String = pem.lines().filter(|l| !l.starts_with("-----")).collect();
+    let mut bytes = body.into_bytes();
+    // Flip a base64 character in the middle (inside the signed subject info).
+    let mid = bytes.len() / 3;
+    bytes[mid] = if bytes[mid] == b'A' { b'B' } else { b'A' };
+    let tampered = format!(
+        "-----BEGIN CERTIFICATE REQUEST-----\n{}\n-----END CERTIFICATE REQUEST-----\n",
+        String::from_utf8(bytes).unwrap()
+    );
+    assert!(ca.sign(1, &tampered, None, SystemTime::now()).is_err());
+}
+
+#[test]
+fn a_chain_for_another_key_is_refused() {
+    let ca = HostCa::generate().unwrap();
+    let a = AgentKey::generate(1).unwrap();
+    let b = AgentKey::generate(1).unwrap();
+    let (chain, _) = ca.sign(1, a.csr(), None, SystemTime::now()).unwrap();
+    assert!(a.certified(&chain).is_ok());
+    assert!(b.certified(&chain).is_err());
+    assert!(a.certified("").is_err());
+}
+
+#[test]
+fn the_ca_survives_a_restart_and_keeps_signing_for_the_same_root() {
+    let dir = tempfile::tempdir().unwrap();
+    let (cert, key) = (dir.path().join("h.pem"), dir.path().join("h.key"));
+    let first = HostCa::load_or_create(&cert, &key).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(&key).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600);
+    let again = HostCa::load_or_create(&cert, &key).unwrap();
+    assert_eq!(first.pem(), again.pem());
+    // Signed by the reloaded CA, trusted through the first one's certificate.
+    handshake(client_config(first.pem(), 3).unwrap(), served(&again, 3)).unwrap();
+    std::fs::remove_file(&key).unwrap();
+    let e = HostCa::load_or_create(&cert, &key).unwrap_err().to_string();
+    assert!(e.contains("h.key") && e.contains("missing"), "{e}");
+}
+
+#[test]
+fn renewal_comes_at_half_the_remaining_validity() {
+    let t0 = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000);
+    let end = t0 + Duration::from_secs(100);
+    assert!(!renewal_due(t0, end, t0));
+    assert!(!renewal_due(t0, end, t0 + Duration::from_secs(49)));
+    assert!(renewal_due(t0, end, t0 + Duration::from_secs(50)));
+    // Already past its end when received: renew at once.
+    assert!(renewal_due(
+        end + Duration::from_secs(1),
+        end,
+        end + Duration::from_secs(1)
+    ));
+}

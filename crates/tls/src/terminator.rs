@@ -1,0 +1,238 @@
+//! A TLS terminator in front of an HTTP server that serves a private Unix
+//! socket.
+//!
+//! tiny_http's own `ssl-rustls` feature pins rustls 0.20 (RUSTSEC-2024-0336:
+//! a peer can spin a thread forever), so the controller and the agents
+//! terminate TLS themselves with the rustls ureq already brings: each
+//! connection gets a thread that runs the handshake and relays plaintext to
+//! the HTTP workers over a Unix socket in a private directory. A client that
+//! speaks plain HTTP to the TLS port gets the server's `400` answer naming the
+//! fix; a stalled or garbled handshake holds up nobody but its own thread.
+
+use std::io::{ErrorKind, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::os::fd::AsRawFd;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// What the terminator asks its server whether to stop.
+pub trait Stopping: Send + Sync + 'static {
+    /// True once the server is stopping: relays close and the acceptor returns.
+    fn stopping(&self) -> bool;
+}
+
+impl Stopping for AtomicBool {
+    fn stopping(&self) -> bool {
+        self.load(Ordering::Acquire)
+    }
+}
+
+/// The listener the HTTP workers serve behind the terminator: a Unix socket
+/// in a fresh directory only the server's user can enter (removed when the
+/// value is dropped).
+pub struct Backend {
+    dir: PathBuf,
+    /// The socket's path.
+    pub path: PathBuf,
+}
+
+impl Backend {
+    /// A new directory under the system's temporary directory, with a random
+    /// name, and the socket's listener in it.
+    pub fn bind(prefix: &str) -> std::io::Result<(Backend, UnixListener)> {
+        use std::os::unix::fs::DirBuilderExt;
+        let mut r = [0u8; 12];
+        getrandom::getrandom(&mut r).map_err(|e| std::io::Error::other(e.to_string()))?;
+        let name: String = r.iter().map(|b| format!("{b:02x}")).collect();
+        let dir = std::env::temp_dir().join(format!("{prefix}-{name}"));
+        std::fs::DirBuilder::new().mode(0o700).create(&dir)?;
+        let path = dir.join("http.sock");
+        let backend = Backend { dir, path };
+        let listener = UnixListener::bind(&backend.path)?;
+        Ok((backend, listener))
+    }
+}
+
+impl Drop for Backend {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Most connections relayed at once; more are closed at once.
+const MAX_CONNECTIONS: usize = 512;
+/// A connection with nothing to relay for this long is closed.
+const IDLE: Duration = Duration::from_secs(60);
+/// How often waiting threads look at whether the server is stopping.
+const STOP_CHECK: i32 = 100;
+
+/// Accepts TLS connections on `listener` until the server stops, relaying
+/// each to `backend` on a thread of its own.
+pub fn acceptor<S: Stopping>(
+    listener: TcpListener,
+    config: Arc<rustls::ServerConfig>,
+    backend: PathBuf,
+    plain_answer: &'static str,
+    shared: Arc<S>,
+) {
+    let live = Arc::new(AtomicUsize::new(0));
+    while !shared.stopping() {
+        if !readable(listener.as_raw_fd(), STOP_CHECK) {
+            continue;
+        }
+        let tcp = match listener.accept() {
+            Ok((s, _)) => s,
+            Err(_) => continue,
+        };
+        if live.fetch_add(1, Ordering::SeqCst) >= MAX_CONNECTIONS {
+            live.fetch_sub(1, Ordering::SeqCst);
+            continue;
+        }
+        let (config, backend, shared, live) = (
+            config.clone(),
+            backend.clone(),
+            shared.clone(),
+            live.clone(),
+        );
+        let spawned = std::thread::Builder::new()
+            .name("tls-relay".into())
+            .spawn(move || {
+                // A failed connection concerns its client only.
+                let _ = relay(tcp, config, &backend, plain_answer, &*shared);
+                live.fetch_sub(1, Ordering::SeqCst);
+            });
+        if spawned.is_err() {
+            // The closure (and its count) went with the failed spawn.
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
+/// Whether `fd` became readable (or closed) within `ms` milliseconds.
+fn readable(fd: i32, ms: i32) -> bool {
+    poll(&mut [pollfd(fd)], ms) > 0
+}
+
+fn pollfd(fd: i32) -> libc::pollfd {
+    libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    }
+}
+
+fn poll(fds: &mut [libc::pollfd], ms: i32) -> i32 {
+    // SAFETY: `fds` is a valid, exclusively borrowed array of pollfd.
+    unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) }
+}
+
+/// The first byte of a TLS handshake record.
+const TLS_HANDSHAKE: u8 = 0x16;
+
+/// One connection: the handshake, then plaintext both ways until either side
+/// closes or it is idle for [`IDLE`].
+fn relay<S: Stopping + ?Sized>(
+    mut tcp: TcpStream,
+    config: Arc<rustls::ServerConfig>,
+    backend: &Path,
+    plain_answer: &str,
+    shared: &S,
+) -> std::io::Result<()> {
+    tcp.set_write_timeout(Some(Duration::from_secs(10)))?;
+    tcp.set_nodelay(true)?;
+    if !readable(tcp.as_raw_fd(), IDLE.as_millis() as i32) {
+        return Ok(());
+    }
+    let mut first = [0u8; 1];
+    if tcp.peek(&mut first)? == 1 && first[0] != TLS_HANDSHAKE {
+        let answer = format!(
+            "HTTP/1.1 400 Bad Request\r\nContent-Type: application/problem+json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{plain_answer}",
+            plain_answer.len()
+        );
+        return tcp.write_all(answer.as_bytes());
+    }
+    let mut tls = rustls::ServerConnection::new(config).map_err(std::io::Error::other)?;
+    let mut back: Option<UnixStream> = None;
+    let mut buf = vec![0u8; 16 * 1024];
+    let mut last = Instant::now();
+    let mut client_done = false;
+    loop {
+        while tls.wants_write() {
+            tls.write_tls(&mut tcp)?;
+        }
+        if shared.stopping() || last.elapsed() > IDLE {
+            return Ok(());
+        }
+        let mut fds = vec![pollfd(tcp.as_raw_fd())];
+        if client_done {
+            // Ignored by poll: a closed socket would report a hang-up forever.
+            fds[0].fd = -1;
+        }
+        if let Some(b) = &back {
+            fds.push(pollfd(b.as_raw_fd()));
+        }
+        if poll(&mut fds, STOP_CHECK) <= 0 {
+            continue;
+        }
+        last = Instant::now();
+        if fds[0].revents != 0 && !client_done {
+            if tls.read_tls(&mut tcp)? == 0 {
+                client_done = true;
+            }
+            if let Err(e) = tls.process_new_packets() {
+                // Send the alert it queued, then give up.
+                while tls.wants_write() {
+                    tls.write_tls(&mut tcp)?;
+                }
+                return Err(std::io::Error::other(e));
+            }
+            // Plaintext may come in the same read as the handshake's end.
+            if back.is_none() && !tls.is_handshaking() {
+                back = Some(connect(backend)?);
+            }
+            loop {
+                match tls.reader().read(&mut buf) {
+                    Ok(0) => {
+                        client_done = true;
+                        break;
+                    }
+                    Ok(n) => match &mut back {
+                        Some(b) => b.write_all(&buf[..n])?,
+                        None => return Ok(()),
+                    },
+                    Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+                    Err(e) => return Err(e),
+                }
+            }
+            if client_done {
+                if let Some(b) = &back {
+                    b.shutdown(std::net::Shutdown::Write)?;
+                } else {
+                    return Ok(());
+                }
+            }
+        }
+        if let (Some(b), Some(f)) = (&mut back, fds.get(1)) {
+            if f.revents != 0 {
+                let n = b.read(&mut buf)?;
+                if n == 0 {
+                    tls.send_close_notify();
+                    while tls.wants_write() {
+                        tls.write_tls(&mut tcp)?;
+                    }
+                    return Ok(());
+                }
+                tls.writer().write_all(&buf[..n])?;
+            }
+        }
+    }
+}
+
+fn connect(backend: &Path) -> std::io::Result<UnixStream> {
+    let b = UnixStream::connect(backend)?;
+    b.set_write_timeout(Some(Duration::from_secs(10)))?;
+    Ok(b)
+}
