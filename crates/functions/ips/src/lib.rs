@@ -98,6 +98,7 @@ pub mod http;
 pub mod inspect;
 pub mod rules;
 pub mod threshold;
+pub mod tls;
 
 use std::path::{Path, PathBuf};
 
@@ -336,6 +337,8 @@ pub struct Ips {
     http_piece: http::Piece,
     /// A buffer with a `.` before it (`dotprefix`), reused.
     http_dot: Vec<u8>,
+    /// A TLS hello's buffers, reused.
+    tls_bufs: tls::Buffers,
 }
 
 /// The batch's TCP stream bytes scanned ahead of evaluation, interleaved across
@@ -374,7 +377,7 @@ impl Ips {
         // Non-TCP flows keep a record only when a rule can block them or keeps
         // flowbits on them.
         let nontcp_drop = rules.iter().any(|r| {
-            !matches!(r.proto, Proto::Tcp | Proto::Http)
+            !matches!(r.proto, Proto::Tcp | Proto::Http | Proto::Tls)
                 && (r.action != Action::Alert || !r.flowbits.is_empty())
         });
         let thresholds = threshold::Thresholds::new(&rules);
@@ -399,6 +402,7 @@ impl Ips {
             http_bufs: http::Buffers::default(),
             http_piece: http::Piece::default(),
             http_dot: Vec::new(),
+            tls_bufs: tls::Buffers::default(),
         })
     }
 

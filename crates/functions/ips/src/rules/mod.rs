@@ -59,6 +59,8 @@ pub enum Proto {
     Dns,
     /// HTTP/1.x over TCP, whatever the ports ([`crate::http`]).
     Http,
+    /// TLS hellos over TCP, whatever the ports ([`crate::tls`]).
+    Tls,
 }
 
 impl Proto {
@@ -71,6 +73,7 @@ impl Proto {
             Proto::Ip => "ip",
             Proto::Dns => "dns",
             Proto::Http => "http",
+            Proto::Tls => "tls",
         }
     }
 }
@@ -255,6 +258,18 @@ pub struct HttpList {
     pub dotprefix: bool,
 }
 
+/// The keywords of a rule on one TLS buffer ([`crate::tls::Buf`]): all must
+/// match that buffer of one hello.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsList {
+    /// The buffer.
+    pub buf: crate::tls::Buf,
+    /// Payload keywords in rule order (contents by index in [`Rule::contents`]).
+    pub items: Vec<Item>,
+    /// `dotprefix`: the buffer is inspected with a `.` before it.
+    pub dotprefix: bool,
+}
+
 /// A parsed rule.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Rule {
@@ -284,6 +299,8 @@ pub struct Rule {
     pub dns_query: Option<DnsQuery>,
     /// The keywords on HTTP buffers, one list per buffer (HTTP rules only).
     pub http: Vec<HttpList>,
+    /// The keywords on TLS buffers, one list per buffer (TLS rules only).
+    pub tls: Vec<TlsList>,
     /// Names of the `byte_extract` variables.
     pub vars: Vec<String>,
     /// `flowbits` conditions and operations.
@@ -333,7 +350,7 @@ impl Rule {
     /// True for the application-layer rules (`dns`, `http`), inspected over
     /// their protocol's buffers only, never by the stream automata.
     pub fn app_layer(&self) -> bool {
-        matches!(self.proto, Proto::Dns | Proto::Http)
+        matches!(self.proto, Proto::Dns | Proto::Http | Proto::Tls)
     }
 }
 
@@ -577,8 +594,6 @@ pub const APP_PROTOCOLS: &[&str] = &[
     "http",
     "http1",
     "http2",
-    "tls",
-    "ssl",
     "smtp",
     "ftp",
     "ftp-data",
@@ -757,6 +772,7 @@ pub fn parse_rule(line: &str, vars: &Vars) -> Result<Rule, RuleSyntax> {
         "ip" | "pkthdr" => (Proto::Ip, StreamMode::Default),
         "dns" => (Proto::Dns, StreamMode::Default),
         "http" | "http1" => (Proto::Http, StreamMode::Default),
+        "tls" | "ssl" => (Proto::Tls, StreamMode::Default),
         p if APP_PROTOCOLS.contains(&p) => return Err(RuleSyntax::UnsupportedProtocol(p.into())),
         p => return Err(RuleSyntax::UnknownProtocol(p.into())),
     };
@@ -783,6 +799,7 @@ pub fn parse_rule(line: &str, vars: &Vars) -> Result<Rule, RuleSyntax> {
         items: Vec::new(),
         dns_query: None,
         http: Vec::new(),
+        tls: Vec::new(),
         vars: Vec::new(),
         flowbits: Vec::new(),
         buffer: false,
@@ -822,10 +839,13 @@ pub fn parse_rule(line: &str, vars: &Vars) -> Result<Rule, RuleSyntax> {
     for l in &rule.http {
         absolute_first(&l.items, &mut rule.contents);
     }
+    for l in &rule.tls {
+        absolute_first(&l.items, &mut rule.contents);
+    }
     options::validate(&rule)?;
     // DNS and HTTP rules are always inspected over their buffers
     // ([`crate::dns`], [`crate::http`]), never by the stream automata.
-    rule.buffer = matches!(rule.proto, Proto::Dns | Proto::Http)
+    rule.buffer = matches!(rule.proto, Proto::Dns | Proto::Http | Proto::Tls)
         || rule.contents.iter().any(Content::needs_buffer)
         || rule.items.iter().any(|i| !matches!(i, Item::Content(_)));
     Ok(rule)
