@@ -86,6 +86,11 @@
 //!   follow in it) and its body bytes on later packets. A head split across
 //!   segments is framed but not inspected. Their own prefilter runs over
 //!   every buffer of a message ([`http::prefilter`]).
+//! * TLS rules (protocol `tls`, or `tcp` with a TLS keyword) match a
+//!   ClientHello or ServerHello that starts a TCP segment and lies whole in it
+//!   ([`tls`]): `tls.sni`, `ja3.*` and `ja3s.*` buffers, their own prefilter
+//!   ([`tls::prefilter`]), no state in the record. A hello split across
+//!   segments is not recognised.
 //! * TCP stream bytes without a stream (mid-stream pickups when the reassembler
 //!   does not accept them) are not searched for contents; they are counted
 //!   (`ips_tcp_unreassembled`).

@@ -531,5 +531,26 @@ fn et_open_tls_rules_load() {
     assert!(!reasons.contains_key("protocol tls"));
     let (all, errs) = rules::parse_rules(&loaded.join("\n"), "et", &vars);
     assert!(errs.is_empty());
-    sluice_ips::Ips::new(all, Vec::new(), sluice_state::Namespace(2), 300).unwrap();
+    let mut i = Ips::new(all, vec![], sluice_state::Namespace(2), 300).unwrap();
+    // With all of them loaded, a hello from HOME_NET to the outside fires the
+    // Foniad SNI rule and nothing else.
+    let out = [93, 184, 216, 34];
+    let frames = vec![
+        tcp_v4(C, out, 40000, 443, 1000, 0, SYN, &[]),
+        tcp_v4(out, C, 443, 40000, 9000, 1001, SYN | ACK, &[]),
+        tcp_v4(C, out, 40000, 443, 1001, 9001, ACK, &[]),
+        tcp_v4(
+            C,
+            out,
+            40000,
+            443,
+            1001,
+            9001,
+            ACK | PSH,
+            &browser_hello("maraukog.info"),
+        ),
+    ];
+    let (alerts, _) = common::run_in(&mut i, &mut LocalStore::new(), &frames, 1_000_000_000);
+    let sids: Vec<u32> = alerts.iter().map(|a| a.0).collect();
+    assert_eq!(sids, vec![2025487]);
 }

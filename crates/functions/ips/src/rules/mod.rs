@@ -2,14 +2,14 @@
 //!
 //! Actions `alert`, `drop`, `pass`; protocols `tcp` (also `tcp-pkt`,
 //! `tcp-stream`), `udp`, `icmp`, `ip`, and the application layers `dns`
-//! (messages told by content, [`crate::dns::detect`]) and `http`
-//! ([`crate::http`]); addresses and ports as `any`, single values,
+//! (messages told by content, [`crate::dns::detect`]), `http`
+//! ([`crate::http`]) and `tls`/`ssl` ([`crate::tls`]); addresses and ports as `any`, single values,
 //! CIDR, port ranges `a:b`, `a:`, `:b`, lists `[a,b]` (nested), negation `!`,
 //! variables `$NAME` from the configuration; directions `->` and `<>`. Every
 //! option keyword is looked up in [`options::KEYWORDS`]: a rule loads only if each
 //! of its keywords is enforced, a search modifier, or information; otherwise it is
 //! skipped with the keyword as its reason ([`RuleSyntax::reason`]). Rules of
-//! other application-layer protocols (`http`, `tls`, ...) are skipped with the
+//! other application-layer protocols (`smtp`, `ftp`, ...) are skipped with the
 //! protocol as the reason.
 //!
 //! Sticky buffers: after `dns.query` (or its older name `dns_query`, an alias
@@ -17,7 +17,9 @@
 //! requests ([`DnsQuery`]) until `pkt_data` returns to the packet's payload;
 //! after an HTTP buffer keyword (`http.uri`, `file_data`, ...) they inspect
 //! that buffer of each HTTP message ([`HttpList`]), and the Snort-style
-//! modifiers (`http_uri`, ...) move the content before them there.
+//! modifiers (`http_uri`, ...) move the content before them there; after a
+//! TLS buffer keyword (`tls.sni`, `ja3.hash`, ...) they inspect that buffer of
+//! a TLS hello ([`TlsList`]).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
