@@ -217,6 +217,20 @@ fn ja3s_of_a_server_hello() {
     assert_eq!(h.kind, Kind::Server);
     assert!(h.sni.is_none());
     assert_eq!(ja3_string(&b), "771,49199,65281-11");
+    // Coalesced with the Certificate in one record that goes on past the
+    // segment: the hello is still whole.
+    let mut co = b.clone();
+    let hs_len = co.len() - 5;
+    co[3..5].copy_from_slice(&((hs_len + 3000) as u16).to_be_bytes());
+    co.extend_from_slice(&[11, 0, 0x0b, 0xb4, 0, 0x0b, 0xb1]);
+    assert_eq!(ja3_string(&co), "771,49199,65281-11");
+    // But a record shorter than its hello is refused.
+    let mut short = b.clone();
+    short[3..5].copy_from_slice(&((hs_len - 1) as u16).to_be_bytes());
+    assert_eq!(
+        tls::detect(&short),
+        Err(TlsError::HelloLength(hs_len - 4, hs_len - 1))
+    );
 }
 
 #[test]

@@ -5,8 +5,8 @@
 //!
 //! A hello is recognised when the segment's payload starts with a handshake
 //! record (content type 22, version 3.x) whose first message is a whole
-//! ClientHello (type 1) or ServerHello (type 2) inside that record, and the
-//! record inside the payload. Every length is checked against its container
+//! ClientHello (type 1) or ServerHello (type 2) inside that record and inside
+//! the payload (the rest of the record may follow in later segments). Every length is checked against its container
 //! (the extensions must fill their block exactly), so parsing never panics
 //! and reads nothing outside the payload. A hello split across TCP segments
 //! (or across records) is not recognised: nothing is buffered between
@@ -138,10 +138,9 @@ pub fn detect(payload: &[u8]) -> Result<Hello, TlsError> {
     if rv >> 8 != 3 {
         return Err(TlsError::Version(rv));
     }
+    // The record may go on past the segment (a server's hello, certificate
+    // and done coalesced in one record); the hello may not.
     let record_end = field::HS_TYPE + be16(b, field::RECORD_LEN.start) as usize;
-    if record_end > b.len() {
-        return Err(TlsError::Truncated(b.len()));
-    }
     let kind = match b[field::HS_TYPE] {
         1 => Kind::Client,
         2 => Kind::Server,
@@ -152,6 +151,9 @@ pub fn detect(payload: &[u8]) -> Result<Hello, TlsError> {
     let end = field::HS_LEN.end + hs_len;
     if end > record_end {
         return Err(TlsError::HelloLength(hs_len, record_end - field::HS_TYPE));
+    }
+    if end > b.len() {
+        return Err(TlsError::Truncated(b.len()));
     }
     if end < field::SESSION_ID_LEN + 1 {
         return Err(TlsError::Truncated(end));
