@@ -228,6 +228,7 @@ impl Ips {
             pkt: packet_info(p),
             dns: false,
             http: false,
+            tls: false,
         };
         let d = if hdr.to_server { 0 } else { 1 };
         if self.packet_rules(st, d, &hdr, p, ctx.events) {
@@ -237,6 +238,12 @@ impl Ips {
             return false;
         }
         if self.dns_segment(p, st, &hdr, ctx.events) {
+            return true;
+        }
+        if st.flags & PASSED != 0 {
+            return false;
+        }
+        if self.tls_segment(p, st, &hdr, ctx.events) {
             return true;
         }
         if st.flags & PASSED != 0 {
@@ -319,6 +326,7 @@ impl Ips {
             pkt: packet_info(p),
             dns: false,
             http: false,
+            tls: false,
         };
         let mut drop = self.packet_rules(&mut scratch, d, &hdr, p, events);
         if scratch.flags & (BLOCKED | PASSED) == 0 {

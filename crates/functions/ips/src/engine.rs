@@ -11,6 +11,7 @@ use crate::dns::prefilter::DnsRules;
 use crate::http::prefilter::HttpRules;
 use crate::http::HttpDir;
 use crate::rules::{Flowbit, PacketInfo, Proto, Rule, StreamMode};
+use crate::tls::prefilter::TlsRules;
 
 /// Fired rules remembered per flow direction (so a rule fires once per flow and
 /// direction); beyond this, a rule may fire again.
@@ -374,6 +375,8 @@ pub struct Engine {
     pub dns: DnsRules,
     /// The HTTP rules' prefilter (likewise).
     pub http: HttpRules,
+    /// The TLS rules' prefilter (likewise).
+    pub tls: TlsRules,
     /// Flowbit names, by id.
     pub flowbit_names: Vec<String>,
 }
@@ -415,9 +418,9 @@ impl Engine {
                 Proto::Udp => &[1],
                 Proto::Icmp => &[2],
                 Proto::Ip => &[0, 1, 2, 3],
-                // Inspected on DNS messages and HTTP messages only
-                // ([`DnsRules`], [`HttpRules`]).
-                Proto::Dns | Proto::Http => &[],
+                // Inspected on DNS messages, HTTP messages and TLS hellos
+                // only ([`DnsRules`], [`HttpRules`], [`TlsRules`]).
+                Proto::Dns | Proto::Http | Proto::Tls => &[],
             };
             let last_positive = r.contents.iter().rposition(|c| !c.negated);
             let multi_relative = r.contents.len() > 1 && r.contents.iter().any(|c| c.is_relative());
@@ -489,9 +492,11 @@ impl Engine {
         };
         let dns = DnsRules::new(&rules)?;
         let http = HttpRules::new(&rules)?;
+        let tls = TlsRules::new(&rules)?;
         Ok(Engine {
             dns,
             http,
+            tls,
             rules,
             cs,
             ci,
@@ -683,6 +688,8 @@ pub struct Header {
     pub dns: bool,
     /// The bytes are an HTTP message's ([`crate::http`]).
     pub http: bool,
+    /// The segment starts with a TLS hello ([`crate::tls::detect`]).
+    pub tls: bool,
 }
 
 fn header_matches(r: &Rule, h: &Header) -> bool {
@@ -693,6 +700,7 @@ fn header_matches(r: &Rule, h: &Header) -> bool {
         Proto::Ip => true,
         Proto::Dns => h.dns,
         Proto::Http => h.http,
+        Proto::Tls => h.tls,
     };
     if !proto_ok {
         return false;

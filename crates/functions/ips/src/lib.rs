@@ -86,6 +86,11 @@
 //!   follow in it) and its body bytes on later packets. A head split across
 //!   segments is framed but not inspected. Their own prefilter runs over
 //!   every buffer of a message ([`http::prefilter`]).
+//! * TLS rules (protocol `tls`, or `tcp` with a TLS keyword) match a
+//!   ClientHello or ServerHello that starts a TCP segment and lies whole in it
+//!   ([`tls`]): `tls.sni`, `ja3.*` and `ja3s.*` buffers, their own prefilter
+//!   ([`tls::prefilter`]), no state in the record. A hello split across
+//!   segments is not recognised.
 //! * TCP stream bytes without a stream (mid-stream pickups when the reassembler
 //!   does not accept them) are not searched for contents; they are counted
 //!   (`ips_tcp_unreassembled`).
@@ -98,6 +103,7 @@ pub mod http;
 pub mod inspect;
 pub mod rules;
 pub mod threshold;
+pub mod tls;
 
 use std::path::{Path, PathBuf};
 
@@ -336,6 +342,8 @@ pub struct Ips {
     http_piece: http::Piece,
     /// A buffer with a `.` before it (`dotprefix`), reused.
     http_dot: Vec<u8>,
+    /// A TLS hello's buffers, reused.
+    tls_bufs: tls::Buffers,
 }
 
 /// The batch's TCP stream bytes scanned ahead of evaluation, interleaved across
@@ -374,7 +382,7 @@ impl Ips {
         // Non-TCP flows keep a record only when a rule can block them or keeps
         // flowbits on them.
         let nontcp_drop = rules.iter().any(|r| {
-            !matches!(r.proto, Proto::Tcp | Proto::Http)
+            !matches!(r.proto, Proto::Tcp | Proto::Http | Proto::Tls)
                 && (r.action != Action::Alert || !r.flowbits.is_empty())
         });
         let thresholds = threshold::Thresholds::new(&rules);
@@ -399,6 +407,7 @@ impl Ips {
             http_bufs: http::Buffers::default(),
             http_piece: http::Piece::default(),
             http_dot: Vec::new(),
+            tls_bufs: tls::Buffers::default(),
         })
     }
 

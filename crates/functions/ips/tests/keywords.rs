@@ -263,9 +263,9 @@ fn keywords_that_would_change_matching_skip_the_rule() {
     assert_eq!(reason("flow:only_frag;"), "flow only_frag");
     assert_eq!(reason("flags:Q;"), "error: bad value");
     assert_eq!(reason("dsize:10<>5;"), "error: bad value");
-    let e = rules::parse_rule("alert tls any any -> any any (sid:1;)", &v).unwrap_err();
-    assert_eq!(e, RuleSyntax::UnsupportedProtocol("tls".into()));
-    assert_eq!(e.reason(), "protocol tls");
+    let e = rules::parse_rule("alert smtp any any -> any any (sid:1;)", &v).unwrap_err();
+    assert_eq!(e, RuleSyntax::UnsupportedProtocol("smtp".into()));
+    assert_eq!(e.reason(), "protocol smtp");
     let e = rules::parse_rule(
         "alert udp any any -> any any (flow:established; sid:1;)",
         &v,
@@ -297,13 +297,13 @@ fn et_open_sample_loads_what_it_supports() {
     // ICMP itype/icode + content, UDP dsize + offset/depth, TCP fast_pattern,
     // a SYN scan (flags, threshold).
     // And the Oracle rule: two nocase contents and a pcre; and a DNS query
-    // rule (dns.query, depth).
+    // rule (dns.query, depth), and a TLS SNI rule (tls.sni, dotprefix).
     assert_eq!(
         sids,
-        vec![2026567, 2019491, 2027151, 2001219, 2012509, 2013016, 2010375]
+        vec![2026567, 2019491, 2027151, 2001219, 2012509, 2013016, 2010375, 2049149]
     );
     let reasons: Vec<String> = skipped.iter().map(|e| e.msg.reason()).collect();
-    assert_eq!(reasons, vec!["protocol tls"]);
+    assert_eq!(reasons, vec!["keyword tls.cert_subject"]);
     // The Oracle rule fires on the injection, not on the same calls without a
     // statement after them (its pcre).
     let oracle = |payload: &[u8]| {

@@ -2,14 +2,14 @@
 //!
 //! Actions `alert`, `drop`, `pass`; protocols `tcp` (also `tcp-pkt`,
 //! `tcp-stream`), `udp`, `icmp`, `ip`, and the application layers `dns`
-//! (messages told by content, [`crate::dns::detect`]) and `http`
-//! ([`crate::http`]); addresses and ports as `any`, single values,
+//! (messages told by content, [`crate::dns::detect`]), `http`
+//! ([`crate::http`]) and `tls`/`ssl` ([`crate::tls`]); addresses and ports as `any`, single values,
 //! CIDR, port ranges `a:b`, `a:`, `:b`, lists `[a,b]` (nested), negation `!`,
 //! variables `$NAME` from the configuration; directions `->` and `<>`. Every
 //! option keyword is looked up in [`options::KEYWORDS`]: a rule loads only if each
 //! of its keywords is enforced, a search modifier, or information; otherwise it is
 //! skipped with the keyword as its reason ([`RuleSyntax::reason`]). Rules of
-//! other application-layer protocols (`http`, `tls`, ...) are skipped with the
+//! other application-layer protocols (`smtp`, `ftp`, ...) are skipped with the
 //! protocol as the reason.
 //!
 //! Sticky buffers: after `dns.query` (or its older name `dns_query`, an alias
@@ -17,7 +17,9 @@
 //! requests ([`DnsQuery`]) until `pkt_data` returns to the packet's payload;
 //! after an HTTP buffer keyword (`http.uri`, `file_data`, ...) they inspect
 //! that buffer of each HTTP message ([`HttpList`]), and the Snort-style
-//! modifiers (`http_uri`, ...) move the content before them there.
+//! modifiers (`http_uri`, ...) move the content before them there; after a
+//! TLS buffer keyword (`tls.sni`, `ja3.hash`, ...) they inspect that buffer of
+//! a TLS hello ([`TlsList`]).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -59,6 +61,8 @@ pub enum Proto {
     Dns,
     /// HTTP/1.x over TCP, whatever the ports ([`crate::http`]).
     Http,
+    /// TLS hellos over TCP, whatever the ports ([`crate::tls`]).
+    Tls,
 }
 
 impl Proto {
@@ -71,6 +75,7 @@ impl Proto {
             Proto::Ip => "ip",
             Proto::Dns => "dns",
             Proto::Http => "http",
+            Proto::Tls => "tls",
         }
     }
 }
@@ -255,6 +260,18 @@ pub struct HttpList {
     pub dotprefix: bool,
 }
 
+/// The keywords of a rule on one TLS buffer ([`crate::tls::Buf`]): all must
+/// match that buffer of one hello.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsList {
+    /// The buffer.
+    pub buf: crate::tls::Buf,
+    /// Payload keywords in rule order (contents by index in [`Rule::contents`]).
+    pub items: Vec<Item>,
+    /// `dotprefix`: the buffer is inspected with a `.` before it.
+    pub dotprefix: bool,
+}
+
 /// A parsed rule.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Rule {
@@ -284,6 +301,8 @@ pub struct Rule {
     pub dns_query: Option<DnsQuery>,
     /// The keywords on HTTP buffers, one list per buffer (HTTP rules only).
     pub http: Vec<HttpList>,
+    /// The keywords on TLS buffers, one list per buffer (TLS rules only).
+    pub tls: Vec<TlsList>,
     /// Names of the `byte_extract` variables.
     pub vars: Vec<String>,
     /// `flowbits` conditions and operations.
@@ -333,7 +352,7 @@ impl Rule {
     /// True for the application-layer rules (`dns`, `http`), inspected over
     /// their protocol's buffers only, never by the stream automata.
     pub fn app_layer(&self) -> bool {
-        matches!(self.proto, Proto::Dns | Proto::Http)
+        matches!(self.proto, Proto::Dns | Proto::Http | Proto::Tls)
     }
 }
 
@@ -577,8 +596,6 @@ pub const APP_PROTOCOLS: &[&str] = &[
     "http",
     "http1",
     "http2",
-    "tls",
-    "ssl",
     "smtp",
     "ftp",
     "ftp-data",
@@ -757,6 +774,7 @@ pub fn parse_rule(line: &str, vars: &Vars) -> Result<Rule, RuleSyntax> {
         "ip" | "pkthdr" => (Proto::Ip, StreamMode::Default),
         "dns" => (Proto::Dns, StreamMode::Default),
         "http" | "http1" => (Proto::Http, StreamMode::Default),
+        "tls" | "ssl" => (Proto::Tls, StreamMode::Default),
         p if APP_PROTOCOLS.contains(&p) => return Err(RuleSyntax::UnsupportedProtocol(p.into())),
         p => return Err(RuleSyntax::UnknownProtocol(p.into())),
     };
@@ -783,6 +801,7 @@ pub fn parse_rule(line: &str, vars: &Vars) -> Result<Rule, RuleSyntax> {
         items: Vec::new(),
         dns_query: None,
         http: Vec::new(),
+        tls: Vec::new(),
         vars: Vec::new(),
         flowbits: Vec::new(),
         buffer: false,
@@ -822,10 +841,13 @@ pub fn parse_rule(line: &str, vars: &Vars) -> Result<Rule, RuleSyntax> {
     for l in &rule.http {
         absolute_first(&l.items, &mut rule.contents);
     }
+    for l in &rule.tls {
+        absolute_first(&l.items, &mut rule.contents);
+    }
     options::validate(&rule)?;
     // DNS and HTTP rules are always inspected over their buffers
     // ([`crate::dns`], [`crate::http`]), never by the stream automata.
-    rule.buffer = matches!(rule.proto, Proto::Dns | Proto::Http)
+    rule.buffer = matches!(rule.proto, Proto::Dns | Proto::Http | Proto::Tls)
         || rule.contents.iter().any(Content::needs_buffer)
         || rule.items.iter().any(|i| !matches!(i, Item::Content(_)));
     Ok(rule)

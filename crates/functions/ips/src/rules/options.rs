@@ -136,6 +136,15 @@ pub const KEYWORDS: &[(&str, Status)] = &[
     ("http_accept_enc", E),
     ("http_accept_lang", E),
     ("http_connection", E),
+    // TLS sticky buffers ([`crate::tls`]).
+    ("tls.sni", E),
+    ("tls_sni", E),
+    ("ja3.hash", E),
+    ("ja3_hash", E),
+    ("ja3.string", E),
+    ("ja3_string", E),
+    ("ja3s.hash", E),
+    ("ja3s.string", E),
     ("file_data", E),
     ("file.data", E),
     ("urilen", E),
@@ -225,8 +234,6 @@ pub const KEYWORDS: &[(&str, Status)] = &[
     ("tls.issuerdn", U),
     ("tls.fingerprint", U),
     ("tls.store", U),
-    ("tls.sni", U),
-    ("tls_sni", U),
     ("tls.cert_subject", U),
     ("tls_cert_subject", U),
     ("tls.cert_issuer", U),
@@ -242,12 +249,6 @@ pub const KEYWORDS: &[(&str, Status)] = &[
     ("tls_cert_expired", U),
     ("tls_cert_valid", U),
     ("tls.random", U),
-    ("ja3.hash", U),
-    ("ja3_hash", U),
-    ("ja3.string", U),
-    ("ja3_string", U),
-    ("ja3s.hash", U),
-    ("ja3s.string", U),
     ("ja4.hash", U),
     ("dns.opcode", U),
     ("dns.answer.name", U),
@@ -685,12 +686,17 @@ pub(super) struct ParseCx {
     pub dns_query: bool,
     /// The sticky buffer is this HTTP buffer.
     pub http: Option<crate::http::Buf>,
+    /// The sticky buffer is this TLS buffer.
+    pub tls: Option<crate::tls::Buf>,
 }
 
 /// The list the next payload keyword goes to: the sticky buffer's.
 fn items<'r>(rule: &'r mut Rule, cx: &ParseCx) -> &'r mut Vec<Item> {
     if let Some(b) = cx.http {
         return http_items(rule, b);
+    }
+    if let Some(b) = cx.tls {
+        return &mut tls_list(rule, b).items;
     }
     match (&mut rule.dns_query, cx.dns_query) {
         (Some(q), true) => &mut q.items,
@@ -714,6 +720,38 @@ fn http_list(rule: &mut Rule, b: crate::http::Buf) -> &mut super::HttpList {
     &mut rule.http[i]
 }
 
+/// The keyword list of TLS buffer `b` (made on first use).
+fn tls_list(rule: &mut Rule, b: crate::tls::Buf) -> &mut super::TlsList {
+    let i = match rule.tls.iter().position(|l| l.buf == b) {
+        Some(i) => i,
+        None => {
+            rule.tls.push(super::TlsList {
+                buf: b,
+                items: Vec::new(),
+                dotprefix: false,
+            });
+            rule.tls.len() - 1
+        }
+    };
+    &mut rule.tls[i]
+}
+
+/// A TLS keyword makes a `tcp` rule a TLS one, as HTTP keywords do
+/// ([`to_http`]); on other protocols it is refused.
+fn to_tls(rule: &mut Rule, name: &str) -> Result<(), RuleSyntax> {
+    match rule.proto {
+        Proto::Tls => Ok(()),
+        Proto::Tcp if rule.dns_query.is_none() && rule.http.is_empty() => {
+            rule.proto = Proto::Tls;
+            Ok(())
+        }
+        p => Err(RuleSyntax::UnsupportedKeyword(format!(
+            "{name} on a {} rule",
+            p.name()
+        ))),
+    }
+}
+
 /// The keywords of HTTP buffer `b`.
 fn http_items(rule: &mut Rule, b: crate::http::Buf) -> &mut Vec<Item> {
     &mut http_list(rule, b).items
@@ -724,7 +762,7 @@ fn http_items(rule: &mut Rule, b: crate::http::Buf) -> &mut Vec<Item> {
 fn to_http(rule: &mut Rule, name: &str) -> Result<(), RuleSyntax> {
     match rule.proto {
         Proto::Http => Ok(()),
-        Proto::Tcp if rule.dns_query.is_none() => {
+        Proto::Tcp if rule.dns_query.is_none() && rule.tls.is_empty() => {
             rule.proto = Proto::Http;
             Ok(())
         }
@@ -740,7 +778,8 @@ fn move_content(rule: &mut Rule, k: usize, b: crate::http::Buf) {
     let item = Item::Content(k as u8);
     let lists = std::iter::once(&mut rule.items)
         .chain(rule.dns_query.iter_mut().map(|q| &mut q.items))
-        .chain(rule.http.iter_mut().map(|l| &mut l.items));
+        .chain(rule.http.iter_mut().map(|l| &mut l.items))
+        .chain(rule.tls.iter_mut().map(|l| &mut l.items));
     for l in lists {
         if let Some(i) = l.iter().rposition(|x| *x == item) {
             l.remove(i);
@@ -882,6 +921,7 @@ pub(super) fn apply(
         // alias of the sticky buffer (ET Open writes it before its content).
         "dns.query" | "dns_query" => {
             cx.http = None;
+            cx.tls = None;
             if rule.proto != Proto::Dns {
                 return Err(RuleSyntax::UnsupportedKeyword(format!(
                     "{name} on a {} rule",
@@ -894,6 +934,7 @@ pub(super) fn apply(
         "pkt_data" => {
             cx.dns_query = false;
             cx.http = None;
+            cx.tls = None;
         }
         // `urilen`: the (normalised, or with `,raw` the raw) target's length.
         "urilen" => {
@@ -925,6 +966,15 @@ pub(super) fn apply(
             }
             l.dotprefix = true;
         }
+        "dotprefix" if cx.tls.is_some() => {
+            let l = tls_list(rule, cx.tls.unwrap_or(crate::tls::Buf::Sni));
+            if !l.items.is_empty() {
+                return Err(RuleSyntax::UnsupportedKeyword(format!(
+                    "{name} after a keyword of its buffer"
+                )));
+            }
+            l.dotprefix = true;
+        }
         "dotprefix" => match &mut rule.dns_query {
             Some(q) if cx.dns_query && q.items.is_empty() => q.dotprefix = true,
             Some(_) if cx.dns_query => {
@@ -936,7 +986,7 @@ pub(super) fn apply(
         },
         // A whole buffer's length: only on a sticky buffer (Suricata).
         "bsize" => {
-            if !cx.dns_query && cx.http.is_none() {
+            if !cx.dns_query && cx.http.is_none() && cx.tls.is_none() {
                 return Err(RuleSyntax::UnsupportedKeyword(name.into()));
             }
             let c = num(val, u32::MAX)?;
@@ -1013,6 +1063,16 @@ pub(super) fn apply(
                 .find(|(k, _)| *k == other)
                 .map(|x| x.1);
             cx.dns_query = false;
+            cx.tls = None;
+        }
+        other if crate::tls::STICKY.iter().any(|(k, _)| *k == other) => {
+            to_tls(rule, other)?;
+            cx.tls = crate::tls::STICKY
+                .iter()
+                .find(|(k, _)| *k == other)
+                .map(|x| x.1);
+            cx.dns_query = false;
+            cx.http = None;
         }
         other if crate::http::MODIFIERS.iter().any(|(k, _)| *k == other) => {
             let k = last(rule)?;
@@ -1050,7 +1110,8 @@ pub(super) fn validate(rule: &Rule) -> Result<(), RuleSyntax> {
         if c.is_relative()
             && (first(&rule.items)
                 || rule.dns_query.as_ref().is_some_and(|q| first(&q.items))
-                || rule.http.iter().any(|l| first(&l.items)))
+                || rule.http.iter().any(|l| first(&l.items))
+                || rule.tls.iter().any(|l| first(&l.items)))
         {
             return Err(RuleSyntax::RelativeFirstContent);
         }
@@ -1096,7 +1157,7 @@ pub(super) fn validate(rule: &Rule) -> Result<(), RuleSyntax> {
             return Err(RuleSyntax::PacketPayload(k.into()));
         }
     }
-    if !matches!(rule.proto, Proto::Tcp | Proto::Http) {
+    if !matches!(rule.proto, Proto::Tcp | Proto::Http | Proto::Tls) {
         // Established-ness and streams of other protocols are not tracked: refuse
         // rather than never match.
         let f = if rule.established {

@@ -1,0 +1,372 @@
+//! TLS handshakes (RFC 5246 §7.4, RFC 8446 §4.1): a checked, zero-copy view
+//! of a ClientHello or ServerHello at the start of a TCP segment, how the IPS
+//! tells TLS by its content ([`detect`]), and the buffers its rules inspect
+//! ([`Buffers`]): the server name (SNI) and the JA3/JA3S fingerprints.
+//!
+//! A hello is recognised when the segment's payload starts with a handshake
+//! record (content type 22, version 3.x) whose first message is a whole
+//! ClientHello (type 1) or ServerHello (type 2) inside that record and inside
+//! the payload (the rest of the record may follow in later segments). Every length is checked against its container
+//! (the extensions must fill their block exactly), so parsing never panics
+//! and reads nothing outside the payload. A hello split across TCP segments
+//! (or across records) is not recognised: nothing is buffered between
+//! segments, so its rules do not match (see docs/FUNCTIONS.md "TLS").
+
+pub(crate) mod eval;
+pub mod prefilter;
+
+use std::io::Write as _;
+use std::ops::Range;
+
+use md5::{Digest, Md5};
+
+/// Byte ranges of the record and handshake headers.
+pub mod field {
+    use super::Range;
+    /// Record content type (22: handshake).
+    pub const CONTENT_TYPE: usize = 0;
+    /// Record protocol version (3.x).
+    pub const RECORD_VERSION: Range<usize> = 1..3;
+    /// Record length.
+    pub const RECORD_LEN: Range<usize> = 3..5;
+    /// Handshake message type (1: ClientHello, 2: ServerHello).
+    pub const HS_TYPE: usize = 5;
+    /// Handshake message length (24 bits).
+    pub const HS_LEN: Range<usize> = 6..9;
+    /// The hello's `legacy_version`.
+    pub const HELLO_VERSION: Range<usize> = 9..11;
+    /// The hello's random.
+    pub const RANDOM: Range<usize> = 11..43;
+    /// The session id's length byte; the variable fields follow.
+    pub const SESSION_ID_LEN: usize = 43;
+}
+
+/// Record content type of handshakes.
+pub const HANDSHAKE: u8 = 22;
+/// Extension `server_name` (RFC 6066).
+pub const EXT_SERVER_NAME: u16 = 0;
+/// Extension `supported_groups` (RFC 8422, formerly `elliptic_curves`).
+pub const EXT_SUPPORTED_GROUPS: u16 = 10;
+/// Extension `ec_point_formats` (RFC 8422).
+pub const EXT_EC_POINT_FORMATS: u16 = 11;
+
+/// Why bytes are not a TLS hello.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum TlsError {
+    /// The bytes end inside a header, field or extension.
+    #[error("tls hello truncated at byte {0}")]
+    Truncated(usize),
+    /// The record is not a handshake.
+    #[error("tls record content type {0} is not a handshake")]
+    ContentType(u8),
+    /// A version whose major number is not 3.
+    #[error("tls version {0:#06x} is not 3.x")]
+    Version(u16),
+    /// The record's first message is neither a ClientHello nor a ServerHello.
+    #[error("tls handshake type {0} is not a hello")]
+    HandshakeType(u8),
+    /// The hello does not fit in its record.
+    #[error("tls hello of {0} bytes in a record of {1}")]
+    HelloLength(usize, usize),
+    /// A length that overruns its container, at this byte.
+    #[error("tls length at byte {0} overruns its container")]
+    Length(usize),
+    /// The cipher suites' length is odd, or a list of u16 is.
+    #[error("tls list of 16-bit values with odd length at byte {0}")]
+    OddList(usize),
+}
+
+fn be16(b: &[u8], at: usize) -> u16 {
+    u16::from_be_bytes([b[at], b[at + 1]])
+}
+
+/// Whether a hello is the client's or the server's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// ClientHello (handshake type 1).
+    Client,
+    /// ServerHello (handshake type 2).
+    Server,
+}
+
+/// A checked hello: ranges into the payload it was parsed from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Hello {
+    /// Client or server.
+    pub kind: Kind,
+    /// The hello's `legacy_version` (what JA3 uses).
+    pub version: u16,
+    /// The client's cipher suites (u16 each), or the server's chosen one.
+    pub ciphers: Range<usize>,
+    /// The extensions block (type, length, data each), empty if absent.
+    pub extensions: Range<usize>,
+    /// The first host name of the `server_name` extension (ClientHello).
+    pub sni: Option<Range<usize>>,
+    /// `supported_groups`' list (u16 each), empty if absent.
+    pub groups: Range<usize>,
+    /// `ec_point_formats`' list (u8 each), empty if absent.
+    pub formats: Range<usize>,
+}
+
+/// Reads a length-prefixed field of `width` bytes at `at` in `b[..end]`;
+/// returns the field's range.
+fn vec_at(b: &[u8], at: usize, width: usize, end: usize) -> Result<Range<usize>, TlsError> {
+    if at + width > end {
+        return Err(TlsError::Truncated(at));
+    }
+    let n = match width {
+        1 => b[at] as usize,
+        _ => be16(b, at) as usize,
+    };
+    let lo = at + width;
+    if lo + n > end {
+        return Err(TlsError::Length(at));
+    }
+    Ok(lo..lo + n)
+}
+
+/// The hello at the start of `payload`, checked.
+pub fn detect(payload: &[u8]) -> Result<Hello, TlsError> {
+    let b = payload;
+    if b.len() < field::HS_LEN.end {
+        return Err(TlsError::Truncated(b.len()));
+    }
+    if b[field::CONTENT_TYPE] != HANDSHAKE {
+        return Err(TlsError::ContentType(b[field::CONTENT_TYPE]));
+    }
+    let rv = be16(b, field::RECORD_VERSION.start);
+    if rv >> 8 != 3 {
+        return Err(TlsError::Version(rv));
+    }
+    // The record may go on past the segment (a server's hello, certificate
+    // and done coalesced in one record); the hello may not.
+    let record_end = field::HS_TYPE + be16(b, field::RECORD_LEN.start) as usize;
+    let kind = match b[field::HS_TYPE] {
+        1 => Kind::Client,
+        2 => Kind::Server,
+        t => return Err(TlsError::HandshakeType(t)),
+    };
+    let r = field::HS_LEN;
+    let hs_len = u32::from_be_bytes([0, b[r.start], b[r.start + 1], b[r.start + 2]]) as usize;
+    let end = field::HS_LEN.end + hs_len;
+    if end > record_end {
+        return Err(TlsError::HelloLength(hs_len, record_end - field::HS_TYPE));
+    }
+    if end > b.len() {
+        return Err(TlsError::Truncated(b.len()));
+    }
+    if end < field::SESSION_ID_LEN + 1 {
+        return Err(TlsError::Truncated(end));
+    }
+    let version = be16(b, field::HELLO_VERSION.start);
+    if version >> 8 != 3 {
+        return Err(TlsError::Version(version));
+    }
+    let sid = vec_at(b, field::SESSION_ID_LEN, 1, end)?;
+    let (ciphers, at) = match kind {
+        Kind::Client => {
+            let c = vec_at(b, sid.end, 2, end)?;
+            if c.len() % 2 != 0 {
+                return Err(TlsError::OddList(sid.end));
+            }
+            let comp = vec_at(b, c.end, 1, end)?;
+            (c, comp.end)
+        }
+        Kind::Server => {
+            // The chosen suite, then the compression method.
+            if sid.end + 3 > end {
+                return Err(TlsError::Truncated(sid.end));
+            }
+            (sid.end..sid.end + 2, sid.end + 3)
+        }
+    };
+    let mut h = Hello {
+        kind,
+        version,
+        ciphers,
+        extensions: at..at,
+        sni: None,
+        groups: at..at,
+        formats: at..at,
+    };
+    if at == end {
+        // No extensions (SSL 3.0 style).
+        return Ok(h);
+    }
+    let exts = vec_at(b, at, 2, end)?;
+    if exts.end != end {
+        return Err(TlsError::Length(at));
+    }
+    h.extensions = exts.clone();
+    let mut i = exts.start;
+    while i < exts.end {
+        let ty = if i + 2 <= exts.end {
+            be16(b, i)
+        } else {
+            return Err(TlsError::Truncated(i));
+        };
+        let data = vec_at(b, i + 2, 2, exts.end)?;
+        match ty {
+            EXT_SERVER_NAME if kind == Kind::Client && !data.is_empty() => {
+                let list = vec_at(b, data.start, 2, data.end)?;
+                // The first entry of type host_name (0), the only one defined.
+                if list.len() >= 3 && b[list.start] == 0 {
+                    h.sni = Some(vec_at(b, list.start + 1, 2, list.end)?);
+                }
+            }
+            EXT_SUPPORTED_GROUPS if kind == Kind::Client => {
+                let g = vec_at(b, data.start, 2, data.end)?;
+                if g.len() % 2 != 0 {
+                    return Err(TlsError::OddList(data.start));
+                }
+                h.groups = g;
+            }
+            EXT_EC_POINT_FORMATS if kind == Kind::Client => {
+                h.formats = vec_at(b, data.start, 1, data.end)?;
+            }
+            _ => {}
+        }
+        i = data.end;
+    }
+    Ok(h)
+}
+
+/// GREASE values (RFC 8701): `0x?a?a` with both bytes equal, left out of
+/// JA3 as its definition says.
+pub fn is_grease(v: u16) -> bool {
+    v & 0x0f0f == 0x0a0a && v >> 8 == v & 0xff
+}
+
+impl Hello {
+    /// The extension types in order, GREASE included.
+    pub fn extension_types<'a>(&self, b: &'a [u8]) -> impl Iterator<Item = u16> + 'a {
+        let r = self.extensions.clone();
+        let mut i = r.start;
+        std::iter::from_fn(move || {
+            if i + 4 > r.end {
+                return None;
+            }
+            let ty = be16(b, i);
+            i += 4 + be16(b, i + 2) as usize;
+            Some(ty)
+        })
+    }
+
+    /// Writes the JA3 string (ClientHello) or JA3S string (ServerHello) of
+    /// this hello, parsed from `b`, to `out` (cleared first):
+    /// `SSLVersion,Ciphers,Extensions,EllipticCurves,EllipticCurveFormats`
+    /// for JA3, `SSLVersion,Cipher,Extensions` for JA3S, values in decimal
+    /// joined by `-`, GREASE values left out.
+    pub fn write_ja3(&self, b: &[u8], out: &mut Vec<u8>) {
+        out.clear();
+        let _ = write!(out, "{},", self.version);
+        let u16s = |r: &Range<usize>| b[r.clone()].chunks_exact(2).map(|c| be16(c, 0));
+        join(out, u16s(&self.ciphers));
+        out.push(b',');
+        join(out, self.extension_types(b));
+        if self.kind == Kind::Client {
+            out.push(b',');
+            join(out, u16s(&self.groups));
+            out.push(b',');
+            join(out, b[self.formats.clone()].iter().map(|&f| f as u16));
+        }
+    }
+}
+
+/// Appends the non-GREASE values of `it`, decimal, joined by `-`.
+fn join(out: &mut Vec<u8>, it: impl Iterator<Item = u16>) {
+    let mut first = true;
+    for v in it.filter(|&v| !is_grease(v)) {
+        if !first {
+            out.push(b'-');
+        }
+        first = false;
+        let _ = write!(out, "{v}");
+    }
+}
+
+/// The MD5 of `s` as 32 lowercase hex digits (a JA3 hash).
+pub fn md5_hex(s: &[u8]) -> [u8; 32] {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let d = Md5::digest(s);
+    let mut out = [0u8; 32];
+    for (i, x) in d.iter().enumerate() {
+        out[2 * i] = HEX[(x >> 4) as usize];
+        out[2 * i + 1] = HEX[(x & 15) as usize];
+    }
+    out
+}
+
+/// A buffer TLS rules inspect.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Buf {
+    /// `tls.sni` (`tls_sni`): the ClientHello's server name.
+    Sni,
+    /// `ja3.hash` (`ja3_hash`): the ClientHello's JA3 MD5, lowercase hex.
+    Ja3Hash,
+    /// `ja3.string` (`ja3_string`): the ClientHello's JA3 string.
+    Ja3String,
+    /// `ja3s.hash`: the ServerHello's JA3S MD5, lowercase hex.
+    Ja3sHash,
+    /// `ja3s.string`: the ServerHello's JA3S string.
+    Ja3sString,
+}
+
+/// The sticky-buffer keywords of TLS and their buffers.
+pub const STICKY: &[(&str, Buf)] = &[
+    ("tls.sni", Buf::Sni),
+    ("tls_sni", Buf::Sni),
+    ("ja3.hash", Buf::Ja3Hash),
+    ("ja3_hash", Buf::Ja3Hash),
+    ("ja3.string", Buf::Ja3String),
+    ("ja3_string", Buf::Ja3String),
+    ("ja3s.hash", Buf::Ja3sHash),
+    ("ja3s.string", Buf::Ja3sString),
+];
+
+/// One hello's buffers, reused from packet to packet (the string's capacity
+/// stays).
+#[derive(Debug, Default)]
+pub struct Buffers {
+    /// Client or server hello.
+    kind: Option<Kind>,
+    /// The server name, within the payload.
+    sni: Option<Range<usize>>,
+    /// The JA3 or JA3S string.
+    string: Vec<u8>,
+    /// Its MD5, hex.
+    hash: [u8; 32],
+}
+
+impl Buffers {
+    /// Fills the buffers from `h`, parsed from `payload`.
+    pub fn build(&mut self, h: &Hello, payload: &[u8]) {
+        self.kind = Some(h.kind);
+        self.sni = h.sni.clone();
+        h.write_ja3(payload, &mut self.string);
+        self.hash = md5_hex(&self.string);
+    }
+
+    /// Buffer `b` of the hello parsed from `payload`, if the hello has it.
+    pub fn get<'a>(&'a self, b: Buf, payload: &'a [u8]) -> Option<&'a [u8]> {
+        match (b, self.kind?) {
+            (Buf::Sni, Kind::Client) => self.sni.clone().map(|r| &payload[r]),
+            (Buf::Ja3Hash, Kind::Client) | (Buf::Ja3sHash, Kind::Server) => Some(&self.hash),
+            (Buf::Ja3String, Kind::Client) | (Buf::Ja3sString, Kind::Server) => Some(&self.string),
+            _ => None,
+        }
+    }
+
+    /// The buffers the hello has, for the prefilter.
+    pub fn all<'a>(&'a self, payload: &'a [u8]) -> impl Iterator<Item = &'a [u8]> + 'a {
+        [
+            Buf::Sni,
+            Buf::Ja3Hash,
+            Buf::Ja3String,
+            Buf::Ja3sHash,
+            Buf::Ja3sString,
+        ]
+        .into_iter()
+        .filter_map(move |b| self.get(b, payload))
+    }
+}
