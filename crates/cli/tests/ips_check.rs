@@ -14,10 +14,10 @@ fn check_counts_rules_by_reason() {
     let (code, out, err) = sluice(&["ips", "check", SAMPLE]);
     assert_eq!(code, 0, "{err}");
     assert!(
-        out.starts_with("files 1  rules 9  loaded 8 (88.9%)  skipped 1 (11.1%)\n"),
+        out.starts_with("files 1  rules 10  loaded 9 (90.0%)  skipped 1 (10.0%)\n"),
         "{out}"
     );
-    let reason = "keyword tls.cert_subject";
+    let reason = "keyword tls.version";
     assert!(
         out.lines()
             .any(|l| l.ends_with(reason) && l.trim_start().starts_with("1 ")),
@@ -26,14 +26,14 @@ fn check_counts_rules_by_reason() {
     let (code, out, _) = sluice(&["ips", "check", "--json", SAMPLE]);
     assert_eq!(code, 0);
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
-    assert_eq!(v["total"], 9);
-    assert_eq!(v["loaded"], 8);
+    assert_eq!(v["total"], 10);
+    assert_eq!(v["loaded"], 9);
     assert_eq!(v["skipped"], 1);
     assert_eq!(v["by_reason"].as_array().unwrap().len(), 1);
     // The preset variables can be overridden.
     let (code, out, _) = sluice(&["ips", "check", "--var", "HOME_NET=[10.1.0.0/16]", SAMPLE]);
     assert_eq!(code, 0);
-    assert!(out.contains("loaded 8"), "{out}");
+    assert!(out.contains("loaded 9"), "{out}");
 }
 
 #[test]

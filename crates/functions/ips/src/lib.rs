@@ -88,9 +88,12 @@
 //!   every buffer of a message ([`http::prefilter`]).
 //! * TLS rules (protocol `tls`, or `tcp` with a TLS keyword) match a
 //!   ClientHello or ServerHello that starts a TCP segment and lies whole in it
-//!   ([`tls`]): `tls.sni`, `ja3.*` and `ja3s.*` buffers, their own prefilter
-//!   ([`tls::prefilter`]), no state in the record. A hello split across
-//!   segments is not recognised.
+//!   ([`tls`]): `tls.sni`, `ja3.*` and `ja3s.*` buffers, and the server's
+//!   TLS 1.2 Certificate message whole in the segment (`tls.certs`,
+//!   `tls.cert_subject`, `tls.cert_issuer`, `tls.cert_serial`, through
+//!   x509-parser); their own prefilter ([`tls::prefilter`]), no state in the
+//!   record. A hello or Certificate message split across segments is not
+//!   recognised.
 //! * TCP stream bytes without a stream (mid-stream pickups when the reassembler
 //!   does not accept them) are not searched for contents; they are counted
 //!   (`ips_tcp_unreassembled`).

@@ -297,13 +297,14 @@ fn et_open_sample_loads_what_it_supports() {
     // ICMP itype/icode + content, UDP dsize + offset/depth, TCP fast_pattern,
     // a SYN scan (flags, threshold).
     // And the Oracle rule: two nocase contents and a pcre; and a DNS query
-    // rule (dns.query, depth), and a TLS SNI rule (tls.sni, dotprefix).
+    // rule (dns.query, depth), a TLS SNI rule (tls.sni, dotprefix) and a
+    // certificate rule (tls.cert_subject).
     assert_eq!(
         sids,
-        vec![2026567, 2019491, 2027151, 2001219, 2012509, 2013016, 2010375, 2049149]
+        vec![2026567, 2019491, 2027151, 2001219, 2012509, 2013016, 2010375, 2049149, 2025424]
     );
     let reasons: Vec<String> = skipped.iter().map(|e| e.msg.reason()).collect();
-    assert_eq!(reasons, vec!["keyword tls.cert_subject"]);
+    assert_eq!(reasons, vec!["keyword tls.version"]);
     // The Oracle rule fires on the injection, not on the same calls without a
     // statement after them (its pcre).
     let oracle = |payload: &[u8]| {

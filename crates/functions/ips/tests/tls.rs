@@ -1,7 +1,9 @@
 //! TLS: the hello parser (never panics), detection by content whatever the
 //! ports, and rules of protocol `tls` with the `tls.sni`, `ja3.hash`,
-//! `ja3.string`, `ja3s.hash` and `ja3s.string` sticky buffers. Hellos are
-//! built byte by byte here; the TCP/IP layers by `sluice_wire::build`.
+//! `ja3.string`, `ja3s.hash` and `ja3s.string` sticky buffers, and the
+//! server certificate's (`tls.certs`, `tls.cert_subject`, `tls.cert_issuer`,
+//! `tls.cert_serial`). Hellos are built byte by byte here, certificates by
+//! rcgen; the TCP/IP layers by `sluice_wire::build`.
 
 use std::path::Path;
 
@@ -427,8 +429,8 @@ fn tls_keywords_make_a_tcp_rule_tls_and_are_refused_elsewhere() {
             "keyword ja3.hash on a http rule",
         ),
         (
-            r#"alert tls any any -> any any (tls.cert_subject; content:"a"; sid:1;)"#,
-            "keyword tls.cert_subject",
+            r#"alert tls any any -> any any (tls.cert_fingerprint; content:"a"; sid:1;)"#,
+            "keyword tls.cert_fingerprint",
         ),
         (
             r#"alert tls any any -> any any (tls.version:1.2; sid:1;)"#,
@@ -538,11 +540,23 @@ fn et_open_tls_rules_load() {
     );
     assert!(total > 2500, "{total}");
     assert!(
-        loaded.len() * 100 >= total * 70,
+        loaded.len() * 100 >= total * 99,
         "{} of {total}: {reasons:?}",
         loaded.len()
     );
     assert!(!reasons.contains_key("protocol tls"));
+    // The certificate keywords are all supported now.
+    for k in [
+        "tls.certs",
+        "tls.cert_subject",
+        "tls.cert_issuer",
+        "tls.cert_serial",
+    ] {
+        assert!(
+            !reasons.contains_key(&format!("keyword {k}")),
+            "{k}: {reasons:?}"
+        );
+    }
     let (all, errs) = rules::parse_rules(&loaded.join("\n"), "et", &vars);
     assert!(errs.is_empty());
     let mut i = Ips::new(all, vec![], sluice_state::Namespace(2), 300).unwrap();
@@ -567,4 +581,387 @@ fn et_open_tls_rules_load() {
     let (alerts, _) = common::run_in(&mut i, &mut LocalStore::new(), &frames, 1_000_000_000);
     let sids: Vec<u32> = alerts.iter().map(|a| a.0).collect();
     assert_eq!(sids, vec![2025487]);
+}
+
+// --- certificates ---------------------------------------------------------
+
+const ET_CERT: &[&str] = &[
+    r#"alert tls $EXTERNAL_NET any -> $HOME_NET any (msg:"ET COINMINER Observed Suspicious SSL Cert (Minerpool - CoinMining)"; flow:from_server,established; tls.cert_subject; content:"CN=eu.minerpool.pw"; nocase; fast_pattern; endswith; tls.cert_issuer; content:"C=US, O=Let's Encrypt, CN=Let's Encrypt Authority X3"; classtype:coin-mining; sid:2028623; rev:3; metadata:attack_target Client_and_Server, created_at 2019_09_25, deployment Perimeter, former_category COINMINER, performance_impact Low, signature_severity Major, tag Coinminer, updated_at 2020_09_02;)"#,
+    r#"alert tls $EXTERNAL_NET any -> $HOME_NET any (msg:"ET CURRENT_EVENTS [Fireeye] Backdoor.SSL.BEACON.[CSBundle Ajax]"; flow:established,to_client; tls.cert_subject; content:"C=US, ST=WA, L=Seattle, O=Microsoft, OU=Information Technologies, CN=ajax.microsoft.com"; bsize:87; fast_pattern; tls.cert_issuer; content:"C=US, ST=WA, L=Seattle, O=Microsoft, OU=Information Technologies, CN=ajax.microsoft.com"; bsize:87; reference:url,github.com/fireeye/red_team_tool_countermeasures; classtype:trojan-activity; sid:2031299; rev:2; metadata:affected_product Windows_XP_Vista_7_8_10_Server_32_64_Bit, attack_target Client_Endpoint, created_at 2020_12_08, deployment Perimeter, former_category CURRENT_EVENTS, signature_severity Major, tag c2, updated_at 2020_12_08, mitre_tactic_id TA0011, mitre_tactic_name Command_And_Control, mitre_technique_id T1041, mitre_technique_name Exfiltration_Over_C2_Channel;)"#,
+];
+
+/// A certificate for `dn` (type and value pairs, in order) with `serial`,
+/// signed by `ca` (self-signed if `None`); its DER and key.
+fn cert(
+    dn: &[(rcgen::DnType, &str)],
+    serial: &[u8],
+    ca: Option<&(rcgen::Certificate, rcgen::KeyPair)>,
+) -> (rcgen::Certificate, rcgen::KeyPair) {
+    let mut p = rcgen::CertificateParams::default();
+    p.distinguished_name = rcgen::DistinguishedName::new();
+    for (t, v) in dn {
+        p.distinguished_name.push(t.clone(), *v);
+    }
+    p.serial_number = Some(rcgen::SerialNumber::from_slice(serial));
+    let key = rcgen::KeyPair::generate().unwrap();
+    let c = match ca {
+        Some((ca, ca_key)) => p.signed_by(&key, ca, ca_key).unwrap(),
+        None => p.self_signed(&key).unwrap(),
+    };
+    (c, key)
+}
+
+/// The leaf (`C=US, O=Evil Corp, CN=evil.example`, serial `00:AB:CD:01`)
+/// and its CA (`C=US, O=Let's Encrypt, CN=R3`), DER.
+fn chain() -> (Vec<u8>, Vec<u8>) {
+    use rcgen::DnType::*;
+    let ca = cert(
+        &[
+            (CountryName, "US"),
+            (OrganizationName, "Let's Encrypt"),
+            (CommonName, "R3"),
+        ],
+        &[0x11],
+        None,
+    );
+    let leaf = cert(
+        &[
+            (CountryName, "US"),
+            (OrganizationName, "Evil Corp"),
+            (CommonName, "evil.example"),
+        ],
+        &[0xab, 0xcd, 0x01],
+        Some(&ca),
+    );
+    (leaf.0.der().to_vec(), ca.0.der().to_vec())
+}
+
+fn handshake(hs_type: u8, body: &[u8]) -> Vec<u8> {
+    let mut v = vec![hs_type];
+    v.extend(vec_of(3, body));
+    v
+}
+
+/// A TLS 1.2 handshake record holding `msgs`.
+fn record_of(msgs: &[Vec<u8>]) -> Vec<u8> {
+    let mut r = vec![22, 3, 3];
+    r.extend(vec_of(2, &msgs.concat()));
+    r
+}
+
+/// A Certificate message of `certs`.
+fn certificate(certs: &[&[u8]]) -> Vec<u8> {
+    let list: Vec<u8> = certs.iter().flat_map(|c| vec_of(3, c)).collect();
+    handshake(11, &vec_of(3, &list))
+}
+
+/// The ServerHello message (without its record header).
+fn server_hello_msg() -> Vec<u8> {
+    server_hello(0x0303, 0xc02f, &[ext(0xff01, &[0])])[5..].to_vec()
+}
+
+/// A server flight in one record: ServerHello, Certificate, ServerHelloDone.
+fn flight(certs: &[&[u8]]) -> Vec<u8> {
+    record_of(&[server_hello_msg(), certificate(certs), handshake(14, &[])])
+}
+
+/// Sids alerting on a hello to port 443 answered by `server` segments.
+fn server_sids(rules: &[&str], server: &[Vec<u8>]) -> Vec<u32> {
+    let mut frames = flow(443, &[browser_hello("evil.example")], None);
+    let mut seq = 9001u32;
+    let cseq = 1001 + browser_hello("evil.example").len() as u32;
+    for seg in server {
+        frames.push(tcp_v4(S, C, 443, 40000, seq, cseq, ACK | PSH, seg));
+        seq += seg.len() as u32;
+    }
+    sids(rules, &frames)
+}
+
+/// True if the options (`sid:1` added) of a `tls` rule fire on `server`.
+fn fires_on(opts: &str, server: &[Vec<u8>]) -> bool {
+    let rule = format!("alert tls any any -> any any ({opts} sid:1;)");
+    server_sids(&[&rule], server) == vec![1]
+}
+
+fn text<'a>(b: &'a tls::Buffers, buf: tls::Buf, payload: &'a [u8]) -> Option<&'a str> {
+    b.get(buf, payload).map(|x| std::str::from_utf8(x).unwrap())
+}
+
+#[test]
+fn certificates_are_found_after_the_hello_or_first_in_a_record() {
+    let (leaf, ca) = chain();
+    let derived = |p: &[u8]| {
+        let h = tls::detect(p).ok();
+        let mut out = Vec::new();
+        let r = tls::certificates(p, h.as_ref(), &mut out);
+        (
+            r,
+            out.iter()
+                .map(|r| p[r.clone()].to_vec())
+                .collect::<Vec<_>>(),
+        )
+    };
+    let want = vec![leaf.clone(), ca.clone()];
+    // In the hello's record, in the next record, in a record of its own.
+    let one = flight(&[&leaf, &ca]);
+    assert_eq!(derived(&one), (Ok(()), want.clone()));
+    let mut two = server_hello(0x0303, 0xc02f, &[]);
+    two.extend(record_of(&[certificate(&[&leaf, &ca])]));
+    assert_eq!(derived(&two), (Ok(()), want.clone()));
+    let alone = record_of(&[certificate(&[&leaf, &ca]), handshake(14, &[])]);
+    assert_eq!(derived(&alone), (Ok(()), want.clone()));
+    // A client hello has none; a hello followed by something else has none.
+    assert_eq!(derived(&browser_hello("a.example")), (Ok(()), vec![]));
+    let done = record_of(&[server_hello_msg(), handshake(14, &[])]);
+    assert_eq!(derived(&done).0, Err(TlsError::HandshakeType(14)));
+    // Cut anywhere inside the Certificate message: nothing.
+    let hello_len = 5 + server_hello_msg().len();
+    for cut in hello_len..hello_len + 4 + 3 + 3 + leaf.len() + 3 + ca.len() {
+        let (r, certs) = derived(&one[..cut]);
+        assert!(r.is_err() && certs.is_empty(), "{cut}: {r:?}");
+    }
+    // At most MAX_CERTS are kept, the message is still read.
+    let many: Vec<&[u8]> = vec![&ca; tls::MAX_CERTS + 3];
+    let (r, certs) = derived(&flight(&many));
+    assert_eq!((r, certs.len()), (Ok(()), tls::MAX_CERTS));
+}
+
+#[test]
+fn subject_issuer_and_serial_in_suricatas_format() {
+    let (leaf, ca) = chain();
+    let p = flight(&[&leaf, &ca]);
+    let mut b = tls::Buffers::default();
+    assert!(b.fill(&p));
+    assert_eq!(
+        text(&b, tls::Buf::CertSubject, &p),
+        Some("C=US, O=Evil Corp, CN=evil.example")
+    );
+    assert_eq!(
+        text(&b, tls::Buf::CertIssuer, &p),
+        Some("C=US, O=Let's Encrypt, CN=R3")
+    );
+    assert_eq!(text(&b, tls::Buf::CertSerial, &p), Some("00:AB:CD:01"));
+    let each: Vec<&[u8]> = b.each(tls::Buf::Certs, &p).collect();
+    assert_eq!(each, vec![&leaf[..], &ca[..]]);
+    // The ServerHello's own buffers are still there.
+    assert!(b.get(tls::Buf::Ja3sString, &p).is_some());
+    // The buffers are reset by the next segment.
+    let hello = browser_hello("a.example");
+    assert!(b.fill(&hello));
+    assert_eq!(b.get(tls::Buf::CertSubject, &hello), None);
+    assert_eq!(b.each(tls::Buf::Certs, &hello).count(), 0);
+    assert!(!b.fill(b"GET / HTTP/1.1\r\n\r\n"));
+}
+
+#[test]
+fn certificate_rules_with_content_modifiers_and_near_misses() {
+    let (leaf, ca) = chain();
+    let srv = vec![flight(&[&leaf, &ca])];
+    let subject = "C=US, O=Evil Corp, CN=evil.example";
+    let cases: &[(String, bool)] = &[
+        (
+            format!(
+                r#"tls.cert_subject; content:"{subject}"; bsize:{};"#,
+                subject.len()
+            ),
+            true,
+        ),
+        (
+            format!(
+                r#"tls.cert_subject; content:"{subject}"; bsize:{};"#,
+                subject.len() + 1
+            ),
+            false,
+        ),
+        (
+            r#"tls.cert_subject; content:"CN=evil.example"; endswith;"#.into(),
+            true,
+        ),
+        (
+            r#"tls.cert_subject; content:"CN=evil.example.org"; endswith;"#.into(),
+            false,
+        ),
+        (
+            r#"tls.cert_subject; content:"cn=EVIL.example"; nocase; endswith;"#.into(),
+            true,
+        ),
+        (
+            r#"tls.cert_subject; content:"cn=EVIL.example";"#.into(),
+            false,
+        ),
+        (
+            r#"tls.cert_subject; content:"C=US, "; startswith;"#.into(),
+            true,
+        ),
+        (
+            r#"tls.cert_subject; content:!"Let's Encrypt";"#.into(),
+            true,
+        ),
+        (
+            r#"tls.cert_issuer; content:"C=US, O=Let's Encrypt, CN=R3"; bsize:28;"#.into(),
+            true,
+        ),
+        (
+            r#"tls.cert_issuer; content:"CN=evil.example";"#.into(),
+            false,
+        ),
+        (
+            r#"tls.cert_serial; content:"00:AB:CD:01"; bsize:11;"#.into(),
+            true,
+        ),
+        (
+            r#"tls_cert_serial; content:"AB:CD"; startswith;"#.into(),
+            false,
+        ),
+        (r#"tls.cert_serial; content:"00:ab:cd:01";"#.into(), false),
+        // The multi-buffer: each certificate in turn, not their concatenation.
+        (
+            r#"tls.certs; content:"evil.example"; content:"R3";"#.into(),
+            true,
+        ),
+        (format!(r#"tls.certs; bsize:{};"#, ca.len()), true),
+        (
+            format!(r#"tls.certs; bsize:{};"#, ca.len() + leaf.len()),
+            false,
+        ),
+        (
+            r#"tls.certs; content:"|30 82|"; startswith; content:"Evil Corp"; distance:0;"#.into(),
+            true,
+        ),
+        (r#"tls.certs; content:"Good Corp";"#.into(), false),
+        // Both a hello buffer and a certificate buffer of the same segment.
+        (
+            r#"ja3s.string; content:"771,49199,"; startswith; tls.cert_subject; content:"Evil";"#
+                .into(),
+            true,
+        ),
+        (
+            r#"tls.sni; content:"evil"; tls.cert_subject; content:"Evil";"#.into(),
+            false,
+        ),
+    ];
+    for (opts, want) in cases {
+        assert_eq!(fires_on(opts, &srv), *want, "{opts}");
+    }
+    // A certificate rule never fires on the client's hello.
+    assert!(!fires(
+        r#"tls.cert_subject; content:"C";"#,
+        browser_hello("evil.example")
+    ));
+}
+
+#[test]
+fn certificates_split_across_segments_are_not_parsed() {
+    let (leaf, ca) = chain();
+    let rule = r#"tls.cert_subject; content:"CN=evil.example"; endswith;"#;
+    let whole = flight(&[&leaf, &ca]);
+    assert!(fires_on(rule, std::slice::from_ref(&whole)));
+    // The hello in one segment, the certificate record in the next: parsed.
+    let mut hello = server_hello(0x0303, 0xc02f, &[]);
+    let certs = record_of(&[certificate(&[&leaf, &ca])]);
+    assert!(fires_on(rule, &[hello.clone(), certs.clone()]));
+    // The Certificate message cut between two segments: not parsed, nor
+    // its second half (it does not start with a record).
+    let mid = whole.len() / 2;
+    assert!(!fires_on(
+        rule,
+        &[whole[..mid].to_vec(), whole[mid..].to_vec()]
+    ));
+    hello.extend(&certs[..certs.len() - 10]);
+    assert!(!fires_on(
+        rule,
+        &[hello, certs[certs.len() - 10..].to_vec()]
+    ));
+}
+
+#[test]
+fn a_garbage_certificate_keeps_its_bytes_and_has_no_subject() {
+    let junk = b"\x30\x82\x01\x00not a certificate at all".to_vec();
+    let p = flight(&[&junk]);
+    let mut b = tls::Buffers::default();
+    assert!(b.fill(&p));
+    assert_eq!(b.get(tls::Buf::CertSubject, &p), None);
+    assert_eq!(b.get(tls::Buf::CertSerial, &p), None);
+    assert_eq!(
+        b.each(tls::Buf::Certs, &p).collect::<Vec<_>>(),
+        vec![&junk[..]]
+    );
+    assert!(fires_on(
+        r#"tls.certs; content:"not a cert";"#,
+        std::slice::from_ref(&p)
+    ));
+    assert!(!fires_on(r#"tls.cert_subject; content:!"x";"#, &[p]));
+}
+
+proptest! {
+    #[test]
+    fn random_certificates_never_panic(der in proptest::collection::vec(any::<u8>(), 0..400)) {
+        let p = flight(&[&der]);
+        let mut b = tls::Buffers::default();
+        prop_assert!(b.fill(&p));
+        let _ = b.all(&p).count();
+    }
+
+    #[test]
+    fn mutated_flights_never_panic(
+        at in 0usize..2000,
+        byte in any::<u8>(),
+        cut in 0usize..2000,
+    ) {
+        let (leaf, ca) = CHAIN.with(|c| c.clone());
+        let mut p = flight(&[&leaf, &ca]);
+        let i = at % p.len();
+        p[i] = byte;
+        p.truncate(cut.max(1) * p.len() / 2000 + 1);
+        let mut b = tls::Buffers::default();
+        let _ = b.fill(&p);
+        let _ = b.all(&p).count();
+    }
+}
+
+thread_local! {
+    /// One chain for the property tests (key generation is slow).
+    static CHAIN: (Vec<u8>, Vec<u8>) = chain();
+}
+
+#[test]
+fn et_open_certificate_rules_fire_on_crafted_certificates() {
+    use rcgen::DnType::*;
+    // 2031299: a CobaltStrike-like self-signed "ajax.microsoft.com" whose
+    // subject and issuer are 87 bytes.
+    let ms = [
+        (CountryName, "US"),
+        (StateOrProvinceName, "WA"),
+        (LocalityName, "Seattle"),
+        (OrganizationName, "Microsoft"),
+        (OrganizationalUnitName, "Information Technologies"),
+        (CommonName, "ajax.microsoft.com"),
+    ];
+    let (c, _) = cert(&ms, &[1], None);
+    assert_eq!(server_sids(ET_CERT, &[flight(&[c.der()])]), vec![2031299]);
+    // An organization one byte longer: no longer 87 bytes (rcgen keeps one
+    // value per attribute type).
+    let mut more = ms.to_vec();
+    more[3].1 = "Microsofts";
+    let (c, _) = cert(&more, &[1], None);
+    assert!(server_sids(ET_CERT, &[flight(&[c.der()])]).is_empty());
+    // 2028623: a minerpool.pw host under Let's Encrypt Authority X3.
+    let le = cert(
+        &[
+            (CountryName, "US"),
+            (OrganizationName, "Let's Encrypt"),
+            (CommonName, "Let's Encrypt Authority X3"),
+        ],
+        &[2],
+        None,
+    );
+    let pool = |cn: &str| {
+        let (c, _) = cert(&[(CommonName, cn)], &[3], Some(&le));
+        server_sids(ET_CERT, &[flight(&[c.der(), le.0.der()])])
+    };
+    assert_eq!(pool("eu.minerpool.pw"), vec![2028623]);
+    assert_eq!(pool("EU.MinerPool.PW"), vec![2028623]);
+    assert!(pool("eu.minerpool.pw.example").is_empty());
+    let (c, _) = cert(&[(CommonName, "eu.minerpool.pw")], &[3], None);
+    assert!(server_sids(ET_CERT, &[flight(&[c.der()])]).is_empty());
 }

@@ -24,13 +24,13 @@ impl Ips {
             return false;
         }
         let payload = p.meta.payload(p.data());
-        let Ok(hello) = super::detect(payload) else {
+        let mut bufs = std::mem::take(&mut self.tls_bufs);
+        if !bufs.fill(payload) {
+            self.tls_bufs = bufs;
             return false;
-        };
+        }
         let hdr = Header { tls: true, ..*hdr };
         let d = if hdr.to_server { 0 } else { 1 };
-        let mut bufs = std::mem::take(&mut self.tls_bufs);
-        bufs.build(&hello, payload);
         let mut cands = std::mem::take(&mut self.cands);
         cands.clear();
         self.engine
@@ -46,10 +46,10 @@ impl Ips {
                 continue;
             }
             // Every buffer's keywords over that buffer (a buffer the hello
-            // lacks matches nothing), and keywords before any buffer over
-            // the payload.
+            // lacks matches nothing; over one of `tls.certs`' certificates),
+            // and keywords before any buffer over the payload.
             let ok = r.tls.iter().all(|l| {
-                bufs.get(l.buf, payload).is_some_and(|buf| {
+                bufs.each(l.buf, payload).any(|buf| {
                     let buf = if l.dotprefix {
                         dot.clear();
                         dot.push(b'.');

@@ -1,7 +1,8 @@
 //! TLS handshakes (RFC 5246 §7.4, RFC 8446 §4.1): a checked, zero-copy view
 //! of a ClientHello or ServerHello at the start of a TCP segment, how the IPS
 //! tells TLS by its content ([`detect`]), and the buffers its rules inspect
-//! ([`Buffers`]): the server name (SNI) and the JA3/JA3S fingerprints.
+//! ([`Buffers`]): the server name (SNI), the JA3/JA3S fingerprints and the
+//! server's certificates (TLS 1.2 and older send them in clear).
 //!
 //! A hello is recognised when the segment's payload starts with a handshake
 //! record (content type 22, version 3.x) whose first message is a whole
@@ -11,6 +12,13 @@
 //! and reads nothing outside the payload. A hello split across TCP segments
 //! (or across records) is not recognised: nothing is buffered between
 //! segments, so its rules do not match (see docs/FUNCTIONS.md "TLS").
+//!
+//! The server's Certificate message (type 11, [`certificates`]) is read when
+//! it follows the ServerHello in the same segment (in its record or the next
+//! one), or when a segment starts with a handshake record whose first message
+//! is a Certificate. It must be whole in its record and in the segment: a
+//! Certificate message split across segments (common, a chain is a few
+//! kilobytes) or records is not parsed, as a hello is not.
 
 pub(crate) mod eval;
 pub mod prefilter;
@@ -49,6 +57,12 @@ pub const EXT_SERVER_NAME: u16 = 0;
 pub const EXT_SUPPORTED_GROUPS: u16 = 10;
 /// Extension `ec_point_formats` (RFC 8422).
 pub const EXT_EC_POINT_FORMATS: u16 = 11;
+/// Handshake type of the Certificate message.
+pub const CERTIFICATE: u8 = 11;
+/// At most this many certificates of a chain are buffered (the server's and
+/// its issuers'; the rest of a longer chain is not inspected), so that a
+/// hostile message cannot make the buffers grow.
+pub const MAX_CERTS: usize = 8;
 
 /// Why bytes are not a TLS hello.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -106,6 +120,10 @@ pub struct Hello {
     pub groups: Range<usize>,
     /// `ec_point_formats`' list (u8 each), empty if absent.
     pub formats: Range<usize>,
+    /// Where the hello ends (the next message or record starts).
+    pub end: usize,
+    /// Where the hello's record ends (may be past the payload).
+    pub record_end: usize,
 }
 
 /// Reads a length-prefixed field of `width` bytes at `at` in `b[..end]`;
@@ -188,6 +206,8 @@ pub fn detect(payload: &[u8]) -> Result<Hello, TlsError> {
         sni: None,
         groups: at..at,
         formats: at..at,
+        end,
+        record_end,
     };
     if at == end {
         // No extensions (SSL 3.0 style).
@@ -229,6 +249,83 @@ pub fn detect(payload: &[u8]) -> Result<Hello, TlsError> {
         i = data.end;
     }
     Ok(h)
+}
+
+/// Reads the record header at `at`; returns where its body starts and ends
+/// (the end may be past the payload).
+fn record_at(b: &[u8], at: usize) -> Result<(usize, usize), TlsError> {
+    if at + 5 > b.len() {
+        return Err(TlsError::Truncated(b.len()));
+    }
+    if b[at] != HANDSHAKE {
+        return Err(TlsError::ContentType(b[at]));
+    }
+    let v = be16(b, at + 1);
+    if v >> 8 != 3 {
+        return Err(TlsError::Version(v));
+    }
+    Ok((at + 5, at + 5 + be16(b, at + 3) as usize))
+}
+
+/// Reads a 24-bit length at `at` in `b[..end]`; returns the range it prefixes.
+fn vec24_at(b: &[u8], at: usize, end: usize) -> Result<Range<usize>, TlsError> {
+    if at + 3 > end {
+        return Err(TlsError::Truncated(at));
+    }
+    let n = u32::from_be_bytes([0, b[at], b[at + 1], b[at + 2]]) as usize;
+    if at + 3 + n > end {
+        return Err(TlsError::Length(at));
+    }
+    Ok(at + 3..at + 3 + n)
+}
+
+/// Pushes to `out` (cleared first) the DER certificates, in order and at
+/// most [`MAX_CERTS`], of the server's Certificate message in `payload`:
+/// right after `hello` (a ServerHello, in its record or at the start of the
+/// next), or, without a hello, as the first message of the record the
+/// payload starts with. The message must be whole in its record and in the
+/// payload, every length is checked, and on error `out` is left empty. A
+/// ClientHello has no certificates (`Ok`, nothing pushed).
+pub fn certificates(
+    payload: &[u8],
+    hello: Option<&Hello>,
+    out: &mut Vec<Range<usize>>,
+) -> Result<(), TlsError> {
+    out.clear();
+    let b = payload;
+    let (at, record_end) = match hello {
+        Some(h) if h.kind == Kind::Client => return Ok(()),
+        Some(h) if h.end < h.record_end => (h.end, h.record_end),
+        Some(h) => record_at(b, h.end)?,
+        None => record_at(b, 0)?,
+    };
+    if at + 4 > b.len() {
+        return Err(TlsError::Truncated(b.len()));
+    }
+    if b[at] != CERTIFICATE {
+        return Err(TlsError::HandshakeType(b[at]));
+    }
+    let end = record_end.min(b.len());
+    let msg = vec24_at(b, at + 1, end)?;
+    let list = vec24_at(b, msg.start, msg.end)?;
+    if list.end != msg.end {
+        return Err(TlsError::Length(msg.start));
+    }
+    let mut i = list.start;
+    while i < list.end {
+        let der = match vec24_at(b, i, list.end) {
+            Ok(r) => r,
+            Err(e) => {
+                out.clear();
+                return Err(e);
+            }
+        };
+        if out.len() < MAX_CERTS {
+            out.push(der.clone());
+        }
+        i = der.end;
+    }
+    Ok(())
 }
 
 /// GREASE values (RFC 8701): `0x?a?a` with both bytes equal, left out of
@@ -310,6 +407,17 @@ pub enum Buf {
     Ja3sHash,
     /// `ja3s.string`: the ServerHello's JA3S string.
     Ja3sString,
+    /// `tls.certs`: each DER certificate of the server's chain in turn (a
+    /// multi-buffer: the keywords match if they match one certificate).
+    Certs,
+    /// `tls.cert_subject`: the server certificate's subject, as Suricata
+    /// prints it (`C=US, O=Example, CN=example.com`).
+    CertSubject,
+    /// `tls.cert_issuer`: its issuer, likewise.
+    CertIssuer,
+    /// `tls.cert_serial`: its serial number, uppercase hex bytes joined by
+    /// `:` (`00:AB:01`).
+    CertSerial,
 }
 
 /// The sticky-buffer keywords of TLS and their buffers.
@@ -322,14 +430,29 @@ pub const STICKY: &[(&str, Buf)] = &[
     ("ja3_string", Buf::Ja3String),
     ("ja3s.hash", Buf::Ja3sHash),
     ("ja3s.string", Buf::Ja3sString),
+    ("tls.certs", Buf::Certs),
+    ("tls.cert_subject", Buf::CertSubject),
+    ("tls_cert_subject", Buf::CertSubject),
+    ("tls.cert_issuer", Buf::CertIssuer),
+    ("tls_cert_issuer", Buf::CertIssuer),
+    ("tls.cert_serial", Buf::CertSerial),
+    ("tls_cert_serial", Buf::CertSerial),
 ];
 
-/// One hello's buffers, reused from packet to packet (the string's capacity
-/// stays).
+/// One segment's buffers (a hello's, a certificate chain's), reused from
+/// packet to packet (the vectors' capacity stays).
 #[derive(Debug, Default)]
 pub struct Buffers {
-    /// Client or server hello.
+    /// Client or server hello, if the segment has one.
     kind: Option<Kind>,
+    /// The DER certificates, within the payload.
+    certs: Vec<Range<usize>>,
+    /// Whether the first certificate parsed (the three strings are set).
+    parsed: bool,
+    /// Its subject, issuer and serial.
+    subject: Vec<u8>,
+    issuer: Vec<u8>,
+    serial: Vec<u8>,
     /// The server name, within the payload.
     sni: Option<Range<usize>>,
     /// The JA3 or JA3S string.
@@ -345,10 +468,80 @@ impl Buffers {
         self.sni = h.sni.clone();
         h.write_ja3(payload, &mut self.string);
         self.hash = md5_hex(&self.string);
+        self.certs.clear();
+        self.parsed = false;
+    }
+
+    /// Fills the buffers from `payload`: its hello, if it starts with one,
+    /// and the server's certificates ([`certificates`]); false if it has
+    /// neither (the buffers are then empty).
+    pub fn fill(&mut self, payload: &[u8]) -> bool {
+        let hello = detect(payload);
+        match &hello {
+            Ok(h) => self.build(h, payload),
+            Err(_) => {
+                self.kind = None;
+                self.sni = None;
+                self.certs.clear();
+                self.parsed = false;
+            }
+        }
+        let _ = certificates(payload, hello.as_ref().ok(), &mut self.certs);
+        self.parse_first(payload);
+        self.kind.is_some() || !self.certs.is_empty()
+    }
+
+    /// Sets the subject, issuer and serial from the first certificate, if it
+    /// parses. x509-parser borrows the DER but allocates its name's
+    /// attribute lists, and the `Display` of a name builds a `String`.
+    fn parse_first(&mut self, payload: &[u8]) {
+        use x509_parser::prelude::{FromDer, X509Certificate};
+        self.parsed = false;
+        let Some(r) = self.certs.first() else {
+            return;
+        };
+        let Ok((_, cert)) = X509Certificate::from_der(&payload[r.clone()]) else {
+            return;
+        };
+        let tbs = &cert.tbs_certificate;
+        self.subject.clear();
+        let _ = write!(self.subject, "{}", tbs.subject);
+        self.issuer.clear();
+        let _ = write!(self.issuer, "{}", tbs.issuer);
+        self.serial.clear();
+        for (i, x) in tbs.raw_serial().iter().enumerate() {
+            if i > 0 {
+                self.serial.push(b':');
+            }
+            let _ = write!(self.serial, "{x:02X}");
+        }
+        self.parsed = true;
+    }
+
+    /// Each buffer `b` of the segment parsed from `payload`: one at most,
+    /// several for the [`Buf::Certs`] multi-buffer.
+    pub fn each<'a>(&'a self, b: Buf, payload: &'a [u8]) -> impl Iterator<Item = &'a [u8]> + 'a {
+        let certs = if b == Buf::Certs {
+            &self.certs[..]
+        } else {
+            &[]
+        };
+        self.get(b, payload)
+            .into_iter()
+            .chain(certs.iter().map(move |r| &payload[r.clone()]))
     }
 
     /// Buffer `b` of the hello parsed from `payload`, if the hello has it.
+    /// `None` for [`Buf::Certs`] (see [`Buffers::each`]).
     pub fn get<'a>(&'a self, b: Buf, payload: &'a [u8]) -> Option<&'a [u8]> {
+        match b {
+            Buf::Certs => return None,
+            Buf::CertSubject if self.parsed => return Some(&self.subject),
+            Buf::CertIssuer if self.parsed => return Some(&self.issuer),
+            Buf::CertSerial if self.parsed => return Some(&self.serial),
+            Buf::CertSubject | Buf::CertIssuer | Buf::CertSerial => return None,
+            _ => {}
+        }
         match (b, self.kind?) {
             (Buf::Sni, Kind::Client) => self.sni.clone().map(|r| &payload[r]),
             (Buf::Ja3Hash, Kind::Client) | (Buf::Ja3sHash, Kind::Server) => Some(&self.hash),
@@ -365,8 +558,12 @@ impl Buffers {
             Buf::Ja3String,
             Buf::Ja3sHash,
             Buf::Ja3sString,
+            Buf::CertSubject,
+            Buf::CertIssuer,
+            Buf::CertSerial,
+            Buf::Certs,
         ]
         .into_iter()
-        .filter_map(move |b| self.get(b, payload))
+        .flat_map(move |b| self.each(b, payload))
     }
 }
