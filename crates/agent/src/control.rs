@@ -722,6 +722,17 @@ impl AgentState {
         );
         family(
             &mut o,
+            "sluice_agent_stalls_total",
+            "counter",
+            "Health checks that found the agent had not run for over 50 ms (instances' silence over it not held against them).",
+        );
+        let _ = writeln!(
+            o,
+            "sluice_agent_stalls_total{{host=\"{host}\"}} {}",
+            p.stats.agent_stalls
+        );
+        family(
+            &mut o,
             "sluice_agent_leases_total",
             "counter",
             "Ownership leases (grants and renewals) sent to local NF instances.",

@@ -34,6 +34,13 @@ const PHI_Z: f64 = 5.6;
 const MIN_STD_US: f64 = 2_000.0;
 /// Failover events kept for status.
 const MAX_EVENTS: usize = 256;
+/// A health check this long after the previous one means the agent itself
+/// did not run in between (its loop wakes at least every 10 ms): descheduled,
+/// stopped, a machine-wide stall. It saw nothing of that time, so the
+/// instances' silence over it is not held against them (measured by `sluice
+/// experiment chaos`'s soak: bursts of false failovers naming every instance
+/// of a host at once, under a load of 6-11 on 2 cores).
+pub const STALL_NS: u64 = 50_000_000;
 
 /// What the data plane knows of one NF instance.
 #[derive(Debug, Clone, Default)]
@@ -130,6 +137,8 @@ pub(super) struct Health {
     events: Vec<FailoverEvent>,
     /// Time without a heartbeat after which an instance is suspected.
     pub(super) suspect_ns: u64,
+    /// When health was last checked (None: not yet).
+    last_check_ns: Option<u64>,
 }
 
 impl Health {
@@ -152,6 +161,7 @@ impl Health {
             instances,
             events: Vec::new(),
             suspect_ns: DEFAULT_SUSPECT_NS,
+            last_check_ns: None,
         }
     }
 
@@ -167,6 +177,27 @@ impl Health {
         }
         self.events.clone_from(&old.events);
         self.suspect_ns = old.suspect_ns;
+        self.last_check_ns = old.last_check_ns;
+    }
+
+    /// Notes a check at `now_ns`; after a stall of this agent (see
+    /// [`STALL_NS`]) moves every instance's last heartbeat forward by the
+    /// stall, never past `now_ns`, so each gets its whole timeout from now.
+    /// Returns whether it was a stall.
+    fn checked_at(&mut self, now_ns: u64) -> bool {
+        let prev = self.last_check_ns.replace(now_ns);
+        let Some(gap) = prev.map(|p| now_ns.saturating_sub(p)) else {
+            return false;
+        };
+        if gap <= STALL_NS {
+            return false;
+        }
+        for h in self.instances.values_mut() {
+            if let Some(t) = h.last_hb.as_mut() {
+                *t = t.saturating_add(gap).min(now_ns);
+            }
+        }
+        true
     }
 
     /// The instance ports for which `f` holds.
@@ -226,6 +257,9 @@ impl Dataplane {
     /// not suspected (it may still be starting).
     pub fn check_health(&mut self, now_ns: u64, mut clock: impl FnMut() -> u64) -> bool {
         self.now_ns = now_ns;
+        if self.health.checked_at(now_ns) {
+            self.stats.agent_stalls += 1;
+        }
         let (floor, ceiling) = (self.health.suspect_ns, MAX_SUSPECT_NS);
         let mut newly = Vec::new();
         for (port, h) in self.health.instances.iter_mut() {

@@ -129,6 +129,9 @@ pub struct Stats {
     pub heartbeats: u64,
     /// Local speculative failovers (instances suspected).
     pub failovers: u64,
+    /// Health checks that found this agent had not run for longer than
+    /// 50 ms (the instances' silence over it forgiven).
+    pub agent_stalls: u64,
     /// Ownership leases sent to local instances (grants and renewals).
     pub leases: u64,
     /// Lease revocations sent to local instances.
@@ -173,6 +176,7 @@ impl Stats {
         self.arp_replies = old.arp_replies;
         self.heartbeats = old.heartbeats;
         self.failovers = old.failovers;
+        self.agent_stalls = old.agent_stalls;
         self.leases = old.leases;
         self.lease_revocations = old.lease_revocations;
         self.seawall_feedback_sent = old.seawall_feedback_sent;
