@@ -98,6 +98,7 @@
 //!   does not accept them) are not searched for contents; they are counted
 //!   (`ips_tcp_unreassembled`).
 
+pub mod bufrules;
 pub mod classification;
 mod decide;
 pub mod dns;
