@@ -74,7 +74,7 @@ pub fn stdout_error(e: io::Error) -> OutputError {
     }
 }
 
-/// `println!` through [`line`]: evaluates to `Result<(), OutputError>`.
+/// `println!` through [`line()`]: evaluates to `Result<(), OutputError>`.
 macro_rules! outln {
     () => {
         $crate::output::line(format_args!(""))

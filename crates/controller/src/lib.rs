@@ -1,9 +1,9 @@
-//! The controller of Sluice. A request travels: [`http`] (the thin HTTP edge)
+//! The controller of Sluice. A request travels: `http` (the thin HTTP edge)
 //! → [`resources`] (one module per resource, parsing it into an
 //! [`resources::Action`]) → [`executor`] (carries the action out) →
 //! [`reconcile::Reconciler`] (the sans-IO core: desired and observed state,
 //! every decision, taking `now` as an argument) → [`store`] (the desired state,
-//! durable) and [`pusher`] (each changed host's configuration to its agent).
+//! durable) and `pusher` (each changed host's configuration to its agent).
 //! [`service`] runs these on threads: the only place that reads the clock.
 //!
 //! * [`desired`]: the desired state (tenants, hosts, VMs, NF instances) and the

@@ -1,6 +1,6 @@
 //! The running controller: the [`Reconciler`] behind one lock, driven by the
-//! HTTP edge's requests ([`crate::http`]), a ticker thread (time-driven checks
-//! every 20 ms) and the pusher ([`crate::pusher`]), which carry out the effects
+//! HTTP edge's requests (`crate::http`), a ticker thread (time-driven checks
+//! every 20 ms) and the pusher (`crate::pusher`), which carry out the effects
 //! it asks for. The only place the controller reads the clock.
 
 use std::collections::BTreeMap;

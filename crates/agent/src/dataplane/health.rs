@@ -13,7 +13,7 @@ use super::leases::LeaseState;
 use super::Dataplane;
 
 /// Default time without a heartbeat after which an instance is suspected, at
-/// least: the floor of the adaptive timeout ([`Arrivals::timeout`]).
+/// least: the floor of the adaptive timeout (`Arrivals::timeout`).
 pub const DEFAULT_SUSPECT_NS: u64 = 30_000_000;
 /// The adaptive timeout's ceiling: an instance whose heartbeats have been very
 /// irregular is still suspected after this much silence. A crashed or killed

@@ -26,7 +26,7 @@
 //!
 //! [`Head::parse`] splits a complete head into the request line (method,
 //! target, protocol) or status line (protocol, code, reason) and up to
-//! [`MAX_HEADERS`] header fields; [`build`] writes every buffer of
+//! [`MAX_HEADERS`] header fields; [`Buffers::build`] writes every buffer of
 //! [`Buf`] a message has into one scratch vector (reused across packets).
 
 use std::ops::Range;
@@ -663,7 +663,7 @@ impl Head {
 }
 
 /// The buffers of a message that rules inspect (Suricata's names in
-/// [`Buf::keyword`]).
+/// [`STICKY`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 #[repr(u8)]
 pub enum Buf {
