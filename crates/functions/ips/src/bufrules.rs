@@ -10,7 +10,28 @@
 
 use crate::dns::prefilter::{longest, Set};
 use crate::engine::{CompileError, Matcher, Target};
+use crate::inspect;
 use crate::rules::{Item, Proto, Rule};
+
+/// Whether a rule's keywords `items` on one buffer match `buf`, inspected
+/// with a `.` before it when the list has `dotprefix` (`dot`: scratch space).
+pub(crate) fn list_matches(
+    r: &Rule,
+    items: &[Item],
+    dotprefix: bool,
+    buf: &[u8],
+    dot: &mut Vec<u8>,
+) -> bool {
+    let buf = if dotprefix {
+        dot.clear();
+        dot.push(b'.');
+        dot.extend_from_slice(buf);
+        &dot[..]
+    } else {
+        buf
+    };
+    inspect::inspect_items(r, items, buf, 0)
+}
 
 /// The compiled prefilter of one protocol's buffer rules.
 #[derive(Default)]

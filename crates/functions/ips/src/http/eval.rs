@@ -4,6 +4,7 @@
 //! candidates from the prefilter ([`super::prefilter`]), then each
 //! candidate's keyword lists over their buffers.
 
+use crate::bufrules::list_matches;
 use sluice_nf::{Event, Packet};
 
 use super::{Buffers, Phase, Piece};
@@ -85,17 +86,8 @@ impl Ips {
             // matches nothing), and keywords before any buffer over the
             // packet's bytes.
             let ok = r.http.iter().all(|l| {
-                b.get(l.buf).is_some_and(|buf| {
-                    let buf = if l.dotprefix {
-                        dot.clear();
-                        dot.push(b'.');
-                        dot.extend_from_slice(buf);
-                        &dot[..]
-                    } else {
-                        buf
-                    };
-                    inspect::inspect_items(r, &l.items, buf, 0)
-                })
+                b.get(l.buf)
+                    .is_some_and(|buf| list_matches(r, &l.items, l.dotprefix, buf, &mut dot))
             }) && (r.items.is_empty() || inspect::inspect(r, data, base));
             if !ok {
                 continue;

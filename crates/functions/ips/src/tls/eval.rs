@@ -3,6 +3,7 @@
 //! ([`super::prefilter`]), then each candidate's keyword lists over their
 //! buffers and its payload keywords over the segment's payload.
 
+use crate::bufrules::list_matches;
 use sluice_nf::{Event, Packet};
 
 use crate::engine::{FlowState, Header, BLOCKED, PASSED};
@@ -49,17 +50,8 @@ impl Ips {
             // lacks matches nothing; over one of `tls.certs`' certificates),
             // and keywords before any buffer over the payload.
             let ok = r.tls.iter().all(|l| {
-                bufs.each(l.buf, payload).any(|buf| {
-                    let buf = if l.dotprefix {
-                        dot.clear();
-                        dot.push(b'.');
-                        dot.extend_from_slice(buf);
-                        &dot[..]
-                    } else {
-                        buf
-                    };
-                    inspect::inspect_items(r, &l.items, buf, 0)
-                })
+                bufs.each(l.buf, payload)
+                    .any(|buf| list_matches(r, &l.items, l.dotprefix, buf, &mut dot))
             }) && (r.items.is_empty() || inspect::inspect(r, payload, 0));
             if !ok {
                 continue;
