@@ -5,6 +5,8 @@ cd "$(dirname "$0")/.."
 . scripts/common.sh
 ensure_build_deps
 ensure_test_deps
+# One build per run: incremental artifacts would only double the disk it needs.
+export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
 echo "== cargo fmt --check"
 cargo fmt --all -- --check
 echo "== cargo clippy"
