@@ -733,6 +733,39 @@ impl AgentState {
         );
         family(
             &mut o,
+            "sluice_agent_health_confirms_total",
+            "counter",
+            "Reads of the Geneve socket's queue before acting on an instance's silence (heartbeats wait there behind data).",
+        );
+        let _ = writeln!(
+            o,
+            "sluice_agent_health_confirms_total{{host=\"{host}\"}} {}",
+            p.stats.health_confirms
+        );
+        family(
+            &mut o,
+            "sluice_agent_health_backlogs_total",
+            "counter",
+            "Confirmations that left datagrams queued (suspicion then waited for the 250 ms ceiling).",
+        );
+        let _ = writeln!(
+            o,
+            "sluice_agent_health_backlogs_total{{host=\"{host}\"}} {}",
+            p.stats.health_backlogs
+        );
+        family(
+            &mut o,
+            "sluice_agent_health_cleared_total",
+            "counter",
+            "Confirmations after which no instance was suspected: failovers the queue read avoided.",
+        );
+        let _ = writeln!(
+            o,
+            "sluice_agent_health_cleared_total{{host=\"{host}\"}} {}",
+            p.stats.health_cleared
+        );
+        family(
+            &mut o,
             "sluice_agent_leases_total",
             "counter",
             "Ownership leases (grants and renewals) sent to local NF instances.",

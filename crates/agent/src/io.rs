@@ -32,6 +32,9 @@ const REOPEN_EVERY: Duration = Duration::from_millis(250);
 const POLL: Duration = Duration::from_millis(10);
 /// Batches read from one socket before the others get a turn.
 const BURST: usize = 8;
+/// Batches read from the Geneve socket before an instance's silence is acted
+/// on (a few milliseconds of work; see `Loop::read_before_suspecting`).
+const CONFIRM_BURSTS: usize = 64;
 /// How long the loop keeps polling without sleeping after it moved packets.
 /// Traffic comes in bursts: the next batch is usually microseconds away, and
 /// catching it awake saves a sleep and a wakeup (expensive in a VM: an IPI).
@@ -498,6 +501,9 @@ impl<'a> Loop<'a> {
                 spin_until = Some(self.clock.mono + self.busy_poll);
             }
             self.seawall_tick();
+            if self.dp.suspicion_due(self.clock.wall_ns) {
+                self.read_before_suspecting();
+            }
             let mut changed = self.dp.check_health(self.clock.wall_ns, wall_ns);
             if self.shared.has_exited.swap(false, Ordering::AcqRel) {
                 let ports = self
@@ -705,14 +711,33 @@ impl<'a> Loop<'a> {
     /// Reads and forwards up to `BURST` batches from the Geneve socket; returns
     /// how many datagrams it read.
     fn drain_udp(&mut self) -> usize {
+        self.drain_udp_for(BURST).0
+    }
+
+    /// Before an instance's silence is acted on: reads what waits in the
+    /// Geneve socket (where heartbeats queue behind the instances' data), up
+    /// to [`CONFIRM_BURSTS`] batches, then tells the detector whether the
+    /// queue was emptied ([`Dataplane::read_before_suspecting`]). Heartbeats
+    /// found are stamped with the time just before the read, the time the
+    /// check is made at.
+    fn read_before_suspecting(&mut self) {
+        self.clock.tick();
+        let (_, emptied) = self.drain_udp_for(CONFIRM_BURSTS);
+        self.dp.read_before_suspecting(!emptied);
+    }
+
+    /// Reads and forwards up to `bursts` batches from the Geneve socket;
+    /// returns how many datagrams it read and whether it found the socket
+    /// empty.
+    fn drain_udp_for(&mut self, bursts: usize) -> (usize, bool) {
         let mut moved = 0;
-        for _ in 0..BURST {
+        for _ in 0..bursts {
             match self.udp.recv_batch(&mut self.rx_udp) {
-                Ok(0) => return moved,
+                Ok(0) => return (moved, true),
                 Ok(n) => moved += n,
                 Err(e) => {
                     eprintln!("sluiced: Geneve socket receive: {e}");
-                    return moved;
+                    return (moved, false);
                 }
             }
             self.plan.clear();
@@ -728,7 +753,7 @@ impl<'a> Loop<'a> {
                 &mut self.gro,
             );
         }
-        moved
+        (moved, false)
     }
 
     /// Reads and forwards up to `BURST` batches from VM port `port`; returns how

@@ -18,7 +18,9 @@
 //! `SLHB`, which no Geneve packet does) from the same socket to the same agent
 //! address, carrying its counters and CPU time. The agent suspects an instance
 //! whose heartbeats stop and moves its traffic to the surviving instances; when
-//! they resume (the process was only paused), the instance rejoins.
+//! they resume (the process was only paused), the instance rejoins. A thread
+//! of its own sends them ([`beat`]), so a data path waiting on a slow store
+//! is not taken for a dead one, while a hung one still is.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::io;
@@ -248,9 +250,9 @@ pub struct DataPath {
     agent: SocketAddrV4,
     timer_interval: Duration,
     capacity: Option<sluice_chain::Capacity>,
-    /// When recent heartbeats were sent: (seq, wall-clock ns, monotonic), a
+    /// When recent heartbeats were sent (by the beat thread, [`beat`]): a
     /// lease's validity counts from there.
-    hb_sent: [(u32, u64, Instant); HB_REMEMBERED],
+    hb_log: HeartbeatLog,
     /// The monotonic end of the lease held, checked before every batch: the
     /// chain's wall clock could be stepped back.
     lease_until: Option<Instant>,
@@ -265,10 +267,6 @@ type Headers = Vec<([u8; GENEVE_HEADER_MAX], usize)>;
 /// A pipeline waits for the store once this many windows are in flight (it
 /// holds about three in steady state).
 const WINDOWS_IN_FLIGHT: usize = 5;
-
-/// Heartbeats whose send times are kept (at 10 ms each, 160 ms: an answer
-/// older than that is refused).
-const HB_REMEMBERED: usize = 16;
 
 impl std::fmt::Debug for DataPath {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -343,7 +341,7 @@ impl DataPath {
             agent,
             timer_interval: Duration::from_millis(100),
             capacity: None,
-            hb_sent: [(u32::MAX, 0, Instant::now()); HB_REMEMBERED],
+            hb_log: HeartbeatLog::default(),
             lease_until: None,
             stats: InstanceStats {
                 name: name.to_string(),
@@ -591,7 +589,7 @@ impl DataPath {
             }
             return;
         }
-        let Some(&(_, sent_wall, sent_mono)) = self.hb_sent.iter().find(|h| h.0 == l.hb_seq) else {
+        let Some((sent_wall, sent_mono)) = self.hb_log.when(l.hb_seq) else {
             self.stats.lease.refused += 1;
             return;
         };
@@ -681,7 +679,12 @@ impl DataPath {
     /// Records that heartbeat `seq` was sent at `wall_ns` (the chain's clock) and
     /// `at` (monotonic): a lease answering it runs from then.
     pub fn heartbeat_sent(&mut self, seq: u32, wall_ns: u64, at: Instant) {
-        self.hb_sent[seq as usize % HB_REMEMBERED] = (seq, wall_ns, at);
+        self.hb_log.sent(seq, wall_ns, at);
+    }
+
+    /// The log of sent heartbeats, for the thread that sends them.
+    pub fn heartbeat_log(&self) -> HeartbeatLog {
+        self.hb_log.clone()
     }
 
     /// Ends processing: what is in flight, last timers and flushes of every
@@ -872,105 +875,129 @@ pub fn run_with_stats(
     let mut printed = (u64::MAX, u64::MAX);
     let mut last_rx_error: Option<String> = None;
     let mut next_heartbeat = Instant::now();
-    let mut seq = 0u32;
     let mut pacer = core.capacity().map(|c| Pacer::new(&c, Instant::now()));
     let mut eve = opts.eve.as_deref().map(|p| EveLog::new(p, &opts.name));
 
-    while !stop.load(Ordering::Relaxed) {
-        if Instant::now() >= next_heartbeat {
-            send_heartbeat(&mut core, &mut sock, seq, opts.agent);
-            seq = seq.wrapping_add(1);
-            next_heartbeat = Instant::now() + HEARTBEAT_EVERY;
-        }
-        let wait = next_tick
-            .min(next_heartbeat)
-            .saturating_duration_since(Instant::now())
-            .min(POLL_MAX);
-        let over = pacer
-            .as_mut()
-            .map_or(Duration::ZERO, |p| p.wait(Instant::now()));
-        if !over.is_zero() {
-            // Over budget: input waits in the socket queue; timers and
-            // heartbeats still run.
-            std::thread::sleep(over.min(wait));
-        } else if let Err(e) = poller.wait(wait) {
-            return Err(InstanceError::Socket {
-                what: format!("instance {}: poll", opts.name),
-                err: e,
-            });
-        }
-        if over.is_zero() && poller.is_ready(readable) {
-            // Drain what is waiting, a batch at a time, before looking at timers.
-            loop {
-                let n = match sock.recv_batch(&mut rx) {
-                    Ok(n) => n,
-                    Err(e) => {
-                        core.stats.rx_errors += 1;
-                        let msg = e.to_string();
-                        if last_rx_error.as_deref() != Some(&msg) {
-                            eprintln!("instance {}: receive error: {msg}", opts.name);
-                            last_rx_error = Some(msg);
+    // The beat thread sends the heartbeats ([`beat`]): from a duplicate of
+    // the data socket, so that they come from the address the agent knows and
+    // the leases answering them arrive where the data path reads.
+    let beat_sock = dup_udp(&sock).map_err(|err| InstanceError::Socket {
+        what: format!("instance {}: duplicating the data socket", opts.name),
+        err,
+    })?;
+    let published = Mutex::new(beat::Published {
+        hb: core.heartbeat(0, 0, 0),
+        at: Instant::now(),
+    });
+    let done = AtomicBool::new(false);
+    let log = core.heartbeat_log();
+    std::thread::scope(|scope| {
+        scope.spawn(|| beat_thread(&beat_sock, opts.agent, &published, &log, &done));
+        let r = (|| {
+            while !stop.load(Ordering::Relaxed) {
+                if Instant::now() >= next_heartbeat {
+                    // What the beat thread sends, and proof that this loop runs.
+                    let hb = core.heartbeat(0, 0, 0);
+                    *published.lock().unwrap_or_else(|e| e.into_inner()) = beat::Published {
+                        hb,
+                        at: Instant::now(),
+                    };
+                    next_heartbeat = Instant::now() + HEARTBEAT_EVERY;
+                }
+                let wait = next_tick
+                    .min(next_heartbeat)
+                    .saturating_duration_since(Instant::now())
+                    .min(POLL_MAX);
+                let over = pacer
+                    .as_mut()
+                    .map_or(Duration::ZERO, |p| p.wait(Instant::now()));
+                if !over.is_zero() {
+                    // Over budget: input waits in the socket queue; timers and
+                    // heartbeats still run.
+                    std::thread::sleep(over.min(wait));
+                } else if let Err(e) = poller.wait(wait) {
+                    return Err(InstanceError::Socket {
+                        what: format!("instance {}: poll", opts.name),
+                        err: e,
+                    });
+                }
+                if over.is_zero() && poller.is_ready(readable) {
+                    // Drain what is waiting, a batch at a time, before looking at timers.
+                    loop {
+                        let n = match sock.recv_batch(&mut rx) {
+                            Ok(n) => n,
+                            Err(e) => {
+                                core.stats.rx_errors += 1;
+                                let msg = e.to_string();
+                                if last_rx_error.as_deref() != Some(&msg) {
+                                    eprintln!("instance {}: receive error: {msg}", opts.name);
+                                    last_rx_error = Some(msg);
+                                }
+                                0
+                            }
+                        };
+                        if n == 0 {
+                            break;
                         }
-                        0
+                        let now = wall_ns();
+                        let mut bytes = 0;
+                        for (d, _src) in rx.iter() {
+                            bytes += d.len();
+                            if sluice_proto::InstanceLease::is_lease(d) {
+                                core.on_lease(d, Instant::now());
+                            } else {
+                                core.push_datagram(d, now);
+                            }
+                        }
+                        core.process();
+                        send_all(&mut core, &mut sock, &mut wpoll);
+                        // Under sustained load, still tick, heartbeat and notice `stop` on time.
+                        let now = Instant::now();
+                        let paced = pacer.as_mut().is_some_and(|p| {
+                            p.charge(n, bytes);
+                            !p.wait(now).is_zero()
+                        });
+                        if n < rx.capacity() {
+                            // Input is idle: nothing waits for a window to fill.
+                            core.idle();
+                            send_all(&mut core, &mut sock, &mut wpoll);
+                            break;
+                        }
+                        if paced
+                            || stop.load(Ordering::Relaxed)
+                            || now >= next_tick
+                            || now >= next_heartbeat
+                        {
+                            break;
+                        }
                     }
-                };
-                if n == 0 {
-                    break;
-                }
-                let now = wall_ns();
-                let mut bytes = 0;
-                for (d, _src) in rx.iter() {
-                    bytes += d.len();
-                    if sluice_proto::InstanceLease::is_lease(d) {
-                        core.on_lease(d, Instant::now());
-                    } else {
-                        core.push_datagram(d, now);
-                    }
-                }
-                core.process();
-                send_all(&mut core, &mut sock, &mut wpoll);
-                // Under sustained load, still tick, heartbeat and notice `stop` on time.
-                let now = Instant::now();
-                let paced = pacer.as_mut().is_some_and(|p| {
-                    p.charge(n, bytes);
-                    !p.wait(now).is_zero()
-                });
-                if n < rx.capacity() {
-                    // Input is idle: nothing waits for a window to fill.
+                } else {
+                    // Paced, or woken by a timer: nothing must stay in flight while
+                    // input waits.
                     core.idle();
                     send_all(&mut core, &mut sock, &mut wpoll);
-                    break;
                 }
-                if paced
-                    || stop.load(Ordering::Relaxed)
-                    || now >= next_tick
-                    || now >= next_heartbeat
-                {
-                    break;
+                let now = Instant::now();
+                if now >= next_tick {
+                    core.tick(wall_ns());
+                    stats.publish(&core.stats_now());
+                    next_tick = now + timer_interval;
+                }
+                write_events(&mut core, eve.as_mut());
+                if now >= next_print {
+                    let key = (core.stats.rx, core.stats.tx);
+                    if key != printed {
+                        print_stats(&core.stats_now());
+                        printed = key;
+                    }
+                    next_print = now + PRINT_EVERY;
                 }
             }
-        } else {
-            // Paced, or woken by a timer: nothing must stay in flight while
-            // input waits.
-            core.idle();
-            send_all(&mut core, &mut sock, &mut wpoll);
-        }
-        let now = Instant::now();
-        if now >= next_tick {
-            core.tick(wall_ns());
-            stats.publish(&core.stats_now());
-            next_tick = now + timer_interval;
-        }
-        write_events(&mut core, eve.as_mut());
-        if now >= next_print {
-            let key = (core.stats.rx, core.stats.tx);
-            if key != printed {
-                print_stats(&core.stats_now());
-                printed = key;
-            }
-            next_print = now + PRINT_EVERY;
-        }
-    }
+            Ok(())
+        })();
+        done.store(true, Ordering::Relaxed);
+        r
+    })?;
     core.flush();
     write_events(&mut core, eve.as_mut());
     stats.publish(&core.stats_now());
@@ -994,19 +1021,40 @@ fn write_events(core: &mut DataPath, eve: Option<&mut EveLog>) {
     v.clear();
 }
 
-/// Sends one heartbeat to the agent; a full queue just skips it (the next one
-/// follows shortly, and a stuck instance should be suspected anyway).
-fn send_heartbeat(core: &mut DataPath, sock: &mut UdpBatchSocket, seq: u32, agent: SocketAddrV4) {
-    let hb = core
-        .heartbeat(seq, cpu_time_us(), kernel_drops(sock.as_raw_fd()))
-        .encode();
-    // Before sending: an answer could come back before a later record.
-    core.heartbeat_sent(seq, wall_ns(), Instant::now());
-    let _ = sock.send_batch(&[Msg {
-        head: &hb,
-        body: &[],
-        dst: Some(agent),
-    }]);
+/// The beat thread: a heartbeat every [`HEARTBEAT_EVERY`] while the data
+/// path publishes ([`beat::Beat`]), until `done`. A full socket queue just
+/// skips one (the next follows shortly).
+fn beat_thread(
+    sock: &std::net::UdpSocket,
+    agent: SocketAddrV4,
+    published: &Mutex<beat::Published>,
+    log: &HeartbeatLog,
+    done: &AtomicBool,
+) {
+    let mut b = beat::Beat::new(Instant::now(), HEARTBEAT_EVERY, beat::HUNG_AFTER);
+    while !done.load(Ordering::Relaxed) {
+        let p = *published.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(hb) = b.poll(
+            Instant::now(),
+            &p,
+            cpu_time_us(),
+            kernel_drops(sock.as_raw_fd()),
+        ) {
+            // Before sending: a lease could come back before a later record.
+            log.sent(hb.seq, wall_ns(), Instant::now());
+            let _ = sock.send_to(&hb.encode(), agent);
+        }
+        std::thread::sleep(b.next_at().saturating_duration_since(Instant::now()));
+    }
+}
+
+/// A second handle on the data socket (same address, same queue).
+fn dup_udp(sock: &UdpBatchSocket) -> io::Result<std::net::UdpSocket> {
+    use std::os::fd::{BorrowedFd, OwnedFd};
+    // SAFETY: the fd is open for as long as `sock` lives, which outlives
+    // this call; try_clone_to_owned dups it.
+    let fd: OwnedFd = unsafe { BorrowedFd::borrow_raw(sock.as_raw_fd()) }.try_clone_to_owned()?;
+    Ok(std::net::UdpSocket::from(fd))
 }
 
 /// Messages handed to the socket at once (a stack array: no allocation per batch).
@@ -1070,5 +1118,7 @@ fn print_stats(s: &InstanceStats) {
 #[cfg(test)]
 mod tests;
 
+pub mod beat;
 mod eve;
+pub use beat::{HeartbeatLog, HB_REMEMBERED};
 pub use eve::{EveLog, DEFAULT_KEEP, DEFAULT_MAX_BYTES};

@@ -352,3 +352,90 @@ fn two_instances_share_connection_state_through_redis() {
     assert_eq!(s2.chain.stages[0].dropped, vec![("no_state", 1)]);
     assert_eq!(stats[0].snapshot().tx, 3);
 }
+
+/// The data path blocks on store round trips; its heartbeats come from a
+/// thread of their own, so an instance waiting on a slow store is not taken
+/// for a dead one (the soak of `sluice experiment chaos` failed live
+/// instances over in bursts when the loop sent them itself).
+#[test]
+fn heartbeats_go_on_while_the_data_path_waits_on_the_store() {
+    if sluice_state_redis::server::server_binary().is_none() {
+        eprintln!("skipped: no redis-server");
+        return;
+    }
+    let redis = sluice_state_redis::server::RedisServer::start(&[]).unwrap();
+    let agent_ns = Netns::new("ag").unwrap();
+    let inst_ns = Netns::new("in").unwrap();
+    veth(&agent_ns, "p1", &inst_ns, "eth0").unwrap();
+    agent_ns.addr("p1", "10.78.0.1/30").unwrap();
+    inst_ns.addr("eth0", "10.78.0.2/30").unwrap();
+    let chain = TempFile::new(CHAIN);
+    let agent = in_netns(agent_ns.name(), || UdpSocket::bind((AGENT_IP, 6081)))
+        .unwrap()
+        .unwrap();
+    agent
+        .set_read_timeout(Some(Duration::from_millis(20)))
+        .unwrap();
+    let inst = Running::start(InstanceOptions {
+        name: "fw-0".into(),
+        netns: Some(inst_ns.name().to_string()),
+        listen: SocketAddrV4::new(INSTANCE_IP, 6081),
+        agent: SocketAddrV4::new(AGENT_IP, 6081),
+        chain: chain.0.clone(),
+        state: redis.url(),
+        eve: None,
+    });
+    let mut buf = vec![0u8; 9216];
+    let until = Instant::now() + Duration::from_secs(10);
+    let first = loop {
+        assert!(Instant::now() < until, "no heartbeat");
+        if let Ok((n, _)) = agent.recv_from(&mut buf) {
+            if let Some(hb) = InstanceHeartbeat::decode(&buf[..n]) {
+                break hb;
+            }
+        }
+    };
+    // The store stops answering; the SYN that follows needs it (the
+    // firewall records the new connection before the SYN may leave).
+    let syn = encap(0x00_7007, Some((3, 0)), &conversation(80)[0]);
+    redis.pause();
+    agent
+        .send_to(&syn, SocketAddrV4::new(INSTANCE_IP, 6081))
+        .unwrap();
+    let paused = Instant::now();
+    let mut beats_while_waiting = 0;
+    let mut returned_while_paused = false;
+    while paused.elapsed() < Duration::from_millis(600) {
+        if let Ok((n, _)) = agent.recv_from(&mut buf) {
+            match InstanceHeartbeat::decode(&buf[..n]) {
+                // Past the first 100 ms: nothing sent before the SYN arrived.
+                Some(hb) if hb.seq > first.seq && paused.elapsed() > Duration::from_millis(100) => {
+                    beats_while_waiting += 1
+                }
+                Some(_) => {}
+                None => returned_while_paused = true,
+            }
+        }
+    }
+    redis.resume();
+    assert!(
+        !returned_while_paused,
+        "the SYN came back without the store: the data path did not wait on it"
+    );
+    assert!(
+        beats_while_waiting > 0,
+        "no heartbeat while the data path waited on the store"
+    );
+    // And the SYN leaves once the store answers.
+    let until = Instant::now() + Duration::from_secs(5);
+    let back = loop {
+        assert!(Instant::now() < until, "the SYN never came back");
+        if let Ok((n, _)) = agent.recv_from(&mut buf) {
+            if !InstanceHeartbeat::is_heartbeat(&buf[..n]) {
+                break buf[..n].to_vec();
+            }
+        }
+    };
+    assert_eq!(back, syn);
+    inst.stop().unwrap();
+}

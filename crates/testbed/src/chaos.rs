@@ -462,6 +462,9 @@ pub struct SoakResult {
     pub false_failovers: usize,
     /// Those failovers.
     pub failover_events: Vec<Failover>,
+    /// The agents' failure-detector counters at its end, summed over hosts
+    /// (from their /metrics; what explains or excludes the false failovers).
+    pub detector: Vec<(String, u64)>,
 }
 
 /// The soak's measurements from its span's raw records.
@@ -489,6 +492,7 @@ pub fn measure_soak(
         probes: mine.len(),
         probes_failed: mine.iter().filter(|p| !p.ok).count(),
         false_failovers: events.len(),
+        detector: Vec::new(),
         failover_events: events,
     }
 }
@@ -634,6 +638,59 @@ fn failover_poller(
         }
         std::thread::sleep(Duration::from_millis(250));
     }
+}
+
+/// The failure detector's counters of every agent, summed: how often an
+/// agent found itself stalled, read its queue before acting on a silence,
+/// found the silence explained by what it read, or could not empty it.
+fn detector_counters(lab: &Lab) -> Vec<(String, u64)> {
+    const FAMILIES: [(&str, &str); 4] = [
+        ("sluice_agent_stalls_total", "agent stalls"),
+        (
+            "sluice_agent_health_confirms_total",
+            "queue reads before suspecting",
+        ),
+        (
+            "sluice_agent_health_cleared_total",
+            "silences the read explained",
+        ),
+        (
+            "sluice_agent_health_backlogs_total",
+            "reads leaving a backlog",
+        ),
+    ];
+    let agent = lab.state().http();
+    let mut sums = [0u64; FAMILIES.len()];
+    for h in &lab.state().hosts {
+        let Ok(text) = agent
+            .get(&format!("{}/metrics", h.api))
+            .timeout(Duration::from_secs(2))
+            .call()
+            .map_err(|_| ())
+            .and_then(|r| r.into_string().map_err(|_| ()))
+        else {
+            continue;
+        };
+        for line in text.lines() {
+            for (i, (family, _)) in FAMILIES.iter().enumerate() {
+                if line
+                    .strip_prefix(family)
+                    .is_some_and(|r| r.starts_with('{'))
+                {
+                    sums[i] += line
+                        .rsplit(' ')
+                        .next()
+                        .and_then(|v| v.parse::<u64>().ok())
+                        .unwrap_or(0);
+                }
+            }
+        }
+    }
+    FAMILIES
+        .iter()
+        .zip(sums)
+        .map(|((_, name), n)| (name.to_string(), n))
+        .collect()
 }
 
 /// A paced download in flight.
@@ -1026,7 +1083,8 @@ pub fn run(lab: &mut Lab, o: &ChaosOptions) -> Result<ChaosReport, LabError> {
             for d in ds {
                 done.push(finish_download(d, by, &clock, &blob));
             }
-            Some((from, clock.now(), done))
+            let to = clock.now();
+            Some((from, to, done, detector_counters(lab)))
         } else {
             None
         };
@@ -1056,7 +1114,10 @@ pub fn run(lab: &mut Lab, o: &ChaosOptions) -> Result<ChaosReport, LabError> {
         store: lab.state().store_kind,
         summary: summarize(&faults),
         faults,
-        soak: soak.map(|(from, to, ts)| measure_soak(from, to, &probes, &ts, &failovers)),
+        soak: soak.map(|(from, to, ts, detector)| SoakResult {
+            detector,
+            ..measure_soak(from, to, &probes, &ts, &failovers)
+        }),
         not_built: NOT_BUILT.to_vec(),
     })
 }
@@ -1146,6 +1207,16 @@ pub fn print(r: &ChaosReport) {
                 "NOT met"
             }
         );
+        if !s.detector.is_empty() {
+            println!(
+                "      detector: {}",
+                s.detector
+                    .iter()
+                    .map(|(k, v)| format!("{k} {v}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+        }
         for e in &s.failover_events {
             println!(
                 "      failover at {:.3} s: {} on host {} ({})",

@@ -139,6 +139,10 @@ pub(super) struct Health {
     pub(super) suspect_ns: u64,
     /// When health was last checked (None: not yet).
     last_check_ns: Option<u64>,
+    /// The loop read its receive queue before this check
+    /// ([`Dataplane::read_before_suspecting`]): Some(whether datagrams were
+    /// still waiting after the read).
+    confirm: Option<bool>,
 }
 
 impl Health {
@@ -162,6 +166,7 @@ impl Health {
             events: Vec::new(),
             suspect_ns: DEFAULT_SUSPECT_NS,
             last_check_ns: None,
+            confirm: None,
         }
     }
 
@@ -242,6 +247,33 @@ impl Dataplane {
         self.leases.valid_ns = super::LEASE_VALID_NS.min(self.health.suspect_ns * 2 / 3);
     }
 
+    /// Whether an instance not yet suspected is past its deadline at `now_ns`.
+    ///
+    /// Heartbeats share the Geneve socket's queue with the instances' data:
+    /// when the agent falls behind, every instance's heartbeat waits in that
+    /// queue at once, and acting on the silence would fail over every
+    /// instance of the host together (what `sluice experiment chaos`'s soak
+    /// showed). So the loop asks this first and, if it holds, reads what is
+    /// waiting ([`Dataplane::read_before_suspecting`]) before
+    /// [`Dataplane::check_health`] decides.
+    pub fn suspicion_due(&self, now_ns: u64) -> bool {
+        self.health.next_deadline().is_some_and(|d| now_ns > d)
+    }
+
+    /// Records that the loop read its receive queue before acting on a
+    /// silence, and whether datagrams were still waiting after the bounded
+    /// read (`backlog`). While they were, an instance's latest heartbeat may
+    /// be among them, so the next [`Dataplane::check_health`] holds silence
+    /// against an instance only past the ceiling ([`MAX_SUSPECT_NS`]), which
+    /// still bounds how long a hung instance keeps its traffic.
+    pub fn read_before_suspecting(&mut self, backlog: bool) {
+        self.stats.health_confirms += 1;
+        if backlog {
+            self.stats.health_backlogs += 1;
+        }
+        self.health.confirm = Some(backlog);
+    }
+
     /// The earliest time (data-plane clock) an instance not yet suspected will be
     /// if no heartbeat arrives (None: nothing to watch).
     pub fn next_deadline(&self) -> Option<u64> {
@@ -261,6 +293,13 @@ impl Dataplane {
             self.stats.agent_stalls += 1;
         }
         let (floor, ceiling) = (self.health.suspect_ns, MAX_SUSPECT_NS);
+        // Behind on reading: only the ceiling is evidence (see `read_before_suspecting`).
+        let confirm = self.health.confirm.take();
+        let floor = if confirm == Some(true) {
+            ceiling.max(floor)
+        } else {
+            floor
+        };
         let mut newly = Vec::new();
         for (port, h) in self.health.instances.iter_mut() {
             if h.suspected {
@@ -276,6 +315,9 @@ impl Dataplane {
             }
         }
         if newly.is_empty() {
+            if confirm.is_some() {
+                self.stats.health_cleared += 1;
+            }
             return false;
         }
         let groups = self.refresh_groups();

@@ -129,6 +129,15 @@ pub struct Stats {
     pub heartbeats: u64,
     /// Local speculative failovers (instances suspected).
     pub failovers: u64,
+    /// Health checks made while the receive queue still held datagrams after
+    /// a bounded read (suspicion then waits for the ceiling).
+    pub health_backlogs: u64,
+    /// Reads of the receive queue before acting on a silence (an instance
+    /// past its deadline): how often suspicion had to be confirmed.
+    pub health_confirms: u64,
+    /// Confirmations after which nobody was suspected: silences that were
+    /// the agent's backlog, not the instances' (failovers avoided).
+    pub health_cleared: u64,
     /// Health checks that found this agent had not run for longer than
     /// 50 ms (the instances' silence over it forgiven).
     pub agent_stalls: u64,
@@ -176,6 +185,9 @@ impl Stats {
         self.arp_replies = old.arp_replies;
         self.heartbeats = old.heartbeats;
         self.failovers = old.failovers;
+        self.health_backlogs = old.health_backlogs;
+        self.health_confirms = old.health_confirms;
+        self.health_cleared = old.health_cleared;
         self.agent_stalls = old.agent_stalls;
         self.leases = old.leases;
         self.lease_revocations = old.lease_revocations;

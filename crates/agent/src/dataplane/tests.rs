@@ -1875,3 +1875,73 @@ fn a_stall_of_the_agent_itself_fails_nobody_over() {
     assert_eq!(dp.stats().agent_stalls, 1, "regular checks are no stall");
     assert_eq!(dp.stats().failovers, 1);
 }
+
+/// Heartbeats share the Geneve socket's queue with the instances' data, so an
+/// agent behind on reading sees every instance of its host silent at once.
+/// Before acting on a silence the loop reads the queue
+/// (`suspicion_due` → `read_before_suspecting`): heartbeats found there
+/// clear the instances that sent them; a queue it could not empty holds
+/// silence against nobody before the ceiling, and a hung instance is still
+/// suspected then.
+#[test]
+fn silence_is_confirmed_by_reading_the_queue_first() {
+    let mut dp = Dataplane::new(1, &figure4_host1()).unwrap();
+    let ms = 1_000_000u64;
+    let mut now = 1000 * ms;
+    for _ in 0..20 {
+        now += 10 * ms;
+        dp.set_now(now);
+        ready(&mut dp, &[10, 11, 12]);
+        assert!(!dp.suspicion_due(now));
+        assert!(!dp.check_health(now, || now));
+    }
+    let last = now;
+    // The agent falls behind: heartbeats of 10 and 11 wait in the queue, 12
+    // is hung. Checks every 10 ms read nothing until a silence is due.
+    let mut confirms = 0;
+    loop {
+        now += 10 * ms;
+        assert!(now < last + 250 * ms, "a silence became due");
+        if dp.suspicion_due(now) {
+            // The confirmation read empties the queue and finds 10's and
+            // 11's heartbeats, not 12's.
+            dp.set_now(now);
+            ready(&mut dp, &[10, 11]);
+            dp.read_before_suspecting(false);
+            confirms += 1;
+            assert!(dp.check_health(now, || now));
+            break;
+        }
+        assert!(!dp.check_health(now, || now));
+    }
+    assert_eq!(confirms, 1);
+    assert!(dp.suspected(12) && !dp.suspected(10) && !dp.suspected(11));
+    assert_eq!(dp.stats().health_confirms, 1);
+    assert_eq!(dp.stats().health_backlogs, 0);
+
+    // Now a queue the agent cannot empty and nothing from 10 or 11 in what
+    // it read: nobody is suspected before the ceiling, and both are after it.
+    let quiet = now;
+    let mut suspected_at = None;
+    while suspected_at.is_none() {
+        now += 10 * ms;
+        assert!(now <= quiet + 400 * ms, "never suspected");
+        if dp.suspicion_due(now) {
+            dp.read_before_suspecting(true);
+        }
+        if dp.check_health(now, || now) {
+            suspected_at = Some(now);
+        }
+    }
+    let waited = suspected_at.unwrap() - quiet;
+    assert!(
+        waited > 240 * ms && waited <= 260 * ms,
+        "{} ms",
+        waited / ms
+    );
+    assert!(dp.suspected(10) && dp.suspected(11));
+    assert!(dp.stats().health_backlogs >= 1);
+    // Every confirmation with the queue it could not empty cleared the check
+    // it preceded, until the ceiling.
+    assert_eq!(dp.stats().health_cleared, dp.stats().health_backlogs - 1);
+}
