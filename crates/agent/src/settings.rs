@@ -28,7 +28,7 @@ pub const DEFAULT_PREFIX: &str = "sl";
 /// Default run directory.
 pub const DEFAULT_RUN_DIR: &str = "/var/lib/sluice-agent";
 /// Default NF instance suspicion delay, milliseconds.
-pub const DEFAULT_SUSPECT_MS: u64 = 30;
+pub const DEFAULT_SUSPECT_MS: u64 = 150;
 /// Default MTU of the VMs' interfaces.
 pub const DEFAULT_VM_MTU: u32 = 1500;
 /// Default number of NF instance slots a host declares to the controller.
@@ -100,7 +100,7 @@ pub struct RunArgs {
     /// An NF instance without a heartbeat for at least this many milliseconds
     /// is suspected and its traffic moved to the surviving instances; the
     /// timeout adapts to how regularly its heartbeats arrive, up to 250 ms
-    /// (an exited instance is acted on at once) [default: 30].
+    /// (an exited instance is acted on at once) [default: 150].
     #[arg(long)]
     pub suspect_ms: Option<u64>,
     /// Largest MTU of the VMs' interfaces; the underlay's MTU must carry it

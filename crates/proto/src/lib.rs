@@ -631,6 +631,11 @@ pub struct FailoverEvent {
     /// When its heartbeats resumed and the controller's groups were restored
     /// (Unix microseconds).
     pub rejoined_at_us: Option<u64>,
+    /// How long its heartbeats had been silent when they resumed
+    /// (microseconds; set at rejoining): what tells a late heartbeat from a
+    /// dead instance when tuning the detector.
+    #[serde(default)]
+    pub silence_us: Option<u64>,
     /// Groups rewritten.
     pub groups: u32,
 }

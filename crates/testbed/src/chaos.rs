@@ -17,7 +17,7 @@
 //! them false. Raw timestamps become those numbers in [`measure`] and
 //! [`summarize`], pure and tested on synthetic timelines.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -465,6 +465,10 @@ pub struct SoakResult {
     /// The agents' failure-detector counters at its end, summed over hosts
     /// (from their /metrics; what explains or excludes the false failovers).
     pub detector: Vec<(String, u64)>,
+    /// Per failover event (same order), how long the instance's heartbeats
+    /// had been silent when they resumed, milliseconds (None: not resumed
+    /// by the end).
+    pub silences_ms: Vec<Option<f64>>,
 }
 
 /// The soak's measurements from its span's raw records.
@@ -493,6 +497,7 @@ pub fn measure_soak(
         probes_failed: mine.iter().filter(|p| !p.ok).count(),
         false_failovers: events.len(),
         detector: Vec::new(),
+        silences_ms: vec![None; events.len()],
         failover_events: events,
     }
 }
@@ -691,6 +696,32 @@ fn detector_counters(lab: &Lab) -> Vec<(String, u64)> {
         .zip(sums)
         .map(|((_, name), n)| (name.to_string(), n))
         .collect()
+}
+
+/// Every agent's failover events that resumed: (suspected at, µs since the
+/// run started; host; instance) → how long the instance had been silent, µs.
+fn silences(lab: &Lab, clock: Clock) -> BTreeMap<(i64, u32, String), u64> {
+    let agent = lab.state().http();
+    let mut out = BTreeMap::new();
+    for h in &lab.state().hosts {
+        let Ok(v) = agent
+            .get(&format!("{}/v1/status", h.api))
+            .timeout(Duration::from_secs(2))
+            .call()
+            .map_err(|_| ())
+            .and_then(|r| r.into_json::<serde_json::Value>().map_err(|_| ()))
+        else {
+            continue;
+        };
+        for e in v["failover_events"].as_array().into_iter().flatten() {
+            if let Some(us) = e["silence_us"].as_u64() {
+                let at = e["suspected_at_us"].as_i64().unwrap_or(0) - clock.t0_us;
+                let inst = e["instance"].as_str().unwrap_or("").to_string();
+                out.insert((at, h.id, inst), us);
+            }
+        }
+    }
+    out
 }
 
 /// A paced download in flight.
@@ -1084,7 +1115,7 @@ pub fn run(lab: &mut Lab, o: &ChaosOptions) -> Result<ChaosReport, LabError> {
                 done.push(finish_download(d, by, &clock, &blob));
             }
             let to = clock.now();
-            Some((from, to, done, detector_counters(lab)))
+            Some((from, to, done, detector_counters(lab), silences(lab, clock)))
         } else {
             None
         };
@@ -1114,9 +1145,21 @@ pub fn run(lab: &mut Lab, o: &ChaosOptions) -> Result<ChaosReport, LabError> {
         store: lab.state().store_kind,
         summary: summarize(&faults),
         faults,
-        soak: soak.map(|(from, to, ts, detector)| SoakResult {
-            detector,
-            ..measure_soak(from, to, &probes, &ts, &failovers)
+        soak: soak.map(|(from, to, ts, detector, silent)| {
+            let r = measure_soak(from, to, &probes, &ts, &failovers);
+            SoakResult {
+                detector,
+                silences_ms: r
+                    .failover_events
+                    .iter()
+                    .map(|f| {
+                        silent
+                            .get(&(f.at_us, f.host, f.instance.clone()))
+                            .map(|us| *us as f64 / 1000.0)
+                    })
+                    .collect(),
+                ..r
+            }
         }),
         not_built: NOT_BUILT.to_vec(),
     })
@@ -1217,13 +1260,14 @@ pub fn print(r: &ChaosReport) {
                     .join(", ")
             );
         }
-        for e in &s.failover_events {
+        for (e, silent) in s.failover_events.iter().zip(&s.silences_ms) {
             println!(
-                "      failover at {:.3} s: {} on host {} ({})",
+                "      failover at {:.3} s: {} on host {} ({}{})",
                 e.at_us as f64 / 1e6,
                 e.instance,
                 e.host,
-                e.reason
+                e.reason,
+                silent.map_or(String::new(), |ms| format!("; silent {ms:.0} ms"))
             );
         }
     }

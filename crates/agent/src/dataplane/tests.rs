@@ -921,6 +921,8 @@ fn an_adopted_instance_is_taken_back_without_a_failover() {
 #[test]
 fn a_silent_instance_is_failed_over_and_rejoins() {
     let mut dp = Dataplane::new(1, &figure4_host1()).unwrap();
+    // The mechanism at a 30 ms floor (the default is 150 ms).
+    dp.set_suspect_after(30_000_000);
     let ms = 1_000_000u64;
     dp.set_now(990 * ms);
     ready(&mut dp, &[10, 11, 12]);
@@ -990,6 +992,11 @@ fn a_silent_instance_is_failed_over_and_rejoins() {
     next.process_udp_batch(&mut heartbeat_from(10), &mut plan);
     assert!(!next.suspected(10));
     assert_eq!(next.failover_events()[0].rejoined_at_us, Some(1_200_000));
+    assert_eq!(
+        next.failover_events()[0].silence_us,
+        Some(200_000),
+        "silent from its last heartbeat at 1,000 ms"
+    );
     for (i, b) in (1..=60).zip(&before) {
         assert_eq!(fw_dest(&mut next, i), *b);
     }
@@ -1065,6 +1072,8 @@ fn instances_of_a_leased_group_get_leases_on_exactly_their_ranges() {
     let mut c = fw_group(&[(5, 1), (6, 3)], vec![], false, false);
     c.group_policies[0].lease_epoch = 77;
     let mut dp = Dataplane::new(1, &c).unwrap();
+    // The mechanism at a 30 ms floor (the default is 150 ms).
+    dp.set_suspect_after(30_000_000);
     let g = c.tenants[0].groups[0].1.clone();
     let want5 = vec![(0u32, (g.ranges[0].0 - 1) as u32)];
     let want6 = vec![(g.ranges[0].0 as u32, u32::MAX)];
@@ -1174,6 +1183,8 @@ fn local_state_groups_fail_over_an_exited_instance_but_not_a_silent_one() {
     for (pinned, local) in [(true, true), (false, true), (false, false)] {
         let mut dp =
             Dataplane::new(1, &fw_group(&[(5, 1), (6, 1)], vec![], pinned, local)).unwrap();
+        // The mechanism at a 30 ms floor (the default is 150 ms).
+        dp.set_suspect_after(30_000_000);
         dp.set_now(1000 * ms);
         ready(&mut dp, &[5, 6]);
         let before: Vec<Dest> = (0..100).map(|i| dest(&mut dp, i)).collect();
@@ -1551,6 +1562,8 @@ fn sealed_fabric_traffic_flows_and_forgeries_replays_and_plain_datagrams_are_dro
 fn suspicions_of_a_live_instance_under_load(stall_ms: u64) -> (u64, u64) {
     let ms = 1_000_000u64;
     let mut dp = Dataplane::new(1, &figure4_host1()).unwrap();
+    // The mechanism at a 30 ms floor (the default is 150 ms).
+    dp.set_suspect_after(30_000_000);
     let mut now = 1000 * ms;
     dp.set_now(now);
     ready(&mut dp, &[10]);

@@ -39,7 +39,7 @@ fn a_flag_wins_over_the_file_which_wins_over_the_default() {
     // Defaults.
     assert_eq!(s.netns, None);
     assert_eq!(s.geneve_port, 6081);
-    assert_eq!(s.suspect_ms, 30);
+    assert_eq!(s.suspect_ms, 150);
     assert!(s.fabric_auth);
     assert_eq!(s.seawall, None);
     assert_eq!(s.run_dir, PathBuf::from(DEFAULT_RUN_DIR));
