@@ -11,6 +11,7 @@ use sluice_wire::tcp::flags::{ACK, SYN};
 use sluice_wire::FlowKey;
 
 use crate::engine::{self, FlowState, Header, BLOCKED, PASSED};
+use crate::pending::{self, Pend};
 use crate::rules::{Action, PacketInfo};
 use crate::{inspect, Ips, NONE, TABLE_FLOW};
 
@@ -24,6 +25,10 @@ pub struct Scan {
     pub through: bool,
     /// Flags (blocked, passed) changed: written through and acknowledged.
     pub flagged: bool,
+    /// The record's index in the batch (its pending bytes' slots).
+    pub rec: u32,
+    /// The canonical flow (the pending blobs' keys).
+    pub canon: FlowKey,
 }
 
 impl BatchNf for Ips {
@@ -52,6 +57,8 @@ impl BatchNf for Ips {
             return Ok(None);
         }
         let (canon, _) = p.meta.flow.canonical();
+        // The index a new record gets.
+        let rec = pass.recs.len() as u32;
         Ok(Some(pass.record(canon, || {
             let key = Key::flow(self.ns, TABLE_FLOW, &canon, &[]);
             let hash = canon.directional_hash();
@@ -59,6 +66,8 @@ impl BatchNf for Ips {
                 hash,
                 through: false,
                 flagged: false,
+                rec,
+                canon,
             };
             (key, Read::Owned(hash), x)
         })))
@@ -113,6 +122,7 @@ impl BatchNf for Ips {
             p.drop_by(ctx.stage, "ips_blocked");
             return;
         }
+        self.pend.cur = plan.unwrap_or(NONE);
         let drop = if p.meta.l4 == L4::Tcp {
             self.inspect_stream(i, p, &mut st, ctx)
         } else if st.flags & PASSED == 0 {
@@ -130,7 +140,10 @@ impl BatchNf for Ips {
             let stale = now > st.last_seen.saturating_add(self.timeout_ns / 8);
             if st != before || (stale && e.old.is_some()) {
                 e.x.through |= st != before;
-                e.x.flagged |= st.flags != before.flags || st.bits != before.bits;
+                // A pending blob's description is acknowledged with the
+                // blob, so another instance finds both.
+                e.x.flagged |=
+                    st.flags != before.flags || st.bits != before.bits || st.pend != before.pend;
                 st.last_seen = st.last_seen.max(now);
                 e.dirty = true;
             }
@@ -157,6 +170,21 @@ impl BatchNf for Ips {
         if !exists {
             ops.arm_timer(e.key, state.last_seen.saturating_add(self.timeout_ns));
         }
+        for d in 0..2 {
+            let new = state.pend[d];
+            let old = e.old.map(|o| o.pend[d]).unwrap_or_default();
+            let key = pending::key(self.ns, &e.x.canon, d);
+            if new.has_blob() {
+                if new != old {
+                    if let Some(b) = self.pend.of(e.x.rec, d) {
+                        ops.put(key, b);
+                        ops.arm_timer(key, state.last_seen.saturating_add(self.timeout_ns));
+                    }
+                }
+            } else if old.has_blob() {
+                ops.delete(key);
+            }
+        }
     }
 }
 
@@ -175,6 +203,66 @@ fn packet_info(p: &Packet) -> PacketInfo {
 }
 
 impl Ips {
+    /// Reads the pending blobs the batch needs ([`crate::pending`]): of the
+    /// records announcing one, for each direction a packet of the batch
+    /// brings stream bytes to. One round trip for the whole batch, none if
+    /// no record needs one.
+    pub(crate) fn read_pending(
+        &mut self,
+        batch: &Batch,
+        streams: &Streams,
+        pass: &mut Pass<Ips>,
+        store: &mut dyn sluice_nf::StateStore,
+    ) -> Result<(), sluice_nf::NfError> {
+        self.pend.reset(pass.recs.len());
+        let any = pass.recs.iter().any(|e| {
+            e.cur
+                .is_some_and(|s| s.pend[0].has_blob() || s.pend[1].has_blob())
+        });
+        if !any {
+            return Ok(());
+        }
+        pass.ops.clear();
+        self.pend_reads.clear();
+        for (i, p) in batch.pkts.iter().enumerate() {
+            let Some(Some(ei)) = pass.plans[i] else {
+                continue;
+            };
+            let Some(c) = streams.chunks.get(i).copied().flatten() else {
+                continue;
+            };
+            if c.is_empty() || !p.is_live() {
+                continue;
+            }
+            let d = if c.to_server { 0 } else { 1 };
+            let e = &pass.recs[ei];
+            let Some(st) = &e.cur else { continue };
+            if !st.pend[d].has_blob() || self.pend.has(ei, d) {
+                continue;
+            }
+            self.pend.slot(ei, d);
+            let id = pass.ops.get(pending::key(self.ns, &e.x.canon, d));
+            self.pend_reads.push((ei, d as u8, id));
+        }
+        if self.pend_reads.is_empty() {
+            return Ok(());
+        }
+        store.execute(&mut pass.ops)?;
+        for k in 0..self.pend_reads.len() {
+            let (ei, d, id) = self.pend_reads[k];
+            let want = pass.recs[ei].cur.map_or(0, |s| s.pend[d as usize].len) as usize;
+            match pass.ops.value(id) {
+                Some(v) if v.len() == want => {
+                    self.pend.slot(ei, d as usize).extend_from_slice(v);
+                }
+                // The unit is not inspected; the packets deciding it see
+                // the mismatch and forget it.
+                _ => self.counters.pending_lost += 1,
+            }
+        }
+        Ok(())
+    }
+
     /// A flow's state before any packet.
     fn fresh(&self) -> FlowState {
         FlowState {
@@ -202,6 +290,7 @@ impl Ips {
             // A new connection starts its automata afresh (Algorithm 2).
             st.dirs = [self.engine.initial(); 2];
             st.http = Default::default();
+            st.pend = [Pend::default(); 2];
             st.flags &= !PASSED;
         }
         if st.flags & PASSED != 0 {

@@ -105,6 +105,7 @@ pub mod dns;
 pub mod engine;
 pub mod http;
 pub mod inspect;
+pub mod pending;
 pub mod rules;
 pub mod threshold;
 pub mod tls;
@@ -315,6 +316,20 @@ pub struct Counters {
     pub expired: u64,
     /// Alerts withheld by `threshold` or `detection_filter`.
     pub thresholded: u64,
+    /// Split units (HTTP heads, TLS handshake units, DNS messages) completed
+    /// from a pending blob and inspected whole ([`pending`]).
+    pub pending_joined: u64,
+    /// Pending blobs written.
+    pub pending_saved: u64,
+    /// Units over their bound: the direction stopped being parsed for that
+    /// protocol.
+    pub pending_overflow: u64,
+    /// Pending units discarded because bytes before their continuation were
+    /// lost (a gap, or new bytes not where the unit ended).
+    pub pending_discarded: u64,
+    /// Pending blobs the record announced but the store did not return
+    /// whole (expired or lost): their unit is not inspected.
+    pub pending_lost: u64,
 }
 
 /// The IPS function.
@@ -348,6 +363,10 @@ pub struct Ips {
     http_dot: Vec<u8>,
     /// A TLS hello's buffers, reused.
     tls_bufs: tls::Buffers,
+    /// The batch's pending units in memory ([`pending`]).
+    pend: pending::PendBatch,
+    /// The blob reads of the batch: (record, direction, read).
+    pend_reads: Vec<(u32, u8, OpId)>,
 }
 
 /// The batch's TCP stream bytes scanned ahead of evaluation, interleaved across
@@ -412,6 +431,8 @@ impl Ips {
             http_piece: http::Piece::default(),
             http_dot: Vec::new(),
             tls_bufs: tls::Buffers::default(),
+            pend: Default::default(),
+            pend_reads: Vec::new(),
         })
     }
 
@@ -505,6 +526,7 @@ impl NetworkFunction for Ips {
         batch::split(self, |ips, pass| {
             pass.gather(ips, batch, ctx);
             ips.counters.corrupt_records += pass.read(ips, store, ctx.now_ns)?;
+            ips.read_pending(batch, ctx.streams, pass, store)?;
             ips.prescan(batch, ctx.streams, pass);
             pass.decide(ips, batch, ctx);
             pass.write(ips, store)
@@ -537,7 +559,9 @@ impl NetworkFunction for Ips {
                 .collect();
             store.execute(&mut self.pass.ops)?;
             let mut deadlines = Vec::with_capacity(ids.len());
-            for id in &ids {
+            // Pending blobs of expiring records go with them.
+            let mut blobs = Vec::new();
+            for (k, id) in self.keys.iter().zip(&ids) {
                 let Some(id) = id else {
                     deadlines.push(Some(0));
                     continue;
@@ -547,11 +571,24 @@ impl NetworkFunction for Ips {
                         Some(s.last_seen.saturating_add(self.timeout_ns))
                     }
                     Ok(None) => None,
-                    _ => Some(0),
+                    Ok(Some(s)) => {
+                        if let Some(canon) = k.flow_key() {
+                            for d in 0..2 {
+                                if s.pend[d].has_blob() {
+                                    blobs.push(pending::key(self.ns, &canon, d));
+                                }
+                            }
+                        }
+                        Some(0)
+                    }
+                    Err(_) => Some(0),
                 });
             }
             let full = self.keys.len() == 256;
             self.pass.ops.clear();
+            for k in blobs {
+                self.pass.ops.delete(k);
+            }
             for (k, dl) in self.keys.iter().zip(deadlines) {
                 match dl {
                     Some(0) => {
@@ -589,6 +626,11 @@ impl NetworkFunction for Ips {
             ("ips_corrupt_records", c.corrupt_records),
             ("ips_expired", c.expired),
             ("ips_thresholded", c.thresholded),
+            ("ips_pending_joined", c.pending_joined),
+            ("ips_pending_saved", c.pending_saved),
+            ("ips_pending_overflow", c.pending_overflow),
+            ("ips_pending_discarded", c.pending_discarded),
+            ("ips_pending_lost", c.pending_lost),
         ]);
     }
 }
