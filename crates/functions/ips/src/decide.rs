@@ -4,7 +4,7 @@
 
 use rustc_hash::FxBuildHasher;
 use sluice_nf::batch::{BatchNf, Pass, Read, Record};
-use sluice_nf::{Alert, AlertAction, Batch, Ctx, Event, Packet, Streams};
+use sluice_nf::{Alert, AlertAction, Batch, Ctx, Event, Packet, StreamChunk, Streams};
 use sluice_state::{DecodeError, Key, Ops};
 use sluice_wire::parse::L4;
 use sluice_wire::tcp::flags::{ACK, SYN};
@@ -326,30 +326,70 @@ impl Ips {
         if st.flags & PASSED != 0 {
             return false;
         }
-        if self.dns_segment(p, st, &hdr, ctx.events) {
-            return true;
-        }
-        if st.flags & PASSED != 0 {
-            return false;
-        }
-        if self.tls_segment(p, st, &hdr, ctx.events) {
-            return true;
-        }
-        if st.flags & PASSED != 0 {
-            return false;
-        }
-        let (c, own, extra) = match ctx.streams.bytes(i, p) {
-            None => {
-                if p.meta.payload_len > 0 {
-                    self.counters.tcp_unreassembled += 1;
-                }
+        let Some((c, own, extra)) = ctx.streams.bytes(i, p) else {
+            // Outside a tracked stream each segment is inspected on its own.
+            if self.dns_segment(p, st, &hdr, ctx.events) {
+                return true;
+            }
+            if st.flags & PASSED != 0 {
                 return false;
             }
-            Some((c, _, _)) if c.is_empty() => return false,
-            Some(x) => x,
+            if self.tls_segment(p, st, &hdr, ctx.events) {
+                return true;
+            }
+            if p.meta.payload_len > 0 {
+                self.counters.tcp_unreassembled += 1;
+            }
+            return false;
         };
-        self.counters.scanned_bytes += c.len() as u64;
+        if c.is_empty() {
+            return false;
+        }
+        // The application layer parses the packet's new stream bytes in
+        // one piece.
+        let mut joined = std::mem::take(&mut self.joined);
+        let data: &[u8] = if extra.is_empty() {
+            own
+        } else {
+            joined.clear();
+            joined.extend_from_slice(own);
+            joined.extend_from_slice(extra);
+            &joined
+        };
+        let drop = self.inspect_chunk(p, st, (d, &hdr), ctx, (c, own, extra, data), i);
+        self.joined = joined;
+        drop
+    }
+
+    /// [`Ips::inspect_stream`] on a packet with new stream bytes `data`
+    /// (its `own` and `extra` parts joined).
+    fn inspect_chunk(
+        &mut self,
+        p: &Packet,
+        st: &mut FlowState,
+        (d, hdr): (usize, &Header),
+        ctx: &mut Ctx<'_>,
+        (c, own, extra, data): (StreamChunk, &[u8], &[u8], &[u8]),
+        i: usize,
+    ) -> bool {
         let base = c.stream_offset;
+        if c.gap {
+            // Bytes before these were lost: a pending unit cannot continue.
+            self.pend_drop(st, d, true);
+        }
+        if self.tls_stream(st, (d, hdr), p, ctx.events, (data, base)) {
+            return true;
+        }
+        if st.flags & PASSED != 0 {
+            return false;
+        }
+        if self.dns_stream(st, (d, hdr), p, ctx.events, (data, base)) {
+            return true;
+        }
+        if st.flags & PASSED != 0 {
+            return false;
+        }
+        self.counters.scanned_bytes += c.len() as u64;
         let j = self.pre.job_of.get(i).copied().unwrap_or(NONE) as usize;
         let ds = &mut st.dirs[d];
         if c.gap {
@@ -372,24 +412,13 @@ impl Ips {
             parts: [own, extra],
             base,
         };
-        if self.evaluate(st, d, &hdr, p, ctx.events, bytes) {
+        if self.evaluate(st, d, hdr, p, ctx.events, bytes) {
             return true;
         }
         if st.flags & (BLOCKED | PASSED) != 0 || self.engine.http.is_empty() {
             return false;
         }
-        let mut buf = std::mem::take(&mut self.buf);
-        let data: &[u8] = if extra.is_empty() {
-            own
-        } else {
-            buf.clear();
-            buf.extend_from_slice(own);
-            buf.extend_from_slice(extra);
-            &buf
-        };
-        let drop = self.http_stream(st, d, &hdr, p, ctx.events, data, (base, c.gap));
-        self.buf = buf;
-        drop
+        self.http_stream(st, d, hdr, p, ctx.events, data, (base, c.gap))
     }
 
     /// Matches a datagram's payload on its own; only the flow flags persist.

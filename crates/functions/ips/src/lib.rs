@@ -367,6 +367,9 @@ pub struct Ips {
     pend: pending::PendBatch,
     /// The blob reads of the batch: (record, direction, read).
     pend_reads: Vec<(u32, u8, OpId)>,
+    /// A TCP packet's stream bytes made contiguous for the application
+    /// layer, reused.
+    joined: Vec<u8>,
 }
 
 /// The batch's TCP stream bytes scanned ahead of evaluation, interleaved across
@@ -433,6 +436,7 @@ impl Ips {
             tls_bufs: tls::Buffers::default(),
             pend: Default::default(),
             pend_reads: Vec::new(),
+            joined: Vec::new(),
         })
     }
 

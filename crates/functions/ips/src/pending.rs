@@ -112,6 +112,20 @@ impl Pend {
     }
 }
 
+/// How far bytes at a unit's start make up a unit ([`crate::tls::unit`],
+/// [`crate::dns::unit`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unit {
+    /// Not the start of a unit this protocol inspects.
+    Not,
+    /// The start of one, which needs more bytes.
+    Need,
+    /// A whole unit of this many bytes.
+    Whole(usize),
+    /// A unit larger than the protocol's bound.
+    Over,
+}
+
 /// The key of the pending blob of direction `d` (0: to server) of the flow
 /// whose canonical key is `canon`.
 pub fn key(ns: Namespace, canon: &FlowKey, d: usize) -> Key {

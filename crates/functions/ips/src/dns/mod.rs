@@ -13,6 +13,8 @@ pub mod prefilter;
 
 use std::ops::Range;
 
+use crate::pending::Unit;
+
 /// Byte ranges of the header's fields.
 pub mod field {
     use super::Range;
@@ -303,6 +305,46 @@ impl<'a> Message<'a> {
         // Every question's name was walked by `parse`: this cannot fail.
         let _ = walk_name(self.buf, q.name_at as usize, Some(out));
     }
+}
+
+/// How far `b`, a direction's stream bytes from a segment's start (or from
+/// a pending unit's start), make up a DNS-over-TCP message with its 2-byte
+/// length prefix: [`Unit::Whole`] when `b` is exactly that long (as
+/// [`detect`] wants it), [`Unit::Need`] while shorter and what there is of
+/// the header is a query's or a response's (an assigned opcode, the
+/// reserved bit clear, a query with response code 0 and 1 to
+/// [`MAX_QUESTIONS`] questions), [`Unit::Not`] otherwise. [`Message::parse`]
+/// checks the whole message.
+pub fn unit(b: &[u8]) -> Unit {
+    if b.len() < 2 {
+        return Unit::Need;
+    }
+    let n = 2 + u16::from_be_bytes([b[0], b[1]]) as usize;
+    // A header, the root name and a question's type and class.
+    if n < 2 + field::HEADER_LEN + 5 {
+        return Unit::Not;
+    }
+    match b.len().cmp(&n) {
+        std::cmp::Ordering::Equal => return Unit::Whole(n),
+        std::cmp::Ordering::Greater => return Unit::Not,
+        std::cmp::Ordering::Less => {}
+    }
+    let h = &b[2..];
+    if h.len() >= field::FLAGS.end {
+        let f = be16(h, field::FLAGS);
+        let op = ((f >> 11) & 0xf) as u8;
+        let query = f & flags::QR == 0;
+        if op == 3 || op > 6 || f & flags::Z != 0 || (query && f & 0xf != 0) {
+            return Unit::Not;
+        }
+        if h.len() >= field::QDCOUNT.end {
+            let qd = be16(h, field::QDCOUNT) as usize;
+            if qd > MAX_QUESTIONS || (query && qd == 0) {
+                return Unit::Not;
+            }
+        }
+    }
+    Unit::Need
 }
 
 /// Tells DNS by content, whatever the ports: a UDP payload (`tcp` false) is

@@ -28,6 +28,8 @@ use std::ops::Range;
 
 use md5::{Digest, Md5};
 
+use crate::pending::{Unit, MAX_TLS_UNIT};
+
 /// Byte ranges of the record and handshake headers.
 pub mod field {
     use super::Range;
@@ -249,6 +251,83 @@ pub fn detect(payload: &[u8]) -> Result<Hello, TlsError> {
         i = data.end;
     }
     Ok(h)
+}
+
+fn be24(b: &[u8], at: usize) -> usize {
+    u32::from_be_bytes([0, b[at], b[at + 1], b[at + 2]]) as usize
+}
+
+/// How far `b`, a direction's stream bytes from a segment's start (or from
+/// a pending unit's start), make up the TLS unit the IPS inspects: a handshake
+/// record whose first message is a ClientHello, a ServerHello or a
+/// Certificate, that message whole, and after a ServerHello the Certificate
+/// message that follows it, in its record or at the start of the next one,
+/// if the bytes go on past the hello. [`Unit::Need`] while the bytes are a
+/// consistent prefix of such a unit; [`Unit::Over`] past
+/// [`MAX_TLS_UNIT`]. Only the headers are checked: [`Buffers::fill`] parses
+/// the unit.
+pub fn unit(b: &[u8]) -> Unit {
+    if b.first().is_some_and(|&t| t != HANDSHAKE) || b.get(1).is_some_and(|&v| v != 3) {
+        return Unit::Not;
+    }
+    let hello_type = |t: u8| matches!(t, 1 | 2 | CERTIFICATE);
+    if b.len() < field::HS_LEN.end {
+        return match b.get(field::HS_TYPE) {
+            Some(&t) if !hello_type(t) => Unit::Not,
+            _ => Unit::Need,
+        };
+    }
+    let record_end = field::HS_TYPE + be16(b, field::RECORD_LEN.start) as usize;
+    let t = b[field::HS_TYPE];
+    if !hello_type(t) {
+        return Unit::Not;
+    }
+    let msg_end = field::HS_LEN.end + be24(b, field::HS_LEN.start);
+    if msg_end > record_end {
+        return Unit::Not;
+    }
+    if msg_end > MAX_TLS_UNIT {
+        return Unit::Over;
+    }
+    if b.len() < msg_end {
+        return Unit::Need;
+    }
+    if t != 2 {
+        return Unit::Whole(msg_end);
+    }
+    // A ServerHello: the Certificate after it, if one follows.
+    let (at, cert_record_end) = if msg_end < record_end {
+        (msg_end, record_end)
+    } else {
+        let r = msg_end;
+        if b.len() == r || b[r] != HANDSHAKE || b.get(r + 1).is_some_and(|&v| v != 3) {
+            return Unit::Whole(msg_end);
+        }
+        if b.len() < r + 5 {
+            return Unit::Need;
+        }
+        (r + 5, r + 5 + be16(b, r + 3) as usize)
+    };
+    match b.get(at) {
+        Some(&CERTIFICATE) => {}
+        Some(_) => return Unit::Whole(msg_end),
+        None => return Unit::Need,
+    }
+    if b.len() < at + 4 {
+        return Unit::Need;
+    }
+    let cert_end = at + 4 + be24(b, at + 1);
+    if cert_end > cert_record_end {
+        // Not parsed ([`certificates`]): the hello alone.
+        return Unit::Whole(msg_end);
+    }
+    if cert_end > MAX_TLS_UNIT {
+        return Unit::Over;
+    }
+    if b.len() < cert_end {
+        return Unit::Need;
+    }
+    Unit::Whole(cert_end)
 }
 
 /// Reads the record header at `at`; returns where its body starts and ends
