@@ -27,8 +27,6 @@ pub struct Scan {
     pub flagged: bool,
     /// The record's index in the batch (its pending bytes' slots).
     pub rec: u32,
-    /// The canonical flow (the pending blobs' keys).
-    pub canon: FlowKey,
 }
 
 impl BatchNf for Ips {
@@ -67,7 +65,6 @@ impl BatchNf for Ips {
                 through: false,
                 flagged: false,
                 rec,
-                canon,
             };
             (key, Read::Owned(hash), x)
         })))
@@ -173,7 +170,13 @@ impl BatchNf for Ips {
         for d in 0..2 {
             let new = state.pend[d];
             let old = e.old.map(|o| o.pend[d]).unwrap_or_default();
-            let key = pending::key(self.ns, &e.x.canon, d);
+            if !new.has_blob() && !old.has_blob() {
+                continue;
+            }
+            let Some(canon) = e.key.flow_key() else {
+                continue;
+            };
+            let key = pending::key(self.ns, &canon, d);
             if new.has_blob() {
                 if new != old {
                     if let Some(b) = self.pend.of(e.x.rec, d) {
@@ -241,7 +244,8 @@ impl Ips {
                 continue;
             }
             self.pend.slot(ei, d);
-            let id = pass.ops.get(pending::key(self.ns, &e.x.canon, d));
+            let (canon, _) = p.meta.flow.canonical();
+            let id = pass.ops.get(pending::key(self.ns, &canon, d));
             self.pend_reads.push((ei, d as u8, id));
         }
         if self.pend_reads.is_empty() {

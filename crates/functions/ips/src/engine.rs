@@ -944,7 +944,7 @@ impl Codec for FlowState {
 /// in total over both directions, no flowbit set (each adds 2 bytes), no
 /// HTTP message being framed (each direction that is adds 15 bytes,
 /// [`HttpDir::encoded_len`]) and no pending unit (each direction with one
-/// adds 12 bytes, [`Pend::encoded_len`]).
+/// adds 8 bytes, [`Pend::encoded_len`]).
 pub const fn record_size(fired: usize, partial: usize) -> usize {
     11 + 2 * 10 + 2 + 2 + 4 * fired + 13 * partial
 }

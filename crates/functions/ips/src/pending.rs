@@ -58,18 +58,18 @@ pub struct Pend {
     pub kind: u8,
     /// Bytes in the blob.
     pub len: u32,
-    /// Stream position just after the blob's last byte: the next stream
-    /// bytes continue the unit only if they start here.
-    pub end: u64,
+    /// Stream position just after the blob's last byte, modulo 2^32: the
+    /// next stream bytes continue the unit only if they start here.
+    pub end: u32,
 }
 
 impl Pend {
-    /// Bytes [`encode`](Pend::encode) writes: 1, or 13 with a unit.
+    /// Bytes [`encode`](Pend::encode) writes: 1, or 9 with a unit.
     pub fn encoded_len(&self) -> usize {
         if self.kind == NONE {
             1
         } else {
-            13
+            9
         }
     }
 
@@ -77,7 +77,7 @@ impl Pend {
     pub fn encode(&self, w: &mut Writer<'_>) {
         w.u8(self.kind);
         if self.kind != NONE {
-            w.u32(self.len).u64(self.end);
+            w.u32(self.len).u32(self.end);
         }
     }
 
@@ -102,7 +102,7 @@ impl Pend {
         Ok(Pend {
             kind,
             len,
-            end: r.u64()?,
+            end: r.u32()?,
         })
     }
 
@@ -238,7 +238,7 @@ impl Ips {
     ) -> bool {
         let p = st.pend[d];
         p.kind == kind
-            && p.end == base
+            && p.end == base as u32
             && (p.len == 0 || self.pend.get(d).is_some_and(|b| b.len() == p.len as usize))
     }
 

@@ -588,7 +588,7 @@ fn the_framing_round_trips_through_the_record() {
     };
     let mut buf = Vec::new();
     st.encode(&mut Writer::new(&mut buf));
-    assert_eq!(buf.len(), record_size(0, 0) + 12);
+    assert_eq!(buf.len(), record_size(0, 0) + 8);
     assert_eq!(FlowState::decode(&mut Reader::new(&buf)).unwrap(), st);
     // A length over the kind's bound is refused.
     st.pend[1].len = sluice_ips::pending::MAX_TLS_UNIT as u32 + 1;
@@ -807,4 +807,42 @@ fn a_gap_discards_the_pending_head() {
     let (a, _, c) = sids_batched(&[rule], &f);
     assert!(a.is_empty(), "{a:?}");
     assert_eq!(c.pending_discarded, 1, "{c:?}");
+}
+
+#[test]
+fn a_pending_head_expires_with_its_flow() {
+    use sluice_nf::{Ctx, NetworkFunction, Streams};
+    use sluice_state::StateStore;
+    let req = split_request();
+    let frames = conn_of(&pieces(&req, &[60]));
+    let mut i = ips(SPLIT_RULES);
+    let mut st = LocalStore::new();
+    common::run_in(&mut i, &mut st, &frames[..4], 1_000_000_000);
+    let key = pend_key(&frames[0]);
+    let flow = sluice_wire::parse::parse_frame(&frames[0]).unwrap().flow;
+    let rec = sluice_state::Key::flow(
+        sluice_state::Namespace(2),
+        sluice_ips::TABLE_FLOW,
+        &flow.canonical().0,
+        &[],
+    );
+    let present = |st: &mut LocalStore, k| {
+        let mut ops = sluice_state::Ops::new();
+        let id = ops.get(k);
+        st.execute(&mut ops).unwrap();
+        ops.value(id).is_some()
+    };
+    assert!(present(&mut st, key) && present(&mut st, rec));
+    let (mut events, mut emit) = (Vec::new(), Vec::new());
+    let streams = Streams::default();
+    let mut ctx = Ctx {
+        now_ns: 1_000_000_000 + 301 * 1_000_000_000,
+        stage: 2,
+        streams: &streams,
+        events: &mut events,
+        emit: &mut emit,
+    };
+    i.on_timers(&mut ctx, &mut st).unwrap();
+    assert!(!present(&mut st, key));
+    assert!(!present(&mut st, rec));
 }

@@ -1152,3 +1152,82 @@ fn a_drop_rule_on_a_split_hello_drops_the_packet_completing_it() {
     assert_eq!(a, vec![45]);
     assert_eq!(d, vec![false, false, false, false, false, true, true]);
 }
+
+/// What a split unit costs in the store, one packet per batch (the worst
+/// case: within a batch a unit never reaches the store). The reassembler
+/// keeps its state in a store of its own here, so the counts are the IPS's.
+#[test]
+fn a_split_unit_costs_one_read_round_trip_and_a_blob() {
+    use sluice_nf::{Ctx, NetworkFunction, Streams};
+    use sluice_packet::{Batch, PacketPool};
+    use sluice_reassembly::Reassembler;
+    use sluice_state::{StateStore, StoreCounters};
+    let h = pq_hello("www.fortect.com");
+    // Per data packet: the IPS store's counters over its batch.
+    let cost = |segs: &[Vec<u8>]| -> Vec<StoreCounters> {
+        let frames = flow(443, segs, None);
+        let mut i = ips(ET);
+        let (mut rs, mut st) = (LocalStore::new(), LocalStore::new());
+        let mut r = Reassembler::new(sluice_state::Namespace(1), Default::default());
+        let mut pool = PacketPool::new(8);
+        let mut out = Vec::new();
+        for (k, f) in frames.iter().enumerate() {
+            let mut b = Batch::with_capacity(1);
+            b.push_frame(&mut pool, f, 1 + k as u64 * 1_000_000, 0);
+            for p in &mut b.pkts {
+                p.meta = sluice_wire::parse::parse_frame(p.data()).unwrap();
+            }
+            let mut streams = Streams::default();
+            r.process(&mut b, &mut rs, &mut streams, 1).unwrap();
+            let (mut events, mut emit) = (Vec::new(), Vec::new());
+            let mut ctx = Ctx {
+                now_ns: 1 + k as u64 * 1_000_000,
+                stage: 2,
+                streams: &streams,
+                events: &mut events,
+                emit: &mut emit,
+            };
+            let before = st.counters();
+            i.process(&mut b, &mut ctx, &mut st).unwrap();
+            let after = st.counters();
+            if k >= 3 {
+                out.push(StoreCounters {
+                    round_trips: after.round_trips - before.round_trips,
+                    reads: after.reads - before.reads,
+                    writes: after.writes - before.writes,
+                    timers: after.timers - before.timers,
+                    ..Default::default()
+                });
+            }
+        }
+        out
+    };
+    let whole = cost(std::slice::from_ref(&h));
+    let split = cost(&pieces(&h, &[1460]));
+    let show = |c: &StoreCounters| {
+        format!(
+            "{} round trips, {} reads, {} writes, {} timer ops",
+            c.round_trips, c.reads, c.writes, c.timers
+        )
+    };
+    eprintln!("whole hello ({} bytes): {}", h.len(), show(&whole[0]));
+    eprintln!(
+        "split, first part (blob of 1460 bytes): {}",
+        show(&split[0])
+    );
+    eprintln!("split, completing part: {}", show(&split[1]));
+    // The first part: the record and the blob written with its timer, in
+    // the batch's one write round trip.
+    assert_eq!((split[0].round_trips, split[0].reads), (2, 1));
+    assert_eq!(split[0].writes, 2);
+    // The completing part: one more round trip, to read the blob; the
+    // record written and the blob deleted in the write round trip.
+    assert_eq!((split[1].round_trips, split[1].reads), (3, 2));
+    assert_eq!(split[1].writes, 2);
+    assert_eq!(split[1].timers, 0);
+    // Whole, the same rule fires with one read and one write.
+    assert_eq!(
+        (whole[0].round_trips, whole[0].reads, whole[0].writes),
+        (2, 1, 1)
+    );
+}

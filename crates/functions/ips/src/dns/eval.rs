@@ -59,7 +59,8 @@ impl Ips {
             return false;
         }
         let pm = st.pend[d];
-        let boundary = base == 0 || (pm.kind == pending::DNS && pm.len == 0 && pm.end == base);
+        let boundary =
+            base == 0 || (pm.kind == pending::DNS && pm.len == 0 && pm.end == base as u32);
         let cont = pm.kind == pending::DNS && pm.len > 0 && self.pend_ok(st, d, pending::DNS, base);
         if pm.kind == pending::DNS && !cont && !boundary {
             self.pend_drop(st, d, true);
@@ -84,7 +85,7 @@ impl Ips {
                 st.pend[d] = Pend {
                     kind: pending::DNS,
                     len: held.len() as u32,
-                    end: base + data.len() as u64,
+                    end: (base + data.len() as u64) as u32,
                 };
                 self.counters.pending_saved += 1;
                 self.pend.put(d, held);
@@ -99,7 +100,7 @@ impl Ips {
                     next = Pend {
                         kind: pending::DNS,
                         len: 0,
-                        end: base + data.len() as u64,
+                        end: (base + data.len() as u64) as u32,
                     };
                     let hdr = Header { dns: true, ..*hdr };
                     drop = self.dns_message(&msg, unit, (st, d, &hdr, p), events);

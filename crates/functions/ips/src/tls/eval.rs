@@ -63,7 +63,7 @@ impl Ips {
                 st.pend[d] = Pend {
                     kind: pending::TLS,
                     len: held.len() as u32,
-                    end: base + data.len() as u64,
+                    end: (base + data.len() as u64) as u32,
                 };
                 self.counters.pending_saved += 1;
                 self.pend.put(d, held);

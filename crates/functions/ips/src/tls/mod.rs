@@ -4,21 +4,21 @@
 //! ([`Buffers`]): the server name (SNI), the JA3/JA3S fingerprints and the
 //! server's certificates (TLS 1.2 and older send them in clear).
 //!
-//! A hello is recognised when the segment's payload starts with a handshake
-//! record (content type 22, version 3.x) whose first message is a whole
-//! ClientHello (type 1) or ServerHello (type 2) inside that record and inside
-//! the payload (the rest of the record may follow in later segments). Every length is checked against its container
-//! (the extensions must fill their block exactly), so parsing never panics
-//! and reads nothing outside the payload. A hello split across TCP segments
-//! (or across records) is not recognised: nothing is buffered between
-//! segments, so its rules do not match (see docs/FUNCTIONS.md "TLS").
+//! A hello is recognised when the bytes (a segment's new stream bytes, or a
+//! pending unit completed by them) start with a handshake record (content
+//! type 22, version 3.x) whose first message is a whole ClientHello (type 1)
+//! or ServerHello (type 2) inside that record (the rest of the record may
+//! follow). Every length is checked against its container (the extensions
+//! must fill their block exactly), so parsing never panics and reads nothing
+//! outside the bytes. A hello split across TCP segments is kept as a pending
+//! unit until whole ([`unit`], [`crate::pending`]); one split across TLS
+//! records is not recognised.
 //!
 //! The server's Certificate message (type 11, [`certificates`]) is read when
-//! it follows the ServerHello in the same segment (in its record or the next
-//! one), or when a segment starts with a handshake record whose first message
-//! is a Certificate. It must be whole in its record and in the segment: a
-//! Certificate message split across segments (common, a chain is a few
-//! kilobytes) or records is not parsed, as a hello is not.
+//! it follows the ServerHello (in its record or the next one), or when the
+//! bytes start with a handshake record whose first message is a Certificate.
+//! It must be whole in its record; a segment boundary inside it is bridged
+//! by the pending unit, a record boundary is not.
 
 pub(crate) mod eval;
 pub mod prefilter;
