@@ -11,7 +11,7 @@
 //! length and the stream position it ends at ([`Pend`]), so the blob is read
 //! only for flows that have one and only in batches bringing that direction
 //! new stream bytes: one extra round trip for the whole batch
-//! ([`Ips::read_pending`]), none when no flow of the batch has one.
+//! (`Ips::read_pending`), none when no flow of the batch has one.
 //!
 //! A blob is deleted when its unit completes, when a gap
 //! ([`sluice_nf::StreamChunk::gap`]) or a stream position that does not

@@ -349,7 +349,7 @@ pub fn unit(b: &[u8]) -> Unit {
 
 /// Tells DNS by content, whatever the ports: a UDP payload (`tcp` false) is
 /// DNS if it parses whole as a [`Message`]. Over TCP the bytes (a segment's,
-/// or a pending unit completed by one: [`unit`]) must be one whole message
+/// or a pending unit completed by one: [`unit()`]) must be one whole message
 /// after its 2-byte length prefix, the prefix giving exactly the rest of the
 /// bytes. Not covered: several messages in one segment (not DNS here).
 pub fn detect(payload: &[u8], tcp: bool) -> Result<Message<'_>, DnsError> {

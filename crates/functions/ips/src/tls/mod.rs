@@ -11,7 +11,7 @@
 //! follow). Every length is checked against its container (the extensions
 //! must fill their block exactly), so parsing never panics and reads nothing
 //! outside the bytes. A hello split across TCP segments is kept as a pending
-//! unit until whole ([`unit`], [`crate::pending`]); one split across TLS
+//! unit until whole ([`unit()`], [`crate::pending`]); one split across TLS
 //! records is not recognised.
 //!
 //! The server's Certificate message (type 11, [`certificates`]) is read when
