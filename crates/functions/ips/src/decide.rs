@@ -4,13 +4,14 @@
 
 use rustc_hash::FxBuildHasher;
 use sluice_nf::batch::{BatchNf, Pass, Read, Record};
-use sluice_nf::{Alert, AlertAction, Batch, Ctx, Event, Packet, Streams};
+use sluice_nf::{Alert, AlertAction, Batch, Ctx, Event, Packet, StreamChunk, Streams};
 use sluice_state::{DecodeError, Key, Ops};
 use sluice_wire::parse::L4;
 use sluice_wire::tcp::flags::{ACK, SYN};
 use sluice_wire::FlowKey;
 
 use crate::engine::{self, FlowState, Header, BLOCKED, PASSED};
+use crate::pending::{self, Pend};
 use crate::rules::{Action, PacketInfo};
 use crate::{inspect, Ips, NONE, TABLE_FLOW};
 
@@ -24,6 +25,8 @@ pub struct Scan {
     pub through: bool,
     /// Flags (blocked, passed) changed: written through and acknowledged.
     pub flagged: bool,
+    /// The record's index in the batch (its pending bytes' slots).
+    pub rec: u32,
 }
 
 impl BatchNf for Ips {
@@ -52,6 +55,8 @@ impl BatchNf for Ips {
             return Ok(None);
         }
         let (canon, _) = p.meta.flow.canonical();
+        // The index a new record gets.
+        let rec = pass.recs.len() as u32;
         Ok(Some(pass.record(canon, || {
             let key = Key::flow(self.ns, TABLE_FLOW, &canon, &[]);
             let hash = canon.directional_hash();
@@ -59,6 +64,7 @@ impl BatchNf for Ips {
                 hash,
                 through: false,
                 flagged: false,
+                rec,
             };
             (key, Read::Owned(hash), x)
         })))
@@ -113,6 +119,7 @@ impl BatchNf for Ips {
             p.drop_by(ctx.stage, "ips_blocked");
             return;
         }
+        self.pend.cur = plan.unwrap_or(NONE);
         let drop = if p.meta.l4 == L4::Tcp {
             self.inspect_stream(i, p, &mut st, ctx)
         } else if st.flags & PASSED == 0 {
@@ -130,7 +137,10 @@ impl BatchNf for Ips {
             let stale = now > st.last_seen.saturating_add(self.timeout_ns / 8);
             if st != before || (stale && e.old.is_some()) {
                 e.x.through |= st != before;
-                e.x.flagged |= st.flags != before.flags || st.bits != before.bits;
+                // A pending blob's description is acknowledged with the
+                // blob, so another instance finds both.
+                e.x.flagged |=
+                    st.flags != before.flags || st.bits != before.bits || st.pend != before.pend;
                 st.last_seen = st.last_seen.max(now);
                 e.dirty = true;
             }
@@ -157,6 +167,27 @@ impl BatchNf for Ips {
         if !exists {
             ops.arm_timer(e.key, state.last_seen.saturating_add(self.timeout_ns));
         }
+        for d in 0..2 {
+            let new = state.pend[d];
+            let old = e.old.map(|o| o.pend[d]).unwrap_or_default();
+            if !new.has_blob() && !old.has_blob() {
+                continue;
+            }
+            let Some(canon) = e.key.flow_key() else {
+                continue;
+            };
+            let key = pending::key(self.ns, &canon, d);
+            if new.has_blob() {
+                if new != old {
+                    if let Some(b) = self.pend.of(e.x.rec, d) {
+                        ops.put(key, b);
+                        ops.arm_timer(key, state.last_seen.saturating_add(self.timeout_ns));
+                    }
+                }
+            } else if old.has_blob() {
+                ops.delete(key);
+            }
+        }
     }
 }
 
@@ -175,6 +206,67 @@ fn packet_info(p: &Packet) -> PacketInfo {
 }
 
 impl Ips {
+    /// Reads the pending blobs the batch needs ([`crate::pending`]): of the
+    /// records announcing one, for each direction a packet of the batch
+    /// brings stream bytes to. One round trip for the whole batch, none if
+    /// no record needs one.
+    pub(crate) fn read_pending(
+        &mut self,
+        batch: &Batch,
+        streams: &Streams,
+        pass: &mut Pass<Ips>,
+        store: &mut dyn sluice_nf::StateStore,
+    ) -> Result<(), sluice_nf::NfError> {
+        self.pend.reset(pass.recs.len());
+        let any = pass.recs.iter().any(|e| {
+            e.cur
+                .is_some_and(|s| s.pend[0].has_blob() || s.pend[1].has_blob())
+        });
+        if !any {
+            return Ok(());
+        }
+        pass.ops.clear();
+        self.pend_reads.clear();
+        for (i, p) in batch.pkts.iter().enumerate() {
+            let Some(Some(ei)) = pass.plans[i] else {
+                continue;
+            };
+            let Some(c) = streams.chunks.get(i).copied().flatten() else {
+                continue;
+            };
+            if c.is_empty() || !p.is_live() {
+                continue;
+            }
+            let d = if c.to_server { 0 } else { 1 };
+            let e = &pass.recs[ei];
+            let Some(st) = &e.cur else { continue };
+            if !st.pend[d].has_blob() || self.pend.has(ei, d) {
+                continue;
+            }
+            self.pend.slot(ei, d);
+            let (canon, _) = p.meta.flow.canonical();
+            let id = pass.ops.get(pending::key(self.ns, &canon, d));
+            self.pend_reads.push((ei, d as u8, id));
+        }
+        if self.pend_reads.is_empty() {
+            return Ok(());
+        }
+        store.execute(&mut pass.ops)?;
+        for k in 0..self.pend_reads.len() {
+            let (ei, d, id) = self.pend_reads[k];
+            let want = pass.recs[ei].cur.map_or(0, |s| s.pend[d as usize].len) as usize;
+            match pass.ops.value(id) {
+                Some(v) if v.len() == want => {
+                    self.pend.slot(ei, d as usize).extend_from_slice(v);
+                }
+                // The unit is not inspected; the packets deciding it see
+                // the mismatch and forget it.
+                _ => self.counters.pending_lost += 1,
+            }
+        }
+        Ok(())
+    }
+
     /// A flow's state before any packet.
     fn fresh(&self) -> FlowState {
         FlowState {
@@ -202,6 +294,7 @@ impl Ips {
             // A new connection starts its automata afresh (Algorithm 2).
             st.dirs = [self.engine.initial(); 2];
             st.http = Default::default();
+            st.pend = [Pend::default(); 2];
             st.flags &= !PASSED;
         }
         if st.flags & PASSED != 0 {
@@ -237,30 +330,70 @@ impl Ips {
         if st.flags & PASSED != 0 {
             return false;
         }
-        if self.dns_segment(p, st, &hdr, ctx.events) {
-            return true;
-        }
-        if st.flags & PASSED != 0 {
-            return false;
-        }
-        if self.tls_segment(p, st, &hdr, ctx.events) {
-            return true;
-        }
-        if st.flags & PASSED != 0 {
-            return false;
-        }
-        let (c, own, extra) = match ctx.streams.bytes(i, p) {
-            None => {
-                if p.meta.payload_len > 0 {
-                    self.counters.tcp_unreassembled += 1;
-                }
+        let Some((c, own, extra)) = ctx.streams.bytes(i, p) else {
+            // Outside a tracked stream each segment is inspected on its own.
+            if self.dns_segment(p, st, &hdr, ctx.events) {
+                return true;
+            }
+            if st.flags & PASSED != 0 {
                 return false;
             }
-            Some((c, _, _)) if c.is_empty() => return false,
-            Some(x) => x,
+            if self.tls_segment(p, st, &hdr, ctx.events) {
+                return true;
+            }
+            if p.meta.payload_len > 0 {
+                self.counters.tcp_unreassembled += 1;
+            }
+            return false;
         };
-        self.counters.scanned_bytes += c.len() as u64;
+        if c.is_empty() {
+            return false;
+        }
+        // The application layer parses the packet's new stream bytes in
+        // one piece.
+        let mut joined = std::mem::take(&mut self.joined);
+        let data: &[u8] = if extra.is_empty() {
+            own
+        } else {
+            joined.clear();
+            joined.extend_from_slice(own);
+            joined.extend_from_slice(extra);
+            &joined
+        };
+        let drop = self.inspect_chunk(p, st, (d, &hdr), ctx, (c, own, extra, data), i);
+        self.joined = joined;
+        drop
+    }
+
+    /// [`Ips::inspect_stream`] on a packet with new stream bytes `data`
+    /// (its `own` and `extra` parts joined).
+    fn inspect_chunk(
+        &mut self,
+        p: &Packet,
+        st: &mut FlowState,
+        (d, hdr): (usize, &Header),
+        ctx: &mut Ctx<'_>,
+        (c, own, extra, data): (StreamChunk, &[u8], &[u8], &[u8]),
+        i: usize,
+    ) -> bool {
         let base = c.stream_offset;
+        if c.gap {
+            // Bytes before these were lost: a pending unit cannot continue.
+            self.pend_drop(st, d, true);
+        }
+        if self.tls_stream(st, (d, hdr), p, ctx.events, (data, base)) {
+            return true;
+        }
+        if st.flags & PASSED != 0 {
+            return false;
+        }
+        if self.dns_stream(st, (d, hdr), p, ctx.events, (data, base)) {
+            return true;
+        }
+        if st.flags & PASSED != 0 {
+            return false;
+        }
+        self.counters.scanned_bytes += c.len() as u64;
         let j = self.pre.job_of.get(i).copied().unwrap_or(NONE) as usize;
         let ds = &mut st.dirs[d];
         if c.gap {
@@ -283,24 +416,13 @@ impl Ips {
             parts: [own, extra],
             base,
         };
-        if self.evaluate(st, d, &hdr, p, ctx.events, bytes) {
+        if self.evaluate(st, d, hdr, p, ctx.events, bytes) {
             return true;
         }
         if st.flags & (BLOCKED | PASSED) != 0 || self.engine.http.is_empty() {
             return false;
         }
-        let mut buf = std::mem::take(&mut self.buf);
-        let data: &[u8] = if extra.is_empty() {
-            own
-        } else {
-            buf.clear();
-            buf.extend_from_slice(own);
-            buf.extend_from_slice(extra);
-            &buf
-        };
-        let drop = self.http_stream(st, d, &hdr, p, ctx.events, data, (base, c.gap));
-        self.buf = buf;
-        drop
+        self.http_stream(st, d, hdr, p, ctx.events, data, (base, c.gap))
     }
 
     /// Matches a datagram's payload on its own; only the flow flags persist.

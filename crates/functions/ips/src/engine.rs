@@ -10,6 +10,7 @@ use sluice_wire::FlowKey;
 use crate::dns::prefilter::DnsRules;
 use crate::http::prefilter::HttpRules;
 use crate::http::HttpDir;
+use crate::pending::Pend;
 use crate::rules::{Flowbit, PacketInfo, Proto, Rule, StreamMode};
 use crate::tls::prefilter::TlsRules;
 
@@ -848,11 +849,13 @@ pub struct FlowState {
     pub dirs: [DirState; 2],
     /// Per direction, the HTTP framing ([`crate::http`]).
     pub http: [HttpDir; 2],
+    /// Per direction, the unit pending in a blob ([`crate::pending`]).
+    pub pend: [Pend; 2],
 }
 
-/// Version 2 added the flowbits, version 3 the HTTP framing; older records
-/// still decode (without them).
-const VERSION: u8 = 3;
+/// Version 2 added the flowbits, version 3 the HTTP framing, version 4 the
+/// pending units; older records still decode (without them).
+const VERSION: u8 = 4;
 
 impl Codec for FlowState {
     fn encode(&self, w: &mut Writer<'_>) {
@@ -873,6 +876,9 @@ impl Codec for FlowState {
         }
         for h in &self.http {
             h.encode(w);
+        }
+        for p in &self.pend {
+            p.encode(w);
         }
     }
 
@@ -925,14 +931,20 @@ impl Codec for FlowState {
                 *h = HttpDir::decode(r)?;
             }
         }
+        if version >= 4 {
+            for p in &mut s.pend {
+                *p = Pend::decode(r)?;
+            }
+        }
         Ok(s)
     }
 }
 
 /// Encoded size of a record with `fired` fired rules and `partial` partial matches
-/// in total over both directions, no flowbit set (each adds 2 bytes) and no
+/// in total over both directions, no flowbit set (each adds 2 bytes), no
 /// HTTP message being framed (each direction that is adds 15 bytes,
-/// [`HttpDir::encoded_len`]).
+/// [`HttpDir::encoded_len`]) and no pending unit (each direction with one
+/// adds 8 bytes, [`Pend::encoded_len`]).
 pub const fn record_size(fired: usize, partial: usize) -> usize {
-    11 + 2 * 10 + 2 + 4 * fired + 13 * partial
+    11 + 2 * 10 + 2 + 2 + 4 * fired + 13 * partial
 }

@@ -12,16 +12,21 @@
 //! already fired (a rule fires at most once per flow and direction, up to
 //! [`engine::MAX_FIRED`]) and the partial matches of multi-content rules, and per
 //! flow its `flowbits` (up to [`engine::MAX_FLOWBITS`], as ids of the loaded rule
-//! set's bit names), and per direction its HTTP framing ([`http::HttpDir`]).
+//! set's bit names), per direction its HTTP framing ([`http::HttpDir`]) and
+//! the description of its pending unit ([`pending::Pend`]).
 //! Layout: `[version u8][flags u8][last_seen u64][nbits u8]
 //! [nbits × bit u16]` then per direction
 //! `[cs u32][ci u32][nfired u8][nfired × rule u32][nprog u8][nprog × (rule u32,
 //! next u8, last_end u64)]`, then per direction the HTTP framing (1 byte, 16
-//! while a message is framed): 33 bytes for a flow without alerts, partial
-//! matches, flowbits or HTTP message, plus 4 per fired rule, 13 per partial
-//! match, 2 per flowbit and 15 per direction framing HTTP
-//! ([`engine::record_size`]). A change of flowbits is written like a block: acked
-//! before the batch leaves.
+//! while a message is framed), then per direction the pending unit (1 byte, 9
+//! with one): 35 bytes for a flow without alerts, partial matches, flowbits,
+//! HTTP message or pending unit, plus 4 per fired rule, 13 per partial match,
+//! 2 per flowbit, 15 per direction framing HTTP and 8 per direction with a
+//! pending unit ([`engine::record_size`]). A change of flowbits is written like
+//! a block: acked before the batch leaves; so is a change of a pending unit,
+//! whose bytes are a blob of their own ([`pending`], table
+//! [`pending::TABLE_PEND`]), read in one extra round trip per batch only for
+//! the flows that have one.
 //! A TCP flow's record is read once per batch and written once per batch if it
 //! changed (Table 4.1: one read and one write per data packet); pure ACKs write
 //! nothing. A client SYN re-initialises the automaton states (Algorithm 2 line 4),
@@ -71,10 +76,12 @@
 //!   counting matches per tracked key in the store ([`threshold`]); `noalert`
 //!   applies the action without an alert.
 //! * DNS rules (protocol `dns`) match DNS messages told by content on any
-//!   port ([`dns::detect`]: a UDP payload that parses whole as a message, or a
-//!   TCP segment holding one whole message after its length prefix; a message
-//!   split across TCP segments is not seen). Their payload keywords inspect
-//!   the packet's payload; their `dns.query` keywords each question's name of
+//!   port ([`dns::detect`]: a UDP payload that parses whole as a message, or
+//!   over TCP one message after its length prefix, whole in a segment's
+//!   stream bytes or split across segments, its first bytes then kept as a
+//!   pending unit ([`pending`], [`dns::unit`]) and the whole message
+//!   inspected on the segment ending with it). Their payload keywords
+//!   inspect the packet's payload (over TCP, the message's bytes); their `dns.query` keywords each question's name of
 //!   a request (QR clear), dotted without the trailing dot, one name at a
 //!   time. They are prefiltered by their own automata over the names and
 //!   payload ([`dns::prefilter`]). Over UDP the side sending a request is the
@@ -84,16 +91,19 @@
 //!   direction's framing lives in the flow record, and a message's buffers are
 //!   inspected on the packet completing its head (with the body bytes that
 //!   follow in it) and its body bytes on later packets. A head split across
-//!   segments is framed but not inspected. Their own prefilter runs over
-//!   every buffer of a message ([`http::prefilter`]).
+//!   segments is kept as a pending unit ([`pending`]) and inspected whole on
+//!   the packet completing it, as if it had come in one segment. Their own
+//!   prefilter runs over every buffer of a message ([`http::prefilter`]).
 //! * TLS rules (protocol `tls`, or `tcp` with a TLS keyword) match a
-//!   ClientHello or ServerHello that starts a TCP segment and lies whole in it
+//!   ClientHello or ServerHello at the start of a TCP segment's stream bytes
 //!   ([`tls`]): `tls.sni`, `ja3.*` and `ja3s.*` buffers, and the server's
-//!   TLS 1.2 Certificate message whole in the segment (`tls.certs`,
-//!   `tls.cert_subject`, `tls.cert_issuer`, `tls.cert_serial`, through
-//!   x509-parser); their own prefilter ([`tls::prefilter`]), no state in the
-//!   record. A hello or Certificate message split across segments is not
-//!   recognised.
+//!   TLS 1.2 Certificate message (`tls.certs`, `tls.cert_subject`,
+//!   `tls.cert_issuer`, `tls.cert_serial`, through x509-parser); their own
+//!   prefilter ([`tls::prefilter`]). A hello, or a Certificate message after
+//!   a ServerHello or starting a segment, that a segment ends inside is kept
+//!   as a pending unit ([`pending`], [`tls::unit`]) and parsed whole on the
+//!   segment completing it. A message split across TLS records is not
+//!   parsed.
 //! * TCP stream bytes without a stream (mid-stream pickups when the reassembler
 //!   does not accept them) are not searched for contents; they are counted
 //!   (`ips_tcp_unreassembled`).
@@ -105,6 +115,7 @@ pub mod dns;
 pub mod engine;
 pub mod http;
 pub mod inspect;
+pub mod pending;
 pub mod rules;
 pub mod threshold;
 pub mod tls;
@@ -315,6 +326,20 @@ pub struct Counters {
     pub expired: u64,
     /// Alerts withheld by `threshold` or `detection_filter`.
     pub thresholded: u64,
+    /// Split units (HTTP heads, TLS handshake units, DNS messages) completed
+    /// from a pending blob and inspected whole ([`pending`]).
+    pub pending_joined: u64,
+    /// Pending blobs written.
+    pub pending_saved: u64,
+    /// Units over their bound: the direction stopped being parsed for that
+    /// protocol.
+    pub pending_overflow: u64,
+    /// Pending units discarded because bytes before their continuation were
+    /// lost (a gap, or new bytes not where the unit ended).
+    pub pending_discarded: u64,
+    /// Pending blobs the record announced but the store did not return
+    /// whole (expired or lost): their unit is not inspected.
+    pub pending_lost: u64,
 }
 
 /// The IPS function.
@@ -348,6 +373,13 @@ pub struct Ips {
     http_dot: Vec<u8>,
     /// A TLS hello's buffers, reused.
     tls_bufs: tls::Buffers,
+    /// The batch's pending units in memory ([`pending`]).
+    pend: pending::PendBatch,
+    /// The blob reads of the batch: (record, direction, read).
+    pend_reads: Vec<(u32, u8, OpId)>,
+    /// A TCP packet's stream bytes made contiguous for the application
+    /// layer, reused.
+    joined: Vec<u8>,
 }
 
 /// The batch's TCP stream bytes scanned ahead of evaluation, interleaved across
@@ -412,6 +444,9 @@ impl Ips {
             http_piece: http::Piece::default(),
             http_dot: Vec::new(),
             tls_bufs: tls::Buffers::default(),
+            pend: Default::default(),
+            pend_reads: Vec::new(),
+            joined: Vec::new(),
         })
     }
 
@@ -505,6 +540,7 @@ impl NetworkFunction for Ips {
         batch::split(self, |ips, pass| {
             pass.gather(ips, batch, ctx);
             ips.counters.corrupt_records += pass.read(ips, store, ctx.now_ns)?;
+            ips.read_pending(batch, ctx.streams, pass, store)?;
             ips.prescan(batch, ctx.streams, pass);
             pass.decide(ips, batch, ctx);
             pass.write(ips, store)
@@ -537,7 +573,9 @@ impl NetworkFunction for Ips {
                 .collect();
             store.execute(&mut self.pass.ops)?;
             let mut deadlines = Vec::with_capacity(ids.len());
-            for id in &ids {
+            // Pending blobs of expiring records go with them.
+            let mut blobs = Vec::new();
+            for (k, id) in self.keys.iter().zip(&ids) {
                 let Some(id) = id else {
                     deadlines.push(Some(0));
                     continue;
@@ -547,11 +585,24 @@ impl NetworkFunction for Ips {
                         Some(s.last_seen.saturating_add(self.timeout_ns))
                     }
                     Ok(None) => None,
-                    _ => Some(0),
+                    Ok(Some(s)) => {
+                        if let Some(canon) = k.flow_key() {
+                            for d in 0..2 {
+                                if s.pend[d].has_blob() {
+                                    blobs.push(pending::key(self.ns, &canon, d));
+                                }
+                            }
+                        }
+                        Some(0)
+                    }
+                    Err(_) => Some(0),
                 });
             }
             let full = self.keys.len() == 256;
             self.pass.ops.clear();
+            for k in blobs {
+                self.pass.ops.delete(k);
+            }
             for (k, dl) in self.keys.iter().zip(deadlines) {
                 match dl {
                     Some(0) => {
@@ -589,6 +640,11 @@ impl NetworkFunction for Ips {
             ("ips_corrupt_records", c.corrupt_records),
             ("ips_expired", c.expired),
             ("ips_thresholded", c.thresholded),
+            ("ips_pending_joined", c.pending_joined),
+            ("ips_pending_saved", c.pending_saved),
+            ("ips_pending_overflow", c.pending_overflow),
+            ("ips_pending_discarded", c.pending_discarded),
+            ("ips_pending_lost", c.pending_lost),
         ]);
     }
 }

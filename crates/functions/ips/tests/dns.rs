@@ -507,7 +507,8 @@ fn dns_over_tcp_in_one_segment() {
     ];
     frames.push(tcp_v4(C, S, 40000, 53, 1001, 9001, ACK | PSH, &seg));
     assert_eq!(sids(&[rule], &frames), vec![1]);
-    // Split across two segments: not detected (documented limit).
+    // Split across two segments: the first part waits pending, the whole
+    // message is inspected.
     frames.pop();
     let (a, b) = seg.split_at(9);
     frames.push(tcp_v4(C, S, 40000, 53, 1001, 9001, ACK | PSH, a));
@@ -521,7 +522,7 @@ fn dns_over_tcp_in_one_segment() {
         ACK | PSH,
         b,
     ));
-    assert!(sids(&[rule], &frames).is_empty());
+    assert_eq!(sids(&[rule], &frames), vec![1]);
 }
 
 #[test]
@@ -669,4 +670,144 @@ fn et_open_dns_rules_load() {
         1_000_000_000,
     );
     assert!(alerts.iter().any(|a| a.0 == 2029107), "{alerts:?}");
+}
+
+/// A DNS-over-TCP connection to port 53: the handshake, then each client
+/// segment in order.
+fn tcp_conn(segs: &[Vec<u8>]) -> Vec<Vec<u8>> {
+    let mut frames = vec![
+        tcp_v4(C, S, 40000, 53, 1000, 0, SYN, &[]),
+        tcp_v4(S, C, 53, 40000, 9000, 1001, SYN | ACK, &[]),
+        tcp_v4(C, S, 40000, 53, 1001, 9001, ACK, &[]),
+    ];
+    let mut seq = 1001u32;
+    for s in segs {
+        frames.push(tcp_v4(C, S, 40000, 53, seq, 9001, ACK | PSH, s));
+        seq += s.len() as u32;
+    }
+    frames
+}
+
+/// `msg` after its 2-byte length.
+fn framed(msg: &[u8]) -> Vec<u8> {
+    let mut v = (msg.len() as u16).to_be_bytes().to_vec();
+    v.extend_from_slice(msg);
+    v
+}
+
+/// `data` cut at `cuts` (sorted; cuts outside it or repeated are skipped).
+fn pieces(data: &[u8], cuts: &[usize]) -> Vec<Vec<u8>> {
+    let mut out = Vec::new();
+    let mut at = 0;
+    for &c in cuts.iter().chain(std::iter::once(&data.len())) {
+        if c > at && c <= data.len() {
+            out.push(data[at..c].to_vec());
+            at = c;
+        }
+    }
+    out
+}
+
+/// Each frame as its own batch over one store; the sids in order, which
+/// packets were dropped, and the counters.
+fn sids_batched(rules: &[&str], frames: &[Vec<u8>]) -> (Vec<u32>, Vec<bool>, sluice_ips::Counters) {
+    let mut i = ips(rules);
+    let mut st = LocalStore::new();
+    let (mut out, mut dropped) = (Vec::new(), Vec::new());
+    for (k, f) in frames.iter().enumerate() {
+        let (a, d) = common::run_in(
+            &mut i,
+            &mut st,
+            std::slice::from_ref(f),
+            1_000_000_000 + k as u64 * 1_000_000,
+        );
+        out.extend(a.into_iter().map(|a| a.0));
+        dropped.extend(d);
+    }
+    (out, dropped, *i.stats())
+}
+
+fn sorted(mut v: Vec<u32>) -> Vec<u32> {
+    v.sort_unstable();
+    v
+}
+
+#[test]
+fn a_tcp_query_split_at_every_byte_fires_the_same_rules() {
+    // Two questions (one for each of two ET Open rules), then a second
+    // query on the same connection (RFC 7766 reuse).
+    let first = framed(&query(&["drp.su", "gdprcountryrestriction.com"]));
+    let second = framed(&query(&["red-blue-green.glitch.me"]));
+    let whole = sorted(sids(ET, &tcp_conn(&[first.clone(), second.clone()])));
+    assert_eq!(whole, vec![2030014, 2031918, 2037895]);
+    for cut in 1..first.len() {
+        let mut segs = pieces(&first, &[cut]);
+        segs.push(second.clone());
+        assert_eq!(sorted(sids(ET, &tcp_conn(&segs))), whole, "cut at {cut}");
+        let (a, _, c) = sids_batched(ET, &tcp_conn(&segs));
+        assert_eq!(sorted(a), whole, "cut at {cut}, batched");
+        assert_eq!(c.pending_discarded + c.pending_lost, 0);
+    }
+    // The second message split too: it starts where the first ended.
+    for cut in 1..second.len() {
+        let mut segs = vec![first.clone()];
+        segs.extend(pieces(&second, &[cut]));
+        let (a, _, _) = sids_batched(ET, &tcp_conn(&segs));
+        assert_eq!(sorted(a), whole, "second cut at {cut}");
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+    #[test]
+    fn a_tcp_query_cut_anywhere_fires_the_same_rules(cuts in proptest::collection::vec(1usize..60, 0..8)) {
+        let q = framed(&query(&["drp.su", "gdprcountryrestriction.com"]));
+        let whole = sorted(sids(ET, &tcp_conn(std::slice::from_ref(&q))));
+        let mut cuts = cuts;
+        cuts.sort_unstable();
+        let (a, _, _) = sids_batched(ET, &tcp_conn(&pieces(&q, &cuts)));
+        prop_assert_eq!(sorted(a), whole);
+    }
+}
+
+#[test]
+fn a_split_tcp_query_continues_on_another_instance_and_drops() {
+    let rule =
+        r#"drop dns any any -> any any (msg:"t"; dns.query; content:"evil.example"; sid:51;)"#;
+    let q = framed(&query(&["evil.example"]));
+    let mut frames = tcp_conn(&pieces(&q, &[7]));
+    frames.push(tcp_v4(
+        C,
+        S,
+        40000,
+        53,
+        1001 + q.len() as u32,
+        9001,
+        ACK | PSH,
+        b"xx",
+    ));
+    let mut st = LocalStore::new();
+    let (a, d) = common::run_in(&mut ips(&[rule]), &mut st, &frames[..4], 1_000_000_000);
+    assert!(a.is_empty());
+    assert_eq!(d, vec![false; 4]);
+    let mut other = ips(&[rule]);
+    let (a, d) = common::run_in(&mut other, &mut st, &frames[4..], 2_000_000_000);
+    assert_eq!(a, vec![(51, AlertAction::Blocked)]);
+    // The packet completing the message and every later one.
+    assert_eq!(d, vec![true, true]);
+}
+
+#[test]
+fn a_stream_that_is_not_dns_keeps_nothing_pending() {
+    let rule = r#"alert dns any any -> any any (msg:"t"; dns.query; content:"x"; sid:52;)"#;
+    // A length prefix, then bytes that are no DNS header.
+    let junk = b"\x01\x00\xff\xff\xff\xff\xff\xff".to_vec();
+    let (a, _, c) = sids_batched(&[rule], &tcp_conn(&[junk, b"more bytes".to_vec()]));
+    assert!(a.is_empty());
+    assert_eq!(c.pending_saved, 0);
+    // Bulk bytes after the stream's start are never taken for a message's
+    // start, whatever they hold.
+    let q = framed(&query(&["x.example"]));
+    let (_, _, c) = sids_batched(&[rule], &tcp_conn(&[b"hello".to_vec(), q[..5].to_vec()]));
+    assert_eq!(c.pending_saved, 1, "only the first segment's");
 }

@@ -313,9 +313,10 @@ fn a_head_split_across_two_segments() {
     let (a, b) = GET.split_at(50);
     let next = b"GET /after HTTP/1.1\r\n\r\n";
     let frames = conn(80, &[(true, a), (true, b), (true, next)]);
-    // The split head's own buffers are not inspected (documented limit:
-    // no head bytes are kept in the record); the next request's are.
-    assert_eq!(sids(&[rule, split], &frames), vec![11]);
+    // The split head's bytes wait in the store until it completes: its
+    // buffers are inspected on the packet completing it; the next
+    // request's on its own.
+    assert_eq!(sids(&[rule, split], &frames), vec![12, 11]);
     // Whole, the same head fires.
     assert_eq!(sids(&[split], &conn(80, &[(true, GET)])), vec![12]);
 }
@@ -557,16 +558,291 @@ fn the_framing_round_trips_through_the_record() {
     let mut idle = Vec::new();
     FlowState::default().encode(&mut Writer::new(&mut idle));
     assert_eq!(idle.len(), record_size(0, 0));
-    // Version 2: the same without the two framing bytes.
-    let mut v2 = idle[..idle.len() - 2].to_vec();
+    // Version 3: the same without the two pending bytes.
+    let mut v3 = idle[..idle.len() - 2].to_vec();
+    v3[0] = 3;
+    assert_eq!(
+        FlowState::decode(&mut Reader::new(&v3)).unwrap(),
+        FlowState::default()
+    );
+    // Version 2: without the two framing bytes either.
+    let mut v2 = idle[..idle.len() - 4].to_vec();
     v2[0] = 2;
     assert_eq!(
         FlowState::decode(&mut Reader::new(&v2)).unwrap(),
         FlowState::default()
     );
-    // An unknown phase is refused, not trusted.
-    let mut bad = idle.clone();
-    let n = bad.len();
-    bad[n - 1] = 99;
-    assert!(FlowState::decode(&mut Reader::new(&bad)).is_err());
+    // An unknown phase or pending kind is refused, not trusted.
+    for at in [3, 1] {
+        let mut bad = idle.clone();
+        let n = bad.len();
+        bad[n - at] = 99;
+        assert!(FlowState::decode(&mut Reader::new(&bad)).is_err());
+    }
+    // A pending unit's description round-trips (version 4).
+    let mut st = FlowState::default();
+    st.pend[1] = sluice_ips::pending::Pend {
+        kind: sluice_ips::pending::TLS,
+        len: 1200,
+        end: 1_000_000,
+    };
+    let mut buf = Vec::new();
+    st.encode(&mut Writer::new(&mut buf));
+    assert_eq!(buf.len(), record_size(0, 0) + 8);
+    assert_eq!(FlowState::decode(&mut Reader::new(&buf)).unwrap(), st);
+    // A length over the kind's bound is refused.
+    st.pend[1].len = sluice_ips::pending::MAX_TLS_UNIT as u32 + 1;
+    let mut buf = Vec::new();
+    st.encode(&mut Writer::new(&mut buf));
+    assert!(FlowState::decode(&mut Reader::new(&buf)).is_err());
+}
+
+/// Each frame run as its own batch over one store (the pending head goes
+/// through the store between segments); returns the alerts' sids in order
+/// and the IPS's counters.
+fn sids_batched(rules: &[&str], frames: &[Vec<u8>]) -> (Vec<u32>, Vec<bool>, sluice_ips::Counters) {
+    let mut i = ips(rules);
+    let mut st = LocalStore::new();
+    let (mut out, mut dropped) = (Vec::new(), Vec::new());
+    for (k, f) in frames.iter().enumerate() {
+        let (a, d) = common::run_in(
+            &mut i,
+            &mut st,
+            std::slice::from_ref(f),
+            1_000_000_000 + k as u64 * 1_000_000,
+        );
+        out.extend(a.into_iter().map(|a| a.0));
+        dropped.extend(d);
+    }
+    (out, dropped, *i.stats())
+}
+
+/// Rules on the request's head buffers (ET Open's included), none of which
+/// may depend on where the segments were cut. (Body buffers are a packet's
+/// body bytes: a body content cut by a segment boundary is not matched,
+/// which is not what this is about.)
+const SPLIT_RULES: &[&str] = &[
+    r#"alert http any any -> any any (msg:"m"; http.method; content:"POST"; sid:21;)"#,
+    r#"alert http any any -> any any (msg:"u"; http.uri; content:"/evil.php?id=AB"; sid:22;)"#,
+    r#"alert http any any -> any any (msg:"h"; http.host; content:"www.example.com"; bsize:15; sid:23;)"#,
+    r#"alert http any any -> any any (msg:"a"; http.user_agent; content:"HttpBrowser/1.0"; depth:15; endswith; sid:24;)"#,
+    r#"alert http any any -> any any (msg:"c"; http.cookie; content:"session=abc"; sid:25;)"#,
+    r#"alert http any any -> any any (msg:"hd"; http.header; content:"X-Long|3a 20|"; content:"zz|0d 0a|"; distance:0; sid:26;)"#,
+    r#"alert http any any -> any any (msg:"n"; http.uri; content:"/next"; sid:28;)"#,
+    r#"alert http any any -> any any (msg:"ET USER_AGENTS Suspicious User-Agent (HttpBrowser/1.0)"; flow:established,to_server; http.user_agent; content:"HttpBrowser/1.0"; depth:15; endswith; reference:url,www.fireeye.com; classtype:trojan-activity; sid:2019393; rev:4;)"#,
+];
+
+fn split_request() -> Vec<u8> {
+    let mut r = b"POST /evil.php?id=%41%42 HTTP/1.1\r\nHost: WWW.Example.COM\r\nUser-Agent: HttpBrowser/1.0\r\nCookie: session=abc\r\nX-Long: ".to_vec();
+    r.extend(std::iter::repeat_n(b'y', 300));
+    r.extend_from_slice(b"zz\r\nContent-Length: 7\r\n\r\npayload");
+    // The body's end is framed: the next request is one.
+    r.extend_from_slice(b"GET /next HTTP/1.1\r\n\r\n");
+    r
+}
+
+/// The key of the client direction's pending blob of the flow of `frame`.
+fn pend_key(frame: &[u8]) -> sluice_state::Key {
+    let flow = sluice_wire::parse::parse_frame(frame).unwrap().flow;
+    sluice_ips::pending::key(sluice_state::Namespace(2), &flow.canonical().0, 0)
+}
+
+fn sorted(mut v: Vec<u32>) -> Vec<u32> {
+    v.sort_unstable();
+    v
+}
+
+/// Cuts `data` at `cuts` (sorted, deduplicated, inside the data).
+fn pieces(data: &[u8], cuts: &[usize]) -> Vec<(bool, Vec<u8>)> {
+    let mut out = Vec::new();
+    let mut at = 0;
+    for &c in cuts.iter().chain(std::iter::once(&data.len())) {
+        if c > at {
+            out.push((true, data[at..c].to_vec()));
+            at = c;
+        }
+    }
+    out
+}
+
+fn conn_of(p: &[(bool, Vec<u8>)]) -> Vec<Vec<u8>> {
+    let segs: Vec<(bool, &[u8])> = p.iter().map(|(t, b)| (*t, &b[..])).collect();
+    conn(80, &segs)
+}
+
+#[test]
+fn a_request_split_at_every_byte_fires_the_same_rules() {
+    let req = split_request();
+    let whole = sorted(sids(SPLIT_RULES, &conn(80, &[(true, &req)])));
+    assert_eq!(whole, vec![21, 22, 23, 24, 25, 26, 28, 2019393]);
+    for cut in 1..req.len() {
+        let frames = conn_of(&pieces(&req, &[cut]));
+        // One batch (the unit stays in memory) and one batch per packet
+        // (it goes through the store).
+        assert_eq!(sorted(sids(SPLIT_RULES, &frames)), whole, "cut at {cut}");
+        let (b, _, c) = sids_batched(SPLIT_RULES, &frames);
+        assert_eq!(sorted(b), whole, "cut at {cut}, batched");
+        assert_eq!(c.pending_discarded + c.pending_lost, 0);
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+    #[test]
+    fn a_request_cut_anywhere_fires_the_same_rules(cuts in proptest::collection::vec(1usize..500, 1..8)) {
+        let req = split_request();
+        let whole = sorted(sids(SPLIT_RULES, &conn(80, &[(true, &req)])));
+        let mut cuts: Vec<usize> = cuts.into_iter().filter(|&c| c < req.len()).collect();
+        cuts.sort_unstable();
+        cuts.dedup();
+        let (b, _, _) = sids_batched(SPLIT_RULES, &conn_of(&pieces(&req, &cuts)));
+        prop_assert_eq!(sorted(b), whole);
+    }
+}
+
+#[test]
+fn a_split_head_continues_on_another_instance() {
+    let req = split_request();
+    let frames = conn_of(&pieces(&req, &[60]));
+    let mut st = LocalStore::new();
+    let (a, _) = common::run_in(&mut ips(SPLIT_RULES), &mut st, &frames[..4], 1_000_000_000);
+    assert!(a.is_empty(), "{a:?}");
+    // The first half is in the store, nowhere else.
+    let key = pend_key(&frames[0]);
+    let mut ops = sluice_state::Ops::new();
+    let id = ops.get(key);
+    sluice_state::StateStore::execute(&mut st, &mut ops).unwrap();
+    assert_eq!(ops.value(id), Some(&req[..60]));
+    let mut other = ips(SPLIT_RULES);
+    let (a, _) = common::run_in(&mut other, &mut st, &frames[4..], 2_000_000_000);
+    let got = sorted(a.into_iter().map(|a| a.0).collect());
+    assert_eq!(got, vec![21, 22, 23, 24, 25, 26, 28, 2019393]);
+    assert_eq!(other.stats().pending_joined, 1);
+    // Consumed: the blob is gone.
+    let mut ops = sluice_state::Ops::new();
+    let id = ops.get(key);
+    sluice_state::StateStore::execute(&mut st, &mut ops).unwrap();
+    assert_eq!(ops.value(id), None);
+}
+
+#[test]
+fn a_head_over_the_bound_is_counted_and_not_stored() {
+    let rule =
+        r#"alert http any any -> any any (msg:"t"; http.user_agent; content:"Evil"; sid:31;)"#;
+    let mut big = b"GET / HTTP/1.1\r\nUser-Agent: Evil\r\n".to_vec();
+    while big.len() < 40_000 {
+        big.extend_from_slice(b"X-Pad: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\r\n");
+    }
+    big.extend_from_slice(b"\r\n");
+    let cuts: Vec<usize> = (1..big.len() / 1000 + 1).map(|k| k * 1000).collect();
+    let frames = conn_of(&pieces(&big, &cuts));
+    let mut i = ips(&[rule]);
+    let mut st = LocalStore::new();
+    let mut most = 0;
+    for (k, f) in frames.iter().enumerate() {
+        let (a, _) = common::run_in(
+            &mut i,
+            &mut st,
+            std::slice::from_ref(f),
+            1 + k as u64 * 1_000_000,
+        );
+        assert!(a.is_empty());
+        most = most.max(st.approx_memory());
+    }
+    assert_eq!(i.stats().pending_overflow, 1);
+    // Once over the bound, nothing is pending: the store holds the
+    // records only (the blob held at most the 32 KiB bound).
+    let key = pend_key(&frames[0]);
+    let mut ops = sluice_state::Ops::new();
+    let id = ops.get(key);
+    sluice_state::StateStore::execute(&mut st, &mut ops).unwrap();
+    assert_eq!(ops.value(id), None);
+    assert!(most < 200 * 1024, "{most}");
+}
+
+#[test]
+fn a_drop_rule_on_a_split_head_drops_the_packet_completing_it() {
+    let rule = r#"drop http any any -> any any (msg:"t"; http.user_agent; content:"HttpBrowser"; sid:32;)"#;
+    let req = split_request();
+    let frames = conn_of(&pieces(&req, &[40, 80]));
+    let mut more = frames.clone();
+    more.push(tcp_v4(
+        C,
+        S,
+        40000,
+        80,
+        1001 + req.len() as u32,
+        9001,
+        ACK | PSH,
+        b"more",
+    ));
+    let (a, d, _) = sids_batched(&[rule], &more);
+    assert_eq!(a, vec![32]);
+    // The User-Agent line ends in the third segment: it is dropped, and so
+    // is every later packet of the flow.
+    assert_eq!(d, vec![false, false, false, false, false, true, true]);
+}
+
+#[test]
+fn a_gap_discards_the_pending_head() {
+    let rule = r#"alert http any any -> any any (msg:"t"; http.user_agent; content:"HttpBrowser"; sid:33;)"#;
+    let req = split_request();
+    let frames = conn_of(&pieces(&req, &[40]));
+    // The second half never arrives; the server acknowledges past it
+    // (bytes went by another path), then more client bytes come.
+    let end = 1001 + req.len() as u32;
+    let mut f = frames[..4].to_vec();
+    f.push(tcp_v4(
+        C,
+        S,
+        40000,
+        80,
+        end,
+        9001,
+        ACK | PSH,
+        b"GET /x HTTP/1.1\r\n\r\n",
+    ));
+    f.push(tcp_v4(S, C, 80, 40000, 9001, end + 19, ACK, &[]));
+    f.push(tcp_v4(C, S, 40000, 80, end + 19, 9001, ACK | PSH, b"Z"));
+    let (a, _, c) = sids_batched(&[rule], &f);
+    assert!(a.is_empty(), "{a:?}");
+    assert_eq!(c.pending_discarded, 1, "{c:?}");
+}
+
+#[test]
+fn a_pending_head_expires_with_its_flow() {
+    use sluice_nf::{Ctx, NetworkFunction, Streams};
+    use sluice_state::StateStore;
+    let req = split_request();
+    let frames = conn_of(&pieces(&req, &[60]));
+    let mut i = ips(SPLIT_RULES);
+    let mut st = LocalStore::new();
+    common::run_in(&mut i, &mut st, &frames[..4], 1_000_000_000);
+    let key = pend_key(&frames[0]);
+    let flow = sluice_wire::parse::parse_frame(&frames[0]).unwrap().flow;
+    let rec = sluice_state::Key::flow(
+        sluice_state::Namespace(2),
+        sluice_ips::TABLE_FLOW,
+        &flow.canonical().0,
+        &[],
+    );
+    let present = |st: &mut LocalStore, k| {
+        let mut ops = sluice_state::Ops::new();
+        let id = ops.get(k);
+        st.execute(&mut ops).unwrap();
+        ops.value(id).is_some()
+    };
+    assert!(present(&mut st, key) && present(&mut st, rec));
+    let (mut events, mut emit) = (Vec::new(), Vec::new());
+    let streams = Streams::default();
+    let mut ctx = Ctx {
+        now_ns: 1_000_000_000 + 301 * 1_000_000_000,
+        stage: 2,
+        streams: &streams,
+        events: &mut events,
+        emit: &mut emit,
+    };
+    i.on_timers(&mut ctx, &mut st).unwrap();
+    assert!(!present(&mut st, key));
+    assert!(!present(&mut st, rec));
 }

@@ -403,16 +403,19 @@ fn ja3_hash_and_string_rules() {
 }
 
 #[test]
-fn a_hello_split_across_segments_is_not_matched() {
+fn a_hello_split_across_segments_is_matched_whole() {
     let rule = r#"alert tls any any -> any any (tls.sni; content:"evil.example"; sid:1;)"#;
     let h = browser_hello("evil.example");
     assert_eq!(
         sids(&[rule], &flow(443, std::slice::from_ref(&h), None)),
         vec![1]
     );
-    // Nothing is buffered between segments: neither half is a whole hello.
+    // The first part waits as a pending unit; the second completes it.
     let (a, b) = h.split_at(40);
-    assert!(sids(&[rule], &flow(443, &[a.to_vec(), b.to_vec()], None)).is_empty());
+    assert_eq!(
+        sids(&[rule], &flow(443, &[a.to_vec(), b.to_vec()], None)),
+        vec![1]
+    );
 }
 
 #[test]
@@ -851,7 +854,7 @@ fn certificate_rules_with_content_modifiers_and_near_misses() {
 }
 
 #[test]
-fn certificates_split_across_segments_are_not_parsed() {
+fn certificates_split_across_segments_are_parsed_whole() {
     let (leaf, ca) = chain();
     let rule = r#"tls.cert_subject; content:"CN=evil.example"; endswith;"#;
     let whole = flight(&[&leaf, &ca]);
@@ -860,18 +863,15 @@ fn certificates_split_across_segments_are_not_parsed() {
     let mut hello = server_hello(0x0303, 0xc02f, &[]);
     let certs = record_of(&[certificate(&[&leaf, &ca])]);
     assert!(fires_on(rule, &[hello.clone(), certs.clone()]));
-    // The Certificate message cut between two segments: not parsed, nor
-    // its second half (it does not start with a record).
+    // The Certificate message cut between two segments: the first part
+    // waits pending, and the whole is parsed.
     let mid = whole.len() / 2;
-    assert!(!fires_on(
+    assert!(fires_on(
         rule,
         &[whole[..mid].to_vec(), whole[mid..].to_vec()]
     ));
     hello.extend(&certs[..certs.len() - 10]);
-    assert!(!fires_on(
-        rule,
-        &[hello, certs[certs.len() - 10..].to_vec()]
-    ));
+    assert!(fires_on(rule, &[hello, certs[certs.len() - 10..].to_vec()]));
 }
 
 #[test]
@@ -964,4 +964,270 @@ fn et_open_certificate_rules_fire_on_crafted_certificates() {
     assert!(pool("eu.minerpool.pw.example").is_empty());
     let (c, _) = cert(&[(CommonName, "eu.minerpool.pw")], &[3], None);
     assert!(server_sids(ET_CERT, &[flight(&[c.der()])]).is_empty());
+}
+
+/// A browser's hello with a post-quantum key share (X25519MLKEM768: a
+/// 1,216-byte ML-KEM key and an X25519 one) and ECH GREASE, about 1.7 KB:
+/// more than one 1,460-byte segment.
+fn pq_hello(name: &str) -> Vec<u8> {
+    let shares = [
+        u16s(&[0x11ec]),
+        vec_of(2, &[0x42; 1216]),
+        u16s(&[29]),
+        vec_of(2, &[0x43; 32]),
+    ]
+    .concat();
+    client_hello(
+        0x0303,
+        &[0x0a0a, 0x1301, 0x1302, 0x1303, 0xc02b, 0xc02f],
+        Some(&[
+            ext(0x0a0a, &[]),
+            sni(name),
+            groups(&[0x1a1a, 0x11ec, 29, 23]),
+            formats(&[0]),
+            ext(
+                13,
+                &vec_of(
+                    2,
+                    &u16s(&[
+                        0x0403, 0x0804, 0x0401, 0x0503, 0x0805, 0x0501, 0x0806, 0x0601,
+                    ]),
+                ),
+            ),
+            ext(16, &vec_of(2, b"\x02h2\x08http/1.1")),
+            ext(43, &vec_of(1, &u16s(&[0x2a2a, 0x0304, 0x0303]))),
+            ext(51, &vec_of(2, &shares)),
+            // Encrypted Client Hello GREASE, as Chrome sends it.
+            ext(0xfe0d, &[0x55; 250]),
+            ext(0xff01, &[0]),
+        ]),
+    )
+}
+
+/// Each frame run as its own batch over one store (a pending unit goes
+/// through the store between segments); returns the sids in order, which
+/// packets were dropped, and the counters.
+fn sids_batched(rules: &[&str], frames: &[Vec<u8>]) -> (Vec<u32>, Vec<bool>, sluice_ips::Counters) {
+    let mut i = ips(rules);
+    let mut st = LocalStore::new();
+    let (mut out, mut dropped) = (Vec::new(), Vec::new());
+    for (k, f) in frames.iter().enumerate() {
+        let (a, d) = common::run_in(
+            &mut i,
+            &mut st,
+            std::slice::from_ref(f),
+            1_000_000_000 + k as u64 * 1_000_000,
+        );
+        out.extend(a.into_iter().map(|a| a.0));
+        dropped.extend(d);
+    }
+    (out, dropped, *i.stats())
+}
+
+/// `data` cut at `cuts` (sorted; cuts outside it or repeated are skipped).
+fn pieces(data: &[u8], cuts: &[usize]) -> Vec<Vec<u8>> {
+    let mut out = Vec::new();
+    let mut at = 0;
+    for &c in cuts.iter().chain(std::iter::once(&data.len())) {
+        if c > at && c <= data.len() {
+            out.push(data[at..c].to_vec());
+            at = c;
+        }
+    }
+    out
+}
+
+fn sorted(mut v: Vec<u32>) -> Vec<u32> {
+    v.sort_unstable();
+    v
+}
+
+/// Client rules (ET Open's sni rules, a JA3 string) and server rules
+/// (JA3S, the certificate's subject and issuer).
+const SPLIT_RULES: &[&str] = &[
+    ET[0],
+    ET[1],
+    r#"alert tls any any -> any any (msg:"ja3"; ja3.string; content:"771,4865-4866-4867-49195-49199,"; startswith; sid:41;)"#,
+    r#"alert tls any any -> any any (msg:"ja3s"; ja3s.string; content:"771,49199,65281"; sid:42;)"#,
+    r#"alert tls any any -> any any (msg:"subject"; tls.cert_subject; content:"CN=evil.example"; endswith; sid:43;)"#,
+    r#"alert tls any any -> any any (msg:"issuer"; tls.cert_issuer; content:"O=Let's Encrypt"; sid:44;)"#,
+];
+
+/// The client's hello and the server's flight cut at `ccuts` and `scuts`.
+fn split_flow(hello: &[u8], server: &[u8], ccuts: &[usize], scuts: &[usize]) -> Vec<Vec<u8>> {
+    let mut frames = flow(443, &pieces(hello, ccuts), None);
+    let cseq = 1001 + hello.len() as u32;
+    let mut seq = 9001u32;
+    for seg in pieces(server, scuts) {
+        frames.push(tcp_v4(S, C, 443, 40000, seq, cseq, ACK | PSH, &seg));
+        seq += seg.len() as u32;
+    }
+    frames
+}
+
+#[test]
+fn a_post_quantum_hello_in_two_segments_fires_et_open_sni_rules() {
+    let h = pq_hello("x.maraukog.info");
+    assert!(h.len() > 1460 && h.len() < 2000, "{}", h.len());
+    let frames = flow(443, &pieces(&h, &[1460]), None);
+    assert_eq!(frames.len(), 5);
+    assert_eq!(sids(ET, &frames), vec![2025487]);
+    let (a, _, c) = sids_batched(ET, &frames);
+    assert_eq!(a, vec![2025487]);
+    assert_eq!((c.pending_saved, c.pending_joined), (1, 1));
+    // Two instances sharing a store: the first sees the first segment, the
+    // second the rest, and fires.
+    let mut st = LocalStore::new();
+    let (a, _) = common::run_in(&mut ips(ET), &mut st, &frames[..4], 1_000_000_000);
+    assert!(a.is_empty());
+    let mut other = ips(ET);
+    let (a, _) = common::run_in(&mut other, &mut st, &frames[4..], 2_000_000_000);
+    assert_eq!(a, vec![(2025487, AlertAction::Allowed)]);
+    assert_eq!(other.stats().pending_joined, 1);
+}
+
+#[test]
+fn hellos_and_certificates_split_at_every_byte_fire_the_same_rules() {
+    let (leaf, ca) = chain();
+    let hello = pq_hello("www.fortect.com");
+    // The server's hello in its own record, then a record holding the
+    // Certificate and ServerHelloDone (as a TLS 1.2 server sends them).
+    let mut server = server_hello(0x0303, 0xc02f, &[ext(0xff01, &[0])]);
+    server.extend(record_of(&[certificate(&[&leaf, &ca]), handshake(14, &[])]));
+    let whole = sorted(sids(SPLIT_RULES, &split_flow(&hello, &server, &[], &[])));
+    assert_eq!(whole, vec![41, 42, 43, 44, 2048948]);
+    for cut in 1..hello.len() {
+        let f = split_flow(&hello, &server, &[cut], &[]);
+        assert_eq!(sorted(sids(SPLIT_RULES, &f)), whole, "client cut at {cut}");
+    }
+    for cut in 1..server.len() {
+        let f = split_flow(&hello, &server, &[], &[cut]);
+        assert_eq!(sorted(sids(SPLIT_RULES, &f)), whole, "server cut at {cut}");
+    }
+    // The coalesced flight (one record) too, through the store.
+    let one = flight(&[&leaf, &ca]);
+    for cut in 1..one.len() {
+        let f = split_flow(&hello, &one, &[], &[cut]);
+        let (a, _, c) = sids_batched(SPLIT_RULES, &f);
+        assert_eq!(sorted(a), whole, "flight cut at {cut}");
+        assert_eq!(c.pending_discarded + c.pending_lost, 0);
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+    #[test]
+    fn a_handshake_cut_anywhere_fires_the_same_rules(
+        ccuts in proptest::collection::vec(1usize..1700, 0..6),
+        scuts in proptest::collection::vec(1usize..1500, 0..6),
+    ) {
+        let (leaf, ca) = chain();
+        let hello = pq_hello("www.fortect.com");
+        let server = flight(&[&leaf, &ca]);
+        let whole = sorted(sids(SPLIT_RULES, &split_flow(&hello, &server, &[], &[])));
+        let (mut c, mut s) = (ccuts, scuts);
+        c.sort_unstable();
+        s.sort_unstable();
+        let (a, _, _) = sids_batched(SPLIT_RULES, &split_flow(&hello, &server, &c, &s));
+        prop_assert_eq!(sorted(a), whole);
+    }
+}
+
+#[test]
+fn a_drop_rule_on_a_split_hello_drops_the_packet_completing_it() {
+    let rule = r#"drop tls any any -> any any (msg:"t"; tls.sni; content:"evil.example"; sid:45;)"#;
+    let h = pq_hello("evil.example");
+    let mut frames = flow(443, &pieces(&h, &[700, 1400]), None);
+    frames.push(tcp_v4(
+        C,
+        S,
+        40000,
+        443,
+        1001 + h.len() as u32,
+        9001,
+        ACK | PSH,
+        b"more",
+    ));
+    let (a, d, _) = sids_batched(&[rule], &frames);
+    assert_eq!(a, vec![45]);
+    assert_eq!(d, vec![false, false, false, false, false, true, true]);
+}
+
+/// What a split unit costs in the store, one packet per batch (the worst
+/// case: within a batch a unit never reaches the store). The reassembler
+/// keeps its state in a store of its own here, so the counts are the IPS's.
+#[test]
+fn a_split_unit_costs_one_read_round_trip_and_a_blob() {
+    use sluice_nf::{Ctx, NetworkFunction, Streams};
+    use sluice_packet::{Batch, PacketPool};
+    use sluice_reassembly::Reassembler;
+    use sluice_state::{StateStore, StoreCounters};
+    let h = pq_hello("www.fortect.com");
+    // Per data packet: the IPS store's counters over its batch.
+    let cost = |segs: &[Vec<u8>]| -> Vec<StoreCounters> {
+        let frames = flow(443, segs, None);
+        let mut i = ips(ET);
+        let (mut rs, mut st) = (LocalStore::new(), LocalStore::new());
+        let mut r = Reassembler::new(sluice_state::Namespace(1), Default::default());
+        let mut pool = PacketPool::new(8);
+        let mut out = Vec::new();
+        for (k, f) in frames.iter().enumerate() {
+            let mut b = Batch::with_capacity(1);
+            b.push_frame(&mut pool, f, 1 + k as u64 * 1_000_000, 0);
+            for p in &mut b.pkts {
+                p.meta = sluice_wire::parse::parse_frame(p.data()).unwrap();
+            }
+            let mut streams = Streams::default();
+            r.process(&mut b, &mut rs, &mut streams, 1).unwrap();
+            let (mut events, mut emit) = (Vec::new(), Vec::new());
+            let mut ctx = Ctx {
+                now_ns: 1 + k as u64 * 1_000_000,
+                stage: 2,
+                streams: &streams,
+                events: &mut events,
+                emit: &mut emit,
+            };
+            let before = st.counters();
+            i.process(&mut b, &mut ctx, &mut st).unwrap();
+            let after = st.counters();
+            if k >= 3 {
+                out.push(StoreCounters {
+                    round_trips: after.round_trips - before.round_trips,
+                    reads: after.reads - before.reads,
+                    writes: after.writes - before.writes,
+                    timers: after.timers - before.timers,
+                    ..Default::default()
+                });
+            }
+        }
+        out
+    };
+    let whole = cost(std::slice::from_ref(&h));
+    let split = cost(&pieces(&h, &[1460]));
+    let show = |c: &StoreCounters| {
+        format!(
+            "{} round trips, {} reads, {} writes, {} timer ops",
+            c.round_trips, c.reads, c.writes, c.timers
+        )
+    };
+    eprintln!("whole hello ({} bytes): {}", h.len(), show(&whole[0]));
+    eprintln!(
+        "split, first part (blob of 1460 bytes): {}",
+        show(&split[0])
+    );
+    eprintln!("split, completing part: {}", show(&split[1]));
+    // The first part: the record and the blob written with its timer, in
+    // the batch's one write round trip.
+    assert_eq!((split[0].round_trips, split[0].reads), (2, 1));
+    assert_eq!(split[0].writes, 2);
+    // The completing part: one more round trip, to read the blob; the
+    // record written and the blob deleted in the write round trip.
+    assert_eq!((split[1].round_trips, split[1].reads), (3, 2));
+    assert_eq!(split[1].writes, 2);
+    assert_eq!(split[1].timers, 0);
+    // Whole, the same rule fires with one read and one write.
+    assert_eq!(
+        (whole[0].round_trips, whole[0].reads, whole[0].writes),
+        (2, 1, 1)
+    );
 }

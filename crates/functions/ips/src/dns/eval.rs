@@ -7,6 +7,7 @@ use sluice_nf::{Event, Packet};
 
 use super::Message;
 use crate::engine::{FlowState, Header, BLOCKED, PASSED};
+use crate::pending::{self, Pend, Unit};
 use crate::{inspect, Ips};
 
 impl Ips {
@@ -38,8 +39,87 @@ impl Ips {
         self.dns_message(&msg, payload, (st, d, &hdr, p), events)
     }
 
-    /// A TCP segment: if its payload is one whole DNS message after the
-    /// length prefix, the DNS rules are matched on it (a rule fires once per
+    /// A TCP packet's new stream bytes `data` at stream position `base`, of
+    /// direction `d`: a DNS message with its length prefix ([`super::unit`])
+    /// that they are exactly, or that they complete after the pending one,
+    /// is inspected whole ([`Ips::dns_message`]). A message these bytes
+    /// start but do not finish is kept pending ([`crate::pending`]) when it
+    /// starts where a message may start: at the stream's start or where the
+    /// direction's previous message ended (the record remembers that as a
+    /// DNS unit of no bytes). Returns true if the packet must be dropped.
+    pub(crate) fn dns_stream(
+        &mut self,
+        st: &mut FlowState,
+        (d, hdr): (usize, &Header),
+        p: &Packet,
+        events: &mut Vec<Event>,
+        (data, base): (&[u8], u64),
+    ) -> bool {
+        if self.engine.dns.is_empty() {
+            return false;
+        }
+        let pm = st.pend[d];
+        let boundary =
+            base == 0 || (pm.kind == pending::DNS && pm.len == 0 && pm.end == base as u32);
+        let cont = pm.kind == pending::DNS && pm.len > 0 && self.pend_ok(st, d, pending::DNS, base);
+        if pm.kind == pending::DNS && !cont && !boundary {
+            self.pend_drop(st, d, true);
+        }
+        // A stream already told as HTTP or TLS is not taken for DNS (their
+        // first bytes can read as a plausible DNS header).
+        let free = matches!(st.pend[d].kind, pending::NONE | pending::DNS)
+            && !st.http[d].active()
+            && (cont || crate::tls::unit(data) == Unit::Not);
+        let mut held = if cont { self.pend.take(d) } else { Vec::new() };
+        if cont {
+            held.extend_from_slice(data);
+        }
+        let unit: &[u8] = if cont { &held } else { data };
+        let mut drop = false;
+        let mut next = Pend::default();
+        match super::unit(unit) {
+            Unit::Need if cont || (boundary && free) => {
+                if !cont {
+                    held.extend_from_slice(data);
+                }
+                st.pend[d] = Pend {
+                    kind: pending::DNS,
+                    len: held.len() as u32,
+                    end: (base + data.len() as u64) as u32,
+                };
+                self.counters.pending_saved += 1;
+                self.pend.put(d, held);
+                return false;
+            }
+            Unit::Whole(_) => {
+                if let Ok(msg) = super::detect(unit, true) {
+                    if cont {
+                        self.counters.pending_joined += 1;
+                    }
+                    // The next message may start where this one ends.
+                    next = Pend {
+                        kind: pending::DNS,
+                        len: 0,
+                        end: (base + data.len() as u64) as u32,
+                    };
+                    let hdr = Header { dns: true, ..*hdr };
+                    drop = self.dns_message(&msg, unit, (st, d, &hdr, p), events);
+                }
+            }
+            _ => {}
+        }
+        if cont {
+            held.clear();
+            self.pend.put(d, held);
+        }
+        if free && (st.pend[d].kind == pending::DNS || next.kind == pending::DNS) {
+            st.pend[d] = next;
+        }
+        drop
+    }
+
+    /// A TCP segment outside a tracked stream: if its payload is one whole
+    /// DNS message after the length prefix, the DNS rules are matched on it (a rule fires once per
     /// flow direction, as other rules over TCP); returns true if it must be
     /// dropped.
     pub(crate) fn dns_segment(

@@ -13,6 +13,8 @@ pub mod prefilter;
 
 use std::ops::Range;
 
+use crate::pending::Unit;
+
 /// Byte ranges of the header's fields.
 pub mod field {
     use super::Range;
@@ -305,11 +307,51 @@ impl<'a> Message<'a> {
     }
 }
 
+/// How far `b`, a direction's stream bytes from a segment's start (or from
+/// a pending unit's start), make up a DNS-over-TCP message with its 2-byte
+/// length prefix: [`Unit::Whole`] when `b` is exactly that long (as
+/// [`detect`] wants it), [`Unit::Need`] while shorter and what there is of
+/// the header is a query's or a response's (an assigned opcode, the
+/// reserved bit clear, a query with response code 0 and 1 to
+/// [`MAX_QUESTIONS`] questions), [`Unit::Not`] otherwise. [`Message::parse`]
+/// checks the whole message.
+pub fn unit(b: &[u8]) -> Unit {
+    if b.len() < 2 {
+        return Unit::Need;
+    }
+    let n = 2 + u16::from_be_bytes([b[0], b[1]]) as usize;
+    // A header, the root name and a question's type and class.
+    if n < 2 + field::HEADER_LEN + 5 {
+        return Unit::Not;
+    }
+    match b.len().cmp(&n) {
+        std::cmp::Ordering::Equal => return Unit::Whole(n),
+        std::cmp::Ordering::Greater => return Unit::Not,
+        std::cmp::Ordering::Less => {}
+    }
+    let h = &b[2..];
+    if h.len() >= field::FLAGS.end {
+        let f = be16(h, field::FLAGS);
+        let op = ((f >> 11) & 0xf) as u8;
+        let query = f & flags::QR == 0;
+        if op == 3 || op > 6 || f & flags::Z != 0 || (query && f & 0xf != 0) {
+            return Unit::Not;
+        }
+        if h.len() >= field::QDCOUNT.end {
+            let qd = be16(h, field::QDCOUNT) as usize;
+            if qd > MAX_QUESTIONS || (query && qd == 0) {
+                return Unit::Not;
+            }
+        }
+    }
+    Unit::Need
+}
+
 /// Tells DNS by content, whatever the ports: a UDP payload (`tcp` false) is
-/// DNS if it parses whole as a [`Message`]. Over TCP the payload must be one
-/// whole message after its 2-byte length prefix, the prefix giving exactly the
-/// rest of the segment. Not covered: a TCP message split across segments, or
-/// several messages in one segment (neither is DNS here).
+/// DNS if it parses whole as a [`Message`]. Over TCP the bytes (a segment's,
+/// or a pending unit completed by one: [`unit()`]) must be one whole message
+/// after its 2-byte length prefix, the prefix giving exactly the rest of the
+/// bytes. Not covered: several messages in one segment (not DNS here).
 pub fn detect(payload: &[u8], tcp: bool) -> Result<Message<'_>, DnsError> {
     if tcp {
         let n = payload.len();

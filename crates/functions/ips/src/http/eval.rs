@@ -9,6 +9,7 @@ use sluice_nf::{Event, Packet};
 
 use super::{Buffers, Phase, Piece};
 use crate::engine::{FlowState, Header, BLOCKED, PASSED};
+use crate::pending::{self, Pend};
 use crate::{inspect, Ips};
 
 impl Ips {
@@ -37,6 +38,11 @@ impl Ips {
         if gap || (me.phase == Phase::Start && base != 0) {
             me.off();
         }
+        // The head pending from earlier bytes, if it continues here.
+        let cont = self.pend_ok(st, d, pending::HTTP, base);
+        if st.pend[d].kind == pending::HTTP && !cont {
+            self.pend_drop(st, d, true);
+        }
         if me.phase == Phase::Off {
             st.http[d] = me;
             return false;
@@ -46,14 +52,58 @@ impl Ips {
         let mut bufs = std::mem::take(&mut self.http_bufs);
         let mut piece = std::mem::take(&mut self.http_piece);
         let mut cands = std::mem::take(&mut self.cands);
+        // The pending head's bytes (empty without one): a head completed
+        // here that began earlier is these bytes and the new ones up to
+        // its end, inspected as if it had come whole.
+        let mut held = if cont { self.pend.take(d) } else { Vec::new() };
+        let mut joined = false;
         let mut drop = false;
         me.advance(data, request, &mut peer, &mut piece, |pc: &Piece, _| {
             if st.flags & (BLOCKED | PASSED) != 0 {
                 return;
             }
-            bufs.build(pc.head.clone().map(|r| &data[r]), data, &pc.body, request);
+            let head = match (&pc.head, pc.head_cont) {
+                (Some(r), _) => Some(&data[r.clone()]),
+                (None, Some(end)) if cont && !joined => {
+                    held.extend_from_slice(&data[..end]);
+                    joined = true;
+                    Some(&held[..])
+                }
+                (None, Some(_)) if joined => Some(&held[..]),
+                _ => None,
+            };
+            bufs.build(head, data, &pc.body, request);
             drop |= self.http_message(&bufs, &mut cands, (st, d, &hdr, p), events, (data, base));
         });
+        if joined {
+            self.counters.pending_joined += 1;
+        }
+        if piece.overflow {
+            self.counters.pending_overflow += 1;
+        }
+        // What is pending now: the head these bytes end inside, if its
+        // beginning is known (`held` still holds the blob's bytes when the
+        // head continues through all of these).
+        if let Some(s) = piece.open {
+            held.clear();
+            held.extend_from_slice(&data[s..]);
+        } else if piece.open_cont && cont && !joined {
+            held.extend_from_slice(data);
+        } else {
+            held.clear();
+        }
+        if !held.is_empty() {
+            st.pend[d] = Pend {
+                kind: pending::HTTP,
+                len: held.len() as u32,
+                end: (base + data.len() as u64) as u32,
+            };
+            self.counters.pending_saved += 1;
+            self.pend.put(d, held);
+        } else if st.pend[d].kind == pending::HTTP {
+            st.pend[d] = Pend::default();
+            self.pend.put(d, held);
+        }
         st.http[d] = me;
         st.http[1 - d] = peer;
         self.http_bufs = bufs;

@@ -142,11 +142,24 @@ pub struct Piece {
     pub body: Vec<Range<usize>>,
     /// The message ends in these bytes.
     pub done: bool,
+    /// A head that began in earlier bytes ends in these, at this position
+    /// (`head` is then `None`): its first bytes are the direction's pending
+    /// unit ([`crate::pending`]).
+    pub head_cont: Option<usize>,
+    /// After [`HttpDir::advance`]: the bytes end inside a head that began at
+    /// this position of these bytes.
+    pub open: Option<usize>,
+    /// After [`HttpDir::advance`]: the bytes end inside a head that began in
+    /// earlier bytes (all of these bytes belong to it).
+    pub open_cont: bool,
+    /// After [`HttpDir::advance`]: a head went over [`MAX_HEAD`] or
+    /// [`MAX_LINES`] and parsing of the direction ended.
+    pub overflow: bool,
 }
 
 impl Piece {
     fn is_empty(&self) -> bool {
-        self.head.is_none() && self.body.is_empty()
+        self.head.is_none() && self.head_cont.is_none() && self.body.is_empty()
     }
 }
 
@@ -276,6 +289,10 @@ impl HttpDir {
         piece.head = None;
         piece.body.clear();
         piece.done = false;
+        piece.head_cont = None;
+        piece.open = None;
+        piece.open_cont = false;
+        piece.overflow = false;
         if self.phase == Phase::Start {
             let ok = if to_server {
                 looks_like_request(data)
@@ -312,16 +329,21 @@ impl HttpDir {
                         Ok(Some(n)) => {
                             pos += n;
                             piece.head = head_start.take().map(|s| s..pos);
+                            if piece.head.is_none() {
+                                piece.head_cont = Some(pos);
+                            }
                             self.after_head(to_server);
                             if self.phase == Phase::Head {
                                 piece.done = true;
                                 each(piece, self);
                                 piece.head = None;
+                                piece.head_cont = None;
                                 piece.done = false;
                             }
                         }
                         Ok(None) => pos = data.len(),
                         Err(()) => {
+                            piece.overflow = true;
                             self.off();
                             break;
                         }
@@ -397,7 +419,14 @@ impl HttpDir {
             each(piece, self);
         }
         piece.head = None;
+        piece.head_cont = None;
         piece.body.clear();
+        if self.phase == Phase::Head && self.flags & STARTED != 0 {
+            match head_start {
+                Some(s) => piece.open = Some(s),
+                None => piece.open_cont = true,
+            }
+        }
     }
 
     fn end_message(&mut self, piece: &mut Piece, each: &mut impl FnMut(&Piece, &HttpDir)) {
@@ -405,6 +434,7 @@ impl HttpDir {
         piece.done = true;
         each(piece, self);
         piece.head = None;
+        piece.head_cont = None;
         piece.body.clear();
         piece.done = false;
     }

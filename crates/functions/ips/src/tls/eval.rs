@@ -7,13 +7,14 @@ use crate::bufrules::list_matches;
 use sluice_nf::{Event, Packet};
 
 use crate::engine::{FlowState, Header, BLOCKED, PASSED};
+use crate::pending::{self, Pend, Unit};
 use crate::{inspect, Ips};
 
 impl Ips {
-    /// A TCP segment: if its payload starts with a whole ClientHello or
-    /// ServerHello, the TLS rules are matched on it (a rule fires once per
-    /// flow direction, as other rules over TCP); returns true if it must be
-    /// dropped.
+    /// A TCP segment outside a tracked stream: if its payload starts with a
+    /// whole ClientHello or ServerHello, the TLS rules are matched on it (a
+    /// rule fires once per flow direction, as other rules over TCP); returns
+    /// true if it must be dropped.
     pub(crate) fn tls_segment(
         &mut self,
         p: &Packet,
@@ -25,6 +26,80 @@ impl Ips {
             return false;
         }
         let payload = p.meta.payload(p.data());
+        self.tls_unit(p, st, hdr, events, payload)
+    }
+
+    /// A TCP packet's new stream bytes `data` at stream position `base`, of
+    /// direction `d`: a TLS unit ([`super::unit`]) starting there, or
+    /// continuing the one pending, is inspected once whole
+    /// ([`Ips::tls_unit`]); a unit these bytes end inside is kept pending
+    /// ([`crate::pending`]). Returns true if the packet must be dropped.
+    pub(crate) fn tls_stream(
+        &mut self,
+        st: &mut FlowState,
+        (d, hdr): (usize, &Header),
+        p: &Packet,
+        events: &mut Vec<Event>,
+        (data, base): (&[u8], u64),
+    ) -> bool {
+        if self.engine.tls.is_empty() {
+            return false;
+        }
+        let cont = self.pend_ok(st, d, pending::TLS, base);
+        if st.pend[d].kind == pending::TLS && !cont {
+            self.pend_drop(st, d, true);
+        }
+        let mut held = if cont { self.pend.take(d) } else { Vec::new() };
+        if cont {
+            held.extend_from_slice(data);
+        }
+        let unit: &[u8] = if cont { &held } else { data };
+        let mut drop = false;
+        match super::unit(unit) {
+            Unit::Need if cont || st.pend[d].kind == pending::NONE => {
+                if !cont {
+                    held.extend_from_slice(data);
+                }
+                st.pend[d] = Pend {
+                    kind: pending::TLS,
+                    len: held.len() as u32,
+                    end: (base + data.len() as u64) as u32,
+                };
+                self.counters.pending_saved += 1;
+                self.pend.put(d, held);
+                return false;
+            }
+            // Another protocol's unit is pending here: not TLS.
+            Unit::Need | Unit::Not => {}
+            u => {
+                if u == Unit::Over {
+                    // What there is is inspected; the unit is given up.
+                    self.counters.pending_overflow += 1;
+                } else if cont {
+                    self.counters.pending_joined += 1;
+                }
+                drop = self.tls_unit(p, st, hdr, events, unit);
+            }
+        }
+        if cont {
+            st.pend[d] = Pend::default();
+            held.clear();
+            self.pend.put(d, held);
+        }
+        drop
+    }
+
+    /// Matches the TLS rules on `payload`, if it starts with a hello or a
+    /// Certificate message ([`super::Buffers::fill`]); returns true if the
+    /// packet must be dropped.
+    fn tls_unit(
+        &mut self,
+        p: &Packet,
+        st: &mut FlowState,
+        hdr: &Header,
+        events: &mut Vec<Event>,
+        payload: &[u8],
+    ) -> bool {
         let mut bufs = std::mem::take(&mut self.tls_bufs);
         if !bufs.fill(payload) {
             self.tls_bufs = bufs;

@@ -4,21 +4,21 @@
 //! ([`Buffers`]): the server name (SNI), the JA3/JA3S fingerprints and the
 //! server's certificates (TLS 1.2 and older send them in clear).
 //!
-//! A hello is recognised when the segment's payload starts with a handshake
-//! record (content type 22, version 3.x) whose first message is a whole
-//! ClientHello (type 1) or ServerHello (type 2) inside that record and inside
-//! the payload (the rest of the record may follow in later segments). Every length is checked against its container
-//! (the extensions must fill their block exactly), so parsing never panics
-//! and reads nothing outside the payload. A hello split across TCP segments
-//! (or across records) is not recognised: nothing is buffered between
-//! segments, so its rules do not match (see docs/FUNCTIONS.md "TLS").
+//! A hello is recognised when the bytes (a segment's new stream bytes, or a
+//! pending unit completed by them) start with a handshake record (content
+//! type 22, version 3.x) whose first message is a whole ClientHello (type 1)
+//! or ServerHello (type 2) inside that record (the rest of the record may
+//! follow). Every length is checked against its container (the extensions
+//! must fill their block exactly), so parsing never panics and reads nothing
+//! outside the bytes. A hello split across TCP segments is kept as a pending
+//! unit until whole ([`unit()`], [`crate::pending`]); one split across TLS
+//! records is not recognised.
 //!
 //! The server's Certificate message (type 11, [`certificates`]) is read when
-//! it follows the ServerHello in the same segment (in its record or the next
-//! one), or when a segment starts with a handshake record whose first message
-//! is a Certificate. It must be whole in its record and in the segment: a
-//! Certificate message split across segments (common, a chain is a few
-//! kilobytes) or records is not parsed, as a hello is not.
+//! it follows the ServerHello (in its record or the next one), or when the
+//! bytes start with a handshake record whose first message is a Certificate.
+//! It must be whole in its record; a segment boundary inside it is bridged
+//! by the pending unit, a record boundary is not.
 
 pub(crate) mod eval;
 pub mod prefilter;
@@ -27,6 +27,8 @@ use std::io::Write as _;
 use std::ops::Range;
 
 use md5::{Digest, Md5};
+
+use crate::pending::{Unit, MAX_TLS_UNIT};
 
 /// Byte ranges of the record and handshake headers.
 pub mod field {
@@ -249,6 +251,83 @@ pub fn detect(payload: &[u8]) -> Result<Hello, TlsError> {
         i = data.end;
     }
     Ok(h)
+}
+
+fn be24(b: &[u8], at: usize) -> usize {
+    u32::from_be_bytes([0, b[at], b[at + 1], b[at + 2]]) as usize
+}
+
+/// How far `b`, a direction's stream bytes from a segment's start (or from
+/// a pending unit's start), make up the TLS unit the IPS inspects: a handshake
+/// record whose first message is a ClientHello, a ServerHello or a
+/// Certificate, that message whole, and after a ServerHello the Certificate
+/// message that follows it, in its record or at the start of the next one,
+/// if the bytes go on past the hello. [`Unit::Need`] while the bytes are a
+/// consistent prefix of such a unit; [`Unit::Over`] past
+/// [`MAX_TLS_UNIT`]. Only the headers are checked: [`Buffers::fill`] parses
+/// the unit.
+pub fn unit(b: &[u8]) -> Unit {
+    if b.first().is_some_and(|&t| t != HANDSHAKE) || b.get(1).is_some_and(|&v| v != 3) {
+        return Unit::Not;
+    }
+    let hello_type = |t: u8| matches!(t, 1 | 2 | CERTIFICATE);
+    if b.len() < field::HS_LEN.end {
+        return match b.get(field::HS_TYPE) {
+            Some(&t) if !hello_type(t) => Unit::Not,
+            _ => Unit::Need,
+        };
+    }
+    let record_end = field::HS_TYPE + be16(b, field::RECORD_LEN.start) as usize;
+    let t = b[field::HS_TYPE];
+    if !hello_type(t) {
+        return Unit::Not;
+    }
+    let msg_end = field::HS_LEN.end + be24(b, field::HS_LEN.start);
+    if msg_end > record_end {
+        return Unit::Not;
+    }
+    if msg_end > MAX_TLS_UNIT {
+        return Unit::Over;
+    }
+    if b.len() < msg_end {
+        return Unit::Need;
+    }
+    if t != 2 {
+        return Unit::Whole(msg_end);
+    }
+    // A ServerHello: the Certificate after it, if one follows.
+    let (at, cert_record_end) = if msg_end < record_end {
+        (msg_end, record_end)
+    } else {
+        let r = msg_end;
+        if b.len() == r || b[r] != HANDSHAKE || b.get(r + 1).is_some_and(|&v| v != 3) {
+            return Unit::Whole(msg_end);
+        }
+        if b.len() < r + 5 {
+            return Unit::Need;
+        }
+        (r + 5, r + 5 + be16(b, r + 3) as usize)
+    };
+    match b.get(at) {
+        Some(&CERTIFICATE) => {}
+        Some(_) => return Unit::Whole(msg_end),
+        None => return Unit::Need,
+    }
+    if b.len() < at + 4 {
+        return Unit::Need;
+    }
+    let cert_end = at + 4 + be24(b, at + 1);
+    if cert_end > cert_record_end {
+        // Not parsed ([`certificates`]): the hello alone.
+        return Unit::Whole(msg_end);
+    }
+    if cert_end > MAX_TLS_UNIT {
+        return Unit::Over;
+    }
+    if b.len() < cert_end {
+        return Unit::Need;
+    }
+    Unit::Whole(cert_end)
 }
 
 /// Reads the record header at `at`; returns where its body starts and ends

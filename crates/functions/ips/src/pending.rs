@@ -1,0 +1,262 @@
+//! Pending units: the bytes of an HTTP head, a TLS handshake unit or a DNS
+//! message that a TCP segment ended inside, kept in the store until the
+//! direction's next in-order stream bytes complete it.
+//!
+//! The application-layer parsers inspect whole units. A unit split across
+//! segments (a browser's ~1.8 KB ClientHello, a certificate chain, an HTTP
+//! request cut by an attacker) would otherwise never be inspected. Its bytes
+//! live, like every other byte of per-flow state, in the store: one blob per
+//! flow and direction in table [`TABLE_PEND`], key = canonical flow and the
+//! direction byte (0: to server). The flow record says a blob exists, its
+//! length and the stream position it ends at ([`Pend`]), so the blob is read
+//! only for flows that have one and only in batches bringing that direction
+//! new stream bytes: one extra round trip for the whole batch
+//! (`Ips::read_pending`), none when no flow of the batch has one.
+//!
+//! A blob is deleted when its unit completes, when a gap
+//! ([`sluice_nf::StreamChunk::gap`]) or a stream position that does not
+//! continue it shows bytes were lost (`ips_pending_discarded`), when its
+//! record expires, and by its own timer (armed at every write, like the
+//! record's). A unit over its protocol's bound ([`crate::http::MAX_HEAD`],
+//! [`MAX_TLS_UNIT`], [`MAX_DNS_UNIT`]) stops that protocol's parsing of the
+//! direction, counted (`ips_pending_overflow`): the blob never grows past the
+//! bound.
+
+use sluice_state::{DecodeError, Key, Namespace, Reader, Writer};
+use sluice_wire::FlowKey;
+
+use crate::Ips;
+
+/// Table of pending-unit blobs.
+pub const TABLE_PEND: u8 = 3;
+
+/// The largest TLS unit kept (a handshake message, with a ServerHello the
+/// Certificate message after it): 64 KiB. A TLS record holds at most 16 KiB,
+/// and a Certificate message is parsed only whole in its record, so a bigger
+/// unit would not be parsed anyway; the bound leaves room for the record
+/// headers and a ServerHello before the Certificate.
+pub const MAX_TLS_UNIT: usize = 64 * 1024;
+/// The largest DNS-over-TCP unit: the 2-byte length prefix and a message of
+/// at most 65,535 bytes (RFC 1035 §4.2.2).
+pub const MAX_DNS_UNIT: usize = 2 + 65535;
+
+/// No pending unit.
+pub const NONE: u8 = 0;
+/// An HTTP message head ([`crate::http`]).
+pub const HTTP: u8 = 1;
+/// A TLS handshake unit ([`crate::tls::unit`]).
+pub const TLS: u8 = 2;
+/// A DNS-over-TCP message with its length prefix ([`crate::dns::unit`]);
+/// with length 0, no bytes are pending but a DNS message ended at `end`, so
+/// the next one may start there.
+pub const DNS: u8 = 3;
+
+/// A direction's pending unit as the flow record describes it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Pend {
+    /// [`NONE`], [`HTTP`], [`TLS`] or [`DNS`].
+    pub kind: u8,
+    /// Bytes in the blob.
+    pub len: u32,
+    /// Stream position just after the blob's last byte, modulo 2^32: the
+    /// next stream bytes continue the unit only if they start here.
+    pub end: u32,
+}
+
+impl Pend {
+    /// Bytes [`encode`](Pend::encode) writes: 1, or 9 with a unit.
+    pub fn encoded_len(&self) -> usize {
+        if self.kind == NONE {
+            1
+        } else {
+            9
+        }
+    }
+
+    /// Appends the description to a record.
+    pub fn encode(&self, w: &mut Writer<'_>) {
+        w.u8(self.kind);
+        if self.kind != NONE {
+            w.u32(self.len).u32(self.end);
+        }
+    }
+
+    /// Reads what [`encode`](Pend::encode) wrote.
+    pub fn decode(r: &mut Reader<'_>) -> Result<Pend, DecodeError> {
+        let kind = r.u8()?;
+        if kind > DNS {
+            return Err(DecodeError("unknown ips pending unit kind"));
+        }
+        if kind == NONE {
+            return Ok(Pend::default());
+        }
+        let len = r.u32()?;
+        let max = match kind {
+            HTTP => crate::http::MAX_HEAD as usize,
+            TLS => MAX_TLS_UNIT,
+            _ => MAX_DNS_UNIT,
+        };
+        if len as usize > max {
+            return Err(DecodeError("ips pending unit over its bound"));
+        }
+        Ok(Pend {
+            kind,
+            len,
+            end: r.u32()?,
+        })
+    }
+
+    /// True if a blob holds bytes for this unit.
+    pub fn has_blob(&self) -> bool {
+        self.kind != NONE && self.len > 0
+    }
+}
+
+/// How far bytes at a unit's start make up a unit ([`crate::tls::unit`],
+/// [`crate::dns::unit`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unit {
+    /// Not the start of a unit this protocol inspects.
+    Not,
+    /// The start of one, which needs more bytes.
+    Need,
+    /// A whole unit of this many bytes.
+    Whole(usize),
+    /// A unit larger than the protocol's bound.
+    Over,
+}
+
+/// The key of the pending blob of direction `d` (0: to server) of the flow
+/// whose canonical key is `canon`.
+pub fn key(ns: Namespace, canon: &FlowKey, d: usize) -> Key {
+    Key::flow(ns, TABLE_PEND, canon, &[d as u8])
+}
+
+/// No slot ([`PendBatch::of`]).
+const NO_SLOT: u32 = u32::MAX;
+
+/// The batch's pending bytes in memory: per record and direction a slot
+/// holding the blob as read (or as the batch's packets left it). Buffers
+/// are reused across batches.
+#[derive(Default)]
+pub(crate) struct PendBatch {
+    /// Per record of the batch: the slot of each direction, or [`NO_SLOT`].
+    of: Vec<[u32; 2]>,
+    bufs: Vec<Vec<u8>>,
+    used: usize,
+    /// The record of the packet being decided.
+    pub cur: u32,
+}
+
+impl PendBatch {
+    /// Forgets every slot for a batch of `records` records.
+    pub fn reset(&mut self, records: usize) {
+        self.of.clear();
+        self.of.resize(records, [NO_SLOT; 2]);
+        self.used = 0;
+        self.cur = NO_SLOT;
+    }
+
+    /// A cleared slot for direction `d` of record `rec`, made if it has none.
+    pub fn slot(&mut self, rec: u32, d: usize) -> &mut Vec<u8> {
+        let s = &mut self.of[rec as usize][d];
+        if *s == NO_SLOT {
+            if self.used == self.bufs.len() {
+                self.bufs.push(Vec::new());
+            }
+            *s = self.used as u32;
+            self.used += 1;
+        }
+        let b = &mut self.bufs[*s as usize];
+        b.clear();
+        b
+    }
+
+    /// The bytes of direction `d` of the current record, if it has a slot.
+    pub fn get(&self, d: usize) -> Option<&Vec<u8>> {
+        let s = *self.of.get(self.cur as usize)?.get(d)?;
+        (s != NO_SLOT).then(|| &self.bufs[s as usize])
+    }
+
+    /// The bytes of direction `d` of record `rec`, if it has a slot.
+    pub fn of(&self, rec: u32, d: usize) -> Option<&[u8]> {
+        let s = *self.of.get(rec as usize)?.get(d)?;
+        (s != NO_SLOT).then(|| &self.bufs[s as usize][..])
+    }
+
+    /// Takes the buffer of direction `d` of the current record out (empty if
+    /// it has no slot); give it back with [`PendBatch::put`].
+    pub fn take(&mut self, d: usize) -> Vec<u8> {
+        match self.of.get(self.cur as usize).map(|s| s[d]) {
+            Some(s) if s != NO_SLOT => std::mem::take(&mut self.bufs[s as usize]),
+            _ => Vec::new(),
+        }
+    }
+
+    /// Empties direction `d`'s bytes of the current record, keeping the
+    /// buffer.
+    pub fn clear(&mut self, d: usize) {
+        if let Some(s) = self.of.get(self.cur as usize).map(|s| s[d]) {
+            if s != NO_SLOT {
+                self.bufs[s as usize].clear();
+            }
+        }
+    }
+
+    /// True if direction `d` of record `rec` has a slot.
+    pub fn has(&self, rec: u32, d: usize) -> bool {
+        self.of.get(rec as usize).is_some_and(|s| s[d] != NO_SLOT)
+    }
+
+    /// Gives back a buffer taken by [`PendBatch::take`] as direction `d`'s
+    /// bytes of the current record (kept only if it holds bytes or the
+    /// record had a slot, so an empty take allocates nothing).
+    pub fn put(&mut self, d: usize, buf: Vec<u8>) {
+        let cur = self.cur;
+        let Some(s) = self.of.get(cur as usize).map(|s| s[d]) else {
+            return;
+        };
+        if s != NO_SLOT {
+            self.bufs[s as usize] = buf;
+        } else if !buf.is_empty() {
+            let b = self.slot(cur, d);
+            *b = buf;
+        }
+    }
+}
+
+impl Ips {
+    /// Bytes pending for direction `d` of the current record, if the record
+    /// says a unit of `kind` is pending, its bytes were read and they end at
+    /// stream position `base` (where the new bytes start).
+    pub(crate) fn pend_ok(
+        &self,
+        st: &crate::engine::FlowState,
+        d: usize,
+        kind: u8,
+        base: u64,
+    ) -> bool {
+        let p = st.pend[d];
+        p.kind == kind
+            && p.end == base as u32
+            && (p.len == 0 || self.pend.get(d).is_some_and(|b| b.len() == p.len as usize))
+    }
+
+    /// Forgets direction `d`'s pending unit: counted as discarded if it held
+    /// bytes and `count`.
+    pub(crate) fn pend_drop(&mut self, st: &mut crate::engine::FlowState, d: usize, count: bool) {
+        if st.pend[d].kind == NONE {
+            return;
+        }
+        // A blob the store did not return was counted lost already.
+        let held = self
+            .pend
+            .get(d)
+            .is_some_and(|b| b.len() == st.pend[d].len as usize);
+        if count && st.pend[d].len > 0 && held {
+            self.counters.pending_discarded += 1;
+        }
+        st.pend[d] = Pend::default();
+        self.pend.clear(d);
+    }
+}
