@@ -124,18 +124,78 @@ pub struct AgentState {
     api_cert: Option<ApiCert>,
 }
 
-/// An agent's API certificate: what the TLS server presents, the key of the
-/// request in flight, and when the current certificate should be renewed.
+/// An agent's certificate: what its TLS server presents and its calls to the
+/// controller present as a client certificate, the key of the request in
+/// flight, when the current certificate should be renewed, and the hosts' CA
+/// the controller's client certificate must chain to.
 #[derive(Debug, Default)]
 struct ApiCert {
     slot: Arc<sluice_tls::hosts::CertSlot>,
+    /// The hosts' CA, learnt with the first certificate.
+    trust: Arc<sluice_tls::hosts::ClientTrust>,
     /// The key whose request the heartbeats carry until a certificate comes.
     pending: Mutex<Option<sluice_tls::hosts::AgentKey>>,
     /// When the current certificate was received, and its end.
     current: Mutex<Option<(SystemTime, SystemTime)>>,
+    /// Where the key and certificate are kept across restarts (the run
+    /// directory), so a restart needs no new bootstrap token.
+    dir: Option<PathBuf>,
 }
 
+/// The agent's private key and certificate chain in its run directory.
+const KEY_FILE: &str = "api-key.pem";
+const CERT_FILE: &str = "api-cert.pem";
+
 impl ApiCert {
+    /// The certificate saved in `dir`, if it is host `host`'s and still valid
+    /// at `now` (else none: the heartbeats ask for one with the bootstrap
+    /// token).
+    fn load(host: u32, dir: Option<PathBuf>, now: SystemTime) -> ApiCert {
+        let c = ApiCert {
+            dir,
+            ..ApiCert::default()
+        };
+        let Some(d) = &c.dir else {
+            return c;
+        };
+        let (Ok(key), Ok(chain)) = (
+            std::fs::read_to_string(d.join(KEY_FILE)),
+            std::fs::read_to_string(d.join(CERT_FILE)),
+        ) else {
+            return c;
+        };
+        let saved = sluice_tls::hosts::AgentKey::from_pem(host, &key)
+            .and_then(|k| k.certified(&chain))
+            .map_err(|e| e.to_string())
+            .and_then(|ck| match sluice_tls::hosts::peer_of(&ck.cert[0]) {
+                Some((sluice_tls::hosts::Peer::Host(h), end)) if h == host && end > now => {
+                    Ok((ck, end))
+                }
+                Some((p, end)) if end > now => Err(format!("it names {p:?}, not host {host}")),
+                Some(_) => Err("it has expired".into()),
+                None => Err("it names no host".into()),
+            });
+        match saved {
+            Ok((ck, end)) => {
+                if let Err(e) = c.trust.set_roots(ck.cert[1..].iter().cloned()) {
+                    eprintln!("sluiced: ignoring the saved certificate: its CA: {e}");
+                    return c;
+                }
+                c.slot.set(ck);
+                let got = end.checked_sub(sluice_tls::hosts::LIFETIME).unwrap_or(now);
+                if let Ok(mut cur) = c.current.lock() {
+                    *cur = Some((got, end));
+                }
+                eprintln!("sluiced: using the saved certificate in {}", d.display());
+            }
+            Err(e) => eprintln!(
+                "sluiced: ignoring the saved certificate in {}: {e}",
+                d.display()
+            ),
+        }
+        c
+    }
+
     /// The certificate request to send now: while there is no certificate,
     /// or once renewal is due (a new key each time).
     fn request(&self, host: u32, now: SystemTime) -> Option<String> {
@@ -167,15 +227,33 @@ impl ApiCert {
         let Some(key) = pending.as_ref() else {
             return;
         };
-        match key.certified(chain) {
-            Ok(ck) => {
-                self.slot.set(ck);
-                *pending = None;
-                if let Ok(mut c) = self.current.lock() {
-                    *c = Some((now, not_after));
-                }
+        let ck = match key.certified(chain) {
+            Ok(ck) => ck,
+            Err(e) => {
+                return eprintln!("sluiced: the controller's API certificate is unusable: {e}")
             }
-            Err(e) => eprintln!("sluiced: the controller's API certificate is unusable: {e}"),
+        };
+        // The CA the chain ends with is the one the controller's client
+        // certificate must chain to (the chain came over the controller's
+        // verified TLS).
+        if let Err(e) = self.trust.set_roots(ck.cert[1..].iter().cloned()) {
+            return eprintln!("sluiced: the controller's API certificate has no usable CA: {e}");
+        }
+        if let Some(d) = &self.dir {
+            // The key first: a certificate without its key would be useless.
+            let saved = write_private(&d.join(KEY_FILE), key.key_pem().as_bytes())
+                .and_then(|()| write_private(&d.join(CERT_FILE), chain.as_bytes()));
+            if let Err(e) = saved {
+                eprintln!(
+                    "sluiced: cannot save the certificate in {} (a restart will need a new bootstrap token): {e}",
+                    d.display()
+                );
+            }
+        }
+        self.slot.set(ck);
+        *pending = None;
+        if let Ok(mut c) = self.current.lock() {
+            *c = Some((now, not_after));
         }
     }
 }
@@ -975,15 +1053,20 @@ impl Agent {
             controller_up: AtomicBool::new(false),
             api_token: opts.api_token.clone(),
             capacity: opts.capacity.clone(),
-            api_cert: opts.api_tls.then(ApiCert::default),
+            api_cert: opts
+                .api_tls
+                .then(|| ApiCert::load(opts.host, opts.run_dir.clone(), SystemTime::now())),
         });
         if let Some(dir) = &opts.run_dir {
             load_saved(&core, &dir.join("config.json"));
         }
         let api = match &core.api_cert {
-            Some(c) => {
-                crate::http::ApiServer::start_tls(&opts.listen, core.clone(), c.slot.clone())
-            }
+            Some(c) => crate::http::ApiServer::start_tls(
+                &opts.listen,
+                core.clone(),
+                c.slot.clone(),
+                c.trust.clone(),
+            ),
             None => crate::http::ApiServer::start(&opts.listen, core.clone()),
         }
         .map_err(|err| AgentError::Listen {
@@ -1002,14 +1085,10 @@ impl Agent {
         let heartbeat = opts.controller.clone().and_then(|url| {
             let (core, stop) = (core.clone(), stop.clone());
             let token = opts.controller_token.clone();
-            let mut agent = ureq::AgentBuilder::new().timeout(Duration::from_millis(500));
-            if let Some(tls) = &opts.controller_tls {
-                agent = agent.tls_config(tls.clone());
-            }
-            let agent = agent.build();
+            let tls = opts.controller_tls.clone();
             std::thread::Builder::new()
                 .name("sluice-heartbeat".into())
-                .spawn(move || heartbeat(&core, &agent, &url, token.as_deref(), &stop))
+                .spawn(move || heartbeat(&core, tls, &url, token.as_deref(), &stop))
                 .ok()
         });
         Ok(Agent {
@@ -1093,22 +1172,52 @@ fn load_saved(core: &AgentState, path: &std::path::Path) {
     }
 }
 
+/// A client of the controller presenting `slot`'s certificate (if any) as
+/// its client certificate; with no session or connection of an older one.
+fn controller_client(
+    tls: Option<&Arc<rustls::ClientConfig>>,
+    slot: Option<&Arc<sluice_tls::hosts::CertSlot>>,
+) -> ureq::Agent {
+    let mut agent = ureq::AgentBuilder::new().timeout(Duration::from_millis(500));
+    if let Some(tls) = tls {
+        let mut c = (**tls).clone();
+        if let Some(s) = slot {
+            c.client_auth_cert_resolver = s.clone();
+        }
+        // A resumed session keeps the identity it was made with.
+        c.resumption = rustls::client::Resumption::in_memory_sessions(8);
+        agent = agent.tls_config(Arc::new(c));
+    }
+    agent.build()
+}
+
 fn heartbeat(
     core: &AgentState,
-    agent: &ureq::Agent,
+    tls: Option<Arc<rustls::ClientConfig>>,
     controller: &str,
     token: Option<&str>,
     stop: &AtomicBool,
 ) {
     let url = format!("{}/v1/hosts", controller.trim_end_matches('/'));
     let bearer = token.map(|t| format!("Bearer {t}"));
+    let slot = core.api_cert.as_ref().map(|c| c.slot.clone());
+    let generation = || slot.as_ref().map_or(0, |s| s.generation());
+    let mut agent = controller_client(tls.as_ref(), slot.as_ref());
+    let mut made_with = generation();
     // None: nothing logged yet.
     let mut last_ok: Option<bool> = None;
     while !stop.load(Ordering::Acquire) {
         let started = Instant::now();
         let running = core.version();
+        if generation() != made_with {
+            agent = controller_client(tls.as_ref(), slot.as_ref());
+            made_with = generation();
+        }
         let mut req = agent.post(&url);
-        if let Some(b) = &bearer {
+        // The bootstrap token only until the host has its certificate: the
+        // controller spent it when it issued that.
+        let joined = slot.as_ref().is_some_and(|s| s.is_set());
+        if let (Some(b), false) = (&bearer, joined) {
             req = req.set("Authorization", b);
         }
         let r = req

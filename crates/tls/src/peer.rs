@@ -169,7 +169,10 @@ impl Tagger {
                     .parse()
                     .map_err(|_| TagError::ContentLength(value.to_string()))?;
                 if length.is_some_and(|l| l != n) {
-                    return Err(TagError::ContentLength(format!("{} and {n}", length.unwrap_or(0))));
+                    return Err(TagError::ContentLength(format!(
+                        "{} and {n}",
+                        length.unwrap_or(0)
+                    )));
                 }
                 length = Some(n);
             } else if name.trim().eq_ignore_ascii_case("transfer-encoding") {
@@ -255,7 +258,10 @@ GET / HTTP/1.1\r\n\r\n!!GET /metrics HTTP/1.1\r\nSluice-Peer: s host-1.agents.sl
         for cl in ["x", "-1", "1, 2"] {
             let h = format!("POST / HTTP/1.1\r\nContent-Length: {cl}\r\n\r\n");
             assert!(
-                matches!(tag_in_pieces(h.as_bytes(), 9), Err(TagError::ContentLength(_))),
+                matches!(
+                    tag_in_pieces(h.as_bytes(), 9),
+                    Err(TagError::ContentLength(_))
+                ),
                 "{cl}"
             );
         }

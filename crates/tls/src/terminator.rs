@@ -109,7 +109,14 @@ pub fn acceptor<S: Stopping>(
             .name("tls-relay".into())
             .spawn(move || {
                 // A failed connection concerns its client only.
-                let _ = relay(tcp, config, &backend, plain_answer, tag.as_deref(), &*shared);
+                let _ = relay(
+                    tcp,
+                    config,
+                    &backend,
+                    plain_answer,
+                    tag.as_deref(),
+                    &*shared,
+                );
                 live.fetch_sub(1, Ordering::SeqCst);
             });
         if spawned.is_err() {

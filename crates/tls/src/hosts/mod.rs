@@ -29,10 +29,10 @@ use rcgen::{
     ExtendedKeyUsagePurpose, IsCa, KeyPair, KeyUsagePurpose, SanType, PKCS_ECDSA_P256_SHA256,
 };
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::client::ResolvesClientCert;
 use rustls::client::WebPkiServerVerifier;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, ServerName, UnixTime};
-use rustls::client::ResolvesClientCert;
 use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
 use rustls::server::{ClientHello, ResolvesServerCert, WebPkiClientVerifier};
 use rustls::sign::CertifiedKey;
@@ -338,7 +338,9 @@ impl ResolvesClientCert for Presents {
     }
 }
 
-fn roots_of(certs: impl IntoIterator<Item = CertificateDer<'static>>) -> Result<rustls::RootCertStore, TlsError> {
+fn roots_of(
+    certs: impl IntoIterator<Item = CertificateDer<'static>>,
+) -> Result<rustls::RootCertStore, TlsError> {
     let mut roots = rustls::RootCertStore::empty();
     for c in certs {
         roots

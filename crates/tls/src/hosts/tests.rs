@@ -42,9 +42,7 @@ fn handshake(
 /// Host `host`'s certificate from `ca`, as its agent holds it.
 fn host_cert(ca: &HostCa, host: u32) -> Arc<CertifiedKey> {
     let key = AgentKey::generate(host).unwrap();
-    let (chain, _) = ca
-        .sign(host, key.csr(), None, SystemTime::now())
-        .unwrap();
+    let (chain, _) = ca.sign(host, key.csr(), None, SystemTime::now()).unwrap();
     key.certified(&chain).unwrap()
 }
 
@@ -184,7 +182,10 @@ fn an_agent_learns_who_calls_it_and_refuses_certificates_of_another_ca() {
     let ctl = me.get(&ca, now).unwrap();
     // Kept until renewal is due, then made anew.
     assert!(Arc::ptr_eq(&ctl, &me.get(&ca, now).unwrap()));
-    assert!(!Arc::ptr_eq(&ctl, &me.get(&ca, now + LIFETIME / 2).unwrap()));
+    assert!(!Arc::ptr_eq(
+        &ctl,
+        &me.get(&ca, now + LIFETIME / 2).unwrap()
+    ));
     let with = |ck| mutual_client_config(ca.pem(), 7, Some(ck)).unwrap();
     assert_eq!(
         handshake(with(ctl.clone()), server.clone()),
@@ -204,7 +205,10 @@ fn an_agent_learns_who_calls_it_and_refuses_certificates_of_another_ca() {
     let other = HostCa::generate().unwrap();
     let forged = ControllerCert::default().get(&other, now).unwrap();
     let e = handshake(with(forged), server).unwrap_err();
-    assert!(e.starts_with("server:") && e.contains("invalid peer certificate"), "{e}");
+    assert!(
+        e.starts_with("server:") && e.contains("invalid peer certificate"),
+        "{e}"
+    );
     // An agent that does not know the CA yet refuses every certificate.
     let blind = served_trusting(&ca, 7, Arc::new(ClientTrust::default()));
     assert!(handshake(with(ctl), blind).is_err());
