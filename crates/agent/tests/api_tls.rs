@@ -419,3 +419,43 @@ fn after_joining_host_and_controller_speak_only_mutual_tls() {
     rejoined.shutdown();
     ctl.shutdown();
 }
+
+/// Not a pass/fail test: what mutual TLS adds to a call on a new connection
+/// (every push is one). Run with
+/// `cargo test -p sluice-agent --release --test api_tls -- --ignored --nocapture handshake_cost`.
+#[test]
+#[ignore]
+fn handshake_cost() {
+    let dir = tempfile::tempdir().unwrap();
+    let (ctl, admin) = controller(dir.path());
+    let token = admin.create_token("host-1", "host:1").unwrap().token;
+    let agent = Agent::start(&agent_opts(1, &ctl, &token)).unwrap();
+    wait_until("host 1 in sync", Duration::from_secs(20), || {
+        admin.hosts().is_ok_and(|h| h.len() == 1 && h[0].in_sync)
+    });
+    let ca = hosts_ca(dir.path());
+    let me = ControllerCert::default().get(&ca, SystemTime::now()).unwrap();
+    // The same open read both ways: the difference is the client
+    // certificate's part of the handshake (and the request's tag).
+    let status = format!("{}/v1/status", agent.api_url());
+    let n = 2000;
+    for (what, ck) in [
+        ("server certificate only", None),
+        ("mutual TLS", Some(me.clone())),
+        ("server certificate only", None),
+        ("mutual TLS", Some(me)),
+    ] {
+        let t = Instant::now();
+        for _ in 0..n {
+            // A new configuration (no resumption) and connection per call, as
+            // the controller's pushes have.
+            let config = sluice_tls::hosts::mutual_client_config(ca.pem(), 1, ck.clone()).unwrap();
+            let c = ureq::AgentBuilder::new().tls_config(config).build();
+            assert_eq!(status_of(c.get(&status).call()), 200);
+        }
+        let per = t.elapsed() / n;
+        println!("{what}: {n} calls on new connections, {per:?} each");
+    }
+    agent.shutdown();
+    ctl.shutdown();
+}
