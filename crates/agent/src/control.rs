@@ -140,6 +140,55 @@ struct ApiCert {
     /// Where the key and certificate are kept across restarts (the run
     /// directory), so a restart needs no new bootstrap token.
     dir: Option<PathBuf>,
+    /// The controller refused the certificate (its hosts' CA changed): the
+    /// heartbeats present none and carry the bootstrap token again until a
+    /// new certificate comes.
+    withheld: Arc<AtomicBool>,
+}
+
+/// The client certificate the heartbeats present: the slot's, unless
+/// withheld.
+#[derive(Debug)]
+struct Presenting {
+    slot: Arc<sluice_tls::hosts::CertSlot>,
+    withheld: Arc<AtomicBool>,
+}
+
+impl rustls::client::ResolvesClientCert for Presenting {
+    fn resolve(
+        &self,
+        hints: &[&[u8]],
+        schemes: &[rustls::SignatureScheme],
+    ) -> Option<Arc<rustls::sign::CertifiedKey>> {
+        if self.withheld.load(Ordering::Acquire) {
+            return None;
+        }
+        rustls::client::ResolvesClientCert::resolve(&*self.slot, hints, schemes)
+    }
+
+    fn has_certs(&self) -> bool {
+        !self.withheld.load(Ordering::Acquire) && self.slot.is_set()
+    }
+}
+
+/// Whether a failed call's error is the controller refusing the client
+/// certificate in the handshake (a CA of the same name but another key
+/// fails the signature: `DecryptError`).
+fn certificate_refused(e: &ureq::Error) -> bool {
+    let ureq::Error::Transport(t) = e else {
+        return false;
+    };
+    let text = t.to_string();
+    [
+        "UnknownCA",
+        "BadCertificate",
+        "CertificateUnknown",
+        "CertificateExpired",
+        "CertificateRevoked",
+        "DecryptError",
+    ]
+    .iter()
+    .any(|a| text.contains(&format!("received fatal alert: {a}")))
 }
 
 /// The agent's private key and certificate chain in its run directory.
@@ -250,11 +299,26 @@ impl ApiCert {
                 );
             }
         }
+        self.withheld.store(false, Ordering::Release);
         self.slot.set(ck);
         *pending = None;
         if let Ok(mut c) = self.current.lock() {
             *c = Some((now, not_after));
         }
+    }
+
+    /// Stops presenting the certificate to the controller, and asks for a
+    /// new one (with the bootstrap token).
+    fn withhold(&self) {
+        self.withheld.store(true, Ordering::Release);
+        if let Ok(mut c) = self.current.lock() {
+            *c = None;
+        }
+    }
+
+    /// Whether the heartbeats present a certificate.
+    fn presented(&self) -> bool {
+        self.slot.is_set() && !self.withheld.load(Ordering::Acquire)
     }
 }
 
@@ -1176,13 +1240,16 @@ fn load_saved(core: &AgentState, path: &std::path::Path) {
 /// its client certificate; with no session or connection of an older one.
 fn controller_client(
     tls: Option<&Arc<rustls::ClientConfig>>,
-    slot: Option<&Arc<sluice_tls::hosts::CertSlot>>,
+    cert: Option<&ApiCert>,
 ) -> ureq::Agent {
     let mut agent = ureq::AgentBuilder::new().timeout(Duration::from_millis(500));
     if let Some(tls) = tls {
         let mut c = (**tls).clone();
-        if let Some(s) = slot {
-            c.client_auth_cert_resolver = s.clone();
+        if let Some(a) = cert {
+            c.client_auth_cert_resolver = Arc::new(Presenting {
+                slot: a.slot.clone(),
+                withheld: a.withheld.clone(),
+            });
         }
         // A resumed session keeps the identity it was made with.
         c.resumption = rustls::client::Resumption::in_memory_sessions(8);
@@ -1200,9 +1267,11 @@ fn heartbeat(
 ) {
     let url = format!("{}/v1/hosts", controller.trim_end_matches('/'));
     let bearer = token.map(|t| format!("Bearer {t}"));
-    let slot = core.api_cert.as_ref().map(|c| c.slot.clone());
-    let generation = || slot.as_ref().map_or(0, |s| s.generation());
-    let mut agent = controller_client(tls.as_ref(), slot.as_ref());
+    let cert = core.api_cert.as_ref();
+    // Which certificate the client was made with, and whether it was
+    // withheld then.
+    let generation = || cert.map_or((0, false), |c| (c.slot.generation(), c.presented()));
+    let mut agent = controller_client(tls.as_ref(), cert);
     let mut made_with = generation();
     // None: nothing logged yet.
     let mut last_ok: Option<bool> = None;
@@ -1210,13 +1279,13 @@ fn heartbeat(
         let started = Instant::now();
         let running = core.version();
         if generation() != made_with {
-            agent = controller_client(tls.as_ref(), slot.as_ref());
+            agent = controller_client(tls.as_ref(), cert);
             made_with = generation();
         }
         let mut req = agent.post(&url);
         // The bootstrap token only until the host has its certificate: the
         // controller spent it when it issued that.
-        let joined = slot.as_ref().is_some_and(|s| s.is_set());
+        let joined = cert.is_some_and(ApiCert::presented);
         if let (Some(b), false) = (&bearer, joined) {
             req = req.set("Authorization", b);
         }
@@ -1226,6 +1295,14 @@ fn heartbeat(
         let ok = r.is_ok();
         if ok {
             core.heard();
+        }
+        if let (Err(e), Some(c), Some(_), true) = (&r, cert, &bearer, joined) {
+            if certificate_refused(e) {
+                eprintln!(
+                    "sluiced: the controller refuses this host's certificate ({e}); joining again with the bootstrap token"
+                );
+                c.withhold();
+            }
         }
         let desired = match &r {
             Ok(Some(v)) => v.get("desired_version").and_then(|d| d.as_u64()),

@@ -20,9 +20,13 @@ use sluice_controller::{serve, ServerHandle, ServerOptions};
 use sluice_proto::HostRegistration;
 
 fn controller(dir: &Path) -> (ServerHandle, Client) {
+    controller_at(dir, "127.0.0.1:0".parse().unwrap())
+}
+
+fn controller_at(dir: &Path, listen: std::net::SocketAddr) -> (ServerHandle, Client) {
     let db = dir.join("c.db");
     let h = serve(ServerOptions {
-        listen: "127.0.0.1:0".parse().unwrap(),
+        listen,
         db: db.clone(),
         state_url: "local".into(),
         admin_token_file: None,
@@ -399,6 +403,21 @@ fn after_joining_host_and_controller_speak_only_mutual_tls() {
             })
         },
     );
+    // A restarted controller (its hosts' CA reloaded) takes the same
+    // certificate: host 1 is heard again, though it has no token left.
+    let addr = ctl.addr();
+    ctl.shutdown();
+    let (ctl, admin) = controller_at(dir.path(), addr);
+    wait_until(
+        "host 1 heard by the restarted controller",
+        Duration::from_secs(20),
+        || {
+            admin.hosts().is_ok_and(|h| {
+                h.iter()
+                    .any(|h| h.id == 1 && h.alive && h.in_sync && h.push_error.is_none())
+            })
+        },
+    );
     again.shutdown();
 
     // Its disk lost, a host re-joins with a new bootstrap token an operator
@@ -417,6 +436,34 @@ fn after_joining_host_and_controller_speak_only_mutual_tls() {
     });
     assert!(admin.tokens().unwrap().iter().all(|t| t.name != "host-1"));
     rejoined.shutdown();
+
+    // The controller lost its hosts' CA: the saved certificate is refused in
+    // the handshake, and the agent joins again with a new bootstrap token
+    // (no file to delete on the host).
+    let addr = ctl.addr();
+    ctl.shutdown();
+    std::fs::remove_file(dir.path().join("c.hosts-ca.pem")).unwrap();
+    std::fs::remove_file(dir.path().join("c.hosts-ca.key")).unwrap();
+    let (ctl, admin) = controller_at(dir.path(), addr);
+    let newer = admin.create_token("host-1-again", "host:1").unwrap().token;
+    let back = Agent::start(&AgentOptions {
+        controller_token: Some(newer),
+        ..lost.clone()
+    })
+    .unwrap();
+    wait_until("host 1 joined the new CA", Duration::from_secs(20), || {
+        admin.hosts().is_ok_and(|h| {
+            h.iter().any(|h| {
+                h.id == 1 && h.api == back.api_url() && h.in_sync && h.push_error.is_none()
+            })
+        })
+    });
+    assert!(admin
+        .tokens()
+        .unwrap()
+        .iter()
+        .all(|t| t.name != "host-1-again"));
+    back.shutdown();
     ctl.shutdown();
 }
 
@@ -434,7 +481,9 @@ fn handshake_cost() {
         admin.hosts().is_ok_and(|h| h.len() == 1 && h[0].in_sync)
     });
     let ca = hosts_ca(dir.path());
-    let me = ControllerCert::default().get(&ca, SystemTime::now()).unwrap();
+    let me = ControllerCert::default()
+        .get(&ca, SystemTime::now())
+        .unwrap();
     // The same open read both ways: the difference is the client
     // certificate's part of the handshake (and the request's tag).
     let status = format!("{}/v1/status", agent.api_url());
