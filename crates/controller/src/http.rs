@@ -194,21 +194,22 @@ fn handle(
             // Signed first: a request that cannot be signed registers nothing.
             if let Some(c) = r.api_csr.take() {
                 csr = Some(sign_api_cert(shared, r.host, &r.api, &c)?);
+                // Spent before the certificate leaves, under the token
+                // store's lock: of two requests with one token, one wins.
+                if let (Some(p), Credential::Token) = (&who, credential) {
+                    spend_bootstrap(shared, p, r.host)?;
+                }
             }
             Some((r.host, r.api_token.clone()))
         }
         _ => None,
     };
-    let host = agent_token.as_ref().map(|(h, _)| *h);
     let mut reply = run(shared, action, agent_token, actor)?;
     if let (Some((chain, not_after_ms)), Reply::Json(_, serde_json::Value::Object(m))) =
         (csr, &mut reply)
     {
         m.insert("api_cert".into(), chain.into());
         m.insert("api_cert_not_after_ms".into(), not_after_ms.into());
-        if let (Some(p), Some(h), Credential::Token) = (&who, host, credential) {
-            spend_bootstrap(shared, p, h);
-        }
     }
     let reply = match only {
         Some(t) => auth::filter_listing(&t, reply),
@@ -221,20 +222,23 @@ fn handle(
     })
 }
 
-/// A host's token is a bootstrap token: once it got its host a certificate,
+/// A host's token is a bootstrap token: once it gets its host a certificate,
 /// the host authenticates with that (renewals included) and the token is
-/// deleted, so a copy of it is worth nothing. An operator mints another for
-/// a host that lost its key (`sluice token create NAME --role host:ID`).
-fn spend_bootstrap(shared: &Shared, who: &Principal, host: u32) {
+/// deleted, so a copy of it is worth nothing; a request whose token was spent
+/// meanwhile gets the 401 of an unknown token. An operator's token is not a
+/// bootstrap token. An operator mints another for a host that lost its key
+/// (`sluice token create NAME --role host:ID`).
+fn spend_bootstrap(shared: &Shared, who: &Principal, host: u32) -> Result<(), ApiError> {
     if who.role != auth::Role::Host(host) {
-        return;
+        return Ok(());
     }
-    let (status, outcome) = match lock(&shared.tokens).delete(&who.name) {
+    let spent = lock(&shared.tokens).delete(&who.name);
+    let (status, outcome) = match &spent {
         Ok(_) => (200, "spent".to_string()),
-        Err(e) => (500, format!("not deleted: {e}")),
+        Err(e) => (401, format!("not spent: {e}")),
     };
     eprintln!(
-        "sluice-controller: host {host} has its certificate: bootstrap token `{}` {outcome}",
+        "sluice-controller: host {host} joins: bootstrap token `{}` {outcome}",
         who.name
     );
     lock(&shared.reconciler).record(
@@ -252,6 +256,9 @@ fn spend_bootstrap(shared: &Shared, who: &Principal, host: u32) {
         },
         Instant::now(),
     );
+    spent.map(|_| ()).map_err(|_| {
+        auth::unauthenticated("unknown token: it was never issued or has been deleted")
+    })
 }
 
 /// Answers a heartbeat's certificate request: the agent's API certificate
