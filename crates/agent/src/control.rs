@@ -124,18 +124,127 @@ pub struct AgentState {
     api_cert: Option<ApiCert>,
 }
 
-/// An agent's API certificate: what the TLS server presents, the key of the
-/// request in flight, and when the current certificate should be renewed.
+/// An agent's certificate: what its TLS server presents and its calls to the
+/// controller present as a client certificate, the key of the request in
+/// flight, when the current certificate should be renewed, and the hosts' CA
+/// the controller's client certificate must chain to.
 #[derive(Debug, Default)]
 struct ApiCert {
     slot: Arc<sluice_tls::hosts::CertSlot>,
+    /// The hosts' CA, learnt with the first certificate.
+    trust: Arc<sluice_tls::hosts::ClientTrust>,
     /// The key whose request the heartbeats carry until a certificate comes.
     pending: Mutex<Option<sluice_tls::hosts::AgentKey>>,
     /// When the current certificate was received, and its end.
     current: Mutex<Option<(SystemTime, SystemTime)>>,
+    /// Where the key and certificate are kept across restarts (the run
+    /// directory), so a restart needs no new bootstrap token.
+    dir: Option<PathBuf>,
+    /// The controller refused the certificate (its hosts' CA changed): the
+    /// heartbeats present none and carry the bootstrap token again until a
+    /// new certificate comes.
+    withheld: Arc<AtomicBool>,
 }
 
+/// The client certificate the heartbeats present: the slot's, unless
+/// withheld.
+#[derive(Debug)]
+struct Presenting {
+    slot: Arc<sluice_tls::hosts::CertSlot>,
+    withheld: Arc<AtomicBool>,
+}
+
+impl rustls::client::ResolvesClientCert for Presenting {
+    fn resolve(
+        &self,
+        hints: &[&[u8]],
+        schemes: &[rustls::SignatureScheme],
+    ) -> Option<Arc<rustls::sign::CertifiedKey>> {
+        if self.withheld.load(Ordering::Acquire) {
+            return None;
+        }
+        rustls::client::ResolvesClientCert::resolve(&*self.slot, hints, schemes)
+    }
+
+    fn has_certs(&self) -> bool {
+        !self.withheld.load(Ordering::Acquire) && self.slot.is_set()
+    }
+}
+
+/// Whether a failed call's error is the controller refusing the client
+/// certificate in the handshake (a CA of the same name but another key
+/// fails the signature: `DecryptError`).
+fn certificate_refused(e: &ureq::Error) -> bool {
+    let ureq::Error::Transport(t) = e else {
+        return false;
+    };
+    let text = t.to_string();
+    [
+        "UnknownCA",
+        "BadCertificate",
+        "CertificateUnknown",
+        "CertificateExpired",
+        "CertificateRevoked",
+        "DecryptError",
+    ]
+    .iter()
+    .any(|a| text.contains(&format!("received fatal alert: {a}")))
+}
+
+/// The agent's private key and certificate chain in its run directory.
+const KEY_FILE: &str = "api-key.pem";
+const CERT_FILE: &str = "api-cert.pem";
+
 impl ApiCert {
+    /// The certificate saved in `dir`, if it is host `host`'s and still valid
+    /// at `now` (else none: the heartbeats ask for one with the bootstrap
+    /// token).
+    fn load(host: u32, dir: Option<PathBuf>, now: SystemTime) -> ApiCert {
+        let c = ApiCert {
+            dir,
+            ..ApiCert::default()
+        };
+        let Some(d) = &c.dir else {
+            return c;
+        };
+        let (Ok(key), Ok(chain)) = (
+            std::fs::read_to_string(d.join(KEY_FILE)),
+            std::fs::read_to_string(d.join(CERT_FILE)),
+        ) else {
+            return c;
+        };
+        let saved = sluice_tls::hosts::AgentKey::from_pem(host, &key)
+            .and_then(|k| k.certified(&chain))
+            .map_err(|e| e.to_string())
+            .and_then(|ck| match sluice_tls::hosts::peer_of(&ck.cert[0]) {
+                Some((sluice_tls::hosts::Peer::Host(h), end)) if h == host && end > now => {
+                    Ok((ck, end))
+                }
+                Some((p, end)) if end > now => Err(format!("it names {p:?}, not host {host}")),
+                Some(_) => Err("it has expired".into()),
+                None => Err("it names no host".into()),
+            });
+        match saved {
+            Ok((ck, end)) => {
+                if let Err(e) = c.trust.set_roots(ck.cert[1..].iter().cloned()) {
+                    eprintln!("sluiced: ignoring the saved certificate: its CA: {e}");
+                    return c;
+                }
+                c.slot.set(ck);
+                let got = end.checked_sub(sluice_tls::hosts::LIFETIME).unwrap_or(now);
+                if let Ok(mut cur) = c.current.lock() {
+                    *cur = Some((got, end));
+                }
+                eprintln!("sluiced: using the saved certificate in {}", d.display());
+            }
+            Err(e) => eprintln!(
+                "sluiced: ignoring the saved certificate in {}: {e}",
+                d.display()
+            ),
+        }
+        c
+    }
+
     /// The certificate request to send now: while there is no certificate,
     /// or once renewal is due (a new key each time).
     fn request(&self, host: u32, now: SystemTime) -> Option<String> {
@@ -167,16 +276,49 @@ impl ApiCert {
         let Some(key) = pending.as_ref() else {
             return;
         };
-        match key.certified(chain) {
-            Ok(ck) => {
-                self.slot.set(ck);
-                *pending = None;
-                if let Ok(mut c) = self.current.lock() {
-                    *c = Some((now, not_after));
-                }
+        let ck = match key.certified(chain) {
+            Ok(ck) => ck,
+            Err(e) => {
+                return eprintln!("sluiced: the controller's API certificate is unusable: {e}")
             }
-            Err(e) => eprintln!("sluiced: the controller's API certificate is unusable: {e}"),
+        };
+        // The CA the chain ends with is the one the controller's client
+        // certificate must chain to (the chain came over the controller's
+        // verified TLS).
+        if let Err(e) = self.trust.set_roots(ck.cert[1..].iter().cloned()) {
+            return eprintln!("sluiced: the controller's API certificate has no usable CA: {e}");
         }
+        if let Some(d) = &self.dir {
+            // The key first: a certificate without its key would be useless.
+            let saved = write_private(&d.join(KEY_FILE), key.key_pem().as_bytes())
+                .and_then(|()| write_private(&d.join(CERT_FILE), chain.as_bytes()));
+            if let Err(e) = saved {
+                eprintln!(
+                    "sluiced: cannot save the certificate in {} (a restart will need a new bootstrap token): {e}",
+                    d.display()
+                );
+            }
+        }
+        self.withheld.store(false, Ordering::Release);
+        self.slot.set(ck);
+        *pending = None;
+        if let Ok(mut c) = self.current.lock() {
+            *c = Some((now, not_after));
+        }
+    }
+
+    /// Stops presenting the certificate to the controller, and asks for a
+    /// new one (with the bootstrap token).
+    fn withhold(&self) {
+        self.withheld.store(true, Ordering::Release);
+        if let Ok(mut c) = self.current.lock() {
+            *c = None;
+        }
+    }
+
+    /// Whether the heartbeats present a certificate.
+    fn presented(&self) -> bool {
+        self.slot.is_set() && !self.withheld.load(Ordering::Acquire)
     }
 }
 
@@ -1008,15 +1150,20 @@ impl Agent {
             controller_up: AtomicBool::new(false),
             api_token: opts.api_token.clone(),
             capacity: opts.capacity.clone(),
-            api_cert: opts.api_tls.then(ApiCert::default),
+            api_cert: opts
+                .api_tls
+                .then(|| ApiCert::load(opts.host, opts.run_dir.clone(), SystemTime::now())),
         });
         if let Some(dir) = &opts.run_dir {
             load_saved(&core, &dir.join("config.json"));
         }
         let api = match &core.api_cert {
-            Some(c) => {
-                crate::http::ApiServer::start_tls(&opts.listen, core.clone(), c.slot.clone())
-            }
+            Some(c) => crate::http::ApiServer::start_tls(
+                &opts.listen,
+                core.clone(),
+                c.slot.clone(),
+                c.trust.clone(),
+            ),
             None => crate::http::ApiServer::start(&opts.listen, core.clone()),
         }
         .map_err(|err| AgentError::Listen {
@@ -1035,14 +1182,10 @@ impl Agent {
         let heartbeat = opts.controller.clone().and_then(|url| {
             let (core, stop) = (core.clone(), stop.clone());
             let token = opts.controller_token.clone();
-            let mut agent = ureq::AgentBuilder::new().timeout(Duration::from_millis(500));
-            if let Some(tls) = &opts.controller_tls {
-                agent = agent.tls_config(tls.clone());
-            }
-            let agent = agent.build();
+            let tls = opts.controller_tls.clone();
             std::thread::Builder::new()
                 .name("sluice-heartbeat".into())
-                .spawn(move || heartbeat(&core, &agent, &url, token.as_deref(), &stop))
+                .spawn(move || heartbeat(&core, tls, &url, token.as_deref(), &stop))
                 .ok()
         });
         Ok(Agent {
@@ -1126,22 +1269,57 @@ fn load_saved(core: &AgentState, path: &std::path::Path) {
     }
 }
 
+/// A client of the controller presenting `slot`'s certificate (if any) as
+/// its client certificate; with no session or connection of an older one.
+fn controller_client(
+    tls: Option<&Arc<rustls::ClientConfig>>,
+    cert: Option<&ApiCert>,
+) -> ureq::Agent {
+    let mut agent = ureq::AgentBuilder::new().timeout(Duration::from_millis(500));
+    if let Some(tls) = tls {
+        let mut c = (**tls).clone();
+        if let Some(a) = cert {
+            c.client_auth_cert_resolver = Arc::new(Presenting {
+                slot: a.slot.clone(),
+                withheld: a.withheld.clone(),
+            });
+        }
+        // A resumed session keeps the identity it was made with.
+        c.resumption = rustls::client::Resumption::in_memory_sessions(8);
+        agent = agent.tls_config(Arc::new(c));
+    }
+    agent.build()
+}
+
 fn heartbeat(
     core: &AgentState,
-    agent: &ureq::Agent,
+    tls: Option<Arc<rustls::ClientConfig>>,
     controller: &str,
     token: Option<&str>,
     stop: &AtomicBool,
 ) {
     let url = format!("{}/v1/hosts", controller.trim_end_matches('/'));
     let bearer = token.map(|t| format!("Bearer {t}"));
+    let cert = core.api_cert.as_ref();
+    // Which certificate the client was made with, and whether it was
+    // withheld then.
+    let generation = || cert.map_or((0, false), |c| (c.slot.generation(), c.presented()));
+    let mut agent = controller_client(tls.as_ref(), cert);
+    let mut made_with = generation();
     // None: nothing logged yet.
     let mut last_ok: Option<bool> = None;
     while !stop.load(Ordering::Acquire) {
         let started = Instant::now();
         let running = core.version();
+        if generation() != made_with {
+            agent = controller_client(tls.as_ref(), cert);
+            made_with = generation();
+        }
         let mut req = agent.post(&url);
-        if let Some(b) = &bearer {
+        // The bootstrap token only until the host has its certificate: the
+        // controller spent it when it issued that.
+        let joined = cert.is_some_and(ApiCert::presented);
+        if let (Some(b), false) = (&bearer, joined) {
             req = req.set("Authorization", b);
         }
         let r = req
@@ -1150,6 +1328,14 @@ fn heartbeat(
         let ok = r.is_ok();
         if ok {
             core.heard();
+        }
+        if let (Err(e), Some(c), Some(_), true) = (&r, cert, &bearer, joined) {
+            if certificate_refused(e) {
+                eprintln!(
+                    "sluiced: the controller refuses this host's certificate ({e}); joining again with the bootstrap token"
+                );
+                c.withhold();
+            }
         }
         let desired = match &r {
             Ok(Some(v)) => v.get("desired_version").and_then(|d| d.as_u64()),

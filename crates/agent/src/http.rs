@@ -17,7 +17,12 @@
 //! With an `https://` controller the API speaks TLS only
 //! ([`ApiServer::start_tls`]), with a certificate the controller's hosts' CA
 //! signs for this host; until the first arrives handshakes fail (the
-//! controller retries its pushes).
+//! controller retries its pushes). Then everything but the monitoring reads
+//! (`GET /metrics` and `GET /v1/status`, which Prometheus and operators
+//! scrape without a certificate) needs the controller's client certificate
+//! of the hosts' CA (mutual TLS; `401` without one, `403` for another
+//! certificate of that CA, such as a host's; one of another CA fails the
+//! handshake), on top of the token above.
 
 use std::io::Read;
 use std::net::SocketAddr;
@@ -71,7 +76,7 @@ impl ApiServer {
             .name("sluice-api".into())
             .spawn(move || {
                 for req in s.incoming_requests() {
-                    handle(&core, req);
+                    handle(&core, req, None);
                 }
             })?;
         Ok(ApiServer {
@@ -84,22 +89,26 @@ impl ApiServer {
 
     /// Listens on `listen` with TLS, presenting what `slot` holds, and serves
     /// `core` behind the terminator.
+    /// Clients' certificates must chain to what `trust` holds.
     pub fn start_tls(
         listen: &str,
         core: Arc<AgentState>,
         slot: Arc<sluice_tls::hosts::CertSlot>,
+        trust: Arc<sluice_tls::hosts::ClientTrust>,
     ) -> std::io::Result<ApiServer> {
-        let config = sluice_tls::hosts::server_config(slot).map_err(std::io::Error::other)?;
+        let config =
+            sluice_tls::hosts::server_config(slot, trust).map_err(std::io::Error::other)?;
+        let tag = Arc::new(sluice_tls::peer::PeerTag::new()?);
         let listener = std::net::TcpListener::bind(listen)?;
         let addr = listener.local_addr()?;
         let (backend, unix) = sluice_tls::terminator::Backend::bind("sluice-agent")?;
         let server = Arc::new(Server::from_listener(unix, None).map_err(std::io::Error::other)?);
-        let s = server.clone();
+        let (s, t) = (server.clone(), tag.clone());
         let thread = std::thread::Builder::new()
             .name("sluice-api".into())
             .spawn(move || {
                 for req in s.incoming_requests() {
-                    handle(&core, req);
+                    handle(&core, req, Some(&t));
                 }
             })?;
         let stop = Arc::new(AtomicBool::new(false));
@@ -107,7 +116,14 @@ impl ApiServer {
         let acceptor = std::thread::Builder::new()
             .name("sluice-api-tls".into())
             .spawn(move || {
-                sluice_tls::terminator::acceptor(listener, config, path, PLAIN_HTTP_ANSWER, st)
+                sluice_tls::terminator::acceptor(
+                    listener,
+                    config,
+                    path,
+                    PLAIN_HTTP_ANSWER,
+                    Some(tag),
+                    st,
+                )
             })?;
         Ok(ApiServer {
             server,
@@ -165,11 +181,51 @@ fn error(req: Request, code: u16, msg: &str) {
     reply_json(req, code, &serde_json::json!({ "error": msg }));
 }
 
-fn handle(core: &AgentState, mut req: Request) {
+/// Whether a client without the controller's certificate may ask this: the
+/// monitoring reads (Prometheus scrapes `/metrics` with the hosts' CA as its
+/// only TLS setting; `/v1/status` is the same counters as JSON).
+fn monitoring(method: &Method, path: &str) -> bool {
+    *method == Method::Get && matches!(path, "/metrics" | "/v1/status")
+}
+
+/// With TLS (`tag`): whether the request comes from the controller's client
+/// certificate, else the refusal.
+fn from_controller(
+    req: &Request,
+    path: &str,
+    tag: &sluice_tls::peer::PeerTag,
+) -> Result<(), (u16, String)> {
+    use sluice_tls::hosts::Peer;
+    let values = req
+        .headers()
+        .iter()
+        .filter(|h| h.field.equiv(sluice_tls::peer::HEADER))
+        .map(|h| h.value.as_str());
+    match tag.peer(values).as_deref().and_then(Peer::parse) {
+        Some(Peer::Controller) => Ok(()),
+        Some(p) => Err((
+            403,
+            format!("{path} is the controller's to use, and this client certificate names {}", p.name()),
+        )),
+        None => Err((
+            401,
+            format!("{path} needs the controller's client certificate (mutual TLS with the hosts' CA); without one only GET /metrics and /v1/status answer"),
+        )),
+    }
+}
+
+fn handle(core: &AgentState, mut req: Request, tag: Option<&sluice_tls::peer::PeerTag>) {
     let (path, query) = match req.url().split_once('?') {
         Some((p, q)) => (p.to_string(), q.to_string()),
         None => (req.url().to_string(), String::new()),
     };
+    if let Some(tag) = tag {
+        if !monitoring(req.method(), &path) {
+            if let Err((code, msg)) = from_controller(&req, &path, tag) {
+                return error(req, code, &msg);
+            }
+        }
+    }
     let authorization = req
         .headers()
         .iter()
@@ -203,7 +259,8 @@ fn handle(core: &AgentState, mut req: Request) {
                 Err(e) => error(req, 400, &e.to_string()),
             }
         }
-        // Without store passwords: anyone who can reach the API may read it.
+        // Without store passwords: anyone who can reach the API may read it
+        // (with TLS: only the controller).
         (Method::Get, "/v1/config") => match core.config() {
             Some(c) => match serde_json::to_value(c.redacted()) {
                 Ok(v) => reply_json(req, 200, &v),

@@ -5,7 +5,13 @@
 
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use sluice_proto::HostHeartbeat;
+use sluice_tls::hosts::{AgentKey, ControllerCert, HostCa};
 
 use sluice_agent::{Agent, AgentOptions};
 use sluice_controller::client::{Client, ClientError};
@@ -14,9 +20,13 @@ use sluice_controller::{serve, ServerHandle, ServerOptions};
 use sluice_proto::HostRegistration;
 
 fn controller(dir: &Path) -> (ServerHandle, Client) {
+    controller_at(dir, "127.0.0.1:0".parse().unwrap())
+}
+
+fn controller_at(dir: &Path, listen: std::net::SocketAddr) -> (ServerHandle, Client) {
     let db = dir.join("c.db");
     let h = serve(ServerOptions {
-        listen: "127.0.0.1:0".parse().unwrap(),
+        listen,
         db: db.clone(),
         state_url: "local".into(),
         admin_token_file: None,
@@ -168,11 +178,333 @@ fn a_controller_requiring_agent_tls_refuses_plain_agents_and_bad_requests() {
         .unwrap()
         .as_millis() as u64;
     assert!(end > now_ms + 29 * 86_400_000, "valid for about 30 days");
-    // The request is not kept: the host list shows no trace of it, and a
-    // heartbeat without one gets no certificate.
-    let ack = host
+    // The token was a bootstrap token: spent by the certificate it got, it
+    // registers nothing any more, and nothing changes.
+    match host.register_host(&registration("https://127.0.0.1:8", None)) {
+        Err(ClientError::Api { status: 401, .. }) => {}
+        other => panic!("a spent bootstrap token: {other:?}"),
+    }
+    assert_eq!(admin.hosts().unwrap()[0].api, "https://127.0.0.1:9");
+    assert!(admin.tokens().unwrap().iter().all(|t| t.name != "host-2"));
+    // The request is not kept: a heartbeat without one gets no certificate.
+    let ack = admin
         .register_host(&registration("https://127.0.0.1:9", None))
         .unwrap();
     assert!(ack.api_cert.is_none());
+    ctl.shutdown();
+}
+
+/// The hosts' CA of the controller whose database is in `dir` (a test may
+/// read its key: it plays a host that got a certificate of its own).
+fn hosts_ca(dir: &Path) -> HostCa {
+    HostCa::load_or_create(&dir.join("c.hosts-ca.pem"), &dir.join("c.hosts-ca.key")).unwrap()
+}
+
+/// A client of the controller presenting host `host`'s certificate from `ca`.
+fn as_host(ctl: &ServerHandle, ca: &HostCa, host: u32) -> ureq::Agent {
+    let key = AgentKey::generate(host).unwrap();
+    let (chain, _) = ca.sign(host, key.csr(), None, SystemTime::now()).unwrap();
+    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(chain.as_bytes())
+        .collect::<Result<_, _>>()
+        .unwrap();
+    let private = PrivateKeyDer::from_pem_slice(key.key_pem().as_bytes()).unwrap();
+    let mut roots = rustls::RootCertStore::empty();
+    for c in CertificateDer::pem_file_iter(ctl.ca_file().unwrap()).unwrap() {
+        roots.add(c.unwrap()).unwrap();
+    }
+    let config = rustls::ClientConfig::builder_with_provider(sluice_tls::provider())
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_client_auth_cert(certs, private)
+        .unwrap();
+    ureq::AgentBuilder::new()
+        .tls_config(Arc::new(config))
+        .build()
+}
+
+fn heartbeat_of(host: u32, underlay: Ipv4Addr, api: &str) -> HostHeartbeat {
+    HostHeartbeat {
+        registration: HostRegistration {
+            host,
+            underlay,
+            api: api.into(),
+            ..registration(api, None)
+        },
+        instances: Vec::new(),
+        chains: Vec::new(),
+        accusations: Vec::new(),
+    }
+}
+
+fn status_of(r: Result<ureq::Response, ureq::Error>) -> u16 {
+    match r {
+        Ok(r) => r.status(),
+        Err(ureq::Error::Status(c, _)) => c,
+        Err(e) => panic!("no answer: {e}"),
+    }
+}
+
+#[test]
+fn after_joining_host_and_controller_speak_only_mutual_tls() {
+    let dir = tempfile::tempdir().unwrap();
+    let (ctl, admin) = controller(dir.path());
+    let token = admin.create_token("host-1", "host:1").unwrap().token;
+    let run = dir.path().join("run1");
+    let opts = AgentOptions {
+        run_dir: Some(run.clone()),
+        ..agent_opts(1, &ctl, &token)
+    };
+    let agent = Agent::start(&opts).unwrap();
+    wait_until("host 1 in sync", Duration::from_secs(20), || {
+        admin
+            .hosts()
+            .is_ok_and(|h| h.len() == 1 && h[0].in_sync && h[0].push_error.is_none())
+    });
+    let api = agent.api_url();
+    let underlay = admin.hosts().unwrap()[0].underlay.clone();
+    // The bootstrap token is spent: replayed, it changes nothing.
+    assert!(admin.tokens().unwrap().iter().all(|t| t.name != "host-1"));
+    let replay = Client::new(&ctl.url())
+        .with_token(Some(&token))
+        .with_ca_file(ctl.ca_file().unwrap())
+        .unwrap();
+    let moved = heartbeat_of(1, Ipv4Addr::new(10, 9, 9, 9), "https://10.9.9.9:1");
+    match replay.heartbeat(&moved) {
+        Err(ClientError::Api { status: 401, .. }) => {}
+        other => panic!("a replayed bootstrap token: {other:?}"),
+    }
+    assert_eq!(admin.hosts().unwrap()[0].underlay, underlay);
+    assert_eq!(admin.hosts().unwrap()[0].api, api);
+    // The agent keeps its key and certificate for its owner only.
+    use std::os::unix::fs::PermissionsExt;
+    for f in ["api-key.pem", "api-cert.pem"] {
+        let mode = std::fs::metadata(run.join(f)).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600, "{f}");
+    }
+
+    // Host 2's certificate speaks for host 2 only: not as host 1, whose
+    // underlay and API stay as they are.
+    let ca = hosts_ca(dir.path());
+    let hosts_url = format!("{}/v1/hosts", ctl.url());
+    let h2 = as_host(&ctl, &ca, 2);
+    assert_eq!(status_of(h2.post(&hosts_url).send_json(&moved)), 403);
+    assert_eq!(admin.hosts().unwrap()[0].underlay, underlay);
+    // ... nor does an operator's token next to it make it more.
+    let r = h2
+        .post(&hosts_url)
+        .set(
+            "Authorization",
+            &format!("Bearer {}", admin.token().unwrap()),
+        )
+        .send_json(&moved);
+    assert_eq!(status_of(r), 403);
+    let own = heartbeat_of(2, Ipv4Addr::new(10, 255, 0, 2), "https://127.0.0.1:9");
+    assert_eq!(status_of(h2.post(&hosts_url).send_json(&own)), 200);
+    assert!(admin.hosts().unwrap().iter().any(|h| h.id == 2));
+    // An operator may still re-register host 1 (then host 1's own heartbeat
+    // puts it back).
+    admin.heartbeat(&moved).unwrap();
+    assert!(admin
+        .hosts()
+        .unwrap()
+        .iter()
+        .any(|h| h.underlay == "10.9.9.9"));
+    wait_until("host 1 back", Duration::from_secs(10), || {
+        admin
+            .hosts()
+            .is_ok_and(|h| h.iter().any(|h| h.id == 1 && h.api == api))
+    });
+
+    // The agent's API takes changes from the controller's certificate only.
+    let config = format!("{api}/v1/config");
+    let bearer = "Bearer secret-1";
+    let body = "{}";
+    let with = |ck| {
+        ureq::AgentBuilder::new()
+            .tls_config(sluice_tls::hosts::mutual_client_config(ca.pem(), 1, ck).unwrap())
+            .build()
+    };
+    let anonymous = with(None);
+    for (r, what) in [
+        (
+            anonymous
+                .put(&config)
+                .set("Authorization", bearer)
+                .send_string(body),
+            "PUT /v1/config",
+        ),
+        (
+            anonymous.get(&config).set("Authorization", bearer).call(),
+            "GET /v1/config",
+        ),
+        (
+            anonymous
+                .get(&format!("{api}/v1/eve"))
+                .set("Authorization", bearer)
+                .call(),
+            "GET /v1/eve",
+        ),
+    ] {
+        assert_eq!(status_of(r), 401, "{what} without a client certificate");
+    }
+    // Monitoring reads need none.
+    assert_eq!(
+        status_of(anonymous.get(&format!("{api}/metrics")).call()),
+        200
+    );
+    assert_eq!(
+        status_of(anonymous.get(&format!("{api}/v1/status")).call()),
+        200
+    );
+    // A host's certificate is not the controller's.
+    let host_ck = {
+        let key = AgentKey::generate(2).unwrap();
+        let (chain, _) = ca.sign(2, key.csr(), None, SystemTime::now()).unwrap();
+        key.certified(&chain).unwrap()
+    };
+    let r = with(Some(host_ck))
+        .put(&config)
+        .set("Authorization", bearer)
+        .send_string(body);
+    assert_eq!(status_of(r), 403);
+    // Another CA's "controller" fails the handshake.
+    let forged = ControllerCert::default()
+        .get(&HostCa::generate().unwrap(), SystemTime::now())
+        .unwrap();
+    let e = with(Some(forged))
+        .put(&config)
+        .set("Authorization", bearer)
+        .send_string(body);
+    assert!(matches!(e, Err(ureq::Error::Transport(_))), "{e:?}");
+    // The controller's own certificate (made from the same CA) is let
+    // through to the configuration's validation.
+    let ctl_ck = ControllerCert::default()
+        .get(&ca, SystemTime::now())
+        .unwrap();
+    let r = with(Some(ctl_ck))
+        .get(&config)
+        .set("Authorization", bearer)
+        .call();
+    assert_eq!(status_of(r), 200);
+    agent.shutdown();
+
+    // A restart keeps the certificate: no new token needed (the old one is
+    // spent), and the controller's pushes reach it again.
+    let again = Agent::start(&opts).unwrap();
+    wait_until(
+        "host 1 in sync after a restart",
+        Duration::from_secs(20),
+        || {
+            admin.hosts().is_ok_and(|h| {
+                h.iter().any(|h| {
+                    h.id == 1 && h.api == again.api_url() && h.in_sync && h.push_error.is_none()
+                })
+            })
+        },
+    );
+    // A restarted controller (its hosts' CA reloaded) takes the same
+    // certificate: host 1 is heard again, though it has no token left.
+    let addr = ctl.addr();
+    ctl.shutdown();
+    let (ctl, admin) = controller_at(dir.path(), addr);
+    wait_until(
+        "host 1 heard by the restarted controller",
+        Duration::from_secs(20),
+        || {
+            admin.hosts().is_ok_and(|h| {
+                h.iter()
+                    .any(|h| h.id == 1 && h.alive && h.in_sync && h.push_error.is_none())
+            })
+        },
+    );
+    again.shutdown();
+
+    // Its disk lost, a host re-joins with a new bootstrap token an operator
+    // mints (the name is free again).
+    let fresh = admin.create_token("host-1", "host:1").unwrap().token;
+    let lost = AgentOptions {
+        run_dir: Some(dir.path().join("run1-new")),
+        ..agent_opts(1, &ctl, &fresh)
+    };
+    let rejoined = Agent::start(&lost).unwrap();
+    wait_until("host 1 re-joined", Duration::from_secs(20), || {
+        admin.hosts().is_ok_and(|h| {
+            h.iter()
+                .any(|h| h.id == 1 && h.api == rejoined.api_url() && h.in_sync)
+        })
+    });
+    assert!(admin.tokens().unwrap().iter().all(|t| t.name != "host-1"));
+    rejoined.shutdown();
+
+    // The controller lost its hosts' CA: the saved certificate is refused in
+    // the handshake, and the agent joins again with a new bootstrap token
+    // (no file to delete on the host).
+    let addr = ctl.addr();
+    ctl.shutdown();
+    std::fs::remove_file(dir.path().join("c.hosts-ca.pem")).unwrap();
+    std::fs::remove_file(dir.path().join("c.hosts-ca.key")).unwrap();
+    let (ctl, admin) = controller_at(dir.path(), addr);
+    let newer = admin.create_token("host-1-again", "host:1").unwrap().token;
+    let back = Agent::start(&AgentOptions {
+        controller_token: Some(newer),
+        ..lost.clone()
+    })
+    .unwrap();
+    wait_until("host 1 joined the new CA", Duration::from_secs(20), || {
+        admin.hosts().is_ok_and(|h| {
+            h.iter().any(|h| {
+                h.id == 1 && h.api == back.api_url() && h.in_sync && h.push_error.is_none()
+            })
+        })
+    });
+    assert!(admin
+        .tokens()
+        .unwrap()
+        .iter()
+        .all(|t| t.name != "host-1-again"));
+    back.shutdown();
+    ctl.shutdown();
+}
+
+/// Not a pass/fail test: what mutual TLS adds to a call on a new connection
+/// (every push is one). Run with
+/// `cargo test -p sluice-agent --release --test api_tls -- --ignored --nocapture handshake_cost`.
+#[test]
+#[ignore]
+fn handshake_cost() {
+    let dir = tempfile::tempdir().unwrap();
+    let (ctl, admin) = controller(dir.path());
+    let token = admin.create_token("host-1", "host:1").unwrap().token;
+    let agent = Agent::start(&agent_opts(1, &ctl, &token)).unwrap();
+    wait_until("host 1 in sync", Duration::from_secs(20), || {
+        admin.hosts().is_ok_and(|h| h.len() == 1 && h[0].in_sync)
+    });
+    let ca = hosts_ca(dir.path());
+    let me = ControllerCert::default()
+        .get(&ca, SystemTime::now())
+        .unwrap();
+    // The same open read both ways: the difference is the client
+    // certificate's part of the handshake (and the request's tag).
+    let status = format!("{}/v1/status", agent.api_url());
+    let n = 2000;
+    for (what, ck) in [
+        ("server certificate only", None),
+        ("mutual TLS", Some(me.clone())),
+        ("server certificate only", None),
+        ("mutual TLS", Some(me)),
+    ] {
+        let t = Instant::now();
+        for _ in 0..n {
+            // A new configuration (no resumption) and connection per call, as
+            // the controller's pushes have.
+            let config = sluice_tls::hosts::mutual_client_config(ca.pem(), 1, ck.clone()).unwrap();
+            let c = ureq::AgentBuilder::new().tls_config(config).build();
+            assert_eq!(status_of(c.get(&status).call()), 200);
+        }
+        let per = t.elapsed() / n;
+        println!("{what}: {n} calls on new connections, {per:?} each");
+    }
+    agent.shutdown();
     ctl.shutdown();
 }

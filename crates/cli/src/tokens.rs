@@ -22,7 +22,9 @@ enum TokenCmd {
     Create {
         /// Its name (letters, digits, `.`, `_`, `-`).
         name: String,
-        /// `operator`, `read-only`, `tenant:NAME` or `host:ID`.
+        /// `operator`, `read-only`, `tenant:NAME` or `host:ID` (a one-time
+        /// bootstrap token: spent once it got host ID its certificate; make
+        /// another to re-join a host that lost it).
         #[arg(long)]
         role: String,
     },

@@ -1,7 +1,8 @@
 //! Calls to the agents' APIs. An agent that registered an `https://` URL is
 //! reached over TLS trusting the hosts' CA only, and only if its certificate
-//! names the host meant ([`sluice_tls::hosts::client_config`]); plain
-//! `http://` agents (allowed unless `require_agent_tls`) as before.
+//! names the host meant, presenting the controller's client certificate
+//! ([`sluice_tls::hosts::mutual_client_config`]); plain `http://` agents
+//! (allowed unless `require_agent_tls`) as before.
 
 use std::time::Duration;
 
@@ -24,6 +25,11 @@ pub(crate) fn agent(
     let ca = shared.hosts_ca.as_ref().ok_or_else(|| {
         format!("agent API {api} speaks TLS, but this controller has no hosts' CA (tls is off)")
     })?;
-    let config = sluice_tls::hosts::client_config(ca.pem(), host).map_err(|e| e.to_string())?;
+    let me = shared
+        .controller_cert
+        .get(ca, std::time::SystemTime::now())
+        .map_err(|e| e.to_string())?;
+    let config = sluice_tls::hosts::mutual_client_config(ca.pem(), host, Some(me))
+        .map_err(|e| e.to_string())?;
     Ok(b.tls_config(config).build())
 }

@@ -59,6 +59,16 @@ fn serve_one(shared: &Arc<Shared>, mut req: tiny_http::Request) {
         .iter()
         .find(|h| h.field.equiv("If-Match"))
         .map(|h| h.value.as_str().to_string());
+    // Whom the client certificate names, as the terminator tells it (only
+    // it knows the tag's secret).
+    let peer = shared.peer_tag.as_ref().and_then(|t| {
+        let values = req
+            .headers()
+            .iter()
+            .filter(|h| h.field.equiv(sluice_tls::peer::HEADER))
+            .map(|h| h.value.as_str());
+        sluice_tls::hosts::Peer::parse(&t.peer(values)?)
+    });
     let mut body = String::new();
     let read = req.as_reader().take(MAX_BODY + 1).read_to_string(&mut body);
     let path = url.split('?').next().unwrap_or("").to_string();
@@ -80,6 +90,7 @@ fn serve_one(shared: &Arc<Shared>, mut req: tiny_http::Request) {
                 if_match: if_match.as_deref(),
             },
             authorization.as_deref(),
+            peer,
         )
         .map(|(reply, l)| {
             link = l;
@@ -97,18 +108,39 @@ fn serve_one(shared: &Arc<Shared>, mut req: tiny_http::Request) {
     let _ = req.respond(resp);
 }
 
-/// Who sent the request: its token's principal, or `None` for an open route;
-/// a 401 if it needs a token and has no known one.
+/// How a request was authenticated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Credential {
+    /// An open route: not at all.
+    Open,
+    /// A host's client certificate.
+    Certificate,
+    /// A bearer token.
+    Token,
+}
+
+/// Who sent the request: host N if its client certificate names host N (a
+/// bearer token alongside is not looked at), else its token's principal;
+/// `None` for an open route; a 401 if it needs a token and has no known one.
 fn principal(
     shared: &Shared,
     req: &Request<'_>,
     authorization: Option<&str>,
-) -> Result<Option<Principal>, ApiError> {
+    peer: Option<sluice_tls::hosts::Peer>,
+) -> Result<(Option<Principal>, Credential), ApiError> {
     let path = req.url.split('?').next().unwrap_or("");
     if auth::is_open(req.method, path) {
-        return Ok(None);
+        return Ok((None, Credential::Open));
     }
-    auth::authenticate(authorization, |t| lock(&shared.tokens).lookup(t)).map(Some)
+    if let Some(sluice_tls::hosts::Peer::Host(h)) = peer {
+        let p = Principal {
+            name: format!("host-{h} certificate"),
+            role: auth::Role::Host(h),
+        };
+        return Ok((Some(p), Credential::Certificate));
+    }
+    auth::authenticate(authorization, |t| lock(&shared.tokens).lookup(t))
+        .map(|p| (Some(p), Credential::Token))
 }
 
 /// The reply to a request, and a list's `Link` header (its next page).
@@ -116,10 +148,11 @@ fn handle(
     shared: &Arc<Shared>,
     req: &Request<'_>,
     authorization: Option<&str>,
+    peer: Option<sluice_tls::hosts::Peer>,
 ) -> Result<(Reply, Option<String>), ApiError> {
     // Authenticate before parsing, so an anonymous caller learns nothing from
     // the request's validation.
-    let who = principal(shared, req, authorization)?;
+    let (who, credential) = principal(shared, req, authorization, peer)?;
     let mut action = resources::parse_as(req, who.as_ref())?;
     let (path, query) = req.url.split_once('?').unwrap_or((req.url, ""));
     let pager = match resources::route(req.method, path) {
@@ -161,6 +194,11 @@ fn handle(
             // Signed first: a request that cannot be signed registers nothing.
             if let Some(c) = r.api_csr.take() {
                 csr = Some(sign_api_cert(shared, r.host, &r.api, &c)?);
+                // Spent before the certificate leaves, under the token
+                // store's lock: of two requests with one token, one wins.
+                if let (Some(p), Credential::Token) = (&who, credential) {
+                    spend_bootstrap(shared, p, r.host)?;
+                }
             }
             Some((r.host, r.api_token.clone()))
         }
@@ -181,6 +219,45 @@ fn handle(
     Ok(match pager {
         Some(p) => p.apply(reply),
         None => (reply, None),
+    })
+}
+
+/// A host's token is a bootstrap token: once it gets its host a certificate,
+/// the host authenticates with that (renewals included) and the token is
+/// deleted, so a copy of it is worth nothing; a request whose token was spent
+/// meanwhile gets the 401 of an unknown token. An operator's token is not a
+/// bootstrap token. An operator mints another for a host that lost its key
+/// (`sluice token create NAME --role host:ID`).
+fn spend_bootstrap(shared: &Shared, who: &Principal, host: u32) -> Result<(), ApiError> {
+    if who.role != auth::Role::Host(host) {
+        return Ok(());
+    }
+    let spent = lock(&shared.tokens).delete(&who.name);
+    let (status, outcome) = match &spent {
+        Ok(_) => (200, "spent".to_string()),
+        Err(e) => (401, format!("not spent: {e}")),
+    };
+    eprintln!(
+        "sluice-controller: host {host} joins: bootstrap token `{}` {outcome}",
+        who.name
+    );
+    lock(&shared.reconciler).record(
+        AuditEntry {
+            seq: 0,
+            at_ms: 0,
+            actor: who.name.clone(),
+            tenant: None,
+            action: format!(
+                "join host {host} (bootstrap token `{}` {outcome})",
+                who.name
+            ),
+            status,
+            changes: Vec::new(),
+        },
+        Instant::now(),
+    );
+    spent.map(|_| ()).map_err(|_| {
+        auth::unauthenticated("unknown token: it was never issued or has been deleted")
     })
 }
 

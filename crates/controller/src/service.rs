@@ -247,6 +247,10 @@ pub(crate) struct Shared {
     pub(crate) hosts_ca: Option<sluice_tls::hosts::HostCa>,
     /// Refuse agents whose API is plain HTTP.
     pub(crate) require_agent_tls: bool,
+    /// With TLS: what makes the terminator's peer header unforgeable.
+    pub(crate) peer_tag: Option<Arc<sluice_tls::peer::PeerTag>>,
+    /// The client certificate the controller presents to agents.
+    pub(crate) controller_cert: sluice_tls::hosts::ControllerCert,
 }
 
 impl Shared {
@@ -385,7 +389,11 @@ pub fn serve(opts: ServerOptions) -> Result<ServerHandle, ControllerError> {
             (server, addr, None)
         }
         Some(t) => {
-            let prepared = crate::tls::prepare(&opts.db, opts.listen.ip(), t)?;
+            let hosts = hosts_ca
+                .as_ref()
+                .map(|c| c.pem().to_string())
+                .unwrap_or_default();
+            let prepared = crate::tls::prepare(&opts.db, opts.listen.ip(), t, &hosts)?;
             let listener = crate::tls::bind(opts.listen).map_err(|e| listen_err(&e))?;
             let addr = listener.local_addr().map_err(|e| listen_err(&e))?;
             let (back, back_listener) = sluice_tls::terminator::Backend::bind("sluice-controller")
@@ -396,6 +404,12 @@ pub fn serve(opts: ServerOptions) -> Result<ServerHandle, ControllerError> {
         }
     };
     let server = Arc::new(server);
+    let peer_tag = match &front {
+        Some(_) => Some(Arc::new(
+            sluice_tls::peer::PeerTag::new().map_err(|e| listen_err(&e))?,
+        )),
+        None => None,
+    };
     let shared = Arc::new(Shared {
         reconciler: Mutex::new(reconciler),
         tokens: Mutex::new(tokens),
@@ -407,8 +421,10 @@ pub fn serve(opts: ServerOptions) -> Result<ServerHandle, ControllerError> {
         passwords: store_acl.as_ref().map(StoreAcl::passwords),
         store_acl: store_acl.map(Mutex::new),
         store_probe: store_probe.map(Mutex::new),
+        peer_tag,
         hosts_ca,
         require_agent_tls: opts.require_agent_tls,
+        controller_cert: Default::default(),
     });
     // Before anything is pushed: instances must find their users there.
     shared.sync_store_users();
@@ -428,7 +444,7 @@ pub fn serve(opts: ServerOptions) -> Result<ServerHandle, ControllerError> {
     }
     let (ca_file, backend) = match front {
         Some((listener, prepared, back)) => {
-            let (sh, path) = (shared.clone(), back.path.clone());
+            let (sh, path, tag) = (shared.clone(), back.path.clone(), shared.peer_tag.clone());
             threads.push(spawn(
                 "ctl-tls-accept".into(),
                 Box::new(move || {
@@ -437,6 +453,7 @@ pub fn serve(opts: ServerOptions) -> Result<ServerHandle, ControllerError> {
                         prepared.config,
                         path,
                         crate::tls::PLAIN_HTTP_ANSWER,
+                        tag,
                         sh,
                     )
                 }),

@@ -200,8 +200,15 @@ pub(crate) fn provider() -> Arc<rustls::crypto::CryptoProvider> {
 }
 
 /// The server's configuration from `opts`, generating the certificate if the
-/// operator gave none.
-pub(crate) fn prepare(db: &Path, listen: IpAddr, opts: &TlsOptions) -> Result<Prepared, TlsError> {
+/// operator gave none. Clients may present a certificate of the hosts' CA
+/// (`hosts_ca`, PEM): agents do, and are then known by it; others (the CLI,
+/// monitoring) present none and authenticate with their tokens.
+pub(crate) fn prepare(
+    db: &Path,
+    listen: IpAddr,
+    opts: &TlsOptions,
+    hosts_ca: &str,
+) -> Result<Prepared, TlsError> {
     let (cert, key, ca_file) = match &opts.cert {
         Some((c, k)) => (c.clone(), k.clone(), None),
         None => {
@@ -217,10 +224,11 @@ pub(crate) fn prepare(db: &Path, listen: IpAddr, opts: &TlsOptions) -> Result<Pr
         key: key.clone(),
         msg,
     };
+    let trust = sluice_tls::hosts::ClientTrust::with_ca(hosts_ca)?;
     let config = rustls::ServerConfig::builder_with_provider(provider())
         .with_safe_default_protocol_versions()
         .map_err(|e| bad(e.to_string()))?
-        .with_no_client_auth()
+        .with_client_cert_verifier(Arc::new(trust))
         .with_single_cert(chain, private)
         .map_err(|e| bad(e.to_string()))?;
     Ok(Prepared {
@@ -284,7 +292,9 @@ mod tests {
         assert_eq!(chain[1], read_certs(&files.ca).unwrap()[0]);
         // rustls accepts them.
         let opts = TlsOptions::default();
-        assert!(prepare(&dir.path().join("c.db"), "10.0.0.5".parse().unwrap(), &opts).is_ok());
+        let hosts = sluice_tls::hosts::HostCa::generate().unwrap();
+        let db = dir.path().join("c.db");
+        assert!(prepare(&db, "10.0.0.5".parse().unwrap(), &opts, hosts.pem()).is_ok());
     }
 
     #[test]

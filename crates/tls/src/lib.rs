@@ -6,9 +6,14 @@
 //!   certificate from a certificate request the agent sends with its
 //!   (token-authenticated, TLS-protected) registration, naming the host by its
 //!   id; when it calls an agent it trusts that CA only and checks the name of
-//!   the host it means to reach, so one host cannot answer for another.
+//!   the host it means to reach, so one host cannot answer for another. The
+//!   same CA makes the controller's client certificate, and agents present
+//!   theirs as client certificates to the controller: mutual TLS both ways.
+//! * [`peer`]: how the terminator tells the server behind it who the client
+//!   certificate names.
 
 pub mod hosts;
+pub mod peer;
 pub mod terminator;
 
 use std::io::Write;

@@ -8,6 +8,9 @@
 //! the HTTP workers over a Unix socket in a private directory. A client that
 //! speaks plain HTTP to the TLS port gets the server's `400` answer naming the
 //! fix; a stalled or garbled handshake holds up nobody but its own thread.
+//! With a [`PeerTag`], each request of a connection whose client presented a
+//! verified certificate of the hosts' CA carries who it names
+//! ([`crate::peer`]).
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -17,6 +20,8 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+use crate::peer::{PeerTag, Tagger};
 
 /// What the terminator asks its server whether to stop.
 pub trait Stopping: Send + Sync + 'static {
@@ -70,12 +75,14 @@ const IDLE: Duration = Duration::from_secs(60);
 const STOP_CHECK: i32 = 100;
 
 /// Accepts TLS connections on `listener` until the server stops, relaying
-/// each to `backend` on a thread of its own.
+/// each to `backend` on a thread of its own; tagging the requests of clients
+/// with a certificate with `tag`, if given.
 pub fn acceptor<S: Stopping>(
     listener: TcpListener,
     config: Arc<rustls::ServerConfig>,
     backend: PathBuf,
     plain_answer: &'static str,
+    tag: Option<Arc<PeerTag>>,
     shared: Arc<S>,
 ) {
     let live = Arc::new(AtomicUsize::new(0));
@@ -91,17 +98,25 @@ pub fn acceptor<S: Stopping>(
             live.fetch_sub(1, Ordering::SeqCst);
             continue;
         }
-        let (config, backend, shared, live) = (
+        let (config, backend, shared, live, tag) = (
             config.clone(),
             backend.clone(),
             shared.clone(),
             live.clone(),
+            tag.clone(),
         );
         let spawned = std::thread::Builder::new()
             .name("tls-relay".into())
             .spawn(move || {
                 // A failed connection concerns its client only.
-                let _ = relay(tcp, config, &backend, plain_answer, &*shared);
+                let _ = relay(
+                    tcp,
+                    config,
+                    &backend,
+                    plain_answer,
+                    tag.as_deref(),
+                    &*shared,
+                );
                 live.fetch_sub(1, Ordering::SeqCst);
             });
         if spawned.is_err() {
@@ -139,6 +154,7 @@ fn relay<S: Stopping + ?Sized>(
     config: Arc<rustls::ServerConfig>,
     backend: &Path,
     plain_answer: &str,
+    tag: Option<&PeerTag>,
     shared: &S,
 ) -> std::io::Result<()> {
     tcp.set_write_timeout(Some(Duration::from_secs(10)))?;
@@ -156,6 +172,8 @@ fn relay<S: Stopping + ?Sized>(
     }
     let mut tls = rustls::ServerConnection::new(config).map_err(std::io::Error::other)?;
     let mut back: Option<UnixStream> = None;
+    let mut tagger: Option<Tagger> = None;
+    let mut tagged = Vec::new();
     let mut buf = vec![0u8; 16 * 1024];
     let mut last = Instant::now();
     let mut client_done = false;
@@ -192,6 +210,12 @@ fn relay<S: Stopping + ?Sized>(
             // Plaintext may come in the same read as the handshake's end.
             if back.is_none() && !tls.is_handshaking() {
                 back = Some(connect(backend)?);
+                // The verifier accepted the certificate: only its name is
+                // left to read.
+                tagger = tag.and_then(|t| {
+                    let (peer, _) = crate::hosts::peer_of(tls.peer_certificates()?.first()?)?;
+                    Some(Tagger::new(t.line(&peer.name())))
+                });
             }
             loop {
                 match tls.reader().read(&mut buf) {
@@ -199,9 +223,15 @@ fn relay<S: Stopping + ?Sized>(
                         client_done = true;
                         break;
                     }
-                    Ok(n) => match &mut back {
-                        Some(b) => b.write_all(&buf[..n])?,
-                        None => return Ok(()),
+                    Ok(n) => match (&mut back, &mut tagger) {
+                        (Some(b), None) => b.write_all(&buf[..n])?,
+                        (Some(b), Some(t)) => {
+                            tagged.clear();
+                            t.feed(&buf[..n], &mut tagged)
+                                .map_err(std::io::Error::other)?;
+                            b.write_all(&tagged)?;
+                        }
+                        (None, _) => return Ok(()),
                     },
                     Err(e) if e.kind() == ErrorKind::WouldBlock => break,
                     Err(e) => return Err(e),

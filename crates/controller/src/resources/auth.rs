@@ -9,6 +9,10 @@
 //! | `tenant:NAME` | its tenant's spec, apply and delete, deleting its VMs, middleboxes, scalers, metrics; listings of tenants, chains, VMs, instances, placement and events, filtered to it |
 //! | `host:ID` | what the agent of host ID does: heartbeat (register) as exactly that id, read its own FIB and configuration |
 //!
+//! A `host:ID` token is a one-time bootstrap token (spent once it got its
+//! host a certificate); afterwards host ID is known by its client
+//! certificate, which the HTTP edge maps to the same role.
+//!
 //! Registering a VM is an operator's: it binds a host interface to a tenant's
 //! port, and a tenant naming another tenant's VM interface would receive its
 //! frames.

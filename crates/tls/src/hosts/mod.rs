@@ -8,11 +8,16 @@
 //! Prometheus and curl can check it too), valid for [`LIFETIME`]. The agent
 //! asks again once half of that has passed ([`renewal_due`]), with a new key.
 //!
-//! The controller calls an agent with [`client_config`]: it trusts the hosts'
-//! CA only and checks the certificate names the host it means to reach,
-//! whatever address that host registered; a host token registers only its
-//! own id, so a subverted host cannot obtain a certificate that answers for
-//! another host.
+//! The controller calls an agent with [`mutual_client_config`]: it trusts the
+//! hosts' CA only and checks the certificate names the host it means to
+//! reach, whatever address that host registered; and it presents a client
+//! certificate of the same CA naming [`CONTROLLER_NAME`] ([`ControllerCert`]),
+//! which an agent requires ([`ClientTrust`], [`server_config`]) for
+//! everything but monitoring reads. A host's certificate is a client
+//! certificate too: the agent presents it to the controller, which takes the
+//! host's identity from it ([`peer_of`]). A host's one-time bootstrap token
+//! registers only its own id, so a subverted host cannot obtain a certificate
+//! that answers for another host or for the controller.
 
 use std::net::IpAddr;
 use std::path::Path;
@@ -24,12 +29,14 @@ use rcgen::{
     ExtendedKeyUsagePurpose, IsCa, KeyPair, KeyUsagePurpose, SanType, PKCS_ECDSA_P256_SHA256,
 };
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::client::ResolvesClientCert;
 use rustls::client::WebPkiServerVerifier;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, ServerName, UnixTime};
-use rustls::server::{ClientHello, ResolvesServerCert};
+use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
+use rustls::server::{ClientHello, ResolvesServerCert, WebPkiClientVerifier};
 use rustls::sign::CertifiedKey;
-use rustls::{DigitallySignedStruct, SignatureScheme};
+use rustls::{DigitallySignedStruct, DistinguishedName, SignatureScheme};
 
 /// How long an agent's API certificate is valid.
 pub const LIFETIME: Duration = Duration::from_secs(30 * 24 * 3600);
@@ -82,6 +89,55 @@ fn file_err(path: &Path, e: impl std::fmt::Display) -> TlsError {
 /// controller accepts from it.
 pub fn host_name(host: u32) -> String {
     format!("host-{host}.agents.sluice")
+}
+
+/// The name of the controller's client certificate, and the only client an
+/// agent takes changes from.
+pub const CONTROLLER_NAME: &str = "controller.agents.sluice";
+
+/// Whom a certificate of the hosts' CA names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Peer {
+    /// The controller ([`CONTROLLER_NAME`]).
+    Controller,
+    /// Host `id`'s agent ([`host_name`]).
+    Host(u32),
+}
+
+impl Peer {
+    /// The certificate name of this peer.
+    pub fn name(&self) -> String {
+        match self {
+            Peer::Controller => CONTROLLER_NAME.to_string(),
+            Peer::Host(h) => host_name(*h),
+        }
+    }
+
+    /// The peer a certificate name stands for (`None`: not one of ours).
+    pub fn parse(name: &str) -> Option<Peer> {
+        if name == CONTROLLER_NAME {
+            return Some(Peer::Controller);
+        }
+        let id = name.strip_prefix("host-")?.strip_suffix(".agents.sluice")?;
+        match id.parse::<u32>() {
+            Ok(h) if h > 0 && id == h.to_string() => Some(Peer::Host(h)),
+            _ => None,
+        }
+    }
+}
+
+/// The peer an (already verified) end-entity certificate names: its first
+/// DNS name that is one of [`Peer`]'s, and the end of its validity.
+pub fn peer_of(der: &CertificateDer<'_>) -> Option<(Peer, SystemTime)> {
+    use x509_parser::prelude::*;
+    let (_, cert) = X509Certificate::from_der(der.as_ref()).ok()?;
+    let end = SystemTime::UNIX_EPOCH
+        + Duration::from_secs(cert.validity().not_after.timestamp().max(0) as u64);
+    let san = cert.subject_alternative_name().ok()??;
+    san.value.general_names.iter().find_map(|n| match n {
+        GeneralName::DNSName(d) => Peer::parse(d).map(|p| (p, end)),
+        _ => None,
+    })
 }
 
 /// The hosts' CA: its certificate and the key that signs agents' certificates.
@@ -183,22 +239,110 @@ impl HostCa {
         params.not_before = (now - BACKDATE).into();
         params.not_after = not_after.into();
         params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
-        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+        // A server's (the agent's API) and a client's (its calls to the
+        // controller).
+        params.extended_key_usages = vec![
+            ExtendedKeyUsagePurpose::ServerAuth,
+            ExtendedKeyUsagePurpose::ClientAuth,
+        ];
         params.use_authority_key_identifier_extension = true;
         let cert = params
             .signed_by(&csr.public_key, &self.cert, &self.key)
             .map_err(gen("a host certificate"))?;
         Ok((format!("{}{}", cert.pem(), self.pem), not_after))
     }
+
+    /// A new key and a client certificate for [`CONTROLLER_NAME`] (client
+    /// use only), valid from an hour before `now` for [`LIFETIME`]; with the
+    /// end of its validity. The key never leaves memory.
+    pub fn sign_controller(
+        &self,
+        now: SystemTime,
+    ) -> Result<(Arc<CertifiedKey>, SystemTime), TlsError> {
+        let key = KeyPair::generate_for(&PKCS_ECDSA_P256_SHA256)
+            .map_err(gen("the controller's client key"))?;
+        let mut params = CertificateParams::new(vec![CONTROLLER_NAME.to_string()])
+            .map_err(gen("the controller's client certificate"))?;
+        params
+            .distinguished_name
+            .push(DnType::CommonName, "Sluice controller");
+        let not_after = now + LIFETIME;
+        params.not_before = (now - BACKDATE).into();
+        params.not_after = not_after.into();
+        params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+        params.use_authority_key_identifier_extension = true;
+        let cert = params
+            .signed_by(&key, &self.cert, &self.key)
+            .map_err(gen("the controller's client certificate"))?;
+        let chain = vec![cert.der().clone(), self.cert.der().clone()];
+        Ok((certified_key(chain, &key)?, not_after))
+    }
 }
 
-/// A client configuration that trusts `ca_pem` only and accepts a
-/// certificate only if it names [`host_name`]`(host)`, whatever name or
-/// address the URL used.
-pub fn client_config(ca_pem: &str, host: u32) -> Result<Arc<rustls::ClientConfig>, TlsError> {
+fn certified_key(
+    chain: Vec<CertificateDer<'static>>,
+    key: &KeyPair,
+) -> Result<Arc<CertifiedKey>, TlsError> {
+    let der = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der()));
+    let signer = crate::provider()
+        .key_provider
+        .load_private_key(der)
+        .map_err(|e| TlsError::Certificate(e.to_string()))?;
+    let ck = CertifiedKey::new(chain, signer);
+    ck.keys_match()
+        .map_err(|e| TlsError::Certificate(e.to_string()))?;
+    Ok(Arc::new(ck))
+}
+
+/// The controller's client certificate, made from the hosts' CA when first
+/// asked for and again once [`renewal_due`].
+#[derive(Debug, Default)]
+pub struct ControllerCert {
+    current: RwLock<Option<(Arc<CertifiedKey>, SystemTime, SystemTime)>>,
+}
+
+impl ControllerCert {
+    /// The certificate to present at `now`, renewed with `ca` if due.
+    pub fn get(&self, ca: &HostCa, now: SystemTime) -> Result<Arc<CertifiedKey>, TlsError> {
+        if let Ok(c) = self.current.read() {
+            if let Some((ck, got, end)) = c.as_ref() {
+                if !renewal_due(*got, *end, now) {
+                    return Ok(ck.clone());
+                }
+            }
+        }
+        let (ck, end) = ca.sign_controller(now)?;
+        if let Ok(mut c) = self.current.write() {
+            *c = Some((ck.clone(), now, end));
+        }
+        Ok(ck)
+    }
+}
+
+/// Presents one fixed certificate to every server that asks.
+#[derive(Debug)]
+struct Presents(Arc<CertifiedKey>);
+
+impl ResolvesClientCert for Presents {
+    fn resolve(
+        &self,
+        _root_hint_subjects: &[&[u8]],
+        _sigschemes: &[SignatureScheme],
+    ) -> Option<Arc<CertifiedKey>> {
+        Some(self.0.clone())
+    }
+
+    fn has_certs(&self) -> bool {
+        true
+    }
+}
+
+fn roots_of(
+    certs: impl IntoIterator<Item = CertificateDer<'static>>,
+) -> Result<rustls::RootCertStore, TlsError> {
     let mut roots = rustls::RootCertStore::empty();
-    for c in CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
-        let c = c.map_err(|e| TlsError::Certificate(e.to_string()))?;
+    for c in certs {
         roots
             .add(c)
             .map_err(|e| TlsError::Certificate(e.to_string()))?;
@@ -208,18 +352,151 @@ pub fn client_config(ca_pem: &str, host: u32) -> Result<Arc<rustls::ClientConfig
             "no certificate in the hosts' CA".into(),
         ));
     }
+    Ok(roots)
+}
+
+fn pem_certs(pem: &str) -> Result<Vec<CertificateDer<'static>>, TlsError> {
+    CertificateDer::pem_slice_iter(pem.as_bytes())
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| TlsError::Certificate(e.to_string()))
+}
+
+/// Which client certificates a TLS server of Sluice accepts: none required,
+/// but one presented must chain to the hosts' CA (and be meant for a
+/// client). Until the CA is known ([`ClientTrust::set_roots`]: an agent
+/// learns it with its own certificate) every presented certificate is
+/// refused. Who the client is, the terminator tells the server behind it
+/// ([`crate::peer`]).
+#[derive(Debug, Default)]
+pub struct ClientTrust {
+    inner: RwLock<Option<Arc<dyn ClientCertVerifier>>>,
+}
+
+impl ClientTrust {
+    /// Trusting the CA certificates in `pem` (the hosts' CA).
+    pub fn with_ca(pem: &str) -> Result<ClientTrust, TlsError> {
+        let t = ClientTrust::default();
+        t.set_roots(pem_certs(pem)?)?;
+        Ok(t)
+    }
+
+    /// Trusts `certs` (the hosts' CA) from the next handshake on.
+    pub fn set_roots(
+        &self,
+        certs: impl IntoIterator<Item = CertificateDer<'static>>,
+    ) -> Result<(), TlsError> {
+        let v = WebPkiClientVerifier::builder_with_provider(
+            Arc::new(roots_of(certs)?),
+            crate::provider(),
+        )
+        .allow_unauthenticated()
+        .build()
+        .map_err(|e| TlsError::Certificate(e.to_string()))?;
+        if let Ok(mut i) = self.inner.write() {
+            *i = Some(v);
+        }
+        Ok(())
+    }
+
+    fn current(&self) -> Option<Arc<dyn ClientCertVerifier>> {
+        self.inner.read().ok().and_then(|i| i.clone())
+    }
+}
+
+impl ClientCertVerifier for ClientTrust {
+    fn offer_client_auth(&self) -> bool {
+        true
+    }
+
+    fn client_auth_mandatory(&self) -> bool {
+        false
+    }
+
+    fn root_hint_subjects(&self) -> &[DistinguishedName] {
+        &[]
+    }
+
+    fn verify_client_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        now: UnixTime,
+    ) -> Result<ClientCertVerified, rustls::Error> {
+        match self.current() {
+            Some(v) => v.verify_client_cert(end_entity, intermediates, now),
+            None => Err(rustls::Error::InvalidCertificate(
+                rustls::CertificateError::UnknownIssuer,
+            )),
+        }
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &crate::provider().signature_verification_algorithms,
+        )
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &crate::provider().signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        crate::provider()
+            .signature_verification_algorithms
+            .supported_schemes()
+    }
+}
+
+/// A client configuration that trusts `ca_pem` only and accepts a
+/// certificate only if it names [`host_name`]`(host)`, whatever name or
+/// address the URL used.
+/// It presents no client certificate: an agent answers it monitoring reads
+/// only (see [`mutual_client_config`]).
+pub fn client_config(ca_pem: &str, host: u32) -> Result<Arc<rustls::ClientConfig>, TlsError> {
+    mutual_client_config(ca_pem, host, None)
+}
+
+/// [`client_config`], presenting `client` (the controller's certificate,
+/// [`ControllerCert`]) if given.
+pub fn mutual_client_config(
+    ca_pem: &str,
+    host: u32,
+    client: Option<Arc<CertifiedKey>>,
+) -> Result<Arc<rustls::ClientConfig>, TlsError> {
+    let roots = roots_of(pem_certs(ca_pem)?)?;
     let inner = WebPkiServerVerifier::builder_with_provider(Arc::new(roots), crate::provider())
         .build()
         .map_err(|e| TlsError::Certificate(e.to_string()))?;
     let name =
         ServerName::try_from(host_name(host)).map_err(|e| TlsError::Certificate(e.to_string()))?;
     let verifier = HostVerifier { inner, name };
-    let config = rustls::ClientConfig::builder_with_provider(crate::provider())
+    let builder = rustls::ClientConfig::builder_with_provider(crate::provider())
         .with_safe_default_protocol_versions()
         .map_err(|e| TlsError::Certificate(e.to_string()))?
         .dangerous()
-        .with_custom_certificate_verifier(Arc::new(verifier))
-        .with_no_client_auth();
+        .with_custom_certificate_verifier(Arc::new(verifier));
+    let config = match client {
+        Some(ck) => builder.with_client_cert_resolver(Arc::new(Presents(ck))),
+        None => builder.with_no_client_auth(),
+    };
     Ok(Arc::new(config))
 }
 
@@ -291,6 +568,23 @@ impl AgentKey {
         Ok(AgentKey { key, csr })
     }
 
+    /// A key saved with [`AgentKey::key_pem`] (its request is made anew).
+    pub fn from_pem(host: u32, pem: &str) -> Result<AgentKey, TlsError> {
+        let key = KeyPair::from_pem(pem).map_err(|e| TlsError::Certificate(e.to_string()))?;
+        let params =
+            CertificateParams::new(vec![host_name(host)]).map_err(gen("a certificate request"))?;
+        let csr = params
+            .serialize_request(&key)
+            .and_then(|r| r.pem())
+            .map_err(gen("a certificate request"))?;
+        Ok(AgentKey { key, csr })
+    }
+
+    /// The private key (PEM), to keep with the certificate.
+    pub fn key_pem(&self) -> String {
+        self.key.serialize_pem()
+    }
+
     /// The certificate request (PEM).
     pub fn csr(&self) -> &str {
         &self.csr
@@ -299,30 +593,24 @@ impl AgentKey {
     /// The chain the controller returned, with this key, as rustls serves it.
     /// A chain whose certificate is for another key is refused.
     pub fn certified(&self, chain_pem: &str) -> Result<Arc<CertifiedKey>, TlsError> {
-        let chain = CertificateDer::pem_slice_iter(chain_pem.as_bytes())
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| TlsError::Certificate(e.to_string()))?;
+        let chain = pem_certs(chain_pem)?;
         if chain.is_empty() {
             return Err(TlsError::Certificate("no certificate in the answer".into()));
         }
-        let der = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(self.key.serialize_der()));
-        let signer = crate::provider()
-            .key_provider
-            .load_private_key(der)
-            .map_err(|e| TlsError::Certificate(e.to_string()))?;
-        let ck = CertifiedKey::new(chain, signer);
-        ck.keys_match()
-            .map_err(|e| TlsError::Certificate(e.to_string()))?;
-        Ok(Arc::new(ck))
+        certified_key(chain, &self.key)
     }
 }
 
 /// The certificate an agent's TLS server presents; empty until the controller
 /// signed one (handshakes fail until then, and the controller retries), and
 /// replaced in place on renewal.
+/// The agent presents the same certificate as a client to the controller.
 #[derive(Debug, Default)]
 pub struct CertSlot {
     current: RwLock<Option<Arc<CertifiedKey>>>,
+    /// How many certificates were installed (a client must not resume a
+    /// session, or reuse a connection, made with an older one).
+    generation: std::sync::atomic::AtomicU64,
 }
 
 impl CertSlot {
@@ -330,6 +618,8 @@ impl CertSlot {
     pub fn set(&self, ck: Arc<CertifiedKey>) {
         if let Ok(mut c) = self.current.write() {
             *c = Some(ck);
+            self.generation
+                .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
         }
     }
 
@@ -337,20 +627,47 @@ impl CertSlot {
     pub fn is_set(&self) -> bool {
         self.current.read().map(|c| c.is_some()).unwrap_or(false)
     }
-}
 
-impl ResolvesServerCert for CertSlot {
-    fn resolve(&self, _hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+    /// How many certificates were installed so far.
+    pub fn generation(&self) -> u64 {
+        self.generation.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    fn get(&self) -> Option<Arc<CertifiedKey>> {
         self.current.read().ok().and_then(|c| c.clone())
     }
 }
 
-/// A server configuration presenting whatever `slot` holds.
-pub fn server_config(slot: Arc<CertSlot>) -> Result<Arc<rustls::ServerConfig>, TlsError> {
+impl ResolvesServerCert for CertSlot {
+    fn resolve(&self, _hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        self.get()
+    }
+}
+
+impl ResolvesClientCert for CertSlot {
+    fn resolve(
+        &self,
+        _root_hint_subjects: &[&[u8]],
+        _sigschemes: &[SignatureScheme],
+    ) -> Option<Arc<CertifiedKey>> {
+        self.get()
+    }
+
+    fn has_certs(&self) -> bool {
+        self.is_set()
+    }
+}
+
+/// A server configuration presenting whatever `slot` holds, and accepting
+/// the client certificates `trust` does.
+pub fn server_config(
+    slot: Arc<CertSlot>,
+    trust: Arc<ClientTrust>,
+) -> Result<Arc<rustls::ServerConfig>, TlsError> {
     let config = rustls::ServerConfig::builder_with_provider(crate::provider())
         .with_safe_default_protocol_versions()
         .map_err(|e| TlsError::Certificate(e.to_string()))?
-        .with_no_client_auth()
+        .with_client_cert_verifier(trust)
         .with_cert_resolver(slot);
     Ok(Arc::new(config))
 }

@@ -1,11 +1,12 @@
 use super::*;
 
-/// Runs a handshake between the two configurations in memory; the error of
+/// Runs a handshake between the two configurations in memory: whom the
+/// server's client certificate names (if it presented one), or the error of
 /// whichever side gave up.
 fn handshake(
     client: Arc<rustls::ClientConfig>,
     server: Arc<rustls::ServerConfig>,
-) -> Result<(), String> {
+) -> Result<Option<Peer>, String> {
     let name = ServerName::try_from("10.0.0.7").unwrap();
     let mut c = rustls::ClientConnection::new(client, name).map_err(|e| e.to_string())?;
     let mut s = rustls::ServerConnection::new(server).map_err(|e| e.to_string())?;
@@ -29,13 +30,27 @@ fn handshake(
                 .map_err(|e| format!("client: {e}"))?;
         }
         if !c.is_handshaking() && !s.is_handshaking() {
-            return Ok(());
+            return Ok(s
+                .peer_certificates()
+                .and_then(|p| peer_of(p.first()?))
+                .map(|(p, _)| p));
         }
     }
     Err("handshake did not finish".into())
 }
 
+/// Host `host`'s certificate from `ca`, as its agent holds it.
+fn host_cert(ca: &HostCa, host: u32) -> Arc<CertifiedKey> {
+    let key = AgentKey::generate(host).unwrap();
+    let (chain, _) = ca.sign(host, key.csr(), None, SystemTime::now()).unwrap();
+    key.certified(&chain).unwrap()
+}
+
 fn served(ca: &HostCa, host: u32) -> Arc<rustls::ServerConfig> {
+    served_trusting(ca, host, Arc::new(ClientTrust::with_ca(ca.pem()).unwrap()))
+}
+
+fn served_trusting(ca: &HostCa, host: u32, trust: Arc<ClientTrust>) -> Arc<rustls::ServerConfig> {
     let key = AgentKey::generate(host).unwrap();
     let (chain, _) = ca
         .sign(
@@ -47,7 +62,7 @@ fn served(ca: &HostCa, host: u32) -> Arc<rustls::ServerConfig> {
         .unwrap();
     let slot = Arc::new(CertSlot::default());
     slot.set(key.certified(&chain).unwrap());
-    server_config(slot).unwrap()
+    server_config(slot, trust).unwrap()
 }
 
 #[test]
@@ -71,7 +86,7 @@ fn the_controller_reaches_the_host_it_means_and_no_other() {
 #[test]
 fn an_agent_without_a_certificate_fails_the_handshake() {
     let ca = HostCa::generate().unwrap();
-    let server = server_config(Arc::new(CertSlot::default())).unwrap();
+    let server = server_config(Arc::new(CertSlot::default()), Arc::default()).unwrap();
     assert!(handshake(client_config(ca.pem(), 7).unwrap(), server).is_err());
 }
 
@@ -86,7 +101,7 @@ fn an_expired_certificate_is_refused() {
     slot.set(key.certified(&chain).unwrap());
     let e = handshake(
         client_config(ca.pem(), 7).unwrap(),
-        server_config(slot).unwrap(),
+        server_config(slot, Arc::default()).unwrap(),
     )
     .unwrap_err();
     assert!(e.contains("certificate expired"), "{e}");
@@ -156,4 +171,81 @@ fn renewal_comes_at_half_the_remaining_validity() {
         end,
         end + Duration::from_secs(1)
     ));
+}
+
+#[test]
+fn an_agent_learns_who_calls_it_and_refuses_certificates_of_another_ca() {
+    let ca = HostCa::generate().unwrap();
+    let server = served(&ca, 7);
+    let me = ControllerCert::default();
+    let now = SystemTime::now();
+    let ctl = me.get(&ca, now).unwrap();
+    // Kept until renewal is due, then made anew.
+    assert!(Arc::ptr_eq(&ctl, &me.get(&ca, now).unwrap()));
+    assert!(!Arc::ptr_eq(
+        &ctl,
+        &me.get(&ca, now + LIFETIME / 2).unwrap()
+    ));
+    let with = |ck| mutual_client_config(ca.pem(), 7, Some(ck)).unwrap();
+    assert_eq!(
+        handshake(with(ctl.clone()), server.clone()),
+        Ok(Some(Peer::Controller))
+    );
+    // No certificate: the handshake goes through, as nobody in particular.
+    assert_eq!(
+        handshake(client_config(ca.pem(), 7).unwrap(), server.clone()),
+        Ok(None)
+    );
+    // A host's certificate says it is that host, and nothing more.
+    assert_eq!(
+        handshake(with(host_cert(&ca, 3)), server.clone()),
+        Ok(Some(Peer::Host(3)))
+    );
+    // Another CA's controller certificate is refused in the handshake.
+    let other = HostCa::generate().unwrap();
+    let forged = ControllerCert::default().get(&other, now).unwrap();
+    let e = handshake(with(forged), server).unwrap_err();
+    assert!(
+        e.starts_with("server:") && e.contains("invalid peer certificate"),
+        "{e}"
+    );
+    // An agent that does not know the CA yet refuses every certificate.
+    let blind = served_trusting(&ca, 7, Arc::new(ClientTrust::default()));
+    assert!(handshake(with(ctl), blind).is_err());
+}
+
+#[test]
+fn peers_are_named_canonically() {
+    for p in [Peer::Controller, Peer::Host(1), Peer::Host(4_000_000_000)] {
+        assert_eq!(Peer::parse(&p.name()), Some(p));
+    }
+    for n in [
+        "host-0.agents.sluice",
+        "host-01.agents.sluice",
+        "host-x.agents.sluice",
+        "host-1.agents.sluice.evil",
+        "controller.agents.sluice.",
+        "10.0.0.1",
+    ] {
+        assert_eq!(Peer::parse(n), None, "{n}");
+    }
+}
+
+#[test]
+fn a_slot_counts_its_certificates_and_presents_them_as_a_client_too() {
+    let ca = HostCa::generate().unwrap();
+    let slot = CertSlot::default();
+    assert_eq!(slot.generation(), 0);
+    assert!(!ResolvesClientCert::has_certs(&slot));
+    slot.set(host_cert(&ca, 2));
+    assert_eq!(slot.generation(), 1);
+    let ck = ResolvesClientCert::resolve(&slot, &[], &[]).unwrap();
+    let (peer, end) = peer_of(&ck.cert[0]).unwrap();
+    assert_eq!(peer, Peer::Host(2));
+    assert!(end > SystemTime::now() + LIFETIME - Duration::from_secs(60));
+    // A saved key signs the same way after a restart.
+    let key = AgentKey::generate(2).unwrap();
+    let again = AgentKey::from_pem(2, &key.key_pem()).unwrap();
+    let (chain, _) = ca.sign(2, again.csr(), None, SystemTime::now()).unwrap();
+    assert!(key.certified(&chain).is_ok());
 }
