@@ -259,4 +259,24 @@ impl Ips {
         st.pend[d] = Pend::default();
         self.pend.clear(d);
     }
+
+    /// Keeps `held` as direction `d`'s pending unit of `kind`, ending just
+    /// before stream position `end`: the record describes it and the blob
+    /// goes to the store with the batch's writes.
+    pub(crate) fn pend_save(
+        &mut self,
+        st: &mut crate::engine::FlowState,
+        d: usize,
+        kind: u8,
+        held: Vec<u8>,
+        end: u64,
+    ) {
+        st.pend[d] = Pend {
+            kind,
+            len: held.len() as u32,
+            end: end as u32,
+        };
+        self.counters.pending_saved += 1;
+        self.pend.put(d, held);
+    }
 }

@@ -695,38 +695,6 @@ fn framed(msg: &[u8]) -> Vec<u8> {
     v
 }
 
-/// `data` cut at `cuts` (sorted; cuts outside it or repeated are skipped).
-fn pieces(data: &[u8], cuts: &[usize]) -> Vec<Vec<u8>> {
-    let mut out = Vec::new();
-    let mut at = 0;
-    for &c in cuts.iter().chain(std::iter::once(&data.len())) {
-        if c > at && c <= data.len() {
-            out.push(data[at..c].to_vec());
-            at = c;
-        }
-    }
-    out
-}
-
-/// Each frame as its own batch over one store; the sids in order, which
-/// packets were dropped, and the counters.
-fn sids_batched(rules: &[&str], frames: &[Vec<u8>]) -> (Vec<u32>, Vec<bool>, sluice_ips::Counters) {
-    let mut i = ips(rules);
-    let mut st = LocalStore::new();
-    let (mut out, mut dropped) = (Vec::new(), Vec::new());
-    for (k, f) in frames.iter().enumerate() {
-        let (a, d) = common::run_in(
-            &mut i,
-            &mut st,
-            std::slice::from_ref(f),
-            1_000_000_000 + k as u64 * 1_000_000,
-        );
-        out.extend(a.into_iter().map(|a| a.0));
-        dropped.extend(d);
-    }
-    (out, dropped, *i.stats())
-}
-
 fn sorted(mut v: Vec<u32>) -> Vec<u32> {
     v.sort_unstable();
     v
@@ -741,18 +709,18 @@ fn a_tcp_query_split_at_every_byte_fires_the_same_rules() {
     let whole = sorted(sids(ET, &tcp_conn(&[first.clone(), second.clone()])));
     assert_eq!(whole, vec![2030014, 2031918, 2037895]);
     for cut in 1..first.len() {
-        let mut segs = pieces(&first, &[cut]);
+        let mut segs = common::pieces(&first, &[cut]);
         segs.push(second.clone());
         assert_eq!(sorted(sids(ET, &tcp_conn(&segs))), whole, "cut at {cut}");
-        let (a, _, c) = sids_batched(ET, &tcp_conn(&segs));
+        let (a, _, c) = batched(ET, &tcp_conn(&segs));
         assert_eq!(sorted(a), whole, "cut at {cut}, batched");
         assert_eq!(c.pending_discarded + c.pending_lost, 0);
     }
     // The second message split too: it starts where the first ended.
     for cut in 1..second.len() {
         let mut segs = vec![first.clone()];
-        segs.extend(pieces(&second, &[cut]));
-        let (a, _, _) = sids_batched(ET, &tcp_conn(&segs));
+        segs.extend(common::pieces(&second, &[cut]));
+        let (a, _, _) = batched(ET, &tcp_conn(&segs));
         assert_eq!(sorted(a), whole, "second cut at {cut}");
     }
 }
@@ -765,7 +733,7 @@ proptest! {
         let whole = sorted(sids(ET, &tcp_conn(std::slice::from_ref(&q))));
         let mut cuts = cuts;
         cuts.sort_unstable();
-        let (a, _, _) = sids_batched(ET, &tcp_conn(&pieces(&q, &cuts)));
+        let (a, _, _) = batched(ET, &tcp_conn(&common::pieces(&q, &cuts)));
         prop_assert_eq!(sorted(a), whole);
     }
 }
@@ -775,7 +743,7 @@ fn a_split_tcp_query_continues_on_another_instance_and_drops() {
     let rule =
         r#"drop dns any any -> any any (msg:"t"; dns.query; content:"evil.example"; sid:51;)"#;
     let q = framed(&query(&["evil.example"]));
-    let mut frames = tcp_conn(&pieces(&q, &[7]));
+    let mut frames = tcp_conn(&common::pieces(&q, &[7]));
     frames.push(tcp_v4(
         C,
         S,
@@ -802,12 +770,17 @@ fn a_stream_that_is_not_dns_keeps_nothing_pending() {
     let rule = r#"alert dns any any -> any any (msg:"t"; dns.query; content:"x"; sid:52;)"#;
     // A length prefix, then bytes that are no DNS header.
     let junk = b"\x01\x00\xff\xff\xff\xff\xff\xff".to_vec();
-    let (a, _, c) = sids_batched(&[rule], &tcp_conn(&[junk, b"more bytes".to_vec()]));
+    let (a, _, c) = batched(&[rule], &tcp_conn(&[junk, b"more bytes".to_vec()]));
     assert!(a.is_empty());
     assert_eq!(c.pending_saved, 0);
     // Bulk bytes after the stream's start are never taken for a message's
     // start, whatever they hold.
     let q = framed(&query(&["x.example"]));
-    let (_, _, c) = sids_batched(&[rule], &tcp_conn(&[b"hello".to_vec(), q[..5].to_vec()]));
+    let (_, _, c) = batched(&[rule], &tcp_conn(&[b"hello".to_vec(), q[..5].to_vec()]));
     assert_eq!(c.pending_saved, 1, "only the first segment's");
+}
+
+/// [`common::run_each`] with an IPS of `rules`.
+fn batched(rules: &[&str], frames: &[Vec<u8>]) -> (Vec<u32>, Vec<bool>, sluice_ips::Counters) {
+    common::run_each(ips(rules), frames)
 }

@@ -597,26 +597,6 @@ fn the_framing_round_trips_through_the_record() {
     assert!(FlowState::decode(&mut Reader::new(&buf)).is_err());
 }
 
-/// Each frame run as its own batch over one store (the pending head goes
-/// through the store between segments); returns the alerts' sids in order
-/// and the IPS's counters.
-fn sids_batched(rules: &[&str], frames: &[Vec<u8>]) -> (Vec<u32>, Vec<bool>, sluice_ips::Counters) {
-    let mut i = ips(rules);
-    let mut st = LocalStore::new();
-    let (mut out, mut dropped) = (Vec::new(), Vec::new());
-    for (k, f) in frames.iter().enumerate() {
-        let (a, d) = common::run_in(
-            &mut i,
-            &mut st,
-            std::slice::from_ref(f),
-            1_000_000_000 + k as u64 * 1_000_000,
-        );
-        out.extend(a.into_iter().map(|a| a.0));
-        dropped.extend(d);
-    }
-    (out, dropped, *i.stats())
-}
-
 /// Rules on the request's head buffers (ET Open's included), none of which
 /// may depend on where the segments were cut. (Body buffers are a packet's
 /// body bytes: a body content cut by a segment boundary is not matched,
@@ -680,7 +660,7 @@ fn a_request_split_at_every_byte_fires_the_same_rules() {
         // One batch (the unit stays in memory) and one batch per packet
         // (it goes through the store).
         assert_eq!(sorted(sids(SPLIT_RULES, &frames)), whole, "cut at {cut}");
-        let (b, _, c) = sids_batched(SPLIT_RULES, &frames);
+        let (b, _, c) = batched(SPLIT_RULES, &frames);
         assert_eq!(sorted(b), whole, "cut at {cut}, batched");
         assert_eq!(c.pending_discarded + c.pending_lost, 0);
     }
@@ -695,7 +675,7 @@ proptest! {
         let mut cuts: Vec<usize> = cuts.into_iter().filter(|&c| c < req.len()).collect();
         cuts.sort_unstable();
         cuts.dedup();
-        let (b, _, _) = sids_batched(SPLIT_RULES, &conn_of(&pieces(&req, &cuts)));
+        let (b, _, _) = batched(SPLIT_RULES, &conn_of(&pieces(&req, &cuts)));
         prop_assert_eq!(sorted(b), whole);
     }
 }
@@ -776,7 +756,7 @@ fn a_drop_rule_on_a_split_head_drops_the_packet_completing_it() {
         ACK | PSH,
         b"more",
     ));
-    let (a, d, _) = sids_batched(&[rule], &more);
+    let (a, d, _) = batched(&[rule], &more);
     assert_eq!(a, vec![32]);
     // The User-Agent line ends in the third segment: it is dropped, and so
     // is every later packet of the flow.
@@ -804,7 +784,7 @@ fn a_gap_discards_the_pending_head() {
     ));
     f.push(tcp_v4(S, C, 80, 40000, 9001, end + 19, ACK, &[]));
     f.push(tcp_v4(C, S, 40000, 80, end + 19, 9001, ACK | PSH, b"Z"));
-    let (a, _, c) = sids_batched(&[rule], &f);
+    let (a, _, c) = batched(&[rule], &f);
     assert!(a.is_empty(), "{a:?}");
     assert_eq!(c.pending_discarded, 1, "{c:?}");
 }
@@ -845,4 +825,9 @@ fn a_pending_head_expires_with_its_flow() {
     i.on_timers(&mut ctx, &mut st).unwrap();
     assert!(!present(&mut st, key));
     assert!(!present(&mut st, rec));
+}
+
+/// [`common::run_each`] with an IPS of `rules`.
+fn batched(rules: &[&str], frames: &[Vec<u8>]) -> (Vec<u32>, Vec<bool>, sluice_ips::Counters) {
+    common::run_each(ips(rules), frames)
 }

@@ -1004,39 +1004,6 @@ fn pq_hello(name: &str) -> Vec<u8> {
     )
 }
 
-/// Each frame run as its own batch over one store (a pending unit goes
-/// through the store between segments); returns the sids in order, which
-/// packets were dropped, and the counters.
-fn sids_batched(rules: &[&str], frames: &[Vec<u8>]) -> (Vec<u32>, Vec<bool>, sluice_ips::Counters) {
-    let mut i = ips(rules);
-    let mut st = LocalStore::new();
-    let (mut out, mut dropped) = (Vec::new(), Vec::new());
-    for (k, f) in frames.iter().enumerate() {
-        let (a, d) = common::run_in(
-            &mut i,
-            &mut st,
-            std::slice::from_ref(f),
-            1_000_000_000 + k as u64 * 1_000_000,
-        );
-        out.extend(a.into_iter().map(|a| a.0));
-        dropped.extend(d);
-    }
-    (out, dropped, *i.stats())
-}
-
-/// `data` cut at `cuts` (sorted; cuts outside it or repeated are skipped).
-fn pieces(data: &[u8], cuts: &[usize]) -> Vec<Vec<u8>> {
-    let mut out = Vec::new();
-    let mut at = 0;
-    for &c in cuts.iter().chain(std::iter::once(&data.len())) {
-        if c > at && c <= data.len() {
-            out.push(data[at..c].to_vec());
-            at = c;
-        }
-    }
-    out
-}
-
 fn sorted(mut v: Vec<u32>) -> Vec<u32> {
     v.sort_unstable();
     v
@@ -1055,10 +1022,10 @@ const SPLIT_RULES: &[&str] = &[
 
 /// The client's hello and the server's flight cut at `ccuts` and `scuts`.
 fn split_flow(hello: &[u8], server: &[u8], ccuts: &[usize], scuts: &[usize]) -> Vec<Vec<u8>> {
-    let mut frames = flow(443, &pieces(hello, ccuts), None);
+    let mut frames = flow(443, &common::pieces(hello, ccuts), None);
     let cseq = 1001 + hello.len() as u32;
     let mut seq = 9001u32;
-    for seg in pieces(server, scuts) {
+    for seg in common::pieces(server, scuts) {
         frames.push(tcp_v4(S, C, 443, 40000, seq, cseq, ACK | PSH, &seg));
         seq += seg.len() as u32;
     }
@@ -1069,10 +1036,10 @@ fn split_flow(hello: &[u8], server: &[u8], ccuts: &[usize], scuts: &[usize]) -> 
 fn a_post_quantum_hello_in_two_segments_fires_et_open_sni_rules() {
     let h = pq_hello("x.maraukog.info");
     assert!(h.len() > 1460 && h.len() < 2000, "{}", h.len());
-    let frames = flow(443, &pieces(&h, &[1460]), None);
+    let frames = flow(443, &common::pieces(&h, &[1460]), None);
     assert_eq!(frames.len(), 5);
     assert_eq!(sids(ET, &frames), vec![2025487]);
-    let (a, _, c) = sids_batched(ET, &frames);
+    let (a, _, c) = batched(ET, &frames);
     assert_eq!(a, vec![2025487]);
     assert_eq!((c.pending_saved, c.pending_joined), (1, 1));
     // Two instances sharing a store: the first sees the first segment, the
@@ -1108,7 +1075,7 @@ fn hellos_and_certificates_split_at_every_byte_fire_the_same_rules() {
     let one = flight(&[&leaf, &ca]);
     for cut in 1..one.len() {
         let f = split_flow(&hello, &one, &[], &[cut]);
-        let (a, _, c) = sids_batched(SPLIT_RULES, &f);
+        let (a, _, c) = batched(SPLIT_RULES, &f);
         assert_eq!(sorted(a), whole, "flight cut at {cut}");
         assert_eq!(c.pending_discarded + c.pending_lost, 0);
     }
@@ -1128,7 +1095,7 @@ proptest! {
         let (mut c, mut s) = (ccuts, scuts);
         c.sort_unstable();
         s.sort_unstable();
-        let (a, _, _) = sids_batched(SPLIT_RULES, &split_flow(&hello, &server, &c, &s));
+        let (a, _, _) = batched(SPLIT_RULES, &split_flow(&hello, &server, &c, &s));
         prop_assert_eq!(sorted(a), whole);
     }
 }
@@ -1137,7 +1104,7 @@ proptest! {
 fn a_drop_rule_on_a_split_hello_drops_the_packet_completing_it() {
     let rule = r#"drop tls any any -> any any (msg:"t"; tls.sni; content:"evil.example"; sid:45;)"#;
     let h = pq_hello("evil.example");
-    let mut frames = flow(443, &pieces(&h, &[700, 1400]), None);
+    let mut frames = flow(443, &common::pieces(&h, &[700, 1400]), None);
     frames.push(tcp_v4(
         C,
         S,
@@ -1148,7 +1115,7 @@ fn a_drop_rule_on_a_split_hello_drops_the_packet_completing_it() {
         ACK | PSH,
         b"more",
     ));
-    let (a, d, _) = sids_batched(&[rule], &frames);
+    let (a, d, _) = batched(&[rule], &frames);
     assert_eq!(a, vec![45]);
     assert_eq!(d, vec![false, false, false, false, false, true, true]);
 }
@@ -1203,7 +1170,7 @@ fn a_split_unit_costs_one_read_round_trip_and_a_blob() {
         out
     };
     let whole = cost(std::slice::from_ref(&h));
-    let split = cost(&pieces(&h, &[1460]));
+    let split = cost(&common::pieces(&h, &[1460]));
     let show = |c: &StoreCounters| {
         format!(
             "{} round trips, {} reads, {} writes, {} timer ops",
@@ -1230,4 +1197,9 @@ fn a_split_unit_costs_one_read_round_trip_and_a_blob() {
         (whole[0].round_trips, whole[0].reads, whole[0].writes),
         (2, 1, 1)
     );
+}
+
+/// [`common::run_each`] with an IPS of `rules`.
+fn batched(rules: &[&str], frames: &[Vec<u8>]) -> (Vec<u32>, Vec<bool>, sluice_ips::Counters) {
+    common::run_each(ips(rules), frames)
 }

@@ -82,13 +82,7 @@ impl Ips {
                 if !cont {
                     held.extend_from_slice(data);
                 }
-                st.pend[d] = Pend {
-                    kind: pending::DNS,
-                    len: held.len() as u32,
-                    end: (base + data.len() as u64) as u32,
-                };
-                self.counters.pending_saved += 1;
-                self.pend.put(d, held);
+                self.pend_save(st, d, pending::DNS, held, base + data.len() as u64);
                 return false;
             }
             Unit::Whole(_) => {

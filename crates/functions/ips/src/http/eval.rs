@@ -93,13 +93,7 @@ impl Ips {
             held.clear();
         }
         if !held.is_empty() {
-            st.pend[d] = Pend {
-                kind: pending::HTTP,
-                len: held.len() as u32,
-                end: (base + data.len() as u64) as u32,
-            };
-            self.counters.pending_saved += 1;
-            self.pend.put(d, held);
+            self.pend_save(st, d, pending::HTTP, held, base + data.len() as u64);
         } else if st.pend[d].kind == pending::HTTP {
             st.pend[d] = Pend::default();
             self.pend.put(d, held);

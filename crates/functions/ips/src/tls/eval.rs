@@ -60,13 +60,7 @@ impl Ips {
                 if !cont {
                     held.extend_from_slice(data);
                 }
-                st.pend[d] = Pend {
-                    kind: pending::TLS,
-                    len: held.len() as u32,
-                    end: (base + data.len() as u64) as u32,
-                };
-                self.counters.pending_saved += 1;
-                self.pend.put(d, held);
+                self.pend_save(st, d, pending::TLS, held, base + data.len() as u64);
                 return false;
             }
             // Another protocol's unit is pending here: not TLS.

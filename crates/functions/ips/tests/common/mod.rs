@@ -72,3 +72,37 @@ pub fn run_in(
         .collect();
     (alerts, dropped)
 }
+
+/// Runs each frame as its own batch over one store (what a split unit
+/// leaves pending goes through the store between segments); returns the
+/// alerts' sids in order, which packets were dropped, and the counters.
+#[allow(dead_code)] // Used by the protocol tests, not by every test crate.
+pub fn run_each(mut ips: Ips, frames: &[Vec<u8>]) -> (Vec<u32>, Vec<bool>, sluice_ips::Counters) {
+    let mut st = LocalStore::new();
+    let (mut out, mut dropped) = (Vec::new(), Vec::new());
+    for (k, f) in frames.iter().enumerate() {
+        let (a, d) = run_in(
+            &mut ips,
+            &mut st,
+            std::slice::from_ref(f),
+            1_000_000_000 + k as u64 * 1_000_000,
+        );
+        out.extend(a.into_iter().map(|a| a.0));
+        dropped.extend(d);
+    }
+    (out, dropped, *ips.stats())
+}
+
+/// `data` cut at `cuts` (sorted; cuts outside it or repeated are skipped).
+#[allow(dead_code)] // Used by the protocol tests, not by every test crate.
+pub fn pieces(data: &[u8], cuts: &[usize]) -> Vec<Vec<u8>> {
+    let mut out = Vec::new();
+    let mut at = 0;
+    for &c in cuts.iter().chain(std::iter::once(&data.len())) {
+        if c > at && c <= data.len() {
+            out.push(data[at..c].to_vec());
+            at = c;
+        }
+    }
+    out
+}
