@@ -95,6 +95,44 @@ impl Drop for Running {
     }
 }
 
+/// What [`one_instance`] made, removed on drop (namespaces and chain file).
+struct OneLab {
+    _agent_ns: Netns,
+    _inst_ns: Netns,
+    _chain: TempFile,
+}
+
+/// The firewall chain on one instance in its own namespace, with state in
+/// `state`, and a fake agent's socket (reads time out after `timeout`) in
+/// another namespace joined by a veth.
+fn one_instance(state: String, timeout: Duration) -> (OneLab, UdpSocket, Running) {
+    let agent_ns = Netns::new("ag").unwrap();
+    let inst_ns = Netns::new("in").unwrap();
+    veth(&agent_ns, "p1", &inst_ns, "eth0").unwrap();
+    agent_ns.addr("p1", "10.78.0.1/30").unwrap();
+    inst_ns.addr("eth0", "10.78.0.2/30").unwrap();
+    let chain = TempFile::new(CHAIN);
+    let agent = in_netns(agent_ns.name(), || UdpSocket::bind((AGENT_IP, 6081)))
+        .unwrap()
+        .unwrap();
+    agent.set_read_timeout(Some(timeout)).unwrap();
+    let inst = Running::start(InstanceOptions {
+        name: "fw-0".into(),
+        netns: Some(inst_ns.name().to_string()),
+        listen: SocketAddrV4::new(INSTANCE_IP, 6081),
+        agent: SocketAddrV4::new(AGENT_IP, 6081),
+        chain: chain.0.clone(),
+        state,
+        eve: None,
+    });
+    let lab = OneLab {
+        _agent_ns: agent_ns,
+        _inst_ns: inst_ns,
+        _chain: chain,
+    };
+    (lab, agent, inst)
+}
+
 fn conversation(port: u16) -> Vec<Vec<u8>> {
     let ep = Endpoints {
         client: IpAddr::V4([10, 1, 0, 5]),
@@ -125,27 +163,7 @@ fn encap(vni: u32, ch: Option<(u16, u8)>, frame: &[u8]) -> Vec<u8> {
 
 #[test]
 fn firewall_instance_returns_allowed_frames_with_their_geneve_header() {
-    let agent_ns = Netns::new("ag").unwrap();
-    let inst_ns = Netns::new("in").unwrap();
-    veth(&agent_ns, "p1", &inst_ns, "eth0").unwrap();
-    agent_ns.addr("p1", "10.78.0.1/30").unwrap();
-    inst_ns.addr("eth0", "10.78.0.2/30").unwrap();
-    let chain = TempFile::new(CHAIN);
-    let agent = in_netns(agent_ns.name(), || UdpSocket::bind((AGENT_IP, 6081)))
-        .unwrap()
-        .unwrap();
-    agent
-        .set_read_timeout(Some(Duration::from_millis(200)))
-        .unwrap();
-    let inst = Running::start(InstanceOptions {
-        name: "fw-0".into(),
-        netns: Some(inst_ns.name().to_string()),
-        listen: SocketAddrV4::new(INSTANCE_IP, 6081),
-        agent: SocketAddrV4::new(AGENT_IP, 6081),
-        chain: chain.0.clone(),
-        state: "local".into(),
-        eve: None,
-    });
+    let (_lab, agent, inst) = one_instance("local".into(), Duration::from_millis(200));
 
     // Alternate chain positions and headers without the option; interleave the
     // denied conversation and malformed datagrams.
@@ -364,27 +382,7 @@ fn heartbeats_go_on_while_the_data_path_waits_on_the_store() {
         return;
     }
     let redis = sluice_state_redis::server::RedisServer::start(&[]).unwrap();
-    let agent_ns = Netns::new("ag").unwrap();
-    let inst_ns = Netns::new("in").unwrap();
-    veth(&agent_ns, "p1", &inst_ns, "eth0").unwrap();
-    agent_ns.addr("p1", "10.78.0.1/30").unwrap();
-    inst_ns.addr("eth0", "10.78.0.2/30").unwrap();
-    let chain = TempFile::new(CHAIN);
-    let agent = in_netns(agent_ns.name(), || UdpSocket::bind((AGENT_IP, 6081)))
-        .unwrap()
-        .unwrap();
-    agent
-        .set_read_timeout(Some(Duration::from_millis(20)))
-        .unwrap();
-    let inst = Running::start(InstanceOptions {
-        name: "fw-0".into(),
-        netns: Some(inst_ns.name().to_string()),
-        listen: SocketAddrV4::new(INSTANCE_IP, 6081),
-        agent: SocketAddrV4::new(AGENT_IP, 6081),
-        chain: chain.0.clone(),
-        state: redis.url(),
-        eve: None,
-    });
+    let (_lab, agent, inst) = one_instance(redis.url(), Duration::from_millis(20));
     let mut buf = vec![0u8; 9216];
     let until = Instant::now() + Duration::from_secs(10);
     let first = loop {
