@@ -1848,14 +1848,7 @@ fn a_peer_cannot_send_from_another_hosts_vm_address() {
 fn a_stall_of_the_agent_itself_fails_nobody_over() {
     let mut dp = Dataplane::new(1, &figure4_host1()).unwrap();
     let ms = 1_000_000u64;
-    let mut now = 1000 * ms;
-    // Heartbeats and checks every 10 ms.
-    for _ in 0..20 {
-        now += 10 * ms;
-        dp.set_now(now);
-        ready(&mut dp, &[10, 11, 12]);
-        assert!(!dp.check_health(now, || now));
-    }
+    let mut now = regular_heartbeats(&mut dp, &[10, 11, 12], 1000 * ms, 20);
     // Neither the agent nor its instances run for 400 ms.
     now += 400 * ms;
     dp.set_now(now);
@@ -1900,14 +1893,7 @@ fn a_stall_of_the_agent_itself_fails_nobody_over() {
 fn silence_is_confirmed_by_reading_the_queue_first() {
     let mut dp = Dataplane::new(1, &figure4_host1()).unwrap();
     let ms = 1_000_000u64;
-    let mut now = 1000 * ms;
-    for _ in 0..20 {
-        now += 10 * ms;
-        dp.set_now(now);
-        ready(&mut dp, &[10, 11, 12]);
-        assert!(!dp.suspicion_due(now));
-        assert!(!dp.check_health(now, || now));
-    }
+    let mut now = regular_heartbeats(&mut dp, &[10, 11, 12], 1000 * ms, 20);
     let last = now;
     // The agent falls behind: heartbeats of 10 and 11 wait in the queue, 12
     // is hung. Checks every 10 ms read nothing until a silence is due.
@@ -1957,4 +1943,19 @@ fn silence_is_confirmed_by_reading_the_queue_first() {
     // Every confirmation with the queue it could not empty cleared the check
     // it preceded, until the ceiling.
     assert_eq!(dp.stats().health_cleared, dp.stats().health_backlogs - 1);
+}
+
+/// `rounds` of heartbeats from `ports` and health checks, 10 ms apart after
+/// `from` (ns), none of which finds anything due or suspects anyone; returns
+/// the last round's time.
+fn regular_heartbeats(dp: &mut Dataplane, ports: &[u16], from: u64, rounds: usize) -> u64 {
+    let mut now = from;
+    for _ in 0..rounds {
+        now += 10_000_000;
+        dp.set_now(now);
+        ready(dp, ports);
+        assert!(!dp.suspicion_due(now));
+        assert!(!dp.check_health(now, || now));
+    }
+    now
 }
