@@ -97,6 +97,7 @@ impl BatchNf for Ips {
         ctx: &mut Ctx<'_>,
     ) {
         self.counters.packets += 1;
+        self.fired.clear();
         let mut st = match plan.map(|ei| &pass.recs[ei]) {
             Some(e) if e.corrupt => {
                 p.drop_by(ctx.stage, "ips_state_corrupt");
@@ -156,7 +157,7 @@ impl BatchNf for Ips {
             // the batch leaves.
             ops.put_value_owned(e.key, state, e.x.hash);
         } else if e.x.through && self.sync_progress {
-            // Scan progress (automaton states, fired rules, partial
+            // Scan progress (automaton states, partial
             // matches): sent before the batch leaves, not waited for.
             ops.put_value_unacked(e.key, state, e.x.hash);
         } else {
@@ -483,7 +484,7 @@ impl Ips {
         let n = self.engine.packet_rules(hdr.flow.proto).len();
         for k in 0..n {
             let rule = self.engine.packet_rules(hdr.flow.proto)[k];
-            if self.engine.packet_matches(rule, hdr) && self.fire(rule, st, d, p, events, false) {
+            if self.engine.packet_matches(rule, hdr) && self.fire(rule, st, d, p, events) {
                 return true;
             }
             if st.flags & (BLOCKED | PASSED) != 0 {
@@ -493,8 +494,14 @@ impl Ips {
         false
     }
 
-    /// Applies a matching rule's action and raises its alert. `once`: the rule
-    /// is remembered as fired in this direction (content rules over streams).
+    /// True if rule `rule` already fired on the packet being decided.
+    #[inline]
+    pub(crate) fn has_fired(&self, rule: u32) -> bool {
+        self.fired.contains(&rule)
+    }
+
+    /// Applies a matching rule's action and raises its alert; a rule fires at
+    /// most once per packet ([`Ips::has_fired`]).
     pub(crate) fn fire(
         &mut self,
         rule: u32,
@@ -502,16 +509,13 @@ impl Ips {
         d: usize,
         p: &Packet,
         events: &mut Vec<Event>,
-        once: bool,
     ) -> bool {
         if !self.engine.flowbits_ok(rule, &st.bits) {
             return false;
         }
         self.engine.flowbits_apply(rule, &mut st.bits);
         let r = &self.engine.rules[rule as usize];
-        if once {
-            st.dirs[d].set_fired(rule);
-        }
+        self.fired.push(rule);
         let action = match r.action {
             Action::Pass => {
                 st.flags |= PASSED;
@@ -691,8 +695,11 @@ impl Ips {
         cands.clear();
         let mut drop = false;
         for &(end, t) in &hits {
+            if self.has_fired(t.rule) {
+                continue;
+            }
             if self.engine.on_hit(t, end, &mut st.dirs[d], hdr) {
-                if self.fire(t.rule, st, d, p, events, true) {
+                if self.fire(t.rule, st, d, p, events) {
                     drop = true;
                 }
             } else if self.engine.trigger[t.rule as usize] == t.content {
@@ -740,13 +747,13 @@ impl Ips {
         };
         let mut drop = false;
         for &rule in cands {
-            if st.dirs[d].has_fired(rule)
+            if self.has_fired(rule)
                 || !self.engine.header_matches(rule, hdr)
                 || !inspect::inspect(&self.engine.rules[rule as usize], data, bytes.base)
             {
                 continue;
             }
-            drop |= self.fire(rule, st, d, p, events, true);
+            drop |= self.fire(rule, st, d, p, events);
             if st.flags & (BLOCKED | PASSED) != 0 {
                 break;
             }

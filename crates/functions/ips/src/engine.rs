@@ -14,9 +14,9 @@ use crate::pending::Pend;
 use crate::rules::{Flowbit, PacketInfo, Proto, Rule, StreamMode};
 use crate::tls::prefilter::TlsRules;
 
-/// Fired rules remembered per flow direction (so a rule fires once per flow and
-/// direction); beyond this, a rule may fire again.
-pub const MAX_FIRED: usize = 16;
+/// Fired rules a record of versions 1-4 may list per direction (they are
+/// read and forgotten: a rule now fires once per packet, not once per flow).
+const LEGACY_MAX_FIRED: usize = 16;
 /// Partially matched multi-content rules tracked per flow direction; beyond this the
 /// oldest progress is forgotten.
 pub const MAX_PROGRESS: usize = 8;
@@ -520,8 +520,7 @@ impl Engine {
 
     /// `ds` after bytes of its stream were skipped unseen (the reassembler
     /// resynchronised): the automata restart and partial matches are forgotten,
-    /// since neither may continue over the gap; rules that already fired stay
-    /// fired (no second alert).
+    /// since neither may continue over the gap.
     pub fn after_gap(&self, ds: &mut DirState) {
         let i = self.initial();
         ds.cs = i.cs;
@@ -601,10 +600,11 @@ impl Engine {
     }
 
     /// Evaluates one content hit ending at `end`; returns true if rule `t.rule` now
-    /// matches completely (the caller records it as fired).
+    /// matches completely. The caller skips the hits of rules that already
+    /// fired on this packet.
     pub fn on_hit(&self, t: Target, end: u64, ds: &mut DirState, hdr: &Header) -> bool {
         let r = &self.rules[t.rule as usize];
-        if r.buffer || ds.has_fired(t.rule) || !header_matches(r, hdr) {
+        if r.buffer || !header_matches(r, hdr) {
             return false;
         }
         let c = &r.contents[t.content as usize];
@@ -751,27 +751,11 @@ pub struct DirState {
     pub cs: u32,
     /// Case-insensitive DFA state.
     pub ci: u32,
-    nfired: u8,
-    fired: [u32; MAX_FIRED],
     nprog: u8,
     prog: [Progress; MAX_PROGRESS],
 }
 
 impl DirState {
-    /// True if rule `r` already fired in this direction.
-    pub fn has_fired(&self, r: u32) -> bool {
-        self.fired[..self.nfired as usize].contains(&r)
-    }
-    /// Records that rule `r` fired (ignored when the list is full).
-    pub fn set_fired(&mut self, r: u32) -> bool {
-        if (self.nfired as usize) < MAX_FIRED {
-            self.fired[self.nfired as usize] = r;
-            self.nfired += 1;
-            true
-        } else {
-            false
-        }
-    }
     fn progress(&self) -> &[Progress] {
         &self.prog[..self.nprog as usize]
     }
@@ -865,10 +849,8 @@ impl Codec for FlowState {
             w.u16(*b);
         }
         for d in &self.dirs {
-            w.u32(d.cs).u32(d.ci).u8(d.nfired);
-            for f in &d.fired[..d.nfired as usize] {
-                w.u32(*f);
-            }
+            // No fired rules any more (the count stays in the layout).
+            w.u32(d.cs).u32(d.ci).u8(0);
             w.u8(d.nprog);
             for p in d.progress() {
                 w.u32(p.rule).u8(p.next).u64(p.last_end);
@@ -906,13 +888,12 @@ impl Codec for FlowState {
             d.cs = r.u32()?;
             d.ci = r.u32()?;
             let nf = r.u8()?;
-            if nf as usize > MAX_FIRED {
+            if nf as usize > LEGACY_MAX_FIRED {
                 return Err(DecodeError("too many fired rules"));
             }
-            for i in 0..nf as usize {
-                d.fired[i] = r.u32()?;
+            for _ in 0..nf {
+                r.u32()?;
             }
-            d.nfired = nf;
             let np = r.u8()?;
             if np as usize > MAX_PROGRESS {
                 return Err(DecodeError("too many partial matches"));
@@ -940,11 +921,11 @@ impl Codec for FlowState {
     }
 }
 
-/// Encoded size of a record with `fired` fired rules and `partial` partial matches
-/// in total over both directions, no flowbit set (each adds 2 bytes), no
+/// Encoded size of a record with `partial` partial matches in total over both
+/// directions, no flowbit set (each adds 2 bytes), no
 /// HTTP message being framed (each direction that is adds 15 bytes,
 /// [`HttpDir::encoded_len`]) and no pending unit (each direction with one
 /// adds 8 bytes, [`Pend::encoded_len`]).
-pub const fn record_size(fired: usize, partial: usize) -> usize {
-    11 + 2 * 10 + 2 + 2 + 4 * fired + 13 * partial
+pub const fn record_size(partial: usize) -> usize {
+    11 + 2 * 10 + 2 + 2 + 13 * partial
 }

@@ -8,19 +8,18 @@
 //! # Per-flow state
 //!
 //! One record per flow (canonical key, table [`TABLE_FLOW`]) holds, per direction,
-//! both DFA states (`u32` each) so a match resumes across packets, the rules that
-//! already fired (a rule fires at most once per flow and direction, up to
-//! [`engine::MAX_FIRED`]) and the partial matches of multi-content rules, and per
+//! both DFA states (`u32` each) so a match resumes across packets and the
+//! partial matches of multi-content rules, and per
 //! flow its `flowbits` (up to [`engine::MAX_FLOWBITS`], as ids of the loaded rule
 //! set's bit names), per direction its HTTP framing ([`http::HttpDir`]) and
 //! the description of its pending unit ([`pending::Pend`]).
 //! Layout: `[version u8][flags u8][last_seen u64][nbits u8]
 //! [nbits × bit u16]` then per direction
-//! `[cs u32][ci u32][nfired u8][nfired × rule u32][nprog u8][nprog × (rule u32,
+//! `[cs u32][ci u32][nfired u8 = 0][nprog u8][nprog × (rule u32,
 //! next u8, last_end u64)]`, then per direction the HTTP framing (1 byte, 16
 //! while a message is framed), then per direction the pending unit (1 byte, 9
 //! with one): 35 bytes for a flow without alerts, partial matches, flowbits,
-//! HTTP message or pending unit, plus 4 per fired rule, 13 per partial match,
+//! HTTP message or pending unit, plus 13 per partial match,
 //! 2 per flowbit, 15 per direction framing HTTP and 8 per direction with a
 //! pending unit ([`engine::record_size`]). A change of flowbits is written like
 //! a block: acked before the batch leaves; so is a change of a pending unit,
@@ -85,7 +84,11 @@
 //!   a request (QR clear), dotted without the trailing dot, one name at a
 //!   time. They are prefiltered by their own automata over the names and
 //!   payload ([`dns::prefilter`]). Over UDP the side sending a request is the
-//!   client; over TCP a rule fires once per flow direction.
+//!   client.
+//! * Alerts per match, as Suricata counts them: a rule fires at most once per
+//!   packet and again on any later packet whose new bytes match it; bytes
+//!   already scanned are never scanned again, so no match counts twice.
+//!   Nothing records that a rule fired (an alert costs no store write).
 //! * HTTP rules (protocol `http`, or `tcp` with an HTTP keyword) match
 //!   HTTP/1.x messages told by content on any port ([`http`]): each
 //!   direction's framing lives in the flow record, and a message's buffers are
@@ -380,6 +383,9 @@ pub struct Ips {
     /// A TCP packet's stream bytes made contiguous for the application
     /// layer, reused.
     joined: Vec<u8>,
+    /// The rules that fired on the packet being decided: a rule raises at
+    /// most one alert per packet, as Suricata counts them.
+    fired: Vec<u32>,
 }
 
 /// The batch's TCP stream bytes scanned ahead of evaluation, interleaved across
@@ -447,6 +453,7 @@ impl Ips {
             pend: Default::default(),
             pend_reads: Vec::new(),
             joined: Vec::new(),
+            fired: Vec::new(),
         })
     }
 

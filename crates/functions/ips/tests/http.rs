@@ -553,11 +553,11 @@ fn the_framing_round_trips_through_the_record() {
     assert_eq!(st.http[0].remaining, 6);
     let mut buf = Vec::new();
     st.encode(&mut Writer::new(&mut buf));
-    assert_eq!(buf.len(), record_size(0, 0) + 15);
+    assert_eq!(buf.len(), record_size(0) + 15);
     assert_eq!(FlowState::decode(&mut Reader::new(&buf)).unwrap(), st);
     let mut idle = Vec::new();
     FlowState::default().encode(&mut Writer::new(&mut idle));
-    assert_eq!(idle.len(), record_size(0, 0));
+    assert_eq!(idle.len(), record_size(0));
     // Version 3: the same without the two pending bytes.
     let mut v3 = idle[..idle.len() - 2].to_vec();
     v3[0] = 3;
@@ -588,7 +588,7 @@ fn the_framing_round_trips_through_the_record() {
     };
     let mut buf = Vec::new();
     st.encode(&mut Writer::new(&mut buf));
-    assert_eq!(buf.len(), record_size(0, 0) + 8);
+    assert_eq!(buf.len(), record_size(0) + 8);
     assert_eq!(FlowState::decode(&mut Reader::new(&buf)).unwrap(), st);
     // A length over the kind's bound is refused.
     st.pend[1].len = sluice_ips::pending::MAX_TLS_UNIT as u32 + 1;
@@ -830,4 +830,27 @@ fn a_pending_head_expires_with_its_flow() {
 /// [`common::run_each`] with an IPS of `rules`.
 fn batched(rules: &[&str], frames: &[Vec<u8>]) -> (Vec<u32>, Vec<bool>, sluice_ips::Counters) {
     common::run_each(ips(rules), frames)
+}
+
+#[test]
+fn each_matching_request_of_a_connection_alerts() {
+    // Suricata raises an alert per matching transaction, not once per flow:
+    // three requests on one keep-alive connection, two of them to /admin,
+    // each in its own segment.
+    let rule = r#"alert http any any -> any any (msg:"admin"; flow:established,to_server; http.uri; content:"/admin"; sid:5;)"#;
+    let req = |uri: &str| format!("GET {uri} HTTP/1.1\r\nHost: a\r\n\r\n").into_bytes();
+    let (a, b, c) = (req("/admin/x"), req("/index"), req("/admin/y"));
+    let frames = conn(
+        80,
+        &[
+            (true, &a),
+            (false, b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n"),
+            (true, &b),
+            (true, &c),
+        ],
+    );
+    assert_eq!(sids(&[rule], &frames), vec![5, 5]);
+    // Packet by packet through the store, the same count.
+    let (got, _, _) = common::run_each(ips(&[rule]), &frames);
+    assert_eq!(got, vec![5, 5]);
 }

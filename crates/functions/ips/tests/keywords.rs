@@ -530,3 +530,35 @@ mod fuzz {
         }
     }
 }
+
+#[test]
+fn a_detection_filter_counts_matches_within_one_tcp_flow() {
+    // Five "USER root" attempts on one connection: with alerts per match the
+    // filter sees five matches and lets the 4th and 5th through (it saw one
+    // per flow and direction before, so a brute force on one connection never
+    // alerted).
+    let rule = r#"alert tcp any any -> any 21 (msg:"brute"; flow:established,to_server; content:"USER root"; detection_filter: track by_src, count 3, seconds 60; sid:8;)"#;
+    let mut f = vec![
+        tcp_v4(C, S, 40000, 21, 1000, 0, SYN, &[]),
+        tcp_v4(S, C, 21, 40000, 9000, 1001, SYN | ACK, &[]),
+        tcp_v4(C, S, 40000, 21, 1001, 9001, ACK, &[]),
+    ];
+    let line = b"USER root\r\n";
+    for k in 0..5u32 {
+        f.push(tcp_v4(
+            C,
+            S,
+            40000,
+            21,
+            1001 + k * line.len() as u32,
+            9001,
+            ACK | PSH,
+            line,
+        ));
+    }
+    let (a, _) = run(&mut ips(&[rule]), &f);
+    assert_eq!(
+        a,
+        vec![(8, AlertAction::Allowed), (8, AlertAction::Allowed)]
+    );
+}

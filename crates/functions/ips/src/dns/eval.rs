@@ -114,8 +114,7 @@ impl Ips {
 
     /// A TCP segment outside a tracked stream: if its payload is one whole
     /// DNS message after the length prefix, the DNS rules are matched on it (a rule fires once per
-    /// flow direction, as other rules over TCP); returns true if it must be
-    /// dropped.
+    /// packet, as other rules); returns true if it must be dropped.
     pub(crate) fn dns_segment(
         &mut self,
         p: &Packet,
@@ -166,7 +165,7 @@ impl Ips {
         let mut drop = false;
         for &rule in &cands {
             let r = &self.engine.rules[rule as usize];
-            if st.dirs[d].has_fired(rule)
+            if self.has_fired(rule)
                 || !self.engine.header_matches(rule, hdr)
                 || !inspect::inspect(r, payload, 0)
             {
@@ -183,7 +182,7 @@ impl Ips {
                     continue;
                 }
             }
-            drop |= self.fire(rule, st, d, p, events, true);
+            drop |= self.fire(rule, st, d, p, events);
             if st.flags & (BLOCKED | PASSED) != 0 {
                 break;
             }

@@ -123,7 +123,7 @@ impl Ips {
         let mut dot = std::mem::take(&mut self.http_dot);
         for &rule in cands.iter() {
             let r = &self.engine.rules[rule as usize];
-            if st.dirs[d].has_fired(rule) || !self.engine.header_matches(rule, hdr) {
+            if self.has_fired(rule) || !self.engine.header_matches(rule, hdr) {
                 continue;
             }
             // Every buffer's keywords over that buffer (an absent buffer
@@ -136,7 +136,7 @@ impl Ips {
             if !ok {
                 continue;
             }
-            drop |= self.fire(rule, st, d, p, events, true);
+            drop |= self.fire(rule, st, d, p, events);
             if st.flags & (BLOCKED | PASSED) != 0 {
                 break;
             }

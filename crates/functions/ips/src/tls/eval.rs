@@ -13,7 +13,7 @@ use crate::{inspect, Ips};
 impl Ips {
     /// A TCP segment outside a tracked stream: if its payload starts with a
     /// whole ClientHello or ServerHello, the TLS rules are matched on it (a
-    /// rule fires once per flow direction, as other rules over TCP); returns
+    /// rule fires once per packet, as other rules); returns
     /// true if it must be dropped.
     pub(crate) fn tls_segment(
         &mut self,
@@ -112,7 +112,7 @@ impl Ips {
         let mut dot = std::mem::take(&mut self.http_dot);
         for &rule in &cands {
             let r = &self.engine.rules[rule as usize];
-            if st.dirs[d].has_fired(rule) || !self.engine.header_matches(rule, &hdr) {
+            if self.has_fired(rule) || !self.engine.header_matches(rule, &hdr) {
                 continue;
             }
             // Every buffer's keywords over that buffer (a buffer the hello
@@ -125,7 +125,7 @@ impl Ips {
             if !ok {
                 continue;
             }
-            drop |= self.fire(rule, st, d, p, events, true);
+            drop |= self.fire(rule, st, d, p, events);
             if st.flags & (BLOCKED | PASSED) != 0 {
                 break;
             }
