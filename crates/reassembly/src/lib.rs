@@ -68,8 +68,13 @@
 //!   the first packet seen creates a record: its sender is taken as the client,
 //!   each direction starts at its first packet's sequence number, and the
 //!   connection is flagged established.
-//! * SYN payloads (TCP Fast Open) are not delivered; FIN does not advance the
-//!   sequence space (nothing may follow it). A client SYN with a new ISN restarts
+//! * Data in a SYN or SYN-ACK (TCP Fast Open, RFC 7413) is stream data: a
+//!   server's stack hands a client SYN's data to the application with the
+//!   connection, before the handshake completes, so it is delivered (and
+//!   inspected) with that packet, flagged established for rules that need it
+//!   (`tfo_bytes`). Data on a SYN that does not start or restart the
+//!   connection (a retransmission, an injected SYN) is not. FIN does not
+//!   advance the sequence space (nothing may follow it). A client SYN with a new ISN restarts
 //!   the connection only if the old one is closed (RST or FIN both ways) or never
 //!   established; otherwise it is ignored, so an injected SYN cannot reset the
 //!   stream of a live connection.
@@ -185,6 +190,8 @@ pub struct Counters {
     pub resyncs: u64,
     /// Stream bytes skipped, undelivered, by resynchronisations.
     pub resync_skipped_bytes: u64,
+    /// Bytes carried by a SYN or SYN-ACK (TCP Fast Open), delivered.
+    pub tfo_bytes: u64,
 }
 
 #[derive(Clone, Copy)]
@@ -300,6 +307,7 @@ impl Reassembler {
             ("reassembly_expired", c.expired),
             ("reassembly_resyncs", c.resyncs),
             ("reassembly_resync_skipped_bytes", c.resync_skipped_bytes),
+            ("reassembly_tfo_bytes", c.tfo_bytes),
         ]);
     }
 
@@ -570,16 +578,27 @@ impl Reassembler {
                     last_seen: now,
                     ..Conn::default()
                 };
-                c.dirs[C2S].next = m.tcp_seq.wrapping_add(1);
+                let mut chunk = StreamChunk {
+                    to_server: true,
+                    ..StreamChunk::default()
+                };
+                // Fast Open data: the SYN's sequence number is consumed
+                // first, the data follows it.
+                let len = m.payload_len;
+                c.dirs[C2S].next = m.tcp_seq.wrapping_add(1).wrapping_add(len as u32);
+                if len > 0 {
+                    c.dirs[C2S].delivered = len as u64;
+                    chunk.own_len = len;
+                    chunk.established = true;
+                    self.counters.delivered_bytes += len as u64;
+                    self.counters.tfo_bytes += len as u64;
+                }
                 e.conn = Some(c);
                 e.corrupt = false;
                 e.dirty = true;
                 e.delete = false;
                 e.created_at = Some(now);
-                return Step::Chunk(StreamChunk {
-                    to_server: true,
-                    ..StreamChunk::default()
-                });
+                return Step::Chunk(chunk);
             }
         }
 
@@ -622,6 +641,9 @@ impl Reassembler {
         // segment list changes only with its length).
         let before = Snapshot::of(c);
 
+        // The SYN-ACK that synchronises the server's side: its data (Fast
+        // Open) is stream data from the sequence number after it.
+        let mut synack_data = false;
         if flags & RST != 0 {
             c.flags |= F_RST;
         } else if flags & SYN != 0 {
@@ -629,14 +651,19 @@ impl Reassembler {
                 c.synced |= 1 << S2C;
                 c.flags |= F_SYNACK;
                 c.dirs[S2C].next = m.tcp_seq.wrapping_add(1);
+                synack_data = m.payload_len > 0;
+                rewind_unaccepted_syn_data(c, m.tcp_ack);
             }
         } else {
+            // The handshake's ACK acknowledges the server's SYN, and may
+            // acknowledge Fast Open data of the SYN-ACK with it.
+            let s_base = c.dirs[S2C].next.wrapping_sub(c.dirs[S2C].delivered as u32);
             if d == C2S
                 && flags & ACK != 0
                 && c.has(F_SYNACK)
                 && !c.has(F_ESTABLISHED)
                 && c.synced(S2C)
-                && m.tcp_ack == c.dirs[S2C].next.wrapping_sub(c.dirs[S2C].delivered as u32)
+                && m.tcp_ack.wrapping_sub(s_base) <= c.dirs[S2C].delivered as u32
             {
                 c.flags |= F_ESTABLISHED;
             }
@@ -658,12 +685,21 @@ impl Reassembler {
         };
         let len = m.payload_len as i64;
         let mut result = Step::Chunk(chunk);
-        if flags & (SYN | RST) == 0 && len > 0 {
+        if synack_data {
+            self.counters.tfo_bytes += len as u64;
+            chunk.established = true;
+        }
+        if (flags & (SYN | RST) == 0 || synack_data) && len > 0 {
             if !c.synced(d) {
                 result = Step::Nothing;
             } else {
                 let dir = &mut c.dirs[d];
-                let off = dir.rel(m.tcp_seq);
+                let data_seq = if synack_data {
+                    m.tcp_seq.wrapping_add(1)
+                } else {
+                    m.tcp_seq
+                };
+                let off = dir.rel(data_seq);
                 let end = off + len;
                 if end <= 0 {
                     self.counters.duplicate_bytes += len as u64;
@@ -828,7 +864,7 @@ impl Reassembler {
             }
         }
         if let Step::Chunk(ch) = &mut result {
-            ch.established = c.has(F_ESTABLISHED);
+            ch.established = c.has(F_ESTABLISHED) || synack_data;
         }
         if Snapshot::of(c) != before {
             e.dirty = true;
@@ -894,6 +930,28 @@ impl Reassembler {
                 return Ok(expired);
             }
         }
+    }
+}
+
+/// A SYN-ACK acknowledging `ack`: if the client's SYN carried data (Fast
+/// Open) that the server did not accept (it acknowledges only the SYN,
+/// RFC 7413 §4.2: no valid cookie), that data never reached the application
+/// and the client sends it again after the handshake. Since bytes already
+/// delivered are never replaced (first wins), the resent bytes would pass
+/// as duplicates, unscanned, and they need not equal what the SYN carried:
+/// the stream is rewound to the acknowledged point and flagged as a gap, so
+/// a consumer restarts its automata and scans the resent bytes as new.
+fn rewind_unaccepted_syn_data(c: &mut Conn, ack: u32) {
+    if c.has(F_ESTABLISHED) || c.dirs[C2S].delivered == 0 {
+        return;
+    }
+    let dir = &mut c.dirs[C2S];
+    let base = dir.next.wrapping_sub(dir.delivered as u32);
+    let accepted = ack.wrapping_sub(base) as u64;
+    if accepted < dir.delivered {
+        dir.next = ack;
+        dir.delivered = accepted;
+        c.synced |= gap_bit(C2S);
     }
 }
 

@@ -689,3 +689,56 @@ fn idleness_is_judged_at_each_packets_own_time() {
     );
     assert_eq!(outs[1], vec![None], "expired at the timeout");
 }
+
+#[test]
+fn fast_open_data_in_syn_and_syn_ack_is_stream_data() {
+    for batched in [false, true] {
+        let mut st = LocalStore::new();
+        let mut h = Harness::new(Config::default());
+        let frames = [
+            seg(true, ISN_C, SYN, b"GET /tfo"),
+            // The server accepts the data (acknowledges it) and answers in
+            // its SYN-ACK.
+            tcp_v4(S, C, 80, 1000, ISN_S, ISN_C + 1 + 8, SYN | ACK, b"hi"),
+            seg(true, ISN_C, SYN, b"GET /tfo"), // a retransmitted SYN: nothing new
+            tcp_v4(C, S, 1000, 80, ISN_C + 9, ISN_S + 3, ACK, &[]),
+            seg(true, ISN_C + 9, ACK | PSH, b" HTTP/1.1"),
+        ];
+        let o = if batched {
+            h.run(&mut st, &frames)
+        } else {
+            h.run_each(&mut st, &frames)
+        };
+        assert_eq!(stream(&o, true), b"GET /tfo HTTP/1.1", "batched {batched}");
+        assert_eq!(stream(&o, false), b"hi", "batched {batched}");
+        // The SYN's data counts as established (the server's application has
+        // it), and the handshake completes although the ACK covers "hi".
+        assert!(o.chunks[0].as_ref().unwrap().1);
+        assert!(o.chunks[4].as_ref().unwrap().1);
+        assert!(o.chunks[2].as_ref().unwrap().3.is_empty());
+        assert_eq!(h.r.counters().tfo_bytes, 10);
+    }
+}
+
+#[test]
+fn syn_data_the_server_refused_is_scanned_again_when_resent() {
+    // No valid cookie: the server acknowledges only the SYN, and the client
+    // sends its data again after the handshake. The resent bytes need not be
+    // the SYN's (an evasion if they were trimmed as duplicates): the stream
+    // rewinds, flagged as a gap, and delivers them.
+    let mut st = LocalStore::new();
+    let mut h = Harness::new(Config::default());
+    let o = h.run_each(
+        &mut st,
+        &[
+            seg(true, ISN_C, SYN, b"harmless"),
+            tcp_v4(S, C, 80, 1000, ISN_S, ISN_C + 1, SYN | ACK, &[]),
+            seg(true, ISN_C + 1, ACK, &[]),
+            cdata(0, b"EVILDATA"),
+        ],
+    );
+    let last = o.chunks[3].as_ref().unwrap();
+    assert_eq!((last.2, last.3.as_slice()), (0, &b"EVILDATA"[..]));
+    assert!(o.gaps[3], "the consumer restarts its automata");
+    assert!(last.1, "established");
+}

@@ -342,10 +342,28 @@ impl Ips {
             if self.tls_segment(p, st, &hdr, ctx.events) {
                 return true;
             }
-            if p.meta.payload_len > 0 {
-                self.counters.tcp_unreassembled += 1;
+            if st.flags & PASSED != 0 || p.meta.payload_len == 0 {
+                return false;
             }
-            return false;
+            // No stream (picked up mid-stream with `midstream: false`, or an
+            // IP fragment): the payload is matched on its own, as a
+            // datagram's, so no byte passes unscanned; `flow:established`
+            // rules do not match it (Suricata's midstream semantics).
+            self.counters.tcp_unreassembled += 1;
+            let payload = p.meta.payload(p.data());
+            let mut scratch = *st;
+            scratch.dirs[d] = self.engine.initial();
+            self.counters.scanned_bytes += payload.len() as u64;
+            self.engine
+                .scan(&mut scratch.dirs[d], payload, 0, &mut self.hits);
+            let bytes = Bytes {
+                parts: [payload, &[]],
+                base: 0,
+            };
+            let drop = self.evaluate(&mut scratch, d, &hdr, p, ctx.events, bytes);
+            st.flags = scratch.flags;
+            st.bits = scratch.bits;
+            return drop;
         };
         if c.is_empty() {
             return false;

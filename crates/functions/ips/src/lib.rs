@@ -107,9 +107,15 @@
 //!   as a pending unit ([`pending`], [`tls::unit`]) and parsed whole on the
 //!   segment completing it. A message split across TLS records is not
 //!   parsed.
-//! * TCP stream bytes without a stream (mid-stream pickups when the reassembler
-//!   does not accept them) are not searched for contents; they are counted
-//!   (`ips_tcp_unreassembled`).
+//! * A TCP packet's payload without a stream (a mid-stream pickup the
+//!   reassembler does not accept, an IP fragment) is matched on its own, as a
+//!   datagram's payload (positions from the payload start, no state carried to
+//!   the next packet), and counted (`ips_tcp_unreassembled`); as in Suricata
+//!   without `stream.midstream`, `flow:established` rules do not match it.
+//! * Data in a SYN or SYN-ACK (TCP Fast Open) is stream data, inspected on the
+//!   SYN and counting as established (the server's application receives it
+//!   with the connection); SYN data the server refused is scanned again when
+//!   resent ([`sluice_reassembly`]).
 
 pub mod bufrules;
 pub mod classification;
@@ -318,7 +324,7 @@ pub struct Counters {
     pub passed_flows: u64,
     /// Frames that are not IP, passed uninspected.
     pub non_ip: u64,
-    /// TCP packets with payload but no reassembled stream.
+    /// TCP packets with payload but no reassembled stream (matched on their own).
     pub tcp_unreassembled: u64,
     /// Stream chunks that followed bytes the reassembler skipped (a
     /// resynchronisation): the automata restarted there.

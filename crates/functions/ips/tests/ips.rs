@@ -643,3 +643,50 @@ fn idleness_is_judged_at_each_packets_own_time() {
     // at the timeout its scan state is gone, as if its timer had run.
     assert_eq!(results, vec![vec![7], vec![]]);
 }
+
+#[test]
+fn fast_open_data_is_inspected() {
+    // An exploit in a SYN (TCP Fast Open reaches the server's application
+    // with the connection) and one resent after the server refused the SYN's
+    // data (which was different: first wins must not hide the resent bytes).
+    let rule = r#"drop tcp any any -> any 80 (msg:"evil"; flow:established,to_server; content:"EVIL"; sid:1;)"#;
+    let mut st = LocalStore::new();
+    let mut h = H::new(ips(&[rule]));
+    let syn = h.run(
+        &mut st,
+        &[tcp_v4(C, S, 40000, 80, ISN_C, 0, SYN, b"..EVIL..")],
+    );
+    assert_eq!(sids(&syn), vec![1]);
+    assert_eq!(syn.1, vec![true], "the SYN itself is dropped");
+
+    let mut st = LocalStore::new();
+    let mut h = H::new(ips(&[rule]));
+    let o = h.each(
+        &mut st,
+        &[
+            tcp_v4(C, S, 40000, 80, ISN_C, 0, SYN, b"harmless"),
+            tcp_v4(S, C, 80, 40000, ISN_S, ISN_C + 1, SYN | ACK, &[]),
+            tcp_v4(C, S, 40000, 80, ISN_C + 1, ISN_S + 1, ACK, &[]),
+            c(0, b"EVILDATA"),
+        ],
+    );
+    assert_eq!(sids(&o), vec![1]);
+    assert_eq!(o.1, vec![false, false, false, true]);
+}
+
+#[test]
+fn payload_outside_a_tracked_stream_is_matched_on_its_own() {
+    // No SYN was seen and the reassembler does not pick streams up
+    // mid-stream: each segment's payload is still matched, as a datagram's,
+    // except by rules that need an established connection.
+    let rules = [
+        r#"alert tcp any any -> any 80 (msg:"any"; content:"EVIL"; sid:1;)"#,
+        r#"alert tcp any any -> any 80 (msg:"est"; flow:established,to_server; content:"EVIL"; sid:2;)"#,
+        r#"alert tcp any any -> any 80 (msg:"split"; content:"SPLITSIG"; sid:3;)"#,
+    ];
+    let mut st = LocalStore::new();
+    let mut h = H::new(ips(&rules));
+    let o = h.each(&mut st, &[c(0, b"..EVIL.."), c(8, b"SPLIT"), c(13, b"SIG")]);
+    assert_eq!(sids(&o), vec![1]);
+    assert_eq!(h.ips.stats().tcp_unreassembled, 3);
+}
