@@ -7,6 +7,7 @@
 //! comparison, [`Sharing::Unshared`] makes each function parse and reassemble on its
 //! own, as separate middleboxes would.
 
+mod checksums;
 mod pipeline;
 mod spec;
 mod stats;
@@ -200,6 +201,8 @@ pub struct Chain {
     /// How the parse reads frames (`settings.verify_checksums`, `decapsulate`,
     /// `mpls`).
     parse: ParseOptions,
+    /// The TCP checksums verified before reassembly (`checksums.rs`).
+    stream_checksums: checksums::StreamChecksums,
     live_before: Vec<bool>,
     /// Sources whose packets cross the functions in order (empty: all do).
     forward_sources: Vec<Prefix>,
@@ -275,6 +278,7 @@ impl Chain {
             .map(|p| Prefix::parse(p).map_err(ChainError::Reassembly))
             .collect::<Result<_, _>>()?;
         chain.parse = spec.settings.parse_options();
+        chain.stream_checksums = checksums::StreamChecksums::new(spec.settings.checksums());
         chain.limiter = spec.settings.capacity.map(|c| Limiter {
             pps: c.pps.map(|r| Bucket::new(r, c.burst_ms)),
             bps: c.mbps.map(|r| Bucket::new(r * 1e6, c.burst_ms)),
@@ -338,6 +342,7 @@ impl Chain {
             next_timers_ns: 0,
             timer_interval_ns: timer_interval_ms.max(1) * 1_000_000,
             parse: ParseOptions::default(),
+            stream_checksums: checksums::StreamChecksums::new(Default::default()),
             live_before: Vec::new(),
             forward_sources: Vec::new(),
             limiter: None,
@@ -777,6 +782,7 @@ impl Chain {
             if !reassembled && self.stages[i].f.wants_streams() {
                 reassembled = true;
                 if let Some(r) = self.reassembly.as_mut() {
+                    self.stream_checksums.apply(batch, PARSE_STAGE);
                     let mut plain;
                     let store: &mut dyn StateStore = if self.stages[i].hints {
                         &mut *store
@@ -821,6 +827,7 @@ impl Chain {
             let streams = match st.own_streams.as_mut() {
                 Some((r, s)) => {
                     s.reset(n);
+                    self.stream_checksums.apply(batch, PARSE_STAGE);
                     if let Err(e) = r.process(batch, store, s, stage) {
                         self.stats.store_errors += 1;
                         self.stats.last_error = Some(e.to_string());
@@ -970,6 +977,7 @@ impl Chain {
         if let Some(r) = &self.reassembly {
             r.counters(&mut s.reassembly_counters);
         }
+        self.stream_checksums.counters(&mut s.reassembly_counters);
         s
     }
 }

@@ -76,12 +76,17 @@ pub struct Settings {
     /// load (a batch waits for its window). At most 65,536.
     pub pipeline: usize,
     /// Which checksums the chain verifies before its functions see a packet:
-    /// `ipv4` (the default: the IPv4 header's; transport checksums are the
-    /// endpoints' business, as NIC-offloaded middleboxes treat them), `all` (also
-    /// every unfragmented TCP, UDP and ICMP checksum: `bad_l4_checksum`) or `none`
-    /// (captures taken on a sending host, whose NIC fills checksums in later, hold
-    /// 0 or garbage there). A failed check drops the packet as malformed.
-    pub verify_checksums: VerifyChecksums,
+    /// `ipv4` (the IPv4 header's, and the TCP checksum of every packet a chain
+    /// that reassembles streams reassembles, since a bad one is an IPS evasion:
+    /// see `checksums.rs`; other transport checksums are the endpoints'
+    /// business, as NIC-offloaded middleboxes treat them), `all` (also every
+    /// unfragmented TCP, UDP and ICMP checksum: `bad_l4_checksum`), `none`
+    /// (captures taken on a sending host, whose NIC fills checksums in later,
+    /// hold 0 or garbage there) or `auto` (`ipv4`, once a sample of TCP
+    /// packets shows the checksums are real; for captures). A failed check
+    /// drops the packet as malformed. Unset, the program running the chain
+    /// decides: `ipv4` for deployed instances, `auto` for `sluice run`.
+    pub verify_checksums: Option<VerifyChecksums>,
     /// Open tunnels (IP-in-IP, GRE and ERSPAN, VXLAN, VXLAN-GPE, Geneve) so that
     /// functions see the innermost packet, keyed by its tunnel's network
     /// identifier (default true; docs/FUNCTIONS.md, "Encapsulations"). Off, a
@@ -108,11 +113,16 @@ pub enum MplsSetting {
 }
 
 impl Settings {
+    /// The `verify_checksums` setting in force (`ipv4` when unset).
+    pub fn checksums(&self) -> VerifyChecksums {
+        self.verify_checksums.unwrap_or_default()
+    }
+
     /// The parse these settings ask for.
     pub fn parse_options(&self) -> sluice_wire::parse::ParseOptions {
         use sluice_wire::parse::MplsPayload;
         sluice_wire::parse::ParseOptions {
-            checksums: self.verify_checksums.into(),
+            checksums: self.checksums().into(),
             decapsulate: self.decapsulate,
             mpls: match self.mpls {
                 MplsSetting::Auto => MplsPayload::Auto,
@@ -134,6 +144,9 @@ pub enum VerifyChecksums {
     All,
     /// No checksum.
     None,
+    /// `ipv4` once a sample shows the capture's TCP checksums are real,
+    /// nothing if they are not (checksum offload on the capturing host).
+    Auto,
 }
 
 impl From<VerifyChecksums> for sluice_wire::parse::Checksums {
@@ -142,6 +155,9 @@ impl From<VerifyChecksums> for sluice_wire::parse::Checksums {
             VerifyChecksums::Ipv4 => sluice_wire::parse::Checksums::Ipv4,
             VerifyChecksums::All => sluice_wire::parse::Checksums::All,
             VerifyChecksums::None => sluice_wire::parse::Checksums::None,
+            // The IPv4 header checksum is the host's own work even with
+            // offload; the TCP checks are the chain's (`checksums.rs`).
+            VerifyChecksums::Auto => sluice_wire::parse::Checksums::Ipv4,
         }
     }
 }
@@ -176,7 +192,7 @@ impl Default for Settings {
             forward_sources: Vec::new(),
             capacity: None,
             pipeline: 0,
-            verify_checksums: VerifyChecksums::Ipv4,
+            verify_checksums: None,
             decapsulate: true,
             mpls: MplsSetting::Auto,
         }

@@ -205,7 +205,12 @@ pub fn run(args: &RunArgs) -> Result<Summary, RunError> {
     } else {
         Sharing::Shared
     };
-    let spec = sluice_chain::ChainSpec::from_file(&args.chain)?;
+    let mut spec = sluice_chain::ChainSpec::from_file(&args.chain)?;
+    // A capture may come from a host whose NIC filled TCP checksums in after
+    // the capture: unless the spec says otherwise, sample them first.
+    spec.settings
+        .verify_checksums
+        .get_or_insert(sluice_chain::VerifyChecksums::Auto);
     let base = args.chain.parent().unwrap_or(Path::new("."));
     let mut chain = Chain::from_spec(&spec, base, &registry, sharing)?;
     let warnings = chain.config_warnings();

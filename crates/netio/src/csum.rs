@@ -6,49 +6,18 @@
 //! `TP_STATUS_CSUMNOTREADY`. The field is recomputed from scratch here, which does
 //! not depend on what the partial value was.
 
-use sluice_wire::checksum::{fold, pseudo_header, sum};
-use sluice_wire::ip_proto;
-use sluice_wire::parse::{parse_frame, Fragment, L4};
-
-fn put16(b: &mut [u8], at: usize, v: u16) {
-    b[at..at + 2].copy_from_slice(&v.to_be_bytes());
-}
-
 /// Recomputes the TCP or UDP checksum of `frame` in place. Returns false (and
 /// leaves the frame alone) if it is not an unfragmented IPv4/IPv6 TCP or UDP
-/// packet that can be parsed.
+/// packet that can be parsed ([`sluice_wire::rewrite::fill_l4_checksum`]).
 pub fn complete_l4_checksum(frame: &mut [u8]) -> bool {
-    let Ok(m) = parse_frame(frame) else {
-        return false;
-    };
-    if m.fragment != Fragment::None {
-        return false;
-    }
-    let (proto, field) = match m.l4 {
-        L4::Tcp => (ip_proto::TCP, 16),
-        L4::Udp => (ip_proto::UDP, 6),
-        _ => return false,
-    };
-    let (start, end) = (m.l4_offset as usize, m.l3_end as usize);
-    if end > frame.len() || start + field + 2 > end {
-        return false;
-    }
-    let seg = &mut frame[start..end];
-    put16(seg, field, 0);
-    let acc = pseudo_header(&m.flow.src, &m.flow.dst, proto, seg.len() as u32);
-    let mut c = fold(sum(acc, seg));
-    if proto == ip_proto::UDP && c == 0 {
-        // RFC 768: a computed zero is sent as all ones; zero means "no checksum".
-        c = 0xffff;
-    }
-    put16(seg, field, c);
-    true
+    sluice_wire::rewrite::fill_l4_checksum(frame)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use sluice_wire::build;
+    use sluice_wire::parse::{parse_frame, L4};
     use sluice_wire::rewrite::verify_all_checksums;
 
     #[test]

@@ -33,14 +33,23 @@
 //!
 //! # Policy
 //!
-//! * **First wins.** Bytes already received (delivered or buffered) are never
-//!   replaced by a later segment covering the same sequence numbers: retransmitted
-//!   bytes are trimmed, and a new segment overlapping buffered ones only contributes
-//!   its bytes in the gaps. This is what an IPS must do to stay consistent with what
-//!   it already scanned: it can never un-scan bytes. The evasion risk is the classic
-//!   one (Ptacek & Newsham): an end host with a "last wins" stack may assemble
-//!   different bytes from conflicting overlaps than the IPS. Conflicting overlaps do
-//!   not occur in benign traffic; targets with a different policy need a normalizer.
+//! * **First wins, and the host is made to agree.** Bytes already received
+//!   (delivered or buffered) are never replaced by a later segment covering the
+//!   same sequence numbers: an IPS can never un-scan bytes. Host stacks differ
+//!   (Ptacek & Newsham; Linux keeps an in-order segment over queued
+//!   out-of-order data it covers), so where they could read other bytes than
+//!   these, the packet is normalised inline: an in-order segment whose bytes lie
+//!   under buffered ones leaves carrying the buffered bytes, its checksum
+//!   recomputed (`reassembly_overlap_rewrites`); an out-of-order segment over
+//!   buffered bytes is dropped (`reassembly_overlap_drops`: the earlier copy was
+//!   forwarded, and the sender retransmits what is missing once the gap fills).
+//!   Retransmitted bytes behind the stream are trimmed and forwarded as they are:
+//!   every stack keeps the bytes it already received in order.
+//! * **Insertion.** A segment the host will discard must not stand for the real
+//!   one: a data segment without ACK is dropped (`reassembly_no_ack`), and the
+//!   chain verifies TCP checksums before reassembly (`verify_checksums`, see
+//!   sluice-chain's `checksums.rs`). Not normalised yet: PAWS (a stale TCP
+//!   timestamp, which Linux discards), IP TTL or options, the urgent pointer.
 //! * **Out-of-order packets are forwarded** as they arrive; their bytes reach the
 //!   stream consumer only once the gap before them fills. A receiver cannot use
 //!   them before that either, so a match completed by the gap-filling packet still
@@ -192,6 +201,13 @@ pub struct Counters {
     pub resync_skipped_bytes: u64,
     /// Bytes carried by a SYN or SYN-ACK (TCP Fast Open), delivered.
     pub tfo_bytes: u64,
+    /// Data segments without ACK dropped (see "Normalisation").
+    pub no_ack_drops: u64,
+    /// Out-of-order segments overlapping buffered bytes, dropped.
+    pub overlap_drops: u64,
+    /// In-order segments whose bytes under buffered ones differed and were
+    /// rewritten to them.
+    pub overlap_rewrites: u64,
 }
 
 #[derive(Clone, Copy)]
@@ -215,6 +231,17 @@ struct Entry {
     hash: u32,
     /// The record's flags as read (a change is written through and acknowledged).
     read_flags: Option<u8>,
+}
+
+/// Bytes `at..at+len` of packet `pkt`'s payload lie under the first `len`
+/// bytes of `piece` (from `skip`), which the stream delivered instead.
+#[derive(Clone, Copy)]
+struct Rewrite {
+    pkt: u32,
+    at: u16,
+    len: u16,
+    piece: u32,
+    skip: u16,
 }
 
 struct Pending {
@@ -241,6 +268,10 @@ pub struct Reassembler {
     pieces: Vec<Piece>,
     /// (packet, first piece, end piece) of deliveries that go to the arena.
     extras: Vec<(u32, u32, u32)>,
+    /// In-order packets' bytes lying under buffered ones, to be made equal.
+    rewrites: Vec<Rewrite>,
+    /// Bytes of a rewrite, reused.
+    scratch: Vec<u8>,
     del_keys: Vec<Key>,
     keys: Vec<Key>,
 }
@@ -269,6 +300,8 @@ impl Reassembler {
             pending: Vec::new(),
             pieces: Vec::new(),
             extras: Vec::new(),
+            rewrites: Vec::new(),
+            scratch: Vec::new(),
             del_keys: Vec::new(),
             keys: Vec::new(),
         }
@@ -308,6 +341,9 @@ impl Reassembler {
             ("reassembly_resyncs", c.resyncs),
             ("reassembly_resync_skipped_bytes", c.resync_skipped_bytes),
             ("reassembly_tfo_bytes", c.tfo_bytes),
+            ("reassembly_no_ack_drops", c.no_ack_drops),
+            ("reassembly_overlap_drops", c.overlap_drops),
+            ("reassembly_overlap_rewrites", c.overlap_rewrites),
         ]);
     }
 
@@ -345,6 +381,7 @@ impl Reassembler {
         self.pending.clear();
         self.pieces.clear();
         self.extras.clear();
+        self.rewrites.clear();
         self.del_keys.clear();
 
         // Pass 1: one read per connection touched.
@@ -505,6 +542,44 @@ impl Reassembler {
                 batch.pkts[i].drop_by(stage, "reassembly_segment_lost");
             }
         }
+        // Where an in-order packet's own bytes lie under buffered ones, the
+        // stream delivered the buffered copy; the packet is made to carry
+        // the same bytes, so its receiver reads what was inspected whichever
+        // copy its stack keeps.
+        for k in 0..self.rewrites.len() {
+            let rw = self.rewrites[k];
+            let i = rw.pkt as usize;
+            if !batch.pkts[i].is_live() {
+                continue;
+            }
+            let (s, l) = (rw.skip as usize, rw.len as usize);
+            self.scratch.clear();
+            match self.pieces[rw.piece as usize] {
+                Piece::Slice { pkt, start, .. } => {
+                    let p = &batch.pkts[pkt as usize];
+                    let from = start as usize + s;
+                    self.scratch
+                        .extend_from_slice(&p.meta.payload(p.data())[from..from + l]);
+                }
+                Piece::Stored { op, skip, .. } => {
+                    let from = skip as usize + s;
+                    match self.ops.value(op) {
+                        Some(v) if v.len() >= from + l => {
+                            self.scratch.extend_from_slice(&v[from..from + l])
+                        }
+                        _ => continue,
+                    }
+                }
+            }
+            let p = &mut batch.pkts[i];
+            let at = p.meta.payload_offset as usize + rw.at as usize;
+            let frame = p.data_mut();
+            if frame[at..at + l] != self.scratch[..] {
+                frame[at..at + l].copy_from_slice(&self.scratch);
+                sluice_wire::rewrite::fill_l4_checksum(frame);
+                self.counters.overlap_rewrites += 1;
+            }
+        }
         Ok(())
     }
 
@@ -637,6 +712,13 @@ impl Reassembler {
             return Step::Nothing;
         };
         let d = if c.has(F_CLIENT_FWD) == fwd { C2S } else { S2C };
+        if flags & (SYN | RST | ACK) == 0 && m.payload_len > 0 {
+            // Every receiver discards it (RFC 9293 §3.10.7.4: "if the ACK
+            // bit is off, drop the segment"); delivering it would let its
+            // bytes stand for the real ones sent after it.
+            self.counters.no_ack_drops += 1;
+            return Step::Drop("reassembly_no_ack");
+        }
         // The fields a packet can change, for change detection and rollback (the
         // segment list changes only with its length).
         let before = Snapshot::of(c);
@@ -743,6 +825,19 @@ impl Reassembler {
                                         }
                                     }
                                 };
+                                // The packet's own bytes under these: its
+                                // receiver may keep either copy, so they
+                                // are made equal to what is delivered.
+                                let (a, b) = (cur.max(off), (cur + slen).min(end));
+                                if a < b {
+                                    self.rewrites.push(Rewrite {
+                                        pkt: i as u32,
+                                        at: (a - off) as u16,
+                                        len: (b - a) as u16,
+                                        piece: self.pieces.len() as u32,
+                                        skip: (a - cur) as u16,
+                                    });
+                                }
                                 self.pieces.push(piece);
                                 cur += slen;
                             } else if let Some(pd) = self.pending.iter_mut().find(|pd| {
@@ -816,7 +911,14 @@ impl Reassembler {
                         ng += 1;
                     }
                     let new_bytes: i64 = gaps[..ng].iter().map(|(a, b)| b - a).sum();
-                    self.counters.duplicate_bytes += (len - new_bytes) as u64;
+                    if new_bytes < len {
+                        // Over buffered bytes: a receiver may keep either
+                        // copy (Linux keeps a later one that covers an
+                        // earlier), and the earlier was forwarded already.
+                        self.counters.overlap_drops += 1;
+                        before.restore(c);
+                        return Step::Drop("reassembly_overlap");
+                    }
                     if ng > 0 {
                         if dir.n as usize + ng > self.cfg.max_segments
                             || dir.buffered_bytes() + new_bytes as usize > self.cfg.max_bytes

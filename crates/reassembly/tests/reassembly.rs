@@ -6,6 +6,7 @@ use sluice_reassembly::{Config, Reassembler, Streams};
 use sluice_state::{LocalStore, Namespace, SharedLocalStore, StateStore};
 use sluice_wire::build::tcp_v4;
 use sluice_wire::parse::parse_frame;
+use sluice_wire::rewrite::verify_all_checksums;
 use sluice_wire::tcp::flags::{ACK, FIN, PSH, SYN};
 
 const C: [u8; 4] = [10, 0, 0, 1];
@@ -50,6 +51,8 @@ struct Out {
     dropped: Vec<bool>,
     /// Per packet: its chunk follows skipped bytes (a resynchronisation).
     gaps: Vec<bool>,
+    /// Per packet: its payload as it leaves, and whether its checksums verify.
+    payloads: Vec<(Vec<u8>, bool)>,
 }
 
 struct Harness {
@@ -95,8 +98,13 @@ impl Harness {
             chunks: Vec::new(),
             dropped: Vec::new(),
             gaps: Vec::new(),
+            payloads: Vec::new(),
         };
         for (i, p) in b.pkts.iter().enumerate() {
+            out.payloads.push((
+                p.meta.payload(p.data()).to_vec(),
+                verify_all_checksums(p.data()),
+            ));
             out.dropped.push(p.verdict != Verdict::Forward);
             out.gaps
                 .push(self.streams.bytes(i, p).is_some_and(|(c, _, _)| c.gap));
@@ -117,12 +125,14 @@ impl Harness {
             chunks: Vec::new(),
             dropped: Vec::new(),
             gaps: Vec::new(),
+            payloads: Vec::new(),
         };
         for f in frames {
             let o = self.run(store, std::slice::from_ref(f));
             all.chunks.extend(o.chunks);
             all.dropped.extend(o.dropped);
             all.gaps.extend(o.gaps);
+            all.payloads.extend(o.payloads);
         }
         all
     }
@@ -223,6 +233,12 @@ fn retransmissions_exact_and_partial_overlap_first_wins() {
     assert_eq!(o.chunks[4].as_ref().unwrap().3, b"QRSmno");
     assert_eq!(stream(&o, true), b"abcdefghiQRSmno");
     assert_eq!(h.r.counters().duplicate_bytes, 6 + 3 + 2);
+    // The filling packet leaves carrying the buffered bytes where it lay
+    // under them, with its checksum recomputed: its receiver, which holds
+    // "mno" already, reads what was inspected whichever copy it keeps.
+    assert_eq!(o.payloads[4], (b"QRSmn".to_vec(), true));
+    assert_eq!(h.r.counters().overlap_rewrites, 1);
+    assert!(o.dropped.iter().all(|d| !d));
 }
 
 #[test]
@@ -230,12 +246,40 @@ fn buffered_segment_overlaps_keep_first_received() {
     let mut st = LocalStore::new();
     let mut h = Harness::new(Config::default());
     h.run(&mut st, &handshake());
-    // Buffered [5,10) "BBBBB" first, then [3,12) "aaaaaaaaa": only its gaps count.
+    // Buffered [5,10) "BBBBB" first, then [3,12) "aaaaaaaaa" out of order
+    // over it: a receiver may keep either copy (Linux keeps the later, which
+    // covers the earlier), so the later is dropped, leaving nothing behind.
+    // Resent once [0,3) arrived, it is in order and leaves carrying "BBBBB".
     let o = h.run_each(
         &mut st,
-        &[cdata(5, b"BBBBB"), cdata(3, b"aaaaaaaaa"), cdata(0, b"xyz")],
+        &[
+            cdata(5, b"BBBBB"),
+            cdata(3, b"aaaaaaaaa"),
+            cdata(0, b"xyz"),
+            cdata(3, b"aaaaaaaaa"),
+        ],
     );
+    assert_eq!(o.dropped, vec![false, true, false, false]);
     assert_eq!(stream(&o, true), b"xyzaaBBBBBaa");
+    assert_eq!(o.payloads[3], (b"aaBBBBBaa".to_vec(), true));
+    let c = h.r.counters();
+    assert_eq!((c.overlap_drops, c.overlap_rewrites), (1, 1));
+}
+
+#[test]
+fn data_without_ack_is_dropped_before_it_counts() {
+    // Every receiver discards a data segment without ACK; if it counted here,
+    // its bytes would stand for the real ones sent after it.
+    let mut st = LocalStore::new();
+    let mut h = Harness::new(Config::default());
+    h.run(&mut st, &handshake());
+    let o = h.run_each(
+        &mut st,
+        &[seg(true, ISN_C + 1, PSH, b"decoy"), cdata(0, b"real!")],
+    );
+    assert_eq!(o.dropped, vec![true, false]);
+    assert_eq!(stream(&o, true), b"real!");
+    assert_eq!(h.r.counters().no_ack_drops, 1);
 }
 
 #[test]
@@ -419,6 +463,7 @@ fn two_instances_on_a_shared_store_behave_as_one() {
         chunks: single.iter().flat_map(|o| o.chunks.clone()).collect(),
         dropped: vec![],
         gaps: vec![],
+        payloads: vec![],
     };
     assert_eq!(stream(&flat, true), data);
     assert_eq!(stream(&flat, false), data);
@@ -536,15 +581,32 @@ proptest! {
         let mut h = Harness::new(Config { max_segments: 64, ..Config::default() });
         h.run(&mut st, &handshake());
         let mut got = Vec::new();
-        for b in frames.chunks(batch) {
-            let o = h.run(&mut st, b);
-            prop_assert!(o.dropped.iter().all(|d| !d));
+        let deliver = |o: &Out, got: &mut Vec<u8>| -> Result<(), TestCaseError> {
             for (_, _, off, bytes) in o.chunks.iter().flatten() {
                 prop_assert_eq!(*off as usize, got.len());
                 got.extend_from_slice(bytes);
             }
+            // Copies agree: nothing is ever rewritten.
+            for (k, (_, ok)) in o.payloads.iter().enumerate() {
+                prop_assert!(o.dropped[k] || *ok);
+            }
+            Ok(())
+        };
+        for b in frames.chunks(batch) {
+            let o = h.run(&mut st, b);
+            deliver(&o, &mut got)?;
+        }
+        // Out-of-order copies over buffered bytes were dropped; the sender
+        // retransmits from what was acknowledged, in order.
+        let mut rounds = 0;
+        while got.len() < total && rounds < 3 {
+            let from = got.len();
+            let o = h.run(&mut st, &[cdata(from as u32, &data[from..])]);
+            deliver(&o, &mut got)?;
+            rounds += 1;
         }
         prop_assert_eq!(got, data);
+        prop_assert_eq!(h.r.counters().overlap_rewrites, 0);
     }
 }
 

@@ -336,8 +336,8 @@ pub fn parse_into_opts(
 
 /// True if the packet's TCP, UDP or ICMP checksum verifies, or it has none to
 /// verify here (a fragment, a UDP datagram over IPv4 without a checksum, another
-/// protocol, a non-IP frame).
-fn transport_checksum_ok(frame: &[u8], m: &PacketMeta) -> bool {
+/// protocol, a non-IP frame). `m` is `frame`'s parse.
+pub fn transport_checksum_ok(frame: &[u8], m: &PacketMeta) -> bool {
     if !m.is_ip() || m.fragment != Fragment::None {
         return true;
     }

@@ -253,6 +253,40 @@ pub fn verify_all_checksums(frame: &[u8]) -> bool {
     l4_ok && inner_ok
 }
 
+/// Recomputes the TCP or UDP checksum of `frame` in place, from scratch (so
+/// it does not matter what the field held: a partial sum left for the NIC, or
+/// the sum before the payload was rewritten). Returns false (and leaves the
+/// frame alone) if it is not an unfragmented IPv4/IPv6 TCP or UDP packet that
+/// can be parsed.
+pub fn fill_l4_checksum(frame: &mut [u8]) -> bool {
+    use crate::checksum::{fold, pseudo_header, sum};
+    let Ok(m) = crate::parse::parse_frame(frame) else {
+        return false;
+    };
+    if m.fragment != Fragment::None {
+        return false;
+    }
+    let (proto, field) = match m.l4 {
+        L4::Tcp => (ip_proto::TCP, 16),
+        L4::Udp => (ip_proto::UDP, 6),
+        _ => return false,
+    };
+    let (start, end) = (m.l4_offset as usize, m.l3_end as usize);
+    if end > frame.len() || start + field + 2 > end {
+        return false;
+    }
+    let seg = &mut frame[start..end];
+    put16(seg, field, 0);
+    let acc = pseudo_header(&m.flow.src, &m.flow.dst, proto, seg.len() as u32);
+    let mut c = fold(sum(acc, seg));
+    if proto == ip_proto::UDP && c == 0 {
+        // RFC 768: a computed zero is sent as all ones; zero means "no checksum".
+        c = 0xffff;
+    }
+    put16(seg, field, c);
+    true
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,0 +1,193 @@
+//! Replays of classic TCP evasions (Ptacek & Newsham, 1998; fragroute's
+//! `tcp_chaff` and overlap options; TCP Fast Open) through a chain with the
+//! IPS, as a deployed instance runs it. Each attack hides `EVIL` from the IPS
+//! while making the receiving host read it; each must end with the IPS
+//! seeing what the host reads: an alert and a drop, or bytes that no longer
+//! say `EVIL`.
+
+use std::path::Path;
+
+use sluice_chain::{Chain, ChainSpec, Sharing};
+use sluice_nf::Event;
+use sluice_packet::{Batch, PacketPool, Verdict};
+use sluice_state::LocalStore;
+use sluice_wire::build::tcp_v4;
+use sluice_wire::parse::parse_frame;
+use sluice_wire::rewrite::verify_all_checksums;
+use sluice_wire::tcp::flags::{ACK, PSH, SYN};
+
+const C: [u8; 4] = [10, 0, 0, 1];
+const S: [u8; 4] = [10, 0, 0, 2];
+const ISN_C: u32 = 1000;
+const ISN_S: u32 = 9000;
+
+const SPEC: &str = r#"
+name: evasion
+functions:
+  - type: ips
+    rules:
+      - 'drop tcp any any -> any 80 (msg:"evil"; flow:established,to_server; content:"EVIL"; sid:1;)'
+"#;
+
+fn handshake() -> Vec<Vec<u8>> {
+    vec![
+        tcp_v4(C, S, 40000, 80, ISN_C, 0, SYN, &[]),
+        tcp_v4(S, C, 80, 40000, ISN_S, ISN_C + 1, SYN | ACK, &[]),
+        tcp_v4(C, S, 40000, 80, ISN_C + 1, ISN_S + 1, ACK, &[]),
+    ]
+}
+
+/// Client data at stream offset `off`.
+fn c(off: u32, p: &[u8]) -> Vec<u8> {
+    tcp_v4(C, S, 40000, 80, ISN_C + 1 + off, ISN_S + 1, ACK | PSH, p)
+}
+
+/// What left the chain: per frame, None if dropped, else its payload (and
+/// whether its checksums verify); and the sids alerted.
+struct Out {
+    left: Vec<Option<(Vec<u8>, bool)>>,
+    sids: Vec<u32>,
+}
+
+/// Runs `frames` one batch each (as they would arrive on a wire) through a
+/// fresh chain built from `spec`.
+fn replay(spec: &str, frames: &[Vec<u8>]) -> Out {
+    let spec = ChainSpec::from_str(spec, Path::new("evasion.yaml")).unwrap();
+    let reg = sluice_builtin::registry();
+    let mut chain = Chain::from_spec(&spec, Path::new("."), &reg, Sharing::Shared).unwrap();
+    let mut store = LocalStore::new();
+    let mut pool = PacketPool::new(8);
+    let mut out = Out {
+        left: Vec::new(),
+        sids: Vec::new(),
+    };
+    for (k, f) in frames.iter().enumerate() {
+        let mut b = Batch::with_capacity(1);
+        b.push_frame(&mut pool, f, 1_000_000_000 + k as u64 * 1000, 0);
+        chain.process(&mut b, &mut store);
+        for p in &b.pkts {
+            out.left.push(match p.verdict {
+                Verdict::Forward => {
+                    let m = parse_frame(p.data()).unwrap();
+                    Some((m.payload(p.data()).to_vec(), verify_all_checksums(p.data())))
+                }
+                Verdict::Drop(_) => None,
+            });
+        }
+        b.recycle(&mut pool);
+        for e in chain.take_events() {
+            if let Event::Alert(a) = e {
+                out.sids.push(a.sid);
+            }
+        }
+    }
+    out
+}
+
+/// True if any forwarded frame's payload says `EVIL`.
+fn evil_left(o: &Out) -> bool {
+    o.left
+        .iter()
+        .flatten()
+        .any(|(p, _)| p.windows(4).any(|w| w == b"EVIL"))
+}
+
+#[test]
+fn bad_checksum_chaff_does_not_stand_for_the_real_segment() {
+    // fragroute `tcp_chaff cksum`: a decoy with a wrong checksum first (the
+    // host discards it), then the real bytes at the same sequence numbers.
+    let mut f = handshake();
+    let mut decoy = c(0, b"GET /fine");
+    let n = decoy.len();
+    decoy[n - 1] ^= 0x55; // payload changed, checksum not: the host drops it
+    f.push(decoy);
+    f.push(c(0, b"GET /EVIL"));
+    let o = replay(SPEC, &f);
+    assert!(
+        o.left[3].is_none(),
+        "the decoy is dropped as its host would"
+    );
+    assert!(
+        o.left[4].is_none(),
+        "the real segment is inspected and dropped"
+    );
+    assert_eq!(o.sids, vec![1]);
+    assert!(!evil_left(&o));
+}
+
+#[test]
+fn data_without_ack_chaff_does_not_stand_for_the_real_segment() {
+    // A decoy without the ACK flag: every receiver discards it.
+    let mut f = handshake();
+    f.push(tcp_v4(C, S, 40000, 80, ISN_C + 1, 0, PSH, b"GET /fine"));
+    f.push(c(0, b"GET /EVIL"));
+    let o = replay(SPEC, &f);
+    assert_eq!(o.sids, vec![1]);
+    assert!(!evil_left(&o));
+}
+
+#[test]
+fn an_in_order_segment_over_buffered_bytes_carries_the_inspected_ones() {
+    // Out of order "GOOD" at 4..8, then "abcdEVIL" at 0..8: the IPS delivers
+    // the first copy (abcdGOOD), while Linux keeps the in-order copy and
+    // drops the queued one it covers. The in-order packet must leave saying
+    // what was inspected.
+    let mut f = handshake();
+    f.push(c(4, b"GOOD"));
+    f.push(c(0, b"abcdEVIL"));
+    let o = replay(SPEC, &f);
+    assert!(o.sids.is_empty());
+    assert_eq!(o.left[4], Some((b"abcdGOOD".to_vec(), true)));
+    assert!(!evil_left(&o));
+}
+
+#[test]
+fn an_out_of_order_segment_over_buffered_bytes_is_dropped() {
+    // Two out-of-order copies of 4..8 that disagree, then the gap filled:
+    // a host keeping the later copy would read EVIL.
+    let mut f = handshake();
+    f.push(c(4, b"GOOD"));
+    f.push(c(4, b"EVIL"));
+    f.push(c(0, b"abcd"));
+    let o = replay(SPEC, &f);
+    assert!(o.left[4].is_none());
+    assert!(o.sids.is_empty());
+    assert!(!evil_left(&o));
+}
+
+#[test]
+fn fast_open_data_is_inspected_and_refused_data_is_scanned_again() {
+    // The exploit in a Fast Open SYN reaches the server's application with
+    // the connection.
+    let syn = tcp_v4(C, S, 40000, 80, ISN_C, 0, SYN, b"GET /EVIL");
+    let o = replay(SPEC, &[syn]);
+    assert_eq!((o.sids.clone(), o.left[0].is_none()), (vec![1], true));
+
+    // Harmless data in the SYN, refused by the server (it acknowledges only
+    // the SYN), then different bytes resent at the same sequence numbers.
+    let f = vec![
+        tcp_v4(C, S, 40000, 80, ISN_C, 0, SYN, b"GET /fine"),
+        tcp_v4(S, C, 80, 40000, ISN_S, ISN_C + 1, SYN | ACK, &[]),
+        tcp_v4(C, S, 40000, 80, ISN_C + 1, ISN_S + 1, ACK, &[]),
+        c(0, b"GET /EVIL"),
+    ];
+    let o = replay(SPEC, &f);
+    assert_eq!(o.sids, vec![1]);
+    assert!(o.left[3].is_none());
+}
+
+#[test]
+fn checksums_none_is_the_operators_choice_for_captures() {
+    // With `verify_checksums: none` (captures from offloading hosts) the decoy
+    // counts again: the setting is documented as unfit for deployment.
+    let spec = format!("{SPEC}settings:\n  verify_checksums: none\n");
+    let mut f = handshake();
+    let mut decoy = c(0, b"GET /fine");
+    let n = decoy.len();
+    decoy[n - 1] ^= 0x55;
+    f.push(decoy);
+    f.push(c(0, b"GET /EVIL"));
+    let o = replay(&spec, &f);
+    assert!(o.sids.is_empty());
+    assert!(o.left[3].is_some() && o.left[4].is_some());
+}
