@@ -14,7 +14,7 @@ use sluice_state::LocalStore;
 use sluice_wire::build::tcp_v4;
 use sluice_wire::parse::parse_frame;
 use sluice_wire::rewrite::verify_all_checksums;
-use sluice_wire::tcp::flags::{ACK, PSH, SYN};
+use sluice_wire::tcp::flags::{ACK, PSH, SYN, URG};
 
 const C: [u8; 4] = [10, 0, 0, 1];
 const S: [u8; 4] = [10, 0, 0, 2];
@@ -43,9 +43,10 @@ fn c(off: u32, p: &[u8]) -> Vec<u8> {
 }
 
 /// What left the chain: per frame, None if dropped, else its payload (and
-/// whether its checksums verify); and the sids alerted.
+/// whether its checksums verify); the frames themselves; the sids alerted.
 struct Out {
     left: Vec<Option<(Vec<u8>, bool)>>,
+    frames: Vec<Option<Vec<u8>>>,
     sids: Vec<u32>,
 }
 
@@ -59,6 +60,7 @@ fn replay(spec: &str, frames: &[Vec<u8>]) -> Out {
     let mut pool = PacketPool::new(8);
     let mut out = Out {
         left: Vec::new(),
+        frames: Vec::new(),
         sids: Vec::new(),
     };
     for (k, f) in frames.iter().enumerate() {
@@ -66,6 +68,8 @@ fn replay(spec: &str, frames: &[Vec<u8>]) -> Out {
         b.push_frame(&mut pool, f, 1_000_000_000 + k as u64 * 1000, 0);
         chain.process(&mut b, &mut store);
         for p in &b.pkts {
+            out.frames
+                .push((p.verdict == Verdict::Forward).then(|| p.data().to_vec()));
             out.left.push(match p.verdict {
                 Verdict::Forward => {
                     let m = parse_frame(p.data()).unwrap();
@@ -190,4 +194,34 @@ fn checksums_none_is_the_operators_choice_for_captures() {
     let o = replay(&spec, &f);
     assert!(o.sids.is_empty());
     assert!(o.left[3].is_some() && o.left[4].is_some());
+}
+
+#[test]
+fn urgent_data_is_read_inline_as_inspected() {
+    // "EVXIL" with the urgent pointer after the X: Linux (no SO_OOBINLINE)
+    // takes the X out of the stream and the application reads "EVIL". The
+    // segment must leave without URG, so the host reads what was inspected.
+    let mut f = handshake();
+    let mut urg = tcp_v4(
+        C,
+        S,
+        40000,
+        80,
+        ISN_C + 1,
+        ISN_S + 1,
+        ACK | PSH | URG,
+        b"EVXIL",
+    );
+    let m = parse_frame(&urg).unwrap();
+    let o = m.l4_offset as usize;
+    urg[o + 18..o + 20].copy_from_slice(&3u16.to_be_bytes());
+    assert!(sluice_wire::rewrite::fill_l4_checksum(&mut urg));
+    f.push(urg);
+    let out = replay(SPEC, &f);
+    let left = out.frames[3].clone().expect("forwarded");
+    let m = parse_frame(&left).unwrap();
+    assert_eq!(m.tcp_flags & URG, 0);
+    assert_eq!(&left[o + 18..o + 20], &[0, 0]);
+    assert!(verify_all_checksums(&left));
+    assert_eq!(m.payload(&left), b"EVXIL");
 }

@@ -48,8 +48,14 @@
 //! * **Insertion.** A segment the host will discard must not stand for the real
 //!   one: a data segment without ACK is dropped (`reassembly_no_ack`), and the
 //!   chain verifies TCP checksums before reassembly (`verify_checksums`, see
-//!   sluice-chain's `checksums.rs`). Not normalised yet: PAWS (a stale TCP
-//!   timestamp, which Linux discards), IP TTL or options, the urgent pointer.
+//!   sluice-chain's `checksums.rs`).
+//! * **Urgent data.** Most stacks take the urgent byte out of the stream
+//!   (Linux without `SO_OOBINLINE`), so the application reads other bytes than
+//!   were inspected: the URG flag and urgent pointer are cleared on every
+//!   segment (`reassembly_urgent_cleared`), and every receiver reads the bytes
+//!   inline. Applications relying on urgent data (telnet's interrupt) see it
+//!   inline too. Not normalised yet: PAWS (a stale TCP timestamp, which Linux
+//!   discards), IP TTL or options.
 //! * **Out-of-order packets are forwarded** as they arrive; their bytes reach the
 //!   stream consumer only once the gap before them fills. A receiver cannot use
 //!   them before that either, so a match completed by the gap-filling packet still
@@ -105,7 +111,7 @@ use serde::Deserialize;
 use sluice_packet::Batch;
 use sluice_state::{DecodeError, Key, Namespace, OpId, Ops, StateStore, StoreError};
 use sluice_wire::parse::{Fragment, L4};
-use sluice_wire::tcp::flags::{ACK, FIN, RST, SYN};
+use sluice_wire::tcp::flags::{ACK, FIN, RST, SYN, URG};
 use sluice_wire::FlowKey;
 pub use streams::{StreamChunk, Streams};
 
@@ -208,6 +214,8 @@ pub struct Counters {
     /// In-order segments whose bytes under buffered ones differed and were
     /// rewritten to them.
     pub overlap_rewrites: u64,
+    /// Segments whose URG flag and urgent pointer were cleared.
+    pub urgent_cleared: u64,
 }
 
 #[derive(Clone, Copy)]
@@ -344,6 +352,7 @@ impl Reassembler {
             ("reassembly_no_ack_drops", c.no_ack_drops),
             ("reassembly_overlap_drops", c.overlap_drops),
             ("reassembly_overlap_rewrites", c.overlap_rewrites),
+            ("reassembly_urgent_cleared", c.urgent_cleared),
         ]);
     }
 
@@ -383,6 +392,17 @@ impl Reassembler {
         self.extras.clear();
         self.rewrites.clear();
         self.del_keys.clear();
+
+        // Urgent data leaves the stream at most receivers (see
+        // `clear_urgent`): every receiver reads it inline once URG is gone.
+        for p in batch.pkts.iter_mut() {
+            if p.is_live() && p.meta.tcp_flags & URG != 0 && p.meta.l4 == L4::Tcp {
+                let (frame, meta) = p.data_and_meta_mut();
+                if sluice_wire::rewrite::clear_urgent(frame, meta) {
+                    self.counters.urgent_cleared += 1;
+                }
+            }
+        }
 
         // Pass 1: one read per connection touched.
         for p in &batch.pkts {

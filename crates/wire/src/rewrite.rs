@@ -253,6 +253,35 @@ pub fn verify_all_checksums(frame: &[u8]) -> bool {
     l4_ok && inner_ok
 }
 
+/// Clears a TCP segment's URG flag and urgent pointer, patching its checksum
+/// (RFC 1624), and keeps `m` in step. Returns false, changing nothing, if the
+/// packet is not an unfragmented TCP segment with URG set.
+///
+/// Why: stacks take the urgent byte out of the stream by default (Linux
+/// without `SO_OOBINLINE`), so "EVXIL" with the pointer after the X reaches
+/// the application as "EVIL" while an IPS reads "EVXIL". Without URG every
+/// receiver reads the bytes inline, as inspected (Snort's `urp` normaliser).
+pub fn clear_urgent(frame: &mut [u8], m: &mut PacketMeta) -> bool {
+    use crate::tcp::flags::URG;
+    if m.l4 != L4::Tcp || m.tcp_flags & URG == 0 || m.fragment != Fragment::None {
+        return false;
+    }
+    let o = m.l4_offset as usize;
+    let Some(seg) = frame.get_mut(o..o + crate::tcp::MIN_HEADER_LEN) else {
+        return false;
+    };
+    let old = [seg[12], seg[13], seg[18], seg[19]];
+    seg[13] &= !URG;
+    seg[18] = 0;
+    seg[19] = 0;
+    let mut c = be16(seg, 16);
+    c = update_bytes(c, &old[..2], &seg[12..14]);
+    c = update_bytes(c, &old[2..], &seg[18..20]);
+    put16(seg, 16, c);
+    m.tcp_flags &= !URG;
+    true
+}
+
 /// Recomputes the TCP or UDP checksum of `frame` in place, from scratch (so
 /// it does not matter what the field held: a partial sum left for the NIC, or
 /// the sum before the payload was rewritten). Returns false (and leaves the
@@ -368,5 +397,31 @@ mod tests {
         let mut f = build::udp_v4([1; 4], [2; 4], 1, 2, b"");
         let mut m = parse_frame(&f).unwrap();
         assert!(set_endpoint(&mut f, &mut m, Endpoint::Src, IpAddr::V6([0; 16]), 1).is_err());
+    }
+
+    #[test]
+    fn clearing_urgent_keeps_the_checksum() {
+        use crate::tcp::flags::{ACK, URG};
+        let mut f = build::tcp_v4(
+            [10, 0, 0, 1],
+            [10, 0, 0, 2],
+            1,
+            80,
+            5,
+            6,
+            ACK | URG,
+            b"EVXIL",
+        );
+        let mut m = parse_frame(&f).unwrap();
+        let o = m.l4_offset as usize;
+        f[o + 18..o + 20].copy_from_slice(&3u16.to_be_bytes());
+        assert!(fill_l4_checksum(&mut f));
+        assert!(clear_urgent(&mut f, &mut m));
+        assert!(verify_all_checksums(&f));
+        let again = parse_frame(&f).unwrap();
+        assert_eq!(again.tcp_flags, ACK);
+        assert_eq!(m.tcp_flags, ACK);
+        assert_eq!(&f[o + 18..o + 20], &[0, 0]);
+        assert!(!clear_urgent(&mut f, &mut m), "nothing left to clear");
     }
 }
