@@ -40,6 +40,8 @@ pub struct Alert {
     pub severity: u8,
     /// True if the matched bytes travelled client to server.
     pub to_server: bool,
+    /// The flow's application protocol, if detected (`http`, `tls`, `dns`).
+    pub app_proto: Option<&'static str>,
 }
 
 /// A flow's lifetime counters, exported when it ends or at flush.
@@ -154,6 +156,9 @@ impl Event {
                     }
                     .into(),
                 );
+                if let Some(app) = a.app_proto {
+                    m.insert("app_proto".into(), app.into());
+                }
                 m.insert(
                     "alert".into(),
                     json!({
@@ -234,9 +239,11 @@ mod tests {
             category: Some("web-application-attack".into()),
             severity: 1,
             to_server: true,
+            app_proto: Some("http"),
         });
         let v = e.to_eve();
         assert_eq!(v["event_type"], "alert");
+        assert_eq!(v["app_proto"], "http");
         assert_eq!(v["alert"]["signature_id"], 1000001);
         assert_eq!(v["alert"]["action"], "blocked");
         assert_eq!(v["dest_port"], 80);

@@ -11,6 +11,7 @@ use sluice_wire::tcp::flags::{ACK, SYN};
 use sluice_wire::FlowKey;
 
 use crate::engine::{self, FlowState, Header, BLOCKED, PASSED};
+use crate::http;
 use crate::pending::{self, Pend};
 use crate::rules::{Action, PacketInfo};
 use crate::{inspect, Ips, NONE, TABLE_FLOW};
@@ -98,6 +99,7 @@ impl BatchNf for Ips {
     ) {
         self.counters.packets += 1;
         self.fired.clear();
+        self.app_now = None;
         let mut st = match plan.map(|ei| &pass.recs[ei]) {
             Some(e) if e.corrupt => {
                 p.drop_by(ctx.stage, "ips_state_corrupt");
@@ -396,6 +398,9 @@ impl Ips {
         i: usize,
     ) -> bool {
         let base = c.stream_offset;
+        if base == 0 && (http::looks_like_request(data) || http::looks_like_response(data)) {
+            self.app_now = Some("http");
+        }
         if c.gap {
             // Bytes before these were lost: a pending unit cannot continue.
             self.pend_drop(st, d, true);
@@ -502,7 +507,7 @@ impl Ips {
         let n = self.engine.packet_rules(hdr.flow.proto).len();
         for k in 0..n {
             let rule = self.engine.packet_rules(hdr.flow.proto)[k];
-            if self.engine.packet_matches(rule, hdr) && self.fire(rule, st, d, p, events) {
+            if self.engine.packet_matches(rule, hdr) && self.fire(rule, st, (d, p, None), events) {
                 return true;
             }
             if st.flags & (BLOCKED | PASSED) != 0 {
@@ -519,13 +524,14 @@ impl Ips {
     }
 
     /// Applies a matching rule's action and raises its alert; a rule fires at
-    /// most once per packet ([`Ips::has_fired`]).
+    /// most once per packet ([`Ips::has_fired`]). `app`: the application
+    /// protocol whose parser matched the rule; otherwise the alert names the
+    /// flow's, if one was detected (as Suricata's `app_proto`).
     pub(crate) fn fire(
         &mut self,
         rule: u32,
         st: &mut FlowState,
-        d: usize,
-        p: &Packet,
+        (d, p, app): (usize, &Packet, Option<&'static str>),
         events: &mut Vec<Event>,
     ) -> bool {
         if !self.engine.flowbits_ok(rule, &st.bits) {
@@ -562,6 +568,9 @@ impl Ips {
             category: r.category.clone(),
             severity: r.severity,
             to_server: d == 0,
+            app_proto: app
+                .or(self.app_now)
+                .or_else(|| http::detected(&st.http).then_some("http")),
         }));
         action == AlertAction::Blocked
     }
@@ -717,7 +726,7 @@ impl Ips {
                 continue;
             }
             if self.engine.on_hit(t, end, &mut st.dirs[d], hdr) {
-                if self.fire(t.rule, st, d, p, events) {
+                if self.fire(t.rule, st, (d, p, None), events) {
                     drop = true;
                 }
             } else if self.engine.trigger[t.rule as usize] == t.content {
@@ -771,7 +780,7 @@ impl Ips {
             {
                 continue;
             }
-            drop |= self.fire(rule, st, d, p, events);
+            drop |= self.fire(rule, st, (d, p, None), events);
             if st.flags & (BLOCKED | PASSED) != 0 {
                 break;
             }

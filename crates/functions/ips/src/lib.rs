@@ -392,6 +392,10 @@ pub struct Ips {
     /// The rules that fired on the packet being decided: a rule raises at
     /// most one alert per packet, as Suricata counts them.
     fired: Vec<u32>,
+    /// The application protocol the packet being decided was found to carry
+    /// by its bytes, before its parser ran (so plain rules fired on the same
+    /// packet name it, as Suricata's detection does after its app layer).
+    app_now: Option<&'static str>,
 }
 
 /// The batch's TCP stream bytes scanned ahead of evaluation, interleaved across
@@ -460,6 +464,7 @@ impl Ips {
             pend_reads: Vec::new(),
             joined: Vec::new(),
             fired: Vec::new(),
+            app_now: None,
         })
     }
 

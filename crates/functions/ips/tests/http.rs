@@ -854,3 +854,31 @@ fn each_matching_request_of_a_connection_alerts() {
     let (got, _, _) = common::run_each(ips(&[rule]), &frames);
     assert_eq!(got, vec![5, 5]);
 }
+
+#[test]
+fn alerts_name_the_flows_application_protocol() {
+    // Suricata's `app_proto`: the parser's protocol for its rules, and the
+    // flow's detected protocol for plain content rules (none before one is
+    // detected, or on a flow that is not HTTP).
+    let rules = [
+        r#"alert http any any -> any any (msg:"uri"; http.uri; content:"/admin"; sid:1;)"#,
+        r#"alert tcp any any -> any any (msg:"raw"; content:"secret"; sid:2;)"#,
+    ];
+    let app = |frames: &[Vec<u8>]| -> Vec<(u32, Option<&'static str>)> {
+        let (alerts, _) = common::alerts_in(
+            &mut ips(&rules),
+            &mut LocalStore::new(),
+            frames,
+            1_000_000_000,
+        );
+        alerts.into_iter().map(|a| (a.sid, a.app_proto)).collect()
+    };
+    let req = b"GET /admin?q=secret HTTP/1.1\r\nHost: a\r\n\r\n";
+    let mut got = app(&conn(80, &[(true, req)]));
+    got.sort();
+    assert_eq!(got, vec![(1, Some("http")), (2, Some("http"))]);
+    assert_eq!(
+        app(&conn(5000, &[(true, b"a secret, not HTTP\r\n")])),
+        vec![(2, None)]
+    );
+}

@@ -182,7 +182,7 @@ impl Ips {
                     continue;
                 }
             }
-            drop |= self.fire(rule, st, d, p, events);
+            drop |= self.fire(rule, st, (d, p, Some("dns")), events);
             if st.flags & (BLOCKED | PASSED) != 0 {
                 break;
             }

@@ -106,6 +106,11 @@ const CHUNKED_TOKEN: &[u8] = b"chunked";
 /// Name-match progress meaning "this name cannot match".
 const FAIL: u8 = u8::MAX;
 
+/// True if either direction's framing found HTTP (and has not given up).
+pub fn detected(dirs: &[HttpDir; 2]) -> bool {
+    dirs.iter().any(|h| h.phase as u8 >= Phase::Head as u8)
+}
+
 /// One direction's HTTP framing state, kept in the flow's store record
 /// ([`crate::engine::FlowState`]): 1 byte while undecided or off, 16 bytes
 /// otherwise ([`HttpDir::encoded_len`]).

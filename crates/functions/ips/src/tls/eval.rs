@@ -125,7 +125,7 @@ impl Ips {
             if !ok {
                 continue;
             }
-            drop |= self.fire(rule, st, d, p, events);
+            drop |= self.fire(rule, st, (d, p, Some("tls")), events);
             if st.flags & (BLOCKED | PASSED) != 0 {
                 break;
             }

@@ -4,7 +4,7 @@
 use std::path::Path;
 
 use sluice_ips::{build, Config, Ips};
-use sluice_nf::{AlertAction, Ctx, Event, NetworkFunction, Streams};
+use sluice_nf::{Alert, AlertAction, Ctx, Event, NetworkFunction, Streams};
 use sluice_packet::{Batch, PacketPool, Verdict};
 use sluice_reassembly::Reassembler;
 use sluice_state::{LocalStore, Namespace};
@@ -37,6 +37,20 @@ pub fn run_in(
     frames: &[Vec<u8>],
     t0: u64,
 ) -> (Vec<(u32, AlertAction)>, Vec<bool>) {
+    let (alerts, dropped) = alerts_in(ips, st, frames, t0);
+    (
+        alerts.into_iter().map(|a| (a.sid, a.action)).collect(),
+        dropped,
+    )
+}
+
+/// [`run_in`] returning the alerts whole.
+pub fn alerts_in(
+    ips: &mut Ips,
+    st: &mut LocalStore,
+    frames: &[Vec<u8>],
+    t0: u64,
+) -> (Vec<Alert>, Vec<bool>) {
     let mut r = Reassembler::new(Namespace(1), Default::default());
     let mut pool = PacketPool::new(64);
     let mut streams = Streams::default();
@@ -66,7 +80,7 @@ pub fn run_in(
     let alerts = events
         .into_iter()
         .filter_map(|e| match e {
-            Event::Alert(a) => Some((a.sid, a.action)),
+            Event::Alert(a) => Some(a),
             Event::Flow(_) => None,
         })
         .collect();
