@@ -14,6 +14,9 @@
 //!
 //! A value that cannot be used is not fatal: the default is used instead and
 //! the first event logged says what was wrong.
+//!
+//! Records of the `log` crate (rustls, ureq) become events too, under the
+//! same filter (their targets are their modules: `rustls::...`).
 
 use std::fmt;
 use std::io::IsTerminal;
@@ -148,11 +151,6 @@ fn install(s: &Settings) -> Format {
         }
     }
     s.format
-}
-
-/// The format [`init`] installed, if it ran in this process.
-pub fn installed_format() -> Option<Format> {
-    INSTALLED.get().copied()
 }
 
 /// `f` made to run in the span current where this is called: a thread
