@@ -1084,6 +1084,8 @@ pub struct Agent {
     stop: Arc<AtomicBool>,
     api: Option<crate::http::ApiServer>,
     heartbeat: Option<JoinHandle<()>>,
+    /// `agent{host, name}`: the context of every event of this agent.
+    span: tracing::Span,
 }
 
 impl Agent {
@@ -1092,7 +1094,7 @@ impl Agent {
     pub fn start(opts: &AgentOptions) -> Result<Agent, AgentError> {
         // Every event of this agent, on each of its threads, names its host.
         let span = tracing::info_span!("agent", host = opts.host, name = %opts.name);
-        let _entered = span.enter();
+        let entered = span.enter();
         if !crate::instances::valid_prefix(&opts.prefix) {
             return Err(AgentError::Usage(format!(
                 "--prefix {:?}: 1 to 9 letters, digits, '-' or '_' (interface names are at most 15 bytes)",
@@ -1197,11 +1199,13 @@ impl Agent {
                 }))
                 .ok()
         });
+        drop(entered);
         Ok(Agent {
             core,
             stop,
             api: Some(api),
             heartbeat,
+            span,
         })
     }
 
@@ -1406,6 +1410,8 @@ pub fn run(opts: &AgentOptions, stop: &AtomicBool) -> Result<(), AgentError> {
     while !stop.load(Ordering::Acquire) {
         std::thread::sleep(Duration::from_millis(50));
     }
+    let span = agent.span.clone();
+    let _entered = span.enter();
     tracing::info!("stopping");
     agent.shutdown();
     Ok(())
