@@ -227,7 +227,7 @@ impl ApiCert {
         match saved {
             Ok((ck, end)) => {
                 if let Err(e) = c.trust.set_roots(ck.cert[1..].iter().cloned()) {
-                    eprintln!("sluiced: ignoring the saved certificate: its CA: {e}");
+                    tracing::warn!(dir = %d.display(), error = %e, "ignoring the saved certificate: its CA is unusable");
                     return c;
                 }
                 c.slot.set(ck);
@@ -235,12 +235,11 @@ impl ApiCert {
                 if let Ok(mut cur) = c.current.lock() {
                     *cur = Some((got, end));
                 }
-                eprintln!("sluiced: using the saved certificate in {}", d.display());
+                tracing::info!(dir = %d.display(), "using the saved certificate");
             }
-            Err(e) => eprintln!(
-                "sluiced: ignoring the saved certificate in {}: {e}",
-                d.display()
-            ),
+            Err(e) => {
+                tracing::warn!(dir = %d.display(), error = %e, "ignoring the saved certificate")
+            }
         }
         c
     }
@@ -260,7 +259,7 @@ impl ApiCert {
             match sluice_tls::hosts::AgentKey::generate(host) {
                 Ok(k) => *pending = Some(k),
                 Err(e) => {
-                    eprintln!("sluiced: cannot make the API's key: {e}");
+                    tracing::error!(error = %e, "cannot make the API's key");
                     return None;
                 }
             }
@@ -279,23 +278,24 @@ impl ApiCert {
         let ck = match key.certified(chain) {
             Ok(ck) => ck,
             Err(e) => {
-                return eprintln!("sluiced: the controller's API certificate is unusable: {e}")
+                return tracing::error!(error = %e, "the controller's API certificate is unusable")
             }
         };
         // The CA the chain ends with is the one the controller's client
         // certificate must chain to (the chain came over the controller's
         // verified TLS).
         if let Err(e) = self.trust.set_roots(ck.cert[1..].iter().cloned()) {
-            return eprintln!("sluiced: the controller's API certificate has no usable CA: {e}");
+            return tracing::error!(error = %e, "the controller's API certificate has no usable CA");
         }
         if let Some(d) = &self.dir {
             // The key first: a certificate without its key would be useless.
             let saved = write_private(&d.join(KEY_FILE), key.key_pem().as_bytes())
                 .and_then(|()| write_private(&d.join(CERT_FILE), chain.as_bytes()));
             if let Err(e) = saved {
-                eprintln!(
-                    "sluiced: cannot save the certificate in {} (a restart will need a new bootstrap token): {e}",
-                    d.display()
+                tracing::error!(
+                    dir = %d.display(),
+                    error = %e,
+                    "cannot save the certificate (a restart will need a new bootstrap token)"
                 );
             }
         }
@@ -343,16 +343,20 @@ impl AgentState {
             // Answer once packets are forwarded by the new configuration, so a
             // caller may send traffic right away.
             if !d.install(dp, Duration::from_secs(2)) {
-                eprintln!("sluiced: the data plane is slow to take configuration {v} over");
+                tracing::warn!(
+                    version = v,
+                    "the data plane is slow to take the configuration over"
+                );
             }
         }
         if let Ok(s) = self.supervisor.lock() {
             if let Some(s) = s.as_ref() {
                 s.apply(cfg.instances.clone());
             } else if !cfg.instances.is_empty() {
-                eprintln!(
-                    "sluiced: configuration {v} lists {} NF instances but this agent runs none (no run directory)",
-                    cfg.instances.len()
+                tracing::warn!(
+                    version = v,
+                    instances = cfg.instances.len(),
+                    "the configuration lists NF instances but this agent runs none (no run directory)"
                 );
             }
         }
@@ -365,7 +369,7 @@ impl AgentState {
                     .and_then(|b| write_private(&tmp, &b))
                     .and_then(|()| std::fs::rename(&tmp, &path));
                 if let Err(e) = r {
-                    eprintln!("sluiced: cannot save {}: {e}", path.display());
+                    tracing::error!(path = %path.display(), error = %e, "cannot save the configuration");
                 }
             }
         }
@@ -1080,12 +1084,17 @@ pub struct Agent {
     stop: Arc<AtomicBool>,
     api: Option<crate::http::ApiServer>,
     heartbeat: Option<JoinHandle<()>>,
+    /// `agent{host, name}`: the context of every event of this agent.
+    span: tracing::Span,
 }
 
 impl Agent {
     /// Starts the data plane (with the saved configuration, if any), the API
     /// server, the instance supervisor and the heartbeat.
     pub fn start(opts: &AgentOptions) -> Result<Agent, AgentError> {
+        // Every event of this agent, on each of its threads, names its host.
+        let span = tracing::info_span!("agent", host = opts.host, name = %opts.name);
+        let entered = span.enter();
         if !crate::instances::valid_prefix(&opts.prefix) {
             return Err(AgentError::Usage(format!(
                 "--prefix {:?}: 1 to 9 letters, digits, '-' or '_' (interface names are at most 15 bytes)",
@@ -1185,14 +1194,18 @@ impl Agent {
             let tls = opts.controller_tls.clone();
             std::thread::Builder::new()
                 .name("sluice-heartbeat".into())
-                .spawn(move || heartbeat(&core, tls, &url, token.as_deref(), &stop))
+                .spawn(sluice_logging::in_current_span(move || {
+                    heartbeat(&core, tls, &url, token.as_deref(), &stop)
+                }))
                 .ok()
         });
+        drop(entered);
         Ok(Agent {
             core,
             stop,
             api: Some(api),
             heartbeat,
+            span,
         })
     }
 
@@ -1259,13 +1272,16 @@ fn load_saved(core: &AgentState, path: &std::path::Path) {
     };
     match serde_json::from_slice::<AgentConfig>(&text) {
         Ok(cfg) => match core.apply_inner(cfg, false) {
-            Ok(v) => eprintln!(
-                "sluiced: running saved configuration {v} from {}",
-                path.display()
-            ),
-            Err(e) => eprintln!("sluiced: ignoring saved {}: {e}", path.display()),
+            Ok(v) => {
+                tracing::info!(version = v, path = %path.display(), "running the saved configuration")
+            }
+            Err(e) => {
+                tracing::warn!(path = %path.display(), error = %e, "ignoring the saved configuration")
+            }
         },
-        Err(e) => eprintln!("sluiced: ignoring saved {}: {e}", path.display()),
+        Err(e) => {
+            tracing::warn!(path = %path.display(), error = %e, "ignoring the saved configuration")
+        }
     }
 }
 
@@ -1331,8 +1347,9 @@ fn heartbeat(
         }
         if let (Err(e), Some(c), Some(_), true) = (&r, cert, &bearer, joined) {
             if certificate_refused(e) {
-                eprintln!(
-                    "sluiced: the controller refuses this host's certificate ({e}); joining again with the bootstrap token"
+                tracing::warn!(
+                    error = %e,
+                    "the controller refuses this host's certificate: joining again with the bootstrap token"
                 );
                 c.withhold();
             }
@@ -1363,11 +1380,12 @@ fn heartbeat(
         core.controller_up.store(ok, Ordering::Relaxed);
         if last_ok != Some(ok) {
             match r {
-                Ok(_) => eprintln!("sluiced: registered with the controller at {controller}"),
-                Err(e) => eprintln!(
-                    "sluiced: controller {controller} unreachable ({}); forwarding with configuration {}",
-                    heartbeat_error(e),
-                    core.version()
+                Ok(_) => tracing::info!(%controller, "registered with the controller"),
+                Err(e) => tracing::warn!(
+                    %controller,
+                    error = %heartbeat_error(e),
+                    version = core.version(),
+                    "controller unreachable: forwarding with the configuration it pushed last"
                 ),
             }
             last_ok = Some(ok);
@@ -1392,7 +1410,9 @@ pub fn run(opts: &AgentOptions, stop: &AtomicBool) -> Result<(), AgentError> {
     while !stop.load(Ordering::Acquire) {
         std::thread::sleep(Duration::from_millis(50));
     }
-    eprintln!("sluiced: stopping");
+    let span = agent.span.clone();
+    let _entered = span.enter();
+    tracing::info!("stopping");
     agent.shutdown();
     Ok(())
 }

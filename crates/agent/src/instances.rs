@@ -269,9 +269,12 @@ fn spawn(env: &InstanceEnv, cfg: &InstanceConfig) -> Result<Child, InstanceError
         fingerprint: fingerprint(cfg),
     };
     if let Err(e) = write_record(&pid_file(env, cfg.port), &rec) {
-        eprintln!(
-            "sluiced: instance {}: cannot record its process ({e}); a restarted agent will start it again",
-            cfg.name
+        tracing::warn!(
+            tenant = %cfg.tenant,
+            middlebox = %cfg.middlebox,
+            instance = %cfg.name,
+            error = %e,
+            "cannot record the instance's process: a restarted agent will start it again"
         );
     }
     Ok(child)
@@ -433,16 +436,16 @@ fn settle_leftover(env: &InstanceEnv, port: u16, want: Option<&InstanceConfig>) 
         // cannot prove which process it meant, so none is signalled.
         match text.trim().parse::<i32>() {
             Ok(pid) if pid > 1 && legacy_instance(pid, &env.netns(port)) => {
-                eprintln!("sluiced: killing instance process {pid} left over by an older agent");
+                tracing::warn!(
+                    pid,
+                    "killing an instance process left over by an older agent"
+                );
                 // SAFETY: kill(2) on a pid whose command line we just checked.
                 unsafe {
                     libc::kill(pid, libc::SIGKILL);
                 }
             }
-            _ => eprintln!(
-                "sluiced: ignoring unreadable instance record {}",
-                path.display()
-            ),
+            _ => tracing::warn!(path = %path.display(), "ignoring an unreadable instance record"),
         }
         teardown_net(env, port);
         let _ = std::fs::remove_file(&path);
@@ -454,9 +457,12 @@ fn settle_leftover(env: &InstanceEnv, port: u16, want: Option<&InstanceConfig>) 
     match decide(&rec, &facts, &ns, wanted.as_deref()) {
         Leftover::Adopt => match Pidfd::open_identified(rec.pid, rec.start_time) {
             Ok(Some(fd)) => {
-                eprintln!(
-                    "sluiced: adopting instance {} (port {port}, pid {}) left running in {ns}",
-                    rec.name, rec.pid
+                tracing::info!(
+                    instance = %rec.name,
+                    port,
+                    pid = rec.pid,
+                    netns = %ns,
+                    "adopting an instance left running"
                 );
                 return Some(Proc::Adopted {
                     pid: rec.pid as u32,
@@ -464,16 +470,21 @@ fn settle_leftover(env: &InstanceEnv, port: u16, want: Option<&InstanceConfig>) 
                 });
             }
             Ok(None) => {}
-            Err(e) => eprintln!(
-                "sluiced: cannot watch instance {} (pid {}) left in {ns} ({e}); starting it again",
-                rec.name, rec.pid
+            Err(e) => tracing::warn!(
+                instance = %rec.name,
+                pid = rec.pid,
+                netns = %ns,
+                error = %e,
+                "cannot watch an instance left running: starting it again"
             ),
         },
         Leftover::Replace { signal } | Leftover::Stop { signal } => {
             if signal {
-                eprintln!(
-                    "sluiced: stopping instance process {} ({}) left over in {ns}",
-                    rec.pid, rec.name
+                tracing::info!(
+                    instance = %rec.name,
+                    pid = rec.pid,
+                    netns = %ns,
+                    "stopping an instance process left over"
                 );
             }
         }
@@ -626,10 +637,12 @@ impl Supervisor {
         let st = status.clone();
         let thread = std::thread::Builder::new()
             .name("sluice-instances".into())
-            .spawn(move || supervise(&env, &rx, &st, &on_exit))
+            .spawn(sluice_logging::in_current_span(move || {
+                supervise(&env, &rx, &st, &on_exit)
+            }))
             .ok();
         if thread.is_none() {
-            eprintln!("sluiced: cannot start the instance supervisor thread");
+            tracing::error!("cannot start the instance supervisor thread");
         }
         Supervisor {
             tx: Some(tx),
@@ -729,7 +742,13 @@ fn reconcile(
         .collect();
     for port in gone {
         if let Some(mut r) = running.remove(&port) {
-            eprintln!("sluiced: stopping instance {} (port {port})", r.cfg.name);
+            tracing::info!(
+                tenant = %r.cfg.tenant,
+                middlebox = %r.cfg.middlebox,
+                instance = %r.cfg.name,
+                port,
+                "stopping the instance"
+            );
             if let Some(p) = r.proc.as_mut() {
                 p.stop(GRACE);
             }
@@ -770,16 +789,25 @@ fn start(env: &InstanceEnv, cfg: &InstanceConfig) -> Option<Child> {
     let r = setup_net(env, cfg).and_then(|()| spawn(env, cfg));
     match r {
         Ok(c) => {
-            eprintln!(
-                "sluiced: started instance {} (port {}, pid {})",
-                cfg.name,
-                cfg.port,
-                c.id()
+            tracing::info!(
+                tenant = %cfg.tenant,
+                middlebox = %cfg.middlebox,
+                instance = %cfg.name,
+                port = cfg.port,
+                pid = c.id(),
+                "started the instance"
             );
             Some(c)
         }
         Err(e) => {
-            eprintln!("sluiced: {e}");
+            tracing::error!(
+                tenant = %cfg.tenant,
+                middlebox = %cfg.middlebox,
+                instance = %cfg.name,
+                port = cfg.port,
+                error = %e,
+                "cannot start the instance"
+            );
             None
         }
     }
@@ -791,11 +819,14 @@ fn watch(env: &InstanceEnv, running: &mut BTreeMap<u16, Running>, on_exit: &OnEx
     for r in running.values_mut() {
         if let Some(p) = r.proc.as_mut() {
             if let Some(how) = p.exited() {
-                eprintln!(
-                    "sluiced: instance {} (pid {}) exited ({how}); see its log in {}",
-                    r.cfg.name,
-                    p.id(),
-                    env.run_dir.display()
+                tracing::warn!(
+                    tenant = %r.cfg.tenant,
+                    middlebox = %r.cfg.middlebox,
+                    instance = %r.cfg.name,
+                    pid = p.id(),
+                    exit = %how,
+                    log = %log_path(&env.run_dir, &r.cfg.name).display(),
+                    "the instance exited"
                 );
                 r.proc = None;
                 r.exited_at = Some(Instant::now());

@@ -243,7 +243,7 @@ impl DataplaneThread {
         let opts2 = opts.clone();
         let thread = std::thread::Builder::new()
             .name("sluice-dataplane".into())
-            .spawn(move || {
+            .spawn(sluice_logging::in_current_span(move || {
                 let r = sluice_netio::in_netns_opt(opts2.netns.as_deref(), || {
                     let udp = match UdpBatchSocket::bind(opts2.udp) {
                         Ok(u) => u,
@@ -261,7 +261,7 @@ impl DataplaneThread {
                 if let Err(e) = r {
                     let _ = tx.send(Err(e));
                 }
-            })?;
+            }))?;
         let udp_addr = match rx.recv() {
             Ok(Ok(a)) => a,
             Ok(Err(e)) => {
@@ -430,7 +430,11 @@ impl<'a> Loop<'a> {
             vm_mtu: opts.vm_mtu,
         };
         if !(gso && gro) {
-            eprintln!("sluiced: UDP segmentation offload unavailable (GSO {gso}, GRO {gro}): one datagram per frame");
+            tracing::warn!(
+                gso,
+                gro,
+                "UDP segmentation offload unavailable: one datagram per frame"
+            );
         }
         l.reconcile_ports();
         l.publish();
@@ -477,7 +481,7 @@ impl<'a> Loop<'a> {
                 wait
             };
             if let Err(e) = self.poller.wait(wait) {
-                eprintln!("sluiced: poll: {e}");
+                tracing::error!(error = %e, "data plane poll failed");
                 std::thread::sleep(POLL);
             }
             if !spinning {
@@ -625,7 +629,7 @@ impl<'a> Loop<'a> {
                 Ok(on) => on,
                 Err(e) => {
                     if !self.closed.contains_key(&id) {
-                        eprintln!("sluiced: port {id}: {iface}: no TSO, frames go one by one: {e}");
+                        tracing::warn!(port = id, %iface, error = %e, "no TSO: frames go one by one");
                     }
                     false
                 }
@@ -639,10 +643,10 @@ impl<'a> Loop<'a> {
         match PacketSocket::open_with(&iface, &opts) {
             Ok(sock) => {
                 if self.closed.remove(&id).is_some() {
-                    eprintln!("sluiced: port {id}: interface {iface} opened");
+                    tracing::info!(port = id, %iface, "VM port opened");
                 }
                 if let Some(e) = sock.ring_error() {
-                    eprintln!("sluiced: port {id}: {iface}: no receive ring, using recvmmsg: {e}");
+                    tracing::warn!(port = id, %iface, error = %e, "no receive ring: using recvmmsg");
                 }
                 self.check_vm_mtu(id, &iface);
                 self.socks.insert(id, PortSock { iface, sock, gso });
@@ -651,7 +655,7 @@ impl<'a> Loop<'a> {
                 let msg = e.to_string();
                 let known = self.closed.get(&id).is_some_and(|c| c.1 == msg);
                 if !known {
-                    eprintln!("sluiced: port {id}: cannot open {iface} (will retry): {msg}");
+                    tracing::warn!(port = id, %iface, error = %msg, "cannot open the VM port (will retry)");
                 }
                 self.closed.insert(id, (iface, msg, Instant::now()));
             }
@@ -668,10 +672,13 @@ impl<'a> Loop<'a> {
         let mtu = sluice_netns::Rtnl::open(None).and_then(|r| r.link(iface));
         if let Ok(link) = mtu {
             if link.mtu > max {
-                eprintln!(
-                    "sluiced: port {id}: {iface} has MTU {}, above vm_mtu {max} that the underlay was checked for: \
-                     frames longer than {max} bytes will not cross the fabric (lower the VM's MTU, or raise vm_mtu and the underlay's)",
-                    link.mtu
+                tracing::warn!(
+                    port = id,
+                    %iface,
+                    mtu = link.mtu,
+                    vm_mtu = max,
+                    "the VM port's MTU is above vm_mtu, which the underlay was checked for: \
+                     frames longer than vm_mtu bytes will not cross the fabric (lower the VM's MTU, or raise vm_mtu and the underlay's)"
                 );
             }
         }
@@ -736,7 +743,7 @@ impl<'a> Loop<'a> {
                 Ok(0) => return (moved, true),
                 Ok(n) => moved += n,
                 Err(e) => {
-                    eprintln!("sluiced: Geneve socket receive: {e}");
+                    tracing::error!(error = %e, "Geneve socket receive failed");
                     return (moved, false);
                 }
             }
@@ -770,7 +777,7 @@ impl<'a> Loop<'a> {
                 Err(e) => {
                     // The interface went away (VM deleted): reopen later.
                     let iface = s.iface.clone();
-                    eprintln!("sluiced: port {port}: receive on {iface}: {e}");
+                    tracing::warn!(port, %iface, error = %e, "VM port receive failed: reopening later");
                     self.socks.remove(&port);
                     self.closed
                         .insert(port, (iface, e.to_string(), Instant::now()));

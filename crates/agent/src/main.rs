@@ -87,10 +87,20 @@ fn run(args: &sluice_agent::settings::RunArgs, stop: &AtomicBool) -> Result<(), 
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // Before anything can go wrong: every daemon's events, and its last
+    // error, go through the same subscriber (RUST_LOG, SLUICE_LOG_FORMAT;
+    // children inherit both).
+    sluice_logging::init();
+    // An instance process's events (its last error too) name the instance.
+    let span = match &cli.cmd {
+        Cmd::Instance { name, .. } => sluice_instance::span(name),
+        _ => tracing::Span::none(),
+    };
+    let _entered = span.enter();
     let stop = match stop_flag() {
         Ok(s) => s,
         Err(e) => {
-            eprintln!("sluiced: cannot install signal handlers: {e}");
+            tracing::error!(error = %e, "cannot install signal handlers");
             return ExitCode::FAILURE;
         }
     };
@@ -125,7 +135,7 @@ fn main() -> ExitCode {
     match r {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("sluiced: {e}");
+            tracing::error!(error = %e, "stopped by an error");
             ExitCode::FAILURE
         }
     }

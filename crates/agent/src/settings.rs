@@ -593,16 +593,10 @@ pub fn tls_trusting(path: &Path) -> Result<Arc<rustls::ClientConfig>, SettingsEr
 pub fn prepare(s: &AgentSettings, api_token: String) -> Result<AgentOptions, SettingsError> {
     let u = find_underlay(s)?;
     match &u.iface {
-        Some((iface, mtu)) => check_mtu(
-            iface,
-            *mtu,
-            s.vm_mtu,
-            s.seawall.is_some(),
-            s.fabric_auth,
-        )?,
-        None => eprintln!(
-            "sluiced: no interface here has the underlay address {}: its MTU is not checked (set underlay_interface)",
-            u.addr
+        Some((iface, mtu)) => check_mtu(iface, *mtu, s.vm_mtu, s.seawall.is_some(), s.fabric_auth)?,
+        None => tracing::warn!(
+            underlay = %u.addr,
+            "no interface here has the underlay address: its MTU is not checked (set underlay_interface)"
         ),
     }
     let token = s.token_file.as_deref().map(read_token).transpose()?;

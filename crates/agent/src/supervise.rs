@@ -157,9 +157,9 @@ fn become_subreaper() {
     // SAFETY: prctl with an integer option and argument.
     let r = unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) };
     if r != 0 {
-        eprintln!(
-            "sluiced supervise: cannot become a child subreaper ({}); instances of a dead agent go to init",
-            std::io::Error::last_os_error()
+        tracing::warn!(
+            error = %std::io::Error::last_os_error(),
+            "cannot become a child subreaper: instances of a dead agent go to init"
         );
     }
 }
@@ -189,7 +189,7 @@ fn reap_orphans(agent: u32) {
         unsafe {
             libc::waitpid(pid, &mut status, libc::WNOHANG);
         }
-        eprintln!("sluiced supervise: reaped orphaned process {pid}");
+        tracing::info!(pid, "reaped an orphaned process");
     }
 }
 
@@ -206,11 +206,11 @@ pub fn supervise(
     loop {
         let started = Instant::now();
         let mut child = spawn(program, args)?;
-        eprintln!("sluiced supervise: agent started (pid {})", child.id());
+        tracing::info!(pid = child.id(), "agent started");
         let status = loop {
             if stop_flag.load(Ordering::Relaxed) {
                 stop(&mut child)?;
-                eprintln!("sluiced supervise: agent stopped on request");
+                tracing::info!("agent stopped on request");
                 return Ok(());
             }
             reap_orphans(child.id());
@@ -222,15 +222,16 @@ pub fn supervise(
         let how = Ended::of(status);
         let ran = started.elapsed();
         let Some(wait) = restarts.after(how, ran) else {
-            eprintln!("sluiced supervise: agent {how}; not started again");
+            tracing::info!(exit = %how, "agent ended: not started again");
             return Ok(());
         };
-        eprintln!(
-            "sluiced supervise: agent (pid {}) {how} after {:.1} s; start {} in {:.2} s",
-            child.id(),
-            ran.as_secs_f64(),
-            restarts.count,
-            wait.as_secs_f64()
+        tracing::warn!(
+            pid = child.id(),
+            exit = %how,
+            ran_s = ran.as_secs_f64(),
+            restart = restarts.count,
+            restart_in_s = wait.as_secs_f64(),
+            "agent ended: starting it again"
         );
         let until = Instant::now() + wait;
         while Instant::now() < until {

@@ -311,7 +311,12 @@ fn agents_inside_their_hosts_carry_a_chain_over_the_named_underlay() {
     }
     let log = agents[0].log();
     assert!(
-        log.contains(&format!("{} has MTU 9000, above vm_mtu 1500", front.iface)),
+        log.lines().any(|l| {
+            l.contains("the VM port's MTU is above vm_mtu")
+                && l.contains(&format!("iface={} mtu=9000 vm_mtu=1500", front.iface))
+                // Logged by the data-plane thread, in the agent's span.
+                && l.contains(" WARN agent{host=1 name=host1}: ")
+        }),
         "{log}"
     );
     drop(agents);

@@ -200,6 +200,10 @@ pub fn controller(args: &ControllerArgs) -> Result<(), CliError> {
         crate::output::text(&format!("settings OK:\n{a:#?}\n"))?;
         return Ok(());
     }
+    // From here on this process is a daemon: it logs (RUST_LOG,
+    // SLUICE_LOG_FORMAT); a setting refused above is a usage error, printed
+    // as the CLI prints errors.
+    sluice_logging::init();
     // Registered before the server's threads exist, so no signal is missed.
     let mut signals =
         signal_hook::iterator::Signals::new([SIGINT, SIGTERM]).map_err(CliError::Signals)?;
@@ -217,26 +221,27 @@ pub fn controller(args: &ControllerArgs) -> Result<(), CliError> {
     .map_err(CliError::Serve)?;
     if let Some(p) = h.bootstrapped() {
         // The path only: the secret never goes to a log.
-        eprintln!(
-            "sluice controller: first start: created the operator token `admin`; its secret is in {} (mode 0600)",
-            p.display()
+        tracing::info!(
+            file = %p.display(),
+            "first start: created the operator token `admin`; its secret is in the file (mode 0600)"
         );
     }
     if let Some(ca) = h.ca_file() {
-        eprintln!(
-            "sluice controller: TLS with its own CA: clients trust {} (--ca-file, or ca_file in a context)",
-            ca.display()
+        tracing::info!(
+            ca_file = %ca.display(),
+            "TLS with its own CA: clients trust the CA file (--ca-file, or ca_file in a context)"
         );
     }
-    eprintln!(
-        "sluice controller: listening on {} (database {}, state {}, fabric authentication {})",
-        h.url(),
-        a.db.display(),
-        a.state,
-        if a.fabric_auth { "on" } else { "off" }
+    tracing::info!(
+        url = %h.url(),
+        db = %a.db.display(),
+        state = %a.state,
+        fabric_auth = a.fabric_auth,
+        "listening on {}",
+        h.url()
     );
     let sig = signals.forever().next();
-    eprintln!("sluice controller: signal {sig:?}, stopping");
+    tracing::info!(signal = sig, "stopping");
     h.shutdown();
     Ok(())
 }

@@ -357,3 +357,179 @@ fn convert_rewrites_specs_between_the_formats_keeping_their_meaning() {
         "{err}"
     );
 }
+
+/// Source files that may write to stderr with `eprintln!`: the CLI's own
+/// messages to the person running it (errors, warnings, progress), and the
+/// harnesses it drives. Everything else that runs as a daemon logs through
+/// `tracing` (crates/logging): levels, timestamps, fields, `RUST_LOG`.
+const EPRINTLN_ALLOWED: &[&str] = &[
+    "crates/cli/src/bench.rs",
+    "crates/cli/src/experiment.rs",
+    "crates/cli/src/ips.rs",
+    "crates/cli/src/main.rs",
+    "crates/cli/src/run.rs",
+    "crates/cli/src/testbed.rs",
+    "crates/cli/src/tokens.rs",
+    "crates/simulator/src/bin/sluice-sim.rs",
+    // `sluice experiment chaos`'s probe harness, run by the CLI.
+    "crates/testbed/src/chaos.rs",
+];
+
+/// The `.rs` files under `dir`, recursively, but for test files and
+/// directories (`tests.rs`, `tests/`, `benches/`).
+fn sources(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let p = e.path();
+        let name = e.file_name().to_string_lossy().into_owned();
+        if p.is_dir() {
+            if !["tests", "benches", "target", "fuzz"].contains(&name.as_str()) {
+                sources(&p, out);
+            }
+        } else if name.ends_with(".rs") && name != "tests.rs" {
+            out.push(p);
+        }
+    }
+}
+
+#[test]
+fn daemons_log_through_tracing_not_eprintln() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let mut files = Vec::new();
+    sources(&root.join("crates"), &mut files);
+    assert!(files.len() > 100, "found only {} sources", files.len());
+    let mut found = Vec::new();
+    let mut scanned_daemon = false;
+    for f in &files {
+        let rel = f
+            .strip_prefix(&root)
+            .unwrap()
+            .to_string_lossy()
+            .into_owned();
+        if EPRINTLN_ALLOWED.contains(&rel.as_str()) {
+            continue;
+        }
+        let text = std::fs::read_to_string(f).unwrap();
+        scanned_daemon |= rel == "crates/agent/src/main.rs";
+        // A file's unit tests (its `#[cfg(test)]` module at the end) may
+        // print what they measured.
+        let code = text.split("\n#[cfg(test)]\nmod ").next().unwrap_or("");
+        for (i, line) in code.lines().enumerate() {
+            let l = line.trim_start();
+            if !l.starts_with("//") && l.contains("eprintln!(") {
+                found.push(format!("{rel}:{}: {}", i + 1, l));
+            }
+        }
+    }
+    assert!(scanned_daemon, "the agent's main.rs was not scanned");
+    assert!(
+        found.is_empty(),
+        "log with `tracing` (or, for a message to the CLI's user, add the file to EPRINTLN_ALLOWED):\n{}",
+        found.join("\n")
+    );
+}
+
+/// `sluice controller` is a daemon: with `SLUICE_LOG_FORMAT=json` every
+/// line it writes is a JSON event, its own (`sluice::ctl`) and the
+/// controller library's alike, with the values as fields; `RUST_LOG` picks
+/// targets.
+#[test]
+fn the_controller_logs_json_events_with_fields() {
+    use std::io::BufRead;
+    let dir = tempfile::tempdir().unwrap();
+    let token_file = dir.path().join("admin.token");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(["controller", "--listen", "127.0.0.1:0", "--db", ":memory:"])
+        .args(["--tls", "off", "--fabric-auth", "off", "--admin-token-file"])
+        .arg(&token_file)
+        .env_remove("SLUICE_CONFIG")
+        .env("SLUICE_LOG_FORMAT", "json")
+        // The controller library's events at info, this process's own, and
+        // nothing else (the state store's, say) below warn.
+        .env("RUST_LOG", "warn,sluice::ctl=info,sluice_controller=info")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = std::io::BufReader::new(child.stderr.take().unwrap());
+    let mut lines = Vec::new();
+    // Killed if anything below panics, so it never outlives the test.
+    struct Kill(u32);
+    impl Drop for Kill {
+        fn drop(&mut self) {
+            let _ = Command::new("kill")
+                .args(["-TERM", &self.0.to_string()])
+                .status();
+        }
+    }
+    let kill = Kill(child.id());
+    let parse = |l: &str| -> serde_json::Value {
+        serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}"))
+    };
+    let url = loop {
+        let mut l = String::new();
+        assert_ne!(stderr.read_line(&mut l).unwrap(), 0, "ended: {lines:?}");
+        let v = parse(&l);
+        lines.push(v.clone());
+        if let Some(u) = v["fields"]["url"].as_str() {
+            break u.to_string();
+        }
+    };
+    assert!(url.starts_with("http://127.0.0.1:"), "{url}");
+    let token = std::fs::read_to_string(&token_file).unwrap();
+    register_two_hosts(&Client::new(&url).with_token(Some(token.trim())));
+    drop(kill);
+    for l in stderr.lines() {
+        lines.push(parse(&l.unwrap()));
+    }
+    assert!(child.wait().unwrap().success());
+    let text = format!("{lines:#?}");
+    for l in &lines {
+        assert!(
+            l["timestamp"].as_str().is_some_and(|t| t.ends_with('Z')),
+            "{l}"
+        );
+        // Info and up: pushes to the hosts (which do not exist) fail.
+        assert!(
+            ["INFO", "WARN"].contains(&l["level"].as_str().unwrap()),
+            "{l}"
+        );
+    }
+    let with = |msg: &str| -> Vec<&serde_json::Value> {
+        lines
+            .iter()
+            .filter(|l| l["fields"]["message"] == msg)
+            .collect()
+    };
+    let first = with(
+        "first start: created the operator token `admin`; its secret is in the file (mode 0600)",
+    );
+    assert_eq!(first.len(), 1, "{text}");
+    assert_eq!(first[0]["target"], "sluice::ctl");
+    // The secret itself never goes to the log.
+    assert!(!text.contains(token.trim()), "{text}");
+    let registered = with("host registered");
+    let hosts: Vec<u64> = registered
+        .iter()
+        .filter_map(|l| l["fields"]["host"].as_u64())
+        .collect();
+    assert_eq!(hosts, [1, 2], "{text}");
+    assert!(
+        registered[0]["target"]
+            .as_str()
+            .is_some_and(|t| t.starts_with("sluice_controller::")),
+        "{text}"
+    );
+    assert_eq!(registered[0]["fields"]["underlay"], "10.255.0.1", "{text}");
+    // A push logs in its span, which names the host.
+    for p in with("push failed (retrying)") {
+        assert_eq!(p["span"]["name"], "push", "{p}");
+        assert_eq!(p["span"]["host"], p["fields"]["host"], "{p}");
+    }
+    let stopping = with("stopping");
+    assert_eq!(stopping.len(), 1, "{text}");
+    assert_eq!(stopping[0]["fields"]["signal"], 15, "{text}");
+}

@@ -237,10 +237,7 @@ fn spend_bootstrap(shared: &Shared, who: &Principal, host: u32) -> Result<(), Ap
         Ok(_) => (200, "spent".to_string()),
         Err(e) => (401, format!("not spent: {e}")),
     };
-    eprintln!(
-        "sluice-controller: host {host} joins: bootstrap token `{}` {outcome}",
-        who.name
-    );
+    tracing::info!(host, token = %who.name, %outcome, "host joins with its bootstrap token");
     lock(&shared.reconciler).record(
         AuditEntry {
             seq: 0,

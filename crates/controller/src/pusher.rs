@@ -87,6 +87,7 @@ pub(crate) fn dispatcher(shared: &Arc<Shared>) {
 }
 
 fn push_one(shared: &Arc<Shared>, host: u32) {
+    let _span = tracing::info_span!("push", host).entered();
     let job = lock(&shared.reconciler).push_started(host, Instant::now());
     if let Some(mut job) = job {
         // A new tenant's instances must find their store user defined.

@@ -275,7 +275,7 @@ impl Shared {
         let now = Instant::now();
         if acl.due(&tenants, now) {
             if let Err(e) = acl.sync(&tenants, now) {
-                eprintln!("sluice-controller: state store users: {e}");
+                tracing::error!(error = %e, "cannot sync the state store's users");
             }
         }
     }
@@ -293,7 +293,9 @@ impl Shared {
         for w in writes {
             match probe.write(&w) {
                 Ok(()) => lock(&self.reconciler).store_marked(&w),
-                Err(e) => eprintln!("sluice-controller: state store marker on {}: {e}", w.node),
+                Err(e) => {
+                    tracing::warn!(node = %w.node, error = %e, "cannot write the state store marker")
+                }
             }
         }
     }

@@ -76,7 +76,11 @@ impl EveLog {
                 self.file = None;
                 let msg = format!("EVE log {}: {e}", self.path.display());
                 if self.last_error.as_deref() != Some(&msg) {
-                    eprintln!("{msg} (events are lost until it can be written)");
+                    tracing::error!(
+                        path = %self.path.display(),
+                        error = %e,
+                        "cannot write the EVE log: events are lost until it can be written"
+                    );
                     self.last_error = Some(msg);
                 }
                 self.lost += events.len() as u64;

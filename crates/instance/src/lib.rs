@@ -306,7 +306,7 @@ impl DataPath {
         let chain = Chain::from_spec(&spec, base, &sluice_builtin::registry(), Sharing::Shared)
             .map_err(chain_err)?;
         for w in chain.config_warnings() {
-            eprintln!("instance {name}: warning: {}: {w}", chain_file.display());
+            tracing::warn!(chain = %chain_file.display(), "{w}");
         }
         let store = open_store(state)?;
         let mut core = DataPath::with_chain(name, chain, store, spec.settings.batch_size, agent);
@@ -737,6 +737,17 @@ pub fn run(opts: &InstanceOptions, stop: &AtomicBool) -> Result<(), InstanceErro
     run_with_stats(opts, stop, &StatsHandle::default())
 }
 
+/// The span an instance process logs in: its tenant, middlebox and name
+/// (`tenant/middlebox/k`; a name of another shape is kept whole).
+pub fn span(name: &str) -> tracing::Span {
+    let mut parts = name.split('/');
+    let (tenant, middlebox) = match (parts.next(), parts.next(), parts.next()) {
+        (Some(t), Some(m), Some(_)) => (t, m),
+        _ => ("", ""),
+    };
+    tracing::info_span!("instance", tenant, middlebox, instance = name)
+}
+
 /// Events an instance holds for its EVE log between writes, at most.
 pub const MAX_PENDING_EVENTS: usize = 65_536;
 
@@ -930,7 +941,7 @@ pub fn run_with_stats(
                                 core.stats.rx_errors += 1;
                                 let msg = e.to_string();
                                 if last_rx_error.as_deref() != Some(&msg) {
-                                    eprintln!("instance {}: receive error: {msg}", opts.name);
+                                    tracing::warn!(error = %msg, "receive failed");
                                     last_rx_error = Some(msg);
                                 }
                                 0
@@ -1108,10 +1119,17 @@ fn send_forwarded(core: &mut DataPath, sock: &mut UdpBatchSocket, wpoll: &mut Po
     core.finish_batch(sent, refused);
 }
 
+/// The statistics are the instance's output, one JSON line on stdout (which
+/// the agent puts in the instance's log file with its stderr), not a log
+/// event: tools read them as they are.
 fn print_stats(s: &InstanceStats) {
+    use std::io::Write;
     match serde_json::to_string(s) {
-        Ok(line) => eprintln!("{line}"),
-        Err(e) => eprintln!("instance {}: statistics: {e}", s.name),
+        Ok(line) => {
+            let mut out = std::io::stdout().lock();
+            let _ = writeln!(out, "{line}").and_then(|()| out.flush());
+        }
+        Err(e) => tracing::error!(error = %e, "cannot write the statistics"),
     }
 }
 

@@ -20,7 +20,7 @@ use serde::{Deserialize, Serialize};
 use sluice_proto::Accusation;
 
 use super::events::event;
-use super::{log, Reconciler};
+use super::Reconciler;
 use crate::error::ApiError;
 
 /// An accusation not repeated for this long is dropped (its reporter went
@@ -200,7 +200,7 @@ impl Reconciler {
         );
         match self.commit(next, now) {
             Ok(_) => {
-                log(&reason);
+                tracing::warn!(host, "{reason}");
                 let mut e = event("contained", reason);
                 e.host = Some(host);
                 self.push_event(e, now);

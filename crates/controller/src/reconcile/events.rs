@@ -39,7 +39,31 @@ impl Events {
         self.next_id += 1;
         e.id = self.next_id;
         *self.totals.entry(e.kind.clone()).or_default() += 1;
-        super::log(&format!("event {}: {}", e.kind, e.reason));
+        // Events are the controller's own record of what happened (also in
+        // its API); the log gets each one with its context as fields.
+        if e.kind == "error" {
+            tracing::error!(
+                kind = %e.kind,
+                tenant = e.tenant.as_deref(),
+                chain = e.chain.as_deref(),
+                middlebox = e.middlebox.as_deref(),
+                instance = e.instance.as_deref(),
+                host = e.host,
+                "{}",
+                e.reason
+            );
+        } else {
+            tracing::info!(
+                kind = %e.kind,
+                tenant = e.tenant.as_deref(),
+                chain = e.chain.as_deref(),
+                middlebox = e.middlebox.as_deref(),
+                instance = e.instance.as_deref(),
+                host = e.host,
+                "{}",
+                e.reason
+            );
+        }
         self.ring.push_back(e);
         while self.ring.len() > EVENTS_KEPT {
             if let Some(old) = self.ring.pop_front() {

@@ -10,8 +10,7 @@ use sluice_proto::{HostHeartbeat, InstanceHealth, PinnedFlows};
 
 use super::events::event;
 use super::{
-    log, DownReason, Reconciler, HOST_GRACE, HOST_SILENT, REJOIN_AFTER, REPUSH_AFTER,
-    SUSPECT_CONFIRM,
+    DownReason, Reconciler, HOST_GRACE, HOST_SILENT, REJOIN_AFTER, REPUSH_AFTER, SUSPECT_CONFIRM,
 };
 use crate::desired::{instance_name, Host, InstanceKey};
 use crate::error::ApiError;
@@ -49,10 +48,14 @@ impl Reconciler {
             capacity: reg.capacity,
         };
         if self.desired.hosts.get(&reg.host) != Some(&host) {
-            log(&format!(
-                "host {} registered: {} underlay {} api {} capacity {:?}",
-                host.id, host.name, host.underlay, host.api, host.capacity
-            ));
+            tracing::info!(
+                host = host.id,
+                name = %host.name,
+                underlay = %host.underlay,
+                api = %host.api,
+                capacity = ?host.capacity,
+                "host registered"
+            );
             let mut next = self.desired.clone();
             next.hosts.insert(reg.host, host);
             self.commit(next, now)?;
@@ -312,7 +315,7 @@ impl Reconciler {
         let mut next = self.desired.clone();
         let (moved, failed) = next.evacuate(host);
         if let Err(e) = self.commit(next, now) {
-            log(&format!("cannot evacuate host {host}: {e}"));
+            tracing::error!(host, error = %e, "cannot evacuate the host");
             return;
         }
         let mut e = event(

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::time::Instant;
 
-use super::{log, Reconciler};
+use super::Reconciler;
 
 impl Reconciler {
     /// Ends lease revocations whose agents confirmed them and grants leases to
@@ -22,14 +22,11 @@ impl Reconciler {
         let granted = self.gate.observe(&self.configs, &reported, now_ms);
         if done || granted {
             if granted {
-                log(&format!("leases granted: {:?}", self.gate.granted()));
+                tracing::info!(granted = ?self.gate.granted(), "leases granted");
             }
             let d = self.desired.clone();
             if let Err(e) = self.commit(d, now) {
-                log(&format!(
-                    "committing after a lease change failed: {}",
-                    e.msg
-                ));
+                tracing::error!(error = %e.msg, "committing after a lease change failed");
             }
         }
     }

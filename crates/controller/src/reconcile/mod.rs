@@ -78,11 +78,6 @@ pub const CATCH_UP_TIMEOUT: Duration = Duration::from_secs(60);
 /// waits for them.
 pub const DRAIN_POLL: Duration = Duration::from_millis(100);
 
-/// The controller's log: one line on stderr per change (never per heartbeat).
-pub(crate) fn log(msg: &str) {
-    eprintln!("sluice-controller: {msg}");
-}
-
 /// What the controller knows about a host beyond its registration (not durable).
 #[derive(Debug, Default)]
 pub(crate) struct Live {
@@ -303,7 +298,7 @@ impl Reconciler {
         if held {
             self.gate.held_versions(&cfgs);
             if !was_holding {
-                log("leased split changing: leases revoked first; the new configuration follows once the agents confirm");
+                tracing::info!("leased split changing: leases revoked first; the new configuration follows once the agents confirm");
             }
         }
         if next != self.desired || !changed.is_empty() {
@@ -316,9 +311,7 @@ impl Reconciler {
             .map(|h| (*h, self.configs[h].version))
             .collect();
         if !out.is_empty() {
-            log(&format!(
-                "new configuration versions (host: version): {out:?}"
-            ));
+            tracing::info!(versions = ?out, "new configuration versions (host: version)");
         }
         for h in changed {
             self.schedule_push(h, now);
@@ -479,14 +472,14 @@ impl Reconciler {
         match result {
             Ok(()) => {
                 if live.push_error.is_some() {
-                    log(&format!("host {host}: push of version {version} succeeded"));
+                    tracing::info!(host, version, "push succeeded after failures");
                 }
                 live.push_error = None;
                 live.failures = 0;
             }
             Err(e) => {
                 if live.push_error.as_deref() != Some(e.as_str()) {
-                    log(&format!("host {host}: push failed (retrying): {e}"));
+                    tracing::warn!(host, version, error = %e, "push failed (retrying)");
                 }
                 live.push_error = Some(e);
                 live.failures = live.failures.saturating_add(1);

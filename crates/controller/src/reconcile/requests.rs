@@ -9,7 +9,7 @@ use sluice_proto::{AgentConfig, VmRegistration};
 use sluice_tenant::TenantSpec;
 
 use super::events::event;
-use super::{log, Reconciler};
+use super::Reconciler;
 use crate::audit::{AuditEntry, AuditQuery};
 use crate::change::{self, needs_force, ChangePlan, Conditions};
 use crate::error::ApiError;
@@ -70,14 +70,11 @@ impl Reconciler {
         } else {
             BTreeMap::new()
         };
-        log(&format!(
-            "tenant {name}: {}",
-            if changed {
-                "applied"
-            } else {
-                "re-applied unchanged"
-            }
-        ));
+        if changed {
+            tracing::info!(tenant = %name, "tenant applied");
+        } else {
+            tracing::info!(tenant = %name, "tenant re-applied unchanged");
+        }
         Ok(Applied {
             existed,
             changed,
@@ -106,7 +103,7 @@ impl Reconciler {
             BTreeMap::new()
         } else {
             let pushed = self.commit_derived(next, cfgs, now)?;
-            log(&format!("tenant {name}: deleted"));
+            tracing::info!(tenant = %name, "tenant deleted");
             pushed
         };
         Ok(Applied {
@@ -175,7 +172,7 @@ impl Reconciler {
     pub fn record(&mut self, mut e: AuditEntry, now: Instant) {
         e.at_ms = self.unix_ms(now);
         if let Err(err) = self.store.append_audit(&e) {
-            log(&format!("audit log: cannot append `{}`: {err}", e.action));
+            tracing::error!(action = %e.action, error = %err, "cannot append to the audit log");
         }
     }
 
