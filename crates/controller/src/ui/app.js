@@ -14,6 +14,9 @@ const NOTABLE = ['failover', 'rejoin', 'scale', 'scaler', 'drain', 'catch-up', '
 // Of those, a tenant's scaling and failover history.
 const HISTORY = ['failover', 'rejoin', 'scale', 'scaler', 'drain', 'catch-up'];
 
+// How an instance's state reads (`GET /v1/instances`).
+const STATE_CLASS = { alive: 'ok', placed: 'ok', dead: 'bad', down: 'bad', draining: 'warn' };
+
 const st = {
   token: sessionStorage.getItem(KEY) || '',
   role: null, // 'operator' (every read) or 'tenant'
@@ -58,10 +61,16 @@ function clock(ms) {
   return ms ? new Date(ms).toLocaleTimeString() : '–';
 }
 
+// An age in ms (null: never).
 function ago(ms) {
-  if (!ms) return 'never';
-  const s = Math.max(0, (Date.now() - ms) / 1000);
+  if (ms === null || ms === undefined) return 'never';
+  const s = ms / 1000;
   return s < 60 ? s.toFixed(1) + ' s ago' : Math.round(s / 60) + ' min ago';
+}
+
+// Unix ms as an age.
+function since(unixMs) {
+  return unixMs ? ago(Math.max(0, Date.now() - unixMs)) : 'never';
 }
 
 function yes(b, good, bad) {
@@ -90,6 +99,13 @@ async function api(path) {
 function showLogin(msg) {
   clearTimeout(st.timer);
   st.role = null;
+  st.tenant = null;
+  // Nothing seen with the previous token stays in the page.
+  st.events = [];
+  st.eventsSince = 0;
+  for (const id of ['hosts', 'chains', 'instances']) $(id).tBodies[0].replaceChildren();
+  for (const id of ['store', 'events', 'graphs', 'alerts', 'history']) $(id).replaceChildren();
+  $('status').textContent = '';
   $('login').hidden = false;
   $('operator').hidden = true;
   $('tenant').hidden = true;
@@ -214,7 +230,7 @@ async function refreshOperator() {
   },
   el('td', {}, i.tenant), el('td', {}, i.middlebox), el('td', {}, i.name),
   el('td', { class: 'num' }, i.host),
-  el('td', { class: i.state === 'placed' ? 'ok' : i.state === 'down' ? 'bad' : 'warn' }, i.state),
+  el('td', { class: STATE_CLASS[i.state] || 'muted' }, i.state),
   el('td', {}, i.alive === null || i.alive === undefined ? el('span', { class: 'muted' }, 'unknown')
     : yes(i.alive, 'running' + (i.pid ? ' (pid ' + i.pid + ')' : ''), 'gone')))));
   feed($('events'), st.events.filter((e) => NOTABLE.includes(e.kind)));
@@ -230,7 +246,7 @@ function drawStore(s) {
       el('th', {}, 'role'), el('th', {}, 'last answer'))),
     el('tbody', {}, ...s.nodes.map((n) => el('tr', { 'data-node': n.node },
       el('td', {}, n.node), el('td', {}, yes(n.up, 'up', 'down')),
-      el('td', {}, n.role || '–'), el('td', {}, ago(n.last_ok_ms)))))));
+      el('td', {}, n.role || '–'), el('td', {}, since(n.last_ok_ms)))))));
   } else {
     rows.push(el('p', { class: 'muted' }, 'in-process store: nothing to probe'));
   }
@@ -256,7 +272,8 @@ function spark(history, w = 300, h = 36) {
   if (!history.length) return s;
   const max = Math.max(1, ...history.map((p) => p.packets_per_s));
   const t1 = history[history.length - 1].at_ms;
-  const span = 300_000;
+  // The history there is, at least a minute of it.
+  const span = Math.max(60_000, t1 - history[0].at_ms);
   const pts = (f) => history.map((p) => {
     const x = w - ((t1 - p.at_ms) / span) * w;
     const y = h - 2 - (f(p) / max) * (h - 4);
