@@ -241,6 +241,20 @@ fn spki_hash(pem: &Path) -> String {
     base64::engine::general_purpose::STANDARD.encode(sha2::Sha256::digest(spki))
 }
 
+/// Every line of every EVE file (`*.eve.json`, rotated ones included) under
+/// `dir`.
+fn eve_lines(dir: &Path, out: &mut Vec<String>) {
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let p = e.path();
+        if p.is_dir() && !p.is_symlink() {
+            eve_lines(&p, out);
+        } else if p.to_string_lossy().contains(".eve.json") {
+            let text = std::fs::read_to_string(&p).unwrap_or_default();
+            out.extend(text.lines().map(String::from));
+        }
+    }
+}
+
 /// A second tenant, so that a tenant's view has something to leave out: one
 /// monitor between two external subnets, behind a gateway VM whose interface
 /// does not exist (its agent keeps trying to open it; no traffic).
@@ -387,10 +401,13 @@ fn the_dashboard_shows_the_deployment_live_in_a_real_browser() {
         4,
         "the operator sees every tenant's chains"
     );
-    let pps = b.js(&format!(
-        "return Number({}[0].dataset.pps);",
-        q("#chains tr[data-chain=\"acme/east-to-a\"]")
-    ));
+    let pps = b
+        .js(&format!(
+            "return Number({}[0].dataset.pps);",
+            q("#chains tr[data-chain=\"acme/east-to-a\"]")
+        ))
+        .as_f64()
+        .unwrap_or_default();
 
     // Acme's view, as the operator opens it: the graph of each chain from
     // the spec, live rates on the middleboxes, the alert once.
@@ -439,6 +456,25 @@ fn the_dashboard_shows_the_deployment_live_in_a_real_browser() {
         )),
         1,
         "the alert shows up exactly once"
+    );
+    // Once in `sluice alerts` too, and once in the EVE sink the instances
+    // write (the files every agent serves from its run directory).
+    let (code, out, err) = common::sluice_env(
+        &["alerts", "--tenant", "acme", "-o", "json"],
+        &[("SLUICE_CONFIG", st.config.to_str().unwrap())],
+    );
+    assert_eq!(code, 0, "{err}");
+    let sid = |line: &str| {
+        serde_json::from_str::<Value>(line)
+            .is_ok_and(|e| e["event_type"] == "alert" && e["alert"]["signature_id"] == 1_000_001)
+    };
+    assert_eq!(out.lines().filter(|l| sid(l)).count(), 1, "{out}");
+    let mut sink = Vec::new();
+    eve_lines(dir.path(), &mut sink);
+    assert_eq!(
+        sink.iter().filter(|l| sid(l)).count(),
+        1,
+        "the EVE files hold the alert once: {sink:?}"
     );
 
     // An instance of the firewall is killed: its failover shows.
@@ -505,7 +541,7 @@ fn the_dashboard_shows_the_deployment_live_in_a_real_browser() {
         "no hosts in a tenant's view"
     );
     note(&format!(
-        "dashboard: checked in Chromium over WebDriver in {:.1} s (east-to-a at {pps} packets/s); \
+        "dashboard: checked in Chromium over WebDriver in {:.1} s (east-to-a at {pps:.0} packets/s); \
          screenshots in docs/img/",
         started.elapsed().as_secs_f64()
     ));
