@@ -167,10 +167,26 @@ impl Traffic {
 
     /// A chain's samples, oldest first.
     pub fn history(&self, chain: &ChainKey) -> Vec<Sample> {
+        self.history_since(chain, None)
+    }
+
+    /// A chain's samples taken after `since_ms` (all with `None`), oldest
+    /// first.
+    pub fn history_since(&self, chain: &ChainKey, since_ms: Option<u64>) -> Vec<Sample> {
         self.history
             .get(chain)
-            .map(|h| h.iter().copied().collect())
+            .map(|h| {
+                h.iter()
+                    .filter(|s| since_ms.is_none_or(|t| s.at_ms > t))
+                    .copied()
+                    .collect()
+            })
             .unwrap_or_default()
+    }
+
+    /// The latest sample of a chain.
+    pub fn latest(&self, chain: &ChainKey) -> Option<Sample> {
+        self.history.get(chain).and_then(|h| h.back().copied())
     }
 }
 
@@ -232,6 +248,13 @@ mod tests {
         // A chain without traffic still has its (zero) samples.
         assert_eq!(t.history(&key("idle"))[0].packets_per_s, 0.0);
         assert_eq!(t.rates("acme/nothing/0"), Rates::default());
+        // A poller that has the first sample gets only the later ones.
+        t.sample(8_000, &observed(&[(1, 1100), (2, 1050)], (2010, 1810, 200)));
+        let later = t.history_since(&key("ab"), Some(7_000));
+        assert_eq!(later.len(), 1);
+        assert_eq!(later[0].at_ms, 8_000);
+        assert_eq!(t.latest(&key("ab")), Some(later[0]));
+        assert_eq!(later[0].packets_per_s, 0.0);
     }
 
     #[test]

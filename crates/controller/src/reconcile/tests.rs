@@ -1475,6 +1475,16 @@ fn traffic_draws_chains_from_the_spec_with_rates_from_heartbeats() {
         "{:?}",
         c.history
     );
+    // A poller asks for the samples after the last it has.
+    let last = c.history.last().unwrap().at_ms;
+    let v = s.ok("GET", &format!("/v1/traffic?since_ms={last}"), "");
+    assert_eq!(v[0]["history"], serde_json::json!([]), "{v}");
+    assert_eq!(
+        v[0]["packets_per_s"], 1000.0,
+        "the latest rates all the same"
+    );
+    let v = s.ok("GET", &format!("/v1/traffic?since_ms={}", last - 1), "");
+    assert_eq!(v[0]["history"].as_array().unwrap().len(), 1, "{v}");
     // A dead instance is placed but not up.
     counts.alive = false;
     s.beat(ips0_host, Some(on_host(&s, ips0_host, &counts)));

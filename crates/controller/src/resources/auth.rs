@@ -195,7 +195,7 @@ fn scope(a: &Action) -> Scope<'_> {
     match a {
         Action::Health | Action::OpenApi => Scope::Anyone,
         Action::Metrics | Action::Status => Scope::ReadAll,
-        Action::Events(_) | Action::Audit(_) | Action::Eve(_) | Action::Traffic => {
+        Action::Events(_) | Action::Audit(_) | Action::Eve(_) | Action::Traffic(_) => {
             Scope::ReadListing
         }
         Action::Tenant(t) => match t {
@@ -240,7 +240,7 @@ pub fn describe(a: &Action) -> String {
         Action::Events(_) => "list events".into(),
         Action::Audit(_) => "read the audit log".into(),
         Action::Eve(q) => format!("list {}s", q.event_type),
-        Action::Traffic => "read the chains' traffic".into(),
+        Action::Traffic(_) => "read the chains' traffic".into(),
         Action::Tenant(t) => match t {
             TenantAction::List => "list tenants".into(),
             TenantAction::Chains => "list chains".into(),

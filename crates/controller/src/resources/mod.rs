@@ -113,7 +113,7 @@ pub enum Action {
     /// A token request (served by the HTTP edge on the token store).
     Token(tokens::TokenAction),
     /// `GET /v1/traffic`: every chain's graph and rates (the dashboard's).
-    Traffic,
+    Traffic(traffic::TrafficQuery),
 }
 
 /// A successful answer.
@@ -173,7 +173,7 @@ pub fn parse_as(req: &Request<'_>, who: Option<&auth::Principal>) -> Result<Acti
         ("GET", "/v1/audit") => audit::parse(query).map(Action::Audit),
         ("GET", "/v1/alerts") => eve::parse("alert", query).map(Action::Eve),
         ("GET", "/v1/flows") => eve::parse("flow", query).map(Action::Eve),
-        ("GET", "/v1/traffic") => traffic::parse(query).map(|()| Action::Traffic),
+        ("GET", "/v1/traffic") => traffic::parse(query).map(Action::Traffic),
         ("GET", "/v1/placement") => hosts::parse_placement(query).map(Action::Host),
         ("GET", "/v1/containment") => Ok(Action::Host(hosts::HostAction::Containment)),
         (_, t) if t.starts_with("/v1/tokens") => {

@@ -28,7 +28,8 @@ pub struct ChainTraffic {
     pub packets_per_s: f64,
     /// Packets per second its middleboxes dropped at the latest sample.
     pub drops_per_s: f64,
-    /// Samples, oldest first, one a second for up to five minutes.
+    /// Samples, oldest first, one a second for up to five minutes (with
+    /// `since_ms`, those after it).
     pub history: Vec<Sample>,
 }
 
@@ -57,19 +58,37 @@ pub struct Hop {
     pub vms: Option<u32>,
 }
 
-/// The route's query: none.
-pub fn parse(query: &str) -> Result<(), ApiError> {
-    match query.split('&').find(|kv| !kv.is_empty()) {
-        None => Ok(()),
-        Some(kv) => Err(ApiError::bad(format!(
-            "`{}`: unknown query parameter (this route takes none)",
-            kv.split('=').next().unwrap_or(kv)
-        ))),
+/// The route's query: `since_ms=T` asks only for the samples taken after
+/// Unix time T (ms), so a poller gets each sample once.
+pub fn parse(query: &str) -> Result<TrafficQuery, ApiError> {
+    let mut q = TrafficQuery::default();
+    for kv in query.split('&').filter(|kv| !kv.is_empty()) {
+        let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
+        match k {
+            "since_ms" => {
+                q.since_ms = Some(v.parse().map_err(|_| {
+                    ApiError::bad(format!("since_ms: `{v}` is not a time (Unix milliseconds)"))
+                })?)
+            }
+            _ => {
+                return Err(ApiError::bad(format!(
+                    "`{k}`: unknown query parameter (known: since_ms)"
+                )))
+            }
+        }
     }
+    Ok(q)
+}
+
+/// `GET /v1/traffic`'s query.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TrafficQuery {
+    /// Only samples taken after this Unix time (ms) in `history`.
+    pub since_ms: Option<u64>,
 }
 
 /// Every chain of every tenant, tenants by name, chains in spec order.
-pub fn view(r: &Reconciler) -> Vec<ChainTraffic> {
+pub fn view(r: &Reconciler, q: TrafficQuery) -> Vec<ChainTraffic> {
     let d = r.desired();
     let hop = |tenant: &str, name: &str| -> Hop {
         let mut h = Hop {
@@ -119,8 +138,9 @@ pub fn view(r: &Reconciler) -> Vec<ChainTraffic> {
     let mut out = Vec::new();
     for (name, t) in &d.tenants {
         for c in &t.spec.chains {
-            let history = r.traffic.history(&(name.clone(), c.name.clone()));
-            let last = history.last().copied();
+            let key = (name.clone(), c.name.clone());
+            let history = r.traffic.history_since(&key, q.since_ms);
+            let last = r.traffic.latest(&key);
             out.push(ChainTraffic {
                 tenant: name.clone(),
                 chain: c.name.clone(),
@@ -137,8 +157,8 @@ pub fn view(r: &Reconciler) -> Vec<ChainTraffic> {
 }
 
 /// The reply to `GET /v1/traffic`.
-pub fn execute(r: &Reconciler) -> Result<Reply, ApiError> {
-    json(200, &view(r))
+pub fn execute(r: &Reconciler, q: TrafficQuery) -> Result<Reply, ApiError> {
+    json(200, &view(r, q))
 }
 
 #[cfg(test)]
@@ -146,10 +166,13 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_route_takes_no_query() {
-        assert!(parse("").is_ok());
+    fn the_query_is_since_ms_or_nothing() {
+        assert_eq!(parse(""), Ok(TrafficQuery::default()));
+        assert_eq!(parse("since_ms=17").unwrap().since_ms, Some(17));
         let e = parse("tenant=acme").unwrap_err();
         assert_eq!(e.status, 400);
         assert!(e.msg.contains("`tenant`"), "{e}");
+        let e = parse("since_ms=yesterday").unwrap_err();
+        assert!(e.msg.contains("`yesterday`"), "{e}");
     }
 }

@@ -23,6 +23,8 @@ const st = {
   tenant: null, // a tenant token's own tenant
   events: [], // oldest first, at most 500
   eventsSince: 0,
+  hist: new Map(), // 'tenant/chain' -> its samples, oldest first, at most 300
+  histAt: 0, // the latest sample's time (Unix ms)
   timer: null,
   busy: false,
 };
@@ -103,6 +105,8 @@ function showLogin(msg) {
   // Nothing seen with the previous token stays in the page.
   st.events = [];
   st.eventsSince = 0;
+  st.hist = new Map();
+  st.histAt = 0;
   for (const id of ['hosts', 'chains', 'instances']) $(id).tBodies[0].replaceChildren();
   for (const id of ['store', 'events', 'graphs', 'alerts', 'history']) $(id).replaceChildren();
   $('status').textContent = '';
@@ -196,11 +200,32 @@ async function fetchEvents() {
   if (st.events.length > 500) st.events.splice(0, st.events.length - 500);
 }
 
+// Every chain with its rates; its history is kept here, so each poll asks
+// only for the samples after the last one held.
+async function fetchTraffic() {
+  const chains = await api('/v1/traffic' + (st.histAt ? '?since_ms=' + st.histAt : ''));
+  const seen = new Set();
+  for (const c of chains) {
+    const k = c.tenant + '/' + c.chain;
+    seen.add(k);
+    const h = st.hist.get(k) || [];
+    for (const p of c.history) {
+      h.push(p);
+      st.histAt = Math.max(st.histAt, p.at_ms);
+    }
+    if (h.length > 300) h.splice(0, h.length - 300);
+    st.hist.set(k, h);
+    c.history = h;
+  }
+  for (const k of [...st.hist.keys()]) if (!seen.has(k)) st.hist.delete(k);
+  return chains;
+}
+
 // ---- operator view -------------------------------------------------------
 
 async function refreshOperator() {
   const [hosts, status, instances, traffic, tenants] = await Promise.all([
-    api('/v1/hosts'), api('/v1/status'), api('/v1/instances'), api('/v1/traffic'),
+    api('/v1/hosts'), api('/v1/status'), api('/v1/instances'), fetchTraffic(),
     api('/v1/tenants'), fetchEvents(),
   ]);
   nav(tenants.map((t) => t.tenant));
@@ -301,14 +326,14 @@ function feed(ol, events) {
 async function refreshTenant(t) {
   const q = encodeURIComponent(t);
   const [traffic, alerts, tenants] = await Promise.all([
-    api('/v1/traffic'), api('/v1/alerts?tenant=' + q + '&limit=100'),
+    fetchTraffic(), api('/v1/alerts?tenant=' + q + '&limit=100'),
     st.role === 'operator' ? api('/v1/tenants') : Promise.resolve([{ tenant: t }]),
     fetchEvents(),
   ]);
   nav(tenants.map((x) => x.tenant));
   $('tenant-title').textContent = 'Tenant ' + t + ': chains';
   const chains = traffic.filter((c) => c.tenant === t);
-  const graphs = chains.map(graph);
+  const graphs = chains.map((c, i) => graph(c, i));
   if (!graphs.length) graphs.push(el('p', { class: 'muted' }, 'no chains'));
   $('graphs').replaceChildren(...graphs);
   const items = alerts.slice().reverse().map((a) => {
@@ -334,7 +359,8 @@ const GAP = 46;
 // A chain as drawn from its spec: its path left to right (externals,
 // selects, middleboxes with instances and live rates, services), its
 // mirrors below, and its rates over time.
-function graph(c) {
+function graph(c, index) {
+  const arrow = 'arrow-' + index;
   const n = c.hops.length;
   const w = Math.max(n * (BOX_W + GAP), c.mirror.length * (BOX_W + GAP)) + 10;
   const h = BOX_H + 20 + (c.mirror.length ? BOX_H + 40 : 0);
@@ -343,7 +369,7 @@ function graph(c) {
     'data-chain': c.tenant + '/' + c.chain,
   });
   s.append(svg('defs', {}, svg('marker', {
-    id: 'arrow', viewBox: '0 0 10 10', refX: 9, refY: 5, markerWidth: 7, markerHeight: 7,
+    id: arrow, viewBox: '0 0 10 10', refX: 9, refY: 5, markerWidth: 7, markerHeight: 7,
     orient: 'auto-start-reverse',
   }, svg('path', { d: 'M0,0 L10,5 L0,10 z', class: 'arrowhead' }))));
   const x = (i) => 5 + i * (BOX_W + GAP);
@@ -351,7 +377,7 @@ function graph(c) {
   for (let i = 0; i + 1 < n; i++) {
     s.append(svg('line', {
       class: 'edge', x1: x(i) + BOX_W, y1: y0 + BOX_H / 2, x2: x(i + 1), y2: y0 + BOX_H / 2,
-      'marker-end': 'url(#arrow)', 'marker-start': c.bidirectional ? 'url(#arrow)' : null,
+      'marker-end': `url(#${arrow})`, 'marker-start': c.bidirectional ? `url(#${arrow})` : null,
     }));
   }
   c.hops.forEach((hop, i) => s.append(box(hop, x(i), y0)));
@@ -359,7 +385,7 @@ function graph(c) {
   c.mirror.forEach((hop, i) => {
     s.append(svg('line', {
       class: 'edge mirror', x1: x(0) + BOX_W / 2, y1: y0 + BOX_H, x2: x(i) + BOX_W / 2, y2: y1,
-      'marker-end': 'url(#arrow)',
+      'marker-end': `url(#${arrow})`,
     }));
     s.append(box(hop, x(i), y1, true));
   });
