@@ -5,7 +5,8 @@
 //! serving, the chains' packet rates while downloads run, the tenant's chain
 //! graph with its middleboxes and instance counts, the IPS's alert exactly
 //! once, the failover of a killed instance; and that a tenant's token shows
-//! that tenant alone. It saves the screenshots in docs/img/. Needs root and
+//! that tenant alone. It saves two screenshots (in docs/img/ with
+//! `SLUICE_UPDATE_SCREENSHOTS=1`, else under the target directory). Needs root and
 //! what e2e.rs needs, plus chromium and chromium-driver (scripts/common.sh
 //! installs them); says it skipped, and why, only if those are absent.
 
@@ -239,6 +240,17 @@ fn spki_hash(pem: &Path) -> String {
     let cert = p.parse_x509().expect("a certificate");
     let spki = cert.public_key().raw;
     base64::engine::general_purpose::STANDARD.encode(sha2::Sha256::digest(spki))
+}
+
+/// Where the screenshots go: docs/img/ with `SLUICE_UPDATE_SCREENSHOTS=1`
+/// (to refresh the documentation's), else the target directory, so that a
+/// test run leaves the source tree as it was.
+fn screenshots() -> PathBuf {
+    if std::env::var_os("SLUICE_UPDATE_SCREENSHOTS").is_some_and(|v| v == "1") {
+        PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/img"))
+    } else {
+        Path::new(env!("CARGO_TARGET_TMPDIR")).join("dashboard")
+    }
 }
 
 /// Every line of every EVE file (`*.eve.json`, rotated ones included) under
@@ -478,16 +490,25 @@ fn the_dashboard_shows_the_deployment_live_in_a_real_browser() {
     );
 
     // An instance of the firewall is killed: its failover shows.
-    let instances: Vec<Value> = api("GET", "/v1/instances", &operator)
-        .call()
-        .unwrap()
-        .into_json()
-        .unwrap();
-    let victim = instances
-        .iter()
-        .find(|i| i["name"] == "acme/fw/0")
-        .and_then(|i| i["pid"].as_u64())
-        .unwrap_or_else(|| panic!("acme/fw/0 has no pid: {instances:?}"));
+    // Its pid as its agent reports it (the agent may be slow to answer: a
+    // listing without it is asked again).
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let victim = loop {
+        let instances: Vec<Value> = api("GET", "/v1/instances", &operator)
+            .call()
+            .unwrap()
+            .into_json()
+            .unwrap();
+        let pid = instances
+            .iter()
+            .find(|i| i["name"] == "acme/fw/0")
+            .and_then(|i| i["pid"].as_u64());
+        match pid {
+            Some(p) => break p,
+            None if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(200)),
+            None => panic!("acme/fw/0 has no pid: {instances:?}"),
+        }
+    };
     let killed = Command::new("kill")
         .args(["-KILL", &victim.to_string()])
         .status()
@@ -500,7 +521,7 @@ fn the_dashboard_shows_the_deployment_live_in_a_real_browser() {
             q("#history li[data-kind=failover][data-instance=\"acme/fw/0\"]")
         ),
     );
-    let img = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/img"));
+    let img = screenshots();
     std::fs::create_dir_all(&img).unwrap();
     b.screenshot(&img.join("dashboard-tenant.png"));
     // And in the operator's feed.
@@ -542,7 +563,8 @@ fn the_dashboard_shows_the_deployment_live_in_a_real_browser() {
     );
     note(&format!(
         "dashboard: checked in Chromium over WebDriver in {:.1} s (east-to-a at {pps:.0} packets/s); \
-         screenshots in docs/img/",
-        started.elapsed().as_secs_f64()
+         screenshots in {}",
+        started.elapsed().as_secs_f64(),
+        img.display()
     ));
 }
