@@ -38,7 +38,8 @@ pub struct ChainTraffic {
 pub struct Hop {
     /// Element name in the spec.
     pub name: String,
-    /// `external`, `service`, `middlebox` or `select`.
+    /// `external`, `service`, `middlebox` or `select` (`unknown` for a name
+    /// the spec lacks, which its validation refuses).
     pub kind: String,
     /// A middlebox's function.
     #[serde(default)]
