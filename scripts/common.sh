@@ -68,6 +68,10 @@ ensure_test_deps() {
         echo "note: openvswitch-switch could not be installed; its interop test will say it skipped"
     ensure_valkey || echo "note: valkey-server could not be installed; the Valkey pass of the tests will be skipped"
     ensure_cargo_deny
+    # The dashboard's test drives headless Chromium over WebDriver
+    # (crates/cli/tests/dashboard.rs).
+    APT_LEAN=1 apt_install chromium chromium-driver ||
+        echo "note: chromium could not be installed; the dashboard's browser test will say it skipped"
     # promtool lints every /metrics endpoint in the tests; the package's
     # Prometheus server must not start.
     APT_LEAN=1 apt_install_nostart prometheus ||

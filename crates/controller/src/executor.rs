@@ -73,6 +73,7 @@ fn run(r: &mut Reconciler, action: Action, actor: &str, now: Instant) -> Result<
         Action::Block(a) => resources::blocks::execute(r, a, actor, now),
         Action::Events(q) => resources::events::execute(r, &q),
         Action::Audit(q) => resources::audit::execute(r, &q),
+        Action::Traffic(q) => resources::traffic::execute(r, q),
         // The HTTP edge answers these (they ask every agent); without it there
         // are no agents to ask.
         Action::Eve(_) => json(200, &Vec::<serde_json::Value>::new()),

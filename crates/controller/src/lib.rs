@@ -24,6 +24,9 @@
 //!   data), sans-IO; [`store_probe`] asks them;
 //! * [`answer`]: a reply or error as status, headers and body (errors as RFC
 //!   9457 problem details);
+//! * [`traffic`]: per-chain packet and drop rates over time (the dashboard's
+//!   `GET /v1/traffic`), sampled from the agents' counters; `ui`: the
+//!   dashboard's page, script and style, compiled in (`/ui/`);
 //! * [`client`]: a blocking client of that API (the CLI and the testbed use it).
 
 mod agent_client;
@@ -52,6 +55,8 @@ pub mod store_acl;
 pub mod store_health;
 pub mod store_probe;
 pub mod tls;
+pub mod traffic;
+mod ui;
 
 pub use compile::{compile, CompileError, Compiled, HostFib, Placement};
 pub use resources::{OPENAPI_YAML, ROUTES};

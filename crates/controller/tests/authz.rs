@@ -168,6 +168,18 @@ fn without_a_known_token_only_health_and_the_api_description_answer() {
             }
         }
     }
+    // The dashboard's files need none (they hold no data), under a policy
+    // that lets the page load nothing from elsewhere and run no inline code.
+    for path in ["/ui/", "/ui/app.js", "/ui/style.css"] {
+        let r = ureq::get(&format!("{}{path}", w.base)).call().unwrap();
+        assert_eq!(r.status(), 200, "{path}");
+        assert_eq!(r.header("X-Content-Type-Options"), Some("nosniff"));
+        let csp = r.header("Content-Security-Policy").unwrap();
+        assert!(
+            csp.starts_with("default-src 'self'") && !csp.contains("unsafe"),
+            "{csp}"
+        );
+    }
     // A token sent some other way is refused as such.
     let r = ureq::get(&format!("{}/v1/tenants", w.base))
         .set("Authorization", &format!("Basic {}", w.admin))
@@ -240,6 +252,7 @@ fn a_tenant_cannot_touch_or_see_another_tenant() {
         "/v1/instances",
         "/v1/chains",
         "/v1/events",
+        "/v1/traffic",
     ] {
         let (code, text) = call(&w.base, Some(&w.acme), "GET", path, "");
         assert_eq!(code, 200, "{path}: {text}");

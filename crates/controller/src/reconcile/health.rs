@@ -95,6 +95,23 @@ impl Reconciler {
         if !hb.chains.is_empty() {
             self.chain_reports.insert(reg.host, hb.chains);
         }
+        for ih in &hb.instances {
+            // A report from a host the instance no longer runs on is stale.
+            if self
+                .desired
+                .instance_by_name(&ih.name)
+                .is_some_and(|(_, i)| i.host == reg.host)
+            {
+                self.instance_counts.insert(
+                    ih.name.clone(),
+                    crate::traffic::InstanceCounts {
+                        rx: ih.rx_packets,
+                        tx: ih.tx_packets,
+                        drops: ih.drops + ih.queue_drops,
+                    },
+                );
+            }
+        }
         self.health(reg.host, &hb.instances, now);
         if !hb.accusations.is_empty() || self.accuses(reg.host) {
             self.accusations(reg.host, &hb.accusations, now);

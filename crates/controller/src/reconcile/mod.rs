@@ -142,6 +142,10 @@ pub struct Reconciler {
     catch_ups: BTreeMap<InstanceKey, Instant>,
     /// Latest chain measurements per host (cumulative counters).
     chain_reports: BTreeMap<u32, Vec<ChainMeasure>>,
+    /// Latest counters of each instance, by name, as its host reported them.
+    instance_counts: BTreeMap<String, crate::traffic::InstanceCounts>,
+    /// Per-chain and per-instance rates over time (the dashboard's).
+    pub(crate) traffic: crate::traffic::Traffic,
     /// Agent-metric samplers by `(tenant, chain)`.
     pub(crate) samplers: BTreeMap<(String, String), autoscale::AgentSampler>,
     /// Latest pinned-flow report per host: (its config version, the flows, when).
@@ -209,6 +213,8 @@ impl Reconciler {
             drains: BTreeMap::new(),
             catch_ups: BTreeMap::new(),
             chain_reports: BTreeMap::new(),
+            instance_counts: BTreeMap::new(),
+            traffic: crate::traffic::Traffic::default(),
             samplers: BTreeMap::new(),
             pinned: BTreeMap::new(),
             scalers: BTreeMap::new(),
@@ -381,6 +387,7 @@ impl Reconciler {
             self.check_silence(now);
         }
         self.sample_agent_metrics(now);
+        self.sample_traffic(now);
         self.expire_accusations(now);
         self.check_leases(now);
         let mut polls = self.check_drains(now);
@@ -498,6 +505,43 @@ impl Reconciler {
         now: Instant,
     ) {
         self.pinned.insert(host, (version, flows, now));
+    }
+
+    /// Samples the rates of `GET /v1/traffic` when one is due.
+    fn sample_traffic(&mut self, now: Instant) {
+        let now_ms = self.unix_ms(now);
+        if !self.traffic.due(now_ms) {
+            return;
+        }
+        let mut o = crate::traffic::Observed::default();
+        for (name, t) in &self.desired.tenants {
+            for (i, c) in t.spec.chains.iter().enumerate() {
+                let key = (name.clone(), c.name.clone());
+                for (host, reports) in &self.chain_reports {
+                    let n: u64 = reports
+                        .iter()
+                        .filter(|m| m.vni == t.vni && usize::from(m.chain / 2) == i)
+                        .map(|m| m.packets)
+                        .sum();
+                    o.chains.insert((*host, key.clone()), n);
+                }
+                let members = self
+                    .desired
+                    .instances
+                    .keys()
+                    .filter(|(tn, mb, _)| {
+                        tn == name && (c.path.contains(mb) || c.mirror.contains(mb))
+                    })
+                    .map(|(tn, mb, k)| crate::desired::instance_name(tn, mb, *k))
+                    .collect();
+                o.members.insert(key, members);
+            }
+        }
+        // Only instances still placed: a removed one's counters are no rate.
+        self.instance_counts
+            .retain(|n, _| self.desired.instance_by_name(n).is_some());
+        o.instances = self.instance_counts.clone();
+        self.traffic.sample(now_ms, &o);
     }
 
     /// How long ago `host` was last heard from, if ever.

@@ -1394,3 +1394,111 @@ fn a_host_dead_past_the_grace_period_has_its_instances_placed_elsewhere() {
     assert_eq!(on(&s, dead), 0);
     assert_eq!(s.events("evacuated").len(), 2);
 }
+
+/// The health report of host `h`: every instance on it healthy, `one` as given.
+fn on_host(s: &Sim, h: u32, one: &InstanceHealth) -> Vec<InstanceHealth> {
+    s.r.desired()
+        .instances
+        .iter()
+        .filter(|(_, i)| i.host == h)
+        .map(|((t, mb, k), _)| {
+            let name = crate::desired::instance_name(t, mb, *k);
+            if name == one.name {
+                one.clone()
+            } else {
+                health(&name, true, false)
+            }
+        })
+        .collect()
+}
+
+/// `GET /v1/traffic`: the chain's elements from the spec, a middlebox's
+/// instance counts and rates from its instances' counters, and the chain's
+/// packet and drop rates once a second from the agents' reports.
+#[test]
+fn traffic_draws_chains_from_the_spec_with_rates_from_heartbeats() {
+    let mut s = Sim::new(SPEC);
+    s.push_all();
+    let vni = s.r.desired().tenants["t"].vni;
+    let ips0 = "t/ips/0";
+    let (ips0_host, _) = s.port(ips0);
+    let mut m = ChainMeasure {
+        vni,
+        chain: 0,
+        ..ChainMeasure::default()
+    };
+    let mut counts = health(ips0, true, false);
+    // 1000 packets a second into the chain, 100 of them dropped at ips/0,
+    // heartbeats every 100 ms.
+    for _ in 0..30 {
+        m.packets += 100;
+        counts.rx_packets += 100;
+        counts.tx_packets += 90;
+        counts.drops += 6;
+        counts.queue_drops += 4;
+        for h in 1..=3 {
+            let chains = if h == 1 { vec![m.clone()] } else { Vec::new() };
+            s.beat_with(h, Some(on_host(&s, h, &counts)), chains);
+        }
+        s.run(100 * MS);
+    }
+    let v = s.ok("GET", "/v1/traffic", "");
+    let chains: Vec<resources::traffic::ChainTraffic> = serde_json::from_value(v).unwrap();
+    assert_eq!(chains.len(), 1);
+    let c = &chains[0];
+    assert_eq!((c.tenant.as_str(), c.chain.as_str()), ("t", "ab"));
+    let kinds: Vec<(&str, &str)> = c
+        .hops
+        .iter()
+        .map(|h| (h.name.as_str(), h.kind.as_str()))
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            ("a", "service"),
+            ("ips", "middlebox"),
+            ("re", "middlebox"),
+            ("b", "service")
+        ]
+    );
+    let ips = &c.hops[1];
+    assert_eq!((ips.instances, ips.up), (Some(2), Some(2)));
+    assert_eq!(ips.function.as_deref(), Some("monitor"));
+    let r = ips.rates.unwrap();
+    assert_eq!(
+        (r.rx_per_s, r.tx_per_s, r.drops_per_s),
+        (1000.0, 900.0, 100.0)
+    );
+    assert_eq!((c.packets_per_s, c.drops_per_s), (1000.0, 100.0));
+    assert!(
+        c.history.len() >= 2 && c.history.iter().all(|h| h.packets_per_s == 1000.0),
+        "{:?}",
+        c.history
+    );
+    // A poller asks for the samples after the last it has.
+    let last = c.history.last().unwrap().at_ms;
+    let v = s.ok("GET", &format!("/v1/traffic?since_ms={last}"), "");
+    assert_eq!(v[0]["history"], serde_json::json!([]), "{v}");
+    assert_eq!(
+        v[0]["packets_per_s"], 1000.0,
+        "the latest rates all the same"
+    );
+    let v = s.ok("GET", &format!("/v1/traffic?since_ms={}", last - 1), "");
+    assert_eq!(v[0]["history"].as_array().unwrap().len(), 1, "{v}");
+    // A dead instance is placed but not up.
+    counts.alive = false;
+    s.beat(ips0_host, Some(on_host(&s, ips0_host, &counts)));
+    s.push_all();
+    let v = s.ok("GET", "/v1/traffic", "");
+    assert_eq!(v[0]["hops"][1]["up"], 1, "{v}");
+    assert_eq!(v[0]["hops"][1]["instances"], 2, "{v}");
+    // Traffic stopped: the next sample says so.
+    for _ in 0..15 {
+        for h in 1..=3 {
+            s.beat(h, Some(on_host(&s, h, &counts)));
+        }
+        s.run(100 * MS);
+    }
+    let v = s.ok("GET", "/v1/traffic", "");
+    assert_eq!(v[0]["packets_per_s"], 0.0, "{v}");
+}

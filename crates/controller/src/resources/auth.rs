@@ -195,7 +195,9 @@ fn scope(a: &Action) -> Scope<'_> {
     match a {
         Action::Health | Action::OpenApi => Scope::Anyone,
         Action::Metrics | Action::Status => Scope::ReadAll,
-        Action::Events(_) | Action::Audit(_) | Action::Eve(_) => Scope::ReadListing,
+        Action::Events(_) | Action::Audit(_) | Action::Eve(_) | Action::Traffic(_) => {
+            Scope::ReadListing
+        }
         Action::Tenant(t) => match t {
             TenantAction::List | TenantAction::Chains => Scope::ReadListing,
             TenantAction::Get(n) => Scope::ReadTenant(n),
@@ -238,6 +240,7 @@ pub fn describe(a: &Action) -> String {
         Action::Events(_) => "list events".into(),
         Action::Audit(_) => "read the audit log".into(),
         Action::Eve(q) => format!("list {}s", q.event_type),
+        Action::Traffic(_) => "read the chains' traffic".into(),
         Action::Tenant(t) => match t {
             TenantAction::List => "list tenants".into(),
             TenantAction::Chains => "list chains".into(),
@@ -449,6 +452,7 @@ mod tests {
         ("GET", "/v1/audit", [Yes, Yes, Filtered, No]),
         ("GET", "/v1/alerts", [Yes, Yes, Filtered, No]),
         ("GET", "/v1/flows", [Yes, Yes, Filtered, No]),
+        ("GET", "/v1/traffic", [Yes, Yes, Filtered, No]),
         ("GET", "/v1/tokens", [Yes, No, No, No]),
         ("POST", "/v1/tokens", [Yes, No, No, No]),
         ("DELETE", "/v1/tokens/{name}", [Yes, No, No, No]),

@@ -19,6 +19,7 @@ pub mod page;
 pub mod scaling;
 pub mod tenants;
 pub mod tokens;
+pub mod traffic;
 
 /// Every route the server implements: (method, path template).
 pub const ROUTES: &[(&str, &str)] = &[
@@ -57,6 +58,7 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("GET", "/v1/audit"),
     ("GET", "/v1/alerts"),
     ("GET", "/v1/flows"),
+    ("GET", "/v1/traffic"),
     ("GET", "/v1/tokens"),
     ("POST", "/v1/tokens"),
     ("DELETE", "/v1/tokens/{name}"),
@@ -110,6 +112,8 @@ pub enum Action {
     Eve(eve::EveRequest),
     /// A token request (served by the HTTP edge on the token store).
     Token(tokens::TokenAction),
+    /// `GET /v1/traffic`: every chain's graph and rates (the dashboard's).
+    Traffic(traffic::TrafficQuery),
 }
 
 /// A successful answer.
@@ -169,6 +173,7 @@ pub fn parse_as(req: &Request<'_>, who: Option<&auth::Principal>) -> Result<Acti
         ("GET", "/v1/audit") => audit::parse(query).map(Action::Audit),
         ("GET", "/v1/alerts") => eve::parse("alert", query).map(Action::Eve),
         ("GET", "/v1/flows") => eve::parse("flow", query).map(Action::Eve),
+        ("GET", "/v1/traffic") => traffic::parse(query).map(Action::Traffic),
         ("GET", "/v1/placement") => hosts::parse_placement(query).map(Action::Host),
         ("GET", "/v1/containment") => Ok(Action::Host(hosts::HostAction::Containment)),
         (_, t) if t.starts_with("/v1/tokens") => {
