@@ -181,3 +181,72 @@ fn the_example_scrape_config_and_alert_rules_are_valid_and_use_real_metrics() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// The example Grafana dashboard is a dashboard (panels with queries), every
+/// Sluice metric its queries use is one the controller or the agents export,
+/// and every query is PromQL that promtool accepts (each checked as a
+/// recording rule).
+#[test]
+fn the_example_grafana_dashboard_queries_real_metrics() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let text = std::fs::read_to_string(root.join("deploy/grafana/sluice.json")).unwrap();
+    let d: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let exported = [
+        "crates/controller/src/metrics.rs",
+        "crates/agent/src/control.rs",
+    ]
+    .map(|f| std::fs::read_to_string(root.join(f)).unwrap())
+    .join("\n");
+    let panels = d["panels"].as_array().expect("panels");
+    let mut ids = std::collections::HashSet::new();
+    let mut exprs = Vec::new();
+    for p in panels {
+        assert!(
+            ids.insert(p["id"].as_u64().unwrap()),
+            "panel ids are unique"
+        );
+        let targets = p["targets"].as_array().expect("every panel queries");
+        assert!(!targets.is_empty(), "{}", p["title"]);
+        for t in targets {
+            exprs.push(t["expr"].as_str().unwrap().to_string());
+        }
+    }
+    assert!(exprs.len() >= 10, "the dashboard shows the service");
+    for e in &exprs {
+        for word in e.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')) {
+            if !word.starts_with("sluice_") {
+                continue;
+            }
+            let family = ["_bucket", "_sum", "_count"]
+                .iter()
+                .find_map(|s| word.strip_suffix(s))
+                .unwrap_or(word);
+            assert!(
+                exported.contains(&format!("\"{family}")),
+                "deploy/grafana/sluice.json uses {word}, which nothing exports"
+            );
+        }
+    }
+    let mut rules = String::from("groups:\n  - name: dashboard\n    rules:\n");
+    for (k, e) in exprs.iter().enumerate() {
+        rules.push_str(&format!(
+            "      - record: dashboard:q{k}\n        expr: '{e}'\n"
+        ));
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("dashboard-queries.yml");
+    std::fs::write(&path, rules).unwrap();
+    let Ok(out) = Command::new("promtool")
+        .args(["check", "rules", path.to_str().unwrap()])
+        .output()
+    else {
+        note("deploy/grafana: promtool not installed, the queries' syntax not checked");
+        return;
+    };
+    assert!(
+        out.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
