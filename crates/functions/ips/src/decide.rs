@@ -352,17 +352,9 @@ impl Ips {
             // datagram's, so no byte passes unscanned; `flow:established`
             // rules do not match it (Suricata's midstream semantics).
             self.counters.tcp_unreassembled += 1;
-            let payload = p.meta.payload(p.data());
             let mut scratch = *st;
             scratch.dirs[d] = self.engine.initial();
-            self.counters.scanned_bytes += payload.len() as u64;
-            self.engine
-                .scan(&mut scratch.dirs[d], payload, 0, &mut self.hits);
-            let bytes = Bytes {
-                parts: [payload, &[]],
-                base: 0,
-            };
-            let drop = self.evaluate(&mut scratch, d, &hdr, p, ctx.events, bytes);
+            let drop = self.match_payload(&mut scratch, d, &hdr, p, ctx.events);
             st.flags = scratch.flags;
             st.bits = scratch.bits;
             return drop;
@@ -457,7 +449,6 @@ impl Ips {
         st: &mut FlowState,
         events: &mut Vec<Event>,
     ) -> bool {
-        let payload = p.meta.payload(p.data());
         let f = &p.meta.flow;
         let to_server = f.src_port >= f.dst_port;
         let d = if to_server { 0 } else { 1 };
@@ -476,14 +467,7 @@ impl Ips {
         };
         let mut drop = self.packet_rules(&mut scratch, d, &hdr, p, events);
         if scratch.flags & (BLOCKED | PASSED) == 0 {
-            self.counters.scanned_bytes += payload.len() as u64;
-            self.engine
-                .scan(&mut scratch.dirs[d], payload, 0, &mut self.hits);
-            let bytes = Bytes {
-                parts: [payload, &[]],
-                base: 0,
-            };
-            drop |= self.evaluate(&mut scratch, d, &hdr, p, events, bytes);
+            drop |= self.match_payload(&mut scratch, d, &hdr, p, events);
         }
         if scratch.flags & (BLOCKED | PASSED) == 0 {
             drop |= self.dns_datagram(p, &mut scratch, &hdr, events);
@@ -491,6 +475,28 @@ impl Ips {
         st.flags = scratch.flags;
         st.bits = scratch.bits;
         drop
+    }
+
+    /// Matches the content and buffer rules over `p`'s payload on its own
+    /// (positions from the payload start; `scratch`'s automata for direction
+    /// `d` start afresh); returns true if the packet must be dropped.
+    fn match_payload(
+        &mut self,
+        scratch: &mut FlowState,
+        d: usize,
+        hdr: &Header,
+        p: &Packet,
+        events: &mut Vec<Event>,
+    ) -> bool {
+        let payload = p.meta.payload(p.data());
+        self.counters.scanned_bytes += payload.len() as u64;
+        self.engine
+            .scan(&mut scratch.dirs[d], payload, 0, &mut self.hits);
+        let bytes = Bytes {
+            parts: [payload, &[]],
+            base: 0,
+        };
+        self.evaluate(scratch, d, hdr, p, events, bytes)
     }
 
     /// Evaluates the rules without contents on a packet, each of which raises an
