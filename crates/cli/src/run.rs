@@ -436,6 +436,21 @@ pub fn print_summary(s: &Summary) -> Result<(), crate::output::OutputError> {
     if !st.reassembly_dropped.is_empty() {
         outln!("  reassembly dropped: {}", pairs(&st.reassembly_dropped))?;
     }
+    let counter = |name: &str| {
+        st.reassembly_counters
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map_or(0, |(_, v)| *v)
+    };
+    if counter("stream_checksums_offloaded") == 1 {
+        // `verify_checksums: auto` found a capture whose TCP checksums were
+        // left to the NIC: say so, since the checks are off from then on.
+        outln!(
+            "  TCP checksums not verified: {} of the first {} were wrong (checksum offload on the capturing host?); set verify_checksums to choose",
+            counter("stream_checksums_bad"),
+            counter("stream_checksums_checked")
+        )?;
+    }
     if st.over_capacity > 0 {
         outln!(
             "  {} frames over the instance's capacity budget were dropped",
