@@ -853,6 +853,11 @@ fn each_matching_request_of_a_connection_alerts() {
     // Packet by packet through the store, the same count.
     let (got, _, _) = common::run_each(ips(&[rule]), &frames);
     assert_eq!(got, vec![5, 5]);
+    // Pipelined in one segment: still one alert per matching request.
+    let mut seg = a.clone();
+    seg.extend_from_slice(&b);
+    seg.extend_from_slice(&c);
+    assert_eq!(sids(&[rule], &conn(80, &[(true, &seg)])), vec![5, 5]);
 }
 
 #[test]

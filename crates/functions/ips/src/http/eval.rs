@@ -123,7 +123,9 @@ impl Ips {
         let mut dot = std::mem::take(&mut self.http_dot);
         for &rule in cands.iter() {
             let r = &self.engine.rules[rule as usize];
-            if self.has_fired(rule) || !self.engine.header_matches(rule, hdr) {
+            // One alert per matching message (Suricata's per transaction),
+            // so pipelined requests in one packet each raise theirs.
+            if !self.engine.header_matches(rule, hdr) {
                 continue;
             }
             // Every buffer's keywords over that buffer (an absent buffer
