@@ -518,21 +518,17 @@ fn run_pipelined(
     busy_ns
 }
 
-/// Opens a remote store by URL (`redis://` or `redis-cluster://`).
+/// Opens a remote store by URL (`redis://`, `redis-cluster://`, or their
+/// TLS variants `rediss://`, `rediss-cluster://`).
 pub fn open_remote(url: &str) -> Result<Box<dyn StateStore>, String> {
-    if url.starts_with("redis-cluster://") {
-        sluice_state_redis::ClusterStore::open(url)
-            .map(|s| Box::new(s) as Box<dyn StateStore>)
-            .map_err(|e| format!("{url}: {e}"))
-    } else if url.starts_with("redis://") {
-        sluice_state_redis::RedisStore::open(url)
-            .map(|s| Box::new(s) as Box<dyn StateStore>)
-            .map_err(|e| format!("{url}: {e}"))
-    } else {
-        Err(format!(
-            "--state {url}: expected redis://HOST:PORT or redis-cluster://HOST:PORT,..."
-        ))
+    if !sluice_state_redis::is_store_url(url) {
+        return Err(format!(
+            "--state {url}: expected redis://HOST:PORT or redis-cluster://HOST:PORT,... \
+             (rediss:// for TLS)"
+        ));
     }
+    sluice_state_redis::open_store(url)
+        .map_err(|e| format!("{}: {e}", sluice_state_redis::redact_url(url)))
 }
 
 /// Store operations per packet.
@@ -628,6 +624,17 @@ pub struct StateMeasurement {
     pub authed: Option<CachedMeasurement>,
     /// `authed.mpps / mpps_remote`.
     pub authed_vs_plain: Option<f64>,
+    /// The plain remote run again as the tenant's ACL user over TLS
+    /// (`rediss://`, the private server's TLS port), in the same rounds.
+    pub secure: Option<CachedMeasurement>,
+    /// `secure.mpps / mpps_remote`.
+    pub secure_vs_plain: Option<f64>,
+    /// The cached run again as the tenant's ACL user over TLS: what the
+    /// deployed configuration (flow cache, TLS, authentication) costs against
+    /// the cached run without them (the issue's goal: at most 5%).
+    pub secure_cached: Option<CachedMeasurement>,
+    /// `secure_cached.mpps / cached.mpps`.
+    pub secure_cached_vs_cached: Option<f64>,
     /// The pipelined run again, one batch arriving every [`PACED_SLOWDOWN`]
     /// batch times of the cached run ([`RunMode::Paced`]): latency below
     /// capacity. Its throughput counts busy time only.
@@ -784,6 +791,10 @@ pub fn compare(
         window: 0,
         authed: None,
         authed_vs_plain: None,
+        secure: None,
+        secure_vs_plain: None,
+        secure_cached: None,
+        secure_cached_vs_cached: None,
     }
 }
 
@@ -855,13 +866,21 @@ pub fn run(
     progress: &mut dyn FnMut(&str),
 ) -> Result<Vec<StateMeasurement>, String> {
     let wanted = |n: &str| opts.filter.as_deref().is_none_or(|f| n.contains(f));
-    // Kept alive (and killed on drop) for the whole run.
-    let (_server, url) = store_or_private(opts.state.as_deref())?;
-    // Fail early, before generating traffic, if the store is unreachable.
-    let describe = open_remote(&url)?.describe();
     let dir: PathBuf =
         std::env::temp_dir().join(format!("sluice-bench-state-{}", std::process::id()));
     std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    // Kept alive (and killed on drop) for the whole run. A private server
+    // also serves TLS, for the secure runs.
+    let (_server, url, tls) = match opts.state.as_deref() {
+        Some(u) => (None, u.to_string(), None),
+        None => {
+            let (s, tls) = private_with_tls(&dir)?;
+            let u = s.url();
+            (Some(s), u, Some(tls))
+        }
+    };
+    // Fail early, before generating traffic, if the store is unreachable.
+    let describe = open_remote(&url)?.describe();
     let authed = match tenant_url(&url, &dir) {
         Ok(u) => Some(u),
         Err(e) => {
@@ -869,9 +888,17 @@ pub fn run(
             None
         }
     };
+    let secure = match (&authed, &tls) {
+        (Some(a), Some(t)) => Some(over_tls(a, t)?),
+        _ => {
+            progress("TLS runs skipped: they need the private server (no --state)");
+            None
+        }
+    };
     let urls = Urls {
         plain: &url,
         authed: authed.as_deref(),
+        secure: secure.as_deref(),
     };
     let result = run_in(opts, &wanted, &urls, &describe, &dir, progress);
     let _ = std::fs::remove_dir_all(&dir);
@@ -911,17 +938,62 @@ pub fn tenant_url(url: &str, dir: &Path) -> Result<String, String> {
     ))
 }
 
-/// The store as the plain runs and the auth+prefix runs reach it.
+/// The TLS port of a private server and the CA its certificate is from.
+pub struct PrivateTls {
+    /// Its TLS port on 127.0.0.1.
+    pub port: u16,
+    /// The CA file clients trust.
+    pub ca: PathBuf,
+}
+
+/// A private redis-server on loopback that serves TLS too, with a CA and
+/// certificate made in `dir`.
+pub fn private_with_tls(dir: &Path) -> Result<(RedisServer, PrivateTls), String> {
+    let files = sluice_state_redis::server::TlsFiles::create(dir, &["127.0.0.1"])?;
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map_err(|e| format!("a free port: {e}"))?
+        .port();
+    let args: Vec<String> = files
+        .server_settings(port)
+        .into_iter()
+        // The plain port stays, for the plain runs.
+        .filter(|(k, _)| *k != "port")
+        .flat_map(|(k, v)| [format!("--{k}"), v])
+        .collect();
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let s = RedisServer::start(&args)?;
+    Ok((s, PrivateTls { port, ca: files.ca }))
+}
+
+/// `tenant_url` (of a private server's plain port) at its TLS port instead.
+fn over_tls(tenant_url: &str, tls: &PrivateTls) -> Result<String, String> {
+    let rest = tenant_url
+        .strip_prefix("redis://")
+        .ok_or("the TLS runs need a redis:// store")?;
+    let (user, rest) = rest.split_once('@').ok_or("no user")?;
+    let (_, query) = rest.split_once('?').ok_or("no options")?;
+    Ok(format!(
+        "rediss://{user}@127.0.0.1:{}?{query}&ca_file={}",
+        tls.port,
+        tls.ca.display()
+    ))
+}
+
+/// The store as the plain runs, the auth+prefix runs and the TLS runs reach it.
 struct Urls<'a> {
     plain: &'a str,
     authed: Option<&'a str>,
+    secure: Option<&'a str>,
 }
 
 impl Urls<'_> {
-    /// The store a run of mode `suffix` connects to (`a`: the tenant user).
+    /// The store a run of mode `suffix` connects to (`a`: the tenant user;
+    /// `s`, `t`: the tenant user over TLS).
     fn open(&self, suffix: &str) -> Result<Box<dyn StateStore>, String> {
-        match (suffix, self.authed) {
-            ("a", Some(u)) => open_remote(u),
+        match (suffix, self.authed, self.secure) {
+            ("a", Some(u), _) => open_remote(u),
+            ("s" | "t", _, Some(u)) => open_remote(u),
             _ => open_remote(self.plain),
         }
     }
@@ -992,6 +1064,10 @@ fn run_in(
                 if urls.authed.is_some() {
                     modes.push(("a", true, RunMode::Plain));
                 }
+                if urls.secure.is_some() {
+                    modes.push(("s", true, RunMode::Plain));
+                    modes.push(("t", true, RunMode::Cached));
+                }
                 if opts.window > 0 {
                     let window = window_batches(opts.window, batch_size);
                     modes.push(("p", true, RunMode::Pipelined(window)));
@@ -1012,6 +1088,10 @@ fn run_in(
                     runs.next().expect("cached"),
                 );
                 let authed = urls.authed.and_then(|_| runs.next());
+                let (secure, secure_cached) = match urls.secure {
+                    Some(_) => (runs.next(), runs.next()),
+                    None => (None, None),
+                };
                 let pipelined = runs.next();
                 // Below capacity: a quarter of what the cached path sustains
                 // without pipelining, so no batch queues behind another's
@@ -1053,6 +1133,31 @@ fn run_in(
                             }
                             Some(Err(e)) => {
                                 progress(&format!("{name}: auth+prefix run skipped: {e}"))
+                            }
+                            None => {}
+                        }
+                        match secure {
+                            Some(Ok(a)) => {
+                                let c = compare_cached(&l, &a);
+                                m.secure_vs_plain =
+                                    (m.mpps_remote > 0.0).then(|| c.mpps / m.mpps_remote);
+                                m.secure = Some(c);
+                            }
+                            Some(Err(e)) => progress(&format!("{name}: TLS run skipped: {e}")),
+                            None => {}
+                        }
+                        match secure_cached {
+                            Some(Ok(a)) => {
+                                let c = compare_cached(&l, &a);
+                                m.secure_cached_vs_cached = m
+                                    .cached
+                                    .as_ref()
+                                    .filter(|x| x.mpps > 0.0)
+                                    .map(|x| c.mpps / x.mpps);
+                                m.secure_cached = Some(c);
+                            }
+                            Some(Err(e)) => {
+                                progress(&format!("{name}: TLS cached run skipped: {e}"))
                             }
                             None => {}
                         }

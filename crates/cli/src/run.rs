@@ -148,11 +148,7 @@ fn file_err(path: &Path, e: impl std::fmt::Display) -> RunError {
 pub fn open_store(spec: &str) -> Result<Box<dyn StateStore>, RunError> {
     match spec {
         "local" => Ok(Box::new(LocalStore::new())),
-        url if url.starts_with("redis://") => sluice_state_redis::RedisStore::open(url)
-            .map(|s| Box::new(s) as Box<dyn StateStore>)
-            .map_err(|e| RunError::StateOpen(sluice_state_redis::redact_url(url), e)),
-        url if url.starts_with("redis-cluster://") => sluice_state_redis::ClusterStore::open(url)
-            .map(|s| Box::new(s) as Box<dyn StateStore>)
+        url if sluice_state_redis::is_store_url(url) => sluice_state_redis::open_store(url)
             .map_err(|e| RunError::StateOpen(sluice_state_redis::redact_url(url), e)),
         other => Err(RunError::State(other.to_string())),
     }

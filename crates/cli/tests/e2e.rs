@@ -81,10 +81,23 @@ fn figure4_on_three_hosts_with_real_http() {
         .next()
         .and_then(|b| b.rsplit(':').next())
         .unwrap();
-    let e = sluice_state_redis::RedisStore::open(&format!("redis://127.0.0.1:{port}"))
-        .err()
-        .expect("no anonymous access")
-        .to_string();
+    // It speaks TLS only: plain text gets nothing, not even an error reply.
+    assert!(store.starts_with("rediss://"), "{store}");
+    let plain = sluice_state_redis::RedisStore::open(&format!("redis://127.0.0.1:{port}"));
+    assert!(plain.is_err(), "the store answered plain text");
+    // Over TLS, trusting the lab's CA, still nothing without a user.
+    let ca = store
+        .split("ca_file=")
+        .nth(1)
+        .unwrap()
+        .split('&')
+        .next()
+        .unwrap();
+    let e =
+        sluice_state_redis::RedisStore::open(&format!("rediss://127.0.0.1:{port}?ca_file={ca}"))
+            .err()
+            .expect("no anonymous access")
+            .to_string();
     assert!(e.contains("NOAUTH"), "{e}");
     assert!(
         report
@@ -410,14 +423,15 @@ fn a_killed_store_primary_breaks_no_connection() {
     let lab = elasticity_lab_with(dir.path(), "shared", 0, StoreKind::Cluster);
     let st = lab.state().clone();
     assert_eq!(st.store_nodes.len(), 6, "{:?}", st.store_nodes);
-    assert!(st.store.starts_with("redis-cluster://"), "{}", st.store);
+    assert!(st.store.starts_with("rediss-cluster://"), "{}", st.store);
     let primaries: Vec<u16> = lab.store_primaries().iter().map(|n| n.port).collect();
     assert_eq!(primaries.len(), 3, "{primaries:?}");
     // ACL users are per node: the tenant's is on every one, replicas included.
-    let pw_file = st.store.split("password_file=").nth(1).unwrap().to_string();
+    // The options: password_file and ca_file.
+    let options = st.store.split_once('?').unwrap().1.to_string();
     for n in &st.store_nodes {
         let url = format!(
-            "redis-cluster://sluice-admin@127.0.0.1:{}?password_file={pw_file}",
+            "rediss-cluster://sluice-admin@127.0.0.1:{}?{options}",
             n.port
         );
         let mut admin = sluice_state_redis::acl::Admin::open(&url).unwrap();

@@ -87,13 +87,13 @@ pub struct StoreProbe {
 }
 
 impl StoreProbe {
-    /// For a `redis://` or `redis-cluster://` state URL: the connection (not
+    /// For a `redis://` or `redis-cluster://` state URL (or `rediss`): the connection (not
     /// made yet). Any other (`local`): `None`.
     pub fn from_state_url(state_url: &str) -> Result<Option<StoreProbe>, StoreError> {
-        let cluster = state_url.starts_with("redis-cluster://");
-        if !cluster && !state_url.starts_with("redis://") {
+        if !sluice_state_redis::is_store_url(state_url) {
             return Ok(None);
         }
+        let cluster = sluice_state_redis::is_cluster_url(state_url);
         Ok(Some(StoreProbe {
             admin: Admin::open(state_url)?,
             cluster,

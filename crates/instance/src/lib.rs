@@ -104,12 +104,9 @@ pub fn open_store(spec: &str) -> Result<Box<dyn StateStore>, InstanceError> {
     };
     match spec {
         "local" => Ok(Box::new(LocalStore::new())),
-        url if url.starts_with("redis://") => sluice_state_redis::RedisStore::open(url)
-            .map(|s| Box::new(s) as Box<dyn StateStore>)
-            .map_err(open_err),
-        url if url.starts_with("redis-cluster://") => sluice_state_redis::ClusterStore::open(url)
-            .map(|s| Box::new(s) as Box<dyn StateStore>)
-            .map_err(open_err),
+        url if sluice_state_redis::is_store_url(url) => {
+            sluice_state_redis::open_store(url).map_err(open_err)
+        }
         other => Err(InstanceError::UnknownState(other.to_string())),
     }
 }

@@ -99,13 +99,15 @@ pub struct Admin {
 
 impl Admin {
     /// Connects to `redis://USER@HOST:PORT` or `redis-cluster://USER@H:P,...`
-    /// (password as in [`crate::Config::from_url`]); the user needs the `ACL`
+    /// (or their TLS variants `rediss://`, `rediss-cluster://`; password as in
+    /// [`crate::Config::from_url`]); the user needs the `ACL`
     /// command. For a cluster, list every node: each keeps its own users.
     pub fn open(url: &str) -> Result<Admin, StoreError> {
-        let (scheme, cluster) = if url.starts_with("redis-cluster://") {
-            ("redis-cluster://", true)
+        let cluster = crate::is_cluster_url(url);
+        let scheme = if cluster {
+            "redis-cluster://"
         } else {
-            ("redis://", false)
+            "redis://"
         };
         let u = crate::parse_url(url, scheme)?;
         let hosts: Vec<&str> = u.hosts.split(',').map(str::trim).collect();
@@ -124,6 +126,7 @@ impl Admin {
                     std::time::Duration::ZERO,
                 );
                 n.auth = u.auth.clone();
+                n.tls = u.tls.clone();
                 n
             })
             .collect();

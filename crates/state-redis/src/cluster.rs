@@ -62,6 +62,7 @@ pub struct ClusterStore {
     seeds: Vec<String>,
     auth: Option<crate::Auth>,
     prefix: String,
+    tls: Option<crate::TlsSettings>,
     timeout: Duration,
     poll: Duration,
     nodes: Vec<Node>,
@@ -95,8 +96,8 @@ enum Redirect {
 
 impl ClusterStore {
     /// Connects to `redis-cluster://[USER@]HOST:PORT[,HOST:PORT...][?OPTIONS]`
-    /// (user, password and options as in [`crate::Config::from_url`], for every
-    /// node) and learns the slot map.
+    /// (`rediss-cluster://` for TLS; user, password and options as in
+    /// [`crate::Config::from_url`], for every node) and learns the slot map.
     pub fn open(url: &str) -> Result<ClusterStore, StoreError> {
         let u = crate::parse_url(url, "redis-cluster://")?;
         let seeds: Vec<String> = u
@@ -115,6 +116,7 @@ impl ClusterStore {
             seeds,
             auth: u.auth,
             prefix: u.prefix,
+            tls: u.tls,
             timeout: Duration::from_millis(1000),
             poll: u.poll,
             nodes: Vec::new(),
@@ -141,6 +143,7 @@ impl ClusterStore {
                 let mut n = Node::new(addr.to_string(), self.timeout, self.poll);
                 n.auth = self.auth.clone();
                 n.prefix = self.prefix.clone();
+                n.tls = self.tls.clone();
                 self.nodes.push(n);
                 self.per_node.push(Vec::new());
                 self.replicas.push(0);
@@ -559,7 +562,11 @@ impl StateStore for ClusterStore {
 
     fn describe(&self) -> String {
         crate::describe(
-            "redis-cluster://",
+            if self.tls.is_some() {
+                "rediss-cluster://"
+            } else {
+                "redis-cluster://"
+            },
             &self.seeds.join(","),
             self.auth.as_ref(),
             &self.prefix,

@@ -25,12 +25,14 @@
 
 pub mod acl;
 mod cluster;
+mod conn;
 mod node;
 pub mod resp;
 mod scripts;
 pub mod server;
 
 pub use cluster::{slot_of, ClusterStore};
+pub use conn::TlsSettings;
 use node::Node;
 
 use std::time::Duration;
@@ -95,13 +97,16 @@ pub struct Config {
     /// Prepended to every stored key and timer set (`?prefix=P`), so an ACL key
     /// pattern `~P*` can confine a user to them; empty: the plain layout.
     pub prefix: String,
+    /// TLS (`rediss://`), if on.
+    pub tls: Option<TlsSettings>,
 }
 
 impl Config {
     /// Parses `redis://[USER@]HOST:PORT[?poll_us=N][&prefix=P][&password_file=PATH]`
-    /// (the scheme is optional). With a user, the password comes from
-    /// `password_file` or else from [`PASSWORD_ENV`]; a password in the URL is
-    /// refused.
+    /// (the scheme is optional), or `rediss://` for TLS with its options
+    /// `ca_file`, `cert_file`/`key_file` and `server_name` (see
+    /// [`TlsSettings`]). With a user, the password comes from `password_file`
+    /// or else from [`PASSWORD_ENV`]; a password in the URL is refused.
     pub fn from_url(url: &str) -> Result<Config, StoreError> {
         let u = parse_url(url, "redis://")?;
         if u.hosts.is_empty() || !u.hosts.contains(':') || u.hosts.contains(',') {
@@ -124,12 +129,40 @@ impl Config {
             poll: u.poll,
             auth: u.auth,
             prefix: u.prefix,
+            tls: u.tls,
         })
     }
 
     /// This configuration as a URL without secrets (`password_file` left out).
     pub fn describe(&self) -> String {
-        describe("redis://", &self.addr, self.auth.as_ref(), &self.prefix)
+        let scheme = if self.tls.is_some() {
+            "rediss://"
+        } else {
+            "redis://"
+        };
+        describe(scheme, &self.addr, self.auth.as_ref(), &self.prefix)
+    }
+}
+
+/// Whether `url` names a Redis Cluster (`redis-cluster://`, or
+/// `rediss-cluster://` over TLS).
+pub fn is_cluster_url(url: &str) -> bool {
+    url.starts_with("redis-cluster://") || url.starts_with("rediss-cluster://")
+}
+
+/// Whether `url` names a Redis/Valkey store, standalone or clustered, with or
+/// without TLS.
+pub fn is_store_url(url: &str) -> bool {
+    is_cluster_url(url) || url.starts_with("redis://") || url.starts_with("rediss://")
+}
+
+/// Opens the store `url` names, standalone or clustered (see
+/// [`Config::from_url`] and [`ClusterStore::open`]).
+pub fn open_store(url: &str) -> Result<Box<dyn StateStore>, StoreError> {
+    if is_cluster_url(url) {
+        Ok(Box::new(ClusterStore::open(url)?))
+    } else {
+        Ok(Box::new(RedisStore::open(url)?))
     }
 }
 
@@ -170,6 +203,8 @@ pub(crate) struct UrlParts<'a> {
     pub(crate) wait: Option<u8>,
     /// `?wait_ms=T`: how long a batch waits for them.
     pub(crate) wait_ms: Option<u64>,
+    /// TLS settings: the scheme was `rediss` (`rediss://`, `rediss-cluster://`).
+    pub(crate) tls: Option<TlsSettings>,
 }
 
 /// Whether `p` may prefix stored keys: no braces (Redis Cluster hashes the first
@@ -187,10 +222,20 @@ pub const MAX_WAIT_REPLICAS: u8 = 5;
 pub(crate) fn parse_url<'a>(url: &'a str, scheme: &str) -> Result<UrlParts<'a>, StoreError> {
     let shown = || redact_url(url);
     let (base, query) = url.split_once('?').unwrap_or((url, ""));
-    let base = base
-        .strip_prefix(scheme)
-        .unwrap_or(base)
-        .trim_end_matches('/');
+    // `rediss` is the TLS variant of each scheme, as redis-cli and the client
+    // libraries spell it.
+    let tls_scheme = scheme.replacen("redis", "rediss", 1);
+    let (base, tls) = match base.strip_prefix(tls_scheme.as_str()) {
+        Some(rest) => (rest, true),
+        None => (base.strip_prefix(scheme).unwrap_or(base), false),
+    };
+    if base.contains("://") {
+        return Err(StoreError::Refused(format!(
+            "`{}`: expected a {scheme} or {tls_scheme} URL",
+            shown()
+        )));
+    }
+    let base = base.trim_end_matches('/');
     let (user, hosts) = match base.rsplit_once('@') {
         Some((u, h)) => (Some(u), h),
         None => (None, base),
@@ -210,8 +255,27 @@ pub(crate) fn parse_url<'a>(url: &'a str, scheme: &str) -> Result<UrlParts<'a>, 
     }
     let (mut poll, mut prefix, mut file) = (DEFAULT_POLL, String::new(), None);
     let (mut wait, mut wait_ms) = (None, None);
+    let mut tls_opts = TlsOptions::default();
     for opt in query.split('&').filter(|o| !o.is_empty()) {
         match opt.split_once('=') {
+            Some((k @ ("ca_file" | "cert_file" | "key_file" | "server_name"), v)) => {
+                if !tls {
+                    return Err(StoreError::Refused(format!(
+                        "`{}`: {k} is a TLS option: use {tls_scheme}",
+                        shown()
+                    )));
+                }
+                if v.is_empty() {
+                    return Err(StoreError::Refused(format!("`{}`: {k} is empty", shown())));
+                }
+                let slot = match k {
+                    "ca_file" => &mut tls_opts.ca_file,
+                    "cert_file" => &mut tls_opts.cert_file,
+                    "key_file" => &mut tls_opts.key_file,
+                    _ => &mut tls_opts.server_name,
+                };
+                *slot = Some(v);
+            }
             Some(("poll_us", v)) => {
                 let us = v.parse::<u64>().ok().filter(|&us| us <= 1_000_000);
                 let us = us.ok_or_else(|| {
@@ -256,7 +320,8 @@ pub(crate) fn parse_url<'a>(url: &'a str, scheme: &str) -> Result<UrlParts<'a>, 
             _ => {
                 return Err(StoreError::Refused(format!(
                     "`{}`: unknown option `{opt}` (known: poll_us=N, prefix=P, password_file=PATH, \
-                     wait=N, wait_ms=T)",
+                     wait=N, wait_ms=T, and with TLS ca_file=PATH, cert_file=PATH, key_file=PATH, \
+                     server_name=NAME)",
                     shown()
                 )))
             }
@@ -275,6 +340,14 @@ pub(crate) fn parse_url<'a>(url: &'a str, scheme: &str) -> Result<UrlParts<'a>, 
             password: read_password(user, file)?,
         }),
     };
+    let tls = match tls {
+        true => Some(
+            tls_opts
+                .settings()
+                .map_err(|e| StoreError::Refused(format!("`{}`: {e}", shown())))?,
+        ),
+        false => None,
+    };
     Ok(UrlParts {
         hosts,
         poll,
@@ -282,7 +355,86 @@ pub(crate) fn parse_url<'a>(url: &'a str, scheme: &str) -> Result<UrlParts<'a>, 
         prefix,
         wait,
         wait_ms,
+        tls,
     })
+}
+
+/// The TLS settings of `options` (`ca_file=PATH&server_name=N...`, as in a
+/// `rediss://` URL's query).
+pub fn tls_settings(options: &str) -> Result<TlsSettings, String> {
+    let url = format!("rediss://127.0.0.1:1?{options}");
+    parse_url(&url, "redis://")
+        .map_err(|e| e.to_string())?
+        .tls
+        .ok_or_else(|| "no TLS settings".to_string())
+}
+
+/// The roots a `rediss://` URL trusts without `ca_file`: Debian's bundle of
+/// public CAs (package `ca-certificates`), for a managed store with a public
+/// certificate.
+pub const SYSTEM_ROOTS: &str = "/etc/ssl/certs/ca-certificates.crt";
+
+/// The TLS options of a `rediss://` URL as given.
+#[derive(Default)]
+struct TlsOptions<'a> {
+    ca_file: Option<&'a str>,
+    cert_file: Option<&'a str>,
+    key_file: Option<&'a str>,
+    server_name: Option<&'a str>,
+}
+
+impl TlsOptions<'_> {
+    /// Reads the files and builds the client configuration: the roots of
+    /// `ca_file` (the system's, [`SYSTEM_ROOTS`], without one), and the client
+    /// certificate if both `cert_file` and `key_file` are given.
+    fn settings(&self) -> Result<TlsSettings, String> {
+        use rustls::pki_types::pem::PemObject;
+        use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+        let certs = |path: &str, what: &str| -> Result<Vec<CertificateDer<'static>>, String> {
+            let certs = CertificateDer::pem_file_iter(path)
+                .and_then(|it| it.collect::<Result<Vec<_>, _>>())
+                .map_err(|e| format!("{what} {path}: {e}"))?;
+            if certs.is_empty() {
+                return Err(format!("{what} {path}: no PEM certificate in it"));
+            }
+            Ok(certs)
+        };
+        let ca = self.ca_file.unwrap_or(SYSTEM_ROOTS);
+        let mut roots = rustls::RootCertStore::empty();
+        for c in certs(ca, "ca_file")? {
+            roots
+                .add(c)
+                .map_err(|e| format!("ca_file {ca}: a certificate is not usable as a root: {e}"))?;
+        }
+        let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+        let builder = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .map_err(|e| e.to_string())?
+            .with_root_certificates(roots);
+        let config = match (self.cert_file, self.key_file) {
+            (None, None) => builder.with_no_client_auth(),
+            (Some(cert), Some(key)) => {
+                let chain = certs(cert, "cert_file")?;
+                let key = PrivateKeyDer::from_pem_file(key)
+                    .map_err(|e| format!("key_file {key}: {e}"))?;
+                builder
+                    .with_client_auth_cert(chain, key)
+                    .map_err(|e| format!("cert_file {cert} with key_file: {e}"))?
+            }
+            _ => return Err("cert_file and key_file go together".into()),
+        };
+        let server_name = match self.server_name {
+            None => None,
+            Some(n) => Some(
+                ServerName::try_from(n.to_string())
+                    .map_err(|e| format!("server_name `{n}`: {e}"))?,
+            ),
+        };
+        Ok(TlsSettings {
+            config: std::sync::Arc::new(config),
+            server_name,
+        })
+    }
 }
 
 /// The password of `user`: the first line of `file`, or else [`PASSWORD_ENV`].
@@ -368,6 +520,7 @@ impl RedisStore {
         let mut node = Node::new(cfg.addr.clone(), cfg.timeout, cfg.poll);
         node.auth = cfg.auth.clone();
         node.prefix = cfg.prefix.clone();
+        node.tls = cfg.tls.clone();
         node.ensure_conn()?;
         Ok(RedisStore {
             node,
@@ -529,7 +682,11 @@ impl StateStore for RedisStore {
 
     fn describe(&self) -> String {
         describe(
-            "redis://",
+            if self.node.tls.is_some() {
+                "rediss://"
+            } else {
+                "redis://"
+            },
             &self.node.addr,
             self.node.auth.as_ref(),
             &self.node.prefix,

@@ -1,12 +1,12 @@
 //! One connection to one server: scripts, the pipeline buffers, encoding operations
 //! and applying their replies. Shared by the standalone and cluster stores.
 
-use std::io::{Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
 use std::time::Duration;
 
 use sluice_state::{Key, Namespace, Op, OpResult, Ops, StoreError};
 
+use crate::conn::{Conn, TlsSettings};
 use crate::resp::{self, Reply};
 use crate::{op_name, prefixed_key, prefixed_timer_set, scripts, Auth};
 
@@ -16,10 +16,12 @@ pub(crate) struct Node {
     pub(crate) auth: Option<Auth>,
     /// Prepended to every stored key (see `Config::prefix`).
     pub(crate) prefix: String,
+    /// TLS (`rediss://`), if on.
+    pub(crate) tls: Option<TlsSettings>,
     timeout: Duration,
     /// See `Config::poll`.
     poll: Duration,
-    stream: Option<TcpStream>,
+    stream: Option<Conn>,
     shas: Vec<Vec<u8>>,
     pub(crate) wbuf: Vec<u8>,
     pub(crate) rbuf: Vec<u8>,
@@ -64,6 +66,7 @@ impl Node {
             addr,
             auth: None,
             prefix: String::new(),
+            tls: None,
             timeout,
             poll,
             stream: None,
@@ -163,7 +166,7 @@ impl Node {
         };
         let mut chunk = [0u8; 16 * 1024];
         let read = loop {
-            match recv_ready(stream, &mut chunk) {
+            match stream.read_ready(&mut chunk) {
                 Ok(0) => {
                     break Err(std::io::Error::new(
                         std::io::ErrorKind::UnexpectedEof,
@@ -235,7 +238,8 @@ impl Node {
         stream
             .set_write_timeout(Some(t))
             .map_err(|e| io_err(e, t))?;
-        self.stream = Some(stream);
+        let conn = Conn::establish(stream, &self.addr, self.tls.as_ref())?;
+        self.stream = Some(conn);
         self.rbuf.clear();
         self.rpos = 0;
         self.wbuf.clear();
@@ -358,7 +362,7 @@ impl Node {
                         at = next;
                     }
                     None => {
-                        let got = match poll_ready(stream, &mut chunk, self.poll) {
+                        let got = match stream.poll_ready(&mut chunk, self.poll) {
                             Ok(0) => stream.read(&mut chunk).map_err(|e| io_err(e, t))?,
                             Ok(got) => got,
                             Err(e) => return Err(io_err(e, t)),
@@ -636,54 +640,5 @@ impl Node {
                 Err(e)
             }
         }
-    }
-}
-
-/// Polls `stream` for up to `budget` and reads what arrives: 0 if nothing did
-/// (or the server closed the connection: the blocking read that follows says
-/// which). A reply that lands while the caller polls needs no wake-up, which
-/// is the dearer half of a loopback round trip on a virtual machine.
-fn poll_ready(
-    stream: &std::net::TcpStream,
-    buf: &mut [u8],
-    budget: Duration,
-) -> std::io::Result<usize> {
-    if budget.is_zero() {
-        return Ok(0);
-    }
-    let start = std::time::Instant::now();
-    loop {
-        match recv_ready(stream, buf) {
-            Ok(n) => return Ok(n),
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-        if start.elapsed() >= budget {
-            return Ok(0);
-        }
-        std::hint::spin_loop();
-    }
-}
-
-/// Reads what has already arrived on `stream` without waiting: one `recv` with
-/// `MSG_DONTWAIT`, where switching the socket to non-blocking and back would
-/// cost two more system calls on every send of unacknowledged writes.
-fn recv_ready(stream: &std::net::TcpStream, buf: &mut [u8]) -> std::io::Result<usize> {
-    use std::os::fd::AsRawFd;
-    // SAFETY: `buf` is valid for writes of `buf.len()` bytes for the duration
-    // of the call, and the descriptor belongs to `stream`, which outlives it.
-    let n = unsafe {
-        libc::recv(
-            stream.as_raw_fd(),
-            buf.as_mut_ptr().cast(),
-            buf.len(),
-            libc::MSG_DONTWAIT,
-        )
-    };
-    if n < 0 {
-        Err(std::io::Error::last_os_error())
-    } else {
-        Ok(n as usize)
     }
 }

@@ -2,7 +2,7 @@
 //! port, for tests, benchmarks and the testbed. Nothing relies on a system service.
 
 use std::net::{TcpListener, TcpStream};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -67,6 +67,135 @@ pub fn info_field(port: u16, section: &str, field: &str) -> Result<u64, String> 
                 .ok()
         })
         .ok_or_else(|| format!("INFO {section} on 127.0.0.1:{port}: no `{field}`"))
+}
+
+/// A private CA with a server and a client certificate signed by it, as PEM
+/// files, for store servers that speak TLS (tests and the testbed; a
+/// deployment brings its own). ECDSA P-256; names are IP addresses or DNS
+/// names. Both certificates may serve as either end (server and client
+/// authentication): a cluster node's certificate is also what it presents
+/// when it connects to the others.
+#[derive(Debug, Clone)]
+pub struct TlsFiles {
+    /// The CA's certificate: what clients trust (`ca_file=`).
+    pub ca: PathBuf,
+    /// The server's certificate.
+    pub cert: PathBuf,
+    /// The server's key (mode 0600).
+    pub key: PathBuf,
+    /// A client certificate (`cert_file=`), for servers that require one.
+    pub client_cert: PathBuf,
+    /// Its key (mode 0600, `key_file=`).
+    pub client_key: PathBuf,
+}
+
+impl TlsFiles {
+    /// Where [`TlsFiles::create`] puts them in `dir` (nothing is written).
+    pub fn paths(dir: &Path) -> TlsFiles {
+        TlsFiles {
+            ca: dir.join("store-ca.pem"),
+            cert: dir.join("store.pem"),
+            key: dir.join("store.key"),
+            client_cert: dir.join("store-client.pem"),
+            client_key: dir.join("store-client.key"),
+        }
+    }
+
+    /// Every file, for removal.
+    pub fn all(&self) -> [PathBuf; 5] {
+        [
+            self.ca.clone(),
+            self.cert.clone(),
+            self.key.clone(),
+            self.client_cert.clone(),
+            self.client_key.clone(),
+        ]
+    }
+
+    /// Makes the CA and both certificates in `dir` (`store-ca.pem`,
+    /// `store.pem`, `store.key`, `store-client.pem`, `store-client.key`), the
+    /// server's naming `names`. The CA's key is not kept.
+    pub fn create(dir: &Path, names: &[&str]) -> Result<TlsFiles, String> {
+        use rcgen::{
+            BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, KeyPair,
+            KeyUsagePurpose, PKCS_ECDSA_P256_SHA256,
+        };
+        let gen = |e: rcgen::Error| format!("making the store's certificates: {e}");
+        let ca_key = KeyPair::generate_for(&PKCS_ECDSA_P256_SHA256).map_err(gen)?;
+        let mut ca = CertificateParams::new(Vec::<String>::new()).map_err(gen)?;
+        ca.distinguished_name
+            .push(DnType::CommonName, "Sluice store CA");
+        ca.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
+        ca.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+        let ca_cert = ca.self_signed(&ca_key).map_err(gen)?;
+        let leaf = |names: Vec<String>, cn: &str| -> Result<(String, String), String> {
+            let key = KeyPair::generate_for(&PKCS_ECDSA_P256_SHA256).map_err(gen)?;
+            let mut p = CertificateParams::new(names).map_err(gen)?;
+            p.distinguished_name.push(DnType::CommonName, cn);
+            p.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+            p.extended_key_usages = vec![
+                ExtendedKeyUsagePurpose::ServerAuth,
+                ExtendedKeyUsagePurpose::ClientAuth,
+            ];
+            p.use_authority_key_identifier_extension = true;
+            let cert = p.signed_by(&key, &ca_cert, &ca_key).map_err(gen)?;
+            Ok((cert.pem(), key.serialize_pem()))
+        };
+        let (cert, key) = leaf(
+            names.iter().map(|n| n.to_string()).collect(),
+            "Sluice store",
+        )?;
+        let (ccert, ckey) = leaf(vec!["store-client.sluice".into()], "Sluice store client")?;
+        let f = TlsFiles::paths(dir);
+        // Keys first: a certificate without its key would be useless.
+        write_mode(&f.key, &key, 0o600)?;
+        write_mode(&f.client_key, &ckey, 0o600)?;
+        write_mode(&f.ca, &ca_cert.pem(), 0o644)?;
+        write_mode(&f.cert, &cert, 0o644)?;
+        write_mode(&f.client_cert, &ccert, 0o644)?;
+        Ok(f)
+    }
+
+    /// The server settings that serve TLS only, on `port` (the plain port
+    /// off), with these files, replicas and the cluster bus over TLS too, and
+    /// client certificates `optional` (clients authenticate with ACL users;
+    /// `yes` would require one of every client). As (name, value) pairs, like
+    /// [`cluster_settings`].
+    pub fn server_settings(&self, port: u16) -> Vec<(&'static str, String)> {
+        let p = |p: &Path| p.display().to_string();
+        vec![
+            ("port", "0".into()),
+            ("tls-port", port.to_string()),
+            ("tls-cert-file", p(&self.cert)),
+            ("tls-key-file", p(&self.key)),
+            ("tls-ca-cert-file", p(&self.ca)),
+            ("tls-auth-clients", "optional".into()),
+            ("tls-replication", "yes".into()),
+            ("tls-cluster", "yes".into()),
+        ]
+    }
+
+    /// The client's settings trusting this CA (no client certificate), as a
+    /// `rediss://` URL carries them.
+    pub fn client_settings(&self) -> Result<crate::TlsSettings, String> {
+        crate::tls_settings(&format!("ca_file={}", self.ca.display()))
+    }
+}
+
+fn write_mode(path: &Path, text: &str, mode: u32) -> Result<(), String> {
+    use std::io::Write;
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    let err = |e: std::io::Error| format!("{}: {e}", path.display());
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(mode)
+        .open(path)
+        .map_err(err)?;
+    f.set_permissions(std::fs::Permissions::from_mode(mode))
+        .map_err(err)?;
+    f.write_all(text.as_bytes()).map_err(err)
 }
 
 /// A running server process, killed and its directory removed on drop.
@@ -321,16 +450,25 @@ fn node_id(port: u16) -> Result<String, String> {
 
 /// Sends one command to `port` and returns the raw reply (for cluster setup).
 fn command(port: u16, args: &[&[u8]]) -> Result<Vec<u8>, String> {
-    command_as(port, None, args)
+    command_as(port, None, None, args)
 }
 
 /// [`command`] on a connection that first authenticates as `auth` (in the
-/// same write: `AUTH`, then the command), if given. The password travels
-/// over the socket only, and an `AUTH` refusal is reported without it.
-fn command_as(port: u16, auth: Option<&crate::Auth>, args: &[&[u8]]) -> Result<Vec<u8>, String> {
-    use std::io::{Read, Write};
-    let mut c = TcpStream::connect(("127.0.0.1", port)).map_err(|e| e.to_string())?;
-    c.set_read_timeout(Some(Duration::from_secs(2)))
+/// same write: `AUTH`, then the command), if given, over TLS with `tls`. The
+/// password travels over the socket only, and an `AUTH` refusal is reported
+/// without it.
+fn command_as(
+    port: u16,
+    auth: Option<&crate::Auth>,
+    tls: Option<&crate::TlsSettings>,
+    args: &[&[u8]],
+) -> Result<Vec<u8>, String> {
+    let sock = TcpStream::connect(("127.0.0.1", port)).map_err(|e| e.to_string())?;
+    sock.set_read_timeout(Some(Duration::from_secs(2)))
+        .map_err(|e| e.to_string())?;
+    sock.set_write_timeout(Some(Duration::from_secs(2)))
+        .map_err(|e| e.to_string())?;
+    let mut c = crate::conn::Conn::establish(sock, &format!("127.0.0.1:{port}"), tls)
         .map_err(|e| e.to_string())?;
     let mut buf = Vec::new();
     if let Some(a) = auth {
@@ -368,9 +506,13 @@ fn command_as(port: u16, auth: Option<&crate::Auth>, args: &[&[u8]]) -> Result<V
 }
 
 /// The replication role (`master` or `slave`) the server on loopback `port`
-/// reports in `INFO replication`, asked as `auth` if given.
-pub fn replication_role(port: u16, auth: Option<&crate::Auth>) -> Result<String, String> {
-    let r = command_as(port, auth, &[b"INFO", b"replication"])
+/// reports in `INFO replication`, asked as `auth` if given, over TLS with `tls`.
+pub fn replication_role(
+    port: u16,
+    auth: Option<&crate::Auth>,
+    tls: Option<&crate::TlsSettings>,
+) -> Result<String, String> {
+    let r = command_as(port, auth, tls, &[b"INFO", b"replication"])
         .map_err(|e| format!("INFO replication on port {port}: {e}"))?;
     String::from_utf8_lossy(&r)
         .lines()
@@ -380,10 +522,14 @@ pub fn replication_role(port: u16, auth: Option<&crate::Auth>) -> Result<String,
 }
 
 /// How many keys the server on loopback `port` holds (`DBSIZE`), asked as
-/// `auth` if given.
-pub fn dbsize(port: u16, auth: Option<&crate::Auth>) -> Result<u64, String> {
-    let r =
-        command_as(port, auth, &[b"DBSIZE"]).map_err(|e| format!("DBSIZE on port {port}: {e}"))?;
+/// `auth` if given, over TLS with `tls`.
+pub fn dbsize(
+    port: u16,
+    auth: Option<&crate::Auth>,
+    tls: Option<&crate::TlsSettings>,
+) -> Result<u64, String> {
+    let r = command_as(port, auth, tls, &[b"DBSIZE"])
+        .map_err(|e| format!("DBSIZE on port {port}: {e}"))?;
     match crate::resp::parse(&r, 0) {
         Ok(Some((crate::resp::Reply::Int(n), _))) if n >= 0 => Ok(n as u64),
         _ => Err(format!(
@@ -417,14 +563,16 @@ pub fn cluster_settings(node_timeout_ms: u64) -> Vec<(&'static str, String)> {
 /// formed with `per` replicas per primary: every node reports
 /// `cluster_state:ok`, `ports.len() / (per + 1)` of them are primaries each
 /// with `per` replicas, and every replica's link to its primary is up.
-/// `auth`: the user to ask as when the default user is off.
+/// `auth`: the user to ask as when the default user is off; `tls`: the
+/// nodes' TLS settings if they serve only TLS.
 pub fn await_cluster_ready(
     ports: &[u16],
     per: usize,
     auth: Option<&crate::Auth>,
+    tls: Option<&crate::TlsSettings>,
 ) -> Result<(), String> {
     let text = |port: u16, args: &[&[u8]]| {
-        command_as(port, auth, args).map(|r| String::from_utf8_lossy(&r).into_owned())
+        command_as(port, auth, tls, args).map(|r| String::from_utf8_lossy(&r).into_owned())
     };
     let synced = format!("connected_slaves:{per}");
     wait_until("the cluster to be ok and every replica in sync", || {
@@ -536,7 +684,7 @@ impl RedisCluster {
             }
         }
         let ports: Vec<u16> = nodes.iter().chain(&replicas).map(|s| s.port).collect();
-        await_cluster_ready(&ports, per, None)?;
+        await_cluster_ready(&ports, per, None, None)?;
         Ok(RedisCluster { nodes, replicas })
     }
 

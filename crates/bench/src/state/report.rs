@@ -93,6 +93,7 @@ pub fn table(ms: &[StateMeasurement]) -> String {
     s.push_str(&format!("throughput targets met: {ratio_ok}/{ratio_n}\n\n"));
     s.push_str(&cached_table(ms));
     s.push_str(&authed_table(ms));
+    s.push_str(&secure_table(ms));
 
     s.push_str(
         "store operations per packet (remote run; smallest frame size of each workload).\n\
@@ -189,6 +190,69 @@ fn authed_table(ms: &[StateMeasurement]) -> String {
         ratios[ratios.len() / 2],
         ratios[ratios.len() - 1]
     ));
+    s
+}
+
+/// The TLS runs (the tenant's ACL user over `rediss://`) against the plain
+/// remote and cached runs of the same rounds.
+fn secure_table(ms: &[StateMeasurement]) -> String {
+    let rows: Vec<&StateMeasurement> = ms
+        .iter()
+        .filter(|m| m.secure_vs_plain.is_some() || m.secure_cached_vs_cached.is_some())
+        .collect();
+    if rows.is_empty() {
+        return String::new();
+    }
+    let mut s = String::from(
+        "TLS + authentication (the tenant's ACL user over rediss://) against plain TCP without \
+         a user, same rounds; -c: with the flow cache\n",
+    );
+    s.push_str(&format!(
+        "{:<22} {:>8} {:>8} {:>6}  {:>8} {:>8} {:>6}\n",
+        "measurement", "Mpps-r", "Mpps-s", "s/r", "Mpps-c", "Mpps-sc", "sc/c"
+    ));
+    let f = |v: Option<f64>, w: usize, p: usize| match v {
+        Some(v) => format!("{v:>w$.p$}"),
+        None => format!("{:>w$}", "-"),
+    };
+    for m in &rows {
+        s.push_str(&format!(
+            "{:<22} {:>8.3} {} {}  {} {} {}\n",
+            m.name,
+            m.mpps_remote,
+            f(m.secure.as_ref().map(|x| x.mpps), 8, 3),
+            f(m.secure_vs_plain, 6, 3),
+            f(m.cached.as_ref().map(|x| x.mpps), 8, 3),
+            f(m.secure_cached.as_ref().map(|x| x.mpps), 8, 3),
+            f(m.secure_cached_vs_cached, 6, 3),
+        ));
+    }
+    for (label, mut v) in [
+        (
+            "TLS+auth / plain throughput",
+            rows.iter()
+                .filter_map(|m| m.secure_vs_plain)
+                .collect::<Vec<_>>(),
+        ),
+        (
+            "with the flow cache, TLS+auth / plain",
+            rows.iter()
+                .filter_map(|m| m.secure_cached_vs_cached)
+                .collect::<Vec<_>>(),
+        ),
+    ] {
+        if v.is_empty() {
+            continue;
+        }
+        v.sort_by(f64::total_cmp);
+        s.push_str(&format!(
+            "{label}: min {:.3}, median {:.3}, max {:.3}\n",
+            v[0],
+            v[v.len() / 2],
+            v[v.len() - 1]
+        ));
+    }
+    s.push('\n');
     s
 }
 

@@ -6,6 +6,11 @@
 //! controller is the admin (docs/SECURITY.md). Every setting, the password
 //! included, is in the nodes' configuration files (owner only), never on a
 //! command line; `redis-cli` gets the password from `REDISCLI_AUTH`.
+//!
+//! And either way the nodes speak TLS only (no plain port): clients,
+//! replication and the cluster bus, with a certificate for 127.0.0.1 from a
+//! CA the lab makes (`store-ca.pem` in its directory, which the store URL
+//! names as `ca_file`).
 
 use std::fs;
 use std::net::TcpListener;
@@ -14,8 +19,10 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
-use sluice_state_redis::server::{await_cluster_ready, cluster_settings, dbsize, replication_role};
-use sluice_state_redis::{Auth, Secret};
+use sluice_state_redis::server::{
+    await_cluster_ready, cluster_settings, dbsize, replication_role, TlsFiles,
+};
+use sluice_state_redis::{Auth, Secret, TlsSettings};
 
 use super::{other, random_hex, spawn_logged, wait_tcp, write_private, Lab, LabError, STORE_ADMIN};
 
@@ -97,22 +104,27 @@ impl Lab {
         self.state.store_files.push(pw_file.clone());
         self.save()?;
         write_private(&pw_file, &format!("{admin_pw}\n"))?;
+        // Recorded before they exist, so a failed start still removes them.
+        self.state.store_files.extend(TlsFiles::paths(&dir).all());
+        self.save()?;
+        let tls = TlsFiles::create(&dir, &["127.0.0.1", "localhost"]).map_err(other)?;
         let ports = match kind {
-            StoreKind::Single => vec![self.start_single(&admin_pw)?],
-            StoreKind::Cluster => self.start_cluster(&admin_pw)?,
+            StoreKind::Single => vec![self.start_single(&admin_pw, &tls)?],
+            StoreKind::Cluster => self.start_cluster(&admin_pw, &tls)?,
         };
         let hosts: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
         let scheme = match kind {
-            StoreKind::Single => "redis",
-            StoreKind::Cluster => "redis-cluster",
+            StoreKind::Single => "rediss",
+            StoreKind::Cluster => "rediss-cluster",
         };
         // A cluster URL lists every node, replicas included: a client that
         // starts while a primary is down still finds the cluster, and the
         // controller defines the tenants' users on each node.
         self.state.store = format!(
-            "{scheme}://{STORE_ADMIN}@{}?password_file={}",
+            "{scheme}://{STORE_ADMIN}@{}?password_file={}&ca_file={}",
             hosts.join(","),
-            pw_file.display()
+            pw_file.display(),
+            tls.ca.display()
         );
         self.state.store_kind = kind;
         self.save()
@@ -131,7 +143,7 @@ impl Lab {
         wait_tcp(port, "redis-server", &mut child, log)
     }
 
-    fn start_single(&mut self, admin_pw: &str) -> Result<u16, LabError> {
+    fn start_single(&mut self, admin_pw: &str, tls: &TlsFiles) -> Result<u16, LabError> {
         let dir = self.state.dir.clone();
         let port = super::free_port()?;
         let conf = dir.join("redis.conf");
@@ -139,7 +151,8 @@ impl Lab {
         write_private(
             &conf,
             &format!(
-                "port {port}\nbind 127.0.0.1\nsave \"\"\nappendonly no\ndir \"{}\"\n{}",
+                "{}bind 127.0.0.1\nsave \"\"\nappendonly no\ndir \"{}\"\n{}",
+                settings(tls.server_settings(port)),
                 dir.display(),
                 acl_config(admin_pw)
             ),
@@ -151,7 +164,7 @@ impl Lab {
     /// Starts the nodes, then joins them with `redis-cli --cluster create`
     /// (the first [`CLUSTER_PRIMARIES`] become primaries) and waits until
     /// every replica is in sync.
-    fn start_cluster(&mut self, admin_pw: &str) -> Result<Vec<u16>, LabError> {
+    fn start_cluster(&mut self, admin_pw: &str, tls: &TlsFiles) -> Result<Vec<u16>, LabError> {
         let dir = self.state.dir.clone();
         let n = CLUSTER_PRIMARIES * 2;
         // Node and cluster bus ports both chosen: the default bus port
@@ -165,17 +178,15 @@ impl Lab {
         for (&port, &bus) in ports.iter().zip(buses) {
             let d = nodes_dir.join(format!("node-{port}"));
             fs::create_dir_all(&d).map_err(|e| other(format!("{}: {e}", d.display())))?;
-            let settings: String = cluster_settings(CLUSTER_NODE_TIMEOUT_MS)
-                .into_iter()
-                .map(|(k, v)| format!("{k} {v}\n"))
-                .collect();
             let conf = d.join("redis.conf");
             write_private(
                 &conf,
                 &format!(
-                    "port {port}\nbind 127.0.0.1\nsave \"\"\nappendonly no\ndir \"{}\"\n\
-                     cluster-port {bus}\ncluster-config-file nodes.conf\n{settings}{}",
+                    "{}bind 127.0.0.1\nsave \"\"\nappendonly no\ndir \"{}\"\n\
+                     cluster-port {bus}\ncluster-config-file nodes.conf\n{}{}",
+                    settings(tls.server_settings(port)),
                     d.display(),
+                    settings(cluster_settings(CLUSTER_NODE_TIMEOUT_MS)),
                     acl_config(admin_pw)
                 ),
             )?;
@@ -185,6 +196,8 @@ impl Lab {
         let f = fs::File::create(&log).map_err(|e| other(format!("{}: {e}", log.display())))?;
         let mut cmd = Command::new("redis-cli");
         cmd.env("REDISCLI_AUTH", admin_pw)
+            .args(["--tls", "--cacert"])
+            .arg(&tls.ca)
             .args(["--user", STORE_ADMIN, "--cluster", "create"])
             .args(ports.iter().map(|p| format!("127.0.0.1:{p}")))
             .args(["--cluster-replicas", "1", "--cluster-yes"])
@@ -216,20 +229,23 @@ impl Lab {
             )));
         }
         let auth = admin_auth(admin_pw);
-        await_cluster_ready(ports, 1, Some(&auth)).map_err(other)?;
+        let client = tls.client_settings().map_err(other)?;
+        await_cluster_ready(ports, 1, Some(&auth), Some(&client)).map_err(other)?;
         Ok(ports.to_vec())
     }
 
     /// The store nodes that are primaries now (a cluster's change on a
     /// failover), asked as the admin; a node that does not answer is left out.
     pub fn store_primaries(&self) -> Vec<StoreNode> {
-        let Ok(auth) = self.store_admin() else {
+        let (Ok(auth), Ok(tls)) = (self.store_admin(), self.store_tls()) else {
             return Vec::new();
         };
         self.state
             .store_nodes
             .iter()
-            .filter(|n| replication_role(n.port, Some(&auth)).is_ok_and(|r| r == "master"))
+            .filter(|n| {
+                replication_role(n.port, Some(&auth), Some(&tls)).is_ok_and(|r| r == "master")
+            })
             .cloned()
             .collect()
     }
@@ -237,13 +253,13 @@ impl Lab {
     /// The keys each store node holds (`DBSIZE`; a node that does not answer
     /// is left out), by port.
     pub fn store_keys(&self) -> Vec<(u16, u64)> {
-        let Ok(auth) = self.store_admin() else {
+        let (Ok(auth), Ok(tls)) = (self.store_admin(), self.store_tls()) else {
             return Vec::new();
         };
         self.state
             .store_nodes
             .iter()
-            .filter_map(|n| Some((n.port, dbsize(n.port, Some(&auth)).ok()?)))
+            .filter_map(|n| Some((n.port, dbsize(n.port, Some(&auth), Some(&tls)).ok()?)))
             .collect()
     }
 
@@ -296,9 +312,10 @@ impl Lab {
         self.save()?;
         wait_tcp(port, "redis-server", &mut child, &log)?;
         let auth = self.store_admin()?;
+        let tls = self.store_tls()?;
         let deadline = Instant::now() + within;
         loop {
-            if replication_role(port, Some(&auth)).is_ok_and(|r| r == "slave") {
+            if replication_role(port, Some(&auth), Some(&tls)).is_ok_and(|r| r == "slave") {
                 return Ok(());
             }
             if Instant::now() > deadline {
@@ -322,6 +339,27 @@ impl Lab {
         let pw = fs::read_to_string(file).map_err(|e| other(format!("{}: {e}", file.display())))?;
         Ok(admin_auth(pw.trim()))
     }
+}
+
+impl Lab {
+    /// The TLS settings a client of the lab's store needs (its CA).
+    pub fn store_tls(&self) -> Result<TlsSettings, LabError> {
+        let ca = self
+            .state
+            .store_files
+            .iter()
+            .find(|f| f.ends_with("store-ca.pem"))
+            .ok_or_else(|| other("the lab recorded no store CA"))?;
+        sluice_state_redis::tls_settings(&format!("ca_file={}", ca.display())).map_err(other)
+    }
+}
+
+/// Settings as configuration-file lines (`name value`).
+fn settings(pairs: Vec<(&'static str, String)>) -> String {
+    pairs
+        .into_iter()
+        .map(|(k, v)| format!("{k} {v}\n"))
+        .collect()
 }
 
 fn admin_auth(pw: &str) -> Auth {
