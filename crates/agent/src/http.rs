@@ -195,13 +195,18 @@ fn from_controller(
     path: &str,
     tag: &sluice_tls::peer::PeerTag,
 ) -> Result<(), (u16, String)> {
-    use sluice_tls::hosts::Peer;
+    use sluice_tls::hosts::{Peer, PeerCert};
     let values = req
         .headers()
         .iter()
         .filter(|h| h.field.equiv(sluice_tls::peer::HEADER))
         .map(|h| h.value.as_str());
-    match tag.peer(values).as_deref().and_then(Peer::parse) {
+    match tag
+        .peer(values)
+        .as_deref()
+        .and_then(PeerCert::parse)
+        .map(|c| c.peer)
+    {
         Some(Peer::Controller) => Ok(()),
         Some(p) => Err((
             403,

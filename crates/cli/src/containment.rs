@@ -1,6 +1,8 @@
 //! `sluice get containment` and `sluice release HOST`: hosts that peers
 //! accuse of ignoring their congestion feedback, the contained ones, and an
 //! operator's release (Seawall §4; docs/ISOLATION.md, "Compromised hosts").
+//! `sluice revoke HOST`: an operator's containment of a host whose
+//! credentials it no longer trusts (docs/SECURITY.md, "Revoking a host").
 
 use clap::Args;
 
@@ -33,6 +35,56 @@ pub fn release(a: &ReleaseArgs) -> Result<(), CliError> {
             a.host
         )?;
     }
+    Ok(())
+}
+
+/// `sluice revoke HOST`.
+#[derive(Args, Debug)]
+pub struct RevokeArgs {
+    /// The host's id.
+    host: u32,
+    /// Revoke without asking (needed when not on a terminal).
+    #[arg(long)]
+    yes: bool,
+    #[command(flatten)]
+    client: ClientArgs,
+}
+
+/// `sluice revoke HOST`: the host's certificates and tokens stop working
+/// and it is contained (no host's peer; its instances placed elsewhere).
+pub fn revoke(a: &RevokeArgs) -> Result<(), CliError> {
+    if !a.yes {
+        crate::change::confirm(
+            &format!(
+                "revoke host {} (refuse its certificates, delete its tokens, contain it)",
+                a.host
+            ),
+            &a.host.to_string(),
+        )?;
+    }
+    let c = a.client.client()?;
+    let v = c.revoke_host(a.host)?;
+    if crate::output::structured(a.client.format(), &v)? {
+        return Ok(());
+    }
+    let tokens = v
+        .get("tokens_deleted")
+        .and_then(serde_json::Value::as_array)
+        .map_or(0, Vec::len);
+    outln!(
+        "host {} revoked: its certificates are refused, {tokens} token(s) deleted, and it is {}",
+        a.host,
+        if v.get("contained").and_then(serde_json::Value::as_bool) == Some(true) {
+            "now contained (no host's peer; its instances placed elsewhere)"
+        } else {
+            "still contained"
+        }
+    )?;
+    outln!(
+        "to take it back: `sluice token create NAME --role host:{}` for its agent, then `sluice release {}`",
+        a.host,
+        a.host
+    )?;
     Ok(())
 }
 

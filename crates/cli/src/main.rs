@@ -87,6 +87,9 @@ enum Cmd {
     /// Release a host contained for ignoring congestion feedback (`sluice
     /// get containment` lists accused and contained hosts).
     Release(containment::ReleaseArgs),
+    /// Revoke a host's credentials (its certificates are refused, its tokens
+    /// deleted) and contain it: for a host that is lost or compromised.
+    Revoke(containment::RevokeArgs),
     /// Failovers, rejoins, drains and scaling decisions the controller logged.
     Events(ctl::EventsArgs),
     /// Report an application metric sample of a chain (feeds its scaler).
@@ -149,6 +152,7 @@ fn main() -> ExitCode {
         Cmd::Block(a) => block::block(&a),
         Cmd::Unblock(a) => block::unblock(&a),
         Cmd::Release(a) => containment::release(&a),
+        Cmd::Revoke(a) => containment::revoke(&a),
         Cmd::Events(a) => ctl::events(&a),
         Cmd::Metric(a) => ctl::metric(&a),
         Cmd::Token(a) => tokens::run(&a),

@@ -66,3 +66,36 @@ fn an_operator_sees_a_contained_host_and_releases_it() {
     assert_ne!(code, 0);
     assert!(err.contains("host 9 is not registered"), "{err}");
 }
+
+#[test]
+fn an_operator_revokes_a_host_only_when_sure() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_h, url, admin) = common::controller(dir.path());
+    let c = Client::new(&url).with_token(Some(&admin));
+    common::register_two_hosts(&c);
+    let op = |args: &[&str]| {
+        let mut v = args.to_vec();
+        v.extend(["--controller", &url, "--token", &admin]);
+        sluice(&v)
+    };
+    let (_, out, _) = op(&["token", "create", "h2-spare", "--role", "host:2"]);
+    assert!(out.contains("sluice_"), "{out}");
+    // Not on a terminal and without --yes: nothing happens.
+    let (code, _, err) = op(&["revoke", "2"]);
+    assert_ne!(code, 0);
+    assert!(err.contains("--yes"), "{err}");
+    assert!(c.containment().unwrap().contained.is_empty());
+    let (code, out, err) = op(&["revoke", "2", "--yes"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("host 2 revoked") && out.contains("1 token(s) deleted"),
+        "{out}"
+    );
+    assert!(out.contains("--role host:2"), "{out}");
+    assert_eq!(c.containment().unwrap().contained, [2]);
+    let (_, out, _) = op(&["token", "list"]);
+    assert!(!out.contains("h2-spare"), "{out}");
+    let (code, _, err) = op(&["revoke", "9", "--yes"]);
+    assert_ne!(code, 0);
+    assert!(err.contains("host 9 is not registered"), "{err}");
+}

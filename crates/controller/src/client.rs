@@ -393,6 +393,17 @@ impl Client {
         Ok(v.get("released").and_then(serde_json::Value::as_bool) == Some(true))
     }
 
+    /// `POST /v1/hosts/{id}/revoke`: revokes a host's certificates and
+    /// tokens and contains it; the answer (`host`, `revoked`, `contained`,
+    /// `tokens_deleted`).
+    pub fn revoke_host(&self, id: u32) -> Result<serde_json::Value, ClientError> {
+        Self::parse(&self.call(
+            "POST",
+            &format!("/v1/hosts/{id}/revoke"),
+            Some(("application/json", "{}".to_string())),
+        )?)
+    }
+
     /// Registers a host or heartbeats.
     pub fn register_host(&self, reg: &HostRegistration) -> Result<HostAck, ClientError> {
         self.send_json("POST", "/v1/hosts", reg)

@@ -67,7 +67,7 @@ fn serve_one(shared: &Arc<Shared>, mut req: tiny_http::Request) {
             .iter()
             .filter(|h| h.field.equiv(sluice_tls::peer::HEADER))
             .map(|h| h.value.as_str());
-        sluice_tls::hosts::Peer::parse(&t.peer(values)?)
+        sluice_tls::hosts::PeerCert::parse(&t.peer(values)?)
     });
     let path = url.split('?').next().unwrap_or("").to_string();
     // The dashboard's files need no token: they hold no data, and the page
@@ -135,13 +135,26 @@ fn principal(
     shared: &Shared,
     req: &Request<'_>,
     authorization: Option<&str>,
-    peer: Option<sluice_tls::hosts::Peer>,
+    peer: Option<sluice_tls::hosts::PeerCert>,
 ) -> Result<(Option<Principal>, Credential), ApiError> {
     let path = req.url.split('?').next().unwrap_or("");
     if auth::is_open(req.method, path) {
         return Ok((None, Credential::Open));
     }
-    if let Some(sluice_tls::hosts::Peer::Host(h)) = peer {
+    if let Some(sluice_tls::hosts::PeerCert {
+        peer: sluice_tls::hosts::Peer::Host(h),
+        issued_secs,
+    }) = peer
+    {
+        // A revoked host's certificate is worth nothing, and neither is the
+        // token it might send alongside (its tokens were deleted).
+        if lock(&shared.tokens).certificate_revoked(h, issued_secs) {
+            return Err(auth::unauthenticated(format!(
+                "this client certificate of host {h} was revoked; the host re-joins with a new \
+                 bootstrap token (`sluice token create NAME --role host:{h}`), and an operator \
+                 releases it (`sluice release {h}`)"
+            )));
+        }
         let p = Principal {
             name: format!("host-{h} certificate"),
             role: auth::Role::Host(h),
@@ -157,7 +170,7 @@ fn handle(
     shared: &Arc<Shared>,
     req: &Request<'_>,
     authorization: Option<&str>,
-    peer: Option<sluice_tls::hosts::Peer>,
+    peer: Option<sluice_tls::hosts::PeerCert>,
 ) -> Result<(Reply, Option<String>), ApiError> {
     // Authenticate before parsing, so an anonymous caller learns nothing from
     // the request's validation.
@@ -213,7 +226,18 @@ fn handle(
         }
         _ => None,
     };
+    // A revocation takes the host's credentials first (they live with the
+    // tokens), so no request of the host's gets in while it is contained.
+    let revoked_tokens = match &action {
+        Action::Host(hosts::HostAction::Revoke(h)) => Some(revoke_credentials(shared, *h)?),
+        _ => None,
+    };
     let mut reply = run(shared, action, agent_token, actor)?;
+    if let (Some(names), Reply::Json(_, serde_json::Value::Object(m))) =
+        (revoked_tokens, &mut reply)
+    {
+        m.insert("tokens_deleted".into(), names.into());
+    }
     if let (Some((chain, not_after_ms)), Reply::Json(_, serde_json::Value::Object(m))) =
         (csr, &mut reply)
     {
@@ -265,6 +289,19 @@ fn spend_bootstrap(shared: &Shared, who: &Principal, host: u32) -> Result<(), Ap
     spent.map(|_| ()).map_err(|_| {
         auth::unauthenticated("unknown token: it was never issued or has been deleted")
     })
+}
+
+/// Revokes host `h`'s credentials now: its certificates issued so far are
+/// refused, its tokens deleted. Returns the deleted tokens' names.
+fn revoke_credentials(shared: &Shared, h: u32) -> Result<Vec<String>, ApiError> {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let names = lock(&shared.tokens)
+        .revoke_host(h, now)
+        .map_err(|e| ApiError::internal(format!("revoking host {h}'s credentials: {e}")))?;
+    tracing::warn!(host = h, tokens = ?names, "host credentials revoked");
+    Ok(names)
 }
 
 /// Answers a heartbeat's certificate request: the agent's API certificate

@@ -213,8 +213,8 @@ fn relay<S: Stopping + ?Sized>(
                 // The verifier accepted the certificate: only its name is
                 // left to read.
                 tagger = tag.and_then(|t| {
-                    let (peer, _) = crate::hosts::peer_of(tls.peer_certificates()?.first()?)?;
-                    Some(Tagger::new(t.line(&peer.name())))
+                    let peer = crate::hosts::PeerCert::of(tls.peer_certificates()?.first()?)?;
+                    Some(Tagger::new(t.line(&peer.line())))
                 });
             }
             loop {

@@ -232,6 +232,42 @@ impl Reconciler {
             .retain(|_, h| now.saturating_duration_since(h.last) < ACCUSATION_TTL);
     }
 
+    /// Contains `host` because an operator revoked its credentials (the API
+    /// edge refuses its certificates and deleted its tokens): it leaves every
+    /// peer list and its instances are placed elsewhere, as a host accused by
+    /// enough others is. Returns whether it was newly contained.
+    pub fn revoke_host(&mut self, host: u32, now: Instant) -> Result<bool, ApiError> {
+        if !self.desired.hosts.contains_key(&host) {
+            return Err(ApiError::not_found(format!(
+                "host {host} is not registered"
+            )));
+        }
+        if self.desired.contained.contains(&host) {
+            return Ok(false);
+        }
+        let mut next = self.desired.clone();
+        let (moved, failed) = next.contain(host);
+        self.commit(next, now)?;
+        let reason = format!(
+            "host {host} revoked by an operator: its certificates are refused, it is no host's \
+             peer and its instances of {moved:?} were placed elsewhere"
+        );
+        tracing::warn!(host, "{reason}");
+        let mut e = event("contained", reason);
+        e.host = Some(host);
+        self.push_event(e, now);
+        for (t, why) in failed {
+            let mut e = event(
+                "error",
+                format!("tenant `{t}`: instances of revoked host {host} could not be placed again: {why}"),
+            );
+            e.tenant = Some(t);
+            e.host = Some(host);
+            self.push_event(e, now);
+        }
+        Ok(true)
+    }
+
     /// Releases a contained host (an operator's decision): it is a peer again
     /// and may take instances; accusations made so far no longer count.
     pub fn release_host(&mut self, host: u32, now: Instant) -> Result<bool, ApiError> {

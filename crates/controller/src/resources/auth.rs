@@ -206,7 +206,7 @@ fn scope(a: &Action) -> Scope<'_> {
         },
         Action::Host(h) => match h {
             HostAction::List | HostAction::Containment => Scope::ReadAll,
-            HostAction::Release(_) => Scope::Operator,
+            HostAction::Release(_) | HostAction::Revoke(_) => Scope::Operator,
             HostAction::Heartbeat(hb) => Scope::Heartbeat(hb.hb.registration.host),
             HostAction::Fib(id) | HostAction::Config(id) => Scope::ReadHost(*id),
             HostAction::ListVms | HostAction::Instances | HostAction::Placement(_) => {
@@ -260,6 +260,7 @@ pub fn describe(a: &Action) -> String {
             HostAction::Placement(_) => "read the placement".into(),
             HostAction::Containment => "read the containment of hosts".into(),
             HostAction::Release(h) => format!("release host {h}"),
+            HostAction::Revoke(h) => format!("revoke host {h}"),
             HostAction::PutVm(r) => format!("register VM `{}/{}`", r.tenant, r.name),
             HostAction::DeleteVm { tenant, name } => format!("delete VM `{tenant}/{name}`"),
         },
@@ -399,6 +400,7 @@ mod tests {
         ("GET", "/v1/hosts/{id}/fib", [Yes, Yes, No, Own]),
         ("GET", "/v1/hosts/{id}/config", [Yes, Yes, No, Own]),
         ("DELETE", "/v1/hosts/{id}/containment", [Yes, No, No, No]),
+        ("POST", "/v1/hosts/{id}/revoke", [Yes, No, No, No]),
         ("GET", "/v1/containment", [Yes, Yes, No, No]),
         ("GET", "/v1/vms", [Yes, Yes, Filtered, No]),
         ("PUT", "/v1/vms/{tenant}/{name}", [Yes, No, No, No]),

@@ -45,6 +45,10 @@ pub enum HostAction {
     Containment,
     /// `DELETE /v1/hosts/{id}/containment`: an operator releases a host.
     Release(u32),
+    /// `POST /v1/hosts/{id}/revoke`: an operator revokes a host's
+    /// credentials (certificates and tokens) and contains it. The HTTP edge
+    /// revokes the credentials (they live with the tokens) before this runs.
+    Revoke(u32),
 }
 
 /// Parses a request on the hosts', VMs' and instances' paths.
@@ -56,6 +60,7 @@ pub fn parse(method: &str, tpl: &str, p: &Params, text: &str) -> Result<HostActi
         ("GET", "/v1/hosts/{id}/config") => host_id(&p.get(0)).map(HostAction::Config),
         ("GET", "/v1/vms") => Ok(HostAction::ListVms),
         ("DELETE", "/v1/hosts/{id}/containment") => host_id(&p.get(0)).map(HostAction::Release),
+        ("POST", "/v1/hosts/{id}/revoke") => host_id(&p.get(0)).map(HostAction::Revoke),
         ("PUT", _) => parse_vm(&p.get(0), &p.get(1), text).map(HostAction::PutVm),
         ("DELETE", _) => Ok(HostAction::DeleteVm {
             tenant: p.get(0),
@@ -175,6 +180,13 @@ pub fn execute(r: &mut Reconciler, a: HostAction, now: Instant) -> Result<Reply,
         HostAction::Release(h) => {
             let released = r.release_host(h, now)?;
             json(200, &serde_json::json!({ "host": h, "released": released }))
+        }
+        HostAction::Revoke(h) => {
+            let contained = r.revoke_host(h, now)?;
+            json(
+                200,
+                &serde_json::json!({ "host": h, "revoked": true, "contained": contained }),
+            )
         }
     }
 }

@@ -37,6 +37,7 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("GET", "/v1/hosts/{id}/fib"),
     ("GET", "/v1/hosts/{id}/config"),
     ("DELETE", "/v1/hosts/{id}/containment"),
+    ("POST", "/v1/hosts/{id}/revoke"),
     ("GET", "/v1/containment"),
     ("GET", "/v1/vms"),
     ("PUT", "/v1/vms/{tenant}/{name}"),

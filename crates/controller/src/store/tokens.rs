@@ -17,6 +17,7 @@ const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS tokens (
     name TEXT PRIMARY KEY, role TEXT NOT NULL, hash BLOB NOT NULL UNIQUE,
     created_ms INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS revocations (host INTEGER PRIMARY KEY, at_secs INTEGER NOT NULL);
 ";
 
 /// Prefix of every secret, so a leaked one is recognisable (secret scanners).
@@ -75,6 +76,10 @@ pub fn new_secret() -> Result<String, TokenError> {
 pub struct TokenStore {
     conn: Connection,
     by_hash: BTreeMap<[u8; 32], TokenRecord>,
+    /// Revoked hosts: every certificate issued to host N at or before
+    /// `revoked[N]` (Unix seconds) is refused. Kept with the tokens: both are
+    /// what the API checks on every request, from memory.
+    revoked: BTreeMap<u32, u64>,
 }
 
 fn db(e: rusqlite::Error) -> TokenError {
@@ -124,7 +129,62 @@ impl TokenStore {
                 );
             }
         }
-        Ok(TokenStore { conn, by_hash })
+        let mut revoked = BTreeMap::new();
+        {
+            let mut st = conn.prepare("SELECT host, at_secs FROM revocations")?;
+            let rows = st.query_map([], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?)))?;
+            for row in rows {
+                let (h, at) = row?;
+                let h = u32::try_from(h)
+                    .map_err(|_| StoreError::Corrupt(format!("revocation of host {h}")))?;
+                revoked.insert(h, at.max(0) as u64);
+            }
+        }
+        Ok(TokenStore {
+            conn,
+            by_hash,
+            revoked,
+        })
+    }
+
+    /// Revokes host `host`'s credentials at `at_secs` (Unix seconds): every
+    /// certificate issued to it until then is refused from now on, and its
+    /// tokens (a bootstrap token not spent yet) are deleted. Returns the
+    /// names of the deleted tokens. A host re-joins with a token minted
+    /// afterwards, whose certificate is issued after the revocation.
+    pub fn revoke_host(&mut self, host: u32, at_secs: u64) -> Result<Vec<String>, TokenError> {
+        let names: Vec<String> = self
+            .by_hash
+            .values()
+            .filter(|t| t.role == Role::Host(host))
+            .map(|t| t.name.clone())
+            .collect();
+        let tx = self.conn.unchecked_transaction().map_err(db)?;
+        tx.execute(
+            "INSERT INTO revocations (host, at_secs) VALUES (?1, ?2)
+             ON CONFLICT(host) DO UPDATE SET at_secs = excluded.at_secs",
+            params![host as i64, at_secs as i64],
+        )
+        .map_err(db)?;
+        for n in &names {
+            tx.execute("DELETE FROM tokens WHERE name = ?1", params![n])
+                .map_err(db)?;
+        }
+        tx.commit().map_err(db)?;
+        self.by_hash.retain(|_, t| t.role != Role::Host(host));
+        self.revoked.insert(host, at_secs);
+        Ok(names)
+    }
+
+    /// Whether a certificate of host `host` issued at `issued_secs` was
+    /// revoked (issued at or before the host's revocation).
+    pub fn certificate_revoked(&self, host: u32, issued_secs: u64) -> bool {
+        self.revoked.get(&host).is_some_and(|&at| issued_secs <= at)
+    }
+
+    /// When host `host`'s credentials were last revoked, Unix seconds.
+    pub fn revoked_at(&self, host: u32) -> Option<u64> {
+        self.revoked.get(&host).copied()
     }
 
     /// Whether no token exists (a first start).
@@ -214,6 +274,33 @@ impl TokenStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_revocation_refuses_older_certificates_deletes_the_hosts_tokens_and_survives_a_reopen() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.db");
+        let mut s = TokenStore::open(&path).unwrap();
+        s.create("admin", Role::Operator, 1).unwrap();
+        let spare = s.create("h3-spare", Role::Host(3), 2).unwrap();
+        s.create("h4", Role::Host(4), 3).unwrap();
+        assert!(!s.certificate_revoked(3, 100));
+        assert_eq!(s.revoke_host(3, 1_000).unwrap(), ["h3-spare"]);
+        assert!(s.lookup(&spare).is_none());
+        // Issued at or before the revocation: refused; after: accepted.
+        assert!(s.certificate_revoked(3, 999));
+        assert!(s.certificate_revoked(3, 1_000));
+        assert!(!s.certificate_revoked(3, 1_001));
+        // Other hosts and their tokens are untouched.
+        assert!(!s.certificate_revoked(4, 999));
+        assert_eq!(s.list().len(), 2);
+        drop(s);
+        let mut s = TokenStore::open(&path).unwrap();
+        assert_eq!(s.revoked_at(3), Some(1_000));
+        assert!(s.certificate_revoked(3, 1_000));
+        // Revoking again moves the line forward (a re-joined host lost again).
+        assert!(s.revoke_host(3, 2_000).unwrap().is_empty());
+        assert!(s.certificate_revoked(3, 1_500));
+    }
 
     #[test]
     fn secrets_are_kept_only_as_hashes_and_survive_a_reopen() {

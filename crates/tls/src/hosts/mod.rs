@@ -126,6 +126,47 @@ impl Peer {
     }
 }
 
+/// What the TLS terminator tells the server behind it about a verified
+/// client certificate: whom it names and when it was issued (its `notBefore`
+/// plus the backdating every certificate of the hosts' CA gets), so that the
+/// controller can refuse the certificates of a host it revoked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PeerCert {
+    /// Whom the certificate names.
+    pub peer: Peer,
+    /// When it was issued, Unix seconds.
+    pub issued_secs: u64,
+}
+
+impl PeerCert {
+    /// The certificate's identity of an (already verified) end-entity
+    /// certificate, if it names one of [`Peer`]'s.
+    pub fn of(der: &CertificateDer<'_>) -> Option<PeerCert> {
+        use x509_parser::prelude::*;
+        let (_, cert) = X509Certificate::from_der(der.as_ref()).ok()?;
+        let (peer, _) = peer_of(der)?;
+        let not_before = cert.validity().not_before.timestamp().max(0) as u64;
+        Some(PeerCert {
+            peer,
+            issued_secs: not_before + BACKDATE.as_secs(),
+        })
+    }
+
+    /// As one header line value: `NAME issued=SECS`.
+    pub fn line(&self) -> String {
+        format!("{} issued={}", self.peer.name(), self.issued_secs)
+    }
+
+    /// Reads [`PeerCert::line`]'s value back.
+    pub fn parse(line: &str) -> Option<PeerCert> {
+        let (name, issued) = line.split_once(" issued=")?;
+        Some(PeerCert {
+            peer: Peer::parse(name)?,
+            issued_secs: issued.parse().ok()?,
+        })
+    }
+}
+
 /// The peer an (already verified) end-entity certificate names: its first
 /// DNS name that is one of [`Peer`]'s, and the end of its validity.
 pub fn peer_of(der: &CertificateDer<'_>) -> Option<(Peer, SystemTime)> {

@@ -249,3 +249,33 @@ fn a_slot_counts_its_certificates_and_presents_them_as_a_client_too() {
     let (chain, _) = ca.sign(2, again.csr(), None, SystemTime::now()).unwrap();
     assert!(key.certified(&chain).is_ok());
 }
+
+#[test]
+fn a_peer_line_names_the_peer_and_when_its_certificate_was_issued() {
+    let ca = HostCa::generate().unwrap();
+    let key = AgentKey::generate(5).unwrap();
+    let at = SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
+    let (chain, _) = ca.sign(5, key.csr(), None, at).unwrap();
+    let der = CertificateDer::pem_slice_iter(chain.as_bytes())
+        .next()
+        .unwrap()
+        .unwrap();
+    let pc = PeerCert::of(&der).unwrap();
+    assert_eq!(
+        pc,
+        PeerCert {
+            peer: Peer::Host(5),
+            issued_secs: 1_800_000_000
+        }
+    );
+    assert_eq!(pc.line(), "host-5.agents.sluice issued=1800000000");
+    assert_eq!(PeerCert::parse(&pc.line()), Some(pc));
+    for bad in [
+        "host-5.agents.sluice",
+        "host-5.agents.sluice issued=",
+        "host-5.agents.sluice issued=soon",
+        "nobody issued=1",
+    ] {
+        assert_eq!(PeerCert::parse(bad), None, "{bad}");
+    }
+}
