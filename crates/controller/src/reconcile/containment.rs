@@ -199,21 +199,7 @@ impl Reconciler {
             self.containment.threshold
         );
         match self.commit(next, now) {
-            Ok(_) => {
-                tracing::warn!(host, "{reason}");
-                let mut e = event("contained", reason);
-                e.host = Some(host);
-                self.push_event(e, now);
-                for (t, why) in failed {
-                    let mut e = event(
-                        "error",
-                        format!("tenant `{t}`: instances of contained host {host} could not be placed again: {why}"),
-                    );
-                    e.tenant = Some(t);
-                    e.host = Some(host);
-                    self.push_event(e, now);
-                }
-            }
+            Ok(_) => self.contained_events(host, reason, failed, now),
             Err(err) => {
                 let mut e = event(
                     "error",
@@ -252,6 +238,19 @@ impl Reconciler {
             "host {host} revoked by an operator: its certificates are refused, it is no host's \
              peer and its instances of {moved:?} were placed elsewhere"
         );
+        self.contained_events(host, reason, failed, now);
+        Ok(true)
+    }
+
+    /// Logs a committed containment of `host`: why, and an error event per
+    /// tenant whose instances found no other host.
+    fn contained_events(
+        &mut self,
+        host: u32,
+        reason: String,
+        failed: Vec<(String, crate::desired::PlaceError)>,
+        now: Instant,
+    ) {
         tracing::warn!(host, "{reason}");
         let mut e = event("contained", reason);
         e.host = Some(host);
@@ -259,13 +258,12 @@ impl Reconciler {
         for (t, why) in failed {
             let mut e = event(
                 "error",
-                format!("tenant `{t}`: instances of revoked host {host} could not be placed again: {why}"),
+                format!("tenant `{t}`: instances of contained host {host} could not be placed again: {why}"),
             );
             e.tenant = Some(t);
             e.host = Some(host);
             self.push_event(e, now);
         }
-        Ok(true)
     }
 
     /// Releases a contained host (an operator's decision): it is a peer again
