@@ -31,6 +31,7 @@ mod claim;
 mod config;
 mod conn;
 mod decide;
+pub mod health;
 pub mod maglev;
 
 use rustc_hash::FxHashMap;
