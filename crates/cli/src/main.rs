@@ -7,6 +7,7 @@ use clap::{CommandFactory, Parser, Subcommand};
 // First: its `outln!` is used by the modules below.
 #[macro_use]
 mod output;
+mod backends;
 mod bench;
 mod block;
 mod change;
@@ -87,6 +88,11 @@ enum Cmd {
     /// Release a host contained for ignoring congestion feedback (`sluice
     /// get containment` lists accused and contained hosts).
     Release(containment::ReleaseArgs),
+    /// Drain a load balancer's backend: no new connections, its existing
+    /// ones continue until the deregistration delay passes.
+    Drain(backends::DrainArgs),
+    /// End a drain (`sluice get backends` lists backends and their states).
+    Undrain(backends::UndrainArgs),
     /// Failovers, rejoins, drains and scaling decisions the controller logged.
     Events(ctl::EventsArgs),
     /// Report an application metric sample of a chain (feeds its scaler).
@@ -149,6 +155,8 @@ fn main() -> ExitCode {
         Cmd::Block(a) => block::block(&a),
         Cmd::Unblock(a) => block::unblock(&a),
         Cmd::Release(a) => containment::release(&a),
+        Cmd::Drain(a) => backends::drain(&a),
+        Cmd::Undrain(a) => backends::undrain(&a),
         Cmd::Events(a) => ctl::events(&a),
         Cmd::Metric(a) => ctl::metric(&a),
         Cmd::Token(a) => tokens::run(&a),
