@@ -139,11 +139,37 @@ impl Reconciler {
     ) {
         let now_ns = self.clock_ns(now);
         self.sync_backends(now_ns);
+        // The common case, every 20 ms: no host silent, no backend held down
+        // by silence, no drain under way. Nothing can change: no allocation,
+        // no lookup of VMs.
+        let passive = silent.is_some_and(|s| !s.is_empty())
+            || self.backends.health.values().any(Health::passive_down);
+        let timed = self
+            .backends
+            .health
+            .values()
+            .any(|h| h.drain().is_some() || h.checks().is_some());
+        if !passive && !timed && self.desired.backend_states.is_empty() {
+            return;
+        }
+        let silent = if passive { silent } else { None };
         let mut moves = Vec::new();
         let keys: Vec<BackendKey> = self.backends.health.keys().cloned().collect();
+        // Each VM's host by (tenant, address), once, not once per backend.
+        let vms: BTreeMap<(&str, std::net::IpAddr), (String, u32)> = if silent.is_some() {
+            self.desired
+                .vms
+                .iter()
+                .filter(|(_, vm)| !vm.reg.gateway)
+                .map(|((t, n), vm)| ((t.as_str(), vm.reg.addr), (n.clone(), vm.reg.host)))
+                .collect()
+        } else {
+            BTreeMap::new()
+        };
         for key in keys {
-            let ip = self.backend_ip(&key);
-            let host = ip.and_then(|ip| vm_at(&self.desired, &key.0, ip));
+            let host = self
+                .backend_ip(&key)
+                .and_then(|ip| vms.get(&(key.0.as_str(), ip)).cloned());
             let Some(h) = self.backends.health.get_mut(&key) else {
                 continue;
             };
@@ -176,12 +202,18 @@ impl Reconciler {
     /// no spec names any more.
     fn sync_backends(&mut self, now_ns: u64) {
         let b = &mut self.backends;
+        let before = b.index.len();
         b.index.retain(|t, _| self.desired.tenants.contains_key(t));
+        let mut changed = b.index.len() != before;
         for (name, t) in &self.desired.tenants {
             if b.index.get(name).is_none_or(|(g, _)| *g != t.generation) {
                 b.index
                     .insert(name.clone(), (t.generation, lb_backends(&t.spec)));
+                changed = true;
             }
+        }
+        if !changed {
+            return;
         }
         let wanted: BTreeSet<BackendKey> = b
             .index
