@@ -127,6 +127,7 @@ fn new_connections_avoid_a_backend_whose_host_is_down() {
         libc::kill(pid as i32, libc::SIGSTOP);
     }
     let _cont = Continue(pid);
+    let stopped = Instant::now();
     // The controller marks the backend down once the host has been silent
     // for 300 ms; wait (up to 10 s) until it says so.
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -137,6 +138,11 @@ fn new_connections_avoid_a_backend_whose_host_is_down() {
             x["middlebox"] == "lb-a" && x["backend"] == want.as_str() && x["state"] == "down"
         });
         if down {
+            // Printed, never asserted (timing).
+            eprintln!(
+                "{want} marked down {} ms after its host's agent stopped",
+                stopped.elapsed().as_millis()
+            );
             break;
         }
         assert!(Instant::now() < deadline, "{want} never marked down: {b}");
