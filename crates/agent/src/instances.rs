@@ -206,6 +206,42 @@ fn teardown_net(env: &InstanceEnv, port: u16) {
     let _ = sluice_netns::delete(&env.netns(port));
 }
 
+/// The file an instance on `port` reads its load balancer's backend states
+/// from (`sluiced instance --backends`).
+pub fn backends_file(env: &InstanceEnv, port: u16) -> PathBuf {
+    env.run_dir
+        .join(format!("{}.backends.json", env.netns(port)))
+}
+
+/// Writes `cfg.backends` where its instance reads them, replacing the file in
+/// one rename so the instance never reads half of it. A failure is logged:
+/// the instance keeps the states it had.
+fn write_backends(env: &InstanceEnv, cfg: &InstanceConfig) {
+    let path = backends_file(env, cfg.port);
+    let tmp = path.with_extension("json.tmp");
+    let r = serde_json::to_vec(&cfg.backends)
+        .map_err(std::io::Error::other)
+        .and_then(|b| {
+            std::fs::create_dir_all(&env.run_dir)?;
+            std::fs::write(&tmp, b)?;
+            std::fs::rename(&tmp, &path)
+        });
+    match r {
+        Ok(()) if !cfg.backends.is_empty() => tracing::info!(
+            instance = %cfg.name,
+            backends = ?cfg.backends.iter().map(|b| format!("{} {}", b.addr, b.state.as_str())).collect::<Vec<_>>(),
+            "backend states for the instance"
+        ),
+        Ok(()) => {}
+        Err(e) => tracing::error!(
+            instance = %cfg.name,
+            path = %path.display(),
+            error = %e,
+            "cannot write the instance's backend states: it keeps the ones it has"
+        ),
+    }
+}
+
 fn spawn(env: &InstanceEnv, cfg: &InstanceConfig) -> Result<Child, InstanceError> {
     let (agent, inst) = instance_link(cfg.port).ok_or_else(|| InstanceError::NoLink {
         name: cfg.name.clone(),
@@ -248,6 +284,8 @@ fn spawn(env: &InstanceEnv, cfg: &InstanceConfig) -> Result<Child, InstanceError
         .args(["--state", &cfg.state])
         .arg("--eve")
         .arg(crate::eve::eve_path(&env.run_dir, &cfg.tenant, &cfg.name))
+        .arg("--backends")
+        .arg(backends_file(env, cfg.port))
         .stdin(Stdio::null())
         .stdout(log)
         .stderr(log2)
@@ -708,6 +746,7 @@ fn supervise(
         }
         teardown_net(env, port);
         let _ = std::fs::remove_file(pid_file(env, port));
+        let _ = std::fs::remove_file(backends_file(env, port));
     }
     publish(&mut running, status);
 }
@@ -737,7 +776,7 @@ fn reconcile(
     let want: BTreeMap<u16, InstanceConfig> = list.into_iter().map(|c| (c.port, c)).collect();
     let gone: Vec<u16> = running
         .iter()
-        .filter(|(p, r)| want.get(p) != Some(&r.cfg))
+        .filter(|(p, r)| !want.get(p).is_some_and(|w| w.same_process(&r.cfg)))
         .map(|(p, _)| *p)
         .collect();
     for port in gone {
@@ -754,6 +793,7 @@ fn reconcile(
             }
             teardown_net(env, port);
             let _ = std::fs::remove_file(pid_file(env, port));
+            let _ = std::fs::remove_file(backends_file(env, port));
         }
     }
     if first {
@@ -764,9 +804,15 @@ fn reconcile(
         }
     }
     for (port, cfg) in want {
-        if running.contains_key(&port) {
+        if let Some(r) = running.get_mut(&port) {
+            // Backend health reaches the running process through its file.
+            if r.cfg.backends != cfg.backends {
+                write_backends(env, &cfg);
+                r.cfg = cfg;
+            }
             continue;
         }
+        write_backends(env, &cfg);
         let adopted = if first {
             settle_leftover(env, port, Some(&cfg))
         } else {
@@ -902,6 +948,7 @@ mod tests {
             chain_yaml: "chain: []\n".into(),
             state: "redis://acme@10.0.0.1:6379".into(),
             state_password: Some(sluice_proto::StorePassword::new("hunter2")),
+            backends: Vec::new(),
         }
     }
 

@@ -52,6 +52,10 @@ enum Cmd {
         /// EVE log for the functions' alerts and flow records (rotated by size).
         #[arg(long)]
         eve: Option<PathBuf>,
+        /// JSON file of its load balancer's backends that are not up, written
+        /// by the agent; read again whenever it changes.
+        #[arg(long)]
+        backends: Option<PathBuf>,
     },
 }
 
@@ -119,6 +123,7 @@ fn main() -> ExitCode {
             chain,
             state,
             eve,
+            backends,
         } => {
             let opts = sluice_instance::InstanceOptions {
                 name,
@@ -128,6 +133,7 @@ fn main() -> ExitCode {
                 chain,
                 state,
                 eve,
+                backends,
             };
             sluice_instance::run(&opts, &stop).map_err(|e| e.to_string())
         }

@@ -48,6 +48,7 @@ fn config() -> AgentConfig {
             chain_yaml: CHAIN.into(),
             state: "local".into(),
             state_password: None,
+            backends: Vec::new(),
         }],
         ..AgentConfig::default()
     }

@@ -119,6 +119,7 @@ fn config_with(
             chain_yaml: CHAIN.into(),
             state: state.into(),
             state_password,
+            backends: Vec::new(),
         }],
         group_policies: vec![],
         fabric_auth: None,

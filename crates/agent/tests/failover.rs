@@ -101,6 +101,7 @@ fn config(vm1: &VmHandle, vm2: &VmHandle, state: &str) -> AgentConfig {
             chain_yaml: CHAIN.into(),
             state: state.into(),
             state_password: None,
+            backends: Vec::new(),
         });
     }
     let group = Group::split(&FWS.map(|p| (Output::Port(PortId(p)), 1))).unwrap();

@@ -902,6 +902,16 @@ impl Chain {
         }
     }
 
+    /// Replaces the backend states of every function that has backends (a
+    /// load balancer's; [`NetworkFunction::set_backend_states`]), between
+    /// batches. Returns how many backends the entries matched in all.
+    pub fn set_backend_states(&mut self, states: &[sluice_nf::BackendAdmin]) -> usize {
+        self.stages
+            .iter_mut()
+            .map(|st| st.f.set_backend_states(states))
+            .sum()
+    }
+
     /// Advances time to `now_ns` (if later) and runs due timers, without packets.
     pub fn tick(&mut self, now_ns: u64, store: &mut dyn StateStore) {
         let now = self.now_ns.max(now_ns);

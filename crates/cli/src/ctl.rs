@@ -133,6 +133,13 @@ enum GetWhat {
     /// Hosts accused by their peers of ignoring congestion feedback, and
     /// the contained ones.
     Containment,
+    /// The backends of every load balancer the token sees and their health
+    /// (up, down, draining, removed).
+    Backends {
+        /// Only this tenant's.
+        #[arg(long)]
+        tenant: Option<String>,
+    },
     /// A host's FIB entries.
     Fib {
         /// Host id.
@@ -338,6 +345,7 @@ pub fn get(a: &GetArgs) -> Result<(), CliError> {
         // Gathered from every tenant the token sees.
         GetWhat::Blocks { tenant } => return crate::block::get(&a.client, tenant.as_deref()),
         GetWhat::Containment => return crate::containment::get(&a.client),
+        GetWhat::Backends { tenant } => return crate::backends::get(&a.client, tenant.as_deref()),
     };
     let raw = c.get_raw(&path)?;
     // A host's configuration has no table: JSON unless YAML is asked for.
@@ -567,7 +575,10 @@ pub fn get(a: &GetArgs) -> Result<(), CliError> {
                 }
             }
         }
-        GetWhat::Config { .. } | GetWhat::Blocks { .. } | GetWhat::Containment => {}
+        GetWhat::Config { .. }
+        | GetWhat::Blocks { .. }
+        | GetWhat::Containment
+        | GetWhat::Backends { .. } => {}
     }
     Ok(())
 }
@@ -636,12 +647,21 @@ pub fn status(a: &StatusArgs) -> Result<(), CliError> {
         }) => None,
         Err(e) => return Err(e.into()),
     };
+    // An older controller has no `/v1/backends`.
+    let backends = match c.backends() {
+        Ok(b) => b,
+        Err(sluice_controller::client::ClientError::Api {
+            status: 403 | 404, ..
+        }) => Vec::new(),
+        Err(e) => return Err(e.into()),
+    };
     let v = serde_json::json!({
         "controller": c.base(),
         "store": store,
         "hosts": hosts,
         "tenants": tenants,
         "instances": instances,
+        "backends": backends,
     });
     if !structured(fmt, &v)? {
         print_status(
@@ -652,6 +672,9 @@ pub fn status(a: &StatusArgs) -> Result<(), CliError> {
             &instances,
             fmt,
         )?;
+        if !backends.is_empty() {
+            crate::backends::print_status(&backends)?;
+        }
     }
     let hosts_down = hosts.iter().filter(|h| !h.alive).count();
     let instances_down = instances.iter().filter(|i| i.alive != Some(true)).count();

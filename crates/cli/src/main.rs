@@ -7,6 +7,7 @@ use clap::{CommandFactory, Parser, Subcommand};
 // First: its `outln!` is used by the modules below.
 #[macro_use]
 mod output;
+mod backends;
 mod bench;
 mod block;
 mod change;
@@ -90,6 +91,11 @@ enum Cmd {
     /// Revoke a host's credentials (its certificates are refused, its tokens
     /// deleted) and contain it: for a host that is lost or compromised.
     Revoke(containment::RevokeArgs),
+    /// Drain a load balancer's backend: no new connections, its existing
+    /// ones continue until the deregistration delay passes.
+    Drain(backends::DrainArgs),
+    /// End a drain (`sluice get backends` lists backends and their states).
+    Undrain(backends::UndrainArgs),
     /// Failovers, rejoins, drains and scaling decisions the controller logged.
     Events(ctl::EventsArgs),
     /// Report an application metric sample of a chain (feeds its scaler).
@@ -153,6 +159,8 @@ fn main() -> ExitCode {
         Cmd::Unblock(a) => block::unblock(&a),
         Cmd::Release(a) => containment::release(&a),
         Cmd::Revoke(a) => containment::revoke(&a),
+        Cmd::Drain(a) => backends::drain(&a),
+        Cmd::Undrain(a) => backends::undrain(&a),
         Cmd::Events(a) => ctl::events(&a),
         Cmd::Metric(a) => ctl::metric(&a),
         Cmd::Token(a) => tokens::run(&a),

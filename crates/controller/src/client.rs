@@ -567,6 +567,48 @@ impl Client {
         Self::parse(&self.call("DELETE", &format!("/v1/tenants/{tenant}/blocks/{id}"), None)?)
     }
 
+    /// Every load-balancer backend's health (a tenant token: its own).
+    pub fn backends(&self) -> Result<Vec<BackendInfo>, ClientError> {
+        self.get("/v1/backends")
+    }
+
+    /// Drains backend `addr` of load balancer `tenant/mb` with a
+    /// deregistration delay of `delay_ms` (`None`: the controller's default);
+    /// the backends it named, after.
+    pub fn drain_backend(
+        &self,
+        tenant: &str,
+        mb: &str,
+        addr: &str,
+        delay_ms: Option<u64>,
+    ) -> Result<Vec<BackendInfo>, ClientError> {
+        self.send_json(
+            "PUT",
+            &Self::drain_path(tenant, mb, addr),
+            &DrainRequest { delay_ms },
+        )
+    }
+
+    /// Ends the drain of backend `addr` of load balancer `tenant/mb`.
+    pub fn undrain_backend(
+        &self,
+        tenant: &str,
+        mb: &str,
+        addr: &str,
+    ) -> Result<Vec<BackendInfo>, ClientError> {
+        Self::parse(&self.call("DELETE", &Self::drain_path(tenant, mb, addr), None)?)
+    }
+
+    fn drain_path(tenant: &str, mb: &str, addr: &str) -> String {
+        let e = crate::resources::percent_encode;
+        format!(
+            "/v1/tenants/{}/middleboxes/{}/backends/{}/drain",
+            e(tenant),
+            e(mb),
+            e(addr)
+        )
+    }
+
     /// Events with an id above `since` (0: all kept).
     pub fn events(&self, since: u64) -> Result<Vec<EventInfo>, ClientError> {
         self.get(&format!("/v1/events?since={since}"))

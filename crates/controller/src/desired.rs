@@ -153,6 +153,11 @@ pub struct Desired {
     pub compiled: CompileCache,
     /// The id the next block gets (ids are never reused).
     pub next_block: u64,
+    /// The load balancers' backends that are not up, per `(tenant,
+    /// middlebox)`: given to every instance of the middlebox
+    /// ([`sluice_proto::InstanceConfig::backends`]). Live state, never
+    /// persisted (`crate::reconcile`'s backend health decides it).
+    pub backend_states: BTreeMap<(String, String), Vec<sluice_proto::BackendOverride>>,
 }
 
 /// Why an instance was put on its host.
@@ -1001,6 +1006,11 @@ impl Desired {
                     // Added by the pusher (`store_acl::Passwords::fill`), so it
                     // is never stored.
                     state_password: None,
+                    backends: self
+                        .backend_states
+                        .get(&(tn.clone(), mb.clone()))
+                        .cloned()
+                        .unwrap_or_default(),
                 });
             }
             cfg.ports.sort_by_key(|p| p.id);

@@ -10,6 +10,7 @@ use serde_json::Value;
 use crate::audit::AuditEntry;
 use crate::error::ApiError;
 use crate::reconcile::Reconciler;
+use crate::resources::backends::BackendAction;
 use crate::resources::blocks::BlockWhat;
 use crate::resources::hosts::HostAction;
 use crate::resources::scaling::ScalingWhat;
@@ -71,6 +72,7 @@ fn run(r: &mut Reconciler, action: Action, actor: &str, now: Instant) -> Result<
         Action::Host(a) => resources::hosts::execute(r, a, now),
         Action::Scaling(a) => resources::scaling::execute(r, a, now),
         Action::Block(a) => resources::blocks::execute(r, a, actor, now),
+        Action::Backend(a) => resources::backends::execute(r, a, now),
         Action::Events(q) => resources::events::execute(r, &q),
         Action::Audit(q) => resources::audit::execute(r, &q),
         Action::Traffic(q) => resources::traffic::execute(r, q),
@@ -129,6 +131,26 @@ pub fn describe(action: &Action) -> Option<(Option<String>, String)> {
             };
             Some((Some(t.clone()), what))
         }
+        Action::Backend(BackendAction::Drain {
+            tenant,
+            middlebox,
+            addr,
+            delay,
+        }) => Some((
+            Some(tenant.clone()),
+            format!(
+                "drain backend {addr} of {tenant}/{middlebox} (deregistration delay {} ms)",
+                delay.as_millis()
+            ),
+        )),
+        Action::Backend(BackendAction::Undrain {
+            tenant,
+            middlebox,
+            addr,
+        }) => Some((
+            Some(tenant.clone()),
+            format!("undrain backend {addr} of {tenant}/{middlebox}"),
+        )),
         Action::Scaling(s) => {
             let (t, o) = (&s.tenant, &s.object);
             let what = match &s.what {

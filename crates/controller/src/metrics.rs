@@ -174,11 +174,55 @@ pub fn render(r: &Reconciler, now: Instant, process: bool) -> String {
             escape(kind)
         );
     }
+    backends(&mut o, r, now);
     store(&mut o, r);
     if process {
         sluice_metrics::process(&mut o);
     }
     o
+}
+
+/// The load balancers' backends: a state set (one series per state, 1 for
+/// the backend's current one, as Prometheus's conventions for enums) and
+/// the transitions by the state entered.
+fn backends(o: &mut String, r: &Reconciler, now: Instant) {
+    family(
+        o,
+        "sluice_controller_backend_state",
+        "gauge",
+        "1 for the state each load-balancer backend is in (up, down, draining, removed), 0 for the others.",
+    );
+    for b in r.backend_infos(None, now) {
+        for st in crate::reconcile::BACKEND_STATES {
+            let _ = writeln!(
+                o,
+                "sluice_controller_backend_state{{tenant=\"{}\",middlebox=\"{}\",backend=\"{}\",state=\"{}\"}} {}",
+                escape(&b.tenant),
+                escape(&b.middlebox),
+                escape(&b.backend),
+                st.as_str(),
+                u8::from(b.state == st.as_str())
+            );
+        }
+    }
+    family(
+        o,
+        "sluice_controller_backend_transitions_total",
+        "counter",
+        "Load-balancer backend state changes since the controller started, by the state entered.",
+    );
+    for st in crate::reconcile::BACKEND_STATES {
+        let _ = writeln!(
+            o,
+            "sluice_controller_backend_transitions_total{{to=\"{}\"}} {}",
+            st.as_str(),
+            r.backends
+                .transitions
+                .get(st.as_str())
+                .copied()
+                .unwrap_or(0)
+        );
+    }
 }
 
 /// The state store's families, when the state URL names one (a `local`

@@ -566,7 +566,9 @@ pub struct EventInfo {
     /// `failover`, `rejoin`, `scale` (a count changed), `scaler` (a step of a
     /// chain's scaler), `drain` (a drain started or ended), `catch-up` (a new
     /// instance of a pinned middlebox gets most new flows, or stopped getting
-    /// them), `block` (a block on request made or removed) or `error`.
+    /// them), `block` (a block on request made or removed), `backend` (a
+    /// load-balancer backend changed state: down, draining, removed, up) or
+    /// `error`.
     pub kind: String,
     /// Tenant.
     #[serde(default)]
@@ -636,4 +638,45 @@ pub struct TokenCreated {
 pub struct StatusInfo {
     /// The state store: its nodes, whether they answer, their roles, data lost.
     pub store: crate::store_health::StoreStatus,
+}
+
+/// A load-balancer backend's health (`GET /v1/backends`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BackendInfo {
+    /// Tenant.
+    pub tenant: String,
+    /// The `lb` middlebox.
+    pub middlebox: String,
+    /// The backend's address as the middlebox's configuration names it.
+    pub backend: String,
+    /// `up` (takes new connections), `down` (its host is down: no new
+    /// connections, its connections keep it), `draining` (drained: no new
+    /// connections until the delay passes) or `removed` (drained past the
+    /// delay: its remaining connections are dropped).
+    pub state: String,
+    /// Since when it has been in `state`, Unix milliseconds.
+    pub since_ms: u64,
+    /// What its health checks say (true without checks).
+    pub healthy: bool,
+    /// Its host is down (silent, as for its NF instances).
+    pub host_down: bool,
+    /// The tenant's VM at its address, if registered.
+    #[serde(default)]
+    pub vm: Option<String>,
+    /// That VM's host.
+    #[serde(default)]
+    pub host: Option<u32>,
+    /// A drain's end (the deregistration delay), Unix milliseconds.
+    #[serde(default)]
+    pub drain_until_ms: Option<u64>,
+}
+
+/// `PUT /v1/tenants/{name}/middleboxes/{middlebox}/backends/{addr}/drain`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DrainRequest {
+    /// The deregistration delay in milliseconds: after it the backend is
+    /// removed (its remaining connections dropped). Default 30000.
+    #[serde(default)]
+    pub delay_ms: Option<u64>,
 }

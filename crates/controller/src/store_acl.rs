@@ -272,6 +272,7 @@ mod tests {
             chain_yaml: String::new(),
             state: state.into(),
             state_password: None,
+            backends: Vec::new(),
         };
         let mut cfg = AgentConfig {
             instances: vec![

@@ -58,6 +58,10 @@ pub struct InstanceOptions {
     /// EVE log the functions' alerts and flow records are appended to
     /// (`None`: they are counted and discarded).
     pub eve: Option<PathBuf>,
+    /// The JSON file of the load balancer's backends that are not up
+    /// ([`sluice_proto::BackendOverride`]s, written by the agent): read at
+    /// start and again at every timer tick after it changed.
+    pub backends: Option<PathBuf>,
 }
 
 /// Why an instance could not start or stopped.
@@ -569,6 +573,30 @@ impl DataPath {
         s
     }
 
+    /// Applies the backend states the agent wrote (the whole list: a backend
+    /// not in it is up) to the chain's functions, between batches: no flow is
+    /// lost. Entries with an address that does not parse are skipped, each
+    /// named in `errors`. Returns how many backends matched.
+    pub fn set_backends(
+        &mut self,
+        list: &[sluice_proto::BackendOverride],
+        errors: &mut Vec<String>,
+    ) -> usize {
+        let states: Vec<sluice_nf::BackendAdmin> = list
+            .iter()
+            .filter_map(|b| match backend_admin(b) {
+                Ok(a) => Some(a),
+                Err(e) => {
+                    errors.push(e);
+                    None
+                }
+            })
+            .collect();
+        // Batches in flight were decided under the old states; none waits.
+        self.flush_pipeline();
+        self.chain.set_backend_states(&states)
+    }
+
     /// Handles a lease datagram from the agent (see
     /// [`sluice_proto::InstanceLease`]) received at `now`: installs, renews or
     /// revokes the chain's ownership lease. Anything malformed, or answering a
@@ -717,6 +745,71 @@ impl DataPath {
     /// took yet; the caller writes them and clears the vector.
     pub fn events(&mut self) -> &mut Vec<Event> {
         &mut self.events
+    }
+}
+
+/// A backend entry as the load balancer takes it: `IP` (any port) or
+/// `IP:PORT` (`[v6]:PORT`).
+fn backend_admin(b: &sluice_proto::BackendOverride) -> Result<sluice_nf::BackendAdmin, String> {
+    use sluice_proto::BackendHealthState as H;
+    let state = match b.state {
+        H::Up => sluice_nf::BackendState::Up,
+        H::Down => sluice_nf::BackendState::Down,
+        H::Draining => sluice_nf::BackendState::Draining,
+        H::Removed => sluice_nf::BackendState::Removed,
+    };
+    let (addr, port) = if let Ok(a) = b.addr.parse::<std::net::IpAddr>() {
+        (a, None)
+    } else {
+        let sa = b
+            .addr
+            .parse::<std::net::SocketAddr>()
+            .map_err(|_| format!("backend address {:?} is neither IP nor IP:PORT", b.addr))?;
+        (sa.ip(), Some(sa.port()))
+    };
+    Ok(sluice_nf::BackendAdmin {
+        addr: addr.into(),
+        port,
+        state,
+    })
+}
+
+/// Watches the backends file ([`InstanceOptions::backends`]): a change of its
+/// size, modification time or inode (the agent replaces it by a rename) is
+/// read and applied. One `stat` per timer tick, never per packet.
+#[derive(Debug)]
+struct BackendsWatch {
+    path: PathBuf,
+    seen: Option<(u64, u64, std::time::SystemTime)>,
+}
+
+impl BackendsWatch {
+    fn check(&mut self, core: &mut DataPath) {
+        use std::os::unix::fs::MetadataExt;
+        let Ok(m) = std::fs::metadata(&self.path) else {
+            return;
+        };
+        let id = (m.ino(), m.len(), m.modified().unwrap_or(UNIX_EPOCH));
+        if self.seen == Some(id) {
+            return;
+        }
+        self.seen = Some(id);
+        let list: Vec<sluice_proto::BackendOverride> = match std::fs::read(&self.path)
+            .map_err(|e| e.to_string())
+            .and_then(|b| serde_json::from_slice(&b).map_err(|e| e.to_string()))
+        {
+            Ok(l) => l,
+            Err(e) => {
+                tracing::warn!(path = %self.path.display(), error = %e, "cannot read the backend states: keeping the ones in force");
+                return;
+            }
+        };
+        let mut errors = Vec::new();
+        let matched = core.set_backends(&list, &mut errors);
+        for e in errors {
+            tracing::warn!(path = %self.path.display(), "{e}");
+        }
+        tracing::info!(entries = list.len(), matched, "backend states applied");
     }
 }
 
@@ -885,6 +978,13 @@ pub fn run_with_stats(
     let mut next_heartbeat = Instant::now();
     let mut pacer = core.capacity().map(|c| Pacer::new(&c, Instant::now()));
     let mut eve = opts.eve.as_deref().map(|p| EveLog::new(p, &opts.name));
+    let mut backends = opts
+        .backends
+        .clone()
+        .map(|path| BackendsWatch { path, seen: None });
+    if let Some(w) = backends.as_mut() {
+        w.check(&mut core);
+    }
 
     // The beat thread sends the heartbeats ([`beat`]): from a duplicate of
     // the data socket, so that they come from the address the agent knows and
@@ -987,6 +1087,9 @@ pub fn run_with_stats(
                 }
                 let now = Instant::now();
                 if now >= next_tick {
+                    if let Some(w) = backends.as_mut() {
+                        w.check(&mut core);
+                    }
                     core.tick(wall_ns());
                     stats.publish(&core.stats_now());
                     next_tick = now + timer_interval;

@@ -629,3 +629,95 @@ fn jumbo_and_64k_class_frames_come_back_whole() {
     );
     assert!(c.stats.drops.is_empty(), "{:?}", c.stats.drops);
 }
+
+const LB_CHAIN: &str = r#"
+name: t1.lb
+functions:
+  - type: lb
+    name: lb
+    services:
+      - vip: 10.2.0.100
+        port: 80
+        backends: [{ addr: "10.2.0.7" }, { addr: "10.2.0.8:8080" }]
+settings:
+  batch_size: 8
+  timer_interval_ms: 100
+"#;
+
+/// SYNs `from..to` to the VIP through `c`: the backend address each went to.
+fn lb_picks(c: &mut DataPath, from: u16, to: u16) -> Vec<IpAddr> {
+    let syns: Vec<Vec<u8>> = (from..to)
+        .map(|i| {
+            let f = sluice_wire::build::tcp_v4(
+                [10, 1, (i >> 8) as u8, i as u8],
+                [10, 2, 0, 100],
+                30_000 + i,
+                80,
+                1,
+                0,
+                sluice_wire::tcp::flags::SYN,
+                b"",
+            );
+            encap(0x00_1234, Some((7, 1)), &f)
+        })
+        .collect();
+    run_through(c, &syns)
+        .iter()
+        .map(|d| {
+            let (_, _, off) = parse_geneve_payload(d).unwrap();
+            sluice_wire::parse::parse_frame(&d[off..]).unwrap().flow.dst
+        })
+        .collect()
+}
+
+/// Backend states reach a running instance through its backends file: read
+/// when it changes, applied between batches, a backend not listed is up.
+#[test]
+fn backend_states_from_the_agents_file_steer_new_connections() {
+    let b7 = IpAddr::V4([10, 2, 0, 7]);
+    let b8 = IpAddr::V4([10, 2, 0, 8]);
+    let mut c = core_of(LB_CHAIN, Box::new(LocalStore::new()));
+    let picks = lb_picks(&mut c, 0, 40);
+    assert!(picks.contains(&b7) && picks.contains(&b8), "{picks:?}");
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("x.backends.json");
+    let mut w = BackendsWatch {
+        path: path.clone(),
+        seen: None,
+    };
+    w.check(&mut c);
+    // No file yet: nothing changes.
+    assert_eq!(lb_picks(&mut c, 40, 80).len(), 40);
+    std::fs::write(&path, r#"[{"addr": "10.2.0.8:8080", "state": "down"}]"#).unwrap();
+    w.check(&mut c);
+    let picks = lb_picks(&mut c, 100, 140);
+    assert_eq!(picks.len(), 40);
+    assert!(picks.iter().all(|a| *a == b7), "{picks:?}");
+    // Replaced by a rename, as the agent does: the new list wins.
+    let tmp = dir.path().join("tmp");
+    std::fs::write(&tmp, r#"[{"addr": "10.2.0.7", "state": "draining"}]"#).unwrap();
+    std::fs::rename(&tmp, &path).unwrap();
+    w.check(&mut c);
+    let picks = lb_picks(&mut c, 200, 240);
+    assert!(picks.iter().all(|a| *a == b8), "{picks:?}");
+    // A list that does not parse keeps the states in force.
+    std::fs::write(&path, "not json").unwrap();
+    w.check(&mut c);
+    assert!(lb_picks(&mut c, 300, 340).iter().all(|a| *a == b8));
+    // A bad entry is named, the good ones apply.
+    let mut errors = Vec::new();
+    let list = [
+        sluice_proto::BackendOverride {
+            addr: "nonsense".into(),
+            state: sluice_proto::BackendHealthState::Down,
+        },
+        sluice_proto::BackendOverride {
+            addr: "10.2.0.8".into(),
+            state: sluice_proto::BackendHealthState::Down,
+        },
+    ];
+    assert_eq!(c.set_backends(&list, &mut errors), 1);
+    assert_eq!(errors.len(), 1);
+    assert!(errors[0].contains("\"nonsense\""), "{errors:?}");
+    assert!(lb_picks(&mut c, 400, 440).iter().all(|a| *a == b7));
+}

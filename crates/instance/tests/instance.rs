@@ -124,6 +124,7 @@ fn one_instance(state: String, timeout: Duration) -> (OneLab, UdpSocket, Running
         chain: chain.0.clone(),
         state,
         eve: None,
+        backends: None,
     });
     let lab = OneLab {
         _agent_ns: agent_ns,
@@ -263,6 +264,7 @@ fn startup_errors_are_reported_not_panics() {
         chain,
         state: state.into(),
         eve: None,
+        backends: None,
     };
     let e = run(&opts("/nonexistent.yaml".into(), "local", None), &stop).unwrap_err();
     assert!(matches!(e, InstanceError::Chain { .. }), "{e}");
@@ -341,6 +343,7 @@ fn two_instances_share_connection_state_through_redis() {
             chain: chain.0.clone(),
             state: redis.url(),
             eve: None,
+            backends: None,
         }));
         nss.push(ns);
     }

@@ -117,4 +117,67 @@ pub trait NetworkFunction: Send {
     /// Function-specific counters (name, value) for summaries and metrics, e.g.
     /// `("alerts", 3)`. Names are snake_case and stable.
     fn counters(&self, _out: &mut Vec<(&'static str, u64)>) {}
+
+    /// Replaces the health and drain states of the function's backends (a
+    /// load balancer's): every backend `states` does not name is
+    /// [`BackendState::Up`]. Applied between batches, at run time, without
+    /// losing any flow. Returns how many configured backends an entry
+    /// matched. Default: the function has no backends (0).
+    fn set_backend_states(&mut self, _states: &[BackendAdmin]) -> usize {
+        0
+    }
+}
+
+/// What a load balancer may do with one backend, as health checks and
+/// operators decide (the GWLB/haproxy model).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub enum BackendState {
+    /// Takes new connections.
+    #[default]
+    Up,
+    /// Failed its health checks (or its host is down): no new connections;
+    /// its existing connections keep it (GWLB's default: a flow is never
+    /// moved to another backend, and a backend that was only slow to answer
+    /// a check keeps serving them).
+    Down,
+    /// Drained by an operator: no new connections, existing ones continue
+    /// until the deregistration delay passes.
+    Draining,
+    /// Drained past its deregistration delay: out of consideration entirely;
+    /// packets of its remaining connections are dropped.
+    Removed,
+}
+
+impl BackendState {
+    /// The state's name (`up`, `down`, `draining`, `removed`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BackendState::Up => "up",
+            BackendState::Down => "down",
+            BackendState::Draining => "draining",
+            BackendState::Removed => "removed",
+        }
+    }
+
+    /// Whether a backend in this state may take new connections.
+    pub fn takes_new(self) -> bool {
+        self == BackendState::Up
+    }
+}
+
+impl std::fmt::Display for BackendState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The state of the backend(s) at `addr` ([`NetworkFunction::set_backend_states`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BackendAdmin {
+    /// The backend's address.
+    pub addr: sluice_wire::IpAddr,
+    /// Its port; `None`: every backend at `addr`, whatever its port.
+    pub port: Option<u16>,
+    /// What the function may do with it.
+    pub state: BackendState,
 }

@@ -366,9 +366,65 @@ pub struct InstanceConfig {
     /// the agent's `GET /v1/config` ([`InstanceConfig::redacted`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub state_password: Option<StorePassword>,
+    /// The backends of its load balancer that are not up (down, draining,
+    /// removed), as the controller's health checks and operators decide. A
+    /// change here reaches the running instance without restarting it (the
+    /// agent writes it to the instance's backends file, which the instance
+    /// reads at its next timer tick): compare configurations with
+    /// [`InstanceConfig::same_process`].
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub backends: Vec<BackendOverride>,
+}
+
+/// A load-balancer backend that is not up ([`InstanceConfig::backends`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BackendOverride {
+    /// `IP` (every backend at that address) or `IP:PORT` (`[v6]:PORT`).
+    pub addr: String,
+    /// What the load balancer may do with it.
+    pub state: BackendHealthState,
+}
+
+/// A backend's state as the control plane carries it (`sluice_nf::BackendState`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BackendHealthState {
+    /// Takes new connections.
+    Up,
+    /// No new connections; existing ones keep it.
+    Down,
+    /// Drained: no new connections, existing ones continue until the
+    /// deregistration delay passes.
+    Draining,
+    /// Drained past its deregistration delay: its connections' packets are
+    /// dropped.
+    Removed,
+}
+
+impl BackendHealthState {
+    /// The state's name (`up`, `down`, `draining`, `removed`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BackendHealthState::Up => "up",
+            BackendHealthState::Down => "down",
+            BackendHealthState::Draining => "draining",
+            BackendHealthState::Removed => "removed",
+        }
+    }
 }
 
 impl InstanceConfig {
+    /// Whether `other` runs as the same process: equal but for
+    /// [`InstanceConfig::backends`], which a running instance takes in
+    /// without a restart.
+    pub fn same_process(&self, other: &InstanceConfig) -> bool {
+        let strip = |c: &InstanceConfig| InstanceConfig {
+            backends: Vec::new(),
+            ..c.clone()
+        };
+        strip(self) == strip(other)
+    }
+
     /// This configuration without its store password, for showing.
     pub fn redacted(&self) -> InstanceConfig {
         InstanceConfig {
@@ -860,6 +916,44 @@ pub const INSTANCE_LINK_PREFIX: u8 = 30;
 mod tests {
     use super::*;
 
+    /// Backend states change without a restart: the agent compares
+    /// configurations with `same_process`, which ignores them alone.
+    #[test]
+    fn backend_states_do_not_make_another_process() {
+        let a = InstanceConfig {
+            name: "t/lb/0".into(),
+            tenant: "t".into(),
+            middlebox: "lb".into(),
+            port: 100,
+            vni: 5,
+            chain_yaml: "chain".into(),
+            state: "local".into(),
+            state_password: None,
+            backends: Vec::new(),
+        };
+        let down = InstanceConfig {
+            backends: vec![BackendOverride {
+                addr: "10.0.0.2:80".into(),
+                state: BackendHealthState::Down,
+            }],
+            ..a.clone()
+        };
+        assert!(a.same_process(&down) && down.same_process(&a));
+        let other = InstanceConfig {
+            chain_yaml: "other".into(),
+            ..down.clone()
+        };
+        assert!(!other.same_process(&down));
+        let json = serde_json::to_string(&down).unwrap();
+        assert!(
+            json.contains(r#""backends":[{"addr":"10.0.0.2:80","state":"down"}]"#),
+            "{json}"
+        );
+        // An agent without the field reads the rest, and an empty list is
+        // not sent at all (older agents see what they always saw).
+        assert!(!serde_json::to_string(&a).unwrap().contains("backends"));
+    }
+
     #[test]
     fn store_passwords_travel_but_never_show() {
         let i = InstanceConfig {
@@ -871,6 +965,7 @@ mod tests {
             chain_yaml: String::new(),
             state: "redis://sluice-t-t@h:1?prefix=t.t.".into(),
             state_password: Some(StorePassword::new("s3cret-pw")),
+            backends: Vec::new(),
         };
         let cfg = AgentConfig {
             instances: vec![i.clone()],

@@ -93,6 +93,7 @@ fn config(h: u32, blocked: bool) -> AgentConfig {
             chain_yaml: String::new(),
             state: "local".into(),
             state_password: None,
+            backends: Vec::new(),
         };
         (vec![vm_port(1, "a1"), vm_port(3, "a2"), inst], vec![ic])
     } else {

@@ -98,6 +98,7 @@ fn figure4_host1() -> AgentConfig {
             chain_yaml: String::new(),
             state: "local".into(),
             state_password: None,
+            backends: Vec::new(),
         });
     }
     AgentConfig {

@@ -1,7 +1,7 @@
 //! Heartbeats and instance health: hosts register by heartbeating; instances an
 //! agent reports dead (or suspected for [`SUSPECT_CONFIRM`]) leave every host's
 //! groups, and rejoin once reported healthy for [`REJOIN_AFTER`]; a host silent
-//! for [`HOST_SILENT`] has all its instances taken out until it is heard again.
+//! for [`HOST_SILENT`](super::HOST_SILENT) has all its instances taken out until it is heard again.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
@@ -9,9 +9,7 @@ use std::time::{Duration, Instant};
 use sluice_proto::{HostHeartbeat, InstanceHealth, PinnedFlows};
 
 use super::events::event;
-use super::{
-    DownReason, Reconciler, HOST_GRACE, HOST_SILENT, REJOIN_AFTER, REPUSH_AFTER, SUSPECT_CONFIRM,
-};
+use super::{DownReason, Reconciler, HOST_GRACE, REJOIN_AFTER, REPUSH_AFTER, SUSPECT_CONFIRM};
 use crate::desired::{instance_name, Host, InstanceKey};
 use crate::error::ApiError;
 use crate::model::HostAck;
@@ -285,19 +283,11 @@ impl Reconciler {
     }
 
     /// Suspects every instance of a health-reporting host silent for
-    /// [`HOST_SILENT`]. When every watched host (two or more) is silent at once,
-    /// the controller (or the management network) is the likelier culprit:
-    /// nothing is suspected.
-    pub(super) fn check_silence(&mut self, now: Instant) {
-        let watched = self.live.values().filter(|l| l.reports_health).count();
-        let silent: BTreeMap<u32, Duration> = self
-            .live
-            .iter()
-            .filter(|(_, l)| l.reports_health)
-            .filter_map(|(h, l)| l.last_heard.map(|t| (*h, now.saturating_duration_since(t))))
-            .filter(|(_, d)| *d > HOST_SILENT)
-            .collect();
-        if silent.is_empty() || (watched >= 2 && silent.len() == watched) {
+    /// [`HOST_SILENT`](super::HOST_SILENT) (`silent`, from [`Reconciler::silent_hosts`]: empty when
+    /// every watched host is silent at once, since the controller or the
+    /// management network is then the likelier culprit).
+    pub(super) fn check_silence(&mut self, silent: &BTreeMap<u32, Duration>, now: Instant) {
+        if silent.is_empty() {
             return;
         }
         let changes: Changes = self
@@ -319,7 +309,8 @@ impl Reconciler {
             .collect();
         self.apply_health(changes, DownReason::HostSilent, now);
         let dead: Vec<(u32, Duration)> = silent
-            .into_iter()
+            .iter()
+            .map(|(h, d)| (*h, *d))
             .filter(|(h, d)| *d > HOST_GRACE && !self.desired.evacuated.contains(h))
             .collect();
         for (h, d) in dead {

@@ -31,6 +31,7 @@ use crate::lease::{Decision as LeaseDecision, LeaseGate};
 use crate::store::{Store, StoreError};
 
 mod autoscale;
+mod backends;
 mod blocks;
 mod containment;
 mod drains;
@@ -41,6 +42,7 @@ mod requests;
 #[cfg(test)]
 mod tests;
 
+pub use backends::BACKEND_STATES;
 pub use containment::{AccusationInfo, ContainmentInfo, ACCUSATION_TTL, DEFAULT_THRESHOLD};
 pub use drains::caught_up;
 pub use events::{event, Events, EVENTS_KEPT};
@@ -176,6 +178,8 @@ pub struct Reconciler {
     containment: containment::Containment,
     /// The state store's health, from the probes of its nodes.
     store_health: crate::store_health::StoreHealth,
+    /// Health of the load balancers' backends.
+    pub(crate) backends: backends::Backends,
 }
 
 impl Reconciler {
@@ -231,6 +235,7 @@ impl Reconciler {
             counters: crate::metrics::Counters::default(),
             containment: containment::Containment::default(),
             store_health: crate::store_health::StoreHealth::new(&[], false, String::new()),
+            backends: backends::Backends::default(),
         })
     }
 
@@ -383,9 +388,11 @@ impl Reconciler {
             .last_tick
             .is_some_and(|t| now.saturating_duration_since(t) > HOST_SILENT / 2);
         self.last_tick = Some(now);
-        if !stalled {
-            self.check_silence(now);
+        let silent = (!stalled).then(|| self.silent_hosts(now));
+        if let Some(silent) = &silent {
+            self.check_silence(silent, now);
         }
+        self.check_backends(silent.as_ref(), now);
         self.sample_agent_metrics(now);
         self.sample_traffic(now);
         self.expire_accusations(now);

@@ -1502,3 +1502,176 @@ fn traffic_draws_chains_from_the_spec_with_rates_from_heartbeats() {
     let v = s.ok("GET", "/v1/traffic", "");
     assert_eq!(v[0]["packets_per_s"], 0.0, "{v}");
 }
+
+const LB_SPEC: &str = "tenant: t
+elements:
+  a: { type: service, vms: { a1: 10.0.0.1 } }
+  b: { type: service, vms: { b1: 10.0.0.2, b2: 10.0.0.3 } }
+  lb:
+    type: middlebox
+    function: lb
+    config:
+      services:
+        - vip: 10.0.0.100
+          port: 80
+          backends: [{ addr: \"10.0.0.2\" }, { addr: \"10.0.0.3:8080\" }]
+chains:
+  - { name: ab, path: [a, lb, b] }
+";
+
+/// The backend states every instance of `t/lb` was given, as `addr state`.
+fn lb_backends(s: &Sim) -> Vec<Vec<String>> {
+    s.r.configs()
+        .values()
+        .flat_map(|c| c.instances.iter())
+        .filter(|i| i.middlebox == "lb")
+        .map(|i| {
+            i.backends
+                .iter()
+                .map(|b| format!("{} {}", b.addr, b.state.as_str()))
+                .collect()
+        })
+        .collect()
+}
+
+/// An LB spec on three hosts: backend b1 on host 3, b2 on host 2.
+fn lb_sim() -> Sim {
+    let mut s = Sim::new(SPEC);
+    s.ok("PUT", "/v1/vms/t/b2", &vm("b2", 2, "10.0.0.3"));
+    s.ok("PUT", "/v1/tenants/t", LB_SPEC);
+    s.push_all();
+    s
+}
+
+/// The motivating failure of issue 22: a backend's host dies. Its backend is
+/// taken out of new connections as soon as the host is silent for
+/// HOST_SILENT, in the configuration of every instance of the LB (which the
+/// agents hand to the running processes), and back when the host is heard.
+#[test]
+fn a_backend_on_a_silent_host_is_down_until_the_host_is_heard_again() {
+    let mut s = lb_sim();
+    assert_eq!(lb_backends(&s), vec![Vec::<String>::new()], "all up");
+    let lb_host = s.port("t/lb/0").0;
+    let before = s.r.configs()[&lb_host].version;
+    // Hosts 1 and 3 keep beating; host 2 (b2's) goes silent.
+    let mut t = Duration::ZERO;
+    while t < Duration::from_millis(600) {
+        for h in [1, 3] {
+            s.beat(h, Some(Vec::new()));
+        }
+        if t < Duration::from_millis(100) {
+            s.beat(2, Some(Vec::new()));
+        }
+        s.run(20 * MS);
+        t += 20 * MS;
+        if t < Duration::from_millis(380) {
+            assert_eq!(lb_backends(&s), vec![Vec::<String>::new()], "at {t:?}");
+        }
+    }
+    assert_eq!(
+        lb_backends(&s),
+        vec![vec!["10.0.0.3:8080 down".to_string()]]
+    );
+    let ev = s.events("backend");
+    assert_eq!(ev.len(), 1, "{ev:?}");
+    assert!(
+        ev[0].reason.contains("10.0.0.3:8080: up -> down")
+            && ev[0].reason.contains("host 2 silent"),
+        "{}",
+        ev[0].reason
+    );
+    assert_eq!(ev[0].host, Some(2));
+    assert!(
+        s.r.configs()[&lb_host].version > before,
+        "pushed to the LB's host"
+    );
+    let infos = s.r.backend_infos(Some("t"), s.now);
+    let b2 = infos.iter().find(|b| b.backend == "10.0.0.3:8080").unwrap();
+    assert_eq!(
+        (b2.state.as_str(), b2.host_down, b2.vm.as_deref()),
+        ("down", true, Some("b2"))
+    );
+    // The metrics show it.
+    let m = crate::metrics::render(&s.r, s.now, false);
+    assert!(m.contains(
+        "sluice_controller_backend_state{tenant=\"t\",middlebox=\"lb\",backend=\"10.0.0.3:8080\",state=\"down\"} 1"
+    ), "{m}");
+    assert!(m.contains("sluice_controller_backend_transitions_total{to=\"down\"} 1"));
+    // Heard again: up at once.
+    s.beat(2, Some(Vec::new()));
+    s.run(20 * MS);
+    assert_eq!(lb_backends(&s), vec![Vec::<String>::new()]);
+    assert_eq!(s.events("backend").len(), 2);
+}
+
+/// When every watched host is silent at once the controller suspects itself:
+/// no backend is taken down.
+#[test]
+fn no_backend_goes_down_when_every_host_is_silent() {
+    let mut s = lb_sim();
+    for h in 1..=3 {
+        s.beat(h, Some(Vec::new()));
+    }
+    s.run(Duration::from_secs(2));
+    assert_eq!(lb_backends(&s), vec![Vec::<String>::new()]);
+    assert!(s.events("backend").is_empty());
+}
+
+#[test]
+fn an_operator_drain_ends_in_removal_after_its_delay_and_undrain_restores_it() {
+    let mut s = lb_sim();
+    let url = "/v1/tenants/t/middleboxes/lb/backends/10.0.0.2/drain";
+    let v = s.ok("PUT", url, "{\"delay_ms\": 1000}");
+    assert_eq!(v[0]["state"], "draining", "{v}");
+    assert_eq!(v[0]["backend"], "10.0.0.2");
+    assert_eq!(lb_backends(&s), vec![vec!["10.0.0.2 draining".to_string()]]);
+    s.run(Duration::from_millis(980));
+    assert_eq!(lb_backends(&s), vec![vec!["10.0.0.2 draining".to_string()]]);
+    s.run(Duration::from_millis(40));
+    assert_eq!(lb_backends(&s), vec![vec!["10.0.0.2 removed".to_string()]]);
+    let reasons: Vec<String> = s.events("backend").into_iter().map(|e| e.reason).collect();
+    assert_eq!(reasons.len(), 2, "{reasons:?}");
+    assert!(
+        reasons[0].contains("drained by an operator"),
+        "{}",
+        reasons[0]
+    );
+    assert!(
+        reasons[1].contains("deregistration delay passed"),
+        "{}",
+        reasons[1]
+    );
+    // An IP names the backend whatever its port; undrain brings it back.
+    let v = s.ok(
+        "DELETE",
+        "/v1/tenants/t/middleboxes/lb/backends/10.0.0.3/drain",
+        "",
+    );
+    assert_eq!(v[0]["state"], "up", "not drained: nothing changes");
+    let v = s.ok("DELETE", url, "");
+    assert_eq!(v[0]["state"], "up");
+    assert_eq!(lb_backends(&s), vec![Vec::<String>::new()]);
+    // Unknown names are 404s that say what is missing; a drain is audited.
+    for (u, want) in [
+        (
+            "/v1/tenants/t/middleboxes/lb/backends/10.9.9.9/drain",
+            "no backend `10.9.9.9`",
+        ),
+        (
+            "/v1/tenants/t/middleboxes/a/backends/10.0.0.2/drain",
+            "no load balancer `a`",
+        ),
+        (
+            "/v1/tenants/x/middleboxes/lb/backends/10.0.0.2/drain",
+            "tenant `x`",
+        ),
+    ] {
+        let e = s.call("PUT", u, "").unwrap_err();
+        assert_eq!(e.status, 404, "{u}");
+        assert!(e.msg.contains(want), "{u}: {}", e.msg);
+    }
+    let e = s
+        .call("PUT", url, "{\"delay_ms\": 99999999999}")
+        .unwrap_err();
+    assert_eq!(e.status, 400);
+}

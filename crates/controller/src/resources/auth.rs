@@ -21,6 +21,7 @@
 
 use serde_json::Value;
 
+use super::backends::BackendAction;
 use super::blocks::BlockWhat;
 use super::hosts::HostAction;
 use super::scaling::ScalingWhat;
@@ -223,6 +224,10 @@ fn scope(a: &Action) -> Scope<'_> {
             BlockWhat::List => Scope::ReadTenant(&b.tenant),
             BlockWhat::Create(_) | BlockWhat::Delete(_) => Scope::WriteTenant(&b.tenant),
         },
+        Action::Backend(b) => match b.tenant() {
+            None => Scope::ReadListing,
+            Some(t) => Scope::WriteTenant(t),
+        },
         Action::Token(t) => match t {
             TokenAction::List => Scope::OperatorRead,
             TokenAction::Create { .. } | TokenAction::Delete(_) => Scope::Operator,
@@ -282,6 +287,15 @@ pub fn describe(a: &Action) -> String {
             BlockWhat::List => format!("list the blocks of tenant `{}`", b.tenant),
             BlockWhat::Create(_) => format!("block traffic to a VM of tenant `{}`", b.tenant),
             BlockWhat::Delete(_) => format!("remove a block of tenant `{}`", b.tenant),
+        },
+        Action::Backend(b) => match b {
+            BackendAction::List => "list load-balancer backends".into(),
+            BackendAction::Drain {
+                tenant, middlebox, ..
+            } => format!("drain a backend of load balancer `{tenant}/{middlebox}`"),
+            BackendAction::Undrain {
+                tenant, middlebox, ..
+            } => format!("undrain a backend of load balancer `{tenant}/{middlebox}`"),
         },
         Action::Token(t) => match t {
             TokenAction::List => "list tokens".into(),
@@ -443,6 +457,17 @@ mod tests {
             "/v1/tenants/{name}/chains/{chain}/scaling/request",
             [Yes, No, Own, No],
         ),
+        (
+            "PUT",
+            "/v1/tenants/{name}/middleboxes/{middlebox}/backends/{addr}/drain",
+            [Yes, No, Own, No],
+        ),
+        (
+            "DELETE",
+            "/v1/tenants/{name}/middleboxes/{middlebox}/backends/{addr}/drain",
+            [Yes, No, Own, No],
+        ),
+        ("GET", "/v1/backends", [Yes, Yes, Filtered, No]),
         ("GET", "/v1/tenants/{name}/blocks", [Yes, Yes, Own, No]),
         ("POST", "/v1/tenants/{name}/blocks", [Yes, No, Own, No]),
         (
@@ -477,6 +502,7 @@ mod tests {
             .replace("{tenant}", tenant)
             .replace("{id}", &host.to_string())
             .replace("{middlebox}", "fw")
+            .replace("{addr}", "10.0.0.2")
             .replace("{chain}", "ab");
         let body = match (m, tpl) {
             ("POST", "/v1/tenants") | ("PUT", "/v1/tenants/{name}") => spec(tenant),

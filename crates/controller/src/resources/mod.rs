@@ -11,6 +11,7 @@ use crate::error::ApiError;
 
 pub mod audit;
 pub mod auth;
+pub mod backends;
 pub mod blocks;
 pub mod eve;
 pub mod events;
@@ -47,6 +48,15 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("GET", "/v1/chains"),
     ("GET", "/v1/tenants/{name}/middleboxes/{middlebox}"),
     ("PUT", "/v1/tenants/{name}/middleboxes/{middlebox}"),
+    (
+        "PUT",
+        "/v1/tenants/{name}/middleboxes/{middlebox}/backends/{addr}/drain",
+    ),
+    (
+        "DELETE",
+        "/v1/tenants/{name}/middleboxes/{middlebox}/backends/{addr}/drain",
+    ),
+    ("GET", "/v1/backends"),
     ("POST", "/v1/tenants/{name}/chains/{chain}/metrics"),
     ("GET", "/v1/tenants/{name}/chains/{chain}/scaling"),
     ("PUT", "/v1/tenants/{name}/chains/{chain}/scaling"),
@@ -104,6 +114,8 @@ pub enum Action {
     Scaling(scaling::ScalingAction),
     /// A block-on-request request.
     Block(blocks::BlockAction),
+    /// A load-balancer backend request (health, drains).
+    Backend(backends::BackendAction),
     /// `GET /v1/events`.
     Events(events::EventsQuery),
     /// `GET /v1/audit`.
@@ -182,6 +194,9 @@ pub fn parse_as(req: &Request<'_>, who: Option<&auth::Principal>) -> Result<Acti
         }
         (_, t) if t.starts_with("/v1/tenants/{name}/blocks") => {
             blocks::parse(req.method, tpl, &p, req.body).map(Action::Block)
+        }
+        (_, t) if t == "/v1/backends" || t.contains("/backends/{addr}") => {
+            backends::parse(req.method, tpl, &p, req.body).map(Action::Backend)
         }
         (_, t)
             if t.starts_with("/v1/tenants/{name}/middleboxes") || t.contains("/chains/{chain}") =>

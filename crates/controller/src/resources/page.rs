@@ -34,6 +34,9 @@ const LISTS: &[(&str, KeyFn)] = &[
     ("/v1/events", |v| fields(v, &["id"])),
     ("/v1/tokens", |v| fields(v, &["name"])),
     ("/v1/tenants/{name}/blocks", |v| fields(v, &["id"])),
+    ("/v1/backends", |v| {
+        fields(v, &["tenant", "middlebox", "backend"])
+    }),
 ];
 
 fn fields(v: &Value, names: &[&str]) -> Vec<Value> {

@@ -460,7 +460,7 @@ impl Lb {
                 let loads = &mut self.loads[svc];
                 let mut best: Option<(usize, i64, u64)> = None;
                 for (i, b) in s.backends.iter().enumerate() {
-                    if b.drain || b.weight == 0 {
+                    if !b.eligible() {
                         continue;
                     }
                     let l = loads[i].1.max(0);

@@ -3,6 +3,7 @@
 use rustc_hash::FxHashMap;
 use serde::Deserialize;
 use sluice_nf::batch::{Pass, Records};
+use sluice_nf::BackendState;
 use sluice_state::{Key, Namespace, Ops};
 use sluice_wire::{ip_proto, IpAddr};
 
@@ -130,7 +131,16 @@ pub(crate) struct Backend {
     pub(crate) port: u16,
     pub(crate) weight: u32,
     pub(crate) drain: bool,
+    /// Health and operator drain, at run time ([`Lb::set_backend_states`]).
+    pub(crate) admin: BackendState,
     pub(crate) load_key: Key,
+}
+
+impl Backend {
+    /// Whether it may take new connections.
+    pub(crate) fn eligible(&self) -> bool {
+        !self.drain && self.weight > 0 && self.admin.takes_new()
+    }
 }
 
 /// A service as configured, with its Maglev table.
@@ -150,7 +160,7 @@ impl Service {
     pub(crate) fn rebuild(&mut self) {
         if self.algorithm == Algorithm::Maglev {
             let w: Vec<u32> = self.backends.iter().map(|b| b.weight).collect();
-            let el: Vec<bool> = self.backends.iter().map(|b| !b.drain).collect();
+            let el: Vec<bool> = self.backends.iter().map(Backend::eligible).collect();
             self.table = maglev::build_table(&self.names, &w, &el, self.table_size);
         }
     }
@@ -245,6 +255,7 @@ pub fn build(
                 port,
                 weight: bc.weight,
                 drain: bc.drain,
+                admin: BackendState::Up,
                 load_key: Key::new(ns, TABLE_LOAD, &kb),
             });
         }

@@ -150,6 +150,12 @@ impl BatchNf for Lb {
         };
         match usable {
             // A new SYN on a closing connection's 4-tuple is a new connection.
+            // Its backend was drained past its deregistration delay: out of
+            // consideration entirely, so nothing more reaches it or comes from it.
+            Some(v) if self.removed(&v) => {
+                self.c.deregistered += 1;
+                p.drop_by(ctx.stage, "deregistered");
+            }
             Some(v) if !(syn && inbound && v.closing()) => {
                 let flags = |mut f: u8, set: u8| {
                     if tcp {

@@ -31,11 +31,12 @@ mod claim;
 mod config;
 mod conn;
 mod decide;
+pub mod health;
 pub mod maglev;
 
 use rustc_hash::FxHashMap;
 use sluice_nf::batch::{self, Pass};
-use sluice_nf::{Batch, Ctx, NetworkFunction, NfError};
+use sluice_nf::{BackendAdmin, BackendState, Batch, Ctx, NetworkFunction, NfError};
 use sluice_state::{Key, Namespace, OpId, Ops, StateStore};
 use sluice_wire::parse::{Fragment, L4};
 use sluice_wire::{ip_proto, FlowKey, IpAddr};
@@ -62,6 +63,9 @@ struct Counters {
     to_client: u64,
     no_state: u64,
     no_backend: u64,
+    /// Packets of connections whose backend was removed (drained past its
+    /// deregistration delay).
+    deregistered: u64,
     closed: u64,
     races_lost: u64,
     fragments: u64,
@@ -122,6 +126,48 @@ impl Lb {
             }
         }
         n
+    }
+
+    /// Replaces the health and drain states of the backends (see
+    /// [`NetworkFunction::set_backend_states`]): an entry with a port names
+    /// that backend, one without every backend at its address. Only services
+    /// whose eligible set changed rebuild their Maglev table, so an unchanged
+    /// list costs a comparison. Returns how many backends an entry matched.
+    pub fn set_backend_states(&mut self, states: &[BackendAdmin]) -> usize {
+        let mut n = 0;
+        for s in &mut self.services {
+            let mut changed = false;
+            for b in &mut s.backends {
+                let admin = states
+                    .iter()
+                    .find(|e| e.addr == b.addr && e.port.is_none_or(|p| p == b.port))
+                    .map_or(BackendState::Up, |e| e.state);
+                if admin != BackendState::Up {
+                    n += 1;
+                }
+                if admin != b.admin {
+                    changed |= admin.takes_new() != b.admin.takes_new();
+                    b.admin = admin;
+                }
+            }
+            if changed {
+                s.rebuild();
+            }
+        }
+        n
+    }
+
+    /// The run-time state of backend `backend` of service `service`.
+    pub fn backend_state(&self, service: usize, backend: usize) -> Option<BackendState> {
+        Some(self.services.get(service)?.backends.get(backend)?.admin)
+    }
+
+    /// Whether the backend of connection `c` was removed.
+    fn removed(&self, c: &Conn) -> bool {
+        self.services
+            .get(c.service as usize)
+            .and_then(|s| s.backends.get(c.backend as usize))
+            .is_some_and(|b| b.admin == BackendState::Removed)
     }
 
     /// The store key of the load counter of backend `backend` of service `service`.
@@ -432,6 +478,10 @@ impl NetworkFunction for Lb {
         }
     }
 
+    fn set_backend_states(&mut self, states: &[BackendAdmin]) -> usize {
+        Lb::set_backend_states(self, states)
+    }
+
     fn counters(&self, out: &mut Vec<(&'static str, u64)>) {
         let c = &self.c;
         out.extend_from_slice(&[
@@ -441,6 +491,7 @@ impl NetworkFunction for Lb {
             ("to_client", c.to_client),
             ("no_state", c.no_state),
             ("no_backend", c.no_backend),
+            ("deregistered", c.deregistered),
             ("closed", c.closed),
             ("races_lost", c.races_lost),
             ("fragments", c.fragments),

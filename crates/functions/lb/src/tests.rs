@@ -251,6 +251,124 @@ fn draining_stops_new_connections_only() {
     );
 }
 
+fn admin(b: u8, port: Option<u16>, state: BackendState) -> BackendAdmin {
+    BackendAdmin {
+        addr: IpAddr::V4(backend(b)),
+        port,
+        state,
+    }
+}
+
+#[test]
+fn down_and_draining_backends_get_no_new_connections_and_keep_their_flows() {
+    for alg in [Algorithm::Maglev, Algorithm::LeastConnections] {
+        for state in [BackendState::Down, BackendState::Draining] {
+            let mut l = lb(alg, &[1, 1, 1]);
+            let mut s = LocalStore::new();
+            let o = run(
+                &mut l,
+                &mut s,
+                &(0..90).map(|i| syn(i, 1)).collect::<Vec<_>>(),
+            );
+            let on1: Vec<u32> = (0..90)
+                .filter(|&i| backend_of(&o, i as usize) == 1)
+                .collect();
+            assert!(!on1.is_empty());
+            // Through the trait, as the instance applies it.
+            let f: &mut dyn NetworkFunction = &mut l;
+            assert_eq!(f.set_backend_states(&[admin(1, None, state)]), 1);
+            assert_eq!(l.backend_state(0, 1), Some(state));
+            let o = run(
+                &mut l,
+                &mut s,
+                &(100..400).map(|i| syn(i, 2)).collect::<Vec<_>>(),
+            );
+            let picked: Vec<u8> = (0..300).map(|j| backend_of(&o, j)).collect();
+            assert!(
+                !picked.contains(&1),
+                "{alg:?} {state}: backend 1 got a new connection"
+            );
+            assert!(picked.contains(&0) && picked.contains(&2));
+            let data: Vec<_> = on1
+                .iter()
+                .map(|&i| {
+                    let (c, p) = client(i);
+                    (build::tcp_v4(c, VIP, p, 80, 2, 2, ACK, b"more"), 3)
+                })
+                .collect();
+            let o = run(&mut l, &mut s, &data);
+            assert!(
+                (0..on1.len()).all(|j| backend_of(&o, j) == 1),
+                "{alg:?} {state}: existing connections keep their backend"
+            );
+            // Back up: it takes new connections again (the list replaces the
+            // previous one; an unnamed backend is up).
+            assert_eq!(l.set_backend_states(&[]), 0);
+            let o = run(
+                &mut l,
+                &mut s,
+                &(500..800).map(|i| syn(i, 4)).collect::<Vec<_>>(),
+            );
+            assert!((0..300).any(|j| backend_of(&o, j) == 1), "{alg:?}: back up");
+        }
+    }
+}
+
+#[test]
+fn a_removed_backend_loses_its_connections_and_ports_are_matched() {
+    let mut l = lb(Algorithm::Maglev, &[1, 1]);
+    let mut s = LocalStore::new();
+    let o = run(
+        &mut l,
+        &mut s,
+        &(0..40).map(|i| syn(i, 1)).collect::<Vec<_>>(),
+    );
+    let on0: Vec<u32> = (0..40)
+        .filter(|&i| backend_of(&o, i as usize) == 0)
+        .collect();
+    assert!(!on0.is_empty());
+    // Another port at the same address names no backend of this service.
+    assert_eq!(
+        l.set_backend_states(&[admin(0, Some(9999), BackendState::Removed)]),
+        0
+    );
+    assert_eq!(l.backend_state(0, 0), Some(BackendState::Up));
+    assert_eq!(
+        l.set_backend_states(&[admin(0, Some(8080), BackendState::Removed)]),
+        1
+    );
+    let (c, p) = client(on0[0]);
+    let o = run(
+        &mut l,
+        &mut s,
+        &[
+            (build::tcp_v4(c, VIP, p, 80, 2, 2, ACK, b"more"), 2),
+            (
+                build::tcp_v4(backend(0), c, 8080, p, 2, 2, ACK, b"reply"),
+                2,
+            ),
+        ],
+    );
+    assert_eq!(o.reason(0), Some("deregistered"));
+    assert_eq!(o.reason(1), Some("deregistered"));
+    assert_eq!(counter(&l, "deregistered"), 2);
+    let o = run(
+        &mut l,
+        &mut s,
+        &(100..200).map(|i| syn(i, 3)).collect::<Vec<_>>(),
+    );
+    assert!((0..100).all(|j| backend_of(&o, j) == 1));
+    // Every backend out: new connections have nowhere to go.
+    l.set_backend_states(&[
+        admin(0, None, BackendState::Removed),
+        admin(1, None, BackendState::Down),
+    ]);
+    assert_eq!(
+        run(&mut l, &mut s, &[syn(999, 4)]).reason(0),
+        Some("no_backend")
+    );
+}
+
 #[test]
 fn connection_end_and_idle_timeout_release_the_backend() {
     let mut l = lb(Algorithm::LeastConnections, &[1]);

@@ -1,0 +1,445 @@
+//! Health of the backends behind the tenants' load balancers (issue 22, item
+//! 4): one [`Health`] state machine per backend of every `lb` middlebox.
+//!
+//! Inputs: the passive signal (a backend that is a VM on a host silent for
+//! [`HOST_SILENT`] is down until the host is heard again; the same silence
+//! that suspects the host's NF instances, with the same "everyone silent"
+//! guard) and operators' drains (`PUT .../backends/{addr}/drain`). The
+//! backends that are not up go to every instance of their middlebox in
+//! [`sluice_proto::InstanceConfig::backends`], which the agents hand to the
+//! running instances without restarting them; a change is one commit and one
+//! `backend` event per backend. Live state, like instance health: a restarted
+//! controller starts from "all up" and forgets drains.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
+
+use sluice_lb::health::{BackendState, Cause, Health, Transition};
+use sluice_proto::{BackendHealthState, BackendOverride};
+use sluice_tenant::Element;
+
+use super::events::event;
+use super::{Reconciler, HOST_SILENT};
+use crate::desired::Desired;
+use crate::error::ApiError;
+use crate::model::BackendInfo;
+
+/// `(tenant, middlebox, backend address as configured)`.
+pub(crate) type BackendKey = (String, String, String);
+
+/// One load-balancer backend as a tenant's spec names it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Configured {
+    middlebox: String,
+    addr: String,
+    ip: std::net::IpAddr,
+}
+
+/// The backends' health and what it was computed from.
+#[derive(Debug, Default)]
+pub(crate) struct Backends {
+    /// Per tenant: the spec generation its backends were read at, and them.
+    index: BTreeMap<String, (u64, Vec<Configured>)>,
+    /// Every backend's state machine.
+    pub(crate) health: BTreeMap<BackendKey, Health>,
+    /// Transitions by the state entered (`/metrics`).
+    pub(crate) transitions: BTreeMap<&'static str, u64>,
+}
+
+/// The backends of the `lb` middleboxes of a spec. A configuration that does
+/// not parse has none here (the spec was validated when applied).
+fn lb_backends(spec: &sluice_tenant::TenantSpec) -> Vec<Configured> {
+    let mut out = Vec::new();
+    for (mb, e) in &spec.elements {
+        let Element::Middlebox {
+            function, config, ..
+        } = e
+        else {
+            continue;
+        };
+        if function != "lb" {
+            continue;
+        }
+        let Ok(c) = sluice_builtin::config::<sluice_lb::Config>(config) else {
+            continue;
+        };
+        for s in &c.services {
+            for b in &s.backends {
+                let ip = b
+                    .addr
+                    .parse::<std::net::IpAddr>()
+                    .ok()
+                    .or_else(|| b.addr.parse::<std::net::SocketAddr>().ok().map(|a| a.ip()));
+                if let Some(ip) = ip {
+                    out.push(Configured {
+                        middlebox: mb.clone(),
+                        addr: b.addr.clone(),
+                        ip,
+                    });
+                }
+            }
+        }
+    }
+    out
+}
+
+fn wire(s: BackendState) -> BackendHealthState {
+    match s {
+        BackendState::Up => BackendHealthState::Up,
+        BackendState::Down => BackendHealthState::Down,
+        BackendState::Draining => BackendHealthState::Draining,
+        BackendState::Removed => BackendHealthState::Removed,
+    }
+}
+
+/// Every backend state, for metrics that show each with 0 or 1.
+pub const BACKEND_STATES: [BackendState; 4] = [
+    BackendState::Up,
+    BackendState::Down,
+    BackendState::Draining,
+    BackendState::Removed,
+];
+
+/// The VM of `tenant` at `ip` and its host.
+fn vm_at(d: &Desired, tenant: &str, ip: std::net::IpAddr) -> Option<(String, u32)> {
+    d.vms
+        .iter()
+        .find(|((t, _), vm)| t == tenant && vm.reg.addr == ip && !vm.reg.gateway)
+        .map(|((_, n), vm)| (n.clone(), vm.reg.host))
+}
+
+impl Reconciler {
+    /// Hosts that report health and have been silent longer than
+    /// [`HOST_SILENT`], with their silence; empty when every watched host
+    /// (two or more) is silent at once (the controller, not they, is the
+    /// likelier culprit).
+    pub(super) fn silent_hosts(&self, now: Instant) -> BTreeMap<u32, Duration> {
+        let watched = self.live.values().filter(|l| l.reports_health).count();
+        let silent: BTreeMap<u32, Duration> = self
+            .live
+            .iter()
+            .filter(|(_, l)| l.reports_health)
+            .filter_map(|(h, l)| l.last_heard.map(|t| (*h, now.saturating_duration_since(t))))
+            .filter(|(_, d)| *d > HOST_SILENT)
+            .collect();
+        if watched >= 2 && silent.len() == watched {
+            return BTreeMap::new();
+        }
+        silent
+    }
+
+    /// Brings the backends' state machines in line with the specs, feeds them
+    /// the passive signal (`silent`: hosts down now; `None`: the controller
+    /// stalled, so silence proves nothing and the signal stays as it was) and
+    /// time, and commits the states that changed.
+    pub(super) fn check_backends(
+        &mut self,
+        silent: Option<&BTreeMap<u32, Duration>>,
+        now: Instant,
+    ) {
+        let now_ns = self.clock_ns(now);
+        self.sync_backends(now_ns);
+        // The common case, every 20 ms: no host silent, no backend held down
+        // by silence, no drain under way. Nothing can change: no allocation,
+        // no lookup of VMs.
+        let passive = silent.is_some_and(|s| !s.is_empty())
+            || self.backends.health.values().any(Health::passive_down);
+        let timed = self
+            .backends
+            .health
+            .values()
+            .any(|h| h.drain().is_some() || h.checks().is_some());
+        if !passive && !timed && self.desired.backend_states.is_empty() {
+            return;
+        }
+        let silent = if passive { silent } else { None };
+        let mut moves = Vec::new();
+        let keys: Vec<BackendKey> = self.backends.health.keys().cloned().collect();
+        // Each VM's host by (tenant, address), once, not once per backend.
+        let vms: BTreeMap<(&str, std::net::IpAddr), (String, u32)> = if silent.is_some() {
+            self.desired
+                .vms
+                .iter()
+                .filter(|(_, vm)| !vm.reg.gateway)
+                .map(|((t, n), vm)| ((t.as_str(), vm.reg.addr), (n.clone(), vm.reg.host)))
+                .collect()
+        } else {
+            BTreeMap::new()
+        };
+        for key in keys {
+            let host = self
+                .backend_ip(&key)
+                .and_then(|ip| vms.get(&(key.0.as_str(), ip)).cloned());
+            let Some(h) = self.backends.health.get_mut(&key) else {
+                continue;
+            };
+            if let Some(silent) = silent {
+                let down = host
+                    .as_ref()
+                    .and_then(|(_, host)| silent.get(host).map(|d| (*host, *d)));
+                if let Some(t) = h.set_passive_down(down.is_some(), now_ns) {
+                    let why = match down {
+                        Some((host, d)) => format!(
+                            "host {host} silent for {} ms (its agent may be gone)",
+                            d.as_millis()
+                        ),
+                        None => match &host {
+                            Some((_, host)) => format!("host {host} is heard from again"),
+                            None => "its VM is no longer registered".to_string(),
+                        },
+                    };
+                    moves.push((key.clone(), t, why));
+                }
+            }
+            if let Some(t) = h.poll(now_ns) {
+                moves.push((key.clone(), t, String::new()));
+            }
+        }
+        self.commit_backends(moves, now);
+    }
+
+    /// Adds state machines for backends new in the specs and forgets those
+    /// no spec names any more.
+    fn sync_backends(&mut self, now_ns: u64) {
+        let b = &mut self.backends;
+        let before = b.index.len();
+        b.index.retain(|t, _| self.desired.tenants.contains_key(t));
+        let mut changed = b.index.len() != before;
+        for (name, t) in &self.desired.tenants {
+            if b.index.get(name).is_none_or(|(g, _)| *g != t.generation) {
+                b.index
+                    .insert(name.clone(), (t.generation, lb_backends(&t.spec)));
+                changed = true;
+            }
+        }
+        if !changed {
+            return;
+        }
+        let wanted: BTreeSet<BackendKey> = b
+            .index
+            .iter()
+            .flat_map(|(t, (_, list))| {
+                list.iter()
+                    .map(move |c| (t.clone(), c.middlebox.clone(), c.addr.clone()))
+            })
+            .collect();
+        b.health.retain(|k, _| wanted.contains(k));
+        for k in wanted {
+            b.health
+                .entry(k)
+                .or_insert_with(|| Health::new(None, now_ns));
+        }
+    }
+
+    fn backend_ip(&self, key: &BackendKey) -> Option<std::net::IpAddr> {
+        self.backends
+            .index
+            .get(&key.0)?
+            .1
+            .iter()
+            .find(|c| c.middlebox == key.1 && c.addr == key.2)
+            .map(|c| c.ip)
+    }
+
+    /// The backends that are not up, per `(tenant, middlebox)`.
+    fn backend_overrides(&self) -> BTreeMap<(String, String), Vec<BackendOverride>> {
+        let mut out: BTreeMap<(String, String), Vec<BackendOverride>> = BTreeMap::new();
+        for ((t, mb, addr), h) in &self.backends.health {
+            if h.state() != BackendState::Up {
+                out.entry((t.clone(), mb.clone()))
+                    .or_default()
+                    .push(BackendOverride {
+                        addr: addr.clone(),
+                        state: wire(h.state()),
+                    });
+            }
+        }
+        out
+    }
+
+    /// Commits the backends' states if they differ from what the instances
+    /// have, and logs one `backend` event per transition in `moves`.
+    fn commit_backends(&mut self, moves: Vec<(BackendKey, Transition, String)>, now: Instant) {
+        let states = self.backend_overrides();
+        let mut pushed = BTreeMap::new();
+        if states != self.desired.backend_states {
+            let mut next = self.desired.clone();
+            next.backend_states = states;
+            match self.commit(next, now) {
+                Ok(p) => pushed = p,
+                Err(e) => {
+                    let e = event("error", format!("backend states not applied: {}", e.msg));
+                    self.push_event(e, now);
+                    return;
+                }
+            }
+        }
+        for ((t, mb, addr), tr, why) in moves {
+            *self.backends.transitions.entry(tr.to.as_str()).or_default() += 1;
+            let cause = match tr.cause {
+                Cause::ChecksFailed { n, timed_out } => format!(
+                    "{n} health checks failed in a row{}",
+                    if timed_out {
+                        " (the last timed out)"
+                    } else {
+                        ""
+                    }
+                ),
+                Cause::ChecksPassed { n } => format!("{n} health checks passed in a row"),
+                Cause::Passive(_) => why,
+                Cause::Drained => "drained by an operator".to_string(),
+                Cause::DelayPassed => "its deregistration delay passed".to_string(),
+                Cause::Undrained => "undrained by an operator".to_string(),
+            };
+            let effect = match tr.to {
+                BackendState::Up => "it takes new connections",
+                BackendState::Down => "no new connections to it; its connections keep it",
+                BackendState::Draining => {
+                    "no new connections to it; its connections continue until the delay passes"
+                }
+                BackendState::Removed => {
+                    "out of consideration: its remaining connections are dropped"
+                }
+            };
+            let hosts = if pushed.is_empty() {
+                String::new()
+            } else {
+                format!(" (hosts {:?} pushed)", pushed.keys().collect::<Vec<_>>())
+            };
+            let mut e = event(
+                "backend",
+                format!(
+                    "{t}/{mb} backend {addr}: {} -> {}: {cause}; {effect}{hosts}",
+                    tr.from, tr.to
+                ),
+            );
+            e.host = self
+                .backend_ip(&(t.clone(), mb.clone(), addr.clone()))
+                .and_then(|ip| vm_at(&self.desired, &t, ip))
+                .map(|(_, h)| h);
+            e.tenant = Some(t);
+            e.middlebox = Some(mb);
+            self.push_event(e, now);
+        }
+    }
+
+    /// The backends of `tenant`'s load balancer `mb` that `addr` names: its
+    /// address as configured, or an IP naming every backend at it.
+    fn matching_backends(
+        &self,
+        tenant: &str,
+        mb: &str,
+        addr: &str,
+    ) -> Result<Vec<BackendKey>, ApiError> {
+        let t = self
+            .desired
+            .tenants
+            .get(tenant)
+            .ok_or_else(|| ApiError::not_found(format!("tenant `{tenant}` is not applied")))?;
+        match t.spec.elements.get(mb) {
+            Some(Element::Middlebox { function, .. }) if function == "lb" => {}
+            _ => {
+                return Err(ApiError::not_found(format!(
+                    "tenant `{tenant}` has no load balancer `{mb}`"
+                )))
+            }
+        }
+        let ip = addr.parse::<std::net::IpAddr>().ok();
+        let keys: Vec<BackendKey> = lb_backends(&t.spec)
+            .into_iter()
+            .filter(|c| c.middlebox == mb && (c.addr == addr || Some(c.ip) == ip))
+            .map(|c| (tenant.to_string(), mb.to_string(), c.addr))
+            .collect();
+        if keys.is_empty() {
+            return Err(ApiError::not_found(format!(
+                "load balancer `{tenant}/{mb}` has no backend `{addr}`"
+            )));
+        }
+        Ok(keys)
+    }
+
+    /// An operator drains the backends `addr` names (see
+    /// [`Reconciler::matching_backends`]) with a deregistration delay of
+    /// `delay`: no new connections at once, removal after the delay.
+    pub fn drain_backend(
+        &mut self,
+        tenant: &str,
+        mb: &str,
+        addr: &str,
+        delay: Duration,
+        now: Instant,
+    ) -> Result<Vec<BackendInfo>, ApiError> {
+        self.admin_backend(tenant, mb, addr, Some(delay), now)
+    }
+
+    /// An operator ends the drain of the backends `addr` names.
+    pub fn undrain_backend(
+        &mut self,
+        tenant: &str,
+        mb: &str,
+        addr: &str,
+        now: Instant,
+    ) -> Result<Vec<BackendInfo>, ApiError> {
+        self.admin_backend(tenant, mb, addr, None, now)
+    }
+
+    fn admin_backend(
+        &mut self,
+        tenant: &str,
+        mb: &str,
+        addr: &str,
+        drain: Option<Duration>,
+        now: Instant,
+    ) -> Result<Vec<BackendInfo>, ApiError> {
+        let keys = self.matching_backends(tenant, mb, addr)?;
+        let now_ns = self.clock_ns(now);
+        self.sync_backends(now_ns);
+        let mut moves = Vec::new();
+        for k in &keys {
+            let Some(h) = self.backends.health.get_mut(k) else {
+                continue;
+            };
+            let t = match drain {
+                Some(d) => h.start_drain(now_ns, d.as_nanos().min(u64::MAX as u128) as u64),
+                None => h.undrain(now_ns),
+            };
+            if let Some(t) = t {
+                moves.push((k.clone(), t, String::new()));
+            }
+        }
+        self.commit_backends(moves, now);
+        Ok(self
+            .backend_infos(Some(tenant), now)
+            .into_iter()
+            .filter(|b| b.middlebox == mb && keys.iter().any(|k| k.2 == b.backend))
+            .collect())
+    }
+
+    /// Every backend's state (of `tenant` only, if given).
+    pub fn backend_infos(&self, tenant: Option<&str>, now: Instant) -> Vec<BackendInfo> {
+        let ms = |ns: u64| self.started_unix_ms + ns / 1_000_000;
+        let _ = now;
+        self.backends
+            .health
+            .iter()
+            .filter(|(k, _)| tenant.is_none_or(|t| k.0 == t))
+            .map(|(k, h)| {
+                let vm = self
+                    .backend_ip(k)
+                    .and_then(|ip| vm_at(&self.desired, &k.0, ip));
+                BackendInfo {
+                    tenant: k.0.clone(),
+                    middlebox: k.1.clone(),
+                    backend: k.2.clone(),
+                    state: h.state().as_str().to_string(),
+                    since_ms: ms(h.since_ns()),
+                    healthy: h.healthy(),
+                    host_down: h.passive_down(),
+                    vm: vm.as_ref().map(|(n, _)| n.clone()),
+                    host: vm.map(|(_, h)| h),
+                    drain_until_ms: h.drain().map(|d| ms(d.until_ns)),
+                }
+            })
+            .collect()
+    }
+}
