@@ -100,6 +100,9 @@ pub struct AgentOptions {
     /// Serve the API over TLS with a certificate the controller's hosts' CA
     /// signs (asked for with the heartbeats; needs an `https://` controller).
     pub api_tls: bool,
+    /// Forward the instances' EVE lines to a SIEM (needs `run_dir`; `None`:
+    /// no sink).
+    pub siem: Option<crate::siem::SiemConfig>,
 }
 
 /// State the API handlers and the heartbeat share.
@@ -122,6 +125,8 @@ pub struct AgentState {
     capacity: Option<sluice_proto::HostCapacity>,
     /// The API's certificate, with TLS.
     api_cert: Option<ApiCert>,
+    /// The SIEM forwarder's counters, if it runs.
+    siem: Option<Arc<crate::siem::SiemStats>>,
 }
 
 /// An agent's certificate: what its TLS server presents and its calls to the
@@ -743,6 +748,63 @@ impl AgentState {
                 u8::from(up)
             );
         }
+        if let Some(st) = &self.siem {
+            family(
+                &mut o,
+                "sluice_siem_events_total",
+                "counter",
+                "EVE lines the SIEM sink handled: sent, or lost (its queue full while it was down, or refused).",
+            );
+            for k in &st.sinks {
+                for (outcome, v) in [("sent", &k.sent), ("lost", &k.lost)] {
+                    let _ = writeln!(
+                        o,
+                        "sluice_siem_events_total{{host=\"{host}\",sink=\"{}\",outcome=\"{outcome}\"}} {}",
+                        k.name,
+                        v.load(Ordering::Relaxed)
+                    );
+                }
+            }
+            family(
+                &mut o,
+                "sluice_siem_queued_events",
+                "gauge",
+                "EVE lines waiting for the SIEM sink.",
+            );
+            for k in &st.sinks {
+                let _ = writeln!(
+                    o,
+                    "sluice_siem_queued_events{{host=\"{host}\",sink=\"{}\"}} {}",
+                    k.name,
+                    k.queued.load(Ordering::Relaxed)
+                );
+            }
+            family(
+                &mut o,
+                "sluice_siem_up",
+                "gauge",
+                "1 if the last send to the SIEM sink succeeded.",
+            );
+            for k in &st.sinks {
+                let _ = writeln!(
+                    o,
+                    "sluice_siem_up{{host=\"{host}\",sink=\"{}\"}} {}",
+                    k.name,
+                    u8::from(k.up.load(Ordering::Relaxed))
+                );
+            }
+            family(
+                &mut o,
+                "sluice_siem_invalid_lines_total",
+                "counter",
+                "Lines of the EVE files that were not JSON objects (not forwarded).",
+            );
+            let _ = writeln!(
+                o,
+                "sluice_siem_invalid_lines_total{{host=\"{host}\"}} {}",
+                st.invalid.load(Ordering::Relaxed)
+            );
+        }
         family(
             &mut o,
             "sluice_instance_up",
@@ -1084,6 +1146,7 @@ pub struct Agent {
     stop: Arc<AtomicBool>,
     api: Option<crate::http::ApiServer>,
     heartbeat: Option<JoinHandle<()>>,
+    siem: Option<crate::siem::Forwarder>,
     /// `agent{host, name}`: the context of every event of this agent.
     span: tracing::Span,
 }
@@ -1146,6 +1209,18 @@ impl Agent {
             }
             None => None,
         };
+        let siem = match (&opts.siem, &opts.run_dir) {
+            (Some(cfg), Some(dir)) if cfg.any() => Some(
+                crate::siem::Forwarder::start(&dir.join(crate::eve::EVE_DIR), &opts.name, cfg)
+                    .map_err(AgentError::Usage)?,
+            ),
+            (Some(cfg), None) if cfg.any() => {
+                return Err(AgentError::Usage(
+                    "a SIEM sink needs a run directory (its EVE logs)".into(),
+                ))
+            }
+            _ => None,
+        };
         let core = Arc::new(AgentState {
             host: opts.host,
             name: opts.name.clone(),
@@ -1162,6 +1237,7 @@ impl Agent {
             api_cert: opts
                 .api_tls
                 .then(|| ApiCert::load(opts.host, opts.run_dir.clone(), SystemTime::now())),
+            siem: siem.as_ref().map(|f| f.stats().clone()),
         });
         if let Some(dir) = &opts.run_dir {
             load_saved(&core, &dir.join("config.json"));
@@ -1205,6 +1281,7 @@ impl Agent {
             stop,
             api: Some(api),
             heartbeat,
+            siem,
             span,
         })
     }
@@ -1232,6 +1309,9 @@ impl Agent {
         }
         if let Some(mut a) = self.api.take() {
             a.stop();
+        }
+        if let Some(mut f) = self.siem.take() {
+            f.stop();
         }
         if let Ok(mut s) = self.core.supervisor.lock() {
             if let Some(mut s) = s.take() {

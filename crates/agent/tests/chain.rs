@@ -190,6 +190,7 @@ fn traffic_crosses_a_firewall_instance() {
         vm_mtu: None,
         capacity: None,
         api_tls: false,
+        siem: None,
     })
     .unwrap();
     let url = agent.api_url();
@@ -304,6 +305,7 @@ fn an_instance_reaches_the_store_as_its_tenant_user() {
         controller_tls: None,
         api_token: None,
         api_tls: false,
+        siem: None,
     })
     .unwrap();
     let url = agent.api_url();

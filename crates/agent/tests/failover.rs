@@ -232,6 +232,7 @@ fn setup() -> Option<Setup> {
         vm_mtu: None,
         capacity: None,
         api_tls: false,
+        siem: None,
     })
     .unwrap();
     let url = agent.api_url();

@@ -105,6 +105,7 @@ fn start_agent(host: &Netns) -> Agent {
         vm_mtu: None,
         capacity: None,
         api_tls: false,
+        siem: None,
     })
     .unwrap()
 }
