@@ -230,7 +230,8 @@ fn eve_of(lab: &Lab, what: &str) -> Vec<serde_json::Value> {
 /// its flows reaches the monitor (the flow records below show
 /// `pkts_toclient` 0). The reply's copy is taken on the backend's host and
 /// crosses the fabric marked with the reverse chain's hop, so the monitor's
-/// host forwards it as chain traffic (into lb-a) instead of to the monitor.
+/// host looks it up as chain traffic instead of delivering it to the
+/// monitor (docs/CONTROLLER.md, "Alerts and flow records").
 fn flows_count_the_download_and_know_the_alert(lab: &Lab) {
     let gw = lab.state().vm("gateway").unwrap().netns.clone();
     let out = std::process::Command::new("ip")
