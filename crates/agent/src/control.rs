@@ -2,6 +2,7 @@
 //! status and metrics, tying together the data-plane thread, the API server and
 //! the instance supervisor.
 
+use std::collections::HashMap;
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -478,12 +479,21 @@ impl AgentState {
             .unwrap_or_default()
     }
 
+    fn name_labels(&self) -> NameLabels {
+        self.config
+            .lock()
+            .ok()
+            .and_then(|c| c.as_ref().map(NameLabels::from_config))
+            .unwrap_or_default()
+    }
+
     /// Counters in Prometheus text format.
     pub fn metrics(&self) -> String {
         use std::fmt::Write;
         let p = self.dp.lock().map(|d| d.published()).unwrap_or_default();
         let host = self.host.to_string();
         let names = self.port_names();
+        let labels = self.name_labels();
         let mut o = String::new();
         let family = |o: &mut String, name: &str, ty: &str, help: &str| {
             let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} {ty}");
@@ -814,9 +824,10 @@ impl AgentState {
         for i in self.instances() {
             let _ = writeln!(
                 o,
-                "sluice_instance_up{{host=\"{host}\",port=\"{}\",name=\"{}\"}} {}",
+                "sluice_instance_up{{host=\"{host}\",port=\"{}\",name=\"{}\"{}}} {}",
                 i.port,
                 escape(&i.name),
+                labels.instance(&i.name),
                 u8::from(i.alive)
             );
         }
@@ -876,9 +887,10 @@ impl AgentState {
             for h in &health {
                 let _ = writeln!(
                     o,
-                    "{name}{{host=\"{host}\",port=\"{}\",name=\"{}\"}} {}",
+                    "{name}{{host=\"{host}\",port=\"{}\",name=\"{}\"{}}} {}",
                     h.port,
                     escape(&h.name),
+                    labels.instance(&h.name),
                     get(h)
                 );
             }
@@ -895,9 +907,10 @@ impl AgentState {
             if let Some(ms) = h.last_heartbeat_age_ms {
                 let _ = writeln!(
                     o,
-                    "sluice_instance_heartbeat_age_seconds{{host=\"{host}\",port=\"{}\",name=\"{}\"}} {:.3}",
+                    "sluice_instance_heartbeat_age_seconds{{host=\"{host}\",port=\"{}\",name=\"{}\"{}}} {:.3}",
                     h.port,
                     escape(&h.name),
+                    labels.instance(&h.name),
                     ms as f64 / 1e3
                 );
             }
@@ -911,9 +924,10 @@ impl AgentState {
         for h in &health {
             let _ = writeln!(
                 o,
-                "sluice_instance_cpu_seconds_total{{host=\"{host}\",port=\"{}\",name=\"{}\"}} {:.3}",
+                "sluice_instance_cpu_seconds_total{{host=\"{host}\",port=\"{}\",name=\"{}\"{}}} {:.3}",
                 h.port,
                 escape(&h.name),
+                    labels.instance(&h.name),
                 h.cpu_ms as f64 / 1e3
             );
         }
@@ -1058,20 +1072,16 @@ impl AgentState {
             family(&mut o, name, "counter", help);
             for c in &p.chains {
                 let v = field(c);
+                let chain = labels.chain(c.vni, c.chain);
                 let _ = if name == "sluice_chain_handshake_seconds_total" {
                     writeln!(
                         o,
-                        "{name}{{host=\"{host}\",vni=\"{}\",chain=\"{}\"}} {:.9}",
+                        "{name}{{host=\"{host}\",vni=\"{}\",{chain}}} {:.9}",
                         c.vni,
-                        c.chain,
                         v as f64 / 1e9
                     )
                 } else {
-                    writeln!(
-                        o,
-                        "{name}{{host=\"{host}\",vni=\"{}\",chain=\"{}\"}} {v}",
-                        c.vni, c.chain
-                    )
+                    writeln!(o, "{name}{{host=\"{host}\",vni=\"{}\",{chain}}} {v}", c.vni)
                 };
             }
         }
@@ -1124,6 +1134,67 @@ impl AgentState {
         if let Ok(mut t) = self.last_heard.lock() {
             *t = Some(Instant::now());
         }
+    }
+}
+
+/// Names for the metrics' labels, from the running configuration (which
+/// the controller fills with tenants', chains' and instances' names).
+#[derive(Debug, Default)]
+struct NameLabels {
+    /// (vni, chain id) -> (tenant, chain name, reverse).
+    chains: HashMap<(u32, u16), (String, String, bool)>,
+    /// vni -> tenant.
+    tenants: HashMap<u32, String>,
+    /// instance name -> (tenant, middlebox).
+    instances: HashMap<String, (String, String)>,
+}
+
+impl NameLabels {
+    fn from_config(cfg: &AgentConfig) -> NameLabels {
+        let mut l = NameLabels::default();
+        for t in &cfg.tenants {
+            l.tenants.insert(t.vni, t.tenant.clone());
+            for c in &t.chains {
+                l.chains
+                    .insert((t.vni, c.id), (t.tenant.clone(), c.name.clone(), c.reverse));
+            }
+        }
+        for i in &cfg.instances {
+            l.instances
+                .insert(i.name.clone(), (i.tenant.clone(), i.middlebox.clone()));
+        }
+        l
+    }
+
+    /// `tenant="T",chain="NAME",direction="forward|reverse"`; a chain the
+    /// configuration does not name keeps its id (and no direction).
+    fn chain(&self, vni: u32, id: u16) -> String {
+        match self.chains.get(&(vni, id)) {
+            Some((t, n, rev)) => format!(
+                "tenant=\"{}\",chain=\"{}\",direction=\"{}\"",
+                escape(t),
+                escape(n),
+                if *rev { "reverse" } else { "forward" }
+            ),
+            None => format!(
+                "tenant=\"{}\",chain=\"{id}\",direction=\"\"",
+                escape(self.tenants.get(&vni).map_or("", String::as_str))
+            ),
+        }
+    }
+
+    /// `,tenant="T",middlebox="M",instance="NAME"` for an instance.
+    fn instance(&self, name: &str) -> String {
+        let (t, m) = self
+            .instances
+            .get(name)
+            .map_or(("", ""), |(t, m)| (t.as_str(), m.as_str()));
+        format!(
+            ",tenant=\"{}\",middlebox=\"{}\",instance=\"{}\"",
+            escape(t),
+            escape(m),
+            escape(name)
+        )
     }
 }
 

@@ -109,6 +109,7 @@ fn config_with(
             groups: vec![],
             senders: None,
             sources: None,
+            chains: Vec::new(),
         }],
         instances: vec![InstanceConfig {
             name: "t/fw/0".into(),

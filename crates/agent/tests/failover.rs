@@ -122,6 +122,7 @@ fn config(vm1: &VmHandle, vm2: &VmHandle, state: &str) -> AgentConfig {
             groups: vec![(1, group)],
             senders: None,
             sources: None,
+            chains: Vec::new(),
         }],
         instances,
         group_policies: vec![],

@@ -53,6 +53,7 @@ fn config(version: u64, vm1: &VmHandle, vm2: &VmHandle, extra: Vec<Entry>) -> Ag
             groups: vec![],
             senders: None,
             sources: None,
+            chains: Vec::new(),
         }],
         instances: vec![],
         group_policies: vec![],

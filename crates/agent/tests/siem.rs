@@ -13,11 +13,13 @@ use sluice_agent::siem::{Forwarder, RedisSink, SiemConfig, SyslogSink};
 use sluice_agent::testing::{attach_vm, is_root, VmHandle};
 use sluice_agent::{Agent, AgentOptions};
 use sluice_netns::Netns;
-use sluice_proto::{AgentConfig, InstanceConfig, PortConfig, PortKind, TenantFib};
+use sluice_proto::{AgentConfig, ChainName, InstanceConfig, PortConfig, PortKind, TenantFib};
 use sluice_state_redis::acl::{Admin, Value};
 use sluice_state_redis::server::{server_binary, RedisServer};
 use sluice_state_redis::Secret;
 use sluice_switch::{Action, Entry, Match, Output, PortId, Prefix};
+
+mod promtool;
 
 /// Polls `done` every 50 ms for up to 20 s (real processes and threads).
 fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
@@ -283,6 +285,18 @@ fn config(vm1: &VmHandle, vm2: &VmHandle) -> AgentConfig {
             groups: vec![],
             senders: None,
             sources: None,
+            chains: vec![
+                ChainName {
+                    id: 1,
+                    name: "to-web".into(),
+                    reverse: false,
+                },
+                ChainName {
+                    id: 2,
+                    name: "to-web".into(),
+                    reverse: true,
+                },
+            ],
         }],
         instances: vec![InstanceConfig {
             name: "t/ips/0".into(),
@@ -477,5 +491,20 @@ fn one_signature_is_one_alert_in_each_sink() {
     assert!(metrics
         .contains("sluice_siem_events_total{host=\"1\",sink=\"syslog-udp\",outcome=\"lost\"} 0"));
     assert!(!metrics.contains("siem-pw-91c2"));
+    // Per-chain and per-instance families name what the configuration names
+    // (SYNs: the first may be retransmitted while the instance starts).
+    assert!(
+        metrics.contains(
+            "sluice_chain_syns_total{host=\"1\",vni=\"7\",tenant=\"t\",chain=\"to-web\",direction=\"forward\"} "
+        ),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains(
+            "sluice_instance_up{host=\"1\",port=\"5\",name=\"t/ips/0\",tenant=\"t\",middlebox=\"ips\",instance=\"t/ips/0\"} 1"
+        ),
+        "{metrics}"
+    );
+    promtool::assert_lints_clean(&metrics);
     agent.shutdown();
 }
