@@ -2,6 +2,7 @@
 //! status and metrics, tying together the data-plane thread, the API server and
 //! the instance supervisor.
 
+use std::collections::HashMap;
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -100,6 +101,9 @@ pub struct AgentOptions {
     /// Serve the API over TLS with a certificate the controller's hosts' CA
     /// signs (asked for with the heartbeats; needs an `https://` controller).
     pub api_tls: bool,
+    /// Forward the instances' EVE lines to a SIEM (needs `run_dir`; `None`:
+    /// no sink).
+    pub siem: Option<crate::siem::SiemConfig>,
 }
 
 /// State the API handlers and the heartbeat share.
@@ -122,6 +126,8 @@ pub struct AgentState {
     capacity: Option<sluice_proto::HostCapacity>,
     /// The API's certificate, with TLS.
     api_cert: Option<ApiCert>,
+    /// The SIEM forwarder's counters, if it runs.
+    siem: Option<Arc<crate::siem::SiemStats>>,
 }
 
 /// An agent's certificate: what its TLS server presents and its calls to the
@@ -473,12 +479,21 @@ impl AgentState {
             .unwrap_or_default()
     }
 
+    fn name_labels(&self) -> NameLabels {
+        self.config
+            .lock()
+            .ok()
+            .and_then(|c| c.as_ref().map(NameLabels::from_config))
+            .unwrap_or_default()
+    }
+
     /// Counters in Prometheus text format.
     pub fn metrics(&self) -> String {
         use std::fmt::Write;
         let p = self.dp.lock().map(|d| d.published()).unwrap_or_default();
         let host = self.host.to_string();
         let names = self.port_names();
+        let labels = self.name_labels();
         let mut o = String::new();
         let family = |o: &mut String, name: &str, ty: &str, help: &str| {
             let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} {ty}");
@@ -743,6 +758,63 @@ impl AgentState {
                 u8::from(up)
             );
         }
+        if let Some(st) = &self.siem {
+            family(
+                &mut o,
+                "sluice_siem_events_total",
+                "counter",
+                "EVE lines the SIEM sink handled: sent, or lost (its queue full while it was down, or refused).",
+            );
+            for k in &st.sinks {
+                for (outcome, v) in [("sent", &k.sent), ("lost", &k.lost)] {
+                    let _ = writeln!(
+                        o,
+                        "sluice_siem_events_total{{host=\"{host}\",sink=\"{}\",outcome=\"{outcome}\"}} {}",
+                        k.name,
+                        v.load(Ordering::Relaxed)
+                    );
+                }
+            }
+            family(
+                &mut o,
+                "sluice_siem_queued_events",
+                "gauge",
+                "EVE lines waiting for the SIEM sink.",
+            );
+            for k in &st.sinks {
+                let _ = writeln!(
+                    o,
+                    "sluice_siem_queued_events{{host=\"{host}\",sink=\"{}\"}} {}",
+                    k.name,
+                    k.queued.load(Ordering::Relaxed)
+                );
+            }
+            family(
+                &mut o,
+                "sluice_siem_up",
+                "gauge",
+                "1 if the last send to the SIEM sink succeeded.",
+            );
+            for k in &st.sinks {
+                let _ = writeln!(
+                    o,
+                    "sluice_siem_up{{host=\"{host}\",sink=\"{}\"}} {}",
+                    k.name,
+                    u8::from(k.up.load(Ordering::Relaxed))
+                );
+            }
+            family(
+                &mut o,
+                "sluice_siem_invalid_lines_total",
+                "counter",
+                "Lines of the EVE files that were not JSON objects (not forwarded).",
+            );
+            let _ = writeln!(
+                o,
+                "sluice_siem_invalid_lines_total{{host=\"{host}\"}} {}",
+                st.invalid.load(Ordering::Relaxed)
+            );
+        }
         family(
             &mut o,
             "sluice_instance_up",
@@ -752,9 +824,10 @@ impl AgentState {
         for i in self.instances() {
             let _ = writeln!(
                 o,
-                "sluice_instance_up{{host=\"{host}\",port=\"{}\",name=\"{}\"}} {}",
+                "sluice_instance_up{{host=\"{host}\",port=\"{}\",name=\"{}\"{}}} {}",
                 i.port,
                 escape(&i.name),
+                labels.instance(&i.name),
                 u8::from(i.alive)
             );
         }
@@ -814,9 +887,10 @@ impl AgentState {
             for h in &health {
                 let _ = writeln!(
                     o,
-                    "{name}{{host=\"{host}\",port=\"{}\",name=\"{}\"}} {}",
+                    "{name}{{host=\"{host}\",port=\"{}\",name=\"{}\"{}}} {}",
                     h.port,
                     escape(&h.name),
+                    labels.instance(&h.name),
                     get(h)
                 );
             }
@@ -833,9 +907,10 @@ impl AgentState {
             if let Some(ms) = h.last_heartbeat_age_ms {
                 let _ = writeln!(
                     o,
-                    "sluice_instance_heartbeat_age_seconds{{host=\"{host}\",port=\"{}\",name=\"{}\"}} {:.3}",
+                    "sluice_instance_heartbeat_age_seconds{{host=\"{host}\",port=\"{}\",name=\"{}\"{}}} {:.3}",
                     h.port,
                     escape(&h.name),
+                    labels.instance(&h.name),
                     ms as f64 / 1e3
                 );
             }
@@ -849,9 +924,10 @@ impl AgentState {
         for h in &health {
             let _ = writeln!(
                 o,
-                "sluice_instance_cpu_seconds_total{{host=\"{host}\",port=\"{}\",name=\"{}\"}} {:.3}",
+                "sluice_instance_cpu_seconds_total{{host=\"{host}\",port=\"{}\",name=\"{}\"{}}} {:.3}",
                 h.port,
                 escape(&h.name),
+                    labels.instance(&h.name),
                 h.cpu_ms as f64 / 1e3
             );
         }
@@ -996,20 +1072,16 @@ impl AgentState {
             family(&mut o, name, "counter", help);
             for c in &p.chains {
                 let v = field(c);
+                let chain = labels.chain(c.vni, c.chain);
                 let _ = if name == "sluice_chain_handshake_seconds_total" {
                     writeln!(
                         o,
-                        "{name}{{host=\"{host}\",vni=\"{}\",chain=\"{}\"}} {:.9}",
+                        "{name}{{host=\"{host}\",vni=\"{}\",{chain}}} {:.9}",
                         c.vni,
-                        c.chain,
                         v as f64 / 1e9
                     )
                 } else {
-                    writeln!(
-                        o,
-                        "{name}{{host=\"{host}\",vni=\"{}\",chain=\"{}\"}} {v}",
-                        c.vni, c.chain
-                    )
+                    writeln!(o, "{name}{{host=\"{host}\",vni=\"{}\",{chain}}} {v}", c.vni)
                 };
             }
         }
@@ -1065,6 +1137,67 @@ impl AgentState {
     }
 }
 
+/// Names for the metrics' labels, from the running configuration (which
+/// the controller fills with tenants', chains' and instances' names).
+#[derive(Debug, Default)]
+struct NameLabels {
+    /// (vni, chain id) -> (tenant, chain name, reverse).
+    chains: HashMap<(u32, u16), (String, String, bool)>,
+    /// vni -> tenant.
+    tenants: HashMap<u32, String>,
+    /// instance name -> (tenant, middlebox).
+    instances: HashMap<String, (String, String)>,
+}
+
+impl NameLabels {
+    fn from_config(cfg: &AgentConfig) -> NameLabels {
+        let mut l = NameLabels::default();
+        for t in &cfg.tenants {
+            l.tenants.insert(t.vni, t.tenant.clone());
+            for c in &t.chains {
+                l.chains
+                    .insert((t.vni, c.id), (t.tenant.clone(), c.name.clone(), c.reverse));
+            }
+        }
+        for i in &cfg.instances {
+            l.instances
+                .insert(i.name.clone(), (i.tenant.clone(), i.middlebox.clone()));
+        }
+        l
+    }
+
+    /// `tenant="T",chain="NAME",direction="forward|reverse"`; a chain the
+    /// configuration does not name keeps its id (and no direction).
+    fn chain(&self, vni: u32, id: u16) -> String {
+        match self.chains.get(&(vni, id)) {
+            Some((t, n, rev)) => format!(
+                "tenant=\"{}\",chain=\"{}\",direction=\"{}\"",
+                escape(t),
+                escape(n),
+                if *rev { "reverse" } else { "forward" }
+            ),
+            None => format!(
+                "tenant=\"{}\",chain=\"{id}\",direction=\"\"",
+                escape(self.tenants.get(&vni).map_or("", String::as_str))
+            ),
+        }
+    }
+
+    /// `,tenant="T",middlebox="M",instance="NAME"` for an instance.
+    fn instance(&self, name: &str) -> String {
+        let (t, m) = self
+            .instances
+            .get(name)
+            .map_or(("", ""), |(t, m)| (t.as_str(), m.as_str()));
+        format!(
+            ",tenant=\"{}\",middlebox=\"{}\",instance=\"{}\"",
+            escape(t),
+            escape(m),
+            escape(name)
+        )
+    }
+}
+
 /// Reads one field of a counter set.
 type CounterField = fn(&sluice_proto::Counters) -> u64;
 /// Reads one field of an instance's health.
@@ -1084,6 +1217,7 @@ pub struct Agent {
     stop: Arc<AtomicBool>,
     api: Option<crate::http::ApiServer>,
     heartbeat: Option<JoinHandle<()>>,
+    siem: Option<crate::siem::Forwarder>,
     /// `agent{host, name}`: the context of every event of this agent.
     span: tracing::Span,
 }
@@ -1146,6 +1280,18 @@ impl Agent {
             }
             None => None,
         };
+        let siem = match (&opts.siem, &opts.run_dir) {
+            (Some(cfg), Some(dir)) if cfg.any() => Some(
+                crate::siem::Forwarder::start(&dir.join(crate::eve::EVE_DIR), &opts.name, cfg)
+                    .map_err(AgentError::Usage)?,
+            ),
+            (Some(cfg), None) if cfg.any() => {
+                return Err(AgentError::Usage(
+                    "a SIEM sink needs a run directory (its EVE logs)".into(),
+                ))
+            }
+            _ => None,
+        };
         let core = Arc::new(AgentState {
             host: opts.host,
             name: opts.name.clone(),
@@ -1162,6 +1308,7 @@ impl Agent {
             api_cert: opts
                 .api_tls
                 .then(|| ApiCert::load(opts.host, opts.run_dir.clone(), SystemTime::now())),
+            siem: siem.as_ref().map(|f| f.stats().clone()),
         });
         if let Some(dir) = &opts.run_dir {
             load_saved(&core, &dir.join("config.json"));
@@ -1205,6 +1352,7 @@ impl Agent {
             stop,
             api: Some(api),
             heartbeat,
+            siem,
             span,
         })
     }
@@ -1232,6 +1380,9 @@ impl Agent {
         }
         if let Some(mut a) = self.api.take() {
             a.stop();
+        }
+        if let Some(mut f) = self.siem.take() {
+            f.stop();
         }
         if let Ok(mut s) = self.core.supervisor.lock() {
             if let Some(mut s) = s.take() {

@@ -48,6 +48,7 @@ pub mod instances;
 pub mod io;
 pub mod meter;
 pub mod settings;
+pub mod siem;
 pub mod supervise;
 #[cfg(feature = "testing")]
 pub mod testing;

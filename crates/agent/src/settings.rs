@@ -146,6 +146,28 @@ pub struct RunArgs {
     /// congestion, milliseconds (0: only loss does) [default: 1].
     #[arg(long)]
     pub seawall_queue_delay_ms: Option<f64>,
+    /// SIEM sink: a Redis/Valkey server to add every EVE line of this host's
+    /// NF instances to, one stream per tenant:
+    /// `redis://[USER@]HOST:PORT[?password_file=F]` (no password in the URL)
+    /// [default: none].
+    #[arg(long)]
+    pub siem_redis: Option<String>,
+    /// SIEM sink: stream key prefix; tenant T's lines go to `PREFIX:T`
+    /// [default: sluice:eve].
+    #[arg(long)]
+    pub siem_redis_stream: Option<String>,
+    /// SIEM sink: each stream is trimmed to about this many entries
+    /// (`XADD MAXLEN ~`) [default: 100000].
+    #[arg(long)]
+    pub siem_redis_maxlen: Option<u64>,
+    /// SIEM sink: a syslog receiver to send every EVE line to as an RFC 5424
+    /// message: `udp://HOST:PORT` or `tcp://HOST:PORT` [default: none].
+    #[arg(long)]
+    pub siem_syslog: Option<String>,
+    /// SIEM sink: EVE lines each sink holds while it is down; beyond, the
+    /// oldest are dropped and counted lost [default: 10000].
+    #[arg(long)]
+    pub siem_queue: Option<usize>,
 }
 
 /// The configuration file: the flags' settings, each optional. A key that is
@@ -201,6 +223,16 @@ pub struct AgentFile {
     pub seawall_burst_ms: Option<f64>,
     /// See [`RunArgs::seawall_queue_delay_ms`].
     pub seawall_queue_delay_ms: Option<f64>,
+    /// See [`RunArgs::siem_redis`].
+    pub siem_redis: Option<String>,
+    /// See [`RunArgs::siem_redis_stream`].
+    pub siem_redis_stream: Option<String>,
+    /// See [`RunArgs::siem_redis_maxlen`].
+    pub siem_redis_maxlen: Option<u64>,
+    /// See [`RunArgs::siem_syslog`].
+    pub siem_syslog: Option<String>,
+    /// See [`RunArgs::siem_queue`].
+    pub siem_queue: Option<usize>,
 }
 
 /// Why the settings cannot be used.
@@ -280,6 +312,8 @@ pub struct AgentSettings {
     pub fabric_auth: bool,
     /// Seawall's configuration (`None`: off).
     pub seawall: Option<sluice_seawall::Config>,
+    /// The SIEM sinks (none configured: no forwarding).
+    pub siem: crate::siem::SiemConfig,
 }
 
 /// Parses a configuration file's text; `path` names it in errors.
@@ -385,6 +419,7 @@ pub fn resolve(
         ),
         ..d
     });
+    let siem = siem(args, file)?;
     Ok(AgentSettings {
         host_id,
         name,
@@ -409,6 +444,59 @@ pub fn resolve(
         rack: pick(&args.rack, &file.rack).filter(|r| !r.trim().is_empty()),
         fabric_auth: pick(&args.fabric_auth, &file.fabric_auth).unwrap_or(true),
         seawall,
+        siem,
+    })
+}
+
+/// The SIEM sinks' settings, checked (not the password file: [`prepare`]).
+fn siem(args: &RunArgs, file: &AgentFile) -> Result<crate::siem::SiemConfig, SettingsError> {
+    use crate::siem::{RedisSink, SiemConfig, SyslogSink};
+    fn pick<T: Clone>(flag: &Option<T>, file: &Option<T>) -> Option<T> {
+        flag.clone().or_else(|| file.clone())
+    }
+    let set = |v: Option<String>| v.filter(|u| !u.trim().is_empty());
+    let redis = set(pick(&args.siem_redis, &file.siem_redis));
+    if let Some(u) = &redis {
+        let shown = sluice_state_redis::redact_url(u);
+        if !u.starts_with("redis://") {
+            return Err(SettingsError::Invalid(format!(
+                "siem_redis `{shown}`: expected redis://[USER@]HOST:PORT[?password_file=F]"
+            )));
+        }
+        if shown != *u {
+            return Err(SettingsError::Invalid(format!(
+                "siem_redis `{shown}`: a password in the URL is refused (it would show in \
+                 process lists and logs); give ?password_file=F"
+            )));
+        }
+    }
+    let stream = pick(&args.siem_redis_stream, &file.siem_redis_stream)
+        .unwrap_or_else(|| crate::siem::DEFAULT_STREAM.into());
+    if stream.is_empty() || !stream.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err(SettingsError::Invalid(format!(
+            "siem_redis_stream `{stream}`: must be printable, without spaces, and not empty"
+        )));
+    }
+    let maxlen = pick(&args.siem_redis_maxlen, &file.siem_redis_maxlen)
+        .unwrap_or(crate::siem::DEFAULT_MAXLEN);
+    let queue = pick(&args.siem_queue, &file.siem_queue).unwrap_or(crate::siem::DEFAULT_QUEUE);
+    if maxlen == 0 || queue == 0 {
+        return Err(SettingsError::Invalid(
+            "siem_redis_maxlen and siem_queue must be at least 1".into(),
+        ));
+    }
+    let syslog = set(pick(&args.siem_syslog, &file.siem_syslog))
+        .map(|u| SyslogSink::parse(&u))
+        .transpose()
+        .map_err(SettingsError::Invalid)?;
+    Ok(SiemConfig {
+        redis: redis.map(|url| RedisSink {
+            url,
+            stream,
+            maxlen,
+        }),
+        syslog,
+        queue,
     })
 }
 
@@ -601,6 +689,11 @@ pub fn prepare(s: &AgentSettings, api_token: String) -> Result<AgentOptions, Set
     }
     let token = s.token_file.as_deref().map(read_token).transpose()?;
     let controller_tls = s.ca_file.as_deref().map(tls_trusting).transpose()?;
+    if let Some(r) = &s.siem.redis {
+        // The password file is read now, so a wrong one stops the start.
+        sluice_state_redis::acl::Admin::open(&r.url)
+            .map_err(|e| SettingsError::Invalid(format!("siem_redis: {e}")))?;
+    }
     Ok(AgentOptions {
         host: s.host_id,
         name: s.name.clone(),
@@ -626,6 +719,7 @@ pub fn prepare(s: &AgentSettings, api_token: String) -> Result<AgentOptions, Set
         // Its certificate comes over the controller's TLS, so an agent of an
         // https:// controller serves TLS, and one of a plain one cannot.
         api_tls: s.controller.starts_with("https://"),
+        siem: s.siem.any().then(|| s.siem.clone()),
     })
 }
 

@@ -62,6 +62,7 @@ pub fn standalone_agent(h: u32, ns: &Netns) -> Result<Agent, AgentError> {
         vm_mtu: None,
         capacity: None,
         api_tls: false,
+        siem: None,
     })
 }
 

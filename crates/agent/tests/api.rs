@@ -34,6 +34,7 @@ fn opts(controller: Option<String>, run_dir: Option<std::path::PathBuf>) -> Agen
         vm_mtu: None,
         capacity: None,
         api_tls: false,
+        siem: None,
     }
 }
 
@@ -65,6 +66,7 @@ fn config(version: u64) -> AgentConfig {
             groups: vec![],
             senders: None,
             sources: None,
+            chains: Vec::new(),
         }],
         instances: vec![],
         group_policies: vec![],
@@ -133,7 +135,15 @@ fn with_an_api_token_only_its_bearer_may_touch_the_configuration() {
 
 #[test]
 fn configs_are_accepted_or_refused_whole() {
-    let agent = Agent::start(&opts(None, None)).unwrap();
+    // With a SIEM sink, so that its metric families are linted too.
+    let run = tempfile::tempdir().unwrap();
+    let mut o = opts(None, Some(run.path().to_path_buf()));
+    o.siem = Some(sluice_agent::siem::SiemConfig {
+        redis: None,
+        syslog: Some(sluice_agent::siem::SyslogSink::parse("udp://127.0.0.1:9").unwrap()),
+        queue: 10,
+    });
+    let agent = Agent::start(&o).unwrap();
     let url = agent.api_url();
     assert!(url.starts_with("http://127.0.0.1:"), "{url}");
     assert_eq!(agent_status(&url).config_version, 0);
@@ -177,6 +187,7 @@ fn configs_are_accepted_or_refused_whole() {
         "the interface does not exist: {m}"
     );
     assert!(m.contains("sluice_agent_drops_total{host=\"4\",reason=\"no_match\"} 0"));
+    assert!(m.contains("sluice_siem_up{host=\"4\",sink=\"syslog-udp\"} 1"));
     promtool::assert_lints_clean(&m);
     let r = ureq::get(&format!("{url}/v1/nothing")).call();
     assert!(matches!(r, Err(ureq::Error::Status(404, _))));

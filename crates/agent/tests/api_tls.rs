@@ -66,6 +66,7 @@ fn agent_opts(host: u32, ctl: &ServerHandle, token: &str) -> AgentOptions {
         vm_mtu: None,
         capacity: None,
         api_tls: true,
+        siem: None,
     }
 }
 

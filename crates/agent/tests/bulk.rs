@@ -42,6 +42,7 @@ fn config(h: u32, ports: &[(u16, &VmHandle)], entries: Vec<Entry>) -> AgentConfi
             groups: vec![],
             senders: None,
             sources: None,
+            chains: Vec::new(),
         }],
         instances: vec![],
         group_policies: vec![],

@@ -109,6 +109,7 @@ fn config_with(
             groups: vec![],
             senders: None,
             sources: None,
+            chains: Vec::new(),
         }],
         instances: vec![InstanceConfig {
             name: "t/fw/0".into(),
@@ -191,6 +192,7 @@ fn traffic_crosses_a_firewall_instance() {
         vm_mtu: None,
         capacity: None,
         api_tls: false,
+        siem: None,
     })
     .unwrap();
     let url = agent.api_url();
@@ -305,6 +307,7 @@ fn an_instance_reaches_the_store_as_its_tenant_user() {
         controller_tls: None,
         api_token: None,
         api_tls: false,
+        siem: None,
     })
     .unwrap();
     let url = agent.api_url();

@@ -41,6 +41,7 @@ fn config(h: u32, vm: &VmHandle, other: u32, other_addr: Ipv4Addr) -> AgentConfi
             groups: vec![],
             senders: None,
             sources: None,
+            chains: Vec::new(),
         }],
         instances: vec![],
         group_policies: vec![],

@@ -123,6 +123,7 @@ fn config(vm1: &VmHandle, vm2: &VmHandle, state: &str) -> AgentConfig {
             groups: vec![(1, group)],
             senders: None,
             sources: None,
+            chains: Vec::new(),
         }],
         instances,
         group_policies: vec![],
@@ -233,6 +234,7 @@ fn setup() -> Option<Setup> {
         vm_mtu: None,
         capacity: None,
         api_tls: false,
+        siem: None,
     })
     .unwrap();
     let url = agent.api_url();

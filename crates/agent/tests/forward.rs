@@ -53,6 +53,7 @@ fn config(version: u64, vm1: &VmHandle, vm2: &VmHandle, extra: Vec<Entry>) -> Ag
             groups: vec![],
             senders: None,
             sources: None,
+            chains: Vec::new(),
         }],
         instances: vec![],
         group_policies: vec![],
@@ -105,6 +106,7 @@ fn start_agent(host: &Netns) -> Agent {
         vm_mtu: None,
         capacity: None,
         api_tls: false,
+        siem: None,
     })
     .unwrap()
 }

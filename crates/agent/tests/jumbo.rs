@@ -36,6 +36,7 @@ fn config(vms: &[(u16, &VmHandle)]) -> AgentConfig {
             groups: vec![],
             senders: None,
             sources: None,
+            chains: Vec::new(),
         }],
         instances: vec![],
         group_policies: vec![],

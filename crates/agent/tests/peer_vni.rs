@@ -42,6 +42,7 @@ fn tenant(name: &str, vni: u32, routes: &[(Ipv4Addr, Output)], senders: &[u32]) 
         groups: vec![],
         senders: Some(senders.to_vec()),
         sources: None,
+        chains: Vec::new(),
     }
 }
 

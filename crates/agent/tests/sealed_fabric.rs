@@ -56,6 +56,7 @@ fn config(h: u32, vm: &VmHandle, other: Ipv4Addr, fabric: &FabricSecret) -> Agen
             groups: vec![],
             senders: Some(vec![o]),
             sources: None,
+            chains: Vec::new(),
         }],
         instances: vec![],
         group_policies: vec![],

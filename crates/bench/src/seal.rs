@@ -93,6 +93,7 @@ fn config(h: u32, fabric: Option<&FabricSecret>) -> AgentConfig {
             groups: vec![],
             senders: None,
             sources: None,
+            chains: Vec::new(),
         }],
         fabric_auth: fabric.map(|f| f.keys_for(h, [1, 2])),
         ..AgentConfig::default()

@@ -443,6 +443,28 @@ fn aliases(spec: &TenantSpec, mbs: &[String]) -> (Vec<Prefix>, Vec<Prefix>) {
     (vips, pools)
 }
 
+/// The chain ids [`compile`] marks a tenant's packets with, and the chains
+/// they stand for: chain `i` of the spec is `2i`, its replies' direction
+/// (if bidirectional) `2i + 1`.
+pub fn chain_names(spec: &TenantSpec) -> Vec<sluice_proto::ChainName> {
+    let mut out = Vec::new();
+    for (ci, c) in spec.chains.iter().enumerate() {
+        out.push(sluice_proto::ChainName {
+            id: (2 * ci) as u16,
+            name: c.name.clone(),
+            reverse: false,
+        });
+        if c.bidirectional {
+            out.push(sluice_proto::ChainName {
+                id: (2 * ci + 1) as u16,
+                name: c.name.clone(),
+                reverse: true,
+            });
+        }
+    }
+    out
+}
+
 /// Compiles a validated spec with a placement into every host's FIB.
 pub fn compile(spec: &TenantSpec, place: &Placement) -> Result<Compiled, CompileError> {
     let mut b = Builder {

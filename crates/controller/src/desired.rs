@@ -1048,6 +1048,7 @@ impl Desired {
                             .cloned()
                             .collect(),
                     ),
+                    chains: crate::compile::chain_names(&self.tenants[*tn].spec),
                 });
             }
             out.insert(h, cfg);

@@ -404,36 +404,42 @@ fn eve(shared: &Shared, q: &resources::eve::EveRequest) -> Result<Reply, ApiErro
             .map(|(id, h)| (*id, h.api.clone(), tokens.get(id).cloned()))
             .collect()
     };
-    let query = q.agent_query();
-    let answers: Vec<Vec<serde_json::Value>> = std::thread::scope(|s| {
-        let hs: Vec<_> = apis
-            .iter()
-            .map(|(host, api, token)| {
-                let url = format!("{api}/v1/eve?{query}");
-                s.spawn(move || {
-                    let Ok(agent) = crate::agent_client::agent(
-                        shared,
-                        *host,
-                        api,
-                        Duration::from_millis(300),
-                        Duration::from_secs(5),
-                    ) else {
-                        return Vec::new();
-                    };
-                    let mut req = agent.get(&url);
-                    if let Some(t) = token {
-                        req = req.set("Authorization", &format!("Bearer {t}"));
-                    }
-                    req.call()
-                        .ok()
-                        .and_then(|r| r.into_json::<Vec<serde_json::Value>>().ok())
-                        .unwrap_or_default()
+    let ask = |query: &str| -> Vec<Vec<serde_json::Value>> {
+        std::thread::scope(|s| {
+            let hs: Vec<_> = apis
+                .iter()
+                .map(|(host, api, token)| {
+                    let url = format!("{api}/v1/eve?{query}");
+                    s.spawn(move || {
+                        let Ok(agent) = crate::agent_client::agent(
+                            shared,
+                            *host,
+                            api,
+                            Duration::from_millis(300),
+                            Duration::from_secs(5),
+                        ) else {
+                            return Vec::new();
+                        };
+                        let mut req = agent.get(&url);
+                        if let Some(t) = token {
+                            req = req.set("Authorization", &format!("Bearer {t}"));
+                        }
+                        req.call()
+                            .ok()
+                            .and_then(|r| r.into_json::<Vec<serde_json::Value>>().ok())
+                            .unwrap_or_default()
+                    })
                 })
-            })
-            .collect();
-        hs.into_iter().filter_map(|h| h.join().ok()).collect()
-    });
-    json(200, &resources::eve::merge(answers, q.limit()))
+                .collect();
+            hs.into_iter().filter_map(|h| h.join().ok()).collect()
+        })
+    };
+    let mut events = resources::eve::merge(ask(&q.agent_query()), q.limit());
+    if let Some(alerts) = q.alerts_query() {
+        let alerts: Vec<serde_json::Value> = ask(&alerts).into_iter().flatten().collect();
+        resources::eve::mark_alerted(&mut events, &alerts);
+    }
+    json(200, &events)
 }
 
 /// `GET /v1/instances`: the placement, with what each agent says of its

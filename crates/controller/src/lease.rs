@@ -351,6 +351,7 @@ mod tests {
                     groups: vec![(1, Group::split(&targets).unwrap())],
                     senders: None,
                     sources: None,
+                    chains: Vec::new(),
                 }],
                 group_policies: vec![GroupPolicy {
                     vni: 7,

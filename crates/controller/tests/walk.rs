@@ -279,3 +279,53 @@ fn unplaced_elements_are_errors() {
         "VM `web-b2` is not placed on any host"
     );
 }
+
+/// The chain ids the compiled entries mark packets with name the spec's
+/// chains (what the agents' metrics label them with): chain `i` is `2i`,
+/// its replies `2i + 1`, and every id an entry sets has a name.
+#[test]
+fn every_chain_id_the_entries_set_has_its_chains_name() {
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../examples/tenant/figure4.yaml"
+    ))
+    .unwrap();
+    let spec = TenantSpec::parse(&text, "figure4.yaml", Some(&sluice_builtin::registry())).unwrap();
+    let names = sluice_controller::compile::chain_names(&spec);
+    let show: Vec<(u16, &str, bool)> = names
+        .iter()
+        .map(|c| (c.id, c.name.as_str(), c.reverse))
+        .collect();
+    assert_eq!(
+        show,
+        [
+            (0, "east-to-a", false),
+            (1, "east-to-a", true),
+            (2, "west-to-a", false),
+            (3, "west-to-a", true),
+            (4, "west-to-b", false),
+            (5, "west-to-b", true)
+        ]
+    );
+    let (place, _) = place();
+    let c = compile(&spec, &place).unwrap();
+    let mut set: Vec<u16> = c
+        .hosts
+        .values()
+        .flat_map(|h| &h.entries)
+        .flat_map(|e| &e.actions)
+        .filter_map(|a| match a {
+            sluice_switch::Action::SetChainHop { chain, .. } => Some(*chain),
+            _ => None,
+        })
+        .collect();
+    set.sort();
+    set.dedup();
+    assert!(!set.is_empty());
+    for id in set {
+        assert!(
+            names.iter().any(|c| c.id == id),
+            "chain id {id} has no name"
+        );
+    }
+}

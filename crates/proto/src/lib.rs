@@ -332,6 +332,22 @@ pub struct TenantFib {
     /// check.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sources: Option<Vec<PeerSources>>,
+    /// The names of the tenant's chains by the ids its entries mark packets
+    /// with, so that the agent's metrics can name them. Absent (a
+    /// configuration from before the field): metrics show the ids.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub chains: Vec<ChainName>,
+}
+
+/// A chain id of a tenant's FIB and the chain it stands for.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChainName {
+    /// The id packets of this chain's direction are marked with.
+    pub id: u16,
+    /// The chain's name in the tenant's spec.
+    pub name: String,
+    /// True for the replies' direction of a bidirectional chain.
+    pub reverse: bool,
 }
 
 /// The inner source addresses one host may send a tenant's packets from.
@@ -1151,6 +1167,11 @@ mod tests {
             groups: vec![],
             senders: Some(vec![2, 3]),
             sources: None,
+            chains: vec![ChainName {
+                id: 1,
+                name: "web".into(),
+                reverse: true,
+            }],
         };
         let j = serde_json::to_string(&t).unwrap();
         assert!(j.contains("\"senders\":[2,3]"), "{j}");
@@ -1159,6 +1180,7 @@ mod tests {
         let old = r#"{"tenant":"t","vni":7,"entries":[],"groups":[]}"#;
         let back: TenantFib = serde_json::from_str(old).unwrap();
         assert_eq!(back.senders, None);
+        assert!(back.chains.is_empty(), "no names: the metrics show ids");
         assert!(!serde_json::to_string(&back).unwrap().contains("senders"));
     }
 

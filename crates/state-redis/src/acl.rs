@@ -127,6 +127,7 @@ impl Admin {
                 );
                 n.auth = u.auth.clone();
                 n.tls = u.tls.clone();
+                n.load_scripts = false;
                 n
             })
             .collect();
@@ -292,6 +293,52 @@ impl Admin {
             .ok_or_else(|| StoreError::Refused(format!("no store node {i} in the admin's URL")))?;
         let r = call(n, args)?;
         Ok(owned(&n.rbuf, &r))
+    }
+}
+
+impl Admin {
+    /// Sends `commands` to node `i` in one write and reads their replies, in
+    /// order: one round trip for the lot (the agent's SIEM sink adds a batch of
+    /// EVE lines to streams this way). An error reply is a [`Value::Error`] in
+    /// its place; a lost connection fails the whole call, and which of the
+    /// commands the server ran before it is then unknown.
+    pub fn pipeline(
+        &mut self,
+        i: usize,
+        commands: &[Vec<&[u8]>],
+    ) -> Result<Vec<Value>, StoreError> {
+        let n = self
+            .nodes
+            .get_mut(i)
+            .ok_or_else(|| StoreError::Refused(format!("no store node {i} in the admin's URL")))?;
+        if commands.is_empty() {
+            return Ok(Vec::new());
+        }
+        let named = |n: &Node, e: StoreError| match e {
+            StoreError::Unavailable(m) if !m.contains(&n.addr) => {
+                StoreError::Unavailable(format!("{}: {m}", n.addr))
+            }
+            StoreError::Timeout(ms) => {
+                StoreError::Unavailable(format!("{}: no answer within {ms} ms", n.addr))
+            }
+            other => other,
+        };
+        let sent = (|| {
+            n.check_no_started()?;
+            n.ensure_conn()?;
+            n.wbuf.clear();
+            for c in commands {
+                crate::resp::encode(&mut n.wbuf, c);
+            }
+            let sent = n.send();
+            n.wbuf.clear();
+            sent?;
+            n.receive(commands.len())
+        })();
+        match sent {
+            Ok(replies) => Ok(replies.iter().map(|r| owned(&n.rbuf, r)).collect()),
+            Err(e) => Err(named(n, e)),
+        }
     }
 }
 

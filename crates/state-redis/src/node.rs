@@ -44,6 +44,9 @@ pub(crate) struct Node {
     unacked_after: usize,
     /// Commands ever sent without waiting (`send_unacked`, `start`).
     pub(crate) sent_total: u64,
+    /// Whether a connection loads the state scripts (a connection that runs
+    /// none, the admin's, skips them: its user may lack `SCRIPT`).
+    pub(crate) load_scripts: bool,
 }
 
 /// Unacknowledged replies beyond which a send waits for them (never reached in
@@ -82,6 +85,7 @@ impl Node {
             fetch: None,
             unacked_after: 0,
             sent_total: 0,
+            load_scripts: true,
         }
     }
 
@@ -251,7 +255,12 @@ impl Node {
                 &[b"AUTH", a.user.as_bytes(), a.password.expose().as_bytes()],
             );
         }
-        for s in scripts::ALL {
+        let loaded: &[&str] = if self.load_scripts {
+            &scripts::ALL
+        } else {
+            &[]
+        };
+        for s in loaded {
             resp::encode(&mut self.wbuf, &[b"SCRIPT", b"LOAD", s.as_bytes()]);
         }
         let sent = self.send();
@@ -259,7 +268,7 @@ impl Node {
         self.wbuf.clear();
         sent?;
         let authed = usize::from(self.auth.is_some());
-        let replies = self.receive(authed + scripts::ALL.len())?;
+        let replies = self.receive(authed + loaded.len())?;
         if let (Some(a), Some(Reply::Error(range))) = (&self.auth, replies.first()) {
             let e = StoreError::Refused(format!(
                 "{}: authentication as store user `{}` failed: {}",

@@ -53,6 +53,7 @@ fn config(vm: &VmHandle, far: Ipv4Addr) -> AgentConfig {
             groups: vec![],
             senders: None,
             sources: None,
+            chains: Vec::new(),
         }],
         instances: vec![],
         group_policies: vec![],

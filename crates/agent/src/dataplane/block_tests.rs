@@ -117,6 +117,7 @@ fn config(h: u32, blocked: bool) -> AgentConfig {
             groups: hf.groups.into_iter().map(|(g, gr)| (g.0, gr)).collect(),
             senders: Some(vec![if h == 1 { 2 } else { 1 }]),
             sources: None,
+            chains: Vec::new(),
         }],
         instances,
         group_policies: vec![],

@@ -114,6 +114,7 @@ fn figure4_host1() -> AgentConfig {
             groups: hf.groups.into_iter().map(|(g, gr)| (g.0, gr)).collect(),
             senders: None,
             sources: None,
+            chains: Vec::new(),
         }],
         instances,
         group_policies: vec![],
@@ -169,6 +170,7 @@ fn two_vms() -> AgentConfig {
             groups: vec![],
             senders: None,
             sources: None,
+            chains: Vec::new(),
         }],
         instances: vec![],
         group_policies: vec![],
@@ -699,6 +701,7 @@ fn two_tenants(senders_of_8: Option<Vec<u32>>) -> AgentConfig {
         groups: vec![],
         senders: senders_of_8,
         sources: None,
+        chains: Vec::new(),
     });
     c
 }

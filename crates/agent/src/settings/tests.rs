@@ -265,3 +265,40 @@ fn a_ca_file_needs_an_https_controller_and_a_certificate_in_it() {
         .to_string();
     assert!(e.contains("absent.pem"), "{e}");
 }
+
+#[test]
+fn siem_sinks_come_from_the_file_or_the_flags_and_bad_ones_are_refused() {
+    use crate::siem::{SyslogSink, Transport};
+    let s = resolve(&args(&[]), &file(REQUIRED), None).unwrap();
+    assert!(!s.siem.any(), "no sink by default");
+    let f = file(&format!(
+        "{REQUIRED}\nsiem_redis = \"redis://siem@127.0.0.1:6379?password_file=/etc/sluice/siem.pw\"\nsiem_syslog = \"udp://10.0.0.9:514\"\nsiem_queue = 50\n"
+    ));
+    let s = resolve(&args(&["--siem-syslog", "tcp://siem:6514"]), &f, None).unwrap();
+    let r = s.siem.redis.unwrap();
+    assert_eq!((r.stream.as_str(), r.maxlen), ("sluice:eve", 100_000));
+    assert_eq!(
+        s.siem.syslog,
+        Some(SyslogSink {
+            transport: Transport::Tcp,
+            addr: "siem:6514".into()
+        })
+    );
+    assert_eq!(s.siem.queue, 50);
+    for (flags, needle) in [
+        (&["--siem-syslog", "syslog://x:514"][..], "udp://HOST:PORT"),
+        (&["--siem-redis", "valkey://x:1"][..], "redis://"),
+        (
+            &["--siem-redis", "redis://u:secret@x:1"][..],
+            "u:<redacted>@x:1",
+        ),
+        (&["--siem-redis-stream", "a b"][..], "siem_redis_stream"),
+        (&["--siem-queue", "0"][..], "siem_queue"),
+    ] {
+        let e = resolve(&args(flags), &file(REQUIRED), None)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(needle), "{flags:?}: {e}");
+        assert!(!e.contains("secret"), "{e}");
+    }
+}

@@ -34,6 +34,22 @@ impl EveRequest {
         q
     }
 
+    /// For flow records, the query of the alerts that mark them `alerted`
+    /// ([`mark_alerted`]): the same tenant, any time (an alert comes before
+    /// the end of its flow, so before a `since` that selects the record), the
+    /// newest 100,000. `None` for alerts.
+    pub fn alerts_query(&self) -> Option<String> {
+        if self.event_type != "flow" {
+            return None;
+        }
+        let mut q = "event_type=alert".to_string();
+        if let Some(t) = &self.tenant {
+            q.push_str(&format!("&tenant={}", percent_encode(t)));
+        }
+        q.push_str("&limit=100000");
+        Some(q)
+    }
+
     /// The limit in effect.
     pub fn limit(&self) -> usize {
         if self.limit == 0 {
@@ -98,6 +114,37 @@ pub fn merge(answers: Vec<Vec<Value>>, limit: usize) -> Vec<Value> {
     all.into_iter().skip(skip).map(|(_, v)| v).collect()
 }
 
+/// Sets `flow.alerted` on every flow record of `flows` for which `alerts`
+/// hold an alert of the same tenant and `flow_id`.
+///
+/// Done here, where every agent's events meet, rather than by the monitor:
+/// the monitor that writes a flow's record is in general another instance,
+/// often on another host, than the IPS that alerted on it (Figure 4's
+/// monitor is a mirror of the chain its IPS is in), and neither shares
+/// state with the other. The `flow_id` is equal on every instance that
+/// sees the flow (the same 5-tuple in the same virtual network), so the
+/// join needs nothing else; a flow whose addresses a NAT or LB rewrote
+/// between the IPS and the monitor has another id there and is not marked.
+pub fn mark_alerted(flows: &mut [Value], alerts: &[Value]) {
+    let key = |v: &Value| {
+        let id = v.get("flow_id").and_then(Value::as_u64)?;
+        let tenant = v.get("tenant").and_then(Value::as_str).unwrap_or("");
+        Some((tenant.to_string(), id))
+    };
+    let alerted: std::collections::HashSet<(String, u64)> = alerts
+        .iter()
+        .filter(|a| a.get("event_type").and_then(Value::as_str) == Some("alert"))
+        .filter_map(key)
+        .collect();
+    for f in flows {
+        if key(f).is_some_and(|k| alerted.contains(&k)) {
+            if let Some(Value::Object(m)) = f.get_mut("flow") {
+                m.insert("alerted".into(), true.into());
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -116,6 +163,34 @@ mod tests {
         assert_eq!(got, [b, a.clone(), c.clone()]);
         let got = merge(vec![vec![a.clone()], vec![c.clone()]], 1);
         assert_eq!(got, [c]);
+    }
+
+    #[test]
+    fn flows_of_the_tenant_with_an_alert_of_their_id_are_marked_alerted() {
+        let flow = |tenant: &str, id: u64| {
+            json!({"event_type": "flow", "tenant": tenant, "flow_id": id,
+                   "flow": {"bytes_toserver": 1, "alerted": false}})
+        };
+        let mut flows = vec![flow("acme", 7), flow("acme", 8), flow("beta", 7)];
+        let alerts = [
+            json!({"event_type": "alert", "tenant": "acme", "flow_id": 7}),
+            // Another tenant's id, or an event that is not an alert, marks nothing.
+            json!({"event_type": "alert", "tenant": "gamma", "flow_id": 8}),
+            json!({"event_type": "flow", "tenant": "acme", "flow_id": 8}),
+        ];
+        mark_alerted(&mut flows, &alerts);
+        let marked: Vec<bool> = flows
+            .iter()
+            .map(|f| f["flow"]["alerted"].as_bool().unwrap())
+            .collect();
+        assert_eq!(marked, [true, false, false]);
+        assert_eq!(flows[0]["flow"]["bytes_toserver"], 1);
+        let q = parse("flow", "tenant=acme&since=2026-01-01&limit=5").unwrap();
+        assert_eq!(
+            q.alerts_query().as_deref(),
+            Some("event_type=alert&tenant=acme&limit=100000")
+        );
+        assert_eq!(parse("alert", "").unwrap().alerts_query(), None);
     }
 
     #[test]
