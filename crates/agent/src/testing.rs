@@ -174,3 +174,82 @@ pub fn attach_vm(host_ns: &str, name: &str, addr: Ipv4Addr) -> Result<VmHandle, 
         addr,
     })
 }
+
+/// The configuration of host 1 running one NF instance between two VMs of
+/// tenant `t` (VNI 7) on ports 1 and 2 (10.0.0.1 and 10.0.0.2): traffic to
+/// either VM goes through `instance` on its port (chain 1 towards `vm2`, chain
+/// 2 back), then on to the other VM.
+pub fn one_instance_between(
+    vm1: &VmHandle,
+    vm2: &VmHandle,
+    instance: sluice_proto::InstanceConfig,
+) -> sluice_proto::AgentConfig {
+    use sluice_proto::{AgentConfig, PortConfig, PortKind, TenantFib};
+    use sluice_switch::PortId;
+    let nf = instance.port;
+    let entry = |id, m, actions| Entry {
+        id,
+        priority: 10,
+        m,
+        actions,
+    };
+    let via = |id, from: u16, dst: &str, chain| {
+        entry(
+            id,
+            Match {
+                in_port: Some(PortId(from)),
+                dst: Some(Prefix::parse(dst).expect("a test prefix")),
+                ..Match::default()
+            },
+            vec![
+                Action::SetChainHop { chain, hop: 1 },
+                Action::Output(Output::Port(PortId(nf))),
+            ],
+        )
+    };
+    let from = |id, chain, to: u16| {
+        entry(
+            id,
+            Match {
+                in_port: Some(PortId(nf)),
+                chain_hop: Some((chain, 1)),
+                ..Match::default()
+            },
+            vec![Action::Output(Output::Port(PortId(to)))],
+        )
+    };
+    let port = |id, kind| PortConfig { id, vni: 7, kind };
+    AgentConfig {
+        pardons: Vec::new(),
+        version: 1,
+        host: 1,
+        peers: vec![],
+        ports: vec![
+            port(1, vm1.port_kind()),
+            port(2, vm2.port_kind()),
+            port(
+                nf,
+                PortKind::Instance {
+                    name: instance.name.clone(),
+                },
+            ),
+        ],
+        tenants: vec![TenantFib {
+            tenant: "t".into(),
+            vni: 7,
+            entries: vec![
+                via(1, 1, "10.0.0.2/32", 1),
+                via(2, 2, "10.0.0.1/32", 2),
+                from(3, 1, 2),
+                from(4, 2, 1),
+            ],
+            groups: vec![],
+            senders: None,
+            sources: None,
+            chains: Vec::new(),
+        }],
+        instances: vec![instance],
+        group_policies: vec![],
+        fabric_auth: None,
+    }
+}

@@ -6,11 +6,10 @@ use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpListener, TcpStream};
 use std::time::Duration;
 
-use sluice_agent::testing::{agent_status, attach_vm, is_root, VmHandle};
+use sluice_agent::testing::{agent_status, attach_vm, is_root, one_instance_between, VmHandle};
 use sluice_agent::{Agent, AgentOptions};
 use sluice_netns::Netns;
-use sluice_proto::{AgentConfig, InstanceConfig, PortConfig, PortKind, StorePassword, TenantFib};
-use sluice_switch::{Action, Entry, Match, Output, PortId, Prefix};
+use sluice_proto::{AgentConfig, InstanceConfig, StorePassword};
 
 const FW: u16 = 5;
 
@@ -27,15 +26,6 @@ settings:
   timer_interval_ms: 100
 "#;
 
-fn entry(id: u64, m: Match, actions: Vec<Action>) -> Entry {
-    Entry {
-        id,
-        priority: 10,
-        m,
-        actions,
-    }
-}
-
 /// VM 1 -> fw -> VM 2 on chain 1, the replies VM 2 -> fw -> VM 1 on chain 2.
 fn config(vm1: &VmHandle, vm2: &VmHandle) -> AgentConfig {
     config_with(vm1, vm2, "local", None)
@@ -48,70 +38,10 @@ fn config_with(
     state: &str,
     state_password: Option<StorePassword>,
 ) -> AgentConfig {
-    let via_fw = |id, from: u16, dst: &str, chain| {
-        entry(
-            id,
-            Match {
-                in_port: Some(PortId(from)),
-                dst: Some(Prefix::parse(dst).unwrap()),
-                ..Match::default()
-            },
-            vec![
-                Action::SetChainHop { chain, hop: 1 },
-                Action::Output(Output::Port(PortId(FW))),
-            ],
-        )
-    };
-    let from_fw = |id, chain, to: u16| {
-        entry(
-            id,
-            Match {
-                in_port: Some(PortId(FW)),
-                chain_hop: Some((chain, 1)),
-                ..Match::default()
-            },
-            vec![Action::Output(Output::Port(PortId(to)))],
-        )
-    };
-    AgentConfig {
-        pardons: Vec::new(),
-        version: 1,
-        host: 1,
-        peers: vec![],
-        ports: vec![
-            PortConfig {
-                id: 1,
-                vni: 7,
-                kind: vm1.port_kind(),
-            },
-            PortConfig {
-                id: 2,
-                vni: 7,
-                kind: vm2.port_kind(),
-            },
-            PortConfig {
-                id: FW,
-                vni: 7,
-                kind: PortKind::Instance {
-                    name: "t/fw/0".into(),
-                },
-            },
-        ],
-        tenants: vec![TenantFib {
-            tenant: "t".into(),
-            vni: 7,
-            entries: vec![
-                via_fw(1, 1, "10.0.0.2/32", 1),
-                via_fw(2, 2, "10.0.0.1/32", 2),
-                from_fw(3, 1, 2),
-                from_fw(4, 2, 1),
-            ],
-            groups: vec![],
-            senders: None,
-            sources: None,
-            chains: Vec::new(),
-        }],
-        instances: vec![InstanceConfig {
+    one_instance_between(
+        vm1,
+        vm2,
+        InstanceConfig {
             name: "t/fw/0".into(),
             tenant: "t".into(),
             middlebox: "fw".into(),
@@ -121,10 +51,8 @@ fn config_with(
             state: state.into(),
             state_password,
             backends: Vec::new(),
-        }],
-        group_policies: vec![],
-        fabric_auth: None,
-    }
+        },
+    )
 }
 
 fn echo_server(vm: &VmHandle, port: u16) {

@@ -10,14 +10,13 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use sluice_agent::siem::{Forwarder, RedisSink, SiemConfig, SyslogSink};
-use sluice_agent::testing::{attach_vm, is_root, VmHandle};
+use sluice_agent::testing::{attach_vm, is_root, one_instance_between, VmHandle};
 use sluice_agent::{Agent, AgentOptions};
 use sluice_netns::Netns;
-use sluice_proto::{AgentConfig, ChainName, InstanceConfig, PortConfig, PortKind, TenantFib};
+use sluice_proto::{AgentConfig, ChainName, InstanceConfig};
 use sluice_state_redis::acl::{Admin, Value};
 use sluice_state_redis::server::{server_binary, RedisServer};
 use sluice_state_redis::Secret;
-use sluice_switch::{Action, Entry, Match, Output, PortId, Prefix};
 
 mod promtool;
 
@@ -218,87 +217,10 @@ settings:
 
 /// VM 1 -> ips -> VM 2 on chain 1, the replies VM 2 -> ips -> VM 1 on chain 2.
 fn config(vm1: &VmHandle, vm2: &VmHandle) -> AgentConfig {
-    let entry = |id, m, actions| Entry {
-        id,
-        priority: 10,
-        m,
-        actions,
-    };
-    let via = |id, from: u16, dst: &str, chain| {
-        entry(
-            id,
-            Match {
-                in_port: Some(PortId(from)),
-                dst: Some(Prefix::parse(dst).unwrap()),
-                ..Match::default()
-            },
-            vec![
-                Action::SetChainHop { chain, hop: 1 },
-                Action::Output(Output::Port(PortId(IPS_PORT))),
-            ],
-        )
-    };
-    let from = |id, chain, to: u16| {
-        entry(
-            id,
-            Match {
-                in_port: Some(PortId(IPS_PORT)),
-                chain_hop: Some((chain, 1)),
-                ..Match::default()
-            },
-            vec![Action::Output(Output::Port(PortId(to)))],
-        )
-    };
-    AgentConfig {
-        pardons: Vec::new(),
-        version: 1,
-        host: 1,
-        peers: vec![],
-        ports: vec![
-            PortConfig {
-                id: 1,
-                vni: 7,
-                kind: vm1.port_kind(),
-            },
-            PortConfig {
-                id: 2,
-                vni: 7,
-                kind: vm2.port_kind(),
-            },
-            PortConfig {
-                id: IPS_PORT,
-                vni: 7,
-                kind: PortKind::Instance {
-                    name: "t/ips/0".into(),
-                },
-            },
-        ],
-        tenants: vec![TenantFib {
-            tenant: "t".into(),
-            vni: 7,
-            entries: vec![
-                via(1, 1, "10.0.0.2/32", 1),
-                via(2, 2, "10.0.0.1/32", 2),
-                from(3, 1, 2),
-                from(4, 2, 1),
-            ],
-            groups: vec![],
-            senders: None,
-            sources: None,
-            chains: vec![
-                ChainName {
-                    id: 1,
-                    name: "to-web".into(),
-                    reverse: false,
-                },
-                ChainName {
-                    id: 2,
-                    name: "to-web".into(),
-                    reverse: true,
-                },
-            ],
-        }],
-        instances: vec![InstanceConfig {
+    let mut c = one_instance_between(
+        vm1,
+        vm2,
+        InstanceConfig {
             name: "t/ips/0".into(),
             tenant: "t".into(),
             middlebox: "ips".into(),
@@ -308,10 +230,21 @@ fn config(vm1: &VmHandle, vm2: &VmHandle) -> AgentConfig {
             state: "local".into(),
             state_password: None,
             backends: Vec::new(),
-        }],
-        group_policies: vec![],
-        fabric_auth: None,
-    }
+        },
+    );
+    c.tenants[0].chains = vec![
+        ChainName {
+            id: 1,
+            name: "to-web".into(),
+            reverse: false,
+        },
+        ChainName {
+            id: 2,
+            name: "to-web".into(),
+            reverse: true,
+        },
+    ];
+    c
 }
 
 /// One signature sent through a deployed IPS instance is exactly one alert
