@@ -20,10 +20,8 @@ fn spec() -> PathBuf {
 /// Figure 4 with the firewall `state: cached` (ownership leases, the flow
 /// cache), written into `dir`; returns its path and text.
 fn cached_figure4(dir: &std::path::Path) -> (PathBuf, String) {
-    // The monitor exports a flow 3 s after its last packet rather than 120:
-    // the mirror's copies of a flow never show both FINs (only the client's
-    // direction reaches it, see `flows_count_the_download_and_know_the_alert`),
-    // so its records of east-to-a end by that timeout.
+    // The monitor exports a flow 3 s after its last packet rather than 120,
+    // so the test's flows are reported while it waits.
     let base = std::fs::read_to_string(spec()).unwrap().replace(
         "mon: { type: middlebox, function: monitor }",
         "mon: { type: middlebox, function: monitor, config: { idle_timeout_secs: 3 } }",
@@ -239,12 +237,10 @@ fn eve_of(lab: &Lab, what: &str) -> Vec<serde_json::Value> {
 /// `size_request` and at least 66 bytes per frame (its ACKs may carry SACK
 /// blocks, so only a lower bound).
 ///
-/// East-to-a's mirror is not used for this: only the client's direction of
-/// its flows reaches the monitor (the flow records below show
-/// `pkts_toclient` 0). The reply's copy is taken on the backend's host and
-/// crosses the fabric marked with the reverse chain's hop, so the monitor's
-/// host looks it up as chain traffic instead of delivering it to the
-/// monitor (docs/CONTROLLER.md, "Alerts and flow records").
+/// East-to-a's mirror shows both directions too: the reply's copy is taken
+/// on the backend's host and crosses the fabric with the mirror's own mark,
+/// so the monitor's host hands it to the monitor (it was once marked with the
+/// reverse chain's hop and delivered to the client a second time).
 fn flows_count_the_download_and_know_the_alert(lab: &Lab) {
     let gw = lab.state().vm("gateway").unwrap().netns.clone();
     let out = std::process::Command::new("ip")
@@ -312,6 +308,30 @@ fn flows_count_the_download_and_know_the_alert(lab: &Lab) {
         "flows of the alert's flow {}: {alerted:?}",
         alert["flow_id"]
     );
+    // The monitor saw that flow's replies too, through east-to-a's mirror:
+    // copied on the backend's host (another than the monitor's) before the
+    // LB, so under the backend's own address — a flow of its own to the
+    // monitor, with the client's port.
+    let client_port = alert["src_port"].clone();
+    let backends = ["10.10.1.11", "10.10.1.12"];
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let replies = eve_of(lab, "flows").into_iter().any(|f| {
+            f["host"] == "acme/mon/0"
+                && ((backends.contains(&f["src_ip"].as_str().unwrap_or(""))
+                    && f["dest_port"] == client_port)
+                    || (backends.contains(&f["dest_ip"].as_str().unwrap_or(""))
+                        && f["src_port"] == client_port))
+        });
+        if replies {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no monitor record of the replies to client port {client_port}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(250));
+    }
 }
 
 /// (host id, desired version) of every host, as the controller reports them.

@@ -96,7 +96,15 @@ pub enum CompileError {
     TooLarge(String),
 }
 
+/// The fabric mark of the `k`-th mirror of a chain ([`sluice_switch::MIRROR_HOP`]
+/// set; a chain mirrors to far fewer than 128 middleboxes).
+fn mirror_hop(k: usize) -> u8 {
+    sluice_switch::MIRROR_HOP | (k.min(0x7f) as u8)
+}
+
 const PRIO_CHAIN: u16 = 1000;
+/// Below every hop entry, above the tenant's defaults: see the mirror entries.
+const PRIO_MIRROR_BACK: u16 = 500;
 const PRIO_HOP: u16 = 2000;
 const PRIO_DEFAULT: u16 = 10;
 
@@ -297,13 +305,17 @@ impl<'a> Builder<'a> {
                     m.sport = sel.sport;
                     m.dport = sel.dport;
                     let mut acts = Vec::new();
-                    for mb in mirror {
+                    for (k, mb) in mirror.iter().enumerate() {
                         if let Some(&(mh, mp)) = self.hosts_of(mb).first() {
-                            acts.push(Action::Mirror(if mh == h {
-                                Output::Port(mp)
+                            acts.push(if mh == h {
+                                Action::Mirror(Output::Port(mp))
                             } else {
-                                Output::Host(mh)
-                            }));
+                                Action::MirrorVia {
+                                    host: mh,
+                                    chain,
+                                    hop: mirror_hop(k),
+                                }
+                            });
                         }
                     }
                     if let Some(first) = mbs.first() {
@@ -314,6 +326,35 @@ impl<'a> Builder<'a> {
                     } else {
                         self.deliver(h, &m, to, PRIO_CHAIN, &acts)?;
                     }
+                }
+            }
+        }
+        // A mirror's copies from other hosts: handed to its instance (they
+        // carry the mirror's own mark, never a hop of the chain's path).
+        for (k, mb) in mirror.iter().enumerate() {
+            if let Some(&(mh, mp)) = self.hosts_of(mb).first() {
+                let m = Match {
+                    from_fabric: Some(true),
+                    vni: Some(vni),
+                    chain_hop: Some((chain, mirror_hop(k))),
+                    ..Match::default()
+                };
+                if !self.host(mh).entries.iter().any(|e| e.m == m) {
+                    self.add(mh, PRIO_HOP, m, vec![Action::Output(Output::Port(mp))]);
+                }
+                // What the mirror's instance sends back is a copy: dropped
+                // there, never forwarded (the tenant's catch-all entry would
+                // hand it to the gateway, and a reply's copy, taken before
+                // the LB, to the client under the backend's own address).
+                // Its returns of traffic on a path it is in match that
+                // path's hop entries first.
+                let back = Match {
+                    in_port: Some(mp),
+                    vni: Some(vni),
+                    ..Match::default()
+                };
+                if !self.host(mh).entries.iter().any(|e| e.m == back) {
+                    self.add(mh, PRIO_MIRROR_BACK, back, vec![Action::Drop]);
                 }
             }
         }

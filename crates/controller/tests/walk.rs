@@ -32,6 +32,9 @@ struct Net {
 struct Walk {
     visited: Vec<(&'static str, usize)>,
     mirrored: usize,
+    /// Where each mirror copy ended: the role of the port it left by (on
+    /// its own host, or on the host the fabric carried it to).
+    mirrors_reached: Vec<Option<Role>>,
     delivered: Option<Role>,
     frame: Vec<u8>,
 }
@@ -108,6 +111,35 @@ fn lb(mb: &str, frame: &mut [u8]) {
     }
 }
 
+/// Where a mirror copy sent to `o` from `host`, carrying `mark`, ends: the
+/// role of the port it leaves by (one fabric crossing at most).
+fn follow_mirror(
+    net: &mut Net,
+    host: HostId,
+    o: Output,
+    mark: Option<(u16, u8)>,
+    frame: &[u8],
+) -> Option<Role> {
+    let (host, port) = match o {
+        Output::Port(p) => (host, p),
+        Output::Host(h) => {
+            let meta = parse_frame(frame).unwrap();
+            let fib = net.fibs.get_mut(&h).expect("host has a FIB");
+            let d = fib.lookup(&LookupKey {
+                in_port: None,
+                vni: VNI,
+                chain_hop: mark,
+                meta: &meta,
+            });
+            match d.output {
+                Some(Output::Port(p)) => (h, p),
+                _ => return None,
+            }
+        }
+    };
+    net.roles.get(&(host, port)).cloned()
+}
+
 fn walk(net: &mut Net, host: HostId, port: PortId, frame: Vec<u8>) -> Walk {
     let mut w = Walk {
         frame,
@@ -124,6 +156,10 @@ fn walk(net: &mut Net, host: HostId, port: PortId, frame: Vec<u8>) -> Walk {
             meta: &meta,
         });
         w.mirrored += d.mirrors.len();
+        for &(o, m) in &d.mirrors {
+            let reached = follow_mirror(net, host, o, m.or(d.chain_hop), &w.frame);
+            w.mirrors_reached.push(reached);
+        }
         match d.output {
             None => return w,
             Some(Output::Host(h)) => {
@@ -167,6 +203,7 @@ fn chains_visit_their_middleboxes_both_ways() {
         assert_eq!(names(&fwd), vec!["fw", "ips", "lb-a"], "east-to-a");
         assert_eq!(fwd.delivered, Some(Role::Vm("web-a1")));
         assert_eq!(fwd.mirrored, 1, "a copy to the monitor");
+        assert_eq!(fwd.mirrors_reached, [Some(Role::Instance("mon", 0))]);
         // The reply, from the backend, crosses the same instances in reverse.
         let reply = build::tcp_v4(
             [10, 10, 1, 11],
@@ -181,6 +218,13 @@ fn chains_visit_their_middleboxes_both_ways() {
         let back = walk(&mut n, HostId(2), PortId(20), reply);
         assert_eq!(names(&back), vec!["lb-a", "ips", "fw"]);
         assert_eq!(back.delivered, Some(Role::Gateway));
+        // The reply's copy is taken on the backend's host and crosses the
+        // fabric to the monitor's: it reaches the monitor, not the chain.
+        assert_eq!(
+            back.mirrors_reached,
+            [Some(Role::Instance("mon", 0))],
+            "the reply's mirror copy"
+        );
         assert_eq!(
             back.visited[2], fwd.visited[0],
             "both directions use one firewall instance"

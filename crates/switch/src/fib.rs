@@ -30,6 +30,10 @@ pub enum Output {
     Host(HostId),
 }
 
+/// The bit of a chain hop that marks a mirror's copy on the fabric (hops of
+/// middleboxes on the path count from 1 and stay below it).
+pub const MIRROR_HOP: u8 = 0x80;
+
 /// What an entry does, applied in order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Action {
@@ -37,6 +41,17 @@ pub enum Action {
     Output(Output),
     /// Send a copy to `Output` (an off-path middlebox) and go on.
     Mirror(Output),
+    /// Send a copy through the fabric to `host`, marked `(chain, hop)` (a hop
+    /// with [`MIRROR_HOP`] set) so that host hands it to the mirror's
+    /// instance instead of treating it as the chain's traffic; and go on.
+    MirrorVia {
+        /// Host of the mirror's instance.
+        host: HostId,
+        /// Chain id within the tenant.
+        chain: u16,
+        /// [`MIRROR_HOP`] plus the mirror's index in the chain's list.
+        hop: u8,
+    },
     /// Send to the instance of `GroupId` whose hash range holds the flow's hash.
     Select(GroupId),
     /// Record the chain and the hop the packet is at (carried in the tunnel option).
@@ -176,8 +191,9 @@ pub enum FibError {
 pub struct Decision {
     /// Where the packet goes (`None` with `drop` false: no entry matched).
     pub output: Option<Output>,
-    /// Copies to send.
-    pub mirrors: Vec<Output>,
+    /// Copies to send, each with the chain hop it carries on the fabric
+    /// (`None`: the packet's own).
+    pub mirrors: Vec<(Output, Option<(u16, u8)>)>,
     /// Chain and hop to carry onward.
     pub chain_hop: Option<(u16, u8)>,
     /// The packet is dropped.
@@ -334,7 +350,10 @@ impl Fib {
         for a in &e.actions {
             match *a {
                 Action::Output(o) => d.output = Some(o),
-                Action::Mirror(o) => d.mirrors.push(o),
+                Action::Mirror(o) => d.mirrors.push((o, None)),
+                Action::MirrorVia { host, chain, hop } => {
+                    d.mirrors.push((Output::Host(host), Some((chain, hop))))
+                }
                 Action::Select(g) => {
                     // The hash every instance choice uses: equal for both directions.
                     let h = k.meta.flow.symmetric_hash();
@@ -463,7 +482,7 @@ mod tests {
                 fib.lookup(&key(&r, Some(0))).output,
                 "both directions, one instance"
             );
-            assert_eq!(d.mirrors, vec![Output::Port(PortId(9))]);
+            assert_eq!(d.mirrors, vec![(Output::Port(PortId(9)), None)]);
             match d.output {
                 Some(Output::Port(PortId(p))) => counts[p as usize] += 1,
                 other => panic!("{other:?}"),

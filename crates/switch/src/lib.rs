@@ -20,5 +20,5 @@ pub mod tunnel;
 
 pub use fib::{
     Action, Decision, Entry, Fib, FibError, Group, GroupId, HostId, LookupKey, Match, Output,
-    PortId, Prefix,
+    PortId, Prefix, MIRROR_HOP,
 };

@@ -113,7 +113,7 @@ struct LookupInputs {
 #[derive(Debug, Default)]
 struct LastLookup {
     key: Option<LookupInputs>,
-    mirrors: Vec<Output>,
+    mirrors: Vec<(Output, Option<(u16, u8)>)>,
     chain_hop: Option<(u16, u8)>,
     verdict: Option<Result<Output, DropReason>>,
 }
@@ -379,8 +379,11 @@ impl Forwarder<'_> {
             // packets; the agent reports its own counters, not those.)
             let out = hop.marked(self.lookup.last.chain_hop);
             for k in 0..self.lookup.last.mirrors.len() {
-                let m = self.lookup.last.mirrors[k];
-                self.emit(&out, m, plan);
+                let (m, mark) = self.lookup.last.mirrors[k];
+                match mark {
+                    None => self.emit(&out, m, plan),
+                    Some(mark) => self.emit(&hop.marked(Some(mark)), m, plan),
+                };
             }
             if let Some(v) = self.lookup.last.verdict {
                 self.conclude(&out, v, plan);
@@ -425,8 +428,13 @@ impl Forwarder<'_> {
             (false, None) => Err(DropReason::NoMatch),
         });
         let out = hop.marked(d.chain_hop);
-        for m in &d.mirrors {
-            self.emit(&out, *m, plan);
+        for &(m, mark) in &d.mirrors {
+            // A copy for another host carries its own mark: that host hands
+            // it to the mirror, not to the chain's next middlebox.
+            match mark {
+                None => self.emit(&out, m, plan),
+                Some(mark) => self.emit(&hop.marked(Some(mark)), m, plan),
+            };
         }
         self.conclude(&out, verdict, plan);
         if replayable {
