@@ -635,6 +635,12 @@ pub struct StateMeasurement {
     pub secure_cached: Option<CachedMeasurement>,
     /// `secure_cached.mpps / cached.mpps`.
     pub secure_cached_vs_cached: Option<f64>,
+    /// The pipelined run again as the tenant's ACL user over TLS: the flow
+    /// cache with its reads ahead and writes unacknowledged ([`RunMode::Pipelined`],
+    /// a middlebox's `pipeline:`), which hides the round trips TLS lengthens.
+    pub secure_pipelined: Option<CachedMeasurement>,
+    /// `secure_pipelined.mpps / pipelined.mpps`.
+    pub secure_pipelined_vs_pipelined: Option<f64>,
     /// The pipelined run again, one batch arriving every [`PACED_SLOWDOWN`]
     /// batch times of the cached run ([`RunMode::Paced`]): latency below
     /// capacity. Its throughput counts busy time only.
@@ -795,6 +801,8 @@ pub fn compare(
         secure_vs_plain: None,
         secure_cached: None,
         secure_cached_vs_cached: None,
+        secure_pipelined: None,
+        secure_pipelined_vs_pipelined: None,
     }
 }
 
@@ -989,11 +997,11 @@ struct Urls<'a> {
 
 impl Urls<'_> {
     /// The store a run of mode `suffix` connects to (`a`: the tenant user;
-    /// `s`, `t`: the tenant user over TLS).
+    /// `s`, `t`, `u`: the tenant user over TLS).
     fn open(&self, suffix: &str) -> Result<Box<dyn StateStore>, String> {
         match (suffix, self.authed, self.secure) {
             ("a", Some(u), _) => open_remote(u),
-            ("s" | "t", _, Some(u)) => open_remote(u),
+            ("s" | "t" | "u", _, Some(u)) => open_remote(u),
             _ => open_remote(self.plain),
         }
     }
@@ -1071,6 +1079,9 @@ fn run_in(
                 if opts.window > 0 {
                     let window = window_batches(opts.window, batch_size);
                     modes.push(("p", true, RunMode::Pipelined(window)));
+                    if urls.secure.is_some() {
+                        modes.push(("u", true, RunMode::Pipelined(window)));
+                    }
                 }
                 let mut runs = best_of_rounds(
                     spec,
@@ -1093,6 +1104,7 @@ fn run_in(
                     None => (None, None),
                 };
                 let pipelined = runs.next();
+                let secure_pipelined = runs.next();
                 // Below capacity: a quarter of what the cached path sustains
                 // without pipelining, so no batch queues behind another's
                 // round trips.
@@ -1158,6 +1170,21 @@ fn run_in(
                             }
                             Some(Err(e)) => {
                                 progress(&format!("{name}: TLS cached run skipped: {e}"))
+                            }
+                            None => {}
+                        }
+                        match secure_pipelined {
+                            Some(Ok(a)) => {
+                                let c = compare_cached(&l, &a);
+                                m.secure_pipelined_vs_pipelined = m
+                                    .pipelined
+                                    .as_ref()
+                                    .filter(|x| x.mpps > 0.0)
+                                    .map(|x| c.mpps / x.mpps);
+                                m.secure_pipelined = Some(c);
+                            }
+                            Some(Err(e)) => {
+                                progress(&format!("{name}: TLS pipelined run skipped: {e}"))
                             }
                             None => {}
                         }

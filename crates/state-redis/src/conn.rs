@@ -37,16 +37,17 @@ pub(crate) enum Conn {
 pub(crate) struct TlsConn {
     tls: ClientConnection,
     sock: TcpStream,
+    /// Ciphertext received but not yet handed to rustls: `cipher[lo..hi]`.
+    /// rustls pulls at most 4 KiB per `read_tls`, so reading the socket
+    /// through it would cost a system call per 4 KiB of a large pipeline's
+    /// replies; one receive fills this instead and rustls reads from memory.
+    cipher: Box<[u8]>,
+    lo: usize,
+    hi: usize,
 }
 
-/// Reads from a socket without waiting: rustls pulls ciphertext through it.
-struct DontWait<'a>(&'a TcpStream);
-
-impl Read for DontWait<'_> {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        recv_ready(self.0, buf)
-    }
-}
+/// Bytes of ciphertext one receive may take (a few full TLS records).
+const CIPHER_BUF: usize = 64 * 1024;
 
 fn tls_err(e: rustls::Error) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, e)
@@ -76,6 +77,9 @@ impl Conn {
             tls: ClientConnection::new(t.config.clone(), name)
                 .map_err(|e| refused(format!("TLS: {e}")))?,
             sock,
+            cipher: vec![0; CIPHER_BUF].into_boxed_slice(),
+            lo: 0,
+            hi: 0,
         };
         // Pipelines are written whole; rustls would otherwise refuse plaintext
         // beyond its 64 KiB send buffer until it is flushed.
@@ -117,10 +121,14 @@ impl Conn {
                 if let Some(n) = c.plaintext(buf)? {
                     return Ok(n);
                 }
-                if c.tls.read_tls(&mut c.sock)? == 0 {
-                    return Ok(0);
+                if c.lo == c.hi {
+                    let n = c.sock.read(&mut c.cipher)?;
+                    if n == 0 {
+                        return Ok(0);
+                    }
+                    (c.lo, c.hi) = (0, n);
                 }
-                c.process()?;
+                c.feed()?;
             },
         }
     }
@@ -136,10 +144,14 @@ impl Conn {
                 }
                 // A record may arrive in pieces: loop until rustls has a whole
                 // one or the socket has nothing more (WouldBlock).
-                if c.tls.read_tls(&mut DontWait(&c.sock))? == 0 {
-                    return Ok(0);
+                if c.lo == c.hi {
+                    let n = recv_ready(&c.sock, &mut c.cipher)?;
+                    if n == 0 {
+                        return Ok(0);
+                    }
+                    (c.lo, c.hi) = (0, n);
                 }
-                c.process()?;
+                c.feed()?;
             },
         }
     }
@@ -176,6 +188,29 @@ impl TlsConn {
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(None),
             Err(e) => Err(e),
         }
+    }
+
+    /// Hands the buffered ciphertext to rustls (as much as it takes) and
+    /// decrypts it.
+    fn feed(&mut self) -> io::Result<()> {
+        while self.lo < self.hi {
+            let mut rest = &self.cipher[self.lo..self.hi];
+            let before = rest.len();
+            match self.tls.read_tls(&mut rest) {
+                Ok(0) => break,
+                Ok(_) => self.lo += before - rest.len(),
+                // rustls holds a full buffer of plaintext or of an unfinished
+                // record: decrypt (below) and let the caller drain it first.
+                Err(e) if e.kind() == io::ErrorKind::Other => break,
+                Err(e) => return Err(e),
+            }
+            self.process()?;
+            if self.tls.wants_read() {
+                continue;
+            }
+            break;
+        }
+        self.process()
     }
 
     /// Decrypts what `read_tls` took in, and sends what that asks to send

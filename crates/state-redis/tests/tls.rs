@@ -244,3 +244,32 @@ fn tls_options_are_checked_before_anything_connects() {
         Config::from_url(&format!("rediss://h:1?ca_file={}", junk.display())).expect_err("refused");
     assert!(e.to_string().contains("no PEM certificate"), "{e}");
 }
+
+/// A pipeline whose replies span many TLS records and more than the client's
+/// ciphertext buffer: every answer arrives whole and in order.
+#[test]
+fn a_pipeline_larger_than_the_receive_buffer_answers_every_operation() {
+    let dir = Dir::new("large");
+    let Some((_srv, port, files)) = tls_server(&dir, "optional") else {
+        return skip();
+    };
+    let url = format!("rediss://127.0.0.1:{port}?ca_file={}", files.ca.display());
+    let mut store = open(&url).unwrap();
+    let key = |i: u32| sluice_state::Key::new(sluice_state::Namespace(5), 1, &i.to_be_bytes());
+    let value = |i: u32| vec![(i % 251) as u8; 300 + (i as usize % 700)];
+    let mut ops = sluice_state::Ops::new();
+    for i in 0..3000 {
+        ops.put(key(i), &value(i));
+    }
+    store.execute(&mut ops).unwrap();
+    let mut ops = sluice_state::Ops::new();
+    let ids: Vec<_> = (0..3000).map(|i| ops.get(key(i))).collect();
+    store.execute(&mut ops).unwrap();
+    for (i, id) in ids.into_iter().enumerate() {
+        assert_eq!(
+            ops.value(id),
+            Some(&value(i as u32)[..]),
+            "the answer to get #{i}"
+        );
+    }
+}

@@ -200,24 +200,29 @@ fn secure_table(ms: &[StateMeasurement]) -> String {
         .iter()
         .filter(|m| m.secure_vs_plain.is_some() || m.secure_cached_vs_cached.is_some())
         .collect();
+    let piped = rows.iter().any(|m| m.secure_pipelined.is_some());
     if rows.is_empty() {
         return String::new();
     }
     let mut s = String::from(
         "TLS + authentication (the tenant's ACL user over rediss://) against plain TCP without \
-         a user, same rounds; -c: with the flow cache\n",
+         a user, same rounds; -c: with the flow cache; -p: with the flow cache, pipelined\n",
     );
     s.push_str(&format!(
-        "{:<22} {:>8} {:>8} {:>6}  {:>8} {:>8} {:>6}\n",
+        "{:<22} {:>8} {:>8} {:>6}  {:>8} {:>8} {:>6}",
         "measurement", "Mpps-r", "Mpps-s", "s/r", "Mpps-c", "Mpps-sc", "sc/c"
     ));
+    if piped {
+        s.push_str(&format!("  {:>8} {:>8} {:>6}", "Mpps-p", "Mpps-sp", "sp/p"));
+    }
+    s.push('\n');
     let f = |v: Option<f64>, w: usize, p: usize| match v {
         Some(v) => format!("{v:>w$.p$}"),
         None => format!("{:>w$}", "-"),
     };
     for m in &rows {
         s.push_str(&format!(
-            "{:<22} {:>8.3} {} {}  {} {} {}\n",
+            "{:<22} {:>8.3} {} {}  {} {} {}",
             m.name,
             m.mpps_remote,
             f(m.secure.as_ref().map(|x| x.mpps), 8, 3),
@@ -226,6 +231,15 @@ fn secure_table(ms: &[StateMeasurement]) -> String {
             f(m.secure_cached.as_ref().map(|x| x.mpps), 8, 3),
             f(m.secure_cached_vs_cached, 6, 3),
         ));
+        if piped {
+            s.push_str(&format!(
+                "  {} {} {}",
+                f(m.pipelined.as_ref().map(|x| x.mpps), 8, 3),
+                f(m.secure_pipelined.as_ref().map(|x| x.mpps), 8, 3),
+                f(m.secure_pipelined_vs_pipelined, 6, 3),
+            ));
+        }
+        s.push('\n');
     }
     for (label, mut v) in [
         (
@@ -238,6 +252,12 @@ fn secure_table(ms: &[StateMeasurement]) -> String {
             "with the flow cache, TLS+auth / plain",
             rows.iter()
                 .filter_map(|m| m.secure_cached_vs_cached)
+                .collect::<Vec<_>>(),
+        ),
+        (
+            "with the flow cache pipelined, TLS+auth / plain",
+            rows.iter()
+                .filter_map(|m| m.secure_pipelined_vs_pipelined)
                 .collect::<Vec<_>>(),
         ),
     ] {
