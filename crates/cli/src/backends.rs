@@ -72,7 +72,7 @@ struct Target {
 }
 
 /// A delay with its unit: `ms`, `s`, `m` (a bare number is seconds).
-fn parse_delay(s: &str) -> Result<Duration, String> {
+pub(crate) fn parse_delay(s: &str) -> Result<Duration, String> {
     let t = s.trim();
     let (num, unit) = match t.find(|c: char| !c.is_ascii_digit() && c != '.') {
         Some(i) => t.split_at(i),

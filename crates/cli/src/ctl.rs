@@ -133,6 +133,9 @@ enum GetWhat {
     /// Hosts accused by their peers of ignoring congestion feedback, and
     /// the contained ones.
     Containment,
+    /// The keys sealing datagrams between hosts: the one hosts seal with,
+    /// and a rotation's progress.
+    Fabric,
     /// The backends of every load balancer the token sees and their health
     /// (up, down, draining, removed).
     Backends {
@@ -345,6 +348,7 @@ pub fn get(a: &GetArgs) -> Result<(), CliError> {
         // Gathered from every tenant the token sees.
         GetWhat::Blocks { tenant } => return crate::block::get(&a.client, tenant.as_deref()),
         GetWhat::Containment => return crate::containment::get(&a.client),
+        GetWhat::Fabric => return crate::fabric::get(&a.client),
         GetWhat::Backends { tenant } => return crate::backends::get(&a.client, tenant.as_deref()),
     };
     let raw = c.get_raw(&path)?;
@@ -578,6 +582,7 @@ pub fn get(a: &GetArgs) -> Result<(), CliError> {
         GetWhat::Config { .. }
         | GetWhat::Blocks { .. }
         | GetWhat::Containment
+        | GetWhat::Fabric
         | GetWhat::Backends { .. } => {}
     }
     Ok(())

@@ -98,6 +98,10 @@ pub enum CliError {
     /// the step that failed).
     #[error("benchmark: {0}")]
     Bench(String),
+    /// Something the command waited for did not happen in time (what and
+    /// where to look).
+    #[error("{0}")]
+    NotFinished(String),
     /// A benchmark filter matched nothing.
     #[error("no measurement ran (check --filter)")]
     NoMeasurement,

@@ -20,6 +20,7 @@ mod demo;
 mod error;
 mod eve;
 mod experiment;
+mod fabric;
 mod ips;
 mod run;
 mod testbed;
@@ -91,6 +92,8 @@ enum Cmd {
     /// Revoke a host's credentials (its certificates are refused, its tokens
     /// deleted) and contain it: for a host that is lost or compromised.
     Revoke(containment::RevokeArgs),
+    /// Rotate keys: `fabric-key`, the keys sealing datagrams between hosts.
+    Rotate(fabric::RotateArgs),
     /// Drain a load balancer's backend: no new connections, its existing
     /// ones continue until the deregistration delay passes.
     Drain(backends::DrainArgs),
@@ -159,6 +162,7 @@ fn main() -> ExitCode {
         Cmd::Unblock(a) => block::unblock(&a),
         Cmd::Release(a) => containment::release(&a),
         Cmd::Revoke(a) => containment::revoke(&a),
+        Cmd::Rotate(a) => fabric::rotate(&a),
         Cmd::Drain(a) => backends::drain(&a),
         Cmd::Undrain(a) => backends::undrain(&a),
         Cmd::Events(a) => ctl::events(&a),

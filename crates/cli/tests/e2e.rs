@@ -132,6 +132,7 @@ fn figure4_on_three_hosts_with_real_http() {
     );
 
     flows_count_the_download_and_know_the_alert(&lab);
+    a_fabric_key_rotation_drops_nothing(&lab);
 
     // Auth is on: the agents registered with their own host tokens (0600
     // files), and the lab's CLI context reaches the controller.
@@ -205,6 +206,101 @@ fn figure4_on_three_hosts_with_real_http() {
         5,
     );
     assert!(body.is_some(), "traffic after the controller restart");
+}
+
+/// Sum of `sluice_agent_drops_total{reason="auth_failed"}` over the agents.
+fn auth_failed_drops(lab: &Lab) -> u64 {
+    let agent = lab.state().http();
+    lab.state()
+        .hosts
+        .iter()
+        .map(|h| {
+            let text = agent
+                .get(&format!("{}/metrics", h.api))
+                .call()
+                .unwrap()
+                .into_string()
+                .unwrap();
+            text.lines()
+                .filter(|l| {
+                    l.starts_with("sluice_agent_drops_total{")
+                        && l.contains("reason=\"auth_failed\"")
+                })
+                .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+                .sum::<u64>()
+        })
+        .sum()
+}
+
+/// `sluice rotate fabric-key` while new connections cross hosts: every one
+/// gets its page, every agent ends up sealing with key 2, and no agent
+/// refused a datagram for its key.
+fn a_fabric_key_rotation_drops_nothing(lab: &Lab) {
+    let env = [("SLUICE_CONFIG", lab.state().config.to_str().unwrap())];
+    let (code, out, err) = common::sluice_env(&["get", "fabric"], &env);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out.trim(), "fabric: sealed with key 1");
+    let refused_before = auth_failed_drops(lab);
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let (ok, failed) = std::thread::scope(|sc| {
+        let traffic = sc.spawn(|| {
+            let (mut ok, mut failed) = (0, 0);
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) || ok + failed < 10 {
+                // gateway on host 1, the web-a VIP's backends on the others.
+                let body = scenario::curl(
+                    lab,
+                    "gateway",
+                    Some("198.51.100.10"),
+                    "http://10.10.1.100/index.html",
+                    5,
+                );
+                match body.as_deref() {
+                    Some(b"web-a1\n") | Some(b"web-a2\n") => ok += 1,
+                    _ => failed += 1,
+                }
+            }
+            (ok, failed)
+        });
+        let (code, out, err) =
+            common::sluice_env(&["rotate", "fabric-key", "--yes", "--wait", "30s"], &env);
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        assert_eq!(code, 0, "{out}{err}");
+        assert_eq!(out.trim(), "fabric: sealed with key 2", "{err}");
+        traffic.join().unwrap()
+    });
+    assert_eq!(
+        failed,
+        0,
+        "{failed} of {} connections failed during the rotation",
+        ok + failed
+    );
+    assert_eq!(
+        auth_failed_drops(lab),
+        refused_before,
+        "an agent refused a datagram sealed under a key it did not hold yet"
+    );
+    // Every agent runs the finished rotation: one key, id 2, on every link.
+    for h in &lab.state().hosts {
+        let cfg: serde_json::Value = serde_json::from_str(
+            &lab.state()
+                .http()
+                .get(&format!(
+                    "{}/v1/hosts/{}/config",
+                    lab.state().controller,
+                    h.id
+                ))
+                .set("Authorization", &lab.state().bearer())
+                .call()
+                .unwrap()
+                .into_string()
+                .unwrap(),
+        )
+        .unwrap();
+        for p in cfg["fabric_auth"]["peers"].as_array().unwrap() {
+            assert_eq!(p["tx"]["id"], 2, "host {}: {p}", h.id);
+            assert_eq!(p["rx"].as_array().unwrap().len(), 1, "host {}: {p}", h.id);
+        }
+    }
 }
 
 /// `GET /v1/{what}?tenant=acme` through the lab's controller.

@@ -404,6 +404,20 @@ impl Client {
         )?)
     }
 
+    /// The fabric's key ids and a rotation's progress (`GET /v1/fabric`).
+    pub fn fabric(&self) -> Result<serde_json::Value, ClientError> {
+        Self::parse(&self.get_raw("/v1/fabric")?)
+    }
+
+    /// Starts a rotation of the fabric's keys (`POST /v1/fabric/rotate`).
+    pub fn rotate_fabric(&self) -> Result<serde_json::Value, ClientError> {
+        Self::parse(&self.call(
+            "POST",
+            "/v1/fabric/rotate",
+            Some(("application/json", "{}".to_string())),
+        )?)
+    }
+
     /// Registers a host or heartbeats.
     pub fn register_host(&self, reg: &HostRegistration) -> Result<HostAck, ClientError> {
         self.send_json("POST", "/v1/hosts", reg)

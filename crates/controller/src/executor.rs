@@ -119,6 +119,9 @@ pub fn describe(action: &Action) -> Option<(Option<String>, String)> {
             Some(v.tenant.clone()),
             format!("register vm {}/{} on host {}", v.tenant, v.name, v.host),
         )),
+        Action::Host(HostAction::RotateFabric(_)) => {
+            Some((None, "start a rotation of the fabric's keys".to_string()))
+        }
         Action::Host(HostAction::DeleteVm { tenant, name }) => {
             Some((Some(tenant.clone()), format!("delete vm {tenant}/{name}")))
         }

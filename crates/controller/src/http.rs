@@ -232,6 +232,12 @@ fn handle(
         Action::Host(hosts::HostAction::Revoke(h)) => Some(revoke_credentials(shared, *h)?),
         _ => None,
     };
+    if let Action::Host(hosts::HostAction::RotateFabric(fresh)) = &mut action {
+        let mut secret = [0u8; 32];
+        ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut secret)
+            .map_err(|_| ApiError::new(500, "the system's random source failed"))?;
+        fresh.0 = Some(secret);
+    }
     let mut reply = run(shared, action, agent_token, actor)?;
     if let (Some(names), Reply::Json(_, serde_json::Value::Object(m))) =
         (revoked_tokens, &mut reply)

@@ -36,6 +36,7 @@ mod blocks;
 mod containment;
 mod drains;
 mod events;
+mod fabric;
 mod health;
 mod leases;
 mod requests;
@@ -169,6 +170,9 @@ pub struct Reconciler {
     started_unix_ms: u64,
     /// When [`Reconciler::tick`] last ran.
     last_tick: Option<Instant>,
+    /// A fabric key rotation under way: the configuration version each host
+    /// must run (it holds the new key) before hosts seal with it.
+    fabric_rotation: Option<BTreeMap<u32, u64>>,
     /// When each host was last polled for its pinned flows.
     last_poll: BTreeMap<u32, Instant>,
     effects: Effects,
@@ -230,6 +234,7 @@ impl Reconciler {
             started: now,
             started_unix_ms: unix_ms,
             last_tick: None,
+            fabric_rotation: None,
             last_poll: BTreeMap::new(),
             effects: Effects::default(),
             counters: crate::metrics::Counters::default(),
@@ -349,28 +354,6 @@ impl Reconciler {
         self.commit(next, now).map(|_| ())
     }
 
-    /// Starts rotating the fabric's keys to `fresh`: every host accepts the old
-    /// and the new key, and still seals with the old, until
-    /// [`Reconciler::finish_fabric_rotation`] (once every agent runs it).
-    /// False if sealing is off.
-    pub fn rotate_fabric_key(&mut self, fresh: [u8; 32], now: Instant) -> Result<bool, ApiError> {
-        let mut next = self.desired.clone();
-        let Some(f) = &mut next.fabric else {
-            return Ok(false);
-        };
-        f.rotate(fresh);
-        self.commit(next, now).map(|_| true)
-    }
-
-    /// Makes every host seal with the newest fabric key and forget the old.
-    pub fn finish_fabric_rotation(&mut self, now: Instant) -> Result<(), ApiError> {
-        let mut next = self.desired.clone();
-        if let Some(f) = &mut next.fabric {
-            f.finish_rotation();
-        }
-        self.commit(next, now).map(|_| ())
-    }
-
     /// Queues a push of `host`'s configuration at `at` (the earlier wins).
     fn schedule_push(&mut self, host: u32, at: Instant) {
         let e = self.effects.pushes.entry(host).or_insert(at);
@@ -393,6 +376,9 @@ impl Reconciler {
             self.check_silence(silent, now);
         }
         self.check_backends(silent.as_ref(), now);
+        if let Some(silent) = &silent {
+            self.check_fabric_rotation(silent, now);
+        }
         self.sample_agent_metrics(now);
         self.sample_traffic(now);
         self.expire_accusations(now);

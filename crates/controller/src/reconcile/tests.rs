@@ -1084,7 +1084,7 @@ fn fabric_keys_reach_every_host_survive_a_restart_and_rotate_in_two_steps() {
     assert_eq!(r.configs()[&1].fabric_auth, Some(k1.clone()));
 
     // Rotation: accepted everywhere first, sealed with after.
-    assert!(r.rotate_fabric_key([7; 32], s.now).unwrap());
+    assert!(r.rotate_fabric_key([7; 32], s.now).unwrap().rotating);
     let mid = r.configs()[&1].fabric_auth.clone().unwrap();
     assert_eq!(mid.peers[0].tx, k1.peers[0].tx);
     assert_eq!(mid.peers[0].rx.len(), 2);
@@ -1102,6 +1102,126 @@ fn fabric_keys_reach_every_host_survive_a_restart_and_rotate_in_two_steps() {
     // Off: no keys anywhere.
     r.set_fabric_auth(false, [0; 32], s.now).unwrap();
     assert!(r.configs().values().all(|c| c.fabric_auth.is_none()));
+}
+
+/// `POST /v1/fabric/rotate` through the API: hosts first accept both keys,
+/// and seal with the new one only once every live host runs that
+/// configuration; a second rotation meanwhile, or one without sealing, is
+/// refused; a silent host is not waited for.
+#[test]
+fn a_fabric_rotation_finishes_once_every_live_host_holds_the_new_key() {
+    let mut s = Sim::new(SPEC);
+    let rotate = |s: &mut Sim, secret: u8| {
+        let a = resources::parse(&Request {
+            method: "POST",
+            url: "/v1/fabric/rotate",
+            content_type: None,
+            body: "",
+            if_match: None,
+        })
+        .unwrap();
+        let a = match a {
+            crate::resources::Action::Host(crate::resources::hosts::HostAction::RotateFabric(
+                _,
+            )) => {
+                crate::resources::Action::Host(crate::resources::hosts::HostAction::RotateFabric(
+                    crate::resources::hosts::FreshSecret(Some([secret; 32])),
+                ))
+            }
+            other => panic!("parsed as {other:?}"),
+        };
+        crate::executor::execute_as(&mut s.r, a, "ops", s.now)
+    };
+    let e = rotate(&mut s, 1).unwrap_err();
+    assert_eq!(e.status, 409, "nothing to rotate without sealing: {e}");
+
+    s.r.set_fabric_auth(true, [5; 32], s.now).unwrap();
+    s.push_all();
+    for h in 1..=3 {
+        s.beat(h, None);
+    }
+    let status = s.ok("GET", "/v1/fabric", "");
+    assert_eq!(status["sending"], 1);
+    assert_eq!(status["rotating"], false);
+
+    match rotate(&mut s, 9).unwrap() {
+        Reply::Json(202, v) => {
+            assert_eq!(v["rotating"], true);
+            assert_eq!(v["keys"], serde_json::json!([1, 2]));
+            assert_eq!(v["waiting_for"], serde_json::json!([1, 2, 3]));
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(!format!("{:?}", s.r.desired().fabric).contains("9, 9"));
+    let e = rotate(&mut s, 10).unwrap_err();
+    assert_eq!(e.status, 409, "{e}");
+    assert!(e.to_string().contains("under way"), "{e}");
+    // Pushed but not yet reported: still sealing with the old key.
+    s.push_all();
+    s.run(40 * MS);
+    let cfg = |s: &Sim| s.r.configs()[&1].fabric_auth.clone().unwrap();
+    assert_eq!(cfg(&s).peers[0].tx.id, 1);
+    assert_eq!(cfg(&s).peers[0].rx.len(), 2);
+    // Hosts 1 and 2 report the new version; host 3 has not yet.
+    s.beat(1, None);
+    s.beat(2, None);
+    s.run(40 * MS);
+    assert_eq!(
+        s.ok("GET", "/v1/fabric", "")["waiting_for"],
+        serde_json::json!([3])
+    );
+    assert_eq!(cfg(&s).peers[0].tx.id, 1, "host 3 may not hold key 2 yet");
+    s.beat(3, None);
+    s.run(40 * MS);
+    let done = s.ok("GET", "/v1/fabric", "");
+    assert_eq!(done["sending"], 2, "{done}");
+    assert_eq!(done["keys"], serde_json::json!([2]));
+    assert_eq!(cfg(&s).peers[0].tx.id, 2);
+    assert_eq!(cfg(&s).peers[0].rx.len(), 1);
+    let events = s.ok("GET", "/v1/events", "");
+    let reasons: Vec<String> = events
+        .as_array()
+        .or_else(|| events["events"].as_array())
+        .unwrap()
+        .iter()
+        .filter(|e| e["kind"] == "fabric")
+        .map(|e| e["reason"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(reasons.len(), 2, "{reasons:?}");
+    assert!(reasons[1].contains("seal with key 2"), "{reasons:?}");
+    let audit = s.ok("GET", "/v1/audit", "");
+    assert!(
+        audit.to_string().contains("rotation of the fabric"),
+        "{audit}"
+    );
+
+    // A host gone silent is not waited for (it is as good as down). Hosts
+    // that report health are watched for silence.
+    s.push_all();
+    for h in 1..=3 {
+        s.beat(h, Some(Vec::new()));
+    }
+    rotate(&mut s, 11).unwrap();
+    s.push_all();
+    s.beat(1, Some(Vec::new()));
+    s.beat(2, Some(Vec::new()));
+    s.run(40 * MS);
+    assert_eq!(
+        s.ok("GET", "/v1/fabric", "")["sending"],
+        2,
+        "host 3 still heard from"
+    );
+    for _ in 0..25 {
+        s.run(20 * MS);
+        s.push_all();
+        s.beat(1, Some(Vec::new()));
+        s.beat(2, Some(Vec::new()));
+    }
+    assert_eq!(
+        s.ok("GET", "/v1/fabric", "")["sending"],
+        3,
+        "host 3 silent for 500 ms"
+    );
 }
 
 /// The same tenant in the `sluice.dev/v1` format: re-applying it changes no

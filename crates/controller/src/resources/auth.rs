@@ -144,6 +144,7 @@ pub fn authorize_route(
             !(tokens
                 || vm_put
                 || tpl.starts_with("/v1/hosts")
+                || tpl.starts_with("/v1/fabric")
                 || tpl == "/v1/containment"
                 || tpl == "/v1/status"
                 || tpl == "/metrics")
@@ -206,8 +207,10 @@ fn scope(a: &Action) -> Scope<'_> {
             TenantAction::Apply { spec, .. } => Scope::WriteTenant(&spec.tenant),
         },
         Action::Host(h) => match h {
-            HostAction::List | HostAction::Containment => Scope::ReadAll,
-            HostAction::Release(_) | HostAction::Revoke(_) => Scope::Operator,
+            HostAction::List | HostAction::Containment | HostAction::Fabric => Scope::ReadAll,
+            HostAction::Release(_) | HostAction::Revoke(_) | HostAction::RotateFabric(_) => {
+                Scope::Operator
+            }
             HostAction::Heartbeat(hb) => Scope::Heartbeat(hb.hb.registration.host),
             HostAction::Fib(id) | HostAction::Config(id) => Scope::ReadHost(*id),
             HostAction::ListVms | HostAction::Instances | HostAction::Placement(_) => {
@@ -266,6 +269,8 @@ pub fn describe(a: &Action) -> String {
             HostAction::Containment => "read the containment of hosts".into(),
             HostAction::Release(h) => format!("release host {h}"),
             HostAction::Revoke(h) => format!("revoke host {h}"),
+            HostAction::Fabric => "read the fabric's keys".into(),
+            HostAction::RotateFabric(_) => "rotate the fabric's keys".into(),
             HostAction::PutVm(r) => format!("register VM `{}/{}`", r.tenant, r.name),
             HostAction::DeleteVm { tenant, name } => format!("delete VM `{tenant}/{name}`"),
         },
@@ -416,6 +421,8 @@ mod tests {
         ("DELETE", "/v1/hosts/{id}/containment", [Yes, No, No, No]),
         ("POST", "/v1/hosts/{id}/revoke", [Yes, No, No, No]),
         ("GET", "/v1/containment", [Yes, Yes, No, No]),
+        ("GET", "/v1/fabric", [Yes, Yes, No, No]),
+        ("POST", "/v1/fabric/rotate", [Yes, No, No, No]),
         ("GET", "/v1/vms", [Yes, Yes, Filtered, No]),
         ("PUT", "/v1/vms/{tenant}/{name}", [Yes, No, No, No]),
         ("DELETE", "/v1/vms/{tenant}/{name}", [Yes, No, Own, No]),

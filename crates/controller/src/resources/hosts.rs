@@ -49,6 +49,26 @@ pub enum HostAction {
     /// credentials (certificates and tokens) and contains it. The HTTP edge
     /// revokes the credentials (they live with the tokens) before this runs.
     Revoke(u32),
+    /// `GET /v1/fabric`: the fabric's key ids and a rotation's progress.
+    Fabric,
+    /// `POST /v1/fabric/rotate`: an operator starts a rotation of the
+    /// fabric's keys. The HTTP edge draws the new secret.
+    RotateFabric(FreshSecret),
+}
+
+/// A fabric secret drawn by the HTTP edge for a rotation (none yet when
+/// parsed); its `Debug` never shows it.
+#[derive(Clone, Default)]
+pub struct FreshSecret(pub Option<[u8; 32]>);
+
+impl std::fmt::Debug for FreshSecret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() {
+            "FreshSecret(..)"
+        } else {
+            "FreshSecret(none)"
+        })
+    }
 }
 
 /// Parses a request on the hosts', VMs' and instances' paths.
@@ -61,6 +81,8 @@ pub fn parse(method: &str, tpl: &str, p: &Params, text: &str) -> Result<HostActi
         ("GET", "/v1/vms") => Ok(HostAction::ListVms),
         ("DELETE", "/v1/hosts/{id}/containment") => host_id(&p.get(0)).map(HostAction::Release),
         ("POST", "/v1/hosts/{id}/revoke") => host_id(&p.get(0)).map(HostAction::Revoke),
+        ("GET", "/v1/fabric") => Ok(HostAction::Fabric),
+        ("POST", "/v1/fabric/rotate") => Ok(HostAction::RotateFabric(FreshSecret(None))),
         ("PUT", _) => parse_vm(&p.get(0), &p.get(1), text).map(HostAction::PutVm),
         ("DELETE", _) => Ok(HostAction::DeleteVm {
             tenant: p.get(0),
@@ -180,6 +202,16 @@ pub fn execute(r: &mut Reconciler, a: HostAction, now: Instant) -> Result<Reply,
         HostAction::Release(h) => {
             let released = r.release_host(h, now)?;
             json(200, &serde_json::json!({ "host": h, "released": released }))
+        }
+        HostAction::Fabric => json(200, &r.fabric_status()),
+        HostAction::RotateFabric(fresh) => {
+            let Some(secret) = fresh.0 else {
+                return Err(ApiError::new(
+                    500,
+                    "internal error: no fresh secret was drawn for the rotation",
+                ));
+            };
+            json(202, &r.rotate_fabric_key(secret, now)?)
         }
         HostAction::Revoke(h) => {
             let contained = r.revoke_host(h, now)?;

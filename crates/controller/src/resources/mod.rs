@@ -40,6 +40,8 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("DELETE", "/v1/hosts/{id}/containment"),
     ("POST", "/v1/hosts/{id}/revoke"),
     ("GET", "/v1/containment"),
+    ("GET", "/v1/fabric"),
+    ("POST", "/v1/fabric/rotate"),
     ("GET", "/v1/vms"),
     ("PUT", "/v1/vms/{tenant}/{name}"),
     ("DELETE", "/v1/vms/{tenant}/{name}"),
@@ -209,7 +211,10 @@ pub fn parse_as(req: &Request<'_>, who: Option<&auth::Principal>) -> Result<Acti
                 .map(Action::Tenant)
         }
         (_, t)
-            if t.starts_with("/v1/hosts") || t.starts_with("/v1/vms") || t == "/v1/instances" =>
+            if t.starts_with("/v1/hosts")
+                || t.starts_with("/v1/vms")
+                || t.starts_with("/v1/fabric")
+                || t == "/v1/instances" =>
         {
             hosts::parse(req.method, tpl, &p, req.body).map(Action::Host)
         }
