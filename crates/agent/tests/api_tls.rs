@@ -187,6 +187,40 @@ fn a_controller_requiring_agent_tls_refuses_plain_agents_and_bad_requests() {
     }
     assert_eq!(admin.hosts().unwrap()[0].api, "https://127.0.0.1:9");
     assert!(admin.tokens().unwrap().iter().all(|t| t.name != "host-2"));
+    // The answer lost in transit: the agent asks again with the same token
+    // and the same key, and gets a certificate for that key again…
+    let again = host
+        .register_host(&registration("https://127.0.0.1:9", Some(key.csr().into())))
+        .expect("the same key's request answered again");
+    assert!(key.certified(&again.api_cert.unwrap()).is_ok());
+    // …but the spent token gets nothing else: not another key's certificate
+    // (whoever stole the token lacks the agent's key), nor any read.
+    let thief = sluice_tls::hosts::AgentKey::generate(2).unwrap();
+    match host.register_host(&registration(
+        "https://127.0.0.1:9",
+        Some(thief.csr().into()),
+    )) {
+        Err(ClientError::Api {
+            status: 401,
+            message,
+        }) => {
+            assert!(message.contains("spent"), "{message}")
+        }
+        other => panic!("another key with a spent token: {other:?}"),
+    }
+    match host.get_raw("/v1/hosts/2/config") {
+        Err(ClientError::Api { status: 401, .. }) => {}
+        other => panic!("a read with a spent token: {other:?}"),
+    }
+    let audit = admin.get_raw("/v1/audit").unwrap();
+    assert!(audit.contains("answered again for the same key"), "{audit}");
+    // Revoking the host forgets the spent token at once.
+    admin.revoke_host(2).unwrap();
+    match host.register_host(&registration("https://127.0.0.1:9", Some(key.csr().into()))) {
+        Err(ClientError::Api { status: 401, .. }) => {}
+        other => panic!("a spent token of a revoked host: {other:?}"),
+    }
+    admin.release_host(2).unwrap();
     // The request is not kept: a heartbeat without one gets no certificate.
     let ack = admin
         .register_host(&registration("https://127.0.0.1:9", None))

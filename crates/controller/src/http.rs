@@ -126,6 +126,12 @@ enum Credential {
     Certificate,
     /// A bearer token.
     Token,
+    /// A bootstrap token spent less than [`SPENT_GRACE_MS`] ago: good only
+    /// for its host's certificate request for the same key again (an answer
+    /// lost in transit).
+    ///
+    /// [`SPENT_GRACE_MS`]: crate::store::tokens::SPENT_GRACE_MS
+    Spent,
 }
 
 /// Who sent the request: host N if its client certificate names host N (a
@@ -161,8 +167,46 @@ fn principal(
         };
         return Ok((Some(p), Credential::Certificate));
     }
-    auth::authenticate(authorization, |t| lock(&shared.tokens).lookup(t))
-        .map(|p| (Some(p), Credential::Token))
+    match auth::authenticate(authorization, |t| lock(&shared.tokens).lookup(t)) {
+        Ok(p) => Ok((Some(p), Credential::Token)),
+        Err(e) => {
+            let secret = authorization
+                .and_then(|h| h.trim().split_once(' '))
+                .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+                .map(|(_, t)| t.trim());
+            let spent = secret.and_then(|t| {
+                lock(&shared.tokens)
+                    .spent(t, unix_ms_now())
+                    .map(|sp| (sp.name.clone(), sp.host))
+            });
+            match spent {
+                Some((name, host)) => Ok((
+                    Some(Principal {
+                        name,
+                        role: auth::Role::Host(host),
+                    }),
+                    Credential::Spent,
+                )),
+                None => Err(e),
+            }
+        }
+    }
+}
+
+fn unix_ms_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// The 401 of a spent bootstrap token used for anything but its own
+/// certificate request again.
+fn spent_refusal(name: &str) -> ApiError {
+    auth::unauthenticated(format!(
+        "bootstrap token `{name}` was spent on its host's first certificate; it only gets \
+         the same key's certificate again (an answer lost in transit). The agent \
+         authenticates with that certificate now, or re-joins with a new token"
+    ))
 }
 
 /// The reply to a request, and a list's `Link` header (its next page).
@@ -175,6 +219,11 @@ fn handle(
     // Authenticate before parsing, so an anonymous caller learns nothing from
     // the request's validation.
     let (who, credential) = principal(shared, req, authorization, peer)?;
+    // A spent bootstrap token may send one thing: its host's heartbeat with a
+    // certificate request (checked against the key below).
+    if credential == Credential::Spent && (req.method, req.url) != ("POST", "/v1/hosts") {
+        return Err(spent_refusal(who.as_ref().map_or("", |p| p.name.as_str())));
+    }
     let mut action = resources::parse_as(req, who.as_ref())?;
     let (path, query) = req.url.split_once('?').unwrap_or((req.url, ""));
     let pager = match resources::route(req.method, path) {
@@ -213,13 +262,44 @@ fn handle(
                     r.api
                 )));
             }
+            let name = who.as_ref().map_or("", |p| p.name.as_str());
+            if credential == Credential::Spent && r.api_csr.is_none() {
+                return Err(spent_refusal(name));
+            }
             // Signed first: a request that cannot be signed registers nothing.
             if let Some(c) = r.api_csr.take() {
+                let key = sluice_tls::hosts::HostCa::request_key(&c)
+                    .map_err(|e| ApiError::bad(format!("api_csr: {e}")))?;
+                if credential == Credential::Spent {
+                    // The same key again (its holder signed the request): the
+                    // first answer was lost. Any other key needs a new token.
+                    let secret = authorization
+                        .and_then(|h| h.trim().split_once(' '))
+                        .map(|(_, t)| t.trim())
+                        .unwrap_or("");
+                    let same = lock(&shared.tokens)
+                        .spent(secret, unix_ms_now())
+                        .is_some_and(|sp| sp.key == key && sp.host == r.host);
+                    if !same {
+                        return Err(spent_refusal(name));
+                    }
+                }
                 csr = Some(sign_api_cert(shared, r.host, &r.api, &c)?);
                 // Spent before the certificate leaves, under the token
                 // store's lock: of two requests with one token, one wins.
-                if let (Some(p), Credential::Token) = (&who, credential) {
-                    spend_bootstrap(shared, p, r.host)?;
+                match (&who, credential) {
+                    (Some(p), Credential::Token) => spend_bootstrap(shared, p, r.host, &key)?,
+                    (Some(p), Credential::Spent) => {
+                        tracing::info!(host = r.host, token = %p.name, "bootstrap token's certificate answered again");
+                        audit_join(
+                            shared,
+                            &p.name,
+                            r.host,
+                            "answered again for the same key",
+                            200,
+                        );
+                    }
+                    _ => {}
                 }
             }
             Some((r.host, r.api_token.clone()))
@@ -267,34 +347,41 @@ fn handle(
 /// meanwhile gets the 401 of an unknown token. An operator's token is not a
 /// bootstrap token. An operator mints another for a host that lost its key
 /// (`sluice token create NAME --role host:ID`).
-fn spend_bootstrap(shared: &Shared, who: &Principal, host: u32) -> Result<(), ApiError> {
+fn spend_bootstrap(
+    shared: &Shared,
+    who: &Principal,
+    host: u32,
+    key: &[u8],
+) -> Result<(), ApiError> {
     if who.role != auth::Role::Host(host) {
         return Ok(());
     }
-    let spent = lock(&shared.tokens).delete(&who.name);
+    let spent = lock(&shared.tokens).spend(&who.name, host, key, unix_ms_now());
     let (status, outcome) = match &spent {
         Ok(_) => (200, "spent".to_string()),
         Err(e) => (401, format!("not spent: {e}")),
     };
     tracing::info!(host, token = %who.name, %outcome, "host joins with its bootstrap token");
+    audit_join(shared, &who.name, host, &outcome, status);
+    spent.map(|_| ()).map_err(|_| {
+        auth::unauthenticated("unknown token: it was never issued or has been deleted")
+    })
+}
+
+/// Records a host's join with bootstrap token `token` in the audit log.
+fn audit_join(shared: &Shared, token: &str, host: u32, outcome: &str, status: u16) {
     lock(&shared.reconciler).record(
         AuditEntry {
             seq: 0,
             at_ms: 0,
-            actor: who.name.clone(),
+            actor: token.to_string(),
             tenant: None,
-            action: format!(
-                "join host {host} (bootstrap token `{}` {outcome})",
-                who.name
-            ),
+            action: format!("join host {host} (bootstrap token `{token}` {outcome})"),
             status,
             changes: Vec::new(),
         },
         Instant::now(),
     );
-    spent.map(|_| ()).map_err(|_| {
-        auth::unauthenticated("unknown token: it was never issued or has been deleted")
-    })
 }
 
 /// Revokes host `h`'s credentials now: its certificates issued so far are

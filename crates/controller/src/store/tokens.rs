@@ -18,7 +18,30 @@ CREATE TABLE IF NOT EXISTS tokens (
     name TEXT PRIMARY KEY, role TEXT NOT NULL, hash BLOB NOT NULL UNIQUE,
     created_ms INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS revocations (host INTEGER PRIMARY KEY, at_secs INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS spent (
+    hash BLOB PRIMARY KEY, name TEXT NOT NULL, host INTEGER NOT NULL, key BLOB NOT NULL,
+    spent_ms INTEGER NOT NULL);
 ";
+
+/// How long a spent bootstrap token still gets its own certificate request
+/// answered again: an agent whose answer was lost in transit retries with the
+/// same token and key, and would otherwise need an operator's new token.
+pub const SPENT_GRACE_MS: u64 = 10 * 60 * 1000;
+
+/// A bootstrap token spent by a host's first certificate: within
+/// [`SPENT_GRACE_MS`] it answers a request for the same key again, and
+/// nothing else.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SpentToken {
+    /// The token's name.
+    pub name: String,
+    /// The host it joined.
+    pub host: u32,
+    /// The public key (DER) its certificate was issued for.
+    pub key: Vec<u8>,
+    /// When it was spent, Unix milliseconds.
+    pub spent_ms: u64,
+}
 
 /// Prefix of every secret, so a leaked one is recognisable (secret scanners).
 pub const SECRET_PREFIX: &str = "sluice_";
@@ -80,6 +103,8 @@ pub struct TokenStore {
     /// `revoked[N]` (Unix seconds) is refused. Kept with the tokens: both are
     /// what the API checks on every request, from memory.
     revoked: BTreeMap<u32, u64>,
+    /// Spent bootstrap tokens by hash (see [`SpentToken`]).
+    spent: BTreeMap<[u8; 32], SpentToken>,
 }
 
 fn db(e: rusqlite::Error) -> TokenError {
@@ -140,10 +165,39 @@ impl TokenStore {
                 revoked.insert(h, at.max(0) as u64);
             }
         }
+        let mut spent = BTreeMap::new();
+        {
+            let mut st = conn.prepare("SELECT hash, name, host, key, spent_ms FROM spent")?;
+            let rows = st.query_map([], |r| {
+                Ok((
+                    r.get::<_, Vec<u8>>(0)?,
+                    r.get::<_, String>(1)?,
+                    r.get::<_, i64>(2)?,
+                    r.get::<_, Vec<u8>>(3)?,
+                    r.get::<_, i64>(4)?,
+                ))
+            })?;
+            for row in rows {
+                let (hash, name, host, key, at) = row?;
+                let corrupt = || StoreError::Corrupt(format!("spent token `{name}`"));
+                let hash: [u8; 32] = hash.try_into().map_err(|_| corrupt())?;
+                let host = u32::try_from(host).map_err(|_| corrupt())?;
+                spent.insert(
+                    hash,
+                    SpentToken {
+                        name,
+                        host,
+                        key,
+                        spent_ms: at.max(0) as u64,
+                    },
+                );
+            }
+        }
         Ok(TokenStore {
             conn,
             by_hash,
             revoked,
+            spent,
         })
     }
 
@@ -170,8 +224,11 @@ impl TokenStore {
             tx.execute("DELETE FROM tokens WHERE name = ?1", params![n])
                 .map_err(db)?;
         }
+        tx.execute("DELETE FROM spent WHERE host = ?1", params![host as i64])
+            .map_err(db)?;
         tx.commit().map_err(db)?;
         self.by_hash.retain(|_, t| t.role != Role::Host(host));
+        self.spent.retain(|_, t| t.host != host);
         self.revoked.insert(host, at_secs);
         Ok(names)
     }
@@ -198,6 +255,64 @@ impl TokenStore {
             name: t.name.clone(),
             role: t.role.clone(),
         })
+    }
+
+    /// The spent bootstrap token a presented secret was, if spent less than
+    /// [`SPENT_GRACE_MS`] before `now_ms`.
+    pub fn spent(&self, secret: &str, now_ms: u64) -> Option<&SpentToken> {
+        self.spent
+            .get(&hash_secret(secret))
+            .filter(|t| now_ms.saturating_sub(t.spent_ms) < SPENT_GRACE_MS)
+    }
+
+    /// Spends the bootstrap token `name` of host `host` on a certificate for
+    /// `key` at `now_ms`: it no longer authenticates anything, except that
+    /// request again for a while ([`TokenStore::spent`]). Forgets tokens
+    /// spent longer ago than that.
+    pub fn spend(
+        &mut self,
+        name: &str,
+        host: u32,
+        key: &[u8],
+        now_ms: u64,
+    ) -> Result<TokenRecord, TokenError> {
+        let Some(hash) = self
+            .by_hash
+            .iter()
+            .find(|(_, t)| t.name == name)
+            .map(|(h, _)| *h)
+        else {
+            return Err(TokenError::Unknown(name.to_string()));
+        };
+        let cutoff = now_ms.saturating_sub(SPENT_GRACE_MS);
+        let tx = self.conn.unchecked_transaction().map_err(db)?;
+        tx.execute("DELETE FROM tokens WHERE name = ?1", params![name])
+            .map_err(db)?;
+        tx.execute(
+            "DELETE FROM spent WHERE spent_ms < ?1",
+            params![cutoff as i64],
+        )
+        .map_err(db)?;
+        tx.execute(
+            "INSERT OR REPLACE INTO spent (hash, name, host, key, spent_ms) \
+             VALUES (?1, ?2, ?3, ?4, ?5)",
+            params![hash.to_vec(), name, host as i64, key, now_ms as i64],
+        )
+        .map_err(db)?;
+        tx.commit().map_err(db)?;
+        self.spent.retain(|_, t| t.spent_ms >= cutoff);
+        self.spent.insert(
+            hash,
+            SpentToken {
+                name: name.to_string(),
+                host,
+                key: key.to_vec(),
+                spent_ms: now_ms,
+            },
+        );
+        self.by_hash
+            .remove(&hash)
+            .ok_or_else(|| TokenError::Unknown(name.to_string()))
     }
 
     /// Every token, by name.
@@ -300,6 +415,48 @@ mod tests {
         // Revoking again moves the line forward (a re-joined host lost again).
         assert!(s.revoke_host(3, 2_000).unwrap().is_empty());
         assert!(s.certificate_revoked(3, 1_500));
+    }
+
+    #[test]
+    fn a_spent_token_answers_only_its_own_key_for_a_while_and_survives_a_reopen() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.db");
+        let mut s = TokenStore::open(&path).unwrap();
+        s.create("admin", Role::Operator, 1).unwrap();
+        let t = s.create("h2-join", Role::Host(2), 2).unwrap();
+        assert!(s.spent(&t, 10).is_none(), "not spent yet");
+        assert_eq!(
+            s.spend("h2-join", 2, b"key-a", 1_000).unwrap().name,
+            "h2-join"
+        );
+        assert!(
+            s.lookup(&t).is_none(),
+            "a spent token authenticates nothing"
+        );
+        let sp = s.spent(&t, 1_000 + SPENT_GRACE_MS - 1).unwrap();
+        assert_eq!((sp.host, &sp.key[..]), (2, &b"key-a"[..]));
+        assert!(s.spent(&t, 1_000 + SPENT_GRACE_MS).is_none(), "grace over");
+        assert!(matches!(
+            s.spend("h2-join", 2, b"key-b", 2_000),
+            Err(TokenError::Unknown(_))
+        ));
+        drop(s);
+        let mut s = TokenStore::open(&path).unwrap();
+        assert_eq!(s.spent(&t, 5_000).unwrap().key, b"key-a");
+        // Spending another token later forgets the old record…
+        let u = s.create("h3-join", Role::Host(3), 3).unwrap();
+        s.spend("h3-join", 3, b"key-c", 1_000 + SPENT_GRACE_MS + 1)
+            .unwrap();
+        assert!(s.spent(&t, 1_000).is_none());
+        // …and revoking the host forgets its own at once.
+        assert!(s.spent(&u, 1_000 + SPENT_GRACE_MS + 2).is_some());
+        s.revoke_host(3, 9).unwrap();
+        assert!(s.spent(&u, 1_000 + SPENT_GRACE_MS + 2).is_none());
+        drop(s);
+        assert!(TokenStore::open(&path)
+            .unwrap()
+            .spent(&u, 1_000 + SPENT_GRACE_MS + 2)
+            .is_none());
     }
 
     #[test]

@@ -254,6 +254,15 @@ impl HostCa {
         &self.pem
     }
 
+    /// The public key (DER) a certificate request asks to certify; its
+    /// signature must verify, so whoever sent it holds the private key.
+    pub fn request_key(csr_pem: &str) -> Result<Vec<u8>, TlsError> {
+        use rcgen::PublicKeyData;
+        let csr = CertificateSigningRequestParams::from_pem(csr_pem)
+            .map_err(|e| TlsError::Request(e.to_string()))?;
+        Ok(csr.public_key.der_bytes().to_vec())
+    }
+
     /// Signs the key in `csr_pem` (whose signature must verify) for host
     /// `host`, valid from an hour before `now` for [`LIFETIME`], for
     /// [`host_name`]`(host)` and `addr`. Whatever else the request asks for
