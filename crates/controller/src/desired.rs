@@ -224,6 +224,16 @@ pub enum PlaceError {
         /// The registered gateway.
         existing: String,
     },
+    /// A VM registered on a host interface another VM has.
+    #[error("iface: interface `{iface}` on host {host} is VM `{owner}`'s; give each VM its own interface")]
+    InterfaceTaken {
+        /// Host.
+        host: u32,
+        /// The interface.
+        iface: String,
+        /// The VM holding it (`tenant/name`).
+        owner: String,
+    },
     /// A VM registered with another address than its tenant's spec gives it.
     #[error("addr: VM `{vm}` of tenant `{tenant}` is registered with {registered}, but the spec gives it {spec}")]
     AddrMismatch {
@@ -306,6 +316,19 @@ impl Desired {
                     existing: g.reg.name.clone(),
                 });
             }
+        }
+        // One interface is one VM: a second registration of it (another
+        // tenant's, say) would take the first VM's traffic.
+        if let Some(o) = self.vms.values().find(|v| {
+            v.reg.host == reg.host
+                && v.reg.iface == reg.iface
+                && (v.reg.tenant != reg.tenant || v.reg.name != reg.name)
+        }) {
+            return Err(PlaceError::InterfaceTaken {
+                host: reg.host,
+                iface: reg.iface.clone(),
+                owner: format!("{}/{}", o.reg.tenant, o.reg.name),
+            });
         }
         let key = (reg.tenant.clone(), reg.name.clone());
         let port = match self.vms.remove(&key) {

@@ -23,6 +23,8 @@ use std::collections::BTreeSet;
 
 /// How often the ticker runs the reconciler's time-driven checks.
 const TICK: Duration = Duration::from_millis(20);
+/// How often the controller looks whether its certificate files changed.
+const CERT_RELOAD_EVERY: Duration = Duration::from_secs(2);
 /// How often the store's tenant users are checked against the tenants (talking
 /// to the store only when they changed, or every [`crate::store_acl::RESYNC`]).
 const STORE_USERS_EVERY: Duration = Duration::from_millis(100);
@@ -458,6 +460,29 @@ pub fn serve(opts: ServerOptions) -> Result<ServerHandle, ControllerError> {
                         tag,
                         sh,
                     )
+                }),
+            )?);
+            let (sh, reload) = (shared.clone(), prepared.reload);
+            threads.push(spawn(
+                "ctl-tls-reload".into(),
+                Box::new(move || {
+                    let mut last = Instant::now();
+                    while !sh.stopping() {
+                        // Short sleeps: a stopping controller does not wait.
+                        std::thread::sleep(Duration::from_millis(100));
+                        if last.elapsed() < CERT_RELOAD_EVERY {
+                            continue;
+                        }
+                        last = Instant::now();
+                        match reload.check() {
+                            Ok(true) => tracing::info!("controller certificate reloaded from its files"),
+                            Ok(false) => {}
+                            Err(e) => tracing::error!(
+                                error = %e,
+                                "the controller's new certificate files do not load; still serving the previous certificate"
+                            ),
+                        }
+                    }
                 }),
             )?);
             (Some(prepared.ca_file), Some(back))

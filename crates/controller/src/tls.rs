@@ -102,11 +102,60 @@ pub(crate) fn hosts_ca(db: &Path) -> Result<sluice_tls::hosts::HostCa, TlsError>
     })
 }
 
-/// The server's TLS configuration, and the CA file clients should trust if
-/// the controller made its own.
+/// The server's TLS configuration, the CA file clients should trust if the
+/// controller made its own, and what reloads its certificate.
 pub(crate) struct Prepared {
     pub(crate) config: Arc<rustls::ServerConfig>,
     pub(crate) ca_file: Option<PathBuf>,
+    pub(crate) reload: CertReload,
+}
+
+/// The controller's certificate, reloaded from its files when they change: an
+/// operator rotates it by replacing the certificate and key files (their own
+/// PKI's, or the generated ones); new connections get the new certificate, and
+/// no connection or client is interrupted. A pair that does not load (a key
+/// for another certificate, a file half-written) is refused, naming why, and
+/// the certificate served so far stays.
+pub(crate) struct CertReload {
+    slot: Arc<sluice_tls::hosts::CertSlot>,
+    cert: PathBuf,
+    key: PathBuf,
+    seen: std::sync::Mutex<(Option<std::time::SystemTime>, Option<std::time::SystemTime>)>,
+}
+
+fn modified(p: &Path) -> Option<std::time::SystemTime> {
+    std::fs::metadata(p).and_then(|m| m.modified()).ok()
+}
+
+impl CertReload {
+    /// Loads the files again if either changed since they were last looked
+    /// at: `Ok(true)` if the new certificate is served from now on.
+    pub(crate) fn check(&self) -> Result<bool, TlsError> {
+        let now = (modified(&self.cert), modified(&self.key));
+        {
+            let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
+            if *seen == now {
+                return Ok(false);
+            }
+            *seen = now;
+        }
+        self.slot.set(load_pair(&self.cert, &self.key)?);
+        Ok(true)
+    }
+}
+
+/// The certificate chain in `cert` with the private key in `key`, checked to
+/// belong together.
+fn load_pair(cert: &Path, key: &Path) -> Result<Arc<rustls::sign::CertifiedKey>, TlsError> {
+    let chain = read_certs(cert)?;
+    let private = PrivateKeyDer::from_pem_file(key).map_err(|e| file_err(key, e))?;
+    rustls::sign::CertifiedKey::from_der(chain, private, &provider())
+        .map(Arc::new)
+        .map_err(|e| TlsError::Config {
+            cert: cert.to_path_buf(),
+            key: key.to_path_buf(),
+            msg: e.to_string(),
+        })
 }
 
 fn file_err(path: &Path, e: impl std::fmt::Display) -> TlsError {
@@ -217,23 +266,29 @@ pub(crate) fn prepare(
             (files.cert, files.key, Some(files.ca))
         }
     };
-    let chain = read_certs(&cert)?;
-    let private = PrivateKeyDer::from_pem_file(&key).map_err(|e| file_err(&key, e))?;
-    let bad = |msg: String| TlsError::Config {
+    let slot = Arc::new(sluice_tls::hosts::CertSlot::default());
+    let reload = CertReload {
+        slot: slot.clone(),
         cert: cert.clone(),
         key: key.clone(),
-        msg,
+        seen: std::sync::Mutex::new((None, None)),
     };
+    // The first load's errors stop the start: there is nothing to serve yet.
+    reload.check()?;
     let trust = sluice_tls::hosts::ClientTrust::with_ca(hosts_ca)?;
     let config = rustls::ServerConfig::builder_with_provider(provider())
         .with_safe_default_protocol_versions()
-        .map_err(|e| bad(e.to_string()))?
+        .map_err(|e| TlsError::Config {
+            cert: cert.clone(),
+            key: key.clone(),
+            msg: e.to_string(),
+        })?
         .with_client_cert_verifier(Arc::new(trust))
-        .with_single_cert(chain, private)
-        .map_err(|e| bad(e.to_string()))?;
+        .with_cert_resolver(slot);
     Ok(Prepared {
         config: Arc::new(config),
         ca_file,
+        reload,
     })
 }
 

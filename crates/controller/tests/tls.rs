@@ -181,3 +181,87 @@ fn a_silent_or_garbled_connection_does_not_hold_up_others() {
     assert!(rest.len() < 16 && !rest.starts_with(b"HTTP"), "{rest:?}");
     drop(silent);
 }
+
+/// The end-entity certificate a new TLS connection to `addr` is served,
+/// trusting `ca` (PEM).
+fn served_certificate(addr: std::net::SocketAddr, ca: &str) -> Vec<u8> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, ServerName};
+    let mut roots = rustls::RootCertStore::empty();
+    for c in CertificateDer::pem_slice_iter(ca.as_bytes()) {
+        roots.add(c.unwrap()).unwrap();
+    }
+    let config = rustls::ClientConfig::builder_with_provider(sluice_tls::provider())
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let name = ServerName::try_from("127.0.0.1").unwrap();
+    let mut conn = rustls::ClientConnection::new(std::sync::Arc::new(config), name).unwrap();
+    let mut sock = std::net::TcpStream::connect(addr).unwrap();
+    while conn.is_handshaking() {
+        conn.complete_io(&mut sock).unwrap();
+    }
+    conn.peer_certificates().unwrap()[0].to_vec()
+}
+
+/// An operator rotates the controller's certificate by replacing its files:
+/// new connections get the new one without a restart, clients trusting the
+/// CA carry on, and a pair that does not belong together is not taken.
+#[test]
+fn a_replaced_certificate_is_served_without_a_restart() {
+    use sluice_tls::hosts::{AgentKey, HostCa};
+    let dir = tempfile::tempdir().unwrap();
+    let ca = HostCa::generate().unwrap();
+    let (cert, key) = (dir.path().join("ctl.pem"), dir.path().join("ctl.key"));
+    let issue = |k: &AgentKey| {
+        let now = std::time::SystemTime::now();
+        ca.sign(1, k.csr(), Some("127.0.0.1".parse().unwrap()), now)
+            .unwrap()
+            .0
+    };
+    let (a, b) = (
+        AgentKey::generate(1).unwrap(),
+        AgentKey::generate(1).unwrap(),
+    );
+    std::fs::write(&cert, issue(&a)).unwrap();
+    std::fs::write(&key, a.key_pem()).unwrap();
+    let ca_file = dir.path().join("ca.pem");
+    std::fs::write(&ca_file, ca.pem()).unwrap();
+    let (h, secret) = start(
+        &dir.path().join("c.db"),
+        Some(TlsOptions {
+            cert: Some((cert.clone(), key.clone())),
+            sans: vec![],
+        }),
+    );
+    let c = Client::new(&h.url())
+        .with_token(Some(&secret))
+        .with_ca_file(&ca_file)
+        .unwrap();
+    assert!(c.tenants().is_ok());
+    let first = served_certificate(h.addr(), ca.pem());
+    // The operator's new certificate, written over the old files.
+    let chain_b = issue(&b);
+    std::fs::write(&key, b.key_pem()).unwrap();
+    std::fs::write(&cert, &chain_b).unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+    let second = loop {
+        let now = served_certificate(h.addr(), ca.pem());
+        if now != first {
+            break now;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the new certificate was never served"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    };
+    assert!(c.tenants().is_ok(), "a client trusting the CA carries on");
+    // A key that is not the certificate's: refused, the served one stays.
+    std::fs::write(&key, a.key_pem()).unwrap();
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    assert_eq!(served_certificate(h.addr(), ca.pem()), second);
+    assert!(c.tenants().is_ok());
+    h.shutdown();
+}

@@ -283,6 +283,20 @@ fn refusals_leave_reasons() {
         d.register_vm(vm("gw2", 1, "198.51.100.11", true)),
         Err(PlaceError::GatewayTaken { .. })
     ));
+    // Another VM (here of another tenant) on a registered VM's interface.
+    let mut other = vm("web-a1", 2, "10.10.1.11", false);
+    other.tenant = "evil".into();
+    let e = d.register_vm(other.clone()).unwrap_err();
+    assert!(
+        matches!(e, PlaceError::InterfaceTaken { host: 2, .. }),
+        "{e}"
+    );
+    assert!(e.to_string().contains("acme/web-a1"), "{e}");
+    // The same interface name on another host is another interface; and a VM
+    // re-registered on its own interface is fine.
+    other.host = 3;
+    d.register_vm(other).unwrap();
+    d.register_vm(vm("web-a1", 2, "10.10.1.11", false)).unwrap();
 }
 
 #[test]
