@@ -130,6 +130,45 @@ fn data_without_ack_chaff_does_not_stand_for_the_real_segment() {
     assert!(!evil_left(&o));
 }
 
+/// Client data at stream offset `off` with the TCP timestamp `tsval`.
+fn c_ts(off: u32, tsval: u32, p: &[u8]) -> Vec<u8> {
+    let mut t = sluice_wire::build::tcp_repr(40000, 80, ISN_C + 1 + off, ISN_S + 1, ACK | PSH);
+    t.options.timestamps = Some((tsval, 1));
+    let mut buf = vec![0u8; 14 + 20 + 60 + p.len()];
+    let n = sluice_wire::build::write_frame(
+        &mut buf,
+        sluice_wire::IpAddr::V4(C),
+        sluice_wire::IpAddr::V4(S),
+        sluice_wire::build::Transport::Tcp(t),
+        p,
+    )
+    .unwrap();
+    buf.truncate(n);
+    buf
+}
+
+#[test]
+fn a_stale_timestamp_chaff_does_not_stand_for_the_real_segment() {
+    // fragroute `tcp_chaff paws`: after a segment timestamped 5000, a decoy
+    // at the next sequence numbers timestamped 4000 (PAWS: Linux discards
+    // it), then the real bytes timestamped 5001.
+    let mut f = handshake();
+    f.push(c_ts(0, 5000, b"GET /"));
+    f.push(c_ts(5, 4000, b"fine"));
+    f.push(c_ts(5, 5001, b"EVIL"));
+    let o = replay(SPEC, &f);
+    assert!(
+        o.left[4].is_none(),
+        "the decoy is dropped as its host would"
+    );
+    assert!(
+        o.left[5].is_none(),
+        "the real segment is inspected and dropped"
+    );
+    assert_eq!(o.sids, vec![1]);
+    assert!(!evil_left(&o));
+}
+
 #[test]
 fn an_in_order_segment_over_buffered_bytes_carries_the_inspected_ones() {
     // Out of order "GOOD" at 4..8, then "abcdEVIL" at 0..8: the IPS delivers

@@ -10,12 +10,13 @@
 //!   side is the client (the SYN sender), handshake flags, and per direction the
 //!   next expected sequence number, the bytes delivered so far and the sorted list
 //!   of buffered out-of-order segments `(seq u32, len u16)`. Layout (little-endian):
-//!   `[version=1 u8][flags u8][synced u8][last_seen u64]` (`synced`: bits 0-1
+//!   `[version=2 u8][flags u8][synced u8][last_seen u64]` (`synced`: bits 0-1
 //!   which directions know their sequence numbers, bits 2-3 which resynchronised
-//!   and have not delivered since) then per direction
-//!   `[next u32][delivered u64][n u8][n × (seq u32, len u16)]`:
-//!   37 bytes plus 6 per buffered segment ([`record::record_size`]); at most
-//!   229 bytes with the default 16 segments per direction.
+//!   and have not delivered since, bits 4-5 which know `ts_recent`) then per
+//!   direction `[next u32][delivered u64][ts_recent u32][n u8][n × (seq u32, len u16)]`:
+//!   45 bytes plus 6 per buffered segment ([`record::record_size`]); at most
+//!   237 bytes with the default 16 segments per direction. Version 1 records
+//!   (no `ts_recent`) are still read.
 //! * **Segment blobs** (table [`TABLE_SEG`], key = canonical flow, direction byte,
 //!   big-endian seq): the raw buffered bytes; their length is checked against the
 //!   record on read.
@@ -54,8 +55,16 @@
 //!   were inspected: the URG flag and urgent pointer are cleared on every
 //!   segment (`reassembly_urgent_cleared`), and every receiver reads the bytes
 //!   inline. Applications relying on urgent data (telnet's interrupt) see it
-//!   inline too. Not normalised yet: PAWS (a stale TCP timestamp, which Linux
-//!   discards), IP TTL or options.
+//!   inline too.
+//! * **PAWS** (RFC 7323 §5): per direction the sender's latest TCP timestamp
+//!   on a data segment at the stream's left edge (`ts_recent`) is kept, and a
+//!   data segment timestamped older (serial arithmetic) is dropped
+//!   (`reassembly_paws_drops`): Linux discards it, so its bytes must not stand
+//!   for the real ones. Pure ACKs are not looked at (they write nothing), so a
+//!   forgery timestamped between the sender's last data segment and a later
+//!   pure ACK of its own still passes here and not at the host. Not
+//!   normalised: IP TTL (Sluice's own path does not decrement it; a router
+//!   between the IPS and the host would) and IP options.
 //! * **Out-of-order packets are forwarded** as they arrive; their bytes reach the
 //!   stream consumer only once the gap before them fills. A receiver cannot use
 //!   them before that either, so a match completed by the gap-filling packet still
@@ -103,8 +112,8 @@ pub mod record;
 pub mod streams;
 
 use record::{
-    gap_bit, Conn, Seg, C2S, F_CLIENT_FWD, F_ESTABLISHED, F_FIN_C, F_FIN_S, F_MIDSTREAM, F_RST,
-    F_SYNACK, MAX_SEGMENTS_CAP, S2C,
+    gap_bit, ts_bit, Conn, Seg, C2S, F_CLIENT_FWD, F_ESTABLISHED, F_FIN_C, F_FIN_S, F_MIDSTREAM,
+    F_RST, F_SYNACK, MAX_SEGMENTS_CAP, S2C,
 };
 use rustc_hash::FxHashMap;
 use serde::Deserialize;
@@ -216,6 +225,9 @@ pub struct Counters {
     pub overlap_rewrites: u64,
     /// Segments whose URG flag and urgent pointer were cleared.
     pub urgent_cleared: u64,
+    /// Data segments with a TCP timestamp older than the sender's latest,
+    /// dropped (PAWS, see "Normalisation").
+    pub paws_drops: u64,
 }
 
 #[derive(Clone, Copy)]
@@ -350,6 +362,7 @@ impl Reassembler {
             ("reassembly_resync_skipped_bytes", c.resync_skipped_bytes),
             ("reassembly_tfo_bytes", c.tfo_bytes),
             ("reassembly_no_ack_drops", c.no_ack_drops),
+            ("reassembly_paws_drops", c.paws_drops),
             ("reassembly_overlap_drops", c.overlap_drops),
             ("reassembly_overlap_rewrites", c.overlap_rewrites),
             ("reassembly_urgent_cleared", c.urgent_cleared),
@@ -742,6 +755,25 @@ impl Reassembler {
         // The fields a packet can change, for change detection and rollback (the
         // segment list changes only with its length).
         let before = Snapshot::of(c);
+        // PAWS (RFC 7323 §5.3): a receiver keeps the sender's latest timestamp
+        // and discards a segment carrying an older one (Linux does), so such a
+        // segment's bytes must not stand for the real ones the host will take.
+        if m.payload_len > 0 && flags & (RST | SYN) == 0 {
+            if let Some(tsval) = tcp_tsval(p.data(), m) {
+                let dir = &mut c.dirs[d];
+                if c.synced & ts_bit(d) != 0 && (tsval.wrapping_sub(dir.ts_recent) as i32) < 0 {
+                    self.counters.paws_drops += 1;
+                    return Step::Drop("reassembly_paws");
+                }
+                // Kept from segments at the stream's left edge, as receivers
+                // do (a segment beyond a gap may be a forgery the host never
+                // takes). Pure ACKs are not looked at: they write nothing.
+                if c.synced & ts_bit(d) == 0 || dir.rel(m.tcp_seq) <= 0 {
+                    dir.ts_recent = tsval;
+                    c.synced |= ts_bit(d);
+                }
+            }
+        }
 
         // The SYN-ACK that synchronises the server's side: its data (Fast
         // Open) is stream data from the sequence number after it.
@@ -1119,6 +1151,7 @@ struct Snapshot {
     synced: u8,
     next: [u32; 2],
     delivered: [u64; 2],
+    ts_recent: [u32; 2],
     n: [u8; 2],
 }
 
@@ -1129,6 +1162,7 @@ impl Snapshot {
             synced: c.synced,
             next: [c.dirs[0].next, c.dirs[1].next],
             delivered: [c.dirs[0].delivered, c.dirs[1].delivered],
+            ts_recent: [c.dirs[0].ts_recent, c.dirs[1].ts_recent],
             n: [c.dirs[0].n, c.dirs[1].n],
         }
     }
@@ -1140,8 +1174,22 @@ impl Snapshot {
         for d in 0..2 {
             c.dirs[d].next = self.next[d];
             c.dirs[d].delivered = self.delivered[d];
+            c.dirs[d].ts_recent = self.ts_recent[d];
         }
     }
+}
+
+/// The TSval of a TCP segment's timestamp option, if it has one (options
+/// that do not parse: none, as a receiver would not find one either).
+fn tcp_tsval(frame: &[u8], m: &sluice_wire::parse::PacketMeta) -> Option<u32> {
+    let opts = frame.get(m.l4_offset as usize + 20..m.payload_offset as usize)?;
+    if opts.is_empty() {
+        return None;
+    }
+    sluice_wire::tcp::TcpOptions::parse(opts)
+        .ok()?
+        .timestamps
+        .map(|(v, _)| v)
 }
 
 enum Step {

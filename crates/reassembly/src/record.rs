@@ -26,7 +26,14 @@ pub(crate) const fn gap_bit(d: usize) -> u8 {
     4 << d
 }
 
-const VERSION: u8 = 1;
+/// The `synced` byte's bit saying direction `d`'s `ts_recent` is known.
+pub(crate) const fn ts_bit(d: usize) -> u8 {
+    16 << d
+}
+
+/// Version 2 added `ts_recent`; version 1 records (written before) decode
+/// with it unknown.
+const VERSION: u8 = 2;
 
 /// One buffered out-of-order segment: its blob lives under `(flow, dir, seq)`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -42,6 +49,10 @@ pub(crate) struct Dir {
     pub next: u32,
     /// Bytes delivered so far (the stream offset of `next`).
     pub delivered: u64,
+    /// The sender's latest TCP timestamp (TSval) on an accepted data segment
+    /// at the stream's left edge, as the receiver keeps it for PAWS (RFC 7323
+    /// §5); valid when the `synced` byte's [`ts_bit`] is set.
+    pub ts_recent: u32,
     /// Buffered segments, sorted by sequence (relative to `next`), non-overlapping,
     /// all strictly after `next`.
     pub n: u8,
@@ -53,6 +64,7 @@ impl Default for Dir {
         Dir {
             next: 0,
             delivered: 0,
+            ts_recent: 0,
             n: 0,
             segs: [Seg::default(); MAX_SEGMENTS_CAP],
         }
@@ -141,7 +153,7 @@ impl Codec for Conn {
             .u8(self.synced)
             .u64(self.last_seen);
         for d in &self.dirs {
-            w.u32(d.next).u64(d.delivered).u8(d.n);
+            w.u32(d.next).u64(d.delivered).u32(d.ts_recent).u8(d.n);
             for s in d.segs() {
                 w.u32(s.seq).u16(s.len);
             }
@@ -149,7 +161,8 @@ impl Codec for Conn {
     }
 
     fn decode(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
-        if r.u8()? != VERSION {
+        let version = r.u8()?;
+        if version != VERSION && version != 1 {
             return Err(DecodeError("unknown reassembly record version"));
         }
         let mut c = Conn {
@@ -161,6 +174,9 @@ impl Codec for Conn {
         for d in &mut c.dirs {
             d.next = r.u32()?;
             d.delivered = r.u64()?;
+            if version >= 2 {
+                d.ts_recent = r.u32()?;
+            }
             let n = r.u8()?;
             if n as usize > MAX_SEGMENTS_CAP {
                 return Err(DecodeError("too many buffered segments"));
@@ -179,7 +195,7 @@ impl Codec for Conn {
 
 /// Encoded size of a record with `segs` buffered segments in total.
 pub const fn record_size(segs: usize) -> usize {
-    11 + 2 * 13 + 6 * segs
+    11 + 2 * 17 + 6 * segs
 }
 
 #[cfg(test)]
@@ -206,5 +222,35 @@ mod tests {
         assert!(Conn::decode(&mut Reader::new(&buf[..buf.len() - 1])).is_err());
         buf[0] = 9;
         assert!(Conn::decode(&mut Reader::new(&buf)).is_err());
+    }
+
+    #[test]
+    fn a_version_1_record_decodes_with_no_timestamp_known() {
+        let mut c = Conn {
+            flags: F_CLIENT_FWD | F_ESTABLISHED,
+            synced: 3 | ts_bit(C2S),
+            last_seen: 5,
+            ..Conn::default()
+        };
+        c.dirs[0].next = 10;
+        c.dirs[0].ts_recent = 99;
+        c.dirs[1].insert(Seg { seq: 300, len: 4 });
+        // Version 1's layout: no ts_recent per direction.
+        let mut v1 = vec![1u8, c.flags, 3];
+        v1.extend(5u64.to_le_bytes());
+        for d in &c.dirs {
+            v1.extend(d.next.to_le_bytes());
+            v1.extend(d.delivered.to_le_bytes());
+            v1.push(d.n);
+            for s in d.segs() {
+                v1.extend(s.seq.to_le_bytes());
+                v1.extend(s.len.to_le_bytes());
+            }
+        }
+        let got = Conn::decode(&mut Reader::new(&v1)).unwrap();
+        assert_eq!(got.synced & ts_bit(C2S), 0);
+        assert_eq!(got.dirs[0].ts_recent, 0);
+        assert_eq!(got.dirs[1].segs(), c.dirs[1].segs());
+        assert_eq!(got.dirs[0].next, 10);
     }
 }

@@ -282,6 +282,76 @@ fn data_without_ack_is_dropped_before_it_counts() {
     assert_eq!(h.r.counters().no_ack_drops, 1);
 }
 
+/// Client data at stream offset `off` carrying the TCP timestamp `tsval`.
+fn cdata_ts(off: u32, tsval: u32, payload: &[u8]) -> Vec<u8> {
+    let mut t = sluice_wire::build::tcp_repr(1000, 80, ISN_C + 1 + off, ISN_S + 1, ACK | PSH);
+    t.options.timestamps = Some((tsval, 1));
+    let mut buf = vec![0u8; 14 + 20 + 60 + payload.len()];
+    let n = sluice_wire::build::write_frame(
+        &mut buf,
+        sluice_wire::IpAddr::V4(C),
+        sluice_wire::IpAddr::V4(S),
+        sluice_wire::build::Transport::Tcp(t),
+        payload,
+    )
+    .unwrap();
+    buf.truncate(n);
+    buf
+}
+
+#[test]
+fn a_segment_with_a_stale_timestamp_is_dropped_as_the_host_would() {
+    // PAWS evasion: the decoy carries an older timestamp than the segment
+    // before it, so Linux discards it; if the reassembler took its bytes
+    // (first wins), the real bytes sent after would pass as a retransmission.
+    let mut st = LocalStore::new();
+    let mut h = Harness::new(Config::default());
+    h.run(&mut st, &handshake());
+    let o = h.run_each(
+        &mut st,
+        &[
+            cdata_ts(0, 1000, b"GET /"),
+            cdata_ts(5, 900, b"decoy"),
+            cdata_ts(5, 1001, b"evil!"),
+        ],
+    );
+    assert_eq!(o.dropped, vec![false, true, false]);
+    assert_eq!(stream(&o, true), b"GET /evil!");
+    assert_eq!(h.r.counters().paws_drops, 1);
+    // Across batches too (ts_recent lives in the record), and timestamps wrap:
+    // 2^32 - 5 is older than 3 only in serial arithmetic.
+    let o = h.run_each(&mut st, &[cdata_ts(10, 1000, b"old")]);
+    assert_eq!(o.dropped, vec![true]);
+    let o = h.run_each(
+        &mut st,
+        &[
+            cdata_ts(10, 0x8000_0000 + 999, b"a"),
+            cdata_ts(11, u32::MAX - 5, b"wrap"),
+            cdata_ts(15, 3, b"ok"),
+        ],
+    );
+    assert_eq!(o.dropped, vec![false, false, false]);
+    let bytes: Vec<u8> = o
+        .chunks
+        .iter()
+        .flatten()
+        .flat_map(|c| c.3.clone())
+        .collect();
+    assert_eq!(bytes, b"awrapok");
+    // Segments without timestamps are not judged; a segment beyond a gap does
+    // not move ts_recent (the host would not take its timestamp either).
+    let o = h.run_each(
+        &mut st,
+        &[
+            cdata_ts(100, 1_000_000, b"far"),
+            cdata(16, b"plain"),
+            cdata_ts(21, 4, b"next"),
+        ],
+    );
+    assert_eq!(o.dropped, vec![false, false, false]);
+    assert_eq!(h.r.counters().paws_drops, 2);
+}
+
 #[test]
 fn overflow_drops_and_retransmission_recovers() {
     let mut st = LocalStore::new();
