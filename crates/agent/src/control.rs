@@ -1319,8 +1319,13 @@ impl Agent {
         };
         let siem = match (&opts.siem, &opts.run_dir) {
             (Some(cfg), Some(dir)) if cfg.any() => Some(
-                crate::siem::Forwarder::start(&dir.join(crate::eve::EVE_DIR), &opts.name, cfg)
-                    .map_err(AgentError::Usage)?,
+                crate::siem::Forwarder::start(
+                    &dir.join(crate::eve::EVE_DIR),
+                    &opts.name,
+                    cfg,
+                    Some(&dir.join(crate::siem::saved::FILE)),
+                )
+                .map_err(AgentError::Usage)?,
             ),
             (Some(cfg), None) if cfg.any() => {
                 return Err(AgentError::Usage(
