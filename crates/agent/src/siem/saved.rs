@@ -108,16 +108,21 @@ pub fn plan(
         skip: vec![HashMap::new(); sinks.len()],
     };
     for (i, f) in listed.iter().enumerate() {
-        let known = by_ino
-            .get(&f.ino)
-            .filter(|s| s.tenant == f.tenant && s.prefix.len <= f.size && same_start(i, &s.prefix));
+        // A file shorter than a saved position was truncated, not appended
+        // to: not the file saved.
+        let known = by_ino.get(&f.ino).filter(|s| {
+            s.tenant == f.tenant
+                && s.prefix.len <= f.size
+                && s.sinks.values().all(|p| *p <= f.size)
+                && same_start(i, &s.prefix)
+        });
         let Some(s) = known else {
             r.read_from.insert(f.ino, 0);
             continue;
         };
         let mut from = f.size;
         for (k, name) in sinks.iter().enumerate() {
-            let at = s.sinks.get(*name).copied().unwrap_or(f.size).min(f.size);
+            let at = s.sinks.get(*name).copied().unwrap_or(f.size);
             r.skip[k].insert(f.ino, at);
             from = from.min(at);
         }
@@ -218,6 +223,9 @@ mod tests {
         });
         assert_eq!(r.read_from, HashMap::from([(1, 0), (2, 0)]));
         assert!(r.skip[0].is_empty());
+        // Shorter than a saved position: truncated, read from its start.
+        let r = plan(&s, &[listed(1, 299)], &["redis"], |_, _| true);
+        assert_eq!(r.read_from, HashMap::from([(1, 0)]));
         // A sink configured since the save starts at the end: no replay.
         let r = plan(&s, &[listed(2, 200)], &["redis", "syslog-udp"], |_, _| true);
         assert_eq!(r.read_from, HashMap::from([(2, 50)]));
