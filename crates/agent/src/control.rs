@@ -12,7 +12,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use sluice_proto::{
     AgentConfig, AgentStatus, HostHeartbeat, HostRegistration, InstanceHealth, IsolationStatus,
-    PortStatus,
+    LatencyHistogram, PortStatus, LATENCY_BOUNDS_SECONDS,
 };
 
 use crate::dataplane::{ConfigError, Dataplane, DropReason};
@@ -931,6 +931,41 @@ impl AgentState {
                 h.cpu_ms as f64 / 1e3
             );
         }
+        // Histograms the instances measure and send in their heartbeats
+        // (totals since the instance started, so a lost heartbeat loses
+        // nothing); an instance never heard from has none.
+        let histograms: [(&str, &str, HistogramField); 2] = [
+            (
+                "sluice_instance_store_round_trip_seconds",
+                "Time the instance's calls to the state store took that waited for replies, one observation per round trip.",
+                |h| &h.store_round_trips,
+            ),
+            (
+                "sluice_instance_added_latency_seconds",
+                "Time the instance held the packets it sent, from the receipt of their batch to its transmission, one observation per packet.",
+                |h| &h.added_latency,
+            ),
+        ];
+        for (name, help, get) in histograms {
+            family(&mut o, name, "histogram", help);
+            for h in health.iter().filter(|h| h.last_heartbeat_age_ms.is_some()) {
+                let l = get(h);
+                let Some(hist) = sluice_metrics::Histogram::from_counts(
+                    &LATENCY_BOUNDS_SECONDS,
+                    &l.counts,
+                    l.sum_ns as f64 / 1e9,
+                ) else {
+                    continue;
+                };
+                let labels = format!(
+                    "host=\"{host}\",port=\"{}\",name=\"{}\"{}",
+                    h.port,
+                    escape(&h.name),
+                    labels.instance(&h.name)
+                );
+                hist.render(&mut o, name, &labels);
+            }
+        }
         family(
             &mut o,
             "sluice_agent_failovers_total",
@@ -1202,6 +1237,8 @@ impl NameLabels {
 type CounterField = fn(&sluice_proto::Counters) -> u64;
 /// Reads one field of an instance's health.
 type HealthField = fn(&InstanceHealth) -> u64;
+/// Reads one of an instance's histograms.
+type HistogramField = fn(&InstanceHealth) -> &LatencyHistogram;
 
 /// Escapes a Prometheus label value.
 fn escape(s: &str) -> String {
@@ -1282,8 +1319,13 @@ impl Agent {
         };
         let siem = match (&opts.siem, &opts.run_dir) {
             (Some(cfg), Some(dir)) if cfg.any() => Some(
-                crate::siem::Forwarder::start(&dir.join(crate::eve::EVE_DIR), &opts.name, cfg)
-                    .map_err(AgentError::Usage)?,
+                crate::siem::Forwarder::start(
+                    &dir.join(crate::eve::EVE_DIR),
+                    &opts.name,
+                    cfg,
+                    Some(&dir.join(crate::siem::saved::FILE)),
+                )
+                .map_err(AgentError::Usage)?,
             ),
             (Some(cfg), None) if cfg.any() => {
                 return Err(AgentError::Usage(

@@ -11,6 +11,8 @@ use sluice_agent::{Agent, AgentOptions};
 use sluice_netns::Netns;
 use sluice_proto::{AgentConfig, InstanceConfig, StorePassword};
 
+mod promtool;
+
 const FW: u16 = 5;
 
 const CHAIN: &str = r#"
@@ -277,4 +279,110 @@ fn an_instance_reaches_the_store_as_its_tenant_user() {
 
     agent.shutdown();
     let _ = std::fs::remove_dir_all(&run_dir);
+}
+
+/// The value of the sample `series` (name and labels, exactly) in `metrics`.
+fn sample(metrics: &str, series: &str) -> Option<f64> {
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+}
+
+/// A firewall instance keeping its state in a real Redis measures its store
+/// round trips and the latency it adds; the agent exports both as
+/// histograms with the instance's tenant, middlebox and name, counted after
+/// traffic, and promtool accepts them.
+#[test]
+fn a_live_instance_s_latency_histograms_reach_the_agent_s_metrics() {
+    if !is_root() || sluice_state_redis::server::server_binary().is_none() {
+        eprintln!("skipped: needs root and redis-server");
+        return;
+    }
+    let redis = sluice_state_redis::server::RedisServer::start(&[]).unwrap();
+    let host = Netns::new("h").unwrap();
+    let vm1 = attach_vm(host.name(), "vm1", Ipv4Addr::new(10, 0, 0, 1)).unwrap();
+    let vm2 = attach_vm(host.name(), "vm2", Ipv4Addr::new(10, 0, 0, 2)).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let agent = Agent::start(&AgentOptions {
+        host: 1,
+        name: "h1".into(),
+        netns: Some(host.name().to_string()),
+        underlay: Ipv4Addr::new(10, 255, 0, 1),
+        controller: None,
+        controller_token: None,
+        controller_tls: None,
+        api_token: None,
+        listen: "127.0.0.1:0".into(),
+        prefix: format!("l{}", std::process::id() % 100_000),
+        run_dir: Some(dir.path().join("run")),
+        udp: SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, sluice_proto::GENEVE_PORT),
+        instance_exe: Some(env!("CARGO_BIN_EXE_sluiced").into()),
+        suspect_after: None,
+        seawall: None,
+        vm_mtu: None,
+        capacity: None,
+        api_tls: false,
+        siem: None,
+    })
+    .unwrap();
+    let url = agent.api_url();
+    echo_server(&vm2, 5000);
+    let r = ureq::put(&format!("{url}/v1/config")).send_json(config_with(
+        &vm1,
+        &vm2,
+        &redis.url(),
+        None,
+    ));
+    assert_eq!(r.map(|r| r.status()).ok(), Some(200));
+    let msg = b"through the firewall, timed".to_vec();
+    let server = SocketAddr::from((vm2.addr, 5000));
+    assert_eq!(
+        echo(&vm1, server, &msg, Duration::from_secs(20)).as_deref(),
+        Some(&msg[..]),
+    );
+
+    let labels = r#"{host="1",port="5",name="t/fw/0",tenant="t",middlebox="fw",instance="t/fw/0"}"#;
+    let counts = |m: &str| {
+        [
+            "sluice_instance_store_round_trip_seconds",
+            "sluice_instance_added_latency_seconds",
+        ]
+        .map(|f| sample(m, &format!("{f}_count{labels}")).unwrap_or(0.0))
+    };
+    let get = || {
+        ureq::get(&format!("{url}/metrics"))
+            .call()
+            .unwrap()
+            .into_string()
+            .unwrap()
+    };
+    // The next heartbeat (every 10 ms) carries what the echo did.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let mut m = get();
+    while counts(&m).contains(&0.0) && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+        m = get();
+    }
+    let [round_trips, packets] = counts(&m);
+    // The handshake and the data, both ways: the firewall read and wrote its
+    // connection record in the store for them.
+    assert!(round_trips >= 2.0, "{m}");
+    assert!(packets >= 4.0, "each echoed packet is an observation: {m}");
+    for f in [
+        "sluice_instance_store_round_trip_seconds",
+        "sluice_instance_added_latency_seconds",
+    ] {
+        assert!(m.contains(&format!("# TYPE {f} histogram")), "{m}");
+        let inf = labels.replace('}', ",le=\"+Inf\"}");
+        assert_eq!(
+            sample(&m, &format!("{f}_bucket{inf}")),
+            sample(&m, &format!("{f}_count{labels}")),
+            "{m}"
+        );
+        // Seconds, not nanoseconds: a handful of packets, far below a minute.
+        let sum = sample(&m, &format!("{f}_sum{labels}")).unwrap();
+        assert!(sum > 0.0 && sum < 60.0, "{f}_sum {sum}");
+    }
+    promtool::assert_lints_clean(&m);
+    agent.shutdown();
 }

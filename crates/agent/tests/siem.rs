@@ -134,7 +134,7 @@ fn a_down_sink_counts_what_it_loses_and_takes_the_rest_when_it_is_back() {
         syslog: Some(SyslogSink::parse(&format!("tcp://{syslog_addr}")).unwrap()),
         queue: 5,
     };
-    let fwd = Forwarder::start(&eve, "h1", &cfg).unwrap();
+    let fwd = Forwarder::start(&eve, "h1", &cfg, None).unwrap();
     let st = fwd.stats().clone();
     let (rs, ss) = (&st.sinks[0], &st.sinks[1]);
     assert_eq!((rs.name, ss.name), ("redis", "syslog-tcp"));
@@ -440,5 +440,159 @@ fn one_signature_is_one_alert_in_each_sink() {
         "{metrics}"
     );
     promtool::assert_lints_clean(&metrics);
+    agent.shutdown();
+}
+
+/// The flow ids of the entries of stream `key`, in stream order.
+fn flow_ids(admin: &mut Admin, key: &str) -> Vec<u64> {
+    entries(admin, key)
+        .iter()
+        .map(|e| {
+            let v: serde_json::Value = serde_json::from_str(field(e, "eve")).unwrap();
+            v["flow_id"].as_u64().unwrap()
+        })
+        .collect()
+}
+
+fn sorted(mut v: Vec<u64>) -> Vec<u64> {
+    v.sort_unstable();
+    v
+}
+
+/// The sinks' positions saved in the run directory carry a forwarder across
+/// restarts: what was written while it was stopped (a rotation included) is
+/// sent after it, what it had sent is not sent again; after a crash (the
+/// positions of an earlier save), only what it sent after that save is.
+#[test]
+fn a_restarted_forwarder_sends_what_was_written_while_it_was_stopped_once() {
+    if server_binary().is_none() {
+        eprintln!("skipped: needs redis-server or valkey-server");
+        return;
+    }
+    let redis = RedisServer::start(&[]).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let eve = dir.path().join("eve");
+    let file = eve.join("acme").join("acme_ips_0.eve.json");
+    let positions = dir.path().join(sluice_agent::siem::saved::FILE);
+    let cfg = SiemConfig {
+        redis: Some(RedisSink {
+            url: redis.url(),
+            stream: "siem".into(),
+            maxlen: 1000,
+        }),
+        syslog: None,
+        queue: 1000,
+    };
+    let mut admin = Admin::open(&redis.url()).unwrap();
+    let sent = |f: &Forwarder| f.stats().sinks[0].sent.load(Ordering::Relaxed);
+
+    // The first start has nothing saved: what is in the files is history.
+    append(&file, &[flow(0)]);
+    let fwd = Forwarder::start(&eve, "h1", &cfg, Some(&positions)).unwrap();
+    append(&file, &[flow(1), flow(2)]);
+    wait_until("2 lines sent", || sent(&fwd) == 2);
+    // Once saved (about every second), this is what a crash would leave.
+    let size = std::fs::metadata(&file).unwrap().len();
+    wait_until("the positions saved", || {
+        sluice_agent::siem::saved::load(&positions)
+            .unwrap()
+            .is_some_and(|s| s.files.iter().any(|f| f.sinks.get("redis") == Some(&size)))
+    });
+    let at_crash = std::fs::read(&positions).unwrap();
+    append(&file, &[flow(3)]);
+    wait_until("3 lines sent", || sent(&fwd) == 3);
+    drop(fwd);
+
+    // Stopped: a line, then a rotation and a line in the new file.
+    append(&file, &[flow(4)]);
+    std::fs::rename(&file, file.with_extension("json.1")).unwrap();
+    append(&file, &[flow(5)]);
+    let fwd = Forwarder::start(&eve, "h1", &cfg, Some(&positions)).unwrap();
+    wait_until("the 2 written while stopped", || sent(&fwd) == 2);
+    // Anything sent again would have been by now (it polls every 100 ms).
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(sent(&fwd), 2);
+    assert_eq!(
+        sorted(flow_ids(&mut admin, "siem:acme")),
+        [1, 2, 3, 4, 5],
+        "each line once, none from before the first start"
+    );
+    drop(fwd);
+
+    // As after a crash right after the earlier save: lines 3 and 4 (of the
+    // rotated file) and 5 (of a file that save did not know) again, not
+    // 1 and 2.
+    std::fs::write(&positions, at_crash).unwrap();
+    let fwd = Forwarder::start(&eve, "h1", &cfg, Some(&positions)).unwrap();
+    wait_until("the unsaved tail sent again", || sent(&fwd) == 3);
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(sent(&fwd), 3);
+    assert_eq!(
+        sorted(flow_ids(&mut admin, "siem:acme")),
+        [1, 2, 3, 3, 4, 4, 5, 5]
+    );
+    drop(fwd);
+}
+
+/// The agent keeps the positions in its run directory: EVE lines written
+/// while it is stopped reach the SIEM after it restarts, and the ones it
+/// sent before do not arrive twice.
+#[test]
+fn lines_written_while_the_agent_is_stopped_reach_the_siem_after_its_restart() {
+    if !is_root() || server_binary().is_none() {
+        eprintln!("skipped: needs root and redis-server");
+        return;
+    }
+    let redis = RedisServer::start(&[]).unwrap();
+    let host = Netns::new("h").unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let run_dir = dir.path().join("run");
+    let file = run_dir.join("eve").join("t").join("t_ips_0.eve.json");
+    let start = || {
+        Agent::start(&AgentOptions {
+            host: 1,
+            name: "h1".into(),
+            netns: Some(host.name().to_string()),
+            underlay: Ipv4Addr::new(10, 255, 0, 1),
+            controller: None,
+            controller_token: None,
+            controller_tls: None,
+            api_token: None,
+            listen: "127.0.0.1:0".into(),
+            prefix: format!("r{}", std::process::id() % 100_000),
+            run_dir: Some(run_dir.clone()),
+            udp: SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, sluice_proto::GENEVE_PORT),
+            instance_exe: Some(env!("CARGO_BIN_EXE_sluiced").into()),
+            suspect_after: None,
+            seawall: None,
+            vm_mtu: None,
+            capacity: None,
+            api_tls: false,
+            siem: Some(SiemConfig {
+                redis: Some(RedisSink {
+                    url: redis.url(),
+                    stream: "sluice:eve".into(),
+                    maxlen: 1000,
+                }),
+                syslog: None,
+                queue: 1000,
+            }),
+        })
+        .unwrap()
+    };
+    let mut admin = Admin::open(&redis.url()).unwrap();
+    let agent = start();
+    append(&file, &[flow(1), flow(2)]);
+    wait_until("2 lines in the stream", || {
+        flow_ids(&mut admin, "sluice:eve:t").len() == 2
+    });
+    agent.shutdown();
+    append(&file, &[flow(3), flow(4)]);
+    let agent = start();
+    wait_until("4 lines in the stream", || {
+        flow_ids(&mut admin, "sluice:eve:t").len() >= 4
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(flow_ids(&mut admin, "sluice:eve:t"), [1, 2, 3, 4]);
     agent.shutdown();
 }

@@ -6,6 +6,8 @@ use std::time::Duration;
 use clap::Args;
 use serde_json::Value;
 
+use sluice_controller::client::ClientError;
+
 use crate::ctl::ClientArgs;
 use crate::error::CliError;
 use crate::output::Format;
@@ -33,56 +35,121 @@ pub struct EveArgs {
 /// EVE record per line as the IPS wrote it (so `--follow` streams valid JSON
 /// lines); `-o yaml` one YAML document per record; `-o wide` adds the
 /// alert's category, severity and flow id, or the flow's application
-/// protocol, state, age and flow id.
+/// protocol, state, age and flow id. `--follow` reads the controller's
+/// event stream (reconnecting if it restarts), or polls every second a
+/// controller that has none.
 pub fn run(kind: &str, a: &EveArgs) -> Result<(), CliError> {
     let c = a.client.client()?;
-    let fmt = a.client.format();
-    let mut since = a.since.clone();
-    let mut header = matches!(fmt, Format::Table | Format::Wide);
-    let alerts = kind == "alerts";
-    loop {
-        let events = c.eve(kind, a.tenant.as_deref(), since.as_deref(), a.limit)?;
-        for e in &events {
-            match fmt {
-                Format::Json => outln!("{e}")?,
-                Format::Yaml => {
-                    let doc = crate::output::render(fmt, e)?.unwrap_or_default();
-                    crate::output::text(&format!("---\n{doc}"))?;
-                }
-                Format::Table | Format::Wide => {
-                    if header {
-                        let (head, wide) = if alerts {
-                            (ALERT_HEAD, ALERT_WIDE_HEAD)
-                        } else {
-                            (FLOW_HEAD, FLOW_WIDE_HEAD)
-                        };
-                        outln!("{head}{}", if fmt.wide() { wide } else { "" })?;
-                        header = false;
-                    }
-                    let (line, wide) = if alerts {
-                        (alert_line(e), alert_wide(e))
-                    } else {
-                        (flow_line(e), flow_wide(e))
-                    };
-                    if fmt.wide() {
-                        outln!("{line}{wide}")?;
-                    } else {
-                        outln!("{line}")?;
-                    }
-                }
-            }
+    let mut p = Printer {
+        fmt: a.client.format(),
+        header: matches!(a.client.format(), Format::Table | Format::Wide),
+        alerts: kind == "alerts",
+        since: a.since.clone(),
+    };
+    if a.follow {
+        match follow(&c, kind, a, &mut p) {
+            // A controller without event streams: poll it.
+            Err(CliError::Controller(ClientError::Api {
+                status: 400,
+                message,
+            })) if message.contains("follow") => {}
+            r => return r,
         }
-        if let Some(ts) = events
-            .last()
-            .and_then(|e| e.get("timestamp"))
-            .and_then(Value::as_str)
-        {
-            since = Some(ts.to_string());
+    }
+    loop {
+        let events = c.eve(kind, a.tenant.as_deref(), p.since.as_deref(), a.limit)?;
+        for e in &events {
+            p.print(e)?;
         }
         if !a.follow {
             return Ok(());
         }
         std::thread::sleep(Duration::from_secs(1));
+    }
+}
+
+/// Follows the controller's event stream until interrupted: after a lost
+/// connection (the controller restarting), again from the last event seen.
+fn follow(
+    c: &sluice_controller::client::Client,
+    kind: &str,
+    a: &EveArgs,
+    p: &mut Printer,
+) -> Result<(), CliError> {
+    let mut connected = false;
+    loop {
+        let mut failed = None;
+        let since = p.since.clone();
+        let r = c.eve_follow(
+            kind,
+            a.tenant.as_deref(),
+            since.as_deref(),
+            a.limit,
+            |e| match p.print(&e) {
+                Ok(()) => true,
+                Err(err) => {
+                    failed = Some(err);
+                    false
+                }
+            },
+        );
+        if let Some(e) = failed {
+            return Err(e);
+        }
+        match r {
+            Ok(()) => connected = true,
+            // Unreachable from the start, or refused: the user must know.
+            Err(e @ ClientError::Api { .. }) => return Err(e.into()),
+            Err(e) if !connected => return Err(e.into()),
+            Err(_) => {}
+        }
+        std::thread::sleep(Duration::from_secs(1));
+    }
+}
+
+/// Prints events in the chosen format, remembering the last one's time.
+struct Printer {
+    fmt: Format,
+    header: bool,
+    alerts: bool,
+    since: Option<String>,
+}
+
+impl Printer {
+    fn print(&mut self, e: &Value) -> Result<(), CliError> {
+        let fmt = self.fmt;
+        match fmt {
+            Format::Json => outln!("{e}")?,
+            Format::Yaml => {
+                let doc = crate::output::render(fmt, e)?.unwrap_or_default();
+                crate::output::text(&format!("---\n{doc}"))?;
+            }
+            Format::Table | Format::Wide => {
+                if self.header {
+                    let (head, wide) = if self.alerts {
+                        (ALERT_HEAD, ALERT_WIDE_HEAD)
+                    } else {
+                        (FLOW_HEAD, FLOW_WIDE_HEAD)
+                    };
+                    outln!("{head}{}", if fmt.wide() { wide } else { "" })?;
+                    self.header = false;
+                }
+                let (line, wide) = if self.alerts {
+                    (alert_line(e), alert_wide(e))
+                } else {
+                    (flow_line(e), flow_wide(e))
+                };
+                if fmt.wide() {
+                    outln!("{line}{wide}")?;
+                } else {
+                    outln!("{line}")?;
+                }
+            }
+        }
+        if let Some(ts) = e.get("timestamp").and_then(Value::as_str) {
+            self.since = Some(ts.to_string());
+        }
+        Ok(())
     }
 }
 

@@ -469,6 +469,13 @@ fn the_dashboard_shows_the_deployment_live_in_a_real_browser() {
         1,
         "the alert shows up exactly once"
     );
+    assert_eq!(
+        b.js(
+            "return st.alerts.tenant === 'acme' && !st.alerts.polling && st.alerts.abort !== null;"
+        ),
+        true,
+        "the alerts come from the controller's event stream"
+    );
     // Once in `sluice alerts` too, and once in the EVE sink the instances
     // write (the files every agent serves from its run directory).
     let (code, out, err) = common::sluice_env(

@@ -71,6 +71,9 @@ pub struct Client {
     base: String,
     agent: ureq::Agent,
     token: Option<String>,
+    /// The TLS settings of `agent` (a CA file given), for the agent of
+    /// event streams, which has no overall timeout.
+    tls: Option<std::sync::Arc<rustls::ClientConfig>>,
 }
 
 impl std::fmt::Debug for Client {
@@ -90,6 +93,7 @@ impl Client {
             base: base.trim_end_matches('/').to_string(),
             agent: agent_builder().build(),
             token: None,
+            tls: None,
         }
     }
 
@@ -118,9 +122,9 @@ impl Client {
             .map_err(|e| ClientError::Transport(e.to_string()))?
             .with_root_certificates(roots)
             .with_no_client_auth();
-        self.agent = agent_builder()
-            .tls_config(std::sync::Arc::new(config))
-            .build();
+        let config = std::sync::Arc::new(config);
+        self.agent = agent_builder().tls_config(config.clone()).build();
+        self.tls = Some(config);
         Ok(self)
     }
 
@@ -362,6 +366,79 @@ impl Client {
             q.push(format!("limit={limit}"));
         }
         self.get(&format!("/v1/{kind}?{}", q.join("&")))
+    }
+
+    /// Follows deployed instances' EVE events (`kind` `alerts` or `flows`)
+    /// as the controller's event stream sends them (`?follow=true`, a
+    /// `text/event-stream`): those [`Client::eve`] would list, then every new
+    /// one, each handed to `on_event` until it returns false. Returns when
+    /// `on_event` does, or when the stream ends (the controller stopped: the
+    /// caller reconnects with `since` the last event's timestamp).
+    pub fn eve_follow(
+        &self,
+        kind: &str,
+        tenant: Option<&str>,
+        since: Option<&str>,
+        limit: usize,
+        mut on_event: impl FnMut(serde_json::Value) -> bool,
+    ) -> Result<(), ClientError> {
+        use std::io::BufRead;
+        let mut q = vec!["follow=true".to_string()];
+        if let Some(t) = tenant {
+            q.push(format!("tenant={}", crate::resources::percent_encode(t)));
+        }
+        if let Some(s) = since {
+            q.push(format!("since={}", crate::resources::percent_encode(s)));
+        }
+        if limit > 0 {
+            q.push(format!("limit={limit}"));
+        }
+        let url = format!("{}/v1/{kind}?{}", self.base, q.join("&"));
+        // No overall timeout: the stream lasts. The server sends at least a
+        // comment every 15 s, so a read waiting much longer means it is gone.
+        let mut b = ureq::AgentBuilder::new()
+            .timeout_connect(Duration::from_secs(2))
+            .timeout_read(Duration::from_secs(45));
+        if let Some(c) = &self.tls {
+            b = b.tls_config(c.clone());
+        }
+        let mut req = b.build().get(&url).set("Accept", "text/event-stream");
+        if let Some(t) = &self.token {
+            req = req.set("Authorization", &format!("Bearer {t}"));
+        }
+        let resp = match req.call() {
+            Ok(r) => r,
+            Err(ureq::Error::Status(status, resp)) => {
+                let text = resp.into_string().unwrap_or_default();
+                return Err(ClientError::Api {
+                    status,
+                    message: error_message(status, &text),
+                });
+            }
+            Err(e) => return Err(self.transport(&e)),
+        };
+        let mut data = String::new();
+        for line in std::io::BufReader::new(resp.into_reader()).lines() {
+            let Ok(line) = line else {
+                // Cut off: the caller reconnects.
+                return Ok(());
+            };
+            if let Some(d) = line.strip_prefix("data:") {
+                if !data.is_empty() {
+                    data.push('\n');
+                }
+                data.push_str(d.strip_prefix(' ').unwrap_or(d));
+            } else if line.is_empty() && !data.is_empty() {
+                let event = serde_json::from_str(&data).map_err(|e| {
+                    ClientError::Transport(format!("{url}: an event that is not JSON: {e}: {data}"))
+                })?;
+                data.clear();
+                if !on_event(event) {
+                    return Ok(());
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Applies a tenant spec.

@@ -78,8 +78,7 @@ fn serve_one(shared: &Arc<Shared>, mut req: tiny_http::Request) {
     }
     let mut body = String::new();
     let read = req.as_reader().take(MAX_BODY + 1).read_to_string(&mut body);
-    let mut link = None;
-    let reply = match read {
+    let handled = match read {
         Err(e) => Err(ApiError::bad(format!(
             "body: cannot read it as UTF-8 text: {e}"
         ))),
@@ -97,13 +96,106 @@ fn serve_one(shared: &Arc<Shared>, mut req: tiny_http::Request) {
             },
             authorization.as_deref(),
             peer,
-        )
-        .map(|(reply, l)| {
-            link = l;
-            reply
-        }),
+        ),
     };
-    respond(req, answer(reply, &path, link));
+    match handled {
+        Ok(Handled::Follow(q, only)) => follow(shared, req, q, only, &path),
+        Ok(Handled::Reply(reply, link)) => respond(req, answer(Ok(reply), &path, link)),
+        Err(e) => respond(req, answer(Err(e), &path, None)),
+    }
+}
+
+/// What a request gets: a reply (and a list's `Link` header), or an event
+/// stream of these EVE events (for this tenant only, if set).
+enum Handled {
+    Reply(Reply, Option<String>),
+    Follow(resources::eve::EveRequest, Option<String>),
+}
+
+/// Most event streams open at once: each holds a thread and polls every
+/// agent once a second.
+const MAX_STREAMS: usize = 32;
+/// How often a stream asks the agents for new events.
+const STREAM_POLL: Duration = Duration::from_secs(1);
+/// A stream with nothing to send sends a comment this often, so that a
+/// client that went away is noticed (the write fails) and proxies keep it.
+const STREAM_KEEPALIVE: Duration = Duration::from_secs(15);
+
+/// Answers `GET /v1/alerts?follow=true` (or flows) with a
+/// `text/event-stream` on a thread of its own, so that it does not hold one
+/// of the few request workers: the events `q` selects, then every newer one
+/// as the agents report it ([`resources::eve::sse_frame`]), until the client
+/// goes away or the controller stops.
+fn follow(
+    shared: &Arc<Shared>,
+    req: tiny_http::Request,
+    mut q: resources::eve::EveRequest,
+    only: Option<String>,
+    path: &str,
+) {
+    use std::io::Write;
+    use std::sync::atomic::Ordering;
+    let n = shared.streams.fetch_add(1, Ordering::SeqCst);
+    if n >= MAX_STREAMS {
+        shared.streams.fetch_sub(1, Ordering::SeqCst);
+        let e = ApiError::new(
+            503,
+            format!(
+                "{MAX_STREAMS} event streams are open already: try again later, or poll {path} without follow"
+            ),
+        );
+        respond(req, answer(Err(e), path, None));
+        return;
+    }
+    let sh = shared.clone();
+    let spawned = std::thread::Builder::new()
+        .name("sluice-sse".into())
+        .spawn(move || {
+            let mut w = req.into_writer();
+            let mut out = String::from(
+                "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n\
+                 Connection: close\r\n\r\nretry: 1000\n\n",
+            );
+            // The head at once: the agents may take a while to answer.
+            let mut quiet = Instant::now();
+            let mut alive = w.write_all(out.as_bytes()).and_then(|()| w.flush()).is_ok();
+            out.clear();
+            while alive && !sh.stopping() {
+                let mut events = eve_events(&sh, &q);
+                if let Some(t) = &only {
+                    events
+                        .retain(|v| v.get("tenant").and_then(serde_json::Value::as_str) == Some(t));
+                }
+                if let Some(ts) = events
+                    .last()
+                    .and_then(|e| e.get("timestamp"))
+                    .and_then(serde_json::Value::as_str)
+                {
+                    q.since = Some(ts.to_string());
+                }
+                // After the backlog, every new event, however many.
+                q.limit = 100_000;
+                for e in &events {
+                    resources::eve::sse_frame(&mut out, e);
+                }
+                if out.is_empty() && quiet.elapsed() >= STREAM_KEEPALIVE {
+                    out.push_str(": keepalive\n\n");
+                }
+                if !out.is_empty() {
+                    alive = w.write_all(out.as_bytes()).and_then(|()| w.flush()).is_ok();
+                    out.clear();
+                    quiet = Instant::now();
+                }
+                let next = Instant::now() + STREAM_POLL;
+                while Instant::now() < next && !sh.stopping() {
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+            }
+            sh.streams.fetch_sub(1, Ordering::SeqCst);
+        });
+    if spawned.is_err() {
+        shared.streams.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 fn respond(req: tiny_http::Request, a: crate::answer::Answer) {
@@ -209,13 +301,14 @@ fn spent_refusal(name: &str) -> ApiError {
     ))
 }
 
-/// The reply to a request, and a list's `Link` header (its next page).
+/// The reply to a request, and a list's `Link` header (its next page); or
+/// the event stream it asks for.
 fn handle(
     shared: &Arc<Shared>,
     req: &Request<'_>,
     authorization: Option<&str>,
     peer: Option<sluice_tls::hosts::PeerCert>,
-) -> Result<(Reply, Option<String>), ApiError> {
+) -> Result<Handled, ApiError> {
     // Authenticate before parsing, so an anonymous caller learns nothing from
     // the request's validation.
     let (who, credential) = principal(shared, req, authorization, peer)?;
@@ -245,6 +338,11 @@ fn handle(
                 Action::Eve(q) => q.tenant = Some(t.clone()),
                 _ => {}
             }
+        }
+    }
+    if let Action::Eve(q) = &action {
+        if q.follow {
+            return Ok(Handled::Follow(q.clone(), only));
         }
     }
     let actor = who.as_ref().map_or("anonymous", |p| p.name.as_str());
@@ -335,10 +433,11 @@ fn handle(
         None => reply,
     };
     // Paged after the filtering, so that a tenant's pages count its own items.
-    Ok(match pager {
+    let (reply, link) = match pager {
         Some(p) => p.apply(reply),
         None => (reply, None),
-    })
+    };
+    Ok(Handled::Reply(reply, link))
 }
 
 /// A host's token is a bootstrap token: once it gets its host a certificate,
@@ -486,6 +585,11 @@ fn run(
 /// asked in parallel outside the lock, merged. An agent that does not answer
 /// is left out (its events come back with it).
 fn eve(shared: &Shared, q: &resources::eve::EveRequest) -> Result<Reply, ApiError> {
+    json(200, &eve_events(shared, q))
+}
+
+/// The events of [`eve`].
+fn eve_events(shared: &Shared, q: &resources::eve::EveRequest) -> Vec<serde_json::Value> {
     // Every registered host: one whose instances were removed still has their
     // logs. Each agent's EVE logs need its own API token.
     let apis: Vec<(u32, String, Option<String>)> = {
@@ -532,7 +636,7 @@ fn eve(shared: &Shared, q: &resources::eve::EveRequest) -> Result<Reply, ApiErro
         let alerts: Vec<serde_json::Value> = ask(&alerts).into_iter().flatten().collect();
         resources::eve::mark_alerted(&mut events, &alerts);
     }
-    json(200, &events)
+    events
 }
 
 /// `GET /v1/instances`: the placement, with what each agent says of its

@@ -141,6 +141,7 @@ pub fn render(r: &Reconciler, now: Instant, process: bool) -> String {
             escape(st)
         );
     }
+    chain_hops(&mut o, r);
     let c = r.counters();
     family(
         &mut o,
@@ -180,6 +181,37 @@ pub fn render(r: &Reconciler, now: Instant, process: bool) -> String {
         sluice_metrics::process(&mut o);
     }
     o
+}
+
+/// Which middleboxes each chain crosses, in order (an info metric, always 1):
+/// what joins the instances' per-middlebox histograms into per-chain views.
+/// A chain's mean added latency is the sum of its hops' means (each of its
+/// packets crosses each hop), e.g. `sum by (tenant, chain)
+/// (sluice_controller_chain_hop_info * on (tenant, middlebox) group_left ()
+/// (sum by (tenant, middlebox) (rate(sluice_instance_added_latency_seconds_sum[5m]))
+/// / sum by (tenant, middlebox) (rate(sluice_instance_added_latency_seconds_count[5m]))))`;
+/// its quantiles are not sums of the hops' quantiles (docs/CONTROLLER.md).
+fn chain_hops(o: &mut String, r: &Reconciler) {
+    family(
+        o,
+        "sluice_controller_chain_hop_info",
+        "gauge",
+        "1 for each middlebox a chain crosses, by its position (hop, from 1) in the forward direction.",
+    );
+    for (t, tenant) in &r.desired().tenants {
+        for c in &tenant.spec.chains {
+            for (k, mb) in c.middleboxes(&tenant.spec).enumerate() {
+                let _ = writeln!(
+                    o,
+                    "sluice_controller_chain_hop_info{{tenant=\"{}\",chain=\"{}\",hop=\"{}\",middlebox=\"{}\"}} 1",
+                    escape(t),
+                    escape(&c.name),
+                    k + 1,
+                    escape(mb)
+                );
+            }
+        }
+    }
 }
 
 /// The load balancers' backends: a state set (one series per state, 1 for

@@ -253,6 +253,9 @@ pub(crate) struct Shared {
     pub(crate) peer_tag: Option<Arc<sluice_tls::peer::PeerTag>>,
     /// The client certificate the controller presents to agents.
     pub(crate) controller_cert: sluice_tls::hosts::ControllerCert,
+    /// Event streams open (`GET /v1/alerts?follow=true`), each on a thread
+    /// of its own.
+    pub(crate) streams: std::sync::atomic::AtomicUsize,
 }
 
 impl Shared {
@@ -429,6 +432,7 @@ pub fn serve(opts: ServerOptions) -> Result<ServerHandle, ControllerError> {
         hosts_ca,
         require_agent_tls: opts.require_agent_tls,
         controller_cert: Default::default(),
+        streams: Default::default(),
     });
     // Before anything is pushed: instances must find their users there.
     shared.sync_store_users();

@@ -111,6 +111,13 @@ fn metrics_describe_the_deployment_to_monitoring_only_and_pass_promtool() {
         ),
         "{text}"
     );
+    // The chain's hops, to join the instances' per-middlebox histograms on.
+    assert!(
+        text.contains(
+            "sluice_controller_chain_hop_info{tenant=\"t\",chain=\"ab\",hop=\"1\",middlebox=\"mon\"} 1"
+        ),
+        "{text}"
+    );
     assert!(
         !text.contains("sluice_controller_pushes_total{result=\"error\"} 0"),
         "failed pushes counted: {text}"

@@ -14,9 +14,10 @@
 //! real clock for the chain's timers.
 //!
 //! Every [`HEARTBEAT_EVERY`] the instance also sends the agent a heartbeat
-//! ([`sluice_proto::InstanceHeartbeat`]: a 56-byte datagram starting with
+//! ([`sluice_proto::InstanceHeartbeat`]: a small datagram starting with
 //! `SLHB`, which no Geneve packet does) from the same socket to the same agent
-//! address, carrying its counters and CPU time. The agent suspects an instance
+//! address, carrying its counters, CPU time and two latency histograms: its
+//! store round trips ([`timed`]) and the time its batches spend in it. The agent suspects an instance
 //! whose heartbeats stop and moves its traffic to the surviving instances; when
 //! they resume (the process was only paused), the instance rejoins. A thread
 //! of its own sends them ([`beat`]), so a data path waiting on a slow store
@@ -35,7 +36,7 @@ use sluice_chain::{Chain, ChainSpec, ChainStats, Pipeline, Sharing, HELD_STAGE};
 use sluice_netio::{in_netns_opt, Msg, Poller, RxBatch, UdpBatchSocket, DEFAULT_BUF_SIZE};
 use sluice_nf::Event;
 use sluice_packet::{Batch, PacketPool, Verdict};
-use sluice_proto::InstanceHeartbeat;
+use sluice_proto::{InstanceHeartbeat, LatencyHistogram};
 use sluice_state::{LocalStore, StateStore};
 use sluice_switch::tunnel::{geneve_header, parse_geneve_payload, TunnelError, GENEVE_HEADER_MAX};
 
@@ -146,6 +147,12 @@ pub struct InstanceStats {
     /// Events lost: the EVE log could not be written, or more waited than
     /// [`MAX_PENDING_EVENTS`].
     pub events_lost: u64,
+    /// How long its store round trips took ([`timed::TimedStore`]).
+    pub store_round_trips: LatencyHistogram,
+    /// How long the packets it sent spent in it: from the receipt of their
+    /// batch to the batch's transmission, one clock read per batch and one
+    /// observation per packet sent.
+    pub added_latency: LatencyHistogram,
 }
 
 /// What pipelined mode did (all zero when it is off).
@@ -233,20 +240,23 @@ impl StatsHandle {
 /// [`DataPath::finish_batch`].
 pub struct DataPath {
     chain: Chain,
-    store: Box<dyn StateStore>,
+    store: TimedStore<Box<dyn StateStore>>,
     pool: PacketPool,
     /// The batch being filled, and the Geneve header of each of its packets.
     batch: Batch,
     headers: Headers,
     batch_size: usize,
     /// Pipelined mode: batches in flight through the chain.
-    pipe: Option<Pipeline<Headers>>,
+    pipe: Option<Pipeline<Tag>>,
     /// Most batches in flight before the instance waits for the store.
     max_in_flight: usize,
     /// Processed batches free to leave, oldest first.
-    out: VecDeque<(Batch, Headers)>,
+    out: VecDeque<(Batch, Tag)>,
     /// Emptied batches and header arrays, reused (no allocation per batch).
-    spare: Vec<(Batch, Headers)>,
+    spare: Vec<(Batch, Tag)>,
+    /// When the batch being filled was received (set by
+    /// [`DataPath::received`]; without it, when it was processed).
+    received: Option<Instant>,
     events: Vec<Event>,
     agent: SocketAddrV4,
     timer_interval: Duration,
@@ -264,6 +274,13 @@ pub struct DataPath {
 /// The Geneve header of each packet of a batch (bytes, length); a packet's
 /// `port` is its index here.
 type Headers = Vec<([u8; GENEVE_HEADER_MAX], usize)>;
+
+/// What travels with a batch through the chain (and the pipeline): its
+/// packets' Geneve headers and when it was received.
+struct Tag {
+    headers: Headers,
+    received: Instant,
+}
 
 /// A pipeline waits for the store once this many windows are in flight (it
 /// holds about three in steady state).
@@ -329,7 +346,7 @@ impl DataPath {
         let batch_size = batch_size.clamp(1, 1024);
         DataPath {
             chain,
-            store,
+            store: TimedStore::new(store),
             pool: jumbo_ready_pool(batch_size),
             batch: Batch::with_capacity(batch_size),
             headers: vec![([0; GENEVE_HEADER_MAX], 0); batch_size],
@@ -338,6 +355,7 @@ impl DataPath {
             max_in_flight: 0,
             out: VecDeque::new(),
             spare: Vec::new(),
+            received: None,
             events: Vec::new(),
             agent,
             timer_interval: Duration::from_millis(100),
@@ -363,7 +381,7 @@ impl DataPath {
             return;
         }
         let window = packets.div_ceil(self.batch_size).max(1);
-        self.pipe = Some(Pipeline::new(&mut self.chain, self.store.as_mut(), window));
+        self.pipe = Some(Pipeline::new(&mut self.chain, &mut self.store, window));
         self.max_in_flight = WINDOWS_IN_FLIGHT * window;
         // Every batch in flight, the one being filled and the ones being sent.
         self.pool = jumbo_ready_pool(self.batch_size * (self.max_in_flight + 2));
@@ -388,6 +406,13 @@ impl DataPath {
     /// True when the batch has room for no more packets.
     pub fn batch_full(&self) -> bool {
         self.batch.len() >= self.batch_size
+    }
+
+    /// Says that the datagrams pushed next were received at `at` (the loop
+    /// reads the clock once per receive batch): the added latency of their
+    /// packets counts from there. The first call per batch holds.
+    pub fn received(&mut self, at: Instant) {
+        self.received.get_or_insert(at);
     }
 
     /// Decapsulates one datagram and queues its inner frame for the next
@@ -437,33 +462,40 @@ impl DataPath {
     /// pipeline); what may leave is then in [`DataPath::forwarded`].
     pub fn process(&mut self) {
         if self.batch.is_empty() {
+            // What was received held no packet (leases, refused datagrams).
+            self.received = None;
             return;
         }
         // Before any batch is processed under the lease: the pipeline processes
         // a window within `push`.
-        self.check_lease(Instant::now());
-        let (fresh, fresh_headers) = self.spare.pop().unwrap_or_else(|| {
-            (
+        let now = Instant::now();
+        self.check_lease(now);
+        let (fresh, fresh_headers) = match self.spare.pop() {
+            Some((b, t)) => (b, t.headers),
+            None => (
                 Batch::with_capacity(self.batch_size),
                 vec![([0; GENEVE_HEADER_MAX], 0); self.batch_size],
-            )
-        });
+            ),
+        };
         let mut batch = std::mem::replace(&mut self.batch, fresh);
-        let headers = std::mem::replace(&mut self.headers, fresh_headers);
+        let tag = Tag {
+            headers: std::mem::replace(&mut self.headers, fresh_headers),
+            received: self.received.take().unwrap_or(now),
+        };
         match self.pipe.as_mut() {
             Some(p) => {
                 if p.in_flight() >= self.max_in_flight {
                     // The store is slower than the input: wait for it rather
                     // than run out of buffers.
                     self.stats.pipeline.full_waits += 1;
-                    p.drain(&mut self.chain, self.store.as_mut());
+                    p.drain(&mut self.chain, &mut self.store);
                 }
-                p.push(&mut self.chain, self.store.as_mut(), batch, headers);
+                p.push(&mut self.chain, &mut self.store, batch, tag);
                 self.collect_released();
             }
             None => {
-                self.chain.process(&mut batch, self.store.as_mut());
-                self.out.push_back((batch, headers));
+                self.chain.process(&mut batch, &mut self.store);
+                self.out.push_back((batch, tag));
             }
         }
         self.drain_side_outputs();
@@ -481,7 +513,7 @@ impl DataPath {
         }
         self.stats.pipeline.idle_flushes += 1;
         if let Some(p) = self.pipe.as_mut() {
-            p.drain(&mut self.chain, self.store.as_mut());
+            p.drain(&mut self.chain, &mut self.store);
             self.collect_released();
             self.drain_side_outputs();
         }
@@ -494,7 +526,7 @@ impl DataPath {
 
     fn flush_pipeline(&mut self) {
         if let Some(p) = self.pipe.as_mut() {
-            p.flush(&mut self.chain, self.store.as_mut());
+            p.flush(&mut self.chain, &mut self.store);
             self.collect_released();
             self.drain_side_outputs();
         }
@@ -520,27 +552,37 @@ impl DataPath {
     /// The messages to send for the oldest processed batch: each forwarded
     /// frame behind its Geneve header, to the agent.
     pub fn forwarded(&self) -> impl Iterator<Item = Msg<'_>> + '_ {
-        self.out
-            .front()
-            .into_iter()
-            .flat_map(move |(batch, headers)| {
-                batch.live().map(move |p| {
-                    let (h, n) = &headers[p.port as usize];
-                    Msg {
-                        head: &h[..*n],
-                        body: p.data(),
-                        dst: Some(self.agent),
-                    }
-                })
+        self.out.front().into_iter().flat_map(move |(batch, tag)| {
+            batch.live().map(move |p| {
+                let (h, n) = &tag.headers[p.port as usize];
+                Msg {
+                    head: &h[..*n],
+                    body: p.data(),
+                    dst: Some(self.agent),
+                }
             })
+        })
     }
 
     /// Ends the oldest processed batch: counts what was sent and what had to
-    /// be dropped, and returns the buffers.
+    /// be dropped, records the latency its sent packets had, and returns the
+    /// buffers.
     pub fn finish_batch(&mut self, sent: usize, refused: u64) {
-        let Some((mut batch, headers)) = self.out.pop_front() else {
+        self.finish_batch_at(sent, refused, Instant::now());
+    }
+
+    /// [`DataPath::finish_batch`], the batch having been sent at `now`.
+    pub fn finish_batch_at(&mut self, sent: usize, refused: u64, now: Instant) {
+        let Some((mut batch, tag)) = self.out.pop_front() else {
             return;
         };
+        let delivered = (sent as u64).saturating_sub(refused);
+        if delivered > 0 {
+            let ns = now.saturating_duration_since(tag.received).as_nanos();
+            self.stats
+                .added_latency
+                .observe(u64::try_from(ns).unwrap_or(u64::MAX), delivered);
+        }
         let live = batch.live().count();
         self.stats.tx += (sent as u64).saturating_sub(refused);
         self.stats.drop("tx_refused", refused);
@@ -553,20 +595,22 @@ impl DataPath {
             .count();
         self.stats.drop("store_lost", lost as u64);
         batch.recycle(&mut self.pool);
-        self.spare.push((batch, headers));
+        self.spare.push((batch, tag));
     }
 
     /// Advances the chain's clock and runs due timers.
     pub fn tick(&mut self, now_ns: u64) {
         self.check_lease(Instant::now());
-        self.chain.tick(now_ns, self.store.as_mut());
+        self.chain.tick(now_ns, &mut self.store);
         self.drain_side_outputs();
         self.stats.chain = self.chain.stats();
     }
 
-    /// Statistics now, the flow cache's counters included.
+    /// Statistics now, the flow cache's counters and the store's round
+    /// trips included.
     pub fn stats_now(&self) -> InstanceStats {
         let mut s = self.stats.clone();
+        s.store_round_trips = self.store.round_trips;
         if let Some(c) = self.chain.cache_stats() {
             s.lease.add_cache(&c);
         }
@@ -639,7 +683,7 @@ impl DataPath {
                 valid_until_ns: until_ns,
             };
             // Errors are counted by the chain; the new lease is in place anyway.
-            let _ = self.chain.set_ownership(Some(own), self.store.as_mut());
+            let _ = self.chain.set_ownership(Some(own), &mut self.store);
             self.stats.lease.granted += 1;
         }
         self.stats.lease.epoch = l.epoch;
@@ -673,7 +717,7 @@ impl DataPath {
             self.stats.lease.add_cache(&c);
         }
         // Errors are counted by the chain; the cache is gone either way.
-        let _ = self.chain.set_ownership(None, self.store.as_mut());
+        let _ = self.chain.set_ownership(None, &mut self.store);
         self.lease_until = None;
         self.stats.lease.epoch = 0;
         self.stats.lease.ranges = 0;
@@ -698,6 +742,8 @@ impl DataPath {
             pid: std::process::id() as u64,
             lease_epoch: s.lease.epoch,
             cache_hits: s.lease.cache_hits + self.chain.cache_stats().map_or(0, |c| c.hits),
+            store_round_trips: self.store.round_trips,
+            added_latency: s.added_latency,
         }
     }
 
@@ -719,7 +765,7 @@ impl DataPath {
         if self.lease_until.is_some() {
             self.revoke();
         }
-        self.chain.flush(self.store.as_mut());
+        self.chain.flush(&mut self.store);
         self.drain_side_outputs();
         self.stats.chain = self.chain.stats();
     }
@@ -1047,6 +1093,7 @@ pub fn run_with_stats(
                         if n == 0 {
                             break;
                         }
+                        core.received(Instant::now());
                         let now = wall_ns();
                         let mut bytes = 0;
                         for (d, _src) in rx.iter() {
@@ -1238,5 +1285,7 @@ mod tests;
 
 pub mod beat;
 mod eve;
+pub mod timed;
 pub use beat::{HeartbeatLog, HB_REMEMBERED};
 pub use eve::{EveLog, DEFAULT_KEEP, DEFAULT_MAX_BYTES};
+use timed::TimedStore;

@@ -193,6 +193,53 @@ fn heartbeats_carry_the_counters() {
     assert_eq!(InstanceHeartbeat::decode(&hb.encode()), Some(hb));
 }
 
+/// A batch's latency counts from its receipt to its transmission, once per
+/// sent packet (not per batch, and not for packets that were not sent); the
+/// store's round trips are in the heartbeat too.
+#[test]
+fn heartbeats_carry_the_added_latency_of_sent_packets_and_the_store_round_trips() {
+    let mut c = core();
+    let t0 = Instant::now();
+    c.received(t0);
+    // A later receive into the same batch does not move its start.
+    c.received(t0 + Duration::from_millis(1));
+    let frames = conversation(80);
+    for f in &frames[..3] {
+        c.push_datagram(&encap(7, Some((1, 1)), f), 1);
+    }
+    c.process();
+    let live = c.forwarded().count();
+    assert_eq!(live, 3, "the handshake passes");
+    // Two sent, one of them refused by the socket: one packet delivered.
+    c.finish_batch_at(2, 1, t0 + Duration::from_micros(300));
+    let hb = c.heartbeat(0, 0, 0);
+    let l = hb.added_latency;
+    assert_eq!(l.count(), 1, "{l:?}");
+    assert_eq!(l.sum_ns, 300_000);
+    let i = sluice_proto::LATENCY_BOUNDS_NS
+        .iter()
+        .position(|b| *b == 500_000)
+        .unwrap();
+    assert_eq!(l.counts[i], 1, "300 µs is in the 250-500 µs bucket");
+    assert!(
+        hb.store_round_trips.count() >= 1,
+        "the firewall read its connection state: {:?}",
+        hb.store_round_trips
+    );
+
+    // A batch processed without a receipt time counts from its processing;
+    // a batch none of whose packets left adds nothing.
+    c.push_datagram(&encap(7, Some((1, 1)), &frames[3]), 1);
+    c.process();
+    c.finish_batch(0, 0);
+    assert_eq!(c.heartbeat(0, 0, 0).added_latency, l);
+    assert_eq!(c.stats_now().added_latency, l);
+    assert_eq!(
+        c.stats_now().store_round_trips.count(),
+        c.heartbeat(0, 0, 0).store_round_trips.count()
+    );
+}
+
 #[test]
 fn cpu_time_and_socket_drops_are_readable() {
     let busy: u64 = (0..2_000_000u64).fold(0, |a, x| a.wrapping_add(x * x));

@@ -56,6 +56,18 @@ impl Histogram {
         }
     }
 
+    /// A histogram over `bounds` with the given per-bucket (not cumulative)
+    /// `counts`, the last for `+Inf`, and `sum`: one measured elsewhere (an
+    /// NF instance's, carried in its heartbeats). None if `counts` does not
+    /// have one bucket per bound and one for `+Inf`.
+    pub fn from_counts(bounds: &'static [f64], counts: &[u64], sum: f64) -> Option<Histogram> {
+        (counts.len() == bounds.len() + 1).then(|| Histogram {
+            bounds,
+            counts: counts.to_vec(),
+            sum,
+        })
+    }
+
     /// Records one observation.
     pub fn observe(&mut self, v: f64) {
         let i = self
@@ -271,6 +283,18 @@ mod tests {
             "x_seconds_bucket{host=\"h1\",le=\"0.1\"} 1\nx_seconds_bucket{host=\"h1\",le=\"1\"} 3\n\
              x_seconds_bucket{host=\"h1\",le=\"+Inf\"} 4\nx_seconds_sum{host=\"h1\"} 4.25\nx_seconds_count{host=\"h1\"} 4\n"
         );
+    }
+
+    #[test]
+    fn histograms_from_counts_measured_elsewhere() {
+        let h = Histogram::from_counts(&[0.1, 1.0], &[1, 2, 1], 4.25).unwrap();
+        let mut direct = Histogram::new(&[0.1, 1.0]);
+        for v in [0.05, 0.5, 0.7, 3.0] {
+            direct.observe(v);
+        }
+        assert_eq!(h, direct);
+        assert_eq!(h.count(), 4);
+        assert!(Histogram::from_counts(&[0.1, 1.0], &[1, 2], 0.0).is_none());
     }
 
     #[test]

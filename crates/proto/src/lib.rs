@@ -681,6 +681,14 @@ pub struct InstanceHealth {
     /// Reads of owned records its flow cache answered.
     #[serde(default)]
     pub cache_hits: u64,
+    /// Its store round trips (from its last heartbeat). Only the agent's
+    /// metrics show them: not sent to the controller, whose heartbeats they
+    /// would multiply in size.
+    #[serde(skip)]
+    pub store_round_trips: LatencyHistogram,
+    /// The latency it added to the packets it forwarded (likewise).
+    #[serde(skip)]
+    pub added_latency: LatencyHistogram,
 }
 
 /// One local speculative failover: an instance suspected, its traffic moved to
@@ -754,8 +762,102 @@ pub struct PinnedFlows {
 /// Geneve version bits `01`, so no Geneve packet (version 0) starts with it.
 pub const HEARTBEAT_MAGIC: [u8; 4] = *b"SLHB";
 
+/// Length of an encoded [`InstanceHeartbeat`] without its histograms, as
+/// instances before them sent it (still accepted: an agent adopts instances
+/// an older binary started).
+pub const HEARTBEAT_BASE_LEN: usize = 4 + 4 + 8 * 8;
+
 /// Length of an encoded [`InstanceHeartbeat`].
-pub const HEARTBEAT_LEN: usize = 4 + 4 + 8 * 8;
+pub const HEARTBEAT_LEN: usize = HEARTBEAT_BASE_LEN + 2 * LatencyHistogram::ENCODED_LEN;
+
+/// Upper bounds of the buckets of a [`LatencyHistogram`], nanoseconds: from
+/// 10 µs (an in-process store, an idle instance's batch) to a second (a
+/// store failing over). Fixed, so that every instance's histograms add up.
+pub const LATENCY_BOUNDS_NS: [u64; 15] = [
+    10_000,
+    25_000,
+    50_000,
+    100_000,
+    250_000,
+    500_000,
+    1_000_000,
+    2_500_000,
+    5_000_000,
+    10_000_000,
+    25_000_000,
+    50_000_000,
+    100_000_000,
+    250_000_000,
+    1_000_000_000,
+];
+
+/// [`LATENCY_BOUNDS_NS`] in seconds, the unit the metrics export.
+pub const LATENCY_BOUNDS_SECONDS: [f64; 15] = {
+    let mut s = [0.0; 15];
+    let mut i = 0;
+    while i < s.len() {
+        s[i] = LATENCY_BOUNDS_NS[i] as f64 / 1e9;
+        i += 1;
+    }
+    s
+};
+
+/// Buckets of a [`LatencyHistogram`]: one per bound, and `+Inf`.
+pub const LATENCY_BUCKETS: usize = LATENCY_BOUNDS_NS.len() + 1;
+
+/// A latency histogram over [`LATENCY_BOUNDS_NS`] that an instance keeps
+/// and sends in every heartbeat. Its counts are totals since the process
+/// started (not per heartbeat), so a lost heartbeat loses nothing: the next
+/// one carries everything.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LatencyHistogram {
+    /// Observations per bucket (not cumulative; the last is `+Inf`).
+    pub counts: [u64; LATENCY_BUCKETS],
+    /// Sum of the observations, nanoseconds.
+    pub sum_ns: u64,
+}
+
+impl LatencyHistogram {
+    /// Length of its encoding: the counts, then the sum.
+    pub const ENCODED_LEN: usize = 8 * (LATENCY_BUCKETS + 1);
+
+    /// Records `n` observations of `ns` nanoseconds each (one measurement
+    /// standing for `n` packets, or `n` = 1). Counters wrap rather than
+    /// panic; at a billion observations a second that takes centuries.
+    pub fn observe(&mut self, ns: u64, n: u64) {
+        let i = LATENCY_BOUNDS_NS
+            .iter()
+            .position(|b| ns <= *b)
+            .unwrap_or(LATENCY_BOUNDS_NS.len());
+        self.counts[i] = self.counts[i].wrapping_add(n);
+        self.sum_ns = self.sum_ns.wrapping_add(ns.wrapping_mul(n));
+    }
+
+    /// Observations recorded.
+    pub fn count(&self) -> u64 {
+        self.counts.iter().fold(0u64, |a, c| a.wrapping_add(*c))
+    }
+
+    fn encode_into(&self, b: &mut [u8]) {
+        for (i, v) in self.counts.iter().chain([&self.sum_ns]).enumerate() {
+            b[8 * i..8 * i + 8].copy_from_slice(&v.to_be_bytes());
+        }
+    }
+
+    fn decode(b: &[u8]) -> LatencyHistogram {
+        let u = |i: usize| {
+            let mut a = [0u8; 8];
+            a.copy_from_slice(&b[8 * i..8 * i + 8]);
+            u64::from_be_bytes(a)
+        };
+        let mut h = LatencyHistogram::default();
+        for (i, c) in h.counts.iter_mut().enumerate() {
+            *c = u(i);
+        }
+        h.sum_ns = u(LATENCY_BUCKETS);
+        h
+    }
+}
 
 /// The small datagram an NF instance sends its agent every 10 ms, from its data
 /// socket to the agent's Geneve address (the agent tells it from Geneve by
@@ -780,6 +882,13 @@ pub struct InstanceHeartbeat {
     pub lease_epoch: u64,
     /// Reads of owned records its flow cache answered, over every lease held.
     pub cache_hits: u64,
+    /// How long its calls to the state store took that waited for replies
+    /// (one observation per round trip).
+    pub store_round_trips: LatencyHistogram,
+    /// How long its forwarded packets spent in it, from the receipt of their
+    /// batch to the batch's transmission (measured once per batch, one
+    /// observation per packet sent).
+    pub added_latency: LatencyHistogram,
 }
 
 impl InstanceHeartbeat {
@@ -801,6 +910,11 @@ impl InstanceHeartbeat {
         for (i, f) in fields.iter().enumerate() {
             b[8 + 8 * i..16 + 8 * i].copy_from_slice(&f.to_be_bytes());
         }
+        let h = HEARTBEAT_BASE_LEN;
+        self.store_round_trips
+            .encode_into(&mut b[h..h + LatencyHistogram::ENCODED_LEN]);
+        self.added_latency
+            .encode_into(&mut b[h + LatencyHistogram::ENCODED_LEN..]);
         b
     }
 
@@ -809,11 +923,22 @@ impl InstanceHeartbeat {
         d.len() >= 4 && d[..4] == HEARTBEAT_MAGIC
     }
 
-    /// Parses a heartbeat (None: not one, or truncated).
+    /// Parses a heartbeat (None: not one, or truncated). One of
+    /// [`HEARTBEAT_BASE_LEN`] bytes, from an instance older than the
+    /// histograms, has them empty.
     pub fn decode(d: &[u8]) -> Option<InstanceHeartbeat> {
-        if d.len() < HEARTBEAT_LEN || !Self::is_heartbeat(d) {
+        let full = d.len() >= HEARTBEAT_LEN;
+        if (!full && d.len() != HEARTBEAT_BASE_LEN) || !Self::is_heartbeat(d) {
             return None;
         }
+        let hist = |k: usize| {
+            let at = HEARTBEAT_BASE_LEN + k * LatencyHistogram::ENCODED_LEN;
+            if full {
+                LatencyHistogram::decode(&d[at..at + LatencyHistogram::ENCODED_LEN])
+            } else {
+                LatencyHistogram::default()
+            }
+        };
         let u = |i: usize| {
             let mut a = [0u8; 8];
             a.copy_from_slice(&d[8 + 8 * i..16 + 8 * i]);
@@ -829,6 +954,8 @@ impl InstanceHeartbeat {
             pid: u(5),
             lease_epoch: u(6),
             cache_hits: u(7),
+            store_round_trips: hist(0),
+            added_latency: hist(1),
         })
     }
 }
@@ -1186,7 +1313,7 @@ mod tests {
 
     #[test]
     fn heartbeats_round_trip_and_are_not_geneve() {
-        let h = InstanceHeartbeat {
+        let mut h = InstanceHeartbeat {
             seq: 7,
             rx_packets: 1,
             tx_packets: 2,
@@ -1196,12 +1323,47 @@ mod tests {
             pid: 6,
             lease_epoch: 8,
             cache_hits: 9,
+            ..InstanceHeartbeat::default()
         };
+        h.store_round_trips.observe(120_000, 1);
+        h.added_latency.observe(3_000_000_000, 32);
         let b = h.encode();
         assert_eq!(InstanceHeartbeat::decode(&b), Some(h));
         assert_eq!(InstanceHeartbeat::decode(&b[..HEARTBEAT_LEN - 1]), None);
+        // An older instance's heartbeat, without histograms.
+        let old = InstanceHeartbeat::decode(&b[..HEARTBEAT_BASE_LEN]).unwrap();
+        assert_eq!(old.cache_hits, 9);
+        assert_eq!(old.store_round_trips, LatencyHistogram::default());
+        assert_eq!(old.added_latency.count(), 0);
         assert_ne!(b[0] >> 6, 0, "Geneve version 0 never starts like this");
         assert!(!InstanceHeartbeat::is_heartbeat(&[0, 0, 0x65, 0x58]));
+    }
+
+    #[test]
+    fn latency_buckets_take_bounds_inclusively_and_weights() {
+        let mut h = LatencyHistogram::default();
+        h.observe(0, 1);
+        h.observe(10_000, 1); // on the first bound: still the first bucket
+        h.observe(10_001, 2);
+        h.observe(1_000_000_000, 1); // the last bound
+        h.observe(1_000_000_001, 3); // beyond it: +Inf
+        assert_eq!(h.counts[0], 2);
+        assert_eq!(h.counts[1], 2);
+        assert_eq!(h.counts[LATENCY_BUCKETS - 2], 1);
+        assert_eq!(h.counts[LATENCY_BUCKETS - 1], 3);
+        assert_eq!(h.count(), 8);
+        assert_eq!(
+            h.sum_ns,
+            10_000 + 2 * 10_001 + 1_000_000_000 + 3 * 1_000_000_001
+        );
+        // Totals, not deltas: a later heartbeat carries what an earlier,
+        // lost one did.
+        let before = h;
+        h.observe(30_000, 1);
+        assert!(h.counts.iter().zip(before.counts).all(|(a, b)| *a >= b));
+        assert_eq!(LATENCY_BOUNDS_SECONDS[0], 0.00001);
+        assert_eq!(LATENCY_BOUNDS_SECONDS[14], 1.0);
+        assert!(LATENCY_BOUNDS_NS.windows(2).all(|w| w[0] < w[1]));
     }
 
     #[test]

@@ -462,6 +462,8 @@ impl Dataplane {
                 cpu_ms: h.hb.cpu_us / 1000,
                 lease_epoch: h.hb.lease_epoch,
                 cache_hits: h.hb.cache_hits,
+                store_round_trips: h.hb.store_round_trips,
+                added_latency: h.hb.added_latency,
             })
             .collect()
     }

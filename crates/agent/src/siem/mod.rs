@@ -13,6 +13,11 @@
 //! that doubles from 100 ms to 5 s ([`Backoff`]). Delivery is at least once:
 //! a batch whose connection broke mid-way is sent again whole.
 //!
+//! **Restarts.** Each sink's position in each file is saved in the run
+//! directory ([`saved`]), so a restarted agent sends what was written while
+//! it was down, and of what it had sent, again only what it sent after the
+//! last save (about a second's worth; nothing after a clean stop).
+//!
 //! **Redis/Valkey.** One `XADD {stream}:{tenant} MAXLEN ~ {maxlen} * tenant T
 //! event_type E eve LINE` per line, a batch pipelined in one round trip.
 //! Credentials as the state store's: `redis://USER@HOST:PORT?password_file=F`
@@ -23,10 +28,11 @@
 //! datagram each) or TCP (octet-counted frames), the EVE JSON as its MSG
 //! with the tenant added.
 
+pub mod saved;
 pub mod syslog;
 pub mod tail;
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::io::{Read as _, Seek, SeekFrom, Write as _};
 use std::net::{TcpStream, ToSocketAddrs, UdpSocket};
 use std::path::{Path, PathBuf};
@@ -141,6 +147,11 @@ pub struct Line {
     pub tenant: String,
     /// The EVE JSON, without its newline.
     pub eve: String,
+    /// The inode of the file it was read from.
+    pub ino: u64,
+    /// Where in that file it starts: a sink holding it has not handled
+    /// that file from there on ([`saved::position`]).
+    pub start: u64,
 }
 
 /// A sink's queue: bounded, the oldest lines dropped (and counted) first.
@@ -445,6 +456,11 @@ impl Sink for SyslogOut {
 
 /// One sink with its queue, backoff and counters.
 struct Runner {
+    /// Its name, as in the metrics and the saved positions.
+    name: &'static str,
+    /// Per inode, where it resumed after a restart: lines starting before
+    /// were handled by its previous life and are not sent again.
+    skip: HashMap<u64, u64>,
     sink: Box<dyn Sink>,
     outbox: Outbox,
     backoff: Backoff,
@@ -462,15 +478,24 @@ pub struct Forwarder {
 }
 
 impl Forwarder {
-    /// Starts forwarding the lines appended under `eve_dir` (events there
-    /// when it returns are not sent) to `cfg`'s sinks; `host` is syslog's HOSTNAME.
-    /// Fails only on settings that cannot work (an unreadable password file).
-    pub fn start(eve_dir: &Path, host: &str, cfg: &SiemConfig) -> Result<Forwarder, String> {
+    /// Starts forwarding the lines appended under `eve_dir` to `cfg`'s
+    /// sinks; `host` is syslog's HOSTNAME. With `positions` (a file in the
+    /// run directory), the sinks' positions are saved there and a later
+    /// start resumes from them ([`saved`]); without, or on the first start,
+    /// the lines already in the files are not sent. Fails only on settings
+    /// that cannot work (an unreadable password file).
+    pub fn start(
+        eve_dir: &Path,
+        host: &str,
+        cfg: &SiemConfig,
+        positions: Option<&Path>,
+    ) -> Result<Forwarder, String> {
         let mut runners = Vec::new();
         let mut stats = SiemStats::default();
         if let Some(r) = &cfg.redis {
             let admin = Admin::open(&r.url).map_err(|e| format!("siem_redis: {e}"))?;
             runners.push(Runner::new(
+                "redis",
                 Box::new(RedisOut {
                     admin,
                     stream: r.stream.clone(),
@@ -483,6 +508,7 @@ impl Forwarder {
         if let Some(s) = &cfg.syslog {
             stats.sinks.push(SinkStats::named(s.name()));
             runners.push(Runner::new(
+                s.name(),
                 Box::new(SyslogOut {
                     sink: s.clone(),
                     host: host.to_string(),
@@ -496,15 +522,40 @@ impl Forwarder {
         }
         let stats = Arc::new(stats);
         let stop = Arc::new(AtomicBool::new(false));
-        // The first listing, before returning: what is there now was written
-        // before and is not sent; everything appended later is.
-        let mut cursors = tail::Cursors::default();
-        cursors.plan(&list(eve_dir).0, MAX_READ);
+        // The first listing, before returning: resume where the last life
+        // saved, or, with nothing saved, take what is there now as written
+        // before (not sent) and send everything appended later.
+        let (listed, paths) = list(eve_dir);
+        let last = match positions.map(saved::load).transpose() {
+            Ok(s) => s.flatten(),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot resume the SIEM sinks: lines already in the EVE files are not sent");
+                None
+            }
+        };
+        let cursors = match last {
+            Some(last) => {
+                let names: Vec<&str> = runners.iter().map(|r| r.name).collect();
+                let r = saved::plan(&last, &listed, &names, |i, fp| {
+                    start_of(&paths[i], fp.len as usize).as_ref() == Some(fp)
+                });
+                for (run, skip) in runners.iter_mut().zip(r.skip) {
+                    run.skip = skip;
+                }
+                tail::Cursors::resume(r.read_from)
+            }
+            None => {
+                let mut c = tail::Cursors::default();
+                c.plan(&listed, MAX_READ);
+                c
+            }
+        };
         let (st, sp, dir) = (stats.clone(), stop.clone(), eve_dir.to_path_buf());
+        let positions = positions.map(Path::to_path_buf);
         let thread = std::thread::Builder::new()
             .name("sluice-siem".into())
             .spawn(sluice_logging::in_current_span(move || {
-                run(&dir, cursors, runners, &st, &sp)
+                run(&dir, positions.as_deref(), cursors, runners, &st, &sp)
             }))
             .map_err(|e| format!("cannot start the SIEM forwarder: {e}"))?;
         Ok(Forwarder {
@@ -545,8 +596,10 @@ impl SinkStats {
 }
 
 impl Runner {
-    fn new(sink: Box<dyn Sink>, queue: usize) -> Runner {
+    fn new(name: &'static str, sink: Box<dyn Sink>, queue: usize) -> Runner {
         Runner {
+            name,
+            skip: HashMap::new(),
             sink,
             outbox: Outbox::new(queue),
             backoff: Backoff::default(),
@@ -624,6 +677,72 @@ fn list(eve_dir: &Path) -> (Vec<tail::Listed>, Vec<PathBuf>) {
     (listed, paths)
 }
 
+/// The fingerprint of the first `len` bytes of `path` (None if it has fewer
+/// or cannot be read).
+fn start_of(path: &Path, len: usize) -> Option<saved::Fingerprint> {
+    let mut buf = vec![0u8; len];
+    std::fs::File::open(path).ok()?.read_exact(&mut buf).ok()?;
+    Some(saved::Fingerprint::of(&buf))
+}
+
+/// The sinks' positions in the files of the last listing.
+fn snapshot(
+    listed: &[tail::Listed],
+    paths: &[PathBuf],
+    cursors: &tail::Cursors,
+    runners: &mut [Runner],
+    fingerprints: &mut HashMap<u64, saved::Fingerprint>,
+) -> saved::Saved {
+    use std::os::unix::fs::MetadataExt;
+    fingerprints.retain(|ino, _| listed.iter().any(|f| f.ino == *ino));
+    let mut files = Vec::new();
+    for (f, path) in listed.iter().zip(paths) {
+        let Some(read) = cursors.position(f.ino) else {
+            continue;
+        };
+        let prefix = match fingerprints.get(&f.ino) {
+            Some(fp) => *fp,
+            None => {
+                // A file's start never changes (it is only appended to):
+                // once complete, its fingerprint is kept.
+                let len = f.size.min(saved::PREFIX as u64) as usize;
+                let Some(fp) = start_of(path, len) else {
+                    continue;
+                };
+                if len == saved::PREFIX {
+                    fingerprints.insert(f.ino, fp);
+                }
+                fp
+            }
+        };
+        // Renamed over by another file since the listing: not this one.
+        if std::fs::metadata(path).map_or(true, |m| m.ino() != f.ino) {
+            continue;
+        }
+        let sinks = runners
+            .iter_mut()
+            .map(|r| {
+                let queued = r.outbox.front(usize::MAX).iter().map(|l| (l.ino, l.start));
+                (
+                    r.name.to_string(),
+                    saved::position(f.ino, read, queued, &r.skip),
+                )
+            })
+            .collect();
+        files.push(saved::SavedFile {
+            tenant: f.tenant.clone(),
+            name: path
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default(),
+            ino: f.ino,
+            prefix,
+            sinks,
+        });
+    }
+    saved::Saved { files }
+}
+
 /// Reads `r` of `path`; the complete lines, and how many bytes they took.
 fn read_lines(path: &Path, r: &tail::Read, buf: &mut Vec<u8>) -> std::io::Result<usize> {
     let mut f = std::fs::File::open(path)?;
@@ -641,6 +760,7 @@ fn read_lines(path: &Path, r: &tail::Read, buf: &mut Vec<u8>) -> std::io::Result
 
 fn run(
     eve_dir: &Path,
+    positions: Option<&Path>,
     mut cursors: tail::Cursors,
     mut runners: Vec<Runner>,
     stats: &SiemStats,
@@ -648,8 +768,38 @@ fn run(
 ) {
     let start = Instant::now();
     let mut buf = Vec::new();
+    let mut fingerprints = HashMap::new();
+    let mut last_saved: Option<saved::Saved> = None;
+    let mut next_save = Duration::ZERO;
+    let mut save_error: Option<String> = None;
+    let mut save = |listed: &[tail::Listed],
+                    paths: &[PathBuf],
+                    cursors: &tail::Cursors,
+                    runners: &mut [Runner]| {
+        let Some(path) = positions else {
+            return;
+        };
+        let now = snapshot(listed, paths, cursors, runners, &mut fingerprints);
+        if last_saved.as_ref() == Some(&now) {
+            return;
+        }
+        match saved::store(path, &now) {
+            Ok(()) => {
+                last_saved = Some(now);
+                save_error = None;
+            }
+            Err(e) => {
+                let e = format!("{}: {e}", path.display());
+                if save_error.as_deref() != Some(&e) {
+                    tracing::warn!(error = %e, "cannot save the SIEM sinks' positions: a restart would send their lines again");
+                    save_error = Some(e);
+                }
+            }
+        }
+    };
+    let (mut listed, mut paths) = (Vec::new(), Vec::new());
     while !stop.load(Ordering::Acquire) {
-        let (listed, paths) = list(eve_dir);
+        (listed, paths) = list(eve_dir);
         for r in cursors.plan(&listed, MAX_READ) {
             let f = &listed[r.file];
             match read_lines(&paths[r.file], &r, &mut buf) {
@@ -657,7 +807,14 @@ fn run(
                 // Rotated away or removed since the listing: the next one says.
                 Err(_) => continue,
             }
-            for text in buf.split(|&b| b == b'\n').filter(|l| !l.is_empty()) {
+            // The buffer holds whole lines from `r.from`.
+            let mut next = r.from;
+            for text in buf.split(|&b| b == b'\n') {
+                let at = next;
+                next += text.len() as u64 + 1;
+                if text.is_empty() {
+                    continue;
+                }
                 let Ok(eve) = std::str::from_utf8(text) else {
                     stats.invalid.fetch_add(1, Ordering::Relaxed);
                     continue;
@@ -669,8 +826,13 @@ fn run(
                 let line = Arc::new(Line {
                     tenant: f.tenant.clone(),
                     eve: eve.to_string(),
+                    ino: f.ino,
+                    start: at,
                 });
                 for (run, st) in runners.iter_mut().zip(&stats.sinks) {
+                    if run.skip.get(&f.ino).is_some_and(|s| at < *s) {
+                        continue;
+                    }
                     // A burst longer than the queue is lost only to a sink
                     // that is down.
                     if run.outbox.is_full() {
@@ -684,8 +846,14 @@ fn run(
         for (run, st) in runners.iter_mut().zip(&stats.sinks) {
             run.drain(now, st);
         }
+        if now >= next_save {
+            save(&listed, &paths, &cursors, &mut runners);
+            next_save = now + saved::SAVE_EVERY;
+        }
         std::thread::sleep(POLL);
     }
+    // What is still queued is read again by the next start.
+    save(&listed, &paths, &cursors, &mut runners);
 }
 
 #[cfg(test)]
@@ -696,6 +864,8 @@ mod tests {
         Arc::new(Line {
             tenant: "acme".into(),
             eve: format!("{{\"n\":{i}}}"),
+            ino: 1,
+            start: 10 * i as u64,
         })
     }
 
@@ -768,6 +938,8 @@ mod tests {
         let l = Line {
             tenant: "ac\"me".into(),
             eve: r#"{"event_type":"alert","alert":{"severity":2}}"#.into(),
+            ino: 1,
+            start: 0,
         };
         assert!(out.message(&l));
         let text = String::from_utf8(out.msg.clone()).unwrap();
@@ -779,6 +951,8 @@ mod tests {
         let empty = Line {
             tenant: "t".into(),
             eve: "{}".into(),
+            ino: 1,
+            start: 0,
         };
         assert!(out.message(&empty));
         assert!(String::from_utf8(out.msg.clone())
@@ -786,7 +960,9 @@ mod tests {
             .ends_with(r#"{"tenant":"t"}"#));
         assert!(!out.message(&Line {
             tenant: "t".into(),
-            eve: "{not json".into()
+            eve: "{not json".into(),
+            ino: 1,
+            start: 0,
         }));
     }
 }

@@ -6,9 +6,10 @@
 //! Files are followed by inode, not name: an instance rotates by renaming
 //! (`X.eve.json` becomes `X.eve.json.1`), so the lines appended to a file
 //! between the last read and its rotation are read from its new name. A file
-//! whose inode is new is read from its start, except at the first listing,
-//! where what is already there was written before the forwarder started and
-//! is skipped (no replay of old events after a restart).
+//! whose inode is new is read from its start, except at the first listing
+//! of a forwarder with no saved positions, where what is already there was
+//! written before it started and is skipped; one that resumes from saved
+//! positions ([`Cursors::resume`], [`super::saved`]) reads on from them.
 
 use std::collections::HashMap;
 
@@ -42,6 +43,20 @@ pub struct Cursors {
 }
 
 impl Cursors {
+    /// Cursors resuming at `at` (inode to offset, [`super::saved::plan`]):
+    /// any file not in it is new and read from its start.
+    pub fn resume(at: HashMap<u64, u64>) -> Cursors {
+        Cursors {
+            at,
+            listed_once: true,
+        }
+    }
+
+    /// How far file `ino` was read (None: not seen in the last listing).
+    pub fn position(&self, ino: u64) -> Option<u64> {
+        self.at.get(&ino).copied()
+    }
+
     /// What to read of `files`, at most `max_read` bytes of each. Files no
     /// longer listed are forgotten; one that shrank (a new file given the
     /// inode of a deleted one) is read from its start.

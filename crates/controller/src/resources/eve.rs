@@ -18,6 +18,9 @@ pub struct EveRequest {
     pub since: Option<String>,
     /// At most this many, the newest (1000 if 0).
     pub limit: usize,
+    /// `follow=true`: answer with a `text/event-stream` that sends these
+    /// events and then every new one as it arrives.
+    pub follow: bool,
 }
 
 impl EveRequest {
@@ -76,9 +79,20 @@ pub fn parse(event_type: &'static str, query: &str) -> Result<EveRequest, ApiErr
                     .parse()
                     .map_err(|_| ApiError::bad(format!("limit: `{v}` is not a number")))?
             }
+            "follow" => {
+                r.follow = match v {
+                    "true" | "1" | "" => true,
+                    "false" | "0" => false,
+                    _ => {
+                        return Err(ApiError::bad(format!(
+                            "follow: `{v}` is neither true nor false"
+                        )))
+                    }
+                }
+            }
             _ => {
                 return Err(ApiError::bad(format!(
-                    "`{k}`: unknown query parameter (known: tenant, since, limit)"
+                    "`{k}`: unknown query parameter (known: tenant, since, limit, follow)"
                 )))
             }
         }
@@ -145,6 +159,29 @@ pub fn mark_alerted(flows: &mut [Value], alerts: &[Value]) {
     }
 }
 
+/// Appends `e` to `out` as one Server-Sent Event: `event:` its EVE
+/// `event_type`, `id:` its timestamp (what `since` takes to resume after
+/// it), `data:` the record as one line of JSON (JSON text never holds a raw
+/// newline, so one `data:` line always carries it whole).
+pub fn sse_frame(out: &mut String, e: &Value) {
+    use std::fmt::Write;
+    let field = |k: &str| {
+        e.get(k)
+            .and_then(Value::as_str)
+            .filter(|v| !v.contains(['\n', '\r']))
+            .unwrap_or("")
+    };
+    let kind = field("event_type");
+    if !kind.is_empty() {
+        let _ = writeln!(out, "event: {kind}");
+    }
+    let ts = field("timestamp");
+    if !ts.is_empty() {
+        let _ = writeln!(out, "id: {ts}");
+    }
+    let _ = write!(out, "data: {e}\n\n");
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -203,5 +240,34 @@ mod tests {
         );
         assert_eq!(parse("flow", "limit=x").unwrap_err().status, 400);
         assert_eq!(parse("flow", "sid=1").unwrap_err().status, 400);
+        assert!(!r.follow);
+        assert!(parse("alert", "follow=true").unwrap().follow);
+        assert!(parse("alert", "follow").unwrap().follow);
+        assert!(!parse("alert", "follow=0").unwrap().follow);
+        let e = parse("alert", "follow=yes").unwrap_err();
+        assert!(e.status == 400 && e.msg.contains("follow"), "{}", e.msg);
+    }
+
+    #[test]
+    fn an_event_is_one_server_sent_event_with_its_type_and_timestamp() {
+        let e = json!({"timestamp": "2026-11-28T10:00:00.000001+0000", "event_type": "alert",
+                       "tenant": "acme", "alert": {"signature": "two\nlines"}});
+        let mut out = String::new();
+        sse_frame(&mut out, &e);
+        let (head, data) = out.split_once("data: ").unwrap();
+        assert_eq!(head, "event: alert\nid: 2026-11-28T10:00:00.000001+0000\n");
+        assert!(
+            data.ends_with("\n\n") && data.matches('\n').count() == 2,
+            "{out:?}"
+        );
+        let back: Value = serde_json::from_str(data.trim_end()).unwrap();
+        assert_eq!(back, e);
+        // Fields that would break the framing are left out, never sent raw.
+        let mut out = String::new();
+        sse_frame(&mut out, &json!({"event_type": "a\nid: x", "flow_id": 1}));
+        assert_eq!(
+            out,
+            "data: {\"event_type\":\"a\\nid: x\",\"flow_id\":1}\n\n"
+        );
     }
 }

@@ -1,6 +1,8 @@
 // The Sluice dashboard (docs/DASHBOARD.md). Plain script, no build step, no
 // library: it polls the controller's API every POLL_MS with the token pasted
-// into the page and draws what comes back. Everything shown goes through
+// into the page and draws what comes back; a tenant's alerts come from the
+// controller's event stream instead (read with fetch(): EventSource cannot
+// send the token). Everything shown goes through
 // textContent or SVG attributes, never markup, since alert fields come from
 // traffic.
 'use strict';
@@ -27,6 +29,8 @@ const st = {
   histAt: 0, // the latest sample's time (Unix ms)
   timer: null,
   busy: false,
+  // The alerts of the tenant shown: its event stream, and what it sent.
+  alerts: { tenant: null, list: [], since: null, abort: null, polling: false },
 };
 
 function $(id) { return document.getElementById(id); }
@@ -100,6 +104,7 @@ async function api(path) {
 
 function showLogin(msg) {
   clearTimeout(st.timer);
+  stopAlerts();
   st.role = null;
   st.tenant = null;
   // Nothing seen with the previous token stays in the page.
@@ -160,6 +165,7 @@ function wanted() {
 
 function route() {
   const t = wanted();
+  if (t !== st.alerts.tenant) stopAlerts();
   $('operator').hidden = t !== null;
   $('tenant').hidden = t === null;
   clearTimeout(st.timer);
@@ -325,17 +331,88 @@ function feed(ol, events) {
 
 async function refreshTenant(t) {
   const q = encodeURIComponent(t);
-  const [traffic, alerts, tenants] = await Promise.all([
-    fetchTraffic(), api('/v1/alerts?tenant=' + q + '&limit=100'),
+  followAlerts(t);
+  const [traffic, tenants] = await Promise.all([
+    fetchTraffic(),
     st.role === 'operator' ? api('/v1/tenants') : Promise.resolve([{ tenant: t }]),
     fetchEvents(),
   ]);
+  // A controller without event streams: its alerts polled with the rest.
+  if (st.alerts.polling) st.alerts.list = await api('/v1/alerts?tenant=' + q + '&limit=100');
   nav(tenants.map((x) => x.tenant));
   $('tenant-title').textContent = 'Tenant ' + t + ': chains';
   const chains = traffic.filter((c) => c.tenant === t);
   const graphs = chains.map((c, i) => graph(c, i));
   if (!graphs.length) graphs.push(el('p', { class: 'muted' }, 'no chains'));
   $('graphs').replaceChildren(...graphs);
+  drawAlerts(st.alerts.list);
+  feed($('history'), st.events.filter((e) => e.tenant === t && HISTORY.includes(e.kind)));
+}
+
+// Follows tenant t's alerts (`GET /v1/alerts?follow=true`), unless already.
+function followAlerts(t) {
+  if (st.alerts.tenant === t) return;
+  stopAlerts();
+  st.alerts = { tenant: t, list: [], since: null, abort: null, polling: false };
+  streamAlerts(st.alerts);
+}
+
+function stopAlerts() {
+  if (st.alerts.abort) st.alerts.abort.abort();
+  st.alerts = { tenant: null, list: [], since: null, abort: null, polling: false };
+}
+
+// Reads the stream of `a.tenant`'s alerts into `a.list` (the newest 100),
+// redrawing at each; when it ends (the controller restarted), again after
+// the last alert received, a second later, unless the page moved on.
+async function streamAlerts(a) {
+  const ctl = new AbortController();
+  a.abort = ctl;
+  let path = '/v1/alerts?follow=true&limit=100&tenant=' + encodeURIComponent(a.tenant);
+  if (a.since) path += '&since=' + encodeURIComponent(a.since);
+  try {
+    const r = await fetch(path, {
+      headers: { Authorization: 'Bearer ' + st.token, Accept: 'text/event-stream' },
+      cache: 'no-store',
+      signal: ctl.signal,
+    });
+    if (r.status === 400) {
+      a.polling = true;
+      return;
+    }
+    if (r.ok) {
+      const reader = r.body.pipeThrough(new TextDecoderStream()).getReader();
+      let buf = '';
+      for (;;) {
+        const { value, done } = await reader.read();
+        if (done) break;
+        buf += value;
+        let end;
+        while ((end = buf.indexOf('\n\n')) >= 0) {
+          const data = buf.slice(0, end).split('\n')
+            .filter((l) => l.startsWith('data:'))
+            .map((l) => l.slice(5).replace(/^ /, ''))
+            .join('\n');
+          buf = buf.slice(end + 2);
+          if (!data) continue; // a comment (keepalive)
+          const e = JSON.parse(data);
+          a.list.push(e);
+          if (a.list.length > 100) a.list.splice(0, a.list.length - 100);
+          if (e.timestamp) a.since = e.timestamp;
+          if (st.alerts === a) drawAlerts(a.list);
+        }
+      }
+    }
+  } catch (_) {
+    // Cut off or refused: tried again below (a token the controller no
+    // longer knows ends in the login page through the polls).
+  }
+  if (st.alerts === a && !ctl.signal.aborted) {
+    setTimeout(() => { if (st.alerts === a) streamAlerts(a); }, 1000);
+  }
+}
+
+function drawAlerts(alerts) {
   const items = alerts.slice().reverse().map((a) => {
     const al = a.alert || {};
     return el('li', {
@@ -349,7 +426,6 @@ async function refreshTenant(t) {
   });
   if (!items.length) items.push(el('li', { class: 'muted' }, 'no alerts'));
   $('alerts').replaceChildren(...items);
-  feed($('history'), st.events.filter((e) => e.tenant === t && HISTORY.includes(e.kind)));
 }
 
 const BOX_W = 128;
