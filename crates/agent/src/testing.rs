@@ -40,13 +40,15 @@ pub fn two_hosts() -> Result<(Netns, Netns), NetnsError> {
     Ok((h1, h2))
 }
 
-/// An agent for host `h` with its data plane in `ns` and no controller (its
-/// configuration is put on its API), Geneve on the standard port.
-pub fn standalone_agent(h: u32, ns: &Netns) -> Result<Agent, AgentError> {
-    Agent::start(&AgentOptions {
+/// The options of an agent for host `h` with its data plane in namespace
+/// `netns` and no controller (its configuration is put on its API): API on
+/// loopback, Geneve on the standard port, no run directory, no NF instance
+/// executable. Tests change what they need with struct update syntax.
+pub fn standalone_options(h: u32, netns: &str) -> AgentOptions {
+    AgentOptions {
         host: h,
         name: format!("h{h}"),
-        netns: Some(ns.name().to_string()),
+        netns: Some(netns.to_string()),
         underlay: underlay(h),
         controller: None,
         controller_token: None,
@@ -63,7 +65,13 @@ pub fn standalone_agent(h: u32, ns: &Netns) -> Result<Agent, AgentError> {
         capacity: None,
         api_tls: false,
         siem: None,
-    })
+    }
+}
+
+/// An agent for host `h` with its data plane in `ns` and no controller (its
+/// configuration is put on its API), Geneve on the standard port.
+pub fn standalone_agent(h: u32, ns: &Netns) -> Result<Agent, AgentError> {
+    Agent::start(&standalone_options(h, ns.name()))
 }
 
 /// `GET /v1/status` of the agent at `url` (panics on failure: for tests).

@@ -3,10 +3,12 @@
 //! traffic to VM 2 through it and back, and removes it when it stops.
 
 use std::io::{Read, Write};
-use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpListener, TcpStream};
+use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::time::Duration;
 
-use sluice_agent::testing::{agent_status, attach_vm, is_root, one_instance_between, VmHandle};
+use sluice_agent::testing::{
+    agent_status, attach_vm, is_root, one_instance_between, standalone_options, VmHandle,
+};
 use sluice_agent::{Agent, AgentOptions};
 use sluice_netns::Netns;
 use sluice_proto::{AgentConfig, InstanceConfig, StorePassword};
@@ -104,25 +106,10 @@ fn traffic_crosses_a_firewall_instance() {
     let prefix = format!("t{}", std::process::id() % 100_000);
     let run_dir = std::env::temp_dir().join(format!("sluice-agent-chain-{}", std::process::id()));
     let agent = Agent::start(&AgentOptions {
-        host: 1,
-        name: "h1".into(),
-        netns: Some(host.name().to_string()),
-        underlay: Ipv4Addr::new(10, 255, 0, 1),
-        controller: None,
-        controller_token: None,
-        controller_tls: None,
-        api_token: None,
-        listen: "127.0.0.1:0".into(),
         prefix: prefix.clone(),
         run_dir: Some(run_dir.clone()),
-        udp: SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, sluice_proto::GENEVE_PORT),
         instance_exe: Some(env!("CARGO_BIN_EXE_sluiced").into()),
-        suspect_after: None,
-        seawall: None,
-        vm_mtu: None,
-        capacity: None,
-        api_tls: false,
-        siem: None,
+        ..standalone_options(1, host.name())
     })
     .unwrap();
     let url = agent.api_url();
@@ -219,25 +206,10 @@ fn an_instance_reaches_the_store_as_its_tenant_user() {
     let prefix = format!("a{}", std::process::id() % 100_000);
     let run_dir = std::env::temp_dir().join(format!("sluice-agent-acl-{}", std::process::id()));
     let agent = Agent::start(&AgentOptions {
-        host: 1,
-        name: "h1".into(),
-        netns: Some(host.name().to_string()),
-        underlay: Ipv4Addr::new(10, 255, 0, 1),
-        controller: None,
-        listen: "127.0.0.1:0".into(),
         prefix,
         run_dir: Some(run_dir.clone()),
-        udp: SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, sluice_proto::GENEVE_PORT),
         instance_exe: Some(env!("CARGO_BIN_EXE_sluiced").into()),
-        suspect_after: None,
-        seawall: None,
-        vm_mtu: None,
-        capacity: None,
-        controller_token: None,
-        controller_tls: None,
-        api_token: None,
-        api_tls: false,
-        siem: None,
+        ..standalone_options(1, host.name())
     })
     .unwrap();
     let url = agent.api_url();
@@ -304,25 +276,10 @@ fn a_live_instance_s_latency_histograms_reach_the_agent_s_metrics() {
     let vm2 = attach_vm(host.name(), "vm2", Ipv4Addr::new(10, 0, 0, 2)).unwrap();
     let dir = tempfile::tempdir().unwrap();
     let agent = Agent::start(&AgentOptions {
-        host: 1,
-        name: "h1".into(),
-        netns: Some(host.name().to_string()),
-        underlay: Ipv4Addr::new(10, 255, 0, 1),
-        controller: None,
-        controller_token: None,
-        controller_tls: None,
-        api_token: None,
-        listen: "127.0.0.1:0".into(),
         prefix: format!("l{}", std::process::id() % 100_000),
         run_dir: Some(dir.path().join("run")),
-        udp: SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, sluice_proto::GENEVE_PORT),
         instance_exe: Some(env!("CARGO_BIN_EXE_sluiced").into()),
-        suspect_after: None,
-        seawall: None,
-        vm_mtu: None,
-        capacity: None,
-        api_tls: false,
-        siem: None,
+        ..standalone_options(1, host.name())
     })
     .unwrap();
     let url = agent.api_url();

@@ -6,11 +6,11 @@
 //! (SIGSTOP) is suspected and rejoins when continued, without a restart.
 
 use std::io::{Read, Write};
-use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpListener, TcpStream};
+use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
-use sluice_agent::testing::{agent_status, attach_vm, is_root, VmHandle};
+use sluice_agent::testing::{agent_status, attach_vm, is_root, standalone_options, VmHandle};
 use sluice_agent::{Agent, AgentOptions};
 use sluice_netns::Netns;
 use sluice_proto::{
@@ -216,25 +216,10 @@ fn setup() -> Option<Setup> {
     let prefix = format!("f{}{n}", std::process::id() % 100_000);
     let run_dir = std::env::temp_dir().join(format!("sluice-failover-{prefix}"));
     let agent = Agent::start(&AgentOptions {
-        host: 1,
-        name: "h1".into(),
-        netns: Some(host.name().to_string()),
-        underlay: Ipv4Addr::new(10, 255, 0, 1),
-        controller: None,
-        controller_token: None,
-        controller_tls: None,
-        api_token: None,
-        listen: "127.0.0.1:0".into(),
         prefix,
         run_dir: Some(run_dir.clone()),
-        udp: SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, sluice_proto::GENEVE_PORT),
         instance_exe: Some(env!("CARGO_BIN_EXE_sluiced").into()),
-        suspect_after: None,
-        seawall: None,
-        vm_mtu: None,
-        capacity: None,
-        api_tls: false,
-        siem: None,
+        ..standalone_options(1, host.name())
     })
     .unwrap();
     let url = agent.api_url();

@@ -3,14 +3,16 @@
 //! loses, and reconnects when it is back.
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpListener, TcpStream, UdpSocket};
+use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use sluice_agent::siem::{Forwarder, RedisSink, SiemConfig, SyslogSink};
-use sluice_agent::testing::{attach_vm, is_root, one_instance_between, VmHandle};
+use sluice_agent::testing::{
+    attach_vm, is_root, one_instance_between, standalone_options, VmHandle,
+};
 use sluice_agent::{Agent, AgentOptions};
 use sluice_netns::Netns;
 use sluice_proto::{AgentConfig, ChainName, InstanceConfig};
@@ -303,24 +305,9 @@ fn one_signature_is_one_alert_in_each_sink() {
     let vm2 = attach_vm(host.name(), "vm2", Ipv4Addr::new(10, 0, 0, 2)).unwrap();
     let run_dir = dir.path().join("run");
     let agent = Agent::start(&AgentOptions {
-        host: 1,
-        name: "h1".into(),
-        netns: Some(host.name().to_string()),
-        underlay: Ipv4Addr::new(10, 255, 0, 1),
-        controller: None,
-        controller_token: None,
-        controller_tls: None,
-        api_token: None,
-        listen: "127.0.0.1:0".into(),
         prefix: format!("s{}", std::process::id() % 100_000),
         run_dir: Some(run_dir.clone()),
-        udp: SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, sluice_proto::GENEVE_PORT),
         instance_exe: Some(env!("CARGO_BIN_EXE_sluiced").into()),
-        suspect_after: None,
-        seawall: None,
-        vm_mtu: None,
-        capacity: None,
-        api_tls: false,
         siem: Some(SiemConfig {
             redis: Some(RedisSink {
                 url: url.clone(),
@@ -332,6 +319,7 @@ fn one_signature_is_one_alert_in_each_sink() {
             ),
             queue: 1000,
         }),
+        ..standalone_options(1, host.name())
     })
     .unwrap();
     let api = agent.api_url();
@@ -550,24 +538,9 @@ fn lines_written_while_the_agent_is_stopped_reach_the_siem_after_its_restart() {
     let file = run_dir.join("eve").join("t").join("t_ips_0.eve.json");
     let start = || {
         Agent::start(&AgentOptions {
-            host: 1,
-            name: "h1".into(),
-            netns: Some(host.name().to_string()),
-            underlay: Ipv4Addr::new(10, 255, 0, 1),
-            controller: None,
-            controller_token: None,
-            controller_tls: None,
-            api_token: None,
-            listen: "127.0.0.1:0".into(),
             prefix: format!("r{}", std::process::id() % 100_000),
             run_dir: Some(run_dir.clone()),
-            udp: SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, sluice_proto::GENEVE_PORT),
             instance_exe: Some(env!("CARGO_BIN_EXE_sluiced").into()),
-            suspect_after: None,
-            seawall: None,
-            vm_mtu: None,
-            capacity: None,
-            api_tls: false,
             siem: Some(SiemConfig {
                 redis: Some(RedisSink {
                     url: redis.url(),
@@ -577,6 +550,7 @@ fn lines_written_while_the_agent_is_stopped_reach_the_siem_after_its_restart() {
                 syslog: None,
                 queue: 1000,
             }),
+            ..standalone_options(1, host.name())
         })
         .unwrap()
     };

@@ -3,12 +3,12 @@
 //! lines (needs root: the agent runs in a namespace of its own).
 
 use std::io::{BufRead, BufReader, Write};
-use std::net::{Ipv4Addr, SocketAddrV4};
+use std::net::Ipv4Addr;
 use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
-use sluice_agent::testing::is_root;
+use sluice_agent::testing::{is_root, standalone_options};
 use sluice_agent::{Agent, AgentOptions};
 use sluice_controller::client::Client;
 use sluice_proto::HostRegistration;
@@ -43,25 +43,9 @@ fn alerts_follow_prints_old_and_new_alerts_as_they_are_written() {
     let host = Netns::new("h").unwrap();
     let run_dir = dir.path().join("run");
     let agent = Agent::start(&AgentOptions {
-        host: 1,
-        name: "h1".into(),
-        netns: Some(host.name().to_string()),
-        underlay: Ipv4Addr::new(10, 255, 0, 1),
-        controller: None,
-        controller_token: None,
-        controller_tls: None,
-        api_token: None,
-        listen: "127.0.0.1:0".into(),
         prefix: format!("f{}", std::process::id() % 100_000),
         run_dir: Some(run_dir.clone()),
-        udp: SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, sluice_proto::GENEVE_PORT),
-        instance_exe: None,
-        suspect_after: None,
-        seawall: None,
-        vm_mtu: None,
-        capacity: None,
-        api_tls: false,
-        siem: None,
+        ..standalone_options(1, host.name())
     })
     .unwrap();
     Client::new(&url)
