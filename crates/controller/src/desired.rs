@@ -158,6 +158,11 @@ pub struct Desired {
     /// ([`sluice_proto::InstanceConfig::backends`]). Live state, never
     /// persisted (`crate::reconcile`'s backend health decides it).
     pub backend_states: BTreeMap<(String, String), Vec<sluice_proto::BackendOverride>>,
+    /// Operators' drains of load-balancer backends, by `(tenant, middlebox,
+    /// backend)`: when the deregistration delay ends, Unix milliseconds (in
+    /// the past: the backend is removed). Persisted, so a restarted
+    /// controller keeps draining them.
+    pub backend_drains: BTreeMap<(String, String, String), u64>,
 }
 
 /// Why an instance was put on its host.

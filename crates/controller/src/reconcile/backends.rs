@@ -8,8 +8,10 @@
 //! backends that are not up go to every instance of their middlebox in
 //! [`sluice_proto::InstanceConfig::backends`], which the agents hand to the
 //! running instances without restarting them; a change is one commit and one
-//! `backend` event per backend. Live state, like instance health: a restarted
-//! controller starts from "all up" and forgets drains.
+//! `backend` event per backend. Health is live state, like instance health: a
+//! restarted controller starts from "all up"; operators' drains are kept in
+//! the desired state ([`Desired::backend_drains`], when each delay ends) and
+//! resume after a restart.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
@@ -224,11 +226,35 @@ impl Reconciler {
             })
             .collect();
         b.health.retain(|k, _| wanted.contains(k));
+        let started_ms = self.started_unix_ms;
         for k in wanted {
-            b.health
-                .entry(k)
-                .or_insert_with(|| Health::new(None, now_ns));
+            let drain = self.desired.backend_drains.get(&k).copied();
+            b.health.entry(k).or_insert_with(|| {
+                let mut h = Health::new(None, now_ns);
+                // A drain from before a restart resumes with what is left of
+                // its delay (none: the backend is removed at once).
+                if let Some(until_ms) = drain {
+                    let until_ns = until_ms
+                        .saturating_sub(started_ms)
+                        .saturating_mul(1_000_000);
+                    h.start_drain(now_ns, until_ns.saturating_sub(now_ns));
+                }
+                h
+            });
         }
+    }
+
+    /// When each drain under way ends, Unix ms (what
+    /// [`Desired::backend_drains`] keeps).
+    fn backend_drain_ends(&self) -> BTreeMap<BackendKey, u64> {
+        self.backends
+            .health
+            .iter()
+            .filter_map(|(k, h)| {
+                h.drain()
+                    .map(|d| (k.clone(), self.started_unix_ms + d.until_ns / 1_000_000))
+            })
+            .collect()
     }
 
     fn backend_ip(&self, key: &BackendKey) -> Option<std::net::IpAddr> {
@@ -261,10 +287,12 @@ impl Reconciler {
     /// have, and logs one `backend` event per transition in `moves`.
     fn commit_backends(&mut self, moves: Vec<(BackendKey, Transition, String)>, now: Instant) {
         let states = self.backend_overrides();
+        let drains = self.backend_drain_ends();
         let mut pushed = BTreeMap::new();
-        if states != self.desired.backend_states {
+        if states != self.desired.backend_states || drains != self.desired.backend_drains {
             let mut next = self.desired.clone();
             next.backend_states = states;
+            next.backend_drains = drains;
             match self.commit(next, now) {
                 Ok(p) => pushed = p,
                 Err(e) => {

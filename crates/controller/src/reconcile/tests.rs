@@ -1737,6 +1737,44 @@ fn no_backend_goes_down_when_every_host_is_silent() {
     assert!(s.events("backend").is_empty());
 }
 
+/// A drain survives a controller restart with what is left of its delay: the
+/// LB instances keep refusing the backend new connections, and it is removed
+/// when the delay the operator gave runs out, not a new one.
+#[test]
+fn a_drain_resumes_after_a_restart_with_the_rest_of_its_delay() {
+    let mut s = lb_sim();
+    let url = "/v1/tenants/t/middleboxes/lb/backends/10.0.0.2/drain";
+    s.ok("PUT", url, "{\"delay_ms\": 1000}");
+    s.run(Duration::from_millis(400));
+    let saved = s.store.saved().unwrap().0.backend_drains;
+    assert_eq!(
+        saved.len(),
+        1,
+        "the drain is in the stored state: {saved:?}"
+    );
+    // The controller restarts 400 ms into the drain.
+    let unix_ms = s.r.unix_ms(s.now);
+    s.r = Reconciler::start(Box::new(s.store.clone()), "local", s.now, unix_ms).unwrap();
+    for h in 1..=3 {
+        s.beat(h, None);
+    }
+    s.run(Duration::from_millis(40));
+    assert_eq!(lb_backends(&s), vec![vec!["10.0.0.2 draining".to_string()]]);
+    let v = s.ok("GET", "/v1/backends", "");
+    assert!(v.to_string().contains("draining"), "{v}");
+    // 1000 ms after the drain began (not 1000 ms after the restart).
+    s.run(Duration::from_millis(600));
+    assert_eq!(lb_backends(&s), vec![vec!["10.0.0.2 removed".to_string()]]);
+    // A removed backend stays removed across another restart, until undrained.
+    let unix_ms = s.r.unix_ms(s.now);
+    s.r = Reconciler::start(Box::new(s.store.clone()), "local", s.now, unix_ms).unwrap();
+    s.run(Duration::from_millis(40));
+    assert_eq!(lb_backends(&s), vec![vec!["10.0.0.2 removed".to_string()]]);
+    s.ok("DELETE", url, "");
+    assert_eq!(lb_backends(&s), vec![Vec::<String>::new()]);
+    assert!(s.store.saved().unwrap().0.backend_drains.is_empty());
+}
+
 #[test]
 fn an_operator_drain_ends_in_removal_after_its_delay_and_undrain_restores_it() {
     let mut s = lb_sim();

@@ -34,6 +34,9 @@ CREATE TABLE IF NOT EXISTS instances (
 CREATE TABLE IF NOT EXISTS scaled (
     tenant TEXT NOT NULL, middlebox TEXT NOT NULL, count INTEGER NOT NULL,
     spec_count INTEGER NOT NULL, PRIMARY KEY (tenant, middlebox));
+CREATE TABLE IF NOT EXISTS backend_drains (
+    tenant TEXT NOT NULL, middlebox TEXT NOT NULL, backend TEXT NOT NULL,
+    until_ms INTEGER NOT NULL, PRIMARY KEY (tenant, middlebox, backend));
 CREATE TABLE IF NOT EXISTS draining (
     tenant TEXT NOT NULL, middlebox TEXT NOT NULL, idx INTEGER NOT NULL,
     PRIMARY KEY (tenant, middlebox, idx));
@@ -306,6 +309,22 @@ impl SqliteStore {
         }
         let mut st = self
             .conn
+            .prepare("SELECT tenant, middlebox, backend, until_ms FROM backend_drains")?;
+        let rows = st.query_map([], |r| {
+            Ok((
+                r.get::<_, String>(0)?,
+                r.get::<_, String>(1)?,
+                r.get::<_, String>(2)?,
+                r.get::<_, i64>(3)?,
+            ))
+        })?;
+        for row in rows {
+            let (tenant, mb, backend, until) = row?;
+            d.backend_drains
+                .insert((tenant, mb, backend), until.max(0) as u64);
+        }
+        let mut st = self
+            .conn
             .prepare("SELECT tenant, chain, config FROM scaling")?;
         let rows = st.query_map([], |r| {
             Ok((
@@ -442,6 +461,7 @@ fn write_all(
         "DELETE FROM tenants; DELETE FROM hosts; DELETE FROM host_capacity; DELETE FROM vms; DELETE FROM instances;
          DELETE FROM placement_why;
          DELETE FROM scaled; DELETE FROM draining; DELETE FROM scaling;
+         DELETE FROM backend_drains;
          DELETE FROM fabric_secrets; DELETE FROM blocks; DELETE FROM contained;
          DELETE FROM pardons;",
     )?;
@@ -506,6 +526,13 @@ fn write_all(
     for (t, mb, k) in &d.draining {
         tx.prepare_cached("INSERT INTO draining (tenant, middlebox, idx) VALUES (?1, ?2, ?3)")?
             .execute(params![t, mb, *k as i64])?;
+    }
+    for ((t, mb, b), until) in &d.backend_drains {
+        tx.prepare_cached(
+            "INSERT INTO backend_drains (tenant, middlebox, backend, until_ms) \
+             VALUES (?1, ?2, ?3, ?4)",
+        )?
+        .execute(params![t, mb, b, *until as i64])?;
     }
     for ((t, c), cfg) in &d.scaling {
         let text = serde_json::to_string(cfg).map_err(corrupt)?;
@@ -714,6 +741,10 @@ mod tests {
         d.fabric = Some(f);
         d.contained.insert(2);
         d.pardons.insert(3, 2);
+        d.backend_drains.insert(
+            ("acme".into(), "lb-a".into(), "10.10.1.11".into()),
+            1_700_000_000_000,
+        );
         let mut cfgs = d.configs("local").unwrap();
         versioned(&BTreeMap::new(), &mut cfgs);
         {
