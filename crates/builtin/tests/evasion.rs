@@ -170,6 +170,36 @@ fn a_stale_timestamp_chaff_does_not_stand_for_the_real_segment() {
 }
 
 #[test]
+fn a_low_ttl_chaff_reaches_the_host_as_the_ips_read_it() {
+    // fragroute `tcp_chaff ttl`: a decoy with a TTL that runs out on a
+    // router before the host, then the real bytes at the same sequence
+    // numbers. The decoy leaves with a TTL of 8, so the host reads it too,
+    // and the real segment is a retransmission the host discards.
+    let mut f = handshake();
+    let mut decoy = c(0, b"GET /fine");
+    let ip = 14;
+    let old = [decoy[ip + 8], decoy[ip + 9]];
+    decoy[ip + 8] = 1;
+    let sum = u16::from_be_bytes([decoy[ip + 10], decoy[ip + 11]]);
+    let sum = sluice_wire::checksum::update_bytes(sum, &old, &decoy[ip + 8..ip + 10]);
+    decoy[ip + 10..ip + 12].copy_from_slice(&sum.to_be_bytes());
+    f.push(decoy);
+    f.push(c(0, b"GET /EVIL"));
+    let o = replay(SPEC, &f);
+    let left = o.frames[3].as_ref().expect("the decoy is forwarded");
+    assert_eq!(left[ip + 8], 8, "with a TTL that reaches the host");
+    assert!(verify_all_checksums(left), "its IPv4 checksum patched");
+    assert_eq!(o.left[3].as_ref().unwrap().0, b"GET /fine");
+    // What the host reads at these sequence numbers is what was inspected.
+    assert!(o.sids.is_empty(), "{:?}", o.sids);
+    // The negative control: with the normaliser off the decoy leaves with
+    // its TTL of 1 (and would expire before the host).
+    let off = format!("{SPEC}reassembly:\n  min_ttl: 0\n");
+    let o = replay(&off, &f);
+    assert_eq!(o.frames[3].as_ref().unwrap()[ip + 8], 1);
+}
+
+#[test]
 fn an_in_order_segment_over_buffered_bytes_carries_the_inspected_ones() {
     // Out of order "GOOD" at 4..8, then "abcdEVIL" at 0..8: the IPS delivers
     // the first copy (abcdGOOD), while Linux keeps the in-order copy and

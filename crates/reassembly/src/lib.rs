@@ -62,9 +62,14 @@
 //!   (`reassembly_paws_drops`): Linux discards it, so its bytes must not stand
 //!   for the real ones. Pure ACKs are not looked at (they write nothing), so a
 //!   forgery timestamped between the sender's last data segment and a later
-//!   pure ACK of its own still passes here and not at the host. Not
-//!   normalised: IP TTL (Sluice's own path does not decrement it; a router
-//!   between the IPS and the host would) and IP options.
+//!   pure ACK of its own still passes here and not at the host.
+//! * **TTL.** A segment whose IP TTL expires on a router between the IPS and
+//!   the host is read here and never there: every TCP segment arriving with
+//!   a TTL (hop limit) below [`Config::min_ttl`] (default 8) leaves with that
+//!   TTL, IPv4 header checksum patched (`reassembly_ttl_raised`; Snort's
+//!   `ip4: ttl` normaliser). Sluice's own path does not decrement TTLs; a
+//!   legitimate segment arrives this low only after some 56 hops. IP options
+//!   are not normalised.
 //! * **Out-of-order packets are forwarded** as they arrive; their bytes reach the
 //!   stream consumer only once the gap before them fills. A receiver cannot use
 //!   them before that either, so a match completed by the gap-filling packet still
@@ -146,6 +151,10 @@ pub struct Config {
     /// cache's bound; a crash can lose that much, and the survivor
     /// resynchronises where the receiver's acknowledgements show bytes passed).
     pub sync_progress: bool,
+    /// TCP segments arriving with a lower IP TTL (or hop limit) leave with
+    /// this one (default 8; 0 leaves TTLs alone), so that no segment read
+    /// here expires before the host (see "Normalisation").
+    pub min_ttl: u8,
 }
 
 impl Default for Config {
@@ -154,6 +163,7 @@ impl Default for Config {
             max_segments: 16,
             max_bytes: 65536,
             idle_timeout_secs: 300,
+            min_ttl: 8,
             midstream: false,
             sync_progress: false,
         }
@@ -228,6 +238,8 @@ pub struct Counters {
     /// Data segments with a TCP timestamp older than the sender's latest,
     /// dropped (PAWS, see "Normalisation").
     pub paws_drops: u64,
+    /// TCP segments whose IP TTL was raised to [`Config::min_ttl`].
+    pub ttl_raised: u64,
 }
 
 #[derive(Clone, Copy)]
@@ -363,6 +375,7 @@ impl Reassembler {
             ("reassembly_tfo_bytes", c.tfo_bytes),
             ("reassembly_no_ack_drops", c.no_ack_drops),
             ("reassembly_paws_drops", c.paws_drops),
+            ("reassembly_ttl_raised", c.ttl_raised),
             ("reassembly_overlap_drops", c.overlap_drops),
             ("reassembly_overlap_rewrites", c.overlap_rewrites),
             ("reassembly_urgent_cleared", c.urgent_cleared),
@@ -408,11 +421,23 @@ impl Reassembler {
 
         // Urgent data leaves the stream at most receivers (see
         // `clear_urgent`): every receiver reads it inline once URG is gone.
+        // Likewise a segment that would expire before the host (see
+        // `raise_ttl`): one comparison per packet, a rewrite only when low.
+        let min_ttl = self.cfg.min_ttl;
         for p in batch.pkts.iter_mut() {
-            if p.is_live() && p.meta.tcp_flags & URG != 0 && p.meta.l4 == L4::Tcp {
+            if !p.is_live() || p.meta.l4 != L4::Tcp {
+                continue;
+            }
+            if p.meta.tcp_flags & URG != 0 {
                 let (frame, meta) = p.data_and_meta_mut();
                 if sluice_wire::rewrite::clear_urgent(frame, meta) {
                     self.counters.urgent_cleared += 1;
+                }
+            }
+            if p.meta.ttl < min_ttl {
+                let (frame, meta) = p.data_and_meta_mut();
+                if sluice_wire::rewrite::raise_ttl(frame, meta, min_ttl) {
+                    self.counters.ttl_raised += 1;
                 }
             }
         }

@@ -282,6 +282,44 @@ pub fn clear_urgent(frame: &mut [u8], m: &mut PacketMeta) -> bool {
     true
 }
 
+/// Raises an IP packet's TTL (IPv4, patching the header checksum, RFC 1624)
+/// or hop limit (IPv6) to `min` if it is lower, and keeps `m` in step.
+/// Returns whether it changed anything.
+///
+/// Why: a segment whose TTL runs out between an inline IPS and the host is
+/// read by the IPS and never by the host (Ptacek & Newsham's TTL evasion);
+/// with its TTL raised it reaches the host, which then reads what was
+/// inspected (Snort's `ip4: ttl` normaliser).
+pub fn raise_ttl(frame: &mut [u8], m: &mut PacketMeta, min: u8) -> bool {
+    if m.ttl >= min {
+        return false;
+    }
+    let o = m.l3_offset as usize;
+    let Some(&first) = frame.get(o) else {
+        return false;
+    };
+    match first >> 4 {
+        4 => {
+            let Some(h) = frame.get_mut(o..o + 12) else {
+                return false;
+            };
+            let old = [h[8], h[9]];
+            h[8] = min;
+            let c = update_bytes(be16(h, 10), &old, &h[8..10]);
+            put16(h, 10, c);
+        }
+        6 => {
+            let Some(h) = frame.get_mut(o + 7) else {
+                return false;
+            };
+            *h = min;
+        }
+        _ => return false,
+    }
+    m.ttl = min;
+    true
+}
+
 /// Recomputes the TCP or UDP checksum of `frame` in place, from scratch (so
 /// it does not matter what the field held: a partial sum left for the NIC, or
 /// the sum before the payload was rewritten). Returns false (and leaves the
@@ -397,6 +435,31 @@ mod tests {
         let mut f = build::udp_v4([1; 4], [2; 4], 1, 2, b"");
         let mut m = parse_frame(&f).unwrap();
         assert!(set_endpoint(&mut f, &mut m, Endpoint::Src, IpAddr::V6([0; 16]), 1).is_err());
+    }
+
+    #[test]
+    fn raising_the_ttl_keeps_the_checksum_and_leaves_higher_ttls_alone() {
+        use crate::tcp::flags::ACK;
+        let v4 = build::tcp_v4([10, 0, 0, 1], [10, 0, 0, 2], 1, 80, 5, 6, ACK, b"x");
+        let v6 = build::tcp_v6([0xfd; 16], [0xfe; 16], 1, 80, 5, 6, ACK, b"x");
+        for (mut f, at) in [(v4, 14 + 8), (v6, 14 + 7)] {
+            f[at] = 2;
+            if at == 22 {
+                // The IPv4 header checksum as if the sender had sent TTL 2.
+                f[24] = 0;
+                f[25] = 0;
+                let c = crate::checksum::fold(crate::checksum::sum(0, &f[14..34]));
+                f[24..26].copy_from_slice(&c.to_be_bytes());
+            }
+            let mut m = parse_frame(&f).unwrap();
+            assert_eq!(m.ttl, 2);
+            assert!(raise_ttl(&mut f, &mut m, 8));
+            assert_eq!((f[at], m.ttl), (8, 8));
+            assert!(verify_all_checksums(&f));
+            assert_eq!(parse_frame(&f).unwrap().ttl, 8);
+            assert!(!raise_ttl(&mut f, &mut m, 8), "8 is not below 8");
+            assert!(!raise_ttl(&mut f, &mut m, 0), "0: off");
+        }
     }
 
     #[test]
