@@ -105,8 +105,8 @@
 //!   prefilter ([`tls::prefilter`]). A hello, or a Certificate message after
 //!   a ServerHello or starting a segment, that a segment ends inside is kept
 //!   as a pending unit ([`pending`], [`tls::unit`]) and parsed whole on the
-//!   segment completing it. A message split across TLS records is not
-//!   parsed.
+//!   segment completing it. Messages over several handshake records are
+//!   read from the records joined ([`tls::defragment`]).
 //! * A TCP packet's payload without a stream (a mid-stream pickup the
 //!   reassembler does not accept, an IP fragment) is matched on its own, as a
 //!   datagram's payload (positions from the payload start, no state carried to
@@ -382,6 +382,8 @@ pub struct Ips {
     http_dot: Vec<u8>,
     /// A TLS hello's buffers, reused.
     tls_bufs: tls::Buffers,
+    /// Handshake records joined when a message spans records (reused).
+    tls_joined: Vec<u8>,
     /// The batch's pending units in memory ([`pending`]).
     pend: pending::PendBatch,
     /// The blob reads of the batch: (record, direction, read).
@@ -460,6 +462,7 @@ impl Ips {
             http_piece: http::Piece::default(),
             http_dot: Vec::new(),
             tls_bufs: tls::Buffers::default(),
+            tls_joined: Vec::new(),
             pend: Default::default(),
             pend_reads: Vec::new(),
             joined: Vec::new(),

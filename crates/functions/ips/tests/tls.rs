@@ -1205,3 +1205,70 @@ fn a_split_unit_costs_one_read_round_trip_and_a_blob() {
 fn batched(rules: &[&str], frames: &[Vec<u8>]) -> (Vec<u32>, Vec<bool>, sluice_ips::Counters) {
     common::run_each(ips(rules), frames)
 }
+
+/// `msgs` (handshake messages, headers included) as TLS 1.2 handshake
+/// records of at most `size` bytes of body each: the record layer may
+/// fragment a message anywhere (RFC 5246 §6.2.1).
+fn fragmented(msgs: &[u8], size: usize) -> Vec<u8> {
+    msgs.chunks(size)
+        .flat_map(|c| {
+            let mut r = vec![22, 3, 3];
+            r.extend(vec_of(2, c));
+            r
+        })
+        .collect()
+}
+
+#[test]
+fn a_hello_fragmented_over_records_is_read_joined() {
+    // An evasion when only whole records are read: the SNI split by the
+    // record layer. Whole in one segment, then also cut across segments.
+    let rule = r#"alert tls any any -> any any (tls.sni; content:"evil.example"; sid:1;)"#;
+    let msg = browser_hello("evil.example")[5..].to_vec();
+    for size in [1, 7, 40, 60] {
+        let recs = fragmented(&msg, size);
+        assert_eq!(
+            sids(&[rule], &flow(443, std::slice::from_ref(&recs), None)),
+            vec![1],
+            "records of {size}"
+        );
+        let (a, b) = recs.split_at(recs.len() / 2);
+        assert_eq!(
+            sids(&[rule], &flow(443, &[a.to_vec(), b.to_vec()], None)),
+            vec![1],
+            "records of {size}, two segments"
+        );
+    }
+    // The joined view parses as the hello sent in one record.
+    let recs = fragmented(&msg, 9);
+    let mut joined = Vec::new();
+    assert!(tls::defragment(&recs, &mut joined));
+    assert!(tls::detect(&joined).unwrap().sni.is_some());
+    // Not TLS after all: another record type after the first ends the join.
+    let mut alert = fragmented(&msg[..20], 20);
+    alert.extend([21, 3, 3, 0, 2, 2, 40]);
+    assert_eq!(sids(&[rule], &flow(443, &[alert], None)), Vec::<u32>::new());
+}
+
+#[test]
+fn a_certificate_chain_over_several_records_is_read() {
+    // A ServerHello record, then the Certificate message in records of 500
+    // bytes (a chain larger than a record is common).
+    let (leaf, ca) = chain();
+    let mut server = server_hello(0x0303, 0xc02f, &[]);
+    let mut rest = certificate(&[&leaf, &ca]);
+    rest.extend(handshake(14, &[]));
+    server.extend(fragmented(&rest, 500));
+    let rule =
+        r#"alert tls any any -> any any (tls.cert_subject; content:"CN=evil.example"; sid:1;)"#;
+    assert_eq!(server_sids(&[rule], std::slice::from_ref(&server)), vec![1]);
+    // Cut across segments inside a record header and inside a body.
+    for cut in [server.len() - 300, 5 + server_hello_msg().len() + 2] {
+        let (a, b) = server.split_at(cut);
+        assert_eq!(
+            server_sids(&[rule], &[a.to_vec(), b.to_vec()]),
+            vec![1],
+            "cut at {cut}"
+        );
+    }
+}

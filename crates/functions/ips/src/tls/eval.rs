@@ -94,9 +94,20 @@ impl Ips {
         events: &mut Vec<Event>,
         payload: &[u8],
     ) -> bool {
+        // The buffers come from the records joined when a message spans
+        // records (`super::defragment`); payload keywords still see the bytes
+        // as they came.
+        let raw = payload;
+        let mut joined = std::mem::take(&mut self.tls_joined);
+        let payload: &[u8] = if super::defragment(raw, &mut joined) {
+            &joined
+        } else {
+            raw
+        };
         let mut bufs = std::mem::take(&mut self.tls_bufs);
         if !bufs.fill(payload) {
             self.tls_bufs = bufs;
+            self.tls_joined = joined;
             return false;
         }
         let hdr = Header { tls: true, ..*hdr };
@@ -121,7 +132,7 @@ impl Ips {
             let ok = r.tls.iter().all(|l| {
                 bufs.each(l.buf, payload)
                     .any(|buf| list_matches(r, &l.items, l.dotprefix, buf, &mut dot))
-            }) && (r.items.is_empty() || inspect::inspect(r, payload, 0));
+            }) && (r.items.is_empty() || inspect::inspect(r, raw, 0));
             if !ok {
                 continue;
             }
@@ -133,6 +144,7 @@ impl Ips {
         self.http_dot = dot;
         self.cands = cands;
         self.tls_bufs = bufs;
+        self.tls_joined = joined;
         drop
     }
 }

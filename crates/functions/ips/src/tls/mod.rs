@@ -11,14 +11,15 @@
 //! follow). Every length is checked against its container (the extensions
 //! must fill their block exactly), so parsing never panics and reads nothing
 //! outside the bytes. A hello split across TCP segments is kept as a pending
-//! unit until whole ([`unit()`], [`crate::pending`]); one split across TLS
-//! records is not recognised.
+//! unit until whole ([`unit()`], [`crate::pending`]); one fragmented across
+//! TLS records is read from the records' bodies joined ([`defragment`]).
 //!
 //! The server's Certificate message (type 11, [`certificates`]) is read when
 //! it follows the ServerHello (in its record or the next one), or when the
 //! bytes start with a handshake record whose first message is a Certificate.
-//! It must be whole in its record; a segment boundary inside it is bridged
-//! by the pending unit, a record boundary is not.
+//! A segment boundary inside it is bridged by the pending unit; record
+//! boundaries inside a hello or a certificate chain that follows it are
+//! bridged by joining the records ([`defragment`]).
 
 pub(crate) mod eval;
 pub mod prefilter;
@@ -267,6 +268,88 @@ fn be24(b: &[u8], at: usize) -> usize {
 /// [`MAX_TLS_UNIT`]. Only the headers are checked: [`Buffers::fill`] parses
 /// the unit.
 pub fn unit(b: &[u8]) -> Unit {
+    if !joinable(b) {
+        return unit_in_record(b);
+    }
+    // Handshake messages over several records (RFC 8446 §5.1 lets a message
+    // span records, and a server's flight often sends one record per
+    // message): the unit over the records joined. Once per handshake, so
+    // the copy is made here.
+    let mut joined = Vec::new();
+    let partial = join_records(b, &mut joined);
+    match unit_in_record(&joined) {
+        // The bound holds for the bytes held too (record headers included),
+        // whatever the records carry.
+        Unit::Need if b.len() > MAX_TLS_UNIT => Unit::Over,
+        // More records are on their way (a header cut by the segment).
+        Unit::Whole(_) if partial => Unit::Need,
+        Unit::Whole(_) => Unit::Whole(b.len()),
+        u => u,
+    }
+}
+
+/// Whether `b` starts with a handshake record whose first message goes on
+/// past it, or that another handshake record follows: the records are read
+/// joined ([`defragment`]).
+fn joinable(b: &[u8]) -> bool {
+    if b.len() < field::HS_LEN.end || b[field::CONTENT_TYPE] != HANDSHAKE || b[1] != 3 {
+        return false;
+    }
+    let record_end = field::HS_TYPE + be16(b, field::RECORD_LEN.start) as usize;
+    let msg_end = field::HS_LEN.end + be24(b, field::HS_LEN.start);
+    msg_end > record_end
+        || (b.len() > record_end + 1 && b[record_end] == HANDSHAKE && b[record_end + 1] == 3)
+}
+
+/// Writes to `out` (cleared first) the consecutive handshake records `b`
+/// starts with as one record: the first record's header, its length the sum
+/// of the records' (as declared, so a record not yet whole keeps the unit
+/// incomplete), then their bodies in order, at most [`MAX_TLS_UNIT`] bytes.
+/// Joining stops at the first record of another type. Returns false, leaving
+/// `out` empty, unless `b` starts with a message spanning records or with
+/// several handshake records.
+pub fn defragment(b: &[u8], out: &mut Vec<u8>) -> bool {
+    if !joinable(b) {
+        out.clear();
+        return false;
+    }
+    join_records(b, out);
+    true
+}
+
+/// [`defragment`]'s joining; returns whether `b` ends inside the header of
+/// a further handshake record. `declared` counts the records' lengths as
+/// their headers say.
+fn join_records(b: &[u8], out: &mut Vec<u8>) -> bool {
+    out.clear();
+    out.extend_from_slice(&b[..5]);
+    let mut declared = 0usize;
+    let mut at = 0;
+    while at + 5 <= b.len() && b[at] == HANDSHAKE && b[at + 1] == 3 {
+        let len = be16(b, at + 3) as usize;
+        let end = (at + 5 + len).min(b.len());
+        if out.len() + (end - at - 5) > MAX_TLS_UNIT {
+            break;
+        }
+        out.extend_from_slice(&b[at + 5..end]);
+        declared += len;
+        at += 5 + len;
+    }
+    // When the bytes end with the records (a further one may follow in the
+    // next segment), the joined record is left open: its messages are bounded
+    // by the bytes, not by the records seen so far.
+    let partial = at < b.len()
+        && b.len() - at < 5
+        && b[at] == HANDSHAKE
+        && b.get(at + 1).is_none_or(|&v| v == 3);
+    let open = at >= b.len() || partial;
+    let len = if open { 0xffff } else { declared.min(0xffff) } as u16;
+    out[field::RECORD_LEN].copy_from_slice(&len.to_be_bytes());
+    partial
+}
+
+/// [`unit`] for a first message inside its record.
+fn unit_in_record(b: &[u8]) -> Unit {
     if b.first().is_some_and(|&t| t != HANDSHAKE) || b.get(1).is_some_and(|&v| v != 3) {
         return Unit::Not;
     }
