@@ -200,6 +200,37 @@ fn a_low_ttl_chaff_reaches_the_host_as_the_ips_read_it() {
 }
 
 #[test]
+fn a_source_routed_chaff_reaches_the_host_as_the_ips_read_it() {
+    // A decoy with a loose source route option, which Linux drops
+    // (`accept_source_route` is off by default), then the real bytes. The
+    // decoy leaves with its options NOPs, so the host takes it as the IPS
+    // did, and the real segment is a retransmission the host discards.
+    let mut f = handshake();
+    let plain = c(0, b"GET /fine");
+    let mut decoy = plain[..34].to_vec();
+    decoy.extend([131, 7, 4, 10, 0, 0, 9, 0]);
+    decoy.extend(&plain[34..]);
+    decoy[14] = 0x47;
+    let total = (decoy.len() - 14) as u16;
+    decoy[16..18].copy_from_slice(&total.to_be_bytes());
+    decoy[24..26].copy_from_slice(&[0, 0]);
+    let sum = sluice_wire::checksum::fold(sluice_wire::checksum::sum(0, &decoy[14..42]));
+    decoy[24..26].copy_from_slice(&sum.to_be_bytes());
+    assert!(verify_all_checksums(&decoy));
+    f.push(decoy);
+    f.push(c(0, b"GET /EVIL"));
+    let o = replay(SPEC, &f);
+    let left = o.frames[3].as_ref().expect("the decoy is forwarded");
+    assert_eq!(&left[34..42], &[1; 8], "its options are NOPs");
+    assert!(verify_all_checksums(left));
+    assert!(o.sids.is_empty(), "{:?}", o.sids);
+    // The control: with the normaliser off the option leaves as it came.
+    let off = format!("{SPEC}reassembly:\n  clear_ip_options: false\n");
+    let o = replay(&off, &f);
+    assert_eq!(o.frames[3].as_ref().unwrap()[34], 131);
+}
+
+#[test]
 fn an_in_order_segment_over_buffered_bytes_carries_the_inspected_ones() {
     // Out of order "GOOD" at 4..8, then "abcdEVIL" at 0..8: the IPS delivers
     // the first copy (abcdGOOD), while Linux keeps the in-order copy and

@@ -68,8 +68,12 @@
 //!   a TTL (hop limit) below [`Config::min_ttl`] (default 8) leaves with that
 //!   TTL, IPv4 header checksum patched (`reassembly_ttl_raised`; Snort's
 //!   `ip4: ttl` normaliser). Sluice's own path does not decrement TTLs; a
-//!   legitimate segment arrives this low only after some 56 hops. IP options
-//!   are not normalised.
+//!   legitimate segment arrives this low only after some 56 hops.
+//! * **IP options.** A host may drop a packet for its options (Linux drops
+//!   source-routed ones by default) that an IPS reads: the IPv4 options of
+//!   every TCP segment are overwritten with NOPs, header checksum patched
+//!   (`reassembly_ip_options_cleared`, [`Config::clear_ip_options`]; Snort's
+//!   `ip4: opts`). IPv6 extension headers are left alone.
 //! * **Out-of-order packets are forwarded** as they arrive; their bytes reach the
 //!   stream consumer only once the gap before them fills. A receiver cannot use
 //!   them before that either, so a match completed by the gap-filling packet still
@@ -155,6 +159,10 @@ pub struct Config {
     /// this one (default 8; 0 leaves TTLs alone), so that no segment read
     /// here expires before the host (see "Normalisation").
     pub min_ttl: u8,
+    /// Overwrite the IPv4 options of TCP segments with NOPs (default true),
+    /// so no host drops for its options a segment read here (see
+    /// "Normalisation").
+    pub clear_ip_options: bool,
 }
 
 impl Default for Config {
@@ -164,6 +172,7 @@ impl Default for Config {
             max_bytes: 65536,
             idle_timeout_secs: 300,
             min_ttl: 8,
+            clear_ip_options: true,
             midstream: false,
             sync_progress: false,
         }
@@ -240,6 +249,8 @@ pub struct Counters {
     pub paws_drops: u64,
     /// TCP segments whose IP TTL was raised to [`Config::min_ttl`].
     pub ttl_raised: u64,
+    /// TCP segments whose IPv4 options were overwritten with NOPs.
+    pub ip_options_cleared: u64,
 }
 
 #[derive(Clone, Copy)]
@@ -376,6 +387,7 @@ impl Reassembler {
             ("reassembly_no_ack_drops", c.no_ack_drops),
             ("reassembly_paws_drops", c.paws_drops),
             ("reassembly_ttl_raised", c.ttl_raised),
+            ("reassembly_ip_options_cleared", c.ip_options_cleared),
             ("reassembly_overlap_drops", c.overlap_drops),
             ("reassembly_overlap_rewrites", c.overlap_rewrites),
             ("reassembly_urgent_cleared", c.urgent_cleared),
@@ -424,6 +436,7 @@ impl Reassembler {
         // Likewise a segment that would expire before the host (see
         // `raise_ttl`): one comparison per packet, a rewrite only when low.
         let min_ttl = self.cfg.min_ttl;
+        let clear_opts = self.cfg.clear_ip_options;
         for p in batch.pkts.iter_mut() {
             if !p.is_live() || p.meta.l4 != L4::Tcp {
                 continue;
@@ -432,6 +445,15 @@ impl Reassembler {
                 let (frame, meta) = p.data_and_meta_mut();
                 if sluice_wire::rewrite::clear_urgent(frame, meta) {
                     self.counters.urgent_cleared += 1;
+                }
+            }
+            if clear_opts
+                && p.meta.ethertype == 0x0800
+                && p.meta.l4_offset as usize > p.meta.l3_offset as usize + 20
+            {
+                let (frame, meta) = p.data_and_meta_mut();
+                if sluice_wire::rewrite::clear_ip_options(frame, meta) {
+                    self.counters.ip_options_cleared += 1;
                 }
             }
             if p.meta.ttl < min_ttl {

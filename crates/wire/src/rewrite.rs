@@ -320,6 +320,39 @@ pub fn raise_ttl(frame: &mut [u8], m: &mut PacketMeta, min: u8) -> bool {
     true
 }
 
+/// Overwrites an IPv4 header's options with NOPs, patching the header
+/// checksum (RFC 1624). Returns whether it changed anything (false for IPv6,
+/// a header without options, or options that are all NOPs already).
+///
+/// Why: a host may drop a packet for its options (Linux drops source-routed
+/// packets unless `accept_source_route` is set) where an IPS takes its bytes,
+/// so a decoy with a source route would stand for the real segment. With its
+/// options NOPs every host accepts the packet the IPS read (Snort's `ip4:
+/// opts` normaliser).
+pub fn clear_ip_options(frame: &mut [u8], m: &PacketMeta) -> bool {
+    let o = m.l3_offset as usize;
+    let Some(&vihl) = frame.get(o) else {
+        return false;
+    };
+    let ihl = (vihl & 0x0f) as usize * 4;
+    if vihl >> 4 != 4 || ihl <= 20 {
+        return false;
+    }
+    let Some(h) = frame.get_mut(o..o + ihl) else {
+        return false;
+    };
+    if h[20..].iter().all(|&b| b == 1) {
+        return false;
+    }
+    let n = ihl - 20;
+    let mut old = [0u8; 40];
+    old[..n].copy_from_slice(&h[20..]);
+    h[20..].fill(1);
+    let c = update_bytes(be16(h, 10), &old[..n], &h[20..]);
+    put16(h, 10, c);
+    true
+}
+
 /// Recomputes the TCP or UDP checksum of `frame` in place, from scratch (so
 /// it does not matter what the field held: a partial sum left for the NIC, or
 /// the sum before the payload was rewritten). Returns false (and leaves the
@@ -460,6 +493,32 @@ mod tests {
             assert!(!raise_ttl(&mut f, &mut m, 8), "8 is not below 8");
             assert!(!raise_ttl(&mut f, &mut m, 0), "0: off");
         }
+    }
+
+    #[test]
+    fn clearing_ip_options_keeps_the_checksum() {
+        use crate::tcp::flags::ACK;
+        let plain = build::tcp_v4([10, 0, 0, 1], [10, 0, 0, 2], 1, 80, 5, 6, ACK, b"x");
+        // The same packet with an 8-byte loose source route option.
+        let mut f = plain[..34].to_vec();
+        f.extend([131, 7, 4, 10, 0, 0, 9, 0]);
+        f.extend(&plain[34..]);
+        f[14] = 0x47;
+        let total = (f.len() - 14) as u16;
+        f[16..18].copy_from_slice(&total.to_be_bytes());
+        f[24] = 0;
+        f[25] = 0;
+        let c = crate::checksum::fold(crate::checksum::sum(0, &f[14..42]));
+        f[24..26].copy_from_slice(&c.to_be_bytes());
+        let m = parse_frame(&f).unwrap();
+        assert!(verify_all_checksums(&f), "the test frame is valid");
+        assert!(clear_ip_options(&mut f, &m));
+        assert_eq!(&f[34..42], &[1; 8]);
+        assert!(verify_all_checksums(&f));
+        assert!(!clear_ip_options(&mut f, &m), "all NOPs already");
+        let mut p = plain.clone();
+        assert!(!clear_ip_options(&mut p, &parse_frame(&plain).unwrap()));
+        assert_eq!(p, plain);
     }
 
     #[test]
