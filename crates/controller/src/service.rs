@@ -253,6 +253,8 @@ pub(crate) struct Shared {
     pub(crate) peer_tag: Option<Arc<sluice_tls::peer::PeerTag>>,
     /// The client certificate the controller presents to agents.
     pub(crate) controller_cert: sluice_tls::hosts::ControllerCert,
+    /// Clients of the agents, reused between calls.
+    pub(crate) agent_clients: crate::agent_client::Clients,
     /// Event streams open (`GET /v1/alerts?follow=true`), each on a thread
     /// of its own.
     pub(crate) streams: std::sync::atomic::AtomicUsize,
@@ -432,6 +434,7 @@ pub fn serve(opts: ServerOptions) -> Result<ServerHandle, ControllerError> {
         hosts_ca,
         require_agent_tls: opts.require_agent_tls,
         controller_cert: Default::default(),
+        agent_clients: Default::default(),
         streams: Default::default(),
     });
     // Before anything is pushed: instances must find their users there.
