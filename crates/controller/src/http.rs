@@ -160,17 +160,15 @@ fn follow(
             let mut quiet = Instant::now();
             let mut alive = w.write_all(out.as_bytes()).and_then(|()| w.flush()).is_ok();
             out.clear();
+            let mut cursor = resources::eve::StreamCursor::default();
             while alive && !sh.stopping() {
                 let mut events = eve_events(&sh, &q);
                 if let Some(t) = &only {
                     events
                         .retain(|v| v.get("tenant").and_then(serde_json::Value::as_str) == Some(t));
                 }
-                if let Some(ts) = events
-                    .last()
-                    .and_then(|e| e.get("timestamp"))
-                    .and_then(serde_json::Value::as_str)
-                {
+                let events = cursor.unsent(events);
+                if let Some(ts) = cursor.since() {
                     q.since = Some(ts.to_string());
                 }
                 // After the backlog, every new event, however many.

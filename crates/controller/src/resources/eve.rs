@@ -159,6 +159,51 @@ pub fn mark_alerted(flows: &mut [Value], alerts: &[Value]) {
     }
 }
 
+/// What a follow stream has sent, so that it can ask again from a little
+/// before its newest event: an agent may report an event late (its instance
+/// wrote the line after another host's newer one was read), and two events
+/// may share a timestamp. The stream asks `since` the oldest of the last
+/// [`StreamCursor::REMEMBERED`] events it sent and sends only what it has not
+/// sent, so a late event with a timestamp in that span is still sent, once.
+#[derive(Debug, Default)]
+pub struct StreamCursor {
+    /// Sent events: (timestamp, hash of the record), oldest first.
+    sent: std::collections::BTreeSet<(String, u64)>,
+}
+
+impl StreamCursor {
+    /// How many sent events are remembered (how far back a late event is
+    /// still caught, and how many events each poll asks for again).
+    pub const REMEMBERED: usize = 256;
+
+    /// The `since` to ask with: the oldest remembered event's timestamp.
+    pub fn since(&self) -> Option<&str> {
+        self.sent.first().map(|(ts, _)| ts.as_str())
+    }
+
+    /// The events of `answer` not sent yet, in order; remembers them.
+    pub fn unsent(&mut self, answer: Vec<Value>) -> Vec<Value> {
+        use std::hash::{Hash, Hasher};
+        let mut out = Vec::new();
+        for e in answer {
+            let ts = e
+                .get("timestamp")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_string();
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            e.to_string().hash(&mut h);
+            if self.sent.insert((ts, h.finish())) {
+                out.push(e);
+            }
+        }
+        while self.sent.len() > Self::REMEMBERED {
+            self.sent.pop_first();
+        }
+        out
+    }
+}
+
 /// Appends `e` to `out` as one Server-Sent Event: `event:` its EVE
 /// `event_type`, `id:` its timestamp (what `since` takes to resume after
 /// it), `data:` the record as one line of JSON (JSON text never holds a raw
@@ -186,6 +231,22 @@ pub fn sse_frame(out: &mut String, e: &Value) {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn a_stream_sends_late_and_same_timestamp_events_once() {
+        let mut c = StreamCursor::default();
+        let e = |ts: &str, id: u64| json!({"timestamp": ts, "flow_id": id});
+        assert_eq!(c.unsent(vec![e("t1", 1), e("t3", 3)]).len(), 2);
+        assert_eq!(c.since(), Some("t1"));
+        // Asked again from t1: what was sent is not sent again; a late t2
+        // and another event at t3 are.
+        let again = c.unsent(vec![e("t1", 1), e("t2", 2), e("t3", 3), e("t3", 4)]);
+        assert_eq!(again, vec![e("t2", 2), e("t3", 4)]);
+        // The memory is bounded; the oldest go first.
+        let many: Vec<Value> = (0..300).map(|i| e(&format!("u{i:03}"), i)).collect();
+        assert_eq!(c.unsent(many).len(), 300);
+        assert_eq!(c.since(), Some("u044"));
+    }
 
     #[test]
     fn answers_merge_in_time_order_without_duplicates() {
