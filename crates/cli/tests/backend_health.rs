@@ -7,8 +7,9 @@
 //! live backend. Needs root, nginx, curl and redis-server
 //! (scripts/common.sh installs them).
 
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
+
+mod common;
 
 use sluice_testbed::lab::{Lab, LabOptions, StoreKind};
 
@@ -41,19 +42,8 @@ fn get(lab: &Lab, path: &str) -> serde_json::Value {
 fn new_connections_avoid_a_backend_whose_host_is_down() {
     let dir = tempfile::tempdir().unwrap();
     let lab = Lab::up(&LabOptions {
-        spec: PathBuf::from(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../../examples/tenant/figure4.yaml"
-        )),
-        hosts: 3,
-        dir: dir.path().to_path_buf(),
-        sluice: PathBuf::from(env!("CARGO_BIN_EXE_sluice")),
-        sluiced: PathBuf::from(env!("CARGO_BIN_EXE_sluice")).with_file_name("sluiced"),
-        web: true,
-        seawall: false,
-        fabric_auth: true,
         store: StoreKind::Single,
-        subverted: Vec::new(),
+        ..common::lab_options(common::figure4_spec(), dir.path())
     })
     .unwrap_or_else(|e| panic!("testbed did not come up: {e}"));
     let st = lab.state().clone();

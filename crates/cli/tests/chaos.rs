@@ -7,8 +7,6 @@
 //! the report has a row per fault; the windows and recovery times it
 //! measures are printed, never asserted (docs/RELIABILITY.md has them).
 
-use std::path::PathBuf;
-
 mod common;
 
 use sluice_testbed::chaos::{self, ChaosOptions, Fault};
@@ -18,19 +16,8 @@ use sluice_testbed::lab::{Lab, LabOptions, StoreKind};
 fn a_killed_instance_and_a_killed_agent_lose_no_established_connection() {
     let dir = tempfile::tempdir().unwrap();
     let mut lab = Lab::up(&LabOptions {
-        spec: PathBuf::from(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../../examples/tenant/figure4.yaml"
-        )),
-        hosts: 3,
-        dir: dir.path().to_path_buf(),
-        sluice: PathBuf::from(env!("CARGO_BIN_EXE_sluice")),
-        sluiced: PathBuf::from(env!("CARGO_BIN_EXE_sluice")).with_file_name("sluiced"),
-        web: true,
-        seawall: false,
-        fabric_auth: true,
         store: StoreKind::Single,
-        subverted: Vec::new(),
+        ..common::lab_options(common::figure4_spec(), dir.path())
     })
     .unwrap_or_else(|e| panic!("testbed did not come up: {e}"));
     let o = ChaosOptions {

@@ -18,7 +18,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use sluice_testbed::lab::{Lab, LabOptions};
+use sluice_testbed::lab::Lab;
 
 mod common;
 
@@ -289,23 +289,8 @@ fn the_dashboard_shows_the_deployment_live_in_a_real_browser() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let spec = PathBuf::from(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../examples/tenant/figure4.yaml"
-    ));
-    let lab = Lab::up(&LabOptions {
-        spec,
-        hosts: 3,
-        dir: dir.path().to_path_buf(),
-        sluice: PathBuf::from(env!("CARGO_BIN_EXE_sluice")),
-        sluiced: PathBuf::from(env!("CARGO_BIN_EXE_sluice")).with_file_name("sluiced"),
-        web: true,
-        seawall: false,
-        fabric_auth: true,
-        store: Default::default(),
-        subverted: Vec::new(),
-    })
-    .unwrap_or_else(|e| panic!("testbed did not come up: {e}"));
+    let lab = Lab::up(&common::lab_options(common::figure4_spec(), dir.path()))
+        .unwrap_or_else(|e| panic!("testbed did not come up: {e}"));
     let st = lab.state().clone();
     let http = st.http();
     let api = |method: &str, path: &str, token: &str| {

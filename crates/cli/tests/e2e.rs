@@ -54,21 +54,8 @@ fn cached_figure4(dir: &std::path::Path) -> (PathBuf, String) {
 fn figure4_on_three_hosts_with_real_http() {
     let dir = tempfile::tempdir().unwrap();
     let (spec_path, text) = cached_figure4(dir.path());
-    let mut lab = Lab::up(&LabOptions {
-        spec: spec_path,
-        hosts: 3,
-        dir: dir.path().to_path_buf(),
-        sluice: PathBuf::from(env!("CARGO_BIN_EXE_sluice")),
-        // `cargo test --workspace` builds every binary of the workspace, the
-        // agent's included, into the same directory.
-        sluiced: PathBuf::from(env!("CARGO_BIN_EXE_sluice")).with_file_name("sluiced"),
-        web: true,
-        seawall: false,
-        fabric_auth: true,
-        store: Default::default(),
-        subverted: Vec::new(),
-    })
-    .unwrap_or_else(|e| panic!("testbed did not come up: {e}"));
+    let mut lab = Lab::up(&common::lab_options(spec_path, dir.path()))
+        .unwrap_or_else(|e| panic!("testbed did not come up: {e}"));
     let report = scenario::figure4(&lab).unwrap();
     let failed: Vec<String> = report
         .checks
@@ -489,16 +476,8 @@ fn elasticity_lab_with(dir: &std::path::Path, state: &str, pipeline: u64, store:
     };
     std::fs::write(&spec, text).unwrap();
     Lab::up(&LabOptions {
-        spec,
-        hosts: 3,
-        dir: dir.to_path_buf(),
-        sluice: PathBuf::from(env!("CARGO_BIN_EXE_sluice")),
-        sluiced: PathBuf::from(env!("CARGO_BIN_EXE_sluice")).with_file_name("sluiced"),
-        web: true,
-        seawall: false,
-        fabric_auth: true,
         store,
-        subverted: Vec::new(),
+        ..common::lab_options(spec, dir)
     })
     .unwrap_or_else(|e| panic!("testbed did not come up: {e}"))
 }

@@ -3,9 +3,9 @@
 //! flooding UDP at that host and another VM's TCP download to it. Needs root,
 //! iperf3, tc and redis-server (scripts/common.sh installs them).
 
-use std::path::PathBuf;
-
 use sluice_testbed::isolation::{contest, IsolationOptions};
+mod common;
+
 use sluice_testbed::lab::{Lab, LabOptions};
 
 fn note(line: &str) {
@@ -84,19 +84,11 @@ fn a_udp_flood_does_not_starve_a_tcp_download_under_seawall() {
 /// `subverted` running their agents without it.
 fn seawall_lab(dir: &std::path::Path, hosts: u32, subverted: Vec<u32>) -> Lab {
     Lab::up(&LabOptions {
-        spec: PathBuf::from(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../../examples/tenant/figure4.yaml"
-        )),
         hosts,
-        dir: dir.to_path_buf(),
-        sluice: PathBuf::from(env!("CARGO_BIN_EXE_sluice")),
-        sluiced: PathBuf::from(env!("CARGO_BIN_EXE_sluice")).with_file_name("sluiced"),
         web: false,
         seawall: true,
-        fabric_auth: true,
-        store: Default::default(),
         subverted,
+        ..common::lab_options(common::figure4_spec(), dir)
     })
     .unwrap_or_else(|e| panic!("testbed did not come up: {e}"))
 }

@@ -113,3 +113,34 @@ pub fn sluice_env(args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) 
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
 }
+
+/// The testbed the end-to-end tests bring up: `spec` on three hosts with web
+/// servers in the VMs, the sealed fabric and a single store, this build's
+/// `sluice` and `sluiced`; tests change what they need with struct update.
+#[allow(dead_code)] // Not every test binary uses it.
+pub fn lab_options(spec: std::path::PathBuf, dir: &Path) -> sluice_testbed::lab::LabOptions {
+    // `cargo test --workspace` builds every binary of the workspace, the
+    // agent's included, into the same directory.
+    let sluice = std::path::PathBuf::from(env!("CARGO_BIN_EXE_sluice"));
+    sluice_testbed::lab::LabOptions {
+        spec,
+        hosts: 3,
+        dir: dir.to_path_buf(),
+        sluiced: sluice.with_file_name("sluiced"),
+        sluice,
+        web: true,
+        seawall: false,
+        fabric_auth: true,
+        store: Default::default(),
+        subverted: Vec::new(),
+    }
+}
+
+/// The Figure 4 tenant's example spec.
+#[allow(dead_code)] // Not every test binary uses it.
+pub fn figure4_spec() -> std::path::PathBuf {
+    std::path::PathBuf::from(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../examples/tenant/figure4.yaml"
+    ))
+}
