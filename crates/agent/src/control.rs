@@ -1120,6 +1120,29 @@ impl AgentState {
                 };
             }
         }
+        let name = "sluice_chain_added_latency_seconds";
+        family(
+            &mut o,
+            name,
+            "histogram",
+            "Time packets delivered at the end of a chain on this host spent in Sluice's hosts since entering it (agents, NF instances, shaping queues; the fabric's wires excluded), one observation per packet.",
+        );
+        for c in p.chains.iter().filter(|c| c.latency.count() > 0) {
+            let l = &c.latency;
+            let Some(hist) = sluice_metrics::Histogram::from_counts(
+                &LATENCY_BOUNDS_SECONDS,
+                &l.counts,
+                l.sum_ns as f64 / 1e9,
+            ) else {
+                continue;
+            };
+            let labels = format!(
+                "host=\"{host}\",vni=\"{}\",{}",
+                c.vni,
+                labels.chain(c.vni, c.chain)
+            );
+            hist.render(&mut o, name, &labels);
+        }
         sluice_metrics::process(&mut o);
         o
     }

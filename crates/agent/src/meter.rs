@@ -108,6 +108,19 @@ impl ChainMeter {
         }
     }
 
+    /// A packet of chain `chain` of tenant `vni` reached its end here after
+    /// `ns` nanoseconds in Sluice's hosts (its chain clock). A clock that went
+    /// backwards (above 2^31 ns: a host's clock was set back while the packet
+    /// was in it) is no measurement.
+    #[inline]
+    pub fn chain_latency(&mut self, vni: u32, chain: u16, ns: u32) {
+        if ns >= 1 << 31 {
+            return;
+        }
+        let i = self.index(vni, chain);
+        self.chains[i].latency.observe(u64::from(ns), 1);
+    }
+
     /// Forgets handshakes unanswered for [`PENDING_TIMEOUT_NS`].
     pub fn expire(&mut self, now_ns: u64) {
         let chains = &mut self.chains;

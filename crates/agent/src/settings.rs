@@ -517,7 +517,7 @@ fn overhead(seawall: bool, sealed: bool) -> Vec<(&'static str, u32)> {
     let mut v = vec![
         ("inner Ethernet", 14),
         ("Geneve", 8),
-        ("chain/hop option", 8),
+        ("chain/hop option with the chain clock", 12),
     ];
     if seawall {
         v.push(("Seawall sequence option", 16));

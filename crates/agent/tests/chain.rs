@@ -320,6 +320,38 @@ fn a_live_instance_s_latency_histograms_reach_the_agent_s_metrics() {
         std::thread::sleep(Duration::from_millis(50));
         m = get();
     }
+    // The chain's own histogram (both directions), observed by the agent at
+    // each delivery, counts the same packets once the instance's next
+    // heartbeat has carried its last ones.
+    let chain_total = |m: &str, what: &str| -> f64 {
+        let prefix = format!("sluice_chain_added_latency_seconds_{what}{{");
+        m.lines()
+            .filter(|l| l.starts_with(&prefix))
+            .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
+            .sum()
+    };
+    let instance = |m: &str, what: &str| {
+        sample(
+            m,
+            &format!("sluice_instance_added_latency_seconds_{what}{labels}"),
+        )
+        .unwrap_or(0.0)
+    };
+    while chain_total(&m, "count") != instance(&m, "count") && std::time::Instant::now() < deadline
+    {
+        std::thread::sleep(Duration::from_millis(50));
+        m = get();
+    }
+    assert_eq!(chain_total(&m, "count"), instance(&m, "count"), "{m}");
+    // Each packet's time in the chain holds its time in the instance (the
+    // instance hands the chain clock back untouched); the agent's clock is
+    // read once per loop, which may miss a few microseconds of it.
+    assert!(
+        chain_total(&m, "sum") >= 0.8 * instance(&m, "sum"),
+        "chain {} s against the instance's {} s: {m}",
+        chain_total(&m, "sum"),
+        instance(&m, "sum")
+    );
     let [round_trips, packets] = counts(&m);
     // The handshake and the data, both ways: the firewall read and wrote its
     // connection record in the store for them.

@@ -154,9 +154,9 @@ fn agents_inside_their_hosts_carry_a_chain_over_the_named_underlay() {
     }
     let (h1, h2) = two_hosts().unwrap();
     // The smallest underlay MTU that carries 1500-byte VM frames sealed:
-    // 1500 + 14 + 8 + 8 + 32 + 8 + 20.
+    // 1500 + 14 + 8 + 12 + 32 + 8 + 20.
     for ns in [&h1, &h2] {
-        ns.rtnl().unwrap().set_mtu("fab0", 1590).unwrap();
+        ns.rtnl().unwrap().set_mtu("fab0", 1594).unwrap();
     }
     let dir = tempfile::tempdir().unwrap();
     // The controller is on host 1, reached over the underlay.
@@ -246,7 +246,7 @@ fn agents_inside_their_hosts_carry_a_chain_over_the_named_underlay() {
         .unwrap()
         .unwrap_or_else(|e| panic!("connect through the chain: {e}\n{}", agents[0].log()));
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    // Full-sized segments: each crosses the 1590-byte underlay whole.
+    // Full-sized segments: each crosses the 1594-byte underlay whole.
     let msg: Vec<u8> = (0..200_000u32).map(|i| (i % 251) as u8).collect();
     s.write_all(&msg).unwrap();
     let mut back_msg = vec![0u8; msg.len()];
@@ -342,10 +342,10 @@ fn an_underlay_too_small_for_the_vm_mtu_is_refused_with_the_numbers() {
     let out = command(&h1, &conf).output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "it started: {err}");
-    for part in ["fab0", "MTU 1500", "need 1590", "at most 1410"] {
+    for part in ["fab0", "MTU 1500", "need 1594", "at most 1406"] {
         assert!(err.contains(part), "{part:?} not in: {err}");
     }
-    // Without sealing, 1558 bytes are needed: still too many.
+    // Without sealing, 1562 bytes are needed: still too many.
     std::fs::write(
         &conf,
         "host_id = 1\nname = \"host1\"\ncontroller = \"http://127.0.0.1:9\"\n\
@@ -354,5 +354,5 @@ fn an_underlay_too_small_for_the_vm_mtu_is_refused_with_the_numbers() {
     .unwrap();
     let out = command(&h1, &conf).output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success() && err.contains("need 1558"), "{err}");
+    assert!(!out.status.success() && err.contains("need 1562"), "{err}");
 }

@@ -393,6 +393,13 @@ fn the_dashboard_shows_the_deployment_live_in_a_real_browser() {
             q("#chains tr[data-chain=\"acme/east-to-a\"]")
         ),
     );
+    b.wait(
+        "what east-to-a adds, measured end to end",
+        &format!(
+            "Number({}[0]?.dataset.p99) > 0",
+            q("#chains tr[data-chain=\"acme/east-to-a\"] td.latency")
+        ),
+    );
     assert_eq!(
         b.js(&format!("return {}.length;", q("#chains tbody tr"))),
         4,

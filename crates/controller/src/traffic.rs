@@ -15,10 +15,16 @@
 //! opens the dashboard sees the recent past at once. A counter that went down
 //! restarted (an agent or instance process started again): its current value
 //! is the difference.
+//!
+//! The agent at a chain's end also reports what the chain added to each packet
+//! it delivered (`ChainMeasure::latency`, the chain clock); a sample merges the
+//! hosts' histograms of the interval and keeps the median and 99th percentile
+//! of it, estimated as Prometheus's `histogram_quantile` does.
 
 use std::collections::{BTreeMap, VecDeque};
 
 use serde::{Deserialize, Serialize};
+use sluice_proto::{LatencyHistogram, LATENCY_BOUNDS_NS};
 
 /// How often the reconciler samples, ms.
 pub const SAMPLE_EVERY_MS: u64 = 1000;
@@ -50,6 +56,13 @@ pub struct Sample {
     pub packets_per_s: f64,
     /// Packets per second dropped by its middleboxes' instances.
     pub drops_per_s: f64,
+    /// Median time the chain added to the packets it delivered in the
+    /// interval (both directions, every host), seconds; none without packets.
+    #[serde(default)]
+    pub latency_p50_s: Option<f64>,
+    /// Their 99th percentile, seconds.
+    #[serde(default)]
+    pub latency_p99_s: Option<f64>,
 }
 
 /// An instance's rates at the latest sample.
@@ -84,6 +97,9 @@ pub struct Observed {
     /// The instances of each chain's middleboxes, by chain (every chain of
     /// every tenant, traffic or not).
     pub members: BTreeMap<ChainKey, Vec<String>>,
+    /// What each chain added to the packets delivered at its end at each
+    /// host, both directions: `(host, chain) -> histogram`.
+    pub latency: BTreeMap<(u32, ChainKey), LatencyHistogram>,
 }
 
 /// The sampler and its history.
@@ -92,6 +108,7 @@ pub struct Traffic {
     last_ms: Option<u64>,
     prev_chains: BTreeMap<(u32, ChainKey), u64>,
     prev_instances: BTreeMap<String, InstanceCounts>,
+    prev_latency: BTreeMap<(u32, ChainKey), LatencyHistogram>,
     rates: BTreeMap<String, Rates>,
     history: BTreeMap<ChainKey, VecDeque<Sample>>,
 }
@@ -103,6 +120,48 @@ fn since(now: u64, prev: u64) -> u64 {
     } else {
         now
     }
+}
+
+/// The observations of `now` not in `prev`; all of `now` if a bucket went
+/// down (the agent restarted).
+fn histogram_since(now: &LatencyHistogram, prev: Option<&LatencyHistogram>) -> LatencyHistogram {
+    let Some(p) = prev else {
+        return *now;
+    };
+    if now.counts.iter().zip(&p.counts).any(|(n, p)| n < p) {
+        return *now;
+    }
+    let mut d = *now;
+    for (c, p) in d.counts.iter_mut().zip(&p.counts) {
+        *c -= p;
+    }
+    d.sum_ns = now.sum_ns.wrapping_sub(p.sum_ns);
+    d
+}
+
+/// The `q` quantile of `h` in seconds, interpolated linearly inside its
+/// bucket as Prometheus's `histogram_quantile` does (the lowest bucket from
+/// zero; one in the `+Inf` bucket is the highest finite bound); none if `h`
+/// is empty.
+pub fn quantile(h: &LatencyHistogram, q: f64) -> Option<f64> {
+    let total = h.count();
+    if total == 0 {
+        return None;
+    }
+    let rank = q.clamp(0.0, 1.0) * total as f64;
+    let mut below = 0u64;
+    for (i, &c) in h.counts.iter().enumerate() {
+        if c > 0 && (below + c) as f64 >= rank {
+            let Some(&upper) = LATENCY_BOUNDS_NS.get(i) else {
+                return LATENCY_BOUNDS_NS.last().map(|b| *b as f64 / 1e9);
+            };
+            let lower = if i == 0 { 0 } else { LATENCY_BOUNDS_NS[i - 1] };
+            let within = ((rank - below as f64) / c as f64).clamp(0.0, 1.0);
+            return Some((lower as f64 + (upper - lower) as f64 * within) / 1e9);
+        }
+        below += c;
+    }
+    LATENCY_BOUNDS_NS.last().map(|b| *b as f64 / 1e9)
 }
 
 impl Traffic {
@@ -119,6 +178,7 @@ impl Traffic {
         let Some(last) = self.last_ms.replace(now_ms) else {
             self.prev_chains = o.chains.clone();
             self.prev_instances = o.instances.clone();
+            self.prev_latency = o.latency.clone();
             return;
         };
         let secs = now_ms.saturating_sub(last).max(1) as f64 / 1000.0;
@@ -126,6 +186,11 @@ impl Traffic {
         for (k @ (_, chain), n) in &o.chains {
             let prev = self.prev_chains.get(k).copied().unwrap_or(0);
             *packets.entry(chain).or_default() += since(*n, prev);
+        }
+        let mut added: BTreeMap<&ChainKey, LatencyHistogram> = BTreeMap::new();
+        for (k @ (_, chain), h) in &o.latency {
+            let d = histogram_since(h, self.prev_latency.get(k));
+            added.entry(chain).or_default().add(&d);
         }
         self.rates.clear();
         for (name, c) in &o.instances {
@@ -146,11 +211,14 @@ impl Traffic {
                 .filter_map(|m| self.rates.get(m))
                 .map(|r| r.drops_per_s)
                 .sum();
+            let lat = added.get(chain);
             let h = self.history.entry(chain.clone()).or_default();
             h.push_back(Sample {
                 at_ms: now_ms,
                 packets_per_s: packets.get(chain).copied().unwrap_or(0) as f64 / secs,
                 drops_per_s: drops,
+                latency_p50_s: lat.and_then(|l| quantile(l, 0.5)),
+                latency_p99_s: lat.and_then(|l| quantile(l, 0.99)),
             });
             while h.len() > KEPT {
                 h.pop_front();
@@ -158,6 +226,7 @@ impl Traffic {
         }
         self.prev_chains = o.chains.clone();
         self.prev_instances = o.instances.clone();
+        self.prev_latency = o.latency.clone();
     }
 
     /// An instance's rates at the latest sample (zero if unknown).
@@ -216,6 +285,78 @@ mod tests {
         o
     }
 
+    /// A histogram with `n` observations of `ns` each.
+    fn hist(obs: &[(u64, u64)]) -> LatencyHistogram {
+        let mut h = LatencyHistogram::default();
+        for &(ns, n) in obs {
+            h.observe(ns, n);
+        }
+        h
+    }
+
+    #[test]
+    fn quantiles_interpolate_inside_buckets_as_prometheus_does() {
+        assert_eq!(quantile(&LatencyHistogram::default(), 0.5), None);
+        // 100 observations in (50, 100] µs: the median halfway through it.
+        let h = hist(&[(80_000, 100)]);
+        let close = |a: Option<f64>, b: f64| (a.unwrap() - b).abs() < 1e-12;
+        assert!(close(quantile(&h, 0.5), 75e-6), "{:?}", quantile(&h, 0.5));
+        assert!(close(quantile(&h, 0.99), 99.5e-6));
+        // 99 fast, 1 slow: the p99 is the fast bucket's top, above it the slow.
+        let h = hist(&[(5_000, 99), (2_000_000, 1)]);
+        assert!(close(quantile(&h, 0.99), 10e-6));
+        assert!(close(quantile(&h, 1.0), 2.5e-3));
+        // Beyond the last bound: the last bound.
+        let h = hist(&[(u64::MAX / 2, 3)]);
+        assert_eq!(quantile(&h, 0.5), Some(1.0));
+    }
+
+    #[test]
+    fn chain_latency_is_merged_over_hosts_per_interval_and_survives_restarts() {
+        let mut t = Traffic::default();
+        let with = |h1: LatencyHistogram, h2: LatencyHistogram| {
+            let mut o = observed(&[(1, 0), (2, 0)], (0, 0, 0));
+            o.latency.insert((1, key("ab")), h1);
+            o.latency.insert((2, key("ab")), h2);
+            o
+        };
+        // Before counting starts: 1,000 slow packets, not in any interval.
+        t.sample(1_000, &with(hist(&[(900_000, 1000)]), hist(&[])));
+        // Then host 1 delivers 50 at ~20 µs and host 2 50 at ~200 µs.
+        t.sample(
+            2_000,
+            &with(
+                hist(&[(900_000, 1000), (20_000, 50)]),
+                hist(&[(200_000, 50)]),
+            ),
+        );
+        let s = t.latest(&key("ab")).unwrap();
+        let (p50, p99) = (s.latency_p50_s.unwrap(), s.latency_p99_s.unwrap());
+        assert!((10e-6..=25e-6).contains(&p50), "{p50}");
+        assert!((100e-6..=250e-6).contains(&p99), "{p99}");
+        // Host 2's agent restarted (its counts went down): what it has now
+        // is the interval's; host 1 delivered nothing more.
+        t.sample(
+            3_000,
+            &with(
+                hist(&[(900_000, 1000), (20_000, 50)]),
+                hist(&[(3_000_000, 10)]),
+            ),
+        );
+        let s = t.latest(&key("ab")).unwrap();
+        let p50 = s.latency_p50_s.unwrap();
+        assert!((2.5e-3..=5e-3).contains(&p50), "{p50}");
+        // Nothing delivered: no latency.
+        t.sample(
+            4_000,
+            &with(
+                hist(&[(900_000, 1000), (20_000, 50)]),
+                hist(&[(3_000_000, 10)]),
+            ),
+        );
+        assert_eq!(t.latest(&key("ab")).unwrap().latency_p99_s, None);
+    }
+
     #[test]
     fn rates_are_differences_over_the_interval_summed_over_hosts() {
         let mut t = Traffic::default();
@@ -234,7 +375,9 @@ mod tests {
             [Sample {
                 at_ms: 7_000,
                 packets_per_s: 1000.0,
-                drops_per_s: 100.0
+                drops_per_s: 100.0,
+                latency_p50_s: None,
+                latency_p99_s: None,
             }]
         );
         assert_eq!(

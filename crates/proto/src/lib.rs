@@ -741,6 +741,13 @@ pub struct ChainMeasure {
     pub handshake_ns: u64,
     /// SYNs whose SYN-ACK never came (forgotten after 10 s).
     pub unanswered: u64,
+    /// What the chain added to the packets it delivered to a VM here: the
+    /// time each spent in Sluice's hosts (agents, NF instances, shaping
+    /// queues) from entering the chain to leaving its last middlebox, summed
+    /// over the hosts it crossed without synchronised clocks
+    /// (`sluice_switch::tunnel::ChainClock`; the fabric's wires excluded).
+    #[serde(default)]
+    pub latency: LatencyHistogram,
 }
 
 /// Pinned flows of one target of a pinned group.
@@ -831,6 +838,14 @@ impl LatencyHistogram {
             .unwrap_or(LATENCY_BOUNDS_NS.len());
         self.counts[i] = self.counts[i].wrapping_add(n);
         self.sum_ns = self.sum_ns.wrapping_add(ns.wrapping_mul(n));
+    }
+
+    /// Adds `o`'s observations to these (wrapping, as [`Self::observe`]).
+    pub fn add(&mut self, o: &LatencyHistogram) {
+        for (a, c) in self.counts.iter_mut().zip(&o.counts) {
+            *a = a.wrapping_add(*c);
+        }
+        self.sum_ns = self.sum_ns.wrapping_add(o.sum_ns);
     }
 
     /// Observations recorded.

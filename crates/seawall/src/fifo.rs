@@ -1,8 +1,8 @@
 //! A FIFO of byte strings in one fixed buffer: the queue of a shaped entity.
 //! One allocation when the entity first queues, none per packet.
 
-/// Bytes in front of each record: length (u32) and tag (u64).
-const REC: usize = 12;
+/// Bytes in front of each record: length (u32) and tag (u128).
+const REC: usize = 20;
 /// A length that marks "the rest of the buffer is unused, go to the start".
 const WRAP: u32 = u32::MAX;
 
@@ -45,7 +45,7 @@ impl Fifo {
     }
 
     /// Appends `data` with `tag`; false (and nothing queued) if it does not fit.
-    pub(crate) fn push(&mut self, tag: u64, data: &[u8]) -> bool {
+    pub(crate) fn push(&mut self, tag: u128, data: &[u8]) -> bool {
         let need = REC + data.len();
         if need > self.buf.len() {
             return false;
@@ -103,16 +103,16 @@ impl Fifo {
     }
 
     /// The oldest record: (tag, data).
-    pub(crate) fn front(&self) -> Option<(u64, &[u8])> {
+    pub(crate) fn front(&self) -> Option<(u128, &[u8])> {
         if self.items == 0 {
             return None;
         }
         let h = self.head_at();
         let b = &self.buf;
         let len = u32::from_ne_bytes([b[h], b[h + 1], b[h + 2], b[h + 3]]) as usize;
-        let mut t = [0u8; 8];
+        let mut t = [0u8; 16];
         t.copy_from_slice(&b[h + 4..h + REC]);
-        Some((u64::from_ne_bytes(t), &b[h + REC..h + REC + len]))
+        Some((u128::from_ne_bytes(t), &b[h + REC..h + REC + len]))
     }
 
     /// Drops the oldest record.
@@ -151,14 +151,16 @@ mod tests {
         };
         for cap in [64usize, 100, 1000, 4096] {
             let mut f = Fifo::new(cap);
-            let mut model: VecDeque<(u64, Vec<u8>)> = VecDeque::new();
+            let mut model: VecDeque<(u128, Vec<u8>)> = VecDeque::new();
             for step in 0..20_000u64 {
                 if next() % 3 != 0 {
                     let len = (next() % 70) as usize;
                     let data: Vec<u8> = (0..len).map(|i| (i as u64 ^ step) as u8).collect();
                     let used: usize = model.iter().map(|(_, d)| d.len() + REC).sum();
-                    if f.push(step, &data) {
-                        model.push_back((step, data));
+                    // Tags use their high bits too.
+                    let tag = u128::from(step) << 64 | u128::from(step);
+                    if f.push(tag, &data) {
+                        model.push_back((tag, data));
                     } else {
                         // Refused only when it could not fit even unwrapped.
                         assert!(
@@ -185,12 +187,13 @@ mod tests {
 
     #[test]
     fn too_big_is_refused_and_empty_resets() {
-        let mut f = Fifo::new(40);
-        assert!(!f.push(1, &[0; 40]));
+        let mut f = Fifo::new(REC + 28);
+        assert!(!f.push(1, &[0; 29]));
         assert!(f.push(1, &[1; 20]));
         assert!(!f.push(2, &[2; 20]));
         f.pop();
         assert!(f.is_empty());
+        // The whole buffer is usable again.
         assert!(f.push(3, &[3; 28]));
         assert_eq!(f.front(), Some((3, &[3u8; 28][..])));
     }

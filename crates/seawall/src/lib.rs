@@ -616,7 +616,7 @@ impl Sender {
     /// entity's queue (up to [`Config::queue_bytes`]) instead of being
     /// dropped; `tag` is the caller's, handed back with it by
     /// [`Sender::release`]. Packets of one entity leave in the order offered.
-    pub fn offer(&mut self, port: u16, host: u32, tag: u64, frame: &[u8], now_ns: u64) -> Offer {
+    pub fn offer(&mut self, port: u16, host: u32, tag: u128, frame: &[u8], now_ns: u64) -> Offer {
         let cfg = self.cfg;
         let key = Entity { port, host };
         let p = path_entry(&mut self.paths, &self.topology, key, now_ns);
@@ -649,7 +649,11 @@ impl Sender {
 
     /// Hands back, in order, every queued packet whose tokens have come:
     /// `emit(entity, sequence, tag, frame)`; returns how many.
-    pub fn release(&mut self, now_ns: u64, mut emit: impl FnMut(Entity, u32, u64, &[u8])) -> usize {
+    pub fn release(
+        &mut self,
+        now_ns: u64,
+        mut emit: impl FnMut(Entity, u32, u128, &[u8]),
+    ) -> usize {
         let cfg = self.cfg;
         let mut n = 0;
         let mut k = 0;

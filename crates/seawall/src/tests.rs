@@ -134,7 +134,7 @@ fn over_the_rate_packets_wait_and_leave_in_order_at_the_rate() {
     let frame = [5u8; 1500];
     let mut out = Vec::new();
     let (mut queued, mut dropped) = (0, 0);
-    for k in 0..100u64 {
+    for k in 0..100u128 {
         match s.offer(1, 2, k, &frame, 5 * MS) {
             Offer::Send(seq) => out.push((seq, k)),
             Offer::Queued => queued += 1,
@@ -142,7 +142,7 @@ fn over_the_rate_packets_wait_and_leave_in_order_at_the_rate() {
         }
     }
     assert_eq!(out.len(), 10, "the 16 KiB bucket");
-    assert_eq!(queued, 43, "64 KiB of 1,512-byte records");
+    assert_eq!(queued, 43, "64 KiB of 1,520-byte records");
     assert_eq!(dropped, 47);
     assert_eq!(s.entities()[0].2.queue_packets_now, 43);
     // Nothing is due before the tokens for the next one are.

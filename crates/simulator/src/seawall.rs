@@ -605,7 +605,7 @@ pub fn simulate_with_paths(
         for &s in &arrivals {
             let (vm, dest) = (sources[s as usize].vm, sources[s as usize].dest);
             match senders[vm].as_mut() {
-                Some(tx) => match tx.offer(vm as u16, dest, u64::from(s), &frame, now) {
+                Some(tx) => match tx.offer(vm as u16, dest, u128::from(s), &frame, now) {
                     Offer::Send(seq) => {
                         first_seq[first_entity[vm] + dest as usize].get_or_insert(seq);
                         admitted.push((s, seq));

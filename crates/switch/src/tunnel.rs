@@ -16,7 +16,9 @@ use sluice_wire::{ip_proto, Error};
 
 /// Geneve option class of Sluice's options (RFC 8926 §3.5's experimental range).
 pub const OPTION_CLASS: u16 = 0xff53;
-/// Option type carrying (chain u16, hop u8, reserved u8).
+/// Option type carrying (chain u16, hop u8, reserved u8) and, in its longer
+/// form, the chain clock (u32, see [`ChainClock`]). Receivers read the first
+/// four bytes of either form.
 pub const OPTION_CHAIN_HOP: u8 = 0x01;
 /// Option type carrying Seawall's (port u16, reserved u16, sequence u32, send
 /// time u32 in µs) of a rate-controlled sender (`sluice_seawall::wire`). Not
@@ -31,9 +33,26 @@ pub const OPTION_SEQ: u8 = 0x02;
 pub const OPTION_AUTH: u8 = 0x83;
 /// Bytes of the authentication option (4 of option header, 12 of data).
 pub const AUTH_OPTION_LEN: usize = 16;
-/// Bytes added in front of the inner frame (Ethernet, IPv4, UDP, Geneve with the
-/// chain/hop option).
+/// Bytes added in front of the inner frame by [`encap`] (Ethernet, IPv4, UDP,
+/// Geneve with the short chain/hop option).
 pub const OVERHEAD: usize = 14 + 20 + 8 + 8 + 8;
+
+/// Bytes of the chain/hop option with the chain clock (4 of option header, 8
+/// of data): what the agents send.
+pub const CHAIN_HOP_OPTION_LEN: usize = 12;
+
+/// The time a packet has spent inside Sluice's hosts since it entered its chain,
+/// carried in the chain/hop option like a PTP transparent clock's correction
+/// field (IEEE 1588 §11.5), so that no two hosts need synchronised clocks.
+///
+/// Between hosts it is the time spent so far, in nanoseconds (wrapping
+/// `u32`); between an agent and its own NF instance it is that time minus the
+/// instance's host's clock at the packet's arrival (wrapping), which the
+/// instance hands back unchanged: the agent adds its clock when the packet
+/// leaves the host, and the instance's residence counts without the instance
+/// reading a clock for it. What the fabric's wires take between hosts is not
+/// included (it would need synchronised clocks).
+pub type ChainClock = u32;
 
 /// One tunnel endpoint: a host's fabric interface.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -181,6 +200,7 @@ fn read_options(g: &GenevePacket<&[u8]>) -> Result<FabricPayload, TunnelError> {
     let mut p = FabricPayload {
         vni: g.vni(),
         chain_hop: None,
+        clock: None,
         seq: None,
         auth: None,
         inner_at: g.header_len(),
@@ -189,6 +209,10 @@ fn read_options(g: &GenevePacket<&[u8]>) -> Result<FabricPayload, TunnelError> {
         let o = o.map_err(TunnelError::Bad)?;
         if o.class == OPTION_CLASS && o.opt_type == OPTION_CHAIN_HOP && o.data.len() >= 4 {
             p.chain_hop = Some((u16::from_be_bytes([o.data[0], o.data[1]]), o.data[2]));
+            if o.data.len() >= 8 {
+                let d = o.data;
+                p.clock = Some(u32::from_be_bytes([d[4], d[5], d[6], d[7]]));
+            }
         } else if o.class == OPTION_CLASS && o.opt_type == OPTION_SEQ && o.data.len() >= 12 {
             let d = o.data;
             p.seq = Some(SeqOption {
@@ -216,6 +240,8 @@ pub struct FabricPayload {
     pub vni: u32,
     /// Chain and hop, if the option was present.
     pub chain_hop: Option<(u16, u8)>,
+    /// The chain clock, if the chain/hop option carried one.
+    pub clock: Option<ChainClock>,
     /// Seawall's sequence option, if the sender is rate-controlled.
     pub seq: Option<SeqOption>,
     /// The authentication option, if the datagram is sealed (then the bytes
@@ -261,17 +287,18 @@ pub fn push_auth_option(h: &mut [u8], n: usize, a: AuthOption) -> usize {
 }
 
 /// Length of the longest header [`fabric_header`] writes: Geneve, the
-/// chain/hop option and the sequence option.
+/// chain/hop option with the clock and the sequence option.
 pub const FABRIC_HEADER_MAX: usize = GENEVE_HEADER_MAX + 16;
 
-/// The Geneve header of a datagram to another host: [`geneve_header`] plus,
+/// The Geneve header of a datagram to another host: [`clocked_header`] plus,
 /// for a rate-controlled sender, the sequence option.
 pub fn fabric_header(
     vni: u32,
     chain_hop: Option<(u16, u8)>,
+    clock: Option<ChainClock>,
     seq: Option<SeqOption>,
 ) -> ([u8; FABRIC_HEADER_MAX], usize) {
-    let (g, n) = geneve_header(vni, chain_hop);
+    let (g, n) = clocked_header(vni, chain_hop, clock);
     let mut h = [0u8; FABRIC_HEADER_MAX];
     h[..n].copy_from_slice(&g[..n]);
     let Some(s) = seq else {
@@ -297,29 +324,47 @@ pub fn parse_fabric_payload(payload: &[u8]) -> Result<FabricPayload, TunnelError
     check_geneve(&g)
 }
 
-/// Length of a Geneve header carrying the chain/hop option.
-pub const GENEVE_HEADER_MAX: usize = 16;
+/// Length of a Geneve header carrying the chain/hop option with the clock.
+pub const GENEVE_HEADER_MAX: usize = 8 + CHAIN_HOP_OPTION_LEN;
 
 /// The Geneve header (no outer Ethernet/IP/UDP: the kernel adds those when it is
 /// sent through a UDP socket) for `vni` (low 24 bits) and, if given, the chain/hop
-/// option. Returns the bytes and how many of them are used: 8 without the option,
-/// 16 with it.
+/// option without a clock. Returns the bytes and how many of them are used: 8
+/// without the option, 16 with it.
 pub fn geneve_header(vni: u32, chain_hop: Option<(u16, u8)>) -> ([u8; GENEVE_HEADER_MAX], usize) {
+    clocked_header(vni, chain_hop, None)
+}
+
+/// [`geneve_header`] with the chain clock in the chain/hop option when both are
+/// given (20 bytes then).
+pub fn clocked_header(
+    vni: u32,
+    chain_hop: Option<(u16, u8)>,
+    clock: Option<ChainClock>,
+) -> ([u8; GENEVE_HEADER_MAX], usize) {
     let mut h = [0u8; GENEVE_HEADER_MAX];
     let p = ethertype::TEB.to_be_bytes();
     h[2..4].copy_from_slice(&p);
     h[4..8].copy_from_slice(&((vni & 0x00ff_ffff) << 8).to_be_bytes());
-    match chain_hop {
-        None => (h, 8),
-        Some((chain, hop)) => {
-            // One option of one 4-byte word: options length 2 words in all.
+    let Some((chain, hop)) = chain_hop else {
+        return (h, 8);
+    };
+    h[8..10].copy_from_slice(&OPTION_CLASS.to_be_bytes());
+    h[10] = OPTION_CHAIN_HOP;
+    h[12..14].copy_from_slice(&chain.to_be_bytes());
+    h[14] = hop;
+    match clock {
+        // One option of one 4-byte word: options length 2 words in all.
+        None => {
             h[0] = 2;
-            h[8..10].copy_from_slice(&OPTION_CLASS.to_be_bytes());
-            h[10] = OPTION_CHAIN_HOP;
             h[11] = 1;
-            h[12..14].copy_from_slice(&chain.to_be_bytes());
-            h[14] = hop;
             (h, 16)
+        }
+        Some(c) => {
+            h[0] = 3;
+            h[11] = 2;
+            h[16..20].copy_from_slice(&c.to_be_bytes());
+            (h, 20)
         }
     }
 }
@@ -384,8 +429,45 @@ mod tests {
     }
 
     #[test]
+    fn the_chain_clock_rides_in_the_chain_hop_option_and_old_readers_skip_it() {
+        let (h, n) = clocked_header(0x42, Some((6, 3)), Some(0xdead_beef));
+        assert_eq!(n, 8 + CHAIN_HOP_OPTION_LEN);
+        let mut d = h[..n].to_vec();
+        d.extend_from_slice(&[0u8; 14]);
+        let p = parse_fabric_payload(&d).unwrap();
+        assert_eq!(
+            (p.vni, p.chain_hop, p.clock, p.inner_at),
+            (0x42, Some((6, 3)), Some(0xdead_beef), n)
+        );
+        // What an instance reads: the same chain and hop, the frame after it.
+        assert_eq!(parse_geneve_payload(&d).unwrap(), (0x42, Some((6, 3)), n));
+        // Without a clock, or without a chain, the short forms.
+        let (h, n) = clocked_header(0x42, Some((6, 3)), None);
+        assert_eq!(
+            (n, &h[..n]),
+            (16, &geneve_header(0x42, Some((6, 3))).0[..16])
+        );
+        let mut d = h[..n].to_vec();
+        d.extend_from_slice(&[0u8; 14]);
+        assert_eq!(parse_fabric_payload(&d).unwrap().clock, None);
+        assert_eq!(clocked_header(0x42, None, Some(5)).1, 8);
+        // With the sequence option after it.
+        let seq = SeqOption {
+            port: 2,
+            seq: 9,
+            sent_us: 1,
+        };
+        let (h, n) = fabric_header(0x42, Some((6, 3)), Some(7), Some(seq));
+        assert_eq!(n, FABRIC_HEADER_MAX);
+        let mut d = h[..n].to_vec();
+        d.extend_from_slice(&[0u8; 14]);
+        let p = parse_fabric_payload(&d).unwrap();
+        assert_eq!((p.clock, p.seq, p.inner_at), (Some(7), Some(seq), n));
+    }
+
+    #[test]
     fn the_auth_option_parses_back_and_is_critical() {
-        let (g, n) = fabric_header(9, Some((2, 1)), None);
+        let (g, n) = fabric_header(9, Some((2, 1)), None, None);
         let mut h = [0u8; FABRIC_HEADER_MAX + AUTH_OPTION_LEN];
         h[..n].copy_from_slice(&g[..n]);
         let a = AuthOption {
@@ -417,7 +499,7 @@ mod tests {
             (7, None, so(1, 0, u32::MAX)),
             (0xff_ffff, Some((1, 1)), None),
         ] {
-            let (h, n) = fabric_header(vni, ch, seq);
+            let (h, n) = fabric_header(vni, ch, None, seq);
             let mut d = h[..n].to_vec();
             d.extend_from_slice(&build::tcp_v4(
                 [1, 1, 1, 1],

@@ -142,7 +142,7 @@ fn send(dp: &mut Dataplane, port: u16, f: Vec<u8>) -> Vec<Dest> {
 /// What host 2 does with `inner` arriving from host 1 at the chain's last
 /// hop (the monitor passed it): where it goes.
 fn arrive(dp: &mut Dataplane, inner: &[u8]) -> Vec<Dest> {
-    let (h, n) = fabric_header(VNI, Some((0, 2)), None);
+    let (h, n) = fabric_header(VNI, Some((0, 2)), None, None);
     let mut d = h[..n].to_vec();
     d.extend_from_slice(inner);
     let mut batch = vec![(d, Some(SocketAddrV4::new(underlay(1), GENEVE_PORT)))];

@@ -12,7 +12,7 @@ use std::collections::HashMap;
 
 use sluice_proto::InstanceHeartbeat;
 use sluice_switch::tunnel::{
-    fabric_header, geneve_header, parse_control_payload, parse_fabric_payload,
+    clocked_header, fabric_header, parse_control_payload, parse_fabric_payload, ChainClock,
 };
 use sluice_switch::{Fib, LookupKey, Output, PortId};
 use sluice_wire::parse::{parse_into, PacketMeta, L4};
@@ -51,6 +51,13 @@ pub(super) struct Hop<'f> {
     index: usize,
     /// Where the inner Ethernet frame starts in `buf`.
     inner_at: usize,
+    /// The chain clock in its local form ([`ChainClock`]): the time spent in
+    /// Sluice's hosts so far minus this host's clock at arrival (wrapping), so
+    /// that adding the clock when the packet leaves gives the time so far.
+    pub(super) clock: Option<ChainClock>,
+    /// The chain it arrived in (before the lookup marked it): at the last
+    /// hop, whose added latency its delivery measures.
+    from_chain: Option<u16>,
 }
 
 impl<'f> Hop<'f> {
@@ -69,7 +76,17 @@ impl<'f> Hop<'f> {
 
     /// The same frame, marked `chain_hop` for its outputs.
     fn marked(self, chain_hop: Option<(u16, u8)>) -> Hop<'f> {
-        Hop { chain_hop, ..self }
+        Hop {
+            chain_hop,
+            from_chain: self.chain_hop.map(|c| c.0),
+            ..self
+        }
+    }
+
+    /// The chain clock as it leaves this host at `now_ns`: the time spent in
+    /// Sluice's hosts so far.
+    pub(super) fn clock_at(&self, now_ns: u64) -> Option<ChainClock> {
+        self.clock.map(|c| c.wrapping_add(now_ns as u32))
     }
 }
 
@@ -185,6 +202,9 @@ impl Dataplane {
                 buf: f,
                 index: i,
                 inner_at: 0,
+                // It enters its chain here: nothing spent yet.
+                clock: Some(0u32.wrapping_sub(fw.now_ns as u32)),
+                from_chain: None,
             };
             if let Some((chain, _)) = fw.forward(hop, plan) {
                 fw.meter
@@ -291,6 +311,12 @@ impl Dataplane {
                     continue;
                 }
             }
+            // An instance hands the local form back as it got it; a peer
+            // sends the time spent so far.
+            let clock = match in_port {
+                Some(_) => g.clock,
+                None => g.clock.map(|c| c.wrapping_sub(self.now_ns as u32)),
+            };
             let hop = Hop {
                 in_port,
                 peer: sender.filter(|s| matches!(s.source, Source::Peer(_))),
@@ -299,6 +325,8 @@ impl Dataplane {
                 buf: d,
                 index: i,
                 inner_at: g.inner_at,
+                clock,
+                from_chain: None,
             };
             self.forwarder().forward(hop, plan);
         }
@@ -381,8 +409,8 @@ impl Forwarder<'_> {
             for k in 0..self.lookup.last.mirrors.len() {
                 let (m, mark) = self.lookup.last.mirrors[k];
                 match mark {
-                    None => self.emit(&out, m, plan),
-                    Some(mark) => self.emit(&hop.marked(Some(mark)), m, plan),
+                    None => self.emit(&out, m, plan, false),
+                    Some(mark) => self.emit(&hop.marked(Some(mark)), m, plan, false),
                 };
             }
             if let Some(v) = self.lookup.last.verdict {
@@ -432,8 +460,8 @@ impl Forwarder<'_> {
             // A copy for another host carries its own mark: that host hands
             // it to the mirror, not to the chain's next middlebox.
             match mark {
-                None => self.emit(&out, m, plan),
-                Some(mark) => self.emit(&hop.marked(Some(mark)), m, plan),
+                None => self.emit(&out, m, plan, false),
+                Some(mark) => self.emit(&hop.marked(Some(mark)), m, plan, false),
             };
         }
         self.conclude(&out, verdict, plan);
@@ -449,16 +477,16 @@ impl Forwarder<'_> {
     /// Emits the packet to its output, or counts its drop.
     fn conclude(&mut self, hop: &Hop<'_>, verdict: Result<Output, DropReason>, plan: &mut TxPlan) {
         let reason = match verdict {
-            Ok(o) if self.emit(hop, o, plan) => return,
+            Ok(o) if self.emit(hop, o, plan, true) => return,
             Ok(_) => DropReason::UnknownOutput,
             Err(r) => r,
         };
         self.stats.drop(hop.counter(), reason);
     }
 
-    /// Emits one copy of the inner frame of `hop` to `o`; false if `o` is
-    /// unknown here.
-    fn emit(&mut self, hop: &Hop<'_>, o: Output, plan: &mut TxPlan) -> bool {
+    /// Emits one copy of the inner frame of `hop` to `o` (`main`: its output,
+    /// not a mirror's copy); false if `o` is unknown here.
+    fn emit(&mut self, hop: &Hop<'_>, o: Output, plan: &mut TxPlan, main: bool) -> bool {
         let (buf, off) = (hop.buf, hop.inner_at);
         let end = buf.len() as u32;
         let (dest, counter, head, body_start) = match o {
@@ -470,6 +498,12 @@ impl Forwarder<'_> {
                     if self.meter.waiting() {
                         self.meter
                             .delivered(hop.vni, &self.lookup.meta, self.now_ns);
+                    }
+                    if let (true, Some(chain), Some(c)) =
+                        (main, hop.from_chain, hop.clock_at(self.now_ns))
+                    {
+                        // The end of its chain: what the chain added.
+                        self.meter.chain_latency(hop.vni, chain, c);
                     }
                     let mut h = [0u8; 12];
                     h[..6].copy_from_slice(mac);
@@ -485,7 +519,7 @@ impl Forwarder<'_> {
                     target: PortTarget::Instance { addr },
                     ..
                 }) => {
-                    let (h, n) = geneve_header(hop.vni, hop.chain_hop);
+                    let (h, n) = clocked_header(hop.vni, hop.chain_hop, hop.clock);
                     (
                         Dest::Udp(*addr),
                         CounterId::Port(q),
@@ -515,7 +549,8 @@ impl Forwarder<'_> {
                         return true;
                     }
                 };
-                let (g, n) = fabric_header(hop.vni, hop.chain_hop, seq);
+                let clock = hop.clock_at(self.now_ns);
+                let (g, n) = fabric_header(hop.vni, hop.chain_hop, clock, seq);
                 if self.seal.on() {
                     // The whole datagram is written to the arena, sealed.
                     let sealed =

@@ -318,7 +318,7 @@ mod tests {
     }
 
     fn sealed(s: &mut FabricSeal, now: u64, frame: &[u8]) -> Vec<u8> {
-        let (g, n) = fabric_header(7, Some((1, 2)), None);
+        let (g, n) = fabric_header(7, Some((1, 2)), None, None);
         let mut arena = vec![0xee; 3];
         let (a, b) = s.seal(2, now, &g[..n], frame, &mut arena).unwrap();
         arena[a as usize..b as usize].to_vec()

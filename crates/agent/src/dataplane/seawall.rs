@@ -8,7 +8,7 @@ use std::net::SocketAddrV4;
 
 use sluice_seawall::audit::{AuditConfig, Auditor};
 use sluice_seawall::{Arrival, Config, Offer, Receiver, Sender};
-use sluice_switch::tunnel::{fabric_header, SeqOption};
+use sluice_switch::tunnel::{fabric_header, ChainClock, SeqOption};
 
 use super::config::Port;
 use super::forward::Hop;
@@ -22,20 +22,29 @@ const SEAWALL_EXPIRE_EVERY_NS: u64 = 1_000_000_000;
 
 /// What a packet waiting in a Seawall queue needs to get its tunnel header
 /// when it leaves: VNI (24 bits), whether it has a chain/hop (bit 24), chain
-/// (bits 25-40), hop (bits 41-48).
-fn seawall_tag(vni: u32, chain_hop: Option<(u16, u8)>) -> u64 {
+/// (bits 25-40), hop (bits 41-48), whether it has a chain clock (bit 49), and
+/// the clock in its local form (bits 64-95): the wait counts in what the
+/// chain adds.
+fn seawall_tag(vni: u32, chain_hop: Option<(u16, u8)>, clock: Option<ChainClock>) -> u128 {
     let (c, h) = chain_hop.unwrap_or((0, 0));
-    u64::from(vni & 0x00ff_ffff)
-        | (u64::from(chain_hop.is_some()) << 24)
-        | (u64::from(c) << 25)
-        | (u64::from(h) << 41)
+    u128::from(vni & 0x00ff_ffff)
+        | (u128::from(chain_hop.is_some()) << 24)
+        | (u128::from(c) << 25)
+        | (u128::from(h) << 41)
+        | (u128::from(clock.is_some()) << 49)
+        | (u128::from(clock.unwrap_or(0)) << 64)
 }
 
 /// The inverse of [`seawall_tag`].
-fn from_seawall_tag(t: u64) -> (u32, Option<(u16, u8)>) {
+fn from_seawall_tag(t: u128) -> (u32, Option<(u16, u8)>, Option<ChainClock>) {
     let vni = (t & 0x00ff_ffff) as u32;
     let ch = (t >> 24) & 1 == 1;
-    (vni, ch.then_some(((t >> 25) as u16, (t >> 41) as u8)))
+    let clocked = (t >> 49) & 1 == 1;
+    (
+        vni,
+        ch.then_some(((t >> 25) as u16, (t >> 41) as u8)),
+        clocked.then_some((t >> 64) as u32),
+    )
 }
 
 /// What Seawall decided for a packet to another host.
@@ -134,7 +143,7 @@ impl SeawallAdapter {
         let (Some(sw), Some(port)) = (&mut self.sender, hop.in_port) else {
             return Admission::Send(None);
         };
-        let tag = seawall_tag(hop.vni, hop.chain_hop);
+        let tag = seawall_tag(hop.vni, hop.chain_hop, hop.clock);
         match sw.offer(port, host, tag, hop.inner(), now_ns) {
             Offer::Send(seq) => Admission::Send(Some(SeqOption {
                 port,
@@ -249,13 +258,14 @@ impl SeawallAdapter {
                     stats.drop(CounterId::Port(e.port), DropReason::UnknownOutput);
                     return;
                 };
-                let (vni, chain_hop) = from_seawall_tag(tag);
+                let (vni, chain_hop, clock) = from_seawall_tag(tag);
                 let o = SeqOption {
                     port: e.port,
                     seq,
                     sent_us: (now / 1000) as u32,
                 };
-                let (g, n) = fabric_header(vni, chain_hop, Some(o));
+                let clock = clock.map(|c| c.wrapping_add(now as u32));
+                let (g, n) = fabric_header(vni, chain_hop, clock, Some(o));
                 if !seal.on() {
                     plan.push_own(Dest::Udp(*addr), CounterId::Fabric, &[&g[..n], frame]);
                     return;
@@ -351,5 +361,25 @@ impl Dataplane {
             &mut self.stats,
             plan,
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_waiting_packet_keeps_its_tunnel_fields_and_chain_clock() {
+        for (vni, ch, clock) in [
+            (0x00ff_ffff, Some((0xffff, 0xff)), Some(u32::MAX)),
+            (7, Some((4, 1)), Some(0)),
+            (7, Some((4, 1)), None),
+            (1, None, None),
+        ] {
+            assert_eq!(
+                from_seawall_tag(seawall_tag(vni, ch, clock)),
+                (vni, ch, clock)
+            );
+        }
     }
 }

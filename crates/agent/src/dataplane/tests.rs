@@ -38,6 +38,12 @@ fn inst_addr(port: u16) -> SocketAddrV4 {
 /// Host 1 of the Figure 4 tenant as in crates/controller/tests/walk.rs: the
 /// gateway on port 1, fw/0 on 10, ips on 11, mon on 12 (fw/1 on host 2).
 fn figure4_host1() -> AgentConfig {
+    figure4_host(1)
+}
+
+/// Host `h` (1 or 2) of the Figure 4 tenant: host 1 as [`figure4_host1`];
+/// host 2 with web-a1 on port 20, web-b1 on 21, fw/1 on 10 and lb-a on 11.
+fn figure4_host(h: u32) -> AgentConfig {
     let text = std::fs::read_to_string(concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/../../examples/tenant/figure4.yaml"
@@ -71,19 +77,39 @@ fn figure4_host1() -> AgentConfig {
         );
     }
     let c = compile(&spec, &p).unwrap();
-    let hf = c.hosts[&h1].clone();
-    let mut ports = vec![PortConfig {
-        id: 1,
-        vni: VNI,
-        kind: PortKind::Vm {
-            name: "gw".into(),
-            iface: "gw0".into(),
-            mac: "02:00:00:00:00:01".into(),
-            weight: 1,
-        },
-    }];
+    let hf = c.hosts[&HostId(h)].clone();
+    // (port, VM name, MAC) and (port, instance name).
+    type Vms = &'static [(u16, &'static str, &'static str)];
+    type Instances = &'static [(u16, &'static str)];
+    let (vms, here): (Vms, Instances) = match h {
+        1 => (
+            &[(1, "gw", "02:00:00:00:00:01")],
+            &[(10, "acme/fw/0"), (11, "acme/ips/0"), (12, "acme/mon/0")],
+        ),
+        2 => (
+            &[
+                (20, "web-a1", "02:00:00:00:02:20"),
+                (21, "web-b1", "02:00:00:00:02:21"),
+            ],
+            &[(10, "acme/fw/1"), (11, "acme/lb-a/0")],
+        ),
+        _ => panic!("host {h} is not modelled"),
+    };
+    let mut ports: Vec<PortConfig> = vms
+        .iter()
+        .map(|&(id, name, mac)| PortConfig {
+            id,
+            vni: VNI,
+            kind: PortKind::Vm {
+                name: name.into(),
+                iface: format!("{name}0"),
+                mac: mac.into(),
+                weight: 1,
+            },
+        })
+        .collect();
     let mut instances = Vec::new();
-    for (id, name) in [(10, "acme/fw/0"), (11, "acme/ips/0"), (12, "acme/mon/0")] {
+    for &(id, name) in here {
         ports.push(PortConfig {
             id,
             vni: VNI,
@@ -104,7 +130,7 @@ fn figure4_host1() -> AgentConfig {
     AgentConfig {
         pardons: Vec::new(),
         version: 1,
-        host: 1,
+        host: h,
         peers: peers(),
         ports,
         tenants: vec![TenantFib {
@@ -305,6 +331,107 @@ fn client_goes_to_first_hop_and_returns_to_the_next() {
     assert_eq!(s.ports[&11].tx_packets, 1);
     assert_eq!(s.ports[&11].tx_bytes, m2.len() as u64);
     assert!(s.ports[&1].rx_packets >= 1);
+}
+
+/// The chain clock of a Geneve datagram.
+fn clock(d: &[u8]) -> Option<u32> {
+    parse_fabric_payload(d).unwrap().clock
+}
+
+#[test]
+fn the_chain_clock_adds_up_what_each_host_holds_a_packet_without_synchronised_clocks() {
+    let mut h1 = Dataplane::new(1, &figure4_host1()).unwrap();
+    let t0 = 7_000_000_123;
+    h1.set_now(t0);
+    ready(&mut h1, &[10, 11, 12]);
+    let fw0 = inst_addr(10);
+    let mut plan = TxPlan::new();
+    // A client flow of east-to-a the hash sends to the local firewall.
+    let (syn, to_fw) = (1..=60u8)
+        .find_map(|i| {
+            let syn = build::tcp_v4(
+                [198, 51, 100, i],
+                VIP_A,
+                40_000 + u16::from(i),
+                80,
+                1,
+                0,
+                SYN,
+                b"",
+            );
+            let syn = with_macs(syn, ROUTER_MAC, GW_MAC);
+            let batch = frames(vec![syn.clone()]);
+            plan.clear();
+            h1.process_vm_batch(1, &batch, &mut plan);
+            let fw = *plan.outs.last().unwrap();
+            (fw.dest == Dest::Udp(fw0)).then(|| (syn, plan.message(&batch, &fw)))
+        })
+        .expect("some flow picks fw/0");
+    // To a local instance the clock goes in its local form: nothing spent yet,
+    // less this host's clock.
+    assert_eq!(clock(&to_fw), Some(0u32.wrapping_sub(t0 as u32)));
+    // fw/0 holds it 40 µs, the IPS 60 µs; each hands the header back as is.
+    h1.set_now(t0 + 40_000);
+    plan.clear();
+    let back = from(fw0, vec![to_fw.clone()]);
+    h1.process_udp_batch(&mut back.clone(), &mut plan);
+    assert_eq!(plan.outs[0].dest, Dest::Udp(inst_addr(11)));
+    let to_ips = plan.message(&back, &plan.outs[0]);
+    assert_eq!(clock(&to_ips), clock(&to_fw));
+    h1.set_now(t0 + 100_000);
+    plan.clear();
+    let back = from(inst_addr(11), vec![to_ips]);
+    h1.process_udp_batch(&mut back.clone(), &mut plan);
+    let host2 = SocketAddrV4::new(underlay(2), GENEVE_PORT);
+    assert_eq!(plan.outs.len(), 1, "{:?}", plan.outs);
+    assert_eq!(plan.outs[0].dest, Dest::Udp(host2), "on to lb-a");
+    let to_h2 = plan.message(&back, &plan.outs[0]);
+    // Between hosts: the time spent so far.
+    assert_eq!(clock(&to_h2), Some(100_000));
+    assert!(
+        h1.chain_measures().iter().all(|c| c.latency.count() == 0),
+        "nothing ended its chain on host 1"
+    );
+
+    // Host 2's clock has nothing to do with host 1's.
+    let mut h2 = Dataplane::new(2, &figure4_host(2)).unwrap();
+    let t2 = 1_000_000_000_777;
+    h2.set_now(t2);
+    ready(&mut h2, &[10, 11]);
+    plan.clear();
+    let arrived = from(SocketAddrV4::new(underlay(1), GENEVE_PORT), vec![to_h2]);
+    h2.process_udp_batch(&mut arrived.clone(), &mut plan);
+    assert_eq!(plan.outs.len(), 1, "{:?}", plan.outs);
+    assert_eq!(plan.outs[0].dest, Dest::Udp(inst_addr(11)), "to lb-a");
+    let to_lb = plan.message(&arrived, &plan.outs[0]);
+    assert_eq!(clock(&to_lb), Some(100_000u32.wrapping_sub(t2 as u32)));
+    // lb-a holds it 25 µs and sends it to web-a1 with the header it came with.
+    let g = parse(&to_lb);
+    let mut rewritten = to_lb[..g.header_len].to_vec();
+    let inner = &syn[14..];
+    let web_a1 = build::tcp_v4(
+        [inner[12], inner[13], inner[14], inner[15]],
+        [10, 10, 1, 11],
+        u16::from_be_bytes([inner[20], inner[21]]),
+        80,
+        1,
+        0,
+        SYN,
+        b"",
+    );
+    rewritten.extend_from_slice(&with_macs(web_a1, ROUTER_MAC, GW_MAC));
+    h2.set_now(t2 + 25_000);
+    plan.clear();
+    h2.process_udp_batch(&mut from(inst_addr(11), vec![rewritten]), &mut plan);
+    assert_eq!(plan.outs.len(), 1, "{:?}", plan.outs);
+    assert_eq!(plan.outs[0].dest, Dest::Vm(20), "delivered to web-a1");
+    let m = h2.chain_measures();
+    let ended: Vec<_> = m.iter().filter(|c| c.latency.count() > 0).collect();
+    assert_eq!(ended.len(), 1, "{m:?}");
+    assert_eq!(ended[0].chain, g.chain_hop.unwrap().0);
+    // 100 µs on host 1 and 25 µs on host 2, in the (100, 250] µs bucket.
+    assert_eq!(ended[0].latency.sum_ns, 125_000);
+    assert_eq!(ended[0].latency.counts[4], 1);
 }
 
 #[test]

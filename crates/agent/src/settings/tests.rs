@@ -162,23 +162,23 @@ fn an_impossible_vm_mtu_is_refused() {
 
 #[test]
 fn the_underlay_must_carry_the_vm_mtu_plus_geneve() {
-    // 1500 + inner Ethernet 14 + Geneve 8 + chain/hop 8 + UDP 8 + IPv4 20.
-    assert_eq!(underlay_mtu_needed(1500, false, false), 1558);
+    // 1500 + inner Ethernet 14 + Geneve 8 + chain/hop with clock 12 + UDP 8 + IPv4 20.
+    assert_eq!(underlay_mtu_needed(1500, false, false), 1562);
     // + sealing: option 16 + tag 16.
-    assert_eq!(underlay_mtu_needed(1500, false, true), 1590);
+    assert_eq!(underlay_mtu_needed(1500, false, true), 1594);
     // + Seawall's sequence option 16.
-    assert_eq!(underlay_mtu_needed(1500, true, true), 1606);
-    assert_eq!(check_mtu("eth1", 1590, 1500, false, true), Ok(()));
+    assert_eq!(underlay_mtu_needed(1500, true, true), 1610);
+    assert_eq!(check_mtu("eth1", 1594, 1500, false, true), Ok(()));
     assert_eq!(check_mtu("eth1", 9000, 1500, true, true), Ok(()));
-    assert_eq!(check_mtu("eth1", 1558, 1500, false, false), Ok(()));
-    let e = check_mtu("eth1", 1589, 1500, false, true).unwrap_err();
-    assert_eq!((e.needed, e.vm_max), (1590, 1499));
+    assert_eq!(check_mtu("eth1", 1562, 1500, false, false), Ok(()));
+    let e = check_mtu("eth1", 1593, 1500, false, true).unwrap_err();
+    assert_eq!((e.needed, e.vm_max), (1594, 1499));
     let m = e.to_string();
     for part in [
         "eth1",
-        "MTU 1589",
+        "MTU 1593",
         "MTU 1500",
-        "need 1590",
+        "need 1594",
         "at most 1499",
         "sealing 32",
     ] {
@@ -186,7 +186,7 @@ fn the_underlay_must_carry_the_vm_mtu_plus_geneve() {
     }
     // The common mistake: a 1500-byte underlay under 1500-byte VMs.
     let e = check_mtu("eth1", 1500, 1500, false, true).unwrap_err();
-    assert_eq!((e.needed, e.vm_max), (1590, 1410));
+    assert_eq!((e.needed, e.vm_max), (1594, 1406));
 }
 
 /// The shipped file with every `# key = value` line uncommented.

@@ -511,12 +511,18 @@ impl Reconciler {
             for (i, c) in t.spec.chains.iter().enumerate() {
                 let key = (name.clone(), c.name.clone());
                 for (host, reports) in &self.chain_reports {
-                    let n: u64 = reports
+                    let mut n = 0u64;
+                    let mut added = sluice_proto::LatencyHistogram::default();
+                    // Both directions of the chain.
+                    for m in reports
                         .iter()
                         .filter(|m| m.vni == t.vni && usize::from(m.chain / 2) == i)
-                        .map(|m| m.packets)
-                        .sum();
+                    {
+                        n += m.packets;
+                        added.add(&m.latency);
+                    }
                     o.chains.insert((*host, key.clone()), n);
+                    o.latency.insert((*host, key.clone()), added);
                 }
                 let members = self
                     .desired

@@ -28,6 +28,11 @@ pub struct ChainTraffic {
     pub packets_per_s: f64,
     /// Packets per second its middleboxes dropped at the latest sample.
     pub drops_per_s: f64,
+    /// Median time the chain added to its packets at the latest sample,
+    /// seconds (none without packets delivered).
+    pub latency_p50_s: Option<f64>,
+    /// Their 99th percentile, seconds.
+    pub latency_p99_s: Option<f64>,
     /// Samples, oldest first, one a second for up to five minutes (with
     /// `since_ms`, those after it).
     pub history: Vec<Sample>,
@@ -150,6 +155,8 @@ pub fn view(r: &Reconciler, q: TrafficQuery) -> Vec<ChainTraffic> {
                 mirror: c.mirror.iter().map(|e| hop(name, e)).collect(),
                 packets_per_s: last.map_or(0.0, |s| s.packets_per_s),
                 drops_per_s: last.map_or(0.0, |s| s.drops_per_s),
+                latency_p50_s: last.and_then(|s| s.latency_p50_s),
+                latency_p99_s: last.and_then(|s| s.latency_p99_s),
                 history,
             });
         }

@@ -63,6 +63,14 @@ function rate(x) {
   return x >= 100 ? x.toFixed(0) : x.toFixed(1);
 }
 
+// A duration in seconds, in µs below a millisecond.
+function duration(s) {
+  if (s === null || s === undefined) return '–';
+  if (s < 1e-3) return (s * 1e6).toFixed(0) + ' µs';
+  if (s < 1) return (s * 1e3).toFixed(s < 1e-2 ? 2 : 1) + ' ms';
+  return s.toFixed(2) + ' s';
+}
+
 function clock(ms) {
   return ms ? new Date(ms).toLocaleTimeString() : '–';
 }
@@ -253,6 +261,8 @@ async function refreshOperator() {
   el('td', {}, c.chain),
   el('td', { class: 'num pps' }, rate(c.packets_per_s)),
   el('td', { class: 'num drops' + (c.drops_per_s > 0 ? ' bad' : '') }, rate(c.drops_per_s)),
+  el('td', { class: 'num latency', 'data-p50': c.latency_p50_s, 'data-p99': c.latency_p99_s },
+    duration(c.latency_p50_s) + ' / ' + duration(c.latency_p99_s)),
   el('td', {}, spark(c.history)))));
   const order = (i) => [i.tenant, i.middlebox, i.name].join('\u0000');
   instances.sort((a, b) => (order(a) < order(b) ? -1 : 1));
@@ -470,7 +480,10 @@ function graph(c, index) {
   },
   el('h3', {}, c.chain + (c.bidirectional ? ' (both directions)' : '') + ': ',
     el('span', { class: 'pps' }, rate(c.packets_per_s) + ' packets/s'), ', ',
-    el('span', { class: 'drops' + (c.drops_per_s > 0 ? ' bad' : '') }, rate(c.drops_per_s) + ' drops/s')),
+    el('span', { class: 'drops' + (c.drops_per_s > 0 ? ' bad' : '') }, rate(c.drops_per_s) + ' drops/s'),
+    c.latency_p99_s === null || c.latency_p99_s === undefined ? ''
+      : el('span', { class: 'latency' }, ', added ' + duration(c.latency_p50_s) + ' median, ' +
+        duration(c.latency_p99_s) + ' p99')),
   s, el('div', {}, spark(c.history, Math.min(w, 600), 40)));
 }
 
