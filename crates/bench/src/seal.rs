@@ -1,7 +1,10 @@
 //! The cost of sealing the fabric (`sluice bench dataplane`, first part): the
 //! agents' forwarding cores, in process, moving batches of frames from a VM on
 //! host 1 across the fabric to a VM on host 2, plain Geneve and sealed
-//! (AES-256-GCM) in the same run, at 64 and 1,500 bytes.
+//! (AES-256-GCM) in the same run, at 64 and 1,500 bytes; and plain again with
+//! the frames in a chain, whose chain/hop option carries the chain clock that
+//! host 2 observes at delivery (what measuring every chain's added latency
+//! costs).
 //!
 //! Each round is what the two agents do for one batch: host 1's
 //! `process_vm_batch` (lookup, Geneve header, and sealing when on), the
@@ -41,6 +44,22 @@ pub struct SealCost {
     pub ratio: f64,
     /// What sealing and opening add per packet, nanoseconds.
     pub added_ns: f64,
+    /// Plain, in a chain (chain/hop option with the clock, its latency
+    /// observed at delivery): million packets per second.
+    pub chained_mpps: f64,
+    /// chained / plain.
+    pub chained_ratio: f64,
+}
+
+/// What the frames cross.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// Plain Geneve, in no chain.
+    Plain,
+    /// Sealed, in no chain.
+    Sealed,
+    /// Plain Geneve, in a chain: the chain clock rides along.
+    Chained,
 }
 
 fn route(id: u64, dst: &str, out: Output) -> Entry {
@@ -59,13 +78,20 @@ fn underlay(h: u32) -> Ipv4Addr {
     Ipv4Addr::new(10, 255, 0, h as u8)
 }
 
-/// Host `h`'s configuration: its VM on port 1; 10.0.0.2 is host 2's VM.
-fn config(h: u32, fabric: Option<&FabricSecret>) -> AgentConfig {
+/// Host `h`'s configuration: its VM on port 1; 10.0.0.2 is host 2's VM;
+/// with `chained`, host 1 marks the frames (chain 2, hop 1).
+fn config(h: u32, fabric: Option<&FabricSecret>, chained: bool) -> AgentConfig {
     let out = if h == 1 {
         Output::Host(HostId(2))
     } else {
         Output::Port(PortId(1))
     };
+    let mut entry = route(1, "10.0.0.2/32", out);
+    if chained && h == 1 {
+        entry
+            .actions
+            .insert(0, Action::SetChainHop { chain: 2, hop: 1 });
+    }
     AgentConfig {
         version: 1,
         host: h,
@@ -89,7 +115,7 @@ fn config(h: u32, fabric: Option<&FabricSecret>) -> AgentConfig {
         tenants: vec![TenantFib {
             tenant: "t".into(),
             vni: 7,
-            entries: vec![route(1, "10.0.0.2/32", out)],
+            entries: vec![entry],
             groups: vec![],
             senders: None,
             sources: None,
@@ -110,11 +136,12 @@ fn frame(len: usize) -> Vec<u8> {
 
 /// Moves batches of `len`-byte frames host 1 -> host 2 for about `time`;
 /// returns packets per second, or an error naming what went wrong.
-fn measure(len: usize, sealed: bool, time: Duration) -> Result<f64, String> {
+fn measure(len: usize, mode: Mode, time: Duration) -> Result<f64, String> {
     let secret = FabricSecret::new([0x42; 32]);
-    let fabric = sealed.then_some(&secret);
-    let mut h1 = Dataplane::new(1, &config(1, fabric)).map_err(|e| e.to_string())?;
-    let mut h2 = Dataplane::new(2, &config(2, fabric)).map_err(|e| e.to_string())?;
+    let fabric = (mode == Mode::Sealed).then_some(&secret);
+    let chained = mode == Mode::Chained;
+    let mut h1 = Dataplane::new(1, &config(1, fabric, chained)).map_err(|e| e.to_string())?;
+    let mut h2 = Dataplane::new(2, &config(2, fabric, chained)).map_err(|e| e.to_string())?;
     h1.set_now(1);
     let vm: Vec<(Vec<u8>, Option<SocketAddrV4>)> = (0..BATCH).map(|_| (frame(len), None)).collect();
     let from1 = Some(SocketAddrV4::new(underlay(1), GENEVE_PORT));
@@ -151,6 +178,14 @@ fn measure(len: usize, sealed: bool, time: Duration) -> Result<f64, String> {
             packets += BATCH as u64;
         }
     }
+    if chained {
+        let observed: u64 = h2.chain_measures().iter().map(|c| c.latency.count()).sum();
+        if observed != packets {
+            return Err(format!(
+                "host 2 observed the chain latency of {observed} of {packets} packets"
+            ));
+        }
+    }
     Ok(packets as f64 / start.elapsed().as_secs_f64())
 }
 
@@ -158,18 +193,22 @@ fn measure(len: usize, sealed: bool, time: Duration) -> Result<f64, String> {
 pub fn run(time: Duration) -> Result<Vec<SealCost>, String> {
     let mut out = Vec::new();
     for len in SIZES {
-        let (mut plain, mut sealed) = (Vec::new(), Vec::new());
+        let (mut plain, mut sealed, mut chained) = (Vec::new(), Vec::new(), Vec::new());
         for _ in 0..ROUNDS {
-            plain.push(measure(len, false, time)?);
-            sealed.push(measure(len, true, time)?);
+            plain.push(measure(len, Mode::Plain, time)?);
+            sealed.push(measure(len, Mode::Sealed, time)?);
+            chained.push(measure(len, Mode::Chained, time)?);
         }
         let (p, s) = (median(&mut plain), median(&mut sealed));
+        let c = median(&mut chained);
         out.push(SealCost {
             frame_bytes: len,
             plain_mpps: p / 1e6,
             sealed_mpps: s / 1e6,
             ratio: s / p,
             added_ns: 1e9 / s - 1e9 / p,
+            chained_mpps: c / 1e6,
+            chained_ratio: c / p,
         });
     }
     Ok(out)
@@ -182,12 +221,22 @@ fn median(v: &mut [f64]) -> f64 {
 
 /// Prints the figures.
 pub fn print(r: &[SealCost]) {
-    println!("fabric sealing (AES-256-GCM), forwarding cores of both agents, in process:");
-    println!("frame B   plain Mpps   sealed Mpps   sealed/plain   added ns/pkt");
+    println!(
+        "fabric sealing (AES-256-GCM), and the chain clock (plain, in a chain), forwarding cores of both agents, in process:"
+    );
+    println!(
+        "frame B   plain Mpps   sealed Mpps   sealed/plain   added ns/pkt   chained Mpps   chained/plain"
+    );
     for c in r {
         println!(
-            "{:>7} {:>12.2} {:>13.2} {:>14.2} {:>14.0}",
-            c.frame_bytes, c.plain_mpps, c.sealed_mpps, c.ratio, c.added_ns
+            "{:>7} {:>12.2} {:>13.2} {:>14.2} {:>14.0} {:>14.2} {:>15.2}",
+            c.frame_bytes,
+            c.plain_mpps,
+            c.sealed_mpps,
+            c.ratio,
+            c.added_ns,
+            c.chained_mpps,
+            c.chained_ratio
         );
     }
 }
@@ -199,8 +248,8 @@ mod tests {
     #[test]
     fn both_configurations_move_every_frame() {
         for len in SIZES {
-            for sealed in [false, true] {
-                assert!(measure(len, sealed, Duration::from_millis(1)).unwrap() > 0.0);
+            for mode in [Mode::Plain, Mode::Sealed, Mode::Chained] {
+                assert!(measure(len, mode, Duration::from_millis(1)).unwrap() > 0.0);
             }
         }
     }
