@@ -325,3 +325,93 @@ fn urgent_data_is_read_inline_as_inspected() {
     assert!(verify_all_checksums(&left));
     assert_eq!(m.payload(&left), b"EVXIL");
 }
+
+/// An IPv4 frame without options split into two fragments at `at` bytes of
+/// its IP payload (a multiple of 8), as fragroute's `ip_frag` sends it.
+fn ipv4_fragments(f: &[u8], at: usize) -> [Vec<u8>; 2] {
+    let (hdr, payload) = (&f[..34], &f[34..]);
+    let part = |data: &[u8], off: usize, more: bool| {
+        let mut v = hdr.to_vec();
+        v.extend_from_slice(data);
+        v[16..18].copy_from_slice(&((20 + data.len()) as u16).to_be_bytes());
+        v[18..20].copy_from_slice(&0x1234u16.to_be_bytes());
+        let flags = (off / 8) as u16 | if more { 0x2000 } else { 0 };
+        v[20..22].copy_from_slice(&flags.to_be_bytes());
+        v[24..26].copy_from_slice(&[0, 0]);
+        let sum = sluice_wire::checksum::fold(sluice_wire::checksum::sum(0, &v[14..34]));
+        v[24..26].copy_from_slice(&sum.to_be_bytes());
+        v
+    };
+    [
+        part(&payload[..at], 0, true),
+        part(&payload[at..], at, false),
+    ]
+}
+
+/// An IPv6 frame without extension headers split into two fragments (a
+/// Fragment header each) at `at` bytes of its payload (a multiple of 8).
+fn ipv6_fragments(f: &[u8], at: usize) -> [Vec<u8>; 2] {
+    let (hdr, payload) = (&f[..54], &f[54..]);
+    let next = hdr[20];
+    let part = |data: &[u8], off: usize, more: bool| {
+        let mut v = hdr.to_vec();
+        v[20] = 44;
+        v[18..20].copy_from_slice(&((8 + data.len()) as u16).to_be_bytes());
+        let off_m = ((off / 8) as u16) << 3 | u16::from(more);
+        v.extend([next, 0]);
+        v.extend(off_m.to_be_bytes());
+        v.extend(0x0bad_cafeu32.to_be_bytes());
+        v.extend_from_slice(data);
+        v
+    };
+    [
+        part(&payload[..at], 0, true),
+        part(&payload[at..], at, false),
+    ]
+}
+
+#[test]
+fn a_signature_split_over_ip_fragments_does_not_pass() {
+    // fragroute's `ip_frag 24`: "GET " in the first fragment (behind the TCP
+    // header), "/EVIL" in the second; each alone says nothing, the host's IP
+    // layer joins them. Both are dropped, IPv4 and IPv6.
+    let request = c(0, b"GET /EVIL HTTP/1.0\r\n\r\n");
+    let mut f = handshake();
+    f.extend(ipv4_fragments(&request, 24));
+    let o = replay(SPEC, &f);
+    assert_eq!((o.left[3].as_ref(), o.left[4].as_ref()), (None, None));
+    assert!(!evil_left(&o));
+    let (c6, s6) = (
+        [0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1],
+        [0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2],
+    );
+    let tcp6 = |seq, ack, flags, p: &[u8]| {
+        sluice_wire::build::tcp_v6(c6, s6, 40000, 80, seq, ack, flags, p)
+    };
+    let request6 = tcp6(
+        ISN_C + 1,
+        ISN_S + 1,
+        ACK | PSH,
+        b"GET /EVIL HTTP/1.0\r\n\r\n",
+    );
+    let mut f6 = vec![
+        tcp6(ISN_C, 0, SYN, &[]),
+        sluice_wire::build::tcp_v6(s6, c6, 80, 40000, ISN_S, ISN_C + 1, SYN | ACK, &[]),
+        tcp6(ISN_C + 1, ISN_S + 1, ACK, &[]),
+    ];
+    let frags = ipv6_fragments(&request6, 24);
+    let m = parse_frame(&frags[1]).unwrap();
+    assert_eq!(m.fragment, sluice_wire::parse::Fragment::Later);
+    f6.extend(frags);
+    let o = replay(SPEC, &f6);
+    assert!(
+        o.left[..3].iter().all(Option::is_some),
+        "the handshake passes"
+    );
+    assert_eq!((o.left[3].as_ref(), o.left[4].as_ref()), (None, None));
+    // The control: fragments inspected one by one let the signature through,
+    // and nothing alerts.
+    let inspect = format!("{SPEC}reassembly:\n  tcp_fragments: inspect\n");
+    let o = replay(&inspect, &f);
+    assert!(evil_left(&o) && o.sids.is_empty(), "{:?}", o.sids);
+}

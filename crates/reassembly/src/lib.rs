@@ -74,6 +74,14 @@
 //!   every TCP segment are overwritten with NOPs, header checksum patched
 //!   (`reassembly_ip_options_cleared`, [`Config::clear_ip_options`]; Snort's
 //!   `ip4: opts`). IPv6 extension headers are left alone.
+//! * **IP fragments of TCP.** A fragment carries no TCP header (or only the
+//!   first does), so the stream never sees its bytes: a signature split over
+//!   two fragments would pass, each fragment inspected alone, while the host
+//!   reassembles it. With [`Config::tcp_fragments`] `drop` (the default)
+//!   every IPv4 or IPv6 fragment of a TCP segment is dropped
+//!   (`reassembly_tcp_fragment_drops`): TCP senders set Don't Fragment and
+//!   size segments to the path (Linux does), so only an evasion or a broken
+//!   path fragments TCP. `inspect` passes them, each matched on its own.
 //! * **Out-of-order packets are forwarded** as they arrive; their bytes reach the
 //!   stream consumer only once the gap before them fills. A receiver cannot use
 //!   them before that either, so a match completed by the gap-filling packet still
@@ -163,6 +171,21 @@ pub struct Config {
     /// so no host drops for its options a segment read here (see
     /// "Normalisation").
     pub clear_ip_options: bool,
+    /// What IP fragments of TCP segments get: `drop` (default) or `inspect`
+    /// (forwarded, each fragment's payload matched on its own; see
+    /// "Normalisation").
+    pub tcp_fragments: TcpFragments,
+}
+
+/// The policy for IP fragments of TCP segments ([`Config::tcp_fragments`]).
+#[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum TcpFragments {
+    /// Dropped: the stream cannot see their bytes.
+    #[default]
+    Drop,
+    /// Forwarded; consumers see each fragment's payload alone.
+    Inspect,
 }
 
 impl Default for Config {
@@ -173,6 +196,7 @@ impl Default for Config {
             idle_timeout_secs: 300,
             min_ttl: 8,
             clear_ip_options: true,
+            tcp_fragments: TcpFragments::Drop,
             midstream: false,
             sync_progress: false,
         }
@@ -251,6 +275,8 @@ pub struct Counters {
     pub ttl_raised: u64,
     /// TCP segments whose IPv4 options were overwritten with NOPs.
     pub ip_options_cleared: u64,
+    /// IP fragments of TCP segments dropped ([`TcpFragments::Drop`]).
+    pub tcp_fragment_drops: u64,
 }
 
 #[derive(Clone, Copy)]
@@ -388,6 +414,7 @@ impl Reassembler {
             ("reassembly_paws_drops", c.paws_drops),
             ("reassembly_ttl_raised", c.ttl_raised),
             ("reassembly_ip_options_cleared", c.ip_options_cleared),
+            ("reassembly_tcp_fragment_drops", c.tcp_fragment_drops),
             ("reassembly_overlap_drops", c.overlap_drops),
             ("reassembly_overlap_rewrites", c.overlap_rewrites),
             ("reassembly_urgent_cleared", c.urgent_cleared),
@@ -437,7 +464,18 @@ impl Reassembler {
         // `raise_ttl`): one comparison per packet, a rewrite only when low.
         let min_ttl = self.cfg.min_ttl;
         let clear_opts = self.cfg.clear_ip_options;
+        let drop_fragments = self.cfg.tcp_fragments == TcpFragments::Drop;
         for p in batch.pkts.iter_mut() {
+            if drop_fragments
+                && p.is_live()
+                && p.meta.fragment != Fragment::None
+                && p.meta.flow.proto == sluice_wire::ip_proto::TCP
+            {
+                // A later fragment parses as `OtherIp`: its protocol says TCP.
+                self.counters.tcp_fragment_drops += 1;
+                p.drop_by(stage, "reassembly_tcp_fragment");
+                continue;
+            }
             if !p.is_live() || p.meta.l4 != L4::Tcp {
                 continue;
             }
