@@ -949,21 +949,13 @@ impl AgentState {
         for (name, help, get) in histograms {
             family(&mut o, name, "histogram", help);
             for h in health.iter().filter(|h| h.last_heartbeat_age_ms.is_some()) {
-                let l = get(h);
-                let Some(hist) = sluice_metrics::Histogram::from_counts(
-                    &LATENCY_BOUNDS_SECONDS,
-                    &l.counts,
-                    l.sum_ns as f64 / 1e9,
-                ) else {
-                    continue;
-                };
                 let labels = format!(
                     "host=\"{host}\",port=\"{}\",name=\"{}\"{}",
                     h.port,
                     escape(&h.name),
                     labels.instance(&h.name)
                 );
-                hist.render(&mut o, name, &labels);
+                render_latency(&mut o, name, get(h), &labels);
             }
         }
         family(
@@ -1128,20 +1120,12 @@ impl AgentState {
             "Time packets delivered at the end of a chain on this host spent in Sluice's hosts since entering it (agents, NF instances, shaping queues; the fabric's wires excluded), one observation per packet.",
         );
         for c in p.chains.iter().filter(|c| c.latency.count() > 0) {
-            let l = &c.latency;
-            let Some(hist) = sluice_metrics::Histogram::from_counts(
-                &LATENCY_BOUNDS_SECONDS,
-                &l.counts,
-                l.sum_ns as f64 / 1e9,
-            ) else {
-                continue;
-            };
             let labels = format!(
                 "host=\"{host}\",vni=\"{}\",{}",
                 c.vni,
                 labels.chain(c.vni, c.chain)
             );
-            hist.render(&mut o, name, &labels);
+            render_latency(&mut o, name, &c.latency, &labels);
         }
         sluice_metrics::process(&mut o);
         o
@@ -1262,6 +1246,19 @@ type CounterField = fn(&sluice_proto::Counters) -> u64;
 type HealthField = fn(&InstanceHealth) -> u64;
 /// Reads one of an instance's histograms.
 type HistogramField = fn(&InstanceHealth) -> &LatencyHistogram;
+
+/// Writes the series of histogram `name` with `labels` (a family already
+/// declared) for `h`, in seconds; nothing for a histogram that cannot be
+/// rendered.
+fn render_latency(o: &mut String, name: &str, h: &LatencyHistogram, labels: &str) {
+    if let Some(hist) = sluice_metrics::Histogram::from_counts(
+        &LATENCY_BOUNDS_SECONDS,
+        &h.counts,
+        h.sum_ns as f64 / 1e9,
+    ) {
+        hist.render(o, name, labels);
+    }
+}
 
 /// Escapes a Prometheus label value.
 fn escape(s: &str) -> String {
