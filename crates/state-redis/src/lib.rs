@@ -28,7 +28,7 @@ mod cluster;
 mod conn;
 mod node;
 pub mod resp;
-mod scripts;
+pub mod scripts;
 pub mod server;
 
 pub use cluster::{slot_of, ClusterStore};
