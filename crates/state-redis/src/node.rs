@@ -48,6 +48,10 @@ pub(crate) struct Node {
     /// [`Node::loads_library`]); the admin's does not (it runs none, and
     /// loads it on purpose: `acl::Admin::load_library`).
     pub(crate) load_library: bool,
+    /// Why the last connection's load of the library was refused, if it was
+    /// (a write refused: too few replicas, out of memory, no permission):
+    /// for the error of a call that then finds it missing.
+    load_refused: Option<String>,
 }
 
 /// Unacknowledged replies beyond which a send waits for them (never reached in
@@ -86,6 +90,7 @@ impl Node {
             unacked_after: 0,
             sent_total: 0,
             load_library: true,
+            load_refused: None,
         }
     }
 
@@ -115,9 +120,13 @@ impl Node {
         let addr = self.addr.clone();
         Some(if self.loads_library() {
             self.drop_conn();
+            let why = match &self.load_refused {
+                Some(e) => format!("its load was refused: {e}"),
+                None => "flushed?".into(),
+            };
             StoreError::Refused(format!(
-                "{what}: the store ({addr}) has no function library {name} \
-                 (flushed?): it is loaded again on the next attempt"
+                "{what}: the store ({addr}) has no function library {name} ({why}): \
+                 it is loaded again on the next attempt"
             ))
         } else {
             StoreError::Refused(format!(
@@ -319,9 +328,18 @@ impl Node {
             return Err(e);
         }
         if let Some(r) = replies.get(authed) {
+            self.load_refused = None;
             if let Err(e) = self.loaded(r) {
-                self.drop_conn();
-                return Err(e);
+                let text = self.error_text(r).unwrap_or_default();
+                if text.windows(15).any(|w| w == b"unknown command") {
+                    // A server without functions: no call could work.
+                    self.drop_conn();
+                    return Err(e);
+                }
+                // The server may well have it already (the load is a write,
+                // refused as any write is); if not, the call that needs it
+                // says why.
+                self.load_refused = Some(String::from_utf8_lossy(text).into_owned());
             }
         }
         Ok(())
