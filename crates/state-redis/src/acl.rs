@@ -190,7 +190,13 @@ impl Admin {
                     ],
                 )?;
                 let Reply::Array(Some(_)) = &listed else {
-                    return Err(n.unexpected("FUNCTION LIST", &listed));
+                    let e = n.unexpected(&format!("{}: FUNCTION LIST", n.addr), &listed);
+                    return Err(match n.error_text(&listed) {
+                        Some(t) if t.starts_with(b"ERR unknown command") => {
+                            StoreError::Refused(format!("{e}: {}", crate::node::NEEDS_FUNCTIONS))
+                        }
+                        _ => e,
+                    });
                 };
                 // The code is unique to the library (its first line names it).
                 if holds_bulk(&owned(&n.rbuf, &listed), LIBRARY.as_bytes()) {

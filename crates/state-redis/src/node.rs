@@ -54,6 +54,10 @@ pub(crate) struct Node {
     load_refused: Option<String>,
 }
 
+/// What a server without `FUNCTION` lacks, for its errors.
+pub(crate) const NEEDS_FUNCTIONS: &str =
+    "the state backend needs Redis >= 7.0 or Valkey (its atomic operations are functions)";
+
 /// Unacknowledged replies beyond which a send waits for them (never reached in
 /// practice: replies are read without waiting at every send, see
 /// [`Node::drain_ready`]).
@@ -108,11 +112,20 @@ impl Node {
     }
 
     /// The error for a reply saying the library is missing (`Function not
-    /// found`), if `r` is one. A connection that loads the library is dropped,
+    /// found`, or `FCALL` unknown to an old server), if `r` is one. A connection that loads the library is dropped,
     /// so the next attempt reconnects and loads it; a tenant's keeps its
     /// connection and works again once the admin has loaded it.
     fn library_missing(&mut self, what: &str, r: &Reply) -> Option<StoreError> {
         let text = self.error_text(r)?;
+        if text.starts_with(b"ERR unknown command")
+            && text.to_ascii_lowercase().windows(5).any(|w| w == b"fcall")
+        {
+            return Some(StoreError::Refused(format!(
+                "{what}: {}: {}: {NEEDS_FUNCTIONS}",
+                self.addr,
+                String::from_utf8_lossy(text)
+            )));
+        }
         if !text.starts_with(b"ERR Function not found") {
             return None;
         }
@@ -360,9 +373,7 @@ impl Node {
                 }
                 let e = self.unexpected(&format!("{}: {what}", self.addr), r);
                 if has(b"unknown command") {
-                    return Err(StoreError::Refused(format!(
-                        "{e}: the state backend needs Redis >= 7.0 or Valkey (functions)"
-                    )));
+                    return Err(StoreError::Refused(format!("{e}: {NEEDS_FUNCTIONS}")));
                 }
                 Err(e)
             }
