@@ -344,14 +344,17 @@ impl Node {
             self.load_refused = None;
             if let Err(e) = self.loaded(r) {
                 let text = self.error_text(r).unwrap_or_default();
-                if text.windows(15).any(|w| w == b"unknown command") {
-                    // A server without functions: no call could work.
+                // Writes refused for now (too few replicas, out of memory, a
+                // failed save): the server may well have the library already;
+                // if not, the call that needs it says why. Anything else (an
+                // old server, no permission) is the connection's failure.
+                let for_now = [&b"NOREPLICAS"[..], b"OOM", b"MISCONF"]
+                    .iter()
+                    .any(|p| text.starts_with(p));
+                if !for_now {
                     self.drop_conn();
                     return Err(e);
                 }
-                // The server may well have it already (the load is a write,
-                // refused as any write is); if not, the call that needs it
-                // says why.
                 self.load_refused = Some(String::from_utf8_lossy(text).into_owned());
             }
         }

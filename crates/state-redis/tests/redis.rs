@@ -221,23 +221,28 @@ fn a_flushed_library_fails_one_batch_then_is_loaded_again() {
 }
 
 /// Loading the library is a write: a server that refuses writes (too few
-/// replicas here; out of memory alike) still takes connections and reads,
-/// and a call that needs the missing library says why it is missing.
+/// replicas; out of memory) still takes connections and reads, and a call
+/// that needs the missing library says why it is missing.
 #[test]
 fn a_server_refusing_writes_still_connects_and_names_the_refused_load() {
-    let srv = RedisServer::start(&["--min-replicas-to-write", "1"]).expect("start redis-server");
-    let mut s = RedisStore::open(&srv.url()).unwrap();
-    let mut ops = Ops::new();
-    let g = ops.get(k(1, b"x"));
-    s.execute(&mut ops).unwrap();
-    assert_eq!(ops.value(g), None);
-    ops.clear();
-    ops.pool_init(k(3, b"p"), 4);
-    let e = s.execute(&mut ops).unwrap_err().to_string();
-    assert!(
-        e.contains("no function library sluice_v1") && e.contains("NOREPLICAS"),
-        "{e}"
-    );
+    for (setting, refusal) in [
+        (["--min-replicas-to-write", "1"], "NOREPLICAS"),
+        (["--maxmemory", "100kb"], "OOM"),
+    ] {
+        let srv = RedisServer::start(&setting).expect("start redis-server");
+        let mut s = RedisStore::open(&srv.url()).unwrap();
+        let mut ops = Ops::new();
+        let g = ops.get(k(1, b"x"));
+        s.execute(&mut ops).unwrap();
+        assert_eq!(ops.value(g), None);
+        ops.clear();
+        ops.pool_init(k(3, b"p"), 4);
+        let e = s.execute(&mut ops).unwrap_err().to_string();
+        assert!(
+            e.contains("no function library sluice_v1") && e.contains(refusal),
+            "{e}"
+        );
+    }
 }
 
 #[test]
