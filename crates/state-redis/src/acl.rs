@@ -1,6 +1,7 @@
 //! Store isolation between tenants: one Redis/Valkey ACL user per tenant, whose
 //! key pattern covers only the keys stored under that tenant's prefix, and the
-//! admin connection that creates and deletes those users.
+//! admin connection that creates and deletes those users and loads the
+//! backend's functions.
 //!
 //! A tenant's instances connect as [`tenant_user`] with `?prefix=`
 //! [`tenant_prefix`]: every key and timer set they touch then starts with the
@@ -8,7 +9,9 @@
 //! inside the backend's functions too. A tenant user may call those functions
 //! (`FCALL`) but not load code (`FUNCTION LOAD`, `SCRIPT LOAD`, `EVAL`): the
 //! store is shared, and Lua of a tenant's own could keep it busy for every
-//! tenant. The admin loads the library ([`Admin::load_library`]). Tenant names are escaped so that no name can widen the
+//! tenant. The admin loads the library ([`Admin::load_library`]).
+//!
+//! Tenant names are escaped so that no name can widen the
 //! pattern: only `[A-Za-z0-9_-]` pass unchanged, everything else (`.` included,
 //! so `t.a.` never prefixes tenant `a.b`'s `t.a%2Eb.`) becomes `%XX`.
 
@@ -146,8 +149,9 @@ impl Admin {
     }
 
     /// Creates or redefines `tenant`'s user with `password` on every node.
-    /// Its connections also need the function library ([`Admin::load_library`]),
-    /// which they may not load themselves. A node that fails (a dead cluster node) does not keep the user off the
+    /// Its connections also need the function library
+    /// ([`Admin::load_library`]), which they may not load themselves. A node
+    /// that fails (a dead cluster node) does not keep the user off the
     /// others: every node is tried, and the first failure is returned.
     pub fn set_tenant_user(&mut self, tenant: &str, password: &Secret) -> Result<(), StoreError> {
         let args = setuser_args(&tenant_user(tenant), password, &tenant_prefix(tenant));

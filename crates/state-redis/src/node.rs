@@ -49,8 +49,9 @@ pub(crate) struct Node {
     /// loads it on purpose: `acl::Admin::load_library`).
     pub(crate) load_library: bool,
     /// Why the last connection's load of the library was refused, if it was
-    /// (a write refused: too few replicas, out of memory, no permission):
-    /// for the error of a call that then finds it missing.
+    /// refused as any write may be (too few replicas, out of memory, a failed
+    /// save) and the connection kept: for the error of a call that then
+    /// finds the library missing.
     load_refused: Option<String>,
 }
 
@@ -112,9 +113,10 @@ impl Node {
     }
 
     /// The error for a reply saying the library is missing (`Function not
-    /// found`, or `FCALL` unknown to an old server), if `r` is one. A connection that loads the library is dropped,
-    /// so the next attempt reconnects and loads it; a tenant's keeps its
-    /// connection and works again once the admin has loaded it.
+    /// found`, or `FCALL` unknown to an old server), if `r` is one. A
+    /// connection that loads the library is dropped, so the next attempt
+    /// reconnects and loads it; a tenant's keeps its connection and works
+    /// again once the admin has loaded it.
     fn library_missing(&mut self, what: &str, r: &Reply) -> Option<StoreError> {
         let text = self.error_text(r)?;
         if text.starts_with(b"ERR unknown command")

@@ -22,24 +22,24 @@
 /// The library's name: what `FUNCTION LOAD` registers and errors name.
 pub const LIBRARY_NAME: &str = "sluice_v1";
 
-/// Compare-and-set. KEYS[1]; ARGV: expect_present, expected, set_new, new.
+/// Compare-and-set. `KEYS[1]`; ARGV: expect_present, expected, set_new, new.
 pub const CAS: &str = "sluice_v1_cas";
-/// Creates a pool unless it exists. KEYS[1] = pool meta hash; ARGV[1] = size.
+/// Creates a pool unless it exists. `KEYS[1]` = pool meta hash; `ARGV[1]` = size.
 pub const POOL_INIT: &str = "sluice_v1_pool_init";
 /// Takes an item: never-used items first, then the least recently freed.
 /// KEYS = meta hash, freed list, freed set. Returns -1 when exhausted, -2
 /// without pool.
 pub const POOL_ALLOC: &str = "sluice_v1_pool_alloc";
-/// Takes up to ARGV[1] (at most [`MAX_TAKE`]) items in one step, in the order
+/// Takes up to `ARGV[1]` (at most [`MAX_TAKE`]) items in one step, in the order
 /// as many [`POOL_ALLOC`]s would. KEYS as [`POOL_ALLOC`]. Returns the items
 /// (fewer when the pool runs out), or -2 without pool.
 pub const POOL_TAKE: &str = "sluice_v1_pool_take";
 /// Returns an item; double frees and never-allocated items are ignored.
-/// KEYS = meta hash, freed list, freed set; ARGV[1] = item.
+/// KEYS = meta hash, freed list, freed set; `ARGV[1]` = item.
 pub const POOL_FREE: &str = "sluice_v1_pool_free";
-/// Removes and returns up to ARGV[2] (at most [`MAX_EXPIRED`]) members of the
-/// timer set KEYS[1] whose score (deadline in microseconds) is at most
-/// ARGV[1]: one atomic step, so each timer is returned to exactly one caller.
+/// Removes and returns up to `ARGV[2]` (at most [`MAX_EXPIRED`]) members of the
+/// timer set `KEYS[1]` whose score (deadline in microseconds) is at most
+/// `ARGV[1]`: one atomic step, so each timer is returned to exactly one caller.
 pub const TAKE_EXPIRED: &str = "sluice_v1_take_expired";
 
 /// The most items one [`POOL_TAKE`] hands out: the NAT takes at most 4096 at

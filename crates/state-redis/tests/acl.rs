@@ -511,7 +511,17 @@ fn a_missing_library_is_a_clear_error_until_the_admin_loads_it() {
     }
     let mut out = Vec::new();
     missing(a.take_expired(Namespace(9), 1, 10, &mut out).unwrap_err());
+    // Other code under the library's name (a stale or forged load) is
+    // replaced, not kept.
+    let stale = format!(
+        "#!lua name={LIBRARY_NAME}\nredis.register_function('{LIBRARY_NAME}_cas', function() return 1 end)"
+    );
+    let r = admin
+        .command(0, &[b"FUNCTION", b"LOAD", stale.as_bytes()])
+        .unwrap();
+    assert_eq!(r, Value::Bulk(Some(LIBRARY_NAME.as_bytes().to_vec())));
     assert_eq!(admin.load_library().unwrap(), 1);
+    assert_eq!(admin.load_library().unwrap(), 0);
     assert!(!cas(&mut a, b"2").unwrap(), "c was set before the flush");
 
     // Restarted empty: no users, no library, no keys. The controller's sync
