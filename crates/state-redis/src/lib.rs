@@ -517,7 +517,8 @@ pub struct RedisStore {
 }
 
 impl RedisStore {
-    /// Connects (and loads the scripts). Fails if the server cannot be reached.
+    /// Connects (authenticating, and loading the function library unless it
+    /// connects as a tenant's user). Fails if the server cannot be reached.
     pub fn connect(cfg: Config) -> Result<RedisStore, StoreError> {
         let mut node = Node::new(cfg.addr.clone(), cfg.timeout, cfg.poll);
         node.auth = cfg.auth.clone();

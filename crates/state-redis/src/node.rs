@@ -284,7 +284,8 @@ impl Node {
         self.receive(0).map(|_| ())
     }
 
-    /// Connects and loads the scripts, unless connected.
+    /// Connects (authenticating, and loading the function library where
+    /// [`Node::loads_library`]), unless connected.
     pub(crate) fn ensure_conn(&mut self) -> Result<(), StoreError> {
         if self.stream.is_some() {
             return Ok(());
