@@ -917,8 +917,10 @@ pub fn run(
 pub const BENCH_TENANT: &str = "bench";
 
 /// Creates [`BENCH_TENANT`]'s ACL user on the store at `url` (which must allow
-/// `ACL SETUSER`: a private server's default user, or an admin URL) with a
-/// fresh password kept in a file under `dir`, and returns its URL.
+/// `ACL SETUSER` and `FUNCTION LOAD`: a private server's default user, or an
+/// admin URL) with a fresh password kept in a file under `dir`, loads the
+/// backend's function library (which the tenant's user may not), and returns
+/// its URL.
 pub fn tenant_url(url: &str, dir: &Path) -> Result<String, String> {
     use sluice_state_redis::acl::{tenant_prefix, tenant_user, Admin};
     let mut admin = Admin::open(url).map_err(|e| e.to_string())?;
@@ -930,6 +932,7 @@ pub fn tenant_url(url: &str, dir: &Path) -> Result<String, String> {
     admin
         .set_tenant_user(BENCH_TENANT, &sluice_state_redis::Secret::new(pw.as_str()))
         .map_err(|e| e.to_string())?;
+    admin.load_library().map_err(|e| e.to_string())?;
     let file = dir.join("store-tenant.pw");
     std::fs::write(&file, &pw).map_err(|e| format!("{}: {e}", file.display()))?;
     let (scheme, rest) = url.split_once("://").ok_or("no scheme")?;

@@ -9,6 +9,11 @@
 //! never enters the desired state or the database; the pusher adds it to the
 //! configuration it sends ([`Passwords::fill`]). Without a user in the state URL
 //! nothing changes: instances share the URL, as before.
+//!
+//! Tenant users may not load code on the shared store, so the same
+//! synchronisation loads the state backend's function library on every node
+//! that lacks it (`Admin::load_library`): a node that restarted empty gets its
+//! users and the library back within [`RESYNC`].
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
@@ -20,8 +25,9 @@ use sluice_state::StoreError;
 use sluice_state_redis::acl::{tenant_prefix, tenant_user, Admin};
 use sluice_state_redis::Secret;
 
-/// How often the users are defined again even if no tenant changed: a store
-/// that restarted without them gets them back within this.
+/// How often the users are defined again (and the function library checked)
+/// even if no tenant changed: a store that restarted without them gets them
+/// back within this.
 pub const RESYNC: Duration = Duration::from_secs(10);
 
 /// How long after a failed synchronisation the next is tried.
@@ -164,17 +170,30 @@ impl StoreAcl {
     }
 
     /// Brings the store's tenant users in line with `tenants` if [`StoreAcl::due`]:
-    /// deletes those of departed tenants, (re)defines every tenant's.
+    /// loads the function library where it is missing (first: a tenant's
+    /// instances need it as soon as they can log in), deletes the users of
+    /// departed tenants, (re)defines every tenant's.
     pub fn sync(&mut self, tenants: &BTreeSet<String>, now: Instant) -> Result<(), StoreError> {
         if !self.due(tenants, now) {
             return Ok(());
         }
         let r = (|| {
-            let existing = self.admin.tenant_users()?;
-            let p = plan(&existing, tenants);
             // Every step is tried: a dead cluster node fails each of them,
             // and must not keep the live nodes from getting the rest.
-            let mut first = Ok(());
+            let mut first = match self.admin.load_library() {
+                Ok(0) => Ok(()),
+                Ok(n) => {
+                    tracing::info!(
+                        nodes = n,
+                        library = sluice_state_redis::scripts::LIBRARY_NAME,
+                        "loaded the state functions on store nodes that lacked them"
+                    );
+                    Ok(())
+                }
+                Err(e) => Err(e),
+            };
+            let existing = self.admin.tenant_users()?;
+            let p = plan(&existing, tenants);
             for user in &p.delete {
                 first = first.and(self.admin.delete_user(user));
             }
@@ -334,6 +353,8 @@ mod tests {
                 .tenant_users()
                 .unwrap();
             assert_eq!(users, [tenant_user("a"), tenant_user("b")], "{live}");
+            let mut one = Admin::open(&url(std::slice::from_ref(live))).unwrap();
+            assert_eq!(one.load_library().unwrap(), 0, "{live} has the library");
         }
     }
 

@@ -2,7 +2,8 @@
 //! authentication on: applying a tenant creates its ACL user, its instances are
 //! pushed their tenant's URL and password (which never reach the database), the
 //! password works only for that tenant's keys, and deleting the tenant deletes
-//! the user.
+//! the user. The controller also loads the backend's function library, which
+//! tenant users may not load, and loads it again when the store loses it.
 
 use std::net::Ipv4Addr;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -15,7 +16,8 @@ use sluice_controller::store_acl::tenant_password;
 use sluice_controller::{serve, ServerOptions};
 use sluice_proto::{AgentConfig, HostRegistration, VmRegistration};
 use sluice_state::{Key, Namespace, Ops, StateStore};
-use sluice_state_redis::acl::{tenant_user, Admin};
+use sluice_state_redis::acl::{tenant_user, Admin, Value};
+use sluice_state_redis::scripts::LIBRARY_NAME;
 use sluice_state_redis::server::RedisServer;
 use sluice_state_redis::{RedisStore, Secret};
 
@@ -195,6 +197,29 @@ fn tenants_get_store_users_that_reach_only_their_own_keys() {
     let mut ops = Ops::new();
     ops.put(k(), b"acme's");
     acme.execute(&mut ops).unwrap();
+    // Compare-and-set is a function of the library: the controller loaded it.
+    let mut cas = |v: &[u8]| {
+        let mut ops = Ops::new();
+        let pool = Key::new(Namespace(1), 2, b"pool");
+        ops.compare_and_set_raw(k(), Some(b"acme's"), Some(v));
+        ops.compare_and_set_raw(k(), Some(v), Some(b"acme's"));
+        let p = ops.pool_init(pool, 4);
+        acme.execute(&mut ops).map(|()| ops.swapped(p))
+    };
+    assert!(cas(b"x").unwrap());
+    // A store that loses it (flushed here; restarted empty alike) gets it
+    // back from the controller's periodic sync, and the tenant's connection
+    // works again by itself.
+    let r = admin.command(0, &[b"FUNCTION", b"FLUSH"]).unwrap();
+    assert_eq!(r, Value::Simple("OK".into()));
+    let e = cas(b"y").unwrap_err().to_string();
+    assert!(
+        e.contains(&format!("no function library {LIBRARY_NAME}")),
+        "{e}"
+    );
+    eventually("the controller loads the library again", || {
+        cas(b"z").is_ok()
+    });
     // beta's user, aiming at acme's keys, is refused.
     let mut beta_as_acme = open("beta", Some("acme")).unwrap();
     let mut read = Ops::new();

@@ -1,11 +1,17 @@
 //! Store isolation between tenants: one Redis/Valkey ACL user per tenant, whose
 //! key pattern covers only the keys stored under that tenant's prefix, and the
-//! admin connection that creates and deletes those users.
+//! admin connection that creates and deletes those users and loads the
+//! backend's functions.
 //!
 //! A tenant's instances connect as [`tenant_user`] with `?prefix=`
 //! [`tenant_prefix`]: every key and timer set they touch then starts with the
 //! prefix (`t.acme.{XXXXXXXX}k`), and the server refuses (`NOPERM`) any other key,
-//! inside scripts too. Tenant names are escaped so that no name can widen the
+//! inside the backend's functions too. A tenant user may call those functions
+//! (`FCALL`) but not load code (`FUNCTION LOAD`, `SCRIPT LOAD`, `EVAL`): the
+//! store is shared, and Lua of a tenant's own could keep it busy for every
+//! tenant. The admin loads the library ([`Admin::load_library`]).
+//!
+//! Tenant names are escaped so that no name can widen the
 //! pattern: only `[A-Za-z0-9_-]` pass unchanged, everything else (`.` included,
 //! so `t.a.` never prefixes tenant `a.b`'s `t.a%2Eb.`) becomes `%XX`.
 
@@ -15,9 +21,12 @@ use crate::node::Node;
 use crate::resp::Reply;
 use crate::{Auth, Secret};
 
-/// Every command the state backend sends, directly or from its scripts
-/// (`crate::scripts`), and nothing else: a tenant user is allowed exactly these.
-/// `AUTH` needs no permission; `CLUSTER|SLOTS`, `ASKING`, `WAIT` and `ROLE` are for Redis Cluster.
+/// Every command the state backend sends as a tenant's user, directly or from
+/// its functions ([`crate::scripts`]), and nothing else: a tenant user is
+/// allowed exactly these. `AUTH` needs no permission; `CLUSTER|SLOTS`, `ASKING`,
+/// `WAIT` and `ROLE` are for Redis Cluster. Nothing that loads or runs code of
+/// the caller's (`FUNCTION LOAD`/`DELETE`/`FLUSH`/`RESTORE`, `SCRIPT LOAD`,
+/// `EVAL`, `EVALSHA`): only `FCALL` of functions the admin loaded.
 pub const TENANT_COMMANDS: &[&str] = &[
     // Sent directly (node.rs, cluster.rs).
     "get",
@@ -27,13 +36,12 @@ pub const TENANT_COMMANDS: &[&str] = &[
     "incrby",
     "zadd",
     "zrem",
-    "evalsha",
-    "script|load",
+    "fcall",
     "cluster|slots",
     "asking",
     "wait",
     "role",
-    // Called by the scripts.
+    // Called by the functions.
     "exists",
     "hset",
     "hget",
@@ -100,8 +108,9 @@ pub struct Admin {
 impl Admin {
     /// Connects to `redis://USER@HOST:PORT` or `redis-cluster://USER@H:P,...`
     /// (or their TLS variants `rediss://`, `rediss-cluster://`; password as in
-    /// [`crate::Config::from_url`]); the user needs the `ACL`
-    /// command. For a cluster, list every node: each keeps its own users.
+    /// [`crate::Config::from_url`]); the user needs the `ACL` command, and
+    /// `FUNCTION` for [`Admin::load_library`]. For a cluster, list every node:
+    /// each keeps its own users.
     pub fn open(url: &str) -> Result<Admin, StoreError> {
         let cluster = crate::is_cluster_url(url);
         let scheme = if cluster {
@@ -127,7 +136,7 @@ impl Admin {
                 );
                 n.auth = u.auth.clone();
                 n.tls = u.tls.clone();
-                n.load_scripts = false;
+                n.load_library = false;
                 n
             })
             .collect();
@@ -140,7 +149,9 @@ impl Admin {
     }
 
     /// Creates or redefines `tenant`'s user with `password` on every node.
-    /// A node that fails (a dead cluster node) does not keep the user off the
+    /// Its connections also need the function library
+    /// ([`Admin::load_library`]), which they may not load themselves. A node
+    /// that fails (a dead cluster node) does not keep the user off the
     /// others: every node is tried, and the first failure is returned.
     pub fn set_tenant_user(&mut self, tenant: &str, password: &Secret) -> Result<(), StoreError> {
         let args = setuser_args(&tenant_user(tenant), password, &tenant_prefix(tenant));
@@ -157,6 +168,54 @@ impl Admin {
             first = first.and(r);
         }
         first
+    }
+
+    /// Loads the state backend's function library ([`crate::scripts::LIBRARY`])
+    /// on every node that lacks it or holds other code under its name
+    /// (`FUNCTION LOAD REPLACE`), and returns on how many it did. Tenant users
+    /// cannot load it, so this is what gives their connections the library,
+    /// and gives it back to a node that restarted empty. A replica refuses
+    /// the load (`READONLY`) and is left alone: it gets the library from its
+    /// primary. As in [`Admin::set_tenant_user`], every node is tried.
+    pub fn load_library(&mut self) -> Result<usize, StoreError> {
+        use crate::scripts::{LIBRARY, LIBRARY_NAME};
+        let mut first = Ok(());
+        let mut loaded = 0;
+        for n in &mut self.nodes {
+            let r = (|| {
+                let listed = call(
+                    n,
+                    &[
+                        b"FUNCTION",
+                        b"LIST",
+                        b"LIBRARYNAME",
+                        LIBRARY_NAME.as_bytes(),
+                        b"WITHCODE",
+                    ],
+                )?;
+                let Reply::Array(Some(_)) = &listed else {
+                    let e = n.unexpected(&format!("{}: FUNCTION LIST", n.addr), &listed);
+                    return Err(match n.error_text(&listed) {
+                        Some(t) if t.starts_with(b"ERR unknown command") => {
+                            StoreError::Refused(format!("{e}: {}", crate::node::NEEDS_FUNCTIONS))
+                        }
+                        _ => e,
+                    });
+                };
+                // The code is unique to the library (its first line names it).
+                if holds_bulk(&owned(&n.rbuf, &listed), LIBRARY.as_bytes()) {
+                    return Ok(false);
+                }
+                let r = call(n, &[b"FUNCTION", b"LOAD", b"REPLACE", LIBRARY.as_bytes()])?;
+                n.loaded(&r)?;
+                Ok(matches!(r, Reply::Bulk(Some(_))))
+            })();
+            match r {
+                Ok(fresh) => loaded += usize::from(fresh),
+                Err(e) => first = first.and(Err(e)),
+            }
+        }
+        first.map(|()| loaded)
     }
 
     /// Deletes `user` on every node (its connections are closed by the
@@ -217,7 +276,7 @@ impl Admin {
 impl Admin {
     /// A counter of the `INFO` section `section` of the first node (e.g.
     /// `stats`, `total_commands_processed`), for measurements. Connecting
-    /// counts a few commands of its own (`AUTH`, the script loads).
+    /// counts a command of its own (`AUTH`, if it authenticates).
     pub fn info_field(&mut self, section: &str, field: &str) -> Result<u64, StoreError> {
         let n = &mut self.nodes[0];
         let r = call(n, &[b"INFO", section.as_bytes()])?;
@@ -260,6 +319,15 @@ impl Value {
             Value::Bulk(Some(b)) => Some(String::from_utf8_lossy(b).into_owned()),
             _ => None,
         }
+    }
+}
+
+/// Whether `v` is the bulk string `b` or holds it at any depth.
+fn holds_bulk(v: &Value, b: &[u8]) -> bool {
+    match v {
+        Value::Bulk(Some(x)) => x == b,
+        Value::Array(Some(items)) => items.iter().any(|i| holds_bulk(i, b)),
+        _ => false,
     }
 }
 
@@ -424,5 +492,25 @@ mod tests {
         );
         assert_eq!(text.len(), 9 + TENANT_COMMANDS.len());
         assert!(text.iter().all(|t| !t.contains("@all") || t == "-@all"));
+        // Functions the admin loaded may be called; no code may be loaded,
+        // run from text or removed (nor any category granted).
+        assert!(TENANT_COMMANDS.contains(&"fcall"));
+        for c in TENANT_COMMANDS {
+            let base = c.split('|').next().unwrap();
+            assert!(
+                ![
+                    "eval",
+                    "evalsha",
+                    "eval_ro",
+                    "evalsha_ro",
+                    "script",
+                    "function",
+                    "config"
+                ]
+                .contains(&base)
+                    && !c.starts_with('@'),
+                "{c}"
+            );
+        }
     }
 }

@@ -4,8 +4,10 @@
 //! operation of the batch is encoded into one buffer, written with one `write`, and
 //! the replies read back into one reused buffer (StatelessNF §4.4.3's batching and
 //! pre-allocated buffers). Operations that must be atomic on shared state —
-//! compare-and-set, allocation pools, taking expired timers — run as server-side
-//! Lua scripts, loaded once per connection and invoked by SHA1.
+//! compare-and-set, allocation pools, taking expired timers — run as the functions
+//! of one server-side Lua library ([`scripts`], Redis ≥ 7.0 or Valkey), called
+//! with `FCALL` by name. The store admin loads it ([`acl::Admin::load_library`]);
+//! a connection without a user loads it itself when it connects.
 //!
 //! Key layout (all binary-safe): a state key `k` is stored as
 //! `{XXXXXXXX}k`, where `XXXXXXXX` is the hex FNV-1a of `k`: the braces make it a
@@ -28,7 +30,7 @@ mod cluster;
 mod conn;
 mod node;
 pub mod resp;
-mod scripts;
+pub mod scripts;
 pub mod server;
 
 pub use cluster::{slot_of, ClusterStore};
@@ -515,7 +517,8 @@ pub struct RedisStore {
 }
 
 impl RedisStore {
-    /// Connects (and loads the scripts). Fails if the server cannot be reached.
+    /// Connects (authenticating, and loading the function library unless it
+    /// connects as a tenant's user). Fails if the server cannot be reached.
     pub fn connect(cfg: Config) -> Result<RedisStore, StoreError> {
         let mut node = Node::new(cfg.addr.clone(), cfg.timeout, cfg.poll);
         node.auth = cfg.auth.clone();

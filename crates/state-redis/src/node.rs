@@ -1,5 +1,6 @@
-//! One connection to one server: scripts, the pipeline buffers, encoding operations
-//! and applying their replies. Shared by the standalone and cluster stores.
+//! One connection to one server: the function library, the pipeline buffers,
+//! encoding operations and applying their replies. Shared by the standalone and
+//! cluster stores.
 
 use std::net::{TcpStream, ToSocketAddrs};
 use std::time::Duration;
@@ -22,7 +23,6 @@ pub(crate) struct Node {
     /// See `Config::poll`.
     poll: Duration,
     stream: Option<Conn>,
-    shas: Vec<Vec<u8>>,
     pub(crate) wbuf: Vec<u8>,
     pub(crate) rbuf: Vec<u8>,
     key_buf: Vec<u8>,
@@ -44,10 +44,20 @@ pub(crate) struct Node {
     unacked_after: usize,
     /// Commands ever sent without waiting (`send_unacked`, `start`).
     pub(crate) sent_total: u64,
-    /// Whether a connection loads the state scripts (a connection that runs
-    /// none, the admin's, skips them: its user may lack `SCRIPT`).
-    pub(crate) load_scripts: bool,
+    /// Whether a connection may load the function library itself (see
+    /// [`Node::loads_library`]); the admin's does not (it runs none, and
+    /// loads it on purpose: `acl::Admin::load_library`).
+    pub(crate) load_library: bool,
+    /// Why the last connection's load of the library was refused, if it was
+    /// refused as any write may be (too few replicas, out of memory, a failed
+    /// save) and the connection kept: for the error of a call that then
+    /// finds the library missing.
+    load_refused: Option<String>,
 }
+
+/// What a server without `FUNCTION` lacks, for its errors.
+pub(crate) const NEEDS_FUNCTIONS: &str =
+    "the state backend needs Redis >= 7.0 or Valkey (its atomic operations are functions)";
 
 /// Unacknowledged replies beyond which a send waits for them (never reached in
 /// practice: replies are read without waiting at every send, see
@@ -73,7 +83,6 @@ impl Node {
             timeout,
             poll,
             stream: None,
-            shas: Vec::new(),
             wbuf: Vec::with_capacity(64 * 1024),
             rbuf: Vec::with_capacity(64 * 1024),
             key_buf: Vec::with_capacity(256),
@@ -85,8 +94,61 @@ impl Node {
             fetch: None,
             unacked_after: 0,
             sent_total: 0,
-            load_scripts: true,
+            load_library: true,
+            load_refused: None,
         }
+    }
+
+    /// Whether connecting loads the function library (`FUNCTION LOAD`, kept
+    /// if the server has it): yes without a user or as an operator's own
+    /// user, which have the permission as they had `SCRIPT LOAD`; no as a
+    /// tenant's user, which may not load code (docs/SECURITY.md) and relies
+    /// on the store admin (the controller) having loaded it.
+    fn loads_library(&self) -> bool {
+        self.load_library
+            && !self
+                .auth
+                .as_ref()
+                .is_some_and(|a| a.user.starts_with(crate::acl::TENANT_USER_PREFIX))
+    }
+
+    /// The error for a reply saying the library is missing (`Function not
+    /// found`, or `FCALL` unknown to an old server), if `r` is one. A
+    /// connection that loads the library is dropped, so the next attempt
+    /// reconnects and loads it; a tenant's keeps its connection and works
+    /// again once the admin has loaded it.
+    fn library_missing(&mut self, what: &str, r: &Reply) -> Option<StoreError> {
+        let text = self.error_text(r)?;
+        if text.starts_with(b"ERR unknown command")
+            && text.to_ascii_lowercase().windows(5).any(|w| w == b"fcall")
+        {
+            return Some(StoreError::Refused(format!(
+                "{what}: {}: {}: {NEEDS_FUNCTIONS}",
+                self.addr,
+                String::from_utf8_lossy(text)
+            )));
+        }
+        if !text.starts_with(b"ERR Function not found") {
+            return None;
+        }
+        let name = scripts::LIBRARY_NAME;
+        let addr = self.addr.clone();
+        Some(if self.loads_library() {
+            self.drop_conn();
+            let why = match &self.load_refused {
+                Some(e) => format!("its load was refused: {e}"),
+                None => "flushed?".into(),
+            };
+            StoreError::Refused(format!(
+                "{what}: the store ({addr}) has no function library {name} ({why}): \
+                 it is loaded again on the next attempt"
+            ))
+        } else {
+            StoreError::Refused(format!(
+                "{what}: the store ({addr}) has no function library {name}: the controller \
+                 loads it; is the controller's store sync running?"
+            ))
+        })
     }
 
     /// Drops the connection (its pipeline state is unknown); commands sent
@@ -222,7 +284,8 @@ impl Node {
         self.receive(0).map(|_| ())
     }
 
-    /// Connects and loads the scripts, unless connected.
+    /// Connects (authenticating, and loading the function library where
+    /// [`Node::loads_library`]), unless connected.
     pub(crate) fn ensure_conn(&mut self) -> Result<(), StoreError> {
         if self.stream.is_some() {
             return Ok(());
@@ -248,27 +311,28 @@ impl Node {
         self.rpos = 0;
         self.wbuf.clear();
         // AUTH goes first in the same pipeline: its reply decides whether the
-        // rest (refused without it) is worth reading as script loads.
+        // rest (refused without it) is worth reading as the library's load.
         if let Some(a) = &self.auth {
             resp::encode(
                 &mut self.wbuf,
                 &[b"AUTH", a.user.as_bytes(), a.password.expose().as_bytes()],
             );
         }
-        let loaded: &[&str] = if self.load_scripts {
-            &scripts::ALL
-        } else {
-            &[]
-        };
-        for s in loaded {
-            resp::encode(&mut self.wbuf, &[b"SCRIPT", b"LOAD", s.as_bytes()]);
+        let load = self.loads_library();
+        if load {
+            // Without REPLACE: a server that has it keeps it (and answers at
+            // once, compiling nothing).
+            resp::encode(
+                &mut self.wbuf,
+                &[b"FUNCTION", b"LOAD", scripts::LIBRARY.as_bytes()],
+            );
         }
         let sent = self.send();
         // A cleared buffer cannot be sent again by mistake with the password in it.
         self.wbuf.clear();
         sent?;
         let authed = usize::from(self.auth.is_some());
-        let replies = self.receive(authed + loaded.len())?;
+        let replies = self.receive(authed + usize::from(load))?;
         if let (Some(a), Some(Reply::Error(range))) = (&self.auth, replies.first()) {
             let e = StoreError::Refused(format!(
                 "{}: authentication as store user `{}` failed: {}",
@@ -279,19 +343,48 @@ impl Node {
             self.drop_conn();
             return Err(e);
         }
-        let mut shas = Vec::with_capacity(replies.len());
-        for r in &replies[authed..] {
-            match r {
-                Reply::Bulk(Some(range)) => shas.push(self.rbuf[range.clone()].to_vec()),
-                other => {
-                    let e = self.unexpected("SCRIPT LOAD", other);
+        if let Some(r) = replies.get(authed) {
+            self.load_refused = None;
+            if let Err(e) = self.loaded(r) {
+                let text = self.error_text(r).unwrap_or_default();
+                // Writes refused for now (too few replicas, out of memory, a
+                // failed save): the server may well have the library already;
+                // if not, the call that needs it says why. Anything else (an
+                // old server, no permission) is the connection's failure.
+                let for_now = [&b"NOREPLICAS"[..], b"OOM", b"MISCONF"]
+                    .iter()
+                    .any(|p| text.starts_with(p));
+                if !for_now {
                     self.drop_conn();
                     return Err(e);
                 }
+                self.load_refused = Some(String::from_utf8_lossy(text).into_owned());
             }
         }
-        self.shas = shas;
         Ok(())
+    }
+
+    /// Checks the reply of a `FUNCTION LOAD` of the library: loaded, or
+    /// already there, or refused by a replica (which gets it from its
+    /// primary) are all fine.
+    pub(crate) fn loaded(&self, r: &Reply) -> Result<(), StoreError> {
+        let what = format!("FUNCTION LOAD {}", scripts::LIBRARY_NAME);
+        match r {
+            Reply::Bulk(Some(_)) | Reply::Simple(_) => Ok(()),
+            Reply::Error(range) => {
+                let text = &self.rbuf[range.clone()];
+                let has = |s: &[u8]| text.windows(s.len()).any(|w| w == s);
+                if text.starts_with(b"READONLY") || has(b"already exists") {
+                    return Ok(());
+                }
+                let e = self.unexpected(&format!("{}: {what}", self.addr), r);
+                if has(b"unknown command") {
+                    return Err(StoreError::Refused(format!("{e}: {NEEDS_FUNCTIONS}")));
+                }
+                Err(e)
+            }
+            other => Err(self.unexpected(&what, other)),
+        }
     }
 
     pub(crate) fn unexpected(&self, what: &str, r: &Reply) -> StoreError {
@@ -394,10 +487,6 @@ impl Node {
         result
     }
 
-    fn sha(&self, i: usize) -> &[u8] {
-        self.shas.get(i).map_or(&[][..], |s| &s[..])
-    }
-
     /// Appends one command for the consecutive puts (`MSET`) or deletes (`DEL`)
     /// `ops[from..to]` (all of one kind): one command for the server to parse and
     /// one reply instead of one per key. Keys apply left to right, as separate
@@ -459,20 +548,27 @@ impl Node {
                 let nv = new.map(|s| ops.arg(s)).unwrap_or(b"");
                 let ef: &[u8] = if expected.is_some() { b"1" } else { b"0" };
                 let nf: &[u8] = if new.is_some() { b"1" } else { b"0" };
-                let sha = self.shas.first().map_or(&[][..], |s| &s[..]);
                 resp::encode(
                     &mut self.wbuf,
-                    &[b"EVALSHA", sha, b"1", &self.key_buf, ef, e, nf, nv],
+                    &[
+                        b"FCALL",
+                        scripts::CAS.as_bytes(),
+                        b"1",
+                        &self.key_buf,
+                        ef,
+                        e,
+                        nf,
+                        nv,
+                    ],
                 );
             }
             Op::PoolInit { pool, size } => {
                 prefixed_key(&mut self.key_buf, self.prefix.as_bytes(), &pool);
-                let sha = self.sha(1).to_vec();
                 resp::encode(
                     &mut self.wbuf,
                     &[
-                        b"EVALSHA",
-                        &sha,
+                        b"FCALL",
+                        scripts::POOL_INIT.as_bytes(),
                         b"1",
                         &self.key_buf,
                         resp::fmt_i64(size as i64, &mut num),
@@ -488,12 +584,12 @@ impl Node {
                 self.key_buf3.clear();
                 self.key_buf3.extend_from_slice(&self.key_buf);
                 self.key_buf3.extend_from_slice(b":s");
-                let which = match op {
-                    Op::PoolAlloc { .. } => 2,
-                    Op::PoolFree { .. } => 3,
-                    _ => 5,
-                };
-                let sha = self.shas.get(which).map_or(&[][..], |s| &s[..]);
+                let f = match op {
+                    Op::PoolAlloc { .. } => scripts::POOL_ALLOC,
+                    Op::PoolFree { .. } => scripts::POOL_FREE,
+                    _ => scripts::POOL_TAKE,
+                }
+                .as_bytes();
                 let (meta, freed, set) =
                     (&self.key_buf[..], &self.key_buf2[..], &self.key_buf3[..]);
                 // The item to free, or how many to take; allocation has no argument.
@@ -506,8 +602,8 @@ impl Node {
                     Some(a) => resp::encode(
                         &mut self.wbuf,
                         &[
-                            b"EVALSHA",
-                            sha,
+                            b"FCALL",
+                            f,
                             b"3",
                             meta,
                             freed,
@@ -515,9 +611,7 @@ impl Node {
                             resp::fmt_i64(a, &mut num),
                         ],
                     ),
-                    None => {
-                        resp::encode(&mut self.wbuf, &[b"EVALSHA", sha, b"3", meta, freed, set])
-                    }
+                    None => resp::encode(&mut self.wbuf, &[b"FCALL", f, b"3", meta, freed, set]),
                 }
             }
             Op::ArmTimer { key, deadline_ns } => {
@@ -541,8 +635,7 @@ impl Node {
     }
 
     /// Stores the result of operation `i` from its reply. An error reply is returned
-    /// as an error (and a lost-scripts error drops the connection so the next batch
-    /// reloads them).
+    /// as an error (a missing library's names it, see [`Node::library_missing`]).
     pub(crate) fn apply_reply(
         &mut self,
         ops: &mut Ops,
@@ -585,21 +678,16 @@ impl Node {
                 return Ok(());
             }
             (_, other) => {
-                let e = self.unexpected(op_name(&op), other);
-                if self
-                    .error_text(other)
-                    .is_some_and(|t| t.starts_with(b"NOSCRIPT"))
-                {
-                    self.drop_conn();
-                }
-                return Err(e);
+                return Err(self
+                    .library_missing(op_name(&op), other)
+                    .unwrap_or_else(|| self.unexpected(op_name(&op), other)));
             }
         };
         ops.set_result(i, res);
         Ok(())
     }
 
-    /// Takes expired timers of `ns` in one atomic script call.
+    /// Takes expired timers of `ns` in one atomic function call.
     pub(crate) fn take_expired(
         &mut self,
         ns: Namespace,
@@ -614,12 +702,18 @@ impl Node {
         self.wbuf.clear();
         let mut a = [0u8; 24];
         let mut b = [0u8; 24];
-        let sha = self.sha(4).to_vec();
         let now_us = resp::fmt_i64((now_ns / 1000) as i64, &mut a);
-        let max = resp::fmt_i64(max.min(1000) as i64, &mut b);
+        let max = resp::fmt_i64(max.min(scripts::MAX_EXPIRED) as i64, &mut b);
         resp::encode(
             &mut self.wbuf,
-            &[b"EVALSHA", &sha, b"1", &self.key_buf, now_us, max],
+            &[
+                b"FCALL",
+                scripts::TAKE_EXPIRED.as_bytes(),
+                b"1",
+                &self.key_buf,
+                now_us,
+                max,
+            ],
         );
         self.send()?;
         let replies = self.receive(1)?;
@@ -638,16 +732,9 @@ impl Node {
                 }
                 Ok(())
             }
-            other => {
-                let e = self.unexpected("take_expired", other);
-                if self
-                    .error_text(other)
-                    .is_some_and(|t| t.starts_with(b"NOSCRIPT"))
-                {
-                    self.drop_conn();
-                }
-                Err(e)
-            }
+            other => Err(self
+                .library_missing("take_expired", other)
+                .unwrap_or_else(|| self.unexpected("take_expired", other))),
         }
     }
 }

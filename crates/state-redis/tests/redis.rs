@@ -64,8 +64,8 @@ fn info_fields_count_the_commands_a_store_sends() {
     }
     redis.execute(&mut ops).unwrap();
     let after = field("total_commands_processed").unwrap();
-    // Connecting loads scripts; the puts travel as one MSET, and each INFO
-    // counts itself.
+    // Connecting loads the function library; the puts travel as one MSET,
+    // and each INFO counts itself.
     assert!(after > before + 1, "{before} -> {after}");
     assert!(field("no_such_field")
         .unwrap_err()
@@ -194,22 +194,55 @@ fn failures_are_errors_and_the_next_batch_reconnects() {
     assert!(ops.swapped(p));
 }
 
+/// Without a user the backend loads its function library itself: a server
+/// that lost it (`FUNCTION FLUSH`, or a restart) fails one batch, naming the
+/// library, and the next batch reconnects and loads it again.
 #[test]
-fn flushed_scripts_fail_one_batch_then_recover() {
+fn a_flushed_library_fails_one_batch_then_is_loaded_again() {
     let srv = server();
     let mut s = RedisStore::open(&srv.url()).unwrap();
     let mut admin = std::net::TcpStream::connect(("127.0.0.1", srv.port())).unwrap();
     use std::io::{Read, Write};
-    admin.write_all(b"SCRIPT FLUSH\r\n").unwrap();
+    admin.write_all(b"FUNCTION FLUSH\r\n").unwrap();
     let mut buf = [0u8; 16];
-    let _ = admin.read(&mut buf).unwrap();
+    let n = admin.read(&mut buf).unwrap();
+    assert!(buf[..n].starts_with(b"+OK"), "{:?}", &buf[..n]);
     let mut ops = Ops::new();
     ops.pool_init(k(3, b"p"), 4);
-    assert!(matches!(s.execute(&mut ops), Err(StoreError::Refused(m)) if m.contains("NOSCRIPT")));
+    let e = s.execute(&mut ops).unwrap_err().to_string();
+    assert!(
+        e.contains("pool_init") && e.contains("no function library sluice_v1"),
+        "{e}"
+    );
     ops.clear();
     let id = ops.pool_init(k(3, b"p"), 4);
     s.execute(&mut ops).unwrap();
     assert!(ops.swapped(id));
+}
+
+/// Loading the library is a write: a server that refuses writes (too few
+/// replicas; out of memory) still takes connections and reads, and a call
+/// that needs the missing library says why it is missing.
+#[test]
+fn a_server_refusing_writes_still_connects_and_names_the_refused_load() {
+    for (setting, refusal) in [
+        (["--min-replicas-to-write", "1"], "NOREPLICAS"),
+        (["--maxmemory", "100kb"], "OOM"),
+    ] {
+        let srv = RedisServer::start(&setting).expect("start redis-server");
+        let mut s = RedisStore::open(&srv.url()).unwrap();
+        let mut ops = Ops::new();
+        let g = ops.get(k(1, b"x"));
+        s.execute(&mut ops).unwrap();
+        assert_eq!(ops.value(g), None);
+        ops.clear();
+        ops.pool_init(k(3, b"p"), 4);
+        let e = s.execute(&mut ops).unwrap_err().to_string();
+        assert!(
+            e.contains("no function library sluice_v1") && e.contains(refusal),
+            "{e}"
+        );
+    }
 }
 
 #[test]
