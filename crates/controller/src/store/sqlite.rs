@@ -567,7 +567,11 @@ fn write_all(
                 tx.prepare_cached(
                     "INSERT INTO fabric_secrets (id, secret, sending) VALUES (?1, ?2, ?3)",
                 )?
-                .execute(params![*id as i64, &secret[..], (*id == f.sending) as i64])?;
+                .execute(params![
+                    *id as i64,
+                    &secret[..],
+                    (*id == f.sending) as i64
+                ])?;
             }
         }
     }
@@ -610,7 +614,11 @@ fn write_all(
         }
     }
     diff.delete_gone(tx, "hosts", "DELETE FROM hosts WHERE id = ?1")?;
-    diff.delete_gone(tx, "host_capacity", "DELETE FROM host_capacity WHERE host = ?1")?;
+    diff.delete_gone(
+        tx,
+        "host_capacity",
+        "DELETE FROM host_capacity WHERE host = ?1",
+    )?;
     for v in d.vms.values() {
         let r = &v.reg;
         let h = row_hash((
