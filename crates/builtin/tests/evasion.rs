@@ -338,7 +338,7 @@ fn ipv4_fragments(f: &[u8], at: usize) -> [Vec<u8>; 2] {
         let flags = (off / 8) as u16 | if more { 0x2000 } else { 0 };
         v[20..22].copy_from_slice(&flags.to_be_bytes());
         v[24..26].copy_from_slice(&[0, 0]);
-        let sum = sluice_wire::checksum::fold(sluice_wire::checksum::sum(0, &v[14..34]));
+        let sum = sluice_wire::checksum::checksum(&v[14..34]);
         v[24..26].copy_from_slice(&sum.to_be_bytes());
         v
     };
