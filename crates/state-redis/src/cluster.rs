@@ -24,10 +24,20 @@ const MAX_REDIRECTS: usize = 5;
 const DEFAULT_WAIT: u8 = 1;
 /// How long a batch waits for them unless the URL says (`?wait_ms=T`).
 const DEFAULT_WAIT_MS: u64 = 50;
-/// After a primary answered `WAIT` short, how long its writes go without
-/// waiting: its replica is likely gone, and waiting `wait_ms` on every batch
-/// until the cluster notices would stall the data plane, not protect it.
+/// After `wait_ms` ran out, how long the same batch waits again unless the URL
+/// says (`?rewait_ms=T`; 0: no second wait). A replica of a loaded machine
+/// can lag past `wait_ms` while alive; giving up on it at once would leave
+/// that primary's writes unwaited, and a kill then could lose them.
+const DEFAULT_REWAIT_MS: u64 = 250;
+/// After a primary answered both waits short, how long its writes go without
+/// waiting: its replica is likely gone, and waiting on every batch until the
+/// cluster notices would stall the data plane, not protect it. Doubled on
+/// each further double shortfall up to [`MAX_SHORTFALL_BACKOFF`], so a dead
+/// replica the slot map still lists costs ever fewer stalled batches; reset
+/// by a `WAIT` answered in full.
 const SHORTFALL_BACKOFF: Duration = Duration::from_secs(1);
+/// The longest [`SHORTFALL_BACKOFF`] grows to.
+const MAX_SHORTFALL_BACKOFF: Duration = Duration::from_secs(8);
 
 /// CRC16/XMODEM, Redis Cluster's key hash.
 pub fn crc16(data: &[u8]) -> u16 {
@@ -80,8 +90,13 @@ pub struct ClusterStore {
     wait_ms: String,
     /// Per node (as `nodes`): its replicas in the last slot map.
     replicas: Vec<u8>,
+    /// `WAIT`'s second timeout, in milliseconds, as its argument (`None`: no
+    /// second wait).
+    rewait_ms: Option<String>,
     /// Per node: until when its writes go without waiting (after a shortfall).
     unwaited_until: Vec<Option<Instant>>,
+    /// Per node: the backoff its next double shortfall sets.
+    backoff: Vec<Duration>,
     /// Per node in this round: the replicas its `WAIT` asked for (0: none sent).
     waiting: Vec<u8>,
 }
@@ -128,8 +143,12 @@ impl ClusterStore {
             settled_mark: 0,
             wait: u.wait.unwrap_or(DEFAULT_WAIT),
             wait_ms: u.wait_ms.unwrap_or(DEFAULT_WAIT_MS).to_string(),
+            rewait_ms: Some(u.rewait_ms.unwrap_or(DEFAULT_REWAIT_MS))
+                .filter(|&ms| ms > 0)
+                .map(|ms| ms.to_string()),
             replicas: Vec::new(),
             unwaited_until: Vec::new(),
+            backoff: Vec::new(),
             waiting: Vec::new(),
         };
         c.refresh()?;
@@ -148,6 +167,7 @@ impl ClusterStore {
                 self.per_node.push(Vec::new());
                 self.replicas.push(0);
                 self.unwaited_until.push(None);
+                self.backoff.push(SHORTFALL_BACKOFF);
                 self.waiting.push(0);
                 self.nodes.len() - 1
             }
@@ -344,7 +364,7 @@ impl ClusterStore {
         }
         let mut redirected = Vec::new();
         let mut moved = false;
-        let mut short = false;
+        let mut short_nodes = Vec::new();
         let mut first_err = None;
         for &n in &busy {
             let count = self.per_node[n].len()
@@ -361,11 +381,9 @@ impl ClusterStore {
                     _ => 0,
                 };
                 if acked < i64::from(self.waiting[n]) {
-                    // Answered anyway: the writes are on the primary, and
-                    // failing the batch would drop packets over a replica.
-                    self.counters.replica_shortfalls += 1;
-                    self.unwaited_until[n] = Some(Instant::now() + SHORTFALL_BACKOFF);
-                    short = true;
+                    short_nodes.push(n);
+                } else {
+                    self.backoff[n] = SHORTFALL_BACKOFF;
                 }
             }
             let mut it = replies.iter();
@@ -396,7 +414,7 @@ impl ClusterStore {
                 }
             }
         }
-        if short {
+        if !short_nodes.is_empty() && self.rewait(&short_nodes)? {
             // Learn which replicas are still streamed to; one that is gone
             // is no longer waited for.
             let _ = self.refresh();
@@ -405,6 +423,50 @@ impl ClusterStore {
             Some(e) => Err(e),
             None => Ok((redirected, moved)),
         }
+    }
+
+    /// Waits again, `rewait_ms`, on the primaries whose `WAIT` fell short
+    /// (`short`), all at once; a primary still short is counted and its
+    /// writes go unwaited for its backoff. True if any was still short.
+    ///
+    /// The batch is answered either way: its writes are on the primary, and
+    /// failing it would drop packets over a replica. An I/O error here is the
+    /// primary's own, and fails the batch closed as any other.
+    fn rewait(&mut self, short: &[usize]) -> Result<bool, StoreError> {
+        let mut still_short = Vec::new();
+        match &self.rewait_ms {
+            Some(ms) => {
+                for &n in short {
+                    let want = self.waiting[n].to_string();
+                    self.nodes[n].wbuf.clear();
+                    crate::resp::encode(
+                        &mut self.nodes[n].wbuf,
+                        &[b"WAIT", want.as_bytes(), ms.as_bytes()],
+                    );
+                    self.nodes[n].send()?;
+                }
+                for &n in short {
+                    let acked = match self.nodes[n].receive(1)?.last() {
+                        Some(Reply::Int(k)) => *k,
+                        _ => 0,
+                    };
+                    if acked < i64::from(self.waiting[n]) {
+                        still_short.push(n);
+                    } else {
+                        self.counters.replica_rewaits += 1;
+                        self.backoff[n] = SHORTFALL_BACKOFF;
+                    }
+                }
+            }
+            None => still_short.extend_from_slice(short),
+        }
+        let now = Instant::now();
+        for &n in &still_short {
+            self.counters.replica_shortfalls += 1;
+            self.unwaited_until[n] = Some(now + self.backoff[n]);
+            self.backoff[n] = (self.backoff[n] * 2).min(MAX_SHORTFALL_BACKOFF);
+        }
+        Ok(!still_short.is_empty())
     }
 
     fn fail(&mut self, e: StoreError) -> StoreError {

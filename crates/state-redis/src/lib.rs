@@ -117,11 +117,11 @@ impl Config {
                 redact_url(url)
             )));
         }
-        if u.wait.is_some() || u.wait_ms.is_some() {
+        if u.wait.is_some() || u.wait_ms.is_some() || u.rewait_ms.is_some() {
             // Waiting for a replica buys nothing without a failover that
             // promotes it, and the single-server client follows none.
             return Err(StoreError::Refused(format!(
-                "`{}`: wait and wait_ms need a replicated store: redis-cluster://HOST:PORT,...",
+                "`{}`: wait, wait_ms and rewait_ms need a replicated store: redis-cluster://HOST:PORT,...",
                 redact_url(url)
             )));
         }
@@ -205,6 +205,8 @@ pub(crate) struct UrlParts<'a> {
     pub(crate) wait: Option<u8>,
     /// `?wait_ms=T`: how long a batch waits for them.
     pub(crate) wait_ms: Option<u64>,
+    /// `?rewait_ms=T`: how long a batch waits again after `wait_ms` ran out.
+    pub(crate) rewait_ms: Option<u64>,
     /// TLS settings: the scheme was `rediss` (`rediss://`, `rediss-cluster://`).
     pub(crate) tls: Option<TlsSettings>,
 }
@@ -219,6 +221,10 @@ pub fn valid_prefix(p: &str) -> bool {
 
 /// The most replicas `?wait=N` may ask for.
 pub const MAX_WAIT_REPLICAS: u8 = 5;
+
+/// The longest `?wait_ms=` / `?rewait_ms=`, in milliseconds: below the
+/// connection's 1 s read timeout.
+pub const MAX_WAIT_MS: u64 = 900;
 
 /// Parses a store URL: `SCHEME[USER@]HOSTS[/][?OPTIONS]`.
 pub(crate) fn parse_url<'a>(url: &'a str, scheme: &str) -> Result<UrlParts<'a>, StoreError> {
@@ -256,7 +262,7 @@ pub(crate) fn parse_url<'a>(url: &'a str, scheme: &str) -> Result<UrlParts<'a>, 
         )));
     }
     let (mut poll, mut prefix, mut file) = (DEFAULT_POLL, String::new(), None);
-    let (mut wait, mut wait_ms) = (None, None);
+    let (mut wait, mut wait_ms, mut rewait_ms) = (None, None, None);
     let mut tls_opts = TlsOptions::default();
     for opt in query.split('&').filter(|o| !o.is_empty()) {
         match opt.split_once('=') {
@@ -307,22 +313,30 @@ pub(crate) fn parse_url<'a>(url: &'a str, scheme: &str) -> Result<UrlParts<'a>, 
                     ))
                 })?);
             }
-            Some(("wait_ms", v)) => {
+            Some((k @ ("wait_ms" | "rewait_ms"), v)) => {
+                // rewait_ms=0 is allowed: no second wait. Either stays under
+                // the connection's 1 s read timeout, which a longer `WAIT`
+                // would trip, failing the batch and dropping the connection.
+                let min = u64::from(k == "wait_ms");
                 let ms = v
                     .parse::<u64>()
                     .ok()
-                    .filter(|&ms| (1..=10_000).contains(&ms));
-                wait_ms = Some(ms.ok_or_else(|| {
+                    .filter(|&ms| (min..=MAX_WAIT_MS).contains(&ms));
+                let ms = ms.ok_or_else(|| {
                     StoreError::Refused(format!(
-                        "`{}`: wait_ms must be a number of milliseconds from 1 to 10000, not `{v}`",
+                        "`{}`: {k} must be a number of milliseconds from {min} to {MAX_WAIT_MS}, not `{v}`",
                         shown()
                     ))
-                })?);
+                })?;
+                match k {
+                    "wait_ms" => wait_ms = Some(ms),
+                    _ => rewait_ms = Some(ms),
+                }
             }
             _ => {
                 return Err(StoreError::Refused(format!(
                     "`{}`: unknown option `{opt}` (known: poll_us=N, prefix=P, password_file=PATH, \
-                     wait=N, wait_ms=T, and with TLS ca_file=PATH, cert_file=PATH, key_file=PATH, \
+                     wait=N, wait_ms=T, rewait_ms=T, and with TLS ca_file=PATH, cert_file=PATH, key_file=PATH, \
                      server_name=NAME)",
                     shown()
                 )))
@@ -357,6 +371,7 @@ pub(crate) fn parse_url<'a>(url: &'a str, scheme: &str) -> Result<UrlParts<'a>, 
         prefix,
         wait,
         wait_ms,
+        rewait_ms,
         tls,
     })
 }
@@ -724,20 +739,31 @@ mod tests {
             "redis-cluster://",
         )
         .unwrap();
-        assert_eq!((u.wait, u.wait_ms), (Some(2), Some(20)));
+        assert_eq!((u.wait, u.wait_ms, u.rewait_ms), (Some(2), Some(20), None));
+        let u = parse_url("redis-cluster://h:1?rewait_ms=0", "redis-cluster://").unwrap();
+        assert_eq!(u.rewait_ms, Some(0), "0 turns the second wait off");
         for (bad, says) in [
             ("redis-cluster://h:1?wait=9", "from 0 to 5, not `9`"),
             ("redis-cluster://h:1?wait=one", "not `one`"),
-            ("redis-cluster://h:1?wait_ms=0", "from 1 to 10000, not `0`"),
+            (
+                "redis-cluster://h:1?wait_ms=0",
+                "wait_ms must be a number of milliseconds from 1 to 900, not `0`",
+            ),
             ("redis-cluster://h:1?wait_ms=20000", "not `20000`"),
+            // Past the connection's read timeout a WAIT would fail the batch.
+            ("redis-cluster://h:1?wait_ms=1000", "not `1000`"),
+            (
+                "redis-cluster://h:1?rewait_ms=901",
+                "rewait_ms must be a number of milliseconds from 0 to 900, not `901`",
+            ),
         ] {
             let e = crate::ClusterStore::open(bad).err().expect(bad).to_string();
             assert!(e.contains(says), "{bad}: {e}");
         }
-        let e = Config::from_url("redis://h:1?wait=1")
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("need a replicated store"), "{e}");
+        for bad in ["redis://h:1?wait=1", "redis://h:1?rewait_ms=5"] {
+            let e = Config::from_url(bad).unwrap_err().to_string();
+            assert!(e.contains("need a replicated store"), "{bad}: {e}");
+        }
     }
 
     #[test]

@@ -223,14 +223,81 @@ fn a_hung_replica_slows_one_batch_not_the_data_plane() {
     cluster.replicas[0].resume();
     assert_eq!(
         k.replica_shortfalls, 1,
-        "one batch found the replica gone; later ones did not wait for it: {k:?}"
+        "one batch found the replica gone (after waiting twice); later ones did not wait for it: {k:?}"
     );
     assert_eq!(k.replica_waits, 2, "{k:?}");
+    assert_eq!(k.replica_rewaits, 0, "{k:?}");
     // Reads never wait.
     ops.clear();
     ops.get(key(1));
     c.execute(&mut ops).unwrap();
     assert_eq!(c.counters().replica_waits, 2);
+}
+
+#[test]
+fn a_lagging_replica_is_waited_for_again_not_given_up_on() {
+    // The replica stops for 100 ms, longer than `wait_ms` but shorter than
+    // the second wait: the batch's writes still reach it before the batch is
+    // answered, and the next batch waits as usual (no unwaited window in
+    // which a primary's death could lose writes).
+    let cluster = RedisCluster::start_replicated(1, 1, 1000).expect("start 1+1 nodes");
+    let url = format!("{}?wait_ms=20&rewait_ms=900", cluster.url());
+    let mut c = ClusterStore::open(&url).unwrap();
+    let mut ops = Ops::new();
+    ops.put(key(1), b"x");
+    c.execute(&mut ops).unwrap();
+    let replica = &cluster.replicas[0];
+    replica.pause();
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            // A real process: the sleep is its lag.
+            std::thread::sleep(std::time::Duration::from_millis(100));
+            replica.resume();
+        });
+        ops.clear();
+        ops.put(key(2), b"y");
+        c.execute(&mut ops).expect("the write goes on");
+    });
+    let k = c.counters();
+    assert_eq!(
+        (k.replica_waits, k.replica_rewaits, k.replica_shortfalls),
+        (2, 1, 0),
+        "the first wait fell short, the second was acknowledged: {k:?}"
+    );
+    ops.clear();
+    ops.put(key(3), b"z");
+    c.execute(&mut ops).unwrap();
+    let k = c.counters();
+    assert_eq!(
+        (k.replica_waits, k.replica_shortfalls),
+        (3, 0),
+        "the next batch waits again: {k:?}"
+    );
+}
+
+#[test]
+fn without_a_second_wait_a_lagging_replica_is_given_up_on() {
+    // The control: with `rewait_ms=0` the same lag is a shortfall.
+    let cluster = RedisCluster::start_replicated(1, 1, 1000).expect("start 1+1 nodes");
+    let url = format!("{}?wait_ms=20&rewait_ms=0", cluster.url());
+    let mut c = ClusterStore::open(&url).unwrap();
+    let mut ops = Ops::new();
+    ops.put(key(1), b"x");
+    c.execute(&mut ops).unwrap();
+    cluster.replicas[0].pause();
+    ops.clear();
+    ops.put(key(2), b"y");
+    c.execute(&mut ops).expect("the write goes on");
+    cluster.replicas[0].resume();
+    ops.clear();
+    ops.put(key(3), b"z");
+    c.execute(&mut ops).unwrap();
+    let k = c.counters();
+    assert_eq!(
+        (k.replica_waits, k.replica_rewaits, k.replica_shortfalls),
+        (2, 0, 1),
+        "short once, then unwaited: {k:?}"
+    );
 }
 
 #[test]

@@ -68,8 +68,12 @@ pub struct StoreCounters {
     /// Batches whose writes waited for replicas (replicated stores).
     pub replica_waits: u64,
     /// Of those, batches that fewer replicas acknowledged than asked for
-    /// within the wait: their writes could be lost to a failover.
+    /// within the wait and the second, longer wait: their writes could be
+    /// lost to a failover.
     pub replica_shortfalls: u64,
+    /// Of those, batches whose first wait fell short but whose second,
+    /// longer wait was acknowledged in full: a lagging, not a lost, replica.
+    pub replica_rewaits: u64,
 }
 
 impl StoreCounters {
@@ -88,6 +92,7 @@ impl StoreCounters {
             timers: self.timers - earlier.timers,
             replica_waits: self.replica_waits - earlier.replica_waits,
             replica_shortfalls: self.replica_shortfalls - earlier.replica_shortfalls,
+            replica_rewaits: self.replica_rewaits - earlier.replica_rewaits,
         }
     }
 }
