@@ -832,7 +832,7 @@ impl AgentState {
             );
         }
         let health = self.health_of(&p);
-        let gauges: [(&str, &str, &str, HealthField); 8] = [
+        let gauges: [(&str, &str, &str, HealthField); 11] = [
             (
                 "sluice_instance_suspected",
                 "gauge",
@@ -874,6 +874,24 @@ impl AgentState {
                 "counter",
                 "Reads of owned records the instance's flow cache answered.",
                 |h| h.cache_hits,
+            ),
+            (
+                "sluice_instance_store_replica_waits_total",
+                "counter",
+                "Store batches of the instance whose writes waited for a replica.",
+                |h| h.replica[0],
+            ),
+            (
+                "sluice_instance_store_replica_rewaits_total",
+                "counter",
+                "Of those, batches a replica acknowledged only on the second, longer wait (a lagging replica).",
+                |h| h.replica[1],
+            ),
+            (
+                "sluice_instance_store_replica_shortfalls_total",
+                "counter",
+                "Of those, batches no replica acknowledged in either wait: writes a store primary's death could lose.",
+                |h| h.replica[2],
             ),
             (
                 "sluice_instance_heartbeat_seen",

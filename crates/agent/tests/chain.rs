@@ -373,6 +373,15 @@ fn a_live_instance_s_latency_histograms_reach_the_agent_s_metrics() {
         let sum = sample(&m, &format!("{f}_sum{labels}")).unwrap();
         assert!(sum > 0.0 && sum < 60.0, "{f}_sum {sum}");
     }
+    // One Redis server, no replicas: nothing waited for one, and the
+    // families are there to say so.
+    for f in [
+        "sluice_instance_store_replica_waits_total",
+        "sluice_instance_store_replica_rewaits_total",
+        "sluice_instance_store_replica_shortfalls_total",
+    ] {
+        assert_eq!(sample(&m, &format!("{f}{labels}")), Some(0.0), "{f}: {m}");
+    }
     promtool::assert_lints_clean(&m);
     agent.shutdown();
 }

@@ -197,6 +197,12 @@ fn figure4_on_three_hosts_with_real_http() {
 
 /// Sum of `sluice_agent_drops_total{reason="auth_failed"}` over the agents.
 fn auth_failed_drops(lab: &Lab) -> u64 {
+    agents_sum(lab, "sluice_agent_drops_total{", "reason=\"auth_failed\"")
+}
+
+/// Sum over the agents' metrics of the samples whose line starts with
+/// `family` and contains `with`.
+fn agents_sum(lab: &Lab, family: &str, with: &str) -> u64 {
     let agent = lab.state().http();
     lab.state()
         .hosts
@@ -209,10 +215,7 @@ fn auth_failed_drops(lab: &Lab) -> u64 {
                 .into_string()
                 .unwrap();
             text.lines()
-                .filter(|l| {
-                    l.starts_with("sluice_agent_drops_total{")
-                        && l.contains("reason=\"auth_failed\"")
-                })
+                .filter(|l| l.starts_with(family) && l.contains(with))
                 .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
                 .sum::<u64>()
         })
@@ -712,7 +715,22 @@ fn a_killed_store_primary_breaks_no_connection() {
     assert!(!now.contains(&victim), "{now:?}");
 
     // No established connection was lost: every download complete and intact;
-    // new connections after the failover.
+    // new connections after the failover. The instances' replica counters
+    // say whether a replica lagged past both waits (writes then went
+    // unwaited, and a loss would be that, not a regression).
+    let replica = |what: &str| {
+        agents_sum(
+            &lab,
+            &format!("sluice_instance_store_replica_{what}_total{{"),
+            "",
+        )
+    };
+    let (waits, rewaits, shortfalls) =
+        (replica("waits"), replica("rewaits"), replica("shortfalls"));
+    eprintln!(
+        "replica waits {waits}, acknowledged on the second wait {rewaits}, shortfalls {shortfalls}"
+    );
+    assert!(waits > 0, "the instances' writes waited for replicas");
     downloads.finish_whole();
     new_connections_work(&lab);
 }

@@ -732,6 +732,7 @@ impl DataPath {
             .map(|r| s.drops.get(r).copied().unwrap_or(0))
             .sum::<u64>()
             + kernel_drops;
+        let replica = self.store.counters();
         InstanceHeartbeat {
             seq,
             rx_packets: s.rx,
@@ -744,6 +745,9 @@ impl DataPath {
             cache_hits: s.lease.cache_hits + self.chain.cache_stats().map_or(0, |c| c.hits),
             store_round_trips: self.store.round_trips,
             added_latency: s.added_latency,
+            replica_waits: replica.replica_waits,
+            replica_rewaits: replica.replica_rewaits,
+            replica_shortfalls: replica.replica_shortfalls,
         }
     }
 

@@ -768,3 +768,50 @@ fn backend_states_from_the_agents_file_steer_new_connections() {
     assert!(errors[0].contains("\"nonsense\""), "{errors:?}");
     assert!(lb_picks(&mut c, 400, 440).iter().all(|a| *a == b7));
 }
+
+/// A local store that reports replica waits, as a replicated one would.
+struct Replicated(LocalStore);
+
+impl StateStore for Replicated {
+    fn execute(&mut self, ops: &mut sluice_state::Ops) -> Result<(), sluice_state::StoreError> {
+        self.0.execute(ops)
+    }
+
+    fn take_expired(
+        &mut self,
+        ns: sluice_state::Namespace,
+        now_ns: u64,
+        max: usize,
+        out: &mut Vec<sluice_state::Key>,
+    ) -> Result<(), sluice_state::StoreError> {
+        self.0.take_expired(ns, now_ns, max, out)
+    }
+
+    fn counters(&self) -> sluice_state::StoreCounters {
+        sluice_state::StoreCounters {
+            replica_waits: 7,
+            replica_rewaits: 2,
+            replica_shortfalls: 1,
+            ..self.0.counters()
+        }
+    }
+
+    fn describe(&self) -> String {
+        "replicated(local)".into()
+    }
+}
+
+/// The store's replica counters reach the agent in the heartbeat (its
+/// metrics export them), so a write a failover could lose is visible.
+#[test]
+fn heartbeats_carry_the_store_replica_counters() {
+    let c = core_on(Box::new(Replicated(LocalStore::new())));
+    let hb = c.heartbeat(0, 0, 0);
+    assert_eq!(
+        (hb.replica_waits, hb.replica_rewaits, hb.replica_shortfalls),
+        (7, 2, 1)
+    );
+    let back = sluice_proto::InstanceHeartbeat::decode(&hb.encode()).unwrap();
+    assert_eq!(back.replica_shortfalls, 1);
+    assert_eq!(core().heartbeat(0, 0, 0).replica_waits, 0);
+}

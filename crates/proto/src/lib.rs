@@ -689,6 +689,12 @@ pub struct InstanceHealth {
     /// The latency it added to the packets it forwarded (likewise).
     #[serde(skip)]
     pub added_latency: LatencyHistogram,
+    /// Its store batches that waited for a replica, that a replica
+    /// acknowledged only on the second wait, and that none acknowledged
+    /// ([`InstanceHeartbeat::replica_waits`] and the next two; likewise only
+    /// in the agent's metrics).
+    #[serde(skip)]
+    pub replica: [u64; 3],
 }
 
 /// One local speculative failover: an instance suspected, its traffic moved to
@@ -774,8 +780,12 @@ pub const HEARTBEAT_MAGIC: [u8; 4] = *b"SLHB";
 /// an older binary started).
 pub const HEARTBEAT_BASE_LEN: usize = 4 + 4 + 8 * 8;
 
+/// Length of an encoded [`InstanceHeartbeat`] without its replica counters,
+/// as instances before them sent it (still accepted).
+pub const HEARTBEAT_HIST_LEN: usize = HEARTBEAT_BASE_LEN + 2 * LatencyHistogram::ENCODED_LEN;
+
 /// Length of an encoded [`InstanceHeartbeat`].
-pub const HEARTBEAT_LEN: usize = HEARTBEAT_BASE_LEN + 2 * LatencyHistogram::ENCODED_LEN;
+pub const HEARTBEAT_LEN: usize = HEARTBEAT_HIST_LEN + 3 * 8;
 
 /// Upper bounds of the buckets of a [`LatencyHistogram`], nanoseconds: from
 /// 10 µs (an in-process store, an idle instance's batch) to a second (a
@@ -904,6 +914,15 @@ pub struct InstanceHeartbeat {
     /// batch to the batch's transmission (measured once per batch, one
     /// observation per packet sent).
     pub added_latency: LatencyHistogram,
+    /// Batches whose writes waited for a store replica
+    /// (`sluice_state::StoreCounters::replica_waits`; 0 without replicas).
+    pub replica_waits: u64,
+    /// Of those, batches a replica acknowledged only on the second, longer
+    /// wait (a lagging replica).
+    pub replica_rewaits: u64,
+    /// Of those, batches no replica acknowledged in either wait: writes a
+    /// store primary's death could lose.
+    pub replica_shortfalls: u64,
 }
 
 impl InstanceHeartbeat {
@@ -929,7 +948,16 @@ impl InstanceHeartbeat {
         self.store_round_trips
             .encode_into(&mut b[h..h + LatencyHistogram::ENCODED_LEN]);
         self.added_latency
-            .encode_into(&mut b[h + LatencyHistogram::ENCODED_LEN..]);
+            .encode_into(&mut b[h + LatencyHistogram::ENCODED_LEN..HEARTBEAT_HIST_LEN]);
+        let replica = [
+            self.replica_waits,
+            self.replica_rewaits,
+            self.replica_shortfalls,
+        ];
+        for (i, f) in replica.iter().enumerate() {
+            let at = HEARTBEAT_HIST_LEN + 8 * i;
+            b[at..at + 8].copy_from_slice(&f.to_be_bytes());
+        }
         b
     }
 
@@ -940,15 +968,17 @@ impl InstanceHeartbeat {
 
     /// Parses a heartbeat (None: not one, or truncated). One of
     /// [`HEARTBEAT_BASE_LEN`] bytes, from an instance older than the
-    /// histograms, has them empty.
+    /// histograms, has them empty; one of [`HEARTBEAT_HIST_LEN`] bytes,
+    /// older than the replica counters, has those 0.
     pub fn decode(d: &[u8]) -> Option<InstanceHeartbeat> {
         let full = d.len() >= HEARTBEAT_LEN;
-        if (!full && d.len() != HEARTBEAT_BASE_LEN) || !Self::is_heartbeat(d) {
+        let hists = full || d.len() == HEARTBEAT_HIST_LEN;
+        if (!hists && d.len() != HEARTBEAT_BASE_LEN) || !Self::is_heartbeat(d) {
             return None;
         }
         let hist = |k: usize| {
             let at = HEARTBEAT_BASE_LEN + k * LatencyHistogram::ENCODED_LEN;
-            if full {
+            if hists {
                 LatencyHistogram::decode(&d[at..at + LatencyHistogram::ENCODED_LEN])
             } else {
                 LatencyHistogram::default()
@@ -958,6 +988,13 @@ impl InstanceHeartbeat {
             let mut a = [0u8; 8];
             a.copy_from_slice(&d[8 + 8 * i..16 + 8 * i]);
             u64::from_be_bytes(a)
+        };
+        let replica = |k: usize| {
+            let at = HEARTBEAT_HIST_LEN + 8 * k;
+            match d.get(at..at + 8) {
+                Some(b) if full => u64::from_be_bytes(b.try_into().expect("8 bytes")),
+                _ => 0,
+            }
         };
         Some(InstanceHeartbeat {
             seq: u32::from_be_bytes([d[4], d[5], d[6], d[7]]),
@@ -971,6 +1008,9 @@ impl InstanceHeartbeat {
             cache_hits: u(7),
             store_round_trips: hist(0),
             added_latency: hist(1),
+            replica_waits: replica(0),
+            replica_rewaits: replica(1),
+            replica_shortfalls: replica(2),
         })
     }
 }
@@ -1342,9 +1382,21 @@ mod tests {
         };
         h.store_round_trips.observe(120_000, 1);
         h.added_latency.observe(3_000_000_000, 32);
+        (h.replica_waits, h.replica_rewaits, h.replica_shortfalls) = (10, 11, 12);
         let b = h.encode();
         assert_eq!(InstanceHeartbeat::decode(&b), Some(h));
         assert_eq!(InstanceHeartbeat::decode(&b[..HEARTBEAT_LEN - 1]), None);
+        // An older instance's heartbeat, without replica counters.
+        let hist = InstanceHeartbeat::decode(&b[..HEARTBEAT_HIST_LEN]).unwrap();
+        assert_eq!(hist.added_latency, h.added_latency);
+        assert_eq!(
+            (
+                hist.replica_waits,
+                hist.replica_rewaits,
+                hist.replica_shortfalls
+            ),
+            (0, 0, 0)
+        );
         // An older instance's heartbeat, without histograms.
         let old = InstanceHeartbeat::decode(&b[..HEARTBEAT_BASE_LEN]).unwrap();
         assert_eq!(old.cache_hits, 9);

@@ -464,6 +464,11 @@ impl Dataplane {
                 cache_hits: h.hb.cache_hits,
                 store_round_trips: h.hb.store_round_trips,
                 added_latency: h.hb.added_latency,
+                replica: [
+                    h.hb.replica_waits,
+                    h.hb.replica_rewaits,
+                    h.hb.replica_shortfalls,
+                ],
             })
             .collect()
     }
