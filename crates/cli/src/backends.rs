@@ -1,5 +1,5 @@
 //! `sluice drain backend`, `sluice undrain backend` and `sluice get
-//! backends`: the health of the backends behind tenants' load balancers and
+//! backends` (and the dispatch of `sluice drain host`, in [`crate::hosts`]): the health of the backends behind tenants' load balancers and
 //! operators' drains (docs/FUNCTIONS.md, "Backend health and draining").
 
 use std::time::Duration;
@@ -24,6 +24,10 @@ enum DrainWhat {
     /// connections continue until the deregistration delay passes, then it
     /// is removed (their packets dropped).
     Backend(DrainBackendArgs),
+    /// A host, for maintenance: it takes no new instance, and its instances
+    /// whose state is in the store move to other hosts (their connections
+    /// continue there). `state: local` instances stay unless `--force`.
+    Host(crate::hosts::DrainHostArgs),
 }
 
 /// `sluice drain backend TENANT MIDDLEBOX ADDR [--delay 30s]`.
@@ -50,6 +54,8 @@ pub struct UndrainArgs {
 enum UndrainWhat {
     /// A backend of a load balancer: it takes new connections again.
     Backend(UndrainBackendArgs),
+    /// A host: it may take new instances again.
+    Host(crate::hosts::UndrainHostArgs),
 }
 
 #[derive(Args, Debug)]
@@ -92,7 +98,10 @@ pub(crate) fn parse_delay(s: &str) -> Result<Duration, String> {
 
 /// `sluice drain backend ...`.
 pub fn drain(a: &DrainArgs) -> Result<(), CliError> {
-    let DrainWhat::Backend(b) = &a.what;
+    let b = match &a.what {
+        DrainWhat::Backend(b) => b,
+        DrainWhat::Host(h) => return crate::hosts::drain(h),
+    };
     let c = b.client.client()?;
     let t = &b.target;
     let delay_ms = b.delay.map(|d| d.as_millis().min(u64::MAX as u128) as u64);
@@ -102,7 +111,10 @@ pub fn drain(a: &DrainArgs) -> Result<(), CliError> {
 
 /// `sluice undrain backend ...`.
 pub fn undrain(a: &UndrainArgs) -> Result<(), CliError> {
-    let UndrainWhat::Backend(b) = &a.what;
+    let b = match &a.what {
+        UndrainWhat::Backend(b) => b,
+        UndrainWhat::Host(h) => return crate::hosts::undrain(h),
+    };
     let c = b.client.client()?;
     let t = &b.target;
     let after = c.undrain_backend(&t.tenant, &t.middlebox, &t.addr)?;

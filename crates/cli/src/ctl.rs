@@ -409,6 +409,7 @@ pub fn get(a: &GetArgs) -> Result<(), CliError> {
                 .col("UNDERLAY", Align::Left)
                 .col("API", Align::Left)
                 .col("ALIVE", Align::Left)
+                .col("DRAINED", Align::Left)
                 .col("HEARD_MS", Align::Right)
                 .col("DESIRED", Align::Right)
                 .col("REPORTED", Align::Right)
@@ -423,6 +424,7 @@ pub fn get(a: &GetArgs) -> Result<(), CliError> {
                     h.underlay,
                     h.api,
                     yes_no(h.alive),
+                    yes_no(h.drained),
                     opt(h.last_heartbeat_ms),
                     h.desired_version.to_string(),
                     opt(h.reported_version),

@@ -21,6 +21,7 @@ mod error;
 mod eve;
 mod experiment;
 mod fabric;
+mod hosts;
 mod ips;
 mod run;
 mod testbed;

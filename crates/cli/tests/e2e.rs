@@ -735,6 +735,70 @@ fn a_killed_store_primary_breaks_no_connection() {
     new_connections_work(&lab);
 }
 
+/// An operator drains the firewall's host for maintenance while downloads
+/// pass the firewall (its state in the store): the instance moves to
+/// another host, every download arrives whole, new connections work, and
+/// the host shows drained until it is undrained.
+#[test]
+fn draining_a_host_moves_its_instance_and_breaks_no_connection() {
+    use std::time::{Duration, Instant};
+    let dir = tempfile::tempdir().unwrap();
+    let lab = elasticity_lab_with(dir.path(), "shared", 0, StoreKind::Single);
+    let st = lab.state().clone();
+    let fw_host = st
+        .hosts
+        .iter()
+        .map(|h| h.id)
+        .find(|h| !instance_processes(&lab, *h).is_empty())
+        .expect("a host runs the firewall");
+    let token = st.token();
+    let ca = st.ca_file.display().to_string();
+    let env = [
+        ("SLUICE_CONTROLLER", st.controller.as_str()),
+        ("SLUICE_TOKEN", token.as_str()),
+        ("SLUICE_CA_FILE", ca.as_str()),
+    ];
+    let downloads = Downloads::start(&lab, dir.path(), 8);
+    let host = fw_host.to_string();
+    let (code, out, err) = common::sluice_env(&["drain", "host", &host], &env);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("exp/fw/0 -> host "), "{out}");
+    let at = Instant::now();
+    let moved_to = loop {
+        let elsewhere = st
+            .hosts
+            .iter()
+            .map(|h| h.id)
+            .find(|h| *h != fw_host && !instance_processes(&lab, *h).is_empty());
+        if let (Some(h), true) = (elsewhere, instance_processes(&lab, fw_host).is_empty()) {
+            break h;
+        }
+        assert!(
+            at.elapsed() < Duration::from_secs(30),
+            "the firewall instance did not move off host {fw_host}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    eprintln!(
+        "host {fw_host} drained: its firewall instance runs on host {moved_to} {:.2} s later",
+        at.elapsed().as_secs_f64()
+    );
+    downloads.finish_whole();
+    new_connections_work(&lab);
+    let (code, out, _) = common::sluice_env(&["get", "hosts", "-o", "json"], &env);
+    assert_eq!(code, 0);
+    let hosts: Vec<serde_json::Value> = serde_json::from_str(&out).unwrap();
+    let drained: Vec<u64> = hosts
+        .iter()
+        .filter(|h| h["drained"] == true)
+        .filter_map(|h| h["id"].as_u64())
+        .collect();
+    assert_eq!(drained, [u64::from(fw_host)]);
+    let (code, out, err) = common::sluice_env(&["undrain", "host", &host], &env);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("undrained"), "{out}");
+}
+
 /// Paced downloads (1 MiB at 256 KiB/s, about 4 s each) from `srv1` to the
 /// gateway of the elasticity example, running in the background.
 struct Downloads {

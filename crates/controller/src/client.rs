@@ -663,6 +663,27 @@ impl Client {
         self.get("/v1/backends")
     }
 
+    /// Drains host `id` for maintenance (`force`: move `state: local`
+    /// instances too); what moved and what stayed.
+    pub fn drain_host(
+        &self,
+        id: u32,
+        force: bool,
+    ) -> Result<crate::model::HostDrainInfo, ClientError> {
+        self.send_json(
+            "PUT",
+            &format!("/v1/hosts/{id}/drain"),
+            &serde_json::json!({ "force": force }),
+        )
+    }
+
+    /// Ends the drain of host `id`; whether it was drained.
+    pub fn undrain_host(&self, id: u32) -> Result<bool, ClientError> {
+        let v: serde_json::Value =
+            Self::parse(&self.call("DELETE", &format!("/v1/hosts/{id}/drain"), None)?)?;
+        Ok(v.get("undrained").and_then(serde_json::Value::as_bool) == Some(true))
+    }
+
     /// Drains backend `addr` of load balancer `tenant/mb` with a
     /// deregistration delay of `delay_ms` (`None`: the controller's default);
     /// the backends it named, after.

@@ -144,6 +144,10 @@ pub struct Desired {
     /// elsewhere and they take none until heard again (a liveness verdict,
     /// never persisted: a restarted controller finds them silent again).
     pub evacuated: BTreeSet<u32>,
+    /// Hosts an operator drained for maintenance (`sluice drain host`): they
+    /// take no new instance, and their instances whose state is in the store
+    /// were placed elsewhere. Persisted until undrained.
+    pub cordoned: BTreeSet<u32>,
     /// How many times an operator has released each host (cleared it of
     /// accusations): pushed to every agent, which then forgets its own
     /// accusations of that host.
@@ -163,6 +167,19 @@ pub struct Desired {
     /// the past: the backend is removed). Persisted, so a restarted
     /// controller keeps draining them.
     pub backend_drains: BTreeMap<(String, String, String), u64>,
+}
+
+/// What [`Desired::drain_host`] did.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct HostDrain {
+    /// Instances placed again, and the host each runs on now.
+    pub moved: Vec<(InstanceKey, u32)>,
+    /// Instances left on the host: their middlebox keeps flow state inside
+    /// them (`state: local`).
+    pub kept: Vec<InstanceKey>,
+    /// Tenants some of whose instances could not be placed again, and why
+    /// (no room elsewhere): those instances are not running anywhere.
+    pub failed: Vec<(String, PlaceError)>,
 }
 
 /// Why an instance was put on its host.
@@ -693,15 +710,62 @@ impl Desired {
         self.move_off(host)
     }
 
+    /// Drains `host` for maintenance: it takes no new instance, and its
+    /// instances are placed again on other hosts — all of them with `force`,
+    /// else only those whose flow state is in the store (moving a
+    /// `state: local` instance would lose its connections; those stay, named
+    /// in [`HostDrain::kept`], until the middlebox is scaled in or the drain
+    /// is forced).
+    pub fn drain_host(&mut self, host: u32, force: bool) -> HostDrain {
+        self.cordoned.insert(host);
+        let mut kept = Vec::new();
+        for (k, i) in &self.instances {
+            if i.host == host && !force && self.local_state(&k.0, &k.1) {
+                kept.push(k.clone());
+            }
+        }
+        let before: BTreeMap<InstanceKey, Instance> = self
+            .instances
+            .iter()
+            .filter(|(k, i)| i.host == host && !kept.contains(k))
+            .map(|(k, i)| (k.clone(), *i))
+            .collect();
+        let (_, failed) = self.move_off_where(|k, i| i.host == host && !kept.contains(k));
+        let moved = before
+            .keys()
+            .filter_map(|k| Some((k.clone(), self.instances.get(k)?.host)))
+            .collect();
+        HostDrain {
+            moved,
+            kept,
+            failed,
+        }
+    }
+
+    /// Ends an operator's drain of `host`: it may take new instances again
+    /// (those moved away stay where they are). Returns whether it was drained.
+    pub fn undrain_host(&mut self, host: u32) -> bool {
+        self.cordoned.remove(&host)
+    }
+
     /// Places `host`'s instances again on the hosts placement may use.
     fn move_off(&mut self, host: u32) -> (Vec<String>, Vec<(String, PlaceError)>) {
+        self.move_off_where(|_, i| i.host == host)
+    }
+
+    /// Places the instances `which` selects again on the hosts placement
+    /// may use.
+    fn move_off_where(
+        &mut self,
+        which: impl Fn(&InstanceKey, &Instance) -> bool,
+    ) -> (Vec<String>, Vec<(String, PlaceError)>) {
         let moved: BTreeSet<String> = self
             .instances
             .iter()
-            .filter(|(_, i)| i.host == host)
+            .filter(|(k, i)| which(k, i))
             .map(|(k, _)| k.0.clone())
             .collect();
-        self.instances.retain(|_, i| i.host != host);
+        self.instances.retain(|k, i| !which(k, i));
         let instances = &self.instances;
         self.draining.retain(|k| instances.contains_key(k));
         self.down.retain(|k| instances.contains_key(k));
@@ -723,7 +787,11 @@ impl Desired {
         let mut rooms: BTreeMap<u32, Room> = self
             .hosts
             .values()
-            .filter(|h| !self.contained.contains(&h.id) && !self.evacuated.contains(&h.id))
+            .filter(|h| {
+                !self.contained.contains(&h.id)
+                    && !self.evacuated.contains(&h.id)
+                    && !self.cordoned.contains(&h.id)
+            })
             .map(|h| {
                 let room = Room {
                     id: h.id,

@@ -206,6 +206,24 @@ pub struct HostInfo {
     /// Rack (locality domain) it declared (`null`: none).
     #[serde(default)]
     pub rack: Option<String>,
+    /// Drained by an operator (`sluice drain host`): takes no new instance.
+    #[serde(default)]
+    pub drained: bool,
+}
+
+/// What `PUT /v1/hosts/{id}/drain` did.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HostDrainInfo {
+    /// The drained host.
+    pub host: u32,
+    /// Instances placed on other hosts (`tenant/middlebox/k`, new host).
+    pub moved: Vec<(String, u32)>,
+    /// Instances left on it: `state: local` middleboxes, whose connections
+    /// moving would lose (scale the middlebox in, or drain with `force`).
+    pub kept: Vec<String>,
+    /// With `force` only: tenants some of whose instances found no room
+    /// elsewhere, and why (those instances run nowhere).
+    pub unplaced: Vec<String>,
 }
 
 /// The answer to a registration or heartbeat.

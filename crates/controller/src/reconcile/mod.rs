@@ -39,6 +39,7 @@ mod events;
 mod fabric;
 mod health;
 mod leases;
+mod maintenance;
 mod requests;
 #[cfg(test)]
 mod tests;

@@ -1833,3 +1833,116 @@ fn an_operator_drain_ends_in_removal_after_its_delay_and_undrain_restores_it() {
         .unwrap_err();
     assert_eq!(e.status, 400);
 }
+
+/// An operator drains a host for maintenance: its instances whose state is in
+/// the store are placed on other hosts, `state: local` ones stay (moving them
+/// would lose their connections) unless forced, it takes no new instance
+/// until undrained, and the drain outlives the controller.
+#[test]
+fn a_drained_host_moves_its_shared_state_instances_and_takes_no_new_ones() {
+    let mut s = Sim::new(&pinned_spec());
+    s.push_all();
+    let on = |s: &Sim, h: u32| -> Vec<String> {
+        s.r.desired()
+            .instances
+            .iter()
+            .filter(|(_, i)| i.host == h)
+            .map(|((t, mb, k), _)| crate::desired::instance_name(t, mb, *k))
+            .collect()
+    };
+    // Put a local-state instance next to the shared-state one, so the drain
+    // has both kinds to deal with.
+    let host = s.port("t/re/0").0;
+    s.ok(
+        "PUT",
+        "/v1/tenants/t/middleboxes/ips",
+        r#"{"instances": 6}"#,
+    );
+    let local_here: Vec<String> = on(&s, host)
+        .into_iter()
+        .filter(|n| n.starts_with("t/ips/"))
+        .collect();
+    assert!(!local_here.is_empty(), "{:?}", on(&s, host));
+
+    let v = s.ok("PUT", &format!("/v1/hosts/{host}/drain"), "");
+    let moved = v["moved"].as_array().unwrap();
+    assert_eq!(moved.len(), 1, "{v}");
+    assert_eq!(moved[0][0], "t/re/0");
+    assert_ne!(moved[0][1], host);
+    assert_ne!(s.port("t/re/0").0, host, "re/0 left the host");
+    let kept: Vec<String> = serde_json::from_value(v["kept"].clone()).unwrap();
+    assert_eq!(kept, local_here, "local state stays");
+    assert!(on(&s, host).iter().all(|n| n.starts_with("t/ips/")));
+    let ev = s.events("drained");
+    assert_eq!(ev.len(), 1, "{ev:?}");
+    assert!(
+        ev[0].reason.contains("kept (state: local"),
+        "{}",
+        ev[0].reason
+    );
+    let hosts = s.ok("GET", "/v1/hosts", "");
+    let me = hosts
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|h| h["id"] == host)
+        .unwrap();
+    assert_eq!(me["drained"], true);
+
+    // New instances go elsewhere.
+    s.ok("PUT", "/v1/tenants/t/middleboxes/re", r#"{"instances": 4}"#);
+    assert!(
+        on(&s, host).iter().all(|n| !n.starts_with("t/re/")),
+        "{:?}",
+        on(&s, host)
+    );
+
+    // The drain outlives the controller.
+    let r2 = Reconciler::start(Box::new(s.store.clone()), "local", s.now, EPOCH_MS).unwrap();
+    assert!(r2.desired().cordoned.contains(&host));
+
+    // Forced: the local-state instances move too; the host is empty.
+    let v = s.ok(
+        "PUT",
+        &format!("/v1/hosts/{host}/drain"),
+        r#"{"force": true}"#,
+    );
+    assert_eq!(
+        v["moved"].as_array().unwrap().len(),
+        local_here.len(),
+        "{v}"
+    );
+    assert!(on(&s, host).is_empty(), "{:?}", on(&s, host));
+
+    // Undrained: it may take instances again; nothing moves back.
+    let v = s.ok("DELETE", &format!("/v1/hosts/{host}/drain"), "");
+    assert_eq!(v["undrained"], true);
+    assert!(s.r.desired().cordoned.is_empty());
+    assert!(on(&s, host).is_empty());
+    s.ok("PUT", "/v1/tenants/t/middleboxes/re", r#"{"instances": 8}"#);
+    assert!(!on(&s, host).is_empty(), "it takes new instances again");
+    let v = s.ok("DELETE", &format!("/v1/hosts/{host}/drain"), "");
+    assert_eq!(v["undrained"], false, "not drained any more");
+    assert_eq!(s.events("drained").len(), 3);
+}
+
+/// A drain that would leave instances without a host is refused and changes
+/// nothing; bad requests name what is wrong.
+#[test]
+fn a_drain_without_room_elsewhere_is_refused() {
+    let mut s = Sim::new(SPEC);
+    s.ok("PUT", "/v1/hosts/1/drain", "");
+    s.ok("PUT", "/v1/hosts/2/drain", "");
+    let before = s.r.desired().clone();
+    let e = s.call("PUT", "/v1/hosts/3/drain", "").unwrap_err();
+    assert_eq!(e.status, 409, "{e}");
+    assert!(e.to_string().contains("no room elsewhere"), "{e}");
+    assert_eq!(s.r.desired(), &before, "nothing changed");
+    let e = s.call("PUT", "/v1/hosts/9/drain", "").unwrap_err();
+    assert_eq!(e.status, 404, "{e}");
+    let e = s
+        .call("PUT", "/v1/hosts/1/drain", r#"{"forse": true}"#)
+        .unwrap_err();
+    assert_eq!(e.status, 400, "{e}");
+    assert!(e.to_string().contains("forse"), "{e}");
+}

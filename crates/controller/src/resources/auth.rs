@@ -208,9 +208,11 @@ fn scope(a: &Action) -> Scope<'_> {
         },
         Action::Host(h) => match h {
             HostAction::List | HostAction::Containment | HostAction::Fabric => Scope::ReadAll,
-            HostAction::Release(_) | HostAction::Revoke(_) | HostAction::RotateFabric(_) => {
-                Scope::Operator
-            }
+            HostAction::Release(_)
+            | HostAction::Revoke(_)
+            | HostAction::RotateFabric(_)
+            | HostAction::Drain { .. }
+            | HostAction::Undrain(_) => Scope::Operator,
             HostAction::Heartbeat(hb) => Scope::Heartbeat(hb.hb.registration.host),
             HostAction::Fib(id) | HostAction::Config(id) => Scope::ReadHost(*id),
             HostAction::ListVms | HostAction::Instances | HostAction::Placement(_) => {
@@ -269,6 +271,10 @@ pub fn describe(a: &Action) -> String {
             HostAction::Containment => "read the containment of hosts".into(),
             HostAction::Release(h) => format!("release host {h}"),
             HostAction::Revoke(h) => format!("revoke host {h}"),
+            HostAction::Drain { host, force } => {
+                format!("drain host {host}{}", if *force { " (forced)" } else { "" })
+            }
+            HostAction::Undrain(h) => format!("undrain host {h}"),
             HostAction::Fabric => "read the fabric's keys".into(),
             HostAction::RotateFabric(_) => "rotate the fabric's keys".into(),
             HostAction::PutVm(r) => format!("register VM `{}/{}`", r.tenant, r.name),
@@ -420,6 +426,8 @@ mod tests {
         ("GET", "/v1/hosts/{id}/config", [Yes, Yes, No, Own]),
         ("DELETE", "/v1/hosts/{id}/containment", [Yes, No, No, No]),
         ("POST", "/v1/hosts/{id}/revoke", [Yes, No, No, No]),
+        ("PUT", "/v1/hosts/{id}/drain", [Yes, No, No, No]),
+        ("DELETE", "/v1/hosts/{id}/drain", [Yes, No, No, No]),
         ("GET", "/v1/containment", [Yes, Yes, No, No]),
         ("GET", "/v1/fabric", [Yes, Yes, No, No]),
         ("POST", "/v1/fabric/rotate", [Yes, No, No, No]),

@@ -49,6 +49,17 @@ pub enum HostAction {
     /// credentials (certificates and tokens) and contains it. The HTTP edge
     /// revokes the credentials (they live with the tokens) before this runs.
     Revoke(u32),
+    /// `PUT /v1/hosts/{id}/drain`: an operator drains a host for
+    /// maintenance (body `{"force": bool}`, optional).
+    Drain {
+        /// Host id.
+        host: u32,
+        /// Move `state: local` instances too, and leave instances without
+        /// room elsewhere unplaced.
+        force: bool,
+    },
+    /// `DELETE /v1/hosts/{id}/drain`: an operator ends a host's drain.
+    Undrain(u32),
     /// `GET /v1/fabric`: the fabric's key ids and a rotation's progress.
     Fabric,
     /// `POST /v1/fabric/rotate`: an operator starts a rotation of the
@@ -81,6 +92,11 @@ pub fn parse(method: &str, tpl: &str, p: &Params, text: &str) -> Result<HostActi
         ("GET", "/v1/vms") => Ok(HostAction::ListVms),
         ("DELETE", "/v1/hosts/{id}/containment") => host_id(&p.get(0)).map(HostAction::Release),
         ("POST", "/v1/hosts/{id}/revoke") => host_id(&p.get(0)).map(HostAction::Revoke),
+        ("PUT", "/v1/hosts/{id}/drain") => Ok(HostAction::Drain {
+            host: host_id(&p.get(0))?,
+            force: parse_drain(text)?,
+        }),
+        ("DELETE", "/v1/hosts/{id}/drain") => host_id(&p.get(0)).map(HostAction::Undrain),
         ("GET", "/v1/fabric") => Ok(HostAction::Fabric),
         ("POST", "/v1/fabric/rotate") => Ok(HostAction::RotateFabric(FreshSecret(None))),
         ("PUT", _) => parse_vm(&p.get(0), &p.get(1), text).map(HostAction::PutVm),
@@ -91,6 +107,21 @@ pub fn parse(method: &str, tpl: &str, p: &Params, text: &str) -> Result<HostActi
         ("GET", "/v1/instances") => Ok(HostAction::Instances),
         _ => Err(super::unknown(tpl)),
     }
+}
+
+/// A host drain's body: empty, or `{"force": bool}`.
+fn parse_drain(text: &str) -> Result<bool, ApiError> {
+    #[derive(serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct DrainBody {
+        #[serde(default)]
+        force: bool,
+    }
+    if text.trim().is_empty() {
+        return Ok(false);
+    }
+    let b: DrainBody = body(text)?;
+    Ok(b.force)
 }
 
 fn host_id(id: &str) -> Result<u32, ApiError> {
@@ -203,6 +234,11 @@ pub fn execute(r: &mut Reconciler, a: HostAction, now: Instant) -> Result<Reply,
             let released = r.release_host(h, now)?;
             json(200, &serde_json::json!({ "host": h, "released": released }))
         }
+        HostAction::Drain { host, force } => json(200, &r.drain_host(host, force, now)?),
+        HostAction::Undrain(h) => {
+            let was = r.undrain_host(h, now)?;
+            json(200, &serde_json::json!({ "host": h, "undrained": was }))
+        }
         HostAction::Fabric => json(200, &r.fabric_status()),
         HostAction::RotateFabric(fresh) => {
             let Some(secret) = fresh.0 else {
@@ -306,6 +342,7 @@ pub(crate) fn host_infos(r: &Reconciler, now: Instant) -> Vec<HostInfo> {
                 slots_used: used.get(&h.id).copied().unwrap_or(0),
                 slots_total: h.capacity.as_ref().and_then(|c| c.instance_slots),
                 rack: h.capacity.as_ref().and_then(|c| c.rack.clone()),
+                drained: r.desired().cordoned.contains(&h.id),
             }
         })
         .collect()

@@ -39,6 +39,8 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("GET", "/v1/hosts/{id}/config"),
     ("DELETE", "/v1/hosts/{id}/containment"),
     ("POST", "/v1/hosts/{id}/revoke"),
+    ("PUT", "/v1/hosts/{id}/drain"),
+    ("DELETE", "/v1/hosts/{id}/drain"),
     ("GET", "/v1/containment"),
     ("GET", "/v1/fabric"),
     ("POST", "/v1/fabric/rotate"),

@@ -63,6 +63,7 @@ CREATE TABLE IF NOT EXISTS fabric_secrets (
 CREATE TABLE IF NOT EXISTS blocks (
     id INTEGER PRIMARY KEY, tenant TEXT NOT NULL, block TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS contained (host INTEGER PRIMARY KEY);
+CREATE TABLE IF NOT EXISTS cordoned (host INTEGER PRIMARY KEY);
 CREATE TABLE IF NOT EXISTS pardons (host INTEGER PRIMARY KEY, generation INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS audit (
     seq INTEGER PRIMARY KEY AUTOINCREMENT, at_ms INTEGER NOT NULL, actor TEXT NOT NULL,
@@ -445,6 +446,11 @@ impl SqliteStore {
         for h in rows {
             d.contained.insert(h? as u32);
         }
+        let mut st = self.conn.prepare("SELECT host FROM cordoned")?;
+        let rows = st.query_map([], |r| r.get::<_, i64>(0))?;
+        for h in rows {
+            d.cordoned.insert(h? as u32);
+        }
         let mut st = self.conn.prepare("SELECT host, generation FROM pardons")?;
         let rows = st.query_map([], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?)))?;
         for row in rows {
@@ -553,7 +559,7 @@ fn write_all(
              DELETE FROM placement_why;
              DELETE FROM scaled; DELETE FROM draining; DELETE FROM scaling;
              DELETE FROM backend_drains; DELETE FROM blocks; DELETE FROM contained;
-             DELETE FROM pardons;",
+             DELETE FROM cordoned; DELETE FROM pardons;",
         )?;
     }
     // Few rows, and their order of age (rowid) matters: rewritten whole
@@ -746,6 +752,13 @@ fn write_all(
         }
     }
     diff.delete_gone(tx, "contained", "DELETE FROM contained WHERE host = ?1")?;
+    for h in &d.cordoned {
+        if diff.changed("cordoned", vec![I(*h as i64)], 0) {
+            tx.prepare_cached("INSERT OR REPLACE INTO cordoned (host) VALUES (?1)")?
+                .execute(params![*h as i64])?;
+        }
+    }
+    diff.delete_gone(tx, "cordoned", "DELETE FROM cordoned WHERE host = ?1")?;
     for (h, g) in &d.pardons {
         if diff.changed("pardons", vec![I(*h as i64)], row_hash(g)) {
             tx.prepare_cached("INSERT OR REPLACE INTO pardons (host, generation) VALUES (?1, ?2)")?
@@ -938,6 +951,7 @@ mod tests {
         f.rotate([4; 32]);
         d.fabric = Some(f);
         d.contained.insert(2);
+        d.cordoned.insert(1);
         d.pardons.insert(3, 2);
         d.backend_drains.insert(
             ("acme".into(), "lb-a".into(), "10.10.1.11".into()),
@@ -969,6 +983,7 @@ mod tests {
             d2.contained.contains(&2),
             "a contained host stays contained"
         );
+        assert!(d2.cordoned.contains(&1), "a drained host stays drained");
         assert_eq!(d2, d);
         assert_eq!(c2, cfgs);
 
