@@ -799,12 +799,17 @@ fn print_status(
             String::new()
         };
         outln!(
-            "  host {:<3} {:<14}{wide} {:<5} version {} (agent runs {}){}",
+            "  host {:<3} {:<14}{wide} {:<5} version {} (agent runs {}){}{}",
             h.id,
             h.name,
             if h.alive { "alive" } else { "DOWN" },
             h.desired_version,
             opt(h.reported_version),
+            if h.drained {
+                "  drained (no new instances)"
+            } else {
+                ""
+            },
             h.push_error
                 .as_ref()
                 .map(|e| format!("  push error: {e}"))
