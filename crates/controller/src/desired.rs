@@ -604,7 +604,7 @@ impl Desired {
                 demand,
                 anti,
                 n: missing.len() as u32,
-                policy: self.policy,
+                policy: self.policy_for(tenant, &mb),
                 endpoints: &endpoints,
             };
             let placed = crate::placement::decide(&mut rooms, &ask).map_err(PlaceError::NoRoom)?;
@@ -625,6 +625,21 @@ impl Desired {
             }
         }
         Ok(())
+    }
+
+    /// The placement policy for new instances of a middlebox: its spec's
+    /// `placement:`, else the controller's setting.
+    pub fn policy_for(&self, tenant: &str, middlebox: &str) -> Policy {
+        match self
+            .tenants
+            .get(tenant)
+            .and_then(|t| t.spec.elements.get(middlebox))
+        {
+            Some(Element::Middlebox {
+                placement: Some(p), ..
+            }) => p.parse().unwrap_or(self.policy),
+            _ => self.policy,
+        }
     }
 
     /// What each instance of a middlebox takes of its host, and its

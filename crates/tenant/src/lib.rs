@@ -167,6 +167,10 @@ pub enum Element {
         /// Whether two instances may share a host (`anti_affinity:`, default
         /// `preferred`).
         anti_affinity: AntiAffinity,
+        /// The placement policy for its new instances (`placement:`, one of
+        /// [`PLACEMENT_POLICIES`]), overriding the controller's setting;
+        /// `None`: the controller's.
+        placement: Option<String>,
         /// Pipelined instances (`pipeline:`, packets per window; 0, the
         /// default: off): under their leases, a window's store reads are in
         /// flight while the previous window is processed and no batch waits
@@ -270,6 +274,16 @@ impl Default for Resources {
         }
     }
 }
+
+/// The placement policies a middlebox's `placement:` may name (the
+/// controller's `placement` setting takes the same: docs/CONTROLLER.md,
+/// "Policies").
+pub const PLACEMENT_POLICIES: [&str; 4] = [
+    "least-loaded",
+    "rack-aware",
+    "tenant-centric",
+    "service-centric",
+];
 
 /// Whether the instances of one middlebox may share a host. (Not
 /// [`Affinity`], which is about flows and instances.)
@@ -529,6 +543,7 @@ fn parse_element(
                     "capacity",
                     "resources",
                     "anti_affinity",
+                    "placement",
                     "pipeline",
                 ],
             )?;
@@ -615,6 +630,16 @@ fn parse_element(
                     ))
                 }
             };
+            let placement = match m.get("placement").map(Value::as_str) {
+                None => None,
+                Some(Some(p)) if PLACEMENT_POLICIES.contains(&p) => Some(p.to_string()),
+                Some(_) => {
+                    return Err(c.err(
+                        format!("{path}.placement"),
+                        format!("expected one of {}", PLACEMENT_POLICIES.join(", ")),
+                    ))
+                }
+            };
             let pipeline = match m.get("pipeline") {
                 None => 0,
                 Some(v) => v
@@ -656,6 +681,7 @@ fn parse_element(
                 capacity,
                 resources,
                 anti_affinity,
+                placement,
                 pipeline,
             })
         }

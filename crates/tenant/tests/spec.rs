@@ -446,8 +446,23 @@ fn resources_and_anti_affinity_default_and_are_checked() {
             "elements.mon.anti_affinity",
             "`required`",
         ),
+        (
+            ", placement: nearest",
+            "elements.mon.placement",
+            "least-loaded, rack-aware, tenant-centric, service-centric",
+        ),
     ] {
         let e = parse(&with(bad)).unwrap_err();
         assert!(e.contains(field) && e.contains(says), "{bad}: {e}");
     }
+    // `placement:` is optional and kept as written.
+    let placement = |s: &sluice_tenant::TenantSpec| match &s.elements["mon"] {
+        Element::Middlebox { placement, .. } => placement.clone(),
+        e => panic!("{e:?}"),
+    };
+    assert_eq!(placement(&parse(&with("")).unwrap()), None);
+    assert_eq!(
+        placement(&parse(&with(", placement: service-centric")).unwrap()).as_deref(),
+        Some("service-centric")
+    );
 }

@@ -915,3 +915,37 @@ fn unchanged_tenants_are_not_recompiled_and_results_match_a_fresh_compile() {
     assert!(!Arc::ptr_eq(&scaled, &blocked));
     assert_eq!(*blocked, *fresh(&d).compile_all().unwrap()["acme"]);
 }
+
+/// A middlebox's `placement:` overrides the controller's policy for its new
+/// instances (and is recorded as their policy); others keep the setting.
+#[test]
+fn a_middlebox_placement_overrides_the_controller_policy() {
+    let (text, _) = figure4();
+    let (text, spec) = mon_spec(&text, "instances: 2, placement: tenant-centric");
+    let mut d = hosts(3);
+    figure4_vms(&mut d);
+    assert_eq!(d.policy, crate::placement::Policy::RackAware);
+    d.apply_tenant(&text, spec).unwrap();
+    for (k, why) in &d.why {
+        let want = if k.1 == "mon" {
+            crate::placement::Policy::TenantCentric
+        } else {
+            crate::placement::Policy::RackAware
+        };
+        assert_eq!(why.policy, want, "{k:?}: {}", why.reason);
+    }
+    assert_eq!(
+        d.policy_for("acme", "mon"),
+        crate::placement::Policy::TenantCentric
+    );
+}
+
+/// The names a spec's `placement:` accepts are the controller's policies.
+#[test]
+fn spec_placement_names_are_the_controller_policies() {
+    let names: Vec<&str> = crate::placement::Policy::ALL
+        .iter()
+        .map(|p| p.as_str())
+        .collect();
+    assert_eq!(names, sluice_tenant::PLACEMENT_POLICIES);
+}
