@@ -163,7 +163,13 @@ mod tests {
         a.encode(&mut blob);
         b.decode(&blob).unwrap();
         assert_eq!(a, b);
-        for bad in [&[][..], &[0], &[2, 0, 0, 0, 0, 0], &[0, 1, 0], &[0, 0, 9, 0, 0, 0]] {
+        for bad in [
+            &[][..],
+            &[0],
+            &[2, 0, 0, 0, 0, 0],
+            &[0, 1, 0],
+            &[0, 0, 9, 0, 0, 0],
+        ] {
             assert!(b.decode(bad).is_err(), "{bad:?}");
         }
     }

@@ -142,7 +142,11 @@ impl Ips {
             } else {
                 (!acc.head.is_empty()).then_some(&acc.head[..])
             };
-            bufs.build_joined(head, has_body.then_some([&acc.body[..], &extra[..]]), request);
+            bufs.build_joined(
+                head,
+                has_body.then_some([&acc.body[..], &extra[..]]),
+                request,
+            );
             let ctx = Msg {
                 cont: !new_msg,
                 fresh,
