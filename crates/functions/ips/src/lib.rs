@@ -93,7 +93,9 @@
 //!   HTTP/1.x messages told by content on any port ([`http`]): each
 //!   direction's framing lives in the flow record, and a message's buffers are
 //!   inspected on the packet completing its head (with the body bytes that
-//!   follow in it) and its body bytes on later packets. A head split across
+//!   follow in it) and, for body rules, on each later packet adding body
+//!   bytes, over the body accumulated so far with the head ([`http::body`],
+//!   up to [`Config::http_body_limit`]; once per rule and message). A head split across
 //!   segments is kept as a pending unit ([`pending`]) and inspected whole on
 //!   the packet completing it, as if it had come in one segment. Their own
 //!   prefilter runs over every buffer of a message ([`http::prefilter`]).
