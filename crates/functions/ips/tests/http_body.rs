@@ -385,21 +385,25 @@ fn body_accumulation_cost() {
     req.extend((0..65536u32).map(|i| b'a' + (i % 26) as u8));
     let cuts: Vec<usize> = (1..=req.len() / 1460).map(|k| k * 1460).collect();
     let frames = upload(&req, &cuts);
-    for limit in [0, sluice_ips::http::body::DEFAULT_LIMIT] {
-        let reps = 20;
-        let t = std::time::Instant::now();
+    // The best of `reps` uploads: the machine is shared, so the least
+    // disturbed run is the cost.
+    for limit in [0, 16 * 1024, sluice_ips::http::body::DEFAULT_LIMIT] {
+        let reps = 30;
+        let mut best = f64::MAX;
         let mut saved = 0;
         for _ in 0..reps {
-            let (s, _, c) = common::run_each(ips_limit(&rules, limit), &frames);
+            let ips = ips_limit(&rules, limit);
+            let t = std::time::Instant::now();
+            let (s, _, c) = common::run_each(ips, &frames);
+            best = best.min(t.elapsed().as_secs_f64());
             assert!(s.is_empty());
             saved = c.pending_saved;
         }
-        let per = t.elapsed().as_secs_f64() / reps as f64;
         println!(
             "limit {limit}: {} packets, {:.2} ms per upload ({:.1} µs per packet), {saved} blob writes",
             frames.len(),
-            per * 1e3,
-            per * 1e6 / frames.len() as f64
+            best * 1e3,
+            best * 1e6 / frames.len() as f64
         );
     }
 }

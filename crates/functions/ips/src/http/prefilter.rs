@@ -1,7 +1,7 @@
 //! Which HTTP rules a message may match ([`BufferRules`] over the message's
 //! buffers; the packet's stream bytes for contents before any buffer).
 
-use super::Buffers;
+use super::{Buf, Buffers};
 use crate::bufrules::BufferRules;
 use crate::engine::{CompileError, Target};
 use crate::rules::{Proto, Rule};
@@ -44,11 +44,19 @@ impl HttpRules {
         hits: &mut Vec<(u64, Target)>,
         out: &mut Vec<u32>,
     ) {
+        // The direction's body buffer is `file.data`'s bytes: searched once.
+        let file = b.spans[Buf::FileData as usize];
         let bufs = b
             .spans
             .iter()
-            .flatten()
-            .map(|&(lo, hi)| &b.bytes[lo as usize..hi as usize]);
+            .enumerate()
+            .filter(move |&(i, s)| {
+                i == Buf::FileData as usize
+                    || !(i == Buf::RequestBody as usize || i == Buf::ResponseBody as usize)
+                    || *s != file
+            })
+            .filter_map(|(_, s)| *s)
+            .map(|(lo, hi)| &b.bytes[lo as usize..hi as usize]);
         self.0.candidates(bufs, data, hits, out);
     }
 }
