@@ -409,6 +409,8 @@ pub struct Ips {
     http_acc: http::body::BodyAcc,
     /// A packet's body bytes past the limit, reused.
     http_extra: Vec<u8>,
+    /// The prefilter's finds in a body's new bytes, reused.
+    http_found: Vec<u32>,
     /// A buffer with a `.` before it (`dotprefix`), reused.
     http_dot: Vec<u8>,
     /// A TLS hello's buffers, reused.
@@ -498,6 +500,7 @@ impl Ips {
             http_body_rules,
             http_acc: Default::default(),
             http_extra: Vec::new(),
+            http_found: Vec::new(),
             http_dot: Vec::new(),
             tls_bufs: tls::Buffers::default(),
             tls_joined: Vec::new(),

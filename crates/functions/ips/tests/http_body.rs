@@ -195,6 +195,38 @@ fn rules_on_head_and_body_match_when_the_body_comes_later() {
 }
 
 #[test]
+fn a_rule_found_early_in_the_body_matches_when_it_completes_later() {
+    // The prefilter finds the rule by its longest content in the first body
+    // packet; the rule completes two packets later, and later packets only
+    // search their new bytes for contents.
+    let rule = r#"alert http any any -> any any (msg:"t"; http.request_body; content:"EVIL-PAYLOAD"; content:"aaaz"; distance:0; sid:9;)"#;
+    let mut req = post();
+    let n = req.len();
+    req[n - 20] = b'z';
+    let head = n - 200;
+    for cuts in [
+        vec![head + 120],
+        vec![head + 105, head + 150],
+        vec![head + 50, head + 100, head + 170, head + 181],
+    ] {
+        let (a, b) = both(|| ips(&[rule]), &upload(&req, &cuts));
+        assert_eq!((a, b), (vec![9], vec![9]), "{cuts:?}");
+    }
+    // Many rules found in the body (past the list's bound): the body is then
+    // searched whole, and the late completion still fires.
+    let mut rules: Vec<String> = (0..80)
+        .map(|k| format!(r#"alert http any any -> any any (msg:"f"; http.request_body; content:"aaaaaaaaaaaaaaa"; content:"Q{k}"; sid:{};)"#, 100 + k))
+        .collect();
+    rules.push(rule.to_string());
+    let refs: Vec<&str> = rules.iter().map(String::as_str).collect();
+    let (a, b) = both(
+        || ips(&refs),
+        &upload(&req, &[head + 50, head + 100, head + 170]),
+    );
+    assert_eq!((a, b), (vec![9], vec![9]));
+}
+
+#[test]
 fn a_drop_rule_drops_the_packet_completing_the_body_match() {
     let rule = r#"drop http any any -> any any (msg:"d"; http.request_body; content:"EVIL-PAYLOAD"; sid:4;)"#;
     let req = post();

@@ -130,6 +130,9 @@ impl Ips {
                 acc.live = true;
                 acc.over = true;
             }
+            // The body bytes the prefilter searched on earlier packets
+            // (None: search all of the body buffer).
+            let searched = (!acc.over && !acc.found_full).then_some(acc.body.len());
             extra.clear();
             for r in &pc.body {
                 let past = acc.append(&data[r.clone()], limit);
@@ -150,6 +153,7 @@ impl Ips {
             let ctx = Msg {
                 cont: !new_msg,
                 fresh,
+                searched,
             };
             drop |= self.http_message(
                 &bufs,
@@ -218,7 +222,28 @@ impl Ips {
         (acc, msg): (&mut BodyAcc, Msg),
     ) -> bool {
         cands.clear();
-        self.engine.http.candidates(b, data, &mut self.hits, cands);
+        match msg.searched {
+            Some(n) => {
+                let mut newly = std::mem::take(&mut self.http_found);
+                newly.clear();
+                self.engine
+                    .http
+                    .candidates_after(b, data, n, (&mut self.hits, cands, &mut newly));
+                // Only body rules are inspected on the body's later packets.
+                let kinds = &self.http_kind;
+                newly.retain(|&r| kinds[r as usize] & BODY != 0);
+                acc.note_found(&newly);
+                if !acc.found_full {
+                    cands.extend_from_slice(&acc.found);
+                } else {
+                    // Too many to remember: this time the whole body.
+                    cands.clear();
+                    self.engine.http.candidates(b, data, &mut self.hits, cands);
+                }
+                self.http_found = newly;
+            }
+            None => self.engine.http.candidates(b, data, &mut self.hits, cands),
+        }
         cands.sort_unstable();
         cands.dedup();
         let mut drop = false;
@@ -271,4 +296,6 @@ struct Msg {
     cont: bool,
     /// The piece brought body bytes.
     fresh: bool,
+    /// Body bytes whose prefilter finds are in the message's found list.
+    searched: Option<usize>,
 }

@@ -59,4 +59,39 @@ impl HttpRules {
             .map(|(lo, hi)| &b.bytes[lo as usize..hi as usize]);
         self.0.candidates(bufs, data, hits, out);
     }
+
+    /// [`HttpRules::candidates`] for a body searched before up to
+    /// `searched` bytes: its body buffer is searched only from where a
+    /// content ending in the bytes after `searched` may start, and the rules
+    /// found in it are also pushed to `found`; the caller adds those found
+    /// in the bytes before.
+    pub fn candidates_after(
+        &self,
+        b: &Buffers,
+        data: &[u8],
+        searched: usize,
+        (hits, out, found): (&mut Vec<(u64, Target)>, &mut Vec<u32>, &mut Vec<u32>),
+    ) {
+        let file = b.spans[Buf::FileData as usize];
+        self.0.scan_payload(data, hits, out);
+        for (i, s) in b.spans.iter().enumerate() {
+            let Some((lo, hi)) = *s else { continue };
+            let body =
+                matches!(i, x if x == Buf::RequestBody as usize || x == Buf::ResponseBody as usize);
+            if body && *s == file {
+                continue;
+            }
+            let (lo, hi) = (lo as usize, hi as usize);
+            if i == Buf::FileData as usize {
+                let from = searched.saturating_sub(self.0.max_len().saturating_sub(1));
+                let at = out.len();
+                self.0
+                    .scan_buffer(&b.bytes[(lo + from).min(hi)..hi], hits, out);
+                found.extend_from_slice(&out[at..]);
+            } else {
+                self.0.scan_buffer(&b.bytes[lo..hi], hits, out);
+            }
+        }
+        out.extend_from_slice(self.0.always());
+    }
 }
