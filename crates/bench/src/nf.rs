@@ -670,6 +670,7 @@ fn raw_dfa(dir: &Path, rules: &str, trace: &Trace, reps: usize) -> Option<f64> {
         idle_timeout_secs: 300,
         sync_progress: false,
         classification_file: None,
+        http_body_limit: sluice_ips::http::body::DEFAULT_LIMIT,
     };
     let ips = sluice_ips::build(&cfg, sluice_state::Namespace(1), dir).ok()?;
     let payloads: Vec<&[u8]> = trace

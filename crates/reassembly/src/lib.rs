@@ -82,6 +82,15 @@
 //!   (`reassembly_tcp_fragment_drops`): TCP senders set Don't Fragment and
 //!   size segments to the path (Linux does), so only an evasion or a broken
 //!   path fragments TCP. `inspect` passes them, each matched on its own.
+//! * **IP fragments of UDP.** The same holds for a datagram sent in
+//!   fragments: nothing joins them, so a signature split over two would
+//!   pass. With [`Config::udp_fragments`] `drop` (the default) every IPv4 or
+//!   IPv6 fragment of a UDP datagram is dropped
+//!   (`reassembly_udp_fragment_drops`); `inspect` passes them, each matched
+//!   on its own. Few UDP protocols fragment today (DNS resolvers cap EDNS
+//!   answers at 1,232 bytes since DNS Flag Day 2020 to avoid it), but a
+//!   deployment carrying large datagrams (IKE with certificates, some VPNs,
+//!   NFS over UDP) sets `inspect`.
 //! * **Out-of-order packets are forwarded** as they arrive; their bytes reach the
 //!   stream consumer only once the gap before them fills. A receiver cannot use
 //!   them before that either, so a match completed by the gap-filling packet still
@@ -175,9 +184,14 @@ pub struct Config {
     /// (forwarded, each fragment's payload matched on its own; see
     /// "Normalisation").
     pub tcp_fragments: TcpFragments,
+    /// What IP fragments of UDP datagrams get: `drop` (default) or `inspect`
+    /// (forwarded, each fragment's payload matched on its own; see
+    /// "Normalisation").
+    pub udp_fragments: TcpFragments,
 }
 
-/// The policy for IP fragments of TCP segments ([`Config::tcp_fragments`]).
+/// The policy for IP fragments of TCP segments ([`Config::tcp_fragments`])
+/// and of UDP datagrams ([`Config::udp_fragments`]).
 #[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]
 pub enum TcpFragments {
@@ -197,6 +211,7 @@ impl Default for Config {
             min_ttl: 8,
             clear_ip_options: true,
             tcp_fragments: TcpFragments::Drop,
+            udp_fragments: TcpFragments::Drop,
             midstream: false,
             sync_progress: false,
         }
@@ -277,6 +292,8 @@ pub struct Counters {
     pub ip_options_cleared: u64,
     /// IP fragments of TCP segments dropped ([`TcpFragments::Drop`]).
     pub tcp_fragment_drops: u64,
+    /// IP fragments of UDP datagrams dropped ([`Config::udp_fragments`]).
+    pub udp_fragment_drops: u64,
 }
 
 #[derive(Clone, Copy)]
@@ -415,6 +432,7 @@ impl Reassembler {
             ("reassembly_ttl_raised", c.ttl_raised),
             ("reassembly_ip_options_cleared", c.ip_options_cleared),
             ("reassembly_tcp_fragment_drops", c.tcp_fragment_drops),
+            ("reassembly_udp_fragment_drops", c.udp_fragment_drops),
             ("reassembly_overlap_drops", c.overlap_drops),
             ("reassembly_overlap_rewrites", c.overlap_rewrites),
             ("reassembly_urgent_cleared", c.urgent_cleared),
@@ -465,16 +483,22 @@ impl Reassembler {
         let min_ttl = self.cfg.min_ttl;
         let clear_opts = self.cfg.clear_ip_options;
         let drop_fragments = self.cfg.tcp_fragments == TcpFragments::Drop;
+        let drop_udp_fragments = self.cfg.udp_fragments == TcpFragments::Drop;
         for p in batch.pkts.iter_mut() {
-            if drop_fragments
-                && p.is_live()
-                && p.meta.fragment != Fragment::None
-                && p.meta.flow.proto == sluice_wire::ip_proto::TCP
-            {
-                // A later fragment parses as `OtherIp`: its protocol says TCP.
-                self.counters.tcp_fragment_drops += 1;
-                p.drop_by(stage, "reassembly_tcp_fragment");
-                continue;
+            if p.is_live() && p.meta.fragment != Fragment::None {
+                // A later fragment parses as `OtherIp`: its protocol says
+                // TCP or UDP.
+                let proto = p.meta.flow.proto;
+                if drop_fragments && proto == sluice_wire::ip_proto::TCP {
+                    self.counters.tcp_fragment_drops += 1;
+                    p.drop_by(stage, "reassembly_tcp_fragment");
+                    continue;
+                }
+                if drop_udp_fragments && proto == sluice_wire::ip_proto::UDP {
+                    self.counters.udp_fragment_drops += 1;
+                    p.drop_by(stage, "reassembly_udp_fragment");
+                    continue;
+                }
             }
             if !p.is_live() || p.meta.l4 != L4::Tcp {
                 continue;

@@ -176,6 +176,15 @@ pub fn udp_v4(src: [u8; 4], dst: [u8; 4], sport: u16, dport: u16, payload: &[u8]
     to_vec(IpAddr::V4(src), IpAddr::V4(dst), t, payload)
 }
 
+/// An IPv6 UDP frame.
+pub fn udp_v6(src: [u8; 16], dst: [u8; 16], sport: u16, dport: u16, payload: &[u8]) -> Vec<u8> {
+    let t = Transport::Udp(UdpRepr {
+        src_port: sport,
+        dst_port: dport,
+    });
+    to_vec(IpAddr::V6(src), IpAddr::V6(dst), t, payload)
+}
+
 /// An ICMPv4 echo request or reply.
 pub fn icmp_v4_echo(src: [u8; 4], dst: [u8; 4], request: bool, ident: u16, seq: u16) -> Vec<u8> {
     let t = Transport::Icmp(IcmpRepr::echo(false, request, ident, seq));

@@ -45,6 +45,8 @@ pub struct BufferRules {
     always: Vec<u32>,
     /// Number of the protocol's rules.
     count: usize,
+    /// The longest content searched in the buffers.
+    max_len: usize,
 }
 
 impl BufferRules {
@@ -72,7 +74,10 @@ impl BufferRules {
                 .filter_map(|(items, _)| longest(items, &r.contents))
                 .max_by_key(|(_, c)| c.bytes.len());
             let (set, (k, c)) = match best {
-                Some(x) => (&mut sets, x),
+                Some(x) => {
+                    p.max_len = p.max_len.max(x.1.bytes.len());
+                    (&mut sets, x)
+                }
                 None => match longest(&r.items, &r.contents) {
                     Some(x) => (&mut payload, x),
                     None => {
@@ -116,19 +121,46 @@ impl BufferRules {
         hits: &mut Vec<(u64, Target)>,
         out: &mut Vec<u32>,
     ) {
+        self.scan_payload(data, hits, out);
+        for buf in buffers {
+            self.scan_buffer(buf, hits, out);
+        }
+        out.extend_from_slice(&self.always);
+    }
+
+    /// Pushes to `out` the rules registered under a content found in the
+    /// packet's bytes `data` (`hits`: scratch space).
+    pub fn scan_payload(&self, data: &[u8], hits: &mut Vec<(u64, Target)>, out: &mut Vec<u32>) {
         hits.clear();
         for m in self.payload.iter().flatten() {
             let mut s = m.start();
             m.scan(&mut s, data, 0, hits);
         }
-        for buf in buffers {
-            for m in self.bufs.iter().flatten() {
-                let mut s = m.start();
-                m.scan(&mut s, buf, 0, hits);
-            }
+        out.extend(hits.iter().map(|h| h.1.rule));
+        hits.clear();
+    }
+
+    /// Pushes to `out` the rules registered under a content found in the
+    /// buffer `buf` (`hits`: scratch space).
+    pub fn scan_buffer(&self, buf: &[u8], hits: &mut Vec<(u64, Target)>, out: &mut Vec<u32>) {
+        hits.clear();
+        for m in self.bufs.iter().flatten() {
+            let mut s = m.start();
+            m.scan(&mut s, buf, 0, hits);
         }
         out.extend(hits.iter().map(|h| h.1.rule));
-        out.extend_from_slice(&self.always);
         hits.clear();
+    }
+
+    /// The rules without a content to prefilter on.
+    pub fn always(&self) -> &[u32] {
+        &self.always
+    }
+
+    /// The longest content searched in the buffers: a match ending in bytes
+    /// appended to a buffer starts at most this many bytes minus one before
+    /// them.
+    pub fn max_len(&self) -> usize {
+        self.max_len
     }
 }

@@ -838,8 +838,10 @@ pub struct FlowState {
 }
 
 /// Version 2 added the flowbits, version 3 the HTTP framing, version 4 the
-/// pending units; older records still decode (without them).
-const VERSION: u8 = 4;
+/// pending units, version 5 the pending HTTP body
+/// ([`crate::pending::HTTP_BODY`]);
+/// older records still decode (without them).
+const VERSION: u8 = 5;
 
 impl Codec for FlowState {
     fn encode(&self, w: &mut Writer<'_>) {
@@ -914,7 +916,7 @@ impl Codec for FlowState {
         }
         if version >= 4 {
             for p in &mut s.pend {
-                *p = Pend::decode(r)?;
+                *p = Pend::decode(r, version >= 5)?;
             }
         }
         Ok(s)

@@ -93,7 +93,9 @@
 //!   HTTP/1.x messages told by content on any port ([`http`]): each
 //!   direction's framing lives in the flow record, and a message's buffers are
 //!   inspected on the packet completing its head (with the body bytes that
-//!   follow in it) and its body bytes on later packets. A head split across
+//!   follow in it) and, for body rules, on each later packet adding body
+//!   bytes, over the body accumulated so far with the head ([`http::body`],
+//!   up to [`Config::http_body_limit`]; once per rule and message). A head split across
 //!   segments is kept as a pending unit ([`pending`]) and inspected whole on
 //!   the packet completing it, as if it had come in one segment. Their own
 //!   prefilter runs over every buffer of a message ([`http::prefilter`]).
@@ -179,6 +181,17 @@ pub struct Config {
     /// the classtype's short name and `severity` the rule's `priority` or 3.
     #[serde(default)]
     pub classification_file: Option<PathBuf>,
+    /// Bytes of an HTTP message's body kept for body rules (`http.request_body`,
+    /// `http.response_body`, `file_data`), which inspect the body so far, as
+    /// Suricata's `request-body-limit`/`response-body-limit` (default 100 KiB,
+    /// at most 16 MiB; 0: each packet's body bytes are inspected on their
+    /// own). Body bytes past it are inspected per packet ([`http::body`]).
+    #[serde(default = "default_body_limit")]
+    pub http_body_limit: u32,
+}
+
+fn default_body_limit() -> u32 {
+    http::body::DEFAULT_LIMIT
 }
 
 /// A configuration that cannot be used.
@@ -200,6 +213,9 @@ pub enum ConfigError {
         /// The line at fault.
         source: classification::ClassError,
     },
+    /// `http_body_limit` is over [`http::body::MAX_LIMIT`].
+    #[error("http_body_limit {0} is over the maximum of {max} bytes", max = http::body::MAX_LIMIT)]
+    BodyLimit(u32),
     /// The signatures could not be compiled.
     #[error("cannot compile signatures: {0}")]
     Compile(#[from] engine::CompileError),
@@ -218,6 +234,9 @@ pub enum ConfigError {
 /// and reported by [`Ips::warnings`]; unreadable files fail, and so does a
 /// configuration whose every rule was refused.
 pub fn build(config: &Config, ns: Namespace, base_dir: &Path) -> Result<Ips, ConfigError> {
+    if config.http_body_limit > http::body::MAX_LIMIT {
+        return Err(ConfigError::BodyLimit(config.http_body_limit));
+    }
     let mut rules = Vec::new();
     let mut warnings = Vec::new();
     for f in &config.rule_files {
@@ -274,6 +293,7 @@ pub fn build(config: &Config, ns: Namespace, base_dir: &Path) -> Result<Ips, Con
     }
     let mut ips = Ips::new(rules, warnings, ns, config.idle_timeout_secs)?;
     ips.sync_progress = config.sync_progress;
+    ips.http_body_limit = config.http_body_limit;
     Ok(ips)
 }
 
@@ -378,6 +398,19 @@ pub struct Ips {
     http_bufs: http::Buffers,
     /// The HTTP framing's pieces of a message, reused.
     http_piece: http::Piece,
+    /// See [`Config::http_body_limit`].
+    http_body_limit: u32,
+    /// Per rule: [`http::eval::HEAD`] and [`http::eval::BODY`] if it names
+    /// head or body buffers.
+    http_kind: Vec<u8>,
+    /// True if a loaded rule names a body buffer.
+    http_body_rules: bool,
+    /// The message being received in the packet's direction ([`http::body`]).
+    http_acc: http::body::BodyAcc,
+    /// A packet's body bytes past the limit, reused.
+    http_extra: Vec<u8>,
+    /// The prefilter's finds in a body's new bytes, reused.
+    http_found: Vec<u32>,
     /// A buffer with a `.` before it (`dotprefix`), reused.
     http_dot: Vec<u8>,
     /// A TLS hello's buffers, reused.
@@ -441,6 +474,8 @@ impl Ips {
         });
         let thresholds = threshold::Thresholds::new(&rules);
         let engine = Engine::new(rules).map_err(ConfigError::Compile)?;
+        let http_kind: Vec<u8> = engine.rules.iter().map(http::eval::kind).collect();
+        let http_body_rules = http_kind.iter().any(|k| k & http::eval::BODY != 0);
         Ok(Ips {
             engine,
             warnings,
@@ -460,6 +495,12 @@ impl Ips {
             dns_spans: Vec::new(),
             http_bufs: http::Buffers::default(),
             http_piece: http::Piece::default(),
+            http_body_limit: http::body::DEFAULT_LIMIT,
+            http_kind,
+            http_body_rules,
+            http_acc: Default::default(),
+            http_extra: Vec::new(),
+            http_found: Vec::new(),
             http_dot: Vec::new(),
             tls_bufs: tls::Buffers::default(),
             tls_joined: Vec::new(),

@@ -21,6 +21,11 @@
 //! [`MAX_TLS_UNIT`], [`MAX_DNS_UNIT`]) stops that protocol's parsing of the
 //! direction, counted (`ips_pending_overflow`): the blob never grows past the
 //! bound.
+//!
+//! The same blob holds, while an HTTP message's body is being received, that
+//! body so far (up to `http_body_limit`), the message's head and the body
+//! rules already fired on it ([`HTTP_BODY`], [`crate::http::body`]): body
+//! rules inspect the body accumulated, as Suricata's do.
 
 use sluice_state::{DecodeError, Key, Namespace, Reader, Writer};
 use sluice_wire::FlowKey;
@@ -50,11 +55,14 @@ pub const TLS: u8 = 2;
 /// with length 0, no bytes are pending but a DNS message ended at `end`, so
 /// the next one may start there.
 pub const DNS: u8 = 3;
+/// The body of the HTTP message being received, with its head and the body
+/// rules that fired on it ([`crate::http::body`]); records of version 5 on.
+pub const HTTP_BODY: u8 = 4;
 
 /// A direction's pending unit as the flow record describes it.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Pend {
-    /// [`NONE`], [`HTTP`], [`TLS`] or [`DNS`].
+    /// [`NONE`], [`HTTP`], [`TLS`], [`DNS`] or [`HTTP_BODY`].
     pub kind: u8,
     /// Bytes in the blob.
     pub len: u32,
@@ -81,10 +89,11 @@ impl Pend {
         }
     }
 
-    /// Reads what [`encode`](Pend::encode) wrote.
-    pub fn decode(r: &mut Reader<'_>) -> Result<Pend, DecodeError> {
+    /// Reads what [`encode`](Pend::encode) wrote; `body` tells whether the
+    /// record's version knows [`HTTP_BODY`].
+    pub fn decode(r: &mut Reader<'_>, body: bool) -> Result<Pend, DecodeError> {
         let kind = r.u8()?;
-        if kind > DNS {
+        if kind > HTTP_BODY || (kind == HTTP_BODY && !body) {
             return Err(DecodeError("unknown ips pending unit kind"));
         }
         if kind == NONE {
@@ -94,7 +103,8 @@ impl Pend {
         let max = match kind {
             HTTP => crate::http::MAX_HEAD as usize,
             TLS => MAX_TLS_UNIT,
-            _ => MAX_DNS_UNIT,
+            DNS => MAX_DNS_UNIT,
+            _ => crate::http::body::MAX_BLOB,
         };
         if len as usize > max {
             return Err(DecodeError("ips pending unit over its bound"));

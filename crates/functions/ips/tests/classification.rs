@@ -29,6 +29,7 @@ fn ips_with(dir: &Path, file: Option<&str>, rules: &[&str]) -> Result<Ips, Confi
         idle_timeout_secs: 300,
         sync_progress: false,
         classification_file: file.map(Into::into),
+        http_body_limit: sluice_ips::http::body::DEFAULT_LIMIT,
     };
     build(&cfg, Namespace(2), dir)
 }

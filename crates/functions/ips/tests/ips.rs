@@ -38,6 +38,7 @@ fn ips(rules: &[&str]) -> Ips {
         idle_timeout_secs: 300,
         sync_progress: false,
         classification_file: None,
+        http_body_limit: sluice_ips::http::body::DEFAULT_LIMIT,
     };
     let i = build(&cfg, Namespace(2), Path::new(".")).unwrap();
     assert!(i.warnings().is_empty(), "{:?}", i.warnings());
@@ -353,6 +354,7 @@ fn bad_rules_are_reported_and_skipped() {
         idle_timeout_secs: 300,
         sync_progress: false,
         classification_file: None,
+        http_body_limit: sluice_ips::http::body::DEFAULT_LIMIT,
     };
     let i = build(&cfg, Namespace(2), &dir).unwrap();
     let w: Vec<String> = i.warnings().iter().map(|e| e.to_string()).collect();

@@ -2,15 +2,33 @@
 //! packet's stream bytes ([`super::HttpDir::advance`]), and for each piece
 //! of a message found there, its buffers built ([`super::Buffers`]),
 //! candidates from the prefilter ([`super::prefilter`]), then each
-//! candidate's keyword lists over their buffers.
+//! candidate's keyword lists over their buffers. Body rules see the body
+//! accumulated so far ([`super::body`]).
 
 use crate::bufrules::list_matches;
 use sluice_nf::{Event, Packet};
 
-use super::{Buffers, Phase, Piece};
+use super::body::BodyAcc;
+use super::{Buf, Buffers, Phase, Piece};
 use crate::engine::{FlowState, Header, BLOCKED, PASSED};
 use crate::pending::{self, Pend};
+use crate::rules::Rule;
 use crate::{inspect, Ips};
+
+/// [`kind`]: the rule names a head buffer.
+pub(crate) const HEAD: u8 = 1;
+/// [`kind`]: the rule names a body buffer.
+pub(crate) const BODY: u8 = 2;
+
+/// Which kinds of HTTP buffers rule `r` names ([`HEAD`], [`BODY`]).
+pub(crate) fn kind(r: &Rule) -> u8 {
+    r.http.iter().fold(0, |k, l| {
+        k | match l.buf {
+            Buf::RequestBody | Buf::ResponseBody | Buf::FileData => BODY,
+            _ => HEAD,
+        }
+    })
+}
 
 impl Ips {
     /// Follows the HTTP messages of direction `d` through `data`, the
@@ -38,9 +56,18 @@ impl Ips {
         if gap || (me.phase == Phase::Start && base != 0) {
             me.off();
         }
-        // The head pending from earlier bytes, if it continues here.
+        // Body accumulation runs only when a rule inspects bodies.
+        let limit = if self.http_body_rules {
+            self.http_body_limit as usize
+        } else {
+            0
+        };
+        // The head, or the body of the current message, pending from
+        // earlier bytes, if it continues here.
         let cont = self.pend_ok(st, d, pending::HTTP, base);
-        if st.pend[d].kind == pending::HTTP && !cont {
+        let body_cont = limit > 0 && self.pend_ok(st, d, pending::HTTP_BODY, base);
+        let ours = matches!(st.pend[d].kind, pending::HTTP | pending::HTTP_BODY);
+        if ours && !cont && !body_cont {
             self.pend_drop(st, d, true);
         }
         if me.phase == Phase::Off {
@@ -52,10 +79,24 @@ impl Ips {
         let mut bufs = std::mem::take(&mut self.http_bufs);
         let mut piece = std::mem::take(&mut self.http_piece);
         let mut cands = std::mem::take(&mut self.cands);
+        let mut acc = std::mem::take(&mut self.http_acc);
+        let mut extra = std::mem::take(&mut self.http_extra);
         // The pending head's bytes (empty without one): a head completed
         // here that began earlier is these bytes and the new ones up to
         // its end, inspected as if it had come whole.
-        let mut held = if cont { self.pend.take(d) } else { Vec::new() };
+        let mut held = if cont || body_cont {
+            self.pend.take(d)
+        } else {
+            Vec::new()
+        };
+        acc.reset();
+        if body_cont {
+            if acc.decode(&held).is_err() {
+                self.counters.pending_lost += 1;
+                acc.reset();
+            }
+            held.clear();
+        }
         let mut joined = false;
         let mut drop = false;
         me.advance(data, request, &mut peer, &mut piece, |pc: &Piece, _| {
@@ -72,8 +113,63 @@ impl Ips {
                 (None, Some(_)) if joined => Some(&held[..]),
                 _ => None,
             };
-            bufs.build(head, data, &pc.body, request);
-            drop |= self.http_message(&bufs, &mut cands, (st, d, &hdr, p), events, (data, base));
+            let new_msg = pc.head.is_some() || pc.head_cont.is_some();
+            if new_msg {
+                acc.reset();
+                acc.live = true;
+                match head {
+                    Some(h) if limit > 0 => acc.head.extend_from_slice(h),
+                    // Without accumulation each packet's body is inspected
+                    // on its own.
+                    _ => acc.over = true,
+                }
+            } else if !acc.live {
+                // A body whose beginning this instance does not hold (no
+                // accumulation, a lost blob, a record of an older version):
+                // inspected per packet, as past the limit.
+                acc.live = true;
+                acc.over = true;
+            }
+            // The body bytes the prefilter searched on earlier packets
+            // (None: search all of the body buffer).
+            let searched = (!acc.over && !acc.found_full).then_some(acc.body.len());
+            extra.clear();
+            for r in &pc.body {
+                let past = acc.append(&data[r.clone()], limit);
+                extra.extend_from_slice(past);
+            }
+            let fresh = !pc.body.is_empty();
+            let has_body = !acc.body.is_empty() || !extra.is_empty();
+            let head = if new_msg {
+                head
+            } else {
+                (!acc.head.is_empty()).then_some(&acc.head[..])
+            };
+            bufs.build_joined(
+                head,
+                has_body.then_some([&acc.body[..], &extra[..]]),
+                request,
+            );
+            let ctx = Msg {
+                cont: !new_msg,
+                fresh,
+                searched,
+            };
+            drop |= self.http_message(
+                &bufs,
+                &mut cands,
+                (st, d, &hdr, p),
+                events,
+                (data, base),
+                (&mut acc, ctx),
+            );
+            // Past the limit only the head and fired rules are kept.
+            if acc.over {
+                acc.body.clear();
+            }
+            if pc.done {
+                acc.reset();
+            }
         });
         if joined {
             self.counters.pending_joined += 1;
@@ -83,7 +179,7 @@ impl Ips {
         }
         // What is pending now: the head these bytes end inside, if its
         // beginning is known (`held` still holds the blob's bytes when the
-        // head continues through all of these).
+        // head continues through all of these)...
         if let Some(s) = piece.open {
             held.clear();
             held.extend_from_slice(&data[s..]);
@@ -92,9 +188,16 @@ impl Ips {
         } else {
             held.clear();
         }
-        if !held.is_empty() {
-            self.pend_save(st, d, pending::HTTP, held, base + data.len() as u64);
-        } else if st.pend[d].kind == pending::HTTP {
+        let end = base + data.len() as u64;
+        let live = st.flags & (BLOCKED | PASSED) == 0;
+        if !held.is_empty() && live {
+            self.pend_save(st, d, pending::HTTP, held, end);
+        } else if limit > 0 && live && acc.live && me.in_body() {
+            // ...or the body of the message these bytes end inside.
+            acc.encode(&mut held);
+            self.pend_save(st, d, pending::HTTP_BODY, held, end);
+        } else if matches!(st.pend[d].kind, pending::HTTP | pending::HTTP_BODY) {
+            held.clear();
             st.pend[d] = Pend::default();
             self.pend.put(d, held);
         }
@@ -103,6 +206,8 @@ impl Ips {
         self.http_bufs = bufs;
         self.http_piece = piece;
         self.cands = cands;
+        self.http_acc = acc;
+        self.http_extra = extra;
         drop
     }
 
@@ -114,14 +219,47 @@ impl Ips {
         (st, d, hdr, p): (&mut FlowState, usize, &Header, &Packet),
         events: &mut Vec<Event>,
         (data, base): (&[u8], u64),
+        (acc, msg): (&mut BodyAcc, Msg),
     ) -> bool {
         cands.clear();
-        self.engine.http.candidates(b, data, &mut self.hits, cands);
+        match msg.searched {
+            Some(n) => {
+                let mut newly = std::mem::take(&mut self.http_found);
+                newly.clear();
+                self.engine
+                    .http
+                    .candidates_after(b, data, n, (&mut self.hits, cands, &mut newly));
+                // Only body rules are inspected on the body's later packets.
+                let kinds = &self.http_kind;
+                newly.retain(|&r| kinds[r as usize] & BODY != 0);
+                acc.note_found(&newly);
+                if !acc.found_full {
+                    cands.extend_from_slice(&acc.found);
+                } else {
+                    // Too many to remember: this time the whole body.
+                    cands.clear();
+                    self.engine.http.candidates(b, data, &mut self.hits, cands);
+                }
+                self.http_found = newly;
+            }
+            None => self.engine.http.candidates(b, data, &mut self.hits, cands),
+        }
         cands.sort_unstable();
         cands.dedup();
         let mut drop = false;
         let mut dot = std::mem::take(&mut self.http_dot);
         for &rule in cands.iter() {
+            let kind = self.http_kind[rule as usize];
+            if kind & BODY != 0 {
+                // Once per message; on a later packet only when the body
+                // grew (the same buffer cannot match anew).
+                if acc.has_fired(rule) || (msg.cont && !msg.fresh) {
+                    continue;
+                }
+            } else if msg.cont && kind & HEAD != 0 {
+                // Head rules were inspected with the head.
+                continue;
+            }
             let r = &self.engine.rules[rule as usize];
             // One alert per matching message (Suricata's per transaction),
             // so pipelined requests in one packet each raise theirs.
@@ -138,6 +276,9 @@ impl Ips {
             if !ok {
                 continue;
             }
+            if kind & BODY != 0 {
+                acc.mark(rule);
+            }
             drop |= self.fire(rule, st, (d, p, Some("http")), events);
             if st.flags & (BLOCKED | PASSED) != 0 {
                 break;
@@ -146,4 +287,15 @@ impl Ips {
         self.http_dot = dot;
         drop
     }
+}
+
+/// Where a message's piece stands ([`Ips::http_message`]).
+#[derive(Clone, Copy)]
+struct Msg {
+    /// The message's head was inspected on an earlier packet.
+    cont: bool,
+    /// The piece brought body bytes.
+    fresh: bool,
+    /// Body bytes whose prefilter finds are in the message's found list.
+    searched: Option<usize>,
 }

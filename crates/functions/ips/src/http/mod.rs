@@ -31,7 +31,8 @@
 
 use std::ops::Range;
 
-mod eval;
+pub mod body;
+pub(crate) mod eval;
 pub mod prefilter;
 
 /// A head (start line and header lines) longer than this ends parsing of the
@@ -269,6 +270,20 @@ impl HttpDir {
             phase: Phase::Off,
             ..HttpDir::default()
         };
+    }
+
+    /// True while a message's body (or its chunk framing or trailer) is
+    /// being framed.
+    pub fn in_body(&self) -> bool {
+        matches!(
+            self.phase,
+            Phase::Body
+                | Phase::ChunkSize
+                | Phase::ChunkData
+                | Phase::ChunkEnd
+                | Phase::Trailer
+                | Phase::ToClose
+        )
     }
 
     /// True while the direction is parsed as HTTP.
@@ -752,11 +767,11 @@ pub enum Buf {
     Connection,
     /// `http.start`: the start line and header lines as sent.
     Start,
-    /// `http.request_body`: the request body bytes of the packet.
+    /// `http.request_body`: the request body so far ([`body`]).
     RequestBody,
-    /// `http.response_body`: the response body bytes of the packet.
+    /// `http.response_body`: the response body so far ([`body`]).
     ResponseBody,
-    /// `file.data`: the body bytes of the packet, either direction.
+    /// `file.data`: the body so far, either direction ([`body`]).
     FileData,
 }
 
@@ -1018,15 +1033,38 @@ impl Buffers {
             for r in body {
                 self.bytes.extend_from_slice(&data[r.clone()]);
             }
-            self.end(Buf::FileData, a);
-            let span = self.spans[Buf::FileData as usize];
-            let which = if request {
-                Buf::RequestBody
-            } else {
-                Buf::ResponseBody
-            };
-            self.spans[which as usize] = span;
+            self.end_body(a, request);
         }
+    }
+
+    /// Builds the buffers of a message from `head` (if known) and a body
+    /// buffer made of `body`'s parts joined (absent if `body` is None).
+    pub fn build_joined(&mut self, head: Option<&[u8]>, body: Option<[&[u8]; 2]>, request: bool) {
+        self.bytes.clear();
+        self.spans = [None; NBUF];
+        if let Some(h) = head {
+            self.build_head(h, request);
+        }
+        if let Some(parts) = body {
+            let a = self.begin();
+            for p in parts {
+                self.bytes.extend_from_slice(p);
+            }
+            self.end_body(a, request);
+        }
+    }
+
+    /// Ends the body buffer begun at `a`: `file.data` and the direction's
+    /// body buffer.
+    fn end_body(&mut self, a: u32, request: bool) {
+        self.end(Buf::FileData, a);
+        let span = self.spans[Buf::FileData as usize];
+        let which = if request {
+            Buf::RequestBody
+        } else {
+            Buf::ResponseBody
+        };
+        self.spans[which as usize] = span;
     }
 
     fn build_head(&mut self, h: &[u8], request: bool) {

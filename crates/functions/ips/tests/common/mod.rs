@@ -22,6 +22,7 @@ pub fn ips_with(rules: &[&str], vars: &[(&str, &str)]) -> Ips {
         idle_timeout_secs: 300,
         sync_progress: false,
         classification_file: None,
+        http_body_limit: sluice_ips::http::body::DEFAULT_LIMIT,
     };
     let i = build(&cfg, Namespace(2), Path::new(".")).unwrap();
     assert!(i.warnings().is_empty(), "{:?}", i.warnings());

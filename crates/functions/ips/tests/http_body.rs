@@ -1,0 +1,441 @@
+//! HTTP bodies accumulated for body rules (`http.request_body`,
+//! `http.response_body`, `file_data`), as Suricata inspects its body buffer:
+//! a content split across the body's TCP segments fires, once per message;
+//! rules naming head buffers and the body match when the body comes later;
+//! the body is kept up to `http_body_limit` and through the store, so another
+//! instance continues it.
+
+use std::path::Path;
+
+use proptest::prelude::*;
+use sluice_ips::{build, Config, Ips};
+use sluice_nf::AlertAction;
+use sluice_state::{LocalStore, Namespace};
+use sluice_wire::build::tcp_v4;
+use sluice_wire::tcp::flags::{ACK, PSH, SYN};
+
+mod common;
+
+const C: [u8; 4] = [10, 0, 0, 1];
+const S: [u8; 4] = [192, 168, 1, 2];
+
+/// An IPS of `rules` keeping `limit` body bytes.
+fn ips_limit(rules: &[&str], limit: u32) -> Ips {
+    let cfg = Config {
+        rule_files: vec![],
+        rules: rules.iter().map(|s| s.to_string()).collect(),
+        vars: Default::default(),
+        idle_timeout_secs: 300,
+        sync_progress: false,
+        classification_file: None,
+        http_body_limit: limit,
+    };
+    let i = build(&cfg, Namespace(2), Path::new(".")).unwrap();
+    assert!(i.warnings().is_empty(), "{:?}", i.warnings());
+    i
+}
+
+fn ips(rules: &[&str]) -> Ips {
+    common::ips_with(rules, &[])
+}
+
+/// A connection to port 80: the handshake, then each segment in order,
+/// `(to_server, bytes)`.
+fn conn(segs: &[(bool, Vec<u8>)]) -> Vec<Vec<u8>> {
+    let mut f = vec![
+        tcp_v4(C, S, 40000, 80, 1000, 0, SYN, &[]),
+        tcp_v4(S, C, 80, 40000, 9000, 1001, SYN | ACK, &[]),
+        tcp_v4(C, S, 40000, 80, 1001, 9001, ACK, &[]),
+    ];
+    let (mut cs, mut ss) = (1001u32, 9001u32);
+    for (to_server, b) in segs {
+        if *to_server {
+            f.push(tcp_v4(C, S, 40000, 80, cs, ss, ACK | PSH, b));
+            cs += b.len() as u32;
+        } else {
+            f.push(tcp_v4(S, C, 80, 40000, ss, cs, ACK | PSH, b));
+            ss += b.len() as u32;
+        }
+    }
+    f
+}
+
+/// `data` cut at `cuts`, every piece sent to the server.
+fn upload(data: &[u8], cuts: &[usize]) -> Vec<Vec<u8>> {
+    let segs: Vec<(bool, Vec<u8>)> = common::pieces(data, cuts)
+        .into_iter()
+        .map(|p| (true, p))
+        .collect();
+    conn(&segs)
+}
+
+/// Sids alerting with `frames` as one batch, and as one batch per packet
+/// (the body then goes through the store between packets).
+fn both(ips: impl Fn() -> Ips, frames: &[Vec<u8>]) -> (Vec<u32>, Vec<u32>) {
+    let (a, _) = common::run_in(&mut ips(), &mut LocalStore::new(), frames, 1_000_000_000);
+    let (b, _, c) = common::run_each(ips(), frames);
+    assert_eq!(c.pending_lost + c.pending_discarded, 0, "{c:?}");
+    (a.into_iter().map(|a| a.0).collect(), b)
+}
+
+const BODY_RULE: &str = r#"alert http any any -> any any (msg:"b"; flow:established,to_server; http.request_body; content:"EVIL-PAYLOAD"; sid:1;)"#;
+
+/// A POST whose body (200 bytes) holds the signature at body offset 90.
+fn post() -> Vec<u8> {
+    let mut body = vec![b'a'; 200];
+    body[90..102].copy_from_slice(b"EVIL-PAYLOAD");
+    let mut r = format!(
+        "POST /upload HTTP/1.1\r\nHost: example.com\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    )
+    .into_bytes();
+    r.extend_from_slice(&body);
+    r
+}
+
+#[test]
+fn a_body_signature_split_at_every_cut_fires_once() {
+    let req = post();
+    let (a, b) = both(|| ips(&[BODY_RULE]), &upload(&req, &[]));
+    assert_eq!((a, b), (vec![1], vec![1]));
+    for cut in 1..req.len() {
+        let (a, b) = both(|| ips(&[BODY_RULE]), &upload(&req, &[cut]));
+        assert_eq!(a, vec![1], "cut at {cut}");
+        assert_eq!(b, vec![1], "cut at {cut}, one batch per packet");
+    }
+}
+
+/// Sids alerting with `frames` in batches of `n` packets over one store
+/// (the test harness's packet pool holds 64 packets a batch).
+fn in_batches(mut ips: Ips, frames: &[Vec<u8>], n: usize) -> Vec<u32> {
+    let mut st = LocalStore::new();
+    let mut out = Vec::new();
+    for (k, b) in frames.chunks(n).enumerate() {
+        let (a, _) = common::run_in(&mut ips, &mut st, b, 1_000_000_000 + k as u64 * 1_000_000);
+        out.extend(a.into_iter().map(|a| a.0));
+    }
+    assert_eq!(ips.stats().pending_lost + ips.stats().pending_discarded, 0);
+    out
+}
+
+#[test]
+fn one_byte_segments_fire_once() {
+    let req = post();
+    let cuts: Vec<usize> = (1..req.len()).collect();
+    let frames = upload(&req, &cuts);
+    assert_eq!(common::run_each(ips(&[BODY_RULE]), &frames).0, vec![1]);
+    for n in [7, 50] {
+        assert_eq!(in_batches(ips(&[BODY_RULE]), &frames, n), vec![1], "{n}");
+    }
+}
+
+#[test]
+fn a_body_without_the_signature_does_not_fire() {
+    let mut req = post();
+    let n = req.len();
+    // One byte of the signature changed: no alert wherever the cut.
+    req[n - 110 + 4] = b'_';
+    for cut in [n - 150, n - 105, n - 1] {
+        let (a, b) = both(|| ips(&[BODY_RULE]), &upload(&req, &[cut]));
+        assert!(a.is_empty() && b.is_empty(), "cut at {cut}: {a:?} {b:?}");
+    }
+    // The signature in the head, not the body: no body alert.
+    let get = b"GET /EVIL-PAYLOAD HTTP/1.1\r\nHost: a\r\n\r\n".to_vec();
+    let (a, b) = both(|| ips(&[BODY_RULE]), &upload(&get, &[20]));
+    assert!(a.is_empty() && b.is_empty());
+}
+
+#[test]
+fn the_signature_twice_in_one_body_fires_once_per_message() {
+    let mut body = vec![b'x'; 300];
+    body[10..22].copy_from_slice(b"EVIL-PAYLOAD");
+    body[250..262].copy_from_slice(b"EVIL-PAYLOAD");
+    let mut msg = b"POST / HTTP/1.1\r\nContent-Length: 300\r\n\r\n".to_vec();
+    msg.extend_from_slice(&body);
+    let head = msg.len() - 300;
+    // Both occurrences in other packets, each packet re-inspecting the
+    // growing body: one alert for the message.
+    let (a, b) = both(
+        || ips(&[BODY_RULE]),
+        &upload(&msg, &[head + 5, head + 15, head + 100, head + 255]),
+    );
+    assert_eq!((a, b), (vec![1], vec![1]));
+    // A second message on the connection alerts again.
+    let mut two = msg.clone();
+    two.extend_from_slice(&msg);
+    let cut = msg.len() + head + 16;
+    let (a, b) = both(|| ips(&[BODY_RULE]), &upload(&two, &[head + 16, cut]));
+    assert_eq!((a, b), (vec![1, 1], vec![1, 1]));
+}
+
+#[test]
+fn rules_on_head_and_body_match_when_the_body_comes_later() {
+    let rule = r#"alert http any any -> any any (msg:"hb"; http.method; content:"POST"; http.uri; content:"/upload"; http.request_body; content:"EVIL-PAYLOAD"; sid:2;)"#;
+    let head_only =
+        r#"alert http any any -> any any (msg:"h"; http.uri; content:"/upload"; sid:3;)"#;
+    let req = post();
+    let head = req.len() - 200;
+    for cuts in [
+        vec![head],
+        vec![head, head + 95],
+        vec![head - 10, head + 50],
+    ] {
+        let (a, b) = both(|| ips(&[rule, head_only]), &upload(&req, &cuts));
+        // The head rule fires once, with the head; the combined rule on
+        // the packet completing the body's signature.
+        assert_eq!(a, vec![3, 2], "{cuts:?}");
+        assert_eq!(b, vec![3, 2], "{cuts:?}");
+    }
+    // A near miss in the head: no combined alert.
+    let mut put = req.clone();
+    put[..4].copy_from_slice(b"PUT ");
+    put.remove(3);
+    let (a, _) = both(|| ips(&[rule]), &upload(&put, &[head - 1]));
+    assert!(a.is_empty());
+}
+
+#[test]
+fn a_rule_found_early_in_the_body_matches_when_it_completes_later() {
+    // The prefilter finds the rule by its longest content in the first body
+    // packet; the rule completes two packets later, and later packets only
+    // search their new bytes for contents.
+    let rule = r#"alert http any any -> any any (msg:"t"; http.request_body; content:"EVIL-PAYLOAD"; content:"aaaz"; distance:0; sid:9;)"#;
+    let mut req = post();
+    let n = req.len();
+    req[n - 20] = b'z';
+    let head = n - 200;
+    for cuts in [
+        vec![head + 120],
+        vec![head + 105, head + 150],
+        vec![head + 50, head + 100, head + 170, head + 181],
+    ] {
+        let (a, b) = both(|| ips(&[rule]), &upload(&req, &cuts));
+        assert_eq!((a, b), (vec![9], vec![9]), "{cuts:?}");
+    }
+    // Many rules found in the body (past the list's bound): the body is then
+    // searched whole, and the late completion still fires.
+    let mut rules: Vec<String> = (0..80)
+        .map(|k| format!(r#"alert http any any -> any any (msg:"f"; http.request_body; content:"aaaaaaaaaaaaaaa"; content:"Q{k}"; sid:{};)"#, 100 + k))
+        .collect();
+    rules.push(rule.to_string());
+    let refs: Vec<&str> = rules.iter().map(String::as_str).collect();
+    let (a, b) = both(
+        || ips(&refs),
+        &upload(&req, &[head + 50, head + 100, head + 170]),
+    );
+    assert_eq!((a, b), (vec![9], vec![9]));
+}
+
+#[test]
+fn a_drop_rule_drops_the_packet_completing_the_body_match() {
+    let rule = r#"drop http any any -> any any (msg:"d"; http.request_body; content:"EVIL-PAYLOAD"; sid:4;)"#;
+    let req = post();
+    let head = req.len() - 200;
+    let frames = upload(&req, &[head, head + 95]);
+    // Packets: SYN, SYN-ACK, ACK, head, body up to the signature's middle,
+    // the rest: the last is dropped.
+    let (a, d) = common::run_in(&mut ips(&[rule]), &mut LocalStore::new(), &frames, 1);
+    assert_eq!(a, vec![(4, AlertAction::Blocked)]);
+    assert_eq!(d, vec![false, false, false, false, false, true]);
+    let (s, d, _) = common::run_each(ips(&[rule]), &frames);
+    assert_eq!(s, vec![4]);
+    assert_eq!(d, vec![false, false, false, false, false, true]);
+}
+
+#[test]
+fn a_body_continues_on_another_instance() {
+    let both_rule = r#"alert http any any -> any any (msg:"hb"; http.method; content:"POST"; http.request_body; content:"EVIL-PAYLOAD"; sid:2;)"#;
+    let rules = [BODY_RULE, both_rule];
+    let req = post();
+    let head = req.len() - 200;
+    let frames = upload(&req, &[head + 50, head + 95]);
+    assert_eq!(frames.len(), 6);
+    let mut st = LocalStore::new();
+    let mut one = ips(&rules);
+    let (a, _) = common::run_in(&mut one, &mut st, &frames[..4], 1_000_000_000);
+    assert!(a.is_empty(), "{a:?}");
+    assert_eq!(one.stats().pending_saved, 1);
+    // The body so far waits in the store: each next packet goes to another
+    // instance, the last completing the signature, with the head known.
+    let mut two = ips(&rules);
+    let (a, _) = common::run_in(&mut two, &mut st, &frames[4..5], 2_000_000_000);
+    assert!(a.is_empty(), "{a:?}");
+    let mut three = ips(&rules);
+    let (a, _) = common::run_in(&mut three, &mut st, &frames[5..], 3_000_000_000);
+    assert_eq!(
+        a,
+        vec![(1, AlertAction::Allowed), (2, AlertAction::Allowed)]
+    );
+    // The message is over: nothing is pending.
+    let flow = sluice_wire::parse::parse_frame(&frames[0]).unwrap().flow;
+    let key = sluice_ips::pending::key(Namespace(2), &flow.canonical().0, 0);
+    let mut ops = sluice_state::Ops::new();
+    let id = ops.get(key);
+    sluice_state::StateStore::execute(&mut st, &mut ops).unwrap();
+    assert_eq!(ops.value(id), None);
+}
+
+#[test]
+fn the_body_limit_is_honoured() {
+    // Limit 64: the signature at body offset 90 lies past it. Split across
+    // two segments there it is not seen (bytes past the limit are
+    // inspected per packet)...
+    let req = post();
+    let head = req.len() - 200;
+    let small = || ips_limit(&[BODY_RULE], 64);
+    let (a, b) = both(small, &upload(&req, &[head + 95]));
+    assert!(a.is_empty() && b.is_empty(), "{a:?} {b:?}");
+    // ...whole in one packet past the limit it is, once...
+    let (a, b) = both(small, &upload(&req, &[head + 40, head + 80]));
+    assert_eq!((a, b), (vec![1], vec![1]));
+    // ...and whole in the packet crossing the limit it is (that packet's
+    // bytes past the limit are inspected after the kept body)...
+    let (a, b) = both(small, &upload(&req, &[head + 40, head + 105]));
+    assert_eq!((a, b), (vec![1], vec![1]));
+    // ...but not split between that packet and the next.
+    let (a, b) = both(small, &upload(&req, &[head + 40, head + 95]));
+    assert!(a.is_empty() && b.is_empty(), "{a:?} {b:?}");
+    // Within the limit, split, it fires.
+    let big = || ips_limit(&[BODY_RULE], 128);
+    let (a, b) = both(big, &upload(&req, &[head + 95]));
+    assert_eq!((a, b), (vec![1], vec![1]));
+    // Limit 0: each packet's body on its own, as before accumulation.
+    let none = || ips_limit(&[BODY_RULE], 0);
+    let (a, b) = both(none, &upload(&req, &[head + 95]));
+    assert!(a.is_empty() && b.is_empty());
+    let (a, b) = both(none, &upload(&req, &[head + 80]));
+    assert_eq!((a, b), (vec![1], vec![1]));
+    // A limit over the maximum is refused, by name.
+    let cfg = Config {
+        rule_files: vec![],
+        rules: vec![BODY_RULE.into()],
+        vars: Default::default(),
+        idle_timeout_secs: 300,
+        sync_progress: false,
+        classification_file: None,
+        http_body_limit: sluice_ips::http::body::MAX_LIMIT + 1,
+    };
+    let e = build(&cfg, Namespace(2), Path::new(".")).err().unwrap();
+    assert!(e.to_string().contains("http_body_limit"), "{e}");
+}
+
+#[test]
+fn a_chunked_response_split_across_packets_fires_once() {
+    let rule = r#"alert http any any -> any any (msg:"c"; flow:to_client; file_data; content:"HelloWorld"; sid:5;)"#;
+    let resp_head = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec();
+    let chunks = b"5\r\nHello\r\n5\r\nWorld\r\n0\r\n\r\n".to_vec();
+    let get = b"GET / HTTP/1.1\r\nHost: a\r\n\r\n".to_vec();
+    let mut resp = resp_head.clone();
+    resp.extend_from_slice(&chunks);
+    let h = resp_head.len();
+    // Cut inside the first chunk's data, between the chunks, inside the
+    // second chunk's size line and its data.
+    for cut in [h + 5, h + 10, h + 11, h + 14, h + 17, h + 20] {
+        let frames = conn(&[
+            (true, get.clone()),
+            (false, resp[..cut].to_vec()),
+            (false, resp[cut..].to_vec()),
+        ]);
+        let (a, b) = both(|| ips(&[rule]), &frames);
+        assert_eq!((a, b), (vec![5], vec![5]), "cut at {cut}");
+    }
+    // The chunk framing is not part of the body.
+    let framing = r#"alert http any any -> any any (msg:"c"; flow:to_client; file_data; content:"Hello|0d 0a|"; sid:6;)"#;
+    let frames = conn(&[
+        (true, get.clone()),
+        (false, resp[..h + 8].to_vec()),
+        (false, resp[h + 8..].to_vec()),
+    ]);
+    let (a, b) = both(|| ips(&[framing]), &frames);
+    assert!(a.is_empty() && b.is_empty());
+}
+
+#[test]
+fn a_response_body_split_fires_once_per_response() {
+    let rule = r#"alert http any any -> any any (msg:"r"; flow:to_client; http.response_body; content:"<script>evil"; sid:7;)"#;
+    let get = b"GET / HTTP/1.1\r\nHost: a\r\n\r\n".to_vec();
+    let body = "<html><script>evil()</script></html>";
+    let resp = format!(
+        "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .into_bytes();
+    for cut in 1..resp.len() {
+        let frames = conn(&[
+            (true, get.clone()),
+            (false, resp[..cut].to_vec()),
+            (false, resp[cut..].to_vec()),
+        ]);
+        let (a, b) = both(|| ips(&[rule]), &frames);
+        assert_eq!((a, b), (vec![7], vec![7]), "cut at {cut}");
+    }
+}
+
+#[test]
+fn no_body_is_kept_without_a_body_rule() {
+    // A head rule only: nothing accumulates, nothing goes to the store.
+    let rule = r#"alert http any any -> any any (msg:"u"; http.uri; content:"/upload"; sid:8;)"#;
+    let req = post();
+    let head = req.len() - 200;
+    let (s, _, c) = common::run_each(ips(&[rule]), &upload(&req, &[head + 50, head + 95]));
+    assert_eq!(s, vec![8]);
+    assert_eq!(c.pending_saved, 0);
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+    #[test]
+    fn a_body_cut_anywhere_fires_once(cuts in proptest::collection::vec(1usize..320, 1..10)) {
+        let req = post();
+        let mut cuts: Vec<usize> = cuts.into_iter().filter(|&c| c < req.len()).collect();
+        cuts.sort_unstable();
+        cuts.dedup();
+        let frames = upload(&req, &cuts);
+        let (s, _, c) = common::run_each(ips(&[BODY_RULE]), &frames);
+        prop_assert_eq!(s, vec![1]);
+        prop_assert_eq!(c.pending_lost + c.pending_discarded, 0);
+        let (a, _) = common::run_in(&mut ips(&[BODY_RULE]), &mut LocalStore::new(), &frames, 1);
+        prop_assert_eq!(a.len(), 1);
+    }
+}
+
+/// The cost of accumulating bodies, for docs/FUNCTIONS.md (not a pass/fail
+/// test: run with `--ignored --nocapture`). Uploads of a 64 KiB body in
+/// 1460-byte segments, one batch per packet over a local store, with the
+/// default limit and with accumulation off (limit 0, the per-packet
+/// inspection from before).
+#[test]
+#[ignore]
+fn body_accumulation_cost() {
+    let rules = [
+        BODY_RULE,
+        r#"alert http any any -> any any (msg:"hb"; http.method; content:"POST"; http.request_body; content:"not-there"; sid:2;)"#,
+        r#"alert http any any -> any any (msg:"u"; http.uri; content:"/nothing"; sid:3;)"#,
+    ];
+    let mut req =
+        b"POST /upload HTTP/1.1\r\nHost: example.com\r\nContent-Length: 65536\r\n\r\n".to_vec();
+    req.extend((0..65536u32).map(|i| b'a' + (i % 26) as u8));
+    let cuts: Vec<usize> = (1..=req.len() / 1460).map(|k| k * 1460).collect();
+    let frames = upload(&req, &cuts);
+    // The best of `reps` uploads: the machine is shared, so the least
+    // disturbed run is the cost.
+    for limit in [0, 16 * 1024, sluice_ips::http::body::DEFAULT_LIMIT] {
+        let reps = 30;
+        let mut best = f64::MAX;
+        let mut saved = 0;
+        for _ in 0..reps {
+            let ips = ips_limit(&rules, limit);
+            let t = std::time::Instant::now();
+            let (s, _, c) = common::run_each(ips, &frames);
+            best = best.min(t.elapsed().as_secs_f64());
+            assert!(s.is_empty());
+            saved = c.pending_saved;
+        }
+        println!(
+            "limit {limit}: {} packets, {:.2} ms per upload ({:.1} µs per packet), {saved} blob writes",
+            frames.len(),
+            best * 1e3,
+            best * 1e6 / frames.len() as f64
+        );
+    }
+}
