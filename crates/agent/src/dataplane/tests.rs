@@ -129,6 +129,7 @@ fn figure4_host(h: u32) -> AgentConfig {
     }
     AgentConfig {
         pardons: Vec::new(),
+        health_checks: Vec::new(),
         version: 1,
         host: h,
         peers: peers(),
@@ -173,6 +174,7 @@ fn two_vms() -> AgentConfig {
     };
     AgentConfig {
         pardons: Vec::new(),
+        health_checks: Vec::new(),
         version: 5,
         host: 1,
         peers: peers(),

@@ -145,6 +145,7 @@ impl Sim {
             instances: Vec::new(),
             chains: Vec::new(),
             accusations: Vec::new(),
+            backend_checks: Vec::new(),
         }
     }
 
