@@ -644,7 +644,7 @@ pub struct AgentStatus {
     /// dropped while accused; docs/ISOLATION.md, "Compromised hosts").
     #[serde(default)]
     pub accusations: Vec<Accusation>,
-    /// The results of this host's health checks of load-balancer backends
+    /// What this host's health checks of load-balancer backends found
     /// ([`AgentConfig::health_checks`]).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub backend_checks: Vec<BackendCheck>,
