@@ -155,7 +155,8 @@ impl Probes {
         for i in 0..self.targets.len() {
             let t = &mut self.targets[i];
             if let Some(f) = t.in_flight {
-                if now.saturating_sub(f.started_ns) >= t.check.timeout_ms.saturating_mul(1_000_000) {
+                if now.saturating_sub(f.started_ns) >= t.check.timeout_ms.saturating_mul(1_000_000)
+                {
                     self.by_tuple
                         .remove(&(t.check.port, t.check.addr, t.check.tcp_port, f.sport));
                     t.finish(CheckOutcome::Timeout);
@@ -178,8 +179,7 @@ impl Probes {
             t.next_ns = Some(now.saturating_add(t.check.interval_ms.saturating_mul(1_000_000)));
             let c = &t.check;
             push_segment(plan, c.port, t.mac, c.addr, c.tcp_port, sport, iss, SYN);
-            self.by_tuple
-                .insert((c.port, c.addr, c.tcp_port, sport), i);
+            self.by_tuple.insert((c.port, c.addr, c.tcp_port, sport), i);
         }
         ended
     }
@@ -193,11 +193,7 @@ impl Probes {
             self.unmatched += 1;
             return false;
         };
-        let Some(i) = self
-            .by_tuple
-            .get(&(port, s.src, s.sport, s.dport))
-            .copied()
-        else {
+        let Some(i) = self.by_tuple.get(&(port, s.src, s.sport, s.dport)).copied() else {
             self.unmatched += 1;
             return false;
         };
@@ -365,8 +361,14 @@ mod tests {
                 let f = plan.head(o);
                 assert_eq!(&f[..6], &VM_MAC);
                 assert_eq!(&f[6..12], &ROUTER_MAC);
-                assert!(to_probe_source(&swap_ips(f)), "the answer goes to the probe source");
-                assert!(sluice_wire::rewrite::verify_all_checksums(f), "checksums are right");
+                assert!(
+                    to_probe_source(&swap_ips(f)),
+                    "the answer goes to the probe source"
+                );
+                assert!(
+                    sluice_wire::rewrite::verify_all_checksums(f),
+                    "checksums are right"
+                );
                 let s = Segment::parse(f).unwrap();
                 assert_eq!(s.flags, SYN);
                 (s.sport, u32::from_be_bytes([f[38], f[39], f[40], f[41]]))
@@ -438,16 +440,28 @@ mod tests {
         assert!(p.on_reply(3, &answer(sport, iss.wrapping_add(1), RST | ACK), &mut plan));
         assert!(plan.outs.is_empty(), "a RST is not answered");
         assert_eq!(p.report()[0].last, Some(CheckOutcome::Refused));
-        assert!(!p.tick(1999 * MS, &mut plan), "the next check waits for the interval");
+        assert!(
+            !p.tick(1999 * MS, &mut plan),
+            "the next check waits for the interval"
+        );
         assert!(plan.outs.is_empty());
         p.tick(2000 * MS, &mut plan);
         assert_eq!(syns(&plan).len(), 1);
         plan.clear();
         assert!(!p.tick(2999 * MS, &mut plan), "not yet timed out");
-        assert!(p.tick(3000 * MS, &mut plan), "unanswered for the timeout: failed");
-        assert!(plan.outs.is_empty(), "and the next starts at its interval, not at once");
+        assert!(
+            p.tick(3000 * MS, &mut plan),
+            "unanswered for the timeout: failed"
+        );
+        assert!(
+            plan.outs.is_empty(),
+            "and the next starts at its interval, not at once"
+        );
         let r = &p.report()[0];
-        assert_eq!((r.ok, r.failed, r.last), (0, 2, Some(CheckOutcome::Timeout)));
+        assert_eq!(
+            (r.ok, r.failed, r.last),
+            (0, 2, Some(CheckOutcome::Timeout))
+        );
     }
 
     #[test]
@@ -459,7 +473,11 @@ mod tests {
         plan.clear();
         // Wrong acknowledgement, wrong port, wrong VM port, not TCP, plain ACK.
         assert!(!p.on_reply(3, &answer(sport, iss.wrapping_add(2), SYN | ACK), &mut plan));
-        assert!(!p.on_reply(3, &answer(sport.wrapping_add(1), iss.wrapping_add(1), SYN | ACK), &mut plan));
+        assert!(!p.on_reply(
+            3,
+            &answer(sport.wrapping_add(1), iss.wrapping_add(1), SYN | ACK),
+            &mut plan
+        ));
         assert!(!p.on_reply(4, &answer(sport, iss.wrapping_add(1), SYN | ACK), &mut plan));
         assert!(!p.on_reply(3, &[0u8; 20], &mut plan));
         assert!(!p.on_reply(3, &answer(sport, iss.wrapping_add(1), ACK), &mut plan));

@@ -2142,7 +2142,11 @@ fn health_checks_probe_a_vm_port_and_their_answers_never_reach_a_fib() {
     plan.clear();
     dp.process_vm_batch(1, &frames(vec![synack.clone(), tenant]), &mut plan);
     let dests: Vec<Dest> = plan.outs.iter().map(|o| o.dest).collect();
-    assert_eq!(dests, vec![Dest::Vm(1), Dest::Vm(2)], "a RST back, the tenant's SYN on");
+    assert_eq!(
+        dests,
+        vec![Dest::Vm(1), Dest::Vm(2)],
+        "a RST back, the tenant's SYN on"
+    );
     assert_eq!(plan.head(&plan.outs[0])[47], sluice_wire::tcp::flags::RST);
     let r = dp.backend_checks();
     assert_eq!((r[0].ok, r[0].failed), (1, 0));

@@ -473,10 +473,17 @@ mod tests {
             }
         );
         assert_eq!(h.record(4 * S, true, false), None);
-        assert_eq!(h.record(5 * S, true, false).map(|t| t.to), Some(BackendState::Up));
+        assert_eq!(
+            h.record(5 * S, true, false).map(|t| t.to),
+            Some(BackendState::Up)
+        );
         let mut none = Health::new(None, 0);
         for k in 0..5 {
-            assert_eq!(none.record(k * S, false, false), None, "no checks configured");
+            assert_eq!(
+                none.record(k * S, false, false),
+                None,
+                "no checks configured"
+            );
         }
         assert_eq!(none.state(), BackendState::Up);
     }

@@ -604,7 +604,10 @@ fn health_checks_default_to_haproxy_and_bad_values_name_their_field() {
             "{pre}timeout_ms 3000 must be 1 to interval_ms (2000): one check at a time"
         ))
     );
-    assert_eq!(e(|h| h.timeout_ms = 0).map(|s| s.contains("timeout_ms 0")), Some(true));
+    assert_eq!(
+        e(|h| h.timeout_ms = 0).map(|s| s.contains("timeout_ms 0")),
+        Some(true)
+    );
     assert_eq!(
         e(|h| h.rise = 0),
         Some(format!("{pre}rise 0 must be 1 to 100"))
