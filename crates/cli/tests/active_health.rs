@@ -17,7 +17,8 @@ mod common;
 use sluice_testbed::lab::{Lab, LabOptions, StoreKind, VmInfo};
 
 /// The check the test adds to lb-a's service: fast, so the test is short.
-const CHECK: &str = "          health_check: { interval_ms: 300, timeout_ms: 200, rise: 2, fall: 3 }\n";
+const CHECK: &str =
+    "          health_check: { interval_ms: 300, timeout_ms: 200, rise: 2, fall: 3 }\n";
 
 /// An nginx this test started; its process group is killed when dropped,
 /// even if the test fails.
@@ -128,7 +129,11 @@ fn stop_server(lab: &Lab, vm: &VmInfo, restarted: Option<Server>) {
     }
     let deadline = Instant::now() + Duration::from_secs(10);
     while listening(lab, vm) {
-        assert!(Instant::now() < deadline, "nginx in {} did not stop", vm.name);
+        assert!(
+            Instant::now() < deadline,
+            "nginx in {} did not stop",
+            vm.name
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
 }
@@ -142,7 +147,10 @@ fn listening(lab: &Lab, vm: &VmInfo) -> bool {
 
 /// Starts `vm`'s nginx again with the lab's configuration.
 fn start_server(lab: &Lab, vm: &VmInfo) -> Server {
-    let conf = lab.state().dir.join(format!("nginx-{}/nginx.conf", vm.name));
+    let conf = lab
+        .state()
+        .dir
+        .join(format!("nginx-{}/nginx.conf", vm.name));
     let child = Command::new("ip")
         .args(["netns", "exec", &vm.netns, "nginx", "-c"])
         .arg(&conf)
@@ -156,7 +164,11 @@ fn start_server(lab: &Lab, vm: &VmInfo) -> Server {
     let s = Server(child);
     let deadline = Instant::now() + Duration::from_secs(10);
     while !listening(lab, vm) {
-        assert!(Instant::now() < deadline, "nginx in {} did not start", vm.name);
+        assert!(
+            Instant::now() < deadline,
+            "nginx in {} did not start",
+            vm.name
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
     s
@@ -208,7 +220,10 @@ fn a_backend_whose_server_stopped_is_marked_down_by_active_checks_and_back_up() 
         .unwrap_or_else(|e| panic!("PUT the checked spec: {e}"));
     for a in [&addr, &other] {
         wait_for(&lab, a, 20, "checked", |b| {
-            b["state"] == "up" && b["last_check"].as_str().is_some_and(|c| c.contains("SYN-ACK"))
+            b["state"] == "up"
+                && b["last_check"]
+                    .as_str()
+                    .is_some_and(|c| c.contains("SYN-ACK"))
         });
     }
     let served = curl(&lab, 20);
@@ -228,7 +243,10 @@ fn a_backend_whose_server_stopped_is_marked_down_by_active_checks_and_back_up() 
     assert_eq!(b["host_down"], false, "its host's agent is alive: {b}");
     assert_eq!(b["healthy"], false, "{b}");
     assert!(
-        b["last_check"].as_str().unwrap().contains(&format!("tcp {addr}:80: RST")),
+        b["last_check"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("tcp {addr}:80: RST")),
         "{b}"
     );
     // Let the push reach the LB's host and its instance's next timer tick.
