@@ -940,6 +940,7 @@ impl Desired {
         let checked: BTreeMap<&String, Vec<crate::reconcile::backends::Configured>> = self
             .tenants
             .iter()
+            .filter(|(_, t)| crate::reconcile::backends::has_health_checks(&t.spec))
             .map(|(n, t)| {
                 let list: Vec<_> = crate::reconcile::backends::lb_backends(&t.spec)
                     .into_iter()

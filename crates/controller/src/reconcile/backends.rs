@@ -63,6 +63,21 @@ pub(crate) struct Backends {
     pub(crate) last_check: BTreeMap<BackendKey, String>,
 }
 
+/// Whether any `lb` middlebox of `spec` has a service with a `health_check:`
+/// (a look at the YAML tree, no parse: what every configuration build asks
+/// first, so tenants without checks cost nothing).
+pub(crate) fn has_health_checks(spec: &sluice_tenant::TenantSpec) -> bool {
+    spec.elements.values().any(|e| match e {
+        Element::Middlebox {
+            function, config, ..
+        } if function == "lb" => config
+            .get("services")
+            .and_then(|s| s.as_sequence())
+            .is_some_and(|list| list.iter().any(|s| s.get("health_check").is_some())),
+        _ => false,
+    })
+}
+
 /// The backends of the `lb` middleboxes of a spec. A configuration that does
 /// not parse has none here (the spec was validated when applied).
 pub(crate) fn lb_backends(spec: &sluice_tenant::TenantSpec) -> Vec<Configured> {
