@@ -223,7 +223,7 @@ fn a_backend_whose_server_stopped_is_marked_down_by_active_checks_and_back_up() 
             b["state"] == "up"
                 && b["last_check"]
                     .as_str()
-                    .is_some_and(|c| c.contains("SYN-ACK"))
+                    .is_some_and(|c| c.contains("passed"))
         });
     }
     let served = curl(&lab, 20);
@@ -284,4 +284,66 @@ fn a_backend_whose_server_stopped_is_marked_down_by_active_checks_and_back_up() 
             .contains("down -> up: 2 health checks passed in a row"),
         "the event says so"
     );
+
+    // HTTP checks see what a TCP check cannot: the server listens, but the
+    // page is gone (404).
+    let http = spec.replacen(
+        marker,
+        &format!(
+            "{marker}{}",
+            CHECK.replace(
+                "{ interval_ms",
+                "{ proto: http, path: /index.html, interval_ms"
+            )
+        ),
+        1,
+    );
+    st.http()
+        .put(&format!("{}/v1/tenants/acme", st.controller))
+        .set("Authorization", &st.bearer())
+        .set("Content-Type", "application/yaml")
+        .send_string(&http)
+        .unwrap_or_else(|e| panic!("PUT the HTTP-checked spec: {e}"));
+    for a in [&addr, &other] {
+        wait_for(&lab, a, 20, "checked over HTTP", |b| {
+            b["state"] == "up"
+                && b["last_check"]
+                    .as_str()
+                    .is_some_and(|c| c.starts_with("http ") && c.contains("passed"))
+        });
+    }
+    let page = st.dir.join(format!("www-{}/index.html", victim.name));
+    let hidden = page.with_extension("off");
+    std::fs::rename(&page, &hidden).unwrap();
+    struct Restore(std::path::PathBuf, std::path::PathBuf);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            let _ = std::fs::rename(&self.0, &self.1);
+        }
+    }
+    let restore = Restore(hidden, page);
+    let took = wait_for(&lab, &addr, 20, "marked down over HTTP", |b| {
+        b["state"] == "down"
+    });
+    eprintln!(
+        "{addr} marked down {} ms after its page went away (HTTP checks every 300 ms, fall 3)",
+        took.as_millis()
+    );
+    let b = backend(&lab, &addr);
+    assert!(
+        b["last_check"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("http {addr}:80/index.html: HTTP 404")),
+        "{b}"
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    let during = curl(&lab, 20);
+    assert!(
+        during.iter().all(|x| *x == survivor.name),
+        "every new connection goes to {} while its page is gone: {during:?}",
+        survivor.name
+    );
+    drop(restore);
+    wait_for(&lab, &addr, 20, "back up over HTTP", |b| b["state"] == "up");
 }

@@ -1019,7 +1019,8 @@ impl Desired {
                     continue;
                 }
                 for c in checked.get(tn).into_iter().flatten() {
-                    let Some((hc, tcp_port)) = c.check.filter(|_| c.ip == vm.reg.addr) else {
+                    let Some((hc, tcp_port)) = c.check.as_ref().filter(|_| c.ip == vm.reg.addr)
+                    else {
                         continue;
                     };
                     cfg.health_checks.push(sluice_proto::HealthCheck {
@@ -1028,7 +1029,8 @@ impl Desired {
                         backend: c.addr.clone(),
                         port: vm.port,
                         addr,
-                        tcp_port,
+                        tcp_port: *tcp_port,
+                        http_path: hc.http_path().map(str::to_string),
                         interval_ms: hc.interval_ms,
                         timeout_ms: hc.timeout_ms,
                     });

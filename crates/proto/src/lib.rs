@@ -162,6 +162,10 @@ pub struct HealthCheck {
     pub addr: Ipv4Addr,
     /// The TCP port checked.
     pub tcp_port: u16,
+    /// For an HTTP check: the path of the `GET` sent after the handshake
+    /// (a 2xx or 3xx status passes). `None`: the handshake alone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub http_path: Option<String>,
     /// Time between the starts of two checks, ms.
     pub interval_ms: u64,
     /// A check not answered within this long fails, ms.
@@ -172,21 +176,26 @@ pub struct HealthCheck {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum CheckOutcome {
-    /// SYN-ACK: the port listens.
+    /// SYN-ACK (a TCP check), or a 2xx/3xx status line (HTTP).
     Ok,
-    /// RST: nothing listens on the port.
+    /// RST: nothing listens on the port (or the server reset the request).
     Refused,
     /// No answer within the timeout.
     Timeout,
+    /// An HTTP check answered with a status that is not 2xx or 3xx (or with
+    /// something that is no status line: 0).
+    Status(u16),
 }
 
-impl CheckOutcome {
+impl std::fmt::Display for CheckOutcome {
     /// How an event names it.
-    pub fn as_str(self) -> &'static str {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            CheckOutcome::Ok => "SYN-ACK",
-            CheckOutcome::Refused => "RST",
-            CheckOutcome::Timeout => "timeout",
+            CheckOutcome::Ok => f.write_str("passed"),
+            CheckOutcome::Refused => f.write_str("RST"),
+            CheckOutcome::Timeout => f.write_str("timeout"),
+            CheckOutcome::Status(0) => f.write_str("no HTTP status line"),
+            CheckOutcome::Status(s) => write!(f, "HTTP {s}"),
         }
     }
 }
@@ -202,7 +211,8 @@ pub struct BackendCheck {
     pub middlebox: String,
     /// The backend as the configuration names it.
     pub backend: String,
-    /// What was checked, `addr:port` (for messages).
+    /// What was checked, `tcp addr:port` or `http addr:port/path` (for
+    /// messages).
     pub target: String,
     /// Checks that passed.
     pub ok: u64,
@@ -1301,6 +1311,7 @@ mod tests {
                 port: 1,
                 addr: Ipv4Addr::new(10, 10, 1, 11),
                 tcp_port: 80,
+                http_path: Some("/healthz".into()),
                 interval_ms: 2000,
                 timeout_ms: 1000,
             }],

@@ -8,7 +8,10 @@
 //! path hands frames to [`PROBE_SOURCE`] here before any FIB lookup
 //! ([`Probes::on_reply`]). A SYN-ACK passes (and is answered with a RST, so
 //! the VM keeps no half-open connection), a RST fails, no answer within
-//! `timeout` fails. The results are only counted here; the controller turns
+//! `timeout` fails. An HTTP check (`http_path`) goes one step further: the
+//! SYN-ACK is acknowledged with an HTTP/1.0 `GET` in one segment, and the
+//! first data segment of the answer decides (a 2xx or 3xx status line
+//! passes; then a RST ends the connection). The results are only counted here; the controller turns
 //! them into up or down with the service's rise and fall thresholds.
 //!
 //! Nothing here reads a clock or touches a socket: [`Probes::tick`] takes
@@ -21,7 +24,7 @@ use std::net::Ipv4Addr;
 
 use sluice_proto::{AgentConfig, BackendCheck, CheckOutcome, HealthCheck, PROBE_SOURCE};
 use sluice_wire::build::{tcp_repr, write_frame, Transport};
-use sluice_wire::tcp::flags::{ACK, RST, SYN};
+use sluice_wire::tcp::flags::{ACK, FIN, PSH, RST, SYN};
 use sluice_wire::IpAddr;
 
 use super::config::{Port, PortTarget};
@@ -33,8 +36,21 @@ use super::ROUTER_MAC;
 /// as a new connection attempt from [`PROBE_SOURCE`]).
 const SPORT_FIRST: u16 = 40_000;
 const SPORT_COUNT: u16 = 20_000;
-/// A SYN or RST frame: Ethernet, IPv4 and TCP headers without options.
-const PROBE_FRAME: usize = 14 + 20 + 20;
+/// Longest HTTP request a check sends (a path of up to 256 bytes, which the
+/// LB's configuration enforces, fits); a check with a longer one is not run.
+const MAX_REQUEST: usize = 512;
+/// A probe frame: Ethernet, IPv4 and TCP headers without options, and a
+/// request.
+const PROBE_FRAME: usize = 14 + 20 + 20 + MAX_REQUEST;
+
+/// Where a check in flight is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// The SYN is sent.
+    Handshake,
+    /// The HTTP request is sent: the sequence numbers each side sends next.
+    Request { ours: u32, theirs: u32 },
+}
 
 /// A check sent and not yet answered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -42,6 +58,7 @@ struct InFlight {
     sport: u16,
     iss: u32,
     started_ns: u64,
+    phase: Phase,
 }
 
 /// One backend's checks.
@@ -50,6 +67,8 @@ struct Target {
     check: HealthCheck,
     /// The VM's MAC (the probe's destination).
     mac: [u8; 6],
+    /// An HTTP check's request, built once.
+    request: Option<Vec<u8>>,
     /// When the next check starts (`None`: at the first tick).
     next_ns: Option<u64>,
     in_flight: Option<InFlight>,
@@ -97,15 +116,28 @@ impl Probes {
             .health_checks
             .iter()
             .filter_map(|c| match ports.get(&c.port).map(|p| &p.target) {
-                Some(PortTarget::Vm { mac, .. }) => Some(Target {
-                    check: c.clone(),
-                    mac: *mac,
-                    next_ns: None,
-                    in_flight: None,
-                    ok: 0,
-                    failed: 0,
-                    last: None,
-                }),
+                Some(PortTarget::Vm { mac, .. }) => {
+                    let request = c.http_path.as_ref().map(|path| {
+                        format!(
+                            "GET {path} HTTP/1.0\r\nHost: {}\r\nUser-Agent: sluice-health-check\r\n\r\n",
+                            c.addr
+                        )
+                        .into_bytes()
+                    });
+                    if request.as_ref().is_some_and(|r| r.len() > MAX_REQUEST) {
+                        return None;
+                    }
+                    Some(Target {
+                        check: c.clone(),
+                        mac: *mac,
+                        request,
+                        next_ns: None,
+                        in_flight: None,
+                        ok: 0,
+                        failed: 0,
+                        last: None,
+                    })
+                }
                 _ => None,
             })
             .collect();
@@ -175,10 +207,18 @@ impl Probes {
                 sport,
                 iss,
                 started_ns: now,
+                phase: Phase::Handshake,
             });
             t.next_ns = Some(now.saturating_add(t.check.interval_ms.saturating_mul(1_000_000)));
             let c = &t.check;
-            push_segment(plan, c.port, t.mac, c.addr, c.tcp_port, sport, iss, SYN);
+            let seg = Out {
+                sport,
+                dport: c.tcp_port,
+                seq: iss,
+                ack: 0,
+                flags: SYN,
+            };
+            push_segment(plan, c.port, t.mac, c.addr, seg, &[]);
             self.by_tuple.insert((c.port, c.addr, c.tcp_port, sport), i);
         }
         ended
@@ -202,15 +242,58 @@ impl Probes {
             self.unmatched += 1;
             return false;
         };
-        let acks_our_syn = s.flags & ACK != 0 && s.ack == f.iss.wrapping_add(1);
-        let outcome = if s.flags & (SYN | ACK | RST) == SYN | ACK && acks_our_syn {
-            push_segment(plan, port, t.mac, s.src, s.sport, s.dport, s.ack, RST);
-            CheckOutcome::Ok
-        } else if s.flags & RST != 0 && acks_our_syn {
-            CheckOutcome::Refused
-        } else {
-            self.unmatched += 1;
-            return false;
+        let back = |seq: u32, ack: u32, flags: u8| Out {
+            sport: s.dport,
+            dport: s.sport,
+            seq,
+            ack,
+            flags,
+        };
+        let outcome = match f.phase {
+            Phase::Handshake => {
+                let acks_our_syn = s.flags & ACK != 0 && s.ack == f.iss.wrapping_add(1);
+                if s.flags & (SYN | ACK | RST) == SYN | ACK && acks_our_syn {
+                    let theirs = s.seq.wrapping_add(1);
+                    match &t.request {
+                        None => {
+                            push_segment(plan, port, t.mac, s.src, back(s.ack, 0, RST), &[]);
+                            CheckOutcome::Ok
+                        }
+                        Some(req) => {
+                            let seg = back(s.ack, theirs, PSH | ACK);
+                            push_segment(plan, port, t.mac, s.src, seg, req);
+                            let ours = s.ack.wrapping_add(req.len() as u32);
+                            if let Some(f) = &mut t.in_flight {
+                                f.phase = Phase::Request { ours, theirs };
+                            }
+                            return true;
+                        }
+                    }
+                } else if s.flags & RST != 0 && acks_our_syn {
+                    CheckOutcome::Refused
+                } else {
+                    self.unmatched += 1;
+                    return false;
+                }
+            }
+            Phase::Request { ours, theirs } => {
+                if s.seq != theirs {
+                    // A retransmission, or not in order: the timeout decides.
+                    return true;
+                }
+                if s.flags & RST != 0 {
+                    CheckOutcome::Refused
+                } else if !s.payload.is_empty() || s.flags & FIN != 0 {
+                    push_segment(plan, port, t.mac, s.src, back(ours, 0, RST), &[]);
+                    match http_status(s.payload) {
+                        Some(code) if (200..400).contains(&code) => CheckOutcome::Ok,
+                        code => CheckOutcome::Status(code.unwrap_or(0)),
+                    }
+                } else {
+                    // The acknowledgement of the request.
+                    return true;
+                }
+            }
         };
         self.by_tuple.remove(&(port, s.src, s.sport, s.dport));
         t.finish(outcome);
@@ -225,7 +308,10 @@ impl Probes {
                 tenant: t.check.tenant.clone(),
                 middlebox: t.check.middlebox.clone(),
                 backend: t.check.backend.clone(),
-                target: format!("{}:{}", t.check.addr, t.check.tcp_port),
+                target: match &t.check.http_path {
+                    None => format!("tcp {}:{}", t.check.addr, t.check.tcp_port),
+                    Some(p) => format!("http {}:{}{p}", t.check.addr, t.check.tcp_port),
+                },
                 ok: t.ok,
                 failed: t.failed,
                 last: t.last,
@@ -240,22 +326,22 @@ pub(super) fn to_probe_source(f: &[u8]) -> bool {
     f.len() >= 34 && f[12..14] == [0x08, 0x00] && f[30..34] == PROBE_SOURCE.octets()
 }
 
-/// Appends a SYN or RST from [`PROBE_SOURCE`] to the VM at `mac` on `port`.
-#[allow(clippy::too_many_arguments)]
-fn push_segment(
-    plan: &mut TxPlan,
-    port: u16,
-    mac: [u8; 6],
-    addr: Ipv4Addr,
-    dport: u16,
+/// The TCP header fields of a segment a check sends.
+#[derive(Debug, Clone, Copy)]
+struct Out {
     sport: u16,
+    dport: u16,
     seq: u32,
+    ack: u32,
     flags: u8,
-) {
+}
+
+/// Appends a segment from [`PROBE_SOURCE`] to the VM at `mac` on `port`.
+fn push_segment(plan: &mut TxPlan, port: u16, mac: [u8; 6], addr: Ipv4Addr, o: Out, data: &[u8]) {
     let mut buf = [0u8; PROBE_FRAME];
-    let t = Transport::Tcp(tcp_repr(sport, dport, seq, 0, flags));
+    let t = Transport::Tcp(tcp_repr(o.sport, o.dport, o.seq, o.ack, o.flags));
     let src = IpAddr::V4(PROBE_SOURCE.octets());
-    let Ok(n) = write_frame(&mut buf, src, IpAddr::V4(addr.octets()), t, &[]) else {
+    let Ok(n) = write_frame(&mut buf, src, IpAddr::V4(addr.octets()), t, data) else {
         return;
     };
     buf[..6].copy_from_slice(&mac);
@@ -263,19 +349,38 @@ fn push_segment(
     plan.push_own(Dest::Vm(port), CounterId::Port(port), &[&buf[..n]]);
 }
 
+/// The status code of an HTTP/1.x status line at the start of `data`.
+fn http_status(data: &[u8]) -> Option<u16> {
+    let line = data.get(..12)?;
+    if !line.starts_with(b"HTTP/1.") || line[8] != b' ' {
+        return None;
+    }
+    let digits = &line[9..12];
+    if !digits.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    Some(
+        digits
+            .iter()
+            .fold(0u16, |a, d| a * 10 + u16::from(d - b'0')),
+    )
+}
+
 /// The fields of a TCP segment over IPv4 that a check's answer is matched by.
 #[derive(Debug, Clone, Copy)]
-struct Segment {
+struct Segment<'a> {
     src: Ipv4Addr,
     sport: u16,
     dport: u16,
+    seq: u32,
     ack: u32,
     flags: u8,
+    payload: &'a [u8],
 }
 
-impl Segment {
+impl Segment<'_> {
     /// `None` for anything but an unfragmented IPv4 TCP segment.
-    fn parse(f: &[u8]) -> Option<Segment> {
+    fn parse(f: &[u8]) -> Option<Segment<'_>> {
         let ip = f.get(14..)?;
         if ip.len() < 20 || ip[0] >> 4 != 4 || ip[9] != sluice_wire::ip_proto::TCP {
             return None;
@@ -285,13 +390,23 @@ impl Segment {
         if ihl < 20 || u16::from_be_bytes([ip[6], ip[7]]) & 0x3fff != 0 {
             return None;
         }
-        let tcp = ip.get(ihl..ihl + 20)?;
+        // The IP length, not the frame's: short frames carry padding.
+        let total = usize::from(u16::from_be_bytes([ip[2], ip[3]]));
+        let ip = ip.get(..total)?;
+        let tcp = ip.get(ihl..)?;
+        let doff = usize::from(tcp.get(12)? >> 4) * 4;
+        if doff < 20 {
+            return None;
+        }
+        let h = tcp.get(..20)?;
         Some(Segment {
             src: Ipv4Addr::new(ip[12], ip[13], ip[14], ip[15]),
-            sport: u16::from_be_bytes([tcp[0], tcp[1]]),
-            dport: u16::from_be_bytes([tcp[2], tcp[3]]),
-            ack: u32::from_be_bytes([tcp[8], tcp[9], tcp[10], tcp[11]]),
-            flags: tcp[13],
+            sport: u16::from_be_bytes([h[0], h[1]]),
+            dport: u16::from_be_bytes([h[2], h[3]]),
+            seq: u32::from_be_bytes([h[4], h[5], h[6], h[7]]),
+            ack: u32::from_be_bytes([h[8], h[9], h[10], h[11]]),
+            flags: h[13],
+            payload: tcp.get(doff..)?,
         })
     }
 }
@@ -307,6 +422,14 @@ mod tests {
     const BACKEND: [u8; 4] = [10, 10, 1, 11];
 
     fn probes() -> Probes {
+        probes_with(None)
+    }
+
+    fn probes_with(http_path: Option<&str>) -> Probes {
+        let mut checks = vec![check(3), check(9)];
+        for c in &mut checks {
+            c.http_path = http_path.map(str::to_string);
+        }
         let cfg = AgentConfig {
             host: 1,
             ports: vec![PortConfig {
@@ -319,7 +442,7 @@ mod tests {
                     weight: 1,
                 },
             }],
-            health_checks: vec![check(3), check(9)],
+            health_checks: checks,
             ..AgentConfig::default()
         };
         let mut ports = BTreeMap::new();
@@ -347,6 +470,7 @@ mod tests {
             port,
             addr: Ipv4Addr::from(BACKEND),
             tcp_port: 80,
+            http_path: None,
             interval_ms: 2000,
             timeout_ms: 1000,
         }
@@ -385,16 +509,80 @@ mod tests {
     }
 
     fn answer(sport: u16, seq_acked: u32, flags: u8) -> Vec<u8> {
+        answer_data(sport, 777, seq_acked, flags, &[])
+    }
+
+    fn answer_data(sport: u16, seq: u32, seq_acked: u32, flags: u8, data: &[u8]) -> Vec<u8> {
         tcp_v4(
             BACKEND,
             PROBE_SOURCE.octets(),
             80,
             sport,
-            777,
+            seq,
             seq_acked,
             flags,
-            &[],
+            data,
         )
+    }
+
+    /// Runs one HTTP check answered `response` at 10 ms; returns its outcome
+    /// and the request the VM got.
+    fn http_check(response: &[u8]) -> (Option<CheckOutcome>, Vec<u8>) {
+        let mut p = probes_with(Some("/healthz"));
+        let mut plan = TxPlan::new();
+        p.tick(0, &mut plan);
+        let (sport, iss) = syns(&plan)[0];
+        plan.clear();
+        assert!(p.on_reply(3, &answer(sport, iss.wrapping_add(1), SYN | ACK), &mut plan));
+        assert_eq!(plan.outs.len(), 1, "the request");
+        let req = plan.head(&plan.outs[0]).to_vec();
+        assert!(sluice_wire::rewrite::verify_all_checksums(&req));
+        let r = Segment::parse(&req).unwrap();
+        assert_eq!(
+            (r.flags, r.seq, r.ack),
+            (PSH | ACK, iss.wrapping_add(1), 778)
+        );
+        let body = r.payload.to_vec();
+        assert_eq!(p.report()[0].last, None, "not decided by the handshake");
+        plan.clear();
+        // The VM acknowledges the request first: nothing to do.
+        let ours = iss.wrapping_add(1).wrapping_add(body.len() as u32);
+        assert!(p.on_reply(3, &answer_data(sport, 778, ours, ACK, &[]), &mut plan));
+        assert!(plan.outs.is_empty());
+        assert!(p.on_reply(
+            3,
+            &answer_data(sport, 778, ours, PSH | ACK, response),
+            &mut plan
+        ));
+        assert_eq!(plan.outs.len(), 1, "a RST ends it");
+        let rst = Segment::parse(plan.head(&plan.outs[0])).unwrap();
+        assert_eq!((rst.flags, rst.seq), (RST, ours));
+        let r = &p.report()[0];
+        assert_eq!(r.target, "http 10.10.1.11:80/healthz");
+        (r.last, body)
+    }
+
+    #[test]
+    fn an_http_check_gets_its_path_and_passes_on_2xx_and_3xx_only() {
+        let (ok, req) = http_check(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok");
+        assert_eq!(ok, Some(CheckOutcome::Ok));
+        assert_eq!(
+            String::from_utf8(req).unwrap(),
+            "GET /healthz HTTP/1.0\r\nHost: 10.10.1.11\r\nUser-Agent: sluice-health-check\r\n\r\n"
+        );
+        assert_eq!(
+            http_check(b"HTTP/1.0 302 Found\r\n\r\n").0,
+            Some(CheckOutcome::Ok)
+        );
+        assert_eq!(
+            http_check(b"HTTP/1.1 503 Service Unavailable\r\n\r\n").0,
+            Some(CheckOutcome::Status(503))
+        );
+        assert_eq!(
+            http_check(b"SSH-2.0-OpenSSH\r\n").0,
+            Some(CheckOutcome::Status(0))
+        );
+        assert_eq!(http_check(b"HTTP/1.1 2").0, Some(CheckOutcome::Status(0)));
     }
 
     #[test]
@@ -427,7 +615,7 @@ mod tests {
         );
         let r = &p.report()[0];
         assert_eq!((r.ok, r.failed, r.last), (1, 0, Some(CheckOutcome::Ok)));
-        assert_eq!(r.target, "10.10.1.11:80");
+        assert_eq!(r.target, "tcp 10.10.1.11:80");
     }
 
     #[test]

@@ -2103,6 +2103,7 @@ fn health_checks_probe_a_vm_port_and_their_answers_never_reach_a_fib() {
         port: 1,
         addr: Ipv4Addr::new(10, 0, 0, 1),
         tcp_port: 80,
+        http_path: None,
         interval_ms: 2000,
         timeout_ms: 1000,
     }];

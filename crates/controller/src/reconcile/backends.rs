@@ -113,7 +113,10 @@ pub(crate) fn lb_backends(spec: &sluice_tenant::TenantSpec) -> Vec<Configured> {
                         middlebox: mb.clone(),
                         addr: b.addr.clone(),
                         ip,
-                        check: s.health_check.map(|hc| (hc, hc.port.unwrap_or(port))),
+                        check: s
+                            .health_check
+                            .as_ref()
+                            .map(|hc| (hc.clone(), hc.port.unwrap_or(port))),
                     });
                 }
             }
@@ -285,7 +288,7 @@ impl Reconciler {
                 let Some(h) = b.health.get_mut(&k) else {
                     continue;
                 };
-                let params = c.check.map(|(hc, _)| hc.params());
+                let params = c.check.as_ref().map(|(hc, _)| hc.params());
                 if let Some(tr) = h.set_checks(params, now_ns) {
                     moves.push((k.clone(), tr, "its health check was removed".to_string()));
                 }
@@ -332,13 +335,7 @@ impl Reconciler {
             if let Some(last) = r.last {
                 b.last_check.insert(
                     key.clone(),
-                    format!(
-                        "tcp {}: {} (ok {}, failed {})",
-                        r.target,
-                        last.as_str(),
-                        r.ok,
-                        r.failed
-                    ),
+                    format!("{}: {last} (ok {}, failed {})", r.target, r.ok, r.failed),
                 );
             }
             let before = b.seen.insert((host, key.clone()), (r.ok, r.failed));
@@ -367,11 +364,10 @@ impl Reconciler {
             } else {
                 [(true, d_ok), (false, d_failed)]
             };
-            let why = format!(
-                "tcp {}: {}",
-                r.target,
-                r.last.map_or("no result", |l| l.as_str())
-            );
+            let why = match r.last {
+                Some(l) => format!("{}: {l}", r.target),
+                None => format!("{}: no result", r.target),
+            };
             for (ok, n) in runs {
                 for _ in 0..n {
                     if let Some(t) = h.record(now_ns, ok, timed_out) {

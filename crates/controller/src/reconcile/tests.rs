@@ -1864,7 +1864,7 @@ impl Sim {
             tenant: "t".into(),
             middlebox: "lb".into(),
             backend: backend.into(),
-            target: "10.0.0.3:8080".into(),
+            target: "tcp 10.0.0.3:8080".into(),
             ok,
             failed,
             last: Some(last),
@@ -1914,6 +1914,13 @@ fn the_agent_of_each_backends_host_is_told_to_check_it() {
     assert_eq!(cfgs[&3].health_checks[0].backend, "10.0.0.2");
     assert_eq!(cfgs[&3].health_checks[0].tcp_port, 80);
     assert!(cfgs[&1].health_checks.is_empty());
+    assert_eq!(c.http_path, None, "a tcp check");
+    let http = LB_CHECKED_SPEC.replace("interval_ms: 500", "proto: http, interval_ms: 500");
+    s.ok("PUT", "/v1/tenants/t", &http);
+    assert_eq!(
+        s.r.configs()[&2].health_checks[0].http_path.as_deref(),
+        Some("/")
+    );
     // Without the check, no host checks anything.
     s.ok("PUT", "/v1/tenants/t", LB_SPEC);
     assert!(s.r.configs().values().all(|c| c.health_checks.is_empty()));
@@ -1931,9 +1938,13 @@ fn a_bad_health_check_is_refused_at_apply() {
         "{}",
         e.msg
     );
-    let http = LB_CHECKED_SPEC.replace("interval_ms: 500", "proto: http");
-    let e = s.call("PUT", "/v1/tenants/t", &http).unwrap_err();
-    assert!(e.msg.contains("unknown variant `http`"), "{}", e.msg);
+    let path = LB_CHECKED_SPEC.replace("interval_ms: 500", "path: /x, interval_ms: 500");
+    let e = s.call("PUT", "/v1/tenants/t", &path).unwrap_err();
+    assert!(
+        e.msg.contains("health_check.path needs proto: http"),
+        "{}",
+        e.msg
+    );
 }
 
 /// The agent's results count against the thresholds: `fall` failures take

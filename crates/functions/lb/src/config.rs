@@ -82,10 +82,13 @@ pub enum CheckProto {
     /// A TCP handshake: SYN-ACK passes, RST or silence fails (default).
     #[default]
     Tcp,
+    /// An HTTP/1.0 `GET path` after the handshake: a 2xx or 3xx status
+    /// line passes; another status, a RST or silence fails.
+    Http,
 }
 
 /// A service's active health check (`health_check:`; haproxy's model).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct HealthCheckConfig {
     /// How. Default tcp.
@@ -94,6 +97,9 @@ pub struct HealthCheckConfig {
     /// Port checked. Default: each backend's own port.
     #[serde(default)]
     pub port: Option<u16>,
+    /// The path an `http` check gets. Default `/`; only with `proto: http`.
+    #[serde(default)]
+    pub path: Option<String>,
     /// Time between the starts of two checks, ms. Default 2000.
     #[serde(default = "interval_ms")]
     pub interval_ms: u64,
@@ -127,12 +133,28 @@ pub const MIN_CHECK_INTERVAL_MS: u64 = 100;
 pub const MAX_CHECK_INTERVAL_MS: u64 = 3_600_000;
 /// Largest `rise` or `fall`.
 pub const MAX_CHECK_THRESHOLD: u32 = 100;
+/// Longest `path` of an `http` check (the request must fit one segment).
+pub const MAX_CHECK_PATH: usize = 256;
 
 impl HealthCheckConfig {
     /// Checks the values; the error names the field at fault.
     pub fn validate(&self) -> Result<(), String> {
         if self.port == Some(0) {
             return Err("health_check.port must be 1 to 65535".into());
+        }
+        if let Some(p) = &self.path {
+            if self.proto != CheckProto::Http {
+                return Err("health_check.path needs proto: http".into());
+            }
+            if !p.starts_with('/')
+                || p.len() > MAX_CHECK_PATH
+                || !p.bytes().all(|b| b.is_ascii_graphic())
+            {
+                return Err(format!(
+                    "health_check.path {p:?} must start with / and be at most {MAX_CHECK_PATH} \
+                     printable ASCII characters without spaces"
+                ));
+            }
         }
         if !(MIN_CHECK_INTERVAL_MS..=MAX_CHECK_INTERVAL_MS).contains(&self.interval_ms) {
             return Err(format!(
@@ -155,6 +177,14 @@ impl HealthCheckConfig {
             }
         }
         Ok(())
+    }
+
+    /// The path an `http` check gets (`None` for `tcp`).
+    pub fn http_path(&self) -> Option<&str> {
+        match self.proto {
+            CheckProto::Tcp => None,
+            CheckProto::Http => Some(self.path.as_deref().unwrap_or("/")),
+        }
     }
 
     /// The state machine's parameters.

@@ -568,14 +568,18 @@ fn health_checks_default_to_haproxy_and_bad_values_name_their_field() {
         "health_check": {}}]}"#,
     )
     .unwrap();
-    let hc = c.services[0].health_check.unwrap();
+    let hc = c.services[0].health_check.clone().unwrap();
     assert_eq!(hc.params(), crate::health::CheckParams::default());
-    assert_eq!((hc.proto, hc.port), (CheckProto::Tcp, None));
+    assert_eq!(
+        (hc.proto, hc.port, hc.http_path()),
+        (CheckProto::Tcp, None, None)
+    );
     assert!(build(&c, Namespace(3), std::path::Path::new(".")).is_ok());
     let e = |t: fn(&mut HealthCheckConfig)| {
         let mut c = cfg(Algorithm::Maglev, &[1, 1]);
         let mut hc = HealthCheckConfig {
             proto: CheckProto::Tcp,
+            path: None,
             port: Some(80),
             interval_ms: 2000,
             timeout_ms: 1000,
@@ -616,13 +620,34 @@ fn health_checks_default_to_haproxy_and_bad_values_name_their_field() {
         e(|h| h.fall = 1000),
         Some(format!("{pre}fall 1000 must be 1 to 100"))
     );
-    let http = serde_json::from_str::<Config>(
+    assert_eq!(
+        e(|h| h.path = Some("/x".into())),
+        Some(format!("{pre}path needs proto: http"))
+    );
+    assert_eq!(
+        e(|h| {
+            h.proto = CheckProto::Http;
+            h.path = Some("/a b".into());
+        }),
+        Some(format!(
+            "{pre}path \"/a b\" must start with / and be at most 256 printable ASCII \
+             characters without spaces"
+        ))
+    );
+    let http: Config = serde_json::from_str(
         r#"{"services": [{"vip": "192.0.2.1", "port": 80, "backends": [{"addr": "10.0.0.1"}],
         "health_check": {"proto": "http"}}]}"#,
     )
+    .unwrap();
+    let hc = http.services[0].health_check.as_ref().unwrap();
+    assert_eq!(hc.http_path(), Some("/"), "http checks get / by default");
+    let bad = serde_json::from_str::<Config>(
+        r#"{"services": [{"vip": "192.0.2.1", "port": 80, "backends": [{"addr": "10.0.0.1"}],
+        "health_check": {"proto": "udp"}}]}"#,
+    )
     .unwrap_err()
     .to_string();
-    assert!(http.contains("unknown variant `http`"), "{http}");
+    assert!(bad.contains("unknown variant `udp`"), "{bad}");
 }
 
 #[test]
