@@ -5,7 +5,8 @@
 //! server; with one, the agent of the backend's host probes it through the
 //! VM's port, the controller marks it down after `fall` RSTs, every new
 //! connection goes to the other backend, and it comes back up once the
-//! server is restarted. Needs root, nginx, curl and redis-server
+//! server is restarted. Then HTTP checks take it down when its page is gone
+//! while the server still listens (what a TCP check cannot see). Needs root, nginx, curl and redis-server
 //! (scripts/common.sh installs them).
 
 use std::os::unix::process::CommandExt;
@@ -175,7 +176,7 @@ fn start_server(lab: &Lab, vm: &VmInfo) -> Server {
 }
 
 #[test]
-fn a_backend_whose_server_stopped_is_marked_down_by_active_checks_and_back_up() {
+fn a_backend_whose_server_or_page_is_gone_is_marked_down_by_active_checks_and_back_up() {
     let dir = tempfile::tempdir().unwrap();
     let lab = Lab::up(&LabOptions {
         store: StoreKind::Single,
