@@ -426,6 +426,7 @@ impl AgentState {
             seawall_feedback_sent: p.stats.seawall_feedback_sent,
             seawall_feedback_received: p.stats.seawall_feedback_received,
             accusations: p.accusations.clone(),
+            backend_checks: p.backend_checks.clone(),
         }
     }
 
@@ -1185,6 +1186,7 @@ impl AgentState {
             instances: self.health_of(&p),
             chains: p.chains,
             accusations: p.accusations,
+            backend_checks: p.backend_checks,
         }
     }
 

@@ -75,6 +75,8 @@ pub struct Published {
     pub isolation: Vec<(sluice_seawall::Entity, u64, sluice_seawall::EntityStats)>,
     /// Hosts this host accuses of ignoring its Seawall feedback.
     pub accusations: Vec<sluice_proto::Accusation>,
+    /// What the health checks of backends on this host's VMs found.
+    pub backend_checks: Vec<sluice_proto::BackendCheck>,
 }
 
 /// Counters of the data-plane loop itself.
@@ -505,6 +507,7 @@ impl<'a> Loop<'a> {
                 spin_until = Some(self.clock.mono + self.busy_poll);
             }
             self.seawall_tick();
+            let checked = self.probe_tick();
             if self.dp.suspicion_due(self.clock.wall_ns) {
                 self.read_before_suspecting();
             }
@@ -520,7 +523,7 @@ impl<'a> Loop<'a> {
                     changed |= self.dp.instance_exited(p, wall_ns(), wall_ns);
                 }
             }
-            if changed {
+            if changed || checked {
                 self.publish();
             }
             if self.clock.mono.saturating_duration_since(self.last_publish) >= PUBLISH_EVERY {
@@ -564,6 +567,7 @@ impl<'a> Loop<'a> {
             p.seawall = self.dp.seawall_on();
             p.isolation = self.dp.seawall_entities();
             p.accusations = self.dp.accusations();
+            p.backend_checks = self.dp.backend_checks();
             p.io_loop.gro_super_frames = self.gro.super_frames;
             p.io_loop.gro_merged = self.gro.merged;
             p.io_loop.gro_bad_csum = self.gro.bad_csum;
@@ -596,6 +600,24 @@ impl<'a> Loop<'a> {
             &mut self.scratch,
             &mut self.gro,
         );
+    }
+
+    /// Runs the health checks of backends: sends the SYNs due, notices
+    /// time-outs. Returns whether a check ended.
+    fn probe_tick(&mut self) -> bool {
+        self.plan.clear();
+        self.dp.set_now(self.clock.wall_ns);
+        let ended = self.dp.probe_tick(&mut self.plan);
+        Self::send_plan(
+            &mut self.dp,
+            &self.plan,
+            &self.rx,
+            &mut self.udp,
+            &mut self.socks,
+            &mut self.scratch,
+            &mut self.gro,
+        );
+        ended
     }
 
     /// Opens sockets for the configuration's VM ports and closes the others.

@@ -229,6 +229,7 @@ pub fn one_instance_between(
     let port = |id, kind| PortConfig { id, vni: 7, kind };
     AgentConfig {
         pardons: Vec::new(),
+        health_checks: Vec::new(),
         version: 1,
         host: 1,
         peers: vec![],

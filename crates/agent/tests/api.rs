@@ -41,6 +41,7 @@ fn opts(controller: Option<String>, run_dir: Option<std::path::PathBuf>) -> Agen
 fn config(version: u64) -> AgentConfig {
     AgentConfig {
         pardons: Vec::new(),
+        health_checks: Vec::new(),
         version,
         host: 4,
         peers: vec![],

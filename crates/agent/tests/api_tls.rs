@@ -253,6 +253,7 @@ fn heartbeat_of(host: u32, underlay: Ipv4Addr, api: &str) -> HostHeartbeat {
         instances: Vec::new(),
         chains: Vec::new(),
         accusations: Vec::new(),
+        backend_checks: Vec::new(),
     }
 }
 

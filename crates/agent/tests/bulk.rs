@@ -18,6 +18,7 @@ use sluice_switch::{Entry, HostId, Output, PortId};
 fn config(h: u32, ports: &[(u16, &VmHandle)], entries: Vec<Entry>) -> AgentConfig {
     AgentConfig {
         pardons: Vec::new(),
+        health_checks: Vec::new(),
         version: 1,
         host: h,
         peers: [1, 2]

@@ -17,6 +17,7 @@ use sluice_switch::{HostId, Output, PortId};
 fn config(h: u32, vm: &VmHandle, other: u32, other_addr: Ipv4Addr) -> AgentConfig {
     AgentConfig {
         pardons: Vec::new(),
+        health_checks: Vec::new(),
         version: 1,
         host: h,
         peers: [1, 2]

@@ -107,6 +107,7 @@ fn config(vm1: &VmHandle, vm2: &VmHandle, state: &str) -> AgentConfig {
     let group = Group::split(&FWS.map(|p| (Output::Port(PortId(p)), 1))).unwrap();
     AgentConfig {
         pardons: Vec::new(),
+        health_checks: Vec::new(),
         version: 1,
         host: 1,
         peers: vec![],

@@ -31,6 +31,7 @@ fn config(version: u64, vm1: &VmHandle, vm2: &VmHandle, extra: Vec<Entry>) -> Ag
     entries.extend(extra);
     AgentConfig {
         pardons: Vec::new(),
+        health_checks: Vec::new(),
         version,
         host: 1,
         peers: vec![],

@@ -15,6 +15,7 @@ use sluice_switch::{Output, PortId};
 fn config(vms: &[(u16, &VmHandle)]) -> AgentConfig {
     AgentConfig {
         pardons: Vec::new(),
+        health_checks: Vec::new(),
         version: 1,
         host: 1,
         peers: vec![],

@@ -67,6 +67,7 @@ fn host1(
 ) -> AgentConfig {
     AgentConfig {
         pardons: Vec::new(),
+        health_checks: Vec::new(),
         version,
         host: 1,
         peers: peers(),
@@ -109,6 +110,7 @@ fn host1(
 fn host2(vm2: &VmHandle, vm1: Ipv4Addr) -> AgentConfig {
     AgentConfig {
         pardons: Vec::new(),
+        health_checks: Vec::new(),
         version: 1,
         host: 2,
         peers: peers(),

@@ -32,6 +32,7 @@ fn config(h: u32, vm: &VmHandle, other: Ipv4Addr, fabric: &FabricSecret) -> Agen
     let o = 3 - h;
     AgentConfig {
         pardons: Vec::new(),
+        health_checks: Vec::new(),
         version: 1,
         host: h,
         peers: [1, 2]

@@ -279,6 +279,7 @@ fn registration(id: u32, base: &str, sims: &Sims) -> HostHeartbeat {
         instances,
         chains: Vec::new(),
         accusations: Vec::new(),
+        backend_checks: Vec::new(),
     }
 }
 

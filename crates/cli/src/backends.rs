@@ -158,7 +158,8 @@ fn print(client: &ClientArgs, v: &[BackendInfo]) -> Result<(), CliError> {
         .col("VM", Align::Left)
         .col("HOST", Align::Right)
         .wide_col("HOST_DOWN", Align::Left)
-        .col("DRAIN_ENDS", Align::Right);
+        .col("DRAIN_ENDS", Align::Right)
+        .wide_col("LAST_CHECK", Align::Left);
     for b in v {
         t.row(vec![
             b.tenant.clone(),
@@ -170,6 +171,7 @@ fn print(client: &ClientArgs, v: &[BackendInfo]) -> Result<(), CliError> {
             b.host.map_or("-".into(), |h| h.to_string()),
             if b.host_down { "yes" } else { "no" }.into(),
             b.drain_until_ms.map_or("-".into(), from_now),
+            b.last_check.clone().unwrap_or_else(|| "-".into()),
         ]);
     }
     t.print()?;
@@ -194,6 +196,10 @@ pub fn print_status(v: &[BackendInfo]) -> Result<(), CliError> {
             match (b.host_down, b.host, b.drain_until_ms) {
                 (true, Some(h), _) => format!(" (host {h} down)"),
                 (_, _, Some(ms)) if b.state == "draining" => format!(" (removed {})", from_now(ms)),
+                _ if !b.healthy => format!(
+                    " (health checks failing: {})",
+                    b.last_check.as_deref().unwrap_or("no result")
+                ),
                 _ => String::new(),
             }
         )?;

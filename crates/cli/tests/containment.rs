@@ -29,6 +29,7 @@ fn accuse(c: &Client, by: u32, host: u32) {
             congested_periods: 44,
             age_ms: 0,
         }],
+        backend_checks: Vec::new(),
     })
     .unwrap();
 }

@@ -1018,6 +1018,21 @@ impl Desired {
             }
         }
         let sources_of = self.tenant_sources(&hosts_of);
+        // The backends with active checks, per tenant: each is checked by
+        // the agent of its VM's host.
+        let checked: BTreeMap<&String, Vec<crate::reconcile::backends::Configured>> = self
+            .tenants
+            .iter()
+            .filter(|(_, t)| crate::reconcile::backends::has_health_checks(&t.spec))
+            .map(|(n, t)| {
+                let list: Vec<_> = crate::reconcile::backends::lb_backends(&t.spec)
+                    .into_iter()
+                    .filter(|c| c.check.is_some())
+                    .collect();
+                (n, list)
+            })
+            .filter(|(_, l)| !l.is_empty())
+            .collect();
         let mut peers_of: BTreeMap<u32, BTreeSet<u32>> = BTreeMap::new();
         for hs in hosts_of.values() {
             for &h in hs {
@@ -1078,6 +1093,31 @@ impl Desired {
                         weight,
                     },
                 });
+                // IPv4 only: probes are IPv4 segments (an IPv6 backend has
+                // the passive signal and drains only).
+                let std::net::IpAddr::V4(addr) = vm.reg.addr else {
+                    continue;
+                };
+                if vm.reg.gateway {
+                    continue;
+                }
+                for c in checked.get(tn).into_iter().flatten() {
+                    let Some((hc, tcp_port)) = c.check.as_ref().filter(|_| c.ip == vm.reg.addr)
+                    else {
+                        continue;
+                    };
+                    cfg.health_checks.push(sluice_proto::HealthCheck {
+                        tenant: tn.clone(),
+                        middlebox: c.middlebox.clone(),
+                        backend: c.addr.clone(),
+                        port: vm.port,
+                        addr,
+                        tcp_port: *tcp_port,
+                        http_path: hc.http_path().map(str::to_string),
+                        interval_ms: hc.interval_ms,
+                        timeout_ms: hc.timeout_ms,
+                    });
+                }
             }
             for ((tn, mb, k), i) in instances_on.get(&h).into_iter().flatten() {
                 let t = &self.tenants[tn];

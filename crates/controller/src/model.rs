@@ -667,8 +667,8 @@ pub struct BackendInfo {
     pub middlebox: String,
     /// The backend's address as the middlebox's configuration names it.
     pub backend: String,
-    /// `up` (takes new connections), `down` (its host is down: no new
-    /// connections, its connections keep it), `draining` (drained: no new
+    /// `up` (takes new connections), `down` (its host is down or its health
+    /// checks failed: no new connections, its connections keep it), `draining` (drained: no new
     /// connections until the delay passes) or `removed` (drained past the
     /// delay: its remaining connections are dropped).
     pub state: String,
@@ -687,6 +687,11 @@ pub struct BackendInfo {
     /// A drain's end (the deregistration delay), Unix milliseconds.
     #[serde(default)]
     pub drain_until_ms: Option<u64>,
+    /// The last active health check of it its host's agent reported, e.g.
+    /// `tcp 10.10.1.11:80: RST (ok 12, failed 3)` (none: not checked, or
+    /// nothing reported yet).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_check: Option<String>,
 }
 
 /// `PUT /v1/tenants/{name}/middleboxes/{middlebox}/backends/{addr}/drain`.

@@ -133,6 +133,7 @@ impl Beater {
                     instances: h.lock().unwrap().clone(),
                     chains: Vec::new(),
                     accusations: Vec::new(),
+                    backend_checks: Vec::new(),
                 };
                 let _ = c.heartbeat(&hb);
                 std::thread::sleep(Duration::from_millis(50));

@@ -135,6 +135,91 @@ pub struct AgentConfig {
     /// generation here is higher than in its previous configuration.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub pardons: Vec<Pardon>,
+    /// Active health checks of load-balancer backends that are VMs on this
+    /// host: the agent probes each through the VM's port and reports the
+    /// results in its heartbeat ([`HostHeartbeat::backend_checks`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub health_checks: Vec<HealthCheck>,
+}
+
+/// The source address of the agents' health-check probes (link-local, never a
+/// tenant's: no tenant rule or flow record sees a probe). VMs must answer it
+/// through their default route, as they reach everything else.
+pub const PROBE_SOURCE: Ipv4Addr = Ipv4Addr::new(169, 254, 83, 1);
+
+/// One backend an agent checks ([`AgentConfig::health_checks`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HealthCheck {
+    /// Tenant of the load balancer.
+    pub tenant: String,
+    /// The load balancer (middlebox name).
+    pub middlebox: String,
+    /// The backend as the load balancer's configuration names it.
+    pub backend: String,
+    /// The VM port the backend's VM is on.
+    pub port: u16,
+    /// The backend's address (the VM's).
+    pub addr: Ipv4Addr,
+    /// The TCP port checked.
+    pub tcp_port: u16,
+    /// For an HTTP check: the path of the `GET` sent after the handshake
+    /// (a 2xx or 3xx status passes). `None`: the handshake alone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub http_path: Option<String>,
+    /// Time between the starts of two checks, ms.
+    pub interval_ms: u64,
+    /// A check not answered within this long fails, ms.
+    pub timeout_ms: u64,
+}
+
+/// How a health check ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CheckOutcome {
+    /// SYN-ACK (a TCP check), or a 2xx/3xx status line (HTTP).
+    Ok,
+    /// RST: nothing listens on the port (or the server reset the request).
+    Refused,
+    /// No answer within the timeout.
+    Timeout,
+    /// An HTTP check answered with a status that is not 2xx or 3xx (or with
+    /// something that is no status line: 0).
+    Status(u16),
+}
+
+impl std::fmt::Display for CheckOutcome {
+    /// How an event names it.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CheckOutcome::Ok => f.write_str("passed"),
+            CheckOutcome::Refused => f.write_str("RST"),
+            CheckOutcome::Timeout => f.write_str("timeout"),
+            CheckOutcome::Status(0) => f.write_str("no HTTP status line"),
+            CheckOutcome::Status(s) => write!(f, "HTTP {s}"),
+        }
+    }
+}
+
+/// What an agent's checks of one backend found so far
+/// ([`HostHeartbeat::backend_checks`]; counters cumulative since the agent
+/// started or the check was configured).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BackendCheck {
+    /// Tenant of the load balancer.
+    pub tenant: String,
+    /// The load balancer.
+    pub middlebox: String,
+    /// The backend as the configuration names it.
+    pub backend: String,
+    /// What was checked, `tcp addr:port` or `http addr:port/path` (for
+    /// messages).
+    pub target: String,
+    /// Checks that passed.
+    pub ok: u64,
+    /// Checks that failed.
+    pub failed: u64,
+    /// The last check's outcome (none yet: `None`).
+    pub last: Option<CheckOutcome>,
 }
 
 /// An operator cleared host `host` of accusations ([`AgentConfig::pardons`]).
@@ -569,6 +654,10 @@ pub struct AgentStatus {
     /// dropped while accused; docs/ISOLATION.md, "Compromised hosts").
     #[serde(default)]
     pub accusations: Vec<Accusation>,
+    /// What this host's health checks of load-balancer backends found
+    /// ([`AgentConfig::health_checks`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub backend_checks: Vec<BackendCheck>,
 }
 
 /// A host an agent found sending more than the Seawall feedback it got
@@ -648,6 +737,10 @@ pub struct HostHeartbeat {
     /// the controller checks against the caller's token.
     #[serde(default)]
     pub accusations: Vec<Accusation>,
+    /// The results of this host's health checks of load-balancer backends
+    /// ([`AgentConfig::health_checks`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub backend_checks: Vec<BackendCheck>,
 }
 
 /// One NF instance's health, as its agent reports it.
@@ -1251,6 +1344,17 @@ mod tests {
                 host: 2,
                 generation: 1,
             }],
+            health_checks: vec![HealthCheck {
+                tenant: "acme".into(),
+                middlebox: "lb-a".into(),
+                backend: "10.10.1.11".into(),
+                port: 1,
+                addr: Ipv4Addr::new(10, 10, 1, 11),
+                tcp_port: 80,
+                http_path: Some("/healthz".into()),
+                interval_ms: 2000,
+                timeout_ms: 1000,
+            }],
             version: 3,
             host: 1,
             peers: vec![Peer {
@@ -1458,8 +1562,18 @@ mod tests {
             }],
             chains: Vec::new(),
             accusations: Vec::new(),
+            backend_checks: vec![BackendCheck {
+                tenant: "t".into(),
+                middlebox: "lb".into(),
+                backend: "10.0.0.1:80".into(),
+                target: "10.0.0.1:80".into(),
+                ok: 3,
+                failed: 1,
+                last: Some(CheckOutcome::Refused),
+            }],
         };
         let j = serde_json::to_string(&hb).unwrap();
+        assert!(j.contains(r#""last":"refused""#), "{j}");
         let as_reg: HostRegistration = serde_json::from_str(&j).unwrap();
         assert_eq!(as_reg, reg);
         let back: HostHeartbeat = serde_json::from_str(&j).unwrap();

@@ -29,6 +29,7 @@ const VNI: u32 = 7;
 fn config(vm: &VmHandle, far: Ipv4Addr) -> AgentConfig {
     AgentConfig {
         pardons: Vec::new(),
+        health_checks: Vec::new(),
         version: 1,
         host: 1,
         peers: [1, 2]

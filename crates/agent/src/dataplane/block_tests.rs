@@ -101,6 +101,7 @@ fn config(h: u32, blocked: bool) -> AgentConfig {
     };
     AgentConfig {
         pardons: Vec::new(),
+        health_checks: Vec::new(),
         version: if blocked { 2 } else { 3 },
         host: h,
         peers: (1..=2)

@@ -262,6 +262,7 @@ impl Dataplane {
             }
         }
         let topo = Topology::new(host, cfg)?;
+        let probes = super::probes::Probes::new(cfg, &topo.ports);
         let mut stats = Stats::default();
         for id in topo.ports.keys() {
             stats.ports.insert(*id, Default::default());
@@ -275,6 +276,7 @@ impl Dataplane {
             seawall: SeawallAdapter::default(),
             seal: FabricSeal::new(cfg.fabric_auth.as_ref())?,
             meter: ChainMeter::new(),
+            probes,
             stats,
             now_ns: 0,
         };

@@ -19,6 +19,7 @@ use sluice_wire::parse::{parse_into, PacketMeta, L4};
 
 use super::config::{Port, PortTarget, Sender, Source, Topology};
 use super::plan::{Dest, Frames, Out, TxPlan};
+use super::probes::{to_probe_source, Probes};
 use super::seal::FabricSeal;
 use super::seawall::{Admission, SeawallAdapter};
 use super::selection::Selection;
@@ -144,6 +145,7 @@ struct Forwarder<'a> {
     seawall: &'a mut SeawallAdapter,
     seal: &'a mut FabricSeal,
     meter: &'a mut ChainMeter,
+    probes: &'a mut Probes,
     stats: &'a mut Stats,
     now_ns: u64,
 }
@@ -158,6 +160,7 @@ impl Dataplane {
             seawall: &mut self.seawall,
             seal: &mut self.seal,
             meter: &mut self.meter,
+            probes: &mut self.probes,
             stats: &mut self.stats,
             now_ns: self.now_ns,
         }
@@ -192,6 +195,14 @@ impl Dataplane {
             c.rx_bytes += f.len() as u64;
             if f.len() >= 14 && u16::from_be_bytes([f[12], f[13]]) == ETHERTYPE_ARP {
                 arp(port, f, fw.stats, plan);
+                continue;
+            }
+            // Answers to health checks never reach a FIB: the probe source
+            // is no tenant's address.
+            if to_probe_source(f) {
+                if !fw.probes.on_reply(port, f, plan) {
+                    fw.stats.drop(id, DropReason::NoMatch);
+                }
                 continue;
             }
             let hop = Hop {

@@ -13,7 +13,7 @@
 //! `config` (building it from an [`AgentConfig`], the ports and peers),
 //! `forward` (the per-batch packet path), `selection` (group selection and
 //! pinned flows), `health` (instances' heartbeats, suspicion and failover),
-//! `leases` (lease gating), `seal` (authenticated encapsulation between
+//! `leases` (lease gating), `probes` (active health checks of backends), `seal` (authenticated encapsulation between
 //! hosts), `seawall` (glue to Seawall's rate control and
 //! feedback), `stats` (counters) and `plan` (the messages to send).
 
@@ -32,6 +32,7 @@ mod forward;
 mod health;
 mod leases;
 mod plan;
+mod probes;
 mod seal;
 mod seawall;
 mod selection;
@@ -50,6 +51,7 @@ use config::Topology;
 use forward::Lookup;
 use health::Health;
 use leases::Leases;
+use probes::Probes;
 use seawall::SeawallAdapter;
 use selection::Selection;
 
@@ -76,6 +78,8 @@ pub struct Dataplane {
     seal: FabricSeal,
     /// What the chains' applications see (handshake times, connection rates).
     meter: ChainMeter,
+    /// Active health checks of load-balancer backends on this host's VMs.
+    probes: Probes,
     stats: Stats,
     /// The data-plane clock (Unix ns, set by the I/O loop).
     now_ns: u64,
@@ -112,6 +116,7 @@ impl Dataplane {
         self.seawall.inherit(&old.seawall);
         self.seawall.pardon(&self.topo.pardons, &old.topo.pardons);
         self.seal.inherit(&old.seal);
+        self.probes.inherit(&old.probes);
         self.seawall.apply_weights(&self.topo.ports);
         self.refresh_groups();
     }
@@ -127,6 +132,26 @@ impl Dataplane {
     pub fn chain_measures(&mut self) -> Vec<ChainMeasure> {
         self.meter.expire(self.now_ns);
         self.meter.report()
+    }
+
+    /// Runs the health checks of backends at the data-plane clock: fails
+    /// those past their timeout, writes the SYNs of those due into `plan`.
+    /// Returns whether a check ended (the report changed).
+    pub fn probe_tick(&mut self, plan: &mut TxPlan) -> bool {
+        if self.probes.is_empty() {
+            return false;
+        }
+        self.probes.tick(self.now_ns, plan)
+    }
+
+    /// What the health checks of backends found so far (cumulative).
+    pub fn backend_checks(&self) -> Vec<sluice_proto::BackendCheck> {
+        self.probes.report()
+    }
+
+    /// Frames addressed to the health checks' source that answered no check.
+    pub fn unmatched_probe_answers(&self) -> u64 {
+        self.probes.unmatched
     }
 
     /// Whether datagrams between hosts are sealed (authenticated and

@@ -129,6 +129,7 @@ fn figure4_host(h: u32) -> AgentConfig {
     }
     AgentConfig {
         pardons: Vec::new(),
+        health_checks: Vec::new(),
         version: 1,
         host: h,
         peers: peers(),
@@ -173,6 +174,7 @@ fn two_vms() -> AgentConfig {
     };
     AgentConfig {
         pardons: Vec::new(),
+        health_checks: Vec::new(),
         version: 5,
         host: 1,
         peers: peers(),
@@ -2089,4 +2091,82 @@ fn regular_heartbeats(dp: &mut Dataplane, ports: &[u16], from: u64, rounds: usiz
         assert!(!dp.check_health(now, || now));
     }
     now
+}
+
+#[test]
+fn health_checks_probe_a_vm_port_and_their_answers_never_reach_a_fib() {
+    let mut cfg = two_vms();
+    cfg.health_checks = vec![sluice_proto::HealthCheck {
+        tenant: "t".into(),
+        middlebox: "lb".into(),
+        backend: "10.0.0.1".into(),
+        port: 1,
+        addr: Ipv4Addr::new(10, 0, 0, 1),
+        tcp_port: 80,
+        http_path: None,
+        interval_ms: 2000,
+        timeout_ms: 1000,
+    }];
+    let mut dp = Dataplane::new(1, &cfg).unwrap();
+    let mut plan = TxPlan::new();
+    dp.set_now(5_000_000_000);
+    assert!(!dp.probe_tick(&mut plan), "nothing ended yet");
+    assert_eq!(plan.outs.len(), 1);
+    assert_eq!(plan.outs[0].dest, Dest::Vm(1));
+    let syn = plan.head(&plan.outs[0]).to_vec();
+    assert_eq!(&syn[26..30], &sluice_proto::PROBE_SOURCE.octets());
+    assert_eq!(&syn[30..34], &[10, 0, 0, 1]);
+    assert_eq!(syn[47], SYN);
+    let sport = u16::from_be_bytes([syn[34], syn[35]]);
+    let iss = u32::from_be_bytes([syn[38], syn[39], syn[40], syn[41]]);
+    // The VM answers through its default route, to the router MAC.
+    let synack = with_macs(
+        build::tcp_v4(
+            [10, 0, 0, 1],
+            sluice_proto::PROBE_SOURCE.octets(),
+            80,
+            sport,
+            99,
+            iss.wrapping_add(1),
+            SYN | sluice_wire::tcp::flags::ACK,
+            &[],
+        ),
+        ROUTER_MAC,
+        [2, 0, 0, 0, 1, 1],
+    );
+    // Tenant traffic in the same batch still forwards.
+    let tenant = with_macs(
+        build::tcp_v4([10, 0, 0, 1], [10, 0, 0, 2], 1000, 80, 1, 0, SYN, &[]),
+        ROUTER_MAC,
+        [2, 0, 0, 0, 1, 1],
+    );
+    plan.clear();
+    dp.process_vm_batch(1, &frames(vec![synack.clone(), tenant]), &mut plan);
+    let dests: Vec<Dest> = plan.outs.iter().map(|o| o.dest).collect();
+    assert_eq!(
+        dests,
+        vec![Dest::Vm(1), Dest::Vm(2)],
+        "a RST back, the tenant's SYN on"
+    );
+    assert_eq!(plan.head(&plan.outs[0])[47], sluice_wire::tcp::flags::RST);
+    let r = dp.backend_checks();
+    assert_eq!((r[0].ok, r[0].failed), (1, 0));
+    assert_eq!(r[0].last, Some(sluice_proto::CheckOutcome::Ok));
+    // A second copy matches no check in flight: dropped, not forwarded.
+    plan.clear();
+    dp.process_vm_batch(1, &frames(vec![synack]), &mut plan);
+    assert!(plan.outs.is_empty());
+    assert_eq!(dp.unmatched_probe_answers(), 1);
+    // A new configuration keeps what was counted.
+    let mut next = Dataplane::new(1, &cfg).unwrap();
+    next.inherit_stats(&dp);
+    assert_eq!(next.backend_checks()[0].ok, 1);
+    // Unanswered: the next check times out.
+    next.set_now(7_000_000_000);
+    plan.clear();
+    next.probe_tick(&mut plan);
+    assert_eq!(plan.outs.len(), 1);
+    next.set_now(8_000_000_000);
+    assert!(next.probe_tick(&mut plan));
+    assert_eq!(next.backend_checks()[0].failed, 1);
 }

@@ -8,7 +8,12 @@
 //! backends that are not up go to every instance of their middlebox in
 //! [`sluice_proto::InstanceConfig::backends`], which the agents hand to the
 //! running instances without restarting them; a change is one commit and one
-//! `backend` event per backend. Health is live state, like instance health: a
+//! `backend` event per backend. Active checks (a service's `health_check:`)
+//! run in the agent of each backend VM's host, which the controller tells
+//! what to check ([`sluice_proto::AgentConfig::health_checks`], from
+//! [`lb_backends`]); their results come back in the heartbeats
+//! ([`Reconciler::backend_checks`]) and count against the rise and fall
+//! thresholds here. Health is live state, like instance health: a
 //! restarted controller starts from "all up"; operators' drains are kept in
 //! the desired state ([`Desired::backend_drains`], when each delay ends) and
 //! resume after a restart.
@@ -31,10 +36,15 @@ pub(crate) type BackendKey = (String, String, String);
 
 /// One load-balancer backend as a tenant's spec names it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-struct Configured {
-    middlebox: String,
-    addr: String,
-    ip: std::net::IpAddr,
+pub(crate) struct Configured {
+    /// The `lb` middlebox.
+    pub(crate) middlebox: String,
+    /// The backend as configured.
+    pub(crate) addr: String,
+    /// Its address.
+    pub(crate) ip: std::net::IpAddr,
+    /// Its service's active check and the port it checks, if any.
+    pub(crate) check: Option<(sluice_lb::HealthCheckConfig, u16)>,
 }
 
 /// The backends' health and what it was computed from.
@@ -46,11 +56,31 @@ pub(crate) struct Backends {
     pub(crate) health: BTreeMap<BackendKey, Health>,
     /// Transitions by the state entered (`/metrics`).
     pub(crate) transitions: BTreeMap<&'static str, u64>,
+    /// The check counters last reported per (host, backend): what a new
+    /// report is counted from.
+    seen: BTreeMap<(u32, BackendKey), (u64, u64)>,
+    /// The last check result reported per backend (`sluice get backends`).
+    pub(crate) last_check: BTreeMap<BackendKey, String>,
+}
+
+/// Whether any `lb` middlebox of `spec` has a service with a `health_check:`
+/// (a look at the YAML tree, no parse: what every configuration build asks
+/// first, so tenants without checks cost nothing).
+pub(crate) fn has_health_checks(spec: &sluice_tenant::TenantSpec) -> bool {
+    spec.elements.values().any(|e| match e {
+        Element::Middlebox {
+            function, config, ..
+        } if function == "lb" => config
+            .get("services")
+            .and_then(|s| s.as_sequence())
+            .is_some_and(|list| list.iter().any(|s| s.get("health_check").is_some())),
+        _ => false,
+    })
 }
 
 /// The backends of the `lb` middleboxes of a spec. A configuration that does
 /// not parse has none here (the spec was validated when applied).
-fn lb_backends(spec: &sluice_tenant::TenantSpec) -> Vec<Configured> {
+pub(crate) fn lb_backends(spec: &sluice_tenant::TenantSpec) -> Vec<Configured> {
     let mut out = Vec::new();
     for (mb, e) in &spec.elements {
         let Element::Middlebox {
@@ -67,16 +97,26 @@ fn lb_backends(spec: &sluice_tenant::TenantSpec) -> Vec<Configured> {
         };
         for s in &c.services {
             for b in &s.backends {
-                let ip = b
+                let at = b
                     .addr
                     .parse::<std::net::IpAddr>()
                     .ok()
-                    .or_else(|| b.addr.parse::<std::net::SocketAddr>().ok().map(|a| a.ip()));
-                if let Some(ip) = ip {
+                    .map(|ip| (ip, s.port))
+                    .or_else(|| {
+                        b.addr
+                            .parse::<std::net::SocketAddr>()
+                            .ok()
+                            .map(|a| (a.ip(), a.port()))
+                    });
+                if let Some((ip, port)) = at {
                     out.push(Configured {
                         middlebox: mb.clone(),
                         addr: b.addr.clone(),
                         ip,
+                        check: s
+                            .health_check
+                            .as_ref()
+                            .map(|hc| (hc.clone(), hc.port.unwrap_or(port))),
                     });
                 }
             }
@@ -140,22 +180,18 @@ impl Reconciler {
         now: Instant,
     ) {
         let now_ns = self.clock_ns(now);
-        self.sync_backends(now_ns);
+        let mut moves = self.sync_backends(now_ns);
         // The common case, every 20 ms: no host silent, no backend held down
         // by silence, no drain under way. Nothing can change: no allocation,
-        // no lookup of VMs.
+        // no lookup of VMs. (Active checks' results arrive with heartbeats,
+        // not with time: the agents time their checks.)
         let passive = silent.is_some_and(|s| !s.is_empty())
             || self.backends.health.values().any(Health::passive_down);
-        let timed = self
-            .backends
-            .health
-            .values()
-            .any(|h| h.drain().is_some() || h.checks().is_some());
-        if !passive && !timed && self.desired.backend_states.is_empty() {
+        let timed = self.backends.health.values().any(|h| h.drain().is_some());
+        if !passive && !timed && self.desired.backend_states.is_empty() && moves.is_empty() {
             return;
         }
         let silent = if passive { silent } else { None };
-        let mut moves = Vec::new();
         let keys: Vec<BackendKey> = self.backends.health.keys().cloned().collect();
         // Each VM's host by (tenant, address), once, not once per backend.
         let vms: BTreeMap<(&str, std::net::IpAddr), (String, u32)> = if silent.is_some() {
@@ -200,9 +236,10 @@ impl Reconciler {
         self.commit_backends(moves, now);
     }
 
-    /// Adds state machines for backends new in the specs and forgets those
-    /// no spec names any more.
-    fn sync_backends(&mut self, now_ns: u64) {
+    /// Adds state machines for backends new in the specs, forgets those no
+    /// spec names any more, and gives each its service's checks (returns the
+    /// transitions that made: checks removed from a backend they held down).
+    fn sync_backends(&mut self, now_ns: u64) -> Vec<(BackendKey, Transition, String)> {
         let b = &mut self.backends;
         let before = b.index.len();
         b.index.retain(|t, _| self.desired.tenants.contains_key(t));
@@ -215,7 +252,7 @@ impl Reconciler {
             }
         }
         if !changed {
-            return;
+            return Vec::new();
         }
         let wanted: BTreeSet<BackendKey> = b
             .index
@@ -226,6 +263,8 @@ impl Reconciler {
             })
             .collect();
         b.health.retain(|k, _| wanted.contains(k));
+        b.seen.retain(|(_, k), _| wanted.contains(k));
+        b.last_check.retain(|k, _| wanted.contains(k));
         let started_ms = self.started_unix_ms;
         for k in wanted {
             let drain = self.desired.backend_drains.get(&k).copied();
@@ -241,6 +280,104 @@ impl Reconciler {
                 }
                 h
             });
+        }
+        let mut moves = Vec::new();
+        for (t, (_, list)) in &b.index {
+            for c in list {
+                let k = (t.clone(), c.middlebox.clone(), c.addr.clone());
+                let Some(h) = b.health.get_mut(&k) else {
+                    continue;
+                };
+                let params = c.check.as_ref().map(|(hc, _)| hc.params());
+                if let Some(tr) = h.set_checks(params, now_ns) {
+                    moves.push((k.clone(), tr, "its health check was removed".to_string()));
+                }
+                if params.is_none() {
+                    b.seen.retain(|(_, s), _| *s != k);
+                    b.last_check.remove(&k);
+                }
+            }
+        }
+        moves
+    }
+
+    /// Counts the results of the health checks `host`'s agent ran since its
+    /// last heartbeat against each backend's thresholds, and commits the
+    /// states that changed. A report for a backend whose VM is not on `host`
+    /// (any more) is ignored.
+    pub(super) fn backend_checks(
+        &mut self,
+        host: u32,
+        reports: &[sluice_proto::BackendCheck],
+        now: Instant,
+    ) {
+        if reports.is_empty() {
+            return;
+        }
+        let now_ns = self.clock_ns(now);
+        let mut moves = self.sync_backends(now_ns);
+        for r in reports {
+            let key = (r.tenant.clone(), r.middlebox.clone(), r.backend.clone());
+            let on_host = self
+                .backend_ip(&key)
+                .and_then(|ip| vm_at(&self.desired, &key.0, ip))
+                .is_some_and(|(_, h)| h == host);
+            if !on_host {
+                continue;
+            }
+            let b = &mut self.backends;
+            let Some(h) = b.health.get_mut(&key) else {
+                continue;
+            };
+            let Some(c) = h.checks() else {
+                continue;
+            };
+            if let Some(last) = r.last {
+                b.last_check.insert(
+                    key.clone(),
+                    format!("{}: {last} (ok {}, failed {})", r.target, r.ok, r.failed),
+                );
+            }
+            let before = b.seen.insert((host, key.clone()), (r.ok, r.failed));
+            // First report since this controller started (or since the
+            // checks were configured): a baseline only, since what the
+            // counters hold is from an unknown past.
+            let Some((ok0, failed0)) = before else {
+                continue;
+            };
+            // Counters that went back: the agent (or the check) started
+            // over, so they count from zero.
+            let (d_ok, d_failed) = if r.ok < ok0 || r.failed < failed0 {
+                (r.ok, r.failed)
+            } else {
+                (r.ok - ok0, r.failed - failed0)
+            };
+            // Only the order inside one heartbeat is lost (50 ms apart,
+            // checks 100 ms apart at least): the last result goes last. More
+            // than a threshold's worth in a row changes nothing more.
+            let cap = u64::from(c.rise.max(c.fall));
+            let (d_ok, d_failed) = (d_ok.min(cap), d_failed.min(cap));
+            let last_ok = r.last == Some(sluice_proto::CheckOutcome::Ok);
+            let timed_out = r.last == Some(sluice_proto::CheckOutcome::Timeout);
+            let runs = if last_ok {
+                [(false, d_failed), (true, d_ok)]
+            } else {
+                [(true, d_ok), (false, d_failed)]
+            };
+            let why = match r.last {
+                Some(l) => format!("{}: {l}", r.target),
+                None => format!("{}: no result", r.target),
+            };
+            for (ok, n) in runs {
+                for _ in 0..n {
+                    if let Some(t) = h.record(now_ns, ok, timed_out) {
+                        moves.push((key.clone(), t, why.clone()));
+                    }
+                }
+            }
+        }
+        if !moves.is_empty() {
+            self.commit_backends(moves, now);
         }
     }
 
@@ -304,16 +441,19 @@ impl Reconciler {
         }
         for ((t, mb, addr), tr, why) in moves {
             *self.backends.transitions.entry(tr.to.as_str()).or_default() += 1;
+            let detail = if why.is_empty() {
+                String::new()
+            } else {
+                format!(" ({why})")
+            };
             let cause = match tr.cause {
-                Cause::ChecksFailed { n, timed_out } => format!(
-                    "{n} health checks failed in a row{}",
-                    if timed_out {
-                        " (the last timed out)"
-                    } else {
-                        ""
-                    }
-                ),
-                Cause::ChecksPassed { n } => format!("{n} health checks passed in a row"),
+                Cause::ChecksFailed { n, .. } => {
+                    format!("{n} health checks failed in a row{detail}")
+                }
+                Cause::ChecksPassed { n: 0 } => why,
+                Cause::ChecksPassed { n } => {
+                    format!("{n} health checks passed in a row{detail}")
+                }
                 Cause::Passive(_) => why,
                 Cause::Drained => "drained by an operator".to_string(),
                 Cause::DelayPassed => "its deregistration delay passed".to_string(),
@@ -421,8 +561,7 @@ impl Reconciler {
     ) -> Result<Vec<BackendInfo>, ApiError> {
         let keys = self.matching_backends(tenant, mb, addr)?;
         let now_ns = self.clock_ns(now);
-        self.sync_backends(now_ns);
-        let mut moves = Vec::new();
+        let mut moves = self.sync_backends(now_ns);
         for k in &keys {
             let Some(h) = self.backends.health.get_mut(k) else {
                 continue;
@@ -466,6 +605,7 @@ impl Reconciler {
                     vm: vm.as_ref().map(|(n, _)| n.clone()),
                     host: vm.map(|(_, h)| h),
                     drain_until_ms: h.drain().map(|d| ms(d.until_ns)),
+                    last_check: self.backends.last_check.get(k).cloned(),
                 }
             })
             .collect()

@@ -111,6 +111,7 @@ impl Reconciler {
             }
         }
         self.health(reg.host, &hb.instances, now);
+        self.backend_checks(reg.host, &hb.backend_checks, now);
         if !hb.accusations.is_empty() || self.accuses(reg.host) {
             self.accusations(reg.host, &hb.accusations, now);
         }

@@ -31,7 +31,7 @@ use crate::lease::{Decision as LeaseDecision, LeaseGate};
 use crate::store::{Store, StoreError};
 
 mod autoscale;
-mod backends;
+pub(crate) mod backends;
 mod blocks;
 mod containment;
 mod drains;

@@ -7,7 +7,9 @@ use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
 use std::time::{Duration, Instant};
 
-use sluice_proto::{ChainMeasure, HostHeartbeat, HostRegistration, InstanceHealth, PinnedFlows};
+use sluice_proto::{
+    ChainMeasure, CheckOutcome, HostHeartbeat, HostRegistration, InstanceHealth, PinnedFlows,
+};
 use sluice_switch::{HostId, Output, PortId};
 
 use super::*;
@@ -145,6 +147,7 @@ impl Sim {
             instances: Vec::new(),
             chains: Vec::new(),
             accusations: Vec::new(),
+            backend_checks: Vec::new(),
         }
     }
 
@@ -1945,4 +1948,217 @@ fn a_drain_without_room_elsewhere_is_refused() {
         .unwrap_err();
     assert_eq!(e.status, 400, "{e}");
     assert!(e.to_string().contains("forse"), "{e}");
+}
+
+/// [`LB_SPEC`] with an active check on the service (fall 3, rise 2).
+const LB_CHECKED_SPEC: &str = "tenant: t
+elements:
+  a: { type: service, vms: { a1: 10.0.0.1 } }
+  b: { type: service, vms: { b1: 10.0.0.2, b2: 10.0.0.3 } }
+  lb:
+    type: middlebox
+    function: lb
+    config:
+      services:
+        - vip: 10.0.0.100
+          port: 80
+          backends: [{ addr: \"10.0.0.2\" }, { addr: \"10.0.0.3:8080\" }]
+          health_check: { interval_ms: 500, timeout_ms: 200 }
+chains:
+  - { name: ab, path: [a, lb, b] }
+";
+
+impl Sim {
+    /// Host `h` heartbeats with the check counters of backend `backend`.
+    fn beat_checks(&mut self, h: u32, backend: &str, ok: u64, failed: u64, last: CheckOutcome) {
+        let mut hb = self.heartbeat_of(h);
+        hb.instances = Vec::new();
+        hb.backend_checks = vec![sluice_proto::BackendCheck {
+            tenant: "t".into(),
+            middlebox: "lb".into(),
+            backend: backend.into(),
+            target: "tcp 10.0.0.3:8080".into(),
+            ok,
+            failed,
+            last: Some(last),
+        }];
+        self.r
+            .heartbeat(
+                Heartbeat {
+                    hb,
+                    pinned: None,
+                    reports_health: true,
+                },
+                self.now,
+            )
+            .unwrap();
+    }
+}
+
+/// Each backend VM's host is told to check it, with the service's timing
+/// and the backend's own port; hosts without a checked backend get nothing.
+#[test]
+fn the_agent_of_each_backends_host_is_told_to_check_it() {
+    let mut s = Sim::new(SPEC);
+    s.ok("PUT", "/v1/vms/t/b2", &vm("b2", 2, "10.0.0.3"));
+    s.ok("PUT", "/v1/tenants/t", LB_CHECKED_SPEC);
+    let cfgs = s.r.configs();
+    let on2 = &cfgs[&2].health_checks;
+    assert_eq!(on2.len(), 1, "{on2:?}");
+    let c = &on2[0];
+    assert_eq!(
+        (
+            c.backend.as_str(),
+            c.addr,
+            c.tcp_port,
+            c.interval_ms,
+            c.timeout_ms
+        ),
+        (
+            "10.0.0.3:8080",
+            std::net::Ipv4Addr::new(10, 0, 0, 3),
+            8080,
+            500,
+            200
+        )
+    );
+    let b2 = &s.r.desired().vms[&("t".to_string(), "b2".to_string())];
+    assert_eq!(c.port, b2.port, "b2's port on host 2");
+    assert_eq!(cfgs[&3].health_checks[0].backend, "10.0.0.2");
+    assert_eq!(cfgs[&3].health_checks[0].tcp_port, 80);
+    assert!(cfgs[&1].health_checks.is_empty());
+    assert_eq!(c.http_path, None, "a tcp check");
+    let http = LB_CHECKED_SPEC.replace("interval_ms: 500", "proto: http, interval_ms: 500");
+    s.ok("PUT", "/v1/tenants/t", &http);
+    assert_eq!(
+        s.r.configs()[&2].health_checks[0].http_path.as_deref(),
+        Some("/")
+    );
+    // Without the check, no host checks anything.
+    s.ok("PUT", "/v1/tenants/t", LB_SPEC);
+    assert!(s.r.configs().values().all(|c| c.health_checks.is_empty()));
+}
+
+/// A bad `health_check:` is refused when the spec is applied, naming the field.
+#[test]
+fn a_bad_health_check_is_refused_at_apply() {
+    let mut s = Sim::new(SPEC);
+    let bad = LB_CHECKED_SPEC.replace("timeout_ms: 200", "timeout_ms: 900");
+    let e = s.call("PUT", "/v1/tenants/t", &bad).unwrap_err();
+    assert!(
+        e.msg
+            .contains("health_check.timeout_ms 900 must be 1 to interval_ms (500)"),
+        "{}",
+        e.msg
+    );
+    let path = LB_CHECKED_SPEC.replace("interval_ms: 500", "path: /x, interval_ms: 500");
+    let e = s.call("PUT", "/v1/tenants/t", &path).unwrap_err();
+    assert!(
+        e.msg.contains("health_check.path needs proto: http"),
+        "{}",
+        e.msg
+    );
+}
+
+/// The agent's results count against the thresholds: `fall` failures take
+/// the backend down (an event with the reason, the LB's instances told),
+/// `rise` passes bring it back; the first report is a baseline; a report
+/// from a host the VM is not on is ignored.
+#[test]
+fn failed_checks_reported_by_the_agent_take_a_backend_down_and_passes_bring_it_back() {
+    let mut s = Sim::new(SPEC);
+    s.ok("PUT", "/v1/vms/t/b2", &vm("b2", 2, "10.0.0.3"));
+    s.ok("PUT", "/v1/tenants/t", LB_CHECKED_SPEC);
+    s.push_all();
+    let b = "10.0.0.3:8080";
+    // A baseline, whatever it holds.
+    s.beat_checks(2, b, 10, 50, CheckOutcome::Refused);
+    s.run(20 * MS);
+    assert_eq!(
+        lb_backends(&s),
+        vec![Vec::<String>::new()],
+        "a baseline only"
+    );
+    s.beat_checks(2, b, 10, 52, CheckOutcome::Refused);
+    s.run(20 * MS);
+    assert_eq!(lb_backends(&s), vec![Vec::<String>::new()], "two of three");
+    // Host 3 cannot speak for b2 (on host 2).
+    s.beat_checks(3, b, 0, 100, CheckOutcome::Refused);
+    s.beat_checks(3, b, 0, 200, CheckOutcome::Refused);
+    assert_eq!(lb_backends(&s), vec![Vec::<String>::new()]);
+    s.beat_checks(2, b, 10, 53, CheckOutcome::Refused);
+    s.run(20 * MS);
+    assert_eq!(lb_backends(&s), vec![vec![format!("{b} down")]]);
+    let ev = s.events("backend");
+    assert_eq!(ev.len(), 1, "{ev:?}");
+    assert!(
+        ev[0].reason.contains(
+            "10.0.0.3:8080: up -> down: 3 health checks failed in a row (tcp 10.0.0.3:8080: RST)"
+        ),
+        "{}",
+        ev[0].reason
+    );
+    let info = s.r.backend_infos(Some("t"), s.now);
+    let i = info.iter().find(|x| x.backend == b).unwrap();
+    assert_eq!(
+        (i.state.as_str(), i.healthy, i.host_down),
+        ("down", false, false)
+    );
+    assert_eq!(
+        i.last_check.as_deref(),
+        Some("tcp 10.0.0.3:8080: RST (ok 10, failed 53)")
+    );
+    // One pass is not enough; the second is, even with a time-out between
+    // heartbeats (the last result goes last).
+    s.beat_checks(2, b, 11, 53, CheckOutcome::Ok);
+    assert_eq!(lb_backends(&s), vec![vec![format!("{b} down")]]);
+    s.beat_checks(2, b, 12, 54, CheckOutcome::Ok);
+    assert_eq!(
+        lb_backends(&s),
+        vec![vec![format!("{b} down")]],
+        "a failure restarts the count"
+    );
+    s.beat_checks(2, b, 14, 54, CheckOutcome::Ok);
+    assert_eq!(lb_backends(&s), vec![Vec::<String>::new()]);
+    let ev = s.events("backend");
+    assert!(ev
+        .last()
+        .unwrap()
+        .reason
+        .contains("down -> up: 2 health checks passed in a row"));
+    // An agent that restarted counts from zero again.
+    s.beat_checks(2, b, 0, 3, CheckOutcome::Timeout);
+    assert_eq!(lb_backends(&s), vec![vec![format!("{b} down")]]);
+    assert!(s
+        .events("backend")
+        .last()
+        .unwrap()
+        .reason
+        .contains("(tcp 10.0.0.3:8080: timeout)"));
+}
+
+/// Taking the check out of the spec forgets its verdict: the backend is up.
+#[test]
+fn removing_the_health_check_brings_a_backend_it_held_down_back() {
+    let mut s = Sim::new(SPEC);
+    s.ok("PUT", "/v1/vms/t/b2", &vm("b2", 2, "10.0.0.3"));
+    s.ok("PUT", "/v1/tenants/t", LB_CHECKED_SPEC);
+    s.push_all();
+    let b = "10.0.0.3:8080";
+    s.beat_checks(2, b, 0, 0, CheckOutcome::Ok);
+    s.beat_checks(2, b, 0, 3, CheckOutcome::Refused);
+    assert_eq!(lb_backends(&s), vec![vec![format!("{b} down")]]);
+    s.ok("PUT", "/v1/tenants/t", LB_SPEC);
+    s.run(20 * MS);
+    assert_eq!(lb_backends(&s), vec![Vec::<String>::new()]);
+    assert!(s
+        .events("backend")
+        .last()
+        .unwrap()
+        .reason
+        .contains("down -> up: its health check was removed"));
+    // Reports for an unchecked backend change nothing.
+    s.beat_checks(2, b, 0, 10, CheckOutcome::Refused);
+    s.beat_checks(2, b, 0, 20, CheckOutcome::Refused);
+    assert_eq!(lb_backends(&s), vec![Vec::<String>::new()]);
 }

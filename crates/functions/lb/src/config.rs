@@ -68,6 +68,134 @@ pub struct ServiceConfig {
     pub table_size: usize,
     /// The backends.
     pub backends: Vec<BackendConfig>,
+    /// Active checks of the backends (none: only the passive signal and
+    /// drains apply). Run by each backend's host agent, not by the LB
+    /// instances (docs/RELIABILITY.md).
+    #[serde(default)]
+    pub health_check: Option<HealthCheckConfig>,
+}
+
+/// How a health check talks to a backend.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum CheckProto {
+    /// A TCP handshake: SYN-ACK passes, RST or silence fails (default).
+    #[default]
+    Tcp,
+    /// An HTTP/1.0 `GET path` after the handshake: a 2xx or 3xx status
+    /// line passes; another status, a RST or silence fails.
+    Http,
+}
+
+/// A service's active health check (`health_check:`; haproxy's model).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HealthCheckConfig {
+    /// How. Default tcp.
+    #[serde(default)]
+    pub proto: CheckProto,
+    /// Port checked. Default: each backend's own port.
+    #[serde(default)]
+    pub port: Option<u16>,
+    /// The path an `http` check gets. Default `/`; only with `proto: http`.
+    #[serde(default)]
+    pub path: Option<String>,
+    /// Time between the starts of two checks, ms. Default 2000.
+    #[serde(default = "interval_ms")]
+    pub interval_ms: u64,
+    /// A check not answered within this long fails, ms. Default 1000.
+    #[serde(default = "timeout_ms")]
+    pub timeout_ms: u64,
+    /// Consecutive passes that bring a down backend up. Default 2.
+    #[serde(default = "rise")]
+    pub rise: u32,
+    /// Consecutive failures that take an up backend down. Default 3.
+    #[serde(default = "fall")]
+    pub fall: u32,
+}
+
+fn interval_ms() -> u64 {
+    2000
+}
+fn timeout_ms() -> u64 {
+    1000
+}
+fn rise() -> u32 {
+    2
+}
+fn fall() -> u32 {
+    3
+}
+
+/// Shortest check interval: one probe per backend every 100 ms at most.
+pub const MIN_CHECK_INTERVAL_MS: u64 = 100;
+/// Longest check interval or timeout (an hour).
+pub const MAX_CHECK_INTERVAL_MS: u64 = 3_600_000;
+/// Largest `rise` or `fall`.
+pub const MAX_CHECK_THRESHOLD: u32 = 100;
+/// Longest `path` of an `http` check (the request must fit one segment).
+pub const MAX_CHECK_PATH: usize = 256;
+
+impl HealthCheckConfig {
+    /// Checks the values; the error names the field at fault.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.port == Some(0) {
+            return Err("health_check.port must be 1 to 65535".into());
+        }
+        if let Some(p) = &self.path {
+            if self.proto != CheckProto::Http {
+                return Err("health_check.path needs proto: http".into());
+            }
+            if !p.starts_with('/')
+                || p.len() > MAX_CHECK_PATH
+                || !p.bytes().all(|b| b.is_ascii_graphic())
+            {
+                return Err(format!(
+                    "health_check.path {p:?} must start with / and be at most {MAX_CHECK_PATH} \
+                     printable ASCII characters without spaces"
+                ));
+            }
+        }
+        if !(MIN_CHECK_INTERVAL_MS..=MAX_CHECK_INTERVAL_MS).contains(&self.interval_ms) {
+            return Err(format!(
+                "health_check.interval_ms {} must be {MIN_CHECK_INTERVAL_MS} to \
+                 {MAX_CHECK_INTERVAL_MS}",
+                self.interval_ms
+            ));
+        }
+        if self.timeout_ms == 0 || self.timeout_ms > self.interval_ms {
+            return Err(format!(
+                "health_check.timeout_ms {} must be 1 to interval_ms ({}): one check at a time",
+                self.timeout_ms, self.interval_ms
+            ));
+        }
+        for (name, v) in [("rise", self.rise), ("fall", self.fall)] {
+            if !(1..=MAX_CHECK_THRESHOLD).contains(&v) {
+                return Err(format!(
+                    "health_check.{name} {v} must be 1 to {MAX_CHECK_THRESHOLD}"
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The path an `http` check gets (`None` for `tcp`).
+    pub fn http_path(&self) -> Option<&str> {
+        match self.proto {
+            CheckProto::Tcp => None,
+            CheckProto::Http => Some(self.path.as_deref().unwrap_or("/")),
+        }
+    }
+
+    /// The state machine's parameters.
+    pub fn params(&self) -> crate::health::CheckParams {
+        crate::health::CheckParams {
+            interval_ns: self.interval_ms.saturating_mul(1_000_000),
+            timeout_ns: self.timeout_ms.saturating_mul(1_000_000),
+            rise: self.rise,
+            fall: self.fall,
+        }
+    }
 }
 
 fn table_size() -> usize {
@@ -218,6 +346,10 @@ pub fn build(
                 sc.table_size,
                 maglev::MAX_TABLE_SIZE
             )));
+        }
+        if let Some(hc) = &sc.health_check {
+            hc.validate()
+                .map_err(|e| ConfigError(format!("service {what}: {e}")))?;
         }
         let mut svc = Service {
             vip,

@@ -202,6 +202,14 @@ impl Health {
         self.count(now, ok, false)
     }
 
+    /// The result of a check that another component ran and timed (the
+    /// agent of the backend's host; its interval and timeout are its own):
+    /// counted at `now` against the thresholds. Ignored without checks.
+    pub fn record(&mut self, now: u64, ok: bool, timed_out: bool) -> Option<Transition> {
+        self.checks?;
+        self.count(now, ok, timed_out && !ok)
+    }
+
     /// Notices what time alone changes: a check in flight past its timeout
     /// fails, a drain past its deregistration delay ends in removal.
     pub fn poll(&mut self, now: u64) -> Option<Transition> {
@@ -449,6 +457,35 @@ mod tests {
             z.start_drain(S, 0).map(|t| t.to),
             Some(BackendState::Removed)
         );
+    }
+
+    #[test]
+    fn results_recorded_from_a_remote_prober_count_against_the_thresholds() {
+        let mut h = checked();
+        assert_eq!(h.record(S, false, false), None);
+        assert_eq!(h.record(2 * S, false, false), None);
+        let t = h.record(3 * S, false, true).expect("third failure: down");
+        assert_eq!(
+            t.cause,
+            Cause::ChecksFailed {
+                n: 3,
+                timed_out: true
+            }
+        );
+        assert_eq!(h.record(4 * S, true, false), None);
+        assert_eq!(
+            h.record(5 * S, true, false).map(|t| t.to),
+            Some(BackendState::Up)
+        );
+        let mut none = Health::new(None, 0);
+        for k in 0..5 {
+            assert_eq!(
+                none.record(k * S, false, false),
+                None,
+                "no checks configured"
+            );
+        }
+        assert_eq!(none.state(), BackendState::Up);
     }
 
     #[test]

@@ -42,7 +42,8 @@ use sluice_wire::parse::{Fragment, L4};
 use sluice_wire::{ip_proto, FlowKey, IpAddr};
 
 pub use config::{
-    build, Algorithm, BackendConfig, Config, ConfigError, Proto, ServiceConfig, Timeouts,
+    build, Algorithm, BackendConfig, CheckProto, Config, ConfigError, HealthCheckConfig, Proto,
+    ServiceConfig, Timeouts, MAX_CHECK_INTERVAL_MS, MAX_CHECK_THRESHOLD, MIN_CHECK_INTERVAL_MS,
 };
 pub use conn::{Conn, CONN_BYTES, CONN_VERSION, FIN_CLIENT, FIN_SERVER, RST_SEEN};
 

@@ -32,6 +32,7 @@ fn cfg(algorithm: Algorithm, weights: &[u32]) -> Config {
                     drain: false,
                 })
                 .collect(),
+            health_check: None,
         }],
         ..Default::default()
     }
@@ -558,6 +559,95 @@ fn config_errors_are_clear() {
     assert_eq!(c.services[0].table_size, 65537);
     assert!(build(&c, Namespace(3), std::path::Path::new(".")).is_ok());
     assert!(serde_json::from_str::<Config>(r#"{"services": [], "bogus": 1}"#).is_err());
+}
+
+#[test]
+fn health_checks_default_to_haproxy_and_bad_values_name_their_field() {
+    let c: Config = serde_json::from_str(
+        r#"{"services": [{"vip": "192.0.2.1", "port": 80, "backends": [{"addr": "10.0.0.1"}],
+        "health_check": {}}]}"#,
+    )
+    .unwrap();
+    let hc = c.services[0].health_check.clone().unwrap();
+    assert_eq!(hc.params(), crate::health::CheckParams::default());
+    assert_eq!(
+        (hc.proto, hc.port, hc.http_path()),
+        (CheckProto::Tcp, None, None)
+    );
+    assert!(build(&c, Namespace(3), std::path::Path::new(".")).is_ok());
+    let e = |t: fn(&mut HealthCheckConfig)| {
+        let mut c = cfg(Algorithm::Maglev, &[1, 1]);
+        let mut hc = HealthCheckConfig {
+            proto: CheckProto::Tcp,
+            path: None,
+            port: Some(80),
+            interval_ms: 2000,
+            timeout_ms: 1000,
+            rise: 2,
+            fall: 3,
+        };
+        t(&mut hc);
+        c.services[0].health_check = Some(hc);
+        build(&c, Namespace(3), std::path::Path::new("."))
+            .err()
+            .map(|e| e.to_string())
+    };
+    assert_eq!(e(|_| {}), None);
+    let pre = "lb config: service 192.0.2.10:80/tcp: health_check.";
+    assert_eq!(
+        e(|h| h.port = Some(0)),
+        Some(format!("{pre}port must be 1 to 65535"))
+    );
+    assert_eq!(
+        e(|h| h.interval_ms = 10),
+        Some(format!("{pre}interval_ms 10 must be 100 to 3600000"))
+    );
+    assert_eq!(
+        e(|h| h.timeout_ms = 3000),
+        Some(format!(
+            "{pre}timeout_ms 3000 must be 1 to interval_ms (2000): one check at a time"
+        ))
+    );
+    assert_eq!(
+        e(|h| h.timeout_ms = 0).map(|s| s.contains("timeout_ms 0")),
+        Some(true)
+    );
+    assert_eq!(
+        e(|h| h.rise = 0),
+        Some(format!("{pre}rise 0 must be 1 to 100"))
+    );
+    assert_eq!(
+        e(|h| h.fall = 1000),
+        Some(format!("{pre}fall 1000 must be 1 to 100"))
+    );
+    assert_eq!(
+        e(|h| h.path = Some("/x".into())),
+        Some(format!("{pre}path needs proto: http"))
+    );
+    assert_eq!(
+        e(|h| {
+            h.proto = CheckProto::Http;
+            h.path = Some("/a b".into());
+        }),
+        Some(format!(
+            "{pre}path \"/a b\" must start with / and be at most 256 printable ASCII \
+             characters without spaces"
+        ))
+    );
+    let http: Config = serde_json::from_str(
+        r#"{"services": [{"vip": "192.0.2.1", "port": 80, "backends": [{"addr": "10.0.0.1"}],
+        "health_check": {"proto": "http"}}]}"#,
+    )
+    .unwrap();
+    let hc = http.services[0].health_check.as_ref().unwrap();
+    assert_eq!(hc.http_path(), Some("/"), "http checks get / by default");
+    let bad = serde_json::from_str::<Config>(
+        r#"{"services": [{"vip": "192.0.2.1", "port": 80, "backends": [{"addr": "10.0.0.1"}],
+        "health_check": {"proto": "udp"}}]}"#,
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(bad.contains("unknown variant `udp`"), "{bad}");
 }
 
 #[test]
