@@ -544,6 +544,27 @@ impl AgentState {
             family(&mut o, &name, "counter", help);
             let _ = writeln!(o, "{name}{{host=\"{host}\"}} {}", get(&p.stats.fabric));
         }
+        // The active checks of load-balancer backends on this host's VMs:
+        // cumulative since the agent started, so a rate over them is the
+        // check rate, and the controller's view (`sluice_controller_backend_state`)
+        // can be told apart from what the agent saw.
+        family(
+            &mut o,
+            "sluice_agent_health_checks_total",
+            "counter",
+            "Active health checks of load-balancer backends on this host's VMs, by result.",
+        );
+        for c in &p.backend_checks {
+            for (result, n) in [("ok", c.ok), ("failed", c.failed)] {
+                let _ = writeln!(
+                    o,
+                    "sluice_agent_health_checks_total{{host=\"{host}\",tenant=\"{}\",middlebox=\"{}\",backend=\"{}\",result=\"{result}\"}} {n}",
+                    escape(&c.tenant),
+                    escape(&c.middlebox),
+                    escape(&c.backend)
+                );
+            }
+        }
         family(
             &mut o,
             "sluice_agent_drops_total",

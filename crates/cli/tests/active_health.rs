@@ -48,6 +48,28 @@ fn get(lab: &Lab, path: &str) -> serde_json::Value {
     serde_json::from_str(&text).unwrap()
 }
 
+/// `sluice_agent_health_checks_total` of backend `addr` with `result` on
+/// host `host`'s agent (0 if absent).
+fn checks_of(lab: &Lab, host: u32, addr: &str, result: &str) -> f64 {
+    let st = lab.state();
+    let api = &st.hosts.iter().find(|h| h.id == host).unwrap().api;
+    let text = st
+        .http()
+        .get(&format!("{api}/metrics"))
+        .call()
+        .unwrap()
+        .into_string()
+        .unwrap();
+    text.lines()
+        .filter(|l| l.starts_with("sluice_agent_health_checks_total{"))
+        .filter(|l| {
+            l.contains(&format!("backend=\"{addr}\""))
+                && l.contains(&format!("result=\"{result}\""))
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
 /// lb-a's entry for backend `addr` in `GET /v1/backends`.
 fn backend(lab: &Lab, addr: &str) -> serde_json::Value {
     get(lab, "/v1/backends")
@@ -265,6 +287,12 @@ fn a_backend_whose_server_or_page_is_gone_is_marked_down_by_active_checks_and_ba
             "health checks failed in a row (tcp {addr}:80: RST)"
         )),
         "the event says why: {events}"
+    );
+    // The prober's own counters, on its agent's metrics.
+    let failed = checks_of(&lab, victim.host, &addr, "failed");
+    assert!(
+        failed >= 3.0,
+        "at least `fall` failed checks counted: {failed}"
     );
 
     let _server = start_server(&lab, &victim);
