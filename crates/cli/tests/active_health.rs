@@ -107,29 +107,7 @@ fn wait_for(
 /// Who served each of `n` new connections to the web-a VIP from the gateway
 /// ("FAILED" for a connection that failed).
 fn curl(lab: &Lab, n: usize) -> Vec<String> {
-    (0..n)
-        .map(|_| {
-            let (ok, out, _) = lab
-                .vm_exec(
-                    "gateway",
-                    &[
-                        "curl",
-                        "-sf",
-                        "--max-time",
-                        "2",
-                        "--interface",
-                        "198.51.100.10",
-                        "http://10.10.1.100/index.html",
-                    ],
-                )
-                .unwrap();
-            if ok {
-                out.trim().to_string()
-            } else {
-                "FAILED".to_string()
-            }
-        })
-        .collect()
+    common::web_a_servers(lab, n)
 }
 
 /// Stops the nginx of `vm` (the lab's, or one this test restarted) and waits

@@ -76,31 +76,7 @@ fn new_connections_avoid_a_backend_whose_host_is_down() {
             "web-a1"
         })
         .unwrap();
-    let curl = |n: usize| -> Vec<String> {
-        (0..n)
-            .map(|_| {
-                let (ok, out, _) = lab
-                    .vm_exec(
-                        "gateway",
-                        &[
-                            "curl",
-                            "-sf",
-                            "--max-time",
-                            "2",
-                            "--interface",
-                            "198.51.100.10",
-                            "http://10.10.1.100/index.html",
-                        ],
-                    )
-                    .unwrap();
-                if ok {
-                    out.trim().to_string()
-                } else {
-                    "FAILED".to_string()
-                }
-            })
-            .collect()
-    };
+    let curl = |n: usize| common::web_a_servers(&lab, n);
     let before = curl(20);
     assert!(
         before.iter().all(|b| b != "FAILED"),

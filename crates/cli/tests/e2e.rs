@@ -745,12 +745,7 @@ fn draining_a_host_moves_its_instance_and_breaks_no_connection() {
     let dir = tempfile::tempdir().unwrap();
     let lab = elasticity_lab_with(dir.path(), "shared", 0, StoreKind::Single);
     let st = lab.state().clone();
-    let fw_host = st
-        .hosts
-        .iter()
-        .map(|h| h.id)
-        .find(|h| !instance_processes(&lab, *h).is_empty())
-        .expect("a host runs the firewall");
+    let fw_host = firewall_host(&lab);
     let token = st.token();
     let ca = st.ca_file.display().to_string();
     let env = [
@@ -870,6 +865,16 @@ fn new_connections_work(lab: &Lab) {
     }
 }
 
+/// The host of the elasticity lab's one firewall instance.
+fn firewall_host(lab: &Lab) -> u32 {
+    lab.state()
+        .hosts
+        .iter()
+        .map(|h| h.id)
+        .find(|h| !instance_processes(lab, *h).is_empty())
+        .expect("a host runs the firewall")
+}
+
 /// The NF instance processes running for host `host` of `lab`, by the
 /// namespace each serves (`--netns PREFIXhHiN` on its command line).
 fn instance_processes(lab: &Lab, host: u32) -> Vec<String> {
@@ -936,12 +941,7 @@ fn a_killed_agent_is_restarted_and_breaks_no_connection() {
     let dir = tempfile::tempdir().unwrap();
     let lab = elasticity_lab_with(dir.path(), "shared", 0, StoreKind::Single);
     let st = lab.state().clone();
-    let fw_host = st
-        .hosts
-        .iter()
-        .map(|h| h.id)
-        .find(|h| !instance_processes(&lab, *h).is_empty())
-        .expect("a host runs the firewall");
+    let fw_host = firewall_host(&lab);
     let before = instance_pids(&lab, fw_host);
     assert_eq!(before.len(), 1, "{before:?}");
 

@@ -144,3 +144,33 @@ pub fn figure4_spec() -> std::path::PathBuf {
         "/../../examples/tenant/figure4.yaml"
     ))
 }
+
+/// Who served each of `n` new connections from the Figure 4 lab's gateway to
+/// the web-a VIP (10.10.1.100): the body of `index.html`, the serving VM's
+/// name, or "FAILED" for a connection that failed within 2 s.
+#[allow(dead_code)] // Not every test binary uses it.
+pub fn web_a_servers(lab: &sluice_testbed::lab::Lab, n: usize) -> Vec<String> {
+    (0..n)
+        .map(|_| {
+            let (ok, out, _) = lab
+                .vm_exec(
+                    "gateway",
+                    &[
+                        "curl",
+                        "-sf",
+                        "--max-time",
+                        "2",
+                        "--interface",
+                        "198.51.100.10",
+                        "http://10.10.1.100/index.html",
+                    ],
+                )
+                .unwrap();
+            if ok {
+                out.trim().to_string()
+            } else {
+                "FAILED".to_string()
+            }
+        })
+        .collect()
+}
