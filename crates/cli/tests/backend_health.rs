@@ -26,16 +26,7 @@ impl Drop for Continue {
 }
 
 fn get(lab: &Lab, path: &str) -> serde_json::Value {
-    let st = lab.state();
-    let text = st
-        .http()
-        .get(&format!("{}{path}", st.controller))
-        .set("Authorization", &st.bearer())
-        .call()
-        .unwrap_or_else(|e| panic!("GET {path}: {e}"))
-        .into_string()
-        .unwrap();
-    serde_json::from_str(&text).unwrap()
+    common::controller_get(lab, path)
 }
 
 #[test]

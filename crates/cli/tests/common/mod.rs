@@ -174,3 +174,18 @@ pub fn web_a_servers(lab: &sluice_testbed::lab::Lab, n: usize) -> Vec<String> {
         })
         .collect()
 }
+
+/// `GET path` on the lab's controller as its operator, as JSON.
+#[allow(dead_code)] // Not every test binary uses it.
+pub fn controller_get(lab: &sluice_testbed::lab::Lab, path: &str) -> serde_json::Value {
+    let st = lab.state();
+    let text = st
+        .http()
+        .get(&format!("{}{path}", st.controller))
+        .set("Authorization", &st.bearer())
+        .call()
+        .unwrap_or_else(|e| panic!("GET {path}: {e}"))
+        .into_string()
+        .unwrap();
+    serde_json::from_str(&text).unwrap()
+}

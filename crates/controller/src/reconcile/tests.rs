@@ -1951,22 +1951,14 @@ fn a_drain_without_room_elsewhere_is_refused() {
 }
 
 /// [`LB_SPEC`] with an active check on the service (fall 3, rise 2).
-const LB_CHECKED_SPEC: &str = "tenant: t
-elements:
-  a: { type: service, vms: { a1: 10.0.0.1 } }
-  b: { type: service, vms: { b1: 10.0.0.2, b2: 10.0.0.3 } }
-  lb:
-    type: middlebox
-    function: lb
-    config:
-      services:
-        - vip: 10.0.0.100
-          port: 80
-          backends: [{ addr: \"10.0.0.2\" }, { addr: \"10.0.0.3:8080\" }]
-          health_check: { interval_ms: 500, timeout_ms: 200 }
-chains:
-  - { name: ab, path: [a, lb, b] }
-";
+fn lb_checked_spec() -> String {
+    let checked = LB_SPEC.replace(
+        "10.0.0.3:8080\" }]\n",
+        "10.0.0.3:8080\" }]\n          health_check: { interval_ms: 500, timeout_ms: 200 }\n",
+    );
+    assert_ne!(checked, LB_SPEC, "LB_SPEC changed shape");
+    checked
+}
 
 impl Sim {
     /// Host `h` heartbeats with the check counters of backend `backend`.
@@ -2001,7 +1993,7 @@ impl Sim {
 fn the_agent_of_each_backends_host_is_told_to_check_it() {
     let mut s = Sim::new(SPEC);
     s.ok("PUT", "/v1/vms/t/b2", &vm("b2", 2, "10.0.0.3"));
-    s.ok("PUT", "/v1/tenants/t", LB_CHECKED_SPEC);
+    s.ok("PUT", "/v1/tenants/t", &lb_checked_spec());
     let cfgs = s.r.configs();
     let on2 = &cfgs[&2].health_checks;
     assert_eq!(on2.len(), 1, "{on2:?}");
@@ -2028,7 +2020,7 @@ fn the_agent_of_each_backends_host_is_told_to_check_it() {
     assert_eq!(cfgs[&3].health_checks[0].tcp_port, 80);
     assert!(cfgs[&1].health_checks.is_empty());
     assert_eq!(c.http_path, None, "a tcp check");
-    let http = LB_CHECKED_SPEC.replace("interval_ms: 500", "proto: http, interval_ms: 500");
+    let http = lb_checked_spec().replace("interval_ms: 500", "proto: http, interval_ms: 500");
     s.ok("PUT", "/v1/tenants/t", &http);
     assert_eq!(
         s.r.configs()[&2].health_checks[0].http_path.as_deref(),
@@ -2043,7 +2035,7 @@ fn the_agent_of_each_backends_host_is_told_to_check_it() {
 #[test]
 fn a_bad_health_check_is_refused_at_apply() {
     let mut s = Sim::new(SPEC);
-    let bad = LB_CHECKED_SPEC.replace("timeout_ms: 200", "timeout_ms: 900");
+    let bad = lb_checked_spec().replace("timeout_ms: 200", "timeout_ms: 900");
     let e = s.call("PUT", "/v1/tenants/t", &bad).unwrap_err();
     assert!(
         e.msg
@@ -2051,7 +2043,7 @@ fn a_bad_health_check_is_refused_at_apply() {
         "{}",
         e.msg
     );
-    let path = LB_CHECKED_SPEC.replace("interval_ms: 500", "path: /x, interval_ms: 500");
+    let path = lb_checked_spec().replace("interval_ms: 500", "path: /x, interval_ms: 500");
     let e = s.call("PUT", "/v1/tenants/t", &path).unwrap_err();
     assert!(
         e.msg.contains("health_check.path needs proto: http"),
@@ -2068,7 +2060,7 @@ fn a_bad_health_check_is_refused_at_apply() {
 fn failed_checks_reported_by_the_agent_take_a_backend_down_and_passes_bring_it_back() {
     let mut s = Sim::new(SPEC);
     s.ok("PUT", "/v1/vms/t/b2", &vm("b2", 2, "10.0.0.3"));
-    s.ok("PUT", "/v1/tenants/t", LB_CHECKED_SPEC);
+    s.ok("PUT", "/v1/tenants/t", &lb_checked_spec());
     s.push_all();
     let b = "10.0.0.3:8080";
     // A baseline, whatever it holds.
@@ -2142,7 +2134,7 @@ fn failed_checks_reported_by_the_agent_take_a_backend_down_and_passes_bring_it_b
 fn removing_the_health_check_brings_a_backend_it_held_down_back() {
     let mut s = Sim::new(SPEC);
     s.ok("PUT", "/v1/vms/t/b2", &vm("b2", 2, "10.0.0.3"));
-    s.ok("PUT", "/v1/tenants/t", LB_CHECKED_SPEC);
+    s.ok("PUT", "/v1/tenants/t", &lb_checked_spec());
     s.push_all();
     let b = "10.0.0.3:8080";
     s.beat_checks(2, b, 0, 0, CheckOutcome::Ok);
