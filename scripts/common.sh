@@ -67,6 +67,10 @@ ensure_test_deps() {
     APT_LEAN=1 apt_install openvswitch-switch ||
         echo "note: openvswitch-switch could not be installed; its interop test will say it skipped"
     ensure_valkey || echo "note: valkey-server could not be installed; the Valkey pass of the tests will be skipped"
+    # etcd holds the replicated controllers' desired state (tests start
+    # private members on loopback ports; the package's service must not start).
+    APT_LEAN=1 apt_install_nostart etcd-server ||
+        echo "note: etcd-server could not be installed; the replicated controller's tests will say they skipped"
     ensure_cargo_deny
     # The dashboard's test drives headless Chromium over WebDriver
     # (crates/cli/tests/dashboard.rs).

@@ -89,16 +89,22 @@ pub struct TlsFiles {
     pub client_key: PathBuf,
 }
 
+impl From<sluice_tls::pki::PrivatePki> for TlsFiles {
+    fn from(p: sluice_tls::pki::PrivatePki) -> TlsFiles {
+        TlsFiles {
+            ca: p.ca,
+            cert: p.cert,
+            key: p.key,
+            client_cert: p.client_cert,
+            client_key: p.client_key,
+        }
+    }
+}
+
 impl TlsFiles {
     /// Where [`TlsFiles::create`] puts them in `dir` (nothing is written).
     pub fn paths(dir: &Path) -> TlsFiles {
-        TlsFiles {
-            ca: dir.join("store-ca.pem"),
-            cert: dir.join("store.pem"),
-            key: dir.join("store.key"),
-            client_cert: dir.join("store-client.pem"),
-            client_key: dir.join("store-client.key"),
-        }
+        sluice_tls::pki::PrivatePki::paths(dir, "store").into()
     }
 
     /// Every file, for removal.
@@ -116,44 +122,7 @@ impl TlsFiles {
     /// `store.pem`, `store.key`, `store-client.pem`, `store-client.key`), the
     /// server's naming `names`. The CA's key is not kept.
     pub fn create(dir: &Path, names: &[&str]) -> Result<TlsFiles, String> {
-        use rcgen::{
-            BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, KeyPair,
-            KeyUsagePurpose, PKCS_ECDSA_P256_SHA256,
-        };
-        let gen = |e: rcgen::Error| format!("making the store's certificates: {e}");
-        let ca_key = KeyPair::generate_for(&PKCS_ECDSA_P256_SHA256).map_err(gen)?;
-        let mut ca = CertificateParams::new(Vec::<String>::new()).map_err(gen)?;
-        ca.distinguished_name
-            .push(DnType::CommonName, "Sluice store CA");
-        ca.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
-        ca.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
-        let ca_cert = ca.self_signed(&ca_key).map_err(gen)?;
-        let leaf = |names: Vec<String>, cn: &str| -> Result<(String, String), String> {
-            let key = KeyPair::generate_for(&PKCS_ECDSA_P256_SHA256).map_err(gen)?;
-            let mut p = CertificateParams::new(names).map_err(gen)?;
-            p.distinguished_name.push(DnType::CommonName, cn);
-            p.key_usages = vec![KeyUsagePurpose::DigitalSignature];
-            p.extended_key_usages = vec![
-                ExtendedKeyUsagePurpose::ServerAuth,
-                ExtendedKeyUsagePurpose::ClientAuth,
-            ];
-            p.use_authority_key_identifier_extension = true;
-            let cert = p.signed_by(&key, &ca_cert, &ca_key).map_err(gen)?;
-            Ok((cert.pem(), key.serialize_pem()))
-        };
-        let (cert, key) = leaf(
-            names.iter().map(|n| n.to_string()).collect(),
-            "Sluice store",
-        )?;
-        let (ccert, ckey) = leaf(vec!["store-client.sluice".into()], "Sluice store client")?;
-        let f = TlsFiles::paths(dir);
-        // Keys first: a certificate without its key would be useless.
-        write_mode(&f.key, &key, 0o600)?;
-        write_mode(&f.client_key, &ckey, 0o600)?;
-        write_mode(&f.ca, &ca_cert.pem(), 0o644)?;
-        write_mode(&f.cert, &cert, 0o644)?;
-        write_mode(&f.client_cert, &ccert, 0o644)?;
-        Ok(f)
+        Ok(sluice_tls::pki::PrivatePki::create(dir, "store", "Sluice store", names)?.into())
     }
 
     /// The server settings that serve TLS only, on `port` (the plain port
@@ -180,22 +149,6 @@ impl TlsFiles {
     pub fn client_settings(&self) -> Result<crate::TlsSettings, String> {
         crate::tls_settings(&format!("ca_file={}", self.ca.display()))
     }
-}
-
-fn write_mode(path: &Path, text: &str, mode: u32) -> Result<(), String> {
-    use std::io::Write;
-    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
-    let err = |e: std::io::Error| format!("{}: {e}", path.display());
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(mode)
-        .open(path)
-        .map_err(err)?;
-    f.set_permissions(std::fs::Permissions::from_mode(mode))
-        .map_err(err)?;
-    f.write_all(text.as_bytes()).map_err(err)
 }
 
 /// A running server process, killed and its directory removed on drop.

@@ -11,9 +11,12 @@
 //!   theirs as client certificates to the controller: mutual TLS both ways.
 //! * [`peer`]: how the terminator tells the server behind it who the client
 //!   certificate names.
+//! * [`pki`]: a private CA and certificates for the servers tests and the
+//!   testbed start (Redis/Valkey, etcd).
 
 pub mod hosts;
 pub mod peer;
+pub mod pki;
 pub mod terminator;
 
 use std::io::Write;
