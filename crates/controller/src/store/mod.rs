@@ -2,7 +2,9 @@
 //! the reconciler persists every committed change through it before the change
 //! takes effect, and a starting controller loads from it.
 //!
-//! [`SqliteStore`] is the durable backend (a local file). [`MemoryStore`] keeps
+//! [`SqliteStore`] is the durable backend of a single controller (a local
+//! file); [`EtcdStore`] is the replicated one, shared by several controllers
+//! of which one leads (`crate::leader`). [`MemoryStore`] keeps
 //! the state in the process, for `--db :memory:`-like ephemeral runs and for the
 //! reconciler's deterministic tests.
 
@@ -14,9 +16,13 @@ use sluice_proto::AgentConfig;
 use crate::audit::{AuditEntry, AuditQuery};
 use crate::desired::Desired;
 
+pub mod etcd;
+#[cfg(test)]
+mod sample;
 mod sqlite;
 pub mod tokens;
 
+pub use etcd::EtcdStore;
 pub use sqlite::SqliteStore;
 pub use tokens::TokenStore;
 
@@ -37,6 +43,13 @@ pub enum StoreError {
     /// A stored row does not make sense (edited by hand, or from another version).
     #[error("database: {0}")]
     Corrupt(String),
+    /// etcd could not be reached or refused.
+    #[error("etcd: {0}")]
+    Etcd(#[from] sluice_etcd::EtcdError),
+    /// The write was refused because another controller leads now: this one
+    /// lost its lease (paused, or cut off from etcd) and must not decide.
+    #[error("this controller no longer leads (another controller holds the leader key); the change was not stored")]
+    NotLeader,
 }
 
 /// A durable home for the desired state and the configuration last derived for
