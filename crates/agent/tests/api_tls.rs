@@ -35,6 +35,7 @@ fn controller_at(dir: &Path, listen: std::net::SocketAddr) -> (ServerHandle, Cli
         placement: Default::default(),
         containment_threshold: sluice_controller::reconcile::DEFAULT_THRESHOLD,
         require_agent_tls: true,
+        etcd: None,
     })
     .unwrap();
     let secret =

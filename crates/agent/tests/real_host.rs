@@ -173,6 +173,7 @@ fn agents_inside_their_hosts_carry_a_chain_over_the_named_underlay() {
         placement: Default::default(),
         containment_threshold: sluice_controller::reconcile::DEFAULT_THRESHOLD,
         require_agent_tls: true,
+        etcd: None,
     };
     let ctl = h1.run(move || serve(opts)).unwrap().unwrap();
     let admin = std::fs::read_to_string(&admin_file).unwrap();

@@ -415,6 +415,7 @@ pub fn run(opts: &Options, progress: &mut dyn FnMut(&str)) -> Result<Outcome, St
         placement: Default::default(),
         containment_threshold: sluice_controller::reconcile::DEFAULT_THRESHOLD,
         require_agent_tls: false,
+        etcd: None,
     })
     .map_err(|e| format!("controller: {e}"))?;
     let admin = std::fs::read_to_string(&token_file)

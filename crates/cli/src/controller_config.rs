@@ -84,6 +84,35 @@ pub struct ControllerArgs {
     /// [default: 2].
     #[arg(long)]
     containment_threshold: Option<usize>,
+    /// Replicated controllers: every etcd member's client URL, comma-separated
+    /// (`https://HOST:2379,...`). The desired state, tokens and audit log then
+    /// live in etcd, and of the controllers given the same members one leads
+    /// (docs/RELIABILITY.md) [default: none, a single controller on `db`].
+    #[arg(long)]
+    etcd: Option<String>,
+    /// The CA etcd's members' certificates chain to (PEM).
+    #[arg(long)]
+    etcd_ca_file: Option<PathBuf>,
+    /// The client certificate this controller presents to etcd (PEM).
+    #[arg(long)]
+    etcd_cert_file: Option<PathBuf>,
+    /// Its private key (PEM).
+    #[arg(long)]
+    etcd_key_file: Option<PathBuf>,
+    /// Key prefix of this deployment's records in etcd [default: /sluice/].
+    #[arg(long)]
+    etcd_root: Option<String>,
+    /// This controller's name among the replicated ones [default: HOSTNAME:PORT].
+    #[arg(long)]
+    name: Option<String>,
+    /// The URL clients reach this controller at, written in the leader key
+    /// [default: https://LISTEN, or http:// with --tls off].
+    #[arg(long)]
+    advertise: Option<String>,
+    /// The leader's lease in seconds: a dead leader is replaced this long
+    /// after its last renewal [default: 3].
+    #[arg(long)]
+    leader_lease_secs: Option<u64>,
 }
 
 /// The configuration file: the flags' settings, each optional.
@@ -102,6 +131,31 @@ pub struct ControllerFile {
     agent_tls: Option<String>,
     placement: Option<String>,
     containment_threshold: Option<usize>,
+    etcd: Option<String>,
+    etcd_ca_file: Option<PathBuf>,
+    etcd_cert_file: Option<PathBuf>,
+    etcd_key_file: Option<PathBuf>,
+    etcd_root: Option<String>,
+    name: Option<String>,
+    advertise: Option<String>,
+    leader_lease_secs: Option<u64>,
+}
+
+/// A replicated controller's settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EtcdSettings {
+    /// The members' client URLs.
+    pub endpoints: Vec<String>,
+    /// The client's mutual TLS files.
+    pub tls: sluice_etcd::ClientTls,
+    /// The key prefix (ends in `/`).
+    pub root: String,
+    /// This controller's name.
+    pub name: String,
+    /// Its URL for clients.
+    pub advertise: String,
+    /// The leader's lease.
+    pub lease: std::time::Duration,
 }
 
 /// The controller's settings once flags, file and defaults are merged.
@@ -125,6 +179,8 @@ pub struct ControllerSettings {
     pub placement: Policy,
     /// Accusers that contain a host.
     pub containment_threshold: usize,
+    /// Replicated on etcd (None: a single controller).
+    pub etcd: Option<EtcdSettings>,
 }
 
 /// Parses a configuration file's text; `path` names it in errors.
@@ -214,12 +270,91 @@ fn resolve(
         }
         Some(n) => n,
     };
+    let listen = a.listen.or(f.listen).unwrap_or_else(|| {
+        DEFAULT_LISTEN
+            .parse()
+            .expect("the default listen address parses")
+    });
+    let etcd = match a.etcd.as_deref().or(f.etcd.as_deref()) {
+        None | Some("") => None,
+        Some(list) => {
+            let endpoints: Vec<String> = list
+                .split(',')
+                .map(str::trim)
+                .filter(|e| !e.is_empty())
+                .map(String::from)
+                .collect();
+            if let Some(e) = endpoints.iter().find(|e| !e.starts_with("https://")) {
+                return Err(bad(format!(
+                    "etcd: `{e}` is not https://: controllers reach etcd only over mutual TLS"
+                )));
+            }
+            let need = |key: &str, v: Option<PathBuf>| {
+                v.ok_or_else(|| {
+                    bad(format!(
+                        "{key}: needed with etcd (mutual TLS: etcd_ca_file, etcd_cert_file, etcd_key_file)"
+                    ))
+                })
+            };
+            let tls_files = sluice_etcd::ClientTls {
+                ca: need("etcd_ca_file", path(&a.etcd_ca_file, &f.etcd_ca_file))?,
+                cert: need("etcd_cert_file", path(&a.etcd_cert_file, &f.etcd_cert_file))?,
+                key: need("etcd_key_file", path(&a.etcd_key_file, &f.etcd_key_file))?,
+            };
+            let mut root = a
+                .etcd_root
+                .clone()
+                .or_else(|| f.etcd_root.clone())
+                .unwrap_or_else(|| "/sluice/".into());
+            if !root.starts_with('/') {
+                return Err(bad(format!("etcd_root = {root:?}: must start with /")));
+            }
+            if !root.ends_with('/') {
+                root.push('/');
+            }
+            let scheme = if tls.is_some() { "https" } else { "http" };
+            let text = |a: &Option<String>, f: &Option<String>| {
+                a.clone().or_else(|| f.clone()).filter(|v| !v.is_empty())
+            };
+            let advertise = match text(&a.advertise, &f.advertise) {
+                Some(u) => u,
+                None if listen.ip().is_unspecified() => {
+                    return Err(bad(format!(
+                        "advertise: needed with etcd when listening on {listen} (the URL clients reach this controller at)"
+                    )))
+                }
+                None => format!("{scheme}://{listen}"),
+            };
+            let name = text(&a.name, &f.name).unwrap_or_else(|| {
+                let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+                    .map(|h| h.trim().to_string())
+                    .unwrap_or_else(|_| "controller".into());
+                format!("{host}:{}", listen.port())
+            });
+            let lease = match a.leader_lease_secs.or(f.leader_lease_secs) {
+                None => 3,
+                Some(0) => return Err(bad("leader_lease_secs: give 1 or more".into())),
+                Some(n) => n,
+            };
+            Some(EtcdSettings {
+                endpoints,
+                tls: tls_files,
+                root,
+                name,
+                advertise,
+                lease: std::time::Duration::from_secs(lease),
+            })
+        }
+    };
+    if etcd.is_some() && matches!(&tls, Some(t) if t.cert.is_none()) {
+        return Err(bad(
+            "tls_cert and tls_key: needed with etcd (every controller serves the same certificate, \
+             its names covering every controller's address)"
+                .into(),
+        ));
+    }
     Ok(ControllerSettings {
-        listen: a.listen.or(f.listen).unwrap_or_else(|| {
-            DEFAULT_LISTEN
-                .parse()
-                .expect("the default listen address parses")
-        }),
+        listen,
         db: a
             .db
             .clone()
@@ -239,6 +374,7 @@ fn resolve(
         require_agent_tls,
         placement,
         containment_threshold,
+        etcd,
     })
 }
 
@@ -403,6 +539,44 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("c.toml") && e.contains("fabric_auth"), "{e}");
+    }
+
+    #[test]
+    fn replicated_settings_need_mutual_tls_and_one_certificate() {
+        let base = "etcd = \"https://127.0.0.1:2379,https://127.0.0.1:2380\"\n\
+                    etcd_ca_file = \"ca.pem\"\netcd_cert_file = \"c.pem\"\netcd_key_file = \"c.key\"\n\
+                    tls_cert = \"api.pem\"\ntls_key = \"api.key\"\nlisten = \"127.0.0.1:7421\"\n";
+        let s = resolve(&args(&[]), &file(base), None).unwrap();
+        let e = s.etcd.unwrap();
+        assert_eq!(e.endpoints.len(), 2);
+        assert_eq!(e.root, "/sluice/");
+        assert_eq!(e.advertise, "https://127.0.0.1:7421");
+        assert!(e.name.ends_with(":7421"), "{}", e.name);
+        assert_eq!(e.lease, std::time::Duration::from_secs(3));
+        let refused = |text: &str, want: &str| {
+            let e = resolve(&args(&[]), &file(text), Some(Path::new("c.toml")))
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(want), "{e} lacks {want}");
+        };
+        refused(
+            &base.replace("https://127.0.0.1:2380", "http://127.0.0.1:2380"),
+            "is not https://",
+        );
+        refused(
+            &base.replace("etcd_key_file = \"c.key\"\n", ""),
+            "etcd_key_file",
+        );
+        refused(
+            &base.replace("tls_cert = \"api.pem\"\ntls_key = \"api.key\"\n", ""),
+            "tls_cert and tls_key",
+        );
+        refused(&base.replace("127.0.0.1:7421", "0.0.0.0:7421"), "advertise");
+        refused(
+            &format!("{base}leader_lease_secs = 0\n"),
+            "leader_lease_secs",
+        );
+        refused(&format!("{base}etcd_root = \"sluice\"\n"), "etcd_root");
     }
 
     #[test]

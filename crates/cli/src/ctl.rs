@@ -217,7 +217,29 @@ pub fn controller(args: &ControllerArgs) -> Result<(), CliError> {
     // Registered before the server's threads exist, so no signal is missed.
     let mut signals =
         signal_hook::iterator::Signals::new([SIGINT, SIGTERM]).map_err(CliError::Signals)?;
-    let h = serve(ServerOptions {
+    // A candidate waiting to lead gives up on the same signals.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    for sig in [SIGINT, SIGTERM] {
+        signal_hook::flag::register(sig, stop.clone()).map_err(CliError::Signals)?;
+    }
+    let etcd = a.etcd.as_ref().map(|e| {
+        tracing::info!(
+            name = %e.name,
+            url = %e.advertise,
+            etcd = %e.endpoints.join(","),
+            "replicated: campaigning to lead (not listening until then)"
+        );
+        sluice_controller::leader::EtcdOptions {
+            endpoints: e.endpoints.clone(),
+            tls: Some(e.tls.clone()),
+            root: e.root.clone(),
+            name: e.name.clone(),
+            advertise: e.advertise.clone(),
+            lease_ttl: e.lease,
+            stop: stop.clone(),
+        }
+    });
+    let h = match serve(ServerOptions {
         listen: a.listen,
         db: a.db.clone(),
         state_url: a.state.clone(),
@@ -227,8 +249,15 @@ pub fn controller(args: &ControllerArgs) -> Result<(), CliError> {
         placement: a.placement,
         containment_threshold: a.containment_threshold,
         require_agent_tls: a.require_agent_tls,
-    })
-    .map_err(CliError::Serve)?;
+        etcd,
+    }) {
+        Ok(h) => h,
+        Err(sluice_controller::ControllerError::NotLeading) => {
+            tracing::info!("stopped before leading");
+            return Ok(());
+        }
+        Err(e) => return Err(CliError::Serve(e)),
+    };
     if let Some(p) = h.bootstrapped() {
         // The path only: the secret never goes to a log.
         tracing::info!(
@@ -250,10 +279,29 @@ pub fn controller(args: &ControllerArgs) -> Result<(), CliError> {
         "listening on {}",
         h.url()
     );
-    let sig = signals.forever().next();
-    tracing::info!(signal = sig, "stopping");
-    h.shutdown();
-    Ok(())
+    loop {
+        if let Some(sig) = signals.pending().next() {
+            tracing::info!(signal = sig, "stopping");
+            h.shutdown();
+            return Ok(());
+        }
+        if h.lost_leadership() {
+            h.shutdown();
+            // Everything this process knew belongs to a term that is over:
+            // start again as a candidate, as a new process (the way
+            // Kubernetes' controller-manager leaves on a lost lease, without
+            // needing a supervisor to bring it back).
+            use std::os::unix::process::CommandExt;
+            let err = std::process::Command::new("/proc/self/exe")
+                .args(std::env::args_os().skip(1))
+                .exec();
+            return Err(CliError::Io {
+                path: "/proc/self/exe".into(),
+                source: err,
+            });
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
 }
 
 fn parse<T: serde::de::DeserializeOwned>(raw: &str) -> Result<T, CliError> {

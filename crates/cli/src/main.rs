@@ -57,7 +57,7 @@ enum Cmd {
     /// Write the sample trace (and its chain and rule files) without running it.
     Sample(demo::SampleArgs),
     /// Run the controller (REST API, desired state in SQLite) until SIGINT/SIGTERM.
-    Controller(ctl::ControllerArgs),
+    Controller(Box<ctl::ControllerArgs>),
     /// Apply a tenant specification through the controller.
     Apply(ctl::ApplyArgs),
     /// Show what applying a tenant specification would change (a dry run).

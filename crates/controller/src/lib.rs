@@ -15,6 +15,7 @@
 //! * [`blocks`]: blocks on request, compiled into drop entries on every host
 //!   of their tenant;
 //! * [`lease`]: the ownership-lease gate of `state: cached` middleboxes;
+//! * [`leader`]: replicated controllers, one leading (election on etcd);
 //! * [`measure`]: the agents' chain measurements summed into scaler metrics;
 //! * [`model`]: the JSON bodies of the REST API (`docs/openapi.yaml`);
 //! * [`change`]: what a change does before it is made (dry runs, `force`,
@@ -41,6 +42,7 @@ pub mod error;
 pub mod executor;
 pub mod fabric;
 mod http;
+pub mod leader;
 pub mod lease;
 pub mod measure;
 pub mod metrics;

@@ -74,6 +74,12 @@ pub enum ControllerError {
     /// The state URL names a store admin whose credentials cannot be read.
     #[error("state store admin: {0}")]
     StoreAdmin(sluice_state::StoreError),
+    /// etcd could not be used (replicated controllers).
+    #[error("etcd: {0}")]
+    Etcd(String),
+    /// Asked to stop while waiting to lead.
+    #[error("stopped before leading")]
+    NotLeading,
 }
 
 impl From<StartError> for ControllerError {
@@ -115,6 +121,12 @@ pub struct ServerOptions {
     /// controller` turns it on with TLS; tests whose stand-in agents speak
     /// plain HTTP leave it off.
     pub require_agent_tls: bool,
+    /// Replicated: the desired state, tokens and audit log in etcd, shared
+    /// with other controllers, one of which leads (`crate::leader`). [`serve`]
+    /// then returns only once this controller leads, and stops serving when
+    /// it loses the lead ([`ServerHandle::lost_leadership`]). None: a single
+    /// controller on its SQLite `db`.
+    pub etcd: Option<crate::leader::EtcdOptions>,
 }
 
 /// Where the admin token goes unless told: next to the database
@@ -176,6 +188,12 @@ pub struct ServerHandle {
     threads: Vec<JoinHandle<()>>,
 }
 
+/// What a replicated controller's start in etcd gives [`serve`].
+struct Replicated {
+    client: Arc<sluice_etcd::Client>,
+    term: crate::leader::Term,
+}
+
 impl ServerHandle {
     /// The address it listens on.
     pub fn addr(&self) -> SocketAddr {
@@ -198,6 +216,12 @@ impl ServerHandle {
     /// database had no token).
     pub fn bootstrapped(&self) -> Option<&Path> {
         self.admin_token.as_deref()
+    }
+
+    /// Whether this (replicated) controller stopped because it lost the
+    /// lead: it serves nothing more, and should campaign again.
+    pub fn lost_leadership(&self) -> bool {
+        self.shared.lost.load(Ordering::SeqCst)
     }
 
     /// Stops serving and pushing, and waits for its threads.
@@ -258,6 +282,8 @@ pub(crate) struct Shared {
     /// Event streams open (`GET /v1/alerts?follow=true`), each on a thread
     /// of its own.
     pub(crate) streams: std::sync::atomic::AtomicUsize,
+    /// Set (with `stop`) when a replicated controller lost the lead.
+    lost: AtomicBool,
 }
 
 impl Shared {
@@ -347,15 +373,36 @@ pub fn serve(opts: ServerOptions) -> Result<ServerHandle, ControllerError> {
         StoreAcl::from_state_url(&opts.state_url).map_err(ControllerError::StoreAdmin)?;
     let store_probe =
         StoreProbe::from_state_url(&opts.state_url).map_err(ControllerError::StoreAdmin)?;
-    let store = SqliteStore::open(&opts.db)?;
-    let mut tokens = TokenStore::open(&opts.db)?;
+    let replicated = match &opts.etcd {
+        Some(e) => Some(lead(e, &opts)?),
+        None => None,
+    };
+    let (store, mut tokens): (Box<dyn crate::store::Store>, TokenStore) = match &replicated {
+        Some(r) => {
+            let e = opts.etcd.as_ref().expect("replicated has etcd options");
+            let guard = r.term.guard(&crate::leader::leader_key(&e.root));
+            crate::leader::share_hosts_ca(&r.client, &e.root, &guard, &opts.db)
+                .map_err(ControllerError::Etcd)?;
+            (
+                Box::new(crate::store::EtcdStore::new(
+                    r.client.clone(),
+                    &e.root,
+                    Some(guard.clone()),
+                )),
+                TokenStore::open_etcd(r.client.clone(), &e.root, Some(guard))?,
+            )
+        }
+        None => (
+            Box::new(SqliteStore::open(&opts.db)?),
+            TokenStore::open(&opts.db)?,
+        ),
+    };
     let token_file = opts
         .admin_token_file
         .clone()
         .unwrap_or_else(|| default_admin_token_file(&opts.db));
     let admin_token = bootstrap(&mut tokens, &token_file)?.then_some(token_file);
-    let mut reconciler =
-        Reconciler::start(Box::new(store), &opts.state_url, Instant::now(), unix_ms())?;
+    let mut reconciler = Reconciler::start(store, &opts.state_url, Instant::now(), unix_ms())?;
     let mut fresh = [0u8; 32];
     if opts.fabric_auth {
         ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut fresh)
@@ -436,6 +483,7 @@ pub fn serve(opts: ServerOptions) -> Result<ServerHandle, ControllerError> {
         controller_cert: Default::default(),
         agent_clients: Default::default(),
         streams: Default::default(),
+        lost: AtomicBool::new(false),
     });
     // Before anything is pushed: instances must find their users there.
     shared.sync_store_users();
@@ -529,6 +577,21 @@ pub fn serve(opts: ServerOptions) -> Result<ServerHandle, ControllerError> {
         "ctl-pusher".into(),
         Box::new(move || pusher::dispatcher(&sh)),
     )?);
+    if let Some(r) = replicated {
+        let sh = shared.clone();
+        threads.push(spawn(
+            "ctl-leader".into(),
+            Box::new(move || {
+                if crate::leader::keep(&r.client, r.term, &sh.stop) {
+                    // Nothing more is served or pushed: another controller
+                    // leads (or will, once the lease has run out in etcd).
+                    sh.lost.store(true, Ordering::SeqCst);
+                    sh.stop.store(true, Ordering::SeqCst);
+                    sh.push_cv.notify_all();
+                }
+            }),
+        )?);
+    }
     Ok(ServerHandle {
         addr,
         tls: ca_file,
@@ -536,6 +599,34 @@ pub fn serve(opts: ServerOptions) -> Result<ServerHandle, ControllerError> {
         admin_token,
         shared,
         threads,
+    })
+}
+
+/// Waits until this controller leads the replicated deployment `e` (see
+/// `crate::leader`).
+fn lead(
+    e: &crate::leader::EtcdOptions,
+    opts: &ServerOptions,
+) -> Result<Replicated, ControllerError> {
+    if opts.db.as_os_str() == ":memory:" {
+        return Err(ControllerError::Config(
+            "a replicated controller needs a `db` path (its local files: the hosts' CA, certificates)".into(),
+        ));
+    }
+    if matches!(&opts.tls, Some(t) if t.cert.is_none()) {
+        return Err(ControllerError::Config(
+            "replicated controllers serve one certificate: give tls_cert and tls_key (names covering every controller's address), so clients trust every controller alike".into(),
+        ));
+    }
+    let client = sluice_etcd::Client::new(&e.endpoints, e.tls.as_ref(), Duration::from_secs(2))
+        .map_err(|err| ControllerError::Etcd(err.to_string()))?;
+    let term = crate::leader::campaign(&client, e, &e.stop)
+        .map_err(|err| ControllerError::Etcd(err.to_string()))?
+        .ok_or(ControllerError::NotLeading)?;
+    tracing::info!(name = %e.name, url = %e.advertise, lease = term.lease, "leading");
+    Ok(Replicated {
+        client: Arc::new(client),
+        term,
     })
 }
 

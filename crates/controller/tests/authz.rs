@@ -65,6 +65,7 @@ fn world(dir: &Path) -> World {
         placement: Default::default(),
         containment_threshold: sluice_controller::reconcile::DEFAULT_THRESHOLD,
         require_agent_tls: false,
+        etcd: None,
     })
     .unwrap();
     assert_eq!(server.bootstrapped(), Some(token_file.as_path()));
@@ -508,6 +509,7 @@ fn a_restart_keeps_the_tokens_and_does_not_rewrite_the_admin_token() {
         placement: Default::default(),
         containment_threshold: sluice_controller::reconcile::DEFAULT_THRESHOLD,
         require_agent_tls: false,
+        etcd: None,
     })
     .unwrap();
     assert_eq!(server.bootstrapped(), None);

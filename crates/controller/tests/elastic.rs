@@ -185,6 +185,7 @@ fn start(db: &Path) -> (ServerHandle, Client) {
         placement: Default::default(),
         containment_threshold: sluice_controller::reconcile::DEFAULT_THRESHOLD,
         require_agent_tls: false,
+        etcd: None,
     })
     .unwrap();
     let file =

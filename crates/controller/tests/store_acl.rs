@@ -118,6 +118,7 @@ fn tenants_get_store_users_that_reach_only_their_own_keys() {
         placement: Default::default(),
         containment_threshold: sluice_controller::reconcile::DEFAULT_THRESHOLD,
         require_agent_tls: false,
+        etcd: None,
     })
     .unwrap();
     let token = std::fs::read_to_string(dir.path().join("admin.token")).unwrap();
@@ -249,6 +250,7 @@ fn tenants_get_store_users_that_reach_only_their_own_keys() {
         placement: Default::default(),
         containment_threshold: sluice_controller::reconcile::DEFAULT_THRESHOLD,
         require_agent_tls: false,
+        etcd: None,
     })
     .unwrap();
     let c = Client::new(&server.url()).with_token(Some(&token));

@@ -19,6 +19,7 @@ fn start(db: &Path, tls: Option<TlsOptions>) -> (ServerHandle, String) {
         placement: Default::default(),
         containment_threshold: sluice_controller::reconcile::DEFAULT_THRESHOLD,
         require_agent_tls: false,
+        etcd: None,
     })
     .unwrap();
     let file = sluice_controller::service::default_admin_token_file(db);

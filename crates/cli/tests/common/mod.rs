@@ -35,6 +35,7 @@ pub fn controller(dir: &Path) -> (ServerHandle, String, String) {
         placement: Default::default(),
         containment_threshold: sluice_controller::reconcile::DEFAULT_THRESHOLD,
         require_agent_tls: false,
+        etcd: None,
     })
     .expect("controller");
     let url = h.url();

@@ -129,6 +129,14 @@ struct FabricRec {
     sending: u8,
 }
 
+/// What a save would write.
+struct Records {
+    /// Each record's value by key below the root.
+    values: BTreeMap<String, Vec<u8>>,
+    /// Configurations whose stored version is current: their keys stay.
+    kept: Vec<String>,
+}
+
 fn hash_of(bytes: &[u8]) -> u64 {
     let mut h = rustc_hash::FxHasher::default();
     bytes.hash(&mut h);
@@ -139,12 +147,14 @@ fn corrupt(what: impl std::fmt::Display) -> StoreError {
     StoreError::Corrupt(what.to_string())
 }
 
-fn hex(b: &[u8]) -> String {
+/// Bytes as lowercase hex.
+pub(crate) fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
-fn unhex(s: &str) -> Option<Vec<u8>> {
-    if s.len() % 2 != 0 {
+/// Hex back to bytes (None: not hex).
+pub(crate) fn unhex(s: &str) -> Option<Vec<u8>> {
+    if !s.len().is_multiple_of(2) {
         return None;
     }
     (0..s.len())
@@ -181,12 +191,12 @@ impl EtcdStore {
     }
 
     /// Every record of `d` and the configurations in `configs` whose version
-    /// is not the stored one, as (key below the root, value).
+    /// is not the stored one, by key below the root.
     fn records(
         &self,
         d: &Desired,
         configs: &BTreeMap<u32, AgentConfig>,
-    ) -> Result<(BTreeMap<String, Vec<u8>>, Vec<String>), StoreError> {
+    ) -> Result<Records, StoreError> {
         let mut r = BTreeMap::new();
         r.insert(
             "state/meta".to_string(),
@@ -299,7 +309,7 @@ impl EtcdStore {
                 r.insert(k, json(c)?);
             }
         }
-        Ok((r, kept))
+        Ok(Records { values: r, kept })
     }
 
     /// Writes `ops` in one transaction guarded by the leadership.
@@ -481,7 +491,10 @@ impl Store for EtcdStore {
             // the first save deletes what is gone and rewrites nothing else.
             self.remember_stored()?;
         }
-        let (records, kept) = self.records(d, configs)?;
+        let Records {
+            values: records,
+            kept,
+        } = self.records(d, configs)?;
         let mut ops = Vec::new();
         let mut next: HashMap<String, u64> = HashMap::with_capacity(records.len() + kept.len());
         for (k, v) in records {

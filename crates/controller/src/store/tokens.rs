@@ -12,6 +12,7 @@ use std::sync::Arc;
 use rusqlite::{params, Connection};
 use sha2::{Digest, Sha256};
 
+use super::etcd::{hex, unhex};
 use super::StoreError;
 use crate::resources::auth::{Principal, Role};
 
@@ -132,20 +133,6 @@ struct SpentRec {
     /// The public key, hex.
     key: String,
     spent_ms: u64,
-}
-
-fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
-}
-
-fn unhex(s: &str) -> Option<Vec<u8>> {
-    if s.len() % 2 != 0 {
-        return None;
-    }
-    (0..s.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
-        .collect()
 }
 
 impl Back {

@@ -29,6 +29,7 @@ pub fn start_with_state(dir: &Path, state_url: &str) -> (ServerHandle, String) {
         placement: Default::default(),
         containment_threshold: sluice_controller::reconcile::DEFAULT_THRESHOLD,
         require_agent_tls: false,
+        etcd: None,
     })
     .unwrap();
     let admin = std::fs::read_to_string(&token_file)
