@@ -1568,7 +1568,14 @@ fn heartbeat(
     token: Option<&str>,
     stop: &AtomicBool,
 ) {
-    let url = format!("{}/v1/hosts", controller.trim_end_matches('/'));
+    // Replicated controllers: only the leader listens; the agent heartbeats
+    // to the one that answered last and moves on while one refuses the
+    // connection.
+    let urls: Vec<String> = controller
+        .split(',')
+        .map(|c| format!("{}/v1/hosts", c.trim().trim_end_matches('/')))
+        .collect();
+    let mut current = 0usize;
     let bearer = token.map(|t| format!("Bearer {t}"));
     let cert = core.api_cert.as_ref();
     // Which certificate the client was made with, and whether it was
@@ -1585,16 +1592,30 @@ fn heartbeat(
             agent = controller_client(tls.as_ref(), cert);
             made_with = generation();
         }
-        let mut req = agent.post(&url);
         // The bootstrap token only until the host has its certificate: the
         // controller spent it when it issued that.
         let joined = cert.is_some_and(ApiCert::presented);
-        if let (Some(b), false) = (&bearer, joined) {
-            req = req.set("Authorization", b);
+        let registration = core.registration();
+        let mut answer = None;
+        for i in 0..urls.len() {
+            let idx = (current + i) % urls.len();
+            let mut req = agent.post(&urls[idx]);
+            if let (Some(b), false) = (&bearer, joined) {
+                req = req.set("Authorization", b);
+            }
+            let r = req
+                .send_json(&registration)
+                .map(|resp| resp.into_json::<serde_json::Value>().ok());
+            let refused = matches!(&r, Err(ureq::Error::Transport(t))
+                if t.kind() == ureq::ErrorKind::ConnectionFailed);
+            answer = Some(r);
+            if !refused {
+                current = idx;
+                break;
+            }
         }
-        let r = req
-            .send_json(core.registration())
-            .map(|resp| resp.into_json::<serde_json::Value>().ok());
+        // `urls` is never empty (splitting yields at least one part).
+        let Some(r) = answer else { break };
         let ok = r.is_ok();
         if ok {
             core.heard();

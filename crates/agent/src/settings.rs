@@ -70,7 +70,9 @@ pub struct RunArgs {
     /// the VMs' frames in Geneve.
     #[arg(long)]
     pub underlay_interface: Option<String>,
-    /// Controller base URL, e.g. https://10.0.0.1:7420. Required.
+    /// Controller base URL, e.g. https://10.0.0.1:7420; of replicated
+    /// controllers, every one's URL, comma-separated (the agent heartbeats
+    /// to the one that listens: the leader). Required.
     #[arg(long)]
     pub controller: Option<String>,
     /// CA certificate (PEM) the controller's certificate must chain to (the
@@ -360,6 +362,15 @@ pub fn resolve(
     let controller =
         pick(&args.controller, &file.controller).ok_or_else(|| missing("controller"))?;
     let ca_file = pick(&args.ca_file, &file.ca_file);
+    let schemes: std::collections::BTreeSet<&str> = controller
+        .split(',')
+        .map(|u| u.trim().split("://").next().unwrap_or(""))
+        .collect();
+    if schemes.len() > 1 {
+        return Err(SettingsError::Invalid(format!(
+            "controller {controller}: every controller URL must use the same scheme (https://)"
+        )));
+    }
     if let Some(ca) = ca_file
         .as_ref()
         .filter(|_| controller.starts_with("http://"))

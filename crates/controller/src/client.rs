@@ -64,11 +64,24 @@ impl ChangeOptions {
     }
 }
 
-/// The controller at a base URL (`http://127.0.0.1:7420`), with the API
-/// token every request carries.
+/// How long a client of several (replicated) controllers waits for one of
+/// them to accept connections: a leader's death leaves none listening until
+/// the next one is elected (the leader's lease, 3 s by default).
+const FAILOVER_WAIT: Duration = Duration::from_secs(15);
+
+/// The controller at a base URL (`http://127.0.0.1:7420`), or the replicated
+/// controllers at several (comma-separated), with the API token every
+/// request carries.
+///
+/// Of replicated controllers only the leader listens. A request goes to the
+/// one that answered last; one that refuses the connection (never having
+/// seen the request) is passed over for the next, and while none accepts
+/// (an election) the client tries again for up to 15 s.
 #[derive(Clone)]
 pub struct Client {
-    base: String,
+    bases: std::sync::Arc<Vec<String>>,
+    /// The base that answered last.
+    current: std::sync::Arc<std::sync::atomic::AtomicUsize>,
     agent: ureq::Agent,
     token: Option<String>,
     /// The TLS settings of `agent` (a CA file given), for the agent of
@@ -80,17 +93,28 @@ impl std::fmt::Debug for Client {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         // Never the secret: a client may end up in a log line.
         f.debug_struct("Client")
-            .field("base", &self.base)
+            .field("bases", &self.bases)
             .field("token", &self.token.as_ref().map(|_| "<redacted>"))
             .finish()
     }
 }
 
 impl Client {
-    /// A client of the controller at `base`.
+    /// A client of the controller at `base` (of the replicated controllers
+    /// at each of its comma-separated URLs).
     pub fn new(base: &str) -> Client {
+        let bases: Vec<String> = base
+            .split(',')
+            .map(|b| b.trim().trim_end_matches('/').to_string())
+            .filter(|b| !b.is_empty())
+            .collect();
         Client {
-            base: base.trim_end_matches('/').to_string(),
+            bases: std::sync::Arc::new(if bases.is_empty() {
+                vec![String::new()]
+            } else {
+                bases
+            }),
+            current: Default::default(),
             agent: agent_builder().build(),
             token: None,
             tls: None,
@@ -136,9 +160,10 @@ impl Client {
         }
     }
 
-    /// The base URL.
+    /// The base URL (of several: the one that answered last).
     pub fn base(&self) -> &str {
-        &self.base
+        let i = self.current.load(std::sync::atomic::Ordering::Relaxed);
+        &self.bases[i % self.bases.len()]
     }
 
     /// The token it sends, if any.
@@ -175,18 +200,7 @@ impl Client {
         body: Option<(&str, String)>,
         if_match: Option<u64>,
     ) -> Result<(String, Option<String>), ClientError> {
-        let url = format!("{}{path}", self.base);
-        let mut req = self.agent.request(method, &url);
-        if let Some(g) = if_match {
-            req = req.set("If-Match", &format!("\"{g}\""));
-        }
-        if let Some(t) = &self.token {
-            req = req.set("Authorization", &format!("Bearer {t}"));
-        }
-        let r = match body {
-            Some((ct, b)) => req.set("Content-Type", ct).send_string(&b),
-            None => req.call(),
-        };
+        let (url, r) = self.send(method, path, body, if_match)?;
         match r {
             Ok(resp) => {
                 let next = resp
@@ -210,13 +224,53 @@ impl Client {
         }
     }
 
+    /// Sends a request to the current controller, moving on to the next
+    /// while one refuses the connection; the URL used and ureq's answer.
+    fn send(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<(&str, String)>,
+        if_match: Option<u64>,
+    ) -> Result<(String, Result<ureq::Response, ureq::Error>), ClientError> {
+        use std::sync::atomic::Ordering;
+        let n = self.bases.len();
+        let deadline = std::time::Instant::now() + FAILOVER_WAIT;
+        loop {
+            let first = self.current.load(Ordering::Relaxed);
+            for i in 0..n {
+                let idx = (first + i) % n;
+                let url = format!("{}{path}", self.bases[idx]);
+                let mut req = self.agent.request(method, &url);
+                if let Some(g) = if_match {
+                    req = req.set("If-Match", &format!("\"{g}\""));
+                }
+                if let Some(t) = &self.token {
+                    req = req.set("Authorization", &format!("Bearer {t}"));
+                }
+                let r = match &body {
+                    Some((ct, b)) => req.set("Content-Type", ct).send_string(b),
+                    None => req.call(),
+                };
+                let refused = matches!(&r, Err(ureq::Error::Transport(t))
+                    if t.kind() == ureq::ErrorKind::ConnectionFailed);
+                if !refused || (n == 1) || (i + 1 == n && std::time::Instant::now() >= deadline) {
+                    self.current.store(idx, Ordering::Relaxed);
+                    return Ok((url, r));
+                }
+            }
+            // None listens: an election is under way.
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
     /// A transport failure's message, with the fix for the usual TLS mistakes.
     fn transport(&self, e: &ureq::Error) -> ClientError {
         let text = e.to_string();
         let hint = if text.contains("UnknownIssuer") || text.contains("invalid peer certificate") {
             ": the controller's certificate is not trusted: give its CA file (--ca-file, \
              SLUICE_CA_FILE, or ca_file in the context; the controller writes DB.ca.pem)"
-        } else if self.base.starts_with("http://")
+        } else if self.base().starts_with("http://")
             && (text.contains("Connection reset") || text.contains("Bad Header"))
         {
             ": if the controller serves TLS, use an https:// URL"
@@ -225,7 +279,7 @@ impl Client {
         };
         ClientError::Transport(format!(
             "cannot reach the controller at {}: {text}{hint}",
-            self.base
+            self.bases.join(",")
         ))
     }
 
@@ -274,7 +328,7 @@ impl Client {
     /// A link's target as a path on this client's base: a path as it is, an
     /// absolute URL on the base without it.
     fn link_path(&self, link: &str) -> String {
-        match link.strip_prefix(&self.base) {
+        match link.strip_prefix(self.base()) {
             Some(p) => p.to_string(),
             None => link.to_string(),
         }
@@ -393,7 +447,7 @@ impl Client {
         if limit > 0 {
             q.push(format!("limit={limit}"));
         }
-        let url = format!("{}/v1/{kind}?{}", self.base, q.join("&"));
+        let url = format!("{}/v1/{kind}?{}", self.base(), q.join("&"));
         // No overall timeout: the stream lasts. The server sends at least a
         // comment every 15 s, so a read waiting much longer means it is gone.
         let mut b = ureq::AgentBuilder::new()

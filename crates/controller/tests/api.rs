@@ -506,3 +506,26 @@ fn bad_requests_name_the_field() {
     assert_eq!(api_err(c.get_raw("/v1/nothing")).0, 404);
     server.shutdown();
 }
+
+/// A client given several controllers' URLs (replicated controllers, of
+/// which only the leader listens) passes over those that refuse the
+/// connection, and keeps using the one that answered; with every one
+/// refusing it says which it tried.
+#[test]
+fn a_client_of_several_controllers_uses_the_one_that_listens() {
+    let (h, live) = start(Path::new(":memory:"));
+    let admin = live.token().unwrap().to_string();
+    let dead = || {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        format!("http://{}", l.local_addr().unwrap())
+    };
+    let (d1, d2) = (dead(), dead());
+    let c = Client::new(&format!("{d1}, {},{d2}", h.url())).with_token(Some(&admin));
+    assert!(c.tenants().unwrap().is_empty());
+    assert_eq!(c.base(), h.url(), "the live one is used from now on");
+    assert!(c.hosts().unwrap().is_empty());
+    drop(h);
+    let alone = Client::new(&d1).with_token(Some(&admin));
+    let e = alone.tenants().unwrap_err().to_string();
+    assert!(e.contains(&d1), "{e}");
+}
