@@ -250,6 +250,7 @@ pub fn run(
         fabric_auth: true,
         store: Default::default(),
         subverted: Vec::new(),
+        controllers: 1,
     })
     .map_err(|e| e.to_string())?;
     let st = lab.state().clone();

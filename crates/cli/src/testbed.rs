@@ -44,6 +44,11 @@ pub enum TestbedCmd {
         /// its replica; docs/STATE.md, "Replication").
         #[arg(long, default_value = "single", value_parser = ["single", "cluster"])]
         store: String,
+        /// Controllers: 1 on a SQLite file, or more on a three-member etcd
+        /// cluster with one leading (needs Debian's etcd-server;
+        /// docs/RELIABILITY.md, "Replicated controllers").
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=5))]
+        controllers: u32,
     },
     /// Stop and remove the testbed recorded in DIR.
     Down {
@@ -82,14 +87,18 @@ pub fn run(what: TestbedCmd) -> Result<(), CliError> {
             seawall,
             no_context,
             store,
+            controllers,
         } => up(
             &spec,
-            hosts,
             &dir,
-            !no_web,
-            seawall,
-            !no_context,
-            store.parse()?,
+            UpOptions {
+                hosts,
+                web: !no_web,
+                seawall,
+                context: !no_context,
+                store: store.parse()?,
+                controllers,
+            },
         ),
         TestbedCmd::Down { dir } => down(&dir),
         TestbedCmd::Demo {
@@ -137,12 +146,22 @@ pub fn options_with(
         fabric_auth: true,
         store: StoreKind::Single,
         subverted: Vec::new(),
+        controllers: 1,
     })
 }
 
 pub(crate) fn print_state(s: &LabState) -> Result<(), OutputError> {
     outln!("tenant {} on {} hosts", s.tenant, s.hosts.len())?;
-    outln!("  controller  {}", s.controller)?;
+    if s.replicas.is_empty() {
+        outln!("  controller  {}", s.controller)?;
+    } else {
+        outln!(
+            "  controllers {} (on etcd: {} members; {} leads, the others wait to take over)",
+            s.controllers,
+            s.etcd.len(),
+            s.controller
+        )?;
+    }
     outln!(
         "  operator token in {} (CLI context `testbed`: {})",
         s.token_file.display(),
@@ -242,15 +261,33 @@ pub fn check_readable_by_others(dir: &Path) -> Result<(), CliError> {
 }
 
 /// `sluice testbed up`.
-pub fn up(
-    spec: &Path,
-    hosts: u32,
-    dir: &Path,
-    web: bool,
-    seawall: bool,
-    context: bool,
-    store: StoreKind,
-) -> Result<(), CliError> {
+/// `sluice testbed up`'s choices.
+#[derive(Debug, Clone, Copy)]
+pub struct UpOptions {
+    /// Hosts.
+    pub hosts: u32,
+    /// nginx in the service VMs.
+    pub web: bool,
+    /// Seawall's rate control in the agents.
+    pub seawall: bool,
+    /// Add and select the CLI context `testbed`.
+    pub context: bool,
+    /// The state store.
+    pub store: StoreKind,
+    /// Controllers (more than 1: on etcd).
+    pub controllers: u32,
+}
+
+/// `sluice testbed up`.
+pub fn up(spec: &Path, dir: &Path, o: UpOptions) -> Result<(), CliError> {
+    let UpOptions {
+        hosts,
+        web,
+        seawall,
+        context,
+        store,
+        controllers,
+    } = o;
     if dir.join("testbed.json").exists() {
         return Err(CliError::AlreadyUp(dir.to_path_buf()));
     }
@@ -260,6 +297,7 @@ pub fn up(
     let t = Instant::now();
     let mut opts = options_with(spec, hosts, dir, web, seawall)?;
     opts.store = store;
+    opts.controllers = controllers;
     let lab = Lab::up(&opts)?;
     let state = lab.keep();
     let took = t.elapsed();
@@ -267,7 +305,7 @@ pub fn up(
     let added = if context {
         let ctx = crate::config::Context {
             name: CONTEXT.into(),
-            controller: Some(state.controller.clone()),
+            controller: Some(state.controller_urls().to_string()),
             token: None,
             token_file: Some(state.token_file.clone()),
             ca_file: Some(state.ca_file.clone()).filter(|p| !p.as_os_str().is_empty()),

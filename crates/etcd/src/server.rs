@@ -110,7 +110,8 @@ impl EtcdCluster {
         Ok(c)
     }
 
-    fn spawn(&mut self, i: usize) -> Result<(), String> {
+    /// Member `i`'s command line (binary first).
+    pub fn command(&self, i: usize) -> Vec<String> {
         let initial: Vec<String> = self
             .members
             .iter()
@@ -118,52 +119,51 @@ impl EtcdCluster {
             .collect();
         let m = &self.members[i];
         let data = self.dir.join(format!("{}.etcd", m.name));
-        let log_path = self.dir.join(format!("{}.log", m.name));
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&log_path)
-            .map_err(|e| format!("{}: {e}", log_path.display()))?;
         let p = |p: &Path| p.display().to_string();
         let client = format!("https://127.0.0.1:{}", m.client_port);
         let peer = format!("https://127.0.0.1:{}", m.peer_port);
-        let mut cmd = Command::new(&self.binary);
-        cmd.arg("--name")
-            .arg(&m.name)
-            .arg("--data-dir")
-            .arg(&data)
-            .args(["--listen-client-urls", &client])
-            .args(["--advertise-client-urls", &client])
-            .args(["--listen-peer-urls", &peer])
-            .args(["--initial-advertise-peer-urls", &peer])
-            .args(["--initial-cluster", &initial.join(",")])
-            .args(["--initial-cluster-token", &self.token])
-            .args(["--initial-cluster-state", "new"])
-            .args(["--cert-file", &p(&self.pki.cert)])
-            .args(["--key-file", &p(&self.pki.key)])
-            .args(["--trusted-ca-file", &p(&self.pki.ca)])
-            .arg("--client-cert-auth")
-            .args(["--peer-cert-file", &p(&self.pki.cert)])
-            .args(["--peer-key-file", &p(&self.pki.key)])
-            .args(["--peer-trusted-ca-file", &p(&self.pki.ca)])
-            .arg("--peer-client-cert-auth")
+        let mut argv: Vec<String> = vec![self.binary.clone()];
+        for (k, v) in [
+            ("--name", m.name.clone()),
+            ("--data-dir", p(&data)),
+            ("--listen-client-urls", client.clone()),
+            ("--advertise-client-urls", client),
+            ("--listen-peer-urls", peer.clone()),
+            ("--initial-advertise-peer-urls", peer),
+            ("--initial-cluster", initial.join(",")),
+            ("--initial-cluster-token", self.token.clone()),
+            ("--initial-cluster-state", "new".into()),
+            ("--cert-file", p(&self.pki.cert)),
+            ("--key-file", p(&self.pki.key)),
+            ("--trusted-ca-file", p(&self.pki.ca)),
+            ("--peer-cert-file", p(&self.pki.cert)),
+            ("--peer-key-file", p(&self.pki.key)),
+            ("--peer-trusted-ca-file", p(&self.pki.ca)),
             // A save of the whole desired state is one transaction.
-            .args(["--max-txn-ops", "100000"])
-            .args(["--max-request-bytes", "33554432"])
+            ("--max-txn-ops", "100000".into()),
+            ("--max-request-bytes", "33554432".into()),
             // Old revisions are not needed: keep the database small.
-            .args(["--auto-compaction-mode", "revision"])
-            .args(["--auto-compaction-retention", "1000"])
-            .args(["--logger", "zap", "--log-outputs", "stderr"])
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().map_err(|e| e.to_string())?)
-            .stderr(log);
-        // Its own process group: killed with its children, never by a
-        // terminal's signals meant for the test.
-        use std::os::unix::process::CommandExt;
-        cmd.process_group(0);
-        let child = cmd
-            .spawn()
-            .map_err(|e| format!("cannot start {}: {e}", self.binary))?;
+            ("--auto-compaction-mode", "revision".into()),
+            ("--auto-compaction-retention", "1000".into()),
+            ("--logger", "zap".into()),
+            ("--log-outputs", "stderr".into()),
+        ] {
+            argv.push(k.into());
+            argv.push(v);
+        }
+        argv.push("--client-cert-auth".into());
+        argv.push("--peer-client-cert-auth".into());
+        argv
+    }
+
+    /// Member `i`'s log file.
+    pub fn log(&self, i: usize) -> PathBuf {
+        self.dir.join(format!("{}.log", self.members[i].name))
+    }
+
+    fn spawn(&mut self, i: usize) -> Result<(), String> {
+        let argv = self.command(i);
+        let child = spawn_member(&argv, &self.log(i))?;
         self.members[i].child = Some(child);
         Ok(())
     }
@@ -246,6 +246,44 @@ impl EtcdCluster {
     pub fn dir(&self) -> &Path {
         &self.dir
     }
+}
+
+impl EtcdCluster {
+    /// Leaves the members running beyond this value (a testbed that outlives
+    /// the command that started it); returns their process ids. Their data
+    /// and certificates stay in [`EtcdCluster::dir`].
+    pub fn detach(mut self) -> Vec<u32> {
+        self.owns_dir = false;
+        self.members
+            .iter_mut()
+            .filter_map(|m| m.child.take().map(|c| c.id()))
+            .collect()
+    }
+}
+
+/// Starts an etcd member with command line `argv` (as
+/// [`EtcdCluster::command`] gives it), appending its output to `log`, in a
+/// process group of its own (killed with its children, never by a
+/// terminal's signals meant for the caller).
+pub fn spawn_member(argv: &[String], log: &Path) -> Result<Child, String> {
+    let (bin, args) = argv
+        .split_first()
+        .ok_or_else(|| "an empty etcd command line".to_string())?;
+    let out = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+        .map_err(|e| format!("{}: {e}", log.display()))?;
+    let err = out.try_clone().map_err(|e| e.to_string())?;
+    use std::os::unix::process::CommandExt;
+    Command::new(bin)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(out)
+        .stderr(err)
+        .process_group(0)
+        .spawn()
+        .map_err(|e| format!("cannot start {bin}: {e}"))
 }
 
 impl Drop for EtcdCluster {

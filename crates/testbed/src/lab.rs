@@ -31,7 +31,10 @@ use sluice_netns::Rtnl;
 
 use crate::{vm, Netns, TestbedError};
 
+mod replicated;
 mod store;
+
+pub use replicated::{EtcdMember, Replica};
 pub use store::{StoreKind, StoreNode, CLUSTER_NODE_TIMEOUT_MS, CLUSTER_PRIMARIES};
 
 /// What to bring up.
@@ -59,6 +62,10 @@ pub struct LabOptions {
     /// `seawall` is on: stand-ins for subverted hosts that ignore congestion
     /// feedback (docs/ISOLATION.md, "Compromised hosts").
     pub subverted: Vec<u32>,
+    /// Controllers: 1 runs one on a SQLite file; more run that many on a
+    /// three-member etcd cluster, one leading (docs/RELIABILITY.md,
+    /// "Replicated controllers").
+    pub controllers: u32,
 }
 
 /// A host of the lab.
@@ -153,6 +160,16 @@ pub struct LabState {
     /// certificate it signs at first start); agents and the CLI trust it.
     #[serde(default)]
     pub ca_file: PathBuf,
+    /// Replicated controllers (empty: one controller).
+    #[serde(default)]
+    pub replicas: Vec<Replica>,
+    /// The etcd members replicated controllers keep their state in.
+    #[serde(default)]
+    pub etcd: Vec<EtcdMember>,
+    /// Every replicated controller's URL, comma-separated, as agents and the
+    /// CLI are given them (empty: `controller` alone).
+    #[serde(default)]
+    pub controllers: String,
 }
 
 impl LabState {
@@ -172,7 +189,21 @@ impl LabState {
     /// The hosts' CA: it signs the agents' API certificates (each for its
     /// host's name and its API's address), next to the controller's database.
     pub fn hosts_ca_file(&self) -> PathBuf {
-        self.ca_file.with_file_name("controller.hosts-ca.pem")
+        // Replicated controllers each keep a copy of the one CA, once they
+        // led: any copy will do.
+        (0..self.replicas.len())
+            .map(|i| self.dir.join(format!("ctl{i}.hosts-ca.pem")))
+            .find(|p| p.exists())
+            .unwrap_or_else(|| self.ca_file.with_file_name("controller.hosts-ca.pem"))
+    }
+
+    /// What agents and the CLI are given: every controller's URL.
+    pub fn controller_urls(&self) -> &str {
+        if self.controllers.is_empty() {
+            &self.controller
+        } else {
+            &self.controllers
+        }
     }
 
     /// An HTTP client trusting the controller's CA and the hosts' CA (the
@@ -523,10 +554,14 @@ impl Lab {
         // The state store.
         self.start_store(opts.store)?;
 
-        // The controller.
-        let ctl_port = free_port()?;
+        // The controller(s).
         self.state.sluice = opts.sluice.clone();
-        self.start_controller(ctl_port)?;
+        if opts.controllers > 1 {
+            self.start_replicated(opts.controllers)?;
+        } else {
+            let ctl_port = free_port()?;
+            self.start_controller(ctl_port)?;
+        }
         self.write_cli_config()?;
 
         // Agents, each with a token of its own host's role.
@@ -563,7 +598,10 @@ impl Lab {
             t.insert("netns".into(), h.netns.clone().into());
             t.insert("underlay_interface".into(), "fab0".into());
             t.insert("underlay".into(), h.underlay.to_string().into());
-            t.insert("controller".into(), self.state.controller.clone().into());
+            t.insert(
+                "controller".into(),
+                self.state.controller_urls().to_string().into(),
+            );
             t.insert("token_file".into(), token_file.display().to_string().into());
             t.insert(
                 "ca_file".into(),
@@ -799,7 +837,7 @@ impl Lab {
                token_file: {}\n    \
                ca_file: {}\n",
             path.display(),
-            self.state.controller,
+            self.state.controller_urls(),
             self.state.token_file.display(),
             self.state.ca_file.display()
         );
@@ -808,9 +846,15 @@ impl Lab {
         self.save()
     }
 
-    /// Kills the controller (SIGKILL): the agents keep forwarding with what they
+    /// Kills the controller (SIGKILL; replicated: the leader): the agents keep forwarding with what they
     /// have.
     pub fn kill_controller(&mut self) {
+        if !self.state.replicas.is_empty() {
+            if let Err(e) = self.kill_leader() {
+                eprintln!("no leading controller to kill: {e}");
+            }
+            return;
+        }
         let pid = self.state.controller_pid as i32;
         // SAFETY: signalling and reaping our own child process group.
         unsafe {
@@ -819,8 +863,20 @@ impl Lab {
         }
     }
 
-    /// Starts the controller again on the same port and database.
+    /// Starts the controller again on the same port and database (replicated:
+    /// the killed one, as a candidate, and waits for a leader).
     pub fn restart_controller(&mut self) -> Result<(), LabError> {
+        if !self.state.replicas.is_empty() {
+            // Replicated: the killed one starts again as a candidate; the
+            // lab's URL follows whichever leads.
+            for i in 0..self.state.replicas.len() {
+                if self.state.replicas[i].pid == 0 {
+                    self.start_replica(i)?;
+                }
+            }
+            self.leader(Duration::from_secs(30))?;
+            return Ok(());
+        }
         let port: u16 = self
             .state
             .controller

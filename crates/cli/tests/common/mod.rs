@@ -134,6 +134,7 @@ pub fn lab_options(spec: std::path::PathBuf, dir: &Path) -> sluice_testbed::lab:
         fabric_auth: true,
         store: Default::default(),
         subverted: Vec::new(),
+        controllers: 1,
     }
 }
 
