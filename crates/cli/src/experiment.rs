@@ -162,11 +162,12 @@ pub enum ExperimentCmd {
         /// Tenant spec (Figure 4's east-to-a chain and web-a VIP are used).
         #[arg(long, default_value = "examples/tenant/figure4.yaml")]
         spec: PathBuf,
-        /// Faults, comma-separated: instance, agent, agent-stop, controller,
-        /// store-primary (or none: only the soak).
+        /// Faults, comma-separated: instance, agent, agent-stop, controller
+        /// (with several controllers: the leader), store-primary,
+        /// etcd-member (or none: only the soak).
         #[arg(
             long,
-            default_value = "instance,agent,agent-stop,controller,store-primary"
+            default_value = "instance,agent,agent-stop,controller,store-primary,etcd-member"
         )]
         faults: String,
         /// Repetitions of each fault.
@@ -186,6 +187,10 @@ pub enum ExperimentCmd {
         /// by store-primary) or `single`.
         #[arg(long, default_value = "cluster")]
         store: String,
+        /// Controllers: 3 on a three-member etcd cluster, one leading
+        /// (needed by etcd-member), or 1 on a SQLite file.
+        #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=5))]
+        controllers: u32,
         /// Working directory.
         #[arg(long, default_value = "/tmp/sluice-experiment")]
         dir: PathBuf,
@@ -355,10 +360,22 @@ pub fn run(what: ExperimentCmd) -> Result<(), CliError> {
             downloads,
             rate_kib,
             store,
+            controllers,
             dir,
             json,
         } => chaos(
-            &spec, &faults, repeat, soak, downloads, rate_kib, &store, &dir, json,
+            &spec,
+            &faults,
+            ChaosLoad {
+                repeat,
+                soak,
+                downloads,
+                rate_kib,
+            },
+            &store,
+            controllers,
+            &dir,
+            json,
         ),
         ExperimentCmd::Elasticity {
             spec,
@@ -502,23 +519,46 @@ pub fn containment(
     Ok(())
 }
 
+/// `sluice experiment chaos`'s repetitions and load.
+#[derive(Debug, Clone, Copy)]
+pub struct ChaosLoad {
+    /// Repetitions of each fault.
+    pub repeat: u32,
+    /// Seconds of soak at the end.
+    pub soak: u64,
+    /// Concurrent paced downloads.
+    pub downloads: usize,
+    /// Each download's rate, KiB/s.
+    pub rate_kib: u64,
+}
+
 /// `sluice experiment chaos`: one lab, every fault in turn, then the soak.
 /// Goals not met are reported, not an error: the run itself succeeded.
 #[allow(clippy::too_many_arguments)]
 pub fn chaos(
     spec: &Path,
     faults: &str,
-    repeat: u32,
-    soak: u64,
-    downloads: usize,
-    rate_kib: u64,
+    load: ChaosLoad,
     store: &str,
+    controllers: u32,
     dir: &Path,
     json: bool,
 ) -> Result<(), CliError> {
     use sluice_testbed::chaos as ch;
+    let ChaosLoad {
+        repeat,
+        soak,
+        downloads,
+        rate_kib,
+    } = load;
     let faults =
         ch::Fault::parse_list(faults).map_err(|e| CliError::flag("faults", e.to_string()))?;
+    if controllers < 2 && faults.contains(&ch::Fault::EtcdMember) {
+        return Err(CliError::flag(
+            "faults",
+            "etcd-member needs replicated controllers on etcd: give --controllers 3 (or leave etcd-member out)",
+        ));
+    }
     if faults.is_empty() && soak == 0 {
         return Err(CliError::flag(
             "faults",
@@ -540,8 +580,9 @@ pub fn chaos(
     guard(dir)?;
     let mut opts = options(spec, 3, dir, true)?;
     opts.store = store;
+    opts.controllers = controllers;
     if !json {
-        eprintln!("chaos: testbed with 3 hosts, store {store:?} ...");
+        eprintln!("chaos: testbed with 3 hosts, store {store:?}, {controllers} controller(s) ...");
     }
     let mut lab = Lab::up(&opts)?;
     let o = ch::ChaosOptions {

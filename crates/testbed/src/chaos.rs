@@ -46,16 +46,21 @@ pub enum Fault {
     /// SIGKILL of the state store primary holding the most keys (needs the
     /// cluster store); its replica takes over.
     StorePrimary,
+    /// SIGKILL of an etcd member under replicated controllers (needs
+    /// `--controllers 3`), started again after
+    /// [`ChaosOptions::controller_down`].
+    EtcdMember,
 }
 
 impl Fault {
     /// Every fault, in the order a run injects them.
-    pub const ALL: [Fault; 5] = [
+    pub const ALL: [Fault; 6] = [
         Fault::Instance,
         Fault::Agent,
         Fault::AgentStop,
         Fault::Controller,
         Fault::StorePrimary,
+        Fault::EtcdMember,
     ];
 
     /// The name used on the command line and in reports.
@@ -66,6 +71,7 @@ impl Fault {
             Fault::AgentStop => "agent-stop",
             Fault::Controller => "controller",
             Fault::StorePrimary => "store-primary",
+            Fault::EtcdMember => "etcd-member",
         }
     }
 
@@ -73,7 +79,7 @@ impl Fault {
     pub fn goal_window_s(self) -> f64 {
         match self {
             Fault::Instance | Fault::Agent | Fault::AgentStop => 1.0,
-            Fault::Controller => 0.0,
+            Fault::Controller | Fault::EtcdMember => 0.0,
             Fault::StorePrimary => 3.0,
         }
     }
@@ -85,19 +91,13 @@ impl Fault {
             if w == "none" {
                 continue;
             }
-            if w == "etcd-member" {
-                return Err(other(
-                    "fault `etcd-member` cannot be injected: the replicated controller on etcd \
-                     is not built yet (issue 22, item 2)",
-                ));
-            }
             let f = Fault::ALL
                 .into_iter()
                 .find(|f| f.name() == w)
                 .ok_or_else(|| {
                     other(format!(
                         "unknown fault `{w}` (known: instance, agent, agent-stop, controller, \
-                         store-primary, none)"
+                         store-primary, etcd-member, none)"
                     ))
                 })?;
             if !out.contains(&f) {
@@ -107,10 +107,6 @@ impl Fault {
         Ok(out)
     }
 }
-
-/// Component kinds issue 22 names that do not exist yet: reported, never
-/// injected.
-pub const NOT_BUILT: [&str; 1] = ["etcd-member"];
 
 /// What to run.
 #[derive(Debug, Clone, Serialize)]
@@ -218,10 +214,14 @@ pub enum Target {
     },
     /// A host's agent.
     Host(u32),
-    /// The controller.
+    /// The controller (replicated: the leader, by index).
     Controller,
+    /// The leading one of replicated controllers, by index.
+    Leader(usize),
     /// A store node, by port.
     StoreNode(u16),
+    /// An etcd member, by index.
+    EtcdMember(usize),
 }
 
 impl Target {
@@ -234,7 +234,10 @@ impl Target {
         match self {
             Target::Instance { name, .. } => f.instance == *name,
             Target::Host(h) => f.host == *h,
-            Target::Controller | Target::StoreNode(_) => false,
+            Target::Controller
+            | Target::Leader(_)
+            | Target::StoreNode(_)
+            | Target::EtcdMember(_) => false,
         }
     }
 
@@ -244,7 +247,9 @@ impl Target {
             Target::Instance { name, host } => format!("{name} on host {host}"),
             Target::Host(h) => format!("agent of host {h}"),
             Target::Controller => "controller".into(),
+            Target::Leader(i) => format!("leading controller ctl{i}"),
             Target::StoreNode(p) => format!("store 127.0.0.1:{p}"),
+            Target::EtcdMember(i) => format!("etcd member m{i}"),
         }
     }
 }
@@ -515,8 +520,9 @@ pub struct ChaosReport {
     pub summary: Vec<Summary>,
     /// The soak (None: not run).
     pub soak: Option<SoakResult>,
-    /// Component kinds that do not exist yet.
-    pub not_built: Vec<&'static str>,
+    /// How many controllers the lab ran (more than 1: on etcd, one
+    /// leading).
+    pub controllers: usize,
 }
 
 impl ChaosReport {
@@ -946,11 +952,32 @@ fn inject(
                 Box::new(move |lab: &Lab| agent_answers(lab, host) && in_sync(lab)),
             ))
         }
-        Fault::Controller => {
+        Fault::Controller if lab.state().replicas.is_empty() => {
             lab.kill_controller();
             std::thread::sleep(o.controller_down);
             lab.restart_controller()?;
             Ok((Target::Controller, Box::new(in_sync)))
+        }
+        Fault::Controller => {
+            // Replicated: the leader dies; another takes over once its lease
+            // runs out, and the killed one comes back as a candidate.
+            let killed = lab.kill_leader()?;
+            std::thread::sleep(o.controller_down);
+            lab.restart_controller()?;
+            Ok((Target::Leader(killed), Box::new(in_sync)))
+        }
+        Fault::EtcdMember => {
+            let n = lab.etcd_members();
+            if n == 0 {
+                return Err(other(
+                    "fault `etcd-member` needs replicated controllers on etcd (--controllers 3)",
+                ));
+            }
+            let m = rep as usize % n;
+            lab.kill_etcd_member(m)?;
+            std::thread::sleep(o.controller_down);
+            lab.restart_etcd_member(m)?;
+            Ok((Target::EtcdMember(m), Box::new(in_sync)))
         }
         Fault::StorePrimary => {
             if lab.state().store_kind != StoreKind::Cluster {
@@ -1161,7 +1188,7 @@ pub fn run(lab: &mut Lab, o: &ChaosOptions) -> Result<ChaosReport, LabError> {
                 ..r
             }
         }),
-        not_built: NOT_BUILT.to_vec(),
+        controllers: lab.state().replicas.len().max(1),
     })
 }
 
@@ -1174,14 +1201,16 @@ pub fn print(r: &ChaosReport) {
     let o = &r.options;
     println!(
         "{} paced downloads of 1 MiB at {} KiB/s per fault, a new connection every {} ms \
-         (failed: no page within {} ms), Figure 4 east-to-a ({} -> {}); store: {:?}",
+         (failed: no page within {} ms), Figure 4 east-to-a ({} -> {}); store: {:?}; \
+         controllers: {}",
         o.downloads,
         o.rate_kib,
         o.probe_interval.as_millis(),
         o.probe_timeout.as_millis(),
         o.client,
         o.vip,
-        r.store
+        r.store,
+        r.controllers,
     );
     println!(
         "fault          runs  est.lost  window max/med s  goal s  recovery max/med s  false f/o  goals"
@@ -1211,9 +1240,6 @@ pub fn print(r: &ChaosReport) {
                 ),
             }
         );
-    }
-    for n in &r.not_built {
-        println!("{n:<14} not built (the replicated controller on etcd is issue 22's item 2)");
     }
     println!("per fault:");
     for f in &r.faults {
@@ -1554,14 +1580,17 @@ mod tests {
         );
         assert!(Fault::parse_list("none").unwrap().is_empty());
         assert_eq!(
-            Fault::parse_list("instance,agent,agent-stop,controller,store-primary").unwrap(),
+            Fault::parse_list("instance,agent,agent-stop,controller,store-primary,etcd-member")
+                .unwrap(),
             Fault::ALL
         );
         let e = Fault::parse_list("instance,router")
             .unwrap_err()
             .to_string();
         assert!(e.contains("`router`") && e.contains("store-primary"), "{e}");
-        let e = Fault::parse_list("etcd-member").unwrap_err().to_string();
-        assert!(e.contains("not built"), "{e}");
+        assert_eq!(
+            Fault::parse_list("etcd-member").unwrap(),
+            [Fault::EtcdMember]
+        );
     }
 }
