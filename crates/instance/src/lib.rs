@@ -1290,6 +1290,7 @@ mod tests;
 pub mod beat;
 mod eve;
 pub mod timed;
+pub mod workers;
 pub use beat::{HeartbeatLog, HB_REMEMBERED};
 pub use eve::{EveLog, DEFAULT_KEEP, DEFAULT_MAX_BYTES};
 use timed::TimedStore;
