@@ -16,7 +16,21 @@
 //! lease rule that makes per-worker flow caches safe is in docs/ARCHITECTURE.md
 //! ("Forwarding on several cores").
 
+use std::io;
+use std::os::fd::AsRawFd;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Mutex};
+use std::time::{Duration, Instant};
+
+use sluice_netio::{Poller, RxBatch, UdpBatchSocket, DEFAULT_BUF_SIZE};
 use sluice_wire::parse::{parse_into, PacketMeta};
+
+use crate::{
+    beat, beat_thread, bind_data_socket, dup_udp, print_stats, send_all, wall_ns, write_events,
+    BackendsWatch, DataPath, EveLog, HeartbeatLog, InstanceError, InstanceOptions, InstanceStats,
+    Pacer, StatsHandle, HEARTBEAT_EVERY, POLL_MAX, PRINT_EVERY,
+};
 
 /// Where a received datagram goes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -44,7 +58,7 @@ pub fn route(datagram: &[u8], workers: usize, meta: &mut PacketMeta) -> Route {
 }
 
 /// The worker of `workers` an Ethernet frame belongs to: that of its flow's
-/// direction-invariant hash. Frames that do not parse, and frames that are not
+/// direction-invariant hash (for an ICMP error, the flow it quotes). Frames that do not parse, and frames that are not
 /// IP (no flow), go to worker 0, whose chain counts them.
 pub fn frame_worker(frame: &[u8], workers: usize, meta: &mut PacketMeta) -> usize {
     if workers <= 1
@@ -53,7 +67,10 @@ pub fn frame_worker(frame: &[u8], workers: usize, meta: &mut PacketMeta) -> usiz
     {
         return 0;
     }
-    sluice_wire::flow::worker_of(meta.flow.symmetric_hash(), workers)
+    // An ICMP error goes where the flow it is about goes: a local-state
+    // firewall finds that flow's state there.
+    let flow = meta.icmp_embedded.map_or(meta.flow, |e| e.flow);
+    sluice_wire::flow::worker_of(flow.symmetric_hash(), workers)
 }
 
 /// Datagrams for one worker, copied back to back into one buffer.
@@ -190,6 +207,390 @@ impl Dispatcher {
     }
 }
 
+/// Inboxes queued for a worker before the receiving thread waits for it
+/// (then the socket's queue fills, and the kernel drops what overflows it, as
+/// for a single-threaded instance).
+const INBOXES_QUEUED: usize = 4;
+
+/// [`crate::run_with_stats`] for a chain with `settings.workers` above 1
+/// (`first`, worker 0's data path as the caller built it, says how many and
+/// its batch size; data paths stay on the thread that built them, so every
+/// worker builds its own): this thread reads the socket and dispatches
+/// ([`Dispatcher`]); each worker runs its own [`DataPath`], with its own store
+/// connection and flow cache, sends from its own handle on the socket, ticks
+/// its own timers and applies every lease. One beat thread sends the
+/// instance's heartbeats, combined from every worker's
+/// ([`crate::beat::Published::combine`]); leases answering them are checked
+/// against the one log all workers share.
+pub(crate) fn run_sharded(
+    opts: &InstanceOptions,
+    stop: &AtomicBool,
+    stats: &StatsHandle,
+    first: DataPath,
+) -> Result<(), InstanceError> {
+    let n = first.workers();
+    let batch = first.batch_size();
+    drop(first);
+    let log = HeartbeatLog::default();
+    let mut sock = bind_data_socket(opts)?;
+    let sock_err = |what: &str, err| InstanceError::Socket {
+        what: format!("instance {}: {what}", opts.name),
+        err,
+    };
+    let tx_socks = (0..n)
+        .map(|_| sock.try_clone())
+        .collect::<io::Result<Vec<_>>>()
+        .map_err(|e| sock_err("duplicating the data socket", e))?;
+    let beat_sock = dup_udp(&sock).map_err(|e| sock_err("duplicating the data socket", e))?;
+    let now = Instant::now();
+    let published: Vec<Mutex<beat::Published>> = (0..n)
+        .map(|_| {
+            Mutex::new(beat::Published {
+                hb: Default::default(),
+                at: now,
+            })
+        })
+        .collect();
+    let slots: Vec<Mutex<InstanceStats>> = (0..n).map(|_| Mutex::default()).collect();
+    let eve = Mutex::new(opts.eve.as_deref().map(|p| EveLog::new(p, &opts.name)));
+    let done = AtomicBool::new(false);
+    let (back_tx, back_rx) = mpsc::channel::<Inbox>();
+    let (ready_tx, ready_rx) = mpsc::channel::<Result<(), InstanceError>>();
+    let mut to_workers = Vec::with_capacity(n);
+    let mut inboxes = Vec::with_capacity(n);
+    for _ in 0..n {
+        let (t, r) = mpsc::sync_channel::<Inbox>(INBOXES_QUEUED);
+        to_workers.push(t);
+        inboxes.push(r);
+    }
+    let span = tracing::Span::current();
+    let mut rx_errors = 0u64;
+    let r = std::thread::scope(|scope| {
+        let mut handles = Vec::with_capacity(n);
+        for (w, (tx, inbox)) in tx_socks.into_iter().zip(inboxes).enumerate() {
+            let worker = Worker {
+                sock: tx,
+                inbox,
+                back: back_tx.clone(),
+                published: &published[w],
+                slot: &slots[w],
+                eve: &eve,
+                backends: opts.backends.clone(),
+                workers: n,
+            };
+            let (span, log, ready) = (span.clone(), log.clone(), ready_tx.clone());
+            let h = std::thread::Builder::new()
+                .name(format!("sluice-nf-{w}"))
+                .spawn_scoped(scope, move || {
+                    let _g = span.enter();
+                    match DataPath::new(&opts.name, &opts.chain, &opts.state, opts.agent) {
+                        Ok(mut core) => {
+                            core.hb_log = log;
+                            worker.publish(&core, Instant::now());
+                            let _ = ready.send(Ok(()));
+                            worker.run(core);
+                        }
+                        Err(e) => {
+                            let _ = ready.send(Err(e));
+                        }
+                    }
+                })
+                .map_err(|e| sock_err("starting a worker thread", e));
+            match h {
+                Ok(h) => handles.push(h),
+                Err(e) => {
+                    let _ = ready_tx.send(Err(e));
+                    break;
+                }
+            }
+        }
+        drop((back_tx, ready_tx));
+        // Every worker built its data path (or one could not) before any input.
+        let mut r = Ok(());
+        for _ in 0..n {
+            match ready_rx.recv() {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => {
+                    r = Err(e);
+                    break;
+                }
+                Err(_) => {
+                    r = Err(sock_err(
+                        "starting its workers",
+                        io::Error::other("a worker thread ended"),
+                    ));
+                    break;
+                }
+            }
+        }
+        if r.is_ok() {
+            scope.spawn(|| beat_thread(&beat_sock, opts.agent, &published, &log, &done));
+            let mut disp = Dispatcher::new(n, batch, DEFAULT_BUF_SIZE);
+            r = dispatch_loop(
+                opts,
+                stop,
+                &mut sock,
+                &mut disp,
+                &to_workers,
+                &back_rx,
+                &mut rx_errors,
+                &mut || {
+                    let s = merged(&slots);
+                    stats.publish(&s);
+                    s
+                },
+            );
+        }
+        // Workers drain what they were handed, flush and end.
+        to_workers.clear();
+        let mut panicked = false;
+        for h in handles {
+            panicked |= h.join().is_err();
+        }
+        done.store(true, Ordering::Relaxed);
+        if panicked && r.is_ok() {
+            r = Err(sock_err(
+                "a worker",
+                io::Error::other("a worker thread panicked"),
+            ));
+        }
+        r
+    });
+    let mut s = merged(&slots);
+    s.rx_errors += rx_errors;
+    stats.publish(&s);
+    print_stats(&s);
+    r
+}
+
+/// Every worker's statistics summed.
+fn merged(slots: &[Mutex<InstanceStats>]) -> InstanceStats {
+    let mut out: Option<InstanceStats> = None;
+    for s in slots {
+        let s = s.lock().unwrap_or_else(|e| e.into_inner());
+        match out.as_mut() {
+            None => out = Some(s.clone()),
+            Some(o) => o.add(&s),
+        }
+    }
+    out.unwrap_or_default()
+}
+
+/// The receiving thread: reads the socket a batch at a time and hands each
+/// worker its datagrams, until `stop` or a worker is gone. `publish` merges
+/// and publishes the workers' statistics (every timer interval).
+#[allow(clippy::too_many_arguments)]
+fn dispatch_loop(
+    opts: &InstanceOptions,
+    stop: &AtomicBool,
+    sock: &mut UdpBatchSocket,
+    disp: &mut Dispatcher,
+    to_workers: &[mpsc::SyncSender<Inbox>],
+    back: &mpsc::Receiver<Inbox>,
+    rx_errors: &mut u64,
+    publish: &mut dyn FnMut() -> InstanceStats,
+) -> Result<(), InstanceError> {
+    let mut rx = RxBatch::new(disp.datagrams, DEFAULT_BUF_SIZE);
+    let mut poller = Poller::new();
+    let readable = poller.add(sock.as_raw_fd());
+    let mut handed: Vec<(usize, Inbox)> = Vec::with_capacity(disp.workers() * 2);
+    let mut last_rx_error: Option<String> = None;
+    let mut next_publish = Instant::now();
+    let mut next_print = Instant::now() + PRINT_EVERY;
+    let mut printed = (u64::MAX, u64::MAX);
+    while !stop.load(Ordering::Relaxed) {
+        poller.wait(POLL_MAX).map_err(|err| InstanceError::Socket {
+            what: format!("instance {}: poll", opts.name),
+            err,
+        })?;
+        if poller.is_ready(readable) {
+            loop {
+                let got = match sock.recv_batch(&mut rx) {
+                    Ok(k) => k,
+                    Err(e) => {
+                        *rx_errors += 1;
+                        let msg = e.to_string();
+                        if last_rx_error.as_deref() != Some(&msg) {
+                            tracing::warn!(error = %msg, "receive failed");
+                            last_rx_error = Some(msg);
+                        }
+                        0
+                    }
+                };
+                if got == 0 {
+                    break;
+                }
+                for (d, _src) in rx.iter() {
+                    disp.dispatch(d, &mut |w, i| handed.push((w, i)));
+                }
+                disp.flush(&mut |w, i| handed.push((w, i)));
+                for (w, i) in handed.drain(..) {
+                    if to_workers[w].send(i).is_err() {
+                        return Err(InstanceError::Socket {
+                            what: format!("instance {}: worker {w}", opts.name),
+                            err: io::Error::other("the worker ended"),
+                        });
+                    }
+                }
+                while let Ok(i) = back.try_recv() {
+                    disp.give_back(i);
+                }
+                if got < rx.capacity() || stop.load(Ordering::Relaxed) {
+                    break;
+                }
+            }
+        }
+        let now = Instant::now();
+        if now >= next_publish {
+            let s = publish();
+            next_publish = now + Duration::from_millis(100);
+            if now >= next_print {
+                if (s.rx, s.tx) != printed {
+                    print_stats(&s);
+                    printed = (s.rx, s.tx);
+                }
+                next_print = now + PRINT_EVERY;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// One worker thread and what it shares.
+struct Worker<'a> {
+    sock: UdpBatchSocket,
+    inbox: mpsc::Receiver<Inbox>,
+    back: mpsc::Sender<Inbox>,
+    published: &'a Mutex<beat::Published>,
+    slot: &'a Mutex<InstanceStats>,
+    eve: &'a Mutex<Option<EveLog>>,
+    backends: Option<PathBuf>,
+    workers: usize,
+}
+
+impl Worker<'_> {
+    /// What the beat thread sends for this worker, and proof that it runs.
+    fn publish(&self, core: &DataPath, now: Instant) {
+        *self.published.lock().unwrap_or_else(|e| e.into_inner()) = beat::Published {
+            hb: core.heartbeat(0, 0, 0),
+            at: now,
+        };
+    }
+
+    /// Processes inboxes until the receiving thread hangs up, then what is in
+    /// flight, last timers and flushes.
+    fn run(mut self, mut core: DataPath) {
+        let core = &mut core;
+        let timer_interval = core.timer_interval();
+        let mut wpoll = Poller::new();
+        wpoll.add_writable(self.sock.as_raw_fd());
+        let mut backends = self
+            .backends
+            .take()
+            .map(|path| BackendsWatch { path, seen: None });
+        if let Some(w) = backends.as_mut() {
+            w.check(core);
+        }
+        // The instance's budget, shared evenly: its flows are.
+        let mut pacer = core.capacity().map(|c| {
+            let share = |r: Option<f64>| r.map(|r| r / self.workers as f64);
+            let c = sluice_chain::Capacity {
+                pps: share(c.pps),
+                mbps: share(c.mbps),
+                burst_ms: c.burst_ms,
+            };
+            Pacer::new(&c, Instant::now())
+        });
+        let mut next_tick = Instant::now();
+        let mut next_heartbeat = Instant::now();
+        let mut pending: Option<Inbox> = None;
+        loop {
+            let now = Instant::now();
+            if now >= next_heartbeat {
+                self.publish(core, now);
+                next_heartbeat = now + HEARTBEAT_EVERY;
+            }
+            let wait = next_tick
+                .min(next_heartbeat)
+                .saturating_duration_since(now)
+                .min(POLL_MAX);
+            let over = pacer.as_mut().map_or(Duration::ZERO, |p| p.wait(now));
+            if !over.is_zero() {
+                // Over budget: input waits in this worker's queue, then the socket's.
+                core.idle();
+                send_all(core, &mut self.sock, &mut wpoll);
+                std::thread::sleep(over.min(wait));
+            } else {
+                let got = match pending.take() {
+                    Some(i) => Ok(i),
+                    None => self.inbox.recv_timeout(wait),
+                };
+                match got {
+                    Ok(inbox) => {
+                        core.received(Instant::now());
+                        let now_ns = wall_ns();
+                        let (mut pkts, mut bytes) = (0, 0);
+                        for d in inbox.iter() {
+                            if sluice_proto::InstanceLease::is_lease(d) {
+                                core.on_lease(d, Instant::now());
+                            } else {
+                                pkts += 1;
+                                bytes += d.len();
+                                core.push_datagram(d, now_ns);
+                            }
+                        }
+                        // The receiving thread may be gone already.
+                        let _ = self.back.send(inbox);
+                        core.process();
+                        send_all(core, &mut self.sock, &mut wpoll);
+                        if let Some(p) = pacer.as_mut() {
+                            p.charge(pkts, bytes);
+                        }
+                        match self.inbox.try_recv() {
+                            Ok(next) => pending = Some(next),
+                            Err(mpsc::TryRecvError::Empty) => {
+                                // Input is idle: nothing waits for a window to fill.
+                                core.idle();
+                                send_all(core, &mut self.sock, &mut wpoll);
+                            }
+                            Err(mpsc::TryRecvError::Disconnected) => break,
+                        }
+                    }
+                    Err(mpsc::RecvTimeoutError::Timeout) => {
+                        core.idle();
+                        send_all(core, &mut self.sock, &mut wpoll);
+                    }
+                    Err(mpsc::RecvTimeoutError::Disconnected) => break,
+                }
+            }
+            let now = Instant::now();
+            if now >= next_tick {
+                if let Some(w) = backends.as_mut() {
+                    w.check(core);
+                }
+                core.tick(wall_ns());
+                *self.slot.lock().unwrap_or_else(|e| e.into_inner()) = core.stats_now();
+                next_tick = now + timer_interval;
+            }
+            self.write_events(core);
+        }
+        core.flush();
+        send_all(core, &mut self.sock, &mut wpoll);
+        self.write_events(core);
+        *self.slot.lock().unwrap_or_else(|e| e.into_inner()) = core.stats_now();
+    }
+
+    /// Writes the worker's events to the instance's one EVE log: one lock
+    /// per loop iteration that has any.
+    fn write_events(&self, core: &mut DataPath) {
+        if core.events().is_empty() {
+            return;
+        }
+        let mut eve = self.eve.lock().unwrap_or_else(|e| e.into_inner());
+        write_events(core, eve.as_mut());
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -235,6 +636,18 @@ mod tests {
             per[w] += 1;
         }
         assert!(per.iter().all(|&n| n > 50), "{per:?}");
+        // A router's ICMP error about a flow goes to that flow's worker.
+        for i in 0..30u16 {
+            let d = tcp(i as u8, 1000 + i, false);
+            let (_, _, off) = sluice_switch::tunnel::parse_geneve_payload(&d).unwrap();
+            let quoted = &d[off + 14..off + 14 + 28];
+            let err = build::icmp_v4_error([10, 9, 9, 9], [10, 1, 0, i as u8], 3, 4, quoted);
+            assert_eq!(
+                route(&encap(&err), 3, &mut meta),
+                route(&d, 3, &mut meta),
+                "flow {i}"
+            );
+        }
     }
 
     #[test]
