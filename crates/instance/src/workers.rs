@@ -9,12 +9,15 @@
 //! direction-invariant hash ([`sluice_wire::flow::worker_of`] over
 //! [`sluice_wire::FlowKey::symmetric_hash`], the hash the switch selected the
 //! instance by), so both directions of a flow meet on one worker; a lease goes
-//! to every worker; anything else to worker 0, which counts it as malformed.
+//! to every worker; anything else (not Geneve, not IP) to worker 0, whose
+//! chain counts it.
 //!
 //! Datagrams are copied into [`Inbox`]es, one being filled per worker, handed
 //! over whole and given back empty: no allocation and no lock per packet. The
-//! lease rule that makes per-worker flow caches safe is in docs/ARCHITECTURE.md
-//! ("Forwarding on several cores").
+//! loop around them (the receiving thread, the workers, one beat thread for
+//! all) is `run_sharded`. The lease rule that makes per-worker flow caches safe
+//! is in docs/STATE.md ("Leases in the running system") and
+//! docs/ARCHITECTURE.md ("Forwarding on several cores").
 
 use std::io;
 use std::os::fd::AsRawFd;
