@@ -1,4 +1,5 @@
-//! `sluice bench nf`: single-core throughput of each function and of a chain.
+//! `sluice bench nf`: single-core throughput of each function and of a chain;
+//! with `--threads`, how forwarding scales over workers ([`scaling`]).
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -706,4 +707,306 @@ pub fn small_trace(n: usize) -> Trace {
         proto: Proto::Tcp,
         ..Default::default()
     })
+}
+
+/// `trace` split among `workers` workers by the direction-invariant flow hash
+/// ([`sluice_instance::workers::frame_worker`]), order kept within each share:
+/// what an instance's dispatcher hands each of its workers, and what each
+/// forwarding thread of a fanned-out socket would get. Splitting happens
+/// before the clock starts: the rows measure the workers, and
+/// `instance_dispatch` the dispatcher.
+pub fn shard_trace(trace: &Trace, workers: usize) -> Vec<Trace> {
+    let workers = workers.max(1);
+    let mut out: Vec<Trace> = (0..workers).map(|_| Trace::new()).collect();
+    let mut meta = sluice_wire::PacketMeta::default();
+    for (ts, f) in trace.iter() {
+        out[sluice_instance::workers::frame_worker(f, workers, &mut meta)].push(ts, f);
+    }
+    out
+}
+
+/// One run of a chain on several workers ([`time_chain_sharded`]).
+#[derive(Debug, Clone)]
+pub struct ShardedRun {
+    /// Seconds until the last worker finished, counting each worker's on-CPU
+    /// time (its wall time where that is unavailable): the run's length had
+    /// every worker had a core of its own.
+    pub cpu_secs: f64,
+    /// Wall-clock seconds from the common start until the last worker finished.
+    pub wall_secs: f64,
+    /// Packets each worker handled.
+    pub per_worker: Vec<u64>,
+    /// Each worker's chain statistics.
+    pub stats: Vec<sluice_chain::ChainStats>,
+}
+
+/// What one worker measured.
+struct WorkerRun {
+    cpu: f64,
+    start: Instant,
+    end: Instant,
+    stats: sluice_chain::ChainStats,
+}
+
+/// Runs each share of `shards` on a thread of its own, each with its own chain,
+/// store, pool and batch (nothing shared, no lock), all started together;
+/// `reps` times, keeping the run with the least [`ShardedRun::cpu_secs`].
+pub fn time_chain_sharded(
+    dir: &Path,
+    chain: &ChainText,
+    sharing: Sharing,
+    shards: &[Trace],
+    reps: usize,
+) -> Result<ShardedRun, String> {
+    let spec = load_spec(dir, chain)?;
+    let batch_size = spec.settings.batch_size;
+    let mut best: Option<ShardedRun> = None;
+    for _ in 0..reps.max(1) {
+        let start = std::sync::Barrier::new(shards.len());
+        let runs: Vec<Result<WorkerRun, String>> = std::thread::scope(|scope| {
+            let handles: Vec<_> = shards
+                .iter()
+                .enumerate()
+                .map(|(w, trace)| {
+                    let (spec, start) = (&spec, &start);
+                    std::thread::Builder::new()
+                        .name(format!("bench-worker-{w}"))
+                        .spawn_scoped(scope, move || {
+                            let built =
+                                Chain::from_spec(spec, dir, &sluice_builtin::registry(), sharing);
+                            // Every worker reaches the barrier, even one whose chain failed.
+                            start.wait();
+                            let mut chain = built.map_err(|e| e.to_string())?;
+                            Ok(replay(&mut chain, trace, batch_size))
+                        })
+                        .map_err(|e| format!("cannot start a worker thread: {e}"))
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| {
+                    h?.join()
+                        .unwrap_or_else(|_| Err("a worker thread panicked".to_string()))
+                })
+                .collect()
+        });
+        let runs = runs.into_iter().collect::<Result<Vec<_>, String>>()?;
+        for (r, trace) in runs.iter().zip(shards) {
+            let st = &r.stats;
+            if st.forwarded + st.dropped + st.malformed_total() != trace.len() as u64 {
+                return Err(format!(
+                    "a worker lost packets: {} in, stats {:?}",
+                    trace.len(),
+                    st
+                ));
+            }
+        }
+        let first = runs.iter().map(|r| r.start).min();
+        let last = runs.iter().map(|r| r.end).max();
+        let run = ShardedRun {
+            cpu_secs: runs.iter().map(|r| r.cpu).fold(0.0, f64::max),
+            wall_secs: match (first, last) {
+                (Some(a), Some(b)) => b.duration_since(a).as_secs_f64(),
+                _ => 0.0,
+            },
+            per_worker: shards.iter().map(|t| t.len() as u64).collect(),
+            stats: runs.into_iter().map(|r| r.stats).collect(),
+        };
+        if best.as_ref().is_none_or(|b| run.cpu_secs < b.cpu_secs) {
+            best = Some(run);
+        }
+    }
+    best.ok_or_else(|| "no run".to_string())
+}
+
+/// One worker's loop: its share of the traffic, a batch at a time, through its
+/// own chain and store.
+fn replay(chain: &mut Chain, trace: &Trace, batch_size: usize) -> WorkerRun {
+    let mut store = LocalStore::new();
+    let mut pool = PacketPool::new(batch_size * 2);
+    let mut batch = Batch::with_capacity(batch_size);
+    let start = Instant::now();
+    let cpu0 = thread_cpu_ns();
+    let mut i = 0;
+    while i < trace.len() {
+        let end = (i + batch_size).min(trace.len());
+        for j in i..end {
+            let (ts, f) = trace.get(j);
+            batch.push_frame(&mut pool, f, ts, 0);
+        }
+        chain.process(&mut batch, &mut store);
+        batch.recycle(&mut pool);
+        i = end;
+    }
+    let end = Instant::now();
+    let wall = end.duration_since(start).as_secs_f64();
+    let cpu = thread_cpu_ns().saturating_sub(cpu0) as f64 / 1e9;
+    let ev = chain.take_events();
+    std::hint::black_box(&ev);
+    WorkerRun {
+        cpu: if cpu > 0.0 { cpu.min(wall) } else { wall },
+        start,
+        end,
+        stats: chain.stats(),
+    }
+}
+
+/// `sluice bench nf --threads 1,2`: each function and the FW -> IPS -> LB chain
+/// forwarding on every worker count of `threads`, flows sharded by the
+/// direction-invariant hash ([`shard_trace`]), each row's ratio against the
+/// first count measured in the same run.
+pub fn scaling(
+    opts: &Options,
+    threads: &[usize],
+    progress: &mut dyn FnMut(&str),
+) -> Vec<Measurement> {
+    let dir: PathBuf =
+        std::env::temp_dir().join(format!("sluice-bench-cores-{}", std::process::id()));
+    let _ = std::fs::create_dir_all(&dir);
+    let wanted = |n: &str| opts.filter.as_deref().is_none_or(|f| n.contains(f));
+    // More workers than cores measure time-slicing, not scaling.
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    progress(&format!(
+        "{cores} core(s) available; load average {}",
+        std::fs::read_to_string("/proc/loadavg")
+            .ok()
+            .and_then(|l| l.split_whitespace().next().map(str::to_string))
+            .unwrap_or_else(|| "unknown".into())
+    ));
+    let small_size = opts.frame_size.clamp(60, 1514);
+    let small = generate(&TrafficSpec {
+        flows: (opts.packets / opts.flow_length.max(7)).max(1),
+        packets_per_flow: opts.flow_length.max(7),
+        frame_size: small_size,
+        concurrency: opts.concurrency.max(1),
+        ..Default::default()
+    });
+    // Full-size traffic for the IPS: many flows, so that shares stay even.
+    let big = if wanted("ips_100_rules_1514") {
+        generate(&TrafficSpec {
+            flows: (opts.packets / 2000).max(64),
+            packets_per_flow: 200,
+            frame_size: 1514,
+            concurrency: 64,
+            server_share: 0.5,
+            ..Default::default()
+        })
+    } else {
+        Trace::new()
+    };
+    let chain3 = ChainText {
+        yaml: "name: bench\nfunctions:\n  - type: firewall\n    rules_file: fw.rules\n  - type: ips\n    rule_files: [ips.rules]\n  - type: lb\n    services:\n      - vip: 192.0.2.1\n        port: 80\n        backends: [{addr: 198.51.100.1, weight: 1}, {addr: 198.51.100.2, weight: 1}]\n".into(),
+        files: vec![
+            ("fw.rules".into(), firewall_rules(100)),
+            ("ips.rules".into(), ips_rules(100)),
+        ],
+    };
+    let rows: Vec<(&str, ChainText, &Trace, usize)> = vec![
+        ("forward_only", pass_chain(), &small, small_size),
+        (
+            "firewall_1000_rules",
+            firewall_chain(1000),
+            &small,
+            small_size,
+        ),
+        ("nat", nat_chain(), &small, small_size),
+        ("lb_maglev", lb_chain(), &small, small_size),
+        ("monitor", monitor_chain(), &small, small_size),
+        ("ips_100_rules_1514", ips_chain(100), &big, 1514),
+        ("chain_fw_ips_lb_shared_64", chain3, &small, small_size),
+    ];
+    let mut out = Vec::new();
+    for (name, chain, trace, frame) in rows {
+        if !wanted(name) {
+            continue;
+        }
+        // The first count's row and its wall-clock rate.
+        let mut base: Option<(Measurement, f64)> = None;
+        for &t in threads {
+            let row = format!("{name}_t{t}");
+            progress(&row);
+            let shards = shard_trace(trace, t);
+            let run = match time_chain_sharded(&dir, &chain, Sharing::Shared, &shards, opts.reps) {
+                Ok(r) => r,
+                Err(e) => {
+                    progress(&format!("{row}: skipped: {e}"));
+                    continue;
+                }
+            };
+            let mut m = measurement(&row, trace, run.cpu_secs, frame);
+            let wall_mpps = trace.len() as f64 / run.wall_secs.max(1e-9) / 1e6;
+            let shares: Vec<String> = run
+                .per_worker
+                .iter()
+                .map(|&n| format!("{:.1}", n as f64 * 100.0 / trace.len().max(1) as f64))
+                .collect();
+            m.note = format!("shares {}%; wall {wall_mpps:.2} Mpps", shares.join("/"));
+            match &base {
+                Some((b, b_wall)) => {
+                    m.ratio_to_baseline = m.mpps / b.mpps;
+                    m.baseline = b.name.clone();
+                    m.note
+                        .push_str(&format!(" ({:.2}x in wall time)", wall_mpps / b_wall));
+                }
+                None => base = Some((m.clone(), wall_mpps)),
+            }
+            out.push(m);
+        }
+    }
+    // What an instance's receiving thread spends handing datagrams to its
+    // workers: the ceiling of a dispatching instance, whatever its workers do.
+    if wanted("instance_dispatch") {
+        let (h, n) = sluice_switch::tunnel::geneve_header(7, Some((1, 1)));
+        let datagrams = wrapped(&small, |f| [&h[..n], f].concat());
+        let base = out
+            .iter()
+            .find(|m| m.name == format!("forward_only_t{}", threads[0]))
+            .cloned();
+        for &t in threads {
+            let row = format!("instance_dispatch_t{t}");
+            progress(&row);
+            let secs = time_dispatch(&datagrams, t, opts.reps);
+            let mut m = measurement(&row, &datagrams, secs, small_size + n);
+            m.note = format!("one thread's Geneve parse, flow hash and copy to {t} worker(s)");
+            if let Some(b) = &base {
+                m.ratio_to_baseline = m.mpps / b.mpps;
+                m.baseline = b.name.clone();
+            }
+            out.push(m);
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    out
+}
+
+/// Best on-CPU seconds of `reps` runs of an instance's dispatcher
+/// ([`sluice_instance::workers::Dispatcher`]) over `datagrams` to `workers`
+/// workers, each inbox given back at once.
+fn time_dispatch(datagrams: &Trace, workers: usize, reps: usize) -> f64 {
+    use sluice_instance::workers::Dispatcher;
+    let mut best = f64::INFINITY;
+    for _ in 0..reps.max(1) {
+        let mut d = Dispatcher::new(workers, 32, 2048);
+        let mut handed = Vec::with_capacity(workers * 2);
+        let start = Instant::now();
+        let cpu0 = thread_cpu_ns();
+        let mut count = 0usize;
+        for (_, dg) in datagrams.iter() {
+            d.dispatch(dg, &mut |_, inbox| handed.push(inbox));
+            for inbox in handed.drain(..) {
+                count += inbox.len();
+                d.give_back(inbox);
+            }
+        }
+        d.flush(&mut |_, inbox| handed.push(inbox));
+        for inbox in handed.drain(..) {
+            count += inbox.len();
+            d.give_back(inbox);
+        }
+        std::hint::black_box(count);
+        let wall = start.elapsed().as_secs_f64();
+        let cpu = thread_cpu_ns().saturating_sub(cpu0) as f64 / 1e9;
+        best = best.min(if cpu > 0.0 { cpu.min(wall) } else { wall });
+    }
+    best
 }

@@ -17,7 +17,7 @@ use std::path::Path;
 pub use pipeline::Pipeline;
 pub use spec::{
     Capacity, ChainError, ChainSpec, FunctionSpec, MplsSetting, Prefix, Registry, Settings,
-    VerifyChecksums, MAX_PIPELINE,
+    VerifyChecksums, MAX_PIPELINE, MAX_WORKERS,
 };
 pub use stats::{ChainStats, StageStats};
 

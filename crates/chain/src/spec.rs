@@ -75,6 +75,13 @@ pub struct Settings {
     /// and no batch waits for its own round trip; the price is latency under
     /// load (a batch waits for its window). At most 65,536.
     pub pipeline: usize,
+    /// Worker threads of a running instance (default 1, at most
+    /// [`MAX_WORKERS`]): flows are sharded among them by the direction-invariant
+    /// flow hash, each worker with its own chain, store connection and flow
+    /// cache (docs/ARCHITECTURE.md, "Forwarding on several cores"). With
+    /// `state: local` a chain with a NAT or LB cannot have more than one
+    /// (their replies hash elsewhere).
+    pub workers: usize,
     /// Which checksums the chain verifies before its functions see a packet:
     /// `ipv4` (the IPv4 header's, and the TCP checksum of every packet a chain
     /// that reassembles streams reassembles, since a bad one is an IPS evasion:
@@ -162,6 +169,9 @@ impl From<VerifyChecksums> for sluice_wire::parse::Checksums {
     }
 }
 
+/// Most worker threads an instance runs.
+pub const MAX_WORKERS: usize = 64;
+
 /// Largest pipelined window, in packets.
 pub const MAX_PIPELINE: usize = 65_536;
 
@@ -192,6 +202,7 @@ impl Default for Settings {
             forward_sources: Vec::new(),
             capacity: None,
             pipeline: 0,
+            workers: 1,
             verify_checksums: None,
             decapsulate: true,
             mpls: MplsSetting::Auto,
@@ -301,6 +312,12 @@ impl ChainSpec {
             return Err(invalid(format!(
                 "settings.pipeline: {} packets per window is more than {MAX_PIPELINE}",
                 raw.settings.pipeline
+            )));
+        }
+        if raw.settings.workers == 0 || raw.settings.workers > MAX_WORKERS {
+            return Err(invalid(format!(
+                "settings.workers: {} is not in 1..={MAX_WORKERS}",
+                raw.settings.workers
             )));
         }
         let mut functions = Vec::new();

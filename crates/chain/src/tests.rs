@@ -149,6 +149,24 @@ fn verify_checksums_setting_decides_what_is_malformed() {
 }
 
 #[test]
+fn workers_default_to_one_and_out_of_range_counts_are_refused() {
+    let p = Path::new("w.yaml");
+    let with = |w: &str| {
+        ChainSpec::from_str(
+            &format!("name: t\nfunctions:\n  - type: pass\nsettings:\n  workers: {w}\n"),
+            p,
+        )
+    };
+    assert_eq!(with("4").unwrap().settings.workers, 4);
+    let plain = ChainSpec::from_str("name: t\nfunctions:\n  - type: pass\n", p).unwrap();
+    assert_eq!(plain.settings.workers, 1);
+    for bad in ["0", "65"] {
+        let e = with(bad).unwrap_err().to_string();
+        assert!(e.contains("settings.workers") && e.contains(bad), "{e}");
+    }
+}
+
+#[test]
 fn spec_errors_name_the_problem() {
     let p = Path::new("c.yaml");
     let e = ChainSpec::from_str("name: a\nfunctions: []\n", p)

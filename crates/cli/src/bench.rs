@@ -10,7 +10,8 @@ use crate::error::CliError;
 /// The benchmark to run.
 #[derive(Subcommand)]
 pub enum BenchCmd {
-    /// Single-core throughput of each function and of a chain, 64-byte and full-size packets.
+    /// Single-core throughput of each function and of a chain, 64-byte and
+    /// full-size packets; with `--threads`, its scaling over worker threads.
     Nf {
         /// Print one JSON object per measurement instead of a table.
         #[arg(long)]
@@ -37,6 +38,11 @@ pub enum BenchCmd {
         /// Only measurements whose name contains this.
         #[arg(long)]
         filter: Option<String>,
+        /// Instead of the single-core suite, forward on each of these worker
+        /// counts (e.g. `1,2`), flows sharded by the direction-invariant hash,
+        /// each worker with its own chain and state; ratios against the first.
+        #[arg(long, value_delimiter = ',')]
+        threads: Vec<usize>,
     },
     /// Control plane: time to compile the Stratos Figure 4 tenant into FIB entries and
     /// to install them (Stratos Table 1).
@@ -208,7 +214,14 @@ pub fn run(which: BenchCmd) -> Result<(), CliError> {
             mix,
             reps,
             filter,
+            threads,
         } => {
+            if threads.contains(&0) {
+                return Err(CliError::flag(
+                    "threads",
+                    "every worker count must be at least 1",
+                ));
+            }
             let flow_length = match mix {
                 Some(Mix::Long) => 10_000,
                 Some(Mix::Short) => 100,
@@ -222,7 +235,12 @@ pub fn run(which: BenchCmd) -> Result<(), CliError> {
                 reps,
                 filter,
             };
-            let ms = sluice_bench::nf::run(&opts, &mut |what| eprintln!("bench: {what}"));
+            let mut progress = |what: &str| eprintln!("bench: {what}");
+            let ms = if threads.is_empty() {
+                sluice_bench::nf::run(&opts, &mut progress)
+            } else {
+                sluice_bench::nf::scaling(&opts, &threads, &mut progress)
+            };
             if ms.is_empty() {
                 return Err(CliError::NoMeasurement);
             }

@@ -81,6 +81,35 @@ pub struct Published {
     pub at: Instant,
 }
 
+impl Published {
+    /// What several workers published, as one instance's: counters and
+    /// histograms summed, the lease epoch held by every worker (0 unless all
+    /// hold the same one), and the oldest publication time, so that one hung
+    /// worker withholds the instance's heartbeats as a hung loop does.
+    pub fn combine(parts: &[Published]) -> Option<Published> {
+        let (first, rest) = parts.split_first()?;
+        let mut out = *first;
+        for p in rest {
+            let (h, o) = (&mut out.hb, &p.hb);
+            h.rx_packets += o.rx_packets;
+            h.tx_packets += o.tx_packets;
+            h.drops += o.drops;
+            h.queue_drops += o.queue_drops;
+            h.cache_hits += o.cache_hits;
+            h.store_round_trips.add(&o.store_round_trips);
+            h.added_latency.add(&o.added_latency);
+            h.replica_waits += o.replica_waits;
+            h.replica_rewaits += o.replica_rewaits;
+            h.replica_shortfalls += o.replica_shortfalls;
+            if h.lease_epoch != o.lease_epoch {
+                h.lease_epoch = 0;
+            }
+            out.at = out.at.min(p.at);
+        }
+        Some(out)
+    }
+}
+
 /// The sans-IO beat: given the time and what the data path published,
 /// whether to send a heartbeat now and which.
 #[derive(Debug)]
@@ -142,6 +171,28 @@ impl Beat {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn workers_beat_as_one_instance() {
+        let t0 = Instant::now();
+        let part = |rx: u64, epoch: u64, at: Instant| {
+            let mut hb = published(at).hb;
+            hb.rx_packets = rx;
+            hb.tx_packets = rx - 1;
+            hb.lease_epoch = epoch;
+            hb.added_latency.observe(1_000, rx);
+            Published { hb, at }
+        };
+        let later = t0 + Duration::from_millis(5);
+        let c = Published::combine(&[part(10, 7, later), part(4, 7, t0)]).unwrap();
+        assert_eq!((c.hb.rx_packets, c.hb.tx_packets), (14, 12));
+        assert_eq!(c.hb.added_latency.count(), 14);
+        assert_eq!(c.hb.lease_epoch, 7, "both workers hold epoch 7");
+        assert_eq!(c.at, t0, "the oldest worker's publication counts");
+        let c = Published::combine(&[part(10, 7, t0), part(4, 0, t0)]).unwrap();
+        assert_eq!(c.hb.lease_epoch, 0, "one worker without the lease");
+        assert!(Published::combine(&[]).is_none());
+    }
 
     fn published(at: Instant) -> Published {
         Published {

@@ -87,6 +87,14 @@ pub enum InstanceError {
         /// Why it failed.
         err: sluice_state::StoreError,
     },
+    /// The chain asks for workers it cannot have.
+    #[error("chain {path}: settings.workers: {msg}")]
+    Workers {
+        /// The chain file.
+        path: PathBuf,
+        /// What was wrong.
+        msg: String,
+    },
     /// The data socket failed.
     #[error("{what}: {err}")]
     Socket {
@@ -211,6 +219,41 @@ impl LeaseStats {
 }
 
 impl InstanceStats {
+    /// Adds another worker's statistics: counts summed, the lease as held by
+    /// every worker (epoch 0 unless all hold the same).
+    pub fn add(&mut self, o: &InstanceStats) {
+        self.rx += o.rx;
+        self.tx += o.tx;
+        self.malformed += o.malformed;
+        for (r, n) in &o.drops {
+            *self.drops.entry(r).or_insert(0) += n;
+        }
+        self.rx_errors += o.rx_errors;
+        self.chain.add(&o.chain);
+        let (l, ol) = (&mut self.lease, &o.lease);
+        if l.epoch != ol.epoch {
+            l.epoch = 0;
+            l.ranges = 0;
+        }
+        l.granted += ol.granted;
+        l.renewed += ol.renewed;
+        l.revoked += ol.revoked;
+        l.expired += ol.expired;
+        l.refused += ol.refused;
+        l.cache_hits += ol.cache_hits;
+        l.cache_misses += ol.cache_misses;
+        l.saved_round_trips += ol.saved_round_trips;
+        l.deferred_lost += ol.deferred_lost;
+        let (p, op) = (&mut self.pipeline, &o.pipeline);
+        p.idle_flushes += op.idle_flushes;
+        p.full_waits += op.full_waits;
+        p.lease_flushes += op.lease_flushes;
+        self.events_written += o.events_written;
+        self.events_lost += o.events_lost;
+        self.store_round_trips.add(&o.store_round_trips);
+        self.added_latency.add(&o.added_latency);
+    }
+
     fn drop(&mut self, reason: &'static str, n: u64) {
         if n > 0 {
             *self.drops.entry(reason).or_insert(0) += n;
@@ -267,6 +310,8 @@ pub struct DataPath {
     /// The monotonic end of the lease held, checked before every batch: the
     /// chain's wall clock could be stepped back.
     lease_until: Option<Instant>,
+    /// Worker threads the instance runs (the chain's `settings.workers`).
+    workers: usize,
     /// Counters.
     pub stats: InstanceStats,
 }
@@ -326,8 +371,28 @@ impl DataPath {
         for w in chain.config_warnings() {
             tracing::warn!(chain = %chain_file.display(), "{w}");
         }
+        let workers = spec.settings.workers;
+        if workers > 1 && state == "local" {
+            // Each worker's local store is its own: a reply that hashes to
+            // another worker than its connection would find no state there.
+            if let Some(f) = spec
+                .functions
+                .iter()
+                .find(|f| matches!(f.kind.as_str(), "nat" | "lb"))
+            {
+                return Err(InstanceError::Workers {
+                    path: chain_file.to_path_buf(),
+                    msg: format!(
+                        "{workers} workers with state local, but function {:?} ({}) rewrites \
+                         headers, so its replies reach another worker; use one worker or a shared store",
+                        f.name, f.kind
+                    ),
+                });
+            }
+        }
         let store = open_store(state)?;
         let mut core = DataPath::with_chain(name, chain, store, spec.settings.batch_size, agent);
+        core.workers = workers;
         core.timer_interval = Duration::from_millis(spec.settings.timer_interval_ms.max(1));
         core.capacity = capacity;
         core.set_pipeline(spec.settings.pipeline);
@@ -362,6 +427,7 @@ impl DataPath {
             capacity: None,
             hb_log: HeartbeatLog::default(),
             lease_until: None,
+            workers: 1,
             stats: InstanceStats {
                 name: name.to_string(),
                 ..Default::default()
@@ -391,6 +457,11 @@ impl DataPath {
     /// The processing budget of the instance (the chain's `settings.capacity`).
     pub fn capacity(&self) -> Option<sluice_chain::Capacity> {
         self.capacity
+    }
+
+    /// Worker threads the instance runs (the chain's `settings.workers`).
+    pub fn workers(&self) -> usize {
+        self.workers
     }
 
     /// Packets per batch (from the chain's settings).
@@ -1004,18 +1075,11 @@ pub fn run_with_stats(
     stats: &StatsHandle,
 ) -> Result<(), InstanceError> {
     let mut core = DataPath::new(&opts.name, &opts.chain, &opts.state, opts.agent)?;
+    if core.workers() > 1 {
+        return workers::run_sharded(opts, stop, stats, core);
+    }
     let timer_interval = core.timer_interval();
-    let listen = opts.listen;
-    let mut sock = in_netns_opt(opts.netns.as_deref(), || UdpBatchSocket::bind(listen))
-        .and_then(|r| r)
-        .map_err(|err| InstanceError::Socket {
-            what: format!(
-                "instance {}: data socket {listen} in netns {}",
-                opts.name,
-                opts.netns.as_deref().unwrap_or("(current)")
-            ),
-            err,
-        })?;
+    let mut sock = bind_data_socket(opts)?;
     let mut rx = RxBatch::new(core.batch_size(), DEFAULT_BUF_SIZE);
     let mut poller = Poller::new();
     let readable = poller.add(sock.as_raw_fd());
@@ -1050,7 +1114,15 @@ pub fn run_with_stats(
     let done = AtomicBool::new(false);
     let log = core.heartbeat_log();
     std::thread::scope(|scope| {
-        scope.spawn(|| beat_thread(&beat_sock, opts.agent, &published, &log, &done));
+        scope.spawn(|| {
+            beat_thread(
+                &beat_sock,
+                opts.agent,
+                std::slice::from_ref(&published),
+                &log,
+                &done,
+            )
+        });
         let r = (|| {
             while !stop.load(Ordering::Relaxed) {
                 if Instant::now() >= next_heartbeat {
@@ -1167,15 +1239,31 @@ pub fn run_with_stats(
     Ok(())
 }
 
+/// Opens the instance's data socket in its namespace.
+fn bind_data_socket(opts: &InstanceOptions) -> Result<UdpBatchSocket, InstanceError> {
+    let listen = opts.listen;
+    in_netns_opt(opts.netns.as_deref(), || UdpBatchSocket::bind(listen))
+        .and_then(|r| r)
+        .map_err(|err| InstanceError::Socket {
+            what: format!(
+                "instance {}: data socket {listen} in netns {}",
+                opts.name,
+                opts.netns.as_deref().unwrap_or("(current)")
+            ),
+            err,
+        })
+}
+
 /// Hands the events the data path collected to the EVE log (or discards them
 /// without one), counting what the log could not write.
 fn write_events(core: &mut DataPath, eve: Option<&mut EveLog>) {
     let events = std::mem::take(core.events());
     if let Some(log) = eve {
-        let lost = log.lost;
+        // Differences: workers share one log, each counting what it wrote.
+        let (lost, written) = (log.lost, log.written);
         log.write(&events);
         core.stats.events_lost += log.lost - lost;
-        core.stats.events_written = log.written;
+        core.stats.events_written += log.written - written;
     }
     // The vector goes back, keeping its capacity.
     let v = core.events();
@@ -1184,18 +1272,28 @@ fn write_events(core: &mut DataPath, eve: Option<&mut EveLog>) {
 }
 
 /// The beat thread: a heartbeat every [`HEARTBEAT_EVERY`] while the data
-/// path publishes ([`beat::Beat`]), until `done`. A full socket queue just
+/// path publishes ([`beat::Beat`]; every worker's, combined by
+/// [`beat::Published::combine`]), until `done`. A full socket queue just
 /// skips one (the next follows shortly).
 fn beat_thread(
     sock: &std::net::UdpSocket,
     agent: SocketAddrV4,
-    published: &Mutex<beat::Published>,
+    published: &[Mutex<beat::Published>],
     log: &HeartbeatLog,
     done: &AtomicBool,
 ) {
     let mut b = beat::Beat::new(Instant::now(), HEARTBEAT_EVERY, beat::HUNG_AFTER);
+    let mut parts = Vec::with_capacity(published.len());
     while !done.load(Ordering::Relaxed) {
-        let p = *published.lock().unwrap_or_else(|e| e.into_inner());
+        parts.clear();
+        parts.extend(
+            published
+                .iter()
+                .map(|p| *p.lock().unwrap_or_else(|e| e.into_inner())),
+        );
+        let Some(p) = beat::Published::combine(&parts) else {
+            return;
+        };
         if let Some(hb) = b.poll(
             Instant::now(),
             &p,
@@ -1290,6 +1388,7 @@ mod tests;
 pub mod beat;
 mod eve;
 pub mod timed;
+pub mod workers;
 pub use beat::{HeartbeatLog, HB_REMEMBERED};
 pub use eve::{EveLog, DEFAULT_KEEP, DEFAULT_MAX_BYTES};
 use timed::TimedStore;

@@ -106,12 +106,17 @@ struct OneLab {
 /// `state`, and a fake agent's socket (reads time out after `timeout`) in
 /// another namespace joined by a veth.
 fn one_instance(state: String, timeout: Duration) -> (OneLab, UdpSocket, Running) {
+    one_instance_of(CHAIN, state, timeout)
+}
+
+/// [`one_instance`] with the chain `text`.
+fn one_instance_of(text: &str, state: String, timeout: Duration) -> (OneLab, UdpSocket, Running) {
     let agent_ns = Netns::new("ag").unwrap();
     let inst_ns = Netns::new("in").unwrap();
     veth(&agent_ns, "p1", &inst_ns, "eth0").unwrap();
     agent_ns.addr("p1", "10.78.0.1/30").unwrap();
     inst_ns.addr("eth0", "10.78.0.2/30").unwrap();
-    let chain = TempFile::new(CHAIN);
+    let chain = TempFile::new(text);
     let agent = in_netns(agent_ns.name(), || UdpSocket::bind((AGENT_IP, 6081)))
         .unwrap()
         .unwrap();
@@ -135,11 +140,15 @@ fn one_instance(state: String, timeout: Duration) -> (OneLab, UdpSocket, Running
 }
 
 fn conversation(port: u16) -> Vec<Vec<u8>> {
+    conversation_between(40_000 + port, port)
+}
+
+fn conversation_between(client_port: u16, server_port: u16) -> Vec<Vec<u8>> {
     let ep = Endpoints {
         client: IpAddr::V4([10, 1, 0, 5]),
         server: IpAddr::V4([10, 2, 0, 7]),
-        client_port: 40_000 + port,
-        server_port: port,
+        client_port,
+        server_port,
     };
     let mut conv = TcpConversation::new(ep, 1000, 5000);
     let mut buf = vec![0u8; 2048];
@@ -252,6 +261,59 @@ fn firewall_instance_returns_allowed_frames_with_their_geneve_header() {
     assert_eq!(s.chain.dropped, denied.len() as u64);
 }
 
+/// Two workers, each with its own local store: every server packet passes the
+/// firewall only on the state its connection's SYN left, so it must reach the
+/// worker its SYN reached.
+#[test]
+fn two_workers_meet_both_directions_of_every_flow_and_beat_as_one() {
+    let chain = CHAIN.replace("settings:\n", "settings:\n  workers: 2\n");
+    let (_lab, agent, inst) = one_instance_of(&chain, "local".into(), Duration::from_millis(200));
+    let to = SocketAddrV4::new(INSTANCE_IP, 6081);
+    let mut sent = Vec::new();
+    for c in 0..24u16 {
+        for f in conversation_between(41_000 + c, 80) {
+            sent.push(encap(0x00_7007, Some((3, 0)), &f));
+        }
+    }
+    for d in &sent {
+        agent.send_to(d, to).unwrap();
+    }
+    let got = collect(&agent, sent.len());
+    assert_eq!(got.len(), sent.len(), "every packet of every flow returns");
+    let mut want = sent.clone();
+    let mut have = got.clone();
+    want.sort();
+    have.sort();
+    assert_eq!(have, want);
+    // Heartbeats count both workers' packets.
+    agent
+        .set_read_timeout(Some(Duration::from_millis(200)))
+        .unwrap();
+    let mut buf = vec![0u8; 9216];
+    let until = Instant::now() + Duration::from_secs(10);
+    let hb = loop {
+        assert!(
+            Instant::now() < until,
+            "no heartbeat with every packet counted"
+        );
+        if let Ok((n, _)) = agent.recv_from(&mut buf) {
+            if let Some(hb) = InstanceHeartbeat::decode(&buf[..n]) {
+                if hb.tx_packets == sent.len() as u64 {
+                    break hb;
+                }
+            }
+        }
+    };
+    assert_eq!(hb.rx_packets, sent.len() as u64);
+    assert!(hb.pid > 0);
+    let stats = inst.stats.clone();
+    inst.stop().unwrap();
+    let s = stats.snapshot();
+    assert_eq!((s.rx, s.tx), (sent.len() as u64, sent.len() as u64));
+    assert_eq!(s.chain.forwarded, sent.len() as u64);
+    assert_eq!(s.chain.stages[0].dropped, vec![]);
+}
+
 #[test]
 fn startup_errors_are_reported_not_panics() {
     let stop = AtomicBool::new(false);
@@ -276,6 +338,13 @@ fn startup_errors_are_reported_not_panics() {
     )
     .unwrap_err();
     assert!(matches!(e, InstanceError::Socket { .. }), "{e}");
+    // Workers with local state cannot keep a NAT's replies with their mappings.
+    let nat = TempFile::new(
+        "name: n\nfunctions:\n  - type: nat\n    inside: [10.0.0.0/8]\n    pool: [203.0.113.0/28]\nsettings:\n  workers: 2\n",
+    );
+    let e = run(&opts(nat.0.clone(), "local", None), &stop).unwrap_err();
+    assert!(matches!(e, InstanceError::Workers { .. }), "{e}");
+    assert!(e.to_string().contains("\"nat\""), "{e}");
     // Already stopped: opens, flushes and returns at once.
     stop.store(true, Ordering::Relaxed);
     run(&opts(chain.0.clone(), "local", None), &stop).unwrap();

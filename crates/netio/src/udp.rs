@@ -102,6 +102,21 @@ impl UdpBatchSocket {
         self.gro
     }
 
+    /// A second handle on the same socket (same address, same queues) with
+    /// its own send buffers and counters, for another thread to send from;
+    /// UDP GSO and GRO as set on this one.
+    pub fn try_clone(&self) -> io::Result<UdpBatchSocket> {
+        let mut tx = RawTx::new();
+        tx.gso = self.tx.gso;
+        Ok(UdpBatchSocket {
+            fd: self.fd.try_clone()?,
+            local: self.local,
+            tx,
+            stats: SocketStats::default(),
+            gro: self.gro,
+        })
+    }
+
     /// The address the socket is bound to.
     pub fn local_addr(&self) -> SocketAddrV4 {
         self.local
