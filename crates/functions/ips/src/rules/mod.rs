@@ -317,7 +317,8 @@ pub struct Rule {
     pub established: bool,
     /// `flow:not_established` (TCP rules only).
     pub not_established: bool,
-    /// `flow:stateless`: matches whatever the flow's state (packet rules only).
+    /// `flow:stateless`: matches whatever the flow's state. As in Suricata it
+    /// asks nothing of the packet (a content rule with it is a stream rule).
     pub stateless: bool,
     /// Which TCP packets the rule inspects.
     pub stream: StreamMode,
@@ -353,6 +354,17 @@ impl Rule {
     /// their protocol's buffers only, never by the stream automata.
     pub fn app_layer(&self) -> bool {
         matches!(self.proto, Proto::Dns | Proto::Http | Proto::Tls)
+    }
+
+    /// True for a rule whose payload keywords Suricata inspects over each
+    /// packet's own payload, never the reassembled TCP stream: one with
+    /// `dsize` or `flow:no_stream` (`tcp-pkt`) and payload keywords, over TCP
+    /// (`tcp` or `ip`). Its contents are matched within one segment's payload
+    /// and `dsize` compares that payload's length.
+    pub fn packetwise(&self) -> bool {
+        matches!(self.proto, Proto::Tcp | Proto::Ip)
+            && !self.items.is_empty()
+            && (self.checks.dsize.is_some() || self.stream == StreamMode::No)
     }
 }
 
@@ -403,9 +415,10 @@ pub enum RuleSyntax {
     /// A keyword Suricata does not have.
     #[error("unknown keyword \"{0}\"")]
     UnknownKeyword(String),
-    /// A keyword that asks for each packet's own payload in a rule whose contents
-    /// are searched in the TCP stream.
-    #[error("{0} with content over TCP needs packet payload inspection (not supported)")]
+    /// A keyword that asks for each packet's own payload (`dsize`) in a rule
+    /// that asks for the reassembled stream only (`flow:only_stream`,
+    /// `tcp-stream`): the two contradict each other.
+    #[error("{0} inspects each packet's payload, but flow:only_stream asks for the stream")]
     PacketPayload(String),
     /// The direction is not `->` or `<>`.
     #[error("unknown direction \"{0}\"")]
@@ -549,7 +562,7 @@ impl RuleSyntax {
             S::UnsupportedAction(a) => format!("action {a}"),
             S::UnsupportedFlow(f) => format!("flow {f}"),
             S::NegatedContent => "keyword content (negated)".into(),
-            S::PacketPayload(k) => format!("{k} with content over tcp"),
+            S::PacketPayload(k) => format!("{k} with flow:only_stream"),
             other => {
                 let what = match other {
                     S::MissingOptions | S::MissingClose | S::MalformedOptions => "option list",
