@@ -37,6 +37,11 @@ pub enum BenchCmd {
         /// Only measurements whose name contains this.
         #[arg(long)]
         filter: Option<String>,
+        /// Rule files (Suricata syntax, e.g. ET Open's `*.rules`) for the
+        /// `ips_rulefiles_http` row: the IPS with them loaded on an HTTP
+        /// browsing mix, against the IPS with 100 generated rules on it.
+        #[arg(long, value_name = "FILE", num_args = 1..)]
+        ips_rules: Vec<PathBuf>,
     },
     /// Control plane: time to compile the Stratos Figure 4 tenant into FIB entries and
     /// to install them (Stratos Table 1).
@@ -208,7 +213,13 @@ pub fn run(which: BenchCmd) -> Result<(), CliError> {
             mix,
             reps,
             filter,
+            ips_rules,
         } => {
+            // Relative to the working directory, not the benchmark's own.
+            let ips_rules = ips_rules
+                .into_iter()
+                .map(|f| std::path::absolute(&f).unwrap_or(f))
+                .collect();
             let flow_length = match mix {
                 Some(Mix::Long) => 10_000,
                 Some(Mix::Short) => 100,
@@ -221,6 +232,7 @@ pub fn run(which: BenchCmd) -> Result<(), CliError> {
                 concurrency,
                 reps,
                 filter,
+                ips_rules,
             };
             let ms = sluice_bench::nf::run(&opts, &mut |what| eprintln!("bench: {what}"));
             if ms.is_empty() {
