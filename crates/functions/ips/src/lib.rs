@@ -2,8 +2,9 @@
 //!
 //! Signatures in a Suricata/Snort rule subset ([`rules`]) are compiled into two
 //! Aho-Corasick DFAs (case-sensitive and `nocase` contents). TCP is matched over
-//! each direction's reassembled stream ([`sluice_nf::Ctx::streams`]); UDP, ICMP and
-//! other IP packets over each datagram's payload on its own.
+//! each direction's reassembled stream ([`sluice_nf::Ctx::streams`]), except the
+//! packetwise rules (`dsize`, `flow:no_stream`), over each segment's payload; UDP,
+//! ICMP and other IP packets over each datagram's payload on its own.
 //!
 //! # Per-flow state
 //!
