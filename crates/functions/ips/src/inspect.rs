@@ -79,53 +79,6 @@ fn find(hay: &[u8], needle: &[u8], nocase: bool) -> Option<usize> {
     None
 }
 
-#[cfg(test)]
-mod find_tests {
-    use super::find;
-
-    /// The plain definition `find` must agree with.
-    fn naive(hay: &[u8], needle: &[u8], nocase: bool) -> Option<usize> {
-        (0..=hay.len().checked_sub(needle.len())?).find(|&i| {
-            let w = &hay[i..i + needle.len()];
-            if nocase {
-                w.eq_ignore_ascii_case(needle)
-            } else {
-                w == needle
-            }
-        })
-    }
-
-    #[test]
-    fn agrees_with_the_definition() {
-        let mut x = 0x2545_f491_4f6c_dd1du64;
-        let mut next = || {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x
-        };
-        // A small alphabet with both cases and a non-letter, so matches,
-        // near misses and case variants are frequent.
-        let alpha = b"aAbB1";
-        for _ in 0..20_000 {
-            let hn = (next() % 24) as usize;
-            let nn = 1 + (next() % 4) as usize;
-            let hay: Vec<u8> = (0..hn).map(|_| alpha[(next() % 5) as usize]).collect();
-            let needle: Vec<u8> = (0..nn).map(|_| alpha[(next() % 5) as usize]).collect();
-            for nocase in [false, true] {
-                assert_eq!(
-                    find(&hay, &needle, nocase),
-                    naive(&hay, &needle, nocase),
-                    "{hay:?} {needle:?} {nocase}"
-                );
-            }
-        }
-        assert_eq!(find(b"xx", b"", true), Some(0));
-        assert_eq!(find(b"GET /", b"get", true), Some(0));
-        assert_eq!(find(b"a-Get", b"gEt", true), Some(2));
-    }
-}
-
 impl Item {
     /// True if the keyword is positioned from the previous match.
     fn relative(&self, rule: &Rule) -> bool {
@@ -366,5 +319,52 @@ impl Cx<'_> {
             return None;
         }
         Some(at.max(0) as usize)
+    }
+}
+
+#[cfg(test)]
+mod find_tests {
+    use super::find;
+
+    /// The plain definition `find` must agree with.
+    fn naive(hay: &[u8], needle: &[u8], nocase: bool) -> Option<usize> {
+        (0..=hay.len().checked_sub(needle.len())?).find(|&i| {
+            let w = &hay[i..i + needle.len()];
+            if nocase {
+                w.eq_ignore_ascii_case(needle)
+            } else {
+                w == needle
+            }
+        })
+    }
+
+    #[test]
+    fn agrees_with_the_definition() {
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        // A small alphabet with both cases and a non-letter, so matches,
+        // near misses and case variants are frequent.
+        let alpha = b"aAbB1";
+        for _ in 0..20_000 {
+            let hn = (next() % 24) as usize;
+            let nn = 1 + (next() % 4) as usize;
+            let hay: Vec<u8> = (0..hn).map(|_| alpha[(next() % 5) as usize]).collect();
+            let needle: Vec<u8> = (0..nn).map(|_| alpha[(next() % 5) as usize]).collect();
+            for nocase in [false, true] {
+                assert_eq!(
+                    find(&hay, &needle, nocase),
+                    naive(&hay, &needle, nocase),
+                    "{hay:?} {needle:?} {nocase}"
+                );
+            }
+        }
+        assert_eq!(find(b"xx", b"", true), Some(0));
+        assert_eq!(find(b"GET /", b"get", true), Some(0));
+        assert_eq!(find(b"a-Get", b"gEt", true), Some(2));
     }
 }
