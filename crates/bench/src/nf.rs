@@ -27,6 +27,11 @@ pub struct Options {
     pub reps: usize,
     /// Only run measurements whose name contains this.
     pub filter: Option<String>,
+    /// Rule files (Suricata syntax, e.g. Emerging Threats Open) for the
+    /// `ips_rulefiles_http` row: the IPS with them loaded on the HTTP mix
+    /// ([`http_trace`]), against the IPS with the generated rules on the same
+    /// traffic. Empty: the row is not run.
+    pub ips_rules: Vec<PathBuf>,
 }
 
 impl Default for Options {
@@ -38,6 +43,7 @@ impl Default for Options {
             concurrency: 256,
             reps: 3,
             filter: None,
+            ips_rules: Vec::new(),
         }
     }
 }
@@ -333,6 +339,128 @@ pub fn ips_rules(n: usize) -> String {
         ));
     }
     s
+}
+
+/// An IPS loading `files` with Suricata's default `vars` (so `$HOME_NET` holds
+/// the generated clients, 10.0.0.0/8, and the servers are external).
+pub fn ips_files_chain(files: &[PathBuf]) -> ChainText {
+    let quote = |v: &str| serde_json::to_string(v).expect("a string serialises");
+    let mut extra = String::from("    rule_files: [");
+    for (i, f) in files.iter().enumerate() {
+        if i > 0 {
+            extra.push_str(", ");
+        }
+        extra.push_str(&quote(&f.display().to_string()));
+    }
+    extra.push_str("]\n    vars:\n");
+    for (k, v) in sluice_ips::rules::suricata_default_vars() {
+        extra.push_str(&format!("      {k}: {}\n", quote(&v)));
+    }
+    ChainText {
+        yaml: single("ips", &extra),
+        files: vec![],
+    }
+}
+
+/// Web browsing over HTTP/1.1: `flows` keep-alive connections to port 80,
+/// `concurrency` at once with their packets interleaved, each with
+/// `requests` GETs (a browser's headers, varied paths, hosts and cookies)
+/// answered by a response (nginx-style head, `Content-Length`) whose body is
+/// HTML-like text (two in three) or random bytes (an image), 2-60 KB in
+/// 1,460-byte segments. Handshake and teardown included.
+pub fn http_trace(flows: usize, requests: usize, concurrency: usize, seed: u64) -> Trace {
+    use sluice_trafficgen::{endpoints, Rng, TcpConversation, MAX_FRAME};
+    const WORDS: [&str; 24] = [
+        "the", "news", "market", "weather", "sports", "video", "today", "city", "world", "report",
+        "music", "travel", "health", "science", "update", "local", "photo", "review", "guide",
+        "best", "new", "how", "and", "of",
+    ];
+    let spec = TrafficSpec::default();
+    let mut rng = Rng::new(seed);
+    let mut buf = vec![0u8; MAX_FRAME];
+    let mut trace = Trace::new();
+    let mut ts = spec.start_ns;
+    let mut pending: Vec<std::collections::VecDeque<Vec<u8>>> = Vec::new();
+    let mut next = 0usize;
+    loop {
+        while pending.len() < concurrency.max(1) && next < flows {
+            let mut q = std::collections::VecDeque::new();
+            let mut out = |f: &[u8]| q.push_back(f.to_vec());
+            let ep = endpoints(&spec, next);
+            let mut conv = TcpConversation::new(ep, rng.next_u64() as u32, rng.next_u64() as u32);
+            conv.handshake(&mut buf, &mut out);
+            for r in 0..requests {
+                let word = |rng: &mut Rng| WORDS[rng.below(WORDS.len() as u64) as usize];
+                let path = format!(
+                    "/{}/{}-{}.html",
+                    word(&mut rng),
+                    word(&mut rng),
+                    rng.below(100_000)
+                );
+                let req = format!(
+                    "GET {path} HTTP/1.1\r\nHost: www.{}{}.example.com\r\nUser-Agent: Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/120.0.0.0 Safari/537.36\r\nAccept: text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8\r\nAccept-Language: en-US,en;q=0.5\r\nAccept-Encoding: gzip, deflate\r\nReferer: http://www.{}.example.com/\r\nCookie: session={:016x}; seen={r}\r\nConnection: keep-alive\r\n\r\n",
+                    word(&mut rng),
+                    next % 50,
+                    word(&mut rng),
+                    rng.next_u64()
+                );
+                conv.data(&mut buf, true, req.as_bytes(), &mut out);
+                let len = 2_000 + rng.below(58_000) as usize;
+                let html = rng.below(3) != 0;
+                let mut body = Vec::with_capacity(len + 64);
+                if html {
+                    body.extend_from_slice(b"<!DOCTYPE html><html><head><title>");
+                    while body.len() < len {
+                        let w = word(&mut rng);
+                        match rng.below(12) {
+                            0 => body.extend_from_slice(b"</p>\n<p class=\"text\">"),
+                            1 => body.extend_from_slice(
+                                format!("<a href=\"/{w}/{}\">", rng.below(1000)).as_bytes(),
+                            ),
+                            2 => body.extend_from_slice(b"</a> "),
+                            _ => {
+                                body.extend_from_slice(w.as_bytes());
+                                body.push(b' ');
+                            }
+                        }
+                    }
+                    body.truncate(len);
+                } else {
+                    body.extend_from_slice(b"\xff\xd8\xff\xe0\x00\x10JFIF\x00");
+                    while body.len() < len {
+                        body.extend_from_slice(&rng.next_u64().to_le_bytes());
+                    }
+                    body.truncate(len);
+                }
+                let head = format!(
+                    "HTTP/1.1 200 OK\r\nServer: nginx/1.24.0\r\nDate: Tue, 28 Nov 2026 12:00:00 GMT\r\nContent-Type: {}\r\nContent-Length: {len}\r\nConnection: keep-alive\r\nCache-Control: max-age=600\r\n\r\n",
+                    if html { "text/html; charset=utf-8" } else { "image/jpeg" }
+                );
+                let mut resp = head.into_bytes();
+                resp.extend_from_slice(&body);
+                for seg in resp.chunks(1460) {
+                    conv.data(&mut buf, false, seg, &mut out);
+                }
+            }
+            conv.teardown(&mut buf, &mut out);
+            pending.push(q);
+            next += 1;
+        }
+        if pending.is_empty() {
+            break;
+        }
+        let k = rng.below(pending.len() as u64) as usize;
+        match pending[k].pop_front() {
+            Some(f) => {
+                trace.push(ts, &f);
+                ts += spec.gap_ns;
+            }
+            None => {
+                pending.swap_remove(k);
+            }
+        }
+    }
+    trace
 }
 
 /// Every measurement of `sluice bench nf`.
@@ -645,6 +773,67 @@ pub fn run(opts: &Options, progress: &mut dyn FnMut(&str)) -> Vec<Measurement> {
             &mut out,
         );
         rel(shared, &unshared, "target >= 1.3x unshared", &mut out);
+    }
+
+    // The IPS with the given rule files (e.g. all of ET Open) on web traffic,
+    // against the IPS with the generated rules on the same traffic.
+    let http_rows = [
+        "forward_only_http",
+        "ips_100_rules_http",
+        "ips_rulefiles_http",
+    ];
+    if !opts.ips_rules.is_empty() && http_rows.iter().any(|n| wanted(n)) {
+        let http = http_trace((opts.packets / 3_000).max(16), 10, 64, 7);
+        let avg = http.bytes() / http.len().max(1);
+        let fwd_http = bench(
+            "forward_only_http",
+            pass_chain(),
+            Sharing::Shared,
+            &http,
+            avg,
+        );
+        rel(
+            fwd_http.clone(),
+            &None,
+            "HTTP/1.1 browsing mix; baseline for the http rows",
+            &mut out,
+        );
+        let small_ips = bench(
+            "ips_100_rules_http",
+            ips_chain(100),
+            Sharing::Shared,
+            &http,
+            avg,
+        );
+        rel(
+            small_ips.clone(),
+            &fwd_http,
+            "the generated content rules",
+            &mut out,
+        );
+        let files = ips_files_chain(&opts.ips_rules);
+        let cfg = sluice_ips::Config {
+            rule_files: opts.ips_rules.clone(),
+            rules: vec![],
+            vars: sluice_ips::rules::suricata_default_vars(),
+            idle_timeout_secs: 300,
+            sync_progress: false,
+            classification_file: None,
+            http_body_limit: sluice_ips::http::body::DEFAULT_LIMIT,
+        };
+        let loaded = sluice_ips::build(&cfg, sluice_state::Namespace(1), &dir)
+            .map(|i| i.rule_count())
+            .ok();
+        rel(
+            bench("ips_rulefiles_http", files, Sharing::Shared, &http, avg),
+            &small_ips,
+            &format!(
+                "{} rules loaded from {} files; vs ips_100_rules_http; goal >= 1 Gbit/s",
+                loaded.unwrap_or(0),
+                opts.ips_rules.len()
+            ),
+            &mut out,
+        );
     }
 
     if wanted("firewall_1000k_flows_memory") {

@@ -43,6 +43,11 @@ pub enum BenchCmd {
         /// each worker with its own chain and state; ratios against the first.
         #[arg(long, value_delimiter = ',')]
         threads: Vec<usize>,
+        /// Rule files (Suricata syntax, e.g. ET Open's `*.rules`) for the
+        /// `ips_rulefiles_http` row: the IPS with them loaded on an HTTP
+        /// browsing mix, against the IPS with 100 generated rules on it.
+        #[arg(long, value_name = "FILE", num_args = 1..)]
+        ips_rules: Vec<PathBuf>,
     },
     /// Control plane: time to compile the Stratos Figure 4 tenant into FIB entries and
     /// to install them (Stratos Table 1).
@@ -215,6 +220,7 @@ pub fn run(which: BenchCmd) -> Result<(), CliError> {
             reps,
             filter,
             threads,
+            ips_rules,
         } => {
             if threads.contains(&0) {
                 return Err(CliError::flag(
@@ -222,6 +228,11 @@ pub fn run(which: BenchCmd) -> Result<(), CliError> {
                     "every worker count must be at least 1",
                 ));
             }
+            // Relative to the working directory, not the benchmark's own.
+            let ips_rules = ips_rules
+                .into_iter()
+                .map(|f| std::path::absolute(&f).unwrap_or(f))
+                .collect();
             let flow_length = match mix {
                 Some(Mix::Long) => 10_000,
                 Some(Mix::Short) => 100,
@@ -234,6 +245,7 @@ pub fn run(which: BenchCmd) -> Result<(), CliError> {
                 concurrency,
                 reps,
                 filter,
+                ips_rules,
             };
             let mut progress = |what: &str| eprintln!("bench: {what}");
             let ms = if threads.is_empty() {

@@ -360,7 +360,10 @@ impl Ips {
             return drop;
         };
         if c.is_empty() {
-            return false;
+            // No new stream bytes (a retransmission, a segment held out of
+            // order): the packetwise rules still inspect its payload, as
+            // Suricata inspects every packet's.
+            return self.packetwise_segment(st, d, &hdr, p, ctx.events);
         }
         // The application layer parses the packet's new stream bytes in
         // one piece.
@@ -432,7 +435,12 @@ impl Ips {
             parts: [own, extra],
             base,
         };
-        if self.evaluate(st, d, hdr, p, ctx.events, bytes) {
+        let payload = p.meta.payload(p.data());
+        let seg = Segment {
+            payload,
+            at: (c.own_start == 0 && own.len() == payload.len()).then_some(base),
+        };
+        if self.evaluate(st, d, hdr, p, ctx.events, bytes, Some(seg)) {
             return true;
         }
         if st.flags & (BLOCKED | PASSED) != 0 || self.engine.http.is_empty() {
@@ -496,7 +504,69 @@ impl Ips {
             parts: [payload, &[]],
             base: 0,
         };
-        self.evaluate(scratch, d, hdr, p, events, bytes)
+        self.evaluate(scratch, d, hdr, p, events, bytes, None)
+    }
+
+    /// Inspects a TCP segment's payload with the packetwise rules alone (its
+    /// stream bytes, if any, were matched elsewhere); returns true if the
+    /// packet must be dropped.
+    fn packetwise_segment(
+        &mut self,
+        st: &mut FlowState,
+        d: usize,
+        hdr: &Header,
+        p: &Packet,
+        events: &mut Vec<Event>,
+    ) -> bool {
+        let payload = p.meta.payload(p.data());
+        if !self.engine.any_packetwise || payload.is_empty() {
+            return false;
+        }
+        let mut pcands = std::mem::take(&mut self.pcands);
+        pcands.clear();
+        let seg = Segment { payload, at: None };
+        let drop = self.inspect_segment(&mut pcands, (st, d, hdr, p), events, seg);
+        self.pcands = pcands;
+        drop
+    }
+
+    /// Inspects the packetwise rules ([`crate::rules::Rule::packetwise`])
+    /// over a TCP segment's own payload: `pcands`, found by the stream walk
+    /// inside it, or, when its payload is not its new stream bytes, by a walk
+    /// of the payload alone; and those without a content. Positions count
+    /// from the payload's start. Returns true if the packet must be dropped.
+    fn inspect_segment(
+        &mut self,
+        pcands: &mut Vec<u32>,
+        (st, d, hdr, p): (&mut FlowState, usize, &Header, &Packet),
+        events: &mut Vec<Event>,
+        seg: Segment<'_>,
+    ) -> bool {
+        if seg.at.is_none() {
+            // A retransmission, overlap or out-of-order segment: the stream
+            // walk did not see this payload as it is.
+            let mut ds = self.engine.initial();
+            self.counters.scanned_bytes += seg.payload.len() as u64;
+            self.engine.scan(&mut ds, seg.payload, 0, &mut self.hits);
+            for &(_, t) in &self.hits {
+                let r = t.rule as usize;
+                if self.engine.packetwise[r] && self.engine.trigger[r] == t.content {
+                    pcands.push(t.rule);
+                }
+            }
+            self.hits.clear();
+        }
+        pcands.extend_from_slice(self.engine.always_packetwise());
+        if pcands.is_empty() {
+            return false;
+        }
+        pcands.sort_unstable();
+        pcands.dedup();
+        let bytes = Bytes {
+            parts: [seg.payload, &[]],
+            base: 0,
+        };
+        self.inspect_buffer(pcands, (st, d, hdr, p), events, bytes)
     }
 
     /// Evaluates the rules without contents on a packet, each of which raises an
@@ -709,6 +779,12 @@ impl Ips {
 
     /// `bytes` are the packet's bytes: the buffer the rules needing one are
     /// inspected over, once the streaming hits are evaluated.
+    ///
+    /// `seg`: for TCP stream bytes, the segment's own payload, which the
+    /// packetwise rules inspect instead of the stream; `None` when `bytes`
+    /// are the packet's payload (a datagram, TCP without a stream), which
+    /// they then inspect like buffer rules.
+    #[allow(clippy::too_many_arguments)] // one packet's whole context
     fn evaluate(
         &mut self,
         st: &mut FlowState,
@@ -717,18 +793,40 @@ impl Ips {
         p: &Packet,
         events: &mut Vec<Event>,
         bytes: Bytes<'_>,
+        seg: Option<Segment<'_>>,
     ) -> bool {
+        let tcp_payload = seg.is_none() && hdr.flow.proto == 6;
         let always = self.engine.always_rules(hdr.flow.proto);
-        if self.hits.is_empty() && always.is_empty() {
+        let pkt_work = seg.is_some_and(|s| self.engine.any_packetwise && !s.payload.is_empty());
+        let pkt_always = tcp_payload && !self.engine.always_packetwise().is_empty();
+        if self.hits.is_empty() && always.is_empty() && !pkt_work && !pkt_always {
             return false;
         }
         self.hits.sort_unstable();
         let hits = std::mem::take(&mut self.hits);
         let mut cands = std::mem::take(&mut self.cands);
         cands.clear();
+        let mut pcands = std::mem::take(&mut self.pcands);
+        pcands.clear();
         let mut drop = false;
         for &(end, t) in &hits {
             if self.has_fired(t.rule) {
+                continue;
+            }
+            let r = t.rule as usize;
+            if self.engine.packetwise[r] {
+                // Never part of the streaming match: a candidate for the
+                // payload it was found in.
+                if self.engine.trigger[r] == t.content {
+                    let len = self.engine.rules[r].contents[t.content as usize]
+                        .bytes
+                        .len();
+                    match seg {
+                        None => cands.push(t.rule),
+                        Some(s) if s.holds(end, len) => pcands.push(t.rule),
+                        Some(_) => {}
+                    }
+                }
                 continue;
             }
             if self.engine.on_hit(t, end, &mut st.dirs[d], hdr) {
@@ -748,6 +846,9 @@ impl Ips {
         self.hits.clear();
         if st.flags & (BLOCKED | PASSED) == 0 && bytes.parts.iter().any(|b| !b.is_empty()) {
             cands.extend_from_slice(self.engine.always_rules(hdr.flow.proto));
+            if tcp_payload {
+                cands.extend_from_slice(self.engine.always_packetwise());
+            }
             if !cands.is_empty() {
                 cands.sort_unstable();
                 cands.dedup();
@@ -756,6 +857,12 @@ impl Ips {
             }
         }
         self.cands = cands;
+        if let Some(s) = seg {
+            if pkt_work && st.flags & (BLOCKED | PASSED) == 0 {
+                drop |= self.inspect_segment(&mut pcands, (&mut *st, d, hdr, p), events, s);
+            }
+        }
+        self.pcands = pcands;
         drop
     }
 
@@ -793,6 +900,26 @@ impl Ips {
         }
         self.buf = buf;
         drop
+    }
+}
+
+/// A TCP segment's own payload beside its new stream bytes.
+#[derive(Clone, Copy)]
+pub(crate) struct Segment<'a> {
+    payload: &'a [u8],
+    /// The stream position of `payload[0]` when the new stream bytes start
+    /// with the whole payload (an in-order segment): the stream walk's hits
+    /// inside it are then exactly the payload's own.
+    at: Option<u64>,
+}
+
+impl Segment<'_> {
+    /// True if a pattern of `len` bytes ending at stream position `end` lies
+    /// inside the payload.
+    #[inline]
+    fn holds(&self, end: u64, len: usize) -> bool {
+        self.at
+            .is_some_and(|at| end >= at + len as u64 && end <= at + self.payload.len() as u64)
     }
 }
 

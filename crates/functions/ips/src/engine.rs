@@ -364,8 +364,18 @@ pub struct Engine {
     /// ([`packet_class`]): TCP, UDP, ICMP, other IP.
     packet_rules: [Vec<u32>; 4],
     /// Buffer rules without a content to prefilter on (only `pcre`, negated
-    /// contents, ...): inspected on every payload, per packet class.
+    /// contents, ...): inspected on every payload, per packet class. For TCP
+    /// without the packetwise ones ([`Engine::always_packetwise`]).
     always: [Vec<u32>; 4],
+    /// Packetwise rules ([`Rule::packetwise`]) without a content to
+    /// prefilter on: inspected over every TCP segment's payload.
+    always_pkt: Vec<u32>,
+    /// Per rule: [`Rule::packetwise`]. Over TCP their hits never feed the
+    /// streaming match; a hit of their trigger inside a segment's own payload
+    /// makes them candidates for an inspection of that payload.
+    pub packetwise: Vec<bool>,
+    /// True if a rule is packetwise.
+    pub any_packetwise: bool,
     /// Per rule: the content whose hit makes the rule a candidate for a buffer
     /// inspection ([`NO_TRIGGER`]: none). A match inside one buffer contains
     /// every positive content, so one of them is enough: the last one.
@@ -409,6 +419,8 @@ impl Engine {
         let mut sets: [PatternSet; 2] = Default::default();
         let mut packet_rules: [Vec<u32>; 4] = Default::default();
         let mut always: [Vec<u32>; 4] = Default::default();
+        let mut always_pkt = Vec::new();
+        let packetwise: Vec<bool> = rules.iter().map(Rule::packetwise).collect();
         let mut trigger = Vec::with_capacity(rules.len());
         let mut names: FxHashMap<String, u16> = FxHashMap::default();
         let mut flowbit_names = Vec::new();
@@ -425,17 +437,22 @@ impl Engine {
             };
             let last_positive = r.contents.iter().rposition(|c| !c.negated);
             let multi_relative = r.contents.len() > 1 && r.contents.iter().any(|c| c.is_relative());
+            let pw = packetwise[ri];
             trigger.push(match last_positive {
-                Some(k) if !r.app_layer() && (r.buffer || multi_relative) => k as u8,
+                Some(k) if !r.app_layer() && (r.buffer || multi_relative || pw) => k as u8,
                 _ => NO_TRIGGER,
             });
             if r.items.is_empty() {
                 for &c in classes {
                     packet_rules[c].push(ri as u32);
                 }
-            } else if r.buffer && last_positive.is_none() {
+            } else if (r.buffer || pw) && last_positive.is_none() {
                 for &c in classes {
-                    always[c].push(ri as u32);
+                    if pw && c == 0 {
+                        always_pkt.push(ri as u32);
+                    } else {
+                        always[c].push(ri as u32);
+                    }
                 }
             }
             let mut ops = Vec::new();
@@ -494,7 +511,11 @@ impl Engine {
         let dns = DnsRules::new(&rules)?;
         let http = HttpRules::new(&rules)?;
         let tls = TlsRules::new(&rules)?;
+        let any_packetwise = packetwise.iter().any(|&pw| pw);
         Ok(Engine {
+            always_pkt,
+            packetwise,
+            any_packetwise,
             dns,
             http,
             tls,
@@ -552,6 +573,12 @@ impl Engine {
         &self.always[packet_class(ip_proto)]
     }
 
+    /// The packetwise rules inspected over every TCP segment's payload.
+    #[inline]
+    pub fn always_packetwise(&self) -> &[u32] {
+        &self.always_pkt
+    }
+
     /// True if the header of rule `rule` matches.
     #[inline]
     pub fn header_matches(&self, rule: u32, hdr: &Header) -> bool {
@@ -604,7 +631,7 @@ impl Engine {
     /// fired on this packet.
     pub fn on_hit(&self, t: Target, end: u64, ds: &mut DirState, hdr: &Header) -> bool {
         let r = &self.rules[t.rule as usize];
-        if r.buffer || !header_matches(r, hdr) {
+        if r.buffer || self.packetwise[t.rule as usize] || !header_matches(r, hdr) {
             return false;
         }
         let c = &r.contents[t.content as usize];

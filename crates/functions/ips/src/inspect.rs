@@ -53,12 +53,30 @@ fn find(hay: &[u8], needle: &[u8], nocase: bool) -> Option<usize> {
     if needle.len() > hay.len() {
         return None;
     }
-    if nocase {
-        hay.windows(needle.len())
-            .position(|w| w.eq_ignore_ascii_case(needle))
-    } else {
-        memchr::memmem::find(hay, needle)
+    if !nocase {
+        return memchr::memmem::find(hay, needle);
     }
+    let Some(&first) = needle.first() else {
+        return Some(0);
+    };
+    // Only where the first byte matches in either case is the rest compared:
+    // comparing every window costs a call per byte of the buffer.
+    let (lo, up) = (first.to_ascii_lowercase(), first.to_ascii_uppercase());
+    let starts = &hay[..=hay.len() - needle.len()];
+    let mut at = 0;
+    while at < starts.len() {
+        let rel = if lo == up {
+            memchr::memchr(lo, &starts[at..])
+        } else {
+            memchr::memchr2(lo, up, &starts[at..])
+        }?;
+        let i = at + rel;
+        if hay[i..i + needle.len()].eq_ignore_ascii_case(needle) {
+            return Some(i);
+        }
+        at = i + 1;
+    }
+    None
 }
 
 impl Item {
@@ -301,5 +319,52 @@ impl Cx<'_> {
             return None;
         }
         Some(at.max(0) as usize)
+    }
+}
+
+#[cfg(test)]
+mod find_tests {
+    use super::find;
+
+    /// The plain definition `find` must agree with.
+    fn naive(hay: &[u8], needle: &[u8], nocase: bool) -> Option<usize> {
+        (0..=hay.len().checked_sub(needle.len())?).find(|&i| {
+            let w = &hay[i..i + needle.len()];
+            if nocase {
+                w.eq_ignore_ascii_case(needle)
+            } else {
+                w == needle
+            }
+        })
+    }
+
+    #[test]
+    fn agrees_with_the_definition() {
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        // A small alphabet with both cases and a non-letter, so matches,
+        // near misses and case variants are frequent.
+        let alpha = b"aAbB1";
+        for _ in 0..20_000 {
+            let hn = (next() % 24) as usize;
+            let nn = 1 + (next() % 4) as usize;
+            let hay: Vec<u8> = (0..hn).map(|_| alpha[(next() % 5) as usize]).collect();
+            let needle: Vec<u8> = (0..nn).map(|_| alpha[(next() % 5) as usize]).collect();
+            for nocase in [false, true] {
+                assert_eq!(
+                    find(&hay, &needle, nocase),
+                    naive(&hay, &needle, nocase),
+                    "{hay:?} {needle:?} {nocase}"
+                );
+            }
+        }
+        assert_eq!(find(b"xx", b"", true), Some(0));
+        assert_eq!(find(b"GET /", b"get", true), Some(0));
+        assert_eq!(find(b"a-Get", b"gEt", true), Some(2));
     }
 }

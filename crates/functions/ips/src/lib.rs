@@ -2,8 +2,9 @@
 //!
 //! Signatures in a Suricata/Snort rule subset ([`rules`]) are compiled into two
 //! Aho-Corasick DFAs (case-sensitive and `nocase` contents). TCP is matched over
-//! each direction's reassembled stream ([`sluice_nf::Ctx::streams`]); UDP, ICMP and
-//! other IP packets over each datagram's payload on its own.
+//! each direction's reassembled stream ([`sluice_nf::Ctx::streams`]), except the
+//! packetwise rules (`dsize`, `flow:no_stream`), over each segment's payload; UDP,
+//! ICMP and other IP packets over each datagram's payload on its own.
 //!
 //! # Per-flow state
 //!
@@ -48,6 +49,16 @@
 //!   automata found their last positive content in those bytes (or on every
 //!   payload if they have none). So over TCP a buffer rule matches what one
 //!   packet's bytes hold, not a match split across segments.
+//! * Packetwise rules ([`rules::Rule::packetwise`]: `dsize` or
+//!   `flow:no_stream`/`tcp-pkt` with payload keywords, over TCP) inspect each
+//!   segment's own payload, never the stream, as Suricata inspects a
+//!   signature needing the packet: candidates are the rules whose last
+//!   positive content the stream walk found inside an in-order segment's
+//!   payload (or a walk of the payload alone, for a segment whose payload is
+//!   not its new stream bytes: out of order, retransmitted, overlapping), and
+//!   those without contents; each is inspected over the payload
+//!   ([`inspect`], positions from the payload start). `flow:stateless` asks
+//!   nothing of the packet: its content rules are stream rules.
 //! * `flowbits` conditions are checked when a rule matches; its set/unset/toggle
 //!   apply then, also for `noalert` rules.
 //! * Multi-content rules are matched in rule order without backtracking: per rule a
@@ -388,6 +399,8 @@ pub struct Ips {
     thresholds: threshold::Thresholds,
     /// Rules to inspect over the packet's buffer, reused across packets.
     cands: Vec<u32>,
+    /// Packetwise rules to inspect over a TCP segment's payload, reused.
+    pcands: Vec<u32>,
     /// A TCP packet's two stream parts made contiguous, reused.
     buf: Vec<u8>,
     /// A DNS request's query names, each with a `.` before it, reused.
@@ -490,6 +503,7 @@ impl Ips {
             pre: PreScan::default(),
             thresholds,
             cands: Vec::new(),
+            pcands: Vec::new(),
             buf: Vec::new(),
             dns_names: Vec::new(),
             dns_spans: Vec::new(),

@@ -253,12 +253,8 @@ fn keywords_that_would_change_matching_skip_the_rule() {
     );
     assert_eq!(reason("frobnicate;"), "unknown keyword frobnicate");
     assert_eq!(
-        reason("content:\"a\"; dsize:5;"),
-        "dsize with content over tcp"
-    );
-    assert_eq!(
-        reason("content:\"a\"; flow:no_stream;"),
-        "flow:no_stream with content over tcp"
+        reason("content:\"a\"; dsize:5; flow:only_stream;"),
+        "dsize with flow:only_stream"
     );
     assert_eq!(reason("flow:only_frag;"), "flow only_frag");
     assert_eq!(reason("flags:Q;"), "error: bad value");

@@ -91,6 +91,70 @@ pub enum AddrExpr {
     List(Vec<AddrExpr>),
     /// Negation.
     Not(Box<AddrExpr>),
+    /// A long list of networks alone (IP reputation rules list thousands),
+    /// searched by bisection: the same set as its [`AddrExpr::List`].
+    Set(NetSet),
+}
+
+/// Networks as sorted, disjoint ranges of addresses, per family.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct NetSet {
+    v4: Vec<(u32, u32)>,
+    v6: Vec<(u128, u128)>,
+}
+
+/// Lists of networks at least this long become a [`NetSet`].
+const NET_SET_MIN: usize = 16;
+
+impl NetSet {
+    /// The set of `nets` (address, prefix length; host bits ignored).
+    pub fn new(nets: &[(IpAddr, u8)]) -> NetSet {
+        let (mut v4, mut v6) = (Vec::new(), Vec::new());
+        for &(a, p) in nets {
+            match a {
+                IpAddr::V4(b) => {
+                    let mask = u32::MAX.checked_shl(32 - p as u32).unwrap_or(0);
+                    let lo = u32::from_be_bytes(b) & mask;
+                    v4.push((lo, lo | !mask));
+                }
+                IpAddr::V6(b) => {
+                    let mask = u128::MAX.checked_shl(128 - p as u32).unwrap_or(0);
+                    let lo = u128::from_be_bytes(b) & mask;
+                    v6.push((lo, lo | !mask));
+                }
+            }
+        }
+        NetSet {
+            v4: disjoint(v4),
+            v6: disjoint(v6),
+        }
+    }
+
+    /// True if `a` is in one of the networks.
+    pub fn contains(&self, a: &IpAddr) -> bool {
+        match *a {
+            IpAddr::V4(b) => in_ranges(&self.v4, u32::from_be_bytes(b)),
+            IpAddr::V6(b) => in_ranges(&self.v6, u128::from_be_bytes(b)),
+        }
+    }
+}
+
+/// `v` sorted with overlapping ranges merged.
+fn disjoint<T: Ord + Copy>(mut v: Vec<(T, T)>) -> Vec<(T, T)> {
+    v.sort_unstable();
+    let mut out: Vec<(T, T)> = Vec::with_capacity(v.len());
+    for (lo, hi) in v {
+        match out.last_mut() {
+            Some(last) if lo <= last.1 => last.1 = last.1.max(hi),
+            _ => out.push((lo, hi)),
+        }
+    }
+    out
+}
+
+fn in_ranges<T: Ord + Copy>(v: &[(T, T)], x: T) -> bool {
+    let i = v.partition_point(|r| r.0 <= x);
+    i > 0 && v[i - 1].1 >= x
 }
 
 /// A port expression.
@@ -129,6 +193,7 @@ impl AddrExpr {
             AddrExpr::Any => true,
             AddrExpr::Net(n, p) => net_contains(n, *p, a),
             AddrExpr::Not(e) => !e.matches(a),
+            AddrExpr::Set(set) => set.contains(a),
             AddrExpr::List(l) => {
                 let mut has_pos = false;
                 let mut pos = false;
@@ -317,7 +382,8 @@ pub struct Rule {
     pub established: bool,
     /// `flow:not_established` (TCP rules only).
     pub not_established: bool,
-    /// `flow:stateless`: matches whatever the flow's state (packet rules only).
+    /// `flow:stateless`: matches whatever the flow's state. As in Suricata it
+    /// asks nothing of the packet (a content rule with it is a stream rule).
     pub stateless: bool,
     /// Which TCP packets the rule inspects.
     pub stream: StreamMode,
@@ -353,6 +419,17 @@ impl Rule {
     /// their protocol's buffers only, never by the stream automata.
     pub fn app_layer(&self) -> bool {
         matches!(self.proto, Proto::Dns | Proto::Http | Proto::Tls)
+    }
+
+    /// True for a rule whose payload keywords Suricata inspects over each
+    /// packet's own payload, never the reassembled TCP stream: one with
+    /// `dsize` or `flow:no_stream` (`tcp-pkt`) and payload keywords, over TCP
+    /// (`tcp` or `ip`). Its contents are matched within one segment's payload
+    /// and `dsize` compares that payload's length.
+    pub fn packetwise(&self) -> bool {
+        matches!(self.proto, Proto::Tcp | Proto::Ip)
+            && !self.items.is_empty()
+            && (self.checks.dsize.is_some() || self.stream == StreamMode::No)
     }
 }
 
@@ -403,9 +480,10 @@ pub enum RuleSyntax {
     /// A keyword Suricata does not have.
     #[error("unknown keyword \"{0}\"")]
     UnknownKeyword(String),
-    /// A keyword that asks for each packet's own payload in a rule whose contents
-    /// are searched in the TCP stream.
-    #[error("{0} with content over TCP needs packet payload inspection (not supported)")]
+    /// A keyword that asks for each packet's own payload (`dsize`) in a rule
+    /// that asks for the reassembled stream only (`flow:only_stream`,
+    /// `tcp-stream`): the two contradict each other.
+    #[error("{0} inspects each packet's payload, but flow:only_stream asks for the stream")]
     PacketPayload(String),
     /// The direction is not `->` or `<>`.
     #[error("unknown direction \"{0}\"")]
@@ -549,7 +627,7 @@ impl RuleSyntax {
             S::UnsupportedAction(a) => format!("action {a}"),
             S::UnsupportedFlow(f) => format!("flow {f}"),
             S::NegatedContent => "keyword content (negated)".into(),
-            S::PacketPayload(k) => format!("{k} with content over tcp"),
+            S::PacketPayload(k) => format!("{k} with flow:only_stream"),
             other => {
                 let what = match other {
                     S::MissingOptions | S::MissingClose | S::MalformedOptions => "option list",
@@ -1010,12 +1088,21 @@ pub fn parse_addr(s: &str, vars: &Vars, depth: usize) -> Result<AddrExpr, RuleSy
     }
     if let Some(inner) = s.strip_prefix('[').and_then(|x| x.strip_suffix(']')) {
         let items = list_items(inner)?;
-        return Ok(AddrExpr::List(
-            items
-                .into_iter()
-                .map(|i| parse_addr(i, vars, depth + 1))
-                .collect::<Result<_, _>>()?,
-        ));
+        let list: Vec<AddrExpr> = items
+            .into_iter()
+            .map(|i| parse_addr(i, vars, depth + 1))
+            .collect::<Result<_, _>>()?;
+        let nets: Vec<(IpAddr, u8)> = list
+            .iter()
+            .map_while(|e| match e {
+                AddrExpr::Net(a, p) => Some((*a, *p)),
+                _ => None,
+            })
+            .collect();
+        if nets.len() == list.len() && nets.len() >= NET_SET_MIN {
+            return Ok(AddrExpr::Set(NetSet::new(&nets)));
+        }
+        return Ok(AddrExpr::List(list));
     }
     let (a, p) = match s.split_once('/') {
         Some((a, p)) => (a, Some(p)),

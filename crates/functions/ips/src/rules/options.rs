@@ -1140,22 +1140,11 @@ pub(super) fn validate(rule: &Rule) -> Result<(), RuleSyntax> {
             }
         )));
     }
-    let stream_proto = matches!(rule.proto, Proto::Tcp | Proto::Ip);
-    if !rule.items.is_empty() && stream_proto {
-        // Contents are searched in the reassembled TCP stream; these keywords ask
-        // for each packet's own payload, which is not searched yet.
-        let packetwise = if rule.checks.dsize.is_some() {
-            Some("dsize")
-        } else if rule.stream == StreamMode::No {
-            Some("flow:no_stream")
-        } else if rule.stateless {
-            Some("flow:stateless")
-        } else {
-            None
-        };
-        if let Some(k) = packetwise {
-            return Err(RuleSyntax::PacketPayload(k.into()));
-        }
+    if rule.packetwise() && rule.stream == StreamMode::Only {
+        // `dsize` inspects each packet's payload, `only_stream` only the
+        // stream (Suricata then needs both at once): refused rather than
+        // guessed.
+        return Err(RuleSyntax::PacketPayload("dsize".into()));
     }
     if !matches!(rule.proto, Proto::Tcp | Proto::Http | Proto::Tls) {
         // Established-ness and streams of other protocols are not tracked: refuse

@@ -371,3 +371,66 @@ fn errors_name_file_and_line() {
         ]
     );
 }
+
+#[test]
+fn long_network_lists_match_as_their_lists_do() {
+    // Random networks (v4 and v6, any prefix, host bits set) and addresses
+    // near them: the bisected set and the element-by-element list agree.
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    let mut next = || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    for _ in 0..200 {
+        let n = NET_SET_MIN + (next() % 40) as usize;
+        let mut nets = Vec::new();
+        for _ in 0..n {
+            let a = if next() % 4 == 0 {
+                let mut b = [0u8; 16];
+                b[..8].copy_from_slice(&next().to_be_bytes());
+                b[0] = 0x20;
+                (IpAddr::V6(b), (next() % 129) as u8)
+            } else {
+                // A narrow space so networks overlap and nest.
+                let v = 0x0a00_0000 | (next() as u32 & 0xffff);
+                (IpAddr::V4(v.to_be_bytes()), 16 + (next() % 17) as u8)
+            };
+            nets.push(a);
+        }
+        let text = nets
+            .iter()
+            .map(|(a, p)| format!("{}/{p}", std::net::IpAddr::from(*a)))
+            .collect::<Vec<_>>()
+            .join(",");
+        let set = parse_addr(&format!("[{text}]"), &Vars::new(), 0).unwrap();
+        assert!(matches!(set, AddrExpr::Set(_)));
+        let list = AddrExpr::List(nets.iter().map(|&(a, p)| AddrExpr::Net(a, p)).collect());
+        for _ in 0..200 {
+            let probe = if next() % 4 == 0 {
+                let mut b = [0u8; 16];
+                b[..8].copy_from_slice(&next().to_be_bytes());
+                b[0] = 0x20;
+                b[1] = nets
+                    .iter()
+                    .find_map(|(a, _)| match a {
+                        IpAddr::V6(b) => Some(b[1]),
+                        _ => None,
+                    })
+                    .unwrap_or(0);
+                IpAddr::V6(b)
+            } else {
+                IpAddr::V4((0x0a00_0000 | (next() as u32 & 0xffff)).to_be_bytes())
+            };
+            assert_eq!(
+                set.matches(&probe),
+                list.matches(&probe),
+                "{text} {probe:?}"
+            );
+        }
+    }
+    // Short lists and lists with negations stay lists.
+    let short = parse_addr("[1.2.3.4,5.6.7.8]", &Vars::new(), 0).unwrap();
+    assert!(matches!(short, AddrExpr::List(_)));
+}
