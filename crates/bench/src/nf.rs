@@ -100,29 +100,8 @@ pub fn time_chain(
     for _ in 0..reps.max(1) {
         let mut chain =
             Chain::from_spec(&spec, dir, &registry, sharing).map_err(|e| e.to_string())?;
-        let mut store = LocalStore::new();
-        let mut pool = PacketPool::new(batch_size * 2);
-        let mut batch = Batch::with_capacity(batch_size);
-        let start = Instant::now();
-        let cpu0 = thread_cpu_ns();
-        let mut i = 0;
-        while i < trace.len() {
-            let end = (i + batch_size).min(trace.len());
-            for j in i..end {
-                let (ts, f) = trace.get(j);
-                batch.push_frame(&mut pool, f, ts, 0);
-            }
-            chain.process(&mut batch, &mut store);
-            batch.recycle(&mut pool);
-            i = end;
-        }
-        let wall = start.elapsed().as_secs_f64();
-        let cpu = thread_cpu_ns().saturating_sub(cpu0) as f64 / 1e9;
-        let secs = if cpu > 0.0 { cpu.min(wall) } else { wall };
-        // Keep the events from growing across runs and from being optimised away.
-        let ev = chain.take_events();
-        std::hint::black_box(&ev);
-        let st = chain.stats();
+        let run = replay(&mut chain, trace, batch_size);
+        let st = run.stats;
         if st.forwarded + st.dropped + st.malformed_total() != trace.len() as u64 {
             return Err(format!(
                 "chain lost packets: {} in, stats {:?}",
@@ -130,6 +109,7 @@ pub fn time_chain(
                 st
             ));
         }
+        let secs = run.cpu;
         best = best.min(secs);
     }
     Ok(best)

@@ -48,20 +48,29 @@ fn listening(port: u16) -> bool {
     .is_ok()
 }
 
-fn kill_group(pid: u32, signal: i32) {
-    if pid == 0 {
-        return;
+impl Lab {
+    /// SIGKILLs the process group of `pid` (one the lab started), reaps it
+    /// and forgets it.
+    fn kill_recorded(&mut self, pid: u32) {
+        if pid == 0 {
+            return;
+        }
+        // SAFETY: signalling a process group the lab created, and reaping
+        // our own child (harmless if it is not one).
+        unsafe {
+            libc::kill(-(pid as i32), libc::SIGKILL);
+            libc::waitpid(pid as i32, std::ptr::null_mut(), 0);
+        }
+        self.state.pids.retain(|&p| p != pid);
     }
-    // SAFETY: signalling a process group the lab created.
-    unsafe {
-        libc::kill(-(pid as i32), signal);
-    }
-}
 
-fn reap(pid: u32) {
-    // SAFETY: reaping our own child if it is one; harmless otherwise.
-    unsafe {
-        libc::waitpid(pid as i32, std::ptr::null_mut(), 0);
+    /// Etcd member `i`, as recorded.
+    fn etcd_member(&self, i: usize) -> Result<EtcdMember, LabError> {
+        self.state
+            .etcd
+            .get(i)
+            .cloned()
+            .ok_or_else(|| other(format!("no etcd member {i}")))
     }
 }
 
@@ -216,10 +225,7 @@ impl Lab {
     /// SIGKILLs the leading controller; returns which it was.
     pub fn kill_leader(&mut self) -> Result<usize, LabError> {
         let i = self.leader(Duration::from_secs(1))?;
-        let pid = self.state.replicas[i].pid;
-        kill_group(pid, libc::SIGKILL);
-        reap(pid);
-        self.state.pids.retain(|&p| p != pid);
+        self.kill_recorded(self.state.replicas[i].pid);
         self.state.replicas[i].pid = 0;
         self.save()?;
         Ok(i)
@@ -232,33 +238,18 @@ impl Lab {
 
     /// SIGKILLs etcd member `i`.
     pub fn kill_etcd_member(&mut self, i: usize) -> Result<(), LabError> {
-        let m = self
-            .state
-            .etcd
-            .get(i)
-            .cloned()
-            .ok_or_else(|| other(format!("no etcd member {i}")))?;
-        kill_group(m.pid, libc::SIGKILL);
-        reap(m.pid);
-        self.state.pids.retain(|&p| p != m.pid);
+        let m = self.etcd_member(i)?;
+        self.kill_recorded(m.pid);
         self.state.etcd[i].pid = 0;
         self.save()
     }
 
     /// Starts etcd member `i` again on its data.
     pub fn restart_etcd_member(&mut self, i: usize) -> Result<(), LabError> {
-        let m = self
-            .state
-            .etcd
-            .get(i)
-            .cloned()
-            .ok_or_else(|| other(format!("no etcd member {i}")))?;
-        if m.pid != 0 {
-            self.kill_etcd_member(i)?;
-        }
+        let m = self.etcd_member(i)?;
+        self.kill_recorded(m.pid);
         let child = sluice_etcd::server::spawn_member(&m.argv, &m.log).map_err(other)?;
         let pid = child.id();
-        self.state.pids.retain(|&p| p != m.pid);
         self.state.pids.push(pid);
         self.state.etcd[i].pid = pid;
         self.save()
