@@ -4,6 +4,8 @@
 //! member's death lose nothing that was stored, and only the election
 //! interrupts the API.
 
+mod common;
+
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -11,17 +13,6 @@ use std::time::{Duration, Instant};
 
 use sluice_controller::client::Client;
 use sluice_etcd::server::{etcd_binary, EtcdCluster};
-
-/// A monitor with two instances between services `a` (VM a1 on host 1) and
-/// `b` (VM b1 on host 2).
-const SPEC: &str = "tenant: t
-elements:
-  a: { type: service, vms: { a1: 10.0.0.1 } }
-  b: { type: service, vms: { b1: 10.0.0.2 } }
-  mon: { type: middlebox, function: monitor, instances: 2 }
-chains:
-  - { name: ab, path: [a, mon, b] }
-";
 
 struct Controller {
     port: u16,
@@ -164,19 +155,9 @@ fn a_killed_or_paused_leader_is_replaced_and_nothing_stored_is_lost() {
     let alice = c.create_token("alice", "read-only").unwrap().token;
     common_host(&c, 1);
     common_host(&c, 2);
-    for (name, host, addr) in [("a1", 1, "10.0.0.1"), ("b1", 2, "10.0.0.2")] {
-        c.register_vm(&sluice_proto::VmRegistration {
-            tenant: "t".into(),
-            name: name.into(),
-            host,
-            iface: format!("veth-{name}"),
-            mac: "02:00:00:00:00:01".into(),
-            addr: addr.parse().unwrap(),
-            gateway: false,
-        })
-        .unwrap();
-    }
-    c.apply(None, SPEC).unwrap();
+    c.register_vm(&common::vm("a1", 1, "10.0.0.1")).unwrap();
+    c.register_vm(&common::vm("b1", 2, "10.0.0.2")).unwrap();
+    c.apply(None, common::SPEC).unwrap();
     let placed = c.instances().unwrap();
     assert_eq!(placed.len(), 2);
     let hosts_ca = std::fs::read(dir.path().join(format!("c{first}.hosts-ca.pem"))).unwrap();
