@@ -695,12 +695,16 @@ pub fn status(a: &StatusArgs) -> Result<(), CliError> {
     let instances = c.instances()?;
     // A tenant's token does not see the shared store; an older controller
     // has no `/v1/status`.
-    let store = match c.status() {
-        Ok(s) => Some(s.store),
+    let status = match c.status() {
+        Ok(s) => Some(s),
         Err(sluice_controller::client::ClientError::Api {
             status: 403 | 404, ..
         }) => None,
         Err(e) => return Err(e.into()),
+    };
+    let (store, leader) = match status {
+        Some(s) => (Some(s.store), s.leader),
+        None => (None, None),
     };
     // An older controller has no `/v1/backends`.
     let backends = match c.backends() {
@@ -712,6 +716,7 @@ pub fn status(a: &StatusArgs) -> Result<(), CliError> {
     };
     let v = serde_json::json!({
         "controller": c.base(),
+        "leader": leader,
         "store": store,
         "hosts": hosts,
         "tenants": tenants,
@@ -721,6 +726,7 @@ pub fn status(a: &StatusArgs) -> Result<(), CliError> {
     if !structured(fmt, &v)? {
         print_status(
             c.base(),
+            leader.as_ref(),
             store.as_ref(),
             (&hosts, hosts_hidden),
             &tenants,
@@ -744,6 +750,14 @@ pub fn status(a: &StatusArgs) -> Result<(), CliError> {
         });
     }
     Ok(())
+}
+
+/// Now, Unix milliseconds.
+fn unix_ms_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
 }
 
 /// What `sluice status` adds to its degraded line for the state store:
@@ -820,6 +834,7 @@ fn print_store(s: &sluice_controller::store_health::StoreStatus) -> Result<(), C
 /// every NF instance (not only those not running) with its process id.
 fn print_status(
     base: &str,
+    leader: Option<&sluice_controller::model::LeaderInfo>,
     store: Option<&sluice_controller::store_health::StoreStatus>,
     (hosts, hosts_hidden): (&[sluice_controller::model::HostInfo], bool),
     tenants: &[sluice_controller::model::TenantSummary],
@@ -828,7 +843,18 @@ fn print_status(
 ) -> Result<(), CliError> {
     let alive = hosts.iter().filter(|h| h.alive).count();
     let synced = hosts.iter().filter(|h| h.in_sync).count();
-    outln!("controller {base}")?;
+    match leader {
+        None => outln!("controller {base}")?,
+        Some(l) => {
+            let for_s = unix_ms_now().saturating_sub(l.since_ms) / 1000;
+            outln!(
+                "controller {base}: {} leads the replicated controllers, for {for_s} s (term {}, lease {} s)",
+                l.name,
+                l.term,
+                l.lease_s
+            )?
+        }
+    }
     if let Some(s) = store {
         print_store(s)?;
     }

@@ -160,6 +160,12 @@ fn a_killed_or_paused_leader_is_replaced_and_nothing_stored_is_lost() {
     c.apply(None, common::SPEC).unwrap();
     let placed = c.instances().unwrap();
     assert_eq!(placed.len(), 2);
+    let term = c
+        .status()
+        .unwrap()
+        .leader
+        .expect("a replicated controller names its leader");
+    assert_eq!(term.name, format!("c{first}"));
     let hosts_ca = std::fs::read(dir.path().join(format!("c{first}.hosts-ca.pem"))).unwrap();
 
     // 1. The leader is killed: another takes over within the lease and the
@@ -172,6 +178,22 @@ fn a_killed_or_paused_leader_is_replaced_and_nothing_stored_is_lost() {
     eprintln!("leader SIGKILLed: c{second} serves {took:?} later (lease 2 s)");
     assert_ne!(second, first);
     let c = client(&cs[second], &api, &token);
+    // The new leader says so: status, metrics, and an event.
+    let now = c.status().unwrap().leader.unwrap();
+    assert_eq!(now.name, format!("c{second}"));
+    assert!(now.term > term.term, "{now:?} after {term:?}");
+    let metrics = c.get_raw("/metrics").unwrap();
+    assert!(
+        metrics.contains(&format!("sluice_controller_leader{{name=\"c{second}\"}} 1")),
+        "{metrics}"
+    );
+    assert!(
+        c.events(0)
+            .unwrap()
+            .iter()
+            .any(|e| e.kind == "leading" && e.reason.contains(&format!("controller c{second}"))),
+        "no `leading` event"
+    );
     let names: Vec<String> = c.tokens().unwrap().into_iter().map(|t| t.name).collect();
     assert!(
         names.contains(&"alice".to_string()),

@@ -61,6 +61,7 @@ fn run(r: &mut Reconciler, action: Action, actor: &str, now: Instant) -> Result<
             200,
             &crate::model::StatusInfo {
                 store: r.store_health().status(),
+                leader: r.leader().cloned(),
             },
         ),
         Action::OpenApi => Ok(Reply::Text("application/yaml", OPENAPI_YAML.into())),

@@ -177,6 +177,7 @@ pub fn render(r: &Reconciler, now: Instant, process: bool) -> String {
     }
     backends(&mut o, r, now);
     store(&mut o, r);
+    leader(&mut o, r);
     if process {
         sluice_metrics::process(&mut o);
     }
@@ -255,6 +256,36 @@ fn backends(o: &mut String, r: &Reconciler, now: Instant) {
                 .unwrap_or(0)
         );
     }
+}
+
+/// Replicated controllers: which leads, and since when (nothing for a single
+/// controller; standbys do not listen, so only the leader is scraped).
+fn leader(o: &mut String, r: &Reconciler) {
+    let Some(l) = r.leader() else {
+        return;
+    };
+    family(
+        o,
+        "sluice_controller_leader",
+        "gauge",
+        "1 on the replicated controller that leads (the only one serving), by name.",
+    );
+    let _ = writeln!(
+        o,
+        "sluice_controller_leader{{name=\"{}\"}} 1",
+        escape(&l.name)
+    );
+    family(
+        o,
+        "sluice_controller_leader_since_seconds",
+        "gauge",
+        "When this controller's term as leader began, Unix seconds.",
+    );
+    let _ = writeln!(
+        o,
+        "sluice_controller_leader_since_seconds {}",
+        l.since_ms / 1000
+    );
 }
 
 /// The state store's families, when the state URL names one (a `local`

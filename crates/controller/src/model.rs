@@ -656,6 +656,26 @@ pub struct TokenCreated {
 pub struct StatusInfo {
     /// The state store: its nodes, whether they answer, their roles, data lost.
     pub store: crate::store_health::StoreStatus,
+    /// Replicated controllers: the one answering, which leads (None: a
+    /// single controller).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub leader: Option<LeaderInfo>,
+}
+
+/// The leading one of replicated controllers (`GET /v1/status`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeaderInfo {
+    /// Its name.
+    pub name: String,
+    /// Its URL.
+    pub url: String,
+    /// Since when it leads, Unix milliseconds.
+    pub since_ms: u64,
+    /// The etcd revision its term began at (each term's is higher).
+    pub term: i64,
+    /// Its lease, seconds: a dead leader is replaced this long after its
+    /// last renewal.
+    pub lease_s: u64,
 }
 
 /// A load-balancer backend's health (`GET /v1/backends`).

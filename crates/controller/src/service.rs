@@ -415,6 +415,18 @@ pub fn serve(opts: ServerOptions) -> Result<ServerHandle, ControllerError> {
         let epoch: String = epoch.iter().map(|b| format!("{b:02x}")).collect();
         reconciler.set_store_health(StoreHealth::new(&p.nodes(), p.cluster(), epoch));
     }
+    if let (Some(r), Some(e)) = (&replicated, &opts.etcd) {
+        reconciler.set_leader(
+            crate::model::LeaderInfo {
+                name: e.name.clone(),
+                url: e.advertise.clone(),
+                since_ms: unix_ms(),
+                term: r.term.revision,
+                lease_s: e.lease_ttl.as_secs().max(1),
+            },
+            Instant::now(),
+        );
+    }
     reconciler.desired.policy = opts.placement;
     reconciler.set_containment_threshold(opts.containment_threshold);
     reconciler

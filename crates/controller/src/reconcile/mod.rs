@@ -183,6 +183,8 @@ pub struct Reconciler {
     containment: containment::Containment,
     /// The state store's health, from the probes of its nodes.
     store_health: crate::store_health::StoreHealth,
+    /// This controller leads replicated ones (None: a single controller).
+    leader: Option<crate::model::LeaderInfo>,
     /// Health of the load balancers' backends.
     pub(crate) backends: backends::Backends,
 }
@@ -241,6 +243,7 @@ impl Reconciler {
             counters: crate::metrics::Counters::default(),
             containment: containment::Containment::default(),
             store_health: crate::store_health::StoreHealth::new(&[], false, String::new()),
+            leader: None,
             backends: backends::Backends::default(),
         })
     }
@@ -405,6 +408,25 @@ impl Reconciler {
     /// for a `redis://` or `redis-cluster://` state URL).
     pub fn set_store_health(&mut self, health: crate::store_health::StoreHealth) {
         self.store_health = health;
+    }
+
+    /// Records that this controller leads replicated ones (from `now`), and
+    /// says so in the event feed.
+    pub fn set_leader(&mut self, leader: crate::model::LeaderInfo, now: Instant) {
+        let e = events::event(
+            "leading",
+            format!(
+                "controller {} ({}) leads from etcd revision {} (lease {} s)",
+                leader.name, leader.url, leader.term, leader.lease_s
+            ),
+        );
+        self.push_event(e, now);
+        self.leader = Some(leader);
+    }
+
+    /// Which replicated controller leads (this one), if replicated.
+    pub fn leader(&self) -> Option<&crate::model::LeaderInfo> {
+        self.leader.as_ref()
     }
 
     /// The state store's health.
