@@ -1134,9 +1134,17 @@ impl Desired {
                         state,
                         capacity,
                         pipeline,
+                        workers,
                         ..
                     }) => (
-                        chain_yaml(tn, mb, function, config, capacity.as_ref(), *pipeline),
+                        chain_yaml(
+                            tn,
+                            mb,
+                            function,
+                            config,
+                            capacity.as_ref(),
+                            (*pipeline, *workers),
+                        ),
                         *state == StateMode::Local,
                     ),
                     _ => continue,
@@ -1340,15 +1348,15 @@ pub fn instance_name(tenant: &str, middlebox: &str, k: u32) -> String {
 
 /// The chain an instance of a middlebox runs: one function named after the
 /// middlebox, in a chain named `{tenant}.{middlebox}` so every instance of the
-/// middlebox shares its state keys; with the middlebox's per-instance `capacity`
-/// and its `pipeline` window (0: off).
+/// middlebox shares its state keys; with the middlebox's per-instance `capacity`,
+/// its `pipeline` window (0: off) and its `workers` (1: one thread).
 pub fn chain_yaml(
     tenant: &str,
     middlebox: &str,
     function: &str,
     config: &Value,
     capacity: Option<&Capacity>,
-    pipeline: usize,
+    (pipeline, workers): (usize, usize),
 ) -> String {
     let mut f = Mapping::new();
     f.insert("type".into(), function.into());
@@ -1377,6 +1385,9 @@ pub fn chain_yaml(
     }
     if pipeline > 0 {
         settings.insert("pipeline".into(), (pipeline as u64).into());
+    }
+    if workers > 1 {
+        settings.insert("workers".into(), (workers as u64).into());
     }
     let mut doc = Mapping::new();
     doc.insert("name".into(), format!("{tenant}.{middlebox}").into());

@@ -342,6 +342,9 @@ pub struct MiddleboxInfo {
     /// Packets per pipelined window of its instances (0: not pipelined).
     #[serde(default)]
     pub pipeline: usize,
+    /// Worker threads per instance.
+    #[serde(default = "one")]
+    pub workers: usize,
     /// Its placed instances (draining ones included).
     pub placed: Vec<InstanceInfo>,
     /// Instances draining (no new flows; removed once their pinned flows end).
@@ -660,6 +663,10 @@ pub struct StatusInfo {
     /// single controller).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub leader: Option<LeaderInfo>,
+}
+
+fn one() -> usize {
+    1
 }
 
 /// The leading one of replicated controllers (`GET /v1/status`).

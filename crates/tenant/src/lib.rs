@@ -177,6 +177,11 @@ pub enum Element {
         /// for its own round trip (docs/STATE.md, "Pipelining"). Needs
         /// `state: cached`.
         pipeline: usize,
+        /// Worker threads per instance (`workers:`, default 1, at most
+        /// [`sluice_chain::MAX_WORKERS`]): flows sharded among them by the
+        /// direction-invariant hash, each with its own store connection and
+        /// flow cache (docs/ARCHITECTURE.md, "Forwarding on several cores").
+        workers: usize,
     },
     /// A traffic subset.
     Select(Select),
@@ -545,6 +550,7 @@ fn parse_element(
                     "anti_affinity",
                     "placement",
                     "pipeline",
+                    "workers",
                 ],
             )?;
             let function = m
@@ -661,6 +667,35 @@ fn parse_element(
                     "needs `state: cached`: without an ownership lease every access goes to the store, and there is nothing to pipeline",
                 ));
             }
+            let workers = match m.get("workers") {
+                None => 1,
+                Some(v) => v
+                    .as_u64()
+                    .filter(|&n| (1..=sluice_chain::MAX_WORKERS as u64).contains(&n))
+                    .ok_or_else(|| {
+                        c.err(
+                            format!("{path}.workers"),
+                            format!(
+                                "expected worker threads per instance, from 1 to {}",
+                                sluice_chain::MAX_WORKERS
+                            ),
+                        )
+                    })? as usize,
+            };
+            // A reply's flow hash is its rewritten connection's, not the
+            // original's: with local state it would reach a worker that
+            // never saw the connection (the instance refuses this too).
+            if workers > 1
+                && state == StateMode::Local
+                && ["nat", "lb"].contains(&function.as_str())
+            {
+                return Err(c.err(
+                    format!("{path}.workers"),
+                    format!(
+                        "several workers need the {function}'s state in the store (`state: shared` or `cached`): with `state: local` its replies would reach a worker that never saw their connection"
+                    ),
+                ));
+            }
             if let Some(r) = registry {
                 // Build it once, as an instance would, so a bad configuration is
                 // refused now and not when an instance starts.
@@ -683,6 +718,7 @@ fn parse_element(
                 anti_affinity,
                 placement,
                 pipeline,
+                workers,
             })
         }
         "select" => {

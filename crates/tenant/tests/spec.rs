@@ -181,6 +181,43 @@ fn middlebox_state_is_shared_unless_local() {
 }
 
 #[test]
+fn workers_are_bounded_and_need_stored_state_for_rewriting_functions() {
+    let with = |function: &str, attrs: &str| {
+        BASE.replace(
+            "mon: { type: middlebox, function: monitor }",
+            &format!("mon: {{ type: middlebox, function: {function}, {attrs} }}"),
+        ) + "  - { name: a, path: [net, fw, mon, web] }\n"
+    };
+    let s = parse(&with("monitor", "workers: 4")).unwrap();
+    assert!(matches!(
+        s.elements["mon"],
+        Element::Middlebox { workers: 4, .. }
+    ));
+    let s = parse(&with("monitor", "state: local")).unwrap();
+    assert!(matches!(
+        s.elements["mon"],
+        Element::Middlebox { workers: 1, .. }
+    ));
+    for bad in ["0", "65", "two"] {
+        let e = parse(&with("monitor", &format!("workers: {bad}"))).unwrap_err();
+        assert!(
+            e.contains("elements.mon.workers") && e.contains("64"),
+            "{bad}: {e}"
+        );
+    }
+    // A local-state monitor may have workers: each flow stays on one.
+    assert!(parse(&with("monitor", "state: local, workers: 2")).is_ok());
+    let nat = "config: { inside: [10.0.0.0/8], pool: [203.0.113.1] }, ";
+    let e = parse(&with("nat", &format!("{nat}state: local, workers: 2"))).unwrap_err();
+    assert!(
+        e.contains("elements.mon.workers") && e.contains("state: shared"),
+        "{e}"
+    );
+    let ok = parse(&with("nat", &format!("{nat}workers: 2")));
+    assert!(ok.is_ok(), "{ok:?}");
+}
+
+#[test]
 fn pipeline_is_for_cached_state_and_bounded() {
     let with = |attrs: &str| {
         BASE.replace(

@@ -225,7 +225,7 @@ fn chain_yaml_parses_for_every_function_of_figure4() {
             function, config, ..
         } = e
         {
-            let y = chain_yaml("acme", name, function, config, None, 0);
+            let y = chain_yaml("acme", name, function, config, None, (0, 1));
             let cs = sluice_chain::ChainSpec::from_str(&y, std::path::Path::new("gen.yaml"))
                 .unwrap_or_else(|e| panic!("{y}\n{e}"));
             assert_eq!(cs.name, format!("acme.{name}"));
@@ -235,10 +235,15 @@ fn chain_yaml_parses_for_every_function_of_figure4() {
             assert_eq!(cs.settings.batch_size, 32);
             assert_eq!(cs.settings.timer_interval_ms, 100);
             assert_eq!(cs.settings.pipeline, 0);
-            let p = chain_yaml("acme", name, function, config, None, 256);
+            let p = chain_yaml("acme", name, function, config, None, (256, 1));
             let ps = sluice_chain::ChainSpec::from_str(&p, std::path::Path::new("gen.yaml"))
                 .unwrap_or_else(|e| panic!("{p}\n{e}"));
             assert_eq!(ps.settings.pipeline, 256);
+            assert_eq!(cs.settings.workers, 1);
+            let w = chain_yaml("acme", name, function, config, None, (0, 4));
+            let ws = sluice_chain::ChainSpec::from_str(&w, std::path::Path::new("gen.yaml"))
+                .unwrap_or_else(|e| panic!("{w}\n{e}"));
+            assert_eq!(ws.settings.workers, 4);
             sluice_chain::Chain::from_spec(
                 &cs,
                 std::path::Path::new("."),
@@ -540,6 +545,29 @@ fn a_pipelined_middlebox_runs_pipelined_instances() {
             sluice_chain::ChainSpec::from_str(&i.chain_yaml, std::path::Path::new("g")).unwrap();
         let want = if i.middlebox == "fw" { 128 } else { 0 };
         assert_eq!(cs.settings.pipeline, want, "{}", i.name);
+        fws += usize::from(i.middlebox == "fw");
+    }
+    assert_eq!(fws, 2);
+}
+
+#[test]
+fn a_middlebox_with_workers_runs_instances_with_that_many() {
+    let (text, _) = figure4();
+    let text = text.replace(
+        "    function: firewall\n",
+        "    function: firewall\n    workers: 2\n",
+    );
+    let spec = TenantSpec::parse(&text, "f4", None).unwrap();
+    let mut d = hosts(3);
+    figure4_vms(&mut d);
+    d.apply_tenant(&text, spec).unwrap();
+    let cfgs = d.configs("redis://x").unwrap();
+    let mut fws = 0;
+    for i in cfgs.values().flat_map(|c| &c.instances) {
+        let cs =
+            sluice_chain::ChainSpec::from_str(&i.chain_yaml, std::path::Path::new("g")).unwrap();
+        let want = if i.middlebox == "fw" { 2 } else { 1 };
+        assert_eq!(cs.settings.workers, want, "{}", i.name);
         fws += usize::from(i.middlebox == "fw");
     }
     assert_eq!(fws, 2);

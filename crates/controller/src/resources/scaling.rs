@@ -96,12 +96,13 @@ fn middlebox_info(d: &Desired, tenant: &str, mb: &str) -> Result<MiddleboxInfo, 
         .tenants
         .get(tenant)
         .ok_or_else(|| ApiError::not_found(format!("tenant `{tenant}` is not applied")))?;
-    let (spec_instances, pipeline) = match t.spec.elements.get(mb) {
+    let (spec_instances, pipeline, workers) = match t.spec.elements.get(mb) {
         Some(sluice_tenant::Element::Middlebox {
             instances,
             pipeline,
+            workers,
             ..
-        }) => (*instances, *pipeline),
+        }) => (*instances, *pipeline, *workers),
         _ => {
             return Err(ApiError::not_found(format!(
                 "tenant `{tenant}` has no middlebox `{mb}`"
@@ -135,6 +136,7 @@ fn middlebox_info(d: &Desired, tenant: &str, mb: &str) -> Result<MiddleboxInfo, 
         }
         .into(),
         pipeline,
+        workers,
         placed: instance_infos(d, Some(tenant))
             .into_iter()
             .filter(|i| i.middlebox == mb)
