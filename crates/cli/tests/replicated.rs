@@ -67,7 +67,7 @@ fn start(
          etcd_cert_file = \"{ecert}\"\n\
          etcd_key_file = \"{ekey}\"\n\
          name = \"c{i}\"\n\
-         leader_lease_secs = 2\n",
+         leader_lease_secs = 3\n",
         db = dir.join(format!("c{i}.db")).display(),
         token = dir.join("admin.token").display(),
         cert = api.cert.display(),
@@ -175,7 +175,7 @@ fn a_killed_or_paused_leader_is_replaced_and_nothing_stored_is_lost() {
     cs[first].child.wait().unwrap();
     let second = leader(&cs, Duration::from_secs(20), Some(first));
     let took = killed_at.elapsed();
-    eprintln!("leader SIGKILLed: c{second} serves {took:?} later (lease 2 s)");
+    eprintln!("leader SIGKILLed: c{second} serves {took:?} later (lease 3 s)");
     assert_ne!(second, first);
     let c = client(&cs[second], &api, &token);
     // The new leader says so: status, metrics, and an event.

@@ -252,8 +252,16 @@ impl Client {
                     Some((ct, b)) => req.set("Content-Type", ct).send_string(b),
                     None => req.call(),
                 };
-                let refused = matches!(&r, Err(ureq::Error::Transport(t))
-                    if t.kind() == ureq::ErrorKind::ConnectionFailed);
+                // Refused: a standby, which never saw the request. A read
+                // may also go elsewhere when its connection broke (a leader
+                // stepping down closes its connections).
+                let refused = match &r {
+                    Err(ureq::Error::Transport(t)) => {
+                        t.kind() == ureq::ErrorKind::ConnectionFailed
+                            || (method == "GET" && t.kind() == ureq::ErrorKind::Io)
+                    }
+                    _ => false,
+                };
                 if !refused || (n == 1) || (i + 1 == n && std::time::Instant::now() >= deadline) {
                     self.current.store(idx, Ordering::Relaxed);
                     return Ok((url, r));

@@ -5,7 +5,7 @@
 //! `ROOT/leader`: it takes a lease of [`EtcdOptions::lease_ttl`] and creates
 //! the key attached to it, only if the key does not exist. The one that
 //! created it leads: it loads the desired state from etcd, listens and
-//! serves, and renews its lease every quarter of its time to live. The others
+//! serves, and renews its lease every sixth of its time to live. The others
 //! wait, not listening (clients and agents know every controller's address
 //! and move on to the next one when one refuses connections), and look at the
 //! key a few times a second. When the leader dies its lease runs out, etcd
@@ -13,7 +13,7 @@
 //!
 //! Kubernetes' controller-manager and scheduler lead the same way, and the
 //! same way they exit when they lose their lease: a controller that could not
-//! renew it in time ([`Term::valid`]) stops serving at once and starts again
+//! renew it in time ([`Term::valid`], five sixths of the lease) stops serving at once and starts again
 //! as a candidate. Whatever it may still try to write fails anyway: every
 //! write of the desired state, the tokens and the audit log is a transaction
 //! conditional on the leader key being the one this controller created
@@ -93,19 +93,23 @@ impl Term {
         self.renewed = self.renewed.max(sent);
     }
 
-    /// Whether a renewal is due at `now` (every quarter of the time to live:
-    /// three chances before [`Term::valid`] gives up).
+    /// Whether a renewal is due at `now` (every sixth of the time to live:
+    /// five chances before [`Term::valid`] gives up, so that an election
+    /// among etcd's members, a second or two without answers, does not
+    /// depose the controller).
     pub fn renew_due(&self, now: Instant) -> bool {
-        now >= self.renewed + self.ttl / 4
+        now >= self.renewed + self.ttl / 6
     }
 
-    /// Whether the lease is surely still held at `now`: until three quarters
-    /// of its time to live after the last confirmed renewal. The quarter
-    /// left is the margin for clock rates and the time etcd takes to notice
-    /// the expiry; giving up early costs an election, holding on too long
-    /// would let two controllers push at once.
+    /// Whether the lease is surely still held at `now`: until five sixths of
+    /// its time to live after the last confirmed renewal. etcd counts the
+    /// time to live from when it received the renewal, never before it was
+    /// sent, and extends every lease when its own leader changes, so the
+    /// sixth left is margin for clock rates; giving up early costs an
+    /// election, holding on too long would let two controllers push at once
+    /// (their writes are fenced either way).
     pub fn valid(&self, now: Instant) -> bool {
-        now < self.renewed + self.ttl * 3 / 4
+        now < self.renewed + self.ttl * 5 / 6
     }
 
     /// The guard of this term's writes.
@@ -292,21 +296,21 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_term_renews_every_quarter_and_gives_up_after_three_quarters() {
+    fn a_term_renews_every_sixth_and_gives_up_after_five_sixths() {
         let t0 = Instant::now();
-        let ttl = Duration::from_secs(4);
+        let ttl = Duration::from_secs(6);
         let mut t = Term::new(7, 10, ttl, t0);
         assert!(!t.renew_due(t0 + Duration::from_millis(999)));
         assert!(t.renew_due(t0 + Duration::from_secs(1)));
-        assert!(t.valid(t0 + Duration::from_millis(2999)));
-        assert!(!t.valid(t0 + Duration::from_secs(3)));
+        assert!(t.valid(t0 + Duration::from_millis(4999)));
+        assert!(!t.valid(t0 + Duration::from_secs(5)));
         // A confirmed renewal counts from its sending.
         t.renewed(t0 + Duration::from_millis(2500));
-        assert!(t.valid(t0 + Duration::from_millis(5499)));
-        assert!(!t.valid(t0 + Duration::from_millis(5500)));
+        assert!(t.valid(t0 + Duration::from_millis(7499)));
+        assert!(!t.valid(t0 + Duration::from_millis(7500)));
         // An older confirmation arriving late does not move it back.
         t.renewed(t0 + Duration::from_secs(1));
-        assert!(t.valid(t0 + Duration::from_millis(5499)));
+        assert!(t.valid(t0 + Duration::from_millis(7499)));
         assert_eq!(
             t.guard(b"/sluice/leader"),
             Guard {

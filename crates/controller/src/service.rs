@@ -190,7 +190,10 @@ pub struct ServerHandle {
 
 /// What a replicated controller's start in etcd gives [`serve`].
 struct Replicated {
+    /// The store's, tokens' and campaign's client.
     client: Arc<sluice_etcd::Client>,
+    /// The lease renewals' client, with a short timeout.
+    renewals: sluice_etcd::Client,
     term: crate::leader::Term,
 }
 
@@ -594,7 +597,7 @@ pub fn serve(opts: ServerOptions) -> Result<ServerHandle, ControllerError> {
         threads.push(spawn(
             "ctl-leader".into(),
             Box::new(move || {
-                if crate::leader::keep(&r.client, r.term, &sh.stop) {
+                if crate::leader::keep(&r.renewals, r.term, &sh.stop) {
                     // Nothing more is served or pushed: another controller
                     // leads (or will, once the lease has run out in etcd).
                     sh.lost.store(true, Ordering::SeqCst);
@@ -630,7 +633,13 @@ fn lead(
             "replicated controllers serve one certificate: give tls_cert and tls_key (names covering every controller's address), so clients trust every controller alike".into(),
         ));
     }
-    let client = sluice_etcd::Client::new(&e.endpoints, e.tls.as_ref(), Duration::from_secs(2))
+    let client = sluice_etcd::Client::new(&e.endpoints, e.tls.as_ref(), Duration::from_secs(5))
+        .map_err(|err| ControllerError::Etcd(err.to_string()))?;
+    // A member that hangs (no etcd leader) must not hold a renewal for
+    // long: the renewals' client moves on to the next member after a sixth
+    // of the lease (at most 2 s).
+    let timeout = (e.lease_ttl / 6).clamp(Duration::from_millis(200), Duration::from_secs(2));
+    let renewals = sluice_etcd::Client::new(&e.endpoints, e.tls.as_ref(), timeout)
         .map_err(|err| ControllerError::Etcd(err.to_string()))?;
     let term = crate::leader::campaign(&client, e, &e.stop)
         .map_err(|err| ControllerError::Etcd(err.to_string()))?
@@ -638,6 +647,7 @@ fn lead(
     tracing::info!(name = %e.name, url = %e.advertise, lease = term.lease, "leading");
     Ok(Replicated {
         client: Arc::new(client),
+        renewals,
         term,
     })
 }
