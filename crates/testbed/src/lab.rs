@@ -761,6 +761,29 @@ impl Lab {
         Ok(())
     }
 
+    /// A controller's settings file as deployed (packaging/etc/controller.toml):
+    /// listening on loopback `port`, its database `db`, the lab's store, the
+    /// admin token written to `token_file`, TLS on, the fabric sealed unless
+    /// the lab turned it off.
+    fn controller_settings(&self, port: u16, db: &Path, token_file: &Path) -> toml::Table {
+        let mut t = toml::Table::new();
+        t.insert("listen".into(), format!("127.0.0.1:{port}").into());
+        t.insert("db".into(), db.display().to_string().into());
+        t.insert("state".into(), self.state.store.clone().into());
+        t.insert(
+            "admin_token_file".into(),
+            token_file.display().to_string().into(),
+        );
+        t.insert("tls".into(), "on".into());
+        let sealed = if self.state.fabric_auth_off {
+            "off"
+        } else {
+            "on"
+        };
+        t.insert("fabric_auth".into(), sealed.into());
+        t
+    }
+
     fn start_controller(&mut self, port: u16) -> Result<(), LabError> {
         let dir = self.state.dir.clone();
         let n = std::fs::read_dir(&dir)
@@ -782,26 +805,8 @@ impl Lab {
         // Written at the first start (the database of a new lab has no
         // token), kept by restarts.
         let token_file = dir.join("admin.token");
-        // As deployed: the settings in a file (packaging/etc/controller.toml).
-        let mut t = toml::Table::new();
-        t.insert("listen".into(), format!("127.0.0.1:{port}").into());
-        t.insert("db".into(), db.display().to_string().into());
-        t.insert("state".into(), self.state.store.clone().into());
-        t.insert(
-            "admin_token_file".into(),
-            token_file.display().to_string().into(),
-        );
         // TLS as deployed: the controller makes its CA next to the database.
-        t.insert("tls".into(), "on".into());
-        t.insert(
-            "fabric_auth".into(),
-            if self.state.fabric_auth_off {
-                "off"
-            } else {
-                "on"
-            }
-            .into(),
-        );
+        let t = self.controller_settings(port, &db, &token_file);
         let conf = dir.join("controller.toml");
         write_toml(&conf, &t)?;
         let mut child = spawn_logged(

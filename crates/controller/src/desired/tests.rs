@@ -527,50 +527,45 @@ fn catch_up_weights_give_the_new_instances_their_share() {
     assert!((w / (w + 4.0 * BASE_WEIGHT as f64) - CATCH_UP_SHARE).abs() < 0.01);
 }
 
-#[test]
-fn a_pipelined_middlebox_runs_pipelined_instances() {
+/// Figure 4 with `attrs` added to the firewall's element: each instance's
+/// middlebox and generated chain settings.
+fn instance_settings(attrs: &str) -> Vec<(String, sluice_chain::Settings)> {
     let (text, _) = figure4();
     let text = text.replace(
         "    function: firewall\n",
-        "    function: firewall\n    state: cached\n    pipeline: 128\n",
+        &format!("    function: firewall\n{attrs}"),
     );
     let spec = TenantSpec::parse(&text, "f4", None).unwrap();
     let mut d = hosts(3);
     figure4_vms(&mut d);
     d.apply_tenant(&text, spec).unwrap();
     let cfgs = d.configs("redis://x").unwrap();
-    let mut fws = 0;
-    for i in cfgs.values().flat_map(|c| &c.instances) {
-        let cs =
-            sluice_chain::ChainSpec::from_str(&i.chain_yaml, std::path::Path::new("g")).unwrap();
-        let want = if i.middlebox == "fw" { 128 } else { 0 };
-        assert_eq!(cs.settings.pipeline, want, "{}", i.name);
-        fws += usize::from(i.middlebox == "fw");
+    cfgs.values()
+        .flat_map(|c| &c.instances)
+        .map(|i| {
+            let cs = sluice_chain::ChainSpec::from_str(&i.chain_yaml, std::path::Path::new("g"))
+                .unwrap();
+            (i.middlebox.clone(), cs.settings)
+        })
+        .collect()
+}
+
+#[test]
+fn a_pipelined_middlebox_runs_pipelined_instances() {
+    let all = instance_settings("    state: cached\n    pipeline: 128\n");
+    for (mb, s) in &all {
+        assert_eq!(s.pipeline, if mb == "fw" { 128 } else { 0 }, "{mb}");
     }
-    assert_eq!(fws, 2);
+    assert_eq!(all.iter().filter(|(mb, _)| mb == "fw").count(), 2);
 }
 
 #[test]
 fn a_middlebox_with_workers_runs_instances_with_that_many() {
-    let (text, _) = figure4();
-    let text = text.replace(
-        "    function: firewall\n",
-        "    function: firewall\n    workers: 2\n",
-    );
-    let spec = TenantSpec::parse(&text, "f4", None).unwrap();
-    let mut d = hosts(3);
-    figure4_vms(&mut d);
-    d.apply_tenant(&text, spec).unwrap();
-    let cfgs = d.configs("redis://x").unwrap();
-    let mut fws = 0;
-    for i in cfgs.values().flat_map(|c| &c.instances) {
-        let cs =
-            sluice_chain::ChainSpec::from_str(&i.chain_yaml, std::path::Path::new("g")).unwrap();
-        let want = if i.middlebox == "fw" { 2 } else { 1 };
-        assert_eq!(cs.settings.workers, want, "{}", i.name);
-        fws += usize::from(i.middlebox == "fw");
+    let all = instance_settings("    workers: 2\n");
+    for (mb, s) in &all {
+        assert_eq!(s.workers, if mb == "fw" { 2 } else { 1 }, "{mb}");
     }
-    assert_eq!(fws, 2);
+    assert_eq!(all.iter().filter(|(mb, _)| mb == "fw").count(), 2);
 }
 
 #[test]

@@ -109,29 +109,10 @@ impl Lab {
         let token_file = dir.join("admin.token");
         for i in 0..n {
             let port = free_port()?;
-            let mut t = toml::Table::new();
-            t.insert("listen".into(), format!("127.0.0.1:{port}").into());
-            t.insert(
-                "db".into(),
-                dir.join(format!("ctl{i}.db")).display().to_string().into(),
-            );
-            t.insert("state".into(), self.state.store.clone().into());
-            t.insert(
-                "admin_token_file".into(),
-                token_file.display().to_string().into(),
-            );
-            t.insert("tls".into(), "on".into());
+            let mut t =
+                self.controller_settings(port, &dir.join(format!("ctl{i}.db")), &token_file);
             t.insert("tls_cert".into(), api.cert.display().to_string().into());
             t.insert("tls_key".into(), api.key.display().to_string().into());
-            t.insert(
-                "fabric_auth".into(),
-                if self.state.fabric_auth_off {
-                    "off"
-                } else {
-                    "on"
-                }
-                .into(),
-            );
             t.insert("etcd".into(), endpoints.clone().into());
             t.insert("etcd_ca_file".into(), tls.ca.display().to_string().into());
             t.insert(
