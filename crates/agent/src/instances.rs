@@ -153,9 +153,13 @@ impl Proc {
 struct Running {
     cfg: InstanceConfig,
     proc: Option<Proc>,
-    /// When the process last exited (for restart backoff).
-    exited_at: Option<Instant>,
-    restarts: u32,
+    /// When the process was last started (adopted: when it was found), to
+    /// tell a death after a healthy run from a crash loop.
+    started_at: Instant,
+    /// When to start it again, once it has exited (or could not start).
+    restart_at: Option<Instant>,
+    /// The restart policy the agent's own supervisor follows.
+    restarts: crate::supervise::Restarts,
 }
 
 /// Creates the namespace and link of an instance (removing leftovers first).
@@ -642,7 +646,6 @@ pub fn stop_child(child: &mut Child, grace: Duration) {
 }
 
 const GRACE: Duration = Duration::from_secs(2);
-const RESTART_AFTER: Duration = Duration::from_secs(1);
 /// How often the supervisor looks for exited instances. An exit is the surest
 /// sign of failure, and the data plane acts on it at once
 /// (`Dataplane::instance_exited`): this bounds how long a killed instance's
@@ -819,13 +822,17 @@ fn reconcile(
             None
         };
         let proc = adopted.or_else(|| start(env, &cfg).map(Proc::Child));
+        let now = Instant::now();
+        let mut restarts = crate::supervise::Restarts::default();
+        let restart_at = proc.is_none().then(|| now + restarts.died(Duration::ZERO));
         running.insert(
             port,
             Running {
-                exited_at: proc.is_none().then(Instant::now),
+                started_at: now,
+                restart_at,
                 proc,
                 cfg,
-                restarts: 0,
+                restarts,
             },
         );
     }
@@ -860,30 +867,36 @@ fn start(env: &InstanceEnv, cfg: &InstanceConfig) -> Option<Child> {
 }
 
 /// Notices exits (of children and of adopted processes alike) and restarts
-/// instances after a pause.
+/// instances: at once after a healthy run, since a middlebox with one
+/// instance forwards nothing until it is back (issue 22's window), then
+/// after the agent supervisor's growing delays while it keeps dying young.
 fn watch(env: &InstanceEnv, running: &mut BTreeMap<u16, Running>, on_exit: &OnExit) {
     for r in running.values_mut() {
+        let now = Instant::now();
         if let Some(p) = r.proc.as_mut() {
             if let Some(how) = p.exited() {
+                let wait = r.restarts.died(now.duration_since(r.started_at));
                 tracing::warn!(
                     tenant = %r.cfg.tenant,
                     middlebox = %r.cfg.middlebox,
                     instance = %r.cfg.name,
                     pid = p.id(),
                     exit = %how,
+                    restart_in_ms = wait.as_millis() as u64,
                     log = %log_path(&env.run_dir, &r.cfg.name).display(),
                     "the instance exited"
                 );
                 r.proc = None;
-                r.exited_at = Some(Instant::now());
+                r.restart_at = Some(now + wait);
                 on_exit(r.cfg.port);
             }
-        } else if r.exited_at.is_none_or(|t| t.elapsed() >= RESTART_AFTER) {
-            r.restarts += 1;
+        } else if r.restart_at.is_none_or(|t| now >= t) {
+            r.started_at = now;
             r.proc = start(env, &r.cfg).map(Proc::Child);
-            if r.proc.is_none() {
-                r.exited_at = Some(Instant::now());
-            }
+            r.restart_at = r
+                .proc
+                .is_none()
+                .then(|| now + r.restarts.died(Duration::ZERO));
         }
     }
 }

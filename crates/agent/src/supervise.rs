@@ -90,6 +90,15 @@ impl Restarts {
         if how == Ended::Exited(0) {
             return None;
         }
+        Some(self.died(ran))
+    }
+
+    /// After a process that should have kept running died having run for
+    /// `ran`: how long to wait before starting it again. The first death
+    /// after a healthy run is restarted at once (a killed process's work
+    /// waits for nothing but its start); deaths in a row wait longer and
+    /// longer, so a process that cannot start does not spin.
+    pub fn died(&mut self, ran: Duration) -> Duration {
         if ran >= HEALTHY_RUN {
             self.next = Duration::ZERO;
         }
@@ -100,7 +109,7 @@ impl Restarts {
             (wait * 2).min(MAX_DELAY)
         };
         self.count += 1;
-        Some(wait)
+        wait
     }
 }
 

@@ -318,15 +318,38 @@ impl Shared {
 
     /// Probes every state store node and hands the answers to the
     /// reconciler (outside its lock: a dead node may take the connection
-    /// timeout to answer), then writes the markers it asks for.
+    /// timeout to answer), then asks the replicas it names to take over from
+    /// dead primaries and writes the markers it asks for. A node that came
+    /// back gets the tenants' users at once (the users' thread syncs within
+    /// its next tick).
     pub(crate) fn probe_store(&self) {
         let Some(probe) = &self.store_probe else {
             return;
         };
         let mut probe = lock(probe);
         let (probes, took) = probe.probe();
-        let writes = lock(&self.reconciler).store_probed(&probes, took, Instant::now());
-        for w in writes {
+        let act = lock(&self.reconciler).store_probed(&probes, took, Instant::now());
+        if act.returned {
+            if let Some(acl) = &self.store_acl {
+                lock(acl).node_returned();
+            }
+        }
+        for t in act.takeovers {
+            match probe.take_over(&t) {
+                Ok(()) => tracing::warn!(
+                    primary = %t.primary,
+                    replica = %t.replica,
+                    "a state store primary refuses connections: its replica was asked to take over"
+                ),
+                Err(e) => tracing::error!(
+                    primary = %t.primary,
+                    replica = %t.replica,
+                    error = %e,
+                    "cannot ask the replica of a dead state store primary to take over; the cluster will fail over by itself after its node timeout"
+                ),
+            }
+        }
+        for w in act.writes {
             match probe.write(&w) {
                 Ok(()) => lock(&self.reconciler).store_marked(&w),
                 Err(e) => {

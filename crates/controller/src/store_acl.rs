@@ -155,6 +155,15 @@ impl StoreAcl {
         self.passwords.clone()
     }
 
+    /// Makes the next [`StoreAcl::sync`] run at once: a store node came back
+    /// (restarted, maybe without the users and the library, and perhaps soon
+    /// a primary its tenants' instances log in to), so waiting for
+    /// [`RESYNC`] would keep them out that long.
+    pub fn node_returned(&mut self) {
+        self.synced = None;
+        self.failed_at = None;
+    }
+
     /// Whether [`StoreAcl::sync`] would talk to the store now.
     pub fn due(&self, tenants: &BTreeSet<String>, now: Instant) -> bool {
         if self
@@ -217,6 +226,29 @@ impl StoreAcl {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_returning_node_makes_the_next_sync_due_at_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let pw = dir.path().join("pw");
+        std::fs::write(&pw, "admin-secret").unwrap();
+        let url = format!("redis://admin@127.0.0.1:1?password_file={}", pw.display());
+        let mut acl = StoreAcl::from_state_url(&url)
+            .unwrap()
+            .expect("a store URL with a user");
+        let tenants: BTreeSet<String> = ["acme".to_string()].into();
+        let t0 = Instant::now();
+        let later = t0 + Duration::from_millis(100);
+        acl.synced = Some((tenants.clone(), t0));
+        assert!(!acl.due(&tenants, later), "synced: not before RESYNC");
+        acl.node_returned();
+        assert!(acl.due(&tenants, later));
+        // Also right after a failed sync, which otherwise waits RETRY.
+        acl.failed_at = Some(t0);
+        assert!(!acl.due(&tenants, later));
+        acl.node_returned();
+        assert!(acl.due(&tenants, later));
+    }
 
     #[test]
     fn passwords_are_a_keyed_hash_of_the_tenant() {

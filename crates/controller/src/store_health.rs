@@ -10,6 +10,16 @@
 //! ([`crate::store_probe::MARKER_KEY`]) the controller wrote, or found there
 //! when it first saw the node; a primary that answers without it, or with
 //! another value, lost its data. The marker is then written again.
+//!
+//! In a cluster, a primary whose port is closed (connection refused: its
+//! process is gone, it is not merely slow) for [`TAKEOVER_AFTER`] probes in a
+//! row has one of its reachable replicas asked to take over at once
+//! ([`StoreHealth::takeovers`], `CLUSTER FAILOVER FORCE`), as Sentinel would,
+//! instead of its slots waiting out the cluster's node timeout and the
+//! replicas' election delay (issue 22's store-primary window). The replica has
+//! every acknowledged write: batches wait for one replica (`WAIT 1`) before
+//! their packets leave. Without the controller the cluster still fails over by
+//! itself, later.
 
 use std::time::Duration;
 
@@ -64,6 +74,10 @@ pub struct SlotRange {
     pub primary: String,
     /// The primary's cluster node id, if reported.
     pub primary_id: Option<String>,
+    /// Its replicas (`host:port`, node id if reported), in the order the
+    /// node listed them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub replicas: Vec<(String, Option<String>)>,
 }
 
 /// What a reachable node answered.
@@ -86,7 +100,43 @@ pub struct Probe {
     pub node: String,
     /// Its answer, or the error that stands for its silence.
     pub result: Result<Answer, String>,
+    /// Whether it failed because the node refused the connection (its port
+    /// is closed), which is what a dead process looks like, unlike a timeout.
+    pub refused: bool,
 }
+
+/// A replica to ask to take over its primary's slots now
+/// (`CLUSTER FAILOVER FORCE`): see the module docs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Takeover {
+    /// The replica's `host:port`, as the state URL lists it.
+    pub replica: String,
+    /// The primary it replaces, as the state URL lists it.
+    pub primary: String,
+}
+
+/// What a round of probes asks the controller to do.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StoreActions {
+    /// Markers to write.
+    pub writes: Vec<MarkerWrite>,
+    /// Replicas to ask to take over from dead primaries.
+    pub takeovers: Vec<Takeover>,
+    /// A node answers again, or answers without its data: define the
+    /// tenants' users and load the library on it now, not at the next
+    /// periodic sync.
+    pub returned: bool,
+}
+
+/// Probes in a row that must find a primary's port closed before one of its
+/// replicas is asked to take over: two, so one refused connection (a restart
+/// under way, a listener briefly full) is not enough.
+pub const TAKEOVER_AFTER: u32 = 2;
+
+/// Probes in a row after a takeover was asked before it is asked again, if
+/// the primary is still the slots' owner (the first request was lost or
+/// refused).
+pub const TAKEOVER_RETRY: u32 = 8;
 
 /// A marker to write: the node, and the value.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -154,6 +204,10 @@ struct NodeState {
     /// The marker it must hold: `None` until written or found, and again
     /// after a loss until rewritten.
     expected: Option<String>,
+    /// Probes in a row that found its port closed.
+    refused_rounds: u32,
+    /// `refused_rounds` when a replica was last asked to take over from it.
+    takeover_asked: Option<u32>,
 }
 
 /// The store's health: every node's state and the counters (see the module
@@ -215,6 +269,12 @@ impl StoreHealth {
             else {
                 continue;
             };
+            if p.refused {
+                st.refused_rounds += 1;
+            } else {
+                st.refused_rounds = 0;
+                st.takeover_asked = None;
+            }
             let a = match &p.result {
                 Err(e) => {
                     if st.up != Some(false) {
@@ -292,6 +352,54 @@ impl StoreHealth {
             self.slots = v;
         }
         (events, writes)
+    }
+
+    /// The replicas to ask to take over now, and the events that say so:
+    /// for each slot range whose primary (a node of the state URL) refused
+    /// [`TAKEOVER_AFTER`] probes in a row, its first replica that answered
+    /// its last probe as a replica. Asked once per outage (again after
+    /// [`TAKEOVER_RETRY`] more probes if the primary still owns the slots).
+    /// Pure: call after [`StoreHealth::observe`].
+    pub fn takeovers(&mut self) -> (Vec<EventInfo>, Vec<Takeover>) {
+        let (mut events, mut out) = (Vec::new(), Vec::new());
+        if !self.cluster {
+            return (events, out);
+        }
+        let find = |nodes: &[(String, NodeState)], addr: &str, id: &Option<String>| {
+            nodes
+                .iter()
+                .position(|(n, s)| *n == addr || (id.is_some() && s.id == *id))
+        };
+        for r in &self.slots {
+            let Some(pi) = find(&self.nodes, &r.primary, &r.primary_id) else {
+                continue;
+            };
+            let p = &self.nodes[pi].1;
+            let due = p.refused_rounds >= TAKEOVER_AFTER
+                && p.takeover_asked
+                    .is_none_or(|at| p.refused_rounds >= at + TAKEOVER_RETRY);
+            if !due || out.iter().any(|t: &Takeover| t.primary == self.nodes[pi].0) {
+                continue;
+            }
+            let replica = r.replicas.iter().find_map(|(addr, id)| {
+                let i = find(&self.nodes, addr, id)?;
+                let s = &self.nodes[i].1;
+                (s.up == Some(true) && s.role == Some(Role::Replica)).then_some(i)
+            });
+            let Some(ri) = replica else { continue };
+            let (primary, rounds) = (self.nodes[pi].0.clone(), p.refused_rounds);
+            let replica = self.nodes[ri].0.clone();
+            self.nodes[pi].1.takeover_asked = Some(rounds);
+            events.push(event(
+                "store_takeover",
+                format!(
+                    "state store primary {primary} refused {rounds} probes in a row: its replica \
+                     {replica} is asked to take over its slots now (CLUSTER FAILOVER FORCE)"
+                ),
+            ));
+            out.push(Takeover { replica, primary });
+        }
+        (events, out)
     }
 
     /// Notes that `w` was written: the node must hold it from now on.
@@ -413,6 +521,7 @@ mod tests {
                 slots: Vec::new(),
                 marker,
             }),
+            refused: false,
         }
     }
 
@@ -420,6 +529,7 @@ mod tests {
         Probe {
             node: node.into(),
             result: Err("connection refused".into()),
+            refused: true,
         }
     }
 
@@ -545,6 +655,7 @@ mod tests {
                 slots: slots.to_vec(),
                 marker: Marker::NotRead,
             }),
+            refused: false,
         }
     }
 
@@ -557,6 +668,7 @@ mod tests {
             last,
             primary: primary.into(),
             primary_id: Some(id.into()),
+            replicas: Vec::new(),
         };
         // The cluster names its primaries by IP: matched by node id.
         let slots = [
@@ -606,6 +718,99 @@ mod tests {
         // Every node down: every node named.
         h.observe(&[dead("h:1"), dead("h:2"), dead("h:3")], MS, 4);
         assert_eq!(h.failing().len(), 3);
+    }
+
+    #[test]
+    fn a_primary_whose_port_stays_closed_has_a_replica_take_over_once() {
+        let nodes: Vec<String> = ["h:1", "h:2", "h:3", "h:4"].map(String::from).to_vec();
+        let mut h = StoreHealth::new(&nodes, true, "e".into());
+        let slots = [
+            SlotRange {
+                first: 0,
+                last: 8191,
+                primary: "10.0.0.1:1".into(),
+                primary_id: Some("a".into()),
+                replicas: vec![("10.0.0.3:3".into(), Some("c".into()))],
+            },
+            SlotRange {
+                first: 8192,
+                last: 16383,
+                primary: "10.0.0.2:2".into(),
+                primary_id: Some("b".into()),
+                // Its first replica is not probed (not in the URL); the
+                // second answers.
+                replicas: vec![
+                    ("10.0.0.9:9".into(), Some("x".into())),
+                    ("10.0.0.4:4".into(), Some("d".into())),
+                ],
+            },
+        ];
+        let round = |h: &mut StoreHealth, b: Probe| {
+            h.observe(
+                &[
+                    cluster_probe("h:1", "a", Role::Primary, &slots),
+                    b,
+                    cluster_probe("h:3", "c", Role::Replica, &slots),
+                    cluster_probe("h:4", "d", Role::Replica, &slots),
+                ],
+                MS,
+                1,
+            );
+            h.takeovers()
+        };
+        let alive = || cluster_probe("h:2", "b", Role::Primary, &slots);
+        assert_eq!(round(&mut h, alive()), (vec![], vec![]));
+        // A timeout is not a closed port: nothing is forced, however long.
+        let slow = || Probe {
+            node: "h:2".into(),
+            result: Err("timed out".into()),
+            refused: false,
+        };
+        for _ in 0..5 {
+            assert!(round(&mut h, slow()).1.is_empty());
+        }
+        // One refusal is not enough; the second asks `b`'s answering replica.
+        assert!(round(&mut h, dead("h:2")).1.is_empty());
+        let (events, t) = round(&mut h, dead("h:2"));
+        assert_eq!(
+            t,
+            [Takeover {
+                replica: "h:4".into(),
+                primary: "h:2".into()
+            }]
+        );
+        assert_eq!(events.len(), 1);
+        assert_eq!(events[0].kind, "store_takeover");
+        assert!(events[0].reason.contains("h:4"), "{}", events[0].reason);
+        // Once per outage, then again only after TAKEOVER_RETRY more probes.
+        for _ in 0..TAKEOVER_RETRY - 1 {
+            assert!(round(&mut h, dead("h:2")).1.is_empty());
+        }
+        assert_eq!(round(&mut h, dead("h:2")).1.len(), 1);
+        // Answering again resets the count.
+        round(&mut h, alive());
+        assert!(round(&mut h, dead("h:2")).1.is_empty());
+        // A replica that does not answer is never asked; outside a cluster
+        // nothing is forced.
+        let mut h = StoreHealth::new(&nodes, true, "e".into());
+        for _ in 0..3 {
+            h.observe(
+                &[
+                    cluster_probe("h:1", "a", Role::Primary, &slots),
+                    dead("h:2"),
+                    cluster_probe("h:3", "c", Role::Replica, &slots),
+                    dead("h:4"),
+                ],
+                MS,
+                1,
+            );
+            assert!(h.takeovers().1.is_empty());
+        }
+        let mut single = StoreHealth::new(&nodes[..1], false, "e".into());
+        for _ in 0..3 {
+            single.observe(&[dead("h:1")], MS, 1);
+            assert!(single.takeovers().1.is_empty());
+        }
     }
 
     #[test]

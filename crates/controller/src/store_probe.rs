@@ -16,13 +16,16 @@ use sluice_state::StoreError;
 use sluice_state_redis::acl::{Admin, Value};
 use sluice_state_redis::slot_of;
 
-use crate::store_health::{Answer, Marker, MarkerWrite, Probe, Role, SlotRange};
+use crate::store_health::{Answer, Marker, MarkerWrite, Probe, Role, SlotRange, Takeover};
 
 /// The marker key (with a hash tag in a cluster, see [`marker_key`]).
 pub const MARKER_KEY: &str = "sluice:store:epoch";
 
-/// How often every store node is probed.
-pub const PROBE_EVERY: Duration = Duration::from_millis(500);
+/// How often every store node is probed: often enough that a dead cluster
+/// primary is replaced ([`crate::store_health::TAKEOVER_AFTER`] probes) well
+/// within the cluster's own node timeout; a round is a handful of commands
+/// per node.
+pub const PROBE_EVERY: Duration = Duration::from_millis(250);
 
 /// The marker key of the primary serving `slot` in a cluster:
 /// `sluice:store:epoch{N}` with the smallest `N` whose tag hashes to `slot`.
@@ -68,14 +71,38 @@ pub fn parse_slots(v: &Value, addr: &str) -> Vec<SlotRange> {
         let (Ok(first), Ok(last)) = (u16::try_from(*a), u16::try_from(*b)) else {
             continue;
         };
+        // After the primary: its replicas, each `[host, port, id, ...]`.
+        let replicas = f
+            .iter()
+            .skip(3)
+            .filter_map(|r| {
+                let Value::Array(Some(r)) = r else {
+                    return None;
+                };
+                let (Some(h), Some(Value::Int(port))) = (r.first().and_then(Value::text), r.get(1))
+                else {
+                    return None;
+                };
+                (!h.is_empty()).then(|| (format!("{h}:{port}"), r.get(2).and_then(Value::text)))
+            })
+            .collect();
         out.push(SlotRange {
             first,
             last,
             primary: format!("{host}:{port}"),
             primary_id: p.get(2).and_then(Value::text),
+            replicas,
         });
     }
     out
+}
+
+/// Whether a probe failed because the node refused the connection: its
+/// port is closed, so its process is gone (the OS's `ECONNREFUSED`, which
+/// Rust's `std::io::Error` spells "connection refused", capitalised or not),
+/// unlike a timeout or an error reply from a node that runs.
+fn refused(e: &StoreError) -> bool {
+    matches!(e, StoreError::Unavailable(m) if m.to_ascii_lowercase().contains("connection refused"))
 }
 
 /// The admin connection to every store node, and each primary's marker key.
@@ -120,8 +147,13 @@ impl StoreProbe {
             .into_iter()
             .enumerate()
             .map(|(i, node)| {
-                let result = self.probe_node(i, &node).map_err(|e| e.to_string());
-                Probe { node, result }
+                let result = self.probe_node(i, &node);
+                let refused = matches!(&result, Err(e) if refused(e));
+                Probe {
+                    node,
+                    result: result.map_err(|e| e.to_string()),
+                    refused,
+                }
             })
             .collect();
         (out, started.elapsed())
@@ -175,6 +207,25 @@ impl StoreProbe {
         })
     }
 
+    /// Asks the replica `t.replica` to take over its primary's slots now,
+    /// without its (dead) primary's agreement: `CLUSTER FAILOVER FORCE`.
+    /// It still needs the votes of most primaries, so a replica cut off from
+    /// the cluster cannot take over on its own.
+    pub fn take_over(&mut self, t: &Takeover) -> Result<(), StoreError> {
+        let Some(i) = self.nodes().iter().position(|n| *n == t.replica) else {
+            return Err(StoreError::Refused(format!(
+                "{}: not a node of the state URL",
+                t.replica
+            )));
+        };
+        self.ask(
+            i,
+            &[b"CLUSTER", b"FAILOVER", b"FORCE"],
+            "CLUSTER FAILOVER FORCE",
+        )
+        .map(|_| ())
+    }
+
     /// Writes a marker on its node (the key found at its last probe).
     pub fn write(&mut self, w: &MarkerWrite) -> Result<(), StoreError> {
         let (Some(i), Some(key)) = (
@@ -209,6 +260,24 @@ mod tests {
     }
 
     #[test]
+    fn only_a_closed_port_counts_as_refused() {
+        let e = std::io::Error::from(std::io::ErrorKind::ConnectionRefused);
+        assert!(refused(&StoreError::Unavailable(format!("h:1: {e}"))));
+        let raw = std::io::Error::from_raw_os_error(libc_econnrefused());
+        assert!(refused(&StoreError::Unavailable(format!("h:1: {raw}"))));
+        assert!(!refused(&StoreError::Unavailable(
+            "h:1: no answer within 500 ms".into()
+        )));
+        assert!(!refused(&StoreError::Timeout(500)));
+        assert!(!refused(&StoreError::Refused("Connection refused".into())));
+    }
+
+    /// `ECONNREFUSED` on Linux.
+    fn libc_econnrefused() -> i32 {
+        111
+    }
+
+    #[test]
     fn role_and_slot_answers_are_read() {
         let role = Value::Array(Some(vec![bulk("master"), Value::Int(0)]));
         assert_eq!(parse_role(&role), Some(Role::Primary));
@@ -221,6 +290,8 @@ mod tests {
                 Value::Int(5460),
                 Value::Array(Some(vec![bulk("10.0.0.1"), Value::Int(7000), bulk("id-a")])),
                 Value::Array(Some(vec![bulk("10.0.0.2"), Value::Int(7001), bulk("id-b")])),
+                // A replica without a host (not announced yet) is skipped.
+                Value::Array(Some(vec![bulk(""), Value::Int(7005)])),
             ])),
             // An empty host: the node asked.
             Value::Array(Some(vec![
@@ -238,12 +309,14 @@ mod tests {
                     last: 5460,
                     primary: "10.0.0.1:7000".into(),
                     primary_id: Some("id-a".into()),
+                    replicas: vec![("10.0.0.2:7001".into(), Some("id-b".into()))],
                 },
                 SlotRange {
                     first: 5461,
                     last: 16383,
                     primary: "h:7002".into(),
                     primary_id: None,
+                    replicas: Vec::new(),
                 },
             ]
         );

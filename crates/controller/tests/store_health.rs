@@ -257,3 +257,58 @@ fn a_cluster_slot_range_without_a_primary_fails_healthz() {
     assert_eq!(s.store.nodes[1].lost_data_count, 0);
     server.shutdown();
 }
+
+/// A cluster with a replica per primary and a node timeout (60 s) longer than
+/// the test: one primary SIGKILLed, the controller sees its port closed and
+/// asks its replica to take over (`store_takeover`), which the cluster on its
+/// own would do only after the timeout. Its slots serve again and
+/// `/healthz` is 200.
+#[test]
+fn a_dead_cluster_primary_is_replaced_at_the_controllers_request() {
+    use sluice_state_redis::server::{replication_role, RedisCluster};
+    let dir = tempfile::tempdir().unwrap();
+    let mut cluster = RedisCluster::start_replicated(3, 1, 60_000).expect("start a redis cluster");
+    let url = cluster.url();
+    let (server, token) = common::start_with_state(dir.path(), &url);
+    let c = Client::new(&server.url()).with_token(Some(&token));
+    eventually("the store to be healthy", || {
+        c.get::<StatusInfo>("/v1/status")
+            .is_ok_and(|s| s.store.healthy && s.store.nodes.iter().all(|n| n.up))
+    });
+    let dead = format!("127.0.0.1:{}", cluster.nodes[0].port());
+    let heir = format!("127.0.0.1:{}", cluster.replicas[0].port());
+    let heir_port = cluster.replicas[0].port();
+    cluster.nodes[0].kill();
+    // 30 s at most, half the node timeout: only the controller's request
+    // can have promoted the replica by then.
+    let promoted = (0..600).any(|_| {
+        std::thread::sleep(Duration::from_millis(50));
+        replication_role(heir_port, None, None).is_ok_and(|r| r == "master")
+    });
+    assert!(
+        promoted,
+        "the killed primary's replica never took over: {:?}",
+        c.events(0)
+            .unwrap()
+            .iter()
+            .map(|e| (&e.kind, &e.reason))
+            .collect::<Vec<_>>()
+    );
+    eventually("/healthz answers 200", || c.get_raw("/healthz").is_ok());
+    let t = c
+        .events(0)
+        .unwrap()
+        .into_iter()
+        .find(|e| e.kind == "store_takeover")
+        .expect("a store_takeover event");
+    assert!(
+        t.reason.contains(&dead) && t.reason.contains(&heir),
+        "{}",
+        t.reason
+    );
+    // The other primaries were left alone.
+    for r in &cluster.replicas[1..] {
+        assert_eq!(replication_role(r.port(), None, None).unwrap(), "slave");
+    }
+    server.shutdown();
+}

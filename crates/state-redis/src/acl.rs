@@ -426,6 +426,21 @@ fn call(n: &mut Node, args: &[&[u8]]) -> Result<Reply, StoreError> {
 }
 
 fn call_unnamed(n: &mut Node, args: &[&[u8]]) -> Result<Reply, StoreError> {
+    // The admin's commands are idempotent (definitions, reads, markers): one
+    // sent on a connection kept from before, which the node closed when it
+    // restarted, is sent again once on a new one, instead of failing a sync
+    // or a probe because of what the node did in between.
+    let reused = n.connected();
+    match call_once(n, args) {
+        Err(StoreError::Unavailable(_)) if reused => {
+            n.drop_conn();
+            call_once(n, args)
+        }
+        r => r,
+    }
+}
+
+fn call_once(n: &mut Node, args: &[&[u8]]) -> Result<Reply, StoreError> {
     n.check_no_started()?;
     n.ensure_conn()?;
     n.wbuf.clear();

@@ -151,6 +151,11 @@ impl Node {
         })
     }
 
+    /// Whether a connection is open (made by an earlier call).
+    pub(crate) fn connected(&self) -> bool {
+        self.stream.is_some()
+    }
+
     /// Drops the connection (its pipeline state is unknown); commands sent
     /// without waiting whose replies were not read count as failed.
     pub(crate) fn drop_conn(&mut self) {

@@ -327,6 +327,25 @@ fn a_dead_node_does_not_keep_users_off_the_live_ones() {
     assert!(admin.tenant_users().is_err(), "no node answered");
 }
 
+/// A node restarted on the same port closed the admin's connection: the
+/// next definition goes through on a new connection (once) instead of
+/// failing, so a returning node gets the tenants' users on the first try.
+#[test]
+fn a_restarted_node_gets_definitions_on_a_new_connection() {
+    let mut srv = RedisServer::start(&[]).expect("start redis-server");
+    let mut admin = Admin::open(&srv.url()).unwrap();
+    admin.set_tenant_user("a", &Secret::new(A_PW)).unwrap();
+    srv.restart().expect("restart redis-server");
+    // No persistence: the user is gone, and is defined again at once.
+    admin.set_tenant_user("a", &Secret::new(A_PW)).unwrap();
+    assert_eq!(admin.tenant_users().unwrap(), [tenant_user("a")]);
+    // A node that stays down is still an error naming it.
+    let addr = format!("127.0.0.1:{}", srv.port());
+    srv.kill();
+    let e = admin.tenant_users().unwrap_err().to_string();
+    assert!(e.contains(&addr), "{e}");
+}
+
 /// Code that never returns: what a compromised instance would run to keep the
 /// shared server busy for every tenant.
 const BUSY: &str = "while true do end";

@@ -66,6 +66,15 @@ pub struct Vm {
 /// Largest Seawall weight of a service's VMs.
 pub const MAX_WEIGHT: u16 = 1000;
 
+/// Packets per pipelined window of a `state: cached` middlebox that does not
+/// set `pipeline:`. Pipelined is the default there because it is what keeps
+/// the store's round trips (and TLS's added latency on each) off short flows'
+/// throughput, while an idle instance drains its window at once, so below
+/// capacity a batch waits only for its own writes, as without it
+/// (docs/STATE.md, "Pipelining"; docs/BENCHMARKS.md, issue 21). `pipeline: 0`
+/// turns it off for the lowest latency while saturated.
+pub const DEFAULT_PIPELINE: usize = 512;
+
 /// Header fields a select matches; `None` is any.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Select {
@@ -171,11 +180,11 @@ pub enum Element {
         /// [`PLACEMENT_POLICIES`]), overriding the controller's setting;
         /// `None`: the controller's.
         placement: Option<String>,
-        /// Pipelined instances (`pipeline:`, packets per window; 0, the
-        /// default: off): under their leases, a window's store reads are in
-        /// flight while the previous window is processed and no batch waits
-        /// for its own round trip (docs/STATE.md, "Pipelining"). Needs
-        /// `state: cached`.
+        /// Pipelined instances (`pipeline:`, packets per window; 0: off):
+        /// under their leases, a window's store reads are in flight while the
+        /// previous window is processed and no batch waits for its own round
+        /// trip (docs/STATE.md, "Pipelining"). Needs `state: cached`, where
+        /// it defaults to [`DEFAULT_PIPELINE`].
         pipeline: usize,
         /// Worker threads per instance (`workers:`, default 1, at most
         /// [`sluice_chain::MAX_WORKERS`]): flows sharded among them by the
@@ -647,6 +656,7 @@ fn parse_element(
                 }
             };
             let pipeline = match m.get("pipeline") {
+                None if state == StateMode::Cached => DEFAULT_PIPELINE,
                 None => 0,
                 Some(v) => v
                     .as_u64()

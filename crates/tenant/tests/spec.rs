@@ -230,11 +230,28 @@ fn pipeline_is_for_cached_state_and_bounded() {
         s.elements["mon"],
         Element::Middlebox { pipeline: 256, .. }
     ));
+    // Cached state pipelines by default; `pipeline: 0` turns it off, and
+    // the other state modes have nothing to pipeline.
     let s = parse(&with("state: cached")).unwrap();
+    assert!(matches!(
+        s.elements["mon"],
+        Element::Middlebox {
+            pipeline: sluice_tenant::DEFAULT_PIPELINE,
+            ..
+        }
+    ));
+    let s = parse(&with("state: cached, pipeline: 0")).unwrap();
     assert!(matches!(
         s.elements["mon"],
         Element::Middlebox { pipeline: 0, .. }
     ));
+    for state in ["shared", "local"] {
+        let s = parse(&with(&format!("state: {state}"))).unwrap();
+        assert!(
+            matches!(s.elements["mon"], Element::Middlebox { pipeline: 0, .. }),
+            "{state}"
+        );
+    }
     let e = parse(&with("pipeline: 256")).unwrap_err();
     assert!(
         e.contains("elements.mon.pipeline") && e.contains("state: cached"),

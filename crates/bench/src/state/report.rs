@@ -206,7 +206,8 @@ fn secure_table(ms: &[StateMeasurement]) -> String {
     }
     let mut s = String::from(
         "TLS + authentication (the tenant's ACL user over rediss://) against plain TCP without \
-         a user, same rounds; -c: with the flow cache; -p: with the flow cache, pipelined\n",
+         a user, same rounds; -c: with the flow cache, not pipelined (`pipeline: 0`); -p: with the flow cache, \
+         pipelined (what `state: cached` runs by default)\n",
     );
     s.push_str(&format!(
         "{:<22} {:>8} {:>8} {:>6}  {:>8} {:>8} {:>6}",
@@ -249,13 +250,13 @@ fn secure_table(ms: &[StateMeasurement]) -> String {
                 .collect::<Vec<_>>(),
         ),
         (
-            "with the flow cache, TLS+auth / plain",
+            "with the flow cache, not pipelined, TLS+auth / plain",
             rows.iter()
                 .filter_map(|m| m.secure_cached_vs_cached)
                 .collect::<Vec<_>>(),
         ),
         (
-            "with the flow cache pipelined, TLS+auth / plain",
+            "with the flow cache pipelined (the default), TLS+auth / plain",
             rows.iter()
                 .filter_map(|m| m.secure_pipelined_vs_pipelined)
                 .collect::<Vec<_>>(),

@@ -557,6 +557,16 @@ fn a_pipelined_middlebox_runs_pipelined_instances() {
         assert_eq!(s.pipeline, if mb == "fw" { 128 } else { 0 }, "{mb}");
     }
     assert_eq!(all.iter().filter(|(mb, _)| mb == "fw").count(), 2);
+    // Cached state pipelines unless told not to.
+    for (attrs, want) in [
+        ("    state: cached\n", sluice_tenant::DEFAULT_PIPELINE),
+        ("    state: cached\n    pipeline: 0\n", 0),
+    ] {
+        let all = instance_settings(attrs);
+        let fw: Vec<_> = all.iter().filter(|(mb, _)| mb == "fw").collect();
+        assert_eq!(fw.len(), 2);
+        assert!(fw.iter().all(|(_, s)| s.pipeline == want), "{attrs}");
+    }
 }
 
 #[test]

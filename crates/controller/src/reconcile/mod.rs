@@ -442,12 +442,20 @@ impl Reconciler {
         probes: &[crate::store_health::Probe],
         took: Duration,
         now: Instant,
-    ) -> Vec<crate::store_health::MarkerWrite> {
+    ) -> crate::store_health::StoreActions {
         let (events, writes) = self.store_health.observe(probes, took, self.unix_ms(now));
-        for e in events {
+        let (more, takeovers) = self.store_health.takeovers();
+        let returned = events
+            .iter()
+            .any(|e| e.kind == "store_recovered" || e.kind == "store_lost_data");
+        for e in events.into_iter().chain(more) {
             self.push_event(e, now);
         }
-        writes
+        crate::store_health::StoreActions {
+            writes,
+            takeovers,
+            returned,
+        }
     }
 
     /// A marker write of [`Reconciler::store_probed`] succeeded.
