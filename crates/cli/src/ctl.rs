@@ -702,9 +702,9 @@ pub fn status(a: &StatusArgs) -> Result<(), CliError> {
         }) => None,
         Err(e) => return Err(e.into()),
     };
-    let (store, leader) = match status {
-        Some(s) => (Some(s.store), s.leader),
-        None => (None, None),
+    let (store, leader, controllers) = match status {
+        Some(s) => (Some(s.store), s.leader, s.controllers),
+        None => (None, None, Vec::new()),
     };
     // An older controller has no `/v1/backends`.
     let backends = match c.backends() {
@@ -717,6 +717,7 @@ pub fn status(a: &StatusArgs) -> Result<(), CliError> {
     let v = serde_json::json!({
         "controller": c.base(),
         "leader": leader,
+        "controllers": controllers,
         "store": store,
         "hosts": hosts,
         "tenants": tenants,
@@ -726,7 +727,7 @@ pub fn status(a: &StatusArgs) -> Result<(), CliError> {
     if !structured(fmt, &v)? {
         print_status(
             c.base(),
-            leader.as_ref(),
+            (leader.as_ref(), &controllers),
             store.as_ref(),
             (&hosts, hosts_hidden),
             &tenants,
@@ -834,7 +835,10 @@ fn print_store(s: &sluice_controller::store_health::StoreStatus) -> Result<(), C
 /// every NF instance (not only those not running) with its process id.
 fn print_status(
     base: &str,
-    leader: Option<&sluice_controller::model::LeaderInfo>,
+    (leader, controllers): (
+        Option<&sluice_controller::model::LeaderInfo>,
+        &[sluice_controller::model::ControllerMember],
+    ),
     store: Option<&sluice_controller::store_health::StoreStatus>,
     (hosts, hosts_hidden): (&[sluice_controller::model::HostInfo], bool),
     tenants: &[sluice_controller::model::TenantSummary],
@@ -854,6 +858,21 @@ fn print_status(
                 l.lease_s
             )?
         }
+    }
+    if !controllers.is_empty() {
+        let standbys = controllers.iter().filter(|m| !m.leading).count();
+        let names: Vec<String> = controllers
+            .iter()
+            .map(|m| {
+                let role = if m.leading { "leads" } else { "standby" };
+                format!("{} ({role})", m.name)
+            })
+            .collect();
+        outln!(
+            "controllers: {} running, {standbys} standing by: {}",
+            controllers.len(),
+            names.join(", ")
+        )?;
     }
     if let Some(s) = store {
         print_store(s)?;

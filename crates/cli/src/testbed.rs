@@ -39,15 +39,16 @@ pub enum TestbedCmd {
         /// ~/.config/sluice/config) nor make it current.
         #[arg(long)]
         no_context: bool,
-        /// The state store: `single` (one redis-server) or `cluster` (three
-        /// primaries with a replica each: a killed primary is replaced by
-        /// its replica; docs/STATE.md, "Replication").
-        #[arg(long, default_value = "single", value_parser = ["single", "cluster"])]
+        /// The state store: `cluster` (three primaries with a replica each:
+        /// a killed primary is replaced by its replica; docs/STATE.md,
+        /// "Replication"), as deployed, or `single` (one redis-server).
+        #[arg(long, default_value = "cluster", value_parser = ["single", "cluster"])]
         store: String,
-        /// Controllers: 1 on a SQLite file, or more on a three-member etcd
-        /// cluster with one leading (needs Debian's etcd-server;
-        /// docs/RELIABILITY.md, "Replicated controllers").
-        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=5))]
+        /// Controllers: 3 (or more) on a three-member etcd cluster with one
+        /// leading, as deployed (needs Debian's etcd-server;
+        /// docs/RELIABILITY.md, "Replicated controllers"), or 1 on a SQLite
+        /// file.
+        #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=5))]
         controllers: u32,
     },
     /// Stop and remove the testbed recorded in DIR.
@@ -73,6 +74,13 @@ pub enum TestbedCmd {
         /// the flow cache at work (docs/STATE.md).
         #[arg(long, default_value = "cached")]
         fw_state: String,
+        /// The state store: `cluster` (as deployed: a replica per primary)
+        /// or `single`.
+        #[arg(long, default_value = "cluster", value_parser = ["single", "cluster"])]
+        store: String,
+        /// Controllers: 3 on etcd (as deployed: one leads) or 1 on SQLite.
+        #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=5))]
+        controllers: u32,
     },
 }
 
@@ -106,11 +114,14 @@ pub fn run(what: TestbedCmd) -> Result<(), CliError> {
             hosts,
             dir,
             fw_state,
+            store,
+            controllers,
         } => demo(
             &spec,
             hosts,
             &dir,
             (fw_state != "spec").then_some(fw_state.as_str()),
+            (store.parse()?, controllers),
         ),
     }
 }
@@ -366,7 +377,13 @@ pub fn down(dir: &Path) -> Result<(), CliError> {
 }
 
 /// `sluice testbed demo`: up, real traffic, report, down.
-pub fn demo(spec: &Path, hosts: u32, dir: &Path, fw_state: Option<&str>) -> Result<(), CliError> {
+pub fn demo(
+    spec: &Path,
+    hosts: u32,
+    dir: &Path,
+    fw_state: Option<&str>,
+    (store, controllers): (StoreKind, u32),
+) -> Result<(), CliError> {
     guard(dir)?;
     check_readable_by_others(dir)?;
     // The firewall's state mode, if asked (the demo shows `cached`: leases and
@@ -388,7 +405,10 @@ pub fn demo(spec: &Path, hosts: u32, dir: &Path, fw_state: Option<&str>) -> Resu
         None => spec,
     };
     let t = Instant::now();
-    let lab = Lab::up(&options(spec, hosts, dir, true)?)?;
+    let mut opts = options(spec, hosts, dir, true)?;
+    opts.store = store;
+    opts.controllers = controllers;
+    let lab = Lab::up(&opts)?;
     print_state(lab.state())?;
     outln!("up in {:.1} s\n", t.elapsed().as_secs_f64())?;
     let report = scenario::figure4(&lab)?;

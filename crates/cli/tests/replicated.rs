@@ -166,6 +166,29 @@ fn a_killed_or_paused_leader_is_replaced_and_nothing_stored_is_lost() {
         .leader
         .expect("a replicated controller names its leader");
     assert_eq!(term.name, format!("c{first}"));
+    // The standbys do not listen, but the leader lists them from their
+    // records in etcd.
+    let members = |c: &Client, want: usize| {
+        let mut got = Vec::new();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            got = c.status().unwrap().controllers;
+            if got.len() == want {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        got
+    };
+    let all = members(&c, 3);
+    let names: Vec<&str> = all.iter().map(|m| m.name.as_str()).collect();
+    assert_eq!(names, ["c0", "c1", "c2"], "{all:?}");
+    let leading: Vec<&str> = all
+        .iter()
+        .filter(|m| m.leading)
+        .map(|m| m.name.as_str())
+        .collect();
+    assert_eq!(leading, [format!("c{first}")], "{all:?}");
     let hosts_ca = std::fs::read(dir.path().join(format!("c{first}.hosts-ca.pem"))).unwrap();
 
     // 1. The leader is killed: another takes over within the lease and the
@@ -182,9 +205,22 @@ fn a_killed_or_paused_leader_is_replaced_and_nothing_stored_is_lost() {
     let now = c.status().unwrap().leader.unwrap();
     assert_eq!(now.name, format!("c{second}"));
     assert!(now.term > term.term, "{now:?} after {term:?}");
+    // The killed one drops off the list when its record's lease runs out.
+    let left = members(&c, 2);
+    assert!(
+        left.len() == 2 && left.iter().all(|m| m.name != format!("c{first}")),
+        "{left:?}"
+    );
     let metrics = c.get_raw("/metrics").unwrap();
     assert!(
         metrics.contains(&format!("sluice_controller_leader{{name=\"c{second}\"}} 1")),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("sluice_controller_standbys 1")
+            && metrics.contains(&format!(
+                "sluice_controller_member{{name=\"c{second}\",role=\"leader\"}} 1"
+            )),
         "{metrics}"
     );
     assert!(

@@ -44,10 +44,18 @@ fn testbed_up_makes_its_context_current_and_down_removes_it() {
     let text = std::fs::read_to_string(&config).unwrap();
     assert!(text.contains("current_context: testbed"), "{text}");
     assert!(text.contains("admin.token"), "{text}");
-    // TLS: the controller's URL is https and the context trusts its CA.
-    assert!(text.contains("controller: https://"), "{text}");
+    // TLS: the controllers' URLs are https (three by default, on etcd, as
+    // deployed: the CLI follows whichever leads) and the context trusts
+    // their CA.
+    let urls = text
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("controller: "))
+        .unwrap_or_else(|| panic!("no controller in the context: {text}"));
+    let urls: Vec<&str> = urls.split(',').collect();
+    assert_eq!(urls.len(), 3, "{text}");
+    assert!(urls.iter().all(|u| u.starts_with("https://")), "{text}");
     assert!(
-        text.contains("ca_file:") && text.contains("controller.ca.pem"),
+        text.contains("ca_file:") && text.contains("api-ca.pem"),
         "{text}"
     );
 
@@ -73,6 +81,11 @@ fn testbed_up_makes_its_context_current_and_down_removes_it() {
             spec_s,
             "--no-web",
             "--no-context",
+            // One controller on SQLite and one store server: the other shape.
+            "--controllers",
+            "1",
+            "--store",
+            "single",
         ],
         &env,
     );

@@ -62,6 +62,7 @@ fn run(r: &mut Reconciler, action: Action, actor: &str, now: Instant) -> Result<
             &crate::model::StatusInfo {
                 store: r.store_health().status(),
                 leader: r.leader().cloned(),
+                controllers: r.controllers().to_vec(),
             },
         ),
         Action::OpenApi => Ok(Reply::Text("application/yaml", OPENAPI_YAML.into())),

@@ -236,6 +236,122 @@ pub fn keep(client: &Client, mut term: Term, stop: &AtomicBool) -> bool {
     false
 }
 
+/// A controller's record under `ROOT/members/NAME`, on a lease of its own
+/// that it renews as long as it runs, leading or waiting: how the leader
+/// knows its standbys (which do not listen) and shows them in `GET
+/// /v1/status`, `sluice status` and its metrics. A controller that dies
+/// drops out when its lease runs out ([`member_ttl`]).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Member {
+    /// Its name.
+    pub name: String,
+    /// Where clients reach it when it leads.
+    pub url: String,
+    /// When this process started, Unix milliseconds.
+    pub since_ms: u64,
+}
+
+/// The key of `name`'s member record.
+pub fn member_key(root: &str, name: &str) -> Vec<u8> {
+    format!("{root}members/{name}").into_bytes()
+}
+
+/// The prefix of every member record.
+pub fn members_prefix(root: &str) -> Vec<u8> {
+    format!("{root}members/").into_bytes()
+}
+
+/// How long a member record outlives its controller's last renewal: twice
+/// the leader's lease, at least 6 s (a record is renewed every third of it).
+pub fn member_ttl(lease_ttl: Duration) -> Duration {
+    (lease_ttl * 2).max(Duration::from_secs(6))
+}
+
+/// The controllers of the deployment, from the member records (`kvs`, as
+/// etcd lists the prefix) and the name of the one leading: each with its
+/// role, sorted by name; records that do not parse are skipped.
+pub fn members(kvs: &[sluice_etcd::Kv], leader: &str) -> Vec<crate::model::ControllerMember> {
+    let mut out: Vec<crate::model::ControllerMember> = kvs
+        .iter()
+        .filter_map(|kv| serde_json::from_slice::<Member>(&kv.value).ok())
+        .map(|m| crate::model::ControllerMember {
+            leading: m.name == leader,
+            name: m.name,
+            url: m.url,
+            since_ms: m.since_ms,
+        })
+        .collect();
+    out.sort_by(|a, b| a.name.cmp(&b.name));
+    out
+}
+
+/// Keeps this controller's member record in etcd on a thread of its own until
+/// `stop` is set, then removes it (revokes its lease).
+pub fn announce(
+    client: Client,
+    opts: &EtcdOptions,
+    since_ms: u64,
+    stop: Arc<AtomicBool>,
+) -> std::io::Result<std::thread::JoinHandle<()>> {
+    let key = member_key(&opts.root, &opts.name);
+    let me = serde_json::to_vec(&Member {
+        name: opts.name.clone(),
+        url: opts.advertise.clone(),
+        since_ms,
+    })
+    .unwrap_or_default();
+    let ttl = member_ttl(opts.lease_ttl);
+    std::thread::Builder::new()
+        .name("ctl-member".into())
+        .spawn(move || {
+            let mut lease: Option<i64> = None;
+            let mut last_err: Option<String> = None;
+            while !stop.load(Ordering::SeqCst) {
+                let step = (|| -> Result<(), EtcdError> {
+                    match lease {
+                        Some(id) => {
+                            if client.lease_keepalive(id)?.is_none() {
+                                // Expired (etcd unreachable too long): anew.
+                                lease = None;
+                            }
+                        }
+                        None => {
+                            let id = client.lease_grant(ttl.as_secs() as i64)?;
+                            client.txn(&Txn {
+                                compare: Vec::new(),
+                                success: vec![Op::Put {
+                                    key: key.clone(),
+                                    value: me.clone(),
+                                    lease: id,
+                                }],
+                                failure: Vec::new(),
+                            })?;
+                            lease = Some(id);
+                        }
+                    }
+                    Ok(())
+                })();
+                match step {
+                    Ok(()) => last_err = None,
+                    Err(e) => {
+                        let msg = e.to_string();
+                        if last_err.as_deref() != Some(&msg) {
+                            tracing::warn!(error = %msg, "cannot keep this controller's member record in etcd; retrying");
+                            last_err = Some(msg);
+                        }
+                    }
+                }
+                let until = Instant::now() + ttl / 3;
+                while Instant::now() < until && !stop.load(Ordering::SeqCst) {
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+            }
+            if let Some(id) = lease {
+                let _ = client.lease_revoke(id);
+            }
+        })
+}
+
 /// The hosts' CA every controller of the deployment signs with: kept in etcd
 /// (`ROOT/hosts-ca`, the certificate and key in PEM; etcd is reachable only
 /// with a client certificate of its CA, like the fabric secret next to it),
@@ -294,6 +410,32 @@ pub fn share_hosts_ca(client: &Client, root: &str, guard: &Guard, db: &Path) -> 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_members_list_names_the_leader_and_skips_what_does_not_parse() {
+        let kv = |name: &str| sluice_etcd::Kv {
+            key: member_key("/sluice/", name),
+            value: serde_json::to_vec(&Member {
+                name: name.into(),
+                url: format!("https://{name}:7420"),
+                since_ms: 7,
+            })
+            .unwrap(),
+            create_revision: 1,
+            mod_revision: 1,
+            lease: 0,
+        };
+        let mut junk = kv("c9");
+        junk.value = b"not json".to_vec();
+        let m = members(&[kv("c2"), junk, kv("c0"), kv("c1")], "c1");
+        let names: Vec<(&str, bool)> = m.iter().map(|m| (m.name.as_str(), m.leading)).collect();
+        assert_eq!(names, [("c0", false), ("c1", true), ("c2", false)]);
+        assert_eq!(m[0].url, "https://c0:7420");
+        assert!(member_key("/sluice/", "c0").starts_with(&members_prefix("/sluice/")));
+        // A record outlives a missed renewal or two, and a short lease.
+        assert_eq!(member_ttl(Duration::from_secs(3)), Duration::from_secs(6));
+        assert_eq!(member_ttl(Duration::from_secs(10)), Duration::from_secs(20));
+    }
 
     #[test]
     fn a_term_renews_every_sixth_and_gives_up_after_five_sixths() {

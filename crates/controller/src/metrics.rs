@@ -286,6 +286,35 @@ fn leader(o: &mut String, r: &Reconciler) {
         "sluice_controller_leader_since_seconds {}",
         l.since_ms / 1000
     );
+    let members = r.controllers();
+    if members.is_empty() {
+        return;
+    }
+    family(
+        o,
+        "sluice_controller_member",
+        "gauge",
+        "1 for each replicated controller running (its record in etcd is renewed), by name and role (leader or standby).",
+    );
+    for m in members {
+        let role = if m.leading { "leader" } else { "standby" };
+        let _ = writeln!(
+            o,
+            "sluice_controller_member{{name=\"{}\",role=\"{role}\"}} 1",
+            escape(&m.name)
+        );
+    }
+    family(
+        o,
+        "sluice_controller_standbys",
+        "gauge",
+        "Replicated controllers waiting to take over (0: the next leader failure stops the API until one returns).",
+    );
+    let _ = writeln!(
+        o,
+        "sluice_controller_standbys {}",
+        members.iter().filter(|m| !m.leading).count()
+    );
 }
 
 /// The state store's families, when the state URL names one (a `local`

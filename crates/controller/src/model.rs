@@ -663,6 +663,23 @@ pub struct StatusInfo {
     /// single controller).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub leader: Option<LeaderInfo>,
+    /// Replicated controllers: every one running, leading or waiting, as
+    /// their records in etcd say (empty: a single controller).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub controllers: Vec<ControllerMember>,
+}
+
+/// One of replicated controllers (`GET /v1/status`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ControllerMember {
+    /// Its name.
+    pub name: String,
+    /// Where clients reach it when it leads.
+    pub url: String,
+    /// When its process started, Unix milliseconds.
+    pub since_ms: u64,
+    /// Whether it leads (the others wait to take over).
+    pub leading: bool,
 }
 
 fn one() -> usize {

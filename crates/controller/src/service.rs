@@ -195,6 +195,8 @@ struct Replicated {
     /// The lease renewals' client, with a short timeout.
     renewals: sluice_etcd::Client,
     term: crate::leader::Term,
+    /// The thread keeping this controller's member record, and its stop.
+    member: (Arc<AtomicBool>, JoinHandle<()>),
 }
 
 impl ServerHandle {
@@ -616,6 +618,43 @@ pub fn serve(opts: ServerOptions) -> Result<ServerHandle, ControllerError> {
         Box::new(move || pusher::dispatcher(&sh)),
     )?);
     if let Some(r) = replicated {
+        // The members' list, read again every second for the status and
+        // metrics; the member record goes when the server stops.
+        let (sh, client) = (shared.clone(), r.client.clone());
+        let root = opts
+            .etcd
+            .as_ref()
+            .map(|e| e.root.clone())
+            .unwrap_or_default();
+        let me = opts
+            .etcd
+            .as_ref()
+            .map(|e| e.name.clone())
+            .unwrap_or_default();
+        let (member_stop, member) = r.member;
+        threads.push(spawn(
+            "ctl-members".into(),
+            Box::new(move || {
+                let prefix = crate::leader::members_prefix(&root);
+                while !sh.stopping() {
+                    match client.get_prefix(&prefix) {
+                        Ok(kvs) => lock(&sh.reconciler)
+                            .set_controllers(crate::leader::members(&kvs, &me)),
+                        Err(e) => {
+                            tracing::warn!(error = %e, "cannot read the controllers' member records")
+                        }
+                    }
+                    for _ in 0..10 {
+                        if sh.stopping() {
+                            break;
+                        }
+                        std::thread::sleep(Duration::from_millis(100));
+                    }
+                }
+                member_stop.store(true, Ordering::SeqCst);
+                let _ = member.join();
+            }),
+        )?);
         let sh = shared.clone();
         threads.push(spawn(
             "ctl-leader".into(),
@@ -664,14 +703,31 @@ fn lead(
     let timeout = (e.lease_ttl / 6).clamp(Duration::from_millis(200), Duration::from_secs(2));
     let renewals = sluice_etcd::Client::new(&e.endpoints, e.tls.as_ref(), timeout)
         .map_err(|err| ControllerError::Etcd(err.to_string()))?;
-    let term = crate::leader::campaign(&client, e, &e.stop)
-        .map_err(|err| ControllerError::Etcd(err.to_string()))?
-        .ok_or(ControllerError::NotLeading)?;
+    // Waiting or leading, this controller is on the members' list.
+    let member_client =
+        sluice_etcd::Client::new(&e.endpoints, e.tls.as_ref(), Duration::from_secs(2))
+            .map_err(|err| ControllerError::Etcd(err.to_string()))?;
+    let member_stop = Arc::new(AtomicBool::new(false));
+    let member = crate::leader::announce(member_client, e, unix_ms(), member_stop.clone())
+        .map_err(ControllerError::Thread)?;
+    let won = crate::leader::campaign(&client, e, &e.stop);
+    let term = match won {
+        Ok(Some(term)) => term,
+        other => {
+            member_stop.store(true, Ordering::SeqCst);
+            let _ = member.join();
+            return Err(match other {
+                Err(err) => ControllerError::Etcd(err.to_string()),
+                _ => ControllerError::NotLeading,
+            });
+        }
+    };
     tracing::info!(name = %e.name, url = %e.advertise, lease = term.lease, "leading");
     Ok(Replicated {
         client: Arc::new(client),
         renewals,
         term,
+        member: (member_stop, member),
     })
 }
 

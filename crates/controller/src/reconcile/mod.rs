@@ -185,6 +185,8 @@ pub struct Reconciler {
     store_health: crate::store_health::StoreHealth,
     /// This controller leads replicated ones (None: a single controller).
     leader: Option<crate::model::LeaderInfo>,
+    /// Replicated controllers: every one running, from etcd.
+    controllers: Vec<crate::model::ControllerMember>,
     /// Health of the load balancers' backends.
     pub(crate) backends: backends::Backends,
 }
@@ -244,6 +246,7 @@ impl Reconciler {
             containment: containment::Containment::default(),
             store_health: crate::store_health::StoreHealth::new(&[], false, String::new()),
             leader: None,
+            controllers: Vec::new(),
             backends: backends::Backends::default(),
         })
     }
@@ -427,6 +430,17 @@ impl Reconciler {
     /// Which replicated controller leads (this one), if replicated.
     pub fn leader(&self) -> Option<&crate::model::LeaderInfo> {
         self.leader.as_ref()
+    }
+
+    /// Records the replicated controllers running now (the leader reads
+    /// their records in etcd).
+    pub fn set_controllers(&mut self, members: Vec<crate::model::ControllerMember>) {
+        self.controllers = members;
+    }
+
+    /// The replicated controllers last recorded (empty: a single controller).
+    pub fn controllers(&self) -> &[crate::model::ControllerMember] {
+        &self.controllers
     }
 
     /// The state store's health.
