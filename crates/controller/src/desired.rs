@@ -540,6 +540,18 @@ impl Desired {
         self.instance_drains.contains_key(key) && !self.draining.contains(key)
     }
 
+    /// Whether a stopped instance is left out of its tenant's placement
+    /// altogether (no port, no group), as a removed one is: unless every
+    /// instance of its middlebox is stopped (a forced drain of the last
+    /// one), when its groups keep them all, weight 0, for want of better.
+    fn unplaced_stop(&self, key: &InstanceKey) -> bool {
+        self.stopped(key)
+            && self
+                .instances
+                .keys()
+                .any(|j| j.0 == key.0 && j.1 == key.1 && !self.stopped(j))
+    }
+
     /// The instances of a middlebox that take new flows: neither draining
     /// nor stopped (down ones count: health comes and goes).
     pub fn serving(&self, tenant: &str, middlebox: &str) -> Vec<InstanceKey> {
@@ -995,7 +1007,7 @@ impl Desired {
         }
         let mut catch: BTreeMap<&str, Split> = BTreeMap::new();
         for (k, i) in &self.instances {
-            if k.0 == tenant {
+            if k.0 == tenant && !self.unplaced_stop(k) {
                 let hp = (HostId(i.host), PortId(i.port));
                 p.instances.entry(k.1.clone()).or_default().push(hp);
                 if self.down.contains(k)
@@ -1208,6 +1220,12 @@ impl Desired {
                 }
             }
             for (key @ (tn, mb, k), i) in instances_on.get(&h).into_iter().flatten() {
+                // A stopped instance has no process (the agent stops it)
+                // and, like a removed one, no port; it keeps its place in
+                // `instances`, so undraining starts it there again.
+                if self.unplaced_stop(key) {
+                    continue;
+                }
                 let t = &self.tenants[tn];
                 let name = instance_name(tn, mb, *k);
                 cfg.ports.push(PortConfig {
@@ -1215,8 +1233,7 @@ impl Desired {
                     vni: t.vni,
                     kind: PortKind::Instance { name: name.clone() },
                 });
-                // A stopped instance keeps its port (its groups still name
-                // it, with weight 0) but no process: the agent stops it.
+                // The forced last one keeps its port (its groups name it).
                 if self.stopped(key) {
                     continue;
                 }

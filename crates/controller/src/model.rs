@@ -754,8 +754,9 @@ pub struct InstanceDrainInfo {
     pub middlebox: String,
     /// Its host.
     pub host: u32,
-    /// `draining` (no new flows; its pinned flows continue), `stopped`
-    /// (drained: placed, no process) or `serving` (no operator's drain).
+    /// `draining` (no new flows; its pinned flows continue; an operator's
+    /// drain, or a scale-in's when `drain_until_ms` is absent), `stopped`
+    /// (drained: placed, no process) or `serving`.
     pub state: String,
     /// Where its middlebox keeps flow state: `shared`, `cached` (any
     /// instance can take a flow over: it stops once every host runs the

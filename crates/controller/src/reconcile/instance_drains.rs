@@ -180,9 +180,10 @@ impl Reconciler {
     /// What an operator's drain left of instance `key`.
     fn instance_drain_info(&self, key: &InstanceKey, changed: bool) -> InstanceDrainInfo {
         let d = &self.desired;
+        // A scale-in drain shows too: such an instance is not serving.
         let state = if d.stopped(key) {
             "stopped"
-        } else if d.instance_drains.contains_key(key) {
+        } else if d.draining.contains(key) {
             "draining"
         } else {
             "serving"

@@ -2233,9 +2233,10 @@ fn an_operator_drained_local_instance_stops_once_its_pinned_flows_end() {
     assert!(s.r.desired().stopped(&("t".into(), "ips".into(), 1)));
     assert!(!runs(&s, "t/ips/1"), "stopped: no process");
     assert!(
-        s.r.configs()[&ih].ports.iter().any(|p| p.id == port),
-        "it keeps its port (its groups still name it, with weight 0)"
+        !s.r.configs()[&ih].ports.iter().any(|p| p.id == port),
+        "its port goes, as a removed instance's does"
     );
+    assert_eq!(s.port("t/ips/1"), (ih, port), "it keeps its place");
     let ends: Vec<String> = s.events("drain").into_iter().map(|e| e.reason).collect();
     assert!(
         ends[1].contains("stopped after draining: no flow is pinned"),
