@@ -1,7 +1,9 @@
 //! Drains and catch-ups of pinned middleboxes. A removed instance of a pinned
 //! middlebox drains: it gets no new flows and is removed once no host has a
 //! flow pinned to it (or its timeout passed). A new instance gets most new
-//! flows until it holds its share of the pinned ones ([`caught_up`]).
+//! flows until it holds its share of the pinned ones ([`caught_up`]). An
+//! operator's drain of one instance (`instance_drains`) ends here too, in a
+//! stop rather than a removal.
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
@@ -86,8 +88,10 @@ impl Reconciler {
         out
     }
 
-    /// Ends drains whose pinned flows are gone or whose timeout passed; returns
-    /// the hosts to ask for their pinned flows.
+    /// Ends drains whose pinned flows are gone or whose timeout passed (an
+    /// operator's drain: its delay, and it also waits for every host of the
+    /// tenant to run the current configuration); returns the hosts to ask
+    /// for their pinned flows.
     pub(super) fn check_drains(&mut self, now: Instant) -> BTreeSet<u32> {
         for k in self.desired.draining.clone() {
             if !self.drains.contains_key(&k) {

@@ -6,7 +6,7 @@
 //!
 //! - `state: local` (pinned): the agents keep its pinned flows on it; it is
 //!   stopped once no host has a flow pinned to it, as a scale-in drain is
-//!   ended ([`Reconciler::check_drains`]).
+//!   ended (`Reconciler::check_drains`).
 //! - `state: shared` or `cached`: any instance can take a flow over, so its
 //!   flows move at once, with their state in the store; it is stopped once
 //!   every host of its tenant runs the configuration without it (packets
