@@ -141,6 +141,8 @@ impl Reconciler {
             // to run the configuration without it (a shared-state middlebox
             // pins nothing: its flows move, with their state in the store,
             // once the hosts have the new split).
+            // (A cached group's lease gate holds the stop back with the new
+            // split: the interim configuration it pushes keeps the process.)
             let operator = self.desired.instance_drains.contains_key(k);
             if clear && operator && !self.tenant_hosts_current(&k.0) {
                 clear = false;
