@@ -1,5 +1,6 @@
 //! `sluice drain backend`, `sluice undrain backend` and `sluice get
-//! backends` (and the dispatch of `sluice drain host`, in [`crate::hosts`]): the health of the backends behind tenants' load balancers and
+//! backends` (and the dispatch of `sluice drain host`, in [`crate::hosts`],
+//! and `sluice drain instance`, in [`crate::instances`]): the health of the backends behind tenants' load balancers and
 //! operators' drains (docs/FUNCTIONS.md, "Backend health and draining").
 
 use std::time::Duration;
@@ -28,6 +29,11 @@ enum DrainWhat {
     /// whose state is in the store move to other hosts (their connections
     /// continue there). `state: local` instances stay unless `--force`.
     Host(crate::hosts::DrainHostArgs),
+    /// An NF instance: no new flows at once; stopped (kept placed, no
+    /// process) once its flows no longer need it or the delay passes, until
+    /// undrained. The last instance of a middlebox taking new flows needs
+    /// `--force`.
+    Instance(crate::instances::DrainInstanceArgs),
 }
 
 /// `sluice drain backend TENANT MIDDLEBOX ADDR [--delay 30s]`.
@@ -56,6 +62,8 @@ enum UndrainWhat {
     Backend(UndrainBackendArgs),
     /// A host: it may take new instances again.
     Host(crate::hosts::UndrainHostArgs),
+    /// An NF instance: it takes new flows again (started again if stopped).
+    Instance(crate::instances::UndrainInstanceArgs),
 }
 
 #[derive(Args, Debug)]
@@ -101,6 +109,7 @@ pub fn drain(a: &DrainArgs) -> Result<(), CliError> {
     let b = match &a.what {
         DrainWhat::Backend(b) => b,
         DrainWhat::Host(h) => return crate::hosts::drain(h),
+        DrainWhat::Instance(i) => return crate::instances::drain(i),
     };
     let c = b.client.client()?;
     let t = &b.target;
@@ -114,6 +123,7 @@ pub fn undrain(a: &UndrainArgs) -> Result<(), CliError> {
     let b = match &a.what {
         UndrainWhat::Backend(b) => b,
         UndrainWhat::Host(h) => return crate::hosts::undrain(h),
+        UndrainWhat::Instance(i) => return crate::instances::undrain(i),
     };
     let c = b.client.client()?;
     let t = &b.target;

@@ -541,7 +541,7 @@ pub fn get(a: &GetArgs) -> Result<(), CliError> {
                     opt(h.map(|h| &h.name)),
                     opt(h.map(|h| &h.underlay)),
                     i.port.to_string(),
-                    i.state,
+                    shown_state(&i.state),
                     opt(i.alive.map(yes_no)),
                     opt(i.pid),
                 ]);
@@ -739,7 +739,11 @@ pub fn status(a: &StatusArgs) -> Result<(), CliError> {
         }
     }
     let hosts_down = hosts.iter().filter(|h| !h.alive).count();
-    let instances_down = instances.iter().filter(|i| i.alive != Some(true)).count();
+    // A stopped instance (an operator drained it) runs nowhere on purpose.
+    let instances_down = instances
+        .iter()
+        .filter(|i| i.alive != Some(true) && i.state != "stopped")
+        .count();
     let store_problem = store.as_ref().map(store_problem).unwrap_or_default();
     if hosts_down + instances_down > 0 || !store_problem.is_empty() {
         return Err(CliError::Degraded {
@@ -924,7 +928,7 @@ fn print_status(
     outln!("NF instances: {} placed, {running} alive", instances.len())?;
     for i in instances
         .iter()
-        .filter(|i| fmt.wide() || i.alive != Some(true))
+        .filter(|i| fmt.wide() || i.alive != Some(true) || i.state == "draining")
     {
         let pid = if fmt.wide() {
             format!(" pid {}", opt(i.pid))
@@ -936,10 +940,19 @@ fn print_status(
             i.name,
             i.host,
             i.port,
-            i.state
+            shown_state(&i.state)
         )?;
     }
     Ok(())
+}
+
+/// An instance's state as printed: drains in capitals (as `DRAINED` hosts
+/// are), so they stand out among `alive` ones.
+fn shown_state(state: &str) -> String {
+    match state {
+        "draining" | "stopped" => state.to_uppercase(),
+        s => s.to_string(),
+    }
 }
 
 /// `sluice scale TENANT MIDDLEBOX N`.

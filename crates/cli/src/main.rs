@@ -22,6 +22,7 @@ mod eve;
 mod experiment;
 mod fabric;
 mod hosts;
+mod instances;
 mod ips;
 mod run;
 mod testbed;
@@ -95,10 +96,11 @@ enum Cmd {
     Revoke(containment::RevokeArgs),
     /// Rotate keys: `fabric-key`, the keys sealing datagrams between hosts.
     Rotate(fabric::RotateArgs),
-    /// Drain a load balancer's backend: no new connections, its existing
-    /// ones continue until the deregistration delay passes.
+    /// Drain a load balancer's backend, a host or an NF instance: no new
+    /// connections or flows; existing ones continue until a delay passes.
     Drain(backends::DrainArgs),
-    /// End a drain (`sluice get backends` lists backends and their states).
+    /// End a drain (`sluice get backends`, `get hosts` and `get instances`
+    /// show what is drained).
     Undrain(backends::UndrainArgs),
     /// Failovers, rejoins, drains and scaling decisions the controller logged.
     Events(ctl::EventsArgs),

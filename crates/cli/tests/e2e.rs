@@ -796,6 +796,124 @@ fn draining_a_host_moves_its_instance_and_breaks_no_connection() {
     assert!(out.contains("undrained"), "{out}");
 }
 
+/// An operator drains one of two instances of a `state: local` (pinned)
+/// firewall while downloads pass it: the downloads pinned to it continue
+/// there (moving them would break them: their connection state is inside
+/// it), every download arrives whole, new connections work, the instance
+/// is stopped once its flows are done (the agents forget a pinned flow 30 s
+/// after its last packet; the delay, 90 s, is not what stops it), and
+/// undraining starts it again.
+#[test]
+fn draining_an_instance_lets_its_flows_finish_and_stops_it() {
+    use std::time::{Duration, Instant};
+    let dir = tempfile::tempdir().unwrap();
+    let base = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../examples/experiments/elasticity.yaml"
+    ))
+    .unwrap()
+    .replace("instances: 1", "instances: 2");
+    let text =
+        sluice_testbed::elasticity::variant_spec(&base, "fw", "local", "pinned", None).unwrap();
+    assert!(
+        text.contains("instances: 2"),
+        "elasticity.yaml's fw changed"
+    );
+    let spec = dir.path().join("spec.yaml");
+    std::fs::write(&spec, text).unwrap();
+    let lab = Lab::up(&common::lab_options(spec, dir.path()))
+        .unwrap_or_else(|e| panic!("testbed did not come up: {e}"));
+    let st = lab.state().clone();
+    let token = st.token();
+    let ca = st.ca_file.display().to_string();
+    let env = [
+        ("SLUICE_CONTROLLER", st.controller.as_str()),
+        ("SLUICE_TOKEN", token.as_str()),
+        ("SLUICE_CA_FILE", ca.as_str()),
+    ];
+    // exp/fw/1 as `sluice get instances` shows it: (state, pid).
+    let fw1 = || {
+        let (code, out, err) = common::sluice_env(&["get", "instances", "-o", "json"], &env);
+        assert_eq!(code, 0, "{out}{err}");
+        let v: Vec<serde_json::Value> = serde_json::from_str(&out).unwrap();
+        let i = v
+            .iter()
+            .find(|i| i["name"] == "exp/fw/1")
+            .expect("exp/fw/1 is placed")
+            .clone();
+        (
+            i["state"].as_str().unwrap_or_default().to_string(),
+            i["pid"].as_u64(),
+        )
+    };
+    let wait = |what: &str, ok: &dyn Fn((String, Option<u64>)) -> bool| {
+        let at = Instant::now();
+        loop {
+            let now = fw1();
+            if ok(now.clone()) {
+                return now;
+            }
+            // Pinned flows are forgotten 30 s after their last packet.
+            assert!(
+                at.elapsed() < Duration::from_secs(60),
+                "exp/fw/1 is not {what}: {now:?}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    let (_, pid) = wait("running", &|(s, pid)| s == "alive" && pid.is_some());
+    let pid = pid.unwrap();
+    let downloads = Downloads::start(&lab, dir.path(), 8);
+    let (code, out, err) = common::sluice_env(
+        &["drain", "instance", "exp", "fw", "1", "--delay", "90s"],
+        &env,
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        out.contains("exp/fw/1 on host") && out.contains("draining"),
+        "{out}"
+    );
+    // New connections avoid it; the pinned downloads keep it running.
+    new_connections_work(&lab);
+    let (code, out, _) = common::sluice_env(&["get", "instances"], &env);
+    assert_eq!(code, 0);
+    assert!(
+        out.lines()
+            .any(|l| l.starts_with("exp/fw/1") && (l.contains("DRAINING") || l.contains("STOPPED"))),
+        "{out}"
+    );
+    downloads.finish_whole();
+    let drained = Instant::now();
+    wait("stopped", &|(s, _)| s == "stopped");
+    let (code, out, _) = common::sluice_env(&["events", "--json"], &env);
+    assert_eq!(code, 0);
+    assert!(
+        out.contains("exp/fw/1 stopped after draining: no flow is pinned to it any more"),
+        "stopped by its flows' end, not its delay: {out}"
+    );
+    let at = Instant::now();
+    while std::path::Path::new(&format!("/proc/{pid}")).exists() {
+        assert!(
+            at.elapsed() < Duration::from_secs(10),
+            "exp/fw/1's process {pid} still runs after it was stopped"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    eprintln!(
+        "exp/fw/1 stopped {:.2} s after the downloads ended",
+        drained.elapsed().as_secs_f64()
+    );
+    new_connections_work(&lab);
+    // A stopped instance is not a degraded deployment.
+    let (code, out, err) = common::sluice_env(&["status"], &env);
+    assert_eq!(code, 0, "{out}{err}");
+    let (code, out, err) = common::sluice_env(&["undrain", "instance", "exp", "fw", "1"], &env);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("serving"), "{out}");
+    wait("running again", &|(s, pid)| s == "alive" && pid.is_some());
+    new_connections_work(&lab);
+}
+
 /// Paced downloads (1 MiB at 256 KiB/s, about 4 s each) from `srv1` to the
 /// gateway of the elasticity example, running in the background.
 struct Downloads {

@@ -773,6 +773,47 @@ impl Client {
         Self::parse(&self.call("DELETE", &Self::drain_path(tenant, mb, addr), None)?)
     }
 
+    /// Drains instance `index` of middlebox `tenant/mb` for at most
+    /// `delay_ms` (`None`: the controller's default); `force` drains even
+    /// the last instance taking new flows.
+    pub fn drain_instance(
+        &self,
+        tenant: &str,
+        mb: &str,
+        index: u32,
+        delay_ms: Option<u64>,
+        force: bool,
+    ) -> Result<crate::model::InstanceDrainInfo, ClientError> {
+        self.send_json(
+            "PUT",
+            &Self::instance_drain_path(tenant, mb, index),
+            &crate::model::InstanceDrainRequest { delay_ms, force },
+        )
+    }
+
+    /// Ends the drain of instance `index` of middlebox `tenant/mb`.
+    pub fn undrain_instance(
+        &self,
+        tenant: &str,
+        mb: &str,
+        index: u32,
+    ) -> Result<crate::model::InstanceDrainInfo, ClientError> {
+        Self::parse(&self.call(
+            "DELETE",
+            &Self::instance_drain_path(tenant, mb, index),
+            None,
+        )?)
+    }
+
+    fn instance_drain_path(tenant: &str, mb: &str, index: u32) -> String {
+        let e = crate::resources::percent_encode;
+        format!(
+            "/v1/tenants/{}/middleboxes/{}/instances/{index}/drain",
+            e(tenant),
+            e(mb)
+        )
+    }
+
     fn drain_path(tenant: &str, mb: &str, addr: &str) -> String {
         let e = crate::resources::percent_encode;
         format!(

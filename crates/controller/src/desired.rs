@@ -167,6 +167,14 @@ pub struct Desired {
     /// the past: the backend is removed). Persisted, so a restarted
     /// controller keeps draining them.
     pub backend_drains: BTreeMap<(String, String, String), u64>,
+    /// Operators' drains of NF instances (`sluice drain instance`): when each
+    /// drain's delay ends, Unix milliseconds. An instance here and in
+    /// [`Desired::draining`] drains (no new flows; its pinned flows
+    /// continue); here and no longer draining it is *stopped*: it keeps its
+    /// host and port, so undraining restarts it in place, but runs no process
+    /// and takes no traffic. Persisted, so a restarted controller resumes the
+    /// rest of a delay and keeps a stopped instance stopped.
+    pub instance_drains: BTreeMap<InstanceKey, u64>,
 }
 
 /// What [`Desired::drain_host`] did.
@@ -407,6 +415,7 @@ impl Desired {
         self.instances.retain(|k, _| k.0 != name);
         self.why.retain(|k, _| k.0 != name);
         self.draining.retain(|k| k.0 != name);
+        self.instance_drains.retain(|k, _| k.0 != name);
         self.down.retain(|k| k.0 != name);
         self.scaled.retain(|k, _| k.0 != name);
         self.scaling.retain(|k, _| k.0 != name);
@@ -521,6 +530,73 @@ impl Desired {
         self.instances.remove(key);
         self.why.remove(key);
         self.down.remove(key);
+        self.instance_drains.remove(key);
+        true
+    }
+
+    /// Whether an operator's drain of the instance ended in its stop: it is
+    /// placed but runs no process ([`Desired::instance_drains`]).
+    pub fn stopped(&self, key: &InstanceKey) -> bool {
+        self.instance_drains.contains_key(key) && !self.draining.contains(key)
+    }
+
+    /// Whether a stopped instance is left out of its tenant's placement
+    /// altogether (no port, no group), as a removed one is: unless every
+    /// instance of its middlebox is stopped (a forced drain of the last
+    /// one), when its groups keep them all, weight 0, for want of better.
+    fn unplaced_stop(&self, key: &InstanceKey) -> bool {
+        self.stopped(key)
+            && self
+                .instances
+                .keys()
+                .any(|j| j.0 == key.0 && j.1 == key.1 && !self.stopped(j))
+    }
+
+    /// The instances of a middlebox that take new flows: neither draining
+    /// nor stopped (down ones count: health comes and goes).
+    pub fn serving(&self, tenant: &str, middlebox: &str) -> Vec<InstanceKey> {
+        self.instances
+            .keys()
+            .filter(|k| k.0 == tenant && k.1 == middlebox)
+            .filter(|k| !self.draining.contains(*k) && !self.instance_drains.contains_key(*k))
+            .cloned()
+            .collect()
+    }
+
+    /// An operator drains an instance until `until_ms` (Unix ms): it leaves
+    /// its groups for new flows at once (weight 0; a pinned middlebox's
+    /// agents keep its pinned flows on it). The reconciler stops it when its
+    /// flows are gone or the delay ran out ([`Desired::stop_drained`]).
+    pub fn drain_instance(&mut self, key: &InstanceKey, until_ms: u64) {
+        self.instance_drains.insert(key.clone(), until_ms);
+        self.draining.insert(key.clone());
+        self.catching_up.remove(key);
+    }
+
+    /// Ends the draining of an instance an operator drained: it stays
+    /// placed, stopped, until undrained. Returns whether it was draining
+    /// under an operator's drain.
+    pub fn stop_drained(&mut self, key: &InstanceKey) -> bool {
+        if !self.instance_drains.contains_key(key) || !self.draining.remove(key) {
+            return false;
+        }
+        // It reports nothing once stopped: health from before means nothing.
+        self.down.remove(key);
+        true
+    }
+
+    /// Ends an operator's drain of an instance: it takes new flows again
+    /// (restarted first if it was stopped; a pinned middlebox's instance
+    /// catches up as a new one does, since other instances hold the pinned
+    /// flows). Returns whether it was drained.
+    pub fn undrain_instance(&mut self, key: &InstanceKey) -> bool {
+        if self.instance_drains.remove(key).is_none() {
+            return false;
+        }
+        self.draining.remove(key);
+        if self.pinned(&key.0, &key.1) && self.serving(&key.0, &key.1).len() > 1 {
+            self.catching_up.insert(key.clone());
+        }
         true
     }
 
@@ -548,16 +624,22 @@ impl Desired {
             .collect();
         let mut drain = Vec::new();
         let mut undrain = Vec::new();
+        let (operator, draining) = (&self.instance_drains, &self.draining);
         self.instances.retain(|k, _| {
             if k.0 != tenant {
                 return true;
             }
             match want.get(&k.1) {
                 None => false,
+                // An operator's drain is ended by the operator only.
                 Some(&(n, _)) if k.2 < n => {
-                    undrain.push(k.clone());
+                    if !operator.contains_key(k) {
+                        undrain.push(k.clone());
+                    }
                     true
                 }
+                // Stopped already: nothing left to drain.
+                Some(_) if operator.contains_key(k) && !draining.contains(k) => false,
                 Some(&(_, true)) => {
                     drain.push(k.clone());
                     true
@@ -571,6 +653,8 @@ impl Desired {
         self.draining.extend(drain);
         let instances = &self.instances;
         self.draining.retain(|k| instances.contains_key(k));
+        self.instance_drains
+            .retain(|k, _| instances.contains_key(k));
         self.down.retain(|k| instances.contains_key(k));
         let instances = &self.instances;
         self.catching_up.retain(|k| instances.contains_key(k));
@@ -780,6 +864,13 @@ impl Desired {
             .filter(|(k, i)| which(k, i))
             .map(|(k, _)| k.0.clone())
             .collect();
+        // An operator's drain follows its instance to its new host.
+        let operator: Vec<InstanceKey> = self
+            .draining
+            .iter()
+            .filter(|k| self.instance_drains.contains_key(*k))
+            .cloned()
+            .collect();
         self.instances.retain(|k, i| !which(k, i));
         let instances = &self.instances;
         self.draining.retain(|k| instances.contains_key(k));
@@ -790,6 +881,12 @@ impl Desired {
         for t in &moved {
             if let Err(e) = self.place_instances(t) {
                 failed.push((t.clone(), e));
+            }
+        }
+        for k in operator {
+            if self.instances.contains_key(&k) && self.instance_drains.contains_key(&k) {
+                self.draining.insert(k.clone());
+                self.catching_up.remove(&k);
             }
         }
         (moved.into_iter().collect(), failed)
@@ -910,10 +1007,13 @@ impl Desired {
         }
         let mut catch: BTreeMap<&str, Split> = BTreeMap::new();
         for (k, i) in &self.instances {
-            if k.0 == tenant {
+            if k.0 == tenant && !self.unplaced_stop(k) {
                 let hp = (HostId(i.host), PortId(i.port));
                 p.instances.entry(k.1.clone()).or_default().push(hp);
-                if self.down.contains(k) || self.draining.contains(k) {
+                if self.down.contains(k)
+                    || self.draining.contains(k)
+                    || self.instance_drains.contains_key(k)
+                {
                     p.out_of_groups.insert(hp);
                 } else if self.catching_up.contains(k) {
                     catch.entry(&k.1).or_default().catching.push(hp);
@@ -1119,7 +1219,13 @@ impl Desired {
                     });
                 }
             }
-            for ((tn, mb, k), i) in instances_on.get(&h).into_iter().flatten() {
+            for (key @ (tn, mb, k), i) in instances_on.get(&h).into_iter().flatten() {
+                // A stopped instance has no process (the agent stops it)
+                // and, like a removed one, no port; it keeps its place in
+                // `instances`, so undraining starts it there again.
+                if self.unplaced_stop(key) {
+                    continue;
+                }
                 let t = &self.tenants[tn];
                 let name = instance_name(tn, mb, *k);
                 cfg.ports.push(PortConfig {
@@ -1127,6 +1233,10 @@ impl Desired {
                     vni: t.vni,
                     kind: PortKind::Instance { name: name.clone() },
                 });
+                // The forced last one keeps its port (its groups name it).
+                if self.stopped(key) {
+                    continue;
+                }
                 let (chain_yaml, local) = match t.spec.elements.get(mb) {
                     Some(Element::Middlebox {
                         function,
@@ -1307,7 +1417,9 @@ impl Desired {
                     .filter(move |(k, _)| k.0 == tenant && &k.1 == mb)
             };
             let serving: Vec<Output> = mine()
-                .filter(|(k, _)| !self.draining.contains(*k))
+                .filter(|(k, _)| {
+                    !self.draining.contains(*k) && !self.instance_drains.contains_key(*k)
+                })
                 .map(|(_, i)| target(i))
                 .collect();
             let mut draining: Vec<Output> = Vec::new();

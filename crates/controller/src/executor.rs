@@ -13,6 +13,7 @@ use crate::reconcile::Reconciler;
 use crate::resources::backends::BackendAction;
 use crate::resources::blocks::BlockWhat;
 use crate::resources::hosts::HostAction;
+use crate::resources::instances::InstanceAction;
 use crate::resources::scaling::ScalingWhat;
 use crate::resources::tenants::TenantAction;
 use crate::resources::{self, json, Action, Reply, OPENAPI_YAML};
@@ -75,6 +76,7 @@ fn run(r: &mut Reconciler, action: Action, actor: &str, now: Instant) -> Result<
         Action::Scaling(a) => resources::scaling::execute(r, a, now),
         Action::Block(a) => resources::blocks::execute(r, a, actor, now),
         Action::Backend(a) => resources::backends::execute(r, a, now),
+        Action::Instance(a) => resources::instances::execute(r, a, now),
         Action::Events(q) => resources::events::execute(r, &q),
         Action::Audit(q) => resources::audit::execute(r, &q),
         Action::Traffic(q) => resources::traffic::execute(r, q),
@@ -155,6 +157,18 @@ pub fn describe(action: &Action) -> Option<(Option<String>, String)> {
         }) => Some((
             Some(tenant.clone()),
             format!("undrain backend {addr} of {tenant}/{middlebox}"),
+        )),
+        Action::Instance(a) => Some((
+            Some(a.tenant().to_string()),
+            match a {
+                InstanceAction::Drain { delay, force, .. } => format!(
+                    "drain instance {} (delay {} ms{})",
+                    a.instance(),
+                    delay.as_millis(),
+                    if *force { ", forced" } else { "" }
+                ),
+                InstanceAction::Undrain { .. } => format!("undrain instance {}", a.instance()),
+            },
         )),
         Action::Scaling(s) => {
             let (t, o) = (&s.tenant, &s.object);

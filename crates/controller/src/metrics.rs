@@ -176,6 +176,7 @@ pub fn render(r: &Reconciler, now: Instant, process: bool) -> String {
         );
     }
     backends(&mut o, r, now);
+    instance_drains(&mut o, r);
     store(&mut o, r);
     leader(&mut o, r);
     if process {
@@ -211,6 +212,38 @@ fn chain_hops(o: &mut String, r: &Reconciler) {
                     escape(mb)
                 );
             }
+        }
+    }
+}
+
+/// NF instances draining (an operator's drain or a scale-in) or stopped by
+/// an operator's drain: a state set, one series per state, 1 for the
+/// current one. Instances serving have none.
+fn instance_drains(o: &mut String, r: &Reconciler) {
+    family(
+        o,
+        "sluice_controller_instance_drain",
+        "gauge",
+        "1 for the drain state of each NF instance draining or stopped (draining, stopped), 0 for the other.",
+    );
+    let d = r.desired();
+    let keys: std::collections::BTreeSet<&crate::desired::InstanceKey> =
+        d.draining.iter().chain(d.instance_drains.keys()).collect();
+    for k in keys {
+        let now = if d.draining.contains(k) {
+            "draining"
+        } else {
+            "stopped"
+        };
+        for st in ["draining", "stopped"] {
+            let _ = writeln!(
+                o,
+                "sluice_controller_instance_drain{{tenant=\"{}\",middlebox=\"{}\",instance=\"{}\",state=\"{st}\"}} {}",
+                escape(&k.0),
+                escape(&k.1),
+                escape(&crate::desired::instance_name(&k.0, &k.1, k.2)),
+                u8::from(st == now)
+            );
         }
     }
 }

@@ -70,9 +70,11 @@ pub struct InstanceInfo {
     /// Port id on the host.
     pub port: u16,
     /// `alive`, `dead`, `unknown` (agent unreachable or not reporting it yet), or
-    /// in answers that do not ask the agents: `placed`, `draining` (no new flows,
-    /// removed once drained) or `down` (out of its groups: reported dead or
-    /// suspected).
+    /// in answers that do not ask the agents: `placed`, `down` (out of its
+    /// groups: reported dead or suspected). Whatever the agents say:
+    /// `draining` (no new flows; removed once drained after a scale-in,
+    /// stopped after an operator's drain) and `stopped` (an operator drained
+    /// it: placed, no process, until undrained).
     pub state: String,
     /// The process runs (`null`: unknown).
     #[serde(default)]
@@ -80,6 +82,10 @@ pub struct InstanceInfo {
     /// Its process id, if the agent reports one.
     #[serde(default)]
     pub pid: Option<u32>,
+    /// Under an operator's drain: when its delay ends (Unix ms; in the past
+    /// for a stopped instance).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drain_until_ms: Option<u64>,
 }
 
 /// Where an NF instance runs and why it was put there (`GET /v1/placement`).
@@ -736,6 +742,49 @@ pub struct BackendInfo {
     /// nothing reported yet).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_check: Option<String>,
+}
+
+/// `PUT /v1/tenants/{name}/middleboxes/{middlebox}/instances/{id}/drain`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct InstanceDrainRequest {
+    /// The longest the instance drains, in milliseconds: then it is stopped
+    /// even if flows are still pinned to it. Default 30000, at most a day.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delay_ms: Option<u64>,
+    /// Drain it even if it is the last instance of its middlebox taking new
+    /// flows (its groups then keep every instance: the traffic has nowhere
+    /// better to go).
+    #[serde(default)]
+    pub force: bool,
+}
+
+/// An NF instance as an operator's drain leaves it
+/// (`PUT`/`DELETE .../instances/{id}/drain`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InstanceDrainInfo {
+    /// `tenant/middlebox/k`.
+    pub name: String,
+    /// Tenant.
+    pub tenant: String,
+    /// Middlebox.
+    pub middlebox: String,
+    /// Its host.
+    pub host: u32,
+    /// `draining` (no new flows; its pinned flows continue; an operator's
+    /// drain, or a scale-in's when `drain_until_ms` is absent), `stopped`
+    /// (drained: placed, no process) or `serving`.
+    pub state: String,
+    /// Where its middlebox keeps flow state: `shared`, `cached` (any
+    /// instance can take a flow over: it stops once every host runs the
+    /// split without it) or `local` (it stops once no flow is pinned to it).
+    pub state_mode: String,
+    /// When the drain's delay ends, Unix ms (none: not drained).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drain_until_ms: Option<u64>,
+    /// Whether the request changed anything (an undrain of an instance not
+    /// drained, or a drain of a stopped one, does not).
+    pub changed: bool,
 }
 
 /// `PUT /v1/tenants/{name}/middleboxes/{middlebox}/backends/{addr}/drain`.

@@ -240,7 +240,7 @@ fn a_tenant_cannot_touch_or_see_another_tenant() {
         );
         tried += 1;
     }
-    assert_eq!(tried, 18, "routes naming a tenant");
+    assert_eq!(tried, 20, "routes naming a tenant");
     // Bravo is untouched.
     let after = admin.tenant("bravo").unwrap();
     assert_eq!(after.generation, before.generation);

@@ -1,7 +1,9 @@
 //! Drains and catch-ups of pinned middleboxes. A removed instance of a pinned
 //! middlebox drains: it gets no new flows and is removed once no host has a
 //! flow pinned to it (or its timeout passed). A new instance gets most new
-//! flows until it holds its share of the pinned ones ([`caught_up`]).
+//! flows until it holds its share of the pinned ones ([`caught_up`]). An
+//! operator's drain of one instance (`instance_drains`) ends here too, in a
+//! stop rather than a removal.
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
@@ -86,12 +88,19 @@ impl Reconciler {
         out
     }
 
-    /// Ends drains whose pinned flows are gone or whose timeout passed; returns
-    /// the hosts to ask for their pinned flows.
+    /// Ends drains whose pinned flows are gone or whose timeout passed (an
+    /// operator's drain: its delay, and it also waits for every host of the
+    /// tenant to run the current configuration); returns the hosts to ask
+    /// for their pinned flows.
     pub(super) fn check_drains(&mut self, now: Instant) -> BTreeSet<u32> {
         for k in self.desired.draining.clone() {
             if !self.drains.contains_key(&k) {
-                let timeout = self.drain_timeouts.remove(&k).unwrap_or(DRAIN_TIMEOUT);
+                let timeout = match self.desired.instance_drains.get(&k) {
+                    // An operator's drain ends with its delay, wherever the
+                    // controller (re)started: what is left of it.
+                    Some(until) => Duration::from_millis(until.saturating_sub(self.unix_ms(now))),
+                    None => self.drain_timeouts.remove(&k).unwrap_or(DRAIN_TIMEOUT),
+                };
                 self.drains.insert(k, (now, timeout));
             }
         }
@@ -101,17 +110,21 @@ impl Reconciler {
         let mut polls = BTreeSet::new();
         for (k, (started, timeout)) in &self.drains {
             if now.saturating_duration_since(*started) >= *timeout {
-                finished.push((
-                    k.clone(),
+                let why = if self.desired.instance_drains.contains_key(k) {
+                    "its drain's delay passed with flows possibly still on it".to_string()
+                } else {
                     format!(
                         "drain timeout of {} ms passed with flows possibly still pinned",
                         timeout.as_millis()
-                    ),
-                ));
+                    )
+                };
+                finished.push((k.clone(), why));
                 continue;
             }
             let mut clear = true;
-            for (h, vni, o) in self.drain_pairs(k) {
+            let pairs = self.drain_pairs(k);
+            let pinned = !pairs.is_empty();
+            for (h, vni, o) in pairs {
                 let want = self.configs.get(&h).map_or(0, |c| c.version);
                 let zero = match self.pinned.get(&h) {
                     Some((v, flows, at)) if *v >= want && *at >= *started => !flows
@@ -124,14 +137,37 @@ impl Reconciler {
                     polls.insert(h);
                 }
             }
+            // An operator's drain also waits for every host of the tenant
+            // to run the configuration without it (a shared-state middlebox
+            // pins nothing: its flows move, with their state in the store,
+            // once the hosts have the new split).
+            // (A cached group's lease gate holds the stop back with the new
+            // split: the interim configuration it pushes keeps the process.)
+            let operator = self.desired.instance_drains.contains_key(k);
+            if clear && operator && !self.tenant_hosts_current(&k.0) {
+                clear = false;
+            }
             if clear {
-                finished.push((k.clone(), "no flow is pinned to it any more".to_string()));
+                let why = if pinned || !operator {
+                    "no flow is pinned to it any more"
+                } else {
+                    "every host of its tenant runs the configuration that sends it no flow"
+                };
+                finished.push((k.clone(), why.to_string()));
             }
         }
         if !finished.is_empty() {
             let mut next = self.desired.clone();
+            let mut stops = BTreeSet::new();
             for (k, _) in &finished {
-                next.finish_drain(k);
+                // An operator's drain of an instance its middlebox still
+                // counts ends in a stop; one scaled away is removed.
+                let counted = next.count(&k.0, &k.1).is_some_and(|n| k.2 < n);
+                if counted && next.stop_drained(k) {
+                    stops.insert(k.clone());
+                } else {
+                    next.finish_drain(k);
+                }
             }
             match self.commit(next, now) {
                 Ok(_) => {
@@ -139,11 +175,15 @@ impl Reconciler {
                         self.drains.remove(&k);
                         self.down_reason.remove(&k);
                         let name = instance_name(&k.0, &k.1, k.2);
-                        let e = super::events::instance_event(
-                            "drain",
-                            &k,
-                            format!("{name} removed after draining: {why}"),
-                        );
+                        let reason = if stops.contains(&k) {
+                            format!(
+                                "{name} stopped after draining: {why}; it keeps its place and \
+                                 runs no process until undrained"
+                            )
+                        } else {
+                            format!("{name} removed after draining: {why}")
+                        };
+                        let e = super::events::instance_event("drain", &k, reason);
                         self.push_event(e, now);
                     }
                 }
@@ -154,6 +194,20 @@ impl Reconciler {
             }
         }
         polls
+    }
+
+    /// Whether every host whose configuration carries `tenant` reported
+    /// running its current version.
+    fn tenant_hosts_current(&self, tenant: &str) -> bool {
+        self.configs
+            .iter()
+            .filter(|(_, c)| c.tenants.iter().any(|t| t.tenant == tenant))
+            .all(|(h, c)| {
+                self.live
+                    .get(h)
+                    .and_then(|l| l.reported)
+                    .is_some_and(|v| v >= c.version)
+            })
     }
 
     /// Flows pinned to the instance `key` on its own host (where every flow it

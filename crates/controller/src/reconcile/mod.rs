@@ -17,6 +17,7 @@
 //!
 //! The behaviours live in submodules: `health` (heartbeats, instance health,
 //! host silence), `drains` (drains and catch-ups of pinned middleboxes),
+//! `instance_drains` (an operator's drain of one NF instance),
 //! `autoscale` (scalers fed by reported or measured metrics), `leases` (the
 //! lease gate of `state: cached` middleboxes).
 
@@ -38,6 +39,7 @@ mod drains;
 mod events;
 mod fabric;
 mod health;
+mod instance_drains;
 mod leases;
 mod maintenance;
 mod requests;

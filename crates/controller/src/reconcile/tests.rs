@@ -2154,3 +2154,317 @@ fn removing_the_health_check_brings_a_backend_it_held_down_back() {
     s.beat_checks(2, b, 0, 20, CheckOutcome::Refused);
     assert_eq!(lb_backends(&s), vec![Vec::<String>::new()]);
 }
+
+/// Every host beats at the version it runs (what an operator's drain waits
+/// for).
+fn beat_all(s: &mut Sim) {
+    for h in 1..=3 {
+        s.beat(h, None);
+    }
+}
+
+/// Whether `name`'s host is told to run its process.
+fn runs(s: &Sim, name: &str) -> bool {
+    let (h, _) = s.port(name);
+    s.r.configs()[&h].instances.iter().any(|i| i.name == name)
+}
+
+const IPS1: &str = "/v1/tenants/t/middleboxes/ips/instances/1/drain";
+
+/// An operator drains one instance of a local-state (pinned) middlebox: no
+/// new flows at once, its pinned flows continue on it, it is stopped (kept
+/// placed, no process) once no host has a flow pinned to it, re-applying
+/// the spec does not end the drain, and undraining starts it again.
+#[test]
+fn an_operator_drained_local_instance_stops_once_its_pinned_flows_end() {
+    let mut s = Sim::new(&pinned_spec());
+    s.push_all();
+    beat_all(&mut s);
+    let vni = s.r.desired().tenants["t"].vni;
+    assert!(s.in_any_group("t/ips/1"));
+    let v = s.ok("PUT", IPS1, r#"{"delay_ms": 5000}"#);
+    assert_eq!(v["state"], "draining", "{v}");
+    assert_eq!(v["state_mode"], "local");
+    assert_eq!(v["drain_until_ms"], EPOCH_MS + 5000);
+    assert!(!s.in_any_group("t/ips/1"), "no new flows to it");
+    assert!(runs(&s, "t/ips/1"), "it keeps running for its pinned flows");
+    let (ih, port) = s.port("t/ips/1");
+    let own = Output::Port(PortId(port));
+    assert!(
+        s.r.configs()[&ih]
+            .group_policies
+            .iter()
+            .any(|gp| gp.draining.contains(&own)),
+        "its agent keeps its pinned flows on it"
+    );
+    assert!(s.events("drain")[0]
+        .reason
+        .contains("t/ips/1 drained by an operator"));
+    let listed = s.ok("GET", "/v1/instances", "");
+    assert!(listed.to_string().contains("\"draining\""), "{listed}");
+    // Re-applying the spec leaves the operator's drain alone.
+    s.ok("PUT", "/v1/tenants/t", &pinned_spec());
+    assert!(s
+        .r
+        .desired()
+        .draining
+        .contains(&("t".into(), "ips".into(), 1)));
+    s.push_all();
+    beat_all(&mut s);
+    s.run(20 * MS);
+    let polls: Vec<u32> = s.r.take_effects().polls.keys().copied().collect();
+    assert!(!polls.is_empty(), "the hosts pinning flows to it are asked");
+    let report = |s: &mut Sim, flows: u64| {
+        for h in &polls {
+            let o = if *h == ih {
+                own
+            } else {
+                Output::Host(HostId(ih))
+            };
+            let v = s.r.configs()[h].version;
+            s.r.pinned_report(*h, v, vec![pinned(vni, o, flows)], s.now);
+        }
+    };
+    report(&mut s, 3);
+    s.run(20 * MS);
+    assert!(runs(&s, "t/ips/1"), "flows still pinned: it stays");
+    report(&mut s, 0);
+    s.run(20 * MS);
+    assert!(s.r.desired().stopped(&("t".into(), "ips".into(), 1)));
+    assert!(!runs(&s, "t/ips/1"), "stopped: no process");
+    assert!(
+        !s.r.configs()[&ih].ports.iter().any(|p| p.id == port),
+        "its port goes, as a removed instance's does"
+    );
+    assert_eq!(s.port("t/ips/1"), (ih, port), "it keeps its place");
+    let ends: Vec<String> = s.events("drain").into_iter().map(|e| e.reason).collect();
+    assert!(
+        ends[1].contains("stopped after draining: no flow is pinned"),
+        "{ends:?}"
+    );
+    let listed = s.ok("GET", "/v1/instances", "");
+    assert!(listed.to_string().contains("\"stopped\""), "{listed}");
+    let m = crate::metrics::render(&s.r, s.now, false);
+    assert!(
+        m.contains(
+            "sluice_controller_instance_drain{tenant=\"t\",middlebox=\"ips\",instance=\"t/ips/1\",state=\"stopped\"} 1"
+        ),
+        "{m}"
+    );
+    // Draining it again changes nothing; undraining starts it again, and
+    // it catches up (the other instance holds the pinned flows).
+    let v = s.ok("PUT", IPS1, "");
+    assert_eq!(
+        (v["state"].as_str(), v["changed"].as_bool()),
+        (Some("stopped"), Some(false))
+    );
+    let v = s.ok("DELETE", IPS1, "");
+    assert_eq!(v["state"], "serving", "{v}");
+    assert!(runs(&s, "t/ips/1") && s.in_any_group("t/ips/1"));
+    assert!(s
+        .r
+        .desired()
+        .catching_up
+        .contains(&("t".into(), "ips".into(), 1)));
+    assert!(s.r.desired().instance_drains.is_empty());
+    assert!(s.events("drain")[2]
+        .reason
+        .contains("undrained by an operator (was stopped)"));
+    let v = s.ok("DELETE", IPS1, "");
+    assert_eq!(v["changed"], false, "not drained is no error");
+    assert!(!crate::metrics::render(&s.r, s.now, false).contains("instance_drain{"));
+}
+
+/// A shared-state instance's flows can move with their state: it leaves its
+/// groups at once and is stopped as soon as every host of its tenant runs
+/// the configuration without it.
+#[test]
+fn an_operator_drained_shared_instance_stops_once_every_host_runs_without_it() {
+    let mut s = Sim::new(SPEC);
+    s.push_all();
+    beat_all(&mut s);
+    let v = s.ok("PUT", IPS1, "");
+    assert_eq!(v["state_mode"], "shared");
+    assert_eq!(v["drain_until_ms"], EPOCH_MS + 30_000, "the default delay");
+    assert!(!s.in_any_group("t/ips/1"));
+    // The hosts have not taken the new configuration yet.
+    s.run(100 * MS);
+    assert!(runs(&s, "t/ips/1"));
+    s.push_all();
+    beat_all(&mut s);
+    s.run(20 * MS);
+    assert!(!runs(&s, "t/ips/1"));
+    let e = &s.events("drain")[1].reason;
+    assert!(
+        e.contains("every host of its tenant runs the configuration"),
+        "{e}"
+    );
+    // Scaling in removes a stopped instance for good, with its drain.
+    s.ok(
+        "PUT",
+        "/v1/tenants/t/middleboxes/ips",
+        r#"{"instances": 1}"#,
+    );
+    assert!(s.r.desired().instance_by_name("t/ips/1").is_none());
+    assert!(s.r.desired().instance_drains.is_empty());
+}
+
+/// A drain's delay bounds it, and survives a restart with what is left: a
+/// controller restarted 400 ms into a 1000 ms drain stops the instance 1000
+/// ms after the drain began, and a stopped instance stays stopped across
+/// another restart.
+#[test]
+fn an_operator_drain_stops_at_its_delay_and_resumes_after_a_restart() {
+    let mut s = Sim::new(&pinned_spec());
+    s.push_all();
+    s.ok("PUT", IPS1, r#"{"delay_ms": 1000}"#);
+    s.run(400 * MS);
+    let saved = s.store.saved().unwrap().0.instance_drains;
+    assert_eq!(saved.len(), 1, "the drain is stored: {saved:?}");
+    let unix_ms = s.r.unix_ms(s.now);
+    s.r = Reconciler::start(Box::new(s.store.clone()), "local", s.now, unix_ms).unwrap();
+    beat_all(&mut s);
+    s.run(580 * MS);
+    assert!(runs(&s, "t/ips/1"), "980 ms into the drain: still draining");
+    s.run(40 * MS);
+    assert!(!runs(&s, "t/ips/1"), "1000 ms after it began");
+    let e = s.events("drain").last().unwrap().reason.clone();
+    assert!(e.contains("delay passed"), "{e}");
+    let unix_ms = s.r.unix_ms(s.now);
+    s.r = Reconciler::start(Box::new(s.store.clone()), "local", s.now, unix_ms).unwrap();
+    s.run(40 * MS);
+    assert!(!runs(&s, "t/ips/1"), "still stopped after another restart");
+    let listed = s.ok("GET", "/v1/instances", "");
+    assert!(listed.to_string().contains("\"stopped\""), "{listed}");
+}
+
+/// The last instance of a middlebox taking new flows is drained only with
+/// force; unknown names are 404s saying what is missing; every drain is in
+/// the audit log.
+#[test]
+fn draining_the_last_instance_needs_force_and_unknown_names_are_404s() {
+    let mut s = Sim::new(SPEC);
+    let last = "/v1/tenants/t/middleboxes/re/instances/0/drain";
+    let e = s.call("PUT", last, "").unwrap_err();
+    assert_eq!(e.status, 409, "{e}");
+    assert!(
+        e.msg.contains("last instance of middlebox `t/re`"),
+        "{}",
+        e.msg
+    );
+    assert!(s.r.desired().instance_drains.is_empty(), "nothing changed");
+    let v = s.ok("PUT", last, r#"{"force": true}"#);
+    assert_eq!(v["state"], "draining");
+    s.ok("PUT", "/v1/tenants/t/middleboxes/ips/instances/0/drain", "");
+    let e = s.call("PUT", IPS1, "").unwrap_err();
+    assert_eq!(e.status, 409, "ips/0 drains already: {e}");
+    for (u, want) in [
+        (
+            "/v1/tenants/x/middleboxes/ips/instances/1/drain",
+            "tenant `x`",
+        ),
+        (
+            "/v1/tenants/t/middleboxes/nope/instances/1/drain",
+            "no middlebox `nope`",
+        ),
+        (
+            "/v1/tenants/t/middleboxes/ips/instances/7/drain",
+            "`t/ips` has no instance 7 (it has: 0, 1)",
+        ),
+    ] {
+        let e = s.call("PUT", u, "").unwrap_err();
+        assert_eq!(e.status, 404, "{u}");
+        assert!(e.msg.contains(want), "{u}: {}", e.msg);
+    }
+    for (body, url) in [
+        (r#"{"delay_ms": 99999999999}"#, IPS1),
+        (r#"{"delay": 5}"#, IPS1),
+        ("", "/v1/tenants/t/middleboxes/ips/instances/one/drain"),
+    ] {
+        assert_eq!(
+            s.call("PUT", url, body).unwrap_err().status,
+            400,
+            "{body} {url}"
+        );
+    }
+    let log: Vec<crate::audit::AuditEntry> =
+        serde_json::from_value(s.ok("GET", "/v1/audit?tenant=t", "")).unwrap();
+    let drains: Vec<(&str, u16)> = log
+        .iter()
+        .filter(|e| e.action.starts_with("drain instance"))
+        .map(|e| (e.action.as_str(), e.status))
+        .collect();
+    assert_eq!(
+        drains,
+        [
+            ("drain instance t/re/0 (delay 30000 ms)", 409),
+            ("drain instance t/re/0 (delay 30000 ms, forced)", 200),
+            ("drain instance t/ips/0 (delay 30000 ms)", 200),
+            ("drain instance t/ips/1 (delay 30000 ms)", 409),
+            ("drain instance t/nope/1 (delay 30000 ms)", 404),
+            ("drain instance t/ips/7 (delay 30000 ms)", 404),
+        ]
+    );
+}
+
+/// A cached middlebox's drain changes a leased split: the lease gate holds
+/// it back (leases revoked first; the interim configuration keeps the old
+/// split and the process), so the instance is stopped only with or after
+/// the new split, never while a host's groups still send to it.
+#[test]
+fn an_operator_drained_cached_instance_waits_for_the_lease_gate() {
+    let spec = SPEC.replace(
+        "ips: { type: middlebox, function: monitor, instances: 2 }",
+        "ips: { type: middlebox, function: monitor, instances: 2, state: cached }",
+    );
+    let mut s = Sim::new(&spec);
+    let leased = |s: &Sim| {
+        s.r.configs()
+            .values()
+            .flat_map(|c| c.group_policies.iter())
+            .any(|g| g.cached && g.lease_epoch != 0)
+    };
+    s.push_all();
+    for _ in 0..40 {
+        beat_all(&mut s);
+        s.run(50 * MS);
+        s.push_all();
+    }
+    assert!(leased(&s), "leases granted");
+    let v = s.ok("PUT", IPS1, "");
+    assert_eq!(v["state_mode"], "cached");
+    assert!(
+        s.in_any_group("t/ips/1"),
+        "held back: leases are revoked first"
+    );
+    let mut stopped_at = None;
+    for i in 0..40 {
+        beat_all(&mut s);
+        s.run(50 * MS);
+        assert!(
+            runs(&s, "t/ips/1") || !s.in_any_group("t/ips/1"),
+            "stopped while a group still sends to it"
+        );
+        if stopped_at.is_none() && !runs(&s, "t/ips/1") {
+            stopped_at = Some(i);
+        }
+        // The agents answer polls for pinned flows (none: the group is not
+        // pinned) at the version they run, and take their pushes.
+        let fx = s.r.take_effects();
+        for h in fx.polls.keys() {
+            let v = s.running.get(h).copied().unwrap_or(0);
+            s.r.pinned_report(*h, v, Vec::new(), s.now);
+        }
+        for h in fx.pushes.keys() {
+            if let Some(job) = s.r.push_started(*h, s.now) {
+                s.running.insert(*h, job.config.version);
+                s.r.push_finished(*h, job.config.version, Ok(()), s.now);
+            }
+        }
+    }
+    assert!(
+        stopped_at.is_some(),
+        "stopped once the new split ran everywhere"
+    );
+    assert!(!s.in_any_group("t/ips/1"));
+}

@@ -6,7 +6,7 @@
 //! |---|---|
 //! | `operator` | everything |
 //! | `read-only` | every read except the token list |
-//! | `tenant:NAME` | its tenant's spec, apply and delete, deleting its VMs, middleboxes, scalers, metrics; listings of tenants, chains, VMs, instances, placement and events, filtered to it |
+//! | `tenant:NAME` | its tenant's spec, apply and delete, deleting its VMs, middleboxes (scaling, draining their backends and instances), scalers, metrics; listings of tenants, chains, VMs, instances, placement and events, filtered to it |
 //! | `host:ID` | what the agent of host ID does: heartbeat (register) as exactly that id, read its own FIB and configuration |
 //!
 //! A `host:ID` token is a one-time bootstrap token (spent once it got its
@@ -24,6 +24,7 @@ use serde_json::Value;
 use super::backends::BackendAction;
 use super::blocks::BlockWhat;
 use super::hosts::HostAction;
+use super::instances::InstanceAction;
 use super::scaling::ScalingWhat;
 use super::tenants::TenantAction;
 use super::tokens::TokenAction;
@@ -233,6 +234,7 @@ fn scope(a: &Action) -> Scope<'_> {
             None => Scope::ReadListing,
             Some(t) => Scope::WriteTenant(t),
         },
+        Action::Instance(i) => Scope::WriteTenant(i.tenant()),
         Action::Token(t) => match t {
             TokenAction::List => Scope::OperatorRead,
             TokenAction::Create { .. } | TokenAction::Delete(_) => Scope::Operator,
@@ -307,6 +309,16 @@ pub fn describe(a: &Action) -> String {
             BackendAction::Undrain {
                 tenant, middlebox, ..
             } => format!("undrain a backend of load balancer `{tenant}/{middlebox}`"),
+        },
+        // Names the middlebox only: another tenant's token must not learn
+        // whether the instance exists.
+        Action::Instance(i) => match i {
+            InstanceAction::Drain {
+                tenant, middlebox, ..
+            } => format!("drain an instance of middlebox `{tenant}/{middlebox}`"),
+            InstanceAction::Undrain {
+                tenant, middlebox, ..
+            } => format!("undrain an instance of middlebox `{tenant}/{middlebox}`"),
         },
         Action::Token(t) => match t {
             TokenAction::List => "list tokens".into(),
@@ -483,6 +495,16 @@ mod tests {
             [Yes, No, Own, No],
         ),
         ("GET", "/v1/backends", [Yes, Yes, Filtered, No]),
+        (
+            "PUT",
+            "/v1/tenants/{name}/middleboxes/{middlebox}/instances/{id}/drain",
+            [Yes, No, Own, No],
+        ),
+        (
+            "DELETE",
+            "/v1/tenants/{name}/middleboxes/{middlebox}/instances/{id}/drain",
+            [Yes, No, Own, No],
+        ),
         ("GET", "/v1/tenants/{name}/blocks", [Yes, Yes, Own, No]),
         ("POST", "/v1/tenants/{name}/blocks", [Yes, No, Own, No]),
         (

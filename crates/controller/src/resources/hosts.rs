@@ -385,12 +385,17 @@ pub fn with_status(
         let found = statuses
             .get(&i.host)
             .and_then(|st| st.instances.iter().find(|x| x.name == i.name));
+        // A drain says more than "alive"; a stopped instance runs nowhere.
+        let drained = matches!(i.state.as_str(), "draining" | "stopped");
         match found {
             Some(x) => {
                 i.alive = Some(x.alive);
                 i.pid = x.pid;
-                i.state = if x.alive { "alive" } else { "dead" }.into();
+                if !drained {
+                    i.state = if x.alive { "alive" } else { "dead" }.into();
+                }
             }
+            None if drained => {}
             None => i.state = "unknown".into(),
         }
     }

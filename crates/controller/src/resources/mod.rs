@@ -16,6 +16,7 @@ pub mod blocks;
 pub mod eve;
 pub mod events;
 pub mod hosts;
+pub mod instances;
 pub mod page;
 pub mod scaling;
 pub mod tenants;
@@ -61,6 +62,14 @@ pub const ROUTES: &[(&str, &str)] = &[
         "/v1/tenants/{name}/middleboxes/{middlebox}/backends/{addr}/drain",
     ),
     ("GET", "/v1/backends"),
+    (
+        "PUT",
+        "/v1/tenants/{name}/middleboxes/{middlebox}/instances/{id}/drain",
+    ),
+    (
+        "DELETE",
+        "/v1/tenants/{name}/middleboxes/{middlebox}/instances/{id}/drain",
+    ),
     ("POST", "/v1/tenants/{name}/chains/{chain}/metrics"),
     ("GET", "/v1/tenants/{name}/chains/{chain}/scaling"),
     ("PUT", "/v1/tenants/{name}/chains/{chain}/scaling"),
@@ -120,6 +129,8 @@ pub enum Action {
     Block(blocks::BlockAction),
     /// A load-balancer backend request (health, drains).
     Backend(backends::BackendAction),
+    /// An operator's drain of one NF instance, or its end.
+    Instance(instances::InstanceAction),
     /// `GET /v1/events`.
     Events(events::EventsQuery),
     /// `GET /v1/audit`.
@@ -201,6 +212,9 @@ pub fn parse_as(req: &Request<'_>, who: Option<&auth::Principal>) -> Result<Acti
         }
         (_, t) if t == "/v1/backends" || t.contains("/backends/{addr}") => {
             backends::parse(req.method, tpl, &p, req.body).map(Action::Backend)
+        }
+        (_, t) if t.contains("/instances/{id}/drain") => {
+            instances::parse(req.method, tpl, &p, req.body).map(Action::Instance)
         }
         (_, t)
             if t.starts_with("/v1/tenants/{name}/middleboxes") || t.contains("/chains/{chain}") =>

@@ -206,6 +206,8 @@ pub fn instance_infos(d: &Desired, tenant: Option<&str>) -> Vec<InstanceInfo> {
             port: i.port,
             state: if d.draining.contains(key) {
                 "draining"
+            } else if d.stopped(key) {
+                "stopped"
             } else if d.down.contains(key) {
                 "down"
             } else {
@@ -214,6 +216,7 @@ pub fn instance_infos(d: &Desired, tenant: Option<&str>) -> Vec<InstanceInfo> {
             .into(),
             alive: None,
             pid: None,
+            drain_until_ms: d.instance_drains.get(key).copied(),
         })
         .collect()
 }

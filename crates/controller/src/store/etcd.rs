@@ -9,7 +9,7 @@
 //! | `state/hosts/ID` | name, underlay, API, capacity |
 //! | `state/vms/TENANT/NAME` | the registration and its port |
 //! | `state/instances/TENANT/MIDDLEBOX/IDX` | host and port |
-//! | `state/why/…`, `scaled/…`, `draining/…`, `scaling/…`, `backend_drains/…` | as in the SQLite tables |
+//! | `state/why/…`, `scaled/…`, `draining/…`, `scaling/…`, `backend_drains/…`, `instance_drains/…` | as in the SQLite tables |
 //! | `state/blocks/ID`, `state/fabric`, `state/contained/H`, `state/cordoned/H`, `state/pardons/H` | |
 //! | `configs/HOST` | the host's last configuration, with its version |
 //! | `audit/SEQ` (20 digits), `audit-seq` | the audit log and its last number |
@@ -268,6 +268,12 @@ impl EtcdStore {
                 b"{}".to_vec(),
             );
         }
+        for ((t, m, i), until) in &d.instance_drains {
+            r.insert(
+                format!("state/instance_drains/{}/{}/{i}", esc(t), esc(m)),
+                json(until)?,
+            );
+        }
         for ((t, m, b), until) in &d.backend_drains {
             r.insert(
                 format!("state/backend_drains/{}/{}/{}", esc(t), esc(m), esc(b)),
@@ -432,6 +438,10 @@ impl Store for EtcdStore {
                 }
                 ["state", "draining", t, m, i] => {
                     d.draining.insert((t.to_string(), m.to_string(), num(i)?));
+                }
+                ["state", "instance_drains", t, m, i] => {
+                    d.instance_drains
+                        .insert((t.to_string(), m.to_string(), num(i)?), parse!());
                 }
                 ["state", "backend_drains", t, m, b] => {
                     d.backend_drains

@@ -6,7 +6,8 @@ use sluice_tenant::TenantSpec;
 use crate::desired::{Desired, Host};
 
 /// The Figure 4 tenant on two hosts, mid fabric-key rotation, with a
-/// contained host, a pardon and a backend drain: every table has rows.
+/// contained host, a pardon, a backend drain and an instance drain: every
+/// table has rows.
 pub(crate) fn sample() -> (Desired, sluice_chain::Registry) {
     let text = std::fs::read_to_string(concat!(
         env!("CARGO_MANIFEST_DIR"),
@@ -62,5 +63,13 @@ pub(crate) fn sample() -> (Desired, sluice_chain::Registry) {
         ("acme".into(), "lb-a".into(), "10.10.1.11".into()),
         1_700_000_000_000,
     );
+    // One instance draining under an operator's drain.
+    let k = d
+        .instances
+        .keys()
+        .next()
+        .expect("figure 4 has instances")
+        .clone();
+    d.drain_instance(&k, 1_700_000_030_000);
     (d, reg)
 }

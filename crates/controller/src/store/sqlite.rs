@@ -45,6 +45,9 @@ CREATE TABLE IF NOT EXISTS scaled (
 CREATE TABLE IF NOT EXISTS backend_drains (
     tenant TEXT NOT NULL, middlebox TEXT NOT NULL, backend TEXT NOT NULL,
     until_ms INTEGER NOT NULL, PRIMARY KEY (tenant, middlebox, backend));
+CREATE TABLE IF NOT EXISTS instance_drains (
+    tenant TEXT NOT NULL, middlebox TEXT NOT NULL, idx INTEGER NOT NULL,
+    until_ms INTEGER NOT NULL, PRIMARY KEY (tenant, middlebox, idx));
 CREATE TABLE IF NOT EXISTS draining (
     tenant TEXT NOT NULL, middlebox TEXT NOT NULL, idx INTEGER NOT NULL,
     PRIMARY KEY (tenant, middlebox, idx));
@@ -391,6 +394,22 @@ impl SqliteStore {
         }
         let mut st = self
             .conn
+            .prepare("SELECT tenant, middlebox, idx, until_ms FROM instance_drains")?;
+        let rows = st.query_map([], |r| {
+            Ok((
+                r.get::<_, String>(0)?,
+                r.get::<_, String>(1)?,
+                r.get::<_, i64>(2)?,
+                r.get::<_, i64>(3)?,
+            ))
+        })?;
+        for row in rows {
+            let (tenant, mb, idx, until) = row?;
+            d.instance_drains
+                .insert((tenant, mb, idx as u32), until.max(0) as u64);
+        }
+        let mut st = self
+            .conn
             .prepare("SELECT tenant, middlebox, backend, until_ms FROM backend_drains")?;
         let rows = st.query_map([], |r| {
             Ok((
@@ -558,7 +577,8 @@ fn write_all(
             "DELETE FROM tenants; DELETE FROM hosts; DELETE FROM host_capacity; DELETE FROM vms; DELETE FROM instances;
              DELETE FROM placement_why;
              DELETE FROM scaled; DELETE FROM draining; DELETE FROM scaling;
-             DELETE FROM backend_drains; DELETE FROM blocks; DELETE FROM contained;
+             DELETE FROM backend_drains; DELETE FROM instance_drains; DELETE FROM blocks;
+             DELETE FROM contained;
              DELETE FROM cordoned; DELETE FROM pardons;",
         )?;
     }
@@ -702,6 +722,20 @@ fn write_all(
         tx,
         "draining",
         "DELETE FROM draining WHERE tenant = ?1 AND middlebox = ?2 AND idx = ?3",
+    )?;
+    for ((t, mb, k), until) in &d.instance_drains {
+        if diff.changed("instance_drains", mbk(t, mb, *k), row_hash(until)) {
+            tx.prepare_cached(
+                "INSERT OR REPLACE INTO instance_drains (tenant, middlebox, idx, until_ms) \
+                 VALUES (?1, ?2, ?3, ?4)",
+            )?
+            .execute(params![t, mb, *k as i64, *until as i64])?;
+        }
+    }
+    diff.delete_gone(
+        tx,
+        "instance_drains",
+        "DELETE FROM instance_drains WHERE tenant = ?1 AND middlebox = ?2 AND idx = ?3",
     )?;
     for ((t, mb, b), until) in &d.backend_drains {
         let key = vec![T(t.clone()), T(mb.clone()), T(b.clone())];
@@ -980,6 +1014,7 @@ mod tests {
         // Changes, additions and removals in several tables.
         d.contained.clear();
         d.pardons.insert(3, 7);
+        d.instance_drains.clear();
         d.backend_drains.clear();
         d.backend_drains.insert(
             ("acme".into(), "lb-b".into(), "10.10.2.11".into()),
