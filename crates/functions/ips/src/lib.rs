@@ -426,6 +426,10 @@ pub struct Ips {
     http_found: Vec<u32>,
     /// A buffer with a `.` before it (`dotprefix`), reused.
     http_dot: Vec<u8>,
+    /// The application-layer prefilters' scratch space, reused.
+    mpm: bufrules::MpmScratch,
+    /// The application-layer rules are prefiltered ([`Ips::set_prefilter`]).
+    prefilter: bool,
     /// A TLS hello's buffers, reused.
     tls_bufs: tls::Buffers,
     /// Handshake records joined when a message spans records (reused).
@@ -516,6 +520,8 @@ impl Ips {
             http_extra: Vec::new(),
             http_found: Vec::new(),
             http_dot: Vec::new(),
+            mpm: Default::default(),
+            prefilter: true,
             tls_bufs: tls::Buffers::default(),
             tls_joined: Vec::new(),
             pend: Default::default(),
@@ -524,6 +530,14 @@ impl Ips {
             fired: Vec::new(),
             app_now: None,
         })
+    }
+
+    /// Turns the HTTP, TLS and DNS prefilters on (the default) or off. Off,
+    /// every rule of the protocol is inspected over every message: slower,
+    /// with the same alerts and verdicts, which is what the prefilters are
+    /// tested against.
+    pub fn set_prefilter(&mut self, on: bool) {
+        self.prefilter = on;
     }
 
     /// Rules skipped while loading, with file and line.

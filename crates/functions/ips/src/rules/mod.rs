@@ -262,6 +262,12 @@ pub struct Content {
     pub endswith: bool,
     /// Positions given as `byte_extract` variables.
     pub vars: VarPos,
+    /// `fast_pattern`: the content the prefilter searches for the rule
+    /// ([`crate::bufrules`]); `fast_pattern:only` is the same here.
+    pub fast_pattern: bool,
+    /// `fast_pattern:offset,length`: only those bytes of the content are
+    /// searched.
+    pub fast_chop: Option<(u16, u16)>,
 }
 
 /// `offset`, `depth`, `distance`, `within` given as a `byte_extract` variable
