@@ -580,17 +580,20 @@ impl Ips {
         p: &Packet,
         events: &mut Vec<Event>,
     ) -> bool {
-        let n = self.engine.packet_rules(hdr.flow.proto).len();
-        for k in 0..n {
-            let rule = self.engine.packet_rules(hdr.flow.proto)[k];
+        let mut rules = std::mem::take(&mut self.prules);
+        self.engine.packet_rules(hdr, &mut rules);
+        let mut drop = false;
+        for &rule in &rules {
             if self.engine.packet_matches(rule, hdr) && self.fire(rule, st, (d, p, None), events) {
-                return true;
+                drop = true;
+                break;
             }
             if st.flags & (BLOCKED | PASSED) != 0 {
                 break;
             }
         }
-        false
+        self.prules = rules;
+        drop
     }
 
     /// True if rule `rule` already fired on the packet being decided.

@@ -137,6 +137,7 @@ pub mod dns;
 pub mod engine;
 pub mod http;
 pub mod inspect;
+pub mod packetidx;
 pub mod pending;
 pub mod rules;
 pub mod threshold;
@@ -401,6 +402,8 @@ pub struct Ips {
     cands: Vec<u32>,
     /// Packetwise rules to inspect over a TCP segment's payload, reused.
     pcands: Vec<u32>,
+    /// The packet rules a packet may match, reused.
+    prules: Vec<u32>,
     /// A TCP packet's two stream parts made contiguous, reused.
     buf: Vec<u8>,
     /// A DNS request's query names, each with a `.` before it, reused.
@@ -508,6 +511,7 @@ impl Ips {
             thresholds,
             cands: Vec::new(),
             pcands: Vec::new(),
+            prules: Vec::new(),
             buf: Vec::new(),
             dns_names: Vec::new(),
             dns_spans: Vec::new(),
