@@ -404,6 +404,11 @@ pub struct Ips {
     pcands: Vec<u32>,
     /// The packet rules a packet may match, reused.
     prules: Vec<u32>,
+    /// Per rule, whether its header matches the packet being evaluated
+    /// (`decide::HDR_*`), reset after each packet through `hdr_touched`.
+    hdr_memo: Vec<u8>,
+    /// The rules `hdr_memo` holds a result for.
+    hdr_touched: Vec<u32>,
     /// A TCP packet's two stream parts made contiguous, reused.
     buf: Vec<u8>,
     /// A DNS request's query names, each with a `.` before it, reused.
@@ -471,6 +476,9 @@ struct PreScan {
     ci: Vec<(u32, u32)>,
     /// (job, part, end, target), sorted by job; `hit_at[job]` is where a job's start.
     hits: Vec<(u32, u8, u64, Target)>,
+    /// The hits being sorted, and where each (job, part) goes (reused).
+    sorted: Vec<(u32, u8, u64, Target)>,
+    sort_at: Vec<u32>,
     hit_at: Vec<u32>,
 }
 
@@ -496,6 +504,7 @@ impl Ips {
         let engine = Engine::new(rules).map_err(ConfigError::Compile)?;
         let http_kind: Vec<u8> = engine.rules.iter().map(http::eval::kind).collect();
         let http_body_rules = http_kind.iter().any(|k| k & http::eval::BODY != 0);
+        let nrules = engine.rules.len();
         Ok(Ips {
             engine,
             warnings,
@@ -512,6 +521,8 @@ impl Ips {
             cands: Vec::new(),
             pcands: Vec::new(),
             prules: Vec::new(),
+            hdr_memo: vec![decide::HDR_UNKNOWN; nrules],
+            hdr_touched: Vec::new(),
             buf: Vec::new(),
             dns_names: Vec::new(),
             dns_spans: Vec::new(),
