@@ -18,6 +18,8 @@
 //! case-sensitive pattern is confirmed by comparing the bytes (as
 //! Suricata's MPM does), so a buffer is walked once, not twice.
 
+use std::sync::Arc;
+
 use aho_corasick::automaton::{Automaton, StateID};
 use aho_corasick::dfa::DFA;
 use aho_corasick::{Anchored, MatchKind, StartKind};
@@ -108,6 +110,11 @@ impl MpmSet {
             self.pats.len() - 1
         });
         self.rules[i].push(rule);
+    }
+
+    /// Number of rules registered.
+    fn count(&self) -> usize {
+        self.rules.iter().map(Vec::len).sum()
     }
 
     pub(crate) fn build(self) -> Result<Option<Mpm>, CompileError> {
@@ -257,15 +264,23 @@ pub fn fast_pattern<'r>(
     Some((chosen.0, chosen.1, chosen.2.nocase))
 }
 
+/// The automata of a set of rules: per prefilter group (a buffer kind, or
+/// kinds holding the same bytes), then over the packet's bytes.
+#[derive(Default)]
+struct Layer {
+    groups: Vec<Option<Arc<Mpm>>>,
+    payload: Option<Arc<Mpm>>,
+}
+
 /// The compiled prefilter of one protocol's buffer rules.
 #[derive(Default)]
 pub struct BufferRules {
-    /// Per prefilter group (a buffer kind, or kinds holding the same bytes),
-    /// the automaton over its rules' fast patterns.
-    groups: Vec<Option<Mpm>>,
-    /// Over the packet's bytes, for the rules whose fast pattern comes
-    /// before any buffer.
-    payload: Option<Mpm>,
+    /// Over every rule's fast pattern.
+    full: Layer,
+    /// Over the fast patterns of the rules inspected again on a message's
+    /// later packets ([`BufferRules::new`]'s `later`); an automaton with
+    /// all of a group's rules is shared with `full`.
+    later: Layer,
     /// Rules without a positive content.
     always: Vec<u32>,
     /// Every rule of the protocol, in order (the candidates when the
@@ -277,15 +292,18 @@ impl BufferRules {
     /// Compiles the prefilter of the rules of `proto` among `rules` (indexed
     /// as in `rules`), with `ngroups` prefilter groups; `lists` gives a
     /// rule's keyword lists, one per buffer, each with its group and whether
-    /// it is inspected with a `dotprefix`.
+    /// it is inspected with a `dotprefix`. `later` tells the rules inspected
+    /// again on a message's later packets (HTTP body rules), which get
+    /// automata of their own.
     pub fn new(
         rules: &[Rule],
         proto: Proto,
         ngroups: usize,
         lists: impl for<'r> Fn(&'r Rule) -> Vec<(usize, &'r [Item], bool)>,
+        later: impl Fn(&Rule) -> bool,
     ) -> Result<BufferRules, CompileError> {
-        let mut sets: Vec<MpmSet> = (0..ngroups).map(|_| MpmSet::default()).collect();
-        let mut payload = MpmSet::default();
+        // [full, later] sets per group, then for the payload.
+        let mut sets: Vec<[MpmSet; 2]> = (0..=ngroups).map(|_| Default::default()).collect();
         let mut p = BufferRules::default();
         for (ri, r) in rules.iter().enumerate() {
             if r.proto != proto {
@@ -293,17 +311,40 @@ impl BufferRules {
             }
             let ri = ri as u32;
             p.all.push(ri);
-            match fast_pattern(r, &lists(r)) {
-                Some((Where::Group(g), bytes, nocase)) => sets[g].add(bytes, nocase, ri),
-                Some((Where::Payload, bytes, nocase)) => payload.add(bytes, nocase, ri),
-                None => p.always.push(ri),
+            let (set, bytes, nocase) = match fast_pattern(r, &lists(r)) {
+                Some((Where::Group(g), bytes, nocase)) => (&mut sets[g], bytes, nocase),
+                Some((Where::Payload, bytes, nocase)) => (&mut sets[ngroups], bytes, nocase),
+                None => {
+                    p.always.push(ri);
+                    continue;
+                }
+            };
+            set[0].add(bytes, nocase, ri);
+            if later(r) {
+                set[1].add(bytes, nocase, ri);
             }
         }
-        p.groups = sets
-            .into_iter()
-            .map(MpmSet::build)
-            .collect::<Result<_, _>>()?;
-        p.payload = payload.build()?;
+        let mut built = Vec::with_capacity(ngroups + 1);
+        for [full, later] in sets {
+            let same = full.count() == later.count();
+            let full = full.build()?.map(Arc::new);
+            let later = if same {
+                full.clone()
+            } else {
+                later.build()?.map(Arc::new)
+            };
+            built.push((full, later));
+        }
+        let (payload, later_payload) = built.pop().unwrap_or_default();
+        let (full, later): (Vec<_>, Vec<_>) = built.into_iter().unzip();
+        p.full = Layer {
+            groups: full,
+            payload,
+        };
+        p.later = Layer {
+            groups: later,
+            payload: later_payload,
+        };
         Ok(p)
     }
 
@@ -317,24 +358,41 @@ impl BufferRules {
         self.all.is_empty()
     }
 
+    fn layer(&self, later: bool) -> &Layer {
+        if later {
+            &self.later
+        } else {
+            &self.full
+        }
+    }
+
     /// Pushes to `out` the rules registered under a fast pattern found in
-    /// the packet's bytes `data`.
-    pub fn scan_payload(&self, data: &[u8], scratch: &mut MpmScratch, out: &mut Vec<u32>) {
-        if let Some(m) = &self.payload {
+    /// the packet's bytes `data` (`later`: only those inspected again on a
+    /// message's later packets).
+    pub fn scan_payload(
+        &self,
+        data: &[u8],
+        later: bool,
+        scratch: &mut MpmScratch,
+        out: &mut Vec<u32>,
+    ) {
+        if let Some(m) = &self.layer(later).payload {
             m.scan(data, scratch, out);
         }
     }
 
     /// Pushes to `out` the rules of group `group` whose fast pattern is in
-    /// `buf`, a buffer of that group.
+    /// `buf`, a buffer of that group (`later`: as for
+    /// [`BufferRules::scan_payload`]).
     pub fn scan_buffer(
         &self,
         group: usize,
         buf: &[u8],
+        later: bool,
         scratch: &mut MpmScratch,
         out: &mut Vec<u32>,
     ) {
-        if let Some(Some(m)) = self.groups.get(group) {
+        if let Some(Some(m)) = self.layer(later).groups.get(group) {
             m.scan(buf, scratch, out);
         }
     }
@@ -353,7 +411,7 @@ impl BufferRules {
     /// appended to one of its buffers starts at most this many bytes minus
     /// one before them.
     pub fn max_len(&self, group: usize) -> usize {
-        match self.groups.get(group) {
+        match self.full.groups.get(group) {
             Some(Some(m)) => m.max_len,
             _ => 0,
         }

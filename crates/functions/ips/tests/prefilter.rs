@@ -450,6 +450,7 @@ fn a_rule_is_a_candidate_only_where_its_fast_pattern_is() {
         r#"http.host; content:"EXAMPLE"; nocase;"#,
         r#"http.header; content:"Admin";"#,
         r#"http.user_agent; content:"cu"; content:!"curl";"#,
+        r#"http.uri; content:"x"; file.data; content:"y";"#,
     ]
     .iter()
     .enumerate()
@@ -467,11 +468,18 @@ fn a_rule_is_a_candidate_only_where_its_fast_pattern_is() {
     b.build_joined(Some(head), None, true);
     let mut scratch = sluice_ips::bufrules::MpmScratch::default();
     let mut out = Vec::new();
-    pre.candidates(&b, head, &mut scratch, &mut out);
+    pre.candidates(&b, head, false, &mut scratch, &mut out);
     out.sort_unstable();
     out.dedup();
     // "admin" is in the user agent, not the uri; "Admin" is not in the
     // headers (case); the negated "curl" cannot be a fast pattern, "cu" is.
-    assert_eq!(out, vec![1, 2, 3, 4, 6]);
+    assert_eq!(out, vec![1, 2, 3, 4, 6, 7]);
     assert_eq!(pre.unfiltered(), 1);
+    // On the body's later packets the head's rules are not inspected
+    // again: only the body rule (and the one without a fast pattern).
+    out.clear();
+    pre.candidates(&b, head, true, &mut scratch, &mut out);
+    out.sort_unstable();
+    out.dedup();
+    assert_eq!(out, vec![3, 7]);
 }

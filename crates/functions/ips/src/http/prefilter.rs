@@ -29,12 +29,20 @@ impl HttpRules {
     /// Compiles the prefilter of the HTTP rules among `rules` (indexed as in
     /// `rules`).
     pub fn new(rules: &[Rule]) -> Result<HttpRules, CompileError> {
-        BufferRules::new(rules, Proto::Http, NBUF, |r| {
-            r.http
-                .iter()
-                .map(|l| (group(l.buf), l.items.as_slice(), l.dotprefix))
-                .collect()
-        })
+        BufferRules::new(
+            rules,
+            Proto::Http,
+            NBUF,
+            |r| {
+                r.http
+                    .iter()
+                    .map(|l| (group(l.buf), l.items.as_slice(), l.dotprefix))
+                    .collect()
+            },
+            // Rules naming only head buffers are inspected with the head,
+            // never on the body's later packets ([`super::eval`]).
+            |r| super::eval::kind(r) != super::eval::HEAD,
+        )
         .map(HttpRules)
     }
 
@@ -55,22 +63,31 @@ impl HttpRules {
     }
 
     /// Pushes to `out` the rules the message whose buffers are `b` may
-    /// match, in a packet whose stream bytes are `data`. `out` may hold a
-    /// rule more than once.
-    pub fn candidates(&self, b: &Buffers, data: &[u8], mpm: &mut MpmScratch, out: &mut Vec<u32>) {
-        self.0.scan_payload(data, mpm, out);
+    /// match, in a packet whose stream bytes are `data`; with `cont` (a
+    /// later packet of the message, whose head was inspected before) only
+    /// the rules inspected on later packets, plus those without a fast
+    /// pattern. `out` may hold a rule more than once.
+    pub fn candidates(
+        &self,
+        b: &Buffers,
+        data: &[u8],
+        cont: bool,
+        mpm: &mut MpmScratch,
+        out: &mut Vec<u32>,
+    ) {
+        self.0.scan_payload(data, cont, mpm, out);
         for (i, s) in b.spans.iter().enumerate() {
             let Some((lo, hi)) = *s else { continue };
             if !aliased(i) {
-                self.0
-                    .scan_buffer(i, &b.bytes[lo as usize..hi as usize], mpm, out);
+                let buf = &b.bytes[lo as usize..hi as usize];
+                self.0.scan_buffer(i, buf, cont, mpm, out);
             }
         }
         out.extend_from_slice(self.0.always());
     }
 
-    /// [`HttpRules::candidates`] for a body searched before up to
-    /// `searched` bytes: its body buffer is searched only from where a
+    /// [`HttpRules::candidates`] (`cont` as there) for a body searched
+    /// before up to `searched` bytes: its body buffer is searched only from where a
     /// fast pattern ending in the bytes after `searched` may start, and the
     /// rules found in it are also pushed to `found`; the caller adds those
     /// found in the bytes before.
@@ -78,10 +95,10 @@ impl HttpRules {
         &self,
         b: &Buffers,
         data: &[u8],
-        searched: usize,
+        (searched, cont): (usize, bool),
         (mpm, out, found): (&mut MpmScratch, &mut Vec<u32>, &mut Vec<u32>),
     ) {
-        self.0.scan_payload(data, mpm, out);
+        self.0.scan_payload(data, cont, mpm, out);
         let body = Buf::FileData as usize;
         for (i, s) in b.spans.iter().enumerate() {
             let Some((lo, hi)) = *s else { continue };
@@ -92,11 +109,11 @@ impl HttpRules {
             if i == body {
                 let from = searched.saturating_sub(self.0.max_len(body).saturating_sub(1));
                 let at = out.len();
-                self.0
-                    .scan_buffer(i, &b.bytes[(lo + from).min(hi)..hi], mpm, out);
+                let buf = &b.bytes[(lo + from).min(hi)..hi];
+                self.0.scan_buffer(i, buf, cont, mpm, out);
                 found.extend_from_slice(&out[at..]);
             } else {
-                self.0.scan_buffer(i, &b.bytes[lo..hi], mpm, out);
+                self.0.scan_buffer(i, &b.bytes[lo..hi], cont, mpm, out);
             }
         }
         out.extend_from_slice(self.0.always());

@@ -15,12 +15,18 @@ impl TlsRules {
     /// Compiles the prefilter of the TLS rules among `rules` (indexed as in
     /// `rules`).
     pub fn new(rules: &[Rule]) -> Result<TlsRules, CompileError> {
-        BufferRules::new(rules, Proto::Tls, Buf::ALL.len(), |r| {
-            r.tls
-                .iter()
-                .map(|l| (l.buf as usize, l.items.as_slice(), l.dotprefix))
-                .collect()
-        })
+        BufferRules::new(
+            rules,
+            Proto::Tls,
+            Buf::ALL.len(),
+            |r| {
+                r.tls
+                    .iter()
+                    .map(|l| (l.buf as usize, l.items.as_slice(), l.dotprefix))
+                    .collect()
+            },
+            |_| false,
+        )
         .map(TlsRules)
     }
 
@@ -43,10 +49,10 @@ impl TlsRules {
         mpm: &mut MpmScratch,
         out: &mut Vec<u32>,
     ) {
-        self.0.scan_payload(payload, mpm, out);
+        self.0.scan_payload(payload, false, mpm, out);
         for k in Buf::ALL {
             for buf in b.each(k, payload) {
-                self.0.scan_buffer(k as usize, buf, mpm, out);
+                self.0.scan_buffer(k as usize, buf, false, mpm, out);
             }
         }
         out.extend_from_slice(self.0.always());
