@@ -483,3 +483,164 @@ fn a_rule_is_a_candidate_only_where_its_fast_pattern_is() {
     out.dedup();
     assert_eq!(out, vec![3, 7]);
 }
+
+/// The ET Open rule set, if present (`../shared/data/et-open/`, not in the
+/// repository), all of it loaded: requests and responses carrying the
+/// contents of randomly chosen HTTP rules in their buffers, cut at random,
+/// alert and drop the same with the prefilter on and off. Slow unoptimised:
+/// `cargo test --release -p sluice-ips --test prefilter -- --ignored`.
+#[test]
+#[ignore]
+fn et_open_alerts_are_the_same_without_the_prefilter() {
+    use sluice_ips::http::Buf;
+    use sluice_ips::rules::{self, Rule};
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../../shared/data/et-open");
+    let Ok(entries) = std::fs::read_dir(&dir) else {
+        eprintln!("ET Open rules absent at {}: not checked", dir.display());
+        return;
+    };
+    let vars = rules::suricata_default_vars();
+    let mut all: Vec<Rule> = Vec::new();
+    let mut paths: Vec<_> = entries.map(|e| e.unwrap().path()).collect();
+    paths.sort();
+    for p in paths
+        .iter()
+        .filter(|p| p.extension().is_some_and(|x| x == "rules"))
+    {
+        let text = std::fs::read_to_string(p).unwrap();
+        all.extend(rules::parse_rules(&text, "et", &vars).0);
+    }
+    let http: Vec<Rule> = all
+        .iter()
+        .filter(|r| r.proto == sluice_ips::rules::Proto::Http)
+        .cloned()
+        .collect();
+    assert!(http.len() > 14_000, "{} http rules", http.len());
+    let mut on = Ips::new(all.clone(), vec![], sluice_state::Namespace(2), 300).unwrap();
+    let mut off = Ips::new(all, vec![], sluice_state::Namespace(2), 300).unwrap();
+    off.set_prefilter(false);
+
+    // A rule's positive contents per buffer, as text for a message.
+    fn contents(r: &Rule, items: &[Item]) -> Vec<u8> {
+        let mut out = Vec::new();
+        for i in items {
+            if let Item::Content(k) = i {
+                let c = &r.contents[*k as usize];
+                if !c.negated {
+                    out.extend(c.bytes.iter().filter(|&&b| b != b'\r' && b != b'\n'));
+                }
+            }
+        }
+        out
+    }
+    let mut g = Rng(2024);
+    let (mut fired, mut total) = (std::collections::BTreeSet::new(), 0);
+    for conn in 0..120u16 {
+        const C: [u8; 4] = [10, 0, 0, 1];
+        const S: [u8; 4] = [198, 51, 100, 7];
+        let port = 30_000 + conn;
+        let mut f = vec![
+            tcp_v4(C, S, port, 80, 1000, 0, SYN, &[]),
+            tcp_v4(S, C, 80, port, 9000, 1001, SYN | ACK, &[]),
+            tcp_v4(C, S, port, 80, 1001, 9001, ACK, &[]),
+        ];
+        let (mut cs, mut ss) = (1001u32, 9001u32);
+        for _ in 0..1 + g.below(3) {
+            // Two rules' contents in each exchange.
+            let (mut method, mut uri, mut host, mut ua) = (
+                b"GET".to_vec(),
+                b"/".to_vec(),
+                b"www.example.com".to_vec(),
+                b"Mozilla/5.0".to_vec(),
+            );
+            let (mut qh, mut qbody, mut rh, mut rbody) =
+                (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+            for _ in 0..2 {
+                let r = &http[g.below(http.len())];
+                uri.extend(contents(r, &r.items));
+                for l in &r.http {
+                    let b = contents(r, &l.items);
+                    let line = |name: &str, v: &[u8]| {
+                        let mut x = name.as_bytes().to_vec();
+                        x.extend_from_slice(v);
+                        x.extend_from_slice(b"\r\n");
+                        x
+                    };
+                    match l.buf {
+                        Buf::Method if !b.is_empty() => method = b,
+                        Buf::Uri | Buf::UriRaw | Buf::RequestLine => uri.extend(b),
+                        Buf::Host | Buf::HostRaw if !b.is_empty() => host = b,
+                        Buf::UserAgent => ua.extend(b),
+                        Buf::Cookie => qh.extend(line("Cookie: ", &b)),
+                        Buf::Referer => qh.extend(line("Referer: ", &b)),
+                        Buf::Accept => qh.extend(line("Accept: ", &b)),
+                        Buf::AcceptEnc => qh.extend(line("Accept-Encoding: ", &b)),
+                        Buf::AcceptLang => qh.extend(line("Accept-Language: ", &b)),
+                        Buf::Connection => qh.extend(line("Connection: ", &b)),
+                        Buf::ContentType if r.to_server != Some(false) => {
+                            qh.extend(line("Content-Type: ", &b))
+                        }
+                        Buf::ContentType => rh.extend(line("Content-Type: ", &b)),
+                        Buf::Server => rh.extend(line("Server: ", &b)),
+                        Buf::Location => rh.extend(line("Location: ", &b)),
+                        Buf::StatMsg | Buf::StatCode | Buf::ResponseLine => {
+                            rh.extend(line("X-R: ", &b))
+                        }
+                        Buf::ResponseBody => rbody.extend(b),
+                        Buf::RequestBody => qbody.extend(b),
+                        Buf::FileData if r.to_server == Some(true) => qbody.extend(b),
+                        Buf::FileData => rbody.extend(b),
+                        _ if r.to_server == Some(false) => rh.extend(line("X-T: ", &b)),
+                        _ => qh.extend(line("X-T: ", &b)),
+                    }
+                }
+            }
+            uri.retain(|&b| b != b' ');
+            if method.contains(&b' ') || method.is_empty() {
+                method = b"GET".to_vec();
+            }
+            let mut req = method.clone();
+            req.push(b' ');
+            if uri.first() != Some(&b'/') {
+                uri.insert(0, b'/');
+            }
+            req.extend(&uri);
+            req.extend_from_slice(b" HTTP/1.1\r\nHost: ");
+            req.extend(&host);
+            req.extend_from_slice(b"\r\nUser-Agent: ");
+            req.extend(&ua);
+            req.extend_from_slice(b"\r\n");
+            req.extend(&qh);
+            if !qbody.is_empty() {
+                req.extend(format!("Content-Length: {}\r\n", qbody.len()).bytes());
+            }
+            req.extend_from_slice(b"\r\n");
+            req.extend(&qbody);
+            let mut resp = b"HTTP/1.1 200 OK\r\n".to_vec();
+            resp.extend(&rh);
+            if method != b"HEAD" {
+                resp.extend(format!("Content-Length: {}\r\n\r\n", rbody.len()).bytes());
+                resp.extend(&rbody);
+            } else {
+                resp.extend_from_slice(b"Content-Length: 0\r\n\r\n");
+            }
+            for seg in cut(&mut g, &req) {
+                f.push(tcp_v4(C, S, port, 80, cs, ss, ACK | PSH, &seg));
+                cs += seg.len() as u32;
+            }
+            for seg in cut(&mut g, &resp) {
+                f.push(tcp_v4(S, C, 80, port, ss, cs, ACK | PSH, &seg));
+                ss += seg.len() as u32;
+            }
+        }
+        for per in [f.len(), 1] {
+            let want = run(&mut off, &f, per);
+            let got = run(&mut on, &f, per);
+            assert_eq!(got, want, "connection {conn}, {per} packets per batch");
+            total += want.0.len();
+            fired.extend(want.0.iter().map(|a| a.1));
+        }
+    }
+    eprintln!("ET Open: {} rules fired, {total} alerts", fired.len());
+    assert!(fired.len() > 30, "only {} rules fired", fired.len());
+}
