@@ -1,17 +1,33 @@
 //! The prefilter of the rules of an application protocol whose keywords
-//! inspect a message's buffers (HTTP, TLS), found with Aho-Corasick as for
-//! DNS rules: each rule is registered under its longest positive content on
-//! one of its buffers, searched in every buffer the message has (the
-//! automata restart at each buffer, so no match spans two), else under its
-//! longest content before any buffer, searched in the packet's bytes; a rule
-//! without either is a candidate for every message. A match holds all of a
-//! buffer's positive contents, so a rule whose registered content is absent
-//! cannot match.
+//! inspect a message's buffers (HTTP, TLS), as Suricata's multi-pattern
+//! matcher (MPM) does it: each rule has one fast pattern, and each buffer
+//! kind one Aho-Corasick automaton over the fast patterns on that kind.
+//!
+//! A rule's fast pattern is its content marked `fast_pattern` (only the
+//! bytes `fast_pattern:offset,length` names), else its longest positive
+//! content on one of its buffers, else its longest positive content before
+//! any buffer (searched in the packet's bytes); a rule without a positive
+//! content is a candidate for every message. Each buffer of a message is
+//! scanned once, by its kind's automaton only (it restarts at each buffer,
+//! so no match spans two), and a rule is a candidate only when its fast
+//! pattern was found in a buffer of its kind. A match holds every positive
+//! content of its buffers, so a rule whose fast pattern is absent from its
+//! buffer cannot match.
+//!
+//! One automaton serves both cases: it folds ASCII case, and a hit of a
+//! case-sensitive pattern is confirmed by comparing the bytes (as
+//! Suricata's MPM does), so a buffer is walked once, not twice.
 
-use crate::dns::prefilter::{longest, Set};
-use crate::engine::{CompileError, Matcher, Target};
+use std::sync::Arc;
+
+use aho_corasick::automaton::{Automaton, StateID};
+use aho_corasick::dfa::DFA;
+use aho_corasick::{Anchored, MatchKind, StartKind};
+use rustc_hash::FxHashMap;
+
+use crate::engine::CompileError;
 use crate::inspect;
-use crate::rules::{Item, Proto, Rule};
+use crate::rules::{Content, Item, Proto, Rule};
 
 /// Whether a rule's keywords `items` on one buffer match `buf`, inspected
 /// with a `.` before it when the list has `dotprefix` (`dot`: scratch space).
@@ -33,71 +49,302 @@ pub(crate) fn list_matches(
     inspect::inspect_items(r, items, buf, 0)
 }
 
+/// One multi-pattern automaton: ASCII case folded, case-sensitive patterns
+/// confirmed on each hit.
+pub(crate) struct Mpm {
+    dfa: DFA,
+    start: StateID,
+    /// Per pattern: its bytes if case-sensitive (confirmed on a hit), and
+    /// its rules as a range of `rules`.
+    pats: Vec<Pat>,
+    rules: Vec<u32>,
+    /// The longest pattern's length.
+    max_len: usize,
+}
+
+/// A pattern of an [`Mpm`]: its bytes if case-sensitive, and where its
+/// rules are.
+type Pat = (Option<Box<[u8]>>, u32, u32);
+
+/// The scratch space of a scan, reused across packets: which patterns were
+/// found already (a pattern's rules are pushed once per scan).
+#[derive(Default)]
+pub struct MpmScratch {
+    seen: Vec<u64>,
+    marked: Vec<u32>,
+}
+
+impl MpmScratch {
+    fn reset(&mut self, npats: usize) {
+        for &p in &self.marked {
+            self.seen[p as usize / 64] = 0;
+        }
+        self.marked.clear();
+        let words = npats.div_ceil(64);
+        if self.seen.len() < words {
+            self.seen.resize(words, 0);
+        }
+    }
+}
+
+/// Fast patterns being collected for one [`Mpm`]: (bytes, case-sensitive)
+/// and their rules, deduplicated.
+#[derive(Default)]
+pub(crate) struct MpmSet {
+    pats: Vec<(Vec<u8>, bool)>,
+    rules: Vec<Vec<u32>>,
+    index: FxHashMap<(Vec<u8>, bool), usize>,
+}
+
+impl MpmSet {
+    /// Registers `rule` under `bytes` (`nocase`: ASCII case-insensitive).
+    pub(crate) fn add(&mut self, bytes: &[u8], nocase: bool, rule: u32) {
+        let key = if nocase {
+            (bytes.to_ascii_lowercase(), false)
+        } else {
+            (bytes.to_vec(), true)
+        };
+        let i = *self.index.entry(key.clone()).or_insert_with(|| {
+            self.pats.push(key);
+            self.rules.push(Vec::new());
+            self.pats.len() - 1
+        });
+        self.rules[i].push(rule);
+    }
+
+    /// Number of rules registered.
+    fn count(&self) -> usize {
+        self.rules.iter().map(Vec::len).sum()
+    }
+
+    pub(crate) fn build(self) -> Result<Option<Mpm>, CompileError> {
+        if self.pats.is_empty() {
+            return Ok(None);
+        }
+        let dfa = DFA::builder()
+            .match_kind(MatchKind::Standard)
+            .ascii_case_insensitive(true)
+            .start_kind(StartKind::Unanchored)
+            .prefilter(false)
+            .build(self.pats.iter().map(|p| &p.0))?;
+        let start = dfa.start_state(Anchored::No)?;
+        let mut rules = Vec::new();
+        let mut pats = Vec::with_capacity(self.pats.len());
+        let mut max_len = 0;
+        for ((bytes, cs), rs) in self.pats.into_iter().zip(self.rules) {
+            max_len = max_len.max(bytes.len());
+            let a = rules.len() as u32;
+            rules.extend(rs);
+            pats.push((cs.then(|| bytes.into_boxed_slice()), a, rules.len() as u32));
+        }
+        Ok(Some(Mpm {
+            dfa,
+            start,
+            pats,
+            rules,
+            max_len,
+        }))
+    }
+}
+
+impl Mpm {
+    /// Pushes to `out` the rules of every pattern found in `buf`, each
+    /// pattern's once.
+    pub(crate) fn scan(&self, buf: &[u8], scratch: &mut MpmScratch, out: &mut Vec<u32>) {
+        scratch.reset(self.pats.len());
+        let d = &self.dfa;
+        let mut s = self.start;
+        for (i, &b) in buf.iter().enumerate() {
+            s = d.next_state(Anchored::No, s, b);
+            if d.is_special(s) && d.is_match(s) {
+                self.record(s, buf, i + 1, scratch, out);
+            }
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn record(
+        &self,
+        s: StateID,
+        buf: &[u8],
+        end: usize,
+        scratch: &mut MpmScratch,
+        out: &mut Vec<u32>,
+    ) {
+        let d = &self.dfa;
+        for k in 0..d.match_len(s) {
+            let pid = d.match_pattern(s, k).as_usize();
+            let (w, bit) = (pid / 64, 1u64 << (pid % 64));
+            if scratch.seen[w] & bit != 0 {
+                continue;
+            }
+            let (exact, a, z) = &self.pats[pid];
+            if let Some(p) = exact {
+                // The automaton folds case: a case-sensitive pattern holds
+                // only where the bytes are the same.
+                if buf.get(end - p.len()..end) != Some(&p[..]) {
+                    continue;
+                }
+            }
+            scratch.seen[w] |= bit;
+            scratch.marked.push(pid as u32);
+            out.extend_from_slice(&self.rules[*a as usize..*z as usize]);
+        }
+    }
+}
+
+/// The bytes of content `c` a prefilter searches for it: those
+/// `fast_pattern:offset,length` names, and without the leading `.` of a
+/// `dotprefix` buffer's content (that `.` is not in the buffer searched; the
+/// rest is). `None` if nothing is left.
+fn pattern(c: &Content, dotprefix: bool) -> Option<&[u8]> {
+    let mut b = &c.bytes[..];
+    if let Some((o, l)) = c.fast_chop {
+        b = b.get(o as usize..o as usize + l as usize).unwrap_or(b);
+    }
+    if dotprefix {
+        // A content matching at the start of `.` + buffer starts with that
+        // `.`; one matching later lies in the buffer whole.
+        if let Some(rest) = b.strip_prefix(b".") {
+            b = rest;
+        }
+    }
+    (!b.is_empty()).then_some(b)
+}
+
+/// Where a rule's fast pattern is searched.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Where {
+    /// In the buffers of this prefilter group ([`BufferRules::new`]).
+    Group(usize),
+    /// In the packet's bytes (a content before any buffer).
+    Payload,
+}
+
+/// The fast pattern of rule `r` whose buffer lists are `lists` (group,
+/// items, dotprefix): where it is searched, its bytes and whether it is
+/// `nocase`. `None` for a rule without a positive content.
+pub fn fast_pattern<'r>(
+    r: &'r Rule,
+    lists: &[(usize, &'r [Item], bool)],
+) -> Option<(Where, &'r [u8], bool)> {
+    let on = |items: &'r [Item], w: Where, dotprefix: bool| {
+        items.iter().filter_map(move |i| match i {
+            Item::Content(k) => {
+                let c = &r.contents[*k as usize];
+                let p = pattern(c, dotprefix).filter(|_| !c.negated)?;
+                Some((w, p, c))
+            }
+            _ => None,
+        })
+    };
+    let bufs = || {
+        lists
+            .iter()
+            .flat_map(move |&(g, items, dot)| on(items, Where::Group(g), dot))
+    };
+    let all = || bufs().chain(on(&r.items, Where::Payload, false));
+    // Suricata's choice: the content marked `fast_pattern`, else the
+    // longest, preferring a buffer's (a narrower place to search) to the
+    // packet's bytes. The first of equals, so the choice is stable.
+    let pick = |it: &mut dyn Iterator<Item = (Where, &'r [u8], &'r Content)>| {
+        it.fold(
+            None,
+            |best: Option<(Where, &'r [u8], &'r Content)>, x| match best {
+                Some(b) if b.1.len() >= x.1.len() => Some(b),
+                _ => Some(x),
+            },
+        )
+    };
+    let chosen = all()
+        .find(|x| x.2.fast_pattern)
+        .or_else(|| pick(&mut bufs()))
+        .or_else(|| pick(&mut on(&r.items, Where::Payload, false)))?;
+    Some((chosen.0, chosen.1, chosen.2.nocase))
+}
+
+/// The automata of a set of rules: per prefilter group (a buffer kind, or
+/// kinds holding the same bytes), then over the packet's bytes.
+#[derive(Default)]
+struct Layer {
+    groups: Vec<Option<Arc<Mpm>>>,
+    payload: Option<Arc<Mpm>>,
+}
+
 /// The compiled prefilter of one protocol's buffer rules.
 #[derive(Default)]
 pub struct BufferRules {
-    /// Over the buffers: case-sensitive, then `nocase` contents.
-    bufs: [Option<Matcher>; 2],
-    /// Over the packet's bytes, for rules whose only contents come before
-    /// any buffer, likewise.
-    payload: [Option<Matcher>; 2],
+    /// Over every rule's fast pattern.
+    full: Layer,
+    /// Over the fast patterns of the rules inspected again on a message's
+    /// later packets ([`BufferRules::new`]'s `later`); an automaton with
+    /// all of a group's rules is shared with `full`.
+    later: Layer,
     /// Rules without a positive content.
     always: Vec<u32>,
-    /// Number of the protocol's rules.
-    count: usize,
-    /// The longest content searched in the buffers.
-    max_len: usize,
+    /// Every rule of the protocol, in order (the candidates when the
+    /// prefilter is off).
+    all: Vec<u32>,
 }
 
 impl BufferRules {
     /// Compiles the prefilter of the rules of `proto` among `rules` (indexed
-    /// as in `rules`); `lists` gives a rule's keyword lists, one per buffer,
-    /// each with whether it is inspected with a `dotprefix`.
+    /// as in `rules`), with `ngroups` prefilter groups; `lists` gives a
+    /// rule's keyword lists, one per buffer, each with its group and whether
+    /// it is inspected with a `dotprefix`. `later` tells the rules inspected
+    /// again on a message's later packets (HTTP body rules), which get
+    /// automata of their own.
     pub fn new(
         rules: &[Rule],
         proto: Proto,
-        lists: impl for<'r> Fn(&'r Rule) -> Vec<(&'r [Item], bool)>,
+        ngroups: usize,
+        lists: impl for<'r> Fn(&'r Rule) -> Vec<(usize, &'r [Item], bool)>,
+        later: impl Fn(&Rule) -> bool,
     ) -> Result<BufferRules, CompileError> {
-        let mut sets: [Set; 2] = Default::default();
-        let mut payload: [Set; 2] = Default::default();
+        // [full, later] sets per group, then for the payload.
+        let mut sets: Vec<[MpmSet; 2]> = (0..=ngroups).map(|_| Default::default()).collect();
         let mut p = BufferRules::default();
         for (ri, r) in rules.iter().enumerate() {
             if r.proto != proto {
                 continue;
             }
-            p.count += 1;
-            let best = lists(r)
-                .into_iter()
-                // A `dotprefix` buffer's contents may start with the `.`
-                // that is not in the buffer the prefilter searches.
-                .filter(|(_, dotprefix)| !dotprefix)
-                .filter_map(|(items, _)| longest(items, &r.contents))
-                .max_by_key(|(_, c)| c.bytes.len());
-            let (set, (k, c)) = match best {
-                Some(x) => {
-                    p.max_len = p.max_len.max(x.1.bytes.len());
-                    (&mut sets, x)
+            let ri = ri as u32;
+            p.all.push(ri);
+            let (set, bytes, nocase) = match fast_pattern(r, &lists(r)) {
+                Some((Where::Group(g), bytes, nocase)) => (&mut sets[g], bytes, nocase),
+                Some((Where::Payload, bytes, nocase)) => (&mut sets[ngroups], bytes, nocase),
+                None => {
+                    p.always.push(ri);
+                    continue;
                 }
-                None => match longest(&r.items, &r.contents) {
-                    Some(x) => (&mut payload, x),
-                    None => {
-                        p.always.push(ri as u32);
-                        continue;
-                    }
-                },
             };
-            set[c.nocase as usize].add(
-                c,
-                Target {
-                    rule: ri as u32,
-                    content: k,
-                },
-            );
+            set[0].add(bytes, nocase, ri);
+            if later(r) {
+                set[1].add(bytes, nocase, ri);
+            }
         }
-        let [cs, ci] = sets;
-        p.bufs = [cs.build(false)?, ci.build(true)?];
-        let [pcs, pci] = payload;
-        p.payload = [pcs.build(false)?, pci.build(true)?];
+        let mut built = Vec::with_capacity(ngroups + 1);
+        for [full, later] in sets {
+            let same = full.count() == later.count();
+            let full = full.build()?.map(Arc::new);
+            let later = if same {
+                full.clone()
+            } else {
+                later.build()?.map(Arc::new)
+            };
+            built.push((full, later));
+        }
+        let (payload, later_payload) = built.pop().unwrap_or_default();
+        let (full, later): (Vec<_>, Vec<_>) = built.into_iter().unzip();
+        p.full = Layer {
+            groups: full,
+            payload,
+        };
+        p.later = Layer {
+            groups: later,
+            payload: later_payload,
+        };
         Ok(p)
     }
 
@@ -108,48 +355,46 @@ impl BufferRules {
 
     /// True if the protocol has no rule (it is then not even parsed).
     pub fn is_empty(&self) -> bool {
-        self.count == 0
+        self.all.is_empty()
     }
 
-    /// Pushes to `out` the rules a message whose buffers are `buffers` may
-    /// match, in a packet whose bytes are `data`. `hits` is scratch space
-    /// (left empty). `out` may hold a rule more than once.
-    pub fn candidates<'b>(
+    fn layer(&self, later: bool) -> &Layer {
+        if later {
+            &self.later
+        } else {
+            &self.full
+        }
+    }
+
+    /// Pushes to `out` the rules registered under a fast pattern found in
+    /// the packet's bytes `data` (`later`: only those inspected again on a
+    /// message's later packets).
+    pub fn scan_payload(
         &self,
-        buffers: impl Iterator<Item = &'b [u8]>,
         data: &[u8],
-        hits: &mut Vec<(u64, Target)>,
+        later: bool,
+        scratch: &mut MpmScratch,
         out: &mut Vec<u32>,
     ) {
-        self.scan_payload(data, hits, out);
-        for buf in buffers {
-            self.scan_buffer(buf, hits, out);
+        if let Some(m) = &self.layer(later).payload {
+            m.scan(data, scratch, out);
         }
-        out.extend_from_slice(&self.always);
     }
 
-    /// Pushes to `out` the rules registered under a content found in the
-    /// packet's bytes `data` (`hits`: scratch space).
-    pub fn scan_payload(&self, data: &[u8], hits: &mut Vec<(u64, Target)>, out: &mut Vec<u32>) {
-        hits.clear();
-        for m in self.payload.iter().flatten() {
-            let mut s = m.start();
-            m.scan(&mut s, data, 0, hits);
+    /// Pushes to `out` the rules of group `group` whose fast pattern is in
+    /// `buf`, a buffer of that group (`later`: as for
+    /// [`BufferRules::scan_payload`]).
+    pub fn scan_buffer(
+        &self,
+        group: usize,
+        buf: &[u8],
+        later: bool,
+        scratch: &mut MpmScratch,
+        out: &mut Vec<u32>,
+    ) {
+        if let Some(Some(m)) = self.layer(later).groups.get(group) {
+            m.scan(buf, scratch, out);
         }
-        out.extend(hits.iter().map(|h| h.1.rule));
-        hits.clear();
-    }
-
-    /// Pushes to `out` the rules registered under a content found in the
-    /// buffer `buf` (`hits`: scratch space).
-    pub fn scan_buffer(&self, buf: &[u8], hits: &mut Vec<(u64, Target)>, out: &mut Vec<u32>) {
-        hits.clear();
-        for m in self.bufs.iter().flatten() {
-            let mut s = m.start();
-            m.scan(&mut s, buf, 0, hits);
-        }
-        out.extend(hits.iter().map(|h| h.1.rule));
-        hits.clear();
     }
 
     /// The rules without a content to prefilter on.
@@ -157,10 +402,18 @@ impl BufferRules {
         &self.always
     }
 
-    /// The longest content searched in the buffers: a match ending in bytes
-    /// appended to a buffer starts at most this many bytes minus one before
-    /// them.
-    pub fn max_len(&self) -> usize {
-        self.max_len
+    /// Every rule of the protocol, in order.
+    pub fn all(&self) -> &[u32] {
+        &self.all
+    }
+
+    /// The longest fast pattern of group `group`: a match ending in bytes
+    /// appended to one of its buffers starts at most this many bytes minus
+    /// one before them.
+    pub fn max_len(&self, group: usize) -> usize {
+        match self.full.groups.get(group) {
+            Some(Some(m)) => m.max_len,
+            _ => 0,
+        }
     }
 }

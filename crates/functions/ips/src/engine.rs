@@ -10,6 +10,7 @@ use sluice_wire::FlowKey;
 use crate::dns::prefilter::DnsRules;
 use crate::http::prefilter::HttpRules;
 use crate::http::HttpDir;
+use crate::packetidx::PacketRules;
 use crate::pending::Pend;
 use crate::rules::{Flowbit, PacketInfo, Proto, Rule, StreamMode};
 use crate::tls::prefilter::TlsRules;
@@ -361,8 +362,8 @@ pub struct Engine {
     /// `nocase` contents.
     pub ci: Option<Matcher>,
     /// Rules without contents, evaluated on every packet, per packet class
-    /// ([`packet_class`]): TCP, UDP, ICMP, other IP.
-    packet_rules: [Vec<u32>; 4],
+    /// ([`packet_class`]): TCP, UDP, ICMP, other IP; indexed by address.
+    packet_rules: [PacketRules; 4],
     /// Buffer rules without a content to prefilter on (only `pcre`, negated
     /// contents, ...): inspected on every payload, per packet class. For TCP
     /// without the packetwise ones ([`Engine::always_packetwise`]).
@@ -512,6 +513,7 @@ impl Engine {
         let http = HttpRules::new(&rules)?;
         let tls = TlsRules::new(&rules)?;
         let any_packetwise = packetwise.iter().any(|&pw| pw);
+        let packet_rules = packet_rules.map(|ids| PacketRules::new(&rules, &ids));
         Ok(Engine {
             always_pkt,
             packetwise,
@@ -560,11 +562,17 @@ impl Engine {
         }
     }
 
-    /// The rules without contents that packets of IP protocol `ip_proto` are
-    /// checked against, in rule order.
+    /// Pushes to `out` (cleared first) the rules without contents the packet
+    /// described by `hdr` may match, in rule order: those its addresses can
+    /// match ([`PacketRules`]).
     #[inline]
-    pub fn packet_rules(&self, ip_proto: u8) -> &[u32] {
-        &self.packet_rules[packet_class(ip_proto)]
+    pub fn packet_rules(&self, hdr: &Header, out: &mut Vec<u32>) {
+        let p = &self.packet_rules[packet_class(hdr.flow.proto)];
+        if p.is_empty() {
+            out.clear();
+        } else {
+            p.candidates(&hdr.flow.src, &hdr.flow.dst, out);
+        }
     }
 
     /// The buffer rules inspected on every payload of packets of `ip_proto`.

@@ -137,6 +137,7 @@ pub mod dns;
 pub mod engine;
 pub mod http;
 pub mod inspect;
+pub mod packetidx;
 pub mod pending;
 pub mod rules;
 pub mod threshold;
@@ -401,6 +402,13 @@ pub struct Ips {
     cands: Vec<u32>,
     /// Packetwise rules to inspect over a TCP segment's payload, reused.
     pcands: Vec<u32>,
+    /// The packet rules a packet may match, reused.
+    prules: Vec<u32>,
+    /// Per rule, whether its header matches the packet being evaluated
+    /// (`decide::HDR_*`), reset after each packet through `hdr_touched`.
+    hdr_memo: Vec<u8>,
+    /// The rules `hdr_memo` holds a result for.
+    hdr_touched: Vec<u32>,
     /// A TCP packet's two stream parts made contiguous, reused.
     buf: Vec<u8>,
     /// A DNS request's query names, each with a `.` before it, reused.
@@ -426,6 +434,10 @@ pub struct Ips {
     http_found: Vec<u32>,
     /// A buffer with a `.` before it (`dotprefix`), reused.
     http_dot: Vec<u8>,
+    /// The application-layer prefilters' scratch space, reused.
+    mpm: bufrules::MpmScratch,
+    /// The application-layer rules are prefiltered ([`Ips::set_prefilter`]).
+    prefilter: bool,
     /// A TLS hello's buffers, reused.
     tls_bufs: tls::Buffers,
     /// Handshake records joined when a message spans records (reused).
@@ -464,6 +476,9 @@ struct PreScan {
     ci: Vec<(u32, u32)>,
     /// (job, part, end, target), sorted by job; `hit_at[job]` is where a job's start.
     hits: Vec<(u32, u8, u64, Target)>,
+    /// The hits being sorted, and where each (job, part) goes (reused).
+    sorted: Vec<(u32, u8, u64, Target)>,
+    sort_at: Vec<u32>,
     hit_at: Vec<u32>,
 }
 
@@ -489,6 +504,7 @@ impl Ips {
         let engine = Engine::new(rules).map_err(ConfigError::Compile)?;
         let http_kind: Vec<u8> = engine.rules.iter().map(http::eval::kind).collect();
         let http_body_rules = http_kind.iter().any(|k| k & http::eval::BODY != 0);
+        let nrules = engine.rules.len();
         Ok(Ips {
             engine,
             warnings,
@@ -504,6 +520,9 @@ impl Ips {
             thresholds,
             cands: Vec::new(),
             pcands: Vec::new(),
+            prules: Vec::new(),
+            hdr_memo: vec![decide::HDR_UNKNOWN; nrules],
+            hdr_touched: Vec::new(),
             buf: Vec::new(),
             dns_names: Vec::new(),
             dns_spans: Vec::new(),
@@ -516,6 +535,8 @@ impl Ips {
             http_extra: Vec::new(),
             http_found: Vec::new(),
             http_dot: Vec::new(),
+            mpm: Default::default(),
+            prefilter: true,
             tls_bufs: tls::Buffers::default(),
             tls_joined: Vec::new(),
             pend: Default::default(),
@@ -524,6 +545,14 @@ impl Ips {
             fired: Vec::new(),
             app_now: None,
         })
+    }
+
+    /// Turns the HTTP, TLS and DNS prefilters on (the default) or off. Off,
+    /// every rule of the protocol is inspected over every message: slower,
+    /// with the same alerts and verdicts, which is what the prefilters are
+    /// tested against.
+    pub fn set_prefilter(&mut self, on: bool) {
+        self.prefilter = on;
     }
 
     /// Rules skipped while loading, with file and line.

@@ -157,9 +157,13 @@ impl Ips {
         }
         let mut cands = std::mem::take(&mut self.cands);
         cands.clear();
-        self.engine
-            .dns
-            .candidates(&names, &spans, payload, &mut self.hits, &mut cands);
+        if self.prefilter {
+            self.engine
+                .dns
+                .candidates(&names, &spans, payload, &mut self.hits, &mut cands);
+        } else {
+            cands.extend_from_slice(self.engine.dns.all());
+        }
         cands.sort_unstable();
         cands.dedup();
         let mut drop = false;

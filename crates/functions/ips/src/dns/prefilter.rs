@@ -20,8 +20,8 @@ pub struct DnsRules {
     payload: [Option<Matcher>; 2],
     /// Rules without a positive content.
     always: Vec<u32>,
-    /// Number of DNS rules.
-    count: usize,
+    /// Every DNS rule, in order (the candidates when the prefilter is off).
+    all: Vec<u32>,
 }
 
 /// The longest positive content of `items`, with its index.
@@ -78,7 +78,7 @@ impl DnsRules {
             if r.proto != Proto::Dns {
                 continue;
             }
-            d.count += 1;
+            d.all.push(ri as u32);
             let on_name = r
                 .dns_query
                 .as_ref()
@@ -110,7 +110,12 @@ impl DnsRules {
 
     /// True if there is no DNS rule (DNS is then not even detected).
     pub fn is_empty(&self) -> bool {
-        self.count == 0
+        self.all.is_empty()
+    }
+
+    /// Every DNS rule, in order: the candidates without the prefilter.
+    pub fn all(&self) -> &[u32] {
+        &self.all
     }
 
     /// Pushes to `out` the rules a message may match: `names` holds the

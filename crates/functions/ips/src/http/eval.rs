@@ -223,12 +223,17 @@ impl Ips {
     ) -> bool {
         cands.clear();
         match msg.searched {
+            // Every HTTP rule a candidate: what the prefilter must agree with.
+            _ if !self.prefilter => cands.extend_from_slice(self.engine.http.all()),
             Some(n) => {
                 let mut newly = std::mem::take(&mut self.http_found);
                 newly.clear();
-                self.engine
-                    .http
-                    .candidates_after(b, data, n, (&mut self.hits, cands, &mut newly));
+                self.engine.http.candidates_after(
+                    b,
+                    data,
+                    (n, msg.cont),
+                    (&mut self.mpm, cands, &mut newly),
+                );
                 // Only body rules are inspected on the body's later packets.
                 let kinds = &self.http_kind;
                 newly.retain(|&r| kinds[r as usize] & BODY != 0);
@@ -238,11 +243,16 @@ impl Ips {
                 } else {
                     // Too many to remember: this time the whole body.
                     cands.clear();
-                    self.engine.http.candidates(b, data, &mut self.hits, cands);
+                    self.engine
+                        .http
+                        .candidates(b, data, msg.cont, &mut self.mpm, cands);
                 }
                 self.http_found = newly;
             }
-            None => self.engine.http.candidates(b, data, &mut self.hits, cands),
+            None => self
+                .engine
+                .http
+                .candidates(b, data, msg.cont, &mut self.mpm, cands),
         }
         cands.sort_unstable();
         cands.dedup();

@@ -1,10 +1,25 @@
-//! Which HTTP rules a message may match ([`BufferRules`] over the message's
-//! buffers; the packet's stream bytes for contents before any buffer).
+//! Which HTTP rules a message may match ([`BufferRules`]: one automaton per
+//! buffer kind, each buffer of the message scanned by its kind's; the
+//! packet's stream bytes for fast patterns before any buffer).
 
-use super::{Buf, Buffers};
-use crate::bufrules::BufferRules;
-use crate::engine::{CompileError, Target};
+use super::{Buf, Buffers, NBUF};
+use crate::bufrules::{BufferRules, MpmScratch};
+use crate::engine::CompileError;
 use crate::rules::{Proto, Rule};
+
+/// The prefilter group of buffer `b`: the body buffers hold the same bytes
+/// (`file.data` and the direction's body), so they share one automaton.
+fn group(b: Buf) -> usize {
+    match b {
+        Buf::RequestBody | Buf::ResponseBody | Buf::FileData => Buf::FileData as usize,
+        _ => b as usize,
+    }
+}
+
+/// True for the buffers searched as their group's buffer instead.
+fn aliased(i: usize) -> bool {
+    i == Buf::RequestBody as usize || i == Buf::ResponseBody as usize
+}
 
 /// The compiled prefilter of the HTTP rules.
 #[derive(Default)]
@@ -14,16 +29,24 @@ impl HttpRules {
     /// Compiles the prefilter of the HTTP rules among `rules` (indexed as in
     /// `rules`).
     pub fn new(rules: &[Rule]) -> Result<HttpRules, CompileError> {
-        BufferRules::new(rules, Proto::Http, |r| {
-            r.http
-                .iter()
-                .map(|l| (l.items.as_slice(), l.dotprefix))
-                .collect()
-        })
+        BufferRules::new(
+            rules,
+            Proto::Http,
+            NBUF,
+            |r| {
+                r.http
+                    .iter()
+                    .map(|l| (group(l.buf), l.items.as_slice(), l.dotprefix))
+                    .collect()
+            },
+            // Rules naming only head buffers are inspected with the head,
+            // never on the body's later packets ([`super::eval`]).
+            |r| super::eval::kind(r) != super::eval::HEAD,
+        )
         .map(HttpRules)
     }
 
-    /// Number of HTTP rules checked on every message (no buffer content to
+    /// Number of HTTP rules checked on every message (no content to
     /// prefilter on).
     pub fn unfiltered(&self) -> usize {
         self.0.unfiltered()
@@ -34,62 +57,63 @@ impl HttpRules {
         self.0.is_empty()
     }
 
+    /// Every HTTP rule, in order: the candidates without the prefilter.
+    pub fn all(&self) -> &[u32] {
+        self.0.all()
+    }
+
     /// Pushes to `out` the rules the message whose buffers are `b` may
-    /// match, in a packet whose stream bytes are `data`. `hits` is scratch
-    /// space (left empty). `out` may hold a rule more than once.
+    /// match, in a packet whose stream bytes are `data`; with `cont` (a
+    /// later packet of the message, whose head was inspected before) only
+    /// the rules inspected on later packets, plus those without a fast
+    /// pattern. `out` may hold a rule more than once.
     pub fn candidates(
         &self,
         b: &Buffers,
         data: &[u8],
-        hits: &mut Vec<(u64, Target)>,
+        cont: bool,
+        mpm: &mut MpmScratch,
         out: &mut Vec<u32>,
     ) {
-        // The direction's body buffer is `file.data`'s bytes: searched once.
-        let file = b.spans[Buf::FileData as usize];
-        let bufs = b
-            .spans
-            .iter()
-            .enumerate()
-            .filter(move |&(i, s)| {
-                i == Buf::FileData as usize
-                    || !(i == Buf::RequestBody as usize || i == Buf::ResponseBody as usize)
-                    || *s != file
-            })
-            .filter_map(|(_, s)| *s)
-            .map(|(lo, hi)| &b.bytes[lo as usize..hi as usize]);
-        self.0.candidates(bufs, data, hits, out);
+        self.0.scan_payload(data, cont, mpm, out);
+        for (i, s) in b.spans.iter().enumerate() {
+            let Some((lo, hi)) = *s else { continue };
+            if !aliased(i) {
+                let buf = &b.bytes[lo as usize..hi as usize];
+                self.0.scan_buffer(i, buf, cont, mpm, out);
+            }
+        }
+        out.extend_from_slice(self.0.always());
     }
 
-    /// [`HttpRules::candidates`] for a body searched before up to
-    /// `searched` bytes: its body buffer is searched only from where a
-    /// content ending in the bytes after `searched` may start, and the rules
-    /// found in it are also pushed to `found`; the caller adds those found
-    /// in the bytes before.
+    /// [`HttpRules::candidates`] (`cont` as there) for a body searched
+    /// before up to `searched` bytes: its body buffer is searched only from where a
+    /// fast pattern ending in the bytes after `searched` may start, and the
+    /// rules found in it are also pushed to `found`; the caller adds those
+    /// found in the bytes before.
     pub fn candidates_after(
         &self,
         b: &Buffers,
         data: &[u8],
-        searched: usize,
-        (hits, out, found): (&mut Vec<(u64, Target)>, &mut Vec<u32>, &mut Vec<u32>),
+        (searched, cont): (usize, bool),
+        (mpm, out, found): (&mut MpmScratch, &mut Vec<u32>, &mut Vec<u32>),
     ) {
-        let file = b.spans[Buf::FileData as usize];
-        self.0.scan_payload(data, hits, out);
+        self.0.scan_payload(data, cont, mpm, out);
+        let body = Buf::FileData as usize;
         for (i, s) in b.spans.iter().enumerate() {
             let Some((lo, hi)) = *s else { continue };
-            let body =
-                matches!(i, x if x == Buf::RequestBody as usize || x == Buf::ResponseBody as usize);
-            if body && *s == file {
+            let (lo, hi) = (lo as usize, hi as usize);
+            if aliased(i) {
                 continue;
             }
-            let (lo, hi) = (lo as usize, hi as usize);
-            if i == Buf::FileData as usize {
-                let from = searched.saturating_sub(self.0.max_len().saturating_sub(1));
+            if i == body {
+                let from = searched.saturating_sub(self.0.max_len(body).saturating_sub(1));
                 let at = out.len();
-                self.0
-                    .scan_buffer(&b.bytes[(lo + from).min(hi)..hi], hits, out);
+                let buf = &b.bytes[(lo + from).min(hi)..hi];
+                self.0.scan_buffer(i, buf, cont, mpm, out);
                 found.extend_from_slice(&out[at..]);
             } else {
-                self.0.scan_buffer(&b.bytes[lo..hi], hits, out);
+                self.0.scan_buffer(i, &b.bytes[lo..hi], cont, mpm, out);
             }
         }
         out.extend_from_slice(self.0.always());

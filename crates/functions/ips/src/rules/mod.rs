@@ -187,6 +187,35 @@ fn net_contains(net: &IpAddr, prefix: u8, a: &IpAddr) -> bool {
 }
 
 impl AddrExpr {
+    /// IPv4 ranges (inclusive, maybe overlapping) holding every address the
+    /// expression matches, when it matches no IPv6 address and is bounded
+    /// by its positive networks; `None` otherwise (`any`, a negation alone,
+    /// an IPv6 network). What the packet rules are indexed by.
+    pub fn v4_cover(&self) -> Option<Vec<(u32, u32)>> {
+        match self {
+            AddrExpr::Any | AddrExpr::Not(_) => None,
+            AddrExpr::Net(IpAddr::V4(b), p) => {
+                let mask = u32::MAX
+                    .checked_shl(32u32.checked_sub(*p as u32)?)
+                    .unwrap_or(0);
+                let lo = u32::from_be_bytes(*b) & mask;
+                Some(vec![(lo, lo | !mask)])
+            }
+            AddrExpr::Net(IpAddr::V6(_), _) => None,
+            AddrExpr::Set(set) => set.v6.is_empty().then(|| set.v4.clone()),
+            // Negated elements only narrow what the positive ones match.
+            AddrExpr::List(l) => {
+                let mut out = Vec::new();
+                let mut any_pos = false;
+                for e in l.iter().filter(|e| !matches!(e, AddrExpr::Not(_))) {
+                    any_pos = true;
+                    out.extend(e.v4_cover()?);
+                }
+                any_pos.then_some(out)
+            }
+        }
+    }
+
     /// True if `a` is in the set.
     pub fn matches(&self, a: &IpAddr) -> bool {
         match self {
@@ -262,6 +291,12 @@ pub struct Content {
     pub endswith: bool,
     /// Positions given as `byte_extract` variables.
     pub vars: VarPos,
+    /// `fast_pattern`: the content the prefilter searches for the rule
+    /// ([`crate::bufrules`]); `fast_pattern:only` is the same here.
+    pub fast_pattern: bool,
+    /// `fast_pattern:offset,length`: only those bytes of the content are
+    /// searched.
+    pub fast_chop: Option<(u16, u16)>,
 }
 
 /// `offset`, `depth`, `distance`, `within` given as a `byte_extract` variable

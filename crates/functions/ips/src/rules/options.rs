@@ -910,10 +910,27 @@ pub(super) fn apply(
             None => rule.noalert = true,
             Some(f) => rule.flowbits.push(f),
         },
-        // Which content feeds the prefilter, and whether to search the raw
-        // bytes (there are no decoded ones here): every content is searched and
-        // checked, so neither can change a match.
-        "fast_pattern" | "rawbytes" => {
+        // Which content feeds the prefilter (every content is still checked,
+        // so `only` changes nothing).
+        "fast_pattern" => {
+            let i = last(rule)?;
+            let c = &mut rule.contents[i];
+            c.fast_pattern = true;
+            match val.map(str::trim) {
+                None | Some("only") => {}
+                Some(v) => {
+                    let (o, l) = v.split_once(',').ok_or_else(|| bad_value(v))?;
+                    let o: u16 = o.trim().parse().map_err(|_| bad_value(v))?;
+                    let l: u16 = l.trim().parse().map_err(|_| bad_value(v))?;
+                    if l == 0 || o as usize + l as usize > c.bytes.len() {
+                        return Err(bad_value(v));
+                    }
+                    c.fast_chop = Some((o, l));
+                }
+            }
+        }
+        // Whether to search the raw bytes: there are no decoded ones here.
+        "rawbytes" => {
             last(rule)?;
         }
         "prefilter" => {}

@@ -114,9 +114,13 @@ impl Ips {
         let d = if hdr.to_server { 0 } else { 1 };
         let mut cands = std::mem::take(&mut self.cands);
         cands.clear();
-        self.engine
-            .tls
-            .candidates(&bufs, payload, &mut self.hits, &mut cands);
+        if self.prefilter {
+            self.engine
+                .tls
+                .candidates(&bufs, payload, &mut self.mpm, &mut cands);
+        } else {
+            cands.extend_from_slice(self.engine.tls.all());
+        }
         cands.sort_unstable();
         cands.dedup();
         let mut drop = false;

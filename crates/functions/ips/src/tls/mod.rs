@@ -582,6 +582,21 @@ pub enum Buf {
     CertSerial,
 }
 
+impl Buf {
+    /// Every buffer, in order (`ALL[b as usize] == b`).
+    pub const ALL: [Buf; 9] = [
+        Buf::Sni,
+        Buf::Ja3Hash,
+        Buf::Ja3String,
+        Buf::Ja3sHash,
+        Buf::Ja3sString,
+        Buf::Certs,
+        Buf::CertSubject,
+        Buf::CertIssuer,
+        Buf::CertSerial,
+    ];
+}
+
 /// The sticky-buffer keywords of TLS and their buffers.
 pub const STICKY: &[(&str, Buf)] = &[
     ("tls.sni", Buf::Sni),
@@ -693,6 +708,13 @@ impl Buffers {
             .chain(certs.iter().map(move |r| &payload[r.clone()]))
     }
 
+    /// Every buffer the hello has.
+    pub fn all<'a>(&'a self, payload: &'a [u8]) -> impl Iterator<Item = &'a [u8]> + 'a {
+        Buf::ALL
+            .into_iter()
+            .flat_map(move |b| self.each(b, payload))
+    }
+
     /// Buffer `b` of the hello parsed from `payload`, if the hello has it.
     /// `None` for [`Buf::Certs`] (see [`Buffers::each`]).
     pub fn get<'a>(&'a self, b: Buf, payload: &'a [u8]) -> Option<&'a [u8]> {
@@ -710,22 +732,5 @@ impl Buffers {
             (Buf::Ja3String, Kind::Client) | (Buf::Ja3sString, Kind::Server) => Some(&self.string),
             _ => None,
         }
-    }
-
-    /// The buffers the hello has, for the prefilter.
-    pub fn all<'a>(&'a self, payload: &'a [u8]) -> impl Iterator<Item = &'a [u8]> + 'a {
-        [
-            Buf::Sni,
-            Buf::Ja3Hash,
-            Buf::Ja3String,
-            Buf::Ja3sHash,
-            Buf::Ja3sString,
-            Buf::CertSubject,
-            Buf::CertIssuer,
-            Buf::CertSerial,
-            Buf::Certs,
-        ]
-        .into_iter()
-        .flat_map(move |b| self.each(b, payload))
     }
 }

@@ -1,9 +1,10 @@
-//! Which TLS rules a hello may match ([`BufferRules`] over the hello's
-//! buffers; the segment's payload for contents before any buffer).
+//! Which TLS rules a hello may match ([`BufferRules`]: one automaton per
+//! buffer kind, each of the hello's buffers scanned by its kind's; the
+//! segment's payload for fast patterns before any buffer).
 
-use super::Buffers;
-use crate::bufrules::BufferRules;
-use crate::engine::{CompileError, Target};
+use super::{Buf, Buffers};
+use crate::bufrules::{BufferRules, MpmScratch};
+use crate::engine::CompileError;
 use crate::rules::{Proto, Rule};
 
 /// The compiled prefilter of the TLS rules.
@@ -14,12 +15,18 @@ impl TlsRules {
     /// Compiles the prefilter of the TLS rules among `rules` (indexed as in
     /// `rules`).
     pub fn new(rules: &[Rule]) -> Result<TlsRules, CompileError> {
-        BufferRules::new(rules, Proto::Tls, |r| {
-            r.tls
-                .iter()
-                .map(|l| (l.items.as_slice(), l.dotprefix))
-                .collect()
-        })
+        BufferRules::new(
+            rules,
+            Proto::Tls,
+            Buf::ALL.len(),
+            |r| {
+                r.tls
+                    .iter()
+                    .map(|l| (l.buf as usize, l.items.as_slice(), l.dotprefix))
+                    .collect()
+            },
+            |_| false,
+        )
         .map(TlsRules)
     }
 
@@ -28,16 +35,26 @@ impl TlsRules {
         self.0.is_empty()
     }
 
+    /// Every TLS rule, in order: the candidates without the prefilter.
+    pub fn all(&self) -> &[u32] {
+        self.0.all()
+    }
+
     /// Pushes to `out` the rules the hello whose buffers are `b`, parsed
-    /// from `payload`, may match. `hits` is scratch space (left empty).
-    /// `out` may hold a rule more than once.
+    /// from `payload`, may match. `out` may hold a rule more than once.
     pub fn candidates(
         &self,
         b: &Buffers,
         payload: &[u8],
-        hits: &mut Vec<(u64, Target)>,
+        mpm: &mut MpmScratch,
         out: &mut Vec<u32>,
     ) {
-        self.0.candidates(b.all(payload), payload, hits, out);
+        self.0.scan_payload(payload, false, mpm, out);
+        for k in Buf::ALL {
+            for buf in b.each(k, payload) {
+                self.0.scan_buffer(k as usize, buf, false, mpm, out);
+            }
+        }
+        out.extend_from_slice(self.0.always());
     }
 }

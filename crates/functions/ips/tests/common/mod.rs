@@ -11,6 +11,7 @@ use sluice_state::{LocalStore, Namespace};
 use sluice_wire::parse::parse_frame;
 
 /// An IPS of `rules` with `vars`; loading must raise no warning.
+#[allow(dead_code)] // Not used by every test crate.
 pub fn ips_with(rules: &[&str], vars: &[(&str, &str)]) -> Ips {
     let cfg = Config {
         rule_files: vec![],
