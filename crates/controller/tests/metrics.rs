@@ -86,12 +86,10 @@ fn metrics_describe_the_deployment_to_monitoring_only_and_pass_promtool() {
     let tenant = c.create_token("t-user", "tenant:t").unwrap().token;
 
     // Pushes to the hosts' dead API fail; wait until at least one is counted.
-    let mut text = String::new();
     for _ in 0..100 {
         let (code, body) = get(&url, Some(&reader));
         assert_eq!(code, 200, "{body}");
-        text = body;
-        if !text.contains("sluice_controller_pushes_total{result=\"error\"} 0") {
+        if !body.contains("sluice_controller_pushes_total{result=\"error\"} 0") {
             break;
         }
         std::thread::sleep(std::time::Duration::from_millis(50));
@@ -102,7 +100,7 @@ fn metrics_describe_the_deployment_to_monitoring_only_and_pass_promtool() {
     for host in 1..=2u32 {
         common::register_host(&c, host, None);
     }
-    text = get(&url, Some(&reader)).1;
+    let text = get(&url, Some(&reader)).1;
     assert!(
         text.contains("sluice_controller_host_up{host=\"h1\"} 1"),
         "{text}"
