@@ -430,8 +430,11 @@ impl AgentState {
         }
     }
 
-    /// Instance health: the data plane's view (heartbeats, suspicion) with the
-    /// supervisor's (the process runs); an exited process counts as suspected.
+    /// Instance health: the data plane's view (heartbeats, suspicion, an exit
+    /// not yet followed by its new process's heartbeat) with the
+    /// supervisor's (the process runs); an exited process counts as suspected
+    /// and not alive until its successor is heard, so the controller sees a
+    /// death however quickly the instance is restarted.
     fn health_of(&self, p: &crate::io::Published) -> Vec<InstanceHealth> {
         let procs = self.instances();
         p.health
@@ -439,7 +442,7 @@ impl AgentState {
             .map(|h| {
                 let mut h = h.clone();
                 let proc_ = procs.iter().find(|i| i.port == h.port);
-                h.alive = proc_.is_some_and(|i| i.alive);
+                h.alive = h.alive && proc_.is_some_and(|i| i.alive);
                 if proc_.is_some_and(|i| !i.alive) {
                     h.suspected = true;
                 }

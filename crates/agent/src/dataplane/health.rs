@@ -444,7 +444,11 @@ impl Dataplane {
             .is_some_and(|h| h.suspected)
     }
 
-    /// Instance health (`alive` is left false: the supervisor knows it).
+    /// Instance health. `alive` is the data plane's half: false from its
+    /// process's exit until its new process's first heartbeat (the agent
+    /// restarts a dead instance at once, and the controller must still see
+    /// that it died); the supervisor's half, whether a process runs, is
+    /// added by the control plane.
     pub fn health_report(&self) -> Vec<InstanceHealth> {
         self.health
             .instances
@@ -452,7 +456,7 @@ impl Dataplane {
             .map(|(port, h)| InstanceHealth {
                 name: h.name.clone(),
                 port: *port,
-                alive: false,
+                alive: !h.exited,
                 suspected: h.suspected,
                 last_heartbeat_age_ms: h.last_hb.map(|t| self.now_ns.saturating_sub(t) / 1_000_000),
                 rx_packets: h.hb.rx_packets,

@@ -56,6 +56,20 @@ impl BackendAction {
     }
 }
 
+/// A drain's deregistration delay from its body's `delay_ms`: the default
+/// when absent, refused beyond a day (backend and instance drains alike).
+pub(crate) fn drain_delay(delay_ms: Option<u64>) -> Result<Duration, ApiError> {
+    let delay = delay_ms.map_or(DEFAULT_DRAIN_DELAY, Duration::from_millis);
+    if delay > MAX_DRAIN_DELAY {
+        return Err(ApiError::bad(format!(
+            "delay_ms: {} is longer than a day ({} ms)",
+            delay.as_millis(),
+            MAX_DRAIN_DELAY.as_millis()
+        )));
+    }
+    Ok(delay)
+}
+
 /// Parses a request on the backend paths.
 pub fn parse(method: &str, tpl: &str, p: &Params, text: &str) -> Result<BackendAction, ApiError> {
     match (method, tpl) {
@@ -66,16 +80,7 @@ pub fn parse(method: &str, tpl: &str, p: &Params, text: &str) -> Result<BackendA
             } else {
                 body(text)?
             };
-            let delay = req
-                .delay_ms
-                .map_or(DEFAULT_DRAIN_DELAY, Duration::from_millis);
-            if delay > MAX_DRAIN_DELAY {
-                return Err(ApiError::bad(format!(
-                    "delay_ms: {} is longer than a day ({} ms)",
-                    delay.as_millis(),
-                    MAX_DRAIN_DELAY.as_millis()
-                )));
-            }
+            let delay = drain_delay(req.delay_ms)?;
             Ok(BackendAction::Drain {
                 tenant: p.get(0),
                 middlebox: p.get(1),

@@ -4,7 +4,6 @@
 
 use std::time::{Duration, Instant};
 
-use super::backends::{DEFAULT_DRAIN_DELAY, MAX_DRAIN_DELAY};
 use super::{body, json, Params, Reply};
 use crate::error::ApiError;
 use crate::model::InstanceDrainRequest;
@@ -80,16 +79,7 @@ pub fn parse(method: &str, tpl: &str, p: &Params, text: &str) -> Result<Instance
             } else {
                 body(text)?
             };
-            let delay = req
-                .delay_ms
-                .map_or(DEFAULT_DRAIN_DELAY, Duration::from_millis);
-            if delay > MAX_DRAIN_DELAY {
-                return Err(ApiError::bad(format!(
-                    "delay_ms: {} is longer than a day ({} ms)",
-                    delay.as_millis(),
-                    MAX_DRAIN_DELAY.as_millis()
-                )));
-            }
+            let delay = super::backends::drain_delay(req.delay_ms)?;
             Ok(InstanceAction::Drain {
                 tenant: p.get(0),
                 middlebox: p.get(1),
