@@ -14,7 +14,9 @@
 //! In a cluster, a primary whose port is closed (connection refused: its
 //! process is gone, it is not merely slow) for [`TAKEOVER_AFTER`] probes in a
 //! row has one of its reachable replicas asked to take over at once
-//! ([`StoreHealth::takeovers`], `CLUSTER FAILOVER FORCE`), as Sentinel would,
+//! ([`StoreHealth::takeovers`], `CLUSTER FAILOVER FORCE`; if the primary
+//! still owns its slots [`TAKEOVER_RETRY`] probes later, `TAKEOVER`), as
+//! Sentinel would,
 //! instead of its slots waiting out the cluster's node timeout and the
 //! replicas' election delay (issue 22's store-primary window). The replica has
 //! every acknowledged write: batches wait for one replica (`WAIT 1`) before
@@ -91,6 +93,8 @@ pub struct Answer {
     pub slots: Vec<SlotRange>,
     /// The marker it holds.
     pub marker: Marker,
+    /// A replica's primary (`host:port`, as its `ROLE` names it).
+    pub primary_of: Option<String>,
 }
 
 /// One node's probe: its address and its answer, or why there was none.
@@ -105,14 +109,22 @@ pub struct Probe {
     pub refused: bool,
 }
 
-/// A replica to ask to take over its primary's slots now
-/// (`CLUSTER FAILOVER FORCE`): see the module docs.
+/// A replica to ask to take over its primary's slots now: see the module
+/// docs.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Takeover {
     /// The replica's `host:port`, as the state URL lists it.
     pub replica: String,
     /// The primary it replaces, as the state URL lists it.
     pub primary: String,
+    /// Without the other primaries' votes (`CLUSTER FAILOVER TAKEOVER`): a
+    /// repeated request, after a forced one (`FORCE`, which still holds an
+    /// election) left the dead primary owning its slots. An election that
+    /// got no votes is not retried by the replica for twice the node
+    /// timeout, and a voter that voted once refuses for as long, while the
+    /// primary's port stays closed: its process is gone, so no second
+    /// primary can be serving those slots.
+    pub unilateral: bool,
 }
 
 /// What a round of probes asks the controller to do.
@@ -208,6 +220,8 @@ struct NodeState {
     refused_rounds: u32,
     /// `refused_rounds` when a replica was last asked to take over from it.
     takeover_asked: Option<u32>,
+    /// Its primary, if it is a replica (its last answer's `ROLE`).
+    primary_of: Option<String>,
 }
 
 /// The store's health: every node's state and the counters (see the module
@@ -298,6 +312,7 @@ impl StoreHealth {
             st.up = Some(true);
             st.error = None;
             st.role = Some(a.role);
+            st.primary_of = a.primary_of.clone();
             st.last_ok_ms = Some(now_ms);
             if a.id.is_some() {
                 st.id = a.id.clone();
@@ -381,23 +396,41 @@ impl StoreHealth {
             if !due || out.iter().any(|t: &Takeover| t.primary == self.nodes[pi].0) {
                 continue;
             }
-            let replica = r.replicas.iter().find_map(|(addr, id)| {
-                let i = find(&self.nodes, addr, id)?;
+            // The replicas `CLUSTER SLOTS` lists, then any node whose `ROLE`
+            // names this primary: `CLUSTER SLOTS` leaves a replica out until
+            // gossip has carried its replication offset, which a primary
+            // killed soon after the replica synced may never let happen.
+            let answering = |i: usize| {
                 let s = &self.nodes[i].1;
-                (s.up == Some(true) && s.role == Some(Role::Replica)).then_some(i)
-            });
+                s.up == Some(true) && s.role == Some(Role::Replica)
+            };
+            let replica = r
+                .replicas
+                .iter()
+                .find_map(|(addr, id)| find(&self.nodes, addr, id).filter(|&i| answering(i)))
+                .or_else(|| {
+                    (0..self.nodes.len()).find(|&i| {
+                        answering(i) && self.nodes[i].1.primary_of.as_deref() == Some(&r.primary)
+                    })
+                });
             let Some(ri) = replica else { continue };
             let (primary, rounds) = (self.nodes[pi].0.clone(), p.refused_rounds);
+            let unilateral = p.takeover_asked.is_some();
             let replica = self.nodes[ri].0.clone();
             self.nodes[pi].1.takeover_asked = Some(rounds);
             events.push(event(
                 "store_takeover",
                 format!(
                     "state store primary {primary} refused {rounds} probes in a row: its replica \
-                     {replica} is asked to take over its slots now (CLUSTER FAILOVER FORCE)"
+                     {replica} is asked to take over its slots now (CLUSTER FAILOVER {})",
+                    if unilateral { "TAKEOVER" } else { "FORCE" }
                 ),
             ));
-            out.push(Takeover { replica, primary });
+            out.push(Takeover {
+                replica,
+                primary,
+                unilateral,
+            });
         }
         (events, out)
     }
@@ -520,6 +553,7 @@ mod tests {
                 id: None,
                 slots: Vec::new(),
                 marker,
+                primary_of: None,
             }),
             refused: false,
         }
@@ -654,6 +688,7 @@ mod tests {
                 id: Some(id.into()),
                 slots: slots.to_vec(),
                 marker: Marker::NotRead,
+                primary_of: None,
             }),
             refused: false,
         }
@@ -776,20 +811,31 @@ mod tests {
             t,
             [Takeover {
                 replica: "h:4".into(),
-                primary: "h:2".into()
+                primary: "h:2".into(),
+                unilateral: false,
             }]
         );
         assert_eq!(events.len(), 1);
         assert_eq!(events[0].kind, "store_takeover");
         assert!(events[0].reason.contains("h:4"), "{}", events[0].reason);
-        // Once per outage, then again only after TAKEOVER_RETRY more probes.
+        // Once per outage, then again only after TAKEOVER_RETRY more probes,
+        // without an election this time.
         for _ in 0..TAKEOVER_RETRY - 1 {
             assert!(round(&mut h, dead("h:2")).1.is_empty());
         }
-        assert_eq!(round(&mut h, dead("h:2")).1.len(), 1);
-        // Answering again resets the count.
+        let (events, t) = round(&mut h, dead("h:2"));
+        assert!(t.len() == 1 && t[0].unilateral, "{t:?}");
+        assert!(
+            events[0].reason.contains("TAKEOVER"),
+            "{}",
+            events[0].reason
+        );
+        // Answering again resets the count, and the next outage starts with
+        // an election again.
         round(&mut h, alive());
         assert!(round(&mut h, dead("h:2")).1.is_empty());
+        let t = round(&mut h, dead("h:2")).1;
+        assert!(t.len() == 1 && !t[0].unilateral, "{t:?}");
         // A replica that does not answer is never asked; outside a cluster
         // nothing is forced.
         let mut h = StoreHealth::new(&nodes, true, "e".into());
@@ -811,6 +857,45 @@ mod tests {
             single.observe(&[dead("h:1")], MS, 1);
             assert!(single.takeovers().1.is_empty());
         }
+    }
+
+    #[test]
+    fn a_replica_cluster_slots_does_not_list_yet_is_found_by_its_role() {
+        let nodes: Vec<String> = ["h:1", "h:2"].map(String::from).to_vec();
+        let mut h = StoreHealth::new(&nodes, true, "e".into());
+        let slots = [SlotRange {
+            first: 0,
+            last: 16383,
+            primary: "h:1".into(),
+            primary_id: Some("a".into()),
+            replicas: Vec::new(),
+        }];
+        let replica_of = |primary: &str| {
+            let mut p = cluster_probe("h:2", "b", Role::Replica, &slots);
+            if let Ok(a) = &mut p.result {
+                a.primary_of = Some(primary.into());
+            }
+            p
+        };
+        // A replica of another primary is never asked.
+        for _ in 0..3 {
+            h.observe(&[dead("h:1"), replica_of("h:9")], MS, 1);
+            assert!(h.takeovers().1.is_empty());
+        }
+        let mut h = StoreHealth::new(&nodes, true, "e".into());
+        h.observe(
+            &[
+                cluster_probe("h:1", "a", Role::Primary, &slots),
+                replica_of("h:1"),
+            ],
+            MS,
+            1,
+        );
+        h.observe(&[dead("h:1"), replica_of("h:1")], MS, 2);
+        h.observe(&[dead("h:1"), replica_of("h:1")], MS, 3);
+        let t = h.takeovers().1;
+        assert_eq!(t.len(), 1, "{t:?}");
+        assert_eq!(t[0].replica, "h:2");
     }
 
     #[test]

@@ -45,6 +45,23 @@ pub fn parse_role(v: &Value) -> Option<Role> {
     }
 }
 
+/// A replica's primary (`host:port`) from its `ROLE` answer (`slave`, the
+/// primary's host and port, ...); None for any other role.
+pub fn parse_primary_of(v: &Value) -> Option<String> {
+    let Value::Array(Some(items)) = v else {
+        return None;
+    };
+    if Role::from_reply(&items.first()?.text()?) != Role::Replica {
+        return None;
+    }
+    let host = items.get(1)?.text()?;
+    let port = match items.get(2)? {
+        Value::Int(p) => *p,
+        other => other.text()?.parse().ok()?,
+    };
+    Some(format!("{host}:{port}"))
+}
+
 /// The slot ranges of a `CLUSTER SLOTS` answer; `addr` (the node asked)
 /// stands in for a primary reported with an empty host.
 pub fn parse_slots(v: &Value, addr: &str) -> Vec<SlotRange> {
@@ -173,9 +190,11 @@ impl StoreProbe {
                 "PING: unexpected answer {pong:?}"
             )));
         }
-        let role = self.ask(i, &[b"ROLE"], "ROLE")?;
-        let role = parse_role(&role)
-            .ok_or_else(|| StoreError::Protocol(format!("ROLE: unexpected answer {role:?}")))?;
+        let role_reply = self.ask(i, &[b"ROLE"], "ROLE")?;
+        let primary_of = parse_primary_of(&role_reply);
+        let role = parse_role(&role_reply).ok_or_else(|| {
+            StoreError::Protocol(format!("ROLE: unexpected answer {role_reply:?}"))
+        })?;
         let (mut id, mut slots, mut key) = (None, Vec::new(), Some(MARKER_KEY.to_string()));
         if self.cluster {
             id = self.ask(i, &[b"CLUSTER", b"MYID"], "CLUSTER MYID")?.text();
@@ -204,13 +223,15 @@ impl StoreProbe {
             id,
             slots,
             marker,
+            primary_of,
         })
     }
 
     /// Asks the replica `t.replica` to take over its primary's slots now,
-    /// without its (dead) primary's agreement: `CLUSTER FAILOVER FORCE`.
-    /// It still needs the votes of most primaries, so a replica cut off from
-    /// the cluster cannot take over on its own.
+    /// without its (dead) primary's agreement: `CLUSTER FAILOVER FORCE`,
+    /// which still needs the votes of most primaries, or, when
+    /// `t.unilateral`, `CLUSTER FAILOVER TAKEOVER`, which does not (see
+    /// [`Takeover::unilateral`]).
     pub fn take_over(&mut self, t: &Takeover) -> Result<(), StoreError> {
         let Some(i) = self.nodes().iter().position(|n| *n == t.replica) else {
             return Err(StoreError::Refused(format!(
@@ -218,12 +239,13 @@ impl StoreProbe {
                 t.replica
             )));
         };
-        self.ask(
-            i,
-            &[b"CLUSTER", b"FAILOVER", b"FORCE"],
-            "CLUSTER FAILOVER FORCE",
-        )
-        .map(|_| ())
+        let (how, what): (&[u8], _) = if t.unilateral {
+            (b"TAKEOVER", "CLUSTER FAILOVER TAKEOVER")
+        } else {
+            (b"FORCE", "CLUSTER FAILOVER FORCE")
+        };
+        self.ask(i, &[b"CLUSTER", b"FAILOVER", how], what)
+            .map(|_| ())
     }
 
     /// Writes a marker on its node (the key found at its last probe).
@@ -283,6 +305,17 @@ mod tests {
         assert_eq!(parse_role(&role), Some(Role::Primary));
         let role = Value::Array(Some(vec![bulk("slave"), bulk("10.0.0.1")]));
         assert_eq!(parse_role(&role), Some(Role::Replica));
+        assert_eq!(parse_primary_of(&role), None, "no port");
+        let role = Value::Array(Some(vec![
+            bulk("slave"),
+            bulk("10.0.0.1"),
+            Value::Int(7000),
+            bulk("connected"),
+            Value::Int(42),
+        ]));
+        assert_eq!(parse_primary_of(&role).as_deref(), Some("10.0.0.1:7000"));
+        let primary = Value::Array(Some(vec![bulk("master"), Value::Int(0)]));
+        assert_eq!(parse_primary_of(&primary), None);
         assert_eq!(parse_role(&Value::Int(1)), None);
         let slots = Value::Array(Some(vec![
             Value::Array(Some(vec![
