@@ -33,6 +33,7 @@ fn controller_at(dir: &Path, listen: std::net::SocketAddr) -> (ServerHandle, Cli
         fabric_auth: true,
         tls: Some(TlsOptions::default()),
         placement: Default::default(),
+        distribution: Default::default(),
         containment_threshold: sluice_controller::reconcile::DEFAULT_THRESHOLD,
         require_agent_tls: true,
         etcd: None,

@@ -171,6 +171,7 @@ fn agents_inside_their_hosts_carry_a_chain_over_the_named_underlay() {
         // names the underlay address it listens on.
         tls: Some(TlsOptions::default()),
         placement: Default::default(),
+        distribution: Default::default(),
         containment_threshold: sluice_controller::reconcile::DEFAULT_THRESHOLD,
         require_agent_tls: true,
         etcd: None,

@@ -251,6 +251,7 @@ pub fn run(
         store: Default::default(),
         subverted: Vec::new(),
         controllers: 1,
+        topology: Default::default(),
     })
     .map_err(|e| e.to_string())?;
     let st = lab.state().clone();

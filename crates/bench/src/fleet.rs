@@ -413,6 +413,7 @@ pub fn run(opts: &Options, progress: &mut dyn FnMut(&str)) -> Result<Outcome, St
         fabric_auth: opts.fabric_auth,
         tls: None,
         placement: Default::default(),
+        distribution: Default::default(),
         containment_threshold: sluice_controller::reconcile::DEFAULT_THRESHOLD,
         require_agent_tls: false,
         etcd: None,

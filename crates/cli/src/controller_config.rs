@@ -79,6 +79,16 @@ pub struct ControllerArgs {
     /// `tenant-centric`, `service-centric` [default: rack-aware].
     #[arg(long)]
     placement: Option<String>,
+    /// How a middlebox's flows are split among its instances: `uniform`
+    /// (equal hash ranges) or `network-aware` (ranges laid out rack by rack,
+    /// shares solved from the measured traffic and the rack uplinks;
+    /// docs/PLACEMENT.md) [default: uniform].
+    #[arg(long)]
+    distribution: Option<String>,
+    /// Rack uplink capacities for `network-aware` distribution,
+    /// `RACK=MBIT[,RACK=MBIT...]` [default: none, every uplink weighs alike].
+    #[arg(long)]
+    rack_uplink: Option<String>,
     /// Distinct hosts that must accuse a host of ignoring congestion
     /// feedback before it is contained (Seawall's `f`; docs/ISOLATION.md)
     /// [default: 2].
@@ -130,6 +140,8 @@ pub struct ControllerFile {
     tls_san: Option<String>,
     agent_tls: Option<String>,
     placement: Option<String>,
+    distribution: Option<String>,
+    rack_uplink: Option<String>,
     containment_threshold: Option<usize>,
     etcd: Option<String>,
     etcd_ca_file: Option<PathBuf>,
@@ -177,6 +189,8 @@ pub struct ControllerSettings {
     pub require_agent_tls: bool,
     /// The placement policy.
     pub placement: Policy,
+    /// The distribution policy and rack uplinks.
+    pub distribution: sluice_controller::distribution::Settings,
     /// Accusers that contain a host.
     pub containment_threshold: usize,
     /// Replicated on etcd (None: a single controller).
@@ -260,6 +274,22 @@ fn resolve(
             .map_err(|e: sluice_controller::placement::UnknownPolicy| {
                 bad(format!("placement: {e}"))
             })?,
+    };
+    let distribution = sluice_controller::distribution::Settings {
+        policy: match a.distribution.as_deref().or(f.distribution.as_deref()) {
+            None => Default::default(),
+            Some(d) => {
+                d.parse()
+                    .map_err(|e: sluice_controller::distribution::UnknownDistribution| {
+                        bad(format!("distribution: {e}"))
+                    })?
+            }
+        },
+        uplinks: match a.rack_uplink.as_deref().or(f.rack_uplink.as_deref()) {
+            None => Default::default(),
+            Some(u) => sluice_controller::distribution::parse_uplinks(u)
+                .map_err(|e| bad(format!("rack_uplink: {e}")))?,
+        },
     };
     let containment_threshold = match a.containment_threshold.or(f.containment_threshold) {
         None => sluice_controller::reconcile::DEFAULT_THRESHOLD,
@@ -373,6 +403,7 @@ fn resolve(
         tls,
         require_agent_tls,
         placement,
+        distribution,
         containment_threshold,
         etcd,
     })
@@ -484,6 +515,38 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("agent_tls") && e.contains("tls"), "{e}");
+    }
+
+    #[test]
+    fn distribution_comes_from_the_file_or_the_flag_and_bad_values_are_named() {
+        use sluice_controller::distribution::Distribution;
+        let d = resolve(&args(&[]), &ControllerFile::default(), None).unwrap();
+        assert_eq!(d.distribution.policy, Distribution::Uniform);
+        assert!(d.distribution.uplinks.is_empty());
+        let f = file("distribution = \"network-aware\"\nrack_uplink = \"r1=100\"\n");
+        let s = resolve(&args(&[]), &f, None).unwrap();
+        assert_eq!(s.distribution.policy, Distribution::NetworkAware);
+        assert_eq!(s.distribution.uplinks["r1"], 12.5e6);
+        let s = resolve(
+            &args(&["--distribution", "uniform", "--rack-uplink", "r2=8"]),
+            &f,
+            None,
+        )
+        .unwrap();
+        assert_eq!(
+            s.distribution.policy,
+            Distribution::Uniform,
+            "the flag wins"
+        );
+        assert_eq!(s.distribution.uplinks.keys().collect::<Vec<_>>(), ["r2"]);
+        let e = resolve(&args(&["--distribution", "random"]), &f, None)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("distribution") && e.contains("random"), "{e}");
+        let e = resolve(&args(&["--rack-uplink", "r1"]), &f, None)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("rack_uplink") && e.contains("RACK=MBIT"), "{e}");
     }
 
     #[test]

@@ -247,6 +247,7 @@ pub fn controller(args: &ControllerArgs) -> Result<(), CliError> {
         fabric_auth: a.fabric_auth,
         tls: a.tls.clone(),
         placement: a.placement,
+        distribution: a.distribution.clone(),
         containment_threshold: a.containment_threshold,
         require_agent_tls: a.require_agent_tls,
         etcd,
@@ -558,6 +559,7 @@ pub fn get(a: &GetArgs) -> Result<(), CliError> {
                 .wide_col("HOST_NAME", Align::Left)
                 .col("RACK", Align::Left)
                 .col("POLICY", Align::Left)
+                .col("SHARE", Align::Right)
                 .col("REASON", Align::Left);
             for p in v {
                 t.row(vec![
@@ -568,6 +570,8 @@ pub fn get(a: &GetArgs) -> Result<(), CliError> {
                     p.host_name,
                     opt(p.rack),
                     opt(p.policy),
+                    p.share
+                        .map_or_else(|| "-".to_string(), |s| format!("{:.0}%", s * 100.0)),
                     p.reason,
                 ]);
             }

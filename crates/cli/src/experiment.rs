@@ -1,5 +1,5 @@
-//! `sluice experiment isolation | containment | failover | scaling | elasticity
-//! | chaos`: the papers' experiments, and issue 22's fault injection, on a
+//! `sluice experiment isolation | containment | placement | failover | scaling
+//! | elasticity | chaos`: the papers' experiments, and issue 22's fault injection, on a
 //! namespace testbed (needs root).
 
 use std::path::{Path, PathBuf};
@@ -41,6 +41,40 @@ pub enum ExperimentCmd {
         /// Settings to compare: off, on, or both (off,on).
         #[arg(long, default_value = "off,on")]
         seawall: String,
+        /// Working directory.
+        #[arg(long, default_value = "/tmp/sluice-experiment")]
+        dir: PathBuf,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Issue 27 (Stratos §7.2): two racks of two hosts with limited uplinks,
+    /// clients in one rack, servers in both, a chain of three middleboxes;
+    /// least-loaded placement with uniform distribution against rack-aware
+    /// placement with network-aware distribution, alternating, uplinks
+    /// limited and free (docs/REPRODUCTION.md, "Placement on the testbed").
+    Placement {
+        /// Tenant spec (VMs c1, c2, w1, w2, w3; the chain's middleboxes).
+        #[arg(long, default_value = "examples/experiments/placement.yaml")]
+        spec: PathBuf,
+        /// Each rack uplink's rate when limited, Mbit/s.
+        #[arg(long, default_value_t = 100)]
+        uplink_mbit: u32,
+        /// The uplinks' queues, KiB.
+        #[arg(long, default_value_t = 256)]
+        queue_kb: u32,
+        /// Seconds of load before each measured window.
+        #[arg(long, default_value_t = 10)]
+        warmup: u32,
+        /// Seconds measured per window.
+        #[arg(long, default_value_t = 15)]
+        seconds: u32,
+        /// Rounds (each runs both arms).
+        #[arg(long, default_value_t = 2)]
+        rounds: u32,
+        /// Download loops per client and server.
+        #[arg(long, default_value_t = 2)]
+        loops: usize,
         /// Working directory.
         #[arg(long, default_value = "/tmp/sluice-experiment")]
         dir: PathBuf,
@@ -277,6 +311,29 @@ pub fn run(what: ExperimentCmd) -> Result<(), CliError> {
             },
             json,
         ),
+        ExperimentCmd::Placement {
+            spec,
+            uplink_mbit,
+            queue_kb,
+            warmup,
+            seconds,
+            rounds,
+            loops,
+            dir,
+            json,
+        } => placement(
+            &spec,
+            &dir,
+            &sluice_testbed::placement::PlacementOptions {
+                uplink_mbit,
+                queue_kb,
+                warmup,
+                seconds,
+                rounds,
+                loops,
+            },
+            json,
+        ),
         ExperimentCmd::Containment {
             spec,
             bottleneck_mbit,
@@ -477,6 +534,34 @@ pub fn isolation(
         outln!("{}", serde_json::to_string(&r).expect("report serialises"))?;
     } else {
         iso::print(&r);
+    }
+    Ok(())
+}
+
+/// `sluice experiment placement`: both arms, round by round.
+pub fn placement(
+    spec: &Path,
+    dir: &Path,
+    o: &sluice_testbed::placement::PlacementOptions,
+    json: bool,
+) -> Result<(), CliError> {
+    if o.uplink_mbit == 0 {
+        return Err(CliError::flag("uplink-mbit", "must be at least 1"));
+    }
+    if o.seconds == 0 {
+        return Err(CliError::flag("seconds", "must be at least 1"));
+    }
+    guard(dir)?;
+    let base = options(spec, 4, dir, true)?;
+    let r = sluice_testbed::placement::run(&base, o, |m| {
+        if !json {
+            eprintln!("{m}");
+        }
+    })?;
+    if json {
+        outln!("{}", serde_json::to_string(&r).expect("report serialises"))?;
+    } else {
+        sluice_testbed::placement::print(&r);
     }
     Ok(())
 }

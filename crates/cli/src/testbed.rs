@@ -158,6 +158,7 @@ pub fn options_with(
         store: StoreKind::Single,
         subverted: Vec::new(),
         controllers: 1,
+        topology: Default::default(),
     })
 }
 

@@ -175,6 +175,15 @@ pub struct Desired {
     /// and takes no traffic. Persisted, so a restarted controller resumes the
     /// rest of a delay and keeps a stopped instance stopped.
     pub instance_drains: BTreeMap<InstanceKey, u64>,
+    /// How middleboxes split their flows among their instances (a controller
+    /// setting, never persisted).
+    pub distribution: crate::distribution::Distribution,
+    /// Under `network-aware` distribution, each middlebox's share of its
+    /// flow-hash space per rack, parts per million, by `(tenant,
+    /// middlebox)` (live state, never persisted: a restarted controller
+    /// lays the split out rack by rack with even shares until it has
+    /// measured the traffic again).
+    pub shares: BTreeMap<(String, String), BTreeMap<String, u32>>,
 }
 
 /// What [`Desired::drain_host`] did.
@@ -1022,6 +1031,9 @@ impl Desired {
                 }
             }
         }
+        if self.distribution == crate::distribution::Distribution::NetworkAware {
+            self.network_aware(tenant, &mut p);
+        }
         for split in catch.values() {
             let w = catch_up_weight(split.ordinary, split.catching.len());
             for hp in &split.catching {
@@ -1029,6 +1041,44 @@ impl Desired {
             }
         }
         Ok(p)
+    }
+
+    /// The rack a host declared ([`crate::distribution::NO_RACK`] if none, or
+    /// if it is not registered).
+    pub fn rack_of(&self, host: u32) -> &str {
+        self.hosts
+            .get(&host)
+            .and_then(|h| h.capacity.as_ref())
+            .and_then(|c| c.rack.as_deref())
+            .unwrap_or(crate::distribution::NO_RACK)
+    }
+
+    /// Lays each middlebox's group out rack by rack (racks in name order,
+    /// instances in placement order within a rack) and weighs its instances
+    /// by their rack's share ([`Desired::shares`]; even until one is set).
+    /// Instances out of their groups keep weight 0 (`out_of_groups`).
+    fn network_aware(&self, tenant: &str, p: &mut Placement) {
+        for (mb, list) in p.instances.iter_mut() {
+            // A stable sort: within a rack the placement order stays.
+            list.sort_by(|a, b| self.rack_of(a.0 .0).cmp(self.rack_of(b.0 .0)));
+            let Some(ppm) = self.shares.get(&(tenant.to_string(), mb.clone())) else {
+                continue;
+            };
+            let serving: Vec<(HostId, PortId)> = list
+                .iter()
+                .filter(|hp| !p.out_of_groups.contains(hp))
+                .copied()
+                .collect();
+            let racks: Vec<String> = serving
+                .iter()
+                .map(|hp| self.rack_of(hp.0 .0).to_string())
+                .collect();
+            if let Some(w) = crate::distribution::weights(&racks, ppm, BASE_WEIGHT) {
+                for (hp, w) in serving.into_iter().zip(w) {
+                    p.weights.insert(hp, w);
+                }
+            }
+        }
     }
 
     /// Compiles one applied tenant.

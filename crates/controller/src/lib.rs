@@ -12,6 +12,8 @@
 //! * [`compile`](mod@compile): the chain compiler, a pure function from a
 //!   validated tenant spec and a placement to the FIB of every host (Stratos
 //!   §3.2, §6);
+//! * [`distribution`]: how a middlebox's flows are split among its instances
+//!   (`uniform`, or `network-aware`: rack by rack, shares from the aligned LP);
 //! * [`blocks`]: blocks on request, compiled into drop entries on every host
 //!   of their tenant;
 //! * [`lease`]: the ownership-lease gate of `state: cached` middleboxes;
@@ -38,6 +40,7 @@ pub mod change;
 pub mod client;
 pub mod compile;
 pub mod desired;
+pub mod distribution;
 pub mod error;
 pub mod executor;
 pub mod fabric;

@@ -89,7 +89,7 @@ pub struct InstanceInfo {
 }
 
 /// Where an NF instance runs and why it was put there (`GET /v1/placement`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PlacementInfo {
     /// `tenant/middlebox/k`.
     pub name: String,
@@ -108,6 +108,10 @@ pub struct PlacementInfo {
     pub policy: Option<String>,
     /// Why the host was chosen, in words.
     pub reason: String,
+    /// The part of its middlebox's flow-hash space it takes new flows for (0
+    /// when out of its group; `null`: the tenant does not compile now).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub share: Option<f64>,
 }
 
 /// What applying a tenant did.

@@ -114,6 +114,8 @@ pub struct ServerOptions {
     pub tls: Option<crate::tls::TlsOptions>,
     /// How new NF instances choose among the hosts with room.
     pub placement: crate::placement::Policy,
+    /// How middleboxes split their flows among their instances.
+    pub distribution: crate::distribution::Settings,
     /// Distinct hosts whose accusations contain a host (Seawall §4's `f`).
     pub containment_threshold: usize,
     /// Refuse agents whose API is plain HTTP (needs `tls`: an agent gets its
@@ -456,6 +458,8 @@ pub fn serve(opts: ServerOptions) -> Result<ServerHandle, ControllerError> {
         );
     }
     reconciler.desired.policy = opts.placement;
+    reconciler.desired.distribution = opts.distribution.policy;
+    reconciler.set_uplinks(opts.distribution.uplinks.clone());
     reconciler.set_containment_threshold(opts.containment_threshold);
     reconciler
         .set_fabric_auth(opts.fabric_auth, fresh, Instant::now())

@@ -159,6 +159,7 @@ fn start(db: &Path) -> (ServerHandle, Client) {
         fabric_auth: true,
         tls: None,
         placement: Default::default(),
+        distribution: Default::default(),
         containment_threshold: sluice_controller::reconcile::DEFAULT_THRESHOLD,
         require_agent_tls: false,
         etcd: None,

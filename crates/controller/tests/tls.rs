@@ -17,6 +17,7 @@ fn start(db: &Path, tls: Option<TlsOptions>) -> (ServerHandle, String) {
         fabric_auth: false,
         tls,
         placement: Default::default(),
+        distribution: Default::default(),
         containment_threshold: sluice_controller::reconcile::DEFAULT_THRESHOLD,
         require_agent_tls: false,
         etcd: None,

@@ -9,6 +9,7 @@
 //!
 //! Everything here is pure and deterministic: no I/O, no clocks, no randomness.
 
+pub mod aligned;
 pub mod comb;
 pub mod graph;
 pub mod hash;

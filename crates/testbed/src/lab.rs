@@ -16,6 +16,7 @@
 //! way through `up` tears down what was built. Names carry a per-run prefix, so
 //! several labs (concurrent tests) never collide.
 
+use std::collections::BTreeMap;
 use std::fs;
 use std::io::Read;
 use std::net::{Ipv4Addr, TcpListener, TcpStream};
@@ -66,6 +67,33 @@ pub struct LabOptions {
     /// three-member etcd cluster, one leading (docs/RELIABILITY.md,
     /// "Replicated controllers").
     pub controllers: u32,
+    /// Racks, uplinks and where VMs go (default: one flat fabric).
+    pub topology: Topology,
+}
+
+/// A lab's network beyond one flat fabric: racks of hosts whose uplinks to a
+/// spine can be limited, VMs pinned to hosts, and the controller settings
+/// that go with them (issue 27's placement experiment).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Topology {
+    /// Racks (0 or 1: one flat fabric, no rack declared). With `n`, hosts
+    /// are split into `n` consecutive blocks (`r1` holds the first), each
+    /// block's hosts on a bridge of its own, every rack bridge joined to
+    /// the spine bridge by an uplink ([`Lab::limit_rack_uplinks`]); each
+    /// agent declares its rack.
+    pub racks: u32,
+    /// Hosts of VMs by name (the others go round robin as usual).
+    pub vm_hosts: BTreeMap<String, u32>,
+    /// More controller settings (`placement`, `distribution`,
+    /// `rack_uplink`, ...), as in `controller.toml`.
+    pub controller: BTreeMap<String, String>,
+}
+
+impl Topology {
+    /// The rack of host `h` of `hosts` (None: flat).
+    pub fn rack_of(&self, h: u32, hosts: u32) -> Option<u32> {
+        (self.racks >= 2).then(|| 1 + (h - 1) * self.racks / hosts.max(1))
+    }
 }
 
 /// A host of the lab.
@@ -170,6 +198,12 @@ pub struct LabState {
     /// CLI are given them (empty: `controller` alone).
     #[serde(default)]
     pub controllers: String,
+    /// Racks of the fabric (0: flat; see [`Topology::racks`]).
+    #[serde(default)]
+    pub racks: u32,
+    /// More controller settings (see [`Topology::controller`]).
+    #[serde(default)]
+    pub controller_settings: BTreeMap<String, String>,
 }
 
 impl LabState {
@@ -487,6 +521,7 @@ impl Lab {
                 dir: dir.clone(),
                 tenant: spec.tenant.clone(),
                 fabric_auth_off: !opts.fabric_auth,
+                controller_settings: opts.topology.controller.clone(),
                 ..LabState::default()
             },
             armed: true,
@@ -524,6 +559,25 @@ impl Lab {
         rf.set_mtu("br0", 9000)?;
         rf.set_up("br0", true)?;
         self.state.fabric = (fab.clone(), "br0".into());
+        // Racks: a bridge each, joined to the spine (`br0`) by an uplink.
+        let racks = if opts.topology.racks >= 2 {
+            opts.topology.racks.min(opts.hosts)
+        } else {
+            0
+        };
+        for r in 1..=racks {
+            let (bridge, up, down) = rack_links(&p, r);
+            rf.add_bridge(&bridge)?;
+            rf.set_mtu(&bridge, 9000)?;
+            rf.set_up(&bridge, true)?;
+            rf.add_veth(&up, &down, None)?;
+            for (dev, master) in [(&up, &bridge), (&down, &"br0".to_string())] {
+                rf.set_mtu(dev, 9000)?;
+                rf.set_master(dev, master)?;
+                rf.set_up(dev, true)?;
+            }
+        }
+        self.state.racks = racks;
         for h in 1..=opts.hosts {
             let ns = self.netns(&format!("{p}h{h}"))?;
             vm::sysctl(&ns, "net.ipv6.conf.all.disable_ipv6", "1");
@@ -535,7 +589,11 @@ impl Lab {
             (|| {
                 rf.add_veth(&outer, "fab0", Some(&ns))?;
                 rf.set_mtu(&outer, 9000)?;
-                rf.set_master(&outer, "br0")?;
+                let bridge = match opts.topology.rack_of(h, opts.hosts).filter(|_| racks > 0) {
+                    Some(r) => rack_links(&p, r).0,
+                    None => "br0".to_string(),
+                };
+                rf.set_master(&outer, &bridge)?;
                 rf.set_up(&outer, true)?;
                 let rh = Rtnl::open(Some(&ns))?;
                 rh.set_mtu("fab0", 9000)?;
@@ -611,6 +669,13 @@ impl Lab {
             t.insert("prefix".into(), format!("{p}h{}", h.id).into());
             t.insert("run_dir".into(), run_dir.display().to_string().into());
             t.insert("fabric_auth".into(), (!self.state.fabric_auth_off).into());
+            if let Some(r) = opts
+                .topology
+                .rack_of(h.id, opts.hosts)
+                .filter(|_| racks > 0)
+            {
+                t.insert("rack".into(), format!("r{r}").into());
+            }
             let seawall = opts.seawall && !opts.subverted.contains(&h.id);
             t.insert("seawall".into(), seawall.into());
             let conf = dir.join(format!("agent-h{}.toml", h.id));
@@ -708,7 +773,15 @@ impl Lab {
         }
         for (i, (_svc, name, addr)) in services.iter().enumerate() {
             // Host 2 first: the gateway is on host 1, so chains cross the fabric.
-            let host = 1 + ((i as u32 + 1) % nhosts);
+            let host = match opts.topology.vm_hosts.get(name) {
+                Some(h) if (1..=nhosts).contains(h) => *h,
+                Some(h) => {
+                    return Err(other(format!(
+                        "VM `{name}` is pinned to host {h}, but the lab has hosts 1-{nhosts}"
+                    )))
+                }
+                None => 1 + ((i as u32 + 1) % nhosts),
+            };
             attach(self, name, host, vec![addr.clone()], false)?;
         }
 
@@ -781,6 +854,9 @@ impl Lab {
             "on"
         };
         t.insert("fabric_auth".into(), sealed.into());
+        for (k, v) in &self.state.controller_settings {
+            t.insert(k.clone(), v.clone().into());
+        }
         t
     }
 
@@ -1036,6 +1112,72 @@ impl Lab {
         Ok(())
     }
 
+    /// Limits every rack's uplink to `mbit` Mbit/s each way (a token bucket
+    /// with a queue of `queue_kb` KiB on both ends of the link between the
+    /// rack's bridge and the spine), or removes the limits with `None`.
+    pub fn limit_rack_uplinks(&self, mbit: Option<u32>, queue_kb: u32) -> Result<(), LabError> {
+        let (fab, _) = &self.state.fabric;
+        for r in 1..=self.state.racks {
+            let (_, up, down) = rack_links(&self.state.prefix, r);
+            for dev in [&up, &down] {
+                let mut args: Vec<String> = ["-n", fab, "qdisc"].map(String::from).to_vec();
+                match mbit {
+                    Some(m) => args.extend([
+                        "replace".to_string(),
+                        "dev".into(),
+                        dev.clone(),
+                        "root".into(),
+                        "tbf".into(),
+                        "rate".into(),
+                        format!("{m}mbit"),
+                        "burst".into(),
+                        "64kb".into(),
+                        "limit".into(),
+                        format!("{}kb", queue_kb.max(64)),
+                    ]),
+                    None => args.extend(["del", "dev", dev.as_str(), "root"].map(String::from)),
+                }
+                let out = Command::new("tc")
+                    .args(&args)
+                    .output()
+                    .map_err(|e| other(format!("cannot run tc (iproute2): {e}")))?;
+                // Deleting a qdisc that is not there is not a failure.
+                if !out.status.success() && mbit.is_some() {
+                    return Err(other(format!(
+                        "tc on {dev} in {fab}: {}",
+                        String::from_utf8_lossy(&out.stderr).trim()
+                    )));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Bytes that crossed each rack's uplink so far: (rack, up, down), up
+    /// being what the rack sent to the spine.
+    pub fn rack_uplink_bytes(&self) -> Result<Vec<(u32, u64, u64)>, LabError> {
+        let (fab, _) = &self.state.fabric;
+        let mut out = Vec::new();
+        for r in 1..=self.state.racks {
+            let (_, up, down) = rack_links(&self.state.prefix, r);
+            // Transmitted by each end toward the other: the rack-side end
+            // sends up, the spine-side end sends down.
+            let tx = |dev: &str| -> Result<u64, LabError> {
+                let o = Command::new("ip")
+                    .args(["-n", fab, "-j", "-s", "link", "show", "dev", dev])
+                    .output()
+                    .map_err(|e| other(format!("cannot run ip: {e}")))?;
+                let v: serde_json::Value = serde_json::from_slice(&o.stdout)
+                    .map_err(|e| other(format!("ip -j -s link show {dev}: {e}")))?;
+                v[0]["stats64"]["tx"]["bytes"]
+                    .as_u64()
+                    .ok_or_else(|| other(format!("no tx bytes for {dev} in {fab}")))
+            };
+            out.push((r, tx(&up)?, tx(&down)?));
+        }
+        Ok(out)
+    }
+
     /// Runs `cmd` inside VM `vm`'s namespace and returns (success, stdout, stderr).
     pub fn vm_exec(&self, vm: &str, cmd: &[&str]) -> Result<(bool, String, String), LabError> {
         let v = self
@@ -1220,4 +1362,14 @@ fn is_zombie_or_gone(pid: u32) -> bool {
             .unwrap_or(true),
         Err(_) => true,
     }
+}
+
+/// Rack `r`'s bridge, and the two ends of its uplink (the rack's end, the
+/// spine's end), all in the fabric namespace.
+fn rack_links(prefix: &str, r: u32) -> (String, String, String) {
+    (
+        format!("rk{r}"),
+        format!("{prefix}u{r}"),
+        format!("{prefix}s{r}"),
+    )
 }

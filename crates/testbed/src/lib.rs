@@ -24,6 +24,7 @@ pub mod experiments;
 pub mod isolation;
 pub mod lab;
 pub mod ovs;
+pub mod placement;
 pub mod scaling;
 pub mod scenario;
 pub mod svg;

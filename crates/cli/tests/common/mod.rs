@@ -33,6 +33,7 @@ pub fn controller(dir: &Path) -> (ServerHandle, String, String) {
         fabric_auth: false,
         tls: None,
         placement: Default::default(),
+        distribution: Default::default(),
         containment_threshold: sluice_controller::reconcile::DEFAULT_THRESHOLD,
         require_agent_tls: false,
         etcd: None,
@@ -135,6 +136,7 @@ pub fn lab_options(spec: std::path::PathBuf, dir: &Path) -> sluice_testbed::lab:
         store: Default::default(),
         subverted: Vec::new(),
         controllers: 1,
+        topology: Default::default(),
     }
 }
 

@@ -35,6 +35,7 @@ mod autoscale;
 pub(crate) mod backends;
 mod blocks;
 mod containment;
+pub mod distribution;
 mod drains;
 mod events;
 mod fabric;
@@ -191,6 +192,12 @@ pub struct Reconciler {
     controllers: Vec<crate::model::ControllerMember>,
     /// Health of the load balancers' backends.
     pub(crate) backends: backends::Backends,
+    /// Chain byte counters as the distribution last sampled them.
+    dist: distribution::Sampler,
+    /// Each tenant's last distribution decision.
+    distributions: BTreeMap<String, distribution::TenantDistribution>,
+    /// Declared rack uplink capacities, bytes per second.
+    uplinks: BTreeMap<String, f64>,
 }
 
 impl Reconciler {
@@ -250,6 +257,9 @@ impl Reconciler {
             leader: None,
             controllers: Vec::new(),
             backends: backends::Backends::default(),
+            dist: distribution::Sampler::default(),
+            distributions: BTreeMap::new(),
+            uplinks: BTreeMap::new(),
         })
     }
 
@@ -390,6 +400,7 @@ impl Reconciler {
         }
         self.sample_agent_metrics(now);
         self.sample_traffic(now);
+        self.check_distribution(now);
         self.expire_accusations(now);
         self.check_leases(now);
         let mut polls = self.check_drains(now);

@@ -278,6 +278,34 @@ pub fn parse_placement(query: &str) -> Result<HostAction, ApiError> {
 /// Every placed instance (of `tenant` only, if given): its host, rack, and
 /// the placement decision's policy and reason.
 pub fn placement_infos(d: &Desired, tenant: Option<&str>) -> Vec<PlacementInfo> {
+    // Each instance's share of its group, from the tenant's placement as
+    // compiled (order, weights, instances out of their groups).
+    let mut shares: std::collections::BTreeMap<(&str, String, u32, u16), f64> = Default::default();
+    for t in d.tenants.keys().filter(|t| tenant.is_none_or(|x| x == *t)) {
+        let Ok(p) = d.placement(t) else { continue };
+        for (mb, list) in &p.instances {
+            let w = |hp: &(sluice_switch::HostId, sluice_switch::PortId)| {
+                if p.out_of_groups.contains(hp) && !list.iter().all(|x| p.out_of_groups.contains(x))
+                {
+                    0
+                } else {
+                    p.weights
+                        .get(hp)
+                        .copied()
+                        .unwrap_or(crate::desired::BASE_WEIGHT)
+                }
+            };
+            let total: u32 = list.iter().map(w).sum();
+            for hp in list {
+                if total > 0 {
+                    shares.insert(
+                        (t.as_str(), mb.clone(), hp.0 .0, hp.1 .0),
+                        f64::from(w(hp)) / f64::from(total),
+                    );
+                }
+            }
+        }
+    }
     d.instances
         .iter()
         .filter(|(k, _)| tenant.is_none_or(|t| t == k.0))
@@ -296,6 +324,9 @@ pub fn placement_infos(d: &Desired, tenant: Option<&str>) -> Vec<PlacementInfo> 
                     || "placed before the controller kept placement reasons".to_string(),
                     |w| w.reason.clone(),
                 ),
+                share: shares
+                    .get(&(t.as_str(), mb.clone(), i.host, i.port))
+                    .copied(),
             }
         })
         .collect()

@@ -27,6 +27,7 @@ pub fn start_with_state(dir: &Path, state_url: &str) -> (ServerHandle, String) {
         fabric_auth: false,
         tls: None,
         placement: Default::default(),
+        distribution: Default::default(),
         containment_threshold: sluice_controller::reconcile::DEFAULT_THRESHOLD,
         require_agent_tls: false,
         etcd: None,

@@ -1,0 +1,124 @@
+//! Issue 27 on a namespace testbed: two racks of two hosts whose uplinks
+//! join a spine, the agents declaring their racks, and the controller's
+//! `network-aware` distribution running for real. Needs root, nginx, curl,
+//! tc and redis-server (scripts/common.sh installs them).
+
+use std::time::{Duration, Instant};
+
+mod common;
+
+use sluice_testbed::lab::{Lab, LabOptions};
+use sluice_testbed::placement::{topology, Arm, PlacementOptions};
+
+fn spec() -> std::path::PathBuf {
+    std::path::PathBuf::from(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../examples/experiments/placement.yaml"
+    ))
+}
+
+/// The aware arm's lab brings up two racks; placement spreads each
+/// middlebox over both, the first distribution moves most of each
+/// middlebox's hash space to the clients' rack (r1) with the two
+/// middleboxes' rack ranges lined up, traffic between the racks crosses the
+/// uplinks (their counters move), and a limit is installed on them.
+#[test]
+fn network_aware_distribution_runs_on_a_racked_testbed() {
+    if !sluice_agent::testing::is_root() {
+        eprintln!("skipped: needs root");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let o = PlacementOptions::default();
+    let lab = Lab::up(&LabOptions {
+        hosts: 4,
+        topology: topology(Arm::Aware, &o),
+        ..common::lab_options(spec(), dir.path())
+    })
+    .unwrap_or_else(|e| panic!("testbed did not come up: {e}"));
+    // Hosts declared their racks: 1-2 in r1, 3-4 in r2.
+    let placed = sluice_testbed::placement::placement(&lab).unwrap();
+    assert_eq!(placed.len(), 6, "{placed:?}");
+    for p in &placed {
+        let want = if p.host <= 2 { "r1" } else { "r2" };
+        assert_eq!(p.rack.as_deref(), Some(want), "{p:?}");
+    }
+    // The first split stands on where the VMs are (the controller solves it
+    // at once): every middlebox has an instance in each rack, and r1's
+    // takes more than half (at most 1.5 times an even share).
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let shares = loop {
+        let placed = sluice_testbed::placement::placement(&lab).unwrap();
+        let mut r1 = std::collections::BTreeMap::new();
+        for p in &placed {
+            let mb = p.name.split('/').nth(1).unwrap().to_string();
+            let s = p.share.expect("a compiled tenant's instances have shares");
+            let e = r1.entry(mb).or_insert((0.0, 0u32));
+            if p.rack.as_deref() == Some("r1") {
+                e.0 += s;
+                e.1 += 1;
+            }
+        }
+        if r1.values().all(|(s, _)| *s > 0.5) || Instant::now() > deadline {
+            break r1;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let events = common::controller_get(&lab, "/v1/events");
+    for (mb, (s, n)) in &shares {
+        assert_eq!(*n, 1, "{mb}: one instance in r1 ({shares:?})");
+        assert!(
+            *s > 0.5 && *s <= 0.76,
+            "{mb}: r1's share {s} ({shares:?}); events: {events}"
+        );
+    }
+    let first = shares.values().next().unwrap().0;
+    assert!(
+        shares.values().all(|(s, _)| (s - first).abs() < 0.02),
+        "the middleboxes' r1 ranges line up: {shares:?}"
+    );
+    let events = common::controller_get(&lab, "/v1/events?kind=distribution");
+    let events = events.as_array().cloned().unwrap_or_default();
+    assert!(!events.is_empty(), "a distribution event");
+    // Downloads from w3 (rack r2) to c1 (rack r1) cross the uplinks.
+    let before = lab.rack_uplink_bytes().unwrap();
+    let w3 = lab.state().vm("w3").unwrap().addrs[0].clone();
+    for _ in 0..3 {
+        let (ok, _, err) = lab
+            .vm_exec(
+                "c1",
+                &[
+                    "curl",
+                    "-sf",
+                    "-o",
+                    "/dev/null",
+                    "--max-time",
+                    "10",
+                    &format!("http://{w3}/blob"),
+                ],
+            )
+            .unwrap();
+        assert!(ok, "download from w3: {err}");
+    }
+    let after = lab.rack_uplink_bytes().unwrap();
+    let crossed: u64 = before.iter().zip(&after).map(|(b, a)| a.1 - b.1).sum();
+    assert!(
+        crossed >= 3 << 20,
+        "3 MiB from r2 to r1 crossed the uplinks: {crossed}"
+    );
+    // Limits go on both ends of each uplink, and come off.
+    lab.limit_rack_uplinks(Some(50), 128).unwrap();
+    let fab = lab.state().fabric.0.clone();
+    let qdiscs = std::process::Command::new("tc")
+        .args(["-n", &fab, "qdisc", "show"])
+        .output()
+        .unwrap();
+    let shown = String::from_utf8_lossy(&qdiscs.stdout);
+    assert_eq!(shown.matches("tbf").count(), 4, "{shown}");
+    lab.limit_rack_uplinks(None, 128).unwrap();
+    let qdiscs = std::process::Command::new("tc")
+        .args(["-n", &fab, "qdisc", "show"])
+        .output()
+        .unwrap();
+    assert!(!String::from_utf8_lossy(&qdiscs.stdout).contains("tbf"));
+}

@@ -1,0 +1,574 @@
+//! How a middlebox's flows are split among its instances (the controller's
+//! `distribution` setting), sans-IO.
+//!
+//! `uniform` (the default) gives every instance of a middlebox an equal range
+//! of the flow-hash space, in placement order, whatever the network between
+//! them. `network-aware` (Stratos §4.2, issue 27) lays every middlebox's split
+//! out **rack by rack in one rack order** and chooses each rack's share with
+//! [`sluice_optimizer::aligned`]: a flow whose hash falls in rack `k`'s range
+//! at one middlebox falls in rack `k`'s range at the next, so between
+//! middleboxes it stays in its rack as far as the shares allow, while both
+//! directions of a flow still hash alike on every host (the split is the same
+//! everywhere; see the optimiser's module docs for why it is not one split per
+//! previous hop).
+//!
+//! The shares come from what the agents measure: the bytes per second
+//! entering each chain from the VMs of each rack, in each direction (the
+//! requests' racks are where the chain's traffic enters, the replies' where
+//! it leaves), and the rack uplinks' capacities the operator declared. An
+//! instance may take more than an even share up to its middlebox's declared
+//! `capacity`, or by [`DEFAULT_SLACK`] when it declares none. A new solution
+//! replaces the installed one only when the instances' racks changed or it
+//! lowers the worst uplink utilisation by [`MIN_GAIN`] ([`adopt`]): moving a
+//! flow's range costs a store round trip for its state (and, for `state:
+//! cached`, its ownership leases), so small gains are not worth it.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use sluice_optimizer::aligned::{self, AlignedError, End, Evaluation, Hop, Problem, Stage};
+use sluice_tenant::{Element, TenantSpec};
+
+/// How flows are split among a middlebox's instances.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Distribution {
+    /// Equal ranges in placement order (Stratos's uniform scheme).
+    #[default]
+    Uniform,
+    /// Ranges laid out rack by rack, shares from the aligned LP.
+    NetworkAware,
+}
+
+impl Distribution {
+    /// The setting's spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Distribution::Uniform => "uniform",
+            Distribution::NetworkAware => "network-aware",
+        }
+    }
+}
+
+impl std::fmt::Display for Distribution {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A distribution name that is neither `uniform` nor `network-aware`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown distribution `{0}`: use uniform or network-aware")]
+pub struct UnknownDistribution(pub String);
+
+impl std::str::FromStr for Distribution {
+    type Err = UnknownDistribution;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "uniform" => Ok(Distribution::Uniform),
+            "network-aware" => Ok(Distribution::NetworkAware),
+            other => Err(UnknownDistribution(other.to_string())),
+        }
+    }
+}
+
+/// The controller's distribution settings (`--distribution`, `--rack-uplink`).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Settings {
+    /// How middleboxes split their flows.
+    pub policy: Distribution,
+    /// Declared uplink capacity per rack, bytes per second.
+    pub uplinks: BTreeMap<String, f64>,
+}
+
+/// Parses rack uplink capacities, `RACK=MBIT[,RACK=MBIT...]`, into bytes per
+/// second by rack.
+pub fn parse_uplinks(s: &str) -> Result<BTreeMap<String, f64>, String> {
+    let mut out = BTreeMap::new();
+    for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let (rack, mbit) = part
+            .split_once('=')
+            .ok_or_else(|| format!("`{part}`: expected RACK=MBIT"))?;
+        let rack = rack.trim();
+        if rack.is_empty() {
+            return Err(format!("`{part}`: the rack name is empty"));
+        }
+        let m: f64 = mbit
+            .trim()
+            .parse()
+            .ok()
+            .filter(|m: &f64| m.is_finite() && *m > 0.0)
+            .ok_or_else(|| format!("`{part}`: the capacity must be a positive number of Mbit/s"))?;
+        if out.insert(rack.to_string(), m * 1e6 / 8.0).is_some() {
+            return Err(format!("rack `{rack}` is given twice"));
+        }
+    }
+    Ok(out)
+}
+
+/// Headroom of an instance over its even share when its middlebox declares no
+/// `capacity`: half again. Zero would be Stratos's exact balance, where only
+/// the layout (not the shares) can follow the racks; unbounded would let the
+/// LP pile a middlebox's flows on a few instances and make them the
+/// bottleneck the uplink was.
+pub const DEFAULT_SLACK: f64 = 0.5;
+
+/// Least relative drop of the worst uplink utilisation for which flows are
+/// moved to a new split.
+pub const MIN_GAIN: f64 = 0.10;
+
+/// Shares are kept in parts per million (the desired state compares exactly).
+pub const PPM: u32 = 1_000_000;
+
+/// The rack of a host that declared none: all such hosts form one domain.
+pub const NO_RACK: &str = "";
+
+/// Bytes per second entering one chain from the VMs of each rack (or the
+/// gateway's), in its forward direction and in reverse.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ChainRates {
+    /// Requests: where the chain's source sends from.
+    pub forward: BTreeMap<String, f64>,
+    /// Replies: where the chain's destination answers from.
+    pub reverse: BTreeMap<String, f64>,
+}
+
+/// What a tenant's distribution is computed from.
+#[derive(Debug, Clone, Default)]
+pub struct Inputs {
+    /// Racks of each middlebox's instances that take new flows, by middlebox.
+    pub instances: BTreeMap<String, Vec<String>>,
+    /// Rack of each of the tenant's VMs, by name.
+    pub vms: BTreeMap<String, String>,
+    /// Rack of the tenant's gateway (where external traffic enters).
+    pub gateway: Option<String>,
+    /// Measured rates per chain, by chain index in the spec (missing: none
+    /// measured yet; the VMs' racks then stand in, one unit each way).
+    pub rates: BTreeMap<usize, ChainRates>,
+    /// Declared uplink capacity per rack, bytes per second (missing: the
+    /// largest declared, or 1 when none is: equal uplinks).
+    pub uplinks: BTreeMap<String, f64>,
+}
+
+/// A tenant's split: each middlebox's share of the hash space per rack.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Plan {
+    /// The racks, in the layout's order.
+    pub racks: Vec<String>,
+    /// Per middlebox, its share per rack (same order as `racks`).
+    pub shares: BTreeMap<String, Vec<f64>>,
+    /// The uplinks' predicted loads under this plan.
+    pub predicted: Evaluation,
+    /// What even shares (the layout alone) would give.
+    pub even: Evaluation,
+}
+
+impl Plan {
+    /// The shares in parts per million by rack name, as the desired state
+    /// keeps them.
+    pub fn ppm(&self) -> BTreeMap<String, BTreeMap<String, u32>> {
+        self.shares
+            .iter()
+            .map(|(mb, row)| {
+                let per = self
+                    .racks
+                    .iter()
+                    .zip(row)
+                    .map(|(r, s)| (r.clone(), (s * f64::from(PPM)).round() as u32))
+                    .collect();
+                (mb.clone(), per)
+            })
+            .collect()
+    }
+}
+
+/// The LP of `spec` over `inputs`, and the middleboxes in stage order (None
+/// when there is nothing to choose: fewer than two racks, or no chain
+/// through a middlebox).
+pub fn problem(spec: &TenantSpec, inputs: &Inputs) -> Option<(Problem, Vec<String>, Vec<String>)> {
+    let mut racks: Vec<String> = inputs.instances.values().flatten().cloned().collect();
+    racks.extend(inputs.vms.values().cloned());
+    racks.extend(inputs.gateway.iter().cloned());
+    racks.sort();
+    racks.dedup();
+    if racks.len() < 2 {
+        return None;
+    }
+    let index = |r: &str| racks.iter().position(|x| x == r);
+    let mbs: Vec<String> = inputs
+        .instances
+        .iter()
+        .filter(|(_, v)| !v.is_empty())
+        .map(|(k, _)| k.clone())
+        .collect();
+    let stage_of = |m: &str| mbs.iter().position(|x| x == m);
+    // Racks of an endpoint element, weighted by the rates measured there (or
+    // by its VMs when nothing was).
+    let endpoint = |name: &str, rates: Option<&BTreeMap<String, f64>>| -> Option<Vec<f64>> {
+        let mut v = vec![0.0; racks.len()];
+        if let Some(r) = rates.filter(|r| r.values().sum::<f64>() > 0.0) {
+            for (rack, x) in r {
+                v[index(rack)?] += x;
+            }
+        } else {
+            match spec.elements.get(name)? {
+                Element::Service { vms } => {
+                    for vm in vms {
+                        v[index(inputs.vms.get(&vm.name)?)?] += 1.0;
+                    }
+                }
+                Element::External { .. } => v[index(inputs.gateway.as_deref()?)?] += 1.0,
+                _ => return None,
+            }
+        }
+        let t: f64 = v.iter().sum();
+        (t > 0.0).then(|| v.into_iter().map(|x| x / t).collect())
+    };
+    let mut hops = Vec::new();
+    let mut through: BTreeMap<usize, f64> = BTreeMap::new();
+    for (i, chain) in spec.chains.iter().enumerate() {
+        let stages: Vec<usize> = chain.middleboxes(spec).filter_map(stage_of).collect();
+        if stages.is_empty() {
+            continue;
+        }
+        let rates = inputs.rates.get(&i);
+        let measured = rates.map_or(0.0, |r| {
+            r.forward.values().sum::<f64>() + r.reverse.values().sum::<f64>()
+        });
+        let (fwd, rev) = match rates {
+            Some(r) if measured > 0.0 => (r.forward.values().sum(), r.reverse.values().sum()),
+            _ => (1.0, 1.0),
+        };
+        // Replies of a one-way chain do not cross its middleboxes.
+        let rev = if chain.bidirectional { rev } else { 0.0 };
+        let (Some(src), Some(dst)) = (chain.path.first(), chain.path.last()) else {
+            continue;
+        };
+        let Some(from) = endpoint(src, rates.map(|r| &r.forward)) else {
+            continue;
+        };
+        let Some(to) = endpoint(dst, rates.map(|r| &r.reverse)) else {
+            continue;
+        };
+        let mut prev = End::Fixed(from);
+        for &g in &stages {
+            *through.entry(g).or_default() += fwd + rev;
+            hops.push(Hop {
+                from: prev,
+                to: End::Stage(g),
+                forward: fwd,
+                reverse: rev,
+            });
+            prev = End::Stage(g);
+        }
+        hops.push(Hop {
+            from: prev,
+            to: End::Fixed(to),
+            forward: fwd,
+            reverse: rev,
+        });
+    }
+    if hops.is_empty() {
+        return None;
+    }
+    let stages = mbs
+        .iter()
+        .enumerate()
+        .map(|(g, m)| {
+            let mut counts = vec![0u32; racks.len()];
+            for r in &inputs.instances[m] {
+                if let Some(k) = index(r) {
+                    counts[k] += 1;
+                }
+            }
+            let mut st = Stage::with_slack(counts, DEFAULT_SLACK);
+            // A declared per-instance capacity bounds a rack's share by what
+            // its instances can take of the traffic through the middlebox;
+            // never below the even share, so an overloaded middlebox stays
+            // balanced (scaling out is the answer to that, not a skewed split).
+            if let (Some(cap), Some(load)) = (inputs_capacity(spec, m), through.get(&g)) {
+                if *load > 0.0 && inputs.rates.values().any(|r| !r.forward.is_empty()) {
+                    let even = st.even();
+                    for (k, n) in st.instances.iter().enumerate() {
+                        st.max_share[k] = (f64::from(*n) * cap / load).min(1.0).max(even[k]);
+                    }
+                }
+            }
+            st
+        })
+        .collect();
+    let declared = inputs
+        .uplinks
+        .values()
+        .copied()
+        .filter(|c| c.is_finite() && *c > 0.0)
+        .fold(0.0, f64::max);
+    let default_uplink = if declared > 0.0 { declared } else { 1.0 };
+    let uplinks = racks
+        .iter()
+        .map(|r| {
+            inputs
+                .uplinks
+                .get(r)
+                .copied()
+                .filter(|c| c.is_finite() && *c > 0.0)
+                .unwrap_or(default_uplink)
+        })
+        .collect();
+    Some((
+        Problem {
+            uplinks,
+            stages,
+            hops,
+        },
+        racks,
+        mbs,
+    ))
+}
+
+/// A middlebox's declared per-instance capacity in bytes per second.
+fn inputs_capacity(spec: &TenantSpec, mb: &str) -> Option<f64> {
+    match spec.elements.get(mb)? {
+        Element::Middlebox {
+            capacity: Some(c), ..
+        } => c.mbps.map(|m| m * 1e6 / 8.0),
+        _ => None,
+    }
+}
+
+/// Solves a tenant's split (None: nothing to choose, see [`problem`]).
+pub fn plan(spec: &TenantSpec, inputs: &Inputs) -> Result<Option<Plan>, AlignedError> {
+    let Some((p, racks, mbs)) = problem(spec, inputs) else {
+        return Ok(None);
+    };
+    let sol = aligned::solve(&p)?;
+    let even = aligned::evaluate(&p, &p.even());
+    Ok(Some(Plan {
+        racks,
+        shares: mbs.into_iter().zip(sol.shares).collect(),
+        predicted: sol.evaluation,
+        even,
+    }))
+}
+
+/// The uplink loads `installed` (ppm per rack, per middlebox) gives under
+/// the problem of `spec` and `inputs`; None when it no longer fits it (a
+/// middlebox or rack without a share, or a share for a rack without its
+/// instances): then any new plan must be adopted.
+pub fn evaluate_installed(
+    spec: &TenantSpec,
+    inputs: &Inputs,
+    installed: &BTreeMap<String, BTreeMap<String, u32>>,
+) -> Option<Evaluation> {
+    let (p, racks, mbs) = problem(spec, inputs)?;
+    let mut shares = Vec::with_capacity(mbs.len());
+    for (g, mb) in mbs.iter().enumerate() {
+        let per = installed.get(mb)?;
+        let row: Vec<f64> = racks
+            .iter()
+            .map(|r| f64::from(per.get(r).copied().unwrap_or(0)) / f64::from(PPM))
+            .collect();
+        for (k, s) in row.iter().enumerate() {
+            if *s > 0.0 && p.stages[g].instances[k] == 0 {
+                return None;
+            }
+        }
+        let t: f64 = row.iter().sum();
+        if t <= 0.0 {
+            return None;
+        }
+        shares.push(row.into_iter().map(|x| x / t).collect());
+    }
+    Some(aligned::evaluate(&p, &shares))
+}
+
+/// Whether `new` should replace what is installed (`current`, evaluated under
+/// the same inputs; None: nothing fits, so yes).
+pub fn adopt(current: Option<&Evaluation>, new: &Plan) -> bool {
+    match current {
+        None => true,
+        Some(c) => new.predicted.worst < c.worst * (1.0 - MIN_GAIN) - 1e-12,
+    }
+}
+
+/// Each instance's group weight under per-rack shares (`ppm`, from the
+/// desired state): its rack's share split evenly among the rack's instances,
+/// scaled so an even share weighs `base`. A rack without a share is given an
+/// even one (it gained instances since the plan); `None` when every weight
+/// would be zero, so the caller keeps even weights.
+pub fn weights(racks_of: &[String], ppm: &BTreeMap<String, u32>, base: u32) -> Option<Vec<u32>> {
+    let n = racks_of.len();
+    if n == 0 {
+        return None;
+    }
+    let mut per_rack: BTreeMap<&str, u32> = BTreeMap::new();
+    for r in racks_of {
+        *per_rack.entry(r).or_default() += 1;
+    }
+    let share = |r: &str| -> f64 {
+        match ppm.get(r) {
+            Some(p) => f64::from(*p) / f64::from(PPM),
+            None => f64::from(per_rack[r]) / n as f64,
+        }
+    };
+    let w: Vec<u32> = racks_of
+        .iter()
+        .map(|r| {
+            let x = share(r) / f64::from(per_rack[r.as_str()]) * n as f64 * f64::from(base);
+            x.round() as u32
+        })
+        .collect();
+    (w.iter().any(|x| *x > 0)).then_some(w)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SPEC: &str = r#"
+tenant: t
+elements:
+  clients: { type: service, vms: { c1: 10.0.0.1, c2: 10.0.0.2 } }
+  web: { type: service, vms: { w1: 10.0.1.1, w2: 10.0.1.2 } }
+  fw: { type: middlebox, function: monitor, instances: 2 }
+  ids: { type: middlebox, function: monitor, instances: 2 }
+  lb: { type: middlebox, function: monitor, instances: 2 }
+chains:
+  - { name: c, path: [clients, fw, ids, lb, web] }
+"#;
+
+    fn spec() -> TenantSpec {
+        TenantSpec::parse(SPEC, "test", None).unwrap()
+    }
+
+    fn two_racks() -> Inputs {
+        let ab = || vec!["a".to_string(), "b".to_string()];
+        Inputs {
+            instances: [("fw", ab()), ("ids", ab()), ("lb", ab())]
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v))
+                .collect(),
+            vms: [("c1", "a"), ("c2", "a"), ("w1", "a"), ("w2", "b")]
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            gateway: None,
+            rates: BTreeMap::new(),
+            uplinks: BTreeMap::new(),
+        }
+    }
+
+    #[test]
+    fn policies_parse_and_name_themselves() {
+        for d in [Distribution::Uniform, Distribution::NetworkAware] {
+            assert_eq!(d.as_str().parse::<Distribution>().unwrap(), d);
+        }
+        let e = "random".parse::<Distribution>().unwrap_err();
+        assert!(e.to_string().contains("`random`"), "{e}");
+        assert!(e.to_string().contains("network-aware"), "{e}");
+    }
+
+    #[test]
+    fn uplinks_parse_into_bytes_per_second_and_bad_ones_are_named() {
+        let u = parse_uplinks("r1=1000, r2=80").unwrap();
+        assert_eq!(u["r1"], 125e6);
+        assert_eq!(u["r2"], 10e6);
+        for (bad, says) in [
+            ("r1", "RACK=MBIT"),
+            ("=5", "empty"),
+            ("r1=-3", "positive"),
+            ("r1=x", "positive"),
+            ("r1=1,r1=2", "twice"),
+        ] {
+            let e = parse_uplinks(bad).unwrap_err();
+            assert!(e.contains(says), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn one_rack_leaves_nothing_to_choose() {
+        let mut i = two_racks();
+        for v in i.instances.values_mut() {
+            *v = vec![NO_RACK.into(), NO_RACK.into()];
+        }
+        for v in i.vms.values_mut() {
+            *v = NO_RACK.into();
+        }
+        assert_eq!(plan(&spec(), &i).unwrap(), None);
+    }
+
+    #[test]
+    fn shares_follow_the_clients_rack() {
+        let p = plan(&spec(), &two_racks()).unwrap().unwrap();
+        assert_eq!(p.racks, ["a", "b"]);
+        for (mb, row) in &p.shares {
+            assert!(row[0] > 0.5 + 1e-6, "{mb}: {row:?}");
+            assert!(row[0] <= 0.75 + 1e-6, "bounded by the slack: {row:?}");
+        }
+        assert!(p.predicted.worst < p.even.worst, "{p:?}");
+    }
+
+    #[test]
+    fn measured_rates_decide_the_ends() {
+        // Every request from rack b and every reply from rack b: rack b's
+        // instances take what the slack allows.
+        let mut i = two_racks();
+        let b = |x: f64| [("b".to_string(), x)].into_iter().collect();
+        i.rates.insert(
+            0,
+            ChainRates {
+                forward: b(1e6),
+                reverse: b(8e6),
+            },
+        );
+        let p = plan(&spec(), &i).unwrap().unwrap();
+        for row in p.shares.values() {
+            assert!(row[1] > 0.5 + 1e-6, "{row:?}");
+        }
+    }
+
+    #[test]
+    fn hysteresis_keeps_a_plan_that_is_nearly_as_good() {
+        let s = spec();
+        let i = two_racks();
+        let p = plan(&s, &i).unwrap().unwrap();
+        let installed = p.ppm();
+        let cur = evaluate_installed(&s, &i, &installed).unwrap();
+        assert!(!adopt(Some(&cur), &p), "the same plan is not adopted again");
+        // Even shares installed: the plan is a real gain.
+        let even: BTreeMap<String, BTreeMap<String, u32>> = p
+            .shares
+            .keys()
+            .map(|m| {
+                (
+                    m.clone(),
+                    [("a".to_string(), PPM / 2), ("b".to_string(), PPM / 2)].into(),
+                )
+            })
+            .collect();
+        let cur = evaluate_installed(&s, &i, &even).unwrap();
+        assert!(adopt(Some(&cur), &p));
+        // A share for a rack that lost its instances no longer fits.
+        let mut i2 = i.clone();
+        i2.instances
+            .insert("fw".into(), vec!["a".into(), "a".into()]);
+        assert_eq!(evaluate_installed(&s, &i2, &installed), None);
+        assert!(adopt(None, &p));
+    }
+
+    #[test]
+    fn weights_split_a_racks_share_among_its_instances() {
+        let racks: Vec<String> = ["a", "a", "b"].iter().map(|s| s.to_string()).collect();
+        // Rack a owns 80%, b 20%: each a instance 40%, the b one 20%.
+        let ppm = [("a".to_string(), 800_000), ("b".to_string(), 200_000)].into();
+        assert_eq!(weights(&racks, &ppm, 64).unwrap(), [77, 77, 38]);
+        // No share for rack b (it gained its instance since): an even one.
+        let ppm = [("a".to_string(), 1_000_000)].into();
+        let w = weights(&racks, &ppm, 64).unwrap();
+        assert_eq!(w[2], 64, "{w:?}");
+        // All zero: the caller keeps even weights.
+        let ppm = [("a".to_string(), 0), ("b".to_string(), 0)].into();
+        assert_eq!(weights(&racks, &ppm, 64), None);
+    }
+}

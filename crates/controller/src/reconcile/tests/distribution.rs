@@ -1,0 +1,213 @@
+//! Network-aware distribution in the reconciler, on a simulated clock: two
+//! racks of two hosts, the clients in rack `a`, the service in both.
+
+use super::*;
+use crate::distribution::Distribution;
+use crate::reconcile::distribution::REDISTRIBUTE_EVERY;
+use sluice_proto::HostCapacity;
+
+const RACKED: &str = "tenant: t
+elements:
+  clients: { type: service, vms: { c1: 10.0.0.1 } }
+  web: { type: service, vms: { w1: 10.0.1.1, w2: 10.0.1.2, w3: 10.0.1.3 } }
+  fw: { type: middlebox, function: monitor, instances: 2 }
+  ids: { type: middlebox, function: monitor, instances: 2 }
+chains:
+  - { name: c, path: [clients, fw, ids, web] }
+";
+
+fn rack(h: u32) -> &'static str {
+    if h <= 2 {
+        "a"
+    } else {
+        "b"
+    }
+}
+
+/// Host `h` heartbeats with its rack, reporting `chains`.
+fn beat_racked(s: &mut Sim, h: u32, chains: Vec<ChainMeasure>) {
+    let mut hb = s.heartbeat_of(h);
+    hb.registration.capacity = Some(HostCapacity {
+        rack: Some(rack(h).into()),
+        ..HostCapacity::default()
+    });
+    hb.chains = chains;
+    s.r.heartbeat(
+        Heartbeat {
+            hb,
+            pinned: None,
+            reports_health: false,
+        },
+        s.now,
+    )
+    .unwrap();
+}
+
+/// Four hosts in two racks; c1 on host 1 (rack a), w1 on host 2 (a), w2 and
+/// w3 on hosts 3 and 4 (b); the spec applied under `distribution`. Rack-aware
+/// placement puts one instance of each middlebox in each rack (half the
+/// chain's VMs are in each).
+fn racked(distribution: Distribution) -> Sim {
+    let store = MemoryStore::new();
+    let now = Instant::now();
+    let mut r = Reconciler::start(Box::new(store.clone()), "local", now, EPOCH_MS).unwrap();
+    r.desired.distribution = distribution;
+    let mut s = Sim {
+        r,
+        store,
+        now,
+        running: BTreeMap::new(),
+    };
+    for h in 1..=4 {
+        beat_racked(&mut s, h, Vec::new());
+    }
+    s.ok("PUT", "/v1/vms/t/c1", &vm("c1", 1, "10.0.0.1"));
+    s.ok("PUT", "/v1/vms/t/w1", &vm("w1", 2, "10.0.1.1"));
+    s.ok("PUT", "/v1/vms/t/w2", &vm("w2", 3, "10.0.1.2"));
+    s.ok("PUT", "/v1/vms/t/w3", &vm("w3", 4, "10.0.1.3"));
+    s.ok("POST", "/v1/tenants", RACKED);
+    s.push_all();
+    s
+}
+
+/// The racks of a middlebox's instances in group order, with their weights.
+fn layout(s: &Sim, mb: &str) -> Vec<(&'static str, u32)> {
+    let p = s.r.desired().placement("t").unwrap();
+    p.instances[mb]
+        .iter()
+        .map(|hp| {
+            let w = if p.out_of_groups.contains(hp) {
+                0
+            } else {
+                p.weights
+                    .get(hp)
+                    .copied()
+                    .unwrap_or(crate::desired::BASE_WEIGHT)
+            };
+            (rack(hp.0 .0), w)
+        })
+        .collect()
+}
+
+/// Rack `a`'s part of a middlebox's hash space.
+fn share_a(s: &Sim, mb: &str) -> f64 {
+    let l = layout(s, mb);
+    let total: u32 = l.iter().map(|x| x.1).sum();
+    let a: u32 = l.iter().filter(|x| x.0 == "a").map(|x| x.1).sum();
+    f64::from(a) / f64::from(total)
+}
+
+/// Cumulative chain counters: `fwd` bytes of requests entered at host 1 (c1),
+/// `rev` bytes of replies entered at hosts 2, 3 and 4 (w1, w2, w3) each.
+fn traffic(s: &mut Sim, fwd: u64, rev: u64) {
+    let vni = s.r.desired().tenants["t"].vni;
+    let m = |chain: u16, bytes: u64| ChainMeasure {
+        vni,
+        chain,
+        packets: bytes / 1000,
+        bytes,
+        syns: 0,
+        handshakes: 0,
+        handshake_ns: 0,
+        unanswered: 0,
+        latency: Default::default(),
+    };
+    beat_racked(s, 1, vec![m(0, fwd)]);
+    beat_racked(s, 2, vec![m(1, rev)]);
+    beat_racked(s, 3, vec![m(1, rev)]);
+    beat_racked(s, 4, vec![m(1, rev)]);
+}
+
+#[test]
+fn uniform_distribution_keeps_placement_order_and_even_weights() {
+    let mut s = racked(Distribution::Uniform);
+    for mb in ["fw", "ids"] {
+        let l = layout(&s, mb);
+        assert_eq!(l.len(), 2);
+        assert!(
+            l.iter().all(|x| x.1 == crate::desired::BASE_WEIGHT),
+            "{l:?}"
+        );
+    }
+    traffic(&mut s, 1_000_000, 8_000_000);
+    s.run(REDISTRIBUTE_EVERY * 3);
+    assert!(s.events("distribution").is_empty());
+    assert!(s.r.desired().shares.is_empty());
+}
+
+#[test]
+fn network_aware_lays_groups_out_by_rack_and_moves_shares_to_the_traffic() {
+    let mut s = racked(Distribution::NetworkAware);
+    for mb in ["fw", "ids"] {
+        let racks: Vec<&str> = layout(&s, mb).iter().map(|x| x.0).collect();
+        assert_eq!(racks, ["a", "b"], "{mb}: rack a's instances first");
+    }
+    // The first solution, before anything was measured, stands on where the
+    // VMs are: the clients in rack a, the service in both.
+    s.run(20 * MS);
+    let first = s.events("distribution");
+    assert_eq!(first.len(), 1, "{first:?}");
+    let before = share_a(&s, "fw");
+    assert!(before > 0.5, "{before}");
+    // Measured: requests from rack a, replies from both racks (a third from
+    // rack a), 8x the bytes.
+    let mut fwd = 0;
+    let mut rev = 0;
+    for _ in 0..3 {
+        fwd += 10_000_000;
+        rev += 80_000_000;
+        traffic(&mut s, fwd, rev);
+        s.run(REDISTRIBUTE_EVERY);
+    }
+    for mb in ["fw", "ids"] {
+        let a = share_a(&s, mb);
+        assert!(a > 0.5 + 1e-3, "{mb}: rack a's share {a}");
+        // At most the default slack over the even share.
+        assert!(
+            a <= 0.5 * (1.0 + crate::distribution::DEFAULT_SLACK) + 0.02,
+            "{mb}: {a}"
+        );
+    }
+    // The two middleboxes' rack-a ranges line up: flows stay in their rack
+    // between them.
+    assert!((share_a(&s, "fw") - share_a(&s, "ids")).abs() < 0.02);
+    let d = &s.r.distributions()["t"];
+    assert_eq!(d.racks, ["a", "b"]);
+    assert!(d.predicted_worst <= d.even_worst, "{d:?}");
+    // The same traffic again: nothing better to move flows for.
+    let n = s.events("distribution").len();
+    for _ in 0..3 {
+        fwd += 10_000_000;
+        rev += 80_000_000;
+        traffic(&mut s, fwd, rev);
+        s.run(REDISTRIBUTE_EVERY);
+    }
+    assert_eq!(s.events("distribution").len(), n, "hysteresis");
+    // Every host runs the shares: the configuration changed and was pushed.
+    let pushed = s.push_all();
+    let _ = pushed;
+    let cfg = &s.r.configs()[&1];
+    assert!(cfg.tenants.iter().any(|t| !t.groups.is_empty()));
+}
+
+#[test]
+fn a_lost_rack_instance_is_solved_again() {
+    let mut s = racked(Distribution::NetworkAware);
+    s.run(20 * MS);
+    let n = s.events("distribution").len();
+    // fw's rack-b instance goes down: the installed shares give rack b a
+    // share it can no longer serve, so the next solution is adopted at once
+    // (not held back by hysteresis).
+    let key =
+        s.r.desired()
+            .instances
+            .iter()
+            .find(|(k, i)| k.1 == "fw" && rack(i.host) == "b")
+            .map(|(k, _)| k.clone())
+            .unwrap();
+    s.r.desired.down.insert(key);
+    s.run(REDISTRIBUTE_EVERY);
+    assert_eq!(s.events("distribution").len(), n + 1);
+    let shares = &s.r.desired().shares[&("t".to_string(), "fw".to_string())];
+    assert_eq!(shares.get("b").copied().unwrap_or(0), 0, "{shares:?}");
+}

@@ -1,0 +1,631 @@
+//! Network-aware flow distribution that a hash-splitting data plane can install
+//! as **one split per middlebox, the same on every host**.
+//!
+//! Stratos's LP ([`crate::stratos::network_aware`]) chooses, for every instance
+//! `i` of a stage, the share of its flows sent to each instance `j` of the next
+//! stage. A data plane that picks the next instance by the flow's hash on the
+//! host where the packet is would realise that with a different split per
+//! previous hop, and then the reply of a flow, hashed on other hosts, would not
+//! retrace its request through the same instances. Sluice keeps one split per
+//! middlebox on every host (both directions of a flow hash alike, and the
+//! ownership leases of `state: cached` middleboxes are ranges of that split),
+//! and gets locality another way: every middlebox's split lists its instances
+//! **rack by rack, in one rack order**, so the hashes a stage sends to rack `k`
+//! are, as far as the shares allow, the hashes the next stage keeps in rack `k`.
+//! A flow whose hash falls in rack `k`'s range at every stage never leaves rack
+//! `k` between middleboxes.
+//!
+//! What is left to choose is each stage's share per rack (`s[g][k]`, the part
+//! of the hash space its rack-`k` instances own). With equal shares per
+//! instance (Stratos's balance) they are fixed by the placement; with some
+//! headroom per instance ([`Stage::max_share`]) this LP moves shares towards the
+//! racks where the traffic enters and leaves, minimising the worst uplink
+//! utilisation, the objective the issue and Stratos's §4.2 footnote name, then
+//! the traffic crossing racks, then the distance from an even split.
+//!
+//! Traffic between two stages crossing from rack `i` to rack `j` is the overlap
+//! of the first stage's rack-`i` interval with the second's rack-`j` interval
+//! ([`evaluate`], exact for the layout). The LP uses `max(0, s[a][k] - s[b][k])`
+//! for what leaves rack `k` at such a hop, which is exact with two racks and a
+//! lower bound with more (intervals of other racks may sit between); hysteresis
+//! and reports use [`evaluate`]. Traffic from an endpoint whose choice does not
+//! depend on the hash (the clients' VMs, the service a packet is addressed to)
+//! is independent of it: `e[i] * s[j]` goes from rack `i` to rack `j`.
+
+use crate::lp::{Direction, LinearProgram, LpError, Var};
+
+/// Constraint family: a stage's shares cover the hash space.
+pub const FAMILY_COVER: &str = "stage shares sum to 1";
+/// Constraint family: traffic leaving or entering a rack at a hop.
+pub const FAMILY_CROSSING: &str = "rack crossing";
+/// Constraint family: the worst uplink utilisation bounds every uplink.
+pub const FAMILY_UPLINK: &str = "uplink utilisation";
+/// Constraint family: distance from the even split.
+pub const FAMILY_EVEN: &str = "distance from even";
+
+/// One middlebox: how many of its instances run in each rack, and the most of
+/// the hash space each rack's instances may take.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Stage {
+    /// Instances per rack.
+    pub instances: Vec<u32>,
+    /// Upper bound of each rack's share (0 where it has no instance; the even
+    /// share, `instances[k] / total`, for Stratos's exact balance).
+    pub max_share: Vec<f64>,
+}
+
+impl Stage {
+    /// A stage whose instances may each take up to `1 + slack` times an even
+    /// share of its flows.
+    pub fn with_slack(instances: Vec<u32>, slack: f64) -> Stage {
+        let total: u32 = instances.iter().sum();
+        let max_share = instances
+            .iter()
+            .map(|&n| {
+                if total == 0 {
+                    0.0
+                } else {
+                    (f64::from(n) / f64::from(total) * (1.0 + slack.max(0.0))).min(1.0)
+                }
+            })
+            .collect();
+        Stage {
+            instances,
+            max_share,
+        }
+    }
+
+    /// Each rack's share when every instance takes the same.
+    pub fn even(&self) -> Vec<f64> {
+        let total: u32 = self.instances.iter().sum();
+        self.instances
+            .iter()
+            .map(|&n| {
+                if total == 0 {
+                    0.0
+                } else {
+                    f64::from(n) / f64::from(total)
+                }
+            })
+            .collect()
+    }
+}
+
+/// One end of a hop.
+#[derive(Debug, Clone, PartialEq)]
+pub enum End {
+    /// A middlebox (index into [`Problem::stages`]).
+    Stage(usize),
+    /// An endpoint whose choice of rack does not depend on the flow's hash:
+    /// the share of the hop's traffic at each rack (summing to 1).
+    Fixed(Vec<f64>),
+}
+
+/// Traffic between two consecutive elements of a chain.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Hop {
+    /// Where it comes from.
+    pub from: End,
+    /// Where it goes.
+    pub to: End,
+    /// Traffic in the chain's direction (any unit, the same for every hop).
+    pub forward: f64,
+    /// Traffic of the replies, which retrace the hop backwards.
+    pub reverse: f64,
+}
+
+/// A tenant's distribution problem.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Problem {
+    /// Capacity of each rack's uplink, both ways (same unit as the traffic per
+    /// second; equal capacities weigh crossings alike).
+    pub uplinks: Vec<f64>,
+    /// Middleboxes.
+    pub stages: Vec<Stage>,
+    /// Hops of every chain.
+    pub hops: Vec<Hop>,
+}
+
+/// Errors of the aligned distribution.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum AlignedError {
+    /// Shapes disagree (a stage, an endpoint or the uplinks with the racks).
+    #[error("malformed problem: {0}")]
+    Malformed(String),
+    /// The solver failed.
+    #[error("LP solver: {0}")]
+    Solver(#[from] LpError),
+}
+
+/// What a distribution puts on each uplink.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Evaluation {
+    /// Traffic out of and into each rack.
+    pub uplink: Vec<(f64, f64)>,
+    /// The worst of `max(out, in) / capacity` over racks (0 with no traffic).
+    pub worst: f64,
+    /// Traffic crossing racks, both ways, summed over hops.
+    pub crossing: f64,
+}
+
+/// Rack shares per stage.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Solution {
+    /// `shares[g][k]`: the part of stage `g`'s hash space its rack-`k` instances own.
+    pub shares: Vec<Vec<f64>>,
+    /// Its uplink loads.
+    pub evaluation: Evaluation,
+}
+
+impl Problem {
+    fn racks(&self) -> usize {
+        self.uplinks.len()
+    }
+
+    fn check(&self) -> Result<(), AlignedError> {
+        let r = self.racks();
+        if r == 0 {
+            return Err(AlignedError::Malformed("no rack".into()));
+        }
+        if self.uplinks.iter().any(|c| !(c.is_finite() && *c > 0.0)) {
+            return Err(AlignedError::Malformed(
+                "every uplink needs a positive capacity".into(),
+            ));
+        }
+        for (g, s) in self.stages.iter().enumerate() {
+            if s.instances.len() != r || s.max_share.len() != r {
+                return Err(AlignedError::Malformed(format!(
+                    "stage {g} describes {} racks, not {r}",
+                    s.instances.len()
+                )));
+            }
+            if s.instances.iter().sum::<u32>() == 0 {
+                return Err(AlignedError::Malformed(format!(
+                    "stage {g} has no instance"
+                )));
+            }
+            if s.max_share.iter().any(|m| !m.is_finite() || *m < 0.0) {
+                return Err(AlignedError::Malformed(format!(
+                    "stage {g}: bad share bound"
+                )));
+            }
+        }
+        for (h, hop) in self.hops.iter().enumerate() {
+            for end in [&hop.from, &hop.to] {
+                match end {
+                    End::Stage(g) if *g >= self.stages.len() => {
+                        return Err(AlignedError::Malformed(format!(
+                            "hop {h} names stage {g}, of {}",
+                            self.stages.len()
+                        )))
+                    }
+                    End::Fixed(e)
+                        if e.len() != r || e.iter().any(|x| !x.is_finite() || *x < 0.0) =>
+                    {
+                        return Err(AlignedError::Malformed(format!(
+                            "hop {h}: an endpoint's rack shares are malformed"
+                        )))
+                    }
+                    _ => {}
+                }
+            }
+            let ok = |x: f64| x.is_finite() && x >= 0.0;
+            if !ok(hop.forward) || !ok(hop.reverse) {
+                return Err(AlignedError::Malformed(format!(
+                    "hop {h}: traffic must be finite and non-negative"
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Every stage's even shares (what the uniform split gives, laid out rack
+    /// by rack).
+    pub fn even(&self) -> Vec<Vec<f64>> {
+        self.stages.iter().map(Stage::even).collect()
+    }
+}
+
+/// The share of a hop's traffic going from rack `i` to rack `j`, for every
+/// pair, under `shares` laid out as consecutive intervals in rack order.
+fn matrix(from: &End, to: &End, shares: &[Vec<f64>], racks: usize) -> Vec<Vec<f64>> {
+    let dist = |e: &End| match e {
+        End::Stage(g) => shares[*g].clone(),
+        End::Fixed(v) => v.clone(),
+    };
+    let mut m = vec![vec![0.0; racks]; racks];
+    match (from, to) {
+        (End::Stage(a), End::Stage(b)) => {
+            let bounds = |s: &[f64]| {
+                let mut lo = 0.0;
+                s.iter()
+                    .map(|x| {
+                        let iv = (lo, lo + x);
+                        lo += x;
+                        iv
+                    })
+                    .collect::<Vec<_>>()
+            };
+            let (ia, ib) = (bounds(&shares[*a]), bounds(&shares[*b]));
+            for (i, x) in ia.iter().enumerate() {
+                for (j, y) in ib.iter().enumerate() {
+                    m[i][j] = (x.1.min(y.1) - x.0.max(y.0)).max(0.0);
+                }
+            }
+        }
+        _ => {
+            let (e, s) = (dist(from), dist(to));
+            for i in 0..racks {
+                for j in 0..racks {
+                    m[i][j] = e[i] * s[j];
+                }
+            }
+        }
+    }
+    m
+}
+
+/// The uplink loads of `shares` (exact for the rack-by-rack layout).
+pub fn evaluate(p: &Problem, shares: &[Vec<f64>]) -> Evaluation {
+    let r = p.racks();
+    let mut uplink = vec![(0.0, 0.0); r];
+    let mut crossing = 0.0;
+    for hop in &p.hops {
+        let m = matrix(&hop.from, &hop.to, shares, r);
+        for (i, row) in m.iter().enumerate() {
+            for (j, x) in row.iter().enumerate() {
+                if i == j || *x <= 0.0 {
+                    continue;
+                }
+                // Requests go i -> j; their replies j -> i.
+                uplink[i].0 += x * hop.forward;
+                uplink[j].1 += x * hop.forward;
+                uplink[j].0 += x * hop.reverse;
+                uplink[i].1 += x * hop.reverse;
+                crossing += x * (hop.forward + hop.reverse);
+            }
+        }
+    }
+    let worst = uplink
+        .iter()
+        .zip(&p.uplinks)
+        .map(|((o, i), c)| o.max(*i) / c)
+        .fold(0.0, f64::max);
+    Evaluation {
+        uplink,
+        worst,
+        crossing,
+    }
+}
+
+/// Rack shares per stage minimising the worst uplink utilisation, then the
+/// traffic crossing racks, then the distance from the even split.
+pub fn solve(p: &Problem) -> Result<Solution, AlignedError> {
+    p.check()?;
+    let original = p;
+    // Scaling every hop's traffic, or every uplink, by one factor scales the
+    // worst utilisation by it and leaves the best shares alone: solve with
+    // the traffic summing to 1 and the largest uplink 1, so that the
+    // utilisation is of order 1 and the secondary terms below stay
+    // secondary whatever the units (bytes per second, or the unit demand
+    // that stands in before anything is measured).
+    let volume: f64 = p.hops.iter().map(|h| h.forward + h.reverse).sum();
+    let biggest = p.uplinks.iter().copied().fold(0.0, f64::max);
+    let mut scaled = p.clone();
+    for h in &mut scaled.hops {
+        if volume > 0.0 {
+            h.forward /= volume;
+            h.reverse /= volume;
+        }
+    }
+    for c in &mut scaled.uplinks {
+        *c /= biggest;
+    }
+    let p = &scaled;
+    let r = p.racks();
+    let even = p.even();
+    // Ties on the worst utilisation break towards fewer bytes crossing,
+    // then towards the even split.
+    let eps_cross = 1e-3;
+    let eps_even = 1e-5;
+    let mut lp = LinearProgram::new(Direction::Minimise);
+    let u = lp.add_var(1.0, 0.0, f64::INFINITY);
+    let s: Vec<Vec<Var>> = p
+        .stages
+        .iter()
+        .map(|st| {
+            st.max_share
+                .iter()
+                .zip(&st.instances)
+                .map(|(&m, &n)| lp.add_var(0.0, 0.0, if n == 0 { 0.0 } else { m.min(1.0) }))
+                .collect()
+        })
+        .collect();
+    for row in &s {
+        lp.add_constraint(FAMILY_COVER, 1.0, 1.0, row.iter().map(|&v| (v, 1.0)));
+    }
+    // Distance from even: dev >= |s - even|.
+    for (g, row) in s.iter().enumerate() {
+        for (k, &v) in row.iter().enumerate() {
+            let dev = lp.add_var(eps_even, 0.0, f64::INFINITY);
+            lp.add_constraint(
+                FAMILY_EVEN,
+                even[g][k],
+                f64::INFINITY,
+                [(dev, 1.0), (v, 1.0)],
+            );
+            lp.add_constraint(
+                FAMILY_EVEN,
+                -even[g][k],
+                f64::INFINITY,
+                [(dev, 1.0), (v, -1.0)],
+            );
+        }
+    }
+    // Per rack, out and in traffic as affine forms: constant + terms.
+    type Affine = (f64, Vec<(Var, f64)>);
+    let mut up: Vec<Affine> = vec![(0.0, Vec::new()); r];
+    let mut down: Vec<Affine> = vec![(0.0, Vec::new()); r];
+    for hop in &p.hops {
+        let (f, b) = (hop.forward, hop.reverse);
+        if f + b <= 0.0 {
+            continue;
+        }
+        for k in 0..r {
+            // out_k, in_k of this hop in the chain's direction, as affine forms.
+            let (out, inn): (Affine, Affine) = match (&hop.from, &hop.to) {
+                (End::Stage(a), End::Stage(bb)) => {
+                    let o = lp.add_var(eps_cross * (f + b), 0.0, f64::INFINITY);
+                    let i = lp.add_var(eps_cross * (f + b), 0.0, f64::INFINITY);
+                    // o >= s_a - s_b, i >= s_b - s_a.
+                    lp.add_constraint(
+                        FAMILY_CROSSING,
+                        0.0,
+                        f64::INFINITY,
+                        [(o, 1.0), (s[*a][k], -1.0), (s[*bb][k], 1.0)],
+                    );
+                    lp.add_constraint(
+                        FAMILY_CROSSING,
+                        0.0,
+                        f64::INFINITY,
+                        [(i, 1.0), (s[*bb][k], -1.0), (s[*a][k], 1.0)],
+                    );
+                    ((0.0, vec![(o, 1.0)]), (0.0, vec![(i, 1.0)]))
+                }
+                (End::Fixed(e), End::Stage(g)) => (
+                    // e_k (1 - s_k) leaves; s_k (1 - e_k) arrives.
+                    (e[k], vec![(s[*g][k], -e[k])]),
+                    (0.0, vec![(s[*g][k], 1.0 - e[k])]),
+                ),
+                (End::Stage(g), End::Fixed(x)) => (
+                    (0.0, vec![(s[*g][k], 1.0 - x[k])]),
+                    (x[k], vec![(s[*g][k], -x[k])]),
+                ),
+                (End::Fixed(e), End::Fixed(x)) => {
+                    let o = e[k] * (1.0 - x[k]);
+                    let i = x[k] * (1.0 - e[k]);
+                    ((o, Vec::new()), (i, Vec::new()))
+                }
+            };
+            let add = |acc: &mut Affine, a: &Affine, w: f64| {
+                acc.0 += a.0 * w;
+                acc.1.extend(a.1.iter().map(|&(v, c)| (v, c * w)));
+            };
+            // Requests leave by the uplink, replies come back by it.
+            add(&mut up[k], &out, f);
+            add(&mut up[k], &inn, b);
+            add(&mut down[k], &inn, f);
+            add(&mut down[k], &out, b);
+        }
+    }
+    // u * cap_k >= load_k  <=>  u * cap_k - terms >= constant.
+    for k in 0..r {
+        for load in [&up[k], &down[k]] {
+            // HiGHS refuses a row naming a variable twice: merge the terms.
+            let mut merged: Vec<(Var, f64)> = Vec::with_capacity(load.1.len() + 1);
+            for &(v, c) in std::iter::once(&(u, -p.uplinks[k])).chain(&load.1) {
+                match merged.iter_mut().find(|m| m.0 == v) {
+                    Some(m) => m.1 += c,
+                    None => merged.push((v, c)),
+                }
+            }
+            let terms = merged.into_iter().map(|(v, c)| (v, -c));
+            lp.add_constraint(FAMILY_UPLINK, load.0, f64::INFINITY, terms);
+        }
+    }
+    let sol = lp.solve()?;
+    let mut shares: Vec<Vec<f64>> = s
+        .iter()
+        .map(|row| row.iter().map(|&v| sol.value(v).max(0.0)).collect())
+        .collect();
+    for row in &mut shares {
+        let t: f64 = row.iter().sum();
+        if t > 0.0 {
+            row.iter_mut().for_each(|x| *x /= t);
+        }
+    }
+    let evaluation = evaluate(original, &shares);
+    Ok(Solution { shares, evaluation })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn close(a: f64, b: f64) -> bool {
+        (a - b).abs() < 1e-6
+    }
+
+    /// Two racks; clients in rack 0; a chain of three middleboxes with one
+    /// instance per rack; the service in both racks (half the traffic each).
+    fn two_racks(slack: f64) -> Problem {
+        let st = || Stage::with_slack(vec![1, 1], slack);
+        Problem {
+            uplinks: vec![1.0, 1.0],
+            stages: vec![st(), st(), st()],
+            hops: vec![
+                Hop {
+                    from: End::Fixed(vec![1.0, 0.0]),
+                    to: End::Stage(0),
+                    forward: 1.0,
+                    reverse: 4.0,
+                },
+                Hop {
+                    from: End::Stage(0),
+                    to: End::Stage(1),
+                    forward: 1.0,
+                    reverse: 4.0,
+                },
+                Hop {
+                    from: End::Stage(1),
+                    to: End::Stage(2),
+                    forward: 1.0,
+                    reverse: 4.0,
+                },
+                Hop {
+                    from: End::Stage(2),
+                    to: End::Fixed(vec![0.5, 0.5]),
+                    forward: 1.0,
+                    reverse: 4.0,
+                },
+            ],
+        }
+    }
+
+    #[test]
+    fn aligned_even_shares_cross_only_at_the_ends() {
+        let p = two_racks(0.0);
+        let even = p.even();
+        let e = evaluate(&p, &even);
+        // Entry: half the clients' flows go to rack 1; exit: from each rack half
+        // go to the other. Between middleboxes nothing crosses.
+        assert!(close(e.crossing, 5.0 * (0.5 + 0.5)), "{e:?}");
+        // With balance imposed the LP can only keep these shares.
+        let s = solve(&p).unwrap();
+        for row in &s.shares {
+            assert!(close(row[0], 0.5) && close(row[1], 0.5), "{:?}", s.shares);
+        }
+    }
+
+    #[test]
+    fn uniform_per_instance_choice_crosses_at_every_hop() {
+        // What a split that ignores racks costs: model it as every stage's
+        // choice independent of the previous one's rack.
+        let p = two_racks(0.0);
+        let mut indep = p.clone();
+        for h in &mut indep.hops {
+            if let (End::Stage(_), End::Stage(_)) = (&h.from, &h.to) {
+                h.from = End::Fixed(vec![0.5, 0.5]);
+            }
+        }
+        let aligned = evaluate(&p, &p.even());
+        let uniform = evaluate(&indep, &indep.even());
+        assert!(
+            uniform.crossing > aligned.crossing * 1.9,
+            "{uniform:?} vs {aligned:?}"
+        );
+    }
+
+    #[test]
+    fn headroom_moves_shares_to_the_clients_rack() {
+        let p = two_racks(1.0);
+        let s = solve(&p).unwrap();
+        let even = evaluate(&p, &p.even());
+        assert!(s.evaluation.worst < even.worst - 1e-6, "{s:?} vs {even:?}");
+        for row in &s.shares {
+            assert!(row[0] > 0.5 + 1e-6, "rack 0 gains: {:?}", s.shares);
+        }
+        // The stages stay aligned: nothing crosses between middleboxes.
+        let between = Problem {
+            hops: p.hops[1..3].to_vec(),
+            ..p.clone()
+        };
+        assert!(close(evaluate(&between, &s.shares).crossing, 0.0));
+    }
+
+    #[test]
+    fn a_smaller_uplink_takes_less() {
+        // Clients in both racks, service in both; rack 1's uplink is a tenth of
+        // rack 0's: the worst utilisation is rack 1's, and the LP keeps what
+        // crosses it small by giving rack 1's instances its own traffic only.
+        let mut p = two_racks(1.0);
+        p.uplinks = vec![10.0, 1.0];
+        p.hops[0].from = End::Fixed(vec![0.5, 0.5]);
+        let s = solve(&p).unwrap();
+        let even = evaluate(&p, &p.even());
+        assert!(s.evaluation.worst <= even.worst + 1e-9, "{s:?} vs {even:?}");
+    }
+
+    #[test]
+    fn a_rack_without_instances_gets_no_share() {
+        let mut p = two_racks(1.0);
+        p.stages[1] = Stage::with_slack(vec![2, 0], 1.0);
+        let s = solve(&p).unwrap();
+        assert!(close(s.shares[1][1], 0.0), "{:?}", s.shares);
+        assert!(close(s.shares[1][0], 1.0));
+    }
+
+    #[test]
+    fn the_units_do_not_change_the_answer() {
+        // Bytes per second against Mbit/s-sized uplinks: the same shares as
+        // unit traffic on unit uplinks.
+        let unit = solve(&two_racks(1.0)).unwrap();
+        let mut big = two_racks(1.0);
+        big.uplinks = vec![12.5e6, 12.5e6];
+        let small = solve(&big).unwrap();
+        for (a, b) in unit.shares.iter().zip(&small.shares) {
+            for (x, y) in a.iter().zip(b) {
+                assert!(close(*x, *y), "{:?} vs {:?}", unit.shares, small.shares);
+            }
+        }
+        assert!(
+            small.evaluation.worst < 1e-5,
+            "evaluated in the original units"
+        );
+    }
+
+    #[test]
+    fn malformed_problems_are_named() {
+        let mut p = two_racks(0.0);
+        p.stages[0].instances = vec![1];
+        assert!(matches!(solve(&p), Err(AlignedError::Malformed(m)) if m.contains("stage 0")));
+        let mut p = two_racks(0.0);
+        p.uplinks[1] = 0.0;
+        assert!(matches!(solve(&p), Err(AlignedError::Malformed(m)) if m.contains("uplink")));
+        let mut p = two_racks(0.0);
+        p.hops[0].to = End::Stage(9);
+        assert!(matches!(solve(&p), Err(AlignedError::Malformed(m)) if m.contains("stage 9")));
+    }
+
+    #[test]
+    fn no_traffic_keeps_the_even_split() {
+        let mut p = two_racks(1.0);
+        for h in &mut p.hops {
+            h.forward = 0.0;
+            h.reverse = 0.0;
+        }
+        let s = solve(&p).unwrap();
+        assert_eq!(s.evaluation.worst, 0.0);
+        for row in &s.shares {
+            assert!(close(row[0], 0.5), "{:?}", s.shares);
+        }
+    }
+
+    #[test]
+    fn the_lp_matches_the_exact_evaluation_with_two_racks() {
+        // Random-ish instance counts and slack: the LP's optimum, evaluated
+        // exactly, is never worse than the even split.
+        for (a, b, slack) in [(1, 2, 0.5), (3, 1, 0.25), (2, 2, 1.0), (1, 3, 2.0)] {
+            let mut p = two_racks(slack);
+            p.stages[1] = Stage::with_slack(vec![a, b], slack);
+            let s = solve(&p).unwrap();
+            let even = evaluate(&p, &p.even());
+            assert!(s.evaluation.worst <= even.worst + 1e-9, "{a} {b} {slack}");
+            for (g, row) in s.shares.iter().enumerate() {
+                for (k, x) in row.iter().enumerate() {
+                    assert!(*x <= p.stages[g].max_share[k] + 1e-6);
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,522 @@
+//! Issue 27's placement experiment (Stratos §7.2 on the namespace testbed):
+//! does placing and splitting by the network serve more when the network
+//! between racks is the bottleneck?
+//!
+//! Four hosts in two racks whose uplinks to the spine are limited with `tc`
+//! ([`Lab::limit_rack_uplinks`]); the clients `c1`, `c2` in rack r1 (hosts 1
+//! and 2), the web servers `w1` (host 2, r1), `w2`, `w3` (hosts 3 and 4, r2);
+//! a chain of three middleboxes of two instances each between them
+//! (`examples/experiments/placement.yaml`). Two arms, each on a lab of its
+//! own, alternating round by round: **today** (`least-loaded` placement,
+//! `uniform` distribution) and **aware** (`rack-aware` placement,
+//! `network-aware` distribution with the uplinks declared). In each, the
+//! clients download the 1 MiB blob from every server in closed loops (the
+//! served throughput: bytes of the downloads completed in the window) while
+//! each client also fetches the small index page in a loop (the request
+//! latency), first with the uplinks limited, then without. The bytes that
+//! crossed the uplinks come from the rack links' counters.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::Child;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use serde::Serialize;
+
+use crate::isolation::{finish_by, spawn_in};
+use crate::lab::{other, Lab, LabError, LabOptions, Topology};
+
+/// What to run.
+#[derive(Debug, Clone, Serialize)]
+pub struct PlacementOptions {
+    /// Each rack uplink's rate when limited, Mbit/s each way.
+    pub uplink_mbit: u32,
+    /// The uplinks' queues, KiB.
+    pub queue_kb: u32,
+    /// Seconds of load before the window (the aware arm's controller solves
+    /// its split from measured traffic every 5 s).
+    pub warmup: u32,
+    /// Seconds measured.
+    pub seconds: u32,
+    /// Rounds (each runs both arms, today first).
+    pub rounds: u32,
+    /// Download loops per (client, server) pair.
+    pub loops: usize,
+}
+
+impl Default for PlacementOptions {
+    fn default() -> PlacementOptions {
+        PlacementOptions {
+            uplink_mbit: 100,
+            queue_kb: 256,
+            warmup: 10,
+            seconds: 15,
+            rounds: 2,
+            loops: 2,
+        }
+    }
+}
+
+/// One arm: the controller's placement and distribution settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum Arm {
+    /// `least-loaded` placement, `uniform` distribution.
+    Today,
+    /// `rack-aware` placement, `network-aware` distribution.
+    Aware,
+}
+
+impl Arm {
+    /// Its name in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Arm::Today => "today",
+            Arm::Aware => "aware",
+        }
+    }
+}
+
+/// Where each VM of the experiment's spec runs.
+pub fn vm_hosts() -> BTreeMap<String, u32> {
+    [("c1", 1), ("c2", 2), ("w1", 2), ("w2", 3), ("w3", 4)]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect()
+}
+
+/// The lab's topology for `arm`: two racks, the VMs pinned, the arm's
+/// controller settings.
+pub fn topology(arm: Arm, o: &PlacementOptions) -> Topology {
+    let mut controller = BTreeMap::new();
+    match arm {
+        Arm::Today => {
+            controller.insert("placement".into(), "least-loaded".into());
+            controller.insert("distribution".into(), "uniform".into());
+        }
+        Arm::Aware => {
+            controller.insert("placement".into(), "rack-aware".into());
+            controller.insert("distribution".into(), "network-aware".into());
+            controller.insert(
+                "rack_uplink".into(),
+                format!("r1={m},r2={m}", m = o.uplink_mbit),
+            );
+        }
+    }
+    Topology {
+        racks: 2,
+        vm_hosts: vm_hosts(),
+        controller,
+    }
+}
+
+/// Where an instance ran and what share of its middlebox it took.
+#[derive(Debug, Clone, Serialize)]
+pub struct Placed {
+    /// `tenant/middlebox/k`.
+    pub name: String,
+    /// Host id.
+    pub host: u32,
+    /// Its rack.
+    pub rack: Option<String>,
+    /// Its share of the middlebox's hash space.
+    pub share: Option<f64>,
+}
+
+/// One measured window.
+#[derive(Debug, Clone, Serialize)]
+pub struct Window {
+    /// The arm.
+    pub arm: Arm,
+    /// Round (from 1).
+    pub round: u32,
+    /// Whether the uplinks were limited.
+    pub limited: bool,
+    /// Bytes of the downloads completed in the window, Mbit/s.
+    pub served_mbps: f64,
+    /// Downloads completed in the window.
+    pub downloads: usize,
+    /// Bytes that crossed the rack uplinks in the window, per byte served.
+    pub crossing_per_byte: f64,
+    /// Bytes that crossed the uplinks, MB.
+    pub crossing_mb: f64,
+    /// Small requests completed in the window.
+    pub requests: usize,
+    /// Their median time, ms.
+    pub p50_ms: f64,
+    /// Their 99th percentile, ms.
+    pub p99_ms: f64,
+    /// Requests that failed (curl's exit status).
+    pub failed: usize,
+}
+
+/// Everything measured.
+#[derive(Debug, Clone, Serialize)]
+pub struct PlacementReport {
+    /// The options.
+    pub options: PlacementOptions,
+    /// Every window, in the order run.
+    pub windows: Vec<Window>,
+    /// Each arm's placement as the controller reported it (its last lab).
+    pub placements: BTreeMap<String, Vec<Placed>>,
+}
+
+impl PlacementReport {
+    /// Median served throughput of `arm` with the uplinks limited or not.
+    pub fn median_served(&self, arm: Arm, limited: bool) -> Option<f64> {
+        median(
+            self.windows
+                .iter()
+                .filter(|w| w.arm == arm && w.limited == limited)
+                .map(|w| w.served_mbps)
+                .collect(),
+        )
+    }
+
+    /// aware / today, medians, limited or not.
+    pub fn ratio(&self, limited: bool) -> Option<f64> {
+        let t = self.median_served(Arm::Today, limited)?;
+        let a = self.median_served(Arm::Aware, limited)?;
+        (t > 0.0).then(|| a / t)
+    }
+}
+
+fn median(mut xs: Vec<f64>) -> Option<f64> {
+    if xs.is_empty() {
+        return None;
+    }
+    xs.sort_by(f64::total_cmp);
+    let n = xs.len();
+    Some(if n % 2 == 1 {
+        xs[n / 2]
+    } else {
+        (xs[n / 2 - 1] + xs[n / 2]) / 2.0
+    })
+}
+
+/// The `q` quantile of sorted `xs` (nearest rank).
+fn quantile(xs: &[f64], q: f64) -> f64 {
+    if xs.is_empty() {
+        return 0.0;
+    }
+    let i = ((q * xs.len() as f64).ceil() as usize).clamp(1, xs.len()) - 1;
+    xs[i]
+}
+
+fn unix_s() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+}
+
+/// A closed loop of `curl`s in VM `vm` for `secs` seconds: one line per
+/// request, `SIZE TIME_TOTAL EXIT UNIX_S`.
+fn curl_loop(lab: &Lab, vm: &str, url: &str, secs: u32) -> Result<Child, LabError> {
+    let script = format!(
+        "end=$(( $(date +%s) + {secs} )); \
+         while [ $(date +%s) -lt $end ]; do \
+           r=$(curl -s -o /dev/null --max-time 10 -w '%{{size_download}} %{{time_total}}' {url}); \
+           echo \"$r $? $(date +%s.%N)\"; \
+         done"
+    );
+    spawn_in(lab, vm, &["sh", "-c", &script])
+}
+
+/// Parses a [`curl_loop`]'s lines: (bytes, seconds, ok, finished at).
+fn parse_loop(out: &str) -> Vec<(u64, f64, bool, f64)> {
+    out.lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            if f.len() != 4 {
+                return None;
+            }
+            Some((
+                f[0].parse().ok()?,
+                f[1].parse().ok()?,
+                f[2] == "0",
+                f[3].parse().ok()?,
+            ))
+        })
+        .collect()
+}
+
+fn addr(lab: &Lab, vm: &str) -> Result<String, LabError> {
+    lab.state()
+        .vm(vm)
+        .and_then(|v| v.addrs.first().cloned())
+        .ok_or_else(|| other(format!("the spec has no VM `{vm}`")))
+}
+
+/// One window on a running lab.
+pub fn window(
+    lab: &Lab,
+    arm: Arm,
+    round: u32,
+    limited: bool,
+    o: &PlacementOptions,
+) -> Result<Window, LabError> {
+    lab.limit_rack_uplinks(limited.then_some(o.uplink_mbit), o.queue_kb)?;
+    let total = o.warmup + o.seconds;
+    let mut loops = Vec::new();
+    for c in ["c1", "c2"] {
+        for w in ["w1", "w2", "w3"] {
+            let url = format!("http://{}/blob", addr(lab, w)?);
+            for _ in 0..o.loops.max(1) {
+                loops.push((false, curl_loop(lab, c, &url, total)?));
+            }
+        }
+        // Small requests, to each server in turn.
+        let urls: Vec<String> = ["w1", "w2", "w3"]
+            .iter()
+            .map(|w| addr(lab, w).map(|a| format!("http://{a}/index.html")))
+            .collect::<Result<_, _>>()?;
+        for u in urls {
+            loops.push((true, curl_loop(lab, c, &u, total)?));
+        }
+    }
+    std::thread::sleep(Duration::from_secs(u64::from(o.warmup)));
+    let from = unix_s();
+    let before = lab.rack_uplink_bytes()?;
+    std::thread::sleep(Duration::from_secs(u64::from(o.seconds)));
+    let after = lab.rack_uplink_bytes()?;
+    let to = unix_s();
+    let by = Instant::now() + Duration::from_secs(20);
+    let mut bytes = 0u64;
+    let mut downloads = 0usize;
+    let mut times = Vec::new();
+    let mut failed = 0usize;
+    for (small, c) in loops {
+        let out = finish_by(c, by, "curl loop")?;
+        for (size, secs, ok, at) in parse_loop(&out) {
+            if at < from || at > to {
+                continue;
+            }
+            if small {
+                if ok {
+                    times.push(secs * 1e3);
+                } else {
+                    failed += 1;
+                }
+            } else if ok {
+                bytes += size;
+                downloads += 1;
+            }
+        }
+    }
+    times.sort_by(f64::total_cmp);
+    let crossed: u64 = before
+        .iter()
+        .zip(&after)
+        .map(|(b, a)| a.1.saturating_sub(b.1))
+        .sum();
+    let secs = (to - from).max(1e-3);
+    Ok(Window {
+        arm,
+        round,
+        limited,
+        served_mbps: bytes as f64 * 8.0 / 1e6 / secs,
+        downloads,
+        crossing_per_byte: if bytes > 0 {
+            crossed as f64 / bytes as f64
+        } else {
+            0.0
+        },
+        crossing_mb: crossed as f64 / 1e6,
+        requests: times.len(),
+        p50_ms: quantile(&times, 0.5),
+        p99_ms: quantile(&times, 0.99),
+        failed,
+    })
+}
+
+/// The controller's placement of the lab's instances.
+pub fn placement(lab: &Lab) -> Result<Vec<Placed>, LabError> {
+    let url = format!("{}/v1/placement", lab.state().controller);
+    let v: serde_json::Value = lab
+        .state()
+        .http()
+        .get(&url)
+        .set("Authorization", &lab.state().bearer())
+        .call()
+        .map_err(|e| other(format!("GET {url}: {e}")))?
+        .into_json()
+        .map_err(|e| other(format!("GET {url}: {e}")))?;
+    let list = v
+        .as_array()
+        .or_else(|| v.get("placement").and_then(|p| p.as_array()))
+        .cloned()
+        .unwrap_or_default();
+    Ok(list
+        .iter()
+        .map(|p| Placed {
+            name: p["name"].as_str().unwrap_or_default().to_string(),
+            host: p["host"].as_u64().unwrap_or_default() as u32,
+            rack: p["rack"].as_str().map(str::to_string),
+            share: p["share"].as_f64(),
+        })
+        .collect())
+}
+
+/// Runs every round: a lab per arm and round, limited then unlimited.
+/// `base` gives everything but the topology (spec, binaries, directory).
+pub fn run(
+    base: &LabOptions,
+    o: &PlacementOptions,
+    progress: impl Fn(&str),
+) -> Result<PlacementReport, LabError> {
+    let mut windows = Vec::new();
+    let mut placements = BTreeMap::new();
+    for round in 1..=o.rounds.max(1) {
+        for arm in [Arm::Today, Arm::Aware] {
+            progress(&format!(
+                "round {round}: testbed for the {} arm ...",
+                arm.name()
+            ));
+            let opts = LabOptions {
+                hosts: 4,
+                web: true,
+                topology: topology(arm, o),
+                ..base.clone()
+            };
+            let lab = Lab::up(&opts)?;
+            placements.insert(arm.name().to_string(), placement(&lab)?);
+            for limited in [true, false] {
+                progress(&format!(
+                    "round {round}, {} arm, uplinks {}: {} s of load",
+                    arm.name(),
+                    if limited {
+                        format!("at {} Mbit/s", o.uplink_mbit)
+                    } else {
+                        "unlimited".to_string()
+                    },
+                    o.warmup + o.seconds
+                ));
+                windows.push(window(&lab, arm, round, limited, o)?);
+            }
+            // The final shares, after the load.
+            placements.insert(arm.name().to_string(), placement(&lab)?);
+            drop(lab);
+        }
+    }
+    Ok(PlacementReport {
+        options: o.clone(),
+        windows,
+        placements,
+    })
+}
+
+/// Prints a report.
+pub fn print(r: &PlacementReport) {
+    println!(
+        "{:<6} {:>5} {:>9} {:>10} {:>9} {:>10} {:>9} {:>9} {:>9} {:>6}",
+        "arm",
+        "round",
+        "uplinks",
+        "served",
+        "downloads",
+        "crossing",
+        "requests",
+        "p50",
+        "p99",
+        "failed"
+    );
+    for w in &r.windows {
+        println!(
+            "{:<6} {:>5} {:>9} {:>6.1} Mb/s {:>9} {:>8.2} B/B {:>9} {:>6.1} ms {:>6.1} ms {:>6}",
+            w.arm.name(),
+            w.round,
+            if w.limited {
+                format!("{} Mb/s", r.options.uplink_mbit)
+            } else {
+                "free".to_string()
+            },
+            w.served_mbps,
+            w.downloads,
+            w.crossing_per_byte,
+            w.requests,
+            w.p50_ms,
+            w.p99_ms,
+            w.failed
+        );
+    }
+    for (arm, ps) in &r.placements {
+        let line: Vec<String> = ps
+            .iter()
+            .map(|p| {
+                format!(
+                    "{}@h{}({}{})",
+                    p.name
+                        .rsplit_once('/')
+                        .map_or(p.name.as_str(), |x| x.0)
+                        .trim_start_matches("racks/"),
+                    p.host,
+                    p.rack.as_deref().unwrap_or("-"),
+                    p.share
+                        .map_or(String::new(), |s| format!(" {:.0}%", s * 100.0))
+                )
+            })
+            .collect();
+        println!("placement {arm}: {}", line.join(" "));
+    }
+    for limited in [true, false] {
+        if let Some(x) = r.ratio(limited) {
+            println!(
+                "served, aware / today (medians), uplinks {}: {x:.2}  (goal: {})",
+                if limited { "limited" } else { "free" },
+                if limited {
+                    ">= 1.30"
+                } else {
+                    ">= 1.00, within noise"
+                }
+            );
+        }
+    }
+}
+
+/// The spec the experiment uses.
+pub fn default_spec() -> &'static Path {
+    Path::new("examples/experiments/placement.yaml")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn curl_lines_parse_and_junk_is_skipped() {
+        let out = "1048576 0.120 0 1700000000.5\n0 10.001 28 1700000001.0\ngarbage\n";
+        let v = parse_loop(out);
+        assert_eq!(v.len(), 2);
+        assert_eq!(v[0], (1_048_576, 0.12, true, 1_700_000_000.5));
+        assert!(!v[1].2);
+    }
+
+    #[test]
+    fn quantiles_take_the_nearest_rank() {
+        let xs: Vec<f64> = (1..=100).map(f64::from).collect();
+        assert_eq!(quantile(&xs, 0.5), 50.0);
+        assert_eq!(quantile(&xs, 0.99), 99.0);
+        assert_eq!(quantile(&[], 0.99), 0.0);
+        assert_eq!(median(vec![3.0, 1.0, 2.0]), Some(2.0));
+        assert_eq!(median(vec![]), None);
+    }
+
+    #[test]
+    fn the_arms_differ_only_in_their_controller_settings() {
+        let o = PlacementOptions::default();
+        let (t, a) = (topology(Arm::Today, &o), topology(Arm::Aware, &o));
+        assert_eq!(t.racks, 2);
+        assert_eq!(t.vm_hosts, a.vm_hosts);
+        assert_eq!(t.controller["distribution"], "uniform");
+        assert_eq!(a.controller["distribution"], "network-aware");
+        assert_eq!(a.controller["rack_uplink"], "r1=100,r2=100");
+        // Clients in rack r1, servers in both.
+        for (vm, h) in vm_hosts() {
+            let r = t.rack_of(h, 4).unwrap();
+            if vm.starts_with('c') {
+                assert_eq!(r, 1, "{vm}");
+            }
+        }
+        assert_eq!(t.rack_of(3, 4), Some(2));
+        assert_eq!(Topology::default().rack_of(3, 4), None);
+    }
+}
