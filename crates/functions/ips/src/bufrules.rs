@@ -67,6 +67,7 @@ pub struct MpmScratch {
     seen: Vec<u64>,
     marked: Vec<u32>,
     folded: Vec<u8>,
+    at: Vec<u32>,
 }
 
 impl MpmScratch {
@@ -135,8 +136,10 @@ impl Mpm {
         scratch.reset(self.pats.len());
         let mut folded = std::mem::take(&mut scratch.folded);
         HashMpm::fold(buf, &mut folded);
-        let MpmScratch { seen, marked, .. } = scratch;
-        self.set.each(buf, &folded, 0, |pid, at| {
+        let MpmScratch {
+            seen, marked, at, ..
+        } = scratch;
+        self.set.each(buf, &folded, 0, at, |pid, at| {
             // Found once is enough: later occurrences are not verified.
             let (w, bit) = (pid as usize / 64, 1u64 << (pid % 64));
             if seen[w] & bit != 0 || !self.set.is_at(pid, buf, &folded, at) {

@@ -76,6 +76,11 @@ struct Pat {
 /// A set of patterns searched by hashing ([`HashMpm::each`]).
 pub(crate) struct HashMpm {
     pats: Vec<Pat>,
+    /// The first stage, tested at every position: the first byte (folded)
+    /// of each one-byte pattern, and the first two of each longer one, as
+    /// bit sets indexed directly (32 bytes and 8 KiB, in the L1 cache).
+    single: [u64; 4],
+    pair: Box<[u64; 1024]>,
     /// Per length class (1, 2, 3, 4+), if it has patterns.
     classes: [Option<KeyTable>; 4],
     max_len: usize,
@@ -89,6 +94,8 @@ impl HashMpm {
         let mut keyed: [Vec<(u32, u32)>; 4] = Default::default();
         let mut out = Vec::new();
         let mut max_len = 0;
+        let mut single = [0u64; 4];
+        let mut pair = Box::new([0u64; 1024]);
         for (pid, (bytes, cs)) in pats.into_iter().enumerate() {
             let bytes: Box<[u8]> = if cs {
                 bytes.into()
@@ -103,11 +110,19 @@ impl HashMpm {
                     *d = s.to_ascii_lowercase();
                 }
                 keyed[n - 1].push((u32::from_le_bytes(k), pid as u32));
+                if n == 1 {
+                    single[k[0] as usize / 64] |= 1 << (k[0] % 64);
+                } else {
+                    let p = u16::from_le_bytes([k[0], k[1]]) as usize;
+                    pair[p / 64] |= 1 << (p % 64);
+                }
             }
             out.push(Pat { bytes, cs });
         }
         HashMpm {
             pats: out,
+            single,
+            pair,
             classes: keyed.map(|k| (!k.is_empty()).then(|| KeyTable::new(k))),
             max_len,
         }
@@ -130,31 +145,47 @@ impl HashMpm {
     /// [`HashMpm::fold`] of it) from `from` on where a pattern may start
     /// (its first bytes match, folded); [`HashMpm::is_at`] tells whether it
     /// does. The caller verifies, so it can skip a pattern found already.
+    /// `at`: scratch space.
     #[inline]
     pub(crate) fn each(
         &self,
         buf: &[u8],
         folded: &[u8],
         from: usize,
+        at: &mut Vec<u32>,
         mut cand: impl FnMut(u32, usize),
     ) {
-        debug_assert!(folded.len() >= buf.len() + 3);
-        for (c, t) in self.classes.iter().enumerate() {
-            let Some(t) = t else { continue };
-            let n = c + 1;
-            if buf.len() < n {
-                continue;
+        let n = buf.len();
+        if from >= n {
+            return;
+        }
+        assert!(folded.len() >= n + 3 && n < 1 << 28);
+        // First the positions where some pattern's first one or two bytes
+        // are, in a tight loop over two small tables; then, at those
+        // positions, each length class's hashed key and the patterns to
+        // verify. A key read past the end (the padding) is refused by the
+        // verification.
+        at.clear();
+        let (single, pair) = (&self.single, &*self.pair);
+        for (i, w) in folded[from..n + 1].windows(2).enumerate() {
+            let (b, p) = (w[0] as usize, u16::from_le_bytes([w[0], w[1]]) as usize);
+            if (pair[p / 64] >> (p % 64)) & 1 != 0 || (single[b / 64] >> (b % 64)) & 1 != 0 {
+                at.push((from + i) as u32);
             }
-            let mask = MASKS[c];
-            for i in from..=buf.len() - n {
-                let w = &folded[i..i + 4];
-                let k = u32::from_le_bytes([w[0], w[1], w[2], w[3]]) & mask;
-                let h = key_hash(k, t.shift);
-                if t.bits[h / 64] & (1 << (h % 64)) == 0 {
+        }
+        for &i in at.iter() {
+            let i = i as usize;
+            let w = &folded[i..i + 4];
+            let w = u32::from_le_bytes([w[0], w[1], w[2], w[3]]);
+            for (c, tc) in self.classes.iter().enumerate() {
+                let Some(tc) = tc else { continue };
+                let k = w & MASKS[c];
+                let h = key_hash(k, tc.shift);
+                if (tc.bits[h / 64] >> (h % 64)) & 1 == 0 {
                     continue;
                 }
-                if let Some(&(a, z)) = t.by_key.get(&k) {
-                    for &pid in &t.ids[a as usize..z as usize] {
+                if let Some(&(a, z)) = tc.by_key.get(&k) {
+                    for &pid in &tc.ids[a as usize..z as usize] {
                         cand(pid, i);
                     }
                 }
@@ -197,7 +228,7 @@ mod tests {
         };
         // A small alphabet, so patterns overlap and occur often.
         const ABC: &[u8] = b"aAbBzZ\x00\xc1\xe1@[`{";
-        let mut folded = Vec::new();
+        let (mut folded, mut at) = (Vec::new(), Vec::new());
         for round in 0..40 {
             let npats = 1 + rnd(if round % 4 == 0 { 300 } else { 30 }) as usize;
             let pats: Vec<(Vec<u8>, bool)> = (0..npats)
@@ -219,7 +250,7 @@ mod tests {
                 HashMpm::fold(&buf, &mut folded);
                 let from = rnd(5) as usize;
                 let mut got = Vec::new();
-                m.each(&buf, &folded, from, |p, s| {
+                m.each(&buf, &folded, from, &mut at, |p, s| {
                     if m.is_at(p, &buf, &folded, s) {
                         got.push((s, p));
                     }
