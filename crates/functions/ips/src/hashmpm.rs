@@ -23,6 +23,11 @@ struct KeyTable {
     ids: Vec<u32>,
 }
 
+/// Words of [`HashMpm`]'s `quad` bit set (2^17 bits).
+const QUAD_WORDS: usize = 1 << 11;
+/// [`key_hash`]'s shift for `quad`.
+const QUAD_SHIFT: u32 = 32 - 17;
+
 /// Keeps the first `n` (1-4) bytes of a little-endian window.
 const MASKS: [u32; 4] = [0xff, 0xffff, 0xff_ffff, 0xffff_ffff];
 
@@ -76,11 +81,13 @@ struct Pat {
 /// A set of patterns searched by hashing ([`HashMpm::each`]).
 pub(crate) struct HashMpm {
     pats: Vec<Pat>,
-    /// The first stage, tested at every position: the first byte (folded)
-    /// of each one-byte pattern, and the first two of each longer one, as
-    /// bit sets indexed directly (32 bytes and 8 KiB, in the L1 cache).
+    /// The first stage, tested at every position, in bit sets of at most
+    /// 16 KiB (the L1 cache): the first byte (folded) of each one-byte
+    /// pattern, the first two of each two- or three-byte one (both indexed
+    /// directly), the hash of the first four of each longer one.
     single: [u64; 4],
     pair: Box<[u64; 1024]>,
+    quad: Box<[u64; QUAD_WORDS]>,
     /// Per length class (1, 2, 3, 4+), if it has patterns.
     classes: [Option<KeyTable>; 4],
     max_len: usize,
@@ -96,6 +103,7 @@ impl HashMpm {
         let mut max_len = 0;
         let mut single = [0u64; 4];
         let mut pair = Box::new([0u64; 1024]);
+        let mut quad = Box::new([0u64; QUAD_WORDS]);
         for (pid, (bytes, cs)) in pats.into_iter().enumerate() {
             let bytes: Box<[u8]> = if cs {
                 bytes.into()
@@ -112,9 +120,12 @@ impl HashMpm {
                 keyed[n - 1].push((u32::from_le_bytes(k), pid as u32));
                 if n == 1 {
                     single[k[0] as usize / 64] |= 1 << (k[0] % 64);
-                } else {
+                } else if n < 4 {
                     let p = u16::from_le_bytes([k[0], k[1]]) as usize;
                     pair[p / 64] |= 1 << (p % 64);
+                } else {
+                    let q = key_hash(u32::from_le_bytes(k), QUAD_SHIFT);
+                    quad[q / 64] |= 1 << (q % 64);
                 }
             }
             out.push(Pat { bytes, cs });
@@ -123,6 +134,7 @@ impl HashMpm {
             pats: out,
             single,
             pair,
+            quad,
             classes: keyed.map(|k| (!k.is_empty()).then(|| KeyTable::new(k))),
             max_len,
         }
@@ -160,16 +172,24 @@ impl HashMpm {
             return;
         }
         assert!(folded.len() >= n + 3 && n < 1 << 28);
-        // First the positions where some pattern's first one or two bytes
-        // are, in a tight loop over two small tables; then, at those
+        // First the positions where some pattern's first bytes may be, in a
+        // tight loop over three small tables; then, at those
         // positions, each length class's hashed key and the patterns to
         // verify. A key read past the end (the padding) is refused by the
         // verification.
         at.clear();
-        let (single, pair) = (&self.single, &*self.pair);
-        for (i, w) in folded[from..n + 1].windows(2).enumerate() {
-            let (b, p) = (w[0] as usize, u16::from_le_bytes([w[0], w[1]]) as usize);
-            if (pair[p / 64] >> (p % 64)) & 1 != 0 || (single[b / 64] >> (b % 64)) & 1 != 0 {
+        let (single, pair, quad) = (&self.single, &*self.pair, &*self.quad);
+        for (i, w) in folded[from..n + 3].windows(4).enumerate() {
+            let w = u32::from_le_bytes([w[0], w[1], w[2], w[3]]);
+            let (b, p, q) = (
+                (w & 0xff) as usize,
+                (w & 0xffff) as usize,
+                key_hash(w, QUAD_SHIFT),
+            );
+            let hit = (single[b / 64] >> (b % 64))
+                | (pair[p / 64] >> (p % 64))
+                | (quad[(q / 64) % QUAD_WORDS] >> (q % 64));
+            if hit & 1 != 0 {
                 at.push((from + i) as u32);
             }
         }
