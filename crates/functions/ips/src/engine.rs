@@ -539,7 +539,7 @@ impl Matcher {
     }
 }
 
-/// Streams walked in lockstep by [`Matcher::scan_units`].
+/// Streams walked in lockstep by [`Matcher::scan_units`] (a DFA walked byte by byte).
 pub const LANES: usize = 4;
 
 /// A packet's new stream bytes (its own part, then bytes released from the
