@@ -1,31 +1,31 @@
 //! The prefilter of the rules of an application protocol whose keywords
 //! inspect a message's buffers (HTTP, TLS), as Suricata's multi-pattern
 //! matcher (MPM) does it: each rule has one fast pattern, and each buffer
-//! kind one Aho-Corasick automaton over the fast patterns on that kind.
+//! kind one multi-pattern matcher over the fast patterns on that kind.
 //!
 //! A rule's fast pattern is its content marked `fast_pattern` (only the
 //! bytes `fast_pattern:offset,length` names), else its longest positive
 //! content on one of its buffers, else its longest positive content before
 //! any buffer (searched in the packet's bytes); a rule without a positive
 //! content is a candidate for every message. Each buffer of a message is
-//! scanned once, by its kind's automaton only (it restarts at each buffer,
+//! scanned once, by its kind's matcher only (it restarts at each buffer,
 //! so no match spans two), and a rule is a candidate only when its fast
 //! pattern was found in a buffer of its kind. A match holds every positive
 //! content of its buffers, so a rule whose fast pattern is absent from its
 //! buffer cannot match.
 //!
-//! One automaton serves both cases: it folds ASCII case, and a hit of a
+//! One matcher serves both cases: it folds ASCII case, and a hit of a
 //! case-sensitive pattern is confirmed by comparing the bytes (as
-//! Suricata's MPM does), so a buffer is walked once, not twice.
+//! Suricata's MPM does), so a buffer is searched once, not twice. The
+//! matcher is a hash filter over the patterns' first bytes ([`Mpm`]), not
+//! an automaton: the buffers are whole in memory.
 
 use std::sync::Arc;
 
-use aho_corasick::automaton::{Automaton, StateID};
-use aho_corasick::dfa::DFA;
-use aho_corasick::{Anchored, MatchKind, StartKind};
 use rustc_hash::FxHashMap;
 
 use crate::engine::CompileError;
+use crate::hashmpm::HashMpm;
 use crate::inspect;
 use crate::rules::{Content, Item, Proto, Rule};
 
@@ -49,29 +49,25 @@ pub(crate) fn list_matches(
     inspect::inspect_items(r, items, buf, 0)
 }
 
-/// One multi-pattern automaton: ASCII case folded, case-sensitive patterns
-/// confirmed on each hit.
+/// One multi-pattern matcher over whole buffers: which of its patterns
+/// occur in a buffer ([`HashMpm`]: a buffer is held whole in memory, so
+/// no automaton state continues from one to the next).
 pub(crate) struct Mpm {
-    dfa: DFA,
-    start: StateID,
-    /// Per pattern: its bytes if case-sensitive (confirmed on a hit), and
-    /// its rules as a range of `rules`.
-    pats: Vec<Pat>,
+    set: HashMpm,
+    /// Per pattern: its rules, as a range of `rules`.
+    pats: Vec<(u32, u32)>,
     rules: Vec<u32>,
-    /// The longest pattern's length.
-    max_len: usize,
 }
 
-/// A pattern of an [`Mpm`]: its bytes if case-sensitive, and where its
-/// rules are.
-type Pat = (Option<Box<[u8]>>, u32, u32);
-
 /// The scratch space of a scan, reused across packets: which patterns were
-/// found already (a pattern's rules are pushed once per scan).
+/// found already (a pattern's rules are pushed once per scan), and the
+/// buffer ASCII case folded.
 #[derive(Default)]
 pub struct MpmScratch {
     seen: Vec<u64>,
     marked: Vec<u32>,
+    folded: Vec<u8>,
+    at: Vec<u32>,
 }
 
 impl MpmScratch {
@@ -121,29 +117,15 @@ impl MpmSet {
         if self.pats.is_empty() {
             return Ok(None);
         }
-        let dfa = DFA::builder()
-            .match_kind(MatchKind::Standard)
-            .ascii_case_insensitive(true)
-            .start_kind(StartKind::Unanchored)
-            .prefilter(false)
-            .build(self.pats.iter().map(|p| &p.0))?;
-        let start = dfa.start_state(Anchored::No)?;
+        let set = HashMpm::new(self.pats.iter().map(|(b, cs)| (&b[..], *cs)));
         let mut rules = Vec::new();
         let mut pats = Vec::with_capacity(self.pats.len());
-        let mut max_len = 0;
-        for ((bytes, cs), rs) in self.pats.into_iter().zip(self.rules) {
-            max_len = max_len.max(bytes.len());
+        for rs in self.rules {
             let a = rules.len() as u32;
             rules.extend(rs);
-            pats.push((cs.then(|| bytes.into_boxed_slice()), a, rules.len() as u32));
+            pats.push((a, rules.len() as u32));
         }
-        Ok(Some(Mpm {
-            dfa,
-            start,
-            pats,
-            rules,
-            max_len,
-        }))
+        Ok(Some(Mpm { set, pats, rules }))
     }
 }
 
@@ -152,45 +134,28 @@ impl Mpm {
     /// pattern's once.
     pub(crate) fn scan(&self, buf: &[u8], scratch: &mut MpmScratch, out: &mut Vec<u32>) {
         scratch.reset(self.pats.len());
-        let d = &self.dfa;
-        let mut s = self.start;
-        for (i, &b) in buf.iter().enumerate() {
-            s = d.next_state(Anchored::No, s, b);
-            if d.is_special(s) && d.is_match(s) {
-                self.record(s, buf, i + 1, scratch, out);
+        let mut folded = std::mem::take(&mut scratch.folded);
+        HashMpm::fold(buf, &mut folded);
+        let MpmScratch {
+            seen, marked, at, ..
+        } = scratch;
+        self.set.each(buf, &folded, 0, at, |pid, at| {
+            // Found once is enough: later occurrences are not verified.
+            let (w, bit) = (pid as usize / 64, 1u64 << (pid % 64));
+            if seen[w] & bit != 0 || !self.set.is_at(pid, buf, &folded, at) {
+                return;
             }
-        }
+            seen[w] |= bit;
+            marked.push(pid);
+            let (a, z) = self.pats[pid as usize];
+            out.extend_from_slice(&self.rules[a as usize..z as usize]);
+        });
+        scratch.folded = folded;
     }
 
-    #[cold]
-    #[inline(never)]
-    fn record(
-        &self,
-        s: StateID,
-        buf: &[u8],
-        end: usize,
-        scratch: &mut MpmScratch,
-        out: &mut Vec<u32>,
-    ) {
-        let d = &self.dfa;
-        for k in 0..d.match_len(s) {
-            let pid = d.match_pattern(s, k).as_usize();
-            let (w, bit) = (pid / 64, 1u64 << (pid % 64));
-            if scratch.seen[w] & bit != 0 {
-                continue;
-            }
-            let (exact, a, z) = &self.pats[pid];
-            if let Some(p) = exact {
-                // The automaton folds case: a case-sensitive pattern holds
-                // only where the bytes are the same.
-                if buf.get(end - p.len()..end) != Some(&p[..]) {
-                    continue;
-                }
-            }
-            scratch.seen[w] |= bit;
-            scratch.marked.push(pid as u32);
-            out.extend_from_slice(&self.rules[*a as usize..*z as usize]);
-        }
+    /// The longest pattern's length.
+    fn max_len(&self) -> usize {
+        self.set.max_len()
     }
 }
 
@@ -264,7 +229,7 @@ pub fn fast_pattern<'r>(
     Some((chosen.0, chosen.1, chosen.2.nocase))
 }
 
-/// The automata of a set of rules: per prefilter group (a buffer kind, or
+/// The matchers of a set of rules: per prefilter group (a buffer kind, or
 /// kinds holding the same bytes), then over the packet's bytes.
 #[derive(Default)]
 struct Layer {
@@ -278,7 +243,7 @@ pub struct BufferRules {
     /// Over every rule's fast pattern.
     full: Layer,
     /// Over the fast patterns of the rules inspected again on a message's
-    /// later packets ([`BufferRules::new`]'s `later`); an automaton with
+    /// later packets ([`BufferRules::new`]'s `later`); a matcher with
     /// all of a group's rules is shared with `full`.
     later: Layer,
     /// Rules without a positive content.
@@ -294,7 +259,7 @@ impl BufferRules {
     /// rule's keyword lists, one per buffer, each with its group and whether
     /// it is inspected with a `dotprefix`. `later` tells the rules inspected
     /// again on a message's later packets (HTTP body rules), which get
-    /// automata of their own.
+    /// matchers of their own.
     pub fn new(
         rules: &[Rule],
         proto: Proto,
@@ -412,7 +377,7 @@ impl BufferRules {
     /// one before them.
     pub fn max_len(&self, group: usize) -> usize {
         match self.full.groups.get(group) {
-            Some(Some(m)) => m.max_len,
+            Some(Some(m)) => m.max_len(),
             _ => 0,
         }
     }

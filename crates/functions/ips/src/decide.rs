@@ -434,9 +434,10 @@ impl Ips {
             self.hits
                 .extend(self.pre.hits[lo..hi].iter().map(|h| (h.2, h.3)));
         } else {
-            self.engine.scan(ds, own, base, &mut self.hits);
-            self.engine
-                .scan(ds, extra, base + own.len() as u64, &mut self.hits);
+            let sc = (&mut self.hits, &mut self.scan_scratch);
+            self.engine.scan(ds, own, base, sc);
+            let sc = (&mut self.hits, &mut self.scan_scratch);
+            self.engine.scan(ds, extra, base + own.len() as u64, sc);
         }
         let bytes = Bytes {
             parts: [own, extra],
@@ -505,8 +506,8 @@ impl Ips {
     ) -> bool {
         let payload = p.meta.payload(p.data());
         self.counters.scanned_bytes += payload.len() as u64;
-        self.engine
-            .scan(&mut scratch.dirs[d], payload, 0, &mut self.hits);
+        let sc = (&mut self.hits, &mut self.scan_scratch);
+        self.engine.scan(&mut scratch.dirs[d], payload, 0, sc);
         let bytes = Bytes {
             parts: [payload, &[]],
             base: 0,
@@ -554,7 +555,8 @@ impl Ips {
             // walk did not see this payload as it is.
             let mut ds = self.engine.initial();
             self.counters.scanned_bytes += seg.payload.len() as u64;
-            self.engine.scan(&mut ds, seg.payload, 0, &mut self.hits);
+            let sc = (&mut self.hits, &mut self.scan_scratch);
+            self.engine.scan(&mut ds, seg.payload, 0, sc);
             for &(_, t) in &self.hits {
                 let r = t.rule as usize;
                 if self.engine.packetwise[r] && self.engine.trigger[r] == t.content {
@@ -564,6 +566,15 @@ impl Ips {
             self.hits.clear();
         }
         pcands.extend_from_slice(self.engine.always_packetwise());
+        if !self.prefilter {
+            let pw = &self.engine.packetwise;
+            pcands.extend(
+                self.engine
+                    .fast_rules(6)
+                    .iter()
+                    .filter(|&&r| pw[r as usize]),
+            );
+        }
         if pcands.is_empty() {
             return false;
         }
@@ -762,11 +773,12 @@ impl Ips {
         }
         let mut out_cs = vec![(0u32, 0u32); njobs];
         let mut out_ci = vec![(0u32, 0u32); njobs];
+        let sc = &mut self.scan_scratch;
         if let Some(m) = &self.engine.cs {
-            m.scan_units(&ranges, &starts_cs, &jobs, &mut out_cs, &mut pre.hits);
+            m.scan_units(&ranges, &starts_cs, &jobs, &mut out_cs, (&mut pre.hits, sc));
         }
         if let Some(m) = &self.engine.ci {
-            m.scan_units(&ranges, &starts_ci, &jobs, &mut out_ci, &mut pre.hits);
+            m.scan_units(&ranges, &starts_ci, &jobs, &mut out_ci, (&mut pre.hits, sc));
         }
         // Back from unit order to job ids.
         for (pos, &j) in order.iter().enumerate() {
@@ -832,7 +844,8 @@ impl Ips {
         let always = self.engine.always_rules(hdr.flow.proto);
         let pkt_work = seg.is_some_and(|s| self.engine.any_packetwise && !s.payload.is_empty());
         let pkt_always = tcp_payload && !self.engine.always_packetwise().is_empty();
-        if self.hits.is_empty() && always.is_empty() && !pkt_work && !pkt_always {
+        let unfiltered = !self.prefilter && !self.engine.fast_rules(hdr.flow.proto).is_empty();
+        if self.hits.is_empty() && always.is_empty() && !pkt_work && !pkt_always && !unfiltered {
             return false;
         }
         self.hits.sort_unstable();
@@ -877,6 +890,17 @@ impl Ips {
         }
         self.hits = hits;
         self.hits.clear();
+        if unfiltered {
+            // Every buffer or packetwise rule, not only those whose fast
+            // pattern the automata found: what the prefilter must agree with.
+            for &r in self.engine.fast_rules(hdr.flow.proto) {
+                if seg.is_some() && self.engine.packetwise[r as usize] {
+                    pcands.push(r);
+                } else {
+                    cands.push(r);
+                }
+            }
+        }
         if st.flags & (BLOCKED | PASSED) == 0 && bytes.parts.iter().any(|b| !b.is_empty()) {
             cands.extend_from_slice(self.engine.always_rules(hdr.flow.proto));
             if tcp_payload {

@@ -8,11 +8,12 @@ use sluice_state::{Codec, DecodeError, Reader, Writer};
 use sluice_wire::FlowKey;
 
 use crate::dns::prefilter::DnsRules;
+use crate::hashmpm::HashMpm;
 use crate::http::prefilter::HttpRules;
 use crate::http::HttpDir;
 use crate::packetidx::PacketRules;
 use crate::pending::Pend;
-use crate::rules::{Flowbit, PacketInfo, Proto, Rule, StreamMode};
+use crate::rules::{Flowbit, PacketInfo, Proto, Rule};
 use crate::tls::prefilter::TlsRules;
 
 /// Fired rules a record of versions 1-4 may list per direction (they are
@@ -46,12 +47,51 @@ pub struct Target {
     pub content: u8,
 }
 
-/// One DFA with its pattern targets and the set of its valid state ids.
+/// One DFA with its pattern targets and the set of its valid state ids,
+/// and the same patterns searched by hashing ([`Matcher::scan_with`]).
 pub struct Matcher {
     dfa: DFA,
     start: u32,
     targets: Vec<Vec<Target>>,
-    valid: FxHashSet<u32>,
+    /// Every reachable state, with its depth: the length of the string it
+    /// stands for (the longest suffix of the bytes walked that begins a
+    /// pattern).
+    depth: FxHashMap<u32, u32>,
+    /// The patterns by hashing; `None` if one is empty.
+    hash: Option<HashMpm>,
+    /// Every [`TAIL`]-byte substring of a pattern that does not begin it
+    /// (folded if `nocase`).
+    inner: FxHashSet<u128>,
+    nocase: bool,
+}
+
+/// The bytes at a walk's end from which [`Matcher::scan_with`] finds the
+/// DFA state there.
+const TAIL: usize = 16;
+/// Walks shorter than this are walked byte by byte.
+const HYBRID_MIN: usize = 64;
+/// DFAs of more bytes than this are not walked byte by byte
+/// ([`Matcher::scan_with`]); smaller ones stay in the caches.
+const HASH_ABOVE: usize = 1 << 20;
+
+/// A [`TAIL`]-byte window as a number.
+fn window(w: &[u8]) -> u128 {
+    let mut a = [0u8; TAIL];
+    a.copy_from_slice(&w[..TAIL]);
+    u128::from_le_bytes(a)
+}
+
+/// Scratch space of [`Matcher::scan_with`], reused across packets.
+#[derive(Default)]
+pub struct ScanScratch {
+    folded: Vec<u8>,
+    joined: Vec<u8>,
+    at: Vec<u32>,
+}
+
+fn sid(v: u32) -> aho_corasick::automaton::StateID {
+    aho_corasick::automaton::StateID::new(v as usize)
+        .unwrap_or(aho_corasick::automaton::StateID::ZERO)
 }
 
 impl Matcher {
@@ -62,6 +102,17 @@ impl Matcher {
         targets: Vec<Vec<Target>>,
         nocase: bool,
     ) -> Result<Self, CompileError> {
+        Self::build_hashing_above(patterns, targets, nocase, HASH_ABOVE)
+    }
+
+    /// [`Matcher::build`], hashing when the DFA has more than
+    /// `hash_above` bytes.
+    fn build_hashing_above(
+        patterns: &[Vec<u8>],
+        targets: Vec<Vec<Target>>,
+        nocase: bool,
+        hash_above: usize,
+    ) -> Result<Self, CompileError> {
         let dfa = DFA::builder()
             .match_kind(MatchKind::Standard)
             .ascii_case_insensitive(nocase)
@@ -70,23 +121,51 @@ impl Matcher {
             .build(patterns)?;
         let start = dfa.start_state(Anchored::No)?;
         // Stored states come back from a shared store: remember every reachable one
-        // so a corrupt value can never index outside the transition table.
-        let mut valid = FxHashSet::default();
-        let mut todo = vec![start];
-        valid.insert(start.as_u32());
-        while let Some(s) = todo.pop() {
+        // so a corrupt value can never index outside the transition table. A
+        // breadth-first walk from the start reaches each state first by its
+        // own string (any other path to it reads a longer string ending in
+        // that one), so its distance is its depth.
+        let mut depth = FxHashMap::default();
+        let mut todo = std::collections::VecDeque::from([start]);
+        depth.insert(start.as_u32(), 0);
+        while let Some(s) = todo.pop_front() {
+            let ds = depth[&s.as_u32()];
             for b in 0..=255u8 {
                 let n = dfa.next_state(Anchored::No, s, b);
-                if valid.insert(n.as_u32()) {
-                    todo.push(n);
+                if let std::collections::hash_map::Entry::Vacant(e) = depth.entry(n.as_u32()) {
+                    e.insert(ds + 1);
+                    todo.push_back(n);
                 }
+            }
+        }
+        let fold = |p: &[u8]| {
+            if nocase {
+                p.to_ascii_lowercase()
+            } else {
+                p.to_vec()
+            }
+        };
+        // A DFA that fits the caches is walked faster than bytes are hashed
+        // (and walked in lockstep over a batch's flows); a larger one is
+        // hashed.
+        let big = dfa.memory_usage() > hash_above;
+        let hash = (big && !patterns.iter().any(Vec::is_empty))
+            .then(|| HashMpm::new(patterns.iter().map(|p| (&p[..], !nocase))));
+        let mut inner = FxHashSet::default();
+        for p in patterns {
+            let p = fold(p);
+            for w in p.windows(TAIL).skip(1) {
+                inner.insert(window(w));
             }
         }
         Ok(Matcher {
             dfa,
             start: start.as_u32(),
             targets,
-            valid,
+            depth,
+            hash,
+            inner,
+            nocase,
         })
     }
 
@@ -94,9 +173,14 @@ impl Matcher {
     /// pattern ending at a byte; `base` is the stream position of `bytes[0]`.
     #[inline]
     pub fn scan(&self, state: &mut u32, bytes: &[u8], base: u64, hits: &mut Vec<(u64, Target)>) {
+        self.walk(state, bytes, base, |end, t| hits.push((end, t)));
+    }
+
+    /// [`Matcher::scan`], calling `hit(end, target)` for each hit.
+    #[inline]
+    fn walk(&self, state: &mut u32, bytes: &[u8], base: u64, mut hit: impl FnMut(u64, Target)) {
         let d = &self.dfa;
-        let mut s = aho_corasick::automaton::StateID::new(*state as usize)
-            .unwrap_or(aho_corasick::automaton::StateID::ZERO);
+        let mut s = sid(*state);
         let mut rest = bytes;
         // The hot loop only walks; match handling is out of line so the walk
         // compiles as tightly as the raw scan.
@@ -104,20 +188,161 @@ impl Matcher {
             s = d.next_state(Anchored::No, s, b);
             rest = tail;
             if d.is_special(s) && d.is_match(s) {
-                self.record(s, base + (bytes.len() - rest.len()) as u64, hits);
+                self.record(s, base + (bytes.len() - rest.len()) as u64, &mut hit);
             }
         }
         *state = s.as_u32();
     }
 
+    /// The same hits and final state as [`Matcher::scan`], the hits in
+    /// another order, without walking most of the bytes. The DFA state
+    /// stands for the longest suffix of the stream that begins a pattern,
+    /// so:
+    ///
+    /// 1. the DFA walks from `state` only until its state's string lies
+    ///    within `bytes` (a depth no greater than the bytes walked): no
+    ///    pattern ending later began before `bytes`;
+    /// 2. the hits ending after that are the patterns' occurrences inside
+    ///    `bytes`, found by hashing ([`HashMpm`], a bit set in the caches
+    ///    instead of a DFA of megabytes);
+    /// 3. the state at the end is the DFA's from its start over the last
+    ///    [`TAIL`] bytes, when those bytes are no pattern's substring but at
+    ///    its start (then no longer suffix of the stream begins a pattern).
+    ///
+    /// Short walks and ends looking like a pattern's inside are walked
+    /// whole.
+    pub fn scan_with(
+        &self,
+        state: &mut u32,
+        bytes: &[u8],
+        base: u64,
+        scratch: &mut ScanScratch,
+        mut hit: impl FnMut(u64, Target),
+    ) {
+        let n = bytes.len();
+        let Some(hm) = self.hash.as_ref().filter(|_| n >= HYBRID_MIN) else {
+            return self.walk(state, bytes, base, hit);
+        };
+        let tail = &bytes[n - TAIL..];
+        let w = if self.nocase {
+            let mut f = [0u8; TAIL];
+            for (d, s) in f.iter_mut().zip(tail) {
+                *d = s.to_ascii_lowercase();
+            }
+            window(&f)
+        } else {
+            window(tail)
+        };
+        if self.inner.contains(&w) {
+            return self.walk(state, bytes, base, hit);
+        }
+        let d = &self.dfa;
+        let mut s = sid(*state);
+        let mut h = 0;
+        while h < n && self.depth.get(&s.as_u32()).is_none_or(|&k| k as usize > h) {
+            s = d.next_state(Anchored::No, s, bytes[h]);
+            h += 1;
+            if d.is_special(s) && d.is_match(s) {
+                self.record(s, base + h as u64, &mut hit);
+            }
+        }
+        if h == n {
+            *state = s.as_u32();
+            return;
+        }
+        HashMpm::fold(bytes, &mut scratch.folded);
+        let folded = &scratch.folded;
+        let from = h.saturating_sub(hm.max_len());
+        hm.each(bytes, folded, from, &mut scratch.at, |pid, at| {
+            let end = at + hm.pattern_len(pid);
+            if end > h && hm.is_at(pid, bytes, folded, at) {
+                for t in &self.targets[pid as usize] {
+                    hit(base + end as u64, *t);
+                }
+            }
+        });
+        let mut s = sid(self.start);
+        for &b in tail {
+            s = d.next_state(Anchored::No, s, b);
+        }
+        *state = s.as_u32();
+    }
+
+    /// [`Matcher::scan_with`] over `parts` (contiguous in the stream, joined
+    /// in `scratch` when both have bytes), each hit with the part it ends
+    /// in.
+    fn scan_parts(
+        &self,
+        state: &mut u32,
+        parts: [&[u8]; 2],
+        base: u64,
+        scratch: &mut ScanScratch,
+        mut hit: impl FnMut(u8, u64, Target),
+    ) {
+        let [a, b] = parts;
+        let own_end = base + a.len() as u64;
+        let mut joined = std::mem::take(&mut scratch.joined);
+        let bytes = if b.is_empty() {
+            a
+        } else if a.is_empty() {
+            b
+        } else {
+            joined.clear();
+            joined.extend_from_slice(a);
+            joined.extend_from_slice(b);
+            &joined[..]
+        };
+        self.scan_with(state, bytes, base, scratch, |end, t| {
+            hit((end > own_end) as u8, end, t)
+        });
+        scratch.joined = joined;
+    }
+
     #[cold]
     #[inline(never)]
-    fn record(&self, s: aho_corasick::automaton::StateID, end: u64, hits: &mut Vec<(u64, Target)>) {
+    fn record(
+        &self,
+        s: aho_corasick::automaton::StateID,
+        end: u64,
+        hit: &mut impl FnMut(u64, Target),
+    ) {
         let d = &self.dfa;
         for k in 0..d.match_len(s) {
             let pid = d.match_pattern(s, k);
             for t in &self.targets[pid.as_usize()] {
-                hits.push((end, *t));
+                hit(end, *t);
+            }
+        }
+    }
+
+    /// Scans a batch's streams ([`Matcher::scan_with`] on each job).
+    ///
+    /// `units[u]` is a range of `jobs` that continue one stream (one flow direction)
+    /// and are walked in order from `starts[u]` (or from the start state for a job
+    /// with `reset`). Each job's state before and after is written to `out[job]`;
+    /// hits are pushed as `(job, part, end, target)`.
+    pub fn scan_units(
+        &self,
+        units: &[(usize, usize)],
+        starts: &[u32],
+        jobs: &[Job<'_>],
+        out: &mut [(u32, u32)],
+        (hits, scratch): (&mut Vec<(u32, u8, u64, Target)>, &mut ScanScratch),
+    ) {
+        if self.hash.is_none() {
+            return self.scan_units_lanes(units, starts, jobs, out, hits);
+        }
+        for (u, &(lo, hi)) in units.iter().enumerate() {
+            let mut s = starts[u];
+            for (j, job) in jobs.iter().enumerate().take(hi).skip(lo) {
+                if job.reset {
+                    s = self.start;
+                }
+                out[j].0 = s;
+                self.scan_parts(&mut s, job.parts, job.base, scratch, |part, end, t| {
+                    hits.push((j as u32, part, end, t))
+                });
+                out[j].1 = s;
             }
         }
     }
@@ -134,7 +359,7 @@ impl Matcher {
     /// hits are pushed as `(job, part, end, target)`.
     ///
     /// [`scan`]: Matcher::scan
-    pub fn scan_units(
+    fn scan_units_lanes(
         &self,
         units: &[(usize, usize)],
         starts: &[u32],
@@ -305,16 +530,16 @@ impl Matcher {
 
     /// True if `s` is a state of this DFA.
     pub fn is_valid(&self, s: u32) -> bool {
-        self.valid.contains(&s)
+        self.depth.contains_key(&s)
     }
 
     /// Number of DFA states.
     pub fn states(&self) -> usize {
-        self.valid.len()
+        self.depth.len()
     }
 }
 
-/// Streams walked in lockstep by [`Matcher::scan_units`].
+/// Streams walked in lockstep by [`Matcher::scan_units`] (a DFA walked byte by byte).
 pub const LANES: usize = 4;
 
 /// A packet's new stream bytes (its own part, then bytes released from the
@@ -371,6 +596,10 @@ pub struct Engine {
     /// Packetwise rules ([`Rule::packetwise`]) without a content to
     /// prefilter on: inspected over every TCP segment's payload.
     always_pkt: Vec<u32>,
+    /// Buffer and packetwise rules with a fast pattern in the automata, per
+    /// packet class: the candidates when the prefilter is off
+    /// ([`Engine::fast_rules`]).
+    fast: [Vec<u32>; 4],
     /// Per rule: [`Rule::packetwise`]. Over TCP their hits never feed the
     /// streaming match; a hit of their trigger inside a segment's own payload
     /// makes them candidates for an inspection of that payload.
@@ -379,7 +608,9 @@ pub struct Engine {
     pub any_packetwise: bool,
     /// Per rule: the content whose hit makes the rule a candidate for a buffer
     /// inspection ([`NO_TRIGGER`]: none). A match inside one buffer contains
-    /// every positive content, so one of them is enough: the last one.
+    /// every positive content, so one of them is enough: for a buffer or
+    /// packetwise rule its fast pattern, the only one of its contents in
+    /// the automata; for a streaming multi-content rule the last one.
     pub trigger: Vec<u8>,
     /// Per rule: its `flowbits`, names as ids.
     flowbits: Vec<Vec<(FbOp, Vec<u16>)>>,
@@ -391,6 +622,8 @@ pub struct Engine {
     pub tls: TlsRules,
     /// Flowbit names, by id.
     pub flowbit_names: Vec<String>,
+    /// The rules' headers, compiled ([`crate::header`]).
+    headers: crate::header::Headers,
 }
 
 /// A `flowbits` operation on ids.
@@ -421,6 +654,7 @@ impl Engine {
         let mut packet_rules: [Vec<u32>; 4] = Default::default();
         let mut always: [Vec<u32>; 4] = Default::default();
         let mut always_pkt = Vec::new();
+        let mut fast_rules: [Vec<u32>; 4] = Default::default();
         let packetwise: Vec<bool> = rules.iter().map(Rule::packetwise).collect();
         let mut trigger = Vec::with_capacity(rules.len());
         let mut names: FxHashMap<String, u16> = FxHashMap::default();
@@ -439,8 +673,26 @@ impl Engine {
             let last_positive = r.contents.iter().rposition(|c| !c.negated);
             let multi_relative = r.contents.len() > 1 && r.contents.iter().any(|c| c.is_relative());
             let pw = packetwise[ri];
-            trigger.push(match last_positive {
-                Some(k) if !r.app_layer() && (r.buffer || multi_relative || pw) => k as u8,
+            // A buffer or packetwise rule is never matched by the streaming
+            // automata ([`Engine::on_hit`]): a hit only makes it a candidate
+            // for an inspection of the packet's bytes, where a match holds
+            // every positive content. One content is enough, and only its
+            // fast pattern is in the automata: the fewer the patterns, the
+            // smaller the DFAs every stream byte walks.
+            let fp_only = !r.app_layer() && (r.buffer || pw);
+            let fast = if fp_only {
+                stream_fast_pattern(r)
+            } else {
+                None
+            };
+            if fast.is_some() {
+                for &c in classes {
+                    fast_rules[c].push(ri as u32);
+                }
+            }
+            trigger.push(match (fast, last_positive) {
+                (Some(f), _) => f as u8,
+                (None, Some(k)) if !r.app_layer() && (r.buffer || multi_relative || pw) => k as u8,
                 _ => NO_TRIGGER,
             });
             if r.items.is_empty() {
@@ -478,7 +730,7 @@ impl Engine {
             }
             flowbits.push(ops);
             for (ci, c) in r.contents.iter().enumerate() {
-                if c.negated || r.app_layer() {
+                if c.negated || r.app_layer() || (fp_only && fast != Some(ci)) {
                     continue;
                 }
                 let (pats, tg, idx) = &mut sets[c.nocase as usize];
@@ -514,8 +766,11 @@ impl Engine {
         let tls = TlsRules::new(&rules)?;
         let any_packetwise = packetwise.iter().any(|&pw| pw);
         let packet_rules = packet_rules.map(|ids| PacketRules::new(&rules, &ids));
+        let headers = crate::header::Headers::new(&rules);
         Ok(Engine {
+            headers,
             always_pkt,
+            fast: fast_rules,
             packetwise,
             any_packetwise,
             dns,
@@ -551,14 +806,21 @@ impl Engine {
         ds.nprog = 0;
     }
 
-    /// Scans `bytes` (at stream position `base`) from `ds`'s automaton states.
+    /// Scans `bytes` (at stream position `base`) from `ds`'s automaton states
+    /// ([`Matcher::scan_with`]).
     #[inline]
-    pub fn scan(&self, ds: &mut DirState, bytes: &[u8], base: u64, hits: &mut Vec<(u64, Target)>) {
+    pub fn scan(
+        &self,
+        ds: &mut DirState,
+        bytes: &[u8],
+        base: u64,
+        (hits, scratch): (&mut Vec<(u64, Target)>, &mut ScanScratch),
+    ) {
         if let Some(m) = &self.cs {
-            m.scan(&mut ds.cs, bytes, base, hits);
+            m.scan_with(&mut ds.cs, bytes, base, scratch, |e, t| hits.push((e, t)));
         }
         if let Some(m) = &self.ci {
-            m.scan(&mut ds.ci, bytes, base, hits);
+            m.scan_with(&mut ds.ci, bytes, base, scratch, |e, t| hits.push((e, t)));
         }
     }
 
@@ -581,6 +843,14 @@ impl Engine {
         &self.always[packet_class(ip_proto)]
     }
 
+    /// The buffer and packetwise rules of packets of `ip_proto` found
+    /// through their fast pattern in the automata, in order: what the
+    /// prefilter narrows to the rules whose fast pattern is in the bytes.
+    #[inline]
+    pub fn fast_rules(&self, ip_proto: u8) -> &[u32] {
+        &self.fast[packet_class(ip_proto)]
+    }
+
     /// The packetwise rules inspected over every TCP segment's payload.
     #[inline]
     pub fn always_packetwise(&self) -> &[u32] {
@@ -590,7 +860,7 @@ impl Engine {
     /// True if the header of rule `rule` matches.
     #[inline]
     pub fn header_matches(&self, rule: u32, hdr: &Header) -> bool {
-        header_matches(&self.rules[rule as usize], hdr)
+        self.headers.matches(&self.rules, rule, hdr)
     }
 
     /// True if the flow's bits satisfy rule `rule`'s `flowbits` conditions.
@@ -625,7 +895,7 @@ impl Engine {
     /// described by `hdr`.
     #[inline]
     pub fn packet_matches(&self, rule: u32, hdr: &Header) -> bool {
-        header_matches(&self.rules[rule as usize], hdr)
+        self.headers.matches(&self.rules, rule, hdr)
     }
 
     /// True if both stored automaton states are valid.
@@ -639,7 +909,7 @@ impl Engine {
     /// fired on this packet.
     pub fn on_hit(&self, t: Target, end: u64, ds: &mut DirState, hdr: &Header) -> bool {
         let r = &self.rules[t.rule as usize];
-        if r.buffer || self.packetwise[t.rule as usize] || !header_matches(r, hdr) {
+        if r.buffer || self.packetwise[t.rule as usize] || !self.header_matches(t.rule, hdr) {
             return false;
         }
         let c = &r.contents[t.content as usize];
@@ -705,6 +975,28 @@ impl Engine {
     }
 }
 
+/// The content of a buffer or packetwise rule its hits in the stream
+/// automata stand for: the positive content marked `fast_pattern`, else the
+/// longest positive one (the first of equals), as Suricata picks its fast
+/// pattern. The whole content, not a `fast_pattern:offset,length` chop, so
+/// a hit's end and length are the content's. `None` without a positive
+/// content.
+fn stream_fast_pattern(r: &Rule) -> Option<usize> {
+    let positive = || r.contents.iter().enumerate().filter(|(_, c)| !c.negated);
+    positive()
+        .find(|(_, c)| c.fast_pattern)
+        .or_else(|| {
+            positive().fold(
+                None,
+                |best: Option<(usize, &crate::rules::Content)>, x| match best {
+                    Some(b) if b.1.bytes.len() >= x.1.bytes.len() => Some(b),
+                    _ => Some(x),
+                },
+            )
+        })
+        .map(|(i, _)| i)
+}
+
 /// What a rule header is checked against.
 #[derive(Debug, Clone, Copy)]
 pub struct Header {
@@ -726,46 +1018,6 @@ pub struct Header {
     pub http: bool,
     /// The segment starts with a TLS hello ([`crate::tls::detect`]).
     pub tls: bool,
-}
-
-fn header_matches(r: &Rule, h: &Header) -> bool {
-    let proto_ok = match r.proto {
-        Proto::Tcp => h.tcp,
-        Proto::Udp => h.flow.proto == 17,
-        Proto::Icmp => matches!(h.flow.proto, 1 | 58),
-        Proto::Ip => true,
-        Proto::Dns => h.dns,
-        Proto::Http => h.http,
-        Proto::Tls => h.tls,
-    };
-    if !proto_ok {
-        return false;
-    }
-    if r.to_server.is_some_and(|ts| ts != h.to_server) {
-        return false;
-    }
-    if r.established && !h.established {
-        return false;
-    }
-    if r.not_established && (!h.tcp || h.established) {
-        return false;
-    }
-    if r.stream == StreamMode::Only && !h.stream {
-        return false;
-    }
-    if !r.checks.matches(h.flow.proto, &h.pkt) {
-        return false;
-    }
-    let f = &h.flow;
-    let fwd = r.src.matches(&f.src)
-        && r.sport.matches(f.src_port)
-        && r.dst.matches(&f.dst)
-        && r.dport.matches(f.dst_port);
-    fwd || (r.bidir
-        && r.src.matches(&f.dst)
-        && r.sport.matches(f.dst_port)
-        && r.dst.matches(&f.src)
-        && r.dport.matches(f.src_port))
 }
 
 /// Partial match of a multi-content rule.
@@ -965,4 +1217,113 @@ impl Codec for FlowState {
 /// adds 8 bytes, [`Pend::encoded_len`]).
 pub const fn record_size(partial: usize) -> usize {
     11 + 2 * 10 + 2 + 2 + 13 * partial
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// [`Matcher::scan_with`] gives the hits and final states of the plain
+    /// walk, packet after packet of a stream: patterns straddling packets,
+    /// packets ending inside a pattern (a deep state), long patterns (their
+    /// insides at a packet's end make it walk whole), both cases.
+    #[test]
+    fn hashed_scan_is_the_walk() {
+        let mut seed = 5u64;
+        let mut rnd = |n: u64| {
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (seed >> 33) % n
+        };
+        const ABC: &[u8] = b"abAB\x00\xff-";
+        let mut scratch = ScanScratch::default();
+        let (mut hashed, mut whole) = (0, 0);
+        for round in 0..60 {
+            let nocase = round % 2 == 0;
+            let npats = 1 + rnd(if round % 3 == 0 { 200 } else { 20 }) as usize;
+            let mut patterns: Vec<Vec<u8>> = Vec::new();
+            for _ in 0..npats {
+                let len = if rnd(4) == 0 {
+                    17 + rnd(40)
+                } else {
+                    1 + rnd(8)
+                } as usize;
+                let p: Vec<u8> = (0..len)
+                    .map(|_| ABC[rnd(ABC.len() as u64) as usize])
+                    .collect();
+                let p = if nocase { p.to_ascii_lowercase() } else { p };
+                if !patterns.contains(&p) {
+                    patterns.push(p);
+                }
+            }
+            let targets = (0..patterns.len())
+                .map(|i| {
+                    vec![Target {
+                        rule: i as u32,
+                        content: 0,
+                    }]
+                })
+                .collect();
+            let m = Matcher::build_hashing_above(&patterns, targets, nocase, 0).unwrap();
+            assert!(m.hash.is_some());
+            for _ in 0..20 {
+                let (mut a, mut b) = (m.start(), m.start());
+                let mut base = 0u64;
+                for _ in 0..6 {
+                    // Random bytes, with patterns and pieces of them.
+                    let mut pkt = Vec::new();
+                    let len = rnd(400) as usize;
+                    while pkt.len() < len {
+                        if rnd(3) == 0 {
+                            let p = &patterns[rnd(patterns.len() as u64) as usize];
+                            let from = rnd(p.len() as u64) as usize;
+                            let to = from + rnd((p.len() - from) as u64 + 1) as usize;
+                            pkt.extend_from_slice(&p[from..to]);
+                        } else {
+                            pkt.push(ABC[rnd(ABC.len() as u64) as usize]);
+                        }
+                    }
+                    if nocase && rnd(2) == 0 {
+                        pkt.make_ascii_uppercase();
+                    }
+                    let (mut want, mut got) = (Vec::new(), Vec::new());
+                    let mut c = b;
+                    m.scan(&mut a, &pkt, base, &mut want);
+                    m.scan_with(&mut b, &pkt, base, &mut scratch, |e, t| got.push((e, t)));
+                    want.sort_unstable();
+                    got.sort_unstable();
+                    assert_eq!(got, want, "round {round}, packet {pkt:?}");
+                    assert_eq!(a, b, "round {round}: final state");
+                    // The same bytes in two parts (own and released bytes).
+                    let cut = rnd(pkt.len() as u64 + 1) as usize;
+                    let mut parts = Vec::new();
+                    let own_end = base + cut as u64;
+                    m.scan_parts(
+                        &mut c,
+                        [&pkt[..cut], &pkt[cut..]],
+                        base,
+                        &mut scratch,
+                        |p, e, t| {
+                            assert_eq!(p == 1, e > own_end);
+                            parts.push((e, t));
+                        },
+                    );
+                    parts.sort_unstable();
+                    assert_eq!(parts, want);
+                    assert_eq!(c, a);
+                    base += pkt.len() as u64;
+                    if pkt.len() >= HYBRID_MIN {
+                        hashed += 1;
+                    } else {
+                        whole += 1;
+                    }
+                }
+            }
+        }
+        assert!(
+            hashed > 1000 && whole > 100,
+            "{hashed} hashed, {whole} walked"
+        );
+    }
 }

@@ -135,6 +135,8 @@ pub mod classification;
 mod decide;
 pub mod dns;
 pub mod engine;
+mod hashmpm;
+mod header;
 pub mod http;
 pub mod inspect;
 pub mod packetidx;
@@ -436,12 +438,15 @@ pub struct Ips {
     http_dot: Vec<u8>,
     /// The application-layer prefilters' scratch space, reused.
     mpm: bufrules::MpmScratch,
-    /// The application-layer rules are prefiltered ([`Ips::set_prefilter`]).
+    /// The application-layer rules, and the buffer rules of the stream
+    /// automata, are prefiltered ([`Ips::set_prefilter`]).
     prefilter: bool,
     /// A TLS hello's buffers, reused.
     tls_bufs: tls::Buffers,
     /// Handshake records joined when a message spans records (reused).
     tls_joined: Vec<u8>,
+    /// The stream automata's scratch space ([`engine::Matcher::scan_with`]).
+    scan_scratch: engine::ScanScratch,
     /// The batch's pending units in memory ([`pending`]).
     pend: pending::PendBatch,
     /// The blob reads of the batch: (record, direction, read).
@@ -458,8 +463,8 @@ pub struct Ips {
     app_now: Option<&'static str>,
 }
 
-/// The batch's TCP stream bytes scanned ahead of evaluation, interleaved across
-/// flows (see [`engine::Matcher::scan_units`]). Buffers are reused across batches.
+/// The batch's TCP stream bytes scanned ahead of evaluation
+/// ([`engine::Matcher::scan_units`]). Buffers are reused across batches.
 #[derive(Default)]
 struct PreScan {
     /// Per packet: its job, or NONE.
@@ -539,6 +544,7 @@ impl Ips {
             prefilter: true,
             tls_bufs: tls::Buffers::default(),
             tls_joined: Vec::new(),
+            scan_scratch: Default::default(),
             pend: Default::default(),
             pend_reads: Vec::new(),
             joined: Vec::new(),
@@ -548,9 +554,11 @@ impl Ips {
     }
 
     /// Turns the HTTP, TLS and DNS prefilters on (the default) or off. Off,
-    /// every rule of the protocol is inspected over every message: slower,
-    /// with the same alerts and verdicts, which is what the prefilters are
-    /// tested against.
+    /// every rule of the protocol is inspected over every message, and every
+    /// buffer or packetwise rule of the packet's protocol over every
+    /// packet's bytes (not only those whose fast pattern the stream automata
+    /// found): slower, with the same alerts and verdicts, which is what the
+    /// prefilters are tested against.
     pub fn set_prefilter(&mut self, on: bool) {
         self.prefilter = on;
     }

@@ -1,4 +1,4 @@
-//! The HTTP prefilter (one automaton per buffer kind over each rule's fast
+//! The HTTP prefilter (one matcher per buffer kind over each rule's fast
 //! pattern) changes no alert and no verdict: a few hundred generated HTTP
 //! rules over every buffer kind (`fast_pattern`, its chop, `nocase`,
 //! negated contents, `dotprefix`, pcre-only rules, rules without content,
@@ -6,7 +6,9 @@
 //! (pipelined requests, bodies by length and chunked, heads and bodies cut
 //! at random points so contents straddle segments) with the prefilter on
 //! and off, in one batch and one packet per batch; the alerts must be the
-//! same, in the same order, and so must the dropped packets.
+//! same, in the same order, and so must the dropped packets. Likewise the
+//! stream automata's prefilter of buffer and packetwise rules (their fast
+//! pattern only), [`stream_prefilter_changes_no_alert_or_verdict`].
 
 use std::path::Path;
 
@@ -419,6 +421,137 @@ fn http_prefilter_changes_no_alert_or_verdict() {
     assert!(total > 1000 && drops > 0, "{total} alerts, {drops} drops");
 }
 
+/// A generated rule of the stream automata (`tcp`, `udp`, `ip`), sid
+/// `sid`: streaming contents, and buffer and packetwise rules (pcre,
+/// negated contents, `isdataat`, `dsize`, `flow:no_stream`) whose only
+/// pattern in the automata is their fast pattern.
+fn stream_rule(g: &mut Rng, sid: u32) -> String {
+    let proto = match g.below(10) {
+        0 => "ip",
+        1 => "udp",
+        _ => "tcp",
+    };
+    let mut action = "alert";
+    let mut body = String::new();
+    let n = [1, 1, 2, 2, 3][g.below(5)];
+    let fast_k = if g.chance(40) { Some(g.below(n)) } else { None };
+    let contents = |g: &mut Rng, body: &mut String| {
+        for k in 0..n {
+            body.push_str(&content(g, fast_k == Some(k), k > 0));
+            if g.chance(15) {
+                body.push_str(&format!("within:{}; ", 12 + g.below(300)));
+            }
+        }
+    };
+    match g.below(100) {
+        // Packetwise: a payload size, or every packet's own payload.
+        0..=9 => {
+            body.push_str(&format!("dsize:>{}; ", g.below(400)));
+            contents(g, &mut body);
+        }
+        10..=14 => {
+            body.push_str("flow:no_stream; ");
+            contents(g, &mut body);
+        }
+        // Buffer rules.
+        15..=34 => {
+            contents(g, &mut body);
+            let w = g.pick(WORDS).replace('/', "\\/").replace('.', "\\.");
+            body.push_str(&format!("pcre:\"/{w}/{}\"; ", g.pick(&["", "i", "R"])));
+        }
+        35..=44 => {
+            contents(g, &mut body);
+            body.push_str(&format!("content:!\"{}\"; ", g.pick(WORDS)));
+        }
+        45..=54 => {
+            contents(g, &mut body);
+            body.push_str(&format!("isdataat:{},relative; ", g.below(50)));
+        }
+        // Streaming contents only.
+        _ => {
+            if g.chance(3) {
+                action = "drop";
+            }
+            contents(g, &mut body);
+        }
+    }
+    let flow = match g.below(4) {
+        0 if proto == "tcp" => "flow:established,to_server; ",
+        1 if proto == "tcp" => "flow:established,to_client; ",
+        _ => "",
+    };
+    format!("{action} {proto} any any -> any any (msg:\"s{sid}\"; {flow}{body}sid:{sid};)")
+}
+
+/// The stream automata hold only the fast pattern of a buffer or
+/// packetwise rule: with that prefilter on and off (every such rule
+/// inspected over every packet's bytes) the alerts and drops are the same,
+/// over HTTP connections cut at random, with retransmitted and reordered
+/// segments (a packetwise rule then inspects a payload that is not its new
+/// stream bytes) and UDP datagrams.
+#[test]
+fn stream_prefilter_changes_no_alert_or_verdict() {
+    let mut g = Rng(17);
+    let rules: Vec<String> = (0..400).map(|i| stream_rule(&mut g, 5000 + i)).collect();
+    let mut on = ips(&rules, true);
+    let mut off = ips(&rules, false);
+    assert!(
+        on.warnings().len() < rules.len() / 20,
+        "{} of {} rules skipped: {:?}",
+        on.warnings().len(),
+        rules.len(),
+        &on.warnings()[..on.warnings().len().min(5)]
+    );
+    let (mut fired, mut total, mut drops) = (std::collections::BTreeSet::new(), 0, 0);
+    for conn in 0..200u16 {
+        let mut frames = connection(&mut g, 20_000 + conn);
+        // A retransmission, and two segments swapped.
+        if frames.len() > 5 && g.chance(50) {
+            let k = 3 + g.below(frames.len() - 3);
+            frames.insert(k + 1, frames[k].clone());
+        }
+        if frames.len() > 6 && g.chance(50) {
+            let k = 3 + g.below(frames.len() - 4);
+            frames.swap(k, k + 1);
+        }
+        for _ in 0..g.below(3) {
+            let d = text(&mut g, 1, 30, " ");
+            frames.push(sluice_wire::build::udp_v4(
+                [10, 0, 0, 1],
+                [192, 168, 1, 2],
+                40_000 + conn,
+                53 + g.below(2) as u16,
+                d.as_bytes(),
+            ));
+        }
+        for per in [frames.len(), 1, 3] {
+            let want = run(&mut off, &frames, per);
+            let got = run(&mut on, &frames, per);
+            assert_eq!(
+                got, want,
+                "connection {conn}, {per} packets per batch: prefilter on (left) and off (right) differ"
+            );
+            total += want.0.len();
+            drops += want.1.iter().filter(|&&d| d).count();
+            fired.extend(want.0.iter().map(|a| a.1));
+        }
+    }
+    // The traffic exercises the rules, the buffer and packetwise ones too.
+    let kinds = |lo: u32| fired.iter().filter(|&&s| s >= lo && s < lo + 400).count();
+    assert!(kinds(5000) > 80, "only {} rules fired", fired.len());
+    assert!(total > 1000 && drops > 0, "{total} alerts, {drops} drops");
+    let text = |sid: u32| rules[(sid - 5000) as usize].clone();
+    let buffer = fired.iter().filter(|&&s| {
+        let t = text(s);
+        t.contains("pcre") || t.contains("isdataat") || t.contains("content:!")
+    });
+    let packetwise = fired.iter().filter(|&&s| {
+        let t = text(s);
+        t.contains("dsize") || t.contains("no_stream")
+    });
+    assert!(buffer.count() > 10 && packetwise.count() > 5);
+}
+
 #[test]
 fn fast_pattern_options_parse() {
     let r = parse_rule(
@@ -486,8 +619,9 @@ fn a_rule_is_a_candidate_only_where_its_fast_pattern_is() {
 
 /// The ET Open rule set, if present (`../shared/data/et-open/`, not in the
 /// repository), all of it loaded: requests and responses carrying the
-/// contents of randomly chosen HTTP rules in their buffers, cut at random,
-/// alert and drop the same with the prefilter on and off. Slow unoptimised:
+/// contents of randomly chosen HTTP rules in their buffers, and of `tcp`
+/// and `ip` rules in their bodies, cut at random, alert and drop the same
+/// with the prefilter on and off. Slow unoptimised:
 /// `cargo test --release -p sluice-ips --test prefilter -- --ignored`.
 #[test]
 #[ignore]
@@ -516,6 +650,15 @@ fn et_open_alerts_are_the_same_without_the_prefilter() {
         .cloned()
         .collect();
     assert!(http.len() > 14_000, "{} http rules", http.len());
+    // The rules of the stream automata with a content, whose contents the
+    // bodies carry too (the stream prefilter holds their fast patterns).
+    let stream: Vec<Rule> = all
+        .iter()
+        .filter(|r| matches!(r.proto, rules::Proto::Tcp | rules::Proto::Ip))
+        .filter(|r| r.contents.iter().any(|c| !c.negated))
+        .cloned()
+        .collect();
+    assert!(stream.len() > 1_500, "{} stream rules", stream.len());
     let mut on = Ips::new(all.clone(), vec![], sluice_state::Namespace(2), 300).unwrap();
     let mut off = Ips::new(all, vec![], sluice_state::Namespace(2), 300).unwrap();
     off.set_prefilter(false);
@@ -593,6 +736,15 @@ fn et_open_alerts_are_the_same_without_the_prefilter() {
                         _ if r.to_server == Some(false) => rh.extend(line("X-T: ", &b)),
                         _ => qh.extend(line("X-T: ", &b)),
                     }
+                }
+            }
+            if g.chance(60) {
+                let r = &stream[g.below(stream.len())];
+                let b = contents(r, &r.items);
+                if r.to_server == Some(false) {
+                    rbody.extend(b);
+                } else {
+                    qbody.extend(b);
                 }
             }
             uri.retain(|&b| b != b' ');

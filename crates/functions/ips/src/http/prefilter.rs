@@ -1,4 +1,4 @@
-//! Which HTTP rules a message may match ([`BufferRules`]: one automaton per
+//! Which HTTP rules a message may match ([`BufferRules`]: one matcher per
 //! buffer kind, each buffer of the message scanned by its kind's; the
 //! packet's stream bytes for fast patterns before any buffer).
 

@@ -130,6 +130,16 @@ impl NetSet {
         }
     }
 
+    /// The IPv4 ranges (inclusive, sorted, disjoint).
+    pub fn v4_ranges(&self) -> &[(u32, u32)] {
+        &self.v4
+    }
+
+    /// The IPv6 ranges (inclusive, sorted, disjoint).
+    pub fn v6_ranges(&self) -> &[(u128, u128)] {
+        &self.v6
+    }
+
     /// True if `a` is in one of the networks.
     pub fn contains(&self, a: &IpAddr) -> bool {
         match *a {

@@ -1,4 +1,4 @@
-//! Which TLS rules a hello may match ([`BufferRules`]: one automaton per
+//! Which TLS rules a hello may match ([`BufferRules`]: one matcher per
 //! buffer kind, each of the hello's buffers scanned by its kind's; the
 //! segment's payload for fast patterns before any buffer).
 
