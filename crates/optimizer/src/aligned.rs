@@ -448,6 +448,47 @@ pub fn solve(p: &Problem) -> Result<Solution, AlignedError> {
     Ok(Solution { shares, evaluation })
 }
 
+/// The per-instance shares Stratos's formulation speaks of
+/// ([`crate::stratos::Distribution`]) that the rack-by-rack layout realises
+/// with every instance of a stage taking an even share: instance `i` of
+/// stage `r` sends to instance `j` of stage `r + 1` the part of its hash
+/// range that `j` owns. Instances are laid out by location (then by index),
+/// in one order for every stage. The simulator uses it to compare the layout
+/// with the per-hop LP ([`crate::stratos::network_aware`]).
+pub fn layout_distribution(
+    chain: &crate::stratos::Chain,
+) -> Result<crate::stratos::Distribution, crate::stratos::StratosError> {
+    let uniform = crate::stratos::uniform(chain)?;
+    // Each stage's instance intervals: instance index -> (start, end).
+    let intervals: Vec<Vec<(f64, f64)>> = chain
+        .locations
+        .iter()
+        .map(|locs| {
+            let mut order: Vec<usize> = (0..locs.len()).collect();
+            order.sort_by_key(|&i| (locs[i], i));
+            let w = 1.0 / locs.len() as f64;
+            let mut iv = vec![(0.0, 0.0); locs.len()];
+            for (k, &i) in order.iter().enumerate() {
+                iv[i] = (k as f64 * w, (k + 1) as f64 * w);
+            }
+            iv
+        })
+        .collect();
+    let overlap = |a: (f64, f64), b: (f64, f64)| (a.1.min(b.1) - a.0.max(b.0)).max(0.0);
+    let mut d = uniform;
+    for r in 0..chain.locations.len() - 1 {
+        let (lo, hi) = (&intervals[r], &intervals[r + 1]);
+        for (i, a) in lo.iter().enumerate() {
+            for (j, b) in hi.iter().enumerate() {
+                let o = overlap(*a, *b);
+                d.forward[r][i][j] = o / (a.1 - a.0);
+                d.reverse[r][j][i] = o / (b.1 - b.0);
+            }
+        }
+    }
+    Ok(d)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -582,6 +623,37 @@ mod tests {
             small.evaluation.worst < 1e-5,
             "evaluated in the original units"
         );
+    }
+
+    #[test]
+    fn the_layout_as_stratos_shares_keeps_racks_together() {
+        use crate::stratos::{uniform, Chain};
+        // Two stages, instances in racks [1, 0] and [0, 1]: the layout
+        // sorts both by rack, so each instance sends everything to the
+        // next stage's instance in its own rack.
+        let c = Chain {
+            locations: vec![vec![1, 0], vec![0, 1]],
+            flows: 10.0,
+        };
+        let d = layout_distribution(&c).unwrap();
+        assert_eq!(d.forward[0], vec![vec![0.0, 1.0], vec![1.0, 0.0]]);
+        assert_eq!(d.reverse[0], vec![vec![0.0, 1.0], vec![1.0, 0.0]]);
+        let costs = c.inter_rack_costs();
+        assert_eq!(d.forward_cost(&c, &costs), 0.0);
+        assert!(uniform(&c).unwrap().forward_cost(&c, &costs) > 0.0);
+        // Uneven stages: rows still sum to 1 and loads stay balanced.
+        let c = Chain {
+            locations: vec![vec![0, 0, 1], vec![0, 1]],
+            flows: 6.0,
+        };
+        let d = layout_distribution(&c).unwrap();
+        for row in &d.forward[0] {
+            assert!(close(row.iter().sum::<f64>(), 1.0), "{row:?}");
+        }
+        for j in 0..2 {
+            let got: f64 = (0..3).map(|i| d.forward[0][i][j] * 2.0).sum();
+            assert!(close(got, 3.0), "instance {j} of stage 1 gets half");
+        }
     }
 
     #[test]

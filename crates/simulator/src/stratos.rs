@@ -45,6 +45,10 @@ pub enum DistributionScheme {
     Uniform,
     /// The network-aware LP of §4.2 (bi-directional).
     Aware,
+    /// What the running controller installs (`network-aware`): one hash
+    /// split per stage laid out rack by rack, even shares
+    /// ([`sluice_optimizer::aligned::layout_distribution`]).
+    Aligned,
 }
 
 /// One combination of the three policies.
@@ -72,6 +76,7 @@ impl Scenario {
         let d = match self.distribution {
             DistributionScheme::Uniform => "uniform",
             DistributionScheme::Aware => "aware",
+            DistributionScheme::Aligned => "aligned",
         };
         format!("{i}/{s} {d}")
     }
@@ -693,6 +698,7 @@ impl World<'_> {
         };
         let d = match self.scenario.distribution {
             DistributionScheme::Uniform => flowdist::uniform(&chain)?,
+            DistributionScheme::Aligned => sluice_optimizer::aligned::layout_distribution(&chain)?,
             DistributionScheme::Aware => {
                 // The LP only sees which instances share a rack, so chains with the same
                 // co-location pattern (racks renamed in order of first appearance) have

@@ -1,8 +1,11 @@
-//! Stratos's reproduction (§7.2): the five placement/distribution scenarios, their summary and files.
+//! Stratos's reproduction (§7.2): the five placement/distribution scenarios
+//! (and the two of the running controller's rack-by-rack split), their
+//! summary and files.
 
 use super::*;
 
-/// The five placement/distribution combinations of §7.2, in table order.
+/// The five placement/distribution combinations of §7.2, in table order, then
+/// the running controller's aligned split under both instance placements.
 pub fn stratos_scenario_list() -> Vec<Scenario> {
     use DistributionScheme as D;
     use InitialPlacement as I;
@@ -32,6 +35,18 @@ pub fn stratos_scenario_list() -> Vec<Scenario> {
             initial: I::Pack,
             instance: P::Aware,
             distribution: D::Aware,
+        },
+        // What the running controller's `network-aware` distribution installs
+        // (one split per stage, rack by rack), next to the per-hop LP.
+        Scenario {
+            initial: I::Pack,
+            instance: P::Rand,
+            distribution: D::Aligned,
+        },
+        Scenario {
+            initial: I::Pack,
+            instance: P::Aware,
+            distribution: D::Aligned,
         },
     ]
 }
@@ -156,6 +171,7 @@ pub fn stratos_files(outcomes: &[ScenarioOutcome]) -> Vec<(String, String)> {
         "pack/rand aware",
         "pack/aware uniform",
         "pack/aware aware",
+        "pack/aware aligned",
     ];
 
     let (csv, series) = cdf(&placement, &served);
