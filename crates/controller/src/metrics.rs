@@ -177,6 +177,7 @@ pub fn render(r: &Reconciler, now: Instant, process: bool) -> String {
     }
     backends(&mut o, r, now);
     instance_drains(&mut o, r);
+    distribution(&mut o, r);
     store(&mut o, r);
     leader(&mut o, r);
     if process {
@@ -244,6 +245,47 @@ fn instance_drains(o: &mut String, r: &Reconciler) {
                 escape(&crate::desired::instance_name(&k.0, &k.1, k.2)),
                 u8::from(st == now)
             );
+        }
+    }
+}
+
+/// Network-aware distribution's last decision per tenant: the worst uplink
+/// load it predicts for the installed shares and for even ones, and each
+/// rack uplink's predicted traffic (measured traffic through the testbed's
+/// or the network's own counters is what to compare them with).
+fn distribution(o: &mut String, r: &Reconciler) {
+    let ds = r.distributions();
+    family(
+        o,
+        "sluice_controller_distribution_worst_uplink",
+        "gauge",
+        "Predicted worst rack uplink load of each tenant's installed split (a fraction of the declared capacity; bytes per second when none is declared), and of even shares (split=\"even\").",
+    );
+    for (t, d) in ds {
+        for (split, v) in [("installed", d.predicted_worst), ("even", d.even_worst)] {
+            let _ = writeln!(
+                o,
+                "sluice_controller_distribution_worst_uplink{{tenant=\"{}\",split=\"{split}\"}} {v}",
+                escape(t)
+            );
+        }
+    }
+    family(
+        o,
+        "sluice_controller_distribution_uplink_bytes_per_second",
+        "gauge",
+        "Traffic each tenant's installed split is predicted to put on each rack uplink, by direction (up: out of the rack).",
+    );
+    for (t, d) in ds {
+        for (rack, (up, down)) in d.racks.iter().zip(&d.uplink) {
+            for (dir, v) in [("up", up), ("down", down)] {
+                let _ = writeln!(
+                    o,
+                    "sluice_controller_distribution_uplink_bytes_per_second{{tenant=\"{}\",rack=\"{}\",direction=\"{dir}\"}} {v}",
+                    escape(t),
+                    escape(rack)
+                );
+            }
         }
     }
 }

@@ -174,6 +174,14 @@ fn network_aware_lays_groups_out_by_rack_and_moves_shares_to_the_traffic() {
     let d = &s.r.distributions()["t"];
     assert_eq!(d.racks, ["a", "b"]);
     assert!(d.predicted_worst <= d.even_worst, "{d:?}");
+    // The decision is on /metrics too.
+    let m = crate::metrics::render(&s.r, s.now, false);
+    for want in [
+        "sluice_controller_distribution_worst_uplink{tenant=\"t\",split=\"installed\"}",
+        "sluice_controller_distribution_uplink_bytes_per_second{tenant=\"t\",rack=\"b\",direction=\"down\"}",
+    ] {
+        assert!(m.contains(want), "{want} in {m}");
+    }
     // The same traffic again: nothing better to move flows for.
     let n = s.events("distribution").len();
     for _ in 0..3 {
