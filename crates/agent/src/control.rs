@@ -20,13 +20,18 @@ use crate::instances::{InstanceEnv, Supervisor};
 use crate::io::{DataplaneThread, IoOptions};
 
 /// How long after the controller last answered the agent may still grant leases
-/// to its instances. The controller waits this long (plus a lease's validity)
-/// for an agent that does not acknowledge a revocation before it changes a
-/// leased split without it.
-pub const LEASE_CONTROLLER_GRACE: Duration = Duration::from_millis(500);
+/// to its instances while it heartbeats every [`HEARTBEAT_EVERY`] (longer
+/// when told a longer interval: [`sluice_proto::lease_grace`]). The controller
+/// waits this long (plus a lease's validity) for an agent that does not
+/// acknowledge a revocation before it changes a leased split without it.
+pub const LEASE_CONTROLLER_GRACE: Duration = sluice_proto::LEASE_CONTROLLER_GRACE;
 
-/// How often the agent heartbeats to the controller (with its instances' health).
-pub const HEARTBEAT_EVERY: Duration = Duration::from_millis(50);
+/// How often the agent heartbeats to the controller (with its instances'
+/// health) until the controller tells it an interval (the answer's
+/// `heartbeat_ms`: longer in a large fleet, [`sluice_proto::heartbeat_interval`]),
+/// and how often it looks, between heartbeats, for news that cannot wait for
+/// the next one.
+pub const HEARTBEAT_EVERY: Duration = sluice_proto::HEARTBEAT_MIN;
 
 /// Why the agent could not start.
 #[derive(Debug, thiserror::Error)]
@@ -1214,6 +1219,29 @@ impl AgentState {
         }
     }
 
+    /// [`news`] of the heartbeat the agent would send now (without its
+    /// certificate request, which [`AgentState::registration`] may draw).
+    fn news(&self) -> u64 {
+        let p = self.dp.lock().map(|d| d.published()).unwrap_or_default();
+        let hb = HostHeartbeat {
+            registration: HostRegistration {
+                host: self.host,
+                name: String::new(),
+                underlay: self.underlay,
+                api: String::new(),
+                config_version: self.version(),
+                api_token: None,
+                capacity: None,
+                api_csr: None,
+            },
+            instances: self.health_of(&p),
+            chains: Vec::new(),
+            accusations: p.accusations,
+            backend_checks: p.backend_checks,
+        };
+        news(&hb)
+    }
+
     /// Records that the controller was heard from (a heartbeat answered or a
     /// configuration pushed).
     pub fn heard(&self) {
@@ -1588,6 +1616,8 @@ fn heartbeat(
     let mut made_with = generation();
     // None: nothing logged yet.
     let mut last_ok: Option<bool> = None;
+    // The interval the controller told last (none yet: the shortest).
+    let mut every = HEARTBEAT_EVERY;
     while !stop.load(Ordering::Acquire) {
         let started = Instant::now();
         let running = core.version();
@@ -1599,6 +1629,7 @@ fn heartbeat(
         // controller spent it when it issued that.
         let joined = cert.is_some_and(ApiCert::presented);
         let registration = core.registration();
+        let sent = news(&registration);
         let mut answer = None;
         for i in 0..urls.len() {
             let idx = (current + i) % urls.len();
@@ -1636,6 +1667,13 @@ fn heartbeat(
             Ok(Some(v)) => v.get("desired_version").and_then(|d| d.as_u64()),
             _ => None,
         };
+        // An answer tells the interval (one without it comes from a controller
+        // that expects the shortest); no answer keeps the last one, so a fleet
+        // whose controller is down does not hammer it faster.
+        if let Ok(Some(v)) = &r {
+            every =
+                sluice_proto::heartbeat_interval(v.get("heartbeat_ms").and_then(|m| m.as_u64()));
+        }
         if let (Ok(Some(v)), Some(cert)) = (&r, &core.api_cert) {
             let chain = v.get("api_cert").and_then(|c| c.as_str());
             let end = v.get("api_cert_not_after_ms").and_then(|e| e.as_u64());
@@ -1650,8 +1688,10 @@ fn heartbeat(
         // (docs/STATE.md, "Leases in the running system").
         if desired == Some(running) {
             if let Ok(dp) = core.dp.lock() {
+                // Longer than the interval just told (by two of them), so
+                // leases do not lapse between answered heartbeats.
                 dp.allow_leases_until(
-                    crate::io::wall_ns() + LEASE_CONTROLLER_GRACE.as_nanos() as u64,
+                    crate::io::wall_ns() + sluice_proto::lease_grace(every).as_nanos() as u64,
                 );
             }
         }
@@ -1668,11 +1708,48 @@ fn heartbeat(
             }
             last_ok = Some(ok);
         }
-        let spent = started.elapsed();
-        if spent < HEARTBEAT_EVERY {
-            std::thread::sleep(HEARTBEAT_EVERY - spent);
+        // Sleep out the interval, but heartbeat at once (no sooner than
+        // HEARTBEAT_EVERY after the last) when there is news the controller
+        // acts on: a configuration applied (it waits for that to count the
+        // host in sync, or a lease revocation done) or an instance's health
+        // changed; so a long interval slows only the detection of a dead
+        // agent.
+        let mut wait = every.saturating_sub(started.elapsed());
+        while !wait.is_zero() && !stop.load(Ordering::Acquire) {
+            let nap = wait.min(HEARTBEAT_EVERY);
+            std::thread::sleep(nap);
+            wait -= nap;
+            if !wait.is_zero() && core.news() != sent {
+                break;
+            }
         }
     }
+}
+
+/// What in a heartbeat the controller must hear of at once, reduced to a
+/// number: the version the agent runs, its instances' liveness, the hosts it
+/// accuses and the outcomes of its backend checks (not counters, which change
+/// all the time and can wait for the next heartbeat).
+fn news(hb: &HostHeartbeat) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    hb.registration.config_version.hash(&mut h);
+    for i in &hb.instances {
+        (&i.name, i.port, i.alive, i.suspected).hash(&mut h);
+    }
+    for a in &hb.accusations {
+        a.host.hash(&mut h);
+    }
+    for c in &hb.backend_checks {
+        let last = c.last.map(|o| match o {
+            sluice_proto::CheckOutcome::Ok => (0u8, 0u16),
+            sluice_proto::CheckOutcome::Refused => (1, 0),
+            sluice_proto::CheckOutcome::Timeout => (2, 0),
+            sluice_proto::CheckOutcome::Status(s) => (3, s),
+        });
+        (&c.tenant, &c.middlebox, &c.backend, &c.target, last).hash(&mut h);
+    }
+    h.finish()
 }
 
 /// Runs an agent until `stop` is set (the binary sets it on SIGINT/SIGTERM);
@@ -1745,4 +1822,67 @@ fn isolation(p: &crate::io::Published, names: &[(u16, String)]) -> Vec<Isolation
             weight: st.weight,
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn beat() -> HostHeartbeat {
+        HostHeartbeat {
+            registration: HostRegistration {
+                host: 1,
+                name: "h1".into(),
+                underlay: Ipv4Addr::new(10, 0, 0, 1),
+                api: "http://127.0.0.1:1".into(),
+                config_version: 3,
+                api_token: None,
+                capacity: None,
+                api_csr: None,
+            },
+            instances: vec![InstanceHealth {
+                name: "t/fw/0".into(),
+                port: 4,
+                alive: true,
+                rx_packets: 10,
+                last_heartbeat_age_ms: Some(5),
+                ..InstanceHealth::default()
+            }],
+            chains: Vec::new(),
+            accusations: Vec::new(),
+            backend_checks: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn counters_are_no_news_but_a_version_or_an_instance_failing_is() {
+        let hb = beat();
+        let mut counted = beat();
+        counted.instances[0].rx_packets = 99;
+        counted.instances[0].last_heartbeat_age_ms = Some(9);
+        assert_eq!(news(&counted), news(&hb), "counters wait for the next beat");
+        let mut applied = beat();
+        applied.registration.config_version = 4;
+        assert_ne!(news(&applied), news(&hb));
+        let mut suspected = beat();
+        suspected.instances[0].suspected = true;
+        assert_ne!(news(&suspected), news(&hb));
+        let mut gone = beat();
+        gone.instances.clear();
+        assert_ne!(news(&gone), news(&hb));
+        let mut failing = beat();
+        failing.backend_checks.push(sluice_proto::BackendCheck {
+            tenant: "t".into(),
+            middlebox: "lb".into(),
+            backend: "10.0.0.1:80".into(),
+            target: "10.0.0.1:80".into(),
+            ok: 0,
+            failed: 1,
+            last: Some(sluice_proto::CheckOutcome::Timeout),
+        });
+        assert_ne!(news(&failing), news(&hb));
+        let mut more = failing.clone();
+        more.backend_checks[0].failed = 2;
+        assert_eq!(news(&more), news(&failing));
+    }
 }

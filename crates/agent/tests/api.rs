@@ -198,6 +198,72 @@ fn configs_are_accepted_or_refused_whole() {
 }
 
 #[test]
+fn the_agent_heartbeats_at_the_interval_it_is_told_and_at_once_on_a_new_configuration() {
+    // A controller that tells `told` (0: no field, as controllers before it).
+    let controller = tiny_http::Server::http("127.0.0.1:0").unwrap();
+    let curl = format!("http://{}", controller.server_addr().to_ip().unwrap());
+    let told = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(400));
+    let (tx, rx) = mpsc::channel::<(std::time::Instant, u64)>();
+    let server = std::sync::Arc::new(controller);
+    let (s, t) = (server.clone(), told.clone());
+    std::thread::spawn(move || {
+        for mut req in s.incoming_requests() {
+            let mut body = String::new();
+            let _ = std::io::Read::read_to_string(req.as_reader(), &mut body);
+            if let Ok(r) = serde_json::from_str::<HostRegistration>(&body) {
+                let _ = tx.send((std::time::Instant::now(), r.config_version));
+            }
+            let ms = t.load(std::sync::atomic::Ordering::Relaxed);
+            let answer = if ms == 0 {
+                serde_json::json!({"host": 4, "desired_version": 0})
+            } else {
+                serde_json::json!({"host": 4, "desired_version": 0, "heartbeat_ms": ms})
+            };
+            let _ = req.respond(tiny_http::Response::from_string(answer.to_string()));
+        }
+    });
+    let agent = Agent::start(&opts(Some(curl), None)).unwrap();
+    let count = |rx: &mpsc::Receiver<(std::time::Instant, u64)>, d: Duration| {
+        let end = std::time::Instant::now() + d;
+        let mut n = 0;
+        while rx
+            .recv_timeout(end.saturating_duration_since(std::time::Instant::now()))
+            .is_ok()
+        {
+            n += 1;
+        }
+        n
+    };
+    rx.recv_timeout(Duration::from_secs(10)).unwrap();
+    // Told 400 ms: 5 heartbeats in 2 s (40 at the old 50 ms).
+    let n = count(&rx, Duration::from_secs(2));
+    assert!((4..=7).contains(&n), "{n} heartbeats in 2 s at 400 ms");
+    // A new configuration is news: heartbeat within ~50 ms, not 2 s.
+    told.store(2000, std::sync::atomic::Ordering::Relaxed);
+    count(&rx, Duration::from_millis(500));
+    let (code, _) = put(
+        &agent.api_url(),
+        &serde_json::to_string(&config(7)).unwrap(),
+    );
+    assert_eq!(code, 200);
+    let applied = std::time::Instant::now();
+    let (at, v) = rx.recv_timeout(Duration::from_secs(5)).unwrap();
+    assert_eq!(v, 7);
+    assert!(
+        at.duration_since(applied) < Duration::from_millis(500),
+        "reported after {:?}",
+        at.duration_since(applied)
+    );
+    // An answer without the field (an older controller): 50 ms again, after
+    // the 2 s interval told before runs out.
+    told.store(0, std::sync::atomic::Ordering::Relaxed);
+    count(&rx, Duration::from_millis(2500));
+    let n = count(&rx, Duration::from_secs(1));
+    assert!(n >= 12, "{n} heartbeats in 1 s at 50 ms");
+    agent.shutdown();
+}
+
+#[test]
 fn heartbeats_carry_the_running_version_and_configs_survive_restarts() {
     let controller = tiny_http::Server::http("127.0.0.1:0").unwrap();
     let curl = format!("http://{}", controller.server_addr().to_ip().unwrap());

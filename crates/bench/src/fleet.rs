@@ -4,7 +4,9 @@
 //!
 //! Each simulated agent registers as the real one does (`POST /v1/hosts` with
 //! its API URL and token), heartbeats with the version it runs and the health
-//! of its instances, and accepts the controller's pushes (`PUT /v1/config`,
+//! of its instances at the interval the controller's last answer told it (at
+//! once, no sooner than 50 ms after the last, when it accepted a new
+//! configuration: the real agent's rule), and accepts the controller's pushes (`PUT /v1/config`,
 //! bearer token checked) after checking them as the real agent would before
 //! installing ([`sluice_agent::Dataplane::new`]): a configuration it refuses is
 //! answered 400, as the real agent answers. One HTTP server serves every
@@ -30,9 +32,12 @@ const MAX_BODY: u64 = 64 << 20;
 const API_THREADS: usize = 4;
 /// Threads sending the simulated agents' heartbeats.
 const HEARTBEAT_THREADS: usize = 4;
-
-/// The real agent's heartbeat interval, milliseconds.
-pub const DEFAULT_HEARTBEAT_MS: u64 = sluice_agent::control::HEARTBEAT_EVERY.as_millis() as u64;
+/// How often a heartbeat thread looks for agents due to heartbeat (a
+/// heartbeat is at most this late).
+const HEARTBEAT_SCAN: Duration = Duration::from_millis(20);
+/// Longest window over which the controller's heartbeat rate is measured
+/// (two heartbeat intervals, at least [`Options::rate_window`]).
+const RATE_WINDOW_MAX: Duration = Duration::from_secs(30);
 
 /// What to run.
 #[derive(Debug, Clone)]
@@ -41,13 +46,18 @@ pub struct Options {
     pub hosts: u32,
     /// Tenants applied, one after the other.
     pub tenants: u32,
-    /// How often each agent heartbeats (the real agent: every 50 ms).
-    pub heartbeat: Duration,
+    /// A fixed interval each agent heartbeats at, whatever the controller
+    /// tells (agents from before issue 25: 50 ms, and no early heartbeats);
+    /// `None`: as the real agent, by the interval the controller told.
+    pub heartbeat: Option<Duration>,
     /// Seal the fabric (`--fabric-auth`): every host's configuration carries
     /// keys for each of its peers.
     pub fabric_auth: bool,
     /// Longest wait for every agent to run its latest version at the end.
     pub sync_timeout: Duration,
+    /// Shortest window over which the controller's heartbeat rate is measured
+    /// at the end (two heartbeat intervals if longer).
+    pub rate_window: Duration,
 }
 
 impl Default for Options {
@@ -55,9 +65,10 @@ impl Default for Options {
         Options {
             hosts: 100,
             tenants: 200,
-            heartbeat: sluice_agent::control::HEARTBEAT_EVERY,
+            heartbeat: None,
             fabric_auth: false,
             sync_timeout: Duration::from_secs(60),
+            rate_window: Duration::from_secs(5),
         }
     }
 }
@@ -73,6 +84,24 @@ struct SimHost {
     /// Pushes it refused (and why, the last one).
     refused: u64,
     last_refusal: Option<String>,
+    /// The heartbeat interval the controller told it last (zero: none yet).
+    every: Duration,
+    /// When it heartbeats next (`None`: now) and last did.
+    due: Option<Instant>,
+    last_beat: Option<Instant>,
+}
+
+impl SimHost {
+    /// A heartbeat started at `at` was answered with `told` (`None`: it failed);
+    /// `fixed`: the interval to keep instead of the told one.
+    fn beaten(&mut self, at: Instant, told: Option<Option<u64>>, fixed: Option<Duration>) {
+        if let Some(t) = told {
+            self.every = sluice_proto::heartbeat_interval(t);
+        }
+        let every = fixed.unwrap_or(self.every.max(sluice_proto::HEARTBEAT_MIN));
+        self.due = Some(at + every);
+        self.last_beat = Some(at);
+    }
 }
 
 /// Every simulated agent, by host id - 1.
@@ -83,6 +112,8 @@ struct Sims {
     heartbeats: AtomicU64,
     heartbeat_errors: AtomicU64,
     stop: AtomicBool,
+    /// The agents beat at this fixed interval (see [`Options::heartbeat`]).
+    fixed: Option<Duration>,
 }
 
 impl Sims {
@@ -182,6 +213,17 @@ pub struct Report {
     pub last_refusal: Option<String>,
     /// Heartbeats sent per second over the run (all agents).
     pub heartbeats_per_s: f64,
+    /// Heartbeats the controller received per second (its
+    /// `sluice_controller_heartbeats_total`) over a window once every agent
+    /// was in sync, and that window, seconds.
+    pub controller_heartbeats_per_s: f64,
+    /// The window of [`Report::controller_heartbeats_per_s`], seconds.
+    pub heartbeat_window_s: f64,
+    /// The heartbeat interval the controller tells its agents at the end, ms
+    /// (`sluice_controller_heartbeat_interval_seconds`).
+    pub heartbeat_interval_ms: f64,
+    /// A fixed heartbeat interval the agents kept instead, ms.
+    pub fixed_heartbeat_ms: Option<u64>,
     /// Heartbeats that failed.
     pub heartbeat_errors: u64,
     /// The process's resident memory grew by this much from before the
@@ -340,6 +382,17 @@ fn handle(sims: &Sims, mut req: tiny_http::Request) {
             h.pushes += 1;
             h.bytes += body.len() as u64;
             h.config = Some(cfg);
+            // News the controller waits for: heartbeat now, or 50 ms after
+            // the last one (the real agent looks every 50 ms).
+            if sims.fixed.is_none() {
+                let now = Instant::now();
+                let soon = h
+                    .last_beat
+                    .map_or(now, |t| (t + sluice_proto::HEARTBEAT_MIN).max(now));
+                if h.due.is_none_or(|d| d > soon) {
+                    h.due = Some(soon);
+                }
+            }
             drop(h);
             reply(req, 200, format!("{{\"version\":{v}}}"));
         }
@@ -352,33 +405,48 @@ fn handle(sims: &Sims, mut req: tiny_http::Request) {
     }
 }
 
-/// Heartbeats hosts `first, first + step, ...` (those registered) every
-/// `every`, until told to stop.
-fn heartbeats(
-    sims: &Sims,
-    client: &Client,
-    base: &str,
-    first: usize,
-    step: usize,
-    every: Duration,
-) {
+/// Heartbeats hosts `first, first + step, ...` (those registered) when each is
+/// due, until told to stop.
+fn heartbeats(sims: &Sims, client: &Client, base: &str, first: usize, step: usize) {
     while !sims.stop.load(Ordering::Acquire) {
-        let started = Instant::now();
         let n = sims.registered.load(Ordering::Acquire);
         let mut i = first;
         while i < n && !sims.stop.load(Ordering::Acquire) {
-            let hb = registration(i as u32 + 1, base, sims);
-            match client.heartbeat(&hb) {
-                Ok(_) => sims.heartbeats.fetch_add(1, Ordering::Relaxed),
-                Err(_) => sims.heartbeat_errors.fetch_add(1, Ordering::Relaxed),
-            };
+            let id = i as u32 + 1;
             i += step;
+            let now = Instant::now();
+            let Some(host) = sims.host(id) else { continue };
+            if lock(host).due.is_some_and(|d| d > now) {
+                continue;
+            }
+            let hb = registration(id, base, sims);
+            let told = match client.heartbeat(&hb) {
+                Ok(ack) => {
+                    sims.heartbeats.fetch_add(1, Ordering::Relaxed);
+                    Some(ack.heartbeat_ms)
+                }
+                Err(_) => {
+                    sims.heartbeat_errors.fetch_add(1, Ordering::Relaxed);
+                    None
+                }
+            };
+            lock(host).beaten(now, told, sims.fixed);
         }
-        let spent = started.elapsed();
-        if spent < every {
-            std::thread::sleep(every - spent);
-        }
+        std::thread::sleep(HEARTBEAT_SCAN);
     }
+}
+
+/// The value of the unlabelled sample `name` in the controller's `/metrics`.
+fn metric(url: &str, token: &str, name: &str) -> Result<f64, String> {
+    let text = ureq::get(&format!("{url}/metrics"))
+        .set("Authorization", &format!("Bearer {token}"))
+        .call()
+        .map_err(|e| format!("/metrics: {e}"))?
+        .into_string()
+        .map_err(|e| format!("/metrics: {e}"))?;
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+        .ok_or_else(|| format!("/metrics has no {name}"))
 }
 
 fn rss_kib() -> u64 {
@@ -440,6 +508,7 @@ pub fn run(opts: &Options, progress: &mut dyn FnMut(&str)) -> Result<Outcome, St
         heartbeats: AtomicU64::new(0),
         heartbeat_errors: AtomicU64::new(0),
         stop: AtomicBool::new(false),
+        fixed: opts.heartbeat,
     });
     let mut threads: Vec<JoinHandle<()>> = Vec::new();
     for _ in 0..API_THREADS {
@@ -453,12 +522,12 @@ pub fn run(opts: &Options, progress: &mut dyn FnMut(&str)) -> Result<Outcome, St
     let hb_started = Instant::now();
     for k in 0..HEARTBEAT_THREADS {
         let (sims, client, base) = (sims.clone(), client.clone(), base.clone());
-        let every = opts.heartbeat;
         threads.push(std::thread::spawn(move || {
-            heartbeats(&sims, &client, &base, k, HEARTBEAT_THREADS, every)
+            heartbeats(&sims, &client, &base, k, HEARTBEAT_THREADS)
         }));
     }
-    let result = measure(opts, hosts, &sims, &client, &base, progress);
+    let metrics = (server.url(), admin.clone());
+    let result = measure(opts, hosts, &sims, &client, &base, &metrics, progress);
     sims.stop.store(true, Ordering::Release);
     let hb_s = hb_started.elapsed().as_secs_f64();
     // Heartbeat threads first (they call the controller), then the controller
@@ -496,6 +565,7 @@ fn measure(
     sims: &Sims,
     client: &Client,
     base: &str,
+    (url, token): &(String, String),
     progress: &mut dyn FnMut(&str),
 ) -> Result<Outcome, String> {
     progress(&format!("registering {hosts} hosts"));
@@ -504,10 +574,13 @@ fn measure(
     for id in 1..=hosts {
         let hb = registration(id, base, sims);
         let t = Instant::now();
-        client
+        let ack = client
             .heartbeat(&hb)
             .map_err(|e| format!("registering host {id}: {e}"))?;
         reg_ms.push(ms_since(t));
+        if let Some(h) = sims.host(id) {
+            lock(h).beaten(t, Some(ack.heartbeat_ms), sims.fixed);
+        }
         sims.registered.store(id as usize, Ordering::Release);
     }
     let reg_s = t.elapsed().as_secs_f64();
@@ -574,6 +647,24 @@ fn measure(
         .filter(|(h, v)| sims.version(**h) != **v)
         .map(|(h, _)| *h)
         .collect();
+
+    // The heartbeats the controller receives in the steady state: over at
+    // least two of the intervals it tells.
+    let interval = metric(url, token, "sluice_controller_heartbeat_interval_seconds")?;
+    let every = opts
+        .heartbeat
+        .unwrap_or(Duration::from_secs_f64(interval.max(0.0)));
+    let window = (2 * every).clamp(opts.rate_window, RATE_WINDOW_MAX.max(opts.rate_window));
+    progress(&format!(
+        "counting the controller's heartbeats for {:.1} s (interval told: {:.0} ms)",
+        window.as_secs_f64(),
+        interval * 1e3
+    ));
+    let before = metric(url, token, "sluice_controller_heartbeats_total")?;
+    let t = Instant::now();
+    std::thread::sleep(window);
+    let after = metric(url, token, "sluice_controller_heartbeats_total")?;
+    let window_s = t.elapsed().as_secs_f64();
     let (pushes, bytes) = sims.totals();
     let mut received = BTreeMap::new();
     let (mut refused, mut last_refusal) = (0, None);
@@ -612,6 +703,10 @@ fn measure(
         refused,
         last_refusal,
         heartbeats_per_s: 0.0,
+        controller_heartbeats_per_s: (after - before) / window_s,
+        heartbeat_window_s: window_s,
+        heartbeat_interval_ms: interval * 1e3,
+        fixed_heartbeat_ms: opts.heartbeat.map(|d| d.as_millis() as u64),
         heartbeat_errors: 0,
         rss_growth_mib: 0.0,
         db_mib: 0.0,
@@ -675,10 +770,22 @@ pub fn table(r: &Report) -> String {
         },
     );
     row(
-        "heartbeats",
+        "heartbeats sent over the run",
         format!(
             "{:.0}/s ({} failed)",
             r.heartbeats_per_s, r.heartbeat_errors
+        ),
+    );
+    row(
+        "heartbeats received by the controller",
+        format!(
+            "{:.0}/s over {:.1} s in sync; interval told {:.0} ms{}",
+            r.controller_heartbeats_per_s,
+            r.heartbeat_window_s,
+            r.heartbeat_interval_ms,
+            r.fixed_heartbeat_ms
+                .map(|ms| format!(" (agents kept a fixed {ms} ms)"))
+                .unwrap_or_default()
         ),
     );
     row(

@@ -12,6 +12,7 @@ fn every_simulated_agent_runs_its_latest_configuration_with_its_tenants_chains()
         hosts: 5,
         tenants: 4,
         sync_timeout: Duration::from_secs(30),
+        rate_window: Duration::from_secs(2),
         ..Options::default()
     };
     let out = run(&opts, &mut |_| {}).unwrap();
@@ -55,4 +56,13 @@ fn every_simulated_agent_runs_its_latest_configuration_with_its_tenants_chains()
     }
     assert!(r.apply.n == 4 && r.registration.n == 5);
     assert!(r.pushes_per_tenant > 0.0 && r.bytes_per_tenant > 0.0);
+    // A small fleet is told the shortest interval, and its agents keep it
+    // (each every 50 ms, up to one scan late: 14-20 a second).
+    assert_eq!(r.heartbeat_interval_ms, 50.0);
+    let per_host = r.controller_heartbeats_per_s / 5.0;
+    assert!(
+        (12.0..=21.0).contains(&per_host),
+        "{} heartbeats/s from 5 hosts",
+        r.controller_heartbeats_per_s
+    );
 }

@@ -158,9 +158,11 @@ pub enum BenchCmd {
         /// Tenants applied (each: 2-5 VMs on as many hosts and a firewall).
         #[arg(long, default_value_t = 200)]
         tenants: u32,
-        /// Each agent's heartbeat interval, milliseconds (the real agent's: 50).
-        #[arg(long, default_value_t = sluice_bench::fleet::DEFAULT_HEARTBEAT_MS)]
-        heartbeat_ms: u64,
+        /// A fixed heartbeat interval for every agent, milliseconds, whatever
+        /// the controller tells (agents before issue 25: 50); default: the
+        /// interval the controller tells, as the real agent.
+        #[arg(long)]
+        heartbeat_ms: Option<u64>,
         /// Seal the fabric: every configuration carries keys for its peers.
         #[arg(long)]
         fabric_auth: bool,
@@ -352,7 +354,7 @@ pub fn run(which: BenchCmd) -> Result<(), CliError> {
             &sluice_bench::fleet::Options {
                 hosts,
                 tenants,
-                heartbeat: std::time::Duration::from_millis(heartbeat_ms.max(1)),
+                heartbeat: heartbeat_ms.map(|ms| std::time::Duration::from_millis(ms.max(1))),
                 fabric_auth,
                 ..sluice_bench::fleet::Options::default()
             },

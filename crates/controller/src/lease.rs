@@ -17,6 +17,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::hash::{Hash, Hasher};
+use std::time::Duration;
 
 use sluice_proto::{AgentConfig, GroupPolicy};
 
@@ -30,8 +31,19 @@ pub const LEASE_MS: u64 = 30;
 pub const SETTLE_MS: u64 = 100;
 /// How long a revocation waits for an agent that does not acknowledge it: its
 /// grace after the controller's last answer (`LEASE_CONTROLLER_GRACE`, 500 ms),
-/// a lease, and margin.
+/// a lease, and margin. Agents told to heartbeat less often than every 50 ms
+/// have longer grace, and are waited for longer ([`revoke_timeout_ms`]).
 pub const REVOKE_TIMEOUT_MS: u64 = 700;
+
+/// How long a revocation waits for an agent that does not acknowledge it when
+/// agents may be heartbeating every `longest` (the longest interval the
+/// controller told any): [`REVOKE_TIMEOUT_MS`] plus what that interval adds to
+/// an agent's grace ([`sluice_proto::lease_grace`]).
+pub fn revoke_timeout_ms(longest: Duration) -> u64 {
+    let extra =
+        sluice_proto::lease_grace(longest).saturating_sub(sluice_proto::LEASE_CONTROLLER_GRACE);
+    REVOKE_TIMEOUT_MS + extra.as_millis() as u64
+}
 
 /// What to push for a new desired configuration.
 #[derive(Debug, Clone, PartialEq)]
@@ -73,6 +85,9 @@ pub struct LeaseGate {
     converged: BTreeMap<GroupKey, (u64, u64)>,
     barrier: Option<Barrier>,
     last_epoch: u64,
+    /// The longest heartbeat interval agents may be using (zero: the
+    /// shortest), which the revocation timeout follows.
+    longest_interval: Duration,
 }
 
 /// Groups of `state: cached` middleboxes in `cfgs`.
@@ -249,9 +264,16 @@ impl LeaseGate {
         }
     }
 
+    /// Records the longest heartbeat interval agents may be using now (the
+    /// controller tells it them; their lease grace follows it).
+    pub fn set_longest_interval(&mut self, interval: Duration) {
+        self.longest_interval = interval;
+    }
+
     /// True (once) when the revocation is over: every host it concerns reported
     /// the revoking version and the longest lease ran out since, or
-    /// [`REVOKE_TIMEOUT_MS`] passed. The caller then commits the desired state
+    /// [`revoke_timeout_ms`] passed ([`REVOKE_TIMEOUT_MS`] while agents
+    /// heartbeat every 50 ms). The caller then commits the desired state
     /// again.
     pub fn barrier_done(&mut self, now_ms: u64, reported: &BTreeMap<u32, u64>) -> bool {
         let Some(b) = self.barrier.as_mut() else {
@@ -265,7 +287,7 @@ impl LeaseGate {
             b.acked_ms = Some(now_ms);
         }
         let done = b.acked_ms.is_some_and(|t| now_ms >= t + LEASE_MS)
-            || now_ms >= b.started_ms + REVOKE_TIMEOUT_MS;
+            || now_ms >= b.started_ms + revoke_timeout_ms(self.longest_interval);
         if done {
             self.barrier = None;
         }
@@ -485,6 +507,42 @@ mod tests {
         let only1: BTreeMap<u32, u64> = [(1, interim[&1].version)].into();
         assert!(!gate.barrier_done(1000 + REVOKE_TIMEOUT_MS - 1, &only1));
         assert!(gate.barrier_done(1000 + REVOKE_TIMEOUT_MS, &only1));
+    }
+
+    #[test]
+    fn agents_told_a_longer_heartbeat_interval_are_waited_for_longer() {
+        assert_eq!(
+            revoke_timeout_ms(sluice_proto::HEARTBEAT_MIN),
+            REVOKE_TIMEOUT_MS
+        );
+        let every = Duration::from_millis(6250);
+        // The agent's grace (two intervals and more), a lease, and margin.
+        let wait = revoke_timeout_ms(every);
+        let grace = sluice_proto::lease_grace(every).as_millis() as u64;
+        assert!(wait >= grace + LEASE_MS, "{wait} ms");
+        let mut gate = LeaseGate::default();
+        gate.set_longest_interval(every);
+        let mut cur = cfgs((1, 1));
+        versioned(&BTreeMap::new(), &mut cur);
+        let all1: BTreeMap<u32, u64> = [(1, 1), (2, 1)].into();
+        gate.observe(&cur, &all1, 0);
+        gate.observe(&cur, &all1, SETTLE_MS);
+        let mut s = cfgs((1, 1));
+        gate.decide(&cur, &mut s, SETTLE_MS);
+        versioned(&cur.clone(), &mut s);
+        cur = s;
+        let Decision::Hold(mut interim) = gate.decide(&cur, &mut cfgs((3, 1)), 1000) else {
+            panic!("held");
+        };
+        versioned(&cur.clone(), &mut interim);
+        gate.held_versions(&interim);
+        let only1: BTreeMap<u32, u64> = [(1, interim[&1].version)].into();
+        assert!(
+            !gate.barrier_done(1000 + REVOKE_TIMEOUT_MS, &only1),
+            "the agent may still be granting"
+        );
+        assert!(!gate.barrier_done(1000 + wait - 1, &only1));
+        assert!(gate.barrier_done(1000 + wait, &only1));
     }
 
     #[test]

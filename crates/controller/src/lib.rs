@@ -47,6 +47,7 @@ pub mod fabric;
 mod http;
 pub mod leader;
 pub mod lease;
+pub mod liveness;
 pub mod measure;
 pub mod metrics;
 pub mod model;

@@ -24,6 +24,8 @@ pub struct Counters {
     pub pushes_failed: u64,
     /// Time from starting a push to its answer.
     pub push_seconds: Histogram,
+    /// Heartbeats (and registrations) received.
+    pub heartbeats: u64,
 }
 
 impl Default for Counters {
@@ -32,6 +34,7 @@ impl Default for Counters {
             pushes_ok: 0,
             pushes_failed: 0,
             push_seconds: Histogram::new(LATENCY_BUCKETS),
+            heartbeats: 0,
         }
     }
 }
@@ -45,7 +48,7 @@ pub fn render(r: &Reconciler, now: Instant, process: bool) -> String {
         &mut o,
         "sluice_controller_host_up",
         "gauge",
-        "1 if the host's agent was heard from within the last second.",
+        "1 if the host's agent was heard from within the last second (or, in a large fleet, six heartbeat intervals).",
     );
     for h in &hosts {
         let _ = writeln!(
@@ -162,6 +165,24 @@ pub fn render(r: &Reconciler, now: Instant, process: bool) -> String {
     );
     c.push_seconds
         .render(&mut o, "sluice_controller_push_duration_seconds", "");
+    family(
+        &mut o,
+        "sluice_controller_heartbeats_total",
+        "counter",
+        "Heartbeats (and registrations) received from agents.",
+    );
+    let _ = writeln!(o, "sluice_controller_heartbeats_total {}", c.heartbeats);
+    family(
+        &mut o,
+        "sluice_controller_heartbeat_interval_seconds",
+        "gauge",
+        "The interval agents are told to heartbeat at (grows with the fleet to keep the heartbeats within the controller's budget).",
+    );
+    let _ = writeln!(
+        o,
+        "sluice_controller_heartbeat_interval_seconds {}",
+        r.heartbeat_interval().as_secs_f64()
+    );
     family(
         &mut o,
         "sluice_controller_events_total",

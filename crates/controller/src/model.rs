@@ -197,7 +197,8 @@ pub struct HostInfo {
     /// Milliseconds since its last heartbeat (`null`: none since the controller
     /// started).
     pub last_heartbeat_ms: Option<u64>,
-    /// Heard from within the last second.
+    /// Heard from within the last second (or, in a fleet large enough that its
+    /// agents heartbeat less often, within six of their intervals).
     pub alive: bool,
     /// Version of the configuration the controller wants it to run.
     pub desired_version: u64,
@@ -250,6 +251,12 @@ pub struct HostAck {
     /// When that certificate expires (Unix milliseconds).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub api_cert_not_after_ms: Option<u64>,
+    /// How often the agent should heartbeat, milliseconds: 50 in a fleet of up
+    /// to 40 hosts, more in a larger one so that the fleet's heartbeats stay
+    /// within the controller's budget ([`crate::liveness`]). Absent (a
+    /// controller from before the field): 50.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub heartbeat_ms: Option<u64>,
 }
 
 /// A VM in `GET /v1/vms` and the answer to its registration.

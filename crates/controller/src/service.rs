@@ -396,6 +396,35 @@ pub(crate) fn unix_ms() -> u64 {
         .unwrap_or(0)
 }
 
+/// Raises the process's open-files limit to its hard limit and returns the
+/// limit in force: every agent keeps a keep-alive connection to the controller
+/// (2 descriptors, 4 over TLS, and a thread), and tiny_http stops accepting
+/// for good once it runs out (its accept thread panics), so the usual 1,024 of
+/// a shell would end a controller at a few hundred agents (measured:
+/// docs/BENCHMARKS.md, "Issue 25: liveness").
+fn raise_open_files() -> u64 {
+    let mut l = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit and setrlimit only read and write the struct given.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut l) != 0 {
+            return 1024;
+        }
+        if l.rlim_cur < l.rlim_max {
+            let raised = libc::rlimit {
+                rlim_cur: l.rlim_max,
+                rlim_max: l.rlim_max,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &raised) == 0 {
+                l = raised;
+            }
+        }
+    }
+    l.rlim_cur
+}
+
 /// Starts the controller: loads the database, binds, and serves in background
 /// threads.
 pub fn serve(opts: ServerOptions) -> Result<ServerHandle, ControllerError> {
@@ -477,6 +506,12 @@ pub fn serve(opts: ServerOptions) -> Result<ServerHandle, ControllerError> {
         }
         None => None,
     };
+    let open_files = raise_open_files();
+    tracing::info!(
+        open_files,
+        connections = sluice_tls::terminator::connection_cap(open_files),
+        "open-files limit: every agent keeps a connection open (2-4 descriptors)"
+    );
     // With TLS, the public socket is the terminator's and the HTTP workers
     // serve a private Unix socket behind it.
     let (server, addr, front) = match &opts.tls {

@@ -14,7 +14,9 @@
 //! * the agent reports its counters, its NF instances' health, its local failovers
 //!   and its pinned flows at `GET {api}/v1/status` ([`AgentStatus`]) and in
 //!   Prometheus text format at `GET {api}/metrics`; its heartbeat to the controller
-//!   ([`HostHeartbeat`], every 50 ms) carries the instances' health too;
+//!   ([`HostHeartbeat`], every 50 ms in a small fleet, less often in a large one:
+//!   the controller's answer tells the interval, [`heartbeat_interval`]) carries
+//!   the instances' health too;
 //! * each NF instance sends its agent an [`InstanceHeartbeat`] datagram every 10 ms
 //!   (UDP, from its data socket to the agent's Geneve address; not Geneve: it
 //!   starts with [`HEARTBEAT_MAGIC`]).
@@ -714,6 +716,41 @@ pub struct IsolationStatus {
     /// The port's weight (its service's `weight:`).
     #[serde(default)]
     pub weight: u16,
+}
+
+/// The shortest interval between an agent's heartbeats to the controller, and
+/// the one it uses until the controller tells it one (the heartbeat answer's
+/// `heartbeat_ms`): a fleet of up to 40 hosts keeps it.
+pub const HEARTBEAT_MIN: std::time::Duration = std::time::Duration::from_millis(50);
+
+/// The longest interval between an agent's heartbeats that it accepts being
+/// told: a controller that is gone is noticed (and leases lapse) within a few
+/// of these.
+pub const HEARTBEAT_MAX: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// How long after the controller's last answer an agent heartbeating every
+/// [`HEARTBEAT_MIN`] may still grant leases to its instances (ten beats);
+/// longer intervals get longer grace ([`lease_grace`]).
+pub const LEASE_CONTROLLER_GRACE: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// The interval an agent heartbeats at when the controller's last answer told
+/// it `told_ms` (`None`: an answer without the field, from a controller that
+/// predates it and expects [`HEARTBEAT_MIN`]), kept within
+/// [`HEARTBEAT_MIN`]..=[`HEARTBEAT_MAX`] whatever it says.
+pub fn heartbeat_interval(told_ms: Option<u64>) -> std::time::Duration {
+    told_ms.map_or(HEARTBEAT_MIN, |ms| {
+        std::time::Duration::from_millis(ms).clamp(HEARTBEAT_MIN, HEARTBEAT_MAX)
+    })
+}
+
+/// How long after the controller's last answer an agent heartbeating every
+/// `interval` may still grant leases: [`LEASE_CONTROLLER_GRACE`] plus two
+/// intervals beyond the shortest, so a lost or late heartbeat does not let
+/// leases lapse while the controller answers. The controller waits at least
+/// this long (plus a lease) for an agent that does not acknowledge a
+/// revocation, with the longest interval it told any host.
+pub fn lease_grace(interval: std::time::Duration) -> std::time::Duration {
+    LEASE_CONTROLLER_GRACE + interval.saturating_sub(HEARTBEAT_MIN) * 2
 }
 
 /// The heartbeat an agent repeats to the controller (`POST /v1/hosts`): its
@@ -1535,6 +1572,24 @@ mod tests {
         assert_eq!(LATENCY_BOUNDS_SECONDS[0], 0.00001);
         assert_eq!(LATENCY_BOUNDS_SECONDS[14], 1.0);
         assert!(LATENCY_BOUNDS_NS.windows(2).all(|w| w[0] < w[1]));
+    }
+
+    #[test]
+    fn a_told_heartbeat_interval_is_kept_in_bounds() {
+        use std::time::Duration;
+        assert_eq!(heartbeat_interval(None), HEARTBEAT_MIN, "not told: 50 ms");
+        assert_eq!(heartbeat_interval(Some(6250)), Duration::from_millis(6250));
+        assert_eq!(heartbeat_interval(Some(0)), HEARTBEAT_MIN);
+        assert_eq!(heartbeat_interval(Some(u64::MAX)), HEARTBEAT_MAX);
+    }
+
+    #[test]
+    fn lease_grace_is_unchanged_at_the_shortest_interval_and_spans_two_longer_ones() {
+        use std::time::Duration;
+        assert_eq!(lease_grace(HEARTBEAT_MIN), LEASE_CONTROLLER_GRACE);
+        let i = Duration::from_millis(6250);
+        let g = lease_grace(i);
+        assert!(g > 2 * i && g < 3 * i, "{g:?}");
     }
 
     #[test]

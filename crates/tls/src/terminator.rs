@@ -67,8 +67,37 @@ impl Drop for Backend {
     }
 }
 
-/// Most connections relayed at once; more are closed at once.
-const MAX_CONNECTIONS: usize = 512;
+/// Most connections relayed at once, whatever the descriptors allow: each
+/// holds a thread here and one in the HTTP server behind.
+const MAX_CONNECTIONS: usize = 16_384;
+/// Fewest, however low the open-files limit.
+const MIN_CONNECTIONS: usize = 64;
+/// Descriptors a relayed connection takes in the process: the client's socket,
+/// this side of the connection to the backend, and the backend server's side
+/// (which tiny_http holds twice, cloned to read and to write).
+const FDS_PER_CONNECTION: u64 = 4;
+/// Descriptors left for everything else (files, the store, pushes to agents).
+const FDS_RESERVED: u64 = 256;
+
+/// How many connections may be relayed at once with `open_files` descriptors
+/// (the process's limit): a controller's agents each keep one open (a
+/// keep-alive connection for their heartbeats), and a backend server that runs
+/// out of descriptors stops accepting for good (tiny_http's accept thread
+/// panics), so the cap keeps within the limit; more are closed at once.
+pub fn connection_cap(open_files: u64) -> usize {
+    let fit = open_files.saturating_sub(FDS_RESERVED) / FDS_PER_CONNECTION;
+    (fit.min(MAX_CONNECTIONS as u64) as usize).max(MIN_CONNECTIONS)
+}
+
+/// The process's open-files limit (soft), if it can be read.
+pub fn open_files_limit() -> Option<u64> {
+    let mut l = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes only the struct it is given.
+    (unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut l) } == 0).then_some(l.rlim_cur)
+}
 /// A connection with nothing to relay for this long is closed.
 const IDLE: Duration = Duration::from_secs(60);
 /// How often waiting threads look at whether the server is stopping.
@@ -86,6 +115,8 @@ pub fn acceptor<S: Stopping>(
     shared: Arc<S>,
 ) {
     let live = Arc::new(AtomicUsize::new(0));
+    // Read once: the caller sets the limit before it starts serving.
+    let cap = connection_cap(open_files_limit().unwrap_or(1024));
     while !shared.stopping() {
         if !readable(listener.as_raw_fd(), STOP_CHECK) {
             continue;
@@ -94,7 +125,7 @@ pub fn acceptor<S: Stopping>(
             Ok((s, _)) => s,
             Err(_) => continue,
         };
-        if live.fetch_add(1, Ordering::SeqCst) >= MAX_CONNECTIONS {
+        if live.fetch_add(1, Ordering::SeqCst) >= cap {
             live.fetch_sub(1, Ordering::SeqCst);
             continue;
         }
@@ -265,4 +296,21 @@ fn connect(backend: &Path) -> std::io::Result<UnixStream> {
     let b = UnixStream::connect(backend)?;
     b.set_write_timeout(Some(Duration::from_secs(10)))?;
     Ok(b)
+}
+
+#[cfg(test)]
+mod cap_tests {
+    use super::*;
+
+    #[test]
+    fn the_connection_cap_keeps_within_the_open_files_limit() {
+        // The usual shell default: 1,024 descriptors hold 192 connections
+        // (512, the former cap, took 2,048 and killed the HTTP server).
+        assert_eq!(connection_cap(1024), 192);
+        assert!(connection_cap(1024) as u64 * FDS_PER_CONNECTION + FDS_RESERVED <= 1024);
+        // The systemd units' 65,536: room for a 5,000-host fleet and more.
+        assert_eq!(connection_cap(65_536), 16_320);
+        assert_eq!(connection_cap(u64::MAX), MAX_CONNECTIONS);
+        assert_eq!(connection_cap(0), MIN_CONNECTIONS);
+    }
 }

@@ -2,7 +2,7 @@
 //! 4): one [`Health`] state machine per backend of every `lb` middlebox.
 //!
 //! Inputs: the passive signal (a backend that is a VM on a host silent for
-//! [`HOST_SILENT`] is down until the host is heard again; the same silence
+//! [`HOST_SILENT`](super::HOST_SILENT), or six heartbeat intervals in a large fleet, is down until the host is heard again; the same silence
 //! that suspects the host's NF instances, with the same "everyone silent"
 //! guard) and operators' drains (`PUT .../backends/{addr}/drain`). The
 //! backends that are not up go to every instance of their middlebox in
@@ -26,7 +26,7 @@ use sluice_proto::{BackendHealthState, BackendOverride};
 use sluice_tenant::Element;
 
 use super::events::event;
-use super::{Reconciler, HOST_SILENT};
+use super::Reconciler;
 use crate::desired::Desired;
 use crate::error::ApiError;
 use crate::model::BackendInfo;
@@ -151,18 +151,23 @@ fn vm_at(d: &Desired, tenant: &str, ip: std::net::IpAddr) -> Option<(String, u32
 }
 
 impl Reconciler {
-    /// Hosts that report health and have been silent longer than
-    /// [`HOST_SILENT`], with their silence; empty when every watched host
-    /// (two or more) is silent at once (the controller, not they, is the
-    /// likelier culprit).
+    /// Hosts that report health and have been silent longer than six of the
+    /// heartbeat intervals they may be using ([`HOST_SILENT`] in a small
+    /// fleet, [`crate::liveness::silent_after`]), with their silence; empty
+    /// when every watched host (two or more) is silent at once (the
+    /// controller, not they, is the likelier culprit).
     pub(super) fn silent_hosts(&self, now: Instant) -> BTreeMap<u32, Duration> {
         let watched = self.live.values().filter(|l| l.reports_health).count();
+        let current = self.heartbeat_interval();
         let silent: BTreeMap<u32, Duration> = self
             .live
             .iter()
             .filter(|(_, l)| l.reports_health)
-            .filter_map(|(h, l)| l.last_heard.map(|t| (*h, now.saturating_duration_since(t))))
-            .filter(|(_, d)| *d > HOST_SILENT)
+            .filter_map(|(h, l)| {
+                let every = Self::beats_every(l, current);
+                let quiet = now.saturating_duration_since(l.last_heard?);
+                (quiet > crate::liveness::silent_after(every)).then_some((*h, quiet))
+            })
             .collect();
         if watched >= 2 && silent.len() == watched {
             return BTreeMap::new();

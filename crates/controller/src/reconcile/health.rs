@@ -1,7 +1,10 @@
 //! Heartbeats and instance health: hosts register by heartbeating; instances an
 //! agent reports dead (or suspected for [`SUSPECT_CONFIRM`]) leave every host's
 //! groups, and rejoin once reported healthy for [`REJOIN_AFTER`]; a host silent
-//! for [`HOST_SILENT`](super::HOST_SILENT) has all its instances taken out until it is heard again.
+//! for [`HOST_SILENT`](super::HOST_SILENT) (six of its heartbeat intervals in a
+//! large fleet, [`crate::liveness`]) has all its instances taken out until it is
+//! heard again. Every heartbeat's answer tells the agent the interval to
+//! heartbeat at.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
@@ -9,7 +12,7 @@ use std::time::{Duration, Instant};
 use sluice_proto::{HostHeartbeat, InstanceHealth, PinnedFlows};
 
 use super::events::event;
-use super::{DownReason, Reconciler, HOST_GRACE, REJOIN_AFTER, REPUSH_AFTER, SUSPECT_CONFIRM};
+use super::{DownReason, Reconciler, REJOIN_AFTER, REPUSH_AFTER, SUSPECT_CONFIRM};
 use crate::desired::{instance_name, Host, InstanceKey};
 use crate::error::ApiError;
 use crate::model::HostAck;
@@ -117,7 +120,11 @@ impl Reconciler {
         }
         // A failover may just have given this host a new version.
         let desired = self.configs.get(&reg.host).map_or(desired, |c| c.version);
+        // Counted after registration: the fleet's size includes this host.
+        let every = self.heartbeat_interval();
+        self.counters.heartbeats += 1;
         let live = self.live.entry(reg.host).or_default();
+        live.told = Some(every);
         let stale = reg.config_version != desired
             && live.last_push.is_none_or(|(v, at)| {
                 v != desired || now.saturating_duration_since(at) >= REPUSH_AFTER
@@ -131,6 +138,7 @@ impl Reconciler {
             // Added by the HTTP edge, which holds the hosts' CA.
             api_cert: None,
             api_cert_not_after_ms: None,
+            heartbeat_ms: Some(every.as_millis() as u64),
         })
     }
 
@@ -284,7 +292,7 @@ impl Reconciler {
     }
 
     /// Suspects every instance of a health-reporting host silent for
-    /// [`HOST_SILENT`](super::HOST_SILENT) (`silent`, from [`Reconciler::silent_hosts`]: empty when
+    /// [`HOST_SILENT`](super::HOST_SILENT) or six of its intervals (`silent`, from [`Reconciler::silent_hosts`]: empty when
     /// every watched host is silent at once, since the controller or the
     /// management network is then the likelier culprit).
     pub(super) fn check_silence(&mut self, silent: &BTreeMap<u32, Duration>, now: Instant) {
@@ -309,10 +317,19 @@ impl Reconciler {
             })
             .collect();
         self.apply_health(changes, DownReason::HostSilent, now);
+        // HOST_GRACE in a small fleet; as much longer as the host's silence
+        // threshold is in a large one.
+        let current = self.heartbeat_interval();
         let dead: Vec<(u32, Duration)> = silent
             .iter()
             .map(|(h, d)| (*h, *d))
-            .filter(|(h, d)| *d > HOST_GRACE && !self.desired.evacuated.contains(h))
+            .filter(|(h, d)| {
+                let every = self
+                    .live
+                    .get(h)
+                    .map_or(current, |l| Self::beats_every(l, current));
+                *d > crate::liveness::dead_after(every) && !self.desired.evacuated.contains(h)
+            })
             .collect();
         for (h, d) in dead {
             self.evacuate(h, d, now);

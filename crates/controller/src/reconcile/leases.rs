@@ -18,6 +18,12 @@ impl Reconciler {
             .iter()
             .filter_map(|(h, l)| l.reported.map(|v| (*h, v)))
             .collect();
+        // Agents told a longer heartbeat interval grant on for longer without
+        // an answer: a revocation waits for them accordingly.
+        if self.gate.holding() {
+            let longest = self.longest_interval();
+            self.gate.set_longest_interval(longest);
+        }
         let done = self.gate.barrier_done(now_ms, &reported);
         let granted = self.gate.observe(&self.configs, &reported, now_ms);
         if done || granted {

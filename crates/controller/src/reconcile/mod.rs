@@ -58,12 +58,16 @@ pub use requests::Applied;
 pub const ALIVE: Duration = Duration::from_secs(1);
 /// A heartbeat with a stale version re-pushes at most this often.
 pub const REPUSH_AFTER: Duration = Duration::from_secs(1);
-/// A host not heard from for this long has all its instances suspected (its
-/// agent may be gone); agents heartbeat every 50 ms.
+/// A host of a small fleet (agents heartbeating every 50 ms) not heard from
+/// for this long has all its instances suspected (its agent may be gone); a
+/// larger fleet's hosts, told to heartbeat less often, get six of their
+/// intervals ([`crate::liveness::silent_after`]).
 pub const HOST_SILENT: Duration = Duration::from_millis(300);
-/// A host silent for this long is taken for dead: its instances are placed
-/// again on live hosts (a middlebox whose only instance ran there has none
-/// until then), and it takes no new ones until heard again.
+/// A host of a small fleet silent for this long is taken for dead: its
+/// instances are placed again on live hosts (a middlebox whose only instance
+/// ran there has none until then), and it takes no new ones until heard again.
+/// A larger fleet's hosts get as much longer as their silence threshold is
+/// ([`crate::liveness::dead_after`]).
 pub const HOST_GRACE: Duration = Duration::from_secs(10);
 /// A down instance rejoins once reported healthy for this long (one missed
 /// agent heartbeat's worth), so a flapping instance does not churn every host.
@@ -92,6 +96,9 @@ pub(crate) struct Live {
     pub(crate) reported: Option<u64>,
     pub(crate) last_push: Option<(u64, Instant)>,
     pub(crate) push_error: Option<String>,
+    /// The heartbeat interval its last answer told it: it may sleep that long
+    /// between heartbeats even after the fleet's interval shrank.
+    pub(crate) told: Option<Duration>,
     failures: u32,
     /// Its heartbeats carry instance health: its silence suspects its instances
     /// (hosts that only register are not watched).
@@ -599,6 +606,41 @@ impl Reconciler {
             .retain(|n, _| self.desired.instance_by_name(n).is_some());
         o.instances = self.instance_counts.clone();
         self.traffic.sample(now_ms, &o);
+    }
+
+    /// The interval the fleet's agents are told to heartbeat at now (from the
+    /// number of registered hosts, [`crate::liveness::heartbeat_interval`]).
+    pub fn heartbeat_interval(&self) -> Duration {
+        crate::liveness::heartbeat_interval(self.desired.hosts.len())
+    }
+
+    /// The longest interval a host may be heartbeating at: the one it was last
+    /// told, or the fleet's `current` one if longer (it learns that only from
+    /// its next heartbeat's answer).
+    pub(crate) fn beats_every(live: &Live, current: Duration) -> Duration {
+        live.told.map_or(current, |t| t.max(current))
+    }
+
+    /// How long `host` may go unheard before it counts as silent
+    /// ([`crate::liveness::silent_after`] of the longest interval it may be
+    /// heartbeating at).
+    pub(crate) fn silent_after(&self, host: u32) -> Duration {
+        let current = self.heartbeat_interval();
+        let every = self
+            .live
+            .get(&host)
+            .map_or(current, |l| Self::beats_every(l, current));
+        crate::liveness::silent_after(every)
+    }
+
+    /// The longest heartbeat interval any host may be using (what an agent's
+    /// lease grace follows, [`sluice_proto::lease_grace`]).
+    pub(crate) fn longest_interval(&self) -> Duration {
+        let current = self.heartbeat_interval();
+        self.live
+            .values()
+            .map(|l| Self::beats_every(l, current))
+            .fold(current, Duration::max)
     }
 
     /// How long ago `host` was last heard from, if ever.

@@ -361,6 +361,121 @@ fn a_silent_host_loses_its_instances_until_it_is_heard_again() {
     assert!(s.events("rejoin")[0].reason.contains("heard from again"));
 }
 
+impl Sim {
+    /// Host `h` heartbeats reporting `health`; the interval it was told, ms.
+    fn beat_told(&mut self, h: u32, health: Vec<InstanceHealth>) -> u64 {
+        let mut hb = self.heartbeat_of(h);
+        hb.instances = health;
+        let ack = self
+            .r
+            .heartbeat(
+                Heartbeat {
+                    hb,
+                    pinned: None,
+                    reports_health: true,
+                },
+                self.now,
+            )
+            .unwrap();
+        ack.heartbeat_ms.expect("the answer tells the interval")
+    }
+
+    /// Makes the fleet `n` hosts: registered hosts (ids from 1,000) that
+    /// never heartbeat are added or removed, as a large fleet would count.
+    fn fleet_of(&mut self, n: usize) {
+        let real = 3;
+        let d = &mut self.r.desired;
+        d.hosts.retain(|id, _| *id < 1000);
+        for id in 1000..(1000 + n.saturating_sub(real) as u32) {
+            d.hosts.insert(
+                id,
+                crate::desired::Host {
+                    id,
+                    name: format!("filler{id}"),
+                    underlay: Ipv4Addr::from(0x0b00_0000 | id),
+                    api: format!("http://127.0.0.1:1/{id}"),
+                    capacity: None,
+                },
+            );
+        }
+        assert_eq!(self.r.desired.hosts.len(), n.max(real));
+    }
+}
+
+#[test]
+fn a_small_fleet_heartbeats_every_50_ms_and_fails_over_after_300_ms() {
+    let mut s = Sim::new(SPEC);
+    assert_eq!(s.beat_told(2, vec![health("t/ips/1", true, false)]), 50);
+    s.run(HOST_SILENT);
+    assert!(s.in_any_group("t/ips/1"));
+    s.run(20 * MS);
+    assert!(!s.in_any_group("t/ips/1"), "silent for six beats of 50 ms");
+}
+
+#[test]
+fn a_host_of_a_large_fleet_is_silent_after_six_of_its_intervals_not_300_ms() {
+    let mut s = Sim::new(SPEC);
+    s.fleet_of(4000);
+    // 4,000 hosts within 800 heartbeats a second: one each 5 s.
+    assert_eq!(s.beat_told(2, vec![health("t/ips/1", true, false)]), 5000);
+    s.run(Duration::from_secs(1));
+    assert!(
+        s.in_any_group("t/ips/1"),
+        "1 s is not silence at 5 s a beat"
+    );
+    let hosts = s.ok("GET", "/v1/hosts", "");
+    let h2 = hosts
+        .as_array()
+        .and_then(|a| a.iter().find(|h| h["id"] == 2))
+        .expect("host 2 listed");
+    assert_eq!(h2["alive"], true, "{h2}");
+    s.run(Duration::from_secs(29));
+    assert!(
+        s.in_any_group("t/ips/1"),
+        "silent for exactly six intervals"
+    );
+    s.run(20 * MS);
+    assert!(!s.in_any_group("t/ips/1"));
+    assert!(s.events("failover")[0].reason.contains("silent for 30"));
+    // Taken for dead as much later than today's 10 s as its silence
+    // threshold is later than 300 ms.
+    assert!(s.events("evacuated").is_empty());
+    s.run(Duration::from_millis(9700) - 20 * MS);
+    assert!(s.events("evacuated").is_empty());
+    s.run(20 * MS);
+    assert_eq!(s.events("evacuated").len(), 1);
+}
+
+#[test]
+fn a_host_beating_as_told_is_never_silent_while_the_fleet_grows_or_shrinks() {
+    let mut s = Sim::new(SPEC);
+    let mut told = Vec::new();
+    // The fleet grows by 500 hosts between two of the host's heartbeats,
+    // then shrinks back to 3: each time the host heartbeats only after the
+    // interval it was told before the change.
+    let sizes: Vec<usize> = (1..=12).map(|k| k * 500).chain([3, 3]).collect();
+    for n in sizes {
+        let every = s.beat_told(2, vec![health("t/ips/1", true, false)]);
+        told.push(every);
+        s.fleet_of(n);
+        // A little late, as a loaded agent would be.
+        s.run(Duration::from_millis(every) + 30 * MS);
+        assert!(
+            s.in_any_group("t/ips/1"),
+            "fleet of {n}: told {every} ms, heard {} ms ago",
+            every + 30
+        );
+    }
+    assert!(s.events("failover").is_empty());
+    assert_eq!(told[0], 50);
+    assert_eq!(told[11], 6875, "5,500 hosts");
+    assert_eq!(told[12], 7500, "6,000 hosts, then shrunk to 3 (above)");
+    assert_eq!(*told.last().unwrap(), 50);
+    // Told 50 ms again, it is silent after 300 ms again.
+    s.run(HOST_SILENT);
+    assert!(!s.in_any_group("t/ips/1"));
+}
+
 #[test]
 fn an_instance_reported_healthy_after_its_host_was_silent_waits_rejoin_after() {
     let mut s = Sim::new(SPEC);

@@ -365,7 +365,9 @@ pub(crate) fn host_infos(r: &Reconciler, now: Instant) -> Vec<HostInfo> {
                 underlay: h.underlay.to_string(),
                 api: h.api.clone(),
                 last_heartbeat_ms: heard.map(|d| d.as_millis() as u64),
-                alive: heard.is_some_and(|d| d <= ALIVE),
+                // A second, or the host's silence threshold in a large fleet
+                // (whose agents heartbeat less often).
+                alive: heard.is_some_and(|d| d <= ALIVE.max(r.silent_after(h.id))),
                 desired_version: desired,
                 reported_version: reported,
                 in_sync: reported == Some(desired),
