@@ -69,9 +69,13 @@ pub enum ExperimentCmd {
         /// Seconds measured per window.
         #[arg(long, default_value_t = 15)]
         seconds: u32,
-        /// Rounds (each runs both arms).
-        #[arg(long, default_value_t = 2)]
+        /// Rounds (each runs both arms in every layout).
+        #[arg(long, default_value_t = 1)]
         rounds: u32,
+        /// Layouts: `near` (clients in r1, where least-loaded packs), `far`
+        /// (clients in r2), comma-separated.
+        #[arg(long, default_value = "near,far")]
+        layouts: String,
         /// Download loops per client and server.
         #[arg(long, default_value_t = 2)]
         loops: usize,
@@ -319,6 +323,7 @@ pub fn run(what: ExperimentCmd) -> Result<(), CliError> {
             seconds,
             rounds,
             loops,
+            layouts,
             dir,
             json,
         } => placement(
@@ -331,6 +336,8 @@ pub fn run(what: ExperimentCmd) -> Result<(), CliError> {
                 seconds,
                 rounds,
                 loops,
+                layouts: sluice_testbed::placement::Layout::parse_list(&layouts)
+                    .map_err(|e| CliError::flag("layouts", e.to_string()))?,
             },
             json,
         ),

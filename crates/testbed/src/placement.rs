@@ -3,13 +3,16 @@
 //! between racks is the bottleneck?
 //!
 //! Four hosts in two racks whose uplinks to the spine are limited with `tc`
-//! ([`Lab::limit_rack_uplinks`]); the clients `c1`, `c2` in rack r1 (hosts 1
-//! and 2), the web servers `w1` (host 2, r1), `w2`, `w3` (hosts 3 and 4, r2);
-//! a chain of three middleboxes of two instances each between them
+//! ([`Lab::limit_rack_uplinks`]); the clients `c1`, `c2` in one rack, the web
+//! servers `w1` in the clients' rack and `w2`, `w3` in the other; a chain of
+//! three middleboxes of two instances each between them
 //! (`examples/experiments/placement.yaml`). Two arms, each on a lab of its
-//! own, alternating round by round: **today** (`least-loaded` placement,
-//! `uniform` distribution) and **aware** (`rack-aware` placement,
-//! `network-aware` distribution with the uplinks declared). In each, the
+//! own, alternating: **today** (`least-loaded` placement, `uniform`
+//! distribution) and **aware** (`rack-aware` placement, `network-aware`
+//! distribution with the uplinks declared). `least-loaded` packs (best fit)
+//! from the lowest host id whatever the racks, so where the clients are
+//! decides whether it is lucky: two layouts, **near** (the clients in r1,
+//! hosts 1 and 2, where it packs) and **far** (the clients in r2). In each, the
 //! clients download the 1 MiB blob from every server in closed loops (the
 //! served throughput: bytes of the downloads completed in the window) while
 //! each client also fetches the small index page in a loop (the request
@@ -42,6 +45,8 @@ pub struct PlacementOptions {
     pub rounds: u32,
     /// Download loops per (client, server) pair.
     pub loops: usize,
+    /// Where the VMs are, each layout in turn.
+    pub layouts: Vec<Layout>,
 }
 
 impl Default for PlacementOptions {
@@ -51,9 +56,45 @@ impl Default for PlacementOptions {
             queue_kb: 256,
             warmup: 10,
             seconds: 15,
-            rounds: 2,
+            rounds: 1,
             loops: 2,
+            layouts: vec![Layout::Near, Layout::Far],
         }
+    }
+}
+
+/// Where the VMs are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum Layout {
+    /// Clients in r1 (hosts 1-2), where `least-loaded` packs the instances.
+    Near,
+    /// Clients in r2 (hosts 3-4).
+    Far,
+}
+
+impl Layout {
+    /// Its name in reports and on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Layout::Near => "near",
+            Layout::Far => "far",
+        }
+    }
+
+    /// Parses `near,far`.
+    pub fn parse_list(s: &str) -> Result<Vec<Layout>, LabError> {
+        let mut out = Vec::new();
+        for p in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            out.push(match p {
+                "near" => Layout::Near,
+                "far" => Layout::Far,
+                x => return Err(other(format!("unknown layout `{x}` (near, far)"))),
+            });
+        }
+        if out.is_empty() {
+            return Err(other("name at least one layout (near, far)"));
+        }
+        Ok(out)
     }
 }
 
@@ -77,16 +118,17 @@ impl Arm {
 }
 
 /// Where each VM of the experiment's spec runs.
-pub fn vm_hosts() -> BTreeMap<String, u32> {
-    [("c1", 1), ("c2", 2), ("w1", 2), ("w2", 3), ("w3", 4)]
-        .into_iter()
-        .map(|(k, v)| (k.to_string(), v))
-        .collect()
+pub fn vm_hosts(layout: Layout) -> BTreeMap<String, u32> {
+    let hosts = match layout {
+        Layout::Near => [("c1", 1), ("c2", 2), ("w1", 2), ("w2", 3), ("w3", 4)],
+        Layout::Far => [("c1", 4), ("c2", 3), ("w1", 3), ("w2", 2), ("w3", 1)],
+    };
+    hosts.into_iter().map(|(k, v)| (k.to_string(), v)).collect()
 }
 
 /// The lab's topology for `arm`: two racks, the VMs pinned, the arm's
 /// controller settings.
-pub fn topology(arm: Arm, o: &PlacementOptions) -> Topology {
+pub fn topology(arm: Arm, layout: Layout, o: &PlacementOptions) -> Topology {
     let mut controller = BTreeMap::new();
     match arm {
         Arm::Today => {
@@ -104,7 +146,7 @@ pub fn topology(arm: Arm, o: &PlacementOptions) -> Topology {
     }
     Topology {
         racks: 2,
-        vm_hosts: vm_hosts(),
+        vm_hosts: vm_hosts(layout),
         controller,
     }
 }
@@ -125,6 +167,8 @@ pub struct Placed {
 /// One measured window.
 #[derive(Debug, Clone, Serialize)]
 pub struct Window {
+    /// The layout.
+    pub layout: Layout,
     /// The arm.
     pub arm: Arm,
     /// Round (from 1).
@@ -156,26 +200,27 @@ pub struct PlacementReport {
     pub options: PlacementOptions,
     /// Every window, in the order run.
     pub windows: Vec<Window>,
-    /// Each arm's placement as the controller reported it (its last lab).
+    /// Each layout and arm's placement as the controller reported it (its
+    /// last lab), by `layout/arm`.
     pub placements: BTreeMap<String, Vec<Placed>>,
 }
 
 impl PlacementReport {
-    /// Median served throughput of `arm` with the uplinks limited or not.
-    pub fn median_served(&self, arm: Arm, limited: bool) -> Option<f64> {
+    /// Median served throughput of `arm` in `layout`, uplinks limited or not.
+    pub fn median_served(&self, layout: Layout, arm: Arm, limited: bool) -> Option<f64> {
         median(
             self.windows
                 .iter()
-                .filter(|w| w.arm == arm && w.limited == limited)
+                .filter(|w| w.layout == layout && w.arm == arm && w.limited == limited)
                 .map(|w| w.served_mbps)
                 .collect(),
         )
     }
 
-    /// aware / today, medians, limited or not.
-    pub fn ratio(&self, limited: bool) -> Option<f64> {
-        let t = self.median_served(Arm::Today, limited)?;
-        let a = self.median_served(Arm::Aware, limited)?;
+    /// aware / today, medians, in `layout`, limited or not.
+    pub fn ratio(&self, layout: Layout, limited: bool) -> Option<f64> {
+        let t = self.median_served(layout, Arm::Today, limited)?;
+        let a = self.median_served(layout, Arm::Aware, limited)?;
         (t > 0.0).then(|| a / t)
     }
 }
@@ -249,6 +294,7 @@ fn addr(lab: &Lab, vm: &str) -> Result<String, LabError> {
 /// One window on a running lab.
 pub fn window(
     lab: &Lab,
+    layout: Layout,
     arm: Arm,
     round: u32,
     limited: bool,
@@ -310,6 +356,7 @@ pub fn window(
         .sum();
     let secs = (to - from).max(1e-3);
     Ok(Window {
+        layout,
         arm,
         round,
         limited,
@@ -366,23 +413,23 @@ pub fn run(
     let mut windows = Vec::new();
     let mut placements = BTreeMap::new();
     for round in 1..=o.rounds.max(1) {
-        for arm in [Arm::Today, Arm::Aware] {
-            progress(&format!(
-                "round {round}: testbed for the {} arm ...",
-                arm.name()
-            ));
+        for (layout, arm) in o
+            .layouts
+            .iter()
+            .flat_map(|l| [(*l, Arm::Today), (*l, Arm::Aware)])
+        {
+            let key = format!("{}/{}", layout.name(), arm.name());
+            progress(&format!("round {round}: testbed for {key} ..."));
             let opts = LabOptions {
                 hosts: 4,
                 web: true,
-                topology: topology(arm, o),
+                topology: topology(arm, layout, o),
                 ..base.clone()
             };
             let lab = Lab::up(&opts)?;
-            placements.insert(arm.name().to_string(), placement(&lab)?);
             for limited in [true, false] {
                 progress(&format!(
-                    "round {round}, {} arm, uplinks {}: {} s of load",
-                    arm.name(),
+                    "round {round}, {key}, uplinks {}: {} s of load",
                     if limited {
                         format!("at {} Mbit/s", o.uplink_mbit)
                     } else {
@@ -390,10 +437,10 @@ pub fn run(
                     },
                     o.warmup + o.seconds
                 ));
-                windows.push(window(&lab, arm, round, limited, o)?);
+                windows.push(window(&lab, layout, arm, round, limited, o)?);
             }
             // The final shares, after the load.
-            placements.insert(arm.name().to_string(), placement(&lab)?);
+            placements.insert(key, placement(&lab)?);
             drop(lab);
         }
     }
@@ -407,7 +454,8 @@ pub fn run(
 /// Prints a report.
 pub fn print(r: &PlacementReport) {
     println!(
-        "{:<6} {:>5} {:>9} {:>10} {:>9} {:>10} {:>9} {:>9} {:>9} {:>6}",
+        "{:<6} {:<6} {:>5} {:>9} {:>10} {:>9} {:>10} {:>9} {:>9} {:>9} {:>6}",
+        "layout",
         "arm",
         "round",
         "uplinks",
@@ -421,7 +469,8 @@ pub fn print(r: &PlacementReport) {
     );
     for w in &r.windows {
         println!(
-            "{:<6} {:>5} {:>9} {:>6.1} Mb/s {:>9} {:>8.2} B/B {:>9} {:>6.1} ms {:>6.1} ms {:>6}",
+            "{:<6} {:<6} {:>5} {:>9} {:>6.1} Mb/s {:>9} {:>6.2} B/B {:>9} {:>6.1} ms {:>6.1} ms {:>6}",
+            w.layout.name(),
             w.arm.name(),
             w.round,
             if w.limited {
@@ -438,16 +487,13 @@ pub fn print(r: &PlacementReport) {
             w.failed
         );
     }
-    for (arm, ps) in &r.placements {
+    for (key, ps) in &r.placements {
         let line: Vec<String> = ps
             .iter()
             .map(|p| {
+                let mb = p.name.split('/').nth(1).unwrap_or(p.name.as_str());
                 format!(
-                    "{}@h{}({}{})",
-                    p.name
-                        .rsplit_once('/')
-                        .map_or(p.name.as_str(), |x| x.0)
-                        .trim_start_matches("racks/"),
+                    "{mb}@h{}({}{})",
                     p.host,
                     p.rack.as_deref().unwrap_or("-"),
                     p.share
@@ -455,19 +501,17 @@ pub fn print(r: &PlacementReport) {
                 )
             })
             .collect();
-        println!("placement {arm}: {}", line.join(" "));
+        println!("placement {key}: {}", line.join(" "));
     }
-    for limited in [true, false] {
-        if let Some(x) = r.ratio(limited) {
-            println!(
-                "served, aware / today (medians), uplinks {}: {x:.2}  (goal: {})",
-                if limited { "limited" } else { "free" },
-                if limited {
-                    ">= 1.30"
-                } else {
-                    ">= 1.00, within noise"
-                }
-            );
+    for layout in &r.options.layouts {
+        for limited in [true, false] {
+            if let Some(x) = r.ratio(*layout, limited) {
+                println!(
+                    "served, aware / today (medians), {} layout, uplinks {}: {x:.2}",
+                    layout.name(),
+                    if limited { "limited" } else { "free" },
+                );
+            }
         }
     }
 }
@@ -503,19 +547,28 @@ mod tests {
     #[test]
     fn the_arms_differ_only_in_their_controller_settings() {
         let o = PlacementOptions::default();
-        let (t, a) = (topology(Arm::Today, &o), topology(Arm::Aware, &o));
+        let (t, a) = (
+            topology(Arm::Today, Layout::Near, &o),
+            topology(Arm::Aware, Layout::Near, &o),
+        );
         assert_eq!(t.racks, 2);
         assert_eq!(t.vm_hosts, a.vm_hosts);
         assert_eq!(t.controller["distribution"], "uniform");
         assert_eq!(a.controller["distribution"], "network-aware");
         assert_eq!(a.controller["rack_uplink"], "r1=100,r2=100");
-        // Clients in rack r1, servers in both.
-        for (vm, h) in vm_hosts() {
-            let r = t.rack_of(h, 4).unwrap();
-            if vm.starts_with('c') {
-                assert_eq!(r, 1, "{vm}");
-            }
+        // Clients in one rack (r1 near, r2 far), servers in both, w1 with
+        // the clients.
+        for (layout, rack) in [(Layout::Near, 1), (Layout::Far, 2)] {
+            let racks: BTreeMap<String, u32> = vm_hosts(layout)
+                .into_iter()
+                .map(|(vm, h)| (vm, t.rack_of(h, 4).unwrap()))
+                .collect();
+            assert_eq!((racks["c1"], racks["c2"], racks["w1"]), (rack, rack, rack));
+            assert_eq!((racks["w2"], racks["w3"]), (3 - rack, 3 - rack));
         }
+        assert_eq!(Layout::parse_list("near, far").unwrap().len(), 2);
+        assert!(Layout::parse_list("middle").is_err());
+        assert!(Layout::parse_list("").is_err());
         assert_eq!(t.rack_of(3, 4), Some(2));
         assert_eq!(Topology::default().rack_of(3, 4), None);
     }
