@@ -401,7 +401,8 @@ pub struct Summary {
     pub window_goal_met: bool,
 }
 
-fn median(mut xs: Vec<f64>) -> Option<f64> {
+/// The median of `xs` (None when empty).
+pub(crate) fn median(mut xs: Vec<f64>) -> Option<f64> {
     if xs.is_empty() {
         return None;
     }

@@ -26,6 +26,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde::Serialize;
 
+use crate::chaos::median;
 use crate::isolation::{finish_by, spawn_in};
 use crate::lab::{other, Lab, LabError, LabOptions, Topology};
 
@@ -223,19 +224,6 @@ impl PlacementReport {
         let a = self.median_served(layout, Arm::Aware, limited)?;
         (t > 0.0).then(|| a / t)
     }
-}
-
-fn median(mut xs: Vec<f64>) -> Option<f64> {
-    if xs.is_empty() {
-        return None;
-    }
-    xs.sort_by(f64::total_cmp);
-    let n = xs.len();
-    Some(if n % 2 == 1 {
-        xs[n / 2]
-    } else {
-        (xs[n / 2 - 1] + xs[n / 2]) / 2.0
-    })
 }
 
 /// The `q` quantile of sorted `xs` (nearest rank).
