@@ -556,10 +556,12 @@ chains:
             .collect();
         let cur = evaluate_installed(&s, &i, &even).unwrap();
         assert!(adopt(Some(&cur), &p));
-        // A share for a rack that lost its instances no longer fits.
+        // A share for a rack that lost its instances no longer fits (the
+        // plan gives rack a its share; fw's instances are now both in b).
+        assert!(installed["fw"]["a"] > 0, "{installed:?}");
         let mut i2 = i.clone();
         i2.instances
-            .insert("fw".into(), vec!["a".into(), "a".into()]);
+            .insert("fw".into(), vec!["b".into(), "b".into()]);
         assert_eq!(evaluate_installed(&s, &i2, &installed), None);
         assert!(adopt(None, &p));
     }

@@ -203,19 +203,22 @@ fn a_lost_rack_instance_is_solved_again() {
     let mut s = racked(Distribution::NetworkAware);
     s.run(20 * MS);
     let n = s.events("distribution").len();
-    // fw's rack-b instance goes down: the installed shares give rack b a
+    // fw's rack-a instance goes down: the installed shares give rack a a
     // share it can no longer serve, so the next solution is adopted at once
-    // (not held back by hysteresis).
+    // (not held back by hysteresis), and gives rack b all of fw.
+    let fw = ("t".to_string(), "fw".to_string());
+    assert!(s.r.desired().shares[&fw]["a"] > 0);
     let key =
         s.r.desired()
             .instances
             .iter()
-            .find(|(k, i)| k.1 == "fw" && rack(i.host) == "b")
+            .find(|(k, i)| k.1 == "fw" && rack(i.host) == "a")
             .map(|(k, _)| k.clone())
             .unwrap();
     s.r.desired.down.insert(key);
     s.run(REDISTRIBUTE_EVERY);
     assert_eq!(s.events("distribution").len(), n + 1);
-    let shares = &s.r.desired().shares[&("t".to_string(), "fw".to_string())];
-    assert_eq!(shares.get("b").copied().unwrap_or(0), 0, "{shares:?}");
+    let shares = &s.r.desired().shares[&fw];
+    assert_eq!(shares.get("a").copied().unwrap_or(0), 0, "{shares:?}");
+    assert_eq!(shares["b"], crate::distribution::PPM, "{shares:?}");
 }
