@@ -55,6 +55,25 @@ pub struct Placement {
     pub weights: BTreeMap<(HostId, PortId), u32>,
 }
 
+impl Placement {
+    /// The group weight of instance `hp` of a middlebox whose instances are
+    /// `group`: 0 out of its group, unless every instance is (then all keep
+    /// the base weight: there is nowhere better to send the traffic); else
+    /// its own weight if it has one, the base weight otherwise.
+    pub fn weight(&self, group: &[(HostId, PortId)], hp: (HostId, PortId)) -> u32 {
+        if group.iter().all(|x| self.out_of_groups.contains(x)) {
+            crate::desired::BASE_WEIGHT
+        } else if self.out_of_groups.contains(&hp) {
+            0
+        } else {
+            self.weights
+                .get(&hp)
+                .copied()
+                .unwrap_or(crate::desired::BASE_WEIGHT)
+        }
+    }
+}
+
 /// What one host must install.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct HostFib {
@@ -181,7 +200,6 @@ impl<'a> Builder<'a> {
             .group_of
             .entry(mb.to_string())
             .or_insert(GroupId(n + 1));
-        let all_out = inst.iter().all(|hp| self.place.out_of_groups.contains(hp));
         let targets: Vec<(Output, u32)> = inst
             .iter()
             .map(|&(h, p)| {
@@ -191,17 +209,7 @@ impl<'a> Builder<'a> {
                     } else {
                         Output::Host(h)
                     },
-                    if all_out {
-                        crate::desired::BASE_WEIGHT
-                    } else if self.place.out_of_groups.contains(&(h, p)) {
-                        0
-                    } else {
-                        self.place
-                            .weights
-                            .get(&(h, p))
-                            .copied()
-                            .unwrap_or(crate::desired::BASE_WEIGHT)
-                    },
+                    self.place.weight(inst, (h, p)),
                 )
             })
             .collect();

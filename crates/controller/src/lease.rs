@@ -487,9 +487,9 @@ mod tests {
         assert!(gate.granted()[&(7, 1)] > epoch);
     }
 
-    #[test]
-    fn an_agent_that_never_acknowledges_is_waited_for_until_its_grace_ran_out() {
-        let mut gate = LeaseGate::default();
+    /// Leases granted on a settled split, then a changed split held at
+    /// 1,000 ms; what only host 1 acknowledged of the interim configuration.
+    fn held_with_one_ack(gate: &mut LeaseGate) -> BTreeMap<u32, u64> {
         let mut cur = cfgs((1, 1));
         versioned(&BTreeMap::new(), &mut cur);
         let all1: BTreeMap<u32, u64> = [(1, 1), (2, 1)].into();
@@ -505,6 +505,13 @@ mod tests {
         versioned(&cur.clone(), &mut interim);
         gate.held_versions(&interim);
         let only1: BTreeMap<u32, u64> = [(1, interim[&1].version)].into();
+        only1
+    }
+
+    #[test]
+    fn an_agent_that_never_acknowledges_is_waited_for_until_its_grace_ran_out() {
+        let mut gate = LeaseGate::default();
+        let only1 = held_with_one_ack(&mut gate);
         assert!(!gate.barrier_done(1000 + REVOKE_TIMEOUT_MS - 1, &only1));
         assert!(gate.barrier_done(1000 + REVOKE_TIMEOUT_MS, &only1));
     }
@@ -522,21 +529,7 @@ mod tests {
         assert!(wait >= grace + LEASE_MS, "{wait} ms");
         let mut gate = LeaseGate::default();
         gate.set_longest_interval(every);
-        let mut cur = cfgs((1, 1));
-        versioned(&BTreeMap::new(), &mut cur);
-        let all1: BTreeMap<u32, u64> = [(1, 1), (2, 1)].into();
-        gate.observe(&cur, &all1, 0);
-        gate.observe(&cur, &all1, SETTLE_MS);
-        let mut s = cfgs((1, 1));
-        gate.decide(&cur, &mut s, SETTLE_MS);
-        versioned(&cur.clone(), &mut s);
-        cur = s;
-        let Decision::Hold(mut interim) = gate.decide(&cur, &mut cfgs((3, 1)), 1000) else {
-            panic!("held");
-        };
-        versioned(&cur.clone(), &mut interim);
-        gate.held_versions(&interim);
-        let only1: BTreeMap<u32, u64> = [(1, interim[&1].version)].into();
+        let only1 = held_with_one_ack(&mut gate);
         assert!(
             !gate.barrier_done(1000 + REVOKE_TIMEOUT_MS, &only1),
             "the agent may still be granting"

@@ -284,23 +284,12 @@ pub fn placement_infos(d: &Desired, tenant: Option<&str>) -> Vec<PlacementInfo> 
     for t in d.tenants.keys().filter(|t| tenant.is_none_or(|x| x == *t)) {
         let Ok(p) = d.placement(t) else { continue };
         for (mb, list) in &p.instances {
-            let w = |hp: &(sluice_switch::HostId, sluice_switch::PortId)| {
-                if p.out_of_groups.contains(hp) && !list.iter().all(|x| p.out_of_groups.contains(x))
-                {
-                    0
-                } else {
-                    p.weights
-                        .get(hp)
-                        .copied()
-                        .unwrap_or(crate::desired::BASE_WEIGHT)
-                }
-            };
-            let total: u32 = list.iter().map(w).sum();
+            let total: u32 = list.iter().map(|hp| p.weight(list, *hp)).sum();
             for hp in list {
                 if total > 0 {
                     shares.insert(
                         (t.as_str(), mb.clone(), hp.0 .0, hp.1 .0),
-                        f64::from(w(hp)) / f64::from(total),
+                        f64::from(p.weight(list, *hp)) / f64::from(total),
                     );
                 }
             }

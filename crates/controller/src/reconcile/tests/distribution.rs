@@ -73,19 +73,9 @@ fn racked(distribution: Distribution) -> Sim {
 /// The racks of a middlebox's instances in group order, with their weights.
 fn layout(s: &Sim, mb: &str) -> Vec<(&'static str, u32)> {
     let p = s.r.desired().placement("t").unwrap();
-    p.instances[mb]
-        .iter()
-        .map(|hp| {
-            let w = if p.out_of_groups.contains(hp) {
-                0
-            } else {
-                p.weights
-                    .get(hp)
-                    .copied()
-                    .unwrap_or(crate::desired::BASE_WEIGHT)
-            };
-            (rack(hp.0 .0), w)
-        })
+    let list = &p.instances[mb];
+    list.iter()
+        .map(|hp| (rack(hp.0 .0), p.weight(list, *hp)))
         .collect()
 }
 
