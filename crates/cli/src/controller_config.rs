@@ -89,6 +89,12 @@ pub struct ControllerArgs {
     /// `RACK=MBIT[,RACK=MBIT...]` [default: none, every uplink weighs alike].
     #[arg(long)]
     rack_uplink: Option<String>,
+    /// The utilisation of a declared rack uplink below which
+    /// `network-aware` distribution leaves the shares even: a fraction
+    /// (`0.5`) or a percentage (`50%`); 0 minimises the worst uplink
+    /// outright [default: 0.5].
+    #[arg(long)]
+    uplink_target: Option<String>,
     /// Distinct hosts that must accuse a host of ignoring congestion
     /// feedback before it is contained (Seawall's `f`; docs/ISOLATION.md)
     /// [default: 2].
@@ -142,6 +148,8 @@ pub struct ControllerFile {
     placement: Option<String>,
     distribution: Option<String>,
     rack_uplink: Option<String>,
+    /// A number (`0.5`) or a string (`"50%"`).
+    uplink_target: Option<toml::Value>,
     containment_threshold: Option<usize>,
     etcd: Option<String>,
     etcd_ca_file: Option<PathBuf>,
@@ -289,6 +297,21 @@ fn resolve(
             None => Default::default(),
             Some(u) => sluice_controller::distribution::parse_uplinks(u)
                 .map_err(|e| bad(format!("rack_uplink: {e}")))?,
+        },
+        target: match (a.uplink_target.as_deref(), f.uplink_target.as_ref()) {
+            (Some(t), _) => sluice_controller::distribution::parse_target(t)
+                .map_err(|e| bad(format!("uplink_target: {e}")))?,
+            (None, Some(t)) => {
+                let text = match t {
+                    toml::Value::String(s) => s.clone(),
+                    toml::Value::Float(x) => x.to_string(),
+                    toml::Value::Integer(x) => x.to_string(),
+                    other => other.to_string(),
+                };
+                sluice_controller::distribution::parse_target(&text)
+                    .map_err(|e| bad(format!("uplink_target: {e}")))?
+            }
+            (None, None) => sluice_controller::distribution::DEFAULT_TARGET,
         },
     };
     let containment_threshold = match a.containment_threshold.or(f.containment_threshold) {
@@ -547,6 +570,26 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("rack_uplink") && e.contains("RACK=MBIT"), "{e}");
+        assert_eq!(d.distribution.target, 0.5);
+        let f = file("uplink_target = 0.7\n");
+        assert_eq!(
+            resolve(&args(&[]), &f, None).unwrap().distribution.target,
+            0.7
+        );
+        let g = file("uplink_target = \"30%\"\n");
+        assert_eq!(
+            resolve(&args(&[]), &g, None).unwrap().distribution.target,
+            0.3
+        );
+        let s = resolve(&args(&["--uplink-target", "20%"]), &f, None).unwrap();
+        assert_eq!(s.distribution.target, 0.2, "the flag wins");
+        let e = resolve(&args(&[]), &file("uplink_target = 2.0\n"), None)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("uplink_target") && e.contains("from 0 to 1"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -60,11 +60,15 @@ pub enum ExperimentCmd {
         /// Each rack uplink's rate when limited, Mbit/s.
         #[arg(long, default_value_t = 100)]
         uplink_mbit: u32,
+        /// What the aware arm's controller is told a rack uplink carries
+        /// when it is not limited, Mbit/s.
+        #[arg(long, default_value_t = 10_000)]
+        free_uplink_mbit: u32,
         /// The uplinks' queues, KiB.
         #[arg(long, default_value_t = 256)]
         queue_kb: u32,
         /// Seconds of load before each measured window.
-        #[arg(long, default_value_t = 10)]
+        #[arg(long, default_value_t = 20)]
         warmup: u32,
         /// Seconds measured per window.
         #[arg(long, default_value_t = 15)]
@@ -318,6 +322,7 @@ pub fn run(what: ExperimentCmd) -> Result<(), CliError> {
         ExperimentCmd::Placement {
             spec,
             uplink_mbit,
+            free_uplink_mbit,
             queue_kb,
             warmup,
             seconds,
@@ -331,6 +336,7 @@ pub fn run(what: ExperimentCmd) -> Result<(), CliError> {
             &dir,
             &sluice_testbed::placement::PlacementOptions {
                 uplink_mbit,
+                free_uplink_mbit,
                 queue_kb,
                 warmup,
                 seconds,

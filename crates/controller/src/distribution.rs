@@ -17,11 +17,22 @@
 //! requests' racks are where the chain's traffic enters, the replies' where
 //! it leaves), and the rack uplinks' capacities the operator declared. An
 //! instance may take more than an even share up to its middlebox's declared
-//! `capacity`, or by [`DEFAULT_SLACK`] when it declares none. A new solution
-//! replaces the installed one only when the instances' racks changed or it
-//! lowers the worst uplink utilisation by [`MIN_GAIN`] ([`adopt`]): moving a
-//! flow's range costs a store round trip for its state (and, for `state:
-//! cached`, its ownership leases), so small gains are not worth it.
+//! `capacity`, or by [`DEFAULT_SLACK`] when it declares none.
+//!
+//! With declared uplinks the shares leave the even split only to keep the
+//! worst uplink under a **target utilisation** ([`DEFAULT_TARGET`], the
+//! `uplink_target` setting), and no further: an uplink below it is no
+//! bottleneck, and piling flows on one rack's instances makes their hosts
+//! one (measured: docs/REPRODUCTION.md). With none declared, every uplink
+//! weighs alike and the worst crossing traffic is minimised outright.
+//!
+//! A new solution replaces the installed one only when the instances' racks
+//! changed, when it lowers the worst uplink's load (its excess over the
+//! target) by [`MIN_GAIN`], or, with every uplink within its target, when it
+//! brings the shares back towards even by [`MIN_REBALANCE`] of the hash space
+//! ([`adopt`]): moving a flow's range costs a store round trip for its state
+//! (and, for `state: cached`, its ownership leases), so small gains are not
+//! worth it.
 
 use std::collections::BTreeMap;
 
@@ -73,13 +84,50 @@ impl std::str::FromStr for Distribution {
     }
 }
 
-/// The controller's distribution settings (`--distribution`, `--rack-uplink`).
-#[derive(Debug, Clone, Default, PartialEq)]
+/// The controller's distribution settings (`--distribution`,
+/// `--rack-uplink`, `--uplink-target`).
+#[derive(Debug, Clone, PartialEq)]
 pub struct Settings {
     /// How middleboxes split their flows.
     pub policy: Distribution,
     /// Declared uplink capacity per rack, bytes per second.
     pub uplinks: BTreeMap<String, f64>,
+    /// The utilisation of a declared uplink below which it is no bottleneck
+    /// (a fraction of its capacity).
+    pub target: f64,
+}
+
+impl Default for Settings {
+    fn default() -> Settings {
+        Settings {
+            policy: Distribution::default(),
+            uplinks: BTreeMap::new(),
+            target: DEFAULT_TARGET,
+        }
+    }
+}
+
+/// The default target utilisation of a declared uplink: half of it. Shares
+/// are solved from measured rates, and an uplink that is full carries what it
+/// lets through, not what is asked of it: relieving it to half leaves room
+/// for the demand it hid (the next solve, 5 s later, moves more if it was
+/// not enough), and is the headroom operators commonly plan links with.
+pub const DEFAULT_TARGET: f64 = 0.5;
+
+/// Parses a target utilisation: a fraction (`0.5`) or a percentage (`50%`),
+/// from 0 (minimise the worst utilisation outright, Stratos's objective) to
+/// 1.
+pub fn parse_target(s: &str) -> Result<f64, String> {
+    let t = s.trim();
+    let (num, scale) = match t.strip_suffix('%') {
+        Some(p) => (p.trim(), 100.0),
+        None => (t, 1.0),
+    };
+    num.parse::<f64>()
+        .ok()
+        .map(|x| x / scale)
+        .filter(|x| x.is_finite() && (0.0..=1.0).contains(x))
+        .ok_or_else(|| format!("`{s}`: the target is a fraction from 0 to 1 (or 0% to 100%)"))
 }
 
 /// Parses rack uplink capacities, `RACK=MBIT[,RACK=MBIT...]`, into bytes per
@@ -118,9 +166,14 @@ pub fn parse_uplinks(s: &str) -> Result<BTreeMap<String, f64>, String> {
 /// declared `capacity` replaces this bound.
 pub const DEFAULT_SLACK: f64 = 1.0;
 
-/// Least relative drop of the worst uplink utilisation for which flows are
-/// moved to a new split.
+/// Least relative drop of the worst uplink utilisation (or of its excess
+/// over the target) for which flows are moved to a new split.
 pub const MIN_GAIN: f64 = 0.10;
+
+/// Least part of the hash space (averaged over middleboxes) a new split must
+/// bring back towards even shares, with every uplink within its target, for
+/// flows to be moved to it.
+pub const MIN_REBALANCE: f64 = 0.05;
 
 /// Shares are kept in parts per million (the desired state compares exactly).
 pub const PPM: u32 = 1_000_000;
@@ -153,6 +206,9 @@ pub struct Inputs {
     /// Declared uplink capacity per rack, bytes per second (missing: the
     /// largest declared, or 1 when none is: equal uplinks).
     pub uplinks: BTreeMap<String, f64>,
+    /// The target utilisation of declared uplinks ([`Settings::target`]);
+    /// unused when none is declared.
+    pub target: f64,
 }
 
 /// A tenant's split: each middlebox's share of the hash space per rack.
@@ -320,11 +376,15 @@ pub fn problem(spec: &TenantSpec, inputs: &Inputs) -> Option<(Problem, Vec<Strin
                 .unwrap_or(default_uplink)
         })
         .collect();
+    // A target is a fraction of a real capacity: without one declared,
+    // utilisations are relative and only the worst can be minimised.
+    let target = (declared > 0.0).then_some(inputs.target);
     Some((
         Problem {
             uplinks,
             stages,
             hops,
+            target,
         },
         racks,
         mbs,
@@ -388,12 +448,18 @@ pub fn evaluate_installed(
 }
 
 /// Whether `new` should replace what is installed (`current`, evaluated under
-/// the same inputs; None: nothing fits, so yes).
+/// the same inputs; None: nothing fits, so yes): when it relieves the worst
+/// uplink by [`MIN_GAIN`], or, with every uplink within its target either
+/// way, when it moves [`MIN_REBALANCE`] of the hash space back towards even.
 pub fn adopt(current: Option<&Evaluation>, new: &Plan) -> bool {
-    match current {
-        None => true,
-        Some(c) => new.predicted.worst < c.worst * (1.0 - MIN_GAIN) - 1e-12,
+    let Some(c) = current else {
+        return true;
+    };
+    let n = &new.predicted;
+    if n.excess < c.excess * (1.0 - MIN_GAIN) - 1e-12 {
+        return true;
     }
+    c.excess <= 1e-12 && n.excess <= 1e-12 && n.imbalance < c.imbalance - MIN_REBALANCE
 }
 
 /// Each instance's group weight under per-rack shares (`ppm`, from the
@@ -460,7 +526,68 @@ chains:
             gateway: None,
             rates: BTreeMap::new(),
             uplinks: BTreeMap::new(),
+            target: DEFAULT_TARGET,
         }
+    }
+
+    #[test]
+    fn targets_parse_as_fractions_or_percentages() {
+        assert_eq!(parse_target("0.5").unwrap(), 0.5);
+        assert_eq!(parse_target("70%").unwrap(), 0.7);
+        assert_eq!(parse_target("0").unwrap(), 0.0);
+        for bad in ["1.5", "-0.1", "x", "150%", "NaN"] {
+            let e = parse_target(bad).unwrap_err();
+            assert!(e.contains(bad) && e.contains("from 0 to 1"), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn declared_uplinks_relieve_only_what_exceeds_the_target() {
+        let s = spec();
+        let mut i = two_racks();
+        let a = |x: f64| [("a".to_string(), x)].into_iter().collect();
+        i.rates.insert(
+            0,
+            ChainRates {
+                forward: a(1e6),
+                reverse: a(8e6),
+            },
+        );
+        // 10 Gbit/s uplinks carry the even split's crossing (a few MB/s)
+        // far below half: the shares stay even.
+        i.uplinks = [("a", 1.25e9), ("b", 1.25e9)]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v))
+            .collect();
+        let p = plan(&s, &i).unwrap().unwrap();
+        assert!(p.even.worst < DEFAULT_TARGET, "{p:?}");
+        for row in p.shares.values() {
+            assert!((row[0] - 0.5).abs() < 1e-6, "balance wins: {row:?}");
+        }
+        // 40 Mbit/s uplinks are overloaded by the even split: rack a's
+        // instances take more, as without a target.
+        for c in i.uplinks.values_mut() {
+            *c = 5e6;
+        }
+        let p = plan(&s, &i).unwrap().unwrap();
+        assert!(p.even.worst > DEFAULT_TARGET, "{p:?}");
+        for row in p.shares.values() {
+            assert!(row[0] > 0.5 + 1e-6, "{row:?}");
+        }
+        // Concentrated shares installed, uplinks now 10 Gbit/s: the plan
+        // brings the shares back to even, and that is adopted.
+        let installed = p.ppm();
+        for c in i.uplinks.values_mut() {
+            *c = 1.25e9;
+        }
+        let back = plan(&s, &i).unwrap().unwrap();
+        let cur = evaluate_installed(&s, &i, &installed).unwrap();
+        assert_eq!(cur.excess, 0.0, "{cur:?}");
+        assert!(cur.imbalance > MIN_REBALANCE, "{cur:?}");
+        assert!(adopt(Some(&cur), &back), "rebalanced: {back:?}");
+        // Once even, the same plan is not adopted again.
+        let cur = evaluate_installed(&s, &i, &back.ppm()).unwrap();
+        assert!(!adopt(Some(&cur), &back));
     }
 
     #[test]

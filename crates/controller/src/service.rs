@@ -489,6 +489,7 @@ pub fn serve(opts: ServerOptions) -> Result<ServerHandle, ControllerError> {
     reconciler.desired.policy = opts.placement;
     reconciler.desired.distribution = opts.distribution.policy;
     reconciler.set_uplinks(opts.distribution.uplinks.clone());
+    reconciler.set_uplink_target(opts.distribution.target);
     reconciler.set_containment_threshold(opts.containment_threshold);
     reconciler
         .set_fabric_auth(opts.fabric_auth, fresh, Instant::now())

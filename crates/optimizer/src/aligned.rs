@@ -23,6 +23,16 @@
 //! utilisation, the objective the issue and Stratos's §4.2 footnote name, then
 //! the traffic crossing racks, then the distance from an even split.
 //!
+//! With a **target utilisation** ([`Problem::target`]) the LP only relieves:
+//! it minimises how far the worst uplink exceeds the target, then the
+//! distance from the even split, then the crossing traffic. Minimising the
+//! worst utilisation outright moves flows towards the racks where traffic
+//! enters even when the uplinks are idle, and piles a middlebox's flows on
+//! the instances (and the hosts' data planes) of one rack: measured on the
+//! testbed, that cost 3-6% of the served throughput with free uplinks
+//! (docs/REPRODUCTION.md). An uplink below its target is not a bottleneck,
+//! so below it balance wins.
+//!
 //! Traffic between two stages crossing from rack `i` to rack `j` is the overlap
 //! of the first stage's rack-`i` interval with the second's rack-`j` interval
 //! ([`evaluate`], exact for the layout). The LP uses `max(0, s[a][k] - s[b][k])`
@@ -40,6 +50,8 @@ pub const FAMILY_COVER: &str = "stage shares sum to 1";
 pub const FAMILY_CROSSING: &str = "rack crossing";
 /// Constraint family: the worst uplink utilisation bounds every uplink.
 pub const FAMILY_UPLINK: &str = "uplink utilisation";
+/// Constraint family: the worst utilisation's excess over the target.
+pub const FAMILY_TARGET: &str = "excess over the target";
 /// Constraint family: distance from the even split.
 pub const FAMILY_EVEN: &str = "distance from even";
 
@@ -124,6 +136,14 @@ pub struct Problem {
     pub stages: Vec<Stage>,
     /// Hops of every chain.
     pub hops: Vec<Hop>,
+    /// The uplink utilisation below which an uplink is no bottleneck (a
+    /// fraction of its capacity): `Some(t)` minimises the worst excess over
+    /// `t`, then the distance from even shares, then the crossing traffic;
+    /// `None` minimises the worst utilisation itself, then the crossing,
+    /// then the distance from even (Stratos's objective; meaningful only
+    /// when the capacities are real, which they are not when the caller
+    /// weighs every uplink alike).
+    pub target: Option<f64>,
 }
 
 /// Errors of the aligned distribution.
@@ -146,6 +166,13 @@ pub struct Evaluation {
     pub worst: f64,
     /// Traffic crossing racks, both ways, summed over hops.
     pub crossing: f64,
+    /// How far the shares are from even: the part of the hash space moved
+    /// away from an even split, averaged over stages (0 for even shares, at
+    /// most 1).
+    pub imbalance: f64,
+    /// How far the worst utilisation exceeds [`Problem::target`] (0 within
+    /// it; the worst utilisation itself when there is no target).
+    pub excess: f64,
 }
 
 /// Rack shares per stage.
@@ -166,6 +193,11 @@ impl Problem {
         let r = self.racks();
         if r == 0 {
             return Err(AlignedError::Malformed("no rack".into()));
+        }
+        if self.target.is_some_and(|t| !(t.is_finite() && t >= 0.0)) {
+            return Err(AlignedError::Malformed(
+                "the target utilisation must be a finite fraction, 0 or more".into(),
+            ));
         }
         if self.uplinks.iter().any(|c| !(c.is_finite() && *c > 0.0)) {
             return Err(AlignedError::Malformed(
@@ -291,15 +323,34 @@ pub fn evaluate(p: &Problem, shares: &[Vec<f64>]) -> Evaluation {
         .zip(&p.uplinks)
         .map(|((o, i), c)| o.max(*i) / c)
         .fold(0.0, f64::max);
+    let even = p.even();
+    let imbalance = if shares.is_empty() {
+        0.0
+    } else {
+        shares
+            .iter()
+            .zip(&even)
+            .map(|(s, e)| s.iter().zip(e).map(|(a, b)| (a - b).abs()).sum::<f64>() / 2.0)
+            .sum::<f64>()
+            / shares.len() as f64
+    };
+    let excess = match p.target {
+        Some(t) => (worst - t).max(0.0),
+        None => worst,
+    };
     Evaluation {
         uplink,
         worst,
         crossing,
+        imbalance,
+        excess,
     }
 }
 
-/// Rack shares per stage minimising the worst uplink utilisation, then the
-/// traffic crossing racks, then the distance from the even split.
+/// Rack shares per stage minimising the worst uplink utilisation (or its
+/// excess over [`Problem::target`]), then the traffic crossing racks and the
+/// distance from the even split (in that order without a target, the other
+/// way round with one).
 pub fn solve(p: &Problem) -> Result<Solution, AlignedError> {
     p.check()?;
     let original = p;
@@ -325,11 +376,38 @@ pub fn solve(p: &Problem) -> Result<Solution, AlignedError> {
     let r = p.racks();
     let even = p.even();
     // Ties on the worst utilisation break towards fewer bytes crossing,
-    // then towards the even split.
-    let eps_cross = 1e-3;
-    let eps_even = 1e-5;
+    // then towards the even split; with a target, towards the even split
+    // first: below the target the uplinks are no bottleneck, the instances
+    // may be.
+    let (eps_cross, eps_even) = if p.target.is_some() {
+        (1e-5, 1e-3)
+    } else {
+        (1e-3, 1e-5)
+    };
     let mut lp = LinearProgram::new(Direction::Minimise);
-    let u = lp.add_var(1.0, 0.0, f64::INFINITY);
+    // `u` is the worst (normalised) utilisation; only its excess over the
+    // (normalised) target costs: `excess >= u - target`, `excess >= 0`.
+    let (u, target) = match p.target {
+        Some(t) => {
+            // Utilisation scales by volume / biggest under the normalisation.
+            let tn = if volume > 0.0 {
+                t * biggest / volume
+            } else {
+                0.0
+            };
+            (lp.add_var(0.0, 0.0, f64::INFINITY), Some(tn))
+        }
+        None => (lp.add_var(1.0, 0.0, f64::INFINITY), None),
+    };
+    if let Some(tn) = target {
+        let excess = lp.add_var(1.0, 0.0, f64::INFINITY);
+        lp.add_constraint(
+            FAMILY_TARGET,
+            -tn,
+            f64::INFINITY,
+            [(excess, 1.0), (u, -1.0)],
+        );
+    }
     let s: Vec<Vec<Var>> = p
         .stages
         .iter()
@@ -530,6 +608,69 @@ mod tests {
                     reverse: 4.0,
                 },
             ],
+            target: None,
+        }
+    }
+
+    #[test]
+    fn below_the_target_the_shares_stay_even() {
+        // The even split's worst utilisation is 5 (unit uplinks, 10 units
+        // crossing): uplinks of 100 put it at 5%, well within a 50% target.
+        let mut p = two_racks(1.0);
+        p.uplinks = vec![100.0, 100.0];
+        p.target = Some(0.5);
+        let even = evaluate(&p, &p.even());
+        assert!(even.worst < 0.5 && close(even.excess, 0.0), "{even:?}");
+        let s = solve(&p).unwrap();
+        for row in &s.shares {
+            assert!(close(row[0], 0.5), "balance wins: {:?}", s.shares);
+        }
+        assert!(close(s.evaluation.imbalance, 0.0), "{s:?}");
+        // Without a target the same uplinks pull the shares to rack 0.
+        p.target = None;
+        let s = solve(&p).unwrap();
+        assert!(s.shares.iter().all(|row| row[0] > 0.5 + 1e-6), "{s:?}");
+        assert!(s.evaluation.imbalance > 0.0);
+    }
+
+    #[test]
+    fn above_the_target_shares_move_only_as_far_as_needed() {
+        let mut p = two_racks(1.0);
+        let even = evaluate(&p, &p.even());
+        let best = solve(&p).unwrap().evaluation.worst;
+        // A target between the best and the even split's utilisation: the
+        // LP reaches it, and no further (closer to even than the best).
+        let t = (even.worst + best) / 2.0;
+        p.target = Some(t);
+        let s = solve(&p).unwrap();
+        assert!(s.evaluation.worst <= t + 1e-6, "{s:?}, target {t}");
+        assert!(close(s.evaluation.excess, 0.0));
+        let p_none = Problem {
+            target: None,
+            ..p.clone()
+        };
+        let all_in = solve(&p_none).unwrap();
+        assert!(
+            s.evaluation.imbalance < all_in.evaluation.imbalance - 1e-6,
+            "{s:?} vs {all_in:?}"
+        );
+        // A target nothing reaches: the worst utilisation is minimised as
+        // without one.
+        p.target = Some(best / 2.0);
+        let s = solve(&p).unwrap();
+        assert!(close(s.evaluation.worst, best), "{s:?}, best {best}");
+        assert!(close(s.evaluation.excess, best / 2.0));
+    }
+
+    #[test]
+    fn a_bad_target_is_refused() {
+        for t in [f64::NAN, -0.1, f64::INFINITY] {
+            let mut p = two_racks(1.0);
+            p.target = Some(t);
+            assert!(
+                matches!(solve(&p), Err(AlignedError::Malformed(m)) if m.contains("target")),
+                "{t}"
+            );
         }
     }
 

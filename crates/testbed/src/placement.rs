@@ -16,8 +16,10 @@
 //! clients download the 1 MiB blob from every server in closed loops (the
 //! served throughput: bytes of the downloads completed in the window) while
 //! each client also fetches the small index page in a loop (the request
-//! latency), first with the uplinks limited, then without. The bytes that
-//! crossed the uplinks come from the rack links' counters.
+//! latency), first with the uplinks limited, then without, each on a lab of
+//! its own: the aware arm's controller is told what the uplinks carry (the
+//! limit, or a 10 Gbit/s uplink when there is none), as an operator would.
+//! The bytes that crossed the uplinks come from the rack links' counters.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -35,6 +37,10 @@ use crate::lab::{other, Lab, LabError, LabOptions, Topology};
 pub struct PlacementOptions {
     /// Each rack uplink's rate when limited, Mbit/s each way.
     pub uplink_mbit: u32,
+    /// What the aware arm's controller is told a rack uplink carries when
+    /// it is not limited, Mbit/s: a 10 Gbit/s uplink, above anything this
+    /// testbed pushes through a veth pair.
+    pub free_uplink_mbit: u32,
     /// The uplinks' queues, KiB.
     pub queue_kb: u32,
     /// Seconds of load before the window (the aware arm's controller solves
@@ -54,8 +60,9 @@ impl Default for PlacementOptions {
     fn default() -> PlacementOptions {
         PlacementOptions {
             uplink_mbit: 100,
+            free_uplink_mbit: 10_000,
             queue_kb: 256,
-            warmup: 10,
+            warmup: 20,
             seconds: 15,
             rounds: 1,
             loops: 2,
@@ -128,8 +135,9 @@ pub fn vm_hosts(layout: Layout) -> BTreeMap<String, u32> {
 }
 
 /// The lab's topology for `arm`: two racks, the VMs pinned, the arm's
-/// controller settings.
-pub fn topology(arm: Arm, layout: Layout, o: &PlacementOptions) -> Topology {
+/// controller settings (the aware arm's declare the uplinks as `limited` or
+/// not).
+pub fn topology(arm: Arm, layout: Layout, limited: bool, o: &PlacementOptions) -> Topology {
     let mut controller = BTreeMap::new();
     match arm {
         Arm::Today => {
@@ -139,10 +147,12 @@ pub fn topology(arm: Arm, layout: Layout, o: &PlacementOptions) -> Topology {
         Arm::Aware => {
             controller.insert("placement".into(), "rack-aware".into());
             controller.insert("distribution".into(), "network-aware".into());
-            controller.insert(
-                "rack_uplink".into(),
-                format!("r1={m},r2={m}", m = o.uplink_mbit),
-            );
+            let m = if limited {
+                o.uplink_mbit
+            } else {
+                o.free_uplink_mbit
+            };
+            controller.insert("rack_uplink".into(), format!("r1={m},r2={m}"));
         }
     }
     Topology {
@@ -391,8 +401,9 @@ pub fn placement(lab: &Lab) -> Result<Vec<Placed>, LabError> {
         .collect())
 }
 
-/// Runs every round: a lab per arm and round, limited then unlimited.
-/// `base` gives everything but the topology (spec, binaries, directory).
+/// Runs every round: a lab per arm, round and uplink setting (limited, then
+/// unlimited). `base` gives everything but the topology (spec, binaries,
+/// directory).
 pub fn run(
     base: &LabOptions,
     o: &PlacementOptions,
@@ -406,30 +417,35 @@ pub fn run(
             .iter()
             .flat_map(|l| [(*l, Arm::Today), (*l, Arm::Aware)])
         {
-            let key = format!("{}/{}", layout.name(), arm.name());
-            progress(&format!("round {round}: testbed for {key} ..."));
-            let opts = LabOptions {
-                hosts: 4,
-                web: true,
-                topology: topology(arm, layout, o),
-                ..base.clone()
-            };
-            let lab = Lab::up(&opts)?;
             for limited in [true, false] {
+                let uplinks = if limited {
+                    format!("at {} Mbit/s", o.uplink_mbit)
+                } else {
+                    "unlimited".to_string()
+                };
+                let key = format!(
+                    "{}/{}/{}",
+                    layout.name(),
+                    arm.name(),
+                    if limited { "limited" } else { "free" }
+                );
+                progress(&format!("round {round}: testbed for {key} ..."));
+                let opts = LabOptions {
+                    hosts: 4,
+                    web: true,
+                    topology: topology(arm, layout, limited, o),
+                    ..base.clone()
+                };
+                let lab = Lab::up(&opts)?;
                 progress(&format!(
-                    "round {round}, {key}, uplinks {}: {} s of load",
-                    if limited {
-                        format!("at {} Mbit/s", o.uplink_mbit)
-                    } else {
-                        "unlimited".to_string()
-                    },
+                    "round {round}, {key}, uplinks {uplinks}: {} s of load",
                     o.warmup + o.seconds
                 ));
                 windows.push(window(&lab, layout, arm, round, limited, o)?);
+                // The final shares, after the load.
+                placements.insert(key, placement(&lab)?);
+                drop(lab);
             }
-            // The final shares, after the load.
-            placements.insert(key, placement(&lab)?);
-            drop(lab);
         }
     }
     Ok(PlacementReport {
@@ -536,14 +552,20 @@ mod tests {
     fn the_arms_differ_only_in_their_controller_settings() {
         let o = PlacementOptions::default();
         let (t, a) = (
-            topology(Arm::Today, Layout::Near, &o),
-            topology(Arm::Aware, Layout::Near, &o),
+            topology(Arm::Today, Layout::Near, true, &o),
+            topology(Arm::Aware, Layout::Near, true, &o),
         );
         assert_eq!(t.racks, 2);
         assert_eq!(t.vm_hosts, a.vm_hosts);
         assert_eq!(t.controller["distribution"], "uniform");
         assert_eq!(a.controller["distribution"], "network-aware");
         assert_eq!(a.controller["rack_uplink"], "r1=100,r2=100");
+        // Free uplinks are declared as what they are.
+        let free = topology(Arm::Aware, Layout::Near, false, &o);
+        assert_eq!(free.controller["rack_uplink"], "r1=10000,r2=10000");
+        assert!(!topology(Arm::Today, Layout::Near, false, &o)
+            .controller
+            .contains_key("rack_uplink"));
         // Clients in one rack (r1 near, r2 far), servers in both, w1 with
         // the clients.
         for (layout, rack) in [(Layout::Near, 1), (Layout::Far, 2)] {

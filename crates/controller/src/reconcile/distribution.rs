@@ -133,6 +133,11 @@ impl Reconciler {
             for (mb, ppm) in plan.ppm() {
                 n.shares.insert((name.clone(), mb), ppm);
             }
+            let target = if declared {
+                format!(", target {:.0}%", self.uplink_target * 100.0)
+            } else {
+                String::new()
+            };
             let basis = if inputs.rates.is_empty() {
                 "; nothing measured yet: the VMs' racks stand in for the traffic"
             } else {
@@ -141,7 +146,7 @@ impl Reconciler {
             let mut ev = event(
                 "distribution",
                 format!(
-                    "shares per rack ({}) now {}; worst uplink load predicted {} (was {}, even shares {}){basis}",
+                    "shares per rack ({}) now {}; worst uplink load predicted {} (was {}, even shares {}{target}){basis}",
                     plan.racks.join(", "),
                     plan.shares
                         .iter()
@@ -185,6 +190,7 @@ impl Reconciler {
         let t = &d.tenants[name];
         let mut inputs = Inputs {
             uplinks: self.uplinks.clone(),
+            target: self.uplink_target,
             ..Inputs::default()
         };
         for (k, i) in &d.instances {
@@ -229,6 +235,12 @@ impl Reconciler {
     /// controller's `--rack-uplink RACK=MBIT`).
     pub fn set_uplinks(&mut self, uplinks: BTreeMap<String, f64>) {
         self.uplinks = uplinks;
+    }
+
+    /// Sets the utilisation of a declared uplink below which it is no
+    /// bottleneck (the controller's `--uplink-target`).
+    pub fn set_uplink_target(&mut self, target: f64) {
+        self.uplink_target = target;
     }
 
     /// Each tenant's last distribution decision (network-aware only).

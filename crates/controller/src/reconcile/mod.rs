@@ -205,6 +205,8 @@ pub struct Reconciler {
     distributions: BTreeMap<String, distribution::TenantDistribution>,
     /// Declared rack uplink capacities, bytes per second.
     uplinks: BTreeMap<String, f64>,
+    /// Target utilisation of declared uplinks.
+    uplink_target: f64,
 }
 
 impl Reconciler {
@@ -267,6 +269,7 @@ impl Reconciler {
             dist: distribution::Sampler::default(),
             distributions: BTreeMap::new(),
             uplinks: BTreeMap::new(),
+            uplink_target: crate::distribution::DEFAULT_TARGET,
         })
     }
 

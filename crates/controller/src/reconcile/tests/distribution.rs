@@ -212,3 +212,53 @@ fn a_lost_rack_instance_is_solved_again() {
     assert_eq!(shares.get("a").copied().unwrap_or(0), 0, "{shares:?}");
     assert_eq!(shares["b"], crate::distribution::PPM, "{shares:?}");
 }
+
+#[test]
+fn declared_uplinks_move_shares_only_past_the_target_and_back() {
+    let mut s = racked(Distribution::NetworkAware);
+    // 80 Mbit/s uplinks (10 MB/s), half of which is the target.
+    s.r.set_uplinks(
+        [("a", 10e6), ("b", 10e6)]
+            .map(|(k, v)| (k.to_string(), v))
+            .into(),
+    );
+    s.r.set_uplink_target(0.5);
+    // Light traffic (100 kB/s of requests, 800 kB/s of replies): the even
+    // split crosses a few percent of an uplink, so the shares stay even.
+    let (mut fwd, mut rev) = (0, 0);
+    let mut step = |s: &mut Sim, f: u64, r: u64| {
+        fwd += f;
+        rev += r;
+        traffic(s, fwd, rev);
+        s.run(REDISTRIBUTE_EVERY);
+    };
+    for _ in 0..3 {
+        step(&mut s, 500_000, 4_000_000);
+    }
+    for mb in ["fw", "ids"] {
+        let a = share_a(&s, mb);
+        assert!((a - 0.5).abs() < 0.01, "{mb}: even below the target, {a}");
+    }
+    // Heavy traffic (2 MB/s of requests, 16 MB/s of replies per web VM):
+    // the even split overloads the uplinks, rack a takes more.
+    for _ in 0..3 {
+        step(&mut s, 10_000_000, 80_000_000);
+    }
+    for mb in ["fw", "ids"] {
+        let a = share_a(&s, mb);
+        assert!(a > 0.5 + 1e-3, "{mb}: relieved past the target, {a}");
+    }
+    let events = s.events("distribution");
+    assert!(
+        events.iter().any(|e| e.reason.contains("target 50%")),
+        "{events:?}"
+    );
+    // Light again: every uplink within its target, the shares go back.
+    for _ in 0..3 {
+        step(&mut s, 500_000, 4_000_000);
+    }
+    for mb in ["fw", "ids"] {
+        let a = share_a(&s, mb);
+        assert!((a - 0.5).abs() < 0.01, "{mb}: back to even, {a}");
+    }
+}
