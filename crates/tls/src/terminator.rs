@@ -45,19 +45,67 @@ pub struct Backend {
 }
 
 impl Backend {
-    /// A new directory under the system's temporary directory, with a random
-    /// name, and the socket's listener in it.
+    /// A new directory under the system's temporary directory, named for the
+    /// process and a random part, and the socket's listener in it. Directories
+    /// of this prefix left by processes that no longer run (killed before
+    /// they could remove theirs) are removed first.
     pub fn bind(prefix: &str) -> std::io::Result<(Backend, UnixListener)> {
+        Backend::bind_in(&std::env::temp_dir(), prefix)
+    }
+
+    /// [`Backend::bind`] under `parent`.
+    pub fn bind_in(parent: &Path, prefix: &str) -> std::io::Result<(Backend, UnixListener)> {
         use std::os::unix::fs::DirBuilderExt;
+        sweep(parent, prefix);
         let mut r = [0u8; 12];
         getrandom::getrandom(&mut r).map_err(|e| std::io::Error::other(e.to_string()))?;
         let name: String = r.iter().map(|b| format!("{b:02x}")).collect();
-        let dir = std::env::temp_dir().join(format!("{prefix}-{name}"));
+        let dir = parent.join(format!("{prefix}-{}-{name}", std::process::id()));
         std::fs::DirBuilder::new().mode(0o700).create(&dir)?;
         let path = dir.join("http.sock");
         let backend = Backend { dir, path };
         let listener = UnixListener::bind(&backend.path)?;
         Ok((backend, listener))
+    }
+}
+
+/// Removes `parent/{prefix}-{pid}-{random}` directories of this user whose
+/// process is gone. A directory whose pid runs (or was reused) is kept: at
+/// worst an empty directory stays, never a live server's socket goes.
+fn sweep(parent: &Path, prefix: &str) {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(entries) = std::fs::read_dir(parent) else {
+        return;
+    };
+    // SAFETY: geteuid has no preconditions.
+    let me = unsafe { libc::geteuid() };
+    let head = format!("{prefix}-");
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let Some(rest) = name.to_str().and_then(|n| n.strip_prefix(&head)) else {
+            continue;
+        };
+        let Some((pid, random)) = rest.split_once('-') else {
+            continue;
+        };
+        let Ok(pid) = pid.parse::<i32>() else {
+            continue;
+        };
+        if pid <= 0 || random.len() != 24 || !random.bytes().all(|b| b.is_ascii_hexdigit()) {
+            continue;
+        }
+        let Ok(meta) = std::fs::symlink_metadata(e.path()) else {
+            continue;
+        };
+        if !meta.is_dir() || meta.uid() != me {
+            continue;
+        }
+        // SAFETY: signal 0 only checks whether the process exists.
+        let gone = unsafe { libc::kill(pid, 0) } != 0
+            && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH);
+        if gone {
+            let _ = std::fs::remove_dir_all(e.path());
+        }
     }
 }
 
@@ -312,5 +360,49 @@ mod cap_tests {
         assert_eq!(connection_cap(65_536), 16_320);
         assert_eq!(connection_cap(u64::MAX), MAX_CONNECTIONS);
         assert_eq!(connection_cap(0), MIN_CONNECTIONS);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_dead_process_s_directory_is_swept_and_a_live_one_kept() {
+        let parent = tempfile::tempdir().unwrap();
+        // A pid that ran and is gone: a child that exited and was reaped.
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let dead = child.id();
+        child.wait().unwrap();
+        let hex = "00112233445566778899aabb";
+        let stale = parent.path().join(format!("sluice-test-{dead}-{hex}"));
+        let live = parent
+            .path()
+            .join(format!("sluice-test-{}-{hex}", std::process::id()));
+        let other = parent.path().join(format!("sluice-other-{dead}-{hex}"));
+        let odd = parent.path().join(format!("sluice-test-{dead}-notrandom"));
+        for d in [&stale, &live, &other, &odd] {
+            std::fs::create_dir(d).unwrap();
+        }
+        let (backend, _listener) = Backend::bind_in(parent.path(), "sluice-test").unwrap();
+        assert!(!stale.exists(), "the dead process's directory is removed");
+        for d in [&live, &other, &odd] {
+            assert!(d.exists(), "{} is kept", d.display());
+        }
+        let name = backend
+            .dir
+            .file_name()
+            .unwrap()
+            .to_str()
+            .unwrap()
+            .to_string();
+        assert!(
+            name.starts_with(&format!("sluice-test-{}-", std::process::id())),
+            "{name}"
+        );
+        assert!(backend.path.exists());
+        let dir = backend.dir.clone();
+        drop(backend);
+        assert!(!dir.exists(), "removed when dropped");
     }
 }
