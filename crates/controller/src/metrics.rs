@@ -293,6 +293,29 @@ fn distribution(o: &mut String, r: &Reconciler) {
     }
     family(
         o,
+        "sluice_controller_distribution_imbalance",
+        "gauge",
+        "The part of each tenant's hash space its installed split keeps away from even shares, averaged over its middleboxes (0: even).",
+    );
+    for (t, d) in ds {
+        let _ = writeln!(
+            o,
+            "sluice_controller_distribution_imbalance{{tenant=\"{}\"}} {}",
+            escape(t),
+            d.imbalance
+        );
+    }
+    family(
+        o,
+        "sluice_controller_distribution_uplink_target",
+        "gauge",
+        "The utilisation of a declared rack uplink below which network-aware distribution keeps shares even (present when capacities are declared).",
+    );
+    if let Some(t) = ds.values().find_map(|d| d.target) {
+        let _ = writeln!(o, "sluice_controller_distribution_uplink_target {t}");
+    }
+    family(
+        o,
         "sluice_controller_distribution_uplink_bytes_per_second",
         "gauge",
         "Traffic each tenant's installed split is predicted to put on each rack uplink, by direction (up: out of the rack).",

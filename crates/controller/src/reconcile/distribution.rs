@@ -36,6 +36,11 @@ pub struct TenantDistribution {
     pub even_worst: f64,
     /// Predicted traffic out of and into each rack, bytes per second.
     pub uplink: Vec<(f64, f64)>,
+    /// The part of the hash space the installed shares keep away from even
+    /// (averaged over middleboxes).
+    pub imbalance: f64,
+    /// The uplinks' target utilisation, when capacities are declared.
+    pub target: Option<f64>,
 }
 
 impl Reconciler {
@@ -123,6 +128,8 @@ impl Reconciler {
                     predicted_worst: shown.worst,
                     even_worst: plan.even.worst,
                     uplink: shown.uplink.clone(),
+                    imbalance: shown.imbalance,
+                    target: declared.then_some(self.uplink_target),
                 },
             );
             if !adopt {

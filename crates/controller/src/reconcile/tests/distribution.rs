@@ -248,6 +248,17 @@ fn declared_uplinks_move_shares_only_past_the_target_and_back() {
         let a = share_a(&s, mb);
         assert!(a > 0.5 + 1e-3, "{mb}: relieved past the target, {a}");
     }
+    let m = crate::metrics::render(&s.r, s.now, false);
+    assert!(
+        m.contains("sluice_controller_distribution_uplink_target 0.5"),
+        "{m}"
+    );
+    let imbalance = m
+        .lines()
+        .find_map(|l| l.strip_prefix("sluice_controller_distribution_imbalance{tenant=\"t\"} "))
+        .and_then(|v| v.parse::<f64>().ok())
+        .expect("the imbalance is on /metrics");
+    assert!(imbalance > 0.0, "{imbalance}");
     let events = s.events("distribution");
     assert!(
         events.iter().any(|e| e.reason.contains("target 50%")),
