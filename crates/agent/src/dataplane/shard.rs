@@ -8,13 +8,13 @@
 //! flow, entering from a VM port or from the fabric, and ICMP errors about it,
 //! meet on one shard: the state kept per flow (pinned flows, the chain meter's
 //! handshakes, the replayed previous lookup) never crosses threads. The
-//! kernel's own spreading cannot be used as is: `PACKET_FANOUT_HASH` uses
-//! `__skb_get_hash_symmetric`, symmetric but seeded per boot and over the
-//! outer headers only, so it cannot agree with the hash of a Geneve
-//! datagram's inner frame, and `SO_REUSEPORT` hashes the outer 4-tuple, which
-//! is one per peer (every agent sends from port 6081). A multi-threaded I/O
-//! loop therefore steers with [`Sharding`] itself (a classic BPF fanout /
-//! reuseport program computing it, or a hand-off after the read).
+//! kernel's own spreading cannot do this alone: `PACKET_FANOUT_HASH` uses
+//! `__skb_get_hash_symmetric`, symmetric but seeded at boot, so nothing on
+//! the UDP side can agree with it, and `SO_REUSEPORT` hashes the outer
+//! 4-tuple, which is one per peer or instance (every agent and instance sends
+//! from one address and port). An I/O loop on several threads therefore
+//! steers what it reads with [`Sharding`] and hands other shards' frames to
+//! their threads (docs/ARCHITECTURE.md, "Forwarding on several cores").
 //!
 //! What is per host rather than per flow has one answer each:
 //!
