@@ -17,6 +17,7 @@ pub mod instance;
 pub mod nf;
 pub mod replication;
 pub mod seal;
+pub mod shards;
 pub mod state;
 
 use serde::Serialize;

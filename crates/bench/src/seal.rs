@@ -74,13 +74,13 @@ fn route(id: u64, dst: &str, out: Output) -> Entry {
     }
 }
 
-fn underlay(h: u32) -> Ipv4Addr {
+pub(crate) fn underlay(h: u32) -> Ipv4Addr {
     Ipv4Addr::new(10, 255, 0, h as u8)
 }
 
 /// Host `h`'s configuration: its VM on port 1; 10.0.0.2 is host 2's VM;
 /// with `chained`, host 1 marks the frames (chain 2, hop 1).
-fn config(h: u32, fabric: Option<&FabricSecret>, chained: bool) -> AgentConfig {
+pub(crate) fn config(h: u32, fabric: Option<&FabricSecret>, chained: bool) -> AgentConfig {
     let out = if h == 1 {
         Output::Host(HostId(2))
     } else {

@@ -79,6 +79,12 @@ pub enum BenchCmd {
         /// switch path when nothing is congested).
         #[arg(long)]
         seawall: bool,
+        /// Instead of the testbed, the agents' forwarding core in process on
+        /// each of these thread counts (e.g. `1,2`), flows sharded by the
+        /// direction-invariant hash, each thread with its own data planes;
+        /// ratios against the first (no root needed).
+        #[arg(long, value_delimiter = ',')]
+        threads: Vec<usize>,
     },
     /// Remote (Redis) versus local state: throughput, added latency and store
     /// operations per packet of each function, long and short flows (StatelessNF Fig. 4.4).
@@ -187,7 +193,21 @@ pub fn run(which: BenchCmd) -> Result<(), CliError> {
             installs,
             spec,
             seawall,
+            threads,
         } => {
+            if !threads.is_empty() {
+                let mut progress = |what: &str| eprintln!("bench: {what}");
+                let rows =
+                    sluice_bench::shards::run(&threads, &mut progress).map_err(CliError::Bench)?;
+                if json {
+                    for r in &rows {
+                        outln!("{}", serde_json::to_string(r).expect("row serialises"))?;
+                    }
+                } else {
+                    sluice_bench::shards::print(&rows);
+                }
+                return Ok(());
+            }
             let exe = std::env::current_exe().map_err(CliError::OwnBinary)?;
             let r = sluice_bench::dataplane::run(&exe, &spec, seconds, installs, seawall)
                 .map_err(CliError::Bench)?;

@@ -25,8 +25,10 @@ pub const OPTION_CHAIN_HOP: u8 = 0x01;
 /// critical: receivers that do not know it ignore it.
 pub const OPTION_SEQ: u8 = 0x02;
 /// Option type of sealed datagrams between hosts (authenticated encapsulation):
-/// data is (key id u8, three zero bytes, packet counter u64), the counter being
-/// the AEAD nonce's variable part. Critical (high bit set, RFC 8926 §3.5): a
+/// data is (key id u8, lanes u8, two zero bytes, packet counter u64), the
+/// counter being the AEAD nonce's variable part and `lanes` how many counter
+/// lanes the sender splits it into (one per forwarding thread; 0, what senders
+/// before lanes wrote, means 1; see [`AuthOption::lanes`]). Critical (high bit set, RFC 8926 §3.5): a
 /// receiver that cannot open the sealed frame must drop it rather than read
 /// ciphertext as a frame. It is always the last option, so everything before the
 /// frame (the Geneve header and every option) is the AEAD's associated data.
@@ -224,6 +226,7 @@ fn read_options(g: &GenevePacket<&[u8]>) -> Result<FabricPayload, TunnelError> {
             let d = o.data;
             p.auth = Some(AuthOption {
                 key_id: d[0],
+                lanes: d[1],
                 counter: u64::from_be_bytes([d[4], d[5], d[6], d[7], d[8], d[9], d[10], d[11]]),
             });
         } else if o.opt_type & 0x80 != 0 {
@@ -267,6 +270,11 @@ pub struct SeqOption {
 pub struct AuthOption {
     /// Which of the sender's keys sealed it.
     pub key_id: u8,
+    /// Into how many lanes the sender splits its counter (0 or 1: one): lane
+    /// `counter % lanes` is one forwarding thread's, whose counters only
+    /// grow, so a receiver keeps a replay window per lane. Authenticated with
+    /// the rest of the header.
+    pub lanes: u8,
     /// The sender's packet counter (the nonce; never repeats under one key).
     pub counter: u64,
 }
@@ -280,7 +288,8 @@ pub fn push_auth_option(h: &mut [u8], n: usize, a: AuthOption) -> usize {
     o[2] = OPTION_AUTH;
     o[3] = 3;
     o[4] = a.key_id;
-    o[5..8].copy_from_slice(&[0, 0, 0]);
+    o[5] = a.lanes;
+    o[6..8].copy_from_slice(&[0, 0]);
     o[8..16].copy_from_slice(&a.counter.to_be_bytes());
     h[0] += (AUTH_OPTION_LEN / 4) as u8;
     n + AUTH_OPTION_LEN
@@ -472,6 +481,7 @@ mod tests {
         h[..n].copy_from_slice(&g[..n]);
         let a = AuthOption {
             key_id: 7,
+            lanes: 2,
             counter: 0x0102_0304_0506_0708,
         };
         let m = push_auth_option(&mut h, n, a);

@@ -14,6 +14,7 @@ use super::leases::Leases;
 use super::seal::FabricSeal;
 use super::seawall::SeawallAdapter;
 use super::selection::Selection;
+use super::shard::ShardRole;
 use super::stats::Stats;
 use super::Dataplane;
 use crate::groups::GroupSel;
@@ -279,6 +280,7 @@ impl Dataplane {
             probes,
             stats,
             now_ns: 0,
+            shard: ShardRole::default(),
         };
         dp.refresh_groups();
         Ok(dp)

@@ -136,7 +136,7 @@ impl InstanceState {
 }
 
 /// The health of this host's NF instances.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(super) struct Health {
     /// By instance port.
     pub(super) instances: BTreeMap<u16, InstanceState>,
@@ -264,7 +264,8 @@ impl Dataplane {
     /// waiting ([`Dataplane::read_before_suspecting`]) before
     /// [`Dataplane::check_health`] decides.
     pub fn suspicion_due(&self, now_ns: u64) -> bool {
-        self.health.next_deadline().is_some_and(|d| now_ns > d)
+        // Other shards hear no heartbeats: the control shard decides.
+        self.shard.control() && self.health.next_deadline().is_some_and(|d| now_ns > d)
     }
 
     /// Records that the loop read its receive queue before acting on a
@@ -284,7 +285,12 @@ impl Dataplane {
     /// The earliest time (data-plane clock) an instance not yet suspected will be
     /// if no heartbeat arrives (None: nothing to watch).
     pub fn next_deadline(&self) -> Option<u64> {
-        [self.health.next_deadline(), self.seawall.next_deadline()]
+        let health = self
+            .shard
+            .control()
+            .then(|| self.health.next_deadline())
+            .flatten();
+        [health, self.seawall.next_deadline()]
             .into_iter()
             .flatten()
             .min()
@@ -296,6 +302,11 @@ impl Dataplane {
     /// not suspected (it may still be starting).
     pub fn check_health(&mut self, now_ns: u64, mut clock: impl FnMut() -> u64) -> bool {
         self.now_ns = now_ns;
+        if !self.shard.control() {
+            // It hears no heartbeats; it takes the control shard's view
+            // (`adopt_health`).
+            return false;
+        }
         if self.health.checked_at(now_ns) {
             self.stats.agent_stalls += 1;
         }

@@ -15,7 +15,9 @@
 //! pinned flows), `health` (instances' heartbeats, suspicion and failover),
 //! `leases` (lease gating), `probes` (active health checks of backends), `seal` (authenticated encapsulation between
 //! hosts), `seawall` (glue to Seawall's rate control and
-//! feedback), `stats` (counters) and `plan` (the messages to send).
+//! feedback), `stats` (counters), `plan` (the messages to send) and `shard`
+//! (the data plane on several forwarding threads: which thread a frame
+//! belongs to, and what only one of them does).
 
 use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
@@ -36,6 +38,9 @@ mod probes;
 mod seal;
 mod seawall;
 mod selection;
+mod shard;
+#[cfg(test)]
+mod shard_tests;
 mod stats;
 #[cfg(test)]
 mod tests;
@@ -45,6 +50,7 @@ pub use health::{DEFAULT_SUSPECT_NS, MAX_SUSPECT_NS};
 pub use leases::{LEASE_DRAIN_NS, LEASE_VALID_NS};
 pub use plan::{Dest, Frames, Out, TxPlan};
 pub use seal::{FabricSeal, ReplayWindow, SealError, REPLAY_WINDOW, SEAL_OVERHEAD, TAG_LEN};
+pub use shard::{HealthView, ShardError, ShardRole, Sharding, CONTROL_SHARD, MAX_SHARDS};
 pub use stats::{CounterId, DropReason, Stats};
 
 use config::Topology;
@@ -83,6 +89,8 @@ pub struct Dataplane {
     stats: Stats,
     /// The data-plane clock (Unix ns, set by the I/O loop).
     now_ns: u64,
+    /// Which forwarding thread this is (one of one unless set).
+    shard: ShardRole,
 }
 
 impl Dataplane {
@@ -116,6 +124,9 @@ impl Dataplane {
         self.seawall.inherit(&old.seawall);
         self.seawall.pardon(&self.topo.pardons, &old.topo.pardons);
         self.seal.inherit(&old.seal);
+        // The same thread runs the new configuration: same lane, same duties.
+        self.shard = old.shard;
+        self.seal.set_lane(self.shard.index, self.shard.count);
         self.probes.inherit(&old.probes);
         self.seawall.apply_weights(&self.topo.ports);
         self.refresh_groups();
@@ -138,7 +149,8 @@ impl Dataplane {
     /// those past their timeout, writes the SYNs of those due into `plan`.
     /// Returns whether a check ended (the report changed).
     pub fn probe_tick(&mut self, plan: &mut TxPlan) -> bool {
-        if self.probes.is_empty() {
+        // Backend checks are per host: the control shard runs them.
+        if self.probes.is_empty() || !self.shard.control() {
             return false;
         }
         self.probes.tick(self.now_ns, plan)

@@ -15,8 +15,20 @@
 //! sent packets.
 //!
 //! The receiver keeps a sliding window of the last [`REPLAY_WINDOW`] counters
-//! per peer (as WireGuard and IPsec do): a counter older than the window, or
-//! seen already, is a replay. The window moves only after a datagram
+//! per peer and lane (as WireGuard and IPsec do per peer): a counter older
+//! than the window, or seen already, is a replay.
+//!
+//! With several forwarding threads ([`super::shard`]) each thread seals on its
+//! own, without sharing anything: thread `i` of `n` is lane `i` and sends only
+//! counters `c` with `c % n == i`, `n` apart, so no two threads ever use the
+//! same nonce; the option says `n` (authenticated), and the receiver keeps a
+//! window per lane `c % n`, each lane's counters only growing as one
+//! thread's did before. A receiving thread is chosen by the counter
+//! ([`super::Sharding::of_datagram`]), so every copy of a datagram, replays
+//! included, meets the one window that saw it first; with equal thread
+//! counts on both hosts that is also the thread of the datagram's flow. A
+//! lane's counters still start at the wall clock (rounded up into the lane)
+//! and stay below it while the lane sends fewer than one packet per `n` ns. The window moves only after a datagram
 //! authenticated, so forgeries cannot push it. Two keys per peer are accepted
 //! at once (the current one and, during a rotation, the one before).
 //!
@@ -115,8 +127,9 @@ struct PeerSeal {
     rx: [Option<Key>; 2],
     /// The next counter to send (0: not sent yet under this process).
     next: u64,
-    /// What the peer sent.
-    window: ReplayWindow,
+    /// What the peer sent, per lane of its counter (grown, after a datagram
+    /// of a new lane authenticated, to that lane).
+    windows: Vec<ReplayWindow>,
 }
 
 /// Sealing state of the data plane: off, or the keys of every peer.
@@ -124,6 +137,10 @@ struct PeerSeal {
 pub struct FabricSeal {
     on: bool,
     peers: HashMap<u32, PeerSeal>,
+    /// This thread's lane of the send counters, and how many lanes there are
+    /// (0 lanes: one, as `Default` leaves it).
+    lane: u64,
+    lanes: u64,
 }
 
 /// Why a datagram could not be sealed.
@@ -148,6 +165,13 @@ fn key_of(peer: u32, id: u8, hex: &str) -> Result<Key, ConfigError> {
         id,
         key: LessSafeKey::new(key),
     })
+}
+
+/// The lowest counter of lane `lane` of `lanes` at or above `c`.
+fn align(lane: u64, lanes: u64, c: u64) -> u64 {
+    let n = lanes.max(1);
+    let up = (lane % n + n - c % n) % n;
+    c.saturating_add(up)
 }
 
 fn nonce(id: u8, counter: u64) -> Nonce {
@@ -177,13 +201,32 @@ impl FabricSeal {
                 tx: key_of(p.host, p.tx.id, &p.tx.key)?,
                 rx,
                 next: 0,
-                window: ReplayWindow::default(),
+                windows: vec![ReplayWindow::default()],
             };
             if peers.insert(p.host, s).is_some() {
                 return Err(ConfigError::DuplicatePeer(p.host));
             }
         }
-        Ok(FabricSeal { on: true, peers })
+        Ok(FabricSeal {
+            on: true,
+            peers,
+            lane: 0,
+            lanes: 1,
+        })
+    }
+
+    /// Makes this the sealing state of forwarding thread `lane` of `lanes`
+    /// (both checked by the caller: `lane < lanes <= 255`): from now on it
+    /// sends only counters of its lane, above every counter sent so far.
+    pub fn set_lane(&mut self, lane: usize, lanes: usize) {
+        self.lanes = lanes.max(1) as u64;
+        self.lane = lane as u64 % self.lanes;
+        let (lane, lanes) = (self.lane, self.lanes);
+        for p in self.peers.values_mut() {
+            if p.next != 0 {
+                p.next = align(lane, lanes, p.next);
+            }
+        }
     }
 
     /// Whether datagrams between hosts are sealed.
@@ -198,7 +241,7 @@ impl FabricSeal {
         for (h, p) in &mut self.peers {
             if let Some(o) = old.peers.get(h) {
                 p.next = p.next.max(o.next);
-                p.window = o.window.clone();
+                p.windows.clone_from(&o.windows);
             }
         }
     }
@@ -215,12 +258,16 @@ impl FabricSeal {
         frame: &[u8],
         arena: &mut Vec<u8>,
     ) -> Result<(u32, u32), SealError> {
+        let (lanes, first) = (
+            self.lanes.max(1),
+            align(self.lane, self.lanes, now_ns.max(1)),
+        );
         let p = self.peers.get_mut(&host).ok_or(SealError::NoKey(host))?;
         if p.next == 0 {
-            p.next = now_ns.max(1);
+            p.next = first;
         }
         let counter = p.next;
-        p.next += 1;
+        p.next += lanes;
         let start = arena.len();
         let mut h = [0u8; 256];
         h[..header.len()].copy_from_slice(header);
@@ -229,6 +276,7 @@ impl FabricSeal {
             header.len(),
             AuthOption {
                 key_id: p.tx.id,
+                lanes: lanes as u8,
                 counter,
             },
         );
@@ -263,7 +311,8 @@ impl FabricSeal {
         if buf.len() < inner_at + TAG_LEN {
             return Err(DropReason::AuthFailed);
         }
-        if !p.window.check(auth.counter) {
+        let lane = (auth.counter % u64::from(auth.lanes.max(1))) as usize;
+        if !p.windows.get(lane).is_none_or(|w| w.check(auth.counter)) {
             return Err(DropReason::Replayed);
         }
         let (aad, body) = buf.split_at_mut(inner_at);
@@ -272,7 +321,12 @@ impl FabricSeal {
             .open_in_place(nonce(auth.key_id, auth.counter), Aad::from(&*aad), body)
             .map_err(|_| DropReason::AuthFailed)?;
         let len = inner_at + plain.len();
-        p.window.accept(auth.counter);
+        if p.windows.len() <= lane {
+            // A lane seen for the first time, and authenticated: forgeries
+            // cannot make the windows grow.
+            p.windows.resize(lane + 1, ReplayWindow::default());
+        }
+        p.windows[lane].accept(auth.counter);
         Ok(len)
     }
 }
@@ -350,6 +404,7 @@ mod tests {
                 Some((1, 2)),
                 Some(AuthOption {
                     key_id: 1,
+                    lanes: 1,
                     counter: 1_000
                 })
             )
@@ -467,6 +522,46 @@ mod tests {
             parse_fabric_payload(&d2).unwrap().auth.unwrap().counter,
             101
         );
+    }
+
+    #[test]
+    fn lanes_never_share_a_counter_and_each_has_its_own_window() {
+        // Host 1 forwards on two threads (lanes 0 and 1 of 2), host 2 on one.
+        let (mut t0, mut b) = pair(key(1, 0x11), vec![key(1, 0x11)]);
+        let (mut t1, _) = pair(key(1, 0x11), vec![key(1, 0x11)]);
+        t0.set_lane(0, 2);
+        t1.set_lane(1, 2);
+        let counter = |d: &[u8]| parse_fabric_payload(d).unwrap().auth.unwrap();
+        // Lane 1 starts far ahead of lane 0 (its first packet came later).
+        let a0 = sealed(&mut t0, 1_001, b"a");
+        let b0 = sealed(&mut t1, 1_000_000, b"b");
+        let (ca, cb) = (counter(&a0), counter(&b0));
+        assert_eq!((ca.counter, ca.lanes), (1_002, 2));
+        assert_eq!((cb.counter, cb.lanes), (1_000_001, 2));
+        let a1 = sealed(&mut t0, 0, b"c");
+        assert_eq!(counter(&a1).counter, 1_004);
+        // One window per lane: lane 0's counters, a million behind lane 1's
+        // top, are not mistaken for replays.
+        assert_eq!(open(&mut b, &b0).unwrap(), b"b");
+        assert_eq!(open(&mut b, &a0).unwrap(), b"a");
+        assert_eq!(open(&mut b, &a1).unwrap(), b"c");
+        for d in [&a0, &a1, &b0] {
+            assert_eq!(open(&mut b, d), Err(DropReason::Replayed));
+        }
+        // The lane count is authenticated: moving a datagram to another
+        // lane's window breaks its tag.
+        let mut moved = a0.clone();
+        let at = moved
+            .windows(3)
+            .position(|w| w == [0xff, 0x53, 0x83])
+            .unwrap();
+        assert_eq!(moved[at + 5], 2);
+        moved[at + 5] = 4;
+        assert_eq!(open(&mut b, &moved), Err(DropReason::AuthFailed));
+        // A lane keeps counting above what it sent when the thread count
+        // changes (a new configuration with other lanes).
+        t0.set_lane(0, 3);
+        assert_eq!(counter(&sealed(&mut t0, 0, b"d")).counter, 1_008);
     }
 
     #[test]

@@ -166,6 +166,56 @@ impl Stats {
         self.drops[reason.index()] += 1;
     }
 
+    /// Adds `other`'s counters to these: what a reader of several forwarding
+    /// threads' data planes ([`super::Sharding`]) reports is their sum.
+    pub fn add(&mut self, other: &Stats) {
+        fn sum(a: &mut Counters, b: &Counters) {
+            a.rx_packets += b.rx_packets;
+            a.rx_bytes += b.rx_bytes;
+            a.tx_packets += b.tx_packets;
+            a.tx_bytes += b.tx_bytes;
+            a.drops += b.drops;
+        }
+        for (id, c) in &other.ports {
+            sum(self.ports.entry(*id).or_default(), c);
+        }
+        sum(&mut self.fabric, &other.fabric);
+        for (a, b) in self.drops.iter_mut().zip(other.drops) {
+            *a += b;
+        }
+        // Spelled out, so a counter added to `Stats` without being summed
+        // here does not compile.
+        let Stats {
+            ports: _,
+            fabric: _,
+            drops: _,
+            arp_replies,
+            heartbeats,
+            failovers,
+            health_backlogs,
+            health_confirms,
+            health_cleared,
+            agent_stalls,
+            leases,
+            lease_revocations,
+            seawall_feedback_sent,
+            seawall_feedback_received,
+            seawall_accused,
+        } = other;
+        self.arp_replies += arp_replies;
+        self.heartbeats += heartbeats;
+        self.failovers += failovers;
+        self.health_backlogs += health_backlogs;
+        self.health_confirms += health_confirms;
+        self.health_cleared += health_cleared;
+        self.agent_stalls += agent_stalls;
+        self.leases += leases;
+        self.lease_revocations += lease_revocations;
+        self.seawall_feedback_sent += seawall_feedback_sent;
+        self.seawall_feedback_received += seawall_feedback_received;
+        self.seawall_accused += seawall_accused;
+    }
+
     /// Drops of one reason.
     pub fn drops_of(&self, reason: DropReason) -> u64 {
         self.drops[reason.index()]

@@ -15,10 +15,10 @@ use sluice_wire::build;
 use sluice_wire::tcp::flags::SYN;
 
 const VNI: u32 = 42;
-const VIP_A: [u8; 4] = [10, 10, 1, 100];
-const GW_MAC: [u8; 6] = [2, 0, 0, 0, 0, 1];
+pub(super) const VIP_A: [u8; 4] = [10, 10, 1, 100];
+pub(super) const GW_MAC: [u8; 6] = [2, 0, 0, 0, 0, 1];
 
-fn underlay(h: u32) -> Ipv4Addr {
+pub(super) fn underlay(h: u32) -> Ipv4Addr {
     Ipv4Addr::new(10, 255, 0, h as u8)
 }
 
@@ -31,13 +31,13 @@ fn peers() -> Vec<Peer> {
         .collect()
 }
 
-fn inst_addr(port: u16) -> SocketAddrV4 {
+pub(super) fn inst_addr(port: u16) -> SocketAddrV4 {
     SocketAddrV4::new(sluice_proto::instance_link(port).unwrap().1, GENEVE_PORT)
 }
 
 /// Host 1 of the Figure 4 tenant as in crates/controller/tests/walk.rs: the
 /// gateway on port 1, fw/0 on 10, ips on 11, mon on 12 (fw/1 on host 2).
-fn figure4_host1() -> AgentConfig {
+pub(super) fn figure4_host1() -> AgentConfig {
     figure4_host(1)
 }
 
@@ -151,7 +151,7 @@ fn figure4_host(h: u32) -> AgentConfig {
 
 /// Two VMs on ports 1 and 2 forwarding to each other by destination, and from
 /// the fabric to VM 2.
-fn two_vms() -> AgentConfig {
+pub(super) fn two_vms() -> AgentConfig {
     let vm = |id: u16, mac: &str| PortConfig {
         id,
         vni: 7,
@@ -210,11 +210,11 @@ fn frames(list: Vec<Vec<u8>>) -> Vec<(Vec<u8>, Option<SocketAddrV4>)> {
     list.into_iter().map(|f| (f, None)).collect()
 }
 
-fn from(addr: SocketAddrV4, list: Vec<Vec<u8>>) -> Vec<(Vec<u8>, Option<SocketAddrV4>)> {
+pub(super) fn from(addr: SocketAddrV4, list: Vec<Vec<u8>>) -> Vec<(Vec<u8>, Option<SocketAddrV4>)> {
     list.into_iter().map(|f| (f, Some(addr))).collect()
 }
 
-fn with_macs(mut f: Vec<u8>, dst: [u8; 6], src: [u8; 6]) -> Vec<u8> {
+pub(super) fn with_macs(mut f: Vec<u8>, dst: [u8; 6], src: [u8; 6]) -> Vec<u8> {
     f[..6].copy_from_slice(&dst);
     f[6..12].copy_from_slice(&src);
     f
@@ -967,7 +967,7 @@ fn counters_survive_a_new_config() {
     assert_eq!(next.stats().ports[&1].rx_packets, 1);
 }
 
-fn heartbeat_from(port: u16) -> Vec<(Vec<u8>, Option<SocketAddrV4>)> {
+pub(super) fn heartbeat_from(port: u16) -> Vec<(Vec<u8>, Option<SocketAddrV4>)> {
     let hb = InstanceHeartbeat {
         seq: 1,
         rx_packets: 5,
@@ -1491,7 +1491,7 @@ fn jumbo_and_offloaded_frames_are_encapsulated_and_decapsulated_whole() {
 
 /// Keys of host `me` for its peers: the key of (from, to) is `from * 16 + to`
 /// repeated, so both ends of a link derive the same one.
-fn fabric_keys(me: u32, peers: &[u32]) -> sluice_proto::FabricAuth {
+pub(super) fn fabric_keys(me: u32, peers: &[u32]) -> sluice_proto::FabricAuth {
     let k = |from: u32, to: u32| sluice_proto::FabricKey {
         id: 1,
         key: format!("{:02x}", from * 16 + to).repeat(32),
