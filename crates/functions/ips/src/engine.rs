@@ -53,6 +53,9 @@ pub struct Matcher {
     dfa: DFA,
     start: u32,
     targets: Vec<Vec<Target>>,
+    /// Per pattern: its targets as runs of one flow group each
+    /// ([`Matcher::with_groups`]): (group, start, end) in its `targets`.
+    runs: Vec<Vec<(u32, u32, u32)>>,
     /// Every reachable state, with its depth: the length of the string it
     /// stands for (the longest suffix of the bytes walked that begins a
     /// pattern).
@@ -158,10 +161,15 @@ impl Matcher {
                 inner.insert(window(w));
             }
         }
+        let runs = targets
+            .iter()
+            .map(|t| vec![(0, 0, t.len() as u32)])
+            .collect();
         Ok(Matcher {
             dfa,
             start: start.as_u32(),
             targets,
+            runs,
             depth,
             hash,
             inner,
@@ -169,16 +177,69 @@ impl Matcher {
         })
     }
 
+    /// Files each pattern's targets by their rule's flow group
+    /// (`group_of[rule]`, [`crate::header::Headers::group_matches`]), so a
+    /// scan can skip at once the targets of groups its stream cannot match
+    /// ([`Matcher::scan_units`]'s `keep`). Without it every target is in
+    /// group 0.
+    pub(crate) fn with_groups(mut self, group_of: impl Fn(u32) -> u32) -> Self {
+        for (ts, runs) in self.targets.iter_mut().zip(&mut self.runs) {
+            ts.sort_by_key(|t| (group_of(t.rule), *t));
+            runs.clear();
+            let mut lo = 0;
+            while lo < ts.len() {
+                let g = group_of(ts[lo].rule);
+                let mut hi = lo + 1;
+                while hi < ts.len() && group_of(ts[hi].rule) == g {
+                    hi += 1;
+                }
+                runs.push((g, lo as u32, hi as u32));
+                lo = hi;
+            }
+        }
+        self
+    }
+
+    /// Calls `hit(end, target)` for each target of pattern `pid` in a
+    /// group `keep` accepts.
+    #[inline]
+    fn emit(
+        &self,
+        pid: usize,
+        end: u64,
+        keep: &mut impl FnMut(u32) -> bool,
+        hit: &mut impl FnMut(u64, Target),
+    ) {
+        let ts = &self.targets[pid];
+        for &(g, lo, hi) in &self.runs[pid] {
+            if keep(g) {
+                for t in &ts[lo as usize..hi as usize] {
+                    hit(end, *t);
+                }
+            }
+        }
+    }
+
     /// Walks `bytes` from `state`, pushing `(end position, target)` for every
     /// pattern ending at a byte; `base` is the stream position of `bytes[0]`.
     #[inline]
     pub fn scan(&self, state: &mut u32, bytes: &[u8], base: u64, hits: &mut Vec<(u64, Target)>) {
-        self.walk(state, bytes, base, |end, t| hits.push((end, t)));
+        self.walk(state, bytes, base, &mut |_| true, |end, t| {
+            hits.push((end, t))
+        });
     }
 
-    /// [`Matcher::scan`], calling `hit(end, target)` for each hit.
+    /// [`Matcher::scan`], calling `hit(end, target)` for each hit of a group
+    /// `keep` accepts.
     #[inline]
-    fn walk(&self, state: &mut u32, bytes: &[u8], base: u64, mut hit: impl FnMut(u64, Target)) {
+    fn walk(
+        &self,
+        state: &mut u32,
+        bytes: &[u8],
+        base: u64,
+        keep: &mut impl FnMut(u32) -> bool,
+        mut hit: impl FnMut(u64, Target),
+    ) {
         let d = &self.dfa;
         let mut s = sid(*state);
         let mut rest = bytes;
@@ -188,7 +249,7 @@ impl Matcher {
             s = d.next_state(Anchored::No, s, b);
             rest = tail;
             if d.is_special(s) && d.is_match(s) {
-                self.record(s, base + (bytes.len() - rest.len()) as u64, &mut hit);
+                self.record(s, base + (bytes.len() - rest.len()) as u64, keep, &mut hit);
             }
         }
         *state = s.as_u32();
@@ -210,18 +271,20 @@ impl Matcher {
     ///    its start (then no longer suffix of the stream begins a pattern).
     ///
     /// Short walks and ends looking like a pattern's inside are walked
-    /// whole.
+    /// whole. Only the targets of groups `keep` accepts are hit
+    /// ([`Matcher::with_groups`]).
     pub fn scan_with(
         &self,
         state: &mut u32,
         bytes: &[u8],
         base: u64,
         scratch: &mut ScanScratch,
+        keep: &mut impl FnMut(u32) -> bool,
         mut hit: impl FnMut(u64, Target),
     ) {
         let n = bytes.len();
         let Some(hm) = self.hash.as_ref().filter(|_| n >= HYBRID_MIN) else {
-            return self.walk(state, bytes, base, hit);
+            return self.walk(state, bytes, base, keep, hit);
         };
         let tail = &bytes[n - TAIL..];
         let w = if self.nocase {
@@ -234,7 +297,7 @@ impl Matcher {
             window(tail)
         };
         if self.inner.contains(&w) {
-            return self.walk(state, bytes, base, hit);
+            return self.walk(state, bytes, base, keep, hit);
         }
         let d = &self.dfa;
         let mut s = sid(*state);
@@ -243,7 +306,7 @@ impl Matcher {
             s = d.next_state(Anchored::No, s, bytes[h]);
             h += 1;
             if d.is_special(s) && d.is_match(s) {
-                self.record(s, base + h as u64, &mut hit);
+                self.record(s, base + h as u64, keep, &mut hit);
             }
         }
         if h == n {
@@ -255,10 +318,14 @@ impl Matcher {
         let from = h.saturating_sub(hm.max_len());
         hm.each(bytes, folded, from, &mut scratch.at, |pid, at| {
             let end = at + hm.pattern_len(pid);
-            if end > h && hm.is_at(pid, bytes, folded, at) {
-                for t in &self.targets[pid as usize] {
-                    hit(base + end as u64, *t);
-                }
+            // A pattern whose every target is in a group refused is not
+            // even verified (ET's one-byte contents of SMB rules on web
+            // traffic).
+            if end > h
+                && self.runs[pid as usize].iter().any(|r| keep(r.0))
+                && hm.is_at(pid, bytes, folded, at)
+            {
+                self.emit(pid as usize, base + end as u64, keep, &mut hit);
             }
         });
         let mut s = sid(self.start);
@@ -277,6 +344,7 @@ impl Matcher {
         parts: [&[u8]; 2],
         base: u64,
         scratch: &mut ScanScratch,
+        keep: &mut impl FnMut(u32) -> bool,
         mut hit: impl FnMut(u8, u64, Target),
     ) {
         let [a, b] = parts;
@@ -292,7 +360,7 @@ impl Matcher {
             joined.extend_from_slice(b);
             &joined[..]
         };
-        self.scan_with(state, bytes, base, scratch, |end, t| {
+        self.scan_with(state, bytes, base, scratch, keep, |end, t| {
             hit((end > own_end) as u8, end, t)
         });
         scratch.joined = joined;
@@ -304,14 +372,13 @@ impl Matcher {
         &self,
         s: aho_corasick::automaton::StateID,
         end: u64,
+        keep: &mut impl FnMut(u32) -> bool,
         hit: &mut impl FnMut(u64, Target),
     ) {
         let d = &self.dfa;
         for k in 0..d.match_len(s) {
             let pid = d.match_pattern(s, k);
-            for t in &self.targets[pid.as_usize()] {
-                hit(end, *t);
-            }
+            self.emit(pid.as_usize(), end, keep, hit);
         }
     }
 
@@ -320,7 +387,8 @@ impl Matcher {
     /// `units[u]` is a range of `jobs` that continue one stream (one flow direction)
     /// and are walked in order from `starts[u]` (or from the start state for a job
     /// with `reset`). Each job's state before and after is written to `out[job]`;
-    /// hits are pushed as `(job, part, end, target)`.
+    /// hits are pushed as `(job, part, end, target)`, those of the targets
+    /// of groups `keep(job, group)` accepts ([`Matcher::with_groups`]).
     pub fn scan_units(
         &self,
         units: &[(usize, usize)],
@@ -328,9 +396,10 @@ impl Matcher {
         jobs: &[Job<'_>],
         out: &mut [(u32, u32)],
         (hits, scratch): (&mut Vec<(u32, u8, u64, Target)>, &mut ScanScratch),
+        keep: &mut impl FnMut(u32, u32) -> bool,
     ) {
         if self.hash.is_none() {
-            return self.scan_units_lanes(units, starts, jobs, out, hits);
+            return self.scan_units_lanes(units, starts, jobs, out, hits, keep);
         }
         for (u, &(lo, hi)) in units.iter().enumerate() {
             let mut s = starts[u];
@@ -339,9 +408,15 @@ impl Matcher {
                     s = self.start;
                 }
                 out[j].0 = s;
-                self.scan_parts(&mut s, job.parts, job.base, scratch, |part, end, t| {
-                    hits.push((j as u32, part, end, t))
-                });
+                let mut keep_j = |g| keep(j as u32, g);
+                self.scan_parts(
+                    &mut s,
+                    job.parts,
+                    job.base,
+                    scratch,
+                    &mut keep_j,
+                    |part, end, t| hits.push((j as u32, part, end, t)),
+                );
                 out[j].1 = s;
             }
         }
@@ -366,6 +441,7 @@ impl Matcher {
         jobs: &[Job<'_>],
         out: &mut [(u32, u32)],
         hits: &mut Vec<(u32, u8, u64, Target)>,
+        keep: &mut impl FnMut(u32, u32) -> bool,
     ) {
         let d = &self.dfa;
         let sid = |v: u32| {
@@ -456,7 +532,7 @@ impl Matcher {
                             let j = &jobs[l.job];
                             let off = if l.part == 1 { j.parts[0].len() } else { 0 };
                             let end = j.base + (off + l.pos + i + 1) as u64;
-                            self.record_job(st[k], l.job as u32, l.part as u8, end, hits);
+                            self.record_job(st[k], (l.job as u32, l.part as u8, end), hits, keep);
                         }
                     }
                 }
@@ -475,7 +551,7 @@ impl Matcher {
                         s = d.next_state(Anchored::No, s, b);
                         if d.is_special(s) && d.is_match(s) {
                             let end = j.base + (off + l.pos + i + 1) as u64;
-                            self.record_job(s, l.job as u32, l.part as u8, end, hits);
+                            self.record_job(s, (l.job as u32, l.part as u8, end), hits, keep);
                         }
                     }
                     l.state = s.as_u32();
@@ -493,17 +569,16 @@ impl Matcher {
     fn record_job(
         &self,
         s: aho_corasick::automaton::StateID,
-        job: u32,
-        part: u8,
-        end: u64,
+        (job, part, end): (u32, u8, u64),
         hits: &mut Vec<(u32, u8, u64, Target)>,
+        keep: &mut impl FnMut(u32, u32) -> bool,
     ) {
         let d = &self.dfa;
         for k in 0..d.match_len(s) {
             let pid = d.match_pattern(s, k);
-            for t in &self.targets[pid.as_usize()] {
-                hits.push((job, part, end, *t));
-            }
+            self.emit(pid.as_usize(), end, &mut |g| keep(job, g), &mut |e, t| {
+                hits.push((job, part, e, t))
+            });
         }
     }
 
@@ -751,22 +826,23 @@ impl Engine {
             }
         }
         let [(cp, ct, _), (ip, it, _)] = sets;
+        let headers = crate::header::Headers::new(&rules);
+        let group_of = |r: u32| headers.group_of(r);
         let cs = if cp.is_empty() {
             None
         } else {
-            Some(Matcher::build(&cp, ct, false)?)
+            Some(Matcher::build(&cp, ct, false)?.with_groups(group_of))
         };
         let ci = if ip.is_empty() {
             None
         } else {
-            Some(Matcher::build(&ip, it, true)?)
+            Some(Matcher::build(&ip, it, true)?.with_groups(group_of))
         };
         let dns = DnsRules::new(&rules)?;
         let http = HttpRules::new(&rules)?;
         let tls = TlsRules::new(&rules)?;
         let any_packetwise = packetwise.iter().any(|&pw| pw);
         let packet_rules = packet_rules.map(|ids| PacketRules::new(&rules, &ids));
-        let headers = crate::header::Headers::new(&rules);
         Ok(Engine {
             headers,
             always_pkt,
@@ -816,11 +892,16 @@ impl Engine {
         base: u64,
         (hits, scratch): (&mut Vec<(u64, Target)>, &mut ScanScratch),
     ) {
+        let all = &mut |_| true;
         if let Some(m) = &self.cs {
-            m.scan_with(&mut ds.cs, bytes, base, scratch, |e, t| hits.push((e, t)));
+            m.scan_with(&mut ds.cs, bytes, base, scratch, all, |e, t| {
+                hits.push((e, t))
+            });
         }
         if let Some(m) = &self.ci {
-            m.scan_with(&mut ds.ci, bytes, base, scratch, |e, t| hits.push((e, t)));
+            m.scan_with(&mut ds.ci, bytes, base, scratch, all, |e, t| {
+                hits.push((e, t))
+            });
         }
     }
 
@@ -855,6 +936,14 @@ impl Engine {
     #[inline]
     pub fn always_packetwise(&self) -> &[u32] {
         &self.always_pkt
+    }
+
+    /// True if rule group `group`'s rules may match stream bytes of flow
+    /// `flow` as it travelled ([`crate::header::Headers::group_matches`]);
+    /// the groups are those [`Matcher::scan_units`]'s `keep` is asked about.
+    #[inline]
+    pub fn group_matches(&self, group: u32, flow: &FlowKey, to_server: bool) -> bool {
+        self.headers.group_matches(group, flow, true, to_server)
     }
 
     /// True if the header of rule `rule` matches.
@@ -1290,7 +1379,9 @@ mod tests {
                     let (mut want, mut got) = (Vec::new(), Vec::new());
                     let mut c = b;
                     m.scan(&mut a, &pkt, base, &mut want);
-                    m.scan_with(&mut b, &pkt, base, &mut scratch, |e, t| got.push((e, t)));
+                    m.scan_with(&mut b, &pkt, base, &mut scratch, &mut |_| true, |e, t| {
+                        got.push((e, t))
+                    });
                     want.sort_unstable();
                     got.sort_unstable();
                     assert_eq!(got, want, "round {round}, packet {pkt:?}");
@@ -1304,6 +1395,7 @@ mod tests {
                         [&pkt[..cut], &pkt[cut..]],
                         base,
                         &mut scratch,
+                        &mut |_| true,
                         |p, e, t| {
                             assert_eq!(p == 1, e > own_end);
                             parts.push((e, t));
