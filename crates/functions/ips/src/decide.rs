@@ -812,26 +812,14 @@ impl Ips {
             grp_memo[g] = key | ok as u64;
             ok
         };
-        if let Some(m) = &engine.cs {
-            m.scan_units(
-                &ranges,
-                &starts_cs,
-                &jobs,
-                &mut out_cs,
-                (&mut *hits, sc),
-                &mut keep,
-            );
-        }
-        if let Some(m) = &engine.ci {
-            m.scan_units(
-                &ranges,
-                &starts_ci,
-                &jobs,
-                &mut out_ci,
-                (&mut *hits, sc),
-                &mut keep,
-            );
-        }
+        engine.scan_units(
+            &ranges,
+            [&starts_cs, &starts_ci],
+            &jobs,
+            [&mut out_cs, &mut out_ci],
+            (hits, sc),
+            &mut keep,
+        );
         *grp_epoch += njobs as u64;
         // Back from unit order to job ids.
         for (pos, &j) in order.iter().enumerate() {
