@@ -756,9 +756,12 @@ impl Ips {
             starts_ci.push(ci);
         }
         let mut jobs: Vec<engine::Job<'_>> = Vec::with_capacity(njobs);
+        pre.job_flow.clear();
         for &j in &order {
-            let (_, _, i, reset) = pre.job_src[j as usize];
+            let (_, d, i, reset) = pre.job_src[j as usize];
             let p = &batch.pkts[i as usize];
+            // What the main loop's header will say ([`Ips::inspect_stream`]).
+            pre.job_flow.push((p.meta.flow, d == 0));
             // Every job was made from a packet with a chunk; an empty job keeps the
             // indices aligned should that ever not hold.
             let (base, own, extra) = match streams.bytes(i as usize, p) {
@@ -774,12 +777,50 @@ impl Ips {
         let mut out_cs = vec![(0u32, 0u32); njobs];
         let mut out_ci = vec![(0u32, 0u32); njobs];
         let sc = &mut self.scan_scratch;
-        if let Some(m) = &self.engine.cs {
-            m.scan_units(&ranges, &starts_cs, &jobs, &mut out_cs, (&mut pre.hits, sc));
-        }
-        if let Some(m) = &self.engine.ci {
-            m.scan_units(&ranges, &starts_ci, &jobs, &mut out_ci, (&mut pre.hits, sc));
-        }
+        // The hits of rules whose header cannot match the job's flow
+        // direction are not even recorded: [`Ips::evaluate`] would drop
+        // them ([`Ips::keep_header_hits`]) before anything reads them. The
+        // check is per flow group, memoised per job (an entry holds the
+        // job's number in the instance's lifetime, times two, plus the
+        // answer). Without the prefilter every hit is kept, so the
+        // prefilter tests compare against this too.
+        let engine = &self.engine;
+        let filter = self.prefilter;
+        let crate::PreScan {
+            hits,
+            job_flow,
+            grp_memo,
+            grp_epoch,
+            ..
+        } = pre;
+        let epoch = *grp_epoch;
+        let mut keep = |job: u32, g: u32| -> bool {
+            if !filter {
+                return true;
+            }
+            let g = g as usize;
+            if grp_memo.len() <= g {
+                grp_memo.resize(g + 1, 0);
+            }
+            let key = (epoch + job as u64 + 1) << 1;
+            let m = grp_memo[g];
+            if m & !1 == key {
+                return m & 1 != 0;
+            }
+            let (flow, to_server) = &job_flow[job as usize];
+            let ok = engine.group_matches(g as u32, flow, *to_server);
+            grp_memo[g] = key | ok as u64;
+            ok
+        };
+        engine.scan_units(
+            &ranges,
+            [&starts_cs, &starts_ci],
+            &jobs,
+            [&mut out_cs, &mut out_ci],
+            (hits, sc),
+            &mut keep,
+        );
+        *grp_epoch += njobs as u64;
         // Back from unit order to job ids.
         for (pos, &j) in order.iter().enumerate() {
             pre.cs[j as usize] = out_cs[pos];

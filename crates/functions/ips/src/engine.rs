@@ -53,6 +53,9 @@ pub struct Matcher {
     dfa: DFA,
     start: u32,
     targets: Vec<Vec<Target>>,
+    /// Per pattern: its targets as runs of one flow group each
+    /// ([`Matcher::with_groups`]): (group, start, end) in its `targets`.
+    runs: Vec<Vec<(u32, u32, u32)>>,
     /// Every reachable state, with its depth: the length of the string it
     /// stands for (the longest suffix of the bytes walked that begins a
     /// pattern).
@@ -158,10 +161,15 @@ impl Matcher {
                 inner.insert(window(w));
             }
         }
+        let runs = targets
+            .iter()
+            .map(|t| vec![(0, 0, t.len() as u32)])
+            .collect();
         Ok(Matcher {
             dfa,
             start: start.as_u32(),
             targets,
+            runs,
             depth,
             hash,
             inner,
@@ -169,16 +177,69 @@ impl Matcher {
         })
     }
 
+    /// Files each pattern's targets by their rule's flow group
+    /// (`group_of[rule]`, [`crate::header::Headers::group_matches`]), so a
+    /// scan can skip at once the targets of groups its stream cannot match
+    /// ([`Matcher::scan_units`]'s `keep`). Without it every target is in
+    /// group 0.
+    pub(crate) fn with_groups(mut self, group_of: impl Fn(u32) -> u32) -> Self {
+        for (ts, runs) in self.targets.iter_mut().zip(&mut self.runs) {
+            ts.sort_by_key(|t| (group_of(t.rule), *t));
+            runs.clear();
+            let mut lo = 0;
+            while lo < ts.len() {
+                let g = group_of(ts[lo].rule);
+                let mut hi = lo + 1;
+                while hi < ts.len() && group_of(ts[hi].rule) == g {
+                    hi += 1;
+                }
+                runs.push((g, lo as u32, hi as u32));
+                lo = hi;
+            }
+        }
+        self
+    }
+
+    /// Calls `hit(end, target)` for each target of pattern `pid` in a
+    /// group `keep` accepts.
+    #[inline]
+    fn emit(
+        &self,
+        pid: usize,
+        end: u64,
+        keep: &mut impl FnMut(u32) -> bool,
+        hit: &mut impl FnMut(u64, Target),
+    ) {
+        let ts = &self.targets[pid];
+        for &(g, lo, hi) in &self.runs[pid] {
+            if keep(g) {
+                for t in &ts[lo as usize..hi as usize] {
+                    hit(end, *t);
+                }
+            }
+        }
+    }
+
     /// Walks `bytes` from `state`, pushing `(end position, target)` for every
     /// pattern ending at a byte; `base` is the stream position of `bytes[0]`.
     #[inline]
     pub fn scan(&self, state: &mut u32, bytes: &[u8], base: u64, hits: &mut Vec<(u64, Target)>) {
-        self.walk(state, bytes, base, |end, t| hits.push((end, t)));
+        self.walk(state, bytes, base, &mut |_| true, |end, t| {
+            hits.push((end, t))
+        });
     }
 
-    /// [`Matcher::scan`], calling `hit(end, target)` for each hit.
+    /// [`Matcher::scan`], calling `hit(end, target)` for each hit of a group
+    /// `keep` accepts.
     #[inline]
-    fn walk(&self, state: &mut u32, bytes: &[u8], base: u64, mut hit: impl FnMut(u64, Target)) {
+    fn walk(
+        &self,
+        state: &mut u32,
+        bytes: &[u8],
+        base: u64,
+        keep: &mut impl FnMut(u32) -> bool,
+        mut hit: impl FnMut(u64, Target),
+    ) {
         let d = &self.dfa;
         let mut s = sid(*state);
         let mut rest = bytes;
@@ -188,7 +249,7 @@ impl Matcher {
             s = d.next_state(Anchored::No, s, b);
             rest = tail;
             if d.is_special(s) && d.is_match(s) {
-                self.record(s, base + (bytes.len() - rest.len()) as u64, &mut hit);
+                self.record(s, base + (bytes.len() - rest.len()) as u64, keep, &mut hit);
             }
         }
         *state = s.as_u32();
@@ -210,19 +271,58 @@ impl Matcher {
     ///    its start (then no longer suffix of the stream begins a pattern).
     ///
     /// Short walks and ends looking like a pattern's inside are walked
-    /// whole.
+    /// whole. Only the targets of groups `keep` accepts are hit
+    /// ([`Matcher::with_groups`]).
     pub fn scan_with(
         &self,
         state: &mut u32,
         bytes: &[u8],
         base: u64,
         scratch: &mut ScanScratch,
+        keep: &mut impl FnMut(u32) -> bool,
         mut hit: impl FnMut(u64, Target),
     ) {
+        if let Some(h) = self.scan_prefix(state, bytes, base, keep, &mut hit) {
+            let Some(hm) = self.hash.as_ref() else {
+                return;
+            };
+            HashMpm::fold(bytes, &mut scratch.folded);
+            let folded = &scratch.folded;
+            let from = h.saturating_sub(hm.max_len());
+            hm.each(bytes, folded, from, &mut scratch.at, |pid, at| {
+                self.hashed_hit(
+                    hm,
+                    (pid, pid),
+                    (bytes, folded, at),
+                    (h, base),
+                    keep,
+                    &mut hit,
+                );
+            });
+            self.finish_hashed(state, bytes);
+        }
+    }
+
+    /// Steps 1 and 2 of [`Matcher::scan_with`] up to the hashing: walks
+    /// `bytes` whole (short ones, ends looking like a pattern's inside, a
+    /// state whose string never lies within them) and returns `None`, or
+    /// walks until the state's string lies within `bytes` and returns the
+    /// bytes walked, `h`: the hits ending after `h` are the hashed search's
+    /// (with [`Matcher::hashed_hit`]), then the state is
+    /// [`Matcher::finish_hashed`]'s.
+    fn scan_prefix(
+        &self,
+        state: &mut u32,
+        bytes: &[u8],
+        base: u64,
+        keep: &mut impl FnMut(u32) -> bool,
+        hit: &mut impl FnMut(u64, Target),
+    ) -> Option<usize> {
         let n = bytes.len();
-        let Some(hm) = self.hash.as_ref().filter(|_| n >= HYBRID_MIN) else {
-            return self.walk(state, bytes, base, hit);
-        };
+        if self.hash.is_none() || n < HYBRID_MIN {
+            self.walk(state, bytes, base, keep, hit);
+            return None;
+        }
         let tail = &bytes[n - TAIL..];
         let w = if self.nocase {
             let mut f = [0u8; TAIL];
@@ -234,7 +334,8 @@ impl Matcher {
             window(tail)
         };
         if self.inner.contains(&w) {
-            return self.walk(state, bytes, base, hit);
+            self.walk(state, bytes, base, keep, hit);
+            return None;
         }
         let d = &self.dfa;
         let mut s = sid(*state);
@@ -243,26 +344,48 @@ impl Matcher {
             s = d.next_state(Anchored::No, s, bytes[h]);
             h += 1;
             if d.is_special(s) && d.is_match(s) {
-                self.record(s, base + h as u64, &mut hit);
+                self.record(s, base + h as u64, keep, hit);
             }
         }
         if h == n {
             *state = s.as_u32();
-            return;
+            return None;
         }
-        HashMpm::fold(bytes, &mut scratch.folded);
-        let folded = &scratch.folded;
-        let from = h.saturating_sub(hm.max_len());
-        hm.each(bytes, folded, from, &mut scratch.at, |pid, at| {
-            let end = at + hm.pattern_len(pid);
-            if end > h && hm.is_at(pid, bytes, folded, at) {
-                for t in &self.targets[pid as usize] {
-                    hit(base + end as u64, *t);
-                }
-            }
-        });
+        Some(h)
+    }
+
+    /// A candidate of the hashed search: pattern `pid` of the set `hm`
+    /// (this matcher's own pattern `own`) may start at `at` in `bytes`
+    /// (`folded`: [`HashMpm::fold`] of them). Hits it if it does, ends
+    /// after `h` (the bytes the DFA walked) and has targets in a group
+    /// `keep` accepts.
+    #[inline]
+    fn hashed_hit(
+        &self,
+        hm: &HashMpm,
+        (pid, own): (u32, u32),
+        (bytes, folded, at): (&[u8], &[u8], usize),
+        (h, base): (usize, u64),
+        keep: &mut impl FnMut(u32) -> bool,
+        hit: &mut impl FnMut(u64, Target),
+    ) {
+        let end = at + hm.pattern_len(pid);
+        // A pattern whose every target is in a group refused is not even
+        // verified (ET's one-byte contents of SMB rules on web traffic).
+        if end > h
+            && self.runs[own as usize].iter().any(|r| keep(r.0))
+            && hm.is_at(pid, bytes, folded, at)
+        {
+            self.emit(own as usize, base + end as u64, keep, hit);
+        }
+    }
+
+    /// Step 3 of [`Matcher::scan_with`]: the state after `bytes` (hashed),
+    /// the DFA's from its start over their last [`TAIL`] bytes.
+    fn finish_hashed(&self, state: &mut u32, bytes: &[u8]) {
+        let d = &self.dfa;
         let mut s = sid(self.start);
-        for &b in tail {
+        for &b in &bytes[bytes.len() - TAIL..] {
             s = d.next_state(Anchored::No, s, b);
         }
         *state = s.as_u32();
@@ -277,6 +400,7 @@ impl Matcher {
         parts: [&[u8]; 2],
         base: u64,
         scratch: &mut ScanScratch,
+        keep: &mut impl FnMut(u32) -> bool,
         mut hit: impl FnMut(u8, u64, Target),
     ) {
         let [a, b] = parts;
@@ -292,7 +416,7 @@ impl Matcher {
             joined.extend_from_slice(b);
             &joined[..]
         };
-        self.scan_with(state, bytes, base, scratch, |end, t| {
+        self.scan_with(state, bytes, base, scratch, keep, |end, t| {
             hit((end > own_end) as u8, end, t)
         });
         scratch.joined = joined;
@@ -304,14 +428,13 @@ impl Matcher {
         &self,
         s: aho_corasick::automaton::StateID,
         end: u64,
+        keep: &mut impl FnMut(u32) -> bool,
         hit: &mut impl FnMut(u64, Target),
     ) {
         let d = &self.dfa;
         for k in 0..d.match_len(s) {
             let pid = d.match_pattern(s, k);
-            for t in &self.targets[pid.as_usize()] {
-                hit(end, *t);
-            }
+            self.emit(pid.as_usize(), end, keep, hit);
         }
     }
 
@@ -320,7 +443,8 @@ impl Matcher {
     /// `units[u]` is a range of `jobs` that continue one stream (one flow direction)
     /// and are walked in order from `starts[u]` (or from the start state for a job
     /// with `reset`). Each job's state before and after is written to `out[job]`;
-    /// hits are pushed as `(job, part, end, target)`.
+    /// hits are pushed as `(job, part, end, target)`, those of the targets
+    /// of groups `keep(job, group)` accepts ([`Matcher::with_groups`]).
     pub fn scan_units(
         &self,
         units: &[(usize, usize)],
@@ -328,9 +452,10 @@ impl Matcher {
         jobs: &[Job<'_>],
         out: &mut [(u32, u32)],
         (hits, scratch): (&mut Vec<(u32, u8, u64, Target)>, &mut ScanScratch),
+        keep: &mut impl FnMut(u32, u32) -> bool,
     ) {
         if self.hash.is_none() {
-            return self.scan_units_lanes(units, starts, jobs, out, hits);
+            return self.scan_units_lanes(units, starts, jobs, out, hits, keep);
         }
         for (u, &(lo, hi)) in units.iter().enumerate() {
             let mut s = starts[u];
@@ -339,9 +464,15 @@ impl Matcher {
                     s = self.start;
                 }
                 out[j].0 = s;
-                self.scan_parts(&mut s, job.parts, job.base, scratch, |part, end, t| {
-                    hits.push((j as u32, part, end, t))
-                });
+                let mut keep_j = |g| keep(j as u32, g);
+                self.scan_parts(
+                    &mut s,
+                    job.parts,
+                    job.base,
+                    scratch,
+                    &mut keep_j,
+                    |part, end, t| hits.push((j as u32, part, end, t)),
+                );
                 out[j].1 = s;
             }
         }
@@ -366,6 +497,7 @@ impl Matcher {
         jobs: &[Job<'_>],
         out: &mut [(u32, u32)],
         hits: &mut Vec<(u32, u8, u64, Target)>,
+        keep: &mut impl FnMut(u32, u32) -> bool,
     ) {
         let d = &self.dfa;
         let sid = |v: u32| {
@@ -456,7 +588,7 @@ impl Matcher {
                             let j = &jobs[l.job];
                             let off = if l.part == 1 { j.parts[0].len() } else { 0 };
                             let end = j.base + (off + l.pos + i + 1) as u64;
-                            self.record_job(st[k], l.job as u32, l.part as u8, end, hits);
+                            self.record_job(st[k], (l.job as u32, l.part as u8, end), hits, keep);
                         }
                     }
                 }
@@ -475,7 +607,7 @@ impl Matcher {
                         s = d.next_state(Anchored::No, s, b);
                         if d.is_special(s) && d.is_match(s) {
                             let end = j.base + (off + l.pos + i + 1) as u64;
-                            self.record_job(s, l.job as u32, l.part as u8, end, hits);
+                            self.record_job(s, (l.job as u32, l.part as u8, end), hits, keep);
                         }
                     }
                     l.state = s.as_u32();
@@ -493,17 +625,16 @@ impl Matcher {
     fn record_job(
         &self,
         s: aho_corasick::automaton::StateID,
-        job: u32,
-        part: u8,
-        end: u64,
+        (job, part, end): (u32, u8, u64),
         hits: &mut Vec<(u32, u8, u64, Target)>,
+        keep: &mut impl FnMut(u32, u32) -> bool,
     ) {
         let d = &self.dfa;
         for k in 0..d.match_len(s) {
             let pid = d.match_pattern(s, k);
-            for t in &self.targets[pid.as_usize()] {
-                hits.push((job, part, end, *t));
-            }
+            self.emit(pid.as_usize(), end, &mut |g| keep(job, g), &mut |e, t| {
+                hits.push((job, part, e, t))
+            });
         }
     }
 
@@ -537,6 +668,106 @@ impl Matcher {
     pub fn states(&self) -> usize {
         self.depth.len()
     }
+}
+
+/// The two stream matchers (case-sensitive, `nocase`) hashed together
+/// ([`scan_units_pair`]).
+pub struct Pair {
+    /// Both matchers' patterns: the case-sensitive one's, then the other's.
+    both: HashMpm,
+    /// Patterns of the case-sensitive matcher.
+    ncs: u32,
+}
+
+impl Pair {
+    /// The pair of `cs` and `ci` (their patterns `cp` and `ip`) if both are
+    /// searched by hashing: then one pass over a packet's bytes finds the
+    /// candidates of both, instead of one pass each.
+    pub(crate) fn new(cs: &Matcher, ci: &Matcher, cp: &[Vec<u8>], ip: &[Vec<u8>]) -> Option<Pair> {
+        (cs.hash.is_some() && ci.hash.is_some() && !cs.nocase && ci.nocase).then(|| Pair {
+            both: HashMpm::new(
+                cp.iter()
+                    .map(|p| (&p[..], true))
+                    .chain(ip.iter().map(|p| (&p[..], false))),
+            ),
+            ncs: cp.len() as u32,
+        })
+    }
+}
+
+/// [`Matcher::scan_units`] of both `ms` (case-sensitive, `nocase`) over the
+/// same jobs, each from its own `starts` into its own `outs`: the same hits
+/// and states, with one hashed pass over a job's bytes for both where both
+/// hash it ([`Matcher::scan_prefix`]), not one each.
+#[allow(clippy::too_many_arguments)] // both matchers' inputs and outputs
+pub fn scan_units_pair(
+    ms: [&Matcher; 2],
+    pair: &Pair,
+    units: &[(usize, usize)],
+    starts: [&[u32]; 2],
+    jobs: &[Job<'_>],
+    outs: [&mut [(u32, u32)]; 2],
+    (hits, scratch): (&mut Vec<(u32, u8, u64, Target)>, &mut ScanScratch),
+    keep: &mut impl FnMut(u32, u32) -> bool,
+) {
+    let [cs, ci] = ms;
+    let [out_cs, out_ci] = outs;
+    let both = &pair.both;
+    let mut joined = std::mem::take(&mut scratch.joined);
+    for (u, &(lo, hi)) in units.iter().enumerate() {
+        let mut s = [starts[0][u], starts[1][u]];
+        for (j, job) in jobs.iter().enumerate().take(hi).skip(lo) {
+            if job.reset {
+                s = [cs.start, ci.start];
+            }
+            out_cs[j].0 = s[0];
+            out_ci[j].0 = s[1];
+            let [a, b] = job.parts;
+            let bytes = if b.is_empty() {
+                a
+            } else if a.is_empty() {
+                b
+            } else {
+                joined.clear();
+                joined.extend_from_slice(a);
+                joined.extend_from_slice(b);
+                &joined[..]
+            };
+            let (base, own_end) = (job.base, job.base + a.len() as u64);
+            let keep = &mut |g| keep(j as u32, g);
+            let hit = &mut |end: u64, t| hits.push((j as u32, (end > own_end) as u8, end, t));
+            let hc = cs.scan_prefix(&mut s[0], bytes, base, keep, hit);
+            let hi = ci.scan_prefix(&mut s[1], bytes, base, keep, hit);
+            if hc.is_none() && hi.is_none() {
+                out_cs[j].1 = s[0];
+                out_ci[j].1 = s[1];
+                continue;
+            }
+            HashMpm::fold(bytes, &mut scratch.folded);
+            let folded = &scratch.folded[..];
+            // A matcher walked whole takes no hashed hit (its `h` past
+            // every end).
+            let (h0, h1) = (hc.unwrap_or(usize::MAX), hi.unwrap_or(usize::MAX));
+            let from = h0.min(h1).saturating_sub(both.max_len());
+            both.each(bytes, folded, from, &mut scratch.at, |pid, at| {
+                let (m, own, h) = if pid < pair.ncs {
+                    (cs, pid, h0)
+                } else {
+                    (ci, pid - pair.ncs, h1)
+                };
+                m.hashed_hit(both, (pid, own), (bytes, folded, at), (h, base), keep, hit);
+            });
+            if hc.is_some() {
+                cs.finish_hashed(&mut s[0], bytes);
+            }
+            if hi.is_some() {
+                ci.finish_hashed(&mut s[1], bytes);
+            }
+            out_cs[j].1 = s[0];
+            out_ci[j].1 = s[1];
+        }
+    }
+    scratch.joined = joined;
 }
 
 /// Streams walked in lockstep by [`Matcher::scan_units`] (a DFA walked byte by byte).
@@ -586,6 +817,8 @@ pub struct Engine {
     pub cs: Option<Matcher>,
     /// `nocase` contents.
     pub ci: Option<Matcher>,
+    /// Both hashed together, when both hash ([`scan_units_pair`]).
+    pair: Option<Pair>,
     /// Rules without contents, evaluated on every packet, per packet class
     /// ([`packet_class`]): TCP, UDP, ICMP, other IP; indexed by address.
     packet_rules: [PacketRules; 4],
@@ -751,22 +984,27 @@ impl Engine {
             }
         }
         let [(cp, ct, _), (ip, it, _)] = sets;
+        let headers = crate::header::Headers::new(&rules);
+        let group_of = |r: u32| headers.group_of(r);
         let cs = if cp.is_empty() {
             None
         } else {
-            Some(Matcher::build(&cp, ct, false)?)
+            Some(Matcher::build(&cp, ct, false)?.with_groups(group_of))
         };
         let ci = if ip.is_empty() {
             None
         } else {
-            Some(Matcher::build(&ip, it, true)?)
+            Some(Matcher::build(&ip, it, true)?.with_groups(group_of))
+        };
+        let pair = match (&cs, &ci) {
+            (Some(c), Some(i)) => Pair::new(c, i, &cp, &ip),
+            _ => None,
         };
         let dns = DnsRules::new(&rules)?;
         let http = HttpRules::new(&rules)?;
         let tls = TlsRules::new(&rules)?;
         let any_packetwise = packetwise.iter().any(|&pw| pw);
         let packet_rules = packet_rules.map(|ids| PacketRules::new(&rules, &ids));
-        let headers = crate::header::Headers::new(&rules);
         Ok(Engine {
             headers,
             always_pkt,
@@ -779,12 +1017,55 @@ impl Engine {
             rules,
             cs,
             ci,
+            pair,
             packet_rules,
             always,
             trigger,
             flowbits,
             flowbit_names,
         })
+    }
+
+    /// [`Matcher::scan_units`] of both stream matchers over `jobs`
+    /// (`starts` and `outs` per matcher: case-sensitive, `nocase`), in one
+    /// hashed pass per job when both hash ([`scan_units_pair`]).
+    #[allow(clippy::too_many_arguments)] // both matchers' inputs and outputs
+    pub fn scan_units(
+        &self,
+        units: &[(usize, usize)],
+        starts: [&[u32]; 2],
+        jobs: &[Job<'_>],
+        outs: [&mut [(u32, u32)]; 2],
+        (hits, scratch): (&mut Vec<(u32, u8, u64, Target)>, &mut ScanScratch),
+        keep: &mut impl FnMut(u32, u32) -> bool,
+    ) {
+        let [out_cs, out_ci] = outs;
+        if let (Some(cs), Some(ci), Some(p)) = (&self.cs, &self.ci, &self.pair) {
+            let outs = [out_cs, out_ci];
+            return scan_units_pair(
+                [cs, ci],
+                p,
+                units,
+                starts,
+                jobs,
+                outs,
+                (hits, scratch),
+                keep,
+            );
+        }
+        if let Some(m) = &self.cs {
+            m.scan_units(
+                units,
+                starts[0],
+                jobs,
+                out_cs,
+                (&mut *hits, &mut *scratch),
+                keep,
+            );
+        }
+        if let Some(m) = &self.ci {
+            m.scan_units(units, starts[1], jobs, out_ci, (hits, scratch), keep);
+        }
     }
 
     /// Initial per-direction state.
@@ -816,11 +1097,16 @@ impl Engine {
         base: u64,
         (hits, scratch): (&mut Vec<(u64, Target)>, &mut ScanScratch),
     ) {
+        let all = &mut |_| true;
         if let Some(m) = &self.cs {
-            m.scan_with(&mut ds.cs, bytes, base, scratch, |e, t| hits.push((e, t)));
+            m.scan_with(&mut ds.cs, bytes, base, scratch, all, |e, t| {
+                hits.push((e, t))
+            });
         }
         if let Some(m) = &self.ci {
-            m.scan_with(&mut ds.ci, bytes, base, scratch, |e, t| hits.push((e, t)));
+            m.scan_with(&mut ds.ci, bytes, base, scratch, all, |e, t| {
+                hits.push((e, t))
+            });
         }
     }
 
@@ -855,6 +1141,14 @@ impl Engine {
     #[inline]
     pub fn always_packetwise(&self) -> &[u32] {
         &self.always_pkt
+    }
+
+    /// True if rule group `group`'s rules may match stream bytes of flow
+    /// `flow` as it travelled ([`crate::header::Headers::group_matches`]);
+    /// the groups are those [`Matcher::scan_units`]'s `keep` is asked about.
+    #[inline]
+    pub fn group_matches(&self, group: u32, flow: &FlowKey, to_server: bool) -> bool {
+        self.headers.group_matches(group, flow, true, to_server)
     }
 
     /// True if the header of rule `rule` matches.
@@ -1290,7 +1584,9 @@ mod tests {
                     let (mut want, mut got) = (Vec::new(), Vec::new());
                     let mut c = b;
                     m.scan(&mut a, &pkt, base, &mut want);
-                    m.scan_with(&mut b, &pkt, base, &mut scratch, |e, t| got.push((e, t)));
+                    m.scan_with(&mut b, &pkt, base, &mut scratch, &mut |_| true, |e, t| {
+                        got.push((e, t))
+                    });
                     want.sort_unstable();
                     got.sort_unstable();
                     assert_eq!(got, want, "round {round}, packet {pkt:?}");
@@ -1304,6 +1600,7 @@ mod tests {
                         [&pkt[..cut], &pkt[cut..]],
                         base,
                         &mut scratch,
+                        &mut |_| true,
                         |p, e, t| {
                             assert_eq!(p == 1, e > own_end);
                             parts.push((e, t));
@@ -1325,5 +1622,152 @@ mod tests {
             hashed > 1000 && whole > 100,
             "{hashed} hashed, {whole} walked"
         );
+    }
+
+    /// [`scan_units_pair`] (one hashed pass for both matchers) gives the
+    /// hits and states of each matcher's own [`Matcher::scan_units`]: units
+    /// of several jobs, jobs in two parts, restarts, short jobs (walked
+    /// whole), deep start states, long patterns (ends walked whole for one
+    /// matcher and hashed for the other), targets in groups some jobs refuse.
+    #[test]
+    fn pair_scan_is_each_scan() {
+        let mut seed = 9u64;
+        let mut rnd = |n: u64| {
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (seed >> 33) % n
+        };
+        const ABC: &[u8] = b"abAB\x00\xff-";
+        let mut scratch = ScanScratch::default();
+        let mut long_jobs = 0;
+        for round in 0..40 {
+            let mut sets: [Vec<Vec<u8>>; 2] = Default::default();
+            for (k, set) in sets.iter_mut().enumerate() {
+                for _ in 0..1 + rnd(if round % 3 == 0 { 150 } else { 15 }) {
+                    let len = if rnd(5) == 0 {
+                        17 + rnd(30)
+                    } else {
+                        1 + rnd(6)
+                    } as usize;
+                    let p: Vec<u8> = (0..len)
+                        .map(|_| ABC[rnd(ABC.len() as u64) as usize])
+                        .collect();
+                    let p = if k == 1 { p.to_ascii_lowercase() } else { p };
+                    if !set.contains(&p) {
+                        set.push(p);
+                    }
+                }
+            }
+            let targets = |k: u32, n: usize| -> Vec<Vec<Target>> {
+                (0..n)
+                    .map(|i| {
+                        vec![
+                            Target {
+                                rule: k * 1000 + i as u32,
+                                content: 0,
+                            },
+                            Target {
+                                rule: k * 1000 + 500 + i as u32,
+                                content: 1,
+                            },
+                        ]
+                    })
+                    .collect()
+            };
+            let m = |k: usize| {
+                Matcher::build_hashing_above(&sets[k], targets(k as u32, sets[k].len()), k == 1, 0)
+                    .unwrap()
+                    .with_groups(|r| r % 3)
+            };
+            let (cs, ci) = (m(0), m(1));
+            let pair = Pair::new(&cs, &ci, &sets[0], &sets[1]).unwrap();
+            // Units of 1-4 jobs; the bytes carry patterns and their pieces.
+            let mut pkts: Vec<(Vec<u8>, usize, bool)> = Vec::new();
+            let mut units = Vec::new();
+            for _ in 0..1 + rnd(4) {
+                let lo = pkts.len();
+                for _ in 0..1 + rnd(4) {
+                    let mut pkt = Vec::new();
+                    let len = rnd(300) as usize;
+                    while pkt.len() < len {
+                        if rnd(3) == 0 {
+                            let set = &sets[rnd(2) as usize];
+                            let p = &set[rnd(set.len() as u64) as usize];
+                            let from = rnd(p.len() as u64) as usize;
+                            pkt.extend_from_slice(&p[from..]);
+                        } else {
+                            pkt.push(ABC[rnd(ABC.len() as u64) as usize]);
+                        }
+                    }
+                    if rnd(3) == 0 {
+                        pkt.make_ascii_uppercase();
+                    }
+                    long_jobs += (pkt.len() >= HYBRID_MIN) as usize;
+                    let cut = rnd(pkt.len() as u64 + 1) as usize;
+                    pkts.push((pkt, cut, rnd(6) == 0));
+                }
+                units.push((lo, pkts.len()));
+            }
+            let mut base = 0;
+            let jobs: Vec<Job<'_>> = pkts
+                .iter()
+                .map(|(p, cut, reset)| {
+                    base += p.len() as u64;
+                    Job {
+                        parts: [&p[..*cut], &p[*cut..]],
+                        base: base - p.len() as u64,
+                        reset: *reset,
+                    }
+                })
+                .collect();
+            // Start states deep in patterns: after a pattern's beginning.
+            let mut starts: [Vec<u32>; 2] = Default::default();
+            for (k, (mm, st)) in [&cs, &ci].into_iter().zip(&mut starts).enumerate() {
+                for _ in 0..units.len() {
+                    let p = &sets[k][rnd(sets[k].len() as u64) as usize];
+                    let mut s = mm.start();
+                    mm.scan(&mut s, &p[..p.len() / 2], 0, &mut Vec::new());
+                    st.push(s);
+                }
+            }
+            let keep = &mut |job: u32, g: u32| !(job + g).is_multiple_of(4);
+            let n = jobs.len();
+            let (mut want, mut got) = (Vec::new(), Vec::new());
+            let (mut w_cs, mut w_ci) = (vec![(0, 0); n], vec![(0, 0); n]);
+            cs.scan_units(
+                &units,
+                &starts[0],
+                &jobs,
+                &mut w_cs,
+                (&mut want, &mut scratch),
+                keep,
+            );
+            ci.scan_units(
+                &units,
+                &starts[1],
+                &jobs,
+                &mut w_ci,
+                (&mut want, &mut scratch),
+                keep,
+            );
+            let (mut g_cs, mut g_ci) = (vec![(0, 0); n], vec![(0, 0); n]);
+            scan_units_pair(
+                [&cs, &ci],
+                &pair,
+                &units,
+                [&starts[0], &starts[1]],
+                &jobs,
+                [&mut g_cs, &mut g_ci],
+                (&mut got, &mut scratch),
+                keep,
+            );
+            want.sort_unstable();
+            got.sort_unstable();
+            assert_eq!(got, want, "round {round}: hits");
+            assert_eq!((g_cs, g_ci), (w_cs, w_ci), "round {round}: states");
+            assert!(want.iter().any(|h| h.3.rule >= 1000) || round % 3 != 0);
+        }
+        assert!(long_jobs > 100, "{long_jobs} jobs long enough to hash");
     }
 }

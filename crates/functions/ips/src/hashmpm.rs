@@ -178,7 +178,14 @@ impl HashMpm {
         // positions, each length class's hashed key and the patterns to
         // verify. A key read past the end (the padding) is refused by the
         // verification.
+        //
+        // Every position is written and the count advanced only on a pass,
+        // with no branch: whether a position passes is close to random on
+        // binary bytes, and a mispredicted branch per few positions cost
+        // more than the tables' loads.
         at.clear();
+        at.resize(n - from, 0);
+        let mut k = 0;
         let (single, pair, quad) = (&self.single, &*self.pair, &*self.quad);
         for (i, w) in folded[from..n + 3].windows(4).enumerate() {
             let w = u32::from_le_bytes([w[0], w[1], w[2], w[3]]);
@@ -190,10 +197,11 @@ impl HashMpm {
             let hit = (single[b / 64] >> (b % 64))
                 | (pair[p / 64] >> (p % 64))
                 | (quad[(q / 64) % QUAD_WORDS] >> (q % 64));
-            if hit & 1 != 0 {
-                at.push((from + i) as u32);
-            }
+            // `k <= i < n - from`: in bounds.
+            at[k] = (from + i) as u32;
+            k += (hit & 1) as usize;
         }
+        at.truncate(k);
         for &i in at.iter() {
             let i = i as usize;
             let w = &folded[i..i + 4];

@@ -383,6 +383,9 @@ pub struct Counters {
     /// Pending blobs the record announced but the store did not return
     /// whole (expired or lost): their unit is not inspected.
     pub pending_lost: u64,
+    /// HTTP body packets whose head's prefilter finds came from the blob
+    /// ([`http::body`]) instead of a search of the head's buffers.
+    pub http_head_reused: u64,
 }
 
 /// The IPS function.
@@ -434,6 +437,8 @@ pub struct Ips {
     http_extra: Vec<u8>,
     /// The prefilter's finds in a body's new bytes, reused.
     http_found: Vec<u32>,
+    /// The prefilter's finds in a message's head buffers, reused.
+    http_head_rec: Vec<u32>,
     /// A buffer with a `.` before it (`dotprefix`), reused.
     http_dot: Vec<u8>,
     /// The application-layer prefilters' scratch space, reused.
@@ -485,6 +490,15 @@ struct PreScan {
     sorted: Vec<(u32, u8, u64, Target)>,
     sort_at: Vec<u32>,
     hit_at: Vec<u32>,
+    /// Per job, in unit order: its packet's flow key as it travelled and
+    /// whether it goes to the server (what the flow groups are checked on).
+    job_flow: Vec<(sluice_wire::FlowKey, bool)>,
+    /// Per flow group, the memoised check of the job it was made for:
+    /// `(job number << 1) | matches`, job numbers counted from
+    /// `grp_epoch` ([`Ips::prescan`]).
+    grp_memo: Vec<u64>,
+    /// Jobs pre-scanned before this batch.
+    grp_epoch: u64,
 }
 
 const NONE: u32 = u32::MAX;
@@ -539,6 +553,7 @@ impl Ips {
             http_acc: Default::default(),
             http_extra: Vec::new(),
             http_found: Vec::new(),
+            http_head_rec: Vec::new(),
             http_dot: Vec::new(),
             mpm: Default::default(),
             prefilter: true,
@@ -758,6 +773,7 @@ impl NetworkFunction for Ips {
             ("ips_pending_overflow", c.pending_overflow),
             ("ips_pending_discarded", c.pending_discarded),
             ("ips_pending_lost", c.pending_lost),
+            ("ips_http_head_reused", c.http_head_reused),
         ]);
     }
 }

@@ -12,6 +12,7 @@
 
 use std::path::Path;
 
+use sluice_ips::http::prefilter::HeadFinds;
 use sluice_ips::rules::{parse_rule, Item};
 use sluice_ips::{build, Config, Ips};
 use sluice_state::LocalStore;
@@ -419,6 +420,10 @@ fn http_prefilter_changes_no_alert_or_verdict() {
     // The traffic exercises the rules: many of them fire, some drop.
     assert!(fired.len() > 80, "only {} rules fired", fired.len());
     assert!(total > 1000 && drops > 0, "{total} alerts, {drops} drops");
+    // Body packets took their head's finds from the blob (so the on/off
+    // comparison covers them), one packet per batch included.
+    let reused = on.stats().http_head_reused;
+    assert!(reused > 100, "the head's finds reused on {reused} packets");
 }
 
 /// A generated rule of the stream automata (`tcp`, `udp`, `ip`), sid
@@ -480,7 +485,25 @@ fn stream_rule(g: &mut Rng, sid: u32) -> String {
         1 if proto == "tcp" => "flow:established,to_client; ",
         _ => "",
     };
-    format!("{action} {proto} any any -> any any (msg:\"s{sid}\"; {flow}{body}sid:{sid};)")
+    // Headers that some flow directions match and others not (the client
+    // 10.0.0.1 at ports 20000-20199, the server 192.168.1.2:80), so the
+    // flow groups' filter of the pre-scan's hits drops some.
+    let (src, sport, arrow, dst, dport) = if g.chance(40) {
+        const ADDRS: &[&str] = &["any", "10.0.0.0/8", "!10.0.0.0/8", "192.168.1.0/24"];
+        const PORTS: &[&str] = &["any", "80", "!80", "[20000:20099]", "445"];
+        (
+            g.pick(ADDRS),
+            g.pick(PORTS),
+            g.pick(&["->", "<>"]),
+            g.pick(ADDRS),
+            g.pick(PORTS),
+        )
+    } else {
+        ("any", "any", "->", "any", "any")
+    };
+    format!(
+        "{action} {proto} {src} {sport} {arrow} {dst} {dport} (msg:\"s{sid}\"; {flow}{body}sid:{sid};)"
+    )
 }
 
 /// The stream automata hold only the fast pattern of a buffer or
@@ -488,7 +511,10 @@ fn stream_rule(g: &mut Rng, sid: u32) -> String {
 /// inspected over every packet's bytes) the alerts and drops are the same,
 /// over HTTP connections cut at random, with retransmitted and reordered
 /// segments (a packetwise rule then inspects a payload that is not its new
-/// stream bytes) and UDP datagrams.
+/// stream bytes) and UDP datagrams. Off, the pre-scan also records the hits
+/// of rules whose header cannot match the flow direction (its flow groups'
+/// filter is off), so that filter is compared too: a fifth of the rules
+/// have addresses, ports or `<>` that only some directions match.
 #[test]
 fn stream_prefilter_changes_no_alert_or_verdict() {
     let mut g = Rng(17);
@@ -601,9 +627,20 @@ fn a_rule_is_a_candidate_only_where_its_fast_pattern_is() {
     b.build_joined(Some(head), None, true);
     let mut scratch = sluice_ips::bufrules::MpmScratch::default();
     let mut out = Vec::new();
-    pre.candidates(&b, head, false, &mut scratch, &mut out);
+    let mut rec = Vec::new();
+    pre.candidates(
+        &b,
+        head,
+        (false, HeadFinds::Scan(Some(&mut rec))),
+        &mut scratch,
+        &mut out,
+    );
     out.sort_unstable();
     out.dedup();
+    // What the head's buffers gave, recorded for the body's packets.
+    rec.sort_unstable();
+    rec.dedup();
+    assert_eq!(rec, vec![1, 2, 4, 6, 7]);
     // "admin" is in the user agent, not the uri; "Admin" is not in the
     // headers (case); the negated "curl" cannot be a fast pattern, "cu" is.
     assert_eq!(out, vec![1, 2, 3, 4, 6, 7]);
@@ -611,10 +648,27 @@ fn a_rule_is_a_candidate_only_where_its_fast_pattern_is() {
     // On the body's later packets the head's rules are not inspected
     // again: only the body rule (and the one without a fast pattern).
     out.clear();
-    pre.candidates(&b, head, true, &mut scratch, &mut out);
+    pre.candidates(
+        &b,
+        head,
+        (true, HeadFinds::Scan(None)),
+        &mut scratch,
+        &mut out,
+    );
     out.sort_unstable();
     out.dedup();
     assert_eq!(out, vec![3, 7]);
+    // The head's finds remembered (the body rule among them) stand for its
+    // search: the same candidates, and the head is not searched (an empty
+    // list gives only the rule without a fast pattern).
+    for (known, want) in [(&[7u32][..], vec![3, 7]), (&[], vec![3])] {
+        out.clear();
+        let head_finds = (true, HeadFinds::Known(known));
+        pre.candidates(&b, head, head_finds, &mut scratch, &mut out);
+        out.sort_unstable();
+        out.dedup();
+        assert_eq!(out, want);
+    }
 }
 
 /// The ET Open rule set, if present (`../shared/data/et-open/`, not in the

@@ -9,6 +9,7 @@ use crate::bufrules::list_matches;
 use sluice_nf::{Event, Packet};
 
 use super::body::BodyAcc;
+use super::prefilter::HeadFinds;
 use super::{Buf, Buffers, Phase, Piece};
 use crate::engine::{FlowState, Header, BLOCKED, PASSED};
 use crate::pending::{self, Pend};
@@ -222,16 +223,25 @@ impl Ips {
         (acc, msg): (&mut BodyAcc, Msg),
     ) -> bool {
         cands.clear();
+        // The head's finds are remembered with the message's head (to be
+        // used on its body's packets) and used on those packets.
+        let mut head_rec = std::mem::take(&mut self.http_head_rec);
+        head_rec.clear();
+        let record = self.prefilter && !msg.cont && !acc.head.is_empty();
+        if self.prefilter && msg.cont && acc.head_known {
+            self.counters.http_head_reused += 1;
+        }
         match msg.searched {
             // Every HTTP rule a candidate: what the prefilter must agree with.
             _ if !self.prefilter => cands.extend_from_slice(self.engine.http.all()),
             Some(n) => {
                 let mut newly = std::mem::take(&mut self.http_found);
                 newly.clear();
+                let head = head_finds(msg.cont, acc, &mut head_rec);
                 self.engine.http.candidates_after(
                     b,
                     data,
-                    (n, msg.cont),
+                    (n, msg.cont, head),
                     (&mut self.mpm, cands, &mut newly),
                 );
                 // Only body rules are inspected on the body's later packets.
@@ -243,17 +253,28 @@ impl Ips {
                 } else {
                     // Too many to remember: this time the whole body.
                     cands.clear();
+                    let head = head_finds(msg.cont, acc, &mut head_rec);
                     self.engine
                         .http
-                        .candidates(b, data, msg.cont, &mut self.mpm, cands);
+                        .candidates(b, data, (msg.cont, head), &mut self.mpm, cands);
                 }
                 self.http_found = newly;
             }
-            None => self
-                .engine
-                .http
-                .candidates(b, data, msg.cont, &mut self.mpm, cands),
+            None => {
+                let head = head_finds(msg.cont, acc, &mut head_rec);
+                self.engine
+                    .http
+                    .candidates(b, data, (msg.cont, head), &mut self.mpm, cands)
+            }
         }
+        if record {
+            // What the body's packets' search of the head would give: the
+            // finds of the rules inspected there.
+            let kinds = &self.http_kind;
+            head_rec.retain(|&r| kinds[r as usize] != HEAD);
+            acc.set_head_found(&head_rec);
+        }
+        self.http_head_rec = head_rec;
         cands.sort_unstable();
         cands.dedup();
         let mut drop = false;
@@ -296,6 +317,17 @@ impl Ips {
         }
         self.http_dot = dot;
         drop
+    }
+}
+
+/// How the prefilter gets the rules of a message's head buffers: on a
+/// body's later packet (`cont`) from what `acc` remembers, if it does;
+/// else by searching them, recording the finds in `rec`.
+fn head_finds<'a>(cont: bool, acc: &'a BodyAcc, rec: &'a mut Vec<u32>) -> HeadFinds<'a> {
+    if cont && acc.head_known {
+        HeadFinds::Known(&acc.head_found)
+    } else {
+        HeadFinds::Scan(Some(rec))
     }
 }
 

@@ -67,23 +67,55 @@ impl HttpRules {
     /// later packet of the message, whose head was inspected before) only
     /// the rules inspected on later packets, plus those without a fast
     /// pattern. `out` may hold a rule more than once.
+    ///
+    /// `head`: what the head's buffers gave on an earlier packet of the
+    /// message ([`HeadFinds`]).
     pub fn candidates(
         &self,
         b: &Buffers,
         data: &[u8],
-        cont: bool,
+        (cont, head): (bool, HeadFinds<'_>),
         mpm: &mut MpmScratch,
         out: &mut Vec<u32>,
     ) {
         self.0.scan_payload(data, cont, mpm, out);
+        self.scan_head(b, cont, head, mpm, out);
+        let body = Buf::FileData as usize;
+        if let Some((lo, hi)) = b.spans[body] {
+            let buf = &b.bytes[lo as usize..hi as usize];
+            self.0.scan_buffer(body, buf, cont, mpm, out);
+        }
+        out.extend_from_slice(self.0.always());
+    }
+
+    /// Pushes to `out` the rules found in the head's buffers of `b` (all
+    /// but the body's), or those `head` remembers.
+    fn scan_head(
+        &self,
+        b: &Buffers,
+        cont: bool,
+        head: HeadFinds<'_>,
+        mpm: &mut MpmScratch,
+        out: &mut Vec<u32>,
+    ) {
+        let record = match head {
+            HeadFinds::Known(rules) => {
+                out.extend_from_slice(rules);
+                return;
+            }
+            HeadFinds::Scan(record) => record,
+        };
+        let at = out.len();
         for (i, s) in b.spans.iter().enumerate() {
             let Some((lo, hi)) = *s else { continue };
-            if !aliased(i) {
+            if !aliased(i) && i != Buf::FileData as usize {
                 let buf = &b.bytes[lo as usize..hi as usize];
                 self.0.scan_buffer(i, buf, cont, mpm, out);
             }
         }
-        out.extend_from_slice(self.0.always());
+        if let Some(r) = record {
+            r.extend_from_slice(&out[at..]);
+        }
     }
 
     /// [`HttpRules::candidates`] (`cont` as there) for a body searched
@@ -95,27 +127,33 @@ impl HttpRules {
         &self,
         b: &Buffers,
         data: &[u8],
-        (searched, cont): (usize, bool),
+        (searched, cont, head): (usize, bool, HeadFinds<'_>),
         (mpm, out, found): (&mut MpmScratch, &mut Vec<u32>, &mut Vec<u32>),
     ) {
         self.0.scan_payload(data, cont, mpm, out);
+        self.scan_head(b, cont, head, mpm, out);
         let body = Buf::FileData as usize;
-        for (i, s) in b.spans.iter().enumerate() {
-            let Some((lo, hi)) = *s else { continue };
+        if let Some((lo, hi)) = b.spans[body] {
             let (lo, hi) = (lo as usize, hi as usize);
-            if aliased(i) {
-                continue;
-            }
-            if i == body {
-                let from = searched.saturating_sub(self.0.max_len(body).saturating_sub(1));
-                let at = out.len();
-                let buf = &b.bytes[(lo + from).min(hi)..hi];
-                self.0.scan_buffer(i, buf, cont, mpm, out);
-                found.extend_from_slice(&out[at..]);
-            } else {
-                self.0.scan_buffer(i, &b.bytes[lo..hi], cont, mpm, out);
-            }
+            let from = searched.saturating_sub(self.0.max_len(body).saturating_sub(1));
+            let at = out.len();
+            let buf = &b.bytes[(lo + from).min(hi)..hi];
+            self.0.scan_buffer(body, buf, cont, mpm, out);
+            found.extend_from_slice(&out[at..]);
         }
         out.extend_from_slice(self.0.always());
     }
+}
+
+/// The rules a message's head buffers make candidates, which depend on the
+/// head's bytes only: found once, at the head, and remembered for the
+/// body's later packets ([`super::body::BodyAcc::head_found`]) instead of
+/// building and searching the head's buffers again on each.
+pub enum HeadFinds<'a> {
+    /// Search the head's buffers (pushing what they give to the list too,
+    /// if one is given).
+    Scan(Option<&'a mut Vec<u32>>),
+    /// The head's buffers give these (already filtered as the `cont`
+    /// search would be).
+    Known(&'a [u32]),
 }

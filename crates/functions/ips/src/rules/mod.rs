@@ -47,7 +47,7 @@ pub enum Action {
 }
 
 /// The protocol a rule applies to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Proto {
     /// TCP streams.
     Tcp,
