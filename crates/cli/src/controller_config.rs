@@ -92,7 +92,7 @@ pub struct ControllerArgs {
     /// The utilisation of a declared rack uplink below which
     /// `network-aware` distribution leaves the shares even: a fraction
     /// (`0.5`) or a percentage (`50%`); 0 minimises the worst uplink
-    /// outright [default: 0.5].
+    /// outright [default: 0].
     #[arg(long)]
     uplink_target: Option<String>,
     /// Distinct hosts that must accuse a host of ignoring congestion
@@ -570,7 +570,7 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("rack_uplink") && e.contains("RACK=MBIT"), "{e}");
-        assert_eq!(d.distribution.target, 0.5);
+        assert_eq!(d.distribution.target, 0.0, "no target by default");
         let f = file("uplink_target = 0.7\n");
         assert_eq!(
             resolve(&args(&[]), &f, None).unwrap().distribution.target,

@@ -64,6 +64,10 @@ pub enum ExperimentCmd {
         /// when it is not limited, Mbit/s.
         #[arg(long, default_value_t = 10_000)]
         free_uplink_mbit: u32,
+        /// The aware arm's controller's `uplink_target` (a fraction or a
+        /// percentage) [default: the controller's].
+        #[arg(long)]
+        uplink_target: Option<String>,
         /// The uplinks' queues, KiB.
         #[arg(long, default_value_t = 256)]
         queue_kb: u32,
@@ -323,6 +327,7 @@ pub fn run(what: ExperimentCmd) -> Result<(), CliError> {
             spec,
             uplink_mbit,
             free_uplink_mbit,
+            uplink_target,
             queue_kb,
             warmup,
             seconds,
@@ -337,6 +342,10 @@ pub fn run(what: ExperimentCmd) -> Result<(), CliError> {
             &sluice_testbed::placement::PlacementOptions {
                 uplink_mbit,
                 free_uplink_mbit,
+                uplink_target: uplink_target
+                    .map(|t| sluice_controller::distribution::parse_target(&t))
+                    .transpose()
+                    .map_err(|e| CliError::flag("uplink-target", e))?,
                 queue_kb,
                 warmup,
                 seconds,

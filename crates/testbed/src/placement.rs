@@ -41,6 +41,8 @@ pub struct PlacementOptions {
     /// it is not limited, Mbit/s: a 10 Gbit/s uplink, above anything this
     /// testbed pushes through a veth pair.
     pub free_uplink_mbit: u32,
+    /// The aware arm's `uplink_target` (None: the controller's default).
+    pub uplink_target: Option<f64>,
     /// The uplinks' queues, KiB.
     pub queue_kb: u32,
     /// Seconds of load before the window (the aware arm's controller solves
@@ -61,6 +63,7 @@ impl Default for PlacementOptions {
         PlacementOptions {
             uplink_mbit: 100,
             free_uplink_mbit: 10_000,
+            uplink_target: None,
             queue_kb: 256,
             warmup: 20,
             seconds: 15,
@@ -153,6 +156,9 @@ pub fn topology(arm: Arm, layout: Layout, limited: bool, o: &PlacementOptions) -
                 o.free_uplink_mbit
             };
             controller.insert("rack_uplink".into(), format!("r1={m},r2={m}"));
+            if let Some(t) = o.uplink_target {
+                controller.insert("uplink_target".into(), t.to_string());
+            }
         }
     }
     Topology {
@@ -566,6 +572,15 @@ mod tests {
         assert!(!topology(Arm::Today, Layout::Near, false, &o)
             .controller
             .contains_key("rack_uplink"));
+        assert!(!free.controller.contains_key("uplink_target"));
+        let half = PlacementOptions {
+            uplink_target: Some(0.5),
+            ..o.clone()
+        };
+        assert_eq!(
+            topology(Arm::Aware, Layout::Far, true, &half).controller["uplink_target"],
+            "0.5"
+        );
         // Clients in one rack (r1 near, r2 far), servers in both, w1 with
         // the clients.
         for (layout, rack) in [(Layout::Near, 1), (Layout::Far, 2)] {
