@@ -208,6 +208,13 @@ impl LeaseGate {
         self.barrier.is_some()
     }
 
+    /// Whether the gate does nothing to a new configuration: no barrier and
+    /// no lease granted (so [`LeaseGate::decide`] would neither hold nor
+    /// stamp anything).
+    pub fn idle(&self) -> bool {
+        self.barrier.is_none() && self.granted.is_empty()
+    }
+
     /// Decides what to push for `next` (compiled from the desired state, no
     /// lease stamped) given the configurations agents were last given
     /// (`current`). On [`Decision::Apply`], `next` has its leases stamped.

@@ -425,6 +425,33 @@ fn raise_open_files() -> u64 {
     l.rlim_cur
 }
 
+/// Binds the plain-HTTP listener with `TCP_NODELAY`, which the connections it
+/// accepts inherit (Linux copies it). tiny_http writes an answer through a
+/// 1 KiB buffer, so an answer longer than that leaves in several writes; with
+/// Nagle's algorithm the last one waited for the client's delayed ACK (40 ms
+/// on Linux): every tenant apply, whose answer carries its change plan, took
+/// at least that long (docs/BENCHMARKS.md, "Issue 25: work proportional").
+fn nodelay_listener(addr: std::net::SocketAddr) -> std::io::Result<std::net::TcpListener> {
+    use std::os::fd::AsRawFd;
+    let listener = std::net::TcpListener::bind(addr)?;
+    let on: libc::c_int = 1;
+    // SAFETY: setsockopt reads `on` (an int, its size given) on a socket
+    // this function owns.
+    let rc = unsafe {
+        libc::setsockopt(
+            listener.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_NODELAY,
+            (&on as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(listener)
+}
+
 /// Starts the controller: loads the database, binds, and serves in background
 /// threads.
 pub fn serve(opts: ServerOptions) -> Result<ServerHandle, ControllerError> {
@@ -517,7 +544,9 @@ pub fn serve(opts: ServerOptions) -> Result<ServerHandle, ControllerError> {
     // serve a private Unix socket behind it.
     let (server, addr, front) = match &opts.tls {
         None => {
-            let server = tiny_http::Server::http(opts.listen).map_err(|e| listen_err(&e))?;
+            let listener = nodelay_listener(opts.listen).map_err(|e| listen_err(&e))?;
+            let server =
+                tiny_http::Server::from_listener(listener, None).map_err(|e| listen_err(&e))?;
             let addr = server
                 .server_addr()
                 .to_ip()
@@ -781,5 +810,41 @@ fn ticker(shared: &Arc<Shared>) {
             r.take_effects()
         };
         shared.perform(effects);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::fd::AsRawFd;
+
+    /// Whether `TCP_NODELAY` is set on `fd`.
+    fn nodelay(fd: std::os::fd::RawFd) -> bool {
+        let mut v: libc::c_int = 0;
+        let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+        // SAFETY: getsockopt writes at most `len` bytes into `v`.
+        let rc = unsafe {
+            libc::getsockopt(
+                fd,
+                libc::IPPROTO_TCP,
+                libc::TCP_NODELAY,
+                (&mut v as *mut libc::c_int).cast(),
+                &mut len,
+            )
+        };
+        assert_eq!(rc, 0, "getsockopt: {}", std::io::Error::last_os_error());
+        v != 0
+    }
+
+    #[test]
+    fn connections_the_plain_http_listener_accepts_send_without_nagle() {
+        let l = super::nodelay_listener("127.0.0.1:0".parse().unwrap()).unwrap();
+        let _client = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (accepted, _) = l.accept().unwrap();
+        assert!(nodelay(accepted.as_raw_fd()));
+        // What it is without: the default the listener changes.
+        let plain = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let _c = std::net::TcpStream::connect(plain.local_addr().unwrap()).unwrap();
+        let (a, _) = plain.accept().unwrap();
+        assert!(!nodelay(a.as_raw_fd()));
     }
 }

@@ -982,3 +982,41 @@ fn spec_placement_names_are_the_controller_policies() {
         .collect();
     assert_eq!(names, sluice_tenant::PLACEMENT_POLICIES);
 }
+
+#[test]
+fn a_partial_derivation_is_the_whole_ones_hosts_and_compiles_only_their_tenants() {
+    let (text, spec) = figure4();
+    // Figure 4's tenant on hosts 1-3; hosts 4-6 hold nothing yet.
+    let mut d = hosts(6);
+    figure4_vms(&mut d);
+    d.apply_tenant(&text, spec).unwrap();
+    let url = "redis://127.0.0.1:6379";
+    let full = d.configs(url).unwrap();
+    for only in [
+        vec![1],
+        vec![2, 5],
+        vec![4, 5, 6],
+        vec![1, 2, 3, 4, 5, 6, 99],
+    ] {
+        let only: BTreeSet<u32> = only.into_iter().collect();
+        let part = d.configs_of(url, Some(&only)).unwrap();
+        let want: BTreeMap<u32, AgentConfig> = full
+            .iter()
+            .filter(|(h, _)| only.contains(h))
+            .map(|(h, c)| (*h, c.clone()))
+            .collect();
+        assert_eq!(part, want, "hosts {only:?}");
+    }
+    // Hosts holding no tenant compile none: a spec that no longer compiles
+    // (its VM gone) fails the hosts that hold the tenant only.
+    let more = hosts(8);
+    for h in [7, 8] {
+        d.hosts.insert(h, more.hosts[&h].clone());
+    }
+    d.vms.remove(&("acme".to_string(), "web-a1".to_string()));
+    let empty: BTreeSet<u32> = [7, 8].into_iter().collect();
+    assert_eq!(d.configs_of(url, Some(&empty)).unwrap().len(), 2);
+    let theirs: BTreeSet<u32> = [3].into_iter().collect();
+    assert!(d.configs_of(url, Some(&theirs)).is_err());
+    assert!(d.configs(url).is_err());
+}

@@ -59,7 +59,16 @@ impl Reconciler {
             );
             let mut next = self.desired.clone();
             next.hosts.insert(reg.host, host);
-            self.commit(next, now)?;
+            // The host itself and its peers (which carry its underlay): a
+            // new host has none yet, so registering it derives its own
+            // configuration only, not the fleet's.
+            let mut scope: BTreeSet<u32> = self
+                .configs
+                .get(&reg.host)
+                .map(|c| c.peers.iter().map(|p| p.host).collect())
+                .unwrap_or_default();
+            scope.insert(reg.host);
+            self.commit_scoped(next, &scope, now)?;
         }
         if self.desired.evacuated.contains(&reg.host) {
             // Alive after all: it may take instances again (those placed

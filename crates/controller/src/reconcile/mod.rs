@@ -21,7 +21,7 @@
 //! `autoscale` (scalers fed by reported or measured metrics), `leases` (the
 //! lease gate of `state: cached` middleboxes).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use sluice_proto::{AgentConfig, ChainMeasure, PinnedFlows};
@@ -129,6 +129,25 @@ impl Effects {
     /// Whether there is nothing to do.
     pub fn is_empty(&self) -> bool {
         self.pushes.is_empty() && self.polls.is_empty()
+    }
+}
+
+/// Configurations derived from a desired state, versions not yet given.
+#[derive(Debug, Clone)]
+pub(crate) enum Derived {
+    /// Every host's.
+    Full(BTreeMap<u32, AgentConfig>),
+    /// Only of the hosts a change can alter; every other host's stays as the
+    /// reconciler holds it.
+    Partial(BTreeMap<u32, AgentConfig>),
+}
+
+impl Derived {
+    /// The configurations derived.
+    pub(crate) fn map(&self) -> &BTreeMap<u32, AgentConfig> {
+        match self {
+            Derived::Full(c) | Derived::Partial(c) => c,
+        }
     }
 }
 
@@ -318,7 +337,118 @@ impl Reconciler {
         now: Instant,
     ) -> Result<BTreeMap<u32, u64>, ApiError> {
         let cfgs = next.configs(&self.state_url)?;
+        self.commit_derived(next, Derived::Full(cfgs), now)
+    }
+
+    /// [`Reconciler::commit_derived`] of a [`Derived::Partial`]: the other
+    /// hosts keep their configurations (and versions) as they are.
+    fn commit_partial(
+        &mut self,
+        next: Desired,
+        mut cfgs: BTreeMap<u32, AgentConfig>,
+        now: Instant,
+    ) -> Result<BTreeMap<u32, u64>, ApiError> {
+        let changed = versioned(&self.configs, &mut cfgs);
+        let mut before = Vec::with_capacity(changed.len());
+        for h in &changed {
+            if let Some(c) = cfgs.remove(h) {
+                before.push((*h, self.configs.insert(*h, c)));
+            }
+        }
+        if let Err(e) = self.store.save(&next, &self.configs) {
+            // Nothing changes: the hosts' configurations go back.
+            for (h, c) in before {
+                match c {
+                    Some(c) => self.configs.insert(h, c),
+                    None => self.configs.remove(&h),
+                };
+            }
+            return Err(e.into());
+        }
+        self.desired = next;
+        let out: BTreeMap<u32, u64> = changed
+            .iter()
+            .map(|h| (*h, self.configs[h].version))
+            .collect();
+        if !out.is_empty() {
+            tracing::info!(versions = ?out, "new configuration versions (host: version)");
+        }
+        for h in changed {
+            self.schedule_push(h, now);
+        }
+        Ok(out)
+    }
+
+    /// [`Reconciler::commit`] of a change that can alter the configurations of
+    /// the hosts in `scope` only (a tenant's hosts before and after, a host
+    /// registering and its peers): only those are derived, compared and
+    /// saved, so the work follows the change, not the fleet. Falls back to
+    /// the whole fleet's derivation where a scope is not enough (see
+    /// [`Reconciler::derive`]).
+    pub(crate) fn commit_scoped(
+        &mut self,
+        next: Desired,
+        scope: &BTreeSet<u32>,
+        now: Instant,
+    ) -> Result<BTreeMap<u32, u64>, ApiError> {
+        let cfgs = self.derive(&next, Some(scope))?;
         self.commit_derived(next, cfgs, now)
+    }
+
+    /// `next`'s configurations: of the hosts in `scope` only if given and
+    /// the change allows it ([`Derived::Partial`]: no lease gate at work, no
+    /// host gone, every new host in the scope), else of every host.
+    pub(crate) fn derive(
+        &self,
+        next: &Desired,
+        scope: Option<&BTreeSet<u32>>,
+    ) -> Result<Derived, ApiError> {
+        let partial = scope.filter(|scope| {
+            let added = scope
+                .iter()
+                .filter(|h| next.hosts.contains_key(h) && !self.configs.contains_key(h))
+                .count();
+            self.gate.idle()
+                && next.hosts.len() == self.configs.len() + added
+                && scope
+                    .iter()
+                    .all(|h| next.hosts.contains_key(h) || !self.configs.contains_key(h))
+        });
+        let Some(scope) = partial else {
+            return Ok(Derived::Full(next.configs(&self.state_url)?));
+        };
+        let cfgs = next.configs_of(&self.state_url, Some(scope))?;
+        #[cfg(debug_assertions)]
+        self.check_partial(next, &cfgs);
+        Ok(Derived::Partial(cfgs))
+    }
+
+    /// Debug builds (every test): a partial derivation and the configurations
+    /// kept for the other hosts are exactly the whole fleet's derivation.
+    #[cfg(debug_assertions)]
+    fn check_partial(&self, next: &Desired, partial: &BTreeMap<u32, AgentConfig>) {
+        let Ok(full) = next.configs(&self.state_url) else {
+            panic!("a partial derivation succeeded where the whole one fails");
+        };
+        assert_eq!(
+            full.keys().collect::<Vec<_>>(),
+            self.configs
+                .keys()
+                .chain(partial.keys())
+                .collect::<BTreeSet<_>>()
+                .into_iter()
+                .collect::<Vec<_>>(),
+            "hosts of a partial derivation"
+        );
+        for (h, want) in full {
+            let mut got = partial
+                .get(&h)
+                .or_else(|| self.configs.get(&h))
+                .cloned()
+                .expect("every host has a configuration");
+            got.version = 0;
+            assert_eq!(got, want, "host {h}: partial derivation differs");
+        }
     }
 
     /// [`Reconciler::commit`] with `next`'s configurations already derived
@@ -327,9 +457,13 @@ impl Reconciler {
     pub(crate) fn commit_derived(
         &mut self,
         next: Desired,
-        mut cfgs: BTreeMap<u32, AgentConfig>,
+        cfgs: Derived,
         now: Instant,
     ) -> Result<BTreeMap<u32, u64>, ApiError> {
+        let mut cfgs = match cfgs {
+            Derived::Full(c) => c,
+            Derived::Partial(c) => return self.commit_partial(next, c, now),
+        };
         let was_holding = self.gate.holding();
         let now_ms = self.unix_ms(now);
         let held = match self.gate.decide(&self.configs, &mut cfgs, now_ms) {

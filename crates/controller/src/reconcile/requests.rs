@@ -2,16 +2,17 @@
 //! tenant, register or remove a VM, scale a middlebox. Each works on a copy of
 //! the desired state and commits it whole, or changes nothing.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Instant;
 
-use sluice_proto::{AgentConfig, VmRegistration};
+use sluice_proto::VmRegistration;
 use sluice_tenant::TenantSpec;
 
 use super::events::event;
-use super::Reconciler;
+use super::{Derived, Reconciler};
 use crate::audit::{AuditEntry, AuditQuery};
 use crate::change::{self, needs_force, ChangePlan, Conditions};
+use crate::desired::Desired;
 use crate::error::ApiError;
 
 /// What applying (or deleting) a tenant did, or would do.
@@ -25,6 +26,20 @@ pub struct Applied {
     pub pushed: BTreeMap<u32, u64>,
     /// What the change does to the tenant's spec, instances and FIB entries.
     pub plan: ChangePlan,
+}
+
+/// The hosts whose configuration a change to `tenant` alone (its spec, its
+/// VMs, its instances, its blocks) can alter: where it has a VM (registered,
+/// applied or not) or an NF instance, before or after. A host's FIBs, ports
+/// and peers come from the tenants it holds, and a tenant's FIBs go to its
+/// own hosts only.
+fn tenant_scope(old: &Desired, new: &Desired, tenant: &str) -> BTreeSet<u32> {
+    let mut scope = BTreeSet::new();
+    for d in [old, new] {
+        scope.extend(d.tenant_vms(tenant).map(|(_, v)| v.reg.host));
+        scope.extend(d.tenant_instances(tenant).map(|(_, i)| i.host));
+    }
+    scope
 }
 
 impl Reconciler {
@@ -185,13 +200,16 @@ impl Reconciler {
 
     /// What replacing the desired state with `next` does to `tenant`, and
     /// `next`'s configurations (for the commit that may follow).
+    /// Only the tenant's hosts are derived again (see [`tenant_scope`]); the
+    /// plan's FIB changes are all on those.
     fn plan_of(
         &self,
         tenant: &str,
         next: &crate::desired::Desired,
-    ) -> Result<(ChangePlan, BTreeMap<u32, AgentConfig>), ApiError> {
-        let cfgs = next.configs(&self.state_url)?;
-        let plan = change::plan(tenant, &self.desired, &self.configs, next, &cfgs);
+    ) -> Result<(ChangePlan, Derived), ApiError> {
+        let scope = tenant_scope(&self.desired, next, tenant);
+        let cfgs = self.derive(next, Some(&scope))?;
+        let plan = change::plan(tenant, &self.desired, &self.configs, next, cfgs.map());
         Ok((plan, cfgs))
     }
 
@@ -201,9 +219,11 @@ impl Reconciler {
             .desired
             .vms
             .contains_key(&(reg.tenant.clone(), reg.name.clone()));
+        let tenant = reg.tenant.clone();
         let mut next = self.desired.clone();
         next.register_vm(reg)?;
-        self.commit(next, now)?;
+        let scope = tenant_scope(&self.desired, &next, &tenant);
+        self.commit_scoped(next, &scope, now)?;
         Ok(existed)
     }
 
@@ -224,7 +244,8 @@ impl Reconciler {
                 "VM `{name}` of tenant `{tenant}` is not registered"
             )));
         }
-        self.commit(next, now).map_err(|e| {
+        let scope = tenant_scope(&self.desired, &next, tenant);
+        self.commit_scoped(next, &scope, now).map_err(|e| {
             if e.status == 409 {
                 ApiError::conflict(format!(
                     "cannot delete VM `{tenant}/{name}` while tenant `{tenant}` needs it: {}",
