@@ -587,6 +587,13 @@ impl Reconciler {
             .collect())
     }
 
+    /// Brings the backends in line with the specs now, as the next tick
+    /// would: a listing right after an apply (which answers within
+    /// milliseconds) shows the applied load balancers' backends.
+    pub(crate) fn refresh_backends(&mut self, now: Instant) {
+        self.check_backends(None, now);
+    }
+
     /// Every backend's state (of `tenant` only, if given).
     pub fn backend_infos(&self, tenant: Option<&str>, now: Instant) -> Vec<BackendInfo> {
         let ms = |ns: u64| self.started_unix_ms + ns / 1_000_000;

@@ -100,7 +100,10 @@ pub fn parse(method: &str, tpl: &str, p: &Params, text: &str) -> Result<BackendA
 /// Carries out a backend request.
 pub fn execute(r: &mut Reconciler, a: BackendAction, now: Instant) -> Result<Reply, ApiError> {
     match a {
-        BackendAction::List => json(200, &r.backend_infos(None, now)),
+        BackendAction::List => {
+            r.refresh_backends(now);
+            json(200, &r.backend_infos(None, now))
+        }
         BackendAction::Drain {
             tenant,
             middlebox,
