@@ -16,11 +16,8 @@
 //! `rack-aware` first picks a rack with Stratos's rule
 //! ([`sluice_optimizer::stratos::rack_for_instance`]: where the middlebox's
 //! chains' VMs are, in proportion to them, else the least-loaded rack), then
-//! the host in it running the fewest of the middlebox's instances, then the
-//! fewest of the tenant's (a chain's middleboxes spread over the rack's hosts
-//! rather than fill one), then as `least-loaded` does. Hosts without a rack
-//! form one domain placed exactly as `least-loaded` does (no spreading), so
-//! with no rack declared it is `least-loaded`. `tenant-centric` and
+//! the host in it as `least-loaded` does. Hosts without a rack form one
+//! domain, so with no rack declared it is `least-loaded`. `tenant-centric` and
 //! `service-centric` are NFaaS's best fit
 //! ([`sluice_optimizer::nfaas::best_fit_among`]) among the hosts running the
 //! fewest of the middlebox's instances, preferring those already running the
@@ -449,25 +446,14 @@ fn rack_aware(rooms: &[Room], admitting: &[usize], ask: &Ask<'_>) -> Option<(usi
         .collect();
     let c = rack_for_instance(&demands)?;
     let rack = names[c.rack];
-    // Within the rack, the host running the fewest of the middlebox's
-    // instances, then the fewest of the tenant's, then as `least-loaded`:
-    // the chain's middleboxes spread over the rack's hosts instead of
-    // filling one (best fit would put every middlebox of a chain on the
-    // rack's first host, whose data plane then forwards every hop of the
-    // chain; docs/REPRODUCTION.md).
-    // Hosts without a rack are one domain placed exactly as `least-loaded`.
-    let spread = |i: usize| {
-        if rack.is_some() {
-            rooms[i].tenant_instances
-        } else {
-            0
-        }
-    };
-    let i = admitting
-        .iter()
-        .copied()
-        .filter(|&i| &rooms[i].rack == rack)
-        .min_by_key(|&i| (rooms[i].mine, spread(i), rooms[i].rank(d)))?;
+    let i = least_loaded(
+        rooms,
+        admitting
+            .iter()
+            .copied()
+            .filter(|&i| &rooms[i].rack == rack),
+        d,
+    )?;
     let total: u32 = demands.iter().map(|r| r.endpoints).sum();
     let mut why = String::new();
     for &f in &c.full {
@@ -774,36 +760,6 @@ mod tests {
             "{}",
             got[0].reason
         );
-    }
-
-    #[test]
-    fn rack_aware_spreads_a_tenant_s_middleboxes_over_the_rack() {
-        // Rack a's hosts 1 and 2, each with room for 4; the chain's VMs in
-        // rack a. Three middleboxes of one instance each: best fit alone
-        // would stack them on host 1; rack-aware spreads the tenant.
-        let vms = BTreeMap::from([(1, 2)]);
-        let mut rooms = vec![racked(1, "a", 4), racked(2, "a", 4), racked(3, "b", 4)];
-        let mut hosts = Vec::new();
-        for _ in 0..3 {
-            // A new middlebox: none of its instances anywhere yet.
-            for r in rooms.iter_mut() {
-                r.mine = 0;
-            }
-            let got = decide(&mut rooms, &ask(Policy::RackAware, 1, &vms)).unwrap();
-            hosts.push(got[0].host);
-        }
-        assert_eq!(hosts, vec![1, 2, 1], "spread over rack a");
-        // Least-loaded (best fit) stacks them.
-        let mut rooms = vec![racked(1, "a", 4), racked(2, "a", 4), racked(3, "b", 4)];
-        let mut stacked = Vec::new();
-        for _ in 0..3 {
-            for r in rooms.iter_mut() {
-                r.mine = 0;
-            }
-            let got = decide(&mut rooms, &ask(Policy::LeastLoaded, 1, &vms)).unwrap();
-            stacked.push(got[0].host);
-        }
-        assert_eq!(stacked, vec![1, 1, 1]);
     }
 
     #[test]
