@@ -366,6 +366,12 @@ impl Reconciler {
             return Err(e.into());
         }
         self.desired = next;
+        Ok(self.announce(changed, now))
+    }
+
+    /// The new versions of the `changed` hosts' configurations, logged, and
+    /// their pushes scheduled.
+    fn announce(&mut self, changed: Vec<u32>, now: Instant) -> BTreeMap<u32, u64> {
         let out: BTreeMap<u32, u64> = changed
             .iter()
             .map(|h| (*h, self.configs[h].version))
@@ -376,7 +382,7 @@ impl Reconciler {
         for h in changed {
             self.schedule_push(h, now);
         }
-        Ok(out)
+        out
     }
 
     /// [`Reconciler::commit`] of a change that can alter the configurations of
@@ -485,17 +491,7 @@ impl Reconciler {
         }
         self.desired = next;
         self.configs = cfgs;
-        let out: BTreeMap<u32, u64> = changed
-            .iter()
-            .map(|h| (*h, self.configs[h].version))
-            .collect();
-        if !out.is_empty() {
-            tracing::info!(versions = ?out, "new configuration versions (host: version)");
-        }
-        for h in changed {
-            self.schedule_push(h, now);
-        }
-        Ok(out)
+        Ok(self.announce(changed, now))
     }
 
     /// Turns sealing of datagrams between hosts on or off (the controller's
