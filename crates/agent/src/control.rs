@@ -552,6 +552,34 @@ impl AgentState {
             family(&mut o, &name, "counter", help);
             let _ = writeln!(o, "{name}{{host=\"{host}\"}} {}", get(&p.stats.fabric));
         }
+        // Per peer: what the controller adds up per rack into measured
+        // uplink loads, here for whoever wants one host's share of it.
+        family(
+            &mut o,
+            "sluice_fabric_peer_tx_bytes_total",
+            "counter",
+            "UDP payload bytes this host sent through the fabric to each peer host.",
+        );
+        for (peer, c) in &p.stats.peers {
+            let _ = writeln!(
+                o,
+                "sluice_fabric_peer_tx_bytes_total{{host=\"{host}\",peer=\"{peer}\"}} {}",
+                c.tx_bytes
+            );
+        }
+        family(
+            &mut o,
+            "sluice_fabric_peer_tx_packets_total",
+            "counter",
+            "Datagrams this host sent through the fabric to each peer host.",
+        );
+        for (peer, c) in &p.stats.peers {
+            let _ = writeln!(
+                o,
+                "sluice_fabric_peer_tx_packets_total{{host=\"{host}\",peer=\"{peer}\"}} {}",
+                c.tx_packets
+            );
+        }
         // The active checks of load-balancer backends on this host's VMs:
         // cumulative since the agent started, so a rate over them is the
         // check rate, and the controller's view (`sluice_controller_backend_state`)
@@ -1213,6 +1241,16 @@ impl AgentState {
                     .and_then(|c| c.request(self.host, SystemTime::now())),
             },
             instances: self.health_of(&p),
+            peers: p
+                .stats
+                .peers
+                .iter()
+                .map(|(host, c)| sluice_proto::PeerTraffic {
+                    host: *host,
+                    packets: c.tx_packets,
+                    bytes: c.tx_bytes,
+                })
+                .collect(),
             chains: p.chains,
             accusations: p.accusations,
             backend_checks: p.backend_checks,
@@ -1238,6 +1276,7 @@ impl AgentState {
             chains: Vec::new(),
             accusations: p.accusations,
             backend_checks: p.backend_checks,
+            peers: Vec::new(),
         };
         news(&hb)
     }
@@ -1851,6 +1890,7 @@ mod tests {
             chains: Vec::new(),
             accusations: Vec::new(),
             backend_checks: Vec::new(),
+            peers: Vec::new(),
         }
     }
 

@@ -256,6 +256,7 @@ fn heartbeat_of(host: u32, underlay: Ipv4Addr, api: &str) -> HostHeartbeat {
         chains: Vec::new(),
         accusations: Vec::new(),
         backend_checks: Vec::new(),
+        peers: Vec::new(),
     }
 }
 

@@ -322,6 +322,7 @@ fn registration(id: u32, base: &str, sims: &Sims) -> HostHeartbeat {
         chains: Vec::new(),
         accusations: Vec::new(),
         backend_checks: Vec::new(),
+        peers: Vec::new(),
     }
 }
 

@@ -136,6 +136,10 @@ enum GetWhat {
     /// The keys sealing datagrams between hosts: the one hosts seal with,
     /// and a rotation's progress.
     Fabric,
+    /// Every rack uplink's traffic: measured from the agents' per-peer
+    /// counters, predicted by network-aware distribution, and both over the
+    /// declared capacity.
+    Uplinks,
     /// The backends of every load balancer the token sees and their health
     /// (up, down, draining, removed).
     Backends {
@@ -398,6 +402,7 @@ pub fn get(a: &GetArgs) -> Result<(), CliError> {
         GetWhat::Blocks { tenant } => return crate::block::get(&a.client, tenant.as_deref()),
         GetWhat::Containment => return crate::containment::get(&a.client),
         GetWhat::Fabric => return crate::fabric::get(&a.client),
+        GetWhat::Uplinks => "/v1/fabric/uplinks".into(),
         GetWhat::Backends { tenant } => return crate::backends::get(&a.client, tenant.as_deref()),
     };
     let raw = c.get_raw(&path)?;
@@ -573,6 +578,41 @@ pub fn get(a: &GetArgs) -> Result<(), CliError> {
                     p.share
                         .map_or_else(|| "-".to_string(), |s| format!("{:.0}%", s * 100.0)),
                     p.reason,
+                ]);
+            }
+            t.print()?;
+        }
+        GetWhat::Uplinks => {
+            let v: Vec<RackUplink> = parse(&raw)?;
+            let mbit = |b: f64| format!("{:.1}", b * 8.0 / 1e6);
+            let pct = |u: Option<f64>| {
+                u.map_or_else(|| "-".to_string(), |u| format!("{:.0}%", u * 100.0))
+            };
+            let mut t = Table::new(fmt)
+                .col("RACK", Align::Left)
+                .col("CAPACITY_MBIT", Align::Right)
+                .col("UP_MBIT", Align::Right)
+                .col("DOWN_MBIT", Align::Right)
+                .col("PREDICTED_UP", Align::Right)
+                .col("PREDICTED_DOWN", Align::Right)
+                .col("UTIL", Align::Right)
+                .col("PREDICTED_UTIL", Align::Right)
+                .wide_col("UP_BYTES", Align::Right)
+                .wide_col("DOWN_BYTES", Align::Right);
+            for u in v {
+                t.row(vec![
+                    u.rack,
+                    u.capacity_bytes_per_s.map_or_else(|| "-".to_string(), mbit),
+                    mbit(u.up_bytes_per_s),
+                    mbit(u.down_bytes_per_s),
+                    u.predicted_up_bytes_per_s
+                        .map_or_else(|| "-".to_string(), mbit),
+                    u.predicted_down_bytes_per_s
+                        .map_or_else(|| "-".to_string(), mbit),
+                    pct(u.utilisation),
+                    pct(u.predicted_utilisation),
+                    u.up_bytes_total.to_string(),
+                    u.down_bytes_total.to_string(),
                 ]);
             }
             t.print()?;

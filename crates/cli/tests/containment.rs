@@ -30,6 +30,7 @@ fn accuse(c: &Client, by: u32, host: u32) {
             age_ms: 0,
         }],
         backend_checks: Vec::new(),
+        peers: Vec::new(),
     })
     .unwrap();
 }

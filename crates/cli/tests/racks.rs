@@ -10,6 +10,25 @@ mod common;
 use sluice_testbed::lab::{Lab, LabOptions};
 use sluice_testbed::placement::{topology, Arm, Layout, PlacementOptions};
 
+/// Each rack's measured uplink totals, `(up, down)` bytes, as the controller
+/// reports them.
+fn measured(lab: &Lab) -> std::collections::BTreeMap<String, (u64, u64)> {
+    let v = common::controller_get(lab, "/v1/fabric/uplinks");
+    v.as_array()
+        .unwrap_or_else(|| panic!("a list of uplinks: {v}"))
+        .iter()
+        .map(|r| {
+            (
+                r["rack"].as_str().unwrap().to_string(),
+                (
+                    r["up_bytes_total"].as_u64().unwrap(),
+                    r["down_bytes_total"].as_u64().unwrap(),
+                ),
+            )
+        })
+        .collect()
+}
+
 fn spec() -> std::path::PathBuf {
     std::path::PathBuf::from(concat!(
         env!("CARGO_MANIFEST_DIR"),
@@ -21,7 +40,9 @@ fn spec() -> std::path::PathBuf {
 /// middlebox over both, the first distribution moves most of each
 /// middlebox's hash space to the clients' rack (r1) with the two
 /// middleboxes' rack ranges lined up, traffic between the racks crosses the
-/// uplinks (their counters move), and a limit is installed on them.
+/// uplinks (their counters move) and the controller's measurement of each
+/// uplink from the agents' per-peer counters agrees with the links' own,
+/// and a limit is installed on them.
 #[test]
 fn network_aware_distribution_runs_on_a_racked_testbed() {
     if !sluice_agent::testing::is_root() {
@@ -86,6 +107,7 @@ fn network_aware_distribution_runs_on_a_racked_testbed() {
     let events = events.as_array().cloned().unwrap_or_default();
     assert!(!events.is_empty(), "a distribution event");
     // Downloads from w3 (rack r2) to c1 (rack r1) cross the uplinks.
+    let measured_before = measured(&lab);
     let before = lab.rack_uplink_bytes().unwrap();
     let w3 = lab.state().vm("w3").unwrap().addrs[0].clone();
     for _ in 0..3 {
@@ -110,6 +132,44 @@ fn network_aware_distribution_runs_on_a_racked_testbed() {
     assert!(
         crossed >= 3 << 20,
         "3 MiB from r2 to r1 crossed the uplinks: {crossed}"
+    );
+    // The controller measured the same from the agents' per-peer counters
+    // (`GET /v1/fabric/uplinks`), once their heartbeats and its one-second
+    // sample caught up. The links also carry ARP and whatever crossed
+    // between the two readings of each side: close, not equal.
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let (tc_after, measured_after) = loop {
+        std::thread::sleep(Duration::from_secs(2));
+        let m = measured(&lab);
+        let t = lab.rack_uplink_bytes().unwrap();
+        let up = |r: &str| m[r].0 - measured_before[r].0;
+        let seen = up("r2");
+        let want = t[1].1 - before[1].1;
+        if seen.abs_diff(want) * 20 <= want || Instant::now() > deadline {
+            break (t, m);
+        }
+    };
+    for (i, rack) in ["r1", "r2"].iter().enumerate() {
+        let tc_up = tc_after[i].1 - before[i].1;
+        let tc_down = tc_after[i].2 - before[i].2;
+        let up = measured_after[*rack].0 - measured_before[*rack].0;
+        let down = measured_after[*rack].1 - measured_before[*rack].1;
+        for (what, m, t) in [("up", up, tc_up), ("down", down, tc_down)] {
+            // Within 5% of the link's counter, or 64 KiB for the direction
+            // that carried only acknowledgements and probes.
+            assert!(
+                m.abs_diff(t) * 20 <= t || m.abs_diff(t) <= 64 << 10,
+                "{rack} {what}: measured {m} bytes, the link counted {t}"
+            );
+        }
+    }
+    let u = common::controller_get(&lab, "/v1/fabric/uplinks");
+    assert!(
+        u.as_array()
+            .unwrap()
+            .iter()
+            .all(|r| r["predicted_up_bytes_per_s"].is_number()),
+        "a prediction for every rack next to the measurement: {u}"
     );
     // Limits go on both ends of each uplink, and come off.
     lab.limit_rack_uplinks(Some(50), 128).unwrap();

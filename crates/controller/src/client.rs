@@ -548,6 +548,12 @@ impl Client {
         Self::parse(&self.get_raw("/v1/fabric")?)
     }
 
+    /// Every rack uplink's traffic, measured and predicted (`GET
+    /// /v1/fabric/uplinks`).
+    pub fn uplinks(&self) -> Result<Vec<crate::model::RackUplink>, ClientError> {
+        Self::parse(&self.get_raw("/v1/fabric/uplinks")?)
+    }
+
     /// Starts a rotation of the fabric's keys (`POST /v1/fabric/rotate`).
     pub fn rotate_fabric(&self) -> Result<serde_json::Value, ClientError> {
         Self::parse(&self.call(

@@ -63,6 +63,7 @@ pub mod store_probe;
 pub mod tls;
 pub mod traffic;
 mod ui;
+pub mod uplinks;
 
 pub use compile::{compile, CompileError, Compiled, HostFib, Placement};
 pub use resources::{OPENAPI_YAML, ROUTES};

@@ -199,6 +199,7 @@ pub fn render(r: &Reconciler, now: Instant, process: bool) -> String {
     backends(&mut o, r, now);
     instance_drains(&mut o, r);
     distribution(&mut o, r);
+    uplinks(&mut o, r);
     store(&mut o, r);
     leader(&mut o, r);
     if process {
@@ -328,6 +329,72 @@ fn distribution(o: &mut String, r: &Reconciler) {
                     "sluice_controller_distribution_uplink_bytes_per_second{{tenant=\"{}\",rack=\"{}\",direction=\"{dir}\"}} {v}",
                     escape(t),
                     escape(rack)
+                );
+            }
+        }
+    }
+}
+
+/// The rack uplinks, measured from the agents' per-peer fabric counters
+/// ([`crate::uplinks`]) next to what network-aware distribution predicted
+/// for them (summed over tenants), so a wrong prediction shows. Present
+/// with two racks or more.
+fn uplinks(o: &mut String, r: &Reconciler) {
+    let report = r.uplink_report();
+    family(
+        o,
+        "sluice_controller_rack_uplink_bytes_total",
+        "counter",
+        "Bytes each rack uplink carried, by direction (up: out of the rack), measured: what the agents sent through the fabric between hosts of different racks, at wire size.",
+    );
+    for u in &report {
+        for (dir, v) in [("up", u.up_bytes_total), ("down", u.down_bytes_total)] {
+            let _ = writeln!(
+                o,
+                "sluice_controller_rack_uplink_bytes_total{{rack=\"{}\",direction=\"{dir}\"}} {v}",
+                escape(&u.rack)
+            );
+        }
+    }
+    family(
+        o,
+        "sluice_controller_rack_uplink_bytes_per_second",
+        "gauge",
+        "Each rack uplink's traffic by direction: measured over the last second (source=\"measured\"), and predicted by network-aware distribution for the chains' traffic it splits (source=\"predicted\", summed over tenants; without the fabric's headers).",
+    );
+    for u in &report {
+        let rows = [
+            ("up", "measured", Some(u.up_bytes_per_s)),
+            ("down", "measured", Some(u.down_bytes_per_s)),
+            ("up", "predicted", u.predicted_up_bytes_per_s),
+            ("down", "predicted", u.predicted_down_bytes_per_s),
+        ];
+        for (dir, source, v) in rows {
+            if let Some(v) = v {
+                let _ = writeln!(
+                    o,
+                    "sluice_controller_rack_uplink_bytes_per_second{{rack=\"{}\",direction=\"{dir}\",source=\"{source}\"}} {v}",
+                    escape(&u.rack)
+                );
+            }
+        }
+    }
+    family(
+        o,
+        "sluice_controller_rack_uplink_utilisation",
+        "gauge",
+        "The busier direction of each rack uplink as a fraction of its declared capacity, measured and predicted (present for declared uplinks).",
+    );
+    for u in &report {
+        for (source, v) in [
+            ("measured", u.utilisation),
+            ("predicted", u.predicted_utilisation),
+        ] {
+            if let Some(v) = v {
+                let _ = writeln!(
+                    o,
+                    "sluice_controller_rack_uplink_utilisation{{rack=\"{}\",source=\"{source}\"}} {v}",
+                    escape(&u.rack)
                 );
             }
         }

@@ -114,6 +114,36 @@ pub struct PlacementInfo {
     pub share: Option<f64>,
 }
 
+/// One rack's uplink, measured and predicted (`GET /v1/fabric/uplinks`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RackUplink {
+    /// Rack.
+    pub rack: String,
+    /// Declared capacity, bytes per second (`null`: none declared).
+    pub capacity_bytes_per_s: Option<f64>,
+    /// Measured bytes per second out of the rack over the last second: what
+    /// the agents sent through the fabric to hosts in other racks, at wire
+    /// size.
+    pub up_bytes_per_s: f64,
+    /// Measured bytes per second into the rack.
+    pub down_bytes_per_s: f64,
+    /// Measured bytes out of the rack since the controller started.
+    pub up_bytes_total: u64,
+    /// Measured bytes into the rack since then.
+    pub down_bytes_total: u64,
+    /// What network-aware distribution predicts its installed splits put on
+    /// the uplink out of the rack, bytes per second, summed over tenants
+    /// (the chains' traffic without the fabric's headers; `null` without a
+    /// prediction).
+    pub predicted_up_bytes_per_s: Option<f64>,
+    /// The same into the rack.
+    pub predicted_down_bytes_per_s: Option<f64>,
+    /// The busier direction, measured, over the declared capacity.
+    pub utilisation: Option<f64>,
+    /// The busier direction, predicted, over the declared capacity.
+    pub predicted_utilisation: Option<f64>,
+}
+
 /// What applying a tenant did.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ApplySummary {

@@ -134,6 +134,7 @@ impl Beater {
                     chains: Vec::new(),
                     accusations: Vec::new(),
                     backend_checks: Vec::new(),
+                    peers: Vec::new(),
                 };
                 let _ = c.heartbeat(&hb);
                 std::thread::sleep(Duration::from_millis(50));

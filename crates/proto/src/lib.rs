@@ -778,7 +778,30 @@ pub struct HostHeartbeat {
     /// ([`AgentConfig::health_checks`]).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub backend_checks: Vec<BackendCheck>,
+    /// What this host sent through the fabric to each peer host (cumulative
+    /// since the agent started): the controller adds these up per rack into
+    /// what each rack's uplink carried (measured utilisation).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub peers: Vec<PeerTraffic>,
 }
+
+/// What one host sent through the fabric to one peer host (cumulative since
+/// its agent started; the controller takes differences).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PeerTraffic {
+    /// The peer's host id.
+    pub host: u32,
+    /// Datagrams sent to it.
+    pub packets: u64,
+    /// Their UDP payload bytes (the Geneve header and what it carries). On
+    /// the wire each datagram adds its UDP, IPv4 and Ethernet headers
+    /// ([`FABRIC_WIRE_OVERHEAD`]).
+    pub bytes: u64,
+}
+
+/// Bytes a fabric datagram adds on an Ethernet link beyond its UDP payload:
+/// Ethernet (14), IPv4 (20) and UDP (8) headers.
+pub const FABRIC_WIRE_OVERHEAD: u64 = 42;
 
 /// One NF instance's health, as its agent reports it.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -1626,6 +1649,7 @@ mod tests {
                 failed: 1,
                 last: Some(CheckOutcome::Refused),
             }],
+            peers: Vec::new(),
         };
         let j = serde_json::to_string(&hb).unwrap();
         assert!(j.contains(r#""last":"refused""#), "{j}");

@@ -570,7 +570,7 @@ impl Forwarder<'_> {
                     match sealed {
                         Ok(head) => plan.outs.push(Out {
                             dest: Dest::Udp(addr),
-                            counter: CounterId::Fabric,
+                            counter: CounterId::Peer(h.0),
                             head,
                             frame: hop.index as u32,
                             body: (0, 0),
@@ -581,7 +581,7 @@ impl Forwarder<'_> {
                 }
                 (
                     Dest::Udp(addr),
-                    CounterId::Fabric,
+                    CounterId::Peer(h.0),
                     plan.push_head(&g[..n]),
                     off,
                 )

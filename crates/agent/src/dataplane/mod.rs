@@ -51,7 +51,7 @@ pub use leases::{LEASE_DRAIN_NS, LEASE_VALID_NS};
 pub use plan::{Dest, Frames, Out, TxPlan};
 pub use seal::{FabricSeal, ReplayWindow, SealError, REPLAY_WINDOW, SEAL_OVERHEAD, TAG_LEN};
 pub use shard::{HealthView, ShardError, ShardRole, Sharding, CONTROL_SHARD, MAX_SHARDS};
-pub use stats::{CounterId, DropReason, Stats};
+pub use stats::{CounterId, DropReason, PeerCounters, Stats};
 
 use config::Topology;
 use forward::Lookup;
@@ -205,6 +205,11 @@ impl Dataplane {
                 let c = self.stats.counters(o.counter);
                 c.tx_packets += 1;
                 c.tx_bytes += o.len() as u64;
+                if let CounterId::Peer(h) = o.counter {
+                    let p = self.stats.peers.entry(h).or_default();
+                    p.tx_packets += 1;
+                    p.tx_bytes += o.len() as u64;
+                }
             } else {
                 self.stats.drop(o.counter, DropReason::SendFail);
             }

@@ -224,7 +224,7 @@ impl SeawallAdapter {
                     return;
                 };
                 if !seal.on() {
-                    plan.push_own(Dest::Udp(*addr), CounterId::Fabric, &[msg]);
+                    plan.push_own(Dest::Udp(*addr), CounterId::Peer(host), &[msg]);
                     stats.seawall_feedback_sent += 1;
                     return;
                 }
@@ -236,7 +236,7 @@ impl SeawallAdapter {
                     Ok(head) => {
                         plan.outs.push(Out {
                             dest: Dest::Udp(*addr),
-                            counter: CounterId::Fabric,
+                            counter: CounterId::Peer(host),
                             head,
                             frame: 0,
                             body: (0, 0),
@@ -267,13 +267,13 @@ impl SeawallAdapter {
                 let clock = clock.map(|c| c.wrapping_add(now as u32));
                 let (g, n) = fabric_header(vni, chain_hop, clock, Some(o));
                 if !seal.on() {
-                    plan.push_own(Dest::Udp(*addr), CounterId::Fabric, &[&g[..n], frame]);
+                    plan.push_own(Dest::Udp(*addr), CounterId::Peer(e.host), &[&g[..n], frame]);
                     return;
                 }
                 match seal.seal(e.host, now, &g[..n], frame, &mut plan.arena) {
                     Ok(head) => plan.outs.push(Out {
                         dest: Dest::Udp(*addr),
-                        counter: CounterId::Fabric,
+                        counter: CounterId::Peer(e.host),
                         head,
                         frame: 0,
                         body: (0, 0),

@@ -111,6 +111,19 @@ pub enum CounterId {
     Port(u16),
     /// The fabric (tunnel to and from peers, and unknown sources).
     Fabric,
+    /// The fabric, toward one peer host: counted as [`CounterId::Fabric`]
+    /// and, for what leaves, in [`Stats::peers`] too.
+    Peer(u32),
+}
+
+/// What left toward one peer host through the fabric (datagrams and their
+/// UDP payload bytes, Geneve header included).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PeerCounters {
+    /// Datagrams sent.
+    pub tx_packets: u64,
+    /// Their UDP payload bytes.
+    pub tx_bytes: u64,
 }
 
 /// Counters kept by the core (plain integers: only the data-plane thread writes
@@ -121,6 +134,11 @@ pub struct Stats {
     pub ports: BTreeMap<u16, Counters>,
     /// Fabric.
     pub fabric: Counters,
+    /// What left through the fabric toward each peer host, by host id: the
+    /// controller adds these up per rack to measure what the uplinks carry
+    /// (`sluice_proto::PeerTraffic`). An entry appears with the first
+    /// datagram to its peer, so the map grows with peers, not packets.
+    pub peers: BTreeMap<u32, PeerCounters>,
     /// Drops by reason, over every port.
     pub drops: [u64; DropReason::ALL.len()],
     /// ARP requests answered.
@@ -157,7 +175,7 @@ impl Stats {
     pub(super) fn counters(&mut self, c: CounterId) -> &mut Counters {
         match c {
             CounterId::Port(p) => self.ports.entry(p).or_default(),
-            CounterId::Fabric => &mut self.fabric,
+            CounterId::Fabric | CounterId::Peer(_) => &mut self.fabric,
         }
     }
 
@@ -180,6 +198,11 @@ impl Stats {
             sum(self.ports.entry(*id).or_default(), c);
         }
         sum(&mut self.fabric, &other.fabric);
+        for (h, c) in &other.peers {
+            let p = self.peers.entry(*h).or_default();
+            p.tx_packets += c.tx_packets;
+            p.tx_bytes += c.tx_bytes;
+        }
         for (a, b) in self.drops.iter_mut().zip(other.drops) {
             *a += b;
         }
@@ -188,6 +211,7 @@ impl Stats {
         let Stats {
             ports: _,
             fabric: _,
+            peers: _,
             drops: _,
             arp_replies,
             heartbeats,
@@ -231,6 +255,10 @@ impl Stats {
             }
         }
         self.fabric = old.fabric.clone();
+        // Cumulative per peer even when a peer leaves the configuration:
+        // the controller takes differences, and a counter that went down
+        // would read as a restart.
+        self.peers = old.peers.clone();
         self.drops = old.drops;
         self.arp_replies = old.arp_replies;
         self.heartbeats = old.heartbeats;

@@ -470,6 +470,18 @@ fn delivery_to_a_vm_rewrites_macs_and_fabric_is_handled() {
     let m = plan.message(&batch, &plan.outs[0]);
     assert_eq!(parse(&m).chain_hop, None);
     assert_eq!(&m[8..], &far[..]);
+    // What leaves toward a peer counts as fabric and against that peer
+    // (what the controller adds up per rack); a failed send counts neither.
+    assert!(dp.stats().peers.is_empty());
+    dp.account_sent(&plan.outs, 1);
+    let p = dp.stats().peers[&3];
+    assert_eq!((p.tx_packets, p.tx_bytes), (1, m.len() as u64));
+    assert_eq!(dp.stats().fabric.tx_packets, 1);
+    dp.account_sent(&plan.outs, 0);
+    assert_eq!(dp.stats().peers[&3].tx_packets, 1);
+    let mut sum = dp.stats().clone();
+    sum.add(dp.stats());
+    assert_eq!(sum.peers[&3].tx_bytes, 2 * m.len() as u64, "shards sum");
 
     // From the fabric (peer 2) to VM 2.
     plan.clear();

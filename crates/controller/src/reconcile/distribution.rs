@@ -254,6 +254,56 @@ impl Reconciler {
     pub fn distributions(&self) -> &BTreeMap<String, TenantDistribution> {
         &self.distributions
     }
+
+    /// What each rack's uplink carried, measured from the agents' per-peer
+    /// fabric counters ([`crate::uplinks`]; empty with fewer than two racks).
+    pub fn measured_uplinks(&self) -> &BTreeMap<String, crate::uplinks::Uplink> {
+        self.uplink_meter.uplinks()
+    }
+
+    /// The declared rack uplink capacities, bytes per second.
+    pub fn uplink_capacities(&self) -> &BTreeMap<String, f64> {
+        &self.uplinks
+    }
+
+    /// Every rack's uplink, measured and predicted (`GET
+    /// /v1/fabric/uplinks`, `/metrics`): the racks measured (every rack of a
+    /// fabric of two or more), predicted or declared, in name order.
+    pub fn uplink_report(&self) -> Vec<crate::model::RackUplink> {
+        let measured = self.measured_uplinks();
+        let mut predicted: BTreeMap<&str, (f64, f64)> = BTreeMap::new();
+        for d in self.distributions.values() {
+            for (rack, (up, down)) in d.racks.iter().zip(&d.uplink) {
+                let e = predicted.entry(rack.as_str()).or_default();
+                e.0 += up;
+                e.1 += down;
+            }
+        }
+        let mut racks: std::collections::BTreeSet<&str> =
+            measured.keys().map(String::as_str).collect();
+        racks.extend(predicted.keys().copied());
+        racks.extend(self.uplinks.keys().map(String::as_str));
+        racks
+            .into_iter()
+            .map(|rack| {
+                let m = measured.get(rack).copied().unwrap_or_default();
+                let p = predicted.get(rack).copied();
+                let cap = self.uplinks.get(rack).copied().filter(|c| *c > 0.0);
+                crate::model::RackUplink {
+                    rack: rack.to_string(),
+                    capacity_bytes_per_s: cap,
+                    up_bytes_per_s: m.out_per_s,
+                    down_bytes_per_s: m.in_per_s,
+                    up_bytes_total: m.out_total,
+                    down_bytes_total: m.in_total,
+                    predicted_up_bytes_per_s: p.map(|p| p.0),
+                    predicted_down_bytes_per_s: p.map(|p| p.1),
+                    utilisation: cap.map(|c| m.out_per_s.max(m.in_per_s) / c),
+                    predicted_utilisation: cap.and_then(|c| p.map(|p| p.0.max(p.1) / c)),
+                }
+            })
+            .collect()
+    }
 }
 
 /// A worst uplink load: a percentage of the declared capacity, or Mbit/s

@@ -105,6 +105,9 @@ impl Reconciler {
         if !hb.chains.is_empty() {
             self.chain_reports.insert(reg.host, hb.chains);
         }
+        if !hb.peers.is_empty() {
+            self.peer_reports.insert(reg.host, hb.peers);
+        }
         for ih in &hb.instances {
             // A report from a host the instance no longer runs on is stale.
             if self

@@ -175,6 +175,10 @@ pub struct Reconciler {
     catch_ups: BTreeMap<InstanceKey, Instant>,
     /// Latest chain measurements per host (cumulative counters).
     chain_reports: BTreeMap<u32, Vec<ChainMeasure>>,
+    /// Latest per-peer fabric counters per host (cumulative).
+    peer_reports: BTreeMap<u32, Vec<sluice_proto::PeerTraffic>>,
+    /// What the rack uplinks carried, from `peer_reports`.
+    uplink_meter: crate::uplinks::UplinkMeter,
     /// Latest counters of each instance, by name, as its host reported them.
     instance_counts: BTreeMap<String, crate::traffic::InstanceCounts>,
     /// Per-chain and per-instance rates over time (the dashboard's).
@@ -263,6 +267,8 @@ impl Reconciler {
             drains: BTreeMap::new(),
             catch_ups: BTreeMap::new(),
             chain_reports: BTreeMap::new(),
+            peer_reports: BTreeMap::new(),
+            uplink_meter: crate::uplinks::UplinkMeter::default(),
             instance_counts: BTreeMap::new(),
             traffic: crate::traffic::Traffic::default(),
             samplers: BTreeMap::new(),
@@ -739,6 +745,22 @@ impl Reconciler {
             .retain(|n, _| self.desired.instance_by_name(n).is_some());
         o.instances = self.instance_counts.clone();
         self.traffic.sample(now_ms, &o);
+        // The uplinks, at the same cadence: every registered host's rack,
+        // and what each reported sending each peer.
+        self.peer_reports
+            .retain(|h, _| self.desired.hosts.contains_key(h));
+        let racks: BTreeMap<u32, String> = self
+            .desired
+            .hosts
+            .keys()
+            .map(|h| (*h, self.desired.rack_of(*h).to_string()))
+            .collect();
+        let counters = self
+            .peer_reports
+            .iter()
+            .flat_map(|(h, ps)| ps.iter().map(move |p| ((*h, p.host), (p.packets, p.bytes))))
+            .collect();
+        self.uplink_meter.sample(now_ms, &counters, &racks);
     }
 
     /// The interval the fleet's agents are told to heartbeat at now (from the

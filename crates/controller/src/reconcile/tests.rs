@@ -148,6 +148,7 @@ impl Sim {
             chains: Vec::new(),
             accusations: Vec::new(),
             backend_checks: Vec::new(),
+            peers: Vec::new(),
         }
     }
 

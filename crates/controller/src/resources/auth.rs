@@ -208,7 +208,10 @@ fn scope(a: &Action) -> Scope<'_> {
             TenantAction::Apply { spec, .. } => Scope::WriteTenant(&spec.tenant),
         },
         Action::Host(h) => match h {
-            HostAction::List | HostAction::Containment | HostAction::Fabric => Scope::ReadAll,
+            HostAction::List
+            | HostAction::Containment
+            | HostAction::Fabric
+            | HostAction::Uplinks => Scope::ReadAll,
             HostAction::Release(_)
             | HostAction::Revoke(_)
             | HostAction::RotateFabric(_)
@@ -278,6 +281,7 @@ pub fn describe(a: &Action) -> String {
             }
             HostAction::Undrain(h) => format!("undrain host {h}"),
             HostAction::Fabric => "read the fabric's keys".into(),
+            HostAction::Uplinks => "read the rack uplinks' traffic".into(),
             HostAction::RotateFabric(_) => "rotate the fabric's keys".into(),
             HostAction::PutVm(r) => format!("register VM `{}/{}`", r.tenant, r.name),
             HostAction::DeleteVm { tenant, name } => format!("delete VM `{tenant}/{name}`"),
@@ -442,6 +446,7 @@ mod tests {
         ("DELETE", "/v1/hosts/{id}/drain", [Yes, No, No, No]),
         ("GET", "/v1/containment", [Yes, Yes, No, No]),
         ("GET", "/v1/fabric", [Yes, Yes, No, No]),
+        ("GET", "/v1/fabric/uplinks", [Yes, Yes, No, No]),
         ("POST", "/v1/fabric/rotate", [Yes, No, No, No]),
         ("GET", "/v1/vms", [Yes, Yes, Filtered, No]),
         ("PUT", "/v1/vms/{tenant}/{name}", [Yes, No, No, No]),

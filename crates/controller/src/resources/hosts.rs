@@ -62,6 +62,9 @@ pub enum HostAction {
     Undrain(u32),
     /// `GET /v1/fabric`: the fabric's key ids and a rotation's progress.
     Fabric,
+    /// `GET /v1/fabric/uplinks`: every rack uplink's traffic, measured and
+    /// predicted.
+    Uplinks,
     /// `POST /v1/fabric/rotate`: an operator starts a rotation of the
     /// fabric's keys. The HTTP edge draws the new secret.
     RotateFabric(FreshSecret),
@@ -98,6 +101,7 @@ pub fn parse(method: &str, tpl: &str, p: &Params, text: &str) -> Result<HostActi
         }),
         ("DELETE", "/v1/hosts/{id}/drain") => host_id(&p.get(0)).map(HostAction::Undrain),
         ("GET", "/v1/fabric") => Ok(HostAction::Fabric),
+        ("GET", "/v1/fabric/uplinks") => Ok(HostAction::Uplinks),
         ("POST", "/v1/fabric/rotate") => Ok(HostAction::RotateFabric(FreshSecret(None))),
         ("PUT", _) => parse_vm(&p.get(0), &p.get(1), text).map(HostAction::PutVm),
         ("DELETE", _) => Ok(HostAction::DeleteVm {
@@ -240,6 +244,7 @@ pub fn execute(r: &mut Reconciler, a: HostAction, now: Instant) -> Result<Reply,
             json(200, &serde_json::json!({ "host": h, "undrained": was }))
         }
         HostAction::Fabric => json(200, &r.fabric_status()),
+        HostAction::Uplinks => json(200, &r.uplink_report()),
         HostAction::RotateFabric(fresh) => {
             let Some(secret) = fresh.0 else {
                 return Err(ApiError::new(

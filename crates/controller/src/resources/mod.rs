@@ -44,6 +44,7 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("DELETE", "/v1/hosts/{id}/drain"),
     ("GET", "/v1/containment"),
     ("GET", "/v1/fabric"),
+    ("GET", "/v1/fabric/uplinks"),
     ("POST", "/v1/fabric/rotate"),
     ("GET", "/v1/vms"),
     ("PUT", "/v1/vms/{tenant}/{name}"),

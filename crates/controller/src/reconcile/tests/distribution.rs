@@ -273,3 +273,80 @@ fn declared_uplinks_move_shares_only_past_the_target_and_back() {
         assert!((a - 0.5).abs() < 0.01, "{mb}: back to even, {a}");
     }
 }
+
+/// Host `h` heartbeats what it sent each peer: `(peer, packets, bytes)`.
+fn beat_peers(s: &mut Sim, h: u32, peers: &[(u32, u64, u64)]) {
+    let mut hb = s.heartbeat_of(h);
+    hb.registration.capacity = Some(HostCapacity {
+        rack: Some(rack(h).into()),
+        ..HostCapacity::default()
+    });
+    hb.peers = peers
+        .iter()
+        .map(|&(host, packets, bytes)| sluice_proto::PeerTraffic {
+            host,
+            packets,
+            bytes,
+        })
+        .collect();
+    s.r.heartbeat(
+        Heartbeat {
+            hb,
+            pinned: None,
+            reports_health: false,
+        },
+        s.now,
+    )
+    .unwrap();
+}
+
+/// The uplinks are measured from what the agents say they sent each peer:
+/// only traffic between racks counts, at wire size, out of the sender's
+/// rack and into the receiver's; the totals and the utilisation of declared
+/// uplinks reach /metrics next to the prediction.
+#[test]
+fn measured_uplinks_add_up_what_hosts_sent_across_racks() {
+    use sluice_proto::FABRIC_WIRE_OVERHEAD as O;
+    let mut s = racked(Distribution::NetworkAware);
+    s.r.set_uplinks(
+        [("a", 10e6), ("b", 10e6)]
+            .map(|(k, v)| (k.to_string(), v))
+            .into(),
+    );
+    let sample = crate::traffic::SAMPLE_EVERY * 3 / 2;
+    s.run(sample);
+    // Host 1 (rack a) to host 2 (a) and to host 3 (b).
+    beat_peers(&mut s, 1, &[(2, 1_000, 1_000_000), (3, 100, 100_000)]);
+    s.run(sample);
+    let a = s.r.measured_uplinks()["a"];
+    assert_eq!(a.out_total, 100_000 + 100 * O, "{a:?}");
+    assert_eq!(a.in_total, 0);
+    beat_peers(&mut s, 1, &[(2, 2_000, 2_000_000), (3, 600, 600_000)]);
+    beat_peers(&mut s, 3, &[(1, 50, 5_000)]);
+    s.run(sample);
+    let u = s.r.measured_uplinks().clone();
+    assert_eq!(u["a"].out_total, 600_000 + 600 * O);
+    assert_eq!(u["b"].in_total, 600_000 + 600 * O);
+    assert_eq!(u["b"].out_total, 5_000 + 50 * O);
+    assert_eq!(u["a"].in_total, 5_000 + 50 * O);
+    let api = s.ok("GET", "/v1/fabric/uplinks", "");
+    assert_eq!(api[0]["rack"], "a", "{api}");
+    assert_eq!(api[0]["up_bytes_total"], 600_000 + 600 * O, "{api}");
+    assert_eq!(api[1]["down_bytes_total"], 600_000 + 600 * O, "{api}");
+    assert_eq!(api[0]["capacity_bytes_per_s"], 10e6, "{api}");
+    assert!(api[0]["predicted_up_bytes_per_s"].is_number(), "{api}");
+    let m = crate::metrics::render(&s.r, s.now, false);
+    let want = format!(
+        "sluice_controller_rack_uplink_bytes_total{{rack=\"a\",direction=\"up\"}} {}",
+        600_000 + 600 * O
+    );
+    assert!(m.contains(&want), "{want} in {m}");
+    for want in [
+        "sluice_controller_rack_uplink_bytes_per_second{rack=\"b\",direction=\"down\",source=\"measured\"}",
+        "sluice_controller_rack_uplink_bytes_per_second{rack=\"b\",direction=\"down\",source=\"predicted\"}",
+        "sluice_controller_rack_uplink_utilisation{rack=\"a\",source=\"measured\"}",
+        "sluice_controller_rack_uplink_utilisation{rack=\"a\",source=\"predicted\"}",
+    ] {
+        assert!(m.contains(want), "{want} in {m}");
+    }
+}
