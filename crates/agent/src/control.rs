@@ -554,31 +554,25 @@ impl AgentState {
         }
         // Per peer: what the controller adds up per rack into measured
         // uplink loads, here for whoever wants one host's share of it.
-        family(
-            &mut o,
-            "sluice_fabric_peer_tx_bytes_total",
-            "counter",
-            "UDP payload bytes this host sent through the fabric to each peer host.",
-        );
-        for (peer, c) in &p.stats.peers {
-            let _ = writeln!(
-                o,
-                "sluice_fabric_peer_tx_bytes_total{{host=\"{host}\",peer=\"{peer}\"}} {}",
-                c.tx_bytes
-            );
-        }
-        family(
-            &mut o,
-            "sluice_fabric_peer_tx_packets_total",
-            "counter",
-            "Datagrams this host sent through the fabric to each peer host.",
-        );
-        for (peer, c) in &p.stats.peers {
-            let _ = writeln!(
-                o,
-                "sluice_fabric_peer_tx_packets_total{{host=\"{host}\",peer=\"{peer}\"}} {}",
-                c.tx_packets
-            );
+        type PeerGet = fn(&crate::dataplane::PeerCounters) -> u64;
+        let per_peer: [(&str, &str, PeerGet); 2] = [
+            (
+                "bytes",
+                "UDP payload bytes this host sent through the fabric to each peer host.",
+                |c| c.tx_bytes,
+            ),
+            (
+                "packets",
+                "Datagrams this host sent through the fabric to each peer host.",
+                |c| c.tx_packets,
+            ),
+        ];
+        for (what, help, get) in per_peer {
+            let name = format!("sluice_fabric_peer_tx_{what}_total");
+            family(&mut o, &name, "counter", help);
+            for (peer, c) in &p.stats.peers {
+                let _ = writeln!(o, "{name}{{host=\"{host}\",peer=\"{peer}\"}} {}", get(c));
+            }
         }
         // The active checks of load-balancer backends on this host's VMs:
         // cumulative since the agent started, so a rate over them is the

@@ -26,12 +26,17 @@ fn rack(h: u32) -> &'static str {
 
 /// Host `h` heartbeats with its rack, reporting `chains`.
 fn beat_racked(s: &mut Sim, h: u32, chains: Vec<ChainMeasure>) {
+    beat_racked_with(s, h, |hb| hb.chains = chains);
+}
+
+/// Host `h` heartbeats with its rack, and what `fill` adds.
+fn beat_racked_with(s: &mut Sim, h: u32, fill: impl FnOnce(&mut HostHeartbeat)) {
     let mut hb = s.heartbeat_of(h);
     hb.registration.capacity = Some(HostCapacity {
         rack: Some(rack(h).into()),
         ..HostCapacity::default()
     });
-    hb.chains = chains;
+    fill(&mut hb);
     s.r.heartbeat(
         Heartbeat {
             hb,
@@ -276,28 +281,16 @@ fn declared_uplinks_move_shares_only_past_the_target_and_back() {
 
 /// Host `h` heartbeats what it sent each peer: `(peer, packets, bytes)`.
 fn beat_peers(s: &mut Sim, h: u32, peers: &[(u32, u64, u64)]) {
-    let mut hb = s.heartbeat_of(h);
-    hb.registration.capacity = Some(HostCapacity {
-        rack: Some(rack(h).into()),
-        ..HostCapacity::default()
+    beat_racked_with(s, h, |hb| {
+        hb.peers = peers
+            .iter()
+            .map(|&(host, packets, bytes)| sluice_proto::PeerTraffic {
+                host,
+                packets,
+                bytes,
+            })
+            .collect()
     });
-    hb.peers = peers
-        .iter()
-        .map(|&(host, packets, bytes)| sluice_proto::PeerTraffic {
-            host,
-            packets,
-            bytes,
-        })
-        .collect();
-    s.r.heartbeat(
-        Heartbeat {
-            hb,
-            pinned: None,
-            reports_health: false,
-        },
-        s.now,
-    )
-    .unwrap();
 }
 
 /// The uplinks are measured from what the agents say they sent each peer:
