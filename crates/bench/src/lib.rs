@@ -48,6 +48,20 @@ pub struct Measurement {
     pub memory_mib: Option<f64>,
 }
 
+/// The cores this process may run on and the machine's one-minute load
+/// average, as a benchmark states them before measuring: a scaling result
+/// means little without either.
+pub fn machine_line() -> String {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    format!(
+        "{cores} core(s) available; load average {}",
+        std::fs::read_to_string("/proc/loadavg")
+            .ok()
+            .and_then(|l| l.split_whitespace().next().map(str::to_string))
+            .unwrap_or_else(|| "unknown".into())
+    )
+}
+
 /// Formats results as a table for people.
 pub fn table(ms: &[Measurement]) -> String {
     let mut s = format!(

@@ -1033,15 +1033,9 @@ pub fn scaling(
         std::env::temp_dir().join(format!("sluice-bench-cores-{}", std::process::id()));
     let _ = std::fs::create_dir_all(&dir);
     let wanted = |n: &str| opts.filter.as_deref().is_none_or(|f| n.contains(f));
-    // More workers than cores measure time-slicing, not scaling.
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    progress(&format!(
-        "{cores} core(s) available; load average {}",
-        std::fs::read_to_string("/proc/loadavg")
-            .ok()
-            .and_then(|l| l.split_whitespace().next().map(str::to_string))
-            .unwrap_or_else(|| "unknown".into())
-    ));
+    // More workers than cores measure time-slicing, not scaling: say how
+    // many there are.
+    progress(&crate::machine_line());
     let small_size = opts.frame_size.clamp(60, 1514);
     let small = generate(&TrafficSpec {
         flows: (opts.packets / opts.flow_length.max(7)).max(1),

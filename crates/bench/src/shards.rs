@@ -233,14 +233,7 @@ pub fn run(threads: &[usize], progress: &mut dyn FnMut(&str)) -> Result<Vec<Shar
             sluice_agent::dataplane::MAX_SHARDS
         ));
     }
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    progress(&format!(
-        "{cores} core(s) available; load average {}",
-        std::fs::read_to_string("/proc/loadavg")
-            .ok()
-            .and_then(|l| l.split_whitespace().next().map(str::to_string))
-            .unwrap_or_else(|| "unknown".into())
-    ));
+    progress(&crate::machine_line());
     let mut out = Vec::new();
     for (mode, len, sealed) in [("plain", 64, false), ("sealed", 1500, true)] {
         let mut base: Option<(f64, f64)> = None;
