@@ -1602,13 +1602,8 @@ mod tests {
     /// insides at a packet's end make it walk whole), both cases.
     #[test]
     fn hashed_scan_is_the_walk() {
-        let mut seed = 5u64;
-        let mut rnd = |n: u64| {
-            seed = seed
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            (seed >> 33) % n
-        };
+        let mut rng = crate::testrng::Lcg::new(5);
+        let mut rnd = |n: u64| rng.below(n);
         const ABC: &[u8] = b"abAB\x00\xff-";
         let mut scratch = ScanScratch::default();
         let (mut hashed, mut whole) = (0, 0);
@@ -1713,13 +1708,8 @@ mod tests {
     #[test]
     fn pair_scan_is_each_scan() {
         use crate::views::NO_VIEW;
-        let mut seed = 9u64;
-        let mut rnd = |n: u64| {
-            seed = seed
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            (seed >> 33) % n
-        };
+        let mut rng = crate::testrng::Lcg::new(9);
+        let mut rnd = |n: u64| rng.below(n);
         const ABC: &[u8] = b"abAB\x00\xff-";
         let mut scratch = ScanScratch::default();
         let mut long_jobs = 0;

@@ -318,13 +318,8 @@ mod tests {
     /// bytes, ones longer than the buffer, non-ASCII bytes (never folded).
     #[test]
     fn finds_every_occurrence() {
-        let mut seed = 11u64;
-        let mut rnd = |n: u64| {
-            seed = seed
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            (seed >> 33) % n
-        };
+        let mut rng = crate::testrng::Lcg::new(11);
+        let mut rnd = |n: u64| rng.below(n);
         // A small alphabet, so patterns overlap and occur often.
         const ABC: &[u8] = b"aAbBzZ\x00\xc1\xe1@[`{";
         let (mut folded, mut at) = (Vec::new(), Vec::new());

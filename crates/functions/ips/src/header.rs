@@ -491,13 +491,8 @@ mod tests {
     /// options, `dsize`) and random packets; both answers occur.
     #[test]
     fn a_group_accepts_every_packet_its_rules_match() {
-        let mut seed = 7u64;
-        let mut rnd = |n: u64| {
-            seed = seed
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            (seed >> 33) % n
-        };
+        let mut rng = crate::testrng::Lcg::new(7);
+        let mut rnd = |n: u64| rng.below(n);
         let vars = Default::default();
         const PROTOS: &[&str] = &["tcp", "udp", "icmp", "ip"];
         const ADDRS: &[&str] = &["any", "10.0.0.0/8", "!10.0.0.0/8", "[1.2.3.4,10.1.0.0/16]"];
@@ -586,13 +581,8 @@ mod tests {
     /// a boundary is left out (a class spanning a set's edge).
     #[test]
     fn flows_of_one_class_are_accepted_by_the_same_groups() {
-        let mut seed = 5u64;
-        let mut rnd = |n: u64| {
-            seed = seed
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            (seed >> 33) % n
-        };
+        let mut rng = crate::testrng::Lcg::new(5);
+        let mut rnd = |n: u64| rng.below(n);
         let vars = Default::default();
         const ADDRS: &[&str] = &[
             "any",
@@ -685,13 +675,8 @@ mod tests {
     /// boundary.
     #[test]
     fn compiled_sets_match_as_the_expressions_do() {
-        let mut seed = 3u64;
-        let mut rnd = |n: u64| {
-            seed = seed
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            (seed >> 33) % n
-        };
+        let mut rng = crate::testrng::Lcg::new(3);
+        let mut rnd = |n: u64| rng.below(n);
         let vars = Default::default();
         let mut long = Vec::new();
         for i in 0..20 {

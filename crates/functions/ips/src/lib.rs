@@ -142,6 +142,8 @@ pub mod inspect;
 pub mod packetidx;
 pub mod pending;
 pub mod rules;
+#[cfg(test)]
+mod testrng;
 pub mod threshold;
 pub mod tls;
 mod views;
