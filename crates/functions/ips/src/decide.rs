@@ -757,11 +757,19 @@ impl Ips {
         }
         let mut jobs: Vec<engine::Job<'_>> = Vec::with_capacity(njobs);
         pre.job_flow.clear();
+        pre.view_of.clear();
         for &j in &order {
             let (_, d, i, reset) = pre.job_src[j as usize];
             let p = &batch.pkts[i as usize];
             // What the main loop's header will say ([`Ips::inspect_stream`]).
             pre.job_flow.push((p.meta.flow, d == 0));
+            // Without the prefilter every hit is kept, so every pattern
+            // searched.
+            pre.view_of.push(if self.prefilter {
+                self.views.view(&self.engine, &p.meta.flow, d == 0)
+            } else {
+                crate::views::NO_VIEW
+            });
             // Every job was made from a packet with a chunk; an empty job keeps the
             // indices aligned should that ever not hold.
             let (base, own, extra) = match streams.bytes(i as usize, p) {
@@ -791,6 +799,7 @@ impl Ips {
             job_flow,
             grp_memo,
             grp_epoch,
+            view_of,
             ..
         } = pre;
         let epoch = *grp_epoch;
@@ -819,6 +828,7 @@ impl Ips {
             [&mut out_cs, &mut out_ci],
             (hits, sc),
             &mut keep,
+            (view_of, self.views.stages()),
         );
         *grp_epoch += njobs as u64;
         // Back from unit order to job ids.

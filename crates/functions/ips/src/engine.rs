@@ -8,7 +8,7 @@ use sluice_state::{Codec, DecodeError, Reader, Writer};
 use sluice_wire::FlowKey;
 
 use crate::dns::prefilter::DnsRules;
-use crate::hashmpm::HashMpm;
+use crate::hashmpm::{FirstStage, HashMpm};
 use crate::http::prefilter::HttpRules;
 use crate::http::HttpDir;
 use crate::packetidx::PacketRules;
@@ -700,7 +700,7 @@ impl Pair {
 /// and states, with one hashed pass over a job's bytes for both where both
 /// hash it ([`Matcher::scan_prefix`]), not one each.
 #[allow(clippy::too_many_arguments)] // both matchers' inputs and outputs
-pub fn scan_units_pair(
+pub(crate) fn scan_units_pair(
     ms: [&Matcher; 2],
     pair: &Pair,
     units: &[(usize, usize)],
@@ -709,6 +709,7 @@ pub fn scan_units_pair(
     outs: [&mut [(u32, u32)]; 2],
     (hits, scratch): (&mut Vec<(u32, u8, u64, Target)>, &mut ScanScratch),
     keep: &mut impl FnMut(u32, u32) -> bool,
+    (view_of, stages): (&[u32], &[FirstStage]),
 ) {
     let [cs, ci] = ms;
     let [out_cs, out_ci] = outs;
@@ -749,7 +750,14 @@ pub fn scan_units_pair(
             // every end).
             let (h0, h1) = (hc.unwrap_or(usize::MAX), hi.unwrap_or(usize::MAX));
             let from = h0.min(h1).saturating_sub(both.max_len());
-            both.each(bytes, folded, from, &mut scratch.at, |pid, at| {
+            // The job's view, if it has one: the first stage of only the
+            // patterns with a target in a group its flow direction matches
+            // ([`crate::views`]), the others' hits being dropped anyway.
+            let first = view_of
+                .get(j)
+                .and_then(|&v| stages.get(v as usize))
+                .unwrap_or(both.first());
+            both.each_in(first, bytes, folded, from, &mut scratch.at, |pid, at| {
                 let (m, own, h) = if pid < pair.ncs {
                     (cs, pid, h0)
                 } else {
@@ -757,17 +765,31 @@ pub fn scan_units_pair(
                 };
                 m.hashed_hit(both, (pid, own), (bytes, folded, at), (h, base), keep, hit);
             });
-            if hc.is_some() {
-                cs.finish_hashed(&mut s[0], bytes);
-            }
-            if hi.is_some() {
-                ci.finish_hashed(&mut s[1], bytes);
+            match (hc.is_some(), hi.is_some()) {
+                (true, true) => finish_both([cs, ci], &mut s, bytes),
+                (true, false) => cs.finish_hashed(&mut s[0], bytes),
+                (false, true) => ci.finish_hashed(&mut s[1], bytes),
+                (false, false) => {}
             }
             out_cs[j].1 = s[0];
             out_ci[j].1 = s[1];
         }
     }
     scratch.joined = joined;
+}
+
+/// [`Matcher::finish_hashed`] of both matchers over the same `bytes`, the
+/// two walks interleaved: each step of a walk over a DFA of megabytes
+/// waits on a cache miss, and two independent walks wait on theirs at the
+/// same time.
+fn finish_both(ms: [&Matcher; 2], states: &mut [u32; 2], bytes: &[u8]) {
+    let [a, b] = ms;
+    let (mut sa, mut sb) = (sid(a.start), sid(b.start));
+    for &x in &bytes[bytes.len() - TAIL..] {
+        sa = a.dfa.next_state(Anchored::No, sa, x);
+        sb = b.dfa.next_state(Anchored::No, sb, x);
+    }
+    *states = [sa.as_u32(), sb.as_u32()];
 }
 
 /// Streams walked in lockstep by [`Matcher::scan_units`] (a DFA walked byte by byte).
@@ -819,6 +841,9 @@ pub struct Engine {
     pub ci: Option<Matcher>,
     /// Both hashed together, when both hash ([`scan_units_pair`]).
     pair: Option<Pair>,
+    /// The classes of flow directions the flow groups of the stream
+    /// patterns' rules tell apart ([`crate::views`]).
+    classes: crate::header::FlowClasses,
     /// Rules without contents, evaluated on every packet, per packet class
     /// ([`packet_class`]): TCP, UDP, ICMP, other IP; indexed by address.
     packet_rules: [PacketRules; 4],
@@ -1000,6 +1025,14 @@ impl Engine {
             (Some(c), Some(i)) => Pair::new(c, i, &cp, &ip),
             _ => None,
         };
+        let mut used: Vec<u32> = [&cs, &ci]
+            .into_iter()
+            .flatten()
+            .flat_map(|m| m.runs.iter().flatten().map(|r| r.0))
+            .collect();
+        used.sort_unstable();
+        used.dedup();
+        let classes = headers.flow_classes(used);
         let dns = DnsRules::new(&rules)?;
         let http = HttpRules::new(&rules)?;
         let tls = TlsRules::new(&rules)?;
@@ -1007,6 +1040,7 @@ impl Engine {
         let packet_rules = packet_rules.map(|ids| PacketRules::new(&rules, &ids));
         Ok(Engine {
             headers,
+            classes,
             always_pkt,
             fast: fast_rules,
             packetwise,
@@ -1030,7 +1064,7 @@ impl Engine {
     /// (`starts` and `outs` per matcher: case-sensitive, `nocase`), in one
     /// hashed pass per job when both hash ([`scan_units_pair`]).
     #[allow(clippy::too_many_arguments)] // both matchers' inputs and outputs
-    pub fn scan_units(
+    pub(crate) fn scan_units(
         &self,
         units: &[(usize, usize)],
         starts: [&[u32]; 2],
@@ -1038,6 +1072,7 @@ impl Engine {
         outs: [&mut [(u32, u32)]; 2],
         (hits, scratch): (&mut Vec<(u32, u8, u64, Target)>, &mut ScanScratch),
         keep: &mut impl FnMut(u32, u32) -> bool,
+        views: (&[u32], &[FirstStage]),
     ) {
         let [out_cs, out_ci] = outs;
         if let (Some(cs), Some(ci), Some(p)) = (&self.cs, &self.ci, &self.pair) {
@@ -1051,6 +1086,7 @@ impl Engine {
                 outs,
                 (hits, scratch),
                 keep,
+                views,
             );
         }
         if let Some(m) = &self.cs {
@@ -1066,6 +1102,49 @@ impl Engine {
         if let Some(m) = &self.ci {
             m.scan_units(units, starts[1], jobs, out_ci, (hits, scratch), keep);
         }
+    }
+
+    /// The class of flow direction `flow`, `to_server` for the stream
+    /// pre-scan's views ([`crate::views`]); None if the stream patterns are
+    /// not searched in one hashed pass (no view is used).
+    pub(crate) fn view_key(
+        &self,
+        flow: &FlowKey,
+        to_server: bool,
+    ) -> Option<crate::header::ClassKey> {
+        self.pair.as_ref()?;
+        Some(self.classes.key(flow, to_server))
+    }
+
+    /// Sets in `set` (a bit per flow group, cleared first) the groups that
+    /// accept flow direction `flow`, `to_server` as a stream's.
+    pub(crate) fn accepted_groups(&self, flow: &FlowKey, to_server: bool, set: &mut Vec<u64>) {
+        let n = self.headers.groups();
+        set.clear();
+        set.resize(n.div_ceil(64), 0);
+        for g in 0..n {
+            if self.headers.group_matches(g as u32, flow, true, to_server) {
+                set[g / 64] |= 1 << (g % 64);
+            }
+        }
+    }
+
+    /// The first stage of the stream patterns with a target in a group of
+    /// `set` ([`Engine::accepted_groups`]); None without a hashed pair.
+    pub(crate) fn view_stage(&self, set: &[u64]) -> Option<FirstStage> {
+        let (p, cs, ci) = (self.pair.as_ref()?, self.cs.as_ref()?, self.ci.as_ref()?);
+        let has = |g: u32| {
+            set.get(g as usize / 64)
+                .is_some_and(|w| w >> (g % 64) & 1 != 0)
+        };
+        Some(p.both.first_stage(|pid| {
+            let (m, own) = if pid < p.ncs {
+                (cs, pid)
+            } else {
+                (ci, pid - p.ncs)
+            };
+            m.runs[own as usize].iter().any(|r| has(r.0))
+        }))
     }
 
     /// Initial per-direction state.
@@ -1523,13 +1602,8 @@ mod tests {
     /// insides at a packet's end make it walk whole), both cases.
     #[test]
     fn hashed_scan_is_the_walk() {
-        let mut seed = 5u64;
-        let mut rnd = |n: u64| {
-            seed = seed
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            (seed >> 33) % n
-        };
+        let mut rng = crate::testrng::Lcg::new(5);
+        let mut rnd = |n: u64| rng.below(n);
         const ABC: &[u8] = b"abAB\x00\xff-";
         let mut scratch = ScanScratch::default();
         let (mut hashed, mut whole) = (0, 0);
@@ -1628,16 +1702,14 @@ mod tests {
     /// hits and states of each matcher's own [`Matcher::scan_units`]: units
     /// of several jobs, jobs in two parts, restarts, short jobs (walked
     /// whole), deep start states, long patterns (ends walked whole for one
-    /// matcher and hashed for the other), targets in groups some jobs refuse.
+    /// matcher and hashed for the other), targets in groups some jobs refuse;
+    /// with views (first stages of only the patterns of the groups a job
+    /// keeps) or without.
     #[test]
     fn pair_scan_is_each_scan() {
-        let mut seed = 9u64;
-        let mut rnd = |n: u64| {
-            seed = seed
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            (seed >> 33) % n
-        };
+        use crate::views::NO_VIEW;
+        let mut rng = crate::testrng::Lcg::new(9);
+        let mut rnd = |n: u64| rng.below(n);
         const ABC: &[u8] = b"abAB\x00\xff-";
         let mut scratch = ScanScratch::default();
         let mut long_jobs = 0;
@@ -1751,21 +1823,45 @@ mod tests {
                 (&mut want, &mut scratch),
                 keep,
             );
-            let (mut g_cs, mut g_ci) = (vec![(0, 0); n], vec![(0, 0); n]);
-            scan_units_pair(
-                [&cs, &ci],
-                &pair,
-                &units,
-                [&starts[0], &starts[1]],
-                &jobs,
-                [&mut g_cs, &mut g_ci],
-                (&mut got, &mut scratch),
-                keep,
-            );
+            // Views: per job, the first stage of only the patterns with a
+            // target in a group the job keeps (one per residue of the job
+            // number, as `keep` depends on it), or none.
+            let stages: Vec<FirstStage> = (0..4u32)
+                .map(|res| {
+                    pair.both.first_stage(|pid| {
+                        let (m, own) = if pid < pair.ncs {
+                            (&cs, pid)
+                        } else {
+                            (&ci, pid - pair.ncs)
+                        };
+                        m.runs[own as usize]
+                            .iter()
+                            .any(|r| !(res + r.0).is_multiple_of(4))
+                    })
+                })
+                .collect();
+            let view_of: Vec<u32> = (0..n as u32)
+                .map(|j| if j % 5 == 4 { NO_VIEW } else { j % 4 })
+                .collect();
             want.sort_unstable();
-            got.sort_unstable();
-            assert_eq!(got, want, "round {round}: hits");
-            assert_eq!((g_cs, g_ci), (w_cs, w_ci), "round {round}: states");
+            for views in [(&[][..], &[][..]), (&view_of[..], &stages[..])] {
+                let (mut g_cs, mut g_ci) = (vec![(0, 0); n], vec![(0, 0); n]);
+                got.clear();
+                scan_units_pair(
+                    [&cs, &ci],
+                    &pair,
+                    &units,
+                    [&starts[0], &starts[1]],
+                    &jobs,
+                    [&mut g_cs, &mut g_ci],
+                    (&mut got, &mut scratch),
+                    keep,
+                    views,
+                );
+                got.sort_unstable();
+                assert_eq!(got, want, "round {round}: hits");
+                assert_eq!((&g_cs, &g_ci), (&w_cs, &w_ci), "round {round}: states");
+            }
             assert!(want.iter().any(|h| h.3.rule >= 1000) || round % 3 != 0);
         }
         assert!(long_jobs > 100, "{long_jobs} jobs long enough to hash");

@@ -78,16 +78,55 @@ struct Pat {
     cs: bool,
 }
 
-/// A set of patterns searched by hashing ([`HashMpm::each`]).
-pub(crate) struct HashMpm {
-    pats: Vec<Pat>,
-    /// The first stage, tested at every position, in bit sets of at most
-    /// 16 KiB (the L1 cache): the first byte (folded) of each one-byte
-    /// pattern, the first two of each two- or three-byte one (both indexed
-    /// directly), the hash of the first four of each longer one.
+/// The first stage of a search, tested at every position, in bit sets of
+/// at most 16 KiB (the L1 cache): the first byte (folded) of each one-byte
+/// pattern, the first two of each two- or three-byte one (both indexed
+/// directly), the hash of the first four of each longer one. A set has its
+/// own of all its patterns; [`HashMpm::first_stage`] makes one of some of
+/// them, so a search for only those passes fewer positions.
+pub(crate) struct FirstStage {
     single: [u64; 4],
     pair: Box<[u64; 1024]>,
     quad: Box<[u64; QUAD_WORDS]>,
+}
+
+impl FirstStage {
+    fn empty() -> FirstStage {
+        FirstStage {
+            single: [0; 4],
+            pair: Box::new([0; 1024]),
+            quad: Box::new([0; QUAD_WORDS]),
+        }
+    }
+
+    /// Lets positions where a pattern of (folded) first bytes `bytes` may
+    /// start pass.
+    fn add(&mut self, bytes: &[u8]) {
+        let n = bytes.len().min(4);
+        if n == 0 {
+            return;
+        }
+        let mut k = [0u8; 4];
+        for (d, s) in k.iter_mut().zip(&bytes[..n]) {
+            *d = s.to_ascii_lowercase();
+        }
+        if n == 1 {
+            self.single[k[0] as usize / 64] |= 1 << (k[0] % 64);
+        } else if n < 4 {
+            let p = u16::from_le_bytes([k[0], k[1]]) as usize;
+            self.pair[p / 64] |= 1 << (p % 64);
+        } else {
+            let q = key_hash(u32::from_le_bytes(k), QUAD_SHIFT);
+            self.quad[q / 64] |= 1 << (q % 64);
+        }
+    }
+}
+
+/// A set of patterns searched by hashing ([`HashMpm::each`]).
+pub(crate) struct HashMpm {
+    pats: Vec<Pat>,
+    /// The first stage of all the patterns.
+    first: FirstStage,
     /// Per length class (1, 2, 3, 4+), if it has patterns.
     classes: [Option<KeyTable>; 4],
     max_len: usize,
@@ -101,9 +140,7 @@ impl HashMpm {
         let mut keyed: [Vec<(u32, u32)>; 4] = Default::default();
         let mut out = Vec::new();
         let mut max_len = 0;
-        let mut single = [0u64; 4];
-        let mut pair = Box::new([0u64; 1024]);
-        let mut quad = Box::new([0u64; QUAD_WORDS]);
+        let mut first = FirstStage::empty();
         for (pid, (bytes, cs)) in pats.into_iter().enumerate() {
             let bytes: Box<[u8]> = if cs {
                 bytes.into()
@@ -118,26 +155,33 @@ impl HashMpm {
                     *d = s.to_ascii_lowercase();
                 }
                 keyed[n - 1].push((u32::from_le_bytes(k), pid as u32));
-                if n == 1 {
-                    single[k[0] as usize / 64] |= 1 << (k[0] % 64);
-                } else if n < 4 {
-                    let p = u16::from_le_bytes([k[0], k[1]]) as usize;
-                    pair[p / 64] |= 1 << (p % 64);
-                } else {
-                    let q = key_hash(u32::from_le_bytes(k), QUAD_SHIFT);
-                    quad[q / 64] |= 1 << (q % 64);
-                }
+                first.add(&k[..n]);
             }
             out.push(Pat { bytes, cs });
         }
         HashMpm {
             pats: out,
-            single,
-            pair,
-            quad,
+            first,
             classes: keyed.map(|k| (!k.is_empty()).then(|| KeyTable::new(k))),
             max_len,
         }
+    }
+
+    /// A first stage of only the patterns `keep` accepts: a search with it
+    /// ([`HashMpm::each_in`]) finds theirs and may leave out the others.
+    pub(crate) fn first_stage(&self, mut keep: impl FnMut(u32) -> bool) -> FirstStage {
+        let mut f = FirstStage::empty();
+        for (pid, p) in self.pats.iter().enumerate() {
+            if keep(pid as u32) {
+                f.add(&p.bytes);
+            }
+        }
+        f
+    }
+
+    /// The first stage of all the patterns.
+    pub(crate) fn first(&self) -> &FirstStage {
+        &self.first
     }
 
     /// The longest pattern's length.
@@ -165,6 +209,22 @@ impl HashMpm {
         folded: &[u8],
         from: usize,
         at: &mut Vec<u32>,
+        cand: impl FnMut(u32, usize),
+    ) {
+        self.each_in(&self.first, buf, folded, from, at, cand)
+    }
+
+    /// [`HashMpm::each`] with first stage `first` (made by
+    /// [`HashMpm::first_stage`] of this set): every candidate of a pattern
+    /// `first` holds, perhaps some others.
+    #[inline]
+    pub(crate) fn each_in(
+        &self,
+        first: &FirstStage,
+        buf: &[u8],
+        folded: &[u8],
+        from: usize,
+        at: &mut Vec<u32>,
         mut cand: impl FnMut(u32, usize),
     ) {
         let n = buf.len();
@@ -186,7 +246,7 @@ impl HashMpm {
         at.clear();
         at.resize(n - from, 0);
         let mut k = 0;
-        let (single, pair, quad) = (&self.single, &*self.pair, &*self.quad);
+        let (single, pair, quad) = (&first.single, &*first.pair, &*first.quad);
         for (i, w) in folded[from..n + 3].windows(4).enumerate() {
             let w = u32::from_le_bytes([w[0], w[1], w[2], w[3]]);
             let (b, p, q) = (
@@ -222,13 +282,23 @@ impl HashMpm {
         }
     }
 
-    /// True if pattern `pid` occurs in `buf` (`folded`: as for
-    /// [`HashMpm::each`]) at `at`.
+    /// True if pattern `pid`, a candidate [`HashMpm::each`] gave at `at`
+    /// in `buf` (`folded`: as there), occurs there. The candidate's first
+    /// `min(len, 4)` bytes (folded) are its key's, so a pattern that is not
+    /// case-sensitive is compared only past them (none of ET's many one- to
+    /// four-byte `nocase` contents is compared at all).
     #[inline]
     pub(crate) fn is_at(&self, pid: u32, buf: &[u8], folded: &[u8], at: usize) -> bool {
         let p = &self.pats[pid as usize];
-        let hay = if p.cs { buf } else { &folded[..buf.len()] };
-        hay.get(at..at + p.bytes.len()) == Some(&p.bytes[..])
+        let n = p.bytes.len();
+        if at + n > buf.len() {
+            return false;
+        }
+        if p.cs {
+            buf[at..at + n] == p.bytes[..]
+        } else {
+            n <= 4 || folded[at + 4..at + n] == p.bytes[4..]
+        }
     }
 
     /// The length of pattern `pid`.
@@ -248,13 +318,8 @@ mod tests {
     /// bytes, ones longer than the buffer, non-ASCII bytes (never folded).
     #[test]
     fn finds_every_occurrence() {
-        let mut seed = 11u64;
-        let mut rnd = |n: u64| {
-            seed = seed
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            (seed >> 33) % n
-        };
+        let mut rng = crate::testrng::Lcg::new(11);
+        let mut rnd = |n: u64| rng.below(n);
         // A small alphabet, so patterns overlap and occur often.
         const ABC: &[u8] = b"aAbBzZ\x00\xc1\xe1@[`{";
         let (mut folded, mut at) = (Vec::new(), Vec::new());

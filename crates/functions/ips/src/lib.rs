@@ -142,8 +142,11 @@ pub mod inspect;
 pub mod packetidx;
 pub mod pending;
 pub mod rules;
+#[cfg(test)]
+mod testrng;
 pub mod threshold;
 pub mod tls;
+mod views;
 
 use std::path::{Path, PathBuf};
 
@@ -452,6 +455,8 @@ pub struct Ips {
     tls_joined: Vec<u8>,
     /// The stream automata's scratch space ([`engine::Matcher::scan_with`]).
     scan_scratch: engine::ScanScratch,
+    /// The stream pre-scan's first stages per class of flow direction.
+    views: views::Views,
     /// The batch's pending units in memory ([`pending`]).
     pend: pending::PendBatch,
     /// The blob reads of the batch: (record, direction, read).
@@ -499,6 +504,8 @@ struct PreScan {
     grp_memo: Vec<u64>,
     /// Jobs pre-scanned before this batch.
     grp_epoch: u64,
+    /// Per job, in unit order: its view ([`views::Views`]).
+    view_of: Vec<u32>,
 }
 
 const NONE: u32 = u32::MAX;
@@ -560,6 +567,7 @@ impl Ips {
             tls_bufs: tls::Buffers::default(),
             tls_joined: Vec::new(),
             scan_scratch: Default::default(),
+            views: Default::default(),
             pend: Default::default(),
             pend_reads: Vec::new(),
             joined: Vec::new(),

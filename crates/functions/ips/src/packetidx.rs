@@ -152,13 +152,8 @@ mod tests {
     /// in order and once; and the index does narrow them.
     #[test]
     fn candidates_hold_every_rule_whose_addresses_match() {
-        let mut seed = 7u64;
-        let mut rnd = |n: u64| {
-            seed = seed
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            (seed >> 33) % n
-        };
+        let mut rng = crate::testrng::Lcg::new(7);
+        let mut rnd = |n: u64| rng.below(n);
         let mut many = Vec::new();
         for _ in 0..30 {
             many.push(format!("1.2.{}.{}", rnd(4), rnd(256)));
