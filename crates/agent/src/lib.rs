@@ -43,6 +43,7 @@ pub mod dataplane;
 pub mod eve;
 pub mod gro;
 pub mod groups;
+pub mod handoff;
 pub mod http;
 pub mod instances;
 pub mod io;
