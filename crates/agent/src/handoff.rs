@@ -20,7 +20,7 @@
 //! link, in order, so a flow is not reordered by the hand-off.
 
 use std::net::SocketAddrV4;
-use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TryRecvError, TrySendError};
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
 
 use crate::dataplane::Frames;
 
@@ -207,10 +207,8 @@ impl Outbound {
 impl Inbound {
     /// The next full parcel, if one waits.
     pub fn take(&mut self) -> Option<Parcel> {
-        match self.full.try_recv() {
-            Ok(p) => Some(p),
-            Err(TryRecvError::Empty | TryRecvError::Disconnected) => None,
-        }
+        // Empty, or the sender's thread ended.
+        self.full.try_recv().ok()
     }
 
     /// Gives a parcel back to its sender, emptied.
