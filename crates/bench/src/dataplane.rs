@@ -252,6 +252,7 @@ pub fn run(
         subverted: Vec::new(),
         controllers: 1,
         topology: Default::default(),
+        dataplane_threads: 1,
     })
     .map_err(|e| e.to_string())?;
     let st = lab.state().clone();
