@@ -109,6 +109,10 @@ pub struct AgentOptions {
     /// Forward the instances' EVE lines to a SIEM (needs `run_dir`; `None`:
     /// no sink).
     pub siem: Option<crate::siem::SiemConfig>,
+    /// Forwarding threads of the data plane (`sluice-dataplane-K`), 1 to
+    /// [`crate::dataplane::MAX_SHARDS`] (0 counts as 1). With Seawall on the
+    /// data plane runs one: its budgets are not split between threads.
+    pub dataplane_threads: usize,
 }
 
 /// State the API handlers and the heartbeat share.
@@ -348,12 +352,16 @@ impl AgentState {
 
     fn apply_inner(&self, cfg: AgentConfig, persist: bool) -> Result<u64, ConfigError> {
         let mut cur = self.config.lock().unwrap_or_else(|p| p.into_inner());
-        let dp = Dataplane::new(self.host, &cfg)?;
         let v = cfg.version;
         if let Ok(d) = self.dp.lock() {
+            // One data plane per forwarding thread, each built from the
+            // configuration (checked whole by the first).
+            let dps = (0..d.threads())
+                .map(|_| Dataplane::new(self.host, &cfg))
+                .collect::<Result<Vec<_>, _>>()?;
             // Answer once packets are forwarded by the new configuration, so a
             // caller may send traffic right away.
-            if !d.install(dp, Duration::from_secs(2)) {
+            if !d.install(dps, Duration::from_secs(2)) {
                 tracing::warn!(
                     version = v,
                     "the data plane is slow to take the configuration over"
@@ -775,6 +783,56 @@ impl AgentState {
             "sluice_io_loop_polls_total{{host=\"{host}\",kind=\"spin\"}} {}",
             p.io_loop.spins
         );
+        family(
+            &mut o,
+            "sluice_dataplane_threads",
+            "gauge",
+            "Forwarding threads of the data plane (dataplane_threads).",
+        );
+        let _ = writeln!(
+            o,
+            "sluice_dataplane_threads{{host=\"{host}\"}} {}",
+            p.threads.len()
+        );
+        type ThreadCounter = fn(&crate::io::ThreadStats) -> u64;
+        let per_thread: [(&str, &str, ThreadCounter); 5] = [
+            (
+                "sluice_dataplane_thread_read_total",
+                "Frames and datagrams a forwarding thread read from its sockets.",
+                |t| t.read,
+            ),
+            (
+                "sluice_dataplane_thread_forwarded_total",
+                "Frames and datagrams a forwarding thread's shard forwarded (read there or handed over).",
+                |t| t.forwarded,
+            ),
+            (
+                "sluice_dataplane_thread_handed_out_total",
+                "Frames a forwarding thread read for another thread's shard and handed over.",
+                |t| t.handed_out,
+            ),
+            (
+                "sluice_dataplane_thread_handed_in_total",
+                "Frames other forwarding threads handed to this one.",
+                |t| t.handed_in,
+            ),
+            (
+                "sluice_dataplane_thread_handoff_drops_total",
+                "Frames a forwarding thread could not hand over (every batch to that thread in flight).",
+                |t| t.handoff_drops,
+            ),
+        ];
+        for (name, help, get) in per_thread {
+            family(&mut o, name, "counter", help);
+            for t in &p.threads {
+                let _ = writeln!(
+                    o,
+                    "{name}{{host=\"{host}\",thread=\"{}\"}} {}",
+                    t.thread,
+                    get(t)
+                );
+            }
+        }
         for (name, help, v) in [
             (
                 "sluice_io_gro_super_frames_total",
@@ -1415,11 +1473,20 @@ impl Agent {
         if let Some(d) = opts.suspect_after {
             io.suspect_after = d;
         }
-        let dp = DataplaneThread::spawn(&io, Dataplane::empty(opts.host)).map_err(|err| {
-            AgentError::Dataplane {
-                netns: opts.netns.clone().unwrap_or_else(|| "(current)".into()),
-                err,
-            }
+        let mut threads = opts
+            .dataplane_threads
+            .clamp(1, crate::dataplane::MAX_SHARDS);
+        if threads > 1 && opts.seawall.is_some() {
+            tracing::warn!(
+                dataplane_threads = threads,
+                "Seawall keeps one budget per sender: the data plane runs on one thread"
+            );
+            threads = 1;
+        }
+        let initial = (0..threads).map(|_| Dataplane::empty(opts.host)).collect();
+        let dp = DataplaneThread::spawn(&io, initial).map_err(|err| AgentError::Dataplane {
+            netns: opts.netns.clone().unwrap_or_else(|| "(current)".into()),
+            err,
         })?;
         let supervisor = match &opts.run_dir {
             Some(dir) => {

@@ -1,11 +1,23 @@
-//! The data-plane thread: sockets in the host namespace, the receive / forward /
+//! The data-plane threads: sockets in the host namespace, the receive / forward /
 //! send loop around the sans-IO [`Dataplane`], configuration handoff and counter
 //! publication.
 //!
-//! A new configuration arrives as a ready-built [`Dataplane`] in a one-slot
-//! mailbox; the loop checks an atomic flag once per iteration and swaps it in, so
-//! packets never wait on a lock. Counters are copied out for the control thread
-//! at most every [`PUBLISH_EVERY`].
+//! One or more forwarding threads (`sluice-dataplane-K`, the agent's
+//! `dataplane_threads`), each owning one shard of the data plane
+//! ([`crate::dataplane::Sharding`]): its own `Dataplane`, its own Geneve
+//! socket (several threads share the port with `SO_REUSEPORT`, so the kernel
+//! spreads senders over them), the receive sockets of the VM ports it reads
+//! ([`reads_port`]) and send-only sockets to the others. What a thread reads
+//! that belongs to another shard it hands over in batches ([`crate::handoff`]),
+//! so both directions of a flow, from a VM or from the fabric, are forwarded
+//! by one thread. Thread 0 (the control shard) runs instance health, leases
+//! and backend checks, and publishes its health view for the others to adopt.
+//!
+//! A new configuration arrives as ready-built [`Dataplane`]s, one per thread,
+//! each in a one-slot mailbox; a loop checks an atomic flag once per iteration
+//! and swaps its own in, so packets never wait on a lock. Counters are copied
+//! out for the control thread at most every [`PUBLISH_EVERY`], per thread, and
+//! summed by the reader ([`Published::merge`]).
 
 use std::collections::BTreeMap;
 use std::io;
@@ -21,8 +33,12 @@ use sluice_netio::{
     DEFAULT_BUF_SIZE, GRO_BUF_SIZE,
 };
 
-use crate::dataplane::{Dataplane, Dest, Out, PortTarget, Stats, TxPlan};
+use crate::dataplane::{
+    Dataplane, Dest, Frames, HealthView, Out, PortTarget, Sharding, Stats, TxPlan, CONTROL_SHARD,
+    MAX_SHARDS,
+};
 use crate::gro::Coalescer;
+use crate::handoff::{flush_all, link, split, Inbound, Origin, Outbound, Subset};
 
 /// How often counters are published to the control side.
 pub const PUBLISH_EVERY: Duration = Duration::from_millis(50);
@@ -65,10 +81,13 @@ pub struct Published {
     /// What the agent measured of its chains.
     pub chains: Vec<sluice_proto::ChainMeasure>,
     /// Socket counters (batch sizes achieved, super-datagrams, ring copies):
-    /// `geneve` and `port:<id>`.
+    /// `geneve` and `port:<id>`; forwarding thread K > 0's own sockets with
+    /// `/K` appended.
     pub io: Vec<(String, SocketStats)>,
-    /// The loop's own counters.
+    /// The loop's own counters (summed over the forwarding threads).
     pub io_loop: LoopStats,
+    /// Each forwarding thread's counters, by thread.
+    pub threads: Vec<ThreadStats>,
     /// Whether Seawall rate-controls this host's senders.
     pub seawall: bool,
     /// Seawall's controllers: (entity, rate in bits/s, counters).
@@ -77,6 +96,60 @@ pub struct Published {
     pub accusations: Vec<sluice_proto::Accusation>,
     /// What the health checks of backends on this host's VMs found.
     pub backend_checks: Vec<sluice_proto::BackendCheck>,
+}
+
+impl Published {
+    /// What several forwarding threads published, as one: the first (the
+    /// control shard, which alone keeps instance health, leases, backend
+    /// checks and Seawall) for what is per host; counters, socket counters,
+    /// chain measures and pinned flows summed or joined over all.
+    pub fn merge(mut parts: Vec<Published>) -> Published {
+        if parts.is_empty() {
+            return Published::default();
+        }
+        let mut all = parts.remove(0);
+        for p in parts {
+            all.stats.add(&p.stats);
+            all.io.extend(p.io);
+            all.io_loop.add(&p.io_loop);
+            all.threads.extend(p.threads);
+            for (id, e) in p.port_errors {
+                all.port_errors.entry(id).or_insert(e);
+            }
+            for c in p.chains {
+                match all
+                    .chains
+                    .iter_mut()
+                    .find(|a| a.vni == c.vni && a.chain == c.chain)
+                {
+                    Some(a) => {
+                        a.packets += c.packets;
+                        a.bytes += c.bytes;
+                        a.syns += c.syns;
+                        a.handshakes += c.handshakes;
+                        a.handshake_ns += c.handshake_ns;
+                        a.unanswered += c.unanswered;
+                        a.latency.add(&c.latency);
+                    }
+                    None => all.chains.push(c),
+                }
+            }
+            for f in p.pinned_flows {
+                match all
+                    .pinned_flows
+                    .iter_mut()
+                    .find(|a| a.vni == f.vni && a.group == f.group && a.target == f.target)
+                {
+                    Some(a) => {
+                        a.flows += f.flows;
+                        a.draining |= f.draining;
+                    }
+                    None => all.pinned_flows.push(f),
+                }
+            }
+        }
+        all
+    }
 }
 
 /// Counters of the data-plane loop itself.
@@ -94,25 +167,107 @@ pub struct LoopStats {
     pub gro_bad_csum: u64,
 }
 
-/// State shared between the data-plane thread and its owner.
+impl LoopStats {
+    /// Adds `o`'s counters to these.
+    pub fn add(&mut self, o: &LoopStats) {
+        let LoopStats {
+            sleeps,
+            spins,
+            gro_super_frames,
+            gro_merged,
+            gro_bad_csum,
+        } = *o;
+        self.sleeps += sleeps;
+        self.spins += spins;
+        self.gro_super_frames += gro_super_frames;
+        self.gro_merged += gro_merged;
+        self.gro_bad_csum += gro_bad_csum;
+    }
+}
+
+/// What one forwarding thread did (`sluice_dataplane_thread_*` in the
+/// agent's metrics).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ThreadStats {
+    /// The thread, `0..threads` (`sluice-dataplane-K`).
+    pub thread: usize,
+    /// Frames and datagrams read from its own sockets.
+    pub read: u64,
+    /// Frames and datagrams its shard forwarded (read here or handed over).
+    pub forwarded: u64,
+    /// Frames it read that belonged to another thread's shard and were
+    /// handed over.
+    pub handed_out: u64,
+    /// Frames other threads handed to it.
+    pub handed_in: u64,
+    /// Frames it could not hand over: every parcel of the link was in
+    /// flight.
+    pub handoff_drops: u64,
+}
+
+/// What one forwarding thread shares with the owner and the other threads.
 #[derive(Debug, Default)]
-struct Shared {
-    stop: AtomicBool,
+struct ThreadShared {
     has_pending: AtomicBool,
     pending: Mutex<Option<Dataplane>>,
-    version: AtomicU64,
-    /// Configurations handed over / taken over by the loop.
+    /// Configurations handed over / taken over by the thread.
     given: AtomicU64,
     taken: AtomicU64,
     published: Mutex<Published>,
+    /// An eventfd the thread polls with its sockets, so a new configuration,
+    /// an exited instance or a parcel from another thread is handled at once
+    /// instead of at the next poll timeout.
+    wake: Waker,
+    /// The thread may block in `poll(2)`: whoever hands it a parcel wakes it.
+    sleeping: AtomicBool,
+    /// Parcels handed to the thread so far (it compares this with what it
+    /// has seen before it sleeps).
+    posted: AtomicU64,
+}
+
+/// State shared between the forwarding threads and their owner.
+#[derive(Debug)]
+struct Shared {
+    stop: AtomicBool,
+    version: AtomicU64,
     has_exited: AtomicBool,
     exited: Mutex<Vec<u16>>,
     /// Until when (Unix ns) local instances may be granted leases: extended
     /// while the controller answers.
     leases_until: AtomicU64,
-    /// An eventfd the loop polls with its sockets, so a new configuration or an
-    /// exited instance is handled at once instead of at the next poll timeout.
-    wake: Waker,
+    /// One per forwarding thread.
+    threads: Vec<ThreadShared>,
+    /// The control shard's view of instance health, for the others, and how
+    /// many times it was replaced.
+    health: Mutex<Option<HealthView>>,
+    health_gen: AtomicU64,
+}
+
+impl Shared {
+    fn new(threads: usize) -> Shared {
+        Shared {
+            stop: AtomicBool::new(false),
+            version: AtomicU64::new(0),
+            has_exited: AtomicBool::new(false),
+            exited: Mutex::new(Vec::new()),
+            leases_until: AtomicU64::new(0),
+            threads: (0..threads).map(|_| ThreadShared::default()).collect(),
+            health: Mutex::new(None),
+            health_gen: AtomicU64::new(0),
+        }
+    }
+
+    /// Tells thread `t` it was handed parcels; wakes it if it may sleep.
+    fn posted(&self, t: usize) {
+        let th = &self.threads[t];
+        // SeqCst with the thread's own `sleeping` store and `posted` load
+        // (see `Loop::run`): either it sees this post before it sleeps, or
+        // this sees it sleeping and wakes it.
+        th.posted.fetch_add(1, Ordering::SeqCst);
+        if th.sleeping.load(Ordering::SeqCst) {
+            th.wake.wake();
+        }
+    }
 }
 
 /// Token of the waker among the poller's ports (port ids stop at 16383).
@@ -176,7 +331,8 @@ impl ExitNotifier {
             l.push(port);
         }
         self.0.has_exited.store(true, Ordering::Release);
-        self.0.wake.wake();
+        // Instance health is the control shard's.
+        self.0.threads[CONTROL_SHARD].wake.wake();
     }
 }
 
@@ -226,28 +382,111 @@ impl Default for IoOptions {
     }
 }
 
-/// The running data-plane thread.
+/// The running forwarding threads (`sluice-dataplane-K`, one or more).
 #[derive(Debug)]
 pub struct DataplaneThread {
     shared: Arc<Shared>,
-    thread: Option<JoinHandle<()>>,
+    threads: Vec<JoinHandle<()>>,
     udp_addr: SocketAddrV4,
 }
 
+/// What one forwarding thread starts with.
+struct ThreadStart {
+    index: usize,
+    count: usize,
+    dp: Dataplane,
+    out: Vec<Option<Outbound>>,
+    inb: Vec<Option<Inbound>>,
+}
+
 impl DataplaneThread {
-    /// Opens the Geneve socket in `opts.netns` and starts forwarding with
-    /// `initial`. Fails if the namespace or the socket cannot be opened.
-    pub fn spawn(opts: &IoOptions, initial: Dataplane) -> io::Result<DataplaneThread> {
-        let shared = Arc::new(Shared::default());
-        shared.version.store(initial.version(), Ordering::Release);
+    /// Starts one forwarding thread per data plane of `initial` (at least
+    /// one, at most [`MAX_SHARDS`]; thread K runs shard K of them), each with
+    /// its own Geneve socket in `opts.netns` (with several threads, sockets
+    /// sharing the address: `SO_REUSEPORT`). Fails if the namespace or a
+    /// socket cannot be opened.
+    pub fn spawn(opts: &IoOptions, initial: Vec<Dataplane>) -> io::Result<DataplaneThread> {
+        let count = initial.len();
+        if count == 0 || count > MAX_SHARDS {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("data-plane threads: {count}, must be 1 to {MAX_SHARDS}"),
+            ));
+        }
+        let shared = Arc::new(Shared::new(count));
+        shared
+            .version
+            .store(initial[0].version(), Ordering::Release);
+        // A link between every ordered pair of threads.
+        let mut outs: Vec<Vec<Option<Outbound>>> = (0..count)
+            .map(|_| (0..count).map(|_| None).collect())
+            .collect();
+        let mut ins: Vec<Vec<Option<Inbound>>> = (0..count)
+            .map(|_| (0..count).map(|_| None).collect())
+            .collect();
+        if count > 1 {
+            for (i, row) in outs.iter_mut().enumerate() {
+                for (j, slot) in row.iter_mut().enumerate() {
+                    if i != j {
+                        let (o, inb) = link();
+                        *slot = Some(o);
+                        ins[j][i] = Some(inb);
+                    }
+                }
+            }
+        }
+        let mut me = DataplaneThread {
+            shared,
+            threads: Vec::with_capacity(count),
+            udp_addr: opts.udp,
+        };
+        let mut addr = opts.udp;
+        for (index, ((dp, out), inb)) in initial.into_iter().zip(outs).zip(ins).enumerate() {
+            let start = ThreadStart {
+                index,
+                count,
+                dp,
+                out,
+                inb,
+            };
+            // Every thread binds where the first did (its port, if it
+            // picked one).
+            match me.spawn_one(opts, addr, start) {
+                Ok(a) => {
+                    if index == 0 {
+                        addr = a;
+                        me.udp_addr = a;
+                    }
+                }
+                Err(e) => {
+                    me.stop();
+                    return Err(e);
+                }
+            }
+        }
+        Ok(me)
+    }
+
+    fn spawn_one(
+        &mut self,
+        opts: &IoOptions,
+        addr: SocketAddrV4,
+        start: ThreadStart,
+    ) -> io::Result<SocketAddrV4> {
         let (tx, rx) = std::sync::mpsc::channel::<io::Result<SocketAddrV4>>();
-        let sh = shared.clone();
+        let sh = self.shared.clone();
         let opts2 = opts.clone();
+        let shared_port = start.count > 1;
         let thread = std::thread::Builder::new()
-            .name("sluice-dataplane".into())
+            .name(format!("sluice-dataplane-{}", start.index))
             .spawn(sluice_logging::in_current_span(move || {
                 let r = sluice_netio::in_netns_opt(opts2.netns.as_deref(), || {
-                    let udp = match UdpBatchSocket::bind(opts2.udp) {
+                    let bound = if shared_port {
+                        UdpBatchSocket::bind_shared(addr)
+                    } else {
+                        UdpBatchSocket::bind(addr)
+                    };
+                    let udp = match bound {
                         Ok(u) => u,
                         Err(e) => {
                             let _ = tx.send(Err(e));
@@ -255,31 +494,39 @@ impl DataplaneThread {
                         }
                     };
                     let _ = tx.send(Ok(udp.local_addr()));
-                    let mut initial = initial;
-                    initial.set_suspect_after(opts2.suspect_after.as_nanos() as u64);
-                    initial.set_seawall(opts2.seawall);
-                    Loop::new(&sh, udp, initial, &opts2).run();
+                    let ThreadStart {
+                        index,
+                        count,
+                        mut dp,
+                        out,
+                        inb,
+                    } = start;
+                    dp.set_suspect_after(opts2.suspect_after.as_nanos() as u64);
+                    dp.set_seawall(opts2.seawall);
+                    if let Err(e) = dp.set_shard(index, count) {
+                        tracing::error!(error = %e, "data-plane thread not started");
+                        return;
+                    }
+                    Loop::new(&sh, udp, dp, &opts2, out, inb).run();
                 });
                 if let Err(e) = r {
                     let _ = tx.send(Err(e));
                 }
             }))?;
-        let udp_addr = match rx.recv() {
-            Ok(Ok(a)) => a,
+        match rx.recv() {
+            Ok(Ok(a)) => {
+                self.threads.push(thread);
+                Ok(a)
+            }
             Ok(Err(e)) => {
                 let _ = thread.join();
-                return Err(e);
+                Err(e)
             }
             Err(_) => {
                 let _ = thread.join();
-                return Err(io::Error::other("data-plane thread ended early"));
+                Err(io::Error::other("data-plane thread ended early"))
             }
-        };
-        Ok(DataplaneThread {
-            shared,
-            thread: Some(thread),
-            udp_addr,
-        })
+        }
     }
 
     /// A handle the instance supervisor reports process exits through.
@@ -292,34 +539,53 @@ impl DataplaneThread {
         self.udp_addr
     }
 
+    /// How many forwarding threads run: [`Self::install`] wants that many
+    /// data planes.
+    pub fn threads(&self) -> usize {
+        self.shared.threads.len()
+    }
+
     /// Lets the data plane grant leases to local instances until `until_ns`
     /// (Unix ns).
     pub fn allow_leases_until(&self, until_ns: u64) {
         self.shared.leases_until.store(until_ns, Ordering::Release);
     }
 
-    /// Hands a new configuration to the thread (replacing one not yet taken)
-    /// and waits up to `wait` for the thread to run it (its VM port sockets
-    /// open); returns whether it did in time.
-    pub fn install(&self, dp: Dataplane, wait: Duration) -> bool {
-        let v = dp.version();
-        let gen = {
-            let Ok(mut slot) = self.shared.pending.lock() else {
+    /// Hands a new configuration to the threads, one data plane each, built
+    /// from the same configuration (replacing one not yet taken), and waits
+    /// up to `wait` for every thread to run it (its VM port sockets open);
+    /// returns whether they did in time. Refused (false) unless there is one
+    /// data plane per thread.
+    pub fn install(&self, dps: Vec<Dataplane>, wait: Duration) -> bool {
+        if dps.len() != self.threads() || dps.is_empty() {
+            return false;
+        }
+        let v = dps[0].version();
+        let mut gens = Vec::with_capacity(dps.len());
+        for (t, dp) in self.shared.threads.iter().zip(dps) {
+            let Ok(mut slot) = t.pending.lock() else {
                 return false;
             };
             *slot = Some(dp);
             // Under the slot's lock, so generations and contents stay in step.
-            self.shared.given.fetch_add(1, Ordering::AcqRel) + 1
-        };
+            gens.push(t.given.fetch_add(1, Ordering::AcqRel) + 1);
+        }
         self.shared.version.store(v, Ordering::Release);
-        self.shared.has_pending.store(true, Ordering::Release);
-        self.shared.wake.wake();
+        for t in &self.shared.threads {
+            t.has_pending.store(true, Ordering::Release);
+            t.wake.wake();
+        }
         let until = Instant::now() + wait;
-        while self.shared.taken.load(Ordering::Acquire) < gen {
-            if Instant::now() >= until || self.thread.as_ref().is_none_or(|t| t.is_finished()) {
-                return false;
+        for (t, gen) in self.shared.threads.iter().zip(gens) {
+            while t.taken.load(Ordering::Acquire) < gen {
+                if Instant::now() >= until
+                    || self.threads.is_empty()
+                    || self.threads.iter().any(|t| t.is_finished())
+                {
+                    return false;
+                }
+                std::thread::sleep(Duration::from_micros(200));
             }
-            std::thread::sleep(Duration::from_micros(200));
         }
         true
     }
@@ -329,19 +595,25 @@ impl DataplaneThread {
         self.shared.version.load(Ordering::Acquire)
     }
 
-    /// The counters last published.
+    /// The counters last published, summed over the threads
+    /// ([`Published::merge`]).
     pub fn published(&self) -> Published {
-        self.shared
-            .published
-            .lock()
-            .map(|p| p.clone())
-            .unwrap_or_default()
+        Published::merge(
+            self.shared
+                .threads
+                .iter()
+                .map(|t| t.published.lock().map(|p| p.clone()).unwrap_or_default())
+                .collect(),
+        )
     }
 
-    /// Stops the thread and waits for it.
+    /// Stops the threads and waits for them.
     pub fn stop(&mut self) {
         self.shared.stop.store(true, Ordering::Release);
-        if let Some(t) = self.thread.take() {
+        for t in &self.shared.threads {
+            t.wake.wake();
+        }
+        for t in self.threads.drain(..) {
             let _ = t.join();
         }
     }
@@ -353,6 +625,13 @@ impl Drop for DataplaneThread {
     }
 }
 
+/// Whether forwarding thread `me` of `count` reads VM port `id` (the others
+/// only send to it). By id, so a port keeps its reader when others come and
+/// go.
+pub fn reads_port(id: u16, me: usize, count: usize) -> bool {
+    id as usize % count.max(1) == me
+}
+
 /// A VM port's socket.
 struct PortSock {
     iface: String,
@@ -360,6 +639,8 @@ struct PortSock {
     /// TCP super-frames may be sent (the socket has `PACKET_VNET_HDR` and the
     /// interface TSO, so they reach the VM whole).
     gso: bool,
+    /// This thread reads the port (otherwise the socket only sends).
+    reads: bool,
 }
 
 /// Datagrams read per receive call on the Geneve socket. Each buffer holds a
@@ -393,6 +674,24 @@ struct Loop<'a> {
     seawall: bool,
     /// See [`IoOptions::vm_mtu`].
     vm_mtu: Option<u32>,
+    /// This thread (shard), of `count`.
+    me: usize,
+    count: usize,
+    /// Which shard a received frame belongs to.
+    steer: Sharding,
+    /// Links to the other threads (`None` at `me`) and from them.
+    out: Vec<Option<Outbound>>,
+    inb: Vec<Option<Inbound>>,
+    /// Indices of this shard's frames in the batch being split.
+    mine: Vec<u32>,
+    /// Parcels handed to this thread that it has seen (`ThreadShared::posted`).
+    posted_seen: u64,
+    /// Parcels were left waiting by the last drain (do not sleep).
+    inbound_left: bool,
+    /// The control shard's health view last adopted.
+    health_seen: u64,
+    /// This thread's counters.
+    thread: ThreadStats,
 }
 
 impl<'a> Loop<'a> {
@@ -401,7 +700,10 @@ impl<'a> Loop<'a> {
         mut udp: UdpBatchSocket,
         dp: Dataplane,
         opts: &IoOptions,
+        out: Vec<Option<Outbound>>,
+        inb: Vec<Option<Inbound>>,
     ) -> Loop<'a> {
+        let role = dp.shard();
         let batch = opts.batch;
         // Super-datagrams both ways: a batch of equal-sized frames to one peer
         // crosses the sending stack, the fabric and the receiving stack once
@@ -430,8 +732,21 @@ impl<'a> Loop<'a> {
             clock: LoopClock::new(),
             seawall: dp_seawall,
             vm_mtu: opts.vm_mtu,
+            me: role.index,
+            count: role.count,
+            steer: Sharding::new(role.count),
+            out,
+            inb,
+            mine: Vec::with_capacity(batch.max(UDP_BATCH)),
+            posted_seen: 0,
+            inbound_left: false,
+            health_seen: 0,
+            thread: ThreadStats {
+                thread: role.index,
+                ..ThreadStats::default()
+            },
         };
-        if !(gso && gro) {
+        if !(gso && gro) && role.index == 0 {
             tracing::warn!(
                 gso,
                 gro,
@@ -439,27 +754,124 @@ impl<'a> Loop<'a> {
             );
         }
         l.reconcile_ports();
+        l.share_health();
         l.publish();
         l
+    }
+
+    /// This thread's shared state.
+    fn mine_shared(&self) -> &'a ThreadShared {
+        &self.shared.threads[self.me]
+    }
+
+    /// Control shard, several threads: hands the health view to the others.
+    fn share_health(&mut self) {
+        if self.count == 1 || self.me != CONTROL_SHARD {
+            return;
+        }
+        if let Ok(mut h) = self.shared.health.lock() {
+            *h = Some(self.dp.health_view());
+        }
+        self.shared.health_gen.fetch_add(1, Ordering::Release);
+    }
+
+    /// Other shards: takes the control shard's health view if it changed.
+    fn adopt_health(&mut self) {
+        if self.me == CONTROL_SHARD {
+            return;
+        }
+        let gen = self.shared.health_gen.load(Ordering::Acquire);
+        if gen == self.health_seen {
+            return;
+        }
+        self.health_seen = gen;
+        let view = self.shared.health.lock().ok().and_then(|h| h.clone());
+        if let Some(v) = view {
+            self.dp.adopt_health(&v);
+        }
+    }
+
+    /// Forwards the parcels other threads handed to this one (up to
+    /// [`BURST`] from each); returns how many frames they held.
+    fn drain_inbound(&mut self) -> usize {
+        if self.count == 1 {
+            return 0;
+        }
+        // Before taking: a parcel posted from now on is seen as new.
+        self.posted_seen = self.mine_shared().posted.load(Ordering::SeqCst);
+        self.inbound_left = false;
+        let mut moved = 0;
+        for from in 0..self.inb.len() {
+            for n in 0..=BURST {
+                let Some(mut p) = self.inb[from].as_mut().and_then(|i| i.take()) else {
+                    break;
+                };
+                if n == BURST {
+                    // Others' turn; this parcel is forwarded first next time.
+                    self.inbound_left = true;
+                }
+                self.plan.clear();
+                self.fresh_now();
+                match p.origin() {
+                    Origin::Vm(port) => self.dp.process_vm_batch(port, &p, &mut self.plan),
+                    Origin::Udp => self.dp.process_udp_batch(&mut p, &mut self.plan),
+                }
+                Self::send_plan(
+                    &mut self.dp,
+                    &self.plan,
+                    &p,
+                    &mut self.udp,
+                    &mut self.socks,
+                    &mut self.scratch,
+                    &mut self.gro,
+                );
+                moved += p.len();
+                if let Some(i) = self.inb[from].as_mut() {
+                    i.give_back(p);
+                }
+            }
+        }
+        self.thread.handed_in += moved as u64;
+        self.thread.forwarded += moved as u64;
+        moved
+    }
+
+    /// Ships the parcels being filled and tells their threads.
+    fn ship(&mut self, mut shipped: u64) {
+        shipped |= flush_all(&mut self.out);
+        while shipped != 0 {
+            let t = shipped.trailing_zeros() as usize;
+            shipped &= shipped - 1;
+            if t < self.shared.threads.len() {
+                self.shared.posted(t);
+            }
+        }
     }
 
     fn run(&mut self) {
         // Until when to poll without sleeping (after moving packets).
         let mut spin_until: Option<Instant> = None;
+        let me = self.mine_shared();
         while !self.shared.stop.load(Ordering::Acquire) {
-            if self.shared.has_pending.swap(false, Ordering::AcqRel) {
-                let next = self.shared.pending.lock().ok().and_then(|mut s| {
-                    s.take()
-                        .map(|d| (d, self.shared.given.load(Ordering::Acquire)))
-                });
+            if me.has_pending.swap(false, Ordering::AcqRel) {
+                let next = me
+                    .pending
+                    .lock()
+                    .ok()
+                    .and_then(|mut s| s.take().map(|d| (d, me.given.load(Ordering::Acquire))));
                 if let Some((mut next, gen)) = next {
                     next.inherit_stats(&self.dp);
                     self.dp = next;
+                    // A new data plane of another shard starts from its old
+                    // view; the control shard's is taken again.
+                    self.health_seen = 0;
                     self.reconcile_ports();
+                    self.share_health();
                     self.publish();
-                    self.shared.taken.store(gen, Ordering::Release);
+                    me.taken.store(gen, Ordering::Release);
                 }
             }
+            self.adopt_health();
             self.retry_closed();
             self.clock.tick();
             self.dp
@@ -474,7 +886,7 @@ impl<'a> Loop<'a> {
             let wait = self.dp.seawall_release_at().map_or(wait, |d| {
                 wait.min(Duration::from_nanos(d.saturating_sub(now)))
             });
-            let spinning = spin_until.is_some_and(|t| self.clock.mono < t);
+            let spinning = spin_until.is_some_and(|t| self.clock.mono < t) || self.inbound_left;
             let wait = if spinning {
                 self.stats.spins += 1;
                 Duration::ZERO
@@ -482,7 +894,23 @@ impl<'a> Loop<'a> {
                 self.stats.sleeps += 1;
                 wait
             };
-            if let Err(e) = self.poller.wait(wait) {
+            // Several threads: say this one may sleep, then look whether it
+            // was handed something meanwhile (see `Shared::posted`).
+            let wait = if self.count > 1 && !wait.is_zero() {
+                me.sleeping.store(true, Ordering::SeqCst);
+                if me.posted.load(Ordering::SeqCst) != self.posted_seen {
+                    Duration::ZERO
+                } else {
+                    wait
+                }
+            } else {
+                wait
+            };
+            let polled = self.poller.wait(wait);
+            if self.count > 1 {
+                me.sleeping.store(false, Ordering::SeqCst);
+            }
+            if let Err(e) = polled {
                 tracing::error!(error = %e, "data plane poll failed");
                 std::thread::sleep(POLL);
             }
@@ -495,11 +923,12 @@ impl<'a> Loop<'a> {
                 if self.poller.is_ready(t) {
                     match self.tokens[t] {
                         None => moved += self.drain_udp(),
-                        Some(WAKE_TOKEN) => self.shared.wake.drain(),
+                        Some(WAKE_TOKEN) => me.wake.drain(),
                         Some(p) => moved += self.drain_port(p),
                     }
                 }
             }
+            moved += self.drain_inbound();
             // Spin only behind bulk traffic: a request/response exchange moves
             // a frame or two per wakeup, and spinning for it would take the CPU
             // its endpoints need (measured: the round trip got slower).
@@ -512,7 +941,7 @@ impl<'a> Loop<'a> {
                 self.read_before_suspecting();
             }
             let mut changed = self.dp.check_health(self.clock.wall_ns, wall_ns);
-            if self.shared.has_exited.swap(false, Ordering::AcqRel) {
+            if self.me == CONTROL_SHARD && self.shared.has_exited.swap(false, Ordering::AcqRel) {
                 let ports = self
                     .shared
                     .exited
@@ -523,10 +952,16 @@ impl<'a> Loop<'a> {
                     changed |= self.dp.instance_exited(p, wall_ns(), wall_ns);
                 }
             }
+            if changed {
+                self.share_health();
+            }
             if changed || checked {
                 self.publish();
             }
             if self.clock.mono.saturating_duration_since(self.last_publish) >= PUBLISH_EVERY {
+                // Heartbeats change loads and deadlines without a suspicion:
+                // the other shards see them at this pace.
+                self.share_health();
                 self.publish();
             }
         }
@@ -536,7 +971,14 @@ impl<'a> Loop<'a> {
     fn publish(&mut self) {
         self.clock.rebase();
         self.last_publish = self.clock.mono;
-        if let Ok(mut p) = self.shared.published.lock() {
+        let suffix = if self.me == 0 {
+            String::new()
+        } else {
+            format!("/{}", self.me)
+        };
+        self.thread.handed_out = self.out.iter().flatten().map(|o| o.handed()).sum();
+        self.thread.handoff_drops = self.out.iter().flatten().map(|o| o.dropped()).sum();
+        if let Ok(mut p) = self.shared.threads[self.me].published.lock() {
             p.version = self.dp.version();
             p.stats.clone_from(self.dp.stats());
             p.names = self
@@ -556,14 +998,16 @@ impl<'a> Loop<'a> {
             p.pinned_flows = self.dp.pinned_flows();
             p.chains = self.dp.chain_measures();
             p.io.clear();
-            p.io.push(("geneve".to_string(), self.udp.stats()));
+            p.io.push((format!("geneve{suffix}"), self.udp.stats()));
             for (id, s) in self.socks.iter_mut() {
                 // Reads (and resets) the kernel's drop counter: one system call
                 // per port per publication, not per packet.
                 let _ = s.sock.kernel_drops();
-                p.io.push((format!("port:{id}"), s.sock.stats()));
+                p.io.push((format!("port:{id}{suffix}"), s.sock.stats()));
             }
             p.io_loop = self.stats;
+            p.threads.clear();
+            p.threads.push(self.thread);
             p.seawall = self.dp.seawall_on();
             p.isolation = self.dp.seawall_entities();
             p.accusations = self.dp.accusations();
@@ -631,8 +1075,10 @@ impl<'a> Loop<'a> {
                 PortTarget::Instance { .. } => None,
             })
             .collect();
-        self.socks
-            .retain(|id, s| want.get(id).is_some_and(|i| *i == s.iface));
+        let (me, count) = (self.me, self.count);
+        self.socks.retain(|id, s| {
+            want.get(id).is_some_and(|i| *i == s.iface) && s.reads == reads_port(*id, me, count)
+        });
         self.closed
             .retain(|id, (iface, _, _)| want.get(id).is_some_and(|i| i == iface));
         for (id, iface) in want {
@@ -658,8 +1104,11 @@ impl<'a> Loop<'a> {
             };
         // A receive ring (frames read in place, no system call per frame), no
         // qdisc on the way to the VM, and virtio-net headers for super-frames.
+        // A port another thread reads gets a socket that only sends.
+        let reads = reads_port(id, self.me, self.count);
         let opts = PacketOptions {
             vnet_hdr: gso,
+            send_only: !reads,
             ..PacketOptions::fast()
         };
         match PacketSocket::open_with(&iface, &opts) {
@@ -670,8 +1119,18 @@ impl<'a> Loop<'a> {
                 if let Some(e) = sock.ring_error() {
                     tracing::warn!(port = id, %iface, error = %e, "no receive ring: using recvmmsg");
                 }
-                self.check_vm_mtu(id, &iface);
-                self.socks.insert(id, PortSock { iface, sock, gso });
+                if reads {
+                    self.check_vm_mtu(id, &iface);
+                }
+                self.socks.insert(
+                    id,
+                    PortSock {
+                        iface,
+                        sock,
+                        gso,
+                        reads,
+                    },
+                );
             }
             Err(e) => {
                 let msg = e.to_string();
@@ -727,11 +1186,11 @@ impl<'a> Loop<'a> {
         self.tokens.clear();
         self.poller.add(self.udp.as_raw_fd());
         self.tokens.push(None);
-        if let Some(fd) = self.shared.wake.raw() {
+        if let Some(fd) = self.shared.threads[self.me].wake.raw() {
             self.poller.add(fd);
             self.tokens.push(Some(WAKE_TOKEN));
         }
-        for (id, s) in &self.socks {
+        for (id, s) in self.socks.iter().filter(|(_, s)| s.reads) {
             self.poller.add(s.sock.as_raw_fd());
             self.tokens.push(Some(*id));
         }
@@ -752,6 +1211,9 @@ impl<'a> Loop<'a> {
     fn read_before_suspecting(&mut self) {
         self.clock.tick();
         let (_, emptied) = self.drain_udp_for(CONFIRM_BURSTS);
+        // Heartbeats another thread read and handed over (its own socket is
+        // not read from here).
+        self.drain_inbound();
         self.dp.read_before_suspecting(!emptied);
     }
 
@@ -771,16 +1233,56 @@ impl<'a> Loop<'a> {
             }
             self.plan.clear();
             self.fresh_now();
-            self.dp.process_udp_batch(&mut self.rx_udp, &mut self.plan);
-            Self::send_plan(
-                &mut self.dp,
-                &self.plan,
+            self.thread.read += self.rx_udp.len() as u64;
+            if self.count == 1 {
+                self.thread.forwarded += self.rx_udp.len() as u64;
+                self.dp.process_udp_batch(&mut self.rx_udp, &mut self.plan);
+                Self::send_plan(
+                    &mut self.dp,
+                    &self.plan,
+                    &self.rx_udp,
+                    &mut self.udp,
+                    &mut self.socks,
+                    &mut self.scratch,
+                    &mut self.gro,
+                );
+                continue;
+            }
+            let steer = &mut self.steer;
+            let shipped = split(
                 &self.rx_udp,
-                &mut self.udp,
-                &mut self.socks,
-                &mut self.scratch,
-                &mut self.gro,
+                Origin::Udp,
+                self.me,
+                |d| steer.of_datagram(d),
+                &mut self.mine,
+                &mut self.out,
             );
+            self.thread.forwarded += self.mine.len() as u64;
+            if self.mine.len() == self.rx_udp.len() {
+                self.dp.process_udp_batch(&mut self.rx_udp, &mut self.plan);
+                Self::send_plan(
+                    &mut self.dp,
+                    &self.plan,
+                    &self.rx_udp,
+                    &mut self.udp,
+                    &mut self.socks,
+                    &mut self.scratch,
+                    &mut self.gro,
+                );
+            } else if !self.mine.is_empty() {
+                let mut sub = Subset::new(&mut self.rx_udp, &self.mine);
+                self.dp.process_udp_batch(&mut sub, &mut self.plan);
+                Self::send_plan(
+                    &mut self.dp,
+                    &self.plan,
+                    &sub,
+                    &mut self.udp,
+                    &mut self.socks,
+                    &mut self.scratch,
+                    &mut self.gro,
+                );
+            }
+            self.ship(shipped);
         }
         (moved, false)
     }
@@ -809,16 +1311,56 @@ impl<'a> Loop<'a> {
             }
             self.plan.clear();
             self.fresh_now();
-            self.dp.process_vm_batch(port, &self.rx, &mut self.plan);
-            Self::send_plan(
-                &mut self.dp,
-                &self.plan,
-                &self.rx,
-                &mut self.udp,
-                &mut self.socks,
-                &mut self.scratch,
-                &mut self.gro,
-            );
+            self.thread.read += self.rx.len() as u64;
+            if self.count == 1 {
+                self.thread.forwarded += self.rx.len() as u64;
+                self.dp.process_vm_batch(port, &self.rx, &mut self.plan);
+                Self::send_plan(
+                    &mut self.dp,
+                    &self.plan,
+                    &self.rx,
+                    &mut self.udp,
+                    &mut self.socks,
+                    &mut self.scratch,
+                    &mut self.gro,
+                );
+            } else {
+                let steer = &mut self.steer;
+                let shipped = split(
+                    &self.rx,
+                    Origin::Vm(port),
+                    self.me,
+                    |f| steer.of_vm_frame(f),
+                    &mut self.mine,
+                    &mut self.out,
+                );
+                self.thread.forwarded += self.mine.len() as u64;
+                if self.mine.len() == self.rx.len() {
+                    self.dp.process_vm_batch(port, &self.rx, &mut self.plan);
+                    Self::send_plan(
+                        &mut self.dp,
+                        &self.plan,
+                        &self.rx,
+                        &mut self.udp,
+                        &mut self.socks,
+                        &mut self.scratch,
+                        &mut self.gro,
+                    );
+                } else if !self.mine.is_empty() {
+                    let sub = Subset::new(&mut self.rx, &self.mine);
+                    self.dp.process_vm_batch(port, &sub, &mut self.plan);
+                    Self::send_plan(
+                        &mut self.dp,
+                        &self.plan,
+                        &sub,
+                        &mut self.udp,
+                        &mut self.socks,
+                        &mut self.scratch,
+                        &mut self.gro,
+                    );
+                }
+                self.ship(shipped);
+            }
             // Hand the ring slots back now: the kernel drops frames when the
             // ring is full, and the frames are sent (copied by the kernel).
             self.rx.clear();
@@ -829,10 +1371,10 @@ impl<'a> Loop<'a> {
     /// Sends the plan: the UDP messages with one call, each VM port's with one.
     /// (An associated function over the fields it needs, so the frames may be
     /// borrowed from either receive batch.)
-    fn send_plan(
+    fn send_plan<F: Frames + ?Sized>(
         dp: &mut Dataplane,
         plan: &TxPlan,
-        rx: &RxBatch,
+        rx: &F,
         udp: &mut UdpBatchSocket,
         socks: &mut BTreeMap<u16, PortSock>,
         scratch: &mut Vec<Out>,
@@ -940,7 +1482,7 @@ pub fn wall_ns() -> u64 {
 }
 
 /// The plan's messages `outs` as netio messages (one allocation per batch).
-fn messages<'a>(plan: &'a TxPlan, rx: &'a RxBatch, outs: &[Out]) -> Vec<Msg<'a>> {
+fn messages<'a, F: Frames + ?Sized>(plan: &'a TxPlan, rx: &'a F, outs: &[Out]) -> Vec<Msg<'a>> {
     outs.iter()
         .map(|o| Msg {
             head: plan.head(o),

@@ -4,8 +4,10 @@
 //! ([`control`]), accepts the host's whole configuration over HTTP ([`http`]),
 //! starts and stops the NF instances the configuration lists ([`instances`]), and
 //! forwards packets between VM ports (raw Ethernet on AF_PACKET sockets), NF
-//! instances and peer hosts (Geneve over one UDP socket) on a data-plane thread
-//! ([`io`]) that runs the sans-IO core ([`dataplane`]).
+//! instances and peer hosts (Geneve over UDP) on one or more forwarding threads
+//! ([`io`], `dataplane_threads`; flows sharded by their direction-invariant
+//! hash, frames handed between threads by [`handoff`]) that run the sans-IO
+//! core ([`dataplane`]).
 //!
 //! The data plane keeps forwarding with the last configuration it accepted while
 //! the controller is unreachable; a configuration that cannot be installed is
@@ -43,6 +45,7 @@ pub mod dataplane;
 pub mod eve;
 pub mod gro;
 pub mod groups;
+pub mod handoff;
 pub mod http;
 pub mod instances;
 pub mod io;

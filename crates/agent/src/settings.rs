@@ -119,6 +119,12 @@ pub struct RunArgs {
     /// in the racks of its chains' VMs [default: none].
     #[arg(long)]
     pub rack: Option<String>,
+    /// Forwarding threads of the data plane (`sluice-dataplane-K`), 1 to 64:
+    /// flows are sharded over them by their direction-invariant hash, so
+    /// both directions of a flow stay on one thread. 0: as many as the cores
+    /// the agent may run on. With Seawall on, one [default: 0].
+    #[arg(long)]
+    pub dataplane_threads: Option<u32>,
     /// Whether the controller seals the fabric (its `fabric_auth`): the MTU
     /// check then counts the sealing's bytes [default: true].
     #[arg(long)]
@@ -209,6 +215,8 @@ pub struct AgentFile {
     pub instance_slots: Option<u32>,
     /// See [`RunArgs::rack`].
     pub rack: Option<String>,
+    /// See [`RunArgs::dataplane_threads`].
+    pub dataplane_threads: Option<u32>,
     /// See [`RunArgs::fabric_auth`].
     pub fabric_auth: Option<bool>,
     /// See [`RunArgs::seawall`].
@@ -310,6 +318,8 @@ pub struct AgentSettings {
     pub instance_slots: u32,
     /// Rack declared to the controller (`None`: no locality).
     pub rack: Option<String>,
+    /// Forwarding threads (`None`: [`default_dataplane_threads`]).
+    pub dataplane_threads: Option<u32>,
     /// Whether the fabric is sealed.
     pub fabric_auth: bool,
     /// Seawall's configuration (`None`: off).
@@ -430,6 +440,17 @@ pub fn resolve(
         ),
         ..d
     });
+    // 0, as not set: the cores.
+    let dataplane_threads =
+        pick(&args.dataplane_threads, &file.dataplane_threads).filter(|&n| n != 0);
+    if let Some(n) = dataplane_threads {
+        if n as usize > crate::dataplane::MAX_SHARDS {
+            return Err(SettingsError::Invalid(format!(
+                "dataplane_threads {n}: must be between 1 and {} (0: the cores)",
+                crate::dataplane::MAX_SHARDS
+            )));
+        }
+    }
     let siem = siem(args, file)?;
     Ok(AgentSettings {
         host_id,
@@ -453,6 +474,7 @@ pub fn resolve(
             .unwrap_or(DEFAULT_INSTANCE_SLOTS),
         // An empty name is no rack, as an empty `netns` is none.
         rack: pick(&args.rack, &file.rack).filter(|r| !r.trim().is_empty()),
+        dataplane_threads,
         fabric_auth: pick(&args.fabric_auth, &file.fabric_auth).unwrap_or(true),
         seawall,
         siem,
@@ -731,7 +753,20 @@ pub fn prepare(s: &AgentSettings, api_token: String) -> Result<AgentOptions, Set
         // https:// controller serves TLS, and one of a plain one cannot.
         api_tls: s.controller.starts_with("https://"),
         siem: s.siem.any().then(|| s.siem.clone()),
+        dataplane_threads: s
+            .dataplane_threads
+            .map_or_else(default_dataplane_threads, |n| n as usize),
     })
+}
+
+/// Forwarding threads when `dataplane_threads` is not set: the cores this
+/// process may run on (its CPU affinity and cgroup quota, as
+/// `available_parallelism` reads them), at most
+/// [`crate::dataplane::MAX_SHARDS`].
+pub fn default_dataplane_threads() -> usize {
+    std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .clamp(1, crate::dataplane::MAX_SHARDS)
 }
 
 #[cfg(test)]

@@ -65,6 +65,7 @@ pub fn standalone_options(h: u32, netns: &str) -> AgentOptions {
         capacity: None,
         api_tls: false,
         siem: None,
+        dataplane_threads: 1,
     }
 }
 

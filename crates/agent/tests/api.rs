@@ -35,6 +35,7 @@ fn opts(controller: Option<String>, run_dir: Option<std::path::PathBuf>) -> Agen
         capacity: None,
         api_tls: false,
         siem: None,
+        dataplane_threads: 1,
     }
 }
 

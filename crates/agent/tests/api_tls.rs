@@ -69,6 +69,7 @@ fn agent_opts(host: u32, ctl: &ServerHandle, token: &str) -> AgentOptions {
         capacity: None,
         api_tls: true,
         siem: None,
+        dataplane_threads: 1,
     }
 }
 

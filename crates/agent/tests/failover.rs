@@ -201,6 +201,11 @@ impl Drop for Setup {
 static NEXT: AtomicU32 = AtomicU32::new(0);
 
 fn setup() -> Option<Setup> {
+    setup_with(1)
+}
+
+/// The same with `threads` forwarding threads.
+fn setup_with(threads: usize) -> Option<Setup> {
     if !is_root() {
         eprintln!("skipped: needs root");
         return None;
@@ -220,6 +225,7 @@ fn setup() -> Option<Setup> {
         prefix,
         run_dir: Some(run_dir.clone()),
         instance_exe: Some(env!("CARGO_BIN_EXE_sluiced").into()),
+        dataplane_threads: threads,
         ..standalone_options(1, host.name())
     })
     .unwrap();
@@ -317,7 +323,18 @@ fn busy_instance(url: &str) -> u16 {
 
 #[test]
 fn killing_the_flows_instance_moves_it_without_breaking_the_transfer() {
-    let Some(s) = setup() else { return };
+    kill_the_flows_instance(1);
+}
+
+/// With two forwarding threads the flow may be forwarded by the thread that
+/// hears no heartbeat: it takes the failover from thread 0's health view.
+#[test]
+fn killing_the_flows_instance_moves_it_with_two_forwarding_threads() {
+    kill_the_flows_instance(2);
+}
+
+fn kill_the_flows_instance(threads: usize) {
+    let Some(s) = setup_with(threads) else { return };
     let data = pattern(6 << 20);
     let done = transfer(&s, data.clone());
     std::thread::sleep(Duration::from_millis(300));

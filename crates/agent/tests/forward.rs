@@ -88,6 +88,11 @@ fn echo(vm: &VmHandle, to: SocketAddr, msg: &[u8], timeout: Duration) -> Option<
 
 /// The agent, in-process, with its data plane in namespace `host`.
 fn start_agent(host: &Netns) -> Agent {
+    start_agent_with(host, 1)
+}
+
+/// The same with `threads` forwarding threads.
+fn start_agent_with(host: &Netns, threads: usize) -> Agent {
     Agent::start(&AgentOptions {
         host: 1,
         name: "h1".into(),
@@ -108,6 +113,7 @@ fn start_agent(host: &Netns) -> Agent {
         capacity: None,
         api_tls: false,
         siem: None,
+        dataplane_threads: threads,
     })
     .unwrap()
 }
@@ -277,6 +283,94 @@ fn a_block_on_request_stops_real_traffic_until_removed() {
         echo(&vm1, server, b"welcome", Duration::from_secs(10)).as_deref(),
         Some(&b"welcome"[..]),
         "removing the block restores forwarding"
+    );
+    agent.shutdown();
+}
+
+/// The value of the metrics line that starts with `key` (0 if absent).
+fn metric(m: &str, key: &str) -> u64 {
+    m.lines()
+        .find(|l| l.starts_with(key))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+/// With two forwarding threads, each VM port is read by one of them and
+/// every flow is forwarded by the thread of its hash, both ways: frames read
+/// by the other thread are handed over. Many connections all work, both
+/// threads forward, frames are handed over, the counters are summed, and a
+/// new configuration reaches both threads.
+#[test]
+fn many_connections_cross_two_forwarding_threads() {
+    if !is_root() {
+        eprintln!("skipped: needs root");
+        return;
+    }
+    let host = Netns::new("h").unwrap();
+    let vm1 = attach_vm(host.name(), "vm1", Ipv4Addr::new(10, 0, 0, 1)).unwrap();
+    let vm2 = attach_vm(host.name(), "vm2", Ipv4Addr::new(10, 0, 0, 2)).unwrap();
+    let agent = start_agent_with(&host, 2);
+    let url = agent.api_url();
+    let server = echo_server(&vm2);
+    assert_eq!(put(&url, &config(1, &vm1, &vm2, vec![])), 200);
+    let conns = 48;
+    for i in 0..conns {
+        let msg = vec![i as u8; 2000 + i * 10];
+        assert_eq!(
+            echo(&vm1, server, &msg, Duration::from_secs(10)).as_deref(),
+            Some(&msg[..]),
+            "connection {i}"
+        );
+    }
+    // A new configuration (one data plane per thread) forwards on both.
+    assert_eq!(put(&url, &config(2, &vm1, &vm2, vec![])), 200);
+    assert_eq!(agent_status(&url).config_version, 2);
+    for i in 0..16 {
+        let msg = vec![0xa0; 1000 + i];
+        assert_eq!(
+            echo(&vm1, server, &msg, Duration::from_secs(10)).as_deref(),
+            Some(&msg[..]),
+            "connection {i} after the new configuration"
+        );
+    }
+    // Published at most every 50 ms.
+    std::thread::sleep(Duration::from_millis(200));
+    let m = ureq::get(&format!("{url}/metrics"))
+        .call()
+        .unwrap()
+        .into_string()
+        .unwrap();
+    assert_eq!(metric(&m, "sluice_dataplane_threads{host=\"1\"}"), 2, "{m}");
+    let per = |name: &str, t: u32| {
+        metric(
+            &m,
+            &format!("sluice_dataplane_thread_{name}_total{{host=\"1\",thread=\"{t}\"}}"),
+        )
+    };
+    for t in 0..2 {
+        assert!(per("forwarded", t) > 0, "thread {t} forwarded nothing: {m}");
+        assert!(per("read", t) > 0, "thread {t} read nothing: {m}");
+    }
+    let handed = per("handed_out", 0) + per("handed_out", 1);
+    assert!(handed > 0, "no frame was handed over: {m}");
+    assert_eq!(handed, per("handed_in", 0) + per("handed_in", 1));
+    assert_eq!(per("handoff_drops", 0) + per("handoff_drops", 1), 0);
+    // Every frame read was forwarded by exactly one thread.
+    assert_eq!(
+        per("read", 0) + per("read", 1),
+        per("forwarded", 0) + per("forwarded", 1),
+        "{m}"
+    );
+    // The ports' counters are the threads' sum: every frame VM 1 sent
+    // (SYN, data, ACKs of 64 connections) was counted once.
+    let s = agent_status(&url);
+    let p1 = s.ports.iter().find(|p| p.id == 1).unwrap();
+    let p2 = s.ports.iter().find(|p| p.id == 2).unwrap();
+    assert!(p1.counters.rx_packets >= 3 * 64, "{p1:?}");
+    assert_eq!(
+        p1.counters.rx_packets, p2.counters.tx_packets,
+        "{p1:?} {p2:?}"
     );
     agent.shutdown();
 }

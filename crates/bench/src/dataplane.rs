@@ -133,6 +133,17 @@ pub fn offloads(coalesce: bool) -> String {
 }
 
 fn iperf(server_ns: &str, client_ns: &str, addr: &str, seconds: u32) -> Result<f64, String> {
+    iperf_streams(server_ns, client_ns, addr, seconds, 1)
+}
+
+/// iperf3 throughput with `streams` parallel TCP connections (`-P`), Gbit/s.
+fn iperf_streams(
+    server_ns: &str,
+    client_ns: &str,
+    addr: &str,
+    seconds: u32,
+    streams: usize,
+) -> Result<f64, String> {
     let mut server = Command::new("ip")
         .args(["netns", "exec", server_ns, "iperf3", "-s", "-1", "-B", addr])
         .stdout(Stdio::null())
@@ -145,6 +156,8 @@ fn iperf(server_ns: &str, client_ns: &str, addr: &str, seconds: u32) -> Result<f
         let o = Command::new("ip")
             .args(["netns", "exec", client_ns, "iperf3", "-J", "-c", addr, "-t"])
             .arg(seconds.to_string())
+            .arg("-P")
+            .arg(streams.max(1).to_string())
             .output()
             .map_err(|e| e.to_string())?;
         if o.status.success() {
@@ -252,6 +265,7 @@ pub fn run(
         subverted: Vec::new(),
         controllers: 1,
         topology: Default::default(),
+        dataplane_threads: 1,
     })
     .map_err(|e| e.to_string())?;
     let st = lab.state().clone();
@@ -775,4 +789,194 @@ pub fn print(r: &DataplaneReport) {
         "apply -> installed on all {} agents: median {:.1} ms, max {:.1} ms (goal 20 ms; Stratos Table 1: 54 ms)",
         r.hosts, r.install_p50_ms, r.install_max_ms
     );
+}
+
+/// One row of `sluice bench dataplane --dataplane-threads`: the switch path
+/// with every agent on `threads` forwarding threads.
+#[derive(Debug, Clone, Serialize)]
+pub struct ThreadsRow {
+    /// Forwarding threads of every agent.
+    pub threads: usize,
+    /// Parallel TCP connections of each iperf3 run (`-P`).
+    pub streams: usize,
+    /// iperf3 goodput web-a1 -> web-b1, Gbit/s (median of the runs).
+    pub gbps: f64,
+    /// Every run's goodput, in order.
+    pub gbps_runs: Vec<f64>,
+    /// `gbps` against the first thread count's.
+    pub ratio: f64,
+    /// On-CPU seconds per wall second of each forwarding thread of the
+    /// sending and the receiving host's agents during the runs.
+    pub cpu_send: Vec<f64>,
+    /// The same, the receiving host.
+    pub cpu_recv: Vec<f64>,
+    /// The 1-minute load average when the row started.
+    pub load: String,
+}
+
+/// On-CPU nanoseconds of each forwarding thread of process `pid`
+/// (`sluice-dataplane-K`, which the kernel shortens to 15 bytes), in
+/// thread-id order.
+fn dataplane_cpu_ns(pid: u32) -> Vec<u64> {
+    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Vec::new();
+    };
+    let mut tids: Vec<u64> = dir
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .collect();
+    tids.sort_unstable();
+    tids.into_iter()
+        .filter(|t| {
+            std::fs::read_to_string(format!("/proc/{pid}/task/{t}/comm"))
+                .is_ok_and(|c| c.starts_with("sluice-dataplan"))
+        })
+        .filter_map(|t| {
+            std::fs::read_to_string(format!("/proc/{pid}/task/{t}/schedstat"))
+                .ok()?
+                .split_whitespace()
+                .next()?
+                .parse()
+                .ok()
+        })
+        .collect()
+}
+
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|l| l.split_whitespace().next().map(str::to_string))
+        .unwrap_or_else(|| "unknown".into())
+}
+
+/// The switch path (web-a1 on one host to web-b1 on another, sealed
+/// fabric, no middlebox) with every agent on each thread count of
+/// `threads` in turn: a lab per count, [`ROUNDS`] iperf3 runs of `streams`
+/// connections each; ratios against the first count. `progress` hears what
+/// runs.
+pub fn threads_run(
+    sluice: &Path,
+    spec: &Path,
+    seconds: u32,
+    threads: &[usize],
+    streams: usize,
+    progress: &mut dyn FnMut(&str),
+) -> Result<Vec<ThreadsRow>, String> {
+    if threads.is_empty() || threads.iter().any(|&t| t == 0 || t > 64) {
+        return Err("every thread count must be 1 to 64".into());
+    }
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    progress(&format!(
+        "{cores} core(s) available; load average {}",
+        load_average()
+    ));
+    let mut rows: Vec<ThreadsRow> = Vec::new();
+    for &t in threads {
+        let load = load_average();
+        progress(&format!(
+            "{t} forwarding thread(s), {streams} stream(s); load average {load}"
+        ));
+        let dir = std::env::temp_dir().join(format!("sluice-bench-dpt-{}-{t}", std::process::id()));
+        let lab = Lab::up(&LabOptions {
+            spec: spec.to_path_buf(),
+            hosts: 3,
+            dir: dir.clone(),
+            sluice: sluice.to_path_buf(),
+            sluiced: sluice.with_file_name("sluiced"),
+            web: false,
+            seawall: false,
+            fabric_auth: true,
+            store: Default::default(),
+            subverted: Vec::new(),
+            controllers: 1,
+            topology: Default::default(),
+            dataplane_threads: t as u32,
+        })
+        .map_err(|e| e.to_string())?;
+        let st = lab.state().clone();
+        let (c, s) = (
+            st.vm("web-a1").ok_or("spec has no VM web-a1")?,
+            st.vm("web-b1").ok_or("spec has no VM web-b1")?,
+        );
+        if c.host == s.host {
+            return Err("web-a1 and web-b1 landed on one host; the benchmark needs two".into());
+        }
+        let pids = (
+            lab.agent_pid(c.host)
+                .ok_or("no agent on the sending host")?,
+            lab.agent_pid(s.host)
+                .ok_or("no agent on the receiving host")?,
+        );
+        let cpu0 = (dataplane_cpu_ns(pids.0), dataplane_cpu_ns(pids.1));
+        let t0 = Instant::now();
+        let mut runs = Vec::new();
+        for _ in 0..ROUNDS {
+            runs.push(iperf_streams(
+                &s.netns,
+                &c.netns,
+                &s.addrs[0],
+                seconds,
+                streams,
+            )?);
+        }
+        let wall = t0.elapsed().as_secs_f64();
+        // Threads the forwarding threads start (entering the namespace)
+        // inherit their name and wait: only those that ran count.
+        let share = |before: &[u64], after: Vec<u64>| -> Vec<f64> {
+            after
+                .iter()
+                .zip(before.iter().chain(std::iter::repeat(&0)))
+                .map(|(a, b)| a.saturating_sub(*b))
+                .filter(|&ns| ns > 0)
+                .map(|ns| ns as f64 / 1e9 / wall)
+                .collect()
+        };
+        let cpu_send = share(&cpu0.0, dataplane_cpu_ns(pids.0));
+        let cpu_recv = share(&cpu0.1, dataplane_cpu_ns(pids.1));
+        drop(lab);
+        let _ = std::fs::remove_dir_all(&dir);
+        let gbps = median(&runs);
+        let ratio = rows.first().map_or(1.0, |b| gbps / b.gbps);
+        rows.push(ThreadsRow {
+            threads: t,
+            streams,
+            gbps,
+            gbps_runs: runs,
+            ratio,
+            cpu_send,
+            cpu_recv,
+            load,
+        });
+    }
+    Ok(rows)
+}
+
+/// Prints [`threads_run`]'s rows.
+pub fn print_threads(rows: &[ThreadsRow]) {
+    println!(
+        "switch path web-a1 -> web-b1 (sealed fabric), iperf3 -P N, median of {ROUNDS} runs; \
+         ratios against the first thread count; CPU: on-CPU s per s of each forwarding thread"
+    );
+    println!("threads streams  Gbit/s  ratio  load   CPU send agent      CPU recv agent      runs");
+    for r in rows {
+        let cpu = |v: &[f64]| {
+            v.iter()
+                .map(|c| format!("{c:.2}"))
+                .collect::<Vec<_>>()
+                .join("/")
+        };
+        println!(
+            "{:>7} {:>7} {:>7.2} {:>6.2} {:>5} {:<19} {:<19} {:?}",
+            r.threads,
+            r.streams,
+            r.gbps,
+            r.ratio,
+            r.load,
+            cpu(&r.cpu_send),
+            cpu(&r.cpu_recv),
+            r.gbps_runs
+                .iter()
+                .map(|g| (g * 100.0).round() / 100.0)
+                .collect::<Vec<_>>()
+        );
+    }
 }

@@ -85,6 +85,16 @@ pub enum BenchCmd {
         /// ratios against the first (no root needed).
         #[arg(long, value_delimiter = ',')]
         threads: Vec<usize>,
+        /// Instead of the whole benchmark, the switch path on a testbed whose
+        /// agents run each of these numbers of forwarding threads in turn
+        /// (e.g. `1,2`: `dataplane_threads`), iperf3 with `--streams`
+        /// connections; ratios against the first (needs root).
+        #[arg(long, value_delimiter = ',')]
+        dataplane_threads: Vec<usize>,
+        /// Parallel TCP connections of each iperf3 run with
+        /// `--dataplane-threads` (one flow stays on one thread).
+        #[arg(long, default_value_t = 8)]
+        streams: usize,
     },
     /// Remote (Redis) versus local state: throughput, added latency and store
     /// operations per packet of each function, long and short flows (StatelessNF Fig. 4.4).
@@ -194,7 +204,30 @@ pub fn run(which: BenchCmd) -> Result<(), CliError> {
             spec,
             seawall,
             threads,
+            dataplane_threads,
+            streams,
         } => {
+            if !dataplane_threads.is_empty() {
+                let mut progress = |what: &str| eprintln!("bench: {what}");
+                let exe = std::env::current_exe().map_err(CliError::OwnBinary)?;
+                let rows = sluice_bench::dataplane::threads_run(
+                    &exe,
+                    &spec,
+                    seconds,
+                    &dataplane_threads,
+                    streams,
+                    &mut progress,
+                )
+                .map_err(CliError::Bench)?;
+                if json {
+                    for r in &rows {
+                        outln!("{}", serde_json::to_string(r).expect("row serialises"))?;
+                    }
+                } else {
+                    sluice_bench::dataplane::print_threads(&rows);
+                }
+                return Ok(());
+            }
             if !threads.is_empty() {
                 let mut progress = |what: &str| eprintln!("bench: {what}");
                 let rows =

@@ -159,6 +159,8 @@ pub fn options_with(
         subverted: Vec::new(),
         controllers: 1,
         topology: Default::default(),
+        // Several agents share the machine: one forwarding thread each.
+        dataplane_threads: 1,
     })
 }
 

@@ -41,6 +41,11 @@ pub struct PacketOptions {
     /// partial checksum, which cross the interface whole if it has TSO (see
     /// [`enable_tso`]). Received frames are returned without the header.
     pub vnet_hdr: bool,
+    /// Only send: the socket is bound to the interface with protocol 0, so
+    /// the kernel hands it no frame (no ring, nothing queued) while it sends
+    /// as any other. What a forwarding thread that does not read a port
+    /// sends to it through (`ring` is then ignored).
+    pub send_only: bool,
 }
 
 impl PacketOptions {
@@ -55,6 +60,7 @@ impl PacketOptions {
             ring: Some(Self::RING_BYTES),
             qdisc_bypass: true,
             vnet_hdr: false,
+            send_only: false,
         }
     }
 }
@@ -170,7 +176,7 @@ impl PacketSocket {
         }
         let mut ring = None;
         let mut ring_error = None;
-        if let Some(bytes) = opts.ring {
+        if let Some(bytes) = opts.ring.filter(|_| !opts.send_only) {
             let mtu = mtu(&fd, &name).unwrap_or(1500);
             match RxRing::setup(&fd, mtu, bytes) {
                 Ok(r) => {
@@ -190,7 +196,13 @@ impl PacketSocket {
         // SAFETY: all-zero is a valid sockaddr_ll.
         let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
         sll.sll_family = libc::AF_PACKET as u16;
-        sll.sll_protocol = (libc::ETH_P_ALL as u16).to_be();
+        // Protocol 0 registers no receive hook: a send-only socket costs the
+        // kernel nothing per frame on the interface.
+        sll.sll_protocol = if opts.send_only {
+            0
+        } else {
+            (libc::ETH_P_ALL as u16).to_be()
+        };
         sll.sll_ifindex = ifindex as i32;
         // SAFETY: passes a live sockaddr_ll with its size.
         let r = unsafe {

@@ -37,8 +37,25 @@ impl std::fmt::Debug for UdpBatchSocket {
 impl UdpBatchSocket {
     /// Binds a UDP socket to `addr` (port 0 picks one; see [`Self::local_addr`]).
     pub fn bind(addr: SocketAddrV4) -> io::Result<UdpBatchSocket> {
+        UdpBatchSocket::bind_with(addr, false)
+    }
+
+    /// Binds one of several sockets sharing `addr` (`SO_REUSEPORT`): the
+    /// kernel spreads received datagrams over them by their source and
+    /// destination addresses and ports, so one sender's datagrams all reach
+    /// one socket, in order. Every socket of the group must be bound with
+    /// this, by the same user; port 0 on the first picks the port the others
+    /// then name.
+    pub fn bind_shared(addr: SocketAddrV4) -> io::Result<UdpBatchSocket> {
+        UdpBatchSocket::bind_with(addr, true)
+    }
+
+    fn bind_with(addr: SocketAddrV4, shared: bool) -> io::Result<UdpBatchSocket> {
         let fd = socket(libc::AF_INET, libc::SOCK_DGRAM, 0)?;
         setsockopt_int(&fd, libc::SOL_SOCKET, libc::SO_REUSEADDR, 1)?;
+        if shared {
+            setsockopt_int(&fd, libc::SOL_SOCKET, libc::SO_REUSEPORT, 1)?;
+        }
         big_buffers(&fd);
         let sin = sockaddr_in(addr);
         // SAFETY: passes a live sockaddr_in with its size.

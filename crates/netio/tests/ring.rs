@@ -546,3 +546,82 @@ fn tcp_super_frames_cross_a_tso_link_whole() {
         .unwrap();
     assert!(plain_sock.send_frames(&frames, &slices).is_err());
 }
+
+#[test]
+fn a_send_only_socket_sends_and_never_receives() {
+    let p = pair();
+    let send_only = PacketOptions {
+        send_only: true,
+        ..PacketOptions::fast()
+    };
+    let mut tx = in_netns(p.a.name(), move || {
+        PacketSocket::open_with("va", &send_only)
+    })
+    .unwrap()
+    .unwrap();
+    assert!(tx.ring().is_none(), "a send-only socket needs no ring");
+    let mut rx = ring_socket(&p.b, "vb");
+    let frames: Vec<Vec<u8>> = (0..100u32).map(|i| test_frame(i, 64)).collect();
+    send_all(&mut tx, &frames);
+    let mut batch = RxBatch::new(64, 2048);
+    assert_eq!(
+        collect(&mut rx, &mut batch, 100, Duration::from_secs(5)),
+        frames
+    );
+    // Frames coming in on va: a receiving socket there sees them, the
+    // send-only one does not.
+    let mut back = in_netns(p.b.name(), || {
+        PacketSocket::open_with("vb", &PacketOptions::fast())
+    })
+    .unwrap()
+    .unwrap();
+    let mut reader = ring_socket(&p.a, "va");
+    send_all(&mut back, &frames);
+    assert_eq!(
+        collect(&mut reader, &mut batch, 100, Duration::from_secs(5)).len(),
+        100
+    );
+    assert_eq!(tx.recv_batch(&mut batch).unwrap(), 0);
+    assert!(
+        collect(&mut tx, &mut batch, 1, Duration::from_millis(200)).is_empty(),
+        "the send-only socket received"
+    );
+}
+
+#[test]
+fn shared_udp_sockets_split_senders_and_keep_each_on_one_socket() {
+    let p = pair();
+    let (mut s1, mut s2) = in_netns(p.b.name(), || {
+        let a = UdpBatchSocket::bind_shared(SocketAddrV4::new(B_IP, 0)).unwrap();
+        let b = UdpBatchSocket::bind_shared(a.local_addr()).unwrap();
+        (a, b)
+    })
+    .unwrap();
+    let to = s1.local_addr();
+    assert_eq!(s2.local_addr(), to);
+    // 16 senders (source ports), 20 datagrams each.
+    let senders: Vec<UdpSocket> = in_netns(p.a.name(), || {
+        (0..16)
+            .map(|_| UdpSocket::bind(SocketAddrV4::new(A_IP, 0)).unwrap())
+            .collect()
+    })
+    .unwrap();
+    for i in 0..20u32 {
+        for s in &senders {
+            s.send_to(&datagram(i, 64), to).unwrap();
+        }
+    }
+    let mut batch = RxBatch::new(64, 2048);
+    let got1 = udp_collect(&mut s1, &mut batch, 320);
+    let got2 = udp_collect(&mut s2, &mut batch, 320);
+    assert_eq!(got1.len() + got2.len(), 320);
+    let src = |g: &[(Vec<u8>, Option<SocketAddrV4>)]| -> std::collections::BTreeSet<u16> {
+        g.iter().filter_map(|(_, s)| s.map(|a| a.port())).collect()
+    };
+    let (a, b) = (src(&got1), src(&got2));
+    assert!(a.is_disjoint(&b), "a sender reached both sockets");
+    assert!(
+        !a.is_empty() && !b.is_empty(),
+        "16 senders all hashed to one socket"
+    );
+}

@@ -69,6 +69,10 @@ pub struct LabOptions {
     pub controllers: u32,
     /// Racks, uplinks and where VMs go (default: one flat fabric).
     pub topology: Topology,
+    /// Forwarding threads of every agent (`dataplane_threads`; 0 counts as
+    /// 1). The lab runs several agents on a small machine, so 1 unless a
+    /// test or experiment asks for more.
+    pub dataplane_threads: u32,
 }
 
 /// A lab's network beyond one flat fabric: racks of hosts whose uplinks to a
@@ -678,6 +682,10 @@ impl Lab {
             }
             let seawall = opts.seawall && !opts.subverted.contains(&h.id);
             t.insert("seawall".into(), seawall.into());
+            t.insert(
+                "dataplane_threads".into(),
+                i64::from(opts.dataplane_threads.max(1)).into(),
+            );
             let conf = dir.join(format!("agent-h{}.toml", h.id));
             write_toml(&conf, &t)?;
             // Supervised, as systemd supervises the agent on a real host: a

@@ -302,3 +302,31 @@ fn siem_sinks_come_from_the_file_or_the_flags_and_bad_ones_are_refused() {
         assert!(!e.contains("secret"), "{e}");
     }
 }
+
+#[test]
+fn dataplane_threads_come_from_the_file_or_the_flag_and_0_is_the_cores() {
+    let f = file(&format!("{REQUIRED}dataplane_threads = 4\n"));
+    assert_eq!(
+        resolve(&args(&[]), &f, None).unwrap().dataplane_threads,
+        Some(4)
+    );
+    let s = resolve(&args(&["--dataplane-threads", "2"]), &f, None).unwrap();
+    assert_eq!(s.dataplane_threads, Some(2), "the flag wins");
+    let s = resolve(&args(&["--dataplane-threads", "0"]), &f, None).unwrap();
+    assert_eq!(s.dataplane_threads, None, "0: the cores");
+    assert_eq!(
+        resolve(&args(&[]), &file(REQUIRED), None)
+            .unwrap()
+            .dataplane_threads,
+        None
+    );
+    let e = resolve(&args(&["--dataplane-threads", "65"]), &f, None)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("dataplane_threads 65") && e.contains("64"),
+        "{e}"
+    );
+    let n = default_dataplane_threads();
+    assert!((1..=crate::dataplane::MAX_SHARDS).contains(&n), "{n}");
+}

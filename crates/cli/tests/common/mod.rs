@@ -137,6 +137,7 @@ pub fn lab_options(spec: std::path::PathBuf, dir: &Path) -> sluice_testbed::lab:
         subverted: Vec::new(),
         controllers: 1,
         topology: Default::default(),
+        dataplane_threads: 1,
     }
 }
 
