@@ -119,6 +119,12 @@ pub struct RunArgs {
     /// in the racks of its chains' VMs [default: none].
     #[arg(long)]
     pub rack: Option<String>,
+    /// The capacity of this host's rack uplink, Mbit/s, declared to the
+    /// controller: network-aware distribution weighs the rack's uplink by it
+    /// unless the controller's `rack_uplink` declares the rack; 0: not
+    /// declared [default: 0].
+    #[arg(long)]
+    pub rack_uplink_mbit: Option<u64>,
     /// Forwarding threads of the data plane (`sluice-dataplane-K`), 1 to 64:
     /// flows are sharded over them by their direction-invariant hash, so
     /// both directions of a flow stay on one thread. 0: as many as the cores
@@ -215,6 +221,8 @@ pub struct AgentFile {
     pub instance_slots: Option<u32>,
     /// See [`RunArgs::rack`].
     pub rack: Option<String>,
+    /// See [`RunArgs::rack_uplink_mbit`].
+    pub rack_uplink_mbit: Option<u64>,
     /// See [`RunArgs::dataplane_threads`].
     pub dataplane_threads: Option<u32>,
     /// See [`RunArgs::fabric_auth`].
@@ -318,6 +326,9 @@ pub struct AgentSettings {
     pub instance_slots: u32,
     /// Rack declared to the controller (`None`: no locality).
     pub rack: Option<String>,
+    /// Rack uplink capacity declared to the controller, Mbit/s (`None`:
+    /// not declared).
+    pub rack_uplink_mbit: Option<u64>,
     /// Forwarding threads (`None`: [`default_dataplane_threads`]).
     pub dataplane_threads: Option<u32>,
     /// Whether the fabric is sealed.
@@ -474,6 +485,7 @@ pub fn resolve(
             .unwrap_or(DEFAULT_INSTANCE_SLOTS),
         // An empty name is no rack, as an empty `netns` is none.
         rack: pick(&args.rack, &file.rack).filter(|r| !r.trim().is_empty()),
+        rack_uplink_mbit: pick(&args.rack_uplink_mbit, &file.rack_uplink_mbit).filter(|m| *m > 0),
         dataplane_threads,
         fabric_auth: pick(&args.fabric_auth, &file.fabric_auth).unwrap_or(true),
         seawall,
@@ -747,6 +759,7 @@ pub fn prepare(s: &AgentSettings, api_token: String) -> Result<AgentOptions, Set
         capacity: Some(sluice_proto::HostCapacity {
             instance_slots: Some(s.instance_slots),
             rack: s.rack.clone(),
+            rack_uplink_mbit: s.rack_uplink_mbit,
             ..sluice_proto::HostCapacity::default()
         }),
         // Its certificate comes over the controller's TLS, so an agent of an

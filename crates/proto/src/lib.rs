@@ -84,6 +84,13 @@ pub struct HostCapacity {
     /// Absent: no known locality (agents from before the field).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rack: Option<String>,
+    /// The capacity of the link joining the host's rack to the rest of the
+    /// network (its uplink), Mbit/s, as this host knows it: network-aware
+    /// distribution weighs the rack's uplink by it unless the controller's
+    /// `rack_uplink` declares the rack (the largest a rack's hosts declare
+    /// counts). Absent: not declared here.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rack_uplink_mbit: Option<u64>,
 }
 
 /// A tenant VM attached to a host's switch (a service VM, or the gateway where

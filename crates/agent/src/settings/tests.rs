@@ -72,6 +72,30 @@ fn rack_comes_from_the_file_or_the_flag_and_empty_is_none() {
 }
 
 #[test]
+fn a_rack_uplink_comes_from_the_file_or_the_flag_and_zero_is_none() {
+    assert_eq!(
+        resolve(&args(&[]), &file(REQUIRED), None)
+            .unwrap()
+            .rack_uplink_mbit,
+        None
+    );
+    let f = file(&format!("{REQUIRED}rack_uplink_mbit = 10000\n"));
+    let s = resolve(&args(&[]), &f, None).unwrap();
+    assert_eq!(s.rack_uplink_mbit, Some(10_000));
+    let s = resolve(&args(&["--rack-uplink-mbit", "40000"]), &f, None).unwrap();
+    assert_eq!(s.rack_uplink_mbit, Some(40_000), "the flag wins");
+    let s = resolve(&args(&["--rack-uplink-mbit", "0"]), &f, None).unwrap();
+    assert_eq!(s.rack_uplink_mbit, None);
+    let e = parse_file(
+        "/etc/sluice/agent.toml",
+        &format!("{REQUIRED}rack_uplink_mbit = -1\n"),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("rack_uplink_mbit"), "{e}");
+}
+
+#[test]
 fn flags_alone_are_enough() {
     let s = resolve(
         &args(&[

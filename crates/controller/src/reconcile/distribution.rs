@@ -91,9 +91,10 @@ impl Reconciler {
         let mut next = None;
         let mut events = Vec::new();
         let mut decided = BTreeMap::new();
-        let declared = !self.uplinks.is_empty();
+        let uplinks = self.uplink_capacities();
+        let declared = !uplinks.is_empty();
         for (name, t) in &self.desired.tenants {
-            let inputs = self.distribution_inputs(name, &rates);
+            let inputs = self.distribution_inputs(name, &rates, &uplinks);
             let plan = match distribution::plan(&t.spec, &inputs) {
                 Ok(Some(p)) => p,
                 Ok(None) => continue,
@@ -192,11 +193,12 @@ impl Reconciler {
         &self,
         name: &str,
         rates: &BTreeMap<(u32, u16), BTreeMap<String, f64>>,
+        uplinks: &BTreeMap<String, f64>,
     ) -> Inputs {
         let d = &self.desired;
         let t = &d.tenants[name];
         let mut inputs = Inputs {
-            uplinks: self.uplinks.clone(),
+            uplinks: uplinks.clone(),
             target: self.uplink_target,
             ..Inputs::default()
         };
@@ -261,9 +263,23 @@ impl Reconciler {
         self.uplink_meter.uplinks()
     }
 
-    /// The declared rack uplink capacities, bytes per second.
-    pub fn uplink_capacities(&self) -> &BTreeMap<String, f64> {
-        &self.uplinks
+    /// The declared rack uplink capacities, bytes per second: the
+    /// controller's `rack_uplink` for the racks it names, and for the others
+    /// the largest capacity a host of the rack declared at registration
+    /// (`HostCapacity::rack_uplink_mbit`: the operator's word over a host's).
+    pub fn uplink_capacities(&self) -> BTreeMap<String, f64> {
+        let mut out: BTreeMap<String, f64> = BTreeMap::new();
+        for h in self.desired.hosts.values() {
+            let Some(c) = &h.capacity else { continue };
+            let (Some(rack), Some(mbit)) = (&c.rack, c.rack_uplink_mbit) else {
+                continue;
+            };
+            let bytes = mbit as f64 * 1e6 / 8.0;
+            let e = out.entry(rack.clone()).or_insert(bytes);
+            *e = e.max(bytes);
+        }
+        out.extend(self.uplinks.iter().map(|(k, v)| (k.clone(), *v)));
+        out
     }
 
     /// Every rack's uplink, measured and predicted (`GET
@@ -282,13 +298,14 @@ impl Reconciler {
         let mut racks: std::collections::BTreeSet<&str> =
             measured.keys().map(String::as_str).collect();
         racks.extend(predicted.keys().copied());
-        racks.extend(self.uplinks.keys().map(String::as_str));
+        let caps = self.uplink_capacities();
+        racks.extend(caps.keys().map(String::as_str));
         racks
             .into_iter()
             .map(|rack| {
                 let m = measured.get(rack).copied().unwrap_or_default();
                 let p = predicted.get(rack).copied();
-                let cap = self.uplinks.get(rack).copied().filter(|c| *c > 0.0);
+                let cap = caps.get(rack).copied().filter(|c| *c > 0.0);
                 crate::model::RackUplink {
                     rack: rack.to_string(),
                     capacity_bytes_per_s: cap,

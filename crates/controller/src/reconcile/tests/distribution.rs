@@ -343,3 +343,32 @@ fn measured_uplinks_add_up_what_hosts_sent_across_racks() {
         assert!(m.contains(want), "{want} in {m}");
     }
 }
+
+/// Hosts may declare their rack's uplink at registration: the largest a
+/// rack's hosts declare counts, and the controller's own `rack_uplink` wins
+/// for the racks it names.
+#[test]
+fn hosts_declare_their_rack_uplinks_and_the_operator_overrides() {
+    let mut s = racked(Distribution::NetworkAware);
+    assert!(s.r.uplink_capacities().is_empty());
+    for (h, mbit) in [(1, 1_000), (2, 10_000), (3, 400)] {
+        beat_racked_with(&mut s, h, |hb| {
+            if let Some(c) = &mut hb.registration.capacity {
+                c.rack_uplink_mbit = Some(mbit);
+            }
+        });
+    }
+    let caps = s.r.uplink_capacities();
+    assert_eq!(caps["a"], 10_000.0 * 1e6 / 8.0, "the largest of rack a's");
+    assert_eq!(caps["b"], 400.0 * 1e6 / 8.0);
+    s.r.set_uplinks([("b".to_string(), 5e6)].into());
+    let caps = s.r.uplink_capacities();
+    assert_eq!(caps["b"], 5e6, "the operator's word");
+    assert_eq!(caps["a"], 10_000.0 * 1e6 / 8.0);
+    let api = s.ok("GET", "/v1/fabric/uplinks", "");
+    assert_eq!(api[1]["capacity_bytes_per_s"], 5e6, "{api}");
+    // The split is solved against them: declared, so the target applies.
+    s.r.set_uplink_target(0.5);
+    s.run(REDISTRIBUTE_EVERY * 2);
+    assert_eq!(s.r.distributions()["t"].target, Some(0.5));
+}
