@@ -363,13 +363,13 @@ impl SqliteStore {
                 .map_err(corrupt)?;
             d.tenants.insert(
                 name.clone(),
-                Tenant {
+                std::sync::Arc::new(Tenant {
                     name,
                     yaml,
                     spec,
                     vni: vni as u32,
                     generation: generation as u64,
-                },
+                }),
             );
         }
         let mut st = self
