@@ -1270,15 +1270,13 @@ impl Desired {
                 .collect(),
             None => hosts_of,
         };
-        let (vms, instances): (
-            Box<dyn Iterator<Item = (&VmKey, &Vm)>>,
-            Box<dyn Iterator<Item = (&InstanceKey, &Instance)>>,
-        ) = match &relevant {
-            Some(r) => (
-                Box::new(r.iter().flat_map(|t| self.tenant_vms(t))),
-                Box::new(r.iter().flat_map(|t| self.tenant_instances(t))),
-            ),
-            None => (Box::new(self.vms.iter()), Box::new(self.instances.iter())),
+        let vms: Box<dyn Iterator<Item = (&VmKey, &Vm)>> = match &relevant {
+            Some(r) => Box::new(r.iter().flat_map(|t| self.tenant_vms(t))),
+            None => Box::new(self.vms.iter()),
+        };
+        let instances: Box<dyn Iterator<Item = (&InstanceKey, &Instance)>> = match &relevant {
+            Some(r) => Box::new(r.iter().flat_map(|t| self.tenant_instances(t))),
+            None => Box::new(self.instances.iter()),
         };
         // What each host holds, gathered once (not once per host).
         let mut vms_on: BTreeMap<u32, Vec<(&VmKey, &Vm)>> = BTreeMap::new();
