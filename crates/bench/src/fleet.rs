@@ -231,6 +231,19 @@ pub struct Report {
     pub rss_growth_mib: f64,
     /// Size of the controller's database at the end, MiB.
     pub db_mib: f64,
+    /// The process's peak resident memory (controller and simulated agents
+    /// together), MiB.
+    pub peak_rss_mib: f64,
+    /// A restarted controller (same database and address) took this long to
+    /// start, ms (None: not restarted).
+    pub restart_ms: Option<f64>,
+    /// From the restart until every agent had heartbeated to the restarted
+    /// controller, ms (None: not within the timeout, or not restarted).
+    pub restart_heard_ms: Option<f64>,
+    /// From the restart until every agent had heartbeated to the restarted
+    /// controller and ran the version it wants, ms (None: not within the
+    /// timeout, or not restarted).
+    pub restart_sync_ms: Option<f64>,
     /// Whole run, seconds.
     pub seconds: f64,
 }
@@ -451,11 +464,16 @@ fn metric(url: &str, token: &str, name: &str) -> Result<f64, String> {
 }
 
 fn rss_kib() -> u64 {
+    status_kib("VmRSS:")
+}
+
+/// A `/proc/self/status` line's kB (0 if not there).
+fn status_kib(field: &str) -> u64 {
     std::fs::read_to_string("/proc/self/status")
         .ok()
         .and_then(|s| {
             s.lines()
-                .find_map(|l| l.strip_prefix("VmRSS:"))
+                .find_map(|l| l.strip_prefix(field))
                 .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
         })
         .unwrap_or(0)
@@ -474,8 +492,8 @@ pub fn run(opts: &Options, progress: &mut dyn FnMut(&str)) -> Result<Outcome, St
     let dir = tempfile::tempdir().map_err(|e| format!("temporary directory: {e}"))?;
     let rss_before = rss_kib();
     let token_file = dir.path().join("admin.token");
-    let server = serve(ServerOptions {
-        listen: "127.0.0.1:0".parse().map_err(|e| format!("{e}"))?,
+    let server_options = |listen: std::net::SocketAddr| ServerOptions {
+        listen,
         db: dir.path().join("controller.db"),
         state_url: "local".into(),
         admin_token_file: Some(token_file.clone()),
@@ -486,7 +504,10 @@ pub fn run(opts: &Options, progress: &mut dyn FnMut(&str)) -> Result<Outcome, St
         containment_threshold: sluice_controller::reconcile::DEFAULT_THRESHOLD,
         require_agent_tls: false,
         etcd: None,
-    })
+    };
+    let server = serve(server_options(
+        "127.0.0.1:0".parse().map_err(|e| format!("{e}"))?,
+    ))
     .map_err(|e| format!("controller: {e}"))?;
     let admin = std::fs::read_to_string(&token_file)
         .map_err(|e| format!("admin token: {e}"))?
@@ -529,6 +550,43 @@ pub fn run(opts: &Options, progress: &mut dyn FnMut(&str)) -> Result<Outcome, St
     }
     let metrics = (server.url(), admin.clone());
     let result = measure(opts, hosts, &sims, &client, &base, &metrics, progress);
+    // A restarted controller (same database, same address): how long it
+    // takes to start, and until every agent has heartbeated to it and runs
+    // the version it wants.
+    let addr: std::net::SocketAddr = server
+        .url()
+        .trim_start_matches("http://")
+        .parse()
+        .map_err(|e| format!("controller address: {e}"))?;
+    let (server, restart) = match &result {
+        Ok(_) => {
+            progress("restarting the controller");
+            server.shutdown();
+            let t = Instant::now();
+            let server =
+                serve(server_options(addr)).map_err(|e| format!("restarted controller: {e}"))?;
+            let started_ms = ms_since(t);
+            let (mut heard, mut synced) = (None, None);
+            while t.elapsed() < opts.sync_timeout {
+                let listed = client.hosts().unwrap_or_default();
+                let all = listed.len() == hosts as usize;
+                if heard.is_none() && all && listed.iter().all(|h| h.reported_version.is_some()) {
+                    heard = Some(ms_since(t));
+                }
+                if all
+                    && listed.iter().all(|h| {
+                        h.reported_version.is_some() && sims.version(h.id) == h.desired_version
+                    })
+                {
+                    synced = Some(ms_since(t));
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            (server, Some((started_ms, heard, synced)))
+        }
+        Err(_) => (server, None),
+    };
     sims.stop.store(true, Ordering::Release);
     let hb_s = hb_started.elapsed().as_secs_f64();
     // Heartbeat threads first (they call the controller), then the controller
@@ -541,6 +599,7 @@ pub fn run(opts: &Options, progress: &mut dyn FnMut(&str)) -> Result<Outcome, St
         let _ = t.join();
     }
     let rss_after = rss_kib();
+    let peak_rss_kib = status_kib("VmHWM:");
     let db_mib = std::fs::metadata(dir.path().join("controller.db"))
         .map(|m| m.len() as f64 / (1 << 20) as f64)
         .unwrap_or(0.0);
@@ -552,6 +611,10 @@ pub fn run(opts: &Options, progress: &mut dyn FnMut(&str)) -> Result<Outcome, St
         let _ = t.join();
     }
     let mut out = result?;
+    out.report.restart_ms = restart.map(|r| r.0);
+    out.report.restart_heard_ms = restart.and_then(|r| r.1);
+    out.report.restart_sync_ms = restart.and_then(|r| r.2);
+    out.report.peak_rss_mib = peak_rss_kib as f64 / 1024.0;
     out.report.heartbeats_per_s = sims.heartbeats.load(Ordering::Relaxed) as f64 / hb_s;
     out.report.heartbeat_errors = sims.heartbeat_errors.load(Ordering::Relaxed);
     out.report.rss_growth_mib = rss_after.saturating_sub(rss_before) as f64 / 1024.0;
@@ -711,6 +774,10 @@ fn measure(
         heartbeat_errors: 0,
         rss_growth_mib: 0.0,
         db_mib: 0.0,
+        peak_rss_mib: 0.0,
+        restart_ms: None,
+        restart_heard_ms: None,
+        restart_sync_ms: None,
         seconds: 0.0,
     };
     Ok(Outcome {
@@ -801,6 +868,23 @@ pub fn table(r: &Report) -> String {
         ),
     );
     row("process RSS growth", format!("{:.1} MiB", r.rss_growth_mib));
+    row("process peak RSS", format!("{:.1} MiB", r.peak_rss_mib));
+    row(
+        "restarted controller: started, all heard, in sync",
+        match r.restart_ms {
+            Some(s) => {
+                let ms = |v: Option<f64>| {
+                    v.map_or("NOT within the timeout".into(), |v| format!("{v:.0} ms"))
+                };
+                format!(
+                    "{s:.0} ms, {}, {}",
+                    ms(r.restart_heard_ms),
+                    ms(r.restart_sync_ms)
+                )
+            }
+            None => "not restarted".into(),
+        },
+    );
     row("controller database", format!("{:.1} MiB", r.db_mib));
     let hosts = r.hosts.max(1) as f64;
     s.push_str(&format!(

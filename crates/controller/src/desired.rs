@@ -99,8 +99,11 @@ pub struct Scaled {
 /// Everything the controller was asked for, and what it decided.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Desired {
-    /// Applied tenants by name.
-    pub tenants: BTreeMap<String, Tenant>,
+    /// Applied tenants by name, each shared by the copies of the state a
+    /// change works on (at 10,000 tenants, copying every spec was a third
+    /// of a VM registration's time): a tenant is replaced whole, never
+    /// changed in place.
+    pub tenants: BTreeMap<String, Arc<Tenant>>,
     /// Registered hosts by id.
     pub hosts: BTreeMap<u32, Host>,
     /// Registered VMs by `(tenant, name)`.
@@ -318,6 +321,58 @@ pub enum PlaceError {
 }
 
 impl Desired {
+    /// Debug builds: the first stored table in which `next` differs from
+    /// this state outside the rows of `touched`'s tenants and hosts (what a
+    /// save told `touched` does not compare), if any.
+    #[cfg(debug_assertions)]
+    pub(crate) fn differs_outside(
+        &self,
+        next: &Desired,
+        touched: &crate::store::Touched,
+    ) -> Option<&'static str> {
+        fn outside<'a, K: Ord + 'a, V: PartialEq + 'a>(
+            a: &'a BTreeMap<K, V>,
+            b: &'a BTreeMap<K, V>,
+            keep: impl Fn(&K) -> bool,
+        ) -> bool {
+            let f = |m: &'a BTreeMap<K, V>| m.iter().filter(|(k, _)| keep(k)).collect::<Vec<_>>();
+            f(a) != f(b)
+        }
+        let t = |name: &String| !touched.tenants.contains(name);
+        let checks = [
+            ("tenants", outside(&self.tenants, &next.tenants, |k| t(k))),
+            (
+                "hosts",
+                outside(&self.hosts, &next.hosts, |h| !touched.hosts.contains(h)),
+            ),
+            ("vms", outside(&self.vms, &next.vms, |k| t(&k.0))),
+            (
+                "instances",
+                outside(&self.instances, &next.instances, |k| t(&k.0)),
+            ),
+            ("why", outside(&self.why, &next.why, |k| t(&k.0))),
+            ("scaled", outside(&self.scaled, &next.scaled, |k| t(&k.0))),
+            (
+                "scaling",
+                outside(&self.scaling, &next.scaling, |k| t(&k.0)),
+            ),
+            (
+                "instance_drains",
+                outside(&self.instance_drains, &next.instance_drains, |k| t(&k.0)),
+            ),
+            (
+                "backend_drains",
+                outside(&self.backend_drains, &next.backend_drains, |k| t(&k.0)),
+            ),
+            (
+                "draining",
+                self.draining.iter().filter(|k| t(&k.0)).collect::<Vec<_>>()
+                    != next.draining.iter().filter(|k| t(&k.0)).collect::<Vec<_>>(),
+            ),
+        ];
+        checks.into_iter().find(|(_, d)| *d).map(|(n, _)| n)
+    }
+
     /// The VMs registered for `tenant` (applied or not), in key order.
     pub fn tenant_vms<'a>(&'a self, tenant: &'a str) -> impl Iterator<Item = (&'a VmKey, &'a Vm)> {
         self.vms
@@ -423,13 +478,13 @@ impl Desired {
             .retain(|(t, c), _| t != &name || spec.chains.iter().any(|x| &x.name == c));
         self.tenants.insert(
             name.clone(),
-            Tenant {
+            std::sync::Arc::new(Tenant {
                 name: name.clone(),
                 yaml: yaml.to_string(),
                 spec,
                 vni,
                 generation,
-            },
+            }),
         );
         self.place_instances(&name)?;
         Ok(true)
@@ -1204,15 +1259,34 @@ impl Desired {
                 .collect()
         });
         let compiled = self.compile_some(relevant.as_ref())?;
+        // With a scope, only the tenants with a VM or an instance on one of
+        // its hosts can matter (to those hosts' ports, FIBs, sources and
+        // peers): their VMs and instances are ranges of the ordered maps,
+        // not a scan of every tenant's (10,000 tenants: 65,000 entries).
+        let hosts_of: BTreeMap<&str, BTreeSet<u32>> = match &relevant {
+            Some(r) => hosts_of
+                .into_iter()
+                .filter(|(t, _)| r.contains(t))
+                .collect(),
+            None => hosts_of,
+        };
+        let vms: Box<dyn Iterator<Item = (&VmKey, &Vm)>> = match &relevant {
+            Some(r) => Box::new(r.iter().flat_map(|t| self.tenant_vms(t))),
+            None => Box::new(self.vms.iter()),
+        };
+        let instances: Box<dyn Iterator<Item = (&InstanceKey, &Instance)>> = match &relevant {
+            Some(r) => Box::new(r.iter().flat_map(|t| self.tenant_instances(t))),
+            None => Box::new(self.instances.iter()),
+        };
         // What each host holds, gathered once (not once per host).
         let mut vms_on: BTreeMap<u32, Vec<(&VmKey, &Vm)>> = BTreeMap::new();
-        for (k, vm) in &self.vms {
+        for (k, vm) in vms {
             if self.tenants.contains_key(&k.0) {
                 vms_on.entry(vm.reg.host).or_default().push((k, vm));
             }
         }
         let mut instances_on: BTreeMap<u32, Vec<(&InstanceKey, &Instance)>> = BTreeMap::new();
-        for (k, i) in &self.instances {
+        for (k, i) in instances {
             if self.tenants.contains_key(&k.0) {
                 instances_on.entry(i.host).or_default().push((k, i));
             }
@@ -1460,23 +1534,27 @@ impl Desired {
     /// send its packets from: its VMs' addresses there, for a host that runs
     /// none of the tenant's NF instances and not its gateway (those forward
     /// packets of other sources, and are left unrestricted).
+    /// Only the tenants of `hosts_of` are looked at (their VMs and
+    /// instances are ranges).
     fn tenant_sources<'a>(
-        &self,
+        &'a self,
         hosts_of: &BTreeMap<&'a str, BTreeSet<u32>>,
     ) -> BTreeMap<&'a str, Vec<sluice_proto::PeerSources>> {
         let mut free: BTreeSet<(&str, u32)> = BTreeSet::new();
-        for ((tn, _, _), i) in &self.instances {
-            free.insert((tn.as_str(), i.host));
-        }
         let mut addrs: BTreeMap<(&str, u32), Vec<std::net::IpAddr>> = BTreeMap::new();
-        for ((tn, _), vm) in &self.vms {
-            if vm.reg.gateway {
-                free.insert((tn.as_str(), vm.reg.host));
+        for &tn in hosts_of.keys() {
+            for (_, i) in self.tenant_instances(tn) {
+                free.insert((tn, i.host));
             }
-            addrs
-                .entry((tn.as_str(), vm.reg.host))
-                .or_default()
-                .push(vm.reg.addr);
+            for (_, vm) in self.tenant_vms(tn) {
+                if vm.reg.gateway {
+                    free.insert((tn, vm.reg.host));
+                }
+                addrs
+                    .entry((tn, vm.reg.host))
+                    .or_default()
+                    .push(vm.reg.addr);
+            }
         }
         hosts_of
             .iter()

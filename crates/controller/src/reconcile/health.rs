@@ -16,6 +16,7 @@ use super::{DownReason, Reconciler, REJOIN_AFTER, REPUSH_AFTER, SUSPECT_CONFIRM}
 use crate::desired::{instance_name, Host, InstanceKey};
 use crate::error::ApiError;
 use crate::model::HostAck;
+use crate::store::Touched;
 
 /// A parsed heartbeat (`POST /v1/hosts`).
 #[derive(Debug, Clone)]
@@ -57,8 +58,6 @@ impl Reconciler {
                 capacity = ?host.capacity,
                 "host registered"
             );
-            let mut next = self.desired.clone();
-            next.hosts.insert(reg.host, host);
             // The host itself and its peers (which carry its underlay): a
             // new host has none yet, so registering it derives its own
             // configuration only, not the fleet's.
@@ -68,7 +67,27 @@ impl Reconciler {
                 .map(|c| c.peers.iter().map(|p| p.host).collect())
                 .unwrap_or_default();
             scope.insert(reg.host);
-            self.commit_scoped(next, &scope, now)?;
+            // Changed in place, not on a copy of the fleet's state; undone
+            // if it cannot be committed.
+            let id = reg.host;
+            let was = self.desired.hosts.insert(id, host);
+            let touched = Touched {
+                hosts: BTreeSet::from([id]),
+                ..Touched::default()
+            };
+            self.commit_in_place(
+                &scope,
+                touched,
+                move |d| match was {
+                    Some(h) => {
+                        d.hosts.insert(id, h);
+                    }
+                    None => {
+                        d.hosts.remove(&id);
+                    }
+                },
+                now,
+            )?;
         }
         if self.desired.evacuated.contains(&reg.host) {
             // Alive after all: it may take instances again (those placed

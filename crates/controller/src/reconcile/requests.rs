@@ -14,6 +14,15 @@ use crate::audit::{AuditEntry, AuditQuery};
 use crate::change::{self, needs_force, ChangePlan, Conditions};
 use crate::desired::Desired;
 use crate::error::ApiError;
+use crate::store::Touched;
+
+/// What a change to `tenant` alone touches of the stored state: its rows.
+fn tenant_rows(tenant: &str) -> Touched {
+    Touched {
+        tenants: BTreeSet::from([tenant.to_string()]),
+        ..Touched::default()
+    }
+}
 
 /// What applying (or deleting) a tenant did, or would do.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -81,7 +90,7 @@ impl Reconciler {
             });
         }
         let pushed = if changed {
-            self.commit_derived(next, cfgs, now)?
+            self.commit_derived(next, cfgs, tenant_rows(&name), now)?
         } else {
             BTreeMap::new()
         };
@@ -117,7 +126,7 @@ impl Reconciler {
         let pushed = if cond.dry_run {
             BTreeMap::new()
         } else {
-            let pushed = self.commit_derived(next, cfgs, now)?;
+            let pushed = self.commit_derived(next, cfgs, tenant_rows(name), now)?;
             tracing::info!(tenant = %name, "tenant deleted");
             pushed
         };
@@ -223,7 +232,7 @@ impl Reconciler {
         let mut next = self.desired.clone();
         next.register_vm(reg)?;
         let scope = tenant_scope(&self.desired, &next, &tenant);
-        self.commit_scoped(next, &scope, now)?;
+        self.commit_scoped(next, &scope, tenant_rows(&tenant), now)?;
         Ok(existed)
     }
 
@@ -245,16 +254,17 @@ impl Reconciler {
             )));
         }
         let scope = tenant_scope(&self.desired, &next, tenant);
-        self.commit_scoped(next, &scope, now).map_err(|e| {
-            if e.status == 409 {
-                ApiError::conflict(format!(
-                    "cannot delete VM `{tenant}/{name}` while tenant `{tenant}` needs it: {}",
-                    e.msg
-                ))
-            } else {
-                e
-            }
-        })
+        self.commit_scoped(next, &scope, tenant_rows(tenant), now)
+            .map_err(|e| {
+                if e.status == 409 {
+                    ApiError::conflict(format!(
+                        "cannot delete VM `{tenant}/{name}` while tenant `{tenant}` needs it: {}",
+                        e.msg
+                    ))
+                } else {
+                    e
+                }
+            })
     }
 
     /// Sets a middlebox's instance count (the scale API); removed instances of a

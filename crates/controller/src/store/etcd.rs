@@ -373,13 +373,13 @@ impl Store for EtcdStore {
                             .map_err(|e| bad(&e))?;
                     d.tenants.insert(
                         name.to_string(),
-                        Tenant {
+                        std::sync::Arc::new(Tenant {
                             name: name.to_string(),
                             yaml: t.yaml,
                             spec,
                             vni: t.vni,
                             generation: t.generation,
-                        },
+                        }),
                     );
                 }
                 ["state", "hosts", id] => {

@@ -8,7 +8,7 @@
 //! the state in the process, for `--db :memory:`-like ephemeral runs and for the
 //! reconciler's deterministic tests.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 
 use sluice_proto::AgentConfig;
@@ -67,12 +67,41 @@ pub trait Store: Send {
     fn save(&mut self, d: &Desired, configs: &BTreeMap<u32, AgentConfig>)
         -> Result<(), StoreError>;
 
+    /// [`Store::save`] of a change known to have touched only the rows of
+    /// `touched`: a store may then compare and write those rows only, not
+    /// every row of the fleet. The result must be what `save` would store.
+    fn save_touched(
+        &mut self,
+        d: &Desired,
+        configs: &BTreeMap<u32, AgentConfig>,
+        touched: &Touched,
+    ) -> Result<(), StoreError> {
+        let _ = touched;
+        self.save(d, configs)
+    }
+
     /// Appends `e` to the audit log, numbering it (its `seq` is ignored);
     /// returns the number given.
     fn append_audit(&mut self, e: &AuditEntry) -> Result<u64, StoreError>;
 
     /// The entries `q` selects, oldest first (the newest `q.limit()` of them).
     fn audit(&self, q: &AuditQuery) -> Result<Vec<AuditEntry>, StoreError>;
+}
+
+/// What a change touched, for [`Store::save_touched`]: every stored row
+/// of the desired state outside these tenants and hosts is as the last save
+/// left it, and only these hosts' configurations may have new versions.
+/// The small tables (blocks, contained, cordoned and pardoned hosts, the
+/// fabric's secrets, the counters) are compared whole anyway.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Touched {
+    /// Tenants whose rows (spec, VMs, instances, placement reasons, scaling,
+    /// drains) may have changed.
+    pub tenants: BTreeSet<String>,
+    /// Hosts whose registration (row and capacity) may have changed.
+    pub hosts: BTreeSet<u32>,
+    /// Hosts whose configuration may have a new version.
+    pub configs: BTreeSet<u32>,
 }
 
 /// The stored state of a [`MemoryStore`].

@@ -12,7 +12,7 @@
 //! hold rows nothing in memory knows). A VM's registration then writes one
 //! `vms` row, not every table of the fleet.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::hash::{Hash, Hasher};
 use std::path::Path;
 
@@ -21,7 +21,7 @@ use rustc_hash::FxHashMap;
 use sluice_proto::{AgentConfig, VmRegistration};
 use sluice_tenant::TenantSpec;
 
-use super::{Store, StoreError};
+use super::{Store, StoreError, Touched};
 use crate::audit::{AuditEntry, AuditQuery};
 use crate::desired::{Desired, Host, Instance, Scaled, Tenant, Vm, Why};
 
@@ -94,8 +94,9 @@ pub struct SqliteStore {
     full: bool,
 }
 
-/// A row's primary key, as the SQL parameters that name it.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+/// A row's primary key, as the SQL parameters that name it (ordered, so
+/// the rows of one tenant or host are a range).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 enum KeyPart {
     I(i64),
     T(String),
@@ -118,10 +119,88 @@ struct Row {
     seen: u64,
 }
 
-/// Per table, each row's key and what was last written of it (Fx hashing:
-/// every save looks up every row, and SipHash was a fifth of a save's time
-/// at 5,000 hosts).
-type Tables = FxHashMap<&'static str, FxHashMap<Vec<KeyPart>, Row>>;
+/// Per table, each row's key and what was last written of it, in key order:
+/// a save told what a change touched ([`Touched`]) compares the rows of
+/// those tenants and hosts only, a range each.
+type Tables = FxHashMap<&'static str, BTreeMap<Vec<KeyPart>, Row>>;
+
+/// A key whose first part is a tenant's name.
+trait OfTenant: Ord {
+    /// The least key of `tenant`.
+    fn least(tenant: &str) -> Self;
+    /// Its tenant.
+    fn tenant(&self) -> &str;
+}
+
+impl OfTenant for (String, String) {
+    fn least(tenant: &str) -> Self {
+        (tenant.to_string(), String::new())
+    }
+    fn tenant(&self) -> &str {
+        &self.0
+    }
+}
+
+impl OfTenant for (String, String, u32) {
+    fn least(tenant: &str) -> Self {
+        (tenant.to_string(), String::new(), 0)
+    }
+    fn tenant(&self) -> &str {
+        &self.0
+    }
+}
+
+impl OfTenant for (String, String, String) {
+    fn least(tenant: &str) -> Self {
+        (tenant.to_string(), String::new(), String::new())
+    }
+    fn tenant(&self) -> &str {
+        &self.0
+    }
+}
+
+/// The entries of `m` of the tenants in `scope` (every entry without one).
+fn of_tenants<'a, K: OfTenant, V>(
+    m: &'a BTreeMap<K, V>,
+    scope: Option<&'a BTreeSet<String>>,
+) -> Box<dyn Iterator<Item = (&'a K, &'a V)> + 'a> {
+    match scope {
+        None => Box::new(m.iter()),
+        Some(tenants) => Box::new(tenants.iter().flat_map(move |t| {
+            m.range(K::least(t)..)
+                .take_while(move |(k, _)| k.tenant() == t.as_str())
+        })),
+    }
+}
+
+/// The members of `set` of the tenants in `scope` (every member without one).
+fn of_tenants_set<'a, K: OfTenant>(
+    set: &'a BTreeSet<K>,
+    scope: Option<&'a BTreeSet<String>>,
+) -> Box<dyn Iterator<Item = &'a K> + 'a> {
+    match scope {
+        None => Box::new(set.iter()),
+        Some(tenants) => Box::new(tenants.iter().flat_map(move |t| {
+            set.range(K::least(t)..)
+                .take_while(move |k| k.tenant() == t.as_str())
+        })),
+    }
+}
+
+/// The entries of a map keyed by tenant name, of the tenants in `scope`
+/// (every entry without one).
+fn of_tenants_one<'a, V>(
+    m: &'a BTreeMap<String, V>,
+    scope: Option<&'a BTreeSet<String>>,
+) -> Box<dyn Iterator<Item = (&'a String, &'a V)> + 'a> {
+    match scope {
+        None => Box::new(m.iter()),
+        Some(tenants) => Box::new(tenants.iter().filter_map(|t| m.get_key_value(t))),
+    }
+}
+
+/// The key prefixes whose remembered rows a scoped save compares (None: all).
+type Prefixes = Option<Vec<Vec<KeyPart>>>;
 
 /// The hash of a row's fields.
 fn row_hash(fields: impl Hash) -> u64 {
@@ -168,21 +247,36 @@ impl Diff<'_> {
     }
 
     /// Deletes, with `sql` (its parameters the key's parts), the rows of
-    /// `table` the last save wrote that this one does not have.
+    /// `table` the last save wrote that this one does not have (of those
+    /// starting with one of `prefixes`, if given: the only rows a scoped
+    /// save looked at).
     fn delete_gone(
         &mut self,
         tx: &Transaction<'_>,
         table: &'static str,
         sql: &str,
+        prefixes: &Prefixes,
     ) -> Result<(), StoreError> {
         let Some(rows) = self.rows.get_mut(table) else {
             return Ok(());
         };
-        let gone: Vec<Vec<KeyPart>> = rows
-            .iter()
-            .filter(|(_, r)| r.seen != self.epoch)
-            .map(|(k, _)| k.clone())
-            .collect();
+        let epoch = self.epoch;
+        let gone: Vec<Vec<KeyPart>> = match prefixes {
+            None => rows
+                .iter()
+                .filter(|(_, r)| r.seen != epoch)
+                .map(|(k, _)| k.clone())
+                .collect(),
+            Some(prefixes) => prefixes
+                .iter()
+                .flat_map(|p| {
+                    rows.range(p.clone()..)
+                        .take_while(move |(k, _)| k.starts_with(p))
+                        .filter(|(_, r)| r.seen != epoch)
+                        .map(|(k, _)| k.clone())
+                })
+                .collect(),
+        };
         for key in gone {
             // A full rewrite emptied the table first.
             if !self.full {
@@ -269,13 +363,13 @@ impl SqliteStore {
                 .map_err(corrupt)?;
             d.tenants.insert(
                 name.clone(),
-                Tenant {
+                std::sync::Arc::new(Tenant {
                     name,
                     yaml,
                     spec,
                     vni: vni as u32,
                     generation: generation as u64,
-                },
+                }),
             );
         }
         let mut st = self
@@ -527,11 +621,33 @@ impl SqliteStore {
         d: &Desired,
         configs: &BTreeMap<u32, AgentConfig>,
     ) -> Result<(), StoreError> {
-        let fresh: BTreeMap<u32, &AgentConfig> = configs
-            .iter()
-            .filter(|(h, c)| self.written.get(h) != Some(&c.version))
-            .map(|(h, c)| (*h, c))
-            .collect();
+        self.save_scoped(d, configs, None)
+    }
+
+    /// [`SqliteStore::save`] comparing only the rows of what `touched`
+    /// names, if given (the rest are as the last save left them: see
+    /// [`Touched`]); a store that must rewrite everything ignores it.
+    fn save_scoped(
+        &mut self,
+        d: &Desired,
+        configs: &BTreeMap<u32, AgentConfig>,
+        touched: Option<&Touched>,
+    ) -> Result<(), StoreError> {
+        let touched = touched.filter(|_| !self.full);
+        let fresh: BTreeMap<u32, &AgentConfig> = match touched {
+            None => configs
+                .iter()
+                .filter(|(h, c)| self.written.get(h) != Some(&c.version))
+                .map(|(h, c)| (*h, c))
+                .collect(),
+            Some(t) => t
+                .configs
+                .iter()
+                .filter_map(|h| configs.get_key_value(h))
+                .filter(|(h, c)| self.written.get(h) != Some(&c.version))
+                .map(|(h, c)| (*h, c))
+                .collect(),
+        };
         self.epoch += 1;
         let full = self.full;
         // Until this save commits, the remembered rows are not what the
@@ -543,7 +659,7 @@ impl SqliteStore {
             epoch: self.epoch,
             full,
         };
-        write_all(&tx, d, &fresh, &mut diff)?;
+        write_all(&tx, d, &fresh, &mut diff, touched)?;
         tx.commit()?;
         self.full = false;
         // Only once committed: a failed save leaves them to be written again.
@@ -618,8 +734,17 @@ fn write_all(
     d: &Desired,
     configs: &BTreeMap<u32, &AgentConfig>,
     diff: &mut Diff<'_>,
+    touched: Option<&Touched>,
 ) -> Result<(), StoreError> {
     use KeyPart::{I, T};
+    // What a scoped save compares: the touched tenants' and hosts' rows.
+    let tenants = touched.map(|t| &t.tenants);
+    let of_tenant: Prefixes = tenants.map(|ts| ts.iter().map(|t| vec![T(t.clone())]).collect());
+    let of_host: Prefixes = touched.map(|t| t.hosts.iter().map(|h| vec![I(*h as i64)]).collect());
+    let hosts: Box<dyn Iterator<Item = &Host>> = match touched {
+        None => Box::new(d.hosts.values()),
+        Some(t) => Box::new(t.hosts.iter().filter_map(|h| d.hosts.get(h))),
+    };
     if diff.full {
         tx.execute_batch(
             "DELETE FROM tenants; DELETE FROM hosts; DELETE FROM host_capacity; DELETE FROM vms; DELETE FROM instances;
@@ -655,20 +780,25 @@ fn write_all(
     // the hash need not read the whole spec. Gone tenants are deleted first,
     // since a VNI is unique.
     let mut changed = Vec::new();
-    for t in d.tenants.values() {
+    for (_, t) in of_tenants_one(&d.tenants, tenants) {
         let h = row_hash((&t.name, t.vni, t.generation, t.yaml.len()));
         if diff.changed("tenants", vec![T(t.name.clone())], h) {
             changed.push(t);
         }
     }
-    diff.delete_gone(tx, "tenants", "DELETE FROM tenants WHERE name = ?1")?;
+    diff.delete_gone(
+        tx,
+        "tenants",
+        "DELETE FROM tenants WHERE name = ?1",
+        &of_tenant,
+    )?;
     for t in changed {
         tx.prepare_cached(
             "INSERT OR REPLACE INTO tenants (name, yaml, vni, generation) VALUES (?1, ?2, ?3, ?4)",
         )?
         .execute(params![t.name, t.yaml, t.vni as i64, t.generation as i64])?;
     }
-    for h in d.hosts.values() {
+    for h in hosts {
         let hh = row_hash((&h.name, h.underlay, &h.api));
         if diff.changed("hosts", vec![I(h.id as i64)], hh) {
             tx.prepare_cached(
@@ -687,13 +817,14 @@ fn write_all(
             }
         }
     }
-    diff.delete_gone(tx, "hosts", "DELETE FROM hosts WHERE id = ?1")?;
+    diff.delete_gone(tx, "hosts", "DELETE FROM hosts WHERE id = ?1", &of_host)?;
     diff.delete_gone(
         tx,
         "host_capacity",
         "DELETE FROM host_capacity WHERE host = ?1",
+        &of_host,
     )?;
-    for v in d.vms.values() {
+    for (_, v) in of_tenants(&d.vms, tenants) {
         let r = &v.reg;
         let h = row_hash((
             &r.tenant, &r.name, r.host, &r.iface, &r.mac, r.addr, r.gateway, v.port,
@@ -715,9 +846,14 @@ fn write_all(
             ])?;
         }
     }
-    diff.delete_gone(tx, "vms", "DELETE FROM vms WHERE tenant = ?1 AND name = ?2")?;
+    diff.delete_gone(
+        tx,
+        "vms",
+        "DELETE FROM vms WHERE tenant = ?1 AND name = ?2",
+        &of_tenant,
+    )?;
     let mbk = |t: &String, mb: &String, k: u32| vec![T(t.clone()), T(mb.clone()), I(k as i64)];
-    for ((t, mb, k), i) in &d.instances {
+    for ((t, mb, k), i) in of_tenants(&d.instances, tenants) {
         if diff.changed("instances", mbk(t, mb, *k), row_hash((i.host, i.port))) {
             tx.prepare_cached(
                 "INSERT OR REPLACE INTO instances (tenant, middlebox, idx, host, port) VALUES (?1, ?2, ?3, ?4, ?5)",
@@ -729,8 +865,9 @@ fn write_all(
         tx,
         "instances",
         "DELETE FROM instances WHERE tenant = ?1 AND middlebox = ?2 AND idx = ?3",
+        &of_tenant,
     )?;
-    for ((t, mb, k), w) in &d.why {
+    for ((t, mb, k), w) in of_tenants(&d.why, tenants) {
         let h = row_hash((w.policy.as_str(), &w.reason));
         if diff.changed("placement_why", mbk(t, mb, *k), h) {
             tx.prepare_cached(
@@ -743,8 +880,9 @@ fn write_all(
         tx,
         "placement_why",
         "DELETE FROM placement_why WHERE tenant = ?1 AND middlebox = ?2 AND idx = ?3",
+        &of_tenant,
     )?;
-    for ((t, mb), sc) in &d.scaled {
+    for ((t, mb), sc) in of_tenants(&d.scaled, tenants) {
         let key = vec![T(t.clone()), T(mb.clone())];
         if diff.changed("scaled", key, row_hash((sc.count, sc.spec_count))) {
             tx.prepare_cached(
@@ -757,8 +895,9 @@ fn write_all(
         tx,
         "scaled",
         "DELETE FROM scaled WHERE tenant = ?1 AND middlebox = ?2",
+        &of_tenant,
     )?;
-    for (t, mb, k) in &d.draining {
+    for (t, mb, k) in of_tenants_set(&d.draining, tenants) {
         if diff.changed("draining", mbk(t, mb, *k), 0) {
             tx.prepare_cached(
                 "INSERT OR REPLACE INTO draining (tenant, middlebox, idx) VALUES (?1, ?2, ?3)",
@@ -770,8 +909,9 @@ fn write_all(
         tx,
         "draining",
         "DELETE FROM draining WHERE tenant = ?1 AND middlebox = ?2 AND idx = ?3",
+        &of_tenant,
     )?;
-    for ((t, mb, k), until) in &d.instance_drains {
+    for ((t, mb, k), until) in of_tenants(&d.instance_drains, tenants) {
         if diff.changed("instance_drains", mbk(t, mb, *k), row_hash(until)) {
             tx.prepare_cached(
                 "INSERT OR REPLACE INTO instance_drains (tenant, middlebox, idx, until_ms) \
@@ -784,8 +924,9 @@ fn write_all(
         tx,
         "instance_drains",
         "DELETE FROM instance_drains WHERE tenant = ?1 AND middlebox = ?2 AND idx = ?3",
+        &of_tenant,
     )?;
-    for ((t, mb, b), until) in &d.backend_drains {
+    for ((t, mb, b), until) in of_tenants(&d.backend_drains, tenants) {
         let key = vec![T(t.clone()), T(mb.clone()), T(b.clone())];
         if diff.changed("backend_drains", key, row_hash(until)) {
             tx.prepare_cached(
@@ -799,8 +940,9 @@ fn write_all(
         tx,
         "backend_drains",
         "DELETE FROM backend_drains WHERE tenant = ?1 AND middlebox = ?2 AND backend = ?3",
+        &of_tenant,
     )?;
-    for ((t, c), cfg) in &d.scaling {
+    for ((t, c), cfg) in of_tenants(&d.scaling, tenants) {
         let text = serde_json::to_string(cfg).map_err(corrupt)?;
         let key = vec![T(t.clone()), T(c.clone())];
         if diff.changed("scaling", key, row_hash(&text)) {
@@ -814,6 +956,7 @@ fn write_all(
         tx,
         "scaling",
         "DELETE FROM scaling WHERE tenant = ?1 AND chain = ?2",
+        &of_tenant,
     )?;
     tx.prepare_cached("INSERT OR REPLACE INTO meta (key, value) VALUES ('next_block', ?1)")?
         .execute(params![d.next_block as i64])?;
@@ -826,28 +969,38 @@ fn write_all(
             .execute(params![*id as i64, b.tenant, text])?;
         }
     }
-    diff.delete_gone(tx, "blocks", "DELETE FROM blocks WHERE id = ?1")?;
+    diff.delete_gone(tx, "blocks", "DELETE FROM blocks WHERE id = ?1", &None)?;
     for h in &d.contained {
         if diff.changed("contained", vec![I(*h as i64)], 0) {
             tx.prepare_cached("INSERT OR REPLACE INTO contained (host) VALUES (?1)")?
                 .execute(params![*h as i64])?;
         }
     }
-    diff.delete_gone(tx, "contained", "DELETE FROM contained WHERE host = ?1")?;
+    diff.delete_gone(
+        tx,
+        "contained",
+        "DELETE FROM contained WHERE host = ?1",
+        &None,
+    )?;
     for h in &d.cordoned {
         if diff.changed("cordoned", vec![I(*h as i64)], 0) {
             tx.prepare_cached("INSERT OR REPLACE INTO cordoned (host) VALUES (?1)")?
                 .execute(params![*h as i64])?;
         }
     }
-    diff.delete_gone(tx, "cordoned", "DELETE FROM cordoned WHERE host = ?1")?;
+    diff.delete_gone(
+        tx,
+        "cordoned",
+        "DELETE FROM cordoned WHERE host = ?1",
+        &None,
+    )?;
     for (h, g) in &d.pardons {
         if diff.changed("pardons", vec![I(*h as i64)], row_hash(g)) {
             tx.prepare_cached("INSERT OR REPLACE INTO pardons (host, generation) VALUES (?1, ?2)")?
                 .execute(params![*h as i64, *g as i64])?;
         }
     }
-    diff.delete_gone(tx, "pardons", "DELETE FROM pardons WHERE host = ?1")?;
+    diff.delete_gone(tx, "pardons", "DELETE FROM pardons WHERE host = ?1", &None)?;
     // Versions must never go back, so configurations are only ever replaced.
     for (h, cfg) in configs {
         let text = serde_json::to_string(cfg).map_err(corrupt)?;
@@ -873,6 +1026,15 @@ impl Store for SqliteStore {
         configs: &BTreeMap<u32, AgentConfig>,
     ) -> Result<(), StoreError> {
         SqliteStore::save(self, d, configs)
+    }
+
+    fn save_touched(
+        &mut self,
+        d: &Desired,
+        configs: &BTreeMap<u32, AgentConfig>,
+        touched: &Touched,
+    ) -> Result<(), StoreError> {
+        self.save_scoped(d, configs, Some(touched))
     }
 
     fn append_audit(&mut self, e: &AuditEntry) -> Result<u64, StoreError> {
@@ -1101,5 +1263,65 @@ mod tests {
         drop(db);
         let (loaded, _) = SqliteStore::open(&path).unwrap().load(Some(&reg)).unwrap();
         assert_eq!(loaded, d);
+    }
+
+    #[test]
+    fn a_save_told_what_changed_compares_and_writes_only_those_rows() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.db");
+        let (mut d, reg) = sample();
+        let mut cfgs = BTreeMap::new();
+        let mut db = SqliteStore::open(&path).unwrap();
+        // The first save after opening rewrites everything, told or not.
+        let told = |tenants: &[&str], hosts: &[u32], configs: &[u32]| Touched {
+            tenants: tenants.iter().map(|t| t.to_string()).collect(),
+            hosts: hosts.iter().copied().collect(),
+            configs: configs.iter().copied().collect(),
+        };
+        db.save_touched(&d, &cfgs, &told(&[], &[], &[])).unwrap();
+        assert!(db.conn.total_changes() >= 25);
+        // A new host (and its configuration): its row, its capacity, its
+        // configuration and the two counters.
+        let n = db.conn.total_changes();
+        d.hosts.insert(
+            3,
+            Host {
+                id: 3,
+                name: "h3".into(),
+                underlay: std::net::Ipv4Addr::new(10, 255, 0, 3),
+                api: "http://127.0.0.1:3".into(),
+                capacity: Some(sluice_proto::HostCapacity::default()),
+            },
+        );
+        cfgs.insert(
+            3,
+            AgentConfig {
+                version: 1,
+                host: 3,
+                ..AgentConfig::default()
+            },
+        );
+        db.save_touched(&d, &cfgs, &told(&[], &[3], &[3])).unwrap();
+        assert_eq!(db.conn.total_changes() - n, 5);
+        // A tenant's VM gone and another moved: their rows, the counters.
+        let n = db.conn.total_changes();
+        d.vms.retain(|(_, n), _| n != "web-b2");
+        let k = ("acme".to_string(), "web-a2".to_string());
+        d.vms.get_mut(&k).unwrap().reg.host = 3;
+        db.save_touched(&d, &cfgs, &told(&["acme"], &[], &[]))
+            .unwrap();
+        assert_eq!(db.conn.total_changes() - n, 4);
+        // A host gone and the tenant deleted, told: every row of them goes.
+        d.hosts.remove(&3);
+        cfgs.remove(&3);
+        d.remove_tenant("acme");
+        d.vms.clear();
+        db.save_touched(&d, &cfgs, &told(&["acme"], &[3], &[3]))
+            .unwrap();
+        drop(db);
+        let (loaded, _) = SqliteStore::open(&path).unwrap().load(Some(&reg)).unwrap();
+        assert_eq!(loaded, d);
+        assert!(!loaded.hosts.contains_key(&3));
+        assert!(loaded.tenants.is_empty() && loaded.instances.is_empty());
     }
 }
