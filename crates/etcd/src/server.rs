@@ -46,10 +46,19 @@ pub struct EtcdCluster {
     token: String,
 }
 
-fn free_port() -> Result<u16, String> {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
+/// `n` distinct free ports. Every listener is held until all are bound: a
+/// port asked for alone is free again the moment its listener closes, so
+/// the kernel may hand it out twice (two members once got the same client
+/// port and the cluster never formed).
+fn free_ports(n: usize) -> Result<Vec<u16>, String> {
+    let listeners = (0..n)
+        .map(|_| TcpListener::bind("127.0.0.1:0"))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| format!("no free port: {e}"))?;
+    listeners
+        .iter()
+        .map(|l| l.local_addr().map(|a| a.port()))
+        .collect::<Result<Vec<_>, _>>()
         .map_err(|e| format!("no free port: {e}"))
 }
 
@@ -82,15 +91,17 @@ impl EtcdCluster {
             return Err("an etcd cluster needs at least one member".into());
         }
         let pki = PrivatePki::create(dir, "etcd", "Sluice etcd", &["127.0.0.1", "localhost"])?;
-        let mut members = Vec::new();
-        for i in 0..n {
-            members.push(Member {
+        let ports = free_ports(2 * n)?;
+        let members: Vec<Member> = ports
+            .chunks(2)
+            .enumerate()
+            .map(|(i, p)| Member {
                 name: format!("m{i}"),
-                client_port: free_port()?,
-                peer_port: free_port()?,
+                client_port: p[0],
+                peer_port: p[1],
                 child: None,
-            });
-        }
+            })
+            .collect();
         let token = dir
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
@@ -295,5 +306,15 @@ impl Drop for EtcdCluster {
         if self.owns_dir {
             let _ = std::fs::remove_dir_all(&self.dir);
         }
+    }
+}
+
+#[cfg(test)]
+mod port_tests {
+    #[test]
+    fn ports_asked_for_together_are_distinct() {
+        let p = super::free_ports(16).unwrap();
+        let distinct: std::collections::BTreeSet<u16> = p.iter().copied().collect();
+        assert_eq!(distinct.len(), 16, "{p:?}");
     }
 }
