@@ -203,22 +203,10 @@ fn auth_failed_drops(lab: &Lab) -> u64 {
 /// Sum over the agents' metrics of the samples whose line starts with
 /// `family` and contains `with`.
 fn agents_sum(lab: &Lab, family: &str, with: &str) -> u64 {
-    let agent = lab.state().http();
     lab.state()
         .hosts
         .iter()
-        .map(|h| {
-            let text = agent
-                .get(&format!("{}/metrics", h.api))
-                .call()
-                .unwrap()
-                .into_string()
-                .unwrap();
-            text.lines()
-                .filter(|l| l.starts_with(family) && l.contains(with))
-                .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
-                .sum::<u64>()
-        })
+        .map(|h| common::agent_sum(lab, h, family, with))
         .sum()
 }
 

@@ -168,24 +168,10 @@ fn network_aware_distribution_runs_on_a_racked_testbed() {
     }
     // Each agent shows its own part on its /metrics: r2's hosts sent the
     // downloads to r1's (c1 is on host 1).
-    let agent = lab.state().http();
     let to_r1: u64 = lab.state().hosts[2..]
         .iter()
-        .map(|h| {
-            let text = agent
-                .get(&format!("{}/metrics", h.api))
-                .call()
-                .unwrap()
-                .into_string()
-                .unwrap();
-            text.lines()
-                .filter(|l| {
-                    l.starts_with("sluice_fabric_peer_tx_bytes_total{")
-                        && (l.contains("peer=\"1\"") || l.contains("peer=\"2\""))
-                })
-                .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
-                .sum::<u64>()
-        })
+        .flat_map(|h| ["peer=\"1\"", "peer=\"2\""].map(|p| (h, p)))
+        .map(|(h, p)| common::agent_sum(&lab, h, "sluice_fabric_peer_tx_bytes_total{", p))
         .sum();
     assert!(to_r1 >= 3 << 20, "r2's agents sent r1's {to_r1} bytes");
     // `sluice get uplinks` shows both racks.

@@ -194,3 +194,26 @@ pub fn controller_get(lab: &sluice_testbed::lab::Lab, path: &str) -> serde_json:
         .unwrap();
     serde_json::from_str(&text).unwrap()
 }
+
+/// Sum of the samples on one agent's `/metrics` whose line starts with
+/// `family` and contains `with`.
+#[allow(dead_code)] // Not every test binary uses it.
+pub fn agent_sum(
+    lab: &sluice_testbed::lab::Lab,
+    host: &sluice_testbed::lab::HostInfo,
+    family: &str,
+    with: &str,
+) -> u64 {
+    let text = lab
+        .state()
+        .http()
+        .get(&format!("{}/metrics", host.api))
+        .call()
+        .unwrap_or_else(|e| panic!("GET {}/metrics: {e}", host.api))
+        .into_string()
+        .unwrap();
+    text.lines()
+        .filter(|l| l.starts_with(family) && l.contains(with))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum()
+}
