@@ -457,36 +457,40 @@ fn aliases(spec: &TenantSpec, mbs: &[String]) -> (Vec<Prefix>, Vec<Prefix>) {
         else {
             continue;
         };
-        match function.as_str() {
-            "lb" => {
-                for s in config
-                    .get("services")
-                    .and_then(|v| v.as_sequence())
-                    .into_iter()
-                    .flatten()
-                {
-                    if let Some(p) = s
-                        .get("vip")
-                        .and_then(|v| v.as_str())
-                        .and_then(|v| Prefix::parse(v).ok())
+        // A consolidated group's NAT rewrites as a NAT of its own would.
+        for f in sluice_tenant::consolidate::functions_of(mb, function, config) {
+            let (function, config) = (&f.function, &f.config);
+            match function.as_str() {
+                "lb" => {
+                    for s in config
+                        .get("services")
+                        .and_then(|v| v.as_sequence())
+                        .into_iter()
+                        .flatten()
                     {
-                        vips.push(p);
+                        if let Some(p) = s
+                            .get("vip")
+                            .and_then(|v| v.as_str())
+                            .and_then(|v| Prefix::parse(v).ok())
+                        {
+                            vips.push(p);
+                        }
                     }
                 }
-            }
-            "nat" => {
-                for p in config
-                    .get("pool")
-                    .and_then(|v| v.as_sequence())
-                    .into_iter()
-                    .flatten()
-                {
-                    if let Some(p) = p.as_str().and_then(|v| Prefix::parse(v).ok()) {
-                        pools.push(p);
+                "nat" => {
+                    for p in config
+                        .get("pool")
+                        .and_then(|v| v.as_sequence())
+                        .into_iter()
+                        .flatten()
+                    {
+                        if let Some(p) = p.as_str().and_then(|v| Prefix::parse(v).ok()) {
+                            pools.push(p);
+                        }
                     }
                 }
+                _ => {}
             }
-            _ => {}
         }
     }
     (vips, pools)

@@ -1647,7 +1647,8 @@ pub fn instance_name(tenant: &str, middlebox: &str, k: u32) -> String {
 }
 
 /// The chain an instance of a middlebox runs: one function named after the
-/// middlebox, in a chain named `{tenant}.{middlebox}` so every instance of the
+/// middlebox (a consolidated group's: its members, named after them, with its
+/// chains' sources as the forward direction), in a chain named `{tenant}.{middlebox}` so every instance of the
 /// middlebox shares its state keys; with the middlebox's per-instance `capacity`,
 /// its `pipeline` window (0: off) and its `workers` (1: one thread).
 pub fn chain_yaml(
@@ -1658,20 +1659,35 @@ pub fn chain_yaml(
     capacity: Option<&Capacity>,
     (pipeline, workers): (usize, usize),
 ) -> String {
-    let mut f = Mapping::new();
-    f.insert("type".into(), function.into());
-    f.insert("name".into(), middlebox.into());
-    if let Value::Mapping(m) = config {
-        for (k, v) in m {
-            if k.as_str().is_some_and(|k| k == "type" || k == "name") {
-                continue;
+    let functions = sluice_tenant::consolidate::functions_of(middlebox, function, config)
+        .into_iter()
+        .map(|m| {
+            let mut f = Mapping::new();
+            f.insert("type".into(), m.function.into());
+            f.insert("name".into(), m.name.into());
+            if let Value::Mapping(c) = m.config {
+                for (k, v) in c {
+                    if k.as_str().is_some_and(|k| k == "type" || k == "name") {
+                        continue;
+                    }
+                    f.insert(k, v);
+                }
             }
-            f.insert(k.clone(), v.clone());
-        }
-    }
+            Value::Mapping(f)
+        })
+        .collect();
     let mut settings = Mapping::new();
     settings.insert("batch_size".into(), 32u64.into());
     settings.insert("timer_interval_ms".into(), 100u64.into());
+    // A consolidated group's pipeline runs replies through its members in
+    // reverse, as separate middleboxes would see them.
+    let sources = sluice_tenant::consolidate::forward_sources(function, config);
+    if !sources.is_empty() {
+        settings.insert(
+            "forward_sources".into(),
+            Value::Sequence(sources.into_iter().map(Value::String).collect()),
+        );
+    }
     if let Some(c) = capacity {
         let mut m = Mapping::new();
         if let Some(p) = c.pps {
@@ -1691,7 +1707,7 @@ pub fn chain_yaml(
     }
     let mut doc = Mapping::new();
     doc.insert("name".into(), format!("{tenant}.{middlebox}").into());
-    doc.insert("functions".into(), Value::Sequence(vec![Value::Mapping(f)]));
+    doc.insert("functions".into(), Value::Sequence(functions));
     doc.insert("settings".into(), Value::Mapping(settings));
     // A mapping of strings, numbers and YAML values always serialises.
     yaml_serde::to_string(&Value::Mapping(doc)).unwrap_or_default()

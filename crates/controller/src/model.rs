@@ -375,6 +375,13 @@ pub struct MiddleboxInfo {
     pub tenant: String,
     /// Middlebox.
     pub middlebox: String,
+    /// Its function (`hyperapp` for a consolidated group).
+    #[serde(default)]
+    pub function: String,
+    /// A consolidated group's members as `name:function`, in pipeline order
+    /// (empty for any other middlebox).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub members: Vec<String>,
     /// Instances wanted now (the scaled count, else the spec's).
     pub instances: u32,
     /// The spec's `instances`.

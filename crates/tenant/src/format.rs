@@ -118,7 +118,7 @@ fn v1_to_flat(c: &Ctx<'_>, m: &Mapping) -> Result<Mapping, SpecError> {
         .get("spec")
         .and_then(Value::as_mapping)
         .ok_or_else(|| c.err("spec", "expected a mapping of elements and chains"))?;
-    check_keys(c, "spec", spec, &["elements", "chains"])?;
+    check_keys(c, "spec", spec, &["elements", "chains", "consolidate"])?;
     let mut flat = Mapping::new();
     flat.insert("tenant".into(), name.clone());
     for (k, v) in spec {

@@ -16,7 +16,8 @@
 //! selects, to an external or service element; it may be bidirectional (replies
 //! cross the middleboxes in reverse) and may mirror its traffic to off-path
 //! middleboxes. Middleboxes may be shared by several chains. Traffic in no chain is
-//! forwarded normally.
+//! forwarded normally. `consolidate:` groups middleboxes to run as one pipeline
+//! per instance (CoMb's hyperapps, [`consolidate`]).
 //!
 //! [`TenantSpec::parse`] validates everything before anything is applied and names
 //! the field at fault: unknown element types and keys, dangling references, cycles,
@@ -24,8 +25,8 @@
 //! traffic. See `examples/tenant/figure4.yaml`.
 //!
 //! A spec document is `apiVersion: sluice.dev/v1`, `kind: Tenant`,
-//! `metadata: {name, labels}`, `spec: {elements, chains}`; the first format
-//! (`tenant`, `elements`, `chains` at the top) is still accepted ([`format`]).
+//! `metadata: {name, labels}`, `spec: {elements, chains, consolidate}`; the first
+//! format (`tenant`, `elements`, `chains` at the top) is still accepted ([`format`]).
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -34,6 +35,7 @@ use sluice_chain::{Prefix, Registry};
 use sluice_wire::IpAddr;
 use yaml_serde::{Mapping, Value};
 
+pub mod consolidate;
 pub mod format;
 
 pub use format::{API_VERSION, KIND};
@@ -385,8 +387,12 @@ pub struct TenantSpec {
     pub labels: BTreeMap<String, String>,
     /// Elements by name.
     pub elements: BTreeMap<String, Element>,
-    /// Chains, in spec order.
+    /// Chains, in spec order. A consolidated group's members are crossed as
+    /// the group (see [`consolidate`]).
     pub chains: Vec<Chain>,
+    /// Consolidated groups (`consolidate:`): each is one [`consolidate::HYPERAPP`]
+    /// middlebox in `elements`, in place of its members.
+    pub groups: Vec<consolidate::Group>,
 }
 
 /// Functions that cannot run without configuration.
@@ -804,7 +810,12 @@ impl TenantSpec {
         let m = root
             .as_mapping()
             .ok_or_else(|| c.err("(document)", "expected a mapping"))?;
-        check_keys(&c, "(document)", m, &["tenant", "elements", "chains"])?;
+        check_keys(
+            &c,
+            "(document)",
+            m,
+            &["tenant", "elements", "chains", "consolidate"],
+        )?;
         let tenant = m
             .get("tenant")
             .and_then(Value::as_str)
@@ -915,13 +926,17 @@ impl TenantSpec {
                 mirror,
             });
         }
-        let spec = TenantSpec {
+        let mut spec = TenantSpec {
             tenant,
             labels,
             elements,
             chains,
+            groups: Vec::new(),
         };
         spec.check_overlaps(&c)?;
+        if let Some(v) = m.get("consolidate") {
+            spec.groups = consolidate::apply(&c, v, &mut spec)?;
+        }
         Ok(spec)
     }
 

@@ -1020,3 +1020,70 @@ fn a_partial_derivation_is_the_whole_ones_hosts_and_compiles_only_their_tenants(
     assert!(d.configs_of(url, Some(&theirs)).is_err());
     assert!(d.configs(url).is_err());
 }
+
+/// Figure 4 with `fw` and `ips` consolidated into `edge` (west-to-b crosses
+/// the IPS too, as a group's chains must cross all of it).
+fn consolidated_figure4() -> (String, TenantSpec) {
+    let (text, _) = figure4();
+    let text = text.replace(
+        "path: [clients-west, http, fw, lb-b, web-b]",
+        "path: [clients-west, http, fw, ips, lb-b, web-b]",
+    ) + "consolidate:\n  - { name: edge, members: [fw, ips] }\n";
+    let spec = TenantSpec::parse(&text, "f4c", Some(&sluice_builtin::registry())).unwrap();
+    (text, spec)
+}
+
+#[test]
+fn a_consolidated_group_runs_as_one_pipeline_per_instance() {
+    let (text, spec) = consolidated_figure4();
+    let mut d = hosts(3);
+    figure4_vms(&mut d);
+    d.apply_tenant(&text, spec).unwrap();
+    let mbs: BTreeSet<&str> = d.instances.keys().map(|k| k.1.as_str()).collect();
+    assert_eq!(
+        mbs,
+        ["edge", "lb-a", "lb-b", "mon"].into_iter().collect(),
+        "the members run no instances of their own"
+    );
+    let cfgs = d.configs("redis://x").unwrap();
+    let edge: Vec<&InstanceConfig> = cfgs
+        .values()
+        .flat_map(|c| &c.instances)
+        .filter(|i| i.middlebox == "edge")
+        .collect();
+    assert_eq!(edge.len(), 2, "the most a member asked for (fw's 2)");
+    let reg = sluice_builtin::registry();
+    for i in edge {
+        assert!(i.name.starts_with("acme/edge/"), "{}", i.name);
+        let cs = sluice_chain::ChainSpec::from_str(&i.chain_yaml, std::path::Path::new("g"))
+            .unwrap_or_else(|e| panic!("{}\n{e}", i.chain_yaml));
+        // One chain, so one state namespace per member across every instance.
+        assert_eq!(cs.name, "acme.edge");
+        let fs: Vec<(&str, &str)> = cs
+            .functions
+            .iter()
+            .map(|f| (f.name.as_str(), f.kind.as_str()))
+            .collect();
+        assert_eq!(fs, [("fw", "firewall"), ("ips", "ips")]);
+        assert!(cs.functions[0].config["rules"]
+            .as_str()
+            .is_some_and(|r| r.contains("deny tcp from 198.51.100.66")));
+        // Requests come from the clients; replies cross in reverse.
+        assert_eq!(
+            cs.settings.forward_sources,
+            ["198.51.100.0/24", "203.0.113.0/24"]
+        );
+        let chain = sluice_chain::Chain::from_spec(
+            &cs,
+            std::path::Path::new("."),
+            &reg,
+            sluice_chain::Sharing::Shared,
+        )
+        .unwrap();
+        assert_eq!(chain.len(), 2);
+    }
+    // The switch steers every chain through the group as one hop.
+    let c = d.compile_tenant("acme").unwrap();
+    assert!(c.groups.contains_key("edge"));
+    assert!(!c.groups.contains_key("fw") && !c.groups.contains_key("ips"));
+}

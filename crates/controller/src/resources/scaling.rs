@@ -96,13 +96,20 @@ fn middlebox_info(d: &Desired, tenant: &str, mb: &str) -> Result<MiddleboxInfo, 
         .tenants
         .get(tenant)
         .ok_or_else(|| ApiError::not_found(format!("tenant `{tenant}` is not applied")))?;
-    let (spec_instances, pipeline, workers) = match t.spec.elements.get(mb) {
+    let (spec_instances, pipeline, workers, functions) = match t.spec.elements.get(mb) {
         Some(sluice_tenant::Element::Middlebox {
+            function,
+            config,
             instances,
             pipeline,
             workers,
             ..
-        }) => (*instances, *pipeline, *workers),
+        }) => (
+            *instances,
+            *pipeline,
+            *workers,
+            sluice_tenant::consolidate::functions_of(mb, function, config),
+        ),
         _ => {
             return Err(ApiError::not_found(format!(
                 "tenant `{tenant}` has no middlebox `{mb}`"
@@ -115,9 +122,23 @@ fn middlebox_info(d: &Desired, tenant: &str, mb: &str) -> Result<MiddleboxInfo, 
             .map(|k| instance_name(&k.0, &k.1, k.2))
             .collect::<Vec<_>>()
     };
+    let function = match t.spec.elements.get(mb) {
+        Some(sluice_tenant::Element::Middlebox { function, .. }) => function.clone(),
+        _ => String::new(),
+    };
+    let members = if function == sluice_tenant::consolidate::HYPERAPP {
+        functions
+            .into_iter()
+            .map(|f| format!("{}:{}", f.name, f.function))
+            .collect()
+    } else {
+        Vec::new()
+    };
     Ok(MiddleboxInfo {
         tenant: tenant.to_string(),
         middlebox: mb.to_string(),
+        function,
+        members,
         instances: d.count(tenant, mb).unwrap_or(spec_instances),
         spec_instances,
         scaled: d.scaled.contains_key(&(tenant.to_string(), mb.to_string())),
