@@ -187,6 +187,12 @@ pub struct Desired {
     /// lays the split out rack by rack with even shares until it has
     /// measured the traffic again).
     pub shares: BTreeMap<(String, String), BTreeMap<String, u32>>,
+    /// Each consolidated group's share of its flow-hash space per host,
+    /// parts per million, by `(tenant, middlebox)`, from CoMb's network-wide
+    /// LP over the measured load ([`crate::consolidation`]; live state,
+    /// never persisted: even shares until measured again). Not used under
+    /// `network-aware` distribution, whose rack layout decides there.
+    pub comb_shares: BTreeMap<(String, String), BTreeMap<u32, u32>>,
 }
 
 /// What [`Desired::drain_host`] did.
@@ -1115,6 +1121,8 @@ impl Desired {
         }
         if self.distribution == crate::distribution::Distribution::NetworkAware {
             self.network_aware(tenant, &mut p);
+        } else {
+            self.consolidated(tenant, &mut p);
         }
         for split in catch.values() {
             let w = catch_up_weight(split.ordinary, split.catching.len());
@@ -1156,6 +1164,28 @@ impl Desired {
                 .map(|hp| self.rack_of(hp.0 .0).to_string())
                 .collect();
             if let Some(w) = crate::distribution::weights(&racks, ppm, BASE_WEIGHT) {
+                for (hp, w) in serving.into_iter().zip(w) {
+                    p.weights.insert(hp, w);
+                }
+            }
+        }
+    }
+
+    /// Weighs the instances of each consolidated group by its host's share
+    /// ([`Desired::comb_shares`]; even until one is set, or when its hosts
+    /// changed since). Instances out of their groups keep weight 0.
+    fn consolidated(&self, tenant: &str, p: &mut Placement) {
+        for (mb, list) in &p.instances {
+            let Some(ppm) = self.comb_shares.get(&(tenant.to_string(), mb.clone())) else {
+                continue;
+            };
+            let serving: Vec<(HostId, PortId)> = list
+                .iter()
+                .filter(|hp| !p.out_of_groups.contains(hp))
+                .copied()
+                .collect();
+            let hosts: Vec<u32> = serving.iter().map(|hp| hp.0 .0).collect();
+            if let Some(w) = crate::consolidation::weights(&hosts, ppm, BASE_WEIGHT) {
                 for (hp, w) in serving.into_iter().zip(w) {
                     p.weights.insert(hp, w);
                 }

@@ -39,6 +39,7 @@ pub mod blocks;
 pub mod change;
 pub mod client;
 pub mod compile;
+pub mod consolidation;
 pub mod desired;
 pub mod distribution;
 pub mod error;

@@ -142,6 +142,7 @@ impl Reconciler {
                         drops: ih.drops + ih.queue_drops,
                     },
                 );
+                self.instance_cpu(&ih.name, ih.cpu_ms);
             }
         }
         self.health(reg.host, &hb.instances, now);

@@ -34,6 +34,7 @@ use crate::store::{Store, StoreError, Touched};
 mod autoscale;
 pub(crate) mod backends;
 mod blocks;
+mod consolidation;
 mod containment;
 pub mod distribution;
 mod drains;
@@ -224,6 +225,10 @@ pub struct Reconciler {
     pub(crate) backends: backends::Backends,
     /// Chain byte counters as the distribution last sampled them.
     dist: distribution::Sampler,
+    /// Consolidated groups' CPU samples ([`consolidation`]).
+    cpu: consolidation::CpuSampler,
+    /// Latest cumulative CPU time of each instance, ms, by name.
+    cpu_reports: BTreeMap<String, u64>,
     /// Each tenant's last distribution decision.
     distributions: BTreeMap<String, distribution::TenantDistribution>,
     /// Declared rack uplink capacities, bytes per second.
@@ -292,6 +297,8 @@ impl Reconciler {
             controllers: Vec::new(),
             backends: backends::Backends::default(),
             dist: distribution::Sampler::default(),
+            cpu: consolidation::CpuSampler::default(),
+            cpu_reports: BTreeMap::new(),
             distributions: BTreeMap::new(),
             uplinks: BTreeMap::new(),
             uplink_target: crate::distribution::DEFAULT_TARGET,
@@ -606,6 +613,7 @@ impl Reconciler {
         self.sample_agent_metrics(now);
         self.sample_traffic(now);
         self.check_distribution(now);
+        self.check_consolidation(now);
         self.expire_accusations(now);
         self.check_leases(now);
         let mut polls = self.check_drains(now);

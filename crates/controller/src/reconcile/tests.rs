@@ -2585,4 +2585,5 @@ fn an_operator_drained_cached_instance_waits_for_the_lease_gate() {
     assert!(!s.in_any_group("t/ips/1"));
 }
 
+mod consolidation;
 mod distribution;
