@@ -10,6 +10,7 @@
 //! on-CPU time (Linux schedstat), so a busy machine slows a run down less than it
 //! would in wall-clock time; on an idle machine the two agree.
 
+pub mod consolidation;
 pub mod control;
 pub mod dataplane;
 pub mod fleet;

@@ -96,6 +96,22 @@ pub enum BenchCmd {
         #[arg(long, default_value_t = 8)]
         streams: usize,
     },
+    /// CoMb's consolidation in the running system: the Figure 4 tenant on a
+    /// namespace testbed with its firewall and IPS separate, then
+    /// consolidated into one group, the same downloads through each; CPU of
+    /// the instances and agents per GB delivered and throughput, ratios
+    /// against the separate arm (needs root).
+    Consolidation {
+        /// Print one JSON object per arm.
+        #[arg(long)]
+        json: bool,
+        /// 1 MiB downloads per arm, one after another.
+        #[arg(long, default_value_t = 40)]
+        downloads: usize,
+        /// The Figure 4 spec both arms derive from.
+        #[arg(long, default_value = "examples/tenant/figure4.yaml")]
+        spec: PathBuf,
+    },
     /// Remote (Redis) versus local state: throughput, added latency and store
     /// operations per packet of each function, long and short flows (StatelessNF Fig. 4.4).
     State {
@@ -248,6 +264,24 @@ pub fn run(which: BenchCmd) -> Result<(), CliError> {
                 outln!("{}", serde_json::to_string(&r).expect("report serialises"))?;
             } else {
                 sluice_bench::dataplane::print(&r);
+            }
+            Ok(())
+        }
+        BenchCmd::Consolidation {
+            json,
+            downloads,
+            spec,
+        } => {
+            let mut progress = |what: &str| eprintln!("bench: {what}");
+            let exe = std::env::current_exe().map_err(CliError::OwnBinary)?;
+            let rows = sluice_bench::consolidation::run(&exe, &spec, downloads, &mut progress)
+                .map_err(CliError::Bench)?;
+            if json {
+                for r in &rows {
+                    outln!("{}", serde_json::to_string(r).expect("row serialises"))?;
+                }
+            } else {
+                sluice_bench::consolidation::print(&rows);
             }
             Ok(())
         }
