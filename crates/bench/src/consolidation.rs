@@ -35,6 +35,10 @@ pub struct Row {
     pub seconds: f64,
     /// Delivered throughput, Mbit/s (downloads one after another).
     pub mbit_per_s: f64,
+    /// CPU seconds the NF instance processes spent during the downloads.
+    pub instance_cpu_s: f64,
+    /// CPU seconds the agents spent during the downloads.
+    pub agent_cpu_s: f64,
     /// CPU seconds of every NF instance process per GB delivered.
     pub instance_cpu_s_per_gb: f64,
     /// CPU seconds of every agent per GB delivered.
@@ -222,6 +226,8 @@ pub fn run(
             bytes,
             seconds,
             mbit_per_s: mbit,
+            instance_cpu_s: cpu_i1 - cpu_i0,
+            agent_cpu_s: cpu_a1 - cpu_a0,
             instance_cpu_s_per_gb: inst,
             agent_cpu_s_per_gb: agent,
             total_cpu_s_per_gb: inst + agent,
