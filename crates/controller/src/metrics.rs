@@ -199,6 +199,7 @@ pub fn render(r: &Reconciler, now: Instant, process: bool) -> String {
     backends(&mut o, r, now);
     instance_drains(&mut o, r);
     distribution(&mut o, r);
+    consolidation(&mut o, r);
     uplinks(&mut o, r);
     store(&mut o, r);
     leader(&mut o, r);
@@ -268,6 +269,26 @@ fn instance_drains(o: &mut String, r: &Reconciler) {
                 u8::from(st == now)
             );
         }
+    }
+}
+
+/// The consolidated groups' split (CoMb's LP): the most loaded host's
+/// predicted utilisation under the installed shares and under even ones.
+fn consolidation(o: &mut String, r: &Reconciler) {
+    let Some(v) = r.consolidation_view() else {
+        return;
+    };
+    family(
+        o,
+        "sluice_controller_consolidation_worst_host_utilisation",
+        "gauge",
+        "Predicted utilisation (measured load over declared cores) of the most loaded host of the consolidated groups, under the installed split and under even shares (split=\"even\").",
+    );
+    for (split, x) in [("installed", v.installed), ("even", v.even)] {
+        let _ = writeln!(
+            o,
+            "sluice_controller_consolidation_worst_host_utilisation{{split=\"{split}\"}} {x}"
+        );
     }
 }
 

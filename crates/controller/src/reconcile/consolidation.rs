@@ -29,7 +29,22 @@ pub(crate) struct CpuSampler {
     cpu_ms: BTreeMap<String, u64>,
 }
 
+/// The last solve's prediction, for `/metrics`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct CombView {
+    /// The most loaded host's predicted utilisation under the installed
+    /// shares.
+    pub installed: f64,
+    /// The same under even shares.
+    pub even: f64,
+}
+
 impl Reconciler {
+    /// The last solve's prediction (none before a group's load is measured).
+    pub fn consolidation_view(&self) -> Option<CombView> {
+        self.comb_view
+    }
+
     /// Records an instance's cumulative CPU time from its host's heartbeat.
     pub(super) fn instance_cpu(&mut self, name: &str, cpu_ms: u64) {
         self.cpu_reports.insert(name.to_string(), cpu_ms);
@@ -106,7 +121,16 @@ impl Reconciler {
         let fits = installed.len() == self.desired.comb_shares.len()
             && inputs.groups.keys().all(|k| installed.contains_key(k));
         let current = fits.then(|| consolidation::evaluate(&inputs, &installed));
-        if !consolidation::adopt(current, &plan) || plan.shares == self.desired.comb_shares {
+        let adopt = consolidation::adopt(current, &plan) && plan.shares != self.desired.comb_shares;
+        self.comb_view = Some(CombView {
+            installed: if adopt {
+                plan.worst
+            } else {
+                current.unwrap_or(plan.worst)
+            },
+            even: plan.even,
+        });
+        if !adopt {
             return;
         }
         let mut next = self.desired.clone();

@@ -34,7 +34,7 @@ use crate::store::{Store, StoreError, Touched};
 mod autoscale;
 pub(crate) mod backends;
 mod blocks;
-mod consolidation;
+pub mod consolidation;
 mod containment;
 pub mod distribution;
 mod drains;
@@ -229,6 +229,8 @@ pub struct Reconciler {
     cpu: consolidation::CpuSampler,
     /// Latest cumulative CPU time of each instance, ms, by name.
     cpu_reports: BTreeMap<String, u64>,
+    /// The consolidated groups' last prediction.
+    comb_view: Option<consolidation::CombView>,
     /// Each tenant's last distribution decision.
     distributions: BTreeMap<String, distribution::TenantDistribution>,
     /// Declared rack uplink capacities, bytes per second.
@@ -299,6 +301,7 @@ impl Reconciler {
             dist: distribution::Sampler::default(),
             cpu: consolidation::CpuSampler::default(),
             cpu_reports: BTreeMap::new(),
+            comb_view: None,
             distributions: BTreeMap::new(),
             uplinks: BTreeMap::new(),
             uplink_target: crate::distribution::DEFAULT_TARGET,

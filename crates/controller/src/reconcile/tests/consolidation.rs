@@ -88,6 +88,13 @@ fn a_consolidated_group_gets_more_of_its_flows_where_the_cores_are() {
         "{}",
         ev[0].reason
     );
+    let m = crate::metrics::render(&s.r, s.now, false);
+    assert!(
+        m.contains(
+            "sluice_controller_consolidation_worst_host_utilisation{split=\"installed\"} 0.5"
+        ) && m.contains("sluice_controller_consolidation_worst_host_utilisation{split=\"even\"} 1"),
+        "{m}"
+    );
     // The hosts' groups carry the new weights.
     assert!(!s.push_all().is_empty(), "the new split is pushed");
     let split_1_to_3 = s.r.configs().values().any(|c| {
