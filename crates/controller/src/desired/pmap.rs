@@ -54,6 +54,14 @@ impl<K: Ord + Clone, V: Clone> PMap<K, V> {
         Self::default()
     }
 
+    /// Whether `other` is this very map (a copy of it that neither has
+    /// changed since), not merely an equal one: one pointer comparison.
+    /// Holding a copy makes any later change to either copy its chunks, so
+    /// a held copy tells whether the map changed since.
+    pub fn same(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.chunks, &other.chunks)
+    }
+
     /// Entries.
     pub fn len(&self) -> usize {
         self.len
@@ -587,6 +595,14 @@ mod tests {
             .count();
         assert_eq!(shared, m.chunks.len() - 1);
         assert_eq!((m[&5_000], c[&5_000]), (5_000, 0));
+        // A held copy tells whether the map changed since.
+        let mut d = c.clone();
+        assert!(d.same(&c) && !c.same(&m));
+        d.insert(1, 1);
+        assert!(!d.same(&c));
+        let held = d.clone();
+        d.remove(&1);
+        assert!(!d.same(&held) && held[&1] == 1);
     }
 
     fn vm(tenant: &str, name: &str, host: u32) -> ((String, String), super::super::Vm) {

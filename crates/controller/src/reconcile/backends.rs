@@ -61,6 +61,10 @@ pub(crate) struct Backends {
     seen: BTreeMap<(u32, BackendKey), (u64, u64)>,
     /// The last check result reported per backend (`sluice get backends`).
     pub(crate) last_check: BTreeMap<BackendKey, String>,
+    /// The applied tenants as last synced (a shared copy): while the desired
+    /// state's are still this very map, no tenant changed (see
+    /// [`crate::desired::PMap::same`]).
+    synced: Option<crate::desired::PMap<String, std::sync::Arc<crate::desired::Tenant>>>,
 }
 
 /// Whether any `lb` middlebox of `spec` has a service with a `health_check:`
@@ -246,6 +250,13 @@ impl Reconciler {
     /// transitions that made: checks removed from a backend they held down).
     fn sync_backends(&mut self, now_ns: u64) -> Vec<(BackendKey, Transition, String)> {
         let b = &mut self.backends;
+        if b.synced
+            .as_ref()
+            .is_some_and(|t| t.same(&self.desired.tenants))
+        {
+            return Vec::new();
+        }
+        b.synced = Some(self.desired.tenants.clone());
         // The tenants applied, changed or deleted since the last sync: one
         // merge of two lists ordered by name (this runs at every tick; a
         // lookup per tenant, and then a pass over every tenant's backends
