@@ -114,6 +114,15 @@ struct Sims {
     stop: AtomicBool,
     /// The agents beat at this fixed interval (see [`Options::heartbeat`]).
     fixed: Option<Duration>,
+    /// Times the controller was restarted. The in-process controller's
+    /// shutdown leaves its keep-alive connections open, reading requests
+    /// nobody answers (tiny_http's connection threads outlive the server):
+    /// a heartbeat on one waited for the client's 30 s timeout, where a real
+    /// controller's exit closes them and the agent's client reconnects at
+    /// once. So each heartbeat thread starts a new client (connection pool)
+    /// when this moves, as a real agent's pool would find its connection
+    /// closed.
+    restarts: AtomicU64,
 }
 
 impl Sims {
@@ -422,7 +431,17 @@ fn handle(sims: &Sims, mut req: tiny_http::Request) {
 /// Heartbeats hosts `first, first + step, ...` (those registered) when each is
 /// due, until told to stop.
 fn heartbeats(sims: &Sims, client: &Client, base: &str, first: usize, step: usize) {
+    // The real agent's heartbeat gives up after 500 ms (and beats again at
+    // its interval): one sent to a controller that stops does not hold the
+    // thread for the client's usual 30 s.
+    let timeout = Duration::from_millis(500);
+    let (mut client, mut restarts) = (client.clone().with_timeout(timeout), 0);
     while !sims.stop.load(Ordering::Acquire) {
+        let r = sims.restarts.load(Ordering::Acquire);
+        if r != restarts {
+            client = client.reconnected();
+            restarts = r;
+        }
         let n = sims.registered.load(Ordering::Acquire);
         let mut i = first;
         while i < n && !sims.stop.load(Ordering::Acquire) {
@@ -531,6 +550,7 @@ pub fn run(opts: &Options, progress: &mut dyn FnMut(&str)) -> Result<Outcome, St
         heartbeat_errors: AtomicU64::new(0),
         stop: AtomicBool::new(false),
         fixed: opts.heartbeat,
+        restarts: AtomicU64::new(0),
     });
     let mut threads: Vec<JoinHandle<()>> = Vec::new();
     for _ in 0..API_THREADS {
@@ -562,6 +582,10 @@ pub fn run(opts: &Options, progress: &mut dyn FnMut(&str)) -> Result<Outcome, St
         Ok(_) => {
             progress("restarting the controller");
             server.shutdown();
+            // New connections, for the agents and the bench's own polling
+            // (see [`Sims::restarts`]).
+            sims.restarts.fetch_add(1, Ordering::Release);
+            let client = client.reconnected();
             let t = Instant::now();
             let server =
                 serve(server_options(addr)).map_err(|e| format!("restarted controller: {e}"))?;

@@ -120,7 +120,7 @@ pub fn needs_force(old: &Desired, new: &Desired, tenant: &str) -> Option<String>
             before.spec.chains.len()
         ));
     }
-    let count = |d: &Desired| d.instances.keys().filter(|k| k.0 == tenant).count();
+    let count = |d: &Desired| d.tenant_instances(tenant).count();
     let (was, will) = (count(old), count(new));
     if was > 0 && will == 0 {
         return Some(format!(
@@ -131,25 +131,31 @@ pub fn needs_force(old: &Desired, new: &Desired, tenant: &str) -> Option<String>
 }
 
 /// What going from (`old`, `old_cfgs`) to (`new`, `new_cfgs`) does to `tenant`.
+/// `partial`: `new_cfgs` holds only the hosts the change can alter (every
+/// host of the tenant, before and after), so only those are compared, not
+/// every host of the fleet.
 pub fn plan(
     tenant: &str,
     old: &Desired,
     old_cfgs: &BTreeMap<u32, AgentConfig>,
     new: &Desired,
     new_cfgs: &BTreeMap<u32, AgentConfig>,
+    partial: bool,
 ) -> ChangePlan {
     let ot = old.tenants.get(tenant);
     let nt = new.tenants.get(tenant);
     let instances = |d: &Desired| -> BTreeSet<String> {
-        d.instances
-            .iter()
-            .filter(|(k, _)| k.0 == tenant)
+        d.tenant_instances(tenant)
             .map(|((t, mb, k), i)| format!("{}@{}", instance_name(t, mb, *k), i.host))
             .collect()
     };
     let (oi, ni) = (instances(old), instances(new));
     let mut fib = BTreeMap::new();
-    let hosts: BTreeSet<u32> = old_cfgs.keys().chain(new_cfgs.keys()).copied().collect();
+    let hosts: BTreeSet<u32> = if partial {
+        new_cfgs.keys().copied().collect()
+    } else {
+        old_cfgs.keys().chain(new_cfgs.keys()).copied().collect()
+    };
     for h in hosts {
         let (a, b) = (
             entries(old_cfgs.get(&h), tenant),

@@ -29,11 +29,14 @@ pub enum ClientError {
 /// The most pages [`Client::get_raw`] reads of one list.
 const MAX_PAGES: usize = 100_000;
 
+/// A request's overall timeout unless [`Client::with_timeout`] says otherwise.
+const TIMEOUT: Duration = Duration::from_secs(30);
+
 /// The agent every client starts from (its timeouts).
 fn agent_builder() -> ureq::AgentBuilder {
     ureq::AgentBuilder::new()
         .timeout_connect(Duration::from_secs(2))
-        .timeout(Duration::from_secs(30))
+        .timeout(TIMEOUT)
 }
 
 /// A change request's conditions, as the client sends them.
@@ -87,6 +90,8 @@ pub struct Client {
     /// The TLS settings of `agent` (a CA file given), for the agent of
     /// event streams, which has no overall timeout.
     tls: Option<std::sync::Arc<rustls::ClientConfig>>,
+    /// A request's overall timeout.
+    timeout: Duration,
 }
 
 impl std::fmt::Debug for Client {
@@ -118,7 +123,25 @@ impl Client {
             agent: agent_builder().build(),
             token: None,
             tls: None,
+            timeout: TIMEOUT,
         }
+    }
+
+    /// This client giving up on a request after `timeout` (30 s by
+    /// default), as the agent's heartbeats do after 500 ms.
+    pub fn with_timeout(mut self, timeout: Duration) -> Client {
+        self.timeout = timeout;
+        self.agent = self.new_agent();
+        self
+    }
+
+    /// A ureq agent with this client's timeout and TLS settings.
+    fn new_agent(&self) -> ureq::Agent {
+        let mut b = agent_builder().timeout(self.timeout);
+        if let Some(tls) = &self.tls {
+            b = b.tls_config(tls.clone());
+        }
+        b.build()
     }
 
     /// This client sending `token` (`Authorization: Bearer TOKEN`) with every
@@ -147,9 +170,19 @@ impl Client {
             .with_root_certificates(roots)
             .with_no_client_auth();
         let config = std::sync::Arc::new(config);
-        self.agent = agent_builder().tls_config(config.clone()).build();
         self.tls = Some(config);
+        self.agent = self.new_agent();
         Ok(self)
+    }
+
+    /// This client with connections of its own: same controller(s), token
+    /// and TLS settings, none of the kept-alive connections of the clients
+    /// it was cloned from (clones share them).
+    pub fn reconnected(&self) -> Client {
+        Client {
+            agent: self.new_agent(),
+            ..self.clone()
+        }
     }
 
     /// [`Client::with_ca_file`] if a file is given.

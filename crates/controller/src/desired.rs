@@ -82,7 +82,7 @@ pub struct Instance {
 /// `(tenant, middlebox, index)` of an NF instance.
 pub type InstanceKey = (String, String, u32);
 /// A VM: `(tenant, name)`.
-type VmKey = (String, String);
+pub type VmKey = (String, String);
 
 /// A middlebox's instance count as set by the scale API (or the scaler), and the
 /// spec's count when it was set: re-applying a spec with another count for the
@@ -103,13 +103,13 @@ pub struct Desired {
     /// change works on (at 10,000 tenants, copying every spec was a third
     /// of a VM registration's time): a tenant is replaced whole, never
     /// changed in place.
-    pub tenants: BTreeMap<String, Arc<Tenant>>,
+    pub tenants: PMap<String, Arc<Tenant>>,
     /// Registered hosts by id.
-    pub hosts: BTreeMap<u32, Host>,
+    pub hosts: PMap<u32, Host>,
     /// Registered VMs by `(tenant, name)`.
-    pub vms: BTreeMap<(String, String), Vm>,
+    pub vms: Placed<VmKey, Vm>,
     /// Placed NF instances.
-    pub instances: BTreeMap<InstanceKey, Instance>,
+    pub instances: Placed<InstanceKey, Instance>,
     /// The VNI the next new tenant gets (VNIs are never reused).
     pub next_vni: u32,
     /// Instance counts set by scaling, by `(tenant, middlebox)`.
@@ -133,7 +133,7 @@ pub struct Desired {
     pub fabric: Option<crate::fabric::FabricSecret>,
     /// Why each placed instance is where it is (instances placed before
     /// reasons were kept have none).
-    pub why: BTreeMap<InstanceKey, Why>,
+    pub why: PMap<InstanceKey, Why>,
     /// The placement policy for new instances (a controller setting, never
     /// persisted).
     pub policy: Policy,
@@ -336,13 +336,14 @@ impl Desired {
         next: &Desired,
         touched: &crate::store::Touched,
     ) -> Option<&'static str> {
-        fn outside<'a, K: Ord + 'a, V: PartialEq + 'a>(
-            a: &'a BTreeMap<K, V>,
-            b: &'a BTreeMap<K, V>,
+        fn outside<'a, K: PartialEq + 'a, V: PartialEq + 'a>(
+            a: impl IntoIterator<Item = (&'a K, &'a V)>,
+            b: impl IntoIterator<Item = (&'a K, &'a V)>,
             keep: impl Fn(&K) -> bool,
         ) -> bool {
-            let f = |m: &'a BTreeMap<K, V>| m.iter().filter(|(k, _)| keep(k)).collect::<Vec<_>>();
-            f(a) != f(b)
+            let a = a.into_iter().filter(|(k, _)| keep(k));
+            let b = b.into_iter().filter(|(k, _)| keep(k));
+            a.ne(b)
         }
         let t = |name: &String| !touched.tenants.contains(name);
         let checks = [
@@ -351,12 +352,18 @@ impl Desired {
                 "hosts",
                 outside(&self.hosts, &next.hosts, |h| !touched.hosts.contains(h)),
             ),
-            ("vms", outside(&self.vms, &next.vms, |k| t(&k.0))),
+            (
+                "vms",
+                outside(self.vms.iter(), next.vms.iter(), |k| t(&k.0)),
+            ),
             (
                 "instances",
-                outside(&self.instances, &next.instances, |k| t(&k.0)),
+                outside(self.instances.iter(), next.instances.iter(), |k| t(&k.0)),
             ),
-            ("why", outside(&self.why, &next.why, |k| t(&k.0))),
+            (
+                "why",
+                outside(self.why.iter(), next.why.iter(), |k| t(&k.0)),
+            ),
             ("scaled", outside(&self.scaled, &next.scaled, |k| t(&k.0))),
             (
                 "scaling",
@@ -381,9 +388,7 @@ impl Desired {
 
     /// The VMs registered for `tenant` (applied or not), in key order.
     pub fn tenant_vms<'a>(&'a self, tenant: &'a str) -> impl Iterator<Item = (&'a VmKey, &'a Vm)> {
-        self.vms
-            .range((tenant.to_string(), String::new())..)
-            .take_while(move |(k, _)| k.0 == tenant)
+        self.vms.of_tenant(tenant)
     }
 
     /// The NF instances of `tenant`, in key order.
@@ -391,23 +396,26 @@ impl Desired {
         &'a self,
         tenant: &'a str,
     ) -> impl Iterator<Item = (&'a InstanceKey, &'a Instance)> {
+        self.instances.of_tenant(tenant)
+    }
+
+    /// The instances of one middlebox of `tenant`, in key order (a range).
+    fn middlebox_instances<'a>(
+        &'a self,
+        tenant: &'a str,
+        middlebox: &'a str,
+    ) -> impl Iterator<Item = (&'a InstanceKey, &'a Instance)> {
         self.instances
-            .range((tenant.to_string(), String::new(), 0)..)
-            .take_while(move |(k, _)| k.0 == tenant)
+            .range((tenant.to_string(), middlebox.to_string(), 0)..)
+            .take_while(move |(k, _)| k.0 == tenant && k.1 == middlebox)
     }
 
     /// Port ids in use on `host` (VMs of any tenant, applied or not, and instances).
+    /// The host's own VMs and instances ([`Placed::on_host`]), not a scan
+    /// of the fleet's.
     pub fn used_ports(&self, host: u32) -> BTreeSet<u16> {
-        let vms = self
-            .vms
-            .values()
-            .filter(|v| v.reg.host == host)
-            .map(|v| v.port);
-        let inst = self
-            .instances
-            .values()
-            .filter(|i| i.host == host)
-            .map(|i| i.port);
+        let vms = self.vms.on_host(host).map(|(_, v)| v.port);
+        let inst = self.instances.on_host(host).map(|(_, i)| i.port);
         vms.chain(inst).collect()
     }
 
@@ -423,10 +431,9 @@ impl Desired {
     /// its host keeps its port; one moving gets a new port on its new host.
     pub fn register_vm(&mut self, reg: VmRegistration) -> Result<u16, PlaceError> {
         if reg.gateway {
-            if let Some(g) = self
-                .vms
-                .values()
-                .find(|v| v.reg.tenant == reg.tenant && v.reg.gateway && v.reg.name != reg.name)
+            if let Some((_, g)) = self
+                .tenant_vms(&reg.tenant)
+                .find(|(_, v)| v.reg.gateway && v.reg.name != reg.name)
             {
                 return Err(PlaceError::GatewayTaken {
                     tenant: reg.tenant.clone(),
@@ -435,11 +442,10 @@ impl Desired {
             }
         }
         // One interface is one VM: a second registration of it (another
-        // tenant's, say) would take the first VM's traffic.
-        if let Some(o) = self.vms.values().find(|v| {
-            v.reg.host == reg.host
-                && v.reg.iface == reg.iface
-                && (v.reg.tenant != reg.tenant || v.reg.name != reg.name)
+        // tenant's, say) would take the first VM's traffic. Only the VMs on
+        // its host can hold it.
+        if let Some((_, o)) = self.vms.on_host(reg.host).find(|(_, v)| {
+            v.reg.iface == reg.iface && (v.reg.tenant != reg.tenant || v.reg.name != reg.name)
         }) {
             return Err(PlaceError::InterfaceTaken {
                 host: reg.host,
@@ -499,8 +505,23 @@ impl Desired {
     /// Removes a tenant and its NF instances (its VMs stay registered). Returns
     /// whether it existed.
     pub fn remove_tenant(&mut self, name: &str) -> bool {
-        self.instances.retain(|k, _| k.0 != name);
-        self.why.retain(|k, _| k.0 != name);
+        // The tenant's own entries (ranges), not a pass over every tenant's.
+        let gone: Vec<InstanceKey> = self
+            .tenant_instances(name)
+            .map(|(k, _)| k.clone())
+            .collect();
+        for k in &gone {
+            self.instances.remove(k);
+        }
+        let why: Vec<InstanceKey> = self
+            .why
+            .range((name.to_string(), String::new(), 0)..)
+            .take_while(|(k, _)| k.0 == name)
+            .map(|(k, _)| k.clone())
+            .collect();
+        for k in &why {
+            self.why.remove(k);
+        }
         self.draining.retain(|k| k.0 != name);
         self.instance_drains.retain(|k, _| k.0 != name);
         self.down.retain(|k| k.0 != name);
@@ -634,17 +655,15 @@ impl Desired {
     fn unplaced_stop(&self, key: &InstanceKey) -> bool {
         self.stopped(key)
             && self
-                .instances
-                .keys()
-                .any(|j| j.0 == key.0 && j.1 == key.1 && !self.stopped(j))
+                .middlebox_instances(&key.0, &key.1)
+                .any(|(j, _)| !self.stopped(j))
     }
 
     /// The instances of a middlebox that take new flows: neither draining
     /// nor stopped (down ones count: health comes and goes).
     pub fn serving(&self, tenant: &str, middlebox: &str) -> Vec<InstanceKey> {
-        self.instances
-            .keys()
-            .filter(|k| k.0 == tenant && k.1 == middlebox)
+        self.middlebox_instances(tenant, middlebox)
+            .map(|(k, _)| k)
             .filter(|k| !self.draining.contains(*k) && !self.instance_drains.contains_key(*k))
             .cloned()
             .collect()
@@ -712,11 +731,11 @@ impl Desired {
         let mut drain = Vec::new();
         let mut undrain = Vec::new();
         let (operator, draining) = (&self.instance_drains, &self.draining);
-        self.instances.retain(|k, _| {
-            if k.0 != tenant {
-                return true;
-            }
-            match want.get(&k.1) {
+        // The tenant's instances only (a range of the map, not every
+        // tenant's): which stay, which go.
+        let mut gone = Vec::new();
+        for (k, _) in self.instances.of_tenant(tenant) {
+            let keep = match want.get(&k.1) {
                 None => false,
                 // An operator's drain is ended by the operator only.
                 Some(&(n, _)) if k.2 < n => {
@@ -732,8 +751,15 @@ impl Desired {
                     true
                 }
                 Some(_) => false,
+            };
+            if !keep {
+                gone.push(k.clone());
             }
-        });
+        }
+        for k in &gone {
+            self.instances.remove(k);
+            self.why.remove(k);
+        }
         for k in undrain {
             self.draining.remove(&k);
         }
@@ -745,13 +771,11 @@ impl Desired {
         self.down.retain(|k| instances.contains_key(k));
         let instances = &self.instances;
         self.catching_up.retain(|k| instances.contains_key(k));
-        self.why.retain(|k, _| instances.contains_key(k));
         for (mb, (n, _)) in want {
             let pinned = self.pinned(tenant, &mb);
             let serving = self
-                .instances
-                .keys()
-                .filter(|k| k.0 == tenant && k.1 == mb && !self.draining.contains(*k))
+                .middlebox_instances(tenant, &mb)
+                .filter(|(k, _)| !self.draining.contains(*k))
                 .count();
             let missing: Vec<InstanceKey> = (0..n)
                 .map(|k| (tenant.to_string(), mb.clone(), k))
@@ -986,12 +1010,11 @@ impl Desired {
         // Every host's ports in use, in one pass over VMs and instances
         // (asking [`Desired::used_ports`] per host made placing an instance
         // cost hosts x (VMs + instances): a fifth of an apply at 5,000 hosts).
-        let mut used: BTreeMap<u32, BTreeSet<u16>> = BTreeMap::new();
-        for v in self.vms.values() {
-            used.entry(v.reg.host).or_default().insert(v.port);
-        }
-        for i in self.instances.values() {
-            used.entry(i.host).or_default().insert(i.port);
+        // Now a count per host from the hosts' indexes (ports are unique on
+        // a host: [`Desired::free_port`]), not a pass over every VM.
+        let mut used: BTreeMap<u32, u32> = BTreeMap::new();
+        for (h, n) in self.vms.per_host().chain(self.instances.per_host()) {
+            *used.entry(h).or_default() += n;
         }
         let mut rooms: BTreeMap<u32, Room> = self
             .hosts
@@ -1014,7 +1037,7 @@ impl Desired {
                     instances: 0,
                     mine: 0,
                     free_ports: u32::from(MAX_PORT)
-                        .saturating_sub(used.get(&h.id).map_or(0, BTreeSet::len) as u32),
+                        .saturating_sub(used.get(&h.id).copied().unwrap_or(0)),
                     rack: h.capacity.as_ref().and_then(|c| c.rack.clone()),
                     tenant_instances: 0,
                     same_function: 0,
@@ -1023,11 +1046,39 @@ impl Desired {
             })
             .collect();
         let function = self.function(tenant, middlebox);
-        for ((tn, mb, _), i) in &self.instances {
+        // Instances come in key order, as tenants do: a middlebox's demand
+        // and function are read once per middlebox, its tenant's spec found
+        // by walking the tenants alongside (a lookup among 10,000 tenants per
+        // instance was most of a placement's time).
+        let mut last: Option<(&str, &str, Resources, bool)> = None;
+        let mut specs = self.tenants.iter().peekable();
+        for ((tn, mb, _), i) in self.instances.iter() {
             let Some(r) = rooms.get_mut(&i.host) else {
                 continue;
             };
-            let (d, _) = self.demand(tn, mb);
+            let (d, same) = match last {
+                Some((t, m, d, same)) if t == tn && m == mb => (d, same),
+                _ => {
+                    while specs.next_if(|(n, _)| n.as_str() < tn.as_str()).is_some() {}
+                    let element = specs
+                        .peek()
+                        .filter(|(n, _)| *n == tn)
+                        .and_then(|(_, t)| t.spec.elements.get(mb));
+                    // As [`Desired::demand`] and [`Desired::function`] read it.
+                    let (d, f) = match element {
+                        Some(Element::Middlebox {
+                            resources,
+                            function,
+                            ..
+                        }) => (*resources, Some(function.as_str())),
+                        _ => (Resources::default(), None),
+                    };
+                    debug_assert_eq!((d, f), (self.demand(tn, mb).0, self.function(tn, mb)));
+                    let same = function.is_some() && f == function;
+                    last = Some((tn, mb, d, same));
+                    (d, same)
+                }
+            };
             r.used.slots = r.used.slots.saturating_add(d.slots);
             r.used.cores = r.used.cores.saturating_add(d.cores);
             r.used.memory_mib = r.used.memory_mib.saturating_add(d.memory_mib);
@@ -1038,7 +1089,7 @@ impl Desired {
             if tn == tenant {
                 r.tenant_instances += 1;
             }
-            if function.is_some() && self.function(tn, mb) == function {
+            if same {
                 r.same_function += 1;
             }
         }
@@ -1238,10 +1289,17 @@ impl Desired {
         &self,
         only: Option<&BTreeSet<&str>>,
     ) -> Result<BTreeMap<String, Arc<Compiled>>, PlaceError> {
-        self.compiled.retain(|t| self.tenants.contains_key(t));
-        self.tenants
-            .iter()
-            .filter(|(n, _)| only.is_none_or(|o| o.contains(n.as_str())))
+        // The whole derivation forgets the compilations of tenants no longer
+        // applied (a scoped one looks at its own tenants only: forgetting
+        // across the cache per request cost a pass over every tenant).
+        if only.is_none() {
+            self.compiled.retain(|t| self.tenants.contains_key(t));
+        }
+        let tenants: Box<dyn Iterator<Item = (&String, &Arc<Tenant>)>> = match only {
+            None => Box::new(self.tenants.iter()),
+            Some(o) => Box::new(o.iter().filter_map(|n| self.tenants.get_key_value(*n))),
+        };
+        tenants
             .map(|(n, t)| {
                 let key = CompileKey {
                     yaml: t.yaml.clone(),
@@ -1280,25 +1338,20 @@ impl Desired {
         state_url: &str,
         only: Option<&BTreeSet<u32>>,
     ) -> Result<BTreeMap<u32, AgentConfig>, PlaceError> {
-        let hosts_of = self.tenant_hosts();
-        let relevant: Option<BTreeSet<&str>> = only.map(|o| {
-            hosts_of
-                .iter()
-                .filter(|(_, hs)| !hs.is_disjoint(o))
-                .map(|(t, _)| *t)
-                .collect()
-        });
-        let compiled = self.compile_some(relevant.as_ref())?;
         // With a scope, only the tenants with a VM or an instance on one of
         // its hosts can matter (to those hosts' ports, FIBs, sources and
-        // peers): their VMs and instances are ranges of the ordered maps,
-        // not a scan of every tenant's (10,000 tenants: 65,000 entries).
+        // peers): found with the hosts' index, their hosts, VMs and
+        // instances read as ranges of the ordered maps, not a scan of every
+        // tenant's (10,000 tenants: 65,000 entries).
+        let relevant: Option<BTreeSet<&str>> = only.map(|o| self.tenants_on(o));
+        let compiled = self.compile_some(relevant.as_ref())?;
         let hosts_of: BTreeMap<&str, BTreeSet<u32>> = match &relevant {
-            Some(r) => hosts_of
-                .into_iter()
-                .filter(|(t, _)| r.contains(t))
+            Some(r) => r
+                .iter()
+                .map(|t| (*t, self.hosts_of_tenant(t)))
+                .filter(|(_, hs)| !hs.is_empty())
                 .collect(),
-            None => hosts_of,
+            None => self.tenant_hosts(),
         };
         let vms: Box<dyn Iterator<Item = (&VmKey, &Vm)>> = match &relevant {
             Some(r) => Box::new(r.iter().flat_map(|t| self.tenant_vms(t))),
@@ -1330,10 +1383,11 @@ impl Desired {
         let sources_of = self.tenant_sources(&hosts_of);
         // The backends with active checks, per tenant: each is checked by
         // the agent of its VM's host.
-        let checked: BTreeMap<&String, Vec<crate::reconcile::backends::Configured>> = self
-            .tenants
-            .iter()
-            .filter(|(n, _)| relevant.as_ref().is_none_or(|r| r.contains(n.as_str())))
+        let of_interest: Box<dyn Iterator<Item = (&String, &Arc<Tenant>)>> = match &relevant {
+            Some(r) => Box::new(r.iter().filter_map(|n| self.tenants.get_key_value(*n))),
+            None => Box::new(self.tenants.iter()),
+        };
+        let checked: BTreeMap<&String, Vec<crate::reconcile::backends::Configured>> = of_interest
             .filter(|(_, t)| crate::reconcile::backends::has_health_checks(&t.spec))
             .map(|(n, t)| {
                 let list: Vec<_> = crate::reconcile::backends::lb_backends(&t.spec)
@@ -1351,10 +1405,12 @@ impl Desired {
             }
         }
         let mut out = BTreeMap::new();
-        for &h in self.hosts.keys() {
-            if only.is_some_and(|o| !o.contains(&h)) {
-                continue;
-            }
+        // The hosts asked for (in order), not a pass over the fleet's.
+        let wanted: Box<dyn Iterator<Item = u32>> = match only {
+            Some(o) => Box::new(o.iter().copied().filter(|h| self.hosts.contains_key(h))),
+            None => Box::new(self.hosts.keys().copied()),
+        };
+        for h in wanted {
             let mut peer_ids = peers_of.remove(&h).unwrap_or_default();
             peer_ids.insert(h);
             // A contained host is nobody's peer (its datagrams are dropped as
@@ -1544,6 +1600,62 @@ impl Desired {
     /// Per applied tenant, the hosts where it has a VM or an NF instance
     /// (draining and failed ones included: they still send): the only hosts
     /// whose agents may send its VNI through the fabric.
+    /// The tenants of [`Desired::tenant_hosts`] with a host in `hosts`,
+    /// from the hosts' index (what is on each host), not a pass over every
+    /// tenant. Debug builds compare it with the whole computation.
+    pub(crate) fn tenants_on(&self, hosts: &BTreeSet<u32>) -> BTreeSet<&str> {
+        let mut out = BTreeSet::new();
+        for &h in hosts {
+            // VMs registered ahead of their tenant's spec change nothing yet.
+            out.extend(
+                self.vms
+                    .tenants_on(h)
+                    .filter(|t| self.tenants.contains_key(*t)),
+            );
+            out.extend(self.instances.tenants_on(h));
+        }
+        #[cfg(debug_assertions)]
+        {
+            let want: BTreeSet<&str> = self
+                .tenant_hosts()
+                .into_iter()
+                .filter(|(_, hs)| !hs.is_disjoint(hosts))
+                .map(|(t, _)| t)
+                .collect();
+            assert_eq!(out, want, "tenants on hosts {hosts:?}: the index differs");
+        }
+        out
+    }
+
+    /// One tenant's hosts as [`Desired::tenant_hosts`] gives them (its VMs'
+    /// if it is applied, and its instances'): ranges of the maps.
+    fn hosts_of_tenant(&self, tenant: &str) -> BTreeSet<u32> {
+        let mut out = BTreeSet::new();
+        if self.tenants.contains_key(tenant) {
+            out.extend(self.tenant_vms(tenant).map(|(_, v)| v.reg.host));
+        }
+        out.extend(self.tenant_instances(tenant).map(|(_, i)| i.host));
+        out
+    }
+
+    /// Debug builds and tests: the indexes kept with the VMs and instances
+    /// (which tenants are on each host) are what a recomputation from
+    /// scratch gives, and every placement reason is of a placed instance.
+    #[cfg(any(test, debug_assertions))]
+    pub(crate) fn check_indexes(&self) {
+        self.vms.check();
+        self.instances.check();
+        self.why.check();
+        self.tenants.check();
+        self.hosts.check();
+        for k in self.why.keys() {
+            assert!(
+                self.instances.contains_key(k),
+                "placement reason of {k:?}, which is not placed"
+            );
+        }
+    }
+
     fn tenant_hosts(&self) -> BTreeMap<&str, BTreeSet<u32>> {
         let mut out: BTreeMap<&str, BTreeSet<u32>> = BTreeMap::new();
         // VMs registered ahead of their tenant's spec change nothing yet.
@@ -1629,11 +1741,7 @@ impl Desired {
                     Output::Host(HostId(i.host))
                 }
             };
-            let mine = || {
-                self.instances
-                    .iter()
-                    .filter(move |(k, _)| k.0 == tenant && &k.1 == mb)
-            };
+            let mine = || self.middlebox_instances(tenant, mb);
             let serving: Vec<Output> = mine()
                 .filter(|(k, _)| {
                     !self.draining.contains(*k) && !self.instance_drains.contains_key(*k)
@@ -1771,7 +1879,9 @@ pub fn versioned(
 
 mod compile_cache;
 pub use compile_cache::CompileCache;
+pub mod pmap;
 use compile_cache::CompileKey;
+pub use pmap::{PMap, Placed};
 
 #[cfg(test)]
 mod tests;

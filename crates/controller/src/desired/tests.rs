@@ -689,11 +689,14 @@ fn tenants_accept_fabric_traffic_only_from_hosts_where_they_have_something() {
 }
 
 fn with_slots(d: &mut Desired, slots: &[u32]) {
-    for (h, s) in d.hosts.values_mut().zip(slots) {
-        h.capacity = Some(HostCapacity {
-            instance_slots: Some(*s),
-            ..HostCapacity::default()
-        });
+    let ids: Vec<u32> = d.hosts.keys().copied().collect();
+    for (id, s) in ids.into_iter().zip(slots) {
+        if let Some(h) = d.hosts.get_mut(&id) {
+            h.capacity = Some(HostCapacity {
+                instance_slots: Some(*s),
+                ..HostCapacity::default()
+            });
+        }
     }
 }
 
@@ -1086,4 +1089,107 @@ fn a_consolidated_group_runs_as_one_pipeline_per_instance() {
     let c = d.compile_tenant("acme").unwrap();
     assert!(c.groups.contains_key("edge"));
     assert!(!c.groups.contains_key("fw") && !c.groups.contains_key("ips"));
+}
+
+/// The hosts' indexes kept with the VMs and instances, checked against a
+/// recomputation from scratch: the index's own count, the tenants on each
+/// host (what a scoped derivation compiles), each host's ports, and a
+/// scoped derivation against the whole one.
+fn indexes_right(d: &Desired, what: &str) {
+    d.check_indexes();
+    let whole = d.tenant_hosts();
+    let full = d.configs("local");
+    for h in 0..=8u32 {
+        let only = BTreeSet::from([h]);
+        let want: BTreeSet<&str> = whole
+            .iter()
+            .filter(|(_, hs)| hs.contains(&h))
+            .map(|(t, _)| *t)
+            .collect();
+        assert_eq!(d.tenants_on(&only), want, "{what}: tenants on host {h}");
+        let scan: BTreeSet<u16> = d
+            .vms
+            .values()
+            .filter(|v| v.reg.host == h)
+            .map(|v| v.port)
+            .chain(d.instances.values().filter(|i| i.host == h).map(|i| i.port))
+            .collect();
+        assert_eq!(d.used_ports(h), scan, "{what}: ports of host {h}");
+        if let Ok(full) = &full {
+            let part = d.configs_of("local", Some(&only)).unwrap();
+            assert_eq!(
+                part.get(&h),
+                full.get(&h),
+                "{what}: host {h}'s configuration"
+            );
+        }
+    }
+}
+
+#[test]
+fn the_hosts_indexes_stay_right_through_applies_vms_deletions_and_hosts_emptied() {
+    let (text, spec) = figure4();
+    let beta_text = text.replacen("tenant: acme", "tenant: beta", 1);
+    let beta =
+        TenantSpec::parse(&beta_text, "beta.yaml", Some(&sluice_builtin::registry())).unwrap();
+    let mut d = hosts(8);
+    indexes_right(&d, "no VM");
+    figure4_vms(&mut d);
+    indexes_right(&d, "acme's VMs registered, not applied");
+    d.apply_tenant(&text, spec).unwrap();
+    indexes_right(&d, "acme applied");
+    // The same VM names for beta, on hosts 4-6 (another tenant: no clash).
+    for r in [
+        vm("gateway", 4, "198.51.100.10", true),
+        vm("web-a1", 5, "10.10.1.11", false),
+        vm("web-a2", 6, "10.10.1.12", false),
+        vm("web-b1", 4, "10.10.2.11", false),
+        vm("web-b2", 5, "10.10.2.12", false),
+    ] {
+        d.register_vm(VmRegistration {
+            tenant: "beta".into(),
+            ..r
+        })
+        .unwrap();
+    }
+    d.apply_tenant(&beta_text, beta).unwrap();
+    indexes_right(&d, "beta applied");
+    // A VM moving host moves in the index (new port on the new host).
+    d.register_vm(vm("web-a1", 7, "10.10.1.11", false)).unwrap();
+    indexes_right(&d, "acme's web-a1 moved to host 7");
+    assert!(d.vms.tenants_on(7).eq(["acme"]));
+    // An interface of host 7 is taken, whoever asks; the index finds it.
+    assert!(matches!(
+        d.register_vm(VmRegistration {
+            tenant: "beta".into(),
+            iface: "v-web-a1".into(),
+            ..vm("web-c1", 7, "10.10.3.11", false)
+        }),
+        Err(PlaceError::InterfaceTaken { host: 7, .. })
+    ));
+    indexes_right(&d, "interface refused");
+    // Hosts emptied: acme's instances leave host 1 (silent) and host 2
+    // (drained); every one is placed again elsewhere.
+    let on = |d: &Desired, h: u32| d.instances.on_host(h).count();
+    let before = (on(&d, 1), on(&d, 2));
+    assert!(
+        before.0 + before.1 > 0,
+        "figure 4 has instances on hosts 1-2"
+    );
+    d.evacuate(1);
+    indexes_right(&d, "host 1 evacuated");
+    d.drain_host(2, true);
+    indexes_right(&d, "host 2 drained");
+    assert_eq!((on(&d, 1), on(&d, 2)), (0, 0));
+    // A VM removed, then a tenant deleted (its VMs stay registered).
+    d.vms.remove(&("beta".to_string(), "web-b2".to_string()));
+    indexes_right(&d, "beta's web-b2 removed");
+    assert!(d.remove_tenant("acme"));
+    indexes_right(&d, "acme deleted");
+    assert_eq!(d.tenant_instances("acme").count(), 0);
+    assert!(d.why.keys().all(|k| k.0 != "acme"));
+    assert!((0..=8).all(|h| d.instances.tenants_on(h).all(|t| t != "acme")));
+    // Its VMs still count for their hosts' ports, not for its tenants.
+    assert!(d.vms.tenants_on(7).eq(["acme"]));
+    assert!(!d.tenants_on(&BTreeSet::from([7])).contains("acme"));
 }

@@ -61,6 +61,10 @@ pub(crate) struct Backends {
     seen: BTreeMap<(u32, BackendKey), (u64, u64)>,
     /// The last check result reported per backend (`sluice get backends`).
     pub(crate) last_check: BTreeMap<BackendKey, String>,
+    /// The applied tenants as last synced (a shared copy): while the desired
+    /// state's are still this very map, no tenant changed (see
+    /// [`crate::desired::PMap::same`]).
+    synced: Option<crate::desired::PMap<String, std::sync::Arc<crate::desired::Tenant>>>,
 }
 
 /// Whether any `lb` middlebox of `spec` has a service with a `health_check:`
@@ -246,30 +250,84 @@ impl Reconciler {
     /// transitions that made: checks removed from a backend they held down).
     fn sync_backends(&mut self, now_ns: u64) -> Vec<(BackendKey, Transition, String)> {
         let b = &mut self.backends;
-        let before = b.index.len();
-        b.index.retain(|t, _| self.desired.tenants.contains_key(t));
-        let mut changed = b.index.len() != before;
-        for (name, t) in &self.desired.tenants {
-            if b.index.get(name).is_none_or(|(g, _)| *g != t.generation) {
-                b.index
-                    .insert(name.clone(), (t.generation, lb_backends(&t.spec)));
-                changed = true;
-            }
-        }
-        if !changed {
+        if b.synced
+            .as_ref()
+            .is_some_and(|t| t.same(&self.desired.tenants))
+        {
             return Vec::new();
         }
-        let wanted: BTreeSet<BackendKey> = b
-            .index
+        b.synced = Some(self.desired.tenants.clone());
+        // The tenants applied, changed or deleted since the last sync: one
+        // merge of two lists ordered by name (this runs at every tick; a
+        // lookup per tenant, and then a pass over every tenant's backends
+        // after any apply, was a twentieth of the controller's time at
+        // 2,000 tenants). Only their backends are looked at again.
+        let mut changed: BTreeSet<String> = BTreeSet::new();
+        {
+            let mut old = b.index.iter().peekable();
+            for (name, t) in self.desired.tenants.iter() {
+                while let Some((o, _)) = old.next_if(|(o, _)| o.as_str() < name.as_str()) {
+                    changed.insert(o.clone());
+                }
+                match old.next_if(|(o, _)| *o == name) {
+                    Some((_, (g, _))) if *g == t.generation => {}
+                    _ => {
+                        changed.insert(name.clone());
+                    }
+                }
+            }
+            changed.extend(old.map(|(o, _)| o.clone()));
+        }
+        if changed.is_empty() {
+            return Vec::new();
+        }
+        for name in &changed {
+            match self.desired.tenants.get(name) {
+                Some(t) => {
+                    b.index
+                        .insert(name.clone(), (t.generation, lb_backends(&t.spec)));
+                }
+                None => {
+                    b.index.remove(name);
+                }
+            }
+        }
+        let wanted: BTreeSet<BackendKey> = changed
             .iter()
+            .filter_map(|t| b.index.get_key_value(t))
             .flat_map(|(t, (_, list))| {
                 list.iter()
                     .map(move |c| (t.clone(), c.middlebox.clone(), c.addr.clone()))
             })
             .collect();
-        b.health.retain(|k, _| wanted.contains(k));
-        b.seen.retain(|(_, k), _| wanted.contains(k));
-        b.last_check.retain(|k, _| wanted.contains(k));
+        // Forget the changed tenants' backends that are gone (ranges of
+        // the maps ordered by tenant).
+        for t in &changed {
+            let of_t = |m: &BTreeMap<BackendKey, _>| -> Vec<BackendKey> {
+                m.range((t.clone(), String::new(), String::new())..)
+                    .take_while(|(k, _)| &k.0 == t)
+                    .filter(|(k, _)| !wanted.contains(*k))
+                    .map(|(k, _)| k.clone())
+                    .collect()
+            };
+            for k in of_t(&b.health) {
+                b.health.remove(&k);
+            }
+            let gone: Vec<BackendKey> = b
+                .last_check
+                .range((t.clone(), String::new(), String::new())..)
+                .take_while(|(k, _)| &k.0 == t)
+                .filter(|(k, _)| !wanted.contains(*k))
+                .map(|(k, _)| k.clone())
+                .collect();
+            for k in gone {
+                b.last_check.remove(&k);
+            }
+        }
+        if !b.seen.is_empty() {
+            b.seen
+                .retain(|(_, k), _| !changed.contains(&k.0) || wanted.contains(k));
+        }
         let started_ms = self.started_unix_ms;
         for k in wanted {
             let drain = self.desired.backend_drains.get(&k).copied();
@@ -287,7 +345,7 @@ impl Reconciler {
             });
         }
         let mut moves = Vec::new();
-        for (t, (_, list)) in &b.index {
+        for (t, (_, list)) in changed.iter().filter_map(|t| b.index.get_key_value(t)) {
             for c in list {
                 let k = (t.clone(), c.middlebox.clone(), c.addr.clone());
                 let Some(h) = b.health.get_mut(&k) else {

@@ -481,6 +481,10 @@ impl Reconciler {
         next: &Desired,
         scope: Option<&BTreeSet<u32>>,
     ) -> Result<Derived, ApiError> {
+        // Debug builds (every test): the indexes kept with the state are
+        // what recomputing them gives.
+        #[cfg(debug_assertions)]
+        next.check_indexes();
         let partial = scope.filter(|scope| {
             let added = scope
                 .iter()

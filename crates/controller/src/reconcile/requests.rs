@@ -218,7 +218,15 @@ impl Reconciler {
     ) -> Result<(ChangePlan, Derived), ApiError> {
         let scope = tenant_scope(&self.desired, next, tenant);
         let cfgs = self.derive(next, Some(&scope))?;
-        let plan = change::plan(tenant, &self.desired, &self.configs, next, cfgs.map());
+        let partial = matches!(cfgs, Derived::Partial(_));
+        let plan = change::plan(
+            tenant,
+            &self.desired,
+            &self.configs,
+            next,
+            cfgs.map(),
+            partial,
+        );
         Ok((plan, cfgs))
     }
 

@@ -173,6 +173,20 @@ fn of_tenants<'a, K: OfTenant, V>(
     }
 }
 
+/// [`of_tenants`] of a map the desired state shares with its copies.
+fn of_tenants_shared<'a, K: OfTenant + Clone, V: Clone>(
+    m: &'a crate::desired::PMap<K, V>,
+    scope: Option<&'a BTreeSet<String>>,
+) -> Box<dyn Iterator<Item = (&'a K, &'a V)> + 'a> {
+    match scope {
+        None => Box::new(m.iter()),
+        Some(tenants) => Box::new(tenants.iter().flat_map(move |t| {
+            m.range(K::least(t)..)
+                .take_while(move |(k, _)| k.tenant() == t.as_str())
+        })),
+    }
+}
+
 /// The members of `set` of the tenants in `scope` (every member without one).
 fn of_tenants_set<'a, K: OfTenant>(
     set: &'a BTreeSet<K>,
@@ -189,8 +203,8 @@ fn of_tenants_set<'a, K: OfTenant>(
 
 /// The entries of a map keyed by tenant name, of the tenants in `scope`
 /// (every entry without one).
-fn of_tenants_one<'a, V>(
-    m: &'a BTreeMap<String, V>,
+fn of_tenants_one<'a, V: Clone>(
+    m: &'a crate::desired::PMap<String, V>,
     scope: Option<&'a BTreeSet<String>>,
 ) -> Box<dyn Iterator<Item = (&'a String, &'a V)> + 'a> {
     match scope {
@@ -824,7 +838,7 @@ fn write_all(
         "DELETE FROM host_capacity WHERE host = ?1",
         &of_host,
     )?;
-    for (_, v) in of_tenants(&d.vms, tenants) {
+    for (_, v) in of_tenants_shared(&d.vms, tenants) {
         let r = &v.reg;
         let h = row_hash((
             &r.tenant, &r.name, r.host, &r.iface, &r.mac, r.addr, r.gateway, v.port,
@@ -853,7 +867,7 @@ fn write_all(
         &of_tenant,
     )?;
     let mbk = |t: &String, mb: &String, k: u32| vec![T(t.clone()), T(mb.clone()), I(k as i64)];
-    for ((t, mb, k), i) in of_tenants(&d.instances, tenants) {
+    for ((t, mb, k), i) in of_tenants_shared(&d.instances, tenants) {
         if diff.changed("instances", mbk(t, mb, *k), row_hash((i.host, i.port))) {
             tx.prepare_cached(
                 "INSERT OR REPLACE INTO instances (tenant, middlebox, idx, host, port) VALUES (?1, ?2, ?3, ?4, ?5)",
@@ -867,7 +881,7 @@ fn write_all(
         "DELETE FROM instances WHERE tenant = ?1 AND middlebox = ?2 AND idx = ?3",
         &of_tenant,
     )?;
-    for ((t, mb, k), w) in of_tenants(&d.why, tenants) {
+    for ((t, mb, k), w) in of_tenants_shared(&d.why, tenants) {
         let h = row_hash((w.policy.as_str(), &w.reason));
         if diff.changed("placement_why", mbk(t, mb, *k), h) {
             tx.prepare_cached(
@@ -1231,7 +1245,9 @@ mod tests {
             1_800_000_000_000,
         );
         let k = d.instances.keys().next().unwrap().clone();
-        d.instances.get_mut(&k).unwrap().port += 100;
+        let mut i = d.instances[&k];
+        i.port += 100;
+        d.instances.insert(k, i);
         d.vms.retain(|(_, n), _| n != "web-b2");
         db.save(&d, &cfgs).unwrap();
         drop(db);
@@ -1307,7 +1323,9 @@ mod tests {
         let n = db.conn.total_changes();
         d.vms.retain(|(_, n), _| n != "web-b2");
         let k = ("acme".to_string(), "web-a2".to_string());
-        d.vms.get_mut(&k).unwrap().reg.host = 3;
+        let mut v = d.vms[&k].clone();
+        v.reg.host = 3;
+        d.vms.insert(k, v);
         db.save_touched(&d, &cfgs, &told(&["acme"], &[], &[]))
             .unwrap();
         assert_eq!(db.conn.total_changes() - n, 4);
