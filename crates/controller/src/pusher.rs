@@ -26,7 +26,10 @@ use crate::service::{lock, Shared};
 /// the push that sent it ended; forgotten when the host's agent restarts (a
 /// new token, or a heartbeat reporting no configuration) or the host goes.
 #[derive(Default)]
-pub(crate) struct Acked(Mutex<HashMap<u32, (Arc<AgentConfig>, Option<String>)>>);
+pub(crate) struct Acked(Mutex<HashMap<u32, AckedConfig>>);
+
+/// A configuration an agent acknowledged, and the agent's token then.
+type AckedConfig = (Arc<AgentConfig>, Option<String>);
 
 impl Acked {
     /// The base for a delta to `host`'s agent, reached with `token`, that
@@ -219,6 +222,13 @@ fn send(
             None => r,
         }
         .send_bytes(body)
+        .map(|_| ())
+        .map_err(|e| match e {
+            ureq::Error::Status(code, resp) => {
+                Failure::Status(code, resp.into_string().unwrap_or_default())
+            }
+            e => Failure::Transport(e.to_string()),
+        })
     };
     let full = serde_json::to_vec(config)
         .map_err(|e| format!("encoding version {}: {e}", config.version))?;
@@ -234,18 +244,15 @@ fn send(
                 refused: None,
             };
             match r {
-                Ok(_) => {
+                Ok(()) => {
                     sent.push(s);
                     return Ok(());
                 }
                 // Another version runs there (the agent restarted with an
                 // older saved one, say), an agent from before deltas, or a
                 // delta it cannot apply: the whole configuration, at once.
-                Err(ureq::Error::Status(code @ (400 | 404 | 405 | 409), resp)) => {
-                    s.refused = Some(format!(
-                        "HTTP {code}: {}",
-                        resp.into_string().unwrap_or_default()
-                    ));
+                Err(Failure::Status(code @ (400 | 404 | 405 | 409), text)) => {
+                    s.refused = Some(format!("HTTP {code}: {text}"));
                     sent.push(s);
                 }
                 Err(e) => {
@@ -262,17 +269,24 @@ fn send(
         accepted: r.is_ok(),
         refused: None,
     });
-    r.map(|_| ()).map_err(|e| refusal(config.version, api, e))
+    r.map_err(|e| refusal(config.version, api, e))
+}
+
+/// How a call to an agent failed.
+enum Failure {
+    /// The agent answered this status, with this body.
+    Status(u16, String),
+    /// It could not be reached (or did not answer).
+    Transport(String),
 }
 
 /// Why a push of `version` failed.
-fn refusal(version: u64, api: &str, e: ureq::Error) -> String {
+fn refusal(version: u64, api: &str, e: Failure) -> String {
     match e {
-        ureq::Error::Status(code, resp) => format!(
-            "agent refused version {version}: HTTP {code}: {}",
-            resp.into_string().unwrap_or_default()
-        ),
-        e => format!("cannot reach agent at {api}: {e}"),
+        Failure::Status(code, text) => {
+            format!("agent refused version {version}: HTTP {code}: {text}")
+        }
+        Failure::Transport(e) => format!("cannot reach agent at {api}: {e}"),
     }
 }
 
@@ -311,5 +325,36 @@ pub(crate) fn poll(shared: &Arc<Shared>, host: u32, api: String) {
         Err(_) => {
             lock(&shared.queue).polling.remove(&host);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A delta's base is what the agent acknowledged, only while the same
+    /// agent (the same token) runs and only for a later version; another
+    /// token means a restarted agent: forgotten, the next push is whole.
+    #[test]
+    fn a_base_is_the_acknowledged_configuration_of_the_same_agent() {
+        let acked = Acked::default();
+        let cfg = |version| {
+            Arc::new(AgentConfig {
+                version,
+                host: 3,
+                ..AgentConfig::default()
+            })
+        };
+        assert!(acked.base(3, Some("t"), 5).is_none(), "nothing acknowledged");
+        acked.acknowledged(3, cfg(4), Some("t".into()));
+        assert_eq!(acked.base(3, Some("t"), 5).map(|c| c.version), Some(4));
+        assert!(acked.base(3, Some("t"), 4).is_none(), "not a later version");
+        assert!(acked.base(4, Some("t"), 5).is_none(), "another host");
+        assert_eq!(acked.version(3), Some(4));
+        assert!(acked.base(3, Some("new"), 5).is_none(), "a restarted agent");
+        assert_eq!(acked.version(3), None, "forgotten");
+        acked.acknowledged(3, cfg(6), None);
+        acked.forget(3);
+        assert!(acked.base(3, None, 7).is_none());
     }
 }

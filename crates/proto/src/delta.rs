@@ -276,12 +276,14 @@ fn list_delta<T: Keyed + Clone + PartialEq>(old: &[T], new: &[T]) -> ListDelta<T
     }
     let before: BTreeMap<T::Key, &T> = old.iter().map(|e| (e.key(), e)).collect();
     let after: BTreeSet<T::Key> = new.iter().map(Keyed::key).collect();
-    let mut d = ListDelta::default();
-    d.remove = old
-        .iter()
-        .map(Keyed::key)
-        .filter(|k| !after.contains(k))
-        .collect();
+    let mut d = ListDelta {
+        remove: old
+            .iter()
+            .map(Keyed::key)
+            .filter(|k| !after.contains(k))
+            .collect(),
+        ..ListDelta::default()
+    };
     for (at, e) in new.iter().enumerate() {
         match before.get(&e.key()) {
             Some(was) if *was == e => {}
