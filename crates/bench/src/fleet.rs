@@ -92,6 +92,10 @@ struct SimHost {
     /// Of those, the deltas.
     delta_pushes: u64,
     delta_bytes: u64,
+    /// What the pushes would have been as whole configurations (the
+    /// baseline, measured in the same run): bytes of the JSON of each
+    /// configuration installed.
+    whole_bytes: u64,
     /// Deltas answered 409 (based on another version than it ran).
     stale_deltas: u64,
     /// Pushes it refused (and why, the last one).
@@ -142,6 +146,7 @@ impl Sims {
                 bytes: t.bytes + h.bytes,
                 delta_pushes: t.delta_pushes + h.delta_pushes,
                 delta_bytes: t.delta_bytes + h.delta_bytes,
+                whole_bytes: t.whole_bytes + h.whole_bytes,
                 stale_deltas: t.stale_deltas + h.stale_deltas,
             }
         })
@@ -161,6 +166,7 @@ struct Totals {
     bytes: u64,
     delta_pushes: u64,
     delta_bytes: u64,
+    whole_bytes: u64,
     stale_deltas: u64,
 }
 
@@ -254,6 +260,9 @@ pub struct Report {
     /// Deltas the agents answered 409 over the run (each followed by the
     /// whole configuration).
     pub stale_deltas: u64,
+    /// The baseline: bytes per tenant had every push been the whole
+    /// configuration (the JSON of each configuration the agents installed).
+    pub whole_bytes_per_tenant: f64,
     /// Hosts whose agent, once every agent was in sync, ran another
     /// configuration than the controller holds for it (none, unless pushes
     /// or deltas lose something).
@@ -497,6 +506,9 @@ fn handle(sims: &Sims, mut req: tiny_http::Request) {
             if delta {
                 h.delta_pushes += 1;
                 h.delta_bytes += body.len() as u64;
+                h.whole_bytes += serde_json::to_vec(&cfg).map_or(0, |v| v.len() as u64);
+            } else {
+                h.whole_bytes += body.len() as u64;
             }
             h.config = Some(cfg);
             // News the controller waits for: heartbeat now, or 50 ms after
@@ -883,6 +895,7 @@ fn measure(
         delta_pushes_per_tenant: delta_pushes,
         delta_bytes_per_tenant: delta_bytes,
         stale_deltas: end.stale_deltas,
+        whole_bytes_per_tenant: (end.whole_bytes - reg.whole_bytes) as f64 / per_tenant,
         differing,
         largest_config_bytes: largest.0,
         largest_config_peers: largest.1,
@@ -971,6 +984,14 @@ pub fn table(r: &Report) -> String {
             r.delta_bytes_per_tenant,
             per(r.delta_bytes_per_tenant, r.delta_pushes_per_tenant),
             r.stale_deltas
+        ),
+    );
+    row(
+        "    if every push were whole (baseline)",
+        format!(
+            "{:.0} bytes per tenant: sent x{:.2} of it",
+            r.whole_bytes_per_tenant,
+            r.bytes_per_tenant / r.whole_bytes_per_tenant.max(1.0)
         ),
     );
     row(

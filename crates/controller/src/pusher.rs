@@ -345,7 +345,10 @@ mod tests {
                 ..AgentConfig::default()
             })
         };
-        assert!(acked.base(3, Some("t"), 5).is_none(), "nothing acknowledged");
+        assert!(
+            acked.base(3, Some("t"), 5).is_none(),
+            "nothing acknowledged"
+        );
         acked.acknowledged(3, cfg(4), Some("t".into()));
         assert_eq!(acked.base(3, Some("t"), 5).map(|c| c.version), Some(4));
         assert!(acked.base(3, Some("t"), 4).is_none(), "not a later version");
