@@ -932,8 +932,9 @@ mod tests {
         assert!(e.contains("index 1") || e.contains("gap"), "{e}");
     }
 
-    /// Unknown fields are not silently taken for "unchanged" by older readers
-    /// only because they are new: the wire form names each list.
+    /// The wire form (docs/CONTROLLER.md, "Pushing"): unchanged lists are
+    /// absent, additions carry their index, fabric authentication turned off
+    /// is `"off"`.
     #[test]
     fn the_wire_form_is_documented_json() {
         let old = AgentConfig {
