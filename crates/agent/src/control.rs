@@ -11,8 +11,8 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime};
 
 use sluice_proto::{
-    AgentConfig, AgentStatus, HostHeartbeat, HostRegistration, InstanceHealth, IsolationStatus,
-    LatencyHistogram, PortStatus, LATENCY_BOUNDS_SECONDS,
+    AgentConfig, AgentStatus, ConfigDelta, DeltaError, HostHeartbeat, HostRegistration,
+    InstanceHealth, IsolationStatus, LatencyHistogram, PortStatus, LATENCY_BOUNDS_SECONDS,
 };
 
 use crate::dataplane::{ConfigError, Dataplane, DropReason};
@@ -113,6 +113,24 @@ pub struct AgentOptions {
     /// [`crate::dataplane::MAX_SHARDS`] (0 counts as 1). With Seawall on the
     /// data plane runs one: its budgets are not split between threads.
     pub dataplane_threads: usize,
+}
+
+/// Why a configuration delta was refused ([`AgentState::apply_delta`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DeltaRefusal {
+    /// It is based on another version than the one running (HTTP 409).
+    Conflict(DeltaError),
+    /// It cannot be applied, or its result cannot be installed (HTTP 400).
+    Bad(String),
+}
+
+impl std::fmt::Display for DeltaRefusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DeltaRefusal::Conflict(e) => e.fmt(f),
+            DeltaRefusal::Bad(e) => f.write_str(e),
+        }
+    }
 }
 
 /// State the API handlers and the heartbeat share.
@@ -350,8 +368,41 @@ impl AgentState {
         self.apply_inner(cfg, true)
     }
 
+    /// Applies `delta` to the running configuration and installs the result
+    /// exactly as [`AgentState::apply`] installs a whole one (`PATCH
+    /// /v1/config`). Refused, with nothing changed, if the delta is not based
+    /// on the version running ([`DeltaRefusal::Conflict`]: the controller then
+    /// sends the whole configuration) or cannot be applied or installed.
+    pub fn apply_delta(&self, delta: &ConfigDelta) -> Result<u64, DeltaRefusal> {
+        let mut cur = self.config.lock().unwrap_or_else(|p| p.into_inner());
+        let next = match cur.as_ref() {
+            None => Err(DeltaError::Base {
+                running: 0,
+                base: delta.base_version,
+            }),
+            Some(c) => c.apply_delta(delta),
+        };
+        let next = match next {
+            Ok(n) => n,
+            Err(e @ DeltaError::Base { .. }) => return Err(DeltaRefusal::Conflict(e)),
+            Err(e) => return Err(DeltaRefusal::Bad(e.to_string())),
+        };
+        self.install(&mut cur, next, true)
+            .map_err(|e| DeltaRefusal::Bad(e.to_string()))
+    }
+
     fn apply_inner(&self, cfg: AgentConfig, persist: bool) -> Result<u64, ConfigError> {
         let mut cur = self.config.lock().unwrap_or_else(|p| p.into_inner());
+        self.install(&mut cur, cfg, persist)
+    }
+
+    /// Installs `cfg` in place of `cur` (the running configuration, locked).
+    fn install(
+        &self,
+        cur: &mut Option<AgentConfig>,
+        cfg: AgentConfig,
+        persist: bool,
+    ) -> Result<u64, ConfigError> {
         let v = cfg.version;
         if let Ok(d) = self.dp.lock() {
             // One data plane per forwarding thread, each built from the

@@ -3,6 +3,12 @@
 //! * `PUT /v1/config`: an [`AgentConfig`] (JSON); `200 {"version": N}` once it is
 //!   handed to the data plane, `400 {"error": "..."}` (and the old configuration
 //!   stays) if it cannot be installed;
+//! * `PATCH /v1/config`: a [`sluice_proto::ConfigDelta`] (JSON), the changes
+//!   since the version running: applied and installed exactly as a `PUT` of the
+//!   resulting whole configuration is, `200 {"version": N}`; `409 {"error":
+//!   "...", "running": R, "base": B}` if the delta is based on another version
+//!   than the one running (the controller then sends the whole configuration),
+//!   `400` if it cannot be applied or its result installed (nothing changes);
 //! * `GET /v1/config`: the running configuration (`404` before the first);
 //! * `GET /v1/eve?tenant=T&event_type=alert&since=TS&limit=N`: the EVE events
 //!   this host's NF instances wrote ([`crate::eve`]), oldest first;
@@ -30,10 +36,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
-use sluice_proto::AgentConfig;
+use sluice_proto::{AgentConfig, ConfigDelta, DeltaError};
 use tiny_http::{Header, Method, Request, Response, Server};
 
-use crate::control::AgentState;
+use crate::control::{AgentState, DeltaRefusal};
 
 /// Largest configuration accepted (bytes).
 const MAX_BODY: u64 = 64 << 20;
@@ -262,6 +268,36 @@ fn handle(core: &AgentState, mut req: Request, tag: Option<&sluice_tls::peer::Pe
             match core.apply(cfg) {
                 Ok(v) => reply_json(req, 200, &serde_json::json!({ "version": v })),
                 Err(e) => error(req, 400, &e.to_string()),
+            }
+        }
+        (Method::Patch, "/v1/config") => {
+            let mut body = Vec::new();
+            if let Err(e) = req.as_reader().take(MAX_BODY).read_to_end(&mut body) {
+                return error(req, 400, &format!("reading the body: {e}"));
+            }
+            let delta: ConfigDelta = match serde_json::from_slice(&body) {
+                Ok(d) => d,
+                Err(e) => return error(req, 400, &format!("bad configuration delta JSON: {e}")),
+            };
+            core.heard();
+            match core.apply_delta(&delta) {
+                Ok(v) => reply_json(req, 200, &serde_json::json!({ "version": v })),
+                Err(DeltaRefusal::Conflict(e)) => {
+                    let running = match &e {
+                        DeltaError::Base { running, .. } => *running,
+                        _ => core.version(),
+                    };
+                    reply_json(
+                        req,
+                        409,
+                        &serde_json::json!({
+                            "error": e.to_string(),
+                            "running": running,
+                            "base": delta.base_version,
+                        }),
+                    )
+                }
+                Err(e @ DeltaRefusal::Bad(_)) => error(req, 400, &e.to_string()),
             }
         }
         // Without store passwords: anyone who can reach the API may read it

@@ -56,6 +56,6 @@ pub mod supervise;
 #[cfg(feature = "testing")]
 pub mod testing;
 
-pub use control::{run, Agent, AgentError, AgentOptions, AgentState};
+pub use control::{run, Agent, AgentError, AgentOptions, AgentState, DeltaRefusal};
 pub use dataplane::{ConfigError, Dataplane, ROUTER_MAC};
 pub use io::{DataplaneThread, IoOptions};

@@ -198,6 +198,127 @@ fn configs_are_accepted_or_refused_whole() {
     agent.shutdown();
 }
 
+fn patch(url: &str, token: Option<&str>, body: &str) -> (u16, serde_json::Value) {
+    let mut r =
+        ureq::request("PATCH", &format!("{url}/v1/config")).set("Content-Type", "application/json");
+    if let Some(t) = token {
+        r = r.set("Authorization", &format!("Bearer {t}"));
+    }
+    let (code, resp) = match r.send_string(body) {
+        Ok(r) => (r.status(), r),
+        Err(ureq::Error::Status(c, r)) => (c, r),
+        Err(e) => panic!("{e}"),
+    };
+    (code, resp.into_json().unwrap())
+}
+
+/// `PATCH /v1/config`: a delta against the running version is applied and
+/// installed as the whole configuration would be (and saved: a restarted
+/// agent runs it); one against another version is 409 naming both; a bad
+/// one is 400; neither changes anything. Same token as `PUT`.
+#[test]
+fn deltas_apply_to_the_running_version_only() {
+    let run = tempfile::tempdir().unwrap();
+    let mut o = opts(None, Some(run.path().to_path_buf()));
+    o.api_token = Some("agent-secret".into());
+    let agent = Agent::start(&o).unwrap();
+    let url = agent.api_url();
+    let tok = Some("agent-secret");
+    let v3 = config(3);
+    let mut v4 = config(4);
+    v4.ports.push(PortConfig {
+        id: 7,
+        vni: 9,
+        kind: PortKind::Vm {
+            name: "vm7".into(),
+            iface: "sl-no-such-7".into(),
+            mac: "02:00:00:00:00:07".into(),
+            weight: 2,
+        },
+    });
+    v4.tenants[0].entries[0].priority = 5;
+    v4.pardons = vec![sluice_proto::Pardon {
+        host: 2,
+        generation: 1,
+    }];
+    let d34 = serde_json::to_string(&AgentConfig::delta_from(&v3, &v4)).unwrap();
+    // Nothing runs yet: a delta has no base here.
+    let (code, body) = patch(&url, tok, &d34);
+    assert_eq!(code, 409, "{body}");
+    assert_eq!(
+        (body["running"].as_u64(), body["base"].as_u64()),
+        (Some(0), Some(3))
+    );
+    // The agent's token is needed, as for PUT.
+    let (code, _) = patch(&url, None, &d34);
+    assert_eq!(code, 401);
+    let r = ureq::put(&format!("{url}/v1/config"))
+        .set("Authorization", "Bearer agent-secret")
+        .send_json(&v3)
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let (code, body) = patch(&url, tok, &d34);
+    assert_eq!((code, body["version"].as_u64()), (200, Some(4)), "{body}");
+    let shown = |url: &str| -> AgentConfig {
+        ureq::get(&format!("{url}/v1/config"))
+            .set("Authorization", "Bearer agent-secret")
+            .call()
+            .unwrap()
+            .into_json()
+            .unwrap()
+    };
+    assert_eq!(
+        shown(&url),
+        v4,
+        "the delta's result is the whole new configuration"
+    );
+    let s = agent_status(&url);
+    assert_eq!((s.config_version, s.ports.len()), (4, 2));
+    // Again: version 4 runs now, the delta is stale.
+    let (code, body) = patch(&url, tok, &d34);
+    assert_eq!(code, 409);
+    let e = body["error"].as_str().unwrap();
+    assert!(e.contains("version 3") && e.contains("version 4"), "{e}");
+    assert_eq!(
+        (body["running"].as_u64(), body["base"].as_u64()),
+        (Some(4), Some(3))
+    );
+    // Bad deltas: JSON, a removal of what is not there, a result the data
+    // plane refuses (a group that does not exist). Nothing changes.
+    let (code, body) = patch(&url, tok, "{not json");
+    assert_eq!(code, 400);
+    assert!(
+        body["error"].as_str().unwrap().contains("delta JSON"),
+        "{body}"
+    );
+    let mut gone = AgentConfig::delta_from(&v4, &config(5));
+    gone.ports.remove.push(99);
+    let (code, body) = patch(&url, tok, &serde_json::to_string(&gone).unwrap());
+    assert_eq!(code, 400);
+    assert!(
+        body["error"].as_str().unwrap().contains("cannot remove 99"),
+        "{body}"
+    );
+    let mut bad = config(5);
+    bad.tenants[0].entries[0].actions = vec![Action::Select(GroupId(8))];
+    let (code, body) = patch(
+        &url,
+        tok,
+        &serde_json::to_string(&AgentConfig::delta_from(&v4, &bad)).unwrap(),
+    );
+    assert_eq!(code, 400);
+    assert!(
+        body["error"].as_str().unwrap().contains("group 8"),
+        "{body}"
+    );
+    assert_eq!(shown(&url), v4, "nothing changed");
+    agent.shutdown();
+    // Saved as a PUT would be: the restarted agent runs version 4.
+    let agent = Agent::start(&o).unwrap();
+    assert_eq!(shown(&agent.api_url()), v4);
+    agent.shutdown();
+}
+
 #[test]
 fn the_agent_heartbeats_at_the_interval_it_is_told_and_at_once_on_a_new_configuration() {
     // A controller that tells `told` (0: no field, as controllers before it).

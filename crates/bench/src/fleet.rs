@@ -9,7 +9,11 @@
 //! configuration: the real agent's rule), and accepts the controller's pushes (`PUT /v1/config`,
 //! bearer token checked) after checking them as the real agent would before
 //! installing ([`sluice_agent::Dataplane::new`]): a configuration it refuses is
-//! answered 400, as the real agent answers. One HTTP server serves every
+//! answered 400, as the real agent answers. Deltas (`PATCH /v1/config`) are
+//! applied to the configuration it runs with the real agent's
+//! [`AgentConfig::apply_delta`] (409 when based on another version, 400 when
+//! they cannot be applied) and the result checked and installed as a whole
+//! one is. One HTTP server serves every
 //! simulated agent, each under its own path prefix (`/h/ID`): the controller
 //! appends `/v1/config` to the API URL a host registered.
 
@@ -24,7 +28,10 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 use sluice_controller::client::Client;
 use sluice_controller::{serve, ServerOptions};
-use sluice_proto::{AgentConfig, HostHeartbeat, HostRegistration, InstanceHealth, VmRegistration};
+use sluice_proto::{
+    AgentConfig, ConfigDelta, DeltaError, HostHeartbeat, HostRegistration, InstanceHealth,
+    VmRegistration,
+};
 
 /// Largest configuration a simulated agent accepts (the real agent's limit).
 const MAX_BODY: u64 = 64 << 20;
@@ -78,9 +85,19 @@ impl Default for Options {
 struct SimHost {
     /// The configuration it runs (the last one it accepted).
     config: Option<AgentConfig>,
-    /// Pushes it accepted, and their bytes.
+    /// Pushes it accepted, and their bytes (whole configurations and
+    /// deltas).
     pushes: u64,
     bytes: u64,
+    /// Of those, the deltas.
+    delta_pushes: u64,
+    delta_bytes: u64,
+    /// What the pushes would have been as whole configurations (the
+    /// baseline, measured in the same run): bytes of the JSON of each
+    /// configuration installed.
+    whole_bytes: u64,
+    /// Deltas answered 409 (based on another version than it ran).
+    stale_deltas: u64,
     /// Pushes it refused (and why, the last one).
     refused: u64,
     last_refusal: Option<String>,
@@ -130,10 +147,17 @@ impl Sims {
         self.hosts.get((id as usize).checked_sub(1)?)
     }
 
-    fn totals(&self) -> (u64, u64) {
-        self.hosts.iter().fold((0, 0), |(p, b), h| {
+    fn totals(&self) -> Totals {
+        self.hosts.iter().fold(Totals::default(), |t, h| {
             let h = h.lock().unwrap_or_else(|p| p.into_inner());
-            (p + h.pushes, b + h.bytes)
+            Totals {
+                pushes: t.pushes + h.pushes,
+                bytes: t.bytes + h.bytes,
+                delta_pushes: t.delta_pushes + h.delta_pushes,
+                delta_bytes: t.delta_bytes + h.delta_bytes,
+                whole_bytes: t.whole_bytes + h.whole_bytes,
+                stale_deltas: t.stale_deltas + h.stale_deltas,
+            }
         })
     }
 
@@ -141,6 +165,32 @@ impl Sims {
         self.host(id)
             .map(|h| lock(h).config.as_ref().map_or(0, |c| c.version))
             .unwrap_or(0)
+    }
+}
+
+/// What every simulated agent accepted so far.
+#[derive(Debug, Clone, Copy, Default)]
+struct Totals {
+    pushes: u64,
+    bytes: u64,
+    delta_pushes: u64,
+    delta_bytes: u64,
+    whole_bytes: u64,
+    stale_deltas: u64,
+}
+
+impl Totals {
+    /// What was accepted since `before`, per `n` (tenants or hosts):
+    /// (whole pushes, whole bytes, delta pushes, delta bytes).
+    fn split_per(&self, before: &Totals, n: f64) -> [f64; 4] {
+        let full_p = (self.pushes - self.delta_pushes) - (before.pushes - before.delta_pushes);
+        let full_b = (self.bytes - self.delta_bytes) - (before.bytes - before.delta_bytes);
+        [
+            full_p as f64 / n,
+            full_b as f64 / n,
+            (self.delta_pushes - before.delta_pushes) as f64 / n,
+            (self.delta_bytes - before.delta_bytes) as f64 / n,
+        ]
     }
 }
 
@@ -207,6 +257,25 @@ pub struct Report {
     pub pushes_per_registration: f64,
     /// Bytes received during registration, per host.
     pub bytes_per_registration: f64,
+    /// Of the tenant phase's pushes per tenant: whole configurations, and
+    /// their bytes.
+    pub full_pushes_per_tenant: f64,
+    /// Bytes of whole configurations per tenant.
+    pub full_bytes_per_tenant: f64,
+    /// Deltas per tenant.
+    pub delta_pushes_per_tenant: f64,
+    /// Bytes of deltas per tenant.
+    pub delta_bytes_per_tenant: f64,
+    /// Deltas the agents answered 409 over the run (each followed by the
+    /// whole configuration).
+    pub stale_deltas: u64,
+    /// The baseline: bytes per tenant had every push been the whole
+    /// configuration (the JSON of each configuration the agents installed).
+    pub whole_bytes_per_tenant: f64,
+    /// Hosts whose agent, once every agent was in sync, ran another
+    /// configuration than the controller holds for it (none, unless pushes
+    /// or deltas lose something).
+    pub differing: Vec<u32>,
     /// Largest configuration an agent holds at the end, bytes of JSON.
     pub largest_config_bytes: usize,
     /// Peers in the largest configuration.
@@ -368,7 +437,18 @@ fn handle(sims: &Sims, mut req: tiny_http::Request) {
     let Some(host) = sims.host(id) else {
         return reply(req, 404, format!("{{\"error\":\"no host {id}\"}}"));
     };
-    if rest != "v1/config" || *req.method() != tiny_http::Method::Put {
+    let delta = match req.method() {
+        tiny_http::Method::Put => false,
+        tiny_http::Method::Patch => true,
+        _ => {
+            return reply(
+                req,
+                404,
+                format!("{{\"error\":\"no such resource: /{rest}\"}}"),
+            )
+        }
+    };
+    if rest != "v1/config" {
         return reply(
             req,
             404,
@@ -391,19 +471,54 @@ fn handle(sims: &Sims, mut req: tiny_http::Request) {
     if let Err(e) = req.as_reader().take(MAX_BODY).read_to_end(&mut body) {
         return reply(req, 400, format!("{{\"error\":\"reading the body: {e}\"}}"));
     }
-    let checked = serde_json::from_slice::<AgentConfig>(&body)
-        .map_err(|e| format!("bad configuration JSON: {e}"))
-        .and_then(|cfg| {
-            sluice_agent::Dataplane::new(id, &cfg)
-                .map(|_| cfg)
-                .map_err(|e| e.to_string())
-        });
+    // Checked and installed under the host's lock, as the real agent holds
+    // its configuration's lock: a delta applies to what runs.
     let mut h = lock(host);
+    let checked = if delta {
+        match serde_json::from_slice::<ConfigDelta>(&body) {
+            Err(e) => Err(format!("bad configuration delta JSON: {e}")),
+            Ok(d) => {
+                let next = match h.config.as_ref() {
+                    None => Err(DeltaError::Base {
+                        running: 0,
+                        base: d.base_version,
+                    }),
+                    Some(cur) => cur.apply_delta(&d),
+                };
+                match next {
+                    Ok(cfg) => Ok(cfg),
+                    // The controller sends the whole configuration next.
+                    Err(e @ DeltaError::Base { .. }) => {
+                        h.stale_deltas += 1;
+                        drop(h);
+                        let body = serde_json::json!({ "error": e.to_string() });
+                        return reply(req, 409, body.to_string());
+                    }
+                    Err(e) => Err(e.to_string()),
+                }
+            }
+        }
+    } else {
+        serde_json::from_slice::<AgentConfig>(&body)
+            .map_err(|e| format!("bad configuration JSON: {e}"))
+    };
+    let checked = checked.and_then(|cfg| {
+        sluice_agent::Dataplane::new(id, &cfg)
+            .map(|_| cfg)
+            .map_err(|e| e.to_string())
+    });
     match checked {
         Ok(cfg) => {
             let v = cfg.version;
             h.pushes += 1;
             h.bytes += body.len() as u64;
+            if delta {
+                h.delta_pushes += 1;
+                h.delta_bytes += body.len() as u64;
+                h.whole_bytes += serde_json::to_vec(&cfg).map_or(0, |v| v.len() as u64);
+            } else {
+                h.whole_bytes += body.len() as u64;
+            }
             h.config = Some(cfg);
             // News the controller waits for: heartbeat now, or 50 ms after
             // the last one (the real agent looks every 50 ms).
@@ -672,7 +787,8 @@ fn measure(
         sims.registered.store(id as usize, Ordering::Release);
     }
     let reg_s = t.elapsed().as_secs_f64();
-    let (reg_pushes, reg_bytes) = sims.totals();
+    let reg = sims.totals();
+    let (reg_pushes, reg_bytes) = (reg.pushes, reg.bytes);
 
     progress(&format!("applying {} tenants", opts.tenants));
     let mut vm_ms = Vec::new();
@@ -753,7 +869,8 @@ fn measure(
     std::thread::sleep(window);
     let after = metric(url, token, "sluice_controller_heartbeats_total")?;
     let window_s = t.elapsed().as_secs_f64();
-    let (pushes, bytes) = sims.totals();
+    let end = sims.totals();
+    let (pushes, bytes) = (end.pushes, end.bytes);
     let mut received = BTreeMap::new();
     let (mut refused, mut last_refusal) = (0, None);
     for (i, h) in sims.hosts.iter().enumerate() {
@@ -766,12 +883,25 @@ fn measure(
             received.insert(i as u32 + 1, c.clone());
         }
     }
+    // What each agent ended with is what the controller holds for its host
+    // (secrets aside: the controller shows them redacted), whether it came
+    // whole or as deltas.
+    let mut differing = Vec::new();
+    for (h, c) in &received {
+        let want = client
+            .config(*h)
+            .map_err(|e| format!("host {h}'s configuration: {e}"))?;
+        if want.redacted() != c.redacted() {
+            differing.push(*h);
+        }
+    }
     let largest = received
         .values()
         .map(|c| (serde_json::to_vec(c).map_or(0, |v| v.len()), c.peers.len()))
         .max()
         .unwrap_or_default();
     let per_tenant = opts.tenants.max(1) as f64;
+    let [full_pushes, full_bytes, delta_pushes, delta_bytes] = end.split_per(&reg, per_tenant);
     let report = Report {
         hosts,
         tenants: opts.tenants,
@@ -784,6 +914,13 @@ fn measure(
         bytes_per_tenant: (bytes - reg_bytes) as f64 / per_tenant,
         pushes_per_registration: reg_pushes as f64 / hosts as f64,
         bytes_per_registration: reg_bytes as f64 / hosts as f64,
+        full_pushes_per_tenant: full_pushes,
+        full_bytes_per_tenant: full_bytes,
+        delta_pushes_per_tenant: delta_pushes,
+        delta_bytes_per_tenant: delta_bytes,
+        stale_deltas: end.stale_deltas,
+        whole_bytes_per_tenant: (end.whole_bytes - reg.whole_bytes) as f64 / per_tenant,
+        differing,
         largest_config_bytes: largest.0,
         largest_config_peers: largest.1,
         sync_ms,
@@ -846,6 +983,44 @@ pub fn table(r: &Report) -> String {
     row(
         "  pushes, bytes received per tenant",
         format!("{:.1}, {:.0}", r.pushes_per_tenant, r.bytes_per_tenant),
+    );
+    let per = |bytes: f64, pushes: f64| {
+        if pushes > 0.0 {
+            format!("{:.0}", bytes / pushes)
+        } else {
+            "-".into()
+        }
+    };
+    row(
+        "    whole configurations: pushes, bytes",
+        format!(
+            "{:.2}, {:.0} ({} bytes each)",
+            r.full_pushes_per_tenant,
+            r.full_bytes_per_tenant,
+            per(r.full_bytes_per_tenant, r.full_pushes_per_tenant)
+        ),
+    );
+    row(
+        "    deltas: pushes, bytes",
+        format!(
+            "{:.2}, {:.0} ({} bytes each; {} answered 409 over the run)",
+            r.delta_pushes_per_tenant,
+            r.delta_bytes_per_tenant,
+            per(r.delta_bytes_per_tenant, r.delta_pushes_per_tenant),
+            r.stale_deltas
+        ),
+    );
+    row(
+        "    if every push were whole (baseline)",
+        format!(
+            "{:.0} bytes per tenant: sent x{:.2} of it",
+            r.whole_bytes_per_tenant,
+            r.bytes_per_tenant / r.whole_bytes_per_tenant.max(1.0)
+        ),
+    );
+    row(
+        "agents running another configuration than the controller's",
+        format!("{}", r.differing.len()),
     );
     row(
         "largest configuration",

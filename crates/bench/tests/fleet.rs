@@ -56,6 +56,15 @@ fn every_simulated_agent_runs_its_latest_configuration_with_its_tenants_chains()
     }
     assert!(r.apply.n == 4 && r.registration.n == 5);
     assert!(r.pushes_per_tenant > 0.0 && r.bytes_per_tenant > 0.0);
+    // Deltas after first contact, applied by the agents with the real
+    // agent's `apply_delta`, none stale, and every agent ends with what the
+    // controller holds for it.
+    assert!(r.delta_pushes_per_tenant > 0.0, "{r:?}");
+    assert!(
+        (r.full_pushes_per_tenant + r.delta_pushes_per_tenant - r.pushes_per_tenant).abs() < 1e-9
+    );
+    assert_eq!(r.stale_deltas, 0);
+    assert!(r.differing.is_empty(), "{:?}", r.differing);
     // A small fleet is told the shortest interval, and its agents keep it
     // (each every 50 ms, up to one scan late: 14-20 a second).
     assert_eq!(r.heartbeat_interval_ms, 50.0);

@@ -398,6 +398,11 @@ fn handle(
                     _ => {}
                 }
             }
+            // An agent without a configuration (restarted without a saved
+            // one) gets the whole configuration next, not a delta.
+            if r.config_version == 0 {
+                shared.acked.forget(r.host);
+            }
             Some((r.host, r.api_token.clone()))
         }
         _ => None,

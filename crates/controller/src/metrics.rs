@@ -26,6 +26,33 @@ pub struct Counters {
     pub push_seconds: Histogram,
     /// Heartbeats (and registrations) received.
     pub heartbeats: u64,
+    /// Pushes the agents accepted, by kind: whole configurations, deltas.
+    pub pushes_by_kind: [u64; 2],
+    /// Bytes of configuration sent (accepted or not), by kind.
+    pub push_bytes: [u64; 2],
+    /// Deltas an agent refused (another version ran, or an agent without
+    /// `PATCH /v1/config`), each followed at once by the whole configuration.
+    pub deltas_refused: u64,
+}
+
+/// What a push sent: a host's whole configuration (`PUT /v1/config`) or the
+/// changes since the version its agent acknowledged (`PATCH /v1/config`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PushKind {
+    /// The whole configuration.
+    Full = 0,
+    /// A [`sluice_proto::ConfigDelta`].
+    Delta = 1,
+}
+
+impl PushKind {
+    /// The metrics' label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PushKind::Full => "full",
+            PushKind::Delta => "delta",
+        }
+    }
 }
 
 impl Default for Counters {
@@ -35,6 +62,9 @@ impl Default for Counters {
             pushes_failed: 0,
             push_seconds: Histogram::new(LATENCY_BUCKETS),
             heartbeats: 0,
+            pushes_by_kind: [0; 2],
+            push_bytes: [0; 2],
+            deltas_refused: 0,
         }
     }
 }
@@ -156,6 +186,45 @@ pub fn render(r: &Reconciler, now: Instant, process: bool) -> String {
         o,
         "sluice_controller_pushes_total{{result=\"ok\"}} {}\nsluice_controller_pushes_total{{result=\"error\"}} {}",
         c.pushes_ok, c.pushes_failed
+    );
+    family(
+        &mut o,
+        "sluice_controller_pushes_by_kind_total",
+        "counter",
+        "Configuration pushes the agents accepted, by kind: the whole configuration, or a delta against the version the agent acknowledged.",
+    );
+    for k in [PushKind::Full, PushKind::Delta] {
+        let _ = writeln!(
+            o,
+            "sluice_controller_pushes_by_kind_total{{kind=\"{}\"}} {}",
+            k.as_str(),
+            c.pushes_by_kind[k as usize]
+        );
+    }
+    family(
+        &mut o,
+        "sluice_controller_push_bytes_total",
+        "counter",
+        "Bytes of configuration sent to agents (JSON bodies, accepted or not), by kind.",
+    );
+    for k in [PushKind::Full, PushKind::Delta] {
+        let _ = writeln!(
+            o,
+            "sluice_controller_push_bytes_total{{kind=\"{}\"}} {}",
+            k.as_str(),
+            c.push_bytes[k as usize]
+        );
+    }
+    family(
+        &mut o,
+        "sluice_controller_push_deltas_refused_total",
+        "counter",
+        "Deltas an agent refused (it ran another version than the delta's base, or has no PATCH /v1/config), each followed at once by the whole configuration.",
+    );
+    let _ = writeln!(
+        o,
+        "sluice_controller_push_deltas_refused_total {}",
+        c.deltas_refused
     );
     family(
         &mut o,

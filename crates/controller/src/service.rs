@@ -264,6 +264,8 @@ pub(crate) struct Shared {
     /// memory only: agents draw a new one at each start and heartbeat every
     /// 50 ms, so a restarted controller learns them again at once).
     pub(crate) agent_tokens: Mutex<BTreeMap<u32, String>>,
+    /// What each host's agent last acknowledged: the base of delta pushes.
+    pub(crate) acked: pusher::Acked,
     pub(crate) queue: Mutex<PushQueue>,
     pub(crate) push_cv: Condvar,
     /// Push and poll threads, joined at shutdown.
@@ -579,6 +581,7 @@ pub fn serve(opts: ServerOptions) -> Result<ServerHandle, ControllerError> {
         reconciler: Mutex::new(reconciler),
         tokens: Mutex::new(tokens),
         agent_tokens: Mutex::new(BTreeMap::new()),
+        acked: Default::default(),
         queue: Mutex::new(PushQueue::default()),
         push_cv: Condvar::new(),
         threads: Mutex::new(Vec::new()),

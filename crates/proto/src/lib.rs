@@ -8,9 +8,13 @@
 //!   the version of the configuration it runs;
 //! * whoever creates tenant VMs (the testbed, a cloud's compute service) registers
 //!   them with the controller (`PUT /v1/vms/{tenant}/{name}`, [`VmRegistration`]);
-//! * the controller pushes each host's whole configuration to its agent
-//!   (`PUT {api}/v1/config`, [`AgentConfig`]) whenever it changes, and again when a
-//!   heartbeat shows the agent runs another version;
+//! * the controller pushes each host's configuration to its agent whenever it
+//!   changes, and again when a heartbeat shows the agent runs another version:
+//!   the changes since the version the agent acknowledged
+//!   (`PATCH {api}/v1/config`, [`ConfigDelta`]), or the whole configuration
+//!   (`PUT {api}/v1/config`, [`AgentConfig`]) on first contact, after the
+//!   agent restarted, or when the agent runs another version than the delta's
+//!   base (it answers 409);
 //! * the agent reports its counters, its NF instances' health, its local failovers
 //!   and its pinned flows at `GET {api}/v1/status` ([`AgentStatus`]) and in
 //!   Prometheus text format at `GET {api}/metrics`; its heartbeat to the controller
@@ -29,6 +33,9 @@ use std::net::Ipv4Addr;
 
 use serde::{Deserialize, Serialize};
 use sluice_switch::{Entry, Group, Output};
+
+mod delta;
+pub use delta::{Added, ConfigDelta, DeltaError, FabricAuthDelta, ListDelta};
 
 /// UDP port of Geneve (RFC 8926), between hosts and between an agent and its
 /// NF instances.

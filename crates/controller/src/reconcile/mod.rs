@@ -44,6 +44,7 @@ mod health;
 mod instance_drains;
 mod leases;
 mod maintenance;
+mod pushes;
 mod requests;
 #[cfg(test)]
 mod tests;
