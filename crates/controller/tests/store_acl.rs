@@ -23,7 +23,7 @@ use sluice_state_redis::{RedisStore, Secret};
 
 const ADMIN_PW: &str = "controller-admin-pw-3b7e";
 
-/// An agent that accepts and records every configuration.
+/// An agent that accepts and records every whole configuration.
 struct FakeAgent {
     url: String,
     configs: Arc<Mutex<Vec<AgentConfig>>>,
@@ -45,6 +45,13 @@ impl FakeAgent {
                 };
                 let mut body = String::new();
                 let _ = req.as_reader().read_to_string(&mut body);
+                // Whole configurations only: a delta (PATCH) is refused as
+                // by an agent that predates them, so the controller sends
+                // the whole configuration, which is what this test reads.
+                if req.method() != &tiny_http::Method::Put {
+                    let _ = req.respond(tiny_http::Response::empty(405));
+                    continue;
+                }
                 if let Ok(cfg) = serde_json::from_str::<AgentConfig>(&body) {
                     c.lock().unwrap().push(cfg);
                 }
