@@ -71,32 +71,6 @@ fn arms(text: &str) -> Result<(String, String), String> {
     Ok((separate, consolidated))
 }
 
-/// Clock ticks per second of `/proc/PID/stat`'s times: `USER_HZ`, which
-/// the kernel's ABI fixes at 100 (`sysconf(_SC_CLK_TCK)`) whatever `HZ` it
-/// runs at.
-const USER_HZ: f64 = 100.0;
-
-/// User plus system CPU seconds in a `/proc/PID/stat` line (every thread the
-/// process ran, exited ones included, unlike the per-thread schedstat).
-fn stat_cpu_s(stat: &str) -> Option<f64> {
-    // The command (field 2) may hold spaces and parentheses: fields resume
-    // after its last `)`, at the state (field 3).
-    let rest = &stat[stat.rfind(')')? + 1..];
-    let mut f = rest.split_ascii_whitespace();
-    // utime and stime are fields 14 and 15.
-    let utime: f64 = f.nth(11)?.parse().ok()?;
-    let stime: f64 = f.next()?.parse().ok()?;
-    Some((utime + stime) / USER_HZ)
-}
-
-/// CPU seconds of process `pid` so far (0 if it is gone).
-fn process_cpu_s(pid: u32) -> f64 {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .ok()
-        .and_then(|s| stat_cpu_s(&s))
-        .unwrap_or(0.0)
-}
-
 /// Sum over the agents' `/metrics` of `sluice_instance_cpu_seconds_total`,
 /// and how many instances it covers.
 fn instance_cpu_s(lab: &Lab) -> Result<(f64, usize), String> {
@@ -129,7 +103,7 @@ fn agents_cpu_s(lab: &Lab) -> f64 {
         .hosts
         .iter()
         .filter_map(|h| lab.agent_pid(h.id))
-        .map(process_cpu_s)
+        .map(|p| crate::process_cpu_s(&p.to_string()))
         .sum()
 }
 
@@ -288,14 +262,5 @@ mod tests {
         assert!(arms("tenant: x\n")
             .unwrap_err()
             .contains("not Stratos's Figure 4"));
-    }
-
-    #[test]
-    fn cpu_time_is_read_past_a_command_with_spaces() {
-        let line =
-            "4242 (sluice (x) y) S 1 4242 4242 0 -1 4194560 100 0 0 0 250 75 0 0 20 0 9 0 123 0 0";
-        assert_eq!(stat_cpu_s(line), Some(3.25));
-        assert_eq!(stat_cpu_s("4242 (cut"), None);
-        assert!(process_cpu_s(std::process::id()) >= 0.0);
     }
 }

@@ -312,6 +312,9 @@ pub struct Report {
     /// The process's peak resident memory (controller and simulated agents
     /// together), MiB.
     pub peak_rss_mib: f64,
+    /// CPU seconds the process spent over the run (controller, simulated
+    /// agents and the bench's own client together, as for memory).
+    pub cpu_s: f64,
     /// A restarted controller (same database and address) took this long to
     /// start, ms (None: not restarted).
     pub restart_ms: Option<f64>,
@@ -625,6 +628,7 @@ pub fn run(opts: &Options, progress: &mut dyn FnMut(&str)) -> Result<Outcome, St
     let hosts = opts.hosts.max(1);
     let dir = tempfile::tempdir().map_err(|e| format!("temporary directory: {e}"))?;
     let rss_before = rss_kib();
+    let cpu_before = crate::process_cpu_s("self");
     let token_file = dir.path().join("admin.token");
     let server_options = |listen: std::net::SocketAddr| ServerOptions {
         listen,
@@ -759,6 +763,7 @@ pub fn run(opts: &Options, progress: &mut dyn FnMut(&str)) -> Result<Outcome, St
     out.report.rss_growth_mib = rss_after.saturating_sub(rss_before) as f64 / 1024.0;
     out.report.db_mib = db_mib;
     out.report.seconds = started.elapsed().as_secs_f64();
+    out.report.cpu_s = crate::process_cpu_s("self") - cpu_before;
     Ok(out)
 }
 
@@ -936,6 +941,7 @@ fn measure(
         rss_growth_mib: 0.0,
         db_mib: 0.0,
         peak_rss_mib: 0.0,
+        cpu_s: 0.0,
         restart_ms: None,
         restart_heard_ms: None,
         restart_sync_ms: None,
@@ -1068,6 +1074,15 @@ pub fn table(r: &Report) -> String {
     );
     row("process RSS growth", format!("{:.1} MiB", r.rss_growth_mib));
     row("process peak RSS", format!("{:.1} MiB", r.peak_rss_mib));
+    row(
+        "process CPU (controller, agents, client)",
+        format!(
+            "{:.1} s, {:.2} cores over the run, {:.2} ms per tenant",
+            r.cpu_s,
+            r.cpu_s / r.seconds.max(1e-9),
+            r.cpu_s * 1e3 / f64::from(r.tenants.max(1))
+        ),
+    );
     row(
         "restarted controller: started, all heard, in sync",
         match r.restart_ms {

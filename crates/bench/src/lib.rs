@@ -88,3 +88,39 @@ pub fn table(ms: &[Measurement]) -> String {
     }
     s
 }
+
+/// User plus system CPU seconds in a `/proc/PID/stat` line: every thread the
+/// process ran, exited ones included (unlike the per-thread schedstat).
+pub fn stat_cpu_s(stat: &str) -> Option<f64> {
+    // The command (field 2) may hold spaces and parentheses: fields resume
+    // after its last `)`, at the state (field 3); utime and stime are fields
+    // 14 and 15, in `USER_HZ` ticks, which the kernel's ABI fixes at 100
+    // (`sysconf(_SC_CLK_TCK)`) whatever `HZ` it runs at.
+    let mut f = stat[stat.rfind(')')? + 1..].split_ascii_whitespace();
+    let utime: f64 = f.nth(11)?.parse().ok()?;
+    let stime: f64 = f.next()?.parse().ok()?;
+    Some((utime + stime) / 100.0)
+}
+
+/// CPU seconds process `pid` (a number, or `self`) has spent so far; 0 if
+/// it is gone.
+pub fn process_cpu_s(pid: &str) -> f64 {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| stat_cpu_s(&s))
+        .unwrap_or(0.0)
+}
+
+#[cfg(test)]
+mod cpu_tests {
+    use super::*;
+
+    #[test]
+    fn cpu_time_is_read_past_a_command_with_spaces() {
+        let line =
+            "4242 (sluice (x) y) S 1 4242 4242 0 -1 4194560 100 0 0 0 250 75 0 0 20 0 9 0 123 0 0";
+        assert_eq!(stat_cpu_s(line), Some(3.25));
+        assert_eq!(stat_cpu_s("4242 (cut"), None);
+        assert_eq!(process_cpu_s("no-such-process"), 0.0);
+    }
+}
