@@ -107,13 +107,6 @@ fn agents_cpu_s(lab: &Lab) -> f64 {
         .sum()
 }
 
-fn load_average() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .ok()
-        .and_then(|l| l.split_whitespace().next().map(str::to_string))
-        .unwrap_or_else(|| "unknown".into())
-}
-
 /// Runs both arms: a lab each, `downloads` downloads of the lab's 1 MiB
 /// file from the east clients to web-a (through fw, ips, lb-a) one after
 /// another. `progress` hears what runs.
@@ -130,7 +123,7 @@ pub fn run(
     let (separate, consolidated) = arms(&text)?;
     let mut rows: Vec<Row> = Vec::new();
     for (arm, text) in [("separate", separate), ("consolidated", consolidated)] {
-        let load = load_average();
+        let load = crate::load_average();
         progress(&format!(
             "{arm}: {downloads} downloads; load average {load}"
         ));

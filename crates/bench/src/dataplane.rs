@@ -841,13 +841,6 @@ fn dataplane_cpu_ns(pid: u32) -> Vec<u64> {
         .collect()
 }
 
-fn load_average() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .ok()
-        .and_then(|l| l.split_whitespace().next().map(str::to_string))
-        .unwrap_or_else(|| "unknown".into())
-}
-
 /// The switch path (web-a1 on one host to web-b1 on another, sealed
 /// fabric, no middlebox) with every agent on each thread count of
 /// `threads` in turn: a lab per count, [`ROUNDS`] iperf3 runs of `streams`
@@ -867,11 +860,11 @@ pub fn threads_run(
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     progress(&format!(
         "{cores} core(s) available; load average {}",
-        load_average()
+        crate::load_average()
     ));
     let mut rows: Vec<ThreadsRow> = Vec::new();
     for &t in threads {
-        let load = load_average();
+        let load = crate::load_average();
         progress(&format!(
             "{t} forwarding thread(s), {streams} stream(s); load average {load}"
         ));

@@ -111,6 +111,14 @@ pub fn process_cpu_s(pid: &str) -> f64 {
         .unwrap_or(0.0)
 }
 
+/// The one-minute load average, for reports of runs a busy machine skews.
+pub fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|l| l.split_whitespace().next().map(str::to_string))
+        .unwrap_or_else(|| "unknown".into())
+}
+
 #[cfg(test)]
 mod cpu_tests {
     use super::*;
