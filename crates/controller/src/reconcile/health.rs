@@ -158,6 +158,8 @@ impl Reconciler {
         let live = self.live.entry(reg.host).or_default();
         live.told = Some(every);
         let stale = reg.config_version != desired
+            && !live.push_queued
+            && !live.push_in_flight
             && live.last_push.is_none_or(|(v, at)| {
                 v != desired || now.saturating_duration_since(at) >= REPUSH_AFTER
             });

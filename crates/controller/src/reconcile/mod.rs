@@ -96,7 +96,15 @@ pub const DRAIN_POLL: Duration = Duration::from_millis(100);
 pub(crate) struct Live {
     pub(crate) last_heard: Option<Instant>,
     pub(crate) reported: Option<u64>,
+    /// The version last pushed, and when its push started (while in flight)
+    /// or ended.
     pub(crate) last_push: Option<(u64, Instant)>,
+    /// A push to it is queued, and one is in flight. While either is, a
+    /// heartbeat the agent sent before it applied the push must not queue the
+    /// same version again: it would go whole, the agent having acknowledged
+    /// that version already.
+    pub(crate) push_queued: bool,
+    pub(crate) push_in_flight: bool,
     pub(crate) push_error: Option<String>,
     /// The heartbeat interval its last answer told it: it may sleep that long
     /// between heartbeats even after the fleet's interval shrank.
@@ -595,6 +603,7 @@ impl Reconciler {
 
     /// Queues a push of `host`'s configuration at `at` (the earlier wins).
     fn schedule_push(&mut self, host: u32, at: Instant) {
+        self.live.entry(host).or_default().push_queued = true;
         let e = self.effects.pushes.entry(host).or_insert(at);
         if at < *e {
             *e = at;
@@ -721,7 +730,10 @@ impl Reconciler {
     pub fn push_started(&mut self, host: u32, now: Instant) -> Option<PushJob> {
         let api = self.desired.hosts.get(&host)?.api.clone();
         let config = self.configs.get(&host)?.clone();
-        self.live.entry(host).or_default().last_push = Some((config.version, now));
+        let live = self.live.entry(host).or_default();
+        live.last_push = Some((config.version, now));
+        live.push_queued = false;
+        live.push_in_flight = true;
         let ms = self.unix_ms(now);
         self.events.pushed(host, config.version, ms);
         Some(PushJob { api, config })
@@ -743,7 +755,11 @@ impl Reconciler {
                     .push_seconds
                     .observe(now.saturating_duration_since(started).as_secs_f64());
             }
+            // A stale report is judged from the agent's answer on: one it sent
+            // while applying this version may arrive just after.
+            live.last_push = Some((v, now));
         }
+        live.push_in_flight = false;
         match &result {
             Ok(()) => self.counters.pushes_ok += 1,
             Err(_) => self.counters.pushes_failed += 1,

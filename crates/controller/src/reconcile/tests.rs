@@ -545,6 +545,49 @@ fn a_stale_agent_is_pushed_again_at_most_every_repush_after() {
 }
 
 #[test]
+fn a_report_sent_while_a_push_was_applied_does_not_push_it_again() {
+    let mut s = Sim::new(SPEC);
+    s.push_all();
+    // A new version for host 1 whose push is slow (the agent starts
+    // instances): heartbeats from before it applied keep coming.
+    let old = s.running[&1];
+    s.r.configs.get_mut(&1).unwrap().version += 1;
+    s.r.schedule_push(1, s.now);
+    assert_eq!(s.r.take_effects().pushes.len(), 1);
+    // Queued, not started yet (the dispatcher is about to).
+    s.now += REPUSH_AFTER * 3;
+    s.beat(1, None);
+    assert!(s.r.take_effects().pushes.is_empty(), "queued: wait for it");
+    let job = s.r.push_started(1, s.now).unwrap();
+    s.now += REPUSH_AFTER * 3;
+    s.beat(1, None);
+    assert!(
+        s.r.take_effects().pushes.is_empty(),
+        "in flight: wait for it"
+    );
+    s.r.push_finished(1, job.config.version, Ok(()), s.now);
+    // The report the agent sent just before it answered arrives after.
+    s.now += REPUSH_AFTER / 2;
+    assert_eq!(s.running[&1], old);
+    s.beat(1, None);
+    assert!(
+        s.r.take_effects().pushes.is_empty(),
+        "it just answered: wait"
+    );
+    // Still behind a while later: it lost the version, push it again.
+    s.now += REPUSH_AFTER;
+    s.beat(1, None);
+    assert_eq!(
+        s.r.take_effects()
+            .pushes
+            .keys()
+            .copied()
+            .collect::<Vec<_>>(),
+        vec![1]
+    );
+}
+
+#[test]
 fn failed_pushes_retry_with_exponential_backoff() {
     let mut s = Sim::new(SPEC);
     s.r.take_effects();
