@@ -71,6 +71,9 @@ pub enum ExperimentCmd {
         /// The uplinks' queues, KiB.
         #[arg(long, default_value_t = 256)]
         queue_kb: u32,
+        /// Every agent's forwarding threads, in both arms.
+        #[arg(long, default_value_t = 1)]
+        dataplane_threads: u32,
         /// Seconds of load before each measured window.
         #[arg(long, default_value_t = 20)]
         warmup: u32,
@@ -329,6 +332,7 @@ pub fn run(what: ExperimentCmd) -> Result<(), CliError> {
             free_uplink_mbit,
             uplink_target,
             queue_kb,
+            dataplane_threads,
             warmup,
             seconds,
             rounds,
@@ -353,6 +357,7 @@ pub fn run(what: ExperimentCmd) -> Result<(), CliError> {
                 loops,
                 layouts: sluice_testbed::placement::Layout::parse_list(&layouts)
                     .map_err(|e| CliError::flag("layouts", e.to_string()))?,
+                dataplane_threads,
             },
             json,
         ),

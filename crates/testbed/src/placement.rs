@@ -56,6 +56,9 @@ pub struct PlacementOptions {
     pub loops: usize,
     /// Where the VMs are, each layout in turn.
     pub layouts: Vec<Layout>,
+    /// Every agent's forwarding threads, in both arms (a host that runs
+    /// a whole chain can use more than one core).
+    pub dataplane_threads: u32,
 }
 
 impl Default for PlacementOptions {
@@ -70,6 +73,7 @@ impl Default for PlacementOptions {
             rounds: 1,
             loops: 2,
             layouts: vec![Layout::Near, Layout::Far],
+            dataplane_threads: 1,
         }
     }
 }
@@ -440,6 +444,7 @@ pub fn run(
                     hosts: 4,
                     web: true,
                     topology: topology(arm, layout, limited, o),
+                    dataplane_threads: o.dataplane_threads,
                     ..base.clone()
                 };
                 let lab = Lab::up(&opts)?;
