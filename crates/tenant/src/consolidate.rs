@@ -25,8 +25,10 @@
 //! * every chain that crosses one member crosses all of them, one after
 //!   another, in the group's order (a hyperapp is one pipeline), and no chain
 //!   mirrors to a member (a copy would cross every member);
-//! * the members agree on `state`, `affinity`, `pipeline`, `workers`,
-//!   `anti_affinity` and `placement` (they share instances); the group's
+//! * the members agree on `state`, `pipeline`, `workers`, `anti_affinity`
+//!   and `placement` (they share instances); the group is pinned if any
+//!   member is (an IPS with shared state is by default: its stream records
+//!   must not have two writers, `Affinity::default_for_function`); the group's
 //!   `instances` default to the most any member asks for, its `resources` are
 //!   the members' summed, and its `capacity` is the group's own (a member's
 //!   would budget the others too, so members may not give one);
@@ -41,7 +43,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use yaml_serde::{Mapping, Value};
 
 use crate::{check_keys, parse_capacity, parse_resources, str_list, Ctx, Element, SpecError};
-use crate::{Resources, TenantSpec};
+use crate::{Affinity, Resources, TenantSpec};
 
 /// The function of a consolidated group's middlebox element: its
 /// configuration's `functions` are the members' (`name`, `type` and their
@@ -245,7 +247,7 @@ fn group_element(
     };
     let Element::Middlebox {
         state,
-        affinity,
+        mut affinity,
         anti_affinity,
         placement,
         pipeline,
@@ -281,7 +283,6 @@ fn group_element(
         };
         let differs = [
             ("state", s != state),
-            ("affinity", a != affinity),
             ("anti_affinity", aa != anti_affinity),
             ("placement", pl != placement),
             ("pipeline", pi != pipeline),
@@ -295,6 +296,9 @@ fn group_element(
                     members[0]
                 ),
             ));
+        }
+        if a == Affinity::Pinned {
+            affinity = Affinity::Pinned;
         }
         instances = instances.max(k);
         resources.slots += r.slots;

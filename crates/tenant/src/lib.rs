@@ -166,7 +166,8 @@ pub enum Element {
         /// Where its instances keep per-flow state (`state:`, default shared).
         state: StateMode,
         /// How flows choose among its instances when their number changes
-        /// (`affinity:`; default `pinned` for local state, `hash` for shared).
+        /// (`affinity:`; default `pinned` for local state and for an IPS with
+        /// shared state, `hash` otherwise: [`Affinity::default_for_function`]).
         affinity: Affinity,
         /// A processing budget per instance (`capacity: {mbps, pps, burst_ms}`), so
         /// experiments can make a middlebox the bottleneck on purpose.
@@ -268,7 +269,32 @@ impl Affinity {
             StateMode::Shared | StateMode::Cached => Affinity::Hash,
         }
     }
+
+    /// The default for `function` with `state`: [`Affinity::default_for`],
+    /// except that a function reassembling TCP streams ([`REASSEMBLES`])
+    /// with shared state (not cached) is pinned. Its stream record changes
+    /// with every segment and is read and written whole, so two live
+    /// instances must never hold packets of one flow at once: with `hash`, a
+    /// rejoining or added instance takes flows back while the other still
+    /// has their packets queued, the two writes race, and the record falls
+    /// behind or ahead of what the host received (measured: 1-2 of 100
+    /// downloads stalled per `sluice experiment failover` of an IPS). Pinned
+    /// flows move only when their instance fails. `state: cached` needs no
+    /// pinning: its lease hands a range over only after the old owner
+    /// flushed.
+    pub fn default_for_function(state: StateMode, function: &str) -> Affinity {
+        if state == StateMode::Shared && REASSEMBLES.contains(&function) {
+            Affinity::Pinned
+        } else {
+            Affinity::default_for(state)
+        }
+    }
 }
+
+/// Functions whose instances reassemble TCP streams (the chain's
+/// reassembler keeps a record per flow): pinned by default with shared state
+/// ([`Affinity::default_for_function`]).
+pub const REASSEMBLES: &[&str] = &["ips"];
 
 /// What one instance of a middlebox takes of its host's declared capacity.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -612,7 +638,7 @@ fn parse_element(
                 },
             };
             let affinity = match m.get("affinity") {
-                None => Affinity::default_for(state),
+                None => Affinity::default_for_function(state, &function),
                 Some(v) => match v.as_str() {
                     Some("hash") => Affinity::Hash,
                     Some("pinned") => Affinity::Pinned,

@@ -3,7 +3,7 @@
 //! run as one pipeline is refused with the field named.
 
 use sluice_tenant::consolidate::{forward_sources, functions_of, Group, HYPERAPP};
-use sluice_tenant::{Element, Resources, TenantSpec};
+use sluice_tenant::{Affinity, Element, Resources, TenantSpec};
 
 fn parse(text: &str) -> Result<TenantSpec, String> {
     TenantSpec::parse(text, "t.yaml", Some(&sluice_builtin::registry())).map_err(|e| e.to_string())
@@ -193,6 +193,30 @@ fn each_group_that_cannot_be_one_pipeline_is_refused_with_its_field() {
         "  - { name: edge, members: [fw, ips] }\n",
     ))
     .unwrap();
+}
+
+#[test]
+fn a_group_with_a_pinned_member_is_pinned() {
+    // The IPS is pinned by default (shared state), the firewall hashed: the
+    // group they share is pinned, as its IPS needs.
+    let s = parse(&spec(
+        TWO_CHAINS,
+        "  - { name: edge, members: [fw, ips] }\n",
+    ))
+    .unwrap();
+    match &s.elements["edge"] {
+        Element::Middlebox { affinity, .. } => assert_eq!(*affinity, Affinity::Pinned),
+        e => panic!("edge: {e:?}"),
+    }
+    // Without the IPS's default, the group hashes as its members do.
+    let text = spec(TWO_CHAINS, "  - { name: edge, members: [fw, ips] }\n").replace(
+        "    function: ips\n",
+        "    function: ips\n    affinity: hash\n",
+    );
+    match &parse(&text).unwrap().elements["edge"] {
+        Element::Middlebox { affinity, .. } => assert_eq!(*affinity, Affinity::Hash),
+        e => panic!("edge: {e:?}"),
+    }
 }
 
 #[test]

@@ -319,6 +319,29 @@ fn affinity_defaults_follow_the_state_mode_and_can_be_set() {
 }
 
 #[test]
+fn an_ips_with_shared_state_is_pinned_unless_told_otherwise() {
+    // Its stream records must not have two live writers (a rejoin or a new
+    // split would move flows whose packets the old instance still holds).
+    let text = BASE.replace(
+        "mon: { type: middlebox, function: monitor }",
+        "mon: { type: middlebox, function: monitor }\n  \
+             ips: { type: middlebox, function: ips, config: { rules: [] } }\n  \
+             ips2: { type: middlebox, function: ips, config: { rules: [] }, affinity: hash }\n  \
+             ips3: { type: middlebox, function: ips, config: { rules: [] }, state: cached }",
+    ) + "  - { name: a, path: [net, fw, mon, ips, ips2, ips3, web] }\n";
+    let s = parse(&text).unwrap();
+    let aff = |n: &str| match &s.elements[n] {
+        Element::Middlebox { affinity, .. } => *affinity,
+        _ => panic!("{n} is not a middlebox"),
+    };
+    assert_eq!(aff("ips"), Affinity::Pinned, "shared state: pinned");
+    assert_eq!(aff("ips2"), Affinity::Hash, "the tenant's choice stands");
+    assert_eq!(aff("ips3"), Affinity::Hash, "cached: its lease hands over");
+    assert_eq!(aff("fw"), Affinity::Hash);
+    assert_eq!(aff("mon"), Affinity::Hash);
+}
+
+#[test]
 fn capacity_is_parsed_and_bad_budgets_are_refused_by_name() {
     let with = |cap: &str| {
         BASE.replace(

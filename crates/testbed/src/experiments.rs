@@ -5,7 +5,11 @@
 //! surviving instance carries the dead one's connections on; with local state
 //! (the baseline, `state: local` on the middlebox) it has never seen them.
 //! Each run reports how many downloads completed with identical bytes and the
-//! total time, next to a run without failure in the same lab.
+//! total time, next to a run without failure in the same lab. When the
+//! middlebox is an IPS whose rule matches each download's request (issue 20,
+//! `examples/experiments/failover-ips.yaml`), each run also counts the alerts
+//! per download: each must be raised exactly once, the killed instance's
+//! included.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -49,6 +53,41 @@ pub struct RunResult {
     pub total_s: f64,
     /// curl's verdicts of the failed ones (exit code, bytes), a few.
     pub failures: Vec<String>,
+    /// The IPS's alerts, per download (None: the middlebox is no IPS).
+    pub alerts: Option<AlertCount>,
+}
+
+/// A run's IPS alerts against its downloads, whose requests each match the
+/// spec's rule once: what `GET /v1/alerts` lists for the tenant, new since
+/// the run started, by flow (the client's port).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct AlertCount {
+    /// Requests made (one per download).
+    pub requests: usize,
+    /// Flows alerted exactly once.
+    pub once: usize,
+    /// Flows alerted more than once.
+    pub duplicated: usize,
+    /// Requests with no alert.
+    pub missing: usize,
+}
+
+impl AlertCount {
+    /// Counts `alerts` (EVE alert objects) against `requests` downloads.
+    pub fn of(requests: usize, alerts: &[serde_json::Value]) -> AlertCount {
+        let mut per_flow: std::collections::BTreeMap<String, usize> = Default::default();
+        for a in alerts {
+            let flow = format!("{}:{}", a["src_ip"], a["src_port"]);
+            *per_flow.entry(flow).or_default() += 1;
+        }
+        let once = per_flow.values().filter(|n| **n == 1).count();
+        AlertCount {
+            requests,
+            once,
+            duplicated: per_flow.len() - once,
+            missing: requests.saturating_sub(per_flow.len()),
+        }
+    }
 }
 
 /// Both runs and the failover as the agents saw it.
@@ -154,6 +193,7 @@ fn finish(
         failed: started - identical,
         total_s,
         failures,
+        alerts: None,
     })
 }
 
@@ -206,6 +246,65 @@ fn agent_events(lab: &Lab, name: &str) -> Vec<serde_json::Value> {
     out
 }
 
+/// The `function` of the tenant's middlebox `name`, if the controller says.
+fn middlebox_function(lab: &Lab, name: &str) -> Option<String> {
+    let st = lab.state();
+    let v: serde_json::Value = st
+        .http()
+        .get(&format!(
+            "{}/v1/tenants/{}/middleboxes/{name}",
+            st.controller, st.tenant
+        ))
+        .set("Authorization", &st.bearer())
+        .call()
+        .ok()?
+        .into_json()
+        .ok()?;
+    v["function"].as_str().map(String::from)
+}
+
+/// The tenant's alerts not in `seen` (which they join), once their number
+/// stopped growing (the agents serve what the instances wrote), counted
+/// against `requests`.
+fn count_new_alerts(
+    lab: &Lab,
+    requests: usize,
+    seen: &mut Vec<String>,
+) -> Result<AlertCount, LabError> {
+    let st = lab.state();
+    let fetch = || -> Result<Vec<serde_json::Value>, LabError> {
+        let v: serde_json::Value = st
+            .http()
+            .get(&format!(
+                "{}/v1/alerts?tenant={}&limit=100000",
+                st.controller, st.tenant
+            ))
+            .set("Authorization", &st.bearer())
+            .call()
+            .map_err(other)?
+            .into_json()
+            .map_err(other)?;
+        Ok(v.as_array().cloned().unwrap_or_default())
+    };
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let mut last = fetch()?;
+    loop {
+        std::thread::sleep(Duration::from_millis(1000));
+        let now = fetch()?;
+        if now.len() == last.len() || Instant::now() > deadline {
+            last = now;
+            break;
+        }
+        last = now;
+    }
+    let new: Vec<serde_json::Value> = last
+        .into_iter()
+        .filter(|a| !seen.contains(&a.to_string()))
+        .collect();
+    seen.extend(new.iter().map(|a| a.to_string()));
+    Ok(AlertCount::of(requests, &new))
+}
+
 /// Runs the failover experiment in `lab` (brought up with web servers and a spec
 /// shaped like `examples/experiments/failover.yaml`).
 pub fn failover(lab: &Lab, o: &FailoverOptions) -> Result<FailoverReport, LabError> {
@@ -219,10 +318,16 @@ pub fn failover(lab: &Lab, o: &FailoverOptions) -> Result<FailoverReport, LabErr
     fs::write(root.join("big"), &want).map_err(other)?;
     let out = st.dir.join("downloads");
 
+    let ips = middlebox_function(lab, &o.middlebox).as_deref() == Some("ips");
+    let mut seen = Vec::new();
+
     // Without failure.
     let t0 = Instant::now();
     let kids = start_downloads(lab, o, &out, &addr)?;
-    let baseline = finish("no failure", t0, kids, &out, &want)?;
+    let mut baseline = finish("no failure", t0, kids, &out, &want)?;
+    if ips {
+        baseline.alerts = Some(count_new_alerts(lab, o.downloads, &mut seen)?);
+    }
 
     // With instance 0 killed mid-transfer.
     let name = format!("{}/{}/0", st.tenant, o.middlebox);
@@ -237,7 +342,10 @@ pub fn failover(lab: &Lab, o: &FailoverOptions) -> Result<FailoverReport, LabErr
     unsafe {
         libc::kill(pid as i32, libc::SIGKILL);
     }
-    let killed = finish("instance killed", t0, kids, &out, &want)?;
+    let mut killed = finish("instance killed", t0, kids, &out, &want)?;
+    if ips {
+        killed.alerts = Some(count_new_alerts(lab, o.downloads, &mut seen)?);
+    }
     std::thread::sleep(Duration::from_millis(200));
     let events = agent_events(lab, &name);
     let first = events
@@ -271,6 +379,12 @@ pub fn print_failover(r: &FailoverReport) {
         for f in &run.failures {
             println!("                 {f}");
         }
+        if let Some(a) = &run.alerts {
+            println!(
+                "                 IPS alerts: {} of {} requests alerted exactly once, {} more than once, {} not at all",
+                a.once, a.requests, a.duplicated, a.missing
+            );
+        }
     }
     println!(
         "killed {}: total time {:.2}x the run without failure (StatelessNF: within 10%)",
@@ -284,5 +398,31 @@ pub fn print_failover(r: &FailoverReport) {
     }
     for e in &r.agent_events {
         println!("agent failover record: {e}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::AlertCount;
+    use serde_json::json;
+
+    #[test]
+    fn alerts_are_counted_per_flow_against_the_requests() {
+        let a = |port: u16| json!({"src_ip": "198.51.100.10", "src_port": port, "alert": {"signature_id": 1}});
+        // Flow 1 once, flow 2 twice, flow 3 once; five requests.
+        let got = AlertCount::of(5, &[a(1), a(2), a(2), a(3)]);
+        assert_eq!(
+            got,
+            AlertCount {
+                requests: 5,
+                once: 2,
+                duplicated: 1,
+                missing: 2
+            }
+        );
+        // Same port from another address is another flow.
+        let mut other = a(1);
+        other["src_ip"] = json!("198.51.100.11");
+        assert_eq!(AlertCount::of(2, &[a(1), other]).once, 2);
     }
 }

@@ -599,16 +599,17 @@ fn unpinned_local_state_moves_flows_at_once_and_capacity_reaches_the_instances()
         "an unpinned instance is removed without a drain"
     );
     let cfgs = d.configs("redis://x").unwrap();
-    // (The firewall's group is listed too: it is `state: cached`.)
-    let pols: Vec<_> = cfgs
-        .values()
-        .flat_map(|c| &c.group_policies)
-        .filter(|p| !p.cached)
-        .collect();
+    // (The firewall's group is listed too: it is `state: cached`; and the
+    // IPS's, pinned by default as an IPS with shared state.)
+    let all: Vec<_> = cfgs.values().flat_map(|c| &c.group_policies).collect();
+    let pols: Vec<_> = all.iter().filter(|p| p.local_state).collect();
     assert!(
-        pols.iter()
-            .all(|p| !p.pinned && p.local_state && p.draining.is_empty()),
+        pols.iter().all(|p| !p.pinned && p.draining.is_empty()),
         "unpinned local-state groups: {pols:?}"
+    );
+    assert!(
+        all.iter().any(|p| !p.cached && !p.local_state && p.pinned),
+        "the IPS's group is pinned: {all:?}"
     );
     let mon = cfgs
         .values()
