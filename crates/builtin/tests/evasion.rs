@@ -326,28 +326,6 @@ fn urgent_data_is_read_inline_as_inspected() {
     assert_eq!(m.payload(&left), b"EVXIL");
 }
 
-/// An IPv4 frame without options split into two fragments at `at` bytes of
-/// its IP payload (a multiple of 8), as fragroute's `ip_frag` sends it.
-fn ipv4_fragments(f: &[u8], at: usize) -> [Vec<u8>; 2] {
-    let (hdr, payload) = (&f[..34], &f[34..]);
-    let part = |data: &[u8], off: usize, more: bool| {
-        let mut v = hdr.to_vec();
-        v.extend_from_slice(data);
-        v[16..18].copy_from_slice(&((20 + data.len()) as u16).to_be_bytes());
-        v[18..20].copy_from_slice(&0x1234u16.to_be_bytes());
-        let flags = (off / 8) as u16 | if more { 0x2000 } else { 0 };
-        v[20..22].copy_from_slice(&flags.to_be_bytes());
-        v[24..26].copy_from_slice(&[0, 0]);
-        let sum = sluice_wire::checksum::checksum(&v[14..34]);
-        v[24..26].copy_from_slice(&sum.to_be_bytes());
-        v
-    };
-    [
-        part(&payload[..at], 0, true),
-        part(&payload[at..], at, false),
-    ]
-}
-
 /// An IPv6 frame without extension headers split into two fragments (a
 /// Fragment header each) at `at` bytes of its payload (a multiple of 8).
 fn ipv6_fragments(f: &[u8], at: usize) -> [Vec<u8>; 2] {
@@ -377,7 +355,7 @@ fn a_signature_split_over_ip_fragments_does_not_pass() {
     // layer joins them. Both are dropped, IPv4 and IPv6.
     let request = c(0, b"GET /EVIL HTTP/1.0\r\n\r\n");
     let mut f = handshake();
-    f.extend(ipv4_fragments(&request, 24));
+    f.extend(sluice_wire::build::ipv4_fragments(&request, 24, 0x1234));
     let o = replay(SPEC, &f);
     assert_eq!((o.left[3].as_ref(), o.left[4].as_ref()), (None, None));
     assert!(!evil_left(&o));
@@ -441,7 +419,10 @@ functions:
     let o = replay(spec, &[v4.clone(), benign]);
     assert_eq!(o.sids, vec![2]);
     assert!(o.left[0].is_none() && o.left[1].is_some());
-    for frags in [ipv4_fragments(&v4, 16), ipv6_fragments(&v6, 16)] {
+    for frags in [
+        sluice_wire::build::ipv4_fragments(&v4, 16, 0x1234),
+        ipv6_fragments(&v6, 16),
+    ] {
         let m = parse_frame(&frags[0]).unwrap();
         assert_ne!(m.fragment, sluice_wire::parse::Fragment::None);
         // By default both fragments are dropped: the host never joins them.

@@ -250,28 +250,6 @@ fn bad_checksum(mut f: Vec<u8>) -> Vec<u8> {
     f
 }
 
-/// `f` (no IP options) split into two IPv4 fragments at `at` bytes of its
-/// IP payload (a multiple of 8).
-fn fragments(f: &[u8], at: usize) -> [Vec<u8>; 2] {
-    let (hdr, payload) = (&f[..34], &f[34..]);
-    let part = |data: &[u8], off: usize, more: bool| {
-        let mut v = hdr.to_vec();
-        v.extend_from_slice(data);
-        v[16..18].copy_from_slice(&((20 + data.len()) as u16).to_be_bytes());
-        v[18..20].copy_from_slice(&0x4321u16.to_be_bytes());
-        let flags = (off / 8) as u16 | if more { 0x2000 } else { 0 };
-        v[20..22].copy_from_slice(&flags.to_be_bytes());
-        v[24..26].copy_from_slice(&[0, 0]);
-        let sum = sluice_wire::checksum::checksum(&v[14..34]);
-        v[24..26].copy_from_slice(&sum.to_be_bytes());
-        v
-    };
-    [
-        part(&payload[..at], 0, true),
-        part(&payload[at..], at, false),
-    ]
-}
-
 /// A segment at `off` whose urgent pointer marks the byte before `ptr`.
 fn urgent(sport: u16, isn_s: u32, off: u32, p: &[u8], ptr: u16) -> Vec<u8> {
     let mut f = data(sport, isn_s, off, PSH | URG, p);
@@ -341,7 +319,7 @@ fn ip_fragments(sport: u16, isn: u32, word: &[u8; 4]) -> Vec<Vec<u8>> {
     let mut p = b"hello you ".to_vec();
     p.extend_from_slice(word);
     p.extend_from_slice(b" world\n");
-    let [a, b] = fragments(&data(sport, isn, 0, PSH, &p), 32);
+    let [a, b] = sluice_wire::build::ipv4_fragments(&data(sport, isn, 0, PSH, &p), 32, 0x4321);
     vec![a, b]
 }
 

@@ -201,3 +201,30 @@ pub fn icmp_v4_error(src: [u8; 4], dst: [u8; 4], ty: u8, code: u8, quoted: &[u8]
     });
     to_vec(IpAddr::V4(src), IpAddr::V4(dst), t, quoted)
 }
+
+/// An Ethernet + IPv4 frame without IP options split into two fragments at
+/// `at` bytes of its IP payload (a multiple of 8), with identification `id`,
+/// as fragroute's `ip_frag` sends it (replays of evasions).
+///
+/// # Panics
+///
+/// If `frame` is shorter than its headers plus `at` bytes (test input).
+pub fn ipv4_fragments(frame: &[u8], at: usize, id: u16) -> [Vec<u8>; 2] {
+    let (hdr, payload) = (&frame[..34], &frame[34..]);
+    let part = |data: &[u8], off: usize, more: bool| {
+        let mut v = hdr.to_vec();
+        v.extend_from_slice(data);
+        v[16..18].copy_from_slice(&((20 + data.len()) as u16).to_be_bytes());
+        v[18..20].copy_from_slice(&id.to_be_bytes());
+        let flags = (off / 8) as u16 | if more { 0x2000 } else { 0 };
+        v[20..22].copy_from_slice(&flags.to_be_bytes());
+        v[24..26].copy_from_slice(&[0, 0]);
+        let sum = crate::checksum::checksum(&v[14..34]);
+        v[24..26].copy_from_slice(&sum.to_be_bytes());
+        v
+    };
+    [
+        part(&payload[..at], 0, true),
+        part(&payload[at..], at, false),
+    ]
+}
