@@ -72,10 +72,7 @@ fn starts_ci(data: &[u8], pat: &[u8]) -> bool {
 /// True if `data` starts with a NetBIOS session message holding an SMB
 /// header (SMB1, SMB2/3 or an SMB3 transform header).
 fn smb(data: &[u8]) -> bool {
-    data.len() >= 8
-        && data[0] == 0
-        && (0xfd..=0xff).contains(&data[4])
-        && &data[5..8] == b"SMB"
+    data.len() >= 8 && data[0] == 0 && (0xfd..=0xff).contains(&data[4]) && &data[5..8] == b"SMB"
 }
 
 /// The flow's protocol after a direction's first stream bytes `data`

@@ -250,3 +250,30 @@ fn et_open_smtp_ftp_smb_rules_load() {
         "{skipped:?}"
     );
 }
+
+/// The detected protocol is the record's last byte (version 6) and
+/// round-trips; an unknown value is refused, not trusted.
+#[test]
+fn the_detected_protocol_round_trips_through_the_record() {
+    use sluice_ips::applayer;
+    use sluice_ips::engine::{record_size, FlowState};
+    use sluice_state::{Codec, Reader, Writer};
+    for app in [
+        applayer::SMTP,
+        applayer::FTP,
+        applayer::SMB,
+        applayer::OTHER,
+    ] {
+        let st = FlowState {
+            app,
+            ..FlowState::default()
+        };
+        let mut buf = Vec::new();
+        st.encode(&mut Writer::new(&mut buf));
+        assert_eq!(buf.len(), record_size(0));
+        assert_eq!(FlowState::decode(&mut Reader::new(&buf)).unwrap(), st);
+        let n = buf.len();
+        buf[n - 1] = applayer::OTHER + 1;
+        assert!(FlowState::decode(&mut Reader::new(&buf)).is_err());
+    }
+}
