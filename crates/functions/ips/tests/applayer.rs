@@ -122,6 +122,24 @@ fn ftp_rules_fire_on_an_ftp_flow_only() {
 }
 
 #[test]
+fn packetwise_ftp_rules_inspect_each_segment_of_an_ftp_flow() {
+    // ET's two `no_stream` FTP rules' shape: the segment's own payload.
+    let rule = "alert ftp any any -> any any (msg:\"long user\"; flow:to_server,established,no_stream; content:\"USER \"; depth:5; isdataat:20,relative; sid:50;)";
+    let long = b"USER aaaaaaaaaaaaaaaaaaaaaaaaa\r\n";
+    let frames = conv(2100, &[(true, long), (true, b"PASS x\r\n"), (true, long)]);
+    assert_eq!(
+        alerts(&[rule], &frames),
+        vec![(50, Some("ftp")), (50, Some("ftp"))]
+    );
+    // A short USER does not match; an HTTP flow never does.
+    let frames = conv(2100, &[(true, b"USER a\r\n")]);
+    assert_eq!(alerts(&[rule], &frames), vec![]);
+    let req = b"GET / HTTP/1.0\r\n\r\n";
+    let frames = conv(2100, &[(true, req), (true, long)]);
+    assert_eq!(alerts(&[rule], &frames), vec![]);
+}
+
+#[test]
 fn an_ftp_banner_decides_before_the_client_speaks() {
     // ET 2003055's shape: a rule on the server's banner.
     let rule = "alert ftp $HOME_NET any -> any any (msg:\"ftp banner\"; flow:from_server,established; content:\"220 (\"; depth:5; sid:20;)";

@@ -489,7 +489,7 @@ impl Rule {
     /// True for a rule whose payload keywords Suricata inspects over each
     /// packet's own payload, never the reassembled TCP stream: one with
     /// `dsize` or `flow:no_stream` (`tcp-pkt`) and payload keywords, over TCP
-    /// (`tcp` or `ip`). Its contents are matched within one segment's payload
+    /// (`tcp`, `ip`, or `smtp`/`ftp`/`smb` on flows detected as such). Its contents are matched within one segment's payload
     /// and `dsize` compares that payload's length.
     pub fn packetwise(&self) -> bool {
         (matches!(self.proto, Proto::Tcp | Proto::Ip) || self.proto.stream_app())
