@@ -305,6 +305,7 @@ impl Ips {
             st.dirs = [self.engine.initial(); 2];
             st.http = Default::default();
             st.pend = [Pend::default(); 2];
+            st.app = crate::applayer::UNKNOWN;
             st.flags &= !PASSED;
         }
         if st.flags & PASSED != 0 {
@@ -332,6 +333,7 @@ impl Ips {
             dns: false,
             http: false,
             tls: false,
+            app: st.app,
         };
         let d = if hdr.to_server { 0 } else { 1 };
         if self.packet_rules(st, d, &hdr, p, ctx.events) {
@@ -403,6 +405,19 @@ impl Ips {
         if base == 0 && (http::looks_like_request(data) || http::looks_like_response(data)) {
             self.app_now = Some("http");
         }
+        // A direction's first bytes may decide the flow's stream protocol,
+        // before this packet's rules are evaluated.
+        let app_hdr;
+        let hdr = if base == 0 && st.app == crate::applayer::UNKNOWN && self.app_detect {
+            st.app = crate::applayer::detect(st.app, data, hdr.to_server);
+            app_hdr = Header {
+                app: st.app,
+                ..*hdr
+            };
+            &app_hdr
+        } else {
+            hdr
+        };
         if c.gap {
             // Bytes before these were lost: a pending unit cannot continue.
             self.pend_drop(st, d, true);
@@ -480,6 +495,7 @@ impl Ips {
             dns: false,
             http: false,
             tls: false,
+            app: crate::applayer::UNKNOWN,
         };
         let mut drop = self.packet_rules(&mut scratch, d, &hdr, p, events);
         if scratch.flags & (BLOCKED | PASSED) == 0 {
@@ -637,6 +653,13 @@ impl Ips {
         self.engine.flowbits_apply(rule, &mut st.bits);
         let r = &self.engine.rules[rule as usize];
         self.fired.push(rule);
+        if self.xbits.uses(rule) {
+            // Decided after the batch ([`crate::xbits`]): the alert it raises
+            // (the next event) may be withheld then.
+            let alerts = r.action != Action::Pass && !r.noalert;
+            let ev = alerts.then_some(events.len());
+            self.xbits.log(rule, p.meta.flow, p.ts_ns, ev);
+        }
         let action = match r.action {
             Action::Pass => {
                 st.flags |= PASSED;
@@ -667,7 +690,8 @@ impl Ips {
             to_server: d == 0,
             app_proto: app
                 .or(self.app_now)
-                .or_else(|| http::detected(&st.http).then_some("http")),
+                .or_else(|| http::detected(&st.http).then_some("http"))
+                .or_else(|| crate::applayer::name(st.app)),
         }));
         action == AlertAction::Blocked
     }

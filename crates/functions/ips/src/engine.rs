@@ -920,7 +920,9 @@ impl Engine {
         let mut flowbits = Vec::with_capacity(rules.len());
         for (ri, r) in rules.iter().enumerate() {
             let classes: &[usize] = match r.proto {
-                Proto::Tcp => &[0],
+                // `smtp`, `ftp`, `smb`: stream rules like `tcp` ones, their
+                // header also asking for the flow's detected protocol.
+                Proto::Tcp | Proto::Smtp | Proto::Ftp | Proto::Smb => &[0],
                 Proto::Udp => &[1],
                 Proto::Icmp => &[2],
                 Proto::Ip => &[0, 1, 2, 3],
@@ -1391,6 +1393,8 @@ pub struct Header {
     pub http: bool,
     /// The segment starts with a TLS hello ([`crate::tls::detect`]).
     pub tls: bool,
+    /// The flow's detected stream protocol ([`crate::applayer`]).
+    pub app: u8,
 }
 
 /// Partial match of a multi-content rule.
@@ -1495,13 +1499,16 @@ pub struct FlowState {
     pub http: [HttpDir; 2],
     /// Per direction, the unit pending in a blob ([`crate::pending`]).
     pub pend: [Pend; 2],
+    /// The flow's stream protocol as detected by content
+    /// ([`crate::applayer`]: undecided, smtp, ftp, smb, other).
+    pub app: u8,
 }
 
 /// Version 2 added the flowbits, version 3 the HTTP framing, version 4 the
 /// pending units, version 5 the pending HTTP body
-/// ([`crate::pending::HTTP_BODY`]);
-/// older records still decode (without them).
-const VERSION: u8 = 5;
+/// ([`crate::pending::HTTP_BODY`]), version 6 the detected stream protocol
+/// ([`crate::applayer`]); older records still decode (without them).
+const VERSION: u8 = 6;
 
 impl Codec for FlowState {
     fn encode(&self, w: &mut Writer<'_>) {
@@ -1524,6 +1531,7 @@ impl Codec for FlowState {
         for p in &self.pend {
             p.encode(w);
         }
+        w.u8(self.app);
     }
 
     fn decode(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
@@ -1579,6 +1587,12 @@ impl Codec for FlowState {
                 *p = Pend::decode(r, version >= 5)?;
             }
         }
+        if version >= 6 {
+            s.app = r.u8()?;
+            if !crate::applayer::valid(s.app) {
+                return Err(DecodeError("unknown ips stream protocol"));
+            }
+        }
         Ok(s)
     }
 }
@@ -1589,7 +1603,7 @@ impl Codec for FlowState {
 /// [`HttpDir::encoded_len`]) and no pending unit (each direction with one
 /// adds 8 bytes, [`Pend::encoded_len`]).
 pub const fn record_size(partial: usize) -> usize {
-    11 + 2 * 10 + 2 + 2 + 13 * partial
+    11 + 2 * 10 + 2 + 2 + 1 + 13 * partial
 }
 
 #[cfg(test)]

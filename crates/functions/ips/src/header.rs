@@ -397,7 +397,9 @@ impl Headers {
     #[inline]
     fn flow_ok(&self, c: &RuleHdr, k: &FlowKey, tcp: bool, to_server: bool) -> bool {
         let proto_ok = match c.proto {
-            Proto::Tcp => tcp,
+            // A stream's detected protocol may change within a direction
+            // (undecided first): the rule's header decides it per packet.
+            Proto::Tcp | Proto::Smtp | Proto::Ftp | Proto::Smb => tcp,
             Proto::Udp => k.proto == 17,
             Proto::Icmp => matches!(k.proto, 1 | 58),
             Proto::Ip => true,
@@ -445,6 +447,9 @@ impl Headers {
             Proto::Dns => h.dns,
             Proto::Http => h.http,
             Proto::Tls => h.tls,
+            Proto::Smtp => h.tcp && h.app == crate::applayer::SMTP,
+            Proto::Ftp => h.tcp && h.app == crate::applayer::FTP,
+            Proto::Smb => h.tcp && h.app == crate::applayer::SMB,
         };
         if !proto_ok {
             return false;
@@ -556,6 +561,7 @@ mod tests {
                 dns: false,
                 http: false,
                 tls: false,
+                app: rnd(5) as u8,
             };
             for r in 0..rules.len() as u32 {
                 let g = h.group_of(r);

@@ -130,6 +130,7 @@
 //!   with the connection); SYN data the server refused is scanned again when
 //!   resent ([`sluice_reassembly`]).
 
+pub mod applayer;
 pub mod bufrules;
 pub mod classification;
 mod decide;
@@ -147,6 +148,7 @@ mod testrng;
 pub mod threshold;
 pub mod tls;
 mod views;
+pub mod xbits;
 
 use std::path::{Path, PathBuf};
 
@@ -372,6 +374,8 @@ pub struct Counters {
     pub expired: u64,
     /// Alerts withheld by `threshold` or `detection_filter`.
     pub thresholded: u64,
+    /// Alerts withheld because their rule's `xbits` condition failed.
+    pub xbits_withheld: u64,
     /// Split units (HTTP heads, TLS handshake units, DNS messages) completed
     /// from a pending blob and inspected whole ([`pending`]).
     pub pending_joined: u64,
@@ -406,6 +410,11 @@ pub struct Ips {
     keys: Vec<Key>,
     pre: PreScan,
     thresholds: threshold::Thresholds,
+    /// The rules' `xbits` and the batch's log of their matches.
+    xbits: xbits::Xbits,
+    /// Some rule is an `smtp`, `ftp` or `smb` one: flows' stream protocols
+    /// are detected ([`applayer`]); otherwise nothing is detected or stored.
+    app_detect: bool,
     /// Rules to inspect over the packet's buffer, reused across packets.
     cands: Vec<u32>,
     /// Packetwise rules to inspect over a TCP segment's payload, reused.
@@ -524,9 +533,12 @@ impl Ips {
         // flowbits on them.
         let nontcp_drop = rules.iter().any(|r| {
             !matches!(r.proto, Proto::Tcp | Proto::Http | Proto::Tls)
+                && !r.proto.stream_app()
                 && (r.action != Action::Alert || !r.flowbits.is_empty())
         });
         let thresholds = threshold::Thresholds::new(&rules);
+        let xbits = xbits::Xbits::new(&rules);
+        let app_detect = rules.iter().any(|r| r.proto.stream_app());
         let engine = Engine::new(rules).map_err(ConfigError::Compile)?;
         let http_kind: Vec<u8> = engine.rules.iter().map(http::eval::kind).collect();
         let http_body_rules = http_kind.iter().any(|k| k & http::eval::BODY != 0);
@@ -544,6 +556,8 @@ impl Ips {
             keys: Vec::new(),
             pre: PreScan::default(),
             thresholds,
+            xbits,
+            app_detect,
             cands: Vec::new(),
             pcands: Vec::new(),
             prules: Vec::new(),
@@ -673,6 +687,7 @@ impl NetworkFunction for Ips {
         store: &mut dyn StateStore,
     ) -> Result<(), NfError> {
         let first_event = ctx.events.len();
+        self.xbits.clear();
         batch::split(self, |ips, pass| {
             pass.gather(ips, batch, ctx);
             ips.counters.corrupt_records += pass.read(ips, store, ctx.now_ns)?;
@@ -681,8 +696,12 @@ impl NetworkFunction for Ips {
             pass.decide(ips, batch, ctx);
             pass.write(ips, store)
         })?;
-        // Thresholds decide which of the batch's alerts are raised, only once
-        // its verdicts are made (they never change a verdict).
+        // xbits conditions, then thresholds, decide which of the batch's
+        // alerts are raised, only once its verdicts are made (they never
+        // change a verdict); a match whose xbits fail is not counted.
+        let unset = self.xbits.apply(self.ns, ctx.events, first_event, store)?;
+        self.counters.alerts -= unset as u64;
+        self.counters.xbits_withheld += unset as u64;
         let withheld = self
             .thresholds
             .apply(self.ns, ctx.events, first_event, store)?;
@@ -776,6 +795,7 @@ impl NetworkFunction for Ips {
             ("ips_corrupt_records", c.corrupt_records),
             ("ips_expired", c.expired),
             ("ips_thresholded", c.thresholded),
+            ("ips_xbits_withheld", c.xbits_withheld),
             ("ips_pending_joined", c.pending_joined),
             ("ips_pending_saved", c.pending_saved),
             ("ips_pending_overflow", c.pending_overflow),

@@ -244,7 +244,7 @@ fn keywords_that_would_change_matching_skip_the_rule() {
         reason("content:\"a\"; pcre:\"/a;b/Z\";"),
         "keyword pcre /Z (http buffer)"
     );
-    assert_eq!(reason("xbits:set,x,track ip_src;"), "keyword xbits");
+    assert_eq!(reason("xbits:set,x,track tx;"), "keyword xbits track tx");
     assert_eq!(reason("byte_test:4,=,1,0,dce;"), "keyword byte_test dce");
     assert_eq!(reason("pcre:\"/(/\";"), "error: bad value");
     assert_eq!(
@@ -259,9 +259,9 @@ fn keywords_that_would_change_matching_skip_the_rule() {
     assert_eq!(reason("flow:only_frag;"), "flow only_frag");
     assert_eq!(reason("flags:Q;"), "error: bad value");
     assert_eq!(reason("dsize:10<>5;"), "error: bad value");
-    let e = rules::parse_rule("alert smtp any any -> any any (sid:1;)", &v).unwrap_err();
-    assert_eq!(e, RuleSyntax::UnsupportedProtocol("smtp".into()));
-    assert_eq!(e.reason(), "protocol smtp");
+    let e = rules::parse_rule("alert ssh any any -> any any (sid:1;)", &v).unwrap_err();
+    assert_eq!(e, RuleSyntax::UnsupportedProtocol("ssh".into()));
+    assert_eq!(e.reason(), "protocol ssh");
     let e = rules::parse_rule(
         "alert udp any any -> any any (flow:established; sid:1;)",
         &v,

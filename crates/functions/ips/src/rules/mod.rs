@@ -3,13 +3,14 @@
 //! Actions `alert`, `drop`, `pass`; protocols `tcp` (also `tcp-pkt`,
 //! `tcp-stream`), `udp`, `icmp`, `ip`, and the application layers `dns`
 //! (messages told by content, [`crate::dns::detect`]), `http`
-//! ([`crate::http`]) and `tls`/`ssl` ([`crate::tls`]); addresses and ports as `any`, single values,
+//! ([`crate::http`]), `tls`/`ssl` ([`crate::tls`]) and `smtp`, `ftp`, `smb`
+//! (stream rules on flows detected as that protocol, [`crate::applayer`]); addresses and ports as `any`, single values,
 //! CIDR, port ranges `a:b`, `a:`, `:b`, lists `[a,b]` (nested), negation `!`,
 //! variables `$NAME` from the configuration; directions `->` and `<>`. Every
 //! option keyword is looked up in [`options::KEYWORDS`]: a rule loads only if each
 //! of its keywords is enforced, a search modifier, or information; otherwise it is
 //! skipped with the keyword as its reason ([`RuleSyntax::reason`]). Rules of
-//! other application-layer protocols (`smtp`, `ftp`, ...) are skipped with the
+//! other application-layer protocols (`ssh`, `ftp-data`, ...) are skipped with the
 //! protocol as the reason.
 //!
 //! Sticky buffers: after `dns.query` (or its older name `dns_query`, an alias
@@ -29,7 +30,7 @@ use sluice_wire::IpAddr;
 pub mod options;
 pub mod payload;
 
-pub use payload::{Flowbit, Item};
+pub use payload::{Flowbit, Item, Xbit, XbitOp, XbitTrack};
 
 pub use options::{
     NumCmp, PacketChecks, PacketInfo, Status, StreamMode, TcpFlags, Threshold, ThresholdKind, Track,
@@ -63,9 +64,23 @@ pub enum Proto {
     Http,
     /// TLS hellos over TCP, whatever the ports ([`crate::tls`]).
     Tls,
+    /// The stream bytes of TCP flows detected as SMTP by content, whatever
+    /// the ports ([`crate::applayer`]).
+    Smtp,
+    /// The stream bytes of TCP flows detected as FTP (control) by content.
+    Ftp,
+    /// The stream bytes of TCP flows detected as SMB by content.
+    Smb,
 }
 
 impl Proto {
+    /// True for the application protocols whose rules match the stream
+    /// bytes of flows detected as that protocol ([`crate::applayer`]), as
+    /// `tcp` rules match every TCP stream.
+    pub fn stream_app(self) -> bool {
+        matches!(self, Proto::Smtp | Proto::Ftp | Proto::Smb)
+    }
+
     /// The protocol as rules write it.
     pub fn name(self) -> &'static str {
         match self {
@@ -76,6 +91,9 @@ impl Proto {
             Proto::Dns => "dns",
             Proto::Http => "http",
             Proto::Tls => "tls",
+            Proto::Smtp => "smtp",
+            Proto::Ftp => "ftp",
+            Proto::Smb => "smb",
         }
     }
 }
@@ -417,6 +435,8 @@ pub struct Rule {
     pub vars: Vec<String>,
     /// `flowbits` conditions and operations.
     pub flowbits: Vec<Flowbit>,
+    /// `xbits` conditions and operations ([`crate::xbits`]).
+    pub xbits: Vec<Xbit>,
     /// The rule's payload keywords need a buffer inspection (pcre, byte_*,
     /// isdataat, negated contents, ...): it is evaluated over each packet's
     /// bytes, not by the streaming automata alone.
@@ -469,10 +489,10 @@ impl Rule {
     /// True for a rule whose payload keywords Suricata inspects over each
     /// packet's own payload, never the reassembled TCP stream: one with
     /// `dsize` or `flow:no_stream` (`tcp-pkt`) and payload keywords, over TCP
-    /// (`tcp` or `ip`). Its contents are matched within one segment's payload
+    /// (`tcp`, `ip`, or `smtp`/`ftp`/`smb` on flows detected as such). Its contents are matched within one segment's payload
     /// and `dsize` compares that payload's length.
     pub fn packetwise(&self) -> bool {
-        matches!(self.proto, Proto::Tcp | Proto::Ip)
+        (matches!(self.proto, Proto::Tcp | Proto::Ip) || self.proto.stream_app())
             && !self.items.is_empty()
             && (self.checks.dsize.is_some() || self.stream == StreamMode::No)
     }
@@ -719,10 +739,7 @@ pub const APP_PROTOCOLS: &[&str] = &[
     "http",
     "http1",
     "http2",
-    "smtp",
-    "ftp",
     "ftp-data",
-    "smb",
     "dcerpc",
     "ssh",
     "imap",
@@ -898,6 +915,9 @@ pub fn parse_rule(line: &str, vars: &Vars) -> Result<Rule, RuleSyntax> {
         "dns" => (Proto::Dns, StreamMode::Default),
         "http" | "http1" => (Proto::Http, StreamMode::Default),
         "tls" | "ssl" => (Proto::Tls, StreamMode::Default),
+        "smtp" => (Proto::Smtp, StreamMode::Default),
+        "ftp" => (Proto::Ftp, StreamMode::Default),
+        "smb" => (Proto::Smb, StreamMode::Default),
         p if APP_PROTOCOLS.contains(&p) => return Err(RuleSyntax::UnsupportedProtocol(p.into())),
         p => return Err(RuleSyntax::UnknownProtocol(p.into())),
     };
@@ -927,6 +947,7 @@ pub fn parse_rule(line: &str, vars: &Vars) -> Result<Rule, RuleSyntax> {
         tls: Vec::new(),
         vars: Vec::new(),
         flowbits: Vec::new(),
+        xbits: Vec::new(),
         buffer: false,
         to_server: None,
         established: false,

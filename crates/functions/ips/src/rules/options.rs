@@ -161,7 +161,7 @@ pub const KEYWORDS: &[(&str, Status)] = &[
     ("entropy", U),
     ("replace", U),
     ("flowint", U),
-    ("xbits", U),
+    ("xbits", E),
     ("hostbits", U),
     ("stream_size", U),
     ("stream-event", U),
@@ -906,6 +906,7 @@ pub(super) fn apply(
             let d = payload::isdataat(need(val, name)?, &rule.vars)?;
             items(rule, cx).push(Item::IsDataAt(d));
         }
+        "xbits" => rule.xbits.push(payload::xbits(need(val, name)?)?),
         "flowbits" => match payload::flowbits(need(val, name)?)? {
             None => rule.noalert = true,
             Some(f) => rule.flowbits.push(f),
@@ -1157,13 +1158,41 @@ pub(super) fn validate(rule: &Rule) -> Result<(), RuleSyntax> {
             }
         )));
     }
+    let xcond = rule
+        .xbits
+        .iter()
+        .any(|x| matches!(x.op, payload::XbitOp::IsSet | payload::XbitOp::IsNotSet));
+    if xcond {
+        // An xbits condition is decided after the batch's verdicts, from the
+        // store ([`crate::xbits`]): it can withhold an alert, not undo a drop,
+        // a pass or a flowbit already changed.
+        if rule.action != super::Action::Alert {
+            return Err(RuleSyntax::UnsupportedKeyword(format!(
+                "xbits condition on a {} rule",
+                match rule.action {
+                    super::Action::Drop => "drop",
+                    _ => "pass",
+                }
+            )));
+        }
+        if rule.flowbits.iter().any(|f| {
+            matches!(
+                f,
+                payload::Flowbit::Set(_) | payload::Flowbit::Unset(_) | payload::Flowbit::Toggle(_)
+            )
+        }) {
+            return Err(RuleSyntax::UnsupportedKeyword(
+                "xbits condition with a flowbits change".into(),
+            ));
+        }
+    }
     if rule.packetwise() && rule.stream == StreamMode::Only {
         // `dsize` inspects each packet's payload, `only_stream` only the
         // stream (Suricata then needs both at once): refused rather than
         // guessed.
         return Err(RuleSyntax::PacketPayload("dsize".into()));
     }
-    if !matches!(rule.proto, Proto::Tcp | Proto::Http | Proto::Tls) {
+    if !matches!(rule.proto, Proto::Tcp | Proto::Http | Proto::Tls) && !rule.proto.stream_app() {
         // Established-ness and streams of other protocols are not tracked: refuse
         // rather than never match.
         let f = if rule.established {

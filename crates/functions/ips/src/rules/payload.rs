@@ -191,6 +191,94 @@ pub enum Flowbit {
     IsNotSet(Vec<String>),
 }
 
+/// What an `xbits` keyword does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum XbitOp {
+    /// Sets the bit (until `expire` seconds after the packet) when the rule matches.
+    Set,
+    /// Clears it when the rule matches.
+    Unset,
+    /// Flips it when the rule matches.
+    Toggle,
+    /// The rule matches only if the bit is set (and not expired).
+    IsSet,
+    /// The rule matches only if it is not.
+    IsNotSet,
+}
+
+/// Whose bit an `xbits` keyword names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum XbitTrack {
+    /// The packet's source address.
+    IpSrc = 1,
+    /// The packet's destination address.
+    IpDst = 2,
+    /// The two addresses, whichever way the packet travels.
+    IpPair = 3,
+}
+
+/// An `xbits` keyword: `xbits:OP,NAME,track ip_src|ip_dst|ip_pair[,expire N]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Xbit {
+    /// The operation.
+    pub op: XbitOp,
+    /// The bit's name.
+    pub name: String,
+    /// Whose bit.
+    pub track: XbitTrack,
+    /// Seconds a `set` (or `toggle` setting) keeps the bit; Suricata's
+    /// default is 30.
+    pub expire_secs: u32,
+}
+
+/// Suricata's default `expire` of an xbit (detect-xbits.c).
+pub const XBITS_EXPIRE_DEFAULT: u32 = 30;
+
+/// `xbits`.
+pub(crate) fn xbits(v: &str) -> Result<Xbit, RuleSyntax> {
+    let kw = "xbits";
+    let parts: Vec<&str> = v.split(',').map(str::trim).collect();
+    if parts.len() < 3 || parts.len() > 4 {
+        return Err(bad(kw, v));
+    }
+    let op = match parts[0] {
+        "set" => XbitOp::Set,
+        "unset" => XbitOp::Unset,
+        "toggle" => XbitOp::Toggle,
+        "isset" => XbitOp::IsSet,
+        "isnotset" => XbitOp::IsNotSet,
+        _ => return Err(bad(kw, v)),
+    };
+    let name = parts[1];
+    if name.is_empty() || !name.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err(bad(kw, v));
+    }
+    let track = match parts[2].strip_prefix("track").map(str::trim) {
+        Some("ip_src") => XbitTrack::IpSrc,
+        Some("ip_dst") => XbitTrack::IpDst,
+        Some("ip_pair") => XbitTrack::IpPair,
+        // `track tx` (Suricata 8) keeps bits per transaction: not here.
+        Some("tx") => return Err(RuleSyntax::UnsupportedKeyword("xbits track tx".into())),
+        _ => return Err(bad(kw, v)),
+    };
+    let expire_secs = match parts.get(3) {
+        None => XBITS_EXPIRE_DEFAULT,
+        Some(e) => match e.strip_prefix("expire").map(str::trim) {
+            Some(n) => match n.parse::<u32>() {
+                Ok(n) if n > 0 => n,
+                _ => return Err(bad(kw, v)),
+            },
+            None => return Err(bad(kw, v)),
+        },
+    };
+    Ok(Xbit {
+        op,
+        name: name.to_string(),
+        track,
+        expire_secs,
+    })
+}
+
 fn bad(keyword: &str, v: &str) -> RuleSyntax {
     RuleSyntax::BadValue {
         keyword: keyword.into(),

@@ -1,0 +1,284 @@
+//! `xbits`: named bits per host (`track ip_src`, `track ip_dst`) or per pair
+//! of hosts (`track ip_pair`, whichever way the packet travels), set with an
+//! expiry, that rules on other flows test — Suricata's xbits (detect-xbits.c,
+//! host and ippair tables).
+//!
+//! The bits are state like any other: one record per (bit, host or pair) in
+//! table [`TABLE_XBITS`], `[version u8][expires u64]` (9 bytes; the packet
+//! time the bit lapses), with a timer at that time that deletes it; an
+//! expired record still read counts as unset. A bit's name enters the key as
+//! its 64-bit FNV-1a hash (a pair of IPv6 addresses and the name would not
+//! fit a key). As with `threshold` ([`crate::threshold`]) the records are
+//! touched only in batches where a rule using `xbits` matched: while the
+//! batch is decided each such match is logged (rule, addresses, packet
+//! time, its alert); after the batch's verdicts one round trip reads the
+//! records the log names, the log is replayed in packet order — a match
+//! whose `isset`/`isnotset` fails has its alert withheld, one whose
+//! conditions hold applies its `set`/`unset`/`toggle` — and one more round
+//! trip writes the changed records. So a condition never changes a verdict:
+//! rules with an xbits condition are `alert` rules without flowbits changes
+//! (others are refused at load). Expiry uses packet time only. Two
+//! instances changing one bit at the same instant race (last write wins),
+//! like Suricata's threads ("the order of sets and checks can be slightly
+//! unpredictable").
+
+use rustc_hash::FxHashMap;
+use sluice_nf::Event;
+use sluice_state::{
+    Codec, DecodeError, Key, Namespace, OpId, Ops, Reader, StateStore, StoreError, Writer,
+};
+use sluice_wire::FlowKey;
+
+use crate::rules::{Rule, XbitOp, XbitTrack};
+
+/// Table of xbits.
+pub const TABLE_XBITS: u8 = 4;
+
+const VERSION: u8 = 1;
+
+/// One bit's record: when it lapses (packet time, ns).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Bit {
+    /// The packet time from which the bit is no longer set.
+    pub expires_ns: u64,
+}
+
+impl Codec for Bit {
+    fn encode(&self, w: &mut Writer<'_>) {
+        w.u8(VERSION).u64(self.expires_ns);
+    }
+
+    fn decode(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
+        if r.u8()? != VERSION {
+            return Err(DecodeError("unknown ips xbits record version"));
+        }
+        Ok(Bit {
+            expires_ns: r.u64()?,
+        })
+    }
+}
+
+/// One xbits keyword of a rule, compiled.
+#[derive(Debug, Clone, Copy)]
+struct Op {
+    op: XbitOp,
+    track: XbitTrack,
+    name: u64,
+    expire_ns: u64,
+}
+
+/// A logged match of a rule using xbits.
+#[derive(Debug, Clone, Copy)]
+struct Use {
+    rule: u32,
+    flow: FlowKey,
+    ts_ns: u64,
+    /// The index of its alert in the batch's events, if it raised one.
+    event: Option<usize>,
+}
+
+/// The rules' xbits and the buffers one batch's replay reuses.
+#[derive(Default)]
+pub(crate) struct Xbits {
+    /// Per rule: its operations, in rule order (empty: no xbits).
+    ops: Vec<Box<[Op]>>,
+    log: Vec<Use>,
+    /// Unique keys of this batch: key, the bit's state as replayed, whether
+    /// it changed.
+    index: FxHashMap<Key, u32>,
+    keys: Vec<(Key, Option<Bit>, bool)>,
+    ids: Vec<OpId>,
+    /// Per logged use, the key of each of its operations.
+    use_keys: Vec<u32>,
+    drop_ev: Vec<usize>,
+    store_ops: Ops,
+}
+
+/// 64-bit FNV-1a.
+fn fnv(s: &str) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in s.bytes() {
+        h = (h ^ b as u64).wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h
+}
+
+impl Xbits {
+    /// The xbits of `rules`.
+    pub fn new(rules: &[Rule]) -> Xbits {
+        Xbits {
+            ops: rules
+                .iter()
+                .map(|r| {
+                    r.xbits
+                        .iter()
+                        .map(|x| Op {
+                            op: x.op,
+                            track: x.track,
+                            name: fnv(&x.name),
+                            expire_ns: x.expire_secs as u64 * 1_000_000_000,
+                        })
+                        .collect()
+                })
+                .collect(),
+            ..Xbits::default()
+        }
+    }
+
+    /// True if rule `rule` uses xbits.
+    #[inline]
+    pub fn uses(&self, rule: u32) -> bool {
+        self.ops.get(rule as usize).is_some_and(|o| !o.is_empty())
+    }
+
+    /// Logs a match of rule `rule` (which [`Xbits::uses`] xbits) on a packet
+    /// of `flow` (as it travelled) at `ts_ns`, whose alert, if any, is
+    /// `event` in the batch's events.
+    pub fn log(&mut self, rule: u32, flow: FlowKey, ts_ns: u64, event: Option<usize>) {
+        self.log.push(Use {
+            rule,
+            flow,
+            ts_ns,
+            event,
+        });
+    }
+
+    /// Forgets the log (a batch starts).
+    pub fn clear(&mut self) {
+        self.log.clear();
+    }
+
+    fn key(ns: Namespace, op: &Op, flow: &FlowKey) -> Key {
+        let mut payload = [0u8; 41];
+        // Host bits are the host's whichever side names it (set with
+        // `ip_dst`, tested with `ip_src`: Suricata's host table).
+        payload[0] = if op.track == XbitTrack::IpPair { 2 } else { 1 };
+        payload[1..9].copy_from_slice(&op.name.to_le_bytes());
+        let (s, d) = (flow.src.as_bytes(), flow.dst.as_bytes());
+        let parts: [&[u8]; 2] = match op.track {
+            XbitTrack::IpSrc => [s, &[]],
+            XbitTrack::IpDst => [d, &[]],
+            // One record for both ways.
+            XbitTrack::IpPair if s <= d => [s, d],
+            XbitTrack::IpPair => [d, s],
+        };
+        let mut n = 9;
+        for p in parts {
+            payload[n..n + p.len()].copy_from_slice(p);
+            n += p.len();
+        }
+        Key::new(ns, TABLE_XBITS, &payload[..n])
+    }
+
+    /// Replays the batch's logged matches in order against the stored bits:
+    /// withholds the alerts (in `events[start..]`) of matches whose xbits
+    /// conditions fail, applies the others' operations and writes the bits
+    /// they changed. Returns how many alerts were withheld.
+    pub fn apply(
+        &mut self,
+        ns: Namespace,
+        events: &mut Vec<Event>,
+        start: usize,
+        store: &mut dyn StateStore,
+    ) -> Result<usize, StoreError> {
+        if self.log.is_empty() {
+            return Ok(0);
+        }
+        self.index.clear();
+        self.keys.clear();
+        self.use_keys.clear();
+        for u in &self.log {
+            for op in self.ops[u.rule as usize].iter() {
+                let key = Self::key(ns, op, &u.flow);
+                let k = *self.index.entry(key).or_insert_with(|| {
+                    self.keys.push((key, None, false));
+                    self.keys.len() as u32 - 1
+                });
+                self.use_keys.push(k);
+            }
+        }
+        self.store_ops.clear();
+        self.ids.clear();
+        for k in &self.keys {
+            self.ids.push(self.store_ops.get(k.0));
+        }
+        store.execute(&mut self.store_ops)?;
+        for (k, id) in self.keys.iter_mut().zip(&self.ids) {
+            // A damaged record counts as an unset bit.
+            k.1 = self.store_ops.decode::<Bit>(*id).ok().flatten();
+        }
+        self.drop_ev.clear();
+        let mut at = 0;
+        for u in &self.log {
+            let ops = &self.ops[u.rule as usize];
+            let ks = &self.use_keys[at..at + ops.len()];
+            at += ops.len();
+            let set = |b: &Option<Bit>| b.is_some_and(|b| u.ts_ns < b.expires_ns);
+            let holds = ops.iter().zip(ks).all(|(op, &k)| match op.op {
+                XbitOp::IsSet => set(&self.keys[k as usize].1),
+                XbitOp::IsNotSet => !set(&self.keys[k as usize].1),
+                _ => true,
+            });
+            if !holds {
+                if let Some(e) = u.event {
+                    self.drop_ev.push(e);
+                }
+                continue;
+            }
+            for (op, &k) in ops.iter().zip(ks) {
+                let slot = &mut self.keys[k as usize];
+                let now_set = set(&slot.1);
+                let new = match op.op {
+                    XbitOp::Set => Some(true),
+                    XbitOp::Unset => Some(false),
+                    XbitOp::Toggle => Some(!now_set),
+                    _ => None,
+                };
+                match new {
+                    Some(true) => {
+                        slot.1 = Some(Bit {
+                            expires_ns: u.ts_ns.saturating_add(op.expire_ns),
+                        });
+                        slot.2 = true;
+                    }
+                    Some(false) if slot.1.is_some() => {
+                        slot.1 = None;
+                        slot.2 = true;
+                    }
+                    _ => {}
+                }
+            }
+        }
+        self.store_ops.clear();
+        for (key, bit, changed) in &self.keys {
+            if !changed {
+                continue;
+            }
+            match bit {
+                Some(b) => {
+                    self.store_ops.put_value(*key, b);
+                    // The bit lapses then: re-arming replaces an earlier timer.
+                    self.store_ops.arm_timer(*key, b.expires_ns);
+                }
+                None => {
+                    self.store_ops.delete(*key);
+                }
+            }
+        }
+        if !self.store_ops.is_empty() {
+            store.execute(&mut self.store_ops)?;
+        }
+        self.log.clear();
+        let withheld = self.drop_ev.len();
+        if withheld > 0 {
+            let drop = &self.drop_ev;
+            let mut j = 0;
+            events.retain(|_| {
+                let i = j;
+                j += 1;
+                i < start || !drop.contains(&i)
+            });
+        }
+        Ok(withheld)
+    }
+}
