@@ -304,7 +304,9 @@ impl HashMpm {
         let out = &mut at[..];
         let src = &folded[from..n + 3];
         for i in 0..n - from {
-            let w = u32::from_le_bytes([src[i], src[i + 1], src[i + 2], src[i + 3]]);
+            // A slice of four as an array: one load (four byte loads and
+            // shifts otherwise); the fallback is never taken.
+            let w = u32::from_le_bytes(src[i..i + 4].try_into().unwrap_or([0; 4]));
             let (p, q) = ((w & 0xffff) as usize, key_hash(w, QUAD_SHIFT));
             let hit = (pair[p / 64] >> (p % 64)) | (quad[(q / 64) % QUAD_WORDS] >> (q % 64));
             // `k <= i < n - from`: in bounds.
