@@ -8,6 +8,14 @@
 //! Patterns are classed by length: 1, 2, 3, and 4 or more bytes, keyed by
 //! their first `min(len, 4)` folded bytes. A case-sensitive pattern is
 //! found by its folded key and confirmed on the buffer's own bytes.
+//!
+//! Many patterns can share a key: ET Open's `file.data` fast patterns hold
+//! hundreds starting `class=\"`, each verified at every `class` of an HTML
+//! body when one key listed them all (a third of a candidate per byte of
+//! HTML, each a comparison). A key listing more than [`CROWD`] patterns of
+//! at least eight bytes files those under their next four folded bytes too
+//! ([`KeyTable::sub`]), so a position is verified only against the
+//! patterns whose first eight bytes it holds.
 
 use rustc_hash::FxHashMap;
 
@@ -18,10 +26,23 @@ struct KeyTable {
     /// `32 - log2(bits)`: a hash's top bits index the bit set.
     shift: u32,
     bits: Vec<u64>,
-    /// Key -> range of `ids`.
-    by_key: FxHashMap<u32, (u32, u32)>,
+    /// Key -> range of `ids`, and whether the key is crowded (its
+    /// patterns of eight bytes or more are in `sub`, not in the range).
+    by_key: FxHashMap<u32, (u32, u32, bool)>,
+    /// A crowded key and the next four folded bytes (key | next << 32) ->
+    /// range of `ids`.
+    sub: FxHashMap<u64, (u32, u32)>,
     ids: Vec<u32>,
 }
+
+/// A key listing more patterns than this has its patterns of at least
+/// eight bytes filed by their next four bytes too ([`KeyTable::sub`]): one
+/// more hash lookup where the key occurs instead of verifying them all.
+const CROWD: usize = 4;
+
+/// A pattern's place in a [`KeyTable`]: its key, its next four folded
+/// bytes if it has them, its id.
+type Keyed = (u32, Option<u32>, u32);
 
 /// Words of [`HashMpm`]'s `quad` bit set (2^17 bits).
 const QUAD_WORDS: usize = 1 << 11;
@@ -37,19 +58,38 @@ fn key_hash(k: u32, shift: u32) -> usize {
 }
 
 impl KeyTable {
-    fn new(mut keyed: Vec<(u32, u32)>) -> KeyTable {
+    fn new(mut keyed: Vec<Keyed>) -> KeyTable {
         keyed.sort_unstable();
         let mut by_key = FxHashMap::default();
+        let mut sub = FxHashMap::default();
         let mut ids = Vec::with_capacity(keyed.len());
         let mut k = 0;
         while k < keyed.len() {
             let key = keyed[k].0;
+            let z = k + keyed[k..].iter().take_while(|e| e.0 == key).count();
+            let group = &keyed[k..z];
+            let crowded = group.len() > CROWD && group.iter().any(|e| e.1.is_some());
             let a = ids.len() as u32;
-            while k < keyed.len() && keyed[k].0 == key {
-                ids.push(keyed[k].1);
-                k += 1;
+            // Sorted: the patterns without next bytes (`None`) first.
+            let short = if crowded {
+                group.iter().take_while(|e| e.1.is_none()).count()
+            } else {
+                group.len()
+            };
+            ids.extend(group[..short].iter().map(|e| e.2));
+            by_key.insert(key, (a, ids.len() as u32, crowded));
+            let mut s = short;
+            while s < group.len() {
+                let next = group[s].1;
+                let a = ids.len() as u32;
+                while s < group.len() && group[s].1 == next {
+                    ids.push(group[s].2);
+                    s += 1;
+                }
+                let next = next.unwrap_or_default();
+                sub.insert(key as u64 | (next as u64) << 32, (a, ids.len() as u32));
             }
-            by_key.insert(key, (a, ids.len() as u32));
+            k = z;
         }
         // About 1/32 of the bits set, so few positions are verified in vain;
         // at least 2^9 bits, at most 2^20 (128 KiB).
@@ -67,6 +107,7 @@ impl KeyTable {
             shift,
             bits,
             by_key,
+            sub,
             ids,
         }
     }
@@ -78,14 +119,15 @@ struct Pat {
     cs: bool,
 }
 
-/// The first stage of a search, tested at every position, in bit sets of
-/// at most 16 KiB (the L1 cache): the first byte (folded) of each one-byte
-/// pattern, the first two of each two- or three-byte one (both indexed
-/// directly), the hash of the first four of each longer one. A set has its
-/// own of all its patterns; [`HashMpm::first_stage`] makes one of some of
-/// them, so a search for only those passes fewer positions.
+/// The first stage of a search, tested at every position, in two bit sets
+/// of 8 and 16 KiB (the L1 cache): the first two bytes (folded, indexed
+/// directly) of each two- or three-byte pattern, and every pair starting
+/// with the byte of a one-byte pattern; the hash of the first four of each
+/// longer one. (A third set for the one-byte patterns was one more load,
+/// shift and or per byte of the search's tightest loop.) A set has its own
+/// of all its patterns; [`HashMpm::first_stage`] makes one of some of them,
+/// so a search for only those passes fewer positions.
 pub(crate) struct FirstStage {
-    single: [u64; 4],
     pair: Box<[u64; 1024]>,
     quad: Box<[u64; QUAD_WORDS]>,
 }
@@ -93,7 +135,6 @@ pub(crate) struct FirstStage {
 impl FirstStage {
     fn empty() -> FirstStage {
         FirstStage {
-            single: [0; 4],
             pair: Box::new([0; 1024]),
             quad: Box::new([0; QUAD_WORDS]),
         }
@@ -111,7 +152,12 @@ impl FirstStage {
             *d = s.to_ascii_lowercase();
         }
         if n == 1 {
-            self.single[k[0] as usize / 64] |= 1 << (k[0] % 64);
+            // Pairs are indexed little-endian: the first byte is the low
+            // one, so its 256 pairs are one bit in each of 256 words.
+            for second in 0..256 {
+                let p = k[0] as usize | second << 8;
+                self.pair[p / 64] |= 1 << (p % 64);
+            }
         } else if n < 4 {
             let p = u16::from_le_bytes([k[0], k[1]]) as usize;
             self.pair[p / 64] |= 1 << (p % 64);
@@ -137,7 +183,7 @@ impl HashMpm {
     /// pattern that is not case-sensitive matches in any ASCII case. Empty
     /// patterns are never found.
     pub(crate) fn new<'a>(pats: impl IntoIterator<Item = (&'a [u8], bool)>) -> HashMpm {
-        let mut keyed: [Vec<(u32, u32)>; 4] = Default::default();
+        let mut keyed: [Vec<Keyed>; 4] = Default::default();
         let mut out = Vec::new();
         let mut max_len = 0;
         let mut first = FirstStage::empty();
@@ -154,7 +200,11 @@ impl HashMpm {
                 for (d, s) in k.iter_mut().zip(&bytes[..n]) {
                     *d = s.to_ascii_lowercase();
                 }
-                keyed[n - 1].push((u32::from_le_bytes(k), pid as u32));
+                let next = bytes.get(4..8).map(|b| {
+                    let f = |i: usize| b[i].to_ascii_lowercase();
+                    u32::from_le_bytes([f(0), f(1), f(2), f(3)])
+                });
+                keyed[n - 1].push((u32::from_le_bytes(k), next, pid as u32));
                 first.add(&k[..n]);
             }
             out.push(Pat { bytes, cs });
@@ -234,7 +284,7 @@ impl HashMpm {
         // Callers fold with [`HashMpm::fold`]; buffers are far below 4 GiB.
         debug_assert!(folded.len() >= n + 3);
         // First the positions where some pattern's first bytes may be, in a
-        // tight loop over three small tables; then, at those
+        // tight loop over two small tables; then, at those
         // positions, each length class's hashed key and the patterns to
         // verify. A key read past the end (the padding) is refused by the
         // verification.
@@ -243,22 +293,24 @@ impl HashMpm {
         // with no branch: whether a position passes is close to random on
         // binary bytes, and a mispredicted branch per few positions cost
         // more than the tables' loads.
+        //
+        // The loop works on plain slices (not through `at`'s `Vec`, which
+        // made the compiler reload its pointer and length on every
+        // position) and reads each window in one load.
         at.clear();
         at.resize(n - from, 0);
         let mut k = 0;
-        let (single, pair, quad) = (&first.single, &*first.pair, &*first.quad);
-        for (i, w) in folded[from..n + 3].windows(4).enumerate() {
-            let w = u32::from_le_bytes([w[0], w[1], w[2], w[3]]);
-            let (b, p, q) = (
-                (w & 0xff) as usize,
-                (w & 0xffff) as usize,
-                key_hash(w, QUAD_SHIFT),
-            );
-            let hit = (single[b / 64] >> (b % 64))
-                | (pair[p / 64] >> (p % 64))
-                | (quad[(q / 64) % QUAD_WORDS] >> (q % 64));
+        let (pair, quad) = (&*first.pair, &*first.quad);
+        let out = &mut at[..];
+        let src = &folded[from..n + 3];
+        for i in 0..n - from {
+            // A slice of four as an array: one load (four byte loads and
+            // shifts otherwise); the fallback is never taken.
+            let w = u32::from_le_bytes(src[i..i + 4].try_into().unwrap_or([0; 4]));
+            let (p, q) = ((w & 0xffff) as usize, key_hash(w, QUAD_SHIFT));
+            let hit = (pair[p / 64] >> (p % 64)) | (quad[(q / 64) % QUAD_WORDS] >> (q % 64));
             // `k <= i < n - from`: in bounds.
-            at[k] = (from + i) as u32;
+            out[k] = (from + i) as u32;
             k += (hit & 1) as usize;
         }
         at.truncate(k);
@@ -273,9 +325,21 @@ impl HashMpm {
                 if (tc.bits[h / 64] >> (h % 64)) & 1 == 0 {
                     continue;
                 }
-                if let Some(&(a, z)) = tc.by_key.get(&k) {
-                    for &pid in &tc.ids[a as usize..z as usize] {
-                        cand(pid, i);
+                let Some(&(a, z, crowded)) = tc.by_key.get(&k) else {
+                    continue;
+                };
+                for &pid in &tc.ids[a as usize..z as usize] {
+                    cand(pid, i);
+                }
+                // A crowded key's longer patterns, by the next four bytes
+                // (none fits when they are past the buffer's end).
+                if crowded && i + 8 <= n {
+                    let w = &folded[i + 4..i + 8];
+                    let next = u32::from_le_bytes([w[0], w[1], w[2], w[3]]);
+                    if let Some(&(a, z)) = tc.sub.get(&(k as u64 | (next as u64) << 32)) {
+                        for &pid in &tc.ids[a as usize..z as usize] {
+                            cand(pid, i);
+                        }
                     }
                 }
             }
@@ -315,7 +379,11 @@ mod tests {
     /// Every occurrence of every pattern is found, once, at its start (a
     /// case-sensitive one with its own case, another in any ASCII case),
     /// whatever the lengths: short patterns, ones sharing their first
-    /// bytes, ones longer than the buffer, non-ASCII bytes (never folded).
+    /// bytes, ones longer than the buffer, non-ASCII bytes (never folded);
+    /// and keys shared by more than [`CROWD`] patterns, whose longer ones
+    /// are filed by their next bytes too (fails if one of those is left
+    /// out, e.g. a crowded key's patterns of exactly eight bytes, or ones
+    /// ending at the buffer's end).
     #[test]
     fn finds_every_occurrence() {
         let mut rng = crate::testrng::Lcg::new(11);
@@ -323,24 +391,50 @@ mod tests {
         // A small alphabet, so patterns overlap and occur often.
         const ABC: &[u8] = b"aAbBzZ\x00\xc1\xe1@[`{";
         let (mut folded, mut at) = (Vec::new(), Vec::new());
-        for round in 0..40 {
+        let mut crowded = 0;
+        for round in 0..120 {
             let npats = 1 + rnd(if round % 4 == 0 { 300 } else { 30 }) as usize;
+            // From round 40 on, patterns up to 12 bytes and many sharing
+            // their first four (in either case), so keys crowd.
+            let (long, prefix) = (round >= 40, [b'a', b'B', b'\x00', b'z']);
             let pats: Vec<(Vec<u8>, bool)> = (0..npats)
                 .map(|_| {
-                    let len = 1 + rnd(7) as usize;
-                    let b = (0..len)
+                    let len = 1 + rnd(if long { 12 } else { 7 }) as usize;
+                    let mut b: Vec<u8> = (0..len)
                         .map(|_| ABC[rnd(ABC.len() as u64) as usize])
                         .collect();
+                    if long && len >= 4 && rnd(3) != 0 {
+                        for (d, s) in b.iter_mut().zip(prefix) {
+                            *d = if rnd(2) == 0 {
+                                s
+                            } else {
+                                s.to_ascii_uppercase()
+                            };
+                        }
+                    }
                     (b, rnd(2) == 0)
                 })
                 .collect();
             let m = HashMpm::new(pats.iter().map(|(b, cs)| (&b[..], *cs)));
+            crowded += m.classes[3].as_ref().map_or(0, |t| t.sub.len());
             assert_eq!(m.max_len(), pats.iter().map(|p| p.0.len()).max().unwrap());
             for _ in 0..50 {
                 let len = rnd(40) as usize;
-                let buf: Vec<u8> = (0..len)
+                let mut buf: Vec<u8> = (0..len)
                     .map(|_| ABC[rnd(ABC.len() as u64) as usize])
                     .collect();
+                // Long patterns seldom occur by chance: put some in, in
+                // either case, at the end too.
+                for _ in 0..rnd(4) {
+                    let (p, _) = &pats[rnd(pats.len() as u64) as usize];
+                    let at = rnd(buf.len() as u64 + 1) as usize;
+                    let end = (at + p.len()).min(buf.len());
+                    let flip = rnd(2) == 0;
+                    let p = p
+                        .iter()
+                        .map(|&c| if flip { c.to_ascii_uppercase() } else { c });
+                    buf.splice(at..end, p);
+                }
                 HashMpm::fold(&buf, &mut folded);
                 let from = rnd(5) as usize;
                 let mut got = Vec::new();
@@ -367,5 +461,6 @@ mod tests {
                 assert_eq!(got, want, "buffer {buf:?}");
             }
         }
+        assert!(crowded > 100, "keys crowded in {crowded} places only");
     }
 }
