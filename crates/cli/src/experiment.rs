@@ -57,8 +57,10 @@ pub enum ExperimentCmd {
         /// Tenant spec (VMs c1, c2, w1, w2, w3; the chain's middleboxes).
         #[arg(long, default_value = "examples/experiments/placement.yaml")]
         spec: PathBuf,
-        /// Each rack uplink's rate when limited, Mbit/s.
-        #[arg(long, default_value_t = 100)]
+        /// Each rack uplink's rate when limited, Mbit/s: below what the
+        /// testbed serves (110-160 Mbit/s on a 2-core VM), so a limited
+        /// uplink is the bottleneck.
+        #[arg(long, default_value_t = 50)]
         uplink_mbit: u32,
         /// What the aware arm's controller is told a rack uplink carries
         /// when it is not limited, Mbit/s.
@@ -71,8 +73,9 @@ pub enum ExperimentCmd {
         /// The uplinks' queues, KiB.
         #[arg(long, default_value_t = 256)]
         queue_kb: u32,
-        /// Every agent's forwarding threads, in both arms.
-        #[arg(long, default_value_t = 1)]
+        /// Every agent's forwarding threads, in both arms (a deployed agent
+        /// runs one per core).
+        #[arg(long, default_value_t = 2)]
         dataplane_threads: u32,
         /// Seconds of load before each measured window.
         #[arg(long, default_value_t = 20)]

@@ -64,7 +64,7 @@ pub struct PlacementOptions {
 impl Default for PlacementOptions {
     fn default() -> PlacementOptions {
         PlacementOptions {
-            uplink_mbit: 100,
+            uplink_mbit: 50,
             free_uplink_mbit: 10_000,
             uplink_target: None,
             queue_kb: 256,
@@ -73,7 +73,7 @@ impl Default for PlacementOptions {
             rounds: 1,
             loops: 2,
             layouts: vec![Layout::Near, Layout::Far],
-            dataplane_threads: 1,
+            dataplane_threads: 2,
         }
     }
 }
@@ -570,7 +570,7 @@ mod tests {
         assert_eq!(t.vm_hosts, a.vm_hosts);
         assert_eq!(t.controller["distribution"], "uniform");
         assert_eq!(a.controller["distribution"], "network-aware");
-        assert_eq!(a.controller["rack_uplink"], "r1=100,r2=100");
+        assert_eq!(a.controller["rack_uplink"], "r1=50,r2=50");
         // Free uplinks are declared as what they are.
         let free = topology(Arm::Aware, Layout::Near, false, &o);
         assert_eq!(free.controller["rack_uplink"], "r1=10000,r2=10000");
