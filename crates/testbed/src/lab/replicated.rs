@@ -80,6 +80,12 @@ impl Lab {
     pub(super) fn start_replicated(&mut self, n: u32) -> Result<(), LabError> {
         let dir = self.state.dir.clone();
         let etcd_dir = dir.join("etcd");
+        // A new lab is a new cluster: members started on a data directory
+        // left by an earlier lab in this directory keep that cluster's
+        // membership (its peers' old ports) and never elect a leader.
+        if etcd_dir.exists() {
+            fs::remove_dir_all(&etcd_dir).map_err(other)?;
+        }
         fs::create_dir_all(&etcd_dir).map_err(other)?;
         let cluster = EtcdCluster::start_in(&etcd_dir, 3).map_err(other)?;
         let tls = cluster.client_tls();
