@@ -217,6 +217,143 @@ pub fn adopt(current: Option<f64>, new: &Plan) -> bool {
     }
 }
 
+/// Each rack's fraction of a group's flows under `network-aware`
+/// distribution: its share in `ppm` (the distribution's solution, by rack),
+/// or, for a rack it does not name (nothing solved yet), the rack's part of
+/// the group's serving instances, as [`crate::distribution::weights`] lays
+/// them out. `racks_of` has one entry per serving instance.
+pub fn rack_fractions(
+    racks_of: &[&str],
+    ppm: Option<&BTreeMap<String, u32>>,
+) -> BTreeMap<String, f64> {
+    let n = racks_of.len() as f64;
+    let mut count: BTreeMap<String, f64> = BTreeMap::new();
+    for r in racks_of {
+        *count.entry((*r).to_string()).or_default() += 1.0;
+    }
+    count
+        .into_iter()
+        .map(|(r, c)| {
+            let f = ppm
+                .and_then(|p| p.get(&r))
+                .map_or(c / n, |p| f64::from(*p) / f64::from(PPM));
+            (r, f)
+        })
+        .collect()
+}
+
+/// A group's shares per host with each rack's total set to `racks`' fraction
+/// and the split inside a rack kept from `row` (a host `row` does not name
+/// takes an even part of its rack's instances, as does every host of a rack
+/// `row` gives nothing). Under `network-aware` distribution the racks'
+/// fractions come from the distribution's LP and change on their own
+/// schedule; CoMb's split only ever decides how a rack's part is shared.
+/// `hosts` has one entry per serving instance.
+pub fn within_racks(
+    row: &BTreeMap<u32, u32>,
+    hosts: &[u32],
+    rack_of: &dyn Fn(u32) -> String,
+    racks: &BTreeMap<String, f64>,
+) -> BTreeMap<u32, u32> {
+    let mut per_host: BTreeMap<u32, f64> = BTreeMap::new();
+    for h in hosts {
+        *per_host.entry(*h).or_default() += 1.0;
+    }
+    let mut by_rack: BTreeMap<String, Vec<(u32, f64)>> = BTreeMap::new();
+    for (h, n) in &per_host {
+        by_rack.entry(rack_of(*h)).or_default().push((*h, *n));
+    }
+    let mut parts = Vec::new();
+    for (r, members) in by_rack {
+        let fraction = racks.get(&r).copied().unwrap_or(0.0);
+        let given: f64 = members
+            .iter()
+            .map(|(h, _)| f64::from(row.get(h).copied().unwrap_or(0)))
+            .sum();
+        let instances: f64 = members.iter().map(|(_, n)| n).sum();
+        let all_named = members.iter().all(|(h, _)| row.contains_key(h));
+        for (h, n) in members {
+            let inside = if given > 0.0 && all_named {
+                f64::from(row[&h]) / given
+            } else {
+                n / instances
+            };
+            parts.push((h, fraction * inside));
+        }
+    }
+    to_ppm(parts.into_iter())
+}
+
+/// [`plan`] under `network-aware` distribution: every group's flows are
+/// first divided among racks by `racks` (per group, each rack's fraction,
+/// from [`rack_fractions`]), and CoMb's LP then splits each rack's part
+/// among that rack's hosts, one problem per rack (a host is in one rack, so
+/// the racks' problems share nothing). The racks' fractions decide what
+/// crosses the uplinks; the LP only balances the cores inside a rack.
+pub fn plan_within_racks(
+    inputs: &Inputs,
+    rack_of: &dyn Fn(u32) -> String,
+    racks: &BTreeMap<GroupKey, BTreeMap<String, f64>>,
+) -> Result<Option<Plan>, CombError> {
+    let (hosts, _) = nodes(inputs);
+    let mut rack_names: Vec<String> = hosts.iter().map(|h| rack_of(*h)).collect();
+    rack_names.sort();
+    rack_names.dedup();
+    // Per group, each host's fraction of the whole group inside its rack.
+    let mut inside: BTreeMap<GroupKey, BTreeMap<u32, u32>> = BTreeMap::new();
+    let mut any = false;
+    for r in &rack_names {
+        let in_rack = |h: &u32| rack_of(*h) == *r;
+        let mut sub = Inputs::default();
+        for h in hosts.iter().filter(|h| in_rack(h)) {
+            if let Some(c) = inputs.cores.get(h) {
+                sub.cores.insert(*h, *c);
+            }
+            if let Some(b) = inputs.background.get(h) {
+                sub.background.insert(*h, *b);
+            }
+        }
+        for (key, (on, demand)) in &inputs.groups {
+            let here: Vec<u32> = on.iter().copied().filter(in_rack).collect();
+            if here.is_empty() {
+                continue;
+            }
+            let fraction = racks
+                .get(key)
+                .and_then(|f| f.get(r))
+                .copied()
+                .unwrap_or(here.len() as f64 / on.len() as f64);
+            sub.groups.insert(key.clone(), (here, demand * fraction));
+        }
+        if let Some(p) = plan(&sub)? {
+            any = true;
+            for (key, row) in p.shares {
+                inside.entry(key).or_default().extend(row);
+            }
+        }
+    }
+    if !any {
+        return Ok(None);
+    }
+    let mut shares = BTreeMap::new();
+    let mut even = BTreeMap::new();
+    for (key, (on, _)) in &inputs.groups {
+        let fractions = racks.get(key).cloned().unwrap_or_else(|| {
+            let names: Vec<String> = on.iter().map(|h| rack_of(*h)).collect();
+            rack_fractions(&names.iter().map(String::as_str).collect::<Vec<_>>(), None)
+        });
+        let none = BTreeMap::new();
+        let row = inside.get(key).unwrap_or(&none);
+        shares.insert(key.clone(), within_racks(row, on, rack_of, &fractions));
+        even.insert(key.clone(), within_racks(&none, on, rack_of, &fractions));
+    }
+    Ok(Some(Plan {
+        worst: evaluate(inputs, &shares),
+        even: evaluate(inputs, &even),
+        shares,
+    }))
+}
+
 /// Group weights of a group's instances on `hosts` (one entry per instance,
 /// in order) from its shares per host: each host's share split evenly among
 /// its instances there, scaled so that an even split gives `base` each.
@@ -308,6 +445,71 @@ mod tests {
             ..Inputs::default()
         };
         assert_eq!(plan(&idle).unwrap(), None);
+    }
+
+    fn rack_ab(h: u32) -> String {
+        if h <= 2 { "a" } else { "b" }.to_string()
+    }
+
+    #[test]
+    fn under_network_aware_distribution_the_racks_keep_their_parts() {
+        // The distribution gave rack a 75% of the group, rack b 25%. Inside
+        // a, hosts of 2 and 6 cores split a's part 1 : 3; inside b, two
+        // hosts of 4 cores split evenly.
+        let inputs = Inputs {
+            cores: [(1, 2.0), (2, 6.0), (3, 4.0), (4, 4.0)].into(),
+            background: BTreeMap::new(),
+            groups: [(key("g"), (vec![1, 2, 3, 4], 4.0))].into(),
+        };
+        let racks = [(
+            key("g"),
+            [("a".to_string(), 0.75), ("b".to_string(), 0.25)].into(),
+        )]
+        .into();
+        let p = plan_within_racks(&inputs, &rack_ab, &racks)
+            .unwrap()
+            .unwrap();
+        let s = &p.shares[&key("g")];
+        assert_eq!(s.values().sum::<u32>(), PPM);
+        let f = |h: u32| f64::from(s[&h]) / 1e6;
+        assert!((f(1) + f(2) - 0.75).abs() < 1e-3, "{s:?}");
+        assert!((f(1) - 0.1875).abs() < 1e-3, "{s:?}");
+        assert!(
+            (f(3) - 0.125).abs() < 1e-3 && (f(4) - 0.125).abs() < 1e-3,
+            "{s:?}"
+        );
+        // 3 cores of load in rack a over its 8 cores; evenly inside it,
+        // host 1 would carry 1.5 of its 2.
+        assert!((p.worst - 0.375).abs() < 1e-3, "{p:?}");
+        assert!((p.even - 0.75).abs() < 1e-3, "{p:?}");
+        // When the distribution moves the racks' parts, the split inside
+        // each rack stays.
+        let moved = within_racks(
+            s,
+            &[1, 2, 3, 4],
+            &rack_ab,
+            &[("a".to_string(), 0.5), ("b".to_string(), 0.5)].into(),
+        );
+        let g = |h: u32| f64::from(moved[&h]) / 1e6;
+        assert!(
+            (g(1) - 0.125).abs() < 1e-3 && (g(2) - 0.375).abs() < 1e-3,
+            "{moved:?}"
+        );
+        assert!((g(3) - 0.25).abs() < 1e-3, "{moved:?}");
+    }
+
+    #[test]
+    fn a_rack_with_one_host_or_nothing_solved_splits_by_instances() {
+        // Rack a has hosts 1 (two instances) and 2; rack b host 3 alone.
+        // Nothing is solved inside a (no row): host 1 gets two thirds of a.
+        let racks = rack_fractions(&["a", "a", "a", "b"], None);
+        assert!((racks["a"] - 0.75).abs() < 1e-9 && (racks["b"] - 0.25).abs() < 1e-9);
+        let row = within_racks(&BTreeMap::new(), &[1, 1, 2, 3], &rack_ab, &racks);
+        assert_eq!(row, [(1, 500_000), (2, 250_000), (3, 250_000)].into());
+        // A solved rack share wins over the instance count.
+        let solved = [("a".to_string(), 100_000)].into();
+        let racks = rack_fractions(&["a", "b"], Some(&solved));
+        assert!((racks["a"] - 0.1).abs() < 1e-9 && (racks["b"] - 0.5).abs() < 1e-9);
     }
 
     #[test]

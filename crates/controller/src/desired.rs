@@ -190,8 +190,9 @@ pub struct Desired {
     /// Each consolidated group's share of its flow-hash space per host,
     /// parts per million, by `(tenant, middlebox)`, from CoMb's network-wide
     /// LP over the measured load ([`crate::consolidation`]; live state,
-    /// never persisted: even shares until measured again). Not used under
-    /// `network-aware` distribution, whose rack layout decides there.
+    /// never persisted: even shares until measured again). Under
+    /// `network-aware` distribution only the split inside each rack is
+    /// taken from here; the racks' parts are [`Desired::shares`].
     pub comb_shares: BTreeMap<(String, String), BTreeMap<u32, u32>>,
 }
 
@@ -1196,20 +1197,38 @@ impl Desired {
 
     /// Lays each middlebox's group out rack by rack (racks in name order,
     /// instances in placement order within a rack) and weighs its instances
-    /// by their rack's share ([`Desired::shares`]; even until one is set).
-    /// Instances out of their groups keep weight 0 (`out_of_groups`).
+    /// by their rack's share ([`Desired::shares`]; even until one is set),
+    /// a consolidated group's instances inside a rack by CoMb's split
+    /// ([`Desired::comb_shares`]). Instances out of their groups keep
+    /// weight 0 (`out_of_groups`).
     fn network_aware(&self, tenant: &str, p: &mut Placement) {
         for (mb, list) in p.instances.iter_mut() {
             // A stable sort: within a rack the placement order stays.
             list.sort_by(|a, b| self.rack_of(a.0 .0).cmp(self.rack_of(b.0 .0)));
-            let Some(ppm) = self.shares.get(&(tenant.to_string(), mb.clone())) else {
-                continue;
-            };
+            let key = (tenant.to_string(), mb.clone());
             let serving: Vec<(HostId, PortId)> = list
                 .iter()
                 .filter(|hp| !p.out_of_groups.contains(hp))
                 .copied()
                 .collect();
+            if let Some(comb) = self.comb_shares.get(&key) {
+                // A consolidated group: the racks' parts as solved (or even),
+                // each rack's part split among its hosts as CoMb solved.
+                let hosts: Vec<u32> = serving.iter().map(|hp| hp.0 .0).collect();
+                let names: Vec<&str> = hosts.iter().map(|h| self.rack_of(*h)).collect();
+                let racks = crate::consolidation::rack_fractions(&names, self.shares.get(&key));
+                let rack_of = |h: u32| self.rack_of(h).to_string();
+                let row = crate::consolidation::within_racks(comb, &hosts, &rack_of, &racks);
+                if let Some(w) = crate::consolidation::weights(&hosts, &row, BASE_WEIGHT) {
+                    for (hp, w) in serving.into_iter().zip(w) {
+                        p.weights.insert(hp, w);
+                    }
+                    continue;
+                }
+            }
+            let Some(ppm) = self.shares.get(&key) else {
+                continue;
+            };
             let racks: Vec<String> = serving
                 .iter()
                 .map(|hp| self.rack_of(hp.0 .0).to_string())

@@ -52,9 +52,6 @@ impl Reconciler {
 
     /// Solves the groups' splits again when due (see the module docs).
     pub(super) fn check_consolidation(&mut self, now: Instant) {
-        if self.desired.distribution == Distribution::NetworkAware {
-            return;
-        }
         if self
             .cpu
             .last
@@ -89,7 +86,31 @@ impl Reconciler {
             // The first sample only sets the counters' base.
             return;
         }
-        let plan = match consolidation::plan(&inputs) {
+        // Under network-aware distribution the racks' parts are the
+        // distribution's; CoMb only splits each rack's part among its hosts.
+        let racked = self.desired.distribution == Distribution::NetworkAware;
+        let rack_of = |h: u32| self.desired.rack_of(h).to_string();
+        let racks: BTreeMap<GroupKey, BTreeMap<String, f64>> = if racked {
+            inputs
+                .groups
+                .iter()
+                .map(|(k, (on, _))| {
+                    let names: Vec<&str> = on.iter().map(|h| self.desired.rack_of(*h)).collect();
+                    (
+                        k.clone(),
+                        consolidation::rack_fractions(&names, self.desired.shares.get(k)),
+                    )
+                })
+                .collect()
+        } else {
+            BTreeMap::new()
+        };
+        let solved = if racked {
+            consolidation::plan_within_racks(&inputs, &rack_of, &racks)
+        } else {
+            consolidation::plan(&inputs)
+        };
+        let plan = match solved {
             Ok(Some(p)) => p,
             Ok(None) => return,
             Err(e) => {
@@ -120,6 +141,20 @@ impl Reconciler {
             .collect();
         let fits = installed.len() == self.desired.comb_shares.len()
             && inputs.groups.keys().all(|k| installed.contains_key(k));
+        let installed: BTreeMap<GroupKey, BTreeMap<u32, u32>> = if racked {
+            // What the agents run: the installed split inside each rack, at
+            // the racks' current parts.
+            installed
+                .into_iter()
+                .map(|(k, row)| {
+                    let on = &inputs.groups[&k].0;
+                    let row = consolidation::within_racks(&row, on, &rack_of, &racks[&k]);
+                    (k, row)
+                })
+                .collect()
+        } else {
+            installed
+        };
         let current = fits.then(|| consolidation::evaluate(&inputs, &installed));
         let adopt = consolidation::adopt(current, &plan) && plan.shares != self.desired.comb_shares;
         self.comb_view = Some(CombView {

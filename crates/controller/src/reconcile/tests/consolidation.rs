@@ -116,3 +116,109 @@ fn a_consolidated_group_gets_more_of_its_flows_where_the_cores_are() {
     s.run(REBALANCE_EVERY * 2);
     assert_eq!(s.events("consolidation").len(), 1);
 }
+
+/// Host `h` (rack `a` for hosts 1-2, `b` for 3-4) heartbeats declaring
+/// `cores`, with its instances' CPU time.
+fn beat_racked(s: &mut Sim, h: u32, cores: u32, cpu: &[(String, u64)]) {
+    let mut hb = s.heartbeat_of(h);
+    hb.registration.capacity = Some(HostCapacity {
+        cores: Some(cores),
+        rack: Some(if h <= 2 { "a" } else { "b" }.into()),
+        ..HostCapacity::default()
+    });
+    hb.instances = cpu
+        .iter()
+        .map(|(name, ms)| InstanceHealth {
+            cpu_ms: *ms,
+            ..health(name, true, false)
+        })
+        .collect();
+    s.r.heartbeat(
+        Heartbeat {
+            hb,
+            pinned: None,
+            reports_health: true,
+        },
+        s.now,
+    )
+    .unwrap();
+}
+
+#[test]
+fn under_network_aware_distribution_comb_splits_each_racks_part_by_cores() {
+    let store = MemoryStore::new();
+    let now = Instant::now();
+    let mut r = Reconciler::start(Box::new(store.clone()), "local", now, EPOCH_MS).unwrap();
+    r.desired.distribution = crate::distribution::Distribution::NetworkAware;
+    let mut s = Sim {
+        r,
+        store,
+        now,
+        running: BTreeMap::new(),
+    };
+    // Rack a: hosts of 2 and 6 cores; rack b: two of 4.
+    let cores = [2, 6, 4, 4];
+    for h in 1..=4 {
+        beat_racked(&mut s, h, cores[h as usize - 1], &[]);
+    }
+    s.ok("PUT", "/v1/vms/t/a1", &vm("a1", 1, "10.0.0.1"));
+    s.ok("PUT", "/v1/vms/t/b1", &vm("b1", 3, "10.0.0.2"));
+    s.ok(
+        "POST",
+        "/v1/tenants",
+        &GROUPED.replace("instances: 2,", "instances: 4,"),
+    );
+    s.push_all();
+    s.run(20 * MS);
+    let names: Vec<String> = (0..4).map(|i| format!("t/edge/{i}")).collect();
+    let host_of: BTreeMap<u32, String> = names.iter().map(|n| (s.port(n).0, n.clone())).collect();
+    assert_eq!(host_of.len(), 4, "one instance per host");
+    // Each host's share of the group, and each rack's.
+    let shares = |s: &Sim| {
+        let p = s.r.desired().placement("t").unwrap();
+        let list = &p.instances["edge"];
+        let total: u32 = list.iter().map(|hp| p.weight(list, *hp)).sum();
+        list.iter()
+            .map(|hp| (hp.0 .0, f64::from(p.weight(list, *hp)) / f64::from(total)))
+            .collect::<BTreeMap<u32, f64>>()
+    };
+    let rack_a = |w: &BTreeMap<u32, f64>| w[&1] + w[&2];
+    let before = shares(&s);
+    assert!(
+        (before[&1] - before[&2]).abs() < 1e-9,
+        "even inside a rack: {before:?}"
+    );
+    // Every instance uses 1 core (5 s of CPU in 5 s).
+    let mut cpu = 0;
+    for _ in 0..3 {
+        for h in 1..=4 {
+            let me = [(host_of[&h].clone(), cpu)];
+            beat_racked(&mut s, h, cores[h as usize - 1], &me);
+        }
+        s.run(REBALANCE_EVERY);
+        cpu += 5_000;
+    }
+    let after = shares(&s);
+    // The racks keep the parts the distribution gave them ...
+    let racks = crate::consolidation::rack_fractions(
+        &["a", "a", "b", "b"],
+        s.r.desired()
+            .shares
+            .get(&("t".to_string(), "edge".to_string())),
+    );
+    assert!(
+        (rack_a(&after) - racks["a"]).abs() < 0.01,
+        "{after:?} {racks:?}"
+    );
+    // ... and inside rack a the 6-core host takes three times the 2-core
+    // host's part; rack b's equal hosts stay even.
+    assert!((after[&2] / after[&1] - 3.0).abs() < 0.1, "{after:?}");
+    assert!((after[&3] - after[&4]).abs() < 0.01, "{after:?}");
+    let ev = s.events("consolidation");
+    assert_eq!(ev.len(), 1, "{ev:?}");
+    assert!(s
+        .r
+        .desired()
+        .comb_shares
+        .contains_key(&("t".to_string(), "edge".to_string())));
+}
