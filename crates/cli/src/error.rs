@@ -94,6 +94,14 @@ pub enum CliError {
         /// The lab's directory (logs, database).
         dir: PathBuf,
     },
+    /// `sluice ips verify`: some tests failed (each is listed above).
+    #[error("{failed} of the {ran} verification tests that ran failed")]
+    VerifyFailed {
+        /// Tests failed.
+        failed: usize,
+        /// Tests run (passed and failed).
+        ran: usize,
+    },
     /// A benchmark could not run (the bench crate reports its failures as text naming
     /// the step that failed).
     #[error("benchmark: {0}")]

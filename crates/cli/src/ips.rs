@@ -16,6 +16,13 @@ pub enum IpsCmd {
     /// by reason (keyword, protocol, ...). Exits 0 when the files were read, even
     /// with skipped rules; a file in which no rule parses is an error.
     Check(CheckArgs),
+    /// Run Suricata's verification tests (suricata-verify's format: a
+    /// directory per test with `test.yaml`, one `.rules` file and one
+    /// capture) through the IPS and evaluate their EVE `filter` checks;
+    /// tests needing what Sluice does not claim (other event types, shell
+    /// checks, rules that do not load, ...) are skipped with the reason.
+    /// Exits 1 when a test fails.
+    Verify(crate::ips_verify::VerifyArgs),
 }
 
 /// `sluice ips check`.
@@ -64,6 +71,7 @@ pub struct Reason {
 pub fn run(cmd: IpsCmd) -> Result<(), CliError> {
     match cmd {
         IpsCmd::Check(a) => check(&a),
+        IpsCmd::Verify(a) => crate::ips_verify::verify(&a),
     }
 }
 

@@ -24,6 +24,7 @@ mod fabric;
 mod hosts;
 mod instances;
 mod ips;
+mod ips_verify;
 mod run;
 mod testbed;
 mod tokens;
