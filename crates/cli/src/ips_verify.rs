@@ -279,6 +279,7 @@ pub fn prepare(yaml: &Value, files: &[String], version: Version) -> Result<Plan,
             (k, _)
                 if k.starts_with("outputs.")
                     || k.starts_with("logging.")
+                    || k.starts_with("stats.")
                     || k == "default-log-dir"
                     || k == "runmode"
                     || k == "classification-file"
@@ -867,6 +868,7 @@ requires:
 args:
   - -k none
   - --set stream.midstream=true
+  - --set stats.stream-events=true
 checks:
   - filter:
       count: 2
