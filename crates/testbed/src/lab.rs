@@ -502,17 +502,19 @@ impl Lab {
         }
         // Nor may the hosts' run directories: an agent would load its saved
         // configuration from the earlier lab, and the gathered EVE logs would
-        // show that lab's alerts as this one's.
+        // show that lab's alerts as this one's. Nor the replicated
+        // controllers' files (`ctlN.db`, `ctlN.hosts-ca.pem`, ...): a hosts'
+        // CA left by an earlier lab is not the one this lab's agents'
+        // certificates are signed with, and calls to the agents would fail.
         for e in fs::read_dir(&dir).map_err(other)?.flatten() {
-            let name = e.file_name();
-            let name = name.to_string_lossy();
-            let host_dir = name
-                .strip_prefix('h')
-                .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()));
-            if host_dir && e.path().is_dir() {
-                fs::remove_dir_all(e.path())
-                    .map_err(|err| other(format!("{}: {err}", e.path().display())))?;
-            }
+            let path = e.path();
+            let gone = match left_by_an_earlier_lab(&e.file_name().to_string_lossy(), path.is_dir())
+            {
+                Some(true) => fs::remove_dir_all(&path),
+                Some(false) => fs::remove_file(&path),
+                None => Ok(()),
+            };
+            gone.map_err(|err| other(format!("{}: {err}", path.display())))?;
         }
         let n = RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         // Fixed width, and unlike `unique_name`'s "sl...": no lab's prefix is a prefix
@@ -1380,4 +1382,37 @@ fn rack_links(prefix: &str, r: u32) -> (String, String, String) {
         format!("{prefix}u{r}"),
         format!("{prefix}s{r}"),
     )
+}
+
+/// Whether an entry of a lab's directory is the run state of an earlier lab
+/// that a new lab must not inherit: a host's run directory (`hN/`, `Some(true)`:
+/// remove the directory) or a replicated controller's file (`ctlN.db`,
+/// `ctlN.hosts-ca.pem`, ..., `Some(false)`: remove the file). `None` keeps it.
+fn left_by_an_earlier_lab(name: &str, is_dir: bool) -> Option<bool> {
+    let digits = |n: &str| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit());
+    if is_dir && name.strip_prefix('h').is_some_and(digits) {
+        return Some(true);
+    }
+    let replica = name
+        .strip_prefix("ctl")
+        .and_then(|n| n.split_once('.'))
+        .is_some_and(|(n, _)| digits(n));
+    (!is_dir && replica).then_some(false)
+}
+
+#[cfg(test)]
+mod left_tests {
+    #[test]
+    fn an_earlier_labs_hosts_and_replicas_are_not_inherited() {
+        use super::left_by_an_earlier_lab as left;
+        assert_eq!(left("h1", true), Some(true));
+        assert_eq!(left("h12", true), Some(true));
+        assert_eq!(left("h1.token", false), None, "rewritten by every lab");
+        assert_eq!(left("ctl0.hosts-ca.pem", false), Some(false));
+        assert_eq!(left("ctl2.db", false), Some(false));
+        assert_eq!(left("ctlx.db", false), None);
+        assert_eq!(left("ctl1", true), None);
+        assert_eq!(left("hosts", true), None);
+        assert_eq!(left("nginx-web-a1", true), None);
+    }
 }
