@@ -42,8 +42,9 @@ pub struct VerifyArgs {
     pub out: PathBuf,
     /// The Suricata version whose expected outputs apply: tests and filters
     /// gated to other versions (`min-version`, `lt-version`, `version`) are
-    /// skipped.
-    #[arg(long, default_value = "7.0.0")]
+    /// skipped. 8.0.0: Sluice's EVE follows Suricata 8's schema (its DNS
+    /// objects are EVE DNS version 3).
+    #[arg(long, default_value = "8.0.0")]
     pub as_version: String,
     /// Suricata's `classification.config`, as suricata-verify passes it
     /// (EVE `category` and `severity`); without it, the rule's classtype

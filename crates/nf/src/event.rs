@@ -42,6 +42,10 @@ pub struct Alert {
     pub to_server: bool,
     /// The flow's application protocol, if detected (`http`, `tls`, `dns`).
     pub app_proto: Option<&'static str>,
+    /// The application-layer record Suricata writes next to an alert (its
+    /// `http`, `tls` or `dns` object): the key and the object. Boxed: only
+    /// alerts raised by a protocol's rules carry one.
+    pub app_meta: Option<Box<(&'static str, Value)>>,
 }
 
 /// A flow's lifetime counters, exported when it ends or at flush.
@@ -159,6 +163,9 @@ impl Event {
                 if let Some(app) = a.app_proto {
                     m.insert("app_proto".into(), app.into());
                 }
+                if let Some(meta) = &a.app_meta {
+                    m.insert(meta.0.into(), meta.1.clone());
+                }
                 m.insert(
                     "alert".into(),
                     json!({
@@ -240,6 +247,10 @@ mod tests {
             severity: 1,
             to_server: true,
             app_proto: Some("http"),
+            app_meta: Some(Box::new((
+                "http",
+                json!({"hostname": "example.com", "url": "/x"}),
+            ))),
         });
         let v = e.to_eve();
         assert_eq!(v["event_type"], "alert");
@@ -248,5 +259,6 @@ mod tests {
         assert_eq!(v["alert"]["action"], "blocked");
         assert_eq!(v["dest_port"], 80);
         assert_eq!(v["proto"], "TCP");
+        assert_eq!(v["http"]["hostname"], "example.com");
     }
 }

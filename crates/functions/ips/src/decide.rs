@@ -692,6 +692,7 @@ impl Ips {
                 .or(self.app_now)
                 .or_else(|| http::detected(&st.http).then_some("http"))
                 .or_else(|| crate::applayer::name(st.app)),
+            app_meta: None,
         }));
         action == AlertAction::Blocked
     }

@@ -136,6 +136,7 @@ pub mod classification;
 mod decide;
 pub mod dns;
 pub mod engine;
+mod eve_meta;
 mod hashmpm;
 mod header;
 pub mod http;

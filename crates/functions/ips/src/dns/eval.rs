@@ -186,7 +186,9 @@ impl Ips {
                     continue;
                 }
             }
+            let from = events.len();
             drop |= self.fire(rule, st, (d, p, Some("dns")), events);
+            crate::eve_meta::annotate(events, from, || crate::eve_meta::dns(msg, &names, &spans));
             if st.flags & (BLOCKED | PASSED) != 0 {
                 break;
             }

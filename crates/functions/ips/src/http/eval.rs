@@ -310,7 +310,9 @@ impl Ips {
             if kind & BODY != 0 {
                 acc.mark(rule);
             }
+            let from = events.len();
             drop |= self.fire(rule, st, (d, p, Some("http")), events);
+            crate::eve_meta::annotate(events, from, || crate::eve_meta::http(b));
             if st.flags & (BLOCKED | PASSED) != 0 {
                 break;
             }

@@ -140,7 +140,9 @@ impl Ips {
             if !ok {
                 continue;
             }
+            let from = events.len();
             drop |= self.fire(rule, st, (d, p, Some("tls")), events);
+            crate::eve_meta::annotate(events, from, || crate::eve_meta::tls(&bufs, payload));
             if st.flags & (BLOCKED | PASSED) != 0 {
                 break;
             }
