@@ -159,6 +159,11 @@ pub struct Plan {
     pub checksums: &'static str,
     /// The checks that apply at the version verified against.
     pub filters: Vec<Filter>,
+    /// Suricata runs inline (`--simulate-ips`, or `ips` in the test's name);
+    /// otherwise it is an IDS, where a `drop` rule only alerts (`allowed`)
+    /// and the flow goes on being inspected: the rules run with `drop`
+    /// read as `alert` ([`as_ids`]).
+    pub inline: bool,
     /// The checks not evaluated, each as what it checks (`http records`,
     /// `shell`): Suricata's logging beyond alerts, which Sluice does not
     /// write.
@@ -176,7 +181,12 @@ const WRITTEN: &[&str] = &["alert"];
 /// (`Value::Null` when it has none), `files` the names in its directory,
 /// `version` the Suricata version verified against. `Err` is the reason it
 /// is skipped.
-pub fn prepare(yaml: &Value, files: &[String], version: Version) -> Result<Plan, String> {
+pub fn prepare(
+    name: &str,
+    yaml: &Value,
+    files: &[String],
+    version: Version,
+) -> Result<Plan, String> {
     let get = |k: &str| yaml.get(k);
     if get("command").is_some() {
         return Err("runs its own command".into());
@@ -237,6 +247,9 @@ pub fn prepare(yaml: &Value, files: &[String], version: Version) -> Result<Plan,
     // ones that change what it detects are modelled or skip the test.
     let mut midstream = false;
     let mut checksums = "auto";
+    // suricata-verify runs a test inline (`--simulate-ips`) when its name
+    // says `ips`; otherwise Suricata is an IDS.
+    let mut simulate_ips = name.contains("ips");
     let mut sets: Vec<String> = Vec::new();
     if let Some(args) = get("args").and_then(Value::as_array) {
         let words: Vec<String> = args
@@ -258,7 +271,8 @@ pub fn prepare(yaml: &Value, files: &[String], version: Version) -> Result<Plan,
                     other => return Err(format!("argument -k {}", other.unwrap_or(""))),
                 },
                 "--set" => sets.push(it.next().unwrap_or_default()),
-                "--simulate-ips" | "-v" | "-vv" | "-vvv" | "-vvvv" => {}
+                "--simulate-ips" => simulate_ips = true,
+                "-v" | "-vv" | "-vvv" | "-vvvv" => {}
                 "--runmode" => {
                     it.next();
                 }
@@ -336,6 +350,7 @@ pub fn prepare(yaml: &Value, files: &[String], version: Version) -> Result<Plan,
         });
     }
     Ok(Plan {
+        inline: simulate_ips,
         pcap,
         rules,
         midstream,
@@ -369,6 +384,25 @@ enum Checked {
     OtherVersion,
     /// Not evaluated: what it checks.
     Not(String),
+}
+
+/// Rules as an IDS runs them: a rule whose action is `drop` alerts instead
+/// (Suricata in IDS mode logs it `allowed` and blocks nothing).
+pub fn as_ids(rules: &str) -> String {
+    let mut out = String::with_capacity(rules.len());
+    for line in rules.split_inclusive('\n') {
+        let body = line.trim_start();
+        let indent = &line[..line.len() - body.len()];
+        match body.strip_prefix("drop") {
+            Some(rest) if rest.starts_with([' ', '\t']) => {
+                out.push_str(indent);
+                out.push_str("alert");
+                out.push_str(rest);
+            }
+            _ => out.push_str(line),
+        }
+    }
+    out
 }
 
 /// One `filter` check: evaluated, gated to another version, or not
@@ -663,13 +697,13 @@ fn run_one(dir: &Path, a: &VerifyArgs, version: Version) -> Outcome {
             .map(|e| e.file_name().to_string_lossy().into_owned())
             .collect();
         files.sort();
-        let plan = prepare(&yaml, &files, version).map_err(|s| format!("skip:{s}"))?;
+        let plan = prepare(&name, &yaml, &files, version).map_err(|s| format!("skip:{s}"))?;
         if !plan.unchecked.is_empty() {
             unchecked = Some(summarise(&plan.unchecked));
         }
         let vars = own_vars(dir).map_err(|s| format!("skip:{s}"))?;
         // Every rule must load, or the checks would test a smaller rule set.
-        let rules_path = dir.join(&plan.rules);
+        let mut rules_path = dir.join(&plan.rules);
         let text = std::fs::read_to_string(&rules_path)
             .map_err(|e| format!("{}: {e}", rules_path.display()))?;
         let mut all_vars = sluice_ips::rules::suricata_default_vars();
@@ -682,6 +716,11 @@ fn run_one(dir: &Path, a: &VerifyArgs, version: Version) -> Outcome {
         }
         let out = a.out.join(&name);
         std::fs::create_dir_all(&out).map_err(|e| format!("{}: {e}", out.display()))?;
+        if !plan.inline {
+            let ids = out.join("ids.rules");
+            std::fs::write(&ids, as_ids(&text)).map_err(|e| format!("{}: {e}", ids.display()))?;
+            rules_path = ids;
+        }
         let abs = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
         let mut ips = json!({
             "type": "ips",
@@ -881,7 +920,13 @@ checks:
       count: 9
       match: { event_type: alert }
 ");
-        let p = prepare(&t, &files(&["input.pcap", "test.rules", "test.yaml"]), V7).unwrap();
+        let p = prepare(
+            "t",
+            &t,
+            &files(&["input.pcap", "test.rules", "test.yaml"]),
+            V7,
+        )
+        .unwrap();
         assert_eq!(p.pcap, "input.pcap");
         assert_eq!(p.rules, "test.rules");
         assert!(p.midstream);
@@ -893,7 +938,7 @@ checks:
     #[test]
     fn tests_outside_what_sluice_claims_are_skipped_with_the_reason() {
         let fs = files(&["input.pcap", "test.rules"]);
-        let skip = |t: &str, fs: &[String]| prepare(&y(t), fs, V7).unwrap_err();
+        let skip = |t: &str, fs: &[String]| prepare("t", &y(t), fs, V7).unwrap_err();
         let alert = "checks: [{filter: {count: 1, match: {event_type: alert}}}]";
         assert!(skip(&format!("requires: {{min-version: 8}}\n{alert}"), &fs).contains("at least"));
         assert!(skip(&format!("requires: {{lt-version: 7}}\n{alert}"), &fs).contains("before"));
@@ -915,7 +960,7 @@ checks:
   - filter: {count: 1, match: {event_type: http}}
   - shell: {args: x}";
         let with_script = files(&["input.pcap", "test.rules", "check.sh"]);
-        let p = prepare(&y(mixed), &with_script, V7).unwrap();
+        let p = prepare("t", &y(mixed), &with_script, V7).unwrap();
         assert_eq!(p.filters.len(), 1);
         assert_eq!(
             summarise(&p.unchecked),
@@ -994,6 +1039,23 @@ checks:
             "expected fewer than 2 matches; got 2 for {alert.signature_id: 1}"
         );
         assert!(check(&[f("{gt: 1, match: {alert.signature_id: 1}}")], &recs).is_ok());
+    }
+
+    #[test]
+    fn an_ids_reads_drop_as_alert() {
+        let r = "drop tcp any any -> any any (msg:\"drop me\"; sid:1;)\n  drop\tudp any any -> any any (sid:2;)\n# drop tcp (sid:3;)\nalert tcp any any -> any any (msg:\"drop\"; sid:4;)\ndropped";
+        assert_eq!(
+            as_ids(r),
+            "alert tcp any any -> any any (msg:\"drop me\"; sid:1;)\n  alert\tudp any any -> any any (sid:2;)\n# drop tcp (sid:3;)\nalert tcp any any -> any any (msg:\"drop\"; sid:4;)\ndropped"
+        );
+        let t = y("checks: [{filter: {count: 1, match: {event_type: alert}}}]");
+        let fs = files(&["input.pcap", "test.rules"]);
+        assert!(!prepare("drop-01", &t, &fs, V7).unwrap().inline);
+        assert!(prepare("drop-ips-01", &t, &fs, V7).unwrap().inline);
+        let sim = y(
+            "args: [--simulate-ips]\nchecks: [{filter: {count: 1, match: {event_type: alert}}}]",
+        );
+        assert!(prepare("drop-01", &sim, &fs, V7).unwrap().inline);
     }
 
     #[test]

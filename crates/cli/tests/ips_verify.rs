@@ -132,6 +132,14 @@ fn suricata_verify_tests_pass_fail_and_skip() {
         RULES,
         true,
     );
+    // A drop rule: an IDS (suricata-verify's default) alerts and blocks
+    // nothing; a test named `ips` runs inline and blocks.
+    let action = |a: &str| {
+        format!("checks:\n  - filter:\n      count: 1\n      match:\n        event_type: alert\n        alert.action: {a}\n")
+    };
+    let drop_rule = "drop tcp any any -> any 80 (msg:\"evil\"; content:\"EVIL\"; sid:1;)\n";
+    test_dir(&tests, "drop-ids", &action("allowed"), drop_rule, true);
+    test_dir(&tests, "drop-ips", &action("blocked"), drop_rule, true);
     let out = tmp.path().join("out");
     let (code, text, err) = sluice(&[
         "ips",
@@ -142,7 +150,7 @@ fn suricata_verify_tests_pass_fail_and_skip() {
     ]);
     assert_eq!(code, 1, "one test fails: {text}\n{err}");
     assert!(
-        err.contains("1 of the 5 verification tests that ran failed"),
+        err.contains("1 of the 7 verification tests that ran failed"),
         "{text}\n{err}"
     );
     let line = |name: &str| {
@@ -152,6 +160,8 @@ fn suricata_verify_tests_pass_fail_and_skip() {
             .to_string()
     };
     assert_eq!(line("alert-content"), "PASS alert-content");
+    assert_eq!(line("drop-ids"), "PASS drop-ids");
+    assert_eq!(line("drop-ips"), "PASS drop-ips");
     assert_eq!(
         line("alert-wrong-count"),
         "FAIL alert-wrong-count: expected 2 matches; got 1 for {alert.signature_id: 1, event_type: alert}"
@@ -170,7 +180,7 @@ fn suricata_verify_tests_pass_fail_and_skip() {
     assert_eq!(line("future"), "SKIP future: requires at least Suricata 99");
     assert!(
         text.contains(
-            "passed 4, failed 1, skipped 3 (of 8 tests); 80.0% of the tests that ran passed"
+            "passed 6, failed 1, skipped 3 (of 10 tests); 85.7% of the tests that ran passed"
         ),
         "{text}"
     );
