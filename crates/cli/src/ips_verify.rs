@@ -51,6 +51,11 @@ pub struct VerifyArgs {
     /// name.
     #[arg(long)]
     pub classification_file: Option<PathBuf>,
+    /// Where the IPS keeps its per-flow state, as `sluice run --state`:
+    /// `local`, `redis://HOST:PORT` or `redis-cluster://...` (the same
+    /// tests, with every flow's state in the store).
+    #[arg(long, default_value = "local")]
+    pub state: String,
     /// Only tests whose directory name contains one of these (repeatable).
     #[arg(long = "filter", value_name = "PATTERN")]
     pub patterns: Vec<String>,
@@ -681,8 +686,10 @@ fn own_vars(dir: &Path) -> Result<serde_json::Map<String, Value>, String> {
     Ok(vars)
 }
 
-/// Runs one test.
-fn run_one(dir: &Path, a: &VerifyArgs, version: Version) -> Outcome {
+/// Runs one test; `run` names this run of the command, so that tests whose
+/// captures share flows keep their state apart in a shared store (a chain's
+/// name is its state's namespace).
+fn run_one(dir: &Path, a: &VerifyArgs, version: Version, run: &str) -> Outcome {
     let name = dir
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
@@ -733,7 +740,7 @@ fn run_one(dir: &Path, a: &VerifyArgs, version: Version) -> Outcome {
             ips["classification_file"] = json!(abs(c).display().to_string());
         }
         let chain = json!({
-            "name": "verify",
+            "name": format!("verify-{run}-{name}"),
             "functions": [ips],
             "reassembly": { "midstream": plan.midstream },
             "settings": { "verify_checksums": plan.checksums },
@@ -748,7 +755,7 @@ fn run_one(dir: &Path, a: &VerifyArgs, version: Version) -> Outcome {
             pcap: dir.join(&plan.pcap),
             out: None,
             eve: Some(eve.clone()),
-            state: "local".into(),
+            state: a.state.clone(),
             json: false,
             unshared: false,
             own: false,
@@ -809,8 +816,15 @@ pub fn verify(a: &VerifyArgs) -> Result<(), CliError> {
         })
         .collect();
     let mut outcomes = Vec::new();
-    for t in &tests {
-        let o = run_one(t, a, version);
+    let run = format!(
+        "{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis())
+    );
+    for (i, t) in tests.iter().enumerate() {
+        let o = run_one(t, a, version, &format!("{run}-{i}"));
         if !a.json {
             let mut line = format!("{} {}", o.result.to_uppercase(), o.name);
             if let Some(d) = &o.detail {

@@ -206,6 +206,37 @@ fn suricata_verify_tests_pass_fail_and_skip() {
     assert_eq!(v["tests"].as_array().unwrap().len(), 2, "{v}");
 }
 
+/// The same tests with every flow's state in Redis: the same outcomes,
+/// although the tests' captures share their flows' addresses and ports.
+#[test]
+fn the_same_tests_pass_with_state_in_the_store() {
+    let Ok(srv) = sluice_state_redis::server::RedisServer::start(&[]) else {
+        panic!("redis-server must be installed (scripts/test.sh installs it)");
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let tests = tmp.path().join("tests");
+    test_dir(&tests, "alert-content", ONE_ALERT, RULES, true);
+    test_dir(&tests, "alert-again", ONE_ALERT, RULES, true);
+    test_dir(
+        &tests,
+        "midstream-on",
+        &format!("args:\n  - --set stream.midstream=true\n{ONE_ALERT}"),
+        RULES,
+        false,
+    );
+    let (code, text, err) = sluice(&[
+        "ips",
+        "verify",
+        tests.to_str().unwrap(),
+        "--out",
+        tmp.path().join("out").to_str().unwrap(),
+        "--state",
+        &srv.url(),
+    ]);
+    assert_eq!(code, 0, "{text}\n{err}");
+    assert!(text.contains("passed 3, failed 0, skipped 0"), "{text}");
+}
+
 #[test]
 fn a_path_that_is_not_a_directory_is_an_error_naming_it() {
     let (code, _, err) = sluice(&["ips", "verify", "/nonexistent/sv-tests"]);
