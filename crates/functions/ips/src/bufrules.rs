@@ -68,6 +68,8 @@ pub struct MpmScratch {
     marked: Vec<u32>,
     folded: Vec<u8>,
     at: Vec<u32>,
+    /// The payload patterns' finds of a [`Joint`] search.
+    pub(crate) joint: Vec<u32>,
 }
 
 impl MpmScratch {
@@ -126,6 +128,69 @@ impl MpmSet {
             pats.push((a, rules.len() as u32));
         }
         Ok(Some(Mpm { set, pats, rules }))
+    }
+}
+
+/// One hashed pass over a body packet's body buffer for two sets of fast
+/// patterns at once: the body buffer's (the patterns before `split`) and
+/// the packet bytes' (from `split` on), whose finds count only where they
+/// lie in the packet's bytes, at the buffer's end ([`Joint::scan`]). The
+/// two searches covered the same bytes, each with its own first stage.
+pub(crate) struct Joint {
+    mpm: Mpm,
+    split: u32,
+}
+
+impl Joint {
+    /// The joint matcher of `buffer`'s patterns, then `payload`'s (`None`
+    /// if both are empty). A pattern in both keeps an id in each.
+    pub(crate) fn build(buffer: MpmSet, payload: MpmSet) -> Result<Option<Joint>, CompileError> {
+        let split = buffer.pats.len() as u32;
+        let mut all = buffer;
+        all.rules.extend(payload.rules);
+        all.pats.extend(payload.pats);
+        // `index` is not read by `build`: the ids stay in push order.
+        all.index.clear();
+        Ok(all.build()?.map(|mpm| Joint { mpm, split }))
+    }
+
+    /// Pushes to `body` the rules of the buffer's patterns found in `buf`
+    /// and to `payload` those of the packet bytes' patterns found from
+    /// `payload_from` (where the packet's bytes start in `buf`, which they
+    /// end) on; each pattern's once.
+    pub(crate) fn scan(
+        &self,
+        buf: &[u8],
+        payload_from: usize,
+        scratch: &mut MpmScratch,
+        (body, payload): (&mut Vec<u32>, &mut Vec<u32>),
+    ) {
+        let m = &self.mpm;
+        scratch.reset(m.pats.len());
+        let mut folded = std::mem::take(&mut scratch.folded);
+        HashMpm::fold(buf, &mut folded);
+        let MpmScratch {
+            seen, marked, at, ..
+        } = scratch;
+        let split = self.split;
+        m.set.each(buf, &folded, 0, at, |pid, at| {
+            let pay = pid >= split;
+            // Before the packet's bytes a payload pattern is not looked
+            // for (not marked seen: it may occur again in them).
+            if pay && at < payload_from {
+                return;
+            }
+            let (w, bit) = (pid as usize / 64, 1u64 << (pid % 64));
+            if seen[w] & bit != 0 || !m.set.is_at(pid, buf, &folded, at) {
+                return;
+            }
+            seen[w] |= bit;
+            marked.push(pid);
+            let (a, z) = m.pats[pid as usize];
+            let out = if pay { &mut *payload } else { &mut *body };
+            out.extend_from_slice(&m.rules[a as usize..z as usize]);
+        });
+        scratch.folded = folded;
     }
 }
 

@@ -439,3 +439,72 @@ fn body_accumulation_cost() {
         );
     }
 }
+
+/// A body rule whose fast pattern is a content of the packet's bytes
+/// (before any buffer), on a body's later packets, where one search of the
+/// body buffer looks for the body's and the packet bytes' fast patterns
+/// together, of only the rules of the message's direction: it fires when
+/// one body packet holds that content whole and its body has the rule's
+/// body content, in its direction only; not when the content straddles two
+/// packets (the packet's bytes are inspected alone, as before). The same
+/// with the prefilter off, and with the body through the store.
+#[test]
+fn a_packet_content_on_a_later_body_packet_is_found_with_the_body() {
+    let rules = [
+        r#"alert http any any -> any any (msg:"r"; flow:to_client; content:"RAWMARK"; fast_pattern; file_data; content:"<html>"; sid:11;)"#,
+        r#"alert http any any -> any any (msg:"q"; flow:to_server; content:"RAWMARK"; fast_pattern; file_data; content:"<html>"; sid:12;)"#,
+    ];
+    let mut body = b"<html>".to_vec();
+    body.extend_from_slice(&[b'a'; 120]);
+    let mark = body.len();
+    body.extend_from_slice(b"RAWMARK");
+    body.extend_from_slice(&[b'b'; 60]);
+    let get = b"GET / HTTP/1.1\r\nHost: a\r\n\r\n".to_vec();
+    for request in [false, true] {
+        let head = if request {
+            format!(
+                "POST /u HTTP/1.1\r\nHost: a\r\nContent-Length: {}\r\n\r\n",
+                body.len()
+            )
+        } else {
+            format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n", body.len())
+        };
+        let mut msg = head.clone().into_bytes();
+        msg.extend_from_slice(&body);
+        // The first packet: the head and 10 body bytes; the others all body.
+        let first = head.len() + 10;
+        let at = head.len() + mark;
+        for cut in first + 1..msg.len() {
+            let segs = if request {
+                vec![
+                    (true, msg[..first].to_vec()),
+                    (true, msg[first..cut].to_vec()),
+                    (true, msg[cut..].to_vec()),
+                ]
+            } else {
+                vec![
+                    (true, get.clone()),
+                    (false, msg[..first].to_vec()),
+                    (false, msg[first..cut].to_vec()),
+                    (false, msg[cut..].to_vec()),
+                ]
+            };
+            let frames = conn(&segs);
+            let whole = cut <= at || cut >= at + 7;
+            let want = match (whole, request) {
+                (false, _) => vec![],
+                (true, false) => vec![11],
+                (true, true) => vec![12],
+            };
+            let (a, b) = both(|| ips(&rules), &frames);
+            assert_eq!((&a, &b), (&want, &want), "cut at {cut}, request {request}");
+            let off = || {
+                let mut i = ips(&rules);
+                i.set_prefilter(false);
+                i
+            };
+            let (a, b) = both(off, &frames);
+            assert_eq!((&a, &b), (&want, &want), "prefilter off, cut at {cut}");
+        }
+    }
+}

@@ -151,10 +151,14 @@ impl Ips {
                 has_body.then_some([&acc.body[..], &extra[..]]),
                 request,
             );
+            // All of the packet's bytes are this body's: the body buffer
+            // ends with them, and one search covers both.
+            let whole = matches!(&pc.body[..], [r] if *r == (0..data.len()));
             let ctx = Msg {
                 cont: !new_msg,
                 fresh,
                 searched,
+                joint: (!new_msg && whole).then_some(request),
             };
             drop |= self.http_message(
                 &bufs,
@@ -241,7 +245,7 @@ impl Ips {
                 self.engine.http.candidates_after(
                     b,
                     data,
-                    (n, msg.cont, head),
+                    (n, msg.cont, head, msg.joint),
                     (&mut self.mpm, cands, &mut newly),
                 );
                 // Only body rules are inspected on the body's later packets.
@@ -342,4 +346,8 @@ struct Msg {
     fresh: bool,
     /// Body bytes whose prefilter finds are in the message's found list.
     searched: Option<usize>,
+    /// The packet's bytes are all body bytes of this message, seen
+    /// before: its direction (true: a request), for the joint search
+    /// ([`super::prefilter::HttpRules::candidates_after`]).
+    joint: Option<bool>,
 }
