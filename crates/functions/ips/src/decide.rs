@@ -149,8 +149,10 @@ impl BatchNf for Ips {
                 e.x.through |= st != before;
                 // A pending blob's description is acknowledged with the
                 // blob, so another instance finds both.
-                e.x.flagged |=
-                    st.flags != before.flags || st.bits != before.bits || st.pend != before.pend;
+                e.x.flagged |= st.flags != before.flags
+                    || st.bits != before.bits
+                    || st.ints != before.ints
+                    || st.pend != before.pend;
                 st.last_seen = st.last_seen.max(now);
                 e.dirty = true;
             }
@@ -391,6 +393,7 @@ impl Ips {
     }
 
     /// [`Ips::inspect_stream`] on a packet with new stream bytes `data`
+            st.ints = scratch.ints;
     /// (its `own` and `extra` parts joined).
     fn inspect_chunk(
         &mut self,
@@ -531,6 +534,7 @@ impl Ips {
         self.evaluate(scratch, d, hdr, p, events, bytes, None)
     }
 
+        st.ints = scratch.ints;
     /// Inspects a TCP segment's payload with the packetwise rules alone (its
     /// stream bytes, if any, were matched elsewhere); returns true if the
     /// packet must be dropped.
@@ -647,7 +651,7 @@ impl Ips {
         (d, p, app): (usize, &Packet, Option<&'static str>),
         events: &mut Vec<Event>,
     ) -> bool {
-        if !self.engine.flowbits_ok(rule, &st.bits) {
+        if !self.engine.flowbits_ok(rule, &st.bits) || !self.engine.flowints.ok(rule, &st.ints) {
             return false;
         }
         self.engine.flowbits_apply(rule, &mut st.bits);
@@ -675,7 +679,10 @@ impl Ips {
         if r.noalert {
             return action == AlertAction::Blocked;
         }
+        // Post-match changes: flowbits, then flowint (Suricata runs both
+        // from the post-match list; they touch different variables).
         self.counters.alerts += 1;
+        self.engine.flowints.apply(rule, &mut st.ints);
         events.push(Event::Alert(Alert {
             ts_ns: p.ts_ns,
             flow: p.meta.flow,

@@ -19,9 +19,11 @@
 //! `[cs u32][ci u32][nfired u8 = 0][nprog u8][nprog × (rule u32,
 //! next u8, last_end u64)]`, then per direction the HTTP framing (1 byte, 16
 //! while a message is framed), then per direction the pending unit (1 byte, 9
-//! with one): 35 bytes for a flow without alerts, partial matches, flowbits,
+//! with one), then the detected stream protocol (1 byte) and the `flowint`
+//! variables (`[n u8][n × (id u16, value u32)]`, [`flowint`]): 37 bytes for a
+//! flow without partial matches, flowbits, flowints,
 //! HTTP message or pending unit, plus 13 per partial match,
-//! 2 per flowbit, 15 per direction framing HTTP and 8 per direction with a
+//! 2 per flowbit, 6 per flowint, 15 per direction framing HTTP and 8 per direction with a
 //! pending unit ([`engine::record_size`]). A change of flowbits is written like
 //! a block: acked before the batch leaves; so is a change of a pending unit,
 //! whose bytes are a blob of their own ([`pending`], table
@@ -139,6 +141,7 @@ pub mod engine;
 mod hashmpm;
 mod header;
 pub mod http;
+pub mod flowint;
 pub mod inspect;
 pub mod packetidx;
 pub mod pending;
@@ -534,7 +537,7 @@ impl Ips {
         let nontcp_drop = rules.iter().any(|r| {
             !matches!(r.proto, Proto::Tcp | Proto::Http | Proto::Tls)
                 && !r.proto.stream_app()
-                && (r.action != Action::Alert || !r.flowbits.is_empty())
+                && (r.action != Action::Alert || !r.flowbits.is_empty() || !r.flowints.is_empty())
         });
         let thresholds = threshold::Thresholds::new(&rules);
         let xbits = xbits::Xbits::new(&rules);

@@ -30,7 +30,7 @@ use sluice_wire::IpAddr;
 pub mod options;
 pub mod payload;
 
-pub use payload::{Flowbit, Item, Xbit, XbitOp, XbitTrack};
+pub use payload::{Flowbit, Flowint, FlowintOp, FlowintVal, Item, Xbit, XbitOp, XbitTrack};
 
 pub use options::{
     NumCmp, PacketChecks, PacketInfo, Status, StreamMode, TcpFlags, Threshold, ThresholdKind, Track,
@@ -438,6 +438,8 @@ pub struct Rule {
     /// `xbits` conditions and operations ([`crate::xbits`]).
     pub xbits: Vec<Xbit>,
     /// The rule's payload keywords need a buffer inspection (pcre, byte_*,
+    /// `flowint` conditions and operations, in rule order.
+    pub flowints: Vec<Flowint>,
     /// isdataat, negated contents, ...): it is evaluated over each packet's
     /// bytes, not by the streaming automata alone.
     pub buffer: bool,
@@ -951,6 +953,7 @@ pub fn parse_rule(line: &str, vars: &Vars) -> Result<Rule, RuleSyntax> {
         buffer: false,
         to_server: None,
         established: false,
+        flowints: Vec::new(),
         not_established: false,
         stateless: false,
         stream,

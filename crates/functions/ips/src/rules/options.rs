@@ -160,7 +160,7 @@ pub const KEYWORDS: &[(&str, Status)] = &[
     ("byte_math", U),
     ("entropy", U),
     ("replace", U),
-    ("flowint", U),
+    ("flowint", E),
     ("xbits", E),
     ("hostbits", U),
     ("stream_size", U),
@@ -980,6 +980,7 @@ pub(super) fn apply(
             if !l.items.is_empty() {
                 return Err(RuleSyntax::UnsupportedKeyword(format!(
                     "{name} after a keyword of its buffer"
+        "flowint" => rule.flowints.push(payload::flowint(need(val, name)?)?),
                 )));
             }
             l.dotprefix = true;
@@ -1213,3 +1214,8 @@ pub(super) fn validate(rule: &Rule) -> Result<(), RuleSyntax> {
     }
     Ok(())
 }
+            ));
+        }
+        if rule.flowints.iter().any(|f| f.op.changes()) {
+            return Err(RuleSyntax::UnsupportedKeyword(
+                "xbits condition with a flowint change".into(),

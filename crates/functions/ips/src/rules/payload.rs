@@ -703,3 +703,117 @@ pub(crate) fn flowbits(v: &str) -> Result<Option<Flowbit>, RuleSyntax> {
         _ => return Err(bad(kw, v)),
     }))
 }
+
+/// What a `flowint` keyword does (Suricata's detect-flowint.c).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FlowintOp {
+    /// `=`: sets the variable when the rule matches.
+    Set,
+    /// `+`: adds to it (an unset variable starts from 0) when the rule matches.
+    Add,
+    /// `-`: subtracts from it when the rule matches (nothing if it is unset).
+    Sub,
+    /// `<`: the rule matches only if the variable is set and below the value.
+    Lt,
+    /// `<=`
+    Le,
+    /// `==`
+    Eq,
+    /// `!=`
+    Ne,
+    /// `>=`
+    Ge,
+    /// `>`
+    Gt,
+    /// `isset`: the rule matches only if the variable is set.
+    IsSet,
+    /// `notset` / `isnotset`: only if it is not.
+    NotSet,
+}
+
+impl FlowintOp {
+    /// True for the operations that change the variable (applied after the
+    /// rule matched, Suricata's post-match list); the others are conditions.
+    pub fn changes(self) -> bool {
+        matches!(self, FlowintOp::Set | FlowintOp::Add | FlowintOp::Sub)
+    }
+}
+
+/// A `flowint` operand: a number or another flowint variable (0 while unset).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FlowintVal {
+    /// A number (0 to 2^32 - 1).
+    Num(u32),
+    /// The value of this variable of the flow.
+    Var(String),
+}
+
+/// A `flowint` keyword: `flowint:NAME,OP,VALUE` or `flowint:NAME,isset`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Flowint {
+    /// The variable.
+    pub name: String,
+    /// The operation.
+    pub op: FlowintOp,
+    /// The operand (None for `isset`/`notset`).
+    pub val: Option<FlowintVal>,
+}
+
+/// `flowint`, as Suricata's parse regex reads it: a name starting with a
+/// letter followed by at least one of `[A-Za-z0-9_./]`, an operator, and a
+/// value of at most 10 digits (at most 2^32 - 1) or a variable name
+/// (a letter then at least one of `[A-Za-z0-9_]`).
+pub(crate) fn flowint(v: &str) -> Result<Flowint, RuleSyntax> {
+    let kw = "flowint";
+    let parts: Vec<&str> = v.split(',').map(str::trim).collect();
+    if parts.len() < 2 || parts.len() > 3 {
+        return Err(bad(kw, v));
+    }
+    let name = parts[0];
+    let name_ok = name.len() >= 2
+        && name.as_bytes()[0].is_ascii_alphabetic()
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'/'));
+    if !name_ok {
+        return Err(bad(kw, v));
+    }
+    let op = match parts[1] {
+        "=" => FlowintOp::Set,
+        "+" => FlowintOp::Add,
+        "-" => FlowintOp::Sub,
+        "<" => FlowintOp::Lt,
+        "<=" => FlowintOp::Le,
+        "==" => FlowintOp::Eq,
+        "!=" => FlowintOp::Ne,
+        ">=" => FlowintOp::Ge,
+        ">" => FlowintOp::Gt,
+        "isset" => FlowintOp::IsSet,
+        "notset" | "isnotset" => FlowintOp::NotSet,
+        _ => return Err(bad(kw, v)),
+    };
+    let val = match parts.get(2).copied() {
+        // Suricata's regex accepts a value after isset/notset and ignores it.
+        _ if matches!(op, FlowintOp::IsSet | FlowintOp::NotSet) => None,
+        None | Some("") => return Err(bad(kw, v)),
+        Some(x) if x.bytes().all(|b| b.is_ascii_digit()) => {
+            if x.len() > 10 {
+                return Err(bad(kw, v));
+            }
+            Some(FlowintVal::Num(x.parse().map_err(|_| bad(kw, v))?))
+        }
+        Some(x)
+            if x.len() >= 2
+                && x.as_bytes()[0].is_ascii_alphabetic()
+                && x.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') =>
+        {
+            Some(FlowintVal::Var(x.to_string()))
+        }
+        Some(_) => return Err(bad(kw, v)),
+    };
+    Ok(Flowint {
+        name: name.to_string(),
+        op,
+        val,
+    })
+}
