@@ -203,6 +203,27 @@ impl BatchNf for Ips {
     }
 }
 
+/// Both directions' sizes as `stream_size` compares them, `[client,
+/// server]`, at a packet of a tracked stream: Suricata's `next_seq - isn`
+/// for each direction, so 1 (the SYN's sequence number) plus the bytes
+/// delivered in sequence so far, this packet's included, and 0 for a
+/// direction whose first segment was not seen yet. Computed in `u32` as
+/// Suricata's sequence numbers are (it wraps after 4 GiB).
+#[inline]
+fn stream_sizes(c: &StreamChunk) -> [u32; 2] {
+    let own = (c.stream_offset + c.len() as u64 + 1) as u32;
+    let peer = if c.peer_synced {
+        (c.peer_offset + 1) as u32
+    } else {
+        0
+    };
+    if c.to_server {
+        [own, peer]
+    } else {
+        [peer, own]
+    }
+}
+
 /// What the per-packet keywords read from `p`.
 #[inline]
 fn packet_info(p: &Packet) -> PacketInfo {
@@ -214,6 +235,7 @@ fn packet_info(p: &Packet) -> PacketInfo {
         icmp_code: m.icmp_code,
         ttl: m.ttl,
         sameip: m.flow.src == m.flow.dst,
+        stream_size: None,
     }
 }
 
@@ -331,7 +353,10 @@ impl Ips {
             ),
             established: chunk.is_some_and(|c| c.established),
             stream: chunk.is_some(),
-            pkt: packet_info(p),
+            pkt: PacketInfo {
+                stream_size: chunk.map(|c| stream_sizes(&c)),
+                ..packet_info(p)
+            },
             dns: false,
             http: false,
             tls: false,

@@ -61,8 +61,11 @@
 //!   those without contents; each is inspected over the payload
 //!   ([`inspect`], positions from the payload start). `flow:stateless` asks
 //!   nothing of the packet: its content rules are stream rules.
-//! * `flowbits` conditions are checked when a rule matches; its set/unset/toggle
-//!   apply then, also for `noalert` rules.
+//! * `flowbits` and `flowint` conditions are checked when a rule matches; its
+//!   set/unset/toggle and flowint changes apply then, also for `noalert` rules.
+//! * `stream_size` compares each direction's sequence space (1 + bytes
+//!   delivered in sequence, from the reassembler) on TCP packets of a tracked
+//!   stream, as a per-packet keyword.
 //! * Multi-content rules are matched in rule order without backtracking: per rule a
 //!   progress `(next content, end of the last satisfied one)` is kept. The first
 //!   occurrence of the first content anchors the match; a later occurrence

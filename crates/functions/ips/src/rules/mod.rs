@@ -33,7 +33,8 @@ pub mod payload;
 pub use payload::{Flowbit, Flowint, FlowintOp, FlowintVal, Item, Xbit, XbitOp, XbitTrack};
 
 pub use options::{
-    NumCmp, PacketChecks, PacketInfo, Status, StreamMode, TcpFlags, Threshold, ThresholdKind, Track,
+    NumCmp, PacketChecks, PacketInfo, Status, StreamMode, StreamSide, StreamSize, TcpFlags,
+    Threshold, ThresholdKind, Track,
 };
 
 /// What a rule does when it matches.

@@ -163,7 +163,7 @@ pub const KEYWORDS: &[(&str, Status)] = &[
     ("flowint", E),
     ("xbits", E),
     ("hostbits", U),
-    ("stream_size", U),
+    ("stream_size", E),
     ("stream-event", U),
     ("app-layer-event", U),
     ("app-layer-protocol", U),
@@ -496,6 +496,74 @@ pub struct PacketInfo {
     pub ttl: u8,
     /// Source address equals destination address.
     pub sameip: bool,
+    /// For a TCP packet of a tracked stream, each direction's sequence
+    /// space so far as Suricata counts it for `stream_size` (`next_seq -
+    /// isn`: 1 for the SYN plus the bytes delivered in sequence, 0 before
+    /// the direction's first segment): `[client, server]`.
+    pub stream_size: Option<[u32; 2]>,
+}
+
+/// Which stream `stream_size` compares.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StreamSide {
+    /// The bytes the server sent.
+    Server,
+    /// The bytes the client sent.
+    Client,
+    /// Both directions must satisfy the comparison.
+    Both,
+    /// One of them must.
+    Either,
+}
+
+/// `stream_size:SIDE,OP,N` (Suricata's detect-stream_size.c).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StreamSize {
+    /// Which stream.
+    pub side: StreamSide,
+    /// The comparison, `<`, `<=`, `=`, `!=`, `>=`, `>` against N.
+    pub cmp: NumCmp,
+}
+
+impl StreamSize {
+    /// Parses the keyword's value: a side, an operator among `<`, `<=`,
+    /// `=` (`==`), `!=`, `>=`, `>`, and a number up to 2^32 - 1.
+    pub fn parse(v: &str) -> Option<StreamSize> {
+        let parts: Vec<&str> = v.split(',').map(str::trim).collect();
+        let [side, op, n] = parts[..] else {
+            return None;
+        };
+        let side = match side {
+            "server" => StreamSide::Server,
+            "client" => StreamSide::Client,
+            "both" => StreamSide::Both,
+            "either" => StreamSide::Either,
+            _ => return None,
+        };
+        if n.is_empty() || !n.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        let n: u32 = n.parse().ok()?;
+        let cmp = match op {
+            "=" | "==" => NumCmp::parse(&format!("={n}"), u32::MAX)?,
+            "<" | "<=" | ">" | ">=" => NumCmp::parse(&format!("{op}{n}"), u32::MAX)?,
+            "!=" => NumCmp::parse(&format!("!{n}"), u32::MAX)?,
+            _ => return None,
+        };
+        Some(StreamSize { side, cmp })
+    }
+
+    /// True if the sizes (`[client, server]`) satisfy the condition.
+    #[inline]
+    pub fn matches(&self, sizes: [u32; 2]) -> bool {
+        let [c, s] = sizes.map(|x| self.cmp.matches(x));
+        match self.side {
+            StreamSide::Client => c,
+            StreamSide::Server => s,
+            StreamSide::Both => c && s,
+            StreamSide::Either => c || s,
+        }
+    }
 }
 
 /// The per-packet conditions of a rule.
@@ -515,6 +583,8 @@ pub struct PacketChecks {
     pub ttl: Option<NumCmp>,
     /// `sameip`.
     pub sameip: bool,
+    /// `stream_size` (only TCP packets of a tracked stream match).
+    pub stream_size: Option<StreamSize>,
 }
 
 impl PacketChecks {
@@ -540,6 +610,9 @@ impl PacketChecks {
             && self.ip_proto.is_none_or(|c| c.matches(proto as u32))
             && self.ttl.is_none_or(|c| c.matches(p.ttl as u32))
             && (!self.sameip || p.sameip)
+            && self
+                .stream_size
+                .is_none_or(|c| p.stream_size.is_some_and(|z| c.matches(z)))
     }
 }
 
@@ -1055,6 +1128,10 @@ pub(super) fn apply(
                 return Err(RuleSyntax::TwoThresholds);
             }
             let t = Threshold::parse(v, name == "detection_filter").ok_or_else(|| bad_value(v))?;
+        "stream_size" => {
+            let v = need(val, name)?;
+            rule.checks.stream_size = Some(StreamSize::parse(v).ok_or_else(|| bad_value(v))?);
+        }
             rule.threshold = Some(t);
         }
         "sid" => {
