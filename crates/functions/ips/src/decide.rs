@@ -393,6 +393,7 @@ impl Ips {
             let drop = self.match_payload(&mut scratch, d, &hdr, p, ctx.events);
             st.flags = scratch.flags;
             st.bits = scratch.bits;
+            st.ints = scratch.ints;
             return drop;
         };
         if c.is_empty() {
@@ -418,7 +419,6 @@ impl Ips {
     }
 
     /// [`Ips::inspect_stream`] on a packet with new stream bytes `data`
-            st.ints = scratch.ints;
     /// (its `own` and `extra` parts joined).
     fn inspect_chunk(
         &mut self,
@@ -534,6 +534,7 @@ impl Ips {
         }
         st.flags = scratch.flags;
         st.bits = scratch.bits;
+        st.ints = scratch.ints;
         drop
     }
 
@@ -559,7 +560,6 @@ impl Ips {
         self.evaluate(scratch, d, hdr, p, events, bytes, None)
     }
 
-        st.ints = scratch.ints;
     /// Inspects a TCP segment's payload with the packetwise rules alone (its
     /// stream bytes, if any, were matched elsewhere); returns true if the
     /// packet must be dropped.
@@ -679,7 +679,10 @@ impl Ips {
         if !self.engine.flowbits_ok(rule, &st.bits) || !self.engine.flowints.ok(rule, &st.ints) {
             return false;
         }
+        // Post-match changes: flowbits, then flowint (Suricata runs both
+        // from the post-match list; they touch different variables).
         self.engine.flowbits_apply(rule, &mut st.bits);
+        self.engine.flowints.apply(rule, &mut st.ints);
         let r = &self.engine.rules[rule as usize];
         self.fired.push(rule);
         if self.xbits.uses(rule) {
@@ -704,10 +707,7 @@ impl Ips {
         if r.noalert {
             return action == AlertAction::Blocked;
         }
-        // Post-match changes: flowbits, then flowint (Suricata runs both
-        // from the post-match list; they touch different variables).
         self.counters.alerts += 1;
-        self.engine.flowints.apply(rule, &mut st.ints);
         events.push(Event::Alert(Alert {
             ts_ns: p.ts_ns,
             flow: p.meta.flow,

@@ -432,15 +432,17 @@ pub struct Rule {
     pub http: Vec<HttpList>,
     /// The keywords on TLS buffers, one list per buffer (TLS rules only).
     pub tls: Vec<TlsList>,
+    /// `tls.version` (TLS rules only).
+    pub tls_version: Option<crate::tls::TlsVersion>,
     /// Names of the `byte_extract` variables.
     pub vars: Vec<String>,
     /// `flowbits` conditions and operations.
     pub flowbits: Vec<Flowbit>,
+    /// `flowint` conditions and operations, in rule order.
+    pub flowints: Vec<Flowint>,
     /// `xbits` conditions and operations ([`crate::xbits`]).
     pub xbits: Vec<Xbit>,
     /// The rule's payload keywords need a buffer inspection (pcre, byte_*,
-    /// `flowint` conditions and operations, in rule order.
-    pub flowints: Vec<Flowint>,
     /// isdataat, negated contents, ...): it is evaluated over each packet's
     /// bytes, not by the streaming automata alone.
     pub buffer: bool,
@@ -948,13 +950,14 @@ pub fn parse_rule(line: &str, vars: &Vars) -> Result<Rule, RuleSyntax> {
         dns_query: None,
         http: Vec::new(),
         tls: Vec::new(),
+        tls_version: None,
         vars: Vec::new(),
         flowbits: Vec::new(),
+        flowints: Vec::new(),
         xbits: Vec::new(),
         buffer: false,
         to_server: None,
         established: false,
-        flowints: Vec::new(),
         not_established: false,
         stateless: false,
         stream,

@@ -236,7 +236,7 @@ pub const KEYWORDS: &[(&str, Status)] = &[
     ("ssh.hassh.server.string", U),
     ("ssl_version", U),
     ("ssl_state", U),
-    ("tls.version", U),
+    ("tls.version", E),
     ("tls.subject", U),
     ("tls.issuerdn", U),
     ("tls.fingerprint", U),
@@ -980,6 +980,7 @@ pub(super) fn apply(
             items(rule, cx).push(Item::IsDataAt(d));
         }
         "xbits" => rule.xbits.push(payload::xbits(need(val, name)?)?),
+        "flowint" => rule.flowints.push(payload::flowint(need(val, name)?)?),
         "flowbits" => match payload::flowbits(need(val, name)?)? {
             None => rule.noalert = true,
             Some(f) => rule.flowbits.push(f),
@@ -1053,10 +1054,16 @@ pub(super) fn apply(
             if !l.items.is_empty() {
                 return Err(RuleSyntax::UnsupportedKeyword(format!(
                     "{name} after a keyword of its buffer"
-        "flowint" => rule.flowints.push(payload::flowint(need(val, name)?)?),
                 )));
             }
             l.dotprefix = true;
+        }
+        // Not a sticky buffer: a condition on the TLS session, like
+        // Suricata's (the keywords after it stay where they were).
+        "tls.version" => {
+            let v = need(val, name)?;
+            to_tls(rule, name)?;
+            rule.tls_version = Some(crate::tls::TlsVersion::parse(v).ok_or_else(|| bad_value(v))?);
         }
         "dotprefix" if cx.tls.is_some() => {
             let l = tls_list(rule, cx.tls.unwrap_or(crate::tls::Buf::Sni));
@@ -1121,6 +1128,10 @@ pub(super) fn apply(
             rule.checks.flags = Some(TcpFlags::parse(v).ok_or_else(|| bad_value(v))?);
         }
         "sameip" => rule.checks.sameip = true,
+        "stream_size" => {
+            let v = need(val, name)?;
+            rule.checks.stream_size = Some(StreamSize::parse(v).ok_or_else(|| bad_value(v))?);
+        }
         "noalert" => rule.noalert = true,
         "threshold" | "detection_filter" => {
             let v = need(val, name)?;
@@ -1128,10 +1139,6 @@ pub(super) fn apply(
                 return Err(RuleSyntax::TwoThresholds);
             }
             let t = Threshold::parse(v, name == "detection_filter").ok_or_else(|| bad_value(v))?;
-        "stream_size" => {
-            let v = need(val, name)?;
-            rule.checks.stream_size = Some(StreamSize::parse(v).ok_or_else(|| bad_value(v))?);
-        }
             rule.threshold = Some(t);
         }
         "sid" => {
@@ -1263,6 +1270,11 @@ pub(super) fn validate(rule: &Rule) -> Result<(), RuleSyntax> {
                 "xbits condition with a flowbits change".into(),
             ));
         }
+        if rule.flowints.iter().any(|f| f.op.changes()) {
+            return Err(RuleSyntax::UnsupportedKeyword(
+                "xbits condition with a flowint change".into(),
+            ));
+        }
     }
     if rule.packetwise() && rule.stream == StreamMode::Only {
         // `dsize` inspects each packet's payload, `only_stream` only the
@@ -1291,8 +1303,3 @@ pub(super) fn validate(rule: &Rule) -> Result<(), RuleSyntax> {
     }
     Ok(())
 }
-            ));
-        }
-        if rule.flowints.iter().any(|f| f.op.changes()) {
-            return Err(RuleSyntax::UnsupportedKeyword(
-                "xbits condition with a flowint change".into(),
