@@ -934,7 +934,9 @@ impl Engine {
                 // only ([`DnsRules`], [`HttpRules`], [`TlsRules`]).
                 Proto::Dns | Proto::Http | Proto::Tls => &[],
             };
-            let last_positive = r.contents.iter().rposition(|c| !c.negated);
+            // Contents on `base64_data` are in decoded bytes, never in the
+            // stream: they cannot trigger a rule.
+            let last_positive = r.contents.iter().rposition(|c| !c.negated && !c.in_b64);
             let multi_relative = r.contents.len() > 1 && r.contents.iter().any(|c| c.is_relative());
             let pw = packetwise[ri];
             // A buffer or packetwise rule is never matched by the streaming
@@ -994,7 +996,7 @@ impl Engine {
             }
             flowbits.push(ops);
             for (ci, c) in r.contents.iter().enumerate() {
-                if c.negated || r.app_layer() || (fp_only && fast != Some(ci)) {
+                if c.negated || c.in_b64 || r.app_layer() || (fp_only && fast != Some(ci)) {
                     continue;
                 }
                 let (pats, tg, idx) = &mut sets[c.nocase as usize];
@@ -1362,7 +1364,12 @@ impl Engine {
 /// a hit's end and length are the content's. `None` without a positive
 /// content.
 fn stream_fast_pattern(r: &Rule) -> Option<usize> {
-    let positive = || r.contents.iter().enumerate().filter(|(_, c)| !c.negated);
+    let positive = || {
+        r.contents
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| !c.negated && !c.in_b64)
+    };
     positive()
         .find(|(_, c)| c.fast_pattern)
         .or_else(|| {

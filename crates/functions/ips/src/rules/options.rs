@@ -191,8 +191,8 @@ pub const KEYWORDS: &[(&str, Status)] = &[
     ("iprep", U),
     ("datarep", U),
     ("dataset", U),
-    ("base64_decode", U),
-    ("base64_data", U),
+    ("base64_decode", E),
+    ("base64_data", E),
     ("asn1", U),
     ("lua", U),
     ("luajit", U),
@@ -761,10 +761,15 @@ pub(super) struct ParseCx {
     pub http: Option<crate::http::Buf>,
     /// The sticky buffer is this TLS buffer.
     pub tls: Option<crate::tls::Buf>,
+    /// The sticky buffer is `base64_data` (the last one of a rule).
+    pub base64: bool,
 }
 
 /// The list the next payload keyword goes to: the sticky buffer's.
 fn items<'r>(rule: &'r mut Rule, cx: &ParseCx) -> &'r mut Vec<Item> {
+    if cx.base64 {
+        return &mut rule.base64;
+    }
     if let Some(b) = cx.http {
         return http_items(rule, b);
     }
@@ -890,8 +895,61 @@ pub(super) fn apply(
         let v = need(v, name)?;
         NumCmp::parse(v, max).ok_or_else(|| bad_value(v))
     };
+    if cx.base64
+        && status(name) == Some(Status::Enforced)
+        && !matches!(
+            name,
+            "content"
+                | "nocase"
+                | "offset"
+                | "depth"
+                | "distance"
+                | "within"
+                | "startswith"
+                | "endswith"
+                | "isdataat"
+                | "pcre"
+                | "byte_test"
+                | "byte_jump"
+                | "byte_extract"
+                | "bsize"
+        )
+    {
+        // Suricata's base64_data is the rule's last buffer; a keyword that
+        // would start another one, or a rule keyword read among its
+        // contents, is refused rather than guessed.
+        return Err(RuleSyntax::UnsupportedKeyword(format!(
+            "{name} after base64_data"
+        )));
+    }
     match name {
         "msg" => rule.msg = unquote(need(val, name)?)?.into(),
+        "base64_decode" => {
+            let has = |l: &[Item]| l.iter().any(|i| matches!(i, Item::Base64Decode(_)));
+            if has(&rule.items)
+                || rule.http.iter().any(|l| has(&l.items))
+                || rule.tls.iter().any(|l| has(&l.items))
+                || rule.dns_query.as_ref().is_some_and(|q| has(&q.items))
+            {
+                return Err(RuleSyntax::UnsupportedKeyword("base64_decode twice".into()));
+            }
+            let d = payload::base64_decode(val)?;
+            items(rule, cx).push(Item::Base64Decode(d));
+        }
+        "base64_data" => {
+            let has = |l: &[Item]| l.iter().any(|i| matches!(i, Item::Base64Decode(_)));
+            if !(has(&rule.items)
+                || rule.http.iter().any(|l| has(&l.items))
+                || rule.tls.iter().any(|l| has(&l.items))
+                || rule.dns_query.as_ref().is_some_and(|q| has(&q.items)))
+            {
+                return Err(RuleSyntax::BadValue {
+                    keyword: name.into(),
+                    value: "without a base64_decode before it".into(),
+                });
+            }
+            cx.base64 = true;
+        }
         "content" => {
             let v = need(val, name)?;
             let (negated, v) = match v.strip_prefix('!') {
@@ -910,6 +968,7 @@ pub(super) fn apply(
             rule.contents.push(Content {
                 bytes,
                 negated,
+                in_b64: cx.base64,
                 ..Content::default()
             });
         }
@@ -1214,7 +1273,8 @@ pub(super) fn validate(rule: &Rule) -> Result<(), RuleSyntax> {
             && (first(&rule.items)
                 || rule.dns_query.as_ref().is_some_and(|q| first(&q.items))
                 || rule.http.iter().any(|l| first(&l.items))
-                || rule.tls.iter().any(|l| first(&l.items)))
+                || rule.tls.iter().any(|l| first(&l.items))
+                || first(&rule.base64))
         {
             return Err(RuleSyntax::RelativeFirstContent);
         }
@@ -1227,6 +1287,37 @@ pub(super) fn validate(rule: &Rule) -> Result<(), RuleSyntax> {
     }
     if rule.contents.len() > 255 {
         return Err(RuleSyntax::TooManyContents);
+    }
+    // `base64_decode` ends its list (the decoded bytes are inspected by the
+    // `base64_data` keywords, and nothing after them in the original
+    // buffer), and those keywords need it to decode something.
+    let b64_last = |l: &[Item]| {
+        l.iter()
+            .position(|i| matches!(i, Item::Base64Decode(_)))
+            .is_none_or(|p| p + 1 == l.len())
+    };
+    if !(b64_last(&rule.items)
+        && rule.http.iter().all(|l| b64_last(&l.items))
+        && rule.tls.iter().all(|l| b64_last(&l.items))
+        && rule.dns_query.as_ref().is_none_or(|q| b64_last(&q.items)))
+    {
+        return Err(RuleSyntax::UnsupportedKeyword(
+            "keyword after base64_decode before base64_data".into(),
+        ));
+    }
+    if rule.base64.is_empty()
+        && (rule
+            .items
+            .iter()
+            .any(|i| matches!(i, Item::Base64Decode(_)))
+            || rule
+                .http
+                .iter()
+                .any(|l| l.items.iter().any(|i| matches!(i, Item::Base64Decode(_)))))
+    {
+        return Err(RuleSyntax::UnsupportedKeyword(
+            "base64_decode without base64_data keywords".into(),
+        ));
     }
     if rule.threshold.is_some() && rule.action != super::Action::Alert {
         // Thresholds decide alerts after the batch's verdicts; a drop or pass

@@ -174,6 +174,120 @@ pub enum Item {
     IsDataAt(IsDataAt),
     /// `bsize`: the buffer's length (sticky buffers only).
     Bsize(super::NumCmp),
+    /// `base64_decode`: decodes from here and inspects the decoded bytes
+    /// with the rule's `base64_data` keywords ([`super::Rule::base64`]); the
+    /// last keyword of its list (Suricata: "base64 is a terminal list").
+    Base64Decode(Base64Decode),
+}
+
+/// `base64_decode:[bytes N][, offset M][, relative]` (Suricata's
+/// detect-base64-decode.c).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Base64Decode {
+    /// Encoded bytes to decode at most (default and cap [`BASE64_DECODE_MAX`]).
+    pub bytes: u32,
+    /// Where decoding starts: from the buffer start, or with `relative` from
+    /// the previous match's end.
+    pub offset: u32,
+    /// From the previous match's end.
+    pub relative: bool,
+}
+
+/// Suricata's default (and here the cap) of `base64_decode`'s `bytes`.
+pub const BASE64_DECODE_MAX: u32 = 65535;
+
+/// `base64_decode` (no value: decode from the buffer's start).
+pub(crate) fn base64_decode(v: Option<&str>) -> Result<Base64Decode, RuleSyntax> {
+    let kw = "base64_decode";
+    let mut d = Base64Decode {
+        bytes: BASE64_DECODE_MAX,
+        offset: 0,
+        relative: false,
+    };
+    let Some(v) = v else {
+        return Ok(d);
+    };
+    let (mut seen_bytes, mut seen_offset) = (false, false);
+    for part in v.split(',').map(str::trim) {
+        let mut w = part.split_whitespace();
+        match (w.next(), w.next(), w.next()) {
+            (Some("relative"), None, _) if !d.relative => d.relative = true,
+            (Some("bytes"), Some(n), None) if !seen_bytes => {
+                let n: u32 = n.parse().map_err(|_| bad(kw, v))?;
+                if n == 0 {
+                    return Err(bad(kw, v));
+                }
+                d.bytes = n.min(BASE64_DECODE_MAX);
+                seen_bytes = true;
+            }
+            (Some("offset"), Some(n), None) if !seen_offset => {
+                d.offset = n.parse().map_err(|_| bad(kw, v))?;
+                seen_offset = true;
+            }
+            _ => return Err(bad(kw, v)),
+        }
+    }
+    Ok(d)
+}
+
+/// The value of a base64 character, or None.
+#[inline]
+fn b64_value(c: u8) -> Option<u8> {
+    Some(match c {
+        b'A'..=b'Z' => c - b'A',
+        b'a'..=b'z' => c - b'a' + 26,
+        b'0'..=b'9' => c - b'0' + 52,
+        b'+' => 62,
+        b'/' => 63,
+        _ => return None,
+    })
+}
+
+/// Decodes `src` into `out` (cleared first) as Suricata's `DecodeBase64`
+/// does in its non-strict mode (Suricata 5/6, util-crypt.c): 4 characters
+/// make 3 bytes, less one per `=` in the block; decoding stops at a NUL or
+/// at the first character that is neither base64 nor `=`, dropping an
+/// incomplete block there; an incomplete block at the input's end gives its
+/// whole bytes (n characters, n - 1 bytes). Returns the decoded length.
+pub fn base64_decode_into(src: &[u8], out: &mut Vec<u8>) -> usize {
+    out.clear();
+    let (mut block, mut n, mut pad) = ([0u8; 4], 0usize, 0usize);
+    let mut valid = true;
+    let push_block = |out: &mut Vec<u8>, b: &[u8; 4], keep: usize| {
+        let v = (b[0] as u32) << 18 | (b[1] as u32) << 12 | (b[2] as u32) << 6 | b[3] as u32;
+        let bytes = [(v >> 16) as u8, (v >> 8) as u8, v as u8];
+        out.extend_from_slice(&bytes[..keep]);
+    };
+    for &c in src {
+        if c == 0 {
+            break;
+        }
+        let val = match b64_value(c) {
+            Some(x) => x,
+            None if c == b'=' => {
+                pad += 1;
+                0
+            }
+            None => {
+                valid = false;
+                break;
+            }
+        };
+        block[n] = val;
+        n += 1;
+        if n == 4 {
+            push_block(out, &block, 3 - pad.min(3));
+            block = [0; 4];
+            n = 0;
+            pad = 0;
+        }
+    }
+    if valid && n > 0 {
+        // Suricata counts n - 1 bytes for n characters left (padding in
+        // them not deducted).
+        push_block(out, &block, n - 1);
+    }
+    out.len()
 }
 
 /// A `flowbits` operation.
