@@ -44,6 +44,7 @@
 //!   `prev_end + distance + within` (Suricata's definition).
 //! * Single-content rules are exact: every occurrence is checked.
 //! * Rules with `pcre`, `byte_test`, `byte_jump`, `byte_extract`, `isdataat`,
+//!   `base64_decode` (its `base64_data` keywords over the decoded bytes),
 //!   negated contents, `startswith`/`endswith` or positions from variables are
 //!   buffer rules ([`inspect`]): inspected over each packet's bytes (a datagram's
 //!   payload, or a TCP packet's new stream bytes, positions counted from the

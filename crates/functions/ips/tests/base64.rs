@@ -149,6 +149,11 @@ fn refused_forms() {
         )
     };
     assert!(p("base64_decode:bytes 8, offset 1, relative; base64_data; content:\"t\";").is_ok());
+    // Rule keywords may follow base64_data (ET Open's CVE-2021-42321 rule
+    // sets an xbit there); its contents stay on the decoded bytes.
+    let r = p("base64_decode; base64_data; content:\"t\"; xbits:set,x,track ip_src; flow:to_server; content:\"u\";").unwrap();
+    assert_eq!(r.base64.len(), 2);
+    assert!(r.contents[1].in_b64 && r.contents[2].in_b64);
     for bad in [
         "base64_data; content:\"t\";", // no base64_decode
         "base64_decode:bytes 0; base64_data; content:\"t\";", // bytes must be > 0

@@ -874,6 +874,31 @@ pub(super) fn apply(
     val: Option<&str>,
     cx: &mut ParseCx,
 ) -> Result<(), RuleSyntax> {
+    if !cx.base64 {
+        return apply_keyword(rule, name, val, cx);
+    }
+    // Suricata's `base64_data` is the rule's last buffer: a sticky buffer
+    // after it (which would set one of these) is refused rather than
+    // guessed. Rule keywords (`flow`, `xbits`, ...) may still follow.
+    cx.http = None;
+    cx.tls = None;
+    cx.dns_query = false;
+    apply_keyword(rule, name, val, cx)?;
+    if cx.http.is_some() || cx.tls.is_some() || cx.dns_query || name == "pkt_data" {
+        return Err(RuleSyntax::UnsupportedKeyword(format!(
+            "{name} after base64_data"
+        )));
+    }
+    Ok(())
+}
+
+/// One keyword (see [`apply`]).
+fn apply_keyword(
+    rule: &mut Rule,
+    name: &str,
+    val: Option<&str>,
+    cx: &mut ParseCx,
+) -> Result<(), RuleSyntax> {
     let bad_modifier = |v: &str| RuleSyntax::BadModifier {
         keyword: name.into(),
         value: v.into(),
@@ -895,33 +920,6 @@ pub(super) fn apply(
         let v = need(v, name)?;
         NumCmp::parse(v, max).ok_or_else(|| bad_value(v))
     };
-    if cx.base64
-        && status(name) == Some(Status::Enforced)
-        && !matches!(
-            name,
-            "content"
-                | "nocase"
-                | "offset"
-                | "depth"
-                | "distance"
-                | "within"
-                | "startswith"
-                | "endswith"
-                | "isdataat"
-                | "pcre"
-                | "byte_test"
-                | "byte_jump"
-                | "byte_extract"
-                | "bsize"
-        )
-    {
-        // Suricata's base64_data is the rule's last buffer; a keyword that
-        // would start another one, or a rule keyword read among its
-        // contents, is refused rather than guessed.
-        return Err(RuleSyntax::UnsupportedKeyword(format!(
-            "{name} after base64_data"
-        )));
-    }
     match name {
         "msg" => rule.msg = unquote(need(val, name)?)?.into(),
         "base64_decode" => {
