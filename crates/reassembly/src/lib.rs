@@ -924,6 +924,8 @@ impl Reassembler {
             established: c.has(F_ESTABLISHED),
             stream_offset: c.dirs[d].delivered,
             gap: c.synced & gap_bit(d) != 0,
+            peer_offset: c.dirs[1 - d].delivered,
+            peer_synced: c.synced(1 - d),
             ..StreamChunk::default()
         };
         let len = m.payload_len as i64;

@@ -30,6 +30,14 @@ pub struct StreamChunk {
     /// A consumer carrying state across the stream, such as an IPS's automaton,
     /// must not continue it over the gap.
     pub gap: bool,
+    /// The other direction's stream offset at this packet: the bytes it
+    /// has delivered so far (what a consumer comparing both directions'
+    /// sizes, such as the IPS's `stream_size`, needs on either side's
+    /// packets).
+    pub peer_offset: u64,
+    /// The other direction's first segment (SYN, SYN-ACK or a mid-stream
+    /// pickup) was seen: its sequence numbers are known.
+    pub peer_synced: bool,
 }
 
 impl StreamChunk {

@@ -149,8 +149,10 @@ impl BatchNf for Ips {
                 e.x.through |= st != before;
                 // A pending blob's description is acknowledged with the
                 // blob, so another instance finds both.
-                e.x.flagged |=
-                    st.flags != before.flags || st.bits != before.bits || st.pend != before.pend;
+                e.x.flagged |= st.flags != before.flags
+                    || st.bits != before.bits
+                    || st.ints != before.ints
+                    || st.pend != before.pend;
                 st.last_seen = st.last_seen.max(now);
                 e.dirty = true;
             }
@@ -201,6 +203,27 @@ impl BatchNf for Ips {
     }
 }
 
+/// Both directions' sizes as `stream_size` compares them, `[client,
+/// server]`, at a packet of a tracked stream: Suricata's `next_seq - isn`
+/// for each direction, so 1 (the SYN's sequence number) plus the bytes
+/// delivered in sequence so far, this packet's included, and 0 for a
+/// direction whose first segment was not seen yet. Computed in `u32` as
+/// Suricata's sequence numbers are (it wraps after 4 GiB).
+#[inline]
+fn stream_sizes(c: &StreamChunk) -> [u32; 2] {
+    let own = (c.stream_offset + c.len() as u64 + 1) as u32;
+    let peer = if c.peer_synced {
+        (c.peer_offset + 1) as u32
+    } else {
+        0
+    };
+    if c.to_server {
+        [own, peer]
+    } else {
+        [peer, own]
+    }
+}
+
 /// What the per-packet keywords read from `p`.
 #[inline]
 fn packet_info(p: &Packet) -> PacketInfo {
@@ -212,6 +235,7 @@ fn packet_info(p: &Packet) -> PacketInfo {
         icmp_code: m.icmp_code,
         ttl: m.ttl,
         sameip: m.flow.src == m.flow.dst,
+        stream_size: None,
     }
 }
 
@@ -329,7 +353,10 @@ impl Ips {
             ),
             established: chunk.is_some_and(|c| c.established),
             stream: chunk.is_some(),
-            pkt: packet_info(p),
+            pkt: PacketInfo {
+                stream_size: chunk.map(|c| stream_sizes(&c)),
+                ..packet_info(p)
+            },
             dns: false,
             http: false,
             tls: false,
@@ -366,6 +393,7 @@ impl Ips {
             let drop = self.match_payload(&mut scratch, d, &hdr, p, ctx.events);
             st.flags = scratch.flags;
             st.bits = scratch.bits;
+            st.ints = scratch.ints;
             return drop;
         };
         if c.is_empty() {
@@ -506,6 +534,7 @@ impl Ips {
         }
         st.flags = scratch.flags;
         st.bits = scratch.bits;
+        st.ints = scratch.ints;
         drop
     }
 
@@ -647,10 +676,13 @@ impl Ips {
         (d, p, app): (usize, &Packet, Option<&'static str>),
         events: &mut Vec<Event>,
     ) -> bool {
-        if !self.engine.flowbits_ok(rule, &st.bits) {
+        if !self.engine.flowbits_ok(rule, &st.bits) || !self.engine.flowints.ok(rule, &st.ints) {
             return false;
         }
+        // Post-match changes: flowbits, then flowint (Suricata runs both
+        // from the post-match list; they touch different variables).
         self.engine.flowbits_apply(rule, &mut st.bits);
+        self.engine.flowints.apply(rule, &mut st.ints);
         let r = &self.engine.rules[rule as usize];
         self.fired.push(rule);
         if self.xbits.uses(rule) {

@@ -8,6 +8,7 @@ use sluice_state::{Codec, DecodeError, Reader, Writer};
 use sluice_wire::FlowKey;
 
 use crate::dns::prefilter::DnsRules;
+use crate::flowint::FlowInts;
 use crate::hashmpm::{FirstStage, HashMpm};
 use crate::http::prefilter::HttpRules;
 use crate::http::HttpDir;
@@ -880,6 +881,8 @@ pub struct Engine {
     pub tls: TlsRules,
     /// Flowbit names, by id.
     pub flowbit_names: Vec<String>,
+    /// The rules' `flowint` keywords ([`crate::flowint`]).
+    pub flowints: crate::flowint::Flowints,
     /// The rules' headers, compiled ([`crate::header`]).
     headers: crate::header::Headers,
 }
@@ -918,6 +921,7 @@ impl Engine {
         let mut names: FxHashMap<String, u16> = FxHashMap::default();
         let mut flowbit_names = Vec::new();
         let mut flowbits = Vec::with_capacity(rules.len());
+        let flowints = crate::flowint::Flowints::new(&rules);
         for (ri, r) in rules.iter().enumerate() {
             let classes: &[usize] = match r.proto {
                 // `smtp`, `ftp`, `smb`: stream rules like `tcp` ones, their
@@ -930,7 +934,9 @@ impl Engine {
                 // only ([`DnsRules`], [`HttpRules`], [`TlsRules`]).
                 Proto::Dns | Proto::Http | Proto::Tls => &[],
             };
-            let last_positive = r.contents.iter().rposition(|c| !c.negated);
+            // Contents on `base64_data` are in decoded bytes, never in the
+            // stream: they cannot trigger a rule.
+            let last_positive = r.contents.iter().rposition(|c| !c.negated && !c.in_b64);
             let multi_relative = r.contents.len() > 1 && r.contents.iter().any(|c| c.is_relative());
             let pw = packetwise[ri];
             // A buffer or packetwise rule is never matched by the streaming
@@ -990,7 +996,7 @@ impl Engine {
             }
             flowbits.push(ops);
             for (ci, c) in r.contents.iter().enumerate() {
-                if c.negated || r.app_layer() || (fp_only && fast != Some(ci)) {
+                if c.negated || c.in_b64 || r.app_layer() || (fp_only && fast != Some(ci)) {
                     continue;
                 }
                 let (pats, tg, idx) = &mut sets[c.nocase as usize];
@@ -1059,6 +1065,7 @@ impl Engine {
             trigger,
             flowbits,
             flowbit_names,
+            flowints,
         })
     }
 
@@ -1357,7 +1364,12 @@ impl Engine {
 /// a hit's end and length are the content's. `None` without a positive
 /// content.
 fn stream_fast_pattern(r: &Rule) -> Option<usize> {
-    let positive = || r.contents.iter().enumerate().filter(|(_, c)| !c.negated);
+    let positive = || {
+        r.contents
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| !c.negated && !c.in_b64)
+    };
     positive()
         .find(|(_, c)| c.fast_pattern)
         .or_else(|| {
@@ -1502,13 +1514,16 @@ pub struct FlowState {
     /// The flow's stream protocol as detected by content
     /// ([`crate::applayer`]: undecided, smtp, ftp, smb, other).
     pub app: u8,
+    /// The flow's `flowint` variables (both directions share them).
+    pub ints: FlowInts,
 }
 
 /// Version 2 added the flowbits, version 3 the HTTP framing, version 4 the
 /// pending units, version 5 the pending HTTP body
 /// ([`crate::pending::HTTP_BODY`]), version 6 the detected stream protocol
-/// ([`crate::applayer`]); older records still decode (without them).
-const VERSION: u8 = 6;
+/// ([`crate::applayer`]), version 7 the flowint variables
+/// ([`crate::flowint`]); older records still decode (without them).
+const VERSION: u8 = 7;
 
 impl Codec for FlowState {
     fn encode(&self, w: &mut Writer<'_>) {
@@ -1532,6 +1547,7 @@ impl Codec for FlowState {
             p.encode(w);
         }
         w.u8(self.app);
+        self.ints.encode(w);
     }
 
     fn decode(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
@@ -1593,17 +1609,21 @@ impl Codec for FlowState {
                 return Err(DecodeError("unknown ips stream protocol"));
             }
         }
+        if version >= 7 {
+            s.ints = FlowInts::decode(r)?;
+        }
         Ok(s)
     }
 }
 
 /// Encoded size of a record with `partial` partial matches in total over both
-/// directions, no flowbit set (each adds 2 bytes), no
+/// directions, no flowbit set (each adds 2 bytes), no flowint variable
+/// (each adds 6, [`FlowInts::encoded_len`]), no
 /// HTTP message being framed (each direction that is adds 15 bytes,
 /// [`HttpDir::encoded_len`]) and no pending unit (each direction with one
 /// adds 8 bytes, [`Pend::encoded_len`]).
 pub const fn record_size(partial: usize) -> usize {
-    11 + 2 * 10 + 2 + 2 + 1 + 13 * partial
+    11 + 2 * 10 + 2 + 2 + 1 + 1 + 13 * partial
 }
 
 #[cfg(test)]

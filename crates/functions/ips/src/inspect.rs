@@ -11,8 +11,15 @@
 //! query name ([`inspect_items`]). Nothing is allocated: regexes were compiled at load, and PCRE2's match data
 //! comes from the regex's own cache.
 
-use crate::rules::payload::{ByteJump, CmpOp, Extract, Item, Read, Val, MAX_VARS};
+use crate::rules::payload::{Base64Decode, ByteJump, CmpOp, Extract, Item, Read, Val, MAX_VARS};
 use crate::rules::{Content, Rule};
+
+thread_local! {
+    /// The bytes `base64_decode` decoded: one buffer per thread, grown to the
+    /// largest decoding once (at most 3/4 of `BASE64_DECODE_MAX`) and
+    /// reused, so no packet allocates.
+    static B64_SCRATCH: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
 
 /// Keyword evaluations one inspection may make, backtracking included (as
 /// Suricata's `inspection-recursion-limit`): a hostile payload cannot make a
@@ -90,6 +97,7 @@ impl Item {
             Item::ByteExtract(e) => e.ex.relative,
             Item::IsDataAt(d) => d.relative,
             Item::Bsize(_) => false,
+            Item::Base64Decode(d) => d.relative,
         }
     }
 }
@@ -186,7 +194,43 @@ impl Cx<'_> {
                 let len = u32::try_from(self.data.len()).unwrap_or(u32::MAX);
                 c.matches(len) && self.run(i + 1, prev)
             }
+            Item::Base64Decode(d) => self.base64(d, prev),
         }
+    }
+
+    /// `base64_decode` then the rule's `base64_data` keywords over the
+    /// decoded bytes (positions from their start), as Suricata's
+    /// `DetectBase64DecodeDoMatch`: from the buffer start or (`relative`)
+    /// the previous match's end, `offset` further (no match if that is not
+    /// before the end), at most `bytes` encoded bytes. Terminal: nothing of
+    /// the original buffer follows. Decoding costs one step per 256 encoded
+    /// bytes on top of the keyword's (bounded work under backtracking).
+    fn base64(&mut self, d: &Base64Decode, prev: usize) -> bool {
+        let start = if d.relative { prev } else { 0 };
+        let rest = self.data.len().saturating_sub(start);
+        if d.offset as usize >= rest && (d.offset > 0 || rest == 0) {
+            return false;
+        }
+        let from = start + d.offset as usize;
+        let to = from + (rest - d.offset as usize).min(d.bytes as usize);
+        let input = &self.data[from..to];
+        let cost = (input.len() / 256) as u32;
+        if cost >= self.steps {
+            self.steps = 0;
+            return false;
+        }
+        self.steps -= cost;
+        B64_SCRATCH.with(|scratch| {
+            // The `base64_data` list holds no `base64_decode` (refused at
+            // load), so the scratch is never borrowed twice.
+            let Ok(mut out) = scratch.try_borrow_mut() else {
+                return false;
+            };
+            if crate::rules::payload::base64_decode_into(input, &mut out) == 0 {
+                return false;
+            }
+            inspect_items(self.rule, &self.rule.base64, &out, 0)
+        })
     }
 
     /// A content: its window, then each occurrence in it until the rest of the

@@ -19,9 +19,11 @@
 //! `[cs u32][ci u32][nfired u8 = 0][nprog u8][nprog × (rule u32,
 //! next u8, last_end u64)]`, then per direction the HTTP framing (1 byte, 16
 //! while a message is framed), then per direction the pending unit (1 byte, 9
-//! with one): 35 bytes for a flow without alerts, partial matches, flowbits,
+//! with one), then the detected stream protocol (1 byte) and the `flowint`
+//! variables (`[n u8][n × (id u16, value u32)]`, [`flowint`]): 37 bytes for a
+//! flow without partial matches, flowbits, flowints,
 //! HTTP message or pending unit, plus 13 per partial match,
-//! 2 per flowbit, 15 per direction framing HTTP and 8 per direction with a
+//! 2 per flowbit, 6 per flowint, 15 per direction framing HTTP and 8 per direction with a
 //! pending unit ([`engine::record_size`]). A change of flowbits is written like
 //! a block: acked before the batch leaves; so is a change of a pending unit,
 //! whose bytes are a blob of their own ([`pending`], table
@@ -42,6 +44,7 @@
 //!   `prev_end + distance + within` (Suricata's definition).
 //! * Single-content rules are exact: every occurrence is checked.
 //! * Rules with `pcre`, `byte_test`, `byte_jump`, `byte_extract`, `isdataat`,
+//!   `base64_decode` (its `base64_data` keywords over the decoded bytes),
 //!   negated contents, `startswith`/`endswith` or positions from variables are
 //!   buffer rules ([`inspect`]): inspected over each packet's bytes (a datagram's
 //!   payload, or a TCP packet's new stream bytes, positions counted from the
@@ -59,8 +62,11 @@
 //!   those without contents; each is inspected over the payload
 //!   ([`inspect`], positions from the payload start). `flow:stateless` asks
 //!   nothing of the packet: its content rules are stream rules.
-//! * `flowbits` conditions are checked when a rule matches; its set/unset/toggle
-//!   apply then, also for `noalert` rules.
+//! * `flowbits` and `flowint` conditions are checked when a rule matches; its
+//!   set/unset/toggle and flowint changes apply then, also for `noalert` rules.
+//! * `stream_size` compares each direction's sequence space (1 + bytes
+//!   delivered in sequence, from the reassembler) on TCP packets of a tracked
+//!   stream, as a per-packet keyword.
 //! * Multi-content rules are matched in rule order without backtracking: per rule a
 //!   progress `(next content, end of the last satisfied one)` is kept. The first
 //!   occurrence of the first content anchors the match; a later occurrence
@@ -137,6 +143,7 @@ mod decide;
 pub mod dns;
 pub mod engine;
 mod eve_meta;
+pub mod flowint;
 mod hashmpm;
 mod header;
 pub mod http;
@@ -535,7 +542,7 @@ impl Ips {
         let nontcp_drop = rules.iter().any(|r| {
             !matches!(r.proto, Proto::Tcp | Proto::Http | Proto::Tls)
                 && !r.proto.stream_app()
-                && (r.action != Action::Alert || !r.flowbits.is_empty())
+                && (r.action != Action::Alert || !r.flowbits.is_empty() || !r.flowints.is_empty())
         });
         let thresholds = threshold::Thresholds::new(&rules);
         let xbits = xbits::Xbits::new(&rules);

@@ -558,30 +558,37 @@ fn the_framing_round_trips_through_the_record() {
     let mut idle = Vec::new();
     FlowState::default().encode(&mut Writer::new(&mut idle));
     assert_eq!(idle.len(), record_size(0));
-    // Version 5: the same without the detected protocol's byte.
-    let mut v5 = idle[..idle.len() - 1].to_vec();
+    // Version 6: the same without the flowint count.
+    let mut v6 = idle[..idle.len() - 1].to_vec();
+    v6[0] = 6;
+    assert_eq!(
+        FlowState::decode(&mut Reader::new(&v6)).unwrap(),
+        FlowState::default()
+    );
+    // Version 5: without the detected protocol's byte either.
+    let mut v5 = idle[..idle.len() - 2].to_vec();
     v5[0] = 5;
     assert_eq!(
         FlowState::decode(&mut Reader::new(&v5)).unwrap(),
         FlowState::default()
     );
     // Version 3: without the two pending bytes either.
-    let mut v3 = idle[..idle.len() - 3].to_vec();
+    let mut v3 = idle[..idle.len() - 4].to_vec();
     v3[0] = 3;
     assert_eq!(
         FlowState::decode(&mut Reader::new(&v3)).unwrap(),
         FlowState::default()
     );
     // Version 2: without the two framing bytes either.
-    let mut v2 = idle[..idle.len() - 5].to_vec();
+    let mut v2 = idle[..idle.len() - 6].to_vec();
     v2[0] = 2;
     assert_eq!(
         FlowState::decode(&mut Reader::new(&v2)).unwrap(),
         FlowState::default()
     );
-    // An unknown phase, pending kind or stream protocol is refused, not
-    // trusted.
-    for at in [4, 2, 1] {
+    // An unknown phase, pending kind or stream protocol, or too many
+    // flowints, is refused, not trusted.
+    for at in [5, 3, 2, 1] {
         let mut bad = idle.clone();
         let n = bad.len();
         bad[n - at] = 99;

@@ -436,8 +436,8 @@ fn tls_keywords_make_a_tcp_rule_tls_and_are_refused_elsewhere() {
             "keyword tls.cert_fingerprint",
         ),
         (
-            r#"alert tls any any -> any any (tls.version:1.2; sid:1;)"#,
-            "keyword tls.version",
+            r#"alert tls any any -> any any (tls.fingerprint:"aa"; sid:1;)"#,
+            "keyword tls.fingerprint",
         ),
     ] {
         assert_eq!(load(rule).unwrap_err().reason(), reason, "{rule}");
@@ -1271,4 +1271,69 @@ fn a_certificate_chain_over_several_records_is_read() {
             "cut at {cut}"
         );
     }
+}
+
+// --- tls.version ------------------------------------------------------------
+
+/// `tls.version` compares the version Suricata keeps for the packet's side:
+/// the ClientHello's on the client's packets, the ServerHello's on the
+/// server's, where TLS 1.3's `supported_versions` extension (RFC 8446
+/// §4.2.1) gives the selected version and a draft (0x7fNN) counts as 1.3
+/// unless the rule writes a raw value.
+#[test]
+fn tls_version_per_side() {
+    let r = |sid: u32, opts: &str| format!("alert tls any any -> any any ({opts} sid:{sid};)");
+    let rules = [
+        r(1, "flow:to_server; tls.version:1.2;"),
+        r(2, "flow:to_server; tls.version:1.1;"),
+        r(3, "flow:to_client; tls.version:1.3;"),
+        r(4, "flow:to_client; tls.version:1.2;"),
+        r(5, "flow:to_client; tls.version:0x7f1c;"),
+        r(6, "flow:to_client; tls.version:\"0x0304\";"),
+        r(7, "tls.version:1.0; content:\"|00 2f|\";"),
+    ];
+    let rules: Vec<&str> = rules.iter().map(String::as_str).collect();
+    let sh13 = server_hello(0x0303, 0x1301, &[ext(43, &[3, 4])]);
+    let got = sids(
+        &rules,
+        &flow(443, &[browser_hello("a.example")], Some(&sh13)),
+    );
+    assert_eq!(got, vec![1, 3, 6]);
+    // A TLS 1.2 server (no extension): its hello's version.
+    let sh12 = server_hello(0x0303, 0xc02b, &[]);
+    let got = sids(
+        &rules,
+        &flow(443, &[browser_hello("a.example")], Some(&sh12)),
+    );
+    assert_eq!(got, vec![1, 4]);
+    // A draft version selected: 1.3 by name, and its own raw value.
+    let draft = server_hello(0x0303, 0x1301, &[ext(43, &[0x7f, 0x1c])]);
+    let got = sids(
+        &rules,
+        &flow(443, &[browser_hello("a.example")], Some(&draft)),
+    );
+    assert_eq!(got, vec![1, 3, 5]);
+    // A TLS 1.0 ClientHello: sid 7's version and its payload content.
+    let got = sids(&rules, &flow(443, &[ja3_readme_hello()], None));
+    assert_eq!(got, vec![7]);
+}
+
+#[test]
+fn tls_version_parsing() {
+    let v = |x: &str| {
+        load(&format!(
+            "alert tls any any -> any any (tls.version:{x}; sid:1;)"
+        ))
+    };
+    assert_eq!(v("1.2").unwrap().tls_version.unwrap().ver, 0x0303);
+    assert_eq!(v("\"1.3\"").unwrap().tls_version.unwrap().ver, 0x0304);
+    let raw = v("0x0300").unwrap().tls_version.unwrap();
+    assert!(raw.raw && raw.ver == 0x0300);
+    for bad in ["1.4", "0x303", "0x030303", "tls1.2", "", "0xzzzz"] {
+        assert!(v(bad).is_err(), "{bad}");
+    }
+    // It makes a tcp rule a tls rule, and is refused on others.
+    let t = load("alert tcp any any -> any any (tls.version:1.2; sid:1;)").unwrap();
+    assert_eq!(t.proto, rules::Proto::Tls);
+    assert!(load("alert udp any any -> any any (tls.version:1.2; sid:1;)").is_err());
 }

@@ -30,10 +30,11 @@ use sluice_wire::IpAddr;
 pub mod options;
 pub mod payload;
 
-pub use payload::{Flowbit, Item, Xbit, XbitOp, XbitTrack};
+pub use payload::{Flowbit, Flowint, FlowintOp, FlowintVal, Item, Xbit, XbitOp, XbitTrack};
 
 pub use options::{
-    NumCmp, PacketChecks, PacketInfo, Status, StreamMode, TcpFlags, Threshold, ThresholdKind, Track,
+    NumCmp, PacketChecks, PacketInfo, Status, StreamMode, StreamSide, StreamSize, TcpFlags,
+    Threshold, ThresholdKind, Track,
 };
 
 /// What a rule does when it matches.
@@ -325,6 +326,9 @@ pub struct Content {
     /// `fast_pattern:offset,length`: only those bytes of the content are
     /// searched.
     pub fast_chop: Option<(u16, u16)>,
+    /// The content is on `base64_data` (the decoded bytes of the rule's
+    /// `base64_decode`): never searched in the stream or a buffer.
+    pub in_b64: bool,
 }
 
 /// `offset`, `depth`, `distance`, `within` given as a `byte_extract` variable
@@ -431,10 +435,17 @@ pub struct Rule {
     pub http: Vec<HttpList>,
     /// The keywords on TLS buffers, one list per buffer (TLS rules only).
     pub tls: Vec<TlsList>,
+    /// `tls.version` (TLS rules only).
+    pub tls_version: Option<crate::tls::TlsVersion>,
     /// Names of the `byte_extract` variables.
     pub vars: Vec<String>,
     /// `flowbits` conditions and operations.
     pub flowbits: Vec<Flowbit>,
+    /// `flowint` conditions and operations, in rule order.
+    pub flowints: Vec<Flowint>,
+    /// The `base64_data` keywords, inspected over what the rule's
+    /// `base64_decode` decoded ([`crate::inspect`]).
+    pub base64: Vec<Item>,
     /// `xbits` conditions and operations ([`crate::xbits`]).
     pub xbits: Vec<Xbit>,
     /// The rule's payload keywords need a buffer inspection (pcre, byte_*,
@@ -945,8 +956,11 @@ pub fn parse_rule(line: &str, vars: &Vars) -> Result<Rule, RuleSyntax> {
         dns_query: None,
         http: Vec::new(),
         tls: Vec::new(),
+        tls_version: None,
         vars: Vec::new(),
         flowbits: Vec::new(),
+        flowints: Vec::new(),
+        base64: Vec::new(),
         xbits: Vec::new(),
         buffer: false,
         to_server: None,
@@ -988,6 +1002,7 @@ pub fn parse_rule(line: &str, vars: &Vars) -> Result<Rule, RuleSyntax> {
     for l in &rule.tls {
         absolute_first(&l.items, &mut rule.contents);
     }
+    absolute_first(&rule.base64, &mut rule.contents);
     options::validate(&rule)?;
     // DNS and HTTP rules are always inspected over their buffers
     // ([`crate::dns`], [`crate::http`]), never by the stream automata.

@@ -160,10 +160,10 @@ pub const KEYWORDS: &[(&str, Status)] = &[
     ("byte_math", U),
     ("entropy", U),
     ("replace", U),
-    ("flowint", U),
+    ("flowint", E),
     ("xbits", E),
     ("hostbits", U),
-    ("stream_size", U),
+    ("stream_size", E),
     ("stream-event", U),
     ("app-layer-event", U),
     ("app-layer-protocol", U),
@@ -191,8 +191,8 @@ pub const KEYWORDS: &[(&str, Status)] = &[
     ("iprep", U),
     ("datarep", U),
     ("dataset", U),
-    ("base64_decode", U),
-    ("base64_data", U),
+    ("base64_decode", E),
+    ("base64_data", E),
     ("asn1", U),
     ("lua", U),
     ("luajit", U),
@@ -236,7 +236,7 @@ pub const KEYWORDS: &[(&str, Status)] = &[
     ("ssh.hassh.server.string", U),
     ("ssl_version", U),
     ("ssl_state", U),
-    ("tls.version", U),
+    ("tls.version", E),
     ("tls.subject", U),
     ("tls.issuerdn", U),
     ("tls.fingerprint", U),
@@ -496,6 +496,74 @@ pub struct PacketInfo {
     pub ttl: u8,
     /// Source address equals destination address.
     pub sameip: bool,
+    /// For a TCP packet of a tracked stream, each direction's sequence
+    /// space so far as Suricata counts it for `stream_size` (`next_seq -
+    /// isn`: 1 for the SYN plus the bytes delivered in sequence, 0 before
+    /// the direction's first segment): `[client, server]`.
+    pub stream_size: Option<[u32; 2]>,
+}
+
+/// Which stream `stream_size` compares.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StreamSide {
+    /// The bytes the server sent.
+    Server,
+    /// The bytes the client sent.
+    Client,
+    /// Both directions must satisfy the comparison.
+    Both,
+    /// One of them must.
+    Either,
+}
+
+/// `stream_size:SIDE,OP,N` (Suricata's detect-stream_size.c).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StreamSize {
+    /// Which stream.
+    pub side: StreamSide,
+    /// The comparison, `<`, `<=`, `=`, `!=`, `>=`, `>` against N.
+    pub cmp: NumCmp,
+}
+
+impl StreamSize {
+    /// Parses the keyword's value: a side, an operator among `<`, `<=`,
+    /// `=` (`==`), `!=`, `>=`, `>`, and a number up to 2^32 - 1.
+    pub fn parse(v: &str) -> Option<StreamSize> {
+        let parts: Vec<&str> = v.split(',').map(str::trim).collect();
+        let [side, op, n] = parts[..] else {
+            return None;
+        };
+        let side = match side {
+            "server" => StreamSide::Server,
+            "client" => StreamSide::Client,
+            "both" => StreamSide::Both,
+            "either" => StreamSide::Either,
+            _ => return None,
+        };
+        if n.is_empty() || !n.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        let n: u32 = n.parse().ok()?;
+        let cmp = match op {
+            "=" | "==" => NumCmp::parse(&format!("={n}"), u32::MAX)?,
+            "<" | "<=" | ">" | ">=" => NumCmp::parse(&format!("{op}{n}"), u32::MAX)?,
+            "!=" => NumCmp::parse(&format!("!{n}"), u32::MAX)?,
+            _ => return None,
+        };
+        Some(StreamSize { side, cmp })
+    }
+
+    /// True if the sizes (`[client, server]`) satisfy the condition.
+    #[inline]
+    pub fn matches(&self, sizes: [u32; 2]) -> bool {
+        let [c, s] = sizes.map(|x| self.cmp.matches(x));
+        match self.side {
+            StreamSide::Client => c,
+            StreamSide::Server => s,
+            StreamSide::Both => c && s,
+            StreamSide::Either => c || s,
+        }
+    }
 }
 
 /// The per-packet conditions of a rule.
@@ -515,6 +583,8 @@ pub struct PacketChecks {
     pub ttl: Option<NumCmp>,
     /// `sameip`.
     pub sameip: bool,
+    /// `stream_size` (only TCP packets of a tracked stream match).
+    pub stream_size: Option<StreamSize>,
 }
 
 impl PacketChecks {
@@ -540,6 +610,9 @@ impl PacketChecks {
             && self.ip_proto.is_none_or(|c| c.matches(proto as u32))
             && self.ttl.is_none_or(|c| c.matches(p.ttl as u32))
             && (!self.sameip || p.sameip)
+            && self
+                .stream_size
+                .is_none_or(|c| p.stream_size.is_some_and(|z| c.matches(z)))
     }
 }
 
@@ -688,10 +761,15 @@ pub(super) struct ParseCx {
     pub http: Option<crate::http::Buf>,
     /// The sticky buffer is this TLS buffer.
     pub tls: Option<crate::tls::Buf>,
+    /// The sticky buffer is `base64_data` (the last one of a rule).
+    pub base64: bool,
 }
 
 /// The list the next payload keyword goes to: the sticky buffer's.
 fn items<'r>(rule: &'r mut Rule, cx: &ParseCx) -> &'r mut Vec<Item> {
+    if cx.base64 {
+        return &mut rule.base64;
+    }
     if let Some(b) = cx.http {
         return http_items(rule, b);
     }
@@ -796,6 +874,31 @@ pub(super) fn apply(
     val: Option<&str>,
     cx: &mut ParseCx,
 ) -> Result<(), RuleSyntax> {
+    if !cx.base64 {
+        return apply_keyword(rule, name, val, cx);
+    }
+    // Suricata's `base64_data` is the rule's last buffer: a sticky buffer
+    // after it (which would set one of these) is refused rather than
+    // guessed. Rule keywords (`flow`, `xbits`, ...) may still follow.
+    cx.http = None;
+    cx.tls = None;
+    cx.dns_query = false;
+    apply_keyword(rule, name, val, cx)?;
+    if cx.http.is_some() || cx.tls.is_some() || cx.dns_query || name == "pkt_data" {
+        return Err(RuleSyntax::UnsupportedKeyword(format!(
+            "{name} after base64_data"
+        )));
+    }
+    Ok(())
+}
+
+/// One keyword (see [`apply`]).
+fn apply_keyword(
+    rule: &mut Rule,
+    name: &str,
+    val: Option<&str>,
+    cx: &mut ParseCx,
+) -> Result<(), RuleSyntax> {
     let bad_modifier = |v: &str| RuleSyntax::BadModifier {
         keyword: name.into(),
         value: v.into(),
@@ -819,6 +922,32 @@ pub(super) fn apply(
     };
     match name {
         "msg" => rule.msg = unquote(need(val, name)?)?.into(),
+        "base64_decode" => {
+            let has = |l: &[Item]| l.iter().any(|i| matches!(i, Item::Base64Decode(_)));
+            if has(&rule.items)
+                || rule.http.iter().any(|l| has(&l.items))
+                || rule.tls.iter().any(|l| has(&l.items))
+                || rule.dns_query.as_ref().is_some_and(|q| has(&q.items))
+            {
+                return Err(RuleSyntax::UnsupportedKeyword("base64_decode twice".into()));
+            }
+            let d = payload::base64_decode(val)?;
+            items(rule, cx).push(Item::Base64Decode(d));
+        }
+        "base64_data" => {
+            let has = |l: &[Item]| l.iter().any(|i| matches!(i, Item::Base64Decode(_)));
+            if !(has(&rule.items)
+                || rule.http.iter().any(|l| has(&l.items))
+                || rule.tls.iter().any(|l| has(&l.items))
+                || rule.dns_query.as_ref().is_some_and(|q| has(&q.items)))
+            {
+                return Err(RuleSyntax::BadValue {
+                    keyword: name.into(),
+                    value: "without a base64_decode before it".into(),
+                });
+            }
+            cx.base64 = true;
+        }
         "content" => {
             let v = need(val, name)?;
             let (negated, v) = match v.strip_prefix('!') {
@@ -837,6 +966,7 @@ pub(super) fn apply(
             rule.contents.push(Content {
                 bytes,
                 negated,
+                in_b64: cx.base64,
                 ..Content::default()
             });
         }
@@ -907,6 +1037,7 @@ pub(super) fn apply(
             items(rule, cx).push(Item::IsDataAt(d));
         }
         "xbits" => rule.xbits.push(payload::xbits(need(val, name)?)?),
+        "flowint" => rule.flowints.push(payload::flowint(need(val, name)?)?),
         "flowbits" => match payload::flowbits(need(val, name)?)? {
             None => rule.noalert = true,
             Some(f) => rule.flowbits.push(f),
@@ -984,6 +1115,13 @@ pub(super) fn apply(
             }
             l.dotprefix = true;
         }
+        // Not a sticky buffer: a condition on the TLS session, like
+        // Suricata's (the keywords after it stay where they were).
+        "tls.version" => {
+            let v = need(val, name)?;
+            to_tls(rule, name)?;
+            rule.tls_version = Some(crate::tls::TlsVersion::parse(v).ok_or_else(|| bad_value(v))?);
+        }
         "dotprefix" if cx.tls.is_some() => {
             let l = tls_list(rule, cx.tls.unwrap_or(crate::tls::Buf::Sni));
             if !l.items.is_empty() {
@@ -1047,6 +1185,10 @@ pub(super) fn apply(
             rule.checks.flags = Some(TcpFlags::parse(v).ok_or_else(|| bad_value(v))?);
         }
         "sameip" => rule.checks.sameip = true,
+        "stream_size" => {
+            let v = need(val, name)?;
+            rule.checks.stream_size = Some(StreamSize::parse(v).ok_or_else(|| bad_value(v))?);
+        }
         "noalert" => rule.noalert = true,
         "threshold" | "detection_filter" => {
             let v = need(val, name)?;
@@ -1129,7 +1271,8 @@ pub(super) fn validate(rule: &Rule) -> Result<(), RuleSyntax> {
             && (first(&rule.items)
                 || rule.dns_query.as_ref().is_some_and(|q| first(&q.items))
                 || rule.http.iter().any(|l| first(&l.items))
-                || rule.tls.iter().any(|l| first(&l.items)))
+                || rule.tls.iter().any(|l| first(&l.items))
+                || first(&rule.base64))
         {
             return Err(RuleSyntax::RelativeFirstContent);
         }
@@ -1142,6 +1285,37 @@ pub(super) fn validate(rule: &Rule) -> Result<(), RuleSyntax> {
     }
     if rule.contents.len() > 255 {
         return Err(RuleSyntax::TooManyContents);
+    }
+    // `base64_decode` ends its list (the decoded bytes are inspected by the
+    // `base64_data` keywords, and nothing after them in the original
+    // buffer), and those keywords need it to decode something.
+    let b64_last = |l: &[Item]| {
+        l.iter()
+            .position(|i| matches!(i, Item::Base64Decode(_)))
+            .is_none_or(|p| p + 1 == l.len())
+    };
+    if !(b64_last(&rule.items)
+        && rule.http.iter().all(|l| b64_last(&l.items))
+        && rule.tls.iter().all(|l| b64_last(&l.items))
+        && rule.dns_query.as_ref().is_none_or(|q| b64_last(&q.items)))
+    {
+        return Err(RuleSyntax::UnsupportedKeyword(
+            "keyword after base64_decode before base64_data".into(),
+        ));
+    }
+    if rule.base64.is_empty()
+        && (rule
+            .items
+            .iter()
+            .any(|i| matches!(i, Item::Base64Decode(_)))
+            || rule
+                .http
+                .iter()
+                .any(|l| l.items.iter().any(|i| matches!(i, Item::Base64Decode(_)))))
+    {
+        return Err(RuleSyntax::UnsupportedKeyword(
+            "base64_decode without base64_data keywords".into(),
+        ));
     }
     if rule.threshold.is_some() && rule.action != super::Action::Alert {
         // Thresholds decide alerts after the batch's verdicts; a drop or pass
@@ -1183,6 +1357,11 @@ pub(super) fn validate(rule: &Rule) -> Result<(), RuleSyntax> {
         }) {
             return Err(RuleSyntax::UnsupportedKeyword(
                 "xbits condition with a flowbits change".into(),
+            ));
+        }
+        if rule.flowints.iter().any(|f| f.op.changes()) {
+            return Err(RuleSyntax::UnsupportedKeyword(
+                "xbits condition with a flowint change".into(),
             ));
         }
     }

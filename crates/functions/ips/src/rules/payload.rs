@@ -174,6 +174,120 @@ pub enum Item {
     IsDataAt(IsDataAt),
     /// `bsize`: the buffer's length (sticky buffers only).
     Bsize(super::NumCmp),
+    /// `base64_decode`: decodes from here and inspects the decoded bytes
+    /// with the rule's `base64_data` keywords ([`super::Rule::base64`]); the
+    /// last keyword of its list (Suricata: "base64 is a terminal list").
+    Base64Decode(Base64Decode),
+}
+
+/// `base64_decode:[bytes N][, offset M][, relative]` (Suricata's
+/// detect-base64-decode.c).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Base64Decode {
+    /// Encoded bytes to decode at most (default and cap [`BASE64_DECODE_MAX`]).
+    pub bytes: u32,
+    /// Where decoding starts: from the buffer start, or with `relative` from
+    /// the previous match's end.
+    pub offset: u32,
+    /// From the previous match's end.
+    pub relative: bool,
+}
+
+/// Suricata's default (and here the cap) of `base64_decode`'s `bytes`.
+pub const BASE64_DECODE_MAX: u32 = 65535;
+
+/// `base64_decode` (no value: decode from the buffer's start).
+pub(crate) fn base64_decode(v: Option<&str>) -> Result<Base64Decode, RuleSyntax> {
+    let kw = "base64_decode";
+    let mut d = Base64Decode {
+        bytes: BASE64_DECODE_MAX,
+        offset: 0,
+        relative: false,
+    };
+    let Some(v) = v else {
+        return Ok(d);
+    };
+    let (mut seen_bytes, mut seen_offset) = (false, false);
+    for part in v.split(',').map(str::trim) {
+        let mut w = part.split_whitespace();
+        match (w.next(), w.next(), w.next()) {
+            (Some("relative"), None, _) if !d.relative => d.relative = true,
+            (Some("bytes"), Some(n), None) if !seen_bytes => {
+                let n: u32 = n.parse().map_err(|_| bad(kw, v))?;
+                if n == 0 {
+                    return Err(bad(kw, v));
+                }
+                d.bytes = n.min(BASE64_DECODE_MAX);
+                seen_bytes = true;
+            }
+            (Some("offset"), Some(n), None) if !seen_offset => {
+                d.offset = n.parse().map_err(|_| bad(kw, v))?;
+                seen_offset = true;
+            }
+            _ => return Err(bad(kw, v)),
+        }
+    }
+    Ok(d)
+}
+
+/// The value of a base64 character, or None.
+#[inline]
+fn b64_value(c: u8) -> Option<u8> {
+    Some(match c {
+        b'A'..=b'Z' => c - b'A',
+        b'a'..=b'z' => c - b'a' + 26,
+        b'0'..=b'9' => c - b'0' + 52,
+        b'+' => 62,
+        b'/' => 63,
+        _ => return None,
+    })
+}
+
+/// Decodes `src` into `out` (cleared first) as Suricata's `DecodeBase64`
+/// does in its non-strict mode (Suricata 5/6, util-crypt.c): 4 characters
+/// make 3 bytes, less one per `=` in the block; decoding stops at a NUL or
+/// at the first character that is neither base64 nor `=`, dropping an
+/// incomplete block there; an incomplete block at the input's end gives its
+/// whole bytes (n characters, n - 1 bytes). Returns the decoded length.
+pub fn base64_decode_into(src: &[u8], out: &mut Vec<u8>) -> usize {
+    out.clear();
+    let (mut block, mut n, mut pad) = ([0u8; 4], 0usize, 0usize);
+    let mut valid = true;
+    let push_block = |out: &mut Vec<u8>, b: &[u8; 4], keep: usize| {
+        let v = (b[0] as u32) << 18 | (b[1] as u32) << 12 | (b[2] as u32) << 6 | b[3] as u32;
+        let bytes = [(v >> 16) as u8, (v >> 8) as u8, v as u8];
+        out.extend_from_slice(&bytes[..keep]);
+    };
+    for &c in src {
+        if c == 0 {
+            break;
+        }
+        let val = match b64_value(c) {
+            Some(x) => x,
+            None if c == b'=' => {
+                pad += 1;
+                0
+            }
+            None => {
+                valid = false;
+                break;
+            }
+        };
+        block[n] = val;
+        n += 1;
+        if n == 4 {
+            push_block(out, &block, 3 - pad.min(3));
+            block = [0; 4];
+            n = 0;
+            pad = 0;
+        }
+    }
+    if valid && n > 0 {
+        // Suricata counts n - 1 bytes for n characters left (padding in
+        // them not deducted).
+        push_block(out, &block, n - 1);
+    }
+    out.len()
 }
 
 /// A `flowbits` operation.
@@ -702,4 +816,118 @@ pub(crate) fn flowbits(v: &str) -> Result<Option<Flowbit>, RuleSyntax> {
         "isnotset" => Flowbit::IsNotSet(list(arg)?),
         _ => return Err(bad(kw, v)),
     }))
+}
+
+/// What a `flowint` keyword does (Suricata's detect-flowint.c).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FlowintOp {
+    /// `=`: sets the variable when the rule matches.
+    Set,
+    /// `+`: adds to it (an unset variable starts from 0) when the rule matches.
+    Add,
+    /// `-`: subtracts from it when the rule matches (nothing if it is unset).
+    Sub,
+    /// `<`: the rule matches only if the variable is set and below the value.
+    Lt,
+    /// `<=`
+    Le,
+    /// `==`
+    Eq,
+    /// `!=`
+    Ne,
+    /// `>=`
+    Ge,
+    /// `>`
+    Gt,
+    /// `isset`: the rule matches only if the variable is set.
+    IsSet,
+    /// `notset` / `isnotset`: only if it is not.
+    NotSet,
+}
+
+impl FlowintOp {
+    /// True for the operations that change the variable (applied after the
+    /// rule matched, Suricata's post-match list); the others are conditions.
+    pub fn changes(self) -> bool {
+        matches!(self, FlowintOp::Set | FlowintOp::Add | FlowintOp::Sub)
+    }
+}
+
+/// A `flowint` operand: a number or another flowint variable (0 while unset).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FlowintVal {
+    /// A number (0 to 2^32 - 1).
+    Num(u32),
+    /// The value of this variable of the flow.
+    Var(String),
+}
+
+/// A `flowint` keyword: `flowint:NAME,OP,VALUE` or `flowint:NAME,isset`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Flowint {
+    /// The variable.
+    pub name: String,
+    /// The operation.
+    pub op: FlowintOp,
+    /// The operand (None for `isset`/`notset`).
+    pub val: Option<FlowintVal>,
+}
+
+/// `flowint`, as Suricata's parse regex reads it: a name starting with a
+/// letter followed by at least one of `[A-Za-z0-9_./]`, an operator, and a
+/// value of at most 10 digits (at most 2^32 - 1) or a variable name
+/// (a letter then at least one of `[A-Za-z0-9_]`).
+pub(crate) fn flowint(v: &str) -> Result<Flowint, RuleSyntax> {
+    let kw = "flowint";
+    let parts: Vec<&str> = v.split(',').map(str::trim).collect();
+    if parts.len() < 2 || parts.len() > 3 {
+        return Err(bad(kw, v));
+    }
+    let name = parts[0];
+    let name_ok = name.len() >= 2
+        && name.as_bytes()[0].is_ascii_alphabetic()
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'/'));
+    if !name_ok {
+        return Err(bad(kw, v));
+    }
+    let op = match parts[1] {
+        "=" => FlowintOp::Set,
+        "+" => FlowintOp::Add,
+        "-" => FlowintOp::Sub,
+        "<" => FlowintOp::Lt,
+        "<=" => FlowintOp::Le,
+        "==" => FlowintOp::Eq,
+        "!=" => FlowintOp::Ne,
+        ">=" => FlowintOp::Ge,
+        ">" => FlowintOp::Gt,
+        "isset" => FlowintOp::IsSet,
+        "notset" | "isnotset" => FlowintOp::NotSet,
+        _ => return Err(bad(kw, v)),
+    };
+    let val = match parts.get(2).copied() {
+        // Suricata's regex accepts a value after isset/notset and ignores it.
+        _ if matches!(op, FlowintOp::IsSet | FlowintOp::NotSet) => None,
+        None | Some("") => return Err(bad(kw, v)),
+        Some(x) if x.bytes().all(|b| b.is_ascii_digit()) => {
+            if x.len() > 10 {
+                return Err(bad(kw, v));
+            }
+            Some(FlowintVal::Num(x.parse().map_err(|_| bad(kw, v))?))
+        }
+        Some(x)
+            if x.len() >= 2
+                && x.as_bytes()[0].is_ascii_alphabetic()
+                && x.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') =>
+        {
+            Some(FlowintVal::Var(x.to_string()))
+        }
+        Some(_) => return Err(bad(kw, v)),
+    };
+    Ok(Flowint {
+        name: name.to_string(),
+        op,
+        val,
+    })
 }

@@ -136,6 +136,13 @@ impl Ips {
             let ok = r.tls.iter().all(|l| {
                 bufs.each(l.buf, payload)
                     .any(|buf| list_matches(r, &l.items, l.dotprefix, buf, &mut dot))
+            }) && r.tls_version.is_none_or(|v| {
+                // The version Suricata keeps for the packet's side: the
+                // client's on a packet to the server, the server's on one
+                // to the client.
+                bufs.version().is_some_and(|(k, ver)| {
+                    (k == super::Kind::Client) == hdr.to_server && v.matches(ver)
+                })
             }) && (r.items.is_empty() || inspect::inspect(r, raw, 0));
             if !ok {
                 continue;

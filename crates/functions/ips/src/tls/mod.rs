@@ -129,6 +129,84 @@ pub struct Hello {
     pub record_end: usize,
 }
 
+/// `supported_versions` (RFC 8446 §4.2.1).
+const EXT_SUPPORTED_VERSIONS: u16 = 43;
+
+impl Hello {
+    /// The version Suricata keeps for the hello's side (app-layer-ssl.c):
+    /// the hello's `legacy_version`, except that a ServerHello's
+    /// `supported_versions` extension (TLS 1.3, where `legacy_version`
+    /// stays 0x0303) gives the version the server selected.
+    pub fn negotiated_version(&self, payload: &[u8]) -> u16 {
+        if self.kind == Kind::Server {
+            let mut at = self.extensions.start;
+            let end = self.extensions.end;
+            while at + 4 <= end {
+                let t = be16(payload, at);
+                let n = be16(payload, at + 2) as usize;
+                if at + 4 + n > end {
+                    break;
+                }
+                if t == EXT_SUPPORTED_VERSIONS && n == 2 {
+                    return be16(payload, at + 4);
+                }
+                at += 4 + n;
+            }
+        }
+        self.version
+    }
+}
+
+/// `tls.version:1.0|1.1|1.2|1.3|0xNNNN` (Suricata's detect-tls-version.c).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TlsVersion {
+    /// The version's wire value (1.2: 0x0303).
+    pub ver: u16,
+    /// Written as a raw hex value: compared as is (otherwise a TLS 1.3
+    /// draft version, 0x7fNN, counts as 1.3).
+    pub raw: bool,
+}
+
+impl TlsVersion {
+    /// Parses the keyword's value (optionally quoted).
+    pub fn parse(v: &str) -> Option<TlsVersion> {
+        let v = v.trim();
+        let v = v
+            .strip_prefix('"')
+            .and_then(|x| x.strip_suffix('"'))
+            .unwrap_or(v)
+            .trim();
+        let named = |ver| Some(TlsVersion { ver, raw: false });
+        match v {
+            "1.0" => named(0x0301),
+            "1.1" => named(0x0302),
+            "1.2" => named(0x0303),
+            "1.3" => named(0x0304),
+            _ => {
+                let h = v.strip_prefix("0x")?;
+                if h.len() != 4 {
+                    return None;
+                }
+                Some(TlsVersion {
+                    ver: u16::from_str_radix(h, 16).ok()?,
+                    raw: true,
+                })
+            }
+        }
+    }
+
+    /// True if `version`, the version kept for the packet's side, matches.
+    #[inline]
+    pub fn matches(&self, version: u16) -> bool {
+        let v = if !self.raw && version >> 8 == 0x7f {
+            0x0304
+        } else {
+            version
+        };
+        v == self.ver
+    }
+}
+
 /// Reads a length-prefixed field of `width` bytes at `at` in `b[..end]`;
 /// returns the field's range.
 fn vec_at(b: &[u8], at: usize, width: usize, end: usize) -> Result<Range<usize>, TlsError> {
@@ -632,6 +710,9 @@ pub struct Buffers {
     serial: Vec<u8>,
     /// The server name, within the payload.
     sni: Option<Range<usize>>,
+    /// The hello's version as Suricata's `tls.version` reads it
+    /// ([`Hello::negotiated_version`]).
+    version: u16,
     /// The JA3 or JA3S string.
     string: Vec<u8>,
     /// Its MD5, hex.
@@ -642,6 +723,7 @@ impl Buffers {
     /// Fills the buffers from `h`, parsed from `payload`.
     pub fn build(&mut self, h: &Hello, payload: &[u8]) {
         self.kind = Some(h.kind);
+        self.version = h.negotiated_version(payload);
         self.sni = h.sni.clone();
         h.write_ja3(payload, &mut self.string);
         self.hash = md5_hex(&self.string);
@@ -706,6 +788,12 @@ impl Buffers {
         self.get(b, payload)
             .into_iter()
             .chain(certs.iter().map(move |r| &payload[r.clone()]))
+    }
+
+    /// The hello's version ([`Hello::negotiated_version`]) and whether it
+    /// is the client's, if the unit has a hello.
+    pub fn version(&self) -> Option<(Kind, u16)> {
+        self.kind.map(|k| (k, self.version))
     }
 
     /// Every buffer the hello has.
