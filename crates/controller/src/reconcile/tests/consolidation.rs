@@ -20,9 +20,17 @@ consolidate:
 
 /// Host `h` heartbeats declaring `cores`, with its instances' CPU time.
 fn beat_cores(s: &mut Sim, h: u32, cores: u32, cpu: &[(&str, u64)]) {
+    let cpu: Vec<(String, u64)> = cpu.iter().map(|(n, ms)| (n.to_string(), *ms)).collect();
+    beat_in(s, h, cores, None, &cpu);
+}
+
+/// Host `h` heartbeats declaring `cores` and `rack`, with its instances'
+/// CPU time.
+fn beat_in(s: &mut Sim, h: u32, cores: u32, rack: Option<&str>, cpu: &[(String, u64)]) {
     let mut hb = s.heartbeat_of(h);
     hb.registration.capacity = Some(HostCapacity {
         cores: Some(cores),
+        rack: rack.map(str::to_string),
         ..HostCapacity::default()
     });
     hb.instances = cpu
@@ -120,28 +128,7 @@ fn a_consolidated_group_gets_more_of_its_flows_where_the_cores_are() {
 /// Host `h` (rack `a` for hosts 1-2, `b` for 3-4) heartbeats declaring
 /// `cores`, with its instances' CPU time.
 fn beat_racked(s: &mut Sim, h: u32, cores: u32, cpu: &[(String, u64)]) {
-    let mut hb = s.heartbeat_of(h);
-    hb.registration.capacity = Some(HostCapacity {
-        cores: Some(cores),
-        rack: Some(if h <= 2 { "a" } else { "b" }.into()),
-        ..HostCapacity::default()
-    });
-    hb.instances = cpu
-        .iter()
-        .map(|(name, ms)| InstanceHealth {
-            cpu_ms: *ms,
-            ..health(name, true, false)
-        })
-        .collect();
-    s.r.heartbeat(
-        Heartbeat {
-            hb,
-            pinned: None,
-            reports_health: true,
-        },
-        s.now,
-    )
-    .unwrap();
+    beat_in(s, h, cores, Some(if h <= 2 { "a" } else { "b" }), cpu);
 }
 
 #[test]
