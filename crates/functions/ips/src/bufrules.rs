@@ -142,6 +142,13 @@ pub(crate) struct Joint {
 }
 
 impl Joint {
+    /// The patterns of the joint search (bytes, case-sensitive), for
+    /// measuring it against another engine.
+    #[cfg(all(test, feature = "vectorscan"))]
+    pub(crate) fn patterns(&self) -> Vec<(Vec<u8>, bool)> {
+        self.mpm.set.patterns()
+    }
+
     /// The joint matcher of `buffer`'s patterns, then `payload`'s (`None`
     /// if both are empty). A pattern in both keeps an id in each.
     pub(crate) fn build(buffer: MpmSet, payload: MpmSet) -> Result<Option<Joint>, CompileError> {

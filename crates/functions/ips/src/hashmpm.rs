@@ -365,6 +365,12 @@ impl HashMpm {
         }
     }
 
+    /// The patterns (bytes, case-sensitive), in order.
+    #[cfg(all(test, feature = "vectorscan"))]
+    pub(crate) fn patterns(&self) -> Vec<(Vec<u8>, bool)> {
+        self.pats.iter().map(|p| (p.bytes.to_vec(), p.cs)).collect()
+    }
+
     /// The length of pattern `pid`.
     #[inline]
     pub(crate) fn pattern_len(&self, pid: u32) -> usize {
@@ -462,5 +468,124 @@ mod tests {
             }
         }
         assert!(crowded > 100, "keys crowded in {crowded} places only");
+    }
+
+    /// The search against Vectorscan (feature `vectorscan`, Debian's
+    /// `libvectorscan-dev`) on ET Open's patterns for a response's body
+    /// packets (the set `HttpRules` searches them for; ET Open from
+    /// `../shared/data/et-open/`, not in the repository), over HTTP
+    /// response bodies like `sluice bench nf`'s HTTP mix (two thirds HTML,
+    /// a third JPEG-like random bytes) in 1,400-byte pieces, a packet's
+    /// body bytes: both must find the same occurrences (fails on any
+    /// difference), and the rate of each is printed. A measurement, so
+    /// ignored:
+    /// `cargo test --release -p sluice-ips --features vectorscan --lib against_vectorscan -- --ignored --nocapture`.
+    #[cfg(feature = "vectorscan")]
+    #[test]
+    #[ignore]
+    fn against_vectorscan() {
+        use crate::rules;
+        use std::time::Instant;
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../../../shared/data/et-open");
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            println!("ET Open rules absent at {}: not measured", dir.display());
+            return;
+        };
+        let vars = rules::suricata_default_vars();
+        let mut all = Vec::new();
+        let mut paths: Vec<_> = entries.filter_map(|e| e.ok().map(|e| e.path())).collect();
+        paths.sort();
+        for p in paths
+            .iter()
+            .filter(|p| p.extension().is_some_and(|x| x == "rules"))
+        {
+            let text = std::fs::read_to_string(p).unwrap();
+            all.extend(rules::parse_rules(&text, "et", &vars).0);
+        }
+        let http = crate::http::prefilter::HttpRules::new(&all).unwrap();
+        let pats = http.body_patterns(false);
+        assert!(pats.len() > 100, "only {} body patterns", pats.len());
+        // Bodies as the bench's HTTP mix makes them.
+        const WORDS: [&str; 12] = [
+            "the", "news", "market", "weather", "video", "today", "city", "world", "music",
+            "travel", "photo", "guide",
+        ];
+        let mut rng = crate::testrng::Lcg::new(7);
+        let mut corpus = Vec::new();
+        while corpus.len() < 16 << 20 {
+            let len = 2_000 + rng.below(58_000) as usize;
+            let start = corpus.len();
+            if rng.below(3) != 0 {
+                corpus.extend_from_slice(b"<!DOCTYPE html><html><head><title>");
+                while corpus.len() - start < len {
+                    let w = WORDS[rng.below(WORDS.len() as u64) as usize];
+                    match rng.below(12) {
+                        0 => corpus.extend_from_slice(b"</p>\n<p class=\"text\">"),
+                        1 => corpus.extend_from_slice(
+                            format!("<a href=\"/{w}/{}\">", rng.below(1000)).as_bytes(),
+                        ),
+                        2 => corpus.extend_from_slice(b"</a> "),
+                        _ => {
+                            corpus.extend_from_slice(w.as_bytes());
+                            corpus.push(b' ');
+                        }
+                    }
+                }
+            } else {
+                corpus.extend_from_slice(b"\xff\xd8\xff\xe0\x00\x10JFIF\x00");
+                while corpus.len() - start < len {
+                    corpus.extend_from_slice(&rng.below(u64::MAX).to_le_bytes());
+                }
+            }
+            corpus.truncate(start + len);
+        }
+        let m = HashMpm::new(pats.iter().map(|(b, cs)| (&b[..], *cs)));
+        let mut hs =
+            super::super::vectorscan::Literals::new(pats.iter().map(|(b, cs)| (&b[..], *cs)))
+                .unwrap();
+        let (mut folded, mut at) = (Vec::new(), Vec::new());
+        let (mut ours, mut theirs) = (Vec::new(), Vec::new());
+        let mut best = [f64::MAX; 2];
+        for round in 0..5 {
+            let t = Instant::now();
+            let mut n = 0u64;
+            for piece in corpus.chunks(1400) {
+                HashMpm::fold(piece, &mut folded);
+                m.each(piece, &folded, 0, &mut at, |p, s| {
+                    if m.is_at(p, piece, &folded, s) {
+                        n += 1;
+                        if round == 0 {
+                            ours.push((piece.as_ptr() as usize + s, p));
+                        }
+                    }
+                });
+            }
+            best[0] = best[0].min(t.elapsed().as_secs_f64());
+            let t = Instant::now();
+            let mut k = 0u64;
+            for piece in corpus.chunks(1400) {
+                hs.scan(piece, |p, s| {
+                    k += 1;
+                    if round == 0 {
+                        theirs.push((piece.as_ptr() as usize + s, p));
+                    }
+                });
+            }
+            best[1] = best[1].min(t.elapsed().as_secs_f64());
+            assert_eq!(n, k, "occurrences found");
+        }
+        ours.sort_unstable();
+        theirs.sort_unstable();
+        assert_eq!(ours, theirs, "the same occurrences");
+        let mb = corpus.len() as f64 / 1e6;
+        println!(
+            "{} patterns, {mb:.1} MB in 1,400-byte pieces, {} occurrences: hashed search {:.0} MB/s, Vectorscan {:.0} MB/s, hashed / Vectorscan time {:.2}",
+            pats.len(),
+            ours.len(),
+            mb / best[0],
+            mb / best[1],
+            best[0] / best[1]
+        );
     }
 }

@@ -155,6 +155,8 @@ pub mod rules;
 mod testrng;
 pub mod threshold;
 pub mod tls;
+#[cfg(all(test, feature = "vectorscan"))]
+mod vectorscan;
 mod views;
 pub mod xbits;
 

@@ -93,6 +93,16 @@ impl HttpRules {
         Ok(HttpRules { rules: all, joint })
     }
 
+    /// The fast patterns a response's (`request` false) or a request's body
+    /// packets are searched for, for measuring the search.
+    #[cfg(all(test, feature = "vectorscan"))]
+    pub(crate) fn body_patterns(&self, request: bool) -> Vec<(Vec<u8>, bool)> {
+        self.joint[usize::from(!request)]
+            .as_ref()
+            .map(Joint::patterns)
+            .unwrap_or_default()
+    }
+
     /// Number of HTTP rules checked on every message (no content to
     /// prefilter on).
     pub fn unfiltered(&self) -> usize {
