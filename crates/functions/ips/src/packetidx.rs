@@ -5,9 +5,12 @@
 //! side (the narrower of source and destination, by addresses covered) is
 //! filed under those networks; a packet's candidates are the rules filed
 //! under its source or destination address, plus the rules with no such
-//! bound (`any`, negations, IPv6, `<>`), then checked whole in rule order.
-//! A rule matches only addresses its networks cover, so the candidates hold
-//! every rule that can match.
+//! bound (`any`, negations, `<>`), then checked whole in rule order. A
+//! side's IPv6 networks bound its IPv4 addresses to none (ET's Tor lists
+//! mix both families: filed under their IPv4 entries, not checked on every
+//! packet); an IPv6 packet's candidates are the rules without a bound and
+//! those whose filed side may match IPv6. A rule matches only addresses its
+//! networks cover, so the candidates hold every rule that can match.
 
 use std::collections::BTreeMap;
 
@@ -82,6 +85,9 @@ impl ByAddr {
 pub struct PacketRules {
     /// Rules without an IPv4 bound, in order: candidates of every packet.
     always: Vec<u32>,
+    /// The candidates of a packet that is not IPv4 both ways: `always` and
+    /// the rules whose filed side may match an IPv6 address, in order.
+    not_v4: Vec<u32>,
     /// Rules by their source's, then their destination's networks.
     by: [ByAddr; 2],
     /// Number of rules.
@@ -108,16 +114,24 @@ impl PacketRules {
             let covers = if r.bidir {
                 [None, None]
             } else {
-                [r.src.v4_cover(), r.dst.v4_cover()]
+                [r.src.v4_bound(), r.dst.v4_bound()]
             };
             let best = covers
                 .iter()
                 .enumerate()
                 .filter_map(|(s, c)| c.as_ref().map(|c| (s, c)))
-                .min_by_key(|(_, c)| size(c));
+                .min_by_key(|(_, (c, _))| size(c));
             match best {
-                Some((s, c)) => side[s].extend(c.iter().map(|&(a, b)| (a, b, id))),
-                None => p.always.push(id),
+                Some((s, (c, v6))) => {
+                    side[s].extend(c.iter().map(|&(a, b)| (a, b, id)));
+                    if *v6 {
+                        p.not_v4.push(id);
+                    }
+                }
+                None => {
+                    p.always.push(id);
+                    p.not_v4.push(id);
+                }
             }
         }
         p.by = [ByAddr::new(&side[0]), ByAddr::new(&side[1])];
@@ -133,12 +147,14 @@ impl PacketRules {
     /// rule order, each once.
     pub fn candidates(&self, src: &IpAddr, dst: &IpAddr, out: &mut Vec<u32>) {
         out.clear();
-        out.extend_from_slice(&self.always);
         if let (IpAddr::V4(s), IpAddr::V4(d)) = (src, dst) {
+            out.extend_from_slice(&self.always);
             out.extend_from_slice(self.by[0].get(u32::from_be_bytes(*s)));
             out.extend_from_slice(self.by[1].get(u32::from_be_bytes(*d)));
             // A rule is filed under one side only.
             out.sort_unstable();
+        } else {
+            out.extend_from_slice(&self.not_v4);
         }
     }
 }
@@ -168,6 +184,8 @@ mod tests {
             "[10.0.0.0/8,!10.1.0.0/16]",
             "[!10.1.0.0/16]",
             "[1.2.3.4,::1]",
+            "[::1,5.6.7.8,2001:db8::/32]",
+            "[2001:db8::5,::2]",
             "::1",
             "1.2.0.0/15",
             "0.0.0.0/0",
@@ -212,13 +230,55 @@ mod tests {
             narrowed += (out.len() < rules.len() / 2) as usize;
         }
         assert!(narrowed > 1000, "the index narrowed {narrowed} packets");
-        // IPv6 packets: only the rules without an IPv4 bound.
-        let v6 = IpAddr::V6([0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1]);
-        idx.candidates(&v6, &v6, &mut out);
-        for (i, r) in rules.iter().enumerate() {
-            if r.src.matches(&v6) && r.dst.matches(&v6) {
-                assert!(out.contains(&(i as u32)));
+        // IPv6 packets: the rules without an IPv4 bound and those whose
+        // filed side names IPv6 networks (fails if a list mixing both
+        // families is filed under its IPv4 entries only).
+        let mut v6 = [0u8; 16];
+        v6[15] = 1;
+        let mut doc = [0u8; 16];
+        doc[..4].copy_from_slice(&[0x20, 0x01, 0x0d, 0xb8]);
+        doc[15] = 5;
+        let v6s = [IpAddr::V6(v6), IpAddr::V6(doc)];
+        for s in &v6s {
+            for d in &v6s {
+                idx.candidates(s, d, &mut out);
+                assert!(out.windows(2).all(|w| w[0] < w[1]), "{out:?}");
+                for (i, r) in rules.iter().enumerate() {
+                    if (r.src.matches(s) && r.dst.matches(d))
+                        || (r.bidir && r.src.matches(d) && r.dst.matches(s))
+                    {
+                        assert!(
+                            out.contains(&(i as u32)),
+                            "rule {i} missing for {s:?} -> {d:?}"
+                        );
+                    }
+                }
             }
         }
+    }
+
+    /// A list mixing IPv4 and IPv6 networks (ET's Tor rules) is filed under
+    /// its IPv4 entries: an IPv4 packet from elsewhere does not make it a
+    /// candidate (it did, checked on every packet towards `$HOME_NET`, when
+    /// its IPv6 entries made the side unbounded), one from a listed IPv4
+    /// address does, and so does an IPv6 packet.
+    #[test]
+    fn a_list_of_both_families_is_filed_under_its_ipv4_entries() {
+        let text = "alert tcp [1.2.3.4,2001:db8::1] any -> [10.0.0.0/8,192.168.0.0/16] any (msg:\"tor\"; sid:1;)";
+        let rules = vec![parse_rule(text, &Default::default()).unwrap()];
+        let idx = PacketRules::new(&rules, &[0]);
+        let mut out = Vec::new();
+        let home = IpAddr::V4([10, 0, 0, 5]);
+        idx.candidates(&IpAddr::V4([9, 9, 9, 9]), &home, &mut out);
+        assert!(out.is_empty(), "{out:?}");
+        idx.candidates(&IpAddr::V4([1, 2, 3, 4]), &home, &mut out);
+        assert_eq!(out, [0]);
+        let mut tor = [0u8; 16];
+        tor[..4].copy_from_slice(&[0x20, 0x01, 0x0d, 0xb8]);
+        tor[15] = 1;
+        let mut other = [0u8; 16];
+        other[15] = 2;
+        idx.candidates(&IpAddr::V6(tor), &IpAddr::V6(other), &mut out);
+        assert_eq!(out, [0]);
     }
 }

@@ -216,11 +216,14 @@ fn net_contains(net: &IpAddr, prefix: u8, a: &IpAddr) -> bool {
 }
 
 impl AddrExpr {
-    /// IPv4 ranges (inclusive, maybe overlapping) holding every address the
-    /// expression matches, when it matches no IPv6 address and is bounded
-    /// by its positive networks; `None` otherwise (`any`, a negation alone,
-    /// an IPv6 network). What the packet rules are indexed by.
-    pub fn v4_cover(&self) -> Option<Vec<(u32, u32)>> {
+    /// The bound of the expression as the packet rules are indexed by
+    /// ([`crate::packetidx`]): IPv4 ranges (inclusive, maybe overlapping)
+    /// holding every IPv4 address it matches, and whether it may match an
+    /// IPv6 address too; `None` when no positive network bounds its IPv4
+    /// addresses (`any`, a negation alone). An IPv6 network bounds the IPv4
+    /// addresses to none: ET's Tor lists mix both families, and an IPv4
+    /// packet is a candidate only of their IPv4 entries.
+    pub fn v4_bound(&self) -> Option<(Vec<(u32, u32)>, bool)> {
         match self {
             AddrExpr::Any | AddrExpr::Not(_) => None,
             AddrExpr::Net(IpAddr::V4(b), p) => {
@@ -228,19 +231,20 @@ impl AddrExpr {
                     .checked_shl(32u32.checked_sub(*p as u32)?)
                     .unwrap_or(0);
                 let lo = u32::from_be_bytes(*b) & mask;
-                Some(vec![(lo, lo | !mask)])
+                Some((vec![(lo, lo | !mask)], false))
             }
-            AddrExpr::Net(IpAddr::V6(_), _) => None,
-            AddrExpr::Set(set) => set.v6.is_empty().then(|| set.v4.clone()),
+            AddrExpr::Net(IpAddr::V6(_), _) => Some((Vec::new(), true)),
+            AddrExpr::Set(set) => Some((set.v4.clone(), !set.v6.is_empty())),
             // Negated elements only narrow what the positive ones match.
             AddrExpr::List(l) => {
-                let mut out = Vec::new();
-                let mut any_pos = false;
+                let (mut out, mut v6, mut any_pos) = (Vec::new(), false, false);
                 for e in l.iter().filter(|e| !matches!(e, AddrExpr::Not(_))) {
                     any_pos = true;
-                    out.extend(e.v4_cover()?);
+                    let (r, six) = e.v4_bound()?;
+                    out.extend(r);
+                    v6 |= six;
                 }
-                any_pos.then_some(out)
+                any_pos.then_some((out, v6))
             }
         }
     }
