@@ -61,7 +61,14 @@ const FOUND_FULL: u8 = 2;
 const HEAD_KNOWN: u8 = 4;
 
 /// The accumulated state of the message being received in a direction.
-#[derive(Debug, Default, Clone, PartialEq, Eq)]
+///
+/// The head and the body live in one buffer, `raw`, from `at` on: the blob
+/// as read from the store, decoded in place (its fields before `at`), so a
+/// body packet neither copies the body out of the blob nor back in when
+/// the fields did not change ([`BodyAcc::decode`], [`BodyAcc::encode`]);
+/// the blob used to be copied twice more per packet, whole, up to the body
+/// limit.
+#[derive(Debug, Default, Clone)]
 pub struct BodyAcc {
     /// This describes the message being framed (set at its head, or when
     /// read back from the store).
@@ -80,11 +87,32 @@ pub struct BodyAcc {
     pub head_found: Vec<u32>,
     /// `head_found` is complete: the head's buffers need not be searched.
     pub head_known: bool,
-    /// The message's head (empty when it was not seen).
-    pub head: Vec<u8>,
-    /// The body so far, at most the limit.
-    pub body: Vec<u8>,
+    /// The encoded fields (up to `at`), the head, the body so far.
+    raw: Vec<u8>,
+    /// Where the head begins in `raw`.
+    at: usize,
+    /// The head's length.
+    head_len: usize,
+    /// Scratch space for the fields when encoding.
+    fields: Vec<u8>,
 }
+
+/// Equal when they describe the same message state, wherever the bytes sit.
+impl PartialEq for BodyAcc {
+    fn eq(&self, o: &BodyAcc) -> bool {
+        self.live == o.live
+            && self.over == o.over
+            && self.fired == o.fired
+            && self.found == o.found
+            && self.found_full == o.found_full
+            && self.head_found == o.head_found
+            && self.head_known == o.head_known
+            && self.head() == o.head()
+            && self.body() == o.body()
+    }
+}
+
+impl Eq for BodyAcc {}
 
 impl BodyAcc {
     /// Forgets the message (buffers kept).
@@ -96,27 +124,37 @@ impl BodyAcc {
         self.found_full = false;
         self.head_found.clear();
         self.head_known = false;
-        self.head.clear();
-        self.body.clear();
+        self.raw.clear();
+        self.at = 0;
+        self.head_len = 0;
     }
 
-    /// Bytes [`encode`](BodyAcc::encode) writes.
-    pub fn encoded_len(&self) -> usize {
-        7 + 4 * self.fired.len()
-            + 4 * self.found.len()
-            + if self.head_known {
-                1 + 4 * self.head_found.len()
-            } else {
-                0
-            }
-            + self.head.len()
-            + self.body.len()
+    /// The message's head (empty when it was not seen).
+    pub fn head(&self) -> &[u8] {
+        &self.raw[self.at..self.at + self.head_len]
     }
 
-    /// Writes the blob into `out` (cleared first).
-    pub fn encode(&self, out: &mut Vec<u8>) {
+    /// The body so far, at most the limit.
+    pub fn body(&self) -> &[u8] {
+        &self.raw[self.at + self.head_len..]
+    }
+
+    /// Sets the message's head, forgetting any body.
+    pub fn set_head(&mut self, head: &[u8]) {
+        self.raw.clear();
+        self.at = 0;
+        self.raw.extend_from_slice(head);
+        self.head_len = head.len();
+    }
+
+    /// Forgets the body kept so far (the head stays).
+    pub fn clear_body(&mut self) {
+        self.raw.truncate(self.at + self.head_len);
+    }
+
+    /// Writes the fields before the head into `out` (cleared first).
+    fn encode_fields(&self, out: &mut Vec<u8>) {
         out.clear();
-        out.reserve(self.encoded_len());
         let flags = if self.over { OVER } else { 0 }
             | if self.found_full { FOUND_FULL } else { 0 }
             | if self.head_known { HEAD_KNOWN } else { 0 };
@@ -131,14 +169,45 @@ impl BodyAcc {
                 out.extend_from_slice(&r.to_le_bytes());
             }
         }
-        out.extend_from_slice(&(self.head.len() as u32).to_le_bytes());
-        out.extend_from_slice(&self.head);
-        out.extend_from_slice(&self.body);
+        out.extend_from_slice(&(self.head_len as u32).to_le_bytes());
     }
 
-    /// Reads a blob [`encode`](BodyAcc::encode) wrote; an error names what
-    /// does not fit.
-    pub fn decode(&mut self, b: &[u8]) -> Result<(), &'static str> {
+    /// Bytes [`encode`](BodyAcc::encode) writes.
+    pub fn encoded_len(&self) -> usize {
+        7 + 4 * self.fired.len()
+            + 4 * self.found.len()
+            + if self.head_known {
+                1 + 4 * self.head_found.len()
+            } else {
+                0
+            }
+            + self.raw.len()
+            - self.at
+    }
+
+    /// Moves the blob into `out` (its bytes replaced) and forgets the
+    /// message, as [`reset`](BodyAcc::reset). When the fields are those the
+    /// blob was decoded with, the buffer itself moves: no byte of the head
+    /// or the body is copied.
+    pub fn encode(&mut self, out: &mut Vec<u8>) {
+        let mut fields = std::mem::take(&mut self.fields);
+        self.encode_fields(&mut fields);
+        if self.raw[..self.at] == fields[..] {
+            std::mem::swap(out, &mut self.raw);
+        } else {
+            out.clear();
+            out.reserve(fields.len() + self.raw.len() - self.at);
+            out.extend_from_slice(&fields);
+            out.extend_from_slice(&self.raw[self.at..]);
+        }
+        self.fields = fields;
+        self.reset();
+    }
+
+    /// Reads a blob [`encode`](BodyAcc::encode) wrote, taking its buffer
+    /// (`b` is left empty, holding this accumulator's old buffer); an error
+    /// names what does not fit, and leaves `b` as it was.
+    pub fn decode(&mut self, b: &mut Vec<u8>) -> Result<(), &'static str> {
         self.reset();
         let (&flags, rest) = b.split_first().ok_or("empty http body blob")?;
         if flags & !(OVER | FOUND_FULL | HEAD_KNOWN) != 0 {
@@ -172,12 +241,15 @@ impl BodyAcc {
         if h > rest.len() || h > super::MAX_HEAD as usize {
             return Err("http body blob head out of bounds");
         }
-        self.head.extend_from_slice(&rest[..h]);
-        self.body.extend_from_slice(&rest[h..]);
+        let at = b.len() - rest.len();
         self.over = flags & OVER != 0;
         self.found_full = flags & FOUND_FULL != 0;
         self.head_known = flags & HEAD_KNOWN != 0;
         self.live = true;
+        std::mem::swap(&mut self.raw, b);
+        b.clear();
+        self.at = at;
+        self.head_len = h;
         Ok(())
     }
 
@@ -230,9 +302,9 @@ impl BodyAcc {
         if self.over {
             return bytes;
         }
-        let room = limit.saturating_sub(self.body.len());
+        let room = limit.saturating_sub(self.body().len());
         let n = room.min(bytes.len());
-        self.body.extend_from_slice(&bytes[..n]);
+        self.raw.extend_from_slice(&bytes[..n]);
         if n < bytes.len() {
             self.over = true;
         }
@@ -248,20 +320,22 @@ mod tests {
     fn blob_round_trips_and_rejects_garbage() {
         let mut a = BodyAcc {
             live: true,
-            over: false,
             fired: vec![3, 70000],
             found: vec![9],
-            found_full: false,
-            head_found: vec![],
-            head_known: false,
-            head: b"POST / HTTP/1.1\r\n\r\n".to_vec(),
-            body: b"abc".to_vec(),
+            ..BodyAcc::default()
+        };
+        a.set_head(b"POST / HTTP/1.1\r\n\r\n");
+        assert_eq!(a.append(b"abc", 100), b"");
+        // Encoding forgets the message: round trips go through a copy.
+        let enc = |a: &BodyAcc, blob: &mut Vec<u8>| {
+            let want = a.encoded_len();
+            a.clone().encode(blob);
+            assert_eq!(blob.len(), want);
         };
         let mut blob = Vec::new();
-        a.encode(&mut blob);
-        assert_eq!(blob.len(), a.encoded_len());
+        enc(&a, &mut blob);
         let mut b = BodyAcc::default();
-        b.decode(&blob).unwrap();
+        b.decode(&mut blob.clone()).unwrap();
         assert_eq!(a, b);
         // Without the head's finds the layout is the one written before
         // they were kept, so such a blob still reads (head not known).
@@ -270,24 +344,23 @@ mod tests {
         a.set_head_found(&[7, 5, 7, 1 << 20]);
         assert!(a.head_known);
         assert_eq!(a.head_found, [5, 7, 1 << 20]);
-        a.encode(&mut blob);
-        assert_eq!(blob.len(), a.encoded_len());
-        b.decode(&blob).unwrap();
+        enc(&a, &mut blob);
+        b.decode(&mut blob.clone()).unwrap();
         assert_eq!(a, b);
         // An empty list known is not the same as none known.
         a.set_head_found(&[]);
         assert!(a.head_known);
-        a.encode(&mut blob);
-        b.decode(&blob).unwrap();
+        enc(&a, &mut blob);
+        b.decode(&mut blob.clone()).unwrap();
         assert_eq!(a, b);
         // Too many to remember: the head is searched again.
         let many: Vec<u32> = (0..MAX_HEAD_FOUND as u32 + 1).collect();
         a.set_head_found(&many);
         assert!(!a.head_known && a.head_found.is_empty());
         a.over = true;
-        a.body.clear();
-        a.encode(&mut blob);
-        b.decode(&blob).unwrap();
+        a.clear_body();
+        enc(&a, &mut blob);
+        b.decode(&mut blob.clone()).unwrap();
         assert_eq!(a, b);
         for bad in [
             &[][..],
@@ -299,8 +372,55 @@ mod tests {
             &[0, 0, 0, 9, 0, 0, 0],
             &[0, 0, 65, 0, 0, 0, 0],
         ] {
-            assert!(b.decode(bad).is_err(), "{bad:?}");
+            let mut v = bad.to_vec();
+            assert!(b.decode(&mut v).is_err(), "{bad:?}");
+            assert_eq!(v, bad, "a blob refused is left as it was");
         }
+    }
+
+    /// A body packet's round trip: decoded in place, a body packet's bytes
+    /// appended, encoded with the same fields, the blob's own buffer moves
+    /// back (no copy) and holds the blob a copy would have written; with
+    /// changed fields (a rule fired) the blob is written anew, and reads
+    /// back the same.
+    #[test]
+    fn a_body_packet_moves_the_blob_without_copying_it() {
+        let mut a = BodyAcc {
+            live: true,
+            found: vec![4],
+            ..BodyAcc::default()
+        };
+        a.set_head(b"HTTP/1.1 200 OK\r\n\r\n");
+        a.append(b"<html>", 1000);
+        let mut blob = Vec::new();
+        a.clone().encode(&mut blob);
+        let mut b = BodyAcc::default();
+        let mut held = blob.clone();
+        held.reserve(4096);
+        let buf = held.as_ptr();
+        b.decode(&mut held).unwrap();
+        assert!(held.is_empty());
+        assert_eq!(b.append(b"<body>", 1000), b"");
+        a.append(b"<body>", 1000);
+        assert_eq!(b, a);
+        let mut want = Vec::new();
+        a.clone().encode(&mut want);
+        b.encode(&mut held);
+        assert_eq!(held, want);
+        assert_eq!(held.as_ptr(), buf, "the same buffer, not a copy");
+        assert_eq!(b, BodyAcc::default(), "encoding forgets the message");
+        // A rule fired: the fields grow, the blob is rewritten.
+        b.decode(&mut held).unwrap();
+        b.mark(9);
+        a.mark(9);
+        let mut out = Vec::new();
+        let want_len = b.encoded_len();
+        b.encode(&mut out);
+        assert_eq!(out.len(), want_len);
+        let mut c = BodyAcc::default();
+        c.decode(&mut out).unwrap();
+        assert_eq!(c, a);
+        assert_eq!(c.body(), b"<html><body>");
     }
 
     #[test]
@@ -309,7 +429,7 @@ mod tests {
         assert_eq!(a.append(b"abcd", 6), b"");
         assert_eq!(a.append(b"efgh", 6), b"gh");
         assert!(a.over);
-        assert_eq!(a.body, b"abcdef");
+        assert_eq!(a.body(), b"abcdef");
         assert_eq!(a.append(b"ij", 6), b"ij");
         a.mark(1);
         a.mark(1);

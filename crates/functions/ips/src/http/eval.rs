@@ -92,7 +92,7 @@ impl Ips {
         };
         acc.reset();
         if body_cont {
-            if acc.decode(&held).is_err() {
+            if acc.decode(&mut held).is_err() {
                 self.counters.pending_lost += 1;
                 acc.reset();
             }
@@ -119,7 +119,7 @@ impl Ips {
                 acc.reset();
                 acc.live = true;
                 match head {
-                    Some(h) if limit > 0 => acc.head.extend_from_slice(h),
+                    Some(h) if limit > 0 => acc.set_head(h),
                     // Without accumulation each packet's body is inspected
                     // on its own.
                     _ => acc.over = true,
@@ -133,24 +133,20 @@ impl Ips {
             }
             // The body bytes the prefilter searched on earlier packets
             // (None: search all of the body buffer).
-            let searched = (!acc.over && !acc.found_full).then_some(acc.body.len());
+            let searched = (!acc.over && !acc.found_full).then_some(acc.body().len());
             extra.clear();
             for r in &pc.body {
                 let past = acc.append(&data[r.clone()], limit);
                 extra.extend_from_slice(past);
             }
             let fresh = !pc.body.is_empty();
-            let has_body = !acc.body.is_empty() || !extra.is_empty();
+            let has_body = !acc.body().is_empty() || !extra.is_empty();
             let head = if new_msg {
                 head
             } else {
-                (!acc.head.is_empty()).then_some(&acc.head[..])
+                (!acc.head().is_empty()).then_some(acc.head())
             };
-            bufs.build_joined(
-                head,
-                has_body.then_some([&acc.body[..], &extra[..]]),
-                request,
-            );
+            bufs.build_joined(head, has_body.then_some([acc.body(), &extra[..]]), request);
             // All of the packet's bytes are this body's: the body buffer
             // ends with them, and one search covers both.
             let whole = matches!(&pc.body[..], [r] if *r == (0..data.len()));
@@ -170,7 +166,7 @@ impl Ips {
             );
             // Past the limit only the head and fired rules are kept.
             if acc.over {
-                acc.body.clear();
+                acc.clear_body();
             }
             if pc.done {
                 acc.reset();
@@ -231,7 +227,7 @@ impl Ips {
         // used on its body's packets) and used on those packets.
         let mut head_rec = std::mem::take(&mut self.http_head_rec);
         head_rec.clear();
-        let record = self.prefilter && !msg.cont && !acc.head.is_empty();
+        let record = self.prefilter && !msg.cont && !acc.head().is_empty();
         if self.prefilter && msg.cont && acc.head_known {
             self.counters.http_head_reused += 1;
         }
