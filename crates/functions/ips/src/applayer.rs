@@ -1,5 +1,5 @@
 //! Application protocols whose rules match a flow's stream bytes: `smtp`,
-//! `ftp` and `smb` rules are stream rules (contents, `pcre`, `byte_*`, ...
+//! `ftp`, `smb` and `ssh` rules are stream rules (contents, `pcre`, `byte_*`, ...
 //! over the reassembled stream, as `tcp` rules) that apply only to flows
 //! whose protocol was detected as theirs, whatever the ports — Suricata's
 //! `alert smtp` binds a rule to the flow's `app_proto`, never to port 25.
@@ -19,6 +19,10 @@
 //! * SMB: either direction starts with a NetBIOS session message (type 0,
 //!   24-bit length) holding an SMB1 (`\xffSMB`) or SMB2/3 (`\xfeSMB`,
 //!   `\xfdSMB` transform) header.
+//! * SSH: either direction starts with `SSH-`, the identification string
+//!   every SSH peer sends first (RFC 4253 §4.2; Suricata's SSH probe). The
+//!   server usually speaks first, so its banner decides: ET's SSH rules
+//!   match the server's (`to_client`) as often as the client's.
 //!
 //! The client's first bytes decide: a client starting otherwise (an HTTP
 //! request, TLS) makes the flow [`OTHER`] for good, so a flow carrying an
@@ -42,6 +46,8 @@ pub const FTP: u8 = 2;
 pub const SMB: u8 = 3;
 /// Decided: none of these protocols.
 pub const OTHER: u8 = 4;
+/// Detected as SSH (flow records of version 8 on).
+pub const SSH: u8 = 5;
 
 /// The EVE `app_proto` of a detected protocol.
 pub fn name(app: u8) -> Option<&'static str> {
@@ -49,14 +55,18 @@ pub fn name(app: u8) -> Option<&'static str> {
         SMTP => Some("smtp"),
         FTP => Some("ftp"),
         SMB => Some("smb"),
+        SSH => Some("ssh"),
         _ => None,
     }
 }
 
 /// True if `app` is a value a record may hold.
 pub fn valid(app: u8) -> bool {
-    app <= OTHER
+    app <= SSH
 }
+
+/// An SSH identification string's start (RFC 4253 §4.2: case-sensitive).
+const SSH_ID: &[u8] = b"SSH-";
 
 /// Client commands that start an SMTP session (case-insensitive).
 const SMTP_CLIENT: &[&[u8]] = &[b"EHLO", b"HELO", b"QUIT", b"MAIL FROM:"];
@@ -85,6 +95,9 @@ pub fn detect(app: u8, data: &[u8], to_server: bool) -> u8 {
     }
     if smb(data) {
         return SMB;
+    }
+    if data.starts_with(SSH_ID) {
+        return SSH;
     }
     if to_server {
         if SMTP_CLIENT.iter().any(|p| starts_ci(data, p)) {
@@ -126,6 +139,25 @@ mod tests {
         assert_eq!(detect(UNKNOWN, b"220 (vsFTPd 3.0.3)\r\n", false), FTP);
         assert_eq!(detect(UNKNOWN, b"220 mx ESMTP\r\n", false), UNKNOWN);
         assert_eq!(detect(UNKNOWN, b"HTTP/1.1 200 OK\r\n", false), UNKNOWN);
+    }
+
+    /// Either peer's identification string decides SSH (the server's
+    /// banner usually comes first); anything else from the client is
+    /// another protocol, and `ssh-` (wrong case) or a partial `SSH` is not
+    /// an identification string.
+    #[test]
+    fn ssh_identification_strings() {
+        assert_eq!(detect(UNKNOWN, b"SSH-2.0-OpenSSH_9.2p1\r\n", false), SSH);
+        assert_eq!(
+            detect(UNKNOWN, b"SSH-2.0-PuTTY_Release_0.78\r\n", true),
+            SSH
+        );
+        assert_eq!(detect(UNKNOWN, b"SSH-1.99-dropbear\r\n", false), SSH);
+        assert_eq!(detect(UNKNOWN, b"ssh-2.0-x\r\n", true), OTHER);
+        assert_eq!(detect(UNKNOWN, b"SSH", false), UNKNOWN);
+        assert_eq!(detect(UNKNOWN, b"SSH", true), OTHER);
+        assert_eq!(detect(OTHER, b"SSH-2.0-x\r\n", false), OTHER);
+        assert!(valid(SSH) && !valid(SSH + 1));
     }
 
     #[test]

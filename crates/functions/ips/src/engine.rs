@@ -926,7 +926,7 @@ impl Engine {
             let classes: &[usize] = match r.proto {
                 // `smtp`, `ftp`, `smb`: stream rules like `tcp` ones, their
                 // header also asking for the flow's detected protocol.
-                Proto::Tcp | Proto::Smtp | Proto::Ftp | Proto::Smb => &[0],
+                Proto::Tcp | Proto::Smtp | Proto::Ftp | Proto::Smb | Proto::Ssh => &[0],
                 Proto::Udp => &[1],
                 Proto::Icmp => &[2],
                 Proto::Ip => &[0, 1, 2, 3],
@@ -1522,8 +1522,10 @@ pub struct FlowState {
 /// pending units, version 5 the pending HTTP body
 /// ([`crate::pending::HTTP_BODY`]), version 6 the detected stream protocol
 /// ([`crate::applayer`]), version 7 the flowint variables
-/// ([`crate::flowint`]); older records still decode (without them).
-const VERSION: u8 = 7;
+/// ([`crate::flowint`]), version 8 the detected protocol SSH
+/// ([`crate::applayer::SSH`], refused in older records); older records
+/// still decode (without them).
+const VERSION: u8 = 8;
 
 impl Codec for FlowState {
     fn encode(&self, w: &mut Writer<'_>) {
@@ -1605,7 +1607,7 @@ impl Codec for FlowState {
         }
         if version >= 6 {
             s.app = r.u8()?;
-            if !crate::applayer::valid(s.app) {
+            if !crate::applayer::valid(s.app) || (s.app == crate::applayer::SSH && version < 8) {
                 return Err(DecodeError("unknown ips stream protocol"));
             }
         }

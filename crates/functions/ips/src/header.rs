@@ -399,7 +399,7 @@ impl Headers {
         let proto_ok = match c.proto {
             // A stream's detected protocol may change within a direction
             // (undecided first): the rule's header decides it per packet.
-            Proto::Tcp | Proto::Smtp | Proto::Ftp | Proto::Smb => tcp,
+            Proto::Tcp | Proto::Smtp | Proto::Ftp | Proto::Smb | Proto::Ssh => tcp,
             Proto::Udp => k.proto == 17,
             Proto::Icmp => matches!(k.proto, 1 | 58),
             Proto::Ip => true,
@@ -450,6 +450,7 @@ impl Headers {
             Proto::Smtp => h.tcp && h.app == crate::applayer::SMTP,
             Proto::Ftp => h.tcp && h.app == crate::applayer::FTP,
             Proto::Smb => h.tcp && h.app == crate::applayer::SMB,
+            Proto::Ssh => h.tcp && h.app == crate::applayer::SSH,
         };
         if !proto_ok {
             return false;

@@ -1,4 +1,4 @@
-//! `smtp`, `ftp` and `smb` rules: stream rules bound to the flow's protocol
+//! `smtp`, `ftp`, `smb` and `ssh` rules: stream rules bound to the flow's protocol
 //! as detected by content ([`sluice_ips::applayer`]), on any port, with the
 //! detected protocol kept in the flow's store record and named in EVE's
 //! `app_proto`.
@@ -248,7 +248,7 @@ fn et_open_smtp_ftp_smb_rules_load() {
         let text = std::fs::read_to_string(&p).unwrap();
         for line in text.lines() {
             let l = line.trim_start();
-            if !["alert smtp ", "alert ftp ", "alert smb "]
+            if !["alert smtp ", "alert ftp ", "alert smb ", "alert ssh "]
                 .iter()
                 .any(|h| l.starts_with(h))
             {
@@ -261,7 +261,7 @@ fn et_open_smtp_ftp_smb_rules_load() {
         }
     }
     // Every rule of these protocols loads but those needing a keyword not
-    // supported yet (SMTP's MIME-decoded `file.data`, `base64_decode`).
+    // supported yet (SMTP's MIME-decoded `file.data`, SSH's `ssh_proto`).
     assert!(loaded >= 140, "{loaded} loaded, skipped {skipped:?}");
     assert!(
         skipped.iter().all(|r| r.starts_with("keyword")),
@@ -270,8 +270,9 @@ fn et_open_smtp_ftp_smb_rules_load() {
 }
 
 /// The detected protocol is the record's byte before the flowint count
-/// (version 6; version 7 appended the flowints) and
-/// round-trips; an unknown value is refused, not trusted.
+/// (version 6; version 7 appended the flowints; SSH from version 8) and
+/// round-trips; an unknown value is refused, not trusted, and so is SSH in
+/// a record of a version before it.
 #[test]
 fn the_detected_protocol_round_trips_through_the_record() {
     use sluice_ips::applayer;
@@ -282,6 +283,7 @@ fn the_detected_protocol_round_trips_through_the_record() {
         applayer::FTP,
         applayer::SMB,
         applayer::OTHER,
+        applayer::SSH,
     ] {
         let st = FlowState {
             app,
@@ -292,7 +294,61 @@ fn the_detected_protocol_round_trips_through_the_record() {
         assert_eq!(buf.len(), record_size(0));
         assert_eq!(FlowState::decode(&mut Reader::new(&buf)).unwrap(), st);
         let n = buf.len();
-        buf[n - 2] = applayer::OTHER + 1;
+        let mut old = buf.clone();
+        buf[n - 2] = applayer::SSH + 1;
         assert!(FlowState::decode(&mut Reader::new(&buf)).is_err());
+        // The same record as version 7 wrote it: SSH did not exist then.
+        old[0] = 7;
+        assert_eq!(
+            FlowState::decode(&mut Reader::new(&old)).is_ok(),
+            app != applayer::SSH,
+            "app {app} in a version 7 record"
+        );
     }
+}
+
+const SSH_BANNER_RULE: &str = "alert ssh $HOME_NET any -> any any (msg:\"dropbear banner\"; flow:established,to_client; content:\"SSH-2.0-dropbear_2016.74\"; fast_pattern; sid:10;)";
+const SSH_CLIENT_RULE: &str = "alert ssh any any -> $HOME_NET any (msg:\"libssh client\"; flow:established,to_server; content:\"SSH-\"; content:\"libssh\"; within:20; sid:11;)";
+const TCP_BANNER_RULE: &str = "alert tcp $HOME_NET any -> any any (msg:\"banner bytes\"; flow:established,to_client; content:\"SSH-2.0-dropbear_2016.74\"; sid:12;)";
+
+/// `ssh` rules (ET's SSH rules are stream rules on the identification
+/// strings) fire on a flow whose server's banner, sent first, or client's
+/// identification starts `SSH-`, on any port, with `app_proto` "ssh".
+#[test]
+fn ssh_rules_fire_on_an_ssh_flow_on_any_port() {
+    for port in [22, 2222, 443] {
+        let f = conv(
+            port,
+            &[
+                (false, b"SSH-2.0-dropbear_2016.74\r\n"),
+                (true, b"SSH-2.0-libssh_0.9.6\r\n"),
+            ],
+        );
+        assert_eq!(
+            alerts(&[SSH_BANNER_RULE, SSH_CLIENT_RULE, TCP_BANNER_RULE], &f),
+            vec![(10, Some("ssh")), (12, Some("ssh")), (11, Some("ssh"))],
+            "port {port}"
+        );
+    }
+}
+
+/// The same bytes in an HTTP response's body, or after another
+/// protocol's first bytes, make no SSH flow: the `ssh` rules stay silent,
+/// the `tcp` rule fires.
+#[test]
+fn ssh_rules_do_not_fire_on_other_flows_carrying_the_bytes() {
+    let f = conv(
+        22,
+        &[
+            (true, b"GET / HTTP/1.1\r\nHost: x\r\n\r\n"),
+            (
+                false,
+                b"HTTP/1.1 200 OK\r\nContent-Length: 26\r\n\r\nSSH-2.0-dropbear_2016.74\r\n",
+            ),
+        ],
+    );
+    assert_eq!(
+        alerts(&[SSH_BANNER_RULE, SSH_CLIENT_RULE, TCP_BANNER_RULE], &f),
+        vec![(12, Some("http"))]
+    );
 }

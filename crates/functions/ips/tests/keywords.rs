@@ -259,9 +259,9 @@ fn keywords_that_would_change_matching_skip_the_rule() {
     assert_eq!(reason("flow:only_frag;"), "flow only_frag");
     assert_eq!(reason("flags:Q;"), "error: bad value");
     assert_eq!(reason("dsize:10<>5;"), "error: bad value");
-    let e = rules::parse_rule("alert ssh any any -> any any (sid:1;)", &v).unwrap_err();
-    assert_eq!(e, RuleSyntax::UnsupportedProtocol("ssh".into()));
-    assert_eq!(e.reason(), "protocol ssh");
+    let e = rules::parse_rule("alert dcerpc any any -> any any (sid:1;)", &v).unwrap_err();
+    assert_eq!(e, RuleSyntax::UnsupportedProtocol("dcerpc".into()));
+    assert_eq!(e.reason(), "protocol dcerpc");
     let e = rules::parse_rule(
         "alert udp any any -> any any (flow:established; sid:1;)",
         &v,

@@ -72,6 +72,8 @@ pub enum Proto {
     Ftp,
     /// The stream bytes of TCP flows detected as SMB by content.
     Smb,
+    /// The stream bytes of TCP flows detected as SSH by content.
+    Ssh,
 }
 
 impl Proto {
@@ -79,7 +81,7 @@ impl Proto {
     /// bytes of flows detected as that protocol ([`crate::applayer`]), as
     /// `tcp` rules match every TCP stream.
     pub fn stream_app(self) -> bool {
-        matches!(self, Proto::Smtp | Proto::Ftp | Proto::Smb)
+        matches!(self, Proto::Smtp | Proto::Ftp | Proto::Smb | Proto::Ssh)
     }
 
     /// The protocol as rules write it.
@@ -95,6 +97,7 @@ impl Proto {
             Proto::Smtp => "smtp",
             Proto::Ftp => "ftp",
             Proto::Smb => "smb",
+            Proto::Ssh => "ssh",
         }
     }
 }
@@ -756,7 +759,6 @@ pub const APP_PROTOCOLS: &[&str] = &[
     "http2",
     "ftp-data",
     "dcerpc",
-    "ssh",
     "imap",
     "pop3",
     "msn",
@@ -933,6 +935,7 @@ pub fn parse_rule(line: &str, vars: &Vars) -> Result<Rule, RuleSyntax> {
         "smtp" => (Proto::Smtp, StreamMode::Default),
         "ftp" => (Proto::Ftp, StreamMode::Default),
         "smb" => (Proto::Smb, StreamMode::Default),
+        "ssh" => (Proto::Ssh, StreamMode::Default),
         p if APP_PROTOCOLS.contains(&p) => return Err(RuleSyntax::UnsupportedProtocol(p.into())),
         p => return Err(RuleSyntax::UnknownProtocol(p.into())),
     };

@@ -343,7 +343,7 @@ fn each_problem_names_its_token() {
 
 #[test]
 fn errors_name_file_and_line() {
-    let text = "# comment\n\nalert tcp any any -> any any (content:\"a\"; sid:1;)\nalert tcp any any -> any any (content:\"a\"; asn1:oversize_length 10; sid:2;)\nalert tcpp any any -> any any (content:\"a\"; sid:3;)\nalert tcp any any -> any any (content:\"a\"; sid:1;)\nalert tcp any any -> any any (content:\"a|4\"; sid:5;)\nalert tcp any any -> any any (sid:6;)\nalert ssh any any -> any any (sid:9;)\n";
+    let text = "# comment\n\nalert tcp any any -> any any (content:\"a\"; sid:1;)\nalert tcp any any -> any any (content:\"a\"; asn1:oversize_length 10; sid:2;)\nalert tcpp any any -> any any (content:\"a\"; sid:3;)\nalert tcp any any -> any any (content:\"a\"; sid:1;)\nalert tcp any any -> any any (content:\"a|4\"; sid:5;)\nalert tcp any any -> any any (sid:6;)\nalert dcerpc any any -> any any (sid:9;)\n";
     let (rules, errs) = parse_rules(text, "x.rules", &Vars::new());
     // A rule without content is a packet rule.
     assert_eq!(rules.len(), 2);
@@ -355,7 +355,7 @@ fn errors_name_file_and_line() {
             (5, &RuleSyntax::UnknownProtocol("tcpp".into())),
             (6, &RuleSyntax::DuplicateSid(1)),
             (7, &RuleSyntax::UnbalancedPipe),
-            (9, &RuleSyntax::UnsupportedProtocol("ssh".into())),
+            (9, &RuleSyntax::UnsupportedProtocol("dcerpc".into())),
         ]
     );
     // The text operators see stays as it was.
@@ -367,7 +367,7 @@ fn errors_name_file_and_line() {
             "x.rules:5: unknown protocol \"tcpp\"",
             "x.rules:6: duplicate sid 1",
             "x.rules:7: unbalanced \"|\" in content",
-            "x.rules:9: unsupported protocol \"ssh\"",
+            "x.rules:9: unsupported protocol \"dcerpc\"",
         ]
     );
 }
