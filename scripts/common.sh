@@ -50,10 +50,14 @@ apt_install() {
 # system service is not used), iproute2 and ethtool for the namespace testbed, tshark
 # (tests check our Geneve packets against Wireshark's dissector), and the real servers
 # and clients the testbed runs inside tenant VMs: nginx, curl, wrk, iperf3 (their
-# system services are not used either).
+# system services are not used either), and Vectorscan for the IPS.
 ensure_build_deps() {
     apt_install build-essential cmake pkg-config libclang-dev redis-server iproute2 \
         ethtool tshark nginx-light curl wrk iperf3
+    # Vectorscan: the IPS's literal searches (crates/functions/ips/build.rs); the
+    # build falls back to the IPS's own hashed search without it.
+    APT_LEAN=1 apt_install libvectorscan-dev ||
+        echo "note: libvectorscan-dev could not be installed; the IPS will search with its hashed engine only"
     need_cargo
 }
 

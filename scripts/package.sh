@@ -63,6 +63,19 @@ common_files() {
     } >"$root/usr/share/doc/$pkg/copyright"
 }
 
+# runtime_depends BIN: the packages BIN needs: libc6 and systemd, and the
+# package holding libhs when the build linked Vectorscan (the IPS's search,
+# crates/functions/ips/build.rs; Debian's libvectorscan5).
+runtime_depends() {
+    local deps="libc6, systemd" lib pkg
+    lib=$(ldd "$1" 2>/dev/null | awk '/libhs\.so/ { print $3; exit }')
+    if [ -n "$lib" ]; then
+        pkg=$(dpkg -S "$(readlink -f "$lib")" 2>/dev/null | cut -d: -f1 | head -n1)
+        deps="$deps, ${pkg:-libvectorscan5}"
+    fi
+    echo "$deps"
+}
+
 # control ROOT PACKAGE DESCRIPTION DEPENDS: DEBIAN/control and conffiles.
 control() {
     local root="$1" pkg="$2" desc="$3" depends="$4"
@@ -105,7 +118,7 @@ control "$r" sluice "Network functions as a service: CLI and controller
  flow monitor, rate limiter) over a distributed software switch, with every
  function's per-flow state in an external store. This package holds the
  \`sluice\` command line and the controller (sluice-controller.service)." \
-    "libc6, systemd"
+    "$(runtime_depends "$bin_dir/sluice")"
 cat >"$r/DEBIAN/postinst" <<'EOF'
 #!/bin/sh
 # The controller runs as the `sluice` system user (sysusers.d); it is not started
@@ -131,7 +144,7 @@ control "$r" sluice-agent "Network functions as a service: host agent
  sluiced forwards tenant traffic between VM interfaces, NF instances and the
  Geneve fabric between hosts, as the Sluice controller configures it, and runs
  the host's NF instances (sluice-agent.service)." \
-    "libc6, systemd"
+    "$(runtime_depends "$bin_dir/sluiced")"
 cat >"$r/DEBIAN/postinst" <<'EOF'
 #!/bin/sh
 # Not started here: set host_id, the controller and the interfaces in

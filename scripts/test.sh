@@ -21,6 +21,13 @@ mkdir -p target
 rm -rf target/tmp/test-notes
 status=0
 cargo test --locked --workspace --no-fail-fast 2>&1 | tee target/test-output.txt || status=$?
+# The IPS's searches run on Vectorscan where the build found it; its own hashed
+# engine (the fallback, and what a build without libhs uses) is tested too.
+if [ "$status" -eq 0 ]; then
+    echo "== cargo test -p sluice-ips with the hashed search (SLUICE_IPS_MPM=hashed)"
+    SLUICE_IPS_MPM=hashed cargo test --locked -p sluice-ips 2>&1 | tee target/test-output-hashed.txt || status=$?
+    grep -h '^test result:' target/test-output-hashed.txt >>target/test-output.txt || true
+fi
 # The store must also work with Valkey: the tests that start their own stores run
 # again with valkey-server (the state backends, and whole chains on 1-4 instances
 # sharing one store, standalone and cluster).

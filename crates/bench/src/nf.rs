@@ -808,9 +808,10 @@ pub fn run(opts: &Options, progress: &mut dyn FnMut(&str)) -> Vec<Measurement> {
             bench("ips_rulefiles_http", files, Sharing::Shared, &http, avg),
             &small_ips,
             &format!(
-                "{} rules loaded from {} files; vs ips_100_rules_http; goal >= 1 Gbit/s",
+                "{} rules loaded from {} files; search {}; vs ips_100_rules_http; goal >= 1 Gbit/s",
                 loaded.unwrap_or(0),
-                opts.ips_rules.len()
+                opts.ips_rules.len(),
+                sluice_ips::search_engine()
             ),
             &mut out,
         );

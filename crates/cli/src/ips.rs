@@ -56,6 +56,9 @@ pub struct Report {
     pub skipped: usize,
     /// Skipped rules by reason, most frequent first.
     pub by_reason: Vec<Reason>,
+    /// The engine the IPS's literal searches run on in this build and
+    /// environment: `vectorscan` or `hashed` (docs/FUNCTIONS.md, "Vectorscan").
+    pub search: &'static str,
 }
 
 /// One reason with its count.
@@ -124,6 +127,7 @@ fn check(a: &CheckArgs) -> Result<(), CliError> {
             .into_iter()
             .map(|(reason, count)| Reason { reason, count })
             .collect(),
+        search: sluice_ips::search_engine(),
     };
     // The loaded rules must also compile into the automata the IPS runs.
     if !loaded.is_empty() {
@@ -161,6 +165,7 @@ pub fn table(r: &Report) -> String {
         r.skipped,
         pct(r.skipped)
     );
+    s.push_str(&format!("literal search: {}\n", r.search));
     if !r.by_reason.is_empty() {
         s.push_str(&format!("{:>7}  {:>6}  skipped because\n", "rules", "%"));
         for x in &r.by_reason {

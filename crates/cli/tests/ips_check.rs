@@ -30,6 +30,13 @@ fn check_counts_rules_by_reason() {
     assert_eq!(v["loaded"], 9);
     assert_eq!(v["skipped"], 1);
     assert_eq!(v["by_reason"].as_array().unwrap().len(), 1);
+    // The search engine is named, and `SLUICE_IPS_MPM=hashed` (inherited by
+    // the command) turns Vectorscan off.
+    let search = v["search"].as_str().unwrap();
+    assert!(search == "vectorscan" || search == "hashed", "{search}");
+    if std::env::var("SLUICE_IPS_MPM").is_ok_and(|m| m == "hashed") {
+        assert_eq!(search, "hashed");
+    }
     // The preset variables can be overridden.
     let (code, out, _) = sluice(&["ips", "check", "--var", "HOME_NET=[10.1.0.0/16]", SAMPLE]);
     assert_eq!(code, 0);

@@ -79,6 +79,22 @@ fn packages_install_into_a_scratch_root_and_their_units_verify() {
             .arg("Package"));
         assert_eq!(text(&field).trim(), name, "{deb:?}");
     }
+    // A binary linked with Vectorscan (the IPS's search, where the build found
+    // libhs) makes its package depend on the library's package.
+    for (deb, bin) in debs.iter().zip(["sluiced", "sluice"]) {
+        let ldd = run(Command::new("ldd").arg(bin_dir.join(bin)));
+        let depends = run(Command::new("dpkg-deb")
+            .arg("--field")
+            .arg(deb)
+            .arg("Depends"));
+        let depends = text(&depends);
+        assert!(depends.starts_with("libc6, systemd"), "{depends}");
+        assert_eq!(
+            text(&ldd).contains("libhs.so"),
+            depends.contains("vectorscan"),
+            "{bin}: Depends {depends:?}"
+        );
+    }
     // The configuration files are conffiles: an upgrade keeps the operator's edits.
     let conffiles = run(Command::new("dpkg-deb")
         .arg("--info")

@@ -144,7 +144,7 @@ pub(crate) struct Joint {
 impl Joint {
     /// The patterns of the joint search (bytes, case-sensitive), for
     /// measuring it against another engine.
-    #[cfg(all(test, feature = "vectorscan"))]
+    #[cfg(all(test, sluice_vectorscan))]
     pub(crate) fn patterns(&self) -> Vec<(Vec<u8>, bool)> {
         self.mpm.set.patterns()
     }

@@ -9,7 +9,7 @@ use sluice_wire::FlowKey;
 
 use crate::dns::prefilter::DnsRules;
 use crate::flowint::FlowInts;
-use crate::hashmpm::{FirstStage, HashMpm};
+use crate::hashmpm::{FirstStage, HashMpm, Search};
 use crate::http::prefilter::HttpRules;
 use crate::http::HttpDir;
 use crate::packetidx::PacketRules;
@@ -686,10 +686,13 @@ impl Pair {
     /// candidates of both, instead of one pass each.
     pub(crate) fn new(cs: &Matcher, ci: &Matcher, cp: &[Vec<u8>], ip: &[Vec<u8>]) -> Option<Pair> {
         (cs.hash.is_some() && ci.hash.is_some() && !cs.nocase && ci.nocase).then(|| Pair {
-            both: HashMpm::new(
+            // Short patterns hashed with the job's view: docs/FUNCTIONS.md,
+            // "Vectorscan".
+            both: HashMpm::with_engine(
                 cp.iter()
                     .map(|p| (&p[..], true))
                     .chain(ip.iter().map(|p| (&p[..], false))),
+                Search::Split,
             ),
             ncs: cp.len() as u32,
         })

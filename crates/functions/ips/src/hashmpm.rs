@@ -176,6 +176,50 @@ pub(crate) struct HashMpm {
     /// Per length class (1, 2, 3, 4+), if it has patterns.
     classes: [Option<KeyTable>; 4],
     max_len: usize,
+    /// The same patterns compiled by Vectorscan, which then does the
+    /// search ([`HashMpm::each_in`]); `None` where it is not built in,
+    /// turned off (`SLUICE_IPS_MPM=hashed`) or refused the patterns.
+    #[cfg(sluice_vectorscan)]
+    vs: Option<crate::vectorscan::Literals>,
+    /// Whether `vs` holds only the patterns of four bytes or more
+    /// ([`Search::Split`]).
+    #[cfg(sluice_vectorscan)]
+    vs_long: bool,
+}
+
+/// How a [`HashMpm`] searches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Search {
+    /// Every pattern by hashing (what the others are without Vectorscan).
+    #[cfg_attr(not(sluice_vectorscan), allow(dead_code))]
+    Hashed,
+    /// Every pattern by Vectorscan, where it is built in (else hashed).
+    Vectorscan,
+    /// The patterns of four bytes or more by Vectorscan, the shorter ones by
+    /// hashing with the caller's first stage ([`HashMpm::each_in`]): a set
+    /// whose short patterns are mostly of rules a flow cannot match, which
+    /// the first stage leaves out and Vectorscan would report wherever
+    /// they occur (every `|00|` of a binary body).
+    Split,
+}
+
+/// Whether sets are searched by Vectorscan where it is built in: unless the
+/// environment says `SLUICE_IPS_MPM=hashed` (read once per process; for
+/// measuring one engine against the other in one build).
+#[cfg(sluice_vectorscan)]
+fn vectorscan_on() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("SLUICE_IPS_MPM").map_or(true, |v| v != "hashed"))
+}
+
+/// The engine [`HashMpm`] sets search with in this process: `"vectorscan"`
+/// or `"hashed"` (reported by `sluice ips check` and the benchmarks).
+pub fn engine_name() -> &'static str {
+    #[cfg(sluice_vectorscan)]
+    if vectorscan_on() {
+        return "vectorscan";
+    }
+    "hashed"
 }
 
 impl HashMpm {
@@ -183,6 +227,15 @@ impl HashMpm {
     /// pattern that is not case-sensitive matches in any ASCII case. Empty
     /// patterns are never found.
     pub(crate) fn new<'a>(pats: impl IntoIterator<Item = (&'a [u8], bool)>) -> HashMpm {
+        Self::with_engine(pats, Search::Vectorscan)
+    }
+
+    /// [`HashMpm::new`], searching as `search` says where Vectorscan is
+    /// built in, turned on and takes the patterns (by hashing otherwise).
+    pub(crate) fn with_engine<'a>(
+        pats: impl IntoIterator<Item = (&'a [u8], bool)>,
+        search: Search,
+    ) -> HashMpm {
         let mut keyed: [Vec<Keyed>; 4] = Default::default();
         let mut out = Vec::new();
         let mut max_len = 0;
@@ -209,11 +262,31 @@ impl HashMpm {
             }
             out.push(Pat { bytes, cs });
         }
+        #[cfg(sluice_vectorscan)]
+        let min = if search == Search::Split { 4 } else { 1 };
+        #[cfg(sluice_vectorscan)]
+        let vs = (search != Search::Hashed && vectorscan_on())
+            .then(|| {
+                crate::vectorscan::Literals::new(
+                    out.iter()
+                        .enumerate()
+                        .filter(|(_, p)| p.bytes.len() >= min)
+                        .map(|(i, p)| (i as u32, &p.bytes[..], p.cs)),
+                )
+                .ok()
+            })
+            .flatten();
+        #[cfg(not(sluice_vectorscan))]
+        let _ = search;
         HashMpm {
             pats: out,
             first,
             classes: keyed.map(|k| (!k.is_empty()).then(|| KeyTable::new(k))),
             max_len,
+            #[cfg(sluice_vectorscan)]
+            vs_long: search == Search::Split,
+            #[cfg(sluice_vectorscan)]
+            vs,
         }
     }
 
@@ -281,6 +354,41 @@ impl HashMpm {
         if from >= n {
             return;
         }
+        // Vectorscan's finds are occurrences, so candidates too; it ignores
+        // `first` (its finds of other patterns are verified and dropped by
+        // the caller as the hashed search's are).
+        #[cfg(sluice_vectorscan)]
+        if let Some(vs) = &self.vs {
+            if self.vs_long {
+                if vs.scan(&buf[from..], |pid, s| cand(pid, from + s)) {
+                    self.hashed(first, buf, folded, from, at, &mut cand, true);
+                    return;
+                }
+            } else if vs.scan(&buf[from..], |pid, s| cand(pid, from + s)) {
+                return;
+            }
+        }
+        self.hashed(first, buf, folded, from, at, &mut cand, false);
+    }
+
+    /// The hashed search of [`HashMpm::each_in`]; of the patterns shorter
+    /// than four bytes only if `short`.
+    #[inline]
+    #[allow(clippy::too_many_arguments)] // each_in's, and which patterns
+    fn hashed(
+        &self,
+        first: &FirstStage,
+        buf: &[u8],
+        folded: &[u8],
+        from: usize,
+        at: &mut Vec<u32>,
+        cand: &mut impl FnMut(u32, usize),
+        short: bool,
+    ) {
+        let n = buf.len();
+        if short {
+            return self.hashed_short(first, buf, folded, from, at, cand);
+        }
         // Callers fold with [`HashMpm::fold`]; buffers are far below 4 GiB.
         debug_assert!(folded.len() >= n + 3);
         // First the positions where some pattern's first bytes may be, in a
@@ -346,6 +454,55 @@ impl HashMpm {
         }
     }
 
+    /// [`HashMpm::hashed`] of the patterns shorter than four bytes: the
+    /// first stage's table of pairs only, and the classes of one to three
+    /// bytes.
+    fn hashed_short(
+        &self,
+        first: &FirstStage,
+        buf: &[u8],
+        folded: &[u8],
+        from: usize,
+        at: &mut Vec<u32>,
+        cand: &mut impl FnMut(u32, usize),
+    ) {
+        let n = buf.len();
+        if self.classes[..3].iter().all(Option::is_none) {
+            return;
+        }
+        debug_assert!(folded.len() >= n + 3);
+        at.clear();
+        at.resize(n - from, 0);
+        let mut k = 0;
+        let pair = &*first.pair;
+        let out = &mut at[..];
+        let src = &folded[from..n + 1];
+        for i in 0..n - from {
+            let p = u16::from_le_bytes([src[i], src[i + 1]]) as usize;
+            out[k] = (from + i) as u32;
+            k += ((pair[p / 64] >> (p % 64)) & 1) as usize;
+        }
+        at.truncate(k);
+        for &i in at.iter() {
+            let i = i as usize;
+            let w = &folded[i..i + 4];
+            let w = u32::from_le_bytes([w[0], w[1], w[2], w[3]]);
+            for (c, tc) in self.classes[..3].iter().enumerate() {
+                let Some(tc) = tc else { continue };
+                let k = w & MASKS[c];
+                let h = key_hash(k, tc.shift);
+                if (tc.bits[h / 64] >> (h % 64)) & 1 == 0 {
+                    continue;
+                }
+                if let Some(&(a, z, _)) = tc.by_key.get(&k) {
+                    for &pid in &tc.ids[a as usize..z as usize] {
+                        cand(pid, i);
+                    }
+                }
+            }
+        }
+    }
+
     /// True if pattern `pid`, a candidate [`HashMpm::each`] gave at `at`
     /// in `buf` (`folded`: as there), occurs there. The candidate's first
     /// `min(len, 4)` bytes (folded) are its key's, so a pattern that is not
@@ -366,7 +523,7 @@ impl HashMpm {
     }
 
     /// The patterns (bytes, case-sensitive), in order.
-    #[cfg(all(test, feature = "vectorscan"))]
+    #[cfg(all(test, sluice_vectorscan))]
     pub(crate) fn patterns(&self) -> Vec<(Vec<u8>, bool)> {
         self.pats.iter().map(|p| (p.bytes.to_vec(), p.cs)).collect()
     }
@@ -421,7 +578,22 @@ mod tests {
                     (b, rnd(2) == 0)
                 })
                 .collect();
-            let m = HashMpm::new(pats.iter().map(|(b, cs)| (&b[..], *cs)));
+            // Every engine (Vectorscan's two where it is built in), and a
+            // first stage of some patterns: each finds at least those.
+            let search = [Search::Hashed, Search::Vectorscan, Search::Split][round % 3];
+            let m = HashMpm::with_engine(pats.iter().map(|(b, cs)| (&b[..], *cs)), search);
+            let some: Vec<bool> = (0..pats.len()).map(|_| rnd(3) != 0).collect();
+            let first = m.first_stage(|pid| some[pid as usize]);
+            // Vectorscan took the patterns where it is on (a compile error
+            // would leave the hashed search doing its part unseen).
+            #[cfg(sluice_vectorscan)]
+            assert_eq!(
+                m.vs.is_some(),
+                search != Search::Hashed
+                    && vectorscan_on()
+                    && (search != Search::Split || pats.iter().any(|p| p.0.len() >= 4)),
+                "{search:?}"
+            );
             crowded += m.classes[3].as_ref().map_or(0, |t| t.sub.len());
             assert_eq!(m.max_len(), pats.iter().map(|p| p.0.len()).max().unwrap());
             for _ in 0..50 {
@@ -450,6 +622,13 @@ mod tests {
                     }
                 });
                 got.sort_unstable();
+                let mut got_some = Vec::new();
+                m.each_in(&first, &buf, &folded, from, &mut at, |p, s| {
+                    if m.is_at(p, &buf, &folded, s) {
+                        got_some.push((s, p));
+                    }
+                });
+                got_some.sort_unstable();
                 let mut want = Vec::new();
                 for (pid, (p, cs)) in pats.iter().enumerate() {
                     for (s, w) in buf.windows(p.len()).enumerate() {
@@ -464,7 +643,13 @@ mod tests {
                     }
                 }
                 want.sort_unstable();
-                assert_eq!(got, want, "buffer {buf:?}");
+                assert_eq!(got, want, "{search:?}: buffer {buf:?}");
+                // Found once each, and every find of a pattern the first
+                // stage holds.
+                assert!(got_some.windows(2).all(|w| w[0] != w[1]), "{search:?}");
+                let kept: Vec<_> = got_some.iter().filter(|(_, p)| some[*p as usize]).collect();
+                let want_kept: Vec<_> = want.iter().filter(|(_, p)| some[*p as usize]).collect();
+                assert_eq!(kept, want_kept, "{search:?}, some patterns: buffer {buf:?}");
             }
         }
         assert!(crowded > 100, "keys crowded in {crowded} places only");
@@ -480,7 +665,7 @@ mod tests {
     /// difference), and the rate of each is printed. A measurement, so
     /// ignored:
     /// `cargo test --release -p sluice-ips --features vectorscan --lib against_vectorscan -- --ignored --nocapture`.
-    #[cfg(feature = "vectorscan")]
+    #[cfg(sluice_vectorscan)]
     #[test]
     #[ignore]
     fn against_vectorscan() {
@@ -540,10 +725,13 @@ mod tests {
             }
             corpus.truncate(start + len);
         }
-        let m = HashMpm::new(pats.iter().map(|(b, cs)| (&b[..], *cs)));
-        let mut hs =
-            super::super::vectorscan::Literals::new(pats.iter().map(|(b, cs)| (&b[..], *cs)))
-                .unwrap();
+        let m = HashMpm::with_engine(pats.iter().map(|(b, cs)| (&b[..], *cs)), Search::Hashed);
+        let hs = crate::vectorscan::Literals::new(
+            pats.iter()
+                .enumerate()
+                .map(|(i, (b, cs))| (i as u32, &b[..], *cs)),
+        )
+        .unwrap();
         let (mut folded, mut at) = (Vec::new(), Vec::new());
         let (mut ours, mut theirs) = (Vec::new(), Vec::new());
         let mut best = [f64::MAX; 2];

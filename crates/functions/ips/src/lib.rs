@@ -155,8 +155,15 @@ pub mod rules;
 mod testrng;
 pub mod threshold;
 pub mod tls;
-#[cfg(all(test, feature = "vectorscan"))]
+#[cfg(sluice_vectorscan)]
 mod vectorscan;
+
+/// The engine the IPS's literal searches run on in this process:
+/// `"vectorscan"` (built with `libhs` and not turned off by
+/// `SLUICE_IPS_MPM=hashed`) or `"hashed"` (docs/FUNCTIONS.md, "Vectorscan").
+pub fn search_engine() -> &'static str {
+    hashmpm::engine_name()
+}
 mod views;
 pub mod xbits;
 

@@ -95,7 +95,7 @@ impl HttpRules {
 
     /// The fast patterns a response's (`request` false) or a request's body
     /// packets are searched for, for measuring the search.
-    #[cfg(all(test, feature = "vectorscan"))]
+    #[cfg(all(test, sluice_vectorscan))]
     pub(crate) fn body_patterns(&self, request: bool) -> Vec<(Vec<u8>, bool)> {
         self.joint[usize::from(!request)]
             .as_ref()
