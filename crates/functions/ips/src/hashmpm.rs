@@ -361,20 +361,18 @@ impl HashMpm {
         if let Some(vs) = &self.vs {
             if self.vs_long {
                 if vs.scan(&buf[from..], |pid, s| cand(pid, from + s)) {
-                    self.hashed(first, buf, folded, from, at, &mut cand, true);
+                    self.hashed_short(first, buf, folded, from, at, &mut cand);
                     return;
                 }
             } else if vs.scan(&buf[from..], |pid, s| cand(pid, from + s)) {
                 return;
             }
         }
-        self.hashed(first, buf, folded, from, at, &mut cand, false);
+        self.hashed(first, buf, folded, from, at, &mut cand);
     }
 
-    /// The hashed search of [`HashMpm::each_in`]; of the patterns shorter
-    /// than four bytes only if `short`.
+    /// The hashed search of [`HashMpm::each_in`].
     #[inline]
-    #[allow(clippy::too_many_arguments)] // each_in's, and which patterns
     fn hashed(
         &self,
         first: &FirstStage,
@@ -383,12 +381,8 @@ impl HashMpm {
         from: usize,
         at: &mut Vec<u32>,
         cand: &mut impl FnMut(u32, usize),
-        short: bool,
     ) {
         let n = buf.len();
-        if short {
-            return self.hashed_short(first, buf, folded, from, at, cand);
-        }
         // Callers fold with [`HashMpm::fold`]; buffers are far below 4 GiB.
         debug_assert!(folded.len() >= n + 3);
         // First the positions where some pattern's first bytes may be, in a
@@ -422,11 +416,26 @@ impl HashMpm {
             k += (hit & 1) as usize;
         }
         at.truncate(k);
+        self.second_stage(4, buf.len(), folded, at, cand);
+    }
+
+    /// The second stage of [`HashMpm::hashed`]: at each position of `at`,
+    /// the length classes below `classes` (4: all; 3: the patterns shorter
+    /// than four bytes) by their hashed keys, and the patterns to verify.
+    #[inline]
+    fn second_stage(
+        &self,
+        classes: usize,
+        n: usize,
+        folded: &[u8],
+        at: &[u32],
+        cand: &mut impl FnMut(u32, usize),
+    ) {
         for &i in at.iter() {
             let i = i as usize;
             let w = &folded[i..i + 4];
             let w = u32::from_le_bytes([w[0], w[1], w[2], w[3]]);
-            for (c, tc) in self.classes.iter().enumerate() {
+            for (c, tc) in self.classes[..classes].iter().enumerate() {
                 let Some(tc) = tc else { continue };
                 let k = w & MASKS[c];
                 let h = key_hash(k, tc.shift);
@@ -457,6 +466,7 @@ impl HashMpm {
     /// [`HashMpm::hashed`] of the patterns shorter than four bytes: the
     /// first stage's table of pairs only, and the classes of one to three
     /// bytes.
+    #[cfg(sluice_vectorscan)]
     fn hashed_short(
         &self,
         first: &FirstStage,
@@ -483,24 +493,7 @@ impl HashMpm {
             k += ((pair[p / 64] >> (p % 64)) & 1) as usize;
         }
         at.truncate(k);
-        for &i in at.iter() {
-            let i = i as usize;
-            let w = &folded[i..i + 4];
-            let w = u32::from_le_bytes([w[0], w[1], w[2], w[3]]);
-            for (c, tc) in self.classes[..3].iter().enumerate() {
-                let Some(tc) = tc else { continue };
-                let k = w & MASKS[c];
-                let h = key_hash(k, tc.shift);
-                if (tc.bits[h / 64] >> (h % 64)) & 1 == 0 {
-                    continue;
-                }
-                if let Some(&(a, z, _)) = tc.by_key.get(&k) {
-                    for &pid in &tc.ids[a as usize..z as usize] {
-                        cand(pid, i);
-                    }
-                }
-            }
-        }
+        self.second_stage(3, n, folded, at, cand);
     }
 
     /// True if pattern `pid`, a candidate [`HashMpm::each`] gave at `at`
