@@ -21,7 +21,7 @@ fn main() {
             panic!("SLUICE_VECTORSCAN=on but libhs (libvectorscan-dev) was not found: {e}")
         }
         Err(_) => println!(
-            "cargo:warning=libhs (Debian: libvectorscan-dev) not found: the IPS searches with its hashed engine only (about 1.5x slower on ET Open)"
+            "cargo:warning=libhs (Debian: libvectorscan-dev) not found: the IPS searches with its own hashed engine only (about 1.16x the time per packet on ET Open's HTTP mix, docs/BENCHMARKS.md)"
         ),
     }
 }
