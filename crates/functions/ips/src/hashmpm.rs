@@ -359,12 +359,10 @@ impl HashMpm {
         // the caller as the hashed search's are).
         #[cfg(sluice_vectorscan)]
         if let Some(vs) = &self.vs {
-            if self.vs_long {
-                if vs.scan(&buf[from..], |pid, s| cand(pid, from + s)) {
+            if vs.scan(&buf[from..], |pid, s| cand(pid, from + s)) {
+                if self.vs_long {
                     self.hashed_short(first, buf, folded, from, at, &mut cand);
-                    return;
                 }
-            } else if vs.scan(&buf[from..], |pid, s| cand(pid, from + s)) {
                 return;
             }
         }
