@@ -96,6 +96,12 @@ fn check_against_reference(make: &dyn Fn() -> Box<dyn StateStore>, flush_store: 
         want.alerts
     );
     assert!(want.packets.iter().any(|p| !p.0), "and drops");
+    assert_eq!(
+        want.alerts.iter().filter(|a| a.0 == 4).count(),
+        4,
+        "each HTTP response body's signature across two segments: {:?}",
+        want.alerts
+    );
     assert!(want.flows.len() >= 24);
     for n in [2usize, 3, 4] {
         flush_store();

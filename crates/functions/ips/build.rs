@@ -20,8 +20,34 @@ fn main() {
         Err(e) if want == "on" => {
             panic!("SLUICE_VECTORSCAN=on but libhs (libvectorscan-dev) was not found: {e}")
         }
-        Err(_) => println!(
-            "cargo:warning=libhs (Debian: libvectorscan-dev) not found: the IPS searches with its own hashed engine only (about 1.16x the time per packet on ET Open's HTTP mix, docs/BENCHMARKS.md)"
-        ),
+        Err(_) => {
+            println!(
+                "cargo:warning=libhs (Debian: libvectorscan-dev) not found: the IPS searches with its own hashed engine only (about 1.16x the time per packet on ET Open's HTTP mix, docs/BENCHMARKS.md)"
+            );
+            watch_pkg_config_dirs();
+        }
+    }
+}
+
+/// Has cargo run this script again when a package adds a `.pc` file (a
+/// `libvectorscan-dev` installed after a first build), not only when the
+/// environment changes: cargo watches the directories pkg-config searches.
+fn watch_pkg_config_dirs() {
+    let mut dirs: Vec<String> = std::env::var("PKG_CONFIG_PATH")
+        .unwrap_or_default()
+        .split(':')
+        .map(str::to_owned)
+        .collect();
+    if let Ok(out) = std::process::Command::new("pkg-config")
+        .args(["--variable", "pc_path", "pkg-config"])
+        .output()
+    {
+        let path = String::from_utf8_lossy(&out.stdout);
+        dirs.extend(path.trim().split(':').map(str::to_owned));
+    }
+    for d in dirs {
+        if !d.is_empty() && std::path::Path::new(&d).is_dir() {
+            println!("cargo:rerun-if-changed={d}");
+        }
     }
 }

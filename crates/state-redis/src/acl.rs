@@ -31,6 +31,7 @@ pub const TENANT_COMMANDS: &[&str] = &[
     // Sent directly (node.rs, cluster.rs).
     "get",
     "set",
+    "append",
     "del",
     "mset",
     "incrby",

@@ -585,7 +585,7 @@ impl RedisStore {
 pub(crate) fn count(c: &mut StoreCounters, op: &Op) {
     match op {
         Op::Get { .. } => c.reads += 1,
-        Op::Put { .. } | Op::Delete { .. } => c.writes += 1,
+        Op::Put { .. } | Op::Append { .. } | Op::Delete { .. } => c.writes += 1,
         Op::ArmTimer { .. } | Op::CancelTimer { .. } => c.timers += 1,
         _ => c.atomics += 1,
     }
@@ -716,6 +716,7 @@ pub(crate) fn op_name(op: &Op) -> &'static str {
     match op {
         Op::Get { .. } => "GET",
         Op::Put { .. } => "SET",
+        Op::Append { .. } => "APPEND",
         Op::Delete { .. } => "DEL",
         Op::CompareAndSet { .. } => "compare_and_set",
         Op::Incr { .. } => "INCRBY",

@@ -536,6 +536,10 @@ impl Node {
                 prefixed_key(&mut self.key_buf, self.prefix.as_bytes(), &key);
                 resp::encode(&mut self.wbuf, &[b"SET", &self.key_buf, ops.arg(val)]);
             }
+            Op::Append { key, val } => {
+                prefixed_key(&mut self.key_buf, self.prefix.as_bytes(), &key);
+                resp::encode(&mut self.wbuf, &[b"APPEND", &self.key_buf, ops.arg(val)]);
+            }
             Op::Delete { key } => {
                 prefixed_key(&mut self.key_buf, self.prefix.as_bytes(), &key);
                 resp::encode(&mut self.wbuf, &[b"DEL", &self.key_buf]);
@@ -657,6 +661,7 @@ impl Node {
             (Op::Put { .. }, Reply::Simple(_)) => OpResult::Done,
             (
                 Op::Delete { .. }
+                | Op::Append { .. }
                 | Op::CancelTimer { .. }
                 | Op::ArmTimer { .. }
                 | Op::PoolFree { .. },

@@ -1076,6 +1076,7 @@ impl FlowCache {
             && c.cas_posts.is_empty()
             && (0..c.fwd.len()).all(|j| match c.fwd.ops()[j] {
                 Op::Put { .. }
+                | Op::Append { .. }
                 | Op::Delete { .. }
                 | Op::ArmTimer { .. }
                 | Op::CancelTimer { .. }

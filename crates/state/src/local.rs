@@ -30,8 +30,14 @@ struct TimerSlot {
 
 #[derive(Clone)]
 enum Val {
-    Inline { len: u8, bytes: [u8; INLINE] },
-    Heap(Box<[u8]>),
+    Inline {
+        len: u8,
+        bytes: [u8; INLINE],
+    },
+    /// A `Vec` rather than a boxed slice: a value that grows by appends
+    /// ([`Op::Append`]) grows in place, amortised, instead of being copied
+    /// whole into a new allocation per append.
+    Heap(Vec<u8>),
 }
 
 impl Val {
@@ -44,7 +50,7 @@ impl Val {
                 bytes,
             }
         } else {
-            Val::Heap(b.into())
+            Val::Heap(b.to_vec())
         }
     }
     fn get(&self) -> &[u8] {
@@ -59,9 +65,29 @@ impl Val {
                 bytes[..b.len()].copy_from_slice(b);
                 *len = b.len() as u8;
             }
-            // Records are usually rewritten at the same size: reuse the allocation.
-            Val::Heap(h) if h.len() == b.len() => h.copy_from_slice(b),
+            // Records are usually rewritten at the same size: reuse the
+            // allocation (or the larger one a growing value has, unless
+            // more than half of it would sit idle).
+            Val::Heap(h) if h.capacity() >= b.len() && h.capacity() / 2 <= b.len() => {
+                h.clear();
+                h.extend_from_slice(b);
+            }
             _ => *self = Val::new(b),
+        }
+    }
+    fn append(&mut self, b: &[u8]) {
+        match self {
+            Val::Heap(h) => h.extend_from_slice(b),
+            Val::Inline { len, bytes } if *len as usize + b.len() <= INLINE => {
+                bytes[*len as usize..*len as usize + b.len()].copy_from_slice(b);
+                *len += b.len() as u8;
+            }
+            Val::Inline { len, bytes } => {
+                let mut h = Vec::with_capacity(*len as usize + b.len());
+                h.extend_from_slice(&bytes[..*len as usize]);
+                h.extend_from_slice(b);
+                *self = Val::Heap(h);
+            }
         }
     }
 }
@@ -128,7 +154,7 @@ impl LocalStore {
     /// timers (allocated capacity, not just what is in use).
     pub fn approx_memory(&self) -> usize {
         let heap = |v: &Val| match v {
-            Val::Heap(b) => b.len(),
+            Val::Heap(b) => b.capacity(),
             Val::Inline { .. } => 0,
         };
         let kv_heap: usize = self.kv.iter().map(|(k, v)| heap(k) + heap(v)).sum();
@@ -167,6 +193,15 @@ impl LocalStore {
                         hash_bytes(k.get())
                     });
             }
+        }
+    }
+
+    fn kv_append(&mut self, key: &Key, val: &[u8]) {
+        let b = key.as_bytes();
+        let h = key.table_hash();
+        match self.kv.find_mut(h, |(k, _)| k.get() == b) {
+            Some((_, v)) => v.append(val),
+            None => self.kv_set(key, val),
         }
     }
 
@@ -247,6 +282,11 @@ impl LocalStore {
                 Op::Put { key, val } => {
                     self.counters.writes += 1;
                     self.kv_set(&key, ops.arg(val));
+                    ops.set_result(i, OpResult::Done);
+                }
+                Op::Append { key, val } => {
+                    self.counters.writes += 1;
+                    self.kv_append(&key, ops.arg(val));
                     ops.set_result(i, OpResult::Done);
                 }
                 Op::Delete { key } => {
@@ -499,6 +539,37 @@ mod tests {
         assert_eq!(ops.value(g3), None);
         assert_eq!(s.counters().round_trips, 1);
         assert_eq!(s.counters().reads, 4);
+    }
+
+    #[test]
+    fn append_extends_in_order_and_creates_absent_values() {
+        let mut s = LocalStore::new();
+        let mut ops = Ops::new();
+        ops.append(k(1, b"a"), b"0123");
+        let g0 = ops.get(k(1, b"a"));
+        // Inline growth, then past the inline size onto the heap.
+        ops.append(k(1, b"a"), &[b'x'; 20]);
+        let g1 = ops.get(k(1, b"a"));
+        ops.append(k(1, b"a"), &[b'y'; 100]);
+        ops.append(k(1, b"a"), b"z");
+        let g2 = ops.get(k(1, b"a"));
+        // A put replaces what appends built; an append after a delete starts over.
+        ops.put(k(1, b"a"), &[7u8; 90]);
+        let g3 = ops.get(k(1, b"a"));
+        ops.delete(k(1, b"a"));
+        ops.append(k(1, b"a"), b"new");
+        let g4 = ops.get(k(1, b"a"));
+        s.execute(&mut ops).unwrap();
+        assert_eq!(ops.value(g0), Some(&b"0123"[..]));
+        let mut want = b"0123".to_vec();
+        want.extend_from_slice(&[b'x'; 20]);
+        assert_eq!(ops.value(g1), Some(&want[..]));
+        want.extend_from_slice(&[b'y'; 100]);
+        want.push(b'z');
+        assert_eq!(ops.value(g2), Some(&want[..]));
+        assert_eq!(ops.value(g3), Some(&[7u8; 90][..]));
+        assert_eq!(ops.value(g4), Some(&b"new"[..]));
+        assert_eq!(s.counters().writes, 7);
     }
 
     #[test]

@@ -29,6 +29,15 @@ pub enum Op {
         /// The value in the argument arena.
         val: Span,
     },
+    /// Append bytes to a value (an absent value counts as empty): Redis's
+    /// `APPEND`. For a value that grows by its end (the IPS's pending HTTP
+    /// body), so a packet sends its new bytes rather than the whole value.
+    Append {
+        /// Key to extend.
+        key: Key,
+        /// The bytes to add, in the argument arena.
+        val: Span,
+    },
     /// Remove a value (absent is fine).
     Delete {
         /// Key to remove.
@@ -102,6 +111,7 @@ impl Op {
         match self {
             Op::Get { key }
             | Op::Put { key, .. }
+            | Op::Append { key, .. }
             | Op::Delete { key }
             | Op::CompareAndSet { key, .. }
             | Op::Incr { key, .. }
@@ -416,6 +426,10 @@ impl Ops {
                 key,
                 val: self.stash(src.arg(val)),
             },
+            Op::Append { key, val } => Op::Append {
+                key,
+                val: self.stash(src.arg(val)),
+            },
             Op::CompareAndSet { key, expected, new } => Op::CompareAndSet {
                 key,
                 expected: expected.map(|s| self.stash(src.arg(s))),
@@ -424,6 +438,15 @@ impl Ops {
             other => other,
         };
         self.push_hinted(op, hint)
+    }
+
+    /// Queues appending raw bytes to a value ([`Op::Append`]). The caller
+    /// must know what the value holds before (the store does not say): the
+    /// IPS appends only to a blob it read whole in this batch, and checks
+    /// the length it reads back against its record's.
+    pub fn append(&mut self, key: Key, val: &[u8]) -> OpId {
+        let val = self.stash(val);
+        self.push(Op::Append { key, val })
     }
 
     /// Queues a delete.

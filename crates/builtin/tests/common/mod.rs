@@ -33,6 +33,7 @@ functions:
       - 'drop tcp any any -> any 80 (msg:"attack"; content:"/etc/passwd"; sid:1; rev:1;)'
       - 'alert tcp any 80 -> any any (msg:"leak"; content:"SECRET-TOKEN"; sid:2; rev:1;)'
       - 'alert udp any any -> any any (msg:"udp sig"; content:"zzz"; sid:3; rev:1;)'
+      - 'alert http any any -> any any (msg:"body across segments"; flow:to_client; http.response_body; content:"aaaaaaaabbbbbbbb"; sid:4; rev:1;)'
   - type: monitor
 settings:
   batch_size: 16
@@ -71,6 +72,12 @@ pub fn trace() -> Vec<(u64, Vec<u8>)> {
             segs.push(again); // a retransmission
         }
         pk.extend(segs);
+        if f % 6 == 2 {
+            // An HTTP response: its body (the segments below) accumulates in
+            // the store from packet to packet, wherever each one lands.
+            let head = b"HTTP/1.1 200 OK\r\nContent-Length: 4800\r\n\r\n";
+            conv.data(&mut buf, false, head, &mut |b| pk.push(b.to_vec()));
+        }
         for k in 0..8 {
             let body: Vec<u8> = if f % 7 == 3 && k == 4 {
                 b"...leaks SECRET-TOKEN here...".to_vec()

@@ -192,7 +192,22 @@ impl BatchNf for Ips {
             if new.has_blob() {
                 if new != old {
                     if let Some(b) = self.pend.of(e.x.rec, d) {
-                        ops.put(key, b);
+                        // A blob that only grew since this batch read it
+                        // is sent as its new bytes: a body's packets would
+                        // otherwise each rewrite the whole body so far. The
+                        // next reader checks the length against the
+                        // record's, so a lost append is caught as a lost blob.
+                        let at = old.len as usize;
+                        let grew = old.has_blob()
+                            && old.kind == new.kind
+                            && b.len() >= at
+                            && self.pend.stored(e.x.rec, d) == at;
+                        if !grew {
+                            ops.put(key, b);
+                        } else if b.len() > at {
+                            ops.append(key, &b[at..]);
+                            self.pend_appends.set(self.pend_appends.get() + 1);
+                        }
                         ops.arm_timer(key, state.last_seen.saturating_add(self.timeout_ns));
                     }
                 }
@@ -292,6 +307,7 @@ impl Ips {
             match pass.ops.value(id) {
                 Some(v) if v.len() == want => {
                     self.pend.slot(ei, d as usize).extend_from_slice(v);
+                    self.pend.set_stored(ei, d as usize, want);
                 }
                 // The unit is not inspected; the packets deciding it see
                 // the mismatch and forget it.

@@ -398,6 +398,10 @@ pub struct Counters {
     pub pending_joined: u64,
     /// Pending blobs written.
     pub pending_saved: u64,
+    /// Writes of pending blobs sent as their new bytes only (the store's
+    /// append), the blob having only grown since this batch read it: a
+    /// body's packets then send what they add, not the body so far.
+    pub pending_appended: u64,
     /// Units over their bound: the direction stopped being parsed for that
     /// protocol.
     pub pending_overflow: u64,
@@ -487,6 +491,10 @@ pub struct Ips {
     pend: pending::PendBatch,
     /// The blob reads of the batch: (record, direction, read).
     pend_reads: Vec<(u32, u8, OpId)>,
+    /// Blob writes of the batch sent as appends, counted by the write step
+    /// (which sees the function only shared) and added to
+    /// [`Counters::pending_appended`] after it.
+    pend_appends: std::cell::Cell<u64>,
     /// A TCP packet's stream bytes made contiguous for the application
     /// layer, reused.
     joined: Vec<u8>,
@@ -601,6 +609,7 @@ impl Ips {
             views: Default::default(),
             pend: Default::default(),
             pend_reads: Vec::new(),
+            pend_appends: Default::default(),
             joined: Vec::new(),
             fired: Vec::new(),
             app_now: None,
@@ -711,7 +720,9 @@ impl NetworkFunction for Ips {
             ips.read_pending(batch, ctx.streams, pass, store)?;
             ips.prescan(batch, ctx.streams, pass);
             pass.decide(ips, batch, ctx);
-            pass.write(ips, store)
+            let r = pass.write(ips, store);
+            ips.counters.pending_appended += ips.pend_appends.take();
+            r
         })?;
         // xbits conditions, then thresholds, decide which of the batch's
         // alerts are raised, only once its verdicts are made (they never
@@ -815,6 +826,7 @@ impl NetworkFunction for Ips {
             ("ips_xbits_withheld", c.xbits_withheld),
             ("ips_pending_joined", c.pending_joined),
             ("ips_pending_saved", c.pending_saved),
+            ("ips_pending_appended", c.pending_appended),
             ("ips_pending_overflow", c.pending_overflow),
             ("ips_pending_discarded", c.pending_discarded),
             ("ips_pending_lost", c.pending_lost),

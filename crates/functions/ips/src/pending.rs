@@ -153,6 +153,10 @@ pub(crate) struct PendBatch {
     /// Per record of the batch: the slot of each direction, or [`NO_SLOT`].
     of: Vec<[u32; 2]>,
     bufs: Vec<Vec<u8>>,
+    /// Per slot: how many of its first bytes are known to be the blob the
+    /// store holds (read this batch and not changed since), so the write
+    /// step can append the rest instead of writing the blob whole.
+    stored: Vec<u32>,
     used: usize,
     /// The record of the packet being decided.
     pub cur: u32,
@@ -173,13 +177,34 @@ impl PendBatch {
         if *s == NO_SLOT {
             if self.used == self.bufs.len() {
                 self.bufs.push(Vec::new());
+                self.stored.push(0);
             }
             *s = self.used as u32;
             self.used += 1;
         }
+        self.stored[*s as usize] = 0;
         let b = &mut self.bufs[*s as usize];
         b.clear();
         b
+    }
+
+    /// Says the first `n` bytes of direction `d` of record `rec`'s slot are
+    /// the blob the store holds (just read).
+    pub fn set_stored(&mut self, rec: u32, d: usize, n: usize) {
+        if let Some(&s) = self.of.get(rec as usize).and_then(|s| s.get(d)) {
+            if s != NO_SLOT {
+                self.stored[s as usize] = n as u32;
+            }
+        }
+    }
+
+    /// How many of the first bytes of direction `d` of record `rec` are the
+    /// blob the store holds ([`PendBatch::set_stored`]), 0 if unknown.
+    pub fn stored(&self, rec: u32, d: usize) -> usize {
+        match self.of.get(rec as usize).and_then(|s| s.get(d)) {
+            Some(&s) if s != NO_SLOT => self.stored[s as usize] as usize,
+            _ => 0,
+        }
     }
 
     /// The bytes of direction `d` of the current record, if it has a slot.
@@ -209,6 +234,7 @@ impl PendBatch {
         if let Some(s) = self.of.get(self.cur as usize).map(|s| s[d]) {
             if s != NO_SLOT {
                 self.bufs[s as usize].clear();
+                self.stored[s as usize] = 0;
             }
         }
     }
@@ -220,14 +246,24 @@ impl PendBatch {
 
     /// Gives back a buffer taken by [`PendBatch::take`] as direction `d`'s
     /// bytes of the current record (kept only if it holds bytes or the
-    /// record had a slot, so an empty take allocates nothing).
+    /// record had a slot, so an empty take allocates nothing), with nothing
+    /// known of what the store holds.
     pub fn put(&mut self, d: usize, buf: Vec<u8>) {
+        self.put_kept(d, buf, 0);
+    }
+
+    /// [`PendBatch::put`] of a buffer whose first `kept` bytes are those
+    /// [`PendBatch::take`] gave (what was known to be stored stays known up
+    /// to there).
+    pub fn put_kept(&mut self, d: usize, buf: Vec<u8>, kept: usize) {
         let cur = self.cur;
         let Some(s) = self.of.get(cur as usize).map(|s| s[d]) else {
             return;
         };
         if s != NO_SLOT {
             self.bufs[s as usize] = buf;
+            let st = &mut self.stored[s as usize];
+            *st = (*st).min(kept as u32);
         } else if !buf.is_empty() {
             let b = self.slot(cur, d);
             *b = buf;
@@ -272,13 +308,16 @@ impl Ips {
 
     /// Keeps `held` as direction `d`'s pending unit of `kind`, ending just
     /// before stream position `end`: the record describes it and the blob
-    /// goes to the store with the batch's writes.
+    /// goes to the store with the batch's writes. `kept`: how many of
+    /// `held`'s first bytes are those the pending buffer gave (taken from
+    /// [`PendBatch::take`] and not changed), so that a blob which only grew
+    /// is sent as its new bytes.
     pub(crate) fn pend_save(
         &mut self,
         st: &mut crate::engine::FlowState,
         d: usize,
         kind: u8,
-        held: Vec<u8>,
+        (held, kept): (Vec<u8>, usize),
         end: u64,
     ) {
         st.pend[d] = Pend {
@@ -287,6 +326,6 @@ impl Ips {
             end: end as u32,
         };
         self.counters.pending_saved += 1;
-        self.pend.put(d, held);
+        self.pend.put_kept(d, held, kept);
     }
 }

@@ -275,6 +275,59 @@ fn a_body_continues_on_another_instance() {
     assert_eq!(ops.value(id), None);
 }
 
+/// A body arriving one packet per batch goes to the store as appends of
+/// each packet's bytes, not rewritten whole; what the store then holds is
+/// exactly the body (a rule on the whole body's first and last bytes and
+/// its size fires at the last packet, and only there), and another
+/// instance reading it mid-body continues it.
+#[test]
+fn a_growing_body_is_appended_to_the_store() {
+    let n = 3000;
+    let mut body = vec![b'x'; n];
+    body[..5].copy_from_slice(b"BEGIN");
+    body[n - 3..].copy_from_slice(b"END");
+    let mut req =
+        format!("POST /upload HTTP/1.1\r\nHost: example.com\r\nContent-Length: {n}\r\n\r\n")
+            .into_bytes();
+    let head = req.len();
+    req.extend_from_slice(&body);
+    let rule = format!(
+        r#"alert http any any -> any any (msg:"whole"; flow:to_server; http.request_body; content:"BEGIN"; startswith; content:"END"; endswith; bsize:{n}; sid:7;)"#
+    );
+    let limit = 1 << 20;
+    // The head alone, then the body in 100-byte segments.
+    let cuts: Vec<usize> = (0..n / 100).map(|k| head + k * 100).collect();
+    let frames = upload(&req, &cuts);
+    let (s, d, c) = common::run_each(ips_limit(&[&rule], limit), &frames);
+    assert_eq!(s, vec![7]);
+    assert_eq!(d.len(), frames.len());
+    assert_eq!(c.pending_lost + c.pending_discarded, 0, "{c:?}");
+    // The first body packet writes the blob (head and fields) whole; each
+    // later one but the last appends its 100 bytes (the last completes the
+    // message, and the blob is deleted).
+    let body_packets = (n / 100) as u64;
+    assert_eq!(c.pending_appended, body_packets - 2, "{c:?}");
+    // Half way, the store holds the head and the body so far: a new
+    // instance continues from it and the rule fires once, at the end.
+    let mut st = LocalStore::new();
+    let half = 3 + 1 + n / 200;
+    let mut one = ips_limit(&[&rule], limit);
+    for (k, f) in frames[..half].iter().enumerate() {
+        let (a, _) = common::run_in(
+            &mut one,
+            &mut st,
+            std::slice::from_ref(f),
+            1_000_000_000 + k as u64,
+        );
+        assert!(a.is_empty(), "{a:?}");
+    }
+    assert!(one.stats().pending_appended > 0);
+    let mut two = ips_limit(&[&rule], limit);
+    let (a, _) = common::run_in(&mut two, &mut st, &frames[half..], 2_000_000_000);
+    assert_eq!(a, vec![(7, AlertAction::Allowed)]);
+    assert_eq!(two.stats().pending_lost, 0);
+}
+
 #[test]
 fn the_body_limit_is_honoured() {
     // Limit 64: the signature at body offset 90 lies past it. Split across

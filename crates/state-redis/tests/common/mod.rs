@@ -20,6 +20,10 @@ pub fn scenario(store: &mut dyn StateStore) -> Vec<String> {
     let g2 = ops.get(k(1, b"a"));
     ops.delete(k(1, b"a"));
     let g3 = ops.get(k(1, b"a"));
+    // Appends: to an absent value, then growing it past any inline size.
+    ops.append(k(1, b"c"), b"ab\x00");
+    ops.append(k(1, b"c"), &[b'z'; 40]);
+    let g4 = ops.get(k(1, b"c"));
     let i1 = ops.incr(k(2, b"load"), 5);
     let i2 = ops.incr(k(2, b"load"), -7);
     let p0 = ops.pool_init(k(3, b"pool"), 3);
@@ -45,7 +49,7 @@ pub fn scenario(store: &mut dyn StateStore) -> Vec<String> {
     ops.arm_timer(k(4, b"t3"), 9_000_000);
     ops.cancel_timer(k(4, b"t3"));
     store.execute(&mut ops).unwrap();
-    for id in [g0, g1, g2, g3] {
+    for id in [g0, g1, g2, g3, g4] {
         out.push(format!("{:?}", ops.value(id)));
     }
     for id in [c1, c2, c3, c4, p0, p1] {

@@ -71,6 +71,7 @@ impl Ips {
             && !st.http[d].active()
             && (cont || crate::tls::unit(data) == Unit::Not);
         let mut held = if cont { self.pend.take(d) } else { Vec::new() };
+        let taken = held.len();
         if cont {
             held.extend_from_slice(data);
         }
@@ -82,7 +83,7 @@ impl Ips {
                 if !cont {
                     held.extend_from_slice(data);
                 }
-                self.pend_save(st, d, pending::DNS, held, base + data.len() as u64);
+                self.pend_save(st, d, pending::DNS, (held, taken), base + data.len() as u64);
                 return false;
             }
             Unit::Whole(_) => {

@@ -93,6 +93,9 @@ pub struct BodyAcc {
     at: usize,
     /// The head's length.
     head_len: usize,
+    /// How many of `raw`'s first bytes are still the blob
+    /// [`decode`](BodyAcc::decode) took (0 when it holds no decoded blob).
+    intact: usize,
     /// Scratch space for the fields when encoding.
     fields: Vec<u8>,
 }
@@ -127,6 +130,7 @@ impl BodyAcc {
         self.raw.clear();
         self.at = 0;
         self.head_len = 0;
+        self.intact = 0;
     }
 
     /// The message's head (empty when it was not seen).
@@ -142,6 +146,7 @@ impl BodyAcc {
     /// Sets the message's head, forgetting any body.
     pub fn set_head(&mut self, head: &[u8]) {
         self.raw.clear();
+        self.intact = 0;
         self.at = 0;
         self.raw.extend_from_slice(head);
         self.head_len = head.len();
@@ -150,6 +155,7 @@ impl BodyAcc {
     /// Forgets the body kept so far (the head stays).
     pub fn clear_body(&mut self) {
         self.raw.truncate(self.at + self.head_len);
+        self.intact = self.intact.min(self.raw.len());
     }
 
     /// Writes the fields before the head into `out` (cleared first).
@@ -188,11 +194,19 @@ impl BodyAcc {
     /// Moves the blob into `out` (its bytes replaced) and forgets the
     /// message, as [`reset`](BodyAcc::reset). When the fields are those the
     /// blob was decoded with, the buffer itself moves: no byte of the head
-    /// or the body is copied.
-    pub fn encode(&mut self, out: &mut Vec<u8>) {
+    /// or the body is copied. Returns how many of `out`'s first bytes are
+    /// the blob [`decode`](BodyAcc::decode) took (the body only grew since):
+    /// the store needs only the bytes after them.
+    pub fn encode(&mut self, out: &mut Vec<u8>) -> usize {
         let mut fields = std::mem::take(&mut self.fields);
         self.encode_fields(&mut fields);
+        let mut kept = 0;
         if self.raw[..self.at] == fields[..] {
+            kept = if self.intact >= self.at {
+                self.intact
+            } else {
+                0
+            };
             std::mem::swap(out, &mut self.raw);
         } else {
             out.clear();
@@ -202,6 +216,7 @@ impl BodyAcc {
         }
         self.fields = fields;
         self.reset();
+        kept
     }
 
     /// Reads a blob [`encode`](BodyAcc::encode) wrote, taking its buffer
@@ -250,6 +265,7 @@ impl BodyAcc {
         b.clear();
         self.at = at;
         self.head_len = h;
+        self.intact = self.raw.len();
         Ok(())
     }
 
@@ -405,9 +421,12 @@ mod tests {
         assert_eq!(b, a);
         let mut want = Vec::new();
         a.clone().encode(&mut want);
-        b.encode(&mut held);
+        let kept = b.encode(&mut held);
         assert_eq!(held, want);
         assert_eq!(held.as_ptr(), buf, "the same buffer, not a copy");
+        // The blob as stored, then only the new body bytes: an append.
+        assert_eq!(kept, blob.len());
+        assert_eq!(&held[kept..], b"<body>");
         assert_eq!(b, BodyAcc::default(), "encoding forgets the message");
         // A rule fired: the fields grow, the blob is rewritten.
         b.decode(&mut held).unwrap();
@@ -415,12 +434,29 @@ mod tests {
         a.mark(9);
         let mut out = Vec::new();
         let want_len = b.encoded_len();
-        b.encode(&mut out);
+        assert_eq!(b.encode(&mut out), 0, "fields changed: written whole");
         assert_eq!(out.len(), want_len);
         let mut c = BodyAcc::default();
         c.decode(&mut out).unwrap();
         assert_eq!(c, a);
         assert_eq!(c.body(), b"<html><body>");
+        // Past the limit the body is dropped: only the fields and the head
+        // are still as stored, and the fields change (the flag), so whole.
+        let mut blob = Vec::new();
+        c.clone().encode(&mut blob);
+        let mut d = BodyAcc::default();
+        d.decode(&mut blob).unwrap();
+        d.append(&[b'x'; 64], 16);
+        d.clear_body();
+        let mut out = Vec::new();
+        assert_eq!(d.encode(&mut out), 0);
+        // A new message's head replaces the blob: nothing kept.
+        let mut blob = Vec::new();
+        c.clone().encode(&mut blob);
+        d.decode(&mut blob).unwrap();
+        d.set_head(b"HTTP/1.1 204 No Content\r\n\r\n");
+        d.live = true;
+        assert_eq!(d.encode(&mut out), 0);
     }
 
     #[test]

@@ -90,6 +90,7 @@ impl Ips {
         } else {
             Vec::new()
         };
+        let taken = held.len();
         acc.reset();
         if body_cont {
             if acc.decode(&mut held).is_err() {
@@ -181,22 +182,24 @@ impl Ips {
         // What is pending now: the head these bytes end inside, if its
         // beginning is known (`held` still holds the blob's bytes when the
         // head continues through all of these)...
+        let mut kept = 0;
         if let Some(s) = piece.open {
             held.clear();
             held.extend_from_slice(&data[s..]);
         } else if piece.open_cont && cont && !joined {
             held.extend_from_slice(data);
+            kept = taken;
         } else {
             held.clear();
         }
         let end = base + data.len() as u64;
         let live = st.flags & (BLOCKED | PASSED) == 0;
         if !held.is_empty() && live {
-            self.pend_save(st, d, pending::HTTP, held, end);
+            self.pend_save(st, d, pending::HTTP, (held, kept), end);
         } else if limit > 0 && live && acc.live && me.in_body() {
             // ...or the body of the message these bytes end inside.
-            acc.encode(&mut held);
-            self.pend_save(st, d, pending::HTTP_BODY, held, end);
+            let kept = acc.encode(&mut held);
+            self.pend_save(st, d, pending::HTTP_BODY, (held, kept), end);
         } else if matches!(st.pend[d].kind, pending::HTTP | pending::HTTP_BODY) {
             held.clear();
             st.pend[d] = Pend::default();

@@ -50,6 +50,7 @@ impl Ips {
             self.pend_drop(st, d, true);
         }
         let mut held = if cont { self.pend.take(d) } else { Vec::new() };
+        let taken = held.len();
         if cont {
             held.extend_from_slice(data);
         }
@@ -60,7 +61,7 @@ impl Ips {
                 if !cont {
                     held.extend_from_slice(data);
                 }
-                self.pend_save(st, d, pending::TLS, held, base + data.len() as u64);
+                self.pend_save(st, d, pending::TLS, (held, taken), base + data.len() as u64);
                 return false;
             }
             // Another protocol's unit is pending here: not TLS.
