@@ -226,7 +226,17 @@ pub struct Ops {
     /// Direct-mapped set of listings seen since the last clear (see
     /// [`Ops::first_listing`]); empty until first used.
     listed: Vec<u64>,
+    /// The gets whose value goes to a buffer of its own ([`Ops::get_moved`]):
+    /// (operation, buffer), in operation order.
+    moved: Vec<(u32, u32)>,
+    /// Those buffers, reused across batches (the first `moved.len()` in use).
+    bufs: Vec<Vec<u8>>,
 }
+
+/// Set in a result's offset when the value is in buffer `off & !MOVED` of
+/// [`Ops::get_moved`] rather than in the result arena (which never reaches
+/// 2 GiB: a batch's values are bounded far below).
+const MOVED: u32 = 1 << 31;
 
 /// Slots of [`Ops::first_listing`]'s set: a window of a few hundred packets
 /// holds a few hundred flows.
@@ -245,6 +255,7 @@ impl Ops {
         self.args.clear();
         self.results.clear();
         self.out.clear();
+        self.moved.clear();
         if !self.listed.is_empty() {
             self.forget_listings();
         }
@@ -335,6 +346,21 @@ impl Ops {
     /// Queues a read.
     pub fn get(&mut self, key: Key) -> OpId {
         self.push(Op::Get { key })
+    }
+
+    /// Queues a read whose value the caller will take whole
+    /// ([`Ops::take_value`]): the backend writes it into a buffer of its
+    /// own instead of the shared result arena, so taking it moves the
+    /// buffer rather than copying the bytes again (a large value the caller
+    /// keeps and changes, the IPS's pending body).
+    pub fn get_moved(&mut self, key: Key) -> OpId {
+        let id = self.push(Op::Get { key });
+        let b = self.moved.len() as u32;
+        if self.bufs.len() <= b as usize {
+            self.bufs.push(Vec::new());
+        }
+        self.moved.push((id.0, b));
+        id
     }
 
     /// Queues a write of raw bytes.
@@ -526,12 +552,46 @@ impl Ops {
         self.results[id.index()]
     }
 
-    /// A get's raw value (`None` if absent or not a get).
+    /// A get's raw value (`None` if absent or not a get, or taken by
+    /// [`Ops::take_value`]).
     pub fn value(&self, id: OpId) -> Option<&[u8]> {
         match self.results[id.index()] {
+            OpResult::Value(Some(s)) if s.off & MOVED != 0 => {
+                Some(&self.bufs[(s.off & !MOVED) as usize][..])
+            }
             OpResult::Value(Some(s)) => Some(s.of(&self.out)),
             _ => None,
         }
+    }
+
+    /// Puts a get's value into `into` (its bytes replaced) and returns
+    /// true, or returns false (leaving `into` alone) if it was absent. A
+    /// [`Ops::get_moved`] value moves: `into`'s old buffer takes its place
+    /// for reuse, and the get reads as absent afterwards. Others are copied.
+    pub fn take_value(&mut self, id: OpId, into: &mut Vec<u8>) -> bool {
+        match self.results[id.index()] {
+            OpResult::Value(Some(s)) if s.off & MOVED != 0 => {
+                std::mem::swap(into, &mut self.bufs[(s.off & !MOVED) as usize]);
+                self.results[id.index()] = OpResult::Value(None);
+                true
+            }
+            OpResult::Value(Some(s)) => {
+                into.clear();
+                into.extend_from_slice(s.of(&self.out));
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// The buffer of operation `i` if it is a [`Ops::get_moved`].
+    #[inline]
+    fn moved_buf(&self, i: usize) -> Option<u32> {
+        if self.moved.is_empty() {
+            return None;
+        }
+        let k = self.moved.binary_search_by_key(&(i as u32), |m| m.0).ok()?;
+        Some(self.moved[k].1)
     }
 
     /// A get's value decoded as `V`; `Ok(None)` if absent.
@@ -596,6 +656,12 @@ impl Ops {
 
     /// Records a get's value, copying it into the result arena (backends).
     pub fn set_value(&mut self, i: usize, v: Option<&[u8]>) {
+        if let (Some(_), Some(v)) = (self.moved_buf(i), v) {
+            return self.set_value_with(i, |out| {
+                out.extend_from_slice(v);
+                true
+            });
+        }
         let r = match v {
             None => OpResult::Value(None),
             Some(b) => {
@@ -610,10 +676,26 @@ impl Ops {
         self.results[i] = r;
     }
 
-    /// Lets a backend write a get's value straight into the result arena via `fill`,
-    /// which appends the bytes and returns whether a value existed (avoids a copy when
-    /// decoding from a network buffer).
+    /// Lets a backend write a get's value straight into the result arena (or the
+    /// get's own buffer, [`Ops::get_moved`]) via `fill`, which appends the bytes and
+    /// returns whether a value existed (avoids a copy when decoding from a network
+    /// buffer).
     pub fn set_value_with(&mut self, i: usize, fill: impl FnOnce(&mut Vec<u8>) -> bool) {
+        if let Some(b) = self.moved_buf(i) {
+            let buf = &mut self.bufs[b as usize];
+            buf.clear();
+            let present = fill(buf);
+            self.results[i] = if present {
+                OpResult::Value(Some(Span {
+                    off: MOVED | b,
+                    len: buf.len() as u32,
+                }))
+            } else {
+                buf.clear();
+                OpResult::Value(None)
+            };
+            return;
+        }
         let off = self.out.len();
         let present = fill(&mut self.out);
         self.results[i] = if present {
@@ -631,6 +713,50 @@ impl Ops {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A moved get's value is in its own buffer, whichever way the backend
+    /// records it; taking it swaps buffers (no copy) and leaves it absent;
+    /// plain gets around it keep their values; buffers are reused after a
+    /// clear.
+    #[test]
+    fn a_moved_get_is_taken_without_a_copy() {
+        let k = |b: &[u8]| Key::new(Namespace(1), 1, b);
+        let mut ops = Ops::new();
+        let a = ops.get(k(b"a"));
+        let m = ops.get_moved(k(b"m"));
+        let n = ops.get_moved(k(b"n"));
+        let z = ops.get_moved(k(b"z"));
+        ops.set_value(a.index(), Some(b"plain"));
+        ops.set_value(m.index(), Some(&[7u8; 1000]));
+        ops.set_value_with(n.index(), |out| {
+            out.extend_from_slice(b"filled");
+            true
+        });
+        ops.set_value(z.index(), None);
+        assert_eq!(ops.value(a), Some(&b"plain"[..]));
+        assert_eq!(ops.value(m), Some(&[7u8; 1000][..]));
+        assert_eq!(ops.value(n), Some(&b"filled"[..]));
+        assert_eq!(ops.value(z), None);
+        let mut into = Vec::with_capacity(5);
+        let old = into.as_ptr();
+        assert!(ops.take_value(m, &mut into));
+        assert_eq!(into, [7u8; 1000]);
+        assert_eq!(ops.value(m), None, "taken");
+        let mut other = b"junk".to_vec();
+        assert!(!ops.take_value(z, &mut other));
+        assert_eq!(other, b"junk", "an absent value leaves the buffer alone");
+        assert!(ops.take_value(a, &mut other), "a plain get is copied");
+        assert_eq!(other, b"plain");
+        assert_eq!(ops.value(a), Some(&b"plain"[..]));
+        // The buffer given in is reused for the next batch's moved get.
+        ops.clear();
+        let m2 = ops.get_moved(k(b"m"));
+        ops.set_value(m2.index(), Some(b"again"));
+        assert_eq!(ops.value(m2), Some(&b"again"[..]));
+        let mut back = Vec::new();
+        assert!(ops.take_value(m2, &mut back));
+        assert_eq!(back.as_ptr(), old);
+    }
 
     #[test]
     fn a_listing_is_first_once_per_flow_table_and_namespace_until_cleared() {

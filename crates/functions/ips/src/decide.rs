@@ -294,7 +294,9 @@ impl Ips {
             }
             self.pend.slot(ei, d);
             let (canon, _) = p.meta.flow.canonical();
-            let id = pass.ops.get(pending::key(self.ns, &canon, d));
+            // Moved, not copied, out of the results: a body so far may be
+            // up to the body limit.
+            let id = pass.ops.get_moved(pending::key(self.ns, &canon, d));
             self.pend_reads.push((ei, d as u8, id));
         }
         if self.pend_reads.is_empty() {
@@ -306,7 +308,7 @@ impl Ips {
             let want = pass.recs[ei].cur.map_or(0, |s| s.pend[d as usize].len) as usize;
             match pass.ops.value(id) {
                 Some(v) if v.len() == want => {
-                    self.pend.slot(ei, d as usize).extend_from_slice(v);
+                    pass.ops.take_value(id, self.pend.slot(ei, d as usize));
                     self.pend.set_stored(ei, d as usize, want);
                 }
                 // The unit is not inspected; the packets deciding it see
