@@ -10,7 +10,7 @@ use sluice_wire::parse::L4;
 use sluice_wire::tcp::flags::{ACK, SYN};
 use sluice_wire::FlowKey;
 
-use crate::engine::{self, FlowState, Header, BLOCKED, PASSED};
+use crate::engine::{self, FlowState, Header, BLOCKED, PASSED, SEEN_FWD, SEEN_REV};
 
 /// [`Ips::keep_header_hits`]'s memo: not checked yet on this packet.
 pub(crate) const HDR_UNKNOWN: u8 = 0;
@@ -529,13 +529,22 @@ impl Ips {
         let f = &p.meta.flow;
         let to_server = f.src_port >= f.dst_port;
         let d = if to_server { 0 } else { 1 };
+        // Which endpoint sent it, by address rather than by the port
+        // guess above, so a flow between equal ports is established too.
+        if f.proto == 17 {
+            st.flags |= match f.canonical().1 {
+                sluice_wire::flow::Side::Forward => SEEN_FWD,
+                sluice_wire::flow::Side::Reverse => SEEN_REV,
+            };
+        }
+        let established = st.flags & (SEEN_FWD | SEEN_REV) == SEEN_FWD | SEEN_REV;
         let mut scratch = *st;
         scratch.dirs[d] = self.engine.initial();
         let hdr = Header {
             flow: *f,
             tcp: false,
             to_server,
-            established: false,
+            established,
             stream: false,
             pkt: packet_info(p),
             dns: false,

@@ -1460,6 +1460,14 @@ impl DirState {
 pub const BLOCKED: u8 = 1;
 /// The flow matched a `pass` rule.
 pub const PASSED: u8 = 2;
+/// A datagram flow (UDP) had a packet from the lower of its two endpoints
+/// (address, then port: [`sluice_wire::FlowKey::canonical`]'s forward side).
+pub const SEEN_FWD: u8 = 4;
+/// A datagram flow had a packet from the higher endpoint. With both seen the
+/// flow is established, as Suricata's UDP flows are once traffic went both
+/// ways (the first reply is established itself): `flow:established` and
+/// `not_established` of `udp` and `dns` rules read it.
+pub const SEEN_REV: u8 = 8;
 
 /// The flowbits set on a flow (ids from [`Engine::flowbit_names`]).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

@@ -462,7 +462,7 @@ impl Headers {
         if f & ESTABLISHED != 0 && !h.established {
             return false;
         }
-        if f & NOT_ESTABLISHED != 0 && (!h.tcp || h.established) {
+        if f & NOT_ESTABLISHED != 0 && h.established {
             return false;
         }
         if f & STREAM_ONLY != 0 && !h.stream {

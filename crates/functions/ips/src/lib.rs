@@ -554,12 +554,17 @@ impl Ips {
     ) -> Result<Ips, ConfigError> {
         // Rules not loaded by `build` still get their EVE category and severity.
         classify(&mut rules, None, &mut warnings);
-        // Non-TCP flows keep a record only when a rule can block them or keeps
-        // flowbits on them.
+        // Non-TCP flows keep a record only when a rule can block them, keeps
+        // flowbits on them or asks whether they are established (traffic
+        // seen both ways, [`engine::SEEN_REV`]).
         let nontcp_drop = rules.iter().any(|r| {
             !matches!(r.proto, Proto::Tcp | Proto::Http | Proto::Tls)
                 && !r.proto.stream_app()
-                && (r.action != Action::Alert || !r.flowbits.is_empty() || !r.flowints.is_empty())
+                && (r.action != Action::Alert
+                    || !r.flowbits.is_empty()
+                    || !r.flowints.is_empty()
+                    || r.established
+                    || r.not_established)
         });
         let thresholds = threshold::Thresholds::new(&rules);
         let xbits = xbits::Xbits::new(&rules);

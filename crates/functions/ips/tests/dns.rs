@@ -607,9 +607,43 @@ fn other_dns_keywords_stay_skipped_with_their_name() {
     // `dns.query` makes a DNS rule; on a udp rule it is refused, named.
     let e = load(r#"alert udp any any -> any any (dns.query; content:"a"; sid:1;)"#).unwrap_err();
     assert_eq!(e.reason(), "keyword dns.query on a udp rule");
-    // UDP flows have no handshake.
-    let e = load(r#"alert dns any any -> any any (flow:established,to_server; dns.query; content:"a"; sid:1;)"#).unwrap_err();
-    assert_eq!(e.reason(), "flow established on dns");
+}
+
+/// A UDP flow is established once traffic went both ways, as in Suricata
+/// (ET's `flow:established,to_server` DNS rules): a first query is not, the
+/// response that answers it is, and so is the next query on the same flow,
+/// in the same batch or a later one, whichever port is the higher; a
+/// `not_established` rule fires on the first query only. Over TCP the
+/// handshake decides, as for any stream.
+#[test]
+fn udp_flows_are_established_once_both_directions_were_seen() {
+    let est = r#"alert dns $HOME_NET any -> any any (flow:established,to_server; dns.query; content:"evil"; sid:1;)"#;
+    let not = r#"alert dns any any -> any any (flow:not_established,to_server; dns.query; content:"evil"; sid:2;)"#;
+    let resp = r#"alert udp any any -> $HOME_NET any (flow:established,to_client; content:"evil"; sid:3;)"#;
+    let q = || udp_v4(C, S, 40000, 53, &query(&["evil.example"]));
+    let r = || udp_v4(S, C, 53, 40000, &response("evil.example"));
+    assert_eq!(sids(&[est, not, resp], &[q()]), vec![2]);
+    assert_eq!(sids(&[est, not, resp], &[q(), r(), q()]), vec![2, 3, 1]);
+    // Across batches, through the flow's record.
+    let (mut i, mut st) = (ips(&[est, not, resp]), LocalStore::new());
+    let mut fired = Vec::new();
+    for (k, f) in [q(), r(), q()].into_iter().enumerate() {
+        let (a, _) = common::run_in(&mut i, &mut st, &[f], 1_000_000_000 + k as u64 * 1_000);
+        fired.extend(a.into_iter().map(|a| a.0));
+    }
+    assert_eq!(fired, vec![2, 3, 1]);
+    // Another flow (another client port) starts over.
+    let other = udp_v4(C, S, 40001, 53, &query(&["evil.example"]));
+    assert_eq!(sids(&[est, not], &[q(), r(), other]), vec![2, 2]);
+    // Equal ports (server to server on 53): established all the same.
+    let a = udp_v4(C, S, 53, 53, &query(&["evil.example"]));
+    let b = udp_v4(S, C, 53, 53, &response("evil.example"));
+    let both =
+        r#"alert dns any any -> any any (flow:established; dns.query; content:"evil"; sid:4;)"#;
+    assert_eq!(sids(&[both], &[a.clone(), b, a]), vec![4]);
+    // Still refused where nothing tracks it.
+    let e = load("alert icmp any any -> any any (flow:established; sid:1;)").unwrap_err();
+    assert_eq!(e.reason(), "flow established on icmp");
 }
 
 /// The ET Open rule set, if present (`../shared/data/et-open/`, not in the

@@ -263,11 +263,11 @@ fn keywords_that_would_change_matching_skip_the_rule() {
     assert_eq!(e, RuleSyntax::UnsupportedProtocol("dcerpc".into()));
     assert_eq!(e.reason(), "protocol dcerpc");
     let e = rules::parse_rule(
-        "alert udp any any -> any any (flow:established; sid:1;)",
+        "alert icmp any any -> any any (flow:established; sid:1;)",
         &v,
     )
     .unwrap_err();
-    assert_eq!(e.reason(), "flow established on udp");
+    assert_eq!(e.reason(), "flow established on icmp");
     let e = rules::parse_rule("reject tcp any any -> any any (sid:1;)", &v).unwrap_err();
     assert_eq!(e.reason(), "action reject");
     // Every keyword of the table is classified, and informational ones load.

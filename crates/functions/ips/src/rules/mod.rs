@@ -463,7 +463,8 @@ pub struct Rule {
     pub to_server: Option<bool>,
     /// `flow:established`.
     pub established: bool,
-    /// `flow:not_established` (TCP rules only).
+    /// `flow:not_established` (TCP rules, and UDP and DNS ones: a datagram
+    /// flow is established once traffic went both ways).
     pub not_established: bool,
     /// `flow:stateless`: matches whatever the flow's state. As in Suricata it
     /// asks nothing of the packet (a content rule with it is a stream rule).

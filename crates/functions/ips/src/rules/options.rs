@@ -1371,12 +1371,16 @@ pub(super) fn validate(rule: &Rule) -> Result<(), RuleSyntax> {
         // guessed.
         return Err(RuleSyntax::PacketPayload("dsize".into()));
     }
+    // UDP flows are established once traffic went both ways
+    // ([`crate::engine::SEEN_REV`]); a `dns` rule's datagrams are UDP, its
+    // streams TCP.
+    let datagrams = matches!(rule.proto, Proto::Udp | Proto::Dns);
     if !matches!(rule.proto, Proto::Tcp | Proto::Http | Proto::Tls) && !rule.proto.stream_app() {
         // Established-ness and streams of other protocols are not tracked: refuse
         // rather than never match.
-        let f = if rule.established {
+        let f = if rule.established && !datagrams {
             Some("established")
-        } else if rule.not_established {
+        } else if rule.not_established && !datagrams {
             Some("not_established")
         } else if rule.stream == StreamMode::Only {
             Some("only_stream")
