@@ -96,7 +96,7 @@ impl Item {
             Item::ByteJump(j) => j.ex.relative,
             Item::ByteExtract(e) => e.ex.relative,
             Item::IsDataAt(d) => d.relative,
-            Item::Bsize(_) => false,
+            Item::Bsize(_) | Item::HttpEvent(_) => false,
             Item::Base64Decode(d) => d.relative,
         }
     }
@@ -194,6 +194,7 @@ impl Cx<'_> {
                 let len = u32::try_from(self.data.len()).unwrap_or(u32::MAX);
                 c.matches(len) && self.run(i + 1, prev)
             }
+            Item::HttpEvent(e) => e.raised(self.data) && self.run(i + 1, prev),
             Item::Base64Decode(d) => self.base64(d, prev),
         }
     }

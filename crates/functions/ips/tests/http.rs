@@ -407,6 +407,43 @@ fn et_open_http_rules_fire_on_crafted_requests() {
     assert!(run(b"GET /x HTTP/1.1\r\n\r\n", Some(not_exe)).is_empty());
 }
 
+/// `app-layer-event:http.invalid_transfer_encoding_value_in_request`, as
+/// ET Open's request-smuggling rules use it (sid 2048367's text as in the
+/// 2024 set): it fires on a request whose Transfer-Encoding has no
+/// `chunked` token, or `chunked` before HTTP/1.1, and not on a valid one or
+/// a response; the keyword is no sticky buffer (a content after it stays on
+/// the payload); other events are skipped by name.
+#[test]
+fn app_layer_event_invalid_transfer_encoding() {
+    let qlik = r#"alert http $HOME_NET any -> $EXTERNAL_NET any (msg:"ET WEB_SPECIFIC_APPS Possible DoubleQlik RCE via HTTP Request Tunneling with Malformed Transfer-Encoding (CVE-2023-41265)"; flow:established,to_server; app-layer-event:http.invalid_transfer_encoding_value_in_request; http.cookie; content:"X-Qlik-Session="; fast_pattern; reference:url,praetorian.com/blog/doubleqlik-bypassing-the-original-fix-for-cve-2023-41265/; reference:cve,2023-41265; classtype:web-application-attack; sid:2048367; rev:1;)"#;
+    let payload = r#"alert http any any -> any any (msg:"p"; flow:established,to_server; app-layer-event:http.invalid_transfer_encoding_value_in_request; content:"SMUGGLED-BODY"; sid:7;)"#;
+    let vars = [("HOME_NET", "10.0.0.0/8"), ("EXTERNAL_NET", "any")];
+    let run = |req: &[u8]| {
+        let mut i = common::ips_with(&[qlik, payload], &vars);
+        let (a, _) = common::run_in(&mut i, &mut LocalStore::new(), &conn(80, &[(true, req)]), 1);
+        a.into_iter().map(|x| x.0).collect::<Vec<_>>()
+    };
+    let req = |te: &str| {
+        format!("POST /resources/qmc/fonts/x HTTP/1.1\r\nHost: qlik\r\nCookie: X-Qlik-Session=1234\r\nTransfer-Encoding: {te}\r\nContent-Length: 13\r\n\r\nSMUGGLED-BODY").into_bytes()
+    };
+    assert_eq!(run(&req("chunked-false")), vec![2048367, 7]);
+    assert_eq!(run(&req("xchunked")), vec![2048367, 7]);
+    assert!(run(&req("chunked")).is_empty());
+    assert!(run(&req("gzip, chunked")).is_empty());
+    let old = b"POST / HTTP/1.0\r\nCookie: X-Qlik-Session=1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n";
+    assert_eq!(run(old), vec![2048367]);
+    let no_te =
+        b"POST / HTTP/1.1\r\nCookie: X-Qlik-Session=1\r\nContent-Length: 13\r\n\r\nSMUGGLED-BODY";
+    assert!(run(no_te).is_empty());
+    let other =
+        r#"alert http any any -> any any (app-layer-event:http.request_field_too_long; sid:9;)"#;
+    let e = rules::parse_rule(other, &rules::suricata_default_vars()).unwrap_err();
+    assert_eq!(
+        e.reason(),
+        "keyword app-layer-event http.request_field_too_long"
+    );
+}
+
 /// Runs the framing over `data` cut into pieces at `cuts`, returning the
 /// final phase and every piece's head and body bytes.
 fn frame(data: &[u8], cuts: &[usize], to_server: bool) -> (Phase, usize) {

@@ -165,7 +165,7 @@ pub const KEYWORDS: &[(&str, Status)] = &[
     ("hostbits", U),
     ("stream_size", E),
     ("stream-event", U),
-    ("app-layer-event", U),
+    ("app-layer-event", E),
     ("app-layer-protocol", U),
     ("decode-event", U),
     ("engine-event", U),
@@ -1097,6 +1097,17 @@ fn apply_keyword(
             let c = NumCmp::parse(cmp, u32::MAX).ok_or_else(|| bad_value(v))?;
             to_http(rule, name)?;
             http_items(rule, buf).push(Item::Bsize(c));
+        }
+        // `app-layer-event:http.NAME`: a check of the message's start and
+        // header lines, in `http.start`'s list; not a sticky buffer, so the
+        // keywords after it stay where they were.
+        "app-layer-event" => {
+            let v = need(val, name)?;
+            let Some(e) = crate::http::events::Event::parse(v) else {
+                return Err(RuleSyntax::UnsupportedKeyword(format!("{name} {v}")));
+            };
+            to_http(rule, name)?;
+            http_items(rule, crate::http::Buf::Start).push(Item::HttpEvent(e));
         }
         // `uricontent`: a content on `http.uri` (Snort's older spelling).
         "uricontent" => {

@@ -174,6 +174,9 @@ pub enum Item {
     IsDataAt(IsDataAt),
     /// `bsize`: the buffer's length (sticky buffers only).
     Bsize(super::NumCmp),
+    /// `app-layer-event:http.NAME`: the HTTP decoder event, decided from the
+    /// `http.start` buffer the item is in ([`crate::http::events`]).
+    HttpEvent(crate::http::events::Event),
     /// `base64_decode`: decodes from here and inspects the decoded bytes
     /// with the rule's `base64_data` keywords ([`super::Rule::base64`]); the
     /// last keyword of its list (Suricata: "base64 is a terminal list").
