@@ -17,7 +17,7 @@ fn check_counts_rules_by_reason() {
         out.starts_with("files 1  rules 10  loaded 9 (90.0%)  skipped 1 (10.0%)\n"),
         "{out}"
     );
-    let reason = "keyword asn1";
+    let reason = "keyword ftpbounce";
     assert!(
         out.lines()
             .any(|l| l.ends_with(reason) && l.trim_start().starts_with("1 ")),

@@ -97,6 +97,7 @@ impl Item {
             Item::ByteExtract(e) => e.ex.relative,
             Item::IsDataAt(d) => d.relative,
             Item::Bsize(_) | Item::HttpEvent(_) => false,
+            Item::Asn1(a) => a.relative_offset.is_some(),
             Item::Base64Decode(d) => d.relative,
         }
     }
@@ -195,6 +196,7 @@ impl Cx<'_> {
                 c.matches(len) && self.run(i + 1, prev)
             }
             Item::HttpEvent(e) => e.raised(self.data) && self.run(i + 1, prev),
+            Item::Asn1(a) => a.matches(self.data, prev) && self.run(i + 1, prev),
             Item::Base64Decode(d) => self.base64(d, prev),
         }
     }

@@ -137,6 +137,7 @@
 //!   resent ([`sluice_reassembly`]).
 
 pub mod applayer;
+pub mod asn1;
 pub mod bufrules;
 pub mod classification;
 mod decide;

@@ -77,6 +77,50 @@ fn startswith_and_endswith() {
     .is_err());
 }
 
+/// `asn1` in a rule: BER objects after the previous content, as ET Open's
+/// NTLMSSP rules use it (their options as published); the anomaly fires,
+/// its near miss does not, and over TCP the stream is decoded.
+#[test]
+fn asn1_anomalies_after_a_content() {
+    let opts = "content:\"|FF|SMB\"; asn1:double_overflow, bitstring_overflow, relative_offset 0, oversize_length 2048;";
+    let pkt = |ber: &[u8]| [b"\x00\x00\x00\x10\xffSMB".as_slice(), ber].concat();
+    assert!(matches(opts, &pkt(b"\x30\x03\x03\x01\xff")));
+    assert!(!matches(opts, &pkt(b"\x30\x03\x03\x01\x07")));
+    // An oversize length (2049 bytes of OCTET STRING), and one at the bound.
+    let octets = |n: usize| {
+        let mut b = vec![0x04, 0x82, (n >> 8) as u8, n as u8];
+        b.resize(4 + n, b'a');
+        b
+    };
+    assert!(matches(opts, &pkt(&octets(2049))));
+    assert!(!matches(opts, &pkt(&octets(2048))));
+    // Relative to the content: the same bytes before it are not decoded.
+    assert!(!matches(opts, b"\x03\x01\xff\xffSMB"));
+    let rule = format!("alert tcp any any -> any any ({opts} sid:9;)");
+    let mut f = handshake();
+    f.push(tcp_v4(
+        C,
+        S,
+        40000,
+        80,
+        1001,
+        9001,
+        ACK | PSH,
+        &pkt(b"\x03\x01\xff"),
+    ));
+    assert_eq!(
+        run_in(&mut ips(&[&rule]), &mut LocalStore::new(), &f).0,
+        vec![9]
+    );
+    // Bad options are named.
+    let e = parse_rule(
+        "alert tcp any any -> any any (asn1:absolute_offset 0; sid:1;)",
+        &Vars::new(),
+    )
+    .unwrap_err();
+    assert_eq!(e.reason(), "error: bad value");
+}
+
 #[test]
 fn isdataat_absolute_relative_and_negated() {
     // Suricata's documentation: `isdataat:512;` — a byte at position 512.

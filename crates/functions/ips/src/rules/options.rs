@@ -193,7 +193,7 @@ pub const KEYWORDS: &[(&str, Status)] = &[
     ("dataset", U),
     ("base64_decode", E),
     ("base64_data", E),
-    ("asn1", U),
+    ("asn1", E),
     ("lua", U),
     ("luajit", U),
     ("filestore", U),
@@ -1097,6 +1097,11 @@ fn apply_keyword(
             let c = NumCmp::parse(cmp, u32::MAX).ok_or_else(|| bad_value(v))?;
             to_http(rule, name)?;
             http_items(rule, buf).push(Item::Bsize(c));
+        }
+        // `asn1`: an anomaly among the BER objects decoded from here.
+        "asn1" => {
+            let a = crate::asn1::Asn1::parse(need(val, name)?)?;
+            items(rule, cx).push(Item::Asn1(a));
         }
         // `app-layer-event:http.NAME`: a check of the message's start and
         // header lines, in `http.start`'s list; not a sticky buffer, so the

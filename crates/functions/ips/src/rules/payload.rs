@@ -174,6 +174,8 @@ pub enum Item {
     IsDataAt(IsDataAt),
     /// `bsize`: the buffer's length (sticky buffers only).
     Bsize(super::NumCmp),
+    /// `asn1`: BER objects decoded from here ([`crate::asn1`]).
+    Asn1(crate::asn1::Asn1),
     /// `app-layer-event:http.NAME`: the HTTP decoder event, decided from the
     /// `http.start` buffer the item is in ([`crate::http::events`]).
     HttpEvent(crate::http::events::Event),

@@ -343,7 +343,7 @@ fn each_problem_names_its_token() {
 
 #[test]
 fn errors_name_file_and_line() {
-    let text = "# comment\n\nalert tcp any any -> any any (content:\"a\"; sid:1;)\nalert tcp any any -> any any (content:\"a\"; asn1:oversize_length 10; sid:2;)\nalert tcpp any any -> any any (content:\"a\"; sid:3;)\nalert tcp any any -> any any (content:\"a\"; sid:1;)\nalert tcp any any -> any any (content:\"a|4\"; sid:5;)\nalert tcp any any -> any any (sid:6;)\nalert dcerpc any any -> any any (sid:9;)\n";
+    let text = "# comment\n\nalert tcp any any -> any any (content:\"a\"; sid:1;)\nalert tcp any any -> any any (content:\"a\"; ftpbounce; sid:2;)\nalert tcpp any any -> any any (content:\"a\"; sid:3;)\nalert tcp any any -> any any (content:\"a\"; sid:1;)\nalert tcp any any -> any any (content:\"a|4\"; sid:5;)\nalert tcp any any -> any any (sid:6;)\nalert dcerpc any any -> any any (sid:9;)\n";
     let (rules, errs) = parse_rules(text, "x.rules", &Vars::new());
     // A rule without content is a packet rule.
     assert_eq!(rules.len(), 2);
@@ -351,7 +351,7 @@ fn errors_name_file_and_line() {
     assert_eq!(
         kinds,
         vec![
-            (4, &RuleSyntax::UnsupportedKeyword("asn1".into())),
+            (4, &RuleSyntax::UnsupportedKeyword("ftpbounce".into())),
             (5, &RuleSyntax::UnknownProtocol("tcpp".into())),
             (6, &RuleSyntax::DuplicateSid(1)),
             (7, &RuleSyntax::UnbalancedPipe),
@@ -363,7 +363,7 @@ fn errors_name_file_and_line() {
     assert_eq!(
         msgs,
         vec![
-            "x.rules:4: unsupported keyword \"asn1\"",
+            "x.rules:4: unsupported keyword \"ftpbounce\"",
             "x.rules:5: unknown protocol \"tcpp\"",
             "x.rules:6: duplicate sid 1",
             "x.rules:7: unbalanced \"|\" in content",
