@@ -654,26 +654,10 @@ impl Ops {
         self.results[i] = r;
     }
 
-    /// Records a get's value, copying it into the result arena (backends).
+    /// Records a get's value, copying it into the result arena (or the get's own
+    /// buffer, [`Ops::get_moved`]) (backends).
     pub fn set_value(&mut self, i: usize, v: Option<&[u8]>) {
-        if let (Some(_), Some(v)) = (self.moved_buf(i), v) {
-            return self.set_value_with(i, |out| {
-                out.extend_from_slice(v);
-                true
-            });
-        }
-        let r = match v {
-            None => OpResult::Value(None),
-            Some(b) => {
-                let off = self.out.len() as u32;
-                self.out.extend_from_slice(b);
-                OpResult::Value(Some(Span {
-                    off,
-                    len: b.len() as u32,
-                }))
-            }
-        };
-        self.results[i] = r;
+        self.set_value_with(i, |out| v.inspect(|b| out.extend_from_slice(b)).is_some());
     }
 
     /// Lets a backend write a get's value straight into the result arena (or the
