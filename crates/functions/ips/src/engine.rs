@@ -1887,6 +1887,15 @@ mod tests {
                     })
                 })
                 .collect();
+            // Their own Vectorscan databases compiled, where it is on.
+            for s in &stages {
+                s.wait_compiled();
+                assert_eq!(
+                    s.has_own_search(),
+                    cfg!(sluice_vectorscan) && crate::search_engine() == "vectorscan",
+                    "round {round}"
+                );
+            }
             let view_of: Vec<u32> = (0..n as u32)
                 .map(|j| if j % 5 == 4 { NO_VIEW } else { j % 4 })
                 .collect();

@@ -130,13 +130,54 @@ struct Pat {
 pub(crate) struct FirstStage {
     pair: Box<[u64; 1024]>,
     quad: Box<[u64; QUAD_WORDS]>,
+    /// The long patterns' search of a stage of some of a set's patterns,
+    /// where the set's is by Vectorscan ([`Search::Split`]).
+    /// Set once compiled ([`HashMpm::first_stage`]); unset, the set's.
+    #[cfg(sluice_vectorscan)]
+    vs: std::sync::Arc<std::sync::OnceLock<ViewVs>>,
 }
 
+/// How a [`FirstStage`] searches its set's patterns of four bytes or more
+/// where the set's are searched by Vectorscan.
+#[cfg(sluice_vectorscan)]
+enum ViewVs {
+    /// With the set's database (all of them): until the stage's own is
+    /// compiled, or if it was refused.
+    All,
+    /// Not at all: the stage holds none of them.
+    Empty,
+    /// With a database of only the ones the stage holds. ET Open's stream
+    /// patterns a port-80 response can match are 177 of 2,051: a search of
+    /// all of them spent most of its time on the others (docs/FUNCTIONS.md,
+    /// "Vectorscan").
+    Own(crate::vectorscan::Literals),
+}
 impl FirstStage {
     fn empty() -> FirstStage {
         FirstStage {
             pair: Box::new([0; 1024]),
             quad: Box::new([0; QUAD_WORDS]),
+            #[cfg(sluice_vectorscan)]
+            vs: Default::default(),
+        }
+    }
+
+    /// Waits until the stage's own Vectorscan database is compiled (or
+    /// refused), if it is being compiled: what a search with it finds no
+    /// longer changes.
+    /// True if the stage searches its long patterns with a Vectorscan
+    /// database of its own (compiled, and holding some).
+    pub(crate) fn has_own_search(&self) -> bool {
+        #[cfg(sluice_vectorscan)]
+        return matches!(self.vs.get(), Some(ViewVs::Own(_)));
+        #[cfg(not(sluice_vectorscan))]
+        false
+    }
+
+    pub(crate) fn wait_compiled(&self) {
+        #[cfg(sluice_vectorscan)]
+        while self.vs.get().is_none() && std::sync::Arc::strong_count(&self.vs) > 1 {
+            std::thread::sleep(std::time::Duration::from_millis(1));
         }
     }
 
@@ -294,11 +335,49 @@ impl HashMpm {
     /// ([`HashMpm::each_in`]) finds theirs and may leave out the others.
     pub(crate) fn first_stage(&self, mut keep: impl FnMut(u32) -> bool) -> FirstStage {
         let mut f = FirstStage::empty();
+        let mut long = Vec::new();
         for (pid, p) in self.pats.iter().enumerate() {
             if keep(pid as u32) {
                 f.add(&p.bytes);
+                if p.bytes.len() >= 4 {
+                    long.push(pid as u32);
+                }
             }
         }
+        #[cfg(sluice_vectorscan)]
+        if self.vs.is_some() && self.vs_long {
+            if long.is_empty() {
+                let _ = f.vs.set(ViewVs::Empty);
+            } else {
+                // Compiling takes 20-300 ms for ET Open's views: done on a
+                // thread of its own, the data path searching with the set's
+                // database meanwhile (which finds these patterns too) instead
+                // of waiting. Suricata compiles its groups' matchers before
+                // it starts; views are made when a class is first seen.
+                let pats: Vec<(u32, Box<[u8]>, bool)> = long
+                    .iter()
+                    .map(|&pid| {
+                        let p = &self.pats[pid as usize];
+                        (pid, p.bytes.clone(), p.cs)
+                    })
+                    .collect();
+                let cell = std::sync::Arc::clone(&f.vs);
+                let compile = move || {
+                    let own = crate::vectorscan::Literals::new(
+                        pats.iter().map(|(pid, b, cs)| (*pid, &b[..], *cs)),
+                    );
+                    // Refused (it is not: the set's own took these
+                    // patterns): the set's database finds them too.
+                    let _ = cell.set(own.map_or(ViewVs::All, ViewVs::Own));
+                };
+                // Without a thread the stage keeps the set's database.
+                let _ = std::thread::Builder::new()
+                    .name("sluice-ips-view".into())
+                    .spawn(compile);
+            }
+        }
+        #[cfg(not(sluice_vectorscan))]
+        let _ = long;
         f
     }
 
@@ -354,12 +433,18 @@ impl HashMpm {
         if from >= n {
             return;
         }
-        // Vectorscan's finds are occurrences, so candidates too; it ignores
-        // `first` (its finds of other patterns are verified and dropped by
-        // the caller as the hashed search's are).
+        // Vectorscan's finds are occurrences, so candidates too. It searches
+        // with `first`'s own database once compiled, else the set's (whose
+        // finds of other patterns are verified and dropped by the caller as
+        // the hashed search's are).
         #[cfg(sluice_vectorscan)]
-        if let Some(vs) = &self.vs {
-            if vs.scan(&buf[from..], |pid, s| cand(pid, from + s)) {
+        if let Some(all) = &self.vs {
+            let vs = match first.vs.get() {
+                None | Some(ViewVs::All) => Some(all),
+                Some(ViewVs::Empty) => None,
+                Some(ViewVs::Own(own)) => Some(own),
+            };
+            if vs.is_none_or(|vs| vs.scan(&buf[from..], |pid, s| cand(pid, from + s))) {
                 if self.vs_long {
                     self.hashed_short(first, buf, folded, from, at, &mut cand);
                 }
@@ -575,6 +660,23 @@ mod tests {
             let m = HashMpm::with_engine(pats.iter().map(|(b, cs)| (&b[..], *cs)), search);
             let some: Vec<bool> = (0..pats.len()).map(|_| rnd(3) != 0).collect();
             let first = m.first_stage(|pid| some[pid as usize]);
+            first.wait_compiled();
+            // A stage of a split set has a database of its own long
+            // patterns (none when it holds none), which finds only theirs.
+            #[cfg(sluice_vectorscan)]
+            let own = if m.vs.is_some() && search == Search::Split {
+                let any = (0..pats.len()).any(|i| some[i] && pats[i].0.len() >= 4);
+                match first.vs.get() {
+                    Some(ViewVs::Own(_)) => assert!(any),
+                    Some(ViewVs::Empty) => assert!(!any),
+                    _ => panic!("a split set's stage has no database of its own"),
+                }
+                true
+            } else {
+                false
+            };
+            #[cfg(not(sluice_vectorscan))]
+            let own = false;
             // Vectorscan took the patterns where it is on (a compile error
             // would leave the hashed search doing its part unseen).
             #[cfg(sluice_vectorscan)]
@@ -641,6 +743,12 @@ mod tests {
                 let kept: Vec<_> = got_some.iter().filter(|(_, p)| some[*p as usize]).collect();
                 let want_kept: Vec<_> = want.iter().filter(|(_, p)| some[*p as usize]).collect();
                 assert_eq!(kept, want_kept, "{search:?}, some patterns: buffer {buf:?}");
+                if own {
+                    let others = got_some
+                        .iter()
+                        .filter(|(_, p)| !some[*p as usize] && pats[*p as usize].0.len() >= 4);
+                    assert_eq!(others.count(), 0, "{search:?}: a long pattern not kept");
+                }
             }
         }
         assert!(crowded > 100, "keys crowded in {crowded} places only");

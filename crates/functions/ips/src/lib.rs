@@ -632,6 +632,18 @@ impl Ips {
         self.prefilter = on;
     }
 
+    /// Waits until every view of the stream pre-scan made so far has its
+    /// own Vectorscan database ([`views`]), compiled on a thread of its own
+    /// while packets are searched with the database of all the patterns:
+    /// from then on what the search finds no longer depends on timing (the
+    /// verdicts never do). For tests that must cover both. Returns how
+    /// many views have a database of their own (0 without Vectorscan).
+    pub fn wait_views(&self) -> usize {
+        let stages = self.views.stages();
+        stages.iter().for_each(hashmpm::FirstStage::wait_compiled);
+        stages.iter().filter(|s| s.has_own_search()).count()
+    }
+
     /// Rules skipped while loading, with file and line.
     pub fn warnings(&self) -> &[RuleError] {
         &self.warnings

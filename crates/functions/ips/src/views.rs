@@ -10,6 +10,12 @@
 //! check drops. A job of a flow direction is searched with its class's
 //! view, so only positions where a pattern of its groups may start pass.
 //!
+//! Where the stream patterns' long ones are Vectorscan's, a view also has
+//! a Vectorscan database of only its own, compiled on another thread
+//! ([`crate::hashmpm::FirstStage`]): on ET Open a port-80 response's view
+//! holds 177 of the 2,051, and the search of all of them was a seventh of the
+//! IPS's time on web traffic.
+//!
 //! Views are built when a class is first seen (then reused: no allocation
 //! per packet), shared by the classes that match the same groups, at most
 //! [`MAX_VIEWS`] of them and [`MAX_KEYS`] classes remembered: past those a

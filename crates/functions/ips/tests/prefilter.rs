@@ -839,6 +839,9 @@ fn et_open_alerts_are_the_same_without_the_prefilter() {
                 ss += seg.len() as u32;
             }
         }
+        // From the second connection on, the flows' views search with
+        // their own Vectorscan databases, not only once compiled.
+        on.wait_views();
         for per in [f.len(), 1] {
             let want = run(&mut off, &f, per);
             let got = run(&mut on, &f, per);
@@ -849,4 +852,7 @@ fn et_open_alerts_are_the_same_without_the_prefilter() {
     }
     eprintln!("ET Open: {} rules fired, {total} alerts", fired.len());
     assert!(fired.len() > 30, "only {} rules fired", fired.len());
+    if sluice_ips::search_engine() == "vectorscan" {
+        assert!(on.wait_views() > 0, "no view has a database of its own");
+    }
 }
