@@ -98,6 +98,8 @@ pub struct BodyAcc {
     intact: usize,
     /// Scratch space for the fields when encoding.
     fields: Vec<u8>,
+    /// `at` and `head_len` while `raw` is lent ([`BodyAcc::lend`]).
+    lent: (usize, usize),
 }
 
 /// Equal when they describe the same message state, wherever the bytes sit.
@@ -141,6 +143,25 @@ impl BodyAcc {
     /// The body so far, at most the limit.
     pub fn body(&self) -> &[u8] {
         &self.raw[self.at + self.head_len..]
+    }
+
+    /// Lends the buffer holding the head and the body, as (buffer, where
+    /// the body is in it), until [`BodyAcc::give_back`]: the message's body
+    /// buffer is then these bytes where it used to be a copy of them, up to
+    /// the limit per packet ([`super::Buffers::lend_body`]). Meanwhile the
+    /// head and the body read as empty.
+    pub fn lend(&mut self) -> (Vec<u8>, std::ops::Range<usize>) {
+        let body = self.at + self.head_len..self.raw.len();
+        self.lent = (self.at, self.head_len);
+        self.at = 0;
+        self.head_len = 0;
+        (std::mem::take(&mut self.raw), body)
+    }
+
+    /// Takes back the buffer [`BodyAcc::lend`] lent, unchanged.
+    pub fn give_back(&mut self, raw: Vec<u8>) {
+        self.raw = raw;
+        (self.at, self.head_len) = self.lent;
     }
 
     /// Sets the message's head, forgetting any body.

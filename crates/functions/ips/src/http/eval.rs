@@ -147,7 +147,16 @@ impl Ips {
             } else {
                 (!acc.head().is_empty()).then_some(acc.head())
             };
-            bufs.build_joined(head, has_body.then_some([acc.body(), &extra[..]]), request);
+            // The kept body is the body buffer: lent to the buffers rather
+            // than copied (bytes past the limit follow it, so then copied).
+            let lend = extra.is_empty() && !acc.body().is_empty();
+            let body = (has_body && !lend).then_some([acc.body(), &extra[..]]);
+            bufs.build_joined(head, body, request);
+            let has_head = !acc.head().is_empty();
+            if lend {
+                let (raw, body) = acc.lend();
+                bufs.lend_body(raw, body, request);
+            }
             // All of the packet's bytes are this body's: the body buffer
             // ends with them, and one search covers both.
             let whole = matches!(&pc.body[..], [r] if *r == (0..data.len()));
@@ -156,6 +165,7 @@ impl Ips {
                 fresh,
                 searched,
                 joint: (!new_msg && whole).then_some(request),
+                has_head,
             };
             drop |= self.http_message(
                 &bufs,
@@ -165,6 +175,9 @@ impl Ips {
                 (data, base),
                 (&mut acc, ctx),
             );
+            if let Some(raw) = bufs.take_lent() {
+                acc.give_back(raw);
+            }
             // Past the limit only the head and fired rules are kept.
             if acc.over {
                 acc.clear_body();
@@ -230,7 +243,7 @@ impl Ips {
         // used on its body's packets) and used on those packets.
         let mut head_rec = std::mem::take(&mut self.http_head_rec);
         head_rec.clear();
-        let record = self.prefilter && !msg.cont && !acc.head().is_empty();
+        let record = self.prefilter && !msg.cont && msg.has_head;
         if self.prefilter && msg.cont && acc.head_known {
             self.counters.http_head_reused += 1;
         }
@@ -349,4 +362,6 @@ struct Msg {
     /// before: its direction (true: a request), for the joint search
     /// ([`super::prefilter::HttpRules::candidates_after`]).
     joint: Option<bool>,
+    /// The message's head is known (kept with its body).
+    has_head: bool,
 }

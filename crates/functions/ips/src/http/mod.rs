@@ -969,6 +969,12 @@ fn remove_dots(out: &mut Vec<u8>, start: usize) {
     out.truncate(w);
 }
 
+/// True for the index of a body buffer (those [`Buffers::lend_body`] can
+/// hold elsewhere).
+fn is_body(i: usize) -> bool {
+    i == Buf::FileData as usize || i == Buf::RequestBody as usize || i == Buf::ResponseBody as usize
+}
+
 /// A message's buffers, written into one scratch vector.
 #[derive(Debug, Clone, Default)]
 pub struct Buffers {
@@ -978,6 +984,9 @@ pub struct Buffers {
     pub spans: [Option<(u32, u32)>; NBUF],
     /// The parsed head (reused).
     pub head: Box<Head>,
+    /// The body buffers' bytes when lent rather than copied
+    /// ([`Buffers::lend_body`]); their spans are then into this.
+    lent: Option<Vec<u8>>,
 }
 
 impl Default for Head {
@@ -998,7 +1007,43 @@ impl Buffers {
     /// The bytes of buffer `b`, if the message has it.
     #[inline]
     pub fn get(&self, b: Buf) -> Option<&[u8]> {
-        self.spans[b as usize].map(|(a, z)| &self.bytes[a as usize..z as usize])
+        self.span_bytes(b as usize)
+    }
+
+    /// [`Buffers::get`] by the buffer's index.
+    #[inline]
+    pub fn span_bytes(&self, i: usize) -> Option<&[u8]> {
+        let (a, z) = self.spans[i]?;
+        let from = match &self.lent {
+            Some(l) if is_body(i) => l,
+            _ => &self.bytes,
+        };
+        Some(&from[a as usize..z as usize])
+    }
+
+    /// Makes `raw[body]` the message's body buffer (after
+    /// [`Buffers::build_joined`] of its head, without a body), holding
+    /// `raw` until [`Buffers::take_lent`].
+    pub fn lend_body(&mut self, raw: Vec<u8>, body: Range<usize>, request: bool) {
+        let span = Some((body.start as u32, body.end as u32));
+        self.spans[Buf::FileData as usize] = span;
+        let which = if request {
+            Buf::RequestBody
+        } else {
+            Buf::ResponseBody
+        };
+        self.spans[which as usize] = span;
+        self.lent = Some(raw);
+    }
+
+    /// Gives back the bytes [`Buffers::lend_body`] took, if it did; the
+    /// body buffers are then absent.
+    pub fn take_lent(&mut self) -> Option<Vec<u8>> {
+        let raw = self.lent.take()?;
+        for b in [Buf::FileData, Buf::RequestBody, Buf::ResponseBody] {
+            self.spans[b as usize] = None;
+        }
+        Some(raw)
     }
 
     fn put(&mut self, b: Buf, bytes: &[u8]) {
@@ -1041,6 +1086,7 @@ impl Buffers {
     /// Builds the buffers of a message from `head` (if known) and a body
     /// buffer made of `body`'s parts joined (absent if `body` is None).
     pub fn build_joined(&mut self, head: Option<&[u8]>, body: Option<[&[u8]; 2]>, request: bool) {
+        debug_assert!(self.lent.is_none(), "lent bytes not taken back");
         self.bytes.clear();
         self.spans = [None; NBUF];
         if let Some(h) = head {

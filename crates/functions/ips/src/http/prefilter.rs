@@ -138,8 +138,7 @@ impl HttpRules {
         self.rules.scan_payload(data, cont, mpm, out);
         self.scan_head(b, cont, head, mpm, out);
         let body = Buf::FileData as usize;
-        if let Some((lo, hi)) = b.spans[body] {
-            let buf = &b.bytes[lo as usize..hi as usize];
+        if let Some(buf) = b.span_bytes(body) {
             self.rules.scan_buffer(body, buf, cont, mpm, out);
         }
         out.extend_from_slice(self.rules.always());
@@ -163,10 +162,11 @@ impl HttpRules {
             HeadFinds::Scan(record) => record,
         };
         let at = out.len();
-        for (i, s) in b.spans.iter().enumerate() {
-            let Some((lo, hi)) = *s else { continue };
-            if !aliased(i) && i != Buf::FileData as usize {
-                let buf = &b.bytes[lo as usize..hi as usize];
+        for i in 0..NBUF {
+            if aliased(i) || i == Buf::FileData as usize {
+                continue;
+            }
+            if let Some(buf) = b.span_bytes(i) {
                 self.rules.scan_buffer(i, buf, cont, mpm, out);
             }
         }
@@ -195,10 +195,7 @@ impl HttpRules {
     ) {
         let body = Buf::FileData as usize;
         let from = searched.saturating_sub(self.rules.max_len(body).saturating_sub(1));
-        let span = b.spans[body].map(|(lo, hi)| {
-            let (lo, hi) = (lo as usize, hi as usize);
-            &b.bytes[(lo + from).min(hi)..hi]
-        });
+        let span = b.span_bytes(body).map(|buf| &buf[from.min(buf.len())..]);
         let j = joint
             .filter(|_| cont)
             .map(|req| &self.joint[usize::from(!req)]);
