@@ -105,6 +105,47 @@ fn a_body_signature_split_at_every_cut_fires_once() {
     }
 }
 
+/// A content longer than the prefilter's longest pattern (its first 32
+/// bytes are searched, `bufrules::MAX_FAST`) fires once wherever the body
+/// is cut, the first 32 bytes then perhaps in an earlier packet than the
+/// rest; with its last byte changed, or only its first 32 bytes present,
+/// it does not fire.
+#[test]
+fn a_long_body_content_is_found_by_its_first_bytes_wherever_cut() {
+    let sig: Vec<u8> = (0..100u8).map(|i| b'A' + i % 26).collect();
+    let rule = format!(
+        r#"alert http any any -> any any (msg:"long"; flow:to_server; http.request_body; content:"{}"; sid:9;)"#,
+        String::from_utf8(sig.clone()).unwrap()
+    );
+    let msg = |body: &[u8]| {
+        let mut r =
+            format!("POST /u HTTP/1.1\r\nContent-Length: {}\r\n\r\n", body.len()).into_bytes();
+        r.extend_from_slice(body);
+        r
+    };
+    let mut body = vec![b'.'; 300];
+    body[120..220].copy_from_slice(&sig);
+    let req = msg(&body);
+    let head = req.len() - body.len();
+    for cut in (head + 100..head + 240).step_by(3) {
+        let (a, b) = both(|| ips(&[&rule]), &upload(&req, &[cut, cut + 50]));
+        assert_eq!((a, b), (vec![9], vec![9]), "cut at {cut}");
+    }
+    // The last byte differs; or only the first 32 bytes, twice.
+    let mut near = body.clone();
+    near[219] = b'!';
+    let mut prefix = vec![b'.'; 300];
+    prefix[20..52].copy_from_slice(&sig[..32]);
+    prefix[150..182].copy_from_slice(&sig[..32]);
+    for b in [near, prefix] {
+        let req = msg(&b);
+        for cut in [head + 40, head + 160, head + 200] {
+            let (a, c) = both(|| ips(&[&rule]), &upload(&req, &[cut]));
+            assert!(a.is_empty() && c.is_empty(), "cut at {cut}: {a:?} {c:?}");
+        }
+    }
+}
+
 /// Sids alerting with `frames` in batches of `n` packets over one store
 /// (the test harness's packet pool holds 64 packets a batch).
 fn in_batches(mut ips: Ips, frames: &[Vec<u8>], n: usize) -> Vec<u32> {
