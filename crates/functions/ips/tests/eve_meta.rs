@@ -74,6 +74,77 @@ fn an_http_alert_carries_the_messages_fields() {
     assert!(by_sid(3).get("http").is_none(), "{}", by_sid(3));
 }
 
+/// A body rule firing on a later packet of a response (the head came
+/// earlier, its buffers built only once a rule needs them) carries the
+/// response's fields too, in one batch and one batch per packet.
+#[test]
+fn a_body_alert_on_a_later_packet_carries_the_head_fields() {
+    let req = b"GET /dl HTTP/1.1\r\nHost: files.example\r\n\r\n";
+    let head = b"HTTP/1.1 200 OK\r\nContent-Type: application/x-evil\r\nContent-Length: 40\r\n\r\n";
+    let body = b"0123456789SIGNATURE-IN-BODY0123456789abc";
+    let c = 1001 + req.len() as u32;
+    let frames = vec![
+        tcp_v4(C, S, 40000, 80, 1000, 0, SYN, &[]),
+        tcp_v4(S, C, 80, 40000, 9000, 1001, SYN | ACK, &[]),
+        tcp_v4(C, S, 40000, 80, 1001, 9001, ACK, &[]),
+        tcp_v4(C, S, 40000, 80, 1001, 9001, ACK | PSH, req),
+        tcp_v4(S, C, 80, 40000, 9001, c, ACK | PSH, head),
+        tcp_v4(
+            S,
+            C,
+            80,
+            40000,
+            9001 + head.len() as u32,
+            c,
+            ACK | PSH,
+            &body[..5],
+        ),
+        tcp_v4(
+            S,
+            C,
+            80,
+            40000,
+            9006 + head.len() as u32,
+            c,
+            ACK | PSH,
+            &body[5..],
+        ),
+    ];
+    let rules = [
+        r#"alert http any any -> any any (msg:"body"; flow:to_client; file_data; content:"SIGNATURE-IN-BODY"; sid:7;)"#,
+    ];
+    let mut ips = common::ips_with(
+        &rules,
+        &[("HOME_NET", "10.0.0.0/8"), ("EXTERNAL_NET", "any")],
+    );
+    let (one, _) = common::alerts_in(&mut ips, &mut LocalStore::new(), &frames, 1_000_000_000);
+    let mut each = Vec::new();
+    let (mut ips, mut st) = (
+        common::ips_with(
+            &rules,
+            &[("HOME_NET", "10.0.0.0/8"), ("EXTERNAL_NET", "any")],
+        ),
+        LocalStore::new(),
+    );
+    for (k, f) in frames.iter().enumerate() {
+        let (a, _) = common::alerts_in(
+            &mut ips,
+            &mut st,
+            std::slice::from_ref(f),
+            1_000_000_000 + k as u64,
+        );
+        each.extend(a);
+    }
+    for alerts in [one, each] {
+        assert_eq!(alerts.len(), 1, "{alerts:?}");
+        let v = sluice_nf::Event::Alert(alerts[0].clone()).to_eve();
+        let h = &v["http"];
+        assert_eq!(h["status"], 200, "{v}");
+        assert_eq!(h["http_content_type"], "application/x-evil", "{v}");
+        assert_eq!(h["length"], 40, "{v}");
+    }
+}
+
 fn tls_client_hello(name: &str) -> Vec<u8> {
     let len2 = |b: &[u8]| {
         let mut v = (b.len() as u16).to_be_bytes().to_vec();

@@ -146,16 +146,17 @@ impl BodyAcc {
     }
 
     /// Lends the buffer holding the head and the body, as (buffer, where
-    /// the body is in it), until [`BodyAcc::give_back`]: the message's body
+    /// the head is in it, where the body is), until [`BodyAcc::give_back`]: the message's body
     /// buffer is then these bytes where it used to be a copy of them, up to
     /// the limit per packet ([`super::Buffers::lend_body`]). Meanwhile the
     /// head and the body read as empty.
-    pub fn lend(&mut self) -> (Vec<u8>, std::ops::Range<usize>) {
-        let body = self.at + self.head_len..self.raw.len();
+    pub fn lend(&mut self) -> (Vec<u8>, std::ops::Range<usize>, std::ops::Range<usize>) {
+        let head = self.at..self.at + self.head_len;
+        let body = head.end..self.raw.len();
         self.lent = (self.at, self.head_len);
         self.at = 0;
         self.head_len = 0;
-        (std::mem::take(&mut self.raw), body)
+        (std::mem::take(&mut self.raw), head, body)
     }
 
     /// Takes back the buffer [`BodyAcc::lend`] lent, unchanged.

@@ -987,6 +987,9 @@ pub struct Buffers {
     /// The body buffers' bytes when lent rather than copied
     /// ([`Buffers::lend_body`]); their spans are then into this.
     lent: Option<Vec<u8>>,
+    /// A head in the lent bytes whose buffers are built when first needed
+    /// ([`Buffers::defer_head`]): where, and whether it is a request's.
+    deferred: Option<(Range<usize>, bool)>,
 }
 
 impl Default for Head {
@@ -1036,9 +1039,30 @@ impl Buffers {
         self.lent = Some(raw);
     }
 
+    /// Leaves the head's buffers unbuilt until [`Buffers::head_ready`]: the
+    /// head is `head` in the bytes [`Buffers::lend_body`] took.
+    pub fn defer_head(&mut self, head: Range<usize>, request: bool) {
+        self.deferred = Some((head, request));
+    }
+
+    /// Builds the head's buffers if [`Buffers::defer_head`] deferred them.
+    pub fn head_ready(&mut self) {
+        let Some((head, request)) = self.deferred.take() else {
+            return;
+        };
+        let Some(raw) = self.lent.take() else {
+            return;
+        };
+        if let Some(h) = raw.get(head) {
+            self.build_head(h, request);
+        }
+        self.lent = Some(raw);
+    }
+
     /// Gives back the bytes [`Buffers::lend_body`] took, if it did; the
     /// body buffers are then absent.
     pub fn take_lent(&mut self) -> Option<Vec<u8>> {
+        self.deferred = None;
         let raw = self.lent.take()?;
         for b in [Buf::FileData, Buf::RequestBody, Buf::ResponseBody] {
             self.spans[b as usize] = None;
@@ -1087,6 +1111,7 @@ impl Buffers {
     /// buffer made of `body`'s parts joined (absent if `body` is None).
     pub fn build_joined(&mut self, head: Option<&[u8]>, body: Option<[&[u8]; 2]>, request: bool) {
         debug_assert!(self.lent.is_none(), "lent bytes not taken back");
+        self.deferred = None;
         self.bytes.clear();
         self.spans = [None; NBUF];
         if let Some(h) = head {
