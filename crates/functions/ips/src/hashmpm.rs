@@ -130,26 +130,28 @@ struct Pat {
 pub(crate) struct FirstStage {
     pair: Box<[u64; 1024]>,
     quad: Box<[u64; QUAD_WORDS]>,
-    /// The long patterns' search of a stage of some of a set's patterns,
-    /// where the set's is by Vectorscan ([`Search::Split`]).
-    /// Set once compiled ([`HashMpm::first_stage`]); unset, the set's.
+    /// The search of a stage of some of a set's patterns where the set's
+    /// long ones are Vectorscan's ([`Search::Split`]): set once compiled
+    /// ([`HashMpm::first_stage`]); unset, the set's.
     #[cfg(sluice_vectorscan)]
     vs: std::sync::Arc<std::sync::OnceLock<ViewVs>>,
 }
 
-/// How a [`FirstStage`] searches its set's patterns of four bytes or more
-/// where the set's are searched by Vectorscan.
+/// How a [`FirstStage`] of a set whose patterns of four bytes or more are
+/// Vectorscan's ([`Search::Split`]) searches.
 #[cfg(sluice_vectorscan)]
 enum ViewVs {
-    /// With the set's database (all of them): until the stage's own is
+    /// As the set does: its long patterns with its database, the short
+    /// ones hashed with the stage. Until the stage's own database is
     /// compiled, or if it was refused.
     All,
-    /// Not at all: the stage holds none of them.
+    /// Not at all: the stage holds no pattern.
     Empty,
-    /// With a database of only the ones the stage holds. ET Open's stream
-    /// patterns a port-80 response can match are 177 of 2,051: a search of
-    /// all of them spent most of its time on the others (docs/FUNCTIONS.md,
-    /// "Vectorscan").
+    /// With a database of only the patterns the stage holds, short ones
+    /// too. ET Open's stream patterns a port-80 response can match are 193
+    /// of 2,203: a search of all the long ones spent most of its time on
+    /// the others, and the hashed pass over every position for the short
+    /// ones was a seventh of the IPS's time (docs/FUNCTIONS.md, "Vectorscan").
     Own(crate::vectorscan::Literals),
 }
 impl FirstStage {
@@ -162,11 +164,8 @@ impl FirstStage {
         }
     }
 
-    /// Waits until the stage's own Vectorscan database is compiled (or
-    /// refused), if it is being compiled: what a search with it finds no
-    /// longer changes.
-    /// True if the stage searches its long patterns with a Vectorscan
-    /// database of its own (compiled, and holding some).
+    /// True if the stage searches with a Vectorscan database of its own
+    /// (compiled, and holding some patterns).
     pub(crate) fn has_own_search(&self) -> bool {
         #[cfg(sluice_vectorscan)]
         return matches!(self.vs.get(), Some(ViewVs::Own(_)));
@@ -174,6 +173,9 @@ impl FirstStage {
         false
     }
 
+    /// Waits until the stage's own Vectorscan database is compiled (or
+    /// refused), if it is being compiled: what a search with it finds no
+    /// longer changes.
     pub(crate) fn wait_compiled(&self) {
         #[cfg(sluice_vectorscan)]
         while self.vs.get().is_none() && std::sync::Arc::strong_count(&self.vs) > 1 {
@@ -335,18 +337,16 @@ impl HashMpm {
     /// ([`HashMpm::each_in`]) finds theirs and may leave out the others.
     pub(crate) fn first_stage(&self, mut keep: impl FnMut(u32) -> bool) -> FirstStage {
         let mut f = FirstStage::empty();
-        let mut long = Vec::new();
+        let mut kept = Vec::new();
         for (pid, p) in self.pats.iter().enumerate() {
-            if keep(pid as u32) {
+            if keep(pid as u32) && !p.bytes.is_empty() {
                 f.add(&p.bytes);
-                if p.bytes.len() >= 4 {
-                    long.push(pid as u32);
-                }
+                kept.push(pid as u32);
             }
         }
         #[cfg(sluice_vectorscan)]
         if self.vs.is_some() && self.vs_long {
-            if long.is_empty() {
+            if kept.is_empty() {
                 let _ = f.vs.set(ViewVs::Empty);
             } else {
                 // Compiling takes 20-300 ms for ET Open's views: done on a
@@ -354,7 +354,7 @@ impl HashMpm {
                 // database meanwhile (which finds these patterns too) instead
                 // of waiting. Suricata compiles its groups' matchers before
                 // it starts; views are made when a class is first seen.
-                let pats: Vec<(u32, Box<[u8]>, bool)> = long
+                let pats: Vec<(u32, Box<[u8]>, bool)> = kept
                     .iter()
                     .map(|&pid| {
                         let p = &self.pats[pid as usize];
@@ -377,7 +377,7 @@ impl HashMpm {
             }
         }
         #[cfg(not(sluice_vectorscan))]
-        let _ = long;
+        let _ = kept;
         f
     }
 
@@ -444,8 +444,10 @@ impl HashMpm {
                 Some(ViewVs::Empty) => None,
                 Some(ViewVs::Own(own)) => Some(own),
             };
+            // A stage's own database holds its short patterns too.
+            let own = matches!(first.vs.get(), Some(ViewVs::Own(_) | ViewVs::Empty));
             if vs.is_none_or(|vs| vs.scan(&buf[from..], |pid, s| cand(pid, from + s))) {
-                if self.vs_long {
+                if self.vs_long && !own {
                     self.hashed_short(first, buf, folded, from, at, &mut cand);
                 }
                 return;
@@ -661,11 +663,12 @@ mod tests {
             let some: Vec<bool> = (0..pats.len()).map(|_| rnd(3) != 0).collect();
             let first = m.first_stage(|pid| some[pid as usize]);
             first.wait_compiled();
-            // A stage of a split set has a database of its own long
-            // patterns (none when it holds none), which finds only theirs.
+            // A stage of a split set has a database of its own patterns,
+            // short ones too (none when it holds none), which finds only
+            // theirs.
             #[cfg(sluice_vectorscan)]
             let own = if m.vs.is_some() && search == Search::Split {
-                let any = (0..pats.len()).any(|i| some[i] && pats[i].0.len() >= 4);
+                let any = (0..pats.len()).any(|i| some[i]);
                 match first.vs.get() {
                     Some(ViewVs::Own(_)) => assert!(any),
                     Some(ViewVs::Empty) => assert!(!any),
@@ -744,10 +747,8 @@ mod tests {
                 let want_kept: Vec<_> = want.iter().filter(|(_, p)| some[*p as usize]).collect();
                 assert_eq!(kept, want_kept, "{search:?}, some patterns: buffer {buf:?}");
                 if own {
-                    let others = got_some
-                        .iter()
-                        .filter(|(_, p)| !some[*p as usize] && pats[*p as usize].0.len() >= 4);
-                    assert_eq!(others.count(), 0, "{search:?}: a long pattern not kept");
+                    let others = got_some.iter().filter(|(_, p)| !some[*p as usize]);
+                    assert_eq!(others.count(), 0, "{search:?}: a pattern not kept");
                 }
             }
         }
