@@ -22,7 +22,7 @@ fn main() {
         }
         Err(_) => {
             println!(
-                "cargo:warning=libhs (Debian: libvectorscan-dev) not found: the IPS searches with its own hashed engine only (about 1.16x the time per packet on ET Open's HTTP mix, docs/BENCHMARKS.md)"
+                "cargo:warning=libhs (Debian: libvectorscan-dev) not found: the IPS searches with its own hashed engine only (about 1.6x the time per packet on ET Open's HTTP mix, docs/BENCHMARKS.md)"
             );
             watch_pkg_config_dirs();
         }
