@@ -934,7 +934,17 @@ impl Reassembler {
             self.counters.tfo_bytes += len as u64;
             chunk.established = true;
         }
-        if (flags & (SYN | RST) == 0 || synack_data) && len > 0 {
+        // A packet without data of a direction whose buffered bytes begin
+        // where it was delivered to (a resynchronisation skipped the bytes
+        // before them: see `resync`) releases them too, as a packet with
+        // data does: a FIN or RST may be the last packet of that direction,
+        // and bytes already forwarded must not wait for one that never
+        // comes unscanned.
+        let release = len == 0 && flags & SYN == 0 && c.synced(d) && {
+            let dir = &c.dirs[d];
+            dir.n > 0 && dir.rel(dir.segs[0].seq) <= 0 && dir.rel(m.tcp_seq) <= dir.lead()
+        };
+        if ((flags & (SYN | RST) == 0 || synack_data) && len > 0) || release {
             if !c.synced(d) {
                 result = Step::Nothing;
             } else {

@@ -7,7 +7,7 @@ use sluice_state::{LocalStore, Namespace, SharedLocalStore, StateStore};
 use sluice_wire::build::tcp_v4;
 use sluice_wire::parse::parse_frame;
 use sluice_wire::rewrite::verify_all_checksums;
-use sluice_wire::tcp::flags::{ACK, FIN, PSH, SYN};
+use sluice_wire::tcp::flags::{ACK, FIN, PSH, RST, SYN};
 
 const C: [u8; 4] = [10, 0, 0, 1];
 const S: [u8; 4] = [10, 0, 0, 2];
@@ -714,6 +714,37 @@ fn a_receiver_acknowledging_bytes_we_never_saw_resynchronises_the_stream() {
     let o = h.run(&mut s, &[cdata(28, b"eeee")]);
     assert_eq!(o.chunks[0], Some((true, true, 28, b"eeee".to_vec())));
     assert!(!o.gaps[0]);
+}
+
+/// After a resynchronisation the buffered bytes go with the next packet of
+/// their direction even when it carries no data: a FIN (or RST) may be the
+/// last packet, and the bytes were forwarded already, so they are delivered
+/// (scanned) then rather than never.
+#[test]
+fn a_fin_without_data_releases_the_bytes_a_resync_left_buffered() {
+    for flags in [FIN | ACK, ACK, RST | ACK] {
+        let mut h = Harness::new(Config::default());
+        let mut s = LocalStore::new();
+        h.run_each(&mut s, &handshake());
+        h.run(&mut s, &[cdata(0, b"0123456789")]);
+        h.run(&mut s, &[cdata(20, b"cccc")]);
+        h.run(&mut s, &[server_ack(24)]);
+        assert_eq!(h.r.counters().resyncs, 1);
+        let last = tcp_v4(C, S, 1000, 80, ISN_C + 1 + 24, ISN_S + 1, flags, &[]);
+        let o = h.run(&mut s, &[last]);
+        assert_eq!(
+            o.chunks[0],
+            Some((true, true, 20, b"cccc".to_vec())),
+            "flags {flags:#x}: the buffered bytes, from offset 20"
+        );
+        assert!(o.gaps[0], "flags {flags:#x}");
+        // Delivered once: a later packet brings only its own bytes.
+        let o = h.run(&mut s, &[cdata(24, b"dddd")]);
+        assert_eq!(
+            o.chunks[0].as_ref().map(|c| c.3.clone()),
+            Some(b"dddd".to_vec())
+        );
+    }
 }
 
 #[test]

@@ -1,0 +1,187 @@
+#!/usr/bin/python3
+"""Writes the captures of the Scapy-built verification tests.
+
+usage: captures.py ROOT
+
+For each test directory under ROOT (its rules and expected alerts are in
+test.rules and test.yaml, suricata-verify's format), writes ROOT/NAME/input.pcap,
+built with Scapy, not with Sluice's own packet builder: a packet both our
+builder and our parser got wrong the same way would pass a test built with
+our builder. Each capture follows an example of Suricata's documentation for
+the keyword or stream behaviour its test names.
+"""
+
+import os
+import sys
+
+from scapy.all import DNS, DNSQR, ICMP, IP, TCP, UDP, Ether, Raw, load_layer, wrpcap
+
+load_layer("tls")
+from scapy.layers.tls.extensions import ServerName, TLS_Ext_ServerName  # noqa: E402
+from scapy.layers.tls.handshake import TLSClientHello  # noqa: E402
+from scapy.layers.tls.record import TLS  # noqa: E402
+
+CLIENT, SERVER = "10.1.0.5", "10.2.0.7"
+
+
+class Conn:
+    """A TCP connection from CLIENT:sport to SERVER:dport, handshake first."""
+
+    def __init__(self, dport, sport=40001):
+        self.sport, self.dport = sport, dport
+        self.cseq, self.sseq = 1000, 50000
+        self.pkts = [
+            IP(src=CLIENT, dst=SERVER) / TCP(sport=sport, dport=dport, flags="S", seq=self.cseq),
+            IP(src=SERVER, dst=CLIENT)
+            / TCP(sport=dport, dport=sport, flags="SA", seq=self.sseq, ack=self.cseq + 1),
+            IP(src=CLIENT, dst=SERVER)
+            / TCP(sport=sport, dport=dport, flags="A", seq=self.cseq + 1, ack=self.sseq + 1),
+        ]
+        self.cseq += 1
+        self.sseq += 1
+
+    def send(self, to_server, data):
+        """One segment of `data`, then the other side's ACK of it."""
+        if to_server:
+            ip, tcp = IP(src=CLIENT, dst=SERVER), TCP(sport=self.sport, dport=self.dport)
+            tcp.seq, tcp.ack = self.cseq, self.sseq
+            self.cseq += len(data)
+            back = IP(src=SERVER, dst=CLIENT) / TCP(
+                sport=self.dport, dport=self.sport, flags="A", seq=self.sseq, ack=self.cseq
+            )
+        else:
+            ip, tcp = IP(src=SERVER, dst=CLIENT), TCP(sport=self.dport, dport=self.sport)
+            tcp.seq, tcp.ack = self.sseq, self.cseq
+            self.sseq += len(data)
+            back = IP(src=CLIENT, dst=SERVER) / TCP(
+                sport=self.sport, dport=self.dport, flags="A", seq=self.cseq, ack=self.sseq
+            )
+        tcp.flags = "PA"
+        self.pkts += [ip / tcp / Raw(data), back]
+        return self
+
+
+def stream_split_content():
+    # A content split over two segments is found in the reassembled stream.
+    return Conn(4444).send(True, b"xx EVIL-SI").send(True, b"GNATURE yy").pkts
+
+
+def http_uri_host():
+    req = b"GET /admin/login.php?u=1 HTTP/1.1\r\nHost: evil.example\r\nUser-Agent: scapy\r\n\r\n"
+    resp = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
+    return Conn(80).send(True, req).send(False, resp).pkts
+
+
+def http_file_data_split():
+    body = b"<html>...MALWARE-BODY...</html>"
+    head = b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Length: %d\r\n\r\n" % len(body)
+    c = Conn(80).send(True, b"GET / HTTP/1.1\r\nHost: a.example\r\n\r\n")
+    return c.send(False, head + body[:13]).send(False, body[13:]).pkts
+
+
+def dns_query_udp():
+    q = lambda name, sport: (  # noqa: E731
+        IP(src=CLIENT, dst=SERVER)
+        / UDP(sport=sport, dport=53)
+        / DNS(id=sport, rd=1, qd=DNSQR(qname=name, qtype="A"))
+    )
+    return [q("www.bad.example.com", 53001), q("www.good.example.org", 53002)]
+
+
+def tls_sni():
+    hello = TLS(
+        msg=[
+            TLSClientHello(
+                ciphers=[0x1301, 0xC02F],
+                ext=[TLS_Ext_ServerName(servernames=[ServerName(servername=b"evil-tls.example")])],
+            )
+        ]
+    )
+    return Conn(443).send(True, bytes(hello)).pkts
+
+
+def icmp_itype():
+    return [IP(src=CLIENT, dst=SERVER) / ICMP(type=8, id=7, seq=1) / Raw(b"ping")]
+
+
+def flowbits():
+    c = Conn(80).send(True, b"LOGIN user\r\n").send(False, b"WELCOME user\r\n")
+    # A second connection only answers: no flowbit set there.
+    d = Conn(80, sport=40002).send(True, b"HELLO\r\n").send(False, b"WELCOME user\r\n")
+    return c.pkts + d.pkts
+
+
+def dsize_no_content():
+    return [
+        IP(src=CLIENT, dst=SERVER) / UDP(sport=5000, dport=9999) / Raw(b"A" * 100),
+        IP(src=CLIENT, dst=SERVER) / UDP(sport=5000, dport=9999) / Raw(b"A" * 10),
+    ]
+
+
+def threshold_limit():
+    return [
+        IP(src=CLIENT, dst=SERVER) / UDP(sport=5001, dport=9999) / Raw(b"PING %d" % i)
+        for i in range(5)
+    ]
+
+
+def tcp_flags_no_content():
+    # A SYN to port 22 (the server's SYN-ACK comes from 22, not to it).
+    return Conn(22).pkts
+
+
+def detection_filter():
+    return [
+        IP(src=CLIENT, dst=SERVER) / UDP(sport=5002, dport=9999) / Raw(b"KNOCK %d" % i)
+        for i in range(5)
+    ]
+
+
+def gap_then_content():
+    # Ten bytes of the client's stream never arrive; the signature after
+    # them is inspected all the same, and the FIN ends the stream.
+    c = Conn(4444).send(True, b"hello ")
+    c.cseq += 10
+    c.send(True, b"EVIL-SIGNATURE")
+    fin = IP(src=CLIENT, dst=SERVER) / TCP(
+        sport=c.sport, dport=c.dport, flags="FA", seq=c.cseq, ack=c.sseq
+    )
+    return c.pkts + [fin]
+
+
+def midstream_pickup():
+    # No handshake in the capture: the connection was picked up mid-way.
+    c = Conn(4444)
+    return c.send(True, b"xx EVIL-SIGNATURE yy").pkts[3:]
+
+
+CAPTURES = {
+    "stream-split-content": stream_split_content,
+    "http-uri-host": http_uri_host,
+    "http-file-data-split": http_file_data_split,
+    "dns-query-udp": dns_query_udp,
+    "tls-sni": tls_sni,
+    "icmp-itype": icmp_itype,
+    "flowbits": flowbits,
+    "dsize-no-content": dsize_no_content,
+    "threshold-limit": threshold_limit,
+    "tcp-flags-no-content": tcp_flags_no_content,
+    "detection-filter": detection_filter,
+    "gap-then-content": gap_then_content,
+    "midstream-pickup": midstream_pickup,
+}
+
+
+def main():
+    root = sys.argv[1]
+    for name, build in CAPTURES.items():
+        # Ethernet frames (what the data plane sees).
+        pkts = [Ether(src="02:00:00:00:00:01", dst="02:00:00:00:00:02") / p for p in build()]
+        for i, p in enumerate(pkts):
+            p.time = 1_700_000_000 + i / 1000
+        os.makedirs(os.path.join(root, name), exist_ok=True)
+        wrpcap(os.path.join(root, name, "input.pcap"), pkts)
+
+
+if __name__ == "__main__":
+    main()
