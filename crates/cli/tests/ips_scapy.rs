@@ -5,7 +5,10 @@
 //! DNS `dns.query` over UDP, TLS `tls.sni`, ICMP `itype`, `flowbits` across
 //! directions, `dsize` and `flags` without content, `threshold` and
 //! `detection_filter`, a signature after a gap the receiver acknowledged
-//! with only a FIN after it, and a mid-stream pickup, each following an
+//! with only a FIN after it, a mid-stream pickup, `depth`/`offset`/
+//! `distance`/`within`, `pcre` relative to a content, `byte_test`,
+//! `http.method`/`http.user_agent`/`http.cookie`/`http.stat_code`, and a
+//! negated relative `isdataat`, each following an
 //! example of Suricata's documentation, in suricata-verify's format
 //! (`tests/scapy/NAME/test.rules`, `test.yaml`) and run by `sluice ips
 //! verify`. Scapy is what `scripts/test.sh` installs (`python3-scapy`).
@@ -70,7 +73,7 @@ fn scapy_built_captures_raise_the_documented_alerts() {
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
         .collect();
-    assert_eq!(names.len(), 13, "{names:?}");
+    assert_eq!(names.len(), 18, "{names:?}");
     for n in &names {
         assert!(
             tests.join(n).join("input.pcap").is_file(),
@@ -86,7 +89,7 @@ fn scapy_built_captures_raise_the_documented_alerts() {
     ]);
     assert_eq!(code, 0, "{text}\n{err}");
     assert!(
-        text.contains("passed 13, failed 0, skipped 0"),
+        text.contains("passed 18, failed 0, skipped 0"),
         "{text}\n{err}"
     );
 }

@@ -155,6 +155,37 @@ def midstream_pickup():
     return c.send(True, b"xx EVIL-SIGNATURE yy").pkts[3:]
 
 
+def content_modifiers():
+    return Conn(8080).send(True, b"GET /x/admin/panel HTTP/1.0\r\n\r\n").pkts
+
+
+def pcre_relative():
+    return Conn(4444).send(True, b"login user=bob42 ok\r\n").pkts
+
+
+def byte_test():
+    # Two-byte big-endian lengths at offset 0: 4000, then 16.
+    return [
+        IP(src=CLIENT, dst=SERVER) / UDP(sport=5003, dport=9999) / Raw(b"\x0f\xa0rest"),
+        IP(src=CLIENT, dst=SERVER) / UDP(sport=5003, dport=9999) / Raw(b"\x00\x10rest"),
+    ]
+
+
+def http_method_ua_cookie():
+    req = (
+        b"POST /login HTTP/1.1\r\nHost: a.example\r\nUser-Agent: sqlmap/1.7\r\n"
+        b"Cookie: session=abc; admin=1\r\nContent-Length: 0\r\n\r\n"
+    )
+    return Conn(80).send(True, req).send(False, b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n").pkts
+
+
+def isdataat_negated():
+    # AUTH followed by 4 bytes, then (another connection) by 40.
+    a = Conn(4444).send(True, b"AUTH abc\n").pkts
+    b = Conn(4444, sport=40003).send(True, b"AUTH " + b"x" * 39 + b"\n").pkts
+    return a + b
+
+
 CAPTURES = {
     "stream-split-content": stream_split_content,
     "http-uri-host": http_uri_host,
@@ -169,6 +200,11 @@ CAPTURES = {
     "detection-filter": detection_filter,
     "gap-then-content": gap_then_content,
     "midstream-pickup": midstream_pickup,
+    "content-modifiers": content_modifiers,
+    "pcre-relative": pcre_relative,
+    "byte-test": byte_test,
+    "http-method-ua-cookie": http_method_ua_cookie,
+    "isdataat-negated": isdataat_negated,
 }
 
 
