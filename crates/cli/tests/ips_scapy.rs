@@ -47,7 +47,7 @@ fn scapy_built_captures_raise_the_documented_alerts() {
         // The suite's script installs Scapy (and runs as root): there its
         // absence is a broken environment, not a pass.
         assert!(
-            !is_root(),
+            !sluice_agent::testing::is_root(),
             "python3-scapy is needed (scripts/test.sh installs it)"
         );
         eprintln!("skipped: python3-scapy is not installed");
@@ -92,14 +92,4 @@ fn scapy_built_captures_raise_the_documented_alerts() {
         text.contains("passed 18, failed 0, skipped 0"),
         "{text}\n{err}"
     );
-}
-
-/// True when running as root (as `scripts/test.sh` does).
-fn is_root() -> bool {
-    std::fs::read_to_string("/proc/self/status").is_ok_and(|s| {
-        s.lines()
-            .find(|l| l.starts_with("Uid:"))
-            .and_then(|l| l.split_whitespace().nth(1))
-            == Some("0")
-    })
 }
