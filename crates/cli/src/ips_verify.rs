@@ -733,9 +733,15 @@ fn run_one(dir: &Path, a: &VerifyArgs, version: Version, run: &str) -> Outcome {
             "type": "ips",
             "rule_files": [abs(&rules_path).display().to_string()],
         });
-        if !vars.is_empty() {
-            ips["vars"] = Value::Object(vars);
-        }
+        // Suricata's default variables with the test's own over them, as
+        // suricata-verify runs a test with the default suricata.yaml: the
+        // rules were checked with these, and run with them.
+        ips["vars"] = Value::Object(
+            all_vars
+                .iter()
+                .map(|(k, v)| (k.clone(), Value::String(v.clone())))
+                .collect(),
+        );
         if let Some(c) = &a.classification_file {
             ips["classification_file"] = json!(abs(c).display().to_string());
         }

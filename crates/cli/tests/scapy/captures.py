@@ -21,44 +21,7 @@ from scapy.layers.tls.extensions import ServerName, TLS_Ext_ServerName  # noqa: 
 from scapy.layers.tls.handshake import TLSClientHello  # noqa: E402
 from scapy.layers.tls.record import TLS  # noqa: E402
 
-CLIENT, SERVER = "10.1.0.5", "10.2.0.7"
-
-
-class Conn:
-    """A TCP connection from CLIENT:sport to SERVER:dport, handshake first."""
-
-    def __init__(self, dport, sport=40001):
-        self.sport, self.dport = sport, dport
-        self.cseq, self.sseq = 1000, 50000
-        self.pkts = [
-            IP(src=CLIENT, dst=SERVER) / TCP(sport=sport, dport=dport, flags="S", seq=self.cseq),
-            IP(src=SERVER, dst=CLIENT)
-            / TCP(sport=dport, dport=sport, flags="SA", seq=self.sseq, ack=self.cseq + 1),
-            IP(src=CLIENT, dst=SERVER)
-            / TCP(sport=sport, dport=dport, flags="A", seq=self.cseq + 1, ack=self.sseq + 1),
-        ]
-        self.cseq += 1
-        self.sseq += 1
-
-    def send(self, to_server, data):
-        """One segment of `data`, then the other side's ACK of it."""
-        if to_server:
-            ip, tcp = IP(src=CLIENT, dst=SERVER), TCP(sport=self.sport, dport=self.dport)
-            tcp.seq, tcp.ack = self.cseq, self.sseq
-            self.cseq += len(data)
-            back = IP(src=SERVER, dst=CLIENT) / TCP(
-                sport=self.dport, dport=self.sport, flags="A", seq=self.sseq, ack=self.cseq
-            )
-        else:
-            ip, tcp = IP(src=SERVER, dst=CLIENT), TCP(sport=self.dport, dport=self.sport)
-            tcp.seq, tcp.ack = self.sseq, self.cseq
-            self.sseq += len(data)
-            back = IP(src=CLIENT, dst=SERVER) / TCP(
-                sport=self.sport, dport=self.dport, flags="A", seq=self.cseq, ack=self.sseq
-            )
-        tcp.flags = "PA"
-        self.pkts += [ip / tcp / Raw(data), back]
-        return self
+from conn import CLIENT, SERVER, Conn  # noqa: E402
 
 
 def stream_split_content():
@@ -179,6 +142,45 @@ def http_method_ua_cookie():
     return Conn(80).send(True, req).send(False, b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n").pkts
 
 
+def smtp_file_data():
+    # Suricata's file.data on SMTP (rules/file-keywords: "file.data"; the
+    # SMTP parser's MIME decoding): each attachment decoded, here built by
+    # Python's own email package, never by Sluice.
+    from email.mime.application import MIMEApplication
+    from email.mime.multipart import MIMEMultipart
+    from email.mime.text import MIMEText
+
+    cpio = b"070707000000000000100644000000000000000001000000"
+    cpio += b"../../../../../opt/zimbra/jetty/webapps/zimbra/public/x.jsp\0" + b"A" * 200
+    msg = MIMEMultipart()
+    msg["From"], msg["To"], msg["Subject"] = "a@x.example", "b@y.example", "invoice"
+    # The text part names the signature: not an attachment, no file.
+    msg.attach(MIMEText("please see MALWARE-IN-ATTACHMENT and /webapps/zimbra/public"))
+    msg.attach(MIMEApplication(cpio, Name="a.cpio"))
+    q = MIMEText("quoted " * 20 + "MALWARE-IN-ATTACHMENT =E9t=E9", _charset="latin-1")
+    del q["Content-Transfer-Encoding"]
+    q["Content-Transfer-Encoding"] = "quoted-printable"
+    q.set_payload(("quoted " * 20 + "MALWARE-IN-=\r\nATTACHMENT =E9t=E9"))
+    q.add_header("Content-Disposition", "attachment", filename="note.txt")
+    msg.attach(q)
+    data = msg.as_bytes().replace(b"\n", b"\r\n")
+    data = b"\r\n".join(b"." + l if l.startswith(b".") else l for l in data.split(b"\r\n"))
+    c = Conn(2525)
+    c.send(False, b"220 mx.example ESMTP\r\n")
+    for cmd, reply in [
+        (b"EHLO client.example\r\n", b"250 mx.example\r\n"),
+        (b"MAIL FROM:<a@x.example>\r\n", b"250 ok\r\n"),
+        (b"RCPT TO:<b@y.example>\r\n", b"250 ok\r\n"),
+        (b"DATA\r\n", b"354 go ahead\r\n"),
+    ]:
+        c.send(True, cmd).send(False, reply)
+    body = data + b"\r\n.\r\n"
+    for i in range(0, len(body), 90):
+        c.send(True, body[i : i + 90])
+    c.send(False, b"250 queued\r\n").send(True, b"QUIT\r\n")
+    return c.pkts
+
+
 def isdataat_negated():
     # AUTH followed by 4 bytes, then (another connection) by 40.
     a = Conn(4444).send(True, b"AUTH abc\n").pkts
@@ -205,12 +207,22 @@ CAPTURES = {
     "byte-test": byte_test,
     "http-method-ua-cookie": http_method_ua_cookie,
     "isdataat-negated": isdataat_negated,
+    "smtp-file-data": smtp_file_data,
 }
 
 
 def main():
     root = sys.argv[1]
-    for name, build in CAPTURES.items():
+    # The tests of stream behaviours and payload keywords, and those of
+    # application protocols, live in modules of their own.
+    from captures_app import CAPTURES as APP
+    from captures_stream import CAPTURES as STREAM
+
+    every = dict(CAPTURES)
+    for more in (STREAM, APP):
+        assert not set(more) & set(every), set(more) & set(every)
+        every.update(more)
+    for name, build in every.items():
         # Ethernet frames (what the data plane sees).
         pkts = [Ether(src="02:00:00:00:00:01", dst="02:00:00:00:00:02") / p for p in build()]
         for i, p in enumerate(pkts):

@@ -480,6 +480,12 @@ impl Ips {
         if st.flags & PASSED != 0 {
             return false;
         }
+        if self.smtp_stream(st, (d, hdr), p, ctx.events, (data, base)) {
+            return true;
+        }
+        if st.flags & PASSED != 0 {
+            return false;
+        }
         self.counters.scanned_bytes += c.len() as u64;
         let j = self.pre.job_of.get(i).copied().unwrap_or(NONE) as usize;
         let ds = &mut st.dirs[d];

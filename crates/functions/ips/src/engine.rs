@@ -882,6 +882,9 @@ pub struct Engine {
     pub http: HttpRules,
     /// The TLS rules' prefilter (likewise).
     pub tls: TlsRules,
+    /// The `smtp` rules on `file_data`, inspected on attachments
+    /// ([`crate::smtp`]); few, so each is inspected on every one.
+    pub smtp_files: Vec<u32>,
     /// Flowbit names, by id.
     pub flowbit_names: Vec<String>,
     /// The rules' `flowint` keywords ([`crate::flowint`]).
@@ -927,6 +930,8 @@ impl Engine {
         let flowints = crate::flowint::Flowints::new(&rules);
         for (ri, r) in rules.iter().enumerate() {
             let classes: &[usize] = match r.proto {
+                // Inspected on SMTP attachments only ([`crate::smtp`]).
+                _ if r.smtp_file.is_some() => &[],
                 // `smtp`, `ftp`, `smb`: stream rules like `tcp` ones, their
                 // header also asking for the flow's detected protocol.
                 Proto::Tcp | Proto::Smtp | Proto::Ftp | Proto::Smb | Proto::Ssh => &[0],
@@ -1047,6 +1052,9 @@ impl Engine {
         let dns = DnsRules::new(&rules)?;
         let http = HttpRules::new(&rules)?;
         let tls = TlsRules::new(&rules)?;
+        let smtp_files = (0..rules.len() as u32)
+            .filter(|&r| rules[r as usize].smtp_file.is_some())
+            .collect();
         let any_packetwise = packetwise.iter().any(|&pw| pw);
         let packet_rules = packet_rules.map(|ids| PacketRules::new(&rules, &ids));
         Ok(Engine {
@@ -1059,6 +1067,7 @@ impl Engine {
             dns,
             http,
             tls,
+            smtp_files,
             rules,
             cs,
             ci,
@@ -1534,9 +1543,10 @@ pub struct FlowState {
 /// ([`crate::pending::HTTP_BODY`]), version 6 the detected stream protocol
 /// ([`crate::applayer`]), version 7 the flowint variables
 /// ([`crate::flowint`]), version 8 the detected protocol SSH
-/// ([`crate::applayer::SSH`], refused in older records); older records
-/// still decode (without them).
-const VERSION: u8 = 8;
+/// ([`crate::applayer::SSH`], refused in older records), version 9 the
+/// pending SMTP reader ([`crate::pending::SMTP`]); older records still
+/// decode (without them).
+const VERSION: u8 = 9;
 
 impl Codec for FlowState {
     fn encode(&self, w: &mut Writer<'_>) {
@@ -1613,7 +1623,7 @@ impl Codec for FlowState {
         }
         if version >= 4 {
             for p in &mut s.pend {
-                *p = Pend::decode(r, version >= 5)?;
+                *p = Pend::decode(r, version)?;
             }
         }
         if version >= 6 {

@@ -152,6 +152,7 @@ pub mod inspect;
 pub mod packetidx;
 pub mod pending;
 pub mod rules;
+pub mod smtp;
 #[cfg(test)]
 mod testrng;
 pub mod threshold;
@@ -415,6 +416,16 @@ pub struct Counters {
     /// HTTP body packets whose head's prefilter finds came from the blob
     /// ([`http::body`]) instead of a search of the head's buffers.
     pub http_head_reused: u64,
+    /// SMTP attachments read ([`smtp`]).
+    pub smtp_attachments: u64,
+    /// SMTP messages whose MIME structure went past the reader's bounds
+    /// ([`smtp::mime`]).
+    pub smtp_mime_anomalies: u64,
+    /// SMTP attachments past the inspected limit: their later bytes are
+    /// inspected a packet at a time ([`smtp::LIMIT`]).
+    pub smtp_over_limit: u64,
+    /// SMTP reader records that did not decode: the reader restarted.
+    pub smtp_corrupt: u64,
 }
 
 /// The IPS function.
@@ -456,6 +467,8 @@ pub struct Ips {
     dns_spans: Vec<(u32, u32)>,
     /// An HTTP message's buffers, reused.
     http_bufs: http::Buffers,
+    /// What the SMTP reader found in a packet's bytes (reused).
+    smtp_out: smtp::mime::Output,
     /// The HTTP framing's pieces of a message, reused.
     http_piece: http::Piece,
     /// See [`Config::http_body_limit`].
@@ -598,6 +611,7 @@ impl Ips {
             dns_names: Vec::new(),
             dns_spans: Vec::new(),
             http_bufs: http::Buffers::default(),
+            smtp_out: smtp::mime::Output::default(),
             http_piece: http::Piece::default(),
             http_body_limit: http::body::DEFAULT_LIMIT,
             http_kind,
@@ -849,6 +863,10 @@ impl NetworkFunction for Ips {
             ("ips_pending_discarded", c.pending_discarded),
             ("ips_pending_lost", c.pending_lost),
             ("ips_http_head_reused", c.http_head_reused),
+            ("ips_smtp_attachments", c.smtp_attachments),
+            ("ips_smtp_mime_anomalies", c.smtp_mime_anomalies),
+            ("ips_smtp_over_limit", c.smtp_over_limit),
+            ("ips_smtp_corrupt", c.smtp_corrupt),
         ]);
     }
 }

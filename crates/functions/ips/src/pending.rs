@@ -58,11 +58,14 @@ pub const DNS: u8 = 3;
 /// The body of the HTTP message being received, with its head and the body
 /// rules that fired on it ([`crate::http::body`]); records of version 5 on.
 pub const HTTP_BODY: u8 = 4;
+/// The SMTP client's reader and the attachment being received, with the
+/// rules that fired on it ([`crate::smtp`]); records of version 9 on.
+pub const SMTP: u8 = 5;
 
 /// A direction's pending unit as the flow record describes it.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Pend {
-    /// [`NONE`], [`HTTP`], [`TLS`], [`DNS`] or [`HTTP_BODY`].
+    /// [`NONE`], [`HTTP`], [`TLS`], [`DNS`], [`HTTP_BODY`] or [`SMTP`].
     pub kind: u8,
     /// Bytes in the blob.
     pub len: u32,
@@ -89,11 +92,12 @@ impl Pend {
         }
     }
 
-    /// Reads what [`encode`](Pend::encode) wrote; `body` tells whether the
-    /// record's version knows [`HTTP_BODY`].
-    pub fn decode(r: &mut Reader<'_>, body: bool) -> Result<Pend, DecodeError> {
+    /// Reads what [`encode`](Pend::encode) wrote in a record of `version`
+    /// (which tells the kinds it knows: [`HTTP_BODY`] from 5, [`SMTP`]
+    /// from 9).
+    pub fn decode(r: &mut Reader<'_>, version: u8) -> Result<Pend, DecodeError> {
         let kind = r.u8()?;
-        if kind > HTTP_BODY || (kind == HTTP_BODY && !body) {
+        if kind > SMTP || (kind == HTTP_BODY && version < 5) || (kind == SMTP && version < 9) {
             return Err(DecodeError("unknown ips pending unit kind"));
         }
         if kind == NONE {
@@ -104,6 +108,7 @@ impl Pend {
             HTTP => crate::http::MAX_HEAD as usize,
             TLS => MAX_TLS_UNIT,
             DNS => MAX_DNS_UNIT,
+            SMTP => crate::smtp::MAX_BLOB,
             _ => crate::http::body::MAX_BLOB,
         };
         if len as usize > max {

@@ -442,6 +442,9 @@ pub struct Rule {
     pub http: Vec<HttpList>,
     /// The keywords on TLS buffers, one list per buffer (TLS rules only).
     pub tls: Vec<TlsList>,
+    /// The keywords on `file_data` of an `smtp` rule: inspected over each
+    /// attachment's decoded bytes ([`crate::smtp`]), never the stream.
+    pub smtp_file: Option<Vec<Item>>,
     /// `tls.version` (TLS rules only).
     pub tls_version: Option<crate::tls::TlsVersion>,
     /// Names of the `byte_extract` variables.
@@ -499,10 +502,11 @@ pub struct Rule {
 }
 
 impl Rule {
-    /// True for the application-layer rules (`dns`, `http`), inspected over
-    /// their protocol's buffers only, never by the stream automata.
+    /// True for the application-layer rules (`dns`, `http`, `tls`, and
+    /// `smtp` ones on `file_data`), inspected over their protocol's buffers
+    /// only, never by the stream automata.
     pub fn app_layer(&self) -> bool {
-        matches!(self.proto, Proto::Dns | Proto::Http | Proto::Tls)
+        matches!(self.proto, Proto::Dns | Proto::Http | Proto::Tls) || self.smtp_file.is_some()
     }
 
     /// True for a rule whose payload keywords Suricata inspects over each
@@ -964,6 +968,7 @@ pub fn parse_rule(line: &str, vars: &Vars) -> Result<Rule, RuleSyntax> {
         dns_query: None,
         http: Vec::new(),
         tls: Vec::new(),
+        smtp_file: None,
         tls_version: None,
         vars: Vec::new(),
         flowbits: Vec::new(),

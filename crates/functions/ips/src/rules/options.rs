@@ -763,12 +763,17 @@ pub(super) struct ParseCx {
     pub tls: Option<crate::tls::Buf>,
     /// The sticky buffer is `base64_data` (the last one of a rule).
     pub base64: bool,
+    /// The sticky buffer is `file_data` on an `smtp` rule.
+    pub smtp_file: bool,
 }
 
 /// The list the next payload keyword goes to: the sticky buffer's.
 fn items<'r>(rule: &'r mut Rule, cx: &ParseCx) -> &'r mut Vec<Item> {
     if cx.base64 {
         return &mut rule.base64;
+    }
+    if cx.smtp_file {
+        return rule.smtp_file.get_or_insert_with(Vec::new);
     }
     if let Some(b) = cx.http {
         return http_items(rule, b);
@@ -883,8 +888,9 @@ pub(super) fn apply(
     cx.http = None;
     cx.tls = None;
     cx.dns_query = false;
+    cx.smtp_file = false;
     apply_keyword(rule, name, val, cx)?;
-    if cx.http.is_some() || cx.tls.is_some() || cx.dns_query || name == "pkt_data" {
+    if cx.http.is_some() || cx.tls.is_some() || cx.dns_query || cx.smtp_file || name == "pkt_data" {
         return Err(RuleSyntax::UnsupportedKeyword(format!(
             "{name} after base64_data"
         )));
@@ -1071,6 +1077,7 @@ fn apply_keyword(
         "dns.query" | "dns_query" => {
             cx.http = None;
             cx.tls = None;
+            cx.smtp_file = false;
             if rule.proto != Proto::Dns {
                 return Err(RuleSyntax::UnsupportedKeyword(format!(
                     "{name} on a {} rule",
@@ -1084,6 +1091,16 @@ fn apply_keyword(
             cx.dns_query = false;
             cx.http = None;
             cx.tls = None;
+            cx.smtp_file = false;
+        }
+        // On an `smtp` rule, the decoded bytes of each attachment
+        // ([`crate::smtp`]), as Suricata's `file_data` there.
+        "file_data" | "file.data" if rule.proto == Proto::Smtp => {
+            cx.dns_query = false;
+            cx.http = None;
+            cx.tls = None;
+            rule.smtp_file.get_or_insert_with(Vec::new);
+            cx.smtp_file = true;
         }
         // `urilen`: the (normalised, or with `,raw` the raw) target's length.
         "urilen" => {
@@ -1240,6 +1257,7 @@ fn apply_keyword(
                 .map(|x| x.1);
             cx.dns_query = false;
             cx.tls = None;
+            cx.smtp_file = false;
         }
         other if crate::tls::STICKY.iter().any(|(k, _)| *k == other) => {
             to_tls(rule, other)?;
@@ -1249,6 +1267,7 @@ fn apply_keyword(
                 .map(|x| x.1);
             cx.dns_query = false;
             cx.http = None;
+            cx.smtp_file = false;
         }
         other if crate::http::MODIFIERS.iter().any(|(k, _)| *k == other) => {
             let k = last(rule)?;
@@ -1272,6 +1291,14 @@ fn apply_keyword(
 
 /// Checks that hold between a rule's keywords once all are read.
 pub(super) fn validate(rule: &Rule) -> Result<(), RuleSyntax> {
+    // An `smtp` rule on attachments is inspected over their bytes only; a
+    // stream keyword as well would ask for a match in two places at once,
+    // which Suricata's rule does over different transactions.
+    if rule.smtp_file.is_some() && !rule.items.is_empty() {
+        return Err(RuleSyntax::UnsupportedKeyword(
+            "file_data after stream keywords on an smtp rule".into(),
+        ));
+    }
     for (i, c) in rule.contents.iter().enumerate() {
         let len = c.bytes.len() as u64;
         if c.is_relative() && c.is_absolute() {
@@ -1288,6 +1315,7 @@ pub(super) fn validate(rule: &Rule) -> Result<(), RuleSyntax> {
                 || rule.dns_query.as_ref().is_some_and(|q| first(&q.items))
                 || rule.http.iter().any(|l| first(&l.items))
                 || rule.tls.iter().any(|l| first(&l.items))
+                || rule.smtp_file.as_ref().is_some_and(|l| first(l))
                 || first(&rule.base64))
         {
             return Err(RuleSyntax::RelativeFirstContent);
@@ -1313,6 +1341,7 @@ pub(super) fn validate(rule: &Rule) -> Result<(), RuleSyntax> {
     if !(b64_last(&rule.items)
         && rule.http.iter().all(|l| b64_last(&l.items))
         && rule.tls.iter().all(|l| b64_last(&l.items))
+        && rule.smtp_file.as_ref().is_none_or(|l| b64_last(l))
         && rule.dns_query.as_ref().is_none_or(|q| b64_last(&q.items)))
     {
         return Err(RuleSyntax::UnsupportedKeyword(

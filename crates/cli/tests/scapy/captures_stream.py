@@ -1,0 +1,3 @@
+"""Scapy-built captures of stream behaviours and payload keywords (see captures.py)."""
+
+CAPTURES = {}
