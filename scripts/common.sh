@@ -65,7 +65,9 @@ ensure_build_deps() {
 # agent's interoperability test talks to (its other peer, the kernel's geneve
 # device, is not built into every kernel).
 ensure_test_deps() {
-    APT_LEAN=1 apt_install python3-scapy
+    # python3-cryptography: the Scapy-built TLS captures' certificates
+    # (crates/cli/tests/scapy/captures_app.py); Scapy only recommends it.
+    APT_LEAN=1 apt_install python3-scapy python3-cryptography
     # Open vSwitch's userspace datapath is a far Geneve endpoint in the interop
     # tests (its system service is not used; the test starts private daemons).
     APT_LEAN=1 apt_install openvswitch-switch ||

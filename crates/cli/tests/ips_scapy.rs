@@ -1,17 +1,16 @@
-//! Verification tests whose captures Scapy builds (`tests/scapy/captures.py`),
-//! not Sluice's own packet builder, so a packet our builder and our parser
-//! got wrong the same way cannot pass: a content split across TCP segments,
-//! HTTP `http.uri`/`http.host` and a `file_data` body split across segments,
-//! DNS `dns.query` over UDP, TLS `tls.sni`, ICMP `itype`, `flowbits` across
-//! directions, `dsize` and `flags` without content, `threshold` and
-//! `detection_filter`, a signature after a gap the receiver acknowledged
-//! with only a FIN after it, a mid-stream pickup, `depth`/`offset`/
-//! `distance`/`within`, `pcre` relative to a content, `byte_test`,
-//! `http.method`/`http.user_agent`/`http.cookie`/`http.stat_code`, and a
-//! negated relative `isdataat`, each following an
-//! example of Suricata's documentation, in suricata-verify's format
-//! (`tests/scapy/NAME/test.rules`, `test.yaml`) and run by `sluice ips
-//! verify`. Scapy is what `scripts/test.sh` installs (`python3-scapy`).
+//! Verification tests whose captures Scapy builds (`tests/scapy/captures.py`
+//! and the modules it imports), not Sluice's own packet builder, so a packet
+//! our builder and our parser got wrong the same way cannot pass. Each test
+//! follows an example of Suricata's documentation for a keyword or a stream
+//! behaviour (its builder names it), in suricata-verify's format
+//! (`tests/scapy/NAME/test.rules`, `test.yaml`), and is run by `sluice ips
+//! verify`: stream behaviours (`stream-*`: out of order, overlaps and
+//! retransmissions, gaps, TCP Fast Open, urgent data, flow directions),
+//! payload and header keywords (`kw-*`), the application layer (`app-*`:
+//! HTTP buffers and normalisation, TLS certificates and JA3, DNS over TCP,
+//! protocol detection by content, EVE metadata) and the first tests
+//! (`stream-split-content`, `http-uri-host`, `smtp-file-data`, ...). Scapy is
+//! what `scripts/test.sh` installs (`python3-scapy`).
 
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -21,7 +20,7 @@ use common::sluice;
 
 fn scapy_available() -> bool {
     Command::new("/usr/bin/python3")
-        .args(["-c", "import scapy.layers.tls.handshake"])
+        .args(["-c", "import scapy.layers.tls.handshake, cryptography.x509"])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .status()
@@ -48,9 +47,9 @@ fn scapy_built_captures_raise_the_documented_alerts() {
         // absence is a broken environment, not a pass.
         assert!(
             !sluice_agent::testing::is_root(),
-            "python3-scapy is needed (scripts/test.sh installs it)"
+            "python3-scapy and python3-cryptography are needed (scripts/test.sh installs them)"
         );
-        eprintln!("skipped: python3-scapy is not installed");
+        eprintln!("skipped: python3-scapy or python3-cryptography is not installed");
         return;
     }
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/scapy");

@@ -542,6 +542,50 @@ def ssh_detect():
     return a + b
 
 
+def http_header_cookie():
+    # http-keywords.html http.cookie note: Suricata "will not match cookie
+    # content put in the http.header sticky buffer"; http.cookie example
+    # request (Cookie: PHPSESSION=123).
+    req = (
+        b"GET /index.html HTTP/1.1\r\nUser-Agent: Mozilla/5.0\r\n"
+        b"Cookie: PHPSESSION=123\r\nHost: suricata.io\r\n\r\n"
+    )
+    resp = ok(b"ok", extra=b"Set-Cookie: track=1\r\n")
+    return exchange(80, 41004, (True, req), (False, resp))
+
+
+def http_header_end():
+    # http-keywords.html http.header "Example 1" request; the buffer's end
+    # matched with a negated relative isdataat (as the http.user_agent notes
+    # advise); Suricata's buffer has no extra CRLF after the last header
+    # (src/detect-http-header.c, the "#if 0" around the final \r\n).
+    req = b"GET /index.html HTTP/1.1\r\nUser-Agent: Mozilla/5.0\r\nHost: suricata.io\r\n\r\n"
+    return exchange(80, 41005, (True, req), (False, ok(b"ok")))
+
+
+def http_start_normalised():
+    # http-keywords.html http.start note: http.start "contains the normalized
+    # headers"; http.header normalisation example (trailing whitespace removed).
+    req = b"GET / HTTP/1.1\r\nHost:suricata.io\r\nConnection: Keep-Alive   \r\n\r\n"
+    return exchange(80, 41014, (True, req), (False, ok()))
+
+
+def http_dup_header():
+    # http-keywords.html "Normalization / Duplicate Header Names" example (sid 103).
+    req = (
+        b"GET / HTTP/1.1\r\nHost: suricata.io\r\nUser-Agent: Mozilla/5.0\r\n"
+        b"User-agent: Chrome/121.0.0\r\n\r\n"
+    )
+    return exchange(80, 41015, (True, req), (False, ok()))
+
+
+def tls_eve_no_ja3():
+    # ja-keywords.html: JA3 support "will be enabled if a loaded rule requires
+    # it" (suricata.yaml: ja3-fingerprints auto); with only a tls.sni rule
+    # loaded no JA3 is computed, so the alert's tls object has none.
+    return exchange(4439, 41039, (True, client_hello(b"noja3.example")))
+
+
 CAPTURES = {
     "app-http-nonstd-port": http_nonstd_port,
     "app-http-not-http-port80": http_not_http_port80,
@@ -568,4 +612,9 @@ CAPTURES = {
     "app-smtp-detect": smtp_detect,
     "app-ftp-detect": ftp_detect,
     "app-ssh-detect": ssh_detect,
+    "app-http-header-cookie": http_header_cookie,
+    "app-http-header-end": http_header_end,
+    "app-http-start-normalised": http_start_normalised,
+    "app-http-dup-header": http_dup_header,
+    "app-tls-eve-no-ja3": tls_eve_no_ja3,
 }

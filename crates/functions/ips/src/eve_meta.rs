@@ -79,8 +79,10 @@ pub(crate) fn http(b: &crate::http::Buffers) -> (&'static str, Value) {
     ("http", Value::Object(m))
 }
 
-/// The `tls` object of a hello (or certificate) parsed from `payload`.
-pub(crate) fn tls(b: &crate::tls::Buffers, payload: &[u8]) -> (&'static str, Value) {
+/// The `tls` object of a hello (or certificate) parsed from `payload`;
+/// with `ja3`, its JA3 or JA3S fingerprint (Suricata computes them only
+/// when a rule needs them, `ja3-fingerprints: auto`).
+pub(crate) fn tls(b: &crate::tls::Buffers, payload: &[u8], ja3: bool) -> (&'static str, Value) {
     use crate::tls::Buf;
     let mut m = Map::new();
     for (key, buf) in [
@@ -93,10 +95,15 @@ pub(crate) fn tls(b: &crate::tls::Buffers, payload: &[u8]) -> (&'static str, Val
             m.insert(key.into(), text(v));
         }
     }
-    for (key, hash, string) in [
-        ("ja3", Buf::Ja3Hash, Buf::Ja3String),
-        ("ja3s", Buf::Ja3sHash, Buf::Ja3sString),
-    ] {
+    let prints: &[(&str, Buf, Buf)] = if ja3 {
+        &[
+            ("ja3", Buf::Ja3Hash, Buf::Ja3String),
+            ("ja3s", Buf::Ja3sHash, Buf::Ja3sString),
+        ]
+    } else {
+        &[]
+    };
+    for &(key, hash, string) in prints {
         if let (Some(h), Some(s)) = (b.get(hash, payload), b.get(string, payload)) {
             m.insert(key.into(), json!({ "hash": text(h), "string": text(s) }));
         }

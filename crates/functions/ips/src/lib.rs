@@ -448,6 +448,9 @@ pub struct Ips {
     /// Some rule is an `smtp`, `ftp` or `smb` one: flows' stream protocols
     /// are detected ([`applayer`]); otherwise nothing is detected or stored.
     app_detect: bool,
+    /// A rule names a JA3 or JA3S buffer: fingerprints are then written in
+    /// EVE's `tls` objects (Suricata's `ja3-fingerprints: auto`).
+    ja3_logged: bool,
     /// Rules to inspect over the packet's buffer, reused across packets.
     cands: Vec<u32>,
     /// Packetwise rules to inspect over a TCP segment's payload, reused.
@@ -583,6 +586,12 @@ impl Ips {
         let thresholds = threshold::Thresholds::new(&rules);
         let xbits = xbits::Xbits::new(&rules);
         let app_detect = rules.iter().any(|r| r.proto.stream_app());
+        let ja3_logged = rules.iter().any(|r| {
+            use crate::tls::Buf::*;
+            r.tls
+                .iter()
+                .any(|l| matches!(l.buf, Ja3Hash | Ja3String | Ja3sHash | Ja3sString))
+        });
         let engine = Engine::new(rules).map_err(ConfigError::Compile)?;
         let http_kind: Vec<u8> = engine.rules.iter().map(http::eval::kind).collect();
         let http_body_rules = http_kind.iter().any(|k| k & http::eval::BODY != 0);
@@ -602,6 +611,7 @@ impl Ips {
             thresholds,
             xbits,
             app_detect,
+            ja3_logged,
             cands: Vec::new(),
             pcands: Vec::new(),
             prules: Vec::new(),

@@ -169,15 +169,22 @@ fn tls_client_hello(name: &str) -> Vec<u8> {
     r
 }
 
+/// The alert's `tls` object carries the SNI; its JA3 fingerprint only
+/// when a loaded rule uses JA3 (Suricata's `ja3-fingerprints: auto`
+/// computes them only then).
 #[test]
-fn a_tls_alert_carries_the_sni_and_ja3() {
-    let v = eve(
-        &[r#"alert tls any any -> any any (msg:"sni"; tls.sni; content:"evil.example"; sid:1;)"#],
-        &flow(443, &tls_client_hello("evil.example"), &[]),
-    );
+fn a_tls_alert_carries_the_sni_and_ja3_when_a_rule_uses_it() {
+    let sni =
+        r#"alert tls any any -> any any (msg:"sni"; tls.sni; content:"evil.example"; sid:1;)"#;
+    let ja3_rule = r#"alert tls any any -> any any (msg:"ja3"; ja3.hash; content:"0000"; sid:2;)"#;
+    let hello = flow(443, &tls_client_hello("evil.example"), &[]);
+    let v = eve(&[sni], &hello);
     assert_eq!(v.len(), 1, "{v:?}");
     assert_eq!(v[0]["app_proto"], "tls");
     assert_eq!(v[0]["tls"]["sni"], "evil.example", "{}", v[0]);
+    assert!(v[0]["tls"].get("ja3").is_none(), "{}", v[0]);
+    let v = eve(&[sni, ja3_rule], &hello);
+    assert_eq!(v.len(), 1, "{v:?}");
     let ja3 = &v[0]["tls"]["ja3"];
     assert_eq!(ja3["hash"].as_str().map(str::len), Some(32), "{ja3}");
     assert!(

@@ -1,8 +1,8 @@
 //! HTTP decoder events a rule can ask for with `app-layer-event:http.NAME`,
 //! raised as Suricata's HTTP parser (libhtp) raises them. Each is decided
-//! from the message's start line and header lines as sent (`http.start`,
-//! [`super::Buf::Start`]), so the keyword is an item of that buffer's list
-//! and needs no state of its own.
+//! from the message's start line and header lines as sent
+//! ([`super::Buf::StartRaw`], which no keyword names), so the keyword is an
+//! item of that buffer's list and needs no state of its own.
 //!
 //! Only the events ET Open's rules use are known; a rule naming another is
 //! skipped with the event's name as the reason, rather than never matching.

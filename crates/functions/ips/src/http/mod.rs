@@ -732,7 +732,9 @@ pub enum Buf {
     HostRaw,
     /// `http.user_agent`.
     UserAgent,
-    /// `http.header`: `Name: value\r\n` per field, then `\r\n`.
+    /// `http.header`: `Name: value\r\n` per field (repeated names merged,
+    /// [`Buffers::build`]), without `Cookie` (requests) or `Set-Cookie`
+    /// (responses) and without a final `\r\n`, as Suricata builds it.
     Header,
     /// `http.header.raw`: the header lines as sent.
     HeaderRaw,
@@ -766,8 +768,13 @@ pub enum Buf {
     AcceptLang,
     /// `http.connection`.
     Connection,
-    /// `http.start`: the start line and header lines as sent.
+    /// `http.start`: the start line, `\r\n`, each field as `Name:
+    /// value\r\n` (repeated names merged), then `\r\n` (Suricata's
+    /// normalised form).
     Start,
+    /// The start line and header lines as sent: no keyword names it; the
+    /// `app-layer-event` checks read it ([`events`]).
+    StartRaw,
     /// `http.request_body`: the request body so far ([`body`]).
     RequestBody,
     /// `http.response_body`: the response body so far ([`body`]).
@@ -1143,7 +1150,7 @@ impl Buffers {
         let mut head = std::mem::take(&mut self.head);
         head.parse(h, request);
         let hd = &*head;
-        self.put(Buf::Start, h);
+        self.put(Buf::StartRaw, h);
         if request {
             self.put(Buf::RequestLine, &h[hd.line.clone()]);
             self.put(Buf::Method, &h[hd.first.clone()]);
@@ -1161,24 +1168,53 @@ impl Buffers {
             self.put(Buf::StatMsg, &h[hd.third.clone()]);
         }
         self.put(Buf::HeaderRaw, &h[hd.block.clone()]);
+        let fields = &hd.fields[..hd.nfields];
+        // Fields repeating an earlier one's name (libhtp merges them into
+        // the first, values joined by `, `); most heads have none.
+        let dups = fields.iter().enumerate().any(|(i, (n, _))| {
+            fields[..i]
+                .iter()
+                .any(|(m, _)| h[m.clone()].eq_ignore_ascii_case(&h[n.clone()]))
+        });
         let a = self.begin();
-        for (n, v) in &hd.fields[..hd.nfields] {
-            self.bytes.extend_from_slice(&h[n.clone()]);
+        for i in 0..fields.len() {
+            let name = &h[fields[i].0.clone()];
+            let skip: &[u8] = if request { b"cookie" } else { b"set-cookie" };
+            if name.eq_ignore_ascii_case(skip) || (dups && repeats(h, fields, i)) {
+                continue;
+            }
+            self.bytes.extend_from_slice(name);
             self.bytes.extend_from_slice(b": ");
-            self.bytes.extend_from_slice(&h[v.clone()]);
+            push_value(&mut self.bytes, h, fields, i, dups);
+            self.bytes.extend_from_slice(b"\r\n");
+        }
+        self.end(Buf::Header, a);
+        let a = self.begin();
+        self.bytes.extend_from_slice(&h[hd.line.clone()]);
+        self.bytes.extend_from_slice(b"\r\n");
+        for i in 0..fields.len() {
+            if dups && repeats(h, fields, i) {
+                continue;
+            }
+            self.bytes.extend_from_slice(&h[fields[i].0.clone()]);
+            self.bytes.extend_from_slice(b": ");
+            push_value(&mut self.bytes, h, fields, i, dups);
             self.bytes.extend_from_slice(b"\r\n");
         }
         self.bytes.extend_from_slice(b"\r\n");
-        self.end(Buf::Header, a);
+        self.end(Buf::Start, a);
         let a = self.begin();
         self.bytes.extend_from_slice(b"\r\n");
-        for (n, _) in &hd.fields[..hd.nfields] {
+        for (i, (n, _)) in fields.iter().enumerate() {
+            if dups && repeats(h, fields, i) {
+                continue;
+            }
             self.bytes.extend_from_slice(&h[n.clone()]);
             self.bytes.extend_from_slice(b"\r\n");
         }
         self.bytes.extend_from_slice(b"\r\n");
         self.end(Buf::HeaderNames, a);
-        let fields: &[(&[u8], Buf)] = if request {
+        let named: &[(&[u8], Buf)] = if request {
             &[
                 (b"user-agent", Buf::UserAgent),
                 (b"cookie", Buf::Cookie),
@@ -1200,10 +1236,16 @@ impl Buffers {
                 (b"connection", Buf::Connection),
             ]
         };
-        for (name, b) in fields {
-            if let Some(v) = hd.field(h, name) {
-                self.put(*b, v);
-            }
+        for (name, b) in named {
+            let Some(i) = fields
+                .iter()
+                .position(|(n, _)| h[n.clone()].eq_ignore_ascii_case(name))
+            else {
+                continue;
+            };
+            let a = self.begin();
+            push_value(&mut self.bytes, h, fields, i, dups);
+            self.end(*b, a);
         }
         if request {
             if let Some(v) = hd.field(h, b"host") {
@@ -1224,6 +1266,37 @@ impl Buffers {
     }
 }
 
+/// True if field `i` of `fields` (ranges of `h`) repeats an earlier
+/// field's name.
+fn repeats(h: &[u8], fields: &[(Range<usize>, Range<usize>)], i: usize) -> bool {
+    let n = &h[fields[i].0.clone()];
+    fields[..i]
+        .iter()
+        .any(|(m, _)| h[m.clone()].eq_ignore_ascii_case(n))
+}
+
+/// Appends field `i`'s value, and when `dups`, the values of the later
+/// fields of the same name after `, ` (libhtp's merged value).
+fn push_value(
+    out: &mut Vec<u8>,
+    h: &[u8],
+    fields: &[(Range<usize>, Range<usize>)],
+    i: usize,
+    dups: bool,
+) {
+    out.extend_from_slice(&h[fields[i].1.clone()]);
+    if !dups {
+        return;
+    }
+    let n = &h[fields[i].0.clone()];
+    for (m, v) in &fields[i + 1..] {
+        if h[m.clone()].eq_ignore_ascii_case(n) {
+            out.extend_from_slice(b", ");
+            out.extend_from_slice(&h[v.clone()]);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1232,6 +1305,43 @@ mod tests {
         let mut v = Vec::new();
         normalise_uri(s.as_bytes(), &mut v);
         String::from_utf8_lossy(&v).into_owned()
+    }
+
+    /// Suricata's normalised header buffers (detect-http-header.c,
+    /// detect-http-start.c over libhtp's parsed fields): `http.header`
+    /// without the cookie field and without a final CRLF, `http.start`
+    /// rebuilt as `Name: value`, repeated names merged into the first with
+    /// `, `; the raw buffers keep the bytes as sent.
+    #[test]
+    fn normalised_header_buffers() {
+        let head = b"GET / HTTP/1.1\r\nHost:suricata.io\r\nUser-Agent: Mozilla/5.0\r\n\
+            Cookie: s=1\r\nConnection: Keep-Alive   \r\nuser-agent: Chrome/121.0.0\r\n\r\n";
+        let mut b = Buffers::default();
+        b.build_joined(Some(head), None, true);
+        let get = |x| String::from_utf8_lossy(b.get(x).unwrap()).into_owned();
+        assert_eq!(
+            get(Buf::Header),
+            "Host: suricata.io\r\nUser-Agent: Mozilla/5.0, Chrome/121.0.0\r\nConnection: Keep-Alive\r\n"
+        );
+        assert_eq!(
+            get(Buf::Start),
+            "GET / HTTP/1.1\r\nHost: suricata.io\r\nUser-Agent: Mozilla/5.0, Chrome/121.0.0\r\n\
+             Cookie: s=1\r\nConnection: Keep-Alive\r\n\r\n"
+        );
+        assert_eq!(get(Buf::UserAgent), "Mozilla/5.0, Chrome/121.0.0");
+        assert_eq!(
+            get(Buf::HeaderNames),
+            "\r\nHost\r\nUser-Agent\r\nCookie\r\nConnection\r\n\r\n"
+        );
+        assert_eq!(get(Buf::Cookie), "s=1");
+        assert_eq!(b.get(Buf::StartRaw).unwrap(), &head[..]);
+        assert!(get(Buf::HeaderRaw).contains("Host:suricata.io\r\n"));
+        // A response leaves out Set-Cookie, and keeps a request's Cookie.
+        let head = b"HTTP/1.1 200 OK\r\nSet-Cookie: t=1\r\nCookie: c\r\nServer: x\r\n\r\n";
+        let mut b = Buffers::default();
+        b.build_joined(Some(head), None, false);
+        assert_eq!(b.get(Buf::Header).unwrap(), b"Cookie: c\r\nServer: x\r\n");
+        assert_eq!(b.get(Buf::Cookie).unwrap(), b"t=1");
     }
 
     #[test]

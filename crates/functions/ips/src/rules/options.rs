@@ -1129,7 +1129,7 @@ fn apply_keyword(
                 return Err(RuleSyntax::UnsupportedKeyword(format!("{name} {v}")));
             };
             to_http(rule, name)?;
-            http_items(rule, crate::http::Buf::Start).push(Item::HttpEvent(e));
+            http_items(rule, crate::http::Buf::StartRaw).push(Item::HttpEvent(e));
         }
         // `uricontent`: a content on `http.uri` (Snort's older spelling).
         "uricontent" => {

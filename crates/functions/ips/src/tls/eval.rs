@@ -150,7 +150,8 @@ impl Ips {
             }
             let from = events.len();
             drop |= self.fire(rule, st, (d, p, Some("tls")), events);
-            crate::eve_meta::annotate(events, from, || crate::eve_meta::tls(&bufs, payload));
+            let ja3 = self.ja3_logged;
+            crate::eve_meta::annotate(events, from, || crate::eve_meta::tls(&bufs, payload, ja3));
             if st.flags & (BLOCKED | PASSED) != 0 {
                 break;
             }
