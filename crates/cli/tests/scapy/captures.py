@@ -156,7 +156,9 @@ def smtp_file_data():
     msg["From"], msg["To"], msg["Subject"] = "a@x.example", "b@y.example", "invoice"
     # The text part names the signature: not an attachment, no file.
     msg.attach(MIMEText("please see MALWARE-IN-ATTACHMENT and /webapps/zimbra/public"))
-    msg.attach(MIMEApplication(cpio, Name="a.cpio"))
+    a = MIMEApplication(cpio, name="a.cpio")
+    a.add_header("Content-Disposition", "attachment", filename="a.cpio")
+    msg.attach(a)
     q = MIMEText("quoted " * 20 + "MALWARE-IN-ATTACHMENT =E9t=E9", _charset="latin-1")
     del q["Content-Transfer-Encoding"]
     q["Content-Transfer-Encoding"] = "quoted-printable"
