@@ -6,6 +6,7 @@ names; the expected alerts in the test's test.yaml are Suricata's.
 """
 
 import datetime
+import gzip
 import hashlib
 import os
 import struct
@@ -586,6 +587,36 @@ def tls_eve_no_ja3():
     return exchange(4439, 41039, (True, client_hello(b"noja3.example")))
 
 
+
+def http_compressed_bodies():
+    # http-keywords.html file.data note: "If an HTTP body is using gzip or
+    # deflate, file.data will match on the decompressed data" (and the
+    # http.response_body note); Python's gzip and zlib compress, Sluice
+    # inflates.
+    import random
+    import zlib
+
+    rnd = random.Random(7)
+    words = [b"alpha", b"bravo", b"charlie", b"delta", b"echo", b"foxtrot", b"golf"]
+    page = b"<html><body>" + b" ".join(rnd.choice(words) for _ in range(3000))
+    page += b" MALWARE-IN-PAGE </body></html>"
+    z = gzip.compress(page, mtime=0)
+    head = b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Encoding: gzip\r\n"
+    resp = head + b"Content-Length: %d\r\n\r\n" % len(z) + z
+    q = len(resp) // 3
+    a = Conn(80, sport=41030).send(True, http_get(b"/", b"a.example"))
+    for piece in (resp[:q], resp[q : 2 * q], resp[2 * q :]):
+        a.send(False, piece)
+    # deflate (zlib), chunked.
+    d = zlib.compress(page)
+    chunked = b"".join(b"%x\r\n%s\r\n" % (len(c), c) for c in (d[i : i + 700] for i in range(0, len(d), 700)))
+    chunked += b"0\r\n\r\n"
+    resp = b"HTTP/1.1 200 OK\r\nContent-Encoding: deflate\r\nTransfer-Encoding: chunked\r\n\r\n" + chunked
+    b = Conn(80, sport=41031).send(True, http_get(b"/d", b"a.example"))
+    for i in range(0, len(resp), 1000):
+        b.send(False, resp[i : i + 1000])
+    return a.pkts + b.pkts
+
 CAPTURES = {
     "app-http-nonstd-port": http_nonstd_port,
     "app-http-not-http-port80": http_not_http_port80,
@@ -617,4 +648,5 @@ CAPTURES = {
     "app-http-start-normalised": http_start_normalised,
     "app-http-dup-header": http_dup_header,
     "app-tls-eve-no-ja3": tls_eve_no_ja3,
+    "app-http-compressed-bodies": http_compressed_bodies,
 }

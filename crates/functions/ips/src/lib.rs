@@ -416,6 +416,19 @@ pub struct Counters {
     /// HTTP body packets whose head's prefilter finds came from the blob
     /// ([`http::body`]) instead of a search of the head's buffers.
     pub http_head_reused: u64,
+    /// HTTP responses whose body is compressed (`gzip`, `deflate`) and
+    /// inflated for body rules ([`http::inflate`]).
+    pub http_inflated_bodies: u64,
+    /// Inflaters rebuilt from the compressed bytes the store keeps (a body
+    /// continued on another instance, or evicted from the cache).
+    pub http_inflate_rebuilds: u64,
+    /// Compressed bodies whose stream is corrupt: inflated up to there.
+    pub http_inflate_errors: u64,
+    /// Compressed bodies inflated up to the cap and no further.
+    pub http_inflate_capped: u64,
+    /// Compressed bodies past the kept bytes whose inflater this instance
+    /// did not hold: not inflated further.
+    pub http_inflate_lost: u64,
     /// SMTP attachments read ([`smtp`]).
     pub smtp_attachments: u64,
     /// SMTP messages whose MIME structure went past the reader's bounds
@@ -472,6 +485,13 @@ pub struct Ips {
     http_bufs: http::Buffers,
     /// What the SMTP reader found in a packet's bytes (reused).
     smtp_out: smtp::mime::Output,
+    /// The inflaters of the compressed HTTP bodies this instance is
+    /// receiving ([`http::inflate`]: a cache, rebuilt from the store).
+    inflaters: http::inflate::Inflaters,
+    /// A packet's inflated body bytes (reused).
+    http_inflated: Vec<u8>,
+    /// What an inflater's rebuild makes again, thrown away (reused).
+    http_reinflated: Vec<u8>,
     /// The HTTP framing's pieces of a message, reused.
     http_piece: http::Piece,
     /// See [`Config::http_body_limit`].
@@ -622,6 +642,9 @@ impl Ips {
             dns_spans: Vec::new(),
             http_bufs: http::Buffers::default(),
             smtp_out: smtp::mime::Output::default(),
+            inflaters: Default::default(),
+            http_inflated: Vec::new(),
+            http_reinflated: Vec::new(),
             http_piece: http::Piece::default(),
             http_body_limit: http::body::DEFAULT_LIMIT,
             http_kind,
@@ -873,6 +896,11 @@ impl NetworkFunction for Ips {
             ("ips_pending_discarded", c.pending_discarded),
             ("ips_pending_lost", c.pending_lost),
             ("ips_http_head_reused", c.http_head_reused),
+            ("ips_http_inflated_bodies", c.http_inflated_bodies),
+            ("ips_http_inflate_rebuilds", c.http_inflate_rebuilds),
+            ("ips_http_inflate_errors", c.http_inflate_errors),
+            ("ips_http_inflate_capped", c.http_inflate_capped),
+            ("ips_http_inflate_lost", c.http_inflate_lost),
             ("ips_smtp_attachments", c.smtp_attachments),
             ("ips_smtp_mime_anomalies", c.smtp_mime_anomalies),
             ("ips_smtp_over_limit", c.smtp_over_limit),

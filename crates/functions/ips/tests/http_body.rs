@@ -602,3 +602,156 @@ fn a_packet_content_on_a_later_body_packet_is_found_with_the_body() {
         }
     }
 }
+
+/// A page `n` lines long with `sig` near its end.
+fn page(n: usize, sig: &str) -> Vec<u8> {
+    let mut p = b"<html><body>".to_vec();
+    for i in 0..n {
+        p.extend_from_slice(format!("<p>paragraph {i} of the page</p>\n").as_bytes());
+    }
+    p.extend_from_slice(sig.as_bytes());
+    p.extend_from_slice(b"</body></html>");
+    p
+}
+
+/// `data` as a gzip member (RFC 1952; CRC and size not checked here).
+fn gzip(data: &[u8]) -> Vec<u8> {
+    let mut v = vec![0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 3];
+    v.extend(miniz_oxide::deflate::compress_to_vec(data, 6));
+    v.extend_from_slice(&[0; 8]);
+    v
+}
+
+/// A GET, then a response with `headers` and `body` cut at `cuts`.
+fn coded_response(headers: &str, body: &[u8], cuts: &[usize]) -> Vec<Vec<u8>> {
+    let mut resp =
+        format!("HTTP/1.1 200 OK\r\nContent-Type: text/html\r\n{headers}\r\n\r\n").into_bytes();
+    let at = resp.len();
+    resp.extend_from_slice(body);
+    let cuts: Vec<usize> = cuts.iter().map(|c| c + at).collect();
+    let mut segs = vec![(true, b"GET / HTTP/1.1\r\nHost: a.example\r\n\r\n".to_vec())];
+    segs.extend(common::pieces(&resp, &cuts).into_iter().map(|p| (false, p)));
+    conn(&segs)
+}
+
+const FILE_RULE: &str = r#"alert http any any -> any any (msg:"page"; flow:to_client; file.data; content:"MALWARE-IN-PAGE"; sid:30;)"#;
+const RESP_RULE: &str = r#"alert http any any -> any any (msg:"resp"; flow:to_client; http.response_body; content:"MALWARE-IN-PAGE"; sid:31;)"#;
+const RAW_RULE: &str = r#"alert tcp any any -> any any (msg:"raw"; flow:to_client; content:"MALWARE-IN-PAGE"; sid:32;)"#;
+
+/// A gzip or deflate response body is inflated before body rules inspect
+/// it (libhtp's default), however its compressed bytes are cut, in one
+/// batch and one batch per packet; the compressed bytes on the wire do not
+/// hold the signature (the raw stream rule stays silent).
+#[test]
+fn a_compressed_response_body_is_inflated_for_body_rules() {
+    let p = page(300, "MALWARE-IN-PAGE");
+    let rules = [FILE_RULE, RESP_RULE, RAW_RULE];
+    let z = gzip(&p);
+    let zlib = miniz_oxide::deflate::compress_to_vec_zlib(&p, 6);
+    let raw = miniz_oxide::deflate::compress_to_vec(&p, 6);
+    for (enc, body) in [("gzip", &z), ("deflate", &zlib), ("deflate", &raw)] {
+        let n = body.len();
+        for cuts in [vec![], vec![5], vec![n / 3, n / 2, n - 10]] {
+            let frames = coded_response(
+                &format!("Content-Encoding: {enc}\r\nContent-Length: {}", body.len()),
+                body,
+                &cuts,
+            );
+            let (a, b) = both(|| ips(&rules), &frames);
+            assert_eq!(a, vec![30, 31], "{enc} {cuts:?}");
+            assert_eq!(b, vec![30, 31], "{enc} {cuts:?}");
+        }
+    }
+    // Chunked and gzip: the chunks' framing out, then inflated.
+    let mut chunked = Vec::new();
+    for c in z.chunks(333) {
+        chunked.extend_from_slice(format!("{:x}\r\n", c.len()).as_bytes());
+        chunked.extend_from_slice(c);
+        chunked.extend_from_slice(b"\r\n");
+    }
+    chunked.extend_from_slice(b"0\r\n\r\n");
+    let frames = coded_response(
+        "Content-Encoding: gzip\r\nTransfer-Encoding: chunked",
+        &chunked,
+        &[100, 1000, 1500],
+    );
+    assert_eq!(both(|| ips(&rules), &frames), (vec![30, 31], vec![30, 31]));
+    // Without the coding the same bytes are no page.
+    let frames = coded_response(&format!("Content-Length: {}", z.len()), &z, &[700]);
+    assert_eq!(both(|| ips(&rules), &frames), (vec![], vec![]));
+    let (_, _, c) = common::run_each(
+        ips(&rules),
+        &coded_response(
+            "Content-Encoding: gzip\r\nContent-Length: 99999",
+            &z,
+            &[700],
+        ),
+    );
+    assert_eq!(c.http_inflated_bodies, 1);
+}
+
+/// Each packet of a compressed body to another instance over one store:
+/// each rebuilds the inflater from the compressed bytes the store keeps,
+/// and the last one still finds the signature.
+#[test]
+fn a_compressed_body_continues_on_another_instance() {
+    let p = page(300, "MALWARE-IN-PAGE");
+    let z = gzip(&p);
+    let q = z.len() / 4;
+    let frames = coded_response(
+        &format!("Content-Encoding: gzip\r\nContent-Length: {}", z.len()),
+        &z,
+        &[q, 2 * q, 3 * q],
+    );
+    assert_eq!(frames.len(), 8);
+    let mut st = LocalStore::new();
+    let mut sids = Vec::new();
+    let mut rebuilds = 0;
+    for (k, f) in frames.iter().enumerate() {
+        let mut one = ips(&[FILE_RULE]);
+        let (a, _) = common::run_in(
+            &mut one,
+            &mut st,
+            std::slice::from_ref(f),
+            1_000_000_000 + k as u64 * 1_000_000,
+        );
+        sids.extend(a.into_iter().map(|a| a.0));
+        rebuilds += one.stats().http_inflate_rebuilds;
+    }
+    assert_eq!(sids, vec![30]);
+    assert_eq!(rebuilds, 3);
+}
+
+/// A compressed body inflating past the cap is inflated up to it; a
+/// corrupt one up to where it breaks; neither panics nor loses what came
+/// before.
+#[test]
+fn compression_bombs_and_corrupt_bodies_stop_inflating() {
+    // 8 MiB of spaces, then the signature: past the 1 MiB cap.
+    let mut bomb = vec![b' '; 8 << 20];
+    bomb.extend_from_slice(b"MALWARE-IN-PAGE");
+    let z = gzip(&bomb);
+    let frames = coded_response(
+        &format!("Content-Encoding: gzip\r\nContent-Length: {}", z.len()),
+        &z,
+        &[],
+    );
+    let (sids, _, c) = common::run_each(ips(&[FILE_RULE]), &frames);
+    assert!(sids.is_empty());
+    assert_eq!(c.http_inflate_capped, 1);
+    // The signature before the corruption is found.
+    let mut bad = vec![0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 3];
+    // A stored block holding the signature, then a block of reserved type.
+    let sig = b"MALWARE-IN-PAGE";
+    bad.extend_from_slice(&[0, sig.len() as u8, 0, !(sig.len() as u8), 0xff]);
+    bad.extend_from_slice(sig);
+    bad.extend_from_slice(&[0x07, 0xff, 0xff, 0xff]);
+    let frames = coded_response(
+        &format!("Content-Encoding: gzip\r\nContent-Length: {}", bad.len()),
+        &bad,
+        &[],
+    );
+    let (sids, _, c) = common::run_each(ips(&[FILE_RULE]), &frames);
+    assert_eq!(sids, vec![30]);
+    assert_eq!(c.http_inflate_errors, 1);
+}

@@ -47,6 +47,8 @@ pub const DEFAULT_LIMIT: u32 = 100 * 1024;
 pub const MAX_LIMIT: u32 = 16 * 1024 * 1024;
 /// The largest blob: flags, the fired rules, the head and the body.
 pub const MAX_BLOB: usize = 8
+    + 14
+    + super::inflate::Z_KEPT
     + 4 * MAX_FIRED
     + 4 * MAX_FOUND
     + 4 * MAX_HEAD_FOUND
@@ -59,6 +61,9 @@ const OVER: u8 = 1;
 const FOUND_FULL: u8 = 2;
 /// Flag: `head_found` is the complete list of the head's finds.
 const HEAD_KNOWN: u8 = 4;
+/// Flag: the body is compressed; its coding and compressed bytes follow the
+/// head's length ([`super::inflate`]).
+const ZIP: u8 = 8;
 
 /// The accumulated state of the message being received in a direction.
 ///
@@ -100,6 +105,17 @@ pub struct BodyAcc {
     fields: Vec<u8>,
     /// `at` and `head_len` while `raw` is lent ([`BodyAcc::lend`]).
     lent: (usize, usize),
+    /// The body's content coding: not identity, its bytes are inflated
+    /// before they are kept ([`super::inflate`]).
+    pub coding: super::inflate::Coding,
+    /// The compressed bytes so far, up to [`super::inflate::Z_KEPT`]: what
+    /// rebuilds the inflater on an instance without it.
+    pub z: Vec<u8>,
+    /// Compressed bytes seen in all.
+    pub ztaken: u64,
+    /// Inflating stopped (a corrupt stream, the inflated size's cap, or an
+    /// inflater that cannot be rebuilt): later body bytes are not kept.
+    pub zstop: bool,
 }
 
 /// Equal when they describe the same message state, wherever the bytes sit.
@@ -114,6 +130,10 @@ impl PartialEq for BodyAcc {
             && self.head_known == o.head_known
             && self.head() == o.head()
             && self.body() == o.body()
+            && self.coding == o.coding
+            && self.z == o.z
+            && self.ztaken == o.ztaken
+            && self.zstop == o.zstop
     }
 }
 
@@ -133,6 +153,10 @@ impl BodyAcc {
         self.at = 0;
         self.head_len = 0;
         self.intact = 0;
+        self.coding = super::inflate::Coding::Identity;
+        self.z.clear();
+        self.ztaken = 0;
+        self.zstop = false;
     }
 
     /// The message's head (empty when it was not seen).
@@ -183,9 +207,11 @@ impl BodyAcc {
     /// Writes the fields before the head into `out` (cleared first).
     fn encode_fields(&self, out: &mut Vec<u8>) {
         out.clear();
+        let zip = self.coding != super::inflate::Coding::Identity;
         let flags = if self.over { OVER } else { 0 }
             | if self.found_full { FOUND_FULL } else { 0 }
-            | if self.head_known { HEAD_KNOWN } else { 0 };
+            | if self.head_known { HEAD_KNOWN } else { 0 }
+            | if zip { ZIP } else { 0 };
         out.push(flags);
         let head = self.head_known.then_some(&self.head_found);
         for list in [Some(&self.fired), Some(&self.found), head]
@@ -198,6 +224,13 @@ impl BodyAcc {
             }
         }
         out.extend_from_slice(&(self.head_len as u32).to_le_bytes());
+        if zip {
+            out.push(self.coding.code());
+            out.push(u8::from(self.zstop));
+            out.extend_from_slice(&self.ztaken.to_le_bytes());
+            out.extend_from_slice(&(self.z.len() as u32).to_le_bytes());
+            out.extend_from_slice(&self.z);
+        }
     }
 
     /// Bytes [`encode`](BodyAcc::encode) writes.
@@ -206,6 +239,11 @@ impl BodyAcc {
             + 4 * self.found.len()
             + if self.head_known {
                 1 + 4 * self.head_found.len()
+            } else {
+                0
+            }
+            + if self.coding != super::inflate::Coding::Identity {
+                14 + self.z.len()
             } else {
                 0
             }
@@ -247,7 +285,7 @@ impl BodyAcc {
     pub fn decode(&mut self, b: &mut Vec<u8>) -> Result<(), &'static str> {
         self.reset();
         let (&flags, rest) = b.split_first().ok_or("empty http body blob")?;
-        if flags & !(OVER | FOUND_FULL | HEAD_KNOWN) != 0 {
+        if flags & !(OVER | FOUND_FULL | HEAD_KNOWN | ZIP) != 0 {
             return Err("malformed http body blob");
         }
         let mut rest = rest;
@@ -275,7 +313,34 @@ impl BodyAcc {
             .split_first_chunk::<4>()
             .ok_or("http body blob too short")?;
         let h = u32::from_le_bytes(*h) as usize;
+        let mut rest = rest;
+        if flags & ZIP != 0 {
+            let (&[c, stop], tail) = rest
+                .split_first_chunk::<2>()
+                .ok_or("http body blob too short")?;
+            let coding = super::inflate::Coding::from_code(c)
+                .filter(|c| *c != super::inflate::Coding::Identity)
+                .ok_or("malformed http body blob")?;
+            let (t, tail) = tail
+                .split_first_chunk::<8>()
+                .ok_or("http body blob too short")?;
+            let (n, tail) = tail
+                .split_first_chunk::<4>()
+                .ok_or("http body blob too short")?;
+            let n = u32::from_le_bytes(*n) as usize;
+            let ztaken = u64::from_le_bytes(*t);
+            if n > super::inflate::Z_KEPT || n > tail.len() || (n as u64) > ztaken || stop > 1 {
+                return Err("http body blob compressed bytes out of bounds");
+            }
+            self.coding = coding;
+            self.zstop = stop == 1;
+            self.ztaken = ztaken;
+            self.z.extend_from_slice(&tail[..n]);
+            rest = &tail[n..];
+        }
         if h > rest.len() || h > super::MAX_HEAD as usize {
+            self.coding = super::inflate::Coding::Identity;
+            self.z.clear();
             return Err("http body blob head out of bounds");
         }
         let at = b.len() - rest.len();
@@ -400,6 +465,33 @@ mod tests {
         enc(&a, &mut blob);
         b.decode(&mut blob.clone()).unwrap();
         assert_eq!(a, b);
+        // A compressed body keeps its coding and compressed bytes.
+        a.coding = crate::http::inflate::Coding::Gzip;
+        a.z = vec![0x1f, 0x8b, 8, 0, 1, 2, 3];
+        a.ztaken = 9000;
+        enc(&a, &mut blob);
+        b.decode(&mut blob.clone()).unwrap();
+        assert_eq!(a, b);
+        assert_eq!(blob[0] & ZIP, ZIP);
+        a.zstop = true;
+        enc(&a, &mut blob);
+        b.decode(&mut blob.clone()).unwrap();
+        assert_eq!(a, b);
+        // Compressed bytes past what the blob holds, or more than seen.
+        let zat = blob.len() - a.head().len() - a.z.len() - 4 - 8 - 2;
+        let mut bad = blob.clone();
+        bad[zat] = 9;
+        assert!(b.decode(&mut bad).is_err());
+        let mut bad = blob.clone();
+        bad[zat + 2..zat + 10].copy_from_slice(&3u64.to_le_bytes());
+        assert!(b.decode(&mut bad).is_err());
+        let mut bad = blob.clone();
+        bad.truncate(zat + 12);
+        assert!(b.decode(&mut bad).is_err());
+        a.coding = crate::http::inflate::Coding::Identity;
+        a.z.clear();
+        a.ztaken = 0;
+        a.zstop = false;
         for bad in [
             &[][..],
             &[0],

@@ -9,6 +9,7 @@ use crate::bufrules::list_matches;
 use sluice_nf::{Event, Packet};
 
 use super::body::BodyAcc;
+use super::inflate::{Coding, Inflater, Stop, Z_KEPT};
 use super::prefilter::HeadFinds;
 use super::{Buf, Buffers, Phase, Piece};
 use crate::engine::{FlowState, Header, BLOCKED, PASSED};
@@ -77,6 +78,7 @@ impl Ips {
         }
         let hdr = Header { http: true, ..*hdr };
         let request = hdr.to_server;
+        let canon = p.meta.flow.canonical().0;
         let mut bufs = std::mem::take(&mut self.http_bufs);
         let mut piece = std::mem::take(&mut self.http_piece);
         let mut cands = std::mem::take(&mut self.cands);
@@ -119,8 +121,19 @@ impl Ips {
             if new_msg {
                 acc.reset();
                 acc.live = true;
+                self.inflaters.forget(&canon, d);
                 match head {
-                    Some(h) if limit > 0 => acc.set_head(h),
+                    Some(h) if limit > 0 => {
+                        acc.set_head(h);
+                        // Responses' bodies are inflated (libhtp's default
+                        // decompresses responses only).
+                        if !request {
+                            acc.coding = Coding::of_head(h);
+                            if acc.coding != Coding::Identity {
+                                self.counters.http_inflated_bodies += 1;
+                            }
+                        }
+                    }
                     // Without accumulation each packet's body is inspected
                     // on its own.
                     _ => acc.over = true,
@@ -137,8 +150,17 @@ impl Ips {
             let searched = (!acc.over && !acc.found_full).then_some(acc.body().len());
             extra.clear();
             for r in &pc.body {
-                let past = acc.append(&data[r.clone()], limit);
-                extra.extend_from_slice(past);
+                if acc.coding == Coding::Identity {
+                    let past = acc.append(&data[r.clone()], limit);
+                    extra.extend_from_slice(past);
+                } else {
+                    let mut out = std::mem::take(&mut self.http_inflated);
+                    out.clear();
+                    self.inflate_body(&mut acc, (&canon, d), &data[r.clone()], &mut out);
+                    let past = acc.append(&out, limit);
+                    extra.extend_from_slice(past);
+                    self.http_inflated = out;
+                }
             }
             let fresh = !pc.body.is_empty();
             let has_body = !acc.body().is_empty() || !extra.is_empty();
@@ -166,7 +188,9 @@ impl Ips {
             }
             // All of the packet's bytes are this body's: the body buffer
             // ends with them, and one search covers both.
-            let whole = matches!(&pc.body[..], [r] if *r == (0..data.len()));
+            // (Not when they are inflated: the body's bytes are others.)
+            let whole = acc.coding == Coding::Identity
+                && matches!(&pc.body[..], [r] if *r == (0..data.len()));
             let ctx = Msg {
                 cont: !new_msg,
                 fresh,
@@ -190,6 +214,9 @@ impl Ips {
                 acc.clear_body();
             }
             if pc.done {
+                if acc.coding != Coding::Identity {
+                    self.inflaters.forget(&canon, d);
+                }
                 acc.reset();
             }
         });
@@ -233,6 +260,60 @@ impl Ips {
         self.http_acc = acc;
         self.http_extra = extra;
         drop
+    }
+
+    /// Inflates a compressed body's next bytes `z` into `out`, with the
+    /// instance's inflater of that body, or one rebuilt from the
+    /// compressed bytes `acc` keeps ([`super::inflate`]).
+    fn inflate_body(
+        &mut self,
+        acc: &mut BodyAcc,
+        (canon, d): (&sluice_wire::FlowKey, usize),
+        z: &[u8],
+        out: &mut Vec<u8>,
+    ) {
+        if acc.zstop {
+            return;
+        }
+        let mut inf = match self.inflaters.take(canon, d, acc.ztaken) {
+            Some(i) => i,
+            None if acc.ztaken > acc.z.len() as u64 => {
+                // Its start is no longer kept: the body cannot be inflated
+                // here.
+                self.counters.http_inflate_lost += 1;
+                acc.zstop = true;
+                return;
+            }
+            None => {
+                let mut i = Inflater::new(acc.coding);
+                if acc.ztaken > 0 {
+                    self.counters.http_inflate_rebuilds += 1;
+                    let mut again = std::mem::take(&mut self.http_reinflated);
+                    again.clear();
+                    let r = i.feed(&acc.z, &mut again);
+                    self.http_reinflated = again;
+                    if r.is_err() {
+                        acc.zstop = true;
+                        return;
+                    }
+                }
+                i
+            }
+        };
+        if acc.z.len() + z.len() <= Z_KEPT {
+            acc.z.extend_from_slice(z);
+        }
+        acc.ztaken += z.len() as u64;
+        match inf.feed(z, out) {
+            Ok(()) => self.inflaters.put(canon, d, inf),
+            Err(stop) => {
+                match stop {
+                    Stop::Corrupt => self.counters.http_inflate_errors += 1,
+                    Stop::Capped => self.counters.http_inflate_capped += 1,
+                }
+                acc.zstop = true;
+            }
+        }
     }
 
     /// Matches the HTTP rules on one message's buffers `b`.

@@ -34,6 +34,7 @@ use std::ops::Range;
 pub mod body;
 pub(crate) mod eval;
 pub mod events;
+pub mod inflate;
 pub mod prefilter;
 
 /// A head (start line and header lines) longer than this ends parsing of the
