@@ -46,6 +46,13 @@ pub struct Alert {
     /// `http`, `tls` or `dns` object): the key and the object. Boxed: only
     /// alerts raised by a protocol's rules carry one.
     pub app_meta: Option<Box<(&'static str, Value)>>,
+    /// The rule's `metadata` text (`key value, key value`), written as
+    /// EVE's `alert.metadata` (each key with the list of its values).
+    pub rule_metadata: Option<Arc<str>>,
+    /// The rule's `target`: `Some(true)` when the packet's destination is
+    /// the target (`dest_ip`), `Some(false)` its source (EVE's
+    /// `alert.source` and `alert.target`).
+    pub target: Option<bool>,
 }
 
 /// A flow's lifetime counters, exported when it ends or at flush.
@@ -111,6 +118,27 @@ fn civil_from_days(z: i64) -> (i64, u32, u32) {
     (if m <= 2 { y + 1 } else { y }, m, d)
 }
 
+/// A rule's `metadata` text as EVE writes it: each entry `key value`
+/// (split at the first space; entries split at commas), each key with the
+/// list of its values in rule order.
+fn metadata(text: &str) -> Value {
+    let mut m = Map::new();
+    for entry in text.split(',') {
+        let entry = entry.trim();
+        if entry.is_empty() {
+            continue;
+        }
+        let (k, v) = entry.split_once(' ').unwrap_or((entry, ""));
+        let list = m
+            .entry(k.to_string())
+            .or_insert_with(|| Value::Array(Vec::new()));
+        if let Value::Array(l) = list {
+            l.push(v.trim().into());
+        }
+    }
+    Value::Object(m)
+}
+
 fn tuple(m: &mut Map<String, Value>, f: &FlowKey) {
     m.insert("src_ip".into(), f.src.to_string().into());
     m.insert("dest_ip".into(), f.dst.to_string().into());
@@ -166,18 +194,33 @@ impl Event {
                 if let Some(meta) = &a.app_meta {
                     m.insert(meta.0.into(), meta.1.clone());
                 }
-                m.insert(
-                    "alert".into(),
-                    json!({
-                        "action": match a.action { AlertAction::Allowed => "allowed", AlertAction::Blocked => "blocked" },
-                        "gid": a.gid,
-                        "signature_id": a.sid,
-                        "rev": a.rev,
-                        "signature": &*a.msg,
-                        "category": a.category.as_deref().unwrap_or(""),
-                        "severity": a.severity,
-                    }),
-                );
+                let mut alert = json!({
+                    "action": match a.action { AlertAction::Allowed => "allowed", AlertAction::Blocked => "blocked" },
+                    "gid": a.gid,
+                    "signature_id": a.sid,
+                    "rev": a.rev,
+                    "signature": &*a.msg,
+                    "category": a.category.as_deref().unwrap_or(""),
+                    "severity": a.severity,
+                });
+                if let Some(t) = a.target {
+                    let end = |ip: &sluice_wire::IpAddr, port: u16| {
+                        let mut e = json!({ "ip": ip.to_string() });
+                        if matches!(a.flow.proto, 6 | 17) {
+                            e["port"] = port.into();
+                        }
+                        e
+                    };
+                    let src = end(&a.flow.src, a.flow.src_port);
+                    let dst = end(&a.flow.dst, a.flow.dst_port);
+                    let (source, target) = if t { (src, dst) } else { (dst, src) };
+                    alert["source"] = source;
+                    alert["target"] = target;
+                }
+                if let Some(md) = &a.rule_metadata {
+                    alert["metadata"] = metadata(md);
+                }
+                m.insert("alert".into(), alert);
             }
             Event::Flow(r) => {
                 m.insert("timestamp".into(), eve_timestamp(r.end_ns).into());
@@ -251,12 +294,20 @@ mod tests {
                 "http",
                 json!({"hostname": "example.com", "url": "/x"}),
             ))),
+            rule_metadata: Some("created_at 2022_10_11, cve CVE_2022_1, cve CVE_2022_2".into()),
+            target: Some(true),
         });
         let v = e.to_eve();
         assert_eq!(v["event_type"], "alert");
         assert_eq!(v["app_proto"], "http");
         assert_eq!(v["alert"]["signature_id"], 1000001);
         assert_eq!(v["alert"]["action"], "blocked");
+        assert_eq!(
+            v["alert"]["metadata"],
+            json!({"created_at": ["2022_10_11"], "cve": ["CVE_2022_1", "CVE_2022_2"]})
+        );
+        assert_eq!(v["alert"]["target"], json!({"ip": "10.0.0.2", "port": 80}));
+        assert_eq!(v["alert"]["source"], json!({"ip": "10.0.0.1", "port": 1}));
         assert_eq!(v["dest_port"], 80);
         assert_eq!(v["proto"], "TCP");
         assert_eq!(v["http"]["hostname"], "example.com");

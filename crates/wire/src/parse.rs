@@ -166,6 +166,13 @@ pub struct PacketMeta {
     pub icmp_embedded: Option<IcmpEmbedded>,
     /// IP TTL or hop limit.
     pub ttl: u8,
+    /// TCP flags as the frame arrived: a normaliser that rewrites the
+    /// frame (clearing URG, [`crate::rewrite::clear_urgent`]) changes
+    /// `tcp_flags`, never this, so rules read what the sender sent.
+    pub tcp_flags_rx: u8,
+    /// TTL or hop limit as the frame arrived (a normaliser may raise
+    /// `ttl`, [`crate::rewrite::raise_ttl`]).
+    pub ttl_rx: u8,
 }
 
 impl Default for PacketMeta {
@@ -203,6 +210,8 @@ impl Default for PacketMeta {
             icmp_code: 0,
             icmp_embedded: None,
             ttl: 0,
+            tcp_flags_rx: 0,
+            ttl_rx: 0,
         }
     }
 }
@@ -503,6 +512,7 @@ fn parse_ip<const VERIFY_IP: bool>(
                     return Err(ParseError::BadIpHeader);
                 }
                 m.ttl = p.ttl();
+                m.ttl_rx = m.ttl;
                 let frag = frag_of(p.more_frags(), p.frag_offset());
                 (
                     p.protocol(),
@@ -539,6 +549,7 @@ fn parse_ip<const VERIFY_IP: bool>(
             })?;
             if !embedded {
                 m.ttl = p.hop_limit();
+                m.ttl_rx = m.ttl;
             }
             let ul = p.upper_layer().map_err(ParseError::from)?;
             let frag = match ul.fragment {
@@ -638,6 +649,7 @@ fn parse_ip<const VERIFY_IP: bool>(
             m.tcp_seq = be32(l4, 4);
             m.tcp_ack = be32(l4, 8);
             m.tcp_flags = l4[13];
+            m.tcp_flags_rx = m.tcp_flags;
             m.tcp_window = be16(l4, 14);
             m.payload_offset = (l4_off + hl) as u16;
             m.payload_len = (l4.len() - hl) as u16;

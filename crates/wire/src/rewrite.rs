@@ -487,7 +487,7 @@ mod tests {
             let mut m = parse_frame(&f).unwrap();
             assert_eq!(m.ttl, 2);
             assert!(raise_ttl(&mut f, &mut m, 8));
-            assert_eq!((f[at], m.ttl), (8, 8));
+            assert_eq!((f[at], m.ttl, m.ttl_rx), (8, 8, 2));
             assert!(verify_all_checksums(&f));
             assert_eq!(parse_frame(&f).unwrap().ttl, 8);
             assert!(!raise_ttl(&mut f, &mut m, 8), "8 is not below 8");
@@ -543,6 +543,8 @@ mod tests {
         let again = parse_frame(&f).unwrap();
         assert_eq!(again.tcp_flags, ACK);
         assert_eq!(m.tcp_flags, ACK);
+        // What arrived stays known (rules read it).
+        assert_eq!(m.tcp_flags_rx, ACK | URG);
         assert_eq!(&f[o + 18..o + 20], &[0, 0]);
         assert!(!clear_urgent(&mut f, &mut m), "nothing left to clear");
     }

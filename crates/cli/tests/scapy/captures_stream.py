@@ -461,6 +461,19 @@ def kw_ip_proto_sameip():
     ]
 
 
+
+def kw_flags_urg():
+    # TCP keywords, tcp.flags: the documentation's `tcp.flags:FPU,CE;`.
+    t = lambda i, f: IP(src=CLIENT, dst=SERVER) / TCP(  # noqa: E731
+        sport=41110 + i, dport=4449, flags=f, seq=7
+    )
+    return [t(0, "FPU"), t(1, "FPUCE"), t(2, "AU")]
+
+
+def kw_meta_eve_fields():
+    # Meta keywords, metadata and target: Suricata logs them in the alert.
+    return [udp(42101, b"xx META-MARK yy")]
+
 CAPTURES = {
     "stream-out-of-order": stream_out_of_order,
     "stream-retransmit-first-wins": stream_retransmit_first_wins,
@@ -496,4 +509,6 @@ CAPTURES = {
     "kw-prefilter": kw_prefilter,
     "kw-meta-accepted": kw_meta_accepted,
     "kw-ip-proto-sameip": kw_ip_proto_sameip,
+    "kw-flags-urg": kw_flags_urg,
+    "kw-meta-eve-fields": kw_meta_eve_fields,
 }

@@ -245,10 +245,12 @@ fn packet_info(p: &Packet) -> PacketInfo {
     let m = &p.meta;
     PacketInfo {
         dsize: m.payload_len,
-        tcp_flags: m.tcp_flags,
+        // As the packet arrived: the reassembler's normalisation (URG
+        // cleared, a low TTL raised) is for the host, not for the rules.
+        tcp_flags: m.tcp_flags_rx,
         icmp_type: m.icmp_type,
         icmp_code: m.icmp_code,
-        ttl: m.ttl,
+        ttl: m.ttl_rx,
         sameip: m.flow.src == m.flow.dst,
         stream_size: None,
     }
@@ -758,6 +760,8 @@ impl Ips {
                 .or_else(|| http::detected(&st.http).then_some("http"))
                 .or_else(|| crate::applayer::name(st.app)),
             app_meta: None,
+            rule_metadata: r.metadata.clone(),
+            target: r.target,
         }));
         action == AlertAction::Blocked
     }

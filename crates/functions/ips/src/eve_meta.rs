@@ -212,6 +212,8 @@ mod tests {
             to_server: true,
             app_proto: Some("http"),
             app_meta: None,
+            rule_metadata: None,
+            target: None,
         })
     }
 

@@ -270,9 +270,16 @@ fn keywords_that_would_change_matching_skip_the_rule() {
     assert_eq!(e.reason(), "flow established on icmp");
     let e = rules::parse_rule("reject tcp any any -> any any (sid:1;)", &v).unwrap_err();
     assert_eq!(e.reason(), "action reject");
+    // `target` names a side (EVE's alert.source/target), as Suricata asks.
+    assert_eq!(reason("target:x;"), "error: bad value");
+    for t in ["dest_ip", "src_ip"] {
+        let r = format!("alert tcp any any -> any any (target:{t}; sid:1;)");
+        assert!(rules::parse_rule(&r, &v).is_ok(), "{t}");
+    }
     // Every keyword of the table is classified, and informational ones load.
     for (k, s) in rules::options::KEYWORDS {
-        if *s == rules::Status::Ignored && !matches!(*k, "sid" | "rev" | "gid" | "priority" | "msg")
+        if *s == rules::Status::Ignored
+            && !matches!(*k, "sid" | "rev" | "gid" | "priority" | "msg" | "target")
         {
             let r = format!("alert tcp any any -> any any ({k}:x; sid:1;)");
             assert!(rules::parse_rule(&r, &v).is_ok(), "{k}");

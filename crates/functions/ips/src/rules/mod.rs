@@ -488,6 +488,12 @@ pub struct Rule {
     pub rev: u32,
     /// `classtype`.
     pub classtype: Option<Arc<str>>,
+    /// `metadata` (every one of the rule's, joined by `, `), written in
+    /// EVE's `alert.metadata`.
+    pub metadata: Option<Arc<str>>,
+    /// `target`: `Some(true)` for `dest_ip`, `Some(false)` for `src_ip`
+    /// (EVE's `alert.source` and `alert.target`).
+    pub target: Option<bool>,
     /// `priority`, if the rule sets one.
     pub priority: Option<u8>,
     /// EVE `alert.category`: the classtype's description from the
@@ -969,6 +975,8 @@ pub fn parse_rule(line: &str, vars: &Vars) -> Result<Rule, RuleSyntax> {
         http: Vec::new(),
         tls: Vec::new(),
         smtp_file: None,
+        metadata: None,
+        target: None,
         tls_version: None,
         vars: Vec::new(),
         flowbits: Vec::new(),

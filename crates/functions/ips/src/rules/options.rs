@@ -1249,6 +1249,21 @@ fn apply_keyword(
             rule.priority = Some(v.parse().map_err(|_| bad_value(v))?);
         }
         "classtype" => rule.classtype = Some(need(val, name)?.into()),
+        "metadata" => {
+            let v = need(val, name)?.trim();
+            rule.metadata = Some(match rule.metadata.take() {
+                Some(m) => format!("{m}, {v}").into(),
+                None => v.into(),
+            });
+        }
+        "target" => {
+            let v = need(val, name)?;
+            rule.target = Some(match v.trim() {
+                "dest_ip" => true,
+                "src_ip" => false,
+                _ => return Err(bad_value(v)),
+            });
+        }
         other if crate::http::STICKY.iter().any(|(k, _)| *k == other) => {
             to_http(rule, other)?;
             cx.http = crate::http::STICKY
