@@ -107,9 +107,12 @@
 //!   store) or traffic bypassed it. Nobody will resend acknowledged bytes, so
 //!   waiting would fill the buffer and stall the connection; instead the gap is
 //!   skipped (`reassembly_resyncs`, `reassembly_resync_skipped_bytes`), the
-//!   buffered bytes are delivered with the next packet of that direction, and
-//!   that chunk says [`StreamChunk::gap`] so a consumer restarts whatever it
-//!   carries across the stream (the IPS its automata). An honest receiver
+//!   buffered bytes are delivered with the next packet that has no bytes of
+//!   its own, whichever way it travels (the receiver's acknowledging ACK or
+//!   RST itself, as a [`StreamChunk::peer`] chunk, `reassembly_peer_releases`:
+//!   their sender may send nothing more), or else with the sender's next
+//!   packet, and that chunk says [`StreamChunk::gap`] so a consumer restarts
+//!   whatever it carries across the stream (the IPS its automata). An honest receiver
 //!   never acknowledges bytes it lacks, and acknowledgements beyond anything
 //!   sent are ignored, so a lost segment on the way is still waited for.
 //! * **Mid-stream pickup.** With `midstream: false` (default), packets of
@@ -251,6 +254,9 @@ pub struct Counters {
     pub buffered_segments: u64,
     /// Buffered segments released.
     pub released_segments: u64,
+    /// Packets that released the other direction's bytes a resync left
+    /// buffered ([`StreamChunk::peer`]).
+    pub peer_releases: u64,
     /// Payload bytes that were already received (retransmissions, overlaps).
     pub duplicate_bytes: u64,
     /// Packets dropped because the out-of-order buffer was full.
@@ -416,6 +422,7 @@ impl Reassembler {
             ("reassembly_delivered_bytes", c.delivered_bytes),
             ("reassembly_buffered_segments", c.buffered_segments),
             ("reassembly_released_segments", c.released_segments),
+            ("reassembly_peer_releases", c.peer_releases),
             ("reassembly_duplicate_bytes", c.duplicate_bytes),
             ("reassembly_overflow_drops", c.overflow_drops),
             ("reassembly_midstream_pickups", c.midstream_pickups),
@@ -972,32 +979,9 @@ impl Reassembler {
                             let srel = dir.rel(sg.seq);
                             let skip = (cur - srel).max(0);
                             let slen = sg.len as i64 - skip;
-                            if slen > 0 {
-                                let piece = match self.pending.iter_mut().find(|pd| {
-                                    pd.live
-                                        && pd.entry == ei as u32
-                                        && pd.dir as usize == d
-                                        && pd.seq == sg.seq
-                                }) {
-                                    Some(pd) => {
-                                        pd.live = false;
-                                        Piece::Slice {
-                                            pkt: pd.pkt,
-                                            start: pd.start + skip as u16,
-                                            len: slen as u16,
-                                        }
-                                    }
-                                    None => {
-                                        let k = seg_key(self.ns, &e.canon, d, sg.seq);
-                                        let op = self.ops.get(k);
-                                        self.del_keys.push(k);
-                                        Piece::Stored {
-                                            op,
-                                            skip: skip as u16,
-                                            len: slen as u16,
-                                        }
-                                    }
-                                };
+                            let mut bufs = (&mut self.pending, &mut self.ops, &mut self.del_keys);
+                            let at = (self.ns, &e.canon, ei, d);
+                            if let Some(piece) = take_segment(&mut bufs, at, sg, skip, slen) {
                                 // The packet's own bytes under these: its
                                 // receiver may keep either copy, so they
                                 // are made equal to what is delivered.
@@ -1013,15 +997,6 @@ impl Reassembler {
                                 }
                                 self.pieces.push(piece);
                                 cur += slen;
-                            } else if let Some(pd) = self.pending.iter_mut().find(|pd| {
-                                pd.live
-                                    && pd.entry == ei as u32
-                                    && pd.dir as usize == d
-                                    && pd.seq == sg.seq
-                            }) {
-                                pd.live = false;
-                            } else {
-                                self.del_keys.push(seg_key(self.ns, &e.canon, d, sg.seq));
                             }
                             self.counters.released_segments += 1;
                             continue;
@@ -1138,6 +1113,60 @@ impl Reassembler {
                 self.counters.resync_skipped_bytes += skipped;
             }
         }
+        // The other direction's bytes a resynchronisation (now or before)
+        // left at the head of its stream reached their receiver: it
+        // acknowledged them. Their sender may send nothing more (this
+        // packet may be the receiver's RST), so a packet bringing no bytes
+        // of its own releases them, as a chunk of their direction marked
+        // `peer`: no byte that passed waits for a packet that never comes.
+        let o = d ^ 1;
+        let own_empty = matches!(&result, Step::Chunk(ch) if ch.is_empty())
+            && self.extras.last().is_none_or(|x| x.0 != i as u32);
+        if own_empty
+            && m.payload_len == 0
+            && flags & SYN == 0
+            && c.synced(o)
+            && c.dirs[o].n > 0
+            && c.dirs[o].rel(c.dirs[o].segs[0].seq) <= 0
+        {
+            let mut peer = StreamChunk {
+                to_server: o == C2S,
+                established: c.has(F_ESTABLISHED),
+                stream_offset: c.dirs[o].delivered,
+                gap: c.synced & gap_bit(o) != 0,
+                peer_offset: c.dirs[d].delivered,
+                peer_synced: c.synced(d),
+                peer: true,
+                ..StreamChunk::default()
+            };
+            let first_piece = self.pieces.len() as u32;
+            let dir = &mut c.dirs[o];
+            let mut cur: i64 = 0;
+            while dir.n > 0 && dir.rel(dir.segs[0].seq) <= cur {
+                let sg = dir.remove_first();
+                let skip = (cur - dir.rel(sg.seq)).max(0);
+                let slen = sg.len as i64 - skip;
+                let mut bufs = (&mut self.pending, &mut self.ops, &mut self.del_keys);
+                if let Some(piece) =
+                    take_segment(&mut bufs, (self.ns, &e.canon, ei, o), sg, skip, slen)
+                {
+                    self.pieces.push(piece);
+                    cur += slen;
+                }
+                self.counters.released_segments += 1;
+            }
+            dir.next = dir.next.wrapping_add(cur as u32);
+            dir.delivered += cur as u64;
+            if cur > 0 {
+                self.extras
+                    .push((i as u32, first_piece, self.pieces.len() as u32));
+                c.synced &= !gap_bit(o);
+                self.counters.peer_releases += 1;
+            } else {
+                peer.gap = false;
+            }
+            result = Step::Chunk(peer);
+        }
         if let Step::Chunk(ch) = &mut result {
             ch.established = c.has(F_ESTABLISHED) || synack_data;
         }
@@ -1227,6 +1256,42 @@ fn rewind_unaccepted_syn_data(c: &mut Conn, ack: u32) {
         dir.next = ack;
         dir.delivered = accepted;
         c.synced |= gap_bit(C2S);
+    }
+}
+
+/// The bytes of buffered segment `sg` of direction `d` of entry `ei` (flow
+/// `canon`) from `skip` on (`slen` of them), as a piece of a chunk: a
+/// slice of the batch's packet that brought it, or the stored blob (read
+/// with the batch's second round trip, then deleted). `None` when none of
+/// its bytes are left (the segment is only forgotten).
+fn take_segment(
+    (pending, ops, del_keys): &mut (&mut Vec<Pending>, &mut Ops, &mut Vec<Key>),
+    (ns, canon, ei, d): (Namespace, &FlowKey, usize, usize),
+    sg: Seg,
+    skip: i64,
+    slen: i64,
+) -> Option<Piece> {
+    let same = pending
+        .iter_mut()
+        .find(|pd| pd.live && pd.entry == ei as u32 && pd.dir as usize == d && pd.seq == sg.seq);
+    match same {
+        Some(pd) => {
+            pd.live = false;
+            (slen > 0).then_some(Piece::Slice {
+                pkt: pd.pkt,
+                start: pd.start + skip as u16,
+                len: slen as u16,
+            })
+        }
+        None => {
+            let k = seg_key(ns, canon, d, sg.seq);
+            del_keys.push(k);
+            (slen > 0).then(|| Piece::Stored {
+                op: ops.get(k),
+                skip: skip as u16,
+                len: slen as u16,
+            })
+        }
     }
 }
 

@@ -38,6 +38,12 @@ pub struct StreamChunk {
     /// The other direction's first segment (SYN, SYN-ACK or a mid-stream
     /// pickup) was seen: its sequence numbers are known.
     pub peer_synced: bool,
+    /// These bytes travel the other way than the packet carrying them:
+    /// bytes a resynchronisation left buffered, released by a packet of
+    /// their receiver (its ACK or RST) that has no bytes of its own, since
+    /// their sender may send nothing more. `to_server` tells the bytes'
+    /// direction; the packet's is the other.
+    pub peer: bool,
 }
 
 impl StreamChunk {

@@ -51,6 +51,9 @@ struct Out {
     dropped: Vec<bool>,
     /// Per packet: its chunk follows skipped bytes (a resynchronisation).
     gaps: Vec<bool>,
+    /// Per packet: its chunk holds the other direction's bytes
+    /// ([`StreamChunk::peer`]).
+    peers: Vec<bool>,
     /// Per packet: its payload as it leaves, and whether its checksums verify.
     payloads: Vec<(Vec<u8>, bool)>,
 }
@@ -98,6 +101,7 @@ impl Harness {
             chunks: Vec::new(),
             dropped: Vec::new(),
             gaps: Vec::new(),
+            peers: Vec::new(),
             payloads: Vec::new(),
         };
         for (i, p) in b.pkts.iter().enumerate() {
@@ -108,6 +112,8 @@ impl Harness {
             out.dropped.push(p.verdict != Verdict::Forward);
             out.gaps
                 .push(self.streams.bytes(i, p).is_some_and(|(c, _, _)| c.gap));
+            out.peers
+                .push(self.streams.bytes(i, p).is_some_and(|(c, _, _)| c.peer));
             out.chunks
                 .push(self.streams.bytes(i, p).map(|(c, own, extra)| {
                     let mut v = own.to_vec();
@@ -125,6 +131,7 @@ impl Harness {
             chunks: Vec::new(),
             dropped: Vec::new(),
             gaps: Vec::new(),
+            peers: Vec::new(),
             payloads: Vec::new(),
         };
         for f in frames {
@@ -132,6 +139,7 @@ impl Harness {
             all.chunks.extend(o.chunks);
             all.dropped.extend(o.dropped);
             all.gaps.extend(o.gaps);
+            all.peers.extend(o.peers);
             all.payloads.extend(o.payloads);
         }
         all
@@ -533,6 +541,7 @@ fn two_instances_on_a_shared_store_behave_as_one() {
         chunks: single.iter().flat_map(|o| o.chunks.clone()).collect(),
         dropped: vec![],
         gaps: vec![],
+        peers: vec![],
         payloads: vec![],
     };
     assert_eq!(stream(&flat, true), data);
@@ -698,46 +707,70 @@ fn a_receiver_acknowledging_bytes_we_never_saw_resynchronises_the_stream() {
     let o = h.run(&mut s, &[cdata(20, b"cccc")]);
     assert_eq!(o.chunks[0].as_ref().map(|c| c.3.len()), Some(0), "buffered");
     assert!(!o.dropped[0], "out-of-order packets are forwarded");
-    // The server has everything up to 24: the gap reached it past us.
-    h.run(&mut s, &[server_ack(24)]);
+    // The server has everything up to 24: the gap reached it past us. Its
+    // ACK brings no bytes of its own, so it releases the buffered ones,
+    // flagged: they are the client's, travelling the other way.
+    let o = h.run(&mut s, &[server_ack(24)]);
     assert_eq!(h.r.counters().resyncs, 1);
     assert_eq!(h.r.counters().resync_skipped_bytes, 10);
-    // The next client bytes come in order, behind the buffered ones, flagged.
-    let o = h.run(&mut s, &[cdata(24, b"dddd")]);
     assert_eq!(
         o.chunks[0],
-        Some((true, true, 20, b"ccccdddd".to_vec())),
-        "the buffered bytes and the packet's own, from offset 20"
+        Some((true, true, 20, b"cccc".to_vec())),
+        "the buffered bytes, from offset 20"
     );
-    assert!(o.gaps[0]);
-    // The flag goes with the first bytes after the gap only.
-    let o = h.run(&mut s, &[cdata(28, b"eeee")]);
-    assert_eq!(o.chunks[0], Some((true, true, 28, b"eeee".to_vec())));
-    assert!(!o.gaps[0]);
+    assert!(o.gaps[0] && o.peers[0]);
+    assert_eq!(h.r.counters().peer_releases, 1);
+    // The next client bytes come in order after them, no longer flagged.
+    let o = h.run(&mut s, &[cdata(24, b"dddd")]);
+    assert_eq!(o.chunks[0], Some((true, true, 24, b"dddd".to_vec())));
+    assert!(!o.gaps[0] && !o.peers[0]);
 }
 
-/// After a resynchronisation the buffered bytes go with the next packet of
-/// their direction even when it carries no data: a FIN (or RST) may be the
-/// last packet, and the bytes were forwarded already, so they are delivered
-/// (scanned) then rather than never.
+/// After a resynchronisation the buffered bytes are released by the next
+/// packet without bytes of its own, of either direction: the receiver's ACK
+/// or RST (the sender may send nothing more), else the sender's FIN, ACK or
+/// RST. They were forwarded already, so they are delivered (scanned) then
+/// rather than never.
 #[test]
-fn a_fin_without_data_releases_the_bytes_a_resync_left_buffered() {
+fn a_packet_without_data_releases_the_bytes_a_resync_left_buffered() {
+    // The receiver's own packet, acknowledging past the gap: an ACK or RST.
+    for flags in [ACK, RST | ACK] {
+        let mut h = Harness::new(Config::default());
+        let mut s = LocalStore::new();
+        h.run_each(&mut s, &handshake());
+        h.run(&mut s, &[cdata(0, b"0123456789")]);
+        h.run(&mut s, &[cdata(20, b"cccc")]);
+        let ack = tcp_v4(S, C, 80, 1000, ISN_S + 1, ISN_C + 1 + 24, flags, &[]);
+        let o = h.run(&mut s, &[ack]);
+        assert_eq!(h.r.counters().resyncs, 1);
+        assert_eq!(
+            o.chunks[0],
+            Some((true, true, 20, b"cccc".to_vec())),
+            "flags {flags:#x}: the buffered bytes, from offset 20"
+        );
+        assert!(o.gaps[0] && o.peers[0], "flags {flags:#x}");
+    }
+    // The receiver's acknowledgement carries data of its own: the sender's
+    // next packet, even without data, releases them.
     for flags in [FIN | ACK, ACK, RST | ACK] {
         let mut h = Harness::new(Config::default());
         let mut s = LocalStore::new();
         h.run_each(&mut s, &handshake());
         h.run(&mut s, &[cdata(0, b"0123456789")]);
         h.run(&mut s, &[cdata(20, b"cccc")]);
-        h.run(&mut s, &[server_ack(24)]);
+        let reply = tcp_v4(S, C, 80, 1000, ISN_S + 1, ISN_C + 1 + 24, ACK, b"ok");
+        let o = h.run(&mut s, &[reply]);
         assert_eq!(h.r.counters().resyncs, 1);
-        let last = tcp_v4(C, S, 1000, 80, ISN_C + 1 + 24, ISN_S + 1, flags, &[]);
+        assert_eq!(o.chunks[0], Some((false, true, 0, b"ok".to_vec())));
+        assert!(!o.peers[0]);
+        let last = tcp_v4(C, S, 1000, 80, ISN_C + 1 + 24, ISN_S + 3, flags, &[]);
         let o = h.run(&mut s, &[last]);
         assert_eq!(
             o.chunks[0],
             Some((true, true, 20, b"cccc".to_vec())),
             "flags {flags:#x}: the buffered bytes, from offset 20"
         );
-        assert!(o.gaps[0], "flags {flags:#x}");
+        assert!(o.gaps[0] && !o.peers[0], "flags {flags:#x}");
         // Delivered once: a later packet brings only its own bytes.
         let o = h.run(&mut s, &[cdata(24, b"dddd")]);
         assert_eq!(

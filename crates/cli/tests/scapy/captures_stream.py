@@ -474,6 +474,28 @@ def kw_meta_eve_fields():
     # Meta keywords, metadata and target: Suricata logs them in the alert.
     return [udp(42101, b"xx META-MARK yy")]
 
+
+def stream_gap_acked_then_server_rst():
+    # A gap, the server acknowledges past it (it received the bytes after
+    # it), then the server resets.
+    c = Stream(4444, sport=41103)
+    c.send(True, b"hello ")
+    c.cseq += 10
+    c.send(True, b"EVIL-AFTER-GAP")
+    c.pkts.append(c.s2c("RA", c.cseq))
+    return c.pkts
+
+
+def stream_gap_unacked_then_server_rst():
+    # A gap, the bytes after it acknowledged by the server's RST itself.
+    c = Stream(4444, sport=41104)
+    c.send(True, b"hello ")
+    c.cseq += 10
+    c.pkts.append(c.c2s("PA", c.cseq, b"EVIL-AFTER-GAP"))
+    c.cseq += 14
+    c.pkts.append(c.s2c("RA", c.cseq))
+    return c.pkts
+
 CAPTURES = {
     "stream-out-of-order": stream_out_of_order,
     "stream-retransmit-first-wins": stream_retransmit_first_wins,
@@ -511,4 +533,6 @@ CAPTURES = {
     "kw-ip-proto-sameip": kw_ip_proto_sameip,
     "kw-flags-urg": kw_flags_urg,
     "kw-meta-eve-fields": kw_meta_eve_fields,
+    "stream-gap-acked-then-server-rst": stream_gap_acked_then_server_rst,
+    "stream-gap-unacked-then-server-rst": stream_gap_unacked_then_server_rst,
 }

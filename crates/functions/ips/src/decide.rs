@@ -382,8 +382,25 @@ impl Ips {
             tls: false,
             app: st.app,
         };
+        // A chunk of the other direction's bytes (a `peer` release, on a
+        // packet without bytes of its own): packet rules see the packet as
+        // it travels, the stream its bytes as they travelled (addresses and
+        // ports the other way round).
+        let phdr = hdr;
+        let hdr = match chunk {
+            Some(c) if c.peer => Header {
+                flow: p.meta.flow.reverse(),
+                ..hdr
+            },
+            _ => hdr,
+        };
+        let phdr = Header {
+            to_server: hdr.to_server != chunk.is_some_and(|c| c.peer),
+            ..phdr
+        };
         let d = if hdr.to_server { 0 } else { 1 };
-        if self.packet_rules(st, d, &hdr, p, ctx.events) {
+        let pd = if phdr.to_server { 0 } else { 1 };
+        if self.packet_rules(st, pd, &phdr, p, ctx.events) {
             return true;
         }
         if st.flags & PASSED != 0 {
@@ -420,7 +437,7 @@ impl Ips {
             // No new stream bytes (a retransmission, a segment held out of
             // order): the packetwise rules still inspect its payload, as
             // Suricata inspects every packet's.
-            return self.packetwise_segment(st, d, &hdr, p, ctx.events);
+            return self.packetwise_segment(st, pd, &phdr, p, ctx.events);
         }
         // The application layer parses the packet's new stream bytes in
         // one piece.
@@ -855,12 +872,24 @@ impl Ips {
         for &j in &order {
             let (_, d, i, reset) = pre.job_src[j as usize];
             let p = &batch.pkts[i as usize];
-            // What the main loop's header will say ([`Ips::inspect_stream`]).
-            pre.job_flow.push((p.meta.flow, d == 0));
+            // What the main loop's header will say ([`Ips::inspect_stream`]):
+            // a `peer` chunk's bytes travelled the other way.
+            let peer = streams
+                .chunks
+                .get(i as usize)
+                .copied()
+                .flatten()
+                .is_some_and(|c| c.peer);
+            let flow = if peer {
+                p.meta.flow.reverse()
+            } else {
+                p.meta.flow
+            };
+            pre.job_flow.push((flow, d == 0));
             // Without the prefilter every hit is kept, so every pattern
             // searched.
             pre.view_of.push(if self.prefilter {
-                self.views.view(&self.engine, &p.meta.flow, d == 0)
+                self.views.view(&self.engine, &flow, d == 0)
             } else {
                 crate::views::NO_VIEW
             });
