@@ -7,6 +7,49 @@ pub const MIN_HEADER_LEN: usize = 20;
 /// Maximum header length (15 words).
 pub const MAX_HEADER_LEN: usize = 60;
 
+/// The bit [`crate::parse::PacketMeta::ip_opts_rx`] holds for IPv4 option
+/// type `t`: one per option an IPS names (RFC 791's, RFC 1108's security
+/// options, RFC 4782's quick-start, RFC 2113's router alert), one for any
+/// other.
+pub fn option_bit(t: u8) -> u16 {
+    match t {
+        7 => 1,      // record route
+        0 => 2,      // end of list
+        1 => 4,      // no operation
+        68 => 8,     // timestamp
+        130 => 16,   // security
+        133 => 32,   // extended security
+        131 => 64,   // loose source route
+        137 => 128,  // strict source route
+        136 => 256,  // stream identifier
+        25 => 512,   // quick-start
+        148 => 1024, // router alert
+        134 => 2048, // commercial security
+        _ => 4096,
+    }
+}
+
+/// The options present in an IPv4 header's option bytes, as
+/// [`option_bit`]s. A malformed list ends the walk where it breaks.
+pub fn options_present(mut opts: &[u8]) -> u16 {
+    let mut bits = 0;
+    while let Some(&t) = opts.first() {
+        bits |= option_bit(t);
+        match t {
+            0 => break,
+            1 => opts = &opts[1..],
+            _ => {
+                let len = opts.get(1).copied().unwrap_or(0) as usize;
+                if len < 2 || len > opts.len() {
+                    break;
+                }
+                opts = &opts[len..];
+            }
+        }
+    }
+    bits
+}
+
 /// A view of an IPv4 packet.
 #[derive(Debug, Clone)]
 pub struct Ipv4Packet<T: AsRef<[u8]>> {
@@ -250,6 +293,38 @@ impl Ipv4Repr {
 
 #[cfg(test)]
 mod tests {
+
+    /// Each option of a list is seen, a malformed length ends the walk
+    /// without reading past the bytes, EOL ends it.
+    #[test]
+    fn options_present_walks_the_list() {
+        // NOP, loose source route (3 + 4 bytes), timestamp (4 bytes), EOL.
+        let opts = [1, 131, 7, 4, 10, 3, 0, 1, 68, 4, 5, 0, 0, 7, 3, 4];
+        let bits = options_present(&opts);
+        assert_eq!(
+            bits,
+            option_bit(1) | option_bit(131) | option_bit(68) | option_bit(0)
+        );
+        assert_eq!(bits & option_bit(7), 0, "after EOL nothing counts");
+        assert_eq!(
+            options_present(&[131, 40, 1]),
+            option_bit(131),
+            "overlong length"
+        );
+        assert_eq!(
+            options_present(&[131, 1]),
+            option_bit(131),
+            "length below 2"
+        );
+        assert_eq!(options_present(&[200, 2]), option_bit(200));
+        assert_eq!(
+            option_bit(200),
+            option_bit(201),
+            "the unnamed ones share a bit"
+        );
+        assert_eq!(options_present(&[]), 0);
+    }
+
     use super::*;
     use proptest::prelude::*;
 

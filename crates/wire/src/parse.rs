@@ -173,6 +173,10 @@ pub struct PacketMeta {
     /// TTL or hop limit as the frame arrived (a normaliser may raise
     /// `ttl`, [`crate::rewrite::raise_ttl`]).
     pub ttl_rx: u8,
+    /// The IPv4 options present as the frame arrived
+    /// ([`crate::ipv4::option_bit`]; a normaliser may overwrite them,
+    /// [`crate::rewrite::clear_ip_options`]).
+    pub ip_opts_rx: u16,
 }
 
 impl Default for PacketMeta {
@@ -212,6 +216,7 @@ impl Default for PacketMeta {
             ttl: 0,
             tcp_flags_rx: 0,
             ttl_rx: 0,
+            ip_opts_rx: 0,
         }
     }
 }
@@ -513,6 +518,11 @@ fn parse_ip<const VERIFY_IP: bool>(
                 }
                 m.ttl = p.ttl();
                 m.ttl_rx = m.ttl;
+                if p.header_len() > crate::ipv4::MIN_HEADER_LEN {
+                    m.ip_opts_rx = crate::ipv4::options_present(
+                        &b[crate::ipv4::MIN_HEADER_LEN..p.header_len()],
+                    );
+                }
                 let frag = frag_of(p.more_frags(), p.frag_offset());
                 (
                     p.protocol(),

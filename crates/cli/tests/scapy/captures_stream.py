@@ -496,6 +496,27 @@ def stream_gap_unacked_then_server_rst():
     c.pkts.append(c.s2c("RA", c.cseq))
     return c.pkts
 
+
+def kw_ip_tcp_icmp_headers():
+    # Header keywords (rules/header-keywords.html): id, tos (decimal and
+    # `x` hex, negated), fragbits, ipopts, seq/ack/flags:0 (the docs' "GPL
+    # SCAN NULL"), window with flags:S,12 (the docs' sid 2182), icmp_id and
+    # icmp_seq (the docs' "Broadscan Smurf Scanner").
+    from scapy.all import IPOption_LSRR, IPOption_RR  # noqa: F401
+
+    ip = lambda **kw: IP(src=CLIENT, dst=SERVER, **kw)  # noqa: E731
+    return [
+        ip(id=1, tos=8) / UDP(sport=42201, dport=9999) / Raw(b"content: one"),
+        ip(id=2, tos=0, flags="DF") / UDP(sport=42202, dport=9999) / Raw(b"two"),
+        ip(id=3, options=[IPOption_LSRR(routers=["10.3.0.1"])]) / UDP(sport=42203, dport=9999) / Raw(b"three"),
+        ip() / ICMP(type=8, id=0, seq=0) / Raw(b"abcd"),
+        ip() / ICMP(type=8, id=5, seq=0) / Raw(b"abcd"),
+        ip() / TCP(sport=42204, dport=4450, flags="", seq=0, ack=0),
+        ip() / TCP(sport=42205, dport=4450, flags="S", seq=0, ack=0),
+        ip() / TCP(sport=42206, dport=4451, flags="SE", seq=7, window=55808),
+        ip() / TCP(sport=42207, dport=4451, flags="S", seq=7, window=1024),
+    ]
+
 CAPTURES = {
     "stream-out-of-order": stream_out_of_order,
     "stream-retransmit-first-wins": stream_retransmit_first_wins,
@@ -535,4 +556,5 @@ CAPTURES = {
     "kw-meta-eve-fields": kw_meta_eve_fields,
     "stream-gap-acked-then-server-rst": stream_gap_acked_then_server_rst,
     "stream-gap-unacked-then-server-rst": stream_gap_unacked_then_server_rst,
+    "kw-ip-tcp-icmp-headers": kw_ip_tcp_icmp_headers,
 }

@@ -252,8 +252,52 @@ fn packet_info(p: &Packet) -> PacketInfo {
         icmp_code: m.icmp_code,
         ttl: m.ttl_rx,
         sameip: m.flow.src == m.flow.dst,
+        window: m.tcp_window,
+        seq: m.tcp_seq,
+        ack: m.tcp_ack,
+        ipv4: ipv4_fields(p),
+        ipopts: m.ip_opts_rx,
+        icmp_idseq: icmp_idseq(p),
         stream_size: None,
     }
+}
+
+/// An IPv4 packet's TOS, identification, and flags with fragment offset.
+fn ipv4_fields(p: &Packet) -> Option<(u8, u16, u16)> {
+    let m = &p.meta;
+    if m.ethertype != 0x0800 {
+        return None;
+    }
+    let h = p
+        .data()
+        .get(m.l3_offset as usize..m.l3_offset as usize + 8)?;
+    Some((
+        h[1],
+        u16::from_be_bytes([h[4], h[5]]),
+        u16::from_be_bytes([h[6], h[7]]),
+    ))
+}
+
+/// An ICMP message's identifier and sequence number, for the types that
+/// carry them (echo, timestamp, information and address mask, and ICMPv6
+/// echo).
+fn icmp_idseq(p: &Packet) -> Option<(u16, u16)> {
+    let m = &p.meta;
+    let with = match m.flow.proto {
+        1 => matches!(m.icmp_type, 0 | 8 | 13..=18),
+        58 => matches!(m.icmp_type, 128 | 129),
+        _ => false,
+    };
+    if !with {
+        return None;
+    }
+    let h = p
+        .data()
+        .get(m.l4_offset as usize..m.l4_offset as usize + 8)?;
+    Some((
+        u16::from_be_bytes([h[4], h[5]]),
+        u16::from_be_bytes([h[6], h[7]]),
+    ))
 }
 
 impl Ips {

@@ -8,6 +8,7 @@
 
 use super::payload::{self, Item};
 use super::{unquote, Content, Proto, Rule, RuleSyntax};
+use sluice_wire::ipv4::option_bit as ipopt_bit;
 
 /// What the IPS does with an option keyword.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -67,6 +68,7 @@ pub const KEYWORDS: &[(&str, Status)] = &[
     ("flow", E),
     ("dsize", E),
     ("flags", E),
+    ("tcp.flags", E),
     ("itype", E),
     ("icode", E),
     ("ip_proto", E),
@@ -169,24 +171,24 @@ pub const KEYWORDS: &[(&str, Status)] = &[
     ("app-layer-protocol", U),
     ("decode-event", U),
     ("engine-event", U),
-    ("fragbits", U),
+    ("fragbits", E),
     ("fragoffset", U),
-    ("id", U),
-    ("ipopts", U),
-    ("seq", U),
-    ("ack", U),
-    ("window", U),
+    ("id", E),
+    ("ipopts", E),
+    ("seq", E),
+    ("ack", E),
+    ("window", E),
     ("tcp.mss", U),
     ("tcp.hdr", U),
-    ("icmp_id", U),
-    ("icmp_seq", U),
+    ("icmp_id", E),
+    ("icmp_seq", E),
     ("icmpv4.hdr", U),
     ("icmpv6.hdr", U),
     ("icmpv6.mtu", U),
     ("ipv4.hdr", U),
     ("ipv6.hdr", U),
     ("udp.hdr", U),
-    ("tos", U),
+    ("tos", E),
     ("geoip", U),
     ("iprep", U),
     ("datarep", U),
@@ -496,6 +498,21 @@ pub struct PacketInfo {
     pub ttl: u8,
     /// Source address equals destination address.
     pub sameip: bool,
+    /// TCP window, sequence and acknowledgement numbers (TCP only).
+    pub window: u16,
+    /// TCP sequence number.
+    pub seq: u32,
+    /// TCP acknowledgement number.
+    pub ack: u32,
+    /// IPv4 header fields, for an IPv4 packet: (TOS, identification, flags
+    /// and fragment offset as sent).
+    pub ipv4: Option<(u8, u16, u16)>,
+    /// The IPv4 options present as they arrived
+    /// ([`sluice_wire::ipv4::option_bit`]).
+    pub ipopts: u16,
+    /// ICMP identifier and sequence number, for the ICMP messages that
+    /// have them (echo, timestamp, information, address mask).
+    pub icmp_idseq: Option<(u16, u16)>,
     /// For a TCP packet of a tracked stream, each direction's sequence
     /// space so far as Suricata counts it for `stream_size` (`next_seq -
     /// isn`: 1 for the SYN plus the bytes delivered in sequence, 0 before
@@ -585,6 +602,92 @@ pub struct PacketChecks {
     pub sameip: bool,
     /// `stream_size` (only TCP packets of a tracked stream match).
     pub stream_size: Option<StreamSize>,
+    /// `window` (TCP only).
+    pub window: Option<NumCmp>,
+    /// `seq` (TCP only).
+    pub seq: Option<u32>,
+    /// `ack` (TCP only).
+    pub ack: Option<u32>,
+    /// `id` (IPv4 only).
+    pub id: Option<NumCmp>,
+    /// `tos` (IPv4 only).
+    pub tos: Option<NumCmp>,
+    /// `fragbits` (IPv4 only).
+    pub fragbits: Option<FragBits>,
+    /// `ipopts`: the option's bit ([`sluice_wire::ipv4::option_bit`]), or
+    /// every bit for `any`.
+    pub ipopts: Option<u16>,
+    /// `icmp_id` (ICMP messages with an identifier only).
+    pub icmp_id: Option<NumCmp>,
+    /// `icmp_seq` (likewise).
+    pub icmp_seq: Option<NumCmp>,
+}
+
+/// `fragbits:[*+!]<MDR>` (Suricata's detect-fragbits.c): the IPv4 header's
+/// reserved (R), don't-fragment (D) and more-fragments (M) bits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FragBits {
+    /// How the bits compare ([`FlagMode`]: exactly, plus others, any of,
+    /// none of).
+    pub mode: FlagMode,
+    /// The bits, as in the header's flags field (R 0x8000, D 0x4000, M
+    /// 0x2000).
+    pub bits: u16,
+}
+
+impl FragBits {
+    /// Parses the keyword's value.
+    pub fn parse(v: &str) -> Option<FragBits> {
+        let v = v.trim();
+        let (mode, rest) = match v.chars().next()? {
+            '+' => (FlagMode::All, &v[1..]),
+            '*' => (FlagMode::Any, &v[1..]),
+            '!' => (FlagMode::Not, &v[1..]),
+            _ => (FlagMode::Exact, v),
+        };
+        let mut bits = 0u16;
+        for c in rest.trim().chars() {
+            bits |= match c {
+                'R' | 'r' => 0x8000,
+                'D' | 'd' => 0x4000,
+                'M' | 'm' => 0x2000,
+                _ => return None,
+            };
+        }
+        (bits != 0).then_some(FragBits { mode, bits })
+    }
+
+    /// True if the header's flags-and-offset field `field` satisfies it.
+    pub fn matches(&self, field: u16) -> bool {
+        let f = field & 0xe000;
+        match self.mode {
+            FlagMode::Exact => f == self.bits,
+            FlagMode::All => f & self.bits == self.bits,
+            FlagMode::Any => f & self.bits != 0,
+            // Not all of them (detect-fragbits.c's `!`, as `flags`').
+            FlagMode::Not => f & self.bits != self.bits,
+        }
+    }
+}
+
+/// `ipopts`'s names and their option types.
+fn ipopt_named(name: &str) -> Option<u16> {
+    Some(match name {
+        "rr" => ipopt_bit(7),
+        "eol" => ipopt_bit(0),
+        "nop" => ipopt_bit(1),
+        "ts" => ipopt_bit(68),
+        "sec" => ipopt_bit(130),
+        "esec" => ipopt_bit(133),
+        "lsrr" => ipopt_bit(131),
+        "ssrr" => ipopt_bit(137),
+        "satid" => ipopt_bit(136),
+        "qs" => ipopt_bit(25),
+        "rtralt" => ipopt_bit(148),
+        "cipso" => ipopt_bit(134),
+        "any" => u16::MAX,
+        _ => return None,
+    })
 }
 
 impl PacketChecks {
@@ -613,6 +716,33 @@ impl PacketChecks {
             && self
                 .stream_size
                 .is_none_or(|c| p.stream_size.is_some_and(|z| c.matches(z)))
+            && self.matches_headers(proto, p)
+    }
+
+    /// The IP, TCP and ICMP header fields' conditions.
+    #[inline]
+    fn matches_headers(&self, proto: u8, p: &PacketInfo) -> bool {
+        let tcp = proto == 6;
+        self.window
+            .is_none_or(|c| tcp && c.matches(p.window as u32))
+            && self.seq.is_none_or(|v| tcp && p.seq == v)
+            && self.ack.is_none_or(|v| tcp && p.ack == v)
+            && self
+                .id
+                .is_none_or(|c| p.ipv4.is_some_and(|h| c.matches(h.1 as u32)))
+            && self
+                .tos
+                .is_none_or(|c| p.ipv4.is_some_and(|h| c.matches(h.0 as u32)))
+            && self
+                .fragbits
+                .is_none_or(|f| p.ipv4.is_some_and(|h| f.matches(h.2)))
+            && self.ipopts.is_none_or(|m| p.ipopts & m != 0)
+            && self
+                .icmp_id
+                .is_none_or(|c| p.icmp_idseq.is_some_and(|x| c.matches(x.0 as u32)))
+            && self
+                .icmp_seq
+                .is_none_or(|c| p.icmp_idseq.is_some_and(|x| c.matches(x.1 as u32)))
     }
 }
 
@@ -1213,9 +1343,46 @@ fn apply_keyword(
             rule.checks.ip_proto =
                 Some(NumCmp::parse(&format!("{prefix}{n}"), 255).ok_or_else(|| bad_value(v))?);
         }
-        "flags" => {
+        "flags" | "tcp.flags" => {
             let v = need(val, name)?;
             rule.checks.flags = Some(TcpFlags::parse(v).ok_or_else(|| bad_value(v))?);
+        }
+        "window" => rule.checks.window = Some(num(val, u16::MAX as u32)?),
+        "seq" | "ack" => {
+            let v = need(val, name)?;
+            let n: u32 = v.trim().parse().map_err(|_| bad_value(v))?;
+            if name == "seq" {
+                rule.checks.seq = Some(n);
+            } else {
+                rule.checks.ack = Some(n);
+            }
+        }
+        "id" => rule.checks.id = Some(num(val, u16::MAX as u32)?),
+        "icmp_id" => rule.checks.icmp_id = Some(num(val, u16::MAX as u32)?),
+        "icmp_seq" => rule.checks.icmp_seq = Some(num(val, u16::MAX as u32)?),
+        "tos" => {
+            // Decimal, or hexadecimal after `x` or `0x` (Suricata's docs).
+            let v = need(val, name)?;
+            let t = v.trim();
+            let (not, t) = match t.strip_prefix('!') {
+                Some(r) => ("!", r.trim()),
+                None => ("", t),
+            };
+            let hex = t.strip_prefix("0x").or_else(|| t.strip_prefix('x'));
+            let n = match hex {
+                Some(h) => u32::from_str_radix(h, 16).map_err(|_| bad_value(v))?,
+                None => t.parse::<u32>().map_err(|_| bad_value(v))?,
+            };
+            rule.checks.tos =
+                Some(NumCmp::parse(&format!("{not}{n}"), 255).ok_or_else(|| bad_value(v))?);
+        }
+        "fragbits" => {
+            let v = need(val, name)?;
+            rule.checks.fragbits = Some(FragBits::parse(v).ok_or_else(|| bad_value(v))?);
+        }
+        "ipopts" => {
+            let v = need(val, name)?;
+            rule.checks.ipopts = Some(ipopt_named(v.trim()).ok_or_else(|| bad_value(v))?);
         }
         "sameip" => rule.checks.sameip = true,
         "stream_size" => {

@@ -434,3 +434,53 @@ fn long_network_lists_match_as_their_lists_do() {
     let short = parse_addr("[1.2.3.4,5.6.7.8]", &Vars::new(), 0).unwrap();
     assert!(matches!(short, AddrExpr::List(_)));
 }
+
+/// `fragbits` as Suricata's detect-fragbits.c compares: exactly, `+` all of
+/// them and maybe others, `*` any of them, `!` not all of them; `ipopts`
+/// names; `tos` in decimal and hex.
+#[test]
+fn ip_header_keywords() {
+    use super::options::{FragBits, PacketInfo};
+    let fb = |s: &str| FragBits::parse(s).unwrap();
+    let (r, d, m) = (0x8000u16, 0x4000u16, 0x2000u16);
+    assert!(fb("D").matches(d) && !fb("D").matches(d | m) && !fb("D").matches(0));
+    assert!(fb("D").matches(d | 0x0123), "the offset is not a flag");
+    assert!(fb("+D").matches(d | m) && !fb("+DM").matches(d));
+    assert!(fb("*MR").matches(r) && !fb("*MR").matches(d));
+    assert!(fb("!M").matches(d) && !fb("!M").matches(m | d));
+    assert!(FragBits::parse("X").is_none() && FragBits::parse("").is_none());
+    let rule = |o: &str| {
+        parse_rule(
+            &format!("alert ip any any -> any any ({o} sid:1;)"),
+            &Vars::new(),
+        )
+    };
+    let checks = |o: &str| rule(o).unwrap().checks;
+    let info = PacketInfo {
+        ipv4: Some((0x88, 7, d)),
+        ipopts: sluice_wire::ipv4::option_bit(131),
+        ..PacketInfo::default()
+    };
+    assert!(checks("tos:x88;").matches(17, &info));
+    assert!(checks("tos:136;").matches(17, &info));
+    assert!(!checks("tos:!136;").matches(17, &info));
+    assert!(checks("id:7;").matches(17, &info) && !checks("id:8;").matches(17, &info));
+    assert!(checks("ipopts:lsrr;").matches(17, &info));
+    assert!(checks("ipopts:any;").matches(17, &info));
+    assert!(!checks("ipopts:rr;").matches(17, &info));
+    assert!(
+        !checks("id:7;").matches(17, &PacketInfo::default()),
+        "not IPv4"
+    );
+    assert!(rule("ipopts:bogus;").is_err() && rule("tos:x1g;").is_err());
+    // TCP fields only on TCP.
+    let tcp = PacketInfo {
+        window: 55808,
+        ..PacketInfo::default()
+    };
+    assert!(checks("window:55808;").matches(6, &tcp));
+    assert!(!checks("window:55808;").matches(17, &tcp));
+    assert!(checks("window:!1024;").matches(6, &tcp));
+    assert!(checks("seq:0; ack:0;").matches(6, &tcp));
+    assert!(checks("tcp.flags:0;").matches(6, &tcp));
+}
