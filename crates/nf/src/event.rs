@@ -139,9 +139,28 @@ fn metadata(text: &str) -> Value {
     Value::Object(m)
 }
 
+/// An address as Suricata's EVE writes it: IPv4 dotted, IPv6 as eight
+/// groups of four hex digits, none left out (`fd00:0001:0000:...`), so a
+/// record matches what tools written for Suricata's EVE compare.
+pub fn eve_ip(a: &sluice_wire::IpAddr) -> String {
+    match a {
+        sluice_wire::IpAddr::V4(_) => a.to_string(),
+        sluice_wire::IpAddr::V6(b) => {
+            let mut s = String::with_capacity(39);
+            for (i, g) in b.chunks(2).enumerate() {
+                if i > 0 {
+                    s.push(':');
+                }
+                s.push_str(&format!("{:02x}{:02x}", g[0], g[1]));
+            }
+            s
+        }
+    }
+}
+
 fn tuple(m: &mut Map<String, Value>, f: &FlowKey) {
-    m.insert("src_ip".into(), f.src.to_string().into());
-    m.insert("dest_ip".into(), f.dst.to_string().into());
+    m.insert("src_ip".into(), eve_ip(&f.src).into());
+    m.insert("dest_ip".into(), eve_ip(&f.dst).into());
     if matches!(f.proto, 6 | 17) {
         m.insert("src_port".into(), f.src_port.into());
         m.insert("dest_port".into(), f.dst_port.into());
@@ -205,7 +224,7 @@ impl Event {
                 });
                 if let Some(t) = a.target {
                     let end = |ip: &sluice_wire::IpAddr, port: u16| {
-                        let mut e = json!({ "ip": ip.to_string() });
+                        let mut e = json!({ "ip": eve_ip(ip) });
                         if matches!(a.flow.proto, 6 | 17) {
                             e["port"] = port.into();
                         }
@@ -266,6 +285,20 @@ mod tests {
             eve_timestamp(1_709_210_096_789_012_000),
             "2024-02-29T12:34:56.789012+0000"
         );
+    }
+
+    #[test]
+    fn ipv6_addresses_are_written_in_full() {
+        let mut a = [0u8; 16];
+        a[0] = 0xfd;
+        a[1] = 0x00;
+        a[3] = 1;
+        a[15] = 5;
+        assert_eq!(
+            eve_ip(&IpAddr::V6(a)),
+            "fd00:0001:0000:0000:0000:0000:0000:0005"
+        );
+        assert_eq!(eve_ip(&IpAddr::V4([10, 0, 0, 1])), "10.0.0.1");
     }
 
     #[test]

@@ -517,6 +517,20 @@ def kw_ip_tcp_icmp_headers():
         ip() / TCP(sport=42207, dport=4451, flags="S", seq=7, window=1024),
     ]
 
+
+def kw_family_protocols():
+    # Rule protocols of one address family (rules/intro.html, "Protocol":
+    # ipv4, ipv6, icmpv4, icmpv6).
+    from scapy.layers.inet6 import ICMPv6EchoRequest
+
+    v6 = lambda: IPv6(src="fd00:1::5", dst="fd00:2::7")  # noqa: E731
+    return [
+        IP(src=CLIENT, dst=SERVER) / UDP(sport=42301, dport=9999) / Raw(b"xx FAM-MARK yy"),
+        v6() / UDP(sport=42302, dport=9999) / Raw(b"xx FAM-MARK yy"),
+        IP(src=CLIENT, dst=SERVER) / ICMP(type=8, id=1, seq=1) / Raw(b"ping"),
+        v6() / ICMPv6EchoRequest(id=1, seq=1, data=b"ping"),
+    ]
+
 CAPTURES = {
     "stream-out-of-order": stream_out_of_order,
     "stream-retransmit-first-wins": stream_retransmit_first_wins,
@@ -557,4 +571,5 @@ CAPTURES = {
     "stream-gap-acked-then-server-rst": stream_gap_acked_then_server_rst,
     "stream-gap-unacked-then-server-rst": stream_gap_unacked_then_server_rst,
     "kw-ip-tcp-icmp-headers": kw_ip_tcp_icmp_headers,
+    "kw-family-protocols": kw_family_protocols,
 }

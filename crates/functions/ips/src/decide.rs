@@ -258,6 +258,7 @@ fn packet_info(p: &Packet) -> PacketInfo {
         ipv4: ipv4_fields(p),
         ipopts: m.ip_opts_rx,
         icmp_idseq: icmp_idseq(p),
+        ipv6: !m.flow.src.is_v4(),
         stream_size: None,
     }
 }

@@ -796,10 +796,6 @@ pub const APP_PROTOCOLS: &[&str] = &[
     "ldap",
     "pgsql",
     "sctp",
-    "icmpv6",
-    "icmpv4",
-    "ipv4",
-    "ipv6",
 ];
 
 /// The variables of Suricata's default `suricata.yaml` (`HOME_NET` the private
@@ -933,7 +929,15 @@ pub fn parse_rule(line: &str, vars: &Vars) -> Result<Rule, RuleSyntax> {
         }
         a => return Err(RuleSyntax::UnknownAction(a.into())),
     };
+    // `ipv4`, `ipv6`, `icmpv4`, `icmpv6`: `ip` and `icmp` of one family.
+    let family = match toks[1] {
+        "ipv4" | "icmpv4" => Some(false),
+        "ipv6" | "icmpv6" => Some(true),
+        _ => None,
+    };
     let (proto, stream) = match toks[1] {
+        "ipv4" | "ipv6" => (Proto::Ip, StreamMode::Default),
+        "icmpv4" | "icmpv6" => (Proto::Icmp, StreamMode::Default),
         "tcp" => (Proto::Tcp, StreamMode::Default),
         "tcp-pkt" => (Proto::Tcp, StreamMode::No),
         "tcp-stream" => (Proto::Tcp, StreamMode::Only),
@@ -989,7 +993,10 @@ pub fn parse_rule(line: &str, vars: &Vars) -> Result<Rule, RuleSyntax> {
         not_established: false,
         stateless: false,
         stream,
-        checks: PacketChecks::default(),
+        checks: PacketChecks {
+            ipv6: family,
+            ..PacketChecks::default()
+        },
         noalert: false,
         threshold: None,
         sid: 0,

@@ -513,6 +513,8 @@ pub struct PacketInfo {
     /// ICMP identifier and sequence number, for the ICMP messages that
     /// have them (echo, timestamp, information, address mask).
     pub icmp_idseq: Option<(u16, u16)>,
+    /// An IPv6 packet.
+    pub ipv6: bool,
     /// For a TCP packet of a tracked stream, each direction's sequence
     /// space so far as Suricata counts it for `stream_size` (`next_seq -
     /// isn`: 1 for the SYN plus the bytes delivered in sequence, 0 before
@@ -621,6 +623,9 @@ pub struct PacketChecks {
     pub icmp_id: Option<NumCmp>,
     /// `icmp_seq` (likewise).
     pub icmp_seq: Option<NumCmp>,
+    /// The rule's protocol names a family (`ipv4`, `icmpv6`, ...):
+    /// `Some(true)` for IPv6.
+    pub ipv6: Option<bool>,
 }
 
 /// `fragbits:[*+!]<MDR>` (Suricata's detect-fragbits.c): the IPv4 header's
@@ -737,6 +742,7 @@ impl PacketChecks {
                 .fragbits
                 .is_none_or(|f| p.ipv4.is_some_and(|h| f.matches(h.2)))
             && self.ipopts.is_none_or(|m| p.ipopts & m != 0)
+            && self.ipv6.is_none_or(|v6| p.ipv6 == v6)
             && self
                 .icmp_id
                 .is_none_or(|c| p.icmp_idseq.is_some_and(|x| c.matches(x.0 as u32)))

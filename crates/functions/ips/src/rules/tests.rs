@@ -484,3 +484,34 @@ fn ip_header_keywords() {
     assert!(checks("seq:0; ack:0;").matches(6, &tcp));
     assert!(checks("tcp.flags:0;").matches(6, &tcp));
 }
+
+/// `ipv4`, `ipv6`, `icmpv4` and `icmpv6` rules: `ip` and `icmp` rules
+/// restricted to one family.
+#[test]
+fn family_protocols() {
+    use super::options::PacketInfo;
+    let r = |p: &str| {
+        parse_rule(
+            &format!("alert {p} any any -> any any (sid:1;)"),
+            &Vars::new(),
+        )
+        .unwrap()
+    };
+    let v4 = PacketInfo::default();
+    let v6 = PacketInfo {
+        ipv6: true,
+        ..PacketInfo::default()
+    };
+    for (p, proto, six) in [
+        ("ipv4", Proto::Ip, false),
+        ("ipv6", Proto::Ip, true),
+        ("icmpv4", Proto::Icmp, false),
+        ("icmpv6", Proto::Icmp, true),
+    ] {
+        let rule = r(p);
+        assert_eq!(rule.proto, proto, "{p}");
+        assert_eq!(rule.checks.matches(58, &v6), six, "{p}");
+        assert_eq!(rule.checks.matches(1, &v4), !six, "{p}");
+    }
+    assert!(r("ip").checks.matches(17, &v6) && r("ip").checks.matches(17, &v4));
+}
