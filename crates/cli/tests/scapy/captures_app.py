@@ -617,6 +617,22 @@ def http_compressed_bodies():
         b.send(False, resp[i : i + 1000])
     return a.pkts + b.pkts
 
+
+def dns_header_keywords():
+    # dns-keywords.html: dns.opcode (4, NOTIFY; `!0`), dns.rcode (3,
+    # NXDOMAIN; `!0`) and dns.rrtype (16, TXT).
+    u = lambda sport, dns: IP(src=CLIENT, dst=SERVER) / UDP(sport=sport, dport=53) / dns  # noqa: E731
+    back = lambda sport, dns: IP(src=SERVER, dst=CLIENT) / UDP(sport=53, dport=sport) / dns  # noqa: E731
+    return [
+        u(53101, DNS(id=1, opcode=4, qd=DNSQR(qname="zone.example", qtype="SOA"))),
+        u(53102, DNS(id=2, rd=1, qd=DNSQR(qname="txt.example", qtype="TXT"))),
+        u(53103, DNS(id=3, rd=1, qd=DNSQR(qname="nx.example", qtype="A"))),
+        back(53103, DNS(id=3, qr=1, rd=1, ra=1, rcode=3, qd=DNSQR(qname="nx.example", qtype="A"))),
+        u(53104, DNS(id=4, rd=1, qd=DNSQR(qname="ok.example", qtype="A"))),
+        back(53104, DNS(id=4, qr=1, rd=1, ra=1, rcode=0, qd=DNSQR(qname="ok.example", qtype="A"),
+                        an=DNSRR(rrname="ok.example", type="A", rdata="10.9.9.9"))),
+    ]
+
 CAPTURES = {
     "app-http-nonstd-port": http_nonstd_port,
     "app-http-not-http-port80": http_not_http_port80,
@@ -649,4 +665,5 @@ CAPTURES = {
     "app-http-dup-header": http_dup_header,
     "app-tls-eve-no-ja3": tls_eve_no_ja3,
     "app-http-compressed-bodies": http_compressed_bodies,
+    "app-dns-header-keywords": dns_header_keywords,
 }

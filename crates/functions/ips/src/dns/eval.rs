@@ -172,6 +172,7 @@ impl Ips {
             let r = &self.engine.rules[rule as usize];
             if self.has_fired(rule)
                 || !self.engine.header_matches(rule, hdr)
+                || !checks_match(&r.dns_checks, msg)
                 || !inspect::inspect(r, payload, 0)
             {
                 continue;
@@ -199,4 +200,14 @@ impl Ips {
         self.dns_spans = spans;
         drop
     }
+}
+
+/// `dns.opcode`, `dns.rcode` and `dns.rrtype` (some question's type) on
+/// `msg`.
+fn checks_match(c: &crate::rules::DnsChecks, msg: &Message<'_>) -> bool {
+    let h = msg.header();
+    c.opcode.is_none_or(|n| n.matches(h.opcode() as u32))
+        && c.rcode.is_none_or(|n| n.matches(h.rcode() as u32))
+        && c.rrtype
+            .is_none_or(|n| msg.questions().iter().any(|q| n.matches(q.qtype as u32)))
 }

@@ -387,6 +387,18 @@ pub struct DnsQuery {
     pub dotprefix: bool,
 }
 
+/// A DNS rule's conditions on the message's header and questions
+/// (`dns.opcode`, `dns.rcode`, `dns.rrtype`), requests and responses alike.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DnsChecks {
+    /// `dns.opcode`.
+    pub opcode: Option<options::NumCmp>,
+    /// `dns.rcode`.
+    pub rcode: Option<options::NumCmp>,
+    /// `dns.rrtype`: some question's type.
+    pub rrtype: Option<options::NumCmp>,
+}
+
 /// The keywords of a rule on one HTTP buffer ([`crate::http::Buf`]): all must
 /// match that buffer of one message.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -438,6 +450,8 @@ pub struct Rule {
     /// The keywords on the `dns.query` buffer, if the rule has that buffer
     /// (DNS rules only).
     pub dns_query: Option<DnsQuery>,
+    /// `dns.opcode`, `dns.rcode`, `dns.rrtype` (DNS rules only).
+    pub dns_checks: DnsChecks,
     /// The keywords on HTTP buffers, one list per buffer (HTTP rules only).
     pub http: Vec<HttpList>,
     /// The keywords on TLS buffers, one list per buffer (TLS rules only).
@@ -976,6 +990,7 @@ pub fn parse_rule(line: &str, vars: &Vars) -> Result<Rule, RuleSyntax> {
         contents: Vec::new(),
         items: Vec::new(),
         dns_query: None,
+        dns_checks: DnsChecks::default(),
         http: Vec::new(),
         tls: Vec::new(),
         smtp_file: None,

@@ -252,11 +252,11 @@ pub const KEYWORDS: &[(&str, Status)] = &[
     ("tls_cert_valid", U),
     ("tls.random", U),
     ("ja4.hash", U),
-    ("dns.opcode", U),
+    ("dns.opcode", E),
     ("dns.answer.name", U),
     ("dns.query.name", U),
-    ("dns.rrtype", U),
-    ("dns.rcode", U),
+    ("dns.rrtype", E),
+    ("dns.rcode", E),
     ("smb.named_pipe", U),
     ("smb.share", U),
     ("smb.ntlmssp_user", U),
@@ -1222,6 +1222,28 @@ fn apply_keyword(
             }
             rule.dns_query.get_or_insert_with(Default::default);
             cx.dns_query = true;
+        }
+        // Conditions on a DNS message's header and questions (integers,
+        // Suricata's unsigned 8- and 16-bit integer syntax).
+        "dns.opcode" | "dns.rcode" | "dns.rrtype" => {
+            if rule.proto != Proto::Dns {
+                return Err(RuleSyntax::UnsupportedKeyword(format!(
+                    "{name} on a {} rule",
+                    rule.proto.name()
+                )));
+            }
+            let max = if name == "dns.rrtype" {
+                u16::MAX as u32
+            } else {
+                255
+            };
+            let c = Some(num(val, max)?);
+            let d = &mut rule.dns_checks;
+            match name {
+                "dns.opcode" => d.opcode = c,
+                "dns.rcode" => d.rcode = c,
+                _ => d.rrtype = c,
+            }
         }
         "pkt_data" => {
             cx.dns_query = false;

@@ -515,3 +515,23 @@ fn family_protocols() {
     }
     assert!(r("ip").checks.matches(17, &v6) && r("ip").checks.matches(17, &v4));
 }
+
+/// `dns.opcode`, `dns.rcode` and `dns.rrtype` belong to DNS rules and take
+/// Suricata's integer syntax.
+#[test]
+fn dns_header_keywords() {
+    let r = |p: &str, o: &str| {
+        parse_rule(
+            &format!("alert {p} any any -> any any ({o} sid:1;)"),
+            &Vars::new(),
+        )
+    };
+    let c = r("dns", "dns.opcode:!0; dns.rcode:3; dns.rrtype:16;")
+        .unwrap()
+        .dns_checks;
+    assert!(c.opcode.unwrap().matches(4) && !c.opcode.unwrap().matches(0));
+    assert!(c.rcode.unwrap().matches(3) && c.rrtype.unwrap().matches(16));
+    assert!(r("udp", "dns.opcode:4;").is_err());
+    assert!(r("dns", "dns.opcode:256;").is_err());
+    assert!(r("dns", "dns.rrtype:65535;").is_ok());
+}
