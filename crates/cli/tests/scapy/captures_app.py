@@ -633,6 +633,16 @@ def dns_header_keywords():
                         an=DNSRR(rrname="ok.example", type="A", rdata="10.9.9.9"))),
     ]
 
+
+def ssh_buffers():
+    # ssh-keywords.html: ssh.proto (`content:"2.0"`) and ssh.software
+    # (`content:"openssh"; nocase;`), each peer's identification string.
+    a = Conn(2222, sport=41040)
+    a.send(False, b"SSH-2.0-OpenSSH_9.2p1 Debian-2\r\n").send(True, b"SSH-2.0-PuTTY_Release_0.78\r\n")
+    b = Conn(2222, sport=41041)
+    b.send(False, b"SSH-1.99-dropbear_2022.83\r\n").send(True, b"SSH-2.0-libssh_0.10.4\r\n")
+    return a.pkts + b.pkts
+
 CAPTURES = {
     "app-http-nonstd-port": http_nonstd_port,
     "app-http-not-http-port80": http_not_http_port80,
@@ -666,4 +676,5 @@ CAPTURES = {
     "app-tls-eve-no-ja3": tls_eve_no_ja3,
     "app-http-compressed-bodies": http_compressed_bodies,
     "app-dns-header-keywords": dns_header_keywords,
+    "app-ssh-buffers": ssh_buffers,
 }

@@ -68,6 +68,25 @@ pub fn valid(app: u8) -> bool {
 /// An SSH identification string's start (RFC 4253 §4.2: case-sensitive).
 const SSH_ID: &[u8] = b"SSH-";
 
+/// The protocol version and software version of the SSH identification
+/// string `data` starts with (`SSH-protoversion-softwareversion SP
+/// comments CR LF`, RFC 4253 §4.2; the software version ends at a space,
+/// CR or LF), if the line is whole in `data` (at most 255 bytes, the RFC's
+/// bound).
+pub fn ssh_id(data: &[u8]) -> Option<(&[u8], &[u8])> {
+    let rest = data.strip_prefix(SSH_ID)?;
+    let end = memchr::memchr(b'\n', &rest[..rest.len().min(253)])?;
+    let line = &rest[..end];
+    let line = line.strip_suffix(b"\r").unwrap_or(line);
+    let dash = memchr::memchr(b'-', line)?;
+    let (proto, sw) = (&line[..dash], &line[dash + 1..]);
+    let sw_end = sw
+        .iter()
+        .position(|&b| b == b' ' || b == b'\r')
+        .unwrap_or(sw.len());
+    Some((proto, &sw[..sw_end]))
+}
+
 /// Client commands that start an SMTP session (case-insensitive).
 const SMTP_CLIENT: &[&[u8]] = &[b"EHLO", b"HELO", b"QUIT", b"MAIL FROM:"];
 /// Client commands that start an FTP session (case-insensitive).
@@ -158,6 +177,21 @@ mod tests {
         assert_eq!(detect(UNKNOWN, b"SSH", true), OTHER);
         assert_eq!(detect(OTHER, b"SSH-2.0-x\r\n", false), OTHER);
         assert!(valid(SSH) && !valid(SSH + 1));
+    }
+
+    #[test]
+    fn ssh_identification_parts() {
+        assert_eq!(
+            ssh_id(b"SSH-2.0-OpenSSH_9.2p1 Debian-2\r\nrest"),
+            Some((&b"2.0"[..], &b"OpenSSH_9.2p1"[..]))
+        );
+        assert_eq!(
+            ssh_id(b"SSH-1.99-PuTTY_Release_0.78\n"),
+            Some((&b"1.99"[..], &b"PuTTY_Release_0.78"[..]))
+        );
+        assert_eq!(ssh_id(b"SSH-2.0-OpenSSH_9.2p1"), None, "no line end yet");
+        assert_eq!(ssh_id(b"SSH-2.0\r\n"), None, "no software version");
+        assert_eq!(ssh_id(b"ssh-2.0-x\r\n"), None);
     }
 
     #[test]

@@ -547,6 +547,9 @@ impl Ips {
         if self.smtp_stream(st, (d, hdr), p, ctx.events, (data, base)) {
             return true;
         }
+        if base == 0 && self.ssh_ident(st, (d, hdr), p, ctx.events, data) {
+            return true;
+        }
         if st.flags & PASSED != 0 {
             return false;
         }

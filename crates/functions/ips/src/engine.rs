@@ -885,6 +885,9 @@ pub struct Engine {
     /// The `smtp` rules on `file_data`, inspected on attachments
     /// ([`crate::smtp`]); few, so each is inspected on every one.
     pub smtp_files: Vec<u32>,
+    /// The `ssh` rules on `ssh.proto` or `ssh.software`, inspected on each
+    /// identification string.
+    pub ssh_ids: Vec<u32>,
     /// Flowbit names, by id.
     pub flowbit_names: Vec<String>,
     /// The rules' `flowint` keywords ([`crate::flowint`]).
@@ -930,8 +933,9 @@ impl Engine {
         let flowints = crate::flowint::Flowints::new(&rules);
         for (ri, r) in rules.iter().enumerate() {
             let classes: &[usize] = match r.proto {
-                // Inspected on SMTP attachments only ([`crate::smtp`]).
-                _ if r.smtp_file.is_some() => &[],
+                // Inspected on SMTP attachments only ([`crate::smtp`]), or
+                // on SSH identification strings.
+                _ if r.smtp_file.is_some() || !r.ssh.is_empty() => &[],
                 // `smtp`, `ftp`, `smb`: stream rules like `tcp` ones, their
                 // header also asking for the flow's detected protocol.
                 Proto::Tcp | Proto::Smtp | Proto::Ftp | Proto::Smb | Proto::Ssh => &[0],
@@ -1055,6 +1059,9 @@ impl Engine {
         let smtp_files = (0..rules.len() as u32)
             .filter(|&r| rules[r as usize].smtp_file.is_some())
             .collect();
+        let ssh_ids = (0..rules.len() as u32)
+            .filter(|&r| !rules[r as usize].ssh.is_empty())
+            .collect();
         let any_packetwise = packetwise.iter().any(|&pw| pw);
         let packet_rules = packet_rules.map(|ids| PacketRules::new(&rules, &ids));
         Ok(Engine {
@@ -1068,6 +1075,7 @@ impl Engine {
             http,
             tls,
             smtp_files,
+            ssh_ids,
             rules,
             cs,
             ci,

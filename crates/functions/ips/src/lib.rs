@@ -153,6 +153,7 @@ pub mod packetidx;
 pub mod pending;
 pub mod rules;
 pub mod smtp;
+mod ssh;
 #[cfg(test)]
 mod testrng;
 pub mod threshold;

@@ -459,6 +459,10 @@ pub struct Rule {
     /// The keywords on `file_data` of an `smtp` rule: inspected over each
     /// attachment's decoded bytes ([`crate::smtp`]), never the stream.
     pub smtp_file: Option<Vec<Item>>,
+    /// The keywords on `ssh.proto` (`false`) and `ssh.software` (`true`) of
+    /// an `ssh` rule, each over that part of an identification string
+    /// ([`crate::applayer::ssh_id`]), never the stream.
+    pub ssh: Vec<(bool, Vec<Item>)>,
     /// `tls.version` (TLS rules only).
     pub tls_version: Option<crate::tls::TlsVersion>,
     /// Names of the `byte_extract` variables.
@@ -526,7 +530,9 @@ impl Rule {
     /// `smtp` ones on `file_data`), inspected over their protocol's buffers
     /// only, never by the stream automata.
     pub fn app_layer(&self) -> bool {
-        matches!(self.proto, Proto::Dns | Proto::Http | Proto::Tls) || self.smtp_file.is_some()
+        matches!(self.proto, Proto::Dns | Proto::Http | Proto::Tls)
+            || self.smtp_file.is_some()
+            || !self.ssh.is_empty()
     }
 
     /// True for a rule whose payload keywords Suricata inspects over each
@@ -994,6 +1000,7 @@ pub fn parse_rule(line: &str, vars: &Vars) -> Result<Rule, RuleSyntax> {
         http: Vec::new(),
         tls: Vec::new(),
         smtp_file: None,
+        ssh: Vec::new(),
         metadata: None,
         target: None,
         tls_version: None,

@@ -225,11 +225,11 @@ pub const KEYWORDS: &[(&str, Status)] = &[
     ("config", U),
     ("bypass", U),
     ("rpc", U),
-    ("ssh_proto", U),
-    ("ssh.proto", U),
+    ("ssh_proto", E),
+    ("ssh.proto", E),
     ("ssh_version", U),
-    ("ssh.software", U),
-    ("ssh_software", U),
+    ("ssh.software", E),
+    ("ssh_software", E),
     ("ssh.softwareversion", U),
     ("ssh.protoversion", U),
     ("ssh.hassh", U),
@@ -901,6 +901,9 @@ pub(super) struct ParseCx {
     pub base64: bool,
     /// The sticky buffer is `file_data` on an `smtp` rule.
     pub smtp_file: bool,
+    /// The sticky buffer is `ssh.proto` (`false`) or `ssh.software`
+    /// (`true`).
+    pub ssh: Option<bool>,
 }
 
 /// The list the next payload keyword goes to: the sticky buffer's.
@@ -910,6 +913,16 @@ fn items<'r>(rule: &'r mut Rule, cx: &ParseCx) -> &'r mut Vec<Item> {
     }
     if cx.smtp_file {
         return rule.smtp_file.get_or_insert_with(Vec::new);
+    }
+    if let Some(sw) = cx.ssh {
+        let i = match rule.ssh.iter().position(|(b, _)| *b == sw) {
+            Some(i) => i,
+            None => {
+                rule.ssh.push((sw, Vec::new()));
+                rule.ssh.len() - 1
+            }
+        };
+        return &mut rule.ssh[i].1;
     }
     if let Some(b) = cx.http {
         return http_items(rule, b);
@@ -1025,8 +1038,15 @@ pub(super) fn apply(
     cx.tls = None;
     cx.dns_query = false;
     cx.smtp_file = false;
+    cx.ssh = None;
     apply_keyword(rule, name, val, cx)?;
-    if cx.http.is_some() || cx.tls.is_some() || cx.dns_query || cx.smtp_file || name == "pkt_data" {
+    if cx.http.is_some()
+        || cx.tls.is_some()
+        || cx.dns_query
+        || cx.smtp_file
+        || cx.ssh.is_some()
+        || name == "pkt_data"
+    {
         return Err(RuleSyntax::UnsupportedKeyword(format!(
             "{name} after base64_data"
         )));
@@ -1214,6 +1234,7 @@ fn apply_keyword(
             cx.http = None;
             cx.tls = None;
             cx.smtp_file = false;
+            cx.ssh = None;
             if rule.proto != Proto::Dns {
                 return Err(RuleSyntax::UnsupportedKeyword(format!(
                     "{name} on a {} rule",
@@ -1250,6 +1271,26 @@ fn apply_keyword(
             cx.http = None;
             cx.tls = None;
             cx.smtp_file = false;
+            cx.ssh = None;
+        }
+        // The parts of an SSH identification string (`SSH-2.0-OpenSSH_9.6`:
+        // `2.0`, `OpenSSH_9.6`), on `ssh` rules.
+        "ssh.proto" | "ssh_proto" | "ssh.software" | "ssh_software" => {
+            if rule.proto != Proto::Ssh {
+                return Err(RuleSyntax::UnsupportedKeyword(format!(
+                    "{name} on a {} rule",
+                    rule.proto.name()
+                )));
+            }
+            cx.dns_query = false;
+            cx.http = None;
+            cx.tls = None;
+            cx.smtp_file = false;
+            let sw = name.ends_with("software");
+            if !rule.ssh.iter().any(|(b, _)| *b == sw) {
+                rule.ssh.push((sw, Vec::new()));
+            }
+            cx.ssh = Some(sw);
         }
         // On an `smtp` rule, the decoded bytes of each attachment
         // ([`crate::smtp`]), as Suricata's `file_data` there.
@@ -1468,6 +1509,7 @@ fn apply_keyword(
             cx.dns_query = false;
             cx.tls = None;
             cx.smtp_file = false;
+            cx.ssh = None;
         }
         other if crate::tls::STICKY.iter().any(|(k, _)| *k == other) => {
             to_tls(rule, other)?;
@@ -1478,6 +1520,7 @@ fn apply_keyword(
             cx.dns_query = false;
             cx.http = None;
             cx.smtp_file = false;
+            cx.ssh = None;
         }
         other if crate::http::MODIFIERS.iter().any(|(k, _)| *k == other) => {
             let k = last(rule)?;
@@ -1509,6 +1552,11 @@ pub(super) fn validate(rule: &Rule) -> Result<(), RuleSyntax> {
             "file_data after stream keywords on an smtp rule".into(),
         ));
     }
+    if !rule.ssh.is_empty() && !rule.items.is_empty() {
+        return Err(RuleSyntax::UnsupportedKeyword(
+            "ssh.proto or ssh.software after stream keywords".into(),
+        ));
+    }
     for (i, c) in rule.contents.iter().enumerate() {
         let len = c.bytes.len() as u64;
         if c.is_relative() && c.is_absolute() {
@@ -1526,6 +1574,7 @@ pub(super) fn validate(rule: &Rule) -> Result<(), RuleSyntax> {
                 || rule.http.iter().any(|l| first(&l.items))
                 || rule.tls.iter().any(|l| first(&l.items))
                 || rule.smtp_file.as_ref().is_some_and(|l| first(l))
+                || rule.ssh.iter().any(|(_, l)| first(l))
                 || first(&rule.base64))
         {
             return Err(RuleSyntax::RelativeFirstContent);
@@ -1552,6 +1601,7 @@ pub(super) fn validate(rule: &Rule) -> Result<(), RuleSyntax> {
         && rule.http.iter().all(|l| b64_last(&l.items))
         && rule.tls.iter().all(|l| b64_last(&l.items))
         && rule.smtp_file.as_ref().is_none_or(|l| b64_last(l))
+        && rule.ssh.iter().all(|(_, l)| b64_last(l))
         && rule.dns_query.as_ref().is_none_or(|q| b64_last(&q.items)))
     {
         return Err(RuleSyntax::UnsupportedKeyword(

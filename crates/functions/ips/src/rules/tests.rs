@@ -535,3 +535,25 @@ fn dns_header_keywords() {
     assert!(r("dns", "dns.opcode:256;").is_err());
     assert!(r("dns", "dns.rrtype:65535;").is_ok());
 }
+
+/// `ssh.proto`/`ssh_proto` and `ssh.software`/`ssh_software` are sticky
+/// buffers of `ssh` rules only, and a rule mixing them with stream keywords
+/// is refused.
+#[test]
+fn ssh_identification_buffers() {
+    let r = |p: &str, o: &str| {
+        parse_rule(
+            &format!("alert {p} any any -> any any ({o} sid:1;)"),
+            &Vars::new(),
+        )
+    };
+    let rule = r(
+        "ssh",
+        r#"ssh.proto; content:"2.0"; ssh_software; content:"PuTTY";"#,
+    )
+    .unwrap();
+    assert_eq!(rule.ssh.len(), 2);
+    assert!(rule.items.is_empty() && rule.app_layer());
+    assert!(r("tcp", r#"ssh.proto; content:"2.0";"#).is_err());
+    assert!(r("ssh", r#"content:"SSH-"; ssh.software; content:"x";"#).is_err());
+}
