@@ -21,21 +21,10 @@ fn cpio() -> Vec<u8> {
     v
 }
 
+/// `data` in base64, in 76-character lines as mailers write it.
 fn b64(data: &[u8]) -> String {
-    const A: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let mut s = String::new();
-    for c in data.chunks(3) {
-        let n = (c[0] as u32) << 16
-            | (*c.get(1).unwrap_or(&0) as u32) << 8
-            | *c.get(2).unwrap_or(&0) as u32;
-        for i in 0..4 {
-            s.push(if i <= c.len() {
-                A[(n >> (18 - 6 * i) & 63) as usize] as char
-            } else {
-                '='
-            });
-        }
-    }
+    use base64::Engine;
+    let s = base64::engine::general_purpose::STANDARD.encode(data);
     s.as_bytes()
         .chunks(76)
         .map(|l| std::str::from_utf8(l).unwrap())

@@ -237,7 +237,7 @@ pub(crate) fn base64_decode(v: Option<&str>) -> Result<Base64Decode, RuleSyntax>
 
 /// The value of a base64 character, or None.
 #[inline]
-fn b64_value(c: u8) -> Option<u8> {
+pub(crate) fn b64_value(c: u8) -> Option<u8> {
     Some(match c {
         b'A'..=b'Z' => c - b'A',
         b'a'..=b'z' => c - b'a' + 26,

@@ -232,18 +232,6 @@ fn trim_start(s: &[u8]) -> &[u8] {
     s.trim_ascii_start()
 }
 
-/// The value of a base64 character, or `None` outside the alphabet.
-fn b64_value(c: u8) -> Option<u8> {
-    Some(match c {
-        b'A'..=b'Z' => c - b'A',
-        b'a'..=b'z' => c - b'a' + 26,
-        b'0'..=b'9' => c - b'0' + 52,
-        b'+' => 62,
-        b'/' => 63,
-        _ => return None,
-    })
-}
-
 fn hex(c: u8) -> Option<u8> {
     match c {
         b'0'..=b'9' => Some(c - b'0'),
@@ -608,7 +596,9 @@ impl Reader {
                         self.b64.clear();
                         continue;
                     }
-                    let Some(v) = b64_value(c) else { continue };
+                    let Some(v) = crate::rules::payload::b64_value(c) else {
+                        continue;
+                    };
                     self.b64.push(v);
                     if self.b64.len() == 4 {
                         let v = &self.b64;
@@ -814,22 +804,10 @@ impl Reader {
 mod tests {
     use super::*;
 
+    /// `data` in base64, in 76-character lines as mailers write it.
     fn b64(data: &[u8]) -> String {
-        const A: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-        let mut s = String::new();
-        for c in data.chunks(3) {
-            let n = (c[0] as u32) << 16
-                | (*c.get(1).unwrap_or(&0) as u32) << 8
-                | *c.get(2).unwrap_or(&0) as u32;
-            for i in 0..4 {
-                if i <= c.len() {
-                    s.push(A[(n >> (18 - 6 * i) & 63) as usize] as char);
-                } else {
-                    s.push('=');
-                }
-            }
-        }
-        // 76-character lines, as mailers write them.
+        use base64::Engine;
+        let s = base64::engine::general_purpose::STANDARD.encode(data);
         s.as_bytes()
             .chunks(76)
             .map(|l| std::str::from_utf8(l).unwrap())
