@@ -643,6 +643,13 @@ def ssh_buffers():
     b.send(False, b"SSH-1.99-dropbear_2022.83\r\n").send(True, b"SSH-2.0-libssh_0.10.4\r\n")
     return a.pkts + b.pkts
 
+
+def tls_random():
+    # tls-keywords.html tls.random, tls.random_time, tls.random_bytes: the
+    # hello's random (the client's: time 0, then 28 bytes of 0x22; the
+    # server's: time 0, then 28 bytes of 0x33).
+    return exchange(4437, 41050, (True, client_hello(b"random.example")), (False, server_hello()))
+
 CAPTURES = {
     "app-http-nonstd-port": http_nonstd_port,
     "app-http-not-http-port80": http_not_http_port80,
@@ -677,4 +684,5 @@ CAPTURES = {
     "app-http-compressed-bodies": http_compressed_bodies,
     "app-dns-header-keywords": dns_header_keywords,
     "app-ssh-buffers": ssh_buffers,
+    "app-tls-random": tls_random,
 }

@@ -658,11 +658,18 @@ pub enum Buf {
     /// `tls.cert_serial`: its serial number, uppercase hex bytes joined by
     /// `:` (`00:AB:01`).
     CertSerial,
+    /// `tls.random`: the hello's 32-byte random (the client's on a
+    /// ClientHello, the server's on a ServerHello).
+    Random,
+    /// `tls.random_time`: its first 4 bytes.
+    RandomTime,
+    /// `tls.random_bytes`: its last 28 bytes.
+    RandomBytes,
 }
 
 impl Buf {
     /// Every buffer, in order (`ALL[b as usize] == b`).
-    pub const ALL: [Buf; 9] = [
+    pub const ALL: [Buf; 12] = [
         Buf::Sni,
         Buf::Ja3Hash,
         Buf::Ja3String,
@@ -672,6 +679,9 @@ impl Buf {
         Buf::CertSubject,
         Buf::CertIssuer,
         Buf::CertSerial,
+        Buf::Random,
+        Buf::RandomTime,
+        Buf::RandomBytes,
     ];
 }
 
@@ -692,6 +702,9 @@ pub const STICKY: &[(&str, Buf)] = &[
     ("tls_cert_issuer", Buf::CertIssuer),
     ("tls.cert_serial", Buf::CertSerial),
     ("tls_cert_serial", Buf::CertSerial),
+    ("tls.random", Buf::Random),
+    ("tls.random_time", Buf::RandomTime),
+    ("tls.random_bytes", Buf::RandomBytes),
 ];
 
 /// One segment's buffers (a hello's, a certificate chain's), reused from
@@ -815,6 +828,10 @@ impl Buffers {
             _ => {}
         }
         match (b, self.kind?) {
+            // A hello starts the payload ([`detect`]).
+            (Buf::Random, _) => payload.get(field::RANDOM),
+            (Buf::RandomTime, _) => payload.get(field::RANDOM.start..field::RANDOM.start + 4),
+            (Buf::RandomBytes, _) => payload.get(field::RANDOM.start + 4..field::RANDOM.end),
             (Buf::Sni, Kind::Client) => self.sni.clone().map(|r| &payload[r]),
             (Buf::Ja3Hash, Kind::Client) | (Buf::Ja3sHash, Kind::Server) => Some(&self.hash),
             (Buf::Ja3String, Kind::Client) | (Buf::Ja3sString, Kind::Server) => Some(&self.string),
