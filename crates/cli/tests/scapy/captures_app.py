@@ -650,6 +650,17 @@ def tls_random():
     # server's: time 0, then 28 bytes of 0x33).
     return exchange(4437, 41050, (True, client_hello(b"random.example")), (False, server_hello()))
 
+
+def tls_alpn():
+    # tls-keywords.html tls.alpn (`tls.alpn; content:"http/1.1";`): each
+    # protocol of the hello's ALPN extension, one at a time.
+    from scapy.layers.tls.extensions import ProtocolName, TLS_Ext_ALPN
+
+    alpn = lambda *ps: TLS_Ext_ALPN(protocols=[ProtocolName(protocol=p) for p in ps])  # noqa: E731
+    a = exchange(4438, 41060, (True, client_hello(b"alpn.example", ext_more=[alpn(b"h2", b"http/1.1")])))
+    b = exchange(4438, 41061, (True, client_hello(b"alpn2.example", ext_more=[alpn(b"h2")])))
+    return a + b
+
 CAPTURES = {
     "app-http-nonstd-port": http_nonstd_port,
     "app-http-not-http-port80": http_not_http_port80,
@@ -685,4 +696,5 @@ CAPTURES = {
     "app-dns-header-keywords": dns_header_keywords,
     "app-ssh-buffers": ssh_buffers,
     "app-tls-random": tls_random,
+    "app-tls-alpn": tls_alpn,
 }

@@ -253,6 +253,7 @@ pub const KEYWORDS: &[(&str, Status)] = &[
     ("tls.random", E),
     ("tls.random_time", E),
     ("tls.random_bytes", E),
+    ("tls.alpn", E),
     ("ja4.hash", U),
     ("dns.opcode", E),
     ("dns.answer.name", U),

@@ -56,6 +56,8 @@ pub mod field {
 pub const HANDSHAKE: u8 = 22;
 /// Extension `server_name` (RFC 6066).
 pub const EXT_SERVER_NAME: u16 = 0;
+/// Extension `application_layer_protocol_negotiation` (RFC 7301).
+pub const EXT_ALPN: u16 = 16;
 /// Extension `supported_groups` (RFC 8422, formerly `elliptic_curves`).
 pub const EXT_SUPPORTED_GROUPS: u16 = 10;
 /// Extension `ec_point_formats` (RFC 8422).
@@ -575,6 +577,32 @@ pub fn is_grease(v: u16) -> bool {
 }
 
 impl Hello {
+    /// The protocol names of the hello's ALPN extension (RFC 7301 §3.1:
+    /// `[list len u16]([len u8][name])*`), appended to `out` as ranges of
+    /// `b`; a malformed list stops where it breaks.
+    pub fn alpn(&self, b: &[u8], out: &mut Vec<Range<usize>>) {
+        let r = self.extensions.clone();
+        let mut i = r.start;
+        while i + 4 <= r.end {
+            let (ty, len) = (be16(b, i), be16(b, i + 2) as usize);
+            let data = i + 4..(i + 4 + len).min(r.end);
+            i += 4 + len;
+            if ty != EXT_ALPN || data.len() < 2 {
+                continue;
+            }
+            let end = (data.start + 2 + be16(b, data.start) as usize).min(data.end);
+            let mut j = data.start + 2;
+            while j < end {
+                let n = b[j] as usize;
+                if n == 0 || j + 1 + n > end {
+                    break;
+                }
+                out.push(j + 1..j + 1 + n);
+                j += 1 + n;
+            }
+        }
+    }
+
     /// The extension types in order, GREASE included.
     pub fn extension_types<'a>(&self, b: &'a [u8]) -> impl Iterator<Item = u16> + 'a {
         let r = self.extensions.clone();
@@ -665,11 +693,14 @@ pub enum Buf {
     RandomTime,
     /// `tls.random_bytes`: its last 28 bytes.
     RandomBytes,
+    /// `tls.alpn`: each protocol the hello's ALPN extension names (a
+    /// multi-buffer, as [`Buf::Certs`]).
+    Alpn,
 }
 
 impl Buf {
     /// Every buffer, in order (`ALL[b as usize] == b`).
-    pub const ALL: [Buf; 12] = [
+    pub const ALL: [Buf; 13] = [
         Buf::Sni,
         Buf::Ja3Hash,
         Buf::Ja3String,
@@ -682,6 +713,7 @@ impl Buf {
         Buf::Random,
         Buf::RandomTime,
         Buf::RandomBytes,
+        Buf::Alpn,
     ];
 }
 
@@ -705,6 +737,7 @@ pub const STICKY: &[(&str, Buf)] = &[
     ("tls.random", Buf::Random),
     ("tls.random_time", Buf::RandomTime),
     ("tls.random_bytes", Buf::RandomBytes),
+    ("tls.alpn", Buf::Alpn),
 ];
 
 /// One segment's buffers (a hello's, a certificate chain's), reused from
@@ -715,6 +748,8 @@ pub struct Buffers {
     kind: Option<Kind>,
     /// The DER certificates, within the payload.
     certs: Vec<Range<usize>>,
+    /// The hello's ALPN protocol names, within the payload.
+    alpn: Vec<Range<usize>>,
     /// Whether the first certificate parsed (the three strings are set).
     parsed: bool,
     /// Its subject, issuer and serial.
@@ -740,6 +775,8 @@ impl Buffers {
         self.sni = h.sni.clone();
         h.write_ja3(payload, &mut self.string);
         self.hash = md5_hex(&self.string);
+        self.alpn.clear();
+        h.alpn(payload, &mut self.alpn);
         self.certs.clear();
         self.parsed = false;
     }
@@ -754,6 +791,7 @@ impl Buffers {
             Err(_) => {
                 self.kind = None;
                 self.sni = None;
+                self.alpn.clear();
                 self.certs.clear();
                 self.parsed = false;
             }
@@ -793,10 +831,10 @@ impl Buffers {
     /// Each buffer `b` of the segment parsed from `payload`: one at most,
     /// several for the [`Buf::Certs`] multi-buffer.
     pub fn each<'a>(&'a self, b: Buf, payload: &'a [u8]) -> impl Iterator<Item = &'a [u8]> + 'a {
-        let certs = if b == Buf::Certs {
-            &self.certs[..]
-        } else {
-            &[]
+        let certs = match b {
+            Buf::Certs => &self.certs[..],
+            Buf::Alpn if self.kind.is_some() => &self.alpn[..],
+            _ => &[],
         };
         self.get(b, payload)
             .into_iter()
@@ -820,7 +858,7 @@ impl Buffers {
     /// `None` for [`Buf::Certs`] (see [`Buffers::each`]).
     pub fn get<'a>(&'a self, b: Buf, payload: &'a [u8]) -> Option<&'a [u8]> {
         match b {
-            Buf::Certs => return None,
+            Buf::Certs | Buf::Alpn => return None,
             Buf::CertSubject if self.parsed => return Some(&self.subject),
             Buf::CertIssuer if self.parsed => return Some(&self.issuer),
             Buf::CertSerial if self.parsed => return Some(&self.serial),
