@@ -661,6 +661,18 @@ def tls_alpn():
     b = exchange(4438, 41061, (True, client_hello(b"alpn2.example", ext_more=[alpn(b"h2")])))
     return a + b
 
+
+def dns_query_name():
+    # dns-keywords.html dns.query.name (Suricata 8): the questions' names of
+    # requests and responses, where dns.query looks at requests only.
+    q = DNS(id=9, rd=1, qd=DNSQR(qname="www.qn.example", qtype="A"))
+    r = DNS(id=9, qr=1, rd=1, ra=1, qd=DNSQR(qname="www.qn.example", qtype="A"),
+            an=DNSRR(rrname="www.qn.example", type="A", rdata="10.9.9.8"))
+    return [
+        IP(src=CLIENT, dst=SERVER) / UDP(sport=53201, dport=53) / q,
+        IP(src=SERVER, dst=CLIENT) / UDP(sport=53, dport=53201) / r,
+    ]
+
 CAPTURES = {
     "app-http-nonstd-port": http_nonstd_port,
     "app-http-not-http-port80": http_not_http_port80,
@@ -697,4 +709,5 @@ CAPTURES = {
     "app-ssh-buffers": ssh_buffers,
     "app-tls-random": tls_random,
     "app-tls-alpn": tls_alpn,
+    "app-dns-query-name": dns_query_name,
 }

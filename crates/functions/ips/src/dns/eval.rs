@@ -147,8 +147,9 @@ impl Ips {
         let mut spans = std::mem::take(&mut self.dns_spans);
         names.clear();
         spans.clear();
-        // `dns.query` is the requests' (to server) buffer only.
-        if msg.is_request() {
+        // The questions' names (`dns.query` inspects requests' only,
+        // `dns.query.name` responses' too).
+        if msg.is_request() || self.engine.dns.names_of_responses {
             for q in msg.questions() {
                 let a = names.len() as u32;
                 names.push(b'.');
@@ -178,6 +179,9 @@ impl Ips {
                 continue;
             }
             if let Some(q) = &r.dns_query {
+                if !q.responses && !msg.is_request() {
+                    continue;
+                }
                 // Without `dotprefix` the buffer starts after the `.`.
                 let skip = usize::from(!q.dotprefix);
                 let one = |&(a, b): &(u32, u32)| {

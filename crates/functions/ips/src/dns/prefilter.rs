@@ -22,6 +22,9 @@ pub struct DnsRules {
     always: Vec<u32>,
     /// Every DNS rule, in order (the candidates when the prefilter is off).
     all: Vec<u32>,
+    /// A rule inspects responses' question names (`dns.query.name`): the
+    /// names are then written for responses too.
+    pub names_of_responses: bool,
 }
 
 /// The longest positive content of `items`, with its index.
@@ -79,6 +82,7 @@ impl DnsRules {
                 continue;
             }
             d.all.push(ri as u32);
+            d.names_of_responses |= r.dns_query.as_ref().is_some_and(|q| q.responses);
             let on_name = r
                 .dns_query
                 .as_ref()

@@ -385,6 +385,9 @@ pub struct DnsQuery {
     pub items: Vec<Item>,
     /// `dotprefix`: the buffer is the name with a `.` before it.
     pub dotprefix: bool,
+    /// The names of responses' questions too (`dns.query.name`), not only
+    /// requests' (`dns.query`).
+    pub responses: bool,
 }
 
 /// A DNS rule's conditions on the message's header and questions

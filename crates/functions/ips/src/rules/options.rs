@@ -257,7 +257,8 @@ pub const KEYWORDS: &[(&str, Status)] = &[
     ("ja4.hash", U),
     ("dns.opcode", E),
     ("dns.answer.name", U),
-    ("dns.query.name", U),
+    ("dns.query.name", E),
+    ("dns.queries.rrname", E),
     ("dns.rrtype", E),
     ("dns.rcode", E),
     ("smb.named_pipe", U),
@@ -1233,7 +1234,9 @@ fn apply_keyword(
         "prefilter" => {}
         // `dns_query` was a content modifier before Suricata 5 and is now an
         // alias of the sticky buffer (ET Open writes it before its content).
-        "dns.query" | "dns_query" => {
+        // `dns.query`: the questions' names of requests; Suricata 8's
+        // `dns.query.name` (`dns.queries.rrname`): of responses too.
+        "dns.query" | "dns_query" | "dns.query.name" | "dns.queries.rrname" => {
             cx.http = None;
             cx.tls = None;
             cx.smtp_file = false;
@@ -1244,7 +1247,16 @@ fn apply_keyword(
                     rule.proto.name()
                 )));
             }
-            rule.dns_query.get_or_insert_with(Default::default);
+            let responses = name.contains(".name") || name.contains("rrname");
+            let q = rule.dns_query.get_or_insert_with(|| super::DnsQuery {
+                responses,
+                ..Default::default()
+            });
+            if q.responses != responses {
+                return Err(RuleSyntax::UnsupportedKeyword(format!(
+                    "{name} with another query-name buffer"
+                )));
+            }
             cx.dns_query = true;
         }
         // Conditions on a DNS message's header and questions (integers,

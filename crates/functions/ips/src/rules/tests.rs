@@ -557,3 +557,37 @@ fn ssh_identification_buffers() {
     assert!(r("tcp", r#"ssh.proto; content:"2.0";"#).is_err());
     assert!(r("ssh", r#"content:"SSH-"; ssh.software; content:"x";"#).is_err());
 }
+
+/// `dns.query.name` and `dns.queries.rrname` inspect responses' question
+/// names too; mixed with `dns.query` on one rule they are refused.
+#[test]
+fn dns_query_name_buffers() {
+    let r = |o: &str| {
+        parse_rule(
+            &format!("alert dns any any -> any any ({o} sid:1;)"),
+            &Vars::new(),
+        )
+    };
+    assert!(
+        r(r#"dns.query.name; content:"a";"#)
+            .unwrap()
+            .dns_query
+            .unwrap()
+            .responses
+    );
+    assert!(
+        r(r#"dns.queries.rrname; content:"a";"#)
+            .unwrap()
+            .dns_query
+            .unwrap()
+            .responses
+    );
+    assert!(
+        !r(r#"dns.query; content:"a";"#)
+            .unwrap()
+            .dns_query
+            .unwrap()
+            .responses
+    );
+    assert!(r(r#"dns.query; content:"a"; dns.query.name; content:"b";"#).is_err());
+}
