@@ -162,10 +162,12 @@ def rules_of(test):
         return f.read()
 
 
-def certificate():
+def certificate(sans=()):
     """A DER X.509 certificate with fixed names and serial, made with the
     `cryptography` module (Ed25519 keys from fixed bytes: signatures are
-    deterministic, so the capture is the same on every run)."""
+    deterministic, so the capture is the same on every run); `sans`, its
+    subject alternative names (DNS names, or IP addresses as ipaddress
+    objects)."""
     from cryptography import x509
     from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.asymmetric import ed25519
@@ -191,8 +193,11 @@ def certificate():
         .serial_number(0x5C19B7B1323B1CA1)
         .not_valid_before(datetime.datetime(2024, 1, 1))
         .not_valid_after(datetime.datetime(2034, 1, 1))
-        .sign(ca, None)
     )
+    if sans:
+        names = [x509.IPAddress(n) if not isinstance(n, str) else x509.DNSName(n) for n in sans]
+        cert = cert.add_extension(x509.SubjectAlternativeName(names), critical=False)
+    cert = cert.sign(ca, None)
     return cert.public_bytes(serialization.Encoding.DER)
 
 
@@ -673,6 +678,29 @@ def dns_query_name():
         IP(src=SERVER, dst=CLIENT) / UDP(sport=53, dport=53201) / r,
     ]
 
+
+# The SHA-1 of `certificate(SANS)`, as Suricata prints a fingerprint
+# (checked against the certificate made, so a change of its encoding shows
+# here rather than as a silent miss).
+SANS = ("evil-cert.example", "*.evil.example")
+
+
+def tls_cert_fingerprint_san():
+    # tls-keywords.html tls.cert_fingerprint (`content:"4a:a3:66:76..."`)
+    # and tls.subjectaltname (`content:"evil.example"`), one name at a time.
+    import ipaddress
+
+    der = certificate(SANS + (ipaddress.ip_address("10.9.9.9"),))
+    fp = ":".join("%02x" % b for b in hashlib.sha1(der).digest())
+    want = open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "app-tls-fingerprint-san", "test.rules")).read()
+    assert fp in want, "the certificate's fingerprint is " + fp
+    return exchange(
+        4439,
+        41070,
+        (True, client_hello(b"evil-cert.example")),
+        (False, server_hello(certs=[der])),
+    )
+
 CAPTURES = {
     "app-http-nonstd-port": http_nonstd_port,
     "app-http-not-http-port80": http_not_http_port80,
@@ -710,4 +738,5 @@ CAPTURES = {
     "app-tls-random": tls_random,
     "app-tls-alpn": tls_alpn,
     "app-dns-query-name": dns_query_name,
+    "app-tls-fingerprint-san": tls_cert_fingerprint_san,
 }

@@ -1,7 +1,7 @@
 //! The application-layer objects an alert carries in EVE, as Suricata writes
 //! them next to an alert raised on a protocol's transaction: `http`
 //! (hostname, url, user agent, method, protocol, status, ...), `tls` (sni,
-//! subject, issuerdn, serial, ja3, ja3s) and `dns` (the query names), in
+//! subject, issuerdn, serial, fingerprint, ja3, ja3s) and `dns` (the query names), in
 //! the format of Suricata 8's EVE schema.
 //!
 //! They are built from the buffers the protocol's rules were just matched on,
@@ -90,6 +90,7 @@ pub(crate) fn tls(b: &crate::tls::Buffers, payload: &[u8], ja3: bool) -> (&'stat
         ("subject", Buf::CertSubject),
         ("issuerdn", Buf::CertIssuer),
         ("serial", Buf::CertSerial),
+        ("fingerprint", Buf::CertFingerprint),
     ] {
         if let Some(v) = b.get(buf, payload) {
             m.insert(key.into(), text(v));

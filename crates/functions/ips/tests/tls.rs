@@ -432,8 +432,8 @@ fn tls_keywords_make_a_tcp_rule_tls_and_are_refused_elsewhere() {
             "keyword ja3.hash on a http rule",
         ),
         (
-            r#"alert tls any any -> any any (tls.cert_fingerprint; content:"a"; sid:1;)"#,
-            "keyword tls.cert_fingerprint",
+            r#"alert tls any any -> any any (tls_cert_fingerprint; content:"a"; sid:1;)"#,
+            "keyword tls_cert_fingerprint",
         ),
         (
             r#"alert tls any any -> any any (tls.fingerprint:"aa"; sid:1;)"#,

@@ -696,11 +696,17 @@ pub enum Buf {
     /// `tls.alpn`: each protocol the hello's ALPN extension names (a
     /// multi-buffer, as [`Buf::Certs`]).
     Alpn,
+    /// `tls.cert_fingerprint`: the server certificate's SHA-1, lowercase hex
+    /// bytes joined by `:`, as Suricata prints it.
+    CertFingerprint,
+    /// `tls.subjectaltname`: each DNS name and IP address of the server
+    /// certificate's subject alternative names (a multi-buffer).
+    SubjectAltName,
 }
 
 impl Buf {
     /// Every buffer, in order (`ALL[b as usize] == b`).
-    pub const ALL: [Buf; 13] = [
+    pub const ALL: [Buf; 15] = [
         Buf::Sni,
         Buf::Ja3Hash,
         Buf::Ja3String,
@@ -714,6 +720,8 @@ impl Buf {
         Buf::RandomTime,
         Buf::RandomBytes,
         Buf::Alpn,
+        Buf::CertFingerprint,
+        Buf::SubjectAltName,
     ];
 }
 
@@ -738,6 +746,8 @@ pub const STICKY: &[(&str, Buf)] = &[
     ("tls.random_time", Buf::RandomTime),
     ("tls.random_bytes", Buf::RandomBytes),
     ("tls.alpn", Buf::Alpn),
+    ("tls.cert_fingerprint", Buf::CertFingerprint),
+    ("tls.subjectaltname", Buf::SubjectAltName),
 ];
 
 /// One segment's buffers (a hello's, a certificate chain's), reused from
@@ -756,6 +766,12 @@ pub struct Buffers {
     subject: Vec<u8>,
     issuer: Vec<u8>,
     serial: Vec<u8>,
+    /// Its SHA-1 fingerprint as Suricata prints it.
+    fingerprint: Vec<u8>,
+    /// Its subject alternative names (DNS names, IP addresses), each a
+    /// range of `sans`.
+    sans: Vec<u8>,
+    san_at: Vec<Range<usize>>,
     /// The server name, within the payload.
     sni: Option<Range<usize>>,
     /// The hello's version as Suricata's `tls.version` reads it
@@ -825,20 +841,53 @@ impl Buffers {
             }
             let _ = write!(self.serial, "{x:02X}");
         }
+        use sha1::Digest;
+        self.fingerprint.clear();
+        for (i, x) in sha1::Sha1::digest(&payload[r.clone()]).iter().enumerate() {
+            if i > 0 {
+                self.fingerprint.push(b':');
+            }
+            let _ = write!(self.fingerprint, "{x:02x}");
+        }
+        self.sans.clear();
+        self.san_at.clear();
+        if let Ok(Some(ext)) = cert.subject_alternative_name() {
+            use x509_parser::extensions::GeneralName;
+            for name in &ext.value.general_names {
+                let a = self.sans.len();
+                match name {
+                    GeneralName::DNSName(d) => self.sans.extend_from_slice(d.as_bytes()),
+                    GeneralName::IPAddress(ip) => match ip.len() {
+                        4 => {
+                            let _ = write!(self.sans, "{}.{}.{}.{}", ip[0], ip[1], ip[2], ip[3]);
+                        }
+                        16 => {
+                            let mut b = [0u8; 16];
+                            b.copy_from_slice(ip);
+                            let _ = write!(self.sans, "{}", std::net::Ipv6Addr::from(b));
+                        }
+                        _ => continue,
+                    },
+                    _ => continue,
+                }
+                self.san_at.push(a..self.sans.len());
+            }
+        }
         self.parsed = true;
     }
 
     /// Each buffer `b` of the segment parsed from `payload`: one at most,
     /// several for the [`Buf::Certs`] multi-buffer.
     pub fn each<'a>(&'a self, b: Buf, payload: &'a [u8]) -> impl Iterator<Item = &'a [u8]> + 'a {
-        let certs = match b {
-            Buf::Certs => &self.certs[..],
-            Buf::Alpn if self.kind.is_some() => &self.alpn[..],
-            _ => &[],
+        let (ranges, of): (&[Range<usize>], &[u8]) = match b {
+            Buf::Certs => (&self.certs[..], payload),
+            Buf::Alpn if self.kind.is_some() => (&self.alpn[..], payload),
+            Buf::SubjectAltName if self.parsed => (&self.san_at[..], &self.sans[..]),
+            _ => (&[], payload),
         };
         self.get(b, payload)
             .into_iter()
-            .chain(certs.iter().map(move |r| &payload[r.clone()]))
+            .chain(ranges.iter().map(move |r| &of[r.clone()]))
     }
 
     /// The hello's version ([`Hello::negotiated_version`]) and whether it
@@ -858,7 +907,9 @@ impl Buffers {
     /// `None` for [`Buf::Certs`] (see [`Buffers::each`]).
     pub fn get<'a>(&'a self, b: Buf, payload: &'a [u8]) -> Option<&'a [u8]> {
         match b {
-            Buf::Certs | Buf::Alpn => return None,
+            Buf::Certs | Buf::Alpn | Buf::SubjectAltName => return None,
+            Buf::CertFingerprint if self.parsed => return Some(&self.fingerprint),
+            Buf::CertFingerprint => return None,
             Buf::CertSubject if self.parsed => return Some(&self.subject),
             Buf::CertIssuer if self.parsed => return Some(&self.issuer),
             Buf::CertSerial if self.parsed => return Some(&self.serial),
