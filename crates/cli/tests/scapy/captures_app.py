@@ -701,6 +701,17 @@ def tls_cert_fingerprint_san():
         (False, server_hello(certs=[der])),
     )
 
+
+def tls_cert_chain_len():
+    # tls-keywords.html tls.cert_chain_len (`tls.cert_chain_len:>2;` and an
+    # exact count): the server's Certificate message of two certificates.
+    return exchange(
+        4440,
+        41080,
+        (True, client_hello(b"chain.example")),
+        (False, server_hello(certs=[certificate(), certificate(SANS)])),
+    )
+
 CAPTURES = {
     "app-http-nonstd-port": http_nonstd_port,
     "app-http-not-http-port80": http_not_http_port80,
@@ -739,4 +750,5 @@ CAPTURES = {
     "app-tls-alpn": tls_alpn,
     "app-dns-query-name": dns_query_name,
     "app-tls-fingerprint-san": tls_cert_fingerprint_san,
+    "app-tls-cert-chain-len": tls_cert_chain_len,
 }

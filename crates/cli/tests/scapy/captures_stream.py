@@ -531,6 +531,18 @@ def kw_family_protocols():
         v6() / ICMPv6EchoRequest(id=1, seq=1, data=b"ping"),
     ]
 
+
+def kw_tcp_mss():
+    # header-keywords.html tcp.mss (`flow:stateless; flags:S,12; tcp.mss:<536;`).
+    syn = lambda sport, opts: IP(src=CLIENT, dst=SERVER) / TCP(  # noqa: E731
+        sport=sport, dport=4452, flags="S", seq=1, options=opts
+    )
+    return [
+        syn(42401, [("MSS", 500)]),
+        syn(42402, [("NOP", None), ("MSS", 1460), ("SAckOK", b"")]),
+        syn(42403, []),
+    ]
+
 CAPTURES = {
     "stream-out-of-order": stream_out_of_order,
     "stream-retransmit-first-wins": stream_retransmit_first_wins,
@@ -572,4 +584,5 @@ CAPTURES = {
     "stream-gap-unacked-then-server-rst": stream_gap_unacked_then_server_rst,
     "kw-ip-tcp-icmp-headers": kw_ip_tcp_icmp_headers,
     "kw-family-protocols": kw_family_protocols,
+    "kw-tcp-mss": kw_tcp_mss,
 }

@@ -259,6 +259,7 @@ fn packet_info(p: &Packet) -> PacketInfo {
         ipopts: m.ip_opts_rx,
         icmp_idseq: icmp_idseq(p),
         ipv6: !m.flow.src.is_v4(),
+        mss: tcp_mss(p),
         stream_size: None,
     }
 }
@@ -277,6 +278,34 @@ fn ipv4_fields(p: &Packet) -> Option<(u8, u16, u16)> {
         u16::from_be_bytes([h[4], h[5]]),
         u16::from_be_bytes([h[6], h[7]]),
     ))
+}
+
+/// A TCP segment's MSS option (kind 2, length 4), if its options hold one.
+fn tcp_mss(p: &Packet) -> Option<u16> {
+    let m = &p.meta;
+    if m.l4 != sluice_wire::parse::L4::Tcp {
+        return None;
+    }
+    let o = m.l4_offset as usize;
+    let hl = ((*p.data().get(o + 12)? >> 4) as usize) * 4;
+    let mut opts = p.data().get(o + 20..o + hl)?;
+    while let Some(&kind) = opts.first() {
+        match kind {
+            0 => return None,
+            1 => opts = &opts[1..],
+            _ => {
+                let len = *opts.get(1)? as usize;
+                if len < 2 || len > opts.len() {
+                    return None;
+                }
+                if kind == 2 && len == 4 {
+                    return Some(u16::from_be_bytes([opts[2], opts[3]]));
+                }
+                opts = &opts[len..];
+            }
+        }
+    }
+    None
 }
 
 /// An ICMP message's identifier and sequence number, for the types that

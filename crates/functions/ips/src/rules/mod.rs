@@ -468,6 +468,9 @@ pub struct Rule {
     pub ssh: Vec<(bool, Vec<Item>)>,
     /// `tls.version` (TLS rules only).
     pub tls_version: Option<crate::tls::TlsVersion>,
+    /// `tls.cert_chain_len` (TLS rules only): the certificates in the
+    /// server's Certificate message.
+    pub tls_chain_len: Option<options::NumCmp>,
     /// Names of the `byte_extract` variables.
     pub vars: Vec<String>,
     /// `flowbits` conditions and operations.
@@ -1007,6 +1010,7 @@ pub fn parse_rule(line: &str, vars: &Vars) -> Result<Rule, RuleSyntax> {
         metadata: None,
         target: None,
         tls_version: None,
+        tls_chain_len: None,
         vars: Vec::new(),
         flowbits: Vec::new(),
         flowints: Vec::new(),

@@ -178,7 +178,7 @@ pub const KEYWORDS: &[(&str, Status)] = &[
     ("seq", E),
     ("ack", E),
     ("window", E),
-    ("tcp.mss", U),
+    ("tcp.mss", E),
     ("tcp.hdr", U),
     ("icmp_id", E),
     ("icmp_seq", E),
@@ -245,7 +245,7 @@ pub const KEYWORDS: &[(&str, Status)] = &[
     ("tls.store", U),
     ("tls.cert_fingerprint", E),
     ("tls_cert_fingerprint", U),
-    ("tls.cert_chain_len", U),
+    ("tls.cert_chain_len", E),
     ("tls_cert_notbefore", U),
     ("tls_cert_notafter", U),
     ("tls_cert_expired", U),
@@ -520,6 +520,8 @@ pub struct PacketInfo {
     pub icmp_idseq: Option<(u16, u16)>,
     /// An IPv6 packet.
     pub ipv6: bool,
+    /// The TCP MSS option's value, if the segment carries one.
+    pub mss: Option<u16>,
     /// For a TCP packet of a tracked stream, each direction's sequence
     /// space so far as Suricata counts it for `stream_size` (`next_seq -
     /// isn`: 1 for the SYN plus the bytes delivered in sequence, 0 before
@@ -631,6 +633,8 @@ pub struct PacketChecks {
     /// The rule's protocol names a family (`ipv4`, `icmpv6`, ...):
     /// `Some(true)` for IPv6.
     pub ipv6: Option<bool>,
+    /// `tcp.mss` (only segments with the option match).
+    pub mss: Option<NumCmp>,
 }
 
 /// `fragbits:[*+!]<MDR>` (Suricata's detect-fragbits.c): the IPv4 header's
@@ -748,6 +752,9 @@ impl PacketChecks {
                 .is_none_or(|f| p.ipv4.is_some_and(|h| f.matches(h.2)))
             && self.ipopts.is_none_or(|m| p.ipopts & m != 0)
             && self.ipv6.is_none_or(|v6| p.ipv6 == v6)
+            && self
+                .mss
+                .is_none_or(|c| p.mss.is_some_and(|m| c.matches(m as u32)))
             && self
                 .icmp_id
                 .is_none_or(|c| p.icmp_idseq.is_some_and(|x| c.matches(x.0 as u32)))
@@ -1433,6 +1440,13 @@ fn apply_keyword(
             rule.checks.flags = Some(TcpFlags::parse(v).ok_or_else(|| bad_value(v))?);
         }
         "window" => rule.checks.window = Some(num(val, u16::MAX as u32)?),
+        "tcp.mss" => rule.checks.mss = Some(num(val, u16::MAX as u32)?),
+        // Not a sticky buffer: a condition on the server's certificate
+        // chain (the Certificate message's count of certificates).
+        "tls.cert_chain_len" => {
+            to_tls(rule, name)?;
+            rule.tls_chain_len = Some(num(val, u32::MAX)?);
+        }
         "seq" | "ack" => {
             let v = need(val, name)?;
             let n: u32 = v.trim().parse().map_err(|_| bad_value(v))?;

@@ -144,7 +144,10 @@ impl Ips {
                 bufs.version().is_some_and(|(k, ver)| {
                     (k == super::Kind::Client) == hdr.to_server && v.matches(ver)
                 })
-            }) && (r.items.is_empty() || inspect::inspect(r, raw, 0));
+            }) && r
+                .tls_chain_len
+                .is_none_or(|c| bufs.cert_count() > 0 && c.matches(bufs.cert_count() as u32))
+                && (r.items.is_empty() || inspect::inspect(r, raw, 0));
             if !ok {
                 continue;
             }

@@ -890,6 +890,12 @@ impl Buffers {
             .chain(ranges.iter().map(move |r| &of[r.clone()]))
     }
 
+    /// The certificates of the segment's Certificate message (0 without
+    /// one).
+    pub fn cert_count(&self) -> usize {
+        self.certs.len()
+    }
+
     /// The hello's version ([`Hello::negotiated_version`]) and whether it
     /// is the client's, if the unit has a hello.
     pub fn version(&self) -> Option<(Kind, u16)> {
