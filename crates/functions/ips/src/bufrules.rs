@@ -28,25 +28,34 @@ use crate::engine::CompileError;
 use crate::hashmpm::HashMpm;
 use crate::inspect;
 use crate::rules::{Content, Item, Proto, Rule};
+use crate::transform::{Scratch, Transforms};
 
 /// Whether a rule's keywords `items` on one buffer match `buf`, inspected
-/// with a `.` before it when the list has `dotprefix` (`dot`: scratch space).
+/// after the list's transforms `xf` (`s`: scratch space).
 pub(crate) fn list_matches(
     r: &Rule,
     items: &[Item],
-    dotprefix: bool,
+    xf: &Transforms,
     buf: &[u8],
-    dot: &mut Vec<u8>,
+    s: &mut Scratch,
 ) -> bool {
-    let buf = if dotprefix {
-        dot.clear();
-        dot.push(b'.');
-        dot.extend_from_slice(buf);
-        &dot[..]
+    inspect::inspect_items(r, items, xf.apply(buf, s), 0)
+}
+
+/// A rule's keyword list on one buffer as a prefilter sees it: its group,
+/// its keywords, and whether the buffer gets a `.` before it. A list whose
+/// transforms change more than that offers no fast pattern (its keywords
+/// are left out), since the buffers searched are not transformed.
+pub(crate) fn prefilter_list<'r>(
+    group: usize,
+    items: &'r [Item],
+    xf: &Transforms,
+) -> (usize, &'r [Item], bool) {
+    if xf.prefilterable() {
+        (group, items, xf.is_dotprefix())
     } else {
-        buf
-    };
-    inspect::inspect_items(r, items, buf, 0)
+        (group, &[], false)
+    }
 }
 
 /// One multi-pattern matcher over whole buffers: which of its patterns

@@ -95,6 +95,7 @@ impl Item {
             Item::ByteTest(t) => t.ex.relative,
             Item::ByteJump(j) => j.ex.relative,
             Item::ByteExtract(e) => e.ex.relative,
+            Item::ByteMath(m) => m.ex.relative,
             Item::IsDataAt(d) => d.relative,
             Item::Bsize(_) | Item::HttpEvent(_) => false,
             Item::Asn1(a) => a.relative_offset.is_some(),
@@ -179,6 +180,16 @@ impl Cx<'_> {
                     v = v.wrapping_add(a - 1) / a * a;
                 }
                 self.vars[e.var as usize & (MAX_VARS - 1)] = v;
+                self.run(i + 1, after)
+            }
+            Item::ByteMath(m) => {
+                let Some((v, after)) = self.read(&m.ex, prev) else {
+                    return false;
+                };
+                let Some(v) = m.apply(v, self.val(m.rvalue) as u64) else {
+                    return false;
+                };
+                self.vars[m.var as usize & (MAX_VARS - 1)] = v;
                 self.run(i + 1, after)
             }
             Item::IsDataAt(d) => {

@@ -158,6 +158,7 @@ mod ssh;
 mod testrng;
 pub mod threshold;
 pub mod tls;
+pub mod transform;
 #[cfg(sluice_vectorscan)]
 mod vectorscan;
 
@@ -510,8 +511,8 @@ pub struct Ips {
     http_found: Vec<u32>,
     /// The prefilter's finds in a message's head buffers, reused.
     http_head_rec: Vec<u32>,
-    /// A buffer with a `.` before it (`dotprefix`), reused.
-    http_dot: Vec<u8>,
+    /// Buffers after their transforms (`dotprefix`, ...), reused.
+    http_dot: transform::Scratch,
     /// The application-layer prefilters' scratch space, reused.
     mpm: bufrules::MpmScratch,
     /// The application-layer rules, and the buffer rules of the stream
@@ -654,7 +655,7 @@ impl Ips {
             http_extra: Vec::new(),
             http_found: Vec::new(),
             http_head_rec: Vec::new(),
-            http_dot: Vec::new(),
+            http_dot: transform::Scratch::default(),
             mpm: Default::default(),
             prefilter: true,
             tls_bufs: tls::Buffers::default(),

@@ -429,10 +429,10 @@ fn bsize_and_dotprefix() {
     assert!(fires(r, "a.example"));
     assert!(!fires(r, "badexample"));
     // bsize and dotprefix belong to sticky buffers.
-    for opts in [r#"content:"a"; bsize:1;"#, r#"dotprefix; content:"a";"#] {
-        let e = load(&format!("alert dns any any -> any any ({opts} sid:1;)")).unwrap_err();
-        assert!(matches!(e, RuleSyntax::UnsupportedKeyword(_)), "{e}");
-    }
+    let e = load(r#"alert dns any any -> any any (content:"a"; bsize:1; sid:1;)"#).unwrap_err();
+    assert!(matches!(e, RuleSyntax::UnsupportedKeyword(_)), "{e}");
+    let e = load(r#"alert dns any any -> any any (dotprefix; content:"a"; sid:1;)"#).unwrap_err();
+    assert!(matches!(e, RuleSyntax::TransformPlacement(_)), "{e}");
 }
 
 #[test]
@@ -591,8 +591,8 @@ fn other_dns_keywords_stay_skipped_with_their_name() {
             "keyword dns.answer.name",
         ),
         (
-            r#"dns.query; to_lowercase; content:"a";"#,
-            "keyword to_lowercase",
+            r#"dns.query; content:"a"; to_lowercase;"#,
+            "keyword to_lowercase after a keyword of its buffer",
         ),
         (
             r#"dns.query; content:"a"; http_uri;"#,

@@ -958,3 +958,120 @@ fn alerts_name_the_flows_application_protocol() {
         vec![(2, None)]
     );
 }
+
+#[test]
+fn transforms_change_the_buffer_the_keywords_inspect() {
+    let req: &[u8] = b"GET /a%2Fb+c?q=WiNdOw.NaViGaTe%28 HTTP/1.1\r\nHost: Evil.Example\r\nUser-Agent: Mozilla  /\t 5.0\r\n\r\n";
+    // Each with its near miss: the untransformed buffer does not match.
+    for (opts, yes) in [
+        (
+            r#"http.host.raw; to_lowercase; content:"evil.example"; endswith;"#,
+            true,
+        ),
+        (r#"http.host.raw; content:"evil.example"; endswith;"#, false),
+        (
+            r#"http.host.raw; to_uppercase; content:"EVIL.EXAMPLE"; bsize:12;"#,
+            true,
+        ),
+        (
+            r#"http.uri.raw; url_decode; content:"/a/b c?q="; startswith;"#,
+            true,
+        ),
+        (r#"http.uri.raw; content:"/a/b c";"#, false),
+        (
+            r#"http.user_agent; strip_whitespace; content:"Mozilla/5.0"; bsize:11;"#,
+            true,
+        ),
+        (
+            r#"http.user_agent; compress_whitespace; content:"Mozilla /"; content:"5.0"; distance:1;"#,
+            true,
+        ),
+        (
+            r#"http.user_agent; compress_whitespace; content:"Mozilla /5.0";"#,
+            false,
+        ),
+        // Chained in the rule's order.
+        (
+            r#"http.uri.raw; url_decode; to_lowercase; content:"window.navigate(";"#,
+            true,
+        ),
+        (
+            r#"http.uri.raw; to_lowercase; content:"window.navigate(";"#,
+            false,
+        ),
+        (
+            r#"http.host.raw; dotprefix; to_lowercase; content:".evil.example"; startswith;"#,
+            true,
+        ),
+        // "Evil.Example"'s MD5 and SHA-256, raw.
+        (
+            r#"http.host.raw; to_md5; content:"|07 8c 71 82 24 97 78 09 04 9d c5 e5 66 29 ed db|"; bsize:16;"#,
+            true,
+        ),
+        (r#"http.host; to_sha256; bsize:32;"#, true),
+        (r#"http.host; to_sha1; bsize:32;"#, false),
+        (
+            r#"http.host.raw; xor:"20"; content:"eVIL"; startswith;"#,
+            true,
+        ),
+        (
+            r#"http.uri; pcrexform:"q=([a-z]+)"; content:"WiNdOw"; bsize:6;"#,
+            false,
+        ),
+        (
+            r#"http.uri; pcrexform:"q=([A-Za-z]+)"; content:"WiNdOw"; bsize:6;"#,
+            true,
+        ),
+        (
+            r#"http.header; header_lowercase; content:"host: Evil.Example";"#,
+            true,
+        ),
+        (r#"http.header; content:"host: Evil.Example";"#, false),
+    ] {
+        assert_eq!(fires(opts, req), yes, "{opts}");
+    }
+}
+
+#[test]
+fn transforms_are_refused_where_suricata_refuses_them() {
+    for (opts, reason) in [
+        // A content the transform's output cannot hold.
+        (
+            r#"http.host; to_lowercase; content:"Evil";"#,
+            "error: transform",
+        ),
+        (
+            r#"http.host; strip_whitespace; content:"a b";"#,
+            "error: transform",
+        ),
+        (
+            r#"http.host; compress_whitespace; content:"a  b";"#,
+            "error: transform",
+        ),
+        (
+            r#"http.host; to_uppercase; content:"evil";"#,
+            "error: transform",
+        ),
+        // Not after a sticky buffer.
+        (r#"to_lowercase; content:"a";"#, "error: transform"),
+        (r#"xor:"zz"; content:"a";"#, "error: bad value"),
+        (
+            r#"http.uri; pcrexform:"nocapture"; content:"a";"#,
+            "error: bad value",
+        ),
+        (
+            r#"http.uri; content:"a"; to_lowercase;"#,
+            "keyword to_lowercase after a keyword of its buffer",
+        ),
+    ] {
+        let r = format!("alert http any any -> any any ({opts} sid:1;)");
+        let e = parse_rule(&r, &Default::default()).unwrap_err();
+        assert_eq!(e.reason(), reason, "{opts}: {e}");
+    }
+    // A negated content is not checked (Suricata's validation skips it).
+    assert!(parse_rule(
+        r#"alert http any any -> any any (http.host; to_lowercase; content:!"Evil"; sid:1;)"#,
+        &Default::default()
+    )
+    .is_ok());
+}

@@ -254,6 +254,63 @@ fn byte_extract_feeds_later_keywords() {
 }
 
 #[test]
+fn byte_math_documented_examples() {
+    // Suricata's documentation: the length at 0, minus 2, places the
+    // content (`distance` from after the two bytes read).
+    let rule = "byte_math:bytes 2, offset 0, oper -, rvalue 2, result len; content:\"XY\"; distance:len; within:2;";
+    assert!(matches(rule, b"\x00\x05abcXY"));
+    assert!(!matches(rule, b"\x00\x04abcXY"));
+    // Options in any order, relative, little endian and a variable rvalue.
+    let rule = "content:\"k\"; byte_extract:1,0,m,relative; byte_math:result r, oper *, bytes 2, rvalue m, offset 1, relative, endian little; byte_test:2,=,r,5;";
+    // m = 3, the two bytes after it (0x0102 little-endian: 0x0201) * 3.
+    let p = |v: u16| {
+        [
+            b"k\x03\x00",
+            &(0x0201u16).to_le_bytes()[..],
+            &v.to_be_bytes(),
+        ]
+        .concat()
+    };
+    assert!(matches(rule, &p(0x0603)));
+    assert!(!matches(rule, &p(0x0604)));
+    // Shifts, division, ASCII strings and the bitmask after the operator.
+    for (opts, payload, yes) in [
+        ("byte_math:bytes 1, offset 0, oper <<, rvalue 4, result x; byte_test:2,=,x,1;", &b"\x0f\x00\xf0"[..], true),
+        ("byte_math:bytes 1, offset 0, oper >>, rvalue 4, result x; byte_test:1,=,x,1;", b"\xf0\x0f", true),
+        ("byte_math:bytes 3, offset 0, oper /, rvalue 7, string dec, result x; byte_test:1,=,x,3;", b"100\x0e", true),
+        ("byte_math:bytes 3, offset 0, oper /, rvalue 7, string dec, result x; byte_test:1,=,x,3;", b"100\x0f", false),
+        ("byte_math:bytes 2, offset 0, oper +, rvalue 1, string hex, result x; byte_test:1,=,x,2;", b"ff\x00", false),
+        ("byte_math:bytes 2, offset 0, oper +, rvalue 1, string hex, result x; byte_test:2,=,x,2;", b"ff\x01\x00", true),
+        // (0x12 + 1) & 0xf0, shifted right by 4: 1.
+        ("byte_math:bytes 1, offset 0, oper +, rvalue 1, bitmask 0xf0, result x; byte_test:1,=,x,1;", b"\x12\x01", true),
+        // Out of the buffer: no match.
+        ("byte_math:bytes 4, offset 0, oper +, rvalue 1, result x;", b"abc", false),
+        ("content:\"a\"; byte_math:bytes 1, offset 2, oper +, rvalue 1, result x, relative;", b"abc", false),
+    ] {
+        assert_eq!(matches(opts, payload), yes, "{opts}");
+    }
+    // A zero divisor from a variable is no match, not a panic.
+    let rule = "byte_extract:1,0,z; byte_math:bytes 1, offset 1, oper /, rvalue z, result x;";
+    assert!(!matches(rule, b"\x00\x05"));
+    assert!(matches(rule, b"\x01\x05"));
+    // Suricata's refusals, named.
+    for opts in [
+        "byte_math:bytes 2, offset 0, oper -, rvalue 0, result x;",
+        "byte_math:bytes 11, offset 0, oper -, rvalue 1, result x;",
+        "byte_math:bytes 5, offset 0, oper <<, rvalue 1, result x;",
+        "byte_math:bytes 2, offset 0, oper %, rvalue 1, result x;",
+        "byte_math:bytes 2, offset 0, oper +, rvalue nope, result x;",
+        "byte_math:bytes 2, offset 0, oper +, result x;",
+        "byte_math:bytes 2, offset 0, oper +, rvalue 1, result 9x;",
+        "byte_math:bytes 2, offset 0, oper +, rvalue 1, result x, endian big, endian little;",
+    ] {
+        let line = format!("alert udp any any -> any any ({opts} sid:1;)");
+        let e = parse_rule(&line, &Vars::new()).unwrap_err();
+        assert_eq!(e.reason(), "error: bad value", "{opts}: {e}");
+    }
+}
+
+#[test]
 fn pcre_flags_and_relative_matching() {
     assert!(matches("pcre:\"/fo+bar/\";", b"xx foooobar"));
     assert!(!matches("pcre:\"/FOOBAR/\";", b"foobar"));
@@ -432,7 +489,7 @@ mod never_panics {
         #[test]
         fn payload_keywords_parse_and_inspect_without_panic(
             opts in proptest::collection::vec(
-                "(content:\"[a-c]{1,3}\"|content:!\"[a-c]\"|pcre:\"/[a-c(|)*+?^$\\\\1]{1,6}/[ismxAEGRBO]{0,3}\"|byte_test:[0-9]{1,2},[!<>=&^]{1,2},[-0-9a-z]{1,3},[-0-9a-z]{1,3}(,relative|,little|,string,hex|,bitmask 0x0f){0,2}|byte_jump:[0-9]{1,2},[-0-9]{1,3}(,relative|,align|,from_end|,from_beginning|,post_offset -[0-9]|,multiplier [0-9]){0,2}|byte_extract:[0-9],[-0-9]{1,2},v[0-9](,relative|,align 4|,multiplier 3){0,1}|isdataat:!?[-0-9a-z]{1,3}(,relative)?|isdataat:9223372036854775807(,relative)?|byte_jump:8,0,from_end|byte_extract:8,0,v1|content:\"a\"; within:v1|startswith|endswith|distance:[-0-9v]{1,2}|within:[0-9v]{1,2}|offset:[0-9v]{1,2}|depth:[0-9v]{1,2}|nocase|flowbits:[a-z]{0,8},[a-z|&]{0,5}|base64_decode(:bytes [0-9]{1,3})?(, ?offset [0-9]{1,2})?(, ?relative)?; base64_data)",
+                "(content:\"[a-c]{1,3}\"|content:!\"[a-c]\"|pcre:\"/[a-c(|)*+?^$\\\\1]{1,6}/[ismxAEGRBO]{0,3}\"|byte_test:[0-9]{1,2},[!<>=&^]{1,2},[-0-9a-z]{1,3},[-0-9a-z]{1,3}(,relative|,little|,string,hex|,bitmask 0x0f){0,2}|byte_jump:[0-9]{1,2},[-0-9]{1,3}(,relative|,align|,from_end|,from_beginning|,post_offset -[0-9]|,multiplier [0-9]){0,2}|byte_extract:[0-9],[-0-9]{1,2},v[0-9](,relative|,align 4|,multiplier 3){0,1}|isdataat:!?[-0-9a-z]{1,3}(,relative)?|isdataat:9223372036854775807(,relative)?|byte_jump:8,0,from_end|byte_extract:8,0,v1|byte_math:bytes [0-9]{1,2}, offset [-0-9]{1,2}, oper (\\+|-|\\*|/|<<|>>), rvalue ([0-9]{1,3}|v[0-9]), result v[0-9](, relative|, endian little|, string hex|, bitmask 0x0f){0,2}|content:\"a\"; within:v1|startswith|endswith|distance:[-0-9v]{1,2}|within:[0-9v]{1,2}|offset:[0-9v]{1,2}|depth:[0-9v]{1,2}|nocase|flowbits:[a-z]{0,8},[a-z|&]{0,5}|base64_decode(:bytes [0-9]{1,3})?(, ?offset [0-9]{1,2})?(, ?relative)?; base64_data)",
                 0..7,
             ),
             payload in proptest::collection::vec(prop_oneof![Just(b'a'), Just(b'b'), Just(b'c'), any::<u8>()], 0..64),

@@ -182,10 +182,13 @@ impl Ips {
                 if !q.responses && !msg.is_request() {
                     continue;
                 }
-                // Without `dotprefix` the buffer starts after the `.`.
-                let skip = usize::from(!q.dotprefix);
+                // The names are written with a `.` before them, what
+                // `dotprefix` alone inspects.
+                let dot = q.xf.is_dotprefix();
+                let xf = &mut self.http_dot;
                 let one = |&(a, b): &(u32, u32)| {
-                    let name = &names[a as usize + skip..b as usize];
+                    let name = &names[a as usize + usize::from(!dot)..b as usize];
+                    let name = if dot { name } else { q.xf.apply(name, xf) };
                     inspect::inspect_items(r, &q.items, name, 0)
                 };
                 if !spans.iter().any(one) {

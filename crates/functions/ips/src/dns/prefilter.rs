@@ -86,6 +86,9 @@ impl DnsRules {
             let on_name = r
                 .dns_query
                 .as_ref()
+                // The names searched are not transformed (a `.` before
+                // them is already there).
+                .filter(|q| q.xf.prefilterable())
                 .and_then(|q| longest(&q.items, &r.contents));
             let (sets, (k, c)) = match on_name {
                 Some(x) => (&mut names, x),

@@ -413,7 +413,7 @@ impl Ips {
             }
             let ok = r.http.iter().all(|l| {
                 b.get(l.buf)
-                    .is_some_and(|buf| list_matches(r, &l.items, l.dotprefix, buf, &mut dot))
+                    .is_some_and(|buf| list_matches(r, &l.items, &l.xf, buf, &mut dot))
             }) && (r.items.is_empty() || inspect::inspect(r, data, base));
             if !ok {
                 continue;

@@ -34,11 +34,12 @@ pub(crate) fn in_direction(b: Buf, request: bool) -> bool {
     }
 }
 
-/// Rule `r`'s keyword lists per buffer: group, keywords, dotprefix.
+/// Rule `r`'s keyword lists per buffer as the prefilter sees them
+/// ([`crate::bufrules::prefilter_list`]).
 fn lists(r: &Rule) -> Vec<(usize, &[Item], bool)> {
     r.http
         .iter()
-        .map(|l| (group(l.buf), l.items.as_slice(), l.dotprefix))
+        .map(|l| crate::bufrules::prefilter_list(group(l.buf), &l.items, &l.xf))
         .collect()
 }
 

@@ -383,8 +383,9 @@ impl Content {
 pub struct DnsQuery {
     /// Payload keywords in rule order (contents by index in [`Rule::contents`]).
     pub items: Vec<Item>,
-    /// `dotprefix`: the buffer is the name with a `.` before it.
-    pub dotprefix: bool,
+    /// The transforms of the buffer ([`crate::transform`]); with
+    /// `dotprefix` the buffer is the name with a `.` before it.
+    pub xf: crate::transform::Transforms,
     /// The names of responses' questions too (`dns.query.name`), not only
     /// requests' (`dns.query`).
     pub responses: bool,
@@ -410,8 +411,9 @@ pub struct HttpList {
     pub buf: crate::http::Buf,
     /// Payload keywords in rule order (contents by index in [`Rule::contents`]).
     pub items: Vec<Item>,
-    /// `dotprefix`: the buffer is inspected with a `.` before it.
-    pub dotprefix: bool,
+    /// The transforms the buffer goes through before its keywords
+    /// ([`crate::transform`]).
+    pub xf: crate::transform::Transforms,
 }
 
 /// The keywords of a rule on one TLS buffer ([`crate::tls::Buf`]): all must
@@ -422,8 +424,9 @@ pub struct TlsList {
     pub buf: crate::tls::Buf,
     /// Payload keywords in rule order (contents by index in [`Rule::contents`]).
     pub items: Vec<Item>,
-    /// `dotprefix`: the buffer is inspected with a `.` before it.
-    pub dotprefix: bool,
+    /// The transforms the buffer goes through before its keywords
+    /// ([`crate::transform`]).
+    pub xf: crate::transform::Transforms,
 }
 
 /// A parsed rule.
@@ -600,6 +603,18 @@ pub enum RuleSyntax {
     /// A keyword Suricata does not have.
     #[error("unknown keyword \"{0}\"")]
     UnknownKeyword(String),
+    /// A transform not right after a sticky buffer (Suricata refuses it).
+    #[error("{0} must follow a sticky buffer directly, as in `http.uri; {0}; content:...`")]
+    TransformPlacement(String),
+    /// A content the buffer's transform can never produce (Suricata
+    /// refuses the rule rather than load one that cannot match).
+    #[error("content {content:?} cannot occur after transform {transform}")]
+    TransformContent {
+        /// The content, as written.
+        content: String,
+        /// The transform whose output cannot hold it.
+        transform: &'static str,
+    },
     /// A keyword that asks for each packet's own payload (`dsize`) in a rule
     /// that asks for the reassembled stream only (`flow:only_stream`,
     /// `tcp-stream`): the two contradict each other.
@@ -780,6 +795,7 @@ impl RuleSyntax {
                     | S::EmptyPortRange(_) => "address or port",
                     S::DuplicateSid(_) => "duplicate sid",
                     S::UnknownClasstype(_) => "unknown classtype",
+                    S::TransformPlacement(_) | S::TransformContent { .. } => "transform",
                     _ => "other",
                 };
                 format!("error: {what}")

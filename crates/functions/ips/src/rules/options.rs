@@ -159,7 +159,7 @@ pub const KEYWORDS: &[(&str, Status)] = &[
     ("urilen", E),
     ("uricontent", E),
     // Not yet.
-    ("byte_math", U),
+    ("byte_math", E),
     ("entropy", U),
     ("replace", U),
     ("flowint", E),
@@ -208,18 +208,18 @@ pub const KEYWORDS: &[(&str, Status)] = &[
     ("filesize", U),
     ("file.name", U),
     ("stream_data", U),
-    ("pcrexform", U),
-    ("to_md5", U),
-    ("to_sha1", U),
-    ("to_sha256", U),
-    ("to_lowercase", U),
-    ("to_uppercase", U),
-    ("strip_whitespace", U),
-    ("compress_whitespace", U),
-    ("url_decode", U),
-    ("xor", U),
-    ("header_lowercase", U),
-    ("strip_pseudo_headers", U),
+    ("pcrexform", E),
+    ("to_md5", E),
+    ("to_sha1", E),
+    ("to_sha256", E),
+    ("to_lowercase", E),
+    ("to_uppercase", E),
+    ("strip_whitespace", E),
+    ("compress_whitespace", E),
+    ("url_decode", E),
+    ("xor", E),
+    ("header_lowercase", E),
+    ("strip_pseudo_headers", E),
     ("transform", U),
     ("requires", U),
     ("config", U),
@@ -956,7 +956,7 @@ fn http_list(rule: &mut Rule, b: crate::http::Buf) -> &mut super::HttpList {
             rule.http.push(super::HttpList {
                 buf: b,
                 items: Vec::new(),
-                dotprefix: false,
+                xf: Default::default(),
             });
             rule.http.len() - 1
         }
@@ -972,7 +972,7 @@ fn tls_list(rule: &mut Rule, b: crate::tls::Buf) -> &mut super::TlsList {
             rule.tls.push(super::TlsList {
                 buf: b,
                 items: Vec::new(),
-                dotprefix: false,
+                xf: Default::default(),
             });
             rule.tls.len() - 1
         }
@@ -1031,6 +1031,55 @@ fn move_content(rule: &mut Rule, k: usize, b: crate::http::Buf) {
         }
     }
     http_items(rule, b).push(item);
+}
+
+/// A transform keyword ([`crate::transform`]): it must follow its sticky
+/// buffer directly, before the buffer's first keyword (Suricata refuses it
+/// elsewhere).
+fn transform(
+    rule: &mut Rule,
+    name: &str,
+    val: Option<&str>,
+    cx: &ParseCx,
+) -> Result<(), RuleSyntax> {
+    use crate::transform::{Transform, TransformError};
+    let t = match Transform::parse(name, val) {
+        Some(Ok(t)) => t,
+        Some(Err(TransformError::BadValue(m))) => {
+            return Err(RuleSyntax::BadValue {
+                keyword: name.into(),
+                value: m,
+            })
+        }
+        None => return Err(RuleSyntax::UnknownKeyword(name.into())),
+    };
+    let (xf, items) = if let Some(b) = cx.http {
+        let l = http_list(rule, b);
+        (&mut l.xf, &l.items)
+    } else if let Some(b) = cx.tls {
+        let l = tls_list(rule, b);
+        (&mut l.xf, &l.items)
+    } else if let (true, Some(q)) = (cx.dns_query, rule.dns_query.as_mut()) {
+        (&mut q.xf, &q.items)
+    } else if cx.smtp_file || cx.ssh.is_some() {
+        return Err(RuleSyntax::UnsupportedKeyword(format!(
+            "{name} on {}",
+            if cx.smtp_file {
+                "an smtp file_data"
+            } else {
+                "ssh.proto or ssh.software"
+            }
+        )));
+    } else {
+        return Err(RuleSyntax::TransformPlacement(name.into()));
+    };
+    if !items.is_empty() {
+        return Err(RuleSyntax::UnsupportedKeyword(format!(
+            "{name} after a keyword of its buffer"
+        )));
+    }
+    xf.push(t);
+    Ok(())
 }
 
 /// Applies one option to `rule`.
@@ -1206,6 +1255,10 @@ fn apply_keyword(
             let e = payload::byte_extract(need(val, name)?, &mut rule.vars)?;
             items(rule, cx).push(Item::ByteExtract(e));
         }
+        "byte_math" => {
+            let m = payload::byte_math(need(val, name)?, &mut rule.vars)?;
+            items(rule, cx).push(Item::ByteMath(m));
+        }
         "isdataat" => {
             let d = payload::isdataat(need(val, name)?, &rule.vars)?;
             items(rule, cx).push(Item::IsDataAt(d));
@@ -1360,16 +1413,6 @@ fn apply_keyword(
             to_http(rule, name)?;
             move_content(rule, k, crate::http::Buf::Uri);
         }
-        // Transforms must follow the sticky buffer directly (Suricata).
-        "dotprefix" if cx.http.is_some() => {
-            let l = http_list(rule, cx.http.unwrap_or(crate::http::Buf::Host));
-            if !l.items.is_empty() {
-                return Err(RuleSyntax::UnsupportedKeyword(format!(
-                    "{name} after a keyword of its buffer"
-                )));
-            }
-            l.dotprefix = true;
-        }
         // Not a sticky buffer: a condition on the TLS session, like
         // Suricata's (the keywords after it stay where they were).
         "tls.version" => {
@@ -1377,24 +1420,7 @@ fn apply_keyword(
             to_tls(rule, name)?;
             rule.tls_version = Some(crate::tls::TlsVersion::parse(v).ok_or_else(|| bad_value(v))?);
         }
-        "dotprefix" if cx.tls.is_some() => {
-            let l = tls_list(rule, cx.tls.unwrap_or(crate::tls::Buf::Sni));
-            if !l.items.is_empty() {
-                return Err(RuleSyntax::UnsupportedKeyword(format!(
-                    "{name} after a keyword of its buffer"
-                )));
-            }
-            l.dotprefix = true;
-        }
-        "dotprefix" => match &mut rule.dns_query {
-            Some(q) if cx.dns_query && q.items.is_empty() => q.dotprefix = true,
-            Some(_) if cx.dns_query => {
-                return Err(RuleSyntax::UnsupportedKeyword(format!(
-                    "{name} after a keyword of its buffer"
-                )))
-            }
-            _ => return Err(RuleSyntax::UnsupportedKeyword(name.into())),
-        },
+        other if crate::transform::NAMES.contains(&other) => transform(rule, other, val, cx)?,
         // A whole buffer's length: only on a sticky buffer (Suricata).
         "bsize" => {
             if !cx.dns_query && cx.http.is_none() && cx.tls.is_none() {
@@ -1614,6 +1640,28 @@ pub(super) fn validate(rule: &Rule) -> Result<(), RuleSyntax> {
         }
         if c.within.is_some_and(|w| (w as u64) < len) {
             return Err(RuleSyntax::WithinTooShort(i + 1));
+        }
+    }
+    // Suricata checks each positive content against its buffer's transforms.
+    let lists = rule
+        .http
+        .iter()
+        .map(|l| (&l.xf, &l.items))
+        .chain(rule.tls.iter().map(|l| (&l.xf, &l.items)))
+        .chain(rule.dns_query.iter().map(|q| (&q.xf, &q.items)));
+    for (xf, items) in lists {
+        for i in items {
+            let Item::Content(k) = i else { continue };
+            let c = &rule.contents[*k as usize];
+            if c.negated {
+                continue;
+            }
+            if let Some(t) = xf.refuses(&c.bytes) {
+                return Err(RuleSyntax::TransformContent {
+                    content: String::from_utf8_lossy(&c.bytes).into_owned(),
+                    transform: t,
+                });
+            }
         }
     }
     if rule.contents.len() > 255 {

@@ -117,6 +117,61 @@ pub struct ByteExtract {
     pub align: u8,
 }
 
+/// `byte_math`'s operator.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MathOp {
+    /// `+`
+    Add,
+    /// `-`
+    Sub,
+    /// `*`
+    Mul,
+    /// `/` (a zero divisor from a variable: no match)
+    Div,
+    /// `<<`
+    Shl,
+    /// `>>`
+    Shr,
+}
+
+/// `byte_math:bytes N, offset O, oper OP, rvalue V, result NAME[, relative]
+/// [, endian big|little][, string hex|dec|oct][, bitmask M]` (Suricata 7:
+/// its options in any order): reads a number as `byte_extract` does,
+/// applies `OP V`, then the bitmask, and sets variable `NAME`. Like
+/// `byte_extract`, the next relative keyword starts after the bytes read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ByteMath {
+    /// The read (its bitmask is [`ByteMath::bitmask`], applied after `oper`).
+    pub ex: Extract,
+    /// The operator.
+    pub oper: MathOp,
+    /// The right operand: a number, or a variable set earlier.
+    pub rvalue: Val,
+    /// Masks the result, then shifts it right by the mask's trailing zeros.
+    pub bitmask: Option<u64>,
+    /// The variable set.
+    pub var: u8,
+}
+
+impl ByteMath {
+    /// `v OP r` as Suricata computes it on 64 bits; `None` for a division
+    /// by zero.
+    pub fn apply(&self, v: u64, r: u64) -> Option<u64> {
+        let v = match self.oper {
+            MathOp::Add => v.wrapping_add(r),
+            MathOp::Sub => v.wrapping_sub(r),
+            MathOp::Mul => v.wrapping_mul(r),
+            MathOp::Div => v.checked_div(r)?,
+            MathOp::Shl => v.checked_shl(u32::try_from(r).ok()?).unwrap_or(0),
+            MathOp::Shr => v.checked_shr(u32::try_from(r).ok()?).unwrap_or(0),
+        };
+        Some(match self.bitmask {
+            Some(m) => (v & m) >> m.trailing_zeros(),
+            None => v,
+        })
+    }
+}
+
 /// `isdataat:[!]N[,relative]`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct IsDataAt {
@@ -170,6 +225,8 @@ pub enum Item {
     ByteJump(ByteJump),
     /// `byte_extract`.
     ByteExtract(ByteExtract),
+    /// `byte_math`.
+    ByteMath(ByteMath),
     /// `isdataat`.
     IsDataAt(IsDataAt),
     /// `bsize`: the buffer's length (sticky buffers only).
@@ -634,20 +691,158 @@ pub(crate) fn byte_extract(v: &str, vars: &mut Vec<String>) -> Result<ByteExtrac
     }
     finish_read(kw, v, &mut ex, string)?;
     e.ex = ex;
+    e.var = var_index(kw, name, vars)?;
+    Ok(e)
+}
+
+/// A variable's index in `vars`, added if new (`byte_extract`, `byte_math`).
+fn var_index(kw: &str, name: &str, vars: &mut Vec<String>) -> Result<u8, RuleSyntax> {
     let i = match vars.iter().position(|x| x == name) {
         Some(i) => i,
         None => {
             if vars.len() >= MAX_VARS {
                 return Err(unsupported(format!(
-                    "byte_extract (more than {MAX_VARS} variables)"
+                    "{kw} (more than {MAX_VARS} variables)"
                 )));
             }
             vars.push(name.to_string());
             vars.len() - 1
         }
     };
-    e.var = i as u8;
-    Ok(e)
+    Ok(i as u8)
+}
+
+/// `byte_math` (Suricata 7's syntax: `name value` pairs in any order);
+/// `vars` gains the result's name.
+pub(crate) fn byte_math(v: &str, vars: &mut Vec<String>) -> Result<ByteMath, RuleSyntax> {
+    let kw = "byte_math";
+    let why = |m: String| RuleSyntax::BadValue {
+        keyword: kw.into(),
+        value: format!("{v}: {m}"),
+    };
+    let mut ex = Extract {
+        nbytes: 0,
+        offset: Val::Lit(0),
+        relative: false,
+        read: Read::Big,
+        bitmask: None,
+    };
+    let (mut nbytes, mut offset, mut oper, mut rvalue, mut result) = (None, None, None, None, None);
+    let (mut endian, mut string, mut bitmask) = (None, None, None);
+    for p in parts(v) {
+        let (k, arg) = match p.split_once(char::is_whitespace) {
+            Some((k, a)) => (k, a.trim()),
+            None => (p, ""),
+        };
+        match k {
+            "bytes" => {
+                let n = arg
+                    .parse::<u8>()
+                    .ok()
+                    .filter(|n| (1..=10).contains(n))
+                    .ok_or_else(|| why(format!("bytes `{arg}` is not 1 to 10")))?;
+                nbytes = Some(n);
+            }
+            "offset" => {
+                let o = arg
+                    .parse::<i32>()
+                    .ok()
+                    .filter(|o| (-65535..=65535).contains(o))
+                    .ok_or_else(|| why(format!("offset `{arg}` is not -65535 to 65535")))?;
+                offset = Some(o);
+            }
+            "oper" => {
+                oper = Some(match arg {
+                    "+" => MathOp::Add,
+                    "-" => MathOp::Sub,
+                    "*" => MathOp::Mul,
+                    "/" => MathOp::Div,
+                    "<<" => MathOp::Shl,
+                    ">>" => MathOp::Shr,
+                    _ => return Err(why(format!("unknown oper `{arg}`"))),
+                })
+            }
+            "rvalue" => {
+                rvalue = Some(match arg.parse::<u64>() {
+                    Ok(n) if (1..=u32::MAX as u64).contains(&n) => Val::Lit(n as i64),
+                    Ok(_) => return Err(why(format!("rvalue `{arg}` is not 1 to 4294967295"))),
+                    Err(_) => match vars.iter().position(|x| x == arg) {
+                        Some(i) => Val::Var(i as u8),
+                        None => {
+                            return Err(why(format!(
+                                "rvalue `{arg}` is neither a number nor a variable set before"
+                            )))
+                        }
+                    },
+                })
+            }
+            "result" => {
+                if arg.is_empty()
+                    || !arg.starts_with(|c: char| c.is_ascii_alphabetic())
+                    || !arg
+                        .bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+                {
+                    return Err(why(format!("result `{arg}` is not a variable name")));
+                }
+                result = Some(arg);
+            }
+            "endian" if endian.is_none() => {
+                endian = Some(match arg {
+                    "big" => Read::Big,
+                    "little" => Read::Little,
+                    _ => return Err(why(format!("endian `{arg}`"))),
+                })
+            }
+            "endian" => return Err(why("endian given twice".into())),
+            "string" => {
+                string = Some(match arg {
+                    "hex" => 16,
+                    "dec" => 10,
+                    "oct" => 8,
+                    _ => return Err(why(format!("string `{arg}`"))),
+                })
+            }
+            "relative" if arg.is_empty() => ex.relative = true,
+            "bitmask" => {
+                let h = arg
+                    .strip_prefix("0x")
+                    .or_else(|| arg.strip_prefix("0X"))
+                    .unwrap_or(arg);
+                // Suricata reads the mask as hex, with or without `0x`.
+                bitmask = Some(
+                    u32::from_str_radix(h, 16).map_err(|_| why(format!("bitmask `{arg}`")))? as u64,
+                );
+            }
+            "dce" => return Err(unsupported("byte_math dce".into())),
+            _ => return Err(why(format!("unknown option `{p}`"))),
+        }
+    }
+    let (Some(n), Some(o), Some(op), Some(r), Some(res)) = (nbytes, offset, oper, rvalue, result)
+    else {
+        return Err(why("needs bytes, offset, oper, rvalue and result".into()));
+    };
+    if matches!(op, MathOp::Shl | MathOp::Shr) && n > 4 {
+        return Err(why(format!("bytes {n} with a shift (at most 4)")));
+    }
+    ex.nbytes = n;
+    ex.offset = Val::Lit(o as i64);
+    ex.read = match string {
+        Some(base) => Read::Str(base),
+        None if n > 8 => {
+            // Suricata loads it and never matches: 9 or 10 binary bytes
+            // do not fit its 64 bits.
+            return Err(unsupported(format!("byte_math bytes {n} without string")));
+        }
+        None => endian.unwrap_or(Read::Big),
+    };
+    Ok(ByteMath {
+        ex,
+        oper: op,
+        rvalue: r,
+        bitmask: bitmask.filter(|&m| m != 0),
+        var: var_index(kw, res, vars)?,
+    })
 }
 
 /// Variables a rule may define with `byte_extract`.

@@ -22,7 +22,7 @@ impl TlsRules {
             |r| {
                 r.tls
                     .iter()
-                    .map(|l| (l.buf as usize, l.items.as_slice(), l.dotprefix))
+                    .map(|l| crate::bufrules::prefilter_list(l.buf as usize, &l.items, &l.xf))
                     .collect()
             },
             |_| false,
