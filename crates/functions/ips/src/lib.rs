@@ -501,6 +501,9 @@ pub struct Ips {
     /// Per rule: [`http::eval::HEAD`] and [`http::eval::BODY`] if it names
     /// head or body buffers.
     http_kind: Vec<u8>,
+    /// Per rule: it inspects a body only once the body is whole or big
+    /// enough ([`http::eval::waits_for_body`]).
+    http_waits: Vec<bool>,
     /// True if a loaded rule names a body buffer.
     http_body_rules: bool,
     /// The message being received in the packet's direction ([`http::body`]).
@@ -617,6 +620,11 @@ impl Ips {
         let engine = Engine::new(rules).map_err(ConfigError::Compile)?;
         let http_kind: Vec<u8> = engine.rules.iter().map(http::eval::kind).collect();
         let http_body_rules = http_kind.iter().any(|k| k & http::eval::BODY != 0);
+        let http_waits = engine
+            .rules
+            .iter()
+            .map(http::eval::waits_for_body)
+            .collect();
         let nrules = engine.rules.len();
         Ok(Ips {
             engine,
@@ -650,6 +658,7 @@ impl Ips {
             http_piece: http::Piece::default(),
             http_body_limit: http::body::DEFAULT_LIMIT,
             http_kind,
+            http_waits,
             http_body_rules,
             http_acc: Default::default(),
             http_extra: Vec::new(),

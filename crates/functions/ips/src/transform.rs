@@ -69,7 +69,7 @@ pub enum Transform {
     /// case, values as they are.
     HeaderLowercase,
     /// `strip_pseudo_headers`: lines starting with `:` removed (HTTP/2's
-    /// pseudo-headers).
+    /// pseudo-headers; CRs and LFs before the `:` stay).
     StripPseudoHeaders,
     /// `pcrexform:"REGEX"`: the expression's first capture, if it matches.
     Pcrexform(Regex),
@@ -193,9 +193,24 @@ impl Transform {
                 }
             }
             Transform::StripPseudoHeaders => {
-                for line in input.split_inclusive(|&b| b == b'\n') {
-                    if line.first() != Some(&b':') {
-                        out.extend_from_slice(line);
+                // Suricata 7's scan: a line starts after each LF, past any
+                // CR or LF; from a `:` there up to and with the next LF,
+                // nothing is kept.
+                let (mut new_line, mut pseudo) = (true, false);
+                for &b in input {
+                    if new_line {
+                        pseudo |= b == b':';
+                        new_line = b == b'\r' || b == b'\n';
+                    } else if b == b'\n' {
+                        new_line = true;
+                        if !pseudo {
+                            out.push(b);
+                        }
+                        pseudo = false;
+                        continue;
+                    }
+                    if !pseudo {
+                        out.push(b);
                     }
                 }
             }
@@ -249,7 +264,7 @@ fn xor_key(val: Option<&str>) -> Result<Arc<[u8]>, TransformError> {
     let v = v
         .strip_prefix('"')
         .and_then(|x| x.strip_suffix('"'))
-        .unwrap_or(v);
+        .ok_or_else(|| bad(&format!("key `{v}` is not double quoted")))?;
     if v.is_empty() || v.len() % 2 != 0 || v.len() > 510 {
         return Err(bad(&format!(
             "key `{v}` is not 1 to 255 bytes as pairs of hex digits"
@@ -398,6 +413,15 @@ mod tests {
             ),
             b"Header1: Value1\nheader2:Value2"
         );
+        // CR or LF before the `:` still starts the line (kept), and an
+        // LF ending a pseudo-header line goes with it.
+        assert_eq!(
+            run(
+                &[("strip_pseudo_headers", None)],
+                b"x: 1\n\r:auth: q\nend\n\n:a\n"
+            ),
+            b"x: 1\n\rend\n\n"
+        );
         assert_eq!(
             run(&[("pcrexform", Some("\"id=([0-9]+)\""))], b"x?id=42&y"),
             b"42"
@@ -485,6 +509,7 @@ mod tests {
         assert!(err("xor", Some("\"0d0\"")).contains("pairs of hex"));
         assert!(err("xor", Some("\"zz\"")).contains("non-hex"));
         assert!(err("xor", None).contains("needs a key"));
+        assert!(err("xor", Some("0d0a")).contains("double quoted"));
         assert!(err("pcrexform", Some("\"abc\"")).contains("no capture"));
         assert!(err("pcrexform", Some("\"(a\"")).contains("pcrexform"));
         assert!(err("to_lowercase", Some("x")).contains("takes no value"));

@@ -485,7 +485,7 @@ fn dns_query_mixes_with_payload_keywords() {
     let r = r#"alert dns any any -> any any (msg:"m"; content:"|01 00 00 01|"; offset:2; depth:4; dns.query; content:"evil"; pkt_data; content:"|00 01 00 01|"; sid:1;)"#;
     let rule = load(r).unwrap();
     assert_eq!(rule.items.len(), 2);
-    assert_eq!(rule.dns_query.as_ref().unwrap().items.len(), 1);
+    assert_eq!(rule.dns_query[0].items.len(), 1);
     assert_eq!(sids(&[r], &[udp_query(&["evil.example"], 53)]), vec![1]);
     // A response: the payload matches, not the header's flags.
     let mut q = query(&["evil.example"]);
@@ -592,7 +592,7 @@ fn other_dns_keywords_stay_skipped_with_their_name() {
         ),
         (
             r#"dns.query; content:"a"; to_lowercase;"#,
-            "keyword to_lowercase after a keyword of its buffer",
+            "error: transform",
         ),
         (
             r#"dns.query; content:"a"; http_uri;"#,
@@ -819,4 +819,30 @@ fn a_stream_that_is_not_dns_keeps_nothing_pending() {
 /// [`common::run_each`] with an IPS of `rules`.
 fn batched(rules: &[&str], frames: &[Vec<u8>]) -> (Vec<u32>, Vec<bool>, sluice_ips::Counters) {
     common::run_each(ips(rules), frames)
+}
+
+#[test]
+fn dns_query_named_twice_may_match_two_questions() {
+    // Suricata's documentation ("Multiple Buffer Matching"): one query with
+    // two questions, each instance of the buffer matched on its own.
+    let rule = r#"alert dns any any -> any any (dns.query; content:"example"; dns.query; content:".com"; sid:1;)"#;
+    assert_eq!(
+        sids(&[rule], &[udp_query(&["example.net", "something.com"], 53)]),
+        vec![1]
+    );
+    // One name alone must still hold each instance's keywords.
+    assert!(sids(&[rule], &[udp_query(&["example.net"], 53)]).is_empty());
+    // Each instance keeps its transforms.
+    let rule = r#"alert dns any any -> any any (dns.query; dotprefix; content:".microsoft.com"; endswith; dns.query; content:"microsoft.com"; startswith; sid:1;)"#;
+    assert_eq!(
+        sids(
+            &[rule],
+            &[udp_query(&["update.microsoft.com", "microsoft.com.au"], 53)]
+        ),
+        vec![1]
+    );
+    assert!(sids(&[rule], &[udp_query(&["update.microsoft.com"], 53)]).is_empty());
+    let rule = r#"alert dns any any -> any any (dns.query; to_uppercase; content:"EVIL"; dns.query; content:"EVIL"; sid:1;)"#;
+    assert!(sids(&[rule], &[udp_query(&["evil.example"], 53)]).is_empty());
+    assert_eq!(sids(&[rule], &[udp_query(&["EVIL.example"], 53)]), vec![1]);
 }

@@ -1033,6 +1033,38 @@ fn transforms_change_the_buffer_the_keywords_inspect() {
 }
 
 #[test]
+fn a_buffer_named_again_with_other_transforms_is_another_buffer() {
+    let req: &[u8] = b"GET /Index.PHP HTTP/1.1\r\nHost: a\r\n\r\n";
+    for (opts, yes) in [
+        // The plain buffer after the transformed one: its bytes as sent.
+        (
+            r#"http.uri; to_lowercase; content:"/index.php"; http.uri; content:"/Index.PHP";"#,
+            true,
+        ),
+        (
+            r#"http.uri; to_lowercase; content:"/index.php"; http.uri; content:"/index.php";"#,
+            false,
+        ),
+        // The same transforms again: the same buffer.
+        (
+            r#"http.uri; to_lowercase; content:"/index"; http.uri; to_lowercase; content:".php"; distance:0;"#,
+            true,
+        ),
+        // A transform after a content applies to the keywords after it.
+        (
+            r#"http.uri; content:"/Index"; to_uppercase; content:"/INDEX.PHP"; bsize:10;"#,
+            true,
+        ),
+        (
+            r#"http.uri; content:"/index"; to_uppercase; content:"/INDEX.PHP";"#,
+            false,
+        ),
+    ] {
+        assert_eq!(fires(opts, req), yes, "{opts}");
+    }
+}
+
+#[test]
 fn transforms_are_refused_where_suricata_refuses_them() {
     for (opts, reason) in [
         // A content the transform's output cannot hold.
@@ -1061,7 +1093,7 @@ fn transforms_are_refused_where_suricata_refuses_them() {
         ),
         (
             r#"http.uri; content:"a"; to_lowercase;"#,
-            "keyword to_lowercase after a keyword of its buffer",
+            "error: transform",
         ),
     ] {
         let r = format!("alert http any any -> any any ({opts} sid:1;)");

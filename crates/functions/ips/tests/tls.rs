@@ -816,7 +816,21 @@ fn certificate_rules_with_content_modifiers_and_near_misses() {
             r#"tls_cert_serial; content:"AB:CD"; startswith;"#.into(),
             false,
         ),
-        (r#"tls.cert_serial; content:"00:ab:cd:01";"#.into(), false),
+        // Suricata folds the buffer's contents to upper case, as printed
+        // (Suricata 7.0.10 fires on this one too).
+        (r#"tls.cert_serial; content:"00:ab:cd:01";"#.into(), true),
+        (
+            r#"tls.cert_serial; to_uppercase; content:"00:AB:CD:01";"#.into(),
+            true,
+        ),
+        (
+            r#"tls.cert_serial; to_lowercase; content:"00:ab:cd:01";"#.into(),
+            true,
+        ),
+        (
+            r#"tls.cert_serial; to_lowercase; content:"00:ab:cd:02";"#.into(),
+            false,
+        ),
         // The multi-buffer: each certificate in turn, not their concatenation.
         (
             r#"tls.certs; content:"evil.example"; content:"R3";"#.into(),

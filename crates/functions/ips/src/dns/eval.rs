@@ -178,22 +178,23 @@ impl Ips {
             {
                 continue;
             }
-            if let Some(q) = &r.dns_query {
+            // Each instance of the buffer on some question's name.
+            let xf = &mut self.http_dot;
+            let ok = r.dns_query.iter().all(|q| {
                 if !q.responses && !msg.is_request() {
-                    continue;
+                    return false;
                 }
                 // The names are written with a `.` before them, what
                 // `dotprefix` alone inspects.
                 let dot = q.xf.is_dotprefix();
-                let xf = &mut self.http_dot;
-                let one = |&(a, b): &(u32, u32)| {
+                spans.iter().any(|&(a, b)| {
                     let name = &names[a as usize + usize::from(!dot)..b as usize];
                     let name = if dot { name } else { q.xf.apply(name, xf) };
                     inspect::inspect_items(r, &q.items, name, 0)
-                };
-                if !spans.iter().any(one) {
-                    continue;
-                }
+                })
+            });
+            if !ok {
+                continue;
             }
             let from = events.len();
             drop |= self.fire(rule, st, (d, p, Some("dns")), events);

@@ -82,14 +82,16 @@ impl DnsRules {
                 continue;
             }
             d.all.push(ri as u32);
-            d.names_of_responses |= r.dns_query.as_ref().is_some_and(|q| q.responses);
+            d.names_of_responses |= r.dns_query.iter().any(|q| q.responses);
+            // The longest content of any instance: each must match some
+            // name. The names searched are not transformed (a `.` before
+            // them is already there).
             let on_name = r
                 .dns_query
-                .as_ref()
-                // The names searched are not transformed (a `.` before
-                // them is already there).
+                .iter()
                 .filter(|q| q.xf.prefilterable())
-                .and_then(|q| longest(&q.items, &r.contents));
+                .filter_map(|q| longest(&q.items, &r.contents))
+                .max_by_key(|(_, c)| c.bytes.len());
             let (sets, (k, c)) = match on_name {
                 Some(x) => (&mut names, x),
                 None => match longest(&r.items, &r.contents) {

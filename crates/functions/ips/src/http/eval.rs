@@ -32,6 +32,52 @@ pub(crate) fn kind(r: &Rule) -> u8 {
     })
 }
 
+/// Suricata inspects a message's body once it is whole, or once it holds
+/// its `request-body-minimal-inspect-size` (32 KiB) or
+/// `response-body-minimal-inspect-size` (40 KiB): not on each packet.
+pub(crate) const MIN_INSPECT: [usize; 2] = [32 * 1024, 40 * 1024];
+
+/// True if rule `r` must wait for a message's body to be whole (or its
+/// minimal inspect size): its body keywords could match a part of the body
+/// and not the whole (a `bsize`, `endswith`, negated content, a digest...),
+/// so inspecting the body so far on each packet, as is done for the others
+/// (whose match in a part is a match in the whole), would fire where
+/// Suricata does not.
+pub(crate) fn waits_for_body(r: &Rule) -> bool {
+    use crate::rules::Item;
+    use crate::transform::Transform;
+    let monotone = |i: &Item| match i {
+        Item::Content(k) => {
+            let c = &r.contents[*k as usize];
+            !c.negated && !c.endswith
+        }
+        Item::Pcre(p) => {
+            // An anchor at the end, or a negative lookaround, may stop
+            // matching as bytes come.
+            let src = p.re.0.as_str();
+            !p.negate
+                && !["$", "\\z", "\\Z", "(?!", "(?<!"]
+                    .iter()
+                    .any(|a| src.contains(a))
+        }
+        Item::ByteJump(j) => !j.from_end,
+        Item::IsDataAt(d) => !d.negate,
+        Item::ByteTest(_) | Item::ByteExtract(_) | Item::ByteMath(_) | Item::Asn1(_) => true,
+        Item::HttpEvent(_) => true,
+        Item::Bsize(_) | Item::Base64Decode(_) => false,
+    };
+    r.http.iter().any(|l| {
+        matches!(l.buf, Buf::RequestBody | Buf::ResponseBody | Buf::FileData)
+            && (!l.items.iter().all(monotone)
+                || !l.xf.iter().all(|t| {
+                    matches!(
+                        t,
+                        Transform::DotPrefix | Transform::ToLowercase | Transform::ToUppercase
+                    )
+                }))
+    })
+}
+
 impl Ips {
     /// Follows the HTTP messages of direction `d` through `data`, the
     /// packet's new stream bytes at stream position `base` (after a gap
@@ -103,7 +149,7 @@ impl Ips {
         }
         let mut joined = false;
         let mut drop = false;
-        me.advance(data, request, &mut peer, &mut piece, |pc: &Piece, _| {
+        me.advance(data, request, &mut peer, &mut piece, |pc: &Piece, dir| {
             if st.flags & (BLOCKED | PASSED) != 0 {
                 return;
             }
@@ -197,6 +243,13 @@ impl Ips {
                 searched,
                 joint: (!new_msg && whole).then_some(request),
                 has_head,
+                done: pc.done,
+                // A body read to the connection's close has no end to
+                // wait for; past the limit each packet's bytes are all.
+                body_ready: pc.done
+                    || dir.phase == Phase::ToClose
+                    || acc.over
+                    || acc.body().len() >= MIN_INSPECT[usize::from(!request)],
             };
             drop |= self.http_message(
                 &mut bufs,
@@ -391,8 +444,13 @@ impl Ips {
             let kind = self.http_kind[rule as usize];
             if kind & BODY != 0 {
                 // Once per message; on a later packet only when the body
-                // grew (the same buffer cannot match anew).
-                if acc.has_fired(rule) || (msg.cont && !msg.fresh) {
+                // grew (the same buffer cannot match anew), or for a rule
+                // that waits, when the body became ready.
+                let waits = self.http_waits[rule as usize];
+                if acc.has_fired(rule)
+                    || (waits && !msg.body_ready)
+                    || (msg.cont && !msg.fresh && !(waits && msg.done))
+                {
                     continue;
                 }
             } else if msg.cont && kind & HEAD != 0 {
@@ -461,4 +519,9 @@ struct Msg {
     joint: Option<bool>,
     /// The message's head is known (kept with its body).
     has_head: bool,
+    /// The message ends in this piece.
+    done: bool,
+    /// The body is whole, or big enough, for the rules that wait for it
+    /// ([`waits_for_body`]).
+    body_ready: bool,
 }

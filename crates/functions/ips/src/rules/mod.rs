@@ -376,9 +376,11 @@ impl Content {
     }
 }
 
-/// The keywords of a rule on the `dns.query` sticky buffer: each question's
+/// The keywords of one `dns.query` sticky buffer of a rule: each question's
 /// name of a DNS request, in dotted form without the trailing dot, inspected
-/// on its own (a multi-buffer: the keywords must all match one name).
+/// on its own (a multi-buffer: the keywords must all match one name). A
+/// rule naming the buffer twice has two, which may match two questions
+/// (Suricata 7's multi-buffer matching).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct DnsQuery {
     /// Payload keywords in rule order (contents by index in [`Rule::contents`]).
@@ -455,7 +457,7 @@ pub struct Rule {
     pub items: Vec<Item>,
     /// The keywords on the `dns.query` buffer, if the rule has that buffer
     /// (DNS rules only).
-    pub dns_query: Option<DnsQuery>,
+    pub dns_query: Vec<DnsQuery>,
     /// `dns.opcode`, `dns.rcode`, `dns.rrtype` (DNS rules only).
     pub dns_checks: DnsChecks,
     /// The keywords on HTTP buffers, one list per buffer (HTTP rules only).
@@ -603,6 +605,9 @@ pub enum RuleSyntax {
     /// A keyword Suricata does not have.
     #[error("unknown keyword \"{0}\"")]
     UnknownKeyword(String),
+    /// A rule whose last transform no keyword follows (Suricata refuses it).
+    #[error("a transform ends its buffer: no keyword inspects its output")]
+    TransformLast,
     /// A transform not right after a sticky buffer (Suricata refuses it).
     #[error("{0} must follow a sticky buffer directly, as in `http.uri; {0}; content:...`")]
     TransformPlacement(String),
@@ -795,7 +800,9 @@ impl RuleSyntax {
                     | S::EmptyPortRange(_) => "address or port",
                     S::DuplicateSid(_) => "duplicate sid",
                     S::UnknownClasstype(_) => "unknown classtype",
-                    S::TransformPlacement(_) | S::TransformContent { .. } => "transform",
+                    S::TransformPlacement(_) | S::TransformContent { .. } | S::TransformLast => {
+                        "transform"
+                    }
                     _ => "other",
                 };
                 format!("error: {what}")
@@ -1017,7 +1024,7 @@ pub fn parse_rule(line: &str, vars: &Vars) -> Result<Rule, RuleSyntax> {
         msg: "".into(),
         contents: Vec::new(),
         items: Vec::new(),
-        dns_query: None,
+        dns_query: Vec::new(),
         dns_checks: DnsChecks::default(),
         http: Vec::new(),
         tls: Vec::new(),
@@ -1066,7 +1073,10 @@ pub fn parse_rule(line: &str, vars: &Vars) -> Result<Rule, RuleSyntax> {
         return Err(RuleSyntax::MissingSid);
     }
     absolute_first(&rule.items, &mut rule.contents);
-    if let Some(q) = &rule.dns_query {
+    if cx.xf_pending {
+        return Err(RuleSyntax::TransformLast);
+    }
+    for q in &rule.dns_query {
         absolute_first(&q.items, &mut rule.contents);
     }
     for l in &rule.http {
@@ -1074,6 +1084,21 @@ pub fn parse_rule(line: &str, vars: &Vars) -> Result<Rule, RuleSyntax> {
     }
     for l in &rule.tls {
         absolute_first(&l.items, &mut rule.contents);
+        // The serial is printed in upper case and the JA3 hashes in lower
+        // case: Suricata folds the contents of these buffers (untransformed
+        // ones only) to match.
+        let fold: fn(&mut [u8]) = match l.buf {
+            crate::tls::Buf::CertSerial => <[u8]>::make_ascii_uppercase,
+            crate::tls::Buf::Ja3Hash | crate::tls::Buf::Ja3sHash => <[u8]>::make_ascii_lowercase,
+            _ => continue,
+        };
+        if l.xf.is_empty() {
+            for i in &l.items {
+                if let Item::Content(k) = i {
+                    fold(&mut rule.contents[*k as usize].bytes);
+                }
+            }
+        }
     }
     absolute_first(&rule.base64, &mut rule.contents);
     options::validate(&rule)?;

@@ -916,10 +916,34 @@ pub(super) struct ParseCx {
     /// The sticky buffer is `ssh.proto` (`false`) or `ssh.software`
     /// (`true`).
     pub ssh: Option<bool>,
+    /// The transforms given since the sticky buffer ([`crate::transform`]).
+    pub xf: crate::transform::Transforms,
+    /// The list the sticky buffer's keywords go to, once one did (an index
+    /// into the rule's lists of its kind).
+    pub list: Option<usize>,
+    /// A transform was given and no keyword after it yet (Suricata refuses
+    /// a rule ending so).
+    pub xf_pending: bool,
+}
+
+impl ParseCx {
+    /// Leaves the sticky buffer: the next keywords go where the caller
+    /// says (the packet's payload unless it sets another buffer).
+    fn reset(&mut self) {
+        self.dns_query = false;
+        self.http = None;
+        self.tls = None;
+        self.smtp_file = false;
+        self.ssh = None;
+        self.xf = Default::default();
+        self.list = None;
+        self.xf_pending = false;
+    }
 }
 
 /// The list the next payload keyword goes to: the sticky buffer's.
-fn items<'r>(rule: &'r mut Rule, cx: &ParseCx) -> &'r mut Vec<Item> {
+fn items<'r>(rule: &'r mut Rule, cx: &mut ParseCx) -> &'r mut Vec<Item> {
+    cx.xf_pending = false;
     if cx.base64 {
         return &mut rule.base64;
     }
@@ -937,47 +961,64 @@ fn items<'r>(rule: &'r mut Rule, cx: &ParseCx) -> &'r mut Vec<Item> {
         return &mut rule.ssh[i].1;
     }
     if let Some(b) = cx.http {
-        return http_items(rule, b);
+        let i = *cx
+            .list
+            .get_or_insert_with(|| http_list_index(rule, b, &cx.xf));
+        return &mut rule.http[i].items;
     }
     if let Some(b) = cx.tls {
-        return &mut tls_list(rule, b).items;
+        let i = *cx.list.get_or_insert_with(|| {
+            // A buffer holding several values (`tls.certs`, ...) gets an
+            // instance per sticky keyword, each matched on its own value
+            // (Suricata 7's multi-buffer matching); another is one list per
+            // buffer and transforms.
+            match rule.tls.iter().position(|l| l.buf == b && l.xf == cx.xf) {
+                Some(i) if !b.is_multi() => i,
+                _ => {
+                    rule.tls.push(super::TlsList {
+                        buf: b,
+                        items: Vec::new(),
+                        xf: cx.xf.clone(),
+                    });
+                    rule.tls.len() - 1
+                }
+            }
+        });
+        return &mut rule.tls[i].items;
     }
-    match (&mut rule.dns_query, cx.dns_query) {
-        (Some(q), true) => &mut q.items,
-        _ => &mut rule.items,
+    if cx.dns_query {
+        if let Some(i) = cx.list {
+            return &mut rule.dns_query[i].items;
+        }
     }
+    &mut rule.items
 }
 
-/// The keyword list of HTTP buffer `b` (made on first use).
-fn http_list(rule: &mut Rule, b: crate::http::Buf) -> &mut super::HttpList {
-    let i = match rule.http.iter().position(|l| l.buf == b) {
+/// The index of HTTP buffer `b`'s list with transforms `xf` (made on first
+/// use): a buffer named again with other transforms is another buffer, as
+/// in Suricata.
+fn http_list_index(
+    rule: &mut Rule,
+    b: crate::http::Buf,
+    xf: &crate::transform::Transforms,
+) -> usize {
+    match rule.http.iter().position(|l| l.buf == b && l.xf == *xf) {
         Some(i) => i,
         None => {
             rule.http.push(super::HttpList {
                 buf: b,
                 items: Vec::new(),
-                xf: Default::default(),
+                xf: xf.clone(),
             });
             rule.http.len() - 1
         }
-    };
-    &mut rule.http[i]
+    }
 }
 
-/// The keyword list of TLS buffer `b` (made on first use).
-fn tls_list(rule: &mut Rule, b: crate::tls::Buf) -> &mut super::TlsList {
-    let i = match rule.tls.iter().position(|l| l.buf == b) {
-        Some(i) => i,
-        None => {
-            rule.tls.push(super::TlsList {
-                buf: b,
-                items: Vec::new(),
-                xf: Default::default(),
-            });
-            rule.tls.len() - 1
-        }
-    };
-    &mut rule.tls[i]
+/// The plain (untransformed) list of HTTP buffer `b` (made on first use).
+fn http_list(rule: &mut Rule, b: crate::http::Buf) -> &mut super::HttpList {
+    let i = http_list_index(rule, b, &Default::default());
+    &mut rule.http[i]
 }
 
 /// A TLS keyword makes a `tcp` rule a TLS one, as HTTP keywords do
@@ -985,7 +1026,7 @@ fn tls_list(rule: &mut Rule, b: crate::tls::Buf) -> &mut super::TlsList {
 fn to_tls(rule: &mut Rule, name: &str) -> Result<(), RuleSyntax> {
     match rule.proto {
         Proto::Tls => Ok(()),
-        Proto::Tcp if rule.dns_query.is_none() && rule.http.is_empty() => {
+        Proto::Tcp if rule.dns_query.is_empty() && rule.http.is_empty() => {
             rule.proto = Proto::Tls;
             Ok(())
         }
@@ -1006,7 +1047,7 @@ fn http_items(rule: &mut Rule, b: crate::http::Buf) -> &mut Vec<Item> {
 fn to_http(rule: &mut Rule, name: &str) -> Result<(), RuleSyntax> {
     match rule.proto {
         Proto::Http => Ok(()),
-        Proto::Tcp if rule.dns_query.is_none() && rule.tls.is_empty() => {
+        Proto::Tcp if rule.dns_query.is_empty() && rule.tls.is_empty() => {
             rule.proto = Proto::Http;
             Ok(())
         }
@@ -1033,14 +1074,13 @@ fn move_content(rule: &mut Rule, k: usize, b: crate::http::Buf) {
     http_items(rule, b).push(item);
 }
 
-/// A transform keyword ([`crate::transform`]): it must follow its sticky
-/// buffer directly, before the buffer's first keyword (Suricata refuses it
-/// elsewhere).
+/// A transform keyword ([`crate::transform`]): after a sticky buffer
+/// (Suricata refuses it elsewhere), it applies to the keywords after it.
 fn transform(
     rule: &mut Rule,
     name: &str,
     val: Option<&str>,
-    cx: &ParseCx,
+    cx: &mut ParseCx,
 ) -> Result<(), RuleSyntax> {
     use crate::transform::{Transform, TransformError};
     let t = match Transform::parse(name, val) {
@@ -1053,15 +1093,7 @@ fn transform(
         }
         None => return Err(RuleSyntax::UnknownKeyword(name.into())),
     };
-    let (xf, items) = if let Some(b) = cx.http {
-        let l = http_list(rule, b);
-        (&mut l.xf, &l.items)
-    } else if let Some(b) = cx.tls {
-        let l = tls_list(rule, b);
-        (&mut l.xf, &l.items)
-    } else if let (true, Some(q)) = (cx.dns_query, rule.dns_query.as_mut()) {
-        (&mut q.xf, &q.items)
-    } else if cx.smtp_file || cx.ssh.is_some() {
+    if cx.smtp_file || cx.ssh.is_some() {
         return Err(RuleSyntax::UnsupportedKeyword(format!(
             "{name} on {}",
             if cx.smtp_file {
@@ -1070,15 +1102,32 @@ fn transform(
                 "ssh.proto or ssh.software"
             }
         )));
-    } else {
-        return Err(RuleSyntax::TransformPlacement(name.into()));
-    };
-    if !items.is_empty() {
-        return Err(RuleSyntax::UnsupportedKeyword(format!(
-            "{name} after a keyword of its buffer"
-        )));
     }
-    xf.push(t);
+    if cx.http.is_none() && cx.tls.is_none() && !cx.dns_query {
+        return Err(RuleSyntax::TransformPlacement(name.into()));
+    }
+    // The keywords after it go to the buffer with the transforms so far
+    // (the ones before it stay on the buffer they were given to).
+    cx.xf.push(t);
+    cx.xf_pending = true;
+    if cx.dns_query {
+        // The instance the sticky keyword opened, if nothing went to it
+        // yet; else another one.
+        match cx.list {
+            Some(i) if rule.dns_query[i].items.is_empty() => rule.dns_query[i].xf = cx.xf.clone(),
+            _ => {
+                let responses = rule.dns_query.last().is_some_and(|q| q.responses);
+                rule.dns_query.push(super::DnsQuery {
+                    responses,
+                    xf: cx.xf.clone(),
+                    ..Default::default()
+                });
+                cx.list = Some(rule.dns_query.len() - 1);
+            }
+        }
+    } else {
+        cx.list = None;
+    }
     Ok(())
 }
 
@@ -1095,11 +1144,7 @@ pub(super) fn apply(
     // Suricata's `base64_data` is the rule's last buffer: a sticky buffer
     // after it (which would set one of these) is refused rather than
     // guessed. Rule keywords (`flow`, `xbits`, ...) may still follow.
-    cx.http = None;
-    cx.tls = None;
-    cx.dns_query = false;
-    cx.smtp_file = false;
-    cx.ssh = None;
+    cx.reset();
     apply_keyword(rule, name, val, cx)?;
     if cx.http.is_some()
         || cx.tls.is_some()
@@ -1150,7 +1195,7 @@ fn apply_keyword(
             if has(&rule.items)
                 || rule.http.iter().any(|l| has(&l.items))
                 || rule.tls.iter().any(|l| has(&l.items))
-                || rule.dns_query.as_ref().is_some_and(|q| has(&q.items))
+                || rule.dns_query.iter().any(|q| has(&q.items))
             {
                 return Err(RuleSyntax::UnsupportedKeyword("base64_decode twice".into()));
             }
@@ -1162,7 +1207,7 @@ fn apply_keyword(
             if !(has(&rule.items)
                 || rule.http.iter().any(|l| has(&l.items))
                 || rule.tls.iter().any(|l| has(&l.items))
-                || rule.dns_query.as_ref().is_some_and(|q| has(&q.items)))
+                || rule.dns_query.iter().any(|q| has(&q.items)))
             {
                 return Err(RuleSyntax::BadValue {
                     keyword: name.into(),
@@ -1298,10 +1343,7 @@ fn apply_keyword(
         // `dns.query`: the questions' names of requests; Suricata 8's
         // `dns.query.name` (`dns.queries.rrname`): of responses too.
         "dns.query" | "dns_query" | "dns.query.name" | "dns.queries.rrname" => {
-            cx.http = None;
-            cx.tls = None;
-            cx.smtp_file = false;
-            cx.ssh = None;
+            cx.reset();
             if rule.proto != Proto::Dns {
                 return Err(RuleSyntax::UnsupportedKeyword(format!(
                     "{name} on a {} rule",
@@ -1309,15 +1351,18 @@ fn apply_keyword(
                 )));
             }
             let responses = name.contains(".name") || name.contains("rrname");
-            let q = rule.dns_query.get_or_insert_with(|| super::DnsQuery {
-                responses,
-                ..Default::default()
-            });
-            if q.responses != responses {
+            if rule.dns_query.iter().any(|q| q.responses != responses) {
                 return Err(RuleSyntax::UnsupportedKeyword(format!(
                     "{name} with another query-name buffer"
                 )));
             }
+            // Each names one question's name: two may match two questions
+            // (Suricata 7's multi-buffer matching).
+            rule.dns_query.push(super::DnsQuery {
+                responses,
+                ..Default::default()
+            });
+            cx.list = Some(rule.dns_query.len() - 1);
             cx.dns_query = true;
         }
         // Conditions on a DNS message's header and questions (integers,
@@ -1342,13 +1387,7 @@ fn apply_keyword(
                 _ => d.rrtype = c,
             }
         }
-        "pkt_data" => {
-            cx.dns_query = false;
-            cx.http = None;
-            cx.tls = None;
-            cx.smtp_file = false;
-            cx.ssh = None;
-        }
+        "pkt_data" => cx.reset(),
         // The parts of an SSH identification string (`SSH-2.0-OpenSSH_9.6`:
         // `2.0`, `OpenSSH_9.6`), on `ssh` rules.
         "ssh.proto" | "ssh_proto" | "ssh.software" | "ssh_software" => {
@@ -1358,10 +1397,7 @@ fn apply_keyword(
                     rule.proto.name()
                 )));
             }
-            cx.dns_query = false;
-            cx.http = None;
-            cx.tls = None;
-            cx.smtp_file = false;
+            cx.reset();
             let sw = name.ends_with("software");
             if !rule.ssh.iter().any(|(b, _)| *b == sw) {
                 rule.ssh.push((sw, Vec::new()));
@@ -1371,9 +1407,7 @@ fn apply_keyword(
         // On an `smtp` rule, the decoded bytes of each attachment
         // ([`crate::smtp`]), as Suricata's `file_data` there.
         "file_data" | "file.data" if rule.proto == Proto::Smtp => {
-            cx.dns_query = false;
-            cx.http = None;
-            cx.tls = None;
+            cx.reset();
             rule.smtp_file.get_or_insert_with(Vec::new);
             cx.smtp_file = true;
         }
@@ -1558,25 +1592,19 @@ fn apply_keyword(
         }
         other if crate::http::STICKY.iter().any(|(k, _)| *k == other) => {
             to_http(rule, other)?;
+            cx.reset();
             cx.http = crate::http::STICKY
                 .iter()
                 .find(|(k, _)| *k == other)
                 .map(|x| x.1);
-            cx.dns_query = false;
-            cx.tls = None;
-            cx.smtp_file = false;
-            cx.ssh = None;
         }
         other if crate::tls::STICKY.iter().any(|(k, _)| *k == other) => {
             to_tls(rule, other)?;
+            cx.reset();
             cx.tls = crate::tls::STICKY
                 .iter()
                 .find(|(k, _)| *k == other)
                 .map(|x| x.1);
-            cx.dns_query = false;
-            cx.http = None;
-            cx.smtp_file = false;
-            cx.ssh = None;
         }
         other if crate::http::MODIFIERS.iter().any(|(k, _)| *k == other) => {
             let k = last(rule)?;
@@ -1618,15 +1646,16 @@ pub(super) fn validate(rule: &Rule) -> Result<(), RuleSyntax> {
         if c.is_relative() && c.is_absolute() {
             return Err(RuleSyntax::MixedPositioning(i + 1));
         }
-        // `endswith` combines with a window (ET Open has `within; endswith`).
-        if c.startswith && (c.is_relative() || c.is_absolute() || c.endswith) {
+        // `endswith` combines with a window (ET Open has `within; endswith`),
+        // and with `startswith` (the buffer is the content).
+        if c.startswith && (c.is_relative() || c.is_absolute()) {
             return Err(RuleSyntax::MixedPositioning(i + 1));
         }
         // Relative to nothing: the first payload keyword of a buffer.
         let first = |items: &[Item]| items.first() == Some(&Item::Content(i as u8));
         if c.is_relative()
             && (first(&rule.items)
-                || rule.dns_query.as_ref().is_some_and(|q| first(&q.items))
+                || rule.dns_query.iter().any(|q| first(&q.items))
                 || rule.http.iter().any(|l| first(&l.items))
                 || rule.tls.iter().any(|l| first(&l.items))
                 || rule.smtp_file.as_ref().is_some_and(|l| first(l))
@@ -1680,7 +1709,7 @@ pub(super) fn validate(rule: &Rule) -> Result<(), RuleSyntax> {
         && rule.tls.iter().all(|l| b64_last(&l.items))
         && rule.smtp_file.as_ref().is_none_or(|l| b64_last(l))
         && rule.ssh.iter().all(|(_, l)| b64_last(l))
-        && rule.dns_query.as_ref().is_none_or(|q| b64_last(&q.items)))
+        && rule.dns_query.iter().all(|q| b64_last(&q.items)))
     {
         return Err(RuleSyntax::UnsupportedKeyword(
             "keyword after base64_decode before base64_data".into(),

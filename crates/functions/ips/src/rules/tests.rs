@@ -568,26 +568,50 @@ fn dns_query_name_buffers() {
             &Vars::new(),
         )
     };
-    assert!(
-        r(r#"dns.query.name; content:"a";"#)
-            .unwrap()
-            .dns_query
-            .unwrap()
-            .responses
-    );
-    assert!(
-        r(r#"dns.queries.rrname; content:"a";"#)
-            .unwrap()
-            .dns_query
-            .unwrap()
-            .responses
-    );
-    assert!(
-        !r(r#"dns.query; content:"a";"#)
-            .unwrap()
-            .dns_query
-            .unwrap()
-            .responses
-    );
+    assert!(r(r#"dns.query.name; content:"a";"#).unwrap().dns_query[0].responses);
+    assert!(r(r#"dns.queries.rrname; content:"a";"#).unwrap().dns_query[0].responses);
+    assert!(!r(r#"dns.query; content:"a";"#).unwrap().dns_query[0].responses);
     assert!(r(r#"dns.query; content:"a"; dns.query.name; content:"b";"#).is_err());
+}
+
+/// Suricata folds `tls.cert_serial` contents to upper case and JA3 hash
+/// contents to lower case, as those buffers are printed; not after a
+/// transform (another buffer to Suricata).
+#[test]
+fn tls_serial_and_ja3_contents_are_folded() {
+    let r = |o: &str| {
+        parse_rule(
+            &format!("alert tls any any -> any any ({o} sid:1;)"),
+            &Vars::new(),
+        )
+        .unwrap()
+    };
+    assert_eq!(
+        r(r#"tls.cert_serial; content:"5c:19:b7";"#).contents[0].bytes,
+        b"5C:19:B7"
+    );
+    assert_eq!(
+        r(r#"ja3.hash; content:"F49DE2";"#).contents[0].bytes,
+        b"f49de2"
+    );
+    assert_eq!(r(r#"ja3s.hash; content:"AB";"#).contents[0].bytes, b"ab");
+    assert_eq!(r(r#"tls.sni; content:"AB";"#).contents[0].bytes, b"AB");
+    assert_eq!(
+        r(r#"tls.cert_serial; to_lowercase; content:"5c";"#).contents[0].bytes,
+        b"5c"
+    );
+}
+
+/// `startswith; endswith` on one content: the buffer is the content.
+#[test]
+fn startswith_and_endswith_together() {
+    let rule = parse_rule(
+        r#"alert http any any -> any any (http.method; content:"GET"; startswith; endswith; sid:1;)"#,
+        &Vars::new(),
+    )
+    .unwrap();
+    let items = &rule.http[0].items;
+    assert!(crate::inspect::inspect_items(&rule, items, b"GET", 0));
+    assert!(!crate::inspect::inspect_items(&rule, items, b"GETS", 0));
+    assert!(!crate::inspect::inspect_items(&rule, items, b"AGET", 0));
 }

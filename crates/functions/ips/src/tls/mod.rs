@@ -705,6 +705,13 @@ pub enum Buf {
 }
 
 impl Buf {
+    /// True for a buffer holding several values, matched one at a time
+    /// (Suricata's multi-buffers): named twice, each instance may match
+    /// another value.
+    pub fn is_multi(self) -> bool {
+        matches!(self, Buf::Certs | Buf::Alpn | Buf::SubjectAltName)
+    }
+
     /// Every buffer, in order (`ALL[b as usize] == b`).
     pub const ALL: [Buf; 15] = [
         Buf::Sni,
