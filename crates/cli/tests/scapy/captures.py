@@ -218,11 +218,12 @@ def main():
     # The tests of stream behaviours and payload keywords, and those of
     # application protocols, live in modules of their own.
     from captures_app import CAPTURES as APP
+    from captures_bytemath import CAPTURES as BYTEMATH
     from captures_stream import CAPTURES as STREAM
     from captures_xform import CAPTURES as XFORM
 
     every = dict(CAPTURES)
-    for more in (STREAM, APP, XFORM):
+    for more in (STREAM, APP, XFORM, BYTEMATH):
         assert not set(more) & set(every), set(more) & set(every)
         every.update(more)
     for name, build in every.items():

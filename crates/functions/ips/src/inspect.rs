@@ -183,6 +183,11 @@ impl Cx<'_> {
                 self.run(i + 1, after)
             }
             Item::ByteMath(m) => {
+                // More than 4 binary bytes: loaded, never matched
+                // (Suricata 7).
+                if m.ex.nbytes > 4 && !matches!(m.ex.read, Read::Str(_)) {
+                    return false;
+                }
                 let Some((v, after)) = self.read(&m.ex, prev) else {
                     return false;
                 };
@@ -193,6 +198,13 @@ impl Cx<'_> {
                 self.run(i + 1, after)
             }
             Item::IsDataAt(d) => {
+                // A variable of 100,000,000 or more is no data there
+                // (Suricata's bound; a wrapped subtraction is one).
+                if let Val::Var(v) = d.n {
+                    if self.vars[v as usize & (MAX_VARS - 1)] >= 100_000_000 {
+                        return d.negate && self.run(i + 1, prev);
+                    }
+                }
                 let n = self.val(d.n);
                 let len = self.data.len() as i64;
                 let there = if d.relative {
@@ -336,25 +348,20 @@ impl Cx<'_> {
             return None;
         }
         let b = &self.data[pos..pos + n];
+        let mut end = pos + n;
         let mut v: u64 = match ex.read {
             Read::Big => b.iter().fold(0u64, |a, &x| (a << 8) | x as u64),
             Read::Little => b.iter().rev().fold(0u64, |a, &x| (a << 8) | x as u64),
             Read::Str(radix) => {
-                let digits = b
-                    .iter()
-                    .take_while(|x| (**x as char).is_digit(radix))
-                    .count();
-                if digits == 0 {
-                    return None;
-                }
-                let s = std::str::from_utf8(&b[..digits]).ok()?;
-                u64::from_str_radix(s, radix).ok()?
+                let (v, used) = strtoull(b, radix)?;
+                end = pos + used;
+                v
             }
         };
         if let Some(m) = ex.bitmask {
             v = (v & m) >> m.trailing_zeros();
         }
-        Some((v, pos + n))
+        Some((v, end))
     }
 
     /// Where `byte_jump` lands (Suricata's detect-bytejump.c arithmetic).
@@ -377,6 +384,64 @@ impl Cx<'_> {
             return None;
         }
         Some(at.max(0) as usize)
+    }
+}
+
+/// C's `strtoull(b, &end, radix)` as Suricata's string reads call it: the
+/// value and the bytes it read, or `None` when no digit was read or the
+/// value overflows. Leading whitespace and a sign are read (a `-` negates,
+/// wrapping), and in base 16 an `0x` before the digits.
+fn strtoull(b: &[u8], radix: u32) -> Option<(u64, usize)> {
+    let mut i = b
+        .iter()
+        .take_while(|c| c.is_ascii_whitespace() || **c == 0x0b)
+        .count();
+    let neg = match b.get(i) {
+        Some(b'-') => {
+            i += 1;
+            true
+        }
+        Some(b'+') => {
+            i += 1;
+            false
+        }
+        _ => false,
+    };
+    let digit = |c: Option<&u8>| c.and_then(|c| (*c as char).to_digit(radix));
+    if radix == 16
+        && matches!(b.get(i..i + 2), Some(b"0x" | b"0X"))
+        && digit(b.get(i + 2)).is_some()
+    {
+        i += 2;
+    }
+    let start = i;
+    let mut v: u64 = 0;
+    while let Some(d) = digit(b.get(i)) {
+        v = v.checked_mul(radix as u64)?.checked_add(d as u64)?;
+        i += 1;
+    }
+    if i == start {
+        return None;
+    }
+    Some((if neg { v.wrapping_neg() } else { v }, i))
+}
+
+#[cfg(test)]
+mod strtoull_tests {
+    use super::strtoull;
+
+    #[test]
+    fn reads_as_c_does() {
+        assert_eq!(strtoull(b"12KB", 10), Some((12, 2)));
+        assert_eq!(strtoull(b" 42", 10), Some((42, 3)));
+        assert_eq!(strtoull(b"0x1234", 16), Some((0x1234, 6)));
+        assert_eq!(strtoull(b"0xg", 16), Some((0, 1)));
+        assert_eq!(strtoull(b"ff", 16), Some((255, 2)));
+        assert_eq!(strtoull(b"-1", 10), Some((u64::MAX, 2)));
+        assert_eq!(strtoull(b"+7", 8), Some((7, 2)));
+        assert_eq!(strtoull(b"x1", 10), None);
+        assert_eq!(strtoull(b" ", 10), None);
+        assert_eq!(strtoull(b"99999999999999999999999", 10), None);
     }
 }
 

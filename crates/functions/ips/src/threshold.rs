@@ -1,5 +1,5 @@
 //! `threshold` and `detection_filter`: which alerts of a rule are raised, counted
-//! per tracked key (source, destination, both, or the rule) over time windows, as
+//! per tracked key (source, destination, the address pair, the flow, or the rule) over time windows, as
 //! Suricata counts them (detect-engine-threshold.c).
 //!
 //! The counters are state like any other: one record per (rule, tracked key) in
@@ -127,15 +127,25 @@ impl Thresholds {
             let Some(t) = self.by_sid.get(&a.sid) else {
                 continue;
             };
-            let mut payload = [0u8; 37];
+            let mut payload = [0u8; 48];
             payload[..4].copy_from_slice(&a.sid.to_le_bytes());
             let (src, dst) = (a.flow.src.as_bytes(), a.flow.dst.as_bytes());
+            let (lo, hi) = if src <= dst { (src, dst) } else { (dst, src) };
+            // The flow either way: its canonical key.
+            let c = a.flow.canonical().0;
+            let (cs, cd) = (c.src.as_bytes(), c.dst.as_bytes());
+            let mut rest = [0u8; 9];
+            rest[..2].copy_from_slice(&c.src_port.to_le_bytes());
+            rest[2..4].copy_from_slice(&c.dst_port.to_le_bytes());
+            rest[4] = c.proto;
+            rest[5..].copy_from_slice(&c.zone.to_le_bytes());
             let mut n = 5;
             let parts: &[&[u8]] = match t.track {
                 Track::BySrc => &[src],
                 Track::ByDst => &[dst],
                 Track::ByRule => &[],
-                Track::ByBoth => &[src, dst],
+                Track::ByBoth => &[lo, hi],
+                Track::ByFlow => &[cs, cd, &rest],
             };
             payload[4] = t.track as u8;
             for p in parts {

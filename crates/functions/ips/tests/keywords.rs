@@ -413,6 +413,31 @@ fn thresholds_count_as_suricata_does() {
         ),
         2
     );
+    // An address pair either way is one pair (Suricata's IP pair); a flow
+    // either way one flow, another port another flow.
+    let back = udp_v4(S, C, 53, 5000, b"scan");
+    let pair = vec![from(C), back.clone(), udp_v4(C, S, 5001, 53, b"scan")];
+    assert_eq!(
+        count(
+            "threshold: type limit, track by_both, count 1, seconds 60",
+            &pair
+        ),
+        1
+    );
+    assert_eq!(
+        count(
+            "threshold: type limit, track by_flow, count 1, seconds 60",
+            &pair
+        ),
+        2
+    );
+    assert_eq!(
+        count(
+            "detection_filter: track by_flow, count 1, seconds 60",
+            &pair
+        ),
+        1
+    );
 }
 
 #[test]
@@ -499,7 +524,7 @@ fn thresholds_parse_or_name_their_problem() {
     assert_eq!(
         reason(
             "alert",
-            "threshold: type limit, track by_flow, count 1, seconds 5;"
+            "threshold: type limit, track by_fleet, count 1, seconds 5;"
         ),
         "error: bad value"
     );

@@ -294,8 +294,42 @@ fn byte_math_documented_examples() {
     assert!(!matches(rule, b"\x00\x05"));
     assert!(matches(rule, b"\x01\x05"));
     // Suricata's refusals, named.
+    // Suricata 7 loads these: a zero divisor never matches, nor do more than
+    // 4 binary bytes.
+    assert!(!matches(
+        "byte_math:bytes 1, offset 0, oper /, rvalue 0, result x;",
+        b"\x05"
+    ));
+    assert!(matches(
+        "byte_math:bytes 1, offset 0, oper -, rvalue 0, result x;",
+        b"\x05"
+    ));
+    assert!(!matches(
+        "byte_math:bytes 5, offset 0, oper +, rvalue 1, result x;",
+        b"\x00\x00\x00\x00\x01"
+    ));
+    assert!(matches(
+        "byte_math:bytes 5, offset 0, oper +, rvalue 1, string dec, result x;",
+        b"00001"
+    ));
+    // A string read ends after the characters C's strtoull took, where the
+    // next relative keyword starts; a leading space and `0x` are read.
+    let rule = "content:\"SIZE \"; byte_math:bytes 4, offset 0, oper +, rvalue 1, result v, string dec, relative; content:\"KB\"; distance:0; within:2;";
+    assert!(matches(rule, b"SIZE 12KB"));
+    assert!(matches(
+        "byte_math:bytes 6, offset 0, oper +, rvalue 1, string hex, result v; byte_test:1,=,v,6;",
+        b"0x0012\x13"
+    ));
+    assert!(matches(
+        "byte_math:bytes 3, offset 0, oper +, rvalue 1, string dec, result v; byte_test:1,=,v,3;",
+        b" 42\x2b"
+    ));
+    // A wrapped result is no data for isdataat (Suricata's bound).
+    let rule = "byte_math:bytes 1, offset 0, oper -, rvalue 4, result n; isdataat:n,relative;";
+    assert!(!matches(rule, b"\x02ab"));
+    let rule = "byte_math:bytes 1, offset 0, oper -, rvalue 4, result n; isdataat:!n,relative;";
+    assert!(matches(rule, b"\x02ab"));
     for opts in [
-        "byte_math:bytes 2, offset 0, oper -, rvalue 0, result x;",
         "byte_math:bytes 11, offset 0, oper -, rvalue 1, result x;",
         "byte_math:bytes 5, offset 0, oper <<, rvalue 1, result x;",
         "byte_math:bytes 2, offset 0, oper %, rvalue 1, result x;",

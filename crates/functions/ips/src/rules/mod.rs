@@ -605,6 +605,9 @@ pub enum RuleSyntax {
     /// A keyword Suricata does not have.
     #[error("unknown keyword \"{0}\"")]
     UnknownKeyword(String),
+    /// The file ends in a line continued with `\`.
+    #[error("the file ends inside a rule continued with a backslash")]
+    UnendedContinuation,
     /// A rule whose last transform no keyword follows (Suricata refuses it).
     #[error("a transform ends its buffer: no keyword inspects its output")]
     TransformLast,
@@ -786,6 +789,7 @@ impl RuleSyntax {
                     | S::WithinTooShort(_)
                     | S::TooManyContents => "content positioning",
                     S::UnterminatedQuote
+                    | S::UnendedContinuation
                     | S::MissingSemicolon
                     | S::NotQuoted(_)
                     | S::UnbalancedPipe
@@ -904,11 +908,27 @@ pub fn parse_rules(text: &str, file: &str, vars: &Vars) -> (Vec<Rule>, Vec<RuleE
     let file_arc: Arc<str> = file.into();
     let mut rules: Vec<Rule> = Vec::new();
     let mut errors = Vec::new();
+    // A rule may go on over several lines, each but the last ending in `\`
+    // (Suricata's loader: the backslash is dropped, the next line appended
+    // as it is).
+    let mut joined = String::new();
+    let mut first = 0;
     for (n, raw) in text.lines().enumerate() {
-        let line = raw.trim();
-        if line.is_empty() || line.starts_with('#') {
+        if joined.is_empty() {
+            let line = raw.trim();
+            if line.is_empty() || line.starts_with('#') {
+                continue;
+            }
+            first = n;
+        }
+        let piece = raw.trim_end();
+        if let Some(head) = piece.strip_suffix('\\') {
+            joined.push_str(head);
             continue;
         }
+        joined.push_str(piece);
+        let line = std::mem::take(&mut joined);
+        let (line, n) = (line.trim(), first);
         match parse_rule(line, vars) {
             Ok(mut r) => {
                 if rules.iter().any(|o| o.sid == r.sid) {
@@ -929,6 +949,15 @@ pub fn parse_rules(text: &str, file: &str, vars: &Vars) -> (Vec<Rule>, Vec<RuleE
                 msg,
             }),
         }
+    }
+    if !joined.is_empty() {
+        // The file ends inside a continued rule (Suricata drops it
+        // silently).
+        errors.push(RuleError {
+            file: file.into(),
+            line: first + 1,
+            msg: RuleSyntax::UnendedContinuation,
+        });
     }
     (rules, errors)
 }

@@ -799,8 +799,10 @@ pub enum Track {
     ByDst,
     /// All matches of the rule.
     ByRule,
-    /// Per source and destination pair.
+    /// Per pair of addresses, either way (Suricata's IP pair).
     ByBoth,
+    /// Per flow, both directions (Suricata 8).
+    ByFlow,
 }
 
 /// `threshold:` / `detection_filter:`. A window starts with a match and lasts
@@ -847,6 +849,7 @@ impl Threshold {
                         "by_dst" => Track::ByDst,
                         "by_rule" => Track::ByRule,
                         "by_both" => Track::ByBoth,
+                        "by_flow" => Track::ByFlow,
                         _ => return None,
                     })
                 }

@@ -764,8 +764,9 @@ pub(crate) fn byte_math(v: &str, vars: &mut Vec<String>) -> Result<ByteMath, Rul
             }
             "rvalue" => {
                 rvalue = Some(match arg.parse::<u64>() {
-                    Ok(n) if (1..=u32::MAX as u64).contains(&n) => Val::Lit(n as i64),
-                    Ok(_) => return Err(why(format!("rvalue `{arg}` is not 1 to 4294967295"))),
+                    // Suricata 7.0 loads 0 (a division by it never matches).
+                    Ok(n) if n <= u32::MAX as u64 => Val::Lit(n as i64),
+                    Ok(_) => return Err(why(format!("rvalue `{arg}` is over 4294967295"))),
                     Err(_) => match vars.iter().position(|x| x == arg) {
                         Some(i) => Val::Var(i as u8),
                         None => {
@@ -829,11 +830,8 @@ pub(crate) fn byte_math(v: &str, vars: &mut Vec<String>) -> Result<ByteMath, Rul
     ex.offset = Val::Lit(o as i64);
     ex.read = match string {
         Some(base) => Read::Str(base),
-        None if n > 8 => {
-            // Suricata loads it and never matches: 9 or 10 binary bytes
-            // do not fit its 64 bits.
-            return Err(unsupported(format!("byte_math bytes {n} without string")));
-        }
+        // More than 4 binary bytes load and never match (Suricata 7), as
+        // the evaluation has it.
         None => endian.unwrap_or(Read::Big),
     };
     Ok(ByteMath {

@@ -615,3 +615,23 @@ fn startswith_and_endswith_together() {
     assert!(!crate::inspect::inspect_items(&rule, items, b"GETS", 0));
     assert!(!crate::inspect::inspect_items(&rule, items, b"AGET", 0));
 }
+
+/// A rule continued over lines ending in `\`, as Suricata's loader reads
+/// it (the backslash dropped, the next line appended).
+#[test]
+fn rules_continued_over_lines() {
+    let text = "# a comment\nalert tcp any any -> any any (msg:\"two \\\n  lines\"; content:\"a\"; \\\n sid:1;)\nalert tcp any any -> any any (content:\"b\"; sid:2;)\r\n";
+    let (rules, errors) = parse_rules(text, "t.rules", &Vars::new());
+    assert!(errors.is_empty(), "{errors:?}");
+    assert_eq!(rules.len(), 2);
+    assert_eq!(&*rules[0].msg, "two   lines");
+    assert_eq!((rules[0].line, rules[1].line), (2, 5));
+    // A file ending inside a continued rule: named, not silently lost.
+    let (rules, errors) = parse_rules(
+        "alert tcp any any -> any any (sid:1;) \\\n",
+        "t.rules",
+        &Vars::new(),
+    );
+    assert!(rules.is_empty());
+    assert_eq!(errors[0].msg, RuleSyntax::UnendedContinuation);
+}
