@@ -483,6 +483,9 @@ pub struct Ips {
     dns_names: Vec<u8>,
     /// Where each name is in `dns_names`.
     dns_spans: Vec<(u32, u32)>,
+    /// Where a response's record names are in `dns_names`, each with its
+    /// section and whether it is a record's data (`section << 1 | data`).
+    dns_recs: Vec<(u32, u32, u8)>,
     /// An HTTP message's buffers, reused.
     http_bufs: http::Buffers,
     /// What the SMTP reader found in a packet's bytes (reused).
@@ -650,6 +653,7 @@ impl Ips {
             buf: Vec::new(),
             dns_names: Vec::new(),
             dns_spans: Vec::new(),
+            dns_recs: Vec::new(),
             http_bufs: http::Buffers::default(),
             smtp_out: smtp::mime::Output::default(),
             inflaters: Default::default(),

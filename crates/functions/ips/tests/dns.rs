@@ -587,8 +587,8 @@ fn et_open_dns_rules_fire_on_crafted_queries() {
 fn other_dns_keywords_stay_skipped_with_their_name() {
     for (opts, reason) in [
         (
-            r#"dns.answer.name; content:"a";"#,
-            "keyword dns.answer.name",
+            r#"dns.answer.name; content:"a"; http.uri;"#,
+            "keyword http.uri on a dns rule",
         ),
         (
             r#"dns.query; content:"a"; to_lowercase;"#,
@@ -845,4 +845,82 @@ fn dns_query_named_twice_may_match_two_questions() {
     let rule = r#"alert dns any any -> any any (dns.query; to_uppercase; content:"EVIL"; dns.query; content:"EVIL"; sid:1;)"#;
     assert!(sids(&[rule], &[udp_query(&["evil.example"], 53)]).is_empty());
     assert_eq!(sids(&[rule], &[udp_query(&["EVIL.example"], 53)]), vec![1]);
+}
+
+/// A response for `a.example`: answers CNAME `b.example` (owner: a pointer
+/// to the question) and MX 10 `mx.example`, authority SOA whose primary
+/// server is `ns1.example`, additional A `glue.example`.
+fn records_response() -> Vec<u8> {
+    let rr = |owner: &[u8], ty: u16, data: &[u8]| {
+        let mut r = owner.to_vec();
+        r.extend_from_slice(&ty.to_be_bytes());
+        r.extend_from_slice(&[0, 1, 0, 0, 0, 60]);
+        r.extend_from_slice(&(data.len() as u16).to_be_bytes());
+        r.extend_from_slice(data);
+        r
+    };
+    let q = [0xc0, 12];
+    let mut body = question("a.example");
+    body.extend(rr(&q, 5, &wire_name("b.example")));
+    body.extend(rr(
+        &wire_name("b.example"),
+        15,
+        &[[0, 10].as_slice(), &wire_name("mx.example")].concat(),
+    ));
+    let mut soa = wire_name("ns1.example");
+    soa.extend(wire_name("admin.example"));
+    soa.extend_from_slice(&[0; 20]);
+    body.extend(rr(&wire_name("example"), 6, &soa));
+    body.extend(rr(&wire_name("glue.example"), 1, &[192, 0, 2, 1]));
+    message(0x8180, [1, 2, 1, 1], &body)
+}
+
+#[test]
+fn response_record_names() {
+    let resp = udp_v4(S, C, 53, 40000, &records_response());
+    let fires = |opts: &str| {
+        let rule = format!("alert dns any any -> any any ({opts} sid:1;)");
+        sids(&[&rule], std::slice::from_ref(&resp)) == vec![1]
+    };
+    // dns.response.rrname: questions, owners and name data in every section.
+    for (name, all, answers, auth, add) in [
+        ("a.example", true, true, false, false),
+        ("b.example", true, true, false, false),
+        ("mx.example", true, false, false, false),
+        ("ns1.example", true, false, false, false),
+        ("glue.example", true, false, false, true),
+        ("admin.example", false, false, false, false),
+    ] {
+        let c = format!("content:\"{name}\"; startswith; endswith;");
+        assert_eq!(fires(&format!("dns.response.rrname; {c}")), all, "{name}");
+        assert_eq!(
+            fires(&format!("dns.answers.rrname; {c}")),
+            answers,
+            "{name}"
+        );
+        assert_eq!(
+            fires(&format!("dns.authorities.rrname; {c}")),
+            auth,
+            "{name}"
+        );
+        assert_eq!(
+            fires(&format!("dns.additionals.rrname; {c}")),
+            add,
+            "{name}"
+        );
+    }
+    // The SOA's owner is the authority's name.
+    assert!(fires(
+        "dns.authorities.rrname; content:\"example\"; startswith; endswith;"
+    ));
+    // Requests have no records: nothing to match.
+    assert!(sids(
+        &["alert dns any any -> any any (dns.response.rrname; content:\"a.example\"; sid:1;)"],
+        &[udp_query(&["a.example"], 53)]
+    )
+    .is_empty());
+    // Each instance on its own record; transforms apply.
+    assert!(fires(
+        "dns.response.rrname; content:\"mx.\"; dns.response.rrname; to_uppercase; content:\"NS1\";"
+    ));
 }

@@ -157,6 +157,27 @@ impl Ips {
                 spans.push((a, names.len() as u32));
             }
         }
+        // A response's record names, after the questions', each tagged
+        // with its section and whether it is a record's data.
+        let mut recs = std::mem::take(&mut self.dns_recs);
+        recs.clear();
+        if !msg.is_request() && self.engine.dns.record_names {
+            let mut push = |at: u32, tag: u8, names: &mut Vec<u8>| {
+                let a = names.len() as u32;
+                names.push(b'.');
+                msg.write_name_at(at, names);
+                recs.push((a, names.len() as u32, tag));
+            };
+            for q in msg.questions() {
+                push(q.name_at, 0, &mut names);
+            }
+            msg.each_record(|section, owner, data| {
+                push(owner, section << 1, &mut names);
+                if let Some(d) = data {
+                    push(d, section << 1 | 1, &mut names);
+                }
+            });
+        }
         let mut cands = std::mem::take(&mut self.cands);
         cands.clear();
         if self.prefilter {
@@ -187,11 +208,18 @@ impl Ips {
                 // The names are written with a `.` before them, what
                 // `dotprefix` alone inspects.
                 let dot = q.xf.is_dotprefix();
-                spans.iter().any(|&(a, b)| {
+                let mut one = |a: u32, b: u32| {
                     let name = &names[a as usize + usize::from(!dot)..b as usize];
                     let name = if dot { name } else { q.xf.apply(name, xf) };
                     inspect::inspect_items(r, &q.items, name, 0)
-                })
+                };
+                match q.records {
+                    None => spans.iter().any(|&(a, b)| one(a, b)),
+                    Some(which) => recs
+                        .iter()
+                        .filter(|&&(_, _, tag)| which.holds(tag >> 1, tag & 1 == 1))
+                        .any(|&(a, b, _)| one(a, b)),
+                }
             });
             if !ok {
                 continue;
@@ -206,6 +234,7 @@ impl Ips {
         self.cands = cands;
         self.dns_names = names;
         self.dns_spans = spans;
+        self.dns_recs = recs;
         drop
     }
 }

@@ -299,6 +299,52 @@ impl<'a> Message<'a> {
         &self.questions[..self.nq as usize]
     }
 
+    /// Calls `f(section, rrname, rdata_name)` for each resource record of
+    /// the answer (section 1), authority (2) and additional (3) sections:
+    /// the offsets of its owner name and, when its data is a name (CNAME,
+    /// PTR, NS, MX's exchange, SOA's primary server), of that name.
+    pub fn each_record(&self, mut f: impl FnMut(u8, u32, Option<u32>)) {
+        let h = self.header();
+        let mut pos = field::HEADER_LEN;
+        // Every name was walked by `parse`: the walks below cannot fail.
+        for _ in 0..self.nq {
+            let Ok(end) = walk_name(self.buf, pos, None) else {
+                return;
+            };
+            pos = end + 4;
+        }
+        let counts = [h.ancount(), h.nscount(), h.arcount()];
+        for (i, n) in counts.into_iter().enumerate() {
+            for _ in 0..n {
+                let Ok(end) = walk_name(self.buf, pos, None) else {
+                    return;
+                };
+                let Some(fx) = self.buf.get(end..end + 10) else {
+                    return;
+                };
+                let rtype = be16(fx, 0..2);
+                let rdlen = be16(fx, 8..10) as usize;
+                let rdata = end + 10;
+                let name = match rtype {
+                    // CNAME, PTR, NS, SOA: the data starts with a name.
+                    5 | 12 | 2 | 6 => Some(rdata),
+                    // MX: a preference, then the exchange.
+                    15 if rdlen > 2 => Some(rdata + 2),
+                    _ => None,
+                }
+                .filter(|&at| walk_name(self.buf, at, None).is_ok_and(|e| e <= rdata + rdlen));
+                f(i as u8 + 1, pos as u32, name.map(|a| a as u32));
+                pos = rdata + rdlen;
+            }
+        }
+    }
+
+    /// Appends the name at `at` (an offset [`Message::each_record`] gave) to
+    /// `out` in dotted form.
+    pub fn write_name_at(&self, at: u32, out: &mut Vec<u8>) {
+        let _ = walk_name(self.buf, at as usize, Some(out));
+    }
+
     /// Appends `q`'s name to `out` in dotted form without the trailing dot
     /// (the root is empty).
     pub fn write_name(&self, q: &Question, out: &mut Vec<u8>) {

@@ -25,6 +25,9 @@ pub struct DnsRules {
     /// A rule inspects responses' question names (`dns.query.name`): the
     /// names are then written for responses too.
     pub names_of_responses: bool,
+    /// A rule inspects a response's record names (`dns.response.rrname`,
+    /// ...): they are then written too.
+    pub record_names: bool,
 }
 
 /// The longest positive content of `items`, with its index.
@@ -83,13 +86,14 @@ impl DnsRules {
             }
             d.all.push(ri as u32);
             d.names_of_responses |= r.dns_query.iter().any(|q| q.responses);
+            d.record_names |= r.dns_query.iter().any(|q| q.records.is_some());
             // The longest content of any instance: each must match some
             // name. The names searched are not transformed (a `.` before
             // them is already there).
             let on_name = r
                 .dns_query
                 .iter()
-                .filter(|q| q.xf.prefilterable())
+                .filter(|q| q.xf.prefilterable() && q.records.is_none())
                 .filter_map(|q| longest(&q.items, &r.contents))
                 .max_by_key(|(_, c)| c.bytes.len());
             let (sets, (k, c)) = match on_name {

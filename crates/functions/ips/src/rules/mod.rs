@@ -391,6 +391,38 @@ pub struct DnsQuery {
     /// The names of responses' questions too (`dns.query.name`), not only
     /// requests' (`dns.query`).
     pub responses: bool,
+    /// A response's record names instead of questions' (Suricata 8's
+    /// `dns.response.rrname`, `dns.answers.rrname`, ...).
+    pub records: Option<DnsRecords>,
+}
+
+/// Which names of a DNS response a buffer holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DnsRecords {
+    /// `dns.response.rrname`: the questions' names, then each record's
+    /// owner name and its data when that is a name (CNAME, PTR, NS, MX,
+    /// SOA), in every section.
+    All,
+    /// `dns.answers.rrname` (and `dns.answer.name`): the answers' owner
+    /// names.
+    Answers,
+    /// `dns.authorities.rrname`.
+    Authorities,
+    /// `dns.additionals.rrname`.
+    Additionals,
+}
+
+impl DnsRecords {
+    /// True if a name of `section` (0: a question, 1-3: answer, authority,
+    /// additional record), data name if `rdata`, is in the buffer.
+    pub fn holds(self, section: u8, rdata: bool) -> bool {
+        match self {
+            DnsRecords::All => true,
+            DnsRecords::Answers => section == 1 && !rdata,
+            DnsRecords::Authorities => section == 2 && !rdata,
+            DnsRecords::Additionals => section == 3 && !rdata,
+        }
+    }
 }
 
 /// A DNS rule's conditions on the message's header and questions

@@ -257,7 +257,11 @@ pub const KEYWORDS: &[(&str, Status)] = &[
     ("tls.subjectaltname", E),
     ("ja4.hash", U),
     ("dns.opcode", E),
-    ("dns.answer.name", U),
+    ("dns.answer.name", E),
+    ("dns.answers.rrname", E),
+    ("dns.authorities.rrname", E),
+    ("dns.additionals.rrname", E),
+    ("dns.response.rrname", E),
     ("dns.query.name", E),
     ("dns.queries.rrname", E),
     ("dns.rrtype", E),
@@ -1119,9 +1123,13 @@ fn transform(
         match cx.list {
             Some(i) if rule.dns_query[i].items.is_empty() => rule.dns_query[i].xf = cx.xf.clone(),
             _ => {
-                let responses = rule.dns_query.last().is_some_and(|q| q.responses);
+                let (responses, records) = rule
+                    .dns_query
+                    .last()
+                    .map_or((false, None), |q| (q.responses, q.records));
                 rule.dns_query.push(super::DnsQuery {
                     responses,
+                    records,
                     xf: cx.xf.clone(),
                     ..Default::default()
                 });
@@ -1354,7 +1362,11 @@ fn apply_keyword(
                 )));
             }
             let responses = name.contains(".name") || name.contains("rrname");
-            if rule.dns_query.iter().any(|q| q.responses != responses) {
+            if rule
+                .dns_query
+                .iter()
+                .any(|q| q.responses != responses && q.records.is_none())
+            {
                 return Err(RuleSyntax::UnsupportedKeyword(format!(
                     "{name} with another query-name buffer"
                 )));
@@ -1363,6 +1375,33 @@ fn apply_keyword(
             // (Suricata 7's multi-buffer matching).
             rule.dns_query.push(super::DnsQuery {
                 responses,
+                ..Default::default()
+            });
+            cx.list = Some(rule.dns_query.len() - 1);
+            cx.dns_query = true;
+        }
+        // A response's record names (Suricata 8), each a multi-buffer.
+        "dns.response.rrname"
+        | "dns.answers.rrname"
+        | "dns.answer.name"
+        | "dns.authorities.rrname"
+        | "dns.additionals.rrname" => {
+            cx.reset();
+            if rule.proto != Proto::Dns {
+                return Err(RuleSyntax::UnsupportedKeyword(format!(
+                    "{name} on a {} rule",
+                    rule.proto.name()
+                )));
+            }
+            let records = match name {
+                "dns.response.rrname" => super::DnsRecords::All,
+                "dns.authorities.rrname" => super::DnsRecords::Authorities,
+                "dns.additionals.rrname" => super::DnsRecords::Additionals,
+                _ => super::DnsRecords::Answers,
+            };
+            rule.dns_query.push(super::DnsQuery {
+                responses: true,
+                records: Some(records),
                 ..Default::default()
             });
             cx.list = Some(rule.dns_query.len() - 1);
