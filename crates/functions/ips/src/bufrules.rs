@@ -31,15 +31,20 @@ use crate::rules::{Content, Item, Proto, Rule};
 use crate::transform::{Scratch, Transforms};
 
 /// Whether a rule's keywords `items` on one buffer match `buf`, inspected
-/// after the list's transforms `xf` (`s`: scratch space).
+/// after the list's transforms `xf` (`s`: scratch space). `buf` is the
+/// buffer from position `base` on (a body's window; absolute positions and
+/// `bsize` count from the buffer's start; a transformed window's from its
+/// own).
 pub(crate) fn list_matches(
     r: &Rule,
     items: &[Item],
     xf: &Transforms,
     buf: &[u8],
+    base: u64,
     s: &mut Scratch,
 ) -> bool {
-    inspect::inspect_items(r, items, xf.apply(buf, s), 0)
+    let base = if xf.is_empty() { base } else { 0 };
+    inspect::inspect_items(r, items, xf.apply(buf, s), base)
 }
 
 /// A rule's keyword list on one buffer as a prefilter sees it: its group,

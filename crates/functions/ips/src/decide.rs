@@ -7,7 +7,7 @@ use sluice_nf::batch::{BatchNf, Pass, Read, Record};
 use sluice_nf::{Alert, AlertAction, Batch, Ctx, Event, Packet, StreamChunk, Streams};
 use sluice_state::{DecodeError, Key, Ops};
 use sluice_wire::parse::L4;
-use sluice_wire::tcp::flags::{ACK, SYN};
+use sluice_wire::tcp::flags::{ACK, FIN, RST, SYN};
 use sluice_wire::FlowKey;
 
 use crate::engine::{self, FlowState, Header, BLOCKED, PASSED, SEEN_FWD, SEEN_REV};
@@ -359,12 +359,17 @@ impl Ips {
             let Some(c) = streams.chunks.get(i).copied().flatten() else {
                 continue;
             };
-            if c.is_empty() || !p.is_live() {
+            if !p.is_live() {
                 continue;
             }
             let d = if c.to_server { 0 } else { 1 };
             let e = &pass.recs[ei];
             let Some(st) = &e.cur else { continue };
+            // A packet without bytes needs the body it ends, if it ends one.
+            if c.is_empty() && !(self.http_eof(p, st, &c) && st.pend[d].kind == pending::HTTP_BODY)
+            {
+                continue;
+            }
             if !st.pend[d].has_blob() || self.pend.has(ei, d) {
                 continue;
             }
@@ -508,6 +513,17 @@ impl Ips {
             return drop;
         };
         if c.is_empty() {
+            // The direction's stream ends: an HTTP body being received ends
+            // with it, and the rules waiting for it inspect it.
+            if self.http_eof(p, st, &c) && st.pend[d].kind == pending::HTTP_BODY {
+                let end = st.pend[d].end as u64;
+                if self.http_stream(st, d, &hdr, p, ctx.events, &[], (end, false, true)) {
+                    return true;
+                }
+                if st.flags & (BLOCKED | PASSED) != 0 {
+                    return false;
+                }
+            }
             // No new stream bytes (a retransmission, a segment held out of
             // order): the packetwise rules still inspect its payload, as
             // Suricata inspects every packet's.
@@ -617,7 +633,18 @@ impl Ips {
         if st.flags & (BLOCKED | PASSED) != 0 || self.engine.http.is_empty() {
             return false;
         }
-        self.http_stream(st, d, hdr, p, ctx.events, data, (base, c.gap))
+        let eof = self.http_eof(p, st, &c);
+        self.http_stream(st, d, hdr, p, ctx.events, data, (base, c.gap, eof))
+    }
+
+    /// True if packet `p`, carrying chunk `c`, ends its direction's stream
+    /// (a FIN or a reset from its sender) while an HTTP rule waits for a
+    /// body's end ([`http::eval::waits_for_body`]).
+    fn http_eof(&self, p: &Packet, st: &FlowState, c: &StreamChunk) -> bool {
+        self.http_waits_any
+            && !c.peer
+            && p.meta.tcp_flags & (FIN | RST) != 0
+            && st.http.iter().any(|h| h.in_body())
     }
 
     /// Matches a datagram's payload on its own; only the flow flags persist.

@@ -215,7 +215,10 @@ impl Cx<'_> {
                 there != d.negate && self.run(i + 1, prev)
             }
             Item::Bsize(c) => {
-                let len = u32::try_from(self.data.len()).unwrap_or(u32::MAX);
+                // The whole buffer's size: a window's bytes and those
+                // before it (Suricata's `inspect_offset`).
+                let len =
+                    u32::try_from(self.data.len() as i64 + self.base.max(0)).unwrap_or(u32::MAX);
                 c.matches(len) && self.run(i + 1, prev)
             }
             Item::HttpEvent(e) => e.raised(self.data) && self.run(i + 1, prev),

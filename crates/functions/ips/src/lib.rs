@@ -421,6 +421,9 @@ pub struct Counters {
     /// HTTP responses whose body is compressed (`gzip`, `deflate`) and
     /// inflated for body rules ([`http::inflate`]).
     pub http_inflated_bodies: u64,
+    /// HTTP bodies that reached the body limit: the bytes past it are not
+    /// inspected, as in Suricata ([`http::body`]).
+    pub http_body_limited: u64,
     /// Inflaters rebuilt from the compressed bytes the store keeps (a body
     /// continued on another instance, or evicted from the cache).
     pub http_inflate_rebuilds: u64,
@@ -507,6 +510,8 @@ pub struct Ips {
     /// Per rule: it inspects a body only once the body is whole or big
     /// enough ([`http::eval::waits_for_body`]).
     http_waits: Vec<bool>,
+    /// Some rule waits for bodies: a FIN or reset ends one.
+    http_waits_any: bool,
     /// True if a loaded rule names a body buffer.
     http_body_rules: bool,
     /// The message being received in the packet's direction ([`http::body`]).
@@ -623,11 +628,12 @@ impl Ips {
         let engine = Engine::new(rules).map_err(ConfigError::Compile)?;
         let http_kind: Vec<u8> = engine.rules.iter().map(http::eval::kind).collect();
         let http_body_rules = http_kind.iter().any(|k| k & http::eval::BODY != 0);
-        let http_waits = engine
+        let http_waits: Vec<bool> = engine
             .rules
             .iter()
             .map(http::eval::waits_for_body)
             .collect();
+        let http_waits_any = http_waits.iter().any(|&w| w);
         let nrules = engine.rules.len();
         Ok(Ips {
             engine,
@@ -663,6 +669,7 @@ impl Ips {
             http_body_limit: http::body::DEFAULT_LIMIT,
             http_kind,
             http_waits,
+            http_waits_any,
             http_body_rules,
             http_acc: Default::default(),
             http_extra: Vec::new(),
@@ -912,6 +919,7 @@ impl NetworkFunction for Ips {
             ("ips_pending_lost", c.pending_lost),
             ("ips_http_head_reused", c.http_head_reused),
             ("ips_http_inflated_bodies", c.http_inflated_bodies),
+            ("ips_http_body_limited", c.http_body_limited),
             ("ips_http_inflate_rebuilds", c.http_inflate_rebuilds),
             ("ips_http_inflate_errors", c.http_inflate_errors),
             ("ips_http_inflate_capped", c.http_inflate_capped),

@@ -371,24 +371,34 @@ fn a_growing_body_is_appended_to_the_store() {
 
 #[test]
 fn the_body_limit_is_honoured() {
-    // Limit 64: the signature at body offset 90 lies past it. Split across
-    // two segments there it is not seen (bytes past the limit are
-    // inspected per packet)...
+    // Limit 64: the signature at body offset 90 lies past it. As in
+    // Suricata, which keeps no body past its limit, it is not seen, however
+    // the body is cut (whole in a packet past the limit, or in the packet
+    // crossing it)...
     let req = post();
     let head = req.len() - 200;
     let small = || ips_limit(&[BODY_RULE], 64);
-    let (a, b) = both(small, &upload(&req, &[head + 95]));
-    assert!(a.is_empty() && b.is_empty(), "{a:?} {b:?}");
-    // ...whole in one packet past the limit it is, once...
-    let (a, b) = both(small, &upload(&req, &[head + 40, head + 80]));
-    assert_eq!((a, b), (vec![1], vec![1]));
-    // ...and whole in the packet crossing the limit it is (that packet's
-    // bytes past the limit are inspected after the kept body)...
-    let (a, b) = both(small, &upload(&req, &[head + 40, head + 105]));
-    assert_eq!((a, b), (vec![1], vec![1]));
-    // ...but not split between that packet and the next.
-    let (a, b) = both(small, &upload(&req, &[head + 40, head + 95]));
-    assert!(a.is_empty() && b.is_empty(), "{a:?} {b:?}");
+    for cuts in [
+        vec![head + 95],
+        vec![head + 40, head + 80],
+        vec![head + 40, head + 105],
+        vec![head + 40, head + 95],
+        vec![],
+    ] {
+        let (a, b) = both(small, &upload(&req, &cuts));
+        assert!(a.is_empty() && b.is_empty(), "{cuts:?}: {a:?} {b:?}");
+    }
+    // ...while one within the limit is, and a rule waiting for the whole
+    // body inspects the body up to the limit when it is reached.
+    let early = r#"alert http any any -> any any (msg:"e"; flow:established,to_server; http.request_body; content:"aaaa"; startswith; sid:2;)"#;
+    let whole = r#"alert http any any -> any any (msg:"w"; flow:established,to_server; http.request_body; bsize:64; sid:3;)"#;
+    let (a, b) = both(
+        || ips_limit(&[BODY_RULE, early, whole], 64),
+        &upload(&req, &[head + 40, head + 80]),
+    );
+    assert_eq!((a, b), (vec![2, 3], vec![2, 3]));
+    let (_, _, c) = common::run_each(ips_limit(&[BODY_RULE], 64), &upload(&req, &[head + 80]));
+    assert_eq!(c.http_body_limited, 1);
     // Within the limit, split, it fires.
     let big = || ips_limit(&[BODY_RULE], 128);
     let (a, b) = both(big, &upload(&req, &[head + 95]));
@@ -810,4 +820,76 @@ fn rules_on_the_whole_body_wait_for_it() {
         1_000_000_000,
     );
     assert_eq!(alerts.len(), 1);
+}
+
+/// A body read to the connection's close, or cut short by it, ends with the
+/// sender's FIN or a reset: the rules waiting for the whole body inspect
+/// it then, once, as Suricata does at the stream's end.
+#[test]
+fn a_body_ended_by_the_close_is_inspected_at_the_fin() {
+    use sluice_wire::tcp::flags::{FIN, RST};
+    let get = b"GET / HTTP/1.0\r\n\r\n".to_vec();
+    let resp = b"HTTP/1.0 200 OK\r\n\r\nstream-start;LEAKED-SECRET;stream-end".to_vec();
+    let h = resp.len() - 37;
+    let rules = [
+        r#"alert http any any -> any any (msg:"w"; flow:to_client; file_data; bsize:37; sid:41;)"#,
+        r#"alert http any any -> any any (msg:"p"; flow:to_client; file_data; bsize:13; sid:42;)"#,
+        r#"alert http any any -> any any (msg:"n"; flow:to_client; file_data; content:"stream-start"; content:!"SECRET"; sid:43;)"#,
+        r#"alert http any any -> any any (msg:"c"; flow:to_client; file_data; content:"LEAKED"; sid:44;)"#,
+    ];
+    let body_then = |end: u8| {
+        let mut f = conn(&[
+            (true, get.clone()),
+            (false, resp[..h + 13].to_vec()),
+            (false, resp[h + 13..].to_vec()),
+        ]);
+        let sseq = 9001 + resp.len() as u32;
+        let cseq = 1001 + get.len() as u32;
+        f.push(tcp_v4(S, C, 80, 40000, sseq, cseq, end | ACK, &[]));
+        f
+    };
+    for end in [FIN, RST] {
+        let (mut a, mut b) = both(|| ips(&rules), &body_then(end));
+        a.sort_unstable();
+        b.sort_unstable();
+        assert_eq!((a, b), (vec![41, 44], vec![41, 44]), "end flags {end:#x}");
+    }
+    // Without the FIN the body has not ended: only the content rule fired.
+    let mut f = body_then(FIN);
+    f.pop();
+    let (a, b) = both(|| ips(&rules), &f);
+    assert_eq!((a, b), (vec![44], vec![44]));
+    // A body its Content-Length says is longer, cut short by the FIN: the
+    // bytes there are the body.
+    let post =
+        b"POST /u HTTP/1.1\r\nHost: a\r\nContent-Length: 100\r\n\r\nonly-27-bytes-of-the-body!!"
+            .to_vec();
+    let short = r#"alert http any any -> any any (msg:"t"; flow:to_server; http.request_body; content:"body!!"; endswith; bsize:27; sid:45;)"#;
+    let mut f = conn(&[(true, post.clone())]);
+    f.push(tcp_v4(
+        C,
+        S,
+        40000,
+        80,
+        1001 + post.len() as u32,
+        9001,
+        FIN | ACK,
+        &[],
+    ));
+    let (a, b) = both(|| ips(&[short]), &f);
+    assert_eq!((a, b), (vec![45], vec![45]));
+    // The FIN in the packet carrying the body's last bytes.
+    let mut f = conn(&[(true, post[..60].to_vec())]);
+    f.push(tcp_v4(
+        C,
+        S,
+        40000,
+        80,
+        1061,
+        9001,
+        FIN | ACK | PSH,
+        &post[60..],
+    ));
+    let (a, b) = both(|| ips(&[short]), &f);
+    assert_eq!((a, b), (vec![45], vec![45]));
 }

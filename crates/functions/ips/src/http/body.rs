@@ -19,16 +19,18 @@
 //! packet: they depend on the head's bytes only. Layout:
 //! `[flags u8][nfired u8][nfired × rule u32][nfound u8][nfound × rule u32]
 //! ([nhead u8][nhead × rule u32] with flag HEAD_KNOWN)
-//! [head_len u32][head][body]`, integers little-endian. A blob written
+//! [head_len u32]([inspected u32] with flag INSPECTED)
+//! ([compression fields] with flag ZIP)[head][body]`, integers little-endian. A blob written
 //! before the head's finds were kept has no HEAD_KNOWN flag, and the head is
 //! then searched on each packet, as it was.
 //!
 //! The body is kept up to the configured limit (`http_body_limit`, Suricata's
 //! `request-body-limit`/`response-body-limit`, default [`DEFAULT_LIMIT`]).
-//! Past it ([`BodyAcc::over`]) the kept body is dropped and each packet's body
-//! bytes are inspected on their own (a content split across segments there
-//! is missed; Suricata does not inspect past its limit at all), still once
-//! per rule and message.
+//! As in Suricata, the bytes past it are not inspected ([`BodyAcc::limited`]):
+//! the body up to the limit is inspected as the message's whole body, then
+//! the kept body is dropped. A body whose start this instance does not hold
+//! (a lost blob, no accumulation) has each packet's body bytes inspected on
+//! their own ([`BodyAcc::over`]).
 
 /// Body rules remembered per message as fired; past this, a further body
 /// rule that fires may fire again on a later packet of the message.
@@ -46,7 +48,7 @@ pub const DEFAULT_LIMIT: u32 = 100 * 1024;
 /// length can be checked.
 pub const MAX_LIMIT: u32 = 16 * 1024 * 1024;
 /// The largest blob: flags, the fired rules, the head and the body.
-pub const MAX_BLOB: usize = 8
+pub const MAX_BLOB: usize = 12
     + 14
     + super::inflate::Z_KEPT
     + 4 * MAX_FIRED
@@ -59,6 +61,12 @@ pub const MAX_BLOB: usize = 8
 const OVER: u8 = 1;
 /// Flag: more than [`MAX_FOUND`] rules were found in the body.
 const FOUND_FULL: u8 = 2;
+/// Flag: the body reached the limit (`over` for that reason): what follows
+/// it is not inspected.
+const LIMITED: u8 = 16;
+/// Flag: a body inspection happened past the minimal inspect size; its
+/// length (u32) follows the head's ([`BodyAcc::inspected`]).
+const INSPECTED: u8 = 32;
 /// Flag: `head_found` is the complete list of the head's finds.
 const HEAD_KNOWN: u8 = 4;
 /// Flag: the body is compressed; its coding and compressed bytes follow the
@@ -78,9 +86,18 @@ pub struct BodyAcc {
     /// This describes the message being framed (set at its head, or when
     /// read back from the store).
     pub live: bool,
-    /// The body went past the limit: `body` is empty and each packet's body
-    /// bytes are inspected on their own.
+    /// The body went past the limit, or its start is not held: `body` is
+    /// empty and each packet's body bytes are inspected on their own.
     pub over: bool,
+    /// The body reached the limit: the bytes past it are not inspected, as
+    /// Suricata stores no body past its `request-body-limit` /
+    /// `response-body-limit`.
+    pub limited: bool,
+    /// The body's length at its last inspection once it was ready
+    /// (Suricata's `body_inspected`): past the minimal inspect size, later
+    /// inspections see a window of the body from near there
+    /// ([`super::eval::body_window`]).
+    pub inspected: u32,
     /// Body rules that fired on this message.
     pub fired: Vec<u32>,
     /// Rules the prefilter found in the body so far.
@@ -123,6 +140,8 @@ impl PartialEq for BodyAcc {
     fn eq(&self, o: &BodyAcc) -> bool {
         self.live == o.live
             && self.over == o.over
+            && self.limited == o.limited
+            && self.inspected == o.inspected
             && self.fired == o.fired
             && self.found == o.found
             && self.found_full == o.found_full
@@ -144,6 +163,8 @@ impl BodyAcc {
     pub fn reset(&mut self) {
         self.live = false;
         self.over = false;
+        self.limited = false;
+        self.inspected = 0;
         self.fired.clear();
         self.found.clear();
         self.found_full = false;
@@ -211,7 +232,9 @@ impl BodyAcc {
         let flags = if self.over { OVER } else { 0 }
             | if self.found_full { FOUND_FULL } else { 0 }
             | if self.head_known { HEAD_KNOWN } else { 0 }
-            | if zip { ZIP } else { 0 };
+            | if zip { ZIP } else { 0 }
+            | if self.limited { LIMITED } else { 0 }
+            | if self.inspected > 0 { INSPECTED } else { 0 };
         out.push(flags);
         let head = self.head_known.then_some(&self.head_found);
         for list in [Some(&self.fired), Some(&self.found), head]
@@ -224,6 +247,9 @@ impl BodyAcc {
             }
         }
         out.extend_from_slice(&(self.head_len as u32).to_le_bytes());
+        if self.inspected > 0 {
+            out.extend_from_slice(&self.inspected.to_le_bytes());
+        }
         if zip {
             out.push(self.coding.code());
             out.push(u8::from(self.zstop));
@@ -242,6 +268,7 @@ impl BodyAcc {
             } else {
                 0
             }
+            + if self.inspected > 0 { 4 } else { 0 }
             + if self.coding != super::inflate::Coding::Identity {
                 14 + self.z.len()
             } else {
@@ -285,7 +312,7 @@ impl BodyAcc {
     pub fn decode(&mut self, b: &mut Vec<u8>) -> Result<(), &'static str> {
         self.reset();
         let (&flags, rest) = b.split_first().ok_or("empty http body blob")?;
-        if flags & !(OVER | FOUND_FULL | HEAD_KNOWN | ZIP) != 0 {
+        if flags & !(OVER | FOUND_FULL | HEAD_KNOWN | ZIP | LIMITED | INSPECTED) != 0 {
             return Err("malformed http body blob");
         }
         let mut rest = rest;
@@ -314,6 +341,14 @@ impl BodyAcc {
             .ok_or("http body blob too short")?;
         let h = u32::from_le_bytes(*h) as usize;
         let mut rest = rest;
+        let mut inspected = 0;
+        if flags & INSPECTED != 0 {
+            let (n, tail) = rest
+                .split_first_chunk::<4>()
+                .ok_or("http body blob too short")?;
+            inspected = u32::from_le_bytes(*n);
+            rest = tail;
+        }
         if flags & ZIP != 0 {
             let (&[c, stop], tail) = rest
                 .split_first_chunk::<2>()
@@ -345,6 +380,8 @@ impl BodyAcc {
         }
         let at = b.len() - rest.len();
         self.over = flags & OVER != 0;
+        self.limited = flags & LIMITED != 0;
+        self.inspected = inspected;
         self.found_full = flags & FOUND_FULL != 0;
         self.head_known = flags & HEAD_KNOWN != 0;
         self.live = true;
@@ -400,8 +437,13 @@ impl BodyAcc {
     }
 
     /// Keeps `bytes` (the next body bytes) up to `limit` in all; returns the
-    /// part past the limit (all of it once the body is over the limit).
+    /// bytes to inspect on their own: none past the limit (Suricata does
+    /// not inspect them), all of them when the body's start is not held
+    /// (`over` without `limited`).
     pub fn append<'a>(&mut self, bytes: &'a [u8], limit: usize) -> &'a [u8] {
+        if self.limited {
+            return &[];
+        }
         if self.over {
             return bytes;
         }
@@ -410,8 +452,10 @@ impl BodyAcc {
         self.raw.extend_from_slice(&bytes[..n]);
         if n < bytes.len() {
             self.over = true;
+            self.limited = true;
+            return &[];
         }
-        &bytes[n..]
+        &[]
     }
 }
 
@@ -423,6 +467,9 @@ mod tests {
     fn blob_round_trips_and_rejects_garbage() {
         let mut a = BodyAcc {
             live: true,
+            inspected: 41_000,
+            limited: true,
+            over: true,
             fired: vec![3, 70000],
             found: vec![9],
             ..BodyAcc::default()
@@ -577,10 +624,17 @@ mod tests {
     fn append_stops_at_the_limit() {
         let mut a = BodyAcc::default();
         assert_eq!(a.append(b"abcd", 6), b"");
-        assert_eq!(a.append(b"efgh", 6), b"gh");
-        assert!(a.over);
+        // Past the limit nothing is inspected (Suricata stores no more).
+        assert_eq!(a.append(b"efgh", 6), b"");
+        assert!(a.over && a.limited);
         assert_eq!(a.body(), b"abcdef");
-        assert_eq!(a.append(b"ij", 6), b"ij");
+        assert_eq!(a.append(b"ij", 6), b"");
+        // A body whose start is not held: each packet's bytes on their own.
+        let mut b = BodyAcc {
+            over: true,
+            ..BodyAcc::default()
+        };
+        assert_eq!(b.append(b"ij", 6), b"ij");
         a.mark(1);
         a.mark(1);
         assert_eq!(a.fired, vec![1]);

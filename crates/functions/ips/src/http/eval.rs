@@ -11,7 +11,7 @@ use sluice_nf::{Event, Packet};
 use super::body::BodyAcc;
 use super::inflate::{Coding, Inflater, Stop, Z_KEPT};
 use super::prefilter::HeadFinds;
-use super::{Buf, Buffers, Phase, Piece};
+use super::{Buf, Buffers, HttpDir, Phase, Piece};
 use crate::engine::{FlowState, Header, BLOCKED, PASSED};
 use crate::pending::{self, Pend};
 use crate::rules::Rule;
@@ -36,6 +36,30 @@ pub(crate) fn kind(r: &Rule) -> u8 {
 /// its `request-body-minimal-inspect-size` (32 KiB) or
 /// `response-body-minimal-inspect-size` (40 KiB): not on each packet.
 pub(crate) const MIN_INSPECT: [usize; 2] = [32 * 1024, 40 * 1024];
+
+/// Suricata's `request-body-inspect-window` (4 KiB) and
+/// `response-body-inspect-window` (16 KiB): once a body was inspected past
+/// its minimal inspect size, later inspections see about this much of it.
+pub(crate) const INSPECT_WINDOW: [usize; 2] = [4 * 1024, 16 * 1024];
+
+/// Where the body buffer starts for an inspection of a body of `total`
+/// bytes, `inspected` at the last one (`d`: 0 a request, 1 a response), as
+/// Suricata's body reassembly computes it: the whole body until an
+/// inspection happened past the minimal inspect size, then a window
+/// ending at the body's end and reaching back at least a quarter window
+/// before the bytes not inspected yet.
+pub(crate) fn body_window(inspected: usize, total: usize, d: usize) -> usize {
+    if inspected <= MIN_INSPECT[d] || total < inspected {
+        return 0;
+    }
+    let win = INSPECT_WINDOW[d];
+    let fresh = total - inspected;
+    if fresh < win {
+        inspected.saturating_sub(win - fresh)
+    } else {
+        inspected - win / 4
+    }
+}
 
 /// True if rule `r` must wait for a message's body to be whole (or its
 /// minimal inspect size): its body keywords could match a part of the body
@@ -82,7 +106,10 @@ impl Ips {
     /// Follows the HTTP messages of direction `d` through `data`, the
     /// packet's new stream bytes at stream position `base` (after a gap
     /// when `gap`), and matches the HTTP rules on them; returns true if the
-    /// packet must be dropped.
+    /// packet must be dropped. With `eof` the direction's stream ends after
+    /// them (a FIN or a reset): a body being received ends there
+    /// ([`super::HttpDir::finish`]), and the rules waiting for it inspect
+    /// it (`data` may then be empty).
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn http_stream(
         &mut self,
@@ -92,9 +119,9 @@ impl Ips {
         p: &Packet,
         events: &mut Vec<Event>,
         data: &[u8],
-        (base, gap): (u64, bool),
+        (base, gap, eof): (u64, bool, bool),
     ) -> bool {
-        if self.engine.http.is_empty() || data.is_empty() {
+        if self.engine.http.is_empty() || (data.is_empty() && !eof) {
             return false;
         }
         let mut me = st.http[d];
@@ -149,7 +176,7 @@ impl Ips {
         }
         let mut joined = false;
         let mut drop = false;
-        me.advance(data, request, &mut peer, &mut piece, |pc: &Piece, dir| {
+        let mut each = |pc: &Piece, _: &HttpDir| {
             if st.flags & (BLOCKED | PASSED) != 0 {
                 return;
             }
@@ -195,6 +222,7 @@ impl Ips {
             // (None: search all of the body buffer).
             let searched = (!acc.over && !acc.found_full).then_some(acc.body().len());
             extra.clear();
+            let was_limited = acc.limited;
             for r in &pc.body {
                 if acc.coding == Coding::Identity {
                     let past = acc.append(&data[r.clone()], limit);
@@ -208,7 +236,13 @@ impl Ips {
                     self.http_inflated = out;
                 }
             }
+            if acc.limited && !was_limited {
+                self.counters.http_body_limited += 1;
+            }
             let fresh = !pc.body.is_empty();
+            // The body held so far (lent below, when it is then read as
+            // empty).
+            let body_len = acc.body().len() + extra.len();
             let has_body = !acc.body().is_empty() || !extra.is_empty();
             let head = if new_msg {
                 head
@@ -244,12 +278,15 @@ impl Ips {
                 joint: (!new_msg && whole).then_some(request),
                 has_head,
                 done: pc.done,
-                // A body read to the connection's close has no end to
-                // wait for; past the limit each packet's bytes are all.
-                body_ready: pc.done
-                    || dir.phase == Phase::ToClose
-                    || acc.over
-                    || acc.body().len() >= MIN_INSPECT[usize::from(!request)],
+                // A body read to the connection's close ends with the
+                // stream's FIN or reset (`done` then); past the limit each
+                // packet's bytes are all.
+                body_ready: pc.done || acc.over || body_len >= MIN_INSPECT[usize::from(!request)],
+                window: if acc.over {
+                    0
+                } else {
+                    body_window(acc.inspected as usize, body_len, usize::from(!request))
+                },
             };
             drop |= self.http_message(
                 &mut bufs,
@@ -262,6 +299,11 @@ impl Ips {
             if let Some(raw) = bufs.take_lent() {
                 acc.give_back(raw);
             }
+            // What Suricata counts as inspected: the body at an inspection
+            // once it was ready.
+            if ctx.body_ready && (ctx.fresh || ctx.done) {
+                acc.inspected = u32::try_from(body_len).unwrap_or(u32::MAX);
+            }
             // Past the limit only the head and fired rules are kept.
             if acc.over {
                 acc.clear_body();
@@ -272,7 +314,11 @@ impl Ips {
                 }
                 acc.reset();
             }
-        });
+        };
+        me.advance(data, request, &mut peer, &mut piece, &mut each);
+        if eof {
+            me.finish(&mut piece, &mut each);
+        }
         if joined {
             self.counters.pending_joined += 1;
         }
@@ -470,8 +516,17 @@ impl Ips {
                 b.head_ready();
             }
             let ok = r.http.iter().all(|l| {
-                b.get(l.buf)
-                    .is_some_and(|buf| list_matches(r, &l.items, &l.xf, buf, &mut dot))
+                b.get(l.buf).is_some_and(|buf| {
+                    // A body past its first inspection is seen through its
+                    // window, positions counted from the body's start.
+                    let w = match l.buf {
+                        Buf::RequestBody | Buf::ResponseBody | Buf::FileData => {
+                            msg.window.min(buf.len())
+                        }
+                        _ => 0,
+                    };
+                    list_matches(r, &l.items, &l.xf, &buf[w..], w as u64, &mut dot)
+                })
             }) && (r.items.is_empty() || inspect::inspect(r, data, base));
             if !ok {
                 continue;
@@ -524,4 +579,28 @@ struct Msg {
     /// The body is whole, or big enough, for the rules that wait for it
     /// ([`waits_for_body`]).
     body_ready: bool,
+    /// Where the body buffer starts for the body rules ([`body_window`]).
+    window: usize,
+}
+
+#[cfg(test)]
+mod window_tests {
+    use super::body_window;
+
+    #[test]
+    fn windows_as_suricata_computes_them() {
+        // Before an inspection past the minimal size: the whole body.
+        assert_eq!(body_window(0, 60_000, 1), 0);
+        assert_eq!(body_window(40 * 1024, 60_000, 1), 0);
+        // Inspected at 41,000, now 45,000: 4,000 new bytes, under the 16 KiB
+        // window, so it reaches back the rest of the window.
+        assert_eq!(body_window(41_000, 45_000, 1), 41_000 - (16 * 1024 - 4_000));
+        // 20,000 new bytes: a quarter window before them.
+        assert_eq!(body_window(41_000, 61_000, 1), 41_000 - 4 * 1024);
+        // Requests: 32 KiB and 4 KiB.
+        assert_eq!(body_window(33_000, 40_000, 0), 33_000 - 1024);
+        assert_eq!(body_window(33_000, 34_000, 0), 33_000 - (4 * 1024 - 1_000));
+        // A body shorter than inspected (never, but no underflow).
+        assert_eq!(body_window(50_000, 10, 1), 0);
+    }
 }

@@ -293,6 +293,19 @@ impl HttpDir {
         !matches!(self.phase, Phase::Start | Phase::Off)
     }
 
+    /// The direction's stream ended (its FIN, or a reset): a message whose
+    /// body was being received ends here, truncated or read to the close,
+    /// and `each` sees its last piece (no bytes, `done`), as libhtp
+    /// completes a transaction at the stream's end.
+    pub fn finish(&mut self, piece: &mut Piece, mut each: impl FnMut(&Piece, &HttpDir)) {
+        if self.in_body() {
+            piece.head = None;
+            piece.head_cont = None;
+            piece.body.clear();
+            self.end_message(piece, &mut each);
+        }
+    }
+
     /// Follows `data` (the direction's next stream bytes) and calls `each`
     /// with every piece of a message they hold, in order: a message whose
     /// head lies wholly in `data` comes with its head's range, and the body

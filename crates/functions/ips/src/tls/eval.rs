@@ -136,7 +136,7 @@ impl Ips {
             // and keywords before any buffer over the payload.
             let ok = r.tls.iter().all(|l| {
                 bufs.each(l.buf, payload)
-                    .any(|buf| list_matches(r, &l.items, &l.xf, buf, &mut dot))
+                    .any(|buf| list_matches(r, &l.items, &l.xf, buf, 0, &mut dot))
             }) && r.tls_version.is_none_or(|v| {
                 // The version Suricata keeps for the packet's side: the
                 // client's on a packet to the server, the server's on one
