@@ -221,17 +221,21 @@ def main():
     from captures_bytemath import CAPTURES as BYTEMATH
     from captures_httpbody import CAPTURES as HTTPBODY
     from captures_stream import CAPTURES as STREAM
+    from captures_threshold import CAPTURES as THRESHOLD
     from captures_xform import CAPTURES as XFORM
 
     every = dict(CAPTURES)
-    for more in (STREAM, APP, XFORM, BYTEMATH, HTTPBODY):
+    for more in (STREAM, APP, XFORM, BYTEMATH, HTTPBODY, THRESHOLD):
         assert not set(more) & set(every), set(more) & set(every)
         every.update(more)
     for name, build in every.items():
         # Ethernet frames (what the data plane sees).
-        pkts = [Ether(src="02:00:00:00:00:01", dst="02:00:00:00:00:02") / p for p in build()]
+        built = build()
+        pkts = [Ether(src="02:00:00:00:00:01", dst="02:00:00:00:00:02") / p for p in built]
+        # A builder marked keeps_time set each packet's time (seconds from the start).
+        keep = getattr(build, "keeps_time", False)
         for i, p in enumerate(pkts):
-            p.time = 1_700_000_000 + i / 1000
+            p.time = 1_700_000_000 + (built[i].time if keep else i / 1000)
         os.makedirs(os.path.join(root, name), exist_ok=True)
         wrpcap(os.path.join(root, name, "input.pcap"), pkts)
 

@@ -56,7 +56,9 @@ impl Window {
     pub fn count_match(w: &mut Option<Window>, t: &Threshold, ts_ns: u64) -> bool {
         let len = t.seconds as u64 * 1_000_000_000;
         match w {
-            Some(x) if ts_ns.saturating_sub(x.start_ns) < len => x.count += 1,
+            // A match `seconds` after the window's start is still in it
+            // (Suricata compares with `<=`).
+            Some(x) if ts_ns.saturating_sub(x.start_ns) <= len => x.count += 1,
             _ => {
                 *w = Some(Window {
                     start_ns: ts_ns,
@@ -132,7 +134,15 @@ impl Thresholds {
             let (src, dst) = (a.flow.src.as_bytes(), a.flow.dst.as_bytes());
             let (lo, hi) = if src <= dst { (src, dst) } else { (dst, src) };
             // The flow either way: its canonical key.
-            let c = a.flow.canonical().0;
+            let mut c = a.flow.canonical().0;
+            // An ICMP flow is its two addresses (Suricata's flow key has no
+            // echo identifier).
+            if matches!(c.proto, 1 | 58) {
+                (c.src_port, c.dst_port) = (0, 0);
+                if c.src.as_bytes() > c.dst.as_bytes() {
+                    std::mem::swap(&mut c.src, &mut c.dst);
+                }
+            }
             let (cs, cd) = (c.src.as_bytes(), c.dst.as_bytes());
             let mut rest = [0u8; 9];
             rest[..2].copy_from_slice(&c.src_port.to_le_bytes());
@@ -191,9 +201,10 @@ impl Thresholds {
         for (key, w, secs) in &self.keys {
             if let Some(w) = w {
                 self.ops.put_value(*key, w);
-                // The window's end; re-arming replaces an earlier window's timer.
+                // Just after the window's end (a match at its end is in
+                // it); re-arming replaces an earlier window's timer.
                 self.ops
-                    .arm_timer(*key, w.start_ns.saturating_add(secs * 1_000_000_000));
+                    .arm_timer(*key, w.start_ns.saturating_add(secs * 1_000_000_000 + 1));
             }
         }
         store.execute(&mut self.ops)?;
@@ -206,5 +217,37 @@ impl Thresholds {
             });
         }
         Ok(withheld)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn t(kind: ThresholdKind, count: u32) -> Threshold {
+        Threshold {
+            kind,
+            track: Track::BySrc,
+            count,
+            seconds: 10,
+        }
+    }
+
+    #[test]
+    fn a_match_at_the_window_s_end_is_in_it() {
+        let s = 1_000_000_000u64;
+        // limit 1: the match exactly 10 s after the first is withheld (one
+        // window, as Suricata's `<=`), one just after starts a new window.
+        let lim = t(ThresholdKind::Limit, 1);
+        let mut w = None;
+        assert!(Window::count_match(&mut w, &lim, s));
+        assert!(!Window::count_match(&mut w, &lim, 11 * s));
+        assert!(Window::count_match(&mut w, &lim, 11 * s + 1));
+        // detection_filter 1: the second match, at the end, is the first
+        // past the count.
+        let df = t(ThresholdKind::DetectionFilter, 1);
+        let mut w = None;
+        assert!(!Window::count_match(&mut w, &df, 0));
+        assert!(Window::count_match(&mut w, &df, 10 * s));
     }
 }
