@@ -25,23 +25,6 @@ use md5::Digest as _;
 
 use crate::rules::payload::Regex;
 
-/// The transform keywords.
-pub const NAMES: &[&str] = &[
-    "dotprefix",
-    "strip_whitespace",
-    "compress_whitespace",
-    "to_lowercase",
-    "to_uppercase",
-    "to_md5",
-    "to_sha1",
-    "to_sha256",
-    "url_decode",
-    "xor",
-    "header_lowercase",
-    "strip_pseudo_headers",
-    "pcrexform",
-];
-
 /// One transform.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Transform {
@@ -111,6 +94,11 @@ impl Transform {
             "pcrexform" => Some(pcrexform(val).map(Transform::Pcrexform)),
             _ => None,
         }
+    }
+
+    /// True if `name` is a transform keyword.
+    pub fn is_keyword(name: &str) -> bool {
+        Transform::parse(name, None).is_some()
     }
 
     /// The keyword's name, for error messages.

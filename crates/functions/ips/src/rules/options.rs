@@ -1496,7 +1496,7 @@ fn apply_keyword(
             to_tls(rule, name)?;
             rule.tls_version = Some(crate::tls::TlsVersion::parse(v).ok_or_else(|| bad_value(v))?);
         }
-        other if crate::transform::NAMES.contains(&other) => transform(rule, other, val, cx)?,
+        other if crate::transform::Transform::is_keyword(other) => transform(rule, other, val, cx)?,
         // A whole buffer's length: only on a sticky buffer (Suricata).
         "bsize" => {
             if !cx.dns_query && cx.http.is_none() && cx.tls.is_none() {
