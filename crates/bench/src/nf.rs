@@ -800,6 +800,8 @@ pub fn run(opts: &Options, progress: &mut dyn FnMut(&str)) -> Vec<Measurement> {
             sync_progress: false,
             classification_file: None,
             http_body_limit: sluice_ips::http::body::DEFAULT_LIMIT,
+            data_dir: None,
+            dataset_dirs: vec![],
         };
         let loaded = sluice_ips::build(&cfg, sluice_state::Namespace(1), &dir)
             .map(|i| i.rule_count())
@@ -842,6 +844,8 @@ fn raw_dfa(dir: &Path, rules: &str, trace: &Trace, reps: usize) -> Option<f64> {
         sync_progress: false,
         classification_file: None,
         http_body_limit: sluice_ips::http::body::DEFAULT_LIMIT,
+        data_dir: None,
+        dataset_dirs: vec![],
     };
     let ips = sluice_ips::build(&cfg, sluice_state::Namespace(1), dir).ok()?;
     let payloads: Vec<&[u8]> = trace

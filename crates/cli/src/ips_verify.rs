@@ -278,6 +278,14 @@ pub fn prepare(
                 "--set" => sets.push(it.next().unwrap_or_default()),
                 "--simulate-ips" => simulate_ips = true,
                 "-v" | "-vv" | "-vvv" | "-vvvv" => {}
+                // Where Suricata writes dataset `state`/`save` files: Sluice
+                // reads them from the test's own output directory. Sluice's
+                // inspection sizes are not randomised.
+                "--no-random" => {}
+                "--data-dir" => {
+                    it.next();
+                }
+                w if w.starts_with("--data-dir=") => {}
                 "--runmode" => {
                     it.next();
                 }
@@ -745,6 +753,12 @@ fn run_one(dir: &Path, a: &VerifyArgs, version: Version, run: &str) -> Outcome {
         if let Some(c) = &a.classification_file {
             ips["classification_file"] = json!(abs(c).display().to_string());
         }
+        // Dataset files a rule loads are in the test's directory (the
+        // rules Sluice runs may be a rewritten copy elsewhere); `state`
+        // files start afresh in the output directory, as Suricata's run
+        // with `--data-dir` does.
+        ips["dataset_dirs"] = json!([abs(dir).display().to_string()]);
+        ips["data_dir"] = json!(abs(&out).display().to_string());
         let chain = json!({
             "name": format!("verify-{run}-{name}"),
             "functions": [ips],

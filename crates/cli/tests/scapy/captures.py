@@ -219,13 +219,14 @@ def main():
     # application protocols, live in modules of their own.
     from captures_app import CAPTURES as APP
     from captures_bytemath import CAPTURES as BYTEMATH
+    from captures_dataset import CAPTURES as DATASET
     from captures_httpbody import CAPTURES as HTTPBODY
     from captures_stream import CAPTURES as STREAM
     from captures_threshold import CAPTURES as THRESHOLD
     from captures_xform import CAPTURES as XFORM
 
     every = dict(CAPTURES)
-    for more in (STREAM, APP, XFORM, BYTEMATH, HTTPBODY, THRESHOLD):
+    for more in (STREAM, APP, XFORM, BYTEMATH, HTTPBODY, THRESHOLD, DATASET):
         assert not set(more) & set(every), set(more) & set(every)
         every.update(more)
     for name, build in every.items():

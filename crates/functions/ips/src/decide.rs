@@ -106,6 +106,9 @@ impl BatchNf for Ips {
     ) {
         self.counters.packets += 1;
         self.fired.clear();
+        if self.datasets.any_deferred {
+            crate::dataset::clear_seen();
+        }
         self.app_now = None;
         let mut st = match plan.map(|ei| &pass.recs[ei]) {
             Some(e) if e.corrupt => {
@@ -832,6 +835,10 @@ impl Ips {
         (d, p, app): (usize, &Packet, Option<&'static str>),
         events: &mut Vec<Event>,
     ) -> bool {
+        let r = &self.engine.rules[rule as usize];
+        if !r.ip.is_empty() && !ip_buffers_match(r, &p.meta.flow) {
+            return false;
+        }
         if !self.engine.flowbits_ok(rule, &st.bits) || !self.engine.flowints.ok(rule, &st.ints) {
             return false;
         }
@@ -847,6 +854,11 @@ impl Ips {
             let alerts = r.action != Action::Pass && !r.noalert;
             let ev = alerts.then_some(events.len());
             self.xbits.log(rule, p.meta.flow, p.ts_ns, ev);
+        }
+        if self.datasets.uses(rule) {
+            // Decided after the batch too ([`crate::dataset`]).
+            let alerts = r.action != Action::Pass && !r.noalert;
+            self.datasets.fired(r.sid, alerts.then_some(events.len()));
         }
         let action = match r.action {
             Action::Pass => {
@@ -1293,4 +1305,14 @@ impl Segment<'_> {
 pub(crate) struct Bytes<'a> {
     parts: [&'a [u8]; 2],
     base: u64,
+}
+
+/// True if the `ip.src` and `ip.dst` keywords of `r` match the addresses
+/// of a packet of `flow` (as it travelled): conditions on the packet,
+/// whatever else of the rule matched.
+fn ip_buffers_match(r: &crate::rules::Rule, flow: &sluice_wire::FlowKey) -> bool {
+    r.ip.iter().all(|(dst, items)| {
+        let a = if *dst { &flow.dst } else { &flow.src };
+        crate::inspect::inspect_items(r, items, a.as_bytes(), 0)
+    })
 }

@@ -97,7 +97,7 @@ impl Item {
             Item::ByteExtract(e) => e.ex.relative,
             Item::ByteMath(m) => m.ex.relative,
             Item::IsDataAt(d) => d.relative,
-            Item::Bsize(_) | Item::HttpEvent(_) => false,
+            Item::Bsize(_) | Item::HttpEvent(_) | Item::Dataset(_) => false,
             Item::Asn1(a) => a.relative_offset.is_some(),
             Item::Base64Decode(d) => d.relative,
         }
@@ -224,6 +224,19 @@ impl Cx<'_> {
             Item::HttpEvent(e) => e.raised(self.data) && self.run(i + 1, prev),
             Item::Asn1(a) => a.matches(self.data, prev) && self.run(i + 1, prev),
             Item::Base64Decode(d) => self.base64(d, prev),
+            Item::Dataset(d) => {
+                // The whole buffer (a window's bytes for a body in parts).
+                if !d.deferred {
+                    return d.check(rule.sid, self.data) && self.run(i + 1, prev);
+                }
+                // A value seen on a path that then fails is not the rule's.
+                let mark = crate::dataset::seen_mark();
+                if d.check(rule.sid, self.data) && self.run(i + 1, prev) {
+                    return true;
+                }
+                crate::dataset::seen_truncate(mark);
+                false
+            }
         }
     }
 

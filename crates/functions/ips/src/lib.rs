@@ -140,6 +140,7 @@ pub mod applayer;
 pub mod asn1;
 pub mod bufrules;
 pub mod classification;
+pub mod dataset;
 mod decide;
 pub mod dns;
 pub mod engine;
@@ -228,6 +229,17 @@ pub struct Config {
     /// own). Body bytes past it are inspected per packet ([`http::body`]).
     #[serde(default = "default_body_limit")]
     pub http_body_limit: u32,
+    /// Where the `state` files of `dataset` keywords are, relative to the
+    /// configuration's directory (Suricata's `--data-dir`; default that
+    /// directory). They are read, never written: sets rules change live in
+    /// the store ([`dataset`]).
+    #[serde(default)]
+    pub data_dir: Option<PathBuf>,
+    /// Directories searched, in order, for a `dataset`/`datarep` file
+    /// given by a relative `load` and not next to the rule file (relative
+    /// to the configuration's directory).
+    #[serde(default)]
+    pub dataset_dirs: Vec<PathBuf>,
 }
 
 fn default_body_limit() -> u32 {
@@ -331,7 +343,12 @@ pub fn build(config: &Config, ns: Namespace, base_dir: &Path) -> Result<Ips, Con
             first: Box::new(warnings.swap_remove(0)),
         });
     }
-    let mut ips = Ips::new(rules, warnings, ns, config.idle_timeout_secs)?;
+    let dirs = dataset::Dirs {
+        base_dir,
+        data_dir: config.data_dir.as_deref().unwrap_or(Path::new(".")),
+        search: &config.dataset_dirs,
+    };
+    let mut ips = Ips::with_dirs(rules, warnings, ns, config.idle_timeout_secs, &dirs)?;
     ips.sync_progress = config.sync_progress;
     ips.http_body_limit = config.http_body_limit;
     Ok(ips)
@@ -397,6 +414,11 @@ pub struct Counters {
     pub thresholded: u64,
     /// Alerts withheld because their rule's `xbits` condition failed.
     pub xbits_withheld: u64,
+    /// Alerts withheld because a `dataset` keyword on a set rules change
+    /// did not hold once decided ([`dataset`]).
+    pub dataset_withheld: u64,
+    /// Values added to sets rules change.
+    pub dataset_added: u64,
     /// Split units (HTTP heads, TLS handshake units, DNS messages) completed
     /// from a pending blob and inspected whole ([`pending`]).
     pub pending_joined: u64,
@@ -463,6 +485,11 @@ pub struct Ips {
     thresholds: threshold::Thresholds,
     /// The rules' `xbits` and the batch's log of their matches.
     xbits: xbits::Xbits,
+    /// The rules' datasets and the batch's log of the matches decided after
+    /// it.
+    datasets: dataset::Datasets,
+    /// Alerts of the batch to withhold (xbits, datasets), reused.
+    withhold: Vec<usize>,
     /// Some rule is an `smtp`, `ftp` or `smb` one: flows' stream protocols
     /// are detected ([`applayer`]); otherwise nothing is detected or stored.
     app_detect: bool,
@@ -595,15 +622,33 @@ struct PreScan {
 const NONE: u32 = u32::MAX;
 
 impl Ips {
-    /// An IPS over already parsed rules.
+    /// An IPS over already parsed rules (set files of `dataset` keywords
+    /// relative to the working directory).
     pub fn new(
+        rules: Vec<rules::Rule>,
+        warnings: Vec<RuleError>,
+        ns: Namespace,
+        idle_timeout_secs: u64,
+    ) -> Result<Ips, ConfigError> {
+        let dirs = dataset::Dirs {
+            base_dir: Path::new("."),
+            data_dir: Path::new("."),
+            search: &[],
+        };
+        Self::with_dirs(rules, warnings, ns, idle_timeout_secs, &dirs)
+    }
+
+    /// An IPS over already parsed rules, their set files found in `dirs`.
+    pub fn with_dirs(
         mut rules: Vec<rules::Rule>,
         mut warnings: Vec<RuleError>,
         ns: Namespace,
         idle_timeout_secs: u64,
+        dirs: &dataset::Dirs<'_>,
     ) -> Result<Ips, ConfigError> {
         // Rules not loaded by `build` still get their EVE category and severity.
         classify(&mut rules, None, &mut warnings);
+        let datasets = dataset::resolve(&mut rules, dirs, &mut warnings);
         // Non-TCP flows keep a record only when a rule can block them, keeps
         // flowbits on them or asks whether they are established (traffic
         // seen both ways, [`engine::SEEN_REV`]).
@@ -649,6 +694,8 @@ impl Ips {
             pre: PreScan::default(),
             thresholds,
             xbits,
+            datasets,
+            withhold: Vec::new(),
             app_detect,
             ja3_logged,
             cands: Vec::new(),
@@ -801,6 +848,7 @@ impl NetworkFunction for Ips {
     ) -> Result<(), NfError> {
         let first_event = ctx.events.len();
         self.xbits.clear();
+        self.datasets.clear();
         batch::split(self, |ips, pass| {
             pass.gather(ips, batch, ctx);
             ips.counters.corrupt_records += pass.read(ips, store, ctx.now_ns)?;
@@ -814,9 +862,35 @@ impl NetworkFunction for Ips {
         // xbits conditions, then thresholds, decide which of the batch's
         // alerts are raised, only once its verdicts are made (they never
         // change a verdict); a match whose xbits fail is not counted.
-        let unset = self.xbits.apply(self.ns, ctx.events, first_event, store)?;
-        self.counters.alerts -= unset as u64;
+        let mut withhold = std::mem::take(&mut self.withhold);
+        withhold.clear();
+        self.xbits.apply(self.ns, &mut withhold, store)?;
+        let unset = withhold.len();
+        let added = self.datasets.added;
+        self.datasets.apply(self.ns, &mut withhold, store)?;
+        self.counters.dataset_added += self.datasets.added - added;
+        withhold.sort_unstable();
+        withhold.dedup();
         self.counters.xbits_withheld += unset as u64;
+        self.counters.dataset_withheld += (withhold.len() - unset.min(withhold.len())) as u64;
+        self.counters.alerts -= withhold.len() as u64;
+        if !withhold.is_empty() {
+            let mut j = first_event;
+            let mut k = 0;
+            let mut i = first_event;
+            // Keep the events not withheld, in order.
+            while i < ctx.events.len() {
+                if k < withhold.len() && withhold[k] == i {
+                    k += 1;
+                } else {
+                    ctx.events.swap(j, i);
+                    j += 1;
+                }
+                i += 1;
+            }
+            ctx.events.truncate(j);
+        }
+        self.withhold = withhold;
         let withheld = self
             .thresholds
             .apply(self.ns, ctx.events, first_event, store)?;
@@ -911,6 +985,8 @@ impl NetworkFunction for Ips {
             ("ips_expired", c.expired),
             ("ips_thresholded", c.thresholded),
             ("ips_xbits_withheld", c.xbits_withheld),
+            ("ips_dataset_withheld", c.dataset_withheld),
+            ("ips_dataset_added", c.dataset_added),
             ("ips_pending_joined", c.pending_joined),
             ("ips_pending_saved", c.pending_saved),
             ("ips_pending_appended", c.pending_appended),

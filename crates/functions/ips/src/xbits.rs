@@ -23,7 +23,6 @@
 //! unpredictable").
 
 use rustc_hash::FxHashMap;
-use sluice_nf::Event;
 use sluice_state::{
     Codec, DecodeError, Key, Namespace, OpId, Ops, Reader, StateStore, StoreError, Writer,
 };
@@ -90,7 +89,6 @@ pub(crate) struct Xbits {
     ids: Vec<OpId>,
     /// Per logged use, the key of each of its operations.
     use_keys: Vec<u32>,
-    drop_ev: Vec<usize>,
     store_ops: Ops,
 }
 
@@ -171,18 +169,17 @@ impl Xbits {
     }
 
     /// Replays the batch's logged matches in order against the stored bits:
-    /// withholds the alerts (in `events[start..]`) of matches whose xbits
-    /// conditions fail, applies the others' operations and writes the bits
-    /// they changed. Returns how many alerts were withheld.
+    /// adds to `withhold` the indices (in the batch's events) of the alerts
+    /// of matches whose xbits conditions fail, applies the others'
+    /// operations and writes the bits they changed.
     pub fn apply(
         &mut self,
         ns: Namespace,
-        events: &mut Vec<Event>,
-        start: usize,
+        withhold: &mut Vec<usize>,
         store: &mut dyn StateStore,
-    ) -> Result<usize, StoreError> {
+    ) -> Result<(), StoreError> {
         if self.log.is_empty() {
-            return Ok(0);
+            return Ok(());
         }
         self.index.clear();
         self.keys.clear();
@@ -207,7 +204,6 @@ impl Xbits {
             // A damaged record counts as an unset bit.
             k.1 = self.store_ops.decode::<Bit>(*id).ok().flatten();
         }
-        self.drop_ev.clear();
         let mut at = 0;
         for u in &self.log {
             let ops = &self.ops[u.rule as usize];
@@ -221,7 +217,7 @@ impl Xbits {
             });
             if !holds {
                 if let Some(e) = u.event {
-                    self.drop_ev.push(e);
+                    withhold.push(e);
                 }
                 continue;
             }
@@ -269,16 +265,6 @@ impl Xbits {
             store.execute(&mut self.store_ops)?;
         }
         self.log.clear();
-        let withheld = self.drop_ev.len();
-        if withheld > 0 {
-            let drop = &self.drop_ev;
-            let mut j = 0;
-            events.retain(|_| {
-                let i = j;
-                j += 1;
-                i < start || !drop.contains(&i)
-            });
-        }
-        Ok(withheld)
+        Ok(())
     }
 }

@@ -30,6 +30,8 @@ fn ips_with(dir: &Path, file: Option<&str>, rules: &[&str]) -> Result<Ips, Confi
         sync_progress: false,
         classification_file: file.map(Into::into),
         http_body_limit: sluice_ips::http::body::DEFAULT_LIMIT,
+        data_dir: None,
+        dataset_dirs: vec![],
     };
     build(&cfg, Namespace(2), dir)
 }

@@ -29,6 +29,8 @@ fn ips_limit(rules: &[&str], limit: u32) -> Ips {
         sync_progress: false,
         classification_file: None,
         http_body_limit: limit,
+        data_dir: None,
+        dataset_dirs: vec![],
     };
     let i = build(&cfg, Namespace(2), Path::new(".")).unwrap();
     assert!(i.warnings().is_empty(), "{:?}", i.warnings());
@@ -418,6 +420,8 @@ fn the_body_limit_is_honoured() {
         sync_progress: false,
         classification_file: None,
         http_body_limit: sluice_ips::http::body::MAX_LIMIT + 1,
+        data_dir: None,
+        dataset_dirs: vec![],
     };
     let e = build(&cfg, Namespace(2), Path::new(".")).err().unwrap();
     assert!(e.to_string().contains("http_body_limit"), "{e}");

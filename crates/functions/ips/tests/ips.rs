@@ -39,6 +39,8 @@ fn ips(rules: &[&str]) -> Ips {
         sync_progress: false,
         classification_file: None,
         http_body_limit: sluice_ips::http::body::DEFAULT_LIMIT,
+        data_dir: None,
+        dataset_dirs: vec![],
     };
     let i = build(&cfg, Namespace(2), Path::new(".")).unwrap();
     assert!(i.warnings().is_empty(), "{:?}", i.warnings());
@@ -355,6 +357,8 @@ fn bad_rules_are_reported_and_skipped() {
         sync_progress: false,
         classification_file: None,
         http_body_limit: sluice_ips::http::body::DEFAULT_LIMIT,
+        data_dir: None,
+        dataset_dirs: vec![],
     };
     let i = build(&cfg, Namespace(2), &dir).unwrap();
     let w: Vec<String> = i.warnings().iter().map(|e| e.to_string()).collect();

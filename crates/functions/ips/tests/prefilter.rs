@@ -363,6 +363,8 @@ fn ips(rules: &[String], prefilter: bool) -> Ips {
         sync_progress: false,
         classification_file: None,
         http_body_limit: sluice_ips::http::body::DEFAULT_LIMIT,
+        data_dir: None,
+        dataset_dirs: vec![],
     };
     let mut i = build(&cfg, sluice_state::Namespace(2), Path::new(".")).unwrap();
     i.set_prefilter(prefilter);

@@ -158,6 +158,8 @@ fn file_data_with_stream_keywords_on_an_smtp_rule_is_refused() {
         sync_progress: false,
         classification_file: None,
         http_body_limit: sluice_ips::http::body::DEFAULT_LIMIT,
+        data_dir: None,
+        dataset_dirs: vec![],
     };
     let Err(e) = sluice_ips::build(&cfg, sluice_state::Namespace(2), std::path::Path::new("."))
     else {

@@ -88,7 +88,8 @@ pub(crate) fn waits_for_body(r: &Rule) -> bool {
         Item::IsDataAt(d) => !d.negate,
         Item::ByteTest(_) | Item::ByteExtract(_) | Item::ByteMath(_) | Item::Asn1(_) => true,
         Item::HttpEvent(_) => true,
-        Item::Bsize(_) | Item::Base64Decode(_) => false,
+        // A whole body's value, not a part's.
+        Item::Bsize(_) | Item::Base64Decode(_) | Item::Dataset(_) => false,
     };
     r.http.iter().any(|l| {
         matches!(l.buf, Buf::RequestBody | Buf::ResponseBody | Buf::FileData)

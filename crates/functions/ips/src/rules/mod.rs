@@ -503,6 +503,10 @@ pub struct Rule {
     /// an `ssh` rule, each over that part of an identification string
     /// ([`crate::applayer::ssh_id`]), never the stream.
     pub ssh: Vec<(bool, Vec<Item>)>,
+    /// The keywords on `ip.src` (`false`) and `ip.dst` (`true`): each over
+    /// that address of the packet (4 or 16 bytes), a condition of the rule
+    /// wherever it matches.
+    pub ip: Vec<(bool, Vec<Item>)>,
     /// `tls.version` (TLS rules only).
     pub tls_version: Option<crate::tls::TlsVersion>,
     /// `tls.cert_chain_len` (TLS rules only): the certificates in the
@@ -770,6 +774,11 @@ pub enum RuleSyntax {
     /// A `classtype` the loaded classification file does not define.
     #[error("unknown classtype \"{0}\"")]
     UnknownClasstype(String),
+    /// A `dataset` or `datarep` whose set cannot be had: its file is
+    /// missing or has a bad line, its type disagrees with another rule's,
+    /// ... ([`crate::dataset`]).
+    #[error("{0}")]
+    Dataset(String),
 }
 
 impl RuleSyntax {
@@ -836,6 +845,7 @@ impl RuleSyntax {
                     | S::EmptyPortRange(_) => "address or port",
                     S::DuplicateSid(_) => "duplicate sid",
                     S::UnknownClasstype(_) => "unknown classtype",
+                    S::Dataset(_) => "dataset",
                     S::TransformPlacement(_) | S::TransformContent { .. } | S::TransformLast => {
                         "transform"
                     }
@@ -1091,6 +1101,7 @@ pub fn parse_rule(line: &str, vars: &Vars) -> Result<Rule, RuleSyntax> {
         tls: Vec::new(),
         smtp_file: None,
         ssh: Vec::new(),
+        ip: Vec::new(),
         metadata: None,
         target: None,
         tls_version: None,

@@ -191,8 +191,10 @@ pub const KEYWORDS: &[(&str, Status)] = &[
     ("tos", E),
     ("geoip", U),
     ("iprep", U),
-    ("datarep", U),
-    ("dataset", U),
+    ("datarep", E),
+    ("dataset", E),
+    ("ip.src", E),
+    ("ip.dst", E),
     ("base64_decode", E),
     ("base64_data", E),
     ("asn1", E),
@@ -923,6 +925,8 @@ pub(super) struct ParseCx {
     /// The sticky buffer is `ssh.proto` (`false`) or `ssh.software`
     /// (`true`).
     pub ssh: Option<bool>,
+    /// The sticky buffer is `ip.src` (`false`) or `ip.dst` (`true`).
+    pub ip: Option<bool>,
     /// The transforms given since the sticky buffer ([`crate::transform`]).
     pub xf: crate::transform::Transforms,
     /// The list the sticky buffer's keywords go to, once one did (an index
@@ -942,6 +946,7 @@ impl ParseCx {
         self.tls = None;
         self.smtp_file = false;
         self.ssh = None;
+        self.ip = None;
         self.xf = Default::default();
         self.list = None;
         self.xf_pending = false;
@@ -966,6 +971,16 @@ fn items<'r>(rule: &'r mut Rule, cx: &mut ParseCx) -> &'r mut Vec<Item> {
             }
         };
         return &mut rule.ssh[i].1;
+    }
+    if let Some(dst) = cx.ip {
+        let i = match rule.ip.iter().position(|(b, _)| *b == dst) {
+            Some(i) => i,
+            None => {
+                rule.ip.push((dst, Vec::new()));
+                rule.ip.len() - 1
+            }
+        };
+        return &mut rule.ip[i].1;
     }
     if let Some(b) = cx.http {
         let i = *cx
@@ -1100,11 +1115,13 @@ fn transform(
         }
         None => return Err(RuleSyntax::UnknownKeyword(name.into())),
     };
-    if cx.smtp_file || cx.ssh.is_some() {
+    if cx.smtp_file || cx.ssh.is_some() || cx.ip.is_some() {
         return Err(RuleSyntax::UnsupportedKeyword(format!(
             "{name} on {}",
             if cx.smtp_file {
                 "an smtp file_data"
+            } else if cx.ip.is_some() {
+                "ip.src or ip.dst"
             } else {
                 "ssh.proto or ssh.software"
             }
@@ -1432,6 +1449,42 @@ fn apply_keyword(
         "pkt_data" => cx.reset(),
         // The parts of an SSH identification string (`SSH-2.0-OpenSSH_9.6`:
         // `2.0`, `OpenSSH_9.6`), on `ssh` rules.
+        // The packet's source or destination address as a buffer (4 or
+        // 16 bytes), Suricata's sticky buffers for datasets.
+        "ip.src" | "ip.dst" => {
+            if val.is_some() {
+                return Err(bad_value(val.unwrap_or_default()));
+            }
+            cx.reset();
+            let dst = name == "ip.dst";
+            if !rule.ip.iter().any(|(b, _)| *b == dst) {
+                rule.ip.push((dst, Vec::new()));
+            }
+            cx.ip = Some(dst);
+        }
+        // A set lookup of the whole sticky buffer ([`crate::dataset`]);
+        // Suricata refuses it elsewhere.
+        "dataset" | "datarep" => {
+            let v = need(val, name)?;
+            let kw = if name == "dataset" {
+                crate::dataset::parse_dataset(v)?
+            } else {
+                crate::dataset::parse_datarep(v)?
+            };
+            let sticky = cx.dns_query
+                || cx.http.is_some()
+                || cx.tls.is_some()
+                || cx.smtp_file
+                || cx.ssh.is_some()
+                || cx.ip.is_some()
+                || cx.base64;
+            if !sticky {
+                return Err(RuleSyntax::UnsupportedKeyword(format!(
+                    "{name} outside a sticky buffer"
+                )));
+            }
+            items(rule, cx).push(Item::Dataset(Box::new(kw)));
+        }
         "ssh.proto" | "ssh_proto" | "ssh.software" | "ssh_software" => {
             if rule.proto != Proto::Ssh {
                 return Err(RuleSyntax::UnsupportedKeyword(format!(

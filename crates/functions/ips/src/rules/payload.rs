@@ -240,6 +240,9 @@ pub enum Item {
     /// with the rule's `base64_data` keywords ([`super::Rule::base64`]); the
     /// last keyword of its list (Suricata: "base64 is a terminal list").
     Base64Decode(Base64Decode),
+    /// `dataset` or `datarep`: the whole buffer looked up in a set
+    /// ([`crate::dataset`]).
+    Dataset(Box<crate::dataset::DatasetKw>),
 }
 
 /// `base64_decode:[bytes N][, offset M][, relative]` (Suricata's

@@ -24,6 +24,8 @@ pub fn ips_with(rules: &[&str], vars: &[(&str, &str)]) -> Ips {
         sync_progress: false,
         classification_file: None,
         http_body_limit: sluice_ips::http::body::DEFAULT_LIMIT,
+        data_dir: None,
+        dataset_dirs: vec![],
     };
     let i = build(&cfg, Namespace(2), Path::new(".")).unwrap();
     assert!(i.warnings().is_empty(), "{:?}", i.warnings());
