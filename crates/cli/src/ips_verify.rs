@@ -762,7 +762,14 @@ fn run_one(dir: &Path, a: &VerifyArgs, version: Version, run: &str) -> Outcome {
         let chain = json!({
             "name": format!("verify-{run}-{name}"),
             "functions": [ips],
-            "reassembly": { "midstream": plan.midstream },
+            // Suricata inspects each IP fragment as a packet of its own
+            // (and the datagram it completes); Sluice's default drops UDP
+            // fragments (docs/FUNCTIONS.md), so a run modelling Suricata
+            // passes them.
+            "reassembly": {
+                "midstream": plan.midstream,
+                "udp_fragments": "inspect",
+            },
             "settings": { "verify_checksums": plan.checksums },
         });
         let chain_path = out.join("chain.yaml");

@@ -805,7 +805,19 @@ impl Ips {
         let mut rules = std::mem::take(&mut self.prules);
         self.engine.packet_rules(hdr, &mut rules);
         let mut drop = false;
+        let syn = hdr.pkt.tcp_flags & 0x02 != 0;
         for &rule in &rules {
+            // Suricata evaluates a rule without contents whose `flags` asks
+            // for SYN (but for `!`) on SYN segments only (its SYN list of
+            // rules without a prefilter): `*SR` does not match a lone RST.
+            if !syn
+                && self.engine.rules[rule as usize]
+                    .checks
+                    .flags
+                    .is_some_and(|f| f.needs_syn())
+            {
+                continue;
+            }
             if self.engine.packet_matches(rule, hdr) && self.fire(rule, st, (d, p, None), events) {
                 drop = true;
                 break;

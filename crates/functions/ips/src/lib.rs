@@ -648,6 +648,27 @@ impl Ips {
     ) -> Result<Ips, ConfigError> {
         // Rules not loaded by `build` still get their EVE category and severity.
         classify(&mut rules, None, &mut warnings);
+        // Rules that set flowbits are evaluated before rules that read them,
+        // whatever their order in the files, as Suricata orders its
+        // signatures (detect-engine-sigorder.c): set only, set and read,
+        // read only, then the others; stable otherwise.
+        rules.sort_by_key(|r| {
+            use rules::payload::Flowbit;
+            let read = r
+                .flowbits
+                .iter()
+                .any(|f| matches!(f, Flowbit::IsSet(_) | Flowbit::IsNotSet(_)));
+            let write = r
+                .flowbits
+                .iter()
+                .any(|f| matches!(f, Flowbit::Set(_) | Flowbit::Unset(_) | Flowbit::Toggle(_)));
+            match (write, read) {
+                (true, false) => 0u8,
+                (true, true) => 1,
+                (false, true) => 2,
+                (false, false) => 3,
+            }
+        });
         let datasets = dataset::resolve(&mut rules, dirs, &mut warnings);
         // Non-TCP flows keep a record only when a rule can block them, keeps
         // flowbits on them or asks whether they are established (traffic

@@ -346,7 +346,7 @@ fn bad_rules_are_reported_and_skipped() {
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(
         dir.join("t.rules"),
-        "# header\nalert tcp any any -> any any (msg:\"ok\"; content:\"a\"; sid:1;)\nalert tcp any any -> any any (msg:\"x\"; content:\"a\"; pcre:\"/a;b/Z\"; sid:2;)\nalert tcp any any - any any (msg:\"x\"; content:\"a\"; sid:3;)\nalert tcp $NOPE any -> any any (content:\"a\"; sid:4;)\n",
+        "# header\nalert tcp any any -> any any (msg:\"ok\"; content:\"a\"; sid:1;)\nalert tcp any any -> any any (msg:\"x\"; content:\"a\"; pcre:\"/a;b/\"; lua:x.lua; sid:2;)\nalert tcp any any - any any (msg:\"x\"; content:\"a\"; sid:3;)\nalert tcp $NOPE any -> any any (content:\"a\"; sid:4;)\n",
     )
     .unwrap();
     let cfg: Config = Config {
@@ -365,7 +365,7 @@ fn bad_rules_are_reported_and_skipped() {
     assert_eq!(
         w,
         vec![
-            "t.rules:3: unsupported keyword \"pcre /Z (http buffer)\"",
+            "t.rules:3: unsupported keyword \"lua\"",
             "t.rules:4: unknown direction \"-\"",
             "t.rules:5: unknown variable \"$NOPE\"",
         ]

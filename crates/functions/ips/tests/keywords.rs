@@ -100,8 +100,12 @@ fn tcp_flags_with_modifiers_and_mask() {
     assert_eq!(alerts("S,CE"), [true, true, false, false]);
     // SYN and maybe others.
     assert_eq!(alerts("+S"), [true, true, true, false]);
-    // Any of SYN or FIN.
-    assert_eq!(alerts("*SF"), [true, true, true, true]);
+    // Any of SYN or FIN, but a rule naming SYN without `!` is evaluated on
+    // SYN segments only (Suricata's SYN list): not on the FIN.
+    assert_eq!(alerts("*SF"), [true, true, true, false]);
+    assert_eq!(alerts("*F"), [false, false, false, true]);
+    // A modifier among the flags counts (Suricata's parser): `S+` is `+S`.
+    assert_eq!(alerts("S+"), alerts("+S"));
     // Not SYN+ACK both.
     assert_eq!(alerts("!SA"), [true, true, false, true]);
     assert_eq!(alerts("FA"), [false, false, false, true]);
@@ -240,10 +244,9 @@ fn keywords_that_would_change_matching_skip_the_rule() {
             .unwrap_err()
             .reason()
     };
-    assert_eq!(
-        reason("content:\"a\"; pcre:\"/a;b/Z\";"),
-        "keyword pcre /Z (http buffer)"
-    );
+    assert_eq!(reason("content:\"a\"; lua:x.lua;"), "keyword lua");
+    // Two HTTP buffer flags on one pcre.
+    assert_eq!(reason("pcre:\"/a;b/UZ\";"), "error: bad value");
     assert_eq!(reason("xbits:set,x,track tx;"), "keyword xbits track tx");
     assert_eq!(reason("byte_test:4,=,1,0,dce;"), "keyword byte_test dce");
     assert_eq!(reason("pcre:\"/(/\";"), "error: bad value");
@@ -589,4 +592,20 @@ fn a_detection_filter_counts_matches_within_one_tcp_flow() {
         a,
         vec![(8, AlertAction::Allowed), (8, AlertAction::Allowed)]
     );
+}
+
+/// Suricata orders signatures so that those setting a flowbit run before
+/// those reading it: a bit set and tested by two rules on one packet is
+/// seen whatever the rules' order in the file.
+#[test]
+fn flowbits_set_before_read_on_one_packet() {
+    let read =
+        "alert udp any any -> any any (msg:\"read\"; content:\"x\"; flowbits:isset,b; sid:1;)";
+    let set = "alert udp any any -> any any (msg:\"set\"; content:\"x\"; flowbits:set,b; sid:2;)";
+    let both = "alert udp any any -> any any (msg:\"both\"; content:\"x\"; flowbits:isset,b; flowbits:set,c; sid:3;)";
+    let late = "alert udp any any -> any any (msg:\"after both\"; content:\"x\"; flowbits:isset,c; sid:4;)";
+    let frames = [udp(3)];
+    // Set only, then set-and-read, then read only: 2, 3, then 1 and 4.
+    assert_eq!(sids(&[read, late, both, set], &frames), vec![2, 3, 1, 4]);
+    assert_eq!(sids(&[set, read], &frames), vec![2, 1]);
 }

@@ -446,6 +446,12 @@ impl TcpFlags {
         }
     }
 
+    /// True if it names SYN other than with `!` (Suricata then evaluates a
+    /// rule without contents on SYN segments only).
+    pub fn needs_syn(&self) -> bool {
+        self.mode != FlagMode::Not && self.flags & 0x02 != 0
+    }
+
     /// Parses the value of `flags`.
     pub fn parse(v: &str) -> Option<TcpFlags> {
         let v = v.trim();
@@ -453,12 +459,23 @@ impl TcpFlags {
             Some((f, i)) => (f.trim(), Some(i.trim())),
             None => (v, None),
         };
-        let (mode, flags) = match flags.chars().next()? {
+        let (mut mode, flags) = match flags.chars().next()? {
             '+' => (FlagMode::All, &flags[1..]),
             '*' => (FlagMode::Any, &flags[1..]),
             '!' => (FlagMode::Not, &flags[1..]),
             _ => (FlagMode::Exact, flags),
         };
+        // Suricata reads a modifier among the flags too (`SA+` is `+SA`).
+        let mut named = String::with_capacity(flags.len());
+        for c in flags.chars() {
+            match c {
+                '+' => mode = FlagMode::All,
+                '*' => mode = FlagMode::Any,
+                '!' => mode = FlagMode::Not,
+                c => named.push(c),
+            }
+        }
+        let flags = named.as_str();
         let bits = |s: &str| -> Option<u8> {
             let mut b = 0u8;
             for c in s.trim().chars() {
@@ -666,7 +683,9 @@ impl FragBits {
             _ => (FlagMode::Exact, v),
         };
         let mut bits = 0u16;
-        for c in rest.trim().chars() {
+        // A modifier after the bits is ignored, as Suricata's parser does
+        // (`D+` is exactly D).
+        for c in rest.trim().trim_end_matches(['+', '*', '!']).chars() {
             bits |= match c {
                 'R' | 'r' => 0x8000,
                 'D' | 'd' => 0x4000,
@@ -682,7 +701,9 @@ impl FragBits {
         let f = field & 0xe000;
         match self.mode {
             FlagMode::Exact => f == self.bits,
-            FlagMode::All => f & self.bits == self.bits,
+            // These bits and at least one other (detect-fragbits.c; unlike
+            // `flags`' `+`).
+            FlagMode::All => f & self.bits == self.bits && f != self.bits,
             FlagMode::Any => f & self.bits != 0,
             // Not all of them (detect-fragbits.c's `!`, as `flags`').
             FlagMode::Not => f & self.bits != self.bits,

@@ -955,7 +955,9 @@ pub(crate) fn pcre(v: &str) -> Result<(Pcre, Option<crate::http::Buf>), RuleSynt
                 }
                 http = crate::http::pcre_flag(f);
             }
-            'Z' => return Err(unsupported(format!("pcre /{f} (http buffer)"))),
+            // `http.host.raw` (the Host header as sent).
+            'Z' if http.is_none() => http = Some(crate::http::Buf::HostRaw),
+            'Z' => return Err(bad(kw, v)),
             _ => return Err(bad(kw, v)),
         }
     }

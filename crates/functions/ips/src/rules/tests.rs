@@ -635,3 +635,29 @@ fn rules_continued_over_lines() {
     assert!(rules.is_empty());
     assert_eq!(errors[0].msg, RuleSyntax::UnendedContinuation);
 }
+
+/// Suricata's detect-fragbits.c: `+` asks for the bits and at least one
+/// other; a modifier after the bits is ignored by its parser, while one
+/// among `flags` counts.
+#[test]
+fn fragbits_plus_and_modifiers_after_the_bits() {
+    let plus = options::FragBits::parse("+D").unwrap();
+    assert!(!plus.matches(0x4000), "D alone");
+    assert!(plus.matches(0x6000), "D and M");
+    assert!(!plus.matches(0x2000), "M alone");
+    assert_eq!(
+        options::FragBits::parse("D+"),
+        options::FragBits::parse("D")
+    );
+    assert_eq!(
+        options::TcpFlags::parse("SA+"),
+        options::TcpFlags::parse("+SA")
+    );
+    assert_eq!(
+        options::TcpFlags::parse("S*,12"),
+        options::TcpFlags::parse("*S,12")
+    );
+    assert!(options::TcpFlags::parse("+S").unwrap().needs_syn());
+    assert!(!options::TcpFlags::parse("!S").unwrap().needs_syn());
+    assert!(!options::TcpFlags::parse("*AR").unwrap().needs_syn());
+}
