@@ -375,8 +375,21 @@ def icmp_ranges():
     ]
 
 
+def depth_each_segment():
+    # A command protocol on a kept-alive connection: each command starts a
+    # segment. A content with depth matches at the start of every segment
+    # (Suricata inspects such a rule on each packet's payload too), not
+    # only at the stream's start. Inline (the name has `ips`): Suricata's
+    # IDS mode inspects the stream again at the end, a second alert.
+    c = Conn(5557)
+    c.send(True, b"HELO first\r\n").send(False, b"250 ok\r\n")
+    c.send(True, b"HELO second\r\n").send(False, b"250 ok\r\n")
+    return c.pkts
+
+
 CAPTURES = {
     "kw-flowbits-or": flowbits_or,
+    "kw-ips-depth-each-segment": depth_each_segment,
     "kw-flowbits-toggle": flowbits_toggle,
     "kw-flowbits-direction": flowbits_direction,
     "kw-flowint-ops": flowint_ops,

@@ -763,7 +763,9 @@ impl Ips {
             self.engine.scan(&mut ds, seg.payload, 0, sc);
             for &(_, t) in &self.hits {
                 let r = t.rule as usize;
-                if self.engine.packetwise[r] && self.engine.trigger[r] == t.content {
+                if (self.engine.packetwise[r] && self.engine.trigger[r] == t.content)
+                    || (self.engine.dual[r] && self.engine.dual_trigger[r] == t.content)
+                {
                     pcands.push(t.rule);
                 }
             }
@@ -778,6 +780,7 @@ impl Ips {
                     .iter()
                     .filter(|&&r| pw[r as usize]),
             );
+            pcands.extend_from_slice(&self.engine.dual_rules);
         }
         if pcands.is_empty() {
             return false;
@@ -1162,6 +1165,16 @@ impl Ips {
                 continue;
             }
             let r = t.rule as usize;
+            if self.engine.dual[r] && self.engine.dual_trigger[r] == t.content {
+                // Also a candidate for its segment's own payload (checked
+                // after the stream: at most one alert per packet).
+                let len = self.engine.rules[r].contents[t.content as usize]
+                    .bytes
+                    .len();
+                if seg.is_some_and(|s| s.holds(end, len)) {
+                    pcands.push(t.rule);
+                }
+            }
             if self.engine.packetwise[r] {
                 // Never part of the streaming match: a candidate for the
                 // payload it was found in.
@@ -1201,6 +1214,9 @@ impl Ips {
                 } else {
                     cands.push(r);
                 }
+            }
+            if seg.is_some() {
+                pcands.extend_from_slice(&self.engine.dual_rules);
             }
         }
         if st.flags & (BLOCKED | PASSED) == 0 && bytes.parts.iter().any(|b| !b.is_empty()) {

@@ -866,8 +866,18 @@ pub struct Engine {
     /// streaming match; a hit of their trigger inside a segment's own payload
     /// makes them candidates for an inspection of that payload.
     pub packetwise: Vec<bool>,
-    /// True if a rule is packetwise.
+    /// True if a rule is packetwise or dual: segments' own payloads are
+    /// inspected.
     pub any_packetwise: bool,
+    /// Per rule: [`Rule::dual`]. Matched on the stream like any stream rule,
+    /// and a hit of its [`Engine::dual_trigger`] inside a segment's own
+    /// payload also makes it a candidate for an inspection of that payload.
+    pub dual: Vec<bool>,
+    /// Per rule: the content of a dual rule whose hit makes it a candidate
+    /// for a segment's inspection (its last positive one), or [`NO_TRIGGER`].
+    pub dual_trigger: Vec<u8>,
+    /// The dual rules over TCP (candidates when the prefilter is off).
+    pub dual_rules: Vec<u32>,
     /// Per rule: the content whose hit makes the rule a candidate for a buffer
     /// inspection ([`NO_TRIGGER`]: none). A match inside one buffer contains
     /// every positive content, so one of them is enough: for a buffer or
@@ -926,6 +936,9 @@ impl Engine {
         let mut always_pkt = Vec::new();
         let mut fast_rules: [Vec<u32>; 4] = Default::default();
         let packetwise: Vec<bool> = rules.iter().map(Rule::packetwise).collect();
+        let dual: Vec<bool> = rules.iter().map(Rule::dual).collect();
+        let mut dual_trigger = Vec::with_capacity(rules.len());
+        let mut dual_rules = Vec::new();
         let mut trigger = Vec::with_capacity(rules.len());
         let mut names: FxHashMap<String, u16> = FxHashMap::default();
         let mut flowbit_names = Vec::new();
@@ -967,6 +980,16 @@ impl Engine {
                 for &c in classes {
                     fast_rules[c].push(ri as u32);
                 }
+            }
+            // A buffer rule has its fast pattern alone in the automata.
+            dual_trigger.push(match (fast, last_positive) {
+                _ if !dual[ri] => NO_TRIGGER,
+                (Some(f), _) => f as u8,
+                (None, Some(k)) => k as u8,
+                (None, None) => NO_TRIGGER,
+            });
+            if dual[ri] && last_positive.is_some() && classes.contains(&0) {
+                dual_rules.push(ri as u32);
             }
             trigger.push(match (fast, last_positive) {
                 (Some(f), _) => f as u8,
@@ -1062,7 +1085,7 @@ impl Engine {
         let ssh_ids = (0..rules.len() as u32)
             .filter(|&r| !rules[r as usize].ssh.is_empty())
             .collect();
-        let any_packetwise = packetwise.iter().any(|&pw| pw);
+        let any_packetwise = packetwise.iter().any(|&pw| pw) || !dual_rules.is_empty();
         let packet_rules = packet_rules.map(|ids| PacketRules::new(&rules, &ids));
         Ok(Engine {
             headers,
@@ -1071,6 +1094,9 @@ impl Engine {
             fast: fast_rules,
             packetwise,
             any_packetwise,
+            dual,
+            dual_trigger,
+            dual_rules,
             dns,
             http,
             tls,

@@ -609,3 +609,52 @@ fn flowbits_set_before_read_on_one_packet() {
     assert_eq!(sids(&[read, late, both, set], &frames), vec![2, 3, 1, 4]);
     assert_eq!(sids(&[set, read], &frames), vec![2, 1]);
 }
+
+/// Suricata inspects a TCP stream rule with `depth` or `offset` over each
+/// packet's own payload too: a command at the start of every segment of a
+/// kept-alive connection matches each time, not only at the stream's start
+/// (an attacker cannot hide one behind a harmless first message); once per
+/// packet whichever way it matches; `only_stream` keeps it on the stream.
+#[test]
+fn depth_and_offset_rules_also_match_each_segment() {
+    let mut frames = handshake(25);
+    frames.push(tcp_v4(
+        C,
+        S,
+        40000,
+        25,
+        1001,
+        9001,
+        ACK | PSH,
+        b"HELO one\r\n",
+    ));
+    frames.push(tcp_v4(
+        C,
+        S,
+        40000,
+        25,
+        1011,
+        9001,
+        ACK | PSH,
+        b"HELO two\r\n",
+    ));
+    frames.push(tcp_v4(
+        C,
+        S,
+        40000,
+        25,
+        1021,
+        9001,
+        ACK | PSH,
+        b"xx HELO\r\n",
+    ));
+    let depth = "alert tcp any any -> any 25 (content:\"HELO\"; depth:4; sid:1;)";
+    let offset = "alert tcp any any -> any 25 (content:\"two\"; offset:5; depth:3; sid:2;)";
+    let stream_only =
+        "alert tcp any any -> any 25 (content:\"HELO\"; depth:4; flow:only_stream; sid:3;)";
+    let plain = "alert tcp any any -> any 25 (content:\"HELO\"; sid:4;)";
+    assert_eq!(sids(&[depth], &frames), vec![1, 1]);
+    assert_eq!(sids(&[offset], &frames), vec![2]);
+    assert_eq!(sids(&[stream_only], &frames), vec![3]);
+    assert_eq!(sids(&[plain], &frames), vec![4, 4, 4]);
+}

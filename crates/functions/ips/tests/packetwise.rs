@@ -105,10 +105,14 @@ fn positions_count_from_the_segments_payload() {
     let pkt = "alert tcp any any -> any 80 (flow:no_stream; content:\"|00 01|\"; offset:2; depth:4; content:\"|00 02|\"; offset:8; depth:10; sid:5;)";
     let stream = "alert tcp any any -> any 80 (content:\"|00 01|\"; offset:2; depth:4; content:\"|00 02|\"; offset:8; depth:10; sid:6;)";
     let msg: &[u8] = b"ab\x00\x01cdefgh\x00\x02";
-    // Second segment: offsets count from its own start for sid 5, from the
-    // stream's for sid 6.
+    // Second segment: offsets count from its own start for sid 5; sid 6,
+    // a stream rule, is matched on the stream (no match at stream offset
+    // 16) and, having offset and depth, on the segment's own payload too
+    // (Suricata's packet-and-stream rules), where it matches.
     let frames = client(&[b"0123456789abcdef", msg]);
-    assert_eq!(sids(&[pkt, stream], &frames), vec![5]);
+    assert_eq!(sids(&[pkt, stream], &frames), vec![5, 6]);
+    let only = "alert tcp any any -> any 80 (flow:only_stream; content:\"|00 01|\"; offset:2; depth:4; content:\"|00 02|\"; offset:8; depth:10; sid:6;)";
+    assert_eq!(sids(&[pkt, only], &frames), vec![5]);
     assert_eq!(sids(&[pkt, stream], &client(&[msg])), vec![5, 6]);
     // Relative contents backtrack within the payload.
     let rel =

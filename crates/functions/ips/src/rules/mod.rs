@@ -592,6 +592,29 @@ impl Rule {
             && !self.items.is_empty()
             && (self.checks.dsize.is_some() || self.stream == StreamMode::No)
     }
+
+    /// True for a TCP stream rule Suricata inspects over each packet's own
+    /// payload as well as over the stream (its `SIG_FLAG_REQUIRE_PACKET` on
+    /// a stream rule, detect-parse.c): a content with `depth` or `offset`,
+    /// or `stream_size`. Such a rule matches a content at the start of a
+    /// later segment, within its `depth` of that segment but not of the
+    /// stream; at most once per packet either way.
+    pub fn dual(&self) -> bool {
+        (matches!(self.proto, Proto::Tcp | Proto::Ip) || self.proto.stream_app())
+            && !self.app_layer()
+            && !self.packetwise()
+            && self.stream != StreamMode::Only
+            && !self.items.is_empty()
+            && (self.checks.stream_size.is_some()
+                || self.contents.iter().any(|c| {
+                    !c.in_b64
+                        && (c.depth.is_some()
+                            || c.offset.is_some()
+                            || c.startswith
+                            || c.vars.depth.is_some()
+                            || c.vars.offset.is_some())
+                }))
+    }
 }
 
 /// A rule that could not be loaded: `file:line: message`.
