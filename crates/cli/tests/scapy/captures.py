@@ -220,12 +220,13 @@ def main():
     from captures_app import CAPTURES as APP
     from captures_bytemath import CAPTURES as BYTEMATH
     from captures_httpbody import CAPTURES as HTTPBODY
+    from captures_httpedge import CAPTURES as HTTPEDGE
     from captures_stream import CAPTURES as STREAM
     from captures_threshold import CAPTURES as THRESHOLD
     from captures_xform import CAPTURES as XFORM
 
     every = dict(CAPTURES)
-    for more in (STREAM, APP, XFORM, BYTEMATH, HTTPBODY, THRESHOLD):
+    for more in (STREAM, APP, XFORM, BYTEMATH, HTTPBODY, THRESHOLD, HTTPEDGE):
         assert not set(more) & set(every), set(more) & set(every)
         every.update(more)
     for name, build in every.items():
