@@ -1746,6 +1746,273 @@ mod tests {
         assert_eq!(b.get(Buf::Cookie).unwrap(), b"t=1");
     }
 
+    /// What [`HttpDir::advance`] reports for `data`: each piece's head,
+    /// body ranges and end.
+    type Seen = Vec<(Option<Range<usize>>, Vec<Range<usize>>, bool)>;
+
+    fn frame(me: &mut HttpDir, peer: &mut HttpDir, data: &[u8], to_server: bool) -> Seen {
+        let mut piece = Piece::default();
+        let mut seen = Vec::new();
+        me.advance(data, to_server, peer, &mut piece, |p, _| {
+            seen.push((p.head.clone(), p.body.clone(), p.done));
+        });
+        seen
+    }
+
+    fn buffers(head: &[u8], request: bool) -> Buffers {
+        let mut b = Buffers::default();
+        b.build_joined(Some(head), None, request);
+        b
+    }
+
+    fn text(b: &Buffers, x: Buf) -> Option<String> {
+        b.get(x).map(|v| String::from_utf8_lossy(v).into_owned())
+    }
+
+    /// libhtp splits a request line on runs of spaces and tabs and keeps
+    /// the method as sent; Suricata detects HTTP by its methods in any
+    /// case, followed by a space or a tab.
+    #[test]
+    fn odd_request_lines() {
+        assert!(looks_like_request(b"GET  /x  HTTP/1.1\r\nHost: a\r\n\r\n"));
+        assert!(looks_like_request(b"GET\t/x\tHTTP/1.1\r\n"));
+        assert!(looks_like_request(b"get /x HTTP/1.1\r\n"));
+        assert!(looks_like_request(b"GET /x\r\n"));
+        assert!(looks_like_request(b"get\t"));
+        // Without a protocol only a method Suricata knows.
+        assert!(!looks_like_request(b"HELO mail.example\r\n"));
+        assert!(!looks_like_request(b"GET /x FTP/1.0\r\n"));
+        assert!(!looks_like_request(b"GET\r\n"));
+        let b = buffers(b"GET  /two-spaces  HTTP/1.1\r\nHost: a\r\n\r\n", true);
+        assert_eq!(text(&b, Buf::Method).unwrap(), "GET");
+        assert_eq!(text(&b, Buf::UriRaw).unwrap(), "/two-spaces");
+        assert_eq!(text(&b, Buf::Uri).unwrap(), "/two-spaces");
+        assert_eq!(text(&b, Buf::Protocol).unwrap(), "HTTP/1.1");
+        assert_eq!(
+            text(&b, Buf::RequestLine).unwrap(),
+            "GET  /two-spaces  HTTP/1.1"
+        );
+        let b = buffers(b"get\t/tab-sep\tHTTP/1.1\r\n\r\n", true);
+        assert_eq!(text(&b, Buf::Method).unwrap(), "get");
+        assert_eq!(text(&b, Buf::Uri).unwrap(), "/tab-sep");
+        assert_eq!(text(&b, Buf::Protocol).unwrap(), "HTTP/1.1");
+        // The target ends at a space; a tab splits it only without one.
+        let b = buffers(b"GET /a\tb HTTP/1.1\r\n\r\n", true);
+        assert_eq!(text(&b, Buf::UriRaw).unwrap(), "/a\tb");
+        // A lower-case request is framed as any other.
+        let (mut c, mut s) = (HttpDir::default(), HttpDir::default());
+        let req = b"get /a HTTP/1.1\r\nContent-Length: 2\r\n\r\nabGET /b HTTP/1.1\r\n\r\n";
+        let seen = frame(&mut c, &mut s, req, true);
+        assert_eq!(seen.len(), 2);
+        assert_eq!(seen[0].1, vec![38..40]);
+        assert_eq!(seen[1].0, Some(40..req.len()));
+    }
+
+    /// An HTTP/0.9 request is its request line alone (no protocol, no
+    /// headers); a response without a status line is a body up to the
+    /// close.
+    #[test]
+    fn http09() {
+        let (mut c, mut s) = (HttpDir::default(), HttpDir::default());
+        let req = b"GET /page\r\n";
+        assert_eq!(
+            frame(&mut c, &mut s, req, true),
+            vec![(Some(0..req.len()), vec![], true)]
+        );
+        assert_eq!(c.phase, Phase::Head);
+        let b = buffers(req, true);
+        assert_eq!(text(&b, Buf::Uri).unwrap(), "/page");
+        assert_eq!(text(&b, Buf::RequestLine).unwrap(), "GET /page");
+        assert!(b.get(Buf::Protocol).is_none());
+        let resp = b"<html>NINE</html>";
+        assert_eq!(
+            frame(&mut s, &mut c, resp, false),
+            vec![(None, vec![0..resp.len()], false)]
+        );
+        assert_eq!(s.phase, Phase::ToClose);
+        // A status line in any case is one.
+        let (mut c, mut s) = (HttpDir::default(), HttpDir::default());
+        frame(&mut c, &mut s, b"GET / HTTP/1.1\r\n\r\n", true);
+        let seen = frame(&mut s, &mut c, b"http/1.1 204 x\r\n\r\n", false);
+        assert_eq!(seen.len(), 1);
+        assert!(seen[0].0.is_some());
+    }
+
+    /// An obs-fold line continues the previous field's value: libhtp
+    /// appends it with its leading whitespace, without the line end.
+    #[test]
+    fn folded_fields() {
+        let head = b"GET /f HTTP/1.1\r\nUser-Agent: Mozilla/5.0\r\n  (EvilBot; x: y)\r\n\
+            X-Custom: one\r\n\ttwo\r\nX-Late:\r\n late\r\nAccept: */*\r\n\r\n";
+        let b = buffers(head, true);
+        assert_eq!(
+            text(&b, Buf::UserAgent).unwrap(),
+            "Mozilla/5.0  (EvilBot; x: y)"
+        );
+        assert_eq!(
+            text(&b, Buf::Header).unwrap(),
+            "User-Agent: Mozilla/5.0  (EvilBot; x: y)\r\nX-Custom: one\ttwo\r\n\
+             X-Late: late\r\nAccept: */*\r\n"
+        );
+        // A continuation line is no field, even with a colon.
+        assert_eq!(
+            text(&b, Buf::HeaderNames).unwrap(),
+            "\r\nUser-Agent\r\nX-Custom\r\nX-Late\r\nAccept\r\n\r\n"
+        );
+        assert!(text(&b, Buf::HeaderRaw)
+            .unwrap()
+            .contains("Mozilla/5.0\r\n  (EvilBot"));
+    }
+
+    /// A name is trimmed of the spaces before its colon and keeps its case;
+    /// it still names User-Agent, Host, Content-Length (framing too).
+    #[test]
+    fn field_names_trimmed() {
+        let head = b"GET /o HTTP/1.1\r\nhOST: www.example.com\r\nuSER-aGENT : sqlmap\r\n\
+            X-Empty:\r\nAccept:   text/html   \r\n\r\n";
+        let b = buffers(head, true);
+        assert_eq!(text(&b, Buf::UserAgent).unwrap(), "sqlmap");
+        assert_eq!(text(&b, Buf::Host).unwrap(), "www.example.com");
+        assert_eq!(text(&b, Buf::Accept).unwrap(), "text/html");
+        assert_eq!(
+            text(&b, Buf::Header).unwrap(),
+            "hOST: www.example.com\r\nuSER-aGENT: sqlmap\r\nX-Empty: \r\nAccept: text/html\r\n"
+        );
+        let (mut c, mut s) = (HttpDir::default(), HttpDir::default());
+        let req = b"POST / HTTP/1.1\r\nContent-Length\t : 3\r\n\r\nabcGET / HTTP/1.1\r\n\r\n";
+        let seen = frame(&mut c, &mut s, req, true);
+        assert_eq!(seen.len(), 2);
+        assert_eq!(seen[0].1, vec![40..43]);
+    }
+
+    /// Of repeated Content-Length fields the first frames the body and is
+    /// the field's value (libhtp does not merge them).
+    #[test]
+    fn first_content_length() {
+        let (mut c, mut s) = (HttpDir::default(), HttpDir::default());
+        frame(&mut c, &mut s, b"GET / HTTP/1.1\r\n\r\n", true);
+        let head = b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Length: 9\r\n\r\n";
+        let mut resp = head.to_vec();
+        resp.extend_from_slice(b"five!HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n");
+        let seen = frame(&mut s, &mut c, &resp, false);
+        assert_eq!(seen.len(), 2);
+        assert_eq!(seen[0].1, vec![head.len()..head.len() + 5]);
+        let b = buffers(head, false);
+        assert_eq!(text(&b, Buf::ContentLen).unwrap(), "5");
+        assert_eq!(text(&b, Buf::Header).unwrap(), "Content-Length: 5\r\n");
+        // Other repeated fields are still merged.
+        let b = buffers(b"HTTP/1.1 200 OK\r\nVia: a\r\nVia: b\r\n\r\n", false);
+        assert_eq!(text(&b, Buf::Header).unwrap(), "Via: a, b\r\n");
+    }
+
+    /// libhtp's status line: the reason is what follows the code after all
+    /// whitespace, its end kept; a line without one has no reason at all.
+    #[test]
+    fn odd_status_lines() {
+        let b = buffers(b"HTTP/1.1 404  Not  Found \r\n\r\n", false);
+        assert_eq!(
+            text(&b, Buf::ResponseLine).unwrap(),
+            "HTTP/1.1 404  Not  Found "
+        );
+        assert_eq!(text(&b, Buf::StatCode).unwrap(), "404");
+        assert_eq!(text(&b, Buf::StatMsg).unwrap(), "Not  Found ");
+        let b = buffers(b"HTTP/1.1 200\r\n\r\n", false);
+        assert_eq!(text(&b, Buf::StatCode).unwrap(), "200");
+        assert!(b.get(Buf::StatMsg).is_none());
+        // The code is found past extra spaces: a 204 has no body.
+        let (mut c, mut s) = (HttpDir::default(), HttpDir::default());
+        frame(&mut c, &mut s, b"GET / HTTP/1.1\r\n\r\n", true);
+        let resp = b"HTTP/1.1  204 x\r\nContent-Length: 3\r\n\r\nHTTP/1.1 200 OK\r\n\r\n";
+        let seen = frame(&mut s, &mut c, resp, false);
+        assert_eq!(seen.len(), 2);
+        assert!(seen[0].1.is_empty() && seen[1].0.is_some());
+    }
+
+    /// A CONNECT has no normalised URI; a 2xx to it has no body and starts
+    /// a tunnel, HTTP each way only if it starts an HTTP message.
+    #[test]
+    fn connect_tunnel() {
+        let b = buffers(
+            b"CONNECT h.example:443 HTTP/1.1\r\nHost: h.example:443\r\n\r\n",
+            true,
+        );
+        assert_eq!(text(&b, Buf::UriRaw).unwrap(), "h.example:443");
+        assert!(b.get(Buf::Uri).is_none());
+        assert_eq!(text(&b, Buf::Host).unwrap(), "h.example");
+        let (mut c, mut s) = (HttpDir::default(), HttpDir::default());
+        frame(&mut c, &mut s, b"CONNECT t:80 HTTP/1.1\r\n\r\n", true);
+        let resp = b"HTTP/1.1 200 Connection established\r\n\r\n";
+        assert_eq!(
+            frame(&mut s, &mut c, resp, false),
+            vec![(Some(0..resp.len()), vec![], true)]
+        );
+        let seen = frame(&mut c, &mut s, b"GET /in HTTP/1.1\r\n\r\n", true);
+        assert_eq!(seen.len(), 1);
+        let seen = frame(
+            &mut s,
+            &mut c,
+            b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\nz",
+            false,
+        );
+        assert_eq!(seen[0].1, vec![38..39]);
+        // A TLS tunnel is not HTTP either way.
+        let (mut c, mut s) = (HttpDir::default(), HttpDir::default());
+        frame(&mut c, &mut s, b"CONNECT t:443 HTTP/1.1\r\n\r\n", true);
+        frame(&mut s, &mut c, resp, false);
+        assert!(frame(&mut c, &mut s, b"\x16\x03\x01\x00\x05hello", true).is_empty());
+        assert_eq!(c.phase, Phase::Off);
+        assert!(frame(&mut s, &mut c, b"\x16\x03\x03\x00\x05hello", false).is_empty());
+        assert_eq!(s.phase, Phase::Off);
+        // A refused CONNECT's response has its body; no tunnel follows.
+        let (mut c, mut s) = (HttpDir::default(), HttpDir::default());
+        frame(&mut c, &mut s, b"CONNECT t:443 HTTP/1.1\r\n\r\n", true);
+        let resp = b"HTTP/1.1 407 No\r\nContent-Length: 2\r\n\r\nno";
+        let seen = frame(&mut s, &mut c, resp, false);
+        assert_eq!(seen[0].1, vec![resp.len() - 2..resp.len()]);
+        assert_eq!(s.flags & TUNNEL, 0);
+    }
+
+    /// An absolute target's host (lowercased, without its port) is
+    /// http.host and http.host.raw; without a path there is no http.uri.
+    #[test]
+    fn absolute_target() {
+        let b = buffers(
+            b"GET http://u@Proxy.Example.NET:8080/a/../x.php?q=1 HTTP/1.1\r\nHost: other\r\n\r\n",
+            true,
+        );
+        assert_eq!(text(&b, Buf::Uri).unwrap(), "/x.php?q=1");
+        assert_eq!(text(&b, Buf::Host).unwrap(), "proxy.example.net");
+        assert_eq!(text(&b, Buf::HostRaw).unwrap(), "proxy.example.net");
+        let b = buffers(
+            b"GET http://no-path.example HTTP/1.1\r\nHost: h\r\n\r\n",
+            true,
+        );
+        assert!(b.get(Buf::Uri).is_none());
+        assert_eq!(text(&b, Buf::UriRaw).unwrap(), "http://no-path.example");
+        assert_eq!(text(&b, Buf::Host).unwrap(), "no-path.example");
+        // A folded Host field is unfolded.
+        let b = buffers(b"GET / HTTP/1.1\r\nHost: a.\r\n b:80\r\n\r\n", true);
+        assert_eq!(text(&b, Buf::HostRaw).unwrap(), "a. b:80");
+        assert_eq!(text(&b, Buf::Host).unwrap(), "a. b");
+    }
+
+    /// IIS's %uXXXX in the path: a code point up to 0xff is that byte,
+    /// another its Windows-1252 best fit or `?`; a decoded `/` separates
+    /// segments.
+    #[test]
+    fn u_encoding() {
+        assert_eq!(norm("/%u0063md.exe"), "/cmd.exe");
+        assert_eq!(norm("/dir%u2215file"), "/dir/file");
+        assert_eq!(norm("/a%U2044..%u2215b"), "/b");
+        assert_eq!(norm("/%uFF43%uff4d%uFF44"), "/cmd");
+        assert_eq!(norm("/%u0107%u4e2d"), "/c?");
+        assert_eq!(norm("/%u00zz/%u12"), "/%u00zz/%u12");
+        // Not in the query.
+        assert_eq!(norm("/q?%u0041"), "/q?%u0041");
+        assert_eq!(best_fit(0x2216), b'\\');
+        assert!(BEST_FIT.windows(2).all(|w| w[0].0 < w[1].0));
+    }
+
     #[test]
     fn uri_normalisation() {
         assert_eq!(norm("/a%20b?x=%41"), "/a b?x=A");
