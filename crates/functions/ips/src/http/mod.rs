@@ -1700,6 +1700,8 @@ fn push_value(
 }
 
 #[cfg(test)]
+// Pieces' body ranges are vectors of ranges, one range often.
+#[allow(clippy::single_range_in_vec_init)]
 mod tests {
     use super::*;
 
