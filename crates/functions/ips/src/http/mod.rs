@@ -8,19 +8,25 @@
 //! (request or status line and header lines, up to the blank line) and skips
 //! bodies by their length: `Content-Length`, `Transfer-Encoding: chunked`
 //! (chunk sizes, extensions and trailers parsed), or, for a response with
-//! neither, until the connection closes. Responses to `HEAD` and with status
-//! 1xx, 204 or 304 have no body. So pipelined requests and keep-alive
-//! connections stay in step, and an IPS instance continuing the flow from the
-//! store knows where the next message starts. Bounds: a head longer than
+//! neither, until the connection closes; the first of repeated
+//! `Content-Length` fields counts. Responses to `HEAD` and with status 1xx,
+//! 204 or 304 have no body; a 2xx to `CONNECT` has none and starts a tunnel,
+//! parsed each way only if it starts an HTTP message. As in libhtp, an
+//! HTTP/0.9 request (no protocol) is its request line alone, and a response
+//! not starting with `HTTP` is a body up to the close. So pipelined requests
+//! and keep-alive connections stay in step, and an IPS instance continuing
+//! the flow from the store knows where the next message starts. Bounds: a head longer than
 //! [`MAX_HEAD`] bytes or with more than [`MAX_LINES`] lines, a malformed chunk
 //! size, or a gap in the stream end the parsing of that direction
 //! ([`Phase::Off`]): nothing panics, nothing allocates.
 //!
 //! # Detection
 //!
-//! A client direction whose first bytes are `METHOD SP target SP HTTP/1.x`
-//! (`METHOD` an upper-case token) is HTTP, on any port; its server direction
-//! is when it starts with `HTTP/1.`. A stream first seen mid-way is not parsed.
+//! A client direction whose first bytes are `METHOD target HTTP/1.x`
+//! (`METHOD` a token of letters in either case, the parts separated by runs
+//! of spaces or tabs), or a known method and a target alone (HTTP/0.9), is
+//! HTTP, on any port, and so is its server direction then. A stream first
+//! seen mid-way is not parsed.
 //!
 //! # Buffers
 //!
