@@ -221,13 +221,14 @@ def main():
     from captures_bytemath import CAPTURES as BYTEMATH
     from captures_dataset import CAPTURES as DATASET
     from captures_httpbody import CAPTURES as HTTPBODY
+    from captures_httpedge import CAPTURES as HTTPEDGE
     from captures_kw import CAPTURES as KW
     from captures_stream import CAPTURES as STREAM
     from captures_threshold import CAPTURES as THRESHOLD
     from captures_xform import CAPTURES as XFORM
 
     every = dict(CAPTURES)
-    for more in (STREAM, APP, XFORM, BYTEMATH, HTTPBODY, THRESHOLD, DATASET, KW):
+    for more in (STREAM, APP, XFORM, BYTEMATH, HTTPBODY, THRESHOLD, DATASET, KW, HTTPEDGE):
         assert not set(more) & set(every), set(more) & set(every)
         every.update(more)
     for name, build in every.items():

@@ -8,19 +8,25 @@
 //! (request or status line and header lines, up to the blank line) and skips
 //! bodies by their length: `Content-Length`, `Transfer-Encoding: chunked`
 //! (chunk sizes, extensions and trailers parsed), or, for a response with
-//! neither, until the connection closes. Responses to `HEAD` and with status
-//! 1xx, 204 or 304 have no body. So pipelined requests and keep-alive
-//! connections stay in step, and an IPS instance continuing the flow from the
-//! store knows where the next message starts. Bounds: a head longer than
+//! neither, until the connection closes; the first of repeated
+//! `Content-Length` fields counts. Responses to `HEAD` and with status 1xx,
+//! 204 or 304 have no body; a 2xx to `CONNECT` has none and starts a tunnel,
+//! parsed each way only if it starts an HTTP message. As in libhtp, an
+//! HTTP/0.9 request (no protocol) is its request line alone, and a response
+//! not starting with `HTTP` is a body up to the close. So pipelined requests
+//! and keep-alive connections stay in step, and an IPS instance continuing
+//! the flow from the store knows where the next message starts. Bounds: a head longer than
 //! [`MAX_HEAD`] bytes or with more than [`MAX_LINES`] lines, a malformed chunk
 //! size, or a gap in the stream end the parsing of that direction
 //! ([`Phase::Off`]): nothing panics, nothing allocates.
 //!
 //! # Detection
 //!
-//! A client direction whose first bytes are `METHOD SP target SP HTTP/1.x`
-//! (`METHOD` an upper-case token) is HTTP, on any port; its server direction
-//! is when it starts with `HTTP/1.`. A stream first seen mid-way is not parsed.
+//! A client direction whose first bytes are `METHOD target HTTP/1.x`
+//! (`METHOD` a token of letters in either case, the parts separated by runs
+//! of spaces or tabs), or a known method and a target alone (HTTP/0.9), is
+//! HTTP, on any port, and so is its server direction then. A stream first
+//! seen mid-way is not parsed.
 //!
 //! # Buffers
 //!
@@ -102,6 +108,14 @@ pub const NO_BODY: u8 = 16;
 pub const AFTER_HEAD: u8 = 32;
 /// Flag: inside a chunk-size line's extension (ignored up to the line end).
 pub const CHUNK_EXT: u8 = 64;
+/// Flag (server direction): the next response answers a `CONNECT` request.
+/// Client direction: a `CONNECT` tunnel began, so the next bytes are HTTP
+/// only if they start a request (Suricata detects the tunnel's protocol
+/// anew).
+pub const AFTER_CONNECT: u8 = 128;
+/// Flags (server direction, both): a 2xx answered a `CONNECT`, so the next
+/// bytes are HTTP only if they start a response.
+pub const TUNNEL: u8 = AFTER_HEAD | AFTER_CONNECT;
 
 const CL: &[u8] = b"content-length:";
 const TE: &[u8] = b"transfer-encoding:";
@@ -171,21 +185,64 @@ impl Piece {
     }
 }
 
-/// True if `b` may be a method byte (an upper-case token).
+/// True if `b` may be a method byte (a token of letters, either case, as
+/// Suricata's detection of HTTP by its methods ignores case).
 fn method_byte(b: u8) -> bool {
-    b.is_ascii_uppercase() || b == b'-' || b == b'_'
+    b.is_ascii_alphabetic() || b == b'-' || b == b'_'
 }
 
-/// True if `data` (a client direction's first bytes) starts an HTTP/1.x
-/// request: `METHOD SP target SP HTTP/1.x CRLF`, or a prefix of one when the
-/// line is not complete yet.
+/// True for the whitespace libhtp splits a start line on (C's `isspace`
+/// less the line ends, which end the line).
+fn line_space(b: u8) -> bool {
+    matches!(b, b' ' | b'\t' | 0x0b | 0x0c)
+}
+
+/// The methods Suricata's protocol detection knows (app-layer-htp.c,
+/// matched ignoring case): a request line without a protocol (HTTP/0.9)
+/// is HTTP only with one of them.
+const METHODS: &[&[u8]] = &[
+    b"GET",
+    b"PUT",
+    b"POST",
+    b"HEAD",
+    b"TRACE",
+    b"OPTIONS",
+    b"CONNECT",
+    b"DELETE",
+    b"PATCH",
+    b"PROPFIND",
+    b"PROPPATCH",
+    b"MKCOL",
+    b"COPY",
+    b"MOVE",
+    b"LOCK",
+    b"UNLOCK",
+    b"CHECKOUT",
+    b"UNCHECKOUT",
+    b"CHECKIN",
+    b"UPDATE",
+    b"LABEL",
+    b"REPORT",
+    b"MKWORKSPACE",
+    b"MKACTIVITY",
+    b"MERGE",
+    b"INVALID",
+    b"VERSION-CONTROL",
+    b"BASELINE-CONTROL",
+];
+
+/// True if `data` (a client direction's first bytes) starts an HTTP
+/// request: `METHOD`, spaces or tabs, the target, spaces or tabs and
+/// `HTTP/1.x` (`METHOD` a token of letters, either case), or a known
+/// method and a target alone (an HTTP/0.9 request); or a prefix of one
+/// when the line is not complete yet.
 pub fn looks_like_request(data: &[u8]) -> bool {
     let m = data.iter().take_while(|&&b| method_byte(b)).count();
     if m == 0 || m > 20 {
         return false;
     }
     match data.get(m) {
-        Some(b' ') => {}
+        Some(&b) if line_space(b) => {}
         // The first segment ends inside the method.
         None => return true,
         Some(_) => return false,
@@ -193,17 +250,47 @@ pub fn looks_like_request(data: &[u8]) -> bool {
     match memchr::memchr(b'\n', data) {
         Some(nl) => {
             let line = data[..nl].strip_suffix(b"\r").unwrap_or(&data[..nl]);
-            let Some(sp) = memchr::memrchr(b' ', line) else {
+            let mut words = line.split(|&b| line_space(b)).filter(|w| !w.is_empty());
+            let (Some(_), Some(_)) = (words.next(), words.next()) else {
                 return false;
             };
-            let proto = &line[sp + 1..];
-            sp > m + 1 && (proto == b"HTTP/1.1" || proto == b"HTTP/1.0")
+            match (words.next(), words.next_back()) {
+                (None, _) => {
+                    let method = &data[..m];
+                    METHODS.iter().any(|k| k.eq_ignore_ascii_case(method))
+                }
+                (Some(p), None) | (Some(_), Some(p)) => p == b"HTTP/1.1" || p == b"HTTP/1.0",
+            }
         }
         None => {
             let rest = &data[m + 1..];
             !rest.strip_suffix(b"\r").unwrap_or(rest).contains(&b'\r')
         }
     }
+}
+
+/// True if `data`, a response's first bytes, may start a status line: libhtp
+/// reads a response whose first line does not start with `HTTP` (any case,
+/// after whitespace) as a body without a head (an HTTP/0.9 response). Too
+/// few bytes to tell count as a status line.
+fn starts_status_line(data: &[u8]) -> bool {
+    let at = data.iter().take_while(|&&b| line_space(b)).count();
+    let rest = &data[at..];
+    let n = rest.len().min(4);
+    rest[..n].eq_ignore_ascii_case(&b"HTTP"[..n])
+}
+
+/// The status code of a status line's first bytes `line`: the word after
+/// the protocol (None while not all in `line`).
+fn status_code(line: &[u8]) -> Option<&[u8]> {
+    let skip = |i: usize, space: bool| {
+        i + line[i..]
+            .iter()
+            .take_while(|&&b| line_space(b) == space)
+            .count()
+    };
+    let a = skip(skip(skip(0, true), false), true);
+    line.get(a..a + 3)
 }
 
 /// True if `data` (a server direction's first bytes) starts an HTTP/1.x
@@ -258,7 +345,7 @@ impl HttpDir {
 
     /// The state at the start of a message head.
     fn next_message(&mut self) {
-        let keep = self.flags & AFTER_HEAD;
+        let keep = self.flags & TUNNEL;
         *self = HttpDir {
             phase: Phase::Head,
             flags: keep,
@@ -329,10 +416,13 @@ impl HttpDir {
         piece.open_cont = false;
         piece.overflow = false;
         if self.phase == Phase::Start {
+            // A response need not have a status line (HTTP/0.9): once the
+            // request side is HTTP, what the server sends is read as libhtp
+            // reads it (see `starts_status_line`).
             let ok = if to_server {
                 looks_like_request(data)
             } else {
-                peer.active() && looks_like_response(data)
+                peer.active()
             };
             if ok {
                 self.next_message();
@@ -356,11 +446,40 @@ impl HttpDir {
                         if pos == data.len() {
                             break;
                         }
+                        let rest = &data[pos..];
+                        if self.flags & TUNNEL != 0 {
+                            // The first bytes in a CONNECT tunnel: HTTP only if
+                            // they start a message.
+                            let tunnel = if to_server {
+                                self.flags & AFTER_CONNECT != 0
+                            } else {
+                                self.flags & TUNNEL == TUNNEL
+                            };
+                            if tunnel {
+                                let http = if to_server {
+                                    looks_like_request(rest)
+                                } else {
+                                    looks_like_response(rest)
+                                };
+                                if !http {
+                                    self.off();
+                                    break;
+                                }
+                                self.flags &= !if to_server { AFTER_CONNECT } else { TUNNEL };
+                            }
+                        }
+                        if !to_server && !starts_status_line(rest) {
+                            // No status line: the bytes up to the close are
+                            // the body (libhtp's HTTP/0.9 response).
+                            self.flags &= !TUNNEL;
+                            self.phase = Phase::ToClose;
+                            continue;
+                        }
                         head_start = Some(pos);
                         self.flags |= STARTED | FIRST_LINE;
-                        self.start_line(&data[pos..], to_server, peer);
+                        self.start_line(rest, to_server, peer);
                     }
-                    match self.head_bytes(&data[pos..]) {
+                    match self.head_bytes(&data[pos..], to_server) {
                         Ok(Some(n)) => {
                             pos += n;
                             piece.head = head_start.take().map(|s| s..pos);
@@ -478,23 +597,36 @@ impl HttpDir {
     /// the line is in these bytes).
     fn start_line(&mut self, rest: &[u8], to_server: bool, peer: &mut HttpDir) {
         if to_server {
-            if rest.starts_with(b"HEAD ") {
+            // libhtp knows the methods by their exact spelling.
+            let is =
+                |m: &[u8]| rest.starts_with(m) && rest.get(m.len()).is_some_and(|&b| line_space(b));
+            peer.flags &= !TUNNEL;
+            if is(b"HEAD") {
                 peer.flags |= AFTER_HEAD;
-            } else {
-                peer.flags &= !AFTER_HEAD;
+            } else if is(b"CONNECT") {
+                peer.flags |= AFTER_CONNECT;
             }
         } else {
-            if self.flags & AFTER_HEAD != 0 {
+            let after = self.flags & TUNNEL;
+            if after == AFTER_HEAD {
                 self.flags |= NO_BODY;
             }
             // "HTTP/1.x NNN": 1xx, 204 and 304 have no body.
-            if let Some(code) = rest.get(9..12) {
+            if let Some(code) = status_code(rest) {
                 if code[0] == b'1' || code == b"204" || code == b"304" {
                     self.flags |= NO_BODY;
                 }
-                // A 100 Continue precedes the real response to a HEAD.
+                // A 100 Continue precedes the real response to a HEAD or a
+                // CONNECT.
                 if code[0] != b'1' {
-                    self.flags &= !AFTER_HEAD;
+                    self.flags &= !TUNNEL;
+                    if after == AFTER_CONNECT && code[0] == b'2' {
+                        // The tunnel follows this head: no body, and the
+                        // next bytes each way are another protocol's unless
+                        // they start an HTTP message.
+                        self.flags |= NO_BODY | TUNNEL;
+                        peer.flags |= AFTER_CONNECT;
+                    }
                 }
             }
         }
@@ -503,7 +635,7 @@ impl HttpDir {
     /// Consumes head bytes; returns how many up to and including the blank
     /// line when the head ends in `data`, None if it does not, an error
     /// past the bounds.
-    fn head_bytes(&mut self, data: &[u8]) -> Result<Option<usize>, ()> {
+    fn head_bytes(&mut self, data: &[u8], to_server: bool) -> Result<Option<usize>, ()> {
         for (i, &b) in data.iter().enumerate() {
             self.head_len += 1;
             if self.head_len > MAX_HEAD {
@@ -511,6 +643,12 @@ impl HttpDir {
             }
             if b == b'\n' {
                 if self.line == 0 && self.flags & FIRST_LINE == 0 {
+                    return Ok(Some(i + 1));
+                }
+                // A request line of a method and a target alone (the words
+                // counted in `m_cl`) is an HTTP/0.9 request: no headers
+                // follow.
+                if self.flags & FIRST_LINE != 0 && to_server && (1..=2).contains(&self.m_cl) {
                     return Ok(Some(i + 1));
                 }
                 self.lines += 1;
@@ -532,6 +670,14 @@ impl HttpDir {
             }
             self.line = self.line.saturating_add(1);
             if self.flags & FIRST_LINE != 0 {
+                // The start line's words: `m_cl` counts them, `m_te` is 1
+                // inside one.
+                if line_space(b) {
+                    self.m_te = 0;
+                } else if self.m_te == 0 {
+                    self.m_te = 1;
+                    self.m_cl = self.m_cl.saturating_add(1).min(3);
+                }
                 continue;
             }
             let l = b.to_ascii_lowercase();
@@ -539,6 +685,11 @@ impl HttpDir {
                 0 => {
                     let step = |m: &mut u8, name: &[u8]| -> bool {
                         if *m == FAIL {
+                            return false;
+                        }
+                        // libhtp trims spaces and tabs before the colon
+                        // off a name.
+                        if name.get(*m as usize) == Some(&b':') && line_space(b) && *m > 0 {
                             return false;
                         }
                         if name.get(*m as usize) == Some(&l) {
@@ -549,8 +700,14 @@ impl HttpDir {
                         false
                     };
                     if step(&mut self.m_cl, CL) {
-                        self.val = 1;
-                        self.remaining = 0;
+                        // The first Content-Length frames the body (libhtp
+                        // keeps the first of repeated ones).
+                        if self.flags & HAS_LEN != 0 {
+                            self.val = 3;
+                        } else {
+                            self.val = 1;
+                            self.remaining = 0;
+                        }
                     } else if step(&mut self.m_te, TE) {
                         self.val = 2;
                         self.m_te = 0;
@@ -661,64 +818,119 @@ pub struct Head {
     pub nfields: usize,
 }
 
-fn trim(h: &[u8], mut r: Range<usize>) -> Range<usize> {
-    while r.start < r.end && matches!(h[r.start], b' ' | b'\t') {
-        r.start += 1;
-    }
-    while r.end > r.start && matches!(h[r.end - 1], b' ' | b'\t' | b'\r') {
-        r.end -= 1;
-    }
-    r
+/// True for the bytes a field value is trimmed of: spaces and tabs, and
+/// the line ends of folded lines.
+fn value_space(b: u8) -> bool {
+    matches!(b, b' ' | b'\t' | b'\r' | b'\n')
 }
 
 impl Head {
-    /// Parses `h`, a complete head (what [`HttpDir::advance`] reported).
-    /// Lines without a `:` are not fields. Never fails: every range lies
-    /// within `h`.
+    /// Parses `h`, a complete head (what [`HttpDir::advance`] reported), as
+    /// libhtp does. The start line is split on runs of spaces and tabs:
+    /// a request's target ends at the first space after it (at the first
+    /// tab only if no space follows), its protocol is the rest of the line
+    /// (none for HTTP/0.9); a response's reason is the rest of the line
+    /// after the code, spaces at its end kept. A line starting with a space
+    /// or tab continues the previous field's value (obs-fold: the value's
+    /// range then spans line ends, see [`push_unfolded`]); a field name is
+    /// trimmed of spaces and tabs before its colon; other lines without a
+    /// `:` are not fields. Never fails: every range lies within `h`.
     pub fn parse(&mut self, h: &[u8], request: bool) {
         let nl = memchr::memchr(b'\n', h).unwrap_or(h.len());
-        let line = trim(h, 0..nl);
-        self.line = line.clone();
-        let l = &h[line.clone()];
-        let sp1 = memchr::memchr(b' ', l).map_or(l.len(), |i| i);
-        self.first = line.start..line.start + sp1;
-        let rest = (line.start + sp1 + 1).min(line.end)..line.end;
-        if request {
-            // The target runs to the last space (targets have none).
-            let r = &h[rest.clone()];
-            match memchr::memrchr(b' ', r) {
-                Some(i) => {
-                    self.second = rest.start..rest.start + i;
-                    self.third = rest.start + i + 1..rest.end;
-                }
-                None => {
-                    self.second = rest.clone();
-                    self.third = rest.end..rest.end;
-                }
+        // libhtp takes only the line end off the start line.
+        let mut end = nl;
+        while end > 0 && h[end - 1] == b'\r' {
+            end -= 1;
+        }
+        self.line = 0..end;
+        let skip = |mut i: usize, space: bool| {
+            while i < end && line_space(h[i]) == space {
+                i += 1;
+            }
+            i
+        };
+        let a = skip(0, true);
+        let b = skip(a, false);
+        self.first = a..b;
+        let c = skip(b, true);
+        let d = if request {
+            match memchr::memchr(b' ', &h[c..end]) {
+                Some(i) => c + i,
+                None => skip(c, false),
             }
         } else {
-            let r = &h[rest.clone()];
-            let i = memchr::memchr(b' ', r).unwrap_or(r.len());
-            self.second = rest.start..rest.start + i;
-            self.third = (rest.start + i + 1).min(rest.end)..rest.end;
-        }
+            skip(c, false)
+        };
+        self.second = c..d;
+        self.third = skip(d, true)..end;
         self.block = (nl + 1).min(h.len())..h.len();
         self.nfields = 0;
+        // Whether the last line was a kept field (a folded line continues
+        // it).
+        let mut open = false;
         let mut at = self.block.start;
-        while at < h.len() && self.nfields < MAX_HEADERS {
+        while at < h.len() {
             let end = memchr::memchr(b'\n', &h[at..]).map_or(h.len(), |i| at + i);
-            let ln = trim(h, at..end);
-            if let Some(c) = memchr::memchr(b':', &h[ln.clone()]) {
-                let name = ln.start..ln.start + c;
-                let value = trim(h, ln.start + c + 1..ln.end);
-                self.fields[self.nfields] = (name, value);
-                self.nfields += 1;
+            let mut ln = at..end;
+            while ln.end > ln.start && h[ln.end - 1] == b'\r' {
+                ln.end -= 1;
             }
             at = end + 1;
+            if ln.is_empty() {
+                open = false;
+                continue;
+            }
+            if line_space(h[ln.start]) {
+                if open {
+                    let (_, v) = &mut self.fields[self.nfields - 1];
+                    let mut s = ln.clone();
+                    while s.end > s.start && value_space(h[s.end - 1]) {
+                        s.end -= 1;
+                    }
+                    if !s.is_empty() {
+                        if v.start == v.end {
+                            // The value starts on this line.
+                            while value_space(h[s.start]) {
+                                s.start += 1;
+                            }
+                            *v = s;
+                        } else {
+                            v.end = s.end;
+                        }
+                    }
+                }
+                continue;
+            }
+            open = false;
+            if self.nfields == MAX_HEADERS {
+                continue;
+            }
+            let Some(c) = memchr::memchr(b':', &h[ln.clone()]) else {
+                continue;
+            };
+            let mut name = ln.start..ln.start + c;
+            while name.end > name.start && line_space(h[name.end - 1]) {
+                name.end -= 1;
+            }
+            let mut value = ln.start + c + 1..ln.end;
+            while value.start < value.end && value_space(h[value.start]) {
+                value.start += 1;
+            }
+            while value.end > value.start && value_space(h[value.end - 1]) {
+                value.end -= 1;
+            }
+            if value.is_empty() {
+                value = ln.end..ln.end;
+            }
+            self.fields[self.nfields] = (name, value);
+            self.nfields += 1;
+            open = true;
         }
     }
 
-    /// The value of the first field named `name` (ASCII case-insensitive).
+    /// The value of the first field named `name` (ASCII case-insensitive),
+    /// as in the head: a folded value spans its line ends
+    /// ([`push_unfolded`]).
     pub fn field<'h>(&self, h: &'h [u8], name: &[u8]) -> Option<&'h [u8]> {
         self.fields[..self.nfields]
             .iter()
@@ -894,16 +1106,11 @@ fn hexval(b: u8) -> Option<u8> {
 /// becomes `/`, runs of `/` become one, and `.` and `..` segments are
 /// removed (RFC 3986 §5.2.4).
 pub fn normalise_uri(target: &[u8], out: &mut Vec<u8>) {
-    let mut t = target;
-    if let Some(i) = t.windows(3).position(|w| w == b"://") {
-        if t[..i].iter().all(|b| b.is_ascii_alphabetic()) && i > 0 {
-            let after = &t[i + 3..];
-            t = match after.iter().position(|&b| b == b'/' || b == b'?') {
-                Some(j) => &after[j..],
-                None => b"/",
-            };
-        }
-    }
+    let t = match split_absolute(target) {
+        Some((_, b"")) => b"/",
+        Some((_, rest)) => rest,
+        None => target,
+    };
     let q = memchr::memchr(b'?', t).unwrap_or(t.len());
     let start = out.len();
     let mut i = 0;
@@ -911,7 +1118,18 @@ pub fn normalise_uri(target: &[u8], out: &mut Vec<u8>) {
     while i < q {
         let mut b = t[i];
         i += 1;
-        if b == b'%' && i + 1 < q {
+        if b == b'%' && i + 4 < q && (t[i] == b'u' || t[i] == b'U') {
+            // IIS's %uXXXX, which libhtp's IDS personality decodes in the
+            // path (a decoded `/` is a separator as any other).
+            let mut cp = Some(0u16);
+            for &x in &t[i + 1..i + 5] {
+                cp = cp.zip(hexval(x)).map(|(c, d)| c << 4 | d as u16);
+            }
+            if let Some(cp) = cp {
+                b = best_fit(cp);
+                i += 5;
+            }
+        } else if b == b'%' && i + 1 < q {
             if let (Some(h), Some(l)) = (hexval(t[i]), hexval(t[i + 1])) {
                 b = h << 4 | l;
                 i += 2;
@@ -943,6 +1161,126 @@ pub fn normalise_uri(target: &[u8], out: &mut Vec<u8>) {
         out.push(b);
     }
 }
+
+/// An absolute target (`scheme://authority/path`): its authority and the
+/// rest (path and query, empty if it has none).
+fn split_absolute(t: &[u8]) -> Option<(&[u8], &[u8])> {
+    let i = t.windows(3).position(|w| w == b"://")?;
+    if i == 0 || !t[..i].iter().all(|b| b.is_ascii_alphabetic()) {
+        return None;
+    }
+    let after = &t[i + 3..];
+    let j = after
+        .iter()
+        .position(|&b| b == b'/' || b == b'?')
+        .unwrap_or(after.len());
+    Some((&after[..j], &after[j..]))
+}
+
+/// The host of an authority (`user@host:port`): without the user part and
+/// the port (an IPv6 literal keeps its brackets).
+fn uri_host(auth: &[u8]) -> &[u8] {
+    let a = match memchr::memrchr(b'@', auth) {
+        Some(i) => &auth[i + 1..],
+        None => auth,
+    };
+    match a.iter().rposition(|&b| b == b':') {
+        Some(i) if !a[i..].contains(&b']') => &a[..i],
+        _ => a,
+    }
+}
+
+/// The byte a `%uXXXX` code point decodes to: itself up to 0xff, else the
+/// Windows-1252 "best fit" of it (the characters Windows converts to a
+/// look-alike, after Microsoft's published bestfit1252 table), else `?`.
+fn best_fit(cp: u16) -> u8 {
+    match cp {
+        0..=0xff => cp as u8,
+        // Latin Extended-A: the letter without its accent.
+        0x100..=0x17f => LATIN_EXT_A[cp as usize - 0x100],
+        // Fullwidth ASCII.
+        0xff01..=0xff5e => (cp - 0xfee0) as u8,
+        _ => match BEST_FIT.binary_search_by_key(&cp, |&(c, _)| c) {
+            Ok(i) => BEST_FIT[i].1,
+            Err(_) => b'?',
+        },
+    }
+}
+
+/// [`best_fit`] of U+0100 to U+017F.
+const LATIN_EXT_A: &[u8; 0x80] = b"AaAaAaCcCcCcCcDd\
+    \xd0dEeEeEeEeEeGgGg\
+    GgGgHhHhIiIiIiIi\
+    Ii??JjKk?LlLlLl?\
+    ?LlNnNnNn???OoOo\
+    Oo\x8c\x9cRrRrRrSsSsSs\
+    \x8a\x9aTtTtTtUuUuUuUu\
+    UuUuWwYy\x9fZzZz\x8e\x9e?";
+
+/// [`best_fit`] of other code points over 0xff (sorted): Windows-1252's
+/// own characters in 0x80-0x9f, and the look-alikes of ASCII that matter
+/// to a path (slashes, dots, quotes, dashes, brackets, digits).
+const BEST_FIT: &[(u16, u8)] = &[
+    (0x0192, 0x83),
+    (0x02c6, 0x88),
+    (0x02dc, 0x98),
+    (0x2010, b'-'),
+    (0x2011, b'-'),
+    (0x2013, 0x96),
+    (0x2014, 0x97),
+    (0x2017, b'='),
+    (0x2018, 0x91),
+    (0x2019, 0x92),
+    (0x201a, 0x82),
+    (0x201c, 0x93),
+    (0x201d, 0x94),
+    (0x201e, 0x84),
+    (0x2020, 0x86),
+    (0x2021, 0x87),
+    (0x2022, 0x95),
+    (0x2024, b'.'),
+    (0x2026, 0x85),
+    (0x2030, 0x89),
+    (0x2032, b'\''),
+    (0x2035, b'`'),
+    (0x2039, 0x8b),
+    (0x203a, 0x9b),
+    (0x2044, b'/'),
+    (0x2074, b'4'),
+    (0x207f, b'n'),
+    (0x2080, b'0'),
+    (0x2081, b'1'),
+    (0x2082, b'2'),
+    (0x2083, b'3'),
+    (0x2084, b'4'),
+    (0x2085, b'5'),
+    (0x2086, b'6'),
+    (0x2087, b'7'),
+    (0x2088, b'8'),
+    (0x2089, b'9'),
+    (0x20ac, 0x80),
+    (0x2122, 0x99),
+    (0x2190, b'<'),
+    (0x2191, b'^'),
+    (0x2192, b'>'),
+    (0x2193, b'v'),
+    (0x2194, b'-'),
+    (0x2195, b'|'),
+    (0x2212, b'-'),
+    (0x2215, b'/'),
+    (0x2216, b'\\'),
+    (0x2217, b'*'),
+    (0x2223, b'|'),
+    (0x2236, b':'),
+    (0x223c, b'~'),
+    (0x2329, b'<'),
+    (0x232a, b'>'),
+    (0x3000, b' '),
+    (0x3008, b'<'),
+    (0x3009, b'>'),
+    (0x301a, b'['),
+    (0x301b, b']'),
+];
 
 /// Removes `.` and `..` segments from the path in `out[start..]` in place.
 fn remove_dots(out: &mut Vec<u8>, start: usize) {
@@ -1165,21 +1503,43 @@ impl Buffers {
         head.parse(h, request);
         let hd = &*head;
         self.put(Buf::StartRaw, h);
+        let target = &h[hd.second.clone()];
+        // An absolute target's authority, when it names a host.
+        let mut authority = None;
         if request {
             self.put(Buf::RequestLine, &h[hd.line.clone()]);
-            self.put(Buf::Method, &h[hd.first.clone()]);
-            self.put(Buf::UriRaw, &h[hd.second.clone()]);
-            let a = self.begin();
-            normalise_uri(&h[hd.second.clone()], &mut self.bytes);
-            self.end(Buf::Uri, a);
+            let method = &h[hd.first.clone()];
+            self.put(Buf::Method, method);
+            if !target.is_empty() {
+                self.put(Buf::UriRaw, target);
+            }
+            let absolute = split_absolute(target);
+            authority = absolute.map(|(a, _)| a).filter(|a| !uri_host(a).is_empty());
+            // A CONNECT's target is an authority, and an absolute target
+            // without a path has no path either: libhtp has no normalised
+            // URI for them.
+            let no_path = matches!(absolute, Some((_, b"")));
+            if !target.is_empty() && method != b"CONNECT" && !no_path {
+                let a = self.begin();
+                normalise_uri(target, &mut self.bytes);
+                self.end(Buf::Uri, a);
+            }
             if !hd.third.is_empty() {
                 self.put(Buf::Protocol, &h[hd.third.clone()]);
             }
         } else {
             self.put(Buf::ResponseLine, &h[hd.line.clone()]);
-            self.put(Buf::Protocol, &h[hd.first.clone()]);
-            self.put(Buf::StatCode, &h[hd.second.clone()]);
-            self.put(Buf::StatMsg, &h[hd.third.clone()]);
+            // libhtp has no value for a part a status line lacks (a reason
+            // phrase, typically).
+            for (r, b) in [
+                (&hd.first, Buf::Protocol),
+                (&hd.second, Buf::StatCode),
+                (&hd.third, Buf::StatMsg),
+            ] {
+                if !r.is_empty() {
+                    self.put(b, &h[r.clone()]);
+                }
+            }
         }
         self.put(Buf::HeaderRaw, &h[hd.block.clone()]);
         let fields = &hd.fields[..hd.nfields];
@@ -1261,22 +1621,54 @@ impl Buffers {
             push_value(&mut self.bytes, h, fields, i, dups);
             self.end(*b, a);
         }
-        if request {
-            if let Some(v) = hd.field(h, b"host") {
-                self.put(Buf::HostRaw, v);
-                // Without the port (an IPv6 literal keeps its brackets).
-                let host = match v.iter().rposition(|&b| b == b':') {
-                    Some(i) if !v[i..].contains(&b']') => &v[..i],
-                    _ => v,
-                };
-                let host = host.strip_suffix(b".").unwrap_or(host);
-                let a = self.begin();
-                self.bytes
-                    .extend(host.iter().map(|b| b.to_ascii_lowercase()));
-                self.end(Buf::Host, a);
+        if let Some(auth) = authority {
+            // An absolute target's host wins over the Host field (libhtp's
+            // hostname): lowercased, without its port, in both buffers.
+            let host = uri_host(auth);
+            let host = host.strip_suffix(b".").unwrap_or(host);
+            let a = self.begin();
+            self.bytes
+                .extend(host.iter().map(|b| b.to_ascii_lowercase()));
+            self.end(Buf::Host, a);
+            let span = self.spans[Buf::Host as usize];
+            self.spans[Buf::HostRaw as usize] = span;
+        } else if let Some(v) = hd.field(h, b"host").filter(|_| request) {
+            let a = self.begin();
+            push_unfolded(&mut self.bytes, v);
+            self.end(Buf::HostRaw, a);
+            let z = self.bytes.len();
+            // Without the port (an IPv6 literal keeps its brackets).
+            let raw = &self.bytes[a as usize..z];
+            let mut n = match raw.iter().rposition(|&b| b == b':') {
+                Some(i) if !raw[i..].contains(&b']') => i,
+                _ => raw.len(),
+            };
+            if n > 0 && raw[n - 1] == b'.' {
+                n -= 1;
             }
+            let b = self.begin();
+            self.bytes.extend_from_within(a as usize..a as usize + n);
+            self.bytes[b as usize..].make_ascii_lowercase();
+            self.end(Buf::Host, b);
         }
         self.head = head;
+    }
+}
+
+/// Appends `v`, a field value as in the head, without the line ends of
+/// its folded lines (libhtp joins a folded line to the value, its leading
+/// whitespace kept).
+pub fn push_unfolded(out: &mut Vec<u8>, v: &[u8]) {
+    if memchr::memchr(b'\n', v).is_none() {
+        out.extend_from_slice(v);
+        return;
+    }
+    for line in v.split(|&b| b == b'\n') {
+        let mut n = line.len();
+        while n > 0 && line[n - 1] == b'\r' {
+            n -= 1;
+        }
+        out.extend_from_slice(&line[..n]);
     }
 }
 
@@ -1290,7 +1682,8 @@ fn repeats(h: &[u8], fields: &[(Range<usize>, Range<usize>)], i: usize) -> bool 
 }
 
 /// Appends field `i`'s value, and when `dups`, the values of the later
-/// fields of the same name after `, ` (libhtp's merged value).
+/// fields of the same name after `, ` (libhtp's merged value; not for
+/// Content-Length).
 fn push_value(
     out: &mut Vec<u8>,
     h: &[u8],
@@ -1298,20 +1691,23 @@ fn push_value(
     i: usize,
     dups: bool,
 ) {
-    out.extend_from_slice(&h[fields[i].1.clone()]);
-    if !dups {
+    push_unfolded(out, &h[fields[i].1.clone()]);
+    let n = &h[fields[i].0.clone()];
+    // libhtp keeps the first of repeated Content-Length fields alone.
+    if !dups || n.eq_ignore_ascii_case(b"content-length") {
         return;
     }
-    let n = &h[fields[i].0.clone()];
     for (m, v) in &fields[i + 1..] {
         if h[m.clone()].eq_ignore_ascii_case(n) {
             out.extend_from_slice(b", ");
-            out.extend_from_slice(&h[v.clone()]);
+            push_unfolded(out, &h[v.clone()]);
         }
     }
 }
 
 #[cfg(test)]
+// Pieces' body ranges are vectors of ranges, one range often.
+#[allow(clippy::single_range_in_vec_init)]
 mod tests {
     use super::*;
 
@@ -1356,6 +1752,273 @@ mod tests {
         b.build_joined(Some(head), None, false);
         assert_eq!(b.get(Buf::Header).unwrap(), b"Cookie: c\r\nServer: x\r\n");
         assert_eq!(b.get(Buf::Cookie).unwrap(), b"t=1");
+    }
+
+    /// What [`HttpDir::advance`] reports for `data`: each piece's head,
+    /// body ranges and end.
+    type Seen = Vec<(Option<Range<usize>>, Vec<Range<usize>>, bool)>;
+
+    fn frame(me: &mut HttpDir, peer: &mut HttpDir, data: &[u8], to_server: bool) -> Seen {
+        let mut piece = Piece::default();
+        let mut seen = Vec::new();
+        me.advance(data, to_server, peer, &mut piece, |p, _| {
+            seen.push((p.head.clone(), p.body.clone(), p.done));
+        });
+        seen
+    }
+
+    fn buffers(head: &[u8], request: bool) -> Buffers {
+        let mut b = Buffers::default();
+        b.build_joined(Some(head), None, request);
+        b
+    }
+
+    fn text(b: &Buffers, x: Buf) -> Option<String> {
+        b.get(x).map(|v| String::from_utf8_lossy(v).into_owned())
+    }
+
+    /// libhtp splits a request line on runs of spaces and tabs and keeps
+    /// the method as sent; Suricata detects HTTP by its methods in any
+    /// case, followed by a space or a tab.
+    #[test]
+    fn odd_request_lines() {
+        assert!(looks_like_request(b"GET  /x  HTTP/1.1\r\nHost: a\r\n\r\n"));
+        assert!(looks_like_request(b"GET\t/x\tHTTP/1.1\r\n"));
+        assert!(looks_like_request(b"get /x HTTP/1.1\r\n"));
+        assert!(looks_like_request(b"GET /x\r\n"));
+        assert!(looks_like_request(b"get\t"));
+        // Without a protocol only a method Suricata knows.
+        assert!(!looks_like_request(b"HELO mail.example\r\n"));
+        assert!(!looks_like_request(b"GET /x FTP/1.0\r\n"));
+        assert!(!looks_like_request(b"GET\r\n"));
+        let b = buffers(b"GET  /two-spaces  HTTP/1.1\r\nHost: a\r\n\r\n", true);
+        assert_eq!(text(&b, Buf::Method).unwrap(), "GET");
+        assert_eq!(text(&b, Buf::UriRaw).unwrap(), "/two-spaces");
+        assert_eq!(text(&b, Buf::Uri).unwrap(), "/two-spaces");
+        assert_eq!(text(&b, Buf::Protocol).unwrap(), "HTTP/1.1");
+        assert_eq!(
+            text(&b, Buf::RequestLine).unwrap(),
+            "GET  /two-spaces  HTTP/1.1"
+        );
+        let b = buffers(b"get\t/tab-sep\tHTTP/1.1\r\n\r\n", true);
+        assert_eq!(text(&b, Buf::Method).unwrap(), "get");
+        assert_eq!(text(&b, Buf::Uri).unwrap(), "/tab-sep");
+        assert_eq!(text(&b, Buf::Protocol).unwrap(), "HTTP/1.1");
+        // The target ends at a space; a tab splits it only without one.
+        let b = buffers(b"GET /a\tb HTTP/1.1\r\n\r\n", true);
+        assert_eq!(text(&b, Buf::UriRaw).unwrap(), "/a\tb");
+        // A lower-case request is framed as any other.
+        let (mut c, mut s) = (HttpDir::default(), HttpDir::default());
+        let req = b"get /a HTTP/1.1\r\nContent-Length: 2\r\n\r\nabGET /b HTTP/1.1\r\n\r\n";
+        let seen = frame(&mut c, &mut s, req, true);
+        assert_eq!(seen.len(), 2);
+        assert_eq!(seen[0].1, vec![38..40]);
+        assert_eq!(seen[1].0, Some(40..req.len()));
+    }
+
+    /// An HTTP/0.9 request is its request line alone (no protocol, no
+    /// headers); a response without a status line is a body up to the
+    /// close.
+    #[test]
+    fn http09() {
+        let (mut c, mut s) = (HttpDir::default(), HttpDir::default());
+        let req = b"GET /page\r\n";
+        assert_eq!(
+            frame(&mut c, &mut s, req, true),
+            vec![(Some(0..req.len()), vec![], true)]
+        );
+        assert_eq!(c.phase, Phase::Head);
+        let b = buffers(req, true);
+        assert_eq!(text(&b, Buf::Uri).unwrap(), "/page");
+        assert_eq!(text(&b, Buf::RequestLine).unwrap(), "GET /page");
+        assert!(b.get(Buf::Protocol).is_none());
+        let resp = b"<html>NINE</html>";
+        assert_eq!(
+            frame(&mut s, &mut c, resp, false),
+            vec![(None, vec![0..resp.len()], false)]
+        );
+        assert_eq!(s.phase, Phase::ToClose);
+        // A status line in any case is one.
+        let (mut c, mut s) = (HttpDir::default(), HttpDir::default());
+        frame(&mut c, &mut s, b"GET / HTTP/1.1\r\n\r\n", true);
+        let seen = frame(&mut s, &mut c, b"http/1.1 204 x\r\n\r\n", false);
+        assert_eq!(seen.len(), 1);
+        assert!(seen[0].0.is_some());
+    }
+
+    /// An obs-fold line continues the previous field's value: libhtp
+    /// appends it with its leading whitespace, without the line end.
+    #[test]
+    fn folded_fields() {
+        let head = b"GET /f HTTP/1.1\r\nUser-Agent: Mozilla/5.0\r\n  (EvilBot; x: y)\r\n\
+            X-Custom: one\r\n\ttwo\r\nX-Late:\r\n late\r\nAccept: */*\r\n\r\n";
+        let b = buffers(head, true);
+        assert_eq!(
+            text(&b, Buf::UserAgent).unwrap(),
+            "Mozilla/5.0  (EvilBot; x: y)"
+        );
+        assert_eq!(
+            text(&b, Buf::Header).unwrap(),
+            "User-Agent: Mozilla/5.0  (EvilBot; x: y)\r\nX-Custom: one\ttwo\r\n\
+             X-Late: late\r\nAccept: */*\r\n"
+        );
+        // A continuation line is no field, even with a colon.
+        assert_eq!(
+            text(&b, Buf::HeaderNames).unwrap(),
+            "\r\nUser-Agent\r\nX-Custom\r\nX-Late\r\nAccept\r\n\r\n"
+        );
+        assert!(text(&b, Buf::HeaderRaw)
+            .unwrap()
+            .contains("Mozilla/5.0\r\n  (EvilBot"));
+    }
+
+    /// A name is trimmed of the spaces before its colon and keeps its case;
+    /// it still names User-Agent, Host, Content-Length (framing too).
+    #[test]
+    fn field_names_trimmed() {
+        let head = b"GET /o HTTP/1.1\r\nhOST: www.example.com\r\nuSER-aGENT : sqlmap\r\n\
+            X-Empty:\r\nAccept:   text/html   \r\n\r\n";
+        let b = buffers(head, true);
+        assert_eq!(text(&b, Buf::UserAgent).unwrap(), "sqlmap");
+        assert_eq!(text(&b, Buf::Host).unwrap(), "www.example.com");
+        assert_eq!(text(&b, Buf::Accept).unwrap(), "text/html");
+        assert_eq!(
+            text(&b, Buf::Header).unwrap(),
+            "hOST: www.example.com\r\nuSER-aGENT: sqlmap\r\nX-Empty: \r\nAccept: text/html\r\n"
+        );
+        let (mut c, mut s) = (HttpDir::default(), HttpDir::default());
+        let req = b"POST / HTTP/1.1\r\nContent-Length\t : 3\r\n\r\nabcGET / HTTP/1.1\r\n\r\n";
+        let seen = frame(&mut c, &mut s, req, true);
+        assert_eq!(seen.len(), 2);
+        assert_eq!(seen[0].1, vec![40..43]);
+    }
+
+    /// Of repeated Content-Length fields the first frames the body and is
+    /// the field's value (libhtp does not merge them).
+    #[test]
+    fn first_content_length() {
+        let (mut c, mut s) = (HttpDir::default(), HttpDir::default());
+        frame(&mut c, &mut s, b"GET / HTTP/1.1\r\n\r\n", true);
+        let head = b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Length: 9\r\n\r\n";
+        let mut resp = head.to_vec();
+        resp.extend_from_slice(b"five!HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n");
+        let seen = frame(&mut s, &mut c, &resp, false);
+        assert_eq!(seen.len(), 2);
+        assert_eq!(seen[0].1, vec![head.len()..head.len() + 5]);
+        let b = buffers(head, false);
+        assert_eq!(text(&b, Buf::ContentLen).unwrap(), "5");
+        assert_eq!(text(&b, Buf::Header).unwrap(), "Content-Length: 5\r\n");
+        // Other repeated fields are still merged.
+        let b = buffers(b"HTTP/1.1 200 OK\r\nVia: a\r\nVia: b\r\n\r\n", false);
+        assert_eq!(text(&b, Buf::Header).unwrap(), "Via: a, b\r\n");
+    }
+
+    /// libhtp's status line: the reason is what follows the code after all
+    /// whitespace, its end kept; a line without one has no reason at all.
+    #[test]
+    fn odd_status_lines() {
+        let b = buffers(b"HTTP/1.1 404  Not  Found \r\n\r\n", false);
+        assert_eq!(
+            text(&b, Buf::ResponseLine).unwrap(),
+            "HTTP/1.1 404  Not  Found "
+        );
+        assert_eq!(text(&b, Buf::StatCode).unwrap(), "404");
+        assert_eq!(text(&b, Buf::StatMsg).unwrap(), "Not  Found ");
+        let b = buffers(b"HTTP/1.1 200\r\n\r\n", false);
+        assert_eq!(text(&b, Buf::StatCode).unwrap(), "200");
+        assert!(b.get(Buf::StatMsg).is_none());
+        // The code is found past extra spaces: a 204 has no body.
+        let (mut c, mut s) = (HttpDir::default(), HttpDir::default());
+        frame(&mut c, &mut s, b"GET / HTTP/1.1\r\n\r\n", true);
+        let resp = b"HTTP/1.1  204 x\r\nContent-Length: 3\r\n\r\nHTTP/1.1 200 OK\r\n\r\n";
+        let seen = frame(&mut s, &mut c, resp, false);
+        assert_eq!(seen.len(), 2);
+        assert!(seen[0].1.is_empty() && seen[1].0.is_some());
+    }
+
+    /// A CONNECT has no normalised URI; a 2xx to it has no body and starts
+    /// a tunnel, HTTP each way only if it starts an HTTP message.
+    #[test]
+    fn connect_tunnel() {
+        let b = buffers(
+            b"CONNECT h.example:443 HTTP/1.1\r\nHost: h.example:443\r\n\r\n",
+            true,
+        );
+        assert_eq!(text(&b, Buf::UriRaw).unwrap(), "h.example:443");
+        assert!(b.get(Buf::Uri).is_none());
+        assert_eq!(text(&b, Buf::Host).unwrap(), "h.example");
+        let (mut c, mut s) = (HttpDir::default(), HttpDir::default());
+        frame(&mut c, &mut s, b"CONNECT t:80 HTTP/1.1\r\n\r\n", true);
+        let resp = b"HTTP/1.1 200 Connection established\r\n\r\n";
+        assert_eq!(
+            frame(&mut s, &mut c, resp, false),
+            vec![(Some(0..resp.len()), vec![], true)]
+        );
+        let seen = frame(&mut c, &mut s, b"GET /in HTTP/1.1\r\n\r\n", true);
+        assert_eq!(seen.len(), 1);
+        let seen = frame(
+            &mut s,
+            &mut c,
+            b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\nz",
+            false,
+        );
+        assert_eq!(seen[0].1, vec![38..39]);
+        // A TLS tunnel is not HTTP either way.
+        let (mut c, mut s) = (HttpDir::default(), HttpDir::default());
+        frame(&mut c, &mut s, b"CONNECT t:443 HTTP/1.1\r\n\r\n", true);
+        frame(&mut s, &mut c, resp, false);
+        assert!(frame(&mut c, &mut s, b"\x16\x03\x01\x00\x05hello", true).is_empty());
+        assert_eq!(c.phase, Phase::Off);
+        assert!(frame(&mut s, &mut c, b"\x16\x03\x03\x00\x05hello", false).is_empty());
+        assert_eq!(s.phase, Phase::Off);
+        // A refused CONNECT's response has its body; no tunnel follows.
+        let (mut c, mut s) = (HttpDir::default(), HttpDir::default());
+        frame(&mut c, &mut s, b"CONNECT t:443 HTTP/1.1\r\n\r\n", true);
+        let resp = b"HTTP/1.1 407 No\r\nContent-Length: 2\r\n\r\nno";
+        let seen = frame(&mut s, &mut c, resp, false);
+        assert_eq!(seen[0].1, vec![resp.len() - 2..resp.len()]);
+        assert_eq!(s.flags & TUNNEL, 0);
+    }
+
+    /// An absolute target's host (lowercased, without its port) is
+    /// http.host and http.host.raw; without a path there is no http.uri.
+    #[test]
+    fn absolute_target() {
+        let b = buffers(
+            b"GET http://u@Proxy.Example.NET:8080/a/../x.php?q=1 HTTP/1.1\r\nHost: other\r\n\r\n",
+            true,
+        );
+        assert_eq!(text(&b, Buf::Uri).unwrap(), "/x.php?q=1");
+        assert_eq!(text(&b, Buf::Host).unwrap(), "proxy.example.net");
+        assert_eq!(text(&b, Buf::HostRaw).unwrap(), "proxy.example.net");
+        let b = buffers(
+            b"GET http://no-path.example HTTP/1.1\r\nHost: h\r\n\r\n",
+            true,
+        );
+        assert!(b.get(Buf::Uri).is_none());
+        assert_eq!(text(&b, Buf::UriRaw).unwrap(), "http://no-path.example");
+        assert_eq!(text(&b, Buf::Host).unwrap(), "no-path.example");
+        // A folded Host field is unfolded.
+        let b = buffers(b"GET / HTTP/1.1\r\nHost: a.\r\n b:80\r\n\r\n", true);
+        assert_eq!(text(&b, Buf::HostRaw).unwrap(), "a. b:80");
+        assert_eq!(text(&b, Buf::Host).unwrap(), "a. b");
+    }
+
+    /// IIS's %uXXXX in the path: a code point up to 0xff is that byte,
+    /// another its Windows-1252 best fit or `?`; a decoded `/` separates
+    /// segments.
+    #[test]
+    fn u_encoding() {
+        assert_eq!(norm("/%u0063md.exe"), "/cmd.exe");
+        assert_eq!(norm("/dir%u2215file"), "/dir/file");
+        assert_eq!(norm("/a%U2044..%u2215b"), "/b");
+        assert_eq!(norm("/%uFF43%uff4d%uFF44"), "/cmd");
+        assert_eq!(norm("/%u0107%u4e2d"), "/c?");
+        assert_eq!(norm("/%u00zz/%u12"), "/%u00zz/%u12");
+        // Not in the query.
+        assert_eq!(norm("/q?%u0041"), "/q?%u0041");
+        assert_eq!(best_fit(0x2216), b'\\');
+        assert!(BEST_FIT.windows(2).all(|w| w[0].0 < w[1].0));
     }
 
     #[test]
