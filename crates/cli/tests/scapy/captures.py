@@ -225,10 +225,11 @@ def main():
     from captures_kw import CAPTURES as KW
     from captures_stream import CAPTURES as STREAM
     from captures_threshold import CAPTURES as THRESHOLD
+    from captures_tlsdns import CAPTURES as TLSDNS
     from captures_xform import CAPTURES as XFORM
 
     every = dict(CAPTURES)
-    for more in (STREAM, APP, XFORM, BYTEMATH, HTTPBODY, THRESHOLD, DATASET, KW, HTTPEDGE):
+    for more in (STREAM, APP, XFORM, BYTEMATH, HTTPBODY, THRESHOLD, DATASET, KW, HTTPEDGE, TLSDNS):
         assert not set(more) & set(every), set(more) & set(every)
         every.update(more)
     for name, build in every.items():

@@ -312,17 +312,26 @@ fn malformed_payloads_do_not_fire_and_do_not_panic() {
     let ok = query(&["evil.example"]);
     let mut trailing = ok.clone();
     trailing.extend_from_slice(b"xx");
-    let mut frames = vec![
+    let frames = vec![
         udp_query(&[], 53),
         udp_v4(C, S, 40000, 53, &ok[..ok.len() - 3]),
-        udp_v4(C, S, 40000, 53, &trailing),
         udp_v4(C, S, 40000, 53, b"evil.example but not dns"),
     ];
-    let mut pointer_loop = message(0x0100, [1, 0, 0, 0], &[4, b'e', b'v', b'i', b'l', 0xc0, 12]);
-    pointer_loop.extend_from_slice(&[0, 1, 0, 1]);
-    frames.push(udp_v4(C, S, 40000, 53, &pointer_loop));
     for f in frames {
         assert!(sids(&[rule, raw], &[f]).is_empty());
+    }
+    // Bytes after the last record, and a name whose pointer loops: on port
+    // 53 parsed as Suricata does (the extra bytes ignored, the name cut
+    // where the loop is noticed), so a query cannot hide behind them;
+    // told by content alone elsewhere, not DNS.
+    let mut pointer_loop = message(0x0100, [1, 0, 0, 0], &[4, b'e', b'v', b'i', b'l', 0xc0, 12]);
+    pointer_loop.extend_from_slice(&[0, 1, 0, 1]);
+    for msg in [&trailing, &pointer_loop] {
+        assert_eq!(
+            sids(&[rule, raw], &[udp_v4(C, S, 40000, 53, msg)]),
+            vec![1, 2]
+        );
+        assert!(sids(&[rule, raw], &[udp_v4(C, S, 40000, 8053, msg)]).is_empty());
     }
 }
 
@@ -923,4 +932,61 @@ fn response_record_names() {
     assert!(fires(
         "dns.response.rrname; content:\"mx.\"; dns.response.rrname; to_uppercase; content:\"NS1\";"
     ));
+}
+
+/// On port 53 a message is parsed as Suricata's DNS parser does, so a
+/// query cannot hide from the DNS rules behind header bits resolvers never
+/// set, more than 16 questions, a forward compression pointer or a second
+/// message in the same segment; told by content on another port, such
+/// bytes are not DNS.
+#[test]
+fn on_port_53_odd_messages_are_parsed_as_suricata_does() {
+    use sluice_ips::dns::Strictness;
+    let rule = r#"alert dns any any -> any any (dns.query; content:"evil.example"; sid:1;)"#;
+    let mut z = query(&["evil.example"]);
+    z[3] |= 0x40; // the reserved Z bit
+    let mut rc = query(&["evil.example"]);
+    rc[3] |= 0x05; // a response code in a query
+    let mut names: Vec<String> = (0..16).map(|i| format!("q{i}.example")).collect();
+    names.push("evil.example".into());
+    let names: Vec<&str> = names.iter().map(String::as_str).collect();
+    let many = query(&names);
+    // A question whose name is a pointer forward, to a name after it.
+    let mut fwd = message(0x0100, [1, 0, 0, 0], &[0xc0, 18, 0, 1, 0, 1]);
+    fwd.extend_from_slice(&wire_name("evil.example"));
+    for (what, m) in [
+        ("z bit", &z),
+        ("rcode", &rc),
+        ("17 questions", &many),
+        ("forward", &fwd),
+    ] {
+        assert!(Message::parse_as(m, Strictness::Port).is_ok(), "{what}");
+        assert!(Message::parse(m).is_err(), "{what}");
+        assert_eq!(
+            sids(&[rule], &[udp_v4(C, S, 40000, 53, m)]),
+            vec![1],
+            "{what}"
+        );
+        assert!(
+            sids(&[rule], &[udp_v4(C, S, 40000, 8053, m)]).is_empty(),
+            "{what}"
+        );
+    }
+    // A pointer at itself is never followed.
+    let own = message(0x0100, [1, 0, 0, 0], &[0xc0, 12, 0, 1, 0, 1]);
+    assert_eq!(
+        Message::parse_as(&own, Strictness::Port).unwrap_err(),
+        DnsError::ForwardPointer(12)
+    );
+    // The root's empty name is no buffer, and Suricata's walk of the
+    // questions stops there: the name after it is not inspected.
+    let root_first = query(&["", "evil.example"]);
+    assert!(sids(&[rule], &[udp_v4(C, S, 40000, 53, &root_first)]).is_empty());
+    let root_last = query(&["evil.example", ""]);
+    assert_eq!(
+        sids(&[rule], &[udp_v4(C, S, 40000, 53, &root_last)]),
+        vec![1]
+    );
+    let empty = r#"alert dns any any -> any any (dns.query; bsize:0; sid:2;)"#;
+    assert!(sids(&[empty], &[udp_v4(C, S, 40000, 53, &root_first)]).is_empty());
 }

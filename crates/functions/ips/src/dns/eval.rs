@@ -5,10 +5,20 @@
 
 use sluice_nf::{Event, Packet};
 
-use super::Message;
+use super::{Message, Strictness};
 use crate::engine::{FlowState, Header, BLOCKED, PASSED};
 use crate::pending::{self, Pend, Unit};
 use crate::{inspect, Ips};
+
+/// How strictly a flow's bytes are taken for DNS: as Suricata's parser on
+/// port 53, as resolvers send them elsewhere ([`super::Strictness`]).
+fn strictness(flow: &sluice_wire::FlowKey) -> Strictness {
+    if flow.src_port == 53 || flow.dst_port == 53 {
+        Strictness::Port
+    } else {
+        Strictness::Content
+    }
+}
 
 impl Ips {
     /// A datagram: if its payload is a DNS message, the DNS rules are
@@ -26,7 +36,7 @@ impl Ips {
             return false;
         }
         let payload = p.meta.payload(p.data());
-        let Ok(msg) = super::detect(payload, false) else {
+        let Ok(msg) = super::detect_as(payload, false, strictness(&hdr.flow)) else {
             return false;
         };
         let hdr = Header {
@@ -78,7 +88,8 @@ impl Ips {
         let unit: &[u8] = if cont { &held } else { data };
         let mut drop = false;
         let mut next = Pend::default();
-        match super::unit(unit) {
+        let how = strictness(&hdr.flow);
+        match super::unit_as(unit, how) {
             Unit::Need if cont || (boundary && free) => {
                 if !cont {
                     held.extend_from_slice(data);
@@ -87,18 +98,33 @@ impl Ips {
                 return false;
             }
             Unit::Whole(_) => {
-                if let Ok(msg) = super::detect(unit, true) {
-                    if cont {
+                // On port 53 a segment may hold several messages (Suricata
+                // parses each): each whole one is inspected. A message the
+                // segment only starts after them is not kept (not DNS from
+                // there on).
+                let hdr = Header { dns: true, ..*hdr };
+                let mut at = 0;
+                while at < unit.len() {
+                    let rest = &unit[at..];
+                    let Unit::Whole(n) = super::unit_as(rest, how) else {
+                        break;
+                    };
+                    let Ok(msg) = super::detect_as(&rest[..n], true, how) else {
+                        break;
+                    };
+                    if cont && at == 0 {
                         self.counters.pending_joined += 1;
                     }
+                    drop |= self.dns_message(&msg, &rest[..n], (st, d, &hdr, p), events);
+                    at += n;
+                }
+                if at == unit.len() {
                     // The next message may start where this one ends.
                     next = Pend {
                         kind: pending::DNS,
                         len: 0,
                         end: (base + data.len() as u64) as u32,
                     };
-                    let hdr = Header { dns: true, ..*hdr };
-                    drop = self.dns_message(&msg, unit, (st, d, &hdr, p), events);
                 }
             }
             _ => {}
@@ -127,7 +153,7 @@ impl Ips {
             return false;
         }
         let payload = p.meta.payload(p.data());
-        let Ok(msg) = super::detect(payload, true) else {
+        let Ok(msg) = super::detect_as(payload, true, strictness(&hdr.flow)) else {
             return false;
         };
         let hdr = Header { dns: true, ..*hdr };
@@ -154,6 +180,12 @@ impl Ips {
                 let a = names.len() as u32;
                 names.push(b'.');
                 msg.write_name(q, &mut names);
+                if names.len() as u32 == a + 1 {
+                    // The root's empty name is no buffer, and Suricata's
+                    // walk of the questions stops at the first such one.
+                    names.truncate(a as usize);
+                    break;
+                }
                 spans.push((a, names.len() as u32));
             }
         }

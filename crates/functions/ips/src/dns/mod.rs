@@ -3,10 +3,21 @@
 //!
 //! Parsing never panics and is bounded whatever the bytes: a name is at most
 //! [`MAX_NAME`] wire bytes and follows at most [`MAX_POINTERS`] compression
-//! pointers, each pointing before itself; a message has at most
-//! [`MAX_QUESTIONS`] questions; every resource record must lie inside the
-//! message. Nothing is allocated: questions are kept as offsets in a fixed
-//! array, and names are decoded into the caller's buffer.
+//! pointers; every resource record must lie inside the message. Nothing is
+//! allocated: questions are kept as offsets in a fixed array, and names are
+//! decoded into the caller's buffer.
+//!
+//! Two strictnesses ([`Strictness`]). Told by content alone (neither port
+//! 53), a message must look like one a resolver sends: pointers point
+//! back, the reserved bit is clear, a query has response code 0, at most
+//! [`MAX_QUESTIONS`] questions, nothing after the last record — so that
+//! other protocols' datagrams are not taken for DNS. On port 53 the bytes
+//! are parsed as Suricata's DNS parser does, which an attacker would
+//! otherwise use to hide a query from every DNS rule: the reserved bit and
+//! a query's response code are ignored, bytes after the last record too,
+//! up to [`KEPT_QUESTIONS`] questions are kept (the rest walked), a pointer may
+//! point anywhere in the message but at itself, and a name whose pointers
+//! loop or whose length runs past [`MAX_NAME`] is cut there.
 
 pub(crate) mod eval;
 pub mod prefilter;
@@ -42,9 +53,22 @@ pub mod flags {
     pub const Z: u16 = 0x0040;
 }
 
-/// Questions a message may have here: real messages have one; more is taken
-/// as not DNS rather than walked.
+/// Questions a message may have when told by content (real messages have
+/// one); on port 53 the questions past it are walked and not kept.
 pub const MAX_QUESTIONS: usize = 16;
+
+/// Questions kept of a message on port 53 (Suricata keeps them all; the
+/// rest are walked and not inspected).
+pub const KEPT_QUESTIONS: usize = 64;
+
+/// How strictly bytes are taken for a DNS message (see the module's doc).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Strictness {
+    /// Told by content alone: only what resolvers send.
+    Content,
+    /// On port 53: as Suricata's parser.
+    Port,
+}
 /// Compression pointers followed in one name.
 pub const MAX_POINTERS: usize = 16;
 /// A name's longest wire form (RFC 1035 §3.1), length bytes and root included.
@@ -167,14 +191,26 @@ pub struct Question {
 pub struct Message<'a> {
     buf: &'a [u8],
     nq: u8,
-    questions: [Question; MAX_QUESTIONS],
+    questions: [Question; KEPT_QUESTIONS],
+    /// Questions the header counts (more than kept on port 53).
+    qd: u16,
+    lenient: bool,
 }
 
 /// Walks the name at `start`; returns the offset just after it where it is
 /// written (after its first pointer, if any). With `out`, appends the name in
 /// dotted form without the root's trailing dot (as Suricata presents
 /// `dns.query`): label bytes as they are, `.` between labels.
-fn walk_name(buf: &[u8], start: usize, mut out: Option<&mut Vec<u8>>) -> Result<usize, DnsError> {
+///
+/// `lenient` (port 53): a pointer may point anywhere in the message but at
+/// itself, and a name whose pointers loop past [`MAX_POINTERS`] or whose
+/// length passes [`MAX_NAME`] ends there (what was read is its name).
+fn walk_name(
+    buf: &[u8],
+    start: usize,
+    mut out: Option<&mut Vec<u8>>,
+    lenient: bool,
+) -> Result<usize, DnsError> {
     let mut pos = start;
     let mut after = None;
     let mut pointers = 0;
@@ -190,6 +226,9 @@ fn walk_name(buf: &[u8], start: usize, mut out: Option<&mut Vec<u8>>) -> Result<
                     .ok_or(DnsError::Truncated(buf.len()))?;
                 wire += 1 + len as usize;
                 if wire > MAX_NAME {
+                    if lenient {
+                        return Ok(after.unwrap_or(pos + 1 + len as usize));
+                    }
                     return Err(DnsError::NameTooLong(pos));
                 }
                 if let Some(o) = out.as_deref_mut() {
@@ -204,11 +243,14 @@ fn walk_name(buf: &[u8], start: usize, mut out: Option<&mut Vec<u8>>) -> Result<
             0xc0 => {
                 let lo = *buf.get(pos + 1).ok_or(DnsError::Truncated(pos + 1))?;
                 let target = (((len & 0x3f) as usize) << 8) | lo as usize;
-                if target >= pos {
+                if target == pos || (target > pos && !lenient) {
                     return Err(DnsError::ForwardPointer(pos));
                 }
                 pointers += 1;
                 if pointers > MAX_POINTERS {
+                    if lenient {
+                        return Ok(after.unwrap_or(pos + 2));
+                    }
                     return Err(DnsError::TooManyPointers(pos));
                 }
                 after.get_or_insert(pos + 2);
@@ -226,49 +268,59 @@ impl<'a> Message<'a> {
     /// question and resource record its counts announce, ending exactly at the
     /// end of `buf`.
     pub fn parse(buf: &'a [u8]) -> Result<Message<'a>, DnsError> {
+        Self::parse_as(buf, Strictness::Content)
+    }
+
+    /// [`Message::parse`] with `how` strictness (port 53: Suricata's).
+    pub fn parse_as(buf: &'a [u8], how: Strictness) -> Result<Message<'a>, DnsError> {
+        let lenient = how == Strictness::Port;
         let h = Header::new_checked(buf)?;
         let op = h.opcode();
         if op == 3 || op > 6 {
             return Err(DnsError::Opcode(op));
         }
-        if h.flags() & flags::Z != 0 {
+        if h.flags() & flags::Z != 0 && !lenient {
             return Err(DnsError::ReservedBit);
         }
         if !h.qr() {
-            if h.rcode() != 0 {
+            if h.rcode() != 0 && !lenient {
                 return Err(DnsError::QueryRcode(h.rcode()));
             }
             if h.qdcount() == 0 {
                 return Err(DnsError::NoQuestion);
             }
         }
-        if h.qdcount() as usize > MAX_QUESTIONS {
+        if h.qdcount() as usize > MAX_QUESTIONS && !lenient {
             return Err(DnsError::TooManyQuestions(h.qdcount()));
         }
         let mut m = Message {
             buf,
             nq: 0,
-            questions: [Question::default(); MAX_QUESTIONS],
+            questions: [Question::default(); KEPT_QUESTIONS],
+            qd: h.qdcount(),
+            lenient,
         };
         let mut pos = field::HEADER_LEN;
-        for q in m.questions.iter_mut().take(h.qdcount() as usize) {
-            let end = walk_name(buf, pos, None)?;
+        for i in 0..h.qdcount() as usize {
+            let end = walk_name(buf, pos, None, lenient)?;
             let f = buf
                 .get(end..end + 4)
                 .ok_or(DnsError::Truncated(buf.len()))?;
-            *q = Question {
-                name_at: pos as u32,
-                qtype: be16(f, 0..2),
-                qclass: be16(f, 2..4),
-            };
+            if let Some(q) = m.questions.get_mut(i) {
+                *q = Question {
+                    name_at: pos as u32,
+                    qtype: be16(f, 0..2),
+                    qclass: be16(f, 2..4),
+                };
+            }
             pos = end + 4;
         }
-        m.nq = h.qdcount() as u8;
+        m.nq = (h.qdcount() as usize).min(KEPT_QUESTIONS) as u8;
         let records = h.ancount() as usize + h.nscount() as usize + h.arcount() as usize;
         for _ in 0..records {
             // A record is at least 11 bytes: the loop ends with the bytes,
             // whatever the counts claim.
-            let end = walk_name(buf, pos, None)?;
+            let end = walk_name(buf, pos, None, lenient)?;
             let f = buf
                 .get(end..end + 10)
                 .ok_or(DnsError::Truncated(buf.len()))?;
@@ -278,7 +330,7 @@ impl<'a> Message<'a> {
                 return Err(DnsError::Truncated(buf.len()));
             }
         }
-        if pos != buf.len() {
+        if pos != buf.len() && !lenient {
             return Err(DnsError::TrailingBytes(buf.len() - pos));
         }
         Ok(m)
@@ -307,8 +359,8 @@ impl<'a> Message<'a> {
         let h = self.header();
         let mut pos = field::HEADER_LEN;
         // Every name was walked by `parse`: the walks below cannot fail.
-        for _ in 0..self.nq {
-            let Ok(end) = walk_name(self.buf, pos, None) else {
+        for _ in 0..self.qd {
+            let Ok(end) = walk_name(self.buf, pos, None, self.lenient) else {
                 return;
             };
             pos = end + 4;
@@ -316,7 +368,7 @@ impl<'a> Message<'a> {
         let counts = [h.ancount(), h.nscount(), h.arcount()];
         for (i, n) in counts.into_iter().enumerate() {
             for _ in 0..n {
-                let Ok(end) = walk_name(self.buf, pos, None) else {
+                let Ok(end) = walk_name(self.buf, pos, None, self.lenient) else {
                     return;
                 };
                 let Some(fx) = self.buf.get(end..end + 10) else {
@@ -332,7 +384,9 @@ impl<'a> Message<'a> {
                     15 if rdlen > 2 => Some(rdata + 2),
                     _ => None,
                 }
-                .filter(|&at| walk_name(self.buf, at, None).is_ok_and(|e| e <= rdata + rdlen));
+                .filter(|&at| {
+                    walk_name(self.buf, at, None, self.lenient).is_ok_and(|e| e <= rdata + rdlen)
+                });
                 f(i as u8 + 1, pos as u32, name.map(|a| a as u32));
                 pos = rdata + rdlen;
             }
@@ -342,14 +396,14 @@ impl<'a> Message<'a> {
     /// Appends the name at `at` (an offset [`Message::each_record`] gave) to
     /// `out` in dotted form.
     pub fn write_name_at(&self, at: u32, out: &mut Vec<u8>) {
-        let _ = walk_name(self.buf, at as usize, Some(out));
+        let _ = walk_name(self.buf, at as usize, Some(out), self.lenient);
     }
 
     /// Appends `q`'s name to `out` in dotted form without the trailing dot
     /// (the root is empty).
     pub fn write_name(&self, q: &Question, out: &mut Vec<u8>) {
         // Every question's name was walked by `parse`: this cannot fail.
-        let _ = walk_name(self.buf, q.name_at as usize, Some(out));
+        let _ = walk_name(self.buf, q.name_at as usize, Some(out), self.lenient);
     }
 }
 
@@ -362,6 +416,14 @@ impl<'a> Message<'a> {
 /// [`MAX_QUESTIONS`] questions), [`Unit::Not`] otherwise. [`Message::parse`]
 /// checks the whole message.
 pub fn unit(b: &[u8]) -> Unit {
+    unit_as(b, Strictness::Content)
+}
+
+/// [`unit()`] with `how` strictness: on port 53 the header's checks are
+/// Suricata's, and bytes going on past the message (a next message in the
+/// same segment) make it [`Unit::Whole`] too.
+pub fn unit_as(b: &[u8], how: Strictness) -> Unit {
+    let lenient = how == Strictness::Port;
     if b.len() < 2 {
         return Unit::Need;
     }
@@ -372,6 +434,7 @@ pub fn unit(b: &[u8]) -> Unit {
     }
     match b.len().cmp(&n) {
         std::cmp::Ordering::Equal => return Unit::Whole(n),
+        std::cmp::Ordering::Greater if lenient => return Unit::Whole(n),
         std::cmp::Ordering::Greater => return Unit::Not,
         std::cmp::Ordering::Less => {}
     }
@@ -380,12 +443,13 @@ pub fn unit(b: &[u8]) -> Unit {
         let f = be16(h, field::FLAGS);
         let op = ((f >> 11) & 0xf) as u8;
         let query = f & flags::QR == 0;
-        if op == 3 || op > 6 || f & flags::Z != 0 || (query && f & 0xf != 0) {
+        let odd = f & flags::Z != 0 || (query && f & 0xf != 0);
+        if op == 3 || op > 6 || (odd && !lenient) {
             return Unit::Not;
         }
         if h.len() >= field::QDCOUNT.end {
             let qd = be16(h, field::QDCOUNT) as usize;
-            if qd > MAX_QUESTIONS || (query && qd == 0) {
+            if (qd > MAX_QUESTIONS && !lenient) || (query && qd == 0) {
                 return Unit::Not;
             }
         }
@@ -399,6 +463,11 @@ pub fn unit(b: &[u8]) -> Unit {
 /// after its 2-byte length prefix, the prefix giving exactly the rest of the
 /// bytes. Not covered: several messages in one segment (not DNS here).
 pub fn detect(payload: &[u8], tcp: bool) -> Result<Message<'_>, DnsError> {
+    detect_as(payload, tcp, Strictness::Content)
+}
+
+/// [`detect`] with `how` strictness (port 53: Suricata's parser's).
+pub fn detect_as(payload: &[u8], tcp: bool, how: Strictness) -> Result<Message<'_>, DnsError> {
     if tcp {
         let n = payload.len();
         if n < 2 {
@@ -408,8 +477,8 @@ pub fn detect(payload: &[u8], tcp: bool) -> Result<Message<'_>, DnsError> {
         if len as usize != n - 2 {
             return Err(DnsError::TcpLength(len, n - 2));
         }
-        Message::parse(&payload[2..])
+        Message::parse_as(&payload[2..], how)
     } else {
-        Message::parse(payload)
+        Message::parse_as(payload, how)
     }
 }

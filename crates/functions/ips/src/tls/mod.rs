@@ -136,24 +136,39 @@ const EXT_SUPPORTED_VERSIONS: u16 = 43;
 
 impl Hello {
     /// The version Suricata keeps for the hello's side (app-layer-ssl.c):
-    /// the hello's `legacy_version`, except that a ServerHello's
-    /// `supported_versions` extension (TLS 1.3, where `legacy_version`
-    /// stays 0x0303) gives the version the server selected.
+    /// the hello's `legacy_version`, except that a `supported_versions`
+    /// extension (TLS 1.3, where `legacy_version` stays 0x0303) gives the
+    /// version the server selected, or the client's first valid one
+    /// (GREASE and unknown values skipped).
     pub fn negotiated_version(&self, payload: &[u8]) -> u16 {
-        if self.kind == Kind::Server {
-            let mut at = self.extensions.start;
-            let end = self.extensions.end;
-            while at + 4 <= end {
-                let t = be16(payload, at);
-                let n = be16(payload, at + 2) as usize;
-                if at + 4 + n > end {
-                    break;
-                }
-                if t == EXT_SUPPORTED_VERSIONS && n == 2 {
-                    return be16(payload, at + 4);
-                }
-                at += 4 + n;
+        let mut at = self.extensions.start;
+        let end = self.extensions.end;
+        while at + 4 <= end {
+            let t = be16(payload, at);
+            let n = be16(payload, at + 2) as usize;
+            if at + 4 + n > end {
+                break;
             }
+            if t == EXT_SUPPORTED_VERSIONS {
+                if self.kind == Kind::Server {
+                    if n == 2 {
+                        return be16(payload, at + 4);
+                    }
+                } else if n >= 1 {
+                    // A list: its length byte, then two bytes a version.
+                    let list = (payload[at + 4] as usize).min(n - 1);
+                    let mut v = at + 5;
+                    while v + 2 <= at + 5 + list {
+                        let ver = be16(payload, v);
+                        // SSL 3.0 to TLS 1.3 and the TLS 1.3 drafts.
+                        if (0x0300..=0x0304).contains(&ver) || ver & 0xff00 == 0x7f00 {
+                            return ver;
+                        }
+                        v += 2;
+                    }
+                }
+            }
+            at += 4 + n;
         }
         self.version
     }
