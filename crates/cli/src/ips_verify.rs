@@ -762,10 +762,11 @@ fn run_one(dir: &Path, a: &VerifyArgs, version: Version, run: &str) -> Outcome {
         let chain = json!({
             "name": format!("verify-{run}-{name}"),
             "functions": [ips],
-            // Suricata inspects each IP fragment as a packet of its own
-            // (and the datagram it completes); Sluice's default drops UDP
-            // fragments (docs/FUNCTIONS.md), so a run modelling Suricata
-            // passes them.
+            // Suricata runs IP-level keywords (`fragbits`, ...) on each
+            // fragment and the others on the datagram it reassembles.
+            // Sluice does not reassemble (and drops UDP fragments by
+            // default, docs/FUNCTIONS.md): passing them lets the IP-level
+            // keywords agree.
             "reassembly": {
                 "midstream": plan.midstream,
                 "udp_fragments": "inspect",

@@ -222,6 +222,7 @@ def main():
     from captures_dataset import CAPTURES as DATASET
     from captures_httpbody import CAPTURES as HTTPBODY
     from captures_httpedge import CAPTURES as HTTPEDGE
+    from captures_l2l3 import CAPTURES as L2L3
     from captures_kw import CAPTURES as KW
     from captures_stream import CAPTURES as STREAM
     from captures_threshold import CAPTURES as THRESHOLD
@@ -229,13 +230,15 @@ def main():
     from captures_xform import CAPTURES as XFORM
 
     every = dict(CAPTURES)
-    for more in (STREAM, APP, XFORM, BYTEMATH, HTTPBODY, THRESHOLD, DATASET, KW, HTTPEDGE, TLSDNS):
+    for more in (STREAM, APP, XFORM, BYTEMATH, HTTPBODY, THRESHOLD, DATASET, KW, HTTPEDGE, TLSDNS, L2L3):
         assert not set(more) & set(every), set(more) & set(every)
         every.update(more)
     for name, build in every.items():
-        # Ethernet frames (what the data plane sees).
+        # Ethernet frames (what the data plane sees); a builder marked
+        # raw_l2 returns whole frames (VLAN tags, tunnels) as they are.
         built = build()
-        pkts = [Ether(src="02:00:00:00:00:01", dst="02:00:00:00:00:02") / p for p in built]
+        raw = getattr(build, "raw_l2", False)
+        pkts = [p if raw else Ether(src="02:00:00:00:00:01", dst="02:00:00:00:00:02") / p for p in built]
         # A builder marked keeps_time set each packet's time (seconds from the start).
         keep = getattr(build, "keeps_time", False)
         for i, p in enumerate(pkts):

@@ -242,11 +242,13 @@ fn stream_sizes(c: &StreamChunk) -> [u32; 2] {
     }
 }
 
-/// What the per-packet keywords read from `p`.
+/// What the per-packet keywords read from `p`; with `csum` (a rule has a
+/// checksum keyword) its checksums are verified too.
 #[inline]
-fn packet_info(p: &Packet) -> PacketInfo {
+fn packet_info(p: &Packet, csum: bool) -> PacketInfo {
     let m = &p.meta;
     PacketInfo {
+        csum: if csum { checksums(p) } else { 0 },
         dsize: m.payload_len,
         // As the packet arrived: the reassembler's normalisation (URG
         // cleared, a low TTL raised) is for the host, not for the rules.
@@ -265,6 +267,27 @@ fn packet_info(p: &Packet) -> PacketInfo {
         mss: tcp_mss(p),
         stream_size: None,
     }
+}
+
+/// The state of `p`'s checksums as they arrived ([`PacketInfo::csum`]).
+fn checksums(p: &Packet) -> u8 {
+    use crate::rules::options::{CSUM_IP_OK, CSUM_KNOWN, CSUM_L4_OK};
+    let (m, frame) = (&p.meta, p.data());
+    let mut c = CSUM_KNOWN;
+    if m.ethertype == 0x0800 {
+        let o = m.l3_offset as usize;
+        let ihl = frame.get(o).map_or(0, |b| (b & 0xf) as usize * 4);
+        let ok = frame.get(o..o + ihl).is_some_and(|h| {
+            ihl >= 20 && sluice_wire::checksum::fold(sluice_wire::checksum::sum(0, h)) == 0
+        });
+        if ok {
+            c |= CSUM_IP_OK;
+        }
+    }
+    if sluice_wire::parse::transport_checksum_ok(frame, m) {
+        c |= CSUM_L4_OK;
+    }
+    c
 }
 
 /// An IPv4 packet's TOS, identification, and flags with fragment offset.
@@ -457,7 +480,7 @@ impl Ips {
             stream: chunk.is_some(),
             pkt: PacketInfo {
                 stream_size: chunk.map(|c| stream_sizes(&c)),
-                ..packet_info(p)
+                ..packet_info(p, self.csum_rules)
             },
             dns: false,
             http: false,
@@ -678,7 +701,7 @@ impl Ips {
             to_server,
             established,
             stream: false,
-            pkt: packet_info(p),
+            pkt: packet_info(p, self.csum_rules),
             dns: false,
             http: false,
             tls: false,

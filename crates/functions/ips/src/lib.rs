@@ -490,6 +490,9 @@ pub struct Ips {
     datasets: dataset::Datasets,
     /// Alerts of the batch to withhold (xbits, datasets), reused.
     withhold: Vec<usize>,
+    /// A rule has a checksum keyword (`tcpv4-csum`, ...): packets' checksums
+    /// are verified for it.
+    csum_rules: bool,
     /// Some rule is an `smtp`, `ftp` or `smb` one: flows' stream protocols
     /// are detected ([`applayer`]); otherwise nothing is detected or stored.
     app_detect: bool,
@@ -682,6 +685,7 @@ impl Ips {
                     || r.established
                     || r.not_established)
         });
+        let csum_rules = rules.iter().any(|r| r.checks.csum.is_some());
         let thresholds = threshold::Thresholds::new(&rules);
         let xbits = xbits::Xbits::new(&rules);
         let app_detect = rules.iter().any(|r| r.proto.stream_app());
@@ -717,6 +721,7 @@ impl Ips {
             xbits,
             datasets,
             withhold: Vec::new(),
+            csum_rules,
             app_detect,
             ja3_logged,
             cands: Vec::new(),

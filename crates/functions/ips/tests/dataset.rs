@@ -303,3 +303,32 @@ fn syntax_errors_name_the_value() {
     let ok = "alert udp any any -> any any (ip.src; dataset:isset,x,type ipv4, memcap 10mb, hashsize 1024; sid:1;)";
     assert!(parse_rule(ok, &Vars::new()).is_ok());
 }
+
+mod fuzz {
+    use proptest::prelude::*;
+    use sluice_ips::dataset::{load_text, SetType};
+    use sluice_ips::rules::{parse_rule, Vars};
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(512))]
+
+        /// Any keyword value is a rule or a named error, never a panic.
+        #[test]
+        fn keyword_values_never_panic(v in "[ -~]{0,60}") {
+            for kw in ["dataset", "datarep"] {
+                let r = format!("alert udp any any -> any any (ip.src; {kw}:{v}; sid:1;)");
+                let _ = parse_rule(&r, &Vars::new());
+            }
+        }
+
+        /// Any file is a set or an error naming a line within it.
+        #[test]
+        fn set_files_never_panic(text in "[ -~\n]{0,200}") {
+            for ty in [SetType::String, SetType::Md5, SetType::Sha256, SetType::Ipv4, SetType::Ip] {
+                if let Err((line, _)) = load_text(ty, &text) {
+                    prop_assert!(line >= 1 && line <= text.lines().count());
+                }
+            }
+        }
+    }
+}

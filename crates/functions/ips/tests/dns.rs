@@ -248,6 +248,29 @@ proptest! {
         }
     }
 
+    /// Port 53's parser (pointers anywhere, loops cut) is bounded too: every
+    /// name and record it walks stays inside the message and short.
+    #[test]
+    fn random_bytes_never_panic_on_port_53(b in proptest::collection::vec(any::<u8>(), 0..600), tcp: bool) {
+        if let Ok(m) = dns::detect_as(&b, tcp, dns::Strictness::Port) {
+            let mut v = Vec::new();
+            for q in m.questions() {
+                let at = v.len();
+                m.write_name(q, &mut v);
+                prop_assert!(v.len() - at <= 512);
+            }
+            let mut n = 0;
+            m.each_record(|_, owner, data| {
+                n += 1;
+                m.write_name_at(owner, &mut v);
+                if let Some(d) = data {
+                    m.write_name_at(d, &mut v);
+                }
+            });
+            prop_assert!(n <= b.len());
+        }
+    }
+
     #[test]
     fn mutated_messages_never_panic(
         edits in proptest::collection::vec((any::<u16>(), any::<u8>()), 1..8),

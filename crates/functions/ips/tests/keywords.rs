@@ -658,3 +658,37 @@ fn depth_and_offset_rules_also_match_each_segment() {
     assert_eq!(sids(&[stream_only], &frames), vec![3]);
     assert_eq!(sids(&[plain], &frames), vec![4, 4, 4]);
 }
+
+/// Suricata's checksum keywords (detect-csum.c): each of its protocol and
+/// family only, `valid` or `invalid` as the packet arrived.
+#[test]
+fn checksum_keywords() {
+    let good = udp(4);
+    let mut bad_l4 = good.clone();
+    // The UDP checksum's low byte (Ethernet 14 + IPv4 20 + 7).
+    bad_l4[41] ^= 0xff;
+    let hits = |opt: &str| -> Vec<bool> {
+        let rule = format!("alert ip any any -> any any ({opt}; sid:1;)");
+        let mut i = ips(&[&rule]);
+        [&good, &bad_l4]
+            .iter()
+            .map(|f| !run(&mut i, std::slice::from_ref(*f)).0.is_empty())
+            .collect()
+    };
+    assert_eq!(hits("udpv4-csum:valid"), [true, false]);
+    assert_eq!(hits("udpv4-csum:invalid"), [false, true]);
+    assert_eq!(hits("ipv4-csum:valid"), [true, true]);
+    assert_eq!(hits("ipv4-csum:invalid"), [false, false]);
+    // Another protocol or family never matches.
+    assert_eq!(hits("tcpv4-csum:invalid"), [false; 2]);
+    assert_eq!(hits("udpv6-csum:valid"), [false; 2]);
+    // A bad IPv4 header is refused by the parse unless checksums are not
+    // verified (`verify_checksums: none`): only then can `ipv4-csum:invalid`
+    // see one.
+    let mut bad_ip = good.clone();
+    bad_ip[25] ^= 0xff; // Ethernet 14 + 11: the header checksum's low byte
+    assert!(sluice_wire::parse::parse_frame(&bad_ip).is_err());
+    let v = Vars::new();
+    let e = rules::parse_rule("alert ip any any -> any any (tcpv4-csum:maybe; sid:1;)", &v);
+    assert_eq!(e.unwrap_err().reason(), "error: bad value");
+}

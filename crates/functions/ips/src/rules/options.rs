@@ -179,6 +179,13 @@ pub const KEYWORDS: &[(&str, Status)] = &[
     ("ack", E),
     ("window", E),
     ("tcp.mss", E),
+    ("ipv4-csum", E),
+    ("tcpv4-csum", E),
+    ("tcpv6-csum", E),
+    ("udpv4-csum", E),
+    ("udpv6-csum", E),
+    ("icmpv4-csum", E),
+    ("icmpv6-csum", E),
     ("tcp.hdr", U),
     ("icmp_id", E),
     ("icmp_seq", E),
@@ -550,6 +557,9 @@ pub struct PacketInfo {
     /// isn`: 1 for the SYN plus the bytes delivered in sequence, 0 before
     /// the direction's first segment): `[client, server]`.
     pub stream_size: Option<[u32; 2]>,
+    /// The checksums' state ([`CSUM_KNOWN`], [`CSUM_IP_OK`],
+    /// [`CSUM_L4_OK`]): computed only when a rule asks (0: unknown).
+    pub csum: u8,
 }
 
 /// Which stream `stream_size` compares.
@@ -658,6 +668,58 @@ pub struct PacketChecks {
     pub ipv6: Option<bool>,
     /// `tcp.mss` (only segments with the option match).
     pub mss: Option<NumCmp>,
+    /// `ipv4-csum`, `tcpv4-csum`, ... (Suricata's detect-csum.c).
+    pub csum: Option<Csum>,
+}
+
+/// A checksum keyword: `KIND-csum:valid|invalid` (Suricata's
+/// detect-csum.c). Only packets of its protocol and family match.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Csum {
+    /// Which checksum: the IPv4 header's, or a transport's.
+    pub kind: CsumKind,
+    /// `valid` (true) or `invalid`.
+    pub valid: bool,
+}
+
+/// The checksum a [`Csum`] checks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CsumKind {
+    /// The IPv4 header's.
+    Ipv4,
+    /// TCP over IPv4 or IPv6 (`true`).
+    Tcp(bool),
+    /// UDP over IPv4 or IPv6.
+    Udp(bool),
+    /// ICMP over IPv4, ICMPv6 over IPv6.
+    Icmp(bool),
+}
+
+/// [`PacketInfo::csum`]: the checksums were computed.
+pub const CSUM_KNOWN: u8 = 1;
+/// The IPv4 header's checksum is right (IPv4 packets).
+pub const CSUM_IP_OK: u8 = 2;
+/// The transport's checksum is right.
+pub const CSUM_L4_OK: u8 = 4;
+
+impl Csum {
+    /// True if the packet (of IP protocol `proto`) is of the keyword's kind
+    /// and its checksum is as the keyword says.
+    fn matches(&self, proto: u8, p: &PacketInfo) -> bool {
+        if p.csum & CSUM_KNOWN == 0 {
+            return false;
+        }
+        let (ok, fits) = match self.kind {
+            CsumKind::Ipv4 => (p.csum & CSUM_IP_OK != 0, !p.ipv6),
+            CsumKind::Tcp(v6) => (p.csum & CSUM_L4_OK != 0, proto == 6 && p.ipv6 == v6),
+            CsumKind::Udp(v6) => (p.csum & CSUM_L4_OK != 0, proto == 17 && p.ipv6 == v6),
+            CsumKind::Icmp(v6) => (
+                p.csum & CSUM_L4_OK != 0,
+                proto == if v6 { 58 } else { 1 } && p.ipv6 == v6,
+            ),
+        };
+        fits && ok == self.valid
+    }
 }
 
 /// `fragbits:[*+!]<MDR>` (Suricata's detect-fragbits.c): the IPv4 header's
@@ -788,6 +850,7 @@ impl PacketChecks {
             && self
                 .icmp_seq
                 .is_none_or(|c| p.icmp_idseq.is_some_and(|x| c.matches(x.1 as u32)))
+            && self.csum.is_none_or(|c| c.matches(proto, p))
     }
 }
 
@@ -1616,6 +1679,23 @@ fn apply_keyword(
             rule.checks.flags = Some(TcpFlags::parse(v).ok_or_else(|| bad_value(v))?);
         }
         "window" => rule.checks.window = Some(num(val, u16::MAX as u32)?),
+        "ipv4-csum" | "tcpv4-csum" | "tcpv6-csum" | "udpv4-csum" | "udpv6-csum" | "icmpv4-csum"
+        | "icmpv6-csum" => {
+            let v = need(val, name)?;
+            let valid = match v.trim().trim_matches('"') {
+                "valid" => true,
+                "invalid" => false,
+                _ => return Err(bad_value(v)),
+            };
+            let v6 = name.contains("v6");
+            let kind = match name.split('-').next().unwrap_or("") {
+                "ipv4" => CsumKind::Ipv4,
+                "tcpv4" | "tcpv6" => CsumKind::Tcp(v6),
+                "udpv4" | "udpv6" => CsumKind::Udp(v6),
+                _ => CsumKind::Icmp(v6),
+            };
+            rule.checks.csum = Some(Csum { kind, valid });
+        }
         "tcp.mss" => rule.checks.mss = Some(num(val, u16::MAX as u32)?),
         // Not a sticky buffer: a condition on the server's certificate
         // chain (the Certificate message's count of certificates).
