@@ -167,6 +167,22 @@ pub struct DatasetKw {
     pub deferred: bool,
 }
 
+impl DatasetKw {
+    /// A keyword doing `cmd` on set `name`, its options still to parse.
+    fn new(cmd: Cmd, name: &str) -> DatasetKw {
+        DatasetKw {
+            cmd,
+            name: name.to_string(),
+            ty: None,
+            load: None,
+            save: None,
+            state: false,
+            set: None,
+            deferred: false,
+        }
+    }
+}
+
 impl PartialEq for DatasetKw {
     fn eq(&self, o: &Self) -> bool {
         (
@@ -279,16 +295,7 @@ pub(crate) fn parse_dataset(v: &str) -> Result<DatasetKw, RuleSyntax> {
         "unset" => Cmd::Unset,
         _ => return Err(bad("dataset", v)),
     };
-    let mut kw = DatasetKw {
-        cmd,
-        name: name.to_string(),
-        ty: None,
-        load: None,
-        save: None,
-        state: false,
-        set: None,
-        deferred: false,
-    };
+    let mut kw = DatasetKw::new(cmd, name);
     options("dataset", v, &mut kw, it)?;
     Ok(kw)
 }
@@ -309,16 +316,7 @@ pub(crate) fn parse_datarep(v: &str) -> Result<DatasetKw, RuleSyntax> {
         _ => return Err(bad("datarep", v)),
     };
     let value: u16 = value.parse().map_err(|_| bad("datarep", v))?;
-    let mut kw = DatasetKw {
-        cmd: Cmd::Rep(op, value),
-        name: name.to_string(),
-        ty: None,
-        load: None,
-        save: None,
-        state: false,
-        set: None,
-        deferred: false,
-    };
+    let mut kw = DatasetKw::new(Cmd::Rep(op, value), name);
     options("datarep", v, &mut kw, it)?;
     if kw.load.is_some() && kw.ty.is_none() {
         return Err(bad("datarep", v));
