@@ -37,10 +37,9 @@ use std::sync::Arc;
 
 use rustc_hash::FxHashMap;
 use sha2::{Digest, Sha256};
-use sluice_state::{
-    Codec, DecodeError, Key, Namespace, OpId, Ops, Reader, StateStore, StoreError, Writer,
-};
+use sluice_state::{Codec, DecodeError, Key, Namespace, Reader, StateStore, StoreError, Writer};
 
+use crate::records::Records;
 use crate::rules::payload::Item;
 use crate::rules::{Action, Rule, RuleError, RuleSyntax};
 
@@ -516,13 +515,10 @@ pub(crate) struct Datasets {
     pub any_deferred: bool,
     log: Vec<Use>,
     vals: Vec<Val>,
-    /// The batch's records: key, present (as replayed), changed.
-    index: FxHashMap<Key, u32>,
-    keys: Vec<(Key, Option<bool>, bool)>,
-    ids: Vec<OpId>,
-    /// Per value of the log, its record among `keys`.
+    /// The batch's records as replayed.
+    recs: Records<Rec>,
+    /// Per value of the log, its record's slot in `recs`.
     slots: Vec<u32>,
-    store_ops: Ops,
     /// Values added to the store's sets.
     pub added: u64,
 }
@@ -863,53 +859,33 @@ impl Datasets {
         if self.log.is_empty() {
             return Ok(());
         }
-        self.index.clear();
-        self.keys.clear();
+        self.recs.clear();
         self.slots.clear();
         for v in &self.vals {
-            let key = self.key(ns, v);
-            let k = *self.index.entry(key).or_insert_with(|| {
-                self.keys.push((key, None, false));
-                self.keys.len() as u32 - 1
-            });
+            let k = self.recs.slot(self.key(ns, v));
             self.slots.push(k);
         }
-        self.store_ops.clear();
-        self.ids.clear();
-        for k in &self.keys {
-            self.ids.push(self.store_ops.get(k.0));
-        }
-        store.execute(&mut self.store_ops)?;
-        for (k, id) in self.keys.iter_mut().zip(&self.ids) {
-            // A damaged record counts as none (the loaded values decide).
-            k.1 = self
-                .store_ops
-                .decode::<Rec>(*id)
-                .ok()
-                .flatten()
-                .map(|r| r.0);
-        }
+        // A damaged record counts as none (the loaded values decide).
+        self.recs.read(store)?;
         for u in &self.log {
             let mut holds = true;
             for at in u.from..u.to {
                 let v = self.vals[at as usize];
-                let slot = &mut self.keys[self.slots[at as usize] as usize];
-                let present = slot.1.unwrap_or(v.loaded);
+                let k = self.slots[at as usize];
+                let present = self.recs.get(k).map_or(v.loaded, |r| r.0);
                 let ok = match v.cmd {
                     Cmd::IsSet => present,
                     Cmd::IsNotSet => !present,
                     Cmd::Set => {
                         if !present {
-                            slot.1 = Some(true);
-                            slot.2 = true;
+                            self.recs.set(k, Some(Rec(true)));
                             self.added += 1;
                         }
                         !present
                     }
                     Cmd::Unset => {
                         if present {
-                            slot.1 = Some(false);
-                            slot.2 = true;
+                            self.recs.set(k, Some(Rec(false)));
                         }
                         present
                     }
@@ -924,15 +900,11 @@ impl Datasets {
                 }
             }
         }
-        self.store_ops.clear();
-        for (key, present, changed) in &self.keys {
-            if let (true, Some(p)) = (changed, present) {
-                self.store_ops.put_value(*key, &Rec(*p));
+        self.recs.write(store, |ops, _, key, rec, changed| {
+            if let (true, Some(r)) = (changed, rec) {
+                ops.put_value(key, r);
             }
-        }
-        if !self.store_ops.is_empty() {
-            store.execute(&mut self.store_ops)?;
-        }
+        })?;
         self.clear();
         Ok(())
     }

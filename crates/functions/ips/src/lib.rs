@@ -152,6 +152,7 @@ pub mod http;
 pub mod inspect;
 pub mod packetidx;
 pub mod pending;
+mod records;
 pub mod rules;
 pub mod smtp;
 mod ssh;

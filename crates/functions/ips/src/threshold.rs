@@ -15,10 +15,9 @@
 
 use rustc_hash::FxHashMap;
 use sluice_nf::Event;
-use sluice_state::{
-    Codec, DecodeError, Key, Namespace, OpId, Ops, Reader, StateStore, StoreError, Writer,
-};
+use sluice_state::{Codec, DecodeError, Key, Namespace, Reader, StateStore, StoreError, Writer};
 
+use crate::records::Records;
 use crate::rules::{Rule, Threshold, ThresholdKind, Track};
 
 /// Table of threshold windows.
@@ -87,14 +86,13 @@ impl Window {
 #[derive(Default)]
 pub(crate) struct Thresholds {
     by_sid: FxHashMap<u32, Threshold>,
-    /// Unique keys of this batch, their read and their window.
-    index: FxHashMap<Key, u32>,
-    keys: Vec<(Key, Option<Window>, u64)>,
-    ids: Vec<OpId>,
-    /// Per candidate alert: (event index, key index).
+    /// The batch's windows as counted.
+    recs: Records<Window>,
+    /// Per slot of `recs`: its rule's `seconds`.
+    secs: Vec<u64>,
+    /// Per candidate alert: (event index, slot).
     cand: Vec<(usize, u32)>,
     keep: Vec<bool>,
-    ops: Ops,
 }
 
 impl Thresholds {
@@ -122,8 +120,8 @@ impl Thresholds {
             return Ok(0);
         }
         self.cand.clear();
-        self.index.clear();
-        self.keys.clear();
+        self.recs.clear();
+        self.secs.clear();
         for (i, e) in events.iter().enumerate().skip(start) {
             let Event::Alert(a) = e else { continue };
             let Some(t) = self.by_sid.get(&a.sid) else {
@@ -163,25 +161,17 @@ impl Thresholds {
                 n += p.len();
             }
             let key = Key::new(ns, TABLE_THRESHOLD, &payload[..n]);
-            let k = *self.index.entry(key).or_insert_with(|| {
-                self.keys.push((key, None, t.seconds as u64));
-                self.keys.len() as u32 - 1
-            });
+            let k = self.recs.slot(key);
+            if k as usize == self.secs.len() {
+                self.secs.push(t.seconds as u64);
+            }
             self.cand.push((i, k));
         }
         if self.cand.is_empty() {
             return Ok(0);
         }
-        self.ops.clear();
-        self.ids.clear();
-        for k in &self.keys {
-            self.ids.push(self.ops.get(k.0));
-        }
-        store.execute(&mut self.ops)?;
-        for (k, id) in self.keys.iter_mut().zip(&self.ids) {
-            // A damaged record counts as no record: a new window starts.
-            k.1 = self.ops.decode::<Window>(*id).ok().flatten();
-        }
+        // A damaged record counts as no record: a new window starts.
+        self.recs.read(store)?;
         self.keep.clear();
         self.keep.resize(events.len() - start, true);
         let mut withheld = 0;
@@ -192,22 +182,21 @@ impl Thresholds {
             let Some(t) = self.by_sid.get(&a.sid) else {
                 continue;
             };
-            if !Window::count_match(&mut self.keys[k as usize].1, t, a.ts_ns) {
+            if !Window::count_match(self.recs.get_mut(k), t, a.ts_ns) {
                 self.keep[i - start] = false;
                 withheld += 1;
             }
         }
-        self.ops.clear();
-        for (key, w, secs) in &self.keys {
+        let secs = &self.secs;
+        self.recs.write(store, |ops, slot, key, w, _| {
             if let Some(w) = w {
-                self.ops.put_value(*key, w);
+                ops.put_value(key, w);
                 // Just after the window's end (a match at its end is in
                 // it); re-arming replaces an earlier window's timer.
-                self.ops
-                    .arm_timer(*key, w.start_ns.saturating_add(secs * 1_000_000_000 + 1));
+                let end = secs[slot as usize] * 1_000_000_000 + 1;
+                ops.arm_timer(key, w.start_ns.saturating_add(end));
             }
-        }
-        store.execute(&mut self.ops)?;
+        })?;
         if withheld > 0 {
             let mut j = 0;
             let keep = &self.keep;

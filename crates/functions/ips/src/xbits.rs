@@ -22,12 +22,10 @@
 //! like Suricata's threads ("the order of sets and checks can be slightly
 //! unpredictable").
 
-use rustc_hash::FxHashMap;
-use sluice_state::{
-    Codec, DecodeError, Key, Namespace, OpId, Ops, Reader, StateStore, StoreError, Writer,
-};
+use sluice_state::{Codec, DecodeError, Key, Namespace, Reader, StateStore, StoreError, Writer};
 use sluice_wire::FlowKey;
 
+use crate::records::Records;
 use crate::rules::{Rule, XbitOp, XbitTrack};
 
 /// Table of xbits.
@@ -82,14 +80,10 @@ pub(crate) struct Xbits {
     /// Per rule: its operations, in rule order (empty: no xbits).
     ops: Vec<Box<[Op]>>,
     log: Vec<Use>,
-    /// Unique keys of this batch: key, the bit's state as replayed, whether
-    /// it changed.
-    index: FxHashMap<Key, u32>,
-    keys: Vec<(Key, Option<Bit>, bool)>,
-    ids: Vec<OpId>,
+    /// The batch's bits as replayed.
+    recs: Records<Bit>,
     /// Per logged use, the key of each of its operations.
     use_keys: Vec<u32>,
-    store_ops: Ops,
 }
 
 /// 64-bit FNV-1a.
@@ -181,38 +175,25 @@ impl Xbits {
         if self.log.is_empty() {
             return Ok(());
         }
-        self.index.clear();
-        self.keys.clear();
+        self.recs.clear();
         self.use_keys.clear();
         for u in &self.log {
             for op in self.ops[u.rule as usize].iter() {
-                let key = Self::key(ns, op, &u.flow);
-                let k = *self.index.entry(key).or_insert_with(|| {
-                    self.keys.push((key, None, false));
-                    self.keys.len() as u32 - 1
-                });
+                let k = self.recs.slot(Self::key(ns, op, &u.flow));
                 self.use_keys.push(k);
             }
         }
-        self.store_ops.clear();
-        self.ids.clear();
-        for k in &self.keys {
-            self.ids.push(self.store_ops.get(k.0));
-        }
-        store.execute(&mut self.store_ops)?;
-        for (k, id) in self.keys.iter_mut().zip(&self.ids) {
-            // A damaged record counts as an unset bit.
-            k.1 = self.store_ops.decode::<Bit>(*id).ok().flatten();
-        }
+        // A damaged record counts as an unset bit.
+        self.recs.read(store)?;
         let mut at = 0;
         for u in &self.log {
             let ops = &self.ops[u.rule as usize];
             let ks = &self.use_keys[at..at + ops.len()];
             at += ops.len();
-            let set = |b: &Option<Bit>| b.is_some_and(|b| u.ts_ns < b.expires_ns);
+            let set = |b: Option<&Bit>| b.is_some_and(|b| u.ts_ns < b.expires_ns);
             let holds = ops.iter().zip(ks).all(|(op, &k)| match op.op {
-                XbitOp::IsSet => set(&self.keys[k as usize].1),
-                XbitOp::IsNotSet => !set(&self.keys[k as usize].1),
+                XbitOp::IsSet => set(self.recs.get(k)),
+                XbitOp::IsNotSet => !set(self.recs.get(k)),
                 _ => true,
             });
             if !holds {
@@ -222,8 +203,7 @@ impl Xbits {
                 continue;
             }
             for (op, &k) in ops.iter().zip(ks) {
-                let slot = &mut self.keys[k as usize];
-                let now_set = set(&slot.1);
+                let now_set = set(self.recs.get(k));
                 let new = match op.op {
                     XbitOp::Set => Some(true),
                     XbitOp::Unset => Some(false),
@@ -231,39 +211,32 @@ impl Xbits {
                     _ => None,
                 };
                 match new {
-                    Some(true) => {
-                        slot.1 = Some(Bit {
+                    Some(true) => self.recs.set(
+                        k,
+                        Some(Bit {
                             expires_ns: u.ts_ns.saturating_add(op.expire_ns),
-                        });
-                        slot.2 = true;
-                    }
-                    Some(false) if slot.1.is_some() => {
-                        slot.1 = None;
-                        slot.2 = true;
-                    }
+                        }),
+                    ),
+                    Some(false) if self.recs.get(k).is_some() => self.recs.set(k, None),
                     _ => {}
                 }
             }
         }
-        self.store_ops.clear();
-        for (key, bit, changed) in &self.keys {
+        self.recs.write(store, |ops, _, key, bit, changed| {
             if !changed {
-                continue;
+                return;
             }
             match bit {
                 Some(b) => {
-                    self.store_ops.put_value(*key, b);
+                    ops.put_value(key, b);
                     // The bit lapses then: re-arming replaces an earlier timer.
-                    self.store_ops.arm_timer(*key, b.expires_ns);
+                    ops.arm_timer(key, b.expires_ns);
                 }
                 None => {
-                    self.store_ops.delete(*key);
+                    ops.delete(key);
                 }
             }
-        }
-        if !self.store_ops.is_empty() {
-            store.execute(&mut self.store_ops)?;
-        }
+        })?;
         self.log.clear();
         Ok(())
     }
