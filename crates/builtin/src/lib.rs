@@ -94,6 +94,14 @@ impl StreamStage for ReassemblyStage {
             .map_err(Into::into)
     }
 
+    fn finish(
+        &mut self,
+        batch: &mut Batch,
+        store: &mut dyn StateStore,
+    ) -> Result<(), sluice_nf::StoreError> {
+        self.0.finish(batch, store).map_err(Into::into)
+    }
+
     fn counters(&self, out: &mut Vec<(&'static str, u64)>) {
         self.0.counter_list(out);
     }

@@ -432,6 +432,35 @@ functions:
         let inspect = format!("{spec}reassembly:\n  udp_fragments: inspect\n");
         let o = replay(&inspect, &frags);
         assert!(evil_left_split(&o) && o.sids.is_empty(), "{:?}", o.sids);
+        // Reassembled: the datagram is matched whole, and the fragment
+        // completing it is dropped, in either order, so no receiver ever
+        // completes it; sent again, it is dropped again (the datagram is
+        // blocked), as is every later fragment of it.
+        let reassemble = format!("{spec}reassembly:\n  udp_fragments: reassemble\n");
+        let again = [
+            frags[0].clone(),
+            frags[1].clone(),
+            frags[1].clone(),
+            frags[0].clone(),
+        ];
+        let o = replay(&reassemble, &again);
+        assert_eq!(o.sids, vec![2]);
+        assert!(o.left[0].is_some(), "the first fragment passes");
+        assert!(o.left[1..].iter().all(Option::is_none), "{:?}", o.left);
+        let reversed = [frags[1].clone(), frags[0].clone()];
+        let o = replay(&reassemble, &reversed);
+        assert_eq!(o.sids, vec![2]);
+        assert!(o.left[0].is_some() && o.left[1].is_none());
+    }
+    // A benign datagram in fragments passes whole, and its fragments leave
+    // as they came.
+    let good = sluice_wire::build::udp_v4(C, S, 40002, 53, b"abcdefGOODxyz");
+    let frags = sluice_wire::build::ipv4_fragments(&good, 16, 0x4321);
+    let reassemble = format!("{spec}reassembly:\n  udp_fragments: reassemble\n");
+    let o = replay(&reassemble, &frags);
+    assert!(o.sids.is_empty());
+    for (sent, left) in frags.iter().zip(&o.frames) {
+        assert_eq!(Some(sent), left.as_ref());
     }
 }
 

@@ -113,6 +113,17 @@ pub trait StreamStage: Send {
     /// Expires idle connections.
     fn on_timers(&mut self, now_ns: u64, store: &mut dyn StateStore) -> Result<(), StoreError>;
 
+    /// Called once every function decided the batch `process` saw last, so
+    /// the stage can act on the verdicts (the defragmenter blocks a
+    /// datagram whose completing fragment was dropped). Default: nothing.
+    fn finish(
+        &mut self,
+        _batch: &mut Batch,
+        _store: &mut dyn StateStore,
+    ) -> Result<(), StoreError> {
+        Ok(())
+    }
+
     /// Appends the owned reads `process` would make for `batch` (see
     /// `NetworkFunction::prefetch`). Default: none.
     fn prefetch(&self, _batch: &Batch, _ops: &mut sluice_state::Ops) {}
@@ -858,6 +869,18 @@ impl Chain {
                     Verdict::Forward => st.stats.packets_out += 1,
                     Verdict::Drop(r) => st.stats.count_drop(r.reason),
                 }
+            }
+        }
+        // The stream stages see the batch's verdicts.
+        let stages = self.reassembly.iter_mut().filter(|_| reassembled).chain(
+            self.stages
+                .iter_mut()
+                .filter_map(|st| st.own_streams.as_mut().map(|(r, _)| r)),
+        );
+        for r in stages {
+            if let Err(e) = r.finish(batch, store) {
+                self.stats.store_errors += 1;
+                self.stats.last_error = Some(e.to_string());
             }
         }
     }

@@ -763,13 +763,13 @@ fn run_one(dir: &Path, a: &VerifyArgs, version: Version, run: &str) -> Outcome {
             "name": format!("verify-{run}-{name}"),
             "functions": [ips],
             // Suricata runs IP-level keywords (`fragbits`, ...) on each
-            // fragment and the others on the datagram it reassembles.
-            // Sluice does not reassemble (and drops UDP fragments by
-            // default, docs/FUNCTIONS.md): passing them lets the IP-level
-            // keywords agree.
+            // fragment and the others on the datagram it reassembles, as
+            // Sluice's reassembler does with `reassemble` (UDP fragments
+            // are dropped by default, docs/FUNCTIONS.md).
             "reassembly": {
                 "midstream": plan.midstream,
-                "udp_fragments": "inspect",
+                "udp_fragments": "reassemble",
+                "other_fragments": "reassemble",
             },
             "settings": { "verify_checksums": plan.checksums },
         });

@@ -137,9 +137,11 @@
 //!   update (no compare-and-set on the record); flows are expected to be steered by
 //!   symmetric hash, as in StatelessNF.
 
+pub mod defrag;
 pub mod record;
 pub mod streams;
 
+pub use defrag::{DefragCounters, Defragmenter};
 use record::{
     gap_bit, ts_bit, Conn, Seg, C2S, F_CLIENT_FWD, F_ESTABLISHED, F_FIN_C, F_FIN_S, F_MIDSTREAM,
     F_RST, F_SYNACK, MAX_SEGMENTS_CAP, S2C,
@@ -151,7 +153,7 @@ use sluice_state::{DecodeError, Key, Namespace, OpId, Ops, StateStore, StoreErro
 use sluice_wire::parse::{Fragment, L4};
 use sluice_wire::tcp::flags::{ACK, FIN, RST, SYN, URG};
 use sluice_wire::FlowKey;
-pub use streams::{StreamChunk, Streams};
+pub use streams::{Datagram, StreamChunk, Streams};
 
 /// Table of connection records.
 pub const TABLE_CONN: u8 = 1;
@@ -187,10 +189,38 @@ pub struct Config {
     /// (forwarded, each fragment's payload matched on its own; see
     /// "Normalisation").
     pub tcp_fragments: TcpFragments,
-    /// What IP fragments of UDP datagrams get: `drop` (default) or `inspect`
-    /// (forwarded, each fragment's payload matched on its own; see
-    /// "Normalisation").
-    pub udp_fragments: TcpFragments,
+    /// What IP fragments of UDP datagrams get: `drop` (default), `inspect`
+    /// (forwarded, each fragment's payload matched on its own) or
+    /// `reassemble` (forwarded, the whole datagram matched; see the
+    /// [`defrag`] module).
+    pub udp_fragments: Fragments,
+    /// What IP fragments of other protocols (ICMP, ESP, GRE, ...) get:
+    /// `inspect` (default: forwarded, each matched on its own),
+    /// `reassemble` or `drop`.
+    pub other_fragments: Fragments,
+    /// Fragments one datagram may have under `reassemble` (default 64, at
+    /// most 255): a fragment beyond is dropped and its datagram blocked.
+    pub max_fragments: usize,
+    /// Seconds after its first fragment a datagram being reassembled is
+    /// forgotten (default 60, Windows' value; Linux's is 30): never less
+    /// than a receiver's, or a fragment sent after this forgot the others
+    /// would complete there a datagram never inspected here.
+    pub fragment_timeout_secs: u64,
+}
+
+/// The policy for IP fragments of UDP datagrams ([`Config::udp_fragments`])
+/// and of other protocols but TCP ([`Config::other_fragments`]).
+#[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum Fragments {
+    /// Dropped.
+    #[default]
+    Drop,
+    /// Forwarded; consumers see each fragment alone.
+    Inspect,
+    /// Forwarded; the fragment completing a datagram brings the whole
+    /// datagram to consumers ([`Streams::datagrams`]).
+    Reassemble,
 }
 
 /// The policy for IP fragments of TCP segments ([`Config::tcp_fragments`])
@@ -214,7 +244,10 @@ impl Default for Config {
             min_ttl: 8,
             clear_ip_options: true,
             tcp_fragments: TcpFragments::Drop,
-            udp_fragments: TcpFragments::Drop,
+            udp_fragments: Fragments::Drop,
+            other_fragments: Fragments::Inspect,
+            max_fragments: 64,
+            fragment_timeout_secs: 60,
             midstream: false,
             sync_progress: false,
         }
@@ -300,6 +333,8 @@ pub struct Counters {
     pub tcp_fragment_drops: u64,
     /// IP fragments of UDP datagrams dropped ([`Config::udp_fragments`]).
     pub udp_fragment_drops: u64,
+    /// IP fragments of other protocols dropped ([`Config::other_fragments`]).
+    pub other_fragment_drops: u64,
 }
 
 #[derive(Clone, Copy)]
@@ -350,6 +385,7 @@ struct Pending {
 pub struct Reassembler {
     ns: Namespace,
     cfg: Config,
+    defrag: Defragmenter,
     timeout_ns: u64,
     counters: Counters,
     ops: Ops,
@@ -380,8 +416,16 @@ impl Reassembler {
     pub fn new(ns: Namespace, config: Config) -> Self {
         let mut cfg = config;
         cfg.max_segments = cfg.max_segments.min(MAX_SEGMENTS_CAP);
+        cfg.max_fragments = cfg.max_fragments.clamp(1, 255);
         Reassembler {
             ns,
+            defrag: Defragmenter::new(
+                ns,
+                defrag::DefragConfig {
+                    max_fragments: cfg.max_fragments,
+                    timeout_ns: cfg.fragment_timeout_secs.saturating_mul(1_000_000_000),
+                },
+            ),
             timeout_ns: cfg.idle_timeout_secs.saturating_mul(1_000_000_000).max(1),
             cfg,
             counters: Counters::default(),
@@ -440,9 +484,23 @@ impl Reassembler {
             ("reassembly_ip_options_cleared", c.ip_options_cleared),
             ("reassembly_tcp_fragment_drops", c.tcp_fragment_drops),
             ("reassembly_udp_fragment_drops", c.udp_fragment_drops),
+            ("reassembly_other_fragment_drops", c.other_fragment_drops),
             ("reassembly_overlap_drops", c.overlap_drops),
             ("reassembly_overlap_rewrites", c.overlap_rewrites),
             ("reassembly_urgent_cleared", c.urgent_cleared),
+        ]);
+        let d = self.defrag.counters();
+        out.extend_from_slice(&[
+            ("reassembly_fragments", d.fragments),
+            ("reassembly_datagrams", d.datagrams),
+            ("reassembly_fragment_overlap_rewrites", d.overlap_rewrites),
+            ("reassembly_fragment_blocked", d.blocked_drops),
+            ("reassembly_fragment_malformed", d.malformed_drops),
+            ("reassembly_fragment_limit_drops", d.limit_drops),
+            ("reassembly_fragment_lost", d.lost),
+            ("reassembly_fragment_corrupt_records", d.corrupt_records),
+            ("reassembly_datagrams_blocked", d.blocked_datagrams),
+            ("reassembly_fragments_expired", d.expired),
         ]);
     }
 
@@ -490,20 +548,39 @@ impl Reassembler {
         let min_ttl = self.cfg.min_ttl;
         let clear_opts = self.cfg.clear_ip_options;
         let drop_fragments = self.cfg.tcp_fragments == TcpFragments::Drop;
-        let drop_udp_fragments = self.cfg.udp_fragments == TcpFragments::Drop;
-        for p in batch.pkts.iter_mut() {
+        for (i, p) in batch.pkts.iter_mut().enumerate() {
             if p.is_live() && p.meta.fragment != Fragment::None {
                 // A later fragment parses as `OtherIp`: its protocol says
                 // TCP or UDP.
                 let proto = p.meta.flow.proto;
-                if drop_fragments && proto == sluice_wire::ip_proto::TCP {
-                    self.counters.tcp_fragment_drops += 1;
-                    p.drop_by(stage, "reassembly_tcp_fragment");
-                    continue;
-                }
-                if drop_udp_fragments && proto == sluice_wire::ip_proto::UDP {
-                    self.counters.udp_fragment_drops += 1;
-                    p.drop_by(stage, "reassembly_udp_fragment");
+                if proto == sluice_wire::ip_proto::TCP {
+                    if drop_fragments {
+                        self.counters.tcp_fragment_drops += 1;
+                        p.drop_by(stage, "reassembly_tcp_fragment");
+                        continue;
+                    }
+                } else {
+                    let (policy, counter, reason) = if proto == sluice_wire::ip_proto::UDP {
+                        (
+                            self.cfg.udp_fragments,
+                            &mut self.counters.udp_fragment_drops,
+                            "reassembly_udp_fragment",
+                        )
+                    } else {
+                        (
+                            self.cfg.other_fragments,
+                            &mut self.counters.other_fragment_drops,
+                            "reassembly_other_fragment",
+                        )
+                    };
+                    match policy {
+                        Fragments::Drop => {
+                            *counter += 1;
+                            p.drop_by(stage, reason);
+                        }
+                        Fragments::Inspect => {}
+                        Fragments::Reassemble => streams.fragments.push(i as u32),
+                    }
                     continue;
                 }
             }
@@ -531,6 +608,13 @@ impl Reassembler {
                     self.counters.ttl_raised += 1;
                 }
             }
+        }
+
+        if !streams.fragments.is_empty() {
+            let take = std::mem::take(&mut streams.fragments);
+            let r = self.defrag.process(batch, &take, store, streams, stage);
+            streams.fragments = take;
+            r?;
         }
 
         // Pass 1: one read per connection touched.
@@ -1180,8 +1264,20 @@ impl Reassembler {
         result
     }
 
+    /// After every function decided `batch` (the one [`Reassembler::process`]
+    /// saw last): blocks the datagrams whose completing fragment was dropped
+    /// (see the [`defrag`] module).
+    pub fn finish(
+        &mut self,
+        batch: &mut Batch,
+        store: &mut dyn StateStore,
+    ) -> Result<(), ReassemblyError> {
+        self.defrag.finish(batch, store)
+    }
+
     /// Expires connections idle for the timeout at `now_ns`: deletes their records
-    /// and buffered blobs. Returns how many were expired.
+    /// and buffered blobs, and datagrams being reassembled past their
+    /// timeout. Returns how many connections were expired.
     pub fn on_timers(
         &mut self,
         now_ns: u64,
@@ -1200,7 +1296,14 @@ impl Reassembler {
             store.execute(&mut self.ops)?;
             self.del_keys.clear();
             let mut rearm: Vec<(Key, u64)> = Vec::new();
+            let mut frag_ops = Ops::new();
             for (k, id) in self.keys.iter().zip(ids) {
+                if self
+                    .defrag
+                    .expire(k, self.ops.value(id), now_ns, &mut frag_ops)
+                {
+                    continue;
+                }
                 match self.ops.decode::<Conn>(id).transpose() {
                     None => {}
                     Some(Ok(c)) if c.last_seen.saturating_add(self.timeout_ns) > now_ns => {
@@ -1229,6 +1332,9 @@ impl Reassembler {
             }
             if !self.ops.is_empty() {
                 store.execute(&mut self.ops)?;
+            }
+            if !frag_ops.is_empty() {
+                store.execute(&mut frag_ops)?;
             }
             if !full {
                 return Ok(expired);

@@ -58,14 +58,33 @@ impl StreamChunk {
     }
 }
 
+/// A whole IP datagram that packet `pkt`, one of its fragments, completed
+/// (see the `defrag` module): an Ethernet frame in [`Streams::arena`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Datagram {
+    /// Index in the batch of the fragment that completed it.
+    pub pkt: u32,
+    /// Start of the frame in the arena.
+    pub start: u32,
+    /// Length of the frame.
+    pub len: u32,
+}
+
 /// Per-packet stream deliveries for one batch, indexed like the batch's packets.
 #[derive(Debug, Default)]
 pub struct Streams {
     /// One entry per packet; `None` for packets that are not TCP of a tracked
     /// connection (UDP, ICMP, dropped, no state).
     pub chunks: Vec<Option<StreamChunk>>,
-    /// Bytes released from out-of-order buffers during this batch.
+    /// Bytes released from out-of-order buffers during this batch, and
+    /// reassembled datagrams.
     pub arena: Vec<u8>,
+    /// IP datagrams completed in this batch, in packet order.
+    pub datagrams: Vec<Datagram>,
+    /// Indices of the IP fragments taken for reassembly in this batch: a
+    /// consumer matches them as IP packets only (their transport header
+    /// and payload are the datagram's).
+    pub fragments: Vec<u32>,
 }
 
 impl Streams {
@@ -74,6 +93,13 @@ impl Streams {
         self.chunks.clear();
         self.chunks.resize(n, None);
         self.arena.clear();
+        self.datagrams.clear();
+        self.fragments.clear();
+    }
+
+    /// The frame of datagram `d`.
+    pub fn datagram(&self, d: &Datagram) -> &[u8] {
+        &self.arena[d.start as usize..(d.start + d.len) as usize]
     }
 
     /// The delivered bytes of packet `i` as two slices (own part, released part).

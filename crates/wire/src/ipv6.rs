@@ -129,6 +129,60 @@ impl<T: AsRef<[u8]>> Ipv6Packet<T> {
     }
 }
 
+/// Where an IPv6 packet's Fragment header is and what it says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FragmentHeader {
+    /// Offset (from the IPv6 header's start) of the next-header field that
+    /// names the Fragment header: 6 (the fixed header's) or an extension
+    /// header's first byte.
+    pub nh_at: usize,
+    /// Offset of the Fragment header.
+    pub at: usize,
+    /// The header after it.
+    pub next_header: u8,
+    /// Fragment offset in bytes.
+    pub offset: u16,
+    /// More fragments follow.
+    pub more: bool,
+    /// Identification.
+    pub id: u32,
+}
+
+/// Finds the Fragment header of the IPv6 packet `b` (header and payload)
+/// among the extension headers before the transport header, walking at most
+/// [`MAX_EXTENSION_HEADERS`] of them; `None` if there is none or the chain
+/// is cut short.
+pub fn fragment_header(b: &[u8]) -> Option<FragmentHeader> {
+    let mut nh = *b.get(6)?;
+    let mut nh_at = 6;
+    let mut at = HEADER_LEN;
+    for _ in 0..MAX_EXTENSION_HEADERS {
+        let len = match nh {
+            ip_proto::HOPOPT | ip_proto::ROUTING | ip_proto::DSTOPTS => {
+                (*b.get(at + 1)? as usize + 1) * 8
+            }
+            ip_proto::AH => (*b.get(at + 1)? as usize + 2) * 4,
+            ip_proto::FRAGMENT => {
+                let h = b.get(at..at + 8)?;
+                let fo = be16(h, 2);
+                return Some(FragmentHeader {
+                    nh_at,
+                    at,
+                    next_header: h[0],
+                    offset: fo & 0xfff8,
+                    more: fo & 1 != 0,
+                    id: be32(h, 4),
+                });
+            }
+            _ => return None,
+        };
+        nh_at = at;
+        nh = *b.get(at)?;
+        at += len;
+    }
+    None
+}
+
 /// The meaning of an IPv6 header. Extension headers are not represented: `parse`
 /// skips them and `emit` writes none, so `next_header` is the transport protocol.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -309,12 +309,11 @@ def tcpv4_csum():
     return checksum_chaff()
 
 
-# Kept out of the suite (docs/FUNCTIONS.md, known differences): the
-# fragment builders above (`ipv6_frag_dns`, `ipv4_frag_udp`,
-# `ipv4_frag_overlap`, `ipv4_frag_tcp`) need IP defragmentation, which
-# Sluice does not do (it drops fragments by default); `ipip`: Suricata 7
-# does not decode IPv4 in IPv4 (its inner flows get no alert), Sluice does
-# (documented).
+# Kept out of the suite (docs/FUNCTIONS.md, known differences):
+# `ipv4_frag_tcp` needs TCP segments reassembled from IP fragments into the
+# stream, which Sluice does not do (it drops TCP fragments by default);
+# `ipip`: Suricata 7 does not decode IPv4 in IPv4 (its inner flows get no
+# alert), Sluice does (documented).
 # Suricata 7.0.10 passes them.
 CAPTURES = {
     "l2l3-vlan-http": vlan_http,
@@ -331,4 +330,7 @@ CAPTURES = {
     "l2l3-csum-k-none": csum_k_none,
     "l2l3-csum-k-all": csum_k_all,
     "l2l3-tcpv4-csum": tcpv4_csum,
+    "l2l3-ipv4-frag-udp": ipv4_frag_udp,
+    "l2l3-ipv4-frag-overlap": ipv4_frag_overlap,
+    "l2l3-ipv6-frag-dns": ipv6_frag_dns,
 }

@@ -247,6 +247,7 @@ fn stream_sizes(c: &StreamChunk) -> [u32; 2] {
 #[inline]
 fn packet_info(p: &Packet, csum: bool) -> PacketInfo {
     let m = &p.meta;
+    let ipv4 = ipv4_fields(p);
     PacketInfo {
         csum: if csum { checksums(p) } else { 0 },
         dsize: m.payload_len,
@@ -260,13 +261,27 @@ fn packet_info(p: &Packet, csum: bool) -> PacketInfo {
         window: m.tcp_window,
         seq: m.tcp_seq,
         ack: m.tcp_ack,
-        ipv4: ipv4_fields(p),
+        ipv4,
         ipopts: m.ip_opts_rx,
         icmp_idseq: icmp_idseq(p),
         ipv6: !m.flow.src.is_v4(),
         mss: tcp_mss(p),
         stream_size: None,
+        frag_off: match ipv4 {
+            Some(h) => Some(h.2 & 0x1fff),
+            None => frag_offset_v6(p),
+        },
     }
+}
+
+/// [`PacketInfo::frag_off`] of `p`, not IPv4.
+fn frag_offset_v6(p: &Packet) -> Option<u16> {
+    let m = &p.meta;
+    if m.fragment == sluice_wire::parse::Fragment::None {
+        return None;
+    }
+    let b = p.data().get(m.l3_offset as usize..m.l3_end as usize)?;
+    sluice_wire::ipv6::fragment_header(b).map(|h| h.offset)
 }
 
 /// The state of `p`'s checksums as they arrived ([`PacketInfo::csum`]).

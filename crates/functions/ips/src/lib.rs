@@ -140,6 +140,7 @@ pub mod applayer;
 pub mod asn1;
 pub mod bufrules;
 pub mod classification;
+mod datagrams;
 pub mod dataset;
 mod decide;
 pub mod dns;
@@ -491,6 +492,8 @@ pub struct Ips {
     datasets: dataset::Datasets,
     /// Alerts of the batch to withhold (xbits, datasets), reused.
     withhold: Vec<usize>,
+    /// Reassembled IP datagrams joining the batch ([`datagrams`]).
+    datagrams: datagrams::Datagrams,
     /// A rule has a checksum keyword (`tcpv4-csum`, ...): packets' checksums
     /// are verified for it.
     csum_rules: bool,
@@ -722,6 +725,7 @@ impl Ips {
             xbits,
             datasets,
             withhold: Vec::new(),
+            datagrams: datagrams::Datagrams::default(),
             csum_rules,
             app_detect,
             ja3_logged,
@@ -876,7 +880,11 @@ impl NetworkFunction for Ips {
         let first_event = ctx.events.len();
         self.xbits.clear();
         self.datasets.clear();
-        batch::split(self, |ips, pass| {
+        let datagrams = datagrams::Datagrams::any(ctx.streams);
+        if datagrams {
+            self.datagrams.enter(batch, ctx.streams, ctx.stage);
+        }
+        let r = batch::split(self, |ips, pass| {
             pass.gather(ips, batch, ctx);
             ips.counters.corrupt_records += pass.read(ips, store, ctx.now_ns)?;
             ips.read_pending(batch, ctx.streams, pass, store)?;
@@ -885,7 +893,11 @@ impl NetworkFunction for Ips {
             let r = pass.write(ips, store);
             ips.counters.pending_appended += ips.pend_appends.take();
             r
-        })?;
+        });
+        if datagrams {
+            self.datagrams.leave(batch);
+        }
+        r?;
         // xbits conditions, then thresholds, decide which of the batch's
         // alerts are raised, only once its verdicts are made (they never
         // change a verdict); a match whose xbits fail is not counted.
@@ -1008,6 +1020,8 @@ impl NetworkFunction for Ips {
             ("ips_tcp_unreassembled", c.tcp_unreassembled),
             ("ips_non_ip", c.non_ip),
             ("ips_stream_gaps", c.stream_gaps),
+            ("ips_datagrams", self.datagrams.inspected),
+            ("ips_datagrams_refused", self.datagrams.refused),
             ("ips_corrupt_records", c.corrupt_records),
             ("ips_expired", c.expired),
             ("ips_thresholded", c.thresholded),

@@ -172,7 +172,7 @@ pub const KEYWORDS: &[(&str, Status)] = &[
     ("decode-event", U),
     ("engine-event", U),
     ("fragbits", E),
-    ("fragoffset", U),
+    ("fragoffset", E),
     ("id", E),
     ("ipopts", E),
     ("seq", E),
@@ -560,6 +560,11 @@ pub struct PacketInfo {
     /// The checksums' state ([`CSUM_KNOWN`], [`CSUM_IP_OK`],
     /// [`CSUM_L4_OK`]): computed only when a rule asks (0: unknown).
     pub csum: u8,
+    /// The fragment offset as Suricata's detect-fragoffset.c reads it: the
+    /// IPv4 header's field (in units of 8 bytes, 0 when not fragmented);
+    /// for IPv6, the Fragment header's offset in bytes, and no value
+    /// without one.
+    pub frag_off: Option<u16>,
 }
 
 /// Which stream `stream_size` compares.
@@ -656,6 +661,8 @@ pub struct PacketChecks {
     pub tos: Option<NumCmp>,
     /// `fragbits` (IPv4 only).
     pub fragbits: Option<FragBits>,
+    /// `fragoffset` ([`PacketInfo::frag_off`]).
+    pub fragoffset: Option<NumCmp>,
     /// `ipopts`: the option's bit ([`sluice_wire::ipv4::option_bit`]), or
     /// every bit for `any`.
     pub ipopts: Option<u16>,
@@ -839,6 +846,9 @@ impl PacketChecks {
             && self
                 .fragbits
                 .is_none_or(|f| p.ipv4.is_some_and(|h| f.matches(h.2)))
+            && self
+                .fragoffset
+                .is_none_or(|c| p.frag_off.is_some_and(|o| c.matches(o as u32)))
             && self.ipopts.is_none_or(|m| p.ipopts & m != 0)
             && self.ipv6.is_none_or(|v6| p.ipv6 == v6)
             && self
@@ -1735,6 +1745,7 @@ fn apply_keyword(
             let v = need(val, name)?;
             rule.checks.fragbits = Some(FragBits::parse(v).ok_or_else(|| bad_value(v))?);
         }
+        "fragoffset" => rule.checks.fragoffset = Some(num(val, 65535)?),
         "ipopts" => {
             let v = need(val, name)?;
             rule.checks.ipopts = Some(ipopt_named(v.trim()).ok_or_else(|| bad_value(v))?);
