@@ -285,6 +285,38 @@ pub fn ips_chain(rules: usize) -> ChainText {
     }
 }
 
+/// `n` UDP datagrams of `len` payload bytes (uppercase letters, so the
+/// IPS's automaton works on them) over 256 flows: whole, and each cut into
+/// IPv4 fragments of at most 1,480 bytes of IP payload (MTU 1500).
+pub fn udp_datagram_traces(n: usize, len: usize) -> (Trace, Trace) {
+    let mut rng = sluice_trafficgen::Rng::new(7);
+    let payload: Vec<u8> = (0..len).map(|_| b'A' + rng.below(26) as u8).collect();
+    let (mut whole, mut frags) = (Trace::new(), Trace::new());
+    for k in 0..n {
+        let ts = k as u64 * 1_000;
+        let src = [10, 1, (k / 256 % 256) as u8, (k % 256) as u8];
+        let f = sluice_wire::build::udp_v4(src, [198, 51, 100, 9], 20_000 + (k % 256) as u16, 9999, &payload);
+        whole.push(ts, &f);
+        let (hdr, data) = (&f[..34], &f[34..]);
+        let mut at = 0;
+        while at < data.len() {
+            let end = (at + 1_480).min(data.len());
+            let mut v = hdr.to_vec();
+            v.extend_from_slice(&data[at..end]);
+            v[16..18].copy_from_slice(&((20 + end - at) as u16).to_be_bytes());
+            v[18..20].copy_from_slice(&(k as u16).to_be_bytes());
+            let fo = (at / 8) as u16 | if end < data.len() { 0x2000 } else { 0 };
+            v[20..22].copy_from_slice(&fo.to_be_bytes());
+            v[24..26].fill(0);
+            let sum = sluice_wire::checksum::checksum(&v[14..34]);
+            v[24..26].copy_from_slice(&sum.to_be_bytes());
+            frags.push(ts, &v);
+            at = end;
+        }
+    }
+    (whole, frags)
+}
+
 /// `firewall` rules: `n - 2` narrow rules that never match the traffic, then the
 /// rules that admit it, so every new flow walks the whole list.
 pub fn firewall_rules(n: usize) -> String {
@@ -715,6 +747,56 @@ pub fn run(opts: &Options, progress: &mut dyn FnMut(&str)) -> Vec<Measurement> {
             ),
             &fwd_jumbo,
             "whole pipeline on 8,960-byte payloads",
+            &mut out,
+        );
+    }
+
+    // UDP datagrams of 4,400 bytes: sent whole (jumbo frames), and in three
+    // IPv4 fragments (MTU 1500) matched one by one (`inspect`) or joined in
+    // the store first (`reassemble`). The ratios are per datagram (the
+    // same datagrams in each trace): time whole / time in fragments.
+    let frag_rows = [
+        "ips_100_rules_udp_whole",
+        "ips_100_rules_udp_fragments_inspect",
+        "ips_100_rules_udp_fragments_reassemble",
+    ];
+    if frag_rows.iter().any(|n| wanted(n)) {
+        let (whole, frags) = udp_datagram_traces((opts.packets / 3).clamp(64, 200_000), 4_400);
+        let udp_ips = |policy: &str| ChainText {
+            yaml: format!(
+                "{}reassembly:\n  udp_fragments: {policy}\n",
+                single("ips", "    rule_files: [ips.rules]\n")
+            ),
+            files: vec![("ips.rules".into(), ips_rules(100).replace("alert tcp", "alert udp"))],
+        };
+        let per_datagram = |m: Option<Measurement>, base: &Option<Measurement>, note: &str, out: &mut Vec<Measurement>| {
+            if let Some(mut m) = m {
+                if let Some(b) = base {
+                    m.ratio_to_baseline =
+                        (b.ns_per_packet * b.packets as f64) / (m.ns_per_packet * m.packets as f64);
+                    m.baseline = b.name.clone();
+                }
+                m.note = note.into();
+                out.push(m);
+            }
+        };
+        let whole_m = bench(frag_rows[0], udp_ips("drop"), Sharing::Shared, &whole, 4_442);
+        per_datagram(
+            whole_m.clone(),
+            &None,
+            "4,400-byte UDP datagrams whole; baseline of the fragment rows (per datagram)",
+            &mut out,
+        );
+        per_datagram(
+            bench(frag_rows[1], udp_ips("inspect"), Sharing::Shared, &frags, 1_514),
+            &whole_m,
+            "the same datagrams in 3 fragments, each matched alone",
+            &mut out,
+        );
+        per_datagram(
+            bench(frag_rows[2], udp_ips("reassemble"), Sharing::Shared, &frags, 1_514),
+            &whole_m,
+            "the same datagrams in 3 fragments, joined in the store, then matched whole",
             &mut out,
         );
     }

@@ -464,6 +464,52 @@ functions:
     }
 }
 
+#[test]
+fn many_datagrams_completing_in_one_batch_are_all_matched() {
+    // 150 datagrams in two fragments each, in one batch: one says EVIL
+    // across its cut, and only its completing fragment is dropped.
+    let spec = r#"
+name: evasion
+functions:
+  - type: ips
+    rules:
+      - 'drop udp any any -> any 53 (msg:"evil"; content:"EVIL"; sid:2;)'
+reassembly:
+  udp_fragments: reassemble
+"#;
+    let mut frames = Vec::new();
+    for k in 0..150u16 {
+        let word: &[u8] = if k == 77 { b"EVIL" } else { b"GOOD" };
+        let payload = [b"abcdef".as_slice(), word, b"xyz"].concat();
+        let d = sluice_wire::build::udp_v4(C, S, 40000 + k, 53, &payload);
+        frames.extend(sluice_wire::build::ipv4_fragments(&d, 16, k));
+    }
+    let spec = ChainSpec::from_str(spec, Path::new("evasion.yaml")).unwrap();
+    let reg = sluice_builtin::registry();
+    let mut chain = Chain::from_spec(&spec, Path::new("."), &reg, Sharing::Shared).unwrap();
+    let mut store = LocalStore::new();
+    let mut pool = PacketPool::new(512);
+    let mut b = Batch::with_capacity(frames.len());
+    for f in &frames {
+        assert!(b.push_frame(&mut pool, f, 1_000_000_000, 0));
+    }
+    chain.process(&mut b, &mut store);
+    let dropped: Vec<usize> = (0..b.pkts.len())
+        .filter(|&i| b.pkts[i].verdict != Verdict::Forward)
+        .collect();
+    assert_eq!(dropped, vec![2 * 77 + 1]);
+    let sids: Vec<u32> = chain
+        .take_events()
+        .into_iter()
+        .filter_map(|e| match e {
+            Event::Alert(a) => Some(a.sid),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(sids, vec![2]);
+    b.recycle(&mut pool);
+}
+
 /// True if the forwarded payloads, joined, say `EVIL`.
 fn evil_left_split(o: &Out) -> bool {
     let all: Vec<u8> = o

@@ -15,8 +15,7 @@ use sluice_nf::{Batch, Streams};
 use sluice_packet::{PacketPool, Verdict};
 use sluice_wire::parse::{PacketMeta, L4};
 
-/// Pool size: datagrams one batch may complete before the rest are
-/// refused (their completing fragments are dropped, fail closed).
+/// The pool's first size; it grows to the most datagrams a batch completed.
 const POOL: usize = 64;
 
 /// What [`Datagrams::enter`] changed, for [`Datagrams::leave`] to undo.
@@ -67,9 +66,12 @@ impl Datagrams {
         if streams.datagrams.is_empty() {
             return;
         }
-        let pool = self
-            .pool
-            .get_or_insert_with(|| PacketPool::with_large(POOL, POOL));
+        let want = streams.datagrams.len().next_power_of_two().max(POOL);
+        if self.pool.as_ref().is_none_or(|p| p.capacity() < want) {
+            // Every datagram of the last batch went back to the pool.
+            self.pool = Some(PacketPool::with_large(want, want));
+        }
+        let pool = self.pool.as_mut().expect("made above");
         for d in &streams.datagrams {
             let i = d.pkt as usize;
             let Some(owner) = batch.pkts.get(i).filter(|p| p.is_live()) else {
