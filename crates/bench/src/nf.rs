@@ -295,7 +295,13 @@ pub fn udp_datagram_traces(n: usize, len: usize) -> (Trace, Trace) {
     for k in 0..n {
         let ts = k as u64 * 1_000;
         let src = [10, 1, (k / 256 % 256) as u8, (k % 256) as u8];
-        let f = sluice_wire::build::udp_v4(src, [198, 51, 100, 9], 20_000 + (k % 256) as u16, 9999, &payload);
+        let f = sluice_wire::build::udp_v4(
+            src,
+            [198, 51, 100, 9],
+            20_000 + (k % 256) as u16,
+            9999,
+            &payload,
+        );
         whole.push(ts, &f);
         let (hdr, data) = (&f[..34], &f[34..]);
         let mut at = 0;
@@ -767,9 +773,15 @@ pub fn run(opts: &Options, progress: &mut dyn FnMut(&str)) -> Vec<Measurement> {
                 "{}reassembly:\n  udp_fragments: {policy}\n",
                 single("ips", "    rule_files: [ips.rules]\n")
             ),
-            files: vec![("ips.rules".into(), ips_rules(100).replace("alert tcp", "alert udp"))],
+            files: vec![(
+                "ips.rules".into(),
+                ips_rules(100).replace("alert tcp", "alert udp"),
+            )],
         };
-        let per_datagram = |m: Option<Measurement>, base: &Option<Measurement>, note: &str, out: &mut Vec<Measurement>| {
+        let per_datagram = |m: Option<Measurement>,
+                            base: &Option<Measurement>,
+                            note: &str,
+                            out: &mut Vec<Measurement>| {
             if let Some(mut m) = m {
                 if let Some(b) = base {
                     m.ratio_to_baseline =
@@ -780,7 +792,13 @@ pub fn run(opts: &Options, progress: &mut dyn FnMut(&str)) -> Vec<Measurement> {
                 out.push(m);
             }
         };
-        let whole_m = bench(frag_rows[0], udp_ips("drop"), Sharing::Shared, &whole, 4_442);
+        let whole_m = bench(
+            frag_rows[0],
+            udp_ips("drop"),
+            Sharing::Shared,
+            &whole,
+            4_442,
+        );
         per_datagram(
             whole_m.clone(),
             &None,
@@ -788,13 +806,25 @@ pub fn run(opts: &Options, progress: &mut dyn FnMut(&str)) -> Vec<Measurement> {
             &mut out,
         );
         per_datagram(
-            bench(frag_rows[1], udp_ips("inspect"), Sharing::Shared, &frags, 1_514),
+            bench(
+                frag_rows[1],
+                udp_ips("inspect"),
+                Sharing::Shared,
+                &frags,
+                1_514,
+            ),
             &whole_m,
             "the same datagrams in 3 fragments, each matched alone",
             &mut out,
         );
         per_datagram(
-            bench(frag_rows[2], udp_ips("reassemble"), Sharing::Shared, &frags, 1_514),
+            bench(
+                frag_rows[2],
+                udp_ips("reassemble"),
+                Sharing::Shared,
+                &frags,
+                1_514,
+            ),
             &whole_m,
             "the same datagrams in 3 fragments, joined in the store, then matched whole",
             &mut out,
