@@ -416,6 +416,12 @@ impl Registry {
         f(&fs.config, ns, base)
     }
 
+    /// Builds the stream stage from a chain's `reassembly` configuration once
+    /// and discards it: checks the configuration.
+    pub fn validate_streams(&self, cfg: &Value) -> Result<(), String> {
+        self.stream_stage(cfg, Path::new(".")).map(drop)
+    }
+
     pub(crate) fn stream_stage(
         &self,
         cfg: &Value,

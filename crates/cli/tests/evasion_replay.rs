@@ -30,6 +30,7 @@ use sluice_wire::tcp::flags::{ACK, PSH, SYN, URG};
 const CLIENT: [u8; 4] = [10, 30, 1, 1];
 const SERVER: [u8; 4] = [10, 30, 2, 1];
 const PORT: u16 = 7000;
+const UDP_PORT: u16 = 7001;
 const ISN: u32 = 77_000;
 
 const SPEC: &str = r#"tenant: evade
@@ -37,14 +38,18 @@ elements:
   c: { type: service, vms: { c1: 10.30.1.1 } }
   s: { type: service, vms: { s1: 10.30.2.1 } }
   tcp7000: { type: select, proto: tcp, dport: 7000 }
+  udp7001: { type: select, proto: udp, dport: 7001 }
   ips:
     type: middlebox
     function: ips
     config:
       rules:
         - 'drop tcp any any -> any 7000 (msg:"evil"; flow:established,to_server; content:"EVIL"; sid:4242; rev:1;)'
+        - 'drop udp any any -> any 7001 (msg:"evil datagram"; content:"EVIL"; sid:4343; rev:1;)'
+    reassembly: { udp_fragments: reassemble }
 chains:
   - { name: in, path: [c, tcp7000, ips, s] }
+  - { name: udp, path: [c, udp7001, ips, s] }
 "#;
 
 /// What the server VM's application read, per client port.
@@ -381,6 +386,63 @@ fn evasions_replayed_through_a_deployed_ips_never_deliver_the_signature() {
             "{name}: the server read the signature: {report:#?}"
         );
     }
+    // UDP datagrams in IP fragments, to a port the chain selects: every
+    // fragment crosses the IPS (a later one carries no port), which joins
+    // them in the store and matches the datagram whole. The server's kernel
+    // reassembles the benign one; the signature split over the cut never
+    // reaches its socket, in order, reversed, or with the dropped fragment
+    // sent again.
+    let udp = sluice_testbed::run_in(&s1.netns, || {
+        std::net::UdpSocket::bind(SocketAddr::from((SERVER, UDP_PORT)))
+    })
+    .unwrap()
+    .expect("a UDP socket in the server VM");
+    udp.set_read_timeout(Some(Duration::from_millis(200)))
+        .unwrap();
+    let datagram = |sport: u16, word: &[u8; 4], id: u16| {
+        let mut p = b"hello ".to_vec();
+        p.extend_from_slice(word);
+        p.extend_from_slice(b" world\n");
+        let d = sluice_wire::build::udp_v4(CLIENT, SERVER, sport, UDP_PORT, &p);
+        // The cut after "hello EV" (the UDP header and 8 bytes).
+        sluice_wire::build::ipv4_fragments(&d, 16, id)
+    };
+    let received = |udp: &std::net::UdpSocket, within: Duration| {
+        let end = Instant::now() + within;
+        let mut got = Vec::new();
+        let mut buf = [0u8; 2048];
+        while Instant::now() < end {
+            if let Ok((n, _)) = udp.recv_from(&mut buf) {
+                got.push(buf[..n].to_vec());
+            }
+        }
+        got
+    };
+    let [a, b] = datagram(42_001, b"EVOL", 0x7001);
+    client.send(a);
+    client.send(b);
+    let control = received(&udp, Duration::from_secs(3));
+    assert_eq!(
+        control,
+        vec![b"hello EVOL world\n".to_vec()],
+        "the benign datagram, reassembled by the server's kernel: {report:#?}"
+    );
+    let [a, b] = datagram(42_002, b"EVIL", 0x7002);
+    client.send(a);
+    client.send(b.clone());
+    client.send(b);
+    let [a, b] = datagram(42_003, b"EVIL", 0x7003);
+    client.send(b);
+    client.send(a);
+    let attacked = received(&udp, Duration::from_secs(2));
+    assert!(
+        attacked.iter().all(|d| !d.windows(4).any(|w| w == b"EVIL")),
+        "the server read the signature from fragments: {attacked:?}"
+    );
+    report.push(format!(
+        "UDP fragments: control read {control:?}, attack read {attacked:?}"
+    ));
+
     // The IPS saw the signature where the host would have read it, and said so.
     let deadline = Instant::now() + Duration::from_secs(10);
     let alerts = loop {
@@ -397,6 +459,24 @@ fn evasions_replayed_through_a_deployed_ips_never_deliver_the_signature() {
         std::thread::sleep(Duration::from_millis(100));
     };
     assert!(!alerts.is_empty(), "no alert: {report:#?}");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let udp_alerts = loop {
+        let n = common::controller_get(&lab, "/v1/alerts?tenant=evade")
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|a| a["alert"]["signature_id"] == 4343)
+            .count();
+        if n >= 2 || Instant::now() > deadline {
+            break n;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(
+        udp_alerts, 2,
+        "one alert per reassembled datagram: {report:#?}"
+    );
     drop(server);
     println!("{}", report.join("\n"));
 }

@@ -25,6 +25,9 @@
 //!   middleboxes in reverse order.
 //! * **Traffic in no chain** is forwarded normally by lowest-priority entries: to
 //!   the VM with the destination address, wherever it is, else to the gateway.
+//! * **IP fragments** after the first carry no ports; the switch lets them meet a
+//!   select's port conditions (`sluice_switch::Fib`), so every fragment of a
+//!   datagram a chain selects by port crosses its middleboxes.
 
 use std::collections::{BTreeMap, BTreeSet};
 

@@ -1534,6 +1534,7 @@ impl Desired {
                         capacity,
                         pipeline,
                         workers,
+                        reassembly,
                         ..
                     }) => (
                         chain_yaml(
@@ -1543,6 +1544,7 @@ impl Desired {
                             config,
                             capacity.as_ref(),
                             (*pipeline, *workers),
+                            reassembly,
                         ),
                         *state == StateMode::Local,
                     ),
@@ -1807,7 +1809,8 @@ pub fn instance_name(tenant: &str, middlebox: &str, k: u32) -> String {
 /// middlebox (a consolidated group's: its members, named after them, with its
 /// chains' sources as the forward direction), in a chain named `{tenant}.{middlebox}` so every instance of the
 /// middlebox shares its state keys; with the middlebox's per-instance `capacity`,
-/// its `pipeline` window (0: off) and its `workers` (1: one thread).
+/// its `pipeline` window (0: off), its `workers` (1: one thread) and its
+/// `reassembly` section (`Null`: the defaults).
 pub fn chain_yaml(
     tenant: &str,
     middlebox: &str,
@@ -1815,6 +1818,7 @@ pub fn chain_yaml(
     config: &Value,
     capacity: Option<&Capacity>,
     (pipeline, workers): (usize, usize),
+    reassembly: &Value,
 ) -> String {
     let functions = sluice_tenant::consolidate::functions_of(middlebox, function, config)
         .into_iter()
@@ -1866,6 +1870,9 @@ pub fn chain_yaml(
     doc.insert("name".into(), format!("{tenant}.{middlebox}").into());
     doc.insert("functions".into(), Value::Sequence(functions));
     doc.insert("settings".into(), Value::Mapping(settings));
+    if !matches!(reassembly, Value::Null) {
+        doc.insert("reassembly".into(), reassembly.clone());
+    }
     // A mapping of strings, numbers and YAML values always serialises.
     yaml_serde::to_string(&Value::Mapping(doc)).unwrap_or_default()
 }

@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
-use sluice_wire::parse::{PacketMeta, L4};
+use sluice_wire::parse::{Fragment, PacketMeta, L4};
 
 /// A port of this host's switch: a local VM's or NF instance's interface.
 #[derive(
@@ -323,6 +323,16 @@ impl Fib {
         {
             return false;
         }
+        // A later IP fragment carries no ports: it meets any port condition
+        // of its protocol, so it goes where its datagram's first fragment
+        // may go. Otherwise every fragment but the first of a datagram a
+        // chain selects by port would bypass the chain (a signature, or a
+        // firewall's decision, in the first only). One of another datagram
+        // of the protocol goes through the chain too, where its functions'
+        // fragment policies decide it.
+        if meta.fragment == Fragment::Later {
+            return true;
+        }
         let ports = matches!(meta.l4, L4::Tcp | L4::Udp);
         if m.sport
             .is_some_and(|(lo, hi)| !ports || f.src_port < lo || f.src_port > hi)
@@ -448,6 +458,54 @@ mod tests {
         );
         let hits: Vec<u64> = fib.entries().map(|(_, h)| h).collect();
         assert_eq!(hits, vec![1, 1, 1]);
+    }
+
+    #[test]
+    fn every_fragment_of_a_datagram_a_chain_selects_by_port_takes_the_chain() {
+        // A chain's entry for UDP to port 53; the rest goes straight on.
+        let dns = Match {
+            dst: Some(Prefix::parse("192.0.2.0/24").unwrap()),
+            proto: Some(17),
+            dport: Some((53, 53)),
+            ..Match::default()
+        };
+        let mut fib = Fib::new();
+        fib.replace(
+            vec![
+                entry(
+                    1,
+                    10,
+                    Match::default(),
+                    vec![Action::Output(Output::Port(PortId(9)))],
+                ),
+                entry(2, 100, dns, vec![Action::Output(Output::Port(PortId(3)))]),
+            ],
+            BTreeMap::new(),
+            1,
+        )
+        .unwrap();
+        let d = build::udp_v4([10, 0, 0, 1], [192, 0, 2, 8], 999, 53, &[7; 40]);
+        let [first, later] = build::ipv4_fragments(&d, 16, 5);
+        for f in [&first, &later] {
+            let m = parse_frame(f).unwrap();
+            assert_eq!(
+                fib.lookup(&key(&m, Some(1))).output,
+                Some(Output::Port(PortId(3)))
+            );
+        }
+        // A later fragment cannot say its port: any of UDP takes the chain;
+        // TCP ones do not (the protocol still decides), nor do whole
+        // datagrams or first fragments to other ports.
+        let other = build::udp_v4([10, 0, 0, 1], [192, 0, 2, 8], 999, 5353, &[7; 40]);
+        let [first, later] = build::ipv4_fragments(&other, 16, 6);
+        let out =
+            |f: &[u8], fib: &mut Fib| fib.lookup(&key(&parse_frame(f).unwrap(), Some(1))).output;
+        assert_eq!(out(&later, &mut fib), Some(Output::Port(PortId(3))));
+        assert_eq!(out(&first, &mut fib), Some(Output::Port(PortId(9))));
+        assert_eq!(out(&other, &mut fib), Some(Output::Port(PortId(9))));
+        let tcp = build::tcp_v4([10, 0, 0, 1], [192, 0, 2, 8], 999, 53, 1, 0, 0x18, &[7; 40]);
+        let [_, later] = build::ipv4_fragments(&tcp, 24, 7);
+        assert_eq!(out(&later, &mut fib), Some(Output::Port(PortId(9))));
     }
 
     #[test]

@@ -252,6 +252,7 @@ fn group_element(
         placement,
         pipeline,
         workers,
+        reassembly,
         ..
     } = mb(&members[0])
     else {
@@ -276,6 +277,7 @@ fn group_element(
             pipeline: pi,
             workers: w,
             resources: r,
+            reassembly: rs,
             ..
         } = mb(n)
         else {
@@ -287,6 +289,7 @@ fn group_element(
             ("placement", pl != placement),
             ("pipeline", pi != pipeline),
             ("workers", w != workers),
+            ("reassembly", rs != reassembly),
         ];
         if let Some((key, _)) = differs.iter().find(|(_, d)| *d) {
             return Err(c.err(
@@ -344,6 +347,7 @@ fn group_element(
         placement,
         pipeline,
         workers,
+        reassembly,
     })
 }
 

@@ -194,6 +194,10 @@ pub enum Element {
         /// direction-invariant hash, each with its own store connection and
         /// flow cache (docs/ARCHITECTURE.md, "Forwarding on several cores").
         workers: usize,
+        /// The instances' chain's `reassembly:` section (TCP streams and IP
+        /// fragments, e.g. `udp_fragments: reassemble`; docs/FUNCTIONS.md),
+        /// `Null` for the defaults. Boxed: most middleboxes leave it out.
+        reassembly: Box<Value>,
     },
     /// A traffic subset.
     Select(Select),
@@ -592,6 +596,7 @@ fn parse_element(
                     "placement",
                     "pipeline",
                     "workers",
+                    "reassembly",
                 ],
             )?;
             let function = m
@@ -605,6 +610,7 @@ fn parse_element(
                 })?
                 .to_string();
             let config = m.get("config").cloned().unwrap_or(Value::Null);
+            let reassembly = Box::new(m.get("reassembly").cloned().unwrap_or(Value::Null));
             if matches!(config, Value::Null) && NEEDS_CONFIG.contains(&function.as_str()) {
                 return Err(c.err(
                     format!("{path}.config"),
@@ -748,6 +754,8 @@ fn parse_element(
                 };
                 r.validate(&fs, Path::new("."))
                     .map_err(|e| c.err(format!("{path}.config"), e))?;
+                r.validate_streams(&reassembly)
+                    .map_err(|e| c.err(format!("{path}.reassembly"), e))?;
             }
             Ok(Element::Middlebox {
                 function,
@@ -761,6 +769,7 @@ fn parse_element(
                 placement,
                 pipeline,
                 workers,
+                reassembly,
             })
         }
         "select" => {

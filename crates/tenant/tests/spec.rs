@@ -543,3 +543,32 @@ fn resources_and_anti_affinity_default_and_are_checked() {
         Some("service-centric")
     );
 }
+
+#[test]
+fn a_middlebox_reassembly_section_is_checked_and_kept() {
+    let with = |attrs: &str| {
+        BASE.replace(
+            "mon: { type: middlebox, function: monitor }",
+            &format!("mon: {{ type: middlebox, function: ips, config: {{ rules: [] }}, {attrs} }}"),
+        ) + "  - { name: a, path: [net, fw, mon, web] }\n"
+    };
+    let s = parse(&with("reassembly: { udp_fragments: reassemble }")).unwrap();
+    let Element::Middlebox { reassembly, .. } = &s.elements["mon"] else {
+        panic!("a middlebox")
+    };
+    assert_eq!(
+        reassembly["udp_fragments"].as_str(),
+        Some("reassemble"),
+        "{reassembly:?}"
+    );
+    let e = parse(&with("reassembly: { tcp_fragments: reassemble }")).unwrap_err();
+    assert!(
+        e.contains("elements.mon.reassembly") && e.contains("reassemble"),
+        "{e}"
+    );
+    let e = parse(&with("reassembly: { udp_fragment: drop }")).unwrap_err();
+    assert!(
+        e.contains("elements.mon.reassembly") && e.contains("udp_fragment"),
+        "{e}"
+    );
+}

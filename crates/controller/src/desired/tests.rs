@@ -225,7 +225,7 @@ fn chain_yaml_parses_for_every_function_of_figure4() {
             function, config, ..
         } = e
         {
-            let y = chain_yaml("acme", name, function, config, None, (0, 1));
+            let y = chain_yaml("acme", name, function, config, None, (0, 1), &Value::Null);
             let cs = sluice_chain::ChainSpec::from_str(&y, std::path::Path::new("gen.yaml"))
                 .unwrap_or_else(|e| panic!("{y}\n{e}"));
             assert_eq!(cs.name, format!("acme.{name}"));
@@ -235,15 +235,22 @@ fn chain_yaml_parses_for_every_function_of_figure4() {
             assert_eq!(cs.settings.batch_size, 32);
             assert_eq!(cs.settings.timer_interval_ms, 100);
             assert_eq!(cs.settings.pipeline, 0);
-            let p = chain_yaml("acme", name, function, config, None, (256, 1));
+            let p = chain_yaml("acme", name, function, config, None, (256, 1), &Value::Null);
             let ps = sluice_chain::ChainSpec::from_str(&p, std::path::Path::new("gen.yaml"))
                 .unwrap_or_else(|e| panic!("{p}\n{e}"));
             assert_eq!(ps.settings.pipeline, 256);
             assert_eq!(cs.settings.workers, 1);
-            let w = chain_yaml("acme", name, function, config, None, (0, 4));
+            let w = chain_yaml("acme", name, function, config, None, (0, 4), &Value::Null);
             let ws = sluice_chain::ChainSpec::from_str(&w, std::path::Path::new("gen.yaml"))
                 .unwrap_or_else(|e| panic!("{w}\n{e}"));
             assert_eq!(ws.settings.workers, 4);
+            // A middlebox's `reassembly:` section is the chain's.
+            let r: Value = yaml_serde::from_str("{udp_fragments: reassemble}").unwrap();
+            let ry = chain_yaml("acme", name, function, config, None, (0, 1), &r);
+            let rs = sluice_chain::ChainSpec::from_str(&ry, std::path::Path::new("gen.yaml"))
+                .unwrap_or_else(|e| panic!("{ry}\n{e}"));
+            assert_eq!(rs.reassembly, r);
+            assert_eq!(cs.reassembly, Value::Null);
             sluice_chain::Chain::from_spec(
                 &cs,
                 std::path::Path::new("."),
