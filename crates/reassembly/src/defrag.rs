@@ -66,12 +66,22 @@
 //!   will carry it.
 //!
 //! A batch without fragments to reassemble costs nothing. One with costs one
-//! round trip to read the records, and one to read the pieces of completed
-//! (or overlapped) datagrams, delete what completed and write what did not.
+//! round trip to read the records; one to read the pieces of completed (or
+//! overlapped) datagrams and to compare-and-set each changed record against
+//! what was read; and one to write the new pieces, delete those of datagrams
+//! that are over and arm timers, for the records whose swap took effect.
+//! Fragments of one datagram may reach several instances at once (a later
+//! fragment has no ports, so it hashes elsewhere than the first): when
+//! another instance changed a datagram's record under a batch, that batch's
+//! fragments of it are dropped (`reassembly_fragment_races`), so no fragment
+//! ever passes without its bytes recorded; the sender's datagram is lost,
+//! never an unseen one delivered.
 
 use rustc_hash::FxHashMap;
 use sluice_packet::Batch;
-use sluice_state::{Codec, DecodeError, Key, Namespace, OpId, Ops, Reader, StateStore, Writer};
+use sluice_state::{
+    Codec, DecodeError, Key, Namespace, OpId, OpResult, Ops, Reader, StateStore, Writer,
+};
 use sluice_wire::FlowKey;
 
 use crate::streams::{Datagram, Streams};
@@ -239,6 +249,9 @@ pub struct DefragCounters {
     pub lost: u64,
     /// Records that could not be decoded (their fragments are dropped).
     pub corrupt_records: u64,
+    /// Fragments dropped because another instance changed their datagram's
+    /// record at the same time.
+    pub races: u64,
     /// Datagrams blocked after their completing fragment was dropped.
     pub blocked_datagrams: u64,
     /// Records removed by their timer.
@@ -279,6 +292,10 @@ struct Entry {
     read: OpId,
     /// The current datagram's record.
     rec: Option<FragRecord>,
+    /// The record as read: what the compare-and-set expects.
+    orig: Option<FragRecord>,
+    /// The compare-and-set of the record, when it changed.
+    cas: Option<OpId>,
     gen: u32,
     /// The current datagram's head, if it arrived in this batch: `(start,
     /// len)` in `heads`.
@@ -336,8 +353,12 @@ pub struct Defragmenter {
     pieces: Vec<Piece>,
     /// Datagrams whose stored pieces must be read: `(entry, gen)`.
     need: Vec<(u32, u32)>,
-    /// Stored pieces of datagrams that are over (completed, expired, blocked).
-    stale: Vec<Key>,
+    /// Stored pieces of datagrams that are over (completed, expired,
+    /// blocked), with their entry.
+    stale: Vec<(Key, u32)>,
+    /// The batch's last round trip: pieces, deletes and timers of the
+    /// records whose compare-and-set took effect.
+    writes: Ops,
     rewrites: Vec<Rewrite>,
     done: Vec<Done>,
     /// Heads of first fragments seen in this batch, as the datagram carries them.
@@ -370,6 +391,7 @@ impl Defragmenter {
             pieces: Vec::new(),
             need: Vec::new(),
             stale: Vec::new(),
+            writes: Ops::new(),
             rewrites: Vec::new(),
             done: Vec::new(),
             heads: Vec::new(),
@@ -428,6 +450,8 @@ impl Defragmenter {
                         key,
                         read,
                         rec: None,
+                        orig: None,
+                        cas: None,
                         gen: 0,
                         batch_head: None,
                         corrupt: false,
@@ -455,6 +479,7 @@ impl Defragmenter {
                             op: None,
                         },
                     }));
+                    e.orig = Some(r.clone());
                     e.rec = Some(r);
                 }
                 Ok(None) => {}
@@ -481,8 +506,12 @@ impl Defragmenter {
             }
         }
 
-        // One round trip: the stored pieces datagrams need, then the
-        // deletes of what is over, then what is new.
+        // One round trip: the stored pieces datagrams need, then each
+        // changed record's compare-and-set against what was read. Another
+        // instance may have added pieces since (the fragments of one datagram
+        // hash to other instances than its first): a datagram whose record
+        // changed under this batch loses its fragments here, which are
+        // dropped (`reassembly_fragment_races`), never passed unrecorded.
         for q in &mut self.pieces {
             if let Src::Stored { op, .. } = &mut q.src {
                 if self.need.contains(&(q.entry, q.gen)) {
@@ -491,16 +520,48 @@ impl Defragmenter {
                 }
             }
         }
-        for k in &self.stale {
-            self.ops.delete(*k);
+        for e in &mut self.entries {
+            if e.dirty && (e.rec.is_some() || e.orig.is_some()) {
+                e.cas = Some(
+                    self.ops
+                        .compare_and_set(e.key, e.orig.as_ref(), e.rec.as_ref()),
+                );
+            }
         }
-        for e in &self.entries {
-            if e.dirty && e.rec.is_none() {
-                self.ops.delete(e.key);
+        if !self.ops.is_empty() {
+            store.execute(&mut self.ops)?;
+        }
+        let mut lost = Vec::new();
+        for (ei, e) in self.entries.iter().enumerate() {
+            let swapped = e
+                .cas
+                .is_none_or(|op| matches!(self.ops.result(op), OpResult::Swapped(true)));
+            if !swapped {
+                lost.push(ei as u32);
+            }
+        }
+        if !lost.is_empty() {
+            for &(i, e, _) in &self.taken {
+                if lost.contains(&e) {
+                    self.counters.races += 1;
+                    batch.pkts[i as usize].drop_by(stage, "reassembly_fragment_race");
+                }
+            }
+            self.taken.retain(|t| !lost.contains(&t.1));
+            self.done.retain(|d| !lost.contains(&d.entry));
+            self.rewrites.retain(|w| !lost.contains(&w.entry));
+        }
+
+        // What the records now say, only where they said it: the new
+        // pieces, the deletes of pieces now over, the timers.
+        self.writes.clear();
+        for k in &self.stale {
+            if !lost.contains(&k.1) {
+                self.writes.delete(k.0);
             }
         }
         for (ei, e) in self.entries.iter().enumerate() {
-            let Some(r) = &e.rec else {
+            let Some(r) = e.rec.as_ref().filter(|_| !lost.contains(&(ei as u32))) else {
                 continue;
             };
             let deadline = r.first_seen.saturating_add(self.cfg.timeout_ns);
@@ -520,25 +581,22 @@ impl Defragmenter {
                         self.scratch
                             .extend_from_slice(&self.heads[hs as usize..][..hl as usize]);
                         self.scratch.extend_from_slice(data);
-                        self.ops.put(key, &self.scratch);
+                        self.writes.put(key, &self.scratch);
                     }
                     None => {
-                        self.ops.put(key, data);
+                        self.writes.put(key, data);
                     }
                 }
                 // Pieces expire on their own too: a record lost or damaged
                 // never leaves its pieces behind.
-                self.ops.arm_timer(key, deadline);
-            }
-            if e.dirty {
-                self.ops.put_value(e.key, r);
+                self.writes.arm_timer(key, deadline);
             }
             if e.created {
-                self.ops.arm_timer(e.key, deadline);
+                self.writes.arm_timer(e.key, deadline);
             }
         }
-        if !self.ops.is_empty() {
-            store.execute(&mut self.ops)?;
+        if !self.writes.is_empty() {
+            store.execute(&mut self.writes)?;
         }
 
         // Bytes over earlier ones become the earlier ones.
@@ -788,7 +846,7 @@ impl Defragmenter {
         let gen = e.gen;
         for q in self.pieces.iter().filter(|q| q.entry == ei && q.gen == gen) {
             if let Src::Stored { .. } = q.src {
-                self.stale.push(piece_key(self.ns, &e.flow, q.off));
+                self.stale.push((piece_key(self.ns, &e.flow, q.off), ei));
             }
         }
         let e = &mut self.entries[ei as usize];

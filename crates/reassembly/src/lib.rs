@@ -499,6 +499,7 @@ impl Reassembler {
             ("reassembly_fragment_limit_drops", d.limit_drops),
             ("reassembly_fragment_lost", d.lost),
             ("reassembly_fragment_corrupt_records", d.corrupt_records),
+            ("reassembly_fragment_races", d.races),
             ("reassembly_datagrams_blocked", d.blocked_datagrams),
             ("reassembly_fragments_expired", d.expired),
         ]);

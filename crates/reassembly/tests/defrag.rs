@@ -497,3 +497,81 @@ fn serde_json_like(yaml: &str) -> String {
         Err(e) => e.to_string(),
     }
 }
+
+/// A store that, after the first round trip it carries, lets `between` run
+/// (another instance's whole batch) before the rest: the interleaving of two
+/// instances handling fragments of one datagram at once.
+struct Interleaved<F: FnMut()> {
+    inner: SharedLocalStore,
+    trips: usize,
+    between: F,
+}
+
+impl<F: FnMut() + Send> StateStore for Interleaved<F> {
+    fn execute(&mut self, ops: &mut sluice_state::Ops) -> Result<(), sluice_state::StoreError> {
+        let r = self.inner.execute(ops);
+        self.trips += 1;
+        if self.trips == 1 {
+            (self.between)();
+        }
+        r
+    }
+
+    fn take_expired(
+        &mut self,
+        ns: Namespace,
+        now: u64,
+        max: usize,
+        out: &mut Vec<sluice_state::Key>,
+    ) -> Result<(), sluice_state::StoreError> {
+        self.inner.take_expired(ns, now, max, out)
+    }
+
+    fn counters(&self) -> sluice_state::StoreCounters {
+        self.inner.counters()
+    }
+
+    fn describe(&self) -> String {
+        "interleaved".into()
+    }
+}
+
+#[test]
+fn fragments_racing_on_two_instances_are_recorded_or_dropped_never_passed_unseen() {
+    let data = b"0123456789abcdefEVIL456789abcdef".to_vec();
+    let whole = udp_v4(C, S, 4000, 53, &data);
+    let frags = frag4(&whole, &[8, 16, 24], 51);
+    let shared = SharedLocalStore::new();
+    // Instance B takes fragments 1 and 2 while instance A, having read the
+    // record, takes fragment 0.
+    let b = std::sync::Arc::new(std::sync::Mutex::new(Harness::new(cfg())));
+    let b_out = std::sync::Arc::new(std::sync::Mutex::new(None));
+    let (bh, bo, mut bs, bf) = (
+        b.clone(),
+        b_out.clone(),
+        shared.handle(),
+        frags[1..3].to_vec(),
+    );
+    let mut store = Interleaved {
+        inner: shared.handle(),
+        trips: 0,
+        between: move || {
+            let o = bh.lock().unwrap().run(&mut bs, SEC, &bf, &[]);
+            *bo.lock().unwrap() = Some(o);
+        },
+    };
+    let mut a = Harness::new(cfg());
+    let oa = a.run(&mut store, SEC, std::slice::from_ref(&frags[0]), &[]);
+    let ob = b_out.lock().unwrap().take().unwrap();
+    // B's pieces were recorded; A's record changed under it, so A's fragment
+    // is dropped instead of passing unrecorded.
+    assert_eq!(ob.dropped, [false, false]);
+    assert_eq!(oa.dropped, [true]);
+    assert_eq!(counter(&a.r, "reassembly_fragment_races"), 1);
+    // The sender's retransmission, or any fragment later, still completes
+    // the datagram from what is recorded: it is never delivered unseen.
+    let mut sa = shared.handle();
+    let o = a.run(&mut sa, SEC + 1, &[frags[0].clone(), frags[3].clone()], &[]);
+    assert_eq!(o.dropped, [false, false]);
+    assert_eq!(payload(&o.datagrams[0].1), data);
+}
