@@ -498,44 +498,6 @@ fn serde_json_like(yaml: &str) -> String {
     }
 }
 
-/// A store that, after the first round trip it carries, lets `between` run
-/// (another instance's whole batch) before the rest: the interleaving of two
-/// instances handling fragments of one datagram at once.
-struct Interleaved<F: FnMut()> {
-    inner: SharedLocalStore,
-    trips: usize,
-    between: F,
-}
-
-impl<F: FnMut() + Send> StateStore for Interleaved<F> {
-    fn execute(&mut self, ops: &mut sluice_state::Ops) -> Result<(), sluice_state::StoreError> {
-        let r = self.inner.execute(ops);
-        self.trips += 1;
-        if self.trips == 1 {
-            (self.between)();
-        }
-        r
-    }
-
-    fn take_expired(
-        &mut self,
-        ns: Namespace,
-        now: u64,
-        max: usize,
-        out: &mut Vec<sluice_state::Key>,
-    ) -> Result<(), sluice_state::StoreError> {
-        self.inner.take_expired(ns, now, max, out)
-    }
-
-    fn counters(&self) -> sluice_state::StoreCounters {
-        self.inner.counters()
-    }
-
-    fn describe(&self) -> String {
-        "interleaved".into()
-    }
-}
-
 #[test]
 fn fragments_racing_on_two_instances_are_recorded_or_dropped_never_passed_unseen() {
     let data = b"0123456789abcdefEVIL456789abcdef".to_vec();
@@ -552,13 +514,15 @@ fn fragments_racing_on_two_instances_are_recorded_or_dropped_never_passed_unseen
         shared.handle(),
         frags[1..3].to_vec(),
     );
-    let mut store = Interleaved {
+    // B acts after A's first round trip (the record read), before its second.
+    let mut store = sluice_state::testing::Interleave {
         inner: shared.handle(),
-        trips: 0,
-        between: move || {
+        calls: 0,
+        at: 2,
+        hook: Some(Box::new(move || {
             let o = bh.lock().unwrap().run(&mut bs, SEC, &bf, &[]);
             *bo.lock().unwrap() = Some(o);
-        },
+        })),
     };
     let mut a = Harness::new(cfg());
     let oa = a.run(&mut store, SEC, std::slice::from_ref(&frags[0]), &[]);

@@ -26,6 +26,7 @@ mod codec;
 mod key;
 mod local;
 mod ops;
+pub mod testing;
 
 pub use cache::{hash_range_split, CacheConfig, CacheStats, CachedStore, FlowCache, Ownership};
 pub use codec::{Codec, DecodeError, Reader, Writer};
