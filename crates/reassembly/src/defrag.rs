@@ -54,28 +54,36 @@
 //! # State
 //!
 //! * **Datagram record** (table [`TABLE_FRAG`], key = the datagram's flow key
-//!   with the identification in the port fields): `[version=1 u8][flags u8]
-//!   [first_seen u64][end u32][head_len u16][n u8][n × (offset u16, len u16)]`,
-//!   17 bytes plus 4 per stored piece. Flags: blocked, last fragment seen,
-//!   first fragment seen. One timer per record, at `first_seen` plus the
-//!   timeout.
+//!   with the identification in the port fields): `[version=2 u8][flags u8]
+//!   [first_seen u64][end u32][head_len u16][fragments u8][n u8]
+//!   [n × (offset u16, len u16, nonce u32)]`, 18 bytes plus 8 per stored
+//!   piece (version 1, without nonces, is still read). Flags: blocked, last
+//!   fragment seen, first fragment seen. One timer per record, at
+//!   `first_seen` plus the timeout.
 //! * **Pieces** (table [`TABLE_FRAG_PIECE`], key = the record's plus the
-//!   piece's big-endian offset): the bytes a fragment added that no earlier
-//!   one covered, so pieces never overlap; the piece at offset 0 starts with
-//!   the first fragment's IP header (`head_len` bytes) as the whole datagram
-//!   will carry it.
+//!   piece's big-endian offset and nonce): the bytes a fragment added that
+//!   no earlier one covered, so pieces never overlap; the piece at offset 0
+//!   starts with the first fragment's IP header (`head_len` bytes) as the
+//!   whole datagram will carry it. The nonce, drawn by the writing instance
+//!   for each round, keeps an instance that loses a race from overwriting
+//!   the winner's piece at the same offset.
 //!
 //! A batch without fragments to reassemble costs nothing. One with costs one
 //! round trip to read the records; one to read the pieces of completed (or
-//! overlapped) datagrams and to compare-and-set each changed record against
-//! what was read; and one to write the new pieces, delete those of datagrams
-//! that are over and arm timers, for the records whose swap took effect.
+//! overlapped) datagrams, write the new pieces with their timers, and then
+//! compare-and-set each changed record against what was read (pieces before
+//! the record naming them, so another instance that reads the record finds
+//! them); and one to delete the pieces of datagrams that are over and arm
+//! the new records' timers, for the records whose swap took effect (and to
+//! delete the pieces of swaps that did not).
 //! Fragments of one datagram may reach several instances at once (a later
 //! fragment has no ports, so it hashes elsewhere than the first): when
-//! another instance changed a datagram's record under a batch, that batch's
-//! fragments of it are dropped (`reassembly_fragment_races`), so no fragment
-//! ever passes without its bytes recorded; the sender's datagram is lost,
-//! never an unseen one delivered.
+//! another instance changed a datagram's record under a batch, the batch
+//! decides that datagram's fragments again from what the store now holds,
+//! two more round trips (`reassembly_fragment_race_retries`), up to three
+//! times. Only a record still changing after that loses the batch's
+//! fragments of it (`reassembly_fragment_races`): no fragment ever passes
+//! without its bytes recorded.
 
 use rustc_hash::FxHashMap;
 use sluice_packet::Batch;
@@ -98,6 +106,11 @@ const F_HEAD: u8 = 4;
 const MAX_PIECES: usize = 255;
 /// Largest IP datagram (IPv4 total length, IPv6 payload length).
 const MAX_DATAGRAM: usize = 65_535;
+/// Rounds a batch may take to record a datagram whose record other
+/// instances keep changing under it: one, and up to three retries. Two
+/// instances racing on a datagram settle in one retry; a fourth loss in a
+/// row is contention no fragment should wait out.
+const MAX_ROUNDS: usize = 4;
 
 /// One datagram's record.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -112,8 +125,12 @@ pub struct FragRecord {
     pub head_len: u16,
     /// Fragments taken so far.
     pub fragments: u8,
-    /// Stored pieces `(offset, len)`, disjoint.
-    pub pieces: Vec<(u16, u16)>,
+    /// Stored pieces `(offset, len, nonce)`, disjoint. The nonce, drawn
+    /// by the instance that wrote the piece, is part of its key: a piece is
+    /// written before the record naming it is swapped in, so an instance
+    /// that loses the swap must not have overwritten the winner's piece at
+    /// the same offset.
+    pub pieces: Vec<(u16, u16, u32)>,
 }
 
 impl FragRecord {
@@ -124,20 +141,24 @@ impl FragRecord {
 
 impl Codec for FragRecord {
     fn encode(&self, w: &mut Writer<'_>) {
-        w.u8(1)
+        w.u8(2)
             .u8(self.flags)
             .u64(self.first_seen)
             .u32(self.end)
             .u16(self.head_len)
             .u8(self.fragments)
             .u8(self.pieces.len() as u8);
-        for &(o, l) in &self.pieces {
-            w.u16(o).u16(l);
+        for &(o, l, n) in &self.pieces {
+            w.u16(o).u16(l).u32(n);
         }
     }
 
     fn decode(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
-        if r.u8()? != 1 {
+        // Version 1 (before nonces) is read as nonce 0, whose pieces are
+        // keyed by offset alone, so records of an instance upgraded in
+        // place still join.
+        let version = r.u8()?;
+        if version != 1 && version != 2 {
             return Err(DecodeError("fragment record version"));
         }
         let flags = r.u8()?;
@@ -150,7 +171,8 @@ impl Codec for FragRecord {
         for _ in 0..n {
             let o = r.u16()?;
             let l = r.u16()?;
-            pieces.push((o, l));
+            let n = if version == 2 { r.u32()? } else { 0 };
+            pieces.push((o, l, n));
         }
         Ok(FragRecord {
             flags,
@@ -176,8 +198,20 @@ fn datagram_flow(m: &FlowKey, id: u32) -> FlowKey {
     }
 }
 
-fn piece_key(ns: Namespace, flow: &FlowKey, off: u16) -> Key {
-    Key::flow(ns, TABLE_FRAG_PIECE, flow, &off.to_be_bytes())
+/// The key of the piece at `off` written with `nonce` (0: a version-1
+/// record's piece, keyed by its offset alone).
+fn piece_key(ns: Namespace, flow: &FlowKey, off: u16, nonce: u32) -> Key {
+    let o = off.to_be_bytes();
+    if nonce == 0 {
+        return Key::flow(ns, TABLE_FRAG_PIECE, flow, &o);
+    }
+    let n = nonce.to_be_bytes();
+    Key::flow(
+        ns,
+        TABLE_FRAG_PIECE,
+        flow,
+        &[o[0], o[1], n[0], n[1], n[2], n[3]],
+    )
 }
 
 /// Where one fragment's IP header and data are.
@@ -256,6 +290,9 @@ pub struct DefragCounters {
     pub blocked_datagrams: u64,
     /// Records removed by their timer.
     pub expired: u64,
+    /// Rounds decided again because another instance changed a record
+    /// under the batch.
+    pub race_retries: u64,
 }
 
 /// Where a piece's bytes are during a batch.
@@ -266,6 +303,11 @@ enum Src {
     Stored { head: u16, op: Option<OpId> },
     /// In packet `pkt`'s frame from `at`.
     Batch { pkt: u32, at: u32 },
+    /// Read from the store in an earlier round of the batch, kept in
+    /// `kept[at..at + len]` (head included).
+    Kept { head: u16, at: u32, len: u32 },
+    /// In the store, but found missing when read.
+    Missing,
 }
 
 /// A piece of a datagram during a batch: which entry, which of its
@@ -277,12 +319,21 @@ struct Piece {
     gen: u32,
     off: u16,
     len: u16,
+    nonce: u32,
     src: Src,
 }
 
 impl Piece {
     fn end(&self) -> usize {
         self.off as usize + self.len as usize
+    }
+
+    /// The IP header bytes in front of a stored piece's value.
+    fn head(&self) -> u16 {
+        match self.src {
+            Src::Stored { head, .. } | Src::Kept { head, .. } => head,
+            _ => 0,
+        }
     }
 }
 
@@ -305,6 +356,11 @@ struct Entry {
     dirty: bool,
     /// The current record is new in this batch (its timer is armed).
     created: bool,
+    /// When this batch blocked the datagram (a retried round blocks it
+    /// again).
+    block_at: Option<u64>,
+    /// The nonce of the pieces this round writes.
+    nonce: u32,
 }
 
 /// A fragment's bytes at `at` in packet `pkt` that must become bytes
@@ -373,6 +429,14 @@ pub struct Defragmenter {
     /// The drop stage of the last batch.
     stage: u8,
     scratch: Vec<u8>,
+    /// Stored pieces read in an earlier round of the batch.
+    kept: Vec<u8>,
+    /// Pieces a lost round wrote, deleted with the batch's last writes.
+    orphans: Vec<Key>,
+    /// Where nonces start (drawn once per defragmenter) and how many were
+    /// drawn.
+    nonce_seed: u32,
+    nonces: u32,
 }
 
 impl Defragmenter {
@@ -399,6 +463,15 @@ impl Defragmenter {
             taken: Vec::new(),
             stage: 0,
             scratch: Vec::new(),
+            kept: Vec::new(),
+            orphans: Vec::new(),
+            // Random (std's per-process hash keys), not the clock: two
+            // instances racing on a datagram must draw different nonces.
+            nonce_seed: std::hash::BuildHasher::hash_one(
+                &std::collections::hash_map::RandomState::new(),
+                ns,
+            ) as u32,
+            nonces: 0,
         }
     }
 
@@ -430,6 +503,8 @@ impl Defragmenter {
         self.heads.clear();
         self.completed.clear();
         self.taken.clear();
+        self.kept.clear();
+        self.orphans.clear();
         self.stage = stage;
         if take.is_empty() {
             return Ok(());
@@ -457,89 +532,189 @@ impl Defragmenter {
                         corrupt: false,
                         dirty: false,
                         created: false,
+                        block_at: None,
+                        nonce: 0,
                     });
                     self.entries.len() as u32 - 1
                 })
             });
             infos.push((i, info, e));
         }
-        if !self.entries.is_empty() {
-            store.execute(&mut self.ops)?;
-        }
-        for (ei, e) in self.entries.iter_mut().enumerate() {
-            match self.ops.decode::<FragRecord>(e.read) {
-                Ok(Some(r)) => {
-                    self.pieces.extend(r.pieces.iter().map(|&(off, len)| Piece {
-                        entry: ei as u32,
-                        gen: 0,
-                        off,
-                        len,
-                        src: Src::Stored {
-                            head: if off == 0 { r.head_len } else { 0 },
-                            op: None,
-                        },
-                    }));
-                    e.orig = Some(r.clone());
-                    e.rec = Some(r);
-                }
-                Ok(None) => {}
-                Err(_) => {
-                    self.counters.corrupt_records += 1;
-                    e.corrupt = true;
-                }
-            }
-        }
-        self.ops.clear();
-
-        // Pass 2: every fragment in order.
-        for (i, info, e) in infos {
+        for &(i, info, e) in &infos {
             self.counters.fragments += 1;
-            let (Some(f), Some(e)) = (info, e) else {
+            if info.is_none() || e.is_none() {
                 self.counters.malformed_drops += 1;
                 batch.pkts[i as usize].drop_by(stage, "reassembly_fragment_malformed");
-                continue;
-            };
-            let gen = self.entries[e as usize].gen;
-            match self.step(i, f, e, batch) {
-                Err(reason) => batch.pkts[i as usize].drop_by(stage, reason),
-                Ok(()) => self.taken.push((i, e, gen)),
             }
         }
-
-        // One round trip: the stored pieces datagrams need, then each
-        // changed record's compare-and-set against what was read. Another
-        // instance may have added pieces since (the fragments of one datagram
-        // hash to other instances than its first): a datagram whose record
-        // changed under this batch loses its fragments here, which are
-        // dropped (`reassembly_fragment_races`), never passed unrecorded.
-        for q in &mut self.pieces {
-            if let Src::Stored { op, .. } = &mut q.src {
-                if self.need.contains(&(q.entry, q.gen)) {
-                    let flow = &self.entries[q.entry as usize].flow;
-                    *op = Some(self.ops.get(piece_key(self.ns, flow, q.off)));
+        // The entries a round decides, and the fragments it steps (indices
+        // into `infos`): at first all of them; on a retry, the datagrams
+        // another instance changed under the last round, and their
+        // fragments that round took.
+        let mut active: Vec<u32> = (0..self.entries.len() as u32).collect();
+        let mut work: Vec<usize> = (0..infos.len())
+            .filter(|&k| infos[k].1.is_some() && infos[k].2.is_some())
+            .collect();
+        let mut lost = Vec::new();
+        for round in 1..=MAX_ROUNDS {
+            if !self.ops.is_empty() {
+                store.execute(&mut self.ops)?;
+            }
+            for &ei in &active {
+                let nonce = self.next_nonce();
+                let e = &mut self.entries[ei as usize];
+                e.nonce = nonce;
+                match self.ops.decode::<FragRecord>(e.read) {
+                    Ok(Some(r)) => {
+                        self.pieces
+                            .extend(r.pieces.iter().map(|&(off, len, nonce)| Piece {
+                                entry: ei,
+                                gen: e.gen,
+                                off,
+                                len,
+                                nonce,
+                                src: Src::Stored {
+                                    head: if off == 0 { r.head_len } else { 0 },
+                                    op: None,
+                                },
+                            }));
+                        e.orig = Some(r.clone());
+                        e.rec = Some(r);
+                    }
+                    Ok(None) => {}
+                    Err(_) => {
+                        self.counters.corrupt_records += 1;
+                        e.corrupt = true;
+                    }
                 }
             }
-        }
-        for e in &mut self.entries {
-            if e.dirty && (e.rec.is_some() || e.orig.is_some()) {
-                e.cas = Some(
-                    self.ops
-                        .compare_and_set(e.key, e.orig.as_ref(), e.rec.as_ref()),
-                );
+            self.ops.clear();
+
+            // Pass 2: every fragment in order.
+            for &k in &work {
+                let (i, Some(f), Some(e)) = infos[k] else {
+                    continue;
+                };
+                let gen = self.entries[e as usize].gen;
+                match self.step(i, f, e, batch) {
+                    Err(reason) => batch.pkts[i as usize].drop_by(stage, reason),
+                    Ok(()) => self.taken.push((i, e, gen)),
+                }
             }
-        }
-        if !self.ops.is_empty() {
-            store.execute(&mut self.ops)?;
-        }
-        let mut lost = Vec::new();
-        for (ei, e) in self.entries.iter().enumerate() {
-            let swapped = e
-                .cas
-                .is_none_or(|op| matches!(self.ops.result(op), OpResult::Swapped(true)));
-            if !swapped {
-                lost.push(ei as u32);
+            // A block the last round decided (its fragment is dropped, not
+            // stepped again) holds in this one too.
+            if round > 1 {
+                for &ei in &active {
+                    let e = &self.entries[ei as usize];
+                    if let Some(t) = e.block_at {
+                        if !e.rec.as_ref().is_some_and(|r| r.has(F_BLOCKED)) {
+                            self.block(ei, t);
+                        }
+                    }
+                }
             }
+
+            // One round trip: the stored pieces datagrams need, then each
+            // changed record's compare-and-set against what was read.
+            // Another instance may have added pieces since (the fragments of
+            // one datagram hash to other instances than its first).
+            for q in &mut self.pieces {
+                if let Src::Stored { op, .. } = &mut q.src {
+                    if op.is_none() && self.need.contains(&(q.entry, q.gen)) {
+                        let flow = &self.entries[q.entry as usize].flow;
+                        *op = Some(self.ops.get(piece_key(self.ns, flow, q.off, q.nonce)));
+                    }
+                }
+            }
+            // The new pieces go before the swap that names them: whoever
+            // reads the record finds them (a pipeline runs in order).
+            for &ei in &active {
+                self.write_pieces(ei, batch);
+            }
+            for &ei in &active {
+                let e = &mut self.entries[ei as usize];
+                if e.dirty && (e.rec.is_some() || e.orig.is_some()) {
+                    e.cas = Some(
+                        self.ops
+                            .compare_and_set(e.key, e.orig.as_ref(), e.rec.as_ref()),
+                    );
+                }
+            }
+            if !self.ops.is_empty() {
+                store.execute(&mut self.ops)?;
+            }
+            lost.clear();
+            for &ei in &active {
+                let swapped = self.entries[ei as usize]
+                    .cas
+                    .is_none_or(|op| matches!(self.ops.result(op), OpResult::Swapped(true)));
+                if !swapped {
+                    lost.push(ei);
+                }
+            }
+            for &ei in &lost {
+                let e = &self.entries[ei as usize];
+                for q in self
+                    .pieces
+                    .iter()
+                    .filter(|q| q.entry == ei && q.gen == e.gen)
+                {
+                    if let Src::Batch { .. } = q.src {
+                        self.orphans
+                            .push(piece_key(self.ns, &e.flow, q.off, q.nonce));
+                    }
+                }
+            }
+            if lost.is_empty() || round == MAX_ROUNDS {
+                break;
+            }
+            // A datagram whose record changed under this round is decided
+            // again from what the store now holds, with the fragments this
+            // round took of it.
+            self.counters.race_retries += 1;
+            work.clear();
+            for (k, &(i, _, e)) in infos.iter().enumerate() {
+                if e.is_some_and(|e| lost.contains(&e))
+                    && self.taken.iter().any(|t| t.0 == i && lost.contains(&t.1))
+                {
+                    work.push(k);
+                }
+            }
+            self.forget(&lost);
+            // What the winners read stays readable once `ops` is reused.
+            for q in &mut self.pieces {
+                if let Src::Stored { head, op: Some(op) } = q.src {
+                    q.src = match self.ops.value(op) {
+                        Some(v) => {
+                            let at = self.kept.len() as u32;
+                            self.kept.extend_from_slice(v);
+                            Src::Kept {
+                                head,
+                                at,
+                                len: v.len() as u32,
+                            }
+                        }
+                        None => Src::Missing,
+                    };
+                }
+            }
+            self.ops.clear();
+            for &ei in &lost {
+                let e = &mut self.entries[ei as usize];
+                e.read = self.ops.get(e.key);
+                e.rec = None;
+                e.orig = None;
+                e.cas = None;
+                e.gen += 1;
+                e.batch_head = None;
+                e.corrupt = false;
+                e.dirty = false;
+                e.created = false;
+            }
+            std::mem::swap(&mut active, &mut lost);
         }
+        // Still changing under the last round: its fragments are dropped
+        // (`reassembly_fragment_races`), never passed unrecorded.
         if !lost.is_empty() {
             for &(i, e, _) in &self.taken {
                 if lost.contains(&e) {
@@ -547,50 +722,25 @@ impl Defragmenter {
                     batch.pkts[i as usize].drop_by(stage, "reassembly_fragment_race");
                 }
             }
-            self.taken.retain(|t| !lost.contains(&t.1));
-            self.done.retain(|d| !lost.contains(&d.entry));
-            self.rewrites.retain(|w| !lost.contains(&w.entry));
+            self.forget(&lost);
         }
-
-        // What the records now say, only where they said it: the new
-        // pieces, the deletes of pieces now over, the timers.
+        // What the records now say, only where they said it: the deletes
+        // of pieces now over, the new records' timers; and the pieces lost
+        // rounds wrote go.
         self.writes.clear();
         for k in &self.stale {
             if !lost.contains(&k.1) {
                 self.writes.delete(k.0);
             }
         }
+        for k in &self.orphans {
+            self.writes.delete(*k);
+        }
         for (ei, e) in self.entries.iter().enumerate() {
             let Some(r) = e.rec.as_ref().filter(|_| !lost.contains(&(ei as u32))) else {
                 continue;
             };
             let deadline = r.first_seen.saturating_add(self.cfg.timeout_ns);
-            for q in &self.pieces {
-                let Src::Batch { pkt, at } = q.src else {
-                    continue;
-                };
-                if q.entry != ei as u32 || q.gen != e.gen {
-                    continue;
-                }
-                let frame = batch.pkts[pkt as usize].data();
-                let data = &frame[at as usize..at as usize + q.len as usize];
-                let key = piece_key(self.ns, &e.flow, q.off);
-                match e.batch_head.filter(|_| q.off == 0) {
-                    Some((hs, hl)) => {
-                        self.scratch.clear();
-                        self.scratch
-                            .extend_from_slice(&self.heads[hs as usize..][..hl as usize]);
-                        self.scratch.extend_from_slice(data);
-                        self.writes.put(key, &self.scratch);
-                    }
-                    None => {
-                        self.writes.put(key, data);
-                    }
-                }
-                // Pieces expire on their own too: a record lost or damaged
-                // never leaves its pieces behind.
-                self.writes.arm_timer(key, deadline);
-            }
             if e.created {
                 self.writes.arm_timer(e.key, deadline);
             }
@@ -658,6 +808,76 @@ impl Defragmenter {
             }
         }
         Ok(())
+    }
+
+    /// A stored piece's value as read (head included); None if it is in
+    /// the batch, unread or missing.
+    fn stored(&self, q: &Piece) -> Option<&[u8]> {
+        match q.src {
+            Src::Stored { op: Some(op), .. } => self.ops.value(op),
+            Src::Kept { at, len, .. } => Some(&self.kept[at as usize..(at + len) as usize]),
+            _ => None,
+        }
+    }
+
+    /// A fresh nonce, never 0.
+    fn next_nonce(&mut self) -> u32 {
+        self.nonces = self.nonces.wrapping_add(1);
+        match self
+            .nonce_seed
+            .wrapping_add(self.nonces.wrapping_mul(0x9e37_79b9))
+        {
+            0 => 1,
+            n => n,
+        }
+    }
+
+    /// Queues on `ops` the puts and timers of the pieces entry `ei`'s
+    /// current record gained in this batch.
+    fn write_pieces(&mut self, ei: u32, batch: &Batch) {
+        let e = &self.entries[ei as usize];
+        let Some(r) = e.rec.as_ref() else {
+            return;
+        };
+        let deadline = r.first_seen.saturating_add(self.cfg.timeout_ns);
+        for q in self
+            .pieces
+            .iter()
+            .filter(|q| q.entry == ei && q.gen == e.gen)
+        {
+            let Src::Batch { pkt, at } = q.src else {
+                continue;
+            };
+            let frame = batch.pkts[pkt as usize].data();
+            let data = &frame[at as usize..at as usize + q.len as usize];
+            let key = piece_key(self.ns, &e.flow, q.off, q.nonce);
+            match e.batch_head.filter(|_| q.off == 0) {
+                Some((hs, hl)) => {
+                    self.scratch.clear();
+                    self.scratch
+                        .extend_from_slice(&self.heads[hs as usize..][..hl as usize]);
+                    self.scratch.extend_from_slice(data);
+                    self.ops.put(key, &self.scratch);
+                }
+                None => {
+                    self.ops.put(key, data);
+                }
+            }
+            // Pieces expire on their own too: a record lost or damaged
+            // never leaves its pieces behind.
+            self.ops.arm_timer(key, deadline);
+        }
+    }
+
+    /// Forgets what the batch decided of entries `lost` (their records'
+    /// swaps did not take effect).
+    fn forget(&mut self, lost: &[u32]) {
+        self.pieces.retain(|q| !lost.contains(&q.entry));
+        self.need.retain(|n| !lost.contains(&n.0));
+        self.stale.retain(|s| !lost.contains(&s.1));
+        self.rewrites.retain(|w| !lost.contains(&w.entry));
+        self.done.retain(|d| !lost.contains(&d.entry));
+        self.taken.retain(|t| !lost.contains(&t.1));
     }
 
     /// The pieces of datagram (`entry`, `gen`).
@@ -781,18 +1001,20 @@ impl Defragmenter {
             ..FragRecord::default()
         });
         r.fragments += 1;
+        let nonce = e.nonce;
         for &(a, b) in &new {
             self.pieces.push(Piece {
                 entry: ei,
                 gen,
                 off: a as u16,
                 len: (b - a) as u16,
+                nonce,
                 src: Src::Batch {
                     pkt: i,
                     at: f.data_at + (a - start) as u32,
                 },
             });
-            r.pieces.push((a as u16, (b - a) as u16));
+            r.pieces.push((a as u16, (b - a) as u16, nonce));
         }
         if !f.more {
             r.flags |= F_LAST;
@@ -816,7 +1038,7 @@ impl Defragmenter {
             }
             e.batch_head = Some((hs as u32, head_len as u16));
         }
-        let total: usize = r.pieces.iter().map(|&(_, l)| l as usize).sum();
+        let total: usize = r.pieces.iter().map(|&(_, l, _)| l as usize).sum();
         // Pieces are disjoint and end by `end`, so their lengths add up to
         // it exactly when they cover it.
         if r.has(F_LAST) && r.has(F_HEAD) && total == r.end as usize {
@@ -845,8 +1067,9 @@ impl Defragmenter {
         let e = &self.entries[ei as usize];
         let gen = e.gen;
         for q in self.pieces.iter().filter(|q| q.entry == ei && q.gen == gen) {
-            if let Src::Stored { .. } = q.src {
-                self.stale.push((piece_key(self.ns, &e.flow, q.off), ei));
+            if !matches!(q.src, Src::Batch { .. }) {
+                self.stale
+                    .push((piece_key(self.ns, &e.flow, q.off, q.nonce), ei));
             }
         }
         let e = &mut self.entries[ei as usize];
@@ -866,6 +1089,7 @@ impl Defragmenter {
         let created = self.entries[ei as usize].rec.is_none();
         self.over(ei);
         let e = &mut self.entries[ei as usize];
+        e.block_at = Some(now);
         e.rec = Some(FragRecord {
             flags: F_BLOCKED,
             first_seen,
@@ -902,9 +1126,9 @@ impl Defragmenter {
                     let s = fa as usize + skip;
                     out.extend_from_slice(&batch.pkts[pkt as usize].data()[s..s + take]);
                 }
-                Src::Stored { head, op } => {
-                    let head = head as usize;
-                    let Some(v) = op.and_then(|op| self.ops.value(op)) else {
+                _ => {
+                    let head = q.head() as usize;
+                    let Some(v) = self.stored(q) else {
                         return false;
                     };
                     if v.len() != head + q.len as usize {
@@ -936,10 +1160,10 @@ impl Defragmenter {
         match d.head_from_batch {
             Some((hs, l)) => out.extend_from_slice(&self.heads[hs as usize..][..l as usize]),
             None => {
-                let stored = self.of(d.entry, d.gen).find_map(|q| match q.src {
-                    Src::Stored { op: Some(op), .. } if q.off == 0 => self.ops.value(op),
-                    _ => None,
-                });
+                let stored = self
+                    .of(d.entry, d.gen)
+                    .find(|q| q.off == 0)
+                    .and_then(|q| self.stored(q));
                 match stored {
                     Some(v) if v.len() >= hl => out.extend_from_slice(&v[..hl]),
                     _ => return false,
@@ -1028,8 +1252,8 @@ impl Defragmenter {
                     }
                     Some(r) => {
                         if let Some(flow) = key.flow_key() {
-                            for &(off, _) in &r.pieces {
-                                ops.delete(piece_key(self.ns, &flow, off));
+                            for &(off, _, nonce) in &r.pieces {
+                                ops.delete(piece_key(self.ns, &flow, off, nonce));
                             }
                         }
                         ops.delete(*key);

@@ -500,6 +500,7 @@ impl Reassembler {
             ("reassembly_fragment_lost", d.lost),
             ("reassembly_fragment_corrupt_records", d.corrupt_records),
             ("reassembly_fragment_races", d.races),
+            ("reassembly_fragment_race_retries", d.race_retries),
             ("reassembly_datagrams_blocked", d.blocked_datagrams),
             ("reassembly_fragments_expired", d.expired),
         ]);

@@ -499,7 +499,7 @@ fn serde_json_like(yaml: &str) -> String {
 }
 
 #[test]
-fn fragments_racing_on_two_instances_are_recorded_or_dropped_never_passed_unseen() {
+fn fragments_racing_on_two_instances_are_decided_again_and_never_pass_unseen() {
     let data = b"0123456789abcdefEVIL456789abcdef".to_vec();
     let whole = udp_v4(C, S, 4000, 53, &data);
     let frags = frag4(&whole, &[8, 16, 24], 51);
@@ -527,15 +527,94 @@ fn fragments_racing_on_two_instances_are_recorded_or_dropped_never_passed_unseen
     let mut a = Harness::new(cfg());
     let oa = a.run(&mut store, SEC, std::slice::from_ref(&frags[0]), &[]);
     let ob = b_out.lock().unwrap().take().unwrap();
-    // B's pieces were recorded; A's record changed under it, so A's fragment
-    // is dropped instead of passing unrecorded.
+    // B's pieces were recorded; A's record changed under it, so A decided
+    // its fragment again on what B recorded, and it passes, recorded.
     assert_eq!(ob.dropped, [false, false]);
-    assert_eq!(oa.dropped, [true]);
-    assert_eq!(counter(&a.r, "reassembly_fragment_races"), 1);
-    // The sender's retransmission, or any fragment later, still completes
-    // the datagram from what is recorded: it is never delivered unseen.
+    assert_eq!(oa.dropped, [false]);
+    assert_eq!(counter(&a.r, "reassembly_fragment_race_retries"), 1);
+    assert_eq!(counter(&a.r, "reassembly_fragment_races"), 0);
+    // The last fragment, at either instance, completes the datagram from
+    // all three recorded pieces.
+    let mut sb = shared.handle();
+    let o = b
+        .lock()
+        .unwrap()
+        .run(&mut sb, SEC + 1, std::slice::from_ref(&frags[3]), &[]);
+    assert_eq!(o.dropped, [false]);
+    assert_eq!(payload(&o.datagrams[0].1), data);
+}
+
+/// A store on which another instance changes the records before every
+/// compare-and-set round trip of this one (the even `execute` calls).
+struct Contended {
+    inner: sluice_state::SharedLocalStore,
+    calls: usize,
+    hook: Box<dyn FnMut()>,
+}
+
+impl StateStore for Contended {
+    fn execute(&mut self, ops: &mut sluice_state::Ops) -> Result<(), sluice_state::StoreError> {
+        self.calls += 1;
+        if self.calls.is_multiple_of(2) {
+            (self.hook)();
+        }
+        self.inner.execute(ops)
+    }
+    fn take_expired(
+        &mut self,
+        ns: sluice_state::Namespace,
+        now: u64,
+        max: usize,
+        out: &mut Vec<sluice_state::Key>,
+    ) -> Result<(), sluice_state::StoreError> {
+        self.inner.take_expired(ns, now, max, out)
+    }
+    fn counters(&self) -> sluice_state::StoreCounters {
+        self.inner.counters()
+    }
+    fn describe(&self) -> String {
+        "contended".into()
+    }
+}
+
+#[test]
+fn a_record_changing_under_every_retry_drops_the_fragments_after_the_last() {
+    let data = b"0123456789abcdefEVIL456789abcdef".to_vec();
+    let whole = udp_v4(C, S, 4000, 53, &data);
+    let frags = frag4(&whole, &[8, 16, 24], 52);
+    let shared = SharedLocalStore::new();
+    let mut b = Harness::new(cfg());
+    let mut bs = shared.handle();
+    let dup = frags[1].clone();
+    let b_dropped = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen = b_dropped.clone();
+    let mut store = Contended {
+        inner: shared.handle(),
+        calls: 0,
+        // B records a copy of fragment 1 each time: the record's fragment
+        // count changes, its bytes do not.
+        hook: Box::new(move || {
+            let o = b.run(&mut bs, SEC, std::slice::from_ref(&dup), &[]);
+            seen.lock().unwrap().extend(o.dropped);
+        }),
+    };
+    let mut a = Harness::new(cfg());
+    let oa = a.run(&mut store, SEC, &[frags[0].clone(), frags[2].clone()], &[]);
+    // Four rounds, all lost: A's fragments are dropped, never passed with
+    // their bytes unrecorded.
+    assert_eq!(oa.dropped, [true, true]);
+    assert_eq!(counter(&a.r, "reassembly_fragment_race_retries"), 3);
+    assert_eq!(counter(&a.r, "reassembly_fragment_races"), 2);
+    assert_eq!(*b_dropped.lock().unwrap(), [false; 4]);
+    // What is recorded is B's piece alone: A's bytes were never written,
+    // so fragments 0, 2 and 3 sent again complete the datagram from them.
     let mut sa = shared.handle();
-    let o = a.run(&mut sa, SEC + 1, &[frags[0].clone(), frags[3].clone()], &[]);
-    assert_eq!(o.dropped, [false, false]);
+    let o = a.run(
+        &mut sa,
+        SEC + 1,
+        &[frags[0].clone(), frags[2].clone(), frags[3].clone()],
+        &[],
+    );
+    assert_eq!(o.dropped, [false, false, false]);
     assert_eq!(payload(&o.datagrams[0].1), data);
 }
