@@ -95,6 +95,12 @@ pub struct ControllerArgs {
     /// outright [default: 0].
     #[arg(long)]
     uplink_target: Option<String>,
+    /// Under `network-aware` distribution, split the flows of a chain to
+    /// servers in several racks by their server's rack, each class with its
+    /// own split of each middlebox after the chain's last load balancer or
+    /// NAT (docs/CONTROLLER.md) [default: true].
+    #[arg(long)]
+    distribution_classes: Option<bool>,
     /// Distinct hosts that must accuse a host of ignoring congestion
     /// feedback before it is contained (Seawall's `f`; docs/ISOLATION.md)
     /// [default: 2].
@@ -150,6 +156,7 @@ pub struct ControllerFile {
     rack_uplink: Option<String>,
     /// A number (`0.5`) or a string (`"50%"`).
     uplink_target: Option<toml::Value>,
+    distribution_classes: Option<bool>,
     containment_threshold: Option<usize>,
     etcd: Option<String>,
     etcd_ca_file: Option<PathBuf>,
@@ -313,6 +320,10 @@ fn resolve(
             }
             (None, None) => sluice_controller::distribution::DEFAULT_TARGET,
         },
+        classes: a
+            .distribution_classes
+            .or(f.distribution_classes)
+            .unwrap_or(true),
     };
     let containment_threshold = match a.containment_threshold.or(f.containment_threshold) {
         None => sluice_controller::reconcile::DEFAULT_THRESHOLD,

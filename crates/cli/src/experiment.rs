@@ -70,6 +70,10 @@ pub enum ExperimentCmd {
         /// percentage) [default: the controller's].
         #[arg(long)]
         uplink_target: Option<String>,
+        /// The aware arm's controller's `distribution_classes`: the flows to
+        /// each rack's servers get a split of their own.
+        #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+        distribution_classes: bool,
         /// The uplinks' queues, KiB.
         #[arg(long, default_value_t = 256)]
         queue_kb: u32,
@@ -334,6 +338,7 @@ pub fn run(what: ExperimentCmd) -> Result<(), CliError> {
             uplink_mbit,
             free_uplink_mbit,
             uplink_target,
+            distribution_classes,
             queue_kb,
             dataplane_threads,
             warmup,
@@ -353,6 +358,7 @@ pub fn run(what: ExperimentCmd) -> Result<(), CliError> {
                     .map(|t| sluice_controller::distribution::parse_target(&t))
                     .transpose()
                     .map_err(|e| CliError::flag("uplink-target", e))?,
+                classes: distribution_classes,
                 queue_kb,
                 warmup,
                 seconds,

@@ -56,6 +56,11 @@ fn network_aware_distribution_runs_on_a_racked_testbed() {
     // way, far below any target), already moves shares.
     let mut t = topology(Arm::Aware, Layout::Near, true, &o);
     t.controller.insert("uplink_target".into(), "0".into());
+    // One split per middlebox: the clients' rack takes most of each (with
+    // classes, the flows to r2's servers would take r2's instances and the
+    // middleboxes' own splits stay even; that is the experiment's).
+    t.controller
+        .insert("distribution_classes".into(), "false".into());
     let lab = Lab::up(&LabOptions {
         hosts: 4,
         topology: t,

@@ -36,6 +36,9 @@ use sluice_switch::{Action, Entry, Group, GroupId, HostId, Match, Output, PortId
 use sluice_tenant::{Element, Select, TenantSpec};
 use sluice_wire::IpAddr;
 
+/// Group weights by instance (host, port).
+pub type Weights = BTreeMap<(HostId, PortId), u32>;
+
 /// Where the tenant's VMs and NF instances run.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Placement {
@@ -56,9 +59,42 @@ pub struct Placement {
     /// (catching up after a scale-out); others weigh
     /// [`crate::desired::BASE_WEIGHT`].
     pub weights: BTreeMap<(HostId, PortId), u32>,
+    /// Splits of classes of a middlebox's flows (network-aware
+    /// distribution, [`crate::distribution::classed`]): middlebox -> class
+    /// (the rack of the servers the flows are for) -> each serving
+    /// instance's weight in the class's group (instances missing weigh 0).
+    /// A class gets a group of its own, selected by the server's address
+    /// at the middlebox's hops, in both directions.
+    pub classes: BTreeMap<String, BTreeMap<String, Weights>>,
+    /// The class (rack) of each VM, by name, where classes are used.
+    pub vm_class: BTreeMap<String, String>,
 }
 
 impl Placement {
+    /// The weight of instance `hp` of a middlebox whose instances are
+    /// `group` in the group of its flows' class `class` (`None`: the
+    /// middlebox's own group, [`Placement::weight`]). If no instance of the
+    /// class has weight, all take their own group's: a class's split never
+    /// leaves its flows nowhere to go.
+    pub fn class_weight(
+        &self,
+        mb: &str,
+        class: Option<&str>,
+        group: &[(HostId, PortId)],
+        hp: (HostId, PortId),
+    ) -> u32 {
+        let Some(w) = class.and_then(|c| self.classes.get(mb)?.get(c)) else {
+            return self.weight(group, hp);
+        };
+        if group.iter().all(|x| w.get(x).copied().unwrap_or(0) == 0) {
+            return self.weight(group, hp);
+        }
+        if self.out_of_groups.contains(&hp) {
+            return 0;
+        }
+        w.get(&hp).copied().unwrap_or(0)
+    }
+
     /// The group weight of instance `hp` of a middlebox whose instances are
     /// `group`: 0 out of its group, unless every instance is (then all keep
     /// the base weight: there is nowhere better to send the traffic); else
@@ -93,6 +129,9 @@ pub struct Compiled {
     pub hosts: BTreeMap<HostId, HostFib>,
     /// Middlebox name -> the id of its group (the same on every host).
     pub groups: BTreeMap<String, GroupId>,
+    /// (middlebox, class) -> the id of the group of that class of its
+    /// flows ([`Placement::classes`]; the same on every host).
+    pub class_groups: BTreeMap<(String, String), GroupId>,
 }
 
 impl Compiled {
@@ -136,6 +175,7 @@ struct Builder<'a> {
     out: Compiled,
     next_id: u64,
     group_of: BTreeMap<String, GroupId>,
+    class_group_of: BTreeMap<(String, String), GroupId>,
 }
 
 /// The addresses an endpoint element stands for, as prefixes.
@@ -159,6 +199,13 @@ struct Direction<'a> {
     /// Addresses the destination is also reached by (a load balancer's virtual
     /// IPs, a NAT's public pool).
     dst_extra: &'a [Prefix],
+    /// The middleboxes whose flows are split by class, and the servers'
+    /// addresses with their classes.
+    classed: &'a [String],
+    servers: &'a [(Prefix, String)],
+    /// The servers are the destination (the chain's direction), not the
+    /// source (its replies).
+    servers_at_dst: bool,
 }
 
 fn endpoint_prefixes(e: &Element) -> Vec<Prefix> {
@@ -192,17 +239,34 @@ impl<'a> Builder<'a> {
 
     /// The group of a middlebox's instances, defined on every host that uses it.
     fn group(&mut self, mb: &str, on: HostId) -> Result<GroupId, CompileError> {
+        self.class_group(mb, None, on)
+    }
+
+    /// The group of a middlebox's instances for the flows of class `class`
+    /// (`None`: its own group), defined on every host that uses it.
+    fn class_group(
+        &mut self,
+        mb: &str,
+        class: Option<&str>,
+        on: HostId,
+    ) -> Result<GroupId, CompileError> {
         let inst = self
             .place
             .instances
             .get(mb)
             .filter(|v| !v.is_empty())
             .ok_or_else(|| CompileError::NoInstances(mb.to_string()))?;
-        let n = self.group_of.len() as u32;
-        let id = *self
-            .group_of
-            .entry(mb.to_string())
-            .or_insert(GroupId(n + 1));
+        let n = (self.group_of.len() + self.class_group_of.len()) as u32;
+        let id = match class {
+            None => *self
+                .group_of
+                .entry(mb.to_string())
+                .or_insert(GroupId(n + 1)),
+            Some(c) => *self
+                .class_group_of
+                .entry((mb.to_string(), c.to_string()))
+                .or_insert(GroupId(n + 1)),
+        };
         let targets: Vec<(Output, u32)> = inst
             .iter()
             .map(|&(h, p)| {
@@ -212,13 +276,71 @@ impl<'a> Builder<'a> {
                     } else {
                         Output::Host(h)
                     },
-                    self.place.weight(inst, (h, p)),
+                    self.place.class_weight(mb, class, inst, (h, p)),
                 )
             })
             .collect();
         let g = Group::split(&targets).expect("instances have weight");
         self.host(on).groups.insert(id, g);
         Ok(id)
+    }
+
+    /// The class of the flows of `m` (hop 0's source and destination) at
+    /// middlebox `mb`, if `mb` splits this direction's flows by class and
+    /// has a split for the server's.
+    fn class_of(&self, d: &Direction<'_>, mb: &str, m: &Match) -> Option<String> {
+        if !d.classed.iter().any(|x| x == mb) {
+            return None;
+        }
+        let addr = if d.servers_at_dst { m.dst } else { m.src }?;
+        let (_, c) = d.servers.iter().find(|(p, _)| *p == addr)?;
+        self.place
+            .classes
+            .get(mb)
+            .is_some_and(|cs| cs.contains_key(c))
+            .then(|| c.clone())
+    }
+
+    /// Entries selecting middlebox `mb`'s class groups on host `h`, one per
+    /// server of a class it splits: `base` plus the server's address (the
+    /// destination, or the source of replies), a notch above `base`'s own
+    /// entry (which stays for flows to no server of a class, e.g. still
+    /// addressed to a virtual IP), with `pre` before the select.
+    fn class_selects(
+        &mut self,
+        d: &Direction<'_>,
+        h: HostId,
+        mb: &str,
+        base: &Match,
+        pre: &[Action],
+    ) -> Result<(), CompileError> {
+        if !d.classed.iter().any(|x| x == mb) {
+            return Ok(());
+        }
+        for (prefix, class) in d.servers {
+            if !self
+                .place
+                .classes
+                .get(mb)
+                .is_some_and(|cs| cs.contains_key(class))
+            {
+                continue;
+            }
+            let g = self.class_group(mb, Some(class), h)?;
+            let mut m = base.clone();
+            if d.servers_at_dst {
+                m.dst = Some(*prefix);
+            } else {
+                m.src = Some(*prefix);
+            }
+            if self.host(h).entries.iter().any(|e| e.m == m) {
+                continue;
+            }
+            let mut acts = pre.to_vec();
+            acts.push(Action::Select(g));
+            self.add(h, PRIO_HOP + 1, m, acts);
+        }
+        Ok(())
     }
 
     fn hosts_of(&self, mb: &str) -> Vec<(HostId, PortId)> {
@@ -294,7 +416,9 @@ impl<'a> Builder<'a> {
             mirror,
             src_extra,
             dst_extra,
+            ..
         } = d;
+        let dir = d;
         let vni = self.place.vni;
         let mut src_p = endpoint_prefixes(&self.spec.elements[from]);
         src_p.extend_from_slice(src_extra);
@@ -330,7 +454,8 @@ impl<'a> Builder<'a> {
                         }
                     }
                     if let Some(first) = mbs.first() {
-                        let g = self.group(first, h)?;
+                        let class = self.class_of(&dir, first, &m);
+                        let g = self.class_group(first, class.as_deref(), h)?;
                         acts.push(Action::SetChainHop { chain, hop: 1 });
                         acts.push(Action::Select(g));
                         self.add(h, PRIO_CHAIN, m, acts);
@@ -381,6 +506,7 @@ impl<'a> Builder<'a> {
                     ..Match::default()
                 };
                 let g = self.group(mb, h)?;
+                self.class_selects(&dir, h, mb, &m, &[])?;
                 if !self.host(h).entries.iter().any(|e| e.m == m) {
                     self.add(h, PRIO_HOP, m, vec![Action::Select(g)]);
                 }
@@ -394,6 +520,11 @@ impl<'a> Builder<'a> {
                 match mbs.get(i + 1) {
                     Some(next) => {
                         let g = self.group(next, h)?;
+                        let set = [Action::SetChainHop {
+                            chain,
+                            hop: hop + 1,
+                        }];
+                        self.class_selects(&dir, h, next, &m, &set)?;
                         self.add(
                             h,
                             PRIO_HOP,
@@ -529,6 +660,7 @@ pub fn compile(spec: &TenantSpec, place: &Placement) -> Result<Compiled, Compile
         out: Compiled::default(),
         next_id: 0,
         group_of: BTreeMap::new(),
+        class_group_of: BTreeMap::new(),
     };
     // Every host that runs anything gets a FIB, even if only default entries.
     let mut hosts: Vec<HostId> = place.vms.values().map(|v| v.0).collect();
@@ -550,6 +682,24 @@ pub fn compile(spec: &TenantSpec, place: &Placement) -> Result<Compiled, Compile
         let sel = spec.selector(c).unwrap_or_default();
         let (from, to) = (c.path[0].clone(), c.path[c.path.len() - 1].clone());
         let (vips, pools) = aliases(spec, &mbs);
+        // Classes of flows by their server's rack, where the placement has
+        // splits for them.
+        let classed: Vec<String> = if place.classes.is_empty() {
+            Vec::new()
+        } else {
+            crate::distribution::classed(spec, c, &place.vm_class)
+        };
+        let servers: Vec<(Prefix, String)> = match spec.elements.get(&to) {
+            Some(Element::Service { vms }) if !classed.is_empty() => vms
+                .iter()
+                .filter_map(|v| {
+                    let class = place.vm_class.get(&v.name)?;
+                    let len = if v.addr.is_v4() { 32 } else { 128 };
+                    Some((Prefix::new(v.addr, len)?, class.clone()))
+                })
+                .collect(),
+            _ => Vec::new(),
+        };
         b.direction(Direction {
             chain: (2 * ci) as u16,
             from: &from,
@@ -559,6 +709,9 @@ pub fn compile(spec: &TenantSpec, place: &Placement) -> Result<Compiled, Compile
             mirror: &c.mirror,
             src_extra: &[],
             dst_extra: &vips,
+            classed: &classed,
+            servers: &servers,
+            servers_at_dst: true,
         })?;
         if c.bidirectional {
             let rev: Vec<String> = mbs.iter().rev().cloned().collect();
@@ -578,6 +731,9 @@ pub fn compile(spec: &TenantSpec, place: &Placement) -> Result<Compiled, Compile
                 mirror: &c.mirror,
                 src_extra: &[],
                 dst_extra: &pools,
+                classed: &classed,
+                servers: &servers,
+                servers_at_dst: false,
             })?;
         }
     }
@@ -626,5 +782,6 @@ pub fn compile(spec: &TenantSpec, place: &Placement) -> Result<Compiled, Compile
         );
     }
     b.out.groups = b.group_of;
+    b.out.class_groups = b.class_group_of;
     Ok(b.out)
 }

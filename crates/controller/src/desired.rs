@@ -187,6 +187,13 @@ pub struct Desired {
     /// lays the split out rack by rack with even shares until it has
     /// measured the traffic again).
     pub shares: BTreeMap<(String, String), BTreeMap<String, u32>>,
+    /// Under `network-aware` distribution, the split of each class of a
+    /// middlebox's flows (those to the servers of one rack,
+    /// [`crate::distribution::classed`]) per rack, parts per million, by
+    /// `(tenant, middlebox, class)` (live state, as [`Desired::shares`]).
+    /// A class without a split here has none: its flows take the
+    /// middlebox's own.
+    pub class_shares: BTreeMap<(String, String, String), BTreeMap<String, u32>>,
     /// Each consolidated group's share of its flow-hash space per host,
     /// parts per million, by `(tenant, middlebox)`, from CoMb's network-wide
     /// LP over the measured load ([`crate::consolidation`]; live state,
@@ -1226,17 +1233,35 @@ impl Desired {
                     continue;
                 }
             }
-            let Some(ppm) = self.shares.get(&key) else {
-                continue;
-            };
             let racks: Vec<String> = serving
                 .iter()
                 .map(|hp| self.rack_of(hp.0 .0).to_string())
                 .collect();
+            // Each class of its flows: a group of its own, weighed alike.
+            for ((_, _, class), ppm) in self
+                .class_shares
+                .range((tenant.to_string(), mb.clone(), String::new())..)
+                .take_while(|((t, m, _), _)| t == tenant && m == mb)
+            {
+                if let Some(w) = crate::distribution::weights(&racks, ppm, BASE_WEIGHT) {
+                    p.classes
+                        .entry(mb.clone())
+                        .or_default()
+                        .insert(class.clone(), serving.iter().copied().zip(w).collect());
+                }
+            }
+            let Some(ppm) = self.shares.get(&key) else {
+                continue;
+            };
             if let Some(w) = crate::distribution::weights(&racks, ppm, BASE_WEIGHT) {
                 for (hp, w) in serving.into_iter().zip(w) {
                     p.weights.insert(hp, w);
                 }
+            }
+        }
+        if !p.classes.is_empty() {
+            for (vm, (h, _)) in &p.vms {
+                p.vm_class.insert(vm.clone(), self.rack_of(h.0).to_string());
             }
         }
     }
@@ -1749,7 +1774,13 @@ impl Desired {
     ) -> Vec<GroupPolicy> {
         let vni = self.tenants[tenant].vni;
         let mut out = Vec::new();
-        for (mb, g) in &c.groups {
+        // A class's group (network-aware distribution) follows its
+        // middlebox's policy, as its own group does.
+        let groups = c
+            .groups
+            .iter()
+            .chain(c.class_groups.iter().map(|((mb, _), g)| (mb, g)));
+        for (mb, g) in groups {
             let (pinned, local) = (self.pinned(tenant, mb), self.local_state(tenant, mb));
             let cached = self.cached_state(tenant, mb);
             if !(pinned || local || cached) || !hf.groups.contains_key(g) {

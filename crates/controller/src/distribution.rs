@@ -96,6 +96,9 @@ pub struct Settings {
     /// The utilisation of a declared uplink below which it is no bottleneck
     /// (a fraction of its capacity).
     pub target: f64,
+    /// Split the flows of a chain to servers in several racks by their
+    /// server's rack ([`classed`]; default on).
+    pub classes: bool,
 }
 
 impl Default for Settings {
@@ -104,6 +107,7 @@ impl Default for Settings {
             policy: Distribution::default(),
             uplinks: BTreeMap::new(),
             target: DEFAULT_TARGET,
+            classes: true,
         }
     }
 }
@@ -220,6 +224,8 @@ pub struct Inputs {
     /// The target utilisation of declared uplinks ([`Settings::target`]);
     /// unused when none is declared.
     pub target: f64,
+    /// Split flows by their server's rack ([`Settings::classes`]).
+    pub classes: bool,
 }
 
 /// A tenant's split: each middlebox's share of the hash space per rack.
@@ -227,12 +233,27 @@ pub struct Inputs {
 pub struct Plan {
     /// The racks, in the layout's order.
     pub racks: Vec<String>,
-    /// Per middlebox, its share per rack (same order as `racks`).
+    /// Per middlebox, its share per rack (same order as `racks`): the split
+    /// of its flows in no class (see [`Plan::classes`]), or, when all its
+    /// flows are classed, the classes' traffic-weighted sum (what its
+    /// flows unclassed after all, e.g. to an address no class names, use).
     pub shares: BTreeMap<String, Vec<f64>>,
+    /// Per middlebox and class (the rack of the servers the flows are
+    /// for), that class's split: [`problem`] says which flows are classed.
+    pub classes: BTreeMap<(String, String), Vec<f64>>,
     /// The uplinks' predicted loads under this plan.
     pub predicted: Evaluation,
     /// What even shares (the layout alone) would give.
     pub even: Evaluation,
+}
+
+/// Shares per rack, in parts per million by rack name.
+fn to_ppm(racks: &[String], row: &[f64]) -> BTreeMap<String, u32> {
+    racks
+        .iter()
+        .zip(row)
+        .map(|(r, s)| (r.clone(), (s * f64::from(PPM)).round() as u32))
+        .collect()
 }
 
 impl Plan {
@@ -241,23 +262,93 @@ impl Plan {
     pub fn ppm(&self) -> BTreeMap<String, BTreeMap<String, u32>> {
         self.shares
             .iter()
-            .map(|(mb, row)| {
-                let per = self
-                    .racks
-                    .iter()
-                    .zip(row)
-                    .map(|(r, s)| (r.clone(), (s * f64::from(PPM)).round() as u32))
-                    .collect();
-                (mb.clone(), per)
-            })
+            .map(|(mb, row)| (mb.clone(), to_ppm(&self.racks, row)))
+            .collect()
+    }
+
+    /// The classes' shares in parts per million, by (middlebox, class).
+    pub fn class_ppm(&self) -> BTreeMap<(String, String), BTreeMap<String, u32>> {
+        self.classes
+            .iter()
+            .map(|(k, row)| (k.clone(), to_ppm(&self.racks, row)))
             .collect()
     }
 }
 
-/// The LP of `spec` over `inputs`, and the middleboxes in stage order (None
+/// A stage of the distribution problem: one split of a middlebox's flows,
+/// either of all of them not in a class (`class: None`), or of the class of
+/// flows to the servers of one rack.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct StageKey {
+    /// The middlebox.
+    pub mb: String,
+    /// The rack of the servers whose flows the split is for.
+    pub class: Option<String>,
+}
+
+/// Functions that rewrite a flow's addresses: the server a flow is for is
+/// known only after the last of them (a load balancer picks it; after a NAT
+/// the flow hashes anew), so only the middleboxes after it can split by it.
+pub const REWRITERS: &[&str] = &["lb", "nat"];
+
+/// The middleboxes of chain `chain` whose flows are split by class (the
+/// rack of the server each flow is for), in path order: those after the
+/// last one that rewrites addresses ([`REWRITERS`]), keeps `state:
+/// cached` (its ownership leases are ranges of one split) or is a
+/// consolidated group; none when the
+/// chain's destination is not a service whose VMs span several racks of
+/// `vm_racks`.
+pub fn classed(
+    spec: &TenantSpec,
+    chain: &sluice_tenant::Chain,
+    vm_racks: &BTreeMap<String, String>,
+) -> Vec<String> {
+    let Some(Element::Service { vms }) = chain.path.last().and_then(|d| spec.elements.get(d))
+    else {
+        return Vec::new();
+    };
+    let mut racks: Vec<&String> = vms.iter().filter_map(|v| vm_racks.get(&v.name)).collect();
+    racks.sort();
+    racks.dedup();
+    if racks.len() < 2 {
+        return Vec::new();
+    }
+    let mbs: Vec<&str> = chain.middleboxes(spec).collect();
+    let after = mbs
+        .iter()
+        .rposition(|m| match spec.elements.get(*m) {
+            // A consolidated group is split among its hosts by CoMb's LP,
+            // one split of its own.
+            Some(Element::Middlebox {
+                function, state, ..
+            }) => {
+                REWRITERS.contains(&function.as_str())
+                    || function == sluice_tenant::consolidate::HYPERAPP
+                    || *state == sluice_tenant::StateMode::Cached
+            }
+            _ => true,
+        })
+        .map_or(0, |i| i + 1);
+    mbs[after..].iter().map(|m| m.to_string()).collect()
+}
+
+/// The LP of `spec` over `inputs`, the racks, and its stages in order (None
 /// when there is nothing to choose: fewer than two racks, or no chain
 /// through a middlebox).
-pub fn problem(spec: &TenantSpec, inputs: &Inputs) -> Option<(Problem, Vec<String>, Vec<String>)> {
+///
+/// A chain to a service whose VMs span several racks splits the flows of
+/// its [`classed`] middleboxes by the rack of the server each is for: one
+/// stage per (middlebox, rack), so the flows to a rack's servers can cross
+/// the middleboxes in that rack while those to another's stay in theirs,
+/// which one split per middlebox cannot do (it would have to choose one
+/// rack for both). A class's part of the chain's traffic is its servers'
+/// part of the measured replies (the replies enter the chain at the
+/// servers' hosts), or of the servers before anything is measured. A
+/// middlebox's stages share its instances: they are one [`aligned::Pool`].
+pub fn problem(
+    spec: &TenantSpec,
+    inputs: &Inputs,
+) -> Option<(Problem, Vec<String>, Vec<StageKey>)> {
     let mut racks: Vec<String> = inputs.instances.values().flatten().cloned().collect();
     racks.extend(inputs.vms.values().cloned());
     racks.extend(inputs.gateway.iter().cloned());
@@ -267,13 +358,7 @@ pub fn problem(spec: &TenantSpec, inputs: &Inputs) -> Option<(Problem, Vec<Strin
         return None;
     }
     let index = |r: &str| racks.iter().position(|x| x == r);
-    let mbs: Vec<String> = inputs
-        .instances
-        .iter()
-        .filter(|(_, v)| !v.is_empty())
-        .map(|(k, _)| k.clone())
-        .collect();
-    let stage_of = |m: &str| mbs.iter().position(|x| x == m);
+    let serving = |m: &str| inputs.instances.get(m).is_some_and(|v| !v.is_empty());
     // Racks of an endpoint element, weighted by the rates measured there (or
     // by its VMs when nothing was).
     let endpoint = |name: &str, rates: Option<&BTreeMap<String, f64>>| -> Option<Vec<f64>> {
@@ -296,11 +381,21 @@ pub fn problem(spec: &TenantSpec, inputs: &Inputs) -> Option<(Problem, Vec<Strin
         let t: f64 = v.iter().sum();
         (t > 0.0).then(|| v.into_iter().map(|x| x / t).collect())
     };
+    let mut keys: Vec<StageKey> = Vec::new();
+    let mut stage = |k: StageKey| -> usize {
+        match keys.iter().position(|x| *x == k) {
+            Some(i) => i,
+            None => {
+                keys.push(k);
+                keys.len() - 1
+            }
+        }
+    };
     let mut hops = Vec::new();
     let mut through: BTreeMap<usize, f64> = BTreeMap::new();
     for (i, chain) in spec.chains.iter().enumerate() {
-        let stages: Vec<usize> = chain.middleboxes(spec).filter_map(stage_of).collect();
-        if stages.is_empty() {
+        let mbs: Vec<&str> = chain.middleboxes(spec).filter(|m| serving(m)).collect();
+        if mbs.is_empty() {
             continue;
         }
         let rates = inputs.rates.get(&i);
@@ -322,8 +417,22 @@ pub fn problem(spec: &TenantSpec, inputs: &Inputs) -> Option<(Problem, Vec<Strin
         let Some(to) = endpoint(dst, rates.map(|r| &r.reverse)) else {
             continue;
         };
+        let classed = if inputs.classes {
+            classed(spec, chain, &inputs.vms)
+        } else {
+            Vec::new()
+        };
         let mut prev = End::Fixed(from);
-        for &g in &stages {
+        let mut first_classed = mbs.len();
+        for (k, m) in mbs.iter().enumerate() {
+            if classed.iter().any(|c| c == m) {
+                first_classed = k;
+                break;
+            }
+            let g = stage(StageKey {
+                mb: m.to_string(),
+                class: None,
+            });
             *through.entry(g).or_default() += fwd + rev;
             hops.push(Hop {
                 from: prev,
@@ -333,42 +442,110 @@ pub fn problem(spec: &TenantSpec, inputs: &Inputs) -> Option<(Problem, Vec<Strin
             });
             prev = End::Stage(g);
         }
-        hops.push(Hop {
-            from: prev,
-            to: End::Fixed(to),
-            forward: fwd,
-            reverse: rev,
-        });
+        if first_classed == mbs.len() {
+            hops.push(Hop {
+                from: prev,
+                to: End::Fixed(to),
+                forward: fwd,
+                reverse: rev,
+            });
+            continue;
+        }
+        // Each class: its part of the traffic, through its own stages, to
+        // its rack's servers.
+        for (r, part) in to.iter().enumerate().filter(|x| *x.1 > 0.0) {
+            let (f, b) = (fwd * part, rev * part);
+            let mut at = prev.clone();
+            for m in &mbs[first_classed..] {
+                let g = stage(StageKey {
+                    mb: m.to_string(),
+                    class: Some(racks[r].clone()),
+                });
+                *through.entry(g).or_default() += f + b;
+                hops.push(Hop {
+                    from: at,
+                    to: End::Stage(g),
+                    forward: f,
+                    reverse: b,
+                });
+                at = End::Stage(g);
+            }
+            let mut end = vec![0.0; racks.len()];
+            end[r] = 1.0;
+            hops.push(Hop {
+                from: at,
+                to: End::Fixed(end),
+                forward: f,
+                reverse: b,
+            });
+        }
     }
     if hops.is_empty() {
         return None;
     }
-    let stages = mbs
-        .iter()
-        .enumerate()
-        .map(|(g, m)| {
-            let mut counts = vec![0u32; racks.len()];
-            for r in &inputs.instances[m] {
-                if let Some(k) = index(r) {
-                    counts[k] += 1;
+    let measured = inputs.rates.values().any(|r| !r.forward.is_empty());
+    // A middlebox's instances per rack, and the most of its flows each
+    // rack's instances may take.
+    let bound = |m: &str, load: f64| -> Stage {
+        let mut counts = vec![0u32; racks.len()];
+        for r in &inputs.instances[m] {
+            if let Some(k) = index(r) {
+                counts[k] += 1;
+            }
+        }
+        let mut st = Stage::with_slack(counts, DEFAULT_SLACK);
+        // A declared per-instance capacity bounds a rack's share by what
+        // its instances can take of the traffic through the middlebox;
+        // never below the even share, so an overloaded middlebox stays
+        // balanced (scaling out is the answer to that, not a skewed split).
+        if let Some(cap) = inputs_capacity(spec, m) {
+            if load > 0.0 && measured {
+                let even = st.even();
+                for (k, n) in st.instances.iter().enumerate() {
+                    st.max_share[k] = (f64::from(*n) * cap / load).min(1.0).max(even[k]);
                 }
             }
-            let mut st = Stage::with_slack(counts, DEFAULT_SLACK);
-            // A declared per-instance capacity bounds a rack's share by what
-            // its instances can take of the traffic through the middlebox;
-            // never below the even share, so an overloaded middlebox stays
-            // balanced (scaling out is the answer to that, not a skewed split).
-            if let (Some(cap), Some(load)) = (inputs_capacity(spec, m), through.get(&g)) {
-                if *load > 0.0 && inputs.rates.values().any(|r| !r.forward.is_empty()) {
-                    let even = st.even();
-                    for (k, n) in st.instances.iter().enumerate() {
-                        st.max_share[k] = (f64::from(*n) * cap / load).min(1.0).max(even[k]);
-                    }
-                }
-            }
-            st
-        })
-        .collect();
+        }
+        st
+    };
+    let mut stages = Vec::with_capacity(keys.len());
+    let mut pools = Vec::new();
+    let mut done: Vec<&str> = Vec::new();
+    for key in &keys {
+        let mine: Vec<usize> = (0..keys.len()).filter(|&g| keys[g].mb == key.mb).collect();
+        let load: f64 = mine
+            .iter()
+            .map(|g| through.get(g).copied().unwrap_or(0.0))
+            .sum();
+        let st = bound(&key.mb, load);
+        if mine.len() == 1 && key.class.is_none() {
+            stages.push(st);
+            continue;
+        }
+        // Several splits share the middlebox's instances: the pool bears
+        // the bound, each split may use any instance.
+        stages.push(Stage {
+            max_share: st
+                .instances
+                .iter()
+                .map(|&n| if n > 0 { 1.0 } else { 0.0 })
+                .collect(),
+            instances: st.instances.clone(),
+        });
+        if !done.contains(&key.mb.as_str()) {
+            done.push(&key.mb);
+            pools.push(aligned::Pool {
+                stages: mine
+                    .iter()
+                    .map(|&g| {
+                        let t = through.get(&g).copied().unwrap_or(0.0);
+                        (g, if load > 0.0 { t / load } else { 0.0 })
+                    })
+                    .collect(),
+                max_share: st.max_share,
+            });
+        }
+    }
     let declared = inputs
         .uplinks
         .values()
@@ -396,9 +573,10 @@ pub fn problem(spec: &TenantSpec, inputs: &Inputs) -> Option<(Problem, Vec<Strin
             stages,
             hops,
             target,
+            pools,
         },
         racks,
-        mbs,
+        keys,
     ))
 }
 
@@ -414,32 +592,79 @@ fn inputs_capacity(spec: &TenantSpec, mb: &str) -> Option<f64> {
 
 /// Solves a tenant's split (None: nothing to choose, see [`problem`]).
 pub fn plan(spec: &TenantSpec, inputs: &Inputs) -> Result<Option<Plan>, AlignedError> {
-    let Some((p, racks, mbs)) = problem(spec, inputs) else {
+    let Some((p, racks, keys)) = problem(spec, inputs) else {
         return Ok(None);
     };
     let sol = aligned::solve(&p)?;
     let even = aligned::evaluate(&p, &p.even());
+    let mut shares = BTreeMap::new();
+    let mut classes = BTreeMap::new();
+    for (g, key) in keys.iter().enumerate() {
+        match &key.class {
+            None => {
+                shares.insert(key.mb.clone(), sol.shares[g].clone());
+            }
+            Some(c) => {
+                classes.insert((key.mb.clone(), c.clone()), sol.shares[g].clone());
+            }
+        }
+    }
+    // A middlebox all of whose flows are classed: its own split (for what
+    // no class names) is the classes' traffic-weighted sum.
+    for pool in &p.pools {
+        let mb = &keys[pool.stages[0].0].mb;
+        if shares.contains_key(mb) {
+            continue;
+        }
+        let mut sum = vec![0.0; racks.len()];
+        for &(g, w) in &pool.stages {
+            for (k, x) in sol.shares[g].iter().enumerate() {
+                sum[k] += w * x;
+            }
+        }
+        let t: f64 = sum.iter().sum();
+        if t > 0.0 {
+            sum.iter_mut().for_each(|x| *x /= t);
+        } else {
+            sum = p.stages[pool.stages[0].0].even();
+        }
+        shares.insert(mb.clone(), sum);
+    }
     Ok(Some(Plan {
         racks,
-        shares: mbs.into_iter().zip(sol.shares).collect(),
+        shares,
+        classes,
         predicted: sol.evaluation,
         even,
     }))
 }
 
-/// The uplink loads `installed` (ppm per rack, per middlebox) gives under
-/// the problem of `spec` and `inputs`; None when it no longer fits it (a
-/// middlebox or rack without a share, or a share for a rack without its
-/// instances): then any new plan must be adopted.
+/// The uplink loads `installed` (ppm per rack, per middlebox, and per
+/// middlebox and class) gives under the problem of `spec` and `inputs`;
+/// None when it no longer fits it (a stage or rack without a share, or a
+/// share for a rack without its instances): then any new plan must be
+/// adopted.
 pub fn evaluate_installed(
     spec: &TenantSpec,
     inputs: &Inputs,
     installed: &BTreeMap<String, BTreeMap<String, u32>>,
+    installed_classes: &BTreeMap<(String, String), BTreeMap<String, u32>>,
 ) -> Option<Evaluation> {
-    let (p, racks, mbs) = problem(spec, inputs)?;
-    let mut shares = Vec::with_capacity(mbs.len());
-    for (g, mb) in mbs.iter().enumerate() {
-        let per = installed.get(mb)?;
+    let (p, racks, keys) = problem(spec, inputs)?;
+    // A class split installed that the problem no longer has (classes
+    // turned off, a server moved racks): what is installed does not fit.
+    for (mb, c) in installed_classes.keys() {
+        let class = Some(c.clone());
+        if !keys.iter().any(|k| k.mb == *mb && k.class == class) {
+            return None;
+        }
+    }
+    let mut shares = Vec::with_capacity(keys.len());
+    for (g, key) in keys.iter().enumerate() {
+        let per = match &key.class {
+            None => installed.get(&key.mb)?,
+            Some(c) => installed_classes.get(&(key.mb.clone(), c.clone()))?,
+        };
         let row: Vec<f64> = racks
             .iter()
             .map(|r| f64::from(per.get(r).copied().unwrap_or(0)) / f64::from(PPM))
@@ -530,7 +755,7 @@ chains:
                 .into_iter()
                 .map(|(k, v)| (k.to_string(), v))
                 .collect(),
-            vms: [("c1", "a"), ("c2", "a"), ("w1", "a"), ("w2", "b")]
+            vms: [("c1", "a"), ("c2", "a"), ("w1", "a"), ("w2", "a")]
                 .into_iter()
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
@@ -538,7 +763,100 @@ chains:
             rates: BTreeMap::new(),
             uplinks: BTreeMap::new(),
             target: HALF,
+            classes: false,
         }
+    }
+
+    /// The clients in rack a, one server in a and two in b; a chain of a
+    /// firewall, a NAT and two monitors, each with an instance per rack.
+    const NEAR: &str = r#"
+tenant: t
+elements:
+  clients: { type: service, vms: { c1: 10.0.0.1 } }
+  web: { type: service, vms: { w1: 10.0.1.1, w2: 10.0.1.2, w3: 10.0.1.3 } }
+  fw: { type: middlebox, function: monitor, instances: 2 }
+  nat: { type: middlebox, function: nat, instances: 2, config: { pool: [192.0.2.1/32] } }
+  ids: { type: middlebox, function: monitor, instances: 2 }
+  mon: { type: middlebox, function: monitor, instances: 2 }
+chains:
+  - { name: c, path: [clients, fw, nat, ids, mon, web] }
+"#;
+
+    fn near() -> (TenantSpec, Inputs) {
+        let ab = || vec!["a".to_string(), "b".to_string()];
+        let inputs = Inputs {
+            instances: ["fw", "nat", "ids", "mon"]
+                .into_iter()
+                .map(|k| (k.to_string(), ab()))
+                .collect(),
+            vms: [("c1", "a"), ("w1", "a"), ("w2", "b"), ("w3", "b")]
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            classes: true,
+            ..Inputs::default()
+        };
+        (TenantSpec::parse(NEAR, "test", None).unwrap(), inputs)
+    }
+
+    #[test]
+    fn flows_are_classed_by_their_servers_rack_after_the_last_nat() {
+        let (spec, inputs) = near();
+        assert_eq!(
+            classed(&spec, &spec.chains[0], &inputs.vms),
+            ["ids", "mon"],
+            "after the NAT"
+        );
+        // Servers all in one rack: one class, nothing to split.
+        let mut one = inputs.vms.clone();
+        one.insert("w1".into(), "b".into());
+        assert!(classed(&spec, &spec.chains[0], &one).is_empty());
+        let p = plan(&spec, &inputs).unwrap().unwrap();
+        let off = plan(
+            &spec,
+            &Inputs {
+                classes: false,
+                ..inputs.clone()
+            },
+        )
+        .unwrap()
+        .unwrap();
+        assert!(off.classes.is_empty());
+        // One split per middlebox keeps every flow in the clients' rack;
+        // a split per class sends the flows to rack b's servers through rack
+        // b's instances (they cross once either way) and balances them, at
+        // the same worst uplink.
+        for mb in ["ids", "mon"] {
+            assert!(off.shares[mb][0] > 0.99, "{off:?}");
+            let to_a = &p.classes[&(mb.to_string(), "a".to_string())];
+            let to_b = &p.classes[&(mb.to_string(), "b".to_string())];
+            assert!(to_a[0] > 0.99, "{mb}: flows to a stay in a: {to_a:?}");
+            assert!(to_b[1] > 0.5, "{mb}: flows to b mostly in b: {to_b:?}");
+            // Its own split, for flows no class names, is the classes' sum.
+            assert!((p.shares[mb][0] - 0.5).abs() < 1e-6, "{:?}", p.shares);
+        }
+        assert!((p.predicted.worst - off.predicted.worst).abs() < 1e-6);
+        assert!(p.predicted.imbalance < off.predicted.imbalance - 0.1);
+        // The splits before the NAT are the middlebox's own, unclassed.
+        assert!(!p.classes.keys().any(|(mb, _)| mb == "fw" || mb == "nat"));
+        // Installed, the classes' splits evaluate as planned; without them
+        // the plan no longer fits what is installed.
+        let cur = evaluate_installed(&spec, &inputs, &p.ppm(), &p.class_ppm()).unwrap();
+        assert!((cur.worst - p.predicted.worst).abs() < 1e-3);
+        assert!(!adopt(Some(&cur), &p));
+        assert_eq!(
+            evaluate_installed(&spec, &inputs, &p.ppm(), &BTreeMap::new()),
+            None
+        );
+        // Classes turned off: the classes' splits installed no longer fit.
+        let no_classes = Inputs {
+            classes: false,
+            ..inputs.clone()
+        };
+        assert_eq!(
+            evaluate_installed(&spec, &no_classes, &p.ppm(), &p.class_ppm()),
+            None
+        );
     }
 
     #[test]
@@ -592,12 +910,12 @@ chains:
             *c = 1.25e9;
         }
         let back = plan(&s, &i).unwrap().unwrap();
-        let cur = evaluate_installed(&s, &i, &installed).unwrap();
+        let cur = evaluate_installed(&s, &i, &installed, &BTreeMap::new()).unwrap();
         assert_eq!(cur.excess, 0.0, "{cur:?}");
         assert!(cur.imbalance > MIN_REBALANCE, "{cur:?}");
         assert!(adopt(Some(&cur), &back), "rebalanced: {back:?}");
         // Once even, the same plan is not adopted again.
-        let cur = evaluate_installed(&s, &i, &back.ppm()).unwrap();
+        let cur = evaluate_installed(&s, &i, &back.ppm(), &BTreeMap::new()).unwrap();
         assert!(!adopt(Some(&cur), &back));
     }
 
@@ -679,7 +997,7 @@ chains:
         let i = two_racks();
         let p = plan(&s, &i).unwrap().unwrap();
         let installed = p.ppm();
-        let cur = evaluate_installed(&s, &i, &installed).unwrap();
+        let cur = evaluate_installed(&s, &i, &installed, &BTreeMap::new()).unwrap();
         assert!(!adopt(Some(&cur), &p), "the same plan is not adopted again");
         // Even shares installed: the plan is a real gain.
         let even: BTreeMap<String, BTreeMap<String, u32>> = p
@@ -692,7 +1010,7 @@ chains:
                 )
             })
             .collect();
-        let cur = evaluate_installed(&s, &i, &even).unwrap();
+        let cur = evaluate_installed(&s, &i, &even, &BTreeMap::new()).unwrap();
         assert!(adopt(Some(&cur), &p));
         // A share for a rack that lost its instances no longer fits (the
         // plan gives rack a its share; fw's instances are now both in b).
@@ -700,7 +1018,10 @@ chains:
         let mut i2 = i.clone();
         i2.instances
             .insert("fw".into(), vec!["b".into(), "b".into()]);
-        assert_eq!(evaluate_installed(&s, &i2, &installed), None);
+        assert_eq!(
+            evaluate_installed(&s, &i2, &installed, &BTreeMap::new()),
+            None
+        );
         assert!(adopt(None, &p));
     }
 

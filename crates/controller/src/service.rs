@@ -519,6 +519,7 @@ pub fn serve(opts: ServerOptions) -> Result<ServerHandle, ControllerError> {
     reconciler.desired.distribution = opts.distribution.policy;
     reconciler.set_uplinks(opts.distribution.uplinks.clone());
     reconciler.set_uplink_target(opts.distribution.target);
+    reconciler.set_distribution_classes(opts.distribution.classes);
     reconciler.set_containment_threshold(opts.containment_threshold);
     reconciler
         .set_fabric_auth(opts.fabric_auth, fresh, Instant::now())

@@ -54,6 +54,8 @@ pub const FAMILY_UPLINK: &str = "uplink utilisation";
 pub const FAMILY_TARGET: &str = "excess over the target";
 /// Constraint family: distance from the even split.
 pub const FAMILY_EVEN: &str = "distance from even";
+/// Constraint family: a pool's stages within their instances' bound.
+pub const FAMILY_POOL: &str = "pool share bound";
 
 /// One middlebox: how many of its instances run in each rack, and the most of
 /// the hash space each rack's instances may take.
@@ -126,6 +128,21 @@ pub struct Hop {
     pub reverse: f64,
 }
 
+/// Stages that are one middlebox's splits for different classes of its
+/// flows (the flows to each rack's servers, each class with a split of its
+/// own): they share the middlebox's instances, so their loads add up per
+/// rack, and it is the sum that must respect the instances' bounds and
+/// stays near the even split. A stage in a pool takes its bound from the
+/// pool (its own [`Stage::max_share`] is 1 wherever it has instances).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Pool {
+    /// The pool's stages, each with its part of the pool's traffic (the
+    /// parts sum to 1).
+    pub stages: Vec<(usize, f64)>,
+    /// Upper bound of each rack's share of the pool's traffic.
+    pub max_share: Vec<f64>,
+}
+
 /// A tenant's distribution problem.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Problem {
@@ -144,6 +161,9 @@ pub struct Problem {
     /// when the capacities are real, which they are not when the caller
     /// weighs every uplink alike).
     pub target: Option<f64>,
+    /// Stages sharing instances ([`Pool`]); every other stage is a
+    /// middlebox of its own.
+    pub pools: Vec<Pool>,
 }
 
 /// Errors of the aligned distribution.
@@ -222,6 +242,30 @@ impl Problem {
                 )));
             }
         }
+        let mut pooled = vec![false; self.stages.len()];
+        for (i, pool) in self.pools.iter().enumerate() {
+            if pool.max_share.len() != r
+                || pool.max_share.iter().any(|m| !m.is_finite() || *m < 0.0)
+            {
+                return Err(AlignedError::Malformed(format!(
+                    "pool {i}: bad share bound"
+                )));
+            }
+            for &(g, w) in &pool.stages {
+                if g >= self.stages.len() || pooled[g] {
+                    return Err(AlignedError::Malformed(format!(
+                        "pool {i} names stage {g}, of {}, or one already pooled",
+                        self.stages.len()
+                    )));
+                }
+                if !(w.is_finite() && w >= 0.0) {
+                    return Err(AlignedError::Malformed(format!(
+                        "pool {i}: a stage's part of the traffic must be finite and non-negative"
+                    )));
+                }
+                pooled[g] = true;
+            }
+        }
         for (h, hop) in self.hops.iter().enumerate() {
             for end in [&hop.from, &hop.to] {
                 match end {
@@ -255,6 +299,38 @@ impl Problem {
     /// by rack).
     pub fn even(&self) -> Vec<Vec<f64>> {
         self.stages.iter().map(Stage::even).collect()
+    }
+
+    /// The middleboxes as balance sees them: each pool, as its stages'
+    /// traffic-weighted sum, and each stage in no pool; `(shares, even)`.
+    fn balance_units(&self, shares: &[Vec<f64>]) -> Vec<(Vec<f64>, Vec<f64>)> {
+        let r = self.racks();
+        let mut pooled = vec![false; self.stages.len()];
+        let mut units = Vec::new();
+        for pool in &self.pools {
+            let mut sum = vec![0.0; r];
+            let total: f64 = pool.stages.iter().map(|p| p.1).sum();
+            for &(g, w) in &pool.stages {
+                pooled[g] = true;
+                let w = if total > 0.0 {
+                    w / total
+                } else {
+                    1.0 / pool.stages.len() as f64
+                };
+                for (k, x) in shares[g].iter().enumerate() {
+                    sum[k] += w * x;
+                }
+            }
+            if let Some(&(g, _)) = pool.stages.first() {
+                units.push((sum, self.stages[g].even()));
+            }
+        }
+        for (g, st) in self.stages.iter().enumerate() {
+            if !pooled[g] {
+                units.push((shares[g].clone(), st.even()));
+            }
+        }
+        units
     }
 }
 
@@ -323,16 +399,15 @@ pub fn evaluate(p: &Problem, shares: &[Vec<f64>]) -> Evaluation {
         .zip(&p.uplinks)
         .map(|((o, i), c)| o.max(*i) / c)
         .fold(0.0, f64::max);
-    let even = p.even();
-    let imbalance = if shares.is_empty() {
+    let units = p.balance_units(shares);
+    let imbalance = if units.is_empty() {
         0.0
     } else {
-        shares
+        units
             .iter()
-            .zip(&even)
             .map(|(s, e)| s.iter().zip(e).map(|(a, b)| (a - b).abs()).sum::<f64>() / 2.0)
             .sum::<f64>()
-            / shares.len() as f64
+            / units.len() as f64
     };
     let excess = match p.target {
         Some(t) => (worst - t).max(0.0),
@@ -422,21 +497,62 @@ pub fn solve(p: &Problem) -> Result<Solution, AlignedError> {
     for row in &s {
         lp.add_constraint(FAMILY_COVER, 1.0, 1.0, row.iter().map(|&v| (v, 1.0)));
     }
-    // Distance from even: dev >= |s - even|.
+    // Each middlebox's load per rack as a form over the shares: a stage's
+    // own, or its pool's traffic-weighted sum.
+    let mut pooled = vec![false; s.len()];
+    // Per middlebox: its load in each rack (terms over the shares), and
+    // its even shares.
+    type Load = (Vec<Vec<(Var, f64)>>, Vec<f64>);
+    let mut loads: Vec<Load> = Vec::new();
+    for pool in &p.pools {
+        let total: f64 = pool.stages.iter().map(|x| x.1).sum();
+        let mut rows = vec![Vec::new(); r];
+        for &(g, w) in &pool.stages {
+            pooled[g] = true;
+            let w = if total > 0.0 {
+                w / total
+            } else {
+                1.0 / pool.stages.len() as f64
+            };
+            for (k, row) in rows.iter_mut().enumerate() {
+                row.push((s[g][k], w));
+            }
+        }
+        for (k, row) in rows.iter().enumerate() {
+            lp.add_constraint(
+                FAMILY_POOL,
+                f64::NEG_INFINITY,
+                pool.max_share[k],
+                row.iter().copied(),
+            );
+        }
+        if let Some(&(g, _)) = pool.stages.first() {
+            loads.push((rows, even[g].clone()));
+        }
+    }
     for (g, row) in s.iter().enumerate() {
-        for (k, &v) in row.iter().enumerate() {
+        if !pooled[g] {
+            loads.push((
+                row.iter().map(|&v| vec![(v, 1.0)]).collect(),
+                even[g].clone(),
+            ));
+        }
+    }
+    // Distance from even: dev >= |load - even|.
+    for (rows, ev) in &loads {
+        for (k, row) in rows.iter().enumerate() {
             let dev = lp.add_var(eps_even, 0.0, f64::INFINITY);
             lp.add_constraint(
                 FAMILY_EVEN,
-                even[g][k],
+                ev[k],
                 f64::INFINITY,
-                [(dev, 1.0), (v, 1.0)],
+                std::iter::once((dev, 1.0)).chain(row.iter().copied()),
             );
             lp.add_constraint(
                 FAMILY_EVEN,
-                -even[g][k],
+                -ev[k],
                 f64::INFINITY,
-                [(dev, 1.0), (v, -1.0)],
+                std::iter::once((dev, 1.0)).chain(row.iter().map(|&(v, c)| (v, -c))),
             );
         }
     }
@@ -470,15 +586,49 @@ pub fn solve(p: &Problem) -> Result<Solution, AlignedError> {
                     );
                     ((0.0, vec![(o, 1.0)]), (0.0, vec![(i, 1.0)]))
                 }
-                (End::Fixed(e), End::Stage(g)) => (
-                    // e_k (1 - s_k) leaves; s_k (1 - e_k) arrives.
-                    (e[k], vec![(s[*g][k], -e[k])]),
-                    (0.0, vec![(s[*g][k], 1.0 - e[k])]),
-                ),
-                (End::Stage(g), End::Fixed(x)) => (
-                    (0.0, vec![(s[*g][k], 1.0 - x[k])]),
-                    (x[k], vec![(s[*g][k], -x[k])]),
-                ),
+                (End::Fixed(e), End::Stage(g)) => {
+                    // e_k (1 - s_k) leaves; s_k (1 - e_k) arrives. Both
+                    // cost as a crossing between stages does (there, what
+                    // leaves one rack and what enters another).
+                    let o = lp.add_var(eps_cross * (f + b), 0.0, f64::INFINITY);
+                    lp.add_constraint(
+                        FAMILY_CROSSING,
+                        e[k],
+                        f64::INFINITY,
+                        [(o, 1.0), (s[*g][k], e[k])],
+                    );
+                    let i = lp.add_var(eps_cross * (f + b), 0.0, f64::INFINITY);
+                    lp.add_constraint(
+                        FAMILY_CROSSING,
+                        0.0,
+                        f64::INFINITY,
+                        [(i, 1.0), (s[*g][k], -(1.0 - e[k]))],
+                    );
+                    (
+                        (e[k], vec![(s[*g][k], -e[k])]),
+                        (0.0, vec![(s[*g][k], 1.0 - e[k])]),
+                    )
+                }
+                (End::Stage(g), End::Fixed(x)) => {
+                    let o = lp.add_var(eps_cross * (f + b), 0.0, f64::INFINITY);
+                    lp.add_constraint(
+                        FAMILY_CROSSING,
+                        0.0,
+                        f64::INFINITY,
+                        [(o, 1.0), (s[*g][k], -(1.0 - x[k]))],
+                    );
+                    let i = lp.add_var(eps_cross * (f + b), 0.0, f64::INFINITY);
+                    lp.add_constraint(
+                        FAMILY_CROSSING,
+                        x[k],
+                        f64::INFINITY,
+                        [(i, 1.0), (s[*g][k], x[k])],
+                    );
+                    (
+                        (0.0, vec![(s[*g][k], 1.0 - x[k])]),
+                        (x[k], vec![(s[*g][k], -x[k])]),
+                    )
+                }
                 (End::Fixed(e), End::Fixed(x)) => {
                     let o = e[k] * (1.0 - x[k]);
                     let i = x[k] * (1.0 - e[k]);
@@ -609,7 +759,105 @@ mod tests {
                 },
             ],
             target: None,
+            pools: Vec::new(),
         }
+    }
+
+    /// The near layout: clients in rack 0, one server in rack 0 and two in
+    /// rack 1, a chain of three middleboxes with one instance per rack.
+    /// With `classes`, each middlebox has a split for the flows to each
+    /// rack's servers (stages `2g` and `2g + 1`), pooled.
+    fn near(classes: bool) -> Problem {
+        let st = || Stage::with_slack(vec![1, 1], 1.0);
+        let chain = |first: usize, step: usize, to: Vec<f64>, t: f64| {
+            let mut hops = Vec::new();
+            let mut prev = End::Fixed(vec![1.0, 0.0]);
+            for g in 0..3 {
+                hops.push(Hop {
+                    from: prev,
+                    to: End::Stage(first + g * step),
+                    forward: t,
+                    reverse: 4.0 * t,
+                });
+                prev = End::Stage(first + g * step);
+            }
+            hops.push(Hop {
+                from: prev,
+                to: End::Fixed(to),
+                forward: t,
+                reverse: 4.0 * t,
+            });
+            hops
+        };
+        if !classes {
+            return Problem {
+                uplinks: vec![1.0, 1.0],
+                stages: vec![st(), st(), st()],
+                hops: chain(0, 1, vec![1.0 / 3.0, 2.0 / 3.0], 1.0),
+                target: None,
+                pools: Vec::new(),
+            };
+        }
+        let mut hops = chain(0, 2, vec![1.0, 0.0], 1.0 / 3.0);
+        hops.extend(chain(1, 2, vec![0.0, 1.0], 2.0 / 3.0));
+        Problem {
+            uplinks: vec![1.0, 1.0],
+            stages: (0..6).map(|_| Stage::with_slack(vec![1, 1], 1.0)).collect(),
+            hops,
+            target: None,
+            pools: (0..3)
+                .map(|g| Pool {
+                    stages: vec![(2 * g, 1.0 / 3.0), (2 * g + 1, 2.0 / 3.0)],
+                    max_share: vec![1.0, 1.0],
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn classes_of_a_middlebox_balance_its_instances_without_crossing_more() {
+        let one = solve(&near(false)).unwrap();
+        // One split: every flow stays in the clients' rack, and the rack-1
+        // instances idle.
+        assert!(one.shares.iter().all(|r| close(r[0], 1.0)), "{one:?}");
+        assert!(close(one.evaluation.imbalance, 0.5), "{one:?}");
+        let p = near(true);
+        let two = solve(&p).unwrap();
+        // A split per class: the flows to rack 0 stay there, those to rack 1
+        // (which cross once whatever the split) balance the instances.
+        assert!(close(two.evaluation.worst, one.evaluation.worst), "{two:?}");
+        assert!(
+            close(two.evaluation.crossing, one.evaluation.crossing),
+            "{two:?}"
+        );
+        for g in 0..3 {
+            assert!(close(two.shares[2 * g][0], 1.0), "{:?}", two.shares);
+            assert!(close(two.shares[2 * g + 1][1], 0.75), "{:?}", two.shares);
+        }
+        assert!(close(two.evaluation.imbalance, 0.0), "{two:?}");
+    }
+
+    #[test]
+    fn a_pool_bounds_the_sum_of_its_stages() {
+        let mut p = near(true);
+        // Flows towards rack 0 piling up on its instances would be cheaper;
+        // the instances there may take at most 40% of each middlebox's
+        // flows, however they are classed.
+        for pool in &mut p.pools {
+            pool.max_share = vec![0.4, 1.0];
+        }
+        let s = solve(&p).unwrap();
+        for g in 0..3 {
+            let r0 = s.shares[2 * g][0] / 3.0 + s.shares[2 * g + 1][0] * 2.0 / 3.0;
+            assert!(r0 <= 0.4 + 1e-6, "{:?}", s.shares);
+        }
+        // A pool naming a stage twice, or one out of range, is refused.
+        let mut bad = near(true);
+        bad.pools[1].stages.push((0, 0.1));
+        assert!(matches!(solve(&bad), Err(AlignedError::Malformed(m)) if m.contains("pool")));
+        let mut bad = near(true);
+        bad.pools[0].stages.push((9, 0.1));
+        assert!(matches!(solve(&bad), Err(AlignedError::Malformed(m)) if m.contains("pool")));
     }
 
     #[test]

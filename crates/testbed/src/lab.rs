@@ -864,8 +864,15 @@ impl Lab {
             "on"
         };
         t.insert("fabric_auth".into(), sealed.into());
+        // `true` and `false` are the file's booleans (flags like
+        // `distribution_classes`); everything else a string, as given.
         for (k, v) in &self.state.controller_settings {
-            t.insert(k.clone(), v.clone().into());
+            let value = match v.as_str() {
+                "true" => toml::Value::Boolean(true),
+                "false" => toml::Value::Boolean(false),
+                _ => v.clone().into(),
+            };
+            t.insert(k.clone(), value);
         }
         t
     }

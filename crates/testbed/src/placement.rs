@@ -43,6 +43,8 @@ pub struct PlacementOptions {
     pub free_uplink_mbit: u32,
     /// The aware arm's `uplink_target` (None: the controller's default).
     pub uplink_target: Option<f64>,
+    /// The aware arm's `distribution_classes`: a split per rack of servers.
+    pub classes: bool,
     /// The uplinks' queues, KiB.
     pub queue_kb: u32,
     /// Seconds of load before the window (the aware arm's controller solves
@@ -67,6 +69,7 @@ impl Default for PlacementOptions {
             uplink_mbit: 50,
             free_uplink_mbit: 10_000,
             uplink_target: None,
+            classes: true,
             queue_kb: 256,
             warmup: 20,
             seconds: 15,
@@ -163,6 +166,7 @@ pub fn topology(arm: Arm, layout: Layout, limited: bool, o: &PlacementOptions) -
             if let Some(t) = o.uplink_target {
                 controller.insert("uplink_target".into(), t.to_string());
             }
+            controller.insert("distribution_classes".into(), o.classes.to_string());
         }
     }
     Topology {
@@ -585,6 +589,16 @@ mod tests {
         assert_eq!(
             topology(Arm::Aware, Layout::Far, true, &half).controller["uplink_target"],
             "0.5"
+        );
+        // Classes by default; off when asked.
+        assert_eq!(a.controller["distribution_classes"], "true");
+        let one = PlacementOptions {
+            classes: false,
+            ..o.clone()
+        };
+        assert_eq!(
+            topology(Arm::Aware, Layout::Near, true, &one).controller["distribution_classes"],
+            "false"
         );
         // Clients in one rack (r1 near, r2 far), servers in both, w1 with
         // the clients.

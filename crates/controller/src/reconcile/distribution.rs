@@ -115,7 +115,15 @@ impl Reconciler {
                 .filter(|((tn, _), _)| tn == name)
                 .map(|((_, mb), v)| (mb.clone(), v.clone()))
                 .collect();
-            let current = distribution::evaluate_installed(&t.spec, &inputs, &installed);
+            let installed_classes: BTreeMap<(String, String), BTreeMap<String, u32>> = self
+                .desired
+                .class_shares
+                .iter()
+                .filter(|((tn, _, _), _)| tn == name)
+                .map(|((_, mb, c), v)| ((mb.clone(), c.clone()), v.clone()))
+                .collect();
+            let current =
+                distribution::evaluate_installed(&t.spec, &inputs, &installed, &installed_classes);
             let adopt = distribution::adopt(current.as_ref(), &plan);
             let shown = if adopt {
                 &plan.predicted
@@ -141,6 +149,10 @@ impl Reconciler {
             for (mb, ppm) in plan.ppm() {
                 n.shares.insert((name.clone(), mb), ppm);
             }
+            n.class_shares.retain(|(tn, _, _), _| tn != name);
+            for ((mb, class), ppm) in plan.class_ppm() {
+                n.class_shares.insert((name.clone(), mb, class), ppm);
+            }
             let target = if declared {
                 format!(", target {:.0}%", self.uplink_target * 100.0)
             } else {
@@ -154,7 +166,7 @@ impl Reconciler {
             let mut ev = event(
                 "distribution",
                 format!(
-                    "shares per rack ({}) now {}; worst uplink load predicted {} (was {}, even shares {}{target}){basis}",
+                    "shares per rack ({}) now {}{}; worst uplink load predicted {} (was {}, even shares {}{target}){basis}",
                     plan.racks.join(", "),
                     plan.shares
                         .iter()
@@ -164,6 +176,7 @@ impl Reconciler {
                         ))
                         .collect::<Vec<_>>()
                         .join(", "),
+                    fmt_classes(&plan),
                     fmt_load(plan.predicted.worst, declared),
                     current
                         .as_ref()
@@ -200,6 +213,7 @@ impl Reconciler {
         let mut inputs = Inputs {
             uplinks: uplinks.clone(),
             target: self.uplink_target,
+            classes: self.distribution_classes,
             ..Inputs::default()
         };
         for (k, i) in &d.instances {
@@ -250,6 +264,12 @@ impl Reconciler {
     /// bottleneck (the controller's `--uplink-target`).
     pub fn set_uplink_target(&mut self, target: f64) {
         self.uplink_target = target;
+    }
+
+    /// Whether flows to servers in several racks are split by their
+    /// server's rack (the controller's `--distribution-classes`).
+    pub fn set_distribution_classes(&mut self, on: bool) {
+        self.distribution_classes = on;
     }
 
     /// Each tenant's last distribution decision (network-aware only).
@@ -331,4 +351,26 @@ fn fmt_load(x: f64, declared: bool) -> String {
     } else {
         format!("{:.2} Mbit/s", x * 8.0 / 1e6)
     }
+}
+
+/// The classes' splits of a plan for its event: `; flows to rack R's
+/// servers: MB [..], ...`, or nothing when no flow is classed.
+fn fmt_classes(plan: &distribution::Plan) -> String {
+    if plan.classes.is_empty() {
+        return String::new();
+    }
+    let mut by_class: BTreeMap<&str, Vec<String>> = BTreeMap::new();
+    for ((mb, class), row) in &plan.classes {
+        by_class.entry(class).or_default().push(format!(
+            "{mb} [{}]",
+            row.iter()
+                .map(|s| format!("{:.0}%", s * 100.0))
+                .collect::<Vec<_>>()
+                .join(" ")
+        ));
+    }
+    by_class
+        .iter()
+        .map(|(c, v)| format!("; flows to rack {c}'s servers: {}", v.join(", ")))
+        .collect()
 }

@@ -246,6 +246,7 @@ pub struct Reconciler {
     uplinks: BTreeMap<String, f64>,
     /// Target utilisation of declared uplinks.
     uplink_target: f64,
+    distribution_classes: bool,
 }
 
 impl Reconciler {
@@ -314,6 +315,7 @@ impl Reconciler {
             distributions: BTreeMap::new(),
             uplinks: BTreeMap::new(),
             uplink_target: crate::distribution::DEFAULT_TARGET,
+            distribution_classes: true,
         })
     }
 

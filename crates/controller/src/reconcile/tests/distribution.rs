@@ -133,6 +133,9 @@ fn uniform_distribution_keeps_placement_order_and_even_weights() {
 #[test]
 fn network_aware_lays_groups_out_by_rack_and_moves_shares_to_the_traffic() {
     let mut s = racked(Distribution::NetworkAware);
+    // One split per middlebox (`--distribution-classes false`); classes:
+    // the next test.
+    s.r.set_distribution_classes(false);
     for mb in ["fw", "ids"] {
         let racks: Vec<&str> = layout(&s, mb).iter().map(|x| x.0).collect();
         assert_eq!(racks, ["a", "b"], "{mb}: rack a's instances first");
@@ -193,6 +196,101 @@ fn network_aware_lays_groups_out_by_rack_and_moves_shares_to_the_traffic() {
     assert!(cfg.tenants.iter().any(|t| !t.groups.is_empty()));
 }
 
+/// Rack `a`'s part of a class's split of a middlebox's flows.
+fn class_share_a(s: &Sim, mb: &str, class: &str) -> f64 {
+    let p = s.r.desired().placement("t").unwrap();
+    let w = &p.classes[mb][class];
+    let total: u32 = w.values().sum();
+    let a: u32 = w
+        .iter()
+        .filter(|(hp, _)| rack(hp.0 .0) == "a")
+        .map(|x| x.1)
+        .sum();
+    f64::from(a) / f64::from(total)
+}
+
+#[test]
+fn flows_to_each_racks_servers_get_a_split_of_their_own() {
+    let mut s = racked(Distribution::NetworkAware);
+    let mut fwd = 0;
+    let mut rev = 0;
+    for _ in 0..3 {
+        fwd += 10_000_000;
+        rev += 80_000_000;
+        traffic(&mut s, fwd, rev);
+        s.run(REDISTRIBUTE_EVERY);
+    }
+    // The flows to w1 (rack a) stay in rack a; those to w2 and w3 (rack b)
+    // cross racks once whichever instances they take, so they take rack
+    // b's: each middlebox's instances share the load evenly, where one
+    // split per middlebox left rack b's idle (the test above).
+    for mb in ["fw", "ids"] {
+        let to_a = class_share_a(&s, mb, "a");
+        let to_b = class_share_a(&s, mb, "b");
+        assert!(to_a > 0.99, "{mb}: {to_a}");
+        assert!(to_b < 0.5, "{mb}: {to_b}");
+        let own = share_a(&s, mb);
+        assert!((own - 0.5).abs() < 0.02, "{mb}: its own split {own}");
+    }
+    let ev = s.events("distribution");
+    assert!(
+        ev.iter()
+            .any(|e| e.reason.contains("flows to rack b's servers")),
+        "{ev:?}"
+    );
+    // The switch selects a class's group by the server's address, at every
+    // middlebox hop, in both directions.
+    let c = s.r.desired().compile_tenant("t").unwrap();
+    let gb = c.class_groups[&("ids".to_string(), "b".to_string())];
+    let w2: sluice_chain::Prefix = "10.0.1.2/32".parse().unwrap();
+    let mut fwd_sel = 0;
+    let mut rev_sel = 0;
+    for hf in c.hosts.values() {
+        for e in &hf.entries {
+            if !e.actions.contains(&sluice_switch::Action::Select(gb)) {
+                continue;
+            }
+            if e.m.dst == Some(w2) {
+                fwd_sel += 1;
+            }
+            if e.m.src == Some(w2) {
+                rev_sel += 1;
+            }
+        }
+        if hf
+            .entries
+            .iter()
+            .any(|e| e.actions.contains(&sluice_switch::Action::Select(gb)))
+        {
+            assert!(hf.groups.contains_key(&gb));
+        }
+    }
+    assert!(fwd_sel > 0 && rev_sel > 0, "{fwd_sel} {rev_sel}");
+    // Pushed to the agents with the rest.
+    s.push_all();
+    let cfg = &s.r.configs()[&1];
+    assert!(cfg
+        .tenants
+        .iter()
+        .any(|t| t.groups.iter().any(|(id, _)| *id == gb.0)));
+    // Off again: the classes' groups go with the next solution.
+    s.r.set_distribution_classes(false);
+    for _ in 0..2 {
+        fwd += 10_000_000;
+        rev += 80_000_000;
+        traffic(&mut s, fwd, rev);
+        s.run(REDISTRIBUTE_EVERY);
+    }
+    assert!(s.r.desired().class_shares.is_empty());
+    assert!(s
+        .r
+        .desired()
+        .compile_tenant("t")
+        .unwrap()
+        .class_groups
+        .is_empty());
+}
+
 #[test]
 fn a_lost_rack_instance_is_solved_again() {
     let mut s = racked(Distribution::NetworkAware);
@@ -221,6 +319,7 @@ fn a_lost_rack_instance_is_solved_again() {
 #[test]
 fn declared_uplinks_move_shares_only_past_the_target_and_back() {
     let mut s = racked(Distribution::NetworkAware);
+    s.r.set_distribution_classes(false);
     // 80 Mbit/s uplinks (10 MB/s), half of which is the target.
     s.r.set_uplinks(
         [("a", 10e6), ("b", 10e6)]
