@@ -217,6 +217,7 @@ def main():
     root = sys.argv[1]
     # The tests of stream behaviours and payload keywords, and those of
     # application protocols, live in modules of their own.
+    from captures_alp import CAPTURES as ALP
     from captures_app import CAPTURES as APP
     from captures_bytemath import CAPTURES as BYTEMATH
     from captures_dataset import CAPTURES as DATASET
@@ -231,7 +232,7 @@ def main():
     from captures_xform import CAPTURES as XFORM
 
     every = dict(CAPTURES)
-    for more in (STREAM, APP, XFORM, BYTEMATH, HTTPBODY, THRESHOLD, DATASET, KW, HTTPEDGE, TLSDNS, L2L3, DEFRAG):
+    for more in (STREAM, APP, XFORM, BYTEMATH, HTTPBODY, THRESHOLD, DATASET, KW, HTTPEDGE, TLSDNS, L2L3, DEFRAG, ALP):
         assert not set(more) & set(every), set(more) & set(every)
         every.update(more)
     for name, build in every.items():

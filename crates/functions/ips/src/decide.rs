@@ -470,6 +470,7 @@ impl Ips {
             st.http = Default::default();
             st.pend = [Pend::default(); 2];
             st.app = crate::applayer::UNKNOWN;
+            st.alp = [crate::alproto::UNKNOWN; 2];
             st.flags &= !PASSED;
         }
         if st.flags & PASSED != 0 {
@@ -501,6 +502,7 @@ impl Ips {
             http: false,
             tls: false,
             app: st.app,
+            alp: crate::alproto::Flow::default(),
         };
         // A chunk of the other direction's bytes (a `peer` release, on a
         // packet without bytes of its own): packet rules see the packet as
@@ -520,6 +522,15 @@ impl Ips {
         };
         let d = if hdr.to_server { 0 } else { 1 };
         let pd = if phdr.to_server { 0 } else { 1 };
+        // The protocol-detection flag belongs to the packet as it travels;
+        // every rule of this packet sees the flow's verdicts so far.
+        let (hdr, phdr) = if self.alp_detect {
+            let flag = crate::alproto::take_pd(&mut st.alp, pd);
+            let alp = crate::alproto::flow(st.alp, flag);
+            (Header { alp, ..hdr }, Header { alp, ..phdr })
+        } else {
+            (hdr, phdr)
+        };
         if self.packet_rules(st, pd, &phdr, p, ctx.events) {
             return true;
         }
@@ -611,6 +622,20 @@ impl Ips {
                 ..*hdr
             };
             &app_hdr
+        } else {
+            hdr
+        };
+        // The bytes' protocol verdicts hold for the rules matching them, as
+        // Suricata's app layer runs before its stream inspection; the
+        // packet's own detection flag stays as it was.
+        let alp_hdr;
+        let hdr = if self.alp_detect {
+            crate::alproto::on_bytes(&mut st.alp, d, data, base);
+            alp_hdr = Header {
+                alp: crate::alproto::flow(st.alp, hdr.alp.pd),
+                ..*hdr
+            };
+            &alp_hdr
         } else {
             hdr
         };
@@ -721,6 +746,13 @@ impl Ips {
             http: false,
             tls: false,
             app: crate::applayer::UNKNOWN,
+            alp: if self.alp_detect && f.proto == 17 {
+                let payload = p.meta.payload(p.data());
+                let strict = crate::dns::eval::strictness(f);
+                crate::alproto::datagram(crate::dns::detect_as(payload, false, strict).is_ok())
+            } else {
+                crate::alproto::Flow::default()
+            },
         };
         let mut drop = self.packet_rules(&mut scratch, d, &hdr, p, events);
         if scratch.flags & (BLOCKED | PASSED) == 0 {

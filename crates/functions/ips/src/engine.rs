@@ -1453,6 +1453,8 @@ pub struct Header {
     pub tls: bool,
     /// The flow's detected stream protocol ([`crate::applayer`]).
     pub app: u8,
+    /// What `app-layer-protocol` reads ([`crate::alproto`]).
+    pub alp: crate::alproto::Flow,
 }
 
 /// Partial match of a multi-content rule.
@@ -1570,6 +1572,9 @@ pub struct FlowState {
     pub app: u8,
     /// The flow's `flowint` variables (both directions share them).
     pub ints: FlowInts,
+    /// Per direction, the protocol detected for `app-layer-protocol` and
+    /// its detection flag's countdown ([`crate::alproto`]).
+    pub alp: [u8; 2],
 }
 
 /// Version 2 added the flowbits, version 3 the HTTP framing, version 4 the
@@ -1578,9 +1583,11 @@ pub struct FlowState {
 /// ([`crate::applayer`]), version 7 the flowint variables
 /// ([`crate::flowint`]), version 8 the detected protocol SSH
 /// ([`crate::applayer::SSH`], refused in older records), version 9 the
-/// pending SMTP reader ([`crate::pending::SMTP`]); older records still
-/// decode (without them).
-const VERSION: u8 = 9;
+/// pending SMTP reader ([`crate::pending::SMTP`]), version 10 each
+/// direction's protocol for `app-layer-protocol` ([`crate::alproto`]);
+/// older records still decode (without them: a flow recorded before stays
+/// unknown to `app-layer-protocol`, its first bytes being past).
+const VERSION: u8 = 10;
 
 impl Codec for FlowState {
     fn encode(&self, w: &mut Writer<'_>) {
@@ -1605,6 +1612,7 @@ impl Codec for FlowState {
         }
         w.u8(self.app);
         self.ints.encode(w);
+        w.u8(self.alp[0]).u8(self.alp[1]);
     }
 
     fn decode(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
@@ -1669,6 +1677,14 @@ impl Codec for FlowState {
         if version >= 7 {
             s.ints = FlowInts::decode(r)?;
         }
+        if version >= 10 {
+            for a in &mut s.alp {
+                *a = r.u8()?;
+                if !crate::alproto::valid(*a) {
+                    return Err(DecodeError("unknown ips app-layer-protocol state"));
+                }
+            }
+        }
         Ok(s)
     }
 }
@@ -1680,7 +1696,7 @@ impl Codec for FlowState {
 /// [`HttpDir::encoded_len`]) and no pending unit (each direction with one
 /// adds 8 bytes, [`Pend::encoded_len`]).
 pub const fn record_size(partial: usize) -> usize {
-    11 + 2 * 10 + 2 + 2 + 1 + 1 + 13 * partial
+    11 + 2 * 10 + 2 + 2 + 1 + 1 + 2 + 13 * partial
 }
 
 #[cfg(test)]

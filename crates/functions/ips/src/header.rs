@@ -228,6 +228,8 @@ const STREAM_ONLY: u8 = 8;
 const CHECKS: u8 = 16;
 const TO_SERVER: u8 = 32;
 const TO_CLIENT: u8 = 64;
+/// The rule has `app-layer-protocol` ([`crate::alproto`]).
+const ALP: u8 = 128;
 
 /// One rule's header, compiled: 20 bytes, read from a dense array.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -306,6 +308,7 @@ impl Headers {
                 (!r.checks.is_empty(), CHECKS),
                 (r.to_server == Some(true), TO_SERVER),
                 (r.to_server == Some(false), TO_CLIENT),
+                (!r.alp.is_empty(), ALP),
             ] {
                 if on {
                     flags |= bit;
@@ -471,6 +474,9 @@ impl Headers {
         if f & CHECKS != 0 && !rules[rule as usize].checks.matches(h.flow.proto, &h.pkt) {
             return false;
         }
+        if f & ALP != 0 && !rules[rule as usize].alp.matches(&h.alp, h.to_server) {
+            return false;
+        }
         let k = &h.flow;
         let fwd = self.port(c.dport, k.dst_port)
             && self.port(c.sport, k.src_port)
@@ -563,6 +569,7 @@ mod tests {
                 http: false,
                 tls: false,
                 app: rnd(5) as u8,
+                alp: Default::default(),
             };
             for r in 0..rules.len() as u32 {
                 let g = h.group_of(r);

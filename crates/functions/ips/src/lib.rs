@@ -136,6 +136,7 @@
 //!   with the connection); SYN data the server refused is scanned again when
 //!   resent ([`sluice_reassembly`]).
 
+pub mod alproto;
 pub mod applayer;
 pub mod asn1;
 pub mod bufrules;
@@ -500,6 +501,9 @@ pub struct Ips {
     /// Some rule is an `smtp`, `ftp` or `smb` one: flows' stream protocols
     /// are detected ([`applayer`]); otherwise nothing is detected or stored.
     app_detect: bool,
+    /// Some rule has `app-layer-protocol`: each flow direction's protocol
+    /// is detected ([`alproto`]); otherwise nothing is detected or stored.
+    alp_detect: bool,
     /// A rule names a JA3 or JA3S buffer: fingerprints are then written in
     /// EVE's `tls` objects (Suricata's `ja3-fingerprints: auto`).
     ja3_logged: bool,
@@ -693,6 +697,7 @@ impl Ips {
         let thresholds = threshold::Thresholds::new(&rules);
         let xbits = xbits::Xbits::new(&rules);
         let app_detect = rules.iter().any(|r| r.proto.stream_app());
+        let alp_detect = rules.iter().any(|r| !r.alp.is_empty());
         let ja3_logged = rules.iter().any(|r| {
             use crate::tls::Buf::*;
             r.tls
@@ -728,6 +733,7 @@ impl Ips {
             datagrams: datagrams::Datagrams::default(),
             csum_rules,
             app_detect,
+            alp_detect,
             ja3_logged,
             cands: Vec::new(),
             pcands: Vec::new(),

@@ -292,7 +292,9 @@ fn the_detected_protocol_round_trips_through_the_record() {
         assert_eq!(FlowState::decode(&mut Reader::new(&buf)).unwrap(), st);
         let n = buf.len();
         let mut old = buf.clone();
-        buf[n - 2] = applayer::SSH + 1;
+        // The stream protocol's byte: before the flowint count and the two
+        // app-layer-protocol bytes.
+        buf[n - 4] = applayer::SSH + 1;
         assert!(FlowState::decode(&mut Reader::new(&buf)).is_err());
         // The same record as version 7 wrote it: SSH did not exist then.
         old[0] = 7;

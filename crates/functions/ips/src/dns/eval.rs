@@ -12,7 +12,7 @@ use crate::{inspect, Ips};
 
 /// How strictly a flow's bytes are taken for DNS: as Suricata's parser on
 /// port 53, as resolvers send them elsewhere ([`super::Strictness`]).
-fn strictness(flow: &sluice_wire::FlowKey) -> Strictness {
+pub(crate) fn strictness(flow: &sluice_wire::FlowKey) -> Strictness {
     if flow.src_port == 53 || flow.dst_port == 53 {
         Strictness::Port
     } else {

@@ -541,6 +541,8 @@ pub struct Rule {
     pub stream: StreamMode,
     /// Conditions on the packet itself (`dsize`, `flags`, ...).
     pub checks: PacketChecks,
+    /// `app-layer-protocol` conditions ([`crate::alproto`]).
+    pub alp: crate::alproto::Checks,
     /// `noalert`: the rule's action applies, but no alert is raised.
     pub noalert: bool,
     /// `threshold` or `detection_filter`: which of its alerts are raised.
@@ -731,6 +733,14 @@ pub enum RuleSyntax {
     /// An option outside the supported subset.
     #[error("unsupported keyword \"{0}\"")]
     UnsupportedKeyword(String),
+    /// `app-layer-protocol` naming a protocol Suricata knows and this IPS
+    /// does not detect ([`crate::alproto`]).
+    #[error("app-layer-protocol: protocol \"{0}\" is not detected by this IPS")]
+    UnsupportedAppProto(String),
+    /// A malformed `app-layer-protocol` (bad mode, negated `unknown`, no
+    /// protocol, conflicting keywords, a rule already bound to a protocol).
+    #[error("app-layer-protocol: {0}")]
+    AppLayerProtocol(String),
     /// No `sid` option.
     #[error("missing sid")]
     MissingSid,
@@ -813,6 +823,7 @@ impl RuleSyntax {
         matches!(
             self,
             S::UnsupportedKeyword(_)
+                | S::UnsupportedAppProto(_)
                 | S::UnsupportedProtocol(_)
                 | S::UnsupportedAction(_)
                 | S::UnsupportedFlow(_)
@@ -829,6 +840,7 @@ impl RuleSyntax {
         use RuleSyntax as S;
         match self {
             S::UnsupportedKeyword(k) => format!("keyword {k}"),
+            S::UnsupportedAppProto(p) => format!("app-layer-protocol {p}"),
             S::UnknownKeyword(k) => format!("unknown keyword {k}"),
             S::UnsupportedProtocol(p) => format!("protocol {p}"),
             S::UnsupportedAction(a) => format!("action {a}"),
@@ -869,6 +881,7 @@ impl RuleSyntax {
                     S::DuplicateSid(_) => "duplicate sid",
                     S::UnknownClasstype(_) => "unknown classtype",
                     S::Dataset(_) => "dataset",
+                    S::AppLayerProtocol(_) => "app-layer-protocol",
                     S::TransformPlacement(_) | S::TransformContent { .. } | S::TransformLast => {
                         "transform"
                     }
@@ -1144,6 +1157,7 @@ pub fn parse_rule(line: &str, vars: &Vars) -> Result<Rule, RuleSyntax> {
             ipv6: family,
             ..PacketChecks::default()
         },
+        alp: crate::alproto::Checks::default(),
         noalert: false,
         threshold: None,
         sid: 0,
@@ -1197,12 +1211,45 @@ pub fn parse_rule(line: &str, vars: &Vars) -> Result<Rule, RuleSyntax> {
     }
     absolute_first(&rule.base64, &mut rule.contents);
     options::validate(&rule)?;
+    if !rule.alp.is_empty() {
+        rule.alp.pd_only = pd_only(&rule);
+    }
     // DNS and HTTP rules are always inspected over their buffers
     // ([`crate::dns`], [`crate::http`]), never by the stream automata.
     rule.buffer = matches!(rule.proto, Proto::Dns | Proto::Http | Proto::Tls)
         || rule.contents.iter().any(Content::needs_buffer)
         || rule.items.iter().any(|i| !matches!(i, Item::Content(_)));
     Ok(rule)
+}
+
+/// True if `app-layer-protocol` is the rule's only condition besides its
+/// header and a `flow` direction (Suricata's `SignatureIsPDOnly`: no
+/// payload keyword or buffer, nothing else in its match list; `flowbits`
+/// operations run after a match and do not count).
+fn pd_only(r: &Rule) -> bool {
+    matches!(r.proto, Proto::Tcp | Proto::Udp | Proto::Icmp | Proto::Ip)
+        && r.stream == StreamMode::Default
+        && r.items.is_empty()
+        && r.contents.is_empty()
+        && r.dns_query.is_empty()
+        && r.dns_checks == DnsChecks::default()
+        && r.http.is_empty()
+        && r.tls.is_empty()
+        && r.smtp_file.is_none()
+        && r.ssh.is_empty()
+        && r.ip.is_empty()
+        && r.base64.is_empty()
+        && r.tls_version.is_none()
+        && r.tls_chain_len.is_none()
+        && r.checks.is_empty()
+        && !r.established
+        && !r.not_established
+        && !r.stateless
+        && r.flowints.is_empty()
+        && r.xbits.is_empty()
+        && r.flowbits
+            .iter()
+            .all(|f| !matches!(f, Flowbit::IsSet(_) | Flowbit::IsNotSet(_)))
 }
 
 /// A relative first keyword of a buffer is relative to the buffer start

@@ -168,7 +168,7 @@ pub const KEYWORDS: &[(&str, Status)] = &[
     ("stream_size", E),
     ("stream-event", U),
     ("app-layer-event", E),
-    ("app-layer-protocol", U),
+    ("app-layer-protocol", E),
     ("decode-event", U),
     ("engine-event", U),
     ("fragbits", E),
@@ -1651,6 +1651,31 @@ fn apply_keyword(
             }
             let c = num(val, u32::MAX)?;
             items(rule, cx).push(Item::Bsize(c));
+        }
+        // A condition on the protocol the flow was detected as
+        // ([`crate::alproto`]); Suricata refuses it in a rule its header or
+        // an earlier sticky buffer already binds to a protocol.
+        "app-layer-protocol" => {
+            let v = need(val, name)?.trim();
+            let v = v
+                .strip_prefix('"')
+                .and_then(|v| v.strip_suffix('"'))
+                .unwrap_or(v);
+            let (negated, v) = match v.strip_prefix('!') {
+                Some(rest) => (true, rest),
+                None => (false, v),
+            };
+            let c = crate::alproto::Cond::parse(v, negated)?;
+            if !matches!(
+                rule.proto,
+                Proto::Tcp | Proto::Udp | Proto::Icmp | Proto::Ip
+            ) {
+                return Err(RuleSyntax::AppLayerProtocol(format!(
+                    "the rule is already bound to protocol {}",
+                    rule.proto.name()
+                )));
+            }
+            rule.alp.push(c)?;
         }
         "flow" => {
             for f in need(val, name)?.split(',') {
