@@ -565,8 +565,18 @@ pub fn get(a: &GetArgs) -> Result<(), CliError> {
                 .col("RACK", Align::Left)
                 .col("POLICY", Align::Left)
                 .col("SHARE", Align::Right)
+                .wide_col("CLASS_SHARES", Align::Left)
                 .col("REASON", Align::Left);
             for p in v {
+                let classes = if p.class_shares.is_empty() {
+                    "-".to_string()
+                } else {
+                    p.class_shares
+                        .iter()
+                        .map(|(c, s)| format!("{c}:{:.0}%", s * 100.0))
+                        .collect::<Vec<_>>()
+                        .join(",")
+                };
                 t.row(vec![
                     p.name,
                     p.tenant,
@@ -577,6 +587,7 @@ pub fn get(a: &GetArgs) -> Result<(), CliError> {
                     opt(p.policy),
                     p.share
                         .map_or_else(|| "-".to_string(), |s| format!("{:.0}%", s * 100.0)),
+                    classes,
                     p.reason,
                 ]);
             }

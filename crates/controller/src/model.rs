@@ -112,6 +112,11 @@ pub struct PlacementInfo {
     /// when out of its group; `null`: the tenant does not compile now).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub share: Option<f64>,
+    /// Under network-aware distribution with classes of flows, its part of
+    /// each class's split by class (the rack of the servers the flows are
+    /// for; empty without classes).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub class_shares: std::collections::BTreeMap<String, f64>,
 }
 
 /// One rack's uplink, measured and predicted (`GET /v1/fabric/uplinks`).

@@ -143,6 +143,18 @@ pub struct Pool {
     pub max_share: Vec<f64>,
 }
 
+impl Pool {
+    /// Its stages with their parts of the traffic summing to 1 (equal
+    /// parts when none has traffic).
+    fn parts(&self) -> impl Iterator<Item = (usize, f64)> + '_ {
+        let total: f64 = self.stages.iter().map(|x| x.1).sum();
+        let n = self.stages.len() as f64;
+        self.stages
+            .iter()
+            .map(move |&(g, w)| (g, if total > 0.0 { w / total } else { 1.0 / n }))
+    }
+}
+
 /// A tenant's distribution problem.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Problem {
@@ -309,14 +321,8 @@ impl Problem {
         let mut units = Vec::new();
         for pool in &self.pools {
             let mut sum = vec![0.0; r];
-            let total: f64 = pool.stages.iter().map(|p| p.1).sum();
-            for &(g, w) in &pool.stages {
+            for (g, w) in pool.parts() {
                 pooled[g] = true;
-                let w = if total > 0.0 {
-                    w / total
-                } else {
-                    1.0 / pool.stages.len() as f64
-                };
                 for (k, x) in shares[g].iter().enumerate() {
                     sum[k] += w * x;
                 }
@@ -505,15 +511,9 @@ pub fn solve(p: &Problem) -> Result<Solution, AlignedError> {
     type Load = (Vec<Vec<(Var, f64)>>, Vec<f64>);
     let mut loads: Vec<Load> = Vec::new();
     for pool in &p.pools {
-        let total: f64 = pool.stages.iter().map(|x| x.1).sum();
         let mut rows = vec![Vec::new(); r];
-        for &(g, w) in &pool.stages {
+        for (g, w) in pool.parts() {
             pooled[g] = true;
-            let w = if total > 0.0 {
-                w / total
-            } else {
-                1.0 / pool.stages.len() as f64
-            };
             for (k, row) in rows.iter_mut().enumerate() {
                 row.push((s[g][k], w));
             }

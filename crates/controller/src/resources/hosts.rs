@@ -286,8 +286,24 @@ pub fn placement_infos(d: &Desired, tenant: Option<&str>) -> Vec<PlacementInfo> 
     // Each instance's share of its group, from the tenant's placement as
     // compiled (order, weights, instances out of their groups).
     let mut shares: std::collections::BTreeMap<(&str, String, u32, u16), f64> = Default::default();
+    type ClassShares = std::collections::BTreeMap<String, f64>;
+    let mut class_shares: std::collections::BTreeMap<(&str, String, u32, u16), ClassShares> =
+        Default::default();
     for t in d.tenants.keys().filter(|t| tenant.is_none_or(|x| x == *t)) {
         let Ok(p) = d.placement(t) else { continue };
+        for (mb, classes) in &p.classes {
+            let list = &p.instances[mb];
+            for class in classes.keys() {
+                let w = |hp| p.class_weight(mb, Some(class), list, hp);
+                let total: u32 = list.iter().map(|hp| w(*hp)).sum();
+                for hp in list.iter().filter(|_| total > 0) {
+                    class_shares
+                        .entry((t.as_str(), mb.clone(), hp.0 .0, hp.1 .0))
+                        .or_default()
+                        .insert(class.clone(), f64::from(w(*hp)) / f64::from(total));
+                }
+            }
+        }
         for (mb, list) in &p.instances {
             let total: u32 = list.iter().map(|hp| p.weight(list, *hp)).sum();
             for hp in list {
@@ -321,6 +337,9 @@ pub fn placement_infos(d: &Desired, tenant: Option<&str>) -> Vec<PlacementInfo> 
                 share: shares
                     .get(&(t.as_str(), mb.clone(), i.host, i.port))
                     .copied(),
+                class_shares: class_shares
+                    .remove(&(t.as_str(), mb.clone(), i.host, i.port))
+                    .unwrap_or_default(),
             }
         })
         .collect()

@@ -238,6 +238,18 @@ fn flows_to_each_racks_servers_get_a_split_of_their_own() {
             .any(|e| e.reason.contains("flows to rack b's servers")),
         "{ev:?}"
     );
+    // `sluice get placement` shows each instance's part of each class.
+    let infos = crate::resources::hosts::placement_infos(s.r.desired(), Some("t"));
+    for i in infos.iter().filter(|i| i.middlebox == "ids") {
+        let a = i.class_shares["a"];
+        let want_a = if i.rack.as_deref() == Some("a") {
+            1.0
+        } else {
+            0.0
+        };
+        assert!((a - want_a).abs() < 0.01, "{i:?}");
+        assert!(i.class_shares.contains_key("b"), "{i:?}");
+    }
     // The switch selects a class's group by the server's address, at every
     // middlebox hop, in both directions.
     let c = s.r.desired().compile_tenant("t").unwrap();
