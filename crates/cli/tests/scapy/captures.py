@@ -223,6 +223,7 @@ def main():
     from captures_dataset import CAPTURES as DATASET
     from captures_defrag import CAPTURES as DEFRAG
     from captures_httpbody import CAPTURES as HTTPBODY
+    from captures_hostbits import CAPTURES as HOSTBITS
     from captures_httpedge import CAPTURES as HTTPEDGE
     from captures_l2l3 import CAPTURES as L2L3
     from captures_kw import CAPTURES as KW
@@ -232,7 +233,7 @@ def main():
     from captures_xform import CAPTURES as XFORM
 
     every = dict(CAPTURES)
-    for more in (STREAM, APP, XFORM, BYTEMATH, HTTPBODY, THRESHOLD, DATASET, KW, HTTPEDGE, TLSDNS, L2L3, DEFRAG, ALP):
+    for more in (STREAM, APP, XFORM, BYTEMATH, HTTPBODY, THRESHOLD, DATASET, KW, HTTPEDGE, TLSDNS, L2L3, DEFRAG, ALP, HOSTBITS):
         assert not set(more) & set(every), set(more) & set(every)
         every.update(more)
     for name, build in every.items():

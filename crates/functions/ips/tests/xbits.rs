@@ -240,11 +240,11 @@ fn conditions_that_could_change_a_verdict_are_refused() {
     let reason = |r: &str| rules::parse_rule(r, &v).unwrap_err().reason();
     assert_eq!(
         reason("drop udp any any -> any any (content:\"a\"; xbits:isset,x,track ip_src; sid:1;)"),
-        "keyword xbits condition on a drop rule"
+        "keyword xbits or hostbits condition on a drop rule"
     );
     assert_eq!(
         reason("alert udp any any -> any any (content:\"a\"; xbits:isnotset,x,track ip_src; flowbits:set,f; sid:1;)"),
-        "keyword xbits condition with a flowbits change"
+        "keyword xbits or hostbits condition with a flowbits change"
     );
     // A set on a drop rule is fine: it changes no verdict.
     assert!(rules::parse_rule(
@@ -288,4 +288,100 @@ fn expired_bits_leave_the_store_by_their_timer() {
         ips.on_timers(&mut ctx, &mut st).unwrap();
         assert_eq!(st.len(), left, "at {now}");
     }
+}
+
+/// `hostbits` (Suricata's older keyword) is a host bit like `xbits` tracked
+/// by address: the same bits, a fixed expiry of 300 s.
+#[test]
+fn hostbits_are_host_xbits_with_a_300_second_expiry() {
+    let set = "alert udp any any -> any any (content:\"login\"; hostbits:set,ET.seen; hostbits:noalert; sid:1;)";
+    let isset =
+        "alert udp any any -> any any (content:\"payload\"; hostbits:isset,ET.seen,src; sid:2;)";
+    // The bit hostbits set is the one xbits tracked by ip_src tests.
+    let isset_x =
+        "alert udp any any -> any any (content:\"XPAY\"; xbits:isset,ET.seen,track ip_src; sid:3;)";
+    let isnotset_dst =
+        "alert udp any any -> any any (content:\"reply\"; hostbits:isnotset,ET.seen,dst; sid:4;)";
+    let mut ips = common::ips_with(&[set, isset, isset_x, isnotset_dst], &[]);
+    let mut st = LocalStore::new();
+    assert_eq!(
+        at(&mut ips, &mut st, SEC, &[dgram(A, S, 4000, b"payload")]),
+        NONE
+    );
+    // noalert: the set raises nothing.
+    assert_eq!(
+        at(&mut ips, &mut st, 2 * SEC, &[dgram(A, S, 4001, b"login")]),
+        NONE
+    );
+    assert_eq!(
+        at(
+            &mut ips,
+            &mut st,
+            3 * SEC,
+            &[
+                dgram(A, S2, 4002, b"payload"),
+                dgram(A, S2, 4003, b"XPAY"),
+                dgram(B, S, 4004, b"payload"),
+            ]
+        ),
+        vec![2, 3]
+    );
+    // `dst`: the destination's bit. S has none; A (as a destination) has.
+    assert_eq!(
+        at(
+            &mut ips,
+            &mut st,
+            4 * SEC,
+            &[dgram(S, B, 5000, b"reply"), dgram(S, A, 5001, b"reply")]
+        ),
+        vec![4]
+    );
+    // Still set just before 300 s after the set, gone at 300 s.
+    assert_eq!(
+        at(
+            &mut ips,
+            &mut st,
+            301 * SEC,
+            &[dgram(A, S, 4005, b"payload")]
+        ),
+        vec![2]
+    );
+    assert_eq!(
+        at(
+            &mut ips,
+            &mut st,
+            302 * SEC,
+            &[dgram(A, S, 4006, b"payload")]
+        ),
+        NONE
+    );
+}
+
+#[test]
+fn hostbits_values_suricata_refuses_are_errors() {
+    let v = rules::suricata_default_vars();
+    for bad in [
+        "hostbits:set;",
+        "hostbits:set,x,both;",
+        "hostbits:set,x,src,3600;",
+        "hostbits:set,x,ip_src;",
+        "hostbits:jump,x;",
+        "hostbits:noalert,x;",
+    ] {
+        let e = rules::parse_rule(
+            &format!("alert udp any any -> any any (content:\"a\"; {bad} sid:1;)"),
+            &v,
+        )
+        .unwrap_err();
+        assert!(matches!(e, RuleSyntax::BadValue { .. }), "{bad}: {e:?}");
+    }
+    assert_eq!(
+        rules::parse_rule(
+            "drop udp any any -> any any (content:\"a\"; hostbits:isset,x; sid:1;)",
+            &v
+        )
+        .unwrap_err()
+        .reason(),
+        "keyword xbits or hostbits condition on a drop rule"
+    );
 }

@@ -164,7 +164,7 @@ pub const KEYWORDS: &[(&str, Status)] = &[
     ("replace", U),
     ("flowint", E),
     ("xbits", E),
-    ("hostbits", U),
+    ("hostbits", E),
     ("stream_size", E),
     ("stream-event", U),
     ("app-layer-event", E),
@@ -1431,6 +1431,10 @@ fn apply_keyword(
             items(rule, cx).push(Item::IsDataAt(d));
         }
         "xbits" => rule.xbits.push(payload::xbits(need(val, name)?)?),
+        "hostbits" => match payload::hostbits(need(val, name)?)? {
+            None => rule.noalert = true,
+            Some(x) => rule.xbits.push(x),
+        },
         "flowint" => rule.flowints.push(payload::flowint(need(val, name)?)?),
         "flowbits" => match payload::flowbits(need(val, name)?)? {
             None => rule.noalert = true,
@@ -1981,12 +1985,12 @@ pub(super) fn validate(rule: &Rule) -> Result<(), RuleSyntax> {
         .iter()
         .any(|x| matches!(x.op, payload::XbitOp::IsSet | payload::XbitOp::IsNotSet));
     if xcond {
-        // An xbits condition is decided after the batch's verdicts, from the
-        // store ([`crate::xbits`]): it can withhold an alert, not undo a drop,
-        // a pass or a flowbit already changed.
+        // An xbits (or hostbits) condition is decided after the batch's
+        // verdicts, from the store ([`crate::xbits`]): it can withhold an
+        // alert, not undo a drop, a pass or a flowbit already changed.
         if rule.action != super::Action::Alert {
             return Err(RuleSyntax::UnsupportedKeyword(format!(
-                "xbits condition on a {} rule",
+                "xbits or hostbits condition on a {} rule",
                 match rule.action {
                     super::Action::Drop => "drop",
                     _ => "pass",
@@ -2000,12 +2004,12 @@ pub(super) fn validate(rule: &Rule) -> Result<(), RuleSyntax> {
             )
         }) {
             return Err(RuleSyntax::UnsupportedKeyword(
-                "xbits condition with a flowbits change".into(),
+                "xbits or hostbits condition with a flowbits change".into(),
             ));
         }
         if rule.flowints.iter().any(|f| f.op.changes()) {
             return Err(RuleSyntax::UnsupportedKeyword(
-                "xbits condition with a flowint change".into(),
+                "xbits or hostbits condition with a flowint change".into(),
             ));
         }
     }

@@ -458,6 +458,51 @@ pub(crate) fn xbits(v: &str) -> Result<Xbit, RuleSyntax> {
     })
 }
 
+/// Suricata's fixed `expire` of a hostbit (detect-hostbits.c: 300 s; the
+/// keyword has no way to set another).
+pub const HOSTBITS_EXPIRE: u32 = 300;
+
+/// `hostbits:OP,NAME[,src|dst]` or `hostbits:noalert` (`None`).
+///
+/// Suricata keeps hostbits in the same host table as `xbits` tracked by
+/// `ip_src`/`ip_dst`, under the same names, so a hostbit is an [`Xbit`] of
+/// that track: `hostbits:set,x` and `xbits:isset,x,track ip_src` name one
+/// bit. Without a direction the bit is the source's; `both`, an expiry or
+/// anything after the direction is an error, as in Suricata 7.
+pub(crate) fn hostbits(v: &str) -> Result<Option<Xbit>, RuleSyntax> {
+    let kw = "hostbits";
+    let parts: Vec<&str> = v.split(',').map(str::trim).collect();
+    if parts.len() == 1 && parts[0] == "noalert" {
+        return Ok(None);
+    }
+    if parts.len() < 2 || parts.len() > 3 {
+        return Err(bad(kw, v));
+    }
+    let op = match parts[0] {
+        "set" => XbitOp::Set,
+        "unset" => XbitOp::Unset,
+        "toggle" => XbitOp::Toggle,
+        "isset" => XbitOp::IsSet,
+        "isnotset" => XbitOp::IsNotSet,
+        _ => return Err(bad(kw, v)),
+    };
+    let name = parts[1];
+    if name.is_empty() || !name.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err(bad(kw, v));
+    }
+    let track = match parts.get(2) {
+        None | Some(&"src") => XbitTrack::IpSrc,
+        Some(&"dst") => XbitTrack::IpDst,
+        _ => return Err(bad(kw, v)),
+    };
+    Ok(Some(Xbit {
+        op,
+        name: name.to_string(),
+        track,
+        expire_secs: HOSTBITS_EXPIRE,
+    }))
+}
+
 fn bad(keyword: &str, v: &str) -> RuleSyntax {
     RuleSyntax::BadValue {
         keyword: keyword.into(),
