@@ -230,10 +230,11 @@ def main():
     from captures_stream import CAPTURES as STREAM
     from captures_threshold import CAPTURES as THRESHOLD
     from captures_tlsdns import CAPTURES as TLSDNS
+    from captures_tlslegacy import CAPTURES as TLSLEGACY
     from captures_xform import CAPTURES as XFORM
 
     every = dict(CAPTURES)
-    for more in (STREAM, APP, XFORM, BYTEMATH, HTTPBODY, THRESHOLD, DATASET, KW, HTTPEDGE, TLSDNS, L2L3, DEFRAG, ALP, HOSTBITS):
+    for more in (STREAM, APP, XFORM, BYTEMATH, HTTPBODY, THRESHOLD, DATASET, KW, HTTPEDGE, TLSDNS, L2L3, DEFRAG, ALP, HOSTBITS, TLSLEGACY):
         assert not set(more) & set(every), set(more) & set(every)
         every.update(more)
     for name, build in every.items():

@@ -367,7 +367,9 @@ impl BufferRules {
         let mut sets: Vec<[MpmSet; 2]> = (0..=ngroups).map(|_| Default::default()).collect();
         let mut p = BufferRules::default();
         for (ri, r) in rules.iter().enumerate() {
-            if r.proto != proto {
+            // Rules of the TLS handshake state are evaluated on every
+            // packet instead ([`crate::tls::legacy`]).
+            if r.proto != proto || r.tls_flow {
                 continue;
             }
             let ri = ri as u32;

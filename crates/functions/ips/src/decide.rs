@@ -471,6 +471,7 @@ impl Ips {
             st.pend = [Pend::default(); 2];
             st.app = crate::applayer::UNKNOWN;
             st.alp = [crate::alproto::UNKNOWN; 2];
+            st.tls = Default::default();
             st.flags &= !PASSED;
         }
         if st.flags & PASSED != 0 {
@@ -532,6 +533,14 @@ impl Ips {
             (hdr, phdr)
         };
         if self.packet_rules(st, pd, &phdr, p, ctx.events) {
+            return true;
+        }
+        if st.flags & PASSED != 0 {
+            return false;
+        }
+        // The TLS handshake state's rules see every packet, after the other
+        // direction's bytes it acknowledges ([`crate::tls::legacy`]).
+        if !self.engine.tls_flow.is_empty() && self.tls_flow_packet(st, pd, &phdr, p, ctx.events) {
             return true;
         }
         if st.flags & PASSED != 0 {
@@ -642,6 +651,9 @@ impl Ips {
         if c.gap {
             // Bytes before these were lost: a pending unit cannot continue.
             self.pend_drop(st, d, true);
+        }
+        if !self.engine.tls_flow.is_empty() {
+            st.tls.feed(d, data, base, c.gap);
         }
         if self.tls_stream(st, (d, hdr), p, ctx.events, (data, base)) {
             return true;

@@ -892,6 +892,9 @@ pub struct Engine {
     pub http: HttpRules,
     /// The TLS rules' prefilter (likewise).
     pub tls: TlsRules,
+    /// The rules of the flow's TLS handshake state ([`Rule::tls_flow`]),
+    /// evaluated on every TCP packet of a flow with that state.
+    pub tls_flow: Vec<u32>,
     /// The `smtp` rules on `file_data`, inspected on attachments
     /// ([`crate::smtp`]); few, so each is inspected on every one.
     pub smtp_files: Vec<u32>,
@@ -1079,6 +1082,9 @@ impl Engine {
         let dns = DnsRules::new(&rules)?;
         let http = HttpRules::new(&rules)?;
         let tls = TlsRules::new(&rules)?;
+        let tls_flow = (0..rules.len() as u32)
+            .filter(|&r| rules[r as usize].tls_flow)
+            .collect();
         let smtp_files = (0..rules.len() as u32)
             .filter(|&r| rules[r as usize].smtp_file.is_some())
             .collect();
@@ -1100,6 +1106,7 @@ impl Engine {
             dns,
             http,
             tls,
+            tls_flow,
             smtp_files,
             ssh_ids,
             rules,
@@ -1575,6 +1582,10 @@ pub struct FlowState {
     /// Per direction, the protocol detected for `app-layer-protocol` and
     /// its detection flag's countdown ([`crate::alproto`]).
     pub alp: [u8; 2],
+    /// The TLS handshake state `ssl_state` and `ssl_version` read
+    /// ([`crate::tls::legacy::TlsFlow`]; kept only when a loaded rule
+    /// needs it).
+    pub tls: crate::tls::legacy::TlsFlow,
 }
 
 /// Version 2 added the flowbits, version 3 the HTTP framing, version 4 the
@@ -1586,8 +1597,10 @@ pub struct FlowState {
 /// pending SMTP reader ([`crate::pending::SMTP`]), version 10 each
 /// direction's protocol for `app-layer-protocol` ([`crate::alproto`]);
 /// older records still decode (without them: a flow recorded before stays
-/// unknown to `app-layer-protocol`, its first bytes being past).
-const VERSION: u8 = 10;
+/// unknown to `app-layer-protocol`, its first bytes being past), version 11
+/// the TLS handshake state ([`crate::tls::legacy::TlsFlow`]), written last
+/// and only for a flow that has one (a record without it reads as none).
+const VERSION: u8 = 11;
 
 impl Codec for FlowState {
     fn encode(&self, w: &mut Writer<'_>) {
@@ -1613,6 +1626,9 @@ impl Codec for FlowState {
         w.u8(self.app);
         self.ints.encode(w);
         w.u8(self.alp[0]).u8(self.alp[1]);
+        if !self.tls.is_empty() {
+            self.tls.encode(w);
+        }
     }
 
     fn decode(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
@@ -1683,6 +1699,14 @@ impl Codec for FlowState {
                 if !crate::alproto::valid(*a) {
                     return Err(DecodeError("unknown ips app-layer-protocol state"));
                 }
+            }
+        }
+        if version >= 11 {
+            let rest = r.rest();
+            if !rest.is_empty() {
+                let mut t = Reader::new(rest);
+                s.tls = crate::tls::legacy::TlsFlow::decode(&mut t)?;
+                t.finish()?;
             }
         }
         Ok(s)

@@ -20,7 +20,9 @@
 //! next u8, last_end u64)]`, then per direction the HTTP framing (1 byte, 16
 //! while a message is framed), then per direction the pending unit (1 byte, 9
 //! with one), then the detected stream protocol (1 byte) and the `flowint`
-//! variables (`[n u8][n × (id u16, value u32)]`, [`flowint`]): 37 bytes for a
+//! variables (`[n u8][n × (id u16, value u32)]`, [`flowint`]), then, for a
+//! TLS flow when an `ssl_state`/`ssl_version` rule is loaded, its handshake
+//! state ([`tls::legacy::TlsFlow`], 38 bytes and up): 37 bytes for a
 //! flow without partial matches, flowbits, flowints,
 //! HTTP message or pending unit, plus 13 per partial match,
 //! 2 per flowbit, 6 per flowint, 15 per direction framing HTTP and 8 per direction with a
@@ -125,7 +127,11 @@
 //!   a ServerHello or starting a segment, that a segment ends inside is kept
 //!   as a pending unit ([`pending`], [`tls::unit`]) and parsed whole on the
 //!   segment completing it. Messages over several handshake records are
-//!   read from the records joined ([`tls::defragment`]).
+//!   read from the records joined ([`tls::defragment`]). The legacy
+//!   certificate keywords (`tls.subject`, `tls.issuerdn`, validity) are
+//!   checked with the certificate's buffers; `ssl_state` and `ssl_version`
+//!   rules on every packet against the flow's handshake state
+//!   ([`tls::legacy`]), at most once per direction as Suricata raises them.
 //! * A TCP packet's payload without a stream (a mid-stream pickup the
 //!   reassembler does not accept, an IP fragment) is matched on its own, as a
 //!   datagram's payload (positions from the payload start, no state carried to

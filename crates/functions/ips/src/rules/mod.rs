@@ -512,6 +512,19 @@ pub struct Rule {
     /// `tls.cert_chain_len` (TLS rules only): the certificates in the
     /// server's Certificate message.
     pub tls_chain_len: Option<options::NumCmp>,
+    /// `tls.subject`, `tls.issuerdn`, `tls_cert_notbefore`,
+    /// `tls_cert_notafter`, `tls_cert_expired`, `tls_cert_valid` (TLS rules
+    /// only): conditions on the server certificate, all to hold.
+    pub tls_cert: Vec<crate::tls::legacy::CertCond>,
+    /// `ssl_version` conditions (TLS rules only), all to hold.
+    pub ssl_version: Vec<crate::tls::legacy::SslVersion>,
+    /// `ssl_state` conditions (TLS rules only), all to hold.
+    pub ssl_state: Vec<crate::tls::legacy::SslState>,
+    /// A rule of the flow's TLS handshake state alone (`ssl_state`, or
+    /// `ssl_version` without other TLS conditions): evaluated on every
+    /// packet of the flow ([`crate::tls::legacy::TlsFlow`]), not on TLS
+    /// messages.
+    pub tls_flow: bool,
     /// Names of the `byte_extract` variables.
     pub vars: Vec<String>,
     /// `flowbits` conditions and operations.
@@ -1142,6 +1155,10 @@ pub fn parse_rule(line: &str, vars: &Vars) -> Result<Rule, RuleSyntax> {
         target: None,
         tls_version: None,
         tls_chain_len: None,
+        tls_cert: Vec::new(),
+        ssl_version: Vec::new(),
+        ssl_state: Vec::new(),
+        tls_flow: false,
         vars: Vec::new(),
         flowbits: Vec::new(),
         flowints: Vec::new(),
@@ -1198,6 +1215,9 @@ pub fn parse_rule(line: &str, vars: &Vars) -> Result<Rule, RuleSyntax> {
         // ones only) to match.
         let fold: fn(&mut [u8]) = match l.buf {
             crate::tls::Buf::CertSerial => <[u8]>::make_ascii_uppercase,
+            // Suricata lowercases these contents and refuses one that is
+            // not a whole fingerprint ([`options::validate`]).
+            crate::tls::Buf::CertFingerprint => <[u8]>::make_ascii_lowercase,
             crate::tls::Buf::Ja3Hash | crate::tls::Buf::Ja3sHash => <[u8]>::make_ascii_lowercase,
             _ => continue,
         };
@@ -1211,6 +1231,7 @@ pub fn parse_rule(line: &str, vars: &Vars) -> Result<Rule, RuleSyntax> {
     }
     absolute_first(&rule.base64, &mut rule.contents);
     options::validate(&rule)?;
+    rule.tls_flow = options::tls_flow(&rule)?;
     if !rule.alp.is_empty() {
         rule.alp.pd_only = pd_only(&rule);
     }
@@ -1241,6 +1262,9 @@ fn pd_only(r: &Rule) -> bool {
         && r.base64.is_empty()
         && r.tls_version.is_none()
         && r.tls_chain_len.is_none()
+        && r.tls_cert.is_empty()
+        && r.ssl_version.is_empty()
+        && r.ssl_state.is_empty()
         && r.checks.is_empty()
         && !r.established
         && !r.not_established

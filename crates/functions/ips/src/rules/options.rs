@@ -245,20 +245,23 @@ pub const KEYWORDS: &[(&str, Status)] = &[
     ("ssh.hassh.server", U),
     ("ssh.hassh.string", U),
     ("ssh.hassh.server.string", U),
-    ("ssl_version", U),
-    ("ssl_state", U),
+    ("ssl_version", E),
+    ("ssl_state", E),
     ("tls.version", E),
-    ("tls.subject", U),
-    ("tls.issuerdn", U),
-    ("tls.fingerprint", U),
-    ("tls.store", U),
+    ("tls.subject", E),
+    ("tls.issuerdn", E),
+    ("tls.fingerprint", E),
+    // Stores the certificate on disk after a match (a post-match action):
+    // never changes whether a rule matches; it only binds the rule to TLS.
+    ("tls.store", I),
+    ("tls_store", I),
     ("tls.cert_fingerprint", E),
-    ("tls_cert_fingerprint", U),
+    ("tls_cert_fingerprint", E),
     ("tls.cert_chain_len", E),
-    ("tls_cert_notbefore", U),
-    ("tls_cert_notafter", U),
-    ("tls_cert_expired", U),
-    ("tls_cert_valid", U),
+    ("tls_cert_notbefore", E),
+    ("tls_cert_notafter", E),
+    ("tls_cert_expired", E),
+    ("tls_cert_valid", E),
     ("tls.random", E),
     ("tls.random_time", E),
     ("tls.random_bytes", E),
@@ -1190,6 +1193,73 @@ fn move_content(rule: &mut Rule, k: usize, b: crate::http::Buf) {
     http_items(rule, b).push(item);
 }
 
+/// Moves content `k` from wherever it was put to the plain (untransformed)
+/// list of TLS buffer `b` (single-value buffers only).
+fn move_tls_content(rule: &mut Rule, k: usize, b: crate::tls::Buf) {
+    let item = Item::Content(k as u8);
+    let lists = std::iter::once(&mut rule.items)
+        .chain(rule.dns_query.iter_mut().map(|q| &mut q.items))
+        .chain(rule.http.iter_mut().map(|l| &mut l.items))
+        .chain(rule.tls.iter_mut().map(|l| &mut l.items));
+    for l in lists {
+        if let Some(i) = l.iter().rposition(|x| *x == item) {
+            l.remove(i);
+            break;
+        }
+    }
+    let i = match rule.tls.iter().position(|l| l.buf == b && l.xf.is_empty()) {
+        Some(i) => i,
+        None => {
+            rule.tls.push(super::TlsList {
+                buf: b,
+                items: Vec::new(),
+                xf: Default::default(),
+            });
+            rule.tls.len() - 1
+        }
+    };
+    rule.tls[i].items.push(item);
+}
+
+/// Whether `rule` is one of the flow's TLS handshake state
+/// ([`Rule::tls_flow`]): `ssl_state` or `ssl_version` with nothing else
+/// but its header, `flow` and `flowbits` operations. `ssl_state` with
+/// other conditions is refused: Suricata inspects it on every packet
+/// against a state other keywords do not share.
+pub(super) fn tls_flow(rule: &Rule) -> Result<bool, RuleSyntax> {
+    if rule.ssl_state.is_empty() && rule.ssl_version.is_empty() {
+        return Ok(false);
+    }
+    let other = !rule.items.is_empty()
+        || !rule.contents.is_empty()
+        || !rule.tls.is_empty()
+        || rule.tls_version.is_some()
+        || rule.tls_chain_len.is_some()
+        || !rule.tls_cert.is_empty()
+        || !rule.base64.is_empty()
+        || !rule.ip.is_empty()
+        || !rule.checks.is_empty()
+        || !rule.alp.is_empty()
+        || !rule.flowints.is_empty()
+        || !rule.xbits.is_empty()
+        || rule.stream != super::StreamMode::Default
+        || rule
+            .flowbits
+            .iter()
+            .any(|f| matches!(f, super::Flowbit::IsSet(_) | super::Flowbit::IsNotSet(_)));
+    if !other {
+        return Ok(true);
+    }
+    if rule.ssl_state.is_empty() {
+        // `ssl_version` with other TLS conditions: evaluated with them on
+        // the hello of the packet's side.
+        return Ok(false);
+    }
+    Err(RuleSyntax::UnsupportedKeyword(
+        "ssl_state with conditions other than ssl_version, flow and flowbits operations".into(),
+    ))
+}
+
 /// A transform keyword ([`crate::transform`]): after a sticky buffer
 /// (Suricata refuses it elsewhere), it applies to the keywords after it.
 fn transform(
@@ -1640,6 +1710,66 @@ fn apply_keyword(
             to_http(rule, name)?;
             move_content(rule, k, crate::http::Buf::Uri);
         }
+        // Suricata 7's `tls.fingerprint` is a content on
+        // `tls.cert_fingerprint` (as `uricontent` is on `http.uri`).
+        "tls.fingerprint" => {
+            apply(rule, "content", val, cx)?;
+            let k = last(rule)?;
+            to_tls(rule, name)?;
+            move_tls_content(rule, k, crate::tls::Buf::CertFingerprint);
+        }
+        // Conditions on the server certificate ([`crate::tls::legacy`]),
+        // not sticky buffers.
+        "tls.subject" | "tls.issuerdn" => {
+            let v = need(val, name)?;
+            to_tls(rule, name)?;
+            let c = crate::tls::legacy::CertCond::parse_dn(name == "tls.issuerdn", v)
+                .map_err(|why| bad_value(&format!("{v} ({why})")))?;
+            rule.tls_cert.push(c);
+        }
+        "tls_cert_notbefore" | "tls_cert_notafter" => {
+            let v = need(val, name)?;
+            to_tls(rule, name)?;
+            let d = crate::tls::legacy::DateCmp::parse(v)
+                .map_err(|why| bad_value(&format!("{v} ({why})")))?;
+            rule.tls_cert.push(if name == "tls_cert_notbefore" {
+                crate::tls::legacy::CertCond::NotBefore(d)
+            } else {
+                crate::tls::legacy::CertCond::NotAfter(d)
+            });
+        }
+        "tls_cert_expired" | "tls_cert_valid" => {
+            if let Some(v) = val {
+                return Err(bad_value(v));
+            }
+            to_tls(rule, name)?;
+            rule.tls_cert.push(if name == "tls_cert_expired" {
+                crate::tls::legacy::CertCond::Expired
+            } else {
+                crate::tls::legacy::CertCond::Valid
+            });
+        }
+        // Conditions on the flow's TLS handshake ([`crate::tls::legacy`]).
+        "ssl_version" => {
+            let v = need(val, name)?;
+            to_tls(rule, name)?;
+            let c = crate::tls::legacy::SslVersion::parse(v)
+                .map_err(|why| bad_value(&format!("{v} ({why})")))?;
+            rule.ssl_version.push(c);
+        }
+        "ssl_state" => {
+            let v = need(val, name)?;
+            to_tls(rule, name)?;
+            let c = crate::tls::legacy::SslState::parse(v).ok_or_else(|| bad_value(v))?;
+            rule.ssl_state.push(c);
+        }
+        // Information (see the table), but Suricata binds the rule to TLS.
+        "tls.store" | "tls_store" => {
+            if let Some(v) = val {
+                return Err(bad_value(v));
+            }
+            to_tls(rule, name)?;
+        }
         // Not a sticky buffer: a condition on the TLS session, like
         // Suricata's (the keywords after it stay where they were).
         "tls.version" => {
@@ -1864,6 +1994,27 @@ fn apply_keyword(
 
 /// Checks that hold between a rule's keywords once all are read.
 pub(super) fn validate(rule: &Rule) -> Result<(), RuleSyntax> {
+    // Suricata refuses a `tls.cert_fingerprint` content that is not a whole
+    // fingerprint (59 characters), as it never matches.
+    for l in &rule.tls {
+        if l.buf != crate::tls::Buf::CertFingerprint || !l.xf.is_empty() {
+            continue;
+        }
+        for i in &l.items {
+            if let Item::Content(k) = i {
+                let c = &rule.contents[*k as usize];
+                if c.bytes.len() != 59 {
+                    return Err(RuleSyntax::BadValue {
+                        keyword: "tls.cert_fingerprint".into(),
+                        value: format!(
+                            "{} (a fingerprint is 59 characters)",
+                            String::from_utf8_lossy(&c.bytes)
+                        ),
+                    });
+                }
+            }
+        }
+    }
     // An `smtp` rule on attachments is inspected over their bytes only; a
     // stream keyword as well would ask for a match in two places at once,
     // which Suricata's rule does over different transactions.

@@ -42,7 +42,9 @@ impl Ips {
         events: &mut Vec<Event>,
         (data, base): (&[u8], u64),
     ) -> bool {
-        if self.engine.tls.is_empty() {
+        // Without TLS rules on messages, hellos are still read for the
+        // version the handshake state's rules see.
+        if self.engine.tls.is_empty() && self.engine.tls_flow.is_empty() {
             return false;
         }
         let cont = self.pend_ok(st, d, pending::TLS, base);
@@ -84,6 +86,48 @@ impl Ips {
         drop
     }
 
+    /// A TCP packet of direction `x` (0: to the server) of a flow: the other
+    /// direction's bytes it acknowledges are parsed ([`super::legacy`]),
+    /// then, if the flow has a TLS state, the rules of that state
+    /// ([`crate::rules::Rule::tls_flow`]) are evaluated, each raised on the
+    /// first packet of a direction it matches (Suricata's once per
+    /// transaction and direction). Returns true if the packet must be
+    /// dropped.
+    pub(crate) fn tls_flow_packet(
+        &mut self,
+        st: &mut FlowState,
+        x: usize,
+        hdr: &Header,
+        p: &Packet,
+        events: &mut Vec<Event>,
+    ) -> bool {
+        if !st.tls.apply(x) {
+            return false;
+        }
+        let hdr = Header { tls: true, ..*hdr };
+        let mut drop = false;
+        for i in 0..self.engine.tls_flow.len() {
+            let rule = self.engine.tls_flow[i];
+            if self.has_fired(rule) || !self.engine.header_matches(rule, &hdr) {
+                continue;
+            }
+            let r = &self.engine.rules[rule as usize];
+            let t = &st.tls;
+            let ok = r.ssl_state.iter().all(|s| s.matches(t.cur))
+                && r.ssl_version.iter().all(|v| v.matches(t.ver[x]))
+                && !t.matched_before(x, &r.ssl_state, &r.ssl_version);
+            if !ok {
+                continue;
+            }
+            drop |= self.fire(rule, st, (x, p, Some("tls")), events);
+            if st.flags & (BLOCKED | PASSED) != 0 {
+                break;
+            }
+        }
+        st.tls.saw(x);
+        drop
+    }
+
     /// Matches the TLS rules on `payload`, if it starts with a hello or a
     /// Certificate message ([`super::Buffers::fill`]); returns true if the
     /// packet must be dropped.
@@ -113,6 +157,13 @@ impl Ips {
         }
         let hdr = Header { tls: true, ..*hdr };
         let d = if hdr.to_server { 0 } else { 1 };
+        if let Some((_, ver)) = bufs.version() {
+            // The hello's version, parsed whole, for `ssl_version`.
+            st.tls.hello_version(d, ver);
+        }
+        // `tls_cert_expired`/`tls_cert_valid` compare with the packet's time
+        // (Suricata's flow time at inspection).
+        let now = (p.ts_ns / 1_000_000_000) as i64;
         let mut cands = std::mem::take(&mut self.cands);
         cands.clear();
         if self.prefilter {
@@ -147,6 +198,15 @@ impl Ips {
             }) && r
                 .tls_chain_len
                 .is_none_or(|c| bufs.cert_count() > 0 && c.matches(bufs.cert_count() as u32))
+                && (r.tls_cert.is_empty()
+                    || bufs
+                        .cert_view()
+                        .is_some_and(|c| r.tls_cert.iter().all(|k| k.matches(&c, now))))
+                && (r.ssl_version.is_empty()
+                    || bufs.version().is_some_and(|(k, ver)| {
+                        (k == super::Kind::Client) == hdr.to_server
+                            && r.ssl_version.iter().all(|v| v.matches(ver))
+                    }))
                 && (r.items.is_empty() || inspect::inspect(r, raw, 0));
             if !ok {
                 continue;

@@ -22,6 +22,7 @@
 //! bridged by joining the records ([`defragment`]).
 
 pub(crate) mod eval;
+pub mod legacy;
 pub mod prefilter;
 
 use std::io::Write as _;
@@ -769,6 +770,7 @@ pub const STICKY: &[(&str, Buf)] = &[
     ("tls.random_bytes", Buf::RandomBytes),
     ("tls.alpn", Buf::Alpn),
     ("tls.cert_fingerprint", Buf::CertFingerprint),
+    ("tls_cert_fingerprint", Buf::CertFingerprint),
     ("tls.subjectaltname", Buf::SubjectAltName),
 ];
 
@@ -790,6 +792,8 @@ pub struct Buffers {
     serial: Vec<u8>,
     /// Its SHA-1 fingerprint as Suricata prints it.
     fingerprint: Vec<u8>,
+    /// Its validity (notBefore, notAfter), seconds since the epoch.
+    validity: (i64, i64),
     /// Its subject alternative names (DNS names, IP addresses), each a
     /// range of `sans`.
     sans: Vec<u8>,
@@ -852,6 +856,10 @@ impl Buffers {
             return;
         };
         let tbs = &cert.tbs_certificate;
+        self.validity = (
+            tbs.validity.not_before.timestamp(),
+            tbs.validity.not_after.timestamp(),
+        );
         self.subject.clear();
         let _ = write!(self.subject, "{}", tbs.subject);
         self.issuer.clear();
@@ -910,6 +918,17 @@ impl Buffers {
         self.get(b, payload)
             .into_iter()
             .chain(ranges.iter().map(move |r| &of[r.clone()]))
+    }
+
+    /// What the legacy certificate keywords read of the first certificate
+    /// ([`legacy::CertCond`]), if it parsed.
+    pub fn cert_view(&self) -> Option<legacy::CertView<'_>> {
+        self.parsed.then_some(legacy::CertView {
+            subject: &self.subject,
+            issuer: &self.issuer,
+            not_before: self.validity.0,
+            not_after: self.validity.1,
+        })
     }
 
     /// The certificates of the segment's Certificate message (0 without
