@@ -1030,9 +1030,11 @@ impl Defragmenter {
                 // The Fragment header goes: what pointed at it names what
                 // followed it.
                 Some((nh_at, nh)) => h[nh_at as usize] = nh,
-                // A whole datagram's flags (DF kept) and offset.
+                // A whole datagram: no flags, offset 0, as Suricata's
+                // reassembly writes it (`ip_off = 0`, DF cleared too); the
+                // datagram is inspected, never forwarded.
                 None => {
-                    h[6] &= 0x40;
+                    h[6] = 0;
                     h[7] = 0;
                 }
             }

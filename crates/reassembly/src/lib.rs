@@ -73,7 +73,11 @@
 //!   source-routed ones by default) that an IPS reads: the IPv4 options of
 //!   every TCP segment are overwritten with NOPs, header checksum patched
 //!   (`reassembly_ip_options_cleared`, [`Config::clear_ip_options`]; Snort's
-//!   `ip4: opts`). IPv6 extension headers are left alone.
+//!   `ip4: opts`). IPv6 extension headers are left alone. The headers of a
+//!   segment rewritten here (URG, TTL, IP options, overlapping bytes and
+//!   the checksum) are kept as they arrived for the batch
+//!   ([`Streams::rx_header`]), so a consumer can read what the sender sent
+//!   (the IPS's `tcp.hdr`, `ipv4.hdr`).
 //! * **IP fragments of TCP.** A fragment carries no TCP header (or only the
 //!   first does), so the stream never sees its bytes: a signature split over
 //!   two fragments would pass, each fragment inspected alone, while the host
@@ -153,7 +157,7 @@ use sluice_state::{DecodeError, Key, Namespace, OpId, Ops, StateStore, StoreErro
 use sluice_wire::parse::{Fragment, L4};
 use sluice_wire::tcp::flags::{ACK, FIN, RST, SYN, URG};
 use sluice_wire::FlowKey;
-pub use streams::{Datagram, StreamChunk, Streams};
+pub use streams::{Datagram, RxHeader, StreamChunk, Streams};
 
 /// Table of connection records.
 pub const TABLE_CONN: u8 = 1;
@@ -589,22 +593,28 @@ impl Reassembler {
             if !p.is_live() || p.meta.l4 != L4::Tcp {
                 continue;
             }
+            // A rule reads the headers as they arrived (Suricata's
+            // `tcp.hdr`, `ipv4.hdr`): kept before the first rewrite.
+            let low_ttl = p.meta.ttl < min_ttl;
+            let opts = clear_opts
+                && p.meta.ethertype == 0x0800
+                && p.meta.l4_offset as usize > p.meta.l3_offset as usize + 20;
+            if p.meta.tcp_flags & URG != 0 || low_ttl || opts {
+                streams.keep_rx_header(i, p.data(), &p.meta);
+            }
             if p.meta.tcp_flags & URG != 0 {
                 let (frame, meta) = p.data_and_meta_mut();
                 if sluice_wire::rewrite::clear_urgent(frame, meta) {
                     self.counters.urgent_cleared += 1;
                 }
             }
-            if clear_opts
-                && p.meta.ethertype == 0x0800
-                && p.meta.l4_offset as usize > p.meta.l3_offset as usize + 20
-            {
+            if opts {
                 let (frame, meta) = p.data_and_meta_mut();
                 if sluice_wire::rewrite::clear_ip_options(frame, meta) {
                     self.counters.ip_options_cleared += 1;
                 }
             }
-            if p.meta.ttl < min_ttl {
+            if low_ttl {
                 let (frame, meta) = p.data_and_meta_mut();
                 if sluice_wire::rewrite::raise_ttl(frame, meta, min_ttl) {
                     self.counters.ttl_raised += 1;
@@ -808,8 +818,10 @@ impl Reassembler {
             }
             let p = &mut batch.pkts[i];
             let at = p.meta.payload_offset as usize + rw.at as usize;
-            let frame = p.data_mut();
-            if frame[at..at + l] != self.scratch[..] {
+            if p.data()[at..at + l] != self.scratch[..] {
+                // The checksum changes with the bytes.
+                streams.keep_rx_header(i, p.data(), &p.meta);
+                let frame = p.data_mut();
                 frame[at..at + l].copy_from_slice(&self.scratch);
                 sluice_wire::rewrite::fill_l4_checksum(frame);
                 self.counters.overlap_rewrites += 1;

@@ -70,6 +70,18 @@ pub struct Datagram {
     pub len: u32,
 }
 
+/// A packet's network and transport headers as they arrived, kept because
+/// this reassembler rewrote them (see [`Streams::rx_header`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RxHeader {
+    /// Index of the packet in the batch.
+    pub pkt: u32,
+    /// Start of the copy in [`Streams::rx_arena`].
+    pub start: u32,
+    /// Length of the copy.
+    pub len: u32,
+}
+
 /// Per-packet stream deliveries for one batch, indexed like the batch's packets.
 #[derive(Debug, Default)]
 pub struct Streams {
@@ -85,6 +97,13 @@ pub struct Streams {
     /// consumer matches them as IP packets only (their transport header
     /// and payload are the datagram's).
     pub fragments: Vec<u32>,
+    /// The packets whose headers this reassembler rewrote in place (URG
+    /// cleared, TTL raised, IP options cleared, a checksum recomputed over
+    /// replaced bytes), sorted by packet: their headers as they arrived
+    /// are in [`Streams::rx_arena`].
+    pub rx_headers: Vec<RxHeader>,
+    /// The bytes of [`Streams::rx_headers`].
+    pub rx_arena: Vec<u8>,
 }
 
 impl Streams {
@@ -95,6 +114,49 @@ impl Streams {
         self.arena.clear();
         self.datagrams.clear();
         self.fragments.clear();
+        self.rx_headers.clear();
+        self.rx_arena.clear();
+    }
+
+    /// Keeps packet `i`'s headers (`frame` from the IP header to the
+    /// payload, as `meta` places them) before a first rewrite of them; a
+    /// packet already kept keeps its first copy, the one as it arrived.
+    pub fn keep_rx_header(
+        &mut self,
+        i: usize,
+        frame: &[u8],
+        meta: &sluice_wire::parse::PacketMeta,
+    ) {
+        let at = self.rx_headers.partition_point(|h| (h.pkt as usize) < i);
+        if self.rx_headers.get(at).is_some_and(|h| h.pkt as usize == i) {
+            return;
+        }
+        let Some(hdr) = frame.get(meta.l3_offset as usize..meta.payload_offset as usize) else {
+            return;
+        };
+        let start = self.rx_arena.len() as u32;
+        self.rx_arena.extend_from_slice(hdr);
+        self.rx_headers.insert(
+            at,
+            RxHeader {
+                pkt: i as u32,
+                start,
+                len: hdr.len() as u32,
+            },
+        );
+    }
+
+    /// Packet `i`'s headers as they arrived, from its IP header to its
+    /// payload, if this reassembler rewrote them; `None` when the packet's
+    /// own bytes are as they arrived.
+    pub fn rx_header(&self, i: usize) -> Option<&[u8]> {
+        if self.rx_headers.is_empty() {
+            return None;
+        }
+        let at = self.rx_headers.partition_point(|h| (h.pkt as usize) < i);
+        let h = self.rx_headers.get(at).filter(|h| h.pkt as usize == i)?;
+        self.rx_arena
+            .get(h.start as usize..(h.start + h.len) as usize)
     }
 
     /// The frame of datagram `d`.
@@ -115,5 +177,38 @@ impl Streams {
         let e = c.extra_start as usize;
         let extra = self.arena.get(e..e + c.extra_len as usize).unwrap_or(&[]);
         Some((c, own, extra))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A packet's first kept copy stands (the headers as they arrived),
+    /// copies are found by packet whatever order they were kept in, and a
+    /// new batch forgets them.
+    #[test]
+    fn rx_headers_keep_the_first_copy_per_packet() {
+        let mut s = Streams::default();
+        let meta = sluice_wire::parse::PacketMeta {
+            l3_offset: 2,
+            payload_offset: 5,
+            ..Default::default()
+        };
+        s.keep_rx_header(7, &[0, 0, 1, 2, 3, 9], &meta);
+        s.keep_rx_header(7, &[0, 0, 4, 4, 4, 9], &meta);
+        s.keep_rx_header(3, &[0, 0, 5, 6, 7, 9], &meta);
+        assert_eq!(s.rx_header(7), Some(&[1, 2, 3][..]));
+        assert_eq!(s.rx_header(3), Some(&[5, 6, 7][..]));
+        assert_eq!(s.rx_header(4), None);
+        // Offsets past the frame keep nothing.
+        let bad = sluice_wire::parse::PacketMeta {
+            payload_offset: 50,
+            ..meta
+        };
+        s.keep_rx_header(9, &[0; 6], &bad);
+        assert_eq!(s.rx_header(9), None);
+        s.reset(10);
+        assert_eq!(s.rx_header(7), None);
     }
 }

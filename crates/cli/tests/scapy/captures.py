@@ -221,6 +221,7 @@ def main():
     from captures_app import CAPTURES as APP
     from captures_bytemath import CAPTURES as BYTEMATH
     from captures_dataset import CAPTURES as DATASET
+    from captures_hdr import CAPTURES as HDR
     from captures_defrag import CAPTURES as DEFRAG
     from captures_httpbody import CAPTURES as HTTPBODY
     from captures_hostbits import CAPTURES as HOSTBITS
@@ -234,7 +235,9 @@ def main():
     from captures_xform import CAPTURES as XFORM
 
     every = dict(CAPTURES)
-    for more in (STREAM, APP, XFORM, BYTEMATH, HTTPBODY, THRESHOLD, DATASET, KW, HTTPEDGE, TLSDNS, L2L3, DEFRAG, ALP, HOSTBITS, TLSLEGACY):
+    for more in (
+        STREAM, APP, XFORM, BYTEMATH, HTTPBODY, THRESHOLD, DATASET, KW, HTTPEDGE, TLSDNS, L2L3, DEFRAG, ALP, HOSTBITS, TLSLEGACY, HDR,
+    ):
         assert not set(more) & set(every), set(more) & set(every)
         every.update(more)
     for name, build in every.items():

@@ -441,6 +441,7 @@ fn lists_mut(rule: &mut Rule) -> impl Iterator<Item = &mut Vec<Item>> {
         .chain(rule.smtp_file.iter_mut())
         .chain(rule.ssh.iter_mut().map(|(_, l)| l))
         .chain(rule.ip.iter_mut().map(|(_, l)| l))
+        .chain(rule.hdr.iter_mut().map(|l| &mut l.items))
 }
 
 fn kws_mut(rule: &mut Rule) -> impl Iterator<Item = &mut DatasetKw> {
@@ -462,6 +463,7 @@ fn lists(rule: &Rule) -> impl Iterator<Item = &Vec<Item>> {
         .chain(rule.smtp_file.iter())
         .chain(rule.ssh.iter().map(|(_, l)| l))
         .chain(rule.ip.iter().map(|(_, l)| l))
+        .chain(rule.hdr.iter().map(|l| &l.items))
 }
 
 /// True if `rule` has a dataset keyword decided after the batch.

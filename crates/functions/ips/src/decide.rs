@@ -110,6 +110,16 @@ impl BatchNf for Ips {
             crate::dataset::clear_seen();
         }
         self.app_now = None;
+        // The packet's headers as they arrived, if the reassembler rewrote
+        // them (rare): only rules with a header buffer read them.
+        self.rx_hdr_on = false;
+        if self.engine.any_hdr {
+            if let Some(b) = ctx.streams.rx_header(i) {
+                self.rx_hdr.clear();
+                self.rx_hdr.extend_from_slice(b);
+                self.rx_hdr_on = true;
+            }
+        }
         let mut st = match plan.map(|ei| &pass.recs[ei]) {
             Some(e) if e.corrupt => {
                 p.drop_by(ctx.stage, "ips_state_corrupt");
@@ -271,7 +281,25 @@ fn packet_info(p: &Packet, csum: bool) -> PacketInfo {
             Some(h) => Some(h.2 & 0x1fff),
             None => frag_offset_v6(p),
         },
+        icmpv6_mtu: icmpv6_mtu(p),
     }
+}
+
+/// The MTU of an ICMPv6 Packet Too Big message of code 0 (Suricata's
+/// detect-icmpv6-mtu.c: other codes and types have none).
+fn icmpv6_mtu(p: &Packet) -> Option<u32> {
+    let m = &p.meta;
+    if m.l4 != L4::Icmp
+        || m.flow.proto != 58
+        || m.icmp_type != 2
+        || m.icmp_code != 0
+        || m.fragment != sluice_wire::parse::Fragment::None
+    {
+        return None;
+    }
+    let o = m.l4_offset as usize;
+    let b = p.data().get(o + 4..o + 8)?;
+    Some(u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
 }
 
 /// [`PacketInfo::frag_off`] of `p`, not IPv4.
@@ -936,6 +964,12 @@ impl Ips {
         if !r.ip.is_empty() && !ip_buffers_match(r, &p.meta.flow) {
             return false;
         }
+        if !r.hdr.is_empty() {
+            let rx = self.rx_hdr_on.then_some(&self.rx_hdr[..]);
+            if !hdr_buffers_match(r, p, rx, &mut self.hdr_xf) {
+                return false;
+            }
+        }
         if !self.engine.flowbits_ok(rule, &st.bits) || !self.engine.flowints.ok(rule, &st.ints) {
             return false;
         }
@@ -1415,6 +1449,23 @@ impl Segment<'_> {
 pub(crate) struct Bytes<'a> {
     parts: [&'a [u8]; 2],
     base: u64,
+}
+
+/// True if the keywords of `r` on packet-header buffers match packet `p`'s
+/// headers ([`crate::pkthdr`]; `rx`: its headers as they arrived, if they
+/// were rewritten since): conditions on the packet, whatever else of the
+/// rule matched. A packet without one of the headers does not match.
+fn hdr_buffers_match(
+    r: &crate::rules::Rule,
+    p: &Packet,
+    rx: Option<&[u8]>,
+    s: &mut crate::transform::Scratch,
+) -> bool {
+    r.hdr.iter().all(|l| {
+        l.buf
+            .of(p.data(), &p.meta, rx)
+            .is_some_and(|b| crate::bufrules::list_matches(r, &l.items, &l.xf, b, 0, s))
+    })
 }
 
 /// True if the `ip.src` and `ip.dst` keywords of `r` match the addresses

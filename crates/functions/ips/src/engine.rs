@@ -869,6 +869,9 @@ pub struct Engine {
     /// True if a rule is packetwise or dual: segments' own payloads are
     /// inspected.
     pub any_packetwise: bool,
+    /// True if a rule has a packet-header buffer ([`crate::pkthdr`]): the
+    /// headers a reassembler rewrote are read as they arrived.
+    pub any_hdr: bool,
     /// Per rule: [`Rule::dual`]. Matched on the stream like any stream rule,
     /// and a hit of its [`Engine::dual_trigger`] inside a segment's own
     /// payload also makes it a candidate for an inspection of that payload.
@@ -964,7 +967,10 @@ impl Engine {
             };
             // Contents on `base64_data` are in decoded bytes, never in the
             // stream: they cannot trigger a rule.
-            let last_positive = r.contents.iter().rposition(|c| !c.negated && !c.in_b64);
+            let last_positive = r
+                .contents
+                .iter()
+                .rposition(|c| !c.negated && c.in_payload());
             let multi_relative = r.contents.len() > 1 && r.contents.iter().any(|c| c.is_relative());
             let pw = packetwise[ri];
             // A buffer or packetwise rule is never matched by the streaming
@@ -1034,7 +1040,7 @@ impl Engine {
             }
             flowbits.push(ops);
             for (ci, c) in r.contents.iter().enumerate() {
-                if c.negated || c.in_b64 || r.app_layer() || (fp_only && fast != Some(ci)) {
+                if c.negated || !c.in_payload() || r.app_layer() || (fp_only && fast != Some(ci)) {
                     continue;
                 }
                 let (pats, tg, idx) = &mut sets[c.nocase as usize];
@@ -1092,6 +1098,7 @@ impl Engine {
             .filter(|&r| !rules[r as usize].ssh.is_empty())
             .collect();
         let any_packetwise = packetwise.iter().any(|&pw| pw) || !dual_rules.is_empty();
+        let any_hdr = rules.iter().any(|r| !r.hdr.is_empty());
         let packet_rules = packet_rules.map(|ids| PacketRules::new(&rules, &ids));
         Ok(Engine {
             headers,
@@ -1100,6 +1107,7 @@ impl Engine {
             fast: fast_rules,
             packetwise,
             any_packetwise,
+            any_hdr,
             dual,
             dual_trigger,
             dual_rules,
@@ -1421,7 +1429,7 @@ fn stream_fast_pattern(r: &Rule) -> Option<usize> {
         r.contents
             .iter()
             .enumerate()
-            .filter(|(_, c)| !c.negated && !c.in_b64)
+            .filter(|(_, c)| !c.negated && c.in_payload())
     };
     positive()
         .find(|(_, c)| c.fast_pattern)

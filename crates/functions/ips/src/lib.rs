@@ -160,6 +160,7 @@ pub mod http;
 pub mod inspect;
 pub mod packetidx;
 pub mod pending;
+pub mod pkthdr;
 mod records;
 pub mod rules;
 pub mod smtp;
@@ -568,6 +569,13 @@ pub struct Ips {
     http_head_rec: Vec<u32>,
     /// Buffers after their transforms (`dotprefix`, ...), reused.
     http_dot: transform::Scratch,
+    /// Packet-header buffers after their transforms, reused.
+    hdr_xf: transform::Scratch,
+    /// The headers of the packet being decided as they arrived
+    /// ([`sluice_nf::Streams::rx_header`]), when `rx_hdr_on`; reused.
+    rx_hdr: Vec<u8>,
+    /// `rx_hdr` holds the packet's headers.
+    rx_hdr_on: bool,
     /// The application-layer prefilters' scratch space, reused.
     mpm: bufrules::MpmScratch,
     /// The application-layer rules, and the buffer rules of the stream
@@ -766,6 +774,9 @@ impl Ips {
             http_found: Vec::new(),
             http_head_rec: Vec::new(),
             http_dot: transform::Scratch::default(),
+            hdr_xf: transform::Scratch::default(),
+            rx_hdr: Vec::new(),
+            rx_hdr_on: false,
             mpm: Default::default(),
             prefilter: true,
             tls_bufs: tls::Buffers::default(),

@@ -20,7 +20,9 @@
 //! that buffer of each HTTP message ([`HttpList`]), and the Snort-style
 //! modifiers (`http_uri`, ...) move the content before them there; after a
 //! TLS buffer keyword (`tls.sni`, `ja3.hash`, ...) they inspect that buffer of
-//! a TLS hello ([`TlsList`]).
+//! a TLS hello ([`TlsList`]); after a packet-header buffer (`tcp.hdr`,
+//! `ipv4.hdr`, ...) that header of the packet ([`HdrList`],
+//! [`crate::pkthdr`]).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -336,6 +338,9 @@ pub struct Content {
     /// The content is on `base64_data` (the decoded bytes of the rule's
     /// `base64_decode`): never searched in the stream or a buffer.
     pub in_b64: bool,
+    /// The content is on a packet-header buffer ([`HdrList`]): never
+    /// searched in the stream or the payload.
+    pub in_hdr: bool,
 }
 
 /// `offset`, `depth`, `distance`, `within` given as a `byte_extract` variable
@@ -353,6 +358,12 @@ pub struct VarPos {
 }
 
 impl Content {
+    /// True if the content is searched in the payload or the stream (not
+    /// on `base64_data` or a packet-header buffer).
+    pub fn in_payload(&self) -> bool {
+        !self.in_b64 && !self.in_hdr
+    }
+
     /// True if positioned relative to the previous match.
     pub fn is_relative(&self) -> bool {
         self.distance.is_some()
@@ -463,6 +474,20 @@ pub struct TlsList {
     pub xf: crate::transform::Transforms,
 }
 
+/// The keywords of a rule on one packet-header buffer
+/// ([`crate::pkthdr::HdrBuf`]): all must match that header of the packet
+/// the rule matches.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HdrList {
+    /// The buffer.
+    pub buf: crate::pkthdr::HdrBuf,
+    /// Payload keywords in rule order (contents by index in [`Rule::contents`]).
+    pub items: Vec<Item>,
+    /// The transforms the buffer goes through before its keywords
+    /// ([`crate::transform`]).
+    pub xf: crate::transform::Transforms,
+}
+
 /// A parsed rule.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Rule {
@@ -507,6 +532,10 @@ pub struct Rule {
     /// that address of the packet (4 or 16 bytes), a condition of the rule
     /// wherever it matches.
     pub ip: Vec<(bool, Vec<Item>)>,
+    /// The keywords on packet-header buffers (`tcp.hdr`, `ipv4.hdr`, ...),
+    /// one list per buffer and transforms: conditions on the packet the
+    /// rule matches, which must have each header.
+    pub hdr: Vec<HdrList>,
     /// `tls.version` (TLS rules only).
     pub tls_version: Option<crate::tls::TlsVersion>,
     /// `tls.cert_chain_len` (TLS rules only): the certificates in the
@@ -599,13 +628,18 @@ impl Rule {
 
     /// True for a rule whose payload keywords Suricata inspects over each
     /// packet's own payload, never the reassembled TCP stream: one with
-    /// `dsize` or `flow:no_stream` (`tcp-pkt`) and payload keywords, over TCP
-    /// (`tcp`, `ip`, or `smtp`/`ftp`/`smb` on flows detected as such). Its contents are matched within one segment's payload
-    /// and `dsize` compares that payload's length.
+    /// `dsize`, `flow:no_stream` (`tcp-pkt`) or a packet-header buffer
+    /// (`tcp.hdr`, ...: Suricata's `SIG_FLAG_REQUIRE_PACKET` keeps it from
+    /// the stream) and payload keywords, over TCP (`tcp`, `ip`, or
+    /// `smtp`/`ftp`/`smb` on flows detected as such). Its contents are
+    /// matched within one segment's payload and `dsize` compares that
+    /// payload's length.
     pub fn packetwise(&self) -> bool {
         (matches!(self.proto, Proto::Tcp | Proto::Ip) || self.proto.stream_app())
             && !self.items.is_empty()
-            && (self.checks.dsize.is_some() || self.stream == StreamMode::No)
+            && (self.checks.dsize.is_some()
+                || self.stream == StreamMode::No
+                || !self.hdr.is_empty())
     }
 
     /// True for a TCP stream rule Suricata inspects over each packet's own
@@ -622,7 +656,7 @@ impl Rule {
             && !self.items.is_empty()
             && (self.checks.stream_size.is_some()
                 || self.contents.iter().any(|c| {
-                    !c.in_b64
+                    c.in_payload()
                         && (c.depth.is_some()
                             || c.offset.is_some()
                             || c.startswith
@@ -825,6 +859,10 @@ pub enum RuleSyntax {
     /// ... ([`crate::dataset`]).
     #[error("{0}")]
     Dataset(String),
+    /// A sticky buffer no keyword inspects (Suricata: "setup buffer ...
+    /// but didn't add matches to it").
+    #[error("sticky buffer {0} without a keyword after it")]
+    EmptyBuffer(String),
 }
 
 impl RuleSyntax {
@@ -898,6 +936,7 @@ impl RuleSyntax {
                     S::TransformPlacement(_) | S::TransformContent { .. } | S::TransformLast => {
                         "transform"
                     }
+                    S::EmptyBuffer(_) => "empty sticky buffer",
                     _ => "other",
                 };
                 format!("error: {what}")
@@ -1151,6 +1190,7 @@ pub fn parse_rule(line: &str, vars: &Vars) -> Result<Rule, RuleSyntax> {
         smtp_file: None,
         ssh: Vec::new(),
         ip: Vec::new(),
+        hdr: Vec::new(),
         metadata: None,
         target: None,
         tls_version: None,
@@ -1198,6 +1238,7 @@ pub fn parse_rule(line: &str, vars: &Vars) -> Result<Rule, RuleSyntax> {
     if !cx.has_sid {
         return Err(RuleSyntax::MissingSid);
     }
+    options::named_buffers_used(&rule, &cx)?;
     absolute_first(&rule.items, &mut rule.contents);
     if cx.xf_pending {
         return Err(RuleSyntax::TransformLast);
@@ -1206,6 +1247,9 @@ pub fn parse_rule(line: &str, vars: &Vars) -> Result<Rule, RuleSyntax> {
         absolute_first(&q.items, &mut rule.contents);
     }
     for l in &rule.http {
+        absolute_first(&l.items, &mut rule.contents);
+    }
+    for l in &rule.hdr {
         absolute_first(&l.items, &mut rule.contents);
     }
     for l in &rule.tls {
@@ -1237,7 +1281,11 @@ pub fn parse_rule(line: &str, vars: &Vars) -> Result<Rule, RuleSyntax> {
     }
     // DNS and HTTP rules are always inspected over their buffers
     // ([`crate::dns`], [`crate::http`]), never by the stream automata.
+    // A rule with a packet-header buffer is inspected over buffers too:
+    // its payload keywords are not the only contents, which the stream
+    // automata's in-order matching assumes.
     rule.buffer = matches!(rule.proto, Proto::Dns | Proto::Http | Proto::Tls)
+        || !rule.hdr.is_empty()
         || rule.contents.iter().any(Content::needs_buffer)
         || rule.items.iter().any(|i| !matches!(i, Item::Content(_)));
     Ok(rule)
@@ -1259,6 +1307,7 @@ fn pd_only(r: &Rule) -> bool {
         && r.smtp_file.is_none()
         && r.ssh.is_empty()
         && r.ip.is_empty()
+        && r.hdr.is_empty()
         && r.base64.is_empty()
         && r.tls_version.is_none()
         && r.tls_chain_len.is_none()

@@ -186,15 +186,15 @@ pub const KEYWORDS: &[(&str, Status)] = &[
     ("udpv6-csum", E),
     ("icmpv4-csum", E),
     ("icmpv6-csum", E),
-    ("tcp.hdr", U),
+    ("tcp.hdr", E),
     ("icmp_id", E),
     ("icmp_seq", E),
-    ("icmpv4.hdr", U),
-    ("icmpv6.hdr", U),
-    ("icmpv6.mtu", U),
-    ("ipv4.hdr", U),
-    ("ipv6.hdr", U),
-    ("udp.hdr", U),
+    ("icmpv4.hdr", E),
+    ("icmpv6.hdr", E),
+    ("icmpv6.mtu", E),
+    ("ipv4.hdr", E),
+    ("ipv6.hdr", E),
+    ("udp.hdr", E),
     ("tos", E),
     ("geoip", U),
     ("iprep", U),
@@ -568,6 +568,9 @@ pub struct PacketInfo {
     /// for IPv6, the Fragment header's offset in bytes, and no value
     /// without one.
     pub frag_off: Option<u16>,
+    /// The MTU of an ICMPv6 Packet Too Big message (type 2, code 0), as
+    /// Suricata's detect-icmpv6-mtu.c reads it.
+    pub icmpv6_mtu: Option<u32>,
 }
 
 /// Which stream `stream_size` compares.
@@ -680,6 +683,8 @@ pub struct PacketChecks {
     pub mss: Option<NumCmp>,
     /// `ipv4-csum`, `tcpv4-csum`, ... (Suricata's detect-csum.c).
     pub csum: Option<Csum>,
+    /// `icmpv6.mtu` (ICMPv6 Packet Too Big messages of code 0 only).
+    pub icmpv6_mtu: Option<NumCmp>,
 }
 
 /// A checksum keyword: `KIND-csum:valid|invalid` (Suricata's
@@ -864,6 +869,9 @@ impl PacketChecks {
                 .icmp_seq
                 .is_none_or(|c| p.icmp_idseq.is_some_and(|x| c.matches(x.1 as u32)))
             && self.csum.is_none_or(|c| c.matches(proto, p))
+            && self
+                .icmpv6_mtu
+                .is_none_or(|c| p.icmpv6_mtu.is_some_and(|m| c.matches(m)))
     }
 }
 
@@ -1024,6 +1032,11 @@ pub(super) struct ParseCx {
     pub ssh: Option<bool>,
     /// The sticky buffer is `ip.src` (`false`) or `ip.dst` (`true`).
     pub ip: Option<bool>,
+    /// The sticky buffer is this packet-header buffer.
+    pub hdr: Option<crate::pkthdr::HdrBuf>,
+    /// The packet-header buffers the rule named, each of which must get a
+    /// keyword ([`named_buffers_used`]).
+    pub hdr_named: Vec<crate::pkthdr::HdrBuf>,
     /// The transforms given since the sticky buffer ([`crate::transform`]).
     pub xf: crate::transform::Transforms,
     /// The list the sticky buffer's keywords go to, once one did (an index
@@ -1044,6 +1057,7 @@ impl ParseCx {
         self.smtp_file = false;
         self.ssh = None;
         self.ip = None;
+        self.hdr = None;
         self.xf = Default::default();
         self.list = None;
         self.xf_pending = false;
@@ -1084,6 +1098,23 @@ fn items<'r>(rule: &'r mut Rule, cx: &mut ParseCx) -> &'r mut Vec<Item> {
             .list
             .get_or_insert_with(|| http_list_index(rule, b, &cx.xf));
         return &mut rule.http[i].items;
+    }
+    if let Some(b) = cx.hdr {
+        // One list per buffer and transforms, as for HTTP's.
+        let i = *cx.list.get_or_insert_with(|| {
+            match rule.hdr.iter().position(|l| l.buf == b && l.xf == cx.xf) {
+                Some(i) => i,
+                None => {
+                    rule.hdr.push(super::HdrList {
+                        buf: b,
+                        items: Vec::new(),
+                        xf: cx.xf.clone(),
+                    });
+                    rule.hdr.len() - 1
+                }
+            }
+        });
+        return &mut rule.hdr[i].items;
     }
     if let Some(b) = cx.tls {
         let i = *cx.list.get_or_insert_with(|| {
@@ -1143,6 +1174,7 @@ fn http_list(rule: &mut Rule, b: crate::http::Buf) -> &mut super::HttpList {
 /// A TLS keyword makes a `tcp` rule a TLS one, as HTTP keywords do
 /// ([`to_http`]); on other protocols it is refused.
 fn to_tls(rule: &mut Rule, name: &str) -> Result<(), RuleSyntax> {
+    no_hdr(rule, name)?;
     match rule.proto {
         Proto::Tls => Ok(()),
         Proto::Tcp if rule.dns_query.is_empty() && rule.http.is_empty() => {
@@ -1156,6 +1188,19 @@ fn to_tls(rule: &mut Rule, name: &str) -> Result<(), RuleSyntax> {
     }
 }
 
+/// Refuses application-layer keyword `name` in a rule with a packet-header
+/// buffer: Suricata inspects such a header on the packet a transaction's
+/// inspection starts at, which this IPS does not model.
+fn no_hdr(rule: &Rule, name: &str) -> Result<(), RuleSyntax> {
+    match rule.hdr.first() {
+        Some(l) => Err(RuleSyntax::UnsupportedKeyword(format!(
+            "{name} with {}",
+            l.buf.keyword()
+        ))),
+        None => Ok(()),
+    }
+}
+
 /// The keywords of HTTP buffer `b`.
 fn http_items(rule: &mut Rule, b: crate::http::Buf) -> &mut Vec<Item> {
     &mut http_list(rule, b).items
@@ -1164,6 +1209,7 @@ fn http_items(rule: &mut Rule, b: crate::http::Buf) -> &mut Vec<Item> {
 /// An HTTP keyword makes a `tcp` rule an HTTP one (Suricata sets the rule's
 /// application protocol from its buffers); on other protocols it is refused.
 fn to_http(rule: &mut Rule, name: &str) -> Result<(), RuleSyntax> {
+    no_hdr(rule, name)?;
     match rule.proto {
         Proto::Http => Ok(()),
         Proto::Tcp if rule.dns_query.is_empty() && rule.tls.is_empty() => {
@@ -1242,6 +1288,7 @@ pub(super) fn tls_flow(rule: &Rule) -> Result<bool, RuleSyntax> {
         || !rule.alp.is_empty()
         || !rule.flowints.is_empty()
         || !rule.xbits.is_empty()
+        || !rule.hdr.is_empty()
         || rule.stream != super::StreamMode::Default
         || rule
             .flowbits
@@ -1258,6 +1305,43 @@ pub(super) fn tls_flow(rule: &Rule) -> Result<bool, RuleSyntax> {
     Err(RuleSyntax::UnsupportedKeyword(
         "ssl_state with conditions other than ssl_version, flow and flowbits operations".into(),
     ))
+}
+
+/// Checks that a rule of `rule`'s protocol may carry header `b`, as
+/// Suricata's setup of the keyword does (`tcp.hdr` needs a protocol
+/// including TCP, ...). Application-layer rules are refused: Suricata
+/// inspects the header on the packet a transaction's inspection starts at,
+/// which this IPS does not model.
+fn hdr_proto(rule: &Rule, b: crate::pkthdr::HdrBuf) -> Result<(), RuleSyntax> {
+    use crate::pkthdr::HdrBuf;
+    if rule.app_layer() || !rule.http.is_empty() || !rule.tls.is_empty() {
+        return Err(RuleSyntax::UnsupportedKeyword(format!(
+            "{} on a {} rule",
+            b.keyword(),
+            rule.proto.name()
+        )));
+    }
+    let v6 = rule.checks.ipv6;
+    let ok = match b {
+        HdrBuf::Ipv4 | HdrBuf::Ipv6 => true,
+        HdrBuf::Tcp => matches!(rule.proto, Proto::Tcp | Proto::Ip) || rule.proto.stream_app(),
+        HdrBuf::Udp => matches!(rule.proto, Proto::Udp | Proto::Ip),
+        // `icmpv4` and `icmpv6` rules name one of the two.
+        HdrBuf::Icmpv4 => {
+            rule.proto == Proto::Ip || (rule.proto == Proto::Icmp && v6 != Some(true))
+        }
+        HdrBuf::Icmpv6 => {
+            rule.proto == Proto::Ip || (rule.proto == Proto::Icmp && v6 != Some(false))
+        }
+    };
+    if ok {
+        Ok(())
+    } else {
+        Err(RuleSyntax::BadValue {
+            keyword: b.keyword().into(),
+            value: format!("on a {} rule", rule.proto.name()),
+        })
+    }
 }
 
 /// A transform keyword ([`crate::transform`]): after a sticky buffer
@@ -1291,7 +1375,7 @@ fn transform(
             }
         )));
     }
-    if cx.http.is_none() && cx.tls.is_none() && !cx.dns_query {
+    if cx.http.is_none() && cx.tls.is_none() && !cx.dns_query && cx.hdr.is_none() {
         return Err(RuleSyntax::TransformPlacement(name.into()));
     }
     // The keywords after it go to the buffer with the transforms so far
@@ -1343,6 +1427,7 @@ pub(super) fn apply(
         || cx.dns_query
         || cx.smtp_file
         || cx.ssh.is_some()
+        || cx.hdr.is_some()
         || name == "pkt_data"
     {
         return Err(RuleSyntax::UnsupportedKeyword(format!(
@@ -1427,6 +1512,7 @@ fn apply_keyword(
                 bytes,
                 negated,
                 in_b64: cx.base64,
+                in_hdr: cx.hdr.is_some(),
                 ..Content::default()
             });
         }
@@ -1619,6 +1705,21 @@ fn apply_keyword(
         // `2.0`, `OpenSSH_9.6`), on `ssh` rules.
         // The packet's source or destination address as a buffer (4 or
         // 16 bytes), Suricata's sticky buffers for datasets.
+        // A header of the packet as a buffer ([`crate::pkthdr`]); Suricata
+        // refuses a transport's on a rule whose protocol cannot carry it.
+        "ipv4.hdr" | "ipv6.hdr" | "tcp.hdr" | "udp.hdr" | "icmpv4.hdr" | "icmpv6.hdr" => {
+            if let Some(v) = val {
+                return Err(bad_value(v));
+            }
+            let b = crate::pkthdr::HdrBuf::from_keyword(name).ok_or_else(|| bad_value(name))?;
+            hdr_proto(rule, b)?;
+            cx.reset();
+            cx.hdr = Some(b);
+            if !cx.hdr_named.contains(&b) {
+                cx.hdr_named.push(b);
+            }
+        }
+        "icmpv6.mtu" => rule.checks.icmpv6_mtu = Some(num(val, u32::MAX)?),
         "ip.src" | "ip.dst" => {
             if val.is_some() {
                 return Err(bad_value(val.unwrap_or_default()));
@@ -1645,6 +1746,7 @@ fn apply_keyword(
                 || cx.smtp_file
                 || cx.ssh.is_some()
                 || cx.ip.is_some()
+                || cx.hdr.is_some()
                 || cx.base64;
             if !sticky {
                 return Err(RuleSyntax::UnsupportedKeyword(format!(
@@ -1780,7 +1882,7 @@ fn apply_keyword(
         other if crate::transform::Transform::is_keyword(other) => transform(rule, other, val, cx)?,
         // A whole buffer's length: only on a sticky buffer (Suricata).
         "bsize" => {
-            if !cx.dns_query && cx.http.is_none() && cx.tls.is_none() {
+            if !cx.dns_query && cx.http.is_none() && cx.tls.is_none() && cx.hdr.is_none() {
                 return Err(RuleSyntax::UnsupportedKeyword(name.into()));
             }
             let c = num(val, u32::MAX)?;
@@ -1992,6 +2094,17 @@ fn apply_keyword(
     Ok(())
 }
 
+/// Refuses a rule naming a packet-header buffer without a keyword on it, as
+/// Suricata does ("setup buffer ... but didn't add matches to it").
+pub(super) fn named_buffers_used(rule: &Rule, cx: &ParseCx) -> Result<(), RuleSyntax> {
+    for &b in &cx.hdr_named {
+        if !rule.hdr.iter().any(|l| l.buf == b && !l.items.is_empty()) {
+            return Err(RuleSyntax::EmptyBuffer(b.keyword().into()));
+        }
+    }
+    Ok(())
+}
+
 /// Checks that hold between a rule's keywords once all are read.
 pub(super) fn validate(rule: &Rule) -> Result<(), RuleSyntax> {
     // Suricata refuses a `tls.cert_fingerprint` content that is not a whole
@@ -2165,10 +2278,14 @@ pub(super) fn validate(rule: &Rule) -> Result<(), RuleSyntax> {
         }
     }
     if rule.packetwise() && rule.stream == StreamMode::Only {
-        // `dsize` inspects each packet's payload, `only_stream` only the
-        // stream (Suricata then needs both at once): refused rather than
-        // guessed.
-        return Err(RuleSyntax::PacketPayload("dsize".into()));
+        // `dsize` (a packet-header buffer) inspects each packet's payload,
+        // `only_stream` only the stream (Suricata then needs both at once):
+        // refused rather than guessed.
+        let kw = match rule.hdr.first() {
+            Some(l) if rule.checks.dsize.is_none() => l.buf.keyword(),
+            _ => "dsize",
+        };
+        return Err(RuleSyntax::PacketPayload(kw.into()));
     }
     // UDP flows are established once traffic went both ways
     // ([`crate::engine::SEEN_REV`]); a `dns` rule's datagrams are UDP, its
