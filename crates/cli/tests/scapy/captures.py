@@ -226,6 +226,7 @@ def main():
     from captures_httpbody import CAPTURES as HTTPBODY
     from captures_hostbits import CAPTURES as HOSTBITS
     from captures_httpedge import CAPTURES as HTTPEDGE
+    from captures_httpevents import CAPTURES as HTTPEVENTS
     from captures_l2l3 import CAPTURES as L2L3
     from captures_kw import CAPTURES as KW
     from captures_stream import CAPTURES as STREAM
@@ -237,6 +238,7 @@ def main():
     every = dict(CAPTURES)
     for more in (
         STREAM, APP, XFORM, BYTEMATH, HTTPBODY, THRESHOLD, DATASET, KW, HTTPEDGE, TLSDNS, L2L3, DEFRAG, ALP, HOSTBITS, TLSLEGACY, HDR,
+        HTTPEVENTS,
     ):
         assert not set(more) & set(every), set(more) & set(every)
         every.update(more)

@@ -998,9 +998,12 @@ pub enum Buf {
     /// value\r\n` (repeated names merged), then `\r\n` (Suricata's
     /// normalised form).
     Start,
-    /// The start line and header lines as sent: no keyword names it; the
-    /// `app-layer-event` checks read it ([`events`]).
+    /// A request's start line and header lines as sent: no keyword names
+    /// it; the `app-layer-event` checks of requests read it ([`events`]).
     StartRaw,
+    /// A response's start line and header lines as sent: no keyword names
+    /// it; the `app-layer-event` checks of responses read it ([`events`]).
+    StartRawResponse,
     /// `http.request_body`: the request body so far ([`body`]).
     RequestBody,
     /// `http.response_body`: the response body so far ([`body`]).
@@ -1502,7 +1505,14 @@ impl Buffers {
         let mut head = std::mem::take(&mut self.head);
         head.parse(h, request);
         let hd = &*head;
-        self.put(Buf::StartRaw, h);
+        // Each side's own buffer, so that an event of one is never decided
+        // on the other's head.
+        let raw = if request {
+            Buf::StartRaw
+        } else {
+            Buf::StartRawResponse
+        };
+        self.put(raw, h);
         let target = &h[hd.second.clone()];
         // An absolute target's authority, when it names a host.
         let mut authority = None;

@@ -27,10 +27,12 @@ pub(crate) fn in_direction(b: Buf, request: bool) -> bool {
     use Buf::*;
     match b {
         Method | Uri | UriRaw | Host | HostRaw | UserAgent | RequestLine | Referer | Accept
-        | AcceptEnc | AcceptLang | RequestBody => request,
-        StatCode | StatMsg | ResponseLine | Server | Location | ResponseBody => !request,
+        | AcceptEnc | AcceptLang | RequestBody | StartRaw => request,
+        StatCode | StatMsg | ResponseLine | Server | Location | ResponseBody | StartRawResponse => {
+            !request
+        }
         Protocol | Header | HeaderRaw | HeaderNames | Cookie | ContentType | ContentLen
-        | Connection | Start | StartRaw | FileData => true,
+        | Connection | Start | FileData => true,
     }
 }
 
@@ -266,11 +268,18 @@ mod tests {
             }
         }
         for (i, s) in seen.iter().enumerate() {
-            // Every buffer but the one no keyword names.
+            // Every buffer but the two no keyword names.
             let buf = crate::http::STICKY
                 .iter()
                 .find(|(_, b)| *b as usize == i)
-                .map_or(Buf::StartRaw, |x| x.1);
+                .map_or(
+                    if i == Buf::StartRaw as usize {
+                        Buf::StartRaw
+                    } else {
+                        Buf::StartRawResponse
+                    },
+                    |x| x.1,
+                );
             assert!(buf as usize == i, "buffer {i} has no keyword");
             for (d, &has) in s.iter().enumerate() {
                 let allowed = in_direction(buf, d == 0);

@@ -1794,8 +1794,9 @@ fn apply_keyword(
             let a = crate::asn1::Asn1::parse(need(val, name)?)?;
             items(rule, cx).push(Item::Asn1(a));
         }
-        // `app-layer-event:http.NAME`: a check of the message's start and
-        // header lines, in `http.start`'s list; not a sticky buffer, so the
+        // `app-layer-event:http.NAME`: a check of the start and header
+        // lines of a request or a response (the event's side), in the list
+        // of a buffer no keyword names; not a sticky buffer, so the
         // keywords after it stay where they were.
         "app-layer-event" => {
             let v = need(val, name)?;
@@ -1803,7 +1804,12 @@ fn apply_keyword(
                 return Err(RuleSyntax::UnsupportedKeyword(format!("{name} {v}")));
             };
             to_http(rule, name)?;
-            http_items(rule, crate::http::Buf::StartRaw).push(Item::HttpEvent(e));
+            let buf = if e.request() {
+                crate::http::Buf::StartRaw
+            } else {
+                crate::http::Buf::StartRawResponse
+            };
+            http_items(rule, buf).push(Item::HttpEvent(e));
         }
         // `uricontent`: a content on `http.uri` (Snort's older spelling).
         "uricontent" => {

@@ -234,7 +234,7 @@ pub enum Item {
     /// `asn1`: BER objects decoded from here ([`crate::asn1`]).
     Asn1(crate::asn1::Asn1),
     /// `app-layer-event:http.NAME`: the HTTP decoder event, decided from the
-    /// `http.start` buffer the item is in ([`crate::http::events`]).
+    /// raw head buffer the item is in ([`crate::http::events`]).
     HttpEvent(crate::http::events::Event),
     /// `base64_decode`: decodes from here and inspects the decoded bytes
     /// with the rule's `base64_data` keywords ([`super::Rule::base64`]); the

@@ -1,0 +1,164 @@
+"""Scapy-built captures of the HTTP decoder event tests (`app-http-event-*`;
+see captures.py).
+
+Each connection carries one malformed (or nearly malformed) request or
+response, so that each rule of Suricata's http-events.rules counts the
+transactions raising its event: libhtp (Suricata 7.0.10's HTTP parser,
+IDS personality) decides them from the start line and the header lines.
+A request whose start line libhtp accepts and Sluice's detection would
+not (leading whitespace, odd delimiters) follows a plain request on a
+keep-alive connection. The expected alerts in each test's test.yaml are
+Suricata 7.0.10's. Every connection has its handshake and is closed with
+a FIN both ways.
+"""
+
+from captures_httpedge import exchange
+
+GET = b"GET / HTTP/1.1\r\nHost: www.example.com\r\n\r\n"
+OK = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
+
+
+def req(line, fields=b"Host: www.example.com\r\n", body=b""):
+    return line + b"\r\n" + fields + b"\r\n" + body
+
+
+def resp(line, fields=b"Content-Length: 2\r\n", body=b"ok"):
+    return line + b"\r\n" + fields + b"\r\n" + body
+
+
+def after_get(sport, request):
+    """A plain GET and its answer, then `request` and its answer."""
+    return exchange(sport, (True, GET), (False, OK), (True, request), (False, OK))
+
+
+def alone(sport, request, response=OK):
+    return exchange(sport, (True, request), (False, response))
+
+
+def answer(sport, response):
+    """A plain GET answered by `response`."""
+    return exchange(sport, (True, GET), (False, response))
+
+
+def request_line():
+    # Leading whitespace (IIS accepts it), a tab or a vertical tab between
+    # method and target, a tab inside the target (ending it when no space
+    # follows); near misses: two spaces as the delimiter, a tab after the
+    # protocol.
+    return (
+        after_get(45001, req(b"  GET /lead HTTP/1.1"))
+        + after_get(45002, req(b"\tGET /lead-tab HTTP/1.1"))
+        + after_get(45003, req(b"GET\t/method-tab HTTP/1.1"))
+        + after_get(45004, req(b"GET \x0b/method-vt HTTP/1.1"))
+        + after_get(45005, req(b"GET /uri\ttab HTTP/1.1"))
+        + after_get(45006, req(b"GET /uri-tab-end\tHTTP/1.1"))
+        + after_get(45007, req(b"GET  /two-spaces HTTP/1.1"))
+        + after_get(45008, req(b"GET /fine HTTP/1.1"))
+    )
+
+
+def request_fields():
+    # Header lines without a colon (one with a NUL before it), with an
+    # empty name, a space before the colon, a name that is not a token, a
+    # first header line folded; a missing Host under HTTP/1.1 (a line
+    # `Host` without a colon is no Host). Near misses: a valid folded
+    # value, `Host` in any case, a missing Host under HTTP/1.0 and
+    # HTTP/2.0 (not HTTP/1.1 to libhtp).
+    h = b"Host: www.example.com\r\n"
+    return (
+        alone(45101, req(b"GET /colon HTTP/1.1", h + b"X-Foo\r\n"))
+        + alone(45102, req(b"GET /colon-nul HTTP/1.1", h + b"X-F\x00oo: bar\r\n"))
+        + alone(45103, req(b"GET /empty-name HTTP/1.1", h + b": bar\r\n"))
+        + alone(45104, req(b"GET /lws HTTP/1.1", h + b"X-Foo : bar\r\n"))
+        + alone(45105, req(b"GET /token HTTP/1.1", h + b"X(Foo): bar\r\n"))
+        + alone(45106, req(b"GET /fold-first HTTP/1.1", b" X-Foo: bar\r\n" + h))
+        + alone(45107, req(b"GET /no-host HTTP/1.1", b"Accept: */*\r\n"))
+        + alone(45108, req(b"GET /host-no-colon HTTP/1.1", b"Host\r\n"))
+        + alone(45109, req(b"GET /fold-ok HTTP/1.1", h + b"X-Foo: bar,\r\n baz\r\n"))
+        + alone(45110, req(b"GET /host-case HTTP/1.1", b"hOsT: www.example.com\r\n"))
+        + alone(45111, req(b"GET /no-host-10 HTTP/1.0", b"Accept: */*\r\n"))
+        + after_get(45112, req(b"GET /no-host-20 HTTP/2.0", b"Accept: */*\r\n"))
+    )
+
+
+def request_framing():
+    # Content-Length repeated with another length, one without digits, an
+    # Authorization scheme libhtp does not know, chunked under HTTP/2.0
+    # (not HTTP/1.1 to libhtp; after a GET, as Sluice detects HTTP by an
+    # HTTP/1.x request line). Near misses: a repeated equal length
+    # (`2` and `2x` parse alike), junk after the digits, Basic and Bearer.
+    h = b"Host: www.example.com\r\n"
+    return (
+        alone(45201, req(b"POST /dup HTTP/1.1", h + b"Content-Length: 2\r\nContent-Length: 3\r\n", b"ab"))
+        + alone(45202, req(b"POST /no-digits HTTP/1.1", h + b"Content-Length: abc\r\n"))
+        + alone(45203, req(b"GET /negotiate HTTP/1.1", h + b"Authorization: Negotiate YIIGhgYGKwYBBQUCoIIGejCC\r\n"))
+        + after_get(45204, req(b"POST /chunked-20 HTTP/2.0", h + b"Transfer-Encoding: chunked\r\n", b"0\r\n\r\n"))
+        + alone(45205, req(b"POST /dup-same HTTP/1.1", h + b"Content-Length: 2\r\ncontent-length: 2x\r\n", b"ab"))
+        + alone(45206, req(b"POST /junk-after HTTP/1.1", h + b"Content-Length: 2;\r\n", b"ab"))
+        + alone(45207, req(b"GET /basic HTTP/1.1", h + b"Authorization: Basic dXNlcjpwYXNz\r\n"))
+        + alone(45208, req(b"GET /bearer HTTP/1.1", h + b"Authorization: Bearer abc.def\r\n"))
+        + alone(45209, req(b"POST /chunked-11 HTTP/1.1", h + b"Transfer-Encoding: chunked\r\n", b"2\r\nab\r\n0\r\n\r\n"))
+    )
+
+
+def response_line():
+    # Protocols libhtp does not know (HTTP/2.0, lowercase, a leading zero)
+    # and status codes out of 100-999 or not digits alone. Near misses:
+    # HTTP/1.0, a status with a leading zero, a tab as the delimiter, no
+    # reason phrase.
+    return (
+        answer(45301, resp(b"HTTP/2.0 200 OK"))
+        + answer(45302, resp(b"http/1.1 200 OK"))
+        + answer(45303, resp(b"HTTP/01.1 200 OK"))
+        + answer(45304, resp(b"HTTP/1.1 099 Low"))
+        + answer(45305, resp(b"HTTP/1.1 20x OK"))
+        + answer(45306, resp(b"HTTP/1.1 1000 High"))
+        + answer(45307, resp(b"HTTP/1.0 200 OK"))
+        + answer(45308, resp(b"HTTP/1.1 0200 OK"))
+        + answer(45309, resp(b"HTTP/1.1\t200\tOK"))
+        + answer(45310, resp(b"HTTP/1.1 200"))
+    )
+
+
+def response_fields():
+    # A header line without a colon, a space or a control byte before the
+    # colon, a name that is not a token, a first header line folded; a
+    # missing colon before an invalid name (libhtp reports only the
+    # first). Near misses: a valid folded value, a NUL in a value.
+    cl = b"Content-Length: 2\r\n"
+    return (
+        answer(45401, resp(b"HTTP/1.1 200 OK", b"X-Foo\r\n" + cl))
+        + answer(45402, resp(b"HTTP/1.1 200 OK", b"X-Foo : bar\r\n" + cl))
+        + answer(45403, resp(b"HTTP/1.1 200 OK", b"X-Foo\x01: bar\r\n" + cl))
+        + answer(45404, resp(b"HTTP/1.1 200 OK", b"X[Foo]: bar\r\n" + cl))
+        + answer(45405, resp(b"HTTP/1.1 200 OK", b" X-Foo: bar\r\n" + cl))
+        + answer(45406, resp(b"HTTP/1.1 200 OK", b"X-Foo\r\nX(Foo): bar\r\n" + cl))
+        + answer(45407, resp(b"HTTP/1.1 200 OK", b"X-Foo: bar,\r\n\tbaz\r\n" + cl))
+        + answer(45408, resp(b"HTTP/1.1 200 OK", b"X-Foo: a\x00b\r\n" + cl))
+    )
+
+
+def response_framing():
+    # Content-Length repeated with another length or without digits;
+    # Transfer-Encoding with chunked among other codings, chunked under
+    # HTTP/1.0. Near misses: chunked in capitals, a repeated equal length,
+    # an invalid Content-Length beside chunked (the chunks frame the body).
+    return (
+        answer(45501, resp(b"HTTP/1.1 200 OK", b"Content-Length: 2\r\nContent-Length: 3\r\n"))
+        + answer(45502, resp(b"HTTP/1.1 200 OK", b"Content-Length: none\r\n", b""))
+        + answer(45503, resp(b"HTTP/1.1 200 OK", b"Transfer-Encoding: gzip, chunked\r\n", b"0\r\n\r\n"))
+        + answer(45504, resp(b"HTTP/1.0 200 OK", b"Transfer-Encoding: chunked\r\n", b"2\r\nok\r\n0\r\n\r\n"))
+        + answer(45505, resp(b"HTTP/1.1 200 OK", b"Transfer-Encoding: CHUNKED\r\n", b"2\r\nok\r\n0\r\n\r\n"))
+        + answer(45506, resp(b"HTTP/1.1 200 OK", b"Content-Length: 2\r\nContent-Length: 2\r\n"))
+        + answer(45507, resp(b"HTTP/1.1 200 OK", b"Transfer-Encoding: chunked\r\nContent-Length: none\r\n", b"0\r\n\r\n"))
+    )
+
+
+CAPTURES = {
+    "app-http-event-request-line": request_line,
+    "app-http-event-request-fields": request_fields,
+    "app-http-event-request-framing": request_framing,
+    "app-http-event-response-line": response_line,
+    "app-http-event-response-fields": response_fields,
+    "app-http-event-response-framing": response_framing,
+}
