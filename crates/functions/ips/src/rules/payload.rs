@@ -413,14 +413,14 @@ pub struct Xbit {
 /// Suricata's default `expire` of an xbit (detect-xbits.c).
 pub const XBITS_EXPIRE_DEFAULT: u32 = 30;
 
-/// `xbits`.
-pub(crate) fn xbits(v: &str) -> Result<Xbit, RuleSyntax> {
-    let kw = "xbits";
-    let parts: Vec<&str> = v.split(',').map(str::trim).collect();
-    if parts.len() < 3 || parts.len() > 4 {
-        return Err(bad(kw, v));
-    }
-    let op = match parts[0] {
+/// The operation and bit name that `xbits` and `hostbits` both start with.
+fn xbit_op_name<'a>(
+    kw: &str,
+    v: &str,
+    op: &str,
+    name: &'a str,
+) -> Result<(XbitOp, &'a str), RuleSyntax> {
+    let op = match op {
         "set" => XbitOp::Set,
         "unset" => XbitOp::Unset,
         "toggle" => XbitOp::Toggle,
@@ -428,10 +428,20 @@ pub(crate) fn xbits(v: &str) -> Result<Xbit, RuleSyntax> {
         "isnotset" => XbitOp::IsNotSet,
         _ => return Err(bad(kw, v)),
     };
-    let name = parts[1];
     if name.is_empty() || !name.bytes().all(|b| b.is_ascii_graphic()) {
         return Err(bad(kw, v));
     }
+    Ok((op, name))
+}
+
+/// `xbits`.
+pub(crate) fn xbits(v: &str) -> Result<Xbit, RuleSyntax> {
+    let kw = "xbits";
+    let parts: Vec<&str> = v.split(',').map(str::trim).collect();
+    if parts.len() < 3 || parts.len() > 4 {
+        return Err(bad(kw, v));
+    }
+    let (op, name) = xbit_op_name(kw, v, parts[0], parts[1])?;
     let track = match parts[2].strip_prefix("track").map(str::trim) {
         Some("ip_src") => XbitTrack::IpSrc,
         Some("ip_dst") => XbitTrack::IpDst,
@@ -478,18 +488,7 @@ pub(crate) fn hostbits(v: &str) -> Result<Option<Xbit>, RuleSyntax> {
     if parts.len() < 2 || parts.len() > 3 {
         return Err(bad(kw, v));
     }
-    let op = match parts[0] {
-        "set" => XbitOp::Set,
-        "unset" => XbitOp::Unset,
-        "toggle" => XbitOp::Toggle,
-        "isset" => XbitOp::IsSet,
-        "isnotset" => XbitOp::IsNotSet,
-        _ => return Err(bad(kw, v)),
-    };
-    let name = parts[1];
-    if name.is_empty() || !name.bytes().all(|b| b.is_ascii_graphic()) {
-        return Err(bad(kw, v));
-    }
+    let (op, name) = xbit_op_name(kw, v, parts[0], parts[1])?;
     let track = match parts.get(2) {
         None | Some(&"src") => XbitTrack::IpSrc,
         Some(&"dst") => XbitTrack::IpDst,
