@@ -181,6 +181,9 @@ impl StateStore for Unhinted<'_> {
     fn counters(&self) -> sluice_state::StoreCounters {
         self.0.counters()
     }
+    fn orders_across_keys(&self) -> bool {
+        self.0.orders_across_keys()
+    }
     fn execute_unacked(&mut self, ops: &mut sluice_state::Ops) -> Result<(), StoreError> {
         ops.strip_hints();
         self.0.execute_unacked(ops)

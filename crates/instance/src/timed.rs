@@ -76,6 +76,9 @@ impl<S: StateStore> StateStore for TimedStore<S> {
     fn counters(&self) -> StoreCounters {
         self.inner.counters()
     }
+    fn orders_across_keys(&self) -> bool {
+        self.inner.orders_across_keys()
+    }
 
     fn execute_unacked(&mut self, ops: &mut Ops) -> Result<(), StoreError> {
         // Nothing waits for these replies: no round trip anyone sees.

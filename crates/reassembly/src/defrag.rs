@@ -73,7 +73,9 @@
 //! overlapped) datagrams, write the new pieces with their timers, and then
 //! compare-and-set each changed record against what was read (pieces before
 //! the record naming them, so another instance that reads the record finds
-//! them); and one to delete the pieces of datagrams that are over and arm
+//! them: a store that does not apply a call in order across keys, a cluster,
+//! gets the new pieces in a round trip of their own before this one, see
+//! [`StateStore::orders_across_keys`]); and one to delete the pieces of datagrams that are over and arm
 //! the new records' timers, for the records whose swap took effect (and to
 //! delete the pieces of swaps that did not).
 //! Fragments of one datagram may reach several instances at once (a later
@@ -413,7 +415,8 @@ pub struct Defragmenter {
     /// blocked), with their entry.
     stale: Vec<(Key, u32)>,
     /// The batch's last round trip: pieces, deletes and timers of the
-    /// records whose compare-and-set took effect.
+    /// records whose compare-and-set took effect. On a store that does not
+    /// order across keys, also each round's new pieces, before its swaps.
     writes: Ops,
     rewrites: Vec<Rewrite>,
     done: Vec<Done>,
@@ -556,6 +559,7 @@ impl Defragmenter {
             .filter(|&k| infos[k].1.is_some() && infos[k].2.is_some())
             .collect();
         let mut lost = Vec::new();
+        let ordered = store.orders_across_keys();
         for round in 1..=MAX_ROUNDS {
             if !self.ops.is_empty() {
                 store.execute(&mut self.ops)?;
@@ -626,10 +630,23 @@ impl Defragmenter {
                     }
                 }
             }
-            // The new pieces go before the swap that names them: whoever
-            // reads the record finds them (a pipeline runs in order).
-            for &ei in &active {
-                self.write_pieces(ei, batch);
+            // The new pieces go before the swap that names them, so whoever
+            // reads the record finds them. One pipeline runs in order; a
+            // store that may apply keys out of order (a cluster: the pieces
+            // and the record live on different nodes) gets the pieces a round
+            // trip of their own first.
+            if ordered {
+                for &ei in &active {
+                    self.write_pieces(ei, batch, false);
+                }
+            } else {
+                self.writes.clear();
+                for &ei in &active {
+                    self.write_pieces(ei, batch, true);
+                }
+                if !self.writes.is_empty() {
+                    store.execute(&mut self.writes)?;
+                }
             }
             for &ei in &active {
                 let e = &mut self.entries[ei as usize];
@@ -832,9 +849,14 @@ impl Defragmenter {
         }
     }
 
-    /// Queues on `ops` the puts and timers of the pieces entry `ei`'s
-    /// current record gained in this batch.
-    fn write_pieces(&mut self, ei: u32, batch: &Batch) {
+    /// Queues the puts and timers of the pieces entry `ei`'s current record
+    /// gained in this batch, on `writes` if `apart`, else on `ops`.
+    fn write_pieces(&mut self, ei: u32, batch: &Batch, apart: bool) {
+        let ops = if apart {
+            &mut self.writes
+        } else {
+            &mut self.ops
+        };
         let e = &self.entries[ei as usize];
         let Some(r) = e.rec.as_ref() else {
             return;
@@ -857,15 +879,15 @@ impl Defragmenter {
                     self.scratch
                         .extend_from_slice(&self.heads[hs as usize..][..hl as usize]);
                     self.scratch.extend_from_slice(data);
-                    self.ops.put(key, &self.scratch);
+                    ops.put(key, &self.scratch);
                 }
                 None => {
-                    self.ops.put(key, data);
+                    ops.put(key, data);
                 }
             }
             // Pieces expire on their own too: a record lost or damaged
             // never leaves its pieces behind.
-            self.ops.arm_timer(key, deadline);
+            ops.arm_timer(key, deadline);
         }
     }
 

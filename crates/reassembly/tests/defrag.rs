@@ -545,17 +545,42 @@ fn fragments_racing_on_two_instances_are_decided_again_and_never_pass_unseen() {
 }
 
 /// A store on which another instance changes the records before every
-/// compare-and-set round trip of this one (the even `execute` calls).
+/// compare-and-set round trip of this one (the even `execute` calls), and
+/// which records, per call, whether it wrote pieces and swapped records.
+/// Whether it applies a call in order across keys is `ordered` (a cluster
+/// does not).
 struct Contended {
     inner: sluice_state::SharedLocalStore,
-    calls: usize,
+    calls: Vec<(bool, bool)>,
     hook: Box<dyn FnMut()>,
+    ordered: bool,
+}
+
+impl Contended {
+    fn new(inner: sluice_state::SharedLocalStore, hook: Box<dyn FnMut()>) -> Self {
+        Contended {
+            inner,
+            calls: Vec::new(),
+            hook,
+            ordered: true,
+        }
+    }
 }
 
 impl StateStore for Contended {
     fn execute(&mut self, ops: &mut sluice_state::Ops) -> Result<(), sluice_state::StoreError> {
-        self.calls += 1;
-        if self.calls.is_multiple_of(2) {
+        use sluice_reassembly::defrag::{TABLE_FRAG, TABLE_FRAG_PIECE};
+        use sluice_state::Op;
+        let puts = ops
+            .ops()
+            .iter()
+            .any(|o| matches!(o, Op::Put { key, .. } if key.table() == TABLE_FRAG_PIECE));
+        let swaps = ops
+            .ops()
+            .iter()
+            .any(|o| matches!(o, Op::CompareAndSet { key, .. } if key.table() == TABLE_FRAG));
+        self.calls.push((puts, swaps));
+        if self.calls.len().is_multiple_of(2) {
             (self.hook)();
         }
         self.inner.execute(ops)
@@ -572,8 +597,44 @@ impl StateStore for Contended {
     fn counters(&self) -> sluice_state::StoreCounters {
         self.inner.counters()
     }
+    fn orders_across_keys(&self) -> bool {
+        self.ordered
+    }
     fn describe(&self) -> String {
         "contended".into()
+    }
+}
+
+#[test]
+fn a_store_unordered_across_keys_has_the_pieces_before_the_record_names_them() {
+    let data = b"0123456789abcdef0123456789abcdefXYZ".to_vec();
+    let whole = udp_v4(C, S, 4000, 9999, &data);
+    let frags = frag4(&whole, &[16, 32], 9);
+    for ordered in [true, false] {
+        let shared = SharedLocalStore::new();
+        let mut s = Contended::new(shared.handle(), Box::new(|| {}));
+        s.ordered = ordered;
+        let (mut a, mut b) = (Harness::new(cfg()), Harness::new(cfg()));
+        a.run(&mut s, SEC, &[frags[0].clone()], &[]);
+        b.run(&mut s, SEC + 1, &[frags[2].clone()], &[]);
+        let o = a.run(&mut s, SEC + 2, &[frags[1].clone()], &[]);
+        assert_eq!(o.dropped, [false]);
+        assert_eq!(payload(&o.datagrams[0].1), data);
+        // The first two batches wrote a piece and swapped the record (the
+        // third completes the datagram, its bytes are not stored). One
+        // pipeline in order takes both in one call; otherwise the pieces are
+        // written (and acknowledged) a call before the swap that names them.
+        let mixed = s.calls.iter().filter(|c| c.0 && c.1).count();
+        let apart = s
+            .calls
+            .windows(2)
+            .filter(|w| w[0] == (true, false) && w[1].1)
+            .count();
+        if ordered {
+            assert_eq!((mixed, apart), (2, 0), "{:?}", s.calls);
+        } else {
+            assert_eq!((mixed, apart), (0, 2), "{:?}", s.calls);
+        }
     }
 }
 
@@ -588,16 +649,15 @@ fn a_record_changing_under_every_retry_drops_the_fragments_after_the_last() {
     let dup = frags[1].clone();
     let b_dropped = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
     let seen = b_dropped.clone();
-    let mut store = Contended {
-        inner: shared.handle(),
-        calls: 0,
-        // B records a copy of fragment 1 each time: the record's fragment
-        // count changes, its bytes do not.
-        hook: Box::new(move || {
+    // B records a copy of fragment 1 each time: the record's fragment count
+    // changes, its bytes do not.
+    let mut store = Contended::new(
+        shared.handle(),
+        Box::new(move || {
             let o = b.run(&mut bs, SEC, std::slice::from_ref(&dup), &[]);
             seen.lock().unwrap().extend(o.dropped);
         }),
-    };
+    );
     let mut a = Harness::new(cfg());
     let oa = a.run(&mut store, SEC, &[frags[0].clone(), frags[2].clone()], &[]);
     // Four rounds, all lost: A's fragments are dropped, never passed with

@@ -621,6 +621,10 @@ impl StateStore for ClusterStore {
     fn counters(&self) -> StoreCounters {
         self.counters
     }
+    // Each node's pipeline runs in order, but the nodes independently.
+    fn orders_across_keys(&self) -> bool {
+        false
+    }
 
     fn describe(&self) -> String {
         crate::describe(

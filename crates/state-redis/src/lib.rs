@@ -697,6 +697,10 @@ impl StateStore for RedisStore {
     fn counters(&self) -> StoreCounters {
         self.counters
     }
+    // One connection, one pipeline: the server applies it in order.
+    fn orders_across_keys(&self) -> bool {
+        true
+    }
 
     fn describe(&self) -> String {
         describe(

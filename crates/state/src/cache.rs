@@ -1230,6 +1230,9 @@ impl StateStore for CachedStore<'_> {
     fn counters(&self) -> StoreCounters {
         self.inner.counters()
     }
+    fn orders_across_keys(&self) -> bool {
+        self.inner.orders_across_keys()
+    }
 
     fn describe(&self) -> String {
         format!("cached({})", self.inner.describe())

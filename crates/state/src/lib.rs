@@ -102,9 +102,25 @@ impl StoreCounters {
 pub trait StateStore {
     /// Executes every operation in `ops`, in order, filling their results.
     ///
+    /// Operations on one key are applied in their order. Whether operations on
+    /// different keys are too, so that another instance never sees a later
+    /// one applied before an earlier one, is
+    /// [`StateStore::orders_across_keys`].
+    ///
     /// On error, no result may be relied on; operations before the failure may or
     /// may not have been applied (as with a lost connection to a remote store).
     fn execute(&mut self, ops: &mut Ops) -> Result<(), StoreError>;
+
+    /// Whether one [`StateStore::execute`] applies its operations in order
+    /// across keys: true for one server (one pipeline) or an in-process store.
+    /// A cluster applies each node's share of a batch in order, but its nodes
+    /// independently, so a reader may find a later write before an earlier one
+    /// to another node; a caller whose record names other keys (written
+    /// first) then writes those in a call of their own. Default: false, the
+    /// safe answer for a wrapper that does not say.
+    fn orders_across_keys(&self) -> bool {
+        false
+    }
 
     /// Atomically removes up to `max` timers of namespace `ns` whose deadline is at or
     /// before `now_ns`, appending their keys to `out`. A timer is returned to exactly
@@ -198,6 +214,9 @@ impl<S: StateStore + ?Sized> StateStore for Box<S> {
     }
     fn counters(&self) -> StoreCounters {
         (**self).counters()
+    }
+    fn orders_across_keys(&self) -> bool {
+        (**self).orders_across_keys()
     }
     fn execute_unacked(&mut self, ops: &mut Ops) -> Result<(), StoreError> {
         (**self).execute_unacked(ops)

@@ -417,6 +417,9 @@ impl StateStore for LocalStore {
     fn counters(&self) -> StoreCounters {
         self.counters
     }
+    fn orders_across_keys(&self) -> bool {
+        true
+    }
 
     fn describe(&self) -> String {
         "local".into()
@@ -498,6 +501,9 @@ impl StateStore for SharedLocalStore {
 
     fn counters(&self) -> StoreCounters {
         self.counters
+    }
+    fn orders_across_keys(&self) -> bool {
+        true
     }
 
     fn describe(&self) -> String {
