@@ -825,7 +825,9 @@ impl Chain {
                 .extend(batch.pkts.iter().map(|p| p.is_live()));
             let live_in = self.live_before.iter().filter(|&&l| l).count() as u64;
             st.stats.packets_in += live_in;
-            if live_in == 0 {
+            // A function that inspects malformed frames (an IPS with
+            // decoder-event rules) sees a batch of nothing else too.
+            if live_in == 0 && (n == 0 || !st.f.sees_malformed()) {
                 continue;
             }
             if self.sharing == Sharing::Unshared {

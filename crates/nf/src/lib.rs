@@ -76,6 +76,15 @@ pub trait NetworkFunction: Send {
         false
     }
 
+    /// True if the function also reads the frames the chain's parse
+    /// refused (dropped at stage `u8::MAX` before any function runs),
+    /// never changing their verdict: the chain then calls
+    /// [`NetworkFunction::process`] on a batch even when none of its
+    /// packets is live. Default: false (such frames are nobody's).
+    fn sees_malformed(&self) -> bool {
+        false
+    }
+
     /// Decides the verdict of every live packet of `batch`.
     fn process(
         &mut self,

@@ -221,6 +221,7 @@ def main():
     from captures_app import CAPTURES as APP
     from captures_bytemath import CAPTURES as BYTEMATH
     from captures_dataset import CAPTURES as DATASET
+    from captures_decode import CAPTURES as DECODE
     from captures_hdr import CAPTURES as HDR
     from captures_defrag import CAPTURES as DEFRAG
     from captures_httpbody import CAPTURES as HTTPBODY
@@ -238,7 +239,7 @@ def main():
     every = dict(CAPTURES)
     for more in (
         STREAM, APP, XFORM, BYTEMATH, HTTPBODY, THRESHOLD, DATASET, KW, HTTPEDGE, TLSDNS, L2L3, DEFRAG, ALP, HOSTBITS, TLSLEGACY, HDR,
-        HTTPEVENTS,
+        HTTPEVENTS, DECODE,
     ):
         assert not set(more) & set(every), set(more) & set(every)
         every.update(more)

@@ -5,6 +5,7 @@
 use rustc_hash::FxBuildHasher;
 use sluice_nf::batch::{BatchNf, Pass, Read, Record};
 use sluice_nf::{Alert, AlertAction, Batch, Ctx, Event, Packet, StreamChunk, Streams};
+use sluice_packet::Verdict;
 use sluice_state::{DecodeError, Key, Ops};
 use sluice_wire::parse::L4;
 use sluice_wire::tcp::flags::{ACK, FIN, RST, SYN};
@@ -110,6 +111,9 @@ impl BatchNf for Ips {
             crate::dataset::clear_seen();
         }
         self.app_now = None;
+        if self.engine.any_decode {
+            self.decode_ev = None;
+        }
         // The packet's headers as they arrived, if the reassembler rewrote
         // them (rare): only rules with a header buffer read them.
         self.rx_hdr_on = false;
@@ -943,6 +947,88 @@ impl Ips {
         drop
     }
 
+    /// Evaluates the `decode-event` rules without contents on the frames of
+    /// `batch` the chain's parse refused (or the defragmenter dropped as
+    /// malformed), which no function decides: each frame's decoder events
+    /// are decided from its bytes ([`crate::decode_events::malformed`]) and
+    /// a matching rule raises its alert, with the flow the frame's headers
+    /// name. The frame stays dropped whatever the rule's action: a
+    /// malformed frame is never forwarded.
+    pub(crate) fn inspect_malformed(&mut self, batch: &Batch, events: &mut Vec<Event>) {
+        let mut rules = std::mem::take(&mut self.prules);
+        for p in &batch.pkts {
+            let Verdict::Drop(why) = p.verdict else {
+                continue;
+            };
+            // u8::MAX is the parser's stage (sluice_packet::DropReason).
+            if why.stage != u8::MAX && why.reason != "reassembly_fragment_malformed" {
+                continue;
+            }
+            let (ev, flow) = crate::decode_events::malformed(p.data());
+            if ev.is_empty() {
+                continue;
+            }
+            self.counters.malformed_inspected += 1;
+            self.fired.clear();
+            self.decode_ev = Some(ev);
+            self.app_now = None;
+            self.rx_hdr_on = false;
+            let mut st = FlowState {
+                dirs: [self.engine.initial(); 2],
+                ..FlowState::default()
+            };
+            let hdr = match flow {
+                // As a datagram's: the protocol the IP header names, and
+                // the direction guessed from the ports.
+                Some(flow) => {
+                    let hdr = Header {
+                        flow,
+                        tcp: flow.proto == 6,
+                        to_server: flow.src_port >= flow.dst_port,
+                        established: false,
+                        stream: false,
+                        pkt: PacketInfo::default(),
+                        dns: false,
+                        http: false,
+                        tls: false,
+                        app: crate::applayer::UNKNOWN,
+                        alp: crate::alproto::Flow::default(),
+                    };
+                    self.engine.packet_rules(&hdr, &mut rules);
+                    rules.retain(|&r| {
+                        !self.engine.rules[r as usize].decode_event.is_empty()
+                            && self.engine.packet_matches(r, &hdr)
+                    });
+                    Some(hdr)
+                }
+                // No IP header decoded: as in Suricata, an `ip` rule's
+                // addresses and ports are not checked, and a transport's
+                // rule does not match.
+                None => {
+                    rules.clear();
+                    rules.extend_from_slice(&self.engine.decode_ip_rules);
+                    None
+                }
+            };
+            let d = usize::from(hdr.is_some_and(|h| !h.to_server));
+            for &rule in &rules {
+                let before = events.len();
+                self.fire(rule, &mut st, (d, p, None), events);
+                // The parse left the packet no flow: the alert names the
+                // one its headers do.
+                if let (Some(f), Some(Event::Alert(a))) = (flow, events.get_mut(before)) {
+                    a.flow = f;
+                    a.flow_id = f.flow_id();
+                }
+                if st.flags & (BLOCKED | PASSED) != 0 {
+                    break;
+                }
+            }
+        }
+        self.decode_ev = None;
+        self.prules = rules;
+    }
+
     /// True if rule `rule` already fired on the packet being decided.
     #[inline]
     pub(crate) fn has_fired(&self, rule: u32) -> bool {
@@ -967,6 +1053,15 @@ impl Ips {
         if !r.hdr.is_empty() {
             let rx = self.rx_hdr_on.then_some(&self.rx_hdr[..]);
             if !hdr_buffers_match(r, p, rx, &mut self.hdr_xf) {
+                return false;
+            }
+        }
+        if !r.decode_event.is_empty() {
+            // Decided once per packet, when the first rule asks.
+            let ev = *self
+                .decode_ev
+                .get_or_insert_with(|| crate::decode_events::events_of(p.data(), &p.meta));
+            if !r.decode_event.iter().all(|&e| ev.has(e)) {
                 return false;
             }
         }

@@ -872,6 +872,14 @@ pub struct Engine {
     /// True if a rule has a packet-header buffer ([`crate::pkthdr`]): the
     /// headers a reassembler rewrote are read as they arrived.
     pub any_hdr: bool,
+    /// True if a rule has `decode-event` ([`crate::decode_events`]): the
+    /// packets' decoder events are decided for it, and the frames the
+    /// chain's parse refused are inspected too ([`crate::Ips`]).
+    pub any_decode: bool,
+    /// The rules with `decode-event` and an `ip` (or `pkthdr`) header: the
+    /// candidates on a frame whose IP header did not decode, which has no
+    /// addresses or ports to look them up by.
+    pub decode_ip_rules: Vec<u32>,
     /// Per rule: [`Rule::dual`]. Matched on the stream like any stream rule,
     /// and a hit of its [`Engine::dual_trigger`] inside a segment's own
     /// payload also makes it a candidate for an inspection of that payload.
@@ -1099,6 +1107,13 @@ impl Engine {
             .collect();
         let any_packetwise = packetwise.iter().any(|&pw| pw) || !dual_rules.is_empty();
         let any_hdr = rules.iter().any(|r| !r.hdr.is_empty());
+        let any_decode = rules.iter().any(|r| !r.decode_event.is_empty());
+        let decode_ip_rules = (0..rules.len() as u32)
+            .filter(|&r| {
+                let r = &rules[r as usize];
+                !r.decode_event.is_empty() && r.proto == crate::rules::Proto::Ip
+            })
+            .collect();
         let packet_rules = packet_rules.map(|ids| PacketRules::new(&rules, &ids));
         Ok(Engine {
             headers,
@@ -1108,6 +1123,8 @@ impl Engine {
             packetwise,
             any_packetwise,
             any_hdr,
+            any_decode,
+            decode_ip_rules,
             dual,
             dual_trigger,
             dual_rules,

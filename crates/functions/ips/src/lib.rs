@@ -150,6 +150,7 @@ pub mod classification;
 mod datagrams;
 pub mod dataset;
 mod decide;
+pub mod decode_events;
 pub mod dns;
 pub mod engine;
 mod eve_meta;
@@ -476,6 +477,10 @@ pub struct Counters {
     pub smtp_over_limit: u64,
     /// SMTP reader records that did not decode: the reader restarted.
     pub smtp_corrupt: u64,
+    /// Frames the chain's parse (or the defragmenter, as malformed)
+    /// dropped that raised a decoder event, inspected by the
+    /// `decode-event` rules ([`decode_events`]); they stay dropped.
+    pub malformed_inspected: u64,
 }
 
 /// The IPS function.
@@ -576,6 +581,9 @@ pub struct Ips {
     rx_hdr: Vec<u8>,
     /// `rx_hdr` holds the packet's headers.
     rx_hdr_on: bool,
+    /// The decoder events of the packet being decided, once a
+    /// `decode-event` rule asked ([`decode_events`]).
+    decode_ev: Option<decode_events::Events>,
     /// The application-layer prefilters' scratch space, reused.
     mpm: bufrules::MpmScratch,
     /// The application-layer rules, and the buffer rules of the stream
@@ -777,6 +785,7 @@ impl Ips {
             hdr_xf: transform::Scratch::default(),
             rx_hdr: Vec::new(),
             rx_hdr_on: false,
+            decode_ev: None,
             mpm: Default::default(),
             prefilter: true,
             tls_bufs: tls::Buffers::default(),
@@ -894,6 +903,12 @@ impl NetworkFunction for Ips {
         true
     }
 
+    /// With a `decode-event` rule loaded, the frames the parse refused are
+    /// inspected for their decoder events ([`decode_events`]).
+    fn sees_malformed(&self) -> bool {
+        self.engine.any_decode
+    }
+
     fn process(
         &mut self,
         batch: &mut Batch,
@@ -921,6 +936,9 @@ impl NetworkFunction for Ips {
             self.datagrams.leave(batch);
         }
         r?;
+        if self.engine.any_decode {
+            self.inspect_malformed(batch, ctx.events);
+        }
         // xbits conditions, then thresholds, decide which of the batch's
         // alerts are raised, only once its verdicts are made (they never
         // change a verdict); a match whose xbits fail is not counted.
@@ -1068,6 +1086,7 @@ impl NetworkFunction for Ips {
             ("ips_smtp_mime_anomalies", c.smtp_mime_anomalies),
             ("ips_smtp_over_limit", c.smtp_over_limit),
             ("ips_smtp_corrupt", c.smtp_corrupt),
+            ("ips_malformed_inspected", c.malformed_inspected),
         ]);
     }
 }

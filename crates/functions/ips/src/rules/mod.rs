@@ -536,6 +536,9 @@ pub struct Rule {
     /// one list per buffer and transforms: conditions on the packet the
     /// rule matches, which must have each header.
     pub hdr: Vec<HdrList>,
+    /// `decode-event`: the decoder events the packet must have raised, all
+    /// of them ([`crate::decode_events`]).
+    pub decode_event: Vec<crate::decode_events::DecodeEvent>,
     /// `tls.version` (TLS rules only).
     pub tls_version: Option<crate::tls::TlsVersion>,
     /// `tls.cert_chain_len` (TLS rules only): the certificates in the
@@ -1191,6 +1194,7 @@ pub fn parse_rule(line: &str, vars: &Vars) -> Result<Rule, RuleSyntax> {
         ssh: Vec::new(),
         ip: Vec::new(),
         hdr: Vec::new(),
+        decode_event: Vec::new(),
         metadata: None,
         target: None,
         tls_version: None,

@@ -169,7 +169,7 @@ pub const KEYWORDS: &[(&str, Status)] = &[
     ("stream-event", U),
     ("app-layer-event", E),
     ("app-layer-protocol", E),
-    ("decode-event", U),
+    ("decode-event", E),
     ("engine-event", U),
     ("fragbits", E),
     ("fragoffset", E),
@@ -1810,6 +1810,14 @@ fn apply_keyword(
                 crate::http::Buf::StartRawResponse
             };
             http_items(rule, buf).push(Item::HttpEvent(e));
+        }
+        // `decode-event:NAME`: a condition on the packet's decoder events
+        // ([`crate::decode_events`]); a name Suricata does not know is a
+        // rule error, as there.
+        "decode-event" => {
+            let v = need(val, name)?;
+            let e = crate::decode_events::DecodeEvent::parse(v).ok_or_else(|| bad_value(v))?;
+            rule.decode_event.push(e);
         }
         // `uricontent`: a content on `http.uri` (Snort's older spelling).
         "uricontent" => {
