@@ -516,3 +516,44 @@ fn no_panic_on_any_prefix_of_odd_frames() {
         }
     }
 }
+
+/// Frames of random bytes behind plausible link and IP headers (random
+/// lengths, versions, header lengths, options and extension headers):
+/// neither walk panics, whether the parse accepts the frame
+/// ([`events_of`]) or refuses it ([`malformed`]).
+#[test]
+fn no_panic_on_random_frames() {
+    let mut r = crate::testrng::Lcg::new(0x5eed_dec0);
+    let mut parsed = 0;
+    for _ in 0..40_000 {
+        let n = 14 + r.below(120) as usize;
+        let mut f: Vec<u8> = (0..n).map(|_| r.below(256) as u8).collect();
+        // Mostly IPv4 and IPv6, sometimes behind VLAN tags, sometimes
+        // anything; the version nibble mostly right.
+        let et: u16 = match r.below(6) {
+            0 | 1 => 0x0800,
+            2 | 3 => 0x86dd,
+            4 => 0x8100,
+            _ => r.below(65536) as u16,
+        };
+        f[12..14].copy_from_slice(&et.to_be_bytes());
+        if f.len() > 14 && r.below(4) != 0 {
+            f[14] = match et {
+                0x0800 => 0x40 | (f[14] & 0x0f),
+                0x86dd => 0x60 | (f[14] & 0x0f),
+                _ => f[14],
+            };
+        }
+        if et == 0x8100 && f.len() > 18 {
+            let inner: u16 = if r.below(2) == 0 { 0x0800 } else { 0x86dd };
+            f[16..18].copy_from_slice(&inner.to_be_bytes());
+        }
+        let _ = malformed(&f);
+        if let Ok(m) = parse_frame(&f) {
+            parsed += 1;
+            let _ = events_of(&f, &m);
+        }
+    }
+    // Some of them parse, so both walks ran.
+    assert!(parsed > 100, "{parsed}");
+}
