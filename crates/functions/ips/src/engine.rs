@@ -872,6 +872,9 @@ pub struct Engine {
     /// True if a rule has a packet-header buffer ([`crate::pkthdr`]): the
     /// headers a reassembler rewrote are read as they arrived.
     pub any_hdr: bool,
+    /// True if a rule has a `stream-event` condition: the reassembler
+    /// decides stream events for this IPS's packets.
+    pub any_stream_event: bool,
     /// Per rule: [`Rule::dual`]. Matched on the stream like any stream rule,
     /// and a hit of its [`Engine::dual_trigger`] inside a segment's own
     /// payload also makes it a candidate for an inspection of that payload.
@@ -1099,6 +1102,7 @@ impl Engine {
             .collect();
         let any_packetwise = packetwise.iter().any(|&pw| pw) || !dual_rules.is_empty();
         let any_hdr = rules.iter().any(|r| !r.hdr.is_empty());
+        let any_stream_event = rules.iter().any(|r| r.checks.stream_events != 0);
         let packet_rules = packet_rules.map(|ids| PacketRules::new(&rules, &ids));
         Ok(Engine {
             headers,
@@ -1108,6 +1112,7 @@ impl Engine {
             packetwise,
             any_packetwise,
             any_hdr,
+            any_stream_event,
             dual,
             dual_trigger,
             dual_rules,

@@ -894,6 +894,10 @@ impl NetworkFunction for Ips {
         true
     }
 
+    fn wants_stream_events(&self) -> bool {
+        self.engine.any_stream_event
+    }
+
     fn process(
         &mut self,
         batch: &mut Batch,
