@@ -309,6 +309,7 @@ impl Chain {
         timer_interval_ms: u64,
     ) -> Chain {
         let any_streams = functions.iter().any(|f| f.wants_streams());
+        let any_events = functions.iter().any(|f| f.wants_stream_events());
         // A function's hints hold only if it sees the tuples the switch steered
         // by: in a chain with one header-rewriting function, that function itself
         // (it comes first for the packets it rewrites, in either direction); in a
@@ -330,7 +331,11 @@ impl Chain {
                 let own_streams = match (&stream_factory, sharing) {
                     (Some(mk), Sharing::Unshared) => {
                         let ns = Namespace(f.namespace().0 ^ 0x5eed_0001);
-                        Some((mk(ns), Streams::default()))
+                        let s = Streams {
+                            want_events: f.wants_stream_events(),
+                            ..Streams::default()
+                        };
+                        Some((mk(ns), s))
                     }
                     _ => None,
                 };
@@ -348,7 +353,10 @@ impl Chain {
             stages,
             sharing,
             reassembly,
-            streams: Streams::default(),
+            streams: Streams {
+                want_events: any_events,
+                ..Streams::default()
+            },
             events: Vec::new(),
             emitted: Vec::new(),
             stats: ChainStats::default(),

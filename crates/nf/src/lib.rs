@@ -85,6 +85,12 @@ pub trait NetworkFunction: Send {
         false
     }
 
+    /// True if the function reads the stream events reassembly decides
+    /// ([`Streams::events`]); they are decided only then.
+    fn wants_stream_events(&self) -> bool {
+        false
+    }
+
     /// Decides the verdict of every live packet of `batch`.
     fn process(
         &mut self,

@@ -10,9 +10,13 @@
 //!   side is the client (the SYN sender), handshake flags, and per direction the
 //!   next expected sequence number, the bytes delivered so far and the sorted list
 //!   of buffered out-of-order segments `(seq u32, len u16)`. Layout (little-endian):
-//!   `[version=2 u8][flags u8][synced u8][last_seen u64]` (`synced`: bits 0-1
+//!   `[version=2 u8][flags u8][synced u8][last_seen u64]` (`flags`: client
+//!   side, SYN-ACK seen, established, mid-stream, FIN each way, RST, and bit 7
+//!   Fast Open; `synced`: bits 0-1
 //!   which directions know their sequence numbers, bits 2-3 which resynchronised
-//!   and have not delivered since, bits 4-5 which know `ts_recent`) then per
+//!   and have not delivered since, bits 4-5 which know `ts_recent`, bit 6 the
+//!   handshake restarted before completing; the last two bits of each byte
+//!   serve stream events only, see [`events`], and cost no byte) then per
 //!   direction `[next u32][delivered u64][ts_recent u32][n u8][n × (seq u32, len u16)]`:
 //!   45 bytes plus 6 per buffered segment ([`record::record_size`]); at most
 //!   237 bytes with the default 16 segments per direction. Version 1 records
@@ -119,6 +123,14 @@
 //!   whatever it carries across the stream (the IPS its automata). An honest receiver
 //!   never acknowledges bytes it lacks, and acknowledgements beyond anything
 //!   sent are ignored, so a lost segment on the way is still waited for.
+//! * **SYN-ACK.** A SYN-ACK synchronises the server's side only if it
+//!   acknowledges the client's SYN (or data sent with it): the client
+//!   discards one that does not (RFC 9293 §3.10.7.3), and the real one
+//!   that follows must not be taken for a retransmission.
+//! * **Stream events.** For a consumer that asks ([`Streams::want_events`],
+//!   the IPS with `stream-event` rules), each TCP packet's Suricata stream
+//!   events are decided on the record as the packet found it ([`events`]);
+//!   otherwise nothing is computed, nor kept beyond what the record holds.
 //! * **Mid-stream pickup.** With `midstream: false` (default), packets of
 //!   connections never seen from their SYN get no stream (`None` chunk) and pass
 //!   untouched (dropping them is the stateful firewall's job). With `midstream: true`
@@ -142,13 +154,14 @@
 //!   symmetric hash, as in StatelessNF.
 
 pub mod defrag;
+pub mod events;
 pub mod record;
 pub mod streams;
 
 pub use defrag::{DefragCounters, Defragmenter};
 use record::{
     gap_bit, ts_bit, Conn, Seg, C2S, F_CLIENT_FWD, F_ESTABLISHED, F_FIN_C, F_FIN_S, F_MIDSTREAM,
-    F_RST, F_SYNACK, MAX_SEGMENTS_CAP, S2C,
+    F_RST, F_SYNACK, F_TFO, MAX_SEGMENTS_CAP, S2C, S_ODD,
 };
 use rustc_hash::FxHashMap;
 use serde::Deserialize;
@@ -406,6 +419,10 @@ pub struct Reassembler {
     scratch: Vec<u8>,
     del_keys: Vec<Key>,
     keys: Vec<Key>,
+    /// The batch's consumer reads stream events ([`Streams::want_events`]).
+    want_events: bool,
+    /// The stream events of the packet being stepped.
+    pkt_events: u32,
 }
 
 const NONE: u32 = u32::MAX;
@@ -444,6 +461,8 @@ impl Reassembler {
             scratch: Vec::new(),
             del_keys: Vec::new(),
             keys: Vec::new(),
+            want_events: false,
+            pkt_events: 0,
         }
     }
 
@@ -537,6 +556,7 @@ impl Reassembler {
         stage: u8,
     ) -> Result<(), ReassemblyError> {
         streams.reset(batch.len());
+        self.want_events = streams.want_events;
         self.ops.clear();
         self.entries.clear();
         self.index.clear();
@@ -690,10 +710,14 @@ impl Reassembler {
                 continue;
             }
             self.counters.packets += 1;
+            self.pkt_events = 0;
             match self.step(i, ei as usize, batch) {
                 Step::Chunk(c) => streams.chunks[i] = Some(c),
                 Step::Nothing => {}
                 Step::Drop(reason) => batch.pkts[i].drop_by(stage, reason),
+            }
+            if self.pkt_events != 0 {
+                streams.events.push((i as u32, self.pkt_events));
             }
         }
 
@@ -863,6 +887,22 @@ impl Reassembler {
             e.dirty = false;
         }
 
+        // Stream events are decided on the record as the packet found it.
+        if self.want_events {
+            if let Some(c) = &e.conn {
+                let seg = events::Segment {
+                    flags,
+                    seq: m.tcp_seq,
+                    ack: m.tcp_ack,
+                    len: m.payload_len,
+                    from_client: c.has(F_CLIENT_FWD) == fwd,
+                };
+                self.pkt_events = events::decide(c, &seg);
+            } else {
+                self.pkt_events = events::no_session(flags, m.payload_len, self.cfg.midstream);
+            }
+        }
+
         // A client SYN may (re)start the connection.
         if syn_only {
             let restart = match &e.conn {
@@ -900,6 +940,17 @@ impl Reassembler {
                     last_seen: now,
                     ..Conn::default()
                 };
+                if self.want_events {
+                    // A handshake restarted before it completed (a SYN
+                    // from the server, or the client's with another ISN)
+                    // is one Suricata follows otherwise: no events.
+                    if e.conn.as_ref().is_some_and(|old| !old.closed()) {
+                        c.synced |= S_ODD;
+                    }
+                    if tcp_options(p.data(), m).is_some_and(events::has_tfo) {
+                        c.flags |= F_TFO;
+                    }
+                }
                 let mut chunk = StreamChunk {
                     to_server: true,
                     ..StreamChunk::default()
@@ -995,7 +1046,16 @@ impl Reassembler {
         if flags & RST != 0 {
             c.flags |= F_RST;
         } else if flags & SYN != 0 {
-            if d == S2C && flags & ACK != 0 && !c.synced(S2C) {
+            // The client discards a SYN-ACK acknowledging neither its
+            // SYN nor data sent with it (RFC 9293 §3.10.7.3), so it does
+            // not synchronise the server's side: the real one may follow.
+            let base = c.dirs[C2S].next.wrapping_sub(c.dirs[C2S].delivered as u32);
+            let acceptable =
+                !c.synced(C2S) || m.tcp_ack.wrapping_sub(base) as u64 <= c.dirs[C2S].delivered;
+            if d == S2C && flags & ACK != 0 && !c.synced(S2C) && acceptable {
+                if self.want_events && tcp_options(p.data(), m).is_some_and(events::has_tfo) {
+                    c.flags |= F_TFO;
+                }
                 c.synced |= 1 << S2C;
                 c.flags |= F_SYNACK;
                 c.dirs[S2C].next = m.tcp_seq.wrapping_add(1);
@@ -1485,10 +1545,15 @@ impl Snapshot {
     }
 }
 
+/// A TCP segment's option bytes.
+fn tcp_options<'a>(frame: &'a [u8], m: &sluice_wire::parse::PacketMeta) -> Option<&'a [u8]> {
+    frame.get(m.l4_offset as usize + 20..m.payload_offset as usize)
+}
+
 /// The TSval of a TCP segment's timestamp option, if it has one (options
 /// that do not parse: none, as a receiver would not find one either).
 fn tcp_tsval(frame: &[u8], m: &sluice_wire::parse::PacketMeta) -> Option<u32> {
-    let opts = frame.get(m.l4_offset as usize + 20..m.payload_offset as usize)?;
+    let opts = tcp_options(frame, m)?;
     if opts.is_empty() {
         return None;
     }

@@ -18,6 +18,17 @@ pub(crate) const F_MIDSTREAM: u8 = 8;
 pub(crate) const F_FIN_C: u8 = 16;
 pub(crate) const F_FIN_S: u8 = 32;
 pub(crate) const F_RST: u8 = 64;
+/// The connection uses TCP Fast Open as Suricata sees it: the client's SYN,
+/// or the SYN-ACK that synchronised the server, carried the option. Kept
+/// only for stream events ([`crate::events`]), when a consumer asks for them.
+pub(crate) const F_TFO: u8 = 128;
+
+/// The `synced` byte's bit saying the handshake went otherwise than
+/// Suricata follows it (a SYN from the server, or the client's SYN resent
+/// with another sequence number, restarted the record before the handshake
+/// completed): no stream event is decided for the record
+/// ([`crate::events`]).
+pub(crate) const S_ODD: u8 = 64;
 
 /// The `synced` byte's bit saying direction `d` resynchronised and the next
 /// bytes it delivers follow a gap (bits 0 and 1 say which directions are

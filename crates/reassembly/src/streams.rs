@@ -104,6 +104,12 @@ pub struct Streams {
     pub rx_headers: Vec<RxHeader>,
     /// The bytes of [`Streams::rx_headers`].
     pub rx_arena: Vec<u8>,
+    /// Set by the chain when a consumer reads stream events (kept across
+    /// batches): only then does the reassembler decide them.
+    pub want_events: bool,
+    /// The packets that raised stream events, with their event sets
+    /// ([`crate::events::StreamEvent::bit`]), sorted by packet.
+    pub events: Vec<(u32, u32)>,
 }
 
 impl Streams {
@@ -116,6 +122,21 @@ impl Streams {
         self.fragments.clear();
         self.rx_headers.clear();
         self.rx_arena.clear();
+        self.events.clear();
+    }
+
+    /// The stream events packet `i` raised ([`crate::events`]); 0 when
+    /// none, or when no consumer asked for them ([`Streams::want_events`]).
+    #[inline]
+    pub fn events(&self, i: usize) -> u32 {
+        if self.events.is_empty() {
+            return 0;
+        }
+        let at = self.events.partition_point(|e| (e.0 as usize) < i);
+        self.events
+            .get(at)
+            .filter(|e| e.0 as usize == i)
+            .map_or(0, |e| e.1)
     }
 
     /// Keeps packet `i`'s headers (`frame` from the IP header to the

@@ -231,6 +231,7 @@ def main():
     from captures_l2l3 import CAPTURES as L2L3
     from captures_kw import CAPTURES as KW
     from captures_stream import CAPTURES as STREAM
+    from captures_streamevents import CAPTURES as STREAMEVENTS
     from captures_threshold import CAPTURES as THRESHOLD
     from captures_tlsdns import CAPTURES as TLSDNS
     from captures_tlslegacy import CAPTURES as TLSLEGACY
@@ -239,7 +240,7 @@ def main():
     every = dict(CAPTURES)
     for more in (
         STREAM, APP, XFORM, BYTEMATH, HTTPBODY, THRESHOLD, DATASET, KW, HTTPEDGE, TLSDNS, L2L3, DEFRAG, ALP, HOSTBITS, TLSLEGACY, HDR,
-        HTTPEVENTS, DECODE,
+        HTTPEVENTS, DECODE, STREAMEVENTS,
     ):
         assert not set(more) & set(every), set(more) & set(every)
         every.update(more)

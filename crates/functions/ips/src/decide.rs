@@ -256,6 +256,20 @@ fn stream_sizes(c: &StreamChunk) -> [u32; 2] {
     }
 }
 
+/// The stream events TCP packet `i` raised: the reassembler's, and
+/// `pkt_broken_ack`, which Suricata raises from the segment alone (an
+/// acknowledgement number without the ACK flag), session or not.
+fn stream_events(i: usize, p: &Packet, streams: &Streams) -> u32 {
+    use sluice_reassembly::events::StreamEvent;
+    let broken = p.meta.tcp_flags_rx & ACK == 0 && p.meta.tcp_ack != 0;
+    streams.events(i)
+        | if broken {
+            StreamEvent::PktBrokenAck.bit()
+        } else {
+            0
+        }
+}
+
 /// What the per-packet keywords read from `p`; with `csum` (a rule has a
 /// checksum keyword) its checksums are verified too.
 #[inline]
@@ -286,6 +300,7 @@ fn packet_info(p: &Packet, csum: bool) -> PacketInfo {
             None => frag_offset_v6(p),
         },
         icmpv6_mtu: icmpv6_mtu(p),
+        stream_events: 0,
     }
 }
 
@@ -529,6 +544,11 @@ impl Ips {
             stream: chunk.is_some(),
             pkt: PacketInfo {
                 stream_size: chunk.map(|c| stream_sizes(&c)),
+                stream_events: if self.engine.any_stream_event {
+                    stream_events(i, p, ctx.streams)
+                } else {
+                    0
+                },
                 ..packet_info(p, self.csum_rules)
             },
             dns: false,

@@ -880,6 +880,9 @@ pub struct Engine {
     /// candidates on a frame whose IP header did not decode, which has no
     /// addresses or ports to look them up by.
     pub decode_ip_rules: Vec<u32>,
+    /// True if a rule has a `stream-event` condition: the reassembler
+    /// decides stream events for this IPS's packets.
+    pub any_stream_event: bool,
     /// Per rule: [`Rule::dual`]. Matched on the stream like any stream rule,
     /// and a hit of its [`Engine::dual_trigger`] inside a segment's own
     /// payload also makes it a candidate for an inspection of that payload.
@@ -1114,6 +1117,7 @@ impl Engine {
                 !r.decode_event.is_empty() && r.proto == crate::rules::Proto::Ip
             })
             .collect();
+        let any_stream_event = rules.iter().any(|r| r.checks.stream_events != 0);
         let packet_rules = packet_rules.map(|ids| PacketRules::new(&rules, &ids));
         Ok(Engine {
             headers,
@@ -1125,6 +1129,7 @@ impl Engine {
             any_hdr,
             any_decode,
             decode_ip_rules,
+            any_stream_event,
             dual,
             dual_trigger,
             dual_rules,

@@ -909,6 +909,10 @@ impl NetworkFunction for Ips {
         self.engine.any_decode
     }
 
+    fn wants_stream_events(&self) -> bool {
+        self.engine.any_stream_event
+    }
+
     fn process(
         &mut self,
         batch: &mut Batch,

@@ -166,7 +166,7 @@ pub const KEYWORDS: &[(&str, Status)] = &[
     ("xbits", E),
     ("hostbits", E),
     ("stream_size", E),
-    ("stream-event", U),
+    ("stream-event", E),
     ("app-layer-event", E),
     ("app-layer-protocol", E),
     ("decode-event", E),
@@ -571,6 +571,9 @@ pub struct PacketInfo {
     /// The MTU of an ICMPv6 Packet Too Big message (type 2, code 0), as
     /// Suricata's detect-icmpv6-mtu.c reads it.
     pub icmpv6_mtu: Option<u32>,
+    /// The stream events the TCP packet raised
+    /// ([`sluice_reassembly::events`]); computed only when a rule asks.
+    pub stream_events: u32,
 }
 
 /// Which stream `stream_size` compares.
@@ -685,6 +688,9 @@ pub struct PacketChecks {
     pub csum: Option<Csum>,
     /// `icmpv6.mtu` (ICMPv6 Packet Too Big messages of code 0 only).
     pub icmpv6_mtu: Option<NumCmp>,
+    /// `stream-event`: the events' bits, all of which the packet must
+    /// have raised (0: none asked).
+    pub stream_events: u32,
 }
 
 /// A checksum keyword: `KIND-csum:valid|invalid` (Suricata's
@@ -834,6 +840,7 @@ impl PacketChecks {
             && self
                 .stream_size
                 .is_none_or(|c| p.stream_size.is_some_and(|z| c.matches(z)))
+            && p.stream_events & self.stream_events == self.stream_events
             && self.matches_headers(proto, p)
     }
 
@@ -1964,6 +1971,23 @@ fn apply_keyword(
             rule.checks.flags = Some(TcpFlags::parse(v).ok_or_else(|| bad_value(v))?);
         }
         "window" => rule.checks.window = Some(num(val, u16::MAX as u32)?),
+        // `stream-event:NAME`: an event Suricata's stream engine raises on
+        // the packet, decided by the reassembler
+        // ([`sluice_reassembly::events`]); one it cannot decide refuses
+        // the rule with its reason.
+        "stream-event" => {
+            let v = need(val, name)?.trim().trim_matches('"');
+            use sluice_reassembly::events::StreamEvent;
+            match StreamEvent::parse(v) {
+                Ok(e) => rule.checks.stream_events |= e.bit(),
+                Err(Some(why)) => {
+                    return Err(RuleSyntax::UnsupportedKeyword(format!(
+                        "stream-event {v}: {why}"
+                    )))
+                }
+                Err(None) => return Err(bad_value(v)),
+            }
+        }
         "ipv4-csum" | "tcpv4-csum" | "tcpv6-csum" | "udpv4-csum" | "udpv6-csum" | "icmpv4-csum"
         | "icmpv6-csum" => {
             let v = need(val, name)?;

@@ -57,7 +57,11 @@ pub fn alerts_in(
 ) -> (Vec<Alert>, Vec<bool>) {
     let mut r = Reassembler::new(Namespace(1), Default::default());
     let mut pool = PacketPool::new(64);
-    let mut streams = Streams::default();
+    // As a chain does: stream events only for an IPS that reads them.
+    let mut streams = Streams {
+        want_events: ips.wants_stream_events(),
+        ..Streams::default()
+    };
     let mut b = Batch::with_capacity(frames.len());
     for (k, f) in frames.iter().enumerate() {
         b.push_frame(&mut pool, f, t0 + k as u64 * 1000, 0);
