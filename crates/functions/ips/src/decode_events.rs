@@ -315,6 +315,42 @@ const VLAN_MAX_LAYERS: usize = 3;
 const ET_IPV4: u16 = 0x0800;
 const ET_IPV6: u16 = 0x86dd;
 
+/// One step of a walk over IPv4 or TCP options, which share their
+/// layout: type 0 ends the list, type 1 is one byte of padding, any other
+/// type is followed by the option's whole length.
+enum Opt<'a> {
+    /// The end of the list (type 0, or no bytes left).
+    End,
+    /// A type with no room for its length byte.
+    Short,
+    /// A length under 2 or past the list's end.
+    BadLen,
+    /// An option's type and its bytes, type and length included.
+    Some(u8, &'a [u8]),
+}
+
+/// The next option of `o`, past any padding; `o` is moved past it.
+fn next_option<'a>(o: &mut &'a [u8]) -> Opt<'a> {
+    loop {
+        match o.first() {
+            None | Some(0) => return Opt::End,
+            Some(1) => *o = &o[1..],
+            Some(&t) => {
+                let Some(&len) = o.get(1) else {
+                    return Opt::Short;
+                };
+                let len = usize::from(len);
+                if len < 2 || len > o.len() {
+                    return Opt::BadLen;
+                }
+                let (opt, rest) = o.split_at(len);
+                *o = rest;
+                return Opt::Some(t, opt);
+            }
+        }
+    }
+}
+
 #[inline]
 fn be16(b: &[u8], at: usize) -> Option<u16> {
     Some(u16::from_be_bytes([*b.get(at)?, *b.get(at + 1)?]))
@@ -481,25 +517,20 @@ impl Walk {
         // The option types already seen (each may appear once).
         let mut seen: u16 = 0;
         let mut o = opts;
-        while let Some(&t) = o.first() {
-            match t {
-                0 => break,
-                1 => {
-                    o = &o[1..];
-                    continue;
+        loop {
+            let (t, opt) = match next_option(&mut o) {
+                Opt::End => break,
+                Opt::Short => {
+                    self.ev.set(E::Ipv4OptEolRequired);
+                    break;
                 }
-                _ => {}
-            }
-            if o.len() < 2 {
-                self.ev.set(E::Ipv4OptEolRequired);
-                break;
-            }
-            let len = usize::from(o[1]);
-            if len > o.len() || len < 2 {
-                self.ev.set(E::Ipv4OptInvalidLen);
-                return false;
-            }
-            let opt = &o[..len];
+                Opt::BadLen => {
+                    self.ev.set(E::Ipv4OptInvalidLen);
+                    return false;
+                }
+                Opt::Some(t, opt) => (t, opt),
+            };
+            let len = opt.len();
             // The option's bit among those tracked, and its check.
             let slot = match t {
                 68 => Some(0),
@@ -533,7 +564,6 @@ impl Walk {
                     }
                 }
             }
-            o = &o[len..];
         }
         true
     }
@@ -835,23 +865,16 @@ impl Walk {
         // timestamps, SACK, fast open.
         let mut seen = 0u8;
         let mut o = opts;
-        while let Some(&t) = o.first() {
-            match t {
-                0 => break,
-                1 => {
-                    o = &o[1..];
-                    continue;
+        loop {
+            let (t, opt) = match next_option(&mut o) {
+                Opt::End | Opt::Short => break,
+                Opt::BadLen => {
+                    self.ev.set(E::TcpOptInvalidLen);
+                    return;
                 }
-                _ => {}
-            }
-            if o.len() < 2 {
-                break;
-            }
-            let len = usize::from(o[1]);
-            if len > o.len() || len < 2 {
-                self.ev.set(E::TcpOptInvalidLen);
-                return;
-            }
+                Opt::Some(t, opt) => (t, opt),
+            };
+            let len = opt.len();
             let ok_slot = match t {
                 3 => Some((len == 3, 0)),
                 2 => Some((len == 4, 1)),
@@ -868,7 +891,7 @@ impl Walk {
                 // Experimental options: fast open under its magic number.
                 253 | 254 => {
                     if len == 4 || len == 12 {
-                        (o[2] == 0xf9 && o[3] == 0x89).then_some((true, 5))
+                        (opt[2] == 0xf9 && opt[3] == 0x89).then_some((true, 5))
                     } else {
                         Some((false, 5))
                     }
@@ -883,7 +906,6 @@ impl Walk {
                 Some((true, s)) => seen |= 1 << s,
                 None => {}
             }
-            o = &o[len..];
         }
     }
 
