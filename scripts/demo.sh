@@ -14,4 +14,5 @@ if [ "$(id -u)" -ne 0 ]; then
 fi
 ensure_build_deps
 cargo build --release --locked -q -p sluice-cli -p sluice-agent
-exec ./target/release/sluice testbed demo --dir out/testbed "$@"
+# Where cargo put the binaries (a shared CARGO_TARGET_DIR included).
+exec "${CARGO_TARGET_DIR:-target}/release/sluice" testbed demo --dir out/testbed "$@"
