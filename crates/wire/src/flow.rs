@@ -146,6 +146,17 @@ pub const FLOW_KEY_MAX_ENCODED: usize = 2 + 4 + 16 + 16 + 4;
 const ZONED: u8 = 0x80;
 
 impl FlowKey {
+    /// No flow: unspecified IPv4 addresses, ports and protocol 0, zone 0 (what
+    /// a frame that is not IP, or whose IP header did not decode, carries).
+    pub const UNSPECIFIED: FlowKey = FlowKey {
+        zone: 0,
+        src: IpAddr::UNSPECIFIED_V4,
+        dst: IpAddr::UNSPECIFIED_V4,
+        src_port: 0,
+        dst_port: 0,
+        proto: 0,
+    };
+
     /// The same flow seen from the other end.
     #[inline]
     pub fn reverse(&self) -> FlowKey {

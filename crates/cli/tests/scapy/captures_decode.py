@@ -26,7 +26,8 @@ import struct
 
 from scapy.all import Ether, Raw
 
-MAC_C, MAC_S = "02:00:00:00:00:01", "02:00:00:00:00:02"
+from conn import MAC_C, MAC_S
+
 C4, S4 = bytes([10, 1, 0, 5]), bytes([10, 2, 0, 7])
 C6 = bytes.fromhex("fd000001000000000000000000000005")
 S6 = bytes.fromhex("fd000002000000000000000000000007")

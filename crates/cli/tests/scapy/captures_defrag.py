@@ -38,10 +38,8 @@ from scapy.all import (
     Raw,
 )
 
-from conn import CLIENT, SERVER
+from conn import CLIENT, CLIENT6, MAC_C, MAC_S, SERVER, SERVER6
 
-MAC_C, MAC_S = "02:00:00:00:00:01", "02:00:00:00:00:02"
-CLIENT6, SERVER6 = "fd00:1::5", "fd00:2::7"
 # A second source next to CLIENT (for the same IP ID from two hosts).
 CLIENT_B = "10.1.0.6"
 

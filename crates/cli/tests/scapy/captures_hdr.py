@@ -42,10 +42,8 @@ from scapy.all import (
     Raw,
 )
 
-from conn import CLIENT, SERVER, Conn
+from conn import CLIENT, CLIENT6, MAC_C, MAC_S, SERVER, SERVER6, Conn
 
-MAC_C, MAC_S = "02:00:00:00:00:01", "02:00:00:00:00:02"
-CLIENT6, SERVER6 = "fd00:1::5", "fd00:2::7"
 
 
 def raw_l2(build):

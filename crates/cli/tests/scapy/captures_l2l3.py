@@ -34,10 +34,8 @@ from scapy.all import (
 from scapy.contrib.geneve import GENEVE
 from scapy.layers.vxlan import VXLAN
 
-from conn import CLIENT, SERVER, Conn
+from conn import CLIENT, CLIENT6, MAC_C, MAC_S, SERVER, SERVER6, Conn
 
-MAC_C, MAC_S = "02:00:00:00:00:01", "02:00:00:00:00:02"
-CLIENT6, SERVER6 = "fd00:1::5", "fd00:2::7"
 # Tunnel endpoints (TEST-NET-1 / the documentation prefix).
 OUTER_C, OUTER_S = "192.0.2.1", "192.0.2.2"
 

@@ -13,10 +13,8 @@ chunk) wherever a count depends on it; UDP datagrams are inspected one by one.
 
 from scapy.all import DNS, DNSQR, ICMP, IP, TCP, UDP, IPv6, Raw
 
-from conn import CLIENT, SERVER, Conn
+from conn import CLIENT, CLIENT6, SERVER, SERVER6, Conn
 
-# IPv6 unique local addresses (RFC 4193), the private range of IPv6.
-CLIENT6, SERVER6 = "fd00:1::5", "fd00:2::7"
 
 
 class Stream(Conn):

@@ -3,6 +3,11 @@
 from scapy.all import IP, TCP, Raw
 
 CLIENT, SERVER = "10.1.0.5", "10.2.0.7"
+# IPv6 unique local addresses (RFC 4193), the private range of IPv6.
+CLIENT6, SERVER6 = "fd00:1::5", "fd00:2::7"
+# Locally administered MAC addresses, for captures that write their own
+# Ethernet headers.
+MAC_C, MAC_S = "02:00:00:00:00:01", "02:00:00:00:00:02"
 
 
 class Conn:

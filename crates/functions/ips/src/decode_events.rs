@@ -414,14 +414,7 @@ impl Default for Walk {
     fn default() -> Self {
         Walk {
             ev: Events::default(),
-            flow: FlowKey {
-                zone: 0,
-                src: IpAddr::UNSPECIFIED_V4,
-                dst: IpAddr::UNSPECIFIED_V4,
-                src_port: 0,
-                dst_port: 0,
-                proto: 0,
-            },
+            flow: FlowKey::UNSPECIFIED,
             ip: false,
         }
     }

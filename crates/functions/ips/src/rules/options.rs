@@ -1071,6 +1071,19 @@ impl ParseCx {
     }
 }
 
+/// The index of the first of `lists` that `same` accepts, or of a list
+/// `new` makes and appends: a sticky buffer's keywords join the list of
+/// that buffer and transforms.
+fn list_index<L>(lists: &mut Vec<L>, same: impl Fn(&L) -> bool, new: impl FnOnce() -> L) -> usize {
+    match lists.iter().position(same) {
+        Some(i) => i,
+        None => {
+            lists.push(new());
+            lists.len() - 1
+        }
+    }
+}
+
 /// The list the next payload keyword goes to: the sticky buffer's.
 fn items<'r>(rule: &'r mut Rule, cx: &mut ParseCx) -> &'r mut Vec<Item> {
     cx.xf_pending = false;
@@ -1109,17 +1122,15 @@ fn items<'r>(rule: &'r mut Rule, cx: &mut ParseCx) -> &'r mut Vec<Item> {
     if let Some(b) = cx.hdr {
         // One list per buffer and transforms, as for HTTP's.
         let i = *cx.list.get_or_insert_with(|| {
-            match rule.hdr.iter().position(|l| l.buf == b && l.xf == cx.xf) {
-                Some(i) => i,
-                None => {
-                    rule.hdr.push(super::HdrList {
-                        buf: b,
-                        items: Vec::new(),
-                        xf: cx.xf.clone(),
-                    });
-                    rule.hdr.len() - 1
-                }
-            }
+            list_index(
+                &mut rule.hdr,
+                |l| l.buf == b && l.xf == cx.xf,
+                || super::HdrList {
+                    buf: b,
+                    items: Vec::new(),
+                    xf: cx.xf.clone(),
+                },
+            )
         });
         return &mut rule.hdr[i].items;
     }
@@ -1129,17 +1140,15 @@ fn items<'r>(rule: &'r mut Rule, cx: &mut ParseCx) -> &'r mut Vec<Item> {
             // instance per sticky keyword, each matched on its own value
             // (Suricata 7's multi-buffer matching); another is one list per
             // buffer and transforms.
-            match rule.tls.iter().position(|l| l.buf == b && l.xf == cx.xf) {
-                Some(i) if !b.is_multi() => i,
-                _ => {
-                    rule.tls.push(super::TlsList {
-                        buf: b,
-                        items: Vec::new(),
-                        xf: cx.xf.clone(),
-                    });
-                    rule.tls.len() - 1
-                }
-            }
+            list_index(
+                &mut rule.tls,
+                |l| !b.is_multi() && l.buf == b && l.xf == cx.xf,
+                || super::TlsList {
+                    buf: b,
+                    items: Vec::new(),
+                    xf: cx.xf.clone(),
+                },
+            )
         });
         return &mut rule.tls[i].items;
     }
@@ -1159,17 +1168,15 @@ fn http_list_index(
     b: crate::http::Buf,
     xf: &crate::transform::Transforms,
 ) -> usize {
-    match rule.http.iter().position(|l| l.buf == b && l.xf == *xf) {
-        Some(i) => i,
-        None => {
-            rule.http.push(super::HttpList {
-                buf: b,
-                items: Vec::new(),
-                xf: xf.clone(),
-            });
-            rule.http.len() - 1
-        }
-    }
+    list_index(
+        &mut rule.http,
+        |l| l.buf == b && l.xf == *xf,
+        || super::HttpList {
+            buf: b,
+            items: Vec::new(),
+            xf: xf.clone(),
+        },
+    )
 }
 
 /// The plain (untransformed) list of HTTP buffer `b` (made on first use).
