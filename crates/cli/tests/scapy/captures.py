@@ -219,6 +219,7 @@ def main():
     # application protocols, live in modules of their own.
     from captures_alp import CAPTURES as ALP
     from captures_app import CAPTURES as APP
+    from captures_applayer import CAPTURES as APPLAYER
     from captures_bytemath import CAPTURES as BYTEMATH
     from captures_dataset import CAPTURES as DATASET
     from captures_decode import CAPTURES as DECODE
@@ -240,7 +241,7 @@ def main():
     every = dict(CAPTURES)
     for more in (
         STREAM, APP, XFORM, BYTEMATH, HTTPBODY, THRESHOLD, DATASET, KW, HTTPEDGE, TLSDNS, L2L3, DEFRAG, ALP, HOSTBITS, TLSLEGACY, HDR,
-        HTTPEVENTS, DECODE, STREAMEVENTS,
+        HTTPEVENTS, DECODE, STREAMEVENTS, APPLAYER,
     ):
         assert not set(more) & set(every), set(more) & set(every)
         every.update(more)

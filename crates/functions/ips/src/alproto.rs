@@ -56,10 +56,57 @@ const NOMATCH_DONE: u8 = 14;
 /// Protocol detection failed (`failed`).
 pub const FAILED: u8 = 15;
 
-/// The state's bits of a direction's byte; the upper bits count down to the
-/// protocol-detection flag ([`Flow::pd`]).
+/// The state's bits of a direction's byte; the two bits above count down
+/// to the protocol-detection flag ([`Flow::pd`]).
 const STATE: u8 = 0x0f;
 const PD_SHIFT: u8 = 4;
+const PD_BITS: u8 = 0x30;
+/// In the client direction's byte: Suricata gave up on the flow's
+/// application layer (wrong first-data direction, detection skipped), so
+/// no further detection event is raised ([`on_bytes`]).
+const DISABLED: u8 = 0x40;
+
+/// `app-layer-event:applayer_mismatch_protocol_both_directions`: the
+/// second direction detected a protocol other than the first's.
+pub const EV_MISMATCH: u8 = 1;
+/// `applayer_wrong_direction_first_data`: a protocol whose parser wants
+/// the client's data first ([`FIRST_TO_SERVER`]) was detected on a flow
+/// whose first data came from the server.
+pub const EV_WRONG_DIRECTION: u8 = 2;
+/// `applayer_detect_protocol_only_one_direction`: one direction detected
+/// a protocol, the other's detection finished without one.
+pub const EV_ONE_DIRECTION: u8 = 4;
+/// `applayer_proto_detection_skipped`: more than [`SKIP_BYTES`] in one
+/// direction without a match and nothing from the other side.
+pub const EV_SKIPPED: u8 = 8;
+/// Bytes one direction may carry, undetected, while the other sends none,
+/// before Suricata gives detection up (app-layer.c's cutoff).
+pub const SKIP_BYTES: u64 = 100_000;
+
+/// The protocols whose parser registers an acceptable first-data direction
+/// of to-server only (`AppLayerParserRegisterParserAcceptableDataDirection`
+/// in Suricata 7.0.10): TLS. HTTP no longer does there (measured: a flow
+/// starting with a server's response raises no event).
+const FIRST_TO_SERVER: &[u8] = &[TLS];
+
+/// The `app-layer-event` names of protocol detection (Suricata's
+/// app-layer-events.c) and their bits; the two of protocol changes need a
+/// STARTTLS or upgrade follower this IPS does not have, and refuse the
+/// rule with that reason.
+pub fn parse_event(name: &str) -> Result<u8, Option<&'static str>> {
+    Ok(match name {
+        "applayer_mismatch_protocol_both_directions" => EV_MISMATCH,
+        "applayer_wrong_direction_first_data" => EV_WRONG_DIRECTION,
+        "applayer_detect_protocol_only_one_direction" => EV_ONE_DIRECTION,
+        "applayer_proto_detection_skipped" => EV_SKIPPED,
+        "applayer_no_tls_after_starttls" | "applayer_unexpected_protocol" => {
+            return Err(Some(
+                "protocol changes (STARTTLS, upgrades) are not followed",
+            ))
+        }
+        _ => return Err(None),
+    })
+}
 
 /// Bytes of a direction (to server, to client) without a match after which
 /// Suricata 7.0.10's pattern search is done for it.
@@ -333,10 +380,14 @@ pub fn detect_dir(data: &[u8], to_server: bool) -> Option<u8> {
 
 /// Updates a TCP flow's detection `alp` with stream bytes `data` of
 /// direction `d` (0: to server) at stream position `base`; the verdicts
-/// they settle arm their direction's protocol-detection flag.
-pub fn on_bytes(alp: &mut [u8; 2], d: usize, data: &[u8], base: u64) {
+/// they settle arm their direction's protocol-detection flag. Returns the
+/// detection events (`EV_*`) the bytes raise: each at most once a flow, on
+/// the packet bringing the deciding bytes, as Suricata's inline mode
+/// raises them.
+pub fn on_bytes(alp: &mut [u8; 2], d: usize, data: &[u8], base: u64) -> u8 {
     let before = [settled(alp[0]), settled(alp[1])];
     let mut s = [alp[0] & STATE, alp[1] & STATE];
+    let was = s;
     let total = base + data.len() as u64;
     if s[d] == UNKNOWN {
         s[d] = if base == 0 {
@@ -352,20 +403,57 @@ pub fn on_bytes(alp: &mut [u8; 2], d: usize, data: &[u8], base: u64) {
     }
     let o = 1 - d;
     let known = |v: u8| v != UNKNOWN && v <= SSH;
+    let mut ev = 0;
     match (s[d], s[o]) {
         (NOMATCH_DONE, NOMATCH_DONE) => s = [FAILED; 2],
-        (NOMATCH_DONE, x) if known(x) => s[d] = FAILED,
-        (x, NOMATCH_DONE) if known(x) => s[o] = FAILED,
+        (NOMATCH_DONE, x) if known(x) => {
+            s[d] = FAILED;
+            ev |= EV_ONE_DIRECTION;
+        }
+        (x, NOMATCH_DONE) if known(x) => {
+            s[o] = FAILED;
+            ev |= EV_ONE_DIRECTION;
+        }
         _ => {}
+    }
+    if known(s[d]) && !known(was[d]) {
+        if known(s[o]) && s[o] != s[d] {
+            ev |= EV_MISMATCH;
+        }
+        // The flow's first data came from the server if it is the server
+        // detecting before the client sent anything, or the client
+        // detecting after the server sent bytes.
+        let server_first = if d == 1 {
+            was[0] == UNKNOWN
+        } else {
+            was[1] != UNKNOWN
+        };
+        if server_first && FIRST_TO_SERVER.contains(&s[d]) {
+            // Suricata disables the flow's application layer here: no
+            // other event follows.
+            ev = EV_WRONG_DIRECTION;
+        }
+    }
+    if s[d] == NOMATCH_DONE && s[o] == UNKNOWN && base <= SKIP_BYTES && total > SKIP_BYTES {
+        ev |= EV_SKIPPED;
+    }
+    let disabled = alp[0] & DISABLED != 0;
+    if ev & (EV_WRONG_DIRECTION | EV_SKIPPED) != 0 {
+        alp[0] |= DISABLED;
     }
     for x in 0..2 {
         let mut b = (alp[x] & !STATE) | s[x];
         if !before[x] && settled(b) {
             // Decided on this direction's bytes: its next packet carries
             // the flag; on the other's: after the acknowledgement.
-            b = (b & STATE) | (if x == d { 1 } else { 2 } << PD_SHIFT);
+            b = (b & !PD_BITS) | (if x == d { 1 } else { 2 } << PD_SHIFT);
         }
         alp[x] = b;
+    }
+    if disabled {
+        0
+    } else {
+        ev
     }
 }
 
@@ -378,18 +466,22 @@ fn settled(b: u8) -> bool {
 /// The protocol-detection flag of a TCP packet of direction `d`: counts
 /// the direction's countdown down, true when it reaches the packet.
 pub fn take_pd(alp: &mut [u8; 2], d: usize) -> bool {
-    let n = alp[d] >> PD_SHIFT;
+    let n = (alp[d] & PD_BITS) >> PD_SHIFT;
     if n == 0 {
         return false;
     }
-    alp[d] = (alp[d] & STATE) | ((n - 1) << PD_SHIFT);
+    alp[d] = (alp[d] & !PD_BITS) | ((n - 1) << PD_SHIFT);
     n == 1
 }
 
-/// True if `b` is a direction's byte a record may hold.
-pub fn valid(b: u8) -> bool {
+/// True if `b` is a direction's byte a record may hold (`d`: its
+/// direction; only the client's carries [`DISABLED`]).
+pub fn valid(b: u8, d: usize) -> bool {
     let v = b & STATE;
-    (v <= SSH || v >= NOMATCH) && b >> PD_SHIFT <= 2
+    let extra = if d == 0 { DISABLED } else { 0 };
+    (v <= SSH || v >= NOMATCH)
+        && (b & PD_BITS) >> PD_SHIFT <= 2
+        && b & !(STATE | PD_BITS | extra) == 0
 }
 
 /// What a UDP datagram tells: DNS both ways if it is a DNS message, else
@@ -587,7 +679,7 @@ mod tests {
         // Later bytes change nothing.
         on_bytes(&mut a, 0, b"junk", 40);
         assert_eq!(a, [HTTP, HTTP]);
-        assert!(valid(a[0]) && valid(a[1]));
+        assert!(valid(a[0], 0) && valid(a[1], 1));
     }
 
     /// A direction without a match fails once it carried enough bytes and
@@ -608,7 +700,7 @@ mod tests {
         assert!(take_pd(&mut a, 1));
         assert!(!take_pd(&mut a, 0));
         assert!(take_pd(&mut a, 0));
-        assert!(valid(a[0]) && valid(a[1]));
+        assert!(valid(a[0], 0) && valid(a[1], 1));
     }
 
     #[test]
@@ -640,6 +732,79 @@ mod tests {
         assert_eq!(datagram(true).dirs, [DNS, DNS]);
         assert_eq!(datagram(false).dirs, [FAILED, FAILED]);
         assert!(datagram(false).pd);
-        assert!(!valid(0x3f) && !valid(8) && valid(0x2f));
+        assert!(!valid(0x3f, 0) && !valid(8, 0) && valid(0x2f, 0));
+        // Only the client's byte carries the disabled flag.
+        assert!(valid(DISABLED | 0x2f, 0) && !valid(DISABLED | 0x2f, 1));
+        assert!(!valid(0x80, 0));
+    }
+
+    #[test]
+    fn detection_events() {
+        const HELLO_START: &[u8] = b"GET / HTTP/1.1\r\n\r\n";
+        // Mismatch: the second direction detects another protocol, once.
+        let mut a = [0u8; 2];
+        assert_eq!(on_bytes(&mut a, 0, HELLO_START, 0), 0);
+        assert_eq!(on_bytes(&mut a, 1, b"SSH-2.0-x\r\n", 0), EV_MISMATCH);
+        assert_eq!(on_bytes(&mut a, 1, b"more bytes", 11), 0);
+        // The same protocol both ways: nothing.
+        let mut a = [0u8; 2];
+        on_bytes(&mut a, 0, HELLO_START, 0);
+        assert_eq!(on_bytes(&mut a, 1, b"HTTP/1.1 200 OK\r\n", 0), 0);
+        // One direction: the other's detection ends without a match, on
+        // whichever side's bytes settle it.
+        let mut a = [0u8; 2];
+        on_bytes(&mut a, 0, HELLO_START, 0);
+        assert_eq!(on_bytes(&mut a, 1, &[0xee; 20], 0), EV_ONE_DIRECTION);
+        let mut a = [0u8; 2];
+        assert_eq!(on_bytes(&mut a, 1, &[0xee; 20], 0), 0);
+        assert_eq!(on_bytes(&mut a, 0, HELLO_START, 0), EV_ONE_DIRECTION);
+        // Neither side detected: failed both ways, no event.
+        let mut a = [0u8; 2];
+        on_bytes(&mut a, 0, &[0xee; 20], 0);
+        assert_eq!(on_bytes(&mut a, 1, &[0xee; 20], 0), 0);
+        assert_eq!([value(a[0]), value(a[1])], [FAILED, FAILED]);
+    }
+
+    #[test]
+    fn wrong_direction_and_skipped_disable_later_events() {
+        let hello = {
+            let mut body = vec![3, 3];
+            body.extend_from_slice(&[0x22; 32]);
+            body.extend_from_slice(&[0, 0, 2, 0x13, 1, 1, 0, 0, 0]);
+            let mut r = vec![22, 3, 1, 0, body.len() as u8 + 4, 1, 0, 0, body.len() as u8];
+            r.extend_from_slice(&body);
+            r
+        };
+        assert_eq!(detect_dir(&hello, true), Some(TLS));
+        // The server's bytes first, then the client's hello: TLS wants the
+        // client first. The server side failing afterwards is not raised.
+        let mut a = [0u8; 2];
+        assert_eq!(on_bytes(&mut a, 1, &[0xee; 4], 0), 0);
+        assert_eq!(on_bytes(&mut a, 0, &hello, 0), EV_WRONG_DIRECTION);
+        assert_eq!(on_bytes(&mut a, 1, &[0xee; 20], 4), 0);
+        assert!(valid(a[0], 0) && valid(a[1], 1));
+        // A server hello before anything from the client is the same.
+        let mut a = [0u8; 2];
+        assert_eq!(on_bytes(&mut a, 1, &hello, 0), EV_WRONG_DIRECTION);
+        // The client first: nothing.
+        let mut a = [0u8; 2];
+        assert_eq!(on_bytes(&mut a, 0, &hello, 0), 0);
+        // Skipped: crossing the cutoff undetected, the other side silent.
+        let mut a = [0u8; 2];
+        let seg = [0xab; 1000];
+        let mut raised = 0;
+        for k in 0..101u64 {
+            raised += u32::from(on_bytes(&mut a, 0, &seg, k * 1000) == EV_SKIPPED);
+        }
+        assert_eq!(raised, 1);
+        // Detection continues for app-layer-protocol, but raises nothing.
+        assert_eq!(on_bytes(&mut a, 1, b"HTTP/1.1 200 OK\r\n", 0), 0);
+        assert_eq!(value(a[1]), HTTP);
+        // Under the cutoff, or with the other side heard from: no event.
+        let mut a = [0u8; 2];
+        on_bytes(&mut a, 1, b"x", 0);
+        for k in 0..101u64 {
+            assert_eq!(on_bytes(&mut a, 0, &seg, k * 1000) & EV_SKIPPED, 0);
+        }
     }
 }

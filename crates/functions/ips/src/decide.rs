@@ -301,6 +301,7 @@ fn packet_info(p: &Packet, csum: bool) -> PacketInfo {
         },
         icmpv6_mtu: icmpv6_mtu(p),
         stream_events: 0,
+        applayer_events: 0,
     }
 }
 
@@ -584,6 +585,23 @@ impl Ips {
         } else {
             (hdr, phdr)
         };
+        // Protocol detection's events belong to the packet whose bytes
+        // raise them, and the rules without contents that ask for them run
+        // before those bytes are inspected: decided here on a copy of the
+        // verdicts (the bytes update the flow's own in `inspect_chunk`).
+        let (hdr, phdr) = if self.engine.any_applayer_event {
+            let ev = self.applayer_events(st.alp, d, i, p, ctx.streams);
+            let with = |h: Header| Header {
+                pkt: PacketInfo {
+                    applayer_events: ev,
+                    ..h.pkt
+                },
+                ..h
+            };
+            (with(hdr), with(phdr))
+        } else {
+            (hdr, phdr)
+        };
         if self.packet_rules(st, pd, &phdr, p, ctx.events) {
             return true;
         }
@@ -656,6 +674,36 @@ impl Ips {
         let drop = self.inspect_chunk(p, st, (d, &hdr), ctx, (c, own, extra, data), i);
         self.joined = joined;
         drop
+    }
+
+    /// The protocol-detection events (`alproto::EV_*`) packet `i`'s new
+    /// stream bytes of direction `d` raise on a flow whose verdicts are
+    /// `alp`; the verdicts themselves are left as they are.
+    fn applayer_events(
+        &mut self,
+        alp: [u8; 2],
+        d: usize,
+        i: usize,
+        p: &Packet,
+        streams: &Streams,
+    ) -> u8 {
+        let Some((c, own, extra)) = streams.bytes(i, p) else {
+            return 0;
+        };
+        if c.is_empty() {
+            return 0;
+        }
+        let mut a = alp;
+        if extra.is_empty() {
+            return crate::alproto::on_bytes(&mut a, d, own, c.stream_offset);
+        }
+        let mut joined = std::mem::take(&mut self.joined);
+        joined.clear();
+        joined.extend_from_slice(own);
+        joined.extend_from_slice(extra);
+        let ev = crate::alproto::on_bytes(&mut a, d, &joined, c.stream_offset);
+        self.joined = joined;
+        ev
     }
 
     /// [`Ips::inspect_stream`] on a packet with new stream bytes `data`
@@ -790,7 +838,7 @@ impl Ips {
         let d = if to_server { 0 } else { 1 };
         // Which endpoint sent it, by address rather than by the port
         // guess above, so a flow between equal ports is established too.
-        if f.proto == 17 {
+        if f.proto == 17 || self.engine.ip_established {
             st.flags |= match f.canonical().1 {
                 sluice_wire::flow::Side::Forward => SEEN_FWD,
                 sluice_wire::flow::Side::Reverse => SEEN_REV,

@@ -883,6 +883,14 @@ pub struct Engine {
     /// True if a rule has a `stream-event` condition: the reassembler
     /// decides stream events for this IPS's packets.
     pub any_stream_event: bool,
+    /// True if a rule has an `app-layer-event:applayer_*` condition: the
+    /// protocol detection runs and decides each packet's events
+    /// ([`crate::alproto::on_bytes`]).
+    pub any_applayer_event: bool,
+    /// True if an `ip` rule has `flow:established` or `not_established`:
+    /// flows of every protocol but TCP then track traffic both ways, as
+    /// UDP's always do ([`SEEN_REV`]).
+    pub ip_established: bool,
     /// Per rule: [`Rule::dual`]. Matched on the stream like any stream rule,
     /// and a hit of its [`Engine::dual_trigger`] inside a segment's own
     /// payload also makes it a candidate for an inspection of that payload.
@@ -1118,6 +1126,10 @@ impl Engine {
             })
             .collect();
         let any_stream_event = rules.iter().any(|r| r.checks.stream_events != 0);
+        let any_applayer_event = rules.iter().any(|r| r.checks.applayer_events != 0);
+        let ip_established = rules
+            .iter()
+            .any(|r| r.proto == crate::rules::Proto::Ip && (r.established || r.not_established));
         let packet_rules = packet_rules.map(|ids| PacketRules::new(&rules, &ids));
         Ok(Engine {
             headers,
@@ -1130,6 +1142,8 @@ impl Engine {
             any_decode,
             decode_ip_rules,
             any_stream_event,
+            any_applayer_event,
+            ip_established,
             dual,
             dual_trigger,
             dual_rules,
@@ -1724,9 +1738,9 @@ impl Codec for FlowState {
             s.ints = FlowInts::decode(r)?;
         }
         if version >= 10 {
-            for a in &mut s.alp {
+            for (d, a) in s.alp.iter_mut().enumerate() {
                 *a = r.u8()?;
-                if !crate::alproto::valid(*a) {
+                if !crate::alproto::valid(*a, d) {
                     return Err(DecodeError("unknown ips app-layer-protocol state"));
                 }
             }

@@ -719,7 +719,9 @@ impl Ips {
         let thresholds = threshold::Thresholds::new(&rules);
         let xbits = xbits::Xbits::new(&rules);
         let app_detect = rules.iter().any(|r| r.proto.stream_app());
-        let alp_detect = rules.iter().any(|r| !r.alp.is_empty());
+        let alp_detect = rules
+            .iter()
+            .any(|r| !r.alp.is_empty() || r.checks.applayer_events != 0);
         let ja3_logged = rules.iter().any(|r| {
             use crate::tls::Buf::*;
             r.tls

@@ -280,3 +280,113 @@ fn the_verdicts_round_trip_through_the_record() {
     buf[n - 1] = 0x39;
     assert!(FlowState::decode(&mut Reader::new(&buf)).is_err());
 }
+
+/// Suricata 7.0.10's app-layer-events.rules, the four protocol detection
+/// events Sluice decides.
+const EVENT_RULES: [&str; 4] = [
+    "alert ip any any -> any any (msg:\"SURICATA Applayer Mismatch protocol both directions\"; flow:established; app-layer-event:applayer_mismatch_protocol_both_directions; flowint:applayer.anomaly.count,+,1; classtype:protocol-command-decode; sid:2260000; rev:1;)",
+    "alert ip any any -> any any (msg:\"SURICATA Applayer Wrong direction first Data\"; flow:established; app-layer-event:applayer_wrong_direction_first_data; flowint:applayer.anomaly.count,+,1; classtype:protocol-command-decode; sid:2260001; rev:1;)",
+    "alert ip any any -> any any (msg:\"SURICATA Applayer Detect protocol only one direction\"; flow:established; app-layer-event:applayer_detect_protocol_only_one_direction; flowint:applayer.anomaly.count,+,1; classtype:protocol-command-decode; sid:2260002; rev:1;)",
+    "alert ip any any -> any any (msg:\"SURICATA Applayer Protocol detection skipped\"; flow:established; app-layer-event:applayer_proto_detection_skipped; flowint:applayer.anomaly.count,+,1; classtype:protocol-command-decode; sid:2260003; rev:1;)",
+];
+
+/// A minimal TLS 1.2 ClientHello record: one cipher suite, no extension.
+fn client_hello() -> Vec<u8> {
+    let mut body = vec![0x03, 0x03];
+    body.extend_from_slice(&[0x22; 32]);
+    body.extend_from_slice(&[0, 0, 2, 0x13, 0x01, 1, 0, 0, 0]);
+    let mut hs = vec![1, 0, (body.len() >> 8) as u8, body.len() as u8];
+    hs.extend_from_slice(&body);
+    let mut rec = vec![22, 3, 1, (hs.len() >> 8) as u8, hs.len() as u8];
+    rec.extend_from_slice(&hs);
+    rec
+}
+
+const SSH_BANNER: &[u8] = b"SSH-2.0-OpenSSH_9.6p1 Debian\r\n";
+
+#[test]
+fn detection_events_fire_once_on_the_deciding_packet() {
+    // HTTP to an SSH server: a mismatch, once, on the server's banner.
+    let f = conv(
+        8080,
+        &[
+            (true, REQ),
+            (false, SSH_BANNER),
+            (true, REQ),
+            (false, &[0u8; 40]),
+        ],
+    );
+    assert_eq!(sids(&EVENT_RULES, &f), vec![2260000]);
+    // HTTP answered by bytes of no protocol: one direction only.
+    let junk = vec![0xeeu8; 600];
+    let f = conv(
+        8080,
+        &[(true, REQ), (false, &junk), (true, REQ), (false, &junk)],
+    );
+    assert_eq!(sids(&EVENT_RULES, &f), vec![2260002]);
+    // Plain HTTP: nothing.
+    assert!(sids(&EVENT_RULES, &http_flow(8080)).is_empty());
+}
+
+#[test]
+fn a_server_speaking_tls_first_is_the_wrong_direction_and_nothing_follows() {
+    let hello = client_hello();
+    let junk = vec![0xeeu8; 600];
+    // The server's bytes of no protocol first, then the client's hello:
+    // TLS wants the client first. Suricata gives the flow's application
+    // layer up, so the server's undetected side raises nothing more.
+    let f = conv(
+        8443,
+        &[(false, &junk), (true, &hello), (false, &junk), (true, b"x")],
+    );
+    assert_eq!(sids(&EVENT_RULES, &f), vec![2260001]);
+    // An HTTP response before its request: HTTP asks no first direction.
+    let f = conv(8080, &[(false, RESP), (true, REQ), (false, RESP)]);
+    assert!(sids(&EVENT_RULES, &f).is_empty());
+}
+
+#[test]
+fn detection_is_skipped_after_100_000_bytes_one_way() {
+    let seg = vec![0xabu8; 1400];
+    let mut msgs: Vec<(bool, &[u8])> = vec![(true, &seg); 80];
+    // The server's HTTP after the cutoff raises no second event.
+    msgs.push((false, RESP));
+    let got = sids(&EVENT_RULES, &conv(8080, &msgs));
+    assert_eq!(got, vec![2260003]);
+    // 70,000 bytes stay under it.
+    let msgs: Vec<(bool, &[u8])> = vec![(true, &seg); 50];
+    assert!(sids(&EVENT_RULES, &conv(8080, &msgs)).is_empty());
+}
+
+#[test]
+fn protocol_change_events_are_refused_with_their_reason() {
+    for name in [
+        "applayer_no_tls_after_starttls",
+        "applayer_unexpected_protocol",
+    ] {
+        let rule = format!(
+            "alert tcp any any -> any any (msg:\"x\"; flow:established; app-layer-event:{name}; sid:1;)"
+        );
+        let e = sluice_ips::rules::parse_rule(&rule, &Default::default()).unwrap_err();
+        assert!(e.is_unsupported(), "{e}");
+        assert!(e.to_string().contains("protocol changes"), "{e}");
+    }
+    let e = sluice_ips::rules::parse_rule(
+        "alert ip any any -> any any (msg:\"x\"; app-layer-event:applayer_nonsense; sid:1;)",
+        &Default::default(),
+    )
+    .unwrap_err();
+    assert!(!e.is_unsupported(), "an unknown event is a rule error: {e}");
+}
+
+#[test]
+fn an_ip_rule_with_established_reads_each_protocols_flow() {
+    let rules = ["alert ip any any -> any any (msg:\"established\"; flow:established; content:\"MARK\"; sid:1;)"];
+    // UDP: established from the first reply on.
+    let q = udp_v4(C, S, 5000, 7000, b"MARK out");
+    let r = udp_v4(S, C, 7000, 5000, b"MARK back");
+    assert_eq!(sids(&rules, &[q.clone(), r.clone(), q.clone()]), vec![1, 1]);
+    // TCP: from the handshake's end.
+    let f = conv(9000, &[(true, b"MARK")]);
+    assert_eq!(sids(&rules, &f), vec![1]);
+}

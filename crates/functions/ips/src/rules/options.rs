@@ -574,6 +574,9 @@ pub struct PacketInfo {
     /// The stream events the TCP packet raised
     /// ([`sluice_reassembly::events`]); computed only when a rule asks.
     pub stream_events: u32,
+    /// The protocol-detection events the packet's stream bytes raised
+    /// ([`crate::alproto::on_bytes`]); computed only when a rule asks.
+    pub applayer_events: u8,
 }
 
 /// Which stream `stream_size` compares.
@@ -691,6 +694,9 @@ pub struct PacketChecks {
     /// `stream-event`: the events' bits, all of which the packet must
     /// have raised (0: none asked).
     pub stream_events: u32,
+    /// `app-layer-event:applayer_*`: protocol detection's events
+    /// ([`crate::alproto`]), all of which the packet must have raised.
+    pub applayer_events: u8,
 }
 
 /// A checksum keyword: `KIND-csum:valid|invalid` (Suricata's
@@ -841,6 +847,7 @@ impl PacketChecks {
                 .stream_size
                 .is_none_or(|c| p.stream_size.is_some_and(|z| c.matches(z)))
             && p.stream_events & self.stream_events == self.stream_events
+            && p.applayer_events & self.applayer_events == self.applayer_events
             && self.matches_headers(proto, p)
     }
 
@@ -1814,6 +1821,18 @@ fn apply_keyword(
         // keywords after it stay where they were.
         "app-layer-event" => {
             let v = need(val, name)?;
+            // Protocol detection's events are the packet's, whatever the
+            // protocol ([`crate::alproto::on_bytes`]).
+            if v.starts_with("applayer_") {
+                match crate::alproto::parse_event(v) {
+                    Ok(bit) => rule.checks.applayer_events |= bit,
+                    Err(Some(why)) => {
+                        return Err(RuleSyntax::UnsupportedKeyword(format!("{name} {v}: {why}")))
+                    }
+                    Err(None) => return Err(bad_value(v)),
+                }
+                return Ok(());
+            }
             let Some(e) = crate::http::events::Event::parse(v) else {
                 return Err(RuleSyntax::UnsupportedKeyword(format!("{name} {v}")));
             };
@@ -2334,8 +2353,10 @@ pub(super) fn validate(rule: &Rule) -> Result<(), RuleSyntax> {
     }
     // UDP flows are established once traffic went both ways
     // ([`crate::engine::SEEN_REV`]); a `dns` rule's datagrams are UDP, its
-    // streams TCP.
-    let datagrams = matches!(rule.proto, Proto::Udp | Proto::Dns);
+    // streams TCP. An `ip` rule reads each packet's own protocol: TCP's
+    // session, and for the others traffic both ways, which is tracked for
+    // every protocol once such a rule is loaded (`Engine::ip_established`).
+    let datagrams = matches!(rule.proto, Proto::Udp | Proto::Dns | Proto::Ip);
     if !matches!(rule.proto, Proto::Tcp | Proto::Http | Proto::Tls) && !rule.proto.stream_app() {
         // Established-ness and streams of other protocols are not tracked: refuse
         // rather than never match.

@@ -56,7 +56,9 @@ pub fn alerts_in(
     t0: u64,
 ) -> (Vec<Alert>, Vec<bool>) {
     let mut r = Reassembler::new(Namespace(1), Default::default());
-    let mut pool = PacketPool::new(64);
+    // A buffer for every frame: a frame the pool refused would be left out
+    // of the batch silently.
+    let mut pool = PacketPool::new(frames.len().max(64));
     // As a chain does: stream events only for an IPS that reads them.
     let mut streams = Streams {
         want_events: ips.wants_stream_events(),
@@ -64,7 +66,10 @@ pub fn alerts_in(
     };
     let mut b = Batch::with_capacity(frames.len());
     for (k, f) in frames.iter().enumerate() {
-        b.push_frame(&mut pool, f, t0 + k as u64 * 1000, 0);
+        assert!(
+            b.push_frame(&mut pool, f, t0 + k as u64 * 1000, 0),
+            "frame {k} refused"
+        );
     }
     for p in &mut b.pkts {
         p.meta = parse_frame(p.data()).unwrap();
