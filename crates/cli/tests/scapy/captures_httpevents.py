@@ -154,6 +154,48 @@ def response_framing():
     )
 
 
+def request_host():
+    # The request target's authority against the Host field (libhtp's host
+    # checks): another host, a host with a trailing dot (libhtp normalises
+    # the target's, not the field's), other ports, credentials before
+    # another host, a CONNECT to another host; invalid ports and names in
+    # the target (also on a CONNECT and an HTTP/0.9 line) and in the field
+    # (an IPv6 literal without its `]`, empty, port 0, two Host fields
+    # joined). Near misses: the same host in other case or with a trailing
+    # dot in the target, a port on one side only, an underscore, IPv6
+    # literals, spaces around the field's parts, a target without `//`.
+    def r(target, host=b"a.example", line=b" HTTP/1.1", method=b"GET "):
+        return method + target + line + b"\r\n" + (b"Host: " + host + b"\r\n" if host else b"") + b"\r\n"
+    cases = [
+        r(b"http://b.example/x"),
+        r(b"http://a.example/x", b"a.example."),
+        r(b"http://a.example:81/x", b"a.example:82"),
+        r(b"http://u@b.example/x"),
+        r(b"a.example:443", b"b.example:443", method=b"CONNECT "),
+        r(b"http://1.2.3.5/", b"1.2.3.4"),
+        r(b"http://a.example:abc/x"),
+        r(b"http://a.example:0/x"),
+        r(b"http://a.example:/x"),
+        r(b"http://a..example/x"),
+        r(b"a.example:abc", method=b"CONNECT "),
+        r(b"http://a.example:99999/", None, line=b""),
+        r(b"/", b"[::1"),
+        r(b"/", b"a b.example"),
+        r(b"/", b"a.example:0"),
+        r(b"/", b"a!b.example"),
+        r(b"/", b"a.example\r\nHost: b.example"),
+        r(b"http://A.EXAMPLE./x"),
+        r(b"http://a.example:81/x"),
+        r(b"http://a.example/x", b"a.example:81"),
+        r(b"http://a_b.example/x", b"a_b.example"),
+        r(b"http://[::1]/x", b"[::1]:80"),
+        r(b"/", b" a.example :80 "),
+        r(b"http:b.example/x"),
+        r(b"a.example:443", b"a.example:443", method=b"CONNECT "),
+    ]
+    return [p for i, c in enumerate(cases) for p in alone(45601 + i, c)]
+
+
 CAPTURES = {
     "app-http-event-request-line": request_line,
     "app-http-event-request-fields": request_fields,
@@ -161,4 +203,5 @@ CAPTURES = {
     "app-http-event-response-line": response_line,
     "app-http-event-response-fields": response_fields,
     "app-http-event-response-framing": response_framing,
+    "app-http-event-request-host": request_host,
 }

@@ -85,6 +85,18 @@ pub enum Event {
     /// `http.response_chunked_old_proto`: a chunked response under a
     /// protocol other than `HTTP/1.1`.
     ResponseChunkedOldProto,
+    /// `http.request_uri_host_invalid`: the request target's authority has
+    /// an invalid port or host name ([`super::host::target`]).
+    RequestUriHostInvalid,
+    /// `http.request_header_host_invalid`: the `Host` field (repeated ones
+    /// joined) has an invalid port or host name — an IPv6 literal included,
+    /// as libhtp's name check refuses brackets.
+    RequestHeaderHostInvalid,
+    /// `http.host_header_ambiguous`: the target's authority and the `Host`
+    /// field name different hosts (without case), or both give ports and
+    /// they differ. Requests smuggled past a front end that routes on one
+    /// and a back end that serves the other use this.
+    HostHeaderAmbiguous,
 }
 
 /// The events by name (after `http.`).
@@ -142,6 +154,12 @@ const NAMES: &[(&str, Event)] = &[
         Event::ResponseAbnormalTe,
     ),
     ("response_chunked_old_proto", Event::ResponseChunkedOldProto),
+    ("request_uri_host_invalid", Event::RequestUriHostInvalid),
+    (
+        "request_header_host_invalid",
+        Event::RequestHeaderHostInvalid,
+    ),
+    ("host_header_ambiguous", Event::HostHeaderAmbiguous),
 ];
 
 impl Event {
@@ -326,8 +344,14 @@ fn analyse_in(start: &[u8], request: bool, s: &mut Scratch) -> u32 {
     let Some(line) = ls.next() else {
         return 0;
     };
+    let mut target = None;
     let proto = if request {
-        match request_line(line, &mut ev) {
+        let (method, uri, proto) = request_line(line, &mut ev);
+        target = uri.and_then(|u| super::host::target(u, method == b"CONNECT"));
+        if target.is_some_and(|t| t.invalid) {
+            ev |= Event::RequestUriHostInvalid.bit();
+        }
+        match proto {
             Some(p) => protocol(p),
             // HTTP/0.9: the request line alone.
             None => return ev,
@@ -385,14 +409,20 @@ fn analyse_in(start: &[u8], request: bool, s: &mut Scratch) -> u32 {
         f.value = base + value.start..base + value.end;
     }
     let mut merged = std::mem::take(&mut s.merged);
-    ev |= fields_events(s, &mut merged, request, proto);
+    ev |= fields_events(s, &mut merged, request, proto, target);
     s.merged = merged;
     ev
 }
 
 /// The events of a head's fields as a whole (after [`analyse_in`] split
 /// them): Content-Length, Transfer-Encoding, Host, Authorization.
-fn fields_events(s: &Scratch, merged: &mut Vec<u8>, request: bool, proto: i32) -> u32 {
+fn fields_events(
+    s: &Scratch,
+    merged: &mut Vec<u8>,
+    request: bool,
+    proto: i32,
+    target: Option<super::host::HostPort<'_>>,
+) -> u32 {
     let mut ev = 0;
     let named = |n: &'static [u8]| {
         s.fields
@@ -440,6 +470,9 @@ fn fields_events(s: &Scratch, merged: &mut Vec<u8>, request: bool, proto: i32) -
         if proto == PROTO_1_1 && named(b"host").next().is_none() {
             ev |= Event::MissingHostHeader.bit();
         }
+        if join(b"host", merged) {
+            ev |= host_events(merged, target);
+        }
         if join(b"authorization", merged) {
             let known = [&b"basic"[..], b"digest", b"bearer"]
                 .iter()
@@ -462,19 +495,45 @@ fn fields_events(s: &Scratch, merged: &mut Vec<u8>, request: bool, proto: i32) -
     ev
 }
 
+/// The events of a request's `Host` field `value` (repeated ones joined),
+/// given the host and port of its target (libhtp's
+/// `htp_tx_process_request_headers`): an invalid value, and a host or port
+/// other than the target's.
+fn host_events(value: &[u8], target: Option<super::host::HostPort<'_>>) -> u32 {
+    let h = super::host::hostport(value);
+    let mut ev = 0;
+    if h.invalid || h.host.is_some_and(|n| !super::host::valid_hostname(n)) {
+        ev |= Event::RequestHeaderHostInvalid.bit();
+    }
+    if let (Some(name), Some(t)) = (h.host, target) {
+        let other_host = t.host.is_some_and(|u| !u.eq_ignore_ascii_case(name));
+        let other_port = matches!((t.port, h.port), (Some(a), Some(b)) if a != b);
+        if other_host || other_port {
+            ev |= Event::HostHeaderAmbiguous.bit();
+        }
+    }
+    ev
+}
+
+/// A request line's method, target and protocol (None for HTTP/0.9).
+type RequestLine<'a> = (&'a [u8], Option<&'a [u8]>, Option<&'a [u8]>);
+
 /// Parses a request line as libhtp's `htp_parse_request_line_generic`,
-/// adding its events to `ev`; returns the protocol part, None for an
-/// HTTP/0.9 request (no protocol: no header fields follow).
-fn request_line<'a>(l: &'a [u8], ev: &mut u32) -> Option<&'a [u8]> {
+/// adding its events to `ev`: the method, the target (None if the line
+/// has none) and the protocol part (None for an HTTP/0.9 request: no
+/// header fields follow).
+fn request_line<'a>(l: &'a [u8], ev: &mut u32) -> RequestLine<'a> {
     let len = l.len();
     let mut pos = l.iter().position(|&c| !is_space(c)).unwrap_or(len);
     if pos > 0 {
         *ev |= Event::RequestLineLeadingWhitespace.bit();
     }
     // The method.
+    let mstart = pos;
     while pos < len && !is_space(l[pos]) {
         pos += 1;
     }
+    let method = &l[mstart..pos];
     let mut bad = false;
     while pos < len && is_space(l[pos]) {
         bad |= l[pos] != b' ';
@@ -484,7 +543,7 @@ fn request_line<'a>(l: &'a [u8], ev: &mut u32) -> Option<&'a [u8]> {
         *ev |= Event::MethodDelimNonCompliant.bit();
     }
     if pos == len {
-        return None;
+        return (method, None, None);
     }
     // The target ends at the first space; other whitespace before it is
     // non-compliant, and ends the target if no space follows.
@@ -503,11 +562,12 @@ fn request_line<'a>(l: &'a [u8], ev: &mut u32) -> Option<&'a [u8]> {
             }
         }
     }
+    let uri = &l[start..pos];
     while pos < len && is_space(l[pos]) {
         pos += 1;
     }
     // The protocol is the rest of the line, trailing whitespace included.
-    (pos < len).then(|| &l[pos..])
+    (method, Some(uri), (pos < len).then(|| &l[pos..]))
 }
 
 /// Parses a status line as libhtp's `htp_parse_response_line_generic` and

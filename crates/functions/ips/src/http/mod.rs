@@ -40,6 +40,7 @@ use std::ops::Range;
 pub mod body;
 pub(crate) mod eval;
 pub mod events;
+pub(crate) mod host;
 pub mod inflate;
 pub mod prefilter;
 
