@@ -783,6 +783,7 @@ impl Defragmenter {
             if !p.is_live() {
                 continue;
             }
+            streams.overlapped.push(rw.pkt);
             if ok {
                 let at = rw.at as usize;
                 let frame = p.data_mut();
@@ -796,6 +797,8 @@ impl Defragmenter {
             }
         }
         self.scratch = buf;
+        streams.overlapped.sort_unstable();
+        streams.overlapped.dedup();
 
         // Whole datagrams.
         for k in 0..self.done.len() {

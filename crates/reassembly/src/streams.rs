@@ -110,6 +110,10 @@ pub struct Streams {
     /// The packets that raised stream events, with their event sets
     /// ([`crate::events::StreamEvent::bit`]), sorted by packet.
     pub events: Vec<(u32, u32)>,
+    /// The IP fragments whose bytes lay over bytes already received for
+    /// their datagram (an overlap or an exact duplicate; Suricata's
+    /// `frag_overlap` decoder event), sorted.
+    pub overlapped: Vec<u32>,
 }
 
 impl Streams {
@@ -123,6 +127,14 @@ impl Streams {
         self.rx_headers.clear();
         self.rx_arena.clear();
         self.events.clear();
+        self.overlapped.clear();
+    }
+
+    /// True if fragment `i` overlapped bytes its datagram already had
+    /// ([`Streams::overlapped`]).
+    #[inline]
+    pub fn frag_overlapped(&self, i: usize) -> bool {
+        !self.overlapped.is_empty() && self.overlapped.binary_search(&(i as u32)).is_ok()
     }
 
     /// The stream events packet `i` raised ([`crate::events`]); 0 when

@@ -101,6 +101,9 @@ struct Out {
     frames: Vec<Vec<u8>>,
     /// Datagrams: (completing packet, frame).
     datagrams: Vec<(u32, Vec<u8>)>,
+    /// The fragments that overlapped their datagram's bytes (Suricata's
+    /// `frag_overlap`).
+    overlapped: Vec<u32>,
 }
 
 struct Harness {
@@ -141,6 +144,7 @@ impl Harness {
             .iter()
             .map(|d| (d.pkt, self.streams.datagram(d).to_vec()))
             .collect();
+        let overlapped = self.streams.overlapped.clone();
         for &i in drop {
             b.pkts[i].drop_by(4, "test");
         }
@@ -153,6 +157,7 @@ impl Harness {
                 .collect(),
             frames: b.pkts.iter().map(|p| p.data().to_vec()).collect(),
             datagrams,
+            overlapped,
         };
         b.recycle(&mut self.pool);
         out
@@ -283,6 +288,8 @@ fn the_first_copy_of_overlapping_bytes_wins_and_the_later_fragment_carries_it() 
         let left = &o.frames[if split { 0 } else { 1 }];
         assert_eq!(&left[34..], b"AAAAAAAACCCCCCCC");
         assert_eq!(counter(&h.r, "reassembly_fragment_overlap_rewrites"), 1);
+        // The later fragment is the one that overlapped.
+        assert_eq!(o.overlapped, [if split { 0 } else { 1 }]);
     }
     // An exact duplicate with the same bytes is forwarded as it is.
     let mut h = Harness::new(cfg());
@@ -296,6 +303,18 @@ fn the_first_copy_of_overlapping_bytes_wins_and_the_later_fragment_carries_it() 
     assert_eq!(o.dropped, [false; 4]);
     assert_eq!(o.frames[1], f0);
     assert_eq!(counter(&h.r, "reassembly_fragment_overlap_rewrites"), 1);
+    // It overlaps all the same (Suricata raises `frag_overlap` on exact
+    // duplicates too), as f1 overlaps f0's last 8 bytes; fragments side by
+    // side do not.
+    assert_eq!(o.overlapped, [1, 2]);
+    let mut h = Harness::new(cfg());
+    let o = h.run(&mut LocalStore::new(), SEC, &[f0, f1, f2], &[]);
+    assert_eq!(o.overlapped, [1], "f1 overlaps f0's last 8 bytes");
+    let g1 = raw4(10, 8, true, b"CCCCCCCC");
+    let g0 = raw4(10, 0, true, b"\x00\x01\x00\x02\x00\x18\x00\x00");
+    let g2 = raw4(10, 16, false, b"DDDDDDDD");
+    let o = Harness::new(cfg()).run(&mut LocalStore::new(), SEC, &[g1, g0, g2], &[]);
+    assert!(o.overlapped.is_empty(), "{:?}", o.overlapped);
 }
 
 #[test]

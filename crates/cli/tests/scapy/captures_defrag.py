@@ -427,6 +427,24 @@ def udp_first_fragment_content():
     return frags4(d, (32,))
 
 
+@raw_l2
+def frag_overlap_events():
+    # Suricata's `frag_overlap` decoder events over the overlap captures
+    # above: a duplicate before the datagram completes (not the one after
+    # it: the datagram is gone), one overlapping fragment per datagram in
+    # the three IPv4 and two IPv6 overlap datagrams. Near misses: datagrams
+    # in order and in reverse order, IPv6 out of order.
+    return (
+        duplicate()
+        + overlap_before_original()
+        + overlap_later_different()
+        + ipv6_overlap()
+        + udp_in_order()
+        + udp_reverse()
+        + ipv6_udp_out_of_order()
+    )
+
+
 CAPTURES = {
     "defrag-udp-in-order": udp_in_order,
     "defrag-udp-reverse": udp_reverse,
@@ -447,4 +465,5 @@ CAPTURES = {
     "defrag-tiny-first": tiny_first,
     "defrag-fragbits-fragoffset": fragbits_fragoffset,
     "defrag-udp-first-fragment-content": udp_first_fragment_content,
+    "decode-event-frag-overlap": frag_overlap_events,
 }

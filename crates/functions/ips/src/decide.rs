@@ -113,6 +113,7 @@ impl BatchNf for Ips {
         self.app_now = None;
         if self.engine.any_decode {
             self.decode_ev = None;
+            self.frag_overlap = ctx.streams.frag_overlapped(i);
         }
         // The packet's headers as they arrived, if the reassembler rewrote
         // them (rare): only rules with a header buffer read them.
@@ -1126,9 +1127,18 @@ impl Ips {
         }
         if !r.decode_event.is_empty() {
             // Decided once per packet, when the first rule asks.
-            let ev = *self
-                .decode_ev
-                .get_or_insert_with(|| crate::decode_events::events_of(p.data(), &p.meta));
+            // The defragmenter tells overlaps; the frame tells the rest.
+            let overlap = self.frag_overlap.then(|| {
+                if p.meta.flow.src.is_v4() {
+                    crate::decode_events::DecodeEvent::Ipv4FragOverlap
+                } else {
+                    crate::decode_events::DecodeEvent::Ipv6FragOverlap
+                }
+            });
+            let ev = *self.decode_ev.get_or_insert_with(|| {
+                let ev = crate::decode_events::events_of(p.data(), &p.meta);
+                overlap.map_or(ev, |o| ev.with(o))
+            });
             if !r.decode_event.iter().all(|&e| ev.has(e)) {
                 return false;
             }

@@ -7,17 +7,20 @@
 //! Every name of Suricata's event table loads ([`DecodeEvent::parse`]); an
 //! unknown one is a rule error, as in Suricata. The events of layers this
 //! data plane never receives or does not decide (PPP, PPPoE, SLL, null and
-//! Cisco HDLC links, GRE, MPLS, ERSPAN, VXLAN, Geneve, NSH, ESP, SCTP,
-//! fragment overlaps ...) load and never match ([`DecodeEvent::decided`]),
-//! as such rules never match in Suricata on Ethernet traffic without those
-//! layers.
+//! Cisco HDLC links, GRE, MPLS, ERSPAN, VXLAN, Geneve, NSH, ESP, SCTP ...)
+//! load and never match ([`DecodeEvent::decided`]), as such rules never
+//! match in Suricata on Ethernet traffic without those layers.
 //!
 //! Two entry points, one walk: [`events_of`] for a packet the chain's parse
 //! accepted (the link layer's tags, then its innermost IP packet as the
 //! parse found it), and [`malformed`] for a frame the parse refused, walked
 //! from its Ethernet header as Suricata's decoder walks it, up to the first
 //! layer that fails. Both are pure functions of the bytes, computed only
-//! for a packet a `decode-event` rule is evaluated on.
+//! for a packet a `decode-event` rule is evaluated on. The one event a
+//! frame alone cannot tell, `ipv4.frag_overlap` / `ipv6.frag_overlap` (a
+//! fragment over bytes its datagram already had, exact duplicates
+//! included), comes from the defragmenter, which holds the datagram's
+//! pieces in the store (`Streams::frag_overlapped`).
 
 use sluice_wire::flow::{FlowKey, IpAddr};
 use sluice_wire::parse::PacketMeta;
@@ -244,8 +247,6 @@ impl DecodeEvent {
                 | E::LtnullUnsupportedType
                 | E::SctpPktTooSmall
                 | E::EspPktTooSmall
-                | E::Ipv4FragOverlap
-                | E::Ipv6FragOverlap
                 | E::Ipv4FragIgnored
                 | E::Ipv6FragIgnored
                 | E::MplsHeaderTooSmall
@@ -288,6 +289,12 @@ impl Events {
     #[inline]
     pub fn has(self, e: DecodeEvent) -> bool {
         self.0 & e.bit() != 0
+    }
+
+    /// The set with `e` raised too.
+    #[inline]
+    pub fn with(self, e: DecodeEvent) -> Events {
+        Events(self.0 | e.bit())
     }
 
     /// True if none was.

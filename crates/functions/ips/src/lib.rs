@@ -584,6 +584,10 @@ pub struct Ips {
     /// The decoder events of the packet being decided, once a
     /// `decode-event` rule asked ([`decode_events`]).
     decode_ev: Option<decode_events::Events>,
+    /// The packet being decided is an IP fragment that overlapped bytes
+    /// its datagram already had (the defragmenter's
+    /// `Streams::frag_overlapped`): its `frag_overlap` decoder event.
+    frag_overlap: bool,
     /// The application-layer prefilters' scratch space, reused.
     mpm: bufrules::MpmScratch,
     /// The application-layer rules, and the buffer rules of the stream
@@ -788,6 +792,7 @@ impl Ips {
             rx_hdr: Vec::new(),
             rx_hdr_on: false,
             decode_ev: None,
+            frag_overlap: false,
             mpm: Default::default(),
             prefilter: true,
             tls_bufs: tls::Buffers::default(),
