@@ -217,6 +217,7 @@ def main():
     root = sys.argv[1]
     # The tests of stream behaviours and payload keywords, and those of
     # application protocols, live in modules of their own.
+    from captures_alevents import CAPTURES as ALEVENTS
     from captures_alp import CAPTURES as ALP
     from captures_app import CAPTURES as APP
     from captures_applayer import CAPTURES as APPLAYER
@@ -241,7 +242,7 @@ def main():
     every = dict(CAPTURES)
     for more in (
         STREAM, APP, XFORM, BYTEMATH, HTTPBODY, THRESHOLD, DATASET, KW, HTTPEDGE, TLSDNS, L2L3, DEFRAG, ALP, HOSTBITS, TLSLEGACY, HDR,
-        HTTPEVENTS, DECODE, STREAMEVENTS, APPLAYER,
+        HTTPEVENTS, DECODE, STREAMEVENTS, APPLAYER, ALEVENTS,
     ):
         assert not set(more) & set(every), set(more) & set(every)
         every.update(more)

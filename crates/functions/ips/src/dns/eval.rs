@@ -46,7 +46,24 @@ impl Ips {
         };
         let d = if hdr.to_server { 0 } else { 1 };
         st.dirs[d] = self.engine.initial();
-        self.dns_message(&msg, payload, (st, d, &hdr, p), events)
+        // The events Suricata puts on the transaction before (malformed
+        // data, not a request, not a response) are on one already
+        // inspected: only the message's own count over UDP.
+        let ev = self.dns_events(payload, !hdr.to_server).own;
+        self.dns_message(&msg, payload, (st, d, &hdr, p), ev, events)
+    }
+
+    /// The DNS events of `m` (a message without its TCP length prefix),
+    /// parsed as a response if `response`; none unless a rule tests one.
+    fn dns_events(&self, m: &[u8], response: bool) -> super::events::Outcome {
+        if !self.engine.dns.events {
+            return super::events::Outcome::default();
+        }
+        let mut o = super::events::decide(m, response);
+        if !o.tx {
+            o.own = 0;
+        }
+        o
     }
 
     /// A TCP packet's new stream bytes `data` at stream position `base`, of
@@ -102,21 +119,44 @@ impl Ips {
                 // parses each): each whole one is inspected. A message the
                 // segment only starts after them is not kept (not DNS from
                 // there on).
+                //
+                // A message is inspected once the next one of the segment
+                // is parsed: the events Suricata puts on the transaction
+                // before a message (malformed data, not a request, not a
+                // response) are seen when that one came in the same chunk
+                // of the stream. After a message that stops Suricata's
+                // parser, no event is raised in the segment.
                 let hdr = Header { dns: true, ..*hdr };
                 let mut at = 0;
+                let mut waiting: Option<(Message<'_>, usize, usize, u8)> = None;
+                let mut stopped = false;
                 while at < unit.len() {
                     let rest = &unit[at..];
                     let Unit::Whole(n) = super::unit_as(rest, how) else {
                         break;
                     };
+                    let mut out = self.dns_events(&rest[2..n], !hdr.to_server);
+                    if stopped {
+                        out = super::events::Outcome::default();
+                    }
+                    stopped |= self.engine.dns.events && !out.go_on;
+                    if let Some((msg, from, len, ev)) = waiting.take() {
+                        let raw = &unit[from..from + len];
+                        drop |=
+                            self.dns_message(&msg, raw, (st, d, &hdr, p), ev | out.prev, events);
+                    }
                     let Ok(msg) = super::detect_as(&rest[..n], true, how) else {
                         break;
                     };
                     if cont && at == 0 {
                         self.counters.pending_joined += 1;
                     }
-                    drop |= self.dns_message(&msg, &rest[..n], (st, d, &hdr, p), events);
+                    waiting = Some((msg, at, n, out.own));
                     at += n;
+                }
+                if let Some((msg, from, len, ev)) = waiting {
+                    let raw = &unit[from..from + len];
+                    drop |= self.dns_message(&msg, raw, (st, d, &hdr, p), ev, events);
                 }
                 if at == unit.len() {
                     // The next message may start where this one ends.
@@ -158,15 +198,18 @@ impl Ips {
         };
         let hdr = Header { dns: true, ..*hdr };
         let d = if hdr.to_server { 0 } else { 1 };
-        self.dns_message(&msg, payload, (st, d, &hdr, p), events)
+        let ev = self.dns_events(&payload[2..], !hdr.to_server).own;
+        self.dns_message(&msg, payload, (st, d, &hdr, p), ev, events)
     }
 
-    /// Matches the DNS rules on `msg`, carried in `payload`.
+    /// Matches the DNS rules on `msg`, carried in `payload`, which raised
+    /// the DNS events `ev` ([`super::events::Event::bit`]).
     fn dns_message(
         &mut self,
         msg: &Message<'_>,
         payload: &[u8],
         (st, d, hdr, p): (&mut FlowState, usize, &Header, &Packet),
+        ev: u8,
         events: &mut Vec<Event>,
     ) -> bool {
         let mut names = std::mem::take(&mut self.dns_names);
@@ -226,7 +269,7 @@ impl Ips {
             let r = &self.engine.rules[rule as usize];
             if self.has_fired(rule)
                 || !self.engine.header_matches(rule, hdr)
-                || !checks_match(&r.dns_checks, msg)
+                || !checks_match(&r.dns_checks, msg, ev)
                 || !inspect::inspect(r, payload, 0)
             {
                 continue;
@@ -272,10 +315,11 @@ impl Ips {
 }
 
 /// `dns.opcode`, `dns.rcode` and `dns.rrtype` (some question's type) on
-/// `msg`.
-fn checks_match(c: &crate::rules::DnsChecks, msg: &Message<'_>) -> bool {
+/// `msg`, and the events the rule tests among `ev`, those `msg` raised.
+fn checks_match(c: &crate::rules::DnsChecks, msg: &Message<'_>, ev: u8) -> bool {
     let h = msg.header();
-    c.opcode.is_none_or(|n| n.matches(h.opcode() as u32))
+    c.events & !ev == 0
+        && c.opcode.is_none_or(|n| n.matches(h.opcode() as u32))
         && c.rcode.is_none_or(|n| n.matches(h.rcode() as u32))
         && c.rrtype
             .is_none_or(|n| msg.questions().iter().any(|q| n.matches(q.qtype as u32)))

@@ -15,11 +15,13 @@
 //! are parsed as Suricata's DNS parser does, which an attacker would
 //! otherwise use to hide a query from every DNS rule: the reserved bit and
 //! a query's response code are ignored, bytes after the last record too,
-//! up to [`KEPT_QUESTIONS`] questions are kept (the rest walked), a pointer may
-//! point anywhere in the message but at itself, and a name whose pointers
+//! up to [`KEPT_QUESTIONS`] questions are kept (the rest walked), any opcode
+//! is taken, a pointer may point anywhere in the message but at itself (a
+//! name ends at one after a first pointer), and a name whose pointers
 //! loop or whose length runs past [`MAX_NAME`] is cut there.
 
 pub(crate) mod eval;
+pub mod events;
 pub mod prefilter;
 
 use std::ops::Range;
@@ -243,6 +245,11 @@ fn walk_name(
             0xc0 => {
                 let lo = *buf.get(pos + 1).ok_or(DnsError::Truncated(pos + 1))?;
                 let target = (((len & 0x3f) as usize) << 8) | lo as usize;
+                // Suricata ends a name at a pointer to itself once a
+                // first pointer was followed (its "infinite loop" event).
+                if let Some(a) = after.filter(|_| target == pos && lenient) {
+                    return Ok(a);
+                }
                 if target == pos || (target > pos && !lenient) {
                     return Err(DnsError::ForwardPointer(pos));
                 }
@@ -276,7 +283,8 @@ impl<'a> Message<'a> {
         let lenient = how == Strictness::Port;
         let h = Header::new_checked(buf)?;
         let op = h.opcode();
-        if op == 3 || op > 6 {
+        // Suricata takes any opcode (7 and above raise an event).
+        if (op == 3 || op > 6) && !lenient {
             return Err(DnsError::Opcode(op));
         }
         if h.flags() & flags::Z != 0 && !lenient {
@@ -444,6 +452,9 @@ pub fn unit_as(b: &[u8], how: Strictness) -> Unit {
         let op = ((f >> 11) & 0xf) as u8;
         let query = f & flags::QR == 0;
         let odd = f & flags::Z != 0 || (query && f & 0xf != 0);
+        // An unassigned opcode is not kept pending even on port 53 (whole,
+        // Suricata's parser takes it): a stream's first bytes read as one
+        // too easily.
         if op == 3 || op > 6 || (odd && !lenient) {
             return Unit::Not;
         }

@@ -28,6 +28,9 @@ pub struct DnsRules {
     /// A rule inspects a response's record names (`dns.response.rrname`,
     /// ...): they are then written too.
     pub record_names: bool,
+    /// A rule tests a DNS event (`app-layer-event:dns.NAME`): the events
+    /// are then decided for each message ([`super::events`]).
+    pub events: bool,
 }
 
 /// The longest positive content of `items`, with its index.
@@ -87,6 +90,7 @@ impl DnsRules {
             d.all.push(ri as u32);
             d.names_of_responses |= r.dns_query.iter().any(|q| q.responses);
             d.record_names |= r.dns_query.iter().any(|q| q.records.is_some());
+            d.events |= r.dns_checks.events != 0;
             // The longest content of any instance: each must match some
             // name. The names searched are not transformed (a `.` before
             // them is already there).

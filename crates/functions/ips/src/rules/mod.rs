@@ -29,6 +29,7 @@ use std::sync::Arc;
 
 use sluice_wire::IpAddr;
 
+mod alevents;
 pub mod options;
 pub mod payload;
 
@@ -446,6 +447,9 @@ pub struct DnsChecks {
     pub rcode: Option<options::NumCmp>,
     /// `dns.rrtype`: some question's type.
     pub rrtype: Option<options::NumCmp>,
+    /// `app-layer-event:dns.NAME`: the events ([`crate::dns::events::Event::bit`])
+    /// the message must raise, all of them.
+    pub events: u8,
 }
 
 /// The keywords of a rule on one HTTP buffer ([`crate::http::Buf`]): all must

@@ -1815,6 +1815,11 @@ fn apply_keyword(
             let a = crate::asn1::Asn1::parse(need(val, name)?)?;
             items(rule, cx).push(Item::Asn1(a));
         }
+        // `app-layer-event:dns.NAME` and the other parsers' events
+        // ([`super::alevents`]).
+        "app-layer-event" if val.is_some_and(super::alevents::handles) => {
+            super::alevents::apply(rule, need(val, name)?)?;
+        }
         // `app-layer-event:http.NAME`: a check of the start and header
         // lines of a request or a response (the event's side), in the list
         // of a buffer no keyword names; not a sticky buffer, so the
