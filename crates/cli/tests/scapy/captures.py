@@ -237,11 +237,12 @@ def main():
     from captures_threshold import CAPTURES as THRESHOLD
     from captures_tlsdns import CAPTURES as TLSDNS
     from captures_tlslegacy import CAPTURES as TLSLEGACY
+    from captures_tlsevents import CAPTURES as TLSEVENTS
     from captures_xform import CAPTURES as XFORM
 
     every = dict(CAPTURES)
     for more in (
-        STREAM, APP, XFORM, BYTEMATH, HTTPBODY, THRESHOLD, DATASET, KW, HTTPEDGE, TLSDNS, L2L3, DEFRAG, ALP, HOSTBITS, TLSLEGACY, HDR,
+        STREAM, APP, XFORM, BYTEMATH, HTTPBODY, THRESHOLD, DATASET, KW, HTTPEDGE, TLSDNS, L2L3, DEFRAG, ALP, HOSTBITS, TLSLEGACY, TLSEVENTS, HDR,
         HTTPEVENTS, DECODE, STREAMEVENTS, APPLAYER, ALEVENTS,
     ):
         assert not set(more) & set(every), set(more) & set(every)

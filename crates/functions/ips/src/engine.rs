@@ -1643,8 +1643,9 @@ pub struct FlowState {
 /// older records still decode (without them: a flow recorded before stays
 /// unknown to `app-layer-protocol`, its first bytes being past), version 11
 /// the TLS handshake state ([`crate::tls::legacy::TlsFlow`]), written last
-/// and only for a flow that has one (a record without it reads as none).
-const VERSION: u8 = 11;
+/// and only for a flow that has one (a record without it reads as none),
+/// version 12 the TLS events' state in it ([`crate::tls::events`]).
+const VERSION: u8 = 12;
 
 impl Codec for FlowState {
     fn encode(&self, w: &mut Writer<'_>) {
@@ -1749,7 +1750,7 @@ impl Codec for FlowState {
             let rest = r.rest();
             if !rest.is_empty() {
                 let mut t = Reader::new(rest);
-                s.tls = crate::tls::legacy::TlsFlow::decode(&mut t)?;
+                s.tls = crate::tls::legacy::TlsFlow::decode(&mut t, version >= 12)?;
                 t.finish()?;
             }
         }

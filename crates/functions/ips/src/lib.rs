@@ -21,8 +21,8 @@
 //! while a message is framed), then per direction the pending unit (1 byte, 9
 //! with one), then the detected stream protocol (1 byte) and the `flowint`
 //! variables (`[n u8][n × (id u16, value u32)]`, [`flowint`]), then, for a
-//! TLS flow when an `ssl_state`/`ssl_version` rule is loaded, its handshake
-//! state ([`tls::legacy::TlsFlow`], 38 bytes and up): 37 bytes for a
+//! TLS flow when an `ssl_state`/`ssl_version`/`app-layer-event:tls` rule is loaded, its handshake
+//! and event state ([`tls::legacy::TlsFlow`], 51 bytes and up): 37 bytes for a
 //! flow without partial matches, flowbits, flowints,
 //! HTTP message or pending unit, plus 13 per partial match,
 //! 2 per flowbit, 6 per flowint, 15 per direction framing HTTP and 8 per direction with a

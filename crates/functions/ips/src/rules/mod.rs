@@ -556,6 +556,9 @@ pub struct Rule {
     pub ssl_version: Vec<crate::tls::legacy::SslVersion>,
     /// `ssl_state` conditions (TLS rules only), all to hold.
     pub ssl_state: Vec<crate::tls::legacy::SslState>,
+    /// `app-layer-event:tls.NAME` events (TLS rules only), all to be raised
+    /// ([`crate::tls::events::Event::bit`]; 0: none).
+    pub tls_events: u16,
     /// A rule of the flow's TLS handshake state alone (`ssl_state`, or
     /// `ssl_version` without other TLS conditions): evaluated on every
     /// packet of the flow ([`crate::tls::legacy::TlsFlow`]), not on TLS
@@ -1206,6 +1209,7 @@ pub fn parse_rule(line: &str, vars: &Vars) -> Result<Rule, RuleSyntax> {
         tls_cert: Vec::new(),
         ssl_version: Vec::new(),
         ssl_state: Vec::new(),
+        tls_events: 0,
         tls_flow: false,
         vars: Vec::new(),
         flowbits: Vec::new(),

@@ -1294,8 +1294,13 @@ fn move_tls_content(rule: &mut Rule, k: usize, b: crate::tls::Buf) {
 /// other conditions is refused: Suricata inspects it on every packet
 /// against a state other keywords do not share.
 pub(super) fn tls_flow(rule: &Rule) -> Result<bool, RuleSyntax> {
-    if rule.ssl_state.is_empty() && rule.ssl_version.is_empty() {
+    if rule.ssl_state.is_empty() && rule.ssl_version.is_empty() && rule.tls_events == 0 {
         return Ok(false);
+    }
+    if rule.tls_events != 0 && (!rule.ssl_state.is_empty() || !rule.ssl_version.is_empty()) {
+        return Err(RuleSyntax::UnsupportedKeyword(
+            "app-layer-event:tls with ssl_state or ssl_version".into(),
+        ));
     }
     let other = !rule.items.is_empty()
         || !rule.contents.is_empty()
@@ -1307,7 +1312,9 @@ pub(super) fn tls_flow(rule: &Rule) -> Result<bool, RuleSyntax> {
         || !rule.ip.is_empty()
         || !rule.checks.is_empty()
         || !rule.alp.is_empty()
-        || !rule.flowints.is_empty()
+        // Flowint operations (the event rules count anomalies) are done
+        // when the rule fires; conditions are not modelled here.
+        || rule.flowints.iter().any(|f| !f.op.changes())
         || !rule.xbits.is_empty()
         || !rule.hdr.is_empty()
         || rule.stream != super::StreamMode::Default
@@ -1317,6 +1324,12 @@ pub(super) fn tls_flow(rule: &Rule) -> Result<bool, RuleSyntax> {
             .any(|f| matches!(f, super::Flowbit::IsSet(_) | super::Flowbit::IsNotSet(_)));
     if !other {
         return Ok(true);
+    }
+    if rule.tls_events != 0 {
+        return Err(RuleSyntax::UnsupportedKeyword(
+            "app-layer-event:tls with conditions other than flow, flowbits and flowint operations"
+                .into(),
+        ));
     }
     if rule.ssl_state.is_empty() {
         // `ssl_version` with other TLS conditions: evaluated with them on
@@ -1836,6 +1849,13 @@ fn apply_keyword(
                     }
                     Err(None) => return Err(bad_value(v)),
                 }
+                return Ok(());
+            }
+            // `tls.NAME`: an event of the flow's TLS parse, evaluated with
+            // the handshake state's rules ([`Rule::tls_flow`]).
+            if let Some(e) = crate::tls::events::Event::parse(v) {
+                to_tls(rule, name)?;
+                rule.tls_events |= e.bit();
                 return Ok(());
             }
             let Some(e) = crate::http::events::Event::parse(v) else {

@@ -113,9 +113,14 @@ impl Ips {
             }
             let r = &self.engine.rules[rule as usize];
             let t = &st.tls;
-            let ok = r.ssl_state.iter().all(|s| s.matches(t.cur))
-                && r.ssl_version.iter().all(|v| v.matches(t.ver[x]))
-                && !t.matched_before(x, &r.ssl_state, &r.ssl_version);
+            let ok = if r.tls_events != 0 {
+                // Rules on events have no `ssl_state`/`ssl_version`.
+                t.events_match(x, r.tls_events)
+            } else {
+                r.ssl_state.iter().all(|s| s.matches(t.cur))
+                    && r.ssl_version.iter().all(|v| v.matches(t.ver[x]))
+                    && !t.matched_before(x, &r.ssl_state, &r.ssl_version)
+            };
             if !ok {
                 continue;
             }

@@ -20,6 +20,7 @@
 //!   saw are remembered so that a rule fires only on the first packet of a
 //!   direction it matches.
 
+use super::events::{Event, Hb};
 use sluice_state::{DecodeError, Reader, Writer};
 
 /// `ssl_state` bits: a ClientHello was the last such message parsed.
@@ -420,6 +421,9 @@ const HS_SERVER: u8 = 2;
 /// A ChangeCipherSpec was seen, either way: later handshake records are
 /// encrypted and not parsed.
 const HS_CCS: u8 = 4;
+/// A parse error ([`super::events`]): Suricata parses neither direction
+/// any more.
+const HS_ERR: u8 = 8;
 
 /// Where a direction's walk is.
 const W_RECORD: u8 = 0;
@@ -431,6 +435,13 @@ const W_DEAD: u8 = 2;
 const W_MODE: u8 = 0x03;
 /// The record is a handshake parsed for its messages.
 const W_PARSE: u8 = 0x04;
+/// The record is a heartbeat: [`Walk::mtype`] counts its first 3 bytes
+/// (held in [`Walk::msg_left`]) until they decide its event, which
+/// `msg_left` then holds until the record ends.
+const W_HB: u8 = 0x08;
+/// [`Walk::mtype`] of a handshake message of a type Suricata does not know:
+/// skipped to the end of its record.
+const M_UNKNOWN: u8 = 0xfe;
 /// Bits 4-6: the state set by the record's messages so far (0: none),
 /// applied when the record completes.
 const W_FLAGS_SHIFT: u8 = 4;
@@ -470,6 +481,8 @@ pub struct Pending {
     pub flags: u8,
     /// The direction's version after them.
     pub ver: u16,
+    /// The events they raise ([`Event::bit`]).
+    pub events: u16,
 }
 
 /// A flow's TLS parser state as `ssl_state` and `ssl_version` see it
@@ -490,6 +503,12 @@ pub struct TlsFlow {
     pub pend: [Pending; 2],
     /// Per direction, the walk over its records.
     walk: [Walk; 2],
+    /// The events raised so far (Suricata keeps them on the flow's single
+    /// transaction), and per direction those its packets saw.
+    pub events: u16,
+    seen_ev: [u16; 2],
+    /// The flow's heartbeat state.
+    hb: Hb,
 }
 
 impl TlsFlow {
@@ -515,7 +534,7 @@ impl TlsFlow {
             // middle): not walked.
             self.walk[d].mode = W_DEAD;
         }
-        if self.walk[d].mode & W_MODE == W_DEAD {
+        if self.walk[d].mode & W_MODE == W_DEAD || self.hs & HS_ERR != 0 {
             return;
         }
         if !self.pend[d].has {
@@ -526,11 +545,12 @@ impl TlsFlow {
                 has: true,
                 flags: if at_record { 0 } else { self.cur & STATE_BITS },
                 ver: self.ver[d],
+                events: 0,
             };
         }
         let mut w = self.walk[d];
         let mut p = self.pend[d];
-        w.run(d, data, &mut self.hs, &mut p);
+        w.run(d, data, (&mut self.hs, &mut self.hb), &mut p);
         self.walk[d] = w;
         self.pend[d] = p;
     }
@@ -552,6 +572,7 @@ impl TlsFlow {
             let p = self.pend[o];
             self.pend[o] = Pending::default();
             self.cur = EXISTS | (p.flags & STATE_BITS);
+            self.events |= p.events;
             if p.ver != self.ver[o] {
                 self.ver[o] = p.ver;
                 self.seen_ver[o] = 0;
@@ -574,8 +595,17 @@ impl TlsFlow {
             .any(|v| state.iter().all(|s| s.matches(v)) && version.iter().all(|s| s.matches(ver)))
     }
 
+    /// True if a rule on the events `mask` (all of them) matches on this
+    /// packet of direction `x`: they are raised, and were not all raised
+    /// already when an earlier packet of `x` was inspected (it fired then).
+    #[inline]
+    pub fn events_match(&self, x: usize, mask: u16) -> bool {
+        self.events & mask == mask && self.seen_ev[x] & mask != mask
+    }
+
     /// Remembers that a packet of direction `x` saw the current state.
     pub fn saw(&mut self, x: usize) {
+        self.seen_ev[x] = self.events;
         let v = 1u16 << (self.cur & STATE_BITS);
         self.seen[x] |= v;
         if version_class(self.ver[x]).is_some() {
@@ -595,10 +625,15 @@ impl TlsFlow {
             w.bytes(&k.part[..k.npart as usize]);
             w.u16(k.rec_left).u32(k.msg_left).u8(k.mtype);
         }
+        // Since flow record version 12.
+        w.u16(self.events).u16(self.seen_ev[0]).u16(self.seen_ev[1]);
+        w.u8(self.hb.flags).u16(self.hb.len);
+        w.u16(self.pend[0].events).u16(self.pend[1].events);
     }
 
-    /// Reads what [`TlsFlow::encode`] wrote.
-    pub fn decode(r: &mut Reader<'_>) -> Result<TlsFlow, DecodeError> {
+    /// Reads what [`TlsFlow::encode`] wrote; `events`: the record has the
+    /// event state (flow record version 12 on).
+    pub fn decode(r: &mut Reader<'_>, events: bool) -> Result<TlsFlow, DecodeError> {
         let mut s = TlsFlow {
             cur: r.u8()?,
             hs: r.u8()?,
@@ -613,6 +648,7 @@ impl TlsFlow {
                 has: b & 1 != 0,
                 flags: b >> 1 & STATE_BITS,
                 ver: r.u16()?,
+                events: 0,
             };
             let mode = r.u8()?;
             let n = r.u8()?;
@@ -629,6 +665,16 @@ impl TlsFlow {
             k.msg_left = r.u32()?;
             k.mtype = r.u8()?;
             s.walk[d] = k;
+        }
+        if events {
+            s.events = r.u16()?;
+            s.seen_ev = [r.u16()?, r.u16()?];
+            s.hb = Hb {
+                flags: r.u8()?,
+                len: r.u16()?,
+            };
+            s.pend[0].events = r.u16()?;
+            s.pend[1].events = r.u16()?;
         }
         Ok(s)
     }
@@ -650,8 +696,15 @@ impl Walk {
         self.mtype != 0xff && self.npart == 0 && self.mode & W_MODE == W_BODY
     }
 
+    /// A parse error raising `events`: Suricata stops parsing the flow.
+    fn fail(&mut self, events: u16, hs: &mut u8, p: &mut Pending) {
+        p.events |= events;
+        *hs |= HS_ERR;
+        self.mode = W_DEAD;
+    }
+
     /// Reads `b`, direction `d`'s next bytes.
-    fn run(&mut self, d: usize, mut b: &[u8], hs: &mut u8, p: &mut Pending) {
+    fn run(&mut self, d: usize, mut b: &[u8], (hs, hb): (&mut u8, &mut Hb), p: &mut Pending) {
         while !b.is_empty() {
             match self.mode & W_MODE {
                 W_DEAD => return,
@@ -709,7 +762,12 @@ impl Walk {
                     }
                     let h = std::mem::take(&mut self.part);
                     self.npart = 0;
-                    if h[1] != 3 || !(20..=24).contains(&h[0]) {
+                    if !(20..=24).contains(&h[0]) {
+                        // Suricata checks the type whatever the version.
+                        self.fail(Event::InvalidRecordType.bit(), hs, p);
+                        return;
+                    }
+                    if h[1] != 3 {
                         self.mode = W_DEAD;
                         return;
                     }
@@ -728,23 +786,61 @@ impl Walk {
                         && *hs & HS_SERVER == 0
                         && version_class(p.ver).is_some_and(|c| c == 5);
                     let parse = h[0] == 22 && (*hs & HS_CCS == 0 || tls13_early);
+                    if self.rec_left == 0 {
+                        self.fail(Event::InvalidRecordLength.bit(), hs, p);
+                        return;
+                    }
+                    if parse && self.rec_left < 4 {
+                        // Too short for a handshake message's header.
+                        self.fail(Event::InvalidSslRecord.bit(), hs, p);
+                        return;
+                    }
                     self.mode = W_BODY | if parse { W_PARSE } else { 0 };
                     if !parse {
                         self.mtype = 0xff;
                     }
-                    if self.rec_left == 0 {
-                        self.end_record(p);
+                    if h[0] == 24 {
+                        self.mode |= W_HB;
+                        self.mtype = 0;
+                        self.msg_left = 0;
                     }
                 }
                 _ => {
                     let n = (self.rec_left as usize).min(b.len());
                     let (body, rest) = b.split_at(n);
                     if self.mode & W_PARSE != 0 {
-                        self.messages(body, hs);
+                        self.messages(body, hs, p);
+                    } else if self.mode & W_HB != 0 && self.mtype < 3 {
+                        for (i, &c) in body.iter().enumerate().take(3 - self.mtype as usize) {
+                            self.msg_left = self.msg_left << 8 | c as u32;
+                            self.mtype += 1;
+                            if self.mtype == 3 {
+                                // The record's length: these 3 bytes and
+                                // those after them.
+                                let len = 3 + (self.rec_left as usize - i - 1);
+                                let [_, t, hi, lo] = self.msg_left.to_be_bytes();
+                                let ccs = *hs & HS_CCS != 0;
+                                let ev = hb.record(d, len as u16, Some([t, hi, lo]), ccs);
+                                // Raised when the record is whole, as
+                                // Suricata parses it then.
+                                self.msg_left = ev.map_or(0, |e| e.bit() as u32);
+                            }
+                        }
                     }
                     self.rec_left -= n as u16;
                     b = rest;
                     if self.rec_left == 0 {
+                        if self.mode & W_HB != 0 && self.mtype == 3 && self.msg_left != 0 {
+                            self.fail(self.msg_left as u16, hs, p);
+                            return;
+                        }
+                        if self.npart > 0 {
+                            // A message header cut by its record's end.
+                            let ev = Event::InvalidSslRecord.bit()
+                                | Event::InvalidHandshakeMessage.bit();
+                            self.fail(ev, hs, p);
+                            return;
+                        }
                         self.end_record(p);
                     }
                 }
@@ -767,7 +863,7 @@ impl Walk {
     }
 
     /// The handshake messages in `b`, bytes of a parsed record's body.
-    fn messages(&mut self, mut b: &[u8], hs: &mut u8) {
+    fn messages(&mut self, mut b: &[u8], hs: &mut u8, p: &mut Pending) {
         while !b.is_empty() {
             if self.in_msg() && self.msg_left > 0 {
                 let n = (self.msg_left as usize).min(b.len());
@@ -784,6 +880,11 @@ impl Walk {
             let h = std::mem::take(&mut self.part);
             self.npart = 0;
             self.mtype = h[0];
+            if !super::events::known_handshake(h[0]) {
+                // Skipped to its record's end, not across records.
+                p.events |= Event::InvalidHandshakeMessage.bit();
+                self.mtype = M_UNKNOWN;
+            }
             self.msg_left = u32::from_be_bytes([0, h[1], h[2], h[3]]);
             if self.msg_left == 0 {
                 self.end_message(hs);
@@ -821,7 +922,7 @@ impl Walk {
             p.flags = STATES[i as usize - 1];
         }
         // A message going on into the next record keeps its place.
-        let keep = self.mtype != 0xff && self.mode & W_PARSE != 0;
+        let keep = self.mtype != 0xff && self.mtype != M_UNKNOWN && self.mode & W_PARSE != 0;
         self.mode = W_RECORD;
         if !keep {
             self.mtype = 0xff;
@@ -999,8 +1100,8 @@ mod tests {
         f.feed(1, &rec(22, &msg(2, 40))[..20], 0, false);
         let mut buf = Vec::new();
         f.encode(&mut Writer::new(&mut buf));
-        let g = TlsFlow::decode(&mut Reader::new(&buf)).unwrap();
+        let g = TlsFlow::decode(&mut Reader::new(&buf), true).unwrap();
         assert_eq!(f, g);
-        assert!(TlsFlow::decode(&mut Reader::new(&buf[..7])).is_err());
+        assert!(TlsFlow::decode(&mut Reader::new(&buf[..7]), true).is_err());
     }
 }

@@ -22,6 +22,7 @@
 //! bridged by joining the records ([`defragment`]).
 
 pub(crate) mod eval;
+pub mod events;
 pub mod legacy;
 pub mod prefilter;
 

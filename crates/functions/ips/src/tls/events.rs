@@ -1,0 +1,240 @@
+//! TLS decoder events a rule can ask for with `app-layer-event:tls.NAME`,
+//! raised as Suricata 7.0.10's TLS parser (app-layer-ssl.c) raises them,
+//! from the records the flow's walk reads ([`super::legacy::Walk`]).
+//!
+//! Suricata keeps a TLS flow's events on its single transaction, so once
+//! raised an event stays: a rule on it matches on the first packet of each
+//! direction inspected after the parse that raised it (the parse of a
+//! direction's bytes happens on the packet of the other direction that
+//! acknowledges them, IDS mode), then never again in that direction. A
+//! parse error (the events marked so below) stops Suricata's parsing of
+//! the flow, both directions. A rule naming an event not modelled here is
+//! skipped with the event's name as the reason, rather than never
+//! matching; three events Suricata 7.0.10 knows but never raises
+//! (`heartbeat_message`, `invalid_record_version`, `invalid_tls_header`)
+//! load and never match, as there.
+
+/// A TLS decoder event (its bit in a flow's event set is `1 << self`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Event {
+    /// `tls.invalid_tls_header`: never raised by 7.0.10 (its record header
+    /// reader cannot fail).
+    InvalidTlsHeader,
+    /// `tls.invalid_record_version`: never raised by 7.0.10 (no record
+    /// version check; checked with versions 0x0200 and 0x0305).
+    InvalidRecordVersion,
+    /// `tls.invalid_record_type`: a record whose type is not 20 to 24
+    /// (parse error).
+    InvalidRecordType,
+    /// `tls.invalid_record_length`: a record of length 0 (parse error).
+    InvalidRecordLength,
+    /// `tls.invalid_handshake_message`: a handshake message of a type
+    /// Suricata does not know (the parse goes on), or bytes left in a
+    /// handshake record too short for a message header (with
+    /// `invalid_ssl_record`; parse error).
+    InvalidHandshakeMessage,
+    /// `tls.heartbeat_message`: never raised by 7.0.10.
+    Heartbeat,
+    /// `tls.invalid_heartbeat_message`: before a ChangeCipherSpec, a
+    /// heartbeat of a type other than request (1) or response (2), or with
+    /// less than 16 bytes of padding; or a second heartbeat from the side
+    /// that sent the one in flight (parse error).
+    InvalidHeartbeat,
+    /// `tls.overflow_heartbeat_message`: a heartbeat in clear whose payload
+    /// length plus 3 exceeds its record (Heartbleed's request,
+    /// CVE-2014-0160; parse error).
+    OverflowHeartbeat,
+    /// `tls.dataleak_heartbeat_mismatch`: after a ChangeCipherSpec, a
+    /// heartbeat answering one in flight in a longer record than the
+    /// request's (Heartbleed's leaking response; parse error).
+    DataleakHeartbeatMismatch,
+    /// `tls.invalid_ssl_record`: a parsed handshake record shorter than 4
+    /// bytes, or ending inside a message header (parse error).
+    InvalidSslRecord,
+}
+
+/// The events by name (after `tls.`).
+const NAMES: &[(&str, Event)] = &[
+    ("invalid_tls_header", Event::InvalidTlsHeader),
+    ("invalid_record_version", Event::InvalidRecordVersion),
+    ("invalid_record_type", Event::InvalidRecordType),
+    ("invalid_record_length", Event::InvalidRecordLength),
+    ("invalid_handshake_message", Event::InvalidHandshakeMessage),
+    ("heartbeat_message", Event::Heartbeat),
+    ("invalid_heartbeat_message", Event::InvalidHeartbeat),
+    ("overflow_heartbeat_message", Event::OverflowHeartbeat),
+    (
+        "dataleak_heartbeat_mismatch",
+        Event::DataleakHeartbeatMismatch,
+    ),
+    ("invalid_ssl_record", Event::InvalidSslRecord),
+];
+
+impl Event {
+    /// The event `app-layer-event` names (`tls.` and the event, as Suricata
+    /// matches it: without case), if modelled.
+    pub fn parse(name: &str) -> Option<Event> {
+        let n = name.strip_prefix("tls.")?;
+        NAMES
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(n))
+            .map(|&(_, e)| e)
+    }
+
+    /// The event's bit in a flow's event set.
+    #[inline]
+    pub fn bit(self) -> u16 {
+        1 << self as u16
+    }
+}
+
+/// Heartbeat state ([`Hb::flags`]): a heartbeat is in flight.
+const HB_INFLIGHT: u8 = 1;
+/// The client sent it.
+const HB_CLIENT: u8 = 2;
+/// The server sent it.
+const HB_SERVER: u8 = 4;
+
+/// The flow's heartbeat state (Suricata's `SSL_AL_FLAG_HB_*` flags and
+/// `hb_record_len`), shared by both directions.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Hb {
+    /// [`HB_INFLIGHT`], [`HB_CLIENT`], [`HB_SERVER`].
+    pub flags: u8,
+    /// The length of the encrypted request in flight (0: none).
+    pub len: u16,
+}
+
+impl Hb {
+    /// A whole heartbeat record of direction `d` (0: to the server) of
+    /// length `rec_len`, its first bytes `head` (type and payload length,
+    /// if the record has them), `ccs` if a ChangeCipherSpec came before:
+    /// the event it raises, if any (every event here stops the parse).
+    /// SSLv3ParseHeartbeatProtocol of 7.0.10.
+    pub fn record(
+        &mut self,
+        d: usize,
+        rec_len: u16,
+        head: Option<[u8; 3]>,
+        ccs: bool,
+    ) -> Option<Event> {
+        // Fewer than 3 bytes: nothing parsed.
+        let [t, hi, lo] = head?;
+        if !ccs && t != 1 && t != 2 {
+            return Some(Event::InvalidHeartbeat);
+        }
+        if self.flags & HB_INFLIGHT == 0 {
+            self.flags = HB_INFLIGHT | if d == 1 { HB_SERVER } else { HB_CLIENT };
+            if ccs {
+                // Encrypted: only its length is known, for the response.
+                self.len = rec_len;
+                return None;
+            }
+            let payload = u16::from_be_bytes([hi, lo]) as u32;
+            if payload + 3 > rec_len as u32 {
+                return Some(Event::OverflowHeartbeat);
+            }
+            if rec_len as u32 - payload - 3 < 16 {
+                return Some(Event::InvalidHeartbeat);
+            }
+            return None;
+        }
+        let own = if d == 1 { HB_SERVER } else { HB_CLIENT };
+        if self.flags & own != 0 {
+            // OpenSSL drops a second heartbeat in flight from the same side.
+            return Some(Event::InvalidHeartbeat);
+        }
+        // The answer to the one in flight.
+        self.flags = 0;
+        let req = std::mem::take(&mut self.len);
+        (ccs && req > 0 && req < rec_len).then_some(Event::DataleakHeartbeatMismatch)
+    }
+}
+
+/// True for a handshake message type Suricata 7.0.10 parses
+/// (`SupportedHandshakeType`): others raise `invalid_handshake_message`.
+pub fn known_handshake(t: u8) -> bool {
+    matches!(
+        t,
+        0 | 1 | 2 | 4 | 11 | 12 | 13 | 14 | 15 | 16 | 20 | 21 | 22
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names() {
+        assert_eq!(
+            Event::parse("tls.overflow_heartbeat_message"),
+            Some(Event::OverflowHeartbeat)
+        );
+        assert_eq!(
+            Event::parse("tls.INVALID_RECORD_TYPE"),
+            Some(Event::InvalidRecordType)
+        );
+        assert_eq!(Event::parse("tls.certificate_invalid_der"), None);
+        assert_eq!(Event::parse("http.invalid_record_type"), None);
+        assert!(NAMES.iter().all(|&(_, e)| e.bit() != 0));
+    }
+
+    #[test]
+    fn heartbleed_request_overflows() {
+        // The classic request: payload length 0x4000 in a 3-byte record.
+        let mut h = Hb::default();
+        assert_eq!(
+            h.record(0, 3, Some([1, 0x40, 0]), false),
+            Some(Event::OverflowHeartbeat)
+        );
+        // A length that just fits with 16 bytes of padding is fine; 15 is not.
+        let mut h = Hb::default();
+        assert_eq!(h.record(0, 3 + 16 + 16, Some([1, 0, 16]), false), None);
+        let mut h = Hb::default();
+        assert_eq!(
+            h.record(0, 3 + 16 + 15, Some([1, 0, 16]), false),
+            Some(Event::InvalidHeartbeat)
+        );
+        let mut h = Hb::default();
+        assert_eq!(
+            h.record(0, 3 + 16, Some([1, 0, 17]), false),
+            Some(Event::OverflowHeartbeat)
+        );
+    }
+
+    #[test]
+    fn heartbeat_exchanges() {
+        // Request then response: no event; a second request in flight from
+        // the same side is invalid.
+        let mut h = Hb::default();
+        assert_eq!(h.record(0, 35, Some([1, 0, 16]), false), None);
+        assert_eq!(h.record(1, 35, Some([2, 0, 16]), false), None);
+        assert_eq!(h, Hb::default());
+        assert_eq!(h.record(0, 35, Some([1, 0, 16]), false), None);
+        assert_eq!(
+            h.record(0, 35, Some([1, 0, 16]), false),
+            Some(Event::InvalidHeartbeat)
+        );
+        // A bad type in clear; any type once encrypted.
+        assert_eq!(
+            Hb::default().record(0, 35, Some([3, 0, 16]), false),
+            Some(Event::InvalidHeartbeat)
+        );
+        assert_eq!(Hb::default().record(0, 35, Some([3, 0, 16]), true), None);
+        // Too short to read: nothing.
+        assert_eq!(Hb::default().record(0, 2, None, false), None);
+    }
+
+    #[test]
+    fn encrypted_response_longer_than_request_leaks() {
+        let mut h = Hb::default();
+        assert_eq!(h.record(0, 40, Some([9, 9, 9]), true), None);
+        assert_eq!(
+            h.record(1, 2000, Some([7, 7, 7]), true),
+            Some(Event::DataleakHeartbeatMismatch)
+        );
+        let mut h = Hb::default();
+        assert_eq!(h.record(0, 40, Some([9, 9, 9]), true), None);
+        assert_eq!(h.record(1, 40, Some([7, 7, 7]), true), None);
+    }
+}
