@@ -196,6 +196,40 @@ def request_host():
     return [p for i, c in enumerate(cases) for p in alone(45601 + i, c)]
 
 
+def chunk_len():
+    # Chunk-size lines libhtp calls invalid (`zz`, `;x`, ` zz`, an empty
+    # line, 2^31 and more, `-5`, a bad second chunk) in requests, and in
+    # responses (`zz`, 2^31; an empty line is skipped there). Near misses:
+    # leading whitespace before digits, junk after them (`5zz`, `0x5`), an
+    # extension, 2^31 - 1, plain chunks.
+    post = b"POST /u HTTP/1.1\r\nHost: www.example.com\r\nTransfer-Encoding: chunked\r\n\r\n"
+    chunked = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+    end = b"hello\r\n0\r\n\r\n"
+    requests = [
+        b"zz\r\n" + end,
+        b";x\r\n" + end,
+        b" zz\r\n" + end,
+        b"\r\n5\r\n" + end,
+        b"80000000\r\nhello",
+        b"ffffffff\r\nhello",
+        b"100000000\r\nhello",
+        b"-5\r\n" + end,
+        b"5\r\nhello\r\nzz\r\nabc\r\n0\r\n\r\n",
+        b" 5\r\n" + end,
+        b"5zz\r\n" + end,
+        b"7fffffff\r\nhello",
+        b"5;ext=1\r\n" + end,
+        b"0x5\r\n" + end,
+        b"\t5\r\n" + end,
+        b"5 \r\n" + end,
+        b"5\r\n" + end,
+    ]
+    responses = [b"zz\r\n" + end, b"80000000\r\nhello", b" 5\r\n" + end, b"\r\n5\r\n" + end, b"5\r\n" + end]
+    out = [p for i, b in enumerate(requests) for p in alone(45701 + i, post + b)]
+    out += [p for i, b in enumerate(responses) for p in answer(45751 + i, chunked + b)]
+    return out
+
+
 CAPTURES = {
     "app-http-event-request-line": request_line,
     "app-http-event-request-fields": request_fields,
@@ -204,4 +238,5 @@ CAPTURES = {
     "app-http-event-response-fields": response_fields,
     "app-http-event-response-framing": response_framing,
     "app-http-event-request-host": request_host,
+    "app-http-event-chunk-len": chunk_len,
 }

@@ -369,7 +369,9 @@ impl BufferRules {
         for (ri, r) in rules.iter().enumerate() {
             // Rules of the TLS handshake state are evaluated on every
             // packet instead ([`crate::tls::legacy`]).
-            if r.proto != proto || r.tls_flow {
+            // So are the chunk-size event rules, where the framing ends
+            // ([`Rule::http_chunk_events`]).
+            if r.proto != proto || r.tls_flow || r.http_chunk_events != 0 {
                 continue;
             }
             let ri = ri as u32;

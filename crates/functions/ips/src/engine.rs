@@ -917,6 +917,9 @@ pub struct Engine {
     /// The rules of the flow's TLS handshake state ([`Rule::tls_flow`]),
     /// evaluated on every TCP packet of a flow with that state.
     pub tls_flow: Vec<u32>,
+    /// The rules of HTTP chunk-size events ([`Rule::http_chunk_events`]),
+    /// fired where a direction's framing ends on such a line.
+    pub http_chunk: Vec<u32>,
     /// The `smtp` rules on `file_data`, inspected on attachments
     /// ([`crate::smtp`]); few, so each is inspected on every one.
     pub smtp_files: Vec<u32>,
@@ -1110,6 +1113,9 @@ impl Engine {
         let tls_flow = (0..rules.len() as u32)
             .filter(|&r| rules[r as usize].tls_flow)
             .collect();
+        let http_chunk = (0..rules.len() as u32)
+            .filter(|&r| rules[r as usize].http_chunk_events != 0)
+            .collect();
         let smtp_files = (0..rules.len() as u32)
             .filter(|&r| rules[r as usize].smtp_file.is_some())
             .collect();
@@ -1151,6 +1157,7 @@ impl Engine {
             http,
             tls,
             tls_flow,
+            http_chunk,
             smtp_files,
             ssh_ids,
             rules,

@@ -1109,3 +1109,22 @@ fn transforms_are_refused_where_suricata_refuses_them() {
     )
     .is_ok());
 }
+
+#[test]
+fn chunk_length_event_rules_load_alone_and_refuse_other_conditions() {
+    use sluice_ips::rules::parse_rule;
+    let vars = Default::default();
+    let r = parse_rule(
+        "alert http any any -> any any (msg:\"x\"; flow:established,to_server; app-layer-event:http.invalid_request_chunk_len; flowint:http.anomaly.count,+,1; sid:1;)",
+        &vars,
+    )
+    .unwrap();
+    assert_eq!(r.http_chunk_events, 1);
+    let e = parse_rule(
+        "alert http any any -> any any (msg:\"x\"; app-layer-event:http.invalid_response_chunk_len; http.uri; content:\"/a\"; sid:1;)",
+        &vars,
+    )
+    .unwrap_err();
+    assert!(e.is_unsupported(), "{e}");
+    assert!(e.to_string().contains("chunk length event"), "{e}");
+}

@@ -122,7 +122,9 @@ impl Ips {
         data: &[u8],
         (base, gap, eof): (u64, bool, bool),
     ) -> bool {
-        if self.engine.http.is_empty() || (data.is_empty() && !eof) {
+        if (self.engine.http.is_empty() && self.engine.http_chunk.is_empty())
+            || (data.is_empty() && !eof)
+        {
             return false;
         }
         let mut me = st.http[d];
@@ -326,6 +328,9 @@ impl Ips {
         if piece.overflow {
             self.counters.pending_overflow += 1;
         }
+        if piece.chunk_invalid && !drop && st.flags & (BLOCKED | PASSED) == 0 {
+            drop = self.http_chunk_event(st, d, &hdr, p, events);
+        }
         // What is pending now: the head these bytes end inside, if its
         // beginning is known (`held` still holds the blob's bytes when the
         // head continues through all of these)...
@@ -360,6 +365,36 @@ impl Ips {
         self.http_acc = acc;
         self.http_extra = extra;
         drop
+    }
+
+    /// Fires the rules of `http.invalid_request_chunk_len` (a request's
+    /// line, `hdr.to_server`) or `invalid_response_chunk_len` on packet
+    /// `p`, whose chunk-size line libhtp calls invalid. Returns true if the
+    /// packet must be dropped.
+    fn http_chunk_event(
+        &mut self,
+        st: &mut FlowState,
+        d: usize,
+        hdr: &Header,
+        p: &Packet,
+        events: &mut Vec<Event>,
+    ) -> bool {
+        let bit = if hdr.to_server { 1 } else { 2 };
+        for k in 0..self.engine.http_chunk.len() {
+            let r = self.engine.http_chunk[k];
+            if self.engine.rules[r as usize].http_chunk_events & bit == 0
+                || !self.engine.header_matches(r, hdr)
+            {
+                continue;
+            }
+            if self.fire(r, st, (d, p, Some("http")), events) {
+                return true;
+            }
+            if st.flags & (BLOCKED | PASSED) != 0 {
+                break;
+            }
+        }
+        false
     }
 
     /// Inflates a compressed body's next bytes `z` into `out`, with the

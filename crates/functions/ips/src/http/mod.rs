@@ -178,6 +178,10 @@ pub struct Piece {
     /// After [`HttpDir::advance`]: a head went over [`MAX_HEAD`] or
     /// [`MAX_LINES`] and parsing of the direction ended.
     pub overflow: bool,
+    /// After [`HttpDir::advance`]: a chunk-size line libhtp calls invalid
+    /// ended parsing of the direction (`http.invalid_request_chunk_len`,
+    /// `http.invalid_response_chunk_len`; [`chunk_line_invalid`]).
+    pub chunk_invalid: bool,
 }
 
 impl Piece {
@@ -416,6 +420,7 @@ impl HttpDir {
         piece.open = None;
         piece.open_cont = false;
         piece.overflow = false;
+        piece.chunk_invalid = false;
         if self.phase == Phase::Start {
             // A response need not have a status line (HTTP/0.9): once the
             // request side is HTTP, what the server sends is read as libhtp
@@ -519,7 +524,7 @@ impl HttpDir {
                         }
                     }
                 }
-                Phase::ChunkSize => match self.chunk_size(&data[pos..]) {
+                Phase::ChunkSize => match self.chunk_size(&data[pos..], to_server) {
                     Ok(Some(n)) => {
                         pos += n;
                         self.phase = if self.remaining == 0 {
@@ -530,7 +535,8 @@ impl HttpDir {
                         };
                     }
                     Ok(None) => pos = data.len(),
-                    Err(()) => {
+                    Err(invalid) => {
+                        piece.chunk_invalid = invalid;
                         self.off();
                         break;
                     }
@@ -762,13 +768,15 @@ impl HttpDir {
     }
 
     /// Consumes a chunk-size line's bytes into `remaining`; returns how many
-    /// when the line ends in `data`.
-    fn chunk_size(&mut self, data: &[u8]) -> Result<Option<usize>, ()> {
+    /// when the line ends in `data`. A line that is not a chunk size ends
+    /// the framing: Err, saying whether libhtp calls it invalid too
+    /// ([`chunk_line_invalid`]; `request`: the line is a request's).
+    fn chunk_size(&mut self, data: &[u8], request: bool) -> Result<Option<usize>, bool> {
         for (i, &b) in data.iter().enumerate() {
             if b == b'\n' {
                 // A line without a digit is not a chunk size.
                 if self.line == 0 {
-                    return Err(());
+                    return Err(request);
                 }
                 self.line = 0;
                 return Ok(Some(i + 1));
@@ -778,23 +786,46 @@ impl HttpDir {
             }
             match (b as char).to_digit(16) {
                 Some(d) => {
-                    // Chunks over 2^32 bytes are not framed.
-                    if self.remaining >= 1 << 28 {
-                        return Err(());
-                    }
                     self.remaining = self.remaining * 16 + d as u64;
                     self.line = self.line.saturating_add(1);
+                    // libhtp refuses chunks over 2^31 - 1 bytes (and the
+                    // product above cannot overflow below that).
+                    if self.remaining > MAX_CHUNK {
+                        return Err(true);
+                    }
                 }
                 None if b == b';' || b == b' ' || b == b'\t' => {
                     if self.line == 0 {
-                        return Err(());
+                        return Err(chunk_line_invalid(&data[i..], request));
                     }
                     self.flags |= CHUNK_EXT;
                 }
-                None => return Err(()),
+                // Junk after the digits is ignored by libhtp.
+                None => return Err(self.line == 0),
             }
         }
         Ok(None)
+    }
+}
+
+/// The largest chunk libhtp frames (`htp_parse_chunked_length`).
+const MAX_CHUNK: u64 = 0x7fff_ffff;
+
+/// Whether libhtp 0.5.50 (`htp_parse_chunked_length`) calls a chunk-size
+/// line starting with `rest` (from its first byte this parser refuses,
+/// a space, tab or `;`, with no digit before it) invalid: it skips leading
+/// whitespace, then wants a hex digit (junk after the digits is ignored);
+/// a line of whitespace alone is invalid in a request and skipped in a
+/// response. Measured against Suricata 7.0.10. A line whose verdict lies
+/// past `rest` is not called invalid.
+pub(crate) fn chunk_line_invalid(rest: &[u8], request: bool) -> bool {
+    match rest
+        .iter()
+        .find(|&&c| !matches!(c, b' ' | b'\t' | b'\r' | 0x0b | 0x0c))
+    {
+        Some(b'\n') => request,
+        Some(c) => !c.is_ascii_hexdigit(),
+        None => false,
     }
 }
 
@@ -1825,6 +1856,61 @@ mod tests {
         assert_eq!(seen.len(), 2);
         assert_eq!(seen[0].1, vec![38..40]);
         assert_eq!(seen[1].0, Some(40..req.len()));
+    }
+
+    /// Chunk-size lines that end the framing, and whether libhtp calls
+    /// them invalid (`http.invalid_*_chunk_len`), as Suricata 7.0.10 did on
+    /// the Scapy test `app-http-event-chunk-len`.
+    #[test]
+    fn chunk_lines_libhtp_calls_invalid() {
+        let verdict = |line: &[u8], request: bool| {
+            let (mut c, mut s) = (HttpDir::default(), HttpDir::default());
+            let mut piece = Piece::default();
+            let mut msg = b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec();
+            if !request {
+                msg = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec();
+                let mut p = Piece::default();
+                s.advance(b"GET / HTTP/1.1\r\n\r\n", true, &mut c, &mut p, |_, _| {});
+            }
+            msg.extend_from_slice(line);
+            let (me, peer) = if request {
+                (&mut c, &mut s)
+            } else {
+                (&mut s, &mut c)
+            };
+            me.advance(&msg, request, peer, &mut piece, |_, _| {});
+            (me.phase == Phase::Off, piece.chunk_invalid)
+        };
+        for bad in [
+            &b"zz\r\n"[..],
+            b";x\r\n",
+            b" zz\r\n",
+            b"\r\n5\r\n",
+            b"80000000\r\n",
+            b"-5\r\n",
+        ] {
+            assert_eq!(verdict(bad, true), (true, true), "{bad:?}");
+        }
+        // Leading whitespace and junk after the digits are libhtp's to
+        // skip: the framing ends here all the same, without the event.
+        for quiet in [&b" 5\r\n"[..], b"\t5\r\n", b"5zz\r\n", b"0x5\r\n"] {
+            assert_eq!(verdict(quiet, true), (true, false), "{quiet:?}");
+        }
+        for fine in [
+            &b"5\r\nhello\r\n"[..],
+            b"5;ext=1\r\n",
+            b"5 \r\n",
+            b"7fffffff\r\n",
+        ] {
+            assert_eq!(verdict(fine, true), (false, false), "{fine:?}");
+        }
+        // A response's empty line is skipped by libhtp.
+        assert_eq!(verdict(b"zz\r\n", false), (true, true));
+        assert_eq!(verdict(b"\r\n5\r\n", false), (true, false));
+        // The verdict of a line cut after its whitespace is not known.
+        assert!(!chunk_line_invalid(b" \t", true));
+        assert!(chunk_line_invalid(b" \r\n", true));
+        assert!(!chunk_line_invalid(b" \r\n", false));
     }
 
     /// An HTTP/0.9 request is its request line alone (no protocol, no

@@ -564,6 +564,11 @@ pub struct Rule {
     /// packet of the flow ([`crate::tls::legacy::TlsFlow`]), not on TLS
     /// messages.
     pub tls_flow: bool,
+    /// `app-layer-event:http.invalid_request_chunk_len` (bit 1) and
+    /// `http.invalid_response_chunk_len` (bit 2): a rule of these alone,
+    /// fired on the packet whose chunk-size line libhtp calls invalid
+    /// ([`crate::http::chunk_line_invalid`]), not on HTTP messages.
+    pub http_chunk_events: u8,
     /// Names of the `byte_extract` variables.
     pub vars: Vec<String>,
     /// `flowbits` conditions and operations.
@@ -1211,6 +1216,7 @@ pub fn parse_rule(line: &str, vars: &Vars) -> Result<Rule, RuleSyntax> {
         ssl_state: Vec::new(),
         tls_events: 0,
         tls_flow: false,
+        http_chunk_events: 0,
         vars: Vec::new(),
         flowbits: Vec::new(),
         flowints: Vec::new(),
@@ -1288,6 +1294,7 @@ pub fn parse_rule(line: &str, vars: &Vars) -> Result<Rule, RuleSyntax> {
     absolute_first(&rule.base64, &mut rule.contents);
     options::validate(&rule)?;
     rule.tls_flow = options::tls_flow(&rule)?;
+    options::http_chunk_alone(&rule)?;
     if !rule.alp.is_empty() {
         rule.alp.pd_only = pd_only(&rule);
     }

@@ -1293,6 +1293,38 @@ fn move_tls_content(rule: &mut Rule, k: usize, b: crate::tls::Buf) {
 /// but its header, `flow` and `flowbits` operations. `ssl_state` with
 /// other conditions is refused: Suricata inspects it on every packet
 /// against a state other keywords do not share.
+/// Refuses a rule with a chunk-size event ([`Rule::http_chunk_events`]) and
+/// conditions besides its header, `flow`, `flowbits` operations and
+/// `flowint` operations: the event is raised where the framing ends, with
+/// no message to inspect them on.
+pub(super) fn http_chunk_alone(rule: &Rule) -> Result<(), RuleSyntax> {
+    if rule.http_chunk_events == 0 {
+        return Ok(());
+    }
+    let other = !rule.items.is_empty()
+        || !rule.contents.is_empty()
+        || !rule.http.is_empty()
+        || !rule.base64.is_empty()
+        || !rule.ip.is_empty()
+        || !rule.checks.is_empty()
+        || !rule.alp.is_empty()
+        || rule.flowints.iter().any(|f| !f.op.changes())
+        || !rule.xbits.is_empty()
+        || !rule.hdr.is_empty()
+        || rule.stream != super::StreamMode::Default
+        || rule
+            .flowbits
+            .iter()
+            .any(|f| matches!(f, super::Flowbit::IsSet(_) | super::Flowbit::IsNotSet(_)));
+    if other {
+        return Err(RuleSyntax::UnsupportedKeyword(
+            "app-layer-event http chunk length event with conditions other than flow, flowbits and flowint operations"
+                .into(),
+        ));
+    }
+    Ok(())
+}
+
 pub(super) fn tls_flow(rule: &Rule) -> Result<bool, RuleSyntax> {
     if rule.ssl_state.is_empty() && rule.ssl_version.is_empty() && rule.tls_events == 0 {
         return Ok(false);
@@ -1849,6 +1881,18 @@ fn apply_keyword(
                     }
                     Err(None) => return Err(bad_value(v)),
                 }
+                return Ok(());
+            }
+            // The chunk-size events end the framing: decided by the body
+            // parser, not from a head.
+            let chunk = match v {
+                "http.invalid_request_chunk_len" => 1,
+                "http.invalid_response_chunk_len" => 2,
+                _ => 0,
+            };
+            if chunk != 0 {
+                to_http(rule, name)?;
+                rule.http_chunk_events |= chunk;
                 return Ok(());
             }
             // `tls.NAME`: an event of the flow's TLS parse, evaluated with
