@@ -84,7 +84,41 @@ def tls_event_record():
     )
 
 
+def tls_event_client_hello():
+    from captures_tlsdns import ext, u24
+
+    def ch(exts, **kw):
+        return record(client_hello_msg(exts, **kw), version=0x0301)
+
+    def raw_sni(name_type, name, claimed=None):
+        n = len(name) if claimed is None else claimed
+        entry = bytes([name_type]) + u16(n) + name
+        return ext(0, u16(len(entry)) + entry)
+
+    def cut_body(body):
+        """A ClientHello message whose fields run past it."""
+        return record(bytes([1]) + u24(len(body)) + body, version=0x0301)
+
+    flows = [
+        ch([ext_sni(b"a.example"), ext_sni(b"b.example"), ext_groups(29)]),  # two server_name extensions
+        ch([raw_sni(1, b"a.example")]),  # an entry type other than host_name
+        ch([raw_sni(0, b"")]),  # an empty host name
+        ch([raw_sni(0, b"h" * 300)]),  # a host name over 255 bytes
+        ch([raw_sni(0, b"a.example", claimed=40)]),  # a name longer than its extension
+        ch([ext_sni(b"a.example")], ciphers=(0x1301, 0xC02F), sid=b"S" * 8),  # near miss
+        cut_body(u16(0x0303) + b"\x22" * 32 + bytes([40]) + b"S" * 8),  # session id past the message
+        cut_body(u16(0x0303) + b"\x22" * 32 + b"\x00" + u16(3) + b"\x13\x01\xc0" + b"\x01\x00"),  # odd cipher list
+        ch([ext_sni(b"a.example"), ext(10, u16(40) + u16(29))]),  # an extension's list past it
+        ch([ext_sni(b"ok.example"), ext_groups(29, 23)]),  # near miss
+    ]
+    out = []
+    for i, hello in enumerate(flows):
+        out += exchange(443, 47101 + i, (True, hello), (False, SH), *TAIL)
+    return out
+
+
 CAPTURES = {
+    "tls-event-client-hello": tls_event_client_hello,
     "tls-event-heartbeat": tls_event_heartbeat,
     "tls-event-heartbeat-encrypted": tls_event_heartbeat_encrypted,
     "tls-event-record": tls_event_record,

@@ -920,6 +920,9 @@ pub struct Engine {
     /// The rules of HTTP chunk-size events ([`Rule::http_chunk_events`]),
     /// fired where a direction's framing ends on such a line.
     pub http_chunk: Vec<u32>,
+    /// True if a rule asks for a ClientHello event (SNI, lengths): hellos
+    /// are then read for them ([`crate::tls::events::client_hello_events`]).
+    pub tls_hello_events: bool,
     /// The `smtp` rules on `file_data`, inspected on attachments
     /// ([`crate::smtp`]); few, so each is inspected on every one.
     pub smtp_files: Vec<u32>,
@@ -1113,6 +1116,8 @@ impl Engine {
         let tls_flow = (0..rules.len() as u32)
             .filter(|&r| rules[r as usize].tls_flow)
             .collect();
+        let hello = crate::tls::events::HELLO_EVENTS;
+        let tls_hello_events = rules.iter().any(|r| r.tls_events & hello != 0);
         let http_chunk = (0..rules.len() as u32)
             .filter(|&r| rules[r as usize].http_chunk_events != 0)
             .collect();
@@ -1158,6 +1163,7 @@ impl Engine {
             tls,
             tls_flow,
             http_chunk,
+            tls_hello_events,
             smtp_files,
             ssh_ids,
             rules,

@@ -154,6 +154,10 @@ impl Ips {
         } else {
             raw
         };
+        if self.engine.tls_hello_events && hdr.to_server {
+            st.tls
+                .hello_events(super::events::client_hello_events(payload));
+        }
         let mut bufs = std::mem::take(&mut self.tls_bufs);
         if !bufs.fill(payload) {
             self.tls_bufs = bufs;

@@ -555,6 +555,16 @@ impl TlsFlow {
         self.pend[d] = p;
     }
 
+    /// Adds the events of the client's hello, parsed whole
+    /// ([`super::events::client_hello_events`], which the walk does not
+    /// do), to what its bytes raise; nothing once a parse error stopped
+    /// the flow's parsing.
+    pub fn hello_events(&mut self, events: u16) {
+        if events != 0 && self.pend[0].has && self.hs & HS_ERR == 0 {
+            self.pend[0].events |= events;
+        }
+    }
+
     /// Sets the version a direction's hello gives (the hello parsed whole by
     /// [`super::Hello::negotiated_version`], which the walk does not do).
     pub fn hello_version(&mut self, d: usize, ver: u16) {
