@@ -310,4 +310,28 @@ mod tests {
         assert!(target(b"a.example", true).is_some_and(|c| !c.invalid && c.port.is_none()));
         assert!(target(b"a.example..:443", true).unwrap().invalid);
     }
+
+    /// Random targets and Host values, biased to the bytes that matter:
+    /// nothing panics, and a valid port is always in 1-65535.
+    #[test]
+    fn random_bytes_never_panic() {
+        let mut rng = crate::testrng::Lcg::new(11);
+        let alphabet = b"[]:/@?#.a1_ -\t%";
+        for _ in 0..20_000 {
+            let n = rng.below(24) as usize;
+            let v: Vec<u8> = (0..n)
+                .map(|_| {
+                    if rng.below(4) == 0 {
+                        rng.below(256) as u8
+                    } else {
+                        alphabet[rng.below(alphabet.len() as u64) as usize]
+                    }
+                })
+                .collect();
+            let h = hostport(&v);
+            assert!(h.port.is_none_or(|p| p > 0));
+            let _ = valid_hostname(&v);
+            let _ = target(&v, rng.below(2) == 0);
+        }
+    }
 }

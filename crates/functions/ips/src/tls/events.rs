@@ -445,4 +445,21 @@ mod tests {
         assert_eq!(client_hello_events(&h[..h.len() - 1]), 0);
         assert_eq!(client_hello_events(b"GET / HTTP/1.1"), 0);
     }
+
+    /// Hellos with random bytes flipped and random lengths: nothing
+    /// panics and nothing reads outside the bytes.
+    #[test]
+    fn random_hellos_never_panic() {
+        let mut rng = crate::testrng::Lcg::new(13);
+        let base = hello(&[0], &[0, 2, 0x13, 1], &sni(0, b"a.example", 9));
+        for _ in 0..20_000 {
+            let mut h = base.clone();
+            for _ in 0..1 + rng.below(4) {
+                let i = rng.below(h.len() as u64) as usize;
+                h[i] = rng.below(256) as u8;
+            }
+            h.truncate(rng.below(h.len() as u64 + 1) as usize);
+            let _ = client_hello_events(&h);
+        }
+    }
 }
