@@ -1288,22 +1288,12 @@ fn move_tls_content(rule: &mut Rule, k: usize, b: crate::tls::Buf) {
     rule.tls[i].items.push(item);
 }
 
-/// Whether `rule` is one of the flow's TLS handshake state
-/// ([`Rule::tls_flow`]): `ssl_state` or `ssl_version` with nothing else
-/// but its header, `flow` and `flowbits` operations. `ssl_state` with
-/// other conditions is refused: Suricata inspects it on every packet
-/// against a state other keywords do not share.
-/// Refuses a rule with a chunk-size event ([`Rule::http_chunk_events`]) and
-/// conditions besides its header, `flow`, `flowbits` operations and
-/// `flowint` operations: the event is raised where the framing ends, with
-/// no message to inspect them on.
-pub(super) fn http_chunk_alone(rule: &Rule) -> Result<(), RuleSyntax> {
-    if rule.http_chunk_events == 0 {
-        return Ok(());
-    }
-    let other = !rule.items.is_empty()
+/// True if `rule` has conditions besides its header, `flow`, `flowbits`
+/// operations and `flowint` operations (the event rules count anomalies
+/// with them; they are done when the rule fires), protocol buffers aside.
+fn beyond_flow_and_ops(rule: &Rule) -> bool {
+    !rule.items.is_empty()
         || !rule.contents.is_empty()
-        || !rule.http.is_empty()
         || !rule.base64.is_empty()
         || !rule.ip.is_empty()
         || !rule.checks.is_empty()
@@ -1315,8 +1305,15 @@ pub(super) fn http_chunk_alone(rule: &Rule) -> Result<(), RuleSyntax> {
         || rule
             .flowbits
             .iter()
-            .any(|f| matches!(f, super::Flowbit::IsSet(_) | super::Flowbit::IsNotSet(_)));
-    if other {
+            .any(|f| matches!(f, super::Flowbit::IsSet(_) | super::Flowbit::IsNotSet(_)))
+}
+
+/// Refuses a rule with a chunk-size event ([`Rule::http_chunk_events`]) and
+/// conditions besides its header, `flow`, `flowbits` operations and
+/// `flowint` operations: the event is raised where the framing ends, with
+/// no message to inspect them on.
+pub(super) fn http_chunk_alone(rule: &Rule) -> Result<(), RuleSyntax> {
+    if rule.http_chunk_events != 0 && (beyond_flow_and_ops(rule) || !rule.http.is_empty()) {
         return Err(RuleSyntax::UnsupportedKeyword(
             "app-layer-event http chunk length event with conditions other than flow, flowbits and flowint operations"
                 .into(),
@@ -1325,6 +1322,11 @@ pub(super) fn http_chunk_alone(rule: &Rule) -> Result<(), RuleSyntax> {
     Ok(())
 }
 
+/// Whether `rule` is one of the flow's TLS handshake state
+/// ([`Rule::tls_flow`]): `ssl_state` or `ssl_version` with nothing else
+/// but its header, `flow` and `flowbits` operations. `ssl_state` with
+/// other conditions is refused: Suricata inspects it on every packet
+/// against a state other keywords do not share.
 pub(super) fn tls_flow(rule: &Rule) -> Result<bool, RuleSyntax> {
     if rule.ssl_state.is_empty() && rule.ssl_version.is_empty() && rule.tls_events == 0 {
         return Ok(false);
@@ -1334,26 +1336,11 @@ pub(super) fn tls_flow(rule: &Rule) -> Result<bool, RuleSyntax> {
             "app-layer-event:tls with ssl_state or ssl_version".into(),
         ));
     }
-    let other = !rule.items.is_empty()
-        || !rule.contents.is_empty()
+    let other = beyond_flow_and_ops(rule)
         || !rule.tls.is_empty()
         || rule.tls_version.is_some()
         || rule.tls_chain_len.is_some()
-        || !rule.tls_cert.is_empty()
-        || !rule.base64.is_empty()
-        || !rule.ip.is_empty()
-        || !rule.checks.is_empty()
-        || !rule.alp.is_empty()
-        // Flowint operations (the event rules count anomalies) are done
-        // when the rule fires; conditions are not modelled here.
-        || rule.flowints.iter().any(|f| !f.op.changes())
-        || !rule.xbits.is_empty()
-        || !rule.hdr.is_empty()
-        || rule.stream != super::StreamMode::Default
-        || rule
-            .flowbits
-            .iter()
-            .any(|f| matches!(f, super::Flowbit::IsSet(_) | super::Flowbit::IsNotSet(_)));
+        || !rule.tls_cert.is_empty();
     if !other {
         return Ok(true);
     }
