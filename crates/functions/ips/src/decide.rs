@@ -809,9 +809,7 @@ impl Ips {
         if self.evaluate(st, d, hdr, p, ctx.events, bytes, Some(seg)) {
             return true;
         }
-        if st.flags & (BLOCKED | PASSED) != 0
-            || (self.engine.http.is_empty() && self.engine.http_chunk.is_empty())
-        {
+        if st.flags & (BLOCKED | PASSED) != 0 || !self.engine.parses_http() {
             return false;
         }
         let eof = self.http_eof(p, st, &c);

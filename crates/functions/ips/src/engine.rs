@@ -1308,6 +1308,13 @@ impl Engine {
         }
     }
 
+    /// True if HTTP is parsed at all: a rule inspects HTTP messages or
+    /// asks for a chunk-size event ([`Engine::http_chunk`]).
+    #[inline]
+    pub fn parses_http(&self) -> bool {
+        !self.http.is_empty() || !self.http_chunk.is_empty()
+    }
+
     /// Pushes to `out` (cleared first) the rules without contents the packet
     /// described by `hdr` may match, in rule order: those its addresses can
     /// match ([`PacketRules`]).

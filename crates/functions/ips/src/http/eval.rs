@@ -122,9 +122,7 @@ impl Ips {
         data: &[u8],
         (base, gap, eof): (u64, bool, bool),
     ) -> bool {
-        if (self.engine.http.is_empty() && self.engine.http_chunk.is_empty())
-            || (data.is_empty() && !eof)
-        {
+        if !self.engine.parses_http() || (data.is_empty() && !eof) {
             return false;
         }
         let mut me = st.http[d];
