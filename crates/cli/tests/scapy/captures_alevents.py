@@ -1,8 +1,8 @@
 """Scapy-built captures of the application-layer event tests
-(`dns-event-*`; see captures.py).
+(`dns-event-*`, `app-ssh-event-*`; see captures.py).
 
-Each test loads the rules of Suricata's own dns-events.rules (ids as
-there) and carries messages that raise the events next to near misses that
+Each test loads the rules of Suricata's own dns-events.rules or
+ssh-events.rules (ids as there) and carries messages that raise the events next to near misses that
 must not. The expected alerts in each test's test.yaml are Suricata
 7.0.10's.
 """
@@ -17,6 +17,42 @@ A_REC = rr(b"\xc0\x0c", 1, bytes([10, 0, 0, 9]))
 
 def resp(id_, name, flags=0x8180):
     return dns_msg(id_, flags, qd=[question(qname(name))], an=[A_REC])
+
+
+SSH_C = b"SSH-2.0-OpenSSH_9.6p1 Debian\r\n"
+SSH_S = b"SSH-2.0-OpenSSH_9.2p1\r\n"
+
+
+def ssh_pair(sport, server, client):
+    """The server's banner, then the client's, each in one segment."""
+    return exchange(22, sport, (False, server), (True, client))
+
+
+def ssh_long_banners():
+    # A client banner line of 308 bytes, a server's 308 bytes without a
+    # line end, a server line of exactly 256 bytes (Suricata's
+    # SSH_MAX_BANNER_LEN); near misses: 254 bytes, plain banners.
+    return (
+        ssh_pair(47002, SSH_S, b"SSH-2.0-" + b"A" * 300 + b"\r\n")
+        + ssh_pair(47004, b"SSH-2.0-" + b"B" * 300, SSH_C)
+        + ssh_pair(47008, b"SSH-2.0-" + b"C" * 248 + b"\r\n", SSH_C)
+        + ssh_pair(47007, b"SSH-2.0-" + b"C" * 246 + b"\r\n", SSH_C)
+        + ssh_pair(47003, SSH_S, SSH_C)
+    )
+
+
+def ssh_event_banner():
+    # rust/src/ssh/ssh.rs parse_banner: a banner without `-` after its
+    # version (`SSH-2.0`, `SSH-`) is invalid, and its parse error stops
+    # the flow's parsing (the client's long banner after it raises
+    # nothing); a lone CR ends the line (`SSH-2.0-x` is the banner, valid).
+    return (
+        ssh_pair(47001, b"SSH-2.0\r\n", SSH_C)
+        + ssh_pair(47005, b"SSH-\r\n", SSH_C)
+        + ssh_pair(47009, b"SSH-2.0\r\n", b"SSH-2.0-" + b"A" * 300 + b"\r\n")
+        + ssh_pair(47006, b"SSH-2.0-x\rmore\r\n", SSH_C)
+        + ssh_long_banners()
+    )
 
 
 def udp_pair(sport, q, r):
@@ -143,4 +179,6 @@ CAPTURES = {
     "dns-event-udp-names": dns_event_udp_names,
     "dns-event-udp-direction": dns_event_udp_direction,
     "dns-event-tcp": dns_event_tcp,
+    "app-ssh-event-banner": ssh_event_banner,
+    "app-ssh-event-long-banner-ips": ssh_long_banners,
 }

@@ -519,6 +519,7 @@ impl Ips {
             st.http = Default::default();
             st.pend = [Pend::default(); 2];
             st.app = crate::applayer::UNKNOWN;
+            st.ssh_ev = 0;
             st.alp = [crate::alproto::UNKNOWN; 2];
             st.tls = Default::default();
             st.flags &= !PASSED;
@@ -612,6 +613,13 @@ impl Ips {
         // The TLS handshake state's rules see every packet, after the other
         // direction's bytes it acknowledges ([`crate::tls::legacy`]).
         if !self.engine.tls_flow.is_empty() && self.tls_flow_packet(st, pd, &phdr, p, ctx.events) {
+            return true;
+        }
+        if st.flags & PASSED != 0 {
+            return false;
+        }
+        // Likewise the SSH banner events ([`crate::ssh`]).
+        if self.ssh_event_packet(st, (pd, 0), &phdr, p, ctx.events) {
             return true;
         }
         if st.flags & PASSED != 0 {
@@ -771,7 +779,8 @@ impl Ips {
         if self.smtp_stream(st, (d, hdr), p, ctx.events, (data, base)) {
             return true;
         }
-        if base == 0 && self.ssh_ident(st, (d, hdr), p, ctx.events, data) {
+        let x = if c.peer { 1 - d } else { d };
+        if base == 0 && self.ssh_ident(st, (d, x, hdr), p, ctx.events, data) {
             return true;
         }
         if st.flags & PASSED != 0 {

@@ -929,6 +929,9 @@ pub struct Engine {
     /// The `ssh` rules on `ssh.proto` or `ssh.software`, inspected on each
     /// identification string.
     pub ssh_ids: Vec<u32>,
+    /// The `ssh` rules on banner events ([`Rule::ssh_events`]), evaluated
+    /// on every packet of an SSH flow that raised one ([`crate::ssh`]).
+    pub ssh_ev: Vec<u32>,
     /// Flowbit names, by id.
     pub flowbit_names: Vec<String>,
     /// The rules' `flowint` keywords ([`crate::flowint`]).
@@ -979,7 +982,7 @@ impl Engine {
             let classes: &[usize] = match r.proto {
                 // Inspected on SMTP attachments only ([`crate::smtp`]), or
                 // on SSH identification strings.
-                _ if r.smtp_file.is_some() || !r.ssh.is_empty() => &[],
+                _ if r.smtp_file.is_some() || !r.ssh.is_empty() || r.ssh_events != 0 => &[],
                 // `smtp`, `ftp`, `smb`: stream rules like `tcp` ones, their
                 // header also asking for the flow's detected protocol.
                 Proto::Tcp | Proto::Smtp | Proto::Ftp | Proto::Smb | Proto::Ssh => &[0],
@@ -1127,6 +1130,9 @@ impl Engine {
         let ssh_ids = (0..rules.len() as u32)
             .filter(|&r| !rules[r as usize].ssh.is_empty())
             .collect();
+        let ssh_ev = (0..rules.len() as u32)
+            .filter(|&r| rules[r as usize].ssh_events != 0)
+            .collect();
         let any_packetwise = packetwise.iter().any(|&pw| pw) || !dual_rules.is_empty();
         let any_hdr = rules.iter().any(|r| !r.hdr.is_empty());
         let any_decode = rules.iter().any(|r| !r.decode_event.is_empty());
@@ -1166,6 +1172,7 @@ impl Engine {
             tls_hello_events,
             smtp_files,
             ssh_ids,
+            ssh_ev,
             rules,
             cs,
             ci,
@@ -1641,6 +1648,9 @@ pub struct FlowState {
     /// The flow's stream protocol as detected by content
     /// ([`crate::applayer`]: undecided, smtp, ftp, smb, other).
     pub app: u8,
+    /// On an SSH flow, the banner events raised and which directions'
+    /// packets saw them ([`crate::ssh`]; 4 bits, kept in `app`'s byte).
+    pub ssh_ev: u8,
     /// The flow's `flowint` variables (both directions share them).
     pub ints: FlowInts,
     /// Per direction, the protocol detected for `app-layer-protocol` and
@@ -1664,8 +1674,10 @@ pub struct FlowState {
 /// unknown to `app-layer-protocol`, its first bytes being past), version 11
 /// the TLS handshake state ([`crate::tls::legacy::TlsFlow`]), written last
 /// and only for a flow that has one (a record without it reads as none),
-/// version 12 the TLS events' state in it ([`crate::tls::events`]).
-const VERSION: u8 = 12;
+/// version 12 the TLS events' state in it ([`crate::tls::events`]),
+/// version 13 the SSH banner events ([`crate::ssh`]) in the upper half of
+/// the detected protocol's byte.
+const VERSION: u8 = 13;
 
 impl Codec for FlowState {
     fn encode(&self, w: &mut Writer<'_>) {
@@ -1688,7 +1700,7 @@ impl Codec for FlowState {
         for p in &self.pend {
             p.encode(w);
         }
-        w.u8(self.app);
+        w.u8(self.app | (self.ssh_ev << 4));
         self.ints.encode(w);
         w.u8(self.alp[0]).u8(self.alp[1]);
         if !self.tls.is_empty() {
@@ -1751,6 +1763,13 @@ impl Codec for FlowState {
         }
         if version >= 6 {
             s.app = r.u8()?;
+            if version >= 13 {
+                s.ssh_ev = s.app >> 4;
+                s.app &= 0x0f;
+                if s.ssh_ev != 0 && s.app != crate::applayer::SSH {
+                    return Err(DecodeError("ssh events on a flow not detected as ssh"));
+                }
+            }
             if !crate::applayer::valid(s.app) || (s.app == crate::applayer::SSH && version < 8) {
                 return Err(DecodeError("unknown ips stream protocol"));
             }

@@ -165,7 +165,7 @@ pub mod pkthdr;
 mod records;
 pub mod rules;
 pub mod smtp;
-mod ssh;
+pub mod ssh;
 #[cfg(test)]
 mod testrng;
 pub mod threshold;
@@ -448,6 +448,9 @@ pub struct Counters {
     /// Pending blobs the record announced but the store did not return
     /// whole (expired or lost): their unit is not inspected.
     pub pending_lost: u64,
+    /// SSH banners raising `invalid_banner` or `long_banner`
+    /// ([`ssh::banner_events`]; counted while a rule on them is loaded).
+    pub ssh_banner_events: u64,
     /// HTTP body packets whose head's prefilter finds came from the blob
     /// ([`http::body`]) instead of a search of the head's buffers.
     pub http_head_reused: u64,
@@ -1086,6 +1089,7 @@ impl NetworkFunction for Ips {
             ("ips_pending_overflow", c.pending_overflow),
             ("ips_pending_discarded", c.pending_discarded),
             ("ips_pending_lost", c.pending_lost),
+            ("ips_ssh_banner_events", c.ssh_banner_events),
             ("ips_http_head_reused", c.http_head_reused),
             ("ips_http_inflated_bodies", c.http_inflated_bodies),
             ("ips_http_body_limited", c.http_body_limited),

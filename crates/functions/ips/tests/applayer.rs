@@ -306,6 +306,33 @@ fn the_detected_protocol_round_trips_through_the_record() {
     }
 }
 
+/// An SSH flow's banner events ride in the upper half of the detected
+/// protocol's byte (version 13): they round-trip, and are refused on a
+/// flow not detected as SSH and in a record of an older version.
+#[test]
+fn the_ssh_banner_events_round_trip_through_the_record() {
+    use sluice_ips::applayer;
+    use sluice_ips::engine::{record_size, FlowState};
+    use sluice_state::{Codec, Reader, Writer};
+    let st = FlowState {
+        app: applayer::SSH,
+        ssh_ev: 0b1001,
+        ..FlowState::default()
+    };
+    let mut buf = Vec::new();
+    st.encode(&mut Writer::new(&mut buf));
+    assert_eq!(buf.len(), record_size(0), "no byte more");
+    assert_eq!(FlowState::decode(&mut Reader::new(&buf)).unwrap(), st);
+    let n = buf.len();
+    assert_eq!(buf[n - 4], applayer::SSH | 0b1001 << 4);
+    let mut other = buf.clone();
+    other[n - 4] = applayer::SMTP | 0b1001 << 4;
+    assert!(FlowState::decode(&mut Reader::new(&other)).is_err());
+    let mut old = buf.clone();
+    old[0] = 12;
+    assert!(FlowState::decode(&mut Reader::new(&old)).is_err());
+}
+
 const SSH_BANNER_RULE: &str = "alert ssh $HOME_NET any -> any any (msg:\"dropbear banner\"; flow:established,to_client; content:\"SSH-2.0-dropbear_2016.74\"; fast_pattern; sid:10;)";
 const SSH_CLIENT_RULE: &str = "alert ssh any any -> $HOME_NET any (msg:\"libssh client\"; flow:established,to_server; content:\"SSH-\"; content:\"libssh\"; within:20; sid:11;)";
 const TCP_BANNER_RULE: &str = "alert tcp $HOME_NET any -> any any (msg:\"banner bytes\"; flow:established,to_client; content:\"SSH-2.0-dropbear_2016.74\"; sid:12;)";

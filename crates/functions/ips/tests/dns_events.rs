@@ -96,10 +96,20 @@ fn the_shipped_rules_load() {
         e.reason(),
         "keyword app-layer-event dns.z_flag_set on a udp rule"
     );
-    // The other parsers' events stay skipped with their name.
-    let e = load("alert ssh any any -> any any (app-layer-event:ssh.invalid_banner; sid:1;)")
+    // The events not decided stay skipped with their name.
+    let e = load("alert ssh any any -> any any (app-layer-event:ssh.invalid_record; sid:1;)")
         .unwrap_err();
-    assert_eq!(e.reason(), "keyword app-layer-event ssh.invalid_banner");
+    assert_eq!(
+        e.reason(),
+        "keyword app-layer-event ssh.invalid_record: needs the SSH records tracked across segments"
+    );
+    let e =
+        load("alert ftp any any -> any any (app-layer-event:ftp.request_command_too_long; sid:1;)")
+            .unwrap_err();
+    assert_eq!(
+        e.reason(),
+        "keyword app-layer-event ftp.request_command_too_long"
+    );
 }
 
 #[test]

@@ -564,6 +564,11 @@ pub struct Rule {
     /// packet of the flow ([`crate::tls::legacy::TlsFlow`]), not on TLS
     /// messages.
     pub tls_flow: bool,
+    /// `app-layer-event:ssh.invalid_banner` and `ssh.long_banner` (SSH
+    /// rules only; [`crate::ssh::event_bit`]), all to be raised: a rule of
+    /// these alone, evaluated on every packet of an SSH flow
+    /// ([`crate::ssh`]).
+    pub ssh_events: u8,
     /// `app-layer-event:http.invalid_request_chunk_len` (bit 1) and
     /// `http.invalid_response_chunk_len` (bit 2): a rule of these alone,
     /// fired on the packet whose chunk-size line libhtp calls invalid
@@ -639,6 +644,7 @@ impl Rule {
         matches!(self.proto, Proto::Dns | Proto::Http | Proto::Tls)
             || self.smtp_file.is_some()
             || !self.ssh.is_empty()
+            || self.ssh_events != 0
     }
 
     /// True for a rule whose payload keywords Suricata inspects over each
@@ -1216,6 +1222,7 @@ pub fn parse_rule(line: &str, vars: &Vars) -> Result<Rule, RuleSyntax> {
         ssl_state: Vec::new(),
         tls_events: 0,
         tls_flow: false,
+        ssh_events: 0,
         http_chunk_events: 0,
         vars: Vec::new(),
         flowbits: Vec::new(),
@@ -1295,6 +1302,7 @@ pub fn parse_rule(line: &str, vars: &Vars) -> Result<Rule, RuleSyntax> {
     options::validate(&rule)?;
     rule.tls_flow = options::tls_flow(&rule)?;
     options::http_chunk_alone(&rule)?;
+    options::ssh_events_alone(&rule)?;
     if !rule.alp.is_empty() {
         rule.alp.pd_only = pd_only(&rule);
     }
@@ -1325,6 +1333,7 @@ fn pd_only(r: &Rule) -> bool {
         && r.tls.is_empty()
         && r.smtp_file.is_none()
         && r.ssh.is_empty()
+        && r.ssh_events == 0
         && r.ip.is_empty()
         && r.hdr.is_empty()
         && r.base64.is_empty()

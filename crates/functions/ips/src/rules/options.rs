@@ -1322,6 +1322,20 @@ pub(super) fn http_chunk_alone(rule: &Rule) -> Result<(), RuleSyntax> {
     Ok(())
 }
 
+/// Refuses a rule with an SSH banner event ([`Rule::ssh_events`]) and
+/// conditions besides its header, `flow`, `flowbits` operations and
+/// `flowint` operations: the event stays on the flow and is matched on
+/// packets that need not carry the banner.
+pub(super) fn ssh_events_alone(rule: &Rule) -> Result<(), RuleSyntax> {
+    if rule.ssh_events != 0 && (beyond_flow_and_ops(rule) || !rule.ssh.is_empty()) {
+        return Err(RuleSyntax::UnsupportedKeyword(
+            "app-layer-event:ssh with conditions other than flow, flowbits and flowint operations"
+                .into(),
+        ));
+    }
+    Ok(())
+}
+
 /// Whether `rule` is one of the flow's TLS handshake state
 /// ([`Rule::tls_flow`]): `ssl_state` or `ssl_version` with nothing else
 /// but its header, `flow` and `flowbits` operations. `ssl_state` with
