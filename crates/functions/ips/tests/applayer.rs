@@ -378,3 +378,78 @@ fn ssh_rules_do_not_fire_on_other_flows_carrying_the_bytes() {
         vec![(12, Some("http"))]
     );
 }
+
+/// Suricata 7.0.10's ssh-events.rules lines the IPS decides.
+const SSH_EVENT_RULES: [&str; 2] = [
+    "alert ssh any any -> any any (msg:\"SURICATA SSH invalid banner\"; flow:established; app-layer-event:ssh.invalid_banner; classtype:protocol-command-decode; sid:2228000; rev:1;)",
+    "alert ssh any any -> any any (msg:\"SURICATA SSH too long banner\"; flow:established; app-layer-event:ssh.long_banner; classtype:protocol-command-decode; sid:2228001; rev:1;)",
+];
+
+/// An SSH exchange: the server's banner, the client's, then one record
+/// each way (`SSH_MSG_IGNORE`) and the client's.
+fn ssh_session(server: &[u8], client: &[u8]) -> Vec<Vec<u8>> {
+    let rec: &[u8] = b"\x00\x00\x00\x0c\x0a\x02abcdefghij";
+    conv(
+        22,
+        &[
+            (false, server),
+            (true, client),
+            (false, rec),
+            (true, rec),
+            (true, rec),
+        ],
+    )
+}
+
+/// A banner event alerts once per direction: on the packet bringing the
+/// banner and on the other direction's next packet, never again, whether
+/// the packets come in one batch, one batch each, or half on another
+/// instance sharing the store (the event and the directions that saw it
+/// are in the flow's record).
+#[test]
+fn ssh_banner_events_alert_once_per_direction_from_the_store() {
+    let long = [b"SSH-2.0-".as_slice(), &[b'L'; 300], b"\r\n"].concat();
+    let cases: [(&[u8], &[u8], u32); 3] = [
+        (b"SSH-2.0\r\n", b"SSH-2.0-OpenSSH_9.6\r\n", 2228000),
+        (b"SSH-2.0-OpenSSH_9.2\r\n", &long, 2228001),
+        (&long, b"SSH-2.0-OpenSSH_9.6\r\n", 2228001),
+    ];
+    for (server, client, sid) in cases {
+        let frames = ssh_session(server, client);
+        let one = alerts(&SSH_EVENT_RULES, &frames);
+        assert_eq!(one, vec![(sid, Some("ssh")), (sid, Some("ssh"))], "{sid}");
+        let ips = common::ips_with(&SSH_EVENT_RULES, &[]);
+        let (each, _, c) = common::run_each(ips, &frames);
+        assert_eq!(each, vec![sid, sid]);
+        assert_eq!(c.ssh_banner_events, 1);
+        for cut in 3..frames.len() {
+            let mut st = LocalStore::new();
+            let mut a = common::ips_with(&SSH_EVENT_RULES, &[]);
+            let mut b = common::ips_with(&SSH_EVENT_RULES, &[]);
+            let (x, _) = common::run_in(&mut a, &mut st, &frames[..cut], 1_000_000_000);
+            let (y, _) = common::run_in(&mut b, &mut st, &frames[cut..], 2_000_000_000);
+            assert_eq!(x.len() + y.len(), 2, "{sid} cut at {cut}: {x:?} {y:?}");
+        }
+    }
+    // Plain banners raise nothing; an invalid banner stops the parsing, so
+    // the long client banner after it raises nothing.
+    let frames = ssh_session(b"SSH-2.0-OpenSSH_9.2\r\n", b"SSH-2.0-OpenSSH_9.6\r\n");
+    assert_eq!(alerts(&SSH_EVENT_RULES, &frames), vec![]);
+    let frames = ssh_session(b"SSH-\r\n", &long);
+    assert_eq!(
+        alerts(&SSH_EVENT_RULES, &frames),
+        vec![(2228000, Some("ssh")), (2228000, Some("ssh"))]
+    );
+}
+
+/// A `drop` rule on a banner event blocks the flow at the banner.
+#[test]
+fn a_drop_rule_on_a_banner_event_blocks_the_banner() {
+    let rule = "drop ssh any any -> any any (msg:\"bad banner\"; app-layer-event:ssh.invalid_banner; sid:9;)";
+    let frames = ssh_session(b"SSH-2.0\r\n", b"SSH-2.0-OpenSSH_9.6\r\n");
+    let ips = common::ips_with(&[rule], &[]);
+    let (sids, dropped, _) = common::run_each(ips, &frames);
+    assert_eq!(sids, vec![9]);
+    assert!(dropped[3], "the banner's packet: {dropped:?}");
+    assert!(dropped[4..].iter().all(|&d| d), "{dropped:?}");
+}
