@@ -31,17 +31,13 @@ pub(super) fn apply(rule: &mut Rule, v: &str) -> Result<(), RuleSyntax> {
         return Ok(());
     }
     if let Some(name) = v.strip_prefix("ssh.") {
-        let bit = match name {
-            "invalid_banner" | "long_banner" => crate::ssh::event_bit(name),
-            // Suricata's third SSH event.
-            "invalid_record" => {
-                return Err(RuleSyntax::UnsupportedKeyword(format!(
-                    "app-layer-event {v}: needs the SSH records tracked across segments"
-                )))
-            }
-            _ => None,
+        // Suricata's third SSH event is not decided.
+        if name == "invalid_record" {
+            return Err(RuleSyntax::UnsupportedKeyword(format!(
+                "app-layer-event {v}: needs the SSH records tracked across segments"
+            )));
         }
-        .ok_or_else(|| bad_value(v))?;
+        let bit = crate::ssh::event_bit(name).ok_or_else(|| bad_value(v))?;
         if rule.proto != Proto::Ssh {
             return Err(RuleSyntax::UnsupportedKeyword(format!(
                 "app-layer-event {v} on a {} rule",
