@@ -230,6 +230,64 @@ def chunk_len():
     return out
 
 
+def gzip_failed():
+    # Response bodies libhtp fails to inflate (the event), and near misses,
+    # each with a page holding a marker that a file_data rule looks for:
+    # the body is inspected inflated (on libhtp's second try when the first
+    # fails: raw deflate under gzip, a zlib stream or a gzip member under
+    # deflate) or, when both tries fail, passed through as sent.
+    import gzip
+    import struct
+    import zlib
+
+    text = b"hello world, " * 40 + b"SECRET-MARKER"
+    g = gzip.compress(text, mtime=0)
+    raw = zlib.compress(text)[2:-4]
+    bad_crc = g[:-8] + struct.pack("<I", zlib.crc32(text) ^ 1) + g[-4:]
+    bad_len = g[:-4] + struct.pack("<I", len(text) + 1)
+    corrupt = g[:10] + b"\xff" * 20 + g[30:]
+
+    def coded(body, ce=b"gzip", frame=None):
+        if frame == "chunked":
+            return b"HTTP/1.1 200 OK\r\nContent-Encoding: %s\r\nTransfer-Encoding: chunked\r\n\r\n%x\r\n%s\r\n0\r\n\r\n" % (
+                ce,
+                len(body),
+                body,
+            )
+        if frame == "close":
+            return b"HTTP/1.1 200 OK\r\nContent-Encoding: %s\r\nConnection: close\r\n\r\n%s" % (ce, body)
+        return b"HTTP/1.1 200 OK\r\nContent-Encoding: %s\r\nContent-Length: %d\r\n\r\n%s" % (ce, len(body), body)
+
+    failing = [
+        coded(text),
+        coded(bad_crc),
+        coded(bad_len),
+        coded(corrupt),
+        coded(raw),
+        coded(zlib.compress(text), b"deflate"),
+        coded(g, b"deflate"),
+        coded(text, b"X-GZIP"),
+        coded(text, b"gzip, br"),
+        coded(text, b"gzip", "chunked"),
+        coded(text, b"gzip", "close"),
+        coded(b"ab"),
+    ]
+    fine = [
+        coded(g),
+        coded(zlib.compress(text)),
+        coded(raw, b"deflate"),
+        coded(g[:-8]),
+        coded(g + b"trailing garbage"),
+        coded(g, b"br, gzip"),
+        coded(text, b"br"),
+        coded(g[:10]),
+        coded(b""),
+    ]
+    out = [p for i, r in enumerate(failing) for p in answer(45801 + i, r)]
+    out += [p for i, r in enumerate(fine) for p in answer(45851 + i, r)]
+    return out
+
+
 CAPTURES = {
     "app-http-event-request-line": request_line,
     "app-http-event-request-fields": request_fields,
@@ -239,4 +297,5 @@ CAPTURES = {
     "app-http-event-response-framing": response_framing,
     "app-http-event-request-host": request_host,
     "app-http-event-chunk-len": chunk_len,
+    "app-http-event-gzip-failed-ips": gzip_failed,
 }

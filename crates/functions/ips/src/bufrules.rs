@@ -370,8 +370,8 @@ impl BufferRules {
             // Rules of the TLS handshake state are evaluated on every
             // packet instead ([`crate::tls::legacy`]).
             // So are the chunk-size event rules, where the framing ends
-            // ([`Rule::http_chunk_events`]).
-            if r.proto != proto || r.tls_flow || r.http_chunk_events != 0 {
+            // ([`Rule::http_body_events`]).
+            if r.proto != proto || r.tls_flow || r.http_body_events != 0 {
                 continue;
             }
             let ri = ri as u32;

@@ -917,9 +917,10 @@ pub struct Engine {
     /// The rules of the flow's TLS handshake state ([`Rule::tls_flow`]),
     /// evaluated on every TCP packet of a flow with that state.
     pub tls_flow: Vec<u32>,
-    /// The rules of HTTP chunk-size events ([`Rule::http_chunk_events`]),
-    /// fired where a direction's framing ends on such a line.
-    pub http_chunk: Vec<u32>,
+    /// The rules of HTTP body events ([`Rule::http_body_events`]): fired
+    /// where a direction's framing ends on a chunk-size line libhtp
+    /// refuses, or where a body's inflating fails.
+    pub http_body_ev: Vec<u32>,
     /// True if a rule asks for a ClientHello event (SNI, lengths): hellos
     /// are then read for them ([`crate::tls::events::client_hello_events`]).
     pub tls_hello_events: bool,
@@ -1121,8 +1122,8 @@ impl Engine {
             .collect();
         let hello = crate::tls::events::HELLO_EVENTS;
         let tls_hello_events = rules.iter().any(|r| r.tls_events & hello != 0);
-        let http_chunk = (0..rules.len() as u32)
-            .filter(|&r| rules[r as usize].http_chunk_events != 0)
+        let http_body_ev = (0..rules.len() as u32)
+            .filter(|&r| rules[r as usize].http_body_events != 0)
             .collect();
         let smtp_files = (0..rules.len() as u32)
             .filter(|&r| rules[r as usize].smtp_file.is_some())
@@ -1168,7 +1169,7 @@ impl Engine {
             http,
             tls,
             tls_flow,
-            http_chunk,
+            http_body_ev,
             tls_hello_events,
             smtp_files,
             ssh_ids,
@@ -1316,10 +1317,10 @@ impl Engine {
     }
 
     /// True if HTTP is parsed at all: a rule inspects HTTP messages or
-    /// asks for a chunk-size event ([`Engine::http_chunk`]).
+    /// asks for a body event ([`Engine::http_body_ev`]).
     #[inline]
     pub fn parses_http(&self) -> bool {
-        !self.http.is_empty() || !self.http_chunk.is_empty()
+        !self.http.is_empty() || !self.http_body_ev.is_empty()
     }
 
     /// Pushes to `out` (cleared first) the rules without contents the packet

@@ -463,8 +463,13 @@ pub struct Counters {
     /// Inflaters rebuilt from the compressed bytes the store keeps (a body
     /// continued on another instance, or evicted from the cache).
     pub http_inflate_rebuilds: u64,
-    /// Compressed bodies whose stream is corrupt: inflated up to there.
+    /// Compressed bodies whose stream is corrupt: inflated up to there,
+    /// then passed through as sent.
     pub http_inflate_errors: u64,
+    /// Compressed bodies whose inflating libhtp would log as failed
+    /// (`http.gzip_decompression_failed` raised; decided only when a rule
+    /// asks for it or inspects bodies).
+    pub http_inflate_failed_events: u64,
     /// Compressed bodies inflated up to the cap and no further.
     pub http_inflate_capped: u64,
     /// Compressed bodies past the kept bytes whose inflater this instance
@@ -737,7 +742,13 @@ impl Ips {
         });
         let engine = Engine::new(rules).map_err(ConfigError::Compile)?;
         let http_kind: Vec<u8> = engine.rules.iter().map(http::eval::kind).collect();
-        let http_body_rules = http_kind.iter().any(|k| k & http::eval::BODY != 0);
+        // Bodies are accumulated (and inflated) when a rule inspects them,
+        // or asks whether inflating one fails.
+        let http_body_rules = http_kind.iter().any(|k| k & http::eval::BODY != 0)
+            || engine
+                .rules
+                .iter()
+                .any(|r| r.http_body_events & http::eval::GZIP_FAILED != 0);
         let http_waits: Vec<bool> = engine
             .rules
             .iter()
@@ -1095,6 +1106,10 @@ impl NetworkFunction for Ips {
             ("ips_http_body_limited", c.http_body_limited),
             ("ips_http_inflate_rebuilds", c.http_inflate_rebuilds),
             ("ips_http_inflate_errors", c.http_inflate_errors),
+            (
+                "ips_http_inflate_failed_events",
+                c.http_inflate_failed_events,
+            ),
             ("ips_http_inflate_capped", c.http_inflate_capped),
             ("ips_http_inflate_lost", c.http_inflate_lost),
             ("ips_smtp_attachments", c.smtp_attachments),

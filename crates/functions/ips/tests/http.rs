@@ -1119,12 +1119,25 @@ fn chunk_length_event_rules_load_alone_and_refuse_other_conditions() {
         &vars,
     )
     .unwrap();
-    assert_eq!(r.http_chunk_events, 1);
+    assert_eq!(r.http_body_events, 1);
     let e = parse_rule(
         "alert http any any -> any any (msg:\"x\"; app-layer-event:http.invalid_response_chunk_len; http.uri; content:\"/a\"; sid:1;)",
         &vars,
     )
     .unwrap_err();
     assert!(e.is_unsupported(), "{e}");
-    assert!(e.to_string().contains("chunk length event"), "{e}");
+    assert!(e.to_string().contains("http body event"), "{e}");
+    // Suricata's decompression event: no direction, bit 4.
+    let r = parse_rule(
+        "alert http any any -> any any (msg:\"SURICATA HTTP gzip decompression failed\"; flow:established; app-layer-event:http.gzip_decompression_failed; flowint:http.anomaly.count,+,1; classtype:protocol-command-decode; sid:2221001; rev:1;)",
+        &vars,
+    )
+    .unwrap();
+    assert_eq!(r.http_body_events, 4);
+    let e = parse_rule(
+        "alert http any any -> any any (app-layer-event:http.gzip_decompression_failed; file_data; content:\"x\"; sid:1;)",
+        &vars,
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("http body event"), "{e}");
 }

@@ -628,11 +628,12 @@ fn page(n: usize, sig: &str) -> Vec<u8> {
     p
 }
 
-/// `data` as a gzip member (RFC 1952; CRC and size not checked here).
+/// `data` as a gzip member (RFC 1952).
 fn gzip(data: &[u8]) -> Vec<u8> {
     let mut v = vec![0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 3];
     v.extend(miniz_oxide::deflate::compress_to_vec(data, 6));
-    v.extend_from_slice(&[0; 8]);
+    v.extend_from_slice(&crc32fast::hash(data).to_le_bytes());
+    v.extend_from_slice(&(data.len() as u32).to_le_bytes());
     v
 }
 
@@ -734,6 +735,103 @@ fn a_compressed_body_continues_on_another_instance() {
     }
     assert_eq!(sids, vec![30]);
     assert_eq!(rebuilds, 3);
+}
+
+/// Suricata's rule for the event (http-events.rules, 7.0.10).
+const GZIP_EVENT: &str = r#"alert http any any -> any any (msg:"SURICATA HTTP gzip decompression failed"; flow:established; app-layer-event:http.gzip_decompression_failed; flowint:http.anomaly.count,+,1; classtype:protocol-command-decode; sid:2221001; rev:1;)"#;
+
+/// `http.gzip_decompression_failed` is raised where libhtp logs a failed
+/// inflate (each case measured against Suricata 7.0.10, docs/FUNCTIONS.md),
+/// once per body wherever the body is cut, in one batch and one batch per
+/// packet; the body is inspected either way (inflated on libhtp's second
+/// try, or passed through as sent).
+#[test]
+fn a_body_failing_to_inflate_raises_the_event_once() {
+    let p = page(300, "MALWARE-IN-PAGE");
+    let z = gzip(&p);
+    let n = z.len();
+    let zlib = miniz_oxide::deflate::compress_to_vec_zlib(&p, 6);
+    let raw = miniz_oxide::deflate::compress_to_vec(&p, 6);
+    let mut bad_crc = z.clone();
+    bad_crc[n - 8] ^= 1;
+    let mut bad_size = z.clone();
+    bad_size[n - 1] ^= 1;
+    let cases: [(&str, &[u8], bool); 14] = [
+        ("gzip", &z, false),
+        ("gzip", &zlib, false),
+        ("gzip", &raw, true),
+        ("gzip", &bad_crc, true),
+        ("gzip", &bad_size, true),
+        ("gzip", &z[..n - 4], false),
+        ("deflate", &raw, false),
+        ("deflate", &zlib, true),
+        ("deflate", &z, true),
+        ("gzip", &p, true),
+        ("X-Gzip", &p, true),
+        ("gzip, br", &p, true),
+        ("br", &p, false),
+        ("gzip, gzip", &p, false),
+    ];
+    for (enc, body, failed) in cases {
+        let len = body.len();
+        for cuts in [vec![], vec![1], vec![len / 3, len / 2, len - 3]] {
+            let frames = coded_response(
+                &format!("Content-Encoding: {enc}\r\nContent-Length: {len}"),
+                body,
+                &cuts,
+            );
+            let want = if failed { vec![30, 2221001] } else { vec![30] };
+            let (mut a, mut b) = both(|| ips(&[GZIP_EVENT, FILE_RULE]), &frames);
+            a.sort_unstable();
+            b.sort_unstable();
+            assert_eq!((&a, &b), (&want, &want), "{enc} {cuts:?}");
+            // The event alone: bodies are inflated for it all the same.
+            let want: Vec<u32> = want.into_iter().filter(|&s| s != 30).collect();
+            let (a, b) = both(|| ips(&[GZIP_EVENT]), &frames);
+            assert_eq!((&a, &b), (&want, &want), "alone: {enc} {cuts:?}");
+        }
+    }
+}
+
+/// Each packet of a body failing to inflate to another instance over one
+/// store: the event once, on the packet that failed; a stream passed
+/// through stays passed through.
+#[test]
+fn the_event_is_raised_once_across_instances() {
+    let p = page(300, "MALWARE-IN-PAGE");
+    let raw = miniz_oxide::deflate::compress_to_vec(&p, 6);
+    for (body, failing) in [(&raw[..], 4), (&p[..], 4)] {
+        let q = body.len() / 4;
+        let frames = coded_response(
+            &format!("Content-Encoding: gzip\r\nContent-Length: {}", body.len()),
+            body,
+            &[q, 2 * q, 3 * q],
+        );
+        let mut st = LocalStore::new();
+        let mut at = Vec::new();
+        for (k, f) in frames.iter().enumerate() {
+            let mut one = ips(&[GZIP_EVENT, FILE_RULE]);
+            let (a, _) = common::run_in(
+                &mut one,
+                &mut st,
+                std::slice::from_ref(f),
+                1_000_000_000 + k as u64 * 1_000_000,
+            );
+            at.extend(a.into_iter().map(|a| (k, a.0)));
+        }
+        at.sort_unstable();
+        assert_eq!(at, vec![(failing, 2221001), (frames.len() - 1, 30)]);
+    }
+    // A drop rule drops the packet that failed.
+    let drop_rule = GZIP_EVENT.replacen("alert", "drop", 1);
+    let frames = coded_response(
+        &format!("Content-Encoding: gzip\r\nContent-Length: {}", p.len()),
+        &p,
+        &[],
+    );
+    let (sids, dropped, _) = common::run_each(ips(&[&drop_rule]), &frames);
+    assert_eq!(sids, vec![2221001]);
+    assert_eq!(dropped.iter().position(|&d| d), Some(frames.len() - 1));
 }
 
 /// A compressed body inflating past the cap is inflated up to it; a

@@ -131,8 +131,14 @@ pub struct BodyAcc {
     /// Compressed bytes seen in all.
     pub ztaken: u64,
     /// Inflating stopped (a corrupt stream, the inflated size's cap, or an
-    /// inflater that cannot be rebuilt): later body bytes are not kept.
+    /// inflater that cannot be rebuilt): later body bytes are not kept,
+    /// unless passed through (`zpass`).
     pub zstop: bool,
+    /// The stream broke (with `zstop`): the body's bytes from there on are
+    /// kept as sent, as libhtp passes a stream it cannot inflate through.
+    pub zpass: bool,
+    /// `http.gzip_decompression_failed` was raised on this body.
+    pub zevent: bool,
 }
 
 /// Equal when they describe the same message state, wherever the bytes sit.
@@ -153,6 +159,8 @@ impl PartialEq for BodyAcc {
             && self.z == o.z
             && self.ztaken == o.ztaken
             && self.zstop == o.zstop
+            && self.zpass == o.zpass
+            && self.zevent == o.zevent
     }
 }
 
@@ -178,6 +186,8 @@ impl BodyAcc {
         self.z.clear();
         self.ztaken = 0;
         self.zstop = false;
+        self.zpass = false;
+        self.zevent = false;
     }
 
     /// The message's head (empty when it was not seen).
@@ -252,7 +262,7 @@ impl BodyAcc {
         }
         if zip {
             out.push(self.coding.code());
-            out.push(u8::from(self.zstop));
+            out.push(u8::from(self.zstop) | u8::from(self.zpass) << 1 | u8::from(self.zevent) << 2);
             out.extend_from_slice(&self.ztaken.to_le_bytes());
             out.extend_from_slice(&(self.z.len() as u32).to_le_bytes());
             out.extend_from_slice(&self.z);
@@ -364,11 +374,18 @@ impl BodyAcc {
                 .ok_or("http body blob too short")?;
             let n = u32::from_le_bytes(*n) as usize;
             let ztaken = u64::from_le_bytes(*t);
-            if n > super::inflate::Z_KEPT || n > tail.len() || (n as u64) > ztaken || stop > 1 {
+            if n > super::inflate::Z_KEPT
+                || n > tail.len()
+                || (n as u64) > ztaken
+                || stop > 7
+                || stop & 3 == 2
+            {
                 return Err("http body blob compressed bytes out of bounds");
             }
             self.coding = coding;
-            self.zstop = stop == 1;
+            self.zstop = stop & 1 != 0;
+            self.zpass = stop & 2 != 0;
+            self.zevent = stop & 4 != 0;
             self.ztaken = ztaken;
             self.z.extend_from_slice(&tail[..n]);
             rest = &tail[n..];

@@ -103,6 +103,12 @@ pub(crate) fn waits_for_body(r: &Rule) -> bool {
     })
 }
 
+/// [`Ips::http_body_event`]'s chunk-size events (bit 1 for requests, 2
+/// for responses in [`Rule::http_body_events`]).
+const CHUNK_LEN: u8 = 3;
+/// [`Rule::http_body_events`]'s bit of `http.gzip_decompression_failed`.
+pub(crate) const GZIP_FAILED: u8 = 4;
+
 impl Ips {
     /// Follows the HTTP messages of direction `d` through `data`, the
     /// packet's new stream bytes at stream position `base` (after a gap
@@ -224,18 +230,27 @@ impl Ips {
             let searched = (!acc.over && !acc.found_full).then_some(acc.body().len());
             extra.clear();
             let was_limited = acc.limited;
+            let mut zfailed = false;
             for r in &pc.body {
-                if acc.coding == Coding::Identity {
+                if acc.coding == Coding::Identity || acc.zpass {
                     let past = acc.append(&data[r.clone()], limit);
                     extra.extend_from_slice(past);
                 } else {
                     let mut out = std::mem::take(&mut self.http_inflated);
                     out.clear();
-                    self.inflate_body(&mut acc, (&canon, d), &data[r.clone()], &mut out);
+                    zfailed |= self.inflate_body(&mut acc, (&canon, d), &data[r.clone()], &mut out);
                     let past = acc.append(&out, limit);
                     extra.extend_from_slice(past);
                     self.http_inflated = out;
                 }
+            }
+            // `http.gzip_decompression_failed`, once per body (Suricata's
+            // events are a transaction's set), on the packet whose bytes
+            // failed.
+            if zfailed && !acc.zevent {
+                acc.zevent = true;
+                self.counters.http_inflate_failed_events += 1;
+                drop |= self.http_body_event(st, d, &hdr, p, events, GZIP_FAILED);
             }
             if acc.limited && !was_limited {
                 self.counters.http_body_limited += 1;
@@ -327,7 +342,7 @@ impl Ips {
             self.counters.pending_overflow += 1;
         }
         if piece.chunk_invalid && !drop && st.flags & (BLOCKED | PASSED) == 0 {
-            drop = self.http_chunk_event(st, d, &hdr, p, events);
+            drop = self.http_body_event(st, d, &hdr, p, events, CHUNK_LEN);
         }
         // What is pending now: the head these bytes end inside, if its
         // beginning is known (`held` still holds the blob's bytes when the
@@ -365,22 +380,33 @@ impl Ips {
         drop
     }
 
-    /// Fires the rules of `http.invalid_request_chunk_len` (a request's
-    /// line, `hdr.to_server`) or `invalid_response_chunk_len` on packet
-    /// `p`, whose chunk-size line libhtp calls invalid. Returns true if the
-    /// packet must be dropped.
-    fn http_chunk_event(
+    /// Fires the rules of HTTP body event `bit` ([`Rule::http_body_events`])
+    /// on packet `p`: [`CHUNK_LEN`] for `http.invalid_request_chunk_len` (a
+    /// request's chunk-size line, `hdr.to_server`) or
+    /// `invalid_response_chunk_len`, whose line libhtp calls invalid;
+    /// [`GZIP_FAILED`] for `http.gzip_decompression_failed`, a body whose
+    /// inflating failed. Returns true if the packet must be dropped.
+    fn http_body_event(
         &mut self,
         st: &mut FlowState,
         d: usize,
         hdr: &Header,
         p: &Packet,
         events: &mut Vec<Event>,
+        bit: u8,
     ) -> bool {
-        let bit = if hdr.to_server { 1 } else { 2 };
-        for k in 0..self.engine.http_chunk.len() {
-            let r = self.engine.http_chunk[k];
-            if self.engine.rules[r as usize].http_chunk_events & bit == 0
+        let bit = if bit == CHUNK_LEN {
+            if hdr.to_server {
+                1
+            } else {
+                2
+            }
+        } else {
+            bit
+        };
+        for k in 0..self.engine.http_body_ev.len() {
+            let r = self.engine.http_body_ev[k];
+            if self.engine.rules[r as usize].http_body_events & bit == 0
                 || !self.engine.header_matches(r, hdr)
             {
                 continue;
@@ -397,16 +423,20 @@ impl Ips {
 
     /// Inflates a compressed body's next bytes `z` into `out`, with the
     /// instance's inflater of that body, or one rebuilt from the
-    /// compressed bytes `acc` keeps ([`super::inflate`]).
+    /// compressed bytes `acc` keeps ([`super::inflate`]). Returns true if
+    /// libhtp would have logged a failed inflate on these bytes
+    /// ([`Inflater::take_failed`]). A stream that breaks is passed
+    /// through from there, as libhtp passes it: its bytes, these included,
+    /// are the body as sent ([`BodyAcc::zpass`]).
     fn inflate_body(
         &mut self,
         acc: &mut BodyAcc,
         (canon, d): (&sluice_wire::FlowKey, usize),
         z: &[u8],
         out: &mut Vec<u8>,
-    ) {
+    ) -> bool {
         if acc.zstop {
-            return;
+            return false;
         }
         let mut inf = match self.inflaters.take(canon, d, acc.ztaken) {
             Some(i) => i,
@@ -415,7 +445,7 @@ impl Ips {
                 // here.
                 self.counters.http_inflate_lost += 1;
                 acc.zstop = true;
-                return;
+                return false;
             }
             None => {
                 let mut i = Inflater::new(acc.coding);
@@ -425,9 +455,11 @@ impl Ips {
                     again.clear();
                     let r = i.feed(&acc.z, &mut again);
                     self.http_reinflated = again;
+                    // Raised when those bytes came.
+                    i.take_failed();
                     if r.is_err() {
                         acc.zstop = true;
-                        return;
+                        return false;
                     }
                 }
                 i
@@ -437,16 +469,23 @@ impl Ips {
             acc.z.extend_from_slice(z);
         }
         acc.ztaken += z.len() as u64;
-        match inf.feed(z, out) {
+        let r = inf.feed(z, out);
+        let failed = inf.take_failed();
+        match r {
             Ok(()) => self.inflaters.put(canon, d, inf),
             Err(stop) => {
                 match stop {
-                    Stop::Corrupt => self.counters.http_inflate_errors += 1,
+                    Stop::Corrupt => {
+                        self.counters.http_inflate_errors += 1;
+                        acc.zpass = true;
+                        out.extend_from_slice(z);
+                    }
                     Stop::Capped => self.counters.http_inflate_capped += 1,
                 }
                 acc.zstop = true;
             }
         }
+        failed
     }
 
     /// Matches the HTTP rules on one message's buffers `b`.

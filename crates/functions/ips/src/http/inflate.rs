@@ -17,7 +17,17 @@
 //! A body inflating to more than [`MAX_INFLATED`] bytes (Suricata's
 //! `compression-bomb-limit` default) is inflated no further
 //! (`ips_http_inflate_capped`); a corrupt stream stops inflating where it
-//! breaks (`ips_http_inflate_errors`), what came before still inspected.
+//! breaks (`ips_http_inflate_errors`), what came before still inspected,
+//! and what follows is inspected as sent, as libhtp passes it through.
+//!
+//! The wrapper is chosen as libhtp (through zlib) chooses it, measured
+//! against Suricata 7.0.10: `gzip` takes a gzip member or a zlib stream
+//! (zlib's automatic detection), else raw deflate on a second try;
+//! `deflate` is raw deflate, else a gzip member or a zlib stream on a
+//! second try. A first try that fails, a corrupt stream, and a gzip
+//! trailer whose CRC-32 or size is wrong (or a zlib stream's Adler-32) are
+//! what libhtp logs as a failed inflate, Suricata's
+//! `http.gzip_decompression_failed` ([`Inflater::take_failed`]).
 
 use miniz_oxide::inflate::stream::{inflate, InflateState};
 use miniz_oxide::{DataFormat, MZError, MZFlush, MZStatus};
@@ -44,11 +54,20 @@ pub enum Coding {
 }
 
 impl Coding {
-    /// The coding a head's `Content-Encoding` field names (`head`: the
-    /// message's start line and header lines). Only one coding is inflated:
-    /// a list (`gzip, br`) or another coding leaves the body as sent.
+    /// The coding a head's `Content-Encoding` fields name (`head`: the
+    /// message's start line and header lines), as libhtp reads them: the
+    /// fields joined with `, `; a value that is exactly `gzip`, `x-gzip`,
+    /// `deflate` or `x-deflate` (any case) names that coding; any other
+    /// is a list of tokens (apart by commas and spaces), each naming a
+    /// layer if it contains `gzip`, `deflate` or `lzma` (`identity`, `br`
+    /// and the like are ignored). One layer of `gzip` or `deflate` is
+    /// inflated; none, `lzma`, or two layers and more (which libhtp
+    /// inflates in the order listed, up to two) leave the body as sent.
     pub fn of_head(head: &[u8]) -> Coding {
-        let mut coding = Coding::Identity;
+        let mut values = 0;
+        let mut only = Coding::Identity;
+        let mut layers = 0;
+        let mut layer = Coding::Identity;
         for line in head.split(|&b| b == b'\n').skip(1) {
             let Some(c) = memchr::memchr(b':', line) else {
                 continue;
@@ -60,16 +79,31 @@ impl Coding {
                 continue;
             }
             let v = line[c + 1..].trim_ascii();
-            coding = if v.eq_ignore_ascii_case(b"gzip") || v.eq_ignore_ascii_case(b"x-gzip") {
-                Coding::Gzip
-            } else if v.eq_ignore_ascii_case(b"deflate") {
-                Coding::Deflate
-            } else {
-                // Repeated or unknown: not inflated.
-                return Coding::Identity;
-            };
+            values += 1;
+            only = exact(v);
+            for tok in v.split(|&b| b == b',' || b == b' ' || b == b'\t') {
+                let has = |w: &[u8]| tok.windows(w.len()).any(|x| x.eq_ignore_ascii_case(w));
+                if tok.is_empty() {
+                    continue;
+                }
+                let t = if has(b"gzip") {
+                    Coding::Gzip
+                } else if has(b"deflate") {
+                    Coding::Deflate
+                } else if has(b"lzma") {
+                    Coding::Identity
+                } else {
+                    continue;
+                };
+                layers += 1;
+                layer = t;
+            }
         }
-        coding
+        match (values, layers) {
+            (1, _) if only != Coding::Identity => only,
+            (_, 1) => layer,
+            _ => Coding::Identity,
+        }
     }
 
     /// The byte a blob stores.
@@ -92,6 +126,18 @@ impl Coding {
     }
 }
 
+/// The coding a `Content-Encoding` value names exactly (libhtp's fast
+/// path), else identity.
+fn exact(v: &[u8]) -> Coding {
+    if v.eq_ignore_ascii_case(b"gzip") || v.eq_ignore_ascii_case(b"x-gzip") {
+        Coding::Gzip
+    } else if v.eq_ignore_ascii_case(b"deflate") || v.eq_ignore_ascii_case(b"x-deflate") {
+        Coding::Deflate
+    } else {
+        Coding::Identity
+    }
+}
+
 /// Why inflating stopped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Stop {
@@ -101,6 +147,18 @@ pub enum Stop {
     Capped,
 }
 
+/// The wrapper a body's bytes are inflated as: what libhtp's decompressor
+/// (zlib) settles on for them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Method {
+    /// A gzip member: header, deflate data, CRC-32 and size (RFC 1952).
+    Gzip,
+    /// A zlib stream: header, deflate data, Adler-32 (RFC 1950).
+    Zlib,
+    /// Deflate data alone (RFC 1951).
+    Raw,
+}
+
 /// One body's inflater: where it is in the compressed bytes.
 #[derive(Clone)]
 pub struct Inflater {
@@ -108,14 +166,26 @@ pub struct Inflater {
     state: Box<InflateState>,
     /// Compressed bytes taken so far (the gzip header included).
     taken: u64,
-    /// The gzip header's length once read.
+    /// The wrapper's header length once read (the stream's first bytes
+    /// told the method).
     header: Option<usize>,
+    method: Method,
     /// Header bytes seen so far while the header is incomplete.
     head_buf: Vec<u8>,
-    /// Inflated bytes so far.
+    /// Inflated bytes kept so far (at most [`MAX_INFLATED`]).
     made: u64,
-    /// The stream ended (its trailer may follow).
+    /// Inflated bytes so far, kept or not (a gzip trailer's size).
+    size: u64,
+    /// The deflate data ended (a gzip trailer may follow).
     ended: bool,
+    /// CRC-32 of all the bytes inflated (a gzip member's trailer checks it).
+    crc: crc32fast::Hasher,
+    /// A gzip member's trailer bytes seen so far.
+    trailer: [u8; 8],
+    trailer_len: u8,
+    /// libhtp would have logged a failed inflate since the last
+    /// [`Inflater::take_failed`] ([`Inflater::feed`]).
+    failed: bool,
 }
 
 /// The length of a gzip header at the start of `b` (RFC 1952 §2.3), `Ok(None)`
@@ -155,6 +225,17 @@ fn gzip_header(b: &[u8]) -> Result<Option<usize>, Stop> {
     Ok((b.len() >= at).then_some(at))
 }
 
+/// A zlib header (RFC 1950 §2.2) at the start of `b` (two bytes at least)
+/// that zlib accepts: method 8, a window of at most 32 KiB, the check
+/// bits, no preset dictionary (zlib then asks for one, an error to libhtp).
+fn zlib_header(b: &[u8]) -> bool {
+    let (cmf, flg) = (b[0], b[1]);
+    cmf & 0x0f == 8
+        && cmf >> 4 <= 7
+        && (u16::from(cmf) << 8 | u16::from(flg)) % 31 == 0
+        && flg & 0x20 == 0
+}
+
 impl Inflater {
     /// An inflater at the start of a body of `coding` (not identity).
     pub fn new(coding: Coding) -> Inflater {
@@ -163,9 +244,15 @@ impl Inflater {
             state: InflateState::new_boxed(DataFormat::Raw),
             taken: 0,
             header: None,
+            method: Method::Raw,
             head_buf: Vec::new(),
             made: 0,
+            size: 0,
             ended: false,
+            crc: crc32fast::Hasher::new(),
+            trailer: [0; 8],
+            trailer_len: 0,
+            failed: false,
         }
     }
 
@@ -174,35 +261,63 @@ impl Inflater {
         self.taken
     }
 
+    /// True if libhtp's decompressor, given the bytes fed since the last
+    /// call, would have logged a failed inflate: Suricata's
+    /// `http.gzip_decompression_failed`. Its first attempt is zlib's
+    /// automatic gzip-or-zlib for `gzip`, raw deflate for `deflate`; when
+    /// it fails at the start libhtp tries the other, as here (the body is
+    /// inflated either way, the event raised). A later error is reported
+    /// by [`Inflater::feed`] as [`Stop::Corrupt`], and raises it too.
+    pub fn take_failed(&mut self) -> bool {
+        std::mem::take(&mut self.failed)
+    }
+
     /// Inflates the next compressed bytes `z`, appending what they make to
     /// `out` (up to [`MAX_INFLATED`] for the body in all).
     pub fn feed(&mut self, z: &[u8], out: &mut Vec<u8>) -> Result<(), Stop> {
         self.taken += z.len() as u64;
         if self.header.is_some() {
-            return if self.ended {
-                Ok(())
-            } else {
-                self.inflate(z, out)
-            };
+            return self.inflate(z, out);
         }
         // The wrapper's first bytes, kept until whole: a gzip header to
-        // skip, or for `deflate` whether a zlib header is there.
+        // skip, or whether a zlib header is there.
         self.head_buf.extend_from_slice(z);
         let buf = &self.head_buf;
-        let len = match self.coding {
-            Coding::Gzip => gzip_header(buf)?,
-            _ if buf.len() < 2 => None,
-            _ => Some(0),
-        };
-        let Some(len) = len else {
+        if buf.len() < 2 {
             return Ok(());
+        }
+        let gzip = buf[..2] == [0x1f, 0x8b];
+        let zlib = !gzip && zlib_header(buf);
+        let (method, failed) = match self.coding {
+            // zlib's automatic detection takes both; anything else fails
+            // and libhtp inflates it as raw deflate.
+            Coding::Gzip | Coding::Identity if gzip => (Method::Gzip, false),
+            Coding::Gzip | Coding::Identity if zlib => (Method::Zlib, false),
+            Coding::Gzip | Coding::Identity => (Method::Raw, true),
+            // Raw deflate first: a gzip header is a block of the reserved
+            // type 3 to it, and a zlib header a stored block whose length
+            // check fails (but for one stream in 65,536, not told apart
+            // here); libhtp then detects the wrapper.
+            Coding::Deflate if gzip => (Method::Gzip, true),
+            Coding::Deflate if zlib => (Method::Zlib, true),
+            Coding::Deflate => (Method::Raw, false),
         };
-        // A zlib header: CM 8 and the check bits (RFC 1950 §2.2); else
-        // raw deflate, which some servers send as `deflate`.
-        let zlib = buf[0] & 0x0f == 8 && (u16::from(buf[0]) << 8 | u16::from(buf[1])) % 31 == 0;
-        if self.coding == Coding::Deflate && zlib {
+        let len = match method {
+            Method::Gzip => match gzip_header(buf) {
+                Ok(Some(len)) => len,
+                Ok(None) => return Ok(()),
+                Err(stop) => {
+                    self.failed = true;
+                    return Err(stop);
+                }
+            },
+            _ => 0,
+        };
+        self.failed |= failed;
+        if method == Method::Zlib {
             self.state.reset(DataFormat::Zlib);
         }
+        self.method = method;
         self.header = Some(len);
         let rest = std::mem::take(&mut self.head_buf);
         self.inflate(&rest[len..], out)
@@ -217,6 +332,10 @@ impl Inflater {
             let r = inflate(&mut self.state, z, &mut chunk, MZFlush::None);
             let room = (MAX_INFLATED - self.made).min(r.bytes_written as u64) as usize;
             out.extend_from_slice(&chunk[..room]);
+            if self.method == Method::Gzip {
+                self.crc.update(&chunk[..r.bytes_written]);
+            }
+            self.size += r.bytes_written as u64;
             self.made += room as u64;
             z = &z[r.bytes_consumed..];
             match r.status {
@@ -224,11 +343,48 @@ impl Inflater {
                 Ok(_) => {}
                 // No progress possible: all input taken, all output given.
                 Err(MZError::Buf) => return Ok(()),
-                Err(_) => return Err(Stop::Corrupt),
+                Err(_) => {
+                    self.failed = true;
+                    return Err(Stop::Corrupt);
+                }
             }
             if z.is_empty() && r.bytes_written < chunk.len() {
                 return Ok(());
             }
+        }
+        self.gzip_trailer(z)
+    }
+
+    /// Takes the bytes after a gzip member's deflate data: its CRC-32 and
+    /// size (modulo 2^32) of the inflated bytes, checked once whole, as
+    /// zlib checks them (a mismatch fails the inflate). What follows the
+    /// trailer is ignored, as libhtp ignores it.
+    fn gzip_trailer(&mut self, z: &[u8]) -> Result<(), Stop> {
+        let at = usize::from(self.trailer_len);
+        if self.method != Method::Gzip || at == 8 || z.is_empty() {
+            return Ok(());
+        }
+        let n = (8 - at).min(z.len());
+        self.trailer[at..at + n].copy_from_slice(&z[..n]);
+        self.trailer_len += n as u8;
+        if self.trailer_len < 8 {
+            return Ok(());
+        }
+        let crc = u32::from_le_bytes([
+            self.trailer[0],
+            self.trailer[1],
+            self.trailer[2],
+            self.trailer[3],
+        ]);
+        let size = u32::from_le_bytes([
+            self.trailer[4],
+            self.trailer[5],
+            self.trailer[6],
+            self.trailer[7],
+        ]);
+        if crc != self.crc.clone().finalize() || size != self.size as u32 {
+            self.failed = true;
+            return Err(Stop::Corrupt);
         }
         Ok(())
     }
@@ -282,9 +438,125 @@ mod tests {
             v.extend_from_slice(b"page.html\0");
         }
         v.extend(compress_to_vec(data, 6));
-        // CRC32 and size: not checked here.
-        v.extend_from_slice(&[0; 8]);
+        v.extend_from_slice(&crc32fast::hash(data).to_le_bytes());
+        v.extend_from_slice(&(data.len() as u32).to_le_bytes());
         v
+    }
+
+    /// `inflate_cut`, and whether libhtp would have logged a failure.
+    fn inflate_cut_failed(
+        coding: Coding,
+        z: &[u8],
+        cut: usize,
+    ) -> (Vec<u8>, Result<(), Stop>, bool) {
+        let mut i = Inflater::new(coding);
+        let mut out = Vec::new();
+        let mut r = Ok(());
+        let mut failed = false;
+        for piece in z.chunks(cut.max(1)) {
+            if r.is_ok() {
+                r = i.feed(piece, &mut out);
+            }
+            failed |= i.take_failed();
+        }
+        (out, r, failed)
+    }
+
+    #[test]
+    fn what_libhtp_calls_a_failed_inflate() {
+        // Each case measured against Suricata 7.0.10
+        // (`http.gzip_decompression_failed`, docs/FUNCTIONS.md).
+        let p = page();
+        let g = gzip(&p, true);
+        let zl = compress_to_vec_zlib(&p, 6);
+        let raw = compress_to_vec(&p, 6);
+        let n = g.len();
+        let mut bad_crc = g.clone();
+        bad_crc[n - 8] ^= 1;
+        let mut bad_size = g.clone();
+        bad_size[n - 4] ^= 1;
+        let mut bad_adler = zl.clone();
+        *bad_adler.last_mut().unwrap() ^= 1;
+        let mut trailing = g.clone();
+        trailing.extend_from_slice(b"garbage after the member");
+        type Case<'a> = (&'a str, Coding, &'a [u8], bool, Result<(), Stop>);
+        let cases: [Case; 12] = [
+            ("gzip", Coding::Gzip, &g, false, Ok(())),
+            (
+                "zlib under gzip (zlib detects it)",
+                Coding::Gzip,
+                &zl,
+                false,
+                Ok(()),
+            ),
+            (
+                "raw under gzip (inflated on retry)",
+                Coding::Gzip,
+                &raw,
+                true,
+                Ok(()),
+            ),
+            ("raw deflate", Coding::Deflate, &raw, false, Ok(())),
+            (
+                "zlib under deflate (inflated on retry)",
+                Coding::Deflate,
+                &zl,
+                true,
+                Ok(()),
+            ),
+            (
+                "gzip under deflate (inflated on retry)",
+                Coding::Deflate,
+                &g,
+                true,
+                Ok(()),
+            ),
+            (
+                "a wrong CRC-32",
+                Coding::Gzip,
+                &bad_crc,
+                true,
+                Err(Stop::Corrupt),
+            ),
+            (
+                "a wrong size",
+                Coding::Gzip,
+                &bad_size,
+                true,
+                Err(Stop::Corrupt),
+            ),
+            (
+                "a wrong Adler-32",
+                Coding::Gzip,
+                &bad_adler,
+                true,
+                Err(Stop::Corrupt),
+            ),
+            (
+                "bytes after the member",
+                Coding::Gzip,
+                &trailing,
+                false,
+                Ok(()),
+            ),
+            ("cut short", Coding::Gzip, &g[..n - 5], false, Ok(())),
+            (
+                "not compressed",
+                Coding::Gzip,
+                b"hello world, hello world",
+                true,
+                Err(Stop::Corrupt),
+            ),
+        ];
+        for (what, coding, z, failed, result) in cases {
+            for cut in [1, 2, 7, 100, z.len()] {
+                let (out, r, f) = inflate_cut_failed(coding, z, cut);
+                assert_eq!((f, r), (failed, result), "{what}, cut {cut}");
+                if result.is_ok() && what != "cut short" {
+                    assert_eq!(out, p, "{what}, cut {cut}");
+                }
+            }
+        }
     }
 
     fn page() -> Vec<u8> {
@@ -366,12 +638,28 @@ mod tests {
         assert_eq!(h("Content-Encoding: gzip"), Coding::Gzip);
         assert_eq!(h("content-encoding:X-GZIP"), Coding::Gzip);
         assert_eq!(h("Content-Encoding: deflate"), Coding::Deflate);
+        assert_eq!(h("Content-Encoding: x-deflate"), Coding::Deflate);
         assert_eq!(h("Content-Encoding: br"), Coding::Identity);
-        assert_eq!(h("Content-Encoding: gzip, br"), Coding::Identity);
+        assert_eq!(h("Content-Encoding: identity, identity"), Coding::Identity);
+        // Lists of one layer: libhtp ignores the tokens it does not know
+        // (measured: Suricata 7.0.10 inflates these).
+        assert_eq!(h("Content-Encoding: gzip, br"), Coding::Gzip);
+        assert_eq!(h("Content-Encoding: br, gzip"), Coding::Gzip);
+        assert_eq!(h("Content-Encoding: identity, gzip"), Coding::Gzip);
+        assert_eq!(h("Content-Encoding: gzip,"), Coding::Gzip);
+        assert_eq!(h("Content-Encoding: GZIP"), Coding::Gzip);
         assert_eq!(
             h("Content-Encoding: gzip\r\nContent-Encoding: br"),
+            Coding::Gzip
+        );
+        // Two layers: libhtp inflates both, not done here.
+        assert_eq!(h("Content-Encoding: gzip, gzip"), Coding::Identity);
+        assert_eq!(h("Content-Encoding: deflate, gzip"), Coding::Identity);
+        assert_eq!(
+            h("Content-Encoding: gzip\r\nContent-Encoding: gzip"),
             Coding::Identity
         );
+        assert_eq!(h("Content-Encoding: lzma"), Coding::Identity);
         assert_eq!(h("Content-Type: text/html"), Coding::Identity);
         for c in [Coding::Identity, Coding::Gzip, Coding::Deflate] {
             assert_eq!(Coding::from_code(c.code()), Some(c));

@@ -569,11 +569,14 @@ pub struct Rule {
     /// these alone, evaluated on every packet of an SSH flow
     /// ([`crate::ssh`]).
     pub ssh_events: u8,
-    /// `app-layer-event:http.invalid_request_chunk_len` (bit 1) and
-    /// `http.invalid_response_chunk_len` (bit 2): a rule of these alone,
+    /// `app-layer-event:http.invalid_request_chunk_len` (bit 1),
+    /// `http.invalid_response_chunk_len` (bit 2) and
+    /// `http.gzip_decompression_failed` (bit 4): a rule of these alone,
     /// fired on the packet whose chunk-size line libhtp calls invalid
-    /// ([`crate::http::chunk_line_invalid`]), not on HTTP messages.
-    pub http_chunk_events: u8,
+    /// ([`crate::http::chunk_line_invalid`]) or whose body bytes fail to
+    /// inflate ([`crate::http::inflate::Inflater::take_failed`]), not on
+    /// HTTP messages.
+    pub http_body_events: u8,
     /// Names of the `byte_extract` variables.
     pub vars: Vec<String>,
     /// `flowbits` conditions and operations.
@@ -1223,7 +1226,7 @@ pub fn parse_rule(line: &str, vars: &Vars) -> Result<Rule, RuleSyntax> {
         tls_events: 0,
         tls_flow: false,
         ssh_events: 0,
-        http_chunk_events: 0,
+        http_body_events: 0,
         vars: Vec::new(),
         flowbits: Vec::new(),
         flowints: Vec::new(),
@@ -1301,7 +1304,7 @@ pub fn parse_rule(line: &str, vars: &Vars) -> Result<Rule, RuleSyntax> {
     absolute_first(&rule.base64, &mut rule.contents);
     options::validate(&rule)?;
     rule.tls_flow = options::tls_flow(&rule)?;
-    options::http_chunk_alone(&rule)?;
+    options::http_body_event_alone(&rule)?;
     options::ssh_events_alone(&rule)?;
     if !rule.alp.is_empty() {
         rule.alp.pd_only = pd_only(&rule);

@@ -1308,14 +1308,14 @@ fn beyond_flow_and_ops(rule: &Rule) -> bool {
             .any(|f| matches!(f, super::Flowbit::IsSet(_) | super::Flowbit::IsNotSet(_)))
 }
 
-/// Refuses a rule with a chunk-size event ([`Rule::http_chunk_events`]) and
+/// Refuses a rule with an HTTP body event ([`Rule::http_body_events`]) and
 /// conditions besides its header, `flow`, `flowbits` operations and
-/// `flowint` operations: the event is raised where the framing ends, with
-/// no message to inspect them on.
-pub(super) fn http_chunk_alone(rule: &Rule) -> Result<(), RuleSyntax> {
-    if rule.http_chunk_events != 0 && (beyond_flow_and_ops(rule) || !rule.http.is_empty()) {
+/// `flowint` operations: the event is raised where the framing ends or a
+/// body's bytes fail to inflate, with no message to inspect them on.
+pub(super) fn http_body_event_alone(rule: &Rule) -> Result<(), RuleSyntax> {
+    if rule.http_body_events != 0 && (beyond_flow_and_ops(rule) || !rule.http.is_empty()) {
         return Err(RuleSyntax::UnsupportedKeyword(
-            "app-layer-event http chunk length event with conditions other than flow, flowbits and flowint operations"
+            "app-layer-event http body event (chunk length, decompression) with conditions other than flow, flowbits and flowint operations"
                 .into(),
         ));
     }
@@ -1884,16 +1884,18 @@ fn apply_keyword(
                 }
                 return Ok(());
             }
-            // The chunk-size events end the framing: decided by the body
-            // parser, not from a head.
+            // The chunk-size events end the framing, and decompression
+            // fails on a body's bytes: decided by the body parser, not
+            // from a head.
             let chunk = match v {
                 "http.invalid_request_chunk_len" => 1,
                 "http.invalid_response_chunk_len" => 2,
+                "http.gzip_decompression_failed" => crate::http::eval::GZIP_FAILED,
                 _ => 0,
             };
             if chunk != 0 {
                 to_http(rule, name)?;
-                rule.http_chunk_events |= chunk;
+                rule.http_body_events |= chunk;
                 return Ok(());
             }
             // `tls.NAME`: an event of the flow's TLS parse, evaluated with
