@@ -541,6 +541,23 @@ mod tests {
         enc(&a, &mut blob);
         b.decode(&mut blob.clone()).unwrap();
         assert_eq!(a, b);
+        // Passed through and the event raised: kept too.
+        a.zpass = true;
+        a.zevent = true;
+        enc(&a, &mut blob);
+        b.decode(&mut blob.clone()).unwrap();
+        assert_eq!(a, b);
+        let sat = blob.len() - a.head().len() - a.z.len() - 4 - 8 - 1;
+        assert_eq!(blob[sat], 7);
+        // Passed through without having stopped, or an unknown bit: refused.
+        for stop in [2, 6, 8] {
+            let mut bad = blob.clone();
+            bad[sat] = stop;
+            assert!(b.decode(&mut bad).is_err(), "stop bits {stop}");
+        }
+        a.zpass = false;
+        a.zevent = false;
+        enc(&a, &mut blob);
         // Compressed bytes past what the blob holds, or more than seen.
         let zat = blob.len() - a.head().len() - a.z.len() - 4 - 8 - 2;
         let mut bad = blob.clone();
