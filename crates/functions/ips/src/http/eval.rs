@@ -386,6 +386,9 @@ impl Ips {
     /// `invalid_response_chunk_len`, whose line libhtp calls invalid;
     /// [`GZIP_FAILED`] for `http.gzip_decompression_failed`, a body whose
     /// inflating failed. Returns true if the packet must be dropped.
+    /// Rare: kept out of the per-message path it is called from.
+    #[cold]
+    #[inline(never)]
     fn http_body_event(
         &mut self,
         st: &mut FlowState,
