@@ -271,6 +271,10 @@ def gzip_failed():
         coded(text, b"gzip", "chunked"),
         coded(text, b"gzip", "close"),
         coded(b"ab"),
+        # Two layers, inflated in the order listed: one gzip member (the
+        # second layer fails, the page passes through it), plain text.
+        coded(g, b"gzip, gzip"),
+        coded(text, b"gzip, gzip"),
     ]
     fine = [
         coded(g),
@@ -282,6 +286,7 @@ def gzip_failed():
         coded(text, b"br"),
         coded(g[:10]),
         coded(b""),
+        coded(gzip.compress(g, mtime=0), b"gzip, gzip"),
     ]
     out = [p for i, r in enumerate(failing) for p in answer(45801 + i, r)]
     out += [p for i, r in enumerate(fine) for p in answer(45851 + i, r)]

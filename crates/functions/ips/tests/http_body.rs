@@ -756,7 +756,8 @@ fn a_body_failing_to_inflate_raises_the_event_once() {
     bad_crc[n - 8] ^= 1;
     let mut bad_size = z.clone();
     bad_size[n - 1] ^= 1;
-    let cases: [(&str, &[u8], bool); 14] = [
+    let twice = gzip(&z);
+    let cases: [(&str, &[u8], bool); 16] = [
         ("gzip", &z, false),
         ("gzip", &zlib, false),
         ("gzip", &raw, true),
@@ -770,7 +771,10 @@ fn a_body_failing_to_inflate_raises_the_event_once() {
         ("X-Gzip", &p, true),
         ("gzip, br", &p, true),
         ("br", &p, false),
-        ("gzip, gzip", &p, false),
+        // Two layers, inflated in the order listed.
+        ("gzip, gzip", &twice, false),
+        ("gzip, gzip", &p, true),
+        ("gzip, gzip", &z, true),
     ];
     for (enc, body, failed) in cases {
         let len = body.len();

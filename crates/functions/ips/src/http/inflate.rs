@@ -38,7 +38,8 @@ use sluice_wire::FlowKey;
 pub const Z_KEPT: usize = 100 * 1024;
 /// Inflated bytes per body at most (Suricata's `compression-bomb-limit`).
 pub const MAX_INFLATED: u64 = 1024 * 1024;
-/// Inflaters an instance keeps (each about 43 KiB).
+/// Inflaters an instance keeps (each about 43 KiB, twice that for two
+/// layers).
 pub const CACHED: usize = 256;
 
 /// A body's content coding.
@@ -51,6 +52,34 @@ pub enum Coding {
     Gzip,
     /// `deflate`: zlib (RFC 1950), or raw deflate as some servers send.
     Deflate,
+    /// Two layers, inflated in the order listed, as libhtp inflates them
+    /// (`gzip, deflate`: the body is gunzipped, then inflated).
+    Two(Layer, Layer),
+}
+
+/// One layer of a [`Coding::Two`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Layer {
+    /// `gzip`.
+    Gzip,
+    /// `deflate`.
+    Deflate,
+}
+
+impl Layer {
+    fn coding(self) -> Coding {
+        match self {
+            Layer::Gzip => Coding::Gzip,
+            Layer::Deflate => Coding::Deflate,
+        }
+    }
+
+    fn code(self) -> u8 {
+        match self {
+            Layer::Gzip => 0,
+            Layer::Deflate => 1,
+        }
+    }
 }
 
 impl Coding {
@@ -60,14 +89,15 @@ impl Coding {
     /// `deflate` or `x-deflate` (any case) names that coding; any other
     /// is a list of tokens (apart by commas and spaces), each naming a
     /// layer if it contains `gzip`, `deflate` or `lzma` (`identity`, `br`
-    /// and the like are ignored). One layer of `gzip` or `deflate` is
-    /// inflated; none, `lzma`, or two layers and more (which libhtp
-    /// inflates in the order listed, up to two) leave the body as sent.
+    /// and the like are ignored). One or two layers of `gzip` and
+    /// `deflate` are inflated, in the order listed; none, `lzma`, or three
+    /// layers and more (past libhtp's limit of two) leave the body as sent.
     pub fn of_head(head: &[u8]) -> Coding {
         let mut values = 0;
         let mut only = Coding::Identity;
         let mut layers = 0;
-        let mut layer = Coding::Identity;
+        let mut listed = [Layer::Gzip; 2];
+        let mut lzma = false;
         for line in head.split(|&b| b == b'\n').skip(1) {
             let Some(c) = memchr::memchr(b':', line) else {
                 continue;
@@ -87,21 +117,26 @@ impl Coding {
                     continue;
                 }
                 let t = if has(b"gzip") {
-                    Coding::Gzip
+                    Layer::Gzip
                 } else if has(b"deflate") {
-                    Coding::Deflate
+                    Layer::Deflate
                 } else if has(b"lzma") {
-                    Coding::Identity
+                    lzma = true;
+                    Layer::Gzip
                 } else {
                     continue;
                 };
+                if layers < 2 {
+                    listed[layers] = t;
+                }
                 layers += 1;
-                layer = t;
             }
         }
         match (values, layers) {
             (1, _) if only != Coding::Identity => only,
-            (_, 1) => layer,
+            _ if lzma => Coding::Identity,
+            (_, 1) => listed[0].coding(),
+            (_, 2) => Coding::Two(listed[0], listed[1]),
             _ => Coding::Identity,
         }
     }
@@ -112,6 +147,7 @@ impl Coding {
             Coding::Identity => 0,
             Coding::Gzip => 1,
             Coding::Deflate => 2,
+            Coding::Two(a, b) => 3 + 2 * a.code() + b.code(),
         }
     }
 
@@ -121,6 +157,10 @@ impl Coding {
             0 => Coding::Identity,
             1 => Coding::Gzip,
             2 => Coding::Deflate,
+            3..=6 => {
+                let l = |k: u8| if k == 0 { Layer::Gzip } else { Layer::Deflate };
+                Coding::Two(l((c - 3) / 2), l((c - 3) % 2))
+            }
             _ => return None,
         })
     }
@@ -162,10 +202,23 @@ enum Method {
 /// One body's inflater: where it is in the compressed bytes.
 #[derive(Clone)]
 pub struct Inflater {
-    coding: Coding,
-    state: Box<InflateState>,
+    first: Stage,
+    /// The second layer of a [`Coding::Two`], fed what the first makes.
+    second: Option<Box<Stage>>,
     /// Compressed bytes taken so far (the gzip header included).
     taken: u64,
+    /// The first layer's output, for the second.
+    mid: Vec<u8>,
+    /// The second layer broke: the first's output is passed through it,
+    /// as libhtp passes a layer it cannot inflate.
+    second_pass: bool,
+}
+
+/// One layer's inflater.
+#[derive(Clone)]
+struct Stage {
+    coding: Coding,
+    state: Box<InflateState>,
     /// The wrapper's header length once read (the stream's first bytes
     /// told the method).
     header: Option<usize>,
@@ -239,10 +292,75 @@ fn zlib_header(b: &[u8]) -> bool {
 impl Inflater {
     /// An inflater at the start of a body of `coding` (not identity).
     pub fn new(coding: Coding) -> Inflater {
+        let (first, second) = match coding {
+            Coding::Two(a, b) => (a.coding(), Some(Box::new(Stage::new(b.coding())))),
+            c => (c, None),
+        };
         Inflater {
+            first: Stage::new(first),
+            second,
+            taken: 0,
+            mid: Vec::new(),
+            second_pass: false,
+        }
+    }
+
+    /// Compressed bytes taken so far.
+    pub fn taken(&self) -> u64 {
+        self.taken
+    }
+
+    /// True if libhtp's decompressor, given the bytes fed since the last
+    /// call, would have logged a failed inflate, in either layer: Suricata's
+    /// `http.gzip_decompression_failed`. Its first attempt is zlib's
+    /// automatic gzip-or-zlib for `gzip`, raw deflate for `deflate`; when
+    /// it fails at the start libhtp tries the other, as here (the body is
+    /// inflated either way, the event raised). A later error is reported
+    /// by [`Inflater::feed`] as [`Stop::Corrupt`], and raises it too.
+    pub fn take_failed(&mut self) -> bool {
+        let second = self
+            .second
+            .as_mut()
+            .is_some_and(|s| std::mem::take(&mut s.failed));
+        std::mem::take(&mut self.first.failed) | second
+    }
+
+    /// Inflates the next compressed bytes `z`, appending what they make to
+    /// `out` (up to [`MAX_INFLATED`] for the body in all). The first
+    /// layer breaking stops the body's inflating ([`Stop::Corrupt`]; the
+    /// caller passes the rest through); the second breaking passes the
+    /// first's output through from there (measured: Suricata 7.0.10 finds
+    /// a page sent with one `gzip` under `gzip, gzip`).
+    pub fn feed(&mut self, z: &[u8], out: &mut Vec<u8>) -> Result<(), Stop> {
+        self.taken += z.len() as u64;
+        let Some(second) = &mut self.second else {
+            return self.first.feed(z, out);
+        };
+        self.mid.clear();
+        let r = self.first.feed(z, &mut self.mid);
+        if self.second_pass {
+            out.extend_from_slice(&self.mid);
+        } else if !self.mid.is_empty() {
+            let at = out.len();
+            match second.feed(&self.mid, out) {
+                Err(Stop::Corrupt) => {
+                    self.second_pass = true;
+                    out.truncate(at);
+                    out.extend_from_slice(&self.mid);
+                }
+                Err(Stop::Capped) => return Err(Stop::Capped),
+                Ok(()) => {}
+            }
+        }
+        r
+    }
+}
+
+impl Stage {
+    fn new(coding: Coding) -> Stage {
+        Stage {
             coding,
             state: InflateState::new_boxed(DataFormat::Raw),
-            taken: 0,
             header: None,
             method: Method::Raw,
             head_buf: Vec::new(),
@@ -256,26 +374,8 @@ impl Inflater {
         }
     }
 
-    /// Compressed bytes taken so far.
-    pub fn taken(&self) -> u64 {
-        self.taken
-    }
-
-    /// True if libhtp's decompressor, given the bytes fed since the last
-    /// call, would have logged a failed inflate: Suricata's
-    /// `http.gzip_decompression_failed`. Its first attempt is zlib's
-    /// automatic gzip-or-zlib for `gzip`, raw deflate for `deflate`; when
-    /// it fails at the start libhtp tries the other, as here (the body is
-    /// inflated either way, the event raised). A later error is reported
-    /// by [`Inflater::feed`] as [`Stop::Corrupt`], and raises it too.
-    pub fn take_failed(&mut self) -> bool {
-        std::mem::take(&mut self.failed)
-    }
-
-    /// Inflates the next compressed bytes `z`, appending what they make to
-    /// `out` (up to [`MAX_INFLATED`] for the body in all).
-    pub fn feed(&mut self, z: &[u8], out: &mut Vec<u8>) -> Result<(), Stop> {
-        self.taken += z.len() as u64;
+    /// [`Inflater::feed`] for this layer.
+    fn feed(&mut self, z: &[u8], out: &mut Vec<u8>) -> Result<(), Stop> {
         if self.header.is_some() {
             return self.inflate(z, out);
         }
@@ -288,19 +388,20 @@ impl Inflater {
         }
         let gzip = buf[..2] == [0x1f, 0x8b];
         let zlib = !gzip && zlib_header(buf);
-        let (method, failed) = match self.coding {
+        // A stage is one layer: `deflate`, or else `gzip`.
+        let (method, failed) = match (self.coding == Coding::Deflate, gzip, zlib) {
             // zlib's automatic detection takes both; anything else fails
             // and libhtp inflates it as raw deflate.
-            Coding::Gzip | Coding::Identity if gzip => (Method::Gzip, false),
-            Coding::Gzip | Coding::Identity if zlib => (Method::Zlib, false),
-            Coding::Gzip | Coding::Identity => (Method::Raw, true),
+            (false, true, _) => (Method::Gzip, false),
+            (false, _, true) => (Method::Zlib, false),
+            (false, _, _) => (Method::Raw, true),
             // Raw deflate first: a gzip header is a block of the reserved
             // type 3 to it, and a zlib header a stored block whose length
             // check fails (but for one stream in 65,536, not told apart
             // here); libhtp then detects the wrapper.
-            Coding::Deflate if gzip => (Method::Gzip, true),
-            Coding::Deflate if zlib => (Method::Zlib, true),
-            Coding::Deflate => (Method::Raw, false),
+            (true, true, _) => (Method::Gzip, true),
+            (true, _, true) => (Method::Zlib, true),
+            (true, _, _) => (Method::Raw, false),
         };
         let len = match method {
             Method::Gzip => match gzip_header(buf) {
@@ -597,6 +698,42 @@ mod tests {
     }
 
     #[test]
+    fn two_layers_inflate_in_the_order_listed_whatever_the_cuts() {
+        let p = page();
+        let (g, d) = (Layer::Gzip, Layer::Deflate);
+        let twice = gzip(&gzip(&p, false), true);
+        let gz_raw = gzip(&compress_to_vec(&p, 6), false);
+        let raw_gz = compress_to_vec(&gzip(&p, false), 6);
+        let gz_zlib = gzip(&compress_to_vec_zlib(&p, 6), false);
+        for (coding, z, failed) in [
+            (Coding::Two(g, g), &twice, false),
+            (Coding::Two(g, d), &gz_raw, false),
+            (Coding::Two(d, g), &raw_gz, false),
+            // A zlib stream under `deflate`: libhtp's second try.
+            (Coding::Two(g, d), &gz_zlib, true),
+        ] {
+            for cut in [1, 3, 11, 500, z.len()] {
+                let (out, r, f) = inflate_cut_failed(coding, z, cut);
+                assert_eq!((r, f), (Ok(()), failed), "{coding:?} cut {cut}");
+                assert_eq!(out, p, "{coding:?} cut {cut}");
+            }
+        }
+        // One layer where two are named: the second's first try fails on
+        // the page, and the page is not a stream to either: the page is
+        // passed through it.
+        for cut in [1, 100, 5000] {
+            let (out, r, f) = inflate_cut_failed(Coding::Two(g, g), &gzip(&p, false), cut);
+            assert_eq!((r, f), (Ok(()), true), "cut {cut}");
+            assert!(out.ends_with(b"MALWARE-BODY</body></html>"), "cut {cut}");
+        }
+        // A double bomb stops at the cap of its first layer.
+        let bomb = gzip(&gzip(&vec![0u8; 64 << 20], false), false);
+        let (out, r, _) = inflate_cut_failed(Coding::Two(g, g), &bomb, 4096);
+        assert_eq!(r, Err(Stop::Capped));
+        assert!(out.len() as u64 <= MAX_INFLATED);
+    }
+
+    #[test]
     fn a_clone_continues_where_its_original_was() {
         let p = page();
         let z = gzip(&p, true);
@@ -652,18 +789,30 @@ mod tests {
             h("Content-Encoding: gzip\r\nContent-Encoding: br"),
             Coding::Gzip
         );
-        // Two layers: libhtp inflates both, not done here.
-        assert_eq!(h("Content-Encoding: gzip, gzip"), Coding::Identity);
-        assert_eq!(h("Content-Encoding: deflate, gzip"), Coding::Identity);
+        // Two layers, in the order listed; three are past libhtp's limit.
+        let (g, d) = (Layer::Gzip, Layer::Deflate);
+        assert_eq!(h("Content-Encoding: gzip, gzip"), Coding::Two(g, g));
+        assert_eq!(h("Content-Encoding: deflate, gzip"), Coding::Two(d, g));
+        assert_eq!(h("Content-Encoding: x-gzip,br,deflate"), Coding::Two(g, d));
         assert_eq!(
             h("Content-Encoding: gzip\r\nContent-Encoding: gzip"),
-            Coding::Identity
+            Coding::Two(g, g)
         );
+        assert_eq!(h("Content-Encoding: gzip, gzip, gzip"), Coding::Identity);
         assert_eq!(h("Content-Encoding: lzma"), Coding::Identity);
+        assert_eq!(h("Content-Encoding: gzip, lzma"), Coding::Identity);
+        for c in [
+            Coding::Two(g, g),
+            Coding::Two(g, d),
+            Coding::Two(d, g),
+            Coding::Two(d, d),
+        ] {
+            assert_eq!(Coding::from_code(c.code()), Some(c));
+        }
+        assert_eq!(Coding::from_code(7), None);
         assert_eq!(h("Content-Type: text/html"), Coding::Identity);
         for c in [Coding::Identity, Coding::Gzip, Coding::Deflate] {
             assert_eq!(Coding::from_code(c.code()), Some(c));
         }
-        assert_eq!(Coding::from_code(3), None);
     }
 }
