@@ -290,6 +290,9 @@ def gzip_failed():
     ]
     out = [p for i, r in enumerate(failing) for p in answer(45801 + i, r)]
     out += [p for i, r in enumerate(fine) for p in answer(45851 + i, r)]
+    # A request body sent gzipped: inflated for http.request_body too.
+    post = b"POST /up HTTP/1.1\r\nHost: www.example.com\r\nContent-Encoding: gzip\r\nContent-Length: %d\r\n\r\n%s"
+    out += alone(45870, post % (len(g), g))
     return out
 
 

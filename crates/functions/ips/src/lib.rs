@@ -454,7 +454,7 @@ pub struct Counters {
     /// HTTP body packets whose head's prefilter finds came from the blob
     /// ([`http::body`]) instead of a search of the head's buffers.
     pub http_head_reused: u64,
-    /// HTTP responses whose body is compressed (`gzip`, `deflate`) and
+    /// HTTP messages whose body is compressed (`gzip`, `deflate`) and
     /// inflated for body rules ([`http::inflate`]).
     pub http_inflated_bodies: u64,
     /// HTTP bodies that reached the body limit: the bytes past it are not

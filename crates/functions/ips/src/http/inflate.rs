@@ -1,8 +1,9 @@
-//! Compressed HTTP bodies: a response whose `Content-Encoding` is `gzip`
-//! (`x-gzip`) or `deflate` has its body inflated before body rules inspect
-//! it, as Suricata's HTTP parser (libhtp) does by default, so a signature
-//! in a compressed page is found. Without it, any web server's compression
-//! hides a page from every `file_data` rule.
+//! Compressed HTTP bodies: a response or a request whose
+//! `Content-Encoding` is `gzip` (`x-gzip`) or `deflate` (or two such
+//! layers) has its body inflated before body rules inspect it, as
+//! Suricata's HTTP parser (libhtp) does by default, so a signature in a
+//! compressed page or upload is found. Without it, any web server's
+//! compression hides a page from every `file_data` rule.
 //!
 //! The inflater's state (a 32 KiB window and the decoder's tables) cannot be
 //! written to the store, so the store keeps what rebuilds it: the body's
