@@ -39,6 +39,9 @@ use sluice_wire::FlowKey;
 pub const Z_KEPT: usize = 100 * 1024;
 /// Inflated bytes per body at most (Suricata's `compression-bomb-limit`).
 pub const MAX_INFLATED: u64 = 1024 * 1024;
+/// The longest gzip header held while incomplete (its name, comment and
+/// extra field have no bound of their own).
+const MAX_GZIP_HEADER: usize = 64 * 1024;
 /// Inflaters an instance keeps (each about 43 KiB, twice that for two
 /// layers).
 pub const CACHED: usize = 256;
@@ -407,6 +410,10 @@ impl Stage {
         let len = match method {
             Method::Gzip => match gzip_header(buf) {
                 Ok(Some(len)) => len,
+                // A name or comment without its end, or an extra field,
+                // past any real header's size: held no longer (the bytes
+                // would grow with the body), inflated no further.
+                Ok(None) if buf.len() > MAX_GZIP_HEADER => return Err(Stop::Capped),
                 Ok(None) => return Ok(()),
                 Err(stop) => {
                     self.failed = true;
@@ -732,6 +739,25 @@ mod tests {
         let (out, r, _) = inflate_cut_failed(Coding::Two(g, g), &bomb, 4096);
         assert_eq!(r, Err(Stop::Capped));
         assert!(out.len() as u64 <= MAX_INFLATED);
+    }
+
+    #[test]
+    fn an_endless_gzip_header_is_held_no_longer_than_its_bound() {
+        // FNAME set, and a name that never ends.
+        let mut z = vec![0x1f, 0x8b, 8, 8, 0, 0, 0, 0, 0, 3];
+        z.extend(std::iter::repeat_n(b'a', 3 * MAX_GZIP_HEADER));
+        let mut i = Inflater::new(Coding::Gzip);
+        let mut out = Vec::new();
+        let mut r = Ok(());
+        for piece in z.chunks(1400) {
+            r = i.feed(piece, &mut out);
+            if r.is_err() {
+                break;
+            }
+        }
+        assert_eq!(r, Err(Stop::Capped));
+        assert!(i.first.head_buf.len() <= MAX_GZIP_HEADER + 1400);
+        assert!(!i.take_failed(), "zlib would not fail: no event");
     }
 
     #[test]
