@@ -1027,3 +1027,39 @@ fn a_body_ended_by_the_close_is_inspected_at_the_fin() {
     let (a, b) = both(|| ips(&[short]), &f);
     assert_eq!((a, b), (vec![45], vec![45]));
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+    /// Whatever bytes a body brings under whatever coding (after a valid
+    /// gzip or zlib header, or none, so that the decoder gets past the
+    /// wrapper), cut anywhere: the inflater never panics, takes every byte,
+    /// and keeps its output within its bounds.
+    #[test]
+    fn any_bytes_under_any_coding_are_taken_without_a_panic(
+        junk in proptest::collection::vec(any::<u8>(), 0..3000),
+        cut in 1usize..700,
+        code in 1u8..7,
+        wrapper in 0usize..3,
+    ) {
+        use sluice_ips::http::inflate::{Coding, Inflater, MAX_INFLATED};
+        let coding = Coding::from_code(code).unwrap();
+        let mut z = match wrapper {
+            0 => vec![0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 3],
+            1 => vec![0x78, 0x9c],
+            _ => vec![],
+        };
+        z.extend_from_slice(&junk);
+        let mut i = Inflater::new(coding);
+        let mut out = Vec::new();
+        let mut fed = 0;
+        for piece in z.chunks(cut) {
+            fed += piece.len() as u64;
+            if i.feed(piece, &mut out).is_err() {
+                break;
+            }
+            i.take_failed();
+        }
+        prop_assert_eq!(i.taken(), fed);
+        prop_assert!(out.len() as u64 <= 2 * MAX_INFLATED + z.len() as u64);
+    }
+}
