@@ -247,6 +247,15 @@ def gzip_failed():
     bad_len = g[:-4] + struct.pack("<I", len(text) + 1)
     corrupt = g[:10] + b"\xff" * 20 + g[30:]
 
+    def with_hcrc(right):
+        # FHCRC: the low 16 bits of the header's CRC-32, right or not.
+        h = bytearray(g[:10])
+        h[3] |= 2
+        c = (zlib.crc32(bytes(h)) & 0xFFFF) ^ (0 if right else 1)
+        return bytes(h) + struct.pack("<H", c) + g[10:]
+
+    reserved = g[:3] + bytes([g[3] | 0x20]) + g[4:]
+
     def coded(body, ce=b"gzip", frame=None):
         if frame == "chunked":
             return b"HTTP/1.1 200 OK\r\nContent-Encoding: %s\r\nTransfer-Encoding: chunked\r\n\r\n%x\r\n%s\r\n0\r\n\r\n" % (
@@ -275,6 +284,10 @@ def gzip_failed():
         # second layer fails, the page passes through it), plain text.
         coded(g, b"gzip, gzip"),
         coded(text, b"gzip, gzip"),
+        # A wrong header CRC, a reserved flag: zlib refuses the header,
+        # libhtp inflates past it all the same.
+        coded(with_hcrc(False)),
+        coded(reserved),
     ]
     fine = [
         coded(g),
@@ -287,6 +300,7 @@ def gzip_failed():
         coded(g[:10]),
         coded(b""),
         coded(gzip.compress(g, mtime=0), b"gzip, gzip"),
+        coded(with_hcrc(True)),
     ]
     out = [p for i, r in enumerate(failing) for p in answer(45801 + i, r)]
     out += [p for i, r in enumerate(fine) for p in answer(45851 + i, r)]

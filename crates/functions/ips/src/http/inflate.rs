@@ -245,9 +245,10 @@ struct Stage {
     failed: bool,
 }
 
-/// The length of a gzip header at the start of `b` (RFC 1952 §2.3), `Ok(None)`
-/// while incomplete.
-fn gzip_header(b: &[u8]) -> Result<Option<usize>, Stop> {
+/// The length of a gzip header at the start of `b` (RFC 1952 §2.3), and
+/// whether zlib refuses it though libhtp inflates past it (reserved flags,
+/// a wrong header CRC); `Ok(None)` while incomplete.
+fn gzip_header(b: &[u8]) -> Result<Option<(usize, bool)>, Stop> {
     if b.len() < 10 {
         return if b.iter().zip([0x1f, 0x8b, 8]).any(|(x, y)| *x != y) {
             Err(Stop::Corrupt)
@@ -260,6 +261,10 @@ fn gzip_header(b: &[u8]) -> Result<Option<usize>, Stop> {
     }
     let flags = b[3];
     let mut at = 10;
+    // Reserved flags ("unknown header flags set") and a wrong header CRC
+    // fail zlib; libhtp's later try still inflates what follows the
+    // header (measured), so they are marked, not refused.
+    let mut bad = flags & 0xe0 != 0;
     if flags & 4 != 0 {
         // FEXTRA: a two-byte length, then that many bytes.
         let Some(x) = b.get(at..at + 2) else {
@@ -277,9 +282,15 @@ fn gzip_header(b: &[u8]) -> Result<Option<usize>, Stop> {
         }
     }
     if flags & 2 != 0 {
-        at += 2; // FHCRC
+        // FHCRC: the low 16 bits of the CRC-32 of the header before it,
+        // which zlib checks ("header crc mismatch").
+        let Some(c) = b.get(at..at + 2) else {
+            return Ok(None);
+        };
+        bad |= u16::from_le_bytes([c[0], c[1]]) != crc32fast::hash(&b[..at]) as u16;
+        at += 2;
     }
-    Ok((b.len() >= at).then_some(at))
+    Ok((b.len() >= at).then_some((at, bad)))
 }
 
 /// A zlib header (RFC 1950 §2.2) at the start of `b` (two bytes at least)
@@ -409,7 +420,10 @@ impl Stage {
         };
         let len = match method {
             Method::Gzip => match gzip_header(buf) {
-                Ok(Some(len)) => len,
+                Ok(Some((len, bad))) => {
+                    self.failed |= bad;
+                    len
+                }
                 // A name or comment without its end, or an extra field,
                 // past any real header's size: held no longer (the bytes
                 // would grow with the body), inflated no further.
@@ -586,10 +600,27 @@ mod tests {
         bad_size[n - 4] ^= 1;
         let mut bad_adler = zl.clone();
         *bad_adler.last_mut().unwrap() ^= 1;
+        // A header CRC (FHCRC), right and wrong; a reserved flag.
+        let with_hcrc = |right: bool| {
+            // `g`'s header and name ("page.html\0"), with FHCRC too.
+            let mut h = g[..20].to_vec();
+            h[3] |= 2;
+            let c = crc32fast::hash(&h) as u16 ^ u16::from(!right);
+            h.extend_from_slice(&c.to_le_bytes());
+            h.extend_from_slice(&g[20..]);
+            h
+        };
+        let (hcrc, bad_hcrc) = (with_hcrc(true), with_hcrc(false));
+        let mut reserved = g.clone();
+        reserved[3] |= 0x20;
         let mut trailing = g.clone();
         trailing.extend_from_slice(b"garbage after the member");
         type Case<'a> = (&'a str, Coding, &'a [u8], bool, Result<(), Stop>);
-        let cases: [Case; 12] = [
+        let cases: [Case; 15] = [
+            ("a header CRC", Coding::Gzip, &hcrc, false, Ok(())),
+            // Both inflated all the same (measured).
+            ("a wrong header CRC", Coding::Gzip, &bad_hcrc, true, Ok(())),
+            ("a reserved flag", Coding::Gzip, &reserved, true, Ok(())),
             ("gzip", Coding::Gzip, &g, false, Ok(())),
             (
                 "zlib under gzip (zlib detects it)",
