@@ -103,9 +103,10 @@ pub(crate) fn waits_for_body(r: &Rule) -> bool {
     })
 }
 
-/// [`Ips::http_body_event`]'s chunk-size events (bit 1 for requests, 2
-/// for responses in [`Rule::http_body_events`]).
-const CHUNK_LEN: u8 = 3;
+/// [`Rule::http_body_events`]'s bit of `http.invalid_request_chunk_len`.
+pub(crate) const REQUEST_CHUNK_LEN: u8 = 1;
+/// [`Rule::http_body_events`]'s bit of `http.invalid_response_chunk_len`.
+pub(crate) const RESPONSE_CHUNK_LEN: u8 = 2;
 /// [`Rule::http_body_events`]'s bit of `http.gzip_decompression_failed`.
 pub(crate) const GZIP_FAILED: u8 = 4;
 
@@ -342,7 +343,12 @@ impl Ips {
             self.counters.pending_overflow += 1;
         }
         if piece.chunk_invalid && !drop && st.flags & (BLOCKED | PASSED) == 0 {
-            drop = self.http_body_event(st, d, &hdr, p, events, CHUNK_LEN);
+            let bit = if request {
+                REQUEST_CHUNK_LEN
+            } else {
+                RESPONSE_CHUNK_LEN
+            };
+            drop = self.http_body_event(st, d, &hdr, p, events, bit);
         }
         // What is pending now: the head these bytes end inside, if its
         // beginning is known (`held` still holds the blob's bytes when the
@@ -381,9 +387,8 @@ impl Ips {
     }
 
     /// Fires the rules of HTTP body event `bit` ([`Rule::http_body_events`])
-    /// on packet `p`: [`CHUNK_LEN`] for `http.invalid_request_chunk_len` (a
-    /// request's chunk-size line, `hdr.to_server`) or
-    /// `invalid_response_chunk_len`, whose line libhtp calls invalid;
+    /// on packet `p`: [`REQUEST_CHUNK_LEN`] or [`RESPONSE_CHUNK_LEN`] for
+    /// a chunk-size line libhtp calls invalid;
     /// [`GZIP_FAILED`] for `http.gzip_decompression_failed`, a body whose
     /// inflating failed. Returns true if the packet must be dropped.
     /// Rare: kept out of the per-message path it is called from.
@@ -398,15 +403,6 @@ impl Ips {
         events: &mut Vec<Event>,
         bit: u8,
     ) -> bool {
-        let bit = if bit == CHUNK_LEN {
-            if hdr.to_server {
-                1
-            } else {
-                2
-            }
-        } else {
-            bit
-        };
         for k in 0..self.engine.http_body_ev.len() {
             let r = self.engine.http_body_ev[k];
             if self.engine.rules[r as usize].http_body_events & bit == 0

@@ -1888,8 +1888,8 @@ fn apply_keyword(
             // fails on a body's bytes: decided by the body parser, not
             // from a head.
             let chunk = match v {
-                "http.invalid_request_chunk_len" => 1,
-                "http.invalid_response_chunk_len" => 2,
+                "http.invalid_request_chunk_len" => crate::http::eval::REQUEST_CHUNK_LEN,
+                "http.invalid_response_chunk_len" => crate::http::eval::RESPONSE_CHUNK_LEN,
                 "http.gzip_decompression_failed" => crate::http::eval::GZIP_FAILED,
                 _ => 0,
             };
