@@ -310,6 +310,60 @@ def gzip_failed():
     return out
 
 
+def content_encoding():
+    # Content-Encoding lists as libhtp reads them: more than two tokens
+    # (too_many_encoding_layers; the first two layers are inflated), tokens
+    # other than the exact names (abnormal_ce_header; case counts inside a
+    # list), lists read askew after leading separators, repeated fields
+    # joined. Near misses: whole values in any case, two known layers, a
+    # comma alone before the token, a request's lists (requests read whole
+    # values only). Each page holds a marker a file_data rule looks for,
+    # found where libhtp inflates the body far enough.
+    import gzip
+    import zlib
+
+    text = b"hello world, " * 20 + b"SECRET-MARKER"
+    g = gzip.compress(text, mtime=0)
+    gg = gzip.compress(g, mtime=0)
+
+    def coded(ces, body):
+        fields = b"".join(b"Content-Encoding: %s\r\n" % c for c in ces)
+        return b"HTTP/1.1 200 OK\r\n%sContent-Length: %d\r\n\r\n%s" % (fields, len(body), body)
+
+    cases = [
+        ([b"gzip, gzip, gzip"], gg),
+        ([b"gzip gzip gzip"], gg),
+        ([b"gzip", b"gzip", b"gzip"], gg),
+        ([b"br, identity, gzip"], g),
+        ([b"inflate, inflate, gzip"], g),
+        ([b"gzip, br, gzip"], gg),
+        ([b"gzip , gzip"], gg),
+        ([b"GZIP, gzip"], gg),
+        ([b"gzip;q=1"], g),
+        ([b"identity"], text),
+        ([b"br"], text),
+        ([b"deflatex"], zlib.compress(text)[2:-4]),
+        ([b"gzip,\tgzip"], gg),
+        ([b", gzip"], g),
+        ([b"", b"gzip"], g),
+        ([b"gzip", b"br"], g),
+        # Near misses.
+        ([b"GZIP"], g),
+        ([b"x-gzip, x-deflate"], g),
+        ([b"gzip", b"gzip"], gg),
+        ([b"gzip ,gzip"], gg),
+        ([b",gzip"], g),
+        ([b"inflate, gzip"], g),
+        ([b"gz\x00ip"], g),
+        ([b"gzip", b""], g),
+    ]
+    out = [p for i, (ces, body) in enumerate(cases) for p in answer(45901 + i, coded(ces, body))]
+    post = b"POST /up HTTP/1.1\r\nHost: www.example.com\r\nContent-Encoding: %s\r\nContent-Length: 2\r\n\r\nhi"
+    for i, ce in enumerate([b"a, b, c", b"gzip, br", b"GZIP, gzip"]):
+        out += alone(45951 + i, post % ce)
+    return out
+
+
 CAPTURES = {
     "app-http-event-request-line": request_line,
     "app-http-event-request-fields": request_fields,
@@ -320,4 +374,5 @@ CAPTURES = {
     "app-http-event-request-host": request_host,
     "app-http-event-chunk-len": chunk_len,
     "app-http-event-gzip-failed-ips": gzip_failed,
+    "app-http-event-content-encoding": content_encoding,
 }

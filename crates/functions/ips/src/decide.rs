@@ -11,7 +11,7 @@ use sluice_wire::parse::L4;
 use sluice_wire::tcp::flags::{ACK, FIN, RST, SYN};
 use sluice_wire::FlowKey;
 
-use crate::engine::{self, FlowState, Header, BLOCKED, PASSED, SEEN_FWD, SEEN_REV};
+use crate::engine::{self, FlowState, Header, BLOCKED, OWED_CE, PASSED, SEEN_FWD, SEEN_REV};
 
 /// [`Ips::keep_header_hits`]'s memo: not checked yet on this packet.
 pub(crate) const HDR_UNKNOWN: u8 = 0;
@@ -522,7 +522,7 @@ impl Ips {
             st.ssh_ev = 0;
             st.alp = [crate::alproto::UNKNOWN; 2];
             st.tls = Default::default();
-            st.flags &= !PASSED;
+            st.flags &= !(PASSED | OWED_CE);
         }
         if st.flags & PASSED != 0 {
             return false;
@@ -624,6 +624,16 @@ impl Ips {
         }
         if st.flags & PASSED != 0 {
             return false;
+        }
+        // And a response's Content-Encoding events owed to `to_server`
+        // rules ([`OWED_CE`]), on the client's next packet.
+        if st.flags & OWED_CE != 0 && phdr.to_server {
+            if self.http_owed(st, &phdr, p, ctx.events) {
+                return true;
+            }
+            if st.flags & PASSED != 0 {
+                return false;
+            }
         }
         let Some((c, own, extra)) = ctx.streams.bytes(i, p) else {
             // Outside a tracked stream each segment is inspected on its own.

@@ -1592,6 +1592,17 @@ pub const SEEN_FWD: u8 = 4;
 /// ways (the first reply is established itself): `flow:established` and
 /// `not_established` of `udp` and `dns` rules read it.
 pub const SEEN_REV: u8 = 8;
+/// A response raised `http.too_many_encoding_layers`, owed to the
+/// `to_server` rules on it at the client's next packet ([`OWED_CE`]).
+pub const OWED_TOO_MANY: u8 = 16;
+/// A response raised `http.abnormal_ce_header`, likewise owed.
+pub const OWED_ABNORMAL: u8 = 32;
+/// The Content-Encoding events a response raised for `to_server` rules
+/// (Suricata's own `http-events.rules` lines are `to_server`; replayed as
+/// an IDS, Suricata fires them on the client's acknowledgement of the
+/// response): kept in the flow's flags until the client's next packet
+/// fires the rules ([`crate::rules::Rule::http_body_events`]).
+pub const OWED_CE: u8 = OWED_TOO_MANY | OWED_ABNORMAL;
 
 /// The flowbits set on a flow (ids from [`Engine::flowbit_names`]).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

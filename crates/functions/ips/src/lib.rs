@@ -572,6 +572,9 @@ pub struct Ips {
     http_waits_any: bool,
     /// True if a loaded rule names a body buffer.
     http_body_rules: bool,
+    /// A `to_server` rule asks for a response's Content-Encoding events
+    /// ([`engine::OWED_CE`]): response heads are read for them.
+    http_ce_owed: bool,
     /// The message being received in the packet's direction ([`http::body`]).
     http_acc: http::body::BodyAcc,
     /// A packet's body bytes past the limit, reused.
@@ -749,6 +752,12 @@ impl Ips {
                 .rules
                 .iter()
                 .any(|r| r.http_body_events & http::eval::GZIP_FAILED != 0);
+        // A response's Content-Encoding events are owed to `to_server`
+        // rules ([`engine::OWED_CE`]).
+        let http_ce_owed = engine
+            .rules
+            .iter()
+            .any(|r| r.http_body_events & (http::eval::CE_TOO_MANY | http::eval::CE_ABNORMAL) != 0);
         let http_waits: Vec<bool> = engine
             .rules
             .iter()
@@ -797,6 +806,7 @@ impl Ips {
             http_waits,
             http_waits_any,
             http_body_rules,
+            http_ce_owed,
             http_acc: Default::default(),
             http_extra: Vec::new(),
             http_found: Vec::new(),

@@ -444,6 +444,101 @@ fn app_layer_event_invalid_transfer_encoding() {
     );
 }
 
+/// Suricata's own rules on a response's Content-Encoding events
+/// (http-events.rules, `to_server`) fire on the client's next packet,
+/// once, whichever instance takes it; the same events `to_client` fire on
+/// the response; a request's lists raise nothing; a rule with other
+/// conditions than flow and counters is refused with the reason.
+#[test]
+fn content_encoding_events_fire_on_the_clients_next_packet() {
+    const TML: &str = r#"alert http any any -> any any (msg:"SURICATA HTTP Request too many encoding layers"; flow:established,to_server; app-layer-event:http.too_many_encoding_layers; flowint:http.anomaly.count,+,1; classtype:protocol-command-decode; sid:2221032; rev:1;)"#;
+    const ABN: &str = r#"alert http any any -> any any (msg:"SURICATA HTTP Request abnormal Content-Encoding header"; flow:established,to_server; app-layer-event:http.abnormal_ce_header; flowint:http.anomaly.count,+,1; classtype:protocol-command-decode; sid:2221033; rev:1;)"#;
+    const TML_TC: &str = r#"alert http any any -> any any (flow:established,to_client; app-layer-event:http.too_many_encoding_layers; sid:11;)"#;
+    const BOTH: &str = r#"alert http any any -> any any (flow:to_server; app-layer-event:http.too_many_encoding_layers; app-layer-event:http.abnormal_ce_header; sid:12;)"#;
+    let rules = [TML, ABN, TML_TC, BOTH];
+    let resp = |ce: &str| {
+        format!("HTTP/1.1 200 OK\r\nContent-Encoding: {ce}\r\nContent-Length: 2\r\n\r\nok")
+            .into_bytes()
+    };
+    let get = b"GET / HTTP/1.1\r\nHost: a\r\n\r\n";
+    // The response, then the client's acknowledgement (an empty ACK).
+    let frames = |ce: &str| {
+        let r = resp(ce);
+        let mut f = conn(80, &[(true, get), (false, &r)]);
+        let (cs, ss) = (1001 + get.len() as u32, 9001 + r.len() as u32);
+        f.push(tcp_v4(C, S, 40000, 80, cs, ss, ACK, &[]));
+        f
+    };
+    // (alert's sid, index of the packet it fired on)
+    let run_at = |fr: &[Vec<u8>]| {
+        let (sids, _, _) = common::run_each(ips(&rules), fr);
+        let mut at = Vec::new();
+        let mut st = LocalStore::new();
+        for (k, f) in fr.iter().enumerate() {
+            // Each packet on a fresh instance over one store.
+            let (a, _) = common::run_in(
+                &mut ips(&rules),
+                &mut st,
+                std::slice::from_ref(f),
+                1_000_000_000 + k as u64,
+            );
+            at.extend(a.into_iter().map(|a| (a.0, k)));
+        }
+        let mut each = sids.clone();
+        each.sort_unstable();
+        let mut across: Vec<u32> = at.iter().map(|x| x.0).collect();
+        across.sort_unstable();
+        assert_eq!(each, across);
+        at.sort_unstable();
+        at
+    };
+    let f = frames("gzip, gzip, gzip");
+    let (resp_at, ack_at) = (f.len() - 2, f.len() - 1);
+    assert_eq!(run_at(&f), vec![(11, resp_at), (2221032, ack_at)]);
+    assert_eq!(run_at(&frames("br")), vec![(2221033, ack_at)]);
+    assert_eq!(
+        run_at(&frames("br, identity, gzip")),
+        vec![
+            (11, resp_at),
+            (12, ack_at),
+            (2221032, ack_at),
+            (2221033, ack_at)
+        ]
+    );
+    for fine in ["gzip", "GZIP", "gzip, gzip", "x-gzip, x-deflate", ",gzip"] {
+        assert!(run_at(&frames(fine)).is_empty(), "{fine}");
+    }
+    // Without a packet from the client after it, nothing is owed-fired;
+    // in one batch the acknowledgement fires it too.
+    let f = frames("br");
+    assert!(sids(&rules, &f[..f.len() - 1]).is_empty());
+    assert_eq!(sids(&rules, &f), vec![2221033]);
+    // A request's lists raise nothing; a drop rule drops the client's packet.
+    let post =
+        b"POST / HTTP/1.1\r\nHost: a\r\nContent-Encoding: a, b, c\r\nContent-Length: 2\r\n\r\nhi";
+    let mut f = conn(80, &[(true, post), (false, &resp("gzip"))]);
+    f.push(tcp_v4(
+        C,
+        S,
+        40000,
+        80,
+        1001 + post.len() as u32,
+        9001 + resp("gzip").len() as u32,
+        ACK,
+        &[],
+    ));
+    assert!(sids(&rules, &f).is_empty());
+    let drop = ABN.replacen("alert", "drop", 1);
+    let f = frames("br");
+    let (sids_d, dropped, _) = common::run_each(ips(&[&drop]), &f);
+    assert_eq!(sids_d, vec![2221033]);
+    assert_eq!(dropped.iter().position(|&d| d), Some(ack_at));
+    // A to_server rule on them with other conditions is refused.
+    let other = r#"alert http any any -> any any (flow:to_server; app-layer-event:http.abnormal_ce_header; http.uri; content:"x"; sid:9;)"#;
+    let e = rules::parse_rule(other, &rules::suricata_default_vars()).unwrap_err();
+    assert!(e.reason().contains("abnormal_ce_header"), "{}", e.reason());
+}
+
 /// Runs the framing over `data` cut into pieces at `cuts`, returning the
 /// final phase and every piece's head and body bytes.
 fn frame(data: &[u8], cuts: &[usize], to_server: bool) -> (Phase, usize) {

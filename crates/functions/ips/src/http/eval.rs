@@ -12,7 +12,7 @@ use super::body::BodyAcc;
 use super::inflate::{Coding, Inflater, Stop, Z_KEPT};
 use super::prefilter::HeadFinds;
 use super::{Buf, Buffers, HttpDir, Phase, Piece};
-use crate::engine::{FlowState, Header, BLOCKED, PASSED};
+use crate::engine::{FlowState, Header, BLOCKED, OWED_ABNORMAL, OWED_CE, OWED_TOO_MANY, PASSED};
 use crate::pending::{self, Pend};
 use crate::rules::Rule;
 use crate::{inspect, Ips};
@@ -109,6 +109,12 @@ pub(crate) const REQUEST_CHUNK_LEN: u8 = 1;
 pub(crate) const RESPONSE_CHUNK_LEN: u8 = 2;
 /// [`Rule::http_body_events`]'s bit of `http.gzip_decompression_failed`.
 pub(crate) const GZIP_FAILED: u8 = 4;
+/// [`Rule::http_body_events`]'s bit of a `to_server` rule's
+/// `http.too_many_encoding_layers` ([`crate::engine::OWED_CE`]).
+pub(crate) const CE_TOO_MANY: u8 = 8;
+/// [`Rule::http_body_events`]'s bit of a `to_server` rule's
+/// `http.abnormal_ce_header`.
+pub(crate) const CE_ABNORMAL: u8 = 16;
 
 impl Ips {
     /// Follows the HTTP messages of direction `d` through `data`, the
@@ -199,6 +205,14 @@ impl Ips {
                 _ => None,
             };
             let new_msg = pc.head.is_some() || pc.head_cont.is_some();
+            // A response head's Content-Encoding events, owed to the
+            // `to_server` rules on them until the client's next packet.
+            if new_msg && !request && self.http_ce_owed {
+                if let Some(r) = head.and_then(|h| super::events::content_encoding(h, false)) {
+                    st.flags |= if r.too_many { OWED_TOO_MANY } else { 0 }
+                        | if r.abnormal { OWED_ABNORMAL } else { 0 };
+                }
+            }
             if new_msg {
                 acc.reset();
                 acc.live = true;
@@ -210,7 +224,7 @@ impl Ips {
                         // Suricata 7.0.10 finds a page in a gzip POST's
                         // `http.request_body` (measured), so an upload
                         // compressed by its sender hides nothing.
-                        acc.coding = Coding::of_head(h);
+                        acc.coding = Coding::of_head(h, request);
                         if acc.coding != Coding::Identity {
                             self.counters.http_inflated_bodies += 1;
                         }
@@ -411,6 +425,47 @@ impl Ips {
                 continue;
             }
             if self.fire(r, st, (d, p, Some("http")), events) {
+                return true;
+            }
+            if st.flags & (BLOCKED | PASSED) != 0 {
+                break;
+            }
+        }
+        false
+    }
+
+    /// Fires the `to_server` rules on the Content-Encoding events a
+    /// response raised ([`crate::engine::OWED_CE`] in `st.flags`) on
+    /// packet `p`, the client's next one (`hdr`: as it travels); the
+    /// events are then spent. A rule fires when all the events it names
+    /// were raised. Returns true if the packet must be dropped.
+    #[cold]
+    pub(crate) fn http_owed(
+        &mut self,
+        st: &mut FlowState,
+        hdr: &Header,
+        p: &Packet,
+        events: &mut Vec<Event>,
+    ) -> bool {
+        let owed = st.flags & OWED_CE;
+        st.flags &= !OWED_CE;
+        let raised = if owed & OWED_TOO_MANY != 0 {
+            CE_TOO_MANY
+        } else {
+            0
+        } | if owed & OWED_ABNORMAL != 0 {
+            CE_ABNORMAL
+        } else {
+            0
+        };
+        let hdr = Header { http: true, ..*hdr };
+        for k in 0..self.engine.http_body_ev.len() {
+            let r = self.engine.http_body_ev[k];
+            let want = self.engine.rules[r as usize].http_body_events & (CE_TOO_MANY | CE_ABNORMAL);
+            if want == 0 || want & !raised != 0 || !self.engine.header_matches(r, &hdr) {
+                continue;
+            }
+            if self.fire(r, st, (0, p, Some("http")), events) {
                 return true;
             }
             if st.flags & (BLOCKED | PASSED) != 0 {

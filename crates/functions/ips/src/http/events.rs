@@ -97,6 +97,14 @@ pub enum Event {
     /// they differ. Requests smuggled past a front end that routes on one
     /// and a back end that serves the other use this.
     HostHeaderAmbiguous,
+    /// `http.too_many_encoding_layers`: a response's `Content-Encoding`
+    /// lists more than two tokens ([`super::ce`]; the first two are
+    /// inflated).
+    TooManyEncodingLayers,
+    /// `http.abnormal_ce_header`: a response's `Content-Encoding` lists a
+    /// token other than `gzip`, `x-gzip`, `deflate`, `x-deflate`, `lzma`
+    /// and `inflate`, exactly ([`super::ce`]).
+    AbnormalCeHeader,
 }
 
 /// The events by name (after `http.`).
@@ -160,6 +168,8 @@ const NAMES: &[(&str, Event)] = &[
         Event::RequestHeaderHostInvalid,
     ),
     ("host_header_ambiguous", Event::HostHeaderAmbiguous),
+    ("too_many_encoding_layers", Event::TooManyEncodingLayers),
+    ("abnormal_ce_header", Event::AbnormalCeHeader),
 ];
 
 impl Event {
@@ -183,6 +193,8 @@ impl Event {
                 | Event::ResponseInvalidStatus
                 | Event::ResponseAbnormalTe
                 | Event::ResponseChunkedOldProto
+                | Event::TooManyEncodingLayers
+                | Event::AbnormalCeHeader
         )
     }
 
@@ -324,8 +336,54 @@ struct Scratch {
     merged: Vec<u8>,
 }
 
+impl Scratch {
+    /// The fields named `n` (without case).
+    fn named<'a>(&'a self, n: &'a [u8]) -> impl Iterator<Item = &'a Field> + 'a {
+        self.fields
+            .iter()
+            .filter(move |f| self.bytes[f.name.clone()].eq_ignore_ascii_case(n))
+    }
+
+    /// The values of the fields named `n` into `out`, joined with `, ` as
+    /// libhtp joins a repeated field's values into the first's; false if
+    /// there is none.
+    fn join(&self, n: &[u8], out: &mut Vec<u8>) -> bool {
+        out.clear();
+        let mut seen = false;
+        for f in self.named(n) {
+            if seen {
+                out.extend_from_slice(b", ");
+            }
+            seen = true;
+            out.extend_from_slice(&self.bytes[f.value.clone()]);
+        }
+        seen
+    }
+}
+
 thread_local! {
     static SCRATCH: RefCell<Scratch> = RefCell::new(Scratch::default());
+}
+
+/// The `Content-Encoding` of the message whose start line and header
+/// lines (as sent) are `start`, `request` saying whose it is, read as
+/// libhtp reads it ([`super::ce`]); None without the field.
+pub fn content_encoding(start: &[u8], request: bool) -> Option<super::ce::Read> {
+    let run = |s: &mut Scratch| {
+        let mut ls = lines(start).skip_while(|l| l.is_empty());
+        ls.next()?;
+        split_fields(ls, request, s);
+        let mut merged = std::mem::take(&mut s.merged);
+        let r = s
+            .join(b"content-encoding", &mut merged)
+            .then(|| super::ce::read(&merged, request));
+        s.merged = merged;
+        r
+    };
+    SCRATCH.with(|s| match s.try_borrow_mut() {
+        Ok(mut s) => run(&mut s),
+        Err(_) => run(&mut Scratch::default()),
+    })
 }
 
 /// The events (bits of [`Event::bit`]) the head `start` raises, `request`
@@ -359,7 +417,18 @@ fn analyse_in(start: &[u8], request: bool, s: &mut Scratch) -> u32 {
     } else {
         status_line(line, &mut ev)
     };
-    // The fields, folded lines joined to the field before.
+    ev |= split_fields(ls, request, s);
+    let mut merged = std::mem::take(&mut s.merged);
+    ev |= fields_events(s, &mut merged, request, proto, target);
+    s.merged = merged;
+    ev
+}
+
+/// Splits a head's header lines `ls` (after its start line) into the
+/// fields of `s`, folded lines joined to the field before, and returns
+/// the events of the fields one by one.
+fn split_fields<'a>(ls: impl Iterator<Item = &'a [u8]>, request: bool, s: &mut Scratch) -> u32 {
+    let mut ev = 0;
     s.bytes.clear();
     s.fields.clear();
     for (i, l) in ls.enumerate() {
@@ -408,9 +477,6 @@ fn analyse_in(start: &[u8], request: bool, s: &mut Scratch) -> u32 {
         f.name = base + name.start..base + name.end;
         f.value = base + value.start..base + value.end;
     }
-    let mut merged = std::mem::take(&mut s.merged);
-    ev |= fields_events(s, &mut merged, request, proto, target);
-    s.merged = merged;
     ev
 }
 
@@ -424,25 +490,9 @@ fn fields_events(
     target: Option<super::host::HostPort<'_>>,
 ) -> u32 {
     let mut ev = 0;
-    let named = |n: &'static [u8]| {
-        s.fields
-            .iter()
-            .filter(move |f| s.bytes[f.name.clone()].eq_ignore_ascii_case(n))
-    };
+    let named = |n: &'static [u8]| s.named(n);
     let value = |f: &Field| &s.bytes[f.value.clone()];
-    // libhtp joins a repeated field's values into the first's with `, `.
-    let join = |n: &'static [u8], out: &mut Vec<u8>| -> bool {
-        out.clear();
-        let mut seen = false;
-        for f in named(n) {
-            if seen {
-                out.extend_from_slice(b", ");
-            }
-            seen = true;
-            out.extend_from_slice(value(f));
-        }
-        seen
-    };
+    let join = |n: &'static [u8], out: &mut Vec<u8>| s.join(n, out);
     // Repeated Content-Length fields are compared with the first rather
     // than joined: different lengths are ambiguous.
     let mut cls = named(b"content-length");
@@ -491,6 +541,15 @@ fn fields_events(
         }
     } else if cl.is_some_and(|v| content_length(v) < 0) {
         ev |= Event::InvalidClInResponse.bit();
+    }
+    if !request && join(b"content-encoding", merged) {
+        let r = super::ce::read(merged, false);
+        if r.too_many {
+            ev |= Event::TooManyEncodingLayers.bit();
+        }
+        if r.abnormal {
+            ev |= Event::AbnormalCeHeader.bit();
+        }
     }
     ev
 }
@@ -719,6 +778,42 @@ mod tests {
 
     const GET: &str = "GET / HTTP/1.1";
     const OK: &str = "HTTP/1.1 200 OK";
+
+    #[test]
+    fn content_encoding_events() {
+        let tm = |f: &str| resp("too_many_encoding_layers", OK, f);
+        let ab = |f: &str| resp("abnormal_ce_header", OK, f);
+        assert!(tm("Content-Encoding: gzip, gzip, gzip"));
+        assert!(!ab("Content-Encoding: gzip, gzip, gzip"));
+        assert!(tm(
+            "Content-Encoding: gzip\r\nContent-Encoding: gzip\r\ncontent-encoding: gzip"
+        ));
+        assert!(!tm("Content-Encoding: gzip, gzip"));
+        assert!(ab("Content-Encoding: gzip, br"));
+        assert!(ab("Content-Encoding: identity"));
+        assert!(ab("Content-Encoding: GZIP, gzip"));
+        assert!(!ab("Content-Encoding: GZIP"));
+        assert!(!ab("Content-Encoding: x-gzip, x-deflate"));
+        assert!(!ab("Content-Type: text/html"));
+        // Joined: an empty first field leaves a list starting with `, `.
+        assert!(ab("Content-Encoding: \r\nContent-Encoding: gzip"));
+        assert!(!ab("Content-Encoding: gzip\r\nContent-Encoding: "));
+        // Events of responses: a request's list raises nothing.
+        assert!(
+            analyse(
+                b"POST / HTTP/1.1\r\nHost: a\r\nContent-Encoding: a, b, c\r\n\r\n",
+                true
+            ) & (Event::TooManyEncodingLayers.bit() | Event::AbnormalCeHeader.bit())
+                == 0
+        );
+        let r = content_encoding(b"HTTP/1.1 200 OK\r\nContent-Encoding: br\r\n\r\n", false);
+        assert!(r.is_some_and(|r| r.abnormal && !r.too_many));
+        assert_eq!(
+            content_encoding(b"HTTP/1.1 200 OK\r\nX: y\r\n\r\n", false),
+            None
+        );
+        assert_eq!(content_encoding(b"", false), None);
+    }
 
     #[test]
     fn names() {

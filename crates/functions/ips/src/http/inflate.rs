@@ -71,7 +71,8 @@ pub enum Layer {
 }
 
 impl Layer {
-    fn coding(self) -> Coding {
+    /// The coding of this layer alone.
+    pub(crate) fn coding(self) -> Coding {
         match self {
             Layer::Gzip => Coding::Gzip,
             Layer::Deflate => Coding::Deflate,
@@ -88,61 +89,12 @@ impl Layer {
 
 impl Coding {
     /// The coding a head's `Content-Encoding` fields name (`head`: the
-    /// message's start line and header lines), as libhtp reads them: the
-    /// fields joined with `, `; a value that is exactly `gzip`, `x-gzip`,
-    /// `deflate` or `x-deflate` (any case) names that coding; any other
-    /// is a list of tokens (apart by commas and spaces), each naming a
-    /// layer if it contains `gzip`, `deflate` or `lzma` (`identity`, `br`
-    /// and the like are ignored). One or two layers of `gzip` and
-    /// `deflate` are inflated, in the order listed; none, `lzma`, or three
-    /// layers and more (past libhtp's limit of two) leave the body as sent.
-    pub fn of_head(head: &[u8]) -> Coding {
-        let mut values = 0;
-        let mut only = Coding::Identity;
-        let mut layers = 0;
-        let mut listed = [Layer::Gzip; 2];
-        let mut lzma = false;
-        for line in head.split(|&b| b == b'\n').skip(1) {
-            let Some(c) = memchr::memchr(b':', line) else {
-                continue;
-            };
-            if !line[..c]
-                .trim_ascii()
-                .eq_ignore_ascii_case(b"content-encoding")
-            {
-                continue;
-            }
-            let v = line[c + 1..].trim_ascii();
-            values += 1;
-            only = exact(v);
-            for tok in v.split(|&b| b == b',' || b == b' ' || b == b'\t') {
-                let has = |w: &[u8]| tok.windows(w.len()).any(|x| x.eq_ignore_ascii_case(w));
-                if tok.is_empty() {
-                    continue;
-                }
-                let t = if has(b"gzip") {
-                    Layer::Gzip
-                } else if has(b"deflate") {
-                    Layer::Deflate
-                } else if has(b"lzma") {
-                    lzma = true;
-                    Layer::Gzip
-                } else {
-                    continue;
-                };
-                if layers < 2 {
-                    listed[layers] = t;
-                }
-                layers += 1;
-            }
-        }
-        match (values, layers) {
-            (1, _) if only != Coding::Identity => only,
-            _ if lzma => Coding::Identity,
-            (_, 1) => listed[0].coding(),
-            (_, 2) => Coding::Two(listed[0], listed[1]),
-            _ => Coding::Identity,
-        }
+    /// message's start line and header lines; `request`: whose), as libhtp
+    /// reads them ([`super::ce`]): one or two layers of `gzip` and
+    /// `deflate` are inflated, in the order listed; none, `lzma`, or a
+    /// request's list leave the body as sent.
+    pub fn of_head(head: &[u8], request: bool) -> Coding {
+        super::events::content_encoding(head, request).map_or(Coding::Identity, |r| r.coding)
     }
 
     /// The byte a blob stores.
@@ -167,18 +119,6 @@ impl Coding {
             }
             _ => return None,
         })
-    }
-}
-
-/// The coding a `Content-Encoding` value names exactly (libhtp's fast
-/// path), else identity.
-fn exact(v: &[u8]) -> Coding {
-    if v.eq_ignore_ascii_case(b"gzip") || v.eq_ignore_ascii_case(b"x-gzip") {
-        Coding::Gzip
-    } else if v.eq_ignore_ascii_case(b"deflate") || v.eq_ignore_ascii_case(b"x-deflate") {
-        Coding::Deflate
-    } else {
-        Coding::Identity
     }
 }
 
@@ -828,15 +768,25 @@ mod tests {
 
     #[test]
     fn codings_from_heads() {
-        let h =
-            |e: &str| Coding::of_head(format!("HTTP/1.1 200 OK\r\n{e}\r\nX: y\r\n\r\n").as_bytes());
+        let h = |e: &str| {
+            Coding::of_head(
+                format!("HTTP/1.1 200 OK\r\n{e}\r\nX: y\r\n\r\n").as_bytes(),
+                false,
+            )
+        };
+        let req = |e: &str| {
+            Coding::of_head(
+                format!("POST / HTTP/1.1\r\n{e}\r\nX: y\r\n\r\n").as_bytes(),
+                true,
+            )
+        };
         assert_eq!(h("Content-Encoding: gzip"), Coding::Gzip);
         assert_eq!(h("content-encoding:X-GZIP"), Coding::Gzip);
         assert_eq!(h("Content-Encoding: deflate"), Coding::Deflate);
         assert_eq!(h("Content-Encoding: x-deflate"), Coding::Deflate);
         assert_eq!(h("Content-Encoding: br"), Coding::Identity);
         assert_eq!(h("Content-Encoding: identity, identity"), Coding::Identity);
-        // Lists of one layer: libhtp ignores the tokens it does not know
+        // Lists of one layer: libhtp skips the tokens it does not know
         // (measured: Suricata 7.0.10 inflates these).
         assert_eq!(h("Content-Encoding: gzip, br"), Coding::Gzip);
         assert_eq!(h("Content-Encoding: br, gzip"), Coding::Gzip);
@@ -847,18 +797,32 @@ mod tests {
             h("Content-Encoding: gzip\r\nContent-Encoding: br"),
             Coding::Gzip
         );
-        // Two layers, in the order listed; three are past libhtp's limit.
+        // Two layers, in the order listed; a third token ends the list.
         let (g, d) = (Layer::Gzip, Layer::Deflate);
         assert_eq!(h("Content-Encoding: gzip, gzip"), Coding::Two(g, g));
         assert_eq!(h("Content-Encoding: deflate, gzip"), Coding::Two(d, g));
-        assert_eq!(h("Content-Encoding: x-gzip,br,deflate"), Coding::Two(g, d));
+        assert_eq!(h("Content-Encoding: x-gzip,deflate"), Coding::Two(g, d));
+        assert_eq!(h("Content-Encoding: x-gzip,br,deflate"), Coding::Gzip);
         assert_eq!(
             h("Content-Encoding: gzip\r\nContent-Encoding: gzip"),
             Coding::Two(g, g)
         );
-        assert_eq!(h("Content-Encoding: gzip, gzip, gzip"), Coding::Identity);
+        assert_eq!(h("Content-Encoding: gzip, gzip, gzip"), Coding::Two(g, g));
+        assert_eq!(h("Content-Encoding: br, identity, gzip"), Coding::Identity);
         assert_eq!(h("Content-Encoding: lzma"), Coding::Identity);
         assert_eq!(h("Content-Encoding: gzip, lzma"), Coding::Identity);
+        // A folded value is joined to its field.
+        assert_eq!(h("Content-Encoding: gzip,\r\n gzip"), Coding::Two(g, g));
+        // Requests: a whole value only (measured).
+        assert_eq!(req("Content-Encoding: gzip"), Coding::Gzip);
+        assert_eq!(req("Content-Encoding: X-Gzip"), Coding::Gzip);
+        assert_eq!(req("Content-Encoding: deflate"), Coding::Deflate);
+        assert_eq!(req("Content-Encoding: gzip, gzip"), Coding::Identity);
+        assert_eq!(req("Content-Encoding: gzip, br"), Coding::Identity);
+        assert_eq!(
+            req("Content-Encoding: gzip\r\nContent-Encoding: gzip"),
+            Coding::Identity
+        );
         for c in [
             Coding::Two(g, g),
             Coding::Two(g, d),

@@ -38,6 +38,7 @@
 use std::ops::Range;
 
 pub mod body;
+pub mod ce;
 pub(crate) mod eval;
 pub mod events;
 pub(crate) mod host;

@@ -575,7 +575,10 @@ pub struct Rule {
     /// fired on the packet whose chunk-size line libhtp calls invalid
     /// ([`crate::http::chunk_line_invalid`]) or whose body bytes fail to
     /// inflate ([`crate::http::inflate::Inflater::take_failed`]), not on
-    /// HTTP messages.
+    /// HTTP messages. Bits 8 and 16: a `to_server` rule's
+    /// `http.too_many_encoding_layers` and `http.abnormal_ce_header`, all
+    /// to be raised by a response, fired on the client's next packet
+    /// ([`crate::engine::OWED_CE`]).
     pub http_body_events: u8,
     /// Names of the `byte_extract` variables.
     pub vars: Vec<String>,
@@ -1304,6 +1307,7 @@ pub fn parse_rule(line: &str, vars: &Vars) -> Result<Rule, RuleSyntax> {
     absolute_first(&rule.base64, &mut rule.contents);
     options::validate(&rule)?;
     rule.tls_flow = options::tls_flow(&rule)?;
+    options::owed_response_events(&mut rule)?;
     options::http_body_event_alone(&rule)?;
     options::ssh_events_alone(&rule)?;
     if !rule.alp.is_empty() {

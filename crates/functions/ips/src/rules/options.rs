@@ -1322,6 +1322,49 @@ pub(super) fn http_body_event_alone(rule: &Rule) -> Result<(), RuleSyntax> {
     Ok(())
 }
 
+/// Moves a `to_server` rule's `http.too_many_encoding_layers` and
+/// `http.abnormal_ce_header` (events of a response's head) to
+/// [`Rule::http_body_events`]: the response raises them and the rule fires
+/// on the client's next packet, as Suricata 7.0.10 replayed as an IDS
+/// fires its own `to_server` rules on them (measured: on the client's
+/// acknowledgement of the response; inline it never fires them). Such a
+/// rule may have only its header, `flow`, `flowbits` and `flowint`
+/// operations besides; others are refused, naming the event.
+pub(super) fn owed_response_events(rule: &mut Rule) -> Result<(), RuleSyntax> {
+    use crate::http::events::Event;
+    if rule.to_server != Some(true) {
+        return Ok(());
+    }
+    let Some(i) = rule
+        .http
+        .iter()
+        .position(|l| l.buf == crate::http::Buf::StartRawResponse)
+    else {
+        return Ok(());
+    };
+    let mut bits = 0;
+    let mut others = !rule.http[i].xf.is_empty() || rule.http.len() > 1;
+    for it in &rule.http[i].items {
+        match it {
+            Item::HttpEvent(Event::TooManyEncodingLayers) => bits |= crate::http::eval::CE_TOO_MANY,
+            Item::HttpEvent(Event::AbnormalCeHeader) => bits |= crate::http::eval::CE_ABNORMAL,
+            _ => others = true,
+        }
+    }
+    if bits == 0 {
+        return Ok(());
+    }
+    if others || beyond_flow_and_ops(rule) {
+        return Err(RuleSyntax::UnsupportedKeyword(
+            "app-layer-event http.too_many_encoding_layers or http.abnormal_ce_header (a response's) on a to_server rule with conditions other than flow, flowbits and flowint operations"
+                .into(),
+        ));
+    }
+    rule.http.clear();
+    rule.http_body_events |= bits;
+    Ok(())
+}
+
 /// Refuses a rule with an SSH banner event ([`Rule::ssh_events`]) and
 /// conditions besides its header, `flow`, `flowbits` operations and
 /// `flowint` operations: the event stays on the flow and is matched on
