@@ -533,6 +533,34 @@ def ftp_detect():
     return a + b
 
 
+def ftp_line_too_long():
+    # Suricata's ftp-events.rules: command and reply lines of 4,096 bytes or
+    # more with their line end (LF or CRLF), in one segment or many, once
+    # per line; a line that never ends; two long commands. Near misses:
+    # 4,095 bytes with the line end.
+    def line(verb, n, end=b"\r\n"):
+        return verb + b"a" * (n - len(verb)) + end
+
+    def cut(b, to_server=True, size=1000):
+        return [(to_server, b[i : i + size]) for i in range(0, len(b), size)]
+
+    banner = (False, b"220 (vsFTPd 3.0.3)\r\n")
+    ok = (False, b"331 Please specify the password.\r\n")
+    cases = [
+        [banner, *cut(line(b"USER ", 4094)), ok],
+        [banner, *cut(line(b"USER ", 4093)), ok],
+        [banner, *cut(line(b"USER ", 4095, b"\n")), ok],
+        [banner, *cut(line(b"USER ", 4094, b"\n")), ok],
+        [banner, (True, line(b"USER ", 4095)), ok],
+        [banner, *cut(line(b"USER ", 20000)), ok],
+        [banner, *cut(line(b"USER ", 5000)), ok, *cut(line(b"PASS ", 5000)), (False, b"230 Login successful.\r\n")],
+        [banner, (True, b"USER anonymous\r\n"), *cut(line(b"331 ", 4094), False), (True, b"PASS x\r\n")],
+        [banner, (True, b"USER anonymous\r\n"), *cut(line(b"331 ", 4093), False), (True, b"PASS x\r\n")],
+        [banner, *cut(line(b"USER ", 6000, b""))],
+    ]
+    return [p for i, c in enumerate(cases) for p in exchange(21, 41300 + i, *c)]
+
+
 def ssh_detect():
     # differences-from-snort.html "Automatic Protocol Detection" (ssh): the
     # identification strings on 2222; the same string in an HTTP request on
@@ -737,6 +765,7 @@ CAPTURES = {
     "app-dns-eve": dns_eve,
     "app-smtp-detect": smtp_detect,
     "app-ftp-detect": ftp_detect,
+    "app-ftp-event-line-too-long": ftp_line_too_long,
     "app-ssh-detect": ssh_detect,
     "app-http-header-cookie": http_header_cookie,
     "app-http-header-end": http_header_end,

@@ -789,6 +789,12 @@ impl Ips {
         if self.smtp_stream(st, (d, hdr), p, ctx.events, (data, base)) {
             return true;
         }
+        if self.ftp_stream(st, (d, hdr), p, ctx.events, (data, base)) {
+            return true;
+        }
+        if st.flags & PASSED != 0 {
+            return false;
+        }
         let x = if c.peer { 1 - d } else { d };
         if base == 0 && self.ssh_ident(st, (d, x, hdr), p, ctx.events, data) {
             return true;

@@ -933,6 +933,9 @@ pub struct Engine {
     /// The `ssh` rules on banner events ([`Rule::ssh_events`]), evaluated
     /// on every packet of an SSH flow that raised one ([`crate::ssh`]).
     pub ssh_ev: Vec<u32>,
+    /// The `ftp` rules on line events ([`Rule::ftp_events`]), fired where
+    /// a line reaches the FTP parser's bound ([`crate::ftp`]).
+    pub ftp_ev: Vec<u32>,
     /// Flowbit names, by id.
     pub flowbit_names: Vec<String>,
     /// The rules' `flowint` keywords ([`crate::flowint`]).
@@ -983,7 +986,13 @@ impl Engine {
             let classes: &[usize] = match r.proto {
                 // Inspected on SMTP attachments only ([`crate::smtp`]), or
                 // on SSH identification strings.
-                _ if r.smtp_file.is_some() || !r.ssh.is_empty() || r.ssh_events != 0 => &[],
+                _ if r.smtp_file.is_some()
+                    || !r.ssh.is_empty()
+                    || r.ssh_events != 0
+                    || r.ftp_events != 0 =>
+                {
+                    &[]
+                }
                 // `smtp`, `ftp`, `smb`: stream rules like `tcp` ones, their
                 // header also asking for the flow's detected protocol.
                 Proto::Tcp | Proto::Smtp | Proto::Ftp | Proto::Smb | Proto::Ssh => &[0],
@@ -1131,6 +1140,9 @@ impl Engine {
         let ssh_ids = (0..rules.len() as u32)
             .filter(|&r| !rules[r as usize].ssh.is_empty())
             .collect();
+        let ftp_ev = (0..rules.len() as u32)
+            .filter(|&r| rules[r as usize].ftp_events != 0)
+            .collect();
         let ssh_ev = (0..rules.len() as u32)
             .filter(|&r| rules[r as usize].ssh_events != 0)
             .collect();
@@ -1174,6 +1186,7 @@ impl Engine {
             smtp_files,
             ssh_ids,
             ssh_ev,
+            ftp_ev,
             rules,
             cs,
             ci,
@@ -1688,8 +1701,9 @@ pub struct FlowState {
 /// and only for a flow that has one (a record without it reads as none),
 /// version 12 the TLS events' state in it ([`crate::tls::events`]),
 /// version 13 the SSH banner events ([`crate::ssh`]) in the upper half of
-/// the detected protocol's byte.
-const VERSION: u8 = 13;
+/// the detected protocol's byte, version 14 an FTP line's start as a
+/// pending unit without bytes ([`crate::pending::FTP`]).
+const VERSION: u8 = 14;
 
 impl Codec for FlowState {
     fn encode(&self, w: &mut Writer<'_>) {

@@ -155,6 +155,7 @@ pub mod dns;
 pub mod engine;
 mod eve_meta;
 pub mod flowint;
+pub mod ftp;
 mod hashmpm;
 mod header;
 pub mod http;
@@ -451,6 +452,10 @@ pub struct Counters {
     /// SSH banners raising `invalid_banner` or `long_banner`
     /// ([`ssh::banner_events`]; counted while a rule on them is loaded).
     pub ssh_banner_events: u64,
+    /// FTP command and reply lines reaching the FTP parser's bound
+    /// ([`ftp::LINE_LIMIT`]): `ftp.request_command_too_long` and
+    /// `ftp.response_command_too_long`.
+    pub ftp_long_lines: u64,
     /// HTTP body packets whose head's prefilter finds came from the blob
     /// ([`http::body`]) instead of a search of the head's buffers.
     pub http_head_reused: u64,
@@ -1111,6 +1116,7 @@ impl NetworkFunction for Ips {
             ("ips_pending_discarded", c.pending_discarded),
             ("ips_pending_lost", c.pending_lost),
             ("ips_ssh_banner_events", c.ssh_banner_events),
+            ("ips_ftp_long_lines", c.ftp_long_lines),
             ("ips_http_head_reused", c.http_head_reused),
             ("ips_http_inflated_bodies", c.http_inflated_bodies),
             ("ips_http_body_limited", c.http_body_limited),

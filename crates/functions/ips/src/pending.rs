@@ -61,11 +61,16 @@ pub const HTTP_BODY: u8 = 4;
 /// The SMTP client's reader and the attachment being received, with the
 /// rules that fired on it ([`crate::smtp`]); records of version 9 on.
 pub const SMTP: u8 = 5;
+/// No bytes: on an FTP flow, `end` is the stream position where the
+/// direction's current line started ([`crate::ftp`]); records of version
+/// 14 on.
+pub const FTP: u8 = 6;
 
 /// A direction's pending unit as the flow record describes it.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Pend {
-    /// [`NONE`], [`HTTP`], [`TLS`], [`DNS`], [`HTTP_BODY`] or [`SMTP`].
+    /// [`NONE`], [`HTTP`], [`TLS`], [`DNS`], [`HTTP_BODY`], [`SMTP`] or
+    /// [`FTP`].
     pub kind: u8,
     /// Bytes in the blob.
     pub len: u32,
@@ -94,10 +99,14 @@ impl Pend {
 
     /// Reads what [`encode`](Pend::encode) wrote in a record of `version`
     /// (which tells the kinds it knows: [`HTTP_BODY`] from 5, [`SMTP`]
-    /// from 9).
+    /// from 9, [`FTP`] from 14).
     pub fn decode(r: &mut Reader<'_>, version: u8) -> Result<Pend, DecodeError> {
         let kind = r.u8()?;
-        if kind > SMTP || (kind == HTTP_BODY && version < 5) || (kind == SMTP && version < 9) {
+        if kind > FTP
+            || (kind == HTTP_BODY && version < 5)
+            || (kind == SMTP && version < 9)
+            || (kind == FTP && version < 14)
+        {
             return Err(DecodeError("unknown ips pending unit kind"));
         }
         if kind == NONE {
@@ -109,6 +118,7 @@ impl Pend {
             TLS => MAX_TLS_UNIT,
             DNS => MAX_DNS_UNIT,
             SMTP => crate::smtp::MAX_BLOB,
+            FTP => 0,
             _ => crate::http::body::MAX_BLOB,
         };
         if len as usize > max {

@@ -453,3 +453,96 @@ fn a_drop_rule_on_a_banner_event_blocks_the_banner() {
     assert!(dropped[3], "the banner's packet: {dropped:?}");
     assert!(dropped[4..].iter().all(|&d| d), "{dropped:?}");
 }
+
+/// Suricata's ftp-events.rules lines.
+const FTP_EVENT_RULES: [&str; 2] = [
+    r#"alert ftp any any -> any any (msg:"SURICATA FTP Request command too long"; flow:to_server; app-layer-event:ftp.request_command_too_long; classtype:protocol-command-decode; sid:2232000; rev:1;)"#,
+    r#"alert ftp any any -> any any (msg:"SURICATA FTP Response command too long"; flow:to_client; app-layer-event:ftp.response_command_too_long; classtype:protocol-command-decode; sid:2232001; rev:1;)"#,
+];
+
+/// An FTP session on port 21 whose client sends `command` in `size`-byte
+/// segments, answered by `reply` in `size`-byte segments.
+fn ftp_session(command: &[u8], reply: &[u8], size: usize) -> Vec<Vec<u8>> {
+    let mut msgs: Vec<(bool, &[u8])> = vec![(false, b"220 (vsFTPd 3.0.3)\r\n")];
+    msgs.extend(command.chunks(size).map(|c| (true, c)));
+    msgs.extend(reply.chunks(size).map(|c| (false, c)));
+    conv(21, &msgs)
+}
+
+/// `verb`, then `a` up to `n` bytes, then `end`.
+fn ftp_line(verb: &[u8], n: usize, end: &[u8]) -> Vec<u8> {
+    let mut l = verb.to_vec();
+    l.resize(n, b'a');
+    l.extend_from_slice(end);
+    l
+}
+
+/// A command or reply line of 4,096 bytes or more with its line end
+/// raises its direction's event once, wherever it is cut and whichever
+/// instance sharing the store takes each segment (the line's start is in
+/// the flow's record); 4,095 bytes raise nothing; a `drop` rule drops the
+/// segment reaching the bound.
+#[test]
+fn ftp_lines_too_long_fire_once_from_the_store() {
+    let ok = b"331 Please specify the password.\r\n".to_vec();
+    let cases = [
+        (ftp_line(b"USER ", 4094, b"\r\n"), ok.clone(), vec![2232000]),
+        (ftp_line(b"USER ", 4093, b"\r\n"), ok.clone(), vec![]),
+        (ftp_line(b"USER ", 4095, b"\n"), ok.clone(), vec![2232000]),
+        (
+            [
+                ftp_line(b"USER ", 5000, b"\r\n"),
+                ftp_line(b"PASS ", 5000, b"\r\n"),
+            ]
+            .concat(),
+            ok.clone(),
+            vec![2232000, 2232000],
+        ),
+        (ftp_line(b"USER ", 6000, b""), vec![], vec![2232000]),
+        (
+            b"USER anonymous\r\n".to_vec(),
+            ftp_line(b"331 ", 4094, b"\r\n"),
+            vec![2232001],
+        ),
+        (
+            b"USER anonymous\r\n".to_vec(),
+            ftp_line(b"331 ", 4093, b"\r\n"),
+            vec![],
+        ),
+    ];
+    for (command, reply, want) in &cases {
+        for size in [1000, 1449, 4096, 20_000] {
+            let frames = ftp_session(command, reply, size);
+            let one: Vec<u32> = alerts(&FTP_EVENT_RULES, &frames)
+                .iter()
+                .map(|a| a.0)
+                .collect();
+            assert_eq!(&one, want, "one batch, {size}-byte segments");
+            let mut st = LocalStore::new();
+            let mut across = Vec::new();
+            for (k, f) in frames.iter().enumerate() {
+                let mut i = common::ips_with(&FTP_EVENT_RULES, &[]);
+                let (a, _) = common::run_in(&mut i, &mut st, std::slice::from_ref(f), 1 + k as u64);
+                across.extend(a.into_iter().map(|a| a.0));
+            }
+            assert_eq!(
+                &across, want,
+                "one instance per packet, {size}-byte segments"
+            );
+        }
+    }
+    let drop = FTP_EVENT_RULES[0].replacen("alert", "drop", 1);
+    let frames = ftp_session(&ftp_line(b"USER ", 5000, b"\r\n"), &ok, 1000);
+    let (sids, dropped, c) = common::run_each(common::ips_with(&[&drop], &[]), &frames);
+    assert_eq!(sids, vec![2232000]);
+    // The handshake (3), the banner, then the fifth segment reaches 4,096.
+    assert_eq!(dropped.iter().position(|&d| d), Some(3 + 1 + 4));
+    assert_eq!(c.ftp_long_lines, 1);
+    // Only on FTP flows, and alone.
+    let not_ftp = conv(21, &[(true, &ftp_line(b"HELO ", 5000, b"\r\n"))]);
+    assert!(alerts(&FTP_EVENT_RULES, &not_ftp).is_empty());
+    let more = r#"alert ftp any any -> any any (app-layer-event:ftp.request_command_too_long; content:"USER"; sid:9;)"#;
+    let e = sluice_ips::rules::parse_rule(more, &sluice_ips::rules::suricata_default_vars())
+        .unwrap_err();
+    assert!(e.reason().contains("app-layer-event:ftp"), "{}", e.reason());
+}

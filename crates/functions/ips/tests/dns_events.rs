@@ -103,13 +103,19 @@ fn the_shipped_rules_load() {
         e.reason(),
         "keyword app-layer-event ssh.invalid_record: needs the SSH records tracked across segments"
     );
-    let e =
-        load("alert ftp any any -> any any (app-layer-event:ftp.request_command_too_long; sid:1;)")
-            .unwrap_err();
+    let e = load(
+        "alert smtp any any -> any any (app-layer-event:smtp.max_command_line_len_exceeded; sid:1;)",
+    )
+    .unwrap_err();
     assert_eq!(
         e.reason(),
-        "keyword app-layer-event ftp.request_command_too_long"
+        "keyword app-layer-event smtp.max_command_line_len_exceeded"
     );
+    // FTP's line events are decided ([`sluice_ips::ftp`]).
+    assert!(load(
+        "alert ftp any any -> any any (app-layer-event:ftp.request_command_too_long; sid:1;)"
+    )
+    .is_ok());
 }
 
 #[test]

@@ -135,7 +135,11 @@ impl Ips {
         data: &[u8],
         (base, gap, eof): (u64, bool, bool),
     ) -> bool {
-        if !self.engine.parses_http() || (data.is_empty() && !eof) {
+        // An FTP control connection is no HTTP flow (a long `USER` line
+        // in one segment could look like a request's start); its pending
+        // slot follows its lines ([`crate::ftp`]).
+        if !self.engine.parses_http() || (data.is_empty() && !eof) || st.app == crate::applayer::FTP
+        {
             return false;
         }
         let mut me = st.http[d];

@@ -1,4 +1,4 @@
-//! `app-layer-event:PROTO.NAME` for the DNS and SSH parsers: which
+//! `app-layer-event:PROTO.NAME` for the DNS, SSH and FTP parsers: which
 //! events Sluice decides, and the rule condition each becomes.
 
 use super::{Proto, Rule, RuleSyntax};
@@ -12,7 +12,7 @@ fn bad_value(v: &str) -> RuleSyntax {
 
 /// True if `v` names an event of a protocol handled here (`dns.`, `ssh.`).
 pub(super) fn handles(v: &str) -> bool {
-    v.starts_with("dns.") || v.starts_with("ssh.")
+    v.starts_with("dns.") || v.starts_with("ssh.") || v.starts_with("ftp.")
 }
 
 /// Adds the event `v` (`dns.NAME`) to `rule`'s conditions. A name Suricata
@@ -45,6 +45,17 @@ pub(super) fn apply(rule: &mut Rule, v: &str) -> Result<(), RuleSyntax> {
             )));
         }
         rule.ssh_events |= bit;
+        return Ok(());
+    }
+    if let Some(name) = v.strip_prefix("ftp.") {
+        let bit = crate::ftp::event_bit(name).ok_or_else(|| bad_value(v))?;
+        if rule.proto != Proto::Ftp {
+            return Err(RuleSyntax::UnsupportedKeyword(format!(
+                "app-layer-event {v} on a {} rule",
+                rule.proto.name()
+            )));
+        }
+        rule.ftp_events |= bit;
         return Ok(());
     }
     Err(bad_value(v))

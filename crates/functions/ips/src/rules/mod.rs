@@ -569,6 +569,12 @@ pub struct Rule {
     /// these alone, evaluated on every packet of an SSH flow
     /// ([`crate::ssh`]).
     pub ssh_events: u8,
+    /// `app-layer-event:ftp.request_command_too_long` and
+    /// `ftp.response_command_too_long` (`ftp` rules only;
+    /// [`crate::ftp::event_bit`]), all to be raised: a rule of these alone,
+    /// fired on the packet whose bytes take a line to the FTP parser's
+    /// bound ([`crate::ftp`]).
+    pub ftp_events: u8,
     /// `app-layer-event:http.invalid_request_chunk_len` (bit 1),
     /// `http.invalid_response_chunk_len` (bit 2) and
     /// `http.gzip_decompression_failed` (bit 4): a rule of these alone,
@@ -651,6 +657,7 @@ impl Rule {
             || self.smtp_file.is_some()
             || !self.ssh.is_empty()
             || self.ssh_events != 0
+            || self.ftp_events != 0
     }
 
     /// True for a rule whose payload keywords Suricata inspects over each
@@ -1229,6 +1236,7 @@ pub fn parse_rule(line: &str, vars: &Vars) -> Result<Rule, RuleSyntax> {
         tls_events: 0,
         tls_flow: false,
         ssh_events: 0,
+        ftp_events: 0,
         http_body_events: 0,
         vars: Vec::new(),
         flowbits: Vec::new(),
@@ -1310,6 +1318,7 @@ pub fn parse_rule(line: &str, vars: &Vars) -> Result<Rule, RuleSyntax> {
     options::owed_response_events(&mut rule)?;
     options::http_body_event_alone(&rule)?;
     options::ssh_events_alone(&rule)?;
+    options::ftp_events_alone(&rule)?;
     if !rule.alp.is_empty() {
         rule.alp.pd_only = pd_only(&rule);
     }
@@ -1341,6 +1350,7 @@ fn pd_only(r: &Rule) -> bool {
         && r.smtp_file.is_none()
         && r.ssh.is_empty()
         && r.ssh_events == 0
+        && r.ftp_events == 0
         && r.ip.is_empty()
         && r.hdr.is_empty()
         && r.base64.is_empty()

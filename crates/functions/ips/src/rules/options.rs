@@ -1379,6 +1379,20 @@ pub(super) fn ssh_events_alone(rule: &Rule) -> Result<(), RuleSyntax> {
     Ok(())
 }
 
+/// Refuses a rule with an FTP line event ([`Rule::ftp_events`]) and
+/// conditions besides its header, `flow`, `flowbits` operations and
+/// `flowint` operations: the event is raised where a line reaches the
+/// bound, which need not be a packet holding the command's bytes.
+pub(super) fn ftp_events_alone(rule: &Rule) -> Result<(), RuleSyntax> {
+    if rule.ftp_events != 0 && beyond_flow_and_ops(rule) {
+        return Err(RuleSyntax::UnsupportedKeyword(
+            "app-layer-event:ftp with conditions other than flow, flowbits and flowint operations"
+                .into(),
+        ));
+    }
+    Ok(())
+}
+
 /// Whether `rule` is one of the flow's TLS handshake state
 /// ([`Rule::tls_flow`]): `ssl_state` or `ssl_version` with nothing else
 /// but its header, `flow` and `flowbits` operations. `ssl_state` with
