@@ -421,6 +421,30 @@ fn icmp_idseq(p: &Packet) -> Option<(u16, u16)> {
 }
 
 impl Ips {
+    /// After the batch's writes: keeps each blob written (or read and
+    /// unchanged) in memory for its flow's next batch on this instance,
+    /// under the record as written ([`pending::BlobCache`]).
+    pub(crate) fn keep_blobs(&mut self, pass: &mut Pass<Ips>) {
+        for e in pass.recs.iter() {
+            let Some(st) = &e.cur else { continue };
+            for d in 0..2 {
+                let pend = st.pend[d];
+                if !pend.has_blob() {
+                    continue;
+                }
+                let Some(canon) = e.key.flow_key() else {
+                    continue;
+                };
+                let Some(b) = self.pend.take_of(e.x.rec, d) else {
+                    continue;
+                };
+                if b.len() == pend.len as usize {
+                    self.blob_cache.keep(&canon, d, (pend, st.last_seen), b);
+                }
+            }
+        }
+    }
+
     /// Reads the pending blobs the batch needs ([`crate::pending`]): of the
     /// records announcing one, for each direction a packet of the batch
     /// brings stream bytes to. One round trip for the whole batch, none if
@@ -463,8 +487,17 @@ impl Ips {
             if !st.pend[d].has_blob() || self.pend.has(ei, d) {
                 continue;
             }
-            self.pend.slot(ei, d);
             let (canon, _) = p.meta.flow.canonical();
+            // Written last by this instance, under the record as read now:
+            // taken from memory, no round trip.
+            if let Some(b) = self.blob_cache.take(&canon, d, st.pend[d], st.last_seen) {
+                let n = b.len();
+                *self.pend.slot(ei, d) = b;
+                self.pend.set_stored(ei, d, n);
+                self.counters.pending_cached += 1;
+                continue;
+            }
+            self.pend.slot(ei, d);
             // Moved, not copied, out of the results: a body so far may be
             // up to the body limit.
             let id = pass.ops.get_moved(pending::key(self.ns, &canon, d));

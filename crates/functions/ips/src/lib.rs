@@ -440,6 +440,10 @@ pub struct Counters {
     /// append), the blob having only grown since this batch read it: a
     /// body's packets then send what they add, not the body so far.
     pub pending_appended: u64,
+    /// Pending blobs a batch took from the instance's memory instead of
+    /// reading them from the store ([`pending::BlobCache`]): this instance
+    /// wrote them last.
+    pub pending_cached: u64,
     /// Units over their bound: the direction stopped being parsed for that
     /// protocol.
     pub pending_overflow: u64,
@@ -619,6 +623,8 @@ pub struct Ips {
     views: views::Views,
     /// The batch's pending units in memory ([`pending`]).
     pend: pending::PendBatch,
+    /// The pending blobs this instance wrote last ([`pending::BlobCache`]).
+    blob_cache: pending::BlobCache,
     /// The blob reads of the batch: (record, direction, read).
     pend_reads: Vec<(u32, u8, OpId)>,
     /// Blob writes of the batch sent as appends, counted by the write step
@@ -829,6 +835,7 @@ impl Ips {
             scan_scratch: Default::default(),
             views: Default::default(),
             pend: Default::default(),
+            blob_cache: Default::default(),
             pend_reads: Vec::new(),
             pend_appends: Default::default(),
             joined: Vec::new(),
@@ -970,6 +977,12 @@ impl NetworkFunction for Ips {
             pass.decide(ips, batch, ctx);
             let r = pass.write(ips, store);
             ips.counters.pending_appended += ips.pend_appends.take();
+            // The blobs written are kept for the flows' next batches; after
+            // a failed write none is trusted.
+            match r {
+                Ok(_) => ips.keep_blobs(pass),
+                Err(_) => ips.blob_cache.clear(),
+            }
             r
         });
         if datagrams {
@@ -1112,6 +1125,7 @@ impl NetworkFunction for Ips {
             ("ips_pending_joined", c.pending_joined),
             ("ips_pending_saved", c.pending_saved),
             ("ips_pending_appended", c.pending_appended),
+            ("ips_pending_cached", c.pending_cached),
             ("ips_pending_overflow", c.pending_overflow),
             ("ips_pending_discarded", c.pending_discarded),
             ("ips_pending_lost", c.pending_lost),

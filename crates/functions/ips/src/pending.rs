@@ -228,6 +228,13 @@ impl PendBatch {
         (s != NO_SLOT).then(|| &self.bufs[s as usize])
     }
 
+    /// Takes the bytes of direction `d` of record `rec` out of its slot
+    /// (None without one), leaving the slot empty.
+    pub fn take_of(&mut self, rec: u32, d: usize) -> Option<Vec<u8>> {
+        let s = *self.of.get(rec as usize)?.get(d)?;
+        (s != NO_SLOT).then(|| std::mem::take(&mut self.bufs[s as usize]))
+    }
+
     /// The bytes of direction `d` of record `rec`, if it has a slot.
     pub fn of(&self, rec: u32, d: usize) -> Option<&[u8]> {
         let s = *self.of.get(rec as usize)?.get(d)?;
@@ -342,5 +349,168 @@ impl Ips {
         };
         self.counters.pending_saved += 1;
         self.pend.put_kept(d, held, kept);
+    }
+}
+
+/// Bytes of blobs an instance keeps in memory at most ([`BlobCache`]).
+pub const CACHED_BYTES: usize = 32 << 20;
+/// Blobs an instance keeps in memory at most.
+pub const CACHED_BLOBS: usize = 4096;
+
+/// The blobs this instance wrote last, by flow and direction, so that the
+/// flow's next batch on it need not read back what it wrote: a body's
+/// packets would each read the whole body so far out of the store (with a
+/// local store an eighth of the IPS's time on the bench's HTTP mix, over
+/// the network the body each time). A kept blob is used only if the flow's
+/// record, as this batch read it, still describes it: the same unit
+/// ([`Pend`]: kind, length, end) and the same `last_seen`, which any
+/// instance writing the record since would have moved (a blob changes only
+/// with its record). Anything else, or a miss, reads the store as before;
+/// the store stays the truth, so another instance continues the flow.
+#[derive(Default)]
+pub(crate) struct BlobCache {
+    map: rustc_hash::FxHashMap<(FlowKey, u8), Kept>,
+    bytes: usize,
+}
+
+struct Kept {
+    pend: Pend,
+    last_seen: u64,
+    bytes: Vec<u8>,
+}
+
+impl BlobCache {
+    /// The blob of direction `d` of flow `canon` if this instance wrote it
+    /// under exactly `pend` and `last_seen`; taken out either way.
+    pub fn take(
+        &mut self,
+        canon: &FlowKey,
+        d: usize,
+        pend: Pend,
+        last_seen: u64,
+    ) -> Option<Vec<u8>> {
+        if self.map.is_empty() {
+            return None;
+        }
+        let k = self.map.remove(&(*canon, d as u8))?;
+        self.bytes -= k.bytes.capacity();
+        (k.pend == pend && k.last_seen == last_seen && k.bytes.len() == pend.len as usize)
+            .then_some(k.bytes)
+    }
+
+    /// Keeps `bytes`, the blob just written for direction `d` of flow
+    /// `canon` under `pend` and `last_seen` (arbitrary blobs go past the
+    /// bounds; one bigger than all of them is not kept).
+    pub fn keep(
+        &mut self,
+        canon: &FlowKey,
+        d: usize,
+        (pend, last_seen): (Pend, u64),
+        bytes: Vec<u8>,
+    ) {
+        let size = bytes.capacity();
+        if size > CACHED_BYTES {
+            return;
+        }
+        if let Some(old) = self.map.remove(&(*canon, d as u8)) {
+            self.bytes -= old.bytes.capacity();
+        }
+        while self.bytes + size > CACHED_BYTES || self.map.len() >= CACHED_BLOBS {
+            let Some(k) = self.map.keys().next().copied() else {
+                break;
+            };
+            if let Some(old) = self.map.remove(&k) {
+                self.bytes -= old.bytes.capacity();
+            }
+        }
+        self.bytes += size;
+        self.map.insert(
+            (*canon, d as u8),
+            Kept {
+                pend,
+                last_seen,
+                bytes,
+            },
+        );
+    }
+
+    /// Forgets every blob (a batch whose writes failed).
+    pub fn clear(&mut self) {
+        self.map.clear();
+        self.bytes = 0;
+    }
+
+    /// Blobs kept.
+    #[cfg(test)]
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn flow(port: u16) -> FlowKey {
+        let (k, _) = sluice_wire::parse::parse_frame(&sluice_wire::build::tcp_v4(
+            [10, 0, 0, 1],
+            [10, 0, 0, 2],
+            port,
+            80,
+            1,
+            0,
+            0,
+            b"",
+        ))
+        .unwrap()
+        .flow
+        .canonical();
+        k
+    }
+
+    #[test]
+    fn a_kept_blob_is_given_back_only_under_the_same_record() {
+        let mut c = BlobCache::default();
+        let f = flow(40000);
+        let pend = Pend {
+            kind: HTTP_BODY,
+            len: 3,
+            end: 100,
+        };
+        c.keep(&f, 0, (pend, 7), b"abc".to_vec());
+        // Another direction, another time, another unit: not it (and the
+        // asking takes it out).
+        assert_eq!(c.take(&f, 1, pend, 7), None);
+        assert_eq!(c.take(&f, 0, pend, 8), None);
+        assert_eq!(c.len(), 0);
+        c.keep(&f, 0, (pend, 7), b"abc".to_vec());
+        let moved = Pend { end: 101, ..pend };
+        assert_eq!(c.take(&f, 0, moved, 7), None);
+        c.keep(&f, 0, (pend, 7), b"abc".to_vec());
+        assert_eq!(c.take(&f, 0, pend, 7), Some(b"abc".to_vec()));
+        assert_eq!(c.take(&f, 0, pend, 7), None);
+    }
+
+    #[test]
+    fn the_cache_stays_within_its_bounds() {
+        let mut c = BlobCache::default();
+        let pend = Pend {
+            kind: HTTP_BODY,
+            len: 1 << 20,
+            end: 0,
+        };
+        for p in 0..100u16 {
+            c.keep(&flow(30000 + p), 0, (pend, 1), vec![0; 1 << 20]);
+            assert!(c.bytes <= CACHED_BYTES);
+        }
+        assert_eq!(c.len(), CACHED_BYTES >> 20);
+        for p in 0..(CACHED_BLOBS as u16 + 10) {
+            c.keep(&flow(p), 1, (Pend { len: 1, ..pend }, 1), vec![1]);
+            assert!(c.len() <= CACHED_BLOBS);
+        }
+        c.keep(&flow(1), 0, (pend, 1), vec![0; CACHED_BYTES + 1]);
+        assert!(c.bytes <= CACHED_BYTES);
+        c.clear();
+        assert_eq!((c.len(), c.bytes), (0, 0));
     }
 }

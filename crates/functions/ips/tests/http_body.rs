@@ -318,6 +318,80 @@ fn a_body_continues_on_another_instance() {
     assert_eq!(ops.value(id), None);
 }
 
+/// A body whose packets come one batch each to the same instance is taken
+/// from the instance's memory after the first, not read back from the
+/// store; sent to instance A, then B, then A again, A's copy is stale
+/// (B moved the flow's record) and the store's is read: the alerts are the
+/// same in every order, and each reader sees the body the store holds.
+#[test]
+fn a_body_written_by_this_instance_is_not_read_back() {
+    let mut body = vec![b'a'; 3000];
+    body[2990..].copy_from_slice(b"EVIL-PAYLO");
+    let mut req = format!(
+        "POST /upload HTTP/1.1\r\nHost: example.com\r\nContent-Length: {}\r\n\r\nEVIL-PAYLOAD",
+        body.len() + 12
+    )
+    .into_bytes();
+    let at = req.len() - 12;
+    req.extend_from_slice(&body);
+    let tail = r#"alert http any any -> any any (msg:"t"; http.request_body; content:"aEVIL-PAYLO"; endswith; sid:5;)"#;
+    let rules = [BODY_RULE, tail];
+    let cuts: Vec<usize> = (1..8).map(|k| at + k * 400).collect();
+    let frames = upload(&req, &cuts);
+    let (whole, _) = common::run_in(
+        &mut ips(&rules),
+        &mut LocalStore::new(),
+        &frames,
+        1_000_000_000,
+    );
+    let want: Vec<u32> = whole.iter().map(|a| a.0).collect();
+    assert_eq!(want, vec![1, 5]);
+    // One instance, one batch per packet: after the first body packet's
+    // write, every body packet's blob comes from memory.
+    let (each, _, c) = common::run_each(ips(&rules), &frames);
+    assert_eq!(each, want);
+    assert_eq!(c.pending_lost, 0);
+    assert!(c.pending_cached >= 6, "{c:?}");
+    // A, B, A, B, ...: A's kept blob is stale each time it comes back.
+    let mut st = LocalStore::new();
+    let (mut a, mut b) = (ips(&rules), ips(&rules));
+    let mut got = Vec::new();
+    for (k, f) in frames.iter().enumerate() {
+        let i = if k % 2 == 0 { &mut a } else { &mut b };
+        let (x, _) = common::run_in(
+            i,
+            &mut st,
+            std::slice::from_ref(f),
+            1_000_000_000 + k as u64,
+        );
+        got.extend(x.into_iter().map(|x| x.0));
+    }
+    assert_eq!(got, want);
+    assert_eq!(a.stats().pending_cached + b.stats().pending_cached, 0);
+    assert_eq!(a.stats().pending_lost + b.stats().pending_lost, 0);
+    // A, A, B, A, A: A's copy after B is stale, then fresh again.
+    let mut st = LocalStore::new();
+    let (mut a, mut b) = (ips(&rules), ips(&rules));
+    let mut got = Vec::new();
+    for (k, f) in frames.iter().enumerate() {
+        let i = if k == frames.len() - 3 {
+            &mut b
+        } else {
+            &mut a
+        };
+        let (x, _) = common::run_in(
+            i,
+            &mut st,
+            std::slice::from_ref(f),
+            1_000_000_000 + k as u64,
+        );
+        got.extend(x.into_iter().map(|x| x.0));
+    }
+    assert_eq!(got, want);
+    assert_eq!(a.stats().pending_lost + b.stats().pending_lost, 0);
+    assert!(a.stats().pending_cached >= 3, "{:?}", a.stats());
+}
+
 /// A body arriving one packet per batch goes to the store as appends of
 /// each packet's bytes, not rewritten whole; what the store then holds is
 /// exactly the body (a rule on the whole body's first and last bytes and

@@ -1147,7 +1147,8 @@ fn a_split_unit_costs_one_read_round_trip_and_a_blob() {
     use sluice_state::{StateStore, StoreCounters};
     let h = pq_hello("www.fortect.com");
     // Per data packet: the IPS store's counters over its batch.
-    let cost = |segs: &[Vec<u8>]| -> Vec<StoreCounters> {
+    // `fresh`: each packet on a new instance sharing the store.
+    let cost = |segs: &[Vec<u8>], fresh: bool| -> Vec<StoreCounters> {
         let frames = flow(443, segs, None);
         let mut i = ips(ET);
         let (mut rs, mut st) = (LocalStore::new(), LocalStore::new());
@@ -1170,6 +1171,9 @@ fn a_split_unit_costs_one_read_round_trip_and_a_blob() {
                 events: &mut events,
                 emit: &mut emit,
             };
+            if fresh {
+                i = ips(ET);
+            }
             let before = st.counters();
             i.process(&mut b, &mut ctx, &mut st).unwrap();
             let after = st.counters();
@@ -1185,8 +1189,9 @@ fn a_split_unit_costs_one_read_round_trip_and_a_blob() {
         }
         out
     };
-    let whole = cost(std::slice::from_ref(&h));
-    let split = cost(&common::pieces(&h, &[1460]));
+    let whole = cost(std::slice::from_ref(&h), false);
+    let split = cost(&common::pieces(&h, &[1460]), true);
+    let same = cost(&common::pieces(&h, &[1460]), false);
     let show = |c: &StoreCounters| {
         format!(
             "{} round trips, {} reads, {} writes, {} timer ops",
@@ -1208,6 +1213,11 @@ fn a_split_unit_costs_one_read_round_trip_and_a_blob() {
     assert_eq!((split[1].round_trips, split[1].reads), (3, 2));
     assert_eq!(split[1].writes, 2);
     assert_eq!(split[1].timers, 0);
+    // On the instance that wrote the blob, the completing part takes it
+    // from memory: no read round trip for it.
+    assert_eq!(same[0], split[0]);
+    assert_eq!((same[1].round_trips, same[1].reads), (2, 1));
+    assert_eq!(same[1].writes, 2);
     // Whole, the same rule fires with one read and no write: an alert
     // alone changes nothing in the record (rules fire per packet, nothing
     // remembers that they did).
