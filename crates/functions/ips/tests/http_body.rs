@@ -352,44 +352,31 @@ fn a_body_written_by_this_instance_is_not_read_back() {
     assert_eq!(each, want);
     assert_eq!(c.pending_lost, 0);
     assert!(c.pending_cached >= 6, "{c:?}");
+    // Each packet to instance A, or to B where `on_b` says: the sids and
+    // both instances' counters.
+    let alternate = |on_b: &dyn Fn(usize) -> bool| {
+        let mut st = LocalStore::new();
+        let mut two = [ips(&rules), ips(&rules)];
+        let mut got = Vec::new();
+        for (k, f) in frames.iter().enumerate() {
+            let i = &mut two[usize::from(on_b(k))];
+            let at = 1_000_000_000 + k as u64;
+            let (x, _) = common::run_in(i, &mut st, std::slice::from_ref(f), at);
+            got.extend(x.into_iter().map(|x| x.0));
+        }
+        (got, *two[0].stats(), *two[1].stats())
+    };
     // A, B, A, B, ...: A's kept blob is stale each time it comes back.
-    let mut st = LocalStore::new();
-    let (mut a, mut b) = (ips(&rules), ips(&rules));
-    let mut got = Vec::new();
-    for (k, f) in frames.iter().enumerate() {
-        let i = if k % 2 == 0 { &mut a } else { &mut b };
-        let (x, _) = common::run_in(
-            i,
-            &mut st,
-            std::slice::from_ref(f),
-            1_000_000_000 + k as u64,
-        );
-        got.extend(x.into_iter().map(|x| x.0));
-    }
+    let (got, a, b) = alternate(&|k| k % 2 == 1);
     assert_eq!(got, want);
-    assert_eq!(a.stats().pending_cached + b.stats().pending_cached, 0);
-    assert_eq!(a.stats().pending_lost + b.stats().pending_lost, 0);
+    assert_eq!(a.pending_cached + b.pending_cached, 0);
+    assert_eq!(a.pending_lost + b.pending_lost, 0);
     // A, A, B, A, A: A's copy after B is stale, then fresh again.
-    let mut st = LocalStore::new();
-    let (mut a, mut b) = (ips(&rules), ips(&rules));
-    let mut got = Vec::new();
-    for (k, f) in frames.iter().enumerate() {
-        let i = if k == frames.len() - 3 {
-            &mut b
-        } else {
-            &mut a
-        };
-        let (x, _) = common::run_in(
-            i,
-            &mut st,
-            std::slice::from_ref(f),
-            1_000_000_000 + k as u64,
-        );
-        got.extend(x.into_iter().map(|x| x.0));
-    }
+    let last_but_two = frames.len() - 3;
+    let (got, a, b) = alternate(&|k| k == last_but_two);
     assert_eq!(got, want);
-    assert_eq!(a.stats().pending_lost + b.stats().pending_lost, 0);
-    assert!(a.stats().pending_cached >= 3, "{:?}", a.stats());
+    assert_eq!(a.pending_lost + b.pending_lost, 0);
+    assert!(a.pending_cached >= 3, "{a:?}");
 }
 
 /// A body arriving one packet per batch goes to the store as appends of
