@@ -224,10 +224,12 @@ impl Ips {
                 match head {
                     Some(h) if limit > 0 => {
                         acc.set_head(h);
-                        // Requests' bodies are inflated as responses' are:
-                        // Suricata 7.0.10 finds a page in a gzip POST's
+                        // Requests' bodies are inflated too: Suricata
+                        // 7.0.10 finds a page in a gzip POST's
                         // `http.request_body` (measured), so an upload
-                        // compressed by its sender hides nothing.
+                        // compressed by its sender hides nothing. A
+                        // request's coding is read from a whole value
+                        // only, as libhtp reads it ([`super::ce`]).
                         acc.coding = Coding::of_head(h, request);
                         if acc.coding != Coding::Identity {
                             self.counters.http_inflated_bodies += 1;
