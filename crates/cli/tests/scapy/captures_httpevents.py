@@ -12,7 +12,8 @@ Suricata 7.0.10's. Every connection has its handshake and is closed with
 a FIN both ways.
 """
 
-from captures_httpedge import exchange
+from captures_httpedge import close, exchange
+from conn import Conn
 
 GET = b"GET / HTTP/1.1\r\nHost: www.example.com\r\n\r\n"
 OK = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
@@ -364,6 +365,90 @@ def content_encoding():
     return out
 
 
+# Content-Range values measured against Suricata 7.0.10 (crate ips,
+# src/http/range.rs): each is a 206 response's to GET /file.bin, with a
+# two-byte body.
+RANGES = [
+    b"bytes abc", b"bytes 0-1/2", b"bytes 0-1/10", b"bytes 5-1/10", b"bytes */10",
+    b"bytes 0-1/*", b"0-1/10", b"bytes=0-1/10", b"bytes  0-1/10", b"bytes 0-1/10 junk",
+    b"bytes 0-99999999999999999999/10", b"bytes 1-1/10", b"bytes 0-10/10", b"bytes 0-9/10",
+    b"bytes 3-9/10", b"bytes 0-20/10", b"xyz 0-1/10", b"bytes -1-2/10", b"bytes 0-0/10",
+    b"bytes 1-0/10", b"bytes 0-1/0", b"", b"bytes", b"bytes 0-1/1", b"bytes 01-02/10",
+    b"bytes\t0-1/10", b"BYTES 0-1/10", b"bytes +1-2/10", b"bytes 0-1/-5", b"bytes 5-1/*",
+    b"bytes 5-1/0", b"bytes 2-1/10", b"bytes 0-20/*", b"bytes 0-0/1", b"bytes 0-5/5",
+    b"bytes 1-5/3", b"bytes */0", b"bytes */abc", b"bytes *-1/10", b"bytes 0-1/10x",
+    b"bytes 0-1", b"bytes 0 -1/10", b"bytes 1-1/1", b"bytes 10-20/15",
+    b"bytes 0-9223372036854775807/10", b"bytes 0-9223372036854775808/10",
+    b"bytes 0-1/9223372036854775807", b"bytes 0-0/0", b"bytes 0-1/ 10", b"bytes */",
+    b"bytes */10 x", b"bytes 1-2/3, bytes x",
+]
+
+
+def range_values():
+    # http.range_invalid: each measured Content-Range value, then the
+    # value's other homes: repeated fields joined (bad first, good first),
+    # a folded value, a lowercase name, a name with a space before its
+    # colon, other statuses (200 and 404 raise it too), a chunked, a
+    # gzipped and a close-delimited body, a keep-alive connection (only
+    # its bad response with a body raises it), `GET *` and an absolute
+    # target without a path. Near misses: no body (HEAD, Content-Length:
+    # 0), a request's Content-Range. One segment per message.
+    get = b"GET /file.bin HTTP/1.1\r\nHost: www.example.com\r\n\r\n"
+    bad = b"Content-Range: bytes abc\r\n"
+
+    def part(fields, body=b"ok", status=b"206 Partial Content"):
+        return b"HTTP/1.1 %s\r\n%sContent-Length: %d\r\n\r\n%s" % (status, fields, len(body), body)
+
+    def cr(*vs):
+        return b"".join(b"Content-Range: %s\r\n" % v for v in vs)
+
+    out = []
+    for i, v in enumerate(RANGES):
+        out += exchange(46001 + i, (True, get), (False, part(cr(v))))
+    import gzip
+
+    z = gzip.compress(b"hello", mtime=0)
+    msgs = [
+        part(cr(b"bytes abc", b"bytes 0-1/10")),
+        part(cr(b"bytes 0-1/10", b"bytes abc")),
+        part(b"Content-Range: bytes\r\n 0-1/10\r\n"),
+        part(b"content-range: bytes abc\r\n"),
+        part(b"Content-Range : bytes abc\r\n"),
+        part(bad, status=b"200 OK"),
+        part(bad, status=b"404 Not Found"),
+        b"HTTP/1.1 206 Partial Content\r\n" + bad + b"Transfer-Encoding: chunked\r\n\r\n2\r\nok\r\n0\r\n\r\n",
+        b"HTTP/1.1 206 Partial Content\r\n" + bad + b"Content-Encoding: gzip\r\nContent-Length: %d\r\n\r\n%s" % (len(z), z),
+        part(bad, b""),
+        part(cr(b"bytes 5-1/10"), b""),
+    ]
+    for i, m in enumerate(msgs):
+        out += exchange(46101 + i, (True, get), (False, m))
+    out += close(Conn(80, sport=46120).send(True, get).send(False, b"HTTP/1.0 206 Partial Content\r\n" + bad + b"\r\nbody"))
+    keep = [(True, get), (False, part(b"")), (True, get), (False, part(bad)), (True, get), (False, part(b""))]
+    keep += [(True, get), (False, part(bad, b"")), (True, get), (False, part(b""))]
+    out += exchange(46121, *keep)
+    out += exchange(46122, (True, b"HEAD /file.bin HTTP/1.1\r\nHost: a\r\n\r\n"), (False, part(bad, b"").replace(b"Length: 0", b"Length: 4")))
+    put = b"PUT /up HTTP/1.1\r\nHost: a\r\n" + bad + b"Content-Length: 2\r\n\r\nhi"
+    out += exchange(46123, (True, put), (False, b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n"))
+    out += exchange(46124, (True, b"GET * HTTP/1.1\r\nHost: a\r\n\r\n"), (False, part(bad)))
+    out += exchange(46125, (True, b"GET http://a.example HTTP/1.1\r\nHost: a\r\n\r\n"), (False, part(bad)))
+    return out
+
+
+def range_invalid_ips():
+    # As range_values, inline, with the messages split: a head alone then
+    # the body in two segments (raised on the body's first), the head with
+    # the body's first byte, a 100 Continue before the response.
+    get = b"GET /file.bin HTTP/1.1\r\nHost: www.example.com\r\n\r\n"
+    head = b"HTTP/1.1 206 Partial Content\r\nContent-Range: bytes abc\r\nContent-Length: 4\r\n\r\n"
+    out = range_values()
+    out += close(Conn(80, sport=46201).send(True, get).send(False, head).send(False, b"ab").send(False, b"cd"))
+    out += close(Conn(80, sport=46202).send(True, get).send(False, head + b"a").send(False, b"bcd"))
+    cont = Conn(80, sport=46203).send(True, get).send(False, b"HTTP/1.1 100 Continue\r\n\r\n")
+    out += close(cont.send(False, head + b"abcd"))
+    return out
+
+
 CAPTURES = {
     "app-http-event-request-line": request_line,
     "app-http-event-request-fields": request_fields,
@@ -375,4 +460,6 @@ CAPTURES = {
     "app-http-event-chunk-len": chunk_len,
     "app-http-event-gzip-failed-ips": gzip_failed,
     "app-http-event-content-encoding": content_encoding,
+    "app-http-event-range-invalid": range_values,
+    "app-http-event-range-invalid-ips": range_invalid_ips,
 }

@@ -11,7 +11,9 @@ use sluice_wire::parse::L4;
 use sluice_wire::tcp::flags::{ACK, FIN, RST, SYN};
 use sluice_wire::FlowKey;
 
-use crate::engine::{self, FlowState, Header, BLOCKED, OWED_CE, PASSED, SEEN_FWD, SEEN_REV};
+use crate::engine::{
+    self, FlowState, Header, BLOCKED, OWED, PASSED, RANGE_BAD, SEEN_FWD, SEEN_REV,
+};
 
 /// [`Ips::keep_header_hits`]'s memo: not checked yet on this packet.
 pub(crate) const HDR_UNKNOWN: u8 = 0;
@@ -555,7 +557,7 @@ impl Ips {
             st.ssh_ev = 0;
             st.alp = [crate::alproto::UNKNOWN; 2];
             st.tls = Default::default();
-            st.flags &= !(PASSED | OWED_CE);
+            st.flags &= !(PASSED | OWED | RANGE_BAD);
         }
         if st.flags & PASSED != 0 {
             return false;
@@ -658,9 +660,9 @@ impl Ips {
         if st.flags & PASSED != 0 {
             return false;
         }
-        // And a response's Content-Encoding events owed to `to_server`
-        // rules ([`OWED_CE`]), on the client's next packet.
-        if st.flags & OWED_CE != 0 && phdr.to_server {
+        // And a response's Content-Encoding and range events owed to
+        // `to_server` rules ([`OWED`]), on the client's next packet.
+        if st.flags & OWED != 0 && phdr.to_server {
             if self.http_owed(st, &phdr, p, ctx.events) {
                 return true;
             }

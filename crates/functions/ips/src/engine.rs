@@ -1616,6 +1616,15 @@ pub const OWED_ABNORMAL: u8 = 32;
 /// response): kept in the flow's flags until the client's next packet
 /// fires the rules ([`crate::rules::Rule::http_body_events`]).
 pub const OWED_CE: u8 = OWED_TOO_MANY | OWED_ABNORMAL;
+/// The response being received has a `Content-Range` that raises
+/// `http.range_invalid` on its body's first bytes ([`crate::http::range`]):
+/// set at its head, spent by its body's first bytes or its end.
+pub const RANGE_BAD: u8 = 64;
+/// A response raised `http.range_invalid`, owed to the `to_server` rules
+/// on it at the client's next packet, as [`OWED_CE`].
+pub const OWED_RANGE: u8 = 128;
+/// Every event owed to `to_server` rules at the client's next packet.
+pub const OWED: u8 = OWED_CE | OWED_RANGE;
 
 /// The flowbits set on a flow (ids from [`Engine::flowbit_names`]).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

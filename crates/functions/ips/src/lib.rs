@@ -479,6 +479,9 @@ pub struct Counters {
     /// (`http.gzip_decompression_failed` raised; decided only when a rule
     /// asks for it or inspects bodies).
     pub http_inflate_failed_events: u64,
+    /// Responses that raised `http.range_invalid` (decided only when a
+    /// rule asks for it).
+    pub http_range_invalid: u64,
     /// Compressed bodies inflated up to the cap and no further.
     pub http_inflate_capped: u64,
     /// Compressed bodies past the kept bytes whose inflater this instance
@@ -584,6 +587,10 @@ pub struct Ips {
     /// A `to_server` rule asks for a response's Content-Encoding events
     /// ([`engine::OWED_CE`]): response heads are read for them.
     http_ce_owed: bool,
+    /// The [`http::eval::RANGE_INVALID`] and [`http::eval::RANGE_OWED`]
+    /// bits the loaded rules ask for: response heads' `Content-Range` is
+    /// read when one is set ([`engine::RANGE_BAD`]).
+    http_range: u8,
     /// The message being received in the packet's direction ([`http::body`]).
     http_acc: http::body::BodyAcc,
     /// A packet's body bytes past the limit, reused.
@@ -769,6 +776,9 @@ impl Ips {
             .rules
             .iter()
             .any(|r| r.http_body_events & (http::eval::CE_TOO_MANY | http::eval::CE_ABNORMAL) != 0);
+        let http_range = engine.rules.iter().fold(0, |b, r| {
+            b | r.http_body_events & (http::eval::RANGE_INVALID | http::eval::RANGE_OWED)
+        });
         let http_waits: Vec<bool> = engine
             .rules
             .iter()
@@ -818,6 +828,7 @@ impl Ips {
             http_waits_any,
             http_body_rules,
             http_ce_owed,
+            http_range,
             http_acc: Default::default(),
             http_extra: Vec::new(),
             http_found: Vec::new(),
@@ -1141,6 +1152,7 @@ impl NetworkFunction for Ips {
                 c.http_inflate_failed_events,
             ),
             ("ips_http_inflate_capped", c.http_inflate_capped),
+            ("ips_http_range_invalid", c.http_range_invalid),
             ("ips_http_inflate_lost", c.http_inflate_lost),
             ("ips_smtp_attachments", c.smtp_attachments),
             ("ips_smtp_mime_anomalies", c.smtp_mime_anomalies),

@@ -469,29 +469,7 @@ fn content_encoding_events_fire_on_the_clients_next_packet() {
         f.push(tcp_v4(C, S, 40000, 80, cs, ss, ACK, &[]));
         f
     };
-    // (alert's sid, index of the packet it fired on)
-    let run_at = |fr: &[Vec<u8>]| {
-        let (sids, _, _) = common::run_each(ips(&rules), fr);
-        let mut at = Vec::new();
-        let mut st = LocalStore::new();
-        for (k, f) in fr.iter().enumerate() {
-            // Each packet on a fresh instance over one store.
-            let (a, _) = common::run_in(
-                &mut ips(&rules),
-                &mut st,
-                std::slice::from_ref(f),
-                1_000_000_000 + k as u64,
-            );
-            at.extend(a.into_iter().map(|a| (a.0, k)));
-        }
-        let mut each = sids.clone();
-        each.sort_unstable();
-        let mut across: Vec<u32> = at.iter().map(|x| x.0).collect();
-        across.sort_unstable();
-        assert_eq!(each, across);
-        at.sort_unstable();
-        at
-    };
+    let run_at = |fr: &[Vec<u8>]| fired_at(&rules, fr);
     let f = frames("gzip, gzip, gzip");
     let (resp_at, ack_at) = (f.len() - 2, f.len() - 1);
     assert_eq!(run_at(&f), vec![(11, resp_at), (2221032, ack_at)]);
@@ -537,6 +515,122 @@ fn content_encoding_events_fire_on_the_clients_next_packet() {
     let other = r#"alert http any any -> any any (flow:to_server; app-layer-event:http.abnormal_ce_header; http.uri; content:"x"; sid:9;)"#;
     let e = rules::parse_rule(other, &rules::suricata_default_vars()).unwrap_err();
     assert!(e.reason().contains("abnormal_ce_header"), "{}", e.reason());
+}
+
+/// (alert's sid, index of the packet it fired on) when `frames` run
+/// with each packet on a fresh instance over one store; the same alerts
+/// as in one batch (asserted).
+fn fired_at(rules: &[&str], frames: &[Vec<u8>]) -> Vec<(u32, usize)> {
+    let (sids, _, _) = common::run_each(ips(rules), frames);
+    let mut at = Vec::new();
+    let mut st = LocalStore::new();
+    for (k, f) in frames.iter().enumerate() {
+        let (a, _) = common::run_in(
+            &mut ips(rules),
+            &mut st,
+            std::slice::from_ref(f),
+            1_000_000_000 + k as u64,
+        );
+        at.extend(a.into_iter().map(|a| (a.0, k)));
+    }
+    let mut each = sids.clone();
+    each.sort_unstable();
+    let mut across: Vec<u32> = at.iter().map(|x| x.0).collect();
+    across.sort_unstable();
+    assert_eq!(each, across);
+    at.sort_unstable();
+    at
+}
+
+/// `http.range_invalid` (measured against Suricata 7.0.10, crate module
+/// `http::range`): decided by a response's `Content-Range` and raised by
+/// its body's first bytes, so a head alone fires nothing and the packet
+/// bringing the body fires the rules without a direction and the
+/// `to_client` ones; a `to_server` rule fires on the client's next packet.
+/// The same with each packet on a fresh instance over one store (the head's
+/// verdict kept in the flow's record), and a body-less response raises
+/// nothing, even when the next response of the connection has a body.
+#[test]
+fn range_invalid_fires_on_the_bodys_first_bytes() {
+    const SURI: &str = r#"alert http any any -> any any (msg:"SURICATA HTTP invalid Range header value"; flow:established; app-layer-event:http.range_invalid; flowint:http.anomaly.count,+,1; classtype:protocol-command-decode; sid:2221051; rev:1;)"#;
+    const TC: &str = r#"alert http any any -> any any (flow:established,to_client; app-layer-event:http.range_invalid; sid:3;)"#;
+    const TS: &str = r#"alert http any any -> any any (flow:established,to_server; app-layer-event:http.range_invalid; sid:2;)"#;
+    let rules = [SURI, TC, TS];
+    let get = b"GET /f HTTP/1.1\r\nHost: a\r\n\r\n".to_vec();
+    let head = |cr: &str, len: usize| {
+        format!(
+            "HTTP/1.1 206 Partial Content\r\nContent-Range: {cr}\r\nContent-Length: {len}\r\n\r\n"
+        )
+        .into_bytes()
+    };
+    // (to_server, bytes) segments, each acknowledged, then the client's
+    // empty ACK: (alert's sid, index of the packet it fired on), alike in
+    // one batch and with a fresh instance per packet.
+    let run_at = |msgs: &[(bool, Vec<u8>)]| {
+        let mut f = conn_of(msgs);
+        let cs: usize = msgs.iter().filter(|m| m.0).map(|m| m.1.len()).sum();
+        let ss: usize = msgs.iter().filter(|m| !m.0).map(|m| m.1.len()).sum();
+        f.push(tcp_v4(
+            C,
+            S,
+            40000,
+            80,
+            1001 + cs as u32,
+            9001 + ss as u32,
+            ACK,
+            &[],
+        ));
+        let at = fired_at(&rules, &f);
+        (f, at)
+    };
+    // The head alone, then the body: fired on the body's first segment.
+    let (f, at) = run_at(&[
+        (true, get.clone()),
+        (false, head("bytes abc", 4)),
+        (false, b"ab".to_vec()),
+        (false, b"cd".to_vec()),
+    ]);
+    // The handshake, the request, the head, then the body's first bytes.
+    let body_at = 5;
+    assert_eq!(at, vec![(2, f.len() - 1), (3, body_at), (2221051, body_at)]);
+    // Head and body in one segment, for values measured either way.
+    for (cr, bad) in [
+        ("bytes 5-1/10", true),
+        ("bytes 0-10/10", true),
+        ("bytes=0-1/10", true),
+        ("bytes 0-9/10", false),
+        ("bytes 1-0/10", false),
+        ("bytes 0-20/*", false),
+        ("xyz 0-1/10", false),
+    ] {
+        let mut r = head(cr, 2);
+        r.extend_from_slice(b"ok");
+        let (_, at) = run_at(&[(true, get.clone()), (false, r)]);
+        let sids: Vec<u32> = at.iter().map(|a| a.0).collect();
+        assert_eq!(sids.len(), if bad { 3 } else { 0 }, "{cr}: {at:?}");
+    }
+    // A body-less response raises nothing, its bad range forgotten by the
+    // next response (good, with a body) on the connection.
+    let mut good = head("bytes 0-1/10", 2);
+    good.extend_from_slice(b"ok");
+    let (_, at) = run_at(&[
+        (true, get.clone()),
+        (false, head("bytes abc", 0)),
+        (true, get.clone()),
+        (false, good),
+    ]);
+    assert!(at.is_empty(), "{at:?}");
+    // A drop rule drops the body's packet.
+    let drop = SURI.replacen("alert", "drop", 1);
+    let mut r = head("bytes abc", 2);
+    r.extend_from_slice(b"ok");
+    let f = conn(80, &[(true, &get), (false, &r)]);
+    let (sids_d, dropped, _) = common::run_each(ips(&[&drop]), &f);
+    assert_eq!(sids_d, vec![2221051]);
+    assert_eq!(dropped.iter().position(|&d| d), Some(f.len() - 1));
+    // With other conditions the rule is refused, naming its reason.
+    let other = r#"alert http any any -> any any (app-layer-event:http.range_invalid; http.uri; content:"x"; sid:9;)"#;
+    assert!(rules::parse_rule(other, &rules::suricata_default_vars()).is_err());
 }
 
 /// Runs the framing over `data` cut into pieces at `cuts`, returning the

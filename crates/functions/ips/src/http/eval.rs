@@ -12,7 +12,9 @@ use super::body::BodyAcc;
 use super::inflate::{Coding, Inflater, Stop, Z_KEPT};
 use super::prefilter::HeadFinds;
 use super::{Buf, Buffers, HttpDir, Phase, Piece};
-use crate::engine::{FlowState, Header, BLOCKED, OWED_ABNORMAL, OWED_CE, OWED_TOO_MANY, PASSED};
+use crate::engine::{
+    FlowState, Header, BLOCKED, OWED, OWED_ABNORMAL, OWED_RANGE, OWED_TOO_MANY, PASSED, RANGE_BAD,
+};
 use crate::pending::{self, Pend};
 use crate::rules::Rule;
 use crate::{inspect, Ips};
@@ -115,6 +117,12 @@ pub(crate) const CE_TOO_MANY: u8 = 8;
 /// [`Rule::http_body_events`]'s bit of a `to_server` rule's
 /// `http.abnormal_ce_header`.
 pub(crate) const CE_ABNORMAL: u8 = 16;
+/// [`Rule::http_body_events`]'s bit of `http.range_invalid`, fired on the
+/// response body's first bytes ([`super::range`]).
+pub(crate) const RANGE_INVALID: u8 = 32;
+/// [`Rule::http_body_events`]'s bit of a `to_server` rule's
+/// `http.range_invalid` ([`crate::engine::OWED_RANGE`]).
+pub(crate) const RANGE_OWED: u8 = 64;
 
 impl Ips {
     /// Follows the HTTP messages of direction `d` through `data`, the
@@ -217,6 +225,14 @@ impl Ips {
                         | if r.abnormal { OWED_ABNORMAL } else { 0 };
                 }
             }
+            // `http.range_invalid`: decided by the response's head, raised
+            // by its body's first bytes.
+            if new_msg && !request && self.http_range != 0 {
+                st.flags &= !RANGE_BAD;
+                if head.is_some_and(super::events::content_range_invalid) {
+                    st.flags |= RANGE_BAD;
+                }
+            }
             if new_msg {
                 acc.reset();
                 acc.live = true;
@@ -272,6 +288,16 @@ impl Ips {
                 acc.zevent = true;
                 self.counters.http_inflate_failed_events += 1;
                 drop |= self.http_body_event(st, d, &hdr, p, events, GZIP_FAILED);
+            }
+            if st.flags & RANGE_BAD != 0 && pc.body.iter().any(|r| !r.is_empty()) {
+                st.flags &= !RANGE_BAD;
+                self.counters.http_range_invalid += 1;
+                if self.http_range & RANGE_OWED != 0 {
+                    st.flags |= OWED_RANGE;
+                }
+                if self.http_range & RANGE_INVALID != 0 {
+                    drop |= self.http_body_event(st, d, &hdr, p, events, RANGE_INVALID);
+                }
             }
             if acc.limited && !was_limited {
                 self.counters.http_body_limited += 1;
@@ -346,6 +372,10 @@ impl Ips {
                 acc.clear_body();
             }
             if pc.done {
+                // A body-less response's invalid range raises nothing.
+                if !request {
+                    st.flags &= !RANGE_BAD;
+                }
                 if acc.coding != Coding::Identity {
                     self.inflaters.forget(&canon, d);
                 }
@@ -440,8 +470,8 @@ impl Ips {
         false
     }
 
-    /// Fires the `to_server` rules on the Content-Encoding events a
-    /// response raised ([`crate::engine::OWED_CE`] in `st.flags`) on
+    /// Fires the `to_server` rules on the Content-Encoding and range events
+    /// a response raised ([`crate::engine::OWED`] in `st.flags`) on
     /// packet `p`, the client's next one (`hdr`: as it travels); the
     /// events are then spent. A rule fires when all the events it names
     /// were raised. Returns true if the packet must be dropped.
@@ -453,21 +483,21 @@ impl Ips {
         p: &Packet,
         events: &mut Vec<Event>,
     ) -> bool {
-        let owed = st.flags & OWED_CE;
-        st.flags &= !OWED_CE;
-        let raised = if owed & OWED_TOO_MANY != 0 {
-            CE_TOO_MANY
-        } else {
-            0
-        } | if owed & OWED_ABNORMAL != 0 {
-            CE_ABNORMAL
-        } else {
-            0
-        };
+        let owed = st.flags & OWED;
+        st.flags &= !OWED;
+        let raised = [
+            (OWED_TOO_MANY, CE_TOO_MANY),
+            (OWED_ABNORMAL, CE_ABNORMAL),
+            (OWED_RANGE, RANGE_OWED),
+        ]
+        .iter()
+        .filter(|(f, _)| owed & f != 0)
+        .fold(0, |b, (_, bit)| b | bit);
         let hdr = Header { http: true, ..*hdr };
         for k in 0..self.engine.http_body_ev.len() {
             let r = self.engine.http_body_ev[k];
-            let want = self.engine.rules[r as usize].http_body_events & (CE_TOO_MANY | CE_ABNORMAL);
+            let want = self.engine.rules[r as usize].http_body_events
+                & (CE_TOO_MANY | CE_ABNORMAL | RANGE_OWED);
             if want == 0 || want & !raised != 0 || !self.engine.header_matches(r, &hdr) {
                 continue;
             }

@@ -369,14 +369,27 @@ thread_local! {
 /// lines (as sent) are `start`, `request` saying whose it is, read as
 /// libhtp reads it ([`super::ce`]); None without the field.
 pub fn content_encoding(start: &[u8], request: bool) -> Option<super::ce::Read> {
+    field(start, request, b"content-encoding", |v| {
+        super::ce::read(v, request)
+    })
+}
+
+/// True if the response whose start line and header lines are `start`
+/// has a `Content-Range` that raises `http.range_invalid` once its body
+/// begins ([`super::range`]).
+pub fn content_range_invalid(start: &[u8]) -> bool {
+    field(start, false, b"content-range", super::range::invalid).unwrap_or(false)
+}
+
+/// `read` of the value of head `start`'s field `name` (repeated fields
+/// joined as libhtp joins them); None without the field.
+fn field<R>(start: &[u8], request: bool, name: &[u8], read: impl FnOnce(&[u8]) -> R) -> Option<R> {
     let run = |s: &mut Scratch| {
         let mut ls = lines(start).skip_while(|l| l.is_empty());
         ls.next()?;
         split_fields(ls, request, s);
         let mut merged = std::mem::take(&mut s.merged);
-        let r = s
-            .join(b"content-encoding", &mut merged)
-            .then(|| super::ce::read(&merged, request));
+        let r = s.join(name, &mut merged).then(|| read(&merged));
         s.merged = merged;
         r
     };

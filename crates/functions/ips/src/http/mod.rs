@@ -44,6 +44,7 @@ pub mod events;
 pub(crate) mod host;
 pub mod inflate;
 pub mod prefilter;
+pub mod range;
 
 /// A head (start line and header lines) longer than this ends parsing of the
 /// direction (libhtp's default `request-body-limit` is larger; heads are not).

@@ -1329,11 +1329,18 @@ pub(super) fn http_body_event_alone(rule: &Rule) -> Result<(), RuleSyntax> {
 /// fires its own `to_server` rules on them (measured: on the client's
 /// acknowledgement of the response; inline it never fires them). Such a
 /// rule may have only its header, `flow`, `flowbits` and `flowint`
-/// operations besides; others are refused, naming the event.
+/// operations besides; others are refused, naming the event. A
+/// `to_server` rule's `http.range_invalid` (raised by a response's body)
+/// is owed the same way.
 pub(super) fn owed_response_events(rule: &mut Rule) -> Result<(), RuleSyntax> {
     use crate::http::events::Event;
     if rule.to_server != Some(true) {
         return Ok(());
+    }
+    // `http.range_invalid` is raised on a response's body: owed likewise.
+    if rule.http_body_events & crate::http::eval::RANGE_INVALID != 0 {
+        rule.http_body_events &= !crate::http::eval::RANGE_INVALID;
+        rule.http_body_events |= crate::http::eval::RANGE_OWED;
     }
     let Some(i) = rule
         .http
@@ -1948,6 +1955,9 @@ fn apply_keyword(
                 "http.invalid_request_chunk_len" => crate::http::eval::REQUEST_CHUNK_LEN,
                 "http.invalid_response_chunk_len" => crate::http::eval::RESPONSE_CHUNK_LEN,
                 "http.gzip_decompression_failed" => crate::http::eval::GZIP_FAILED,
+                // Raised on a response body's first bytes
+                // ([`crate::http::range`]).
+                "http.range_invalid" => crate::http::eval::RANGE_INVALID,
                 _ => 0,
             };
             if chunk != 0 {
