@@ -449,6 +449,33 @@ def range_invalid_ips():
     return out
 
 
+def continue_again():
+    # 100_continue_already_seen: a second `100 Continue` to one request
+    # (once per transaction: a third raises nothing more), in separate
+    # segments or one, after a `100` with Content-Length: 0, a lowercase
+    # reason, an `HTTP/1.0 100`, on a keep-alive connection's second
+    # request. Near misses: one `100` per request, two `102`s, a `1000`,
+    # no `100`. The final response's page holds a marker the file_data
+    # rule finds in each (parsing goes on after the event).
+    get = b"GET /f HTTP/1.1\r\nHost: a\r\n\r\n"
+    c100 = b"HTTP/1.1 100 Continue\r\n\r\n"
+    ok = b"HTTP/1.1 200 OK\r\nContent-Length: 13\r\n\r\nSECRET-MARKER"
+    cases = [
+        [(True, get), (False, c100), (False, c100), (False, ok)],
+        [(True, get), (False, c100), (False, c100), (False, c100), (False, ok)],
+        [(True, get), (False, c100 + c100 + ok)],
+        [(True, get), (False, b"HTTP/1.1 100 Continue\r\nContent-Length: 0\r\n\r\n"), (False, c100), (False, ok)],
+        [(True, get), (False, c100), (False, b"HTTP/1.1 100 continue\r\n\r\n"), (False, ok)],
+        [(True, get), (False, c100), (False, b"HTTP/1.0 100 Continue\r\n\r\n"), (False, ok)],
+        [(True, get), (False, ok), (True, get), (False, c100), (False, c100), (False, ok)],
+        # Near misses.
+        [(True, get), (False, c100), (False, ok), (True, get), (False, c100), (False, ok)],
+        [(True, get), (False, c100), (False, b"HTTP/1.1 1000 Continue\r\n\r\n"), (False, ok)],
+        [(True, get), (False, ok)],
+    ]
+    return [p for i, c in enumerate(cases) for p in exchange(47001 + i, *c)]
+
+
 CAPTURES = {
     "app-http-event-request-line": request_line,
     "app-http-event-request-fields": request_fields,
@@ -462,4 +489,5 @@ CAPTURES = {
     "app-http-event-content-encoding": content_encoding,
     "app-http-event-range-invalid": range_values,
     "app-http-event-range-invalid-ips": range_invalid_ips,
+    "app-http-event-100-continue-ips": continue_again,
 }

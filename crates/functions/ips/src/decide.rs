@@ -555,6 +555,7 @@ impl Ips {
             st.pend = [Pend::default(); 2];
             st.app = crate::applayer::UNKNOWN;
             st.ssh_ev = 0;
+            st.http_cont = 0;
             st.alp = [crate::alproto::UNKNOWN; 2];
             st.tls = Default::default();
             st.flags &= !(PASSED | OWED | RANGE_BAD);

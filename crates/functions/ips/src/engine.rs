@@ -1685,6 +1685,11 @@ pub struct FlowState {
     /// On an SSH flow, the banner events raised and which directions'
     /// packets saw them ([`crate::ssh`]; 4 bits, kept in `app`'s byte).
     pub ssh_ev: u8,
+    /// On another flow, the current response transaction's `100 Continue`
+    /// state (bit 0: a `100` answered the request; bit 1: its
+    /// `http.100_continue_already_seen` was raised), kept in the same half
+    /// of `app`'s byte as `ssh_ev`.
+    pub http_cont: u8,
     /// The flow's `flowint` variables (both directions share them).
     pub ints: FlowInts,
     /// Per direction, the protocol detected for `app-layer-protocol` and
@@ -1711,8 +1716,10 @@ pub struct FlowState {
 /// version 12 the TLS events' state in it ([`crate::tls::events`]),
 /// version 13 the SSH banner events ([`crate::ssh`]) in the upper half of
 /// the detected protocol's byte, version 14 an FTP line's start as a
-/// pending unit without bytes ([`crate::pending::FTP`]).
-const VERSION: u8 = 14;
+/// pending unit without bytes ([`crate::pending::FTP`]), version 15 an
+/// HTTP flow's `100 Continue` state in the upper half of the detected
+/// protocol's byte ([`FlowState::http_cont`]).
+const VERSION: u8 = 15;
 
 impl Codec for FlowState {
     fn encode(&self, w: &mut Writer<'_>) {
@@ -1735,7 +1742,12 @@ impl Codec for FlowState {
         for p in &self.pend {
             p.encode(w);
         }
-        w.u8(self.app | (self.ssh_ev << 4));
+        let high = if self.app == crate::applayer::SSH {
+            self.ssh_ev
+        } else {
+            self.http_cont
+        };
+        w.u8(self.app | (high << 4));
         self.ints.encode(w);
         w.u8(self.alp[0]).u8(self.alp[1]);
         if !self.tls.is_empty() {
@@ -1799,9 +1811,13 @@ impl Codec for FlowState {
         if version >= 6 {
             s.app = r.u8()?;
             if version >= 13 {
-                s.ssh_ev = s.app >> 4;
+                let high = s.app >> 4;
                 s.app &= 0x0f;
-                if s.ssh_ev != 0 && s.app != crate::applayer::SSH {
+                if s.app == crate::applayer::SSH {
+                    s.ssh_ev = high;
+                } else if version >= 15 {
+                    s.http_cont = high;
+                } else if high != 0 {
                     return Err(DecodeError("ssh events on a flow not detected as ssh"));
                 }
             }

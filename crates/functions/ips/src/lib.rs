@@ -482,6 +482,9 @@ pub struct Counters {
     /// Responses that raised `http.range_invalid` (decided only when a
     /// rule asks for it).
     pub http_range_invalid: u64,
+    /// Transactions that raised `http.100_continue_already_seen` (decided
+    /// only when a rule asks for it).
+    pub http_continue_again: u64,
     /// Compressed bodies inflated up to the cap and no further.
     pub http_inflate_capped: u64,
     /// Compressed bodies past the kept bytes whose inflater this instance
@@ -591,6 +594,9 @@ pub struct Ips {
     /// bits the loaded rules ask for: response heads' `Content-Range` is
     /// read when one is set ([`engine::RANGE_BAD`]).
     http_range: u8,
+    /// A rule asks for `http.100_continue_already_seen`: response heads'
+    /// statuses are followed ([`engine::FlowState::http_cont`]).
+    http_continue: bool,
     /// The message being received in the packet's direction ([`http::body`]).
     http_acc: http::body::BodyAcc,
     /// A packet's body bytes past the limit, reused.
@@ -779,6 +785,10 @@ impl Ips {
         let http_range = engine.rules.iter().fold(0, |b, r| {
             b | r.http_body_events & (http::eval::RANGE_INVALID | http::eval::RANGE_OWED)
         });
+        let http_continue = engine
+            .rules
+            .iter()
+            .any(|r| r.http_body_events & http::eval::CONTINUE_AGAIN != 0);
         let http_waits: Vec<bool> = engine
             .rules
             .iter()
@@ -829,6 +839,7 @@ impl Ips {
             http_body_rules,
             http_ce_owed,
             http_range,
+            http_continue,
             http_acc: Default::default(),
             http_extra: Vec::new(),
             http_found: Vec::new(),
@@ -1153,6 +1164,7 @@ impl NetworkFunction for Ips {
             ),
             ("ips_http_inflate_capped", c.http_inflate_capped),
             ("ips_http_range_invalid", c.http_range_invalid),
+            ("ips_http_continue_again", c.http_continue_again),
             ("ips_http_inflate_lost", c.http_inflate_lost),
             ("ips_smtp_attachments", c.smtp_attachments),
             ("ips_smtp_mime_anomalies", c.smtp_mime_anomalies),

@@ -307,8 +307,9 @@ fn the_detected_protocol_round_trips_through_the_record() {
 }
 
 /// An SSH flow's banner events ride in the upper half of the detected
-/// protocol's byte (version 13): they round-trip, and are refused on a
-/// flow not detected as SSH and in a record of an older version.
+/// protocol's byte (version 13): they round-trip, and are refused in a
+/// record of an older version. On another flow the same half is the HTTP
+/// `100 Continue` state (version 15), refused in records before it.
 #[test]
 fn the_ssh_banner_events_round_trip_through_the_record() {
     use sluice_ips::applayer;
@@ -327,6 +328,15 @@ fn the_ssh_banner_events_round_trip_through_the_record() {
     assert_eq!(buf[n - 4], applayer::SSH | 0b1001 << 4);
     let mut other = buf.clone();
     other[n - 4] = applayer::SMTP | 0b1001 << 4;
+    let http = FlowState::decode(&mut Reader::new(&other)).unwrap();
+    assert_eq!(
+        (http.app, http.ssh_ev, http.http_cont),
+        (applayer::SMTP, 0, 0b1001)
+    );
+    let mut again = Vec::new();
+    http.encode(&mut Writer::new(&mut again));
+    assert_eq!(again, other);
+    other[0] = 14;
     assert!(FlowState::decode(&mut Reader::new(&other)).is_err());
     let mut old = buf.clone();
     old[0] = 12;

@@ -633,6 +633,60 @@ fn range_invalid_fires_on_the_bodys_first_bytes() {
     assert!(rules::parse_rule(other, &rules::suricata_default_vars()).is_err());
 }
 
+/// `http.100_continue_already_seen` (measured against Suricata 7.0.10): a
+/// second `100 Continue` answering one request fires the rule on its
+/// packet, once per transaction however many follow; the final response
+/// starts the next transaction afresh; a `102` is no `100`. The same with
+/// each packet on a fresh instance over one store.
+#[test]
+fn a_second_100_continue_fires_once_per_transaction() {
+    const SURI: &str = r#"alert http any any -> any any (msg:"SURICATA HTTP status 100-Continue already seen"; flow:established,to_client; app-layer-event:http.100_continue_already_seen; flowint:http.anomaly.count,+,1; classtype:protocol-command-decode; sid:2221009; rev:1;)"#;
+    let get = b"GET /f HTTP/1.1\r\nHost: a\r\n\r\n".to_vec();
+    let cont = b"HTTP/1.1 100 Continue\r\n\r\n".to_vec();
+    let ok = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok".to_vec();
+    let at = |msgs: &[&Vec<u8>]| {
+        let m: Vec<(bool, Vec<u8>)> = msgs
+            .iter()
+            .map(|m| (m.starts_with(b"GET"), m.to_vec()))
+            .collect();
+        fired_at(&[SURI], &conn_of(&m))
+    };
+    // The handshake, the request, then the responses from index 4.
+    assert_eq!(at(&[&get, &cont, &cont, &ok]), vec![(2221009, 5)]);
+    assert_eq!(at(&[&get, &cont, &cont, &cont, &ok]), vec![(2221009, 5)]);
+    assert!(at(&[&get, &cont, &ok, &get, &cont, &ok]).is_empty());
+    assert_eq!(
+        at(&[&get, &ok, &get, &cont, &cont, &ok]),
+        vec![(2221009, 7)]
+    );
+    let mut one = cont.repeat(2);
+    one.extend_from_slice(&ok);
+    assert_eq!(at(&[&get, &one]), vec![(2221009, 4)]);
+    let lower = b"HTTP/1.0 100 continue\r\nContent-Length: 0\r\n\r\n".to_vec();
+    assert_eq!(at(&[&get, &lower, &cont, &ok]), vec![(2221009, 5)]);
+    let processing = b"HTTP/1.1 102 Processing\r\n\r\n".to_vec();
+    assert!(at(&[&get, &processing, &processing, &ok]).is_empty());
+    let long = b"HTTP/1.1 1000 Continue\r\n\r\n".to_vec();
+    assert!(at(&[&get, &cont, &long, &ok]).is_empty());
+    // A drop rule drops the second `100`'s packet.
+    let drop = SURI.replacen("alert", "drop", 1);
+    let f = conn(
+        80,
+        &[(true, &get), (false, &cont), (false, &cont), (false, &ok)],
+    );
+    let (sids, dropped, _) = common::run_each(ips(&[&drop]), &f);
+    assert_eq!(sids, vec![2221009]);
+    assert_eq!(dropped.iter().position(|&d| d), Some(5));
+    // A to_server rule on it is refused with the reason.
+    let ts = SURI.replace("to_client", "to_server");
+    let e = rules::parse_rule(&ts, &rules::suricata_default_vars()).unwrap_err();
+    assert!(
+        e.reason().contains("100_continue_already_seen"),
+        "{}",
+        e.reason()
+    );
+}
+
 /// Runs the framing over `data` cut into pieces at `cuts`, returning the
 /// final phase and every piece's head and body bytes.
 fn frame(data: &[u8], cuts: &[usize], to_server: bool) -> (Phase, usize) {

@@ -123,6 +123,15 @@ pub(crate) const RANGE_INVALID: u8 = 32;
 /// [`Rule::http_body_events`]'s bit of a `to_server` rule's
 /// `http.range_invalid` ([`crate::engine::OWED_RANGE`]).
 pub(crate) const RANGE_OWED: u8 = 64;
+/// [`Rule::http_body_events`]'s bit of `http.100_continue_already_seen`,
+/// fired on the packet bringing a second `100 Continue` to one request.
+pub(crate) const CONTINUE_AGAIN: u8 = 128;
+/// [`FlowState::http_cont`]: the current request was answered by a
+/// `100 Continue` already.
+pub(crate) const CONT_SEEN: u8 = 1;
+/// [`FlowState::http_cont`]: its `http.100_continue_already_seen` was
+/// raised (once per transaction, as Suricata's events are a set).
+pub(crate) const CONT_RAISED: u8 = 2;
 
 impl Ips {
     /// Follows the HTTP messages of direction `d` through `data`, the
@@ -223,6 +232,20 @@ impl Ips {
                 if let Some(r) = head.and_then(|h| super::events::content_encoding(h, false)) {
                     st.flags |= if r.too_many { OWED_TOO_MANY } else { 0 }
                         | if r.abnormal { OWED_ABNORMAL } else { 0 };
+                }
+            }
+            // `http.100_continue_already_seen`: libhtp's interim responses
+            // of one transaction, a second `100` raising it (once); any
+            // other status ends the transaction.
+            if new_msg && !request && self.http_continue {
+                if !head.is_some_and(super::status_is_100) {
+                    st.http_cont = 0;
+                } else if st.http_cont & CONT_SEEN == 0 {
+                    st.http_cont |= CONT_SEEN;
+                } else if st.http_cont & CONT_RAISED == 0 {
+                    st.http_cont |= CONT_RAISED;
+                    self.counters.http_continue_again += 1;
+                    drop |= self.http_body_event(st, d, &hdr, p, events, CONTINUE_AGAIN);
                 }
             }
             // `http.range_invalid`: decided by the response's head, raised

@@ -1337,6 +1337,15 @@ pub(super) fn owed_response_events(rule: &mut Rule) -> Result<(), RuleSyntax> {
     if rule.to_server != Some(true) {
         return Ok(());
     }
+    // Suricata fires a `to_server` rule on a second `100 Continue` inline
+    // never, replayed as an IDS only when the interim responses and the
+    // final one came in one segment (measured): refused.
+    if rule.http_body_events & crate::http::eval::CONTINUE_AGAIN != 0 {
+        return Err(RuleSyntax::UnsupportedKeyword(
+            "app-layer-event http.100_continue_already_seen on a to_server rule (a response's event, which Suricata 7.0.10 fires on to_server rules inline never)"
+                .into(),
+        ));
+    }
     // `http.range_invalid` is raised on a response's body: owed likewise.
     if rule.http_body_events & crate::http::eval::RANGE_INVALID != 0 {
         rule.http_body_events &= !crate::http::eval::RANGE_INVALID;
@@ -1958,6 +1967,8 @@ fn apply_keyword(
                 // Raised on a response body's first bytes
                 // ([`crate::http::range`]).
                 "http.range_invalid" => crate::http::eval::RANGE_INVALID,
+                // Raised by a second `100 Continue` head.
+                "http.100_continue_already_seen" => crate::http::eval::CONTINUE_AGAIN,
                 _ => 0,
             };
             if chunk != 0 {
