@@ -1773,6 +1773,30 @@ fn push_value(
 mod tests {
     use super::*;
 
+    /// A `100` status wherever the start line has it, and nothing that
+    /// only begins with `100`.
+    #[test]
+    fn status_100_is_read_from_the_start_line() {
+        for h in [
+            &b"HTTP/1.1 100 Continue\r\n\r\n"[..],
+            b"\r\nHTTP/1.1 100 Continue\r\n\r\n",
+            b"HTTP/1.0 100 continue\r\nContent-Length: 0\r\n\r\n",
+            b"HTTP/1.1 100\r\n\r\n",
+            b"HTTP/1.1 100",
+        ] {
+            assert!(status_is_100(h), "{:?}", String::from_utf8_lossy(h));
+        }
+        for h in [
+            &b"HTTP/1.1 1000 Continue\r\n\r\n"[..],
+            b"HTTP/1.1 101 Switching Protocols\r\n\r\n",
+            b"HTTP/1.1 200 OK\r\nX-Status: 100\r\n\r\n",
+            b"HTTP/1.1 10",
+            b"",
+        ] {
+            assert!(!status_is_100(h), "{:?}", String::from_utf8_lossy(h));
+        }
+    }
+
     fn norm(s: &str) -> String {
         let mut v = Vec::new();
         normalise_uri(s.as_bytes(), &mut v);
