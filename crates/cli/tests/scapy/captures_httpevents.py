@@ -476,6 +476,35 @@ def continue_again():
     return [p for i, c in enumerate(cases) for p in exchange(47001 + i, *c)]
 
 
+def unmatched():
+    # unable_to_match_response_to_request: responses with no request left
+    # to answer on a connection whose client spoke HTTP: a second response
+    # to one request (in its own segment or with the first), two extra
+    # responses (each raises it), two `102`s (libhtp's only interim status
+    # is `100`: the second `102` and the final response are extra).
+    # Near misses: pipelined requests answered in order, a `100 Continue`
+    # before the response, a keep-alive connection, a server refusing a
+    # request whose head has not ended yet (the transaction begins at the
+    # request's first byte).
+    get = b"GET /f HTTP/1.1\r\nHost: a\r\n\r\n"
+    ok = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
+    p102 = b"HTTP/1.1 102 Processing\r\n\r\n"
+    bad = b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+    cases = [
+        [(True, get), (False, ok), (False, ok)],
+        [(True, get), (False, ok + ok)],
+        [(True, get), (False, ok), (False, ok), (False, ok)],
+        [(True, get), (False, p102), (False, p102), (False, ok)],
+        # Near misses.
+        [(True, get + get), (False, ok), (False, ok)],
+        [(True, get), (True, get), (False, ok + ok)],
+        [(True, get), (False, b"HTTP/1.1 100 Continue\r\n\r\n"), (False, ok)],
+        [(True, get), (False, ok), (True, get), (False, ok)],
+        [(True, b"GET /f HTTP/1.1\r\nHost: a\r\nX-Long: aaaa"), (False, bad)],
+    ]
+    return [p for i, c in enumerate(cases) for p in exchange(47101 + i, *c)]
+
+
 CAPTURES = {
     "app-http-event-request-line": request_line,
     "app-http-event-request-fields": request_fields,
@@ -490,4 +519,5 @@ CAPTURES = {
     "app-http-event-range-invalid": range_values,
     "app-http-event-range-invalid-ips": range_invalid_ips,
     "app-http-event-100-continue-ips": continue_again,
+    "app-http-event-unmatched-response-ips": unmatched,
 }

@@ -485,6 +485,9 @@ pub struct Counters {
     /// Transactions that raised `http.100_continue_already_seen` (decided
     /// only when a rule asks for it).
     pub http_continue_again: u64,
+    /// Responses that raised `http.unable_to_match_response_to_request`
+    /// (decided only when a rule asks for it).
+    pub http_unmatched_responses: u64,
     /// Compressed bodies inflated up to the cap and no further.
     pub http_inflate_capped: u64,
     /// Compressed bodies past the kept bytes whose inflater this instance
@@ -593,10 +596,12 @@ pub struct Ips {
     /// The [`http::eval::RANGE_INVALID`] and [`http::eval::RANGE_OWED`]
     /// bits the loaded rules ask for: response heads' `Content-Range` is
     /// read when one is set ([`engine::RANGE_BAD`]).
-    http_range: u8,
-    /// A rule asks for `http.100_continue_already_seen`: response heads'
-    /// statuses are followed ([`engine::FlowState::http_cont`]).
-    http_continue: bool,
+    http_range: u16,
+    /// A rule asks for `http.100_continue_already_seen` or
+    /// `http.unable_to_match_response_to_request`: messages' beginnings
+    /// and responses' statuses are followed
+    /// ([`engine::FlowState::http_cont`]).
+    http_tx: bool,
     /// The message being received in the packet's direction ([`http::body`]).
     http_acc: http::body::BodyAcc,
     /// A packet's body bytes past the limit, reused.
@@ -785,10 +790,9 @@ impl Ips {
         let http_range = engine.rules.iter().fold(0, |b, r| {
             b | r.http_body_events & (http::eval::RANGE_INVALID | http::eval::RANGE_OWED)
         });
-        let http_continue = engine
-            .rules
-            .iter()
-            .any(|r| r.http_body_events & http::eval::CONTINUE_AGAIN != 0);
+        let http_tx = engine.rules.iter().any(|r| {
+            r.http_body_events & (http::eval::CONTINUE_AGAIN | http::eval::UNMATCHED) != 0
+        });
         let http_waits: Vec<bool> = engine
             .rules
             .iter()
@@ -839,7 +843,7 @@ impl Ips {
             http_body_rules,
             http_ce_owed,
             http_range,
-            http_continue,
+            http_tx,
             http_acc: Default::default(),
             http_extra: Vec::new(),
             http_found: Vec::new(),
@@ -1165,6 +1169,7 @@ impl NetworkFunction for Ips {
             ("ips_http_inflate_capped", c.http_inflate_capped),
             ("ips_http_range_invalid", c.http_range_invalid),
             ("ips_http_continue_again", c.http_continue_again),
+            ("ips_http_unmatched_responses", c.http_unmatched_responses),
             ("ips_http_inflate_lost", c.http_inflate_lost),
             ("ips_smtp_attachments", c.smtp_attachments),
             ("ips_smtp_mime_anomalies", c.smtp_mime_anomalies),

@@ -687,6 +687,59 @@ fn a_second_100_continue_fires_once_per_transaction() {
     );
 }
 
+/// `http.unable_to_match_response_to_request` (measured against Suricata
+/// 7.0.10): each response past the requests fires the rule on the packet
+/// bringing its first bytes; a `100 Continue` is its request's, a `102`
+/// answers one; a request counts from its first byte. The same with each
+/// packet on a fresh instance over one store. Past two requests awaiting
+/// answers the check stops for the connection (documented).
+#[test]
+fn responses_past_the_requests_fire_unable_to_match() {
+    const SURI: &str = r#"alert http any any -> any any (msg:"SURICATA HTTP unable to match response to request"; flow:established,to_client; app-layer-event:http.unable_to_match_response_to_request; flowint:http.anomaly.count,+,1; classtype:protocol-command-decode; sid:2221010; rev:1;)"#;
+    let get = b"GET /f HTTP/1.1\r\nHost: a\r\n\r\n".to_vec();
+    let ok = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok".to_vec();
+    let at = |msgs: &[(bool, &Vec<u8>)]| {
+        let m: Vec<(bool, Vec<u8>)> = msgs.iter().map(|(t, m)| (*t, m.to_vec())).collect();
+        fired_at(&[SURI], &conn_of(&m))
+    };
+    // The handshake, then the messages from index 3.
+    assert_eq!(
+        at(&[(true, &get), (false, &ok), (false, &ok)]),
+        vec![(2221010, 5)]
+    );
+    assert_eq!(
+        at(&[(true, &get), (false, &ok.repeat(2))]),
+        vec![(2221010, 4)]
+    );
+    assert_eq!(
+        at(&[(true, &get), (false, &ok), (false, &ok), (false, &ok)]),
+        vec![(2221010, 5), (2221010, 6)]
+    );
+    let p102 = b"HTTP/1.1 102 Processing\r\n\r\n".to_vec();
+    assert_eq!(
+        at(&[(true, &get), (false, &p102), (false, &p102), (false, &ok)]),
+        vec![(2221010, 5), (2221010, 6)]
+    );
+    let cont = b"HTTP/1.1 100 Continue\r\n\r\n".to_vec();
+    assert!(at(&[(true, &get), (false, &cont), (false, &ok)]).is_empty());
+    assert!(at(&[(true, &get.repeat(2)), (false, &ok), (false, &ok)]).is_empty());
+    assert!(at(&[(true, &get), (false, &ok), (true, &get), (false, &ok)]).is_empty());
+    // A server refusing a head not ended yet answers its request.
+    let part = b"GET /f HTTP/1.1\r\nHost: a\r\nX-Long: aaaa".to_vec();
+    let refuse = b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n".to_vec();
+    assert!(at(&[(true, &part), (false, &refuse)]).is_empty());
+    // Three requests awaiting answers: the count stops, and the check.
+    assert!(at(&[(true, &get.repeat(3)), (false, &ok.repeat(4))]).is_empty());
+    assert_eq!(
+        at(&[(true, &get.repeat(2)), (false, &ok.repeat(3))]),
+        vec![(2221010, 4)]
+    );
+    // A to_server rule on it is refused with the reason.
+    let ts = SURI.replace("to_client", "to_server");
+    let e = rules::parse_rule(&ts, &rules::suricata_default_vars()).unwrap_err();
+    assert!(e.reason().contains("unable_to_match"), "{}", e.reason());
+}
+
 /// Runs the framing over `data` cut into pieces at `cuts`, returning the
 /// final phase and every piece's head and body bytes.
 fn frame(data: &[u8], cuts: &[usize], to_server: bool) -> (Phase, usize) {

@@ -106,32 +106,41 @@ pub(crate) fn waits_for_body(r: &Rule) -> bool {
 }
 
 /// [`Rule::http_body_events`]'s bit of `http.invalid_request_chunk_len`.
-pub(crate) const REQUEST_CHUNK_LEN: u8 = 1;
+pub(crate) const REQUEST_CHUNK_LEN: u16 = 1;
 /// [`Rule::http_body_events`]'s bit of `http.invalid_response_chunk_len`.
-pub(crate) const RESPONSE_CHUNK_LEN: u8 = 2;
+pub(crate) const RESPONSE_CHUNK_LEN: u16 = 2;
 /// [`Rule::http_body_events`]'s bit of `http.gzip_decompression_failed`.
-pub(crate) const GZIP_FAILED: u8 = 4;
+pub(crate) const GZIP_FAILED: u16 = 4;
 /// [`Rule::http_body_events`]'s bit of a `to_server` rule's
 /// `http.too_many_encoding_layers` ([`crate::engine::OWED_CE`]).
-pub(crate) const CE_TOO_MANY: u8 = 8;
+pub(crate) const CE_TOO_MANY: u16 = 8;
 /// [`Rule::http_body_events`]'s bit of a `to_server` rule's
 /// `http.abnormal_ce_header`.
-pub(crate) const CE_ABNORMAL: u8 = 16;
+pub(crate) const CE_ABNORMAL: u16 = 16;
 /// [`Rule::http_body_events`]'s bit of `http.range_invalid`, fired on the
 /// response body's first bytes ([`super::range`]).
-pub(crate) const RANGE_INVALID: u8 = 32;
+pub(crate) const RANGE_INVALID: u16 = 32;
 /// [`Rule::http_body_events`]'s bit of a `to_server` rule's
 /// `http.range_invalid` ([`crate::engine::OWED_RANGE`]).
-pub(crate) const RANGE_OWED: u8 = 64;
+pub(crate) const RANGE_OWED: u16 = 64;
 /// [`Rule::http_body_events`]'s bit of `http.100_continue_already_seen`,
 /// fired on the packet bringing a second `100 Continue` to one request.
-pub(crate) const CONTINUE_AGAIN: u8 = 128;
+pub(crate) const CONTINUE_AGAIN: u16 = 128;
+/// [`Rule::http_body_events`]'s bit of
+/// `http.unable_to_match_response_to_request`, fired on the packet
+/// bringing a response's first bytes when no request is left to answer.
+pub(crate) const UNMATCHED: u16 = 256;
 /// [`FlowState::http_cont`]: the current request was answered by a
 /// `100 Continue` already.
 pub(crate) const CONT_SEEN: u8 = 1;
 /// [`FlowState::http_cont`]: its `http.100_continue_already_seen` was
 /// raised (once per transaction, as Suricata's events are a set).
 pub(crate) const CONT_RAISED: u8 = 2;
+/// [`FlowState::http_cont`]'s bits counting the requests begun and not
+/// yet answered (0 to 2; 3: more, no longer counted).
+pub(crate) const PENDING: u8 = 12;
+/// One request in [`PENDING`].
+const PENDING_ONE: u8 = 4;
 
 impl Ips {
     /// Follows the HTTP messages of direction `d` through `data`, the
@@ -234,12 +243,17 @@ impl Ips {
                         | if r.abnormal { OWED_ABNORMAL } else { 0 };
                 }
             }
+            // A message whose head began in these bytes: libhtp's
+            // transactions begin there ([`Ips::http_begun`]).
+            if self.http_tx && pc.head.is_some() {
+                drop |= self.http_begun(st, (d, request), &hdr, p, events);
+            }
             // `http.100_continue_already_seen`: libhtp's interim responses
             // of one transaction, a second `100` raising it (once); any
             // other status ends the transaction.
-            if new_msg && !request && self.http_continue {
+            if new_msg && !request && self.http_tx {
                 if !head.is_some_and(super::status_is_100) {
-                    st.http_cont = 0;
+                    st.http_cont &= PENDING;
                 } else if st.http_cont & CONT_SEEN == 0 {
                     st.http_cont |= CONT_SEEN;
                 } else if st.http_cont & CONT_RAISED == 0 {
@@ -409,6 +423,10 @@ impl Ips {
         if eof {
             me.finish(&mut piece, &mut each);
         }
+        // A head begun here and not ended: its transaction begins too.
+        if self.http_tx && piece.open.is_some() && !drop && st.flags & (BLOCKED | PASSED) == 0 {
+            drop = self.http_begun(st, (d, request), &hdr, p, events);
+        }
         if joined {
             self.counters.pending_joined += 1;
         }
@@ -474,7 +492,7 @@ impl Ips {
         hdr: &Header,
         p: &Packet,
         events: &mut Vec<Event>,
-        bit: u8,
+        bit: u16,
     ) -> bool {
         for k in 0..self.engine.http_body_ev.len() {
             let r = self.engine.http_body_ev[k];
@@ -491,6 +509,45 @@ impl Ips {
             }
         }
         false
+    }
+
+    /// A message of direction `d` (a request if `request`) began on packet
+    /// `p`, as libhtp's transactions begin at a message's first byte: a
+    /// request counts one more awaiting its response; a response (not the
+    /// one after a `100 Continue`, which is the same transaction's) takes
+    /// one, or raises `http.unable_to_match_response_to_request` when none
+    /// is left (measured against Suricata 7.0.10: each response past the
+    /// requests raises it). Past 2 requests awaiting answers the count
+    /// stops, and so does the check, for the connection; likewise once the
+    /// requests' direction is no longer framed (a gap, a head too long).
+    /// Returns true if the packet must be dropped.
+    fn http_begun(
+        &mut self,
+        st: &mut FlowState,
+        (d, request): (usize, bool),
+        hdr: &Header,
+        p: &Packet,
+        events: &mut Vec<Event>,
+    ) -> bool {
+        let n = st.http_cont & PENDING;
+        if request {
+            if n != PENDING {
+                st.http_cont += PENDING_ONE;
+            }
+            return false;
+        }
+        if st.http_cont & CONT_SEEN != 0
+            || n == PENDING
+            || st.http[1 - d].phase == super::Phase::Off
+        {
+            return false;
+        }
+        if n != 0 {
+            st.http_cont -= PENDING_ONE;
+            return false;
+        }
+        self.counters.http_unmatched_responses += 1;
+        self.http_body_event(st, d, hdr, p, events, UNMATCHED)
     }
 
     /// Fires the `to_server` rules on the Content-Encoding and range events

@@ -584,8 +584,11 @@ pub struct Rule {
     /// HTTP messages. Bits 8 and 16: a `to_server` rule's
     /// `http.too_many_encoding_layers` and `http.abnormal_ce_header`, all
     /// to be raised by a response, fired on the client's next packet
-    /// ([`crate::engine::OWED_CE`]).
-    pub http_body_events: u8,
+    /// ([`crate::engine::OWED_CE`]). Bits 32 and 64: `http.range_invalid`
+    /// (a `to_server` rule's in 64, owed likewise); 128:
+    /// `http.100_continue_already_seen`; 256:
+    /// `http.unable_to_match_response_to_request`.
+    pub http_body_events: u16,
     /// Names of the `byte_extract` variables.
     pub vars: Vec<String>,
     /// `flowbits` conditions and operations.

@@ -1346,6 +1346,12 @@ pub(super) fn owed_response_events(rule: &mut Rule) -> Result<(), RuleSyntax> {
                 .into(),
         ));
     }
+    if rule.http_body_events & crate::http::eval::UNMATCHED != 0 {
+        return Err(RuleSyntax::UnsupportedKeyword(
+            "app-layer-event http.unable_to_match_response_to_request on a to_server rule (a response's event; Suricata 7.0.10 fires such a rule on the client's next packet or at the flow's end, which is not followed)"
+                .into(),
+        ));
+    }
     // `http.range_invalid` is raised on a response's body: owed likewise.
     if rule.http_body_events & crate::http::eval::RANGE_INVALID != 0 {
         rule.http_body_events &= !crate::http::eval::RANGE_INVALID;
@@ -1969,6 +1975,8 @@ fn apply_keyword(
                 "http.range_invalid" => crate::http::eval::RANGE_INVALID,
                 // Raised by a second `100 Continue` head.
                 "http.100_continue_already_seen" => crate::http::eval::CONTINUE_AGAIN,
+                // Raised by a response's first bytes.
+                "http.unable_to_match_response_to_request" => crate::http::eval::UNMATCHED,
                 _ => 0,
             };
             if chunk != 0 {
