@@ -734,6 +734,18 @@ fn responses_past_the_requests_fire_unable_to_match() {
         at(&[(true, &get.repeat(2)), (false, &ok.repeat(3))]),
         vec![(2221010, 4)]
     );
+    // Once the requests' direction is no longer framed (a head past
+    // MAX_HEAD), responses are no longer checked.
+    let mut long = b"GET /f HTTP/1.1\r\nX-Long: ".to_vec();
+    long.resize(40_000, b'a');
+    let f = conn_of(&[
+        (true, get.clone()),
+        (false, ok.clone()),
+        (true, long),
+        (false, ok.clone()),
+        (false, ok.clone()),
+    ]);
+    assert!(fired_at(&[SURI], &f).is_empty());
     // A to_server rule on it is refused with the reason.
     let ts = SURI.replace("to_client", "to_server");
     let e = rules::parse_rule(&ts, &rules::suricata_default_vars()).unwrap_err();
