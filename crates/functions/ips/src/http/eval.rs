@@ -494,11 +494,24 @@ impl Ips {
         events: &mut Vec<Event>,
         bit: u16,
     ) -> bool {
+        self.http_events_fire(st, (d, hdr, p), events, (bit, bit))
+    }
+
+    /// Fires on packet `p` of direction `d` the rules of
+    /// [`Rule::http_body_events`] naming a bit of `mask`, when every one
+    /// they name is in `raised`. Returns true if the packet must be
+    /// dropped.
+    fn http_events_fire(
+        &mut self,
+        st: &mut FlowState,
+        (d, hdr, p): (usize, &Header, &Packet),
+        events: &mut Vec<Event>,
+        (mask, raised): (u16, u16),
+    ) -> bool {
         for k in 0..self.engine.http_body_ev.len() {
             let r = self.engine.http_body_ev[k];
-            if self.engine.rules[r as usize].http_body_events & bit == 0
-                || !self.engine.header_matches(r, hdr)
-            {
+            let want = self.engine.rules[r as usize].http_body_events & mask;
+            if want == 0 || want & !raised != 0 || !self.engine.header_matches(r, hdr) {
                 continue;
             }
             if self.fire(r, st, (d, p, Some("http")), events) {
@@ -574,21 +587,8 @@ impl Ips {
         .filter(|(f, _)| owed & f != 0)
         .fold(0, |b, (_, bit)| b | bit);
         let hdr = Header { http: true, ..*hdr };
-        for k in 0..self.engine.http_body_ev.len() {
-            let r = self.engine.http_body_ev[k];
-            let want = self.engine.rules[r as usize].http_body_events
-                & (CE_TOO_MANY | CE_ABNORMAL | RANGE_OWED);
-            if want == 0 || want & !raised != 0 || !self.engine.header_matches(r, &hdr) {
-                continue;
-            }
-            if self.fire(r, st, (0, p, Some("http")), events) {
-                return true;
-            }
-            if st.flags & (BLOCKED | PASSED) != 0 {
-                break;
-            }
-        }
-        false
+        let mask = CE_TOO_MANY | CE_ABNORMAL | RANGE_OWED;
+        self.http_events_fire(st, (0, &hdr, p), events, (mask, raised))
     }
 
     /// Inflates a compressed body's next bytes `z` into `out`, with the

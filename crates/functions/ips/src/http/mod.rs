@@ -290,14 +290,20 @@ fn starts_status_line(data: &[u8]) -> bool {
 /// The status code of a status line's first bytes `line`: the word after
 /// the protocol (None while not all in `line`).
 fn status_code(line: &[u8]) -> Option<&[u8]> {
+    let a = status_at(line);
+    line.get(a..a + 3)
+}
+
+/// Where a status line's code starts: after leading whitespace, the
+/// protocol and the whitespace after it.
+fn status_at(line: &[u8]) -> usize {
     let skip = |i: usize, space: bool| {
         i + line[i..]
             .iter()
             .take_while(|&&b| line_space(b) == space)
             .count()
     };
-    let a = skip(skip(skip(0, true), false), true);
-    line.get(a..a + 3)
+    skip(skip(skip(0, true), false), true)
 }
 
 /// True if the response head `head` (its start line first, after any empty
@@ -311,11 +317,11 @@ pub(crate) fn status_is_100(head: &[u8]) -> bool {
         .count();
     let line = &head[start..];
     let line = &line[..line.iter().position(|&b| b == b'\n').unwrap_or(line.len())];
-    let Some(code) = status_code(line) else {
-        return false;
-    };
-    let at = code.as_ptr() as usize - line.as_ptr() as usize + 3;
-    code == b"100" && line.get(at).is_none_or(|&b| line_space(b) || b == b'\r')
+    let at = status_at(line);
+    line.get(at..at + 3) == Some(b"100")
+        && line
+            .get(at + 3)
+            .is_none_or(|&b| line_space(b) || b == b'\r')
 }
 
 /// True if `data` (a server direction's first bytes) starts an HTTP/1.x
