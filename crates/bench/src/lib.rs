@@ -20,6 +20,7 @@ pub mod replication;
 pub mod seal;
 pub mod shards;
 pub mod state;
+pub mod suricata;
 
 use serde::Serialize;
 

@@ -32,6 +32,10 @@ pub struct Options {
     /// ([`http_trace`]), against the IPS with the generated rules on the same
     /// traffic. Empty: the row is not run.
     pub ips_rules: Vec<PathBuf>,
+    /// A Suricata ([`crate::suricata::Suricata::locate`]) to run over the
+    /// same HTTP mix with the same rule files: the `suricata_rulefiles_http`
+    /// row, whose ratio is against `ips_rulefiles_http`. None: not run.
+    pub suricata: Option<PathBuf>,
 }
 
 impl Default for Options {
@@ -44,6 +48,7 @@ impl Default for Options {
             reps: 3,
             filter: None,
             ips_rules: Vec::new(),
+            suricata: None,
         }
     }
 }
@@ -93,10 +98,22 @@ pub fn time_chain(
     trace: &Trace,
     reps: usize,
 ) -> Result<f64, String> {
+    time_chain_stats(dir, chain, sharing, trace, reps).map(|(secs, _)| secs)
+}
+
+/// [`time_chain`], and the chain's counters after its last run.
+pub fn time_chain_stats(
+    dir: &Path,
+    chain: &ChainText,
+    sharing: Sharing,
+    trace: &Trace,
+    reps: usize,
+) -> Result<(f64, sluice_chain::ChainStats), String> {
     let spec = load_spec(dir, chain)?;
     let registry = sluice_builtin::registry();
     let batch_size = spec.settings.batch_size;
     let mut best = f64::INFINITY;
+    let mut last = sluice_chain::ChainStats::default();
     for _ in 0..reps.max(1) {
         let mut chain =
             Chain::from_spec(&spec, dir, &registry, sharing).map_err(|e| e.to_string())?;
@@ -109,10 +126,10 @@ pub fn time_chain(
                 st
             ));
         }
-        let secs = run.cpu;
-        best = best.min(secs);
+        best = best.min(run.cpu);
+        last = st;
     }
-    Ok(best)
+    Ok((best, last))
 }
 
 fn measurement(name: &str, trace: &Trace, secs: f64, frame_size: usize) -> Measurement {
@@ -918,17 +935,65 @@ pub fn run(opts: &Options, progress: &mut dyn FnMut(&str)) -> Vec<Measurement> {
         let loaded = sluice_ips::build(&cfg, sluice_state::Namespace(1), &dir)
             .map(|i| i.rule_count())
             .ok();
-        rel(
-            bench("ips_rulefiles_http", files, Sharing::Shared, &http, avg),
-            &small_ips,
-            &format!(
-                "{} rules loaded from {} files; search {}; vs ips_100_rules_http; goal >= 1 Gbit/s",
-                loaded.unwrap_or(0),
-                opts.ips_rules.len(),
-                sluice_ips::search_engine()
-            ),
-            &mut out,
+        let note = format!(
+            "{} rules loaded from {} files; search {}; vs ips_100_rules_http; goal >= 1 Gbit/s",
+            loaded.unwrap_or(0),
+            opts.ips_rules.len(),
+            sluice_ips::search_engine()
         );
+        match &opts.suricata {
+            None => rel(
+                bench("ips_rulefiles_http", files, Sharing::Shared, &http, avg),
+                &small_ips,
+                &note,
+                &mut out,
+            ),
+            // Against Suricata, the alerts are compared too: the same count
+            // says both did the same work.
+            Some(path) if wanted("ips_rulefiles_http") => {
+                progress("ips_rulefiles_http");
+                let sluice = match time_chain_stats(&dir, &files, Sharing::Shared, &http, opts.reps)
+                {
+                    Ok((secs, st)) => Some((
+                        measurement("ips_rulefiles_http", &http, secs, avg),
+                        st.alerts,
+                    )),
+                    Err(e) => {
+                        progress(&format!("ips_rulefiles_http: skipped: {e}"));
+                        None
+                    }
+                };
+                let m = sluice.as_ref().map(|s| s.0.clone());
+                rel(m.clone(), &small_ips, &note, &mut out);
+                for (name, inline) in [
+                    ("suricata_rulefiles_http", false),
+                    ("suricata_ips_rulefiles_http", true),
+                ] {
+                    progress(name);
+                    match suricata_row(
+                        name,
+                        inline,
+                        path,
+                        &opts.ips_rules,
+                        &http,
+                        avg,
+                        &dir,
+                        opts.reps,
+                    ) {
+                        Ok((row, alerts)) => {
+                            let note = format!(
+                                "{}; {alerts} alerts (Sluice {}); vs ips_rulefiles_http",
+                                row.note,
+                                sluice.as_ref().map_or(0, |s| s.1)
+                            );
+                            rel(Some(row), &m, &note, &mut out);
+                        }
+                        Err(e) => progress(&format!("{name}: skipped: {e}")),
+                    }
+                }
+            }
+            Some(_) => {}
+        }
     }
 
     if wanted("firewall_1000k_flows_memory") {
@@ -941,6 +1006,54 @@ pub fn run(opts: &Options, progress: &mut dyn FnMut(&str)) -> Vec<Measurement> {
 
     let _ = std::fs::remove_dir_all(&dir);
     out
+}
+
+/// A row named `name`: Suricata at `path` over `http` written to a pcap,
+/// with the rule files `rules`, as an IDS or `inline` (`--simulate-ips`),
+/// best of `reps` runs ([`crate::suricata`]); and its alert count.
+#[allow(clippy::too_many_arguments)]
+fn suricata_row(
+    name: &str,
+    inline: bool,
+    path: &Path,
+    rules: &[PathBuf],
+    http: &Trace,
+    avg: usize,
+    dir: &Path,
+    reps: usize,
+) -> Result<(Measurement, u64), String> {
+    use crate::suricata;
+    let s = suricata::Suricata::locate(path)?;
+    let version = s.version()?;
+    // Written once for both rows; the bench's directory goes at its end.
+    let pcap = dir.join("http-mix.pcap");
+    if !pcap.exists() {
+        suricata::write_pcap(http, &pcap)?;
+    }
+    let joined = suricata::join_rules(rules, dir)?;
+    let mut best: Option<suricata::Run> = None;
+    for k in 0..reps.max(1) {
+        let run = suricata::run(&s, &joined, &pcap, &dir.join(format!("{name}-{k}")), inline)?;
+        if run.packets != http.len() as u64 {
+            return Err(format!(
+                "Suricata decoded {} packets of {}",
+                run.packets,
+                http.len()
+            ));
+        }
+        if best.is_none_or(|b| run.worker_cpu_secs < b.worker_cpu_secs) {
+            best = Some(run);
+        }
+    }
+    let best = best.expect("at least one run");
+    let mut m = measurement(name, http, best.worker_cpu_secs, avg);
+    m.note = format!(
+        "{version}, --runmode single{}, its packet thread's CPU time (runs took {:.0} s with rule loading); {} HTTP transactions",
+        if inline { " --simulate-ips" } else { "" },
+        best.wall_secs,
+        best.http_tx
+    );
+    Ok((m, best.alerts))
 }
 
 /// Seconds (best of `reps`, on-CPU) for the IPS's DFAs alone to walk every

@@ -48,6 +48,12 @@ pub enum BenchCmd {
         /// browsing mix, against the IPS with 100 generated rules on it.
         #[arg(long, value_name = "FILE", num_args = 1..)]
         ips_rules: Vec<PathBuf>,
+        /// Also run Suricata over the same HTTP mix (written to a pcap) with
+        /// the same rule files: the `suricata_rulefiles_http` row, its ratio
+        /// against `ips_rulefiles_http`. A directory made by
+        /// `scripts/suricata-reference.sh`, or a suricata executable.
+        #[arg(long, value_name = "PATH", requires = "ips_rules")]
+        suricata: Option<PathBuf>,
     },
     /// Control plane: time to compile the Stratos Figure 4 tenant into FIB entries and
     /// to install them (Stratos Table 1).
@@ -310,6 +316,7 @@ pub fn run(which: BenchCmd) -> Result<(), CliError> {
             filter,
             threads,
             ips_rules,
+            suricata,
         } => {
             if threads.contains(&0) {
                 return Err(CliError::flag(
@@ -335,6 +342,7 @@ pub fn run(which: BenchCmd) -> Result<(), CliError> {
                 reps,
                 filter,
                 ips_rules,
+                suricata: suricata.map(|p| std::path::absolute(&p).unwrap_or(p)),
             };
             let mut progress = |what: &str| eprintln!("bench: {what}");
             let ms = if threads.is_empty() {
